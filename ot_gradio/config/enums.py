@@ -1,0 +1,208 @@
+"""Enumerations shared by the config, the trainer and the page.
+
+Names and values are OneTrainer's, so that OneTrainer configs and presets import unchanged.
+"""
+
+from enum import Enum
+
+
+class StrEnum(str, Enum):
+    def __str__(self) -> str:  # JSON and the page show the bare name
+        return self.value
+
+
+class ModelType(StrEnum):
+    STABLE_DIFFUSION_15 = "STABLE_DIFFUSION_15"
+    STABLE_DIFFUSION_15_INPAINTING = "STABLE_DIFFUSION_15_INPAINTING"
+    STABLE_DIFFUSION_20 = "STABLE_DIFFUSION_20"
+    STABLE_DIFFUSION_20_BASE = "STABLE_DIFFUSION_20_BASE"
+    STABLE_DIFFUSION_20_INPAINTING = "STABLE_DIFFUSION_20_INPAINTING"
+    STABLE_DIFFUSION_21 = "STABLE_DIFFUSION_21"
+    STABLE_DIFFUSION_21_BASE = "STABLE_DIFFUSION_21_BASE"
+    STABLE_DIFFUSION_XL_10_BASE = "STABLE_DIFFUSION_XL_10_BASE"
+    STABLE_DIFFUSION_XL_10_BASE_INPAINTING = "STABLE_DIFFUSION_XL_10_BASE_INPAINTING"
+    WUERSTCHEN_2 = "WUERSTCHEN_2"
+    STABLE_CASCADE_1 = "STABLE_CASCADE_1"
+    PIXART_ALPHA = "PIXART_ALPHA"
+
+
+class TrainingMethod(StrEnum):
+    FINE_TUNE = "FINE_TUNE"
+    LORA = "LORA"
+    EMBEDDING = "EMBEDDING"
+    FINE_TUNE_VAE = "FINE_TUNE_VAE"
+
+
+class DataType(StrEnum):
+    NONE = "NONE"
+    FLOAT_8 = "FLOAT_8"
+    FLOAT_16 = "FLOAT_16"
+    FLOAT_32 = "FLOAT_32"
+    BFLOAT_16 = "BFLOAT_16"
+    TFLOAT_32 = "TFLOAT_32"
+    INT_8 = "INT_8"
+    NFLOAT_4 = "NFLOAT_4"
+
+
+class ModelFormat(StrEnum):
+    DIFFUSERS = "DIFFUSERS"
+    CKPT = "CKPT"
+    SAFETENSORS = "SAFETENSORS"
+    LEGACY_SAFETENSORS = "LEGACY_SAFETENSORS"
+    ORIGINAL_SINGLE_FILE = "ORIGINAL_SINGLE_FILE"
+    KOHYA_LORA = "KOHYA_LORA"
+    INTERNAL = "INTERNAL"
+
+
+class TimeUnit(StrEnum):
+    EPOCH = "EPOCH"
+    STEP = "STEP"
+    SECOND = "SECOND"
+    MINUTE = "MINUTE"
+    HOUR = "HOUR"
+    NEVER = "NEVER"
+    ALWAYS = "ALWAYS"
+
+
+class LearningRateScheduler(StrEnum):
+    CONSTANT = "CONSTANT"
+    LINEAR = "LINEAR"
+    COSINE = "COSINE"
+    COSINE_WITH_RESTARTS = "COSINE_WITH_RESTARTS"
+    COSINE_WITH_HARD_RESTARTS = "COSINE_WITH_HARD_RESTARTS"
+    REX = "REX"
+    ADAFACTOR = "ADAFACTOR"
+    CUSTOM = "CUSTOM"
+
+
+class Optimizer(StrEnum):
+    ADAGRAD = "ADAGRAD"
+    ADAGRAD_8BIT = "ADAGRAD_8BIT"
+    ADAM = "ADAM"
+    ADAM_8BIT = "ADAM_8BIT"
+    ADAMW = "ADAMW"
+    ADAMW_8BIT = "ADAMW_8BIT"
+    LAMB = "LAMB"
+    LAMB_8BIT = "LAMB_8BIT"
+    LARS = "LARS"
+    LARS_8BIT = "LARS_8BIT"
+    LION = "LION"
+    LION_8BIT = "LION_8BIT"
+    RMSPROP = "RMSPROP"
+    RMSPROP_8BIT = "RMSPROP_8BIT"
+    SGD = "SGD"
+    SGD_8BIT = "SGD_8BIT"
+    DADAPT_ADA_GRAD = "DADAPT_ADA_GRAD"
+    DADAPT_ADAM = "DADAPT_ADAM"
+    DADAPT_ADAN = "DADAPT_ADAN"
+    DADAPT_LION = "DADAPT_LION"
+    DADAPT_SGD = "DADAPT_SGD"
+    PRODIGY = "PRODIGY"
+    ADAFACTOR = "ADAFACTOR"
+    CAME = "CAME"
+    SCHEDULE_FREE_ADAMW = "SCHEDULE_FREE_ADAMW"
+    SCHEDULE_FREE_SGD = "SCHEDULE_FREE_SGD"
+    ADEMAMIX = "AdEMAMix"
+
+
+class EMAMode(StrEnum):
+    OFF = "OFF"
+    GPU = "GPU"
+    CPU = "CPU"
+
+
+class LossWeight(StrEnum):
+    CONSTANT = "CONSTANT"
+    P2 = "P2"
+    MIN_SNR_GAMMA = "MIN_SNR_GAMMA"
+    DEBIASED_ESTIMATION = "DEBIASED_ESTIMATION"
+    SIGMA = "SIGMA"
+
+
+class LossScaler(StrEnum):
+    NONE = "NONE"
+    BATCH = "BATCH"
+    GLOBAL_BATCH = "GLOBAL_BATCH"
+    GRADIENT_ACCUMULATION = "GRADIENT_ACCUMULATION"
+    BOTH = "BOTH"
+    GLOBAL_BOTH = "GLOBAL_BOTH"
+
+
+class LearningRateScaler(StrEnum):
+    NONE = "NONE"
+    BATCH = "BATCH"
+    GLOBAL_BATCH = "GLOBAL_BATCH"
+    GRADIENT_ACCUMULATION = "GRADIENT_ACCUMULATION"
+    BOTH = "BOTH"
+    GLOBAL_BOTH = "GLOBAL_BOTH"
+
+
+class TimestepDistribution(StrEnum):
+    UNIFORM = "UNIFORM"
+    SIGMOID = "SIGMOID"
+    LOGIT_NORMAL = "LOGIT_NORMAL"
+    HEAVY_TAIL = "HEAVY_TAIL"
+    COS_MAP = "COS_MAP"
+    INVERTED_PARABOLA = "INVERTED_PARABOLA"
+
+
+class AttentionMechanism(StrEnum):
+    DEFAULT = "DEFAULT"
+    XFORMERS = "XFORMERS"
+    SDP = "SDP"
+    FLASH = "FLASH"
+
+
+class NoiseScheduler(StrEnum):
+    DDIM = "DDIM"
+    EULER = "EULER"
+    EULER_A = "EULER_A"
+    DPMPP = "DPMPP"
+    DPMPP_SDE = "DPMPP_SDE"
+    UNIPC = "UNIPC"
+    EULER_KARRAS = "EULER_KARRAS"
+    DPMPP_KARRAS = "DPMPP_KARRAS"
+    DPMPP_SDE_KARRAS = "DPMPP_SDE_KARRAS"
+    UNIPC_KARRAS = "UNIPC_KARRAS"
+
+
+class ImageFormat(StrEnum):
+    PNG = "PNG"
+    JPG = "JPG"
+
+
+class ConceptType(StrEnum):
+    STANDARD = "STANDARD"
+    VALIDATION = "VALIDATION"
+    PRIOR_PREDICTION = "PRIOR_PREDICTION"
+
+
+class BalancingStrategy(StrEnum):
+    REPEATS = "REPEATS"
+    SAMPLES = "SAMPLES"
+
+
+class PromptSource(StrEnum):
+    SAMPLE = "sample"        # one .txt per image, same name
+    CONCEPT = "concept"      # one text file for the whole concept
+    FILENAME = "filename"    # the image's file name
+
+
+class PeftType(StrEnum):
+    LORA = "LORA"
+    LOHA = "LOHA"
+    LOKR = "LOKR"
+    OFT_2 = "OFT_2"
+
+
+class ConfigPart(StrEnum):
+    NONE = "NONE"
+    SETTINGS = "SETTINGS"
+    ALL = "ALL"
+
+
+class GradientReducePrecision(StrEnum):
+    WEIGHT_DTYPE = "WEIGHT_DTYPE"
+    FLOAT_32 = "FLOAT_32"
+    WEIGHT_DTYPE_STOCHASTIC = "WEIGHT_DTYPE_STOCHASTIC"
+    FLOAT_32_STOCHASTIC = "FLOAT_32_STOCHASTIC"
