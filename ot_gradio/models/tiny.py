@@ -1,0 +1,127 @@
+"""Tiny random models for tests and the offline demo.
+
+They have the real classes and layouts of each family at a fraction of the width, build in well
+under a second, and are saved the way real models are (diffusers folder, single file), so the
+tests go through the real loading code. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _bytes_to_unicode() -> list[str]:
+    """The byte -> printable character table CLIP's byte-level BPE uses."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for c in cs]
+
+
+def tiny_clip_tokenizer(model_max_length: int = 77):
+    """A CLIP tokenizer whose vocabulary is the 256 byte symbols (with and without the
+    end-of-word mark) and no merges: every character is one token."""
+    from transformers import CLIPTokenizer
+
+    symbols = _bytes_to_unicode()
+    vocab: dict[str, int] = {}
+    for s in symbols:
+        vocab[s] = len(vocab)
+    for s in symbols:
+        vocab[s + "</w>"] = len(vocab)
+    vocab["<|startoftext|>"] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    return CLIPTokenizer(vocab=vocab, merges=[], model_max_length=model_max_length)
+
+
+def tiny_clip_text_model(vocab_size: int, hidden: int = 32, seed: int = 0):
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    torch.manual_seed(seed)
+    cfg = CLIPTextConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=77,
+        hidden_act="quick_gelu",
+        bos_token_id=vocab_size - 2,
+        eos_token_id=vocab_size - 1,
+        pad_token_id=vocab_size - 1,
+    )
+    return CLIPTextModel(cfg)
+
+
+def tiny_vae(seed: int = 0):
+    from diffusers import AutoencoderKL
+
+    torch.manual_seed(seed)
+    return AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        block_out_channels=(8, 8, 16, 16),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=4,
+        sample_size=64,
+        scaling_factor=0.18215,
+    )
+
+
+def tiny_sd15_unet(cross_attention_dim: int = 32, seed: int = 0):
+    """An SD 1.5-shaped UNet (same block types, two layers per block) at width 16-32."""
+    from diffusers import UNet2DConditionModel
+
+    torch.manual_seed(seed)
+    return UNet2DConditionModel(
+        sample_size=8,
+        in_channels=4,
+        out_channels=4,
+        down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
+        block_out_channels=(16, 16, 32, 32),
+        layers_per_block=2,
+        cross_attention_dim=cross_attention_dim,
+        attention_head_dim=8,
+        norm_num_groups=8,
+    )
+
+
+def tiny_sd15_scheduler():
+    """The DDPM schedule SD 1.5 trains with (scaled linear betas, 1000 steps, epsilon)."""
+    from diffusers import DDPMScheduler
+
+    return DDPMScheduler(
+        num_train_timesteps=1000,
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        clip_sample=False,
+        prediction_type="epsilon",
+        steps_offset=1,
+    )
+
+
+def tiny_sd15_components(seed: int = 0) -> dict:
+    tokenizer = tiny_clip_tokenizer()
+    return {
+        "tokenizer": tokenizer,
+        "text_encoder": tiny_clip_text_model(len(tokenizer), seed=seed),
+        "vae": tiny_vae(seed=seed),
+        "unet": tiny_sd15_unet(seed=seed),
+        "scheduler": tiny_sd15_scheduler(),
+    }
+
+
+def tiny_sd15_pipeline(seed: int = 0):
+    from diffusers import StableDiffusionPipeline
+
+    return StableDiffusionPipeline(**tiny_sd15_components(seed), safety_checker=None, feature_extractor=None, requires_safety_checker=False)
