@@ -1,0 +1,171 @@
+"""Command line: `python -m ot_gradio COMMAND`. Heavy imports happen inside the commands, so
+`--help` and the page start fast."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _load(config_path: str, overrides: list[str]):
+    from .config.io import ConfigError, apply_overrides, load_config  # noqa: PLC0415
+    from .config.onetrainer import is_onetrainer_config  # noqa: PLC0415
+    from .config.presets import resolve_preset_path  # noqa: PLC0415
+
+    path = Path(config_path)
+    if not path.exists():
+        found = resolve_preset_path(config_path)
+        if found is None:
+            raise ConfigError(f"--config: {config_path} does not exist (give a JSON file or a preset name)")
+        path = found
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"--config: {path} is not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config: {path} must hold a JSON object")
+    if overrides:
+        data = apply_overrides(data, overrides)
+    return load_config(data, base_dir=path.parent, source=str(path)), is_onetrainer_config(data)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .config.doctor import check  # noqa: PLC0415
+    from .config.io import ConfigError  # noqa: PLC0415
+
+    try:
+        loaded, _ = _load(args.config, args.set or [])
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    config = loaded.config
+    for warning in loaded.warnings + check(config):
+        print(f"warning: {warning}", file=sys.stderr)
+
+    from .data.demo import ensure_demo_concepts  # noqa: PLC0415
+    from .runner.rundir import create_run  # noqa: PLC0415
+    from .runner.worker import run_worker  # noqa: PLC0415
+
+    ensure_demo_concepts(config)
+    workspace = Path(args.workspace or config.workspace_dir)
+    run = create_run(workspace, config.model_dump(mode="json"))
+    print(f"run folder: {run.path}", file=sys.stderr)
+    console = _Console()
+    code = run_worker(run.path, echo=console.on_event)
+    console.close()
+    if code == 0:
+        print(f"{console.final_status}: {console.final_message}", file=sys.stderr)
+    else:
+        print(f"error: {console.final_message or 'training failed'} (log: {run.log}, events: {run.events})", file=sys.stderr)
+    return code
+
+
+class _Console:
+    """Shows worker events in the terminal: a tqdm bar for steps, lines for the rest."""
+
+    def __init__(self):
+        self.bar = None
+        self.final_status = ""
+        self.final_message = ""
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        from tqdm import tqdm  # noqa: PLC0415
+
+        kind = event.get("type")
+        if kind == "progress" and event.get("phase") == "training":
+            if self.bar is None:
+                self.bar = tqdm(total=event["total_steps"], unit="step", dynamic_ncols=True, file=sys.stderr)
+                self.bar.n = event["global_step"] - 1
+            self.bar.update(event["global_step"] - self.bar.n)
+            self.bar.set_description(f"epoch {event['epoch']}/{event['epochs']}")
+        elif kind == "metrics" and self.bar is not None:
+            self.bar.set_postfix(loss=f"{event['smooth_loss']:.4f}", lr=f"{event['lr']:.2e}", refresh=False)
+        elif kind == "status":
+            self.final_status, self.final_message = event["status"], event.get("message", "")
+            if event["status"] in ("loading", "caching", "done", "stopped", "error") and event.get("message"):
+                self._write(f"[{event['status']}] {event['message']}")
+        elif kind == "warning":
+            self._write(f"warning: {event['message']}")
+        elif kind in ("saved", "backup", "sample"):
+            self._write(f"{kind}: {event['path']}")
+
+    def _write(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .config.doctor import check  # noqa: PLC0415
+    from .config.io import ConfigError  # noqa: PLC0415
+
+    try:
+        loaded, from_ot = _load(args.config, args.set or [])
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for warning in loaded.warnings + check(loaded.config):
+        print(f"warning: {warning}")
+    print(f"ok: {'OneTrainer ' if from_ot else ''}config is valid")
+    if args.output:
+        from .config.io import save_config  # noqa: PLC0415
+
+        save_config(loaded.config, args.output)
+        print(f"written: {args.output}")
+    return 0
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from .config.presets import list_presets  # noqa: PLC0415
+
+    for name in list_presets():
+        print(name)
+    return 0
+
+
+def cmd_app(args: argparse.Namespace) -> int:
+    from .ui.launch import main as launch_main  # noqa: PLC0415
+
+    return launch_main(args.app_args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m ot_gradio", description="ot_gradio: train diffusion LoRAs, fine-tunes and embeddings.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("train", help="train headless from a config (ours or OneTrainer's) or a preset name")
+    p.add_argument("--config", required=True, help="config JSON file (ours or a OneTrainer config/preset), or a preset name such as 'demo'")
+    p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value, e.g. --set epochs=5 --set optimizer.beta1=0.95")
+    p.add_argument("--workspace", help="workspace folder for the run (default: the config's workspace_dir)")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("validate", help="check a config and print its warnings; optionally write it in our format")
+    p.add_argument("--config", required=True)
+    p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE")
+    p.add_argument("--output", help="write the (imported) config here as our JSON")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("presets", help="list the presets")
+    p.set_defaults(func=cmd_presets)
+
+    p = sub.add_parser("app", help="start the web page (same flags as app.py)", add_help=False)
+    p.add_argument("app_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_app)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 0
+    return args.func(args)

@@ -1,0 +1,213 @@
+"""UI side of the run boundary: start, stop, reattach to and poll training runs.
+
+Pure Python (no torch). The worker is `python -m ot_gradio.runner.worker <run dir>` in its own
+process group, so a crash in training cannot take the page down, and Stop can escalate to
+SIGTERM and SIGKILL of the whole group.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .rundir import FINAL_STATUSES, RunDir, create_run, list_runs
+
+STOP_GRACE_SECONDS = 120.0
+
+
+@dataclass
+class RunState:
+    """The absolute state of a run, rebuilt from its events: a skipped poll loses nothing."""
+
+    run_id: str
+    status: str = "starting"
+    message: str = ""
+    progress: dict[str, Any] = field(default_factory=dict)
+    losses: list[tuple[int, float]] = field(default_factory=list)
+    lrs: list[tuple[int, float]] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    saved: list[str] = field(default_factory=list)
+    backups: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    alive: bool = False
+    exit_code: int | None = None
+    log_tail: str = ""
+
+    def apply(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "status":
+            self.status = event.get("status", self.status)
+            self.message = event.get("message", "")
+        elif kind == "progress":
+            self.progress = {k: v for k, v in event.items() if k not in ("type", "time")}
+        elif kind == "metrics":
+            step = int(event.get("global_step", 0))
+            if "loss" in event:
+                self.losses.append((step, float(event["loss"])))
+            if "lr" in event:
+                self.lrs.append((step, float(event["lr"])))
+        elif kind == "sample":
+            self.samples.append({k: v for k, v in event.items() if k != "type"})
+        elif kind == "saved":
+            self.saved.append(str(event.get("path")))
+        elif kind == "backup":
+            self.backups.append(str(event.get("path")))
+        elif kind == "warning":
+            self.warnings.append(str(event.get("message")))
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINAL_STATUSES or self.status == "crashed"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child counts as gone
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[-1].split(" ")[0] != "Z"
+    except OSError:
+        return True
+
+
+class Supervisor:
+    def __init__(self, workspace: str | Path):
+        self.workspace = Path(workspace)
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._stop_requested: dict[str, float] = {}
+
+    # --- lifecycle --------------------------------------------------------------------------
+    def start(self, config: dict[str, Any], env: dict[str, str] | None = None) -> RunDir:
+        run = create_run(self.workspace, config)
+        log = open(run.log, "ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ot_gradio.runner.worker", str(run.path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+            cwd=os.getcwd(),
+        )
+        log.close()
+        run.pid_file.write_text(str(proc.pid))
+        self._procs[run.run_id] = proc
+        return run
+
+    def stop(self, run: RunDir) -> str:
+        """First call asks the worker to finish its step, back up, save and exit. A second call,
+        or one after the grace period, escalates to SIGTERM, then SIGKILL."""
+        pid = self._pid(run)
+        if pid is None or not self._alive(run):
+            return "not running"
+        first = self._stop_requested.get(run.run_id)
+        if first is None:
+            run.request("stop")
+            self._stop_requested[run.run_id] = time.time()
+            return "stop requested"
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return "not running"
+        deadline = time.time() + 10
+        while time.time() < deadline and self._alive(run):
+            time.sleep(0.2)
+        if self._alive(run):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return "killed"
+        return "terminated"
+
+    def check_stop_timeouts(self) -> None:
+        for run_id, asked in list(self._stop_requested.items()):
+            run = RunDir(self.workspace / "runs" / run_id)
+            if time.time() - asked > STOP_GRACE_SECONDS and self._alive(run):
+                self.stop(run)
+
+    def request(self, run: RunDir, what: str) -> None:
+        run.request(what)
+
+    def wait(self, run: RunDir, timeout: float | None = None) -> int | None:
+        proc = self._procs.get(run.run_id)
+        if proc is not None:
+            try:
+                return proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return None
+        end = None if timeout is None else time.time() + timeout
+        while self._alive(run):
+            if end is not None and time.time() > end:
+                return None
+            time.sleep(0.2)
+        return self._exit_code(run)
+
+    # --- reading ----------------------------------------------------------------------------
+    def runs(self) -> list[RunDir]:
+        return list_runs(self.workspace)
+
+    def active_runs(self) -> list[RunDir]:
+        return [r for r in self.runs() if self._alive(r)]
+
+    def state(self, run: RunDir) -> RunState:
+        state = RunState(run.run_id)
+        events, _ = run.read_events(0)
+        for event in events:
+            state.apply(event)
+        state.alive = self._alive(run)
+        state.exit_code = self._exit_code(run)
+        if not state.alive and not state.finished:
+            # The process is gone without saying how it ended: it crashed or was killed.
+            state.status = "crashed"
+            code = state.exit_code
+            state.message = f"the training process ended without a final status (exit code {code if code is not None else 'unknown'}); see the log below"
+        if state.status in ("crashed", "error"):
+            state.log_tail = run.log_tail()
+        return state
+
+    def poll(self, run: RunDir, cursor: int = 0) -> tuple[list[dict[str, Any]], int, RunState]:
+        events, new_cursor = run.read_events(cursor)
+        return events, new_cursor, self.state(run)
+
+    # --- process bookkeeping ----------------------------------------------------------------
+    def _pid(self, run: RunDir) -> int | None:
+        proc = self._procs.get(run.run_id)
+        if proc is not None:
+            return proc.pid
+        try:
+            return int(run.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _alive(self, run: RunDir) -> bool:
+        proc = self._procs.get(run.run_id)
+        if proc is not None:
+            return proc.poll() is None
+        pid = self._pid(run)
+        if pid is None or not _pid_alive(pid):
+            return False
+        try:  # the pid may have been reused by another program since
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            return True
+        return str(run.path) in cmdline
+
+    def _exit_code(self, run: RunDir) -> int | None:
+        proc = self._procs.get(run.run_id)
+        if proc is not None and proc.poll() is not None:
+            return proc.returncode
+        try:
+            return int(run.exit_file.read_text().strip())
+        except (OSError, ValueError):
+            return None

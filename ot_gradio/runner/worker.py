@@ -1,0 +1,147 @@
+"""Worker side of the run boundary: `python -m ot_gradio.runner.worker <run dir>`.
+
+Reads config.json, trains, and reports through events.jsonl; reads requests from control/
+between steps. Exit code 0 for done or stopped, 1 for an error (the last event says why)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from .rundir import EventWriter, RunDir, list_runs
+
+
+class EventReporter:
+    """Sends the trainer's news to events.jsonl, and optionally to a console callback."""
+
+    def __init__(self, run: RunDir, echo: Callable[[dict[str, Any]], None] | None = None):
+        self.run = run
+        self.writer = EventWriter(run)
+        self.echo = echo
+        self.extra_requests: set[str] = set()
+
+    def _emit(self, type: str, **fields: Any) -> None:
+        event = self.writer.emit(type, **fields)
+        if self.echo is not None:
+            self.echo(event)
+
+    def status(self, status: str, message: str = "") -> None:
+        self._emit("status", status=status, message=message)
+
+    def warning(self, message: str) -> None:
+        self._emit("warning", message=message)
+
+    def progress(self, **fields: Any) -> None:
+        self._emit("progress", **fields)
+
+    def metrics(self, **fields: Any) -> None:
+        self._emit("metrics", **fields)
+
+    def sample(self, **fields: Any) -> None:
+        self._emit("sample", **fields)
+
+    def saved(self, path: str) -> None:
+        self._emit("saved", path=path)
+
+    def backup(self, path: str) -> None:
+        self._emit("backup", path=path)
+
+    def requests(self) -> set[str]:
+        asked = self.run.take_requests() | self.extra_requests
+        self.extra_requests = set()
+        return asked
+
+
+def run_worker(run_path: str | Path, echo: Callable[[dict[str, Any]], None] | None = None, noise_fn=None) -> int:
+    """Train the run in this process. Returns the exit code."""
+    run = RunDir(Path(run_path)).make()
+    reporter = EventReporter(run, echo)
+    code = 1
+    try:
+        code = _train(run, reporter, noise_fn)
+    except KeyboardInterrupt:
+        reporter.status("error", "interrupted before a backup could be written")
+        code = 130
+    finally:
+        try:
+            run.exit_file.write_text(str(code))
+        except OSError:
+            pass
+        reporter.writer.close()
+    return code
+
+
+def _train(run: RunDir, reporter: EventReporter, noise_fn) -> int:
+    from ..config.io import ConfigError, load_config  # noqa: PLC0415
+
+    reporter.status("loading", "reading the config")
+    try:
+        loaded = load_config(run.config)
+    except ConfigError as err:
+        reporter.status("error", f"config: {err}")
+        return 1
+    for warning in loaded.warnings:
+        reporter.warning(warning)
+    config = loaded.config
+
+    from ..data.errors import DataError  # noqa: PLC0415
+    from ..models.errors import ModelLoadError  # noqa: PLC0415
+    from ..training.trainer import RunPaths, Trainer, TrainingError  # noqa: PLC0415
+
+    workspace = run.path.parent.parent
+    paths = RunPaths(
+        samples=run.samples,
+        backup=run.backup,
+        save=run.save,
+        tensorboard=run.tensorboard,
+        other_runs=[r.path for r in list_runs(workspace)],
+    )
+    trainer = Trainer(config, paths, reporter, noise_fn=noise_fn)
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_interrupt(signum, frame):  # first Ctrl-C: stop cleanly; second: abort
+        if trainer.stop_requested:
+            raise KeyboardInterrupt
+        reporter.warning("stop requested (Ctrl-C): finishing the step, writing a backup and the model; Ctrl-C again aborts")
+        trainer.stop_requested = True
+
+    if sys.platform != "win32":
+        try:
+            signal.signal(signal.SIGINT, on_interrupt)
+        except ValueError:  # not the main thread
+            pass
+    try:
+        trainer.setup()
+        status = trainer.train()
+        return 0 if status in ("done", "stopped") else 1
+    except (TrainingError, DataError, ModelLoadError, ValueError, OSError) as err:
+        traceback.print_exc()
+        reporter.status("error", str(err))
+        return 1
+    except Exception as err:  # noqa: BLE001  the page must learn about any crash
+        traceback.print_exc()
+        reporter.status("error", f"{type(err).__name__}: {err} (see log.txt)")
+        return 1
+    finally:
+        try:
+            signal.signal(signal.SIGINT, previous)
+        except (ValueError, TypeError):
+            pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m ot_gradio.runner.worker RUN_DIR", file=sys.stderr)
+        return 2
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    return run_worker(argv[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

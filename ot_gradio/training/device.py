@@ -1,0 +1,82 @@
+"""Device and data-type choices, with the fallbacks a CPU-only machine needs."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from ..config.enums import DataType
+
+TORCH_DTYPES = {
+    DataType.FLOAT_32: torch.float32,
+    DataType.FLOAT_16: torch.float16,
+    DataType.BFLOAT_16: torch.bfloat16,
+    DataType.TFLOAT_32: torch.float32,
+}
+
+
+def resolve_device(name: str) -> tuple[torch.device, str | None]:
+    """The device to train on, and a warning if the asked one is missing."""
+    name = (name or "cpu").strip()
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        return torch.device("cpu"), f"train_device: '{name}' is not a device name; training on cpu"
+    if device.type == "cuda" and not torch.cuda.is_available():
+        return torch.device("cpu"), f"train_device: {name} is not available on this machine; training on cpu (slow)"
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        return torch.device("cpu"), f"train_device: {name} is not available on this machine; training on cpu (slow)"
+    return device, None
+
+
+def weight_dtype(data_type: DataType, device: torch.device) -> torch.dtype:
+    """Frozen weights are stored in the asked type on accelerators; on CPU, half types are slow
+    or unsupported for convolutions, so they stay float32."""
+    dtype = TORCH_DTYPES.get(DataType(data_type))
+    if dtype is None:
+        raise ValueError(f"weight data type {data_type} is not supported yet; use FLOAT_32, FLOAT_16 or BFLOAT_16")
+    if device.type == "cpu":
+        return torch.float32
+    return dtype
+
+
+def output_dtype(data_type: DataType) -> torch.dtype:
+    dtype = TORCH_DTYPES.get(DataType(data_type))
+    if dtype is None:
+        raise ValueError(f"output_dtype: {data_type} is not supported; use FLOAT_32, FLOAT_16 or BFLOAT_16")
+    return dtype
+
+
+class Precision:
+    """Mixed precision for the forward pass (the train data type), with a grad scaler for
+    float16 on CUDA."""
+
+    def __init__(self, train_dtype: DataType, device: torch.device):
+        self.device = device
+        train_dtype = DataType(train_dtype)
+        self.note: str | None = None
+        if train_dtype == DataType.FLOAT_32:
+            self.dtype = None
+        elif train_dtype == DataType.TFLOAT_32:
+            self.dtype = None
+            if device.type == "cuda":
+                torch.backends.cuda.matmul.allow_tf32 = True
+                torch.backends.cudnn.allow_tf32 = True
+        elif train_dtype == DataType.BFLOAT_16:
+            self.dtype = torch.bfloat16
+        elif train_dtype == DataType.FLOAT_16:
+            if device.type == "cpu":
+                self.dtype = torch.bfloat16
+                self.note = "train_dtype: FLOAT_16 on cpu trains with BFLOAT_16 autocast instead"
+            else:
+                self.dtype = torch.float16
+        else:
+            raise ValueError(f"train_dtype: {train_dtype} is not supported; use FLOAT_32, FLOAT_16, BFLOAT_16 or TFLOAT_32")
+        use_scaler = self.dtype == torch.float16 and device.type == "cuda"
+        self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.dtype)

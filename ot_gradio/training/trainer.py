@@ -1,0 +1,398 @@
+"""The training loop. It talks to a model family, a training method and the dataset through
+their interfaces only, and reports everything through a `Reporter` (events, log, TensorBoard)."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..config.schema import TrainConfig
+from .backup import Counters, latest_backup, read_backup, set_rng_state, write_backup
+from .device import Precision, resolve_device, weight_dtype
+from .intervals import Every
+from .loss import diffusion_loss
+from .methods import get_method
+from .optimizers import create_optimizer
+from .schedulers import create_scheduler
+
+
+class TrainingError(Exception):
+    """A problem the user can fix; the message says what and where."""
+
+
+class Reporter:
+    """Where the trainer's news goes. The worker sends it to events.jsonl; tests collect it."""
+
+    def status(self, status: str, message: str = "") -> None: ...
+    def warning(self, message: str) -> None: ...
+    def progress(self, **fields: Any) -> None: ...
+    def metrics(self, **fields: Any) -> None: ...
+    def sample(self, **fields: Any) -> None: ...
+    def saved(self, path: str) -> None: ...
+    def backup(self, path: str) -> None: ...
+    def requests(self) -> set[str]:
+        return set()
+
+
+@dataclass
+class RunPaths:
+    samples: Path
+    backup: Path
+    save: Path
+    tensorboard: Path | None
+    other_runs: list[Path]  # earlier runs of the same workspace, for "continue from last backup"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, paths: RunPaths, reporter: Reporter, noise_fn: Callable | None = None):
+        self.config = config
+        self.paths = paths
+        self.report = reporter
+        self.noise_fn = noise_fn  # tests pass fixed noise/timesteps here
+        self.counters = Counters()
+        self.stop_requested = False
+        self._tb = None
+
+    # --- setup ------------------------------------------------------------------------------
+    def setup(self) -> None:
+        from ..data import build_dataset  # noqa: PLC0415
+        from ..models.registry import get_family  # noqa: PLC0415
+
+        cfg = self.config
+        seed_everything(cfg.seed)
+        self.device, warning = resolve_device(cfg.train_device)
+        if warning:
+            self.report.warning(warning)
+        self.precision = Precision(cfg.train_dtype, self.device)
+        if self.precision.note:
+            self.report.warning(self.precision.note)
+
+        self.report.status("loading", f"loading {cfg.base_model_name}")
+        family = get_family(cfg.model_type)
+        dtypes = {part: weight_dtype(getattr(cfg, part).weight_dtype, self.device) for part in ("unet", "text_encoder", "vae")}
+        self.model = family.load(
+            cfg.base_model_name,
+            cache_dir=cfg.huggingface_cache_dir or None,
+            offline=cfg.offline_mode,
+            token=cfg.secrets.huggingface_token or None,
+            dtypes=dtypes,
+        )
+        self.model.to(self.device)
+        self.method = get_method(cfg.training_method)
+        self.param_groups = self.method.setup(self.model, cfg, self.device)
+        if not any(p.requires_grad for g in self.param_groups for p in g["params"]):
+            raise TrainingError("nothing to train: enable training for the UNet or the text encoder")
+        if cfg.unet.gradient_checkpointing:
+            self.model.unet.enable_gradient_checkpointing()
+
+        self.report.status("caching", "scanning concepts and caching latents")
+        self.dataset = build_dataset(
+            cfg,
+            encode_fn=self.model.encode_images,
+            vae_id=self.model.vae_id,
+            progress=lambda done, total: self.report.progress(phase="caching", done=done, total=total),
+            warn=self.report.warning,
+        )
+        self.steps_per_epoch = self.dataset.steps_per_epoch
+        if self.steps_per_epoch == 0:
+            raise TrainingError(
+                f"no batch can be formed: every aspect bucket has fewer than batch_size={cfg.batch_size} images; "
+                "lower the batch size or add images"
+            )
+        self.optimizer_steps_per_epoch = max(1, math.ceil(self.steps_per_epoch / cfg.gradient_accumulation_steps))
+        self.total_steps = self.optimizer_steps_per_epoch * cfg.epochs
+
+        self.optimizer = create_optimizer(self.param_groups, cfg.optimizer, self.device)
+        self.scheduler = create_scheduler(
+            self.optimizer,
+            cfg.learning_rate_scheduler,
+            self.total_steps,
+            cfg.learning_rate_warmup_steps,
+            cfg.learning_rate_cycles,
+            cfg.learning_rate_min_factor,
+        )
+        self.sample_every = Every(cfg.sample_after, cfg.sample_after_unit, cfg.sample_skip_first)
+        self.backup_every = Every(cfg.backup_after, cfg.backup_after_unit)
+        self.save_every = Every(cfg.save_every, cfg.save_every_unit, cfg.save_skip_first)
+        if cfg.tensorboard and self.paths.tensorboard is not None:
+            from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415
+
+            self._tb = SummaryWriter(str(self.paths.tensorboard))
+        if cfg.continue_last_backup:
+            self._resume()
+
+    def _resume(self) -> None:
+        found = latest_backup(self.paths.other_runs)
+        if found is None:
+            self.report.warning("continue_last_backup: no complete backup in this workspace yet; starting a new run")
+            return
+        backup = read_backup(found)
+        old = backup.config
+        for key in ("model_type", "training_method", "base_model_name", "batch_size", "gradient_accumulation_steps", "resolution", "lora_rank"):
+            if str(old.get(key)) != str(getattr(self.config, key)):
+                raise TrainingError(
+                    f"continue_last_backup: the backup {found} was made with {key}={old.get(key)!r} but this run has "
+                    f"{key}={getattr(self.config, key)!r}; change it back or turn off 'Continue from last backup'"
+                )
+        self.method.load_trainable_state(self.model, backup.trainable)
+        self.optimizer.load_state_dict(backup.state["optimizer"])
+        self.scheduler.load_state_dict(backup.state["scheduler"])
+        if self.precision.scaler is not None and backup.state.get("scaler"):
+            self.precision.scaler.load_state_dict(backup.state["scaler"])
+        set_rng_state(backup.state["rng"])
+        self.counters = backup.counters
+        self.report.status("training", f"continuing from backup {found.name} at step {self.counters.global_step}")
+
+    # --- the loop ---------------------------------------------------------------------------
+    def train(self) -> str:
+        """Run to the end or to a stop request. Returns 'done' or 'stopped'."""
+        cfg = self.config
+        self.report.status("training", "")
+        started = time.monotonic()
+        steps_at_start = self.counters.global_step
+        smoothed: float | None = None
+        accum = cfg.gradient_accumulation_steps
+        self.optimizer.zero_grad(set_to_none=True)
+        while self.counters.epoch < cfg.epochs and not self.stop_requested:
+            batches = self.dataset.epoch_batches(self.counters.epoch)
+            for index in range(self.counters.epoch_step, len(batches)):
+                loss = self._forward_backward(batches[index], accum)
+                self.counters.epoch_step = index + 1
+                if self.counters.epoch_step % accum == 0 or self.counters.epoch_step == len(batches):
+                    self._optimizer_step()
+                    self.counters.global_step += 1
+                    smoothed = loss if smoothed is None else 0.95 * smoothed + 0.05 * loss
+                    self._log_step(loss, smoothed, started, steps_at_start)
+                    self._after_step()
+                if self.stop_requested:
+                    break
+            if self.counters.epoch_step >= len(batches):
+                self.counters.epoch += 1
+                self.counters.epoch_step = 0
+                self._after_epoch()
+        return self._finish()
+
+    def _forward_backward(self, batch: Any, accum: int) -> float:
+        cfg = self.config
+        model = self.model
+        if batch.latents is not None:
+            latents = batch.latents.to(self.device, torch.float32)
+        else:
+            with torch.no_grad():
+                latents = model.encode_images(batch.pixels.to(self.device)).float()
+        num_t = model.noise_scheduler.config.num_train_timesteps
+        if self.noise_fn is not None:
+            noise, timesteps = self.noise_fn(latents)
+        else:
+            noise = torch.randn_like(latents)
+            if cfg.offset_noise_weight > 0:
+                noise = noise + cfg.offset_noise_weight * torch.randn(latents.shape[0], latents.shape[1], 1, 1, device=latents.device)
+            low = int(cfg.min_noising_strength * num_t)
+            high = max(low + 1, int(cfg.max_noising_strength * num_t))
+            timesteps = torch.randint(low, high, (latents.shape[0],), device=latents.device)
+        timesteps = timesteps.to(self.device).long()
+        noisy = model.noise_scheduler.add_noise(latents, noise.to(self.device), timesteps)
+        input_ids = model.tokenize(batch.captions).to(self.device)
+        with self.precision.autocast():
+            if model.text_encoder_trains:
+                hidden = model.encode_prompt(input_ids)
+            else:
+                with torch.no_grad():
+                    hidden = model.encode_prompt(input_ids)
+            pred = model.predict(noisy, timesteps, hidden)
+        target = model.prediction_target(latents, noise.to(self.device), timesteps)
+        loss = diffusion_loss(
+            pred,
+            target,
+            mse_strength=cfg.mse_strength,
+            mae_strength=cfg.mae_strength,
+            sample_weights=batch.loss_weights,
+        )
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise TrainingError(
+                f"the loss became {value} at step {self.counters.global_step + 1} (images: {', '.join(batch.image_paths)}); "
+                "lower the learning rate or use FLOAT_32, and continue from the last backup"
+            )
+        scaled = loss / accum
+        if self.precision.scaler is not None:
+            self.precision.scaler.scale(scaled).backward()
+        else:
+            scaled.backward()
+        return value
+
+    def _optimizer_step(self) -> None:
+        params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        scaler = self.precision.scaler
+        if scaler is not None:
+            scaler.unscale_(self.optimizer)
+        if self.config.clip_grad_norm:
+            torch.nn.utils.clip_grad_norm_(params, self.config.clip_grad_norm)
+        if scaler is not None:
+            scaler.step(self.optimizer)
+            scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._stop_parts_if_due()
+
+    def _stop_parts_if_due(self) -> None:
+        from ..config.enums import TimeUnit  # noqa: PLC0415
+
+        for group in self.param_groups:
+            part = getattr(self.config, group["name"], None)
+            if part is None or part.stop_training_after is None or group.get("frozen"):
+                continue
+            unit = part.stop_training_after_unit
+            done = {TimeUnit.STEP: self.counters.global_step, TimeUnit.EPOCH: self.counters.epoch}.get(unit)
+            if done is not None and done >= part.stop_training_after:
+                for p in group["params"]:
+                    p.requires_grad_(False)
+                group["frozen"] = True
+                group["lr"] = 0.0
+                self.report.warning(f"{group['name']}: stopped training after {part.stop_training_after} {unit.value.lower()}s")
+
+    def _log_step(self, loss: float, smoothed: float, started: float, steps_at_start: int) -> None:
+        c = self.counters
+        elapsed = max(1e-6, time.monotonic() - started)
+        rate = (c.global_step - steps_at_start) / elapsed
+        remaining = self.total_steps - c.global_step
+        self.report.progress(
+            phase="training",
+            epoch=c.epoch + 1,
+            epochs=self.config.epochs,
+            step=c.epoch_step,
+            steps_per_epoch=self.steps_per_epoch,
+            global_step=c.global_step,
+            total_steps=self.total_steps,
+            it_s=round(rate, 3),
+            eta_s=round(remaining / rate, 1) if rate > 0 else None,
+        )
+        lrs = {g["name"]: g["lr"] for g in self.optimizer.param_groups}
+        self.report.metrics(global_step=c.global_step, loss=loss, smooth_loss=smoothed, lr=next(iter(lrs.values())), lrs=lrs)
+        if self._tb is not None:
+            self._tb.add_scalar("loss/train_step", loss, c.global_step)
+            self._tb.add_scalar("smooth_loss/train_step", smoothed, c.global_step)
+            for name, lr in lrs.items():
+                self._tb.add_scalar(f"lr/{name}", lr, c.global_step)
+
+    def _handle_requests(self) -> set[str]:
+        asked = self.report.requests()
+        if "stop" in asked:
+            self.stop_requested = True
+        return asked
+
+    def _after_step(self) -> None:
+        asked = self._handle_requests()
+        step = self.counters.global_step
+        if "sample" in asked or self.sample_every.after_step(step):
+            self.sample()
+        if "backup" in asked or self.backup_every.after_step(step):
+            self.write_backup()
+        if "save" in asked or self.save_every.after_step(step):
+            self.save(intermediate=True)
+
+    def _after_epoch(self) -> None:
+        done = self.counters.epoch
+        if done >= self.config.epochs:
+            return  # the end of the run samples, backs up and saves once
+        if self.sample_every.after_epoch(done):
+            self.sample()
+        if self.backup_every.after_epoch(done):
+            self.write_backup()
+        if self.save_every.after_epoch(done):
+            self.save(intermediate=True)
+
+    def _finish(self) -> str:
+        stopped = self.stop_requested and self.counters.epoch < self.config.epochs
+        if self.config.backup_before_save or stopped:
+            self.write_backup()
+        path = self.save(intermediate=False)
+        if not stopped:
+            self.sample()
+        if self._tb is not None:
+            self._tb.close()
+        status = "stopped" if stopped else "done"
+        self.report.status(status, f"model saved to {path}")
+        return status
+
+    # --- outputs ----------------------------------------------------------------------------
+    def sample(self) -> None:
+        samples = [s for s in self.config.samples if s.enabled]
+        if not samples:
+            return
+        self.report.status("sampling", "")
+        fmt = str(getattr(self.config, "sample_image_format", "JPG")).lower().replace("jpeg", "jpg")
+        self.paths.samples.mkdir(parents=True, exist_ok=True)
+        for i, s in enumerate(samples):
+            seed = random.randint(0, 2**31 - 1) if s.random_seed else s.seed
+            state = torch.get_rng_state()
+            image = self.model.sample(
+                prompt=s.prompt,
+                negative_prompt=s.negative_prompt,
+                height=s.height,
+                width=s.width,
+                steps=s.diffusion_steps,
+                cfg_scale=s.cfg_scale,
+                seed=seed,
+                sampler=s.noise_scheduler,
+                device=self.device,
+            )
+            torch.set_rng_state(state)  # sampling must not change the training noise
+            c = self.counters
+            out = self.paths.samples / f"step{c.global_step:06d}-epoch{c.epoch}-{i}.{fmt}"
+            image.save(out)
+            self.report.sample(path=str(out), prompt=s.prompt, step=c.global_step, epoch=c.epoch, index=i)
+            if self._tb is not None:
+                self._tb.add_image(f"sample/{i}", np.asarray(image), c.global_step, dataformats="HWC")
+        self.report.status("training", "")
+
+    def write_backup(self) -> Path:
+        self.report.status("backup", "")
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        if self.precision.scaler is not None:
+            state["scaler"] = self.precision.scaler.state_dict()
+        keep = self.config.rolling_backup_count if self.config.rolling_backup else None
+        path = write_backup(
+            self.paths.backup,
+            self.method.trainable_state(self.model),
+            state,
+            self.config.model_dump(mode="json"),
+            self.counters,
+            keep=keep,
+        )
+        self.report.backup(str(path))
+        self.report.status("training", "")
+        return path
+
+    def save(self, intermediate: bool) -> Path:
+        self.report.status("saving", "")
+        cfg = self.config
+        dest = Path(cfg.output_model_destination)
+        if intermediate:
+            prefix = cfg.save_filename_prefix
+            dest = self.paths.save / f"{prefix}{dest.stem}-step{self.counters.global_step}{dest.suffix}"
+        metadata = {
+            "ss_steps": str(self.counters.global_step),
+            "ss_epoch": str(self.counters.epoch),
+            "ss_resolution": cfg.resolution,
+            "ss_base_model_name": cfg.base_model_name,
+        }
+        path = self.method.save(self.model, cfg, dest, metadata)
+        self.report.saved(str(path))
+        self.report.status("training", "")
+        return path

@@ -1,0 +1,104 @@
+"""`python app.py` flags -> checks -> page -> launch. Binds 127.0.0.1 unless told otherwise, and
+never exposes the page (share link or a non-loopback host) without a password."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+from pathlib import Path
+
+
+def in_notebook() -> bool:
+    if "google.colab" in sys.modules or os.environ.get("COLAB_RELEASE_TAG"):
+        return True
+    try:
+        from IPython import get_ipython  # noqa: PLC0415
+
+        shell = get_ipython()
+        return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python app.py", description="Start the ot_gradio page.")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=7860, help="port (default 7860)")
+    p.add_argument("--share", action="store_true", help="create a public gradio.live link (needs --auth or --auth-file)")
+    p.add_argument("--auth", help="USER:PASSWORD required to open the page")
+    p.add_argument("--auth-file", help="file with one USER:PASSWORD per line")
+    p.add_argument("--insecure", action="store_true", help="allow --share or a public --host without a password (anyone with the link controls this machine)")
+    p.add_argument("--workspace", default="workspace", help="folder for runs (default ./workspace)")
+    p.add_argument("--inbrowser", action="store_true", help="open the page in a browser")
+    return p
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_auth(args: argparse.Namespace) -> list[tuple[str, str]]:
+    pairs: list[str] = []
+    if args.auth:
+        pairs.append(args.auth)
+    if args.auth_file:
+        path = Path(args.auth_file)
+        if not path.is_file():
+            raise SystemExit(f"--auth-file: {path} does not exist")
+        pairs += [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    out = []
+    for pair in pairs:
+        user, sep, password = pair.partition(":")
+        if not sep or not user or not password:
+            raise SystemExit("--auth: use USER:PASSWORD (both non-empty)")
+        out.append((user, password))
+    return out
+
+
+def check_exposure(args: argparse.Namespace, auth: list[tuple[str, str]]) -> str | None:
+    """An error message if the page would be reachable by others without a password."""
+    exposed = args.share or not is_loopback(args.host)
+    if exposed and not auth and not args.insecure:
+        what = "--share" if args.share else f"--host {args.host}"
+        return (
+            f"refusing to start with {what} and no password: anyone who finds the page can run code on this machine.\n"
+            "Set one with --auth USER:PASSWORD or --auth-file FILE (one USER:PASSWORD per line).\n"
+            "(--insecure starts anyway; do not use it on a shared network.)"
+        )
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if in_notebook() and not any(a.startswith("--share") for a in (argv or [])):
+        args.share = True
+    auth = read_auth(args)
+    problem = check_exposure(args, auth)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    if (args.share or not is_loopback(args.host)) and not auth:
+        print("WARNING: the page is exposed WITHOUT a password (--insecure).", file=sys.stderr)
+
+    from .page import build_page  # noqa: PLC0415
+
+    demo = build_page(Path(args.workspace))
+    demo.queue().launch(
+        server_name=args.host,
+        server_port=args.port,
+        share=args.share,
+        auth=auth or None,
+        inbrowser=args.inbrowser,
+        show_error=True,
+    )
+    return 0

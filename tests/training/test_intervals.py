@@ -1,0 +1,32 @@
+from ot_gradio.config.enums import TimeUnit
+from ot_gradio.training.intervals import Every
+
+
+def test_steps_and_skip_first():
+    e = Every(5, TimeUnit.STEP, skip_first=1)
+    assert [s for s in range(1, 21) if e.after_step(s)] == [10, 15, 20]
+
+
+def test_epochs():
+    e = Every(2, TimeUnit.EPOCH)
+    assert [n for n in range(1, 7) if e.after_epoch(n)] == [2, 4, 6]
+    assert not any(e.after_step(s) for s in range(1, 50))
+
+
+def test_never_and_zero():
+    assert not Every(5, TimeUnit.NEVER).after_step(5)
+    assert not Every(0, TimeUnit.STEP).after_step(5)
+    assert Every(0, TimeUnit.ALWAYS).after_step(1)
+
+
+def test_minutes_use_the_clock():
+    now = [0.0]
+    e = Every(1, TimeUnit.MINUTE, clock=lambda: now[0])
+    now[0] = 30
+    assert not e.after_step(1)
+    now[0] = 61
+    assert e.after_step(2)
+    now[0] = 100
+    assert not e.after_step(3)
+    now[0] = 122
+    assert e.after_step(4)
