@@ -1,0 +1,197 @@
+"""The dataset the trainer uses: scan concepts, fill the latent cache, hand out epochs of batches.
+
+``build_dataset`` does all checks and the caching phase before returning, so every data problem
+(missing folder, no readable image, batch size larger than every bucket) is a ``DataError`` before
+the first step. ``epoch_batches(epoch)`` is deterministic given the seed and the epoch, and loads
+each batch only when it is indexed: a whole epoch of pixels is never in memory, and a resumed run
+continues with ``epoch_batches(epoch)[step:]``-style indexing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config.concept import ConceptConfig
+from ..config.resolution import parse_resolutions
+from .batches import Batch, make_batch
+from .buckets import Size
+from .caching import CacheReport, EncodeFn, ProgressFn, fill_cache
+from .errors import DataError
+from .latent_cache import LatentCache
+from .planning import EpochPlan, PreparedConcept, plan_epoch
+from .scan import concept_label, scan_concept
+
+log = logging.getLogger(__name__)
+
+
+class EpochBatches(Sequence):
+    """The batches of one epoch, in training order; each is loaded when indexed."""
+
+    def __init__(self, dataset: TrainingDataset, plan: EpochPlan):
+        self.dataset = dataset
+        self.plan = plan
+
+    def __len__(self) -> int:
+        return len(self.plan.batches)
+
+    def __getitem__(self, index: int) -> Batch:  # type: ignore[override]
+        if isinstance(index, slice):
+            raise TypeError("index one batch at a time; iterate from a step with range()")
+        return make_batch(self.plan.batches[index], self.dataset.concepts, self.dataset.cache)
+
+    def __iter__(self) -> Iterator[Batch]:
+        for index in range(len(self)):
+            yield self[index]
+
+    @property
+    def dropped_samples(self) -> int:
+        return self.plan.dropped_samples
+
+
+@dataclass
+class TrainingDataset:
+    concepts: list[PreparedConcept]
+    batch_size: int
+    seed: int
+    cache: LatentCache | None = None
+    cache_report: CacheReport | None = None
+    warnings: list[str] = field(default_factory=list)
+    _steps: dict[int, int] = field(default_factory=dict, repr=False)
+
+    def plan(self, epoch: int) -> EpochPlan:
+        return plan_epoch(self.concepts, epoch, self.seed, self.batch_size, cached=self.cache is not None)
+
+    def epoch_batches(self, epoch: int) -> EpochBatches:
+        plan = self.plan(epoch)
+        self._steps[epoch] = len(plan.batches)
+        return EpochBatches(self, plan)
+
+    def steps_in_epoch(self, epoch: int) -> int:
+        if epoch not in self._steps:
+            self._steps[epoch] = len(self.plan(epoch).batches)
+        return self._steps[epoch]
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Steps of epoch 0. Exact for every epoch with one resolution and whole-number repeats;
+        with several resolutions or fractional balancing the bucket remainders (and so the count)
+        can vary a little per epoch: use ``steps_in_epoch`` / ``total_steps`` for exact numbers."""
+        return self.steps_in_epoch(0)
+
+    def total_steps(self, epochs: int) -> int:
+        return sum(self.steps_in_epoch(e) for e in range(epochs))
+
+    def dropped_samples(self, epoch: int) -> int:
+        return self.plan(epoch).dropped_samples
+
+    @property
+    def has_masks(self) -> bool:
+        return any(c.scan.mask_count for c in self.concepts)
+
+    def summary(self) -> dict:
+        """Plain data for the page and the run report."""
+        plan = self.plan(0)
+        return {
+            "concepts": [
+                {
+                    "name": c.scan.name,
+                    "folder": str(c.scan.folder),
+                    "images": len(c.items),
+                    "skipped": [{"path": str(s.path), "reason": s.reason} for s in c.scan.skipped],
+                    "uncaptioned": len(c.scan.uncaptioned),
+                    "masks": c.scan.mask_count,
+                    "resolutions": [list(r) for r in c.resolutions],
+                }
+                for c in self.concepts
+            ],
+            "samples_per_epoch": plan.sample_count,
+            "steps_per_epoch": len(plan.batches),
+            "dropped_samples": plan.dropped_samples,
+            "dropped_by_bucket": {f"{h}x{w}": n for (h, w), n in sorted(plan.dropped.items())},
+            "cache": None if self.cache_report is None else vars(self.cache_report).copy(),
+            "warnings": list(self.warnings),
+        }
+
+
+def _resolutions(value: str | Sequence[Size]) -> list[Size]:
+    if isinstance(value, str):
+        return parse_resolutions(value)
+    return [(int(h), int(w)) for h, w in value]
+
+
+def _concept_resolutions(concept: object, default: list[Size]) -> list[Size]:
+    image = getattr(concept, "image", None)
+    if image is None or not getattr(image, "enable_resolution_override", False):
+        return default
+    try:
+        return parse_resolutions(getattr(image, "resolution_override", ""))
+    except ValueError as exc:
+        raise DataError(f"Concept '{concept_label(concept)}': resolution override: {exc}") from None
+
+
+def build_dataset(
+    concepts: Sequence[ConceptConfig],
+    resolutions: str | Sequence[Size] = "512",
+    batch_size: int = 1,
+    *,
+    aspect_ratio_bucketing: bool = True,
+    latent_caching: bool = False,
+    cache_dir: str | Path | None = None,
+    vae_id: str = "",
+    seed: int = 42,
+    encode_fn: EncodeFn | None = None,
+    encode_batch_size: int = 4,
+    bucket_step: int | None = None,
+    progress: ProgressFn | None = None,
+) -> TrainingDataset:
+    """Scan the enabled concepts, fill the latent cache (with ``latent_caching``) and return the
+    dataset. ``resolutions`` is a resolution string ("512", "384,448,512") or (h, w) pairs;
+    latents are stored under ``<cache_dir>/latents``; ``progress(done, total)`` reports caching."""
+    if batch_size < 1:
+        raise DataError(f"batch size must be at least 1, not {batch_size}")
+    if latent_caching and (cache_dir is None or encode_fn is None):
+        raise ValueError("latent caching needs cache_dir and encode_fn")
+    try:
+        default_resolutions = _resolutions(resolutions)
+    except ValueError as exc:
+        raise DataError(f"resolution: {exc}") from None
+
+    warnings: list[str] = []
+    prepared: list[PreparedConcept] = []
+    errors: list[str] = []
+    for concept in concepts:
+        if not getattr(concept, "enabled", True):
+            continue
+        kind = str(getattr(concept, "type", "STANDARD"))
+        if kind != "STANDARD":
+            warnings.append(f"Concept '{concept_label(concept)}' is a {kind} concept, which is not supported yet; it is not trained")
+            log.warning(warnings[-1])
+            continue
+        try:
+            concept_res = _concept_resolutions(concept, default_resolutions)
+            scan = scan_concept(concept)
+        except DataError as exc:
+            errors.append(str(exc))
+            continue
+        warnings.extend(scan.warnings)
+        prepared.append(PreparedConcept(concept, scan, concept_res, aspect_ratio_bucketing, bucket_step))
+    if errors:
+        raise DataError("\n".join(errors))
+    if not prepared:
+        raise DataError("no enabled concept to train on: add a concept folder or enable one")
+
+    cache = LatentCache(Path(cache_dir) / "latents", vae_id) if latent_caching else None
+    dataset = TrainingDataset(prepared, int(batch_size), int(seed), cache=cache, warnings=warnings)
+    first = dataset.plan(0)
+    if not first.batches:
+        raise DataError(
+            f"batch size {batch_size} is larger than every bucket: the {first.sample_count} samples of an epoch "
+            f"fall into buckets of {sorted(first.dropped.values(), reverse=True)} samples; lower the batch size, "
+            "raise balancing or turn aspect ratio bucketing off"
+        )
+    if cache is not None:
+        dataset.cache_report = fill_cache(prepared, cache, encode_fn, encode_batch_size, progress)
+    return dataset

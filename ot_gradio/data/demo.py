@@ -1,0 +1,77 @@
+"""A tiny offline dataset for the demo: coloured shapes on white, each with a caption file.
+
+Some images are wider or taller than square so aspect-ratio bucketing has work to do. Drawn with
+PIL only and deterministic; files that already exist are left alone, so calling this again is
+cheap and never overwrites a user's edits.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from pathlib import Path
+
+from PIL import Image, ImageDraw
+
+COLOURS = {"red": (220, 40, 40), "green": (40, 170, 70), "blue": (40, 80, 220), "yellow": (235, 200, 30), "purple": (140, 60, 180)}
+
+# (shape, colour, width, height)
+DEMO_IMAGES = (
+    ("circle", "red", 64, 64),
+    ("square", "blue", 64, 64),
+    ("triangle", "green", 64, 64),
+    ("circle", "yellow", 64, 64),
+    ("square", "purple", 64, 64),
+    ("triangle", "red", 64, 64),
+    ("circle", "blue", 96, 64),
+    ("square", "green", 96, 64),
+    ("triangle", "purple", 96, 64),
+    ("circle", "green", 64, 96),
+)
+
+
+def _draw(shape: str, colour: str, width: int, height: int) -> Image.Image:
+    img = Image.new("RGB", (width, height), (255, 255, 255))
+    draw = ImageDraw.Draw(img)
+    side = min(width, height) * 0.7
+    cx, cy = width / 2, height / 2
+    box = (cx - side / 2, cy - side / 2, cx + side / 2, cy + side / 2)
+    fill = COLOURS[colour]
+    if shape == "circle":
+        draw.ellipse(box, fill=fill)
+    elif shape == "square":
+        draw.rectangle(box, fill=fill)
+    else:
+        draw.polygon([(cx, box[1]), (box[2], box[3]), (box[0], box[3])], fill=fill)
+    return img
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def ensure_demo_dataset(folder: str | Path) -> Path:
+    """Create the demo images and captions in ``folder`` if missing; return the folder."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for number, (shape, colour, width, height) in enumerate(DEMO_IMAGES, start=1):
+        stem = f"{number:02d}-{colour}-{shape}"
+        image_path = folder / f"{stem}.png"
+        caption_path = folder / f"{stem}.txt"
+        if not image_path.exists():
+            buffer = io.BytesIO()
+            _draw(shape, colour, width, height).save(buffer, format="PNG")
+            _write_atomic(image_path, buffer.getvalue())
+        if not caption_path.exists():
+            _write_atomic(caption_path, f"a {colour} {shape} on a white background\n".encode())
+    return folder

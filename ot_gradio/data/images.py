@@ -1,0 +1,82 @@
+"""Opening training images and masks as plain 8-bit RGB / greyscale.
+
+Decisions, so every model sees the same pixels:
+- EXIF orientation is applied, so an image trains the way every viewer shows it.
+- Transparent pixels (RGBA, LA, palette or colour-key transparency) are composited onto white.
+  Cut-outs, stickers and line art are drawn to be seen on a light page; dropping alpha instead
+  would expose whatever colour the editor left under the transparent pixels (often black).
+- 16-bit and 32-bit greyscale is scaled to 8 bits (PIL's own conversion clips it to white).
+- CMYK, YCbCr, palette and other modes go through PIL's conversion to RGB (no ICC handling).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+MASK_SUFFIX = "-masklabel"
+BACKGROUND = (255, 255, 255)
+
+_HIGH_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
+
+
+def is_image_name(name: str) -> bool:
+    return Path(name).suffix.lower() in IMAGE_EXTENSIONS
+
+
+def is_mask_name(name: str) -> bool:
+    return Path(name).stem.lower().endswith(MASK_SUFFIX)
+
+
+def mask_path_for(image_path: Path) -> Path:
+    """``photo.jpg`` -> ``photo-masklabel.png`` (OneTrainer's naming)."""
+    return image_path.with_name(image_path.stem + MASK_SUFFIX + ".png")
+
+
+def _high_bit_to_l(img: Image.Image) -> Image.Image:
+    arr = np.asarray(img, dtype=np.float64)
+    if img.mode == "F" and arr.size and float(arr.max()) <= 1.0:
+        top = 1.0
+    elif img.mode.startswith("I;16") or (arr.size and float(arr.max()) > 255):
+        top = 65535.0
+    else:
+        top = 255.0
+    out = np.clip(arr * (255.0 / top) + 0.5, 0, 255).astype(np.uint8)
+    return Image.fromarray(out, "L")
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """Any PIL image -> 8-bit RGB, alpha composited onto white."""
+    if img.mode in _HIGH_BIT_MODES:
+        img = _high_bit_to_l(img)
+    if img.mode in ("P", "L", "RGB") and "transparency" in img.info:
+        img = img.convert("RGBA")
+    elif img.mode == "PA":
+        img = img.convert("RGBA")
+    if img.mode in ("RGBA", "RGBa", "LA", "La"):
+        rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, BACKGROUND + (255,))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    if img.mode == "RGB":
+        return img
+    return img.convert("RGB")
+
+
+def _open_decoded(path: Path) -> Image.Image:
+    with Image.open(path) as img:
+        img.load()  # decode every byte now: truncated files fail here, not mid-training
+        oriented = ImageOps.exif_transpose(img)
+        return oriented if oriented is not None else img.copy()
+
+
+def load_rgb(path: Path) -> Image.Image:
+    """Fully decode an image file and return it as RGB. Raises on unreadable files."""
+    return to_rgb(_open_decoded(Path(path)))
+
+
+def load_mask(path: Path) -> Image.Image:
+    """A mask as 8-bit greyscale: white = train on this pixel, black = ignore it."""
+    return to_rgb(_open_decoded(Path(path))).convert("L")

@@ -1,0 +1,151 @@
+"""Latents on disk, keyed by content, so a cached latent is reused across epochs and runs.
+
+The key is a sha256 over everything that changes the latent: the file (absolute path, size,
+mtime), what was cut out of it (resolution, bucket, crop window, flip), the VAE (``vae_id``, from
+the caller) and ``PIXEL_PIPELINE_VERSION`` (bumped when image loading or resizing changes).
+Editing or touching an image changes its key; adding an image adds keys; nothing else moves.
+
+Files are ``<cache_dir>/<key[:2]>/<key>.safetensors``, written atomically (temp file, fsync,
+rename), so a crash never leaves a file that looks complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from .buckets import Size
+from .errors import DataError
+from .transform import CropBox
+
+log = logging.getLogger(__name__)
+
+PIXEL_PIPELINE_VERSION = 1
+_KEY = re.compile(r"^[0-9a-f]{64}$")
+
+
+def cache_key(
+    path: str | Path,
+    file_size: int,
+    mtime_ns: int,
+    bucket: Size,
+    crop: CropBox,
+    flip: bool,
+    resolution: Size,
+    vae_id: str,
+) -> str:
+    payload = {
+        "path": str(Path(path).absolute()),
+        "size": int(file_size),
+        "mtime_ns": int(mtime_ns),
+        "bucket": [int(v) for v in bucket],
+        "crop": [crop.top, crop.left, crop.scaled_h, crop.scaled_w],
+        "flip": bool(flip),
+        "resolution": [int(v) for v in resolution],
+        "vae": str(vae_id),
+        "pipeline": PIXEL_PIPELINE_VERSION,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+class LatentCache:
+    """A folder of cached latents for one VAE. Counters: ``hits`` / ``misses`` (lookups through
+    ``get`` and ``has``) and ``encodes`` (latents stored with ``put``)."""
+
+    def __init__(self, cache_dir: str | Path, vae_id: str):
+        self.cache_dir = Path(cache_dir)
+        self.vae_id = str(vae_id)
+        self.hits = 0
+        self.misses = 0
+        self.encodes = 0
+
+    def key(self, path: str | Path, file_size: int, mtime_ns: int, bucket: Size, crop: CropBox, flip: bool, resolution: Size) -> str:
+        return cache_key(path, file_size, mtime_ns, bucket, crop, flip, resolution, self.vae_id)
+
+    def path_for(self, key: str) -> Path:
+        if not _KEY.match(key):
+            raise ValueError(f"not a cache key: {key!r}")
+        return self.cache_dir / key[:2] / f"{key}.safetensors"
+
+    def _valid(self, path: Path) -> bool:
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                return "latent" in f.keys()
+        except Exception:
+            return False
+
+    def has(self, key: str) -> bool:
+        """Is a readable latent stored under ``key``? Reads only the file header."""
+        path = self.path_for(key)
+        found = path.is_file() and self._valid(path)
+        if found:
+            self.hits += 1
+        else:
+            self.misses += 1
+        return found
+
+    def get(self, key: str) -> torch.Tensor | None:
+        tensor = self._read(key)
+        if tensor is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return tensor
+
+    def load(self, key: str) -> torch.Tensor:
+        """Read a latent the caching phase stored (no counting). Raises DataError if gone."""
+        tensor = self._read(key)
+        if tensor is None:
+            raise DataError(f"cached latent {self.path_for(key)} is missing or unreadable; was the cache folder cleared during training?")
+        return tensor
+
+    def _read(self, key: str) -> torch.Tensor | None:
+        path = self.path_for(key)
+        try:
+            return st_load(path.read_bytes())["latent"]
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            log.warning("Ignoring unreadable cache file %s: %s", path, exc)
+            return None
+
+    def put(self, key: str, tensor: torch.Tensor) -> Path:
+        path = self.path_for(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = st_save({"latent": tensor.detach().to("cpu").contiguous()}, metadata={"vae_id": self.vae_id})
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.encodes += 1
+        return path
+
+    def clear(self) -> int:
+        """Delete the cached latents (only files this class writes); returns how many."""
+        removed = 0
+        if not self.cache_dir.is_dir():
+            return 0
+        for sub in self.cache_dir.iterdir():
+            if not (sub.is_dir() and re.fullmatch(r"[0-9a-f]{2}", sub.name)):
+                continue
+            for file in sub.iterdir():
+                if (file.suffix == ".safetensors" and _KEY.match(file.stem)) or file.name.startswith(".tmp-"):
+                    file.unlink(missing_ok=True)
+                    removed += file.suffix == ".safetensors"
+        return removed

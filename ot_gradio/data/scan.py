@@ -1,0 +1,199 @@
+"""Concept scanning: which files of a concept folder are training images, with captions and masks.
+
+Only reads. Every candidate image is decoded once here, so an unreadable file is reported before
+training (one warning naming it) instead of crashing a step hours later. Hidden files and folders
+(names starting with a dot, e.g. macOS ``._photo.jpg`` companions) are ignored like other
+non-image files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .captions import read_captions
+from .errors import DataError
+from .images import IMAGE_EXTENSIONS, is_image_name, is_mask_name, load_mask, load_rgb, mask_path_for
+
+log = logging.getLogger(__name__)
+
+# Decoding dominates a scan and PIL releases the GIL while decoding; a few threads keep the
+# peak memory (one decoded image per thread) modest.
+_DECODE_THREADS = min(4, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class ImageItem:
+    """One training image as found on disk; size is after EXIF orientation."""
+
+    path: Path  # absolute, symlinks resolved
+    relpath: str  # inside the concept folder, '/'-separated
+    width: int
+    height: int
+    file_size: int
+    mtime_ns: int
+    captions: tuple[str, ...]
+    mask_path: Path | None = None
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    path: Path
+    reason: str
+
+
+@dataclass
+class ConceptScan:
+    name: str
+    folder: Path
+    items: list[ImageItem]
+    skipped: list[SkippedFile] = field(default_factory=list)
+    uncaptioned: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def mask_count(self) -> int:
+        return sum(1 for item in self.items if item.mask_path is not None)
+
+
+def concept_label(concept: object) -> str:
+    name = str(getattr(concept, "name", "") or "").strip()
+    return name or Path(str(getattr(concept, "path", "") or "?")).name or "?"
+
+
+def list_image_files(folder: Path, recursive: bool) -> list[Path]:
+    """Image files (not masks) under ``folder``, sorted by their '/'-separated relative path."""
+    found: list[tuple[str, Path]] = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if recursive else []
+        for name in files:
+            if name.startswith(".") or not is_image_name(name) or is_mask_name(name):
+                continue
+            path = Path(root) / name
+            found.append((path.relative_to(folder).as_posix(), path))
+    found.sort(key=lambda pair: pair[0])
+    return [path for _, path in found]
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _resolve_prompt_file(concept: object, folder: Path) -> Path:
+    raw = str(getattr(concept.text, "prompt_path", "") or "").strip()
+    label = concept_label(concept)
+    if not raw:
+        raise DataError(f"Concept '{label}': prompt source is 'concept' but no prompt file is set")
+    path = Path(raw).expanduser()
+    if not path.is_absolute() and not path.exists() and (folder / path).exists():
+        path = folder / path
+    if not path.is_file():
+        raise DataError(f"Concept '{label}': prompt file '{raw}' does not exist")
+    return path
+
+
+def scan_concept(concept: object) -> ConceptScan:
+    """Scan one concept (a ``ConceptConfig``). Raises DataError if it has no usable image."""
+    label = concept_label(concept)
+    raw_path = str(getattr(concept, "path", "") or "").strip()
+    if not raw_path:
+        raise DataError(f"Concept '{label}': no folder is set")
+    folder = Path(raw_path).expanduser()
+    if not folder.is_dir():
+        raise DataError(f"Concept '{label}': folder '{folder}' does not exist or is not a folder")
+    files = list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)))
+    if not files:
+        kinds = ", ".join(ext.lstrip(".") for ext in IMAGE_EXTENSIONS)
+        raise DataError(f"Concept '{label}': no images ({kinds}) in folder '{folder}'")
+
+    scan = ConceptScan(name=label, folder=folder.resolve(), items=[])
+    source = str(getattr(concept.text, "prompt_source", "sample"))
+    shared: tuple[str, ...] = ()
+    if source == "concept":
+        prompt_file = _resolve_prompt_file(concept, folder)
+        shared, warning = read_captions(prompt_file)
+        if warning:
+            _warn(scan, warning)
+        if not shared:
+            _warn(scan, f"Concept '{label}': prompt file '{prompt_file}' has no captions; training with empty captions")
+            shared = ("",)
+
+    with ThreadPoolExecutor(max_workers=_DECODE_THREADS) as pool:
+        probes = list(pool.map(_probe, files))
+    for path, (size, error) in zip(files, probes, strict=True):
+        if size is None:
+            scan.skipped.append(SkippedFile(path, error))
+            _warn(scan, f"Skipping unreadable image {path}: {error}")
+            continue
+        width, height = size
+        stat = path.stat()
+        captions = _captions_for(path, source, shared, scan)
+        scan.items.append(
+            ImageItem(
+                path=path.resolve(),
+                relpath=path.relative_to(folder).as_posix(),
+                width=width,
+                height=height,
+                file_size=stat.st_size,
+                mtime_ns=stat.st_mtime_ns,
+                captions=captions,
+                mask_path=_mask_for(path, scan),
+            )
+        )
+
+    if not scan.items:
+        raise DataError(f"Concept '{label}': none of the {len(files)} images in folder '{folder}' could be read")
+    if scan.uncaptioned:
+        _warn(scan, f"Concept '{label}': {len(scan.uncaptioned)} image(s) have no caption text; they train with an empty caption")
+    return scan
+
+
+def _probe(path: Path) -> tuple[tuple[int, int] | None, str]:
+    """(size, '') for a readable image, (None, reason) otherwise."""
+    try:
+        with load_rgb(path) as img:
+            return img.size, ""
+    except Exception as exc:  # anything PIL raises means the file cannot be trained on
+        return None, _reason(exc)
+
+
+def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: ConceptScan) -> tuple[str, ...]:
+    if source == "concept":
+        return shared
+    if source == "filename":
+        return (path.stem,)
+    caption_file = path.with_suffix(".txt")
+    lines: tuple[str, ...] = ()
+    if caption_file.is_file():
+        try:
+            lines, warning = read_captions(caption_file)
+        except OSError as exc:
+            warning = f"Cannot read caption {caption_file}: {_reason(exc)}"
+        if warning:
+            _warn(scan, warning)
+    if not lines:
+        scan.uncaptioned.append(path)
+        return ("",)
+    return lines
+
+
+def _mask_for(path: Path, scan: ConceptScan) -> Path | None:
+    mask = mask_path_for(path)
+    if not mask.is_file():
+        return None
+    try:
+        with load_mask(mask):
+            pass
+    except Exception as exc:
+        _warn(scan, f"Ignoring unreadable mask {mask}: {_reason(exc)}")
+        return None
+    return mask.resolve()
+
+
+def _warn(scan: ConceptScan, message: str) -> None:
+    log.warning(message)
+    scan.warnings.append(message)

@@ -1,0 +1,55 @@
+import math
+
+import pytest
+
+from ot_gradio.data import assign_bucket, bucket_sizes, bucket_step
+
+
+@pytest.mark.parametrize("resolution,step", [(1024, 64), (512, 64), (384, 32), (256, 32), (128, 16), (64, 8)])
+def test_step_follows_resolution(resolution, step):
+    assert bucket_step(resolution) == step
+
+
+@pytest.mark.parametrize("resolution", [64, 128, 512, 768, 1024, (512, 768)])
+def test_buckets_have_target_area_multiples_of_8_and_up_to_4_to_1(resolution):
+    h, w = (resolution, resolution) if isinstance(resolution, int) else resolution
+    sizes = bucket_sizes(resolution)
+    assert (h, w) in sizes
+    assert len(set(sizes)) == len(sizes)
+    step = bucket_step(resolution)
+    for bh, bw in sizes:
+        assert bh % 8 == 0 and bw % 8 == 0
+        if (bh, bw) != (h, w):
+            assert bh % step == 0 and bw % step == 0
+        assert abs(bh * bw / (h * w) - 1) < 0.2
+    ratios = [bh / bw for bh, bw in sizes]
+    assert max(ratios) == pytest.approx(4, rel=0.1) and min(ratios) == pytest.approx(0.25, rel=0.1)
+
+
+def test_assign_nearest_aspect():
+    assert assign_bucket(1000, 1000, 512) == (512, 512)
+    assert assign_bucket(1500, 1000, 512) == (448, 640)
+    wide = assign_bucket(2000, 1000, 512)
+    tall = assign_bucket(1000, 2000, 512)
+    assert wide == tall[::-1]
+    for w, h in [(300, 1000), (1000, 700), (5000, 500)]:
+        bh, bw = assign_bucket(w, h, 512)
+        best = min(abs(math.log(sh / sw) - math.log(h / w)) for sh, sw in bucket_sizes(512))
+        assert abs(math.log(bh / bw) - math.log(h / w)) == pytest.approx(best)
+    assert assign_bucket(10000, 100, 512) == bucket_sizes(512)[0]
+
+
+def test_bucketing_off_is_target_size():
+    assert assign_bucket(2000, 1000, 512, enabled=False) == (512, 512)
+    assert assign_bucket(2000, 1000, (512, 768), enabled=False) == (512, 768)
+
+
+def test_tiny_resolution_distinct_buckets():
+    assert assign_bucket(96, 64, 64) == (56, 80)
+    assert assign_bucket(64, 96, 64) == (80, 56)
+
+
+def test_custom_step():
+    assert all(h % 32 == 0 and w % 32 == 0 for h, w in bucket_sizes(512, step=32))
+    with pytest.raises(ValueError):
+        bucket_sizes(512, step=12)

@@ -1,0 +1,280 @@
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from ot_gradio.data import Batch, DataError, build_dataset
+
+
+def _all_batches(dataset, epoch) -> list[Batch]:
+    return list(dataset.epoch_batches(epoch))
+
+
+def _folder_digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        st = path.stat()
+        h.update(f"{path.relative_to(folder)}|{st.st_mtime_ns}|{st.st_size}".encode())
+        if path.is_file():
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def test_pixel_batches_fields(simple_folder, make_concept):
+    dataset = build_dataset([make_concept(simple_folder, loss_weight=2.0)], "64", 2, seed=1)
+    batches = _all_batches(dataset, 0)
+    assert dataset.steps_per_epoch == len(batches) == 3
+    assert sorted(b.size for b in batches) == [(48, 88), (64, 64), (64, 64)]
+    for b in batches:
+        h, w = b.size
+        assert b.pixels.shape == (2, 3, h, w) and b.latents is None and b.mask is None
+        assert b.pixels.min() >= -1 and b.pixels.max() <= 1
+        assert torch.equal(b.loss_weights, torch.tensor([2.0, 2.0]))
+        assert len(b.image_paths) == len(b.captions) == len(b) == 2
+    captions = {c for b in batches for c in b.captions}
+    assert captions == {"caption 0", "caption 1", "caption 2", "caption 3", "caption 4", ""}
+    assert dataset.summary()["concepts"][0]["uncaptioned"] == 1
+
+
+def test_multi_resolution_batches_are_uniform_and_remainders_dropped(tmp_path, write_image, make_concept):
+    folder = tmp_path / "c"
+    for i in range(13):
+        write_image(folder / f"{i:02d}.png", 48 + 8 * (i % 3), 48)
+    dataset = build_dataset([make_concept(folder)], "64,128", 3, seed=5)
+    seen_sizes = set()
+    for epoch in range(4):
+        epoch_batches = dataset.epoch_batches(epoch)
+        plan = epoch_batches.plan
+        assert plan.sample_count == 13
+        assert plan.sample_count - plan.dropped_samples == 3 * len(epoch_batches)
+        assert all(n < 3 for n in plan.dropped.values())
+        assert dataset.steps_in_epoch(epoch) == len(epoch_batches)
+        for samples in plan.batches:
+            assert len({s.variant.bucket for s in samples}) == 1
+            assert len({s.variant.resolution for s in samples}) == 1
+        seen_sizes |= {s.variant.resolution for samples in plan.batches for s in samples}
+    assert seen_sizes == {(64, 64), (128, 128)}
+    batch = dataset.epoch_batches(0)[0]
+    assert batch.pixels.shape[-2:] == batch.size
+    assert dataset.total_steps(4) == sum(dataset.steps_in_epoch(e) for e in range(4))
+
+
+def test_dropped_counts_reported(tmp_path, write_image, make_concept):
+    folder = tmp_path / "c"
+    for i in range(3):
+        write_image(folder / f"{i}.png", 32, 32)
+    write_image(folder / "wide.png", 128, 32)
+    dataset = build_dataset([make_concept(folder)], "64", 2)
+    assert dataset.steps_per_epoch == 1
+    summary = dataset.summary()
+    assert summary["dropped_samples"] == 2 and sum(summary["dropped_by_bucket"].values()) == 2
+    assert dataset.dropped_samples(0) == 2
+
+
+def test_batch_size_larger_than_every_bucket_raises(tmp_path, write_image, make_concept):
+    folder = tmp_path / "c"
+    write_image(folder / "a.png", 32, 32)
+    with pytest.raises(DataError, match="batch size 4"):
+        build_dataset([make_concept(folder)], "64", 4)
+
+
+def test_determinism_across_builds(simple_folder, make_concept):
+    image = {"enable_random_flip": True, "enable_crop_jitter": True}
+    concept = make_concept(simple_folder, balancing=2.5, image=image)
+    a = build_dataset([concept], "64,128", 2, seed=3)
+    b = build_dataset([concept], "64,128", 2, seed=3)
+    for epoch in (0, 1):
+        for x, y in zip(_all_batches(a, epoch), _all_batches(b, epoch), strict=True):
+            assert x.captions == y.captions and x.image_paths == y.image_paths and x.size == y.size
+            assert torch.equal(x.pixels, y.pixels)
+    order = [p for batch in a.epoch_batches(0).plan.batches for p in batch]
+    assert order != [p for batch in a.epoch_batches(1).plan.batches for p in batch]
+    c = build_dataset([concept], "64,128", 2, seed=4)
+    assert [s for x in c.epoch_batches(0).plan.batches for s in x] != order
+
+
+def test_captions_vary_per_epoch_and_tags_shuffle(tmp_path, write_image, make_concept):
+    folder = tmp_path / "c"
+    write_image(folder / "a.png", 32, 32)
+    (folder / "a.txt").write_text("first\nsecond\n")
+    dataset = build_dataset([make_concept(folder)], "64", 1)
+    seen = {dataset.epoch_batches(e)[0].captions[0] for e in range(12)}
+    assert seen == {"first", "second"}
+    (folder / "a.txt").write_text("sks, red, round, shiny, small\n")
+    concept = make_concept(folder, text={"enable_tag_shuffling": True, "keep_tags_count": 1})
+    dataset = build_dataset([concept], "64", 1)
+    captions = [dataset.epoch_batches(e).plan.batches[0][0].caption for e in range(12)]
+    assert all(c.startswith("sks, ") for c in captions) and len(set(captions)) > 1
+    assert all(sorted(c.split(", ")) == sorted(["sks", "red", "round", "shiny", "small"]) for c in captions)
+
+
+def test_samples_strategy_and_loss_weights(tmp_path, write_image, make_concept):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for i in range(3):
+        write_image(a / f"{i}.png", 32, 32)
+        write_image(b / f"{i}.png", 32, 32)
+    concepts = [
+        make_concept(a, balancing=7, balancing_strategy="SAMPLES", loss_weight=1.0),
+        make_concept(b, balancing=1, loss_weight=3.0),
+    ]
+    dataset = build_dataset(concepts, "64", 1)
+    batches = _all_batches(dataset, 0)
+    assert len(batches) == 10
+    by_folder = {}
+    for batch in batches:
+        by_folder.setdefault(Path(batch.image_paths[0]).parent.name, []).append(float(batch.loss_weights[0]))
+    assert len(by_folder["a"]) == 7 and set(by_folder["a"]) == {1.0}
+    assert len(by_folder["b"]) == 3 and set(by_folder["b"]) == {3.0}
+
+
+def test_masks_follow_image_crop_and_flip(tmp_path, make_concept):
+    folder = tmp_path / "c"
+    folder.mkdir()
+    img = Image.new("RGB", (64, 32), (255, 255, 255))
+    img.paste((0, 0, 0), (0, 0, 32, 32))  # left half black
+    img.save(folder / "a.png")
+    mask = Image.new("L", (32, 16), 0)
+    mask.paste(255, (0, 0, 16, 16))  # half-size mask: left half white
+    mask.save(folder / "a-masklabel.png")
+    Image.new("RGB", (64, 32), (9, 9, 9)).save(folder / "b.png")
+    concept = make_concept(folder, image={"enable_fixed_flip": True, "enable_crop_jitter": False})
+    dataset = build_dataset([concept], "64", 2, aspect_ratio_bucketing=True)
+    assert dataset.has_masks
+    batch = dataset.epoch_batches(0)[0]
+    h, w = batch.size
+    assert batch.mask.shape == (2, 1, h, w)
+    i = [Path(p).name for p in batch.image_paths].index("a.png")
+    dark = batch.pixels[i, 0] < 0  # black part of the image
+    marked = batch.mask[i, 0] > 0.5
+    assert dark[:, -4:].all() and marked[:, -4:].all() and not marked[:, :4].any()  # flipped: now right
+    assert (dark == marked).float().mean() > 0.95
+    assert batch.mask[1 - i].eq(1).all()
+
+
+def test_latent_caching_counts_and_reuse(tmp_path, simple_folder, make_concept, encoder):
+    cache = tmp_path / "cache"
+    concept = make_concept(simple_folder)
+    progress = []
+    dataset = build_dataset([concept], "64", 2, latent_caching=True, cache_dir=cache, vae_id="v1", encode_fn=encoder, progress=lambda d, t: progress.append((d, t)))
+    assert encoder.images == 6 and dataset.cache_report.encoded == 6 and dataset.cache_report.hits == 0
+    assert progress[0] == (0, 6) and progress[-1] == (6, 6)
+    assert [d for d, _ in progress] == sorted(d for d, _ in progress)
+    for epoch in range(3):
+        for batch in dataset.epoch_batches(epoch):
+            h, w = batch.size
+            assert batch.latents.shape == (2, 4, h // 8, w // 8) and batch.pixels is None
+    assert encoder.calls == dataset.cache_report.encode_calls
+
+    second = type(encoder)()
+    again = build_dataset([concept], "64", 2, latent_caching=True, cache_dir=cache, vae_id="v1", encode_fn=second)
+    assert second.calls == 0 and again.cache_report.hits == 6
+    for x, y in zip(_all_batches(dataset, 1), _all_batches(again, 1), strict=True):
+        assert torch.equal(x.latents, y.latents)
+
+    Image.new("RGB", (40, 40), (1, 2, 3)).save(simple_folder / "new.png")
+    third = type(encoder)()
+    build_dataset([concept], "64", 2, latent_caching=True, cache_dir=cache, vae_id="v1", encode_fn=third)
+    assert third.images == 1 and third.calls == 1
+
+    os.utime(simple_folder / "img0.png", ns=(1, 10**18))
+    fourth = type(encoder)()
+    build_dataset([concept], "64", 2, latent_caching=True, cache_dir=cache, vae_id="v1", encode_fn=fourth)
+    assert fourth.images == 1
+
+    other_vae = type(encoder)()
+    build_dataset([concept], "64", 2, latent_caching=True, cache_dir=cache, vae_id="v2", encode_fn=other_vae)
+    assert other_vae.images == 7
+
+
+def test_caching_encodes_every_resolution_and_flip(tmp_path, simple_folder, make_concept, encoder):
+    concept = make_concept(simple_folder, image={"enable_random_flip": True})
+    dataset = build_dataset([concept], "64,128", 2, latent_caching=True, cache_dir=tmp_path / "cache", vae_id="v", encode_fn=encoder, encode_batch_size=3)
+    assert encoder.images == 6 * 2 * 2 == dataset.cache_report.total
+    for epoch in range(3):
+        for _ in dataset.epoch_batches(epoch):
+            pass
+    assert encoder.images == 24
+    flips = {s.variant.flip for e in range(3) for b in dataset.plan(e).batches for s in b}
+    assert flips == {True, False}
+    Image.new("RGB", (40, 40), (1, 2, 3)).save(simple_folder / "new.png")
+    more = type(encoder)()
+    build_dataset([concept], "64,128", 2, latent_caching=True, cache_dir=tmp_path / "cache", vae_id="v", encode_fn=more)
+    assert more.images == 4
+
+
+def test_cached_latents_match_encoded_pixels(tmp_path, simple_folder, make_concept, encoder):
+    concept = make_concept(simple_folder, image={"enable_crop_jitter": False})
+    cached = build_dataset([concept], "64", 2, latent_caching=True, cache_dir=tmp_path / "c", vae_id="v", encode_fn=encoder)
+    plain = build_dataset([concept], "64", 2)
+    for x, y in zip(_all_batches(cached, 0), _all_batches(plain, 0), strict=True):
+        assert x.image_paths == y.image_paths
+        assert torch.allclose(x.latents, encoder(y.pixels), atol=1e-6)
+
+
+def test_dataset_folder_is_never_written(tmp_path, simple_folder, make_concept, encoder):
+    Image.new("L", (32, 32), 255).save(simple_folder / "img0-masklabel.png")
+    before = _folder_digest(simple_folder)
+    names_before = sorted(p.name for p in simple_folder.iterdir())
+    concept = make_concept(simple_folder, image={"enable_random_flip": True})
+    dataset = build_dataset([concept], "64,128", 2, latent_caching=True, cache_dir=tmp_path / "cache", vae_id="v", encode_fn=encoder)
+    for epoch in range(2):
+        _all_batches(dataset, epoch)
+    _all_batches(build_dataset([concept], "64", 2), 0)
+    assert sorted(p.name for p in simple_folder.iterdir()) == names_before
+    assert _folder_digest(simple_folder) == before
+
+
+def test_errors_before_training(tmp_path, write_image, make_concept, encoder):
+    with pytest.raises(DataError) as info:
+        build_dataset([make_concept(tmp_path / "x", name="one"), make_concept(tmp_path / "y", name="two")], "64", 1, latent_caching=True, cache_dir=tmp_path, encode_fn=encoder)
+    assert "one" in str(info.value) and "two" in str(info.value) and encoder.calls == 0
+    folder = tmp_path / "ok"
+    write_image(folder / "a.png", 16, 16)
+    with pytest.raises(DataError, match="no enabled concept"):
+        build_dataset([make_concept(folder, enabled=False)], "64", 1)
+    bad_override = make_concept(folder, image={"enable_resolution_override": True, "resolution_override": "abc"})
+    with pytest.raises(DataError, match="resolution override"):
+        build_dataset([bad_override], "64", 1)
+    with pytest.raises(DataError, match="resolution"):
+        build_dataset([make_concept(folder)], "12", 1)
+
+
+def test_disabled_concepts_skipped_and_resolution_override(tmp_path, write_image, make_concept):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_image(a / "1.png", 32, 32)
+    write_image(b / "1.png", 32, 32)
+    concepts = [
+        make_concept(a, image={"enable_resolution_override": True, "resolution_override": "128"}),
+        make_concept(b),
+        make_concept(tmp_path / "missing", enabled=False),
+    ]
+    dataset = build_dataset(concepts, "64", 1)
+    sizes = {Path(batch.image_paths[0]).parent.name: batch.size for batch in dataset.epoch_batches(0)}
+    assert sizes == {"a": (128, 128), "b": (64, 64)}
+
+
+def test_bucketing_off_gives_target_size(simple_folder, make_concept):
+    dataset = build_dataset([make_concept(simple_folder)], "64", 2, aspect_ratio_bucketing=False)
+    assert {b.size for b in dataset.epoch_batches(0)} == {(64, 64)}
+    assert dataset.steps_per_epoch == 3
+
+
+def test_corrupt_cache_file_is_encoded_again(tmp_path, simple_folder, make_concept, encoder):
+    concept = make_concept(simple_folder)
+    build_dataset([concept], "64", 2, latent_caching=True, cache_dir=tmp_path / "c", vae_id="v", encode_fn=encoder)
+    victim = next((tmp_path / "c" / "latents").rglob("*.safetensors"))
+    victim.write_bytes(b"broken")
+    again = type(encoder)()
+    dataset = build_dataset([concept], "64", 2, latent_caching=True, cache_dir=tmp_path / "c", vae_id="v", encode_fn=again)
+    assert again.images == 1
+    assert len(_all_batches(dataset, 0)) == 3
+
+
+def test_skipped_images_in_summary(simple_folder, make_concept):
+    (simple_folder / "broken.jpg").write_bytes(b"")
+    summary = build_dataset([make_concept(simple_folder)], "64", 2).summary()
+    assert [s["path"].endswith("broken.jpg") for s in summary["concepts"][0]["skipped"]] == [True]
+    assert summary["concepts"][0]["images"] == 6 and summary["steps_per_epoch"] == 3

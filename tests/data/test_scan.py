@@ -1,0 +1,152 @@
+import logging
+
+import pytest
+from PIL import Image
+
+from ot_gradio.config.concept import ConceptConfig
+from ot_gradio.data import DataError, scan_concept
+
+
+def test_finds_images_case_insensitively_sorted_and_ignores_others(tmp_path, write_image, make_concept):
+    folder = tmp_path / "c"
+    for name in ["b.PNG", "a.jpg", "c.JPEG", "d.webp", "e.Bmp", "Z.png"]:
+        write_image(folder / name, 16, 16)
+    (folder / "notes.md").write_text("hi")
+    (folder / "model.safetensors").write_bytes(b"x")
+    write_image(folder / ".hidden.png", 16, 16)
+    write_image(folder / "sub" / "deep.png", 16, 16)
+    scan = scan_concept(make_concept(folder))
+    assert [i.relpath for i in scan.items] == ["Z.png", "a.jpg", "b.PNG", "c.JPEG", "d.webp", "e.Bmp"]
+    assert not scan.skipped
+
+
+def test_subdirectories_when_enabled(tmp_path, write_image, make_concept):
+    folder = tmp_path / "c"
+    write_image(folder / "top.png", 16, 16)
+    write_image(folder / "sub" / "deep.png", 16, 16)
+    write_image(folder / "sub" / "more" / "deeper.jpg", 16, 16)
+    write_image(folder / ".cache" / "x.png", 16, 16)
+    scan = scan_concept(make_concept(folder, include_subdirectories=True))
+    assert [i.relpath for i in scan.items] == ["sub/deep.png", "sub/more/deeper.jpg", "top.png"]
+
+
+def test_masks_are_not_training_images(tmp_path, write_image, make_concept):
+    folder = tmp_path / "c"
+    write_image(folder / "cat.jpg", 16, 16)
+    Image.new("L", (16, 16), 255).save(folder / "cat-masklabel.png")
+    write_image(folder / "dog.png", 16, 16)
+    Image.new("L", (16, 16), 0).save(folder / "orphan-masklabel.png")
+    scan = scan_concept(make_concept(folder))
+    assert [i.relpath for i in scan.items] == ["cat.jpg", "dog.png"]
+    assert scan.items[0].mask_path == (folder / "cat-masklabel.png").resolve()
+    assert scan.items[1].mask_path is None
+    assert scan.mask_count == 1
+
+
+def test_unreadable_mask_is_ignored_with_warning(tmp_path, write_image, make_concept):
+    folder = tmp_path / "c"
+    write_image(folder / "cat.png", 16, 16)
+    (folder / "cat-masklabel.png").write_bytes(b"")
+    scan = scan_concept(make_concept(folder))
+    assert scan.items[0].mask_path is None
+    assert any("cat-masklabel.png" in w for w in scan.warnings)
+
+
+def test_bad_images_are_skipped_with_one_warning_each(tmp_path, write_image, make_concept, caplog):
+    folder = tmp_path / "c"
+    write_image(folder / "good.png", 16, 16)
+    (folder / "empty.png").write_bytes(b"")
+    (folder / "garbage.jpg").write_bytes(b"this is not a jpeg")
+    write_image(folder / "cut.jpg", 64, 64)
+    data = (folder / "cut.jpg").read_bytes()
+    (folder / "cut.jpg").write_bytes(data[: len(data) // 2])
+    write_image(folder / "cut2.png", 64, 64)
+    data = (folder / "cut2.png").read_bytes()
+    (folder / "cut2.png").write_bytes(data[: len(data) - 40])
+    with caplog.at_level(logging.WARNING):
+        scan = scan_concept(make_concept(folder))
+    assert [i.relpath for i in scan.items] == ["good.png"]
+    skipped = sorted(s.path.name for s in scan.skipped)
+    assert skipped == ["cut.jpg", "cut2.png", "empty.png", "garbage.jpg"]
+    for name in skipped:
+        assert sum(name in r.getMessage() for r in caplog.records) == 1
+
+
+def test_odd_modes_are_accepted(tmp_path, write_image, make_concept):
+    import numpy as np
+
+    folder = tmp_path / "c"
+    Image.new("CMYK", (16, 8), (0, 255, 0, 0)).save(folder.mkdir() or folder / "cmyk.jpg")
+    Image.fromarray(np.full((8, 16), 40000, dtype=np.uint16)).save(folder / "g16.png")
+    Image.new("P", (16, 8)).save(folder / "pal.png")
+    Image.new("RGBA", (16, 8), (0, 0, 0, 0)).save(folder / "alpha.png")
+    scan = scan_concept(make_concept(folder))
+    assert len(scan.items) == 4 and not scan.skipped
+    assert all((i.width, i.height) == (16, 8) for i in scan.items)
+
+
+def test_missing_folder_and_empty_folder_raise(tmp_path, make_concept, write_image):
+    with pytest.raises(DataError, match="my concept.*does not exist"):
+        scan_concept(make_concept(tmp_path / "nope", name="my concept"))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "readme.txt").write_text("x")
+    with pytest.raises(DataError, match=r"empty.*no images"):
+        scan_concept(make_concept(tmp_path / "empty"))
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "x.png").write_bytes(b"")
+    with pytest.raises(DataError, match="none of the 1 images"):
+        scan_concept(make_concept(tmp_path / "bad"))
+    with pytest.raises(DataError, match="no folder"):
+        scan_concept(ConceptConfig(name="blank", path=""))
+
+
+def test_sample_captions_multi_line_missing_and_empty(tmp_path, write_image, make_concept):
+    folder = tmp_path / "c"
+    for name in ["a", "b", "c"]:
+        write_image(folder / f"{name}.png", 16, 16)
+    (folder / "a.txt").write_text("first caption\n\n   second caption  \n")
+    (folder / "c.txt").write_text("  \n")
+    scan = scan_concept(make_concept(folder))
+    assert scan.items[0].captions == ("first caption", "second caption")
+    assert scan.items[1].captions == ("",)
+    assert scan.items[2].captions == ("",)
+    assert sorted(p.name for p in scan.uncaptioned) == ["b.png", "c.png"]
+    assert any("2 image(s) have no caption" in w for w in scan.warnings)
+
+
+def test_latin1_caption_falls_back_with_warning(tmp_path, write_image, make_concept, caplog):
+    folder = tmp_path / "c"
+    write_image(folder / "a.png", 16, 16)
+    write_image(folder / "b.png", 16, 16)
+    (folder / "a.txt").write_bytes("caf\u00e9 cr\u00e8me".encode("latin-1"))
+    (folder / "b.txt").write_bytes("\ufeffna\u00efve".encode())
+    with caplog.at_level(logging.WARNING):
+        scan = scan_concept(make_concept(folder))
+    assert scan.items[0].captions == ("caf\u00e9 cr\u00e8me",)
+    assert scan.items[1].captions == ("na\u00efve",)
+    assert any("a.txt" in w and "latin-1" in w for w in scan.warnings)
+    assert not any("b.txt" in w for w in scan.warnings)
+
+
+def test_concept_and_filename_prompt_sources(tmp_path, write_image, make_concept):
+    folder = tmp_path / "c"
+    write_image(folder / "red apple.png", 16, 16)
+    write_image(folder / "pear.jpg", 16, 16)
+    (folder / "red apple.txt").write_text("ignored")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("photo of sks\nsks, outdoors\n")
+    scan = scan_concept(make_concept(folder, text={"prompt_source": "concept", "prompt_path": str(prompts)}))
+    assert all(i.captions == ("photo of sks", "sks, outdoors") for i in scan.items)
+    scan = scan_concept(make_concept(folder, text={"prompt_source": "filename"}))
+    assert [i.captions for i in scan.items] == [("pear",), ("red apple",)]
+    with pytest.raises(DataError, match="prompt file"):
+        scan_concept(make_concept(folder, text={"prompt_source": "concept", "prompt_path": str(tmp_path / "missing.txt")}))
+
+
+def test_item_records_size_and_stat(tmp_path, write_image, make_concept):
+    folder = tmp_path / "c"
+    path = write_image(folder / "a.png", 24, 16)
+    item = scan_concept(make_concept(folder)).items[0]
+    assert (item.width, item.height) == (24, 16)
+    assert item.file_size == path.stat().st_size and item.mtime_ns == path.stat().st_mtime_ns
+    assert item.path.is_absolute()
