@@ -24,6 +24,20 @@ class ModelType(StrEnum):
     WUERSTCHEN_2 = "WUERSTCHEN_2"
     STABLE_CASCADE_1 = "STABLE_CASCADE_1"
     PIXART_ALPHA = "PIXART_ALPHA"
+    # Known to OneTrainer, so their configs import; the trainer does not support them yet.
+    STABLE_DIFFUSION_20_DEPTH = "STABLE_DIFFUSION_20_DEPTH"
+    STABLE_DIFFUSION_3 = "STABLE_DIFFUSION_3"
+    STABLE_DIFFUSION_35 = "STABLE_DIFFUSION_35"
+    PIXART_SIGMA = "PIXART_SIGMA"
+    FLUX_DEV_1 = "FLUX_DEV_1"
+    FLUX_FILL_DEV_1 = "FLUX_FILL_DEV_1"
+    FLUX_2 = "FLUX_2"
+    SANA = "SANA"
+    HUNYUAN_VIDEO = "HUNYUAN_VIDEO"
+    HI_DREAM_FULL = "HI_DREAM_FULL"
+    CHROMA_1 = "CHROMA_1"
+    QWEN = "QWEN"
+    Z_IMAGE = "Z_IMAGE"
 
 
 class TrainingMethod(StrEnum):
@@ -52,6 +66,20 @@ class ModelFormat(StrEnum):
     ORIGINAL_SINGLE_FILE = "ORIGINAL_SINGLE_FILE"
     KOHYA_LORA = "KOHYA_LORA"
     INTERNAL = "INTERNAL"
+    # Newer OneTrainer output formats, accepted on import.
+    COMFY_LORA = "COMFY_LORA"
+    DIFFUSERS_LORA = "DIFFUSERS_LORA"
+    ORIGINAL_LORA = "ORIGINAL_LORA"
+    LEGACY_LORA = "LEGACY_LORA"
+    ORIGINAL_TRANSFORMER = "ORIGINAL_TRANSFORMER"
+    COMFY_TRANSFORMER = "COMFY_TRANSFORMER"
+
+
+# Formats that hold LoRA weights (the rest hold a whole model or a part of it).
+LORA_FORMATS = frozenset({
+    ModelFormat.KOHYA_LORA, ModelFormat.SAFETENSORS, ModelFormat.COMFY_LORA,
+    ModelFormat.DIFFUSERS_LORA, ModelFormat.ORIGINAL_LORA, ModelFormat.LEGACY_LORA,
+})
 
 
 class TimeUnit(StrEnum):
@@ -103,6 +131,23 @@ class Optimizer(StrEnum):
     SCHEDULE_FREE_ADAMW = "SCHEDULE_FREE_ADAMW"
     SCHEDULE_FREE_SGD = "SCHEDULE_FREE_SGD"
     ADEMAMIX = "AdEMAMix"
+    # Newer OneTrainer optimizers (names as in its optimizer defaults), accepted on import.
+    ADABELIEF = "ADABELIEF"
+    ADAMUON_ADV = "ADAMUON_ADV"
+    ADAMW_ADV = "ADAMW_ADV"
+    ADOPT = "ADOPT"
+    ADOPT_ADV = "ADOPT_ADV"
+    AIDA = "AIDA"
+    ADEMAMIX_8BIT = "AdEMAMix_8BIT"
+    CAME_8BIT = "CAME_8BIT"
+    LION_ADV = "LION_ADV"
+    MUON = "MUON"
+    MUON_ADV = "MUON_ADV"
+    PRODIGY_ADV = "PRODIGY_ADV"
+    PRODIGY_PLUS_SCHEDULE_FREE = "PRODIGY_PLUS_SCHEDULE_FREE"
+    SIGNSGD_ADV = "SIGNSGD_ADV"
+    TIGER = "TIGER"
+    YOGI = "YOGI"
 
 
 class EMAMode(StrEnum):
@@ -171,6 +216,16 @@ class ImageFormat(StrEnum):
     JPG = "JPG"
 
 
+class VideoFormat(StrEnum):
+    PNG_IMAGE_SEQUENCE = "PNG_IMAGE_SEQUENCE"
+    JPG_IMAGE_SEQUENCE = "JPG_IMAGE_SEQUENCE"
+    MP4 = "MP4"
+
+
+class AudioFormat(StrEnum):
+    MP3 = "MP3"
+
+
 class ConceptType(StrEnum):
     STANDARD = "STANDARD"
     VALIDATION = "VALIDATION"
@@ -206,3 +261,13 @@ class GradientReducePrecision(StrEnum):
     FLOAT_32 = "FLOAT_32"
     WEIGHT_DTYPE_STOCHASTIC = "WEIGHT_DTYPE_STOCHASTIC"
     FLOAT_32_STOCHASTIC = "FLOAT_32_STOCHASTIC"
+
+
+def native_resolution(model_type: ModelType) -> int:
+    """The side length a model family was trained at; samples far from it come out as noise."""
+    name = model_type.value
+    if name in ("STABLE_DIFFUSION_20", "STABLE_DIFFUSION_21"):
+        return 768
+    if name.startswith("STABLE_DIFFUSION_") and "XL" not in name and not name.startswith("STABLE_DIFFUSION_3"):
+        return 512
+    return 1024

@@ -7,9 +7,15 @@ The page, validation, JSON, CLI overrides and docs read label, tooltip, tab, bou
 
 from __future__ import annotations
 
+import types
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+import annotated_types
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Options the trainer does not act on yet. The page marks them and the doctor warns when a
 # config sets one away from its default, so no setting is silently ignored.
@@ -30,12 +36,17 @@ def opt(
     advanced: bool = False,
     default_factory: Any = None,
     choices: list[str] | None = None,
+    compat: bool = False,
 ) -> Any:
+    """``compat=True`` marks OneTrainer bookkeeping kept so its configs round-trip (file names,
+    remembered optimizer settings, ids): never reported as an unsupported option."""
     extra: dict[str, Any] = {"label": label, "tooltip": tooltip, "status": status}
     if tab:
         extra["tab"] = tab
     if advanced:
         extra["advanced"] = True
+    if compat:
+        extra["compat"] = True
     if choices:
         extra["choices"] = choices
     kwargs: dict[str, Any] = {"description": tooltip, "json_schema_extra": extra}
@@ -51,10 +62,126 @@ class Section(BaseModel):
     """Base of every config group: unknown keys are an error here (the loader warns and drops
     them before validation), assignments are validated."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=False)
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, use_enum_values=False, ser_json_inf_nan="strings"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_onto_defaults(cls, data: Any) -> Any:
+        """A partial group (``"text_encoder": {"weight_dtype": "FLOAT_16"}``) fills the keys it
+        leaves out from this field's default, not from the bare group class, as OneTrainer does:
+        the text encoder keeps its "stop after 30 epochs", the cloud dict its other settings."""
+        if not isinstance(data, dict):
+            return data
+        out = None
+        for name, info in cls.model_fields.items():
+            value = data.get(name)
+            if not isinstance(value, dict) or info.default_factory is None:
+                continue
+            default = info.default_factory()
+            if isinstance(default, BaseModel):
+                default = default.model_dump()
+            if isinstance(default, dict) and default:
+                out = out if out is not None else dict(data)
+                out[name] = _deep_merge(default, value)
+        return out if out is not None else data
+
+
+def _deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in overlay.items():
+        merged[key] = _deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
 
 
 def field_meta(model: type[BaseModel], name: str) -> dict[str, Any]:
     info = model.model_fields[name]
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     return dict(extra)
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """One option as the page, the docs and the doctor see it. ``path`` is dotted; list items
+    appear as ``concepts[].name``. ``status`` is PLANNED when the field or any group holding it is."""
+
+    path: str
+    type: Any
+    default: Any
+    label: str
+    tooltip: str
+    tab: str | None
+    bounds: dict[str, float] = field(default_factory=dict)
+    choices: list[str] | None = None
+    status: str = "ok"
+    advanced: bool = False
+    group: bool = False
+    compat: bool = False
+
+
+def strip_optional(annotation: Any) -> Any:
+    """``X | None`` -> ``X``; anything else unchanged."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def nested_section(annotation: Any) -> tuple[str | None, type[Section] | None]:
+    """Which kind of nested group a field holds: ("section", cls), ("list", cls) for a list of
+    sections, ("dict", cls) for a dict of sections, or (None, None) for a plain value."""
+    annotation = strip_optional(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, Section):
+        return "section", annotation
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is list and args and isinstance(args[0], type) and issubclass(args[0], Section):
+        return "list", args[0]
+    if origin is dict and len(args) == 2 and isinstance(args[1], type) and issubclass(args[1], Section):
+        return "dict", args[1]
+    return None, None
+
+
+def enum_of(annotation: Any) -> type[Enum] | None:
+    annotation = strip_optional(annotation)
+    return annotation if isinstance(annotation, type) and issubclass(annotation, Enum) else None
+
+
+def _bounds(info: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in info.metadata:
+        for name, kind in (("ge", annotated_types.Ge), ("le", annotated_types.Le),
+                           ("gt", annotated_types.Gt), ("lt", annotated_types.Lt)):
+            if isinstance(item, kind):
+                out[name] = getattr(item, name)
+    return out
+
+
+def iter_fields(model_cls: type[BaseModel], prefix: str = "", *, defaults: BaseModel | None = None,
+                tab: str | None = None, planned: bool = False) -> Iterator[FieldInfo]:
+    """Every option of ``model_cls`` and of the groups nested in it, depth first, in schema order.
+
+    Defaults of nested groups are the parent's (e.g. ``text_encoder.stop_training_after`` is 30,
+    not the bare part's None)."""
+    defaults = defaults if defaults is not None else model_cls()
+    for name, info in model_cls.model_fields.items():
+        meta = field_meta(model_cls, name)
+        path = f"{prefix}{name}"
+        is_planned = planned or meta.get("status") == PLANNED
+        field_tab = meta.get("tab") or tab
+        kind, cls = nested_section(info.annotation)
+        enum = enum_of(info.annotation)
+        choices = meta.get("choices") or ([m.value for m in enum] if enum else None)
+        default = getattr(defaults, name)
+        yield FieldInfo(
+            path=path, type=info.annotation, default=default, label=meta.get("label", ""),
+            tooltip=meta.get("tooltip", ""), tab=field_tab, bounds=_bounds(info), choices=choices,
+            status=PLANNED if is_planned else meta.get("status", "ok"),
+            advanced=bool(meta.get("advanced")), group=kind in ("section", "list"),
+            compat=bool(meta.get("compat")),
+        )
+        if kind == "section":
+            yield from iter_fields(cls, f"{path}.", defaults=default, tab=field_tab, planned=is_planned)
+        elif kind == "list":
+            yield from iter_fields(cls, f"{path}[].", defaults=cls(), tab=field_tab, planned=is_planned)

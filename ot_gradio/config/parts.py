@@ -1,69 +1,100 @@
-"""Settings of one model part (UNet, text encoder, VAE, ...) and of the optimizer and samples."""
+"""Groups of settings nested in the config: a model part (UNet, text encoder, VAE, ...), a sample,
+an embedding, quantization and secrets. The optimizer lives in optimizer.py."""
 
 from __future__ import annotations
 
-from .enums import DataType, NoiseScheduler, Optimizer, TimeUnit
+import uuid
+from typing import Any
+
+from .enums import DataType, NoiseScheduler, TimeUnit
 from .fields import PLANNED, Section, opt
+from .optimizer import OptimizerConfig
+
+__all__ = [
+    "CLOUD_DEFAULTS", "EmbeddingConfig", "ModelPartConfig", "OptimizerConfig", "QuantizationConfig",
+    "SampleConfig", "SecretsConfig",
+]
 
 
 class ModelPartConfig(Section):
-    model_name: str = opt("", "Override model", "Load this part from another model (hub id, folder or file). Blank = from the base model.", status=PLANNED)
-    include: bool = opt(True, "Include", "Load this part at all.")
-    train: bool = opt(True, "Train", "Train this part. For LoRA: attach LoRA layers to it.")
-    stop_training_after: int | None = opt(None, "Stop training after", "Freeze this part after this many units (see the unit). Blank = never.", ge=0)
+    model_name: str = opt("", "Override model", "Load this part from another model (hub id, folder or file), e.g. a VAE fine-tune. Blank = from the base model.", status=PLANNED)
+    include: bool = opt(True, "Include", "Load this part at all. Turning a text encoder off saves memory on models that can work without it.")
+    train: bool = opt(True, "Train", "Train this part. For LoRA: attach LoRA layers to it. The VAE is only trained by FINE_TUNE_VAE.")
+    stop_training_after: int | None = opt(None, "Stop training after", "Freeze this part after this many units (see the unit), e.g. stop the text encoder after 30 epochs while the UNet goes on. Blank = never.", ge=0)
     stop_training_after_unit: TimeUnit = opt(TimeUnit.NEVER, "Stop training unit", "Unit for 'stop training after': EPOCH or STEP; NEVER keeps training.")
-    learning_rate: float | None = opt(None, "Learning rate", "Learning rate for this part. Blank = the base learning rate.", ge=0)
-    weight_dtype: DataType = opt(DataType.FLOAT_32, "Weight data type", "Data type the frozen weights are kept in. FLOAT_16/BFLOAT_16 halve memory; on CPU the trainer computes in float32 anyway.")
-    dropout_probability: float = opt(0.0, "Dropout", "Dropout inside this part while training.", ge=0, le=1, status=PLANNED)
-    train_embedding: bool = opt(True, "Train embedding", "Text encoders: also train the token embeddings.", status=PLANNED)
-    attention_mask: bool = opt(False, "Attention mask", "Text encoders: mask padding tokens.", status=PLANNED)
-    guidance_scale: float = opt(1.0, "Guidance scale", "Guidance-distilled models only.", status=PLANNED)
-    gradient_checkpointing: bool = opt(True, "Gradient checkpointing", "Recompute activations in the backward pass: much less memory, about 20-30% slower.")
-    offload_fraction: float = opt(0.0, "Offload fraction", "Share of layers kept in CPU memory between uses.", ge=0, le=1, status=PLANNED)
-    activation_offloading: bool = opt(False, "Activation offloading", "Keep checkpointed activations in CPU memory.", status=PLANNED)
-
-
-class OptimizerConfig(Section):
-    """The optimizer and its parameters. Blank (None) means the optimizer's own default."""
-
-    optimizer: Optimizer = opt(Optimizer.ADAMW, "Optimizer", "The optimizer. ADAMW is the safe default; PRODIGY finds its own learning rate (set LR to 1).")
-    beta1: float | None = opt(None, "Beta1", "Momentum: decay of the running average of gradients.", ge=0, lt=1)
-    beta2: float | None = opt(None, "Beta2", "Decay of the running average of squared gradients.", ge=0, lt=1)
-    beta3: float | None = opt(None, "Beta3", "Prodigy: decay for the step size estimate. Blank = sqrt(beta2).", ge=0, lt=1)
-    eps: float | None = opt(None, "EPS", "Small number added for numerical stability.", ge=0)
-    eps2: float | None = opt(None, "EPS 2", "Adafactor: second epsilon.", ge=0)
-    weight_decay: float | None = opt(None, "Weight decay", "Pulls weights towards zero; regularises. 0.01 is AdamW's usual value.", ge=0)
-    amsgrad: bool = opt(False, "AMSGrad", "Use the AMSGrad variant of Adam.")
-    foreach: bool | None = opt(False, "Foreach", "Use the multi-tensor implementation (faster, a little more memory).")
-    fused: bool = opt(False, "Fused", "Use the fused implementation where the device supports it.")
-    maximize: bool = opt(False, "Maximize", "Maximise the objective instead of minimising it (for experiments only).")
-    capturable: bool = opt(False, "Capturable", "Allow CUDA graph capture.")
-    differentiable: bool = opt(False, "Differentiable", "Allow autograd through the optimizer step.")
-    momentum: float | None = opt(None, "Momentum", "SGD/RMSprop momentum factor.", ge=0)
-    dampening: float | None = opt(None, "Dampening", "SGD dampening for momentum.", ge=0)
-    nesterov: bool = opt(False, "Nesterov", "Use Nesterov momentum.")
-    alpha: float | None = opt(None, "Alpha", "RMSprop smoothing constant.", ge=0)
-    centered: bool = opt(False, "Centered", "RMSprop: normalise by the estimated variance of the gradient.")
-    lr_decay: float | None = opt(None, "LR decay", "Adagrad learning rate decay.", ge=0)
-    initial_accumulator_value: float | None = opt(None, "Initial accumulator value", "Adagrad: starting value of the sum of squares.", ge=0)
-    fused_back_pass: bool = opt(False, "Fused back pass", "Step the optimizer during the backward pass to save memory; not compatible with gradient accumulation.", status=PLANNED)
-    stochastic_rounding: bool = opt(True, "Stochastic rounding", "Round bfloat16 weights stochastically when updating them.", status=PLANNED)
-    # The remaining optimizer keys of OneTrainer are added by the full schema (see optimizer defaults).
+    learning_rate: float | None = opt(None, "Learning rate", "Learning rate for this part; it replaces the base learning rate when set. Blank = the base learning rate. With Prodigy use 1 everywhere.", ge=0)
+    weight_dtype: DataType = opt(DataType.FLOAT_32, "Weight data type", "Data type the weights of this part are kept in. FLOAT_16/BFLOAT_16 halve memory, FLOAT_8 quarters it. Keep the VAE at FLOAT_32 (or BFLOAT_16) if samples come out black. On CPU the trainer computes in float32 anyway.")
+    dropout_probability: float = opt(0.0, "Caption dropout", "Text encoders: probability of training a step with an empty caption, so the model also learns the unconditioned image.", ge=0, le=1, status=PLANNED)
+    train_embedding: bool = opt(True, "Train embedding", "Text encoders: also train the new embedding's token in this encoder (models with several text encoders).", status=PLANNED)
+    attention_mask: bool = opt(False, "Attention mask", "Text encoders and transformers: mask padding tokens in attention.", status=PLANNED)
+    guidance_scale: float = opt(1.0, "Guidance scale", "Guidance-distilled models only (e.g. Flux): the guidance value used while training.", ge=0, status=PLANNED)
+    gradient_checkpointing: bool = opt(True, "Gradient checkpointing", "Recompute activations in the backward pass: much less memory (about 2 GB for SD 1.5), at least 30% slower.")
+    offload_fraction: float = opt(0.0, "Offload fraction", "Share of this part's layers kept in CPU memory between uses, to fit big models in little VRAM.", ge=0, le=1, status=PLANNED)
+    activation_offloading: bool = opt(False, "Activation offloading", "Keep checkpointed activations in CPU memory instead of VRAM.", status=PLANNED)
 
 
 class SampleConfig(Section):
     enabled: bool = opt(True, "Enabled", "Generate this sample during training.")
-    prompt: str = opt("", "Prompt", "The prompt. For embeddings, include <embedding> where the trained token goes.")
+    prompt: str = opt("", "Prompt", "The prompt. For embeddings, put <embedding> where the trained token goes, or every sample looks the same.")
     negative_prompt: str = opt("", "Negative prompt", "What the image should not show.")
-    height: int = opt(512, "Height", "Sample height in pixels; use the model's native resolution for meaningful samples.", ge=64, le=4096)
-    width: int = opt(512, "Width", "Sample width in pixels.", ge=64, le=4096)
+    height: int = opt(512, "Height", "Sample height in pixels. Use the model's native resolution (512 for SD 1.5, 1024 for SDXL): at the wrong size samples come out as noise.", ge=64, le=4096)
+    width: int = opt(512, "Width", "Sample width in pixels. Use the model's native resolution.", ge=64, le=4096)
+    frames: int = opt(1, "Frames", "Video models: number of frames to generate.", ge=1, status=PLANNED)
+    length: float = opt(10.0, "Length", "Audio/video models: length in seconds.", ge=0, status=PLANNED)
     seed: int = opt(42, "Seed", "Noise seed; keep it fixed to compare samples across the run.")
-    random_seed: bool = opt(False, "Random seed", "Use a new seed each time.")
+    random_seed: bool = opt(False, "Random seed", "Use a new seed each time instead of the fixed seed.")
     diffusion_steps: int = opt(20, "Steps", "Denoising steps.", ge=1, le=1000)
-    cfg_scale: float = opt(7.0, "CFG scale", "How strongly the prompt is followed.", ge=0, le=50)
-    noise_scheduler: NoiseScheduler = opt(NoiseScheduler.DDIM, "Sampler", "The sampler (noise scheduler).")
-    text_encoder_1_layer_skip: int = opt(0, "Clip skip", "Skip the last N layers of the text encoder.", ge=0, status=PLANNED)
-    force_last_timestep: bool = opt(False, "Force last timestep", "Always include the last timestep.", status=PLANNED)
-    sample_inpainting: bool = opt(False, "Inpainting sample", "Sample by inpainting a base image with a mask.", status=PLANNED)
-    base_image_path: str = opt("", "Base image", "Inpainting samples: the base image.", status=PLANNED)
-    mask_image_path: str = opt("", "Mask image", "Inpainting samples: the mask.", status=PLANNED)
+    cfg_scale: float = opt(7.0, "CFG scale", "How strongly the prompt is followed (classifier-free guidance).", ge=0, le=50)
+    noise_scheduler: NoiseScheduler = opt(NoiseScheduler.DDIM, "Sampler", "The sampler (noise scheduler) used to generate the sample.")
+    text_encoder_1_layer_skip: int = opt(0, "Clip skip", "Skip the last N layers of the text encoder when encoding the prompt.", ge=0, status=PLANNED)
+    text_encoder_1_sequence_length: int | None = opt(None, "Text encoder 1 sequence length", "Tokens the first text encoder reads. Blank = the training setting.", ge=1, status=PLANNED)
+    text_encoder_2_layer_skip: int = opt(0, "Clip skip 2", "Skip the last N layers of the second text encoder.", ge=0, status=PLANNED)
+    text_encoder_2_sequence_length: int | None = opt(None, "Text encoder 2 sequence length", "Tokens the second text encoder reads. Blank = the training setting.", ge=1, status=PLANNED)
+    text_encoder_3_layer_skip: int = opt(0, "Clip skip 3", "Skip the last N layers of the third text encoder.", ge=0, status=PLANNED)
+    text_encoder_4_layer_skip: int = opt(0, "Clip skip 4", "Skip the last N layers of the fourth text encoder.", ge=0, status=PLANNED)
+    transformer_attention_mask: bool = opt(False, "Transformer attention mask", "Mask padding tokens in the transformer's attention.", status=PLANNED)
+    force_last_timestep: bool = opt(False, "Force last timestep", "Always include the last timestep (for zero terminal SNR models).", status=PLANNED)
+    sample_inpainting: bool = opt(False, "Inpainting sample", "Sample by inpainting a base image inside a mask (inpainting models).", status=PLANNED)
+    base_image_path: str = opt("", "Base image", "Inpainting samples: the image to inpaint.", status=PLANNED)
+    mask_image_path: str = opt("", "Mask image", "Inpainting samples: the mask (white = repaint).", status=PLANNED)
+
+
+class EmbeddingConfig(Section):
+    """A textual-inversion embedding: new tokens learnt in the text encoder(s)."""
+
+    uuid: str = opt(default_factory=lambda: str(uuid.uuid4()), label="Id", tooltip="Identifies this embedding inside backups; set automatically.", compat=True)
+    model_name: str = opt("", "Base embedding", "Continue training an existing embedding file. Blank = a new embedding.")
+    placeholder: str = opt("<embedding>", "Placeholder", "The text that stands for the embedding. Put it in captions and sample prompts, e.g. 'a photo of <embedding>'; without it the embedding is never used.")
+    train: bool = opt(True, "Train", "Train this embedding (off = only use it).")
+    stop_training_after: int | None = opt(None, "Stop training after", "Freeze the embedding after this many units. Blank = never.", ge=0)
+    stop_training_after_unit: TimeUnit = opt(TimeUnit.NEVER, "Stop training unit", "Unit for 'stop training after'.")
+    token_count: int | None = opt(1, "Token count", "How many tokens the embedding uses. More tokens can hold more detail but overfit sooner. Blank = as many as the initial text has.", ge=1, le=75)
+    initial_embedding_text: str = opt("*", "Initial text", "Text whose embedding is the starting point, e.g. a word close to the concept ('woman', 'dog'). '*' = a neutral start.")
+    is_output_embedding: bool = opt(False, "Output embedding", "Train the embedding on the text encoder's output instead of its input.")
+
+
+class QuantizationConfig(Section):
+    layer_filter: str = opt("", "Quantization layer filter", "Comma-separated parts of module names to quantize (custom preset).")
+    layer_filter_preset: str = opt("full", "Quantization layer preset", "Which layers are quantized when a part's weight data type is 8-bit or less.")
+    layer_filter_regex: bool = opt(False, "Filter is regex", "Treat the quantization layer filter as regular expressions.")
+    svd_dtype: DataType = opt(DataType.NONE, "SVD data type", "Keep a low-rank (SVD) correction of quantized weights in this data type. NONE = no correction.")
+    svd_rank: int = opt(16, "SVD rank", "Rank of the low-rank correction of quantized weights.", ge=1)
+    cache_dir: str | None = opt(None, "Quantization cache folder", "Where quantized weights are cached. Blank = no cache.")
+
+
+# OneTrainer's cloud settings (rent a GPU box and train there). Kept as a dict until supported.
+CLOUD_DEFAULTS: dict[str, Any] = {
+    "enabled": False, "type": "RUNPOD", "api_key": "", "create": True, "name": "OneTrainer", "id": "",
+    "tensorboard_tunnel": True, "sub_type": "", "gpu_type": "", "volume_size": 100, "min_download": 0,
+    "huggingface_token": "", "host": "", "port": 0, "user": "root", "workspace_dir": "/workspace",
+    "huggingface_cache_dir": "/workspace/huggingface_cache", "onetrainer_dir": "/workspace/OneTrainer",
+    "install_cmd": "git clone https://github.com/Nerogar/OneTrainer", "install_onetrainer": True,
+    "detach_trainer": False, "run_id": "job1", "download_samples": True, "download_output_model": True,
+    "download_saves": True, "download_backups": False, "download_tensorboard": False,
+    "on_finish": "NONE", "on_error": "NONE", "on_detached_finish": "NONE", "on_detached_error": "NONE",
+}
+
+
+class SecretsConfig(Section):
+    huggingface_token: str = opt("", "Hugging Face token", "Token for gated or private models on the hub. Stored in the config file: do not share that file.", tab="general")
+    cloud: dict[str, Any] = opt(default_factory=dict, label="Cloud secrets", tooltip="OneTrainer's cloud credentials (API key, host, user). Stored in the config file: do not share that file.", tab="general", status=PLANNED)

@@ -1,93 +1,241 @@
 """The whole training config: one schema read by the page, validation, JSON and the CLI.
 
-Key names are OneTrainer's (TrainConfig version 11) so its configs and presets import unchanged.
+Key names, nesting and defaults are OneTrainer's (TrainConfig version 11), so a OneTrainer config
+or preset maps 1:1 onto ours. Options marked PLANNED are kept but the trainer does not act on them
+yet; the doctor lists the ones a config sets.
 """
 
 from __future__ import annotations
+
+from copy import deepcopy
+from typing import Any
 
 from pydantic import field_validator
 
 from .concept import ConceptConfig
 from .enums import (
+    AttentionMechanism,
+    AudioFormat,
+    ConfigPart,
     DataType,
+    EMAMode,
+    GradientReducePrecision,
+    ImageFormat,
+    LearningRateScaler,
     LearningRateScheduler,
+    LossScaler,
+    LossWeight,
     ModelFormat,
     ModelType,
+    PeftType,
+    TimestepDistribution,
     TimeUnit,
     TrainingMethod,
+    VideoFormat,
 )
 from .fields import PLANNED, Section, opt
-from .parts import ModelPartConfig, OptimizerConfig, SampleConfig
+from .parts import (
+    CLOUD_DEFAULTS,
+    EmbeddingConfig,
+    ModelPartConfig,
+    OptimizerConfig,
+    QuantizationConfig,
+    SampleConfig,
+    SecretsConfig,
+)
+
+__all__ = ["CONFIG_VERSION", "SecretsConfig", "TrainConfig"]
 
 CONFIG_VERSION = 1
+P = PLANNED
+LAYER_PRESETS = ["full", "attn-mlp", "attn-only", "custom"]
 
 
-def _part(**overrides) -> ModelPartConfig:
+def _part(**overrides: Any) -> ModelPartConfig:
     return ModelPartConfig(**overrides)
 
 
-class SecretsConfig(Section):
-    huggingface_token: str = opt("", "Hugging Face token", "Token for gated or private models on the hub. Stored in the config file: do not share that file.", tab="general")
+def _text_encoder() -> ModelPartConfig:
+    # OneTrainer trains text encoders for the first 30 epochs only, then the UNet goes on alone.
+    return ModelPartConfig(stop_training_after=30, stop_training_after_unit=TimeUnit.EPOCH)
 
 
 class TrainConfig(Section):
-    config_version: int = opt(CONFIG_VERSION, "Config version", "Version of this config file's layout; older files are migrated when loaded.")
+    config_version: int = opt(CONFIG_VERSION, "Config version", "Version of this config file's layout; older files are migrated when loaded.", compat=True)
 
     # --- General -----------------------------------------------------------------------------
     seed: int = opt(42, "Seed", "Global random seed: the same seed, data and settings give the same run.", tab="general")
+    training_method: TrainingMethod = opt(TrainingMethod.FINE_TUNE, "Training method", "LORA trains small adapter weights on top of the model (best for sharing); FINE_TUNE trains the model itself (needs big batches and strong hardware); EMBEDDING trains new tokens (tiny files, fast); FINE_TUNE_VAE trains the VAE.", tab="model")
+    model_type: ModelType = opt(ModelType.STABLE_DIFFUSION_15, "Model type", "The model family of the base model. Derived models train with their base family's settings (e.g. Pony with SDXL).", tab="model")
+    debug_mode: bool = opt(False, "Debug mode", "Write debug images of what the model sees during training to the debug folder.", tab="general", status=P, advanced=True)
+    debug_dir: str = opt("debug", "Debug folder", "Where debug mode writes its images.", tab="general", status=P, advanced=True)
     workspace_dir: str = opt("workspace/run", "Workspace folder", "Where runs keep their samples, backups, logs and TensorBoard files.", tab="general")
     cache_dir: str = opt("workspace-cache/run", "Cache folder", "Where cached latents are stored. Reused between runs of the same data.", tab="general")
-    continue_last_backup: bool = opt(False, "Continue from last backup", "Resume from the newest complete backup in the workspace instead of starting over.", tab="general")
+    huggingface_cache_dir: str = opt("", "Hub cache folder", "Where hub downloads are cached. Blank = the Hugging Face default.", tab="model")
+    offline_mode: bool = opt(False, "Offline", "Never contact the hub: use only local files and the hub cache.", tab="model")
     tensorboard: bool = opt(True, "TensorBoard", "Write loss, learning rate and samples for TensorBoard.", tab="general")
+    tensorboard_expose: bool = opt(False, "Expose TensorBoard", "Let other machines on the network open TensorBoard.", tab="general", status=P)
+    tensorboard_always_on: bool = opt(False, "TensorBoard always on", "Keep TensorBoard running between runs.", tab="general", status=P)
+    tensorboard_port: int = opt(6006, "TensorBoard port", "Port TensorBoard listens on.", ge=1, le=65535, tab="general", status=P)
+    validation: bool = opt(False, "Validation", "Compute the loss on VALIDATION concepts regularly to spot overfitting.", tab="general", status=P)
+    validate_after: int = opt(1, "Validate after", "Run validation every N units.", ge=0, tab="general", status=P)
+    validate_after_unit: TimeUnit = opt(TimeUnit.EPOCH, "Validation unit", "Unit for 'validate after'.", tab="general", status=P)
+    continue_last_backup: bool = opt(False, "Continue from last backup", "Resume from the newest complete backup in the workspace instead of starting over.", tab="general")
+    prevent_overwrites: bool = opt(False, "Prevent overwrites", "Never overwrite an existing output file; add a number to the name instead.", tab="backup", status=P)
+    include_train_config: ConfigPart = opt(ConfigPart.NONE, "Include config in model", "Store the training config in the saved model's metadata: NONE, SETTINGS (without concepts and samples) or ALL.", tab="model", status=P)
+    multi_gpu: bool = opt(False, "Multi-GPU", "Train on several GPUs at once (data parallel).", tab="general", status=P)
+    device_indexes: str = opt("", "GPU indexes", "Comma-separated GPU indexes for multi-GPU training. Blank = all.", tab="general", status=P)
+    gradient_reduce_precision: GradientReducePrecision = opt(GradientReducePrecision.FLOAT_32_STOCHASTIC, "Gradient reduce precision", "Multi-GPU: precision used to add up gradients across GPUs.", tab="general", status=P, advanced=True)
+    fused_gradient_reduce: bool = opt(True, "Fused gradient reduce", "Multi-GPU: reduce gradients in fused buckets.", tab="general", status=P, advanced=True)
+    async_gradient_reduce: bool = opt(True, "Async gradient reduce", "Multi-GPU: reduce gradients while the backward pass continues.", tab="general", status=P, advanced=True)
+    async_gradient_reduce_buffer: int = opt(100, "Async reduce buffer (MB)", "Multi-GPU: buffer size for asynchronous gradient reduction.", ge=1, tab="general", status=P, advanced=True)
     dataloader_threads: int = opt(2, "Data loader threads", "Worker threads that load and augment images.", ge=0, le=64, tab="general")
     train_device: str = opt("cuda", "Train device", "Device to train on: cuda, cuda:1, mps or cpu. Falls back to cpu with a warning if the device is missing.", tab="general")
     temp_device: str = opt("cpu", "Temp device", "Where parts not in use are parked.", tab="general")
 
     # --- Model -------------------------------------------------------------------------------
-    model_type: ModelType = opt(ModelType.STABLE_DIFFUSION_15, "Model type", "The model family of the base model.", tab="model")
-    training_method: TrainingMethod = opt(TrainingMethod.FINE_TUNE, "Training method", "LORA trains small adapter weights; FINE_TUNE trains the model itself; EMBEDDING trains a new token.", tab="model")
     base_model_name: str = opt("stable-diffusion-v1-5/stable-diffusion-v1-5", "Base model", "A hub id (e.g. stable-diffusion-v1-5/stable-diffusion-v1-5), a local diffusers folder, or a .safetensors/.ckpt file.", tab="model")
-    huggingface_cache_dir: str = opt("", "Hub cache folder", "Where hub downloads are cached. Blank = the Hugging Face default.", tab="model")
-    offline_mode: bool = opt(False, "Offline", "Never contact the hub: use only local files and the hub cache.", tab="model")
-    output_model_destination: str = opt("models/model.safetensors", "Output file", "Where the trained model is written (a file, or a folder for DIFFUSERS).", tab="model")
-    output_model_format: ModelFormat = opt(ModelFormat.SAFETENSORS, "Output format", "LoRA: KOHYA_LORA (A1111, ComfyUI, Forge, diffusers) or SAFETENSORS (diffusers/PEFT keys). Fine-tune: SAFETENSORS/ORIGINAL_SINGLE_FILE or DIFFUSERS.", tab="model")
     output_dtype: DataType = opt(DataType.FLOAT_32, "Output data type", "Data type of the saved weights. FLOAT_16 or BFLOAT_16 halve the file size.", tab="model")
-    unet: ModelPartConfig = opt(default_factory=_part, label="UNet", tooltip="UNet settings.", tab="training")
-    text_encoder: ModelPartConfig = opt(default_factory=lambda: _part(train=False), label="Text encoder", tooltip="Text encoder settings.", tab="training")
-    vae: ModelPartConfig = opt(default_factory=lambda: _part(train=False), label="VAE", tooltip="VAE settings. Keep it at FLOAT_32 to avoid black samples.", tab="training")
-    secrets: SecretsConfig = opt(default_factory=SecretsConfig, label="Secrets", tooltip="Tokens.", tab="general")
+    output_model_format: ModelFormat = opt(ModelFormat.SAFETENSORS, "Output format", "LoRA: KOHYA_LORA (A1111, ComfyUI, Forge, diffusers) or SAFETENSORS (diffusers/PEFT keys). Fine-tune: SAFETENSORS/ORIGINAL_SINGLE_FILE or DIFFUSERS.", tab="model")
+    output_model_destination: str = opt("models/model.safetensors", "Output file", "Where the trained model is written (a file, or a folder for DIFFUSERS).", tab="model")
+    async_offloading: bool = opt(True, "Async offloading", "Move offloaded layers between CPU and GPU in the background.", tab="model", status=P, advanced=True)
+    force_circular_padding: bool = opt(False, "Circular padding", "Pad convolutions circularly so generated images tile seamlessly.", tab="model", status=P)
+    compile: bool = opt(False, "Compile", "Compile the model with torch.compile: slower start, faster steps.", tab="model", status=P)
+    quantization: QuantizationConfig = opt(default_factory=QuantizationConfig, label="Quantization", tooltip="Which layers are quantized when a part is loaded in 8 bits or less.", tab="model", status=P)
 
     # --- Data --------------------------------------------------------------------------------
+    concept_file_name: str = opt("training_concepts/concepts.json", "Concept file", "OneTrainer keeps concepts in a separate JSON file; it is read when a OneTrainer config is imported. Here concepts are stored in the config itself.", tab="concepts", compat=True)
     concepts: list[ConceptConfig] = opt(default_factory=list, label="Concepts", tooltip="The image folders to train on.", tab="concepts")
-    aspect_ratio_bucketing: bool = opt(True, "Aspect ratio bucketing", "Group images by aspect ratio and train each at a matching size instead of cropping everything square.", tab="data")
-    latent_caching: bool = opt(True, "Latent caching", "Encode each image with the VAE once and reuse the result: much faster from the second epoch on.", tab="data")
+    aspect_ratio_bucketing: bool = opt(True, "Aspect ratio bucketing", "Group images by aspect ratio and train each at a matching size instead of cropping everything square. A bucket with fewer images than the batch size is never trained.", tab="data")
+    latent_caching: bool = opt(True, "Latent caching", "Encode each image with the VAE once and reuse the result: much faster from the second epoch on and saves some VRAM. Augmentations vary only as much as 'image variations' allows.", tab="data")
     clear_cache_before_training: bool = opt(True, "Clear cache before training", "Start with an empty cache. Turn off to reuse the cache of an earlier run with the same data.", tab="data")
 
     # --- Training ----------------------------------------------------------------------------
-    optimizer: OptimizerConfig = opt(default_factory=OptimizerConfig, label="Optimizer", tooltip="Optimizer and its settings.", tab="training")
-    learning_rate_scheduler: LearningRateScheduler = opt(LearningRateScheduler.CONSTANT, "Learning rate scheduler", "How the learning rate changes over the run. CONSTANT keeps it; LINEAR and COSINE decay it to the minimum.", tab="training")
-    learning_rate: float = opt(3e-6, "Learning rate", "Base learning rate. Typical: LoRA 1e-4 to 3e-4, fine-tune 1e-6 to 5e-6, embedding 1e-3 to 5e-3.", gt=0, le=10, tab="training")
-    learning_rate_warmup_steps: float = opt(200.0, "Warmup steps", "Steps over which the learning rate rises from 0. Below 1 it is a fraction of all steps.", ge=0, tab="training")
+    learning_rate_scheduler: LearningRateScheduler = opt(LearningRateScheduler.CONSTANT, "Learning rate scheduler", "How the learning rate changes over the run. CONSTANT keeps it; LINEAR decays it to 0; COSINE decays fast (better with big datasets or more epochs); REX decays along a reverse exponential (use no warmup, let it run to the end); ADAFACTOR goes with the Adafactor optimizer.", tab="training")
+    custom_learning_rate_scheduler: str | None = opt(None, "Custom scheduler", "CUSTOM scheduler: the Python class to use (module.Class).", tab="training", status=P, advanced=True)
+    scheduler_params: list[dict[str, Any]] = opt(default_factory=list, label="Custom scheduler parameters", tooltip="CUSTOM scheduler: a list of {\"key\": ..., \"value\": ...} arguments.", tab="training", status=P, advanced=True)
+    learning_rate: float = opt(3e-6, "Learning rate", "Base learning rate; part learning rates replace it when set. Typical: LoRA 1e-4 to 3e-4, fine-tune 1e-6 to 5e-6, embedding 1e-3 to 5e-3. Prodigy: 1.", gt=0, le=10, tab="training")
+    learning_rate_warmup_steps: float = opt(200.0, "Warmup steps", "Steps over which the learning rate rises from 0. Below 1 it is a fraction of all steps. Use 0 with REX and with Prodigy (it has its own warmup).", ge=0, tab="training")
     learning_rate_cycles: float = opt(1.0, "Cycles", "Cosine with restarts: how many cycles over the run.", gt=0, tab="training")
     learning_rate_min_factor: float = opt(0.0, "Minimum LR factor", "The learning rate never decays below this fraction of its base value.", ge=0, le=1, tab="training")
-    epochs: int = opt(100, "Epochs", "How many times every image is trained.", ge=1, le=1_000_000, tab="training")
-    batch_size: int = opt(1, "Batch size", "Images per step.", ge=1, le=1024, tab="training")
-    gradient_accumulation_steps: int = opt(1, "Accumulation steps", "Add up gradients of this many batches before each optimizer step: a bigger effective batch without more memory.", ge=1, le=1024, tab="training")
-    train_dtype: DataType = opt(DataType.FLOAT_16, "Train data type", "Mixed-precision type for the forward pass. FLOAT_16 is fast on GPUs; FLOAT_32 is the most precise. On CPU, FLOAT_16 falls back to BFLOAT_16.", tab="training")
-    resolution: str = opt("512", "Resolution", "Training resolution, e.g. 512, or a list like 384,448,512: each step trains at one of them.", tab="training")
-    clip_grad_norm: float | None = opt(1.0, "Clip grad norm", "Clip the gradient norm to this value. Blank = no clipping.", gt=0, tab="training")
-    offset_noise_weight: float = opt(0.0, "Offset noise weight", "Adds a per-channel offset to the noise so the model learns very dark and very bright images.", ge=0, le=1, tab="training")
+    epochs: int = opt(100, "Epochs", "How many times every image is trained. Prodigy samples often change only after 40-80 epochs.", ge=1, le=1_000_000, tab="training")
+    batch_size: int = opt(1, "Batch size", "Images per step. Ideally the number of images per epoch divides evenly by it; each aspect-ratio bucket needs at least this many images.", ge=1, le=1024, tab="training")
+    gradient_accumulation_steps: int = opt(1, "Accumulation steps", "Multiplies the batch size: add up gradients of this many batches before each optimizer step. E.g. batch 4 with 4 steps acts like batch 16 without more memory, but slower.", ge=1, le=1024, tab="training")
+    ema: EMAMode = opt(EMAMode.OFF, "EMA", "Keep an exponential moving average of the weights (on GPU or CPU). Useful only for larger datasets with many concepts: more EMA means less diversity. Leave OFF unless results are poor without it.", tab="training", status=P)
+    ema_decay: float = opt(0.999, "EMA decay", "0.9999 for hundreds or thousands of images; 0.999 or even 0.998 for smaller datasets.", ge=0, le=1, tab="training", status=P)
+    ema_update_step_interval: int = opt(5, "EMA update interval", "Update the EMA weights every N steps.", ge=1, tab="training", status=P)
+    train_dtype: DataType = opt(DataType.FLOAT_16, "Train data type", "Mixed-precision type for the forward pass: trades precision for speed. FLOAT_16 costs only a little quality for a big speed-up; FLOAT_32 gives the best quality. On CPU, FLOAT_16 falls back to BFLOAT_16.", tab="training")
+    fallback_train_dtype: DataType = opt(DataType.BFLOAT_16, "Fallback train data type", "Used for parts of the model that do not work in the train data type.", tab="training", status=P, advanced=True)
+    enable_autocast_cache: bool = opt(True, "Autocast cache", "Cache cast weights during the forward pass. Turn off if samples get noisy every few epochs (seen with ZLUDA).", tab="training", status=P, advanced=True)
+    only_cache: bool = opt(False, "Only cache", "Fill the cache and stop without training.", tab="data", status=P)
+    resolution: str = opt("512", "Resolution", "Training resolution, ideally the model's native one (512 for SD 1.5, 1024 for SDXL). A list like 384,448,512,576,640 trains each step at one of them, which can improve quality a lot.", tab="training")
+    frames: str = opt("25", "Frames", "Video models: number of frames per training clip.", tab="training", status=P)
+    attention_mechanism: AttentionMechanism = opt(AttentionMechanism.SDP, "Attention", "Attention implementation. SDP or XFORMERS save a lot of VRAM compared to DEFAULT.", tab="training", status=P)
     mse_strength: float = opt(1.0, "MSE strength", "Weight of the mean squared error loss.", ge=0, tab="training")
     mae_strength: float = opt(0.0, "MAE strength", "Weight of the mean absolute error loss.", ge=0, tab="training")
+    log_cosh_strength: float = opt(0.0, "Log-cosh strength", "Weight of the log-cosh loss.", ge=0, tab="training", status=P)
+    huber_strength: float = opt(0.0, "Huber strength", "Weight of the Huber loss (robust to outliers).", ge=0, tab="training", status=P)
+    huber_delta: float = opt(1.0, "Huber delta", "Where the Huber loss switches from squared to linear.", gt=0, tab="training", status=P)
+    vb_loss_strength: float = opt(1.0, "VB loss strength", "Weight of the variational bound loss (models that learn their variance).", ge=0, tab="training", status=P)
+    loss_weight_fn: LossWeight = opt(LossWeight.CONSTANT, "Loss weight function", "Weights the loss by timestep: CONSTANT, P2, MIN_SNR_GAMMA, DEBIASED_ESTIMATION or SIGMA.", tab="training", status=P)
+    loss_weight_strength: float = opt(5.0, "Loss weight strength", "Strength of the loss weight function (gamma for MIN_SNR_GAMMA).", ge=0, tab="training", status=P)
+    dropout_probability: float = opt(0.0, "LoRA dropout", "Dropout on the LoRA layers: regularises small datasets.", ge=0, lt=1, tab="lora")
+    loss_scaler: LossScaler = opt(LossScaler.NONE, "Loss scaler", "Multiply the loss by the batch size and/or accumulation steps.", tab="training", status=P)
+    learning_rate_scaler: LearningRateScaler = opt(LearningRateScaler.NONE, "Learning rate scaler", "Multiply the learning rate by the batch size and/or accumulation steps. Leave NONE with Prodigy.", tab="training", status=P)
+    clip_grad_norm: float | None = opt(1.0, "Clip grad norm", "Clip the gradient norm to this value. Blank = no clipping.", gt=0, tab="training")
+    offset_noise_weight: float = opt(0.0, "Offset noise weight", "Adds a per-channel offset to the noise so the model learns very dark and very bright images.", ge=0, le=1, tab="training")
+    generalized_offset_noise: bool = opt(False, "Generalized offset noise", "Use the generalized form of offset noise.", tab="training", status=P)
+    perturbation_noise_weight: float = opt(0.0, "Perturbation noise weight", "Adds a small perturbation to the noise (input perturbation), which can reduce exposure bias.", ge=0, le=1, tab="training", status=P)
+    rescale_noise_scheduler_to_zero_terminal_snr: bool = opt(False, "Zero terminal SNR", "Rescale the noise schedule to zero terminal SNR (needs v-prediction).", tab="training", status=P)
+    force_v_prediction: bool = opt(False, "Force v-prediction", "Train with v-prediction whatever the model says.", tab="training", status=P)
+    force_epsilon_prediction: bool = opt(False, "Force epsilon prediction", "Train with epsilon prediction whatever the model says.", tab="training", status=P)
     min_noising_strength: float = opt(0.0, "Min noising strength", "Lowest timestep trained, as a fraction of all timesteps.", ge=0, le=1, tab="training")
     max_noising_strength: float = opt(1.0, "Max noising strength", "Highest timestep trained, as a fraction of all timesteps.", ge=0, le=1, tab="training")
-    dropout_probability: float = opt(0.0, "LoRA dropout", "Dropout on the LoRA layers: regularises small datasets.", ge=0, lt=1, tab="lora")
+    timestep_distribution: TimestepDistribution = opt(TimestepDistribution.UNIFORM, "Timestep distribution", "How training timesteps are drawn: UNIFORM, SIGMOID, LOGIT_NORMAL, HEAVY_TAIL, COS_MAP or INVERTED_PARABOLA.", tab="training", status=P)
+    noising_weight: float = opt(0.0, "Noising weight", "Shapes the timestep distribution (its spread).", tab="training", status=P)
+    noising_bias: float = opt(0.0, "Noising bias", "Shifts the timestep distribution towards more or less noise.", tab="training", status=P)
+    timestep_shift: float = opt(1.0, "Timestep shift", "Shift of the timestep schedule (flow-matching models).", gt=0, tab="training", status=P)
+    dynamic_timestep_shifting: bool = opt(False, "Dynamic timestep shifting", "Shift timesteps by image resolution (flow-matching models).", tab="training", status=P)
+
+    # --- Model parts (shown on the training tab, OneTrainer's "Train UNet / text encoder") -----
+    unet: ModelPartConfig = opt(default_factory=_part, label="UNet", tooltip="UNet settings. Its learning rate replaces the base learning rate when set.", tab="training")
+    prior: ModelPartConfig = opt(default_factory=_part, label="Prior", tooltip="Würstchen / Stable Cascade: the prior (stage C) settings.", tab="training", status=P)
+    transformer: ModelPartConfig = opt(default_factory=_part, label="Transformer", tooltip="Transformer models (PixArt, SD3, Flux): the denoising transformer's settings.", tab="training", status=P)
+    unconditional_transformer: ModelPartConfig = opt(default_factory=lambda: _part(train=False, gradient_checkpointing=False, activation_offloading=False), label="Unconditional transformer", tooltip="Models with a separate unconditional transformer: its settings.", tab="training", status=P)
+    text_encoder: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder", tooltip="Text encoder settings. Its learning rate replaces the base learning rate when set. By default it trains for the first 30 epochs only.", tab="training")
+    text_encoder_layer_skip: int = opt(0, "Clip skip", "Skip the last N layers of the text encoder while training.", ge=0, tab="training", status=P)
+    text_encoder_sequence_length: int | None = opt(512, "Text encoder sequence length", "Tokens the text encoder reads (T5-based models).", ge=1, tab="training", status=P, advanced=True)
+    text_encoder_2: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 2", tooltip="SDXL: the second text encoder (OpenCLIP ViT-G). It is said to work better with natural language, the first one with tags.", tab="training", status=P)
+    text_encoder_2_layer_skip: int = opt(0, "Clip skip 2", "Skip the last N layers of the second text encoder.", ge=0, tab="training", status=P)
+    text_encoder_2_sequence_length: int | None = opt(77, "Text encoder 2 sequence length", "Tokens the second text encoder reads.", ge=1, tab="training", status=P, advanced=True)
+    text_encoder_3: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 3", tooltip="SD3: the third text encoder (T5).", tab="training", status=P)
+    text_encoder_3_layer_skip: int = opt(0, "Clip skip 3", "Skip the last N layers of the third text encoder.", ge=0, tab="training", status=P)
+    text_encoder_4: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 4", tooltip="Models with a fourth text encoder (HiDream): its settings.", tab="training", status=P)
+    text_encoder_4_layer_skip: int = opt(0, "Clip skip 4", "Skip the last N layers of the fourth text encoder.", ge=0, tab="training", status=P)
+    vae: ModelPartConfig = opt(default_factory=lambda: _part(train=False), label="VAE", tooltip="VAE settings. Keep it at FLOAT_32 (or BFLOAT_16) to avoid black samples.", tab="training")
+    effnet_encoder: ModelPartConfig = opt(default_factory=_part, label="EffNet encoder", tooltip="Würstchen / Stable Cascade: the EfficientNet image encoder.", tab="training", status=P)
+    decoder: ModelPartConfig = opt(default_factory=_part, label="Decoder", tooltip="Würstchen / Stable Cascade: the decoder (stage B).", tab="training", status=P)
+    decoder_text_encoder: ModelPartConfig = opt(default_factory=_part, label="Decoder text encoder", tooltip="Würstchen 2: the decoder's text encoder.", tab="training", status=P)
+    decoder_vqgan: ModelPartConfig = opt(default_factory=_part, label="Decoder VQGAN", tooltip="Würstchen / Stable Cascade: the VQGAN (stage A).", tab="training", status=P)
+
+    # --- Masked training ---------------------------------------------------------------------
+    masked_training: bool = opt(False, "Masked training", "Learn only from the white parts of each image's mask (a black-and-white '<name>-masklabel.png' next to the image), e.g. the subject without its background.", tab="training", status=P)
+    unmasked_probability: float = opt(0.1, "Unmasked probability", "Share of steps trained without the mask (0 to 1).", ge=0, le=1, tab="training", status=P)
+    unmasked_weight: float = opt(0.1, "Unmasked weight", "Loss weight of the area outside the mask (0 to 1).", ge=0, le=1, tab="training", status=P)
+    normalize_masked_area_loss: bool = opt(False, "Normalize masked area loss", "Scale the loss by the mask's area. Use when masked areas are small compared to the image (e.g. jewellery); with larger masks it mostly raises the loss.", tab="training", status=P)
+    masked_prior_preservation_weight: float = opt(0.0, "Masked prior preservation", "Outside the mask, pull predictions towards the base model's with this weight.", ge=0, tab="training", status=P)
+    custom_conditioning_image: bool = opt(False, "Custom conditioning image", "Inpainting models: use a '<name>-condlabel' image as the conditioning image instead of the masked image.", tab="training", status=P)
+
+    # --- LoRA / layer filter -----------------------------------------------------------------
+    layer_filter: str = opt("", "Layer filter", "Comma-separated parts of module names that get LoRA (custom preset).", tab="lora")
+    layer_filter_preset: str = opt("full", "Layer preset", "Which layers get LoRA: 'full' (every linear and conv layer), 'attn-mlp' (attention and feed-forward), 'attn-only', or 'custom' with the layer filter.", tab="lora", choices=LAYER_PRESETS)
+    layer_filter_regex: bool = opt(False, "Filter is regex", "Treat the layer filter as regular expressions.", tab="lora")
+
+    # --- Embedding ---------------------------------------------------------------------------
+    embedding_learning_rate: float | None = opt(None, "Embedding learning rate", "Learning rate of embeddings; replaces the base learning rate when set.", ge=0, tab="embedding", status=P)
+    preserve_embedding_norm: bool = opt(False, "Preserve embedding norm", "Keep the embedding vectors at the typical length of the model's token embeddings.", tab="embedding", status=P)
+    embedding: EmbeddingConfig = opt(default_factory=EmbeddingConfig, label="Embedding", tooltip="The embedding trained by the EMBEDDING method.", tab="embedding", status=P)
+    additional_embeddings: list[EmbeddingConfig] = opt(default_factory=list, label="Additional embeddings", tooltip="More embeddings to train or use alongside a LoRA or fine-tune (e.g. a trigger token).", tab="embedding", status=P)
+    embedding_weight_dtype: DataType = opt(DataType.FLOAT_32, "Embedding data type", "Data type of the trained embedding weights.", tab="embedding", status=P)
+
+    cloud: dict[str, Any] = opt(default_factory=lambda: deepcopy(CLOUD_DEFAULTS), label="Cloud", tooltip="OneTrainer's cloud training settings (rent a GPU box and train there). Kept for OneTrainer configs; here, open the page through a share link on the rented box instead.", tab="general", status=P)
+
+    peft_type: PeftType = opt(PeftType.LORA, "Adapter type", "LORA, LOHA, LOKR or OFT_2.", tab="lora", status=P)
+    lora_model_name: str = opt("", "Base LoRA", "Continue training an existing LoRA file (kohya or diffusers keys). Blank = a new LoRA.", tab="lora", status=P)
+    lora_rank: int = opt(16, "Rank", "Size of the LoRA matrices. 8/8 (rank/alpha) is good for a person, 16 may be better but less flexible; rank 16 is enough for most purposes.", ge=1, le=1024, tab="lora")
+    lora_alpha: float = opt(1.0, "Alpha", "Scales the LoRA output by alpha/rank; keep alpha at or below the rank. alpha = rank means no scaling.", gt=0, tab="lora")
+    lora_decompose: bool = opt(False, "DoRA", "Decompose weights into magnitude and direction (DoRA).", tab="lora", status=P)
+    lora_decompose_norm_epsilon: bool = opt(True, "DoRA norm epsilon", "DoRA: add a small epsilon to the norm for stability.", tab="lora", status=P, advanced=True)
+    lora_decompose_output_axis: bool = opt(False, "DoRA output axis", "DoRA: take the norm over the output axis.", tab="lora", status=P, advanced=True)
+    lora_weight_dtype: DataType = opt(DataType.FLOAT_32, "LoRA weight data type", "Data type of the trained LoRA weights. BFLOAT_16 saves a little VRAM on cards that support it.", tab="lora")
+    bundle_additional_embeddings: bool = opt(True, "Bundle embeddings", "Save additional embeddings inside the LoRA file.", tab="lora", status=P)
+    oft_block_size: int = opt(32, "OFT block size", "OFT: size of the orthogonal blocks.", ge=1, tab="lora", status=P)
+    oft_block_share: bool = opt(False, "OFT block share", "OFT: share one block across the layer.", tab="lora", status=P)
+    oft_scaled: bool = opt(False, "OFT scaled", "OFT: learn a scale as well.", tab="lora", status=P, advanced=True)
+    lokr_dim: int = opt(16, "LoKr dimension", "LoKr: rank of the Kronecker factors.", ge=1, tab="lora", status=P)
+    lokr_decompose_both: bool = opt(False, "LoKr decompose both", "LoKr: decompose both Kronecker factors.", tab="lora", status=P, advanced=True)
+    lokr_decompose_factor: int = opt(-1, "LoKr factor", "LoKr: factor for splitting dimensions (-1 = automatic).", tab="lora", status=P, advanced=True)
+    lokr_use_tucker: bool = opt(False, "LoKr Tucker", "LoKr: use Tucker decomposition for conv layers.", tab="lora", status=P, advanced=True)
+    lokr_weight_decompose: bool = opt(False, "LoKr weight decompose", "LoKr: DoRA-style weight decomposition.", tab="lora", status=P, advanced=True)
+    lokr_dora_on_output: bool = opt(True, "LoKr DoRA on output", "LoKr: apply the decomposition on the output axis.", tab="lora", status=P, advanced=True)
+    lokr_full_matrix: bool = opt(False, "LoKr full matrix", "LoKr: train a full matrix instead of a low-rank one.", tab="lora", status=P, advanced=True)
+    lokr_vec_trick: bool = opt(True, "LoKr vec trick", "LoKr: compute with the vec trick to save memory.", tab="lora", status=P, advanced=True)
+
+    # --- Optimizer ---------------------------------------------------------------------------
+    optimizer: OptimizerConfig = opt(default_factory=OptimizerConfig, label="Optimizer", tooltip="Optimizer and its settings. The defaults are the optimizer's own and often not the best for diffusion models.", tab="training")
+    optimizer_defaults: dict[str, OptimizerConfig] = opt(default_factory=dict, label="Remembered optimizer settings", tooltip="The last settings used for each optimizer, recalled when switching back to it.", tab="training", compat=True)
 
     # --- Sampling ----------------------------------------------------------------------------
+    sample_definition_file_name: str = opt("training_samples/samples.json", "Sample file", "OneTrainer keeps samples in a separate JSON file; it is read when a OneTrainer config is imported. Here samples are stored in the config itself.", tab="sampling", compat=True)
     samples: list[SampleConfig] = opt(default_factory=list, label="Samples", tooltip="Prompts to sample while training.", tab="sampling")
     sample_after: int = opt(10, "Sample after", "Generate samples every N units.", ge=0, tab="sampling")
     sample_after_unit: TimeUnit = opt(TimeUnit.MINUTE, "Sample unit", "Unit for 'sample after': STEP, EPOCH, SECOND, MINUTE, HOUR, or NEVER.", tab="sampling")
     sample_skip_first: int = opt(0, "Skip first", "Do not sample during the first N units.", ge=0, tab="sampling")
+    sample_image_format: ImageFormat = opt(ImageFormat.JPG, "Sample image format", "File format of sample images: JPG (small) or PNG (lossless).", tab="sampling")
+    sample_video_format: VideoFormat = opt(VideoFormat.MP4, "Sample video format", "Video models: file format of sample videos.", tab="sampling", status=P)
+    sample_audio_format: AudioFormat = opt(AudioFormat.MP3, "Sample audio format", "Audio models: file format of sample audio.", tab="sampling", status=P)
+    samples_to_tensorboard: bool = opt(True, "Samples to TensorBoard", "Also show sample images in TensorBoard.", tab="sampling", status=P)
+    non_ema_sampling: bool = opt(True, "Non-EMA sampling", "With EMA on, also sample with the non-EMA weights.", tab="sampling", status=P)
 
     # --- Backup ------------------------------------------------------------------------------
     backup_after: int = opt(30, "Backup after", "Write a backup (weights, optimizer, progress) every N units.", ge=0, tab="backup")
@@ -100,14 +248,7 @@ class TrainConfig(Section):
     save_skip_first: int = opt(0, "Save skip first", "Do not save during the first N units.", ge=0, tab="backup")
     save_filename_prefix: str = opt("", "Save file prefix", "Prefix of intermediate save file names.", tab="backup")
 
-    # --- LoRA --------------------------------------------------------------------------------
-    lora_model_name: str = opt("", "Base LoRA", "Continue training an existing LoRA file (kohya or diffusers keys). Blank = a new LoRA.", tab="lora", status=PLANNED)
-    lora_rank: int = opt(16, "Rank", "Size of the LoRA matrices. 8-32 is typical for characters and styles.", ge=1, le=1024, tab="lora")
-    lora_alpha: float = opt(1.0, "Alpha", "Scales the LoRA output by alpha/rank. alpha = rank means no scaling.", gt=0, tab="lora")
-    lora_weight_dtype: DataType = opt(DataType.FLOAT_32, "LoRA weight data type", "Data type of the trained LoRA weights.", tab="lora")
-    layer_filter_preset: str = opt("full", "Layer preset", "Which layers get LoRA: 'full' (every linear and conv layer), 'attn-mlp' (attention and feed-forward), 'attn-only', or 'custom' with the layer filter.", tab="lora", choices=["full", "attn-mlp", "attn-only", "custom"])
-    layer_filter: str = opt("", "Layer filter", "Comma-separated parts of module names that get LoRA (custom preset).", tab="lora")
-    layer_filter_regex: bool = opt(False, "Filter is regex", "Treat the layer filter as regular expressions.", tab="lora")
+    secrets: SecretsConfig = opt(default_factory=SecretsConfig, label="Secrets", tooltip="Tokens. Stored in the config file: do not share that file.", tab="general")
 
     @field_validator("resolution")
     @classmethod

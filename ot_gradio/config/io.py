@@ -1,0 +1,179 @@
+"""Reading and writing configs: ours (versioned, migrated) and OneTrainer's (imported), plus the
+CLI's ``--set key.path=value`` overrides."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import typing
+from copy import deepcopy
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from .fields import nested_section, strip_optional
+from .migrations import MIGRATIONS, migrate
+from .onetrainer import import_onetrainer, is_onetrainer_config
+from .schema import CONFIG_VERSION, TrainConfig
+from .validation import ConfigError, LoadResult, strip_unknown, unknown_keys_warning, validate
+
+__all__ = [
+    "CONFIG_VERSION", "MIGRATIONS", "ConfigError", "LoadResult", "apply_overrides", "config_to_dict",
+    "load_config", "read_json", "save_config",
+]
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: must hold a JSON object ({{...}}), not a {type(data).__name__}")
+    return data
+
+
+def load_config(path_or_dict: str | Path | dict[str, Any], *, base_dir: str | Path | None = None, source: str | None = None) -> LoadResult:
+    """Our config (any version) or a OneTrainer config/preset -> a validated TrainConfig.
+
+    Unknown keys are dropped with one warning naming each; invalid values raise ConfigError.
+    ``base_dir`` is where relative concept/sample files of a OneTrainer config are looked up
+    (default: the file's folder)."""
+    if isinstance(path_or_dict, dict):
+        data = path_or_dict
+    else:
+        data = read_json(path_or_dict)
+        base_dir = base_dir if base_dir is not None else Path(path_or_dict).parent
+        source = source or str(path_or_dict)
+    if is_onetrainer_config(data):
+        return import_onetrainer(data, base_dir=base_dir, source=source)
+    data, unknown = strip_unknown(migrate(data))
+    return LoadResult(validate(data), [unknown_keys_warning(unknown)] if unknown else [])
+
+
+def config_to_dict(config: TrainConfig) -> dict[str, Any]:
+    """The JSON form: every key, enum names as strings, infinity as "Infinity"."""
+    return json.loads(config.model_dump_json())
+
+
+def save_config(config: TrainConfig, path: str | Path) -> Path:
+    """Write atomically: a crash mid-write leaves the old file, never a half-written one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = config_to_dict(config)
+    data["config_version"] = CONFIG_VERSION
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return path
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+# --- --set overrides -------------------------------------------------------------------------
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` items (``concepts.0.path=...`` or ``concepts[0].path=...``) to a
+    copy of ``data``. Values are JSON when they parse (numbers, true, null, lists), else text;
+    text fields always take the text as written. Unknown paths raise ConfigError."""
+    data = deepcopy(data)
+    errors: list[str] = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = re.sub(r"\[(\d+)\]", r".\1", key.strip())
+        if not sep or not key:
+            errors.append(f"--set {item}: use KEY.PATH=VALUE, e.g. epochs=5 or concepts.0.path=data/cats")
+            continue
+        parts = [int(p) if p.isdigit() else p for p in key.split(".")]
+        try:
+            annotation = _annotation_for(parts, item)
+            _set(data, parts, _parse_value(raw, annotation), item)
+        except ConfigError as err:
+            errors += err.errors
+    if errors:
+        raise ConfigError(errors)
+    return data
+
+
+def _annotation_for(parts: list[str | int], item: str) -> Any:
+    current: Any = TrainConfig
+    for depth, part in enumerate(parts):
+        where = ".".join(str(p) for p in parts[: depth + 1])
+        node = strip_optional(current)
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            if not isinstance(part, str) or part not in node.model_fields:
+                raise ConfigError(f"--set {item}: {where} is not an option")
+            current = node.model_fields[part].annotation
+            continue
+        kind, cls = nested_section(node)
+        origin, args = typing.get_origin(node), typing.get_args(node)
+        if origin is list:
+            if not isinstance(part, int):
+                raise ConfigError(f"--set {item}: {where} must be a list index (a number)")
+            current = cls if kind == "list" else (args[0] if args else Any)
+        elif origin is dict:
+            current = cls if kind == "dict" else (args[1] if len(args) == 2 else Any)
+        else:
+            raise ConfigError(f"--set {item}: {'.'.join(str(p) for p in parts[:depth])} is a single value, it has no {part}")
+    return current
+
+
+def _parse_value(raw: str, annotation: Any) -> Any:
+    nullable = strip_optional(annotation) is not annotation
+    if strip_optional(annotation) is str:
+        return None if nullable and raw == "null" else raw
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def _set(data: dict[str, Any], parts: list[str | int], value: Any, item: str) -> None:
+    node: Any = data
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        nxt = parts[depth + 1] if not last else None
+        empty: Any = [] if isinstance(nxt, int) else {}
+        where = ".".join(str(p) for p in parts[: depth + 1])
+        if isinstance(part, int):
+            if part > len(node):
+                raise ConfigError(f"--set {item}: {where} does not exist (there are {len(node)} items; use index {len(node)} to add one)")
+            if part == len(node):
+                node.append(value if last else empty)
+            elif last:
+                node[part] = value
+            if not last:
+                if node[part] is None:
+                    node[part] = empty
+                node = node[part]
+            continue
+        if last:
+            node[part] = value
+        else:
+            if not isinstance(node.get(part), (dict, list)):
+                node[part] = empty
+            node = node[part]

@@ -1,0 +1,58 @@
+"""Versioned migrations of our config layout: ``MIGRATIONS[n]`` turns a version-n dict into n+1.
+
+Version 0 is a file without ``config_version``: OneTrainer's layout (ours started from it), where
+``concepts`` and ``samples`` may be null (kept in separate files) and ``__version`` is OneTrainer's
+own counter. Every migration takes and returns a plain dict and must accept sparse dicts (presets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from copy import deepcopy
+from typing import Any
+
+from .schema import CONFIG_VERSION
+from .validation import ConfigError
+
+
+def _from_0(data: dict[str, Any]) -> dict[str, Any]:
+    """OneTrainer layout -> version 1: inline lists instead of null, no OneTrainer version keys."""
+    data = strip_ot_versions(data)
+    for key in ("concepts", "samples", "additional_embeddings", "scheduler_params"):
+        if key in data and data[key] is None:
+            data[key] = []
+    return data
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    0: _from_0,
+}
+
+
+def strip_ot_versions(value: Any) -> Any:
+    """Remove OneTrainer's ``__version`` from every level (it writes one into each nested group)."""
+    if isinstance(value, dict):
+        return {k: strip_ot_versions(v) for k, v in value.items() if k != "__version"}
+    if isinstance(value, list):
+        return [strip_ot_versions(v) for v in value]
+    return value
+
+
+def config_version_of(data: dict[str, Any]) -> int:
+    version = data.get("config_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ConfigError(f"config_version: must be a whole number from 0 to {CONFIG_VERSION} (got {version!r})")
+    if version > CONFIG_VERSION:
+        raise ConfigError(f"config_version: this file is version {version}, newer than this program understands ({CONFIG_VERSION}); update ot_gradio")
+    return version
+
+
+def migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """Bring a config dict of any known version to CONFIG_VERSION. Returns a new dict."""
+    version = config_version_of(data)
+    data = deepcopy(data)
+    while version < CONFIG_VERSION:
+        data = MIGRATIONS[version](data)
+        version += 1
+        data["config_version"] = version
+    return data

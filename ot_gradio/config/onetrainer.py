@@ -1,0 +1,266 @@
+"""Import of OneTrainer configs and presets.
+
+Our keys are OneTrainer's (TrainConfig version 11), so importing is mostly bookkeeping: bring
+older OneTrainer layouts up to version 11 (its own migrations), read concepts and samples that
+OneTrainer keeps in separate files, undo the renames of newer versions, then validate as ours.
+Whatever the trainer will not act on is listed in one warning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from copy import deepcopy
+from pathlib import Path
+from typing import Any
+
+from .doctor import planned_changes
+from .enums import Optimizer
+from .migrations import migrate, strip_ot_versions
+from .validation import ConfigError, LoadResult, strip_unknown, validate
+
+OT_LAYOUT_VERSION = 11  # the OneTrainer TrainConfig version our keys match
+
+PARTS = ("unet", "prior", "transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "text_encoder_4",
+         "vae", "effnet_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan")
+
+
+def is_onetrainer_config(data: Any) -> bool:
+    """OneTrainer writes ``__version``; its presets have no version at all. Ours always carry
+    ``config_version`` (a file without it is version 0, which is OneTrainer's layout anyway)."""
+    return isinstance(data, dict) and ("__version" in data or "config_version" not in data)
+
+
+def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, source: str | None = None) -> LoadResult:
+    """A OneTrainer config or preset -> our config, with one warning listing what is not supported."""
+    warnings: list[str] = []
+    data = to_our_layout(data)
+    for key, file_key in (("concepts", "concept_file_name"), ("samples", "sample_definition_file_name")):
+        if data.get(key) is None and (key in data or file_key in data):
+            items, warning = _read_list_file(data.get(file_key) or "", file_key, base_dir)
+            data[key] = items
+            if warning:
+                warnings.append(warning)
+    data["config_version"] = 0
+    data = migrate(data)
+    data, unknown = strip_unknown(data)
+    config = validate(data)
+
+    unsupported = planned_changes(config)
+    if unsupported or unknown:
+        origin = f"OneTrainer config {source}" if source else "This OneTrainer config"
+        parts = []
+        if unsupported:
+            parts.append("options not supported by the trainer yet (kept, but ignored): " + ", ".join(unsupported))
+        if unknown:
+            parts.append("options unknown to this version (dropped): " + ", ".join(unknown))
+        warnings.insert(0, f"{origin} imported with " + "; and ".join(parts) + ".")
+    return LoadResult(config, warnings)
+
+
+def to_our_layout(data: dict[str, Any]) -> dict[str, Any]:
+    """Key-level conversion only (no files read, no validation): usable on sparse presets too."""
+    data = deepcopy(data)
+    version = data.get("__version")
+    if isinstance(version, int) and not isinstance(version, bool):
+        for step in range(max(version, 0), OT_LAYOUT_VERSION):
+            migration = _OT_MIGRATIONS.get(step)
+            if migration is not None:
+                data = migration(data)
+    data = strip_ot_versions(data)
+    _undo_newer_renames(data)
+    _fix_enum_values(data)
+    if "huggingface_token" in data:
+        data.setdefault("secrets", {}).setdefault("huggingface_token", data.pop("huggingface_token"))
+    return data
+
+
+def _read_list_file(name: str, key: str, base_dir: str | Path | None) -> tuple[list[Any], str | None]:
+    """OneTrainer's concepts/samples file, relative to the config's folder, then to the cwd."""
+    if not name:
+        return [], None
+    if os.path.isabs(name):
+        candidates = [Path(name)]
+    else:
+        candidates = ([Path(base_dir) / name] if base_dir else []) + [Path.cwd() / name]
+    for path in candidates:
+        if path.is_file():
+            try:
+                items = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as err:
+                raise ConfigError(f"{key}: {path} is not a readable JSON file ({err})") from None
+            if not isinstance(items, list):
+                raise ConfigError(f"{key}: {path} must hold a JSON list")
+            return items, None
+    what = "concepts" if key == "concept_file_name" else "samples"
+    looked = " or ".join(str(p) for p in candidates)
+    return [], f"{key}: {name} was not found (looked in {looked}), so the config has no {what}; add them here or put the file there."
+
+
+def _undo_newer_renames(data: dict[str, Any]) -> None:
+    """OneTrainer 12+ renamed a few keys; take them back to the version-11 names we use."""
+    if "caching_threads" in data:
+        data.setdefault("dataloader_threads", data.pop("caching_threads"))
+    if "image_caching" in data or "text_caching" in data:
+        image = data.pop("image_caching", None)
+        text = data.pop("text_caching", None)
+        data.setdefault("latent_caching", image if image is not None else text)
+    for optimizer in [data.get("optimizer"), *(data.get("optimizer_defaults") or {}).values()]:
+        if isinstance(optimizer, dict) and isinstance(optimizer.get("orthogonal_gradient"), str):
+            optimizer["orthogonal_gradient"] = optimizer["orthogonal_gradient"] not in ("", "disabled")
+
+
+_ENUM_ALIASES = {"timestep_distribution": {"PARABOLA": "INVERTED_PARABOLA"}}
+
+
+def _fix_enum_values(data: dict[str, Any]) -> None:
+    for key, aliases in _ENUM_ALIASES.items():
+        if data.get(key) in aliases:
+            data[key] = aliases[data[key]]
+    if isinstance(data.get("tensorboard_port"), str) and data["tensorboard_port"].isdigit():
+        data["tensorboard_port"] = int(data["tensorboard_port"])
+    defaults = data.get("optimizer_defaults")
+    if isinstance(defaults, dict):
+        known = {o.value for o in Optimizer}
+        # remembered settings of optimizers we do not know are OneTrainer UI state: drop them
+        data["optimizer_defaults"] = {k: v for k, v in defaults.items() if k in known}
+
+
+# --- OneTrainer's own migrations (TrainConfig __version n -> n+1), for configs older than 11 ----
+
+def _ot_0(data: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(data.get("optimizer"), str):
+        return data
+    settings: dict[str, Any] = {}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "optimizer":
+            settings["optimizer"] = value
+        elif key.startswith("optimizer_"):
+            settings[key.removeprefix("optimizer_")] = value
+        else:
+            out[key] = value
+    out["optimizer"] = settings
+    out["optimizer_defaults"] = {settings["optimizer"]: deepcopy(settings)}
+    return out
+
+
+_OT_1_FIELDS = {
+    "train_unet": ("unet", "train"), "unet_learning_rate": ("unet", "learning_rate"), "unet_weight_dtype": ("unet", "weight_dtype"),
+    "train_prior": ("prior", "train"), "prior_model_name": ("prior", "model_name"), "prior_learning_rate": ("prior", "learning_rate"),
+    "prior_weight_dtype": ("prior", "weight_dtype"), "train_text_encoder": ("text_encoder", "train"),
+    "text_encoder_learning_rate": ("text_encoder", "learning_rate"), "text_encoder_weight_dtype": ("text_encoder", "weight_dtype"),
+    "train_text_encoder_2": ("text_encoder_2", "train"), "text_encoder_2_learning_rate": ("text_encoder_2", "learning_rate"),
+    "text_encoder_2_weight_dtype": ("text_encoder_2", "weight_dtype"), "vae_model_name": ("vae", "model_name"),
+    "vae_weight_dtype": ("vae", "weight_dtype"), "effnet_encoder_model_name": ("effnet_encoder", "model_name"),
+    "effnet_encoder_weight_dtype": ("effnet_encoder", "weight_dtype"), "decoder_model_name": ("decoder", "model_name"),
+    "decoder_weight_dtype": ("decoder", "weight_dtype"), "decoder_text_encoder_weight_dtype": ("decoder_text_encoder", "weight_dtype"),
+    "decoder_vqgan_weight_dtype": ("decoder_vqgan", "weight_dtype"),
+}
+_OT_1_EPOCHS = {"train_unet_epochs": "unet", "train_prior_epochs": "prior", "train_text_encoder_epochs": "text_encoder",
+                "train_text_encoder_2_epochs": "text_encoder_2"}
+
+
+def _ot_1(data: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    embedding: dict[str, Any] = {}
+
+    for key, value in data.items():
+        if key in _OT_1_FIELDS:
+            name, field = _OT_1_FIELDS[key]
+            out.setdefault(name, {})[field] = value
+        elif key in _OT_1_EPOCHS:
+            out.setdefault(_OT_1_EPOCHS[key], {}).update(stop_training_after=value, stop_training_after_unit="EPOCH")
+        elif key == "embedding_model_names":
+            if value:
+                embedding["model_name"] = value[0]
+        elif key in ("token_count", "initial_embedding_text"):
+            embedding[key] = value
+        else:
+            out[key] = value
+    if embedding:
+        out["embedding"] = embedding
+    return out
+
+
+def _ot_2(data: dict[str, Any]) -> dict[str, Any]:
+    gamma = data.pop("min_snr_gamma", 0.0)
+    if gamma:
+        data.update(loss_weight_fn="MIN_SNR_GAMMA", loss_weight_strength=gamma)
+    elif data.get("model_type") in ("WUERSTCHEN_2", "STABLE_CASCADE_1"):
+        data.update(loss_weight_fn="P2", loss_weight_strength=1.0)
+    return data
+
+
+def _ot_3(data: dict[str, Any]) -> dict[str, Any]:
+    weight = data.pop("noising_weight", 0.0)
+    bias = data.pop("noising_bias", 0.5)
+    if weight:
+        data.update(timestep_distribution="SIGMOID", noising_weight=weight, noising_bias=bias - 0.5)
+    else:
+        data.update(timestep_distribution="UNIFORM", noising_weight=0.0, noising_bias=0.0)
+    return data
+
+
+def _ot_4(data: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(data.get("gradient_checkpointing", True), bool):
+        data["gradient_checkpointing"] = "ON" if data.pop("gradient_checkpointing", True) else "OFF"
+    return data
+
+
+def _rename(data: dict[str, Any], renames: dict[str, str]) -> dict[str, Any]:
+    for old, new in renames.items():
+        if old in data:
+            data[new] = data.pop(old)
+    return data
+
+
+def _ot_6(data: dict[str, Any]) -> dict[str, Any]:
+    if "lora_layer_preset" in data and data["lora_layer_preset"] is None:
+        data["lora_layer_preset"] = "full"
+    return data
+
+
+def _ot_8(data: dict[str, Any]) -> dict[str, Any]:
+    if data.get("model_type") not in ("STABLE_CASCADE_1", "WUERSTCHEN_2") and isinstance(data.get("prior"), dict):
+        data["transformer"] = deepcopy(data["prior"])
+    return data
+
+
+def _ot_9(data: dict[str, Any]) -> dict[str, Any]:
+    weight_dtype = data.pop("weight_dtype", None)
+    for name in PARTS:
+        part = data.get(name)
+        if isinstance(part, dict) and part.get("weight_dtype") == "NONE" and weight_dtype is not None:
+            part["weight_dtype"] = weight_dtype
+    return data
+
+
+def _ot_10(data: dict[str, Any]) -> dict[str, Any]:
+    mode = data.pop("gradient_checkpointing", "ON")
+    activations = data.pop("enable_activation_offloading", True)
+    fraction = data.pop("layer_offload_fraction", 0.0)
+    if "enable_async_offloading" in data:
+        data["async_offloading"] = data.pop("enable_async_offloading")
+    for name in PARTS:
+        part = data.get(name)
+        if isinstance(part, dict):
+            part["gradient_checkpointing"] = mode != "OFF"
+            part["activation_offloading"] = mode == "CPU_OFFLOADED" and bool(activations)
+            part["offload_fraction"] = fraction if mode == "CPU_OFFLOADED" else 0.0
+    return data
+
+
+_OT_MIGRATIONS = {
+    0: _ot_0,
+    1: _ot_1,
+    2: _ot_2,
+    3: _ot_3,
+    4: _ot_4,
+    5: lambda d: _rename(d, {"save_after": "save_every", "save_after_unit": "save_every_unit"}),
+    6: _ot_6,
+    7: lambda d: _rename(d, {"lora_layers": "layer_filter", "lora_layer_preset": "layer_filter_preset", "lora_layers_regex": "layer_filter_regex"}),
+    8: _ot_8,
+    9: _ot_9,
+    10: _ot_10,
+}

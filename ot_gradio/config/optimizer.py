@@ -1,0 +1,137 @@
+"""The optimizer and every parameter OneTrainer knows for it (its TrainOptimizerConfig).
+
+Blank (None) means "the optimizer's own default". The defaults of each optimizer are listed in
+``optimizer_defaults.json`` (OneTrainer's), which the page offers as "Load defaults".
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from .enums import Optimizer
+from .fields import PLANNED, Section, opt
+
+P = PLANNED
+
+
+class OptimizerConfig(Section):
+    """The optimizer and its parameters. Blank (None) means the optimizer's own default."""
+
+    optimizer: Optimizer = opt(Optimizer.ADAMW, "Optimizer", "The optimizer. ADAMW is one of the most used and a safe default. PRODIGY finds its own learning rate: set every learning rate to 1 and use the COSINE or CONSTANT scheduler. ADAFACTOR works as a low-memory AdamW or, with the ADAFACTOR scheduler, as an adaptive optimizer. The 8-bit variants save VRAM at some cost in quality.")
+    adam_w_mode: bool = opt(False, "AdamW mode", "Whether to use AdamW-style (decoupled) weight decay in Adam-family optimizers such as LAMB.", status=P, advanced=True)
+    alpha: float | None = opt(None, "Alpha", "Smoothing constant for RMSprop and others.", ge=0)
+    amsgrad: bool = opt(False, "AMSGrad", "Use the AMSGrad variant of Adam, which keeps the largest second moment seen so far.")
+    beta1: float | None = opt(None, "Beta1", "Momentum: decay of the running average of gradients (0.9 for Adam). Adafactor: leave blank unless you know you need it; a value turns on an extra average and costs a lot of VRAM.", ge=0, lt=1)
+    beta2: float | None = opt(None, "Beta2", "Decay of the running average of squared gradients (0.999 for Adam). Prodigy: 0.99 to 0.999 is recommended; 0.99 has been seen to help it converge.", ge=0, lt=1)
+    beta3: float | None = opt(None, "Beta3", "Prodigy: coefficient for computing its step size. Blank = sqrt(beta2).", ge=0, lt=1, status=P)
+    bias_correction: bool = opt(False, "Bias correction", "Use Adam's bias correction in optimizers that offer it.", status=P)
+    block_wise: bool = opt(False, "Block-wise", "8-bit optimizers: quantize the optimizer state block by block (more precise).", status=P, advanced=True)
+    capturable: bool = opt(False, "Capturable", "Allow the optimizer step to be captured in a CUDA graph.", advanced=True)
+    centered: bool = opt(False, "Centered", "RMSprop: normalise by the estimated variance of the gradient; can stabilise training.")
+    clip_threshold: float | None = opt(None, "Clip threshold", "Adafactor: clip the update so its root mean square stays below this (default 1.0).", ge=0, status=P)
+    d0: float | None = opt(None, "Initial D", "D-Adaptation / Prodigy: the first estimate of the step size (default 1e-6).", ge=0, status=P)
+    d_coef: float | None = opt(None, "D coefficient", "D-Adaptation / Prodigy: multiplies the estimated step size, so it acts as a learning-rate multiplier: 0.5 slows Prodigy down, 2 speeds it up.", ge=0, status=P)
+    dampening: float | None = opt(None, "Dampening", "SGD: dampening for momentum.", ge=0)
+    decay_rate: float | None = opt(None, "Decay rate", "Adafactor: how fast the second-moment estimate decays (default -0.8).", status=P)
+    decouple: bool = opt(False, "Decouple", "Use AdamW-style decoupled weight decay (Prodigy, D-Adaptation).", status=P)
+    differentiable: bool = opt(False, "Differentiable", "Allow autograd through the optimizer step (for research only; slower).", advanced=True)
+    eps: float | None = opt(None, "EPS", "A small value that prevents division by zero (1e-8 for Adam, 1e-30 for Adafactor).", ge=0)
+    eps2: float | None = opt(None, "EPS 2", "Adafactor: the second small value that prevents division by zero (default 1e-3).", ge=0, status=P)
+    foreach: bool | None = opt(False, "Foreach", "Use the multi-tensor (foreach) implementation when available. Usually faster, but it needs more VRAM, so it is off by default.")
+    fsdp_in_use: bool = opt(False, "FSDP in use", "Prodigy / D-Adaptation: parameters are sharded (fully sharded data parallel).", status=P, advanced=True)
+    fused: bool = opt(False, "Fused", "Use the fused implementation when available: usually faster and uses less memory.")
+    fused_back_pass: bool = opt(False, "Fused back pass", "Step the optimizer during the backward pass to save a lot of VRAM with no loss in quality. Not compatible with gradient accumulation.", status=P)
+    growth_rate: float | None = opt(None, "Growth rate", "Prodigy / D-Adaptation: the most the step size estimate may grow per step (default inf = no limit).", ge=0, status=P)
+    initial_accumulator_value: float | None = opt(None, "Initial accumulator value", "Adagrad: starting value of the sum of squared gradients.", ge=0)
+    initial_accumulator: float | None = opt(None, "Initial accumulator", "Starting value of the accumulator in optimizers that have one.", ge=0, status=P, advanced=True)
+    is_paged: bool = opt(False, "Paged", "8-bit optimizers: page the optimizer state to CPU memory when VRAM runs low.", status=P)
+    log_every: int | None = opt(None, "Log every", "D-Adaptation: log the step size estimate every N steps (blank = never).", ge=0, status=P, advanced=True)
+    lr_decay: float | None = opt(None, "LR decay", "Adagrad: rate at which the learning rate decreases.", ge=0)
+    max_unorm: float | None = opt(None, "Max update norm", "8-bit optimizers: clip each update to this norm relative to the weights.", ge=0, status=P, advanced=True)
+    maximize: bool = opt(False, "Maximize", "Maximise the objective instead of minimising it (for experiments only).")
+    min_8bit_size: int | None = opt(None, "Min 8-bit size", "8-bit optimizers: tensors smaller than this keep a 32-bit state (default 4096).", ge=0, status=P, advanced=True)
+    quant_block_size: int | None = opt(None, "Quantization block size", "Block size of the quantized optimizer state.", ge=1, status=P, advanced=True)
+    momentum: float | None = opt(None, "Momentum", "SGD / RMSprop: momentum factor that accelerates steps in a consistent direction.", ge=0)
+    nesterov: bool = opt(False, "Nesterov", "Use Nesterov momentum.")
+    no_prox: bool = opt(False, "No prox", "DADAPT_ADAN: do not use the proximal update for weight decay.", status=P, advanced=True)
+    optim_bits: int | None = opt(None, "Optimizer bits", "8-bit optimizers: bits of the optimizer state (8 or 32).", ge=1, le=32, status=P, advanced=True)
+    percentile_clipping: int | None = opt(None, "Percentile clipping", "8-bit optimizers: clip gradients at this percentile of recent gradient norms (100 = off).", ge=1, le=100, status=P, advanced=True)
+    r: float | None = opt(None, "r", "Schedule-free optimizers: polynomial weighting power of the averaged iterate.", ge=0, status=P, advanced=True)
+    relative_step: bool = opt(False, "Relative step", "Adafactor: compute its own time-dependent learning rate and ignore the learning rate set here. Use with the ADAFACTOR scheduler; it sets a learning rate too high for a fine-tune. Must be off to use Adafactor as a low-memory AdamW.", status=P)
+    safeguard_warmup: bool = opt(False, "Safeguard warmup", "Prodigy / D-Adaptation: avoid problems during the warmup stage. Often better on for short runs.", status=P)
+    scale_parameter: bool = opt(False, "Scale parameter", "Adafactor: scale the learning rate by the size of each weight. Must be off to use Adafactor as a low-memory AdamW.", status=P)
+    stochastic_rounding: bool = opt(True, "Stochastic rounding", "Round weight updates stochastically; improves quality when the weights are kept in bfloat16.", status=P)
+    use_bias_correction: bool = opt(False, "Use bias correction", "Prodigy: turn on Adam's bias correction, so it acts more like Adam. Often recommended (unless with a constant scheduler); try both.", status=P)
+    use_triton: bool = opt(False, "Use Triton", "Use Triton kernels where the optimizer offers them.", status=P, advanced=True)
+    warmup_init: bool = opt(False, "Warmup initialization", "Adafactor: start from a small learning rate and warm it up (with relative step).", status=P)
+    weight_decay: float | None = opt(None, "Weight decay", "Pulls weights towards zero to prevent overfitting. 0.01 is AdamW's usual value; for Prodigy 0.001 to 0.01 helps it not overtrain.", ge=0)
+    weight_lr_power: float | None = opt(None, "Weight LR power", "Schedule-free optimizers: how strongly the learning rate weights the averaged iterate.", ge=0, status=P, advanced=True)
+    decoupled_decay: bool = opt(False, "Decoupled decay", "AdaBelief and others: use decoupled (AdamW-style) weight decay.", status=P)
+    fixed_decay: bool = opt(False, "Fixed decay", "Apply weight decay without scaling it by the learning rate.", status=P, advanced=True)
+    rectify: bool = opt(False, "Rectify", "AdaBelief: use the RAdam rectification of the adaptive learning rate.", status=P, advanced=True)
+    degenerated_to_sgd: bool = opt(False, "Degenerate to SGD", "AdaBelief: fall back to SGD steps while the variance estimate is unreliable.", status=P, advanced=True)
+    k: int | None = opt(None, "Lookahead k", "Lookahead: number of fast steps before each slow update.", ge=1, status=P, advanced=True)
+    xi: float | None = opt(None, "xi", "Small constant of optimizers that need one besides EPS.", ge=0, status=P, advanced=True)
+    n_sma_threshold: int | None = opt(None, "SMA threshold", "RAdam-style rectification: steps before the adaptive learning rate is used.", ge=0, status=P, advanced=True)
+    ams_bound: bool = opt(False, "AMS bound", "Use the AMSBound variant where available.", status=P, advanced=True)
+    adanorm: bool = opt(False, "AdaNorm", "Use AdaNorm gradient norm correction.", status=P, advanced=True)
+    adam_debias: bool = opt(False, "Adam debias", "Only correct the denominator's bias, as Adam does.", status=P, advanced=True)
+    slice_p: int | None = opt(None, "Slice parameters", "Prodigy: estimate the step size from every p-th element to save memory (e.g. 11).", ge=1, status=P)
+    cautious: bool = opt(False, "Cautious", "Skip the parts of an update whose sign disagrees with the gradient (cautious optimizers).", status=P)
+    weight_decay_by_lr: bool = opt(True, "Weight decay by LR", "Scale weight decay by the learning rate.", status=P)
+    prodigy_steps: int | None = opt(None, "Prodigy steps", "Prodigy: stop adapting the step size after this many steps (blank = never).", ge=0, status=P)
+    use_speed: bool = opt(False, "Use SPEED", "Prodigy Plus: use the SPEED step-size estimate.", status=P, advanced=True)
+    split_groups: bool = opt(True, "Split groups", "Prodigy Plus: estimate a separate step size for each parameter group (UNet, text encoder).", status=P, advanced=True)
+    split_groups_mean: bool = opt(True, "Split groups mean", "Prodigy Plus: with split groups, use the mean of the group step sizes.", status=P, advanced=True)
+    factored: bool = opt(True, "Factored", "Store the second moment in factored form (much less memory).", status=P, advanced=True)
+    factored_fp32: bool = opt(True, "Factored in float32", "Keep the factored second moment in float32.", status=P, advanced=True)
+    use_stableadamw: bool = opt(True, "StableAdamW", "Scale updates as StableAdamW does, so no gradient clipping is needed.", status=P, advanced=True)
+    use_cautious: bool = opt(False, "Cautious updates", "Skip the parts of an update whose sign disagrees with the gradient.", status=P, advanced=True)
+    use_grams: bool = opt(False, "Grams", "Use the sign of the gradient for the update direction (Grams).", status=P, advanced=True)
+    use_adopt: bool = opt(False, "ADOPT", "Use the ADOPT update rule.", status=P, advanced=True)
+    d_limiter: bool | None = opt(True, "D limiter", "Prodigy Plus: limit how fast the step size estimate can grow.", status=P, advanced=True)
+    use_schedulefree: bool | None = opt(True, "Schedule-free", "Prodigy Plus: use schedule-free averaging (use with a constant scheduler).", status=P, advanced=True)
+    use_orthograd: bool = opt(False, "OrthoGrad", "Remove the part of the gradient parallel to the weights.", status=P, advanced=True)
+    nnmf_factor: bool = opt(False, "NNMF factor", "Factor the optimizer state with non-negative matrix factorisation to save memory.", status=P, advanced=True)
+    orthogonal_gradient: bool = opt(False, "Orthogonal gradient", "Project the gradient orthogonal to the weights.", status=P, advanced=True)
+    use_atan2: bool = opt(False, "atan2 update", "Use atan2 instead of division for the update (no EPS needed).", status=P, advanced=True)
+    use_AdEMAMix: bool = opt(False, "AdEMAMix", "Mix in a slow moving average of gradients (AdEMAMix).", status=P, advanced=True)
+    beta3_ema: float | None = opt(None, "Beta3 EMA", "AdEMAMix: decay of the slow moving average.", ge=0, lt=1, status=P, advanced=True)
+    alpha_grad: float | None = opt(None, "Alpha grad", "Weight of the current gradient in mixed-average optimizers.", status=P, advanced=True)
+    beta1_warmup: int | None = opt(None, "Beta1 warmup", "Steps over which beta1 warms up.", ge=0, status=P, advanced=True)
+    min_beta1: float | None = opt(None, "Min beta1", "Starting beta1 for beta1 warmup.", ge=0, lt=1, status=P, advanced=True)
+    Simplified_AdEMAMix: bool = opt(False, "Simplified AdEMAMix", "Use the simplified AdEMAMix update.", status=P, advanced=True)
+    kourkoutas_beta: bool = opt(False, "Kourkoutas beta", "Adapt beta2 per layer from the gradient's behaviour.", status=P, advanced=True)
+    schedulefree_c: float | None = opt(None, "Schedule-free C", "Schedule-free averaging constant.", status=P, advanced=True)
+    ns_steps: int | None = opt(None, "Newton-Schulz steps", "Muon: iterations of the orthogonalisation.", ge=1, status=P, advanced=True)
+    MuonWithAuxAdam: bool = opt(False, "Muon with Adam", "Muon: train non-matrix parameters with an auxiliary Adam.", status=P, advanced=True)
+    muon_hidden_layers: str | None = opt(None, "Muon layers", "Muon: which layers Muon trains (the rest use Adam).", status=P, advanced=True)
+    muon_adam_regex: bool = opt(False, "Muon layers are regex", "Muon: treat the layer list as regular expressions.", status=P, advanced=True)
+    muon_adam_lr: float | None = opt(None, "Muon Adam LR", "Muon: learning rate of the auxiliary Adam.", ge=0, status=P, advanced=True)
+    muon_te1_adam_lr: float | None = opt(None, "Muon TE1 Adam LR", "Muon: auxiliary Adam learning rate for text encoder 1.", ge=0, status=P, advanced=True)
+    muon_te2_adam_lr: float | None = opt(None, "Muon TE2 Adam LR", "Muon: auxiliary Adam learning rate for text encoder 2.", ge=0, status=P, advanced=True)
+    muon_adam_config: dict[str, Any] | None = opt(default_factory=dict, label="Muon Adam settings", tooltip="Muon: settings of the auxiliary Adam.", status=P, advanced=True)
+    rms_rescaling: bool | None = opt(True, "RMS rescaling", "Muon: rescale updates to Adam's typical size.", status=P, advanced=True)
+    normuon_variant: bool = opt(False, "NorMuon", "Muon: use the NorMuon variant.", status=P, advanced=True)
+    beta2_normuon: float | None = opt(None, "NorMuon beta2", "NorMuon: decay of its second moment.", ge=0, lt=1, status=P, advanced=True)
+    low_rank_ortho: bool = opt(False, "Low-rank orthogonalisation", "Muon: orthogonalise a low-rank approximation (faster).", status=P, advanced=True)
+    ortho_rank: int | None = opt(None, "Orthogonalisation rank", "Muon: rank of the low-rank orthogonalisation.", ge=1, status=P, advanced=True)
+    accelerated_ns: bool = opt(False, "Accelerated Newton-Schulz", "Muon: faster Newton-Schulz coefficients.", status=P, advanced=True)
+    cautious_wd: bool = opt(False, "Cautious weight decay", "Apply weight decay only where it agrees with the update.", status=P, advanced=True)
+    approx_mars: bool = opt(False, "Approximate MARS", "Use the approximate MARS variance reduction.", status=P, advanced=True)
+    auto_kappa_p: bool = opt(False, "Auto kappa p", "Choose the kappa-p exponent automatically.", status=P, advanced=True)
+    compile: bool = opt(False, "Compile", "Compile the optimizer step with torch.compile.", status=P, advanced=True)
+
+
+@cache
+def _defaults_table() -> dict[str, dict[str, Any]]:
+    return json.loads((Path(__file__).with_name("optimizer_defaults.json")).read_text())
+
+
+def optimizer_param_defaults(optimizer: Optimizer | str) -> dict[str, Any]:
+    """OneTrainer's default parameters for one optimizer ("Load defaults" on the page)."""
+    name = optimizer.value if isinstance(optimizer, Optimizer) else str(optimizer)
+    return dict(_defaults_table().get(name, {}))

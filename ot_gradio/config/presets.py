@@ -1,0 +1,53 @@
+"""Presets: sparse JSON overlays of the config, as in OneTrainer. A preset names only what it
+changes; applying it deep-merges it onto a base config dict (objects merge, lists are replaced)."""
+
+from __future__ import annotations
+
+from copy import deepcopy
+from pathlib import Path
+from typing import Any
+
+from .io import read_json
+from .migrations import migrate
+from .onetrainer import is_onetrainer_config, to_our_layout
+from .validation import ConfigError
+
+PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
+
+
+def list_presets(directory: str | Path | None = None) -> list[str]:
+    """Preset names (file names without .json), sorted."""
+    folder = Path(directory) if directory is not None else PRESETS_DIR
+    return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+
+
+def resolve_preset_path(name: str, directory: str | Path | None = None) -> Path | None:
+    """A preset name ("demo", "sd15-lora.json") or a path to a preset file -> its path, or None."""
+    folder = Path(directory) if directory is not None else PRESETS_DIR
+    candidates = [Path(name), folder / name, folder / f"{name}.json"]
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def load_preset(name: str, directory: str | Path | None = None) -> dict[str, Any]:
+    """The overlay dict of a preset (ours, or a OneTrainer preset converted to our keys), brought
+    to the current config version. Not validated: it is only a part of a config."""
+    path = resolve_preset_path(name, directory)
+    if path is None:
+        available = ", ".join(list_presets(directory)) or "none"
+        raise ConfigError(f"preset {name!r} not found (available: {available})")
+    data = read_json(path)
+    if is_onetrainer_config(data):
+        data = to_our_layout(data)
+        data["config_version"] = 0
+    return migrate(data)
+
+
+def apply_preset(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """Deep merge: ``overlay`` wins; nested objects are merged key by key, lists replaced whole."""
+    merged = deepcopy(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = apply_preset(merged[key], value)
+        else:
+            merged[key] = deepcopy(value)
+    return merged

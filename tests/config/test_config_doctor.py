@@ -1,0 +1,76 @@
+"""Warnings before a run."""
+
+from ot_gradio.config.concept import ConceptConfig
+from ot_gradio.config.doctor import check, planned_changes
+from ot_gradio.config.enums import ModelFormat, ModelType, TrainingMethod
+from ot_gradio.config.parts import SampleConfig
+from ot_gradio.config.schema import TrainConfig
+
+
+def good() -> TrainConfig:
+    return TrainConfig(training_method=TrainingMethod.LORA, output_model_format=ModelFormat.KOHYA_LORA,
+                       concepts=[ConceptConfig(name="a", path="data/a")], samples=[SampleConfig(prompt="a cat")])
+
+
+def test_a_supported_lora_config_has_no_warnings():
+    assert check(good()) == []
+
+
+def test_planned_options_are_listed_in_one_message():
+    config = good()
+    config.ema = "GPU"
+    config.masked_training = True
+    config.concepts[0].image.enable_random_rotate = True
+    config.text_encoder_2.train = False
+    config.embedding.placeholder = "<x>"
+    warnings = check(config)
+    assert len(warnings) == 1
+    for path in ("ema", "masked_training", "concepts[0].image.enable_random_rotate", "text_encoder_2.train", "embedding.placeholder"):
+        assert path in warnings[0]
+    assert planned_changes(good()) == []
+
+
+def test_lora_with_a_whole_model_format():
+    config = good()
+    config.output_model_format = ModelFormat.DIFFUSERS
+    assert any("LoRA training with output format DIFFUSERS" in w for w in check(config))
+
+
+def test_embedding_samples_without_placeholder():
+    config = good()
+    config.training_method = TrainingMethod.EMBEDDING
+    config.output_model_format = ModelFormat.SAFETENSORS
+    config.samples = [SampleConfig(prompt="a photo of <embedding>"), SampleConfig(prompt="a cat"), SampleConfig(prompt="x", enabled=False)]
+    warnings = check(config)
+    assert any("Sample prompt 2 lacks <embedding>" in w for w in warnings)
+    assert any("EMBEDDING is not supported" in w for w in warnings)
+
+
+def test_sample_size_far_from_native_resolution():
+    config = good()
+    config.samples = [SampleConfig(prompt="a", width=1024, height=1024), SampleConfig(prompt="b", width=512, height=768)]
+    warnings = check(config)
+    assert any("native resolution 512x512 for sample 1 (1024x1024)" in w for w in warnings)
+    assert not any("sample 2" in w for w in warnings)
+    config.model_type = ModelType.STABLE_DIFFUSION_XL_10_BASE
+    config.samples = [SampleConfig(prompt="a", width=512, height=512)]
+    assert any("1024x1024" in w for w in check(config))
+    config.base_model_name = "tiny:sdxl"  # tiny test models have no native size
+    assert not any("native" in w for w in check(config))
+
+
+def test_unsupported_model_type_method_and_no_concepts():
+    config = TrainConfig(model_type=ModelType.STABLE_DIFFUSION_XL_10_BASE, training_method=TrainingMethod.FINE_TUNE)
+    warnings = check(config)
+    assert any("STABLE_DIFFUSION_XL_10_BASE is not supported" in w for w in warnings)
+    assert any("FINE_TUNE is not supported" in w for w in warnings)
+    assert any("no concepts" in w for w in warnings)
+    config.concepts = [ConceptConfig(enabled=False)]
+    assert any("Every concept is disabled" in w for w in check(config))
+
+
+def test_optimizer_not_in_the_trainer():
+    config = good()
+    config.optimizer.optimizer = "PRODIGY"
+    assert any("PRODIGY is not available" in w for w in check(config, available_optimizers=["ADAMW", "SGD"]))
+    assert not any("PRODIGY" in w for w in check(config))

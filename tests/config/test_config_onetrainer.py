@@ -1,0 +1,142 @@
+"""Import of OneTrainer presets and exported configs."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ot_gradio.config.enums import DataType, ModelFormat, ModelType, TimeUnit, TrainingMethod
+from ot_gradio.config.io import ConfigError, load_config
+from ot_gradio.config.onetrainer import is_onetrainer_config, to_our_layout
+
+DATA = Path(__file__).parent / "data"
+OT_PRESETS = sorted((DATA / "onetrainer-presets").glob("*.json"))
+FULL = DATA / "onetrainer-full"
+
+
+def test_all_onetrainer_presets_are_here():
+    assert len(OT_PRESETS) == 10
+
+
+@pytest.mark.parametrize("path", OT_PRESETS, ids=lambda p: p.name)
+def test_every_onetrainer_preset_imports(path):
+    raw = json.loads(path.read_text())
+    assert is_onetrainer_config(raw)
+    result = load_config(path)
+    config = result.config
+    assert config.model_type.value == raw["model_type"]
+    assert config.training_method.value == raw["training_method"]
+    assert config.output_model_format.value == raw["output_model_format"]
+    assert config.resolution == raw["resolution"]
+    for part in ("unet", "text_encoder", "text_encoder_2", "vae"):
+        for key, value in raw.get(part, {}).items():
+            assert str(getattr(getattr(config, part), key)) == str(value), f"{part}.{key}"
+    for key in ("batch_size", "learning_rate", "layer_filter_preset", "backup_after", "latent_caching", "masked_training"):
+        if key in raw:
+            assert getattr(config, key) == raw[key], key
+    assert len(result.warnings) <= 1
+    assert not any("unknown" in w for w in result.warnings)
+
+
+def test_sd15_lora_preset_values_survive():
+    config = load_config(DATA / "onetrainer-presets" / "sd-1.5-LoRA.json").config
+    assert config.unet.weight_dtype == DataType.FLOAT_16
+    assert config.text_encoder.weight_dtype == DataType.FLOAT_16
+    assert config.vae.weight_dtype == DataType.FLOAT_32
+    assert config.output_model_format == ModelFormat.KOHYA_LORA
+    assert config.layer_filter_preset == "attn-mlp"
+    assert config.training_method == TrainingMethod.LORA and config.model_type == ModelType.STABLE_DIFFUSION_15
+    # OneTrainer's default for parts a preset leaves out: text encoder trains for 30 epochs
+    assert config.text_encoder.stop_training_after == 30 and config.text_encoder.stop_training_after_unit == TimeUnit.EPOCH
+
+
+def test_masked_preset_lists_unsupported_options_in_one_warning():
+    result = load_config(DATA / "onetrainer-presets" / "sd-1.5-masked.json")
+    assert len(result.warnings) == 1
+    assert "masked_training" in result.warnings[0] and "normalize_masked_area_loss" in result.warnings[0]
+    assert result.config.max_noising_strength == 0.8
+
+
+def test_full_export_with_concept_and_sample_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # files are found next to the config, not only in the cwd
+    result = load_config(FULL / "config.json")
+    config = result.config
+    assert [c.name for c in config.concepts] == ["cat", "dog"]
+    assert config.concepts[0].seed == -12345 and config.concepts[1].enabled is False
+    assert config.concepts[0].image.enable_random_flip and config.concepts[0].text.enable_tag_shuffling
+    assert [s.prompt for s in config.samples] == ["a photo of a cat", "a cat on a sofa"]
+    assert config.samples[1].noise_scheduler.value == "EULER_A"
+    assert config.secrets.huggingface_token == "hf_exampletoken"
+    assert config.optimizer_defaults["PRODIGY"].growth_rate == float("inf")
+    assert config.optimizer_defaults["ADAMW"].weight_decay == 0.01
+    assert config.unet.weight_dtype == DataType.FLOAT_16 and config.output_model_format == ModelFormat.KOHYA_LORA
+    assert len(result.warnings) == 1
+    warning = result.warnings[0]
+    for path in ("ema", "concepts[0].image.enable_random_rotate", "cep_gamma", "prefetch_next_batch"):
+        assert path in warning
+    assert "optimizer.stochastic_rounding" not in warning  # ADAMW's own default in OneTrainer
+    assert "__version" not in warning
+
+
+def test_concept_file_relative_to_the_cwd(tmp_path, monkeypatch):
+    shutil.copytree(FULL / "training_concepts", tmp_path / "training_concepts")
+    data = json.loads((FULL / "config.json").read_text())
+    data["samples"] = []
+    monkeypatch.chdir(tmp_path)
+    config = load_config(data, base_dir=tmp_path / "elsewhere").config
+    assert [c.name for c in config.concepts] == ["cat", "dog"]
+
+
+def test_missing_concept_file_is_a_warning(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = load_config({"__version": 11, "concepts": None, "concept_file_name": "nowhere/concepts.json"}, base_dir=tmp_path)
+    assert result.config.concepts == []
+    assert any("nowhere/concepts.json was not found" in w for w in result.warnings)
+
+
+def test_broken_concept_file_is_an_error(tmp_path):
+    (tmp_path / "c.json").write_text("{}")
+    with pytest.raises(ConfigError, match="concept_file_name"):
+        load_config({"__version": 11, "concepts": None, "concept_file_name": "c.json"}, base_dir=tmp_path)
+
+
+def test_detection():
+    assert is_onetrainer_config({"__version": 11})
+    assert is_onetrainer_config({"model_type": "STABLE_DIFFUSION_15"})  # a preset
+    assert not is_onetrainer_config({"config_version": 1})
+
+
+def test_old_onetrainer_layout_is_migrated():
+    old = {
+        "__version": 0, "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA",
+        "optimizer": "ADAMW", "optimizer_weight_decay": 0.05, "optimizer_beta1": 0.8,
+        "train_unet": True, "unet_learning_rate": 1e-4, "train_text_encoder_epochs": 5,
+        "text_encoder_weight_dtype": "NONE", "weight_dtype": "FLOAT_16", "min_snr_gamma": 5.0,
+        "save_after": 3, "save_after_unit": "EPOCH", "lora_layers": "attn", "lora_layer_preset": None,
+        "gradient_checkpointing": False, "concepts": [], "samples": [],
+    }
+    config = load_config(old).config
+    assert config.optimizer.weight_decay == 0.05 and config.optimizer.beta1 == 0.8
+    assert config.optimizer_defaults["ADAMW"].weight_decay == 0.05
+    assert config.unet.learning_rate == 1e-4
+    assert config.text_encoder.stop_training_after == 5 and config.text_encoder.stop_training_after_unit == TimeUnit.EPOCH
+    assert config.text_encoder.weight_dtype == DataType.FLOAT_16
+    assert config.loss_weight_fn.value == "MIN_SNR_GAMMA" and config.loss_weight_strength == 5.0
+    assert config.save_every == 3 and config.save_every_unit == TimeUnit.EPOCH
+    assert config.layer_filter == "attn" and config.layer_filter_preset == "full"
+    assert config.unet.gradient_checkpointing is False and config.text_encoder.gradient_checkpointing is False
+
+
+def test_newer_onetrainer_renames_are_undone():
+    data = to_our_layout({"__version": 12, "caching_threads": 4, "image_caching": False, "text_caching": True,
+                          "optimizer": {"__version": 1, "optimizer": "ADAMW", "orthogonal_gradient": "disabled"},
+                          "optimizer_defaults": {"SOMETHING_NEW": {"optimizer": "SOMETHING_NEW"}}})
+    assert data["dataloader_threads"] == 4 and data["latent_caching"] is False
+    assert data["optimizer"] == {"optimizer": "ADAMW", "orthogonal_gradient": False}
+    assert data["optimizer_defaults"] == {}
+
+
+def test_invalid_onetrainer_value_is_an_error():
+    with pytest.raises(ConfigError, match=r"model_type: must be one of .*STABLE_DIFFUSION_15.*\(got 'NOT_A_MODEL'\)"):
+        load_config({"__version": 11, "model_type": "NOT_A_MODEL"})
