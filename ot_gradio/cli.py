@@ -45,13 +45,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     for warning in loaded.warnings + check(config):
         print(f"warning: {warning}", file=sys.stderr)
 
+    from .config.io import config_to_dict  # noqa: PLC0415
     from .data.demo import ensure_demo_concepts  # noqa: PLC0415
     from .runner.rundir import create_run  # noqa: PLC0415
     from .runner.worker import run_worker  # noqa: PLC0415
 
     ensure_demo_concepts(config)
     workspace = Path(args.workspace or config.workspace_dir)
-    run = create_run(workspace, config.model_dump(mode="json"))
+    run = create_run(workspace, config_to_dict(config))
     print(f"run folder: {run.path}", file=sys.stderr)
     console = _Console()
     code = run_worker(run.path, echo=console.on_event)

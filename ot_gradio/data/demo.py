@@ -75,3 +75,17 @@ def ensure_demo_dataset(folder: str | Path) -> Path:
         if not caption_path.exists():
             _write_atomic(caption_path, f"a {colour} {shape} on a white background\n".encode())
     return folder
+
+
+DEMO_FOLDER_SUFFIX = ("demo-data", "shapes")
+
+
+def ensure_demo_concepts(config) -> list[Path]:
+    """Generate the demo dataset for every concept of `config` that points at a `demo-data/shapes`
+    folder (the offline demo preset does), so the demo works on first use."""
+    made = []
+    for concept in getattr(config, "concepts", []) or []:
+        path = Path(concept.path)
+        if tuple(path.parts[-2:]) == DEMO_FOLDER_SUFFIX:
+            made.append(ensure_demo_dataset(path))
+    return made

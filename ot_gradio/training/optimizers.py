@@ -1,20 +1,18 @@
 """Optimizers: one registry entry per optimizer, with OneTrainer's names and defaults.
 
 Each entry names the config keys it takes (OneTrainer's key -> the library's argument) and how
-to build it. The defaults table is `optimizer_defaults.json` (OneTrainer's own), read once.
+to build it. The defaults table is config/optimizer_defaults.json (OneTrainer's own).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from ..config.enums import Optimizer as O
+from ..config.optimizer import optimizer_param_defaults
 
 
 @dataclass(frozen=True)
@@ -32,11 +30,6 @@ def register(name: O, build: Callable[..., torch.optim.Optimizer], keys: dict[st
     OPTIMIZERS[name] = OptimizerEntry(name, build, dict(keys) if isinstance(keys, dict) else {k: k for k in keys}, betas)
 
 
-@lru_cache(maxsize=1)
-def optimizer_defaults() -> dict[str, dict[str, Any]]:
-    return json.loads((Path(__file__).with_name("optimizer_defaults.json")).read_text())
-
-
 _ADAM_KEYS = ["eps", "weight_decay", "amsgrad", "foreach", "fused", "maximize", "capturable", "differentiable"]
 register(O.ADAMW, torch.optim.AdamW, _ADAM_KEYS, betas=True)
 register(O.ADAM, torch.optim.Adam, _ADAM_KEYS, betas=True)
@@ -52,7 +45,7 @@ def resolve_settings(optimizer_config: Any) -> dict[str, Any]:
         available = ", ".join(o.value for o in OPTIMIZERS)
         raise ValueError(f"optimizer.optimizer: {name.value} is not available yet; use one of {available}")
     entry = OPTIMIZERS[name]
-    defaults = optimizer_defaults().get(name.value, {})
+    defaults = optimizer_param_defaults(name)
 
     def value(key: str) -> Any:
         v = getattr(optimizer_config, key, None)

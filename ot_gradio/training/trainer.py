@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ..config.io import config_to_dict
 from ..config.schema import TrainConfig
 from .backup import Counters, latest_backup, read_backup, set_rng_state, write_backup
 from .device import Precision, resolve_device, weight_dtype
@@ -68,7 +69,7 @@ class Trainer:
 
     # --- setup ------------------------------------------------------------------------------
     def setup(self) -> None:
-        from ..data import build_dataset  # noqa: PLC0415
+        from ..data import LatentCache, build_dataset  # noqa: PLC0415
         from ..models.registry import get_family  # noqa: PLC0415
 
         cfg = self.config
@@ -95,25 +96,34 @@ class Trainer:
         self.param_groups = self.method.setup(self.model, cfg, self.device)
         if not any(p.requires_grad for g in self.param_groups for p in g["params"]):
             raise TrainingError("nothing to train: enable training for the UNet or the text encoder")
+        self.text_encoder_trains = any(
+            g["name"] == "text_encoder" and any(p.requires_grad for p in g["params"]) for g in self.param_groups
+        )
         if cfg.unet.gradient_checkpointing:
             self.model.unet.enable_gradient_checkpointing()
 
         self.report.status("caching", "scanning concepts and caching latents")
+        if cfg.latent_caching and cfg.clear_cache_before_training:
+            LatentCache(cfg.cache_dir, self.model.vae_id).clear()
         self.dataset = build_dataset(
-            cfg,
-            encode_fn=self.model.encode_images,
+            cfg.concepts,
+            cfg.resolution,
+            cfg.batch_size,
+            aspect_ratio_bucketing=cfg.aspect_ratio_bucketing,
+            latent_caching=cfg.latent_caching,
+            cache_dir=cfg.cache_dir,
             vae_id=self.model.vae_id,
+            seed=cfg.seed,
+            encode_fn=self.model.encode_images,
             progress=lambda done, total: self.report.progress(phase="caching", done=done, total=total),
-            warn=self.report.warning,
         )
+        for warning in self.dataset.warnings:
+            self.report.warning(warning)
         self.steps_per_epoch = self.dataset.steps_per_epoch
-        if self.steps_per_epoch == 0:
-            raise TrainingError(
-                f"no batch can be formed: every aspect bucket has fewer than batch_size={cfg.batch_size} images; "
-                "lower the batch size or add images"
-            )
-        self.optimizer_steps_per_epoch = max(1, math.ceil(self.steps_per_epoch / cfg.gradient_accumulation_steps))
-        self.total_steps = self.optimizer_steps_per_epoch * cfg.epochs
+        accum = cfg.gradient_accumulation_steps
+        self.total_steps = sum(
+            max(1, math.ceil(self.dataset.steps_in_epoch(e) / accum)) for e in range(cfg.epochs)
+        )
 
         self.optimizer = create_optimizer(self.param_groups, cfg.optimizer, self.device)
         self.scheduler = create_scheduler(
@@ -207,7 +217,7 @@ class Trainer:
         noisy = model.noise_scheduler.add_noise(latents, noise.to(self.device), timesteps)
         input_ids = model.tokenize(batch.captions).to(self.device)
         with self.precision.autocast():
-            if model.text_encoder_trains:
+            if self.text_encoder_trains:
                 hidden = model.encode_prompt(input_ids)
             else:
                 with torch.no_grad():
@@ -371,7 +381,7 @@ class Trainer:
             self.paths.backup,
             self.method.trainable_state(self.model),
             state,
-            self.config.model_dump(mode="json"),
+            config_to_dict(self.config),
             self.counters,
             keep=keep,
         )

@@ -16,7 +16,7 @@ from ..runner.supervisor import RunState, Supervisor
 
 
 def _load_config_dict(preset: str, config_file: str) -> dict:
-    from ..config.io import load_config  # noqa: PLC0415
+    from ..config.io import config_to_dict, load_config  # noqa: PLC0415
 
     if config_file.strip():
         path = Path(config_file.strip())
@@ -27,7 +27,7 @@ def _load_config_dict(preset: str, config_file: str) -> dict:
         if path is None:
             raise gr.Error(f"Preset: {preset} not found")
     loaded = load_config(json.loads(path.read_text(encoding="utf-8")), base_dir=path.parent, source=str(path))
-    return loaded.config.model_dump(mode="json")
+    return config_to_dict(loaded.config)
 
 
 def _render(state: RunState | None) -> tuple[str, list, str, str]:
