@@ -7,6 +7,10 @@ tests go through the real loading code. Nothing is downloaded.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import NamedTuple
+
 import torch
 
 
@@ -39,7 +43,8 @@ def tiny_clip_tokenizer(model_max_length: int = 77):
     return CLIPTokenizer(vocab=vocab, merges=[], model_max_length=model_max_length)
 
 
-def tiny_clip_text_model(vocab_size: int, hidden: int = 32, seed: int = 0):
+def tiny_clip_text_model(vocab_size: int, hidden: int = 32, seed: int = 0, hidden_act: str = "quick_gelu"):
+    """OpenAI CLIP (SD 1.x) uses quick_gelu; OpenCLIP (SD 2.x) uses gelu."""
     from transformers import CLIPTextConfig, CLIPTextModel
 
     torch.manual_seed(seed)
@@ -50,7 +55,7 @@ def tiny_clip_text_model(vocab_size: int, hidden: int = 32, seed: int = 0):
         num_hidden_layers=2,
         num_attention_heads=2,
         max_position_embeddings=77,
-        hidden_act="quick_gelu",
+        hidden_act=hidden_act,
         bos_token_id=vocab_size - 2,
         eos_token_id=vocab_size - 1,
         pad_token_id=vocab_size - 1,
@@ -125,3 +130,79 @@ def tiny_sd15_pipeline(seed: int = 0):
     from diffusers import StableDiffusionPipeline
 
     return StableDiffusionPipeline(**tiny_sd15_components(seed), safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+
+
+def tiny_sd2_components(seed: int = 0) -> dict:
+    """SD 2.x's differences at tiny size: an OpenCLIP-style text encoder (gelu), linear
+    projections in the UNet's transformers, per-block head counts and v-prediction."""
+    from diffusers import UNet2DConditionModel
+
+    tokenizer = tiny_clip_tokenizer()
+    text_encoder = tiny_clip_text_model(len(tokenizer), seed=seed, hidden_act="gelu")
+    torch.manual_seed(seed)
+    unet = UNet2DConditionModel(
+        sample_size=8,
+        down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
+        block_out_channels=(16, 16, 32, 32),
+        layers_per_block=2,
+        cross_attention_dim=32,
+        attention_head_dim=(2, 2, 4, 4),
+        use_linear_projection=True,
+        norm_num_groups=8,
+    )
+    scheduler = tiny_sd15_scheduler()
+    scheduler.register_to_config(prediction_type="v_prediction")
+    return {"tokenizer": tokenizer, "text_encoder": text_encoder, "vae": tiny_vae(seed=seed), "unet": unet, "scheduler": scheduler}
+
+
+class TinyModelPaths(NamedTuple):
+    diffusers_dir: Path
+    single_file: Path
+
+
+TINY_SD15_VERSION = 1  # bump when the tiny SD 1.5 changes, so cached copies are rebuilt
+TINY_MODELS = {"tiny:sd15": "sd15"}
+
+
+def save_tiny_sd15(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    """Save the tiny SD 1.5 as a diffusers folder and as an original-layout single file.
+
+    Both are written atomically, so a folder that exists is complete; if both exist they are
+    returned as they are (a cache, not rebuilt).
+    """
+    from ot_gradio.models.common import atomic_write_dir
+    from ot_gradio.models.sd_single_file import save_original_single_file
+
+    root = Path(root)
+    paths = TinyModelPaths(root / "diffusers", root / "sd15.safetensors")
+    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
+        return paths
+    pipe = tiny_sd15_pipeline(seed)
+    if not (paths.diffusers_dir / "model_index.json").is_file():
+        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
+    if not paths.single_file.is_file():
+        save_original_single_file(
+            paths.single_file, pipe.unet, pipe.vae, pipe.text_encoder, metadata={"ot_gradio.tiny": "sd15"}
+        )
+    return paths
+
+
+def tiny_cache_dir() -> Path:
+    """Where tiny models for the offline demo live: $OT_GRADIO_TINY_DIR, else the user's cache."""
+    if os.environ.get("OT_GRADIO_TINY_DIR"):
+        return Path(os.environ["OT_GRADIO_TINY_DIR"]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "ot_gradio" / "tiny"
+
+
+def is_tiny(name: str) -> bool:
+    return str(name).startswith("tiny:")
+
+
+def resolve_tiny(name: str) -> TinyModelPaths:
+    """The saved files of a tiny model named like `tiny:sd15`, built on first use."""
+    if name not in TINY_MODELS:
+        raise ValueError(f"Unknown tiny model '{name}'; known: {', '.join(TINY_MODELS)}.")
+    folder = tiny_cache_dir() / f"{TINY_MODELS[name]}-v{TINY_SD15_VERSION}"
+    return save_tiny_sd15(folder)

@@ -1,0 +1,441 @@
+"""Stable Diffusion 1.5: load, encode, predict, sample, save.
+
+The trainer talks to a loaded `StableDiffusion15` only through these methods and the component
+attributes, so it never needs to know which family it trains.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
+from ot_gradio.models.common import ModelLoadError, atomic_write_dir, cast_state_dict, torch_dtype
+from ot_gradio.models.registry import register_family
+from ot_gradio.models.sd_single_file import save_original_single_file
+from ot_gradio.models.tiny import is_tiny, resolve_tiny
+
+SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+PARTS = ("unet", "text_encoder", "vae")
+
+# sampler -> (diffusers scheduler class name, overrides of the model's scheduler config)
+SAMPLERS: dict[NoiseScheduler, tuple[str, dict]] = {
+    NoiseScheduler.DDIM: ("DDIMScheduler", {"clip_sample": False}),
+    NoiseScheduler.EULER: ("EulerDiscreteScheduler", {"use_karras_sigmas": False}),
+    NoiseScheduler.EULER_A: ("EulerAncestralDiscreteScheduler", {}),
+    NoiseScheduler.DPMPP: ("DPMSolverMultistepScheduler", {"algorithm_type": "dpmsolver++", "use_karras_sigmas": False}),
+    NoiseScheduler.DPMPP_SDE: ("DPMSolverMultistepScheduler", {"algorithm_type": "sde-dpmsolver++", "use_karras_sigmas": False}),
+    NoiseScheduler.UNIPC: ("UniPCMultistepScheduler", {"use_karras_sigmas": False}),
+    NoiseScheduler.EULER_KARRAS: ("EulerDiscreteScheduler", {"use_karras_sigmas": True}),
+    NoiseScheduler.DPMPP_KARRAS: ("DPMSolverMultistepScheduler", {"algorithm_type": "dpmsolver++", "use_karras_sigmas": True}),
+    NoiseScheduler.DPMPP_SDE_KARRAS: ("DPMSolverMultistepScheduler", {"algorithm_type": "sde-dpmsolver++", "use_karras_sigmas": True}),
+    NoiseScheduler.UNIPC_KARRAS: ("UniPCMultistepScheduler", {"use_karras_sigmas": True}),
+}
+
+
+def make_sampling_scheduler(sampler: NoiseScheduler | str, scheduler_config: Mapping):
+    """A diffusers scheduler for `sampler` with the model's betas and timestep settings.
+
+    DPM++ SDE is the SDE variant of the multistep solver (as in OneTrainer), which needs no
+    torchsde.
+    """
+    import diffusers
+
+    class_name, overrides = SAMPLERS[NoiseScheduler(sampler)]
+    return getattr(diffusers, class_name).from_config(dict(scheduler_config), **overrides)
+
+
+def _module_dtype(module: torch.nn.Module) -> torch.dtype:
+    return next(module.parameters()).dtype
+
+
+def _module_device(module: torch.nn.Module) -> torch.device:
+    return next(module.parameters()).device
+
+
+def _base_module(module: torch.nn.Module) -> torch.nn.Module:
+    """The model under a peft `PeftModel` wrapper (injected LoRA layers stay in it)."""
+    return module.get_base_model() if hasattr(module, "get_base_model") else module
+
+
+def _plain_state_dict(module: torch.nn.Module, name: str) -> dict[str, torch.Tensor]:
+    state_dict = _base_module(module).state_dict()
+    if any(".base_layer." in k or ".lora_" in k for k in state_dict):
+        raise ValueError(f"The {name} still has LoRA layers in it; merge or remove them before saving the full model.")
+    return state_dict
+
+
+@register_family(ModelType.STABLE_DIFFUSION_15)
+class StableDiffusion15:
+    model_type = ModelType.STABLE_DIFFUSION_15
+    native_resolution = 512
+    # where the configs of a single file come from when no local diffusers folder is given
+    default_config_repo = "stable-diffusion-v1-5/stable-diffusion-v1-5"
+
+    def __init__(self, tokenizer, text_encoder, vae, unet, scheduler):
+        from diffusers import DDPMScheduler
+
+        self.tokenizer = tokenizer
+        self.text_encoder = text_encoder
+        self.vae = vae
+        self.unet = unet
+        # the scheduler the model ships with; samplers are built from its config
+        self.scheduler = scheduler
+        self.noise_scheduler = DDPMScheduler.from_config(scheduler.config)
+
+    # ---------------------------------------------------------------- loading
+
+    @classmethod
+    def load(
+        cls,
+        name: str,
+        *,
+        cache_dir: str | None = None,
+        offline: bool = False,
+        token: str | None = None,
+        dtypes: Mapping[str, torch.dtype] | None = None,
+        config_dir: str | None = None,
+    ) -> StableDiffusion15:
+        """Load from a hub id, a local diffusers folder, a `.safetensors`/`.ckpt` single file or `tiny:sd15`.
+
+        Weights load on the CPU and are then cast per part (`dtypes` keys: unet, text_encoder,
+        vae; a part not named gets float32, whatever dtype its files hold). A single file takes its component configs from `config_dir` (a local
+        diffusers folder of the same architecture) or else from the SD 1.5 hub repo.
+        """
+        pipe = cls._load_pipeline(
+            str(name or "").strip(), cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir
+        )
+        model = cls(pipe.tokenizer, pipe.text_encoder, pipe.vae, pipe.unet, pipe.scheduler)
+        dtypes = dict(dtypes or {})
+        unknown = set(dtypes) - set(PARTS)
+        if unknown:
+            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(PARTS)}.")
+        for part in PARTS:
+            getattr(model, part).to(dtype=torch_dtype(dtypes.get(part)))
+        return model
+
+    @classmethod
+    def _load_pipeline(cls, name: str, *, cache_dir, offline, token, config_dir):
+        from diffusers import StableDiffusionPipeline
+
+        if not name:
+            raise ModelLoadError("No base model given. Enter a Hugging Face id, a diffusers folder or a .safetensors file.")
+        no_safety = {"safety_checker": None, "requires_safety_checker": False}
+        if is_tiny(name):
+            try:
+                folder = resolve_tiny(name).diffusers_dir
+            except ValueError as e:
+                raise ModelLoadError(str(e)) from e
+            return StableDiffusionPipeline.from_pretrained(folder, local_files_only=True, **no_safety)
+
+        path = Path(name).expanduser()
+        if path.is_dir():
+            if not (path / "model_index.json").is_file():
+                raise ModelLoadError(
+                    f"The folder '{name}' is not a diffusers model (it has no model_index.json). "
+                    "Pick the folder that holds model_index.json, or a .safetensors file."
+                )
+            return cls._guarded(
+                name,
+                lambda: StableDiffusionPipeline.from_pretrained(path, local_files_only=True, **no_safety),
+                "The folder looks like a diffusers model but a part failed to load; check that it is a "
+                "complete Stable Diffusion model (unet, vae, text_encoder, tokenizer, scheduler).",
+            )
+
+        if path.is_file():
+            if path.suffix.lower() not in SINGLE_FILE_SUFFIXES:
+                raise ModelLoadError(
+                    f"'{name}' is a file but not a checkpoint; use a .safetensors or .ckpt single file."
+                )
+            return cls._load_single_file(path, cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir)
+
+        looks_local = (
+            path.suffix.lower() in SINGLE_FILE_SUFFIXES
+            or name.startswith(("/", ".", "~", "\\"))
+            or re.match(r"^[A-Za-z]:[\\/]", name) is not None
+            or name.count("/") > 1
+        )
+        if looks_local or not _HUB_ID.fullmatch(name):
+            raise ModelLoadError(
+                f"Base model '{name}' was not found: no such file or folder. Check the path, "
+                "or give a Hugging Face id like 'stable-diffusion-v1-5/stable-diffusion-v1-5'."
+            )
+
+        def from_hub():
+            return StableDiffusionPipeline.from_pretrained(
+                name, cache_dir=cache_dir, token=token, local_files_only=offline, **no_safety
+            )
+
+        hint = (
+            "No local folder has that name and, offline, it is not in the local Hugging Face cache"
+            + (f" ({cache_dir})" if cache_dir else "")
+            + "; turn offline mode off to download it once, or pick a local folder or .safetensors file."
+            if offline
+            else "Check the id, your network and, for gated or private models, the access token."
+        )
+        return cls._guarded(name, from_hub, hint)
+
+    @classmethod
+    def _load_single_file(cls, path: Path, *, cache_dir, offline, token, config_dir):
+        from diffusers import StableDiffusionPipeline
+
+        if config_dir and not (Path(config_dir).expanduser() / "model_index.json").is_file():
+            raise ModelLoadError(
+                f"The config folder '{config_dir}' is not a diffusers model (no model_index.json); "
+                "point it to a diffusers folder of the same model type."
+            )
+        if config_dir:
+            config = str(Path(config_dir).expanduser())
+        elif offline:
+            config = cls._cached_config_repo(cache_dir)
+        else:
+            config = cls.default_config_repo
+
+        def from_file():
+            return StableDiffusionPipeline.from_single_file(
+                str(path),
+                config=config,
+                cache_dir=cache_dir,
+                token=token,
+                local_files_only=offline or bool(config_dir),
+                safety_checker=None,
+                requires_safety_checker=False,
+            )
+
+        hint = (
+            f"The component configs come from '{config_dir}'; check that it matches the checkpoint."
+            if config_dir
+            else f"The component configs come from the hub repo '{cls.default_config_repo}'"
+            + "; check your network, or give a local diffusers folder as the config folder."
+        )
+        return cls._guarded(str(path), from_file, hint)
+
+    @classmethod
+    def _cached_config_repo(cls, cache_dir: str | None) -> str:
+        """The cached snapshot of the default config repo, found without touching the network
+        (diffusers would try to download it even with local_files_only)."""
+        from huggingface_hub import snapshot_download
+
+        try:
+            return snapshot_download(cls.default_config_repo, cache_dir=cache_dir, local_files_only=True)
+        except Exception as e:
+            raise ModelLoadError(
+                f"A single file needs the component configs of a diffusers model, and offline mode is on "
+                f"but '{cls.default_config_repo}' is not in the local Hugging Face cache. Give a local "
+                "diffusers folder of the same model type as the config folder, or turn offline mode off once."
+            ) from e
+
+    @staticmethod
+    def _guarded(name: str, load, hint: str):
+        try:
+            return load()
+        except ModelLoadError:
+            raise
+        except Exception as e:  # diffusers, transformers and the hub raise many kinds
+            detail = str(e).strip().rstrip(".")
+            raise ModelLoadError(f"Could not load base model '{name}'. {hint} (Details: {detail}.)") from e
+
+    # ---------------------------------------------------------------- parts
+
+    @property
+    def parts(self) -> dict[str, torch.nn.Module]:
+        return {part: getattr(self, part) for part in PARTS}
+
+    def to(self, device: torch.device | str) -> StableDiffusion15:
+        for module in self.parts.values():
+            module.to(device)
+        return self
+
+    @property
+    def prediction_type(self) -> str:
+        return self.noise_scheduler.config.prediction_type
+
+    # ---------------------------------------------------------------- training
+
+    def tokenize(self, prompts: str | Sequence[str]) -> torch.Tensor:
+        """Token ids padded and truncated to the text encoder's window (77 for CLIP)."""
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        return self.tokenizer(
+            list(prompts),
+            padding="max_length",
+            max_length=self.tokenizer.model_max_length,
+            truncation=True,
+            return_tensors="pt",
+        ).input_ids
+
+    def encode_prompt(self, input_ids: torch.Tensor, layer_skip: int = 0) -> torch.Tensor:
+        """Text encoder hidden states (B, tokens, width). Gradients flow when the encoder trains.
+
+        `layer_skip` > 0 is "clip skip": the output of an earlier layer, final layer norm applied.
+        """
+        input_ids = input_ids.to(_module_device(self.text_encoder))
+        if layer_skip <= 0:
+            return self.text_encoder(input_ids)[0]
+        out = self.text_encoder(input_ids, output_hidden_states=True)
+        hidden = out.hidden_states[-(layer_skip + 1)]
+        base = _base_module(self.text_encoder)
+        final_norm = getattr(base, "final_layer_norm", None) or base.text_model.final_layer_norm
+        return final_norm(hidden)
+
+    @property
+    def vae_scale_factor(self) -> int:
+        """Pixels per latent along each side (8 for SD)."""
+        return 2 ** (len(self.vae.config.block_out_channels) - 1)
+
+    @torch.no_grad()
+    def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Latents for pixels in [-1, 1] (B, 3, H, W), scaled by the VAE's scaling factor.
+
+        Draws a sample from the VAE's latent distribution by default, as OneTrainer does (a
+        little noise that acts as augmentation); `sample=False` takes its mean (deterministic).
+        """
+        dist = self.vae.encode(pixels.to(_module_device(self.vae), _module_dtype(self.vae))).latent_dist
+        latents = dist.sample(generator) if sample else dist.mean
+        shift = getattr(self.vae.config, "shift_factor", None) or 0.0
+        return (latents - shift) * self.vae.config.scaling_factor
+
+    @torch.no_grad()
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Pixels in [-1, 1] for scaled latents (the inverse of `encode_images`)."""
+        shift = getattr(self.vae.config, "shift_factor", None) or 0.0
+        latents = latents / self.vae.config.scaling_factor + shift
+        return self.vae.decode(latents.to(_module_device(self.vae), _module_dtype(self.vae))).sample
+
+    def add_noise(self, latents: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
+        return self.noise_scheduler.add_noise(latents, noise, timesteps)
+
+    def predict(self, noisy_latents: torch.Tensor, timesteps: torch.Tensor, encoder_hidden_states: torch.Tensor) -> torch.Tensor:
+        """The UNet's output (noise or velocity, see `prediction_type`) in the UNet's dtype."""
+        device, dtype = _module_device(self.unet), _module_dtype(self.unet)
+        return self.unet(
+            noisy_latents.to(device, dtype),
+            timesteps.to(device),
+            encoder_hidden_states.to(device, dtype),
+        ).sample
+
+    def prediction_target(self, latents: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
+        """What `predict` should output for these inputs, per the scheduler's prediction type."""
+        kind = self.prediction_type
+        if kind == "epsilon":
+            return noise
+        if kind == "v_prediction":
+            return self.noise_scheduler.get_velocity(latents, noise, timesteps)
+        if kind == "sample":
+            return latents
+        raise ValueError(f"Unknown prediction type '{kind}' in the model's scheduler config.")
+
+    # ---------------------------------------------------------------- sampling
+
+    def pipeline(self, sampler: NoiseScheduler | str | None = None):
+        """A diffusers pipeline sharing this model's (possibly LoRA-wrapped) components, with
+        the given sampler or else the model's own scheduler."""
+        from diffusers import StableDiffusionPipeline
+
+        scheduler = self.scheduler if sampler is None else make_sampling_scheduler(sampler, self.scheduler.config)
+        pipe = StableDiffusionPipeline(
+            vae=_base_module(self.vae),
+            text_encoder=_base_module(self.text_encoder),
+            tokenizer=self.tokenizer,
+            unet=_base_module(self.unet),
+            scheduler=scheduler,
+            safety_checker=None,
+            feature_extractor=None,
+            requires_safety_checker=False,
+        )
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+    def sample(
+        self,
+        prompt: str,
+        negative_prompt: str = "",
+        height: int = 512,
+        width: int = 512,
+        steps: int = 20,
+        cfg_scale: float = 7.0,
+        seed: int = 0,
+        sampler: NoiseScheduler | str = NoiseScheduler.DDIM,
+        device: torch.device | str | None = None,
+    ):
+        """One image (PIL) of exactly `width` x `height`.
+
+        Runs in eval mode and restores each part's train mode and device afterwards. The size is
+        rounded up to the VAE's multiple of 8 and the image resized back if needed.
+        """
+        step = self.vae_scale_factor
+        gen_h, gen_w = -(-int(height) // step) * step, -(-int(width) // step) * step
+        modules = self.parts
+        was_training = {name: m.training for name, m in modules.items()}
+        devices = {name: _module_device(m) for name, m in modules.items()}
+        target = torch.device(device) if device is not None else devices["unet"]
+        try:
+            for m in modules.values():
+                m.eval()
+                m.to(target)
+            generator = torch.Generator(device="cpu").manual_seed(int(seed))
+            with torch.no_grad():
+                image = self.pipeline(sampler)(
+                    prompt=prompt,
+                    negative_prompt=negative_prompt or None,
+                    height=gen_h,
+                    width=gen_w,
+                    num_inference_steps=int(steps),
+                    guidance_scale=float(cfg_scale),
+                    generator=generator,
+                    output_type="pil",
+                ).images[0]
+        finally:
+            for name, m in modules.items():
+                m.to(devices[name])
+                m.train(was_training[name])
+        if image.size != (int(width), int(height)):
+            image = image.resize((int(width), int(height)))
+        return image
+
+    # ---------------------------------------------------------------- saving
+
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+        """An original-layout `.safetensors` checkpoint (A1111, ComfyUI, `from_single_file`), atomically."""
+        for name, module in self.parts.items():
+            _plain_state_dict(module, name)
+        return save_original_single_file(
+            path,
+            _base_module(self.unet),
+            _base_module(self.vae),
+            _base_module(self.text_encoder),
+            dtype=dtype,
+            metadata={"modelspec.architecture": "stable-diffusion-v1", "ot_gradio.model_type": self.model_type.value},
+        )
+
+    def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+        """A diffusers folder, written to a temp folder next to `directory` and then swapped in.
+
+        Weights are cast copy by copy, so the live model keeps its own dtype.
+        """
+        from safetensors.torch import save_file
+
+        dt = torch_dtype(dtype)
+        state = {name: cast_state_dict(_plain_state_dict(m, name), dt) for name, m in self.parts.items()}
+
+        def write(tmp: Path) -> None:
+            for name in ("unet", "vae"):
+                (tmp / name).mkdir()
+                _base_module(getattr(self, name)).save_config(tmp / name)
+                save_file(state[name], str(tmp / name / "diffusion_pytorch_model.safetensors"), metadata={"format": "pt"})
+            text_encoder = _base_module(self.text_encoder)
+            config = copy.deepcopy(text_encoder.config)
+            config.dtype = str(dt).removeprefix("torch.")
+            config.save_pretrained(tmp / "text_encoder")
+            save_file(state["text_encoder"], str(tmp / "text_encoder" / "model.safetensors"), metadata={"format": "pt"})
+            self.tokenizer.save_pretrained(tmp / "tokenizer")
+            self.scheduler.save_pretrained(tmp / "scheduler")
+            self.pipeline().save_config(tmp)
+
+        return atomic_write_dir(directory, write)

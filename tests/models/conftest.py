@@ -1,0 +1,66 @@
+"""Tiny models saved once per test session, in the layouts real models use."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread():
+    """Tiny models are dominated by thread start-up and contention; one thread is several times faster."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    """$OT_GRADIO_TINY_DIR for the session, so `tiny:sd15` never touches the user's cache."""
+    root = tmp_path_factory.mktemp("tiny-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OT_GRADIO_TINY_DIR", str(root))
+        yield root
+
+
+@pytest.fixture(scope="session")
+def tiny_sd15_paths(tiny_dir):
+    from ot_gradio.models.tiny import resolve_tiny
+
+    return resolve_tiny("tiny:sd15")
+
+
+@pytest.fixture(scope="session")
+def sd15(tiny_sd15_paths):
+    """One loaded tiny SD 1.5 for tests that do not change its weights."""
+    from ot_gradio.models.sd15 import StableDiffusion15
+
+    return StableDiffusion15.load(str(tiny_sd15_paths.diffusers_dir), offline=True)
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def library_warnings():
+    """Warnings that diffusers and transformers log (they do not propagate to pytest's caplog)."""
+    handler = _Collect()
+    loggers = [logging.getLogger(name) for name in ("diffusers", "transformers")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    yield handler.messages
+    for logger in loggers:
+        logger.removeHandler(handler)
