@@ -285,6 +285,22 @@ class StableDiffusion15:
         return final_norm(hidden)
 
     @property
+    def vae_id(self) -> str:
+        """Identity of the VAE for the latent cache: its config and a fingerprint of its weights,
+        so a different VAE (or one with other weights under the same name) never reuses latents."""
+        if getattr(self, "_vae_id", None) is None:
+            import hashlib
+            import json
+
+            h = hashlib.sha256(json.dumps(dict(self.vae.config), sort_keys=True, default=str).encode())
+            with torch.no_grad():
+                for name, tensor in sorted(_base_module(self.vae).state_dict().items()):
+                    h.update(name.encode())
+                    h.update(tensor.detach().flatten()[:256].float().cpu().numpy().tobytes())
+            self._vae_id = "sd-vae-" + h.hexdigest()[:20]
+        return self._vae_id
+
+    @property
     def vae_scale_factor(self) -> int:
         """Pixels per latent along each side (8 for SD)."""
         return 2 ** (len(self.vae.config.block_out_channels) - 1)

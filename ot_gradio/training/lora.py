@@ -1,0 +1,253 @@
+"""LoRA adapters (peft) on the SD 1.x UNet and CLIP text encoder, with OneTrainer's layer presets.
+
+The adapters are peft `LoraLayer`s, so scale = alpha / rank exactly as in kohya files and in
+OneTrainer (default rank 16, alpha 1.0). `lora_format.py` writes and reads them as files.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+ADAPTER_NAME = "default"
+LORA_KINDS = ("unet", "text_encoder")
+
+# OneTrainer's presets are substrings of module paths (BaseStableDiffusionSetup.LAYER_PRESETS);
+# "attentions" takes the whole Transformer2D block: proj_in/out, attn1, attn2 and ff.
+# An empty list means every layer of the target types.
+LAYER_PRESETS: dict[str, dict[str, list[str]]] = {
+    "unet": {"full": [], "attn-mlp": ["attentions"], "attn-only": ["attn"]},
+    "text_encoder": {"full": [], "attn-mlp": ["self_attn", "mlp"], "attn-only": ["self_attn"]},
+}
+PRESET_NAMES = ("full", "attn-mlp", "attn-only", "custom")
+
+_TARGET_TYPES: dict[str, tuple[type[nn.Module], ...]] = {
+    "unet": (nn.Linear, nn.Conv2d),
+    "text_encoder": (nn.Linear,),
+}
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in LORA_KINDS:
+        raise ValueError(f"Unknown LoRA target {kind!r}; expected one of {', '.join(LORA_KINDS)}.")
+
+
+def text_model_prefix(module: nn.Module) -> str:
+    """'text_model.' when a CLIP text model is flattened (transformers >= 5.6), else ''.
+
+    Single-file LoRAs, OneTrainer filters and older diffusers name CLIP layers
+    `text_model.encoder.layers.N...`; transformers 5.6+ dropped the wrapper, so we add it back
+    when naming layers to the outside world.
+    """
+    if hasattr(module, "text_model") or not hasattr(module, "encoder"):
+        return ""
+    return "text_model."
+
+
+def public_name(module: nn.Module, kind: str, name: str) -> str:
+    """The module path users and files see (CLIP layers always under `text_model.`)."""
+    return (text_model_prefix(module) if kind == "text_encoder" else "") + name
+
+
+def parse_layer_filter(layer_filter: str, regex: bool = False) -> list[str]:
+    """Comma-separated entries, as OneTrainer splits them; blank entries are dropped (a stray
+    comma must not silently select every layer). Bad regexes raise ValueError."""
+    entries = [e.strip() for e in layer_filter.split(",")]
+    entries = [e for e in entries if e]
+    for e in entries:
+        if not e.isprintable():
+            raise ValueError(f"Layer filter contains non-printable characters: {e!r}")
+        if regex:
+            try:
+                re.compile(e)
+            except re.error as err:
+                raise ValueError(f"Invalid layer filter regex {e!r}: {err}") from err
+    return entries
+
+
+def _entry_matches(entry: str, name: str, regex: bool) -> bool:
+    return re.search(entry, name) is not None if regex else entry in name
+
+
+def select_lora_targets(
+    module: nn.Module,
+    *,
+    kind: str,
+    layer_preset: str,
+    layer_filter: str = "",
+    layer_filter_regex: bool = False,
+) -> list[str]:
+    """Names (as in `module.named_modules()`) of the layers `add_lora` would wrap.
+
+    Matching is done on the public name (`public_name`), so a filter written for OneTrainer or
+    for kohya-style names works whatever the transformers version. Every filter entry must match
+    at least one layer, otherwise ValueError names the entries that matched nothing.
+    """
+    _check_kind(kind)
+    if layer_preset == "custom":
+        entries, regex = parse_layer_filter(layer_filter, layer_filter_regex), layer_filter_regex
+    elif layer_preset in LAYER_PRESETS[kind]:
+        entries, regex = LAYER_PRESETS[kind][layer_preset], False
+    else:
+        raise ValueError(f"Unknown layer preset {layer_preset!r}; expected one of {', '.join(PRESET_NAMES)}.")
+
+    types = _TARGET_TYPES[kind]
+    selected: list[str] = []
+    used: set[str] = set()
+    for name, child in module.named_modules():
+        if not name or not isinstance(child, types) or _is_inside_lora_layer(name):
+            continue
+        if not entries:
+            selected.append(name)
+            continue
+        full = public_name(module, kind, name)
+        hits = [e for e in entries if _entry_matches(e, full, regex)]
+        if hits:
+            used.update(hits)
+            selected.append(name)
+
+    unused = [e for e in entries if e not in used]
+    if unused:
+        what = "regex" if regex else "filter"
+        raise ValueError(
+            f"Layer {what} {', '.join(repr(e) for e in unused)} matched no {kind} layer (e.g. {_example_names(module, kind)})."
+        )
+    if not selected:
+        raise ValueError(f"No {kind} layer to put LoRA on.")
+    return selected
+
+
+def _is_inside_lora_layer(name: str) -> bool:
+    parts = name.split(".")
+    return any(p in ("lora_A", "lora_B", "base_layer", "lora_dropout") for p in parts)
+
+
+def _example_names(module: nn.Module, kind: str) -> str:
+    types = _TARGET_TYPES[kind]
+    names = [public_name(module, kind, n) for n, m in module.named_modules() if n and isinstance(m, types)]
+    picks = names[:: max(1, len(names) // 3)][:3]
+    return ", ".join(picks)
+
+
+def lora_layers(module: nn.Module) -> dict[str, nn.Module]:
+    """The peft LoRA layers of `module`, by module path."""
+    from peft.tuners.lora import LoraLayer
+
+    return {name: child for name, child in module.named_modules() if isinstance(child, LoraLayer) and ADAPTER_NAME in child.lora_A}
+
+
+def has_lora(module: nn.Module) -> bool:
+    return bool(lora_layers(module))
+
+
+def add_lora(
+    module: nn.Module,
+    *,
+    kind: str,
+    rank: int,
+    alpha: float,
+    dropout: float,
+    layer_preset: str,
+    layer_filter: str = "",
+    layer_filter_regex: bool = False,
+    dtype: torch.dtype = torch.float32,
+) -> list[nn.Parameter]:
+    """Wrap the selected layers of `module` with LoRA and freeze everything else.
+
+    Down (A) weights start Kaiming-uniform and up (B) weights at zero, so the model is unchanged
+    until the first step. Returns the trainable LoRA parameters (in `dtype`).
+    """
+    from peft import LoraConfig, inject_adapter_in_model
+
+    if rank < 1:
+        raise ValueError(f"LoRA rank must be at least 1, got {rank}.")
+    if alpha <= 0:
+        raise ValueError(f"LoRA alpha must be positive, got {alpha}.")
+    if not 0 <= dropout < 1:
+        raise ValueError(f"LoRA dropout must be in [0, 1), got {dropout}.")
+    if has_lora(module):
+        raise ValueError(f"The {kind} already has LoRA layers.")
+    targets = select_lora_targets(
+        module, kind=kind, layer_preset=layer_preset, layer_filter=layer_filter, layer_filter_regex=layer_filter_regex
+    )
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, init_lora_weights=True)
+    module.requires_grad_(False)
+    inject_adapter_in_model(config, module, adapter_name=ADAPTER_NAME)
+
+    params: list[nn.Parameter] = []
+    for layer in lora_layers(module).values():
+        for part in (layer.lora_A[ADAPTER_NAME], layer.lora_B[ADAPTER_NAME]):
+            part.to(dtype=dtype)
+            for p in part.parameters():
+                p.requires_grad_(True)
+                params.append(p)
+    return params
+
+
+def lora_rank_alpha(module: nn.Module) -> tuple[int, float]:
+    """The rank and alpha shared by all LoRA layers of `module` (ValueError if they differ)."""
+    layers = lora_layers(module)
+    if not layers:
+        raise ValueError("The module has no LoRA layers.")
+    pairs = {(int(layer.r[ADAPTER_NAME]), float(layer.lora_alpha[ADAPTER_NAME])) for layer in layers.values()}
+    if len(pairs) > 1:
+        raise ValueError(f"LoRA layers have different rank/alpha: {sorted(pairs)}.")
+    return pairs.pop()
+
+
+def lora_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
+    """LoRA weights in peft form: `<module path>.lora_A.weight` / `.lora_B.weight` (detached)."""
+    out: dict[str, torch.Tensor] = {}
+    for name, layer in lora_layers(module).items():
+        out[f"{name}.lora_A.weight"] = layer.lora_A[ADAPTER_NAME].weight.detach()
+        out[f"{name}.lora_B.weight"] = layer.lora_B[ADAPTER_NAME].weight.detach()
+    return out
+
+
+def load_lora_state_dict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], *, kind: str, strict: bool = True) -> None:
+    """Copy peft-form LoRA weights (as `load_lora_file` returns them) into `module`'s LoRA layers.
+
+    Keys may carry CLIP's `text_model.` prefix or not, and module paths written with `_` instead
+    of `.` are matched too. With `strict`, a file layer that has no LoRA layer here, or a LoRA
+    layer the file does not fill, raises ValueError (shape mismatches always do).
+    """
+    _check_kind(kind)
+    layers = lora_layers(module)
+    if not layers:
+        raise ValueError(f"The {kind} has no LoRA layers; call add_lora first.")
+    by_public = {public_name(module, kind, n): n for n in layers}
+    by_public.update({n: n for n in layers})
+    by_flat = {k.replace(".", "_"): n for k, n in by_public.items()}
+
+    pending: dict[str, dict[str, torch.Tensor]] = {}
+    unknown: list[str] = []
+    for key, tensor in state_dict.items():
+        path, sep, which = key.rpartition(".lora_")
+        if not sep or which not in ("A.weight", "B.weight"):
+            unknown.append(key)
+            continue
+        name = by_public.get(path) or by_public.get("text_model." + path) or by_flat.get(path.replace(".", "_"))
+        if name is None:
+            unknown.append(key)
+            continue
+        pending.setdefault(name, {})[which[0]] = tensor
+
+    missing = [n for n in layers if set(pending.get(n, {})) != {"A", "B"}]
+    if strict and (unknown or missing):
+        raise ValueError(
+            f"LoRA weights do not fit the {kind}: {len(unknown)} unknown key(s) {unknown[:3]}, "
+            f"{len(missing)} layer(s) without weights {missing[:3]}."
+        )
+    with torch.no_grad():
+        for name, pair in pending.items():
+            layer = layers[name]
+            for which, tensor in pair.items():
+                target = (layer.lora_A if which == "A" else layer.lora_B)[ADAPTER_NAME].weight
+                if tuple(target.shape) != tuple(tensor.shape):
+                    raise ValueError(
+                        f"LoRA {which} weight of {name} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)} (different rank?)."
+                    )
+                target.copy_(tensor.to(device=target.device, dtype=target.dtype))
