@@ -201,7 +201,7 @@ class TrainConfig(Section):
     cloud: dict[str, Any] = opt(default_factory=lambda: deepcopy(CLOUD_DEFAULTS), label="Cloud", tooltip="OneTrainer's cloud training settings (rent a GPU box and train there). Kept for OneTrainer configs; here, open the page through a share link on the rented box instead.", tab="general", status=P)
 
     peft_type: PeftType = opt(PeftType.LORA, "Adapter type", "LORA, LOHA, LOKR or OFT_2.", tab="lora", status=P)
-    lora_model_name: str = opt("", "Base LoRA", "Continue training an existing LoRA file (kohya or diffusers keys). Blank = a new LoRA.", tab="lora", status=P)
+    lora_model_name: str = opt("", "Base LoRA", "Continue training an existing LoRA file (kohya or diffusers keys). Blank = a new LoRA.", tab="lora")
     lora_rank: int = opt(16, "Rank", "Size of the LoRA matrices. 8/8 (rank/alpha) is good for a person, 16 may be better but less flexible; rank 16 is enough for most purposes.", ge=1, le=1024, tab="lora")
     lora_alpha: float = opt(1.0, "Alpha", "Scales the LoRA output by alpha/rank; keep alpha at or below the rank. alpha = rank means no scaling.", gt=0, tab="lora")
     lora_decompose: bool = opt(False, "DoRA", "Decompose weights into magnitude and direction (DoRA).", tab="lora", status=P)

@@ -75,6 +75,23 @@ def run_worker(run_path: str | Path, echo: Callable[[dict[str, Any]], None] | No
     return code
 
 
+def quiet_libraries() -> None:
+    """Keep library chatter (loading bars, advice about torchvision) out of the log and the
+    terminal; hub download bars stay, users want those."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
+    try:
+        import diffusers.utils.logging as dlog  # noqa: PLC0415
+        import transformers.utils.logging as tlog  # noqa: PLC0415
+
+        dlog.set_verbosity_error()
+        dlog.disable_progress_bar()
+        tlog.set_verbosity_error()
+        tlog.disable_progress_bar()
+    except ImportError:
+        pass
+
+
 def _train(run: RunDir, reporter: EventReporter, noise_fn) -> int:
     from ..config.io import ConfigError, load_config  # noqa: PLC0415
 
@@ -88,8 +105,9 @@ def _train(run: RunDir, reporter: EventReporter, noise_fn) -> int:
         reporter.warning(warning)
     config = loaded.config
 
+    quiet_libraries()
     from ..data.errors import DataError  # noqa: PLC0415
-    from ..models.errors import ModelLoadError  # noqa: PLC0415
+    from ..models.common import ModelLoadError  # noqa: PLC0415
     from ..training.trainer import RunPaths, Trainer, TrainingError  # noqa: PLC0415
 
     workspace = run.path.parent.parent

@@ -73,6 +73,7 @@ class Trainer:
         from ..models.registry import get_family  # noqa: PLC0415
 
         cfg = self.config
+        self._check_concepts()
         seed_everything(cfg.seed)
         self.device, warning = resolve_device(cfg.train_device)
         if warning:
@@ -143,6 +144,17 @@ class Trainer:
             self._tb = SummaryWriter(str(self.paths.tensorboard))
         if cfg.continue_last_backup:
             self._resume()
+
+    def _check_concepts(self) -> None:
+        """Missing folders fail here, before minutes of model loading."""
+        enabled = [c for c in self.config.concepts if c.enabled]
+        if not enabled:
+            raise TrainingError("concepts: there is no enabled concept; add a folder of training images")
+        for i, concept in enumerate(enabled):
+            if not Path(concept.path).is_dir():
+                raise TrainingError(
+                    f"concepts[{i}] '{concept.name or concept.path}': folder {concept.path} does not exist; fix the path"
+                )
 
     def _resume(self) -> None:
         found = latest_backup(self.paths.other_runs)

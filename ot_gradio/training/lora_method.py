@@ -1,0 +1,104 @@
+"""The LORA training method: adapters on the UNet and/or text encoder, saved as a kohya or
+PEFT LoRA file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config.enums import ModelFormat, TrainingMethod
+from ..config.io import config_to_dict
+from .device import output_dtype
+from .lora import add_lora, has_lora, load_lora_state_dict, lora_state_dict
+from .lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
+from .methods import register
+
+PARTS = ("unet", "text_encoder")
+FORMATS = {ModelFormat.KOHYA_LORA: KOHYA, ModelFormat.SAFETENSORS: DIFFUSERS}
+
+
+def lora_file_format(fmt: ModelFormat) -> str:
+    try:
+        return FORMATS[ModelFormat(fmt)]
+    except KeyError:
+        raise ValueError(
+            f"output_model_format: {fmt} is not a LoRA format; use KOHYA_LORA (A1111, ComfyUI, Forge, diffusers) "
+            "or SAFETENSORS (diffusers/PEFT keys)"
+        ) from None
+
+
+@register(TrainingMethod.LORA)
+class LoraMethod:
+    def setup(self, model: Any, config: Any, device: torch.device) -> list[dict[str, Any]]:
+        lora_file_format(config.output_model_format)  # a bad format fails before any training
+        for module in model.parts.values():
+            module.requires_grad_(False)
+        start = None
+        if config.lora_model_name:
+            path = Path(config.lora_model_name)
+            if not path.is_file():
+                raise ValueError(f"lora_model_name: {path} does not exist; give a LoRA .safetensors file or leave it blank")
+            start = load_lora_file(path)
+        rank, alpha = (start.rank, start.alpha) if start else (config.lora_rank, config.lora_alpha)
+        dtype = output_dtype(config.lora_weight_dtype)
+        groups = []
+        for part in PARTS:
+            part_cfg = getattr(config, part)
+            if not part_cfg.train:
+                continue
+            preset = config.layer_filter_preset
+            if part == "text_encoder" and preset == "custom":
+                preset = "full"  # as in OneTrainer, the layer filter selects UNet layers only
+            params = add_lora(
+                getattr(model, part),
+                kind=part,
+                rank=rank,
+                alpha=alpha,
+                dropout=config.dropout_probability,
+                layer_preset=preset,
+                layer_filter=config.layer_filter if part == "unet" else "",
+                layer_filter_regex=config.layer_filter_regex,
+                dtype=dtype,
+            )
+            if start and part in start.parts:
+                load_lora_state_dict(getattr(model, part), start.parts[part], kind=part)
+            getattr(model, part).to(device)
+            lr = part_cfg.learning_rate if part_cfg.learning_rate is not None else config.learning_rate
+            groups.append({"params": params, "lr": lr, "name": part})
+        return groups
+
+    def trainable_state(self, model: Any) -> dict[str, torch.Tensor]:
+        state = {}
+        for part in PARTS:
+            module = getattr(model, part)
+            if has_lora(module):
+                state.update({f"{part}.{k}": v for k, v in lora_state_dict(module).items()})
+        return state
+
+    def load_trainable_state(self, model: Any, state: dict[str, torch.Tensor]) -> None:
+        for part in PARTS:
+            sub = {k[len(part) + 1 :]: v for k, v in state.items() if k.startswith(part + ".")}
+            if sub:
+                load_lora_state_dict(getattr(model, part), sub, kind=part)
+
+    def save(self, model: Any, config: Any, path: Path, metadata: dict[str, str]) -> Path:
+        settings = config_to_dict(config)
+        settings.pop("secrets", None)  # never write tokens into a shared file
+        parts = {p: getattr(model, p) for p in PARTS if has_lora(getattr(model, p))}
+        return save_lora(
+            path,
+            **parts,
+            lora_format=lora_file_format(config.output_model_format),
+            dtype=output_dtype(config.output_dtype),
+            resolution=config.resolution,
+            steps=int(metadata.get("ss_steps", 0)),
+            epoch=int(metadata.get("ss_epoch", 0)),
+            output_name=Path(path).stem,
+            extra_metadata={
+                "ss_base_model_name": config.base_model_name,
+                "ot_gradio_config": json.dumps(settings),
+            },
+        )
