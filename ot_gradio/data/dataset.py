@@ -146,10 +146,12 @@ def build_dataset(
     encode_batch_size: int = 4,
     bucket_step: int | None = None,
     progress: ProgressFn | None = None,
+    clear_cache: bool = False,
 ) -> TrainingDataset:
     """Scan the enabled concepts, fill the latent cache (with ``latent_caching``) and return the
     dataset. ``resolutions`` is a resolution string ("512", "384,448,512") or (h, w) pairs;
-    latents are stored under ``<cache_dir>/latents``; ``progress(done, total)`` reports caching."""
+    latents are stored under ``<cache_dir>/latents``; ``progress(done, total)`` reports caching;
+    ``clear_cache`` empties the cache first (OneTrainer's "clear cache before training")."""
     if batch_size < 1:
         raise DataError(f"batch size must be at least 1, not {batch_size}")
     if latent_caching and (cache_dir is None or encode_fn is None):
@@ -193,5 +195,7 @@ def build_dataset(
             "raise balancing or turn aspect ratio bucketing off"
         )
     if cache is not None:
+        if clear_cache:
+            cache.clear()
         dataset.cache_report = fill_cache(prepared, cache, encode_fn, encode_batch_size, progress)
     return dataset

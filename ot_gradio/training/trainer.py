@@ -69,7 +69,7 @@ class Trainer:
 
     # --- setup ------------------------------------------------------------------------------
     def setup(self) -> None:
-        from ..data import LatentCache, build_dataset  # noqa: PLC0415
+        from ..data import build_dataset  # noqa: PLC0415
         from ..models.registry import get_family  # noqa: PLC0415
 
         cfg = self.config
@@ -104,8 +104,9 @@ class Trainer:
             self.model.unet.enable_gradient_checkpointing()
 
         self.report.status("caching", "scanning concepts and caching latents")
-        if cfg.latent_caching and cfg.clear_cache_before_training:
-            LatentCache(cfg.cache_dir, self.model.vae_id).clear()
+        # Encoding samples the latent distribution with its own generator, so the training noise
+        # does not depend on how much of the cache was already filled.
+        encode_rng = torch.Generator().manual_seed(cfg.seed)
         self.dataset = build_dataset(
             cfg.concepts,
             cfg.resolution,
@@ -115,7 +116,8 @@ class Trainer:
             cache_dir=cfg.cache_dir,
             vae_id=self.model.vae_id,
             seed=cfg.seed,
-            encode_fn=self.model.encode_images,
+            encode_fn=lambda pixels: self.model.encode_images(pixels, generator=encode_rng),
+            clear_cache=cfg.clear_cache_before_training,
             progress=lambda done, total: self.report.progress(phase="caching", done=done, total=total),
         )
         for warning in self.dataset.warnings:
