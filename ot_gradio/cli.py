@@ -37,12 +37,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .config.io import ConfigError  # noqa: PLC0415
 
     try:
-        loaded, _ = _load(args.config, args.set or [])
+        loaded, from_ot = _load(args.config, args.set or [])
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     config = loaded.config
-    for warning in loaded.warnings + check(config):
+    from .training.optimizers import OPTIMIZERS  # noqa: PLC0415
+
+    for warning in _unique(loaded.warnings + check(config, available_optimizers=OPTIMIZERS, include_planned=not from_ot)):
         print(f"warning: {warning}", file=sys.stderr)
 
     from .config.io import config_to_dict  # noqa: PLC0415
@@ -62,6 +64,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         print(f"error: {console.final_message or 'training failed'} (log: {run.log}, events: {run.events})", file=sys.stderr)
     return code
+
+
+def _unique(messages: list[str]) -> list[str]:
+    return list(dict.fromkeys(messages))
 
 
 class _Console:
@@ -113,7 +119,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    for warning in loaded.warnings + check(loaded.config):
+    for warning in loaded.warnings + check(loaded.config, include_planned=not from_ot):
         print(f"warning: {warning}")
     print(f"ok: {'OneTrainer ' if from_ot else ''}config is valid")
     if args.output:

@@ -1,9 +1,29 @@
-"""Shared test setup. Makes the repository importable when pytest is run as `.venv/bin/pytest`
-(not only as `python -m pytest`, which adds the current folder itself)."""
+"""Shared test setup: the repository on sys.path, no network, no telemetry, and one torch
+thread for tiny models (they are dominated by thread start-up and contention)."""
 
+import os
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread():
+    if "torch" not in sys.modules:
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -48,11 +48,12 @@ def _differs(value: Any, default: Any) -> bool:
     return value != default and str(value) != str(default)
 
 
-def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = None) -> list[str]:
+def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = None, include_planned: bool = True) -> list[str]:
     """Everything worth telling the user before they start this config, most important first.
 
     ``available_optimizers``: the optimizers the trainer implements (its registry's keys), when
-    the caller may import the trainer; the config package cannot."""
+    the caller may import the trainer; the config package cannot. ``include_planned=False``
+    leaves out the list of unsupported options (a OneTrainer import already warned about them)."""
     warnings: list[str] = []
     method, model_type = config.training_method, config.model_type
     if model_type not in SUPPORTED_MODEL_TYPES:
@@ -89,7 +90,7 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
         if off:
             warnings.append(f"Sample size far from {model_type.value}'s native resolution {native}x{native} for sample {', '.join(off)}: such samples come out as noise or broken images even when training goes well.")
 
-    changed = planned_changes(config)
+    changed = planned_changes(config) if include_planned else []
     if changed:
         warnings.append("These options are set but the trainer does not support them yet, so they will be ignored: " + ", ".join(changed) + ".")
     return warnings

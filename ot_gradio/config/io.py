@@ -4,15 +4,15 @@ CLI's ``--set key.path=value`` overrides."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import typing
 from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+
+from ot_gradio.fsutil import atomic_write_json
 
 from .fields import nested_section, strip_optional
 from .migrations import MIGRATIONS, migrate
@@ -66,32 +66,9 @@ def config_to_dict(config: TrainConfig) -> dict[str, Any]:
 
 def save_config(config: TrainConfig, path: str | Path) -> Path:
     """Write atomically: a crash mid-write leaves the old file, never a half-written one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = config_to_dict(config)
     data["config_version"] = CONFIG_VERSION
-    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return path
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
-    return path
+    return atomic_write_json(path, data, indent=2, ensure_ascii=False)
 
 
 # --- --set overrides -------------------------------------------------------------------------

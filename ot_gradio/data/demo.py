@@ -8,11 +8,11 @@ cheap and never overwrites a user's edits.
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from pathlib import Path
 
 from PIL import Image, ImageDraw
+
+from ot_gradio.fsutil import atomic_write_bytes
 
 COLOURS = {"red": (220, 40, 40), "green": (40, 170, 70), "blue": (40, 80, 220), "yellow": (235, 200, 30), "purple": (140, 60, 180)}
 
@@ -47,19 +47,6 @@ def _draw(shape: str, colour: str, width: int, height: int) -> Image.Image:
     return img
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def ensure_demo_dataset(folder: str | Path) -> Path:
     """Create the demo images and captions in ``folder`` if missing; return the folder."""
     folder = Path(folder)
@@ -71,9 +58,9 @@ def ensure_demo_dataset(folder: str | Path) -> Path:
         if not image_path.exists():
             buffer = io.BytesIO()
             _draw(shape, colour, width, height).save(buffer, format="PNG")
-            _write_atomic(image_path, buffer.getvalue())
+            atomic_write_bytes(image_path, buffer.getvalue())
         if not caption_path.exists():
-            _write_atomic(caption_path, f"a {colour} {shape} on a white background\n".encode())
+            atomic_write_bytes(caption_path, f"a {colour} {shape} on a white background\n".encode())
     return folder
 
 

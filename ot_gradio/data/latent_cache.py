@@ -14,15 +14,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
+
+from ot_gradio.fsutil import atomic_write_bytes
 
 from .buckets import Size
 from .errors import DataError
@@ -32,6 +32,11 @@ log = logging.getLogger(__name__)
 
 PIXEL_PIPELINE_VERSION = 1
 _KEY = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _is_temp(name: str) -> bool:
+    """A temp file a crashed `put` left: `.<key>.safetensors.*.tmp` (older versions: `.tmp-*`)."""
+    return name.startswith(".tmp-") or (name.startswith(".") and name.endswith(".tmp"))
 
 
 def cache_key(
@@ -120,19 +125,8 @@ class LatentCache:
             return None
 
     def put(self, key: str, tensor: torch.Tensor) -> Path:
-        path = self.path_for(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
         data = st_save({"latent": tensor.detach().to("cpu").contiguous()}, metadata={"vae_id": self.vae_id})
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        path = atomic_write_bytes(self.path_for(key), data)
         self.encodes += 1
         return path
 
@@ -145,7 +139,7 @@ class LatentCache:
             if not (sub.is_dir() and re.fullmatch(r"[0-9a-f]{2}", sub.name)):
                 continue
             for file in sub.iterdir():
-                if (file.suffix == ".safetensors" and _KEY.match(file.stem)) or file.name.startswith(".tmp-"):
+                if (file.suffix == ".safetensors" and _KEY.match(file.stem)) or _is_temp(file.name):
                     file.unlink(missing_ok=True)
                     removed += file.suffix == ".safetensors"
         return removed

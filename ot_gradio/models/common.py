@@ -1,12 +1,8 @@
-"""Small pieces every model family shares: the load error, dtype names and atomic writes."""
+"""Small pieces every model family shares: the load error and dtype names (atomic writes: `ot_gradio.fsutil`)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 
 import torch
 
@@ -47,64 +43,3 @@ def cast_state_dict(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype |
             value = value.to(dtype)
         out[key] = value.cpu().contiguous()
     return out
-
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems cannot fsync directories
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_file(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
-    """Call `write(temp_path)` for a temp file next to `path`, fsync it, then rename it over `path`.
-
-    A crash mid-write leaves only a hidden temp file, never a file that looks complete.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        write(tmp)
-        _fsync_path(tmp)
-        os.replace(tmp, path)
-        _fsync_path(path.parent)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_dir(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
-    """Call `write(temp_dir)` for a temp folder next to `path`, fsync its files, then swap it in.
-
-    An existing folder is moved aside first and removed only after the new one is in place.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    old = None
-    try:
-        write(tmp)
-        for file in tmp.rglob("*"):
-            if file.is_file():
-                _fsync_path(file)
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, old / path.name)
-        os.replace(tmp, path)
-        _fsync_path(path.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and not path.exists():
-            os.replace(old / path.name, path)
-        raise
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    return path

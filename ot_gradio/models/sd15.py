@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
-from ot_gradio.models.common import ModelLoadError, atomic_write_dir, cast_state_dict, torch_dtype
+from ot_gradio.fsutil import atomic_write_dir
+from ot_gradio.models.common import ModelLoadError, cast_state_dict, torch_dtype
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd_single_file import save_original_single_file
 from ot_gradio.models.tiny import is_tiny, resolve_tiny

@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType
-from ot_gradio.models.common import atomic_write_file, cast_state_dict, torch_dtype
+from ot_gradio.fsutil import atomic_write
+from ot_gradio.models.common import cast_state_dict, torch_dtype
 
 UNET_PREFIX = "model.diffusion_model."
 VAE_PREFIX = "first_stage_model."
@@ -271,4 +272,4 @@ def save_original_single_file(
 
     state_dict = to_original_state_dict(unet, vae, text_encoder, dtype)
     meta = {"format": "pt", **(metadata or {})}
-    return atomic_write_file(path, lambda tmp: save_file(state_dict, str(tmp), metadata=meta))
+    return atomic_write(path, lambda tmp: save_file(state_dict, str(tmp), metadata=meta))

@@ -171,7 +171,7 @@ def save_tiny_sd15(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
     Both are written atomically, so a folder that exists is complete; if both exist they are
     returned as they are (a cache, not rebuilt).
     """
-    from ot_gradio.models.common import atomic_write_dir
+    from ot_gradio.fsutil import atomic_write_dir
     from ot_gradio.models.sd_single_file import save_original_single_file
 
     root = Path(root)

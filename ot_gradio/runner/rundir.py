@@ -11,9 +11,12 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+
+from ot_gradio.fsutil import atomic_write_json
 
 CONTROL_REQUESTS = ("stop", "sample", "backup", "save")
 FINAL_STATUSES = ("done", "stopped", "error")
@@ -67,7 +70,7 @@ class RunDir:
     def run_id(self) -> str:
         return self.path.name
 
-    def make(self) -> "RunDir":
+    def make(self) -> RunDir:
         for sub in (self.path, self.control, self.samples, self.backup, self.save, self.tensorboard):
             sub.mkdir(parents=True, exist_ok=True)
         return self
@@ -170,15 +173,4 @@ def list_runs(workspace: str | Path) -> list[RunDir]:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    write_bytes_atomic(path, (json.dumps(data, indent=2, default=str) + "\n").encode("utf-8"))
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic_write_json(path, data, indent=2, default=str)

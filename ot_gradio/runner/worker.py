@@ -9,8 +9,9 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .rundir import EventWriter, RunDir, list_runs
 

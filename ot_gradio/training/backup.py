@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from ot_gradio.fsutil import atomic_write_text, fsync_dir, fsync_file
+
 MARKER = "COMPLETE"
 
 
@@ -50,14 +52,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_backup(
     backup_root: Path,
     trainable: dict[str, torch.Tensor],
@@ -78,13 +72,12 @@ def write_backup(
     torch.save({**state, "counters": counters.as_dict(), "rng": rng_state()}, tmp / "state.pt")
     (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
     for f in tmp.iterdir():
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
+        fsync_file(f)
+    fsync_dir(tmp)
     os.replace(tmp, final)
-    (final / MARKER).write_text(json.dumps(counters.as_dict()))
-    with open(final / MARKER, "rb") as fh:
-        os.fsync(fh.fileno())
-    _fsync_dir(backup_root)
+    fsync_dir(backup_root)
+    # The marker goes last, itself atomically: a folder that has it is complete.
+    atomic_write_text(final / MARKER, json.dumps(counters.as_dict()))
     if keep:
         for old in complete_backups(backup_root)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)

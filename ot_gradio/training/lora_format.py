@@ -9,10 +9,8 @@ with it, the way single-file tools and older diffusers expect.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from ot_gradio.fsutil import atomic_write
 from ot_gradio.training.lora import lora_rank_alpha, lora_state_dict, text_model_prefix
 
 KOHYA = "kohya"
@@ -302,25 +301,7 @@ def _atomic_save_file(tensors: dict[str, torch.Tensor], path: Path, metadata: di
     """Temp file in the same folder, fsync, rename: a crash never leaves a half-written LoRA."""
     from safetensors.torch import save_file
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata=metadata)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    if hasattr(os, "O_DIRECTORY"):
-        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
 
 
 # -- loading --------------------------------------------------------------------------------

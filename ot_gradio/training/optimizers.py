@@ -6,8 +6,9 @@ to build it. The defaults table is config/optimizer_defaults.json (OneTrainer's 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

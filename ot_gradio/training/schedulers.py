@@ -8,7 +8,7 @@ compute the very same curve (`lr_factor` is pure Python, no torch).
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from ..config.enums import LearningRateScheduler as S
 

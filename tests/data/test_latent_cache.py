@@ -44,7 +44,7 @@ def test_put_get_roundtrip_counters_and_atomic(tmp_path):
     latent = torch.randn(4, 8, 8, dtype=torch.float16)
     path = cache.put(key, latent)
     assert path.suffix == ".safetensors" and path.parent.name == key[:2]
-    assert not [p for p in path.parent.iterdir() if p.name.startswith(".tmp-")]
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
     assert torch.equal(cache.get(key), latent) and cache.has(key)
     assert (cache.hits, cache.misses, cache.encodes) == (2, 2, 1)
     assert torch.equal(LatentCache(tmp_path / "cache", "vae-1").load(key), latent)
@@ -66,7 +66,10 @@ def test_clear_removes_only_cache_files(tmp_path):
         cache.put(f"{i:02d}" * 32, torch.zeros(1))
     (tmp_path / "keep.txt").write_text("mine")
     (tmp_path / "00" / "notes.txt").write_text("mine")
+    crashed = tmp_path / "01" / f".{'01' * 32}.safetensors.abc123.tmp"  # left by a crash mid-put
+    crashed.write_bytes(b"half")
     assert cache.clear() == 3
+    assert not crashed.exists()
     assert (tmp_path / "keep.txt").exists() and (tmp_path / "00" / "notes.txt").exists()
 
 

@@ -1,10 +1,5 @@
-import os
 
 import pytest
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 
 @pytest.fixture(scope="session")

@@ -53,3 +53,26 @@ def test_demo_preset_trains_offline_with_a_progress_bar(tmp_path):
     assert "step" in out.stderr and "it/s" in out.stderr or "s/step" in out.stderr
     lora = tmp_path / "workspace" / "demo" / "models" / "demo-lora.safetensors"
     assert lora.exists()
+
+
+def test_validate_imports_a_onetrainer_preset_and_converts_it(tmp_path):
+    preset = ROOT / "tests" / "config" / "data" / "onetrainer-presets" / "sd-1.5-LoRA.json"
+    out = _run(["validate", "--config", str(preset), "--output", str(tmp_path / "ours.json")], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "OneTrainer config is valid" in out.stdout
+    import json
+
+    ours = json.loads((tmp_path / "ours.json").read_text())
+    assert ours["config_version"] >= 1 and ours["output_model_format"] == "KOHYA_LORA"
+    assert ours["unet"]["weight_dtype"] == "FLOAT_16" and ours["layer_filter_preset"] == "attn-mlp"
+
+
+def test_set_overrides_reach_the_config(tmp_path):
+    out = _run(["validate", "--config", "demo", "--set", "epochs=3", "--set", "optimizer.beta2=0.99", "--output", str(tmp_path / "c.json")], tmp_path)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["epochs"] == 3 and data["optimizer"]["beta2"] == 0.99
+    bad = _run(["validate", "--config", "demo", "--set", "no_such.key=1"], tmp_path)
+    assert bad.returncode == 2 and "no_such" in bad.stderr

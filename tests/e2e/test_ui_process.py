@@ -41,3 +41,33 @@ def test_share_without_password_is_refused(tmp_path):
     )
     assert out.returncode == 2
     assert "--auth" in out.stderr
+
+
+def test_app_serves_the_page(tmp_path):
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "app.py", "--port", str(port), "--workspace", str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.time() + 90
+        body = ""
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).read().decode()
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert "ot_gradio" in body or "gradio" in body.lower(), proc.stdout.read().decode()[-2000:] if proc.poll() is not None else "no page"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

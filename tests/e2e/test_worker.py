@@ -60,23 +60,35 @@ def test_worker_trains_and_writes_a_kohya_lora_that_diffusers_loads(lora_config,
     assert abs(after - before).max() > 1e-3  # the trained LoRA changes the image
 
 
-def test_stop_mid_run_leaves_backup_model_and_stopped(lora_config, tmp_path):
-    config = lora_config(epochs=500, samples=[])
-    sup = Supervisor(tmp_path / "ws")
-    run = sup.start(config)
-    deadline = time.time() + 180
+def _wait_for(sup, run, predicate, timeout=180):
+    deadline = time.time() + timeout
     while time.time() < deadline:
         state = sup.state(run)
-        if state.progress.get("global_step", 0) >= 3 or not state.alive:
-            break
+        if predicate(state) or not state.alive:
+            return state
         time.sleep(0.2)
-    assert sup.state(run).alive, run.log_tail()
+    return sup.state(run)
+
+
+def test_control_requests_and_stop_mid_run(lora_config, tmp_path):
+    config = lora_config(epochs=500, samples=[{"prompt": "a blue square", "height": 64, "width": 64, "diffusion_steps": 2}])
+    sup = Supervisor(tmp_path / "ws")
+    run = sup.start(config)
+    assert _wait_for(sup, run, lambda s: s.progress.get("global_step", 0) >= 3).alive, run.log_tail()
+
+    sup.request(run, "sample")
+    sup.request(run, "backup")
+    sup.request(run, "save")
+    state = _wait_for(sup, run, lambda s: s.samples and s.backups and s.saved)
+    assert state.samples and state.backups and state.saved, run.log_tail()
+    assert "-step" in state.saved[0]  # an intermediate save goes to save/, not over the final file
+
     assert sup.stop(run) == "stop requested"
     assert sup.wait(run, timeout=120) == 0, run.log_tail()
     state = sup.state(run)
     assert state.status == "stopped", state
     assert state.progress["global_step"] < state.progress["total_steps"]
     backups = [p for p in RunDir(run.path).backup.iterdir() if (p / "COMPLETE").exists()]
-    assert len(backups) == 1
+    assert len(backups) == 2  # the requested one and the one written at the stop
     assert (tmp_path / "out" / "lora.safetensors").exists()
-    assert state.saved and state.backups
+    assert len(state.samples) == 1  # a stop does not sample

@@ -3,22 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _one_thread():
-    """Tiny models are dominated by thread start-up and contention; one thread is several times faster."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

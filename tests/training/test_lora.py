@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -19,14 +14,6 @@ from ot_gradio.training.lora import (  # noqa: E402
     lora_state_dict,
     select_lora_targets,
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

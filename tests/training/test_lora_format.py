@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import warnings
 from types import SimpleNamespace
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -29,12 +25,6 @@ from ot_gradio.training.lora_format import (  # noqa: E402
 RANK, ALPHA = 4, 1.0  # scale 1/4: a loader that ignored alpha would not match
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _pipeline():
