@@ -7,9 +7,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .enums import LORA_FORMATS, ModelFormat, ModelType, TrainingMethod, native_resolution
+from .enums import LORA_FORMATS, LearningRateScheduler, ModelFormat, ModelType, TrainingMethod, native_resolution
+from .enums import Optimizer as O
 from .fields import PLANNED, field_meta, nested_section
-from .optimizer import OptimizerConfig, optimizer_param_defaults
+from .optimizer import (
+    ADAPTIVE_LR,
+    SCHEDULE_FREE,
+    OptimizerConfig,
+    optimizer_ignored,
+    optimizer_param_defaults,
+    optimizer_problems,
+)
 from .schema import TrainConfig
 from .validation import join_path
 
@@ -90,7 +98,98 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
         if off:
             warnings.append(f"Sample size far from {model_type.value}'s native resolution {native}x{native} for sample {', '.join(off)}: such samples come out as noise or broken images even when training goes well.")
 
+    warnings += optimizer_warnings(config)
     changed = planned_changes(config) if include_planned else []
     if changed:
         warnings.append("These options are set but the trainer does not support them yet, so they will be ignored: " + ", ".join(changed) + ".")
     return warnings
+
+
+PRODIGY_FAMILY = frozenset({O.PRODIGY, O.PRODIGY_ADV, O.PRODIGY_PLUS_SCHEDULE_FREE})
+OPTIMIZERS_PAGE_LR = ('the optimizers page: "Learning Rate should be 1 and must be the same for both text encoders and unet. '
+                      'Otherwise, the lora will do nothing."')
+
+
+def _trained_parts(config: TrainConfig) -> list[str]:
+    name = config.model_type.value
+    if "XL" in name:
+        parts = ["unet", "text_encoder", "text_encoder_2"]
+    elif name.startswith("STABLE_DIFFUSION_3"):
+        parts = ["transformer", "text_encoder", "text_encoder_2", "text_encoder_3"]
+    elif name.startswith("STABLE_DIFFUSION_"):
+        parts = ["unet", "text_encoder"]
+    elif name in ("WUERSTCHEN_2", "STABLE_CASCADE_1"):
+        parts = ["prior", "text_encoder"]
+    else:
+        parts = ["transformer", "text_encoder", "text_encoder_2"]
+    return [p for p in parts if getattr(config, p).train and getattr(config, p).include]
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}"
+
+
+def optimizer_warnings(config: TrainConfig) -> list[str]:
+    """Optimizer and scheduler settings that run but will not do what the user expects."""
+    out: list[str] = []
+    opt, scheduler = config.optimizer, config.learning_rate_scheduler
+    name = opt.optimizer
+    warmup = config.learning_rate_warmup_steps
+    if name in ADAPTIVE_LR:
+        lrs = {part: getattr(config, part).learning_rate for part in _trained_parts(config)}
+        lrs = {part: config.learning_rate if lr is None else lr for part, lr in lrs.items()}
+        if any(lr != 1 for lr in lrs.values()) or len(set(lrs.values())) > 1:
+            now = ", ".join(f"{part} {_fmt(lr)}" for part, lr in lrs.items()) or f"learning_rate {_fmt(config.learning_rate)}"
+            why = OPTIMIZERS_PAGE_LR if name in PRODIGY_FAMILY else "it multiplies its own estimate by the learning rate"
+            out.append(f"{name.value} finds its own step size, so set every learning rate to 1 (now: {now}); {why} "
+                       "To make it learn faster or slower, change the D coefficient (d_coef) instead.")
+    if warmup > 0 and name not in SCHEDULE_FREE and scheduler != LearningRateScheduler.ADAFACTOR:
+        if scheduler == LearningRateScheduler.REX:
+            out.append(f"Warmup ({_fmt(warmup)}) with the REX scheduler: REX is meant to run with no warmup, from the full "
+                       "learning rate to the end; set warmup steps to 0.")
+        if name in PRODIGY_FAMILY:
+            out.append(f"Warmup ({_fmt(warmup)}) with {name.value}: the optimizers page says \"Consider not using any training "
+                       "level warmup steps as Prodigy has its own warmup method\"; set warmup steps to 0 (or turn on safeguard warmup).")
+    if name in SCHEDULE_FREE and (scheduler != LearningRateScheduler.CONSTANT or warmup > 0):
+        out.append(f"{name.value} is schedule-free: it runs at a constant learning rate with no warmup (as in OneTrainer), "
+                   f"so the {scheduler.value} scheduler and the warmup are ignored.")
+    if name == O.ADAFACTOR and scheduler == LearningRateScheduler.ADAFACTOR and not opt.relative_step:
+        out.append("The ADAFACTOR scheduler goes with adaptive Adafactor (relative step and scale parameter on); with relative "
+                   "step off it keeps the learning rate as set, like CONSTANT.")
+    if opt.fused_back_pass:
+        if "fused_back_pass" not in optimizer_param_defaults(name):
+            out.append(f"Fused back pass is on but {name.value} does not offer it (ADAFACTOR, ADAM, ADAMW, CAME and ADAGRAD_8BIT do); it is ignored.")
+        elif config.clip_grad_norm:
+            out.append(f"Fused back pass steps each weight as soon as its gradient is ready, so the gradients are never all there "
+                       f"to clip: clip grad norm ({_fmt(config.clip_grad_norm)}) is skipped.")
+    out += optimizer_ignored(opt)
+    if config.training_method == TrainingMethod.LORA and config.lora_alpha > config.lora_rank:
+        out.append(f"LoRA alpha {_fmt(config.lora_alpha)} is above the rank {config.lora_rank}: the LoRA output is scaled by "
+                   f"alpha/rank = {_fmt(config.lora_alpha / config.lora_rank)}, which acts like a higher learning rate and can "
+                   "overtrain; keep alpha at or below the rank.")
+    return out
+
+
+def errors(config: TrainConfig) -> list[str]:
+    """Settings the run cannot start with (each naming the field to change); the page refuses to start."""
+    out: list[str] = []
+    opt, scheduler = config.optimizer, config.learning_rate_scheduler
+    name = opt.optimizer
+    if name == O.ADAFACTOR and scheduler != LearningRateScheduler.ADAFACTOR and (opt.relative_step or opt.scale_parameter):
+        on = " and ".join(k for k in ("relative_step", "scale_parameter") if getattr(opt, k))
+        out.append(f"optimizer.{on.split(' ')[0]}: Adafactor with the {scheduler.value} scheduler is the low-memory AdamW mode, "
+                   f"where the optimizers page says scale parameter and relative step are \"Required to be FALSE\"; turn off "
+                   f"{on}, or choose the ADAFACTOR scheduler for the adaptive mode.")
+    if scheduler == LearningRateScheduler.ADAFACTOR and name != O.ADAFACTOR:
+        out.append(f"learning_rate_scheduler: the ADAFACTOR scheduler reads the learning rate from the ADAFACTOR optimizer and "
+                   f"cannot work with {name.value}; choose another scheduler.")
+    if scheduler == LearningRateScheduler.CUSTOM:
+        path = (config.custom_learning_rate_scheduler or "").strip()
+        if "." not in path.strip("."):
+            out.append(f"custom_learning_rate_scheduler: the CUSTOM scheduler needs a class path in the form module.Class "
+                       f"(e.g. torch.optim.lr_scheduler.StepLR), not {path!r}.")
+    if opt.fused_back_pass and "fused_back_pass" in optimizer_param_defaults(name) and config.gradient_accumulation_steps > 1:
+        out.append(f"optimizer.fused_back_pass: it steps the optimizer in every backward pass, so it cannot work with "
+                   f"gradient_accumulation_steps {config.gradient_accumulation_steps}; set accumulation to 1 or turn it off.")
+    out += optimizer_problems(opt)
+    return out

@@ -29,3 +29,13 @@ def epoch_indices(count: int, balancing: float, strategy: object, rng: random.Ra
     if extra:
         out.extend(sorted(rng.sample(range(count), min(extra, count))))
     return out
+
+
+def max_repeats(count: int, balancing: float, strategy: object) -> int:
+    """The most times one image can appear in one epoch under ``epoch_indices``."""
+    if count <= 0 or balancing <= 0:
+        return 0
+    if str(strategy) == "SAMPLES":
+        return -(-int(balancing) // count)
+    whole = int(balancing)
+    return whole + (1 if int((balancing - whole) * count + 0.5) else 0)

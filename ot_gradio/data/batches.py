@@ -11,9 +11,10 @@ from .buckets import Size
 from .errors import DataError
 from .images import load_mask, load_rgb
 from .latent_cache import LatentCache
+from .pixels import mask_tensor, pixels_tensor
 from .planning import PreparedConcept, Sample, Variant
 from .scan import ImageItem
-from .transform import mask_tensor, pixels_tensor, render
+from .transform import render
 
 
 @dataclass
@@ -45,11 +46,13 @@ def render_pixels(item: ImageItem, variant: Variant) -> torch.Tensor:
     except Exception as exc:
         raise DataError(f"image {item.path} could not be read any more: {exc}") from exc
     with img:
-        return pixels_tensor(render(img, variant.crop, variant.bucket, variant.flip))
+        fitted = render(img, variant.crop, variant.bucket, variant.flip, angle=variant.augment.angle)
+        return pixels_tensor(fitted, variant.augment)
 
 
 def render_mask(item: ImageItem, variant: Variant) -> torch.Tensor | None:
-    """The mask cut exactly like its image: its own size is mapped onto the image's."""
+    """The mask cut, mirrored and rotated exactly like its image (its own size is mapped onto the
+    image's); colour changes do not apply to it."""
     if item.mask_path is None:
         return None
     try:
@@ -57,11 +60,13 @@ def render_mask(item: ImageItem, variant: Variant) -> torch.Tensor | None:
     except Exception as exc:
         raise DataError(f"mask {item.mask_path} could not be read any more: {exc}") from exc
     with mask:
-        return mask_tensor(render(mask, variant.crop, variant.bucket, variant.flip, Image.Resampling.BILINEAR))
+        return mask_tensor(render(mask, variant.crop, variant.bucket, variant.flip, Image.Resampling.BILINEAR, variant.augment.angle))
 
 
 def latent_key(cache: LatentCache, item: ImageItem, variant: Variant) -> str:
-    return cache.key(item.path, item.file_size, item.mtime_ns, variant.bucket, variant.crop, variant.flip, variant.resolution)
+    return cache.key(
+        item.path, item.file_size, item.mtime_ns, variant.bucket, variant.crop, variant.flip, variant.resolution, variant.augment
+    )
 
 
 def make_batch(samples: list[Sample], concepts: list[PreparedConcept], cache: LatentCache | None) -> Batch:

@@ -57,9 +57,7 @@ def bucket_sizes(resolution: int | Size, step: int | None = None) -> tuple[Size,
     return _bucket_sizes(size, step)
 
 
-def assign_bucket(
-    width: int, height: int, resolution: int | Size, *, enabled: bool = True, step: int | None = None
-) -> Size:
+def assign_bucket(width: int, height: int, resolution: int | Size, *, enabled: bool = True, step: int | None = None) -> Size:
     """The (height, width) bucket for an image of ``width`` x ``height``: the bucket whose aspect
     ratio is nearest (in log scale, so 2:1 and 1:2 are equally far from square). With bucketing
     off, every image trains at the target size."""

@@ -1,7 +1,8 @@
 """Caption files and the per-epoch caption choice.
 
 A caption file holds one caption per non-empty line; each epoch one line is picked at random, so
-several phrasings of the same image teach the concept without memorising one sentence.
+several phrasings of the same image teach the concept without memorising one sentence. Tag
+dropout, capitalisation and shuffling of the chosen line are in ``tags``.
 """
 
 from __future__ import annotations
@@ -30,28 +31,8 @@ def read_captions(path: Path) -> tuple[tuple[str, ...], str | None]:
     return caption_lines(text), warning
 
 
-def shuffle_tags(caption: str, rng: random.Random, delimiter: str = ",", keep: int = 1) -> str:
-    """Shuffle the tags after the first ``keep`` (the trigger word usually stays first)."""
-    if not delimiter or delimiter not in caption:
-        return caption
-    tags = [t.strip() for t in caption.split(delimiter)]
-    tags = [t for t in tags if t]
-    head, tail = tags[:keep], tags[keep:]
-    rng.shuffle(tail)
-    joiner = delimiter + " " if not delimiter.isspace() else delimiter
-    return joiner.join(head + tail)
-
-
-def pick_caption(captions: tuple[str, ...], rng: random.Random, text_config: object | None = None) -> str:
-    """One caption for one sample of one epoch, with tag shuffling when the concept enables it."""
+def pick_line(captions: tuple[str, ...], rng: random.Random) -> str:
+    """One caption line for one sample of one epoch (augmentation: ``tags.TextAugment``)."""
     if not captions:
         return ""
-    caption = captions[rng.randrange(len(captions))] if len(captions) > 1 else captions[0]
-    if text_config is not None and getattr(text_config, "enable_tag_shuffling", False):
-        caption = shuffle_tags(
-            caption,
-            rng,
-            delimiter=getattr(text_config, "tag_delimiter", ","),
-            keep=int(getattr(text_config, "keep_tags_count", 1)),
-        )
-    return caption
+    return captions[rng.randrange(len(captions))] if len(captions) > 1 else captions[0]

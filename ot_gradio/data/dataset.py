@@ -9,22 +9,19 @@ continues with ``epoch_batches(epoch)[step:]``-style indexing.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.concept import ConceptConfig
-from ..config.resolution import parse_resolutions
 from .batches import Batch, make_batch
 from .buckets import Size
 from .caching import CacheReport, EncodeFn, ProgressFn, fill_cache
 from .errors import DataError
 from .latent_cache import LatentCache
 from .planning import EpochPlan, PreparedConcept, plan_epoch
-from .scan import concept_label, scan_concept
-
-log = logging.getLogger(__name__)
+from .prepare import prepare_concepts
+from .summary import summarize
 
 
 class EpochBatches(Sequence):
@@ -91,45 +88,12 @@ class TrainingDataset:
     def has_masks(self) -> bool:
         return any(c.scan.mask_count for c in self.concepts)
 
-    def summary(self) -> dict:
-        """Plain data for the page and the run report."""
-        plan = self.plan(0)
-        return {
-            "concepts": [
-                {
-                    "name": c.scan.name,
-                    "folder": str(c.scan.folder),
-                    "images": len(c.items),
-                    "skipped": [{"path": str(s.path), "reason": s.reason} for s in c.scan.skipped],
-                    "uncaptioned": len(c.scan.uncaptioned),
-                    "masks": c.scan.mask_count,
-                    "resolutions": [list(r) for r in c.resolutions],
-                }
-                for c in self.concepts
-            ],
-            "samples_per_epoch": plan.sample_count,
-            "steps_per_epoch": len(plan.batches),
-            "dropped_samples": plan.dropped_samples,
-            "dropped_by_bucket": {f"{h}x{w}": n for (h, w), n in sorted(plan.dropped.items())},
-            "cache": None if self.cache_report is None else vars(self.cache_report).copy(),
-            "warnings": list(self.warnings),
-        }
-
-
-def _resolutions(value: str | Sequence[Size]) -> list[Size]:
-    if isinstance(value, str):
-        return parse_resolutions(value)
-    return [(int(h), int(w)) for h, w in value]
-
-
-def _concept_resolutions(concept: object, default: list[Size]) -> list[Size]:
-    image = getattr(concept, "image", None)
-    if image is None or not getattr(image, "enable_resolution_override", False):
-        return default
-    try:
-        return parse_resolutions(getattr(image, "resolution_override", ""))
-    except ValueError as exc:
-        raise DataError(f"Concept '{concept_label(concept)}': resolution override: {exc}") from None
+    def summary(self, batch_size: int | None = None) -> dict:
+        """Plain data for the page and the run report (see ``summary``); ``batch_size`` defaults
+        to the dataset's."""
+        size = self.batch_size if batch_size is None else max(1, int(batch_size))
+        plan = self.plan(0) if size == self.batch_size else plan_epoch(self.concepts, 0, self.seed, size, cached=self.cache is not None)
+        return summarize(self.concepts, plan, size, self.cache_report, self.warnings)
 
 
 def build_dataset(
@@ -156,35 +120,7 @@ def build_dataset(
         raise DataError(f"batch size must be at least 1, not {batch_size}")
     if latent_caching and (cache_dir is None or encode_fn is None):
         raise ValueError("latent caching needs cache_dir and encode_fn")
-    try:
-        default_resolutions = _resolutions(resolutions)
-    except ValueError as exc:
-        raise DataError(f"resolution: {exc}") from None
-
-    warnings: list[str] = []
-    prepared: list[PreparedConcept] = []
-    errors: list[str] = []
-    for concept in concepts:
-        if not getattr(concept, "enabled", True):
-            continue
-        kind = str(getattr(concept, "type", "STANDARD"))
-        if kind != "STANDARD":
-            warnings.append(f"Concept '{concept_label(concept)}' is a {kind} concept, which is not supported yet; it is not trained")
-            log.warning(warnings[-1])
-            continue
-        try:
-            concept_res = _concept_resolutions(concept, default_resolutions)
-            scan = scan_concept(concept)
-        except DataError as exc:
-            errors.append(str(exc))
-            continue
-        warnings.extend(scan.warnings)
-        prepared.append(PreparedConcept(concept, scan, concept_res, aspect_ratio_bucketing, bucket_step))
-    if errors:
-        raise DataError("\n".join(errors))
-    if not prepared:
-        raise DataError("no enabled concept to train on: add a concept folder or enable one")
-
+    prepared, warnings = prepare_concepts(concepts, resolutions, aspect_ratio_bucketing=aspect_ratio_bucketing, bucket_step=bucket_step)
     cache = LatentCache(Path(cache_dir) / "latents", vae_id) if latent_caching else None
     dataset = TrainingDataset(prepared, int(batch_size), int(seed), cache=cache, warnings=warnings)
     first = dataset.plan(0)

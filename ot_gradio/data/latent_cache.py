@@ -1,9 +1,11 @@
 """Latents on disk, keyed by content, so a cached latent is reused across epochs and runs.
 
 The key is a sha256 over everything that changes the latent: the file (absolute path, size,
-mtime), what was cut out of it (resolution, bucket, crop window, flip), the VAE (``vae_id``, from
-the caller) and ``PIXEL_PIPELINE_VERSION`` (bumped when image loading or resizing changes).
-Editing or touching an image changes its key; adding an image adds keys; nothing else moves.
+mtime), what was cut out of it (resolution, bucket, crop window, flip), the rotation and colour
+changes baked into it (only when there are any, so a cache made before augmentation existed stays
+valid), the VAE (``vae_id``, from the caller) and ``PIXEL_PIPELINE_VERSION`` (bumped when image
+loading or resizing changes). Editing or touching an image changes its key; adding an image adds
+keys; changing an augmentation setting changes the keys of the variants it changes.
 
 Files are ``<cache_dir>/<key[:2]>/<key>.safetensors``, written atomically (temp file, fsync,
 rename), so a crash never leaves a file that looks complete.
@@ -24,6 +26,7 @@ from safetensors.torch import save as st_save
 
 from ot_gradio.fsutil import atomic_write_bytes
 
+from .augment import Augment
 from .buckets import Size
 from .errors import DataError
 from .transform import CropBox
@@ -48,6 +51,7 @@ def cache_key(
     flip: bool,
     resolution: Size,
     vae_id: str,
+    augment: Augment | None = None,
 ) -> str:
     payload = {
         "path": str(Path(path).absolute()),
@@ -60,6 +64,8 @@ def cache_key(
         "vae": str(vae_id),
         "pipeline": PIXEL_PIPELINE_VERSION,
     }
+    if augment is not None and not augment.identity:
+        payload["augment"] = augment.key()
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()
 
 
@@ -74,8 +80,18 @@ class LatentCache:
         self.misses = 0
         self.encodes = 0
 
-    def key(self, path: str | Path, file_size: int, mtime_ns: int, bucket: Size, crop: CropBox, flip: bool, resolution: Size) -> str:
-        return cache_key(path, file_size, mtime_ns, bucket, crop, flip, resolution, self.vae_id)
+    def key(
+        self,
+        path: str | Path,
+        file_size: int,
+        mtime_ns: int,
+        bucket: Size,
+        crop: CropBox,
+        flip: bool,
+        resolution: Size,
+        augment: Augment | None = None,
+    ) -> str:
+        return cache_key(path, file_size, mtime_ns, bucket, crop, flip, resolution, self.vae_id, augment)
 
     def path_for(self, key: str) -> Path:
         if not _KEY.match(key):

@@ -1,34 +1,43 @@
-"""Epoch planning: which image, at which size, crop, flip and caption, in which batch.
+"""Epoch planning: which image, at which size, crop, flip, rotation, colour and caption, in which batch.
 
 Planning touches no pixels, so a whole epoch (or every epoch, for the step count) is cheap to plan.
 Per epoch: each concept contributes its balanced samples; each sample gets a random resolution from
 its concept's list; samples are grouped by bucket size (so a batch is uniform), shuffled, cut into
 batches, and the batch order is shuffled. The remainder of a bucket that cannot fill a batch is
-dropped for that epoch (which samples, is random per epoch, so none is dropped for good); the
-plan counts them so the page can show it.
+dropped for that epoch (which samples, is random per epoch, so none is dropped for good unless the
+whole bucket is smaller than a batch); the plan counts them so the page can show it.
+
+Augmentation follows OneTrainer. Without latent caching every epoch draws a fresh crop, flip,
+rotation and colour change. A cached latent cannot be re-augmented, so with caching each image has
+``image_variations`` variants, each a seeded draw of crop, rotation and colour made once at caching
+time (seeded by the concept seed, not the run seed, so a new run reuses the cache); an epoch takes
+one variation per image, each image cycling through all of them in its own seeded order. Random flip is the
+exception: both flip states of every variation are cached, so the flip stays a per-epoch coin toss.
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 
+from .augment import IDENTITY, Augment, AugmentSettings
 from .balancing import epoch_indices
 from .buckets import Size, assign_bucket
-from .captions import pick_caption
+from .captions import pick_line
 from .scan import ConceptScan, ImageItem
-from .seeding import rng_for
+from .seeding import Streams, rng_for
+from .tags import TextAugment
 from .transform import CropBox, choose_crop
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One way an image is fitted to a bucket; the unit the latent cache stores."""
+    """One way an image is fitted to a bucket and augmented; the unit the latent cache stores."""
 
     resolution: Size
     bucket: Size
     crop: CropBox
     flip: bool
+    augment: Augment = IDENTITY
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,13 @@ class PreparedConcept:
     resolutions: list[Size]
     bucketing: bool = True
     bucket_step: int | None = None
+    text: TextAugment = field(default_factory=TextAugment)
+    augment: AugmentSettings = field(init=False, repr=False)
     _buckets: dict[tuple[int, Size], Size] = field(default_factory=dict, repr=False)
+    _memo: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.augment = AugmentSettings.from_config(getattr(self.config, "image", None))
 
     @property
     def items(self) -> list[ImageItem]:
@@ -62,8 +77,16 @@ class PreparedConcept:
     def loss_weight(self) -> float:
         return float(getattr(self.config, "loss_weight", 1.0))
 
+    @property
+    def variations(self) -> int:
+        """Distinct cached variants per image and flip; 1 when nothing random would tell them apart."""
+        if "variations" not in self._memo:
+            random = self._image_option("enable_crop_jitter") or self.augment.random
+            self._memo["variations"] = max(1, int(getattr(self.config, "image_variations", 1))) if random else 1
+        return self._memo["variations"]
+
     def _image_option(self, name: str) -> bool:
-        return bool(getattr(self.config.image, name, False))
+        return bool(getattr(getattr(self.config, "image", None), name, False))
 
     def bucket(self, index: int, resolution: Size) -> Size:
         key = (index, resolution)
@@ -73,42 +96,70 @@ class PreparedConcept:
         return self._buckets[key]
 
     def flips(self) -> tuple[bool, ...]:
-        """Flip states an epoch can use: a fixed flip wins over a random one."""
-        if self._image_option("enable_fixed_flip"):
-            return (True,)
+        """Flip states an epoch can use: a random flip wins over a fixed one, as in OneTrainer."""
         if self._image_option("enable_random_flip"):
             return (False, True)
+        if self._image_option("enable_fixed_flip"):
+            return (True,)
         return (False,)
 
-    def fixed_crop(self, index: int, resolution: Size) -> CropBox:
-        """The crop used with latent caching: a cached latent cannot be re-cropped, so the window
-        is fixed per image and resolution, seeded by the concept seed (not the run seed, so a new
-        run seed reuses the cache)."""
-        item = self.items[index]
-        bucket = self.bucket(index, resolution)
-        rng = rng_for("crop", self.seed, item.relpath, resolution) if self._image_option("enable_crop_jitter") else None
-        return choose_crop(item.width, item.height, bucket, rng)
+    def cached_crop(self, index: int, resolution: Size, variation: int = 0) -> CropBox:
+        """The crop of one cached variation (variation 0 keeps the key older caches used)."""
+        key = ("crop", index, resolution, variation)
+        if key not in self._memo:
+            item = self.items[index]
+            rng = None
+            if self._image_option("enable_crop_jitter"):
+                parts = (self.seed, item.relpath, resolution) + ((variation,) if variation else ())
+                rng = rng_for("crop", *parts)
+            self._memo[key] = choose_crop(item.width, item.height, self.bucket(index, resolution), rng)
+        return self._memo[key]
+
+    def cached_augment(self, index: int, variation: int) -> Augment:
+        key = ("augment", index, variation)
+        if key not in self._memo:
+            self._memo[key] = self.augment.draw(rng_for("augment", self.seed, self.items[index].relpath, variation))
+        return self._memo[key]
+
+    def variation(self, index: int, epoch: int, run_seed: int) -> int:
+        """The cached variation an epoch uses: each image walks its own seeded order of all
+        variations, one per epoch, so every variation is used once per ``variations`` epochs."""
+        count = self.variations
+        if count == 1:
+            return 0
+        key = ("order", index, run_seed)
+        if key not in self._memo:
+            order = list(range(count))
+            rng_for("variation", run_seed, self.seed, self.items[index].relpath).shuffle(order)
+            self._memo[key] = order
+        return self._memo[key][epoch % count]
 
     def cached_variants(self, index: int) -> list[Variant]:
         """Every variant of one image any epoch can ask for with latent caching on."""
-        out = []
+        out: dict[Variant, None] = {}
         for resolution in self.resolutions:
-            crop = self.fixed_crop(index, resolution)
             bucket = self.bucket(index, resolution)
-            out.extend(Variant(resolution, bucket, crop, flip) for flip in self.flips())
-        return out
+            for variation in range(self.variations):
+                crop = self.cached_crop(index, resolution, variation)
+                augment = self.cached_augment(index, variation)
+                for flip in self.flips():
+                    out[Variant(resolution, bucket, crop, flip, augment)] = None
+        return list(out)
 
-    def variant(self, index: int, resolution: Size, rng: random.Random, cached: bool) -> Variant:
+    def variant(self, index: int, resolution: Size, rngs: Streams, cached: bool, epoch: int = 0, run_seed: int = 0) -> Variant:
         item = self.items[index]
         bucket = self.bucket(index, resolution)
-        if cached:
-            crop = self.fixed_crop(index, resolution)
-        else:
-            jitter = rng if self._image_option("enable_crop_jitter") else None
-            crop = choose_crop(item.width, item.height, bucket, jitter)
         flips = self.flips()
-        flip = flips[0] if len(flips) == 1 else rng.random() < 0.5
-        return Variant(resolution, bucket, crop, flip)
+        flip = flips[0] if len(flips) == 1 else rngs["flip"].random() < 0.5
+        if cached:
+            variation = self.variation(index, epoch, run_seed)
+            return Variant(resolution, bucket, self.cached_crop(index, resolution, variation), flip, self.cached_augment(index, variation))
+        jitter = rngs["crop"] if self._image_option("enable_crop_jitter") else None
+        crop = choose_crop(item.width, item.height, bucket, jitter)
+        return Variant(resolution, bucket, crop, flip, self.augment.draw(rngs["augment"]))
+
+    def caption(self, index: int, rngs: Streams) -> str:
+        return self.text.apply(pick_line(self.items[index].captions, rngs["caption"]), rngs)
 
 
 @dataclass
@@ -124,21 +175,17 @@ class EpochPlan:
 
 
 def plan_epoch(concepts: list[PreparedConcept], epoch: int, seed: int, batch_size: int, cached: bool) -> EpochPlan:
-    rng_resolution = rng_for("resolution", seed, epoch)
-    rng_augment = rng_for("augment", seed, epoch)
-    rng_caption = rng_for("caption", seed, epoch)
     groups: dict[Size, list[Sample]] = {}
     count = 0
     for ci, concept in enumerate(concepts):
-        rng_balance = rng_for("balance", seed, concept.seed, ci, epoch)
+        rngs = Streams(seed, concept.seed, ci, epoch)
         strategy = getattr(concept.config, "balancing_strategy", "REPEATS")
         balancing = float(getattr(concept.config, "balancing", 1.0))
-        for index in epoch_indices(len(concept.items), balancing, strategy, rng_balance):
+        for index in epoch_indices(len(concept.items), balancing, strategy, rngs["balance"]):
             resolutions = concept.resolutions
-            resolution = resolutions[0] if len(resolutions) == 1 else rng_resolution.choice(resolutions)
-            variant = concept.variant(index, resolution, rng_augment, cached)
-            caption = pick_caption(concept.items[index].captions, rng_caption, getattr(concept.config, "text", None))
-            groups.setdefault(variant.bucket, []).append(Sample(ci, index, variant, caption))
+            resolution = resolutions[0] if len(resolutions) == 1 else rngs["resolution"].choice(resolutions)
+            variant = concept.variant(index, resolution, rngs, cached, epoch, seed)
+            groups.setdefault(variant.bucket, []).append(Sample(ci, index, variant, concept.caption(index, rngs)))
             count += 1
 
     rng_batch = rng_for("batches", seed, epoch)

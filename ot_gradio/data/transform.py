@@ -1,8 +1,10 @@
-"""Fit an image to its bucket: scale to cover, crop a window, maybe mirror; then to tensors.
+"""Fit an image to its bucket: scale to cover, crop a window, maybe mirror, maybe rotate.
 
 The crop is described in the coordinates of the scaled image (``CropBox``), which is what the
 latent cache keys on. Rendering maps that window back onto whatever image it is given (the image
-itself, or a mask of another size), so a mask always lines up with its image.
+itself, or a mask of another size), so a mask always lines up with its image. Rotation turns
+the bucket-sized result about its centre, keeps its size and fills the uncovered corners with
+black (0 in a mask: not trained), as OneTrainer does after its crop.
 """
 
 from __future__ import annotations
@@ -10,8 +12,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-import numpy as np
-import torch
 from PIL import Image
 
 from .buckets import Size
@@ -43,8 +43,11 @@ def choose_crop(width: int, height: int, bucket: Size, rng: random.Random | None
     return CropBox(rng.randint(0, sh - bh), rng.randint(0, sw - bw), sh, sw)
 
 
-def render(img: Image.Image, crop: CropBox, bucket: Size, flip: bool, resample: int = Image.Resampling.LANCZOS) -> Image.Image:
-    """Resize + crop in one resampling pass (PIL's ``box``), then mirror if asked."""
+def render(
+    img: Image.Image, crop: CropBox, bucket: Size, flip: bool, resample: int = Image.Resampling.LANCZOS, angle: float = 0.0
+) -> Image.Image:
+    """Resize + crop in one resampling pass (PIL's ``box``), then mirror, then rotate by ``angle``
+    degrees counter-clockwise (bilinear)."""
     bh, bw = bucket
     sx = img.width / crop.scaled_w
     sy = img.height / crop.scaled_h
@@ -52,16 +55,7 @@ def render(img: Image.Image, crop: CropBox, bucket: Size, flip: bool, resample: 
     out = img.resize((bw, bh), resample, box=box, reducing_gap=3.0)
     if flip:
         out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    if angle:
+        fill = 0 if out.mode in ("L", "1", "I", "F") else (0,) * len(out.getbands())
+        out = out.rotate(angle, resample=Image.Resampling.BILINEAR, expand=False, fillcolor=fill)
     return out
-
-
-def pixels_tensor(img: Image.Image) -> torch.Tensor:
-    """RGB image -> float32 [3, H, W] in [-1, 1] (what SD VAEs expect)."""
-    arr = np.asarray(img.convert("RGB"), dtype=np.uint8)
-    return torch.from_numpy(arr.copy()).permute(2, 0, 1).float().div_(127.5).sub_(1.0)
-
-
-def mask_tensor(img: Image.Image) -> torch.Tensor:
-    """Greyscale mask -> float32 [1, H, W] in [0, 1]."""
-    arr = np.asarray(img.convert("L"), dtype=np.uint8)
-    return torch.from_numpy(arr.copy()).unsqueeze(0).float().div_(255.0)

@@ -40,8 +40,9 @@ SAMPLERS: dict[NoiseScheduler, tuple[str, dict]] = {
 }
 
 
-def make_sampling_scheduler(sampler: NoiseScheduler | str, scheduler_config: Mapping):
-    """A diffusers scheduler for `sampler` with the model's betas and timestep settings.
+def make_sampling_scheduler(sampler: NoiseScheduler | str, scheduler_config: Mapping, schedule_overrides: Mapping | None = None):
+    """A diffusers scheduler for `sampler` with the model's betas and timestep settings, and the
+    training's `schedule_overrides` (prediction type, zero terminal SNR).
 
     DPM++ SDE is the SDE variant of the multistep solver (as in OneTrainer), which needs no
     torchsde.
@@ -49,7 +50,8 @@ def make_sampling_scheduler(sampler: NoiseScheduler | str, scheduler_config: Map
     import diffusers
 
     class_name, overrides = SAMPLERS[NoiseScheduler(sampler)]
-    return getattr(diffusers, class_name).from_config(dict(scheduler_config), **overrides)
+    # as keyword arguments: values in the config dict that were defaults when it was made are dropped
+    return getattr(diffusers, class_name).from_config(dict(scheduler_config), **overrides, **dict(schedule_overrides or {}))
 
 
 def _module_dtype(module: torch.nn.Module) -> torch.dtype:
@@ -72,6 +74,20 @@ def _plain_state_dict(module: torch.nn.Module, name: str) -> dict[str, torch.Ten
     return state_dict
 
 
+def _flash_attention_processor():
+    """SDP attention that may only use the flash kernel (fails loudly where it cannot)."""
+    from diffusers.models.attention_processor import AttnProcessor2_0
+
+    class FlashAttnProcessor(AttnProcessor2_0):
+        def __call__(self, *args, **kwargs):
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return super().__call__(*args, **kwargs)
+
+    return FlashAttnProcessor()
+
+
 @register_family(ModelType.STABLE_DIFFUSION_15)
 class StableDiffusion15:
     model_type = ModelType.STABLE_DIFFUSION_15
@@ -89,6 +105,8 @@ class StableDiffusion15:
         # the scheduler the model ships with; samplers are built from its config
         self.scheduler = scheduler
         self.noise_scheduler = DDPMScheduler.from_config(scheduler.config)
+        # changes to the schedule made for training (v-prediction, zero terminal SNR); samplers get them too
+        self.schedule_overrides: dict = {}
 
     # ---------------------------------------------------------------- loading
 
@@ -257,6 +275,54 @@ class StableDiffusion15:
     def prediction_type(self) -> str:
         return self.noise_scheduler.config.prediction_type
 
+    def configure_noise_schedule(self, *, prediction_type: str | None = None, zero_terminal_snr: bool = False) -> None:
+        """Train and sample with another prediction type ('epsilon', 'v_prediction') and/or the
+        noise schedule rescaled to zero terminal SNR (Lin et al. 2023, with 'trailing' timestep
+        spacing for sampling, as the paper advises). The saved model's scheduler config carries
+        the prediction type."""
+        from diffusers import DDPMScheduler
+
+        overrides = {}
+        if prediction_type:
+            overrides["prediction_type"] = prediction_type
+        if zero_terminal_snr:
+            overrides.update(rescale_betas_zero_snr=True, timestep_spacing="trailing")
+        if not overrides:
+            return
+        self.schedule_overrides.update(overrides)
+        if prediction_type:
+            self.scheduler = type(self.scheduler).from_config(self.scheduler.config, prediction_type=prediction_type)
+        self.noise_scheduler = DDPMScheduler.from_config(self.scheduler.config, **self.schedule_overrides)
+
+    def set_attention(self, mechanism: str, device: torch.device | str | None = None) -> None:
+        """The UNet's attention implementation: DEFAULT (diffusers' classic processor), SDP
+        (PyTorch scaled-dot-product attention, the default), XFORMERS (needs the xformers package
+        and a CUDA GPU) or FLASH (SDP restricted to the flash kernel; CUDA GPU, float16/bfloat16)."""
+        from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
+
+        mechanism = str(getattr(mechanism, "value", mechanism)).upper()
+        on_cuda = torch.device(device).type == "cuda" if device is not None else _module_device(self.unet).type == "cuda"
+        if mechanism == "DEFAULT":
+            self.unet.set_attn_processor(AttnProcessor())
+        elif mechanism == "SDP":
+            self.unet.set_attn_processor(AttnProcessor2_0())
+        elif mechanism == "XFORMERS":
+            import importlib.util
+
+            if importlib.util.find_spec("xformers") is None or not on_cuda:
+                raise ValueError(
+                    "attention_mechanism: XFORMERS needs the xformers package and a CUDA GPU"
+                    + ("" if on_cuda else " (training is not on cuda)")
+                    + "; use SDP, which saves about as much memory"
+                )
+            _base_module(self.unet).enable_xformers_memory_efficient_attention()
+        elif mechanism == "FLASH":
+            if not on_cuda:
+                raise ValueError("attention_mechanism: FLASH needs a CUDA GPU; use SDP (it picks flash attention itself where it can)")
+            self.unet.set_attn_processor(_flash_attention_processor())
+        else:
+            raise ValueError(f"attention_mechanism: unknown value {mechanism!r}; use SDP, DEFAULT, XFORMERS or FLASH")
+
     # ---------------------------------------------------------------- training
 
     def tokenize(self, prompts: str | Sequence[str]) -> torch.Tensor:
@@ -355,7 +421,10 @@ class StableDiffusion15:
         the given sampler or else the model's own scheduler."""
         from diffusers import StableDiffusionPipeline
 
-        scheduler = self.scheduler if sampler is None else make_sampling_scheduler(sampler, self.scheduler.config)
+        if sampler is None:
+            scheduler = type(self.scheduler).from_config(self.scheduler.config, **self.schedule_overrides)
+        else:
+            scheduler = make_sampling_scheduler(sampler, self.scheduler.config, self.schedule_overrides)
         pipe = StableDiffusionPipeline(
             vae=_base_module(self.vae),
             text_encoder=_base_module(self.text_encoder),

@@ -83,12 +83,16 @@ def _pid_alive(pid: int) -> bool:
 class Supervisor:
     def __init__(self, workspace: str | Path):
         self.workspace = Path(workspace)
-        self._procs: dict[str, subprocess.Popen] = {}
-        self._stop_requested: dict[str, float] = {}
+        self.workspaces: list[Path] = [self.workspace]  # every workspace a run was started in
+        self._procs: dict[str, subprocess.Popen] = {}  # keyed by run folder
+        self._stop_requested: dict[str, tuple[RunDir, float]] = {}
 
     # --- lifecycle --------------------------------------------------------------------------
-    def start(self, config: dict[str, Any], env: dict[str, str] | None = None) -> RunDir:
-        run = create_run(self.workspace, config)
+    def start(self, config: dict[str, Any], env: dict[str, str] | None = None, workspace: str | Path | None = None) -> RunDir:
+        workspace = (Path(workspace) if workspace else self.workspace).resolve()
+        if workspace.resolve() not in [w.resolve() for w in self.workspaces]:
+            self.workspaces.append(workspace)
+        run = create_run(workspace, config)
         log = open(run.log, "ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "ot_gradio.runner.worker", str(run.path)],
@@ -101,7 +105,7 @@ class Supervisor:
         )
         log.close()
         run.pid_file.write_text(str(proc.pid))
-        self._procs[run.run_id] = proc
+        self._procs[str(run.path)] = proc
         return run
 
     def stop(self, run: RunDir) -> str:
@@ -110,10 +114,10 @@ class Supervisor:
         pid = self._pid(run)
         if pid is None or not self._alive(run):
             return "not running"
-        first = self._stop_requested.get(run.run_id)
+        first = self._stop_requested.get(str(run.path))
         if first is None:
             run.request("stop")
-            self._stop_requested[run.run_id] = time.time()
+            self._stop_requested[str(run.path)] = (run, time.time())
             return "stop requested"
         try:
             os.killpg(pid, signal.SIGTERM)
@@ -131,8 +135,7 @@ class Supervisor:
         return "terminated"
 
     def check_stop_timeouts(self) -> None:
-        for run_id, asked in list(self._stop_requested.items()):
-            run = RunDir(self.workspace / "runs" / run_id)
+        for run, asked in list(self._stop_requested.values()):
             if time.time() - asked > STOP_GRACE_SECONDS and self._alive(run):
                 self.stop(run)
 
@@ -140,7 +143,7 @@ class Supervisor:
         run.request(what)
 
     def wait(self, run: RunDir, timeout: float | None = None) -> int | None:
-        proc = self._procs.get(run.run_id)
+        proc = self._procs.get(str(run.path))
         if proc is not None:
             try:
                 return proc.wait(timeout)
@@ -155,7 +158,14 @@ class Supervisor:
 
     # --- reading ----------------------------------------------------------------------------
     def runs(self) -> list[RunDir]:
-        return list_runs(self.workspace)
+        """Runs of every known workspace, oldest first."""
+        found = [r for w in self.workspaces for r in list_runs(w)]
+        return sorted(found, key=lambda r: r.run_id)
+
+    def watch(self, workspace: str | Path) -> None:
+        workspace = Path(workspace)
+        if workspace.resolve() not in [w.resolve() for w in self.workspaces]:
+            self.workspaces.append(workspace)
 
     def active_runs(self) -> list[RunDir]:
         return [r for r in self.runs() if self._alive(r)]
@@ -182,7 +192,7 @@ class Supervisor:
 
     # --- process bookkeeping ----------------------------------------------------------------
     def _pid(self, run: RunDir) -> int | None:
-        proc = self._procs.get(run.run_id)
+        proc = self._procs.get(str(run.path))
         if proc is not None:
             return proc.pid
         try:
@@ -191,7 +201,7 @@ class Supervisor:
             return None
 
     def _alive(self, run: RunDir) -> bool:
-        proc = self._procs.get(run.run_id)
+        proc = self._procs.get(str(run.path))
         if proc is not None:
             return proc.poll() is None
         pid = self._pid(run)
@@ -204,7 +214,7 @@ class Supervisor:
         return str(run.path) in cmdline
 
     def _exit_code(self, run: RunDir) -> int | None:
-        proc = self._procs.get(run.run_id)
+        proc = self._procs.get(str(run.path))
         if proc is not None and proc.poll() is not None:
             return proc.returncode
         try:

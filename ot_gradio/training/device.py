@@ -30,12 +30,20 @@ def resolve_device(name: str) -> tuple[torch.device, str | None]:
     return device, None
 
 
-def weight_dtype(data_type: DataType, device: torch.device) -> torch.dtype:
-    """Frozen weights are stored in the asked type on accelerators; on CPU, half types are slow
-    or unsupported for convolutions, so they stay float32."""
-    dtype = TORCH_DTYPES.get(DataType(data_type))
+QUANTIZED_TYPES = (DataType.FLOAT_8, DataType.INT_8, DataType.NFLOAT_4)
+
+
+def weight_dtype(data_type: DataType, device: torch.device, compute_dtype: torch.dtype | None = None) -> torch.dtype:
+    """The torch type a part is loaded in. Half types are used on accelerators; on CPU they are
+    slow or unsupported for convolutions, so weights stay float32 there. The quantized types
+    (FLOAT_8, INT_8, NFLOAT_4, see quantize.py) load the part in the compute type (the train
+    dtype's, else float32) and quantize its Linear layers afterwards."""
+    data_type = DataType(data_type)
+    if data_type in QUANTIZED_TYPES:
+        return compute_dtype if compute_dtype is not None and device.type != "cpu" else torch.float32
+    dtype = TORCH_DTYPES.get(data_type)
     if dtype is None:
-        raise ValueError(f"weight data type {data_type} is not supported yet; use FLOAT_32, FLOAT_16 or BFLOAT_16")
+        raise ValueError(f"weight data type {data_type} is not supported; use FLOAT_32, FLOAT_16, BFLOAT_16, FLOAT_8, INT_8 or NFLOAT_4")
     if device.type == "cpu":
         return torch.float32
     return dtype
@@ -50,10 +58,13 @@ def output_dtype(data_type: DataType) -> torch.dtype:
 
 class Precision:
     """Mixed precision for the forward pass (the train data type), with a grad scaler for
-    float16 on CUDA."""
+    float16 on CUDA. TFLOAT_32 is float32 with TensorFloat-32 matmuls on CUDA.
+    `autocast_cache` is `enable_autocast_cache`: autocast keeps the cast copies of weights for the
+    whole forward pass (faster; turn off if samples get noisy every few epochs, seen with ZLUDA)."""
 
-    def __init__(self, train_dtype: DataType, device: torch.device):
+    def __init__(self, train_dtype: DataType, device: torch.device, autocast_cache: bool = True):
         self.device = device
+        self.autocast_cache = autocast_cache
         train_dtype = DataType(train_dtype)
         self.note: str | None = None
         if train_dtype == DataType.FLOAT_32:
@@ -79,4 +90,4 @@ class Precision:
     def autocast(self):
         if self.dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
+        return torch.autocast(device_type=self.device.type, dtype=self.dtype, cache_enabled=self.autocast_cache)

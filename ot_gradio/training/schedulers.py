@@ -2,7 +2,8 @@
 
 The factor multiplies the base learning rate of every parameter group. Warmup and the minimum
 factor are applied around every schedule the same way, so the page's LR plot and the trainer
-compute the very same curve (`lr_factor` is pure Python, no torch).
+compute the very same curve (`lr_factor` is pure Python, no torch). ADAFACTOR and CUSTOM are
+objects whose learning rate is only known while training (scheduler_classes.py); their plot is flat.
 """
 
 from __future__ import annotations
@@ -60,6 +61,23 @@ def rex(progress: float, cycles: float) -> float:
     return z / (0.5 + 0.5 * z)
 
 
+@register(S.ADAFACTOR)
+def adafactor(progress: float, cycles: float) -> float:
+    """Adaptive Adafactor computes its own learning rate as it goes, which no formula here can know:
+    the plot shows the initial learning rate, flat. There is no warmup (as in OneTrainer)."""
+    return 1.0
+
+
+@register(S.CUSTOM)
+def custom(progress: float, cycles: float) -> float:
+    """A class of the user's (custom_learning_rate_scheduler): the plot shows the warmup, then the
+    base learning rate, flat, because the curve is only known once the class runs."""
+    return 1.0
+
+
+NO_WARMUP = {S.ADAFACTOR}
+
+
 def warmup_steps(warmup: float, total_steps: int) -> int:
     """Warmup below 1 is a fraction of all steps, otherwise a step count."""
     if warmup <= 0:
@@ -75,6 +93,8 @@ def lr_factor(
         raise ValueError(
             f"learning_rate_scheduler: {scheduler} is not available yet; use one of {', '.join(s.value for s in SCHEDULES)}"
         )
+    if scheduler in NO_WARMUP:
+        return 1.0
     n_warm = warmup_steps(warmup, total_steps)
     if step < n_warm:
         return (step + 1) / n_warm
@@ -88,10 +108,31 @@ def lr_curve(scheduler: S, total_steps: int, warmup: float, cycles: float, min_f
     return [base_lr * lr_factor(scheduler, s, total_steps, warmup, cycles, min_factor) for s in range(total_steps)]
 
 
-def create_scheduler(optimizer, scheduler: S, total_steps: int, warmup: float, cycles: float, min_factor: float):
-    import torch
+def create_scheduler(optimizer, scheduler: S, total_steps: int, warmup: float, cycles: float, min_factor: float, *,
+                     config=None, steps_per_epoch: int | None = None):
+    """The torch LR scheduler. ``config`` (the TrainConfig) is needed for CUSTOM (its class and
+    parameters) and makes schedule-free optimizers run at a constant rate without warmup, as in OneTrainer."""
+    import torch  # noqa: PLC0415
 
+    from ..config.optimizer import SCHEDULE_FREE  # noqa: PLC0415
+
+    if config is not None and config.optimizer.optimizer in SCHEDULE_FREE:
+        scheduler, warmup = S.CONSTANT, 0.0
     lr_factor(scheduler, 0, max(1, total_steps), warmup, cycles, min_factor)  # fail early on a bad name
+    if scheduler == S.ADAFACTOR:
+        from .scheduler_classes import AdafactorSchedule  # noqa: PLC0415
+
+        return AdafactorSchedule(optimizer)
+    if scheduler == S.CUSTOM:
+        from .scheduler_classes import custom_scheduler  # noqa: PLC0415
+
+        if config is None:
+            raise ValueError("custom_learning_rate_scheduler: the CUSTOM scheduler needs the config (its class and scheduler_params)")
+        per_epoch = steps_per_epoch or 1
+        placeholders = {"%LR%": config.learning_rate, "%EPOCHS%": config.epochs, "%STEPS_PER_EPOCH%": per_epoch,
+                        "%TOTAL_STEPS%": per_epoch * config.epochs, "%SCHEDULER_STEPS%": total_steps}
+        return custom_scheduler(optimizer, config.custom_learning_rate_scheduler, config.scheduler_params, placeholders,
+                                warmup_steps(warmup, total_steps))
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(scheduler, step, max(1, total_steps), warmup, cycles, min_factor)
     )

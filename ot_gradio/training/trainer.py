@@ -1,5 +1,12 @@
 """The training loop. It talks to a model family, a training method and the dataset through
-their interfaces only, and reports everything through a `Reporter` (events, log, TensorBoard)."""
+their interfaces only, and reports everything through a `Reporter` (events, log, TensorBoard).
+
+Where the training options live: the step's math (timesteps, noise, loss, masks, caption
+dropout, prediction type, attention, quantized weights) in diffusion.py and the modules it names;
+EMA in ema.py; train data type and autocast cache in device.py. The loop itself handles
+`stop_training_after` per part (after each optimizer step and each epoch), gradient
+checkpointing (UNet; text encoder when it trains), EMA sampling / saving / backups.
+"""
 
 from __future__ import annotations
 
@@ -14,14 +21,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..config.enums import EMAMode, TimeUnit
 from ..config.io import config_to_dict
 from ..config.schema import TrainConfig
 from .backup import Counters, latest_backup, read_backup, set_rng_state, write_backup
 from .device import Precision, resolve_device, weight_dtype
+from .diffusion import DiffusionStep, check_quantized_parts_frozen, configure_model
+from .ema import EMA
 from .intervals import Every
-from .loss import diffusion_loss
 from .methods import get_method
-from .optimizers import create_optimizer
+from .optimizers import create_optimizer, fused_back_pass, optimizer_eval_mode, optimizer_train_mode
 from .schedulers import create_scheduler
 
 
@@ -79,13 +88,13 @@ class Trainer:
         self.device, warning = resolve_device(cfg.train_device)
         if warning:
             self.report.warning(warning)
-        self.precision = Precision(cfg.train_dtype, self.device)
+        self.precision = Precision(cfg.train_dtype, self.device, cfg.enable_autocast_cache)
         if self.precision.note:
             self.report.warning(self.precision.note)
 
         self.report.status("loading", f"loading {cfg.base_model_name}")
         family = get_family(cfg.model_type)
-        dtypes = {part: weight_dtype(getattr(cfg, part).weight_dtype, self.device) for part in ("unet", "text_encoder", "vae")}
+        dtypes = {part: weight_dtype(getattr(cfg, part).weight_dtype, self.device, self.precision.dtype) for part in ("unet", "text_encoder", "vae")}
         self.model = family.load(
             cfg.base_model_name,
             cache_dir=cfg.huggingface_cache_dir or None,
@@ -94,15 +103,29 @@ class Trainer:
             dtypes=dtypes,
         )
         self.model.to(self.device)
-        self.method = get_method(cfg.training_method)
-        self.param_groups = self.method.setup(self.model, cfg, self.device)
+        try:
+            for warning in configure_model(self.model, cfg, self.device, self.precision):
+                self.report.warning(warning)
+            self.method = get_method(cfg.training_method)
+            self.param_groups = self.method.setup(self.model, cfg, self.device)
+            check_quantized_parts_frozen(self.model, cfg)
+        except ValueError as e:
+            raise TrainingError(str(e)) from e
         if not any(p.requires_grad for g in self.param_groups for p in g["params"]):
             raise TrainingError("nothing to train: enable training for the UNet or the text encoder")
-        self.text_encoder_trains = any(
-            g["name"] == "text_encoder" and any(p.requires_grad for p in g["params"]) for g in self.param_groups
-        )
+        self.trained_params = [p for g in self.param_groups for p in g["params"]]
+        self._set_train_modes()
         if cfg.unet.gradient_checkpointing:
             self.model.unet.enable_gradient_checkpointing()
+        if self.text_encoder_trains and cfg.text_encoder.gradient_checkpointing:
+            text_encoder = self.model.text_encoder
+            text_encoder = text_encoder.get_base_model() if hasattr(text_encoder, "get_base_model") else text_encoder
+            text_encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.ema = None
+        if cfg.ema != EMAMode.OFF:
+            ema_device = self.device if cfg.ema == EMAMode.GPU else torch.device("cpu")
+            self.ema = EMA(self.trained_params, cfg.ema_decay, cfg.ema_update_step_interval, ema_device)
+        self.diffusion = DiffusionStep(self.model, cfg, self.device, self.precision, self.noise_fn)
 
         self.report.status("caching", "scanning concepts and caching latents")
         # Encoding samples the latent distribution with its own generator, so the training noise
@@ -123,6 +146,7 @@ class Trainer:
         )
         for warning in self.dataset.warnings:
             self.report.warning(warning)
+        self._warn_never_trained()
         self.steps_per_epoch = self.dataset.steps_per_epoch
         accum = cfg.gradient_accumulation_steps
         self.total_steps = sum(
@@ -130,6 +154,7 @@ class Trainer:
         )
 
         self.optimizer = create_optimizer(self.param_groups, cfg.optimizer, self.device)
+        self.optimizer = fused_back_pass(self.optimizer, self.param_groups, cfg, self.device, self.precision.scaler)
         self.scheduler = create_scheduler(
             self.optimizer,
             cfg.learning_rate_scheduler,
@@ -137,6 +162,7 @@ class Trainer:
             cfg.learning_rate_warmup_steps,
             cfg.learning_rate_cycles,
             cfg.learning_rate_min_factor,
+            config=cfg, steps_per_epoch=self.steps_per_epoch,
         )
         self.sample_every = Every(cfg.sample_after, cfg.sample_after_unit, cfg.sample_skip_first)
         self.backup_every = Every(cfg.backup_after, cfg.backup_after_unit)
@@ -147,6 +173,27 @@ class Trainer:
             self._tb = SummaryWriter(str(self.paths.tensorboard))
         if cfg.continue_last_backup:
             self._resume()
+        self._stop_parts_if_due()
+
+    def _set_train_modes(self) -> None:
+        """Parts with trained weights in train mode (dropout, checkpointing), the rest in eval."""
+        trained = {id(p) for p in self.trained_params if p.requires_grad}
+        for module in self.model.parts.values():
+            module.train(any(id(p) in trained for p in module.parameters()))
+        self.text_encoder_trains = any(
+            g["name"] == "text_encoder" and any(p.requires_grad for p in g["params"]) for g in self.param_groups
+        )
+
+    def _warn_never_trained(self) -> None:
+        """Images whose aspect bucket can never fill a batch are never trained: say which."""
+        summary = self.dataset.summary(self.config.batch_size)
+        lost = [item["path"] for concept in summary["concepts"] for item in concept["never_trained"]]
+        if lost:
+            shown = ", ".join(Path(p).name for p in lost[:20]) + (f" and {len(lost) - 20} more" if len(lost) > 20 else "")
+            self.report.warning(
+                f"{len(lost)} image(s) will never be trained because their aspect bucket cannot fill a batch of "
+                f"batch_size={self.config.batch_size}: {shown}. Lower the batch size, add images of that shape, or crop them."
+            )
 
     def _check_concepts(self) -> None:
         """Missing folders fail here, before minutes of model loading."""
@@ -177,6 +224,12 @@ class Trainer:
         self.scheduler.load_state_dict(backup.state["scheduler"])
         if self.precision.scaler is not None and backup.state.get("scaler"):
             self.precision.scaler.load_state_dict(backup.state["scaler"])
+        if self.ema is not None:
+            if backup.state.get("ema"):
+                self.ema.load_state_dict(backup.state["ema"])
+            else:
+                self.ema = EMA(self.trained_params, self.config.ema_decay, self.config.ema_update_step_interval, self.ema.device)
+                self.report.warning("ema: the backup has no EMA weights (EMA was off); the average starts from the backup's weights")
         set_rng_state(backup.state["rng"])
         self.counters = backup.counters
         self.report.status("training", f"continuing from backup {found.name} at step {self.counters.global_step}")
@@ -190,6 +243,7 @@ class Trainer:
         steps_at_start = self.counters.global_step
         smoothed: float | None = None
         accum = cfg.gradient_accumulation_steps
+        optimizer_train_mode(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
         while self.counters.epoch < cfg.epochs and not self.stop_requested:
             batches = self.dataset.epoch_batches(self.counters.epoch)
@@ -199,6 +253,7 @@ class Trainer:
                 if self.counters.epoch_step % accum == 0 or self.counters.epoch_step == len(batches):
                     self._optimizer_step()
                     self.counters.global_step += 1
+                    self._stop_parts_if_due()
                     smoothed = loss if smoothed is None else 0.95 * smoothed + 0.05 * loss
                     self._log_step(loss, smoothed, started, steps_at_start)
                     self._after_step()
@@ -207,45 +262,12 @@ class Trainer:
             if self.counters.epoch_step >= len(batches):
                 self.counters.epoch += 1
                 self.counters.epoch_step = 0
+                self._stop_parts_if_due()
                 self._after_epoch()
         return self._finish()
 
     def _forward_backward(self, batch: Any, accum: int) -> float:
-        cfg = self.config
-        model = self.model
-        if batch.latents is not None:
-            latents = batch.latents.to(self.device, torch.float32)
-        else:
-            with torch.no_grad():
-                latents = model.encode_images(batch.pixels.to(self.device)).float()
-        num_t = model.noise_scheduler.config.num_train_timesteps
-        if self.noise_fn is not None:
-            noise, timesteps = self.noise_fn(latents)
-        else:
-            noise = torch.randn_like(latents)
-            if cfg.offset_noise_weight > 0:
-                noise = noise + cfg.offset_noise_weight * torch.randn(latents.shape[0], latents.shape[1], 1, 1, device=latents.device)
-            low = int(cfg.min_noising_strength * num_t)
-            high = max(low + 1, int(cfg.max_noising_strength * num_t))
-            timesteps = torch.randint(low, high, (latents.shape[0],), device=latents.device)
-        timesteps = timesteps.to(self.device).long()
-        noisy = model.noise_scheduler.add_noise(latents, noise.to(self.device), timesteps)
-        input_ids = model.tokenize(batch.captions).to(self.device)
-        with self.precision.autocast():
-            if self.text_encoder_trains:
-                hidden = model.encode_prompt(input_ids)
-            else:
-                with torch.no_grad():
-                    hidden = model.encode_prompt(input_ids)
-            pred = model.predict(noisy, timesteps, hidden)
-        target = model.prediction_target(latents, noise.to(self.device), timesteps)
-        loss = diffusion_loss(
-            pred,
-            target,
-            mse_strength=cfg.mse_strength,
-            mae_strength=cfg.mae_strength,
-            sample_weights=batch.loss_weights,
-        )
+        loss = self.diffusion.loss(batch, self.text_encoder_trains)
         value = float(loss.detach())
         if not math.isfinite(value):
             raise TrainingError(
@@ -253,6 +275,8 @@ class Trainer:
                 "lower the learning rate or use FLOAT_32, and continue from the last backup"
             )
         scaled = loss / accum
+        if not scaled.requires_grad:
+            return value  # every part has reached its stop_training_after
         if self.precision.scaler is not None:
             self.precision.scaler.scale(scaled).backward()
         else:
@@ -273,11 +297,13 @@ class Trainer:
             self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self._stop_parts_if_due()
+        if self.ema is not None:
+            self.ema.step(self.trained_params, self.counters.global_step)
 
     def _stop_parts_if_due(self) -> None:
-        from ..config.enums import TimeUnit  # noqa: PLC0415
-
+        """Freeze parts whose `stop_training_after` is reached: checked after each optimizer step
+        and each finished epoch, so 'after N' means exactly N steps or epochs of training."""
+        stopped = False
         for group in self.param_groups:
             part = getattr(self.config, group["name"], None)
             if part is None or part.stop_training_after is None or group.get("frozen"):
@@ -289,7 +315,10 @@ class Trainer:
                     p.requires_grad_(False)
                 group["frozen"] = True
                 group["lr"] = 0.0
+                stopped = True
                 self.report.warning(f"{group['name']}: stopped training after {part.stop_training_after} {unit.value.lower()}s")
+        if stopped:
+            self._set_train_modes()
 
     def _log_step(self, loss: float, smoothed: float, started: float, steps_at_start: int) -> None:
         c = self.counters
@@ -357,12 +386,27 @@ class Trainer:
 
     # --- outputs ----------------------------------------------------------------------------
     def sample(self) -> None:
+        """Sample every enabled prompt; with EMA on, with the EMA weights, and with
+        `non_ema_sampling` also with the live weights (file name and event marked 'no-ema')."""
         samples = [s for s in self.config.samples if s.enabled]
         if not samples:
             return
         self.report.status("sampling", "")
-        fmt = str(getattr(self.config, "sample_image_format", "JPG")).lower().replace("jpeg", "jpg")
+        optimizer_eval_mode(self.optimizer)  # schedule-free: sample the averaged weights
         self.paths.samples.mkdir(parents=True, exist_ok=True)
+        if self.ema is None:
+            self._sample_all(samples, None)
+        else:
+            with self.ema.applied(self.trained_params):
+                self._sample_all(samples, True)
+            if self.config.non_ema_sampling:
+                self._sample_all(samples, False)
+        optimizer_train_mode(self.optimizer)
+        self.report.status("training", "")
+
+    def _sample_all(self, samples: list, ema: bool | None) -> None:
+        fmt = str(getattr(self.config, "sample_image_format", "JPG")).lower().replace("jpeg", "jpg")
+        suffix = "-no-ema" if ema is False else ""
         for i, s in enumerate(samples):
             seed = random.randint(0, 2**31 - 1) if s.random_seed else s.seed
             state = torch.get_rng_state()
@@ -379,18 +423,21 @@ class Trainer:
             )
             torch.set_rng_state(state)  # sampling must not change the training noise
             c = self.counters
-            out = self.paths.samples / f"step{c.global_step:06d}-epoch{c.epoch}-{i}.{fmt}"
+            out = self.paths.samples / f"step{c.global_step:06d}-epoch{c.epoch}-{i}{suffix}.{fmt}"
             image.save(out)
-            self.report.sample(path=str(out), prompt=s.prompt, step=c.global_step, epoch=c.epoch, index=i)
+            extra = {} if ema is None else {"ema": ema}
+            self.report.sample(path=str(out), prompt=s.prompt, step=c.global_step, epoch=c.epoch, index=i, **extra)
             if self._tb is not None:
-                self._tb.add_image(f"sample/{i}", np.asarray(image), c.global_step, dataformats="HWC")
-        self.report.status("training", "")
+                self._tb.add_image(f"sample/{i}{suffix}", np.asarray(image), c.global_step, dataformats="HWC")
 
     def write_backup(self) -> Path:
         self.report.status("backup", "")
+        optimizer_eval_mode(self.optimizer)
         state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
         if self.precision.scaler is not None:
             state["scaler"] = self.precision.scaler.state_dict()
+        if self.ema is not None:
+            state["ema"] = self.ema.state_dict()
         keep = self.config.rolling_backup_count if self.config.rolling_backup else None
         path = write_backup(
             self.paths.backup,
@@ -401,11 +448,13 @@ class Trainer:
             keep=keep,
         )
         self.report.backup(str(path))
+        optimizer_train_mode(self.optimizer)
         self.report.status("training", "")
         return path
 
     def save(self, intermediate: bool) -> Path:
         self.report.status("saving", "")
+        optimizer_eval_mode(self.optimizer)
         cfg = self.config
         dest = Path(cfg.output_model_destination)
         if intermediate:
@@ -417,7 +466,12 @@ class Trainer:
             "ss_resolution": cfg.resolution,
             "ss_base_model_name": cfg.base_model_name,
         }
-        path = self.method.save(self.model, cfg, dest, metadata)
+        if self.ema is not None:
+            with self.ema.applied(self.trained_params):  # the saved model is the average
+                path = self.method.save(self.model, cfg, dest, metadata)
+        else:
+            path = self.method.save(self.model, cfg, dest, metadata)
         self.report.saved(str(path))
+        optimizer_train_mode(self.optimizer)
         self.report.status("training", "")
         return path

@@ -75,6 +75,32 @@ def check_exposure(args: argparse.Namespace, auth: list[tuple[str, str]]) -> str
     return None
 
 
+def _patient_localhost_check() -> None:
+    """Gradio checks that the page answers on localhost with one 3-second request and, when
+    that times out (a busy machine, a big page), refuses to start without a share link. Wait
+    for up to five minutes instead: the server is local and already running."""
+    import time  # noqa: PLC0415
+
+    import gradio.blocks  # noqa: PLC0415
+    import gradio.networking as networking  # noqa: PLC0415
+    import httpx  # noqa: PLC0415
+
+    def url_ok(url: str) -> bool:
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            try:
+                if httpx.head(url, timeout=10, verify=False).status_code in (200, 401, 301, 302, 303, 307, 308):
+                    return True
+            except (httpx.HTTPError, OSError):
+                pass
+            time.sleep(0.5)
+        return False
+
+    networking.url_ok = url_ok
+    if hasattr(gradio.blocks, "networking"):
+        gradio.blocks.networking.url_ok = url_ok
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -93,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     from .page import build_page  # noqa: PLC0415
 
     demo = build_page(Path(args.workspace))
+    _patient_localhost_check()
     demo.queue().launch(
         server_name=args.host,
         server_port=args.port,
@@ -100,5 +127,6 @@ def main(argv: list[str] | None = None) -> int:
         auth=auth or None,
         inbrowser=args.inbrowser,
         show_error=True,
+        allowed_paths=[str(Path(args.workspace).resolve()), os.getcwd()],
     )
     return 0

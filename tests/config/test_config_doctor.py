@@ -18,14 +18,14 @@ def test_a_supported_lora_config_has_no_warnings():
 
 def test_planned_options_are_listed_in_one_message():
     config = good()
-    config.ema = "GPU"
-    config.masked_training = True
-    config.concepts[0].image.enable_random_rotate = True
+    config.compile = True
+    config.debug_mode = True
+    config.concepts[0].image.enable_random_circular_mask_shrink = True
     config.text_encoder_2.train = False
     config.embedding.placeholder = "<x>"
     warnings = check(config)
     assert len(warnings) == 1
-    for path in ("ema", "masked_training", "concepts[0].image.enable_random_rotate", "text_encoder_2.train", "embedding.placeholder"):
+    for path in ("compile", "debug_mode", "concepts[0].image.enable_random_circular_mask_shrink", "text_encoder_2.train", "embedding.placeholder"):
         assert path in warnings[0]
     assert planned_changes(good()) == []
 
@@ -73,4 +73,4 @@ def test_optimizer_not_in_the_trainer():
     config = good()
     config.optimizer.optimizer = "PRODIGY"
     assert any("PRODIGY is not available" in w for w in check(config, available_optimizers=["ADAMW", "SGD"]))
-    assert not any("PRODIGY" in w for w in check(config))
+    assert not any("is not available" in w for w in check(config))

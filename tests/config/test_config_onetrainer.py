@@ -51,10 +51,10 @@ def test_sd15_lora_preset_values_survive():
     assert config.text_encoder.stop_training_after == 30 and config.text_encoder.stop_training_after_unit == TimeUnit.EPOCH
 
 
-def test_masked_preset_lists_unsupported_options_in_one_warning():
+def test_masked_preset_loads_without_warnings():
     result = load_config(DATA / "onetrainer-presets" / "sd-1.5-masked.json")
-    assert len(result.warnings) == 1
-    assert "masked_training" in result.warnings[0] and "normalize_masked_area_loss" in result.warnings[0]
+    assert result.warnings == []  # masked training is supported now
+    assert result.config.masked_training and result.config.normalize_masked_area_loss
     assert result.config.max_noising_strength == 0.8
 
 
@@ -73,8 +73,10 @@ def test_full_export_with_concept_and_sample_files(tmp_path, monkeypatch):
     assert config.unet.weight_dtype == DataType.FLOAT_16 and config.output_model_format == ModelFormat.KOHYA_LORA
     assert len(result.warnings) == 1
     warning = result.warnings[0]
-    for path in ("ema", "concepts[0].image.enable_random_rotate", "cep_gamma", "prefetch_next_batch"):
+    for path in ("cep_gamma", "prefetch_next_batch"):
         assert path in warning
+    assert "enable_random_rotate" not in warning  # implemented now: imported and acted on
+    assert config.concepts[0].image.enable_random_rotate
     assert "optimizer.stochastic_rounding" not in warning  # ADAMW's own default in OneTrainer
     assert "__version" not in warning
 

@@ -67,9 +67,15 @@ def test_iter_fields_describes_fields():
     assert by_path["seed"].default == 42
 
 
-OK_PART = {"include", "train", "learning_rate", "weight_dtype", "gradient_checkpointing", "stop_training_after", "stop_training_after_unit"}
+OK_PART = {"include", "train", "learning_rate", "weight_dtype", "gradient_checkpointing", "stop_training_after", "stop_training_after_unit",
+           "dropout_probability"}
 OK_OPTIMIZER = {"optimizer", "beta1", "beta2", "eps", "weight_decay", "amsgrad", "foreach", "fused", "maximize", "momentum",
-                "dampening", "nesterov", "alpha", "centered", "lr_decay", "initial_accumulator_value", "capturable", "differentiable"}
+                "dampening", "nesterov", "alpha", "centered", "lr_decay", "initial_accumulator_value", "capturable", "differentiable",
+                # bitsandbytes, D-Adaptation, Prodigy, Adafactor, schedule-free, Lion; two settings act around the optimizer
+                "adam_w_mode", "beta3", "bias_correction", "clip_threshold", "d0", "d_coef", "decay_rate", "decouple", "eps2",
+                "fsdp_in_use", "growth_rate", "is_paged", "log_every", "max_unorm", "min_8bit_size", "no_prox", "optim_bits", "r",
+                "relative_step", "safeguard_warmup", "scale_parameter", "use_bias_correction", "use_triton", "warmup_init",
+                "weight_lr_power", "slice_p", "stochastic_rounding", "fused_back_pass"}
 
 
 def test_status_of_model_part_and_optimizer_fields():

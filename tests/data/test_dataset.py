@@ -158,7 +158,16 @@ def test_latent_caching_counts_and_reuse(tmp_path, simple_folder, make_concept, 
     cache = tmp_path / "cache"
     concept = make_concept(simple_folder)
     progress = []
-    dataset = build_dataset([concept], "64", 2, latent_caching=True, cache_dir=cache, vae_id="v1", encode_fn=encoder, progress=lambda d, t: progress.append((d, t)))
+    dataset = build_dataset(
+        [concept],
+        "64",
+        2,
+        latent_caching=True,
+        cache_dir=cache,
+        vae_id="v1",
+        encode_fn=encoder,
+        progress=lambda d, t: progress.append((d, t)),
+    )
     assert encoder.images == 6 and dataset.cache_report.encoded == 6 and dataset.cache_report.hits == 0
     assert progress[0] == (0, 6) and progress[-1] == (6, 6)
     assert [d for d, _ in progress] == sorted(d for d, _ in progress)
@@ -191,7 +200,9 @@ def test_latent_caching_counts_and_reuse(tmp_path, simple_folder, make_concept, 
 
 def test_caching_encodes_every_resolution_and_flip(tmp_path, simple_folder, make_concept, encoder):
     concept = make_concept(simple_folder, image={"enable_random_flip": True})
-    dataset = build_dataset([concept], "64,128", 2, latent_caching=True, cache_dir=tmp_path / "cache", vae_id="v", encode_fn=encoder, encode_batch_size=3)
+    dataset = build_dataset(
+        [concept], "64,128", 2, latent_caching=True, cache_dir=tmp_path / "cache", vae_id="v", encode_fn=encoder, encode_batch_size=3
+    )
     assert encoder.images == 6 * 2 * 2 == dataset.cache_report.total
     for epoch in range(3):
         for _ in dataset.epoch_batches(epoch):
@@ -216,20 +227,44 @@ def test_cached_latents_match_encoded_pixels(tmp_path, simple_folder, make_conce
 
 def test_dataset_folder_is_never_written(tmp_path, simple_folder, make_concept, encoder):
     Image.new("L", (32, 32), 255).save(simple_folder / "img0-masklabel.png")
+    (simple_folder / "special.csv").write_text("caption 1\n")
     before = _folder_digest(simple_folder)
     names_before = sorted(p.name for p in simple_folder.iterdir())
-    concept = make_concept(simple_folder, image={"enable_random_flip": True})
+    image = {
+        "enable_random_flip": True,
+        "enable_random_rotate": True,
+        "random_rotate_max_angle": 10,
+        "enable_random_hue": True,
+        "random_hue_max_strength": 0.2,
+    }
+    text = {
+        "tag_dropout_enable": True,
+        "tag_dropout_probability": 0.5,
+        "tag_dropout_special_tags_mode": "WHITELIST",
+        "tag_dropout_special_tags": "special.csv",
+        "caps_randomize_enable": True,
+        "caps_randomize_probability": 0.5,
+    }
+    concept = make_concept(simple_folder, image=image, text=text, image_variations=2)
     dataset = build_dataset([concept], "64,128", 2, latent_caching=True, cache_dir=tmp_path / "cache", vae_id="v", encode_fn=encoder)
     for epoch in range(2):
         _all_batches(dataset, epoch)
     _all_batches(build_dataset([concept], "64", 2), 0)
+    dataset.summary()
     assert sorted(p.name for p in simple_folder.iterdir()) == names_before
     assert _folder_digest(simple_folder) == before
 
 
 def test_errors_before_training(tmp_path, write_image, make_concept, encoder):
     with pytest.raises(DataError) as info:
-        build_dataset([make_concept(tmp_path / "x", name="one"), make_concept(tmp_path / "y", name="two")], "64", 1, latent_caching=True, cache_dir=tmp_path, encode_fn=encoder)
+        build_dataset(
+            [make_concept(tmp_path / "x", name="one"), make_concept(tmp_path / "y", name="two")],
+            "64",
+            1,
+            latent_caching=True,
+            cache_dir=tmp_path,
+            encode_fn=encoder,
+        )
     assert "one" in str(info.value) and "two" in str(info.value) and encoder.calls == 0
     folder = tmp_path / "ok"
     write_image(folder / "a.png", 16, 16)

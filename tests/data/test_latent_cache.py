@@ -6,7 +6,16 @@ import torch
 from ot_gradio.data import DataError, LatentCache, cache_key
 from ot_gradio.data.transform import CropBox
 
-BASE = dict(path="/data/a.png", file_size=100, mtime_ns=1, bucket=(64, 64), crop=CropBox(0, 0, 64, 64), flip=False, resolution=(64, 64), vae_id="vae-1")
+BASE = dict(
+    path="/data/a.png",
+    file_size=100,
+    mtime_ns=1,
+    bucket=(64, 64),
+    crop=CropBox(0, 0, 64, 64),
+    flip=False,
+    resolution=(64, 64),
+    vae_id="vae-1",
+)
 
 
 def test_key_changes_with_every_input():

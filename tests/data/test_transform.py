@@ -5,7 +5,8 @@ import pytest
 import torch
 from PIL import Image
 
-from ot_gradio.data.transform import CropBox, choose_crop, cover_size, mask_tensor, pixels_tensor, render
+from ot_gradio.data.pixels import mask_tensor, pixels_tensor
+from ot_gradio.data.transform import CropBox, choose_crop, cover_size, render
 
 
 def test_cover_size_covers_bucket_and_keeps_aspect():

@@ -76,3 +76,15 @@ def test_set_overrides_reach_the_config(tmp_path):
     assert data["epochs"] == 3 and data["optimizer"]["beta2"] == 0.99
     bad = _run(["validate", "--config", "demo", "--set", "no_such.key=1"], tmp_path)
     assert bad.returncode == 2 and "no_such" in bad.stderr
+
+
+def test_images_that_never_train_are_named(tmp_path, lora_config, shapes):
+    """The demo set has one 64x96 image: with batch size 2 its bucket never fills a batch."""
+    import json
+
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(lora_config(epochs=1, samples=[])))
+    out = _run(["train", "--config", str(cfg)], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "will never be trained" in out.stderr
+    assert "10-green-circle.png" in out.stderr  # the only 64x96 (tall) image

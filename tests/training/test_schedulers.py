@@ -36,7 +36,7 @@ def test_min_factor_floor():
 
 def test_unavailable_scheduler_names_the_field():
     with pytest.raises(ValueError, match="learning_rate_scheduler"):
-        lr_factor(S.CUSTOM, 0, 10)
+        lr_factor("NOPE", 0, 10)
 
 
 def test_torch_scheduler_follows_the_formula():
@@ -53,3 +53,126 @@ def test_torch_scheduler_follows_the_formula():
         opt.step()
         sched.step()
     assert seen == pytest.approx(lr_curve(S.COSINE, 10, 2, 1, 0.0, 0.5))
+
+
+FORMULAS = {
+    S.CONSTANT: lambda p, c: 1.0,
+    S.LINEAR: lambda p, c: 1 - p,
+    S.COSINE: lambda p, c: 0.5 * (1 + math.cos(math.pi * p)),
+    S.COSINE_WITH_RESTARTS: lambda p, c: 0.5 * (1 + math.cos(2 * math.pi * c * p)),
+    S.COSINE_WITH_HARD_RESTARTS: lambda p, c: 0.5 * (1 + math.cos(math.pi * ((c * p) % 1))),
+    S.REX: lambda p, c: (1 - p) / (0.5 + 0.5 * (1 - p)),
+    S.ADAFACTOR: lambda p, c: 1.0,  # the LR comes from the optimizer: the plot shows the initial LR
+    S.CUSTOM: lambda p, c: 1.0,  # unknown until the class runs: the plot shows the base LR
+}
+
+
+@pytest.mark.parametrize("scheduler", list(S))
+def test_every_scheduler_curve_equals_its_formula(scheduler):
+    total, warm, cycles, floor = 60, 10, 2, 0.1
+    for step in range(total):
+        expected = FORMULAS[scheduler]((step - warm) / (total - warm), cycles) if step >= warm else (step + 1) / warm
+        if scheduler == S.ADAFACTOR:
+            expected = 1.0  # no warmup and no floor: Adafactor computes its own rate
+        elif step >= warm:
+            expected = floor + (1 - floor) * max(0.0, expected)
+        assert lr_factor(scheduler, step, total, warm, cycles, floor) == pytest.approx(expected), (scheduler, step)
+
+
+@pytest.mark.parametrize("scheduler", [s for s in S if s not in (S.ADAFACTOR, S.CUSTOM)])
+def test_every_torch_scheduler_follows_the_page_curve(scheduler):
+    import torch
+
+    from ot_gradio.training.schedulers import create_scheduler
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5)
+    sched = create_scheduler(opt, scheduler, 20, 3, 2, 0.1)
+    seen = []
+    for _ in range(20):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert seen == pytest.approx(lr_curve(scheduler, 20, 3, 2, 0.1, 0.5))
+
+
+def _custom_config(path, params, **kw):
+    from ot_gradio.config.schema import TrainConfig
+
+    return TrainConfig(learning_rate_scheduler=S.CUSTOM, custom_learning_rate_scheduler=path, scheduler_params=params, **kw)
+
+
+def _lrs(opt, sched, steps):
+    seen = []
+    for _ in range(steps):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return seen
+
+
+def test_custom_scheduler_by_import_path():
+    import torch
+
+    from ot_gradio.training.schedulers import create_scheduler
+
+    config = _custom_config("torch.optim.lr_scheduler.StepLR", [{"key": "step_size", "value": "2"}, {"key": "gamma", "value": "0.5"}])
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.8)
+    sched = create_scheduler(opt, S.CUSTOM, 10, 0, 1, 0, config=config, steps_per_epoch=5)
+    assert _lrs(opt, sched, 6) == pytest.approx([0.8, 0.8, 0.4, 0.4, 0.2, 0.2])
+
+
+def test_custom_scheduler_placeholders_and_warmup():
+    import torch
+
+    from ot_gradio.training.schedulers import create_scheduler
+
+    # LinearLR from 1 to 0 over %SCHEDULER_STEPS% (the optimizer steps after the warmup: 8 - 2 = 6 here)
+    params = [{"key": "start_factor", "value": "1.0"}, {"key": "end_factor", "value": "0.0"},
+              {"key": "total_iters", "value": "%SCHEDULER_STEPS%"}]
+    config = _custom_config("torch.optim.lr_scheduler.LinearLR", params, epochs=2)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = create_scheduler(opt, S.CUSTOM, 8, 2, 1, 0, config=config, steps_per_epoch=4)
+    seen = _lrs(opt, sched, 6)
+    assert seen[:2] == pytest.approx([0.5, 1.0])  # the warmup, as the page plots it
+    assert seen[2] == pytest.approx(1.0) and seen[3] < seen[2] and seen[5] < seen[4]
+
+
+@pytest.mark.parametrize(("path", "params", "match"), [
+    ("NoDots", [], "custom_learning_rate_scheduler: 'NoDots' is not a class path"),
+    ("", [], "custom_learning_rate_scheduler"),
+    ("no_such_module_xyz.Sched", [], "custom_learning_rate_scheduler: cannot import module 'no_such_module_xyz'"),
+    ("torch.optim.lr_scheduler.NoSuchScheduler", [], "custom_learning_rate_scheduler: module 'torch.optim.lr_scheduler' has no class"),
+    ("torch.optim.lr_scheduler.StepLR", [{"key": "step_size", "value": "two"}], r"scheduler_params\[0\].value"),
+    ("torch.optim.lr_scheduler.StepLR", [{"key": "nope", "value": "1"}], "scheduler_params: torch.optim.lr_scheduler.StepLR does not take"),
+])
+def test_custom_scheduler_errors_name_the_field(path, params, match):
+    import torch
+
+    from ot_gradio.training.schedulers import create_scheduler
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(ValueError, match=match):
+        create_scheduler(opt, S.CUSTOM, 10, 0, 1, 0, config=_custom_config(path, params), steps_per_epoch=5)
+
+
+def test_adafactor_scheduler_needs_the_adafactor_optimizer():
+    import torch
+
+    from ot_gradio.training.schedulers import create_scheduler
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(ValueError, match="learning_rate_scheduler: ADAFACTOR"):
+        create_scheduler(opt, S.ADAFACTOR, 10, 0, 1, 0)
+
+
+def test_schedule_free_optimizers_run_at_a_constant_rate_without_warmup():
+    import torch
+
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.training.schedulers import create_scheduler
+
+    config = TrainConfig(learning_rate_scheduler=S.COSINE, learning_rate_warmup_steps=3)
+    config.optimizer.optimizer = "SCHEDULE_FREE_ADAMW"
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.3)
+    sched = create_scheduler(opt, S.COSINE, 10, 3, 1, 0, config=config)
+    assert _lrs(opt, sched, 10) == pytest.approx([0.3] * 10)

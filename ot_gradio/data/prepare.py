@@ -1,0 +1,82 @@
+"""Scan the enabled concepts and check their settings, without touching torch.
+
+Shared by ``build_dataset`` (which then caches and trains) and ``dataset_summary`` (which the
+page calls to show buckets before any training starts).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from ..config.resolution import parse_resolutions
+from .buckets import Size
+from .errors import DataError
+from .planning import PreparedConcept
+from .scan import concept_label, scan_concept
+from .tags import TextAugment
+
+log = logging.getLogger(__name__)
+
+
+def resolution_list(value: str | Sequence[Size]) -> list[Size]:
+    """A resolution string ("512", "768x512", "384,448,512") or (h, w) pairs -> (h, w) pairs."""
+    if isinstance(value, str):
+        try:
+            return parse_resolutions(value)
+        except ValueError as exc:
+            raise DataError(f"resolution: {exc}") from None
+    return [(int(h), int(w)) for h, w in value]
+
+
+def concept_resolutions(concept: object, default: list[Size]) -> list[Size]:
+    """The concept's resolution override (a single size or a list) when enabled, else ``default``."""
+    image = getattr(concept, "image", None)
+    if image is None or not getattr(image, "enable_resolution_override", False):
+        return default
+    try:
+        return parse_resolutions(getattr(image, "resolution_override", ""))
+    except ValueError as exc:
+        raise DataError(f"Concept '{concept_label(concept)}': resolution override: {exc}") from None
+
+
+def prepare_concepts(
+    concepts: Sequence[object],
+    resolutions: str | Sequence[Size] = "512",
+    *,
+    aspect_ratio_bucketing: bool = True,
+    bucket_step: int | None = None,
+) -> tuple[list[PreparedConcept], list[str]]:
+    """(prepared concepts, warnings). Every problem of every concept is collected into one
+    DataError, so a user fixes them all in one go."""
+    default = resolution_list(resolutions)
+    warnings: list[str] = []
+    prepared: list[PreparedConcept] = []
+    errors: list[str] = []
+    for concept in concepts:
+        if not getattr(concept, "enabled", True):
+            continue
+        label = concept_label(concept)
+        kind = str(getattr(concept, "type", "STANDARD"))
+        if kind != "STANDARD":
+            warnings.append(f"Concept '{label}' is a {kind} concept, which is not supported yet; it is not trained")
+            log.warning(warnings[-1])
+            continue
+        try:
+            concept_res = concept_resolutions(concept, default)
+            scan = scan_concept(concept)
+        except DataError as exc:
+            errors.append(str(exc))
+            continue
+        try:
+            text = TextAugment.from_config(getattr(concept, "text", None), scan.folder)
+        except DataError as exc:
+            errors.append(f"Concept '{label}': {exc}")
+            continue
+        warnings.extend(scan.warnings)
+        prepared.append(PreparedConcept(concept, scan, concept_res, aspect_ratio_bucketing, bucket_step, text))
+    if errors:
+        raise DataError("\n".join(errors))
+    if not prepared:
+        raise DataError("no enabled concept to train on: add a concept folder or enable one")
+    return prepared, warnings

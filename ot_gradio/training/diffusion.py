@@ -1,0 +1,176 @@
+"""The diffusion math of a training step, kept out of the loop: how the model is set up for the
+run's options, and how a batch becomes a loss.
+
+Model options (applied once, before the training method adds its weights):
+- `force_v_prediction` / `force_epsilon_prediction` change the prediction type of the noise
+  scheduler for training and of every sampler; `rescale_noise_scheduler_to_zero_terminal_snr`
+  rescales the betas to zero terminal SNR for both (see the family's `configure_noise_schedule`).
+- `attention_mechanism` picks the UNet's attention implementation (`set_attention`).
+- A part's `weight_dtype` of FLOAT_8, INT_8 or NFLOAT_4 quantizes its Linear layers (quantize.py).
+
+A step (`DiffusionStep.loss`): latents (cached, or encoded now) -> timesteps from the timestep
+distribution -> noise with offset / generalized offset / input perturbation (noise.py) -> the
+prediction under autocast -> the loss of loss.py with the latent mask of masked training
+(masking.py), the concepts' loss weights and the timestep loss weight. Captions are replaced
+by an empty one with the text encoder's `dropout_probability` (per sample), so the model also
+learns the unconditioned image that classifier-free guidance starts from. (OneTrainer zeroes the
+text encoder's output instead; an empty caption is what sampling uses as the unconditioned
+prompt.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..config.enums import DataType
+from .device import QUANTIZED_TYPES, Precision
+from .loss import diffusion_loss, timestep_loss_weight
+from .masking import training_mask
+from .noise import make_noise, offset_noise_psi, sample_timesteps
+from .quantize import quantize_linear_layers
+
+PARTS = ("unet", "text_encoder", "vae")
+
+
+def prediction_override(config: Any) -> str | None:
+    if config.force_v_prediction and config.force_epsilon_prediction:
+        raise ValueError("force_v_prediction and force_epsilon_prediction are both on; turn one of them off")
+    if config.force_v_prediction:
+        return "v_prediction"
+    if config.force_epsilon_prediction:
+        return "epsilon"
+    return None
+
+
+def configure_model(model: Any, config: Any, device: torch.device, precision: Precision) -> list[str]:
+    """Apply the model options of the config; returns warnings for the user."""
+    warnings = []
+    model.configure_noise_schedule(
+        prediction_type=prediction_override(config),
+        zero_terminal_snr=config.rescale_noise_scheduler_to_zero_terminal_snr,
+    )
+    if config.rescale_noise_scheduler_to_zero_terminal_snr and model.prediction_type == "epsilon":
+        warnings.append(
+            "rescale_noise_scheduler_to_zero_terminal_snr: with epsilon prediction the model cannot learn anything at the "
+            "last timestep (pure noise); turn on force_v_prediction"
+        )
+    model.set_attention(config.attention_mechanism, device)
+    for part in PARTS:
+        data_type = DataType(getattr(config, part).weight_dtype)
+        if data_type in QUANTIZED_TYPES:
+            quantize_linear_layers(getattr(model, part), data_type, device, precision.dtype or torch.float32, part)
+    return warnings
+
+
+def check_quantized_parts_frozen(model: Any, config: Any) -> None:
+    """Quantized weights cannot be trained; only adapters on top of them."""
+    stored = (torch.float8_e4m3fn, torch.int8, torch.uint8)
+    for part in PARTS:
+        if DataType(getattr(config, part).weight_dtype) not in QUANTIZED_TYPES:
+            continue
+        if any(p.requires_grad and p.dtype in stored for p in getattr(model, part).parameters()):
+            raise ValueError(
+                f"{part}.weight_dtype: {getattr(config, part).weight_dtype.value} weights cannot be trained; this method trains "
+                f"the {part} itself, so use FLOAT_32, FLOAT_16 or BFLOAT_16 for it"
+            )
+
+
+class DiffusionStep:
+    def __init__(self, model: Any, config: Any, device: torch.device, precision: Precision, noise_fn: Callable | None = None):
+        self.model = model
+        self.config = config
+        self.device = device
+        self.precision = precision
+        self.noise_fn = noise_fn  # tests pass fixed (noise, timesteps) here
+        scheduler = model.noise_scheduler
+        self.num_train_timesteps = scheduler.config.num_train_timesteps
+        self.alphas_cumprod = scheduler.alphas_cumprod.detach().float().cpu()
+        self.psi = None
+        if config.generalized_offset_noise and config.offset_noise_weight > 0:
+            self.psi = offset_noise_psi(scheduler.betas)
+
+    def timesteps(self, batch_size: int) -> torch.Tensor:
+        c = self.config
+        return sample_timesteps(
+            batch_size,
+            self.num_train_timesteps,
+            distribution=c.timestep_distribution,
+            min_strength=c.min_noising_strength,
+            max_strength=c.max_noising_strength,
+            weight=c.noising_weight,
+            bias=c.noising_bias,
+            shift=c.timestep_shift,
+            device=self.device,
+        )
+
+    def captions(self, captions: list[str]) -> list[str]:
+        p = self.config.text_encoder.dropout_probability
+        if p <= 0:
+            return list(captions)
+        drop = (torch.rand(len(captions)) < p).tolist()
+        return ["" if d else c for c, d in zip(captions, drop, strict=True)]
+
+    def noise(self, latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(timesteps, noise in the input, noise of the target)."""
+        if self.noise_fn is not None:
+            noise, timesteps = self.noise_fn(latents)
+            noise = noise.to(latents.device, latents.dtype)
+            return timesteps.to(self.device).long(), noise, noise
+        c = self.config
+        timesteps = self.timesteps(latents.shape[0])
+        noisy, clean = make_noise(
+            latents,
+            timesteps,
+            offset_weight=c.offset_noise_weight,
+            generalized_offset=c.generalized_offset_noise,
+            perturbation_weight=c.perturbation_noise_weight,
+            psi=self.psi,
+        )
+        return timesteps, noisy, clean
+
+    def loss(self, batch: Any, text_encoder_trains: bool) -> torch.Tensor:
+        c = self.config
+        model = self.model
+        if batch.latents is not None:
+            latents = batch.latents.to(self.device, torch.float32)
+        else:
+            with torch.no_grad():
+                latents = model.encode_images(batch.pixels.to(self.device)).float()
+        timesteps, input_noise, target_noise = self.noise(latents)
+        noisy = model.noise_scheduler.add_noise(latents, input_noise, timesteps)
+        input_ids = model.tokenize(self.captions(batch.captions)).to(self.device)
+        with self.precision.autocast():
+            if text_encoder_trains:
+                hidden = model.encode_prompt(input_ids)
+            else:
+                with torch.no_grad():
+                    hidden = model.encode_prompt(input_ids)
+            pred = model.predict(noisy, timesteps, hidden)
+        target = model.prediction_target(latents, target_noise, timesteps)
+        mask = None
+        if c.masked_training:
+            mask = training_mask(batch.mask, latents.shape[-2:], unmasked_probability=c.unmasked_probability, device=self.device)
+        weights = timestep_loss_weight(
+            c.loss_weight_fn,
+            timesteps,
+            self.alphas_cumprod,
+            strength=c.loss_weight_strength,
+            v_prediction=model.prediction_type == "v_prediction",
+        )
+        return diffusion_loss(
+            pred,
+            target,
+            mse_strength=c.mse_strength,
+            mae_strength=c.mae_strength,
+            huber_strength=c.huber_strength,
+            huber_delta=c.huber_delta,
+            log_cosh_strength=c.log_cosh_strength,
+            sample_weights=batch.loss_weights,
+            mask=mask,
+            unmasked_weight=c.unmasked_weight,
+            normalize_masked_area_loss=c.normalize_masked_area_loss,
+            timestep_weights=weights,
+        )

@@ -1,0 +1,41 @@
+"""Masked training: which latent pixels a step learns from.
+
+The batch's mask (pixel resolution, 1 = learn here) is averaged down to the latent grid, so a
+latent pixel counts as much as the share of its 8x8 image patch that is white. Masks are read
+from their files for every batch, so this works the same with latent caching on.
+
+`unmasked_probability` is, as in OneTrainer, drawn per sample: that share of samples trains on
+the whole image (mask all white) — with batch size 1, that share of steps. Samples without a
+mask file train on the whole image. How much the black area still counts is the loss's
+`unmasked_weight` (see loss.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def latent_mask(mask: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """[B, 1, H, W] pixel mask -> [B, 1, h, w] at the latents' size (area average)."""
+    mask = mask.float()
+    if tuple(mask.shape[-2:]) == tuple(size):
+        return mask
+    return F.interpolate(mask, size=tuple(size), mode="area")
+
+
+def training_mask(
+    mask: torch.Tensor | None,
+    latent_size: tuple[int, int],
+    *,
+    unmasked_probability: float,
+    device: torch.device,
+) -> torch.Tensor | None:
+    """The latent mask the loss uses this step, or None to learn from every pixel."""
+    if mask is None:
+        return None
+    out = latent_mask(mask, latent_size).to(device)
+    if unmasked_probability > 0:
+        whole = torch.rand(out.shape[0]) < unmasked_probability
+        out[whole.to(device)] = 1.0
+    return out

@@ -1,0 +1,148 @@
+"""Training noise and timesteps, as OneTrainer draws them (ModelSetupNoiseMixin).
+
+Timesteps come from `timestep_distribution` inside [min_noising_strength, max_noising_strength]
+of the scheduler's steps:
+
+- UNIFORM: every timestep equally likely.
+- LOGIT_NORMAL: sigmoid of a normal with mean `noising_bias` and std `noising_weight + 1`; the
+  middle timesteps are trained most.
+- HEAVY_TAIL: u -> 1 - u - w (cos^2(pi u / 2) - 1 + u) with w = `noising_weight`; w = 0 is
+  uniform, larger w puts more mass on the ends.
+- COS_MAP: density 2 / (pi (1 - 2x + 2x^2)) over x in [0, 1] (more at both ends).
+- SIGMOID: density sigmoid(w (x - (b + 0.5))), w = `noising_weight`, b = `noising_bias`;
+  w > 0 favours high noise, w < 0 low noise.
+- INVERTED_PARABOLA: density max(0, 2 - w (x - (b + 0.5))^2), a bump centred at b + 0.5.
+
+`timestep_shift` s moves timesteps towards more noise (s > 1) or less (s < 1): the continuous
+ones are mapped t -> N s t / ((s - 1) t + N); the discrete densities are sampled at shifted
+points and scaled by the shift's derivative, exactly as OneTrainer does (for SIGMOID that applies
+the shift twice to the sigmoid's input, also as OneTrainer does). Results are clamped into the
+noising-strength range.
+
+Noise: Gaussian, plus `offset_noise_weight` of a per-channel offset (constant over the image);
+with `generalized_offset_noise` the offset is scaled per timestep by the psi_t schedule of
+"Generalized Diffusion Model with Adjusted Offset Noise" (eq. 34, Algorithm 1), as OneTrainer
+does. `perturbation_noise_weight` is input perturbation (Ning et al. 2023, "Input Perturbation
+Reduces Exposure Bias"): extra Gaussian noise is added to the noisy input only, while the
+target keeps the unperturbed noise. (OneTrainer adds it to the noise used for both, which makes
+it just stronger noise; we follow the paper.)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..config.enums import TimestepDistribution
+
+CONTINUOUS = (TimestepDistribution.UNIFORM, TimestepDistribution.LOGIT_NORMAL, TimestepDistribution.HEAVY_TAIL)
+
+
+def timestep_range(num_train_timesteps: int, min_strength: float, max_strength: float) -> tuple[int, int]:
+    """[low, high) of the timesteps trained; never empty."""
+    low = int(num_train_timesteps * min_strength)
+    high = int(num_train_timesteps * max_strength)
+    low = min(low, num_train_timesteps - 1)
+    return low, max(high, low + 1)
+
+
+def discrete_weights(distribution: TimestepDistribution, count: int, weight: float, bias: float, shift: float) -> torch.Tensor:
+    """Unnormalised sampling weights of `count` timesteps for the discrete distributions."""
+    distribution = TimestepDistribution(distribution)
+    x = torch.linspace(0, 1, count, dtype=torch.float64)
+    shifted = x / (shift - shift * x + x)
+    derivative = shift / (shift + x - x * shift).pow(2)
+    if distribution == TimestepDistribution.COS_MAP:
+        w = 2.0 / (math.pi - 2.0 * math.pi * shifted + 2.0 * math.pi * shifted**2)
+    elif distribution == TimestepDistribution.SIGMOID:
+        again = shifted / (shift - shift * shifted + shifted)
+        w = torch.sigmoid(weight * (again - (bias + 0.5)))
+    elif distribution == TimestepDistribution.INVERTED_PARABOLA:
+        w = torch.clamp(-weight * (shifted - (bias + 0.5)) ** 2 + 2, min=0.0)
+    else:
+        raise ValueError(f"timestep_distribution: {distribution.value} is not a discrete distribution")
+    w = w * derivative
+    if not torch.isfinite(w).all() or float(w.sum()) <= 0:
+        raise ValueError(
+            f"timestep_distribution {distribution.value}: noising_weight={weight} and noising_bias={bias} leave no "
+            "timestep with a positive weight; lower the weight or move the bias back towards 0"
+        )
+    return w.float()
+
+
+def sample_timesteps(
+    batch_size: int,
+    num_train_timesteps: int,
+    *,
+    distribution: TimestepDistribution = TimestepDistribution.UNIFORM,
+    min_strength: float = 0.0,
+    max_strength: float = 1.0,
+    weight: float = 0.0,
+    bias: float = 0.0,
+    shift: float = 1.0,
+    device: torch.device | str = "cpu",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """`batch_size` training timesteps (long) in [min, max) of the noising strengths."""
+    distribution = TimestepDistribution(distribution)
+    low, high = timestep_range(num_train_timesteps, min_strength, max_strength)
+    span = high - low
+    n = num_train_timesteps
+    if distribution in CONTINUOUS:
+        if distribution == TimestepDistribution.UNIFORM:
+            t = low + span * torch.rand(batch_size, generator=generator)
+        elif distribution == TimestepDistribution.LOGIT_NORMAL:
+            t = torch.normal(bias, weight + 1.0, size=(batch_size,), generator=generator).sigmoid() * span + low
+        else:
+            u = torch.rand(batch_size, generator=generator)
+            u = 1.0 - u - weight * (torch.cos(math.pi / 2.0 * u) ** 2.0 - 1.0 + u)
+            t = u * span + low
+        t = n * shift * t / ((shift - 1) * t + n)
+        t = t.long()
+    else:
+        w = discrete_weights(distribution, span, weight, bias, shift)
+        t = torch.multinomial(w, batch_size, replacement=True, generator=generator) + low
+    return t.clamp(low, high - 1).to(device)
+
+
+def offset_noise_psi(betas: torch.Tensor) -> torch.Tensor:
+    """psi_t of generalized offset noise for every timestep (float64)."""
+    betas = betas.to(torch.float64).cpu()
+    steps = betas.shape[0]
+    alphas = 1.0 - betas
+    cumprod = torch.cumprod(alphas, dim=0)
+    cumprod_prev = torch.cat([torch.ones(1, dtype=torch.float64), cumprod[:-1]])
+    gammas = torch.zeros(steps, dtype=torch.float64)
+    gammas[0] = 1.0
+    running = gammas[0] / cumprod_prev[0].sqrt()
+    for t in range(1, steps):
+        c_t = (1 - alphas[t]) * cumprod_prev[t].sqrt() / (alphas[t] * (1 - cumprod_prev[t]))
+        gammas[t] = c_t * running
+        running = running + gammas[t] / cumprod_prev[t].sqrt()
+    gammas = gammas / (running / (1 - cumprod[-1]).sqrt())
+    return torch.cumsum(gammas / cumprod_prev.sqrt(), dim=0) / (1 - cumprod).sqrt()
+
+
+def make_noise(
+    latents: torch.Tensor,
+    timesteps: torch.Tensor,
+    *,
+    offset_weight: float = 0.0,
+    generalized_offset: bool = False,
+    perturbation_weight: float = 0.0,
+    psi: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(noise added to the latents, noise the target is computed from)."""
+    noise = torch.randn_like(latents)
+    if offset_weight > 0:
+        offset = torch.randn(latents.shape[0], latents.shape[1], *([1] * (latents.ndim - 2)), device=latents.device, dtype=latents.dtype)
+        if generalized_offset:
+            if psi is None:
+                raise ValueError("generalized_offset_noise needs the psi schedule of the model's betas")
+            scale = psi.to(latents.device)[timesteps.long()].to(latents.dtype)
+            offset = offset * scale.view(-1, *([1] * (latents.ndim - 1)))
+        noise = noise + offset_weight * offset
+    if perturbation_weight > 0:
+        return noise + perturbation_weight * torch.randn_like(latents), noise
+    return noise, noise

@@ -1,0 +1,24 @@
+"""Optimizers: one registry entry per optimizer, with OneTrainer's names and defaults.
+
+`entries.py` holds the registry lines, `registry.py` how settings are resolved and an optimizer is
+built, `stochastic_rounding.py` and `fused_back_pass.py` the two settings that act around the
+optimizer. The defaults table is config/optimizer_defaults.json (OneTrainer's own).
+"""
+
+from . import entries  # noqa: F401  (fills the registry)
+from .fused_back_pass import FusedBackPass, fused_back_pass
+from .registry import (
+    NOT_CONSTRUCTOR_ARGS,
+    OPTIMIZERS,
+    OptimizerEntry,
+    create_optimizer,
+    optimizer_eval_mode,
+    optimizer_train_mode,
+    register,
+    resolve_settings,
+)
+
+__all__ = [
+    "NOT_CONSTRUCTOR_ARGS", "OPTIMIZERS", "FusedBackPass", "OptimizerEntry", "create_optimizer", "fused_back_pass",
+    "optimizer_eval_mode", "optimizer_train_mode", "register", "resolve_settings",
+]

@@ -1,0 +1,97 @@
+"""Every optimizer, one `register` line each: OneTrainer's name -> the class, and the config keys
+it takes (OneTrainer's key -> the constructor's argument).
+
+The libraries are OneTrainer's: torch, bitsandbytes (the 8-bit ones, LAMB, LARS, AdEMAMix),
+lion-pytorch, dadaptation, prodigyopt and transformers (Adafactor); CAME and the schedule-free
+optimizers come from pytorch-optimizer. Libraries are imported when the optimizer is built, so
+importing the registry stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ...config.enums import Optimizer as O
+from .registry import register
+
+
+def lazy(module: str, name: str) -> Callable[..., torch.optim.Optimizer]:
+    def build(params: Any, **kwargs: Any) -> torch.optim.Optimizer:
+        return getattr(importlib.import_module(module), name)(params, **kwargs)
+
+    build.__qualname__ = build.__name__ = f"{module}.{name}"
+    return build
+
+
+def bnb(name: str) -> Callable[..., torch.optim.Optimizer]:
+    return lazy("bitsandbytes.optim", name)
+
+
+def by_bits(torch_class: type[torch.optim.Optimizer], bnb_name: str) -> Callable[..., torch.optim.Optimizer]:
+    """32 optimizer bits: torch's class (it also has centered RMSprop, Adagrad's LR decay and initial
+    accumulator); 8 bits: bitsandbytes' class with an 8-bit state, as OneTrainer builds it."""
+
+    def build(params: Any, optim_bits: int = 32, min_8bit_size: int = 4096, **kwargs: Any) -> torch.optim.Optimizer:
+        if optim_bits == 8:
+            return bnb(bnb_name)(params, optim_bits=8, min_8bit_size=min_8bit_size, **kwargs)
+        return torch_class(params, **kwargs)
+
+    return build
+
+
+def adafactor(params: Any, lr: float, relative_step: bool = True, **kwargs: Any) -> torch.optim.Optimizer:
+    """Adaptive mode (relative step) computes its own learning rate: the configured one is ignored."""
+    from transformers.optimization import Adafactor  # noqa: PLC0415
+
+    return Adafactor(params, lr=None if relative_step else lr, relative_step=relative_step, **kwargs)
+
+
+BETAS = {"betas": ("beta1", "beta2")}
+BETAS3 = {"betas": ("beta1", "beta2", "beta3")}
+TORCH_ADAM = ["eps", "weight_decay", "amsgrad", "foreach", "fused", "maximize", "capturable", "differentiable"]
+BNB_ADAM = ["eps", "weight_decay", "amsgrad", "optim_bits", "min_8bit_size", "is_paged"]
+LAMB = ["bias_correction", "eps", "weight_decay", "amsgrad", "adam_w_mode", "min_8bit_size", "max_unorm"]
+LARS = ["momentum", "dampening", "weight_decay", "nesterov", "min_8bit_size", "max_unorm"]
+RMSPROP = ["alpha", "eps", "weight_decay", "momentum", "centered"]
+ADAGRAD = ["lr_decay", "weight_decay", "initial_accumulator_value", "eps"]
+ADEMAMIX = ["alpha", "eps", "weight_decay", "min_8bit_size", "is_paged"]
+DADAPT = ["d0", "log_every"]
+
+register(O.ADAGRAD, by_bits(torch.optim.Adagrad, "Adagrad"), [*ADAGRAD, "optim_bits", "min_8bit_size"])
+register(O.ADAGRAD_8BIT, bnb("Adagrad8bit"), [*ADAGRAD, "optim_bits", "min_8bit_size"])
+register(O.ADAM, torch.optim.Adam, TORCH_ADAM, BETAS)
+register(O.ADAM_8BIT, bnb("Adam8bit"), BNB_ADAM, BETAS)
+register(O.ADAMW, torch.optim.AdamW, TORCH_ADAM, BETAS)
+register(O.ADAMW_8BIT, bnb("AdamW8bit"), BNB_ADAM, BETAS)
+register(O.LAMB, bnb("LAMB"), [*LAMB, "optim_bits"], BETAS)
+register(O.LAMB_8BIT, bnb("LAMB8bit"), LAMB, BETAS)
+register(O.LARS, bnb("LARS"), [*LARS, "optim_bits"])
+register(O.LARS_8BIT, bnb("LARS8bit"), LARS)
+register(O.LION, lazy("lion_pytorch", "Lion"), ["weight_decay", "use_triton"], BETAS)
+register(O.LION_8BIT, bnb("Lion8bit"), ["weight_decay", "min_8bit_size", "is_paged"], BETAS)
+register(O.RMSPROP, by_bits(torch.optim.RMSprop, "RMSprop"), [*RMSPROP, "optim_bits", "min_8bit_size"])
+register(O.RMSPROP_8BIT, bnb("RMSprop8bit"), [*RMSPROP, "min_8bit_size"])
+register(O.SGD, torch.optim.SGD, ["momentum", "dampening", "weight_decay", "nesterov", "foreach", "maximize", "differentiable"])
+register(O.SGD_8BIT, bnb("SGD8bit"), ["momentum", "dampening", "weight_decay", "nesterov", "min_8bit_size"])
+register(O.DADAPT_ADA_GRAD, lazy("dadaptation", "DAdaptAdaGrad"), [*DADAPT, "momentum", "weight_decay", "eps", "growth_rate"])
+register(O.DADAPT_ADAM, lazy("dadaptation", "DAdaptAdam"),
+         [*DADAPT, "eps", "weight_decay", "decouple", "use_bias_correction", "growth_rate", "fsdp_in_use"], BETAS)
+register(O.DADAPT_ADAN, lazy("dadaptation", "DAdaptAdan"), [*DADAPT, "eps", "weight_decay", "no_prox", "growth_rate"], BETAS3)
+register(O.DADAPT_LION, lazy("dadaptation", "DAdaptLion"), [*DADAPT, "weight_decay", "fsdp_in_use"], BETAS)
+register(O.DADAPT_SGD, lazy("dadaptation", "DAdaptSGD"), [*DADAPT, "momentum", "weight_decay", "growth_rate", "fsdp_in_use"])
+register(O.PRODIGY, lazy("prodigyopt", "Prodigy"),
+         ["beta3", "eps", "weight_decay", "decouple", "use_bias_correction", "safeguard_warmup", "d0", "d_coef", "growth_rate",
+          "fsdp_in_use", "slice_p"], BETAS)
+register(O.ADAFACTOR, adafactor,
+         ["clip_threshold", "decay_rate", "beta1", "weight_decay", "scale_parameter", "relative_step", "warmup_init"],
+         {"eps": ("eps", "eps2")})
+register(O.CAME, lazy("pytorch_optimizer", "CAME"), {"weight_decay": "weight_decay", "eps": "eps1", "eps2": "eps2"}, BETAS3)
+register(O.SCHEDULE_FREE_ADAMW, lazy("pytorch_optimizer", "ScheduleFreeAdamW"),
+         ["eps", "weight_decay", "r", "weight_lr_power", "foreach"], BETAS)
+register(O.SCHEDULE_FREE_SGD, lazy("pytorch_optimizer", "ScheduleFreeSGD"), ["momentum", "weight_decay", "r", "weight_lr_power", "foreach"])
+register(O.ADEMAMIX, bnb("AdEMAMix"), [*ADEMAMIX, "optim_bits"], BETAS3)
+register(O.ADEMAMIX_8BIT, bnb("AdEMAMix8bit"), ADEMAMIX, BETAS3)

@@ -1,0 +1,96 @@
+"""Fused back pass (the optimizer setting): step each weight as soon as its gradient is ready.
+
+A hook after the gradient of a weight is accumulated runs the optimizer on that weight alone and
+frees its gradient, so the gradients of the whole model never exist at once: a lot less memory,
+the same result. Each weight gets its own optimizer; the returned optimizer holds the param groups
+(the LR scheduler sets their learning rates, the hooks copy them) and the state of them all.
+Gradient accumulation cannot work (the step happens in every backward pass), nor can gradient
+clipping by the global norm (no moment has all the gradients) or fp16 gradient scaling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ...config.optimizer import optimizer_param_defaults
+from .registry import create_optimizer
+
+
+class FusedBackPass(torch.optim.Optimizer):
+    """Steps happen in the backward pass; ``step()`` itself does nothing."""
+
+    def __init__(self, param_groups: list[dict[str, Any]], make: Callable[[list[dict[str, Any]]], torch.optim.Optimizer]):
+        super().__init__(param_groups, {})
+        self._per_weight: dict[torch.Tensor, tuple[torch.optim.Optimizer, dict[str, Any]]] = {}
+        self._hooks = []
+        for group in self.param_groups:
+            for p in group["params"]:
+                if not p.requires_grad:
+                    continue
+                sub = make([{"params": [p], "lr": group["lr"], "name": group.get("name", "")}])
+                self._per_weight[p] = (sub, group)
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._step_weight))
+
+    def _step_weight(self, p: torch.Tensor) -> None:
+        sub, group = self._per_weight[p]
+        sub.param_groups[0]["lr"] = group["lr"]
+        sub.step()
+        p.grad = None
+
+    def optimizer_of(self, p: torch.Tensor) -> torch.optim.Optimizer | None:
+        """The optimizer that steps weight ``p`` (None for a weight that does not train)."""
+        entry = self._per_weight.get(p)
+        return entry[0] if entry else None
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        return closure() if closure is not None else None
+
+    def train(self) -> None:
+        for sub, _ in self._per_weight.values():
+            if callable(getattr(sub, "train", None)):
+                sub.train()
+
+    def eval(self) -> None:
+        for sub, _ in self._per_weight.values():
+            if callable(getattr(sub, "eval", None)):
+                sub.eval()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"per_weight": [sub.state_dict() for sub, _ in self._per_weight.values()],
+                "lrs": [g["lr"] for g in self.param_groups]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        subs = list(self._per_weight.values())
+        if len(state_dict.get("per_weight", [])) != len(subs):
+            raise ValueError("optimizer.fused_back_pass: the backup's optimizer state does not match these weights "
+                             "(was it made with the fused back pass on, for the same parts?)")
+        for (sub, _), state in zip(subs, state_dict["per_weight"], strict=True):
+            sub.load_state_dict(state)
+        for group, lr in zip(self.param_groups, state_dict["lrs"], strict=False):
+            group["lr"] = lr
+
+    def remove_hooks(self) -> None:
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks.clear()
+
+
+def fused_back_pass(optimizer: torch.optim.Optimizer, param_groups: list[dict[str, Any]], config: Any, device: torch.device,
+                    scaler: Any = None) -> torch.optim.Optimizer:
+    """The optimizer to train with: ``optimizer`` itself, or a fused back pass over the same
+    settings when ``optimizer.fused_back_pass`` is on and the chosen optimizer offers it."""
+    settings = config.optimizer
+    if not settings.fused_back_pass or "fused_back_pass" not in optimizer_param_defaults(settings.optimizer):
+        return optimizer
+    if config.gradient_accumulation_steps > 1:
+        raise ValueError(f"optimizer.fused_back_pass: it steps the optimizer in every backward pass, so it cannot accumulate "
+                         f"gradients over {config.gradient_accumulation_steps} steps; set gradient_accumulation_steps to 1 "
+                         "or turn the fused back pass off")
+    if scaler is not None:
+        raise ValueError("optimizer.fused_back_pass: it cannot unscale FLOAT_16 gradients; train in BFLOAT_16 or FLOAT_32, "
+                         "or turn the fused back pass off")
+    return FusedBackPass(param_groups, lambda groups: create_optimizer(groups, settings, device))

@@ -1,0 +1,109 @@
+"""The optimizer registry: what an entry is, how its settings are resolved and how it is built.
+
+An entry names the config keys it passes to the constructor (OneTrainer's key -> the library's
+argument) and which keys are packed into one tuple argument (``betas``, Adafactor's ``eps``).
+Values come from the config, or from OneTrainer's defaults table where the config leaves them blank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ...config.enums import Optimizer as O
+from ...config.optimizer import effective_settings, optimizer_problems
+from .stochastic_rounding import enable_stochastic_rounding
+
+
+@dataclass(frozen=True)
+class OptimizerEntry:
+    name: O
+    build: Callable[..., torch.optim.Optimizer]  # build(param_groups, lr=..., **kwargs)
+    keys: dict[str, str]  # config key -> constructor argument
+    tuples: dict[str, tuple[str, ...]] = field(default_factory=dict)  # argument -> config keys packed into it
+
+
+OPTIMIZERS: dict[O, OptimizerEntry] = {}
+
+# Keys of the defaults table that are not constructor arguments: the trainer acts on the first two
+# itself; the last three exist in OneTrainer's libraries but not in the ones installed here.
+NOT_CONSTRUCTOR_ARGS = {
+    "stochastic_rounding": "applied around the step for bfloat16 weights (stochastic_rounding.py)",
+    "fused_back_pass": "the trainer steps per weight in the backward pass (fused_back_pass.py)",
+    "block_wise": "bitsandbytes 0.50 always quantizes block-wise",
+    "percentile_clipping": "bitsandbytes 0.50 dropped percentile clipping",
+    "use_cautious": "pytorch-optimizer's CAME has no cautious variant",
+}
+
+
+def register(name: O, build: Callable[..., torch.optim.Optimizer], keys: dict[str, str] | list[str],
+             tuples: dict[str, tuple[str, ...]] | None = None) -> None:
+    OPTIMIZERS[name] = OptimizerEntry(name, build, dict(keys) if isinstance(keys, dict) else {k: k for k in keys}, tuples or {})
+
+
+def _entry(optimizer_config: Any) -> OptimizerEntry:
+    name = O(optimizer_config.optimizer)
+    if name not in OPTIMIZERS:
+        available = ", ".join(o.value for o in OPTIMIZERS)
+        raise ValueError(f"optimizer.optimizer: {name.value} is not available yet; use one of {available}")
+    return OPTIMIZERS[name]
+
+
+def resolve_settings(optimizer_config: Any) -> dict[str, Any]:
+    """The constructor arguments: the config's value where set, else OneTrainer's default."""
+    entry = _entry(optimizer_config)
+    settings = effective_settings(optimizer_config)
+    kwargs = {arg: settings[key] for key, arg in entry.keys.items() if settings.get(key) is not None}
+    for arg, keys in entry.tuples.items():
+        values = [settings.get(k) for k in keys]
+        if all(v is None for v in values):
+            continue
+        missing = [k for k, v in zip(keys, values, strict=True) if v is None]
+        if missing:
+            raise ValueError(f"optimizer.{missing[0]}: {entry.name.value} needs a value here (it uses {', '.join(keys)} together)")
+        kwargs[arg] = tuple(values)
+    return kwargs
+
+
+def create_optimizer(param_groups: list[dict[str, Any]], optimizer_config: Any, device: torch.device) -> torch.optim.Optimizer:
+    """Build the configured optimizer over the trainer's param groups ({"params", "lr", "name"})."""
+    entry = _entry(optimizer_config)
+    problems = optimizer_problems(optimizer_config)
+    if problems:
+        raise ValueError("; ".join(problems))
+    kwargs = resolve_settings(optimizer_config)
+    params = [p for g in param_groups for p in g["params"]]
+    if kwargs.get("fused") and kwargs.get("foreach"):
+        kwargs["foreach"] = False  # torch refuses both; fused is the faster one
+    if kwargs.get("fused") and kwargs.get("differentiable"):
+        kwargs["fused"] = False  # torch has no differentiable fused step
+    if kwargs.get("fused") and device.type not in ("cuda", "cpu", "mps"):
+        kwargs["fused"] = False
+    if kwargs.get("fused") and any(p.dtype not in (torch.float32, torch.float16, torch.bfloat16) for p in params):
+        kwargs["fused"] = False
+    if kwargs.get("use_triton") and device.type != "cuda":
+        raise ValueError(f"optimizer.use_triton: the Triton kernel of {entry.name.value} needs a CUDA GPU; turn Use Triton off")
+    lr = param_groups[0]["lr"] if param_groups and "lr" in param_groups[0] else 1e-3
+    optimizer = entry.build(param_groups, lr=lr, **kwargs)
+    settings = effective_settings(optimizer_config)
+    if settings.get("stochastic_rounding") and any(p.dtype == torch.bfloat16 for p in params):
+        enable_stochastic_rounding(optimizer)
+    return optimizer
+
+
+def optimizer_train_mode(optimizer: Any) -> None:
+    """Schedule-free optimizers train on their own interpolated weights: call before training steps."""
+    switch = getattr(optimizer, "train", None)
+    if callable(switch):
+        switch()
+
+
+def optimizer_eval_mode(optimizer: Any) -> None:
+    """Schedule-free optimizers keep the weights to use in an average: switch to it before sampling,
+    saving or a backup (the next `optimizer_train_mode` switches back). A no-op for other optimizers."""
+    switch = getattr(optimizer, "eval", None)
+    if callable(switch):
+        switch()

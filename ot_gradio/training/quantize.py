@@ -1,0 +1,92 @@
+"""Weight data types of 8 bits and less for frozen model parts (a part's `weight_dtype`).
+
+FLOAT_8, INT_8 and NFLOAT_4 quantize every Linear layer of the part; the other layers
+(convolutions, norms, embeddings) stay in the train data type on a GPU, float32 on the CPU.
+They work on any device: the point is memory, and the weights are expanded to the compute type
+layer by layer in the forward pass.
+
+- FLOAT_8: weights stored as float8 (e4m3) with one scale per output row; built in, no extra
+  package.
+- INT_8: bitsandbytes LLM.int8 linear layers.
+- NFLOAT_4: bitsandbytes 4-bit NormalFloat (QLoRA) linear layers.
+
+Only frozen weights can be stored this way: LoRA trains adapters on top of them (peft handles the
+bitsandbytes layers natively), but a part trained in full must use FLOAT_32, FLOAT_16 or BFLOAT_16.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..config.enums import DataType
+
+QUANTIZED = (DataType.FLOAT_8, DataType.INT_8, DataType.NFLOAT_4)
+FP8 = torch.float8_e4m3fn
+FP8_MAX = float(torch.finfo(FP8).max)
+
+
+class LinearFp8(nn.Linear):
+    """A Linear layer whose weight is float8 with a float32 scale per output row."""
+
+    weight_scale: torch.Tensor
+
+    @classmethod
+    def convert(cls, layer: nn.Linear) -> LinearFp8:
+        with torch.no_grad():
+            w = layer.weight.detach().float()
+            scale = (w.abs().amax(dim=1, keepdim=True) / FP8_MAX).clamp(min=1e-12)
+            layer.weight = nn.Parameter((w / scale).to(FP8), requires_grad=False)
+        layer.__class__ = cls
+        layer.register_buffer("weight_scale", scale)
+        return layer
+
+    def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
+        return (self.weight.to(torch.float32) * self.weight_scale).to(dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        bias = self.bias.to(dtype) if self.bias is not None else None
+        return F.linear(x.to(dtype), self.dequantized_weight(dtype), bias)
+
+
+def _bnb_linear(layer: nn.Linear, data_type: DataType, compute_dtype: torch.dtype) -> nn.Module:
+    import bitsandbytes as bnb
+
+    weight = layer.weight.detach().float().cpu()
+    if data_type == DataType.NFLOAT_4:
+        new = bnb.nn.Linear4bit(layer.in_features, layer.out_features, bias=layer.bias is not None, compute_dtype=compute_dtype, quant_type="nf4")
+        new.weight = bnb.nn.Params4bit(weight, requires_grad=False, quant_type="nf4")
+    else:
+        new = bnb.nn.Linear8bitLt(layer.in_features, layer.out_features, bias=layer.bias is not None, has_fp16_weights=False, threshold=0.0)
+        new.weight = bnb.nn.Int8Params(weight, requires_grad=False, has_fp16_weights=False)
+    if layer.bias is not None:
+        new.bias = nn.Parameter(layer.bias.detach().to(compute_dtype).cpu(), requires_grad=False)
+    return new
+
+
+def quantize_linear_layers(module: nn.Module, data_type: DataType, device: torch.device, compute_dtype: torch.dtype, part: str) -> int:
+    """Quantize every Linear layer of `module` in place and move it to `device`; returns how many.
+    ValueError (naming `part`) if the type needs bitsandbytes and it cannot be used."""
+    data_type = DataType(data_type)
+    if data_type not in QUANTIZED:
+        raise ValueError(f"{part}.weight_dtype: {data_type.value} is not a quantized type")
+    if data_type != DataType.FLOAT_8:
+        try:
+            import bitsandbytes  # noqa: F401
+        except Exception as exc:
+            raise ValueError(
+                f"{part}.weight_dtype: {data_type.value} needs the bitsandbytes package, which could not be loaded ({exc}); "
+                "install bitsandbytes or use FLOAT_8"
+            ) from None
+    targets = [(name, child) for name, child in module.named_modules() if type(child) is nn.Linear]
+    for name, layer in targets:
+        if data_type == DataType.FLOAT_8:
+            LinearFp8.convert(layer)
+            continue
+        parent_name, _, child_name = name.rpartition(".")
+        parent = module.get_submodule(parent_name) if parent_name else module
+        setattr(parent, child_name, _bnb_linear(layer, data_type, compute_dtype))
+    module.to(device)  # bitsandbytes quantizes when its weights are moved
+    return len(targets)

@@ -1,0 +1,142 @@
+"""Concepts tab: a list with add / clone / remove / enable, each concept's settings, and its
+statistics (images, captions, masks, sizes, aspect buckets). Torch-free: uses the data scan."""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from typing import Any
+
+import gradio as gr
+
+from ..config.concept import ConceptConfig
+from .form import Field, build_fields, config_from_values, schema_fields, values_from_config
+
+GROUPS = (("General", ""), ("Image augmentation", "image."), ("Text", "text."))
+
+
+def concept_choices(concepts: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    return [(f"{i + 1}. {c.get('name') or c.get('path') or '(unnamed)'}{'' if c.get('enabled', True) else ' (off)'}", i) for i, c in enumerate(concepts)]
+
+
+def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool) -> tuple[str, list[tuple[str, int]]]:
+    """Markdown statistics and (bucket, count) rows for one concept."""
+    from ..config.resolution import parse_resolutions  # noqa: PLC0415
+    from ..data.buckets import assign_bucket  # noqa: PLC0415
+    from ..data.errors import DataError  # noqa: PLC0415
+    from ..data.scan import scan_concept  # noqa: PLC0415
+
+    try:
+        scan = scan_concept(ConceptConfig(**concept))
+    except (DataError, ValueError, OSError) as err:
+        return f"**Cannot read this concept:** {err}", []
+    items = scan.items
+    if not items:
+        return "No images found.", []
+    h, w = parse_resolutions(resolution)[0]
+    buckets = Counter(assign_bucket(i.width, i.height, (h, w), enabled=bucketing) for i in items)
+    sizes = sorted((i.width * i.height, i.width, i.height) for i in items)
+    lines = [
+        f"**{len(items)} images**, {len(items) - len(scan.uncaptioned)} with captions, {len(scan.uncaptioned)} without, {scan.mask_count} masks",
+        f"sizes from {sizes[0][1]}x{sizes[0][2]} to {sizes[-1][1]}x{sizes[-1][2]}",
+    ]
+    if scan.skipped:
+        lines.append("**skipped:** " + ", ".join(f"{s.path.name} ({s.reason})" for s in scan.skipped[:20]))
+    rows = [(f"{bw}x{bh}", n) for (bh, bw), n in sorted(buckets.items())]
+    return "\n\n".join(lines), rows
+
+
+class ConceptsTab:
+    def __init__(self):
+        infos = schema_fields("concepts[].")
+        self.fields: dict[str, Field] = {}
+        with gr.Row():
+            self.selector = gr.Dropdown(label="Concept", choices=[], value=None, interactive=True, elem_id="concept-select", scale=3)
+            self.add = gr.Button("Add", elem_id="concept-add", scale=0)
+            self.clone = gr.Button("Clone", scale=0)
+            self.remove = gr.Button("Remove", variant="stop", scale=0)
+        for title, prefix in GROUPS:
+            group = [i for i in infos if i.path.startswith("concepts[]." + prefix) and (prefix or i.path.count(".") == 1)]
+            with gr.Accordion(title, open=not prefix):
+                for path, f in build_fields(group, "concept").items():
+                    self.fields[path[len("concepts[]."):]] = f
+        with gr.Accordion("Statistics", open=True):
+            self.refresh = gr.Button("Refresh statistics", elem_id="concept-stats-refresh")
+            self.stats = gr.Markdown("")
+            self.buckets = gr.BarPlot(x="bucket", y="images", title="Aspect buckets", height=220)
+        self.outputs = [self.selector, *(f.component for f in self.fields.values())]
+
+    def show(self, config: dict[str, Any], index: int | None) -> dict:
+        concepts = config.get("concepts", [])
+        if index is None or not (0 <= index < len(concepts)):
+            index = 0 if concepts else None
+        values = values_from_config(self.fields, concepts[index]) if index is not None else {}
+        return {self.selector: gr.update(choices=concept_choices(concepts), value=index), **values}
+
+    def apply(self, config: dict[str, Any], values: dict) -> dict[str, Any]:
+        """The config with the selected concept as the form shows it."""
+        index = values.get(self.selector)
+        concepts = config.get("concepts", [])
+        if index is None or not (0 <= index < len(concepts)):
+            return config
+        config = copy.deepcopy(config)
+        config["concepts"][index] = config_from_values(self.fields, values, concepts[index])
+        return config
+
+    def wire(self, config_state: gr.State, autosave) -> None:
+        comps = [f.component for f in self.fields.values()]
+        show = self.show
+
+        def edit(values: dict) -> dict[str, Any]:
+            config, index = values[config_state], values[self.selector]
+            config = copy.deepcopy(config)
+            concepts = config.setdefault("concepts", [])
+            if index is None or not (0 <= index < len(concepts)):
+                return config
+            concepts[index] = config_from_values(self.fields, values, concepts[index])
+            autosave(config)
+            return config
+
+        def add(config: dict[str, Any], index: int | None, clone: bool):
+            config = copy.deepcopy(config)
+            concepts = config.setdefault("concepts", [])
+            if clone and index is not None and 0 <= index < len(concepts):
+                new = copy.deepcopy(concepts[index])
+                new["name"] = (new.get("name") or "concept") + " copy"
+            else:
+                new = ConceptConfig(name=f"concept {len(concepts) + 1}").model_dump(mode="json")
+            concepts.append(new)
+            autosave(config)
+            return config, len(concepts) - 1
+
+        def remove(config: dict[str, Any], index: int | None):
+            config = copy.deepcopy(config)
+            concepts = config.setdefault("concepts", [])
+            if index is not None and 0 <= index < len(concepts):
+                concepts.pop(index)
+            autosave(config)
+            return config, (min(index, len(concepts) - 1) if concepts and index is not None else None)
+
+        def stats(config: dict[str, Any], index: int | None):
+            concepts = config.get("concepts", [])
+            if index is None or not (0 <= index < len(concepts)):
+                return "Select a concept.", None
+            import pandas as pd  # noqa: PLC0415
+
+            text, rows = concept_stats(concepts[index], config.get("resolution", "512"), config.get("aspect_ratio_bucketing", True))
+            return text, pd.DataFrame(rows, columns=["bucket", "images"])
+
+        outputs = self.outputs
+        self.selector.input(show, [config_state, self.selector], outputs)
+        for comp in comps:
+            comp.input(edit, {config_state, self.selector, *comps}, config_state)
+        self.add.click(lambda c, i: add(c, i, False), [config_state, self.selector], [config_state, self.selector]).then(
+            show, [config_state, self.selector], outputs
+        )
+        self.clone.click(lambda c, i: add(c, i, True), [config_state, self.selector], [config_state, self.selector]).then(
+            show, [config_state, self.selector], outputs
+        )
+        self.remove.click(remove, [config_state, self.selector], [config_state, self.selector]).then(
+            show, [config_state, self.selector], outputs
+        )
+        self.refresh.click(stats, [config_state, self.selector], [self.stats, self.buckets])

@@ -1,0 +1,167 @@
+"""Form fields built from the config schema, and the two conversions the page needs:
+config dict -> component values, and component values -> config dict.
+
+Every field shown here is one the trainer acts on (status "ok"); planned options are kept in
+the config (so imported configs round-trip) but never shown as if they worked."""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import gradio as gr
+
+from ..config.fields import FieldInfo, iter_fields
+from ..config.schema import TrainConfig
+
+# Model parts the page shows, per model family; the others are hidden (OneTrainer shows only
+# the parts of the selected model).
+PARTS_BY_FAMILY = {"STABLE_DIFFUSION": ("unet", "text_encoder", "vae")}
+ALL_PARTS = (
+    "unet", "prior", "transformer", "unconditional_transformer", "text_encoder", "text_encoder_2",
+    "text_encoder_3", "text_encoder_4", "vae", "effnet_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan",
+)
+
+
+def _base_type(tp: Any) -> tuple[Any, bool]:
+    """(the type without None, whether None is allowed)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return (args[0] if len(args) == 1 else tp), True
+    return tp, False
+
+
+def schema_fields(prefix: str = "", tab: str | None = None) -> list[FieldInfo]:
+    """The editable leaf fields under `prefix` (e.g. "" or "concepts[]."), optionally of one tab."""
+    out = []
+    for f in iter_fields(TrainConfig):
+        if not f.path.startswith(prefix) or f.group or f.status != "ok" or f.compat:
+            continue
+        rest = f.path[len(prefix):]
+        if not prefix and "[]" in rest:
+            continue  # list items have their own editors
+        if f.path in ("config_version",) or f.path.endswith("concept_stats"):
+            continue  # bookkeeping, not settings
+        if tab is not None and f.tab != tab:
+            continue
+        out.append(f)
+    return out
+
+
+@dataclass
+class Field:
+    info: FieldInfo
+    component: gr.components.Component
+    nullable: bool
+
+    @property
+    def path(self) -> str:
+        return self.info.path
+
+
+def make_component(info: FieldInfo, elem_prefix: str = "f") -> Field:
+    tp, nullable = _base_type(info.type)
+    label = info.label or info.path
+    elem_id = f"{elem_prefix}-{info.path.replace('.', '-').replace('[]', '')}"
+    default = info.default.value if isinstance(info.default, Enum) else info.default
+    kw: dict[str, Any] = {"label": label, "info": info.tooltip, "elem_id": elem_id}
+    if isinstance(tp, type) and issubclass(tp, bool):
+        comp = gr.Checkbox(value=bool(default), **kw)
+    elif info.choices:
+        comp = gr.Dropdown(choices=list(info.choices), value=default, allow_custom_value=False, **kw)
+    elif isinstance(tp, type) and issubclass(tp, int) and not nullable:
+        b = info.bounds
+        comp = gr.Number(value=default, precision=0, minimum=b.get("ge"), maximum=b.get("le"), **kw)
+    else:
+        # Floats are text, as in OneTrainer, so 3e-4 stays 3e-4 and a typo is reported by the
+        # validation with the field's name; optional numbers may be blank (= the default).
+        if (typing.get_origin(tp) or tp) in (dict, list):
+            import json  # noqa: PLC0415
+
+            default = json.dumps(default)
+        text = "" if default is None else str(default)
+        comp = gr.Textbox(value=text, placeholder="blank = default" if nullable else None, **kw)
+    return Field(info, comp, nullable)
+
+
+def build_fields(infos: list[FieldInfo], elem_prefix: str = "f") -> dict[str, Field]:
+    return {i.path: make_component(i, elem_prefix) for i in infos}
+
+
+# --- conversions ----------------------------------------------------------------------------
+def get_path(data: dict[str, Any], path: str) -> Any:
+    node: Any = data
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def set_path(data: dict[str, Any], path: str, value: Any) -> None:
+    keys = path.split(".")
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    node[keys[-1]] = value
+
+
+def _is_json(field: Field) -> bool:
+    tp, _ = _base_type(field.info.type)
+    return (typing.get_origin(tp) or tp) in (dict, list)
+
+
+def to_display(field: Field, value: Any) -> Any:
+    if isinstance(value, Enum):
+        value = value.value
+    if _is_json(field):
+        import json  # noqa: PLC0415
+
+        return json.dumps(value if value is not None else (field.info.default or None))
+    if isinstance(field.component, gr.Textbox):
+        return "" if value is None else str(value)
+    return value
+
+
+def from_display(field: Field, value: Any) -> Any:
+    """The raw value for the config; the schema validates and explains bad input."""
+    tp, nullable = _base_type(field.info.type)
+    if _is_json(field):
+        import json  # noqa: PLC0415
+
+        try:
+            return json.loads(value) if str(value or "").strip() else (None if nullable else field.info.default)
+        except json.JSONDecodeError:
+            return value  # validation names the field
+    if isinstance(field.component, gr.Textbox):
+        text = "" if value is None else str(value).strip()
+        if text == "" and nullable:
+            return None
+        if isinstance(tp, type) and issubclass(tp, (int, float)) and not issubclass(tp, bool):
+            try:
+                return tp(float(text)) if issubclass(tp, int) and float(text).is_integer() else float(text)
+            except ValueError:
+                return text  # validation names the field and what is allowed
+        return value if value is not None else ""
+    if isinstance(field.component, gr.Number) and value is not None:
+        if isinstance(tp, type) and issubclass(tp, int) and float(value).is_integer():
+            return int(value)
+    return value
+
+
+def values_from_config(fields: dict[str, Field], config: dict[str, Any]) -> dict[gr.components.Component, Any]:
+    return {f.component: to_display(f, get_path(config, path)) for path, f in fields.items()}
+
+
+def config_from_values(fields: dict[str, Field], values: dict[gr.components.Component, Any], base: dict[str, Any]) -> dict[str, Any]:
+    import copy
+
+    data = copy.deepcopy(base)
+    for path, f in fields.items():
+        if f.component in values:
+            set_path(data, path, from_display(f, values[f.component]))
+    return data

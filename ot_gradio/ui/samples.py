@@ -1,0 +1,85 @@
+"""Sampling tab: an editable table of sample prompts."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import gradio as gr
+
+from ..config.enums import NoiseScheduler
+from ..config.parts import SampleConfig
+
+COLUMNS = (
+    ("enabled", "on", "bool"),
+    ("prompt", "prompt", "str"),
+    ("negative_prompt", "negative prompt", "str"),
+    ("width", "width", "number"),
+    ("height", "height", "number"),
+    ("seed", "seed", "number"),
+    ("diffusion_steps", "steps", "number"),
+    ("cfg_scale", "CFG", "number"),
+    ("noise_scheduler", "sampler", "str"),
+)
+
+
+def to_rows(samples: list[dict[str, Any]]) -> list[list[Any]]:
+    default = SampleConfig().model_dump(mode="json")
+    return [[s.get(key, default[key]) for key, _, _ in COLUMNS] for s in samples]
+
+
+def from_rows(rows: Any, previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows back to sample dicts, keeping fields the table does not show."""
+    if hasattr(rows, "values"):  # a pandas DataFrame
+        rows = rows.values.tolist()
+    out = []
+    for i, row in enumerate(rows or []):
+        if not any(str(v).strip() for v in row[1:2]):
+            continue  # a row without a prompt is an empty line
+        sample = copy.deepcopy(previous[i]) if i < len(previous) else SampleConfig().model_dump(mode="json")
+        for (key, _, kind), value in zip(COLUMNS, row, strict=False):
+            if kind == "bool":
+                value = value if isinstance(value, bool) else str(value).strip().lower() in ("true", "1", "yes", "on")
+            elif kind == "number":
+                try:
+                    value = float(value)
+                    value = int(value) if value.is_integer() and key != "cfg_scale" else value
+                except (TypeError, ValueError):
+                    pass  # validation names the sample and the field
+            sample[key] = value
+        out.append(sample)
+    return out
+
+
+class SamplesTab:
+    def __init__(self):
+        gr.Markdown(
+            "One row per sample prompt. Samplers: " + ", ".join(s.value for s in NoiseScheduler) +
+            ". Use the model's native size (512 for SD 1.5); for embeddings put `<embedding>` in the prompt."
+        )
+        self.table = gr.Dataframe(
+            headers=[label for _, label, _ in COLUMNS],
+            datatype=["bool", "str", "str", "number", "number", "number", "number", "number", "str"],
+            column_count=(len(COLUMNS), "fixed"),
+            row_count=(1, "dynamic"),
+            interactive=True,
+            label="Samples",
+            elem_id="samples-table",
+        )
+        self.add = gr.Button("Add sample")
+
+    def wire(self, config_state: gr.State, autosave) -> None:
+        def edit(config: dict[str, Any], rows: Any):
+            config = copy.deepcopy(config)
+            config["samples"] = from_rows(rows, config.get("samples", []))
+            autosave(config)
+            return config
+
+        def add(config: dict[str, Any]):
+            config = copy.deepcopy(config)
+            config.setdefault("samples", []).append(SampleConfig(prompt="a photo").model_dump(mode="json"))
+            autosave(config)
+            return config, to_rows(config["samples"])
+
+        self.table.input(edit, [config_state, self.table], config_state)
+        self.add.click(add, config_state, [config_state, self.table])

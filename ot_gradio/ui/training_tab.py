@@ -1,0 +1,88 @@
+"""Pieces of the Training and Model tabs that are more than plain fields: the optimizer's own
+settings (only the chosen optimizer's, remembered per optimizer), the learning-rate plot, and
+the memory the chosen weight dtypes need."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from ..config.enums import LearningRateScheduler
+from ..config.optimizer import optimizer_param_defaults
+from ..training.schedulers import lr_curve  # pure Python: no torch
+
+# Parameter counts of the SD 1.5 parts (the reference pages show such a table by hand).
+PARAMS = {"STABLE_DIFFUSION_15": {"unet": 859_520_964, "text_encoder": 123_060_480, "vae": 83_653_863}}
+BYTES = {"FLOAT_32": 4, "TFLOAT_32": 4, "FLOAT_16": 2, "BFLOAT_16": 2, "FLOAT_8": 1, "INT_8": 1, "NFLOAT_4": 0.5}
+
+
+def optimizer_keys(name: str) -> list[str]:
+    """The config keys the chosen optimizer takes (its row of OneTrainer's defaults table)."""
+    try:
+        from ..config.optimizer import optimizer_keys as keys  # noqa: PLC0415
+
+        return list(keys(name))
+    except ImportError:
+        return list(optimizer_param_defaults(name))
+
+
+def memory_markdown(config: dict[str, Any]) -> str:
+    counts = PARAMS.get(config.get("model_type", ""), PARAMS["STABLE_DIFFUSION_15"])
+    rows = ["| part | parameters | weight dtype | memory |", "|---|---|---|---|"]
+    total = 0.0
+    for part, n in counts.items():
+        dtype = (config.get(part) or {}).get("weight_dtype", "FLOAT_32")
+        gb = n * BYTES.get(dtype, 4) / 1024**3
+        total += gb
+        rows.append(f"| {part} | {n / 1e6:.0f} M | {dtype} | {gb:.2f} GB |")
+    rows.append(f"| **total** | | | **{total:.2f} GB** |")
+    return "Weights alone (activations, optimizer state and LoRA come on top):\n\n" + "\n".join(rows)
+
+
+def _count_images(folder: str, subfolders: bool) -> int:
+    from ..data.images import is_image_name, is_mask_name  # noqa: PLC0415
+
+    path = Path(folder)
+    if not path.is_dir():
+        return 0
+    walker = os.walk(path) if subfolders else [(str(path), [], os.listdir(path))]
+    return sum(1 for _, _, files in walker for f in files if is_image_name(f) and not is_mask_name(f))
+
+
+def steps_per_epoch(config: dict[str, Any]) -> int:
+    """An estimate from the image counts; the trainer's exact number also drops incomplete buckets."""
+    images = 0.0
+    for c in config.get("concepts", []):
+        if not c.get("enabled", True):
+            continue
+        n = _count_images(c.get("path", ""), c.get("include_subdirectories", False))
+        if c.get("balancing_strategy") == "SAMPLES":
+            images += c.get("balancing", 1.0)
+        else:
+            images += n * c.get("balancing", 1.0)
+    batches = math.ceil(images / max(1, int(config.get("batch_size") or 1)))
+    return max(1, math.ceil(batches / max(1, int(config.get("gradient_accumulation_steps") or 1))))
+
+
+def lr_frame(config: dict[str, Any]):
+    import pandas as pd  # noqa: PLC0415
+
+    try:
+        per_epoch = steps_per_epoch(config)
+        epochs = int(config.get("epochs") or 1)
+        total = min(per_epoch * epochs, 20000)
+        scheduler = LearningRateScheduler(config.get("learning_rate_scheduler", "CONSTANT"))
+        curve = lr_curve(
+            scheduler,
+            total,
+            float(config.get("learning_rate_warmup_steps") or 0),
+            float(config.get("learning_rate_cycles") or 1),
+            float(config.get("learning_rate_min_factor") or 0),
+            float(config.get("learning_rate") or 0),
+        )
+    except (ValueError, TypeError):
+        return pd.DataFrame({"step": [], "lr": []})
+    stride = max(1, len(curve) // 500)
+    return pd.DataFrame({"step": list(range(0, len(curve), stride)), "lr": curve[::stride]})

@@ -1,0 +1,174 @@
+"""Training options in real (tiny) runs: EMA sampling, saving, backups and exact resume;
+stop_training_after by step and by epoch with text encoder checkpointing and the noise and loss
+options on; masked training with latent caching."""
+
+import shutil
+
+import torch
+from PIL import Image
+
+from ot_gradio.config.io import load_config
+from ot_gradio.training.backup import latest_backup, read_backup
+from ot_gradio.training.lora_format import load_lora_file
+from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
+
+
+class Watch(Reporter):
+    """Collects events; keeps a copy of the trained weights after every step; stops on request."""
+
+    def __init__(self, stop_at=None):
+        self.stop_at = stop_at
+        self.trainer = None
+        self.losses, self.samples, self.warnings, self.statuses, self.snapshots = [], [], [], [], []
+
+    def metrics(self, **fields):
+        self.losses.append(fields["loss"])
+        if self.trainer is not None:
+            self.snapshots.append({k: v.clone() for k, v in self.trainer.method.trainable_state(self.trainer.model).items()})
+
+    def sample(self, **fields):
+        self.samples.append(fields)
+
+    def warning(self, message):
+        self.warnings.append(message)
+
+    def status(self, status, message=""):
+        self.statuses.append((status, message))
+
+    def requests(self):
+        return {"stop"} if self.stop_at is not None and len(self.losses) >= self.stop_at else set()
+
+
+def two_images(shapes, folder, mask=None):
+    folder.mkdir()
+    for image in sorted(p for p in shapes.iterdir() if p.suffix == ".png")[:2]:
+        shutil.copy(image, folder / image.name)
+        shutil.copy(image.with_suffix(".txt"), folder / image.with_suffix(".txt").name)
+        if mask is not None:
+            with Image.open(image) as img:
+                Image.new("L", img.size, mask).save(folder / f"{image.stem}-masklabel.png")
+    return folder
+
+
+def run(data, run_dir, reporter, others=()):
+    paths = RunPaths(run_dir / "samples", run_dir / "backup", run_dir / "save", None, [run_dir, *others])
+    trainer = Trainer(load_config(data).config, paths, reporter)
+    reporter.trainer = trainer
+    trainer.setup()
+    return trainer, trainer.train()
+
+
+def part(state, name):
+    return {k: v for k, v in state.items() if k.startswith(name + ".")}
+
+
+def changed(a, b):
+    return any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def test_ema_samples_saves_backs_up_and_resumes_exactly(lora_config, shapes, tmp_path):
+    data = lora_config(
+        concepts=[{"name": "two", "path": str(two_images(shapes, tmp_path / "two"))}],
+        batch_size=1,
+        epochs=2,
+        ema="CPU",
+        ema_decay=0.7,
+        ema_update_step_interval=2,
+        output_model_format="SAFETENSORS",
+        samples=[{"prompt": "a red circle", "height": 64, "width": 64, "diffusion_steps": 2}],
+    )
+    report = Watch()
+    straight, status = run(data, tmp_path / "straight", report)
+    assert status == "done" and straight.counters.global_step == 4
+
+    # sampled with the average and, with non_ema_sampling, with the live weights
+    assert [s.get("ema") for s in report.samples] == [True, False]
+    assert report.samples[1]["path"].endswith("-no-ema.jpg")
+    straight.config.non_ema_sampling = False
+    straight.sample()
+    assert [s.get("ema") for s in report.samples[2:]] == [True]
+
+    live = straight.method.trainable_state(straight.model)
+    with straight.ema.applied(straight.trained_params):
+        average = {k: v.clone() for k, v in straight.method.trainable_state(straight.model).items()}
+    assert changed(live, average)
+    saved = load_lora_file(tmp_path / "out" / "lora.safetensors").parts["unet"]
+    assert saved and all(torch.equal(v, average[f"unet.{k}"]) for k, v in saved.items())
+
+    backup = read_backup(latest_backup([tmp_path / "straight"]))
+    assert all(torch.equal(a, b) for a, b in zip(backup.state["ema"]["weights"], straight.ema.weights, strict=True))
+
+    first, status = run(data, tmp_path / "a", Watch(stop_at=3))
+    assert status == "stopped" and first.counters.global_step == 3
+    report = Watch()
+    second, status = run({**data, "continue_last_backup": True}, tmp_path / "b", report, others=[tmp_path / "a"])
+    assert status == "done" and any("continuing from backup" in m for _, m in report.statuses)
+    resumed = second.method.trainable_state(second.model)
+    assert all(torch.equal(live[k], resumed[k]) for k in live)
+    assert all(torch.equal(a, b) for a, b in zip(straight.ema.weights, second.ema.weights, strict=True))
+
+
+def test_stop_training_after_steps_and_epochs_with_noise_and_loss_options(lora_config, shapes, tmp_path):
+    data = lora_config(
+        concepts=[{"name": "two", "path": str(two_images(shapes, tmp_path / "two"))}],
+        batch_size=1,
+        epochs=3,
+        text_encoder={"train": True, "stop_training_after": 1, "stop_training_after_unit": "STEP", "dropout_probability": 0.5},
+        unet={"train": True, "gradient_checkpointing": False, "stop_training_after": 2, "stop_training_after_unit": "EPOCH"},
+        force_v_prediction=True,
+        rescale_noise_scheduler_to_zero_terminal_snr=True,
+        loss_weight_fn="MIN_SNR_GAMMA",
+        timestep_distribution="LOGIT_NORMAL",
+        huber_strength=0.5,
+        offset_noise_weight=0.1,
+        generalized_offset_noise=True,
+        perturbation_noise_weight=0.1,
+        attention_mechanism="DEFAULT",
+        ema="GPU",
+        ema_update_step_interval=1,
+    )
+    report = Watch()
+    paths = RunPaths(tmp_path / "r" / "samples", tmp_path / "r" / "backup", tmp_path / "r" / "save", None, [])
+    trainer = Trainer(load_config(data).config, paths, report)
+    report.trainer = trainer
+    trainer.setup()
+    text_encoder = trainer.model.text_encoder
+    assert getattr(text_encoder, "get_base_model", lambda: text_encoder)().is_gradient_checkpointing
+    assert trainer.model.text_encoder.training and trainer.model.prediction_type == "v_prediction"
+    before = {k: v.clone() for k, v in trainer.method.trainable_state(trainer.model).items()}
+    assert trainer.train() == "done"
+
+    assert len(report.losses) == 6 and all(torch.isfinite(torch.tensor(report.losses)))
+    states = [before, *report.snapshots]
+    te = [part(s, "text_encoder") for s in states]
+    unet = [part(s, "unet") for s in states]
+    assert changed(te[0], te[1]) and not any(changed(te[1], te[i]) for i in range(2, 7))
+    assert all(changed(unet[i - 1], unet[i]) for i in range(1, 5))  # two epochs of two steps
+    assert not changed(unet[4], unet[6])
+    assert any("text_encoder: stopped training after 1 step" in w for w in report.warnings)
+    assert any("unet: stopped training after 2 epoch" in w for w in report.warnings)
+    assert not trainer.text_encoder_trains and not trainer.model.text_encoder.training
+    assert [s.get("ema") for s in report.samples] == [True, False]
+
+
+def test_masked_training_with_latent_caching(lora_config, shapes, tmp_path):
+    data = lora_config(
+        concepts=[{"name": "masked", "path": str(two_images(shapes, tmp_path / "masked", mask=0))}],
+        epochs=2,
+        latent_caching=True,
+        masked_training=True,
+        unmasked_weight=0.0,
+        unmasked_probability=0.0,
+        text_encoder={"train": False},
+        samples=[],
+    )
+    report = Watch()
+    trainer, status = run(data, tmp_path / "run", report)
+    assert status == "done"
+    batch = trainer.dataset.epoch_batches(0)[0]
+    assert batch.latents is not None and batch.mask is not None and batch.mask.max() == 0
+    assert report.losses and all(loss == 0.0 for loss in report.losses)  # black masks: nothing to learn
+    ups = [v for k, v in trainer.method.trainable_state(trainer.model).items() if "lora_B" in k]
+    assert ups and all(v.abs().max() == 0 for v in ups)  # no gradient reached the LoRA
+    text_encoder = trainer.model.text_encoder
+    assert not getattr(text_encoder, "is_gradient_checkpointing", False)  # the frozen text encoder is not checkpointed

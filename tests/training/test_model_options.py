@@ -1,0 +1,226 @@
+"""Model-side training options on the tiny SD 1.5, built in memory: prediction type and zero
+terminal SNR (training and sampling), attention backends, autocast cache, quantized weight
+types, and how a training step wires captions, masks and loss weights together."""
+
+import pytest
+import torch
+
+from ot_gradio.config.enums import DataType
+from ot_gradio.config.schema import TrainConfig
+from ot_gradio.data.batches import Batch
+from ot_gradio.training.device import Precision, weight_dtype
+from ot_gradio.training.diffusion import DiffusionStep, check_quantized_parts_frozen, configure_model
+
+CPU = torch.device("cpu")
+
+
+def tiny_model():
+    from ot_gradio.models.sd15 import StableDiffusion15
+    from ot_gradio.models.tiny import tiny_sd15_components
+
+    return StableDiffusion15(**tiny_sd15_components())
+
+
+def config(**values):
+    return TrainConfig.model_validate(values)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model()
+
+
+def batch(captions=("a red circle", "a blue square"), mask=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return Batch(
+        size=(64, 64),
+        captions=list(captions),
+        loss_weights=torch.ones(len(captions)),
+        image_paths=[f"{i}.png" for i in range(len(captions))],
+        latents=torch.randn(len(captions), 4, 8, 8, generator=g),
+        mask=mask,
+    )
+
+
+def fixed(t=500):
+    def noise_fn(latents):
+        g = torch.Generator().manual_seed(7)
+        return torch.randn(latents.shape, generator=g), torch.full((latents.shape[0],), t)
+
+    return noise_fn
+
+
+# --- prediction type and zero terminal SNR -----------------------------------------------------
+
+
+def test_force_v_prediction_changes_training_and_sampling():
+    model = tiny_model()
+    configure_model(model, config(force_v_prediction=True), CPU, Precision(DataType.FLOAT_32, CPU))
+    assert model.prediction_type == "v_prediction"
+    assert model.scheduler.config.prediction_type == "v_prediction"  # saved with the model
+    assert model.pipeline("EULER").scheduler.config.prediction_type == "v_prediction"
+    latents, noise, t = torch.randn(1, 4, 8, 8), torch.randn(1, 4, 8, 8), torch.tensor([400])
+    assert torch.allclose(model.prediction_target(latents, noise, t), model.noise_scheduler.get_velocity(latents, noise, t))
+
+
+def test_force_epsilon_on_a_v_model_and_both_forced_is_refused():
+    model = tiny_model()
+    model.configure_noise_schedule(prediction_type="v_prediction")
+    configure_model(model, config(force_epsilon_prediction=True), CPU, Precision(DataType.FLOAT_32, CPU))
+    assert model.prediction_type == "epsilon" and model.pipeline("DDIM").scheduler.config.prediction_type == "epsilon"
+    with pytest.raises(ValueError, match="both"):
+        configure_model(tiny_model(), config(force_v_prediction=True, force_epsilon_prediction=True), CPU, Precision(DataType.FLOAT_32, CPU))
+
+
+def test_zero_terminal_snr_for_training_and_sampling():
+    model = tiny_model()
+    warnings = configure_model(model, config(rescale_noise_scheduler_to_zero_terminal_snr=True), CPU, Precision(DataType.FLOAT_32, CPU))
+    assert any("force_v_prediction" in w for w in warnings)  # epsilon cannot learn the last step
+    assert model.noise_scheduler.alphas_cumprod[-1].item() == pytest.approx(0.0, abs=1e-12)
+    assert tiny_model().noise_scheduler.alphas_cumprod[-1].item() > 1e-3
+    sampler = model.pipeline("EULER").scheduler
+    assert sampler.config.rescale_betas_zero_snr and sampler.config.timestep_spacing == "trailing"
+
+    v_model = tiny_model()
+    assert configure_model(v_model, config(rescale_noise_scheduler_to_zero_terminal_snr=True, force_v_prediction=True), CPU, Precision(DataType.FLOAT_32, CPU)) == []
+    for sampler in ("DDIM", "EULER"):
+        image = v_model.sample("a red circle", height=64, width=64, steps=2, sampler=sampler, device=CPU)
+        assert image.size == (64, 64)
+
+
+# --- attention and precision -------------------------------------------------------------------
+
+
+def _processors(model):
+    return {type(p).__name__ for p in model.unet.attn_processors.values()}
+
+
+def test_attention_mechanisms(model):
+    model.set_attention("DEFAULT", CPU)
+    assert _processors(model) == {"AttnProcessor"}
+    model.set_attention("SDP", CPU)
+    assert _processors(model) == {"AttnProcessor2_0"}
+    for name in ("XFORMERS", "FLASH"):
+        with pytest.raises(ValueError, match=f"{name}.*SDP"):
+            model.set_attention(name, CPU)
+    assert _processors(model) == {"AttnProcessor2_0"}
+
+
+def test_configure_model_applies_the_attention_option():
+    model = tiny_model()
+    configure_model(model, config(attention_mechanism="DEFAULT"), CPU, Precision(DataType.FLOAT_32, CPU))
+    assert _processors(model) == {"AttnProcessor"}
+
+
+def test_autocast_cache_option():
+    for enabled in (True, False):
+        with Precision(DataType.BFLOAT_16, CPU, autocast_cache=enabled).autocast():
+            assert torch.is_autocast_enabled("cpu") and torch.is_autocast_cache_enabled() is enabled
+
+
+def test_train_dtypes():
+    assert Precision(DataType.FLOAT_32, CPU).dtype is None
+    assert Precision(DataType.BFLOAT_16, CPU).dtype == torch.bfloat16
+    half = Precision(DataType.FLOAT_16, CPU)
+    assert half.dtype == torch.bfloat16 and "BFLOAT_16" in half.note and half.scaler is None
+    assert Precision(DataType.TFLOAT_32, CPU).dtype is None
+
+
+# --- quantized weight types --------------------------------------------------------------------
+
+
+def test_weight_dtypes_on_cpu_and_gpu():
+    cuda = torch.device("cuda")
+    assert weight_dtype(DataType.FLOAT_16, CPU) == torch.float32
+    assert weight_dtype(DataType.FLOAT_16, cuda) == torch.float16
+    assert weight_dtype(DataType.NFLOAT_4, cuda, torch.bfloat16) == torch.bfloat16  # the layers that stay unquantized
+    assert weight_dtype(DataType.FLOAT_8, CPU, torch.bfloat16) == torch.float32
+
+
+@pytest.mark.parametrize("data_type", [DataType.FLOAT_8, DataType.INT_8, DataType.NFLOAT_4])
+def test_quantized_unet_still_predicts_and_lora_trains_on_top(data_type):
+    from ot_gradio.training.lora import add_lora
+
+    reference = tiny_model()
+    model = tiny_model()
+    cfg = config(unet={"weight_dtype": data_type.value})
+    configure_model(model, cfg, CPU, Precision(DataType.FLOAT_32, CPU))
+    linears = [m for m in model.unet.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(type(m) is not torch.nn.Linear for m in linears)
+    stored = {p.dtype for m in linears for p in m.parameters(recurse=False) if p.ndim == 2}
+    assert stored.isdisjoint({torch.float32, torch.float16, torch.bfloat16}), stored
+
+    x, t, hidden = torch.randn(1, 4, 8, 8), torch.tensor([300]), torch.randn(1, 77, 32)
+    with torch.no_grad():
+        ref, out = reference.predict(x, t, hidden), model.predict(x, t, hidden)
+    assert (out - ref).abs().mean() < 0.1 * ref.abs().mean()
+
+    params = add_lora(model.unet, kind="unet", rank=2, alpha=2, dropout=0.0, layer_preset="attn-only")
+    assert all(p.dtype == torch.float32 and p.requires_grad for p in params)
+    check_quantized_parts_frozen(model, cfg)
+    for p in params[1::2]:  # lora_B starts at zero; give it a value so lora_A gets a gradient too
+        torch.nn.init.normal_(p, std=0.01)
+    model.predict(x, t, hidden).pow(2).mean().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in params)
+
+
+def test_a_quantized_part_that_trains_itself_is_refused():
+    model = tiny_model()
+    cfg = config(text_encoder={"weight_dtype": "FLOAT_8"})
+    configure_model(model, cfg, CPU, Precision(DataType.FLOAT_32, CPU))
+    model.text_encoder.requires_grad_(True)
+    with pytest.raises(ValueError, match="text_encoder.weight_dtype"):
+        check_quantized_parts_frozen(model, cfg)
+
+
+# --- a training step wires the options ---------------------------------------------------------
+
+
+def test_caption_dropout_trains_with_empty_captions(model, monkeypatch):
+    seen = []
+    tokenize = model.tokenize
+    monkeypatch.setattr(model, "tokenize", lambda captions: seen.append(list(captions)) or tokenize(captions))
+    DiffusionStep(model, config(text_encoder={"dropout_probability": 1.0}), CPU, Precision(DataType.FLOAT_32, CPU)).loss(batch(), False)
+    DiffusionStep(model, config(), CPU, Precision(DataType.FLOAT_32, CPU)).loss(batch(), False)
+    assert seen == [["", ""], ["a red circle", "a blue square"]]
+    torch.manual_seed(0)
+    step = DiffusionStep(model, config(text_encoder={"dropout_probability": 0.3}), CPU, Precision(DataType.FLOAT_32, CPU))
+    dropped = sum(c == "" for _ in range(500) for c in step.captions(["x", "y"]))
+    assert dropped / 1000 == pytest.approx(0.3, abs=0.05)
+
+
+def test_masked_training_in_a_step(model):
+    black = torch.zeros(2, 1, 64, 64)
+    black[1, :, :, :32] = 1.0  # the second sample is half white
+    masked = config(masked_training=True, unmasked_weight=0.0, unmasked_probability=0.0)
+    with torch.no_grad():
+        full = DiffusionStep(model, config(), CPU, Precision(DataType.FLOAT_32, CPU), fixed()).loss(batch(mask=black), False)
+        only_black = DiffusionStep(model, masked, CPU, Precision(DataType.FLOAT_32, CPU), fixed()).loss(batch(captions=["a"], mask=black[:1]), False)
+        half = DiffusionStep(model, masked, CPU, Precision(DataType.FLOAT_32, CPU), fixed()).loss(batch(mask=black), False)
+        always_whole = DiffusionStep(model, masked.model_copy(update={"unmasked_probability": 1.0}), CPU, Precision(DataType.FLOAT_32, CPU), fixed())
+        whole = always_whole.loss(batch(mask=black), False)
+    assert only_black.item() == 0.0
+    assert 0 < half.item() < full.item()
+    assert whole.item() == pytest.approx(full.item(), rel=1e-6)
+
+
+def test_loss_weight_function_in_a_step(model):
+    with torch.no_grad():
+        plain = DiffusionStep(model, config(), CPU, Precision(DataType.FLOAT_32, CPU), fixed(20)).loss(batch(), False)
+        step = DiffusionStep(model, config(loss_weight_fn="MIN_SNR_GAMMA", loss_weight_strength=1.0), CPU, Precision(DataType.FLOAT_32, CPU), fixed(20))
+        weighted = step.loss(batch(), False)
+    ac = model.noise_scheduler.alphas_cumprod[20].item()
+    assert weighted.item() == pytest.approx(plain.item() * min(ac / (1 - ac), 1.0) / (ac / (1 - ac)), rel=1e-5)
+
+
+def test_step_draws_timesteps_and_perturbed_noise_from_the_config(model):
+    cfg = config(
+        min_noising_strength=0.25, max_noising_strength=0.5, timestep_distribution="SIGMOID", noising_weight=20.0,
+        perturbation_noise_weight=0.1, offset_noise_weight=0.1, generalized_offset_noise=True,
+    )
+    step = DiffusionStep(model, cfg, CPU, Precision(DataType.FLOAT_32, CPU))
+    t, noisy, target = step.noise(torch.zeros(256, 4, 8, 8))
+    assert int(t.min()) >= 250 and int(t.max()) < 500
+    assert t.float().mean().item() > 430  # SIGMOID with a large weight favours the noisy end; uniform would give 375
+    assert (noisy - target).std().item() == pytest.approx(0.1, rel=0.1)
+    assert step.psi is not None and step.psi.shape == (1000,)

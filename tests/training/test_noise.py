@@ -1,0 +1,146 @@
+"""Timestep distributions and training noise (noise.py) against OneTrainer's definitions."""
+
+import math
+
+import pytest
+import torch
+
+from ot_gradio.config.enums import TimestepDistribution as TD
+from ot_gradio.training.noise import discrete_weights, make_noise, offset_noise_psi, sample_timesteps
+
+N = 20_000
+
+
+def draw(distribution, **kw):
+    g = torch.Generator().manual_seed(0)
+    return sample_timesteps(N, 1000, distribution=distribution, generator=g, **kw)
+
+
+@pytest.mark.parametrize("distribution", list(TD))
+def test_every_distribution_stays_inside_the_noising_strengths(distribution):
+    t = draw(distribution, min_strength=0.2, max_strength=0.6, weight=1.0, bias=0.1, shift=1.0)
+    assert t.shape == (N,) and t.dtype == torch.long
+    assert int(t.min()) >= 200 and int(t.max()) <= 599
+    assert len(torch.unique(t)) > 100  # spread out, not collapsed
+
+
+def test_uniform_is_flat_over_the_range():
+    t = draw(TD.UNIFORM, min_strength=0.0, max_strength=1.0).float()
+    assert t.mean().item() == pytest.approx(499.5, abs=8)
+    assert int(t.min()) == 0 and int(t.max()) == 999
+
+
+def test_logit_normal_centre_and_spread_follow_bias_and_weight():
+    centred = draw(TD.LOGIT_NORMAL).float()
+    assert centred.mean().item() == pytest.approx(500, abs=8)
+    # sigmoid(N(0, 1)) has std ~0.21 of the range; weight 1 -> std 2 spreads it towards the ends
+    assert centred.std().item() == pytest.approx(1000 * 0.2083, rel=0.05)
+    assert draw(TD.LOGIT_NORMAL, weight=1.0).float().std().item() > centred.std().item() + 50
+    noisier = draw(TD.LOGIT_NORMAL, bias=1.0).float().mean().item()
+    assert noisier == pytest.approx(1000 * 0.7, abs=20)  # E[sigmoid(N(1, 1))] ~ 0.70
+
+
+def middle(t):
+    return ((t > 250) & (t < 750)).float().mean().item()
+
+
+def test_heavy_tail_weight_moves_mass_between_middle_and_ends():
+    uniform = draw(TD.HEAVY_TAIL, weight=0.0).float()
+    assert uniform.mean().item() == pytest.approx(500, abs=10)
+    assert middle(uniform) == pytest.approx(0.5, abs=0.02)
+    assert middle(draw(TD.HEAVY_TAIL, weight=0.8).float()) > 0.6  # SD3's "mode" sampling: s > 0 favours the middle
+    assert middle(draw(TD.HEAVY_TAIL, weight=-0.8).float()) < 0.4  # s < 0 the ends (heavy tails)
+
+
+def test_cos_map_matches_its_density():
+    w = discrete_weights(TD.COS_MAP, 1000, 0.0, 0.0, 1.0)
+    x = torch.linspace(0, 1, 1000)
+    expected = 2.0 / (math.pi * (1 - 2 * x + 2 * x**2))
+    assert torch.allclose(w, expected, rtol=1e-5)
+    t = draw(TD.COS_MAP).float()
+    assert t.mean().item() == pytest.approx(500, abs=10)  # symmetric, twice as dense in the middle as at the ends
+    assert middle(t) == pytest.approx(float(w[251:750].sum() / w.sum()), abs=0.02)
+    assert middle(t) > 0.55
+
+
+def test_sigmoid_weight_sign_picks_high_or_low_noise():
+    assert draw(TD.SIGMOID, weight=8.0).float().mean().item() > 650
+    assert draw(TD.SIGMOID, weight=-8.0).float().mean().item() < 350
+    assert draw(TD.SIGMOID, weight=8.0, bias=0.3).float().mean().item() > draw(TD.SIGMOID, weight=8.0).float().mean().item()
+
+
+def test_inverted_parabola_is_a_bump_at_bias_plus_half():
+    w = discrete_weights(TD.INVERTED_PARABOLA, 1001, 4.0, 0.0, 1.0)
+    assert int(w.argmax()) == 500 and w[0].item() == pytest.approx(1.0) and w[500].item() == pytest.approx(2.0)
+    t = draw(TD.INVERTED_PARABOLA, weight=8.0, bias=-0.2).float()
+    w = discrete_weights(TD.INVERTED_PARABOLA, 1000, 8.0, -0.2, 1.0)
+    assert t.mean().item() == pytest.approx(float((w * torch.arange(1000)).sum() / w.sum()), abs=8)
+    assert int(t.max()) <= 800  # 2 - 8 (x - 0.3)^2 reaches 0 at x = 0.8
+
+
+@pytest.mark.parametrize("distribution", [TD.UNIFORM, TD.COS_MAP, TD.LOGIT_NORMAL])
+def test_timestep_shift_moves_towards_more_noise(distribution):
+    plain = draw(distribution).float().mean().item()
+    assert draw(distribution, shift=3.0).float().mean().item() > plain + 100
+    assert draw(distribution, shift=0.33).float().mean().item() < plain - 100
+
+
+def test_uniform_shift_is_onetrainers_formula():
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    t = sample_timesteps(64, 1000, shift=2.0, generator=g1)
+    u = 1000 * torch.rand(64, generator=g2)
+    assert torch.equal(t, (1000 * 2.0 * u / (u + 1000)).long())
+
+
+def test_min_equal_max_still_gives_a_timestep():
+    t = sample_timesteps(8, 1000, min_strength=0.5, max_strength=0.5)
+    assert torch.equal(t, torch.full((8,), 500))
+
+
+def test_impossible_parabola_is_refused():
+    with pytest.raises(ValueError, match="noising_weight"):
+        discrete_weights(TD.INVERTED_PARABOLA, 10, 1e6, 5.0, 1.0)
+
+
+def _betas():
+    """SD's scaled-linear schedule."""
+    return torch.linspace(0.00085**0.5, 0.012**0.5, 1000, dtype=torch.float32) ** 2
+
+
+def test_offset_noise_is_constant_per_channel():
+    torch.manual_seed(0)
+    latents = torch.zeros(2, 4, 8, 8)
+    torch.manual_seed(1)
+    base, _ = make_noise(latents, torch.tensor([10, 900]))
+    torch.manual_seed(1)
+    noisy, target = make_noise(latents, torch.tensor([10, 900]), offset_weight=0.5)
+    offset = noisy - base
+    assert offset.abs().sum() > 0 and torch.equal(noisy, target)
+    assert torch.allclose(offset, offset[:, :, :1, :1].expand_as(offset))
+
+
+def test_generalized_offset_noise_scales_the_offset_by_psi_t():
+    psi = offset_noise_psi(_betas())
+    assert psi.shape == (1000,) and torch.isfinite(psi).all() and (psi > 0).all()
+    assert psi[-1].item() == pytest.approx(1.0, rel=1e-6)  # normalised at t = T
+    latents = torch.zeros(2, 4, 8, 8)
+    t = torch.tensor([10, 900])
+    torch.manual_seed(1)
+    base, _ = make_noise(latents, t)
+    torch.manual_seed(1)
+    plain, _ = make_noise(latents, t, offset_weight=0.5)
+    torch.manual_seed(1)
+    general, _ = make_noise(latents, t, offset_weight=0.5, generalized_offset=True, psi=psi)
+    ratio = (general - base)[:, 0, 0, 0] / (plain - base)[:, 0, 0, 0]
+    assert torch.allclose(ratio, psi[t].float(), rtol=1e-3)
+
+
+def test_perturbation_changes_the_input_noise_only():
+    latents = torch.zeros(3, 4, 8, 8)
+    torch.manual_seed(2)
+    clean, _ = make_noise(latents, torch.tensor([1, 2, 3]))
+    torch.manual_seed(2)
+    noisy, target = make_noise(latents, torch.tensor([1, 2, 3]), perturbation_weight=0.1)
+    assert torch.equal(target, clean)
+    diff = noisy - target
+    assert diff.std().item() == pytest.approx(0.1, rel=0.15)
