@@ -42,7 +42,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     config = loaded.config
+    from .config.doctor import errors  # noqa: PLC0415
     from .training.optimizers import OPTIMIZERS  # noqa: PLC0415
+
+    problems = errors(config)
+    if problems:
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
 
     for warning in _unique(loaded.warnings + check(config, available_optimizers=OPTIMIZERS, include_planned=not from_ot)):
         print(f"warning: {warning}", file=sys.stderr)

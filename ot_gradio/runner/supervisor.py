@@ -80,9 +80,14 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+def _key(run: RunDir) -> str:
+    """Runs are known by their absolute folder, however the workspace was written."""
+    return str(Path(run.path).resolve())
+
+
 class Supervisor:
     def __init__(self, workspace: str | Path):
-        self.workspace = Path(workspace)
+        self.workspace = Path(workspace).resolve()
         self.workspaces: list[Path] = [self.workspace]  # every workspace a run was started in
         self._procs: dict[str, subprocess.Popen] = {}  # keyed by run folder
         self._stop_requested: dict[str, tuple[RunDir, float]] = {}
@@ -95,7 +100,7 @@ class Supervisor:
         run = create_run(workspace, config)
         log = open(run.log, "ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ot_gradio.runner.worker", str(run.path)],
+            [sys.executable, "-m", "ot_gradio.runner.worker", _key(run)],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -105,7 +110,7 @@ class Supervisor:
         )
         log.close()
         run.pid_file.write_text(str(proc.pid))
-        self._procs[str(run.path)] = proc
+        self._procs[_key(run)] = proc
         return run
 
     def stop(self, run: RunDir) -> str:
@@ -114,10 +119,10 @@ class Supervisor:
         pid = self._pid(run)
         if pid is None or not self._alive(run):
             return "not running"
-        first = self._stop_requested.get(str(run.path))
+        first = self._stop_requested.get(_key(run))
         if first is None:
             run.request("stop")
-            self._stop_requested[str(run.path)] = (run, time.time())
+            self._stop_requested[_key(run)] = (run, time.time())
             return "stop requested"
         try:
             os.killpg(pid, signal.SIGTERM)
@@ -143,7 +148,7 @@ class Supervisor:
         run.request(what)
 
     def wait(self, run: RunDir, timeout: float | None = None) -> int | None:
-        proc = self._procs.get(str(run.path))
+        proc = self._procs.get(_key(run))
         if proc is not None:
             try:
                 return proc.wait(timeout)
@@ -163,7 +168,7 @@ class Supervisor:
         return sorted(found, key=lambda r: r.run_id)
 
     def watch(self, workspace: str | Path) -> None:
-        workspace = Path(workspace)
+        workspace = Path(workspace).resolve()
         if workspace.resolve() not in [w.resolve() for w in self.workspaces]:
             self.workspaces.append(workspace)
 
@@ -192,7 +197,7 @@ class Supervisor:
 
     # --- process bookkeeping ----------------------------------------------------------------
     def _pid(self, run: RunDir) -> int | None:
-        proc = self._procs.get(str(run.path))
+        proc = self._procs.get(_key(run))
         if proc is not None:
             return proc.pid
         try:
@@ -201,7 +206,7 @@ class Supervisor:
             return None
 
     def _alive(self, run: RunDir) -> bool:
-        proc = self._procs.get(str(run.path))
+        proc = self._procs.get(_key(run))
         if proc is not None:
             return proc.poll() is None
         pid = self._pid(run)
@@ -211,10 +216,10 @@ class Supervisor:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         except OSError:
             return True
-        return str(run.path) in cmdline
+        return _key(run) in cmdline
 
     def _exit_code(self, run: RunDir) -> int | None:
-        proc = self._procs.get(str(run.path))
+        proc = self._procs.get(_key(run))
         if proc is not None and proc.poll() is not None:
             return proc.returncode
         try:

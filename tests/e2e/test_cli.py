@@ -88,3 +88,10 @@ def test_images_that_never_train_are_named(tmp_path, lora_config, shapes):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "will never be trained" in out.stderr
     assert "10-green-circle.png" in out.stderr  # the only 64x96 (tall) image
+
+
+def test_checks_before_start_refuse_adafactor_constant_mode_with_relative_step(tmp_path):
+    out = _run(["train", "--config", "demo", "--set", "optimizer.optimizer=ADAFACTOR", "--set", "optimizer.relative_step=true",
+                "--set", "optimizer.scale_parameter=false"], tmp_path)
+    assert out.returncode == 2
+    assert "relative_step" in out.stderr and "Traceback" not in out.stderr
