@@ -1,0 +1,81 @@
+"""The browser suite: the real page (python app.py) driven by Playwright in Debian's Chromium.
+
+scripts/test.sh installs Chromium with apt; Playwright's own browser download is never used."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def app(tmp_path):
+    """A fresh app.py in its own working folder and workspace; yields its URL."""
+    port = _free_port()
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
+           "OT_GRADIO_TINY_DIR": str(tmp_path / "tiny"), "PYTHONPATH": str(ROOT)}
+    log = open(tmp_path / "app.log", "wb")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--workspace", "workspace"],
+                            cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=15)
+            break
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("app.py did not serve the page in 300 s: " + (tmp_path / "app.log").read_text()[-2000:])
+    assert proc.poll() is None, (tmp_path / "app.log").read_text()[-3000:]
+    yield {"url": url, "cwd": tmp_path, "proc": proc}
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    # a worker still training would be orphaned: stop every run's process group
+    for pid_file in (tmp_path / "workspace").rglob("worker.pid"):
+        try:
+            os.killpg(int(pid_file.read_text()), 9)
+        except (OSError, ValueError):
+            pass
+
+
+@pytest.fixture
+def browser_page(request):
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        pytest.fail("Chromium is not installed: run scripts/test.sh (it installs Debian's chromium) or apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(30_000)
+        yield page
+        page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
+        browser.close()
