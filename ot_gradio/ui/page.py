@@ -14,7 +14,9 @@ from typing import Any
 import gradio as gr
 
 from ..config.doctor import check
+from ..config.doctor import errors as doctor_errors
 from ..config.io import ConfigError, config_to_dict, load_config
+from ..config.optimizer import optimizer_keys
 from ..config.presets import list_presets
 from ..runner.supervisor import Supervisor
 from .concepts import ConceptsTab
@@ -23,7 +25,7 @@ from .guide import GUIDE
 from .monitor import Monitor
 from .samples import SamplesTab, to_rows
 from .state import load_ui_config, preset_config, save_ui_config
-from .training_tab import lr_frame, memory_markdown, optimizer_keys
+from .training_tab import lr_frame, memory_markdown
 
 TOP_FIELDS = ("model_type", "training_method")
 SHOWN_PARTS = ("unet", "text_encoder", "vae")
@@ -46,13 +48,7 @@ def validate(config: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], 
         loaded = load_config(copy.deepcopy(config))
     except ConfigError as err:
         return None, list(getattr(err, "errors", None) or [str(err)]), []
-    problems: list[str] = []
-    try:
-        from ..config.doctor import errors as doctor_errors  # noqa: PLC0415
-
-        problems += doctor_errors(loaded.config)
-    except ImportError:
-        pass
+    problems: list[str] = doctor_errors(loaded.config)
     for i, concept in enumerate(loaded.config.concepts):
         if concept.enabled and not Path(concept.path).is_dir() and not concept.path.replace("\\", "/").endswith("demo-data/shapes"):
             problems.append(f"concepts[{i}].path: folder '{concept.path}' does not exist")

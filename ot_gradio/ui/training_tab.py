@@ -10,22 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from ..config.enums import LearningRateScheduler
-from ..config.optimizer import optimizer_param_defaults
 from ..training.schedulers import lr_curve  # pure Python: no torch
 
 # Parameter counts of the SD 1.5 parts (the reference pages show such a table by hand).
 PARAMS = {"STABLE_DIFFUSION_15": {"unet": 859_520_964, "text_encoder": 123_060_480, "vae": 83_653_863}}
 BYTES = {"FLOAT_32": 4, "TFLOAT_32": 4, "FLOAT_16": 2, "BFLOAT_16": 2, "FLOAT_8": 1, "INT_8": 1, "NFLOAT_4": 0.5}
-
-
-def optimizer_keys(name: str) -> list[str]:
-    """The config keys the chosen optimizer takes (its row of OneTrainer's defaults table)."""
-    try:
-        from ..config.optimizer import optimizer_keys as keys  # noqa: PLC0415
-
-        return list(keys(name))
-    except ImportError:
-        return list(optimizer_param_defaults(name))
 
 
 def memory_markdown(config: dict[str, Any]) -> str:
