@@ -96,16 +96,11 @@ def save_lora(
     *,
     unet: nn.Module | None = None,
     text_encoder: nn.Module | None = None,
-    lora_format: str = KOHYA,
-    dtype: torch.dtype = torch.float32,
-    base_model_version: str = "sd_v1",
-    resolution: int | tuple[int, int] | str | None = None,
-    steps: int | None = None,
-    epoch: int | None = None,
-    output_name: str | None = None,
-    extra_metadata: Mapping[str, Any] | None = None,
+    **options: Any,
 ) -> Path:
-    """Export the LoRA layers of the given (add_lora-wrapped) modules to one `.safetensors`."""
+    """Export the LoRA layers of the given (add_lora-wrapped) modules to one `.safetensors`.
+
+    `options` are `save_lora_parts`'s keywords (format, dtype, metadata), passed on unchanged."""
     parts: dict[str, dict[str, torch.Tensor]] = {}
     rank_alpha: set[tuple[int, float]] = set()
     for part, module in (("unet", unet), ("text_encoder", text_encoder)):
@@ -122,20 +117,7 @@ def save_lora(
     if not parts:
         raise ValueError("Nothing to save: pass the unet and/or the text_encoder.")
     rank, alpha = rank_alpha.pop()
-    return save_lora_parts(
-        path,
-        parts,
-        rank=rank,
-        alpha=alpha,
-        lora_format=lora_format,
-        dtype=dtype,
-        base_model_version=base_model_version,
-        resolution=resolution,
-        steps=steps,
-        epoch=epoch,
-        output_name=output_name,
-        extra_metadata=extra_metadata,
-    )
+    return save_lora_parts(path, parts, rank=rank, alpha=alpha, **options)
 
 
 def save_lora_parts(
