@@ -7,8 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .enums import LORA_FORMATS, LearningRateScheduler, ModelFormat, ModelType, TrainingMethod, native_resolution
+from .enums import LORA_FORMATS, LearningRateScheduler, ModelFormat, TrainingMethod, native_resolution
 from .enums import Optimizer as O
+from .families import IMPLEMENTED_METHODS, implemented_model_types, supports, trainable_parts
 from .fields import PLANNED, field_meta, nested_section
 from .optimizer import (
     ADAPTIVE_LR,
@@ -20,9 +21,6 @@ from .optimizer import (
 )
 from .schema import TrainConfig
 from .validation import join_path
-
-SUPPORTED_MODEL_TYPES = (ModelType.STABLE_DIFFUSION_15,)
-SUPPORTED_METHODS = (TrainingMethod.LORA,)
 
 
 def planned_changes(config: BaseModel, default: BaseModel | None = None, prefix: str = "", planned: bool = False) -> list[str]:
@@ -64,10 +62,11 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
     leaves out the list of unsupported options (a OneTrainer import already warned about them)."""
     warnings: list[str] = []
     method, model_type = config.training_method, config.model_type
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        warnings.append(f"Model type {model_type.value} is not supported by the trainer yet (only {', '.join(m.value for m in SUPPORTED_MODEL_TYPES)} for now).")
-    if method not in SUPPORTED_METHODS:
-        warnings.append(f"Training method {method.value} is not supported by the trainer yet (only {', '.join(m.value for m in SUPPORTED_METHODS)} for now).")
+    supported = implemented_model_types()
+    if model_type not in supported:
+        warnings.append(f"Model type {model_type.value} is not supported by the trainer yet (only {', '.join(m.value for m in supported)} for now).")
+    elif method not in IMPLEMENTED_METHODS or not supports(model_type, method):
+        warnings.append(f"Training method {method.value} is not supported by the trainer for {model_type.value} yet (only {', '.join(m.value for m in IMPLEMENTED_METHODS)} for now).")
     if available_optimizers is not None:
         names = [str(getattr(o, "value", o)) for o in available_optimizers]
         if config.optimizer.optimizer.value not in names:
@@ -111,17 +110,7 @@ OPTIMIZERS_PAGE_LR = ('the optimizers page: "Learning Rate should be 1 and must 
 
 
 def _trained_parts(config: TrainConfig) -> list[str]:
-    name = config.model_type.value
-    if "XL" in name:
-        parts = ["unet", "text_encoder", "text_encoder_2"]
-    elif name.startswith("STABLE_DIFFUSION_3"):
-        parts = ["transformer", "text_encoder", "text_encoder_2", "text_encoder_3"]
-    elif name.startswith("STABLE_DIFFUSION_"):
-        parts = ["unet", "text_encoder"]
-    elif name in ("WUERSTCHEN_2", "STABLE_CASCADE_1"):
-        parts = ["prior", "text_encoder"]
-    else:
-        parts = ["transformer", "text_encoder", "text_encoder_2"]
+    parts = trainable_parts(config.model_type)
     return [p for p in parts if getattr(config, p).train and getattr(config, p).include]
 
 

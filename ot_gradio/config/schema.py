@@ -163,7 +163,7 @@ class TrainConfig(Section):
     transformer: ModelPartConfig = opt(default_factory=_part, label="Transformer", tooltip="Transformer models (PixArt, SD3, Flux): the denoising transformer's settings.", tab="training", status=P)
     unconditional_transformer: ModelPartConfig = opt(default_factory=lambda: _part(train=False, gradient_checkpointing=False, activation_offloading=False), label="Unconditional transformer", tooltip="Models with a separate unconditional transformer: its settings.", tab="training", status=P)
     text_encoder: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder", tooltip="Text encoder settings. Its learning rate replaces the base learning rate when set. By default it trains for the first 30 epochs only.", tab="training")
-    text_encoder_layer_skip: int = opt(0, "Clip skip", "Skip the last N layers of the text encoder while training.", ge=0, tab="training", status=P)
+    text_encoder_layer_skip: int = opt(0, "Clip skip", "Skip the last N layers of the text encoder, in training and in samples (clip skip 1 = the second-to-last layer, as anime models built on NovelAI use).", ge=0, le=11, tab="training")
     text_encoder_sequence_length: int | None = opt(512, "Text encoder sequence length", "Tokens the text encoder reads (T5-based models).", ge=1, tab="training", status=P, advanced=True)
     text_encoder_2: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 2", tooltip="SDXL: the second text encoder (OpenCLIP ViT-G). It is said to work better with natural language, the first one with tags.", tab="training", status=P)
     text_encoder_2_layer_skip: int = opt(0, "Clip skip 2", "Skip the last N layers of the second text encoder.", ge=0, tab="training", status=P)

@@ -90,8 +90,12 @@ def _flash_attention_processor():
 
 @register_family(ModelType.STABLE_DIFFUSION_15)
 class StableDiffusion15:
+    """The family interface every model family implements (see models/base.py for the list)."""
+
     model_type = ModelType.STABLE_DIFFUSION_15
     native_resolution = 512
+    denoiser = "unet"
+    text_encoder_names = ("text_encoder",)
     # where the configs of a single file come from when no local diffusers folder is given
     default_config_repo = "stable-diffusion-v1-5/stable-diffusion-v1-5"
 
@@ -107,6 +111,8 @@ class StableDiffusion15:
         self.noise_scheduler = DDPMScheduler.from_config(scheduler.config)
         # changes to the schedule made for training (v-prediction, zero terminal SNR); samplers get them too
         self.schedule_overrides: dict = {}
+        # "clip skip" per text encoder part, for training and sampling alike
+        self.layer_skips: dict[str, int] = {}
 
     # ---------------------------------------------------------------- loading
 
@@ -351,6 +357,14 @@ class StableDiffusion15:
         final_norm = getattr(base, "final_layer_norm", None) or base.text_model.final_layer_norm
         return final_norm(hidden)
 
+    def encode_text(self, captions: Sequence[str], grad: frozenset[str] | set[str] = frozenset()) -> dict[str, torch.Tensor]:
+        """The denoiser's text conditioning for a batch of captions. Gradients flow through the
+        text encoders named in `grad` (the ones being trained); the others run without them."""
+        ids = self.tokenize(list(captions))
+        with torch.set_grad_enabled("text_encoder" in grad and torch.is_grad_enabled()):
+            hidden = self.encode_prompt(ids, self.layer_skips.get("text_encoder", 0))
+        return {"encoder_hidden_states": hidden}
+
     @property
     def vae_id(self) -> str:
         """Identity of the VAE for the latent cache: its config and a fingerprint of its weights,
@@ -394,13 +408,17 @@ class StableDiffusion15:
     def add_noise(self, latents: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
         return self.noise_scheduler.add_noise(latents, noise, timesteps)
 
-    def predict(self, noisy_latents: torch.Tensor, timesteps: torch.Tensor, encoder_hidden_states: torch.Tensor) -> torch.Tensor:
-        """The UNet's output (noise or velocity, see `prediction_type`) in the UNet's dtype."""
+    def predict(self, noisy_latents: torch.Tensor, timesteps: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
+        """The UNet's output (noise or velocity, see `prediction_type`) in the UNet's dtype.
+
+        `conditioning` is what `encode_text` returned (or the hidden states themselves);
+        `batch` (data.batches.Batch) carries what other families need besides (sizes, masks)."""
+        hidden = conditioning["encoder_hidden_states"] if isinstance(conditioning, Mapping) else conditioning
         device, dtype = _module_device(self.unet), _module_dtype(self.unet)
         return self.unet(
             noisy_latents.to(device, dtype),
             timesteps.to(device),
-            encoder_hidden_states.to(device, dtype),
+            hidden.to(device, dtype),
         ).sample
 
     def prediction_target(self, latents: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
@@ -474,6 +492,7 @@ class StableDiffusion15:
                     width=gen_w,
                     num_inference_steps=int(steps),
                     guidance_scale=float(cfg_scale),
+                    clip_skip=self.layer_skips.get("text_encoder") or None,
                     generator=generator,
                     output_type="pil",
                 ).images[0]

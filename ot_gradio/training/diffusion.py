@@ -32,7 +32,10 @@ from .masking import training_mask
 from .noise import make_noise, offset_noise_psi, sample_timesteps
 from .quantize import quantize_linear_layers
 
-PARTS = ("unet", "text_encoder", "vae")
+
+def model_parts(model: Any) -> list[str]:
+    """The config part sections this model has (unet, text_encoder, text_encoder_2, vae, prior, ...)."""
+    return list(model.parts)
 
 
 def prediction_override(config: Any) -> str | None:
@@ -58,7 +61,10 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
             "last timestep (pure noise); turn on force_v_prediction"
         )
     model.set_attention(config.attention_mechanism, device)
-    for part in PARTS:
+    model.layer_skips = {
+        part: getattr(config, f"{part}_layer_skip", 0) or 0 for part in model.text_encoder_names
+    }
+    for part in model_parts(model):
         data_type = DataType(getattr(config, part).weight_dtype)
         if data_type in QUANTIZED_TYPES:
             quantize_linear_layers(getattr(model, part), data_type, device, precision.dtype or torch.float32, part)
@@ -68,7 +74,7 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
 def check_quantized_parts_frozen(model: Any, config: Any) -> None:
     """Quantized weights cannot be trained; only adapters on top of them."""
     stored = (torch.float8_e4m3fn, torch.int8, torch.uint8)
-    for part in PARTS:
+    for part in model_parts(model):
         if DataType(getattr(config, part).weight_dtype) not in QUANTIZED_TYPES:
             continue
         if any(p.requires_grad and p.dtype in stored for p in getattr(model, part).parameters()):
@@ -131,7 +137,7 @@ class DiffusionStep:
         )
         return timesteps, noisy, clean
 
-    def loss(self, batch: Any, text_encoder_trains: bool) -> torch.Tensor:
+    def loss(self, batch: Any, trained_text_parts: frozenset[str] | set[str] = frozenset()) -> torch.Tensor:
         c = self.config
         model = self.model
         if batch.latents is not None:
@@ -140,15 +146,10 @@ class DiffusionStep:
             with torch.no_grad():
                 latents = model.encode_images(batch.pixels.to(self.device)).float()
         timesteps, input_noise, target_noise = self.noise(latents)
-        noisy = model.noise_scheduler.add_noise(latents, input_noise, timesteps)
-        input_ids = model.tokenize(self.captions(batch.captions)).to(self.device)
+        noisy = model.add_noise(latents, input_noise, timesteps)
         with self.precision.autocast():
-            if text_encoder_trains:
-                hidden = model.encode_prompt(input_ids)
-            else:
-                with torch.no_grad():
-                    hidden = model.encode_prompt(input_ids)
-            pred = model.predict(noisy, timesteps, hidden)
+            conditioning = model.encode_text(self.captions(batch.captions), grad=trained_text_parts)
+            pred = model.predict(noisy, timesteps, conditioning, batch)
         target = model.prediction_target(latents, target_noise, timesteps)
         mask = None
         if c.masked_training:

@@ -93,6 +93,7 @@ def _strip_text_model(part: str, path: str) -> str:
 
 def save_lora(
     path: str | os.PathLike,
+    modules: Mapping[str, nn.Module] | None = None,
     *,
     unet: nn.Module | None = None,
     text_encoder: nn.Module | None = None,
@@ -100,10 +101,14 @@ def save_lora(
 ) -> Path:
     """Export the LoRA layers of the given (add_lora-wrapped) modules to one `.safetensors`.
 
-    `options` are `save_lora_parts`'s keywords (format, dtype, metadata), passed on unchanged."""
+    `modules` maps part names (unet, text_encoder, text_encoder_2, ...) to modules; `unet=` and
+    `text_encoder=` are shorthands. `options` are `save_lora_parts`'s keywords (format, dtype,
+    metadata), passed on unchanged."""
+    modules = dict(modules or {})
+    modules.update({k: m for k, m in (("unet", unet), ("text_encoder", text_encoder)) if m is not None})
     parts: dict[str, dict[str, torch.Tensor]] = {}
     rank_alpha: set[tuple[int, float]] = set()
-    for part, module in (("unet", unet), ("text_encoder", text_encoder)):
+    for part, module in modules.items():
         if module is None:
             continue
         sd = lora_state_dict(module)

@@ -16,7 +16,6 @@ from .lora import add_lora, has_lora, load_lora_state_dict, lora_state_dict
 from .lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
 from .methods import register
 
-PARTS = ("unet", "text_encoder")
 FORMATS = {ModelFormat.KOHYA_LORA: KOHYA, ModelFormat.SAFETENSORS: DIFFUSERS}
 
 
@@ -28,6 +27,16 @@ def lora_file_format(fmt: ModelFormat) -> str:
             f"output_model_format: {fmt} is not a LoRA format; use KOHYA_LORA (A1111, ComfyUI, Forge, diffusers) "
             "or SAFETENSORS (diffusers/PEFT keys)"
         ) from None
+
+
+def trainable_parts(model: Any) -> tuple[str, ...]:
+    """The parts LoRA can adapt: the denoiser and the text encoders."""
+    return (model.denoiser, *model.text_encoder_names)
+
+
+def lora_kind(model: Any, part: str) -> str:
+    """Which of lora.py's layer tables a part uses: the denoiser's or a text encoder's."""
+    return "text_encoder" if part in model.text_encoder_names else "unet"
 
 
 @register(TrainingMethod.LORA)
@@ -45,26 +54,27 @@ class LoraMethod:
         rank, alpha = (start.rank, start.alpha) if start else (config.lora_rank, config.lora_alpha)
         dtype = output_dtype(config.lora_weight_dtype)
         groups = []
-        for part in PARTS:
+        for part in trainable_parts(model):
             part_cfg = getattr(config, part)
             if not part_cfg.train:
                 continue
+            kind = lora_kind(model, part)
             preset = config.layer_filter_preset
-            if part == "text_encoder" and preset == "custom":
-                preset = "full"  # as in OneTrainer, the layer filter selects UNet layers only
+            if kind == "text_encoder" and preset == "custom":
+                preset = "full"  # as in OneTrainer, the layer filter selects denoiser layers only
             params = add_lora(
                 getattr(model, part),
-                kind=part,
+                kind=kind,
                 rank=rank,
                 alpha=alpha,
                 dropout=config.dropout_probability,
                 layer_preset=preset,
-                layer_filter=config.layer_filter if part == "unet" else "",
+                layer_filter=config.layer_filter if kind != "text_encoder" else "",
                 layer_filter_regex=config.layer_filter_regex,
                 dtype=dtype,
             )
             if start and part in start.parts:
-                load_lora_state_dict(getattr(model, part), start.parts[part], kind=part)
+                load_lora_state_dict(getattr(model, part), start.parts[part], kind=kind)
             getattr(model, part).to(device)
             lr = part_cfg.learning_rate if part_cfg.learning_rate is not None else config.learning_rate
             groups.append({"params": params, "lr": lr, "name": part})
@@ -72,25 +82,26 @@ class LoraMethod:
 
     def trainable_state(self, model: Any) -> dict[str, torch.Tensor]:
         state = {}
-        for part in PARTS:
+        for part in trainable_parts(model):
             module = getattr(model, part)
             if has_lora(module):
                 state.update({f"{part}.{k}": v for k, v in lora_state_dict(module).items()})
         return state
 
     def load_trainable_state(self, model: Any, state: dict[str, torch.Tensor]) -> None:
-        for part in PARTS:
+        for part in trainable_parts(model):
             sub = {k[len(part) + 1 :]: v for k, v in state.items() if k.startswith(part + ".")}
             if sub:
-                load_lora_state_dict(getattr(model, part), sub, kind=part)
+                load_lora_state_dict(getattr(model, part), sub, kind=lora_kind(model, part))
 
     def save(self, model: Any, config: Any, path: Path, metadata: dict[str, str]) -> Path:
         settings = config_to_dict(config)
         settings.pop("secrets", None)  # never write tokens into a shared file
-        parts = {p: getattr(model, p) for p in PARTS if has_lora(getattr(model, p))}
+        parts = {p: getattr(model, p) for p in trainable_parts(model) if has_lora(getattr(model, p))}
         return save_lora(
             path,
-            **parts,
+            parts,
+            base_model_version=getattr(model, "lora_base_model_version", "sd_v1"),
             lora_format=lora_file_format(config.output_model_format),
             dtype=output_dtype(config.output_dtype),
             resolution=config.resolution,

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..config.enums import EMAMode, TimeUnit
+from ..config.families import family_info
 from ..config.io import config_to_dict
 from ..config.schema import TrainConfig
 from .backup import Counters, latest_backup, read_backup, set_rng_state, write_backup
@@ -94,7 +95,10 @@ class Trainer:
 
         self.report.status("loading", f"loading {cfg.base_model_name}")
         family = get_family(cfg.model_type)
-        dtypes = {part: weight_dtype(getattr(cfg, part).weight_dtype, self.device, self.precision.dtype) for part in ("unet", "text_encoder", "vae")}
+        dtypes = {
+            part: weight_dtype(getattr(cfg, part).weight_dtype, self.device, self.precision.dtype)
+            for part in family_info(cfg.model_type).parts
+        }
         self.model = family.load(
             cfg.base_model_name,
             cache_dir=cfg.huggingface_cache_dir or None,
@@ -112,15 +116,13 @@ class Trainer:
         except ValueError as e:
             raise TrainingError(str(e)) from e
         if not any(p.requires_grad for g in self.param_groups for p in g["params"]):
-            raise TrainingError("nothing to train: enable training for the UNet or the text encoder")
+            raise TrainingError(
+                "nothing to train: enable training for "
+                + " or ".join(part.replace("_", " ") for part in (self.model.denoiser, *self.model.text_encoder_names))
+            )
         self.trained_params = [p for g in self.param_groups for p in g["params"]]
         self._set_train_modes()
-        if cfg.unet.gradient_checkpointing:
-            self.model.unet.enable_gradient_checkpointing()
-        if self.text_encoder_trains and cfg.text_encoder.gradient_checkpointing:
-            text_encoder = self.model.text_encoder
-            text_encoder = text_encoder.get_base_model() if hasattr(text_encoder, "get_base_model") else text_encoder
-            text_encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self._enable_gradient_checkpointing()
         self.ema = None
         if cfg.ema != EMAMode.OFF:
             ema_device = self.device if cfg.ema == EMAMode.GPU else torch.device("cpu")
@@ -175,13 +177,29 @@ class Trainer:
             self._resume()
         self._stop_parts_if_due()
 
+    def _enable_gradient_checkpointing(self) -> None:
+        """Per part, as its config says: the denoiser always (it runs every step), a text encoder
+        only while it trains (a frozen one keeps no activations anyway)."""
+        for part in (self.model.denoiser, *self.trained_text_parts):
+            if not getattr(self.config, part).gradient_checkpointing:
+                continue
+            module = self.model.parts[part]
+            module = module.get_base_model() if hasattr(module, "get_base_model") else module
+            if hasattr(module, "enable_gradient_checkpointing"):  # diffusers models
+                module.enable_gradient_checkpointing()
+            else:  # transformers models
+                module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
     def _set_train_modes(self) -> None:
         """Parts with trained weights in train mode (dropout, checkpointing), the rest in eval."""
         trained = {id(p) for p in self.trained_params if p.requires_grad}
         for module in self.model.parts.values():
             module.train(any(id(p) in trained for p in module.parameters()))
-        self.text_encoder_trains = any(
-            g["name"] == "text_encoder" and any(p.requires_grad for p in g["params"]) for g in self.param_groups
+        # a group's "part" is the model part its weights live in (an embedding's is its text
+        # encoder); gradients must flow through that encoder
+        self.trained_text_parts = frozenset(
+            g.get("part", g["name"]) for g in self.param_groups
+            if g.get("part", g["name"]) in self.model.text_encoder_names and any(p.requires_grad for p in g["params"])
         )
 
     def _warn_never_trained(self) -> None:
@@ -267,7 +285,7 @@ class Trainer:
         return self._finish()
 
     def _forward_backward(self, batch: Any, accum: int) -> float:
-        loss = self.diffusion.loss(batch, self.text_encoder_trains)
+        loss = self.diffusion.loss(batch, self.trained_text_parts)
         value = float(loss.detach())
         if not math.isfinite(value):
             raise TrainingError(

@@ -60,11 +60,12 @@ def test_sample_size_far_from_native_resolution():
 
 
 def test_unsupported_model_type_method_and_no_concepts():
-    config = TrainConfig(model_type=ModelType.STABLE_DIFFUSION_XL_10_BASE, training_method=TrainingMethod.FINE_TUNE)
+    config = TrainConfig(model_type=ModelType.FLUX_DEV_1)
     warnings = check(config)
-    assert any("STABLE_DIFFUSION_XL_10_BASE is not supported" in w for w in warnings)
-    assert any("FINE_TUNE is not supported" in w for w in warnings)
+    assert any("FLUX_DEV_1 is not supported" in w for w in warnings)
     assert any("no concepts" in w for w in warnings)
+    config = TrainConfig(model_type=ModelType.STABLE_DIFFUSION_15, training_method=TrainingMethod.FINE_TUNE_VAE)
+    assert any("FINE_TUNE_VAE is not supported" in w for w in check(config))
     config.concepts = [ConceptConfig(enabled=False)]
     assert any("Every concept is disabled" in w for w in check(config))
 

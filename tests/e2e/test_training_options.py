@@ -147,7 +147,7 @@ def test_stop_training_after_steps_and_epochs_with_noise_and_loss_options(lora_c
     assert not changed(unet[4], unet[6])
     assert any("text_encoder: stopped training after 1 step" in w for w in report.warnings)
     assert any("unet: stopped training after 2 epoch" in w for w in report.warnings)
-    assert not trainer.text_encoder_trains and not trainer.model.text_encoder.training
+    assert not trainer.trained_text_parts and not trainer.model.text_encoder.training
     assert [s.get("ema") for s in report.samples] == [True, False]
 
 

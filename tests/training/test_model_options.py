@@ -180,8 +180,8 @@ def test_caption_dropout_trains_with_empty_captions(model, monkeypatch):
     seen = []
     tokenize = model.tokenize
     monkeypatch.setattr(model, "tokenize", lambda captions: seen.append(list(captions)) or tokenize(captions))
-    DiffusionStep(model, config(text_encoder={"dropout_probability": 1.0}), CPU, Precision(DataType.FLOAT_32, CPU)).loss(batch(), False)
-    DiffusionStep(model, config(), CPU, Precision(DataType.FLOAT_32, CPU)).loss(batch(), False)
+    DiffusionStep(model, config(text_encoder={"dropout_probability": 1.0}), CPU, Precision(DataType.FLOAT_32, CPU)).loss(batch())
+    DiffusionStep(model, config(), CPU, Precision(DataType.FLOAT_32, CPU)).loss(batch())
     assert seen == [["", ""], ["a red circle", "a blue square"]]
     torch.manual_seed(0)
     step = DiffusionStep(model, config(text_encoder={"dropout_probability": 0.3}), CPU, Precision(DataType.FLOAT_32, CPU))
@@ -194,11 +194,11 @@ def test_masked_training_in_a_step(model):
     black[1, :, :, :32] = 1.0  # the second sample is half white
     masked = config(masked_training=True, unmasked_weight=0.0, unmasked_probability=0.0)
     with torch.no_grad():
-        full = DiffusionStep(model, config(), CPU, Precision(DataType.FLOAT_32, CPU), fixed()).loss(batch(mask=black), False)
-        only_black = DiffusionStep(model, masked, CPU, Precision(DataType.FLOAT_32, CPU), fixed()).loss(batch(captions=["a"], mask=black[:1]), False)
-        half = DiffusionStep(model, masked, CPU, Precision(DataType.FLOAT_32, CPU), fixed()).loss(batch(mask=black), False)
+        full = DiffusionStep(model, config(), CPU, Precision(DataType.FLOAT_32, CPU), fixed()).loss(batch(mask=black))
+        only_black = DiffusionStep(model, masked, CPU, Precision(DataType.FLOAT_32, CPU), fixed()).loss(batch(captions=["a"], mask=black[:1]))
+        half = DiffusionStep(model, masked, CPU, Precision(DataType.FLOAT_32, CPU), fixed()).loss(batch(mask=black))
         always_whole = DiffusionStep(model, masked.model_copy(update={"unmasked_probability": 1.0}), CPU, Precision(DataType.FLOAT_32, CPU), fixed())
-        whole = always_whole.loss(batch(mask=black), False)
+        whole = always_whole.loss(batch(mask=black))
     assert only_black.item() == 0.0
     assert 0 < half.item() < full.item()
     assert whole.item() == pytest.approx(full.item(), rel=1e-6)
@@ -206,9 +206,9 @@ def test_masked_training_in_a_step(model):
 
 def test_loss_weight_function_in_a_step(model):
     with torch.no_grad():
-        plain = DiffusionStep(model, config(), CPU, Precision(DataType.FLOAT_32, CPU), fixed(20)).loss(batch(), False)
+        plain = DiffusionStep(model, config(), CPU, Precision(DataType.FLOAT_32, CPU), fixed(20)).loss(batch())
         step = DiffusionStep(model, config(loss_weight_fn="MIN_SNR_GAMMA", loss_weight_strength=1.0), CPU, Precision(DataType.FLOAT_32, CPU), fixed(20))
-        weighted = step.loss(batch(), False)
+        weighted = step.loss(batch())
     ac = model.noise_scheduler.alphas_cumprod[20].item()
     assert weighted.item() == pytest.approx(plain.item() * min(ac / (1 - ac), 1.0) / (ac / (1 - ac)), rel=1e-5)
 
@@ -224,3 +224,26 @@ def test_step_draws_timesteps_and_perturbed_noise_from_the_config(model):
     assert t.float().mean().item() > 430  # SIGMOID with a large weight favours the noisy end; uniform would give 375
     assert (noisy - target).std().item() == pytest.approx(0.1, rel=0.1)
     assert step.psi is not None and step.psi.shape == (1000,)
+
+
+def test_clip_skip_reaches_training_and_sampling(model, monkeypatch):
+    ids = model.tokenize(["a red circle"])
+    configure_model(model, config(text_encoder_layer_skip=1), CPU, Precision(DataType.FLOAT_32, CPU))
+    try:
+        with torch.no_grad():
+            trained_on = model.encode_text(["a red circle"])["encoder_hidden_states"]
+            assert torch.equal(trained_on, model.encode_prompt(ids, layer_skip=1))
+            assert not torch.equal(trained_on, model.encode_prompt(ids))
+        seen = {}
+        import diffusers
+
+        def fake_call(self, **kwargs):
+            seen.update(kwargs)
+            raise RuntimeError("stop here")
+
+        monkeypatch.setattr(diffusers.StableDiffusionPipeline, "__call__", fake_call)
+        with pytest.raises(RuntimeError, match="stop here"):
+            model.sample("a red circle", height=32, width=32, steps=1)
+        assert seen["clip_skip"] == 1
+    finally:
+        configure_model(model, config(), CPU, Precision(DataType.FLOAT_32, CPU))

@@ -1,0 +1,79 @@
+"""What each model family has, without importing torch: its model parts (the config sections
+the page shows and the trainer reads), the training methods it supports, and whether the
+trainer implements it yet.
+
+The model registry (ot_gradio/models) must agree with this table; tests/models/test_model_registry.py
+checks that every implemented family here has a registered class with these parts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .enums import ModelType as M
+from .enums import TrainingMethod as T
+
+ALL_METHODS = (T.LORA, T.FINE_TUNE, T.EMBEDDING)
+# the methods the trainer implements (ot_gradio/training/methods.py registers each)
+IMPLEMENTED_METHODS = (T.LORA,)
+
+
+@dataclass(frozen=True)
+class FamilyInfo:
+    parts: tuple[str, ...]          # every config part section the family uses, denoiser first
+    denoiser: str                   # the part that predicts noise
+    text_encoders: tuple[str, ...]  # text encoder parts, in order
+    methods: tuple[T, ...] = ALL_METHODS
+    implemented: bool = False       # the trainer can train it today
+    inpainting: bool = False        # the denoiser takes the masked image and the mask as input
+
+
+_SD = FamilyInfo(("unet", "text_encoder", "vae"), "unet", ("text_encoder",))
+_SD_INPAINT = FamilyInfo(("unet", "text_encoder", "vae"), "unet", ("text_encoder",), inpainting=True)
+_SDXL = FamilyInfo(("unet", "text_encoder", "text_encoder_2", "vae"), "unet", ("text_encoder", "text_encoder_2"))
+
+FAMILIES: dict[M, FamilyInfo] = {
+    M.STABLE_DIFFUSION_15: FamilyInfo(_SD.parts, "unet", _SD.text_encoders, implemented=True),
+    M.STABLE_DIFFUSION_15_INPAINTING: _SD_INPAINT,
+    M.STABLE_DIFFUSION_20: _SD,
+    M.STABLE_DIFFUSION_20_BASE: _SD,
+    M.STABLE_DIFFUSION_20_INPAINTING: _SD_INPAINT,
+    M.STABLE_DIFFUSION_21: _SD,
+    M.STABLE_DIFFUSION_21_BASE: _SD,
+    M.STABLE_DIFFUSION_XL_10_BASE: _SDXL,
+    M.STABLE_DIFFUSION_XL_10_BASE_INPAINTING: FamilyInfo(_SDXL.parts, "unet", _SDXL.text_encoders, inpainting=True),
+    M.WUERSTCHEN_2: FamilyInfo(
+        ("prior", "text_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan", "effnet_encoder"),
+        "prior", ("text_encoder",),
+    ),
+    M.STABLE_CASCADE_1: FamilyInfo(
+        ("prior", "text_encoder", "decoder", "decoder_vqgan", "effnet_encoder"), "prior", ("text_encoder",)
+    ),
+    M.PIXART_ALPHA: FamilyInfo(("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",)),
+}
+
+# Parts that never train in any supported method (image encoders/decoders); the page shows only
+# their data type.
+FROZEN_PARTS = ("vae", "effnet_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan")
+
+
+def family_info(model_type: M | str) -> FamilyInfo | None:
+    try:
+        return FAMILIES.get(M(model_type))
+    except ValueError:
+        return None
+
+
+def implemented_model_types() -> tuple[M, ...]:
+    return tuple(m for m, info in FAMILIES.items() if info.implemented)
+
+
+def supports(model_type: M | str, method: T | str) -> bool:
+    info = family_info(model_type)
+    return bool(info and info.implemented and T(method) in info.methods and T(method) in IMPLEMENTED_METHODS)
+
+
+def trainable_parts(model_type: M | str) -> tuple[str, ...]:
+    """The parts a method may train: the denoiser and the text encoders."""
+    info = family_info(model_type)
+    return (info.denoiser, *info.text_encoders) if info else ("unet", "text_encoder")

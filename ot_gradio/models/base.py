@@ -1,0 +1,41 @@
+"""The interface of a model family, as the trainer, the methods and the tools use it.
+
+A family is one class in one module of this package, registered with
+`@register_family(ModelType...)`, whose parts agree with `config/families.py`. The trainer
+never names a family; everything it does goes through these members. `sd15.StableDiffusion15`
+is the reference implementation.
+
+Class attributes
+- `model_type`, `native_resolution`
+- `denoiser`: the part name of the network that predicts noise ("unet", "prior", "transformer").
+- `text_encoder_names`: text encoder part names in order ("text_encoder", "text_encoder_2").
+
+Loading
+- `load(name, *, cache_dir, offline, token, dtypes, config_dir) -> family`: a hub id, a local
+  diffusers folder, a single file, or `tiny:<family>` (models/tiny.py). `dtypes` maps part names
+  to torch dtypes. Errors the user can fix raise `ModelLoadError` with what to do.
+
+Parts and options
+- `parts -> dict[str, nn.Module]`: every part by its config section name.
+- `to(device)`, `prediction_type`, `configure_noise_schedule(prediction_type=, zero_terminal_snr=)`,
+  `set_attention(mechanism, device)`, `layer_skips: dict[str, int]` (clip skip per text encoder,
+  set by the trainer, used in training and sampling).
+
+A training step
+- `noise_scheduler`: has `config.num_train_timesteps`, `alphas_cumprod`, `betas` (for the
+  timestep loss weights and generalized offset noise); integer timesteps in
+  [0, num_train_timesteps) are what the trainer samples and passes on.
+- `vae_id` (identity of the image encoder for the latent cache), `encode_images(pixels, sample=,
+  generator=)` -> latents, `decode_latents(latents)`.
+- `add_noise(latents, noise, timesteps)`, `prediction_target(latents, noise, timesteps)`.
+- `encode_text(captions, grad=frozenset()) -> dict`: the conditioning; gradients flow through the
+  text encoders named in `grad` only.
+- `predict(noisy, timesteps, conditioning, batch) -> tensor`: `batch` is the data Batch (sizes,
+  crops, masks, conditioning latents for families that need them).
+
+Outputs
+- `sample(prompt, negative_prompt, height, width, steps, cfg_scale, seed, sampler, device) -> PIL.Image`
+- `save_single_file(path, dtype) -> Path`, `save_diffusers(directory, dtype) -> Path` (atomic).
+- `lora_base_model_version` (e.g. "sd_v1", "sd_v2", "sdxl_base_v1-0"): written to LoRA metadata
+  and picks the kohya key prefixes.
+"""
