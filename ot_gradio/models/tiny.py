@@ -8,6 +8,7 @@ tests go through the real loading code. Nothing is downloaded.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -162,9 +163,22 @@ class TinyModelPaths(NamedTuple):
 
 
 TINY_SD15_VERSION = 1  # bump when the tiny SD 1.5 changes, so cached copies are rebuilt
-TINY_MODELS = {"tiny:sd15": "sd15"}
+
+# "tiny:<name>" -> (version, builder(root folder) -> TinyModelPaths). Each family module
+# registers its own with `register_tiny`; bump the version when a tiny model changes, so cached
+# copies are rebuilt.
+TINY_MODELS: dict[str, tuple[int, Callable[[Path], TinyModelPaths]]] = {}
 
 
+def register_tiny(name: str, version: int = 1):
+    def wrap(builder: Callable[[Path], TinyModelPaths]) -> Callable[[Path], TinyModelPaths]:
+        TINY_MODELS[f"tiny:{name}"] = (version, builder)
+        return builder
+
+    return wrap
+
+
+@register_tiny("sd15", TINY_SD15_VERSION)
 def save_tiny_sd15(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
     """Save the tiny SD 1.5 as a diffusers folder and as an original-layout single file.
 
@@ -203,6 +217,10 @@ def is_tiny(name: str) -> bool:
 def resolve_tiny(name: str) -> TinyModelPaths:
     """The saved files of a tiny model named like `tiny:sd15`, built on first use."""
     if name not in TINY_MODELS:
-        raise ValueError(f"Unknown tiny model '{name}'; known: {', '.join(TINY_MODELS)}.")
-    folder = tiny_cache_dir() / f"{TINY_MODELS[name]}-v{TINY_SD15_VERSION}"
-    return save_tiny_sd15(folder)
+        from ot_gradio.models.registry import supported_model_types
+
+        supported_model_types()  # imports every family module, which register their tiny models
+    if name not in TINY_MODELS:
+        raise ValueError(f"Unknown tiny model '{name}'; known: {', '.join(sorted(TINY_MODELS))}.")
+    version, builder = TINY_MODELS[name]
+    return builder(tiny_cache_dir() / f"{name.removeprefix('tiny:')}-v{version}")

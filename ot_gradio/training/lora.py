@@ -79,18 +79,23 @@ def select_lora_targets(
     layer_preset: str,
     layer_filter: str = "",
     layer_filter_regex: bool = False,
+    presets: Mapping[str, list[str]] | None = None,
 ) -> list[str]:
     """Names (as in `module.named_modules()`) of the layers `add_lora` would wrap.
+
+    `presets` replaces the kind's preset table (LAYER_PRESETS) for families whose module names
+    differ (a transformer denoiser has no "attentions" blocks).
 
     Matching is done on the public name (`public_name`), so a filter written for OneTrainer or
     for kohya-style names works whatever the transformers version. Every filter entry must match
     at least one layer, otherwise ValueError names the entries that matched nothing.
     """
     _check_kind(kind)
+    table = presets if presets is not None else LAYER_PRESETS[kind]
     if layer_preset == "custom":
         entries, regex = parse_layer_filter(layer_filter, layer_filter_regex), layer_filter_regex
-    elif layer_preset in LAYER_PRESETS[kind]:
-        entries, regex = LAYER_PRESETS[kind][layer_preset], False
+    elif layer_preset in table:
+        entries, regex = table[layer_preset], False
     else:
         raise ValueError(f"Unknown layer preset {layer_preset!r}; expected one of {', '.join(PRESET_NAMES)}.")
 
@@ -154,6 +159,7 @@ def add_lora(
     layer_filter: str = "",
     layer_filter_regex: bool = False,
     dtype: torch.dtype = torch.float32,
+    presets: Mapping[str, list[str]] | None = None,
 ) -> list[nn.Parameter]:
     """Wrap the selected layers of `module` with LoRA and freeze everything else.
 
@@ -171,7 +177,8 @@ def add_lora(
     if has_lora(module):
         raise ValueError(f"The {kind} already has LoRA layers.")
     targets = select_lora_targets(
-        module, kind=kind, layer_preset=layer_preset, layer_filter=layer_filter, layer_filter_regex=layer_filter_regex
+        module, kind=kind, layer_preset=layer_preset, layer_filter=layer_filter, layer_filter_regex=layer_filter_regex,
+        presets=presets,
     )
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, init_lora_weights=True)
     module.requires_grad_(False)

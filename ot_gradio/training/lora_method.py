@@ -72,6 +72,8 @@ class LoraMethod:
                 layer_filter=config.layer_filter if kind != "text_encoder" else "",
                 layer_filter_regex=config.layer_filter_regex,
                 dtype=dtype,
+                # a family whose module names differ from SD's UNet/CLIP gives its own presets
+                presets=getattr(model, "lora_layer_presets", {}).get(part),
             )
             if start and part in start.parts:
                 load_lora_state_dict(getattr(model, part), start.parts[part], kind=kind)
