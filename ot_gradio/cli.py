@@ -58,9 +58,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .data.demo import ensure_demo_concepts  # noqa: PLC0415
     from .runner.rundir import create_run  # noqa: PLC0415
     from .runner.worker import run_worker  # noqa: PLC0415
+    from .secrets import take_secrets  # noqa: PLC0415
 
     ensure_demo_concepts(config)
     workspace = Path(args.workspace or config.workspace_dir)
+    for warning in take_secrets(config_to_dict(config, include_secrets=True), workspace):
+        print(f"warning: {warning}", file=sys.stderr)
     run = create_run(workspace, config_to_dict(config))
     print(f"run folder: {run.path}", file=sys.stderr)
     console = _Console()

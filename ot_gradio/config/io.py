@@ -59,9 +59,15 @@ def load_config(path_or_dict: str | Path | dict[str, Any], *, base_dir: str | Pa
     return LoadResult(validate(data), [unknown_keys_warning(unknown)] if unknown else [])
 
 
-def config_to_dict(config: TrainConfig) -> dict[str, Any]:
-    """The JSON form: every key, enum names as strings, infinity as "Infinity"."""
-    return json.loads(config.model_dump_json())
+def config_to_dict(config: TrainConfig, *, include_secrets: bool = False) -> dict[str, Any]:
+    """The JSON form: every key, enum names as strings, infinity as "Infinity".
+
+    Without the `secrets` section unless asked: tokens live in the workspace's secrets file
+    (ot_gradio/secrets.py), never in configs, exports, run folders, backups or model metadata."""
+    data = json.loads(config.model_dump_json())
+    if not include_secrets:
+        data.pop("secrets", None)
+    return data
 
 
 def save_config(config: TrainConfig, path: str | Path) -> Path:

@@ -96,5 +96,5 @@ CLOUD_DEFAULTS: dict[str, Any] = {
 
 
 class SecretsConfig(Section):
-    huggingface_token: str = opt("", "Hugging Face token", "Token for gated or private models on the hub. Stored in the config file: do not share that file.", tab="general")
+    huggingface_token: str = opt("", "Hugging Face token", "Token for gated or private models on the hub. Kept in the workspace's secrets.json (owner-only), never in configs, backups or models.", tab="general")
     cloud: dict[str, Any] = opt(default_factory=dict, label="Cloud secrets", tooltip="OneTrainer's cloud credentials (API key, host, user). Stored in the config file: do not share that file.", tab="general", status=PLANNED)

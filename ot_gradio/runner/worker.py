@@ -112,6 +112,9 @@ def _train(run: RunDir, reporter: EventReporter, noise_fn) -> int:
     from ..training.trainer import RunPaths, Trainer, TrainingError  # noqa: PLC0415
 
     workspace = run.path.parent.parent
+    from ..secrets import apply_secrets  # noqa: PLC0415
+
+    apply_secrets(config, workspace)  # the token never travels in the run's config.json
     paths = RunPaths(
         samples=run.samples,
         backup=run.backup,
