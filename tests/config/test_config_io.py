@@ -36,8 +36,11 @@ def test_round_trip(tmp_path):
     assert data["config_version"] == CONFIG_VERSION
     assert data["optimizer_defaults"]["PRODIGY"]["growth_rate"] == "Infinity"  # valid JSON, no bare Infinity
     assert "__version" not in data
+    assert "hf_secret" not in path.read_text()  # tokens live in the workspace's secrets file
     loaded = load_config(path)
     assert loaded.warnings == []
+    assert loaded.config.secrets.huggingface_token == ""
+    loaded.config.secrets.huggingface_token = "hf_secret"
     assert loaded.config == config
     assert config_to_dict(loaded.config) == config_to_dict(config)
 
