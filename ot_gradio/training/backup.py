@@ -52,6 +52,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def fault_pause(point: str) -> None:
+    """Fault injection for the crash tests: with OT_GRADIO_FAULT_PAUSE="<point>:<seconds>" the
+    worker sleeps at that point of a backup write, so a test can kill it there. Unset in normal use."""
+    spec = os.environ.get("OT_GRADIO_FAULT_PAUSE", "")
+    name, _, seconds = spec.partition(":")
+    if name == point:
+        time.sleep(float(seconds or 1))
+
+
 def write_backup(
     backup_root: Path,
     trainable: dict[str, torch.Tensor],
@@ -67,15 +76,25 @@ def write_backup(
         name += f"-{os.getpid()}-{int(time.time() * 1000) % 1000}"
         final = backup_root / name
     tmp = backup_root / f".tmp-{name}"
-    tmp.mkdir()
-    save_file({k: v.detach().contiguous().cpu() for k, v in trainable.items()}, str(tmp / "trainable.safetensors"))
-    torch.save({**state, "counters": counters.as_dict(), "rng": rng_state()}, tmp / "state.pt")
-    (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
-    for f in tmp.iterdir():
-        fsync_file(f)
-    fsync_dir(tmp)
+    try:
+        tmp.mkdir()
+        save_file({k: v.detach().contiguous().cpu() for k, v in trainable.items()}, str(tmp / "trainable.safetensors"))
+        torch.save({**state, "counters": counters.as_dict(), "rng": rng_state()}, tmp / "state.pt")
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
+        for f in tmp.iterdir():
+            fsync_file(f)
+        fsync_dir(tmp)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)  # no half-written backup takes up the space
+        raise OSError(
+            err.errno,
+            f"could not write the backup in {backup_root}: {err.strerror or err}. Free some disk space or choose "
+            "another workspace folder; the earlier backups are intact",
+        ) from err
+    fault_pause("backup-written")
     os.replace(tmp, final)
     fsync_dir(backup_root)
+    fault_pause("backup-renamed")
     # The marker goes last, itself atomically: a folder that has it is complete.
     atomic_write_text(final / MARKER, json.dumps(counters.as_dict()))
     if keep:

@@ -85,6 +85,7 @@ class Trainer:
 
         cfg = self.config
         self._check_concepts()
+        self._check_writable()
         seed_everything(cfg.seed)
         self.device, warning = resolve_device(cfg.train_device)
         if warning:
@@ -212,6 +213,23 @@ class Trainer:
                 f"{len(lost)} image(s) will never be trained because their aspect bucket cannot fill a batch of "
                 f"batch_size={self.config.batch_size}: {shown}. Lower the batch size, add images of that shape, or crop them."
             )
+
+    def _check_writable(self) -> None:
+        """An output folder that cannot be written fails now, not after hours of training."""
+        import tempfile  # noqa: PLC0415
+
+        for label, folder in (
+            ("output_model_destination", Path(self.config.output_model_destination).expanduser().parent),
+            ("workspace_dir (backups)", self.paths.backup.parent),
+        ):
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                with tempfile.NamedTemporaryFile(dir=folder, prefix=".ot-gradio-write-test-"):
+                    pass
+            except OSError as err:
+                raise TrainingError(
+                    f"{label}: cannot write to {folder} ({err.strerror or err}); choose a folder you can write to"
+                ) from err
 
     def _check_concepts(self) -> None:
         """Missing folders fail here, before minutes of model loading."""
