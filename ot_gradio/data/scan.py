@@ -141,7 +141,7 @@ def scan_concept(concept: object) -> ConceptScan:
                 file_size=stat.st_size,
                 mtime_ns=stat.st_mtime_ns,
                 captions=captions,
-                mask_path=_mask_for(path, scan),
+                mask_path=_mask_for(path, scan, (width, height)),
             )
         )
 
@@ -181,16 +181,22 @@ def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: Concep
     return lines
 
 
-def _mask_for(path: Path, scan: ConceptScan) -> Path | None:
+def _mask_for(path: Path, scan: ConceptScan, image_size: tuple[int, int]) -> Path | None:
     mask = mask_path_for(path)
     if not mask.is_file():
         return None
     try:
-        with load_mask(mask):
-            pass
+        with load_mask(mask) as img:
+            size = img.size
     except Exception as exc:
         _warn(scan, f"Ignoring unreadable mask {mask}: {_reason(exc)}")
         return None
+    if size != image_size:
+        _warn(
+            scan,
+            f"Mask {mask} is {size[0]}x{size[1]} but its image is {image_size[0]}x{image_size[1]}; it is stretched to "
+            "the image. Repaint it at the image's size if the masked area looks shifted.",
+        )
     return mask.resolve()
 
 
