@@ -52,9 +52,9 @@ class ConceptsTab:
         self.fields: dict[str, Field] = {}
         with gr.Row():
             self.selector = gr.Dropdown(label="Concept", choices=[], value=None, interactive=True, elem_id="concept-select", scale=3)
-            self.add = gr.Button("Add", elem_id="concept-add", scale=0)
-            self.clone = gr.Button("Clone", scale=0)
-            self.remove = gr.Button("Remove", variant="stop", scale=0)
+            self.add_button = gr.Button("Add", elem_id="concept-add", scale=0)
+            self.clone = gr.Button("Clone", elem_id="concept-clone", scale=0)
+            self.remove_button = gr.Button("Remove", variant="stop", elem_id="concept-remove", scale=0)
         for title, prefix in GROUPS:
             group = [i for i in infos if i.path.startswith("concepts[]." + prefix) and (prefix or i.path.count(".") == 1)]
             with gr.Accordion(title, open=not prefix):
@@ -65,6 +65,7 @@ class ConceptsTab:
             self.stats = gr.Markdown("")
             self.buckets = gr.BarPlot(x="bucket", y="images", title="Aspect buckets", height=220)
         self.outputs = [self.selector, *(f.component for f in self.fields.values())]
+        self.autosave = lambda config: None
 
     def show(self, config: dict[str, Any], index: int | None) -> dict:
         concepts = config.get("concepts", [])
@@ -83,60 +84,67 @@ class ConceptsTab:
         config["concepts"][index] = config_from_values(self.fields, values, concepts[index])
         return config
 
-    def wire(self, config_state: gr.State, autosave) -> None:
+    # --- handlers: plain values in, (config, selected index) out -------------------------------
+    def edit(self, config: dict[str, Any], index: int | None, values: dict) -> dict[str, Any]:
+        config = copy.deepcopy(config)
+        concepts = config.setdefault("concepts", [])
+        if index is None or not (0 <= index < len(concepts)):
+            return config
+        concepts[index] = config_from_values(self.fields, values, concepts[index])
+        self.autosave(config)
+        return config
+
+    def add(self, config: dict[str, Any], index: int | None, clone: bool = False) -> tuple[dict[str, Any], int]:
+        config = copy.deepcopy(config)
+        concepts = config.setdefault("concepts", [])
+        if clone and index is not None and 0 <= index < len(concepts):
+            new = copy.deepcopy(concepts[index])
+            new["name"] = (new.get("name") or "concept") + " copy"
+        else:
+            new = ConceptConfig(name=f"concept {len(concepts) + 1}").model_dump(mode="json")
+        concepts.append(new)
+        self.autosave(config)
+        return config, len(concepts) - 1
+
+    def remove(self, config: dict[str, Any], index: int | None) -> tuple[dict[str, Any], int | None]:
+        config = copy.deepcopy(config)
+        concepts = config.setdefault("concepts", [])
+        if index is not None and 0 <= index < len(concepts):
+            concepts.pop(index)
+        self.autosave(config)
+        return config, (min(index, len(concepts) - 1) if concepts and index is not None else None)
+
+    def statistics(self, config: dict[str, Any], index: int | None):
+        concepts = config.get("concepts", [])
+        if index is None or not (0 <= index < len(concepts)):
+            return "Select a concept.", None
+        import pandas as pd  # noqa: PLC0415
+
+        text, rows = concept_stats(concepts[index], config.get("resolution", "512"), config.get("aspect_ratio_bucketing", True))
+        return text, pd.DataFrame(rows, columns=["bucket", "images"])
+
+    def wire(self, config_state: gr.State, autosave, roots=None) -> None:
+        self.autosave = autosave
         comps = [f.component for f in self.fields.values()]
+        outputs = self.outputs
         show = self.show
 
         def edit(values: dict) -> dict[str, Any]:
-            config, index = values[config_state], values[self.selector]
-            config = copy.deepcopy(config)
-            concepts = config.setdefault("concepts", [])
-            if index is None or not (0 <= index < len(concepts)):
-                return config
-            concepts[index] = config_from_values(self.fields, values, concepts[index])
-            autosave(config)
-            return config
+            return self.edit(values[config_state], values[self.selector], values)
 
-        def add(config: dict[str, Any], index: int | None, clone: bool):
-            config = copy.deepcopy(config)
-            concepts = config.setdefault("concepts", [])
-            if clone and index is not None and 0 <= index < len(concepts):
-                new = copy.deepcopy(concepts[index])
-                new["name"] = (new.get("name") or "concept") + " copy"
-            else:
-                new = ConceptConfig(name=f"concept {len(concepts) + 1}").model_dump(mode="json")
-            concepts.append(new)
-            autosave(config)
-            return config, len(concepts) - 1
-
-        def remove(config: dict[str, Any], index: int | None):
-            config = copy.deepcopy(config)
-            concepts = config.setdefault("concepts", [])
-            if index is not None and 0 <= index < len(concepts):
-                concepts.pop(index)
-            autosave(config)
-            return config, (min(index, len(concepts) - 1) if concepts and index is not None else None)
-
-        def stats(config: dict[str, Any], index: int | None):
-            concepts = config.get("concepts", [])
-            if index is None or not (0 <= index < len(concepts)):
-                return "Select a concept.", None
-            import pandas as pd  # noqa: PLC0415
-
-            text, rows = concept_stats(concepts[index], config.get("resolution", "512"), config.get("aspect_ratio_bucketing", True))
-            return text, pd.DataFrame(rows, columns=["bucket", "images"])
-
-        outputs = self.outputs
         self.selector.input(show, [config_state, self.selector], outputs)
         for comp in comps:
             comp.input(edit, {config_state, self.selector, *comps}, config_state)
-        self.add.click(lambda c, i: add(c, i, False), [config_state, self.selector], [config_state, self.selector]).then(
+        for f in self.fields.values():
+            if f.browser is not None:
+                f.browser.wire(config_state, roots, then=(edit, {config_state, self.selector, *comps}, config_state))
+        self.add_button.click(lambda c, i: self.add(c, i, False), [config_state, self.selector], [config_state, self.selector]).then(
             show, [config_state, self.selector], outputs
         )
-        self.clone.click(lambda c, i: add(c, i, True), [config_state, self.selector], [config_state, self.selector]).then(
+        self.clone.click(lambda c, i: self.add(c, i, True), [config_state, self.selector], [config_state, self.selector]).then(
             show, [config_state, self.selector], outputs
         )
-        self.remove.click(remove, [config_state, self.selector], [config_state, self.selector]).then(
+        self.remove_button.click(self.remove, [config_state, self.selector], [config_state, self.selector]).then(
             show, [config_state, self.selector], outputs
         )
-        self.refresh.click(stats, [config_state, self.selector], [self.stats, self.buckets])
+        self.refresh.click(self.statistics, [config_state, self.selector], [self.stats, self.buckets])

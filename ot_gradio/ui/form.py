@@ -16,14 +16,7 @@ import gradio as gr
 
 from ..config.fields import FieldInfo, iter_fields
 from ..config.schema import TrainConfig
-
-# Model parts the page shows, per model family; the others are hidden (OneTrainer shows only
-# the parts of the selected model).
-PARTS_BY_FAMILY = {"STABLE_DIFFUSION": ("unet", "text_encoder", "vae")}
-ALL_PARTS = (
-    "unet", "prior", "transformer", "unconditional_transformer", "text_encoder", "text_encoder_2",
-    "text_encoder_3", "text_encoder_4", "vae", "effnet_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan",
-)
+from .browser import PathBrowser, path_kind
 
 
 def _base_type(tp: Any) -> tuple[Any, bool]:
@@ -57,6 +50,7 @@ class Field:
     info: FieldInfo
     component: gr.components.Component
     nullable: bool
+    browser: PathBrowser | None = None
 
     @property
     def path(self) -> str:
@@ -84,7 +78,14 @@ def make_component(info: FieldInfo, elem_prefix: str = "f") -> Field:
 
             default = json.dumps(default)
         text = "" if default is None else str(default)
-        comp = gr.Textbox(value=text, placeholder="blank = default" if nullable else None, **kw)
+        kind = path_kind(info.path)
+        if kind is None:
+            return Field(info, gr.Textbox(value=text, placeholder="blank = default" if nullable else None, **kw), nullable)
+        with gr.Row(equal_height=True):
+            comp = gr.Textbox(value=text, placeholder="blank = default" if nullable else None, scale=5, **kw)
+            browser = PathBrowser(kind, elem_id, comp)
+        browser.panel()
+        return Field(info, comp, nullable, browser)
     return Field(info, comp, nullable)
 
 

@@ -1,22 +1,118 @@
-"""The getting-started guide shown first, in the workflow order of OneTrainer's wiki."""
+"""The getting-started guide shown first: the workflow of OneTrainer's wiki ("Fluxo de
+trabalho geral": prepare the environment, prepare the training, decide the model and training
+details, the optimizer and method specifics, check the optimizer, then learning rate, epochs and
+warmup), each step with a button that opens the tab where it is done."""
 
-GUIDE = """
-## Start here
+from __future__ import annotations
 
-1. **Model** tab: choose the model type, the base model (a hub id such as
-   `stable-diffusion-v1-5/stable-diffusion-v1-5`, a local diffusers folder or a `.safetensors` file)
-   and where the result goes. Pick the training method in the top bar: **LORA** is the usual choice.
-2. **Concepts** tab: add a folder of images. Captions come from a `.txt` file next to each image
-   (one caption per line, one picked at random per epoch). Press *Refresh statistics* to check that
-   every image is found and how the images fall into aspect buckets.
-3. **Training** tab: learning rate, epochs, batch size and the optimizer. The plot shows the learning
-   rate over the whole run. For LoRA on SD 1.5, 3e-4 with AdamW and batch size 4 is a good start.
-4. **Sampling** tab: prompts to render while training, at the model's native size (512 for SD 1.5).
-5. **Backup** tab: how often to write backups; a stopped run can continue from the last one
-   (*Continue from last backup* on the General tab).
-6. Press **Start training** below. Watch the loss, the samples and the progress; *Stop* finishes
-   the step, writes a backup and the model.
+from dataclasses import dataclass
+from typing import Any
 
-No model at hand? Choose the **demo** preset in the top bar and press *Start training*: it trains
-a LoRA on a tiny model and a generated dataset on the CPU in under a minute.
-"""
+import gradio as gr
+
+from .visibility import tab_shown
+
+TABS_ID = "tabs"
+
+
+@dataclass(frozen=True)
+class Step:
+    title: str
+    text: str
+    tab: str  # the tab id the button opens
+    button: str
+
+
+STEPS: tuple[tuple[str, tuple[Step, ...]], ...] = (
+    ("Prepare the environment", (
+        Step("Model type, method and preset",
+             "Choose the model type and the training method in the top bar, then load a preset for them "
+             "(*sd15-lora* for a LoRA on SD 1.5). **LORA** is the usual choice: small files that load everywhere.",
+             "model", "Open Model"),
+        Step("Base model",
+             "Which model to start from: a hub id such as `stable-diffusion-v1-5/stable-diffusion-v1-5`, a local "
+             "diffusers folder or a `.safetensors` file (*Browse* picks one). Models derived from a base (Pony, "
+             "SDXL Lightning) train with their base's settings.",
+             "model", "Open Model"),
+        Step("Workspace folders",
+             "Where runs keep samples, backups, logs and TensorBoard files, and where latents are cached.",
+             "general", "Open General"),
+    )),
+    ("Prepare the training", (
+        Step("Concepts",
+             "Add a folder of images per concept. Captions come from a `.txt` file next to each image (one caption "
+             "per line, one picked at random per epoch). *Refresh statistics* checks every image is found and how "
+             "they fall into aspect buckets.",
+             "concepts", "Open Concepts"),
+        Step("Samples",
+             "Prompts rendered while training, at the model's native size (512 for SD 1.5, 1024 for SDXL).",
+             "sampling", "Open Sampling"),
+        Step("Saves and backups",
+             "How often to write backups and intermediate saves; a stopped run continues from the last backup "
+             "(*Continue from last backup* on the General tab).",
+             "backup", "Open Backup"),
+        Step("Where the result goes",
+             "The output file and its format and data type.",
+             "model", "Open Model"),
+    )),
+    ("Decide the model and training details", (
+        Step("Weight data types",
+             "Per part, from your VRAM and card: FLOAT_16/BFLOAT_16 halve the memory of the weights (the Model tab's "
+             "table shows it). GTX 1000 cards and older have no BF16.",
+             "training", "Open Training"),
+        Step("Train data type, resolution, batch size",
+             "Train at the model's native resolution. Each aspect bucket needs at least a batch of images or it is "
+             "never trained; ideally the images of an epoch divide evenly by the batch size.",
+             "training", "Open Training"),
+    )),
+    ("Optimizer and method", (
+        Step("Optimizer and scheduler",
+             "Pick the optimizer from your method and VRAM, then the learning-rate scheduler. Its settings show below "
+             "it (the last ones used for each optimizer come back when you switch; *Load defaults* restores them).",
+             "training", "Open Training"),
+        Step("LoRA", "Rank, alpha and dropout of the LoRA (the tab shows for the LORA method).", "lora", "Open LoRA"),
+        Step("Embedding", "The embedding's tokens (the tab shows for the EMBEDDING method).", "embedding", "Open Embedding"),
+    )),
+    ("Learning rate, epochs, warmup", (
+        Step("Learning rate and length",
+             "Learning rate for your method and optimizer (LoRA on SD 1.5: 3e-4 with AdamW), the number of epochs and "
+             "the warmup steps; then whether and how long to train the text encoder(s) and the UNet, each with its "
+             "own learning rate. The plot shows the learning rate over the whole run.",
+             "training", "Open Training"),
+    )),
+)
+
+INTRO = "## Start here\n\nSet up a run in this order; each button opens the tab where the step is done."
+OUTRO = (
+    "Then press **Start training** below: watch the loss, the samples and the progress; *Stop* finishes the step, "
+    "writes a backup and the model.\n\nNo model at hand? Choose the **demo** preset in the top bar and press "
+    "*Start training*: it trains a LoRA on a tiny model and a generated dataset on the CPU in under a minute."
+)
+
+
+def go_to(tab: str, config: dict[str, Any] | None = None) -> Any:
+    """The Tabs update that opens `tab`; a tab hidden for the chosen method stays closed, with a
+    note saying why."""
+    method = (config or {}).get("training_method")
+    if method and not tab_shown(tab, method):
+        gr.Warning(f"The {tab} tab is shown only for another training method (now {method}).")
+        return gr.update()
+    return gr.Tabs(selected=tab)
+
+
+def build_guide(tabs: gr.Tabs, config_state: gr.State) -> list[gr.Button]:
+    """Markdown per step with its button; wires each button to open its tab."""
+    gr.Markdown(INTRO)
+    buttons = []
+    number = 0
+    for section, steps in STEPS:
+        gr.Markdown(f"### {section}")
+        for step in steps:
+            number += 1
+            with gr.Row(equal_height=True):
+                gr.Markdown(f"**{number}. {step.title}.** {step.text}")
+                button = gr.Button(step.button, scale=0, min_width=150, elem_id=f"guide-step-{number}")
+            button.click(lambda config, tab=step.tab: go_to(tab, config), config_state, tabs, show_progress="hidden")
+            buttons.append(button)
+    gr.Markdown(OUTRO)
+    return buttons

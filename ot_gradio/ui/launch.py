@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -32,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--insecure", action="store_true", help="allow --share or a public --host without a password (anyone with the link controls this machine)")
     p.add_argument("--workspace", default="workspace", help="folder for runs (default ./workspace)")
     p.add_argument("--inbrowser", action="store_true", help="open the page in a browser")
+    p.add_argument("--browse-root", action="append", default=[], metavar="DIR",
+                   help="a folder the page's file browser may show, besides the workspace, the current folder and the concept folders (repeatable)")
     return p
 
 
@@ -116,9 +119,18 @@ def main(argv: list[str] | None = None) -> int:
     if (args.share or not is_loopback(args.host)) and not auth:
         print("WARNING: the page is exposed WITHOUT a password (--insecure).", file=sys.stderr)
 
-    from .page import build_page  # noqa: PLC0415
+    for root in args.browse_root:
+        if not Path(root).is_dir():
+            print(f"--browse-root: {root} is not a folder", file=sys.stderr)
+            return 2
+    # SIGTERM (a service manager, `kill`) exits like Ctrl-C, so atexit stops TensorBoard.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
-    demo = build_page(Path(args.workspace))
+    from .page import CSS, build_page  # noqa: PLC0415
+
+    cwd = Path.cwd()
+    roots = ([] if cwd == Path(cwd.anchor) else [cwd]) + [Path(r) for r in args.browse_root]
+    demo = build_page(Path(args.workspace), roots=roots)
     _patient_localhost_check()
     demo.queue().launch(
         server_name=args.host,
@@ -127,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         auth=auth or None,
         inbrowser=args.inbrowser,
         show_error=True,
+        css=CSS,
         allowed_paths=[str(Path(args.workspace).resolve()), os.getcwd()],
     )
     return 0

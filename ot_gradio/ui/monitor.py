@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import gradio as gr
 
 from ..runner.rundir import RunDir
 from ..runner.supervisor import RunState, Supervisor
+from .tensorboard import TensorBoard
 
 
 def progress_html(state: RunState | None) -> str:
@@ -69,9 +71,11 @@ def lr_frame(state: RunState | None):
 
 
 class Monitor:
-    def __init__(self, workspace: Path, supervisor: Supervisor):
+    def __init__(self, workspace: Path, supervisor: Supervisor, tensorboard: TensorBoard | None = None):
         self.workspace = workspace
         self.supervisor = supervisor
+        self.tensorboard = tensorboard or TensorBoard(Path(workspace) / "tensorboard.log")
+        self._configs: dict[str, dict[str, Any]] = {}
         with gr.Row():
             self.start = gr.Button("Start training", variant="primary", elem_id="start")
             self.stop = gr.Button("Stop", variant="stop", elem_id="stop")
@@ -85,6 +89,7 @@ class Monitor:
             self.loss_plot = gr.LinePlot(x="step", y="loss", color="series", title="Loss", height=240, elem_id="loss-plot")
             self.lr_plot = gr.LinePlot(x="step", y="lr", title="Learning rate", height=240, elem_id="lr-run-plot")
         self.gallery = gr.Gallery(label="Samples (newest first)", columns=4, height=320, elem_id="sample-gallery")
+        self.tensorboard_link = gr.Markdown("", elem_id="tensorboard-link")
         self.log = gr.Textbox(label="Log tail (shown when a run fails)", lines=8, max_lines=30, elem_id="log-tail")
         self.timer = gr.Timer(1.0)
         self.run_id = gr.State("")
@@ -94,20 +99,38 @@ class Monitor:
         path = Path(run_id)
         return RunDir(path if path.is_absolute() else self.workspace / "runs" / run_id)
 
+    def run_config(self, run: RunDir) -> dict[str, Any]:
+        """The exact config a run uses (read once: it never changes)."""
+        key = str(run.path)
+        if key not in self._configs:
+            try:
+                self._configs[key] = json.loads(run.config.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return {}
+        return self._configs[key]
+
     def render(self, run_id: str) -> tuple[Any, ...]:
+        """The poll: the whole state of the run on screen, rebuilt from all its events, so a
+        tick that is skipped or arrives late loses nothing."""
         if not run_id:
             active = self.supervisor.active_runs()
             runs = active or self.supervisor.runs()
             if not runs:
-                return run_id, "No run yet.", "", loss_frame(None), lr_frame(None), [], ""
+                return run_id, "No run yet.", "", loss_frame(None), lr_frame(None), [], self.tensorboard.status_markdown(), ""
             run_id = str(runs[-1].path)  # reattach after a reload or an app restart
         self.supervisor.check_stop_timeouts()
-        state = self.supervisor.state(self.run_dir(run_id))
+        run = self.run_dir(run_id)
+        state = self.supervisor.state(run)
+        link = self.tensorboard.sync(self.run_config(run), run.path, state.alive)
         gallery = [(s["path"], f"step {s.get('step')}: {s.get('prompt', '')}") for s in reversed(state.samples[-24:])]
-        return run_id, status_markdown(state), progress_html(state), loss_frame(state), lr_frame(state), gallery, state.log_tail
+        return run_id, status_markdown(state), progress_html(state), loss_frame(state), lr_frame(state), gallery, link, state.log_tail
+
+    @property
+    def outputs(self) -> list:
+        return [self.run_id, self.status, self.progress, self.loss_plot, self.lr_plot, self.gallery, self.tensorboard_link, self.log]
 
     def wire(self) -> None:
-        outputs = [self.run_id, self.status, self.progress, self.loss_plot, self.lr_plot, self.gallery, self.log]
+        outputs = self.outputs
         self.timer.tick(self.render, self.run_id, outputs, show_progress="hidden")
 
         def request(run_id: str, what: str) -> None:

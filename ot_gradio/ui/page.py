@@ -2,12 +2,16 @@
 
 Gradio only: no torch, diffusers or trainer imports. Handlers take and return whole config
 dicts (kept in a gr.State and in the workspace, so a reload loses nothing); training runs in a
-worker process through the supervisor."""
+worker process through the supervisor. The handlers are methods of `Page`, so tests call them
+directly with the values the page would send."""
 
 from __future__ import annotations
 
 import copy
 import json
+import os
+import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -15,31 +19,33 @@ import gradio as gr
 
 from ..config.doctor import check
 from ..config.doctor import errors as doctor_errors
+from ..config.families import FAMILIES
+from ..config.fields import iter_fields
 from ..config.io import ConfigError, config_to_dict, load_config
 from ..config.optimizer import optimizer_keys
 from ..config.presets import list_presets
+from ..config.schema import TrainConfig
 from ..runner.supervisor import Supervisor
 from .concepts import ConceptsTab
 from .form import Field, build_fields, config_from_values, make_component, schema_fields, values_from_config
-from .guide import GUIDE
+from .guide import TABS_ID, build_guide
 from .monitor import Monitor
+from .paths import allowed_roots
 from .samples import SamplesTab, to_rows
 from .state import load_ui_config, preset_config, save_ui_config
+from .tensorboard import TensorBoard, settings
 from .training_tab import lr_frame, memory_markdown
+from .visibility import TAB_METHODS, model_parts, part_field_shown, part_of, shown_parts, tab_shown
 
 TOP_FIELDS = ("model_type", "training_method")
-SHOWN_PARTS = ("unet", "text_encoder", "vae")
-PART_LABELS = {"unet": "UNet", "text_encoder": "Text encoder", "vae": "VAE"}
 TABS = (("General", "general"), ("Model", "model"), ("Data", "data"), ("Training", "training"), ("Sampling", "sampling"),
         ("Backup", "backup"), ("LoRA", "lora"), ("Embedding", "embedding"))
-LR_INPUTS = ("learning_rate", "learning_rate_scheduler", "learning_rate_warmup_steps", "learning_rate_cycles",
-             "learning_rate_min_factor", "epochs", "batch_size", "gradient_accumulation_steps")
+DENOISERS = {info.denoiser for info in FAMILIES.values()}  # their accordions start open
 CSS = ".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1;height:1em}"
 
 
-def _part_of(path: str) -> str | None:
-    head = path.split(".", 1)[0]
-    return head if "." in path and head not in ("optimizer", "secrets") else None
+def part_label(part: str) -> str:
+    return next((f.label for f in iter_fields(TrainConfig) if f.path == part), "") or part
 
 
 def validate(config: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], list[str]]:
@@ -55,200 +61,241 @@ def validate(config: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], 
     return config_to_dict(loaded.config), problems, loaded.warnings + check(loaded.config)
 
 
-def build_page(workspace: Path) -> gr.Blocks:
-    workspace = Path(workspace)
-    workspace.mkdir(parents=True, exist_ok=True)
-    supervisor = Supervisor(workspace)
-    initial = load_ui_config(workspace)
-    supervisor.watch(initial.get("workspace_dir") or workspace)
-    fields: dict[str, Field] = {}
-    presets = list_presets()
+class Page:
+    def __init__(self, workspace: Path, roots: Iterable[str | os.PathLike] = ()):
+        self.workspace = Path(workspace)
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self.extra_roots = [Path(r) for r in roots]
+        self.supervisor = Supervisor(self.workspace)
+        self.tensorboard = TensorBoard(self.workspace / "tensorboard.log")
+        self._start_lock = threading.Lock()
+        initial = load_ui_config(self.workspace)
+        self.supervisor.watch(initial.get("workspace_dir") or self.workspace)
+        self.fields: dict[str, Field] = {}
+        self.tab_handles: dict[str, gr.Tab] = {}
+        self.part_groups: dict[gr.Accordion, str] = {}  # accordion -> its model part
+        with gr.Blocks(title="ot_gradio") as self.blocks:
+            self._build(initial)
+            self._wire()
+        # The handlers are the page's, not an API: left public, gradio documents each of them
+        # with its ~150 inputs inside every page load (11+ MB of HTML) and records their inputs
+        # (the hub token among them) in the browser's run history.
+        for fn in self.blocks.fns.values():
+            fn.api_visibility = "private"
+        on, port, host, always = settings(initial)
+        if on and always:  # 'always on': from the start, on every run of the workspace
+            self.tensorboard.ensure(Path(initial.get("workspace_dir") or self.workspace) / "runs", port, host)
 
-    with gr.Blocks(title="ot_gradio") as page:
-        config_state = gr.State(initial)
+    # --- layout ---------------------------------------------------------------------------------
+    def _build(self, initial: dict[str, Any]) -> None:
+        fields = self.fields
+        self.config_state = gr.State(initial)
         gr.Markdown("# ot_gradio\nTrain LoRAs of diffusion models in the browser. Every field has a tooltip under its label.")
         with gr.Row():
             for path in TOP_FIELDS:
                 info = next(f for f in schema_fields() if f.path == path)
                 fields[path] = make_component(info)
-            preset = gr.Dropdown(presets, value=None, label="Preset", info="Load a preset from presets/ over the defaults.", elem_id="preset")
+            self.preset = gr.Dropdown(list_presets(), value=None, label="Preset", info="Load a preset from presets/ over the defaults.", elem_id="preset")
         with gr.Row():
-            config_path = gr.Textbox(label="Config file", info="Path of a config JSON (ours or OneTrainer's) to load, or to save to.", scale=3, elem_id="config-path")
-            load_btn = gr.Button("Load", scale=0)
-            save_btn = gr.Button("Save", scale=0)
-            upload = gr.UploadButton("Import file", file_types=[".json"], scale=0)
-            export = gr.DownloadButton("Export", scale=0)
+            self.config_path = gr.Textbox(label="Config file", info="Path of a config JSON (ours or OneTrainer's) to load, or to save to.", scale=3, elem_id="config-path")
+            self.load_btn = gr.Button("Load", scale=0)
+            self.save_btn = gr.Button("Save", scale=0)
+            self.upload = gr.UploadButton("Import file", file_types=[".json"], scale=0)
+            self.export = gr.DownloadButton("Export", scale=0)
 
-        tab_handles: dict[str, gr.Tab] = {}
-        with gr.Tabs():
-            with gr.Tab("Start here"):
-                gr.Markdown(GUIDE)
+        shown = shown_parts(initial.get("model_type"))
+        method = initial.get("training_method")
+        with gr.Tabs(elem_id=TABS_ID) as self.tabs:
+            with gr.Tab("Start here", id="start"):
+                build_guide(self.tabs, self.config_state)
             for title, tab in TABS:
-                with gr.Tab(title, elem_id=f"tab-{tab}") as handle:
-                    tab_handles[tab] = handle
+                with gr.Tab(title, id=tab, elem_id=f"tab-{tab}", visible=tab_shown(tab, method)) as handle:
+                    self.tab_handles[tab] = handle
                     infos = [f for f in schema_fields(tab=tab) if f.path not in TOP_FIELDS]
-                    main = [f for f in infos if not _part_of(f.path) and not f.path.startswith("optimizer.")]
-                    fields.update(build_fields(main))
+                    fields.update(build_fields([f for f in infos if not part_of(f.path) and not f.path.startswith("optimizer.")]))
                     if tab == "model":
-                        memory = gr.Markdown(memory_markdown(initial), elem_id="memory-table")
+                        self.memory = gr.Markdown(memory_markdown(initial), elem_id="memory-table")
                     if tab == "training":
-                        lr_plot = gr.LinePlot(lr_frame(initial), x="step", y="lr", title="Learning rate over the run", height=220, elem_id="lr-plot")
+                        self.lr_plot = gr.LinePlot(lr_frame(initial), x="step", y="lr", title="Learning rate over the run", height=220, elem_id="lr-plot")
                         with gr.Accordion("Optimizer", open=True):
-                            opt_infos = [f for f in infos if f.path.startswith("optimizer.")]
-                            fields.update(build_fields(opt_infos))
-                            load_defaults = gr.Button("Load defaults", elem_id="optimizer-defaults")
-                    for part in SHOWN_PARTS:
-                        part_infos = [f for f in infos if _part_of(f.path) == part]
+                            fields.update(build_fields([f for f in infos if f.path.startswith("optimizer.")]))
+                            self.load_defaults = gr.Button("Load defaults", elem_id="optimizer-defaults")
+                    for part in model_parts():
+                        part_infos = [f for f in infos if part_of(f.path) == part and part_field_shown(f.path)]
                         if part_infos:
-                            with gr.Accordion(PART_LABELS[part], open=part == "unet"):
+                            with gr.Accordion(part_label(part), open=part in DENOISERS, visible=part in shown, elem_id=f"part-{part}") as acc:
                                 fields.update(build_fields(part_infos))
+                            self.part_groups[acc] = part
                     if tab == "sampling":
-                        samples = SamplesTab()
-            with gr.Tab("Concepts", elem_id="tab-concepts"):
-                concepts = ConceptsTab()
-            with gr.Tab("Tools"):
+                        self.samples = SamplesTab()
+            with gr.Tab("Concepts", id="concepts", elem_id="tab-concepts"):
+                self.concepts = ConceptsTab()
+            with gr.Tab("Tools", id="tools"):
                 gr.Markdown("Caption editor, mask painting, automatic captions and masks, model conversion: coming with the Tools issue.")
+        self.monitor = Monitor(self.workspace, self.supervisor, self.tensorboard)
+        self.components = {f.component for f in fields.values()}
+        self.opt_fields = {p: f for p, f in fields.items() if p.startswith("optimizer.") and p != "optimizer.optimizer"}
+        self.all_outputs = [self.config_state, *self.components, self.samples.table, self.lr_plot, self.memory,
+                            *self._visibility_targets(), *self.concepts.outputs]
+        self.edit_outputs = [self.config_state, self.lr_plot, self.memory, *self._visibility_targets()]
 
-        monitor = Monitor(workspace, supervisor)
-        components = {f.component for f in fields.values()}
-        opt_fields = {p: f for p, f in fields.items() if p.startswith("optimizer.") and p != "optimizer.optimizer"}
+    def _visibility_targets(self) -> list:
+        return [*(f.component for f in self.opt_fields.values()), *self.part_groups,
+                *(self.tab_handles[t] for t in TAB_METHODS if t in self.tab_handles)]
 
-        def autosave(config: dict[str, Any]) -> None:
-            save_ui_config(workspace, config)
-
-        def visibility(config: dict[str, Any]) -> dict:
-            keys = set(optimizer_keys(config.get("optimizer", {}).get("optimizer", "ADAMW")))
-            out: dict = {f.component: gr.update(visible=p.split(".", 1)[1] in keys) for p, f in opt_fields.items()}
-            method = config.get("training_method")
-            out[tab_handles["lora"]] = gr.update(visible=method == "LORA")
-            out[tab_handles["embedding"]] = gr.update(visible=method == "EMBEDDING" or bool(config.get("additional_embeddings")))
-            return out
-
-        def populate(config: dict[str, Any]) -> dict:
-            out = {config_state: config, **values_from_config(fields, config), **visibility(config)}
-            out[samples.table] = to_rows(config.get("samples", []))
-            out[lr_plot] = lr_frame(config)
-            out[memory] = memory_markdown(config)
-            out.update(concepts.show(config, 0))
-            return out
-
-        all_outputs = [config_state, *components, samples.table, lr_plot, memory, tab_handles["lora"], tab_handles["embedding"], *concepts.outputs]
-
-        def on_edit(values: dict) -> dict:
-            config = config_from_values(fields, values, values[config_state])
-            autosave(config)
-            return {config_state: config, lr_plot: lr_frame(config), memory: memory_markdown(config), **visibility(config)}
-
-        edit_outputs = [config_state, lr_plot, memory, tab_handles["lora"], tab_handles["embedding"], *[f.component for f in opt_fields.values()]]
-        for path, f in fields.items():
+    def _wire(self) -> None:
+        edit_inputs = {self.config_state, *self.components}
+        for path, f in self.fields.items():
             if path == "optimizer.optimizer":
                 continue
-            f.component.input(on_edit, {config_state, *components}, edit_outputs, show_progress="hidden")
+            f.component.input(self.on_edit, edit_inputs, self.edit_outputs, show_progress="hidden")
+            if f.browser is not None:
+                f.browser.wire(self.config_state, self.roots, then=(self.on_edit, edit_inputs, self.edit_outputs))
+        self.fields["optimizer.optimizer"].component.input(self.on_optimizer, edit_inputs, self.all_outputs)
+        self.load_defaults.click(self.on_load_defaults, self.config_state, self.all_outputs)
+        self.preset.input(self.on_preset, self.preset, self.all_outputs)
+        self.load_btn.click(self.on_load, self.config_path, self.all_outputs)
+        self.upload.upload(self.on_upload, self.upload, self.all_outputs)
+        self.save_btn.click(self.on_save, [self.config_path, self.config_state], None)
+        self.export.click(self.on_export, self.config_state, self.export)
+        self.concepts.wire(self.config_state, self.autosave, self.roots)
+        self.samples.wire(self.config_state, self.autosave)
+        self.monitor.wire()
+        start_inputs = {self.config_state, self.monitor.run_id, *self.components, *self.concepts.outputs}
+        self.monitor.start.click(self.on_start, start_inputs, [self.monitor.run_id, self.monitor.problems])
+        self.blocks.load(self.on_page_load, None, self.all_outputs)
 
-        def on_optimizer(values: dict) -> dict:
-            """Switching optimizer keeps the old one's settings and restores the new one's last ones."""
-            from ..config.optimizer import optimizer_param_defaults  # noqa: PLC0415
+    # --- helpers --------------------------------------------------------------------------------
+    def roots(self, config: dict[str, Any]) -> list[Path]:
+        """Folders the file browser may show: the workspace, the launcher's roots, the concepts'."""
+        return allowed_roots(self.workspace, self.extra_roots, config)
 
-            config = copy.deepcopy(values[config_state])
-            old = config.get("optimizer", {})
-            remembered = config.setdefault("optimizer_defaults", {})
-            if old.get("optimizer"):
-                remembered[old["optimizer"]] = old
-            new_name = values[fields["optimizer.optimizer"].component]
-            base = remembered.get(new_name) or {**{k: None for k in old}, **optimizer_param_defaults(new_name)}
-            config["optimizer"] = {**old, **{k: v for k, v in base.items() if k in old}, "optimizer": new_name}
-            autosave(config)
-            return populate(config)
+    def autosave(self, config: dict[str, Any]) -> None:
+        save_ui_config(self.workspace, config)
 
-        fields["optimizer.optimizer"].component.input(on_optimizer, {config_state, *components}, all_outputs)
+    def visibility(self, config: dict[str, Any]) -> dict:
+        keys = set(optimizer_keys(config.get("optimizer", {}).get("optimizer", "ADAMW")))
+        out: dict = {f.component: gr.update(visible=p.split(".", 1)[1] in keys) for p, f in self.opt_fields.items()}
+        shown = shown_parts(config.get("model_type"))
+        out.update({acc: gr.update(visible=part in shown) for acc, part in self.part_groups.items()})
+        method = config.get("training_method")
+        out.update({self.tab_handles[t]: gr.update(visible=tab_shown(t, method)) for t in TAB_METHODS if t in self.tab_handles})
+        return out
 
-        def on_load_defaults(config: dict[str, Any]) -> dict:
-            from ..config.optimizer import optimizer_param_defaults  # noqa: PLC0415
+    def populate(self, config: dict[str, Any]) -> dict:
+        out = {self.config_state: config, **values_from_config(self.fields, config), **self.visibility(config)}
+        out[self.samples.table] = to_rows(config.get("samples", []))
+        out[self.lr_plot] = lr_frame(config)
+        out[self.memory] = memory_markdown(config)
+        out.update(self.concepts.show(config, 0))
+        return out
 
-            config = copy.deepcopy(config)
-            name = config["optimizer"]["optimizer"]
-            config["optimizer"] = {**config["optimizer"], **{k: v for k, v in optimizer_param_defaults(name).items() if k in config["optimizer"]}}
-            autosave(config)
-            return populate(config)
+    def form_values(self, config: dict[str, Any], run_id: str = "") -> dict:
+        """What the page sends for `config` (tests call handlers with it)."""
+        shown = self.concepts.show(config, 0)
+        selector = shown.pop(self.concepts.selector)
+        return {self.config_state: config, self.monitor.run_id: run_id, **values_from_config(self.fields, config),
+                **shown, self.concepts.selector: selector.get("value") if isinstance(selector, dict) else selector}
 
-        load_defaults.click(on_load_defaults, config_state, all_outputs)
+    # --- handlers -------------------------------------------------------------------------------
+    def on_page_load(self) -> dict:
+        return self.populate(load_ui_config(self.workspace))
 
-        def on_preset(name: str) -> dict:
-            if not name:
-                raise gr.Error("Choose a preset first.")
-            config = preset_config(name)
-            autosave(config)
-            gr.Info(f"Preset {name} loaded.")
-            return populate(config)
+    def on_edit(self, values: dict) -> dict:
+        config = config_from_values(self.fields, values, values[self.config_state])
+        self.autosave(config)
+        return {self.config_state: config, self.lr_plot: lr_frame(config), self.memory: memory_markdown(config), **self.visibility(config)}
 
-        preset.input(on_preset, preset, all_outputs)
+    def on_optimizer(self, values: dict) -> dict:
+        """Switching optimizer keeps the old one's settings and restores the new one's last ones."""
+        from ..config.optimizer import optimizer_param_defaults  # noqa: PLC0415
 
-        def read_any(path: str) -> dict[str, Any]:
-            p = Path(path.strip())
-            if not p.is_file():
-                raise gr.Error(f"Config file: {p} does not exist.")
-            try:
-                loaded = load_config(json.loads(p.read_text(encoding="utf-8")), base_dir=p.parent, source=str(p))
-            except (ConfigError, json.JSONDecodeError) as err:
-                raise gr.Error(f"Config file {p.name}: {err}") from None
-            for warning in loaded.warnings:
-                gr.Warning(warning)
-            return config_to_dict(loaded.config)
+        config = copy.deepcopy(values[self.config_state])
+        old = config.get("optimizer", {})
+        remembered = config.setdefault("optimizer_defaults", {})
+        if old.get("optimizer"):
+            remembered[old["optimizer"]] = old
+        new_name = values[self.fields["optimizer.optimizer"].component]
+        base = remembered.get(new_name) or {**{k: None for k in old}, **optimizer_param_defaults(new_name)}
+        config["optimizer"] = {**old, **{k: v for k, v in base.items() if k in old}, "optimizer": new_name}
+        self.autosave(config)
+        return self.populate(config)
 
-        def on_load(path: str) -> dict:
-            config = read_any(path)
-            autosave(config)
-            return populate(config)
+    def on_load_defaults(self, config: dict[str, Any]) -> dict:
+        from ..config.optimizer import optimizer_param_defaults  # noqa: PLC0415
 
-        def on_upload(file) -> dict:
-            config = read_any(file if isinstance(file, str) else file.name)
-            autosave(config)
-            return populate(config)
+        config = copy.deepcopy(config)
+        name = config["optimizer"]["optimizer"]
+        config["optimizer"] = {**config["optimizer"], **{k: v for k, v in optimizer_param_defaults(name).items() if k in config["optimizer"]}}
+        self.autosave(config)
+        return self.populate(config)
 
-        def on_save(path: str, config: dict[str, Any]) -> None:
-            if not path.strip():
-                raise gr.Error("Config file: enter a path to save to.")
-            from ..fsutil import atomic_write_json  # noqa: PLC0415
+    def on_preset(self, name: str) -> dict:
+        if not name:
+            raise gr.Error("Choose a preset first.")
+        config = preset_config(name)
+        self.autosave(config)
+        gr.Info(f"Preset {name} loaded.")
+        return self.populate(config)
 
-            atomic_write_json(Path(path.strip()), config, indent=2)
-            gr.Info(f"Saved {path.strip()}")
+    def read_any(self, path: str) -> dict[str, Any]:
+        p = Path(path.strip())
+        if not p.is_file():
+            raise gr.Error(f"Config file: {p} does not exist.")
+        try:
+            loaded = load_config(json.loads(p.read_text(encoding="utf-8")), base_dir=p.parent, source=str(p))
+        except (ConfigError, json.JSONDecodeError) as err:
+            raise gr.Error(f"Config file {p.name}: {err}") from None
+        for warning in loaded.warnings:
+            gr.Warning(warning)
+        return config_to_dict(loaded.config)
 
-        def on_export(config: dict[str, Any]) -> str:
-            from ..fsutil import atomic_write_json  # noqa: PLC0415
+    def on_load(self, path: str) -> dict:
+        config = self.read_any(path)
+        self.autosave(config)
+        return self.populate(config)
 
-            out = workspace / "exports" / "config.json"
-            atomic_write_json(out, config, indent=2)
-            return str(out)
+    def on_upload(self, file) -> dict:
+        config = self.read_any(file if isinstance(file, str) else file.name)
+        self.autosave(config)
+        return self.populate(config)
 
-        load_btn.click(on_load, config_path, all_outputs)
-        upload.upload(on_upload, upload, all_outputs)
-        save_btn.click(on_save, [config_path, config_state], None)
-        export.click(on_export, config_state, export)
+    def on_save(self, path: str, config: dict[str, Any]) -> None:
+        if not path.strip():
+            raise gr.Error("Config file: enter a path to save to.")
+        from ..fsutil import atomic_write_json  # noqa: PLC0415
 
-        concepts.wire(config_state, autosave)
-        samples.wire(config_state, autosave)
-        monitor.wire()
+        atomic_write_json(Path(path.strip()), config, indent=2)
+        gr.Info(f"Saved {path.strip()}")
 
-        def on_start(values: dict) -> dict:
-            """Builds the config from what the form shows right now (an edit still in flight
-            cannot be lost), validates all of it, and only then starts the worker."""
-            config = config_from_values(fields, values, values[config_state])
-            config = concepts.apply(config, values)
-            run_id = values[monitor.run_id]
-            for run in supervisor.active_runs():
+    def on_export(self, config: dict[str, Any]) -> str:
+        from ..fsutil import atomic_write_json  # noqa: PLC0415
+
+        out = self.workspace / "exports" / "config.json"
+        atomic_write_json(out, config, indent=2)
+        return str(out)
+
+    def on_start(self, values: dict) -> dict:
+        """Builds the config from what the form shows right now (an edit still in flight
+        cannot be lost), validates all of it, and only then starts the worker."""
+        config = config_from_values(self.fields, values, values[self.config_state])
+        config = self.concepts.apply(config, values)
+        run_id = values.get(self.monitor.run_id, "")
+        with self._start_lock:  # two quick clicks must not start two runs
+            for run in self.supervisor.active_runs():
                 raise gr.Error(f"A run is already active ({run.run_id}); stop it first.")
             valid, problems, warnings = validate(config)
             if problems:
                 gr.Warning(f"{len(problems)} problem(s): nothing was started.")
-                return {monitor.run_id: run_id, monitor.problems: "### Fix these before starting\n" + "\n".join(f"- `{p}`" for p in problems)}
+                return {self.monitor.run_id: run_id, self.monitor.problems: "### Fix these before starting\n" + "\n".join(f"- `{p}`" for p in problems)}
             from ..data.demo import ensure_demo_concepts  # noqa: PLC0415
 
             ensure_demo_concepts(load_config(copy.deepcopy(valid)).config)
-            run = supervisor.start(valid, workspace=valid.get("workspace_dir") or workspace)
-            note = "\n".join(f"- {w}" for w in warnings)
-            return {monitor.run_id: str(run.path), monitor.problems: (f"### Started with warnings\n{note}" if warnings else "")}
+            run = self.supervisor.start(valid, workspace=valid.get("workspace_dir") or self.workspace)
+        self.tensorboard.sync(valid, run.path, True)
+        note = "\n".join(f"- {w}" for w in warnings)
+        return {self.monitor.run_id: str(run.path), self.monitor.problems: (f"### Started with warnings\n{note}" if warnings else "")}
 
-        start_inputs = {config_state, monitor.run_id, *components, *concepts.outputs}
-        monitor.start.click(on_start, start_inputs, [monitor.run_id, monitor.problems])
-        page.load(lambda: populate(load_ui_config(workspace)), None, all_outputs)
-    return page
+
+def build_page(workspace: Path, roots: Iterable[str | os.PathLike] = ()) -> gr.Blocks:
+    return Page(workspace, roots).blocks

@@ -1,7 +1,9 @@
 """A new user's path through the page: the demo preset trained from the browser alone."""
 
 import re
+import socket
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,13 @@ def test_demo_lora_from_the_page(app, browser_page):
     page.goto(app["url"])
     choose(page, "preset", "demo")
     page.wait_for_timeout(1500)
+    open_tab(page, "General")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        tb_port = s.getsockname()[1]
+    port = field(page, "f-tensorboard_port")
+    port.fill(str(tb_port))
+    port.press("Tab")
     open_tab(page, "Training")
     epochs = field(page, "f-epochs")
     epochs.fill("200")
@@ -50,6 +59,18 @@ def test_demo_lora_from_the_page(app, browser_page):
     wait_text(page, "#run-status", r"training", timeout=180)
     wait_text(page, "#run-progress", r"step \d+/\d+")
     page.locator("#loss-plot canvas, #loss-plot svg").first.wait_for(timeout=60_000)
+
+    # TensorBoard runs on the run's logs, on the port set in the page, linked in the footer
+    wait_text(page, "#tensorboard-link", rf"127\.0\.0\.1:{tb_port}", timeout=60)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{tb_port}/", timeout=5)
+            break
+        except OSError:
+            time.sleep(1)
+    else:
+        raise AssertionError("TensorBoard never answered")
 
     # a sample image arrives (the demo samples every 5 epochs)
     page.locator("#sample-gallery img").first.wait_for(timeout=180_000)
@@ -90,3 +111,61 @@ def test_bad_values_are_named_and_nothing_starts(app, browser_page):
     page.locator("#start").click()
     wait_text(page, "#problems", r"concepts\[0\]\.path", timeout=60)
     assert not (app["cwd"] / "workspace" / "demo" / "runs").exists()
+
+
+def pick_entry(page, elem_id, label):
+    page.locator(f"#{elem_id} input").first.click()
+    page.get_by_role("option", name=label, exact=True).first.click()
+
+
+def test_guide_file_browser_and_fields_by_model_type(app, browser_page):
+    page = browser_page
+    cwd = Path(app["cwd"]).resolve()
+    (cwd / "my-images" / "cats").mkdir(parents=True)
+    page.goto(app["url"])
+
+    # the guide's Concepts step opens the Concepts tab
+    page.locator("#guide-step-4").click()
+    page.locator("#concept-add").wait_for(state="visible")
+    assert page.get_by_role("tab", name="Concepts", exact=True).get_attribute("aria-selected") == "true"
+
+    # browse to a folder under the app's folder and use it as the concept's path: the browser
+    # opens in the workspace (the demo's concept folder does not exist yet); Up goes to the app's
+    page.locator("#concept-concepts-path-browse").click()
+    folder = field(page, "concept-concepts-path-browse-folder")
+    deadline = time.time() + 30
+    while time.time() < deadline and folder.input_value() != str(cwd / "workspace"):
+        time.sleep(0.3)
+    page.locator("#concept-concepts-path-browse-up").click()
+    while time.time() < deadline and folder.input_value() != str(cwd):
+        time.sleep(0.3)
+    entries = "concept-concepts-path-browse-entries"
+    pick_entry(page, entries, "📁 my-images")
+    page.wait_for_timeout(500)
+    pick_entry(page, entries, "📁 cats")
+    page.wait_for_timeout(500)
+    page.locator("#concept-concepts-path-browse-use").click()
+    path = field(page, "concept-concepts-path")
+    deadline = time.time() + 30
+    while time.time() < deadline and path.input_value() != str(cwd / "my-images" / "cats"):
+        time.sleep(0.3)
+    assert path.input_value() == str(cwd / "my-images" / "cats")
+    saved = cwd / "workspace" / "ui-config.json"
+    while time.time() < deadline + 30 and str(cwd / "my-images" / "cats") not in saved.read_text():
+        time.sleep(0.3)
+    assert str(cwd / "my-images" / "cats") in saved.read_text()  # the pick reached the config
+
+    # a folder outside the allowed roots is refused with a message
+    page.locator("#concept-concepts-path-browse").click()
+    folder.fill("/etc")
+    folder.press("Enter")
+    wait_text(page, "#concept-concepts-path-browse-message", r"Refused", timeout=30)
+
+    # PixArt has a transformer, no UNet: the UNet settings go, the memory table follows
+    choose(page, "f-model_type", "PIXART_ALPHA")
+    page.wait_for_timeout(1500)
+    open_tab(page, "Training")
+    assert not page.locator("#part-unet").is_visible()
+    assert page.locator("#part-text_encoder").is_visible()
+    open_tab(page, "Model")
+    wait_text(page, "#memory-table", r"transformer", timeout=30)

@@ -1,0 +1,166 @@
+"""An in-page file browser next to each path field: a folder box, a list of what the folder
+holds, and "Use this". It shows only the allowed roots (paths.py checks every request on the
+server, whatever the browser sends); typing a path into the field itself still works.
+Never a desktop dialog: the page may be open on another machine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from .paths import PathRefused, check, list_folder, parent, start_folder
+
+# What a path field holds: a folder, an existing file, either (a hub id, a diffusers folder or a
+# single file), or a file still to be written (pick its folder; the file name is kept).
+DIR, FILE, ANY, SAVE = "dir", "file", "any", "save"
+PATH_KINDS = {
+    "base_model_name": ANY,
+    "output_model_destination": SAVE,
+    "workspace_dir": DIR,
+    "cache_dir": DIR,
+    "huggingface_cache_dir": DIR,
+    "debug_dir": DIR,
+    "lora_model_name": FILE,
+    "quantization.cache_dir": DIR,
+    "embedding.model_name": FILE,
+    "additional_embeddings[].model_name": FILE,
+    "concepts[].path": DIR,
+    "concepts[].text.prompt_path": FILE,
+    "samples[].base_image_path": FILE,
+    "samples[].mask_image_path": FILE,
+}
+
+
+def path_kind(path: str) -> str | None:
+    """The browser kind of a config field, or None for fields that are not paths. A model
+    part's `model_name` (load that part from another model) takes what base_model_name takes."""
+    if path in PATH_KINDS:
+        return PATH_KINDS[path]
+    if path.count(".") == 1 and path.endswith(".model_name"):
+        return ANY
+    return None
+
+
+RootsFn = Callable[[dict[str, Any]], list[Path]]
+
+
+class PathBrowser:
+    """The hidden browser panel of one path `field`. The constructor makes the Browse button
+    (put it in the field's row); `panel()` makes the panel (put it under the row)."""
+
+    def __init__(self, kind: str, elem_id: str, field: gr.components.Component):
+        self.kind, self.elem_id, self.field = kind, elem_id, field
+        self.button = gr.Button("Browse", scale=0, min_width=90, elem_id=f"{elem_id}-browse")
+        self.roots: RootsFn = lambda config: []
+
+    def panel(self) -> None:
+        elem_id, kind = self.elem_id, self.kind
+        with gr.Group(visible=False, elem_id=f"{elem_id}-browser") as self.group:
+            self.folder = gr.Textbox(label="Folder", info="Type a folder and press Enter, or open one below. Blank = the folders this page may show.",
+                                     elem_id=f"{elem_id}-browse-folder")
+            self.entries = gr.Dropdown(label="Contents", choices=[], value=None, allow_custom_value=True, interactive=True,
+                                       info="Choosing a folder opens it" + ("." if kind == DIR else "; choose a file to pick it."),
+                                       elem_id=f"{elem_id}-browse-entries")
+            self.message = gr.Markdown("", elem_id=f"{elem_id}-browse-message")
+            with gr.Row():
+                self.use = gr.Button("Use this", variant="primary", elem_id=f"{elem_id}-browse-use")
+                self.up = gr.Button("Up", elem_id=f"{elem_id}-browse-up")
+                self.close = gr.Button("Close", elem_id=f"{elem_id}-browse-close")
+
+    # --- handlers (plain values in, {component: value} out) -----------------------------------
+    def show(self, folder: Path | None, roots: list[Path], message: str = "") -> dict:
+        if folder is None:
+            choices = [(f"📁 {r}", str(r)) for r in roots]
+            if not roots:
+                message = message or "No folder may be browsed."
+        else:
+            entries = list_folder(folder, roots, files=self.kind != DIR)
+            choices = [(f"📁 {e.name}" if e.is_dir else f"📄 {e.name}", str(e.path)) for e in entries]
+            if not choices:
+                message = message or "(empty folder)"
+        return {self.group: gr.update(visible=True), self.folder: "" if folder is None else str(folder),
+                self.entries: gr.update(choices=choices, value=None), self.message: message}
+
+    def open(self, value: str, config: dict[str, Any]) -> dict:
+        roots = self.roots(config)
+        return self.show(start_folder(value, roots), roots)
+
+    def go(self, typed: str, config: dict[str, Any]) -> dict:
+        """The folder typed into the folder box; refused with a message outside the roots."""
+        roots = self.roots(config)
+        if not str(typed or "").strip():
+            return self.show(None, roots)
+        try:
+            return self.show(check(typed, roots), roots)
+        except PathRefused as err:
+            return self.show(None, roots, f"**Refused:** {err}")
+
+    def pick(self, selected: str | None, folder: str, config: dict[str, Any]) -> dict:
+        """A folder chosen in the list opens; a file stays selected for "Use this"."""
+        roots = self.roots(config)
+        if not selected:
+            return {}
+        try:
+            path = check(selected, roots)
+        except PathRefused as err:
+            return self.show(None, roots, f"**Refused:** {err}")
+        if path.is_dir():
+            return self.show(path, roots)
+        return {self.message: f"Selected `{path.name}`: press *Use this*."}
+
+    def go_up(self, folder: str, config: dict[str, Any]) -> dict:
+        roots = self.roots(config)
+        if not str(folder or "").strip():
+            return self.show(None, roots)
+        try:
+            return self.show(parent(check(folder, roots), roots), roots)
+        except PathRefused as err:
+            return self.show(None, roots, f"**Refused:** {err}")
+
+    def chosen(self, folder: str, selected: str | None, current: str, config: dict[str, Any]) -> Path:
+        """The path "Use this" writes into the field (checked again: never trust the page)."""
+        roots = self.roots(config)
+        here = check(folder, roots) if str(folder or "").strip() else None
+        picked = check(selected, roots) if selected else None
+        if picked is not None and picked.is_dir():
+            here, picked = picked, None
+        if self.kind == FILE:
+            if picked is None or not picked.is_file():
+                raise PathRefused("choose a file in the list first")
+            return picked
+        if picked is not None and picked.is_file() and self.kind in (ANY, SAVE):
+            return picked
+        if here is None:
+            raise PathRefused("open a folder first")
+        if self.kind == SAVE:
+            name = Path(str(current or "").strip()).name or "model.safetensors"
+            return check(here / name, roots)
+        return here
+
+    def use_it(self, folder: str, selected: str | None, current: str, config: dict[str, Any]) -> dict:
+        try:
+            path = self.chosen(folder, selected, current, config)
+        except PathRefused as err:
+            return {self.message: f"**Refused:** {err}"}
+        return {self.field: str(path), self.group: gr.update(visible=False), self.message: ""}
+
+    def hide(self) -> dict:
+        return {self.group: gr.update(visible=False)}
+
+    # --- wiring ---------------------------------------------------------------------------------
+    def wire(self, config_state: gr.State, roots: RootsFn, then: tuple[Callable, Any, Any] | None = None) -> None:
+        """`then` runs after a path was put into the field, as an edit of the field would."""
+        self.roots, field = roots, self.field
+        view = [self.group, self.folder, self.entries, self.message]
+        self.button.click(self.open, [field, config_state], view, show_progress="hidden")
+        self.folder.submit(self.go, [self.folder, config_state], view, show_progress="hidden")
+        self.entries.input(self.pick, [self.entries, self.folder, config_state], view, show_progress="hidden")
+        self.up.click(self.go_up, [self.folder, config_state], view, show_progress="hidden")
+        self.close.click(self.hide, None, [self.group], show_progress="hidden")
+        event = self.use.click(self.use_it, [self.folder, self.entries, field, config_state], [field, self.group, self.message],
+                               show_progress="hidden")
+        if then is not None:
+            event.then(*then, show_progress="hidden")

@@ -1,0 +1,80 @@
+"""Which fields the page shows for the chosen model type and training method, read from the
+families table (config/families.py) and the schema; no gradio, no torch.
+
+OneTrainer shows only the parts of the selected model, the LoRA tab only for LoRA and the
+embedding tab only for embeddings. Fields marked planned are never shown (form.py), so these
+rules only decide among the fields that work; they hold unchanged as more fields become "ok".
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from ..config.enums import TrainingMethod as T
+from ..config.families import FROZEN_PARTS, family_info
+from ..config.fields import iter_fields, strip_optional
+from ..config.parts import ModelPartConfig
+from ..config.schema import TrainConfig
+
+# Tabs that belong to one training method (the others are shown for every method).
+TAB_METHODS: dict[str, tuple[T, ...]] = {"lora": (T.LORA,), "embedding": (T.EMBEDDING,)}
+# Settings of a frozen part (VAE, VQGAN, ...) worth showing: it only loads and encodes.
+FROZEN_PART_FIELDS = ("weight_dtype", "model_name")
+# Part settings that only mean something for a text encoder.
+TEXT_ENCODER_FIELDS = ("dropout_probability", "train_embedding")
+
+
+@cache
+def model_parts() -> tuple[str, ...]:
+    """Every model part section of the config, in schema order (denoisers first)."""
+    return tuple(f.path for f in iter_fields(TrainConfig)
+                 if "." not in f.path and "[]" not in f.path and isinstance(strip_optional(f.type), type)
+                 and issubclass(strip_optional(f.type), ModelPartConfig))
+
+
+def part_of(path: str) -> str | None:
+    """The model part a field belongs to: `text_encoder.learning_rate` and also the top-level
+    `text_encoder_2_layer_skip` (the longest part name its name starts with)."""
+    head, dot, _ = path.partition(".")
+    if dot:
+        return head if head in model_parts() else None
+    matches = [p for p in model_parts() if path.startswith(p + "_")]
+    return max(matches, key=len) if matches else None
+
+
+def shown_parts(model_type: str | None) -> tuple[str, ...]:
+    """The parts of the chosen family; every part for a model type the table does not know."""
+    info = family_info(model_type) if model_type else None
+    return info.parts if info else model_parts()
+
+
+def part_field_shown(path: str) -> bool:
+    """Whatever the model: a frozen part shows only how it is loaded; caption dropout and
+    embedding training only on text encoders."""
+    part = part_of(path)
+    if part is None or "." not in path:
+        return True
+    name = path.split(".", 1)[1]
+    if part in FROZEN_PARTS:
+        return name in FROZEN_PART_FIELDS
+    if name in TEXT_ENCODER_FIELDS:
+        return "text_encoder" in part
+    return True
+
+
+def tab_shown(tab: str | None, method: str | None) -> bool:
+    methods = TAB_METHODS.get(tab or "")
+    if methods is None:
+        return True
+    try:
+        return T(method) in methods
+    except ValueError:
+        return False
+
+
+def field_shown(path: str, tab: str | None, model_type: str | None, method: str | None) -> bool:
+    """The whole rule for one field (planned fields aside)."""
+    part = part_of(path)
+    if part is not None and (part not in shown_parts(model_type) or not part_field_shown(path)):
+        return False
+    return tab_shown(tab, method)

@@ -1,0 +1,160 @@
+"""The page's handlers called directly with what the page sends (no browser, no worker)."""
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+from ot_gradio.runner.rundir import EventWriter, create_run
+from ot_gradio.ui.page import Page
+from ot_gradio.ui.state import UI_CONFIG, preset_config
+
+ONETRAINER_FULL = Path(__file__).parents[1] / "config" / "data" / "onetrainer-full"
+
+
+def set_field(page, values, path, value):
+    values[page.fields[path].component] = value
+
+
+def test_start_lists_every_problem_by_field_and_starts_nothing(page, fake_start):
+    values = page.form_values(page.on_page_load()[page.config_state])
+    set_field(page, values, "learning_rate", "abc")
+    set_field(page, values, "epochs", 0)
+    set_field(page, values, "resolution", "huge")
+    values[page.concepts.fields["path"].component] = str(Path.cwd() / "no-such-folder")
+    with pytest.warns(UserWarning, match="nothing was started"):
+        out = page.on_start(values)
+    problems = out[page.monitor.problems]
+    for field in ("learning_rate", "epochs", "resolution"):
+        assert f"`{field}:" in problems, problems
+    assert not fake_start and not (Path.cwd() / "workspace" / "demo" / "runs").exists()
+    # fixing the typed values leaves the folder problem, named by concept
+    set_field(page, values, "learning_rate", "0.001")
+    set_field(page, values, "epochs", 3)
+    set_field(page, values, "resolution", "64")
+    with pytest.warns(UserWarning):
+        problems = page.on_start(values)[page.monitor.problems]
+    assert "concepts[0].path" in problems and "learning_rate" not in problems
+    assert not fake_start
+
+
+def test_start_uses_the_form_as_shown_and_a_second_start_is_refused(page, fake_start):
+    values = page.form_values(page.on_page_load()[page.config_state])
+    set_field(page, values, "learning_rate", "0.002")  # typed but its edit event not yet handled
+    out = page.on_start(values)
+    (run, config, _), = fake_start
+    assert out[page.monitor.run_id] == str(run.path)
+    assert config["learning_rate"] == 0.002
+    assert json.loads(run.config.read_text())["learning_rate"] == 0.002
+    with pytest.raises(gr.Error, match="already active"):
+        page.on_start(values)
+    assert len(fake_start) == 1
+
+
+def test_preset_load(page):
+    out = page.on_preset("sd15-lora")
+    config = out[page.config_state]
+    expected = preset_config("sd15-lora")
+    assert {k: v for k, v in config.items() if k != "embedding"} == {k: v for k, v in expected.items() if k != "embedding"}
+    assert out[page.fields["training_method"].component] == "LORA"
+    assert out[page.fields["lora_rank"].component] == config["lora_rank"]
+    assert json.loads((page.workspace / UI_CONFIG).read_text()) == config  # kept for the next reload
+    with pytest.raises(gr.Error):
+        page.on_preset("")
+
+
+def test_save_and_load_a_config_file(page, tmp_path):
+    values = page.form_values(page.on_page_load()[page.config_state])
+    set_field(page, values, "lora_rank", 7)
+    config = page.on_edit(values)[page.config_state]
+    path = tmp_path / "saved" / "mine.json"
+    page.on_save(str(path), config)
+    assert json.loads(path.read_text())["lora_rank"] == 7
+    page.on_preset("demo")  # something else on screen
+    out = page.on_load(f"  {path}  ")
+    assert out[page.config_state]["lora_rank"] == 7
+    assert out[page.fields["lora_rank"].component] == 7
+    with pytest.raises(gr.Error, match="does not exist"):
+        page.on_load(str(tmp_path / "nothing.json"))
+    with pytest.raises(gr.Error, match="enter a path"):
+        page.on_save("  ", config)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"learning_rate": ')
+    with pytest.raises(gr.Error, match="bad.json"):
+        page.on_load(str(bad))
+    assert Path(page.on_export(config)).is_file()
+
+
+def test_onetrainer_import(page, tmp_path):
+    folder = tmp_path / "ot"
+    shutil.copytree(ONETRAINER_FULL, folder)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = page.on_upload(str(folder / "config.json"))
+    config = out[page.config_state]
+    assert config["training_method"] == "LORA" and config["learning_rate"] == 0.0003
+    assert [c["name"] for c in config["concepts"]] == ["cat", "dog"]  # read from its concept file
+    assert [s["prompt"] for s in config["samples"]] == ["a photo of a cat", "a cat on a sofa"]
+    assert out[page.fields["learning_rate"].component] == "0.0003"
+    assert any("cep_gamma" in str(w.message) for w in caught)  # options not acted on are named
+
+
+def test_autosave_restores_the_form_after_a_reload_and_a_restart(page):
+    values = page.form_values(page.on_page_load()[page.config_state])
+    set_field(page, values, "learning_rate", "0.0042")
+    set_field(page, values, "model_type", "STABLE_DIFFUSION_21")
+    page.on_edit(values)
+    config, index = page.concepts.add(page.on_page_load()[page.config_state], 0)
+    reloaded = page.on_page_load()  # a page reload
+    assert reloaded[page.fields["learning_rate"].component] == "0.0042"
+    restarted = Page(page.workspace)  # an app restart
+    out = restarted.on_page_load()
+    assert out[restarted.fields["learning_rate"].component] == "0.0042"
+    assert out[restarted.fields["model_type"].component] == "STABLE_DIFFUSION_21"
+    assert len(out[restarted.config_state]["concepts"]) == 2
+    restarted.tensorboard.stop()
+
+
+def test_the_poll_returns_everything_so_a_skipped_tick_loses_nothing(page):
+    run = create_run(page.workspace, {"tensorboard": False})
+    writer = EventWriter(run)
+    writer.status("training")
+    for step in range(1, 6):
+        writer.emit("metrics", global_step=step, loss=1.0 / step, lr=0.001)
+    first = page.monitor.render(str(run.path))
+    assert list(first[3]["step"][first[3]["series"] == "loss"]) == [1, 2, 3, 4, 5]
+    # ticks skipped (a slow network, a hidden tab): the next one still has every event
+    for step in range(6, 31):
+        writer.emit("metrics", global_step=step, loss=1.0 / step, lr=0.001)
+    writer.emit("progress", phase="training", epoch=1, epochs=2, step=30, steps_per_epoch=30, global_step=30, total_steps=60, it_s=2.0)
+    writer.emit("sample", path=str(run.samples / "a.png"), prompt="a cat", step=30)
+    writer.status("done")
+    writer.close()
+    run_id, status, progress, losses, lrs, gallery, _link, _log = page.monitor.render(str(run.path))
+    assert list(losses["step"][losses["series"] == "loss"]) == list(range(1, 31))
+    assert len(lrs) == 30 and "step 30/60" in progress and status.startswith("**done**")
+    assert gallery[0][1].startswith("step 30")
+    # a reload (no run id yet) reattaches to the newest run
+    assert page.monitor.render("")[0] == str(run.path)
+
+
+def test_concepts_add_clone_remove(page):
+    config = page.on_page_load()[page.config_state]
+    tab = page.concepts
+    config, index = tab.add(config, 0)
+    assert index == 1 and config["concepts"][1]["name"] == "concept 2"
+    config["concepts"][0]["balancing"] = 3.0
+    config, index = tab.add(config, 0, clone=True)
+    assert index == 2 and config["concepts"][2]["name"] == "demo copy" and config["concepts"][2]["balancing"] == 3.0
+    shown = tab.show(config, index)
+    assert [label for label, _ in shown[tab.selector]["choices"]] == ["1. demo", "2. concept 2", "3. demo copy"]
+    assert shown[tab.fields["name"].component] == "demo copy"
+    config, index = tab.remove(config, 1)
+    assert [c["name"] for c in config["concepts"]] == ["demo", "demo copy"] and index == 1
+    config, index = tab.remove(config, 1)
+    config, index = tab.remove(config, 0)
+    assert config["concepts"] == [] and index is None
+    assert json.loads((page.workspace / UI_CONFIG).read_text())["concepts"] == []  # autosaved

@@ -1,0 +1,31 @@
+"""The Model tab's memory table: parameter counts for every family the trainer aims at."""
+
+import pytest
+
+from ot_gradio.config.families import FAMILIES
+from ot_gradio.ui.training_tab import PARAMS, memory_markdown
+
+
+@pytest.mark.parametrize("model_type", list(FAMILIES))
+def test_every_family_has_a_count_per_part(model_type):
+    assert set(PARAMS[model_type.value]) == set(FAMILIES[model_type].parts)
+
+
+def test_counts_match_the_published_sizes():
+    # the reference page's fp32 sizes: SD 1.5 UNet 3.44 GB, SD 2 text encoder 1.36 GB,
+    # SDXL UNet 10.3 GB and second text encoder 2.78 GB, Stable Cascade stage C 14.4 GB
+    gb = {m: {p: n * 4 / 1e9 for p, n in parts.items()} for m, parts in PARAMS.items()}
+    assert gb["STABLE_DIFFUSION_15"]["unet"] == pytest.approx(3.44, abs=0.01)
+    assert gb["STABLE_DIFFUSION_21"]["text_encoder"] == pytest.approx(1.36, abs=0.01)
+    assert gb["STABLE_DIFFUSION_XL_10_BASE"]["unet"] == pytest.approx(10.3, abs=0.05)
+    assert gb["STABLE_DIFFUSION_XL_10_BASE"]["text_encoder_2"] == pytest.approx(2.78, abs=0.01)
+    assert gb["STABLE_CASCADE_1"]["prior"] == pytest.approx(14.4, abs=0.1)
+    assert PARAMS["PIXART_ALPHA"]["transformer"] == pytest.approx(611e6, rel=0.01)
+
+
+def test_table_follows_the_weight_dtypes():
+    config = {"model_type": "STABLE_DIFFUSION_XL_10_BASE", "unet": {"weight_dtype": "FLOAT_16"}}
+    table = memory_markdown(config)
+    assert "| unet | 2,567 M | FLOAT_16 | 4.78 GB |" in table
+    assert "| text_encoder_2 | 695 M | FLOAT_32 | 2.59 GB |" in table
+    assert "No parameter counts" in memory_markdown({"model_type": "FLUX_DEV_1"})

@@ -1,0 +1,92 @@
+"""Fields shown by model type and training method, from the families table."""
+
+import pytest
+
+from ot_gradio.config.enums import ModelType, TrainingMethod
+from ot_gradio.config.families import FAMILIES
+from ot_gradio.ui.visibility import field_shown, model_parts, part_field_shown, part_of, shown_parts, tab_shown
+
+
+def test_every_family_part_is_a_config_part():
+    for model_type, info in FAMILIES.items():
+        assert set(info.parts) <= set(model_parts()), model_type
+
+
+def test_part_of_nested_and_prefixed_fields():
+    assert part_of("unet.learning_rate") == "unet"
+    assert part_of("text_encoder_2.train") == "text_encoder_2"
+    assert part_of("text_encoder_layer_skip") == "text_encoder"
+    assert part_of("text_encoder_2_layer_skip") == "text_encoder_2"  # the longest part name wins
+    assert part_of("decoder_text_encoder.weight_dtype") == "decoder_text_encoder"
+    assert part_of("optimizer.beta1") is None
+    assert part_of("embedding.placeholder") is None
+    assert part_of("learning_rate") is None
+
+
+@pytest.mark.parametrize("model_type", list(FAMILIES))
+def test_only_the_family_parts_are_shown(model_type):
+    parts = FAMILIES[model_type].parts
+    assert shown_parts(model_type.value) == parts
+    for part in model_parts():
+        for path in (f"{part}.learning_rate", f"{part}.weight_dtype"):
+            if part_field_shown(path):
+                assert field_shown(path, "training", model_type.value, "LORA") == (part in parts), path
+
+
+def test_sd_and_pixart_and_cascade():
+    assert field_shown("unet.learning_rate", "training", "STABLE_DIFFUSION_15", "LORA")
+    assert not field_shown("unet.learning_rate", "training", "PIXART_ALPHA", "LORA")
+    assert field_shown("transformer.learning_rate", "training", "PIXART_ALPHA", "LORA")
+    assert field_shown("text_encoder_2.learning_rate", "training", "STABLE_DIFFUSION_XL_10_BASE", "LORA")
+    assert not field_shown("text_encoder_2_layer_skip", "training", "STABLE_DIFFUSION_15", "LORA")
+    assert field_shown("prior.learning_rate", "training", "STABLE_CASCADE_1", "FINE_TUNE")
+    assert not field_shown("decoder_text_encoder.weight_dtype", "training", "STABLE_CASCADE_1", "LORA")
+    assert field_shown("decoder_text_encoder.weight_dtype", "training", "WUERSTCHEN_2", "LORA")
+
+
+def test_frozen_parts_show_only_how_they_load():
+    assert part_field_shown("vae.weight_dtype")
+    assert not part_field_shown("vae.train")
+    assert not part_field_shown("vae.learning_rate")
+    assert not part_field_shown("decoder_vqgan.train")
+    assert part_field_shown("unet.train")
+
+
+def test_caption_dropout_only_on_text_encoders():
+    assert part_field_shown("text_encoder.dropout_probability")
+    assert part_field_shown("text_encoder_2.dropout_probability")
+    assert not part_field_shown("unet.dropout_probability")
+    assert part_field_shown("dropout_probability")  # the LoRA tab's dropout is not a part's
+
+
+def test_unknown_model_type_shows_every_part():
+    assert shown_parts(ModelType.FLUX_DEV_1.value) == model_parts()
+    assert shown_parts(None) == model_parts()
+
+
+@pytest.mark.parametrize("method", list(TrainingMethod))
+def test_lora_and_embedding_tabs_follow_the_method(method):
+    assert tab_shown("lora", method.value) == (method == TrainingMethod.LORA)
+    assert tab_shown("embedding", method.value) == (method == TrainingMethod.EMBEDDING)
+    assert tab_shown("training", method.value) and tab_shown("general", method.value)
+    assert field_shown("lora_rank", "lora", "STABLE_DIFFUSION_15", method.value) == (method == TrainingMethod.LORA)
+
+
+def test_the_page_hides_parts_and_tabs(page):
+    """The page's visibility handler applies the rules to its accordions and tabs."""
+    config = page.on_page_load()[page.config_state]
+    by_part = {part: acc for acc, part in page.part_groups.items()}
+    assert {"unet", "text_encoder", "vae"} <= set(by_part)
+    out = page.visibility({**config, "model_type": "PIXART_ALPHA", "training_method": "EMBEDDING"})
+    assert out[by_part["unet"]]["visible"] is False
+    assert out[by_part["text_encoder"]]["visible"] is True
+    assert out[page.tab_handles["lora"]]["visible"] is False
+    assert out[page.tab_handles["embedding"]]["visible"] is True
+    out = page.visibility({**config, "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA"})
+    assert out[by_part["unet"]]["visible"] is True
+    assert out[page.tab_handles["lora"]]["visible"] is True and out[page.tab_handles["embedding"]]["visible"] is False
+    assert "vae.train" not in page.fields and "vae.weight_dtype" in page.fields
+    # editing the model type in the form applies them at once
+    values = page.form_values(config)
+    values[page.fields["model_type"].component] = "PIXART_ALPHA"
+    assert page.on_edit(values)[by_part["unet"]]["visible"] is False
