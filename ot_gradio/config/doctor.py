@@ -82,6 +82,10 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
         warnings.append(f"LoRA training with output format {fmt.value}, which is a whole-model format: use KOHYA_LORA (A1111, ComfyUI, Forge, diffusers) or SAFETENSORS (diffusers/PEFT keys).")
     elif method in (TrainingMethod.FINE_TUNE, TrainingMethod.FINE_TUNE_VAE) and fmt in LORA_FORMATS - {ModelFormat.SAFETENSORS}:
         warnings.append(f"Fine-tuning with output format {fmt.value}, which holds LoRA weights: use SAFETENSORS, ORIGINAL_SINGLE_FILE or DIFFUSERS.")
+    elif method == TrainingMethod.FINE_TUNE and fmt in (ModelFormat.CKPT, ModelFormat.INTERNAL):
+        warnings.append(f"Fine-tuning with output format {fmt.value}, which the trainer does not write: use SAFETENSORS or ORIGINAL_SINGLE_FILE (one .safetensors checkpoint) or DIFFUSERS.")
+    elif method == TrainingMethod.EMBEDDING and fmt != ModelFormat.SAFETENSORS:
+        warnings.append(f"Embedding training with output format {fmt.value}: an embedding is saved as SAFETENSORS (the A1111 embedding file A1111, ComfyUI and diffusers read); choose SAFETENSORS.")
 
     samples = [(i, s) for i, s in enumerate(config.samples) if s.enabled]
     placeholder = config.embedding.placeholder

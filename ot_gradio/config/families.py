@@ -15,7 +15,7 @@ from .enums import TrainingMethod as T
 
 ALL_METHODS = (T.LORA, T.FINE_TUNE, T.EMBEDDING)
 # the methods the trainer implements (ot_gradio/training/methods.py registers each)
-IMPLEMENTED_METHODS = (T.LORA,)
+IMPLEMENTED_METHODS = (T.LORA, T.FINE_TUNE, T.EMBEDDING)
 
 
 @dataclass(frozen=True)
@@ -29,27 +29,28 @@ class FamilyInfo:
 
 
 _SD = FamilyInfo(("unet", "text_encoder", "vae"), "unet", ("text_encoder",))
-_SD_INPAINT = FamilyInfo(("unet", "text_encoder", "vae"), "unet", ("text_encoder",), inpainting=True)
-_SDXL = FamilyInfo(("unet", "text_encoder", "text_encoder_2", "vae"), "unet", ("text_encoder", "text_encoder_2"))
+_SD_INPAINT = FamilyInfo(("unet", "text_encoder", "vae"), "unet", ("text_encoder",), implemented=True, inpainting=True)
+_SD2 = FamilyInfo(_SD.parts, "unet", _SD.text_encoders, implemented=True)
+_SDXL = FamilyInfo(("unet", "text_encoder", "text_encoder_2", "vae"), "unet", ("text_encoder", "text_encoder_2"), implemented=True)
 
 FAMILIES: dict[M, FamilyInfo] = {
     M.STABLE_DIFFUSION_15: FamilyInfo(_SD.parts, "unet", _SD.text_encoders, implemented=True),
     M.STABLE_DIFFUSION_15_INPAINTING: _SD_INPAINT,
-    M.STABLE_DIFFUSION_20: _SD,
-    M.STABLE_DIFFUSION_20_BASE: _SD,
+    M.STABLE_DIFFUSION_20: _SD2,
+    M.STABLE_DIFFUSION_20_BASE: _SD2,
     M.STABLE_DIFFUSION_20_INPAINTING: _SD_INPAINT,
-    M.STABLE_DIFFUSION_21: _SD,
-    M.STABLE_DIFFUSION_21_BASE: _SD,
+    M.STABLE_DIFFUSION_21: _SD2,
+    M.STABLE_DIFFUSION_21_BASE: _SD2,
     M.STABLE_DIFFUSION_XL_10_BASE: _SDXL,
-    M.STABLE_DIFFUSION_XL_10_BASE_INPAINTING: FamilyInfo(_SDXL.parts, "unet", _SDXL.text_encoders, inpainting=True),
+    M.STABLE_DIFFUSION_XL_10_BASE_INPAINTING: FamilyInfo(_SDXL.parts, "unet", _SDXL.text_encoders, implemented=True, inpainting=True),
     M.WUERSTCHEN_2: FamilyInfo(
         ("prior", "text_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan", "effnet_encoder"),
-        "prior", ("text_encoder",),
+        "prior", ("text_encoder",), implemented=True,
     ),
     M.STABLE_CASCADE_1: FamilyInfo(
-        ("prior", "text_encoder", "decoder", "decoder_vqgan", "effnet_encoder"), "prior", ("text_encoder",)
+        ("prior", "text_encoder", "decoder", "decoder_vqgan", "effnet_encoder"), "prior", ("text_encoder",), implemented=True
     ),
-    M.PIXART_ALPHA: FamilyInfo(("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",)),
+    M.PIXART_ALPHA: FamilyInfo(("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True),
 }
 
 # Parts that never train in any supported method (image encoders/decoders); the page shows only

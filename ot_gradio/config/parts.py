@@ -12,7 +12,7 @@ from .optimizer import OptimizerConfig
 
 __all__ = [
     "CLOUD_DEFAULTS", "EmbeddingConfig", "ModelPartConfig", "OptimizerConfig", "QuantizationConfig",
-    "SampleConfig", "SecretsConfig",
+    "SampleConfig", "SecretsConfig", "SeparateModelPartConfig",
 ]
 
 
@@ -25,12 +25,19 @@ class ModelPartConfig(Section):
     learning_rate: float | None = opt(None, "Learning rate", "Learning rate for this part; it replaces the base learning rate when set. Blank = the base learning rate. With Prodigy use 1 everywhere.", ge=0)
     weight_dtype: DataType = opt(DataType.FLOAT_32, "Weight data type", "Data type the weights of this part are kept in. FLOAT_16/BFLOAT_16 halve memory, FLOAT_8 quarters it. Keep the VAE at FLOAT_32 (or BFLOAT_16) if samples come out black. On CPU half types stay float32. FLOAT_8, INT_8 and NFLOAT_4 store the Linear layers in 8 or 4 bits on any device, for parts that are not trained themselves (e.g. under a LoRA); INT_8 and NFLOAT_4 need bitsandbytes.")
     dropout_probability: float = opt(0.0, "Caption dropout", "Text encoders: probability of training a sample with an empty caption, so the model also learns the unconditioned image.", ge=0, le=1)
-    train_embedding: bool = opt(True, "Train embedding", "Text encoders: also train the new embedding's token in this encoder (models with several text encoders).", status=PLANNED)
+    train_embedding: bool = opt(True, "Train embedding", "Text encoders: train the embeddings' vectors in this encoder (off = use them as they are; models with several text encoders).")
     attention_mask: bool = opt(False, "Attention mask", "Text encoders and transformers: mask padding tokens in attention.", status=PLANNED)
     guidance_scale: float = opt(1.0, "Guidance scale", "Guidance-distilled models only (e.g. Flux): the guidance value used while training.", ge=0, status=PLANNED)
     gradient_checkpointing: bool = opt(True, "Gradient checkpointing", "Recompute activations in the backward pass: much less memory (about 2 GB for SD 1.5), at least 30% slower.")
     offload_fraction: float = opt(0.0, "Offload fraction", "Share of this part's layers kept in CPU memory between uses, to fit big models in little VRAM.", ge=0, le=1, status=PLANNED)
     activation_offloading: bool = opt(False, "Activation offloading", "Keep checkpointed activations in CPU memory instead of VRAM.", status=PLANNED)
+
+
+class SeparateModelPartConfig(ModelPartConfig):
+    """A part that can come from a model of its own (Würstchen 2 / Stable Cascade: the prior, the
+    decoder and the EffNet encoder), as OneTrainer's prior, decoder and effnet model names."""
+
+    model_name: str = opt("", "Model", "Where this part comes from: a hub id, folder or file. Prior: replaces the base model's prior network (Stable Cascade: also an original stage_c .safetensors). Decoder: the decoder model, stage B with its VQGAN (e.g. warp-ai/wuerstchen, stabilityai/stable-cascade, stabilityai/stable-cascade/decoder_lite). EffNet encoder: its weights (warp-ai/EfficientNetEncoder; Stable Cascade's effnet_encoder.safetensors). Blank = the family's default.")
 
 
 class SampleConfig(Section):
@@ -70,7 +77,7 @@ class EmbeddingConfig(Section):
     stop_training_after_unit: TimeUnit = opt(TimeUnit.NEVER, "Stop training unit", "Unit for 'stop training after'.")
     token_count: int | None = opt(1, "Token count", "How many tokens the embedding uses. More tokens can hold more detail but overfit sooner. Blank = as many as the initial text has.", ge=1, le=75)
     initial_embedding_text: str = opt("*", "Initial text", "Text whose embedding is the starting point, e.g. a word close to the concept ('woman', 'dog'). '*' = a neutral start.")
-    is_output_embedding: bool = opt(False, "Output embedding", "Train the embedding on the text encoder's output instead of its input.")
+    is_output_embedding: bool = opt(False, "Output embedding", "Train the embedding on the text encoder's output instead of its input.", status=PLANNED)
 
 
 class QuantizationConfig(Section):

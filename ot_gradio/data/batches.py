@@ -26,6 +26,14 @@ class Batch:
     pixels: float32 [B, 3, height, width] in [-1, 1].
     mask: float32 [B, 1, height, width] in [0, 1] (1 = train on this pixel), None when no sample
         has a mask; samples without a mask get an all-ones mask when another one has one.
+    conditioning_latents: inpainting models with latent caching and masked training: [B, 4, h, w]
+        cached latents of each masked image (zeros for a sample without a mask file).
+    latent_mask: inpainting models: [B, 1, h, w], the mask the training step trains this batch
+        with (it sets it; None = the whole image), which the model also takes as input.
+    original_sizes: (height, width) of each sample's image as loaded (EXIF orientation applied);
+        SDXL's size conditioning.
+    crop_top_lefts: (top, left) of each sample's crop window in its image scaled to cover the
+        bucket, counted from the mirrored edge when the sample is flipped; SDXL's crop conditioning.
     """
 
     size: Size
@@ -35,6 +43,10 @@ class Batch:
     latents: torch.Tensor | None = None
     pixels: torch.Tensor | None = None
     mask: torch.Tensor | None = None
+    conditioning_latents: torch.Tensor | None = None
+    latent_mask: torch.Tensor | None = None
+    original_sizes: list[Size] | None = None
+    crop_top_lefts: list[tuple[int, int]] | None = None
 
     def __len__(self) -> int:
         return len(self.captions)
@@ -63,13 +75,39 @@ def render_mask(item: ImageItem, variant: Variant) -> torch.Tensor | None:
         return mask_tensor(render(mask, variant.crop, variant.bucket, variant.flip, Image.Resampling.BILINEAR, variant.augment.angle))
 
 
+def crop_top_left(variant: Variant) -> tuple[int, int]:
+    """(top, left) of the window the model sees, in the scaled image it was cut from; a
+    mirrored sample's left is counted from the mirrored image's left edge."""
+    crop = variant.crop
+    left = crop.scaled_w - variant.bucket[1] - crop.left if variant.flip else crop.left
+    return crop.top, left
+
+
 def latent_key(cache: LatentCache, item: ImageItem, variant: Variant) -> str:
     return cache.key(
         item.path, item.file_size, item.mtime_ns, variant.bucket, variant.crop, variant.flip, variant.resolution, variant.augment
     )
 
 
-def make_batch(samples: list[Sample], concepts: list[PreparedConcept], cache: LatentCache | None) -> Batch:
+def conditioning_key(cache: LatentCache, item: ImageItem, variant: Variant) -> str | None:
+    """The cache key of an image's masked-image latents (inpainting models), None without a mask
+    file: the image's variant plus the mask file, so an edited mask is encoded again."""
+    if item.mask_path is None:
+        return None
+    try:
+        stat = item.mask_path.stat()
+    except OSError as exc:
+        raise DataError(f"mask {item.mask_path} could not be read any more: {exc}") from exc
+    return cache.key(
+        item.path, item.file_size, item.mtime_ns, variant.bucket, variant.crop, variant.flip, variant.resolution, variant.augment,
+        extra={"masked_image": [str(item.mask_path), stat.st_size, stat.st_mtime_ns]},
+    )
+
+
+def make_batch(
+    samples: list[Sample], concepts: list[PreparedConcept], cache: LatentCache | None, conditioning: bool = False
+) -> Batch:
+    """``conditioning``: load the cached masked-image latents too (inpainting models)."""
     items = [concepts[s.concept].items[s.item] for s in samples]
     height, width = samples[0].variant.bucket
     masks = [render_mask(item, s.variant) for item, s in zip(items, samples, strict=True)]
@@ -82,9 +120,16 @@ def make_batch(samples: list[Sample], concepts: list[PreparedConcept], cache: La
         loss_weights=torch.tensor([concepts[s.concept].loss_weight for s in samples], dtype=torch.float32),
         image_paths=[str(item.path) for item in items],
         mask=mask,
+        original_sizes=[(item.height, item.width) for item in items],
+        crop_top_lefts=[crop_top_left(s.variant) for s in samples],
     )
     if cache is not None:
         batch.latents = torch.stack([cache.load(latent_key(cache, item, s.variant)) for item, s in zip(items, samples, strict=True)])
+        if conditioning:
+            keys = [conditioning_key(cache, item, s.variant) for item, s in zip(items, samples, strict=True)]
+            batch.conditioning_latents = torch.stack(
+                [cache.load(k) if k else torch.zeros_like(latent) for k, latent in zip(keys, batch.latents, strict=True)]
+            )
     else:
         batch.pixels = torch.stack([render_pixels(item, s.variant) for item, s in zip(items, samples, strict=True)])
     return batch

@@ -12,13 +12,15 @@ from dataclasses import dataclass
 
 import torch
 
-from .batches import latent_key, render_pixels
+from .batches import conditioning_key, latent_key, render_mask, render_pixels
 from .errors import DataError
 from .latent_cache import LatentCache
 from .planning import PreparedConcept, Variant
 from .scan import ImageItem
 
 EncodeFn = Callable[[torch.Tensor], torch.Tensor]
+# (pixels [B, 3, H, W] in [-1, 1], mask [B, 1, H, W]) -> masked-image latents (inpainting models)
+ConditioningFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 ProgressFn = Callable[[int, int], None]
 
 
@@ -28,6 +30,9 @@ class CacheReport:
     hits: int = 0  # found on disk
     encoded: int = 0  # variants encoded now
     encode_calls: int = 0  # calls to encode_fn
+    conditioning_total: int = 0  # masked-image latents needed (inpainting models)
+    conditioning_hits: int = 0
+    conditioning_encoded: int = 0
 
 
 def fill_cache(
@@ -36,26 +41,38 @@ def fill_cache(
     encode_fn: EncodeFn,
     encode_batch_size: int = 4,
     progress: ProgressFn | None = None,
+    conditioning_fn: ConditioningFn | None = None,
 ) -> CacheReport:
+    """``conditioning_fn``: cache the masked-image latents of every variant with a mask file too."""
     needed: dict[str, tuple[ImageItem, Variant]] = {}
+    needed_conditioning: dict[str, tuple[ImageItem, Variant]] = {}
     for concept in concepts:
         for index, item in enumerate(concept.items):
             for variant in concept.cached_variants(index):
                 needed.setdefault(latent_key(cache, item, variant), (item, variant))
+                key = conditioning_key(cache, item, variant) if conditioning_fn is not None else None
+                if key is not None:
+                    needed_conditioning.setdefault(key, (item, variant))
 
-    report = CacheReport(total=len(needed))
+    report = CacheReport(total=len(needed), conditioning_total=len(needed_conditioning))
+    total = report.total + report.conditioning_total
     done = 0
-    _tell(progress, done, report.total)
+    _tell(progress, done, total)
     missing: dict[tuple[int, int], list[tuple[str, ImageItem, Variant]]] = {}
-    for key, (item, variant) in needed.items():
-        if cache.has(key):
-            report.hits += 1
-            done += 1
-            if done % 256 == 0:
-                _tell(progress, done, report.total)
-        else:
-            missing.setdefault(variant.bucket, []).append((key, item, variant))
-    _tell(progress, done, report.total)
+    missing_conditioning: dict[tuple[int, int], list[tuple[str, ImageItem, Variant]]] = {}
+    for wanted, absent in ((needed, missing), (needed_conditioning, missing_conditioning)):
+        for key, (item, variant) in wanted.items():
+            if cache.has(key):
+                if wanted is needed:
+                    report.hits += 1
+                else:
+                    report.conditioning_hits += 1
+                done += 1
+                if done % 256 == 0:
+                    _tell(progress, done, total)
+            else:
+                absent.setdefault(variant.bucket, []).append((key, item, variant))
+    _tell(progress, done, total)
 
     step = max(1, int(encode_batch_size))
     for bucket in sorted(missing):
@@ -73,7 +90,21 @@ def fill_cache(
                 cache.put(key, latent)
             report.encoded += len(chunk)
             done += len(chunk)
-            _tell(progress, done, report.total)
+            _tell(progress, done, total)
+
+    for bucket in sorted(missing_conditioning):
+        group = missing_conditioning[bucket]
+        for start in range(0, len(group), step):
+            chunk = group[start : start + step]
+            pixels = torch.stack([render_pixels(item, variant) for _, item, variant in chunk])
+            masks = torch.stack([render_mask(item, variant) for _, item, variant in chunk])
+            with torch.no_grad():
+                latents = conditioning_fn(pixels, masks)
+            for (key, _, _), latent in zip(chunk, latents, strict=True):
+                cache.put(key, latent)
+            report.conditioning_encoded += len(chunk)
+            done += len(chunk)
+            _tell(progress, done, total)
     return report
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..config.concept import ConceptConfig
 from .batches import Batch, make_batch
 from .buckets import Size
-from .caching import CacheReport, EncodeFn, ProgressFn, fill_cache
+from .caching import CacheReport, ConditioningFn, EncodeFn, ProgressFn, fill_cache
 from .errors import DataError
 from .latent_cache import LatentCache
 from .planning import EpochPlan, PreparedConcept, plan_epoch
@@ -37,7 +37,8 @@ class EpochBatches(Sequence):
     def __getitem__(self, index: int) -> Batch:  # type: ignore[override]
         if isinstance(index, slice):
             raise TypeError("index one batch at a time; iterate from a step with range()")
-        return make_batch(self.plan.batches[index], self.dataset.concepts, self.dataset.cache)
+        dataset = self.dataset
+        return make_batch(self.plan.batches[index], dataset.concepts, dataset.cache, dataset.cached_conditioning)
 
     def __iter__(self) -> Iterator[Batch]:
         for index in range(len(self)):
@@ -55,6 +56,7 @@ class TrainingDataset:
     seed: int
     cache: LatentCache | None = None
     cache_report: CacheReport | None = None
+    cached_conditioning: bool = False  # the cache holds masked-image latents (inpainting models)
     warnings: list[str] = field(default_factory=list)
     _steps: dict[int, int] = field(default_factory=dict, repr=False)
 
@@ -111,11 +113,14 @@ def build_dataset(
     bucket_step: int | None = None,
     progress: ProgressFn | None = None,
     clear_cache: bool = False,
+    conditioning_fn: ConditioningFn | None = None,
 ) -> TrainingDataset:
     """Scan the enabled concepts, fill the latent cache (with ``latent_caching``) and return the
     dataset. ``resolutions`` is a resolution string ("512", "384,448,512") or (h, w) pairs;
     latents are stored under ``<cache_dir>/latents``; ``progress(done, total)`` reports caching;
-    ``clear_cache`` empties the cache first (OneTrainer's "clear cache before training")."""
+    ``clear_cache`` empties the cache first (OneTrainer's "clear cache before training");
+    ``conditioning_fn(pixels, mask)`` caches the masked-image latents of images with a mask too
+    (inpainting models with masked training), which the batches then carry."""
     if batch_size < 1:
         raise DataError(f"batch size must be at least 1, not {batch_size}")
     if latent_caching and (cache_dir is None or encode_fn is None):
@@ -133,5 +138,6 @@ def build_dataset(
     if cache is not None:
         if clear_cache:
             cache.clear()
-        dataset.cache_report = fill_cache(prepared, cache, encode_fn, encode_batch_size, progress)
+        dataset.cache_report = fill_cache(prepared, cache, encode_fn, encode_batch_size, progress, conditioning_fn)
+        dataset.cached_conditioning = conditioning_fn is not None
     return dataset

@@ -4,8 +4,10 @@ The key is a sha256 over everything that changes the latent: the file (absolute 
 mtime), what was cut out of it (resolution, bucket, crop window, flip), the rotation and colour
 changes baked into it (only when there are any, so a cache made before augmentation existed stays
 valid), the VAE (``vae_id``, from the caller) and ``PIXEL_PIPELINE_VERSION`` (bumped when image
-loading or resizing changes). Editing or touching an image changes its key; adding an image adds
-keys; changing an augmentation setting changes the keys of the variants it changes.
+loading or resizing changes), and for tensors other than an image's own latent what else went
+into them (``extra``: the mask file of an inpainting model's masked image). Editing or touching an
+image changes its key; adding an image adds keys; changing an augmentation setting changes the
+keys of the variants it changes.
 
 Files are ``<cache_dir>/<key[:2]>/<key>.safetensors``, written atomically (temp file, fsync,
 rename), so a crash never leaves a file that looks complete.
@@ -17,6 +19,7 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -52,7 +55,10 @@ def cache_key(
     resolution: Size,
     vae_id: str,
     augment: Augment | None = None,
+    extra: Mapping | None = None,
 ) -> str:
+    """``extra``: more that changes the tensor (e.g. the mask of an inpainting model's masked
+    image); only keys with it can match, so entries made without it are never taken for it."""
     payload = {
         "path": str(Path(path).absolute()),
         "size": int(file_size),
@@ -66,6 +72,8 @@ def cache_key(
     }
     if augment is not None and not augment.identity:
         payload["augment"] = augment.key()
+    if extra:
+        payload["extra"] = dict(extra)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()
 
 
@@ -90,8 +98,9 @@ class LatentCache:
         flip: bool,
         resolution: Size,
         augment: Augment | None = None,
+        extra: Mapping | None = None,
     ) -> str:
-        return cache_key(path, file_size, mtime_ns, bucket, crop, flip, resolution, self.vae_id, augment)
+        return cache_key(path, file_size, mtime_ns, bucket, crop, flip, resolution, self.vae_id, augment, extra)
 
     def path_for(self, key: str) -> Path:
         if not _KEY.match(key):

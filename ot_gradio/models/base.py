@@ -29,9 +29,25 @@ A training step
   generator=)` -> latents, `decode_latents(latents)`.
 - `add_noise(latents, noise, timesteps)`, `prediction_target(latents, noise, timesteps)`.
 - `encode_text(captions, grad=frozenset()) -> dict`: the conditioning; gradients flow through the
-  text encoders named in `grad` only.
+  text encoders named in `grad` only. A family with several text encoders also takes `captions`
+  as {text encoder part: captions} (the training step drops captions per encoder).
 - `predict(noisy, timesteps, conditioning, batch) -> tensor`: `batch` is the data Batch (sizes,
   crops, masks, conditioning latents for families that need them).
+- Inpainting families (`inpainting = True`, models/sd_inpainting.py) also have
+  `encode_conditioning(pixels, mask)` -> masked-image latents (cached by the trainer with masked
+  training) and read `batch.latent_mask` (set by the training step) in `predict`.
+
+Tokens (embeddings; training/embeddings.py)
+- `tokenizers -> dict[str, tokenizer]`: the tokenizer of each text encoder part, the very objects
+  the family tokenizes training captions and sample prompts with, held in plain attributes of
+  the model (embeddings add their tokens to them, and swap them for token-free copies while a
+  fine-tune is saved).
+- `embedding_keys: dict[str, str]`: text encoder part -> the key of its vectors in an A1111
+  embedding file: {"text_encoder": "emb_params"} for SD 1.x/2.x, "clip_l"/"clip_g" for SDXL's
+  two encoders (OneTrainer: "clip_g" for Würstchen/Cascade, "t5" for PixArt).
+- Every text encoder has transformers' `get_input_embeddings()` / `set_input_embeddings()` and
+  looks its input ids up through that module, in training and in `sample` (embeddings swap in
+  one that also knows the new ids).
 
 Outputs
 - `sample(prompt, negative_prompt, height, width, steps, cfg_scale, seed, sampler, device) -> PIL.Image`

@@ -98,6 +98,10 @@ class StableDiffusion15:
     text_encoder_names = ("text_encoder",)
     # where the configs of a single file come from when no local diffusers folder is given
     default_config_repo = "stable-diffusion-v1-5/stable-diffusion-v1-5"
+    # written to a saved single file's header (SAI model spec)
+    modelspec_architecture = "stable-diffusion-v1"
+    # text encoder part -> key of its vectors in an A1111 embedding file
+    embedding_keys = {"text_encoder": "emb_params"}
 
     def __init__(self, tokenizer, text_encoder, vae, unet, scheduler):
         from diffusers import DDPMScheduler
@@ -136,22 +140,36 @@ class StableDiffusion15:
         pipe = cls._load_pipeline(
             str(name or "").strip(), cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir
         )
-        model = cls(pipe.tokenizer, pipe.text_encoder, pipe.vae, pipe.unet, pipe.scheduler)
+        model = cls._from_pipeline(pipe)
         dtypes = dict(dtypes or {})
-        unknown = set(dtypes) - set(PARTS)
+        unknown = set(dtypes) - set(model.parts)
         if unknown:
-            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(PARTS)}.")
-        for part in PARTS:
+            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(model.parts)}.")
+        for part in model.parts:
             getattr(model, part).to(dtype=torch_dtype(dtypes.get(part)))
         return model
 
     @classmethod
-    def _load_pipeline(cls, name: str, *, cache_dir, offline, token, config_dir):
+    def _pipeline_class(cls):
+        """The diffusers pipeline class a family loads with (subclasses name their own)."""
         from diffusers import StableDiffusionPipeline
+
+        return StableDiffusionPipeline
+
+    # keyword arguments for loading that pipeline
+    _pipeline_load_kwargs: dict = {"safety_checker": None, "requires_safety_checker": False}
+
+    @classmethod
+    def _from_pipeline(cls, pipe):
+        return cls(pipe.tokenizer, pipe.text_encoder, pipe.vae, pipe.unet, pipe.scheduler)
+
+    @classmethod
+    def _load_pipeline(cls, name: str, *, cache_dir, offline, token, config_dir):
+        StableDiffusionPipeline = cls._pipeline_class()
 
         if not name:
             raise ModelLoadError("No base model given. Enter a Hugging Face id, a diffusers folder or a .safetensors file.")
-        no_safety = {"safety_checker": None, "requires_safety_checker": False}
+        no_safety = dict(cls._pipeline_load_kwargs)
         if is_tiny(name):
             try:
                 folder = resolve_tiny(name).diffusers_dir
@@ -208,7 +226,7 @@ class StableDiffusion15:
 
     @classmethod
     def _load_single_file(cls, path: Path, *, cache_dir, offline, token, config_dir):
-        from diffusers import StableDiffusionPipeline
+        StableDiffusionPipeline = cls._pipeline_class()
 
         if config_dir and not (Path(config_dir).expanduser() / "model_index.json").is_file():
             raise ModelLoadError(
@@ -229,8 +247,7 @@ class StableDiffusion15:
                 cache_dir=cache_dir,
                 token=token,
                 local_files_only=offline or bool(config_dir),
-                safety_checker=None,
-                requires_safety_checker=False,
+                **cls._pipeline_load_kwargs,
             )
 
         hint = (
@@ -271,6 +288,11 @@ class StableDiffusion15:
     @property
     def parts(self) -> dict[str, torch.nn.Module]:
         return {part: getattr(self, part) for part in PARTS}
+
+    @property
+    def tokenizers(self) -> dict:
+        """The tokenizer of each text encoder part (the live one training and sampling use)."""
+        return {"text_encoder": self.tokenizer}
 
     def to(self, device: torch.device | str) -> StableDiffusion15:
         for module in self.parts.values():
@@ -456,6 +478,18 @@ class StableDiffusion15:
         pipe.set_progress_bar_config(disable=True)
         return pipe
 
+    def sampling_inputs(self, height: int, width: int) -> dict:
+        """Pipeline inputs a family needs besides the prompt (inpainting models: image and mask)."""
+        return {}
+
+    def prompt_inputs(self, prompt: str, negative_prompt: str = "") -> dict:
+        """How the prompts reach the pipeline (SDXL passes embeddings, with a clip skip per encoder)."""
+        return {
+            "prompt": prompt,
+            "negative_prompt": negative_prompt or None,
+            "clip_skip": self.layer_skips.get("text_encoder") or None,
+        }
+
     def sample(
         self,
         prompt: str,
@@ -486,15 +520,14 @@ class StableDiffusion15:
             generator = torch.Generator(device="cpu").manual_seed(int(seed))
             with torch.no_grad():
                 image = self.pipeline(sampler)(
-                    prompt=prompt,
-                    negative_prompt=negative_prompt or None,
+                    **self.prompt_inputs(prompt, negative_prompt),
                     height=gen_h,
                     width=gen_w,
                     num_inference_steps=int(steps),
                     guidance_scale=float(cfg_scale),
-                    clip_skip=self.layer_skips.get("text_encoder") or None,
                     generator=generator,
                     output_type="pil",
+                    **self.sampling_inputs(gen_h, gen_w),
                 ).images[0]
         finally:
             for name, m in modules.items():
@@ -516,7 +549,7 @@ class StableDiffusion15:
             _base_module(self.vae),
             _base_module(self.text_encoder),
             dtype=dtype,
-            metadata={"modelspec.architecture": "stable-diffusion-v1", "ot_gradio.model_type": self.model_type.value},
+            metadata={"modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value},
         )
 
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:

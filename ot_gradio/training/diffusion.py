@@ -7,12 +7,15 @@ Model options (applied once, before the training method adds its weights):
   rescales the betas to zero terminal SNR for both (see the family's `configure_noise_schedule`).
 - `attention_mechanism` picks the UNet's attention implementation (`set_attention`).
 - A part's `weight_dtype` of FLOAT_8, INT_8 or NFLOAT_4 quantizes its Linear layers (quantize.py).
+- `text_encoder_sequence_length` is how many tokens a T5 text encoder reads (PixArt).
 
 A step (`DiffusionStep.loss`): latents (cached, or encoded now) -> timesteps from the timestep
 distribution -> noise with offset / generalized offset / input perturbation (noise.py) -> the
 prediction under autocast -> the loss of loss.py with the latent mask of masked training
-(masking.py), the concepts' loss weights and the timestep loss weight. Captions are replaced
-by an empty one with the text encoder's `dropout_probability` (per sample), so the model also
+(masking.py), the concepts' loss weights and the timestep loss weight; a model that learns its
+variance (PixArt) adds `vb_loss_strength` x the variational bound (vb_loss.py). Captions are replaced
+by an empty one with the text encoder's `dropout_probability` (per sample; with several text
+encoders, per encoder with each one's own probability, as OneTrainer drops them), so the model also
 learns the unconditioned image that classifier-free guidance starts from. (OneTrainer zeroes the
 text encoder's output instead; an empty caption is what sampling uses as the unconditioned
 prompt.)
@@ -31,6 +34,7 @@ from .loss import diffusion_loss, timestep_loss_weight
 from .masking import training_mask
 from .noise import make_noise, offset_noise_psi, sample_timesteps
 from .quantize import quantize_linear_layers
+from .vb_loss import VariationalBound
 
 
 def model_parts(model: Any) -> list[str]:
@@ -64,6 +68,8 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
     model.layer_skips = {
         part: getattr(config, f"{part}_layer_skip", 0) or 0 for part in model.text_encoder_names
     }
+    if hasattr(model, "text_encoder_sequence_length"):  # T5-based families
+        model.text_encoder_sequence_length = config.text_encoder_sequence_length
     for part in model_parts(model):
         data_type = DataType(getattr(config, part).weight_dtype)
         if data_type in QUANTIZED_TYPES:
@@ -85,18 +91,29 @@ def check_quantized_parts_frozen(model: Any, config: Any) -> None:
 
 
 class DiffusionStep:
-    def __init__(self, model: Any, config: Any, device: torch.device, precision: Precision, noise_fn: Callable | None = None):
+    def __init__(
+        self, model: Any, config: Any, device: torch.device, precision: Precision, noise_fn: Callable | None = None,
+        caption_transform: Callable[[str], str] | None = None,
+    ):
         self.model = model
+        # the method's text hook (embeddings: placeholders -> their tokens), before caption dropout
+        self.caption_transform = caption_transform
         self.config = config
         self.device = device
         self.precision = precision
         self.noise_fn = noise_fn  # tests pass fixed (noise, timesteps) here
+        # the trainer sets a TextEmbeddingCache (data/text_cache.py) when no text encoder trains
+        self.text_cache = None
         scheduler = model.noise_scheduler
         self.num_train_timesteps = scheduler.config.num_train_timesteps
         self.alphas_cumprod = scheduler.alphas_cumprod.detach().float().cpu()
         self.psi = None
         if config.generalized_offset_noise and config.offset_noise_weight > 0:
             self.psi = offset_noise_psi(scheduler.betas)
+        # models that learn their variance (PixArt) train it with the variational bound
+        self.vb = None
+        if getattr(model, "learns_variance", False) and config.vb_loss_strength > 0:
+            self.vb = VariationalBound(scheduler.betas)
 
     def timesteps(self, batch_size: int) -> torch.Tensor:
         c = self.config
@@ -112,12 +129,22 @@ class DiffusionStep:
             device=self.device,
         )
 
-    def captions(self, captions: list[str]) -> list[str]:
-        p = self.config.text_encoder.dropout_probability
+    def captions(self, captions: list[str], part: str = "text_encoder") -> list[str]:
+        p = getattr(self.config, part).dropout_probability
         if p <= 0:
             return list(captions)
         drop = (torch.rand(len(captions)) < p).tolist()
         return ["" if d else c for c, d in zip(captions, drop, strict=True)]
+
+    def text_inputs(self, captions: list[str]) -> list[str] | dict[str, list[str]]:
+        """The captions for `encode_text`: one list, or one per text encoder part when the model
+        has several (each dropped with its own probability)."""
+        if self.caption_transform is not None:
+            captions = [self.caption_transform(c) for c in captions]
+        parts = self.model.text_encoder_names
+        if len(parts) == 1:
+            return self.captions(captions, parts[0])
+        return {part: self.captions(captions, part) for part in parts}
 
     def noise(self, latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(timesteps, noise in the input, noise of the target)."""
@@ -147,13 +174,23 @@ class DiffusionStep:
                 latents = model.encode_images(batch.pixels.to(self.device)).float()
         timesteps, input_noise, target_noise = self.noise(latents)
         noisy = model.add_noise(latents, input_noise, timesteps)
-        with self.precision.autocast():
-            conditioning = model.encode_text(self.captions(batch.captions), grad=trained_text_parts)
-            pred = model.predict(noisy, timesteps, conditioning, batch)
-        target = model.prediction_target(latents, target_noise, timesteps)
         mask = None
         if c.masked_training:
             mask = training_mask(batch.mask, latents.shape[-2:], unmasked_probability=c.unmasked_probability, device=self.device)
+        if getattr(model, "inpainting", False):
+            batch.latent_mask = mask  # an inpainting model takes the mask the loss uses as input
+        with self.precision.autocast():
+            texts = self.text_inputs(batch.captions)
+            if self.text_cache is not None:
+                conditioning = self.text_cache.encode(texts, model.encode_text, self.device)
+            else:
+                conditioning = model.encode_text(texts, grad=trained_text_parts)
+            if self.vb is None:
+                pred = model.predict(noisy, timesteps, conditioning, batch)
+            else:
+                pred, variance = model.predict(noisy, timesteps, conditioning, batch, variance=True)
+        target = model.prediction_target(latents, target_noise, timesteps)
+        extra = None if self.vb is None else c.vb_loss_strength * self.vb(latents, noisy, timesteps, pred, variance)
         weights = timestep_loss_weight(
             c.loss_weight_fn,
             timesteps,
@@ -174,4 +211,5 @@ class DiffusionStep:
             unmasked_weight=c.unmasked_weight,
             normalize_masked_area_loss=c.normalize_masked_area_loss,
             timestep_weights=weights,
+            extra_loss=extra,
         )

@@ -1,7 +1,8 @@
 """LoRA adapters (peft) on the SD 1.x UNet and CLIP text encoder, with OneTrainer's layer presets.
 
 The adapters are peft `LoraLayer`s, so scale = alpha / rank exactly as in kohya files and in
-OneTrainer (default rank 16, alpha 1.0). `lora_format.py` writes and reads them as files.
+OneTrainer (default rank 16, alpha 1.0); `lora_variants.py` adds DoRA, LoHa and LoKr (an
+`AdapterSpec`). `lora_format.py` writes and reads them as files.
 """
 
 from __future__ import annotations
@@ -12,7 +13,18 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-ADAPTER_NAME = "default"
+from .lora_variants import (
+    ADAPTER_NAME,
+    LORA,
+    AdapterSpec,
+    adapter_parameters,
+    install_decomposition,
+    is_adapter_layer,
+    layer_rank_alpha,
+    peft_config,
+    split_key,
+)
+
 LORA_KINDS = ("unet", "text_encoder")
 
 # OneTrainer's presets are substrings of module paths (BaseStableDiffusionSetup.LAYER_PRESETS);
@@ -40,9 +52,9 @@ def text_model_prefix(module: nn.Module) -> str:
 
     Single-file LoRAs, OneTrainer filters and older diffusers name CLIP layers
     `text_model.encoder.layers.N...`; transformers 5.6+ dropped the wrapper, so we add it back
-    when naming layers to the outside world.
+    when naming layers to the outside world. Other text encoders (T5) never had it.
     """
-    if hasattr(module, "text_model") or not hasattr(module, "encoder"):
+    if hasattr(module, "text_model") or not hasattr(module, "encoder") or not hasattr(module, "embeddings"):
         return ""
     return "text_model."
 
@@ -138,10 +150,8 @@ def _example_names(module: nn.Module, kind: str) -> str:
 
 
 def lora_layers(module: nn.Module) -> dict[str, nn.Module]:
-    """The peft LoRA layers of `module`, by module path."""
-    from peft.tuners.lora import LoraLayer
-
-    return {name: child for name, child in module.named_modules() if isinstance(child, LoraLayer) and ADAPTER_NAME in child.lora_A}
+    """The peft adapter layers (LoRA, DoRA, LoHa, LoKr) of `module`, by module path."""
+    return {name: child for name, child in module.named_modules() if is_adapter_layer(child)}
 
 
 def has_lora(module: nn.Module) -> bool:
@@ -160,13 +170,17 @@ def add_lora(
     layer_filter_regex: bool = False,
     dtype: torch.dtype = torch.float32,
     presets: Mapping[str, list[str]] | None = None,
+    spec: AdapterSpec | None = None,
 ) -> list[nn.Parameter]:
-    """Wrap the selected layers of `module` with LoRA and freeze everything else.
+    """Wrap the selected layers of `module` with LoRA (or `spec`'s variant) and freeze everything else.
 
-    Down (A) weights start Kaiming-uniform and up (B) weights at zero, so the model is unchanged
-    until the first step. Returns the trainable LoRA parameters (in `dtype`).
+    Down (A) weights start Kaiming-uniform and up (B) weights at zero (LoHa/LoKr: one factor at
+    zero; DoRA: magnitude = the base weight's norms), so the model is unchanged until the first
+    step. Returns the trainable adapter parameters (in `dtype`).
     """
-    from peft import LoraConfig, inject_adapter_in_model
+    from peft import inject_adapter_in_model
+
+    spec = spec or AdapterSpec()
 
     if rank < 1:
         raise ValueError(f"LoRA rank must be at least 1, got {rank}.")
@@ -180,17 +194,19 @@ def add_lora(
         module, kind=kind, layer_preset=layer_preset, layer_filter=layer_filter, layer_filter_regex=layer_filter_regex,
         presets=presets,
     )
-    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, init_lora_weights=True)
+    config = peft_config(spec, rank=rank, alpha=alpha, dropout=dropout, targets=targets)
     module.requires_grad_(False)
     inject_adapter_in_model(config, module, adapter_name=ADAPTER_NAME)
+    if spec.peft_type == LORA and spec.decompose:
+        install_decomposition(module, spec)
 
     params: list[nn.Parameter] = []
     for layer in lora_layers(module).values():
-        for part in (layer.lora_A[ADAPTER_NAME], layer.lora_B[ADAPTER_NAME]):
-            part.to(dtype=dtype)
-            for p in part.parameters():
-                p.requires_grad_(True)
-                params.append(p)
+        for p in adapter_parameters(layer).values():
+            with torch.no_grad():
+                p.data = p.data.to(dtype=dtype)
+            p.requires_grad_(True)
+            params.append(p)
     return params
 
 
@@ -199,27 +215,28 @@ def lora_rank_alpha(module: nn.Module) -> tuple[int, float]:
     layers = lora_layers(module)
     if not layers:
         raise ValueError("The module has no LoRA layers.")
-    pairs = {(int(layer.r[ADAPTER_NAME]), float(layer.lora_alpha[ADAPTER_NAME])) for layer in layers.values()}
+    pairs = {layer_rank_alpha(layer) for layer in layers.values()}
     if len(pairs) > 1:
         raise ValueError(f"LoRA layers have different rank/alpha: {sorted(pairs)}.")
     return pairs.pop()
 
 
 def lora_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
-    """LoRA weights in peft form: `<module path>.lora_A.weight` / `.lora_B.weight` (detached)."""
+    """Adapter weights in peft form (detached): `<module path>.lora_A.weight` / `.lora_B.weight`
+    (+ DoRA's `.lora_magnitude_vector` or `.dora_scale`), `.hada_w1_a`..., `.lokr_w1`..."""
     out: dict[str, torch.Tensor] = {}
     for name, layer in lora_layers(module).items():
-        out[f"{name}.lora_A.weight"] = layer.lora_A[ADAPTER_NAME].weight.detach()
-        out[f"{name}.lora_B.weight"] = layer.lora_B[ADAPTER_NAME].weight.detach()
+        out.update({f"{name}.{k}": p.detach() for k, p in adapter_parameters(layer).items()})
     return out
 
 
 def load_lora_state_dict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], *, kind: str, strict: bool = True) -> None:
-    """Copy peft-form LoRA weights (as `load_lora_file` returns them) into `module`'s LoRA layers.
+    """Copy peft-form adapter weights (as `load_lora_file` returns them) into `module`'s layers.
 
     Keys may carry CLIP's `text_model.` prefix or not, and module paths written with `_` instead
-    of `.` are matched too. With `strict`, a file layer that has no LoRA layer here, or a LoRA
-    layer the file does not fill, raises ValueError (shape mismatches always do).
+    of `.` are matched too. With `strict`, a file layer that has no adapter layer here, or an
+    adapter layer the file does not fill (or fills with another variant's weights), raises
+    ValueError (shape mismatches always do).
     """
     _check_kind(kind)
     layers = lora_layers(module)
@@ -232,29 +249,31 @@ def load_lora_state_dict(module: nn.Module, state_dict: Mapping[str, torch.Tenso
     pending: dict[str, dict[str, torch.Tensor]] = {}
     unknown: list[str] = []
     for key, tensor in state_dict.items():
-        path, sep, which = key.rpartition(".lora_")
-        if not sep or which not in ("A.weight", "B.weight"):
+        split = split_key(key)
+        path = split[0] if split else ""
+        name = split and (by_public.get(path) or by_public.get("text_model." + path) or by_flat.get(path.replace(".", "_")))
+        if not name:
             unknown.append(key)
             continue
-        name = by_public.get(path) or by_public.get("text_model." + path) or by_flat.get(path.replace(".", "_"))
-        if name is None:
-            unknown.append(key)
-            continue
-        pending.setdefault(name, {})[which[0]] = tensor
+        pending.setdefault(name, {})[split[1]] = tensor
 
-    missing = [n for n in layers if set(pending.get(n, {})) != {"A", "B"}]
+    targets = {name: adapter_parameters(layer) for name, layer in layers.items()}
+    missing = [n for n in layers if set(pending.get(n, {})) != set(targets[n])]
     if strict and (unknown or missing):
+        detail = [f"{n}: has {sorted(targets[n])}, got {sorted(pending.get(n, {}))}" for n in missing[:2]]
         raise ValueError(
             f"LoRA weights do not fit the {kind}: {len(unknown)} unknown key(s) {unknown[:3]}, "
-            f"{len(missing)} layer(s) without weights {missing[:3]}."
+            f"{len(missing)} layer(s) without matching weights {detail}."
         )
     with torch.no_grad():
-        for name, pair in pending.items():
-            layer = layers[name]
-            for which, tensor in pair.items():
-                target = (layer.lora_A if which == "A" else layer.lora_B)[ADAPTER_NAME].weight
+        for name, tensors in pending.items():
+            for which, tensor in tensors.items():
+                target = targets[name].get(which)
+                if target is None:
+                    continue  # another variant's weight; only reached with strict=False
                 if tuple(target.shape) != tuple(tensor.shape):
                     raise ValueError(
-                        f"LoRA {which} weight of {name} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)} (different rank?)."
+                        f"LoRA {which} weight of {name} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)} "
+                        "(different rank, LoKr factor or adapter settings?)."
                     )
                 target.copy_(tensor.to(device=target.device, dtype=target.dtype))

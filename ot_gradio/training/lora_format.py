@@ -2,9 +2,19 @@
 diffusers/PEFT layout, both ways.
 
 In memory a LoRA is "parts": {"unet": {...}, "text_encoder": {...}} of peft-form weights
-(`<module path>.lora_A.weight` / `.lora_B.weight`) plus one rank and one alpha. Text-encoder
+(`<module path>.lora_A.weight` / `.lora_B.weight`; DoRA, LoHa and LoKr layers carry the state
+names of `lora_variants.py`) plus one rank and one alpha. Kohya files hold LyCORIS's entries
+(`dora_scale`, `hada_*`, `lokr_*`); diffusers/PEFT files peft's own state names. Text-encoder
 paths are kept without CLIP's `text_model.` wrapper (transformers >= 5.6 layout) and written
-with it, the way single-file tools and older diffusers expect.
+with it, the way single-file tools and older diffusers expect (a projected encoder's
+`text_projection` sits outside the wrapper and stays so).
+
+kohya names depend on the base model (`base_model_version`): SD 1.x/2.x write `lora_te_` and the
+diffusers UNet names; SDXL writes `lora_te1_` / `lora_te2_` and, given the model's renames
+(`module_names`, from the family's `lora_module_names()`), the original UNet names
+(`lora_unet_input_blocks_4_1_...`) that sd-scripts, A1111 and ComfyUI use. Reading takes the
+same renames to map such names back. PixArt-α writes OneTrainer's `lora_transformer_` (diffusers
+transformer names) and `lora_te_` for T5, whose paths have no `text_model.` wrapper.
 """
 
 from __future__ import annotations
@@ -21,6 +31,20 @@ from torch import nn
 
 from ot_gradio.fsutil import atomic_write
 from ot_gradio.training.lora import lora_rank_alpha, lora_state_dict, text_model_prefix
+from ot_gradio.training.lora_variants import (
+    DORA_IN,
+    check_layer,
+    describe,
+    from_kohya,
+    group_layers,
+    is_unit_scale,
+    kohya_network_metadata,
+    layer_rank,
+    layer_type,
+    scale_layer,
+    split_key,
+    to_kohya,
+)
 
 KOHYA = "kohya"
 DIFFUSERS = "diffusers"
@@ -29,12 +53,22 @@ OUTPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 # SD 1.x: the text encoder is `lora_te_`, which every SD 1 loader reads; A1111/Forge map
 # `lora_te1_` (what diffusers' convert_state_dict_to_kohya writes) to SDXL's first encoder only.
-_KOHYA_PREFIX = {"unet": "lora_unet_", "text_encoder": "lora_te_", "text_encoder_2": "lora_te2_"}
-_KOHYA_READ_PREFIX = {"lora_unet_": "unet", "lora_te1_": "text_encoder", "lora_te2_": "text_encoder_2", "lora_te_": "text_encoder"}
+# PixArt: the transformer is `lora_transformer_` and T5 `lora_te_`, as OneTrainer names them.
+_KOHYA_PREFIX = {"unet": "lora_unet_", "transformer": "lora_transformer_", "text_encoder": "lora_te_", "text_encoder_2": "lora_te2_",
+                 "prior": "lora_prior_unet_"}
+_KOHYA_READ_PREFIX = {
+    "lora_unet_": "unet", "lora_transformer_": "transformer", "lora_te1_": "text_encoder", "lora_te2_": "text_encoder_2",
+    "lora_te_": "text_encoder", "lora_prior_unet_": "prior", "lora_prior_te_": "text_encoder",
+}
+# Würstchen 2 / Stable Cascade: `lora_prior_unet_` and `lora_prior_te_`, as OneTrainer writes and ComfyUI reads them.
+_PRIOR_VERSIONS = ("wuerstchen", "stable_cascade")
 _TEXT_PARTS = ("text_encoder", "text_encoder_2")
+# text-encoder paths not put under `text_model.` (T5's `encoder.block.N...` never had that wrapper)
+_OUTSIDE_TEXT_MODEL = ("text_model.", "text_projection", "encoder.block.")
 _DIFFUSERS_METADATA_KEY = "lora_adapter_metadata"
+_DORA_FILE_NAMES = {"lora_magnitude_vector": "lora_magnitude_vector.weight"}
 
-# Multi-word names in SD UNet / CLIP module paths, to turn kohya's `_`-joined names back into
+# Multi-word names in SD UNet / CLIP / PixArt / T5 module paths, to turn kohya's `_`-joined names back into
 # dotted paths without the model at hand.
 _COMPOUND_WORDS = sorted(
     (
@@ -43,7 +77,9 @@ _COMPOUND_WORDS = sorted(
             "down_blocks up_blocks mid_block transformer_blocks proj_in proj_out to_q to_k to_v to_out conv_in "
             "conv_out conv_shortcut conv_norm_out time_embedding time_emb_proj linear_1 linear_2 add_embedding "
             "class_embedding text_model self_attn q_proj k_proj v_proj out_proj text_projection final_layer_norm "
-            "layer_norm1 layer_norm2"
+            "layer_norm1 layer_norm2 pos_embed caption_projection adaln_single timestep_embedder resolution_embedder "
+            "aspect_ratio_embedder wi_0 wi_1 kv_mapper mapper_crp mapper_sca cond_mapper clip_txt_mapper "
+            "clip_txt_pooled_mapper clip_img_mapper down_downscalers up_upscalers"
         ).split()
     ),
     key=len,
@@ -60,11 +96,25 @@ class LoadedLora(NamedTuple):
 # -- names ----------------------------------------------------------------------------------
 
 
-def kohya_name(part: str, module_path: str) -> str:
-    """`lora_unet_down_blocks_0_...` / `lora_te_text_model_encoder_layers_0_self_attn_q_proj`."""
-    if part in _TEXT_PARTS and not module_path.startswith("text_model."):
+def kohya_prefixes(base_model_version: str = "sd_v1") -> dict[str, str]:
+    """Part -> kohya prefix: SDXL's CLIP-L is `lora_te1_` (sd-scripts, A1111, ComfyUI and
+    diffusers read it so), SD 1.x/2.x's one encoder `lora_te_`."""
+    if str(base_model_version).startswith("sdxl"):
+        return {**_KOHYA_PREFIX, "text_encoder": "lora_te1_"}
+    if str(base_model_version).startswith(_PRIOR_VERSIONS):
+        return {**_KOHYA_PREFIX, "text_encoder": "lora_prior_te_"}
+    return dict(_KOHYA_PREFIX)
+
+
+def kohya_name(
+    part: str, module_path: str, base_model_version: str = "sd_v1", module_names: Mapping[str, str] | None = None
+) -> str:
+    """`lora_unet_down_blocks_0_...` / `lora_te_text_model_encoder_layers_0_self_attn_q_proj`;
+    `module_names` renames the part's module paths first (SDXL's original UNet names)."""
+    module_path = (module_names or {}).get(module_path, module_path)
+    if part in _TEXT_PARTS and not module_path.startswith(_OUTSIDE_TEXT_MODEL):
         module_path = "text_model." + module_path
-    return _KOHYA_PREFIX[part] + module_path.replace(".", "_")
+    return kohya_prefixes(base_model_version)[part] + module_path.replace(".", "_")
 
 
 def module_path_from_kohya(flat: str) -> str:
@@ -139,10 +189,14 @@ def save_lora_parts(
     epoch: int | None = None,
     output_name: str | None = None,
     extra_metadata: Mapping[str, Any] | None = None,
+    module_names: Mapping[str, Mapping[str, str]] | None = None,
+    extra_tensors: Mapping[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write peft-form parts (as `load_lora_file` returns them) in either format, atomically.
 
     This is also the format converter: `save_lora_parts(out, *load_lora_file(src), lora_format=...)`.
+    `module_names` (part -> {module path: kohya module path}) renames layers in kohya files.
+    `extra_tensors` are written as they are (embeddings bundled as `bundle_emb.*`).
     """
     if lora_format not in LORA_FORMATS:
         raise ValueError(f"Unknown LoRA format {lora_format!r}; expected one of {', '.join(LORA_FORMATS)}.")
@@ -156,9 +210,10 @@ def save_lora_parts(
         output_name = path.stem
 
     if lora_format == KOHYA:
-        tensors = _to_kohya(parts, alpha, dtype)
+        tensors = _to_kohya(parts, rank, alpha, dtype, base_model_version, module_names or {})
     else:
         tensors = _to_diffusers(parts, dtype)
+    tensors.update({k: _out(v, v.dtype) for k, v in (extra_tensors or {}).items()})
     has_conv = any(t.ndim == 4 and t.shape[-1] > 1 for sd in parts.values() for t in sd.values())
     metadata = _training_metadata(
         rank=rank,
@@ -171,6 +226,8 @@ def save_lora_parts(
         kohya=lora_format == KOHYA,
         has_conv=has_conv,
     )
+    if lora_format == KOHYA:
+        metadata.update(kohya_network_metadata(*describe(parts)))
     if lora_format == DIFFUSERS:
         metadata["format"] = "pt"
         metadata[_DIFFUSERS_METADATA_KEY] = json.dumps(_peft_adapter_metadata(parts, rank, alpha), sort_keys=True)
@@ -180,33 +237,31 @@ def save_lora_parts(
     return path
 
 
-def _split_pairs(part: str, sd: Mapping[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    pairs: dict[str, dict[str, torch.Tensor]] = {}
-    for key, tensor in sd.items():
-        for which in ("A", "B"):
-            suffix = f".lora_{which}.weight"
-            if key.endswith(suffix):
-                pairs.setdefault(key.removesuffix(suffix), {})[which] = tensor
-                break
-        else:
-            raise ValueError(f"Not a peft LoRA key in {part}: {key!r}.")
-    broken = [k for k, v in pairs.items() if set(v) != {"A", "B"}]
-    if broken:
-        raise ValueError(f"LoRA layers without both A and B weights in {part}: {broken[:3]}.")
-    return {k: (v["A"], v["B"]) for k, v in pairs.items()}
+def _split_layers(part: str, sd: Mapping[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    """{module path: {state name: tensor}} of one part, each layer checked to be one whole adapter."""
+    layers = group_layers(sd, f"peft LoRA key in {part}")
+    for path, tensors in layers.items():
+        check_layer(f"{part}.{path}", tensors)
+    return layers
 
 
 def _out(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t.detach().to(device="cpu", dtype=dtype).contiguous().clone()
 
 
-def _to_kohya(parts: Mapping[str, Mapping[str, torch.Tensor]], alpha: float, dtype: torch.dtype) -> dict:
+def _to_kohya(
+    parts: Mapping[str, Mapping[str, torch.Tensor]],
+    rank: int,
+    alpha: float,
+    dtype: torch.dtype,
+    base_model_version: str,
+    module_names: Mapping[str, Mapping[str, str]],
+) -> dict:
     tensors: dict[str, torch.Tensor] = {}
     for part, sd in parts.items():
-        for module_path, (down, up) in _split_pairs(part, sd).items():
-            name = kohya_name(part, module_path)
-            tensors[f"{name}.lora_down.weight"] = _out(down, dtype)
-            tensors[f"{name}.lora_up.weight"] = _out(up, dtype)
+        for module_path, layer in _split_layers(part, sd).items():
+            name = kohya_name(part, module_path, base_model_version, module_names.get(part))
+            tensors.update({f"{name}.{k}": _out(v, dtype) for k, v in to_kohya(layer, rank, alpha).items()})
             # float32 so an alpha like 0.3 survives a bf16 file exactly; readers call .item().
             tensors[f"{name}.alpha"] = torch.tensor(float(alpha), dtype=torch.float32)
     return tensors
@@ -215,31 +270,39 @@ def _to_kohya(parts: Mapping[str, Mapping[str, torch.Tensor]], alpha: float, dty
 def _to_diffusers(parts: Mapping[str, Mapping[str, torch.Tensor]], dtype: torch.dtype) -> dict:
     tensors: dict[str, torch.Tensor] = {}
     for part, sd in parts.items():
-        for module_path, (down, up) in _split_pairs(part, sd).items():
-            if part in _TEXT_PARTS and not module_path.startswith("text_model."):
+        for module_path, layer in _split_layers(part, sd).items():
+            if DORA_IN in layer:
+                raise ValueError(
+                    "DoRA decomposed on the input axis cannot be written with diffusers/PEFT keys: peft and diffusers "
+                    "decompose on the output axis. Save it as KOHYA_LORA or train with lora_decompose_output_axis on."
+                )
+            if part in _TEXT_PARTS and not module_path.startswith(_OUTSIDE_TEXT_MODEL):
                 module_path = "text_model." + module_path  # diffusers strips it again for flattened CLIP
-            tensors[f"{part}.{module_path}.lora_A.weight"] = _out(down, dtype)
-            tensors[f"{part}.{module_path}.lora_B.weight"] = _out(up, dtype)
+            # peft's own state names: lora_A/lora_B(.weight), hada_*, lokr_*; DoRA's magnitude as
+            # `lora_magnitude_vector.weight`, the spelling diffusers 0.42 loads into text encoders too
+            tensors.update({f"{part}.{module_path}.{_DORA_FILE_NAMES.get(k, k)}": _out(v, dtype) for k, v in layer.items()})
     return tensors
 
 
 def _peft_adapter_metadata(parts: Mapping[str, Mapping[str, torch.Tensor]], rank: int, alpha: float) -> dict:
     """The LoraConfig diffusers rebuilds on load (`<part>.r`, `<part>.lora_alpha`, ...); without
-    it diffusers assumes alpha = rank."""
+    it diffusers assumes alpha = rank. LoHa/LoKr parts get their LoHaConfig/LoKrConfig fields
+    (`peft_type`, `alpha`, ...), which diffusers does not load but peft and our reader do."""
     out: dict[str, Any] = {}
     for part, sd in parts.items():
+        layers = _split_layers(part, sd)
         # Targets without `text_model.` match both flattened and wrapped CLIP by suffix.
-        targets = sorted(_strip_text_model(part, k) for k in _split_pairs(part, sd))
-        config = {
-            "r": rank,
-            "lora_alpha": alpha,
-            "target_modules": targets,
-            "rank_pattern": {},
-            "alpha_pattern": {},
-            "lora_dropout": 0.0,
-            "use_dora": False,
-            "lora_bias": False,
-        }
+        targets = sorted(_strip_text_model(part, k) for k in layers)
+        kind = layer_type(next(iter(layers.values()), {}))
+        config: dict[str, Any] = {"r": rank, "target_modules": targets, "rank_pattern": {}, "alpha_pattern": {}}
+        if kind == "LORA":
+            config.update(lora_alpha=alpha, lora_dropout=0.0, lora_bias=False,
+                          use_dora=any("lora_magnitude_vector" in t for t in layers.values()))
+        else:
+            config.update(peft_type=kind, alpha=alpha)
+            if kind == "LOKR":
+                config.update(decompose_both=any("lokr_w1_a" in t for t in layers.values()),
+                              use_effective_conv2d=any("lokr_t2" in t for t in layers.values()))
         out.update({f"{part}.{k}": v for k, v in config.items()})
     return out
 
@@ -271,6 +334,8 @@ def _training_metadata(
         "ss_v2": str(base_model_version.startswith("sd_v2")),
         "ss_output_name": output_name,
     }
+    if base_model_version.endswith("_v"):  # kohya's "sd_v2_v": a v-prediction base model
+        meta["ss_v_parameterization"] = "True"
     if kohya:
         meta["ss_network_module"] = "networks.lora"
         if has_conv:
@@ -301,52 +366,54 @@ def read_lora_metadata(path: str | os.PathLike) -> dict[str, str]:
         return dict(f.metadata() or {})
 
 
-def load_lora_file(path: str | os.PathLike) -> LoadedLora:
+def load_lora_file(path: str | os.PathLike, module_names: Mapping[str, Mapping[str, str]] | None = None) -> LoadedLora:
     """Read a kohya or diffusers/PEFT LoRA into peft-form parts, one rank and one alpha.
 
     Layers whose alpha differs from the most common one get that difference folded into their
     up weights, so `alpha / rank` scaling with the returned alpha reproduces the file exactly.
+    `module_names` are the renames the file was written with (`save_lora_parts`); kohya layer
+    names made with them map back to the model's module paths.
     """
     from safetensors.torch import load_file
 
-    tensors = load_file(str(path))
+    # embeddings bundled in the file (`bundle_emb.*`) are not LoRA layers
+    tensors = {k: v for k, v in load_file(str(path)).items() if not k.startswith("bundle_emb.")}
     metadata = read_lora_metadata(path)
     if not tensors:
         raise ValueError(f"{path} holds no tensors.")
     if all(k.startswith("lora_") for k in tensors):
-        layers = _layers_from_kohya(tensors)
+        layers = _layers_from_kohya(tensors, module_names or {})
     elif all(k.split(".", 1)[0] in _KOHYA_PREFIX for k in tensors):
         layers = _layers_from_diffusers(tensors, metadata)
     else:
         sample = [k for k in tensors if not k.startswith(("lora_", "unet.", "text_encoder"))][:3]
         raise ValueError(f"{path} is neither a kohya nor a diffusers LoRA (keys like {sample}).")
-    return _fold_alphas(layers)
+    default_rank = int(metadata["ss_network_dim"]) if metadata.get("ss_network_dim", "").isdigit() else None
+    return _fold_alphas(layers, default_rank)
 
 
-# (part, module path) -> (down, up, alpha or None)
-_Layers = dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor, float | None]]
+# (part, module path) -> (peft-form tensors, alpha or None, read from a kohya file)
+_Layers = dict[tuple[str, str], tuple[dict[str, torch.Tensor], float | None, bool]]
 
 
-def _layers_from_kohya(tensors: Mapping[str, torch.Tensor]) -> _Layers:
+def _layers_from_kohya(tensors: Mapping[str, torch.Tensor], module_names: Mapping[str, Mapping[str, str]]) -> _Layers:
+    renamed = {
+        (part, new.replace(".", "_")): path for part, names in module_names.items() for path, new in names.items()
+    }
     names: dict[str, dict[str, torch.Tensor]] = {}
     for key, tensor in tensors.items():
         name, _, suffix = key.partition(".")
         names.setdefault(name, {})[suffix] = tensor
     layers: _Layers = {}
     for name, entries in names.items():
-        extra = set(entries) - {"lora_down.weight", "lora_up.weight", "alpha"}
-        if extra or "lora_down.weight" not in entries or "lora_up.weight" not in entries:
-            raise ValueError(
-                f"Unsupported LoRA layer {name!r} (entries {sorted(entries)}); only plain LoRA "
-                "(lora_down/lora_up/alpha) is supported, not LoCon variants, LoHa, LoKr or DoRA."
-            )
+        peft_form, alpha = from_kohya(name, entries)
         prefix = next((p for p in _KOHYA_READ_PREFIX if name.startswith(p)), None)
         if prefix is None:
             raise ValueError(f"Unknown kohya LoRA prefix in {name!r}.")
         part = _KOHYA_READ_PREFIX[prefix]
-        path = _strip_text_model(part, module_path_from_kohya(name.removeprefix(prefix)))
-        alpha = float(entries["alpha"].item()) if "alpha" in entries else None
-        layers[(part, path)] = (entries["lora_down.weight"], entries["lora_up.weight"], alpha)
+        flat = name.removeprefix(prefix)
+        path = renamed.get((part, flat)) or _strip_text_model(part, module_path_from_kohya(flat))
+        layers[(part, path)] = (peft_form, alpha, True)
     return layers
 
 
@@ -360,33 +427,38 @@ def _layers_from_diffusers(tensors: Mapping[str, torch.Tensor], metadata: Mappin
 
     layers: _Layers = {}
     for part, sd in by_part.items():
-        if not all(".lora_A." in k or ".lora_B." in k for k in sd):  # the 2023 attention-processor layout
+        sd = {k.removesuffix(".weight") if k.endswith(".lora_magnitude_vector.weight") else k: v for k, v in sd.items()}
+        if not all(split_key(k) for k in sd):  # the 2023 attention-processor layout
             from diffusers.utils.state_dict_utils import StateDictType, convert_state_dict_to_peft, convert_unet_state_dict_to_peft
 
             if part in _TEXT_PARTS:
                 sd = convert_state_dict_to_peft(dict(sd), original_type=StateDictType.DIFFUSERS_OLD)
             else:
                 sd = convert_unet_state_dict_to_peft(dict(sd))
-        alpha = adapter_meta.get(f"{part}.lora_alpha", file_alpha)
-        for path, (down, up) in _split_pairs(part, sd).items():
-            layers[(part, _strip_text_model(part, path))] = (down, up, None if alpha is None else float(alpha))
+        alpha = adapter_meta.get(f"{part}.lora_alpha", adapter_meta.get(f"{part}.alpha", file_alpha))
+        for path, tensors in _split_layers(part, sd).items():
+            layers[(part, _strip_text_model(part, path))] = (tensors, None if alpha is None else float(alpha), False)
     return layers
 
 
-def _fold_alphas(layers: _Layers) -> LoadedLora:
-    ranks = Counter(int(down.shape[0]) for down, _, _ in layers.values())
+def _fold_alphas(layers: _Layers, default_rank: int | None = None) -> LoadedLora:
+    ranks = Counter(r for tensors, _, _ in layers.values() if (r := layer_rank(tensors)) is not None)
     if len(ranks) > 1:
         raise ValueError(f"LoRA layers have different ranks {sorted(ranks)}; only one rank is supported.")
-    rank = next(iter(ranks))
-    alphas = Counter(float(rank) if a is None else a for _, _, a in layers.values())
-    alpha = alphas.most_common(1)[0][0]
+    # a LoKr file of full matrices only has no rank in its tensors: the one it was trained with
+    rank = next(iter(ranks)) if ranks else int(default_rank or 1)
+    scaled = [(t, a) for t, a, kohya in layers.values() if not (kohya and is_unit_scale(t))]
+    alphas = Counter(float(rank) if a is None else a for _, a in scaled)
+    alpha = alphas.most_common(1)[0][0] if alphas else float(rank)
 
     parts: dict[str, dict[str, torch.Tensor]] = {}
-    for (part, path), (down, up, layer_alpha) in layers.items():
+    for (part, path), (tensors, layer_alpha, kohya) in layers.items():
+        check_layer(f"{part}.{path}", tensors)
         layer_alpha = float(rank) if layer_alpha is None else layer_alpha
-        if layer_alpha != alpha:
-            up = (up.float() * (layer_alpha / alpha)).to(up.dtype)
-        sd = parts.setdefault(part, {})
-        sd[f"{path}.lora_A.weight"] = down
-        sd[f"{path}.lora_B.weight"] = up
+        if kohya and is_unit_scale(tensors):  # applied at scale 1 by LyCORIS and ComfyUI
+            tensors = scale_layer(tensors, rank / alpha)
+        elif layer_alpha != alpha:
+            tensors = scale_layer(tensors, layer_alpha / alpha)
+        parts.setdefault(part, {}).update({f"{path}.{k}": v for k, v in tensors.items()})
+    describe(parts)  # one kind of layer per file
     return LoadedLora(parts, rank, alpha)

@@ -1,5 +1,6 @@
-"""The LORA training method: adapters on the UNet and/or text encoder, saved as a kohya or
-PEFT LoRA file."""
+"""The LORA training method: adapters (LoRA, DoRA, LoHa or LoKr: `peft_type`, `lora_decompose`)
+on the UNet and/or text encoder, saved as a kohya or PEFT LoRA file. Additional embeddings train (or are used) alongside; with
+`bundle_additional_embeddings` they go into the LoRA file (`bundle_emb.*`), else next to it."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import torch
 from ..config.enums import ModelFormat, TrainingMethod
 from ..config.io import config_to_dict
 from .device import output_dtype
+from .embeddings import EmbeddingSupport
 from .lora import add_lora, has_lora, load_lora_state_dict, lora_state_dict
 from .lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
+from .lora_variants import AdapterSpec, check_output_format, check_start_file
 from .methods import register
 
 FORMATS = {ModelFormat.KOHYA_LORA: KOHYA, ModelFormat.SAFETENSORS: DIFFUSERS}
@@ -34,15 +37,22 @@ def trainable_parts(model: Any) -> tuple[str, ...]:
     return (model.denoiser, *model.text_encoder_names)
 
 
+def kohya_module_names(model: Any) -> dict[str, dict[str, str]]:
+    """The family's renames for kohya files (SDXL: the original UNet names); none for SD 1.x/2.x."""
+    names = getattr(model, "lora_module_names", None)
+    return names() if callable(names) else {}
+
+
 def lora_kind(model: Any, part: str) -> str:
     """Which of lora.py's layer tables a part uses: the denoiser's or a text encoder's."""
     return "text_encoder" if part in model.text_encoder_names else "unet"
 
 
 @register(TrainingMethod.LORA)
-class LoraMethod:
+class LoraMethod(EmbeddingSupport):
     def setup(self, model: Any, config: Any, device: torch.device) -> list[dict[str, Any]]:
-        lora_file_format(config.output_model_format)  # a bad format fails before any training
+        spec = AdapterSpec.from_config(config)  # bad settings fail before any training
+        check_output_format(spec, lora_file_format(config.output_model_format) == DIFFUSERS)
         for module in model.parts.values():
             module.requires_grad_(False)
         start = None
@@ -50,8 +60,9 @@ class LoraMethod:
             path = Path(config.lora_model_name)
             if not path.is_file():
                 raise ValueError(f"lora_model_name: {path} does not exist; give a LoRA .safetensors file or leave it blank")
-            start = load_lora_file(path)
-        rank, alpha = (start.rank, start.alpha) if start else (config.lora_rank, config.lora_alpha)
+            start = load_lora_file(path, module_names=kohya_module_names(model))
+            check_start_file(spec, start.parts, path)
+        rank, alpha = (start.rank, start.alpha) if start else (spec.rank(config), config.lora_alpha)
         dtype = output_dtype(config.lora_weight_dtype)
         groups = []
         for part in trainable_parts(model):
@@ -74,13 +85,14 @@ class LoraMethod:
                 dtype=dtype,
                 # a family whose module names differ from SD's UNet/CLIP gives its own presets
                 presets=getattr(model, "lora_layer_presets", {}).get(part),
+                spec=spec,
             )
             if start and part in start.parts:
                 load_lora_state_dict(getattr(model, part), start.parts[part], kind=kind)
             getattr(model, part).to(device)
             lr = part_cfg.learning_rate if part_cfg.learning_rate is not None else config.learning_rate
             groups.append({"params": params, "lr": lr, "name": part})
-        return groups
+        return groups + self.setup_embeddings(model, config, device)
 
     def trainable_state(self, model: Any) -> dict[str, torch.Tensor]:
         state = {}
@@ -88,24 +100,31 @@ class LoraMethod:
             module = getattr(model, part)
             if has_lora(module):
                 state.update({f"{part}.{k}": v for k, v in lora_state_dict(module).items()})
-        return state
+        return {**state, **self.embedding_state()}
 
     def load_trainable_state(self, model: Any, state: dict[str, torch.Tensor]) -> None:
         for part in trainable_parts(model):
             sub = {k[len(part) + 1 :]: v for k, v in state.items() if k.startswith(part + ".")}
             if sub:
                 load_lora_state_dict(getattr(model, part), sub, kind=lora_kind(model, part))
+        self.load_embedding_state(state)
 
     def save(self, model: Any, config: Any, path: Path, metadata: dict[str, str]) -> Path:
         settings = config_to_dict(config)
         settings.pop("secrets", None)  # never write tokens into a shared file
         parts = {p: getattr(model, p) for p in trainable_parts(model) if has_lora(getattr(model, p))}
+        dtype = output_dtype(config.output_dtype)
+        bundle = config.bundle_additional_embeddings and self.additional
+        if self.additional and not bundle:
+            self.save_additional(path, dtype, {"ss_base_model_name": config.base_model_name})
         return save_lora(
             path,
             parts,
+            module_names=kohya_module_names(model),
             base_model_version=getattr(model, "lora_base_model_version", "sd_v1"),
             lora_format=lora_file_format(config.output_model_format),
-            dtype=output_dtype(config.output_dtype),
+            dtype=dtype,
+            extra_tensors=self.embeddings.bundle_tensors(self.additional, dtype) if bundle else None,
             resolution=config.resolution,
             steps=int(metadata.get("ss_steps", 0)),
             epoch=int(metadata.get("ss_epoch", 0)),

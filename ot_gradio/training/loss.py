@@ -112,8 +112,11 @@ def diffusion_loss(
     unmasked_weight: float = 0.1,
     normalize_masked_area_loss: bool = False,
     timestep_weights: torch.Tensor | None = None,
+    extra_loss: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Mean over the batch of each sample's weighted loss. Computed in float32."""
+    """Mean over the batch of each sample's weighted loss. Computed in float32. `extra_loss` is
+    a per-element term shaped like `pred` (the variational bound of models that learn their
+    variance), masked and weighted like the rest, as OneTrainer adds it."""
     loss = elementwise_loss(
         pred,
         target,
@@ -123,6 +126,8 @@ def diffusion_loss(
         huber_delta=huber_delta,
         log_cosh_strength=log_cosh_strength,
     )
+    if extra_loss is not None:
+        loss = loss + extra_loss.float()
     if mask is not None:
         loss = apply_mask(loss, mask, unmasked_weight, normalize_masked_area_loss)
     per_sample = loss.mean(dim=tuple(range(1, loss.ndim)))

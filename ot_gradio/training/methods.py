@@ -26,6 +26,13 @@ class Method(Protocol):
     def save(self, model: Any, config: Any, path: Path, metadata: dict[str, str]) -> Path:
         """Write the result in the config's output format; return the written path."""
 
+    # Optional hooks the trainer calls when a method has them (embeddings.EmbeddingSupport):
+    # transform_text(text) -> text: captions and sample prompts before tokenizing (the
+    #   embeddings' placeholders become their tokens);
+    # after_optimizer_step(model): after every optimizer step (preserve_embedding_norm).
+    # A parameter group may name its model part in 'part' (an embedding's text encoder) and carry
+    # its own 'stop_training_after' / 'stop_training_after_unit'.
+
 
 METHODS: dict[TrainingMethod, type] = {}
 
@@ -39,7 +46,7 @@ def register(name: TrainingMethod):
 
 
 def get_method(name: TrainingMethod) -> Method:
-    from . import lora_method  # noqa: F401  (registers LORA)
+    from . import embedding_method, finetune_method, lora_method  # noqa: F401  (register the methods)
 
     name = TrainingMethod(name)
     if name not in METHODS:

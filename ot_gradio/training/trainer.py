@@ -10,12 +10,14 @@ checkpointing (UNet; text encoder when it trains), EMA sampling / saving / backu
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,7 @@ from ..config.enums import EMAMode, TimeUnit
 from ..config.families import family_info
 from ..config.io import config_to_dict
 from ..config.schema import TrainConfig
+from ..data.prefetch import LoadStats, prefetched
 from .backup import Counters, latest_backup, read_backup, set_rng_state, write_backup
 from .device import Precision, resolve_device, weight_dtype
 from .diffusion import DiffusionStep, check_quantized_parts_frozen, configure_model
@@ -77,6 +80,7 @@ class Trainer:
         self.counters = Counters()
         self.stop_requested = False
         self._tb = None
+        self.data_stats = LoadStats()  # time the loop waited for batches
 
     # --- setup ------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -100,12 +104,16 @@ class Trainer:
             part: weight_dtype(getattr(cfg, part).weight_dtype, self.device, self.precision.dtype)
             for part in family_info(cfg.model_type).parts
         }
+        extra = {}
+        if "part_models" in inspect.signature(family.load).parameters:  # parts that come from models of their own
+            extra["part_models"] = {part: getattr(cfg, part).model_name for part in family_info(cfg.model_type).parts}
         self.model = family.load(
             cfg.base_model_name,
             cache_dir=cfg.huggingface_cache_dir or None,
             offline=cfg.offline_mode,
             token=cfg.secrets.huggingface_token or None,
             dtypes=dtypes,
+            **extra,
         )
         self.model.to(self.device)
         try:
@@ -128,7 +136,10 @@ class Trainer:
         if cfg.ema != EMAMode.OFF:
             ema_device = self.device if cfg.ema == EMAMode.GPU else torch.device("cpu")
             self.ema = EMA(self.trained_params, cfg.ema_decay, cfg.ema_update_step_interval, ema_device)
-        self.diffusion = DiffusionStep(self.model, cfg, self.device, self.precision, self.noise_fn)
+        self.diffusion = DiffusionStep(
+            self.model, cfg, self.device, self.precision, self.noise_fn,
+            caption_transform=getattr(self.method, "transform_text", None),
+        )
 
         self.report.status("caching", "scanning concepts and caching latents")
         # Encoding samples the latent distribution with its own generator, so the training noise
@@ -145,11 +156,17 @@ class Trainer:
             seed=cfg.seed,
             encode_fn=lambda pixels: self.model.encode_images(pixels, generator=encode_rng),
             clear_cache=cfg.clear_cache_before_training,
+            bucket_step=getattr(self.model, "bucket_step", None),  # sizes the denoiser needs (PixArt: patch x VAE = 16 px)
+            # inpainting models with masked training: the masked images' latents are cached too
+            conditioning_fn=self.model.encode_conditioning
+            if getattr(self.model, "inpainting", False) and cfg.masked_training
+            else None,
             progress=lambda done, total: self.report.progress(phase="caching", done=done, total=total),
         )
         for warning in self.dataset.warnings:
             self.report.warning(warning)
         self._warn_never_trained()
+        self._setup_text_cache()
         self.steps_per_epoch = self.dataset.steps_per_epoch
         accum = cfg.gradient_accumulation_steps
         self.total_steps = sum(
@@ -177,6 +194,25 @@ class Trainer:
         if cfg.continue_last_backup:
             self._resume()
         self._stop_parts_if_due()
+
+    def _setup_text_cache(self) -> None:
+        """With latent caching on and no text encoder (nor embedding) training, text encoder
+        outputs are cached by caption as OneTrainer does (data/text_cache.py says when not)."""
+        from ..data.text_cache import TextEmbeddingCache, text_cache_problem, text_encoder_id  # noqa: PLC0415
+
+        cfg = self.config
+        self.text_cache_off_reason = text_cache_problem(
+            latent_caching=cfg.latent_caching,
+            trained_text_parts=self.trained_text_parts,
+            uses_embeddings=getattr(self.method, "embeddings", None) is not None,
+            concepts=cfg.concepts,
+        )
+        if self.text_cache_off_reason is not None:
+            return
+        cache = TextEmbeddingCache(Path(cfg.cache_dir) / "text", text_encoder_id(self.model, self.precision.dtype))
+        if cfg.clear_cache_before_training:
+            cache.clear()
+        self.diffusion.text_cache = cache
 
     def _enable_gradient_checkpointing(self) -> None:
         """Per part, as its config says: the denoiser always (it runs every step), a text encoder
@@ -283,8 +319,9 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         while self.counters.epoch < cfg.epochs and not self.stop_requested:
             batches = self.dataset.epoch_batches(self.counters.epoch)
-            for index in range(self.counters.epoch_step, len(batches)):
-                loss = self._forward_backward(batches[index], accum)
+            # the next batches load in `dataloader_threads` threads while this one trains (data/prefetch.py)
+            for index, batch in prefetched(batches, self.counters.epoch_step, cfg.dataloader_threads, stats=self.data_stats):
+                loss = self._forward_backward(batch, accum)
                 self.counters.epoch_step = index + 1
                 if self.counters.epoch_step % accum == 0 or self.counters.epoch_step == len(batches):
                     self._optimizer_step()
@@ -331,6 +368,9 @@ class Trainer:
             scaler.update()
         else:
             self.optimizer.step()
+        after_step = getattr(self.method, "after_optimizer_step", None)
+        if after_step is not None:  # e.g. preserve_embedding_norm
+            after_step(self.model)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.ema is not None:
@@ -342,6 +382,9 @@ class Trainer:
         stopped = False
         for group in self.param_groups:
             part = getattr(self.config, group["name"], None)
+            if "stop_training_after" in group:  # an embedding's group carries its own setting
+                part = SimpleNamespace(stop_training_after=group["stop_training_after"],
+                                       stop_training_after_unit=TimeUnit(group["stop_training_after_unit"]))
             if part is None or part.stop_training_after is None or group.get("frozen"):
                 continue
             unit = part.stop_training_after_unit
@@ -440,6 +483,11 @@ class Trainer:
         optimizer_train_mode(self.optimizer)
         self.report.status("training", "")
 
+    def _text(self, text: str) -> str:
+        """A sample prompt as the model reads it (the method's hook: embedding placeholders)."""
+        transform = getattr(self.method, "transform_text", None)
+        return transform(text) if transform is not None and text else text
+
     def _sample_all(self, samples: list, ema: bool | None) -> None:
         fmt = str(getattr(self.config, "sample_image_format", "JPG")).lower().replace("jpeg", "jpg")
         suffix = "-no-ema" if ema is False else ""
@@ -447,8 +495,8 @@ class Trainer:
             seed = random.randint(0, 2**31 - 1) if s.random_seed else s.seed
             state = torch.get_rng_state()
             image = self.model.sample(
-                prompt=s.prompt,
-                negative_prompt=s.negative_prompt,
+                prompt=self._text(s.prompt),
+                negative_prompt=self._text(s.negative_prompt),
                 height=s.height,
                 width=s.width,
                 steps=s.diffusion_steps,

@@ -62,13 +62,15 @@ def test_iter_fields_describes_fields():
     assert by_path["text_encoder.stop_training_after"].default == 30
     assert by_path["unet.stop_training_after"].default is None
     # a PLANNED group makes everything in it PLANNED
-    assert by_path["text_encoder_2.train"].status == PLANNED
-    assert by_path["embedding.placeholder"].status == PLANNED
+    assert by_path["text_encoder_3.train"].status == PLANNED
+    assert by_path["text_encoder_2.train"].status != PLANNED  # SDXL
+    assert by_path["embedding.is_output_embedding"].status == PLANNED
+    assert by_path["embedding.placeholder"].status != PLANNED
     assert by_path["seed"].default == 42
 
 
 OK_PART = {"include", "train", "learning_rate", "weight_dtype", "gradient_checkpointing", "stop_training_after", "stop_training_after_unit",
-           "dropout_probability"}
+           "dropout_probability", "train_embedding"}
 OK_OPTIMIZER = {"optimizer", "beta1", "beta2", "eps", "weight_decay", "amsgrad", "foreach", "fused", "maximize", "momentum",
                 "dampening", "nesterov", "alpha", "centered", "lr_decay", "initial_accumulator_value", "capturable", "differentiable",
                 # bitsandbytes, D-Adaptation, Prodigy, Adafactor, schedule-free, Lion; two settings act around the optimizer
@@ -87,12 +89,18 @@ def test_status_of_model_part_and_optimizer_fields():
 
 def test_new_model_parts_are_planned_and_core_ones_are_not():
     by_path = {f.path: f for f in iter_fields(TrainConfig)}
-    for name in ("prior", "transformer", "text_encoder_2", "text_encoder_3", "text_encoder_4", "effnet_encoder",
-                 "decoder", "decoder_text_encoder", "decoder_vqgan", "unconditional_transformer", "embedding",
-                 "additional_embeddings", "quantization", "cloud"):
+    for name in ("text_encoder_3", "text_encoder_4", "unconditional_transformer", "quantization", "cloud"):
         assert by_path[name].status == PLANNED, name
-    for name in ("unet", "text_encoder", "vae", "optimizer", "concepts", "samples", "seed", "lora_rank"):
+    for name in ("unet", "text_encoder", "text_encoder_2", "vae", "optimizer", "concepts", "samples", "seed", "lora_rank", "embedding",
+                 "additional_embeddings", "embedding_learning_rate", "preserve_embedding_norm", "embedding_weight_dtype",
+                 "bundle_additional_embeddings",
+                 "prior", "effnet_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan", "transformer"):
         assert by_path[name].status != PLANNED, name
+    # Würstchen / Stable Cascade load these parts from models of their own; other parts cannot yet
+    for name in ("prior", "decoder", "effnet_encoder"):
+        assert by_path[f"{name}.model_name"].status != PLANNED, name
+    for name in ("unet", "vae", "decoder_vqgan", "decoder_text_encoder"):
+        assert by_path[f"{name}.model_name"].status == PLANNED, name
 
 
 def test_partial_group_keeps_the_fields_default():

@@ -1,0 +1,224 @@
+"""Text encoder outputs on disk, keyed by caption, so a frozen text encoder runs once per caption.
+
+OneTrainer caches the text encoder's output next to the latents when latent caching is on and
+no text encoder (nor embedding) trains. Here the trainer turns this cache on under the same
+conditions (see `text_cache_problem`), and the key is the exact text each encoder reads (after
+caption dropout and the training method's text hook) plus the identity of everything that turns
+text into the conditioning: the model type, each text encoder's config, weight fingerprint and
+dtypes, the tokenizers, clip skip, sequence length and the autocast type. Caption dropout (an
+empty caption) and several captions per image therefore just add entries, and the cached output
+is the very tensor the encoder would return for that text. Tag shuffling, tag dropout and
+capitalisation randomisation make a new caption almost every epoch, which would fill the disk
+with entries used once: with any of them on, the text encoder runs every step, as before.
+
+Entries are filled while training, the first time a caption is seen (the first epoch costs what
+it cost without the cache); from then on, and in a later run with the same captions when the
+cache is not cleared, the text encoder does not run for them. Files are
+``<cache_dir>/<key[:2]>/<key>.safetensors``, written to a temp file and renamed (no fsync: a
+file a power cut damaged fails to load and is encoded again, and fsyncing every new caption
+would slow the first epoch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+log = logging.getLogger(__name__)
+
+TEXT_CACHE_VERSION = 1
+_KEY = re.compile(r"^[0-9a-f]{64}$")
+# caption options that make a new text nearly every epoch
+RANDOM_TEXT_OPTIONS = (
+    ("enable_tag_shuffling", None),
+    ("tag_dropout_enable", "tag_dropout_probability"),
+    ("caps_randomize_enable", "caps_randomize_probability"),
+)
+
+Texts = Sequence[str] | Mapping[str, Sequence[str]]
+
+
+def random_caption_options(concepts: Iterable[Any]) -> list[str]:
+    """'<concept>: <option>' for each enabled concept whose captions change at random per epoch."""
+    found = []
+    for concept in concepts:
+        if not getattr(concept, "enabled", True):
+            continue
+        text = getattr(concept, "text", None)
+        for switch, probability in RANDOM_TEXT_OPTIONS:
+            on = bool(getattr(text, switch, False))
+            if on and (probability is None or float(getattr(text, probability, 0.0)) > 0):
+                found.append(f"{getattr(concept, 'name', '') or getattr(concept, 'path', '')}: text.{switch}")
+    return found
+
+
+def text_cache_problem(*, latent_caching: bool, trained_text_parts: Iterable[str], uses_embeddings: bool,
+                       concepts: Iterable[Any]) -> str | None:
+    """Why text encoder outputs cannot be cached for this run, or None when they can."""
+    if not latent_caching:
+        return "latent caching is off"
+    trained = sorted(trained_text_parts)
+    if trained:
+        return f"{', '.join(trained)} trains"
+    if uses_embeddings:
+        return "the run uses embeddings (their vectors live in the text encoder)"
+    random = random_caption_options(concepts)
+    if random:
+        return "captions change at random every epoch (" + "; ".join(random) + ")"
+    return None
+
+
+def _fingerprint(module: torch.nn.Module, h: Any) -> None:
+    module = module.get_base_model() if hasattr(module, "get_base_model") else module
+    config = getattr(module, "config", None)
+    if config is not None:
+        data = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+        h.update(json.dumps(data, sort_keys=True, default=str).encode())
+    with torch.no_grad():
+        for name, tensor in sorted(module.state_dict().items()):
+            flat = tensor.detach().flatten()
+            h.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+            if flat.numel():
+                stride = max(1, flat.numel() // 256)
+                h.update(flat[:256].float().cpu().numpy().tobytes())
+                h.update(flat[::stride][:256].float().cpu().numpy().tobytes())
+
+
+def text_encoder_id(model: Any, autocast_dtype: torch.dtype | None = None, extra: Mapping | None = None) -> str:
+    """Identity of how `model` turns text into conditioning: a different text encoder, tokenizer,
+    clip skip, sequence length or autocast type never reuses an entry."""
+    h = hashlib.sha256()
+    tokenizers = getattr(model, "tokenizers", {}) or {}
+    about = {
+        "model_type": str(getattr(getattr(model, "model_type", ""), "value", getattr(model, "model_type", ""))),
+        "parts": list(model.text_encoder_names),
+        "layer_skips": {k: int(v) for k, v in sorted((getattr(model, "layer_skips", {}) or {}).items())},
+        "sequence_length": getattr(model, "text_encoder_sequence_length", None),
+        "autocast": str(autocast_dtype),
+        "tokenizers": {
+            part: [type(tok).__name__, len(tok), getattr(tok, "model_max_length", None)] for part, tok in sorted(tokenizers.items())
+        },
+        "extra": dict(extra or {}),
+        "version": TEXT_CACHE_VERSION,
+    }
+    h.update(json.dumps(about, sort_keys=True, default=str).encode())
+    for part in model.text_encoder_names:
+        _fingerprint(model.parts[part], h)
+    return "text-" + h.hexdigest()[:24]
+
+
+def text_key(encoder_id: str, text: str | Mapping[str, str]) -> str:
+    """The entry of one sample: the text it reads (one per encoder part when they differ)."""
+    payload = {"encoder": encoder_id, "text": text if isinstance(text, str) else dict(sorted(text.items()))}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+class TextEmbeddingCache:
+    """A folder of text encoder outputs for one text encoder identity. Counters: ``hits`` and
+    ``misses`` (samples looked up), ``encoded`` (texts encoded now, each once), ``encode_calls``."""
+
+    def __init__(self, cache_dir: str | Path, encoder_id: str):
+        self.cache_dir = Path(cache_dir)
+        self.encoder_id = encoder_id
+        self.hits = 0
+        self.misses = 0
+        self.encoded = 0
+        self.encode_calls = 0
+
+    def path_for(self, key: str) -> Path:
+        if not _KEY.match(key):
+            raise ValueError(f"not a cache key: {key!r}")
+        return self.cache_dir / key[:2] / f"{key}.safetensors"
+
+    def _read(self, key: str) -> dict[str, torch.Tensor] | None:
+        path = self.path_for(key)
+        try:
+            return st_load(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except Exception as exc:  # a damaged file is encoded again
+            log.warning("Ignoring unreadable text cache file %s: %s", path, exc)
+            return None
+
+    def _write(self, key: str, tensors: Mapping[str, torch.Tensor]) -> None:
+        data = st_save({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()},
+                       metadata={"encoder_id": self.encoder_id})
+        path = self.path_for(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def encode(self, texts: Texts, encode_fn: Callable[[Texts], Mapping[str, torch.Tensor]],
+               device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+        """What ``encode_fn(texts)`` returns, from the cache where it has the samples; the texts it
+        has not are encoded (one per call) and stored. ``texts`` is one list, or one per
+        text encoder part (`encode_text`'s argument)."""
+        if isinstance(texts, Mapping):
+            parts = list(texts)
+            count = len(texts[parts[0]])
+            per_sample: list[str | dict[str, str]] = [{p: texts[p][i] for p in parts} for i in range(count)]
+        else:
+            count = len(texts)
+            per_sample = list(texts)
+        keys = [text_key(self.encoder_id, t) for t in per_sample]
+        found: dict[int, dict[str, torch.Tensor]] = {}
+        for i, key in enumerate(keys):
+            entry = self._read(key)
+            if entry is not None:
+                found[i] = entry
+        self.hits += len(found)
+        missing = [i for i in range(count) if i not in found]
+        self.misses += len(missing)
+        for i in missing:
+            if i in found:  # the same text earlier in this batch
+                continue
+            # one caption per call, so an entry never depends on which captions shared its batch
+            one: Texts = {p: [texts[p][i]] for p in texts} if isinstance(texts, Mapping) else [texts[i]]
+            with torch.no_grad():
+                out = encode_fn(one)
+            self.encode_calls += 1
+            bad = [name for name, value in out.items() if not isinstance(value, torch.Tensor) or value.shape[:1] != (1,)]
+            if bad:
+                raise ValueError(f"text cache: the text encoder output {bad} has no row per caption; turn latent caching off")
+            entry = {name: value[0] for name, value in out.items()}
+            self._write(keys[i], entry)
+            self.encoded += 1
+            for j in range(i, count):
+                if keys[j] == keys[i]:
+                    found[j] = entry
+        names = list(found[0])
+        return {name: torch.stack([found[i][name] for i in range(count)]).to(device) if device is not None
+                else torch.stack([found[i][name] for i in range(count)]) for name in names}
+
+    def clear(self) -> int:
+        """Delete the cached entries (only files this class writes); returns how many."""
+        removed = 0
+        if not self.cache_dir.is_dir():
+            return 0
+        for sub in self.cache_dir.iterdir():
+            if not (sub.is_dir() and re.fullmatch(r"[0-9a-f]{2}", sub.name)):
+                continue
+            for file in sub.iterdir():
+                if file.suffix == ".safetensors" and _KEY.match(file.stem):
+                    file.unlink(missing_ok=True)
+                    removed += 1
+                elif file.name.startswith(".") and file.name.endswith(".tmp"):
+                    file.unlink(missing_ok=True)
+        return removed

@@ -1,0 +1,519 @@
+"""PixArt-α: load, encode, predict, sample, save.
+
+What differs from Stable Diffusion (OneTrainer's PixArtAlphaModel / BasePixArtAlphaSetup):
+- The text encoder is T5 v1.1 XXL. Captions are padded to `text_encoder_sequence_length` tokens
+  (120 when unset, as OneTrainer and diffusers' pipeline use) and the attention mask goes to T5
+  and, as `encoder_attention_mask`, to the transformer's cross-attention, so padding never
+  changes the prediction. "Clip skip" takes an earlier T5 layer with T5's final norm applied.
+- The denoiser is a DiT (`PixArtTransformer2DModel`, patch 2) that learns its variance: of its
+  8 output channels the first 4 are epsilon, the other 4 choose the reverse step's variance.
+  OneTrainer trains those with the variational bound (`vb_loss_strength`), so does the trainer
+  here (training/vb_loss.py, fed by `predict(..., variance=True)`); sampling ignores them.
+- The 1024 model is micro-conditioned on the image's size and aspect ratio
+  (`use_additional_conditions`, which diffusers turns on for sample_size 128): `predict` passes
+  the batch's target size, as OneTrainer and the pipeline do. The 512 model ignores them.
+- SD's VAE; DDPM training with linear betas 1e-4..0.02 and epsilon; the shipped sampler is
+  DPM-Solver++.
+- Loading: a hub id, a diffusers folder or `tiny:pixart`. PixArt's own checkpoints (`.pth` with
+  the original key layout, transformer only) are not loaded, as OneTrainer does not either.
+  Saving: a diffusers folder, or, as OneTrainer's SAFETENSORS, the transformer alone in the
+  original layout (models/pixart_single_file.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
+from ot_gradio.fsutil import atomic_write_dir
+from ot_gradio.models.common import ModelLoadError, cast_state_dict, torch_dtype
+from ot_gradio.models.registry import register_family
+from ot_gradio.models.sd15 import (
+    _HUB_ID,
+    StableDiffusion15,
+    _base_module,
+    _flash_attention_processor,
+    _module_device,
+    _module_dtype,
+    _plain_state_dict,
+    make_sampling_scheduler,
+)
+from ot_gradio.models.tiny import TinyModelPaths, is_tiny, register_tiny, resolve_tiny, tiny_vae
+
+PARTS = ("transformer", "text_encoder", "vae")
+DEFAULT_SEQUENCE_LENGTH = 120
+
+
+def _no_fp16_autocast(device: torch.device):
+    """T5 overflows in float16, so it runs outside a float16 autocast (bfloat16 is fine), as
+    OneTrainer's fallback for the text encoder does."""
+    kind = device.type
+    if torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.float16:
+        return torch.autocast(kind, enabled=False)
+    return contextlib.nullcontext()
+
+
+@register_family(ModelType.PIXART_ALPHA)
+class PixArtAlpha:
+    """The family interface (models/base.py) for PixArt-α 512 and 1024-MS."""
+
+    model_type = ModelType.PIXART_ALPHA
+    native_resolution = 1024
+    denoiser = "transformer"
+    text_encoder_names = ("text_encoder",)
+    lora_base_model_version = "pixart_alpha"
+    # the key of T5's vectors in embedding files and LoRA bundles, as OneTrainer writes them
+    embedding_keys = {"text_encoder": "t5"}
+    # aspect buckets in multiples of 16 px (VAE 8 x patch 2), OneTrainer's quantization for PixArt
+    bucket_step = 16
+    # OneTrainer's BasePixArtAlphaSetup.LAYER_PRESETS for the transformer; T5's own names for
+    # the text encoder (every T5 projection is a Linear: q, k, v, o, wi_0, wi_1, wo)
+    lora_layer_presets = {
+        "transformer": {"full": [], "attn-mlp": ["attn1", "attn2", "ff.net"], "attn-only": ["attn1", "attn2"]},
+        "text_encoder": {"full": [], "attn-mlp": ["SelfAttention", "DenseReluDense"], "attn-only": ["SelfAttention"]},
+    }
+
+    def __init__(self, tokenizer, text_encoder, vae, transformer, scheduler):
+        from diffusers import DDPMScheduler
+
+        self.tokenizer = tokenizer
+        self.text_encoder = text_encoder
+        self.vae = vae
+        self.transformer = transformer
+        self.scheduler = scheduler
+        self.noise_scheduler = DDPMScheduler.from_config(scheduler.config)
+        self.schedule_overrides: dict = {}
+        self.layer_skips: dict[str, int] = {}
+        # tokens T5 reads, for training and sampling; None = DEFAULT_SEQUENCE_LENGTH
+        self.text_encoder_sequence_length: int | None = None
+
+    # the VAE, the noise schedule and the targets are Stable Diffusion's
+    to = StableDiffusion15.to
+    prediction_type = StableDiffusion15.prediction_type
+    configure_noise_schedule = StableDiffusion15.configure_noise_schedule
+    vae_id = StableDiffusion15.vae_id
+    vae_scale_factor = StableDiffusion15.vae_scale_factor
+    encode_images = StableDiffusion15.encode_images
+    decode_latents = StableDiffusion15.decode_latents
+    add_noise = StableDiffusion15.add_noise
+    prediction_target = StableDiffusion15.prediction_target
+    _guarded = staticmethod(StableDiffusion15._guarded)
+
+    # ---------------------------------------------------------------- loading
+
+    @classmethod
+    def load(
+        cls,
+        name: str,
+        *,
+        cache_dir: str | None = None,
+        offline: bool = False,
+        token: str | None = None,
+        dtypes: Mapping[str, torch.dtype] | None = None,
+        config_dir: str | None = None,
+    ) -> PixArtAlpha:
+        """Load from a hub id (PixArt-alpha/PixArt-XL-2-1024-MS, ...-512x512), a local diffusers
+        folder or `tiny:pixart`. Each part loads straight in its dtype (`dtypes` keys:
+        transformer, text_encoder, vae; float32 when not named), so T5 XXL never sits in memory
+        in float32 when it is not asked to. `config_dir` is for single files, which PixArt has not."""
+        dtypes = dict(dtypes or {})
+        unknown = set(dtypes) - set(PARTS)
+        if unknown:
+            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(PARTS)}.")
+        per_part = {part: torch_dtype(dtypes.get(part)) for part in PARTS} | {"default": torch.float32}
+        pipe = cls._load_pipeline(str(name or "").strip(), cache_dir=cache_dir, offline=offline, token=token, dtype=per_part)
+        model = cls(pipe.tokenizer, pipe.text_encoder, pipe.vae, pipe.transformer, pipe.scheduler)
+        for part in PARTS:
+            module = getattr(model, part)
+            if _module_dtype(module) != per_part[part]:
+                module.to(dtype=per_part[part])
+        return model
+
+    @classmethod
+    def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype):
+        from diffusers import PixArtAlphaPipeline
+
+        if not name:
+            raise ModelLoadError("No base model given. Enter a Hugging Face id or a diffusers folder of PixArt-α.")
+        if is_tiny(name):
+            try:
+                folder = resolve_tiny(name).diffusers_dir
+            except ValueError as e:
+                raise ModelLoadError(str(e)) from e
+            return PixArtAlphaPipeline.from_pretrained(folder, local_files_only=True, dtype=dtype)
+
+        path = Path(name).expanduser()
+        if path.is_dir():
+            if not (path / "model_index.json").is_file():
+                raise ModelLoadError(
+                    f"The folder '{name}' is not a diffusers model (it has no model_index.json). "
+                    "Pick the folder that holds model_index.json."
+                )
+            return cls._guarded(
+                name,
+                lambda: PixArtAlphaPipeline.from_pretrained(path, local_files_only=True, dtype=dtype),
+                "The folder looks like a diffusers model but a part failed to load; check that it is a complete "
+                "PixArt-α model (transformer, text_encoder, tokenizer, vae, scheduler).",
+            )
+        if path.is_file():
+            raise ModelLoadError(
+                f"'{name}' is a single file; PixArt-α loads from a diffusers folder or a Hugging Face id (like "
+                "'PixArt-alpha/PixArt-XL-2-1024-MS'), as in OneTrainer. PixArt's own .pth checkpoints hold only the "
+                "transformer in another layout: convert them with diffusers' scripts/convert_pixart_alpha_to_diffusers.py."
+            )
+        looks_local = name.startswith(("/", ".", "~", "\\")) or re.match(r"^[A-Za-z]:[\\/]", name) is not None or name.count("/") > 1
+        if looks_local or not _HUB_ID.fullmatch(name):
+            raise ModelLoadError(
+                f"Base model '{name}' was not found: no such folder. Check the path, or give a Hugging Face id "
+                "like 'PixArt-alpha/PixArt-XL-2-1024-MS'."
+            )
+        hint = (
+            "No local folder has that name and, offline, it is not in the local Hugging Face cache"
+            + (f" ({cache_dir})" if cache_dir else "")
+            + "; turn offline mode off to download it once, or pick a local diffusers folder."
+            if offline
+            else "Check the id, your network and, for gated or private models, the access token."
+        )
+        return cls._guarded(
+            name,
+            lambda: PixArtAlphaPipeline.from_pretrained(
+                name, cache_dir=cache_dir, token=token, local_files_only=offline, dtype=dtype
+            ),
+            hint,
+        )
+
+    # ---------------------------------------------------------------- parts
+
+    @property
+    def parts(self) -> dict[str, torch.nn.Module]:
+        return {part: getattr(self, part) for part in PARTS}
+
+    @property
+    def tokenizers(self) -> dict:
+        """The tokenizer of each text encoder part (the live one training and sampling use)."""
+        return {"text_encoder": self.tokenizer}
+
+    @property
+    def learns_variance(self) -> bool:
+        """Whether the variance channels train with the variational bound: only for epsilon
+        prediction (the bound is written for it) and not with zero terminal SNR (the bound is
+        infinite at the last timestep)."""
+        config = _base_module(self.transformer).config
+        return (
+            config.out_channels == 2 * config.in_channels
+            and self.prediction_type == "epsilon"
+            and not self.schedule_overrides.get("rescale_betas_zero_snr")
+        )
+
+    def set_attention(self, mechanism: str, device: torch.device | str | None = None) -> None:
+        """The transformer's attention: DEFAULT (diffusers' classic processor), SDP (the default),
+        XFORMERS (xformers package and a CUDA GPU) or FLASH (SDP's flash kernel; CUDA, half types)."""
+        from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
+
+        mechanism = str(getattr(mechanism, "value", mechanism)).upper()
+        transformer = _base_module(self.transformer)
+        on_cuda = torch.device(device).type == "cuda" if device is not None else _module_device(transformer).type == "cuda"
+        if mechanism == "DEFAULT":
+            transformer.set_attn_processor(AttnProcessor())
+        elif mechanism == "SDP":
+            transformer.set_attn_processor(AttnProcessor2_0())
+        elif mechanism == "XFORMERS":
+            import importlib.util
+
+            if importlib.util.find_spec("xformers") is None or not on_cuda:
+                raise ValueError(
+                    "attention_mechanism: XFORMERS needs the xformers package and a CUDA GPU"
+                    + ("" if on_cuda else " (training is not on cuda)")
+                    + "; use SDP, which saves about as much memory"
+                )
+            transformer.enable_xformers_memory_efficient_attention()
+        elif mechanism == "FLASH":
+            if not on_cuda:
+                raise ValueError("attention_mechanism: FLASH needs a CUDA GPU; use SDP (it picks flash attention itself where it can)")
+            transformer.set_attn_processor(_flash_attention_processor())
+        else:
+            raise ValueError(f"attention_mechanism: unknown value {mechanism!r}; use SDP, DEFAULT, XFORMERS or FLASH")
+
+    # ---------------------------------------------------------------- training
+
+    @property
+    def sequence_length(self) -> int:
+        return int(self.text_encoder_sequence_length or DEFAULT_SEQUENCE_LENGTH)
+
+    def tokenize(self, prompts: str | Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(token ids, attention mask), padded and truncated to `sequence_length`."""
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        out = self.tokenizer(
+            list(prompts),
+            padding="max_length",
+            max_length=self.sequence_length,
+            truncation=True,
+            add_special_tokens=True,
+            return_tensors="pt",
+        )
+        return out.input_ids, out.attention_mask
+
+    def encode_prompt(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layer_skip: int = 0) -> torch.Tensor:
+        """T5 hidden states (B, tokens, width); `layer_skip` > 0 takes an earlier layer's output
+        with T5's final layer norm applied (OneTrainer's encode_t5)."""
+        device = _module_device(self.text_encoder)
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        with _no_fp16_autocast(device):
+            if layer_skip <= 0:
+                return self.text_encoder(input_ids, attention_mask=attention_mask)[0]
+            out = self.text_encoder(input_ids, attention_mask=attention_mask, output_hidden_states=True)
+            return _base_module(self.text_encoder).encoder.final_layer_norm(out.hidden_states[-(layer_skip + 1)])
+
+    def encode_text(self, captions: Sequence[str], grad: frozenset[str] | set[str] = frozenset()) -> dict[str, torch.Tensor]:
+        """{"encoder_hidden_states", "encoder_attention_mask"} for a batch of captions; gradients
+        flow through T5 only when "text_encoder" is in `grad`."""
+        ids, mask = self.tokenize(list(captions))
+        with torch.set_grad_enabled("text_encoder" in grad and torch.is_grad_enabled()):
+            hidden = self.encode_prompt(ids, mask, self.layer_skips.get("text_encoder", 0))
+        return {"encoder_hidden_states": hidden, "encoder_attention_mask": mask.to(hidden.device)}
+
+    def micro_conditions(self, batch_size: int, height: int, width: int, device, dtype) -> dict[str, torch.Tensor]:
+        """The 1024 model's `added_cond_kwargs`: the image size (height, width) in pixels and its
+        aspect ratio height / width. Models without them ignore them."""
+        return {
+            "resolution": torch.tensor([[float(height), float(width)]] * batch_size, device=device, dtype=dtype),
+            "aspect_ratio": torch.tensor([[float(height) / float(width)]] * batch_size, device=device, dtype=dtype),
+        }
+
+    def predict(self, noisy_latents: torch.Tensor, timesteps: torch.Tensor, conditioning, batch=None, *, variance: bool = False):
+        """Epsilon (B, 4, h, w) in the transformer's dtype; with `variance=True`, (epsilon, the
+        variance channels or None). The size conditions are the batch's target size (else the
+        latents' size in pixels)."""
+        if not isinstance(conditioning, Mapping):
+            raise TypeError("PixArt's conditioning is what encode_text returns (hidden states and their attention mask).")
+        transformer = self.transformer
+        device, dtype = _module_device(transformer), _module_dtype(transformer)
+        size = getattr(batch, "size", None)
+        if size:
+            height, width = size
+        else:
+            height, width = (n * self.vae_scale_factor for n in noisy_latents.shape[-2:])
+        mask = conditioning.get("encoder_attention_mask")
+        out = transformer(
+            noisy_latents.to(device, dtype),
+            encoder_hidden_states=conditioning["encoder_hidden_states"].to(device, dtype),
+            encoder_attention_mask=None if mask is None else mask.to(device),
+            timestep=timesteps.to(device),
+            added_cond_kwargs=self.micro_conditions(noisy_latents.shape[0], height, width, device, dtype),
+        ).sample
+        channels = noisy_latents.shape[1]
+        eps, var = (out[:, :channels], out[:, channels:]) if out.shape[1] == 2 * channels else (out, None)
+        return (eps, var) if variance else eps
+
+    # ---------------------------------------------------------------- sampling
+
+    def pipeline(self, sampler: NoiseScheduler | str | None = None, with_text_encoder: bool = True):
+        """A PixArtAlphaPipeline sharing this model's components. Without the text encoder it
+        takes prompt embeddings and keeps them in the transformer's dtype."""
+        from diffusers import PixArtAlphaPipeline
+
+        if sampler is None:
+            scheduler = type(self.scheduler).from_config(self.scheduler.config, **self.schedule_overrides)
+        else:
+            scheduler = make_sampling_scheduler(sampler, self.scheduler.config, self.schedule_overrides)
+        pipe = PixArtAlphaPipeline(
+            tokenizer=self.tokenizer if with_text_encoder else None,
+            text_encoder=_base_module(self.text_encoder) if with_text_encoder else None,
+            vae=_base_module(self.vae),
+            transformer=_base_module(self.transformer),
+            scheduler=scheduler,
+        )
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+    def sample(
+        self,
+        prompt: str,
+        negative_prompt: str = "",
+        height: int = 1024,
+        width: int = 1024,
+        steps: int = 20,
+        cfg_scale: float = 4.5,
+        seed: int = 0,
+        sampler: NoiseScheduler | str = NoiseScheduler.DDIM,
+        device: torch.device | str | None = None,
+    ):
+        """One image (PIL) of exactly `width` x `height`.
+
+        The prompts are encoded here, with the training's sequence length and layer skip, and
+        the image is generated at the asked size (no aspect-ratio binning), rounded up to the
+        latent patch (16 px) and resized back if needed. Parts keep their mode and device."""
+        step = self.vae_scale_factor * int(_base_module(self.transformer).config.patch_size)
+        gen_h, gen_w = -(-int(height) // step) * step, -(-int(width) // step) * step
+        modules = self.parts
+        was_training = {name: m.training for name, m in modules.items()}
+        devices = {name: _module_device(m) for name, m in modules.items()}
+        target = torch.device(device) if device is not None else devices["transformer"]
+        try:
+            for m in modules.values():
+                m.eval()
+                m.to(target)
+            generator = torch.Generator(device="cpu").manual_seed(int(seed))
+            with torch.no_grad():
+                cond = self.encode_text([prompt])
+                uncond = self.encode_text([negative_prompt or ""])
+                dtype = _module_dtype(self.transformer)
+                latents = self.pipeline(sampler, with_text_encoder=False)(
+                    prompt_embeds=cond["encoder_hidden_states"].to(dtype),
+                    prompt_attention_mask=cond["encoder_attention_mask"],
+                    negative_prompt=None,
+                    negative_prompt_embeds=uncond["encoder_hidden_states"].to(dtype),
+                    negative_prompt_attention_mask=uncond["encoder_attention_mask"],
+                    height=gen_h,
+                    width=gen_w,
+                    num_inference_steps=int(steps),
+                    guidance_scale=float(cfg_scale),
+                    generator=generator,
+                    use_resolution_binning=False,
+                    clean_caption=False,
+                    output_type="latent",
+                ).images
+                pixels = self.decode_latents(latents).float()
+            from diffusers.image_processor import VaeImageProcessor
+
+            image = VaeImageProcessor(vae_scale_factor=self.vae_scale_factor).postprocess(pixels.cpu(), output_type="pil")[0]
+        finally:
+            for name, m in modules.items():
+                m.to(devices[name])
+                m.train(was_training[name])
+        if image.size != (int(width), int(height)):
+            image = image.resize((int(width), int(height)))
+        return image
+
+    # ---------------------------------------------------------------- saving
+
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+        """The transformer alone in PixArt's original key layout (`.safetensors`), as OneTrainer's
+        SAFETENSORS output of PixArt; the text encoder and VAE are the base model's."""
+        from ot_gradio.models.pixart_single_file import save_original_transformer
+
+        return save_original_transformer(
+            path,
+            _base_module(self.transformer),
+            _plain_state_dict(self.transformer, "transformer"),
+            dtype=torch_dtype(dtype),
+            metadata={"modelspec.architecture": "pixart-alpha", "ot_gradio.model_type": self.model_type.value},
+        )
+
+    def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+        """A diffusers folder (PixArtAlphaPipeline.from_pretrained loads it), written to a temp
+        folder next to `directory` and swapped in. Weights are cast copy by copy."""
+        from safetensors.torch import save_file
+
+        dt = torch_dtype(dtype)
+        state = {name: cast_state_dict(_plain_state_dict(m, name), dt) for name, m in self.parts.items()}
+
+        def write(tmp: Path) -> None:
+            for name in ("transformer", "vae"):
+                (tmp / name).mkdir()
+                _base_module(getattr(self, name)).save_config(tmp / name)
+                save_file(state[name], str(tmp / name / "diffusion_pytorch_model.safetensors"), metadata={"format": "pt"})
+            text_encoder = _base_module(self.text_encoder)
+            config = copy.deepcopy(text_encoder.config)
+            config.dtype = str(dt).removeprefix("torch.")
+            config.save_pretrained(tmp / "text_encoder")
+            save_file(state["text_encoder"], str(tmp / "text_encoder" / "model.safetensors"), metadata={"format": "pt"})
+            self.tokenizer.save_pretrained(tmp / "tokenizer")
+            self.scheduler.save_pretrained(tmp / "scheduler")
+            self.pipeline().save_config(tmp)
+
+        return atomic_write_dir(directory, write)
+
+
+# -------------------------------------------------------------------- tiny model
+
+TINY_PIXART_VERSION = 1
+
+
+def tiny_t5_tokenizer(model_max_length: int = DEFAULT_SEQUENCE_LENGTH):
+    """A T5 (Unigram) tokenizer built in memory: the special tokens, then every letter, digit and
+    punctuation mark with and without the word-start mark, so text splits into characters."""
+    from transformers import T5Tokenizer
+
+    chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:!?'\"()-_/<>*"
+    vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
+    vocab += [("\u2581" + c, -3.0) for c in chars] + [(c, -4.0) for c in chars]
+    return T5Tokenizer(vocab=vocab, extra_ids=0, model_max_length=model_max_length)
+
+
+def tiny_pixart_components(seed: int = 0, sample_size: int = 128) -> dict:
+    """PixArt-α's classes at width 24-32 (the size embeddings need a width divisible by 3).
+    sample_size 128 is the 1024-MS layout (micro-conditions on); 64 is the 512 model's. The
+    position embedding is rebuilt for other sizes, so 64 px images work with either."""
+    from diffusers import DPMSolverMultistepScheduler, PixArtTransformer2DModel
+    from transformers import T5Config, T5EncoderModel
+
+    tokenizer = tiny_t5_tokenizer()
+    torch.manual_seed(seed)
+    text_encoder = T5EncoderModel(
+        T5Config(
+            vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+            relative_attention_num_buckets=8, feed_forward_proj="gated-gelu", dropout_rate=0.0,
+            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        )
+    )
+    torch.manual_seed(seed)
+    transformer = PixArtTransformer2DModel(
+        num_attention_heads=2, attention_head_dim=12, in_channels=4, out_channels=8, num_layers=2,
+        cross_attention_dim=24, caption_channels=32, sample_size=sample_size, patch_size=2,
+        norm_type="ada_norm_single", num_embeds_ada_norm=1000, norm_elementwise_affine=False, norm_eps=1e-6,
+        activation_fn="gelu-approximate", attention_bias=True,
+    )
+    with torch.no_grad():  # a visible output, so tests see what training changes
+        transformer.proj_out.weight.normal_(0.0, 0.02)
+    scheduler = DPMSolverMultistepScheduler(
+        num_train_timesteps=1000, beta_start=0.0001, beta_end=0.02, beta_schedule="linear", prediction_type="epsilon",
+        algorithm_type="dpmsolver++", solver_order=2,
+    )
+    return {"tokenizer": tokenizer, "text_encoder": text_encoder, "vae": tiny_vae(seed=seed), "transformer": transformer, "scheduler": scheduler}
+
+
+def _as_hub_layout(folder: Path) -> None:
+    """Name the transformer `Transformer2DModel`, as the hub's PixArt-α repos do (diffusers maps
+    that name to PixArtTransformer2DModel by its norm type)."""
+    import json
+
+    for file, key in ((folder / "transformer" / "config.json", "_class_name"), (folder / "model_index.json", "transformer")):
+        data = json.loads(file.read_text())
+        data[key] = "Transformer2DModel" if key == "_class_name" else ["diffusers", "Transformer2DModel"]
+        file.write_text(json.dumps(data, indent=2))
+
+
+@register_tiny("pixart", TINY_PIXART_VERSION)
+def save_tiny_pixart(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    """The tiny PixArt-α (1024-MS layout) as a hub-like diffusers folder, and its transformer as
+    an original-layout single file. Written atomically; existing copies are reused."""
+    from diffusers import PixArtAlphaPipeline
+
+    from ot_gradio.models.pixart_single_file import save_original_transformer
+
+    root = Path(root)
+    paths = TinyModelPaths(root / "diffusers", root / "pixart-transformer.safetensors")
+    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
+        return paths
+    components = tiny_pixart_components(seed)
+    if not (paths.diffusers_dir / "model_index.json").is_file():
+        pipe = PixArtAlphaPipeline(**components)
+
+        def write(tmp: Path) -> None:
+            pipe.save_pretrained(tmp, safe_serialization=True)
+            _as_hub_layout(tmp)
+
+        atomic_write_dir(paths.diffusers_dir, write)
+    if not paths.single_file.is_file():
+        transformer = components["transformer"]
+        save_original_transformer(paths.single_file, transformer, transformer.state_dict(), metadata={"ot_gradio.tiny": "pixart"})
+    return paths

@@ -1,0 +1,136 @@
+"""Stable Diffusion 2.0 / 2.1, the 768 px v-prediction models and the 512 px epsilon "base" ones.
+
+They are SD 1.5 with another text encoder and scheduler: OpenCLIP ViT-H, which diffusers stores
+as a `CLIPTextModel` holding only the 23 layers SD 2 uses, so its output (final layer norm
+applied) is OpenCLIP's penultimate layer, as the original conditions on; and, for the 768 models,
+v-prediction. Everything else (loading, encoding, sampling, saving) is the SD 1.5 code.
+
+A single file carries no scheduler config, so which prediction type it has is a property of the
+model type, as in OneTrainer (which loads SD 2.0/2.1 files with `v2-inference-v.yaml` and the
+base ones with `v2-inference.yaml`). Diffusers' `from_single_file` without a config assumes every
+SD 2 file is the 768 v model (stable-diffusion-2-1), and with a config takes that repo's
+scheduler; here the model type decides in either case.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ot_gradio.config.enums import ModelType
+from ot_gradio.models.common import ModelLoadError
+from ot_gradio.models.registry import register_family
+from ot_gradio.models.sd15 import StableDiffusion15
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny, tiny_sd2_components
+
+
+def check_unet_channels(cls, name: str, pipe):
+    """A model of another type (an inpainting model picked as a plain one, or the other way
+    round) fails here with what to do, not at the first step."""
+    channels = pipe.unet.config.get("in_channels")
+    if channels != cls.unet_in_channels:
+        raise ModelLoadError(
+            f"The UNet of '{name}' takes {channels} input channels but {cls.model_type.value} needs "
+            f"{cls.unet_in_channels}; pick the model type that matches the model (inpainting models take 9)."
+        )
+    return pipe
+
+
+class StableDiffusion2(StableDiffusion15):
+    """What every SD 2.x family shares (registered only through its subclasses)."""
+
+    native_resolution = 512
+    unet_in_channels = 4
+    # the prediction type of a single file of this model type
+    single_file_prediction_type = "epsilon"
+
+    @classmethod
+    def _load_pipeline(cls, name: str, **kwargs):
+        return check_unet_channels(cls, name, super()._load_pipeline(name, **kwargs))
+
+    @classmethod
+    def _load_single_file(cls, path: Path, **kwargs):
+        pipe = super()._load_single_file(path, **kwargs)
+        scheduler = pipe.scheduler
+        if scheduler.config.get("prediction_type") != cls.single_file_prediction_type:
+            pipe.scheduler = type(scheduler).from_config(scheduler.config, prediction_type=cls.single_file_prediction_type)
+        return pipe
+
+    @property
+    def lora_base_model_version(self) -> str:
+        """kohya's names: "sd_v2" and, for a v-prediction model, "sd_v2_v" (which also marks the
+        file `ss_v_parameterization`); both set `ss_v2`, which A1111/Forge read as SD 2."""
+        return "sd_v2_v" if self.prediction_type == "v_prediction" else "sd_v2"
+
+    @property
+    def modelspec_architecture(self) -> str:
+        return "stable-diffusion-v2-768-v" if self.prediction_type == "v_prediction" else "stable-diffusion-v2-512"
+
+
+@register_family(ModelType.STABLE_DIFFUSION_20)
+class StableDiffusion20(StableDiffusion2):
+    model_type = ModelType.STABLE_DIFFUSION_20
+    native_resolution = 768
+    default_config_repo = "stabilityai/stable-diffusion-2"
+    single_file_prediction_type = "v_prediction"
+
+
+@register_family(ModelType.STABLE_DIFFUSION_20_BASE)
+class StableDiffusion20Base(StableDiffusion2):
+    model_type = ModelType.STABLE_DIFFUSION_20_BASE
+    default_config_repo = "stabilityai/stable-diffusion-2-base"
+
+
+@register_family(ModelType.STABLE_DIFFUSION_21)
+class StableDiffusion21(StableDiffusion2):
+    model_type = ModelType.STABLE_DIFFUSION_21
+    native_resolution = 768
+    default_config_repo = "stabilityai/stable-diffusion-2-1"
+    single_file_prediction_type = "v_prediction"
+
+
+@register_family(ModelType.STABLE_DIFFUSION_21_BASE)
+class StableDiffusion21Base(StableDiffusion2):
+    model_type = ModelType.STABLE_DIFFUSION_21_BASE
+    default_config_repo = "stabilityai/stable-diffusion-2-1-base"
+
+
+# ------------------------------------------------------------------ tiny models
+
+
+def save_tiny_pipeline(root: str | os.PathLike, name: str, build) -> TinyModelPaths:
+    """Save the pipeline `build()` returns as a diffusers folder and an original-layout single
+    file under `root`, each atomically; both existing means the cache is complete."""
+    from ot_gradio.fsutil import atomic_write_dir
+    from ot_gradio.models.sd_single_file import save_original_single_file
+
+    root = Path(root)
+    paths = TinyModelPaths(root / "diffusers", root / f"{name}.safetensors")
+    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
+        return paths
+    pipe = build()
+    if not (paths.diffusers_dir / "model_index.json").is_file():
+        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
+    if not paths.single_file.is_file():
+        save_original_single_file(paths.single_file, pipe.unet, pipe.vae, pipe.text_encoder, metadata={"ot_gradio.tiny": name})
+    return paths
+
+
+def tiny_sd2_pipeline(seed: int = 0, prediction_type: str = "v_prediction"):
+    from diffusers import StableDiffusionPipeline
+
+    components = tiny_sd2_components(seed)
+    components["scheduler"].register_to_config(prediction_type=prediction_type)
+    return StableDiffusionPipeline(**components, safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+
+
+@register_tiny("sd2", 1)
+def save_tiny_sd2(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    """The tiny SD 2 with v-prediction (the 768 models' shape at tiny size)."""
+    return save_tiny_pipeline(root, "sd2", lambda: tiny_sd2_pipeline(seed, "v_prediction"))
+
+
+@register_tiny("sd2-base", 1)
+def save_tiny_sd2_base(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    """The tiny SD 2 with epsilon prediction (the 512 "base" models)."""
+    return save_tiny_pipeline(root, "sd2-base", lambda: tiny_sd2_pipeline(seed, "epsilon"))

@@ -1,0 +1,416 @@
+"""Stable Diffusion XL 1.0 base: load, encode, predict, sample, save.
+
+SDXL is SD 1.5's recipe with two text encoders and size conditioning:
+- CLIP ViT-L (`text_encoder`, a `CLIPTextModel`) and OpenCLIP ViT-bigG (`text_encoder_2`, a
+  `CLIPTextModelWithProjection`). The UNet reads both encoders' second-to-last hidden states side
+  by side (768 + 1280 = 2048 wide) and bigG's projected pooled output, as diffusers'
+  StableDiffusionXLPipeline and OneTrainer feed it. Clip skip counts from that second-to-last
+  layer, separately per encoder (`layer_skips`), in training and in samples alike.
+- "Micro-conditioning": each sample's original image size, the top-left corner of the crop taken
+  from the resized image and the size it trains at go into the UNet as `time_ids`. The data layer
+  fills the first two per sample (`Batch.original_sizes`, `Batch.crop_top_lefts`); the target
+  size is the batch's bucket. Sampling uses the image size for both sizes and no crop.
+
+Everything else (noise schedule, attention, latents, the loading paths, errors) is the SD 1.5
+code. The inpainting variant takes the mask and the masked image's latents beside the noisy
+latents exactly as SD 1.5/2 inpainting does (models/sd_inpainting.py: the same mixin, batches and
+latent cache). Full models save as a diffusers folder or an original-layout single file
+(models/sdxl_single_file.py); kohya LoRA files use sd-scripts' SDXL names (`lora_te1_`,
+`lora_te2_`, `lora_unet_input_blocks_...`, see `lora_module_names`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
+from ot_gradio.fsutil import atomic_write_dir
+from ot_gradio.models.common import ModelLoadError, cast_state_dict, torch_dtype
+from ot_gradio.models.registry import register_family
+from ot_gradio.models.sd15 import (
+    StableDiffusion15,
+    _base_module,
+    _module_device,
+    _module_dtype,
+    _plain_state_dict,
+    make_sampling_scheduler,
+)
+from ot_gradio.models.sd_inpainting import MASK_CHANNELS, InpaintingMixin
+from ot_gradio.models.sdxl_single_file import save_sdxl_single_file, unet_module_names
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny, tiny_clip_text_model, tiny_clip_tokenizer, tiny_vae
+
+PARTS = ("unet", "text_encoder", "text_encoder_2", "vae")
+TOKENIZERS = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
+
+
+@register_family(ModelType.STABLE_DIFFUSION_XL_10_BASE)
+class StableDiffusionXL(StableDiffusion15):
+    model_type = ModelType.STABLE_DIFFUSION_XL_10_BASE
+    native_resolution = 1024
+    text_encoder_names = ("text_encoder", "text_encoder_2")
+    default_config_repo = "stabilityai/stable-diffusion-xl-base-1.0"
+    modelspec_architecture = "stable-diffusion-xl-v1-base"
+    lora_base_model_version = "sdxl_base_v1-0"
+    unet_in_channels = 4
+    # A1111 / OneTrainer SDXL embedding files hold one tensor per encoder
+    embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "clip_g"}
+    _pipeline_load_kwargs: dict = {}
+
+    def __init__(self, tokenizer, tokenizer_2, text_encoder, text_encoder_2, vae, unet, scheduler, *, force_zeros_for_empty_prompt: bool = True):
+        self.tokenizer_2 = tokenizer_2
+        self.text_encoder_2 = text_encoder_2
+        # SDXL's model_index.json: an empty negative prompt is a zero embedding, not the encoded ""
+        self.force_zeros_for_empty_prompt = bool(force_zeros_for_empty_prompt)
+        super().__init__(tokenizer, text_encoder, vae, unet, scheduler)
+
+    @classmethod
+    def _pipeline_class(cls):
+        from diffusers import StableDiffusionXLPipeline
+
+        return StableDiffusionXLPipeline
+
+    @classmethod
+    def _load_pipeline(cls, name: str, **kwargs):
+        """SD 1.x/2.x folders load as an SDXL pipeline without the second encoder (it is an
+        optional component), so check what came back."""
+        pipe = super()._load_pipeline(name, **kwargs)
+        missing = [p for p in ("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2") if getattr(pipe, p, None) is None]
+        if missing or pipe.unet.config.get("addition_embed_type") != "text_time":
+            raise ModelLoadError(
+                f"'{name}' is not an SDXL model (it has no {', '.join(missing) or 'size conditioning'}); "
+                "pick the model type that matches it, or an SDXL model."
+            )
+        channels = pipe.unet.config.get("in_channels")
+        if channels != cls.unet_in_channels:
+            raise ModelLoadError(
+                f"The UNet of '{name}' takes {channels} input channels but {cls.model_type.value} needs "
+                f"{cls.unet_in_channels}; pick the model type that matches the model (inpainting models take 9)."
+            )
+        return pipe
+
+    @classmethod
+    def _from_pipeline(cls, pipe):
+        return cls(
+            pipe.tokenizer,
+            pipe.tokenizer_2,
+            pipe.text_encoder,
+            pipe.text_encoder_2,
+            pipe.vae,
+            pipe.unet,
+            pipe.scheduler,
+            force_zeros_for_empty_prompt=pipe.config.get("force_zeros_for_empty_prompt", True),
+        )
+
+    @property
+    def parts(self) -> dict[str, torch.nn.Module]:
+        return {part: getattr(self, part) for part in PARTS}
+
+    @property
+    def tokenizers(self) -> dict:
+        """The tokenizer of each text encoder part (the live ones training and sampling use)."""
+        return {part: getattr(self, name) for part, name in TOKENIZERS.items()}
+
+    @property
+    def layer_skips(self) -> dict[str, int]:
+        return self._layer_skips
+
+    @layer_skips.setter
+    def layer_skips(self, skips: Mapping[str, int]) -> None:
+        """Checked here, so a clip skip the encoder has no layer for fails before training."""
+        checked = {}
+        for part, skip in dict(skips).items():
+            skip = int(skip or 0)
+            layers = int(_base_module(getattr(self, part)).config.num_hidden_layers)
+            if not 0 <= skip <= layers - 1:
+                raise ValueError(
+                    f"{part}_layer_skip: {skip} is out of range; this model's {part.replace('_', ' ')} has {layers} "
+                    f"layers and SDXL already reads the second-to-last, so use 0 to {layers - 1}"
+                )
+            checked[part] = skip
+        self._layer_skips = checked
+
+    # ---------------------------------------------------------------- training
+
+    def encode_text(
+        self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()
+    ) -> dict[str, torch.Tensor]:
+        """Both encoders' hidden states side by side (`encoder_hidden_states`) and bigG's pooled,
+        projected output (`text_embeds`). `captions` is one list for both encoders or one list per
+        encoder part (caption dropout per encoder). Gradients flow through the encoders in `grad`."""
+        hidden: list[torch.Tensor] = []
+        pooled = None
+        for part in self.text_encoder_names:
+            texts = list(captions[part] if isinstance(captions, Mapping) else captions)
+            tokenizer = getattr(self, TOKENIZERS[part])
+            encoder = getattr(self, part)
+            ids = tokenizer(
+                texts, padding="max_length", max_length=tokenizer.model_max_length, truncation=True, return_tensors="pt"
+            ).input_ids.to(_module_device(encoder))
+            with torch.set_grad_enabled(part in grad and torch.is_grad_enabled()):
+                out = encoder(ids, output_hidden_states=True)
+                hidden.append(out.hidden_states[-(2 + self.layer_skips.get(part, 0))])
+                if part == "text_encoder_2":
+                    pooled = self._pooled(encoder, out.last_hidden_state, ids, tokenizer.eos_token_id)
+        device = hidden[0].device
+        return {
+            "encoder_hidden_states": torch.cat([h.to(device) for h in hidden], dim=-1),
+            "text_embeds": pooled.to(device),
+        }
+
+    @staticmethod
+    def _pooled(encoder, last_hidden: torch.Tensor, ids: torch.Tensor, eos_token_id: int) -> torch.Tensor:
+        """bigG's projected output at the first end-of-text token. transformers pools at the
+        highest token id for SDXL's legacy config (eos_token_id 2), which is an embedding's token
+        once embeddings are added, so the position is found here from the tokenizer's EOS id."""
+        positions = (ids == eos_token_id).int().argmax(dim=-1)
+        rows = last_hidden[torch.arange(ids.shape[0], device=last_hidden.device), positions.to(last_hidden.device)]
+        return encoder.text_projection(rows)
+
+    def time_ids(self, batch, count: int, latent_size: tuple[int, int]) -> torch.Tensor:
+        """(count, 6) float: original height and width, crop top and left, target height and
+        width. Without per-sample sizes (no batch, or a batch built elsewhere) the image is taken
+        as uncropped at the size it trains at."""
+        if batch is not None:
+            target = tuple(int(v) for v in batch.size)
+        else:
+            target = tuple(int(v) * self.vae_scale_factor for v in latent_size)
+        originals = getattr(batch, "original_sizes", None) or [target] * count
+        crops = getattr(batch, "crop_top_lefts", None) or [(0, 0)] * count
+        if len(originals) != count or len(crops) != count:
+            raise ValueError(f"the batch has {len(originals)} original sizes and {len(crops)} crops for {count} samples")
+        return torch.tensor([[*o, *c, *target] for o, c in zip(originals, crops, strict=True)], dtype=torch.float32)
+
+    def predict(self, noisy_latents: torch.Tensor, timesteps: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
+        """The UNet's output for `conditioning` (what `encode_text` returned), with the size and
+        crop conditioning of `batch` (data.batches.Batch)."""
+        device, dtype = _module_device(self.unet), _module_dtype(self.unet)
+        time_ids = self.time_ids(batch, noisy_latents.shape[0], tuple(noisy_latents.shape[-2:]))
+        return self.unet(
+            noisy_latents.to(device, dtype),
+            timesteps.to(device),
+            conditioning["encoder_hidden_states"].to(device, dtype),
+            added_cond_kwargs={
+                "text_embeds": conditioning["text_embeds"].to(device, dtype),
+                "time_ids": time_ids.to(device, dtype),
+            },
+        ).sample
+
+    def lora_module_names(self) -> dict[str, dict[str, str]]:
+        """Module path renames for kohya LoRA files: the UNet's layers under their original
+        (sgm) names, as sd-scripts, A1111 and ComfyUI name SDXL LoRA layers. The text encoders
+        keep transformers' names."""
+        return {"unet": unet_module_names(_base_module(self.unet))}
+
+    # ---------------------------------------------------------------- sampling
+
+    def pipeline(self, sampler: NoiseScheduler | str | None = None):
+        """A diffusers SDXL pipeline sharing this model's (possibly LoRA-wrapped) components."""
+        if sampler is None:
+            scheduler = type(self.scheduler).from_config(self.scheduler.config, **self.schedule_overrides)
+        else:
+            scheduler = make_sampling_scheduler(sampler, self.scheduler.config, self.schedule_overrides)
+        pipe = self._pipeline_class()(
+            vae=_base_module(self.vae),
+            text_encoder=_base_module(self.text_encoder),
+            text_encoder_2=_base_module(self.text_encoder_2),
+            tokenizer=self.tokenizer,
+            tokenizer_2=self.tokenizer_2,
+            unet=_base_module(self.unet),
+            scheduler=scheduler,
+            force_zeros_for_empty_prompt=self.force_zeros_for_empty_prompt,
+            add_watermarker=False,
+        )
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+    def prompt_inputs(self, prompt: str, negative_prompt: str = "") -> dict:
+        """Embeddings made by `encode_text` (so each encoder's clip skip applies, which the
+        pipeline's single `clip_skip` cannot do); an empty negative prompt is zeros when the model
+        says so, as in the pipeline."""
+        cond = self.encode_text([prompt])
+        if negative_prompt or not self.force_zeros_for_empty_prompt:
+            uncond = self.encode_text([negative_prompt or ""])
+        else:
+            uncond = {k: torch.zeros_like(v) for k, v in cond.items()}
+        return {
+            "prompt_embeds": cond["encoder_hidden_states"],
+            "pooled_prompt_embeds": cond["text_embeds"],
+            "negative_prompt_embeds": uncond["encoder_hidden_states"],
+            "negative_pooled_prompt_embeds": uncond["text_embeds"],
+        }
+
+    # ---------------------------------------------------------------- saving
+
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+        """An original-layout SDXL `.safetensors` checkpoint (A1111, ComfyUI, `from_single_file`), atomically."""
+        for name, module in self.parts.items():
+            _plain_state_dict(module, name)
+        return save_sdxl_single_file(
+            path,
+            _base_module(self.unet),
+            _base_module(self.vae),
+            _base_module(self.text_encoder),
+            _base_module(self.text_encoder_2),
+            dtype=dtype,
+            metadata={"modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value},
+        )
+
+    def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+        """A diffusers folder, written to a temp folder next to `directory` and then swapped in;
+        weights are cast copy by copy, so the live model keeps its own dtype."""
+        from safetensors.torch import save_file
+
+        dt = torch_dtype(dtype)
+        state = {name: cast_state_dict(_plain_state_dict(m, name), dt) for name, m in self.parts.items()}
+
+        def write(tmp: Path) -> None:
+            for name in ("unet", "vae"):
+                (tmp / name).mkdir()
+                _base_module(getattr(self, name)).save_config(tmp / name)
+                save_file(state[name], str(tmp / name / "diffusion_pytorch_model.safetensors"), metadata={"format": "pt"})
+            for name in self.text_encoder_names:
+                config = copy.deepcopy(_base_module(getattr(self, name)).config)
+                config.dtype = str(dt).removeprefix("torch.")
+                config.save_pretrained(tmp / name)
+                save_file(state[name], str(tmp / name / "model.safetensors"), metadata={"format": "pt"})
+                getattr(self, TOKENIZERS[name]).save_pretrained(tmp / TOKENIZERS[name])
+            self.scheduler.save_pretrained(tmp / "scheduler")
+            self.pipeline().save_config(tmp)
+
+        return atomic_write_dir(directory, write)
+
+
+@register_family(ModelType.STABLE_DIFFUSION_XL_10_BASE_INPAINTING)
+class StableDiffusionXLInpainting(InpaintingMixin, StableDiffusionXL):
+    """SDXL with the 9-channel inpainting UNet (noisy latents, mask, masked-image latents), as
+    diffusers' StableDiffusionXLInpaintPipeline and OneTrainer feed it; the masks and
+    masked-image latents reach the batch exactly as for SD 1.5/2 inpainting (sd_inpainting.py)."""
+
+    model_type = ModelType.STABLE_DIFFUSION_XL_10_BASE_INPAINTING
+    default_config_repo = "diffusers/stable-diffusion-xl-1.0-inpainting-0.1"
+    modelspec_architecture = "stable-diffusion-xl-v1-base/inpainting"
+    unet_in_channels = 4 + MASK_CHANNELS + 4
+
+    @classmethod
+    def _pipeline_class(cls):
+        from diffusers import StableDiffusionXLInpaintPipeline
+
+        return StableDiffusionXLInpaintPipeline
+
+    def pipeline(self, sampler: NoiseScheduler | str | None = None):
+        return StableDiffusionXL.pipeline(self, sampler)
+
+
+# ------------------------------------------------------------------ tiny models
+
+
+def tiny_sdxl_components(seed: int = 0, in_channels: int = 4) -> dict:
+    """SDXL's shape at tiny size: three UNet levels (no attention at the top, more transformer
+    layers at the bottom), linear projections, text-time added conditioning, a quick_gelu CLIP
+    and a wider gelu OpenCLIP with a projection (different widths, as 768 and 1280 are, which is
+    also how `from_single_file` tells the two embedders apart)."""
+    from diffusers import EulerDiscreteScheduler, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+
+    tokenizer, tokenizer_2 = tiny_clip_tokenizer(), tiny_clip_tokenizer()
+    vocab = len(tokenizer)
+    text_encoder = tiny_clip_text_model(vocab, hidden=32, seed=seed)
+    torch.manual_seed(seed + 1)
+    text_encoder_2 = CLIPTextModelWithProjection(
+        CLIPTextConfig(
+            vocab_size=vocab,
+            hidden_size=48,
+            intermediate_size=96,
+            projection_dim=24,
+            num_hidden_layers=3,
+            num_attention_heads=2,
+            max_position_embeddings=77,
+            hidden_act="gelu",
+            bos_token_id=vocab - 2,
+            eos_token_id=vocab - 1,
+            pad_token_id=vocab - 1,
+        )
+    )
+    torch.manual_seed(seed)
+    unet = UNet2DConditionModel(
+        sample_size=8,
+        in_channels=in_channels,
+        out_channels=4,
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"),
+        block_out_channels=(16, 32, 32),
+        layers_per_block=2,
+        transformer_layers_per_block=(1, 1, 2),
+        attention_head_dim=(2, 4, 4),
+        use_linear_projection=True,
+        cross_attention_dim=32 + 48,
+        addition_embed_type="text_time",
+        addition_time_embed_dim=8,
+        projection_class_embeddings_input_dim=24 + 6 * 8,
+        norm_num_groups=8,
+    )
+    vae = tiny_vae(seed=seed)
+    vae.register_to_config(scaling_factor=0.13025)
+    scheduler = EulerDiscreteScheduler(
+        num_train_timesteps=1000,
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        prediction_type="epsilon",
+        steps_offset=1,
+        timestep_spacing="leading",
+    )
+    return {
+        "tokenizer": tokenizer,
+        "tokenizer_2": tokenizer_2,
+        "text_encoder": text_encoder,
+        "text_encoder_2": text_encoder_2,
+        "vae": vae,
+        "unet": unet,
+        "scheduler": scheduler,
+    }
+
+
+def tiny_sdxl_pipeline(seed: int = 0):
+    from diffusers import StableDiffusionXLPipeline
+
+    return StableDiffusionXLPipeline(**tiny_sdxl_components(seed), add_watermarker=False)
+
+
+def tiny_sdxl_inpainting_pipeline(seed: int = 0):
+    from diffusers import StableDiffusionXLInpaintPipeline
+
+    components = tiny_sdxl_components(seed, in_channels=4 + MASK_CHANNELS + 4)
+    return StableDiffusionXLInpaintPipeline(**components, add_watermarker=False)
+
+
+def _save_tiny(root: str | os.PathLike, name: str, build) -> TinyModelPaths:
+    """The pipeline `build()` returns as a diffusers folder and an original-layout single file,
+    each written atomically; both existing means the cache is complete."""
+    root = Path(root)
+    paths = TinyModelPaths(root / "diffusers", root / f"{name}.safetensors")
+    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
+        return paths
+    pipe = build()
+    if not (paths.diffusers_dir / "model_index.json").is_file():
+        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
+    if not paths.single_file.is_file():
+        save_sdxl_single_file(
+            paths.single_file, pipe.unet, pipe.vae, pipe.text_encoder, pipe.text_encoder_2, metadata={"ot_gradio.tiny": name}
+        )
+    return paths
+
+
+@register_tiny("sdxl", 1)
+def save_tiny_sdxl(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    return _save_tiny(root, "sdxl", lambda: tiny_sdxl_pipeline(seed))
+
+
+@register_tiny("sdxl-inpainting", 1)
+def save_tiny_sdxl_inpainting(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    return _save_tiny(root, "sdxl-inpainting", lambda: tiny_sdxl_inpainting_pipeline(seed))

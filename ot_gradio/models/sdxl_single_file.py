@@ -1,0 +1,102 @@
+"""Diffusers SDXL weights -> the original (Stability "sgm") single-file checkpoint layout.
+
+What A1111, Forge, ComfyUI, kohya's sd-scripts and diffusers' `from_single_file` read:
+`model.diffusion_model.*` for the UNet, `first_stage_model.*` for the VAE,
+`conditioner.embedders.0.transformer.text_model.*` for CLIP ViT-L (transformers' own names) and
+`conditioner.embedders.1.model.*` for OpenCLIP ViT-bigG (OpenCLIP's names, q/k/v fused). Diffusers
+converts only the other way. The UNet and VAE use the same block layout as SD 1.x/2.x, so their
+renames (and the OpenCLIP layer renames) come from `sd_single_file`; what SDXL adds is the second
+embedder with its text projection, and the UNet's `label_emb` (diffusers' `add_embedding`), which
+that module already maps.
+
+The same UNet renames give the layer names of kohya SDXL LoRA files: sd-scripts trains SDXL on
+the original UNet, so its LoRA layers are called `lora_unet_input_blocks_4_1_...`, not
+`lora_unet_down_blocks_...` (`unet_module_names`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from ot_gradio.config.enums import DataType
+from ot_gradio.fsutil import atomic_write
+from ot_gradio.models.common import cast_state_dict, torch_dtype
+from ot_gradio.models.sd_single_file import (
+    UNET_PREFIX,
+    VAE_PREFIX,
+    _rename_by_prefix,
+    clip_to_original,
+    open_clip_to_original,
+    unet_prefix_map,
+    unet_to_original,
+    vae_to_original,
+)
+
+CLIP_L_PREFIX = "conditioner.embedders.0.transformer.text_model."
+OPEN_CLIP_G_PREFIX = "conditioner.embedders.1.model."
+
+
+def open_clip_g_to_original(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """CLIPTextModelWithProjection (OpenCLIP ViT-bigG) weights -> names under `conditioner.embedders.1.model.`.
+
+    The layers convert as SD 2's OpenCLIP does. OpenCLIP applies its text projection as
+    `x @ text_projection`, so the matrix it stores is the transpose of the Linear weight.
+    """
+    rest = dict(state_dict)
+    projection = rest.pop("text_projection.weight", None)
+    out = open_clip_to_original(rest)
+    if projection is not None:
+        out["text_projection"] = projection.t().contiguous()
+    return out
+
+
+def sdxl_to_original_state_dict(
+    unet: torch.nn.Module,
+    vae: torch.nn.Module,
+    text_encoder: torch.nn.Module,
+    text_encoder_2: torch.nn.Module,
+    dtype: DataType | torch.dtype | None = None,
+) -> dict[str, torch.Tensor]:
+    """The whole SDXL model as one original-layout state dict, float tensors cast to `dtype`."""
+    dt = None if dtype is None else torch_dtype(dtype)
+    result: dict[str, torch.Tensor] = {}
+    for key, value in unet_to_original(unet.state_dict(), unet.config).items():
+        result[UNET_PREFIX + key] = value
+    for key, value in vae_to_original(vae.state_dict(), vae.config).items():
+        result[VAE_PREFIX + key] = value
+    for key, value in clip_to_original(text_encoder.state_dict()).items():
+        result[CLIP_L_PREFIX + key] = value
+    for key, value in open_clip_g_to_original(text_encoder_2.state_dict()).items():
+        result[OPEN_CLIP_G_PREFIX + key] = value
+    return cast_state_dict(result, dt)
+
+
+def save_sdxl_single_file(
+    path: str | os.PathLike,
+    unet: torch.nn.Module,
+    vae: torch.nn.Module,
+    text_encoder: torch.nn.Module,
+    text_encoder_2: torch.nn.Module,
+    dtype: DataType | torch.dtype | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> Path:
+    """Write an original-layout SDXL `.safetensors` checkpoint atomically."""
+    from safetensors.torch import save_file
+
+    state_dict = sdxl_to_original_state_dict(unet, vae, text_encoder, text_encoder_2, dtype)
+    meta = {"format": "pt", **(metadata or {})}
+    return atomic_write(path, lambda tmp: save_file(state_dict, str(tmp), metadata=meta))
+
+
+def unet_module_names(unet: torch.nn.Module) -> dict[str, str]:
+    """Diffusers module path -> original module path for every UNet module with a weight,
+    e.g. `down_blocks.1.attentions.0.proj_in` -> `input_blocks.4.1.proj_in`. Works on a UNet
+    with peft LoRA layers in it too (their `base_layer` is the original module)."""
+    keys = [k.replace(".base_layer.", ".") for k in unet.state_dict() if ".lora_" not in k]
+    modules = {k.removesuffix(".weight") for k in keys if k.endswith(".weight")}
+    renamed = _rename_by_prefix({m + ".weight": m for m in modules}, unet_prefix_map(unet.config, keys))
+    return {module: key.removesuffix(".weight") for key, module in renamed.items()}

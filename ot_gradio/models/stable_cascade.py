@@ -1,0 +1,367 @@
+"""Stable Cascade (Würstchen 3): the stage C prior (`StableCascadeUNet`, full 3.6B or "lite" 1B)
+trained on EffNet latents, conditioned on the CLIP ViT-bigG text encoder's last hidden states
+(no final layer norm), its pooled projection and an all-zero CLIP image embedding, as OneTrainer
+and the diffusers prior pipeline do.
+
+Latents are the EffNet features as they are; r = t + 0.001. The lite models are subfolders of
+the hub repos: base `stabilityai/stable-cascade-prior/prior_lite`, decoder
+`stabilityai/stable-cascade/decoder_lite` (a local component folder such as
+`.../stable-cascade-prior/prior_lite` works the same). `prior.model_name` may also be an
+original-layout `stage_c*.safetensors` file, which is also the single-file output format.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from ot_gradio.config.enums import DataType, ModelType
+from ot_gradio.fsutil import atomic_write
+from ot_gradio.models.cascade_common import (
+    CascadeFamily,
+    Loader,
+    Source,
+    base_module,
+    load_effnet,
+    plain_state_dict,
+    resolve_source,
+)
+from ot_gradio.models.common import ModelLoadError, cast_state_dict, torch_dtype
+from ot_gradio.models.registry import register_family
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny, tiny_clip_tokenizer
+
+PRIOR_PIPELINE_KEYS = ("resolution_multiple",)
+DECODER_PIPELINE_KEYS = ("latent_dim_scale",)
+EFFNET_FILE = "effnet_encoder.safetensors"
+# Depthwise convolutions cannot take a LoRA of most ranks, so "full" is every other Linear and
+# Conv2d but the CLIP image mapper, whose input is always zero when training on text.
+LORA_PRESETS = {
+    "full": ["embedding", "clf", "clip_txt", "scalers", "channelwise", ".mapper", "kv_mapper", "attention"],
+    "attn-mlp": ["attention", "kv_mapper", "channelwise"],
+    "attn-only": ["attention"],
+}
+_COMMON_PRIOR = {
+    "in_channels": 16, "out_channels": 16, "timestep_ratio_embedding_dim": 64, "patch_size": 1,
+    "down_blocks_repeat_mappers": [1, 1], "up_blocks_repeat_mappers": [1, 1],
+    "block_types_per_layer": [["SDCascadeResBlock", "SDCascadeTimestepBlock", "SDCascadeAttnBlock"]] * 2,
+    "clip_text_in_channels": 1280, "clip_text_pooled_in_channels": 1280, "clip_image_in_channels": 768, "clip_seq": 4,
+    "effnet_in_channels": None, "pixel_mapper_in_channels": None, "kernel_size": 3, "dropout": [0.1, 0.1],
+    "self_attn": True, "timestep_conditioning_type": ["sca", "crp"], "switch_level": [False],
+}
+# the released stage C priors (3.6B and lite), for a single file given without a matching base prior
+PRIOR_CONFIGS = {
+    "3.6B": {**_COMMON_PRIOR, "conditioning_dim": 2048, "block_out_channels": [2048, 2048], "num_attention_heads": [32, 32],
+             "down_num_layers_per_block": [8, 24], "up_num_layers_per_block": [24, 8]},
+    "lite": {**_COMMON_PRIOR, "conditioning_dim": 1536, "block_out_channels": [1536, 1536], "num_attention_heads": [24, 24],
+             "down_num_layers_per_block": [4, 12], "up_num_layers_per_block": [12, 4]},
+}
+
+
+def diffusers_to_original(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The prior's weights in the layout of the released `stage_c.safetensors` (what ComfyUI and
+    `StableCascadeUNet.from_single_file` read): attention as nn.MultiheadAttention, i.e. q/k/v
+    fused into `attn.in_proj_weight`/`_bias` and `to_out.0` named `attn.out_proj`."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        head, sep, tail = key.partition(".attention.")
+        if not sep:
+            out[key] = value
+        elif tail.startswith("to_q."):
+            kind = tail.removeprefix("to_q.")
+            parts = [state_dict[f"{head}.attention.to_{p}.{kind}"] for p in "qkv"]
+            out[f"{head}.attention.attn.in_proj_{kind}"] = torch.cat(parts, 0)
+        elif tail.startswith(("to_k.", "to_v.")):
+            continue
+        elif tail.startswith("to_out.0."):
+            out[f"{head}.attention.attn.out_proj.{tail.removeprefix('to_out.0.')}"] = value
+        else:
+            out[key] = value
+    return out
+
+
+def original_to_diffusers(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    from diffusers.loaders.single_file_utils import convert_stable_cascade_unet_single_file_to_diffusers
+
+    return convert_stable_cascade_unet_single_file_to_diffusers(dict(state_dict))
+
+
+def _classes():
+    from diffusers import StableCascadeDecoderPipeline, StableCascadePriorPipeline, StableCascadeUNet
+    from diffusers.pipelines.deprecated.wuerstchen import PaellaVQModel
+
+    return StableCascadeUNet, PaellaVQModel, StableCascadePriorPipeline, StableCascadeDecoderPipeline
+
+
+@register_family(ModelType.STABLE_CASCADE_1)
+class StableCascade(CascadeFamily):
+    model_type = ModelType.STABLE_CASCADE_1
+    parts_order = ("prior", "text_encoder", "decoder", "decoder_vqgan", "effnet_encoder")
+    lora_base_model_version = "stable_cascade_v1"
+    lora_layer_presets = {"prior": LORA_PRESETS}
+    timestep_scale = 1.0
+    decoder_steps = 10
+    hub_example = "stabilityai/stable-cascade-prior"
+
+    # ------------------------------------------------------------ loading
+
+    @classmethod
+    def default_decoder(cls, prior: Source) -> str:
+        if prior.local:
+            raise ModelLoadError(
+                "decoder.model_name: a local Stable Cascade prior needs its decoder too; give the decoder model "
+                "(e.g. stabilityai/stable-cascade, stabilityai/stable-cascade/decoder_lite or a local copy)."
+            )
+        return "stabilityai/stable-cascade"
+
+    @classmethod
+    def default_effnet(cls, decoder: str, loader: Loader) -> str:
+        """`effnet_encoder.safetensors` at the top of the decoder model, where Stability publishes it."""
+        source = resolve_source(decoder, "decoder.model_name", "decoder", "stabilityai/stable-cascade")
+        if source.local:
+            path = Path(source.root) / EFFNET_FILE
+            if not path.is_file():
+                raise ModelLoadError(
+                    f"effnet_encoder.model_name: no {EFFNET_FILE} in '{source.root}'; give the EffNet encoder file "
+                    "(effnet_encoder.safetensors from stabilityai/stable-cascade)."
+                )
+            return str(path)
+        return loader.hub_file(source.root, EFFNET_FILE, "effnet_encoder.model_name")
+
+    @classmethod
+    def tiny_effnet_path(cls, root: Path) -> Path:
+        return root / "decoder" / EFFNET_FILE
+
+    @classmethod
+    def _load_prior_file(cls, path: Path, base_config: Mapping | None):
+        """An original-layout stage C file: converted by diffusers' converter, built with the
+        base prior's config when the weights fit it, else the released 3.6B or lite config."""
+        from safetensors.torch import load_file
+
+        unet_cls = _classes()[0]
+        try:
+            state_dict = original_to_diffusers(load_file(str(path)))
+        except Exception as e:
+            raise ModelLoadError(f"prior.model_name: could not read {path} as a Stable Cascade stage C file ({e}).") from e
+        candidates = [dict(base_config)] if base_config else []
+        candidates.append(PRIOR_CONFIGS["3.6B" if any(k.startswith("down_blocks.0.23.") for k in state_dict) else "lite"])
+        for config in candidates:
+            config = {k: v for k, v in config.items() if not k.startswith("_")}
+            with torch.device("meta"):
+                shapes = {k: tuple(v.shape) for k, v in unet_cls(**config).state_dict().items()}
+            if shapes == {k: tuple(v.shape) for k, v in state_dict.items()}:
+                prior = unet_cls(**config)
+                prior.load_state_dict(state_dict)
+                return prior
+        raise ModelLoadError(
+            f"prior.model_name: {path} is not a Stable Cascade stage C prior that fits the base model's prior, "
+            "nor the released 3.6B or lite one."
+        )
+
+    @classmethod
+    def _load_parts(cls, source: Source, parts, loader: Loader):
+        from diffusers import DDPMWuerstchenScheduler
+        from transformers import CLIPTextModelWithProjection, CLIPTokenizer
+
+        unet_cls, vqgan_cls, prior_pipe_cls, decoder_pipe_cls = _classes()
+        field = "base_model_name"
+        tokenizer = loader.load(CLIPTokenizer, source, "tokenizer", field)
+        text_encoder = loader.load(CLIPTextModelWithProjection, source, "text_encoder", field)
+        scheduler = loader.load(DDPMWuerstchenScheduler, source, "scheduler", field)
+        prior_config = loader.pipeline_config(prior_pipe_cls, source, field)
+        override = parts.get("prior")
+        if override and Path(override).expanduser().is_file():
+            base_config = None
+            try:
+                base_config = unet_cls.load_config(
+                    source.root, subfolder=source.subfolder, cache_dir=loader.cache_dir, token=loader.token,
+                    local_files_only=loader.offline or source.local,
+                )
+            except Exception:
+                pass  # the released configs are tried instead
+            prior = cls._load_prior_file(Path(override).expanduser(), base_config)
+        elif override:
+            prior_source = resolve_source(override, "prior.model_name", "prior", "stabilityai/stable-cascade-prior/prior_lite")
+            prior = loader.load(unet_cls, prior_source, prior_source.subfolder, "prior.model_name")
+        else:
+            prior = loader.load(unet_cls, source, source.subfolder, field)
+
+        decoder_source = resolve_source(parts["decoder"], "decoder.model_name", "decoder", "stabilityai/stable-cascade")
+        field = "decoder.model_name"
+        return cls(
+            tokenizer=tokenizer,
+            text_encoder=text_encoder,
+            prior=prior,
+            scheduler=scheduler,
+            prior_pipeline_config={k: prior_config[k] for k in PRIOR_PIPELINE_KEYS if k in prior_config},
+            decoder=loader.load(unet_cls, decoder_source, decoder_source.subfolder, field),
+            decoder_vqgan=loader.load(vqgan_cls, decoder_source, "vqgan", field),
+            decoder_scheduler=loader.load(DDPMWuerstchenScheduler, decoder_source, "scheduler", field),
+            decoder_pipeline_config={
+                k: v for k, v in loader.pipeline_config(decoder_pipe_cls, decoder_source, field).items() if k in DECODER_PIPELINE_KEYS
+            },
+            effnet_encoder=load_effnet(parts["effnet_encoder"], loader),
+        )
+
+    # ------------------------------------------------------------ training
+
+    def _conditioning(self, text_encoder_output, layer_skip: int) -> dict[str, torch.Tensor]:
+        return {
+            "clip_text": text_encoder_output.hidden_states[-(max(0, layer_skip) + 1)],
+            "clip_text_pooled": text_encoder_output.text_embeds.unsqueeze(1),
+        }
+
+    def _prior_forward(self, noisy, ratio, conditioning):
+        clip_text = conditioning["clip_text"]
+        clip_img = clip_text.new_zeros(clip_text.shape[0], 1, base_module(self.prior).config.clip_image_in_channels)
+        return self.prior(
+            sample=noisy,
+            timestep_ratio=ratio,
+            clip_text_pooled=conditioning["clip_text_pooled"],
+            clip_text=clip_text,
+            clip_img=clip_img,
+        ).sample
+
+    def lora_module_names(self) -> dict[str, dict[str, str]]:
+        """Renames for kohya LoRA files: the prior's attention projections under the original
+        stage C names ComfyUI gives them (`attention.attn.to_q`, `attention.attn.out_proj`), so
+        `lora_prior_unet_..._attention_attn_to_q` lands on its weight; other layers keep their names."""
+        names = {}
+        for name, _ in base_module(self.prior).named_modules():
+            head, sep, tail = name.partition(".attention.")
+            if sep and tail in ("to_q", "to_k", "to_v"):
+                names[name] = f"{head}.attention.attn.{tail}"
+            elif sep and tail == "to_out.0":
+                names[name] = f"{head}.attention.attn.out_proj"
+        return {"prior": names}
+
+    # ------------------------------------------------------------ sampling
+
+    def _prior_pipeline(self):
+        from diffusers import DDPMWuerstchenScheduler
+
+        pipe = _classes()[2](
+            tokenizer=self.tokenizer,
+            text_encoder=base_module(self.text_encoder),
+            prior=base_module(self.prior),
+            scheduler=DDPMWuerstchenScheduler.from_config(self.scheduler.config),
+            **self.prior_pipeline_config,
+        )
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+    def _decoder_pipeline(self):
+        from diffusers import DDPMWuerstchenScheduler
+
+        pipe = _classes()[3](
+            decoder=self.decoder,
+            tokenizer=self.tokenizer,
+            text_encoder=base_module(self.text_encoder),
+            scheduler=DDPMWuerstchenScheduler.from_config(self.decoder_scheduler.config),
+            vqgan=self.decoder_vqgan,
+            **self.decoder_pipeline_config,
+        )
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+    def _prior_call_kwargs(self, cond, uncond):
+        kwargs = {"prompt_embeds": cond["clip_text"], "prompt_embeds_pooled": cond["clip_text_pooled"]}
+        if uncond is not None:
+            kwargs.update(negative_prompt_embeds=uncond["clip_text"], negative_prompt_embeds_pooled=uncond["clip_text_pooled"])
+        return kwargs
+
+    # ------------------------------------------------------------ saving
+
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+        """The prior as an original-layout stage C file at `path` (ComfyUI's UNet loader,
+        `StableCascadeUNet.from_single_file`, and `prior.model_name` here) and the text encoder
+        beside it as `<name>.text_encoder.safetensors` (transformers key names), as OneTrainer
+        writes stage_c.safetensors and text_encoder.safetensors. Both written atomically."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        dt = torch_dtype(dtype)
+        metadata = {"format": "pt", "modelspec.architecture": "stable-cascade-v1-prior", "ot_gradio.model_type": self.model_type.value}
+        prior = cast_state_dict(diffusers_to_original(plain_state_dict(self.prior, "prior")), dt)
+        text_encoder = cast_state_dict(plain_state_dict(self.text_encoder, "text_encoder"), dt)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda tmp: save_file(prior, str(tmp), metadata=metadata))
+        te_path = path.with_name(path.stem + ".text_encoder.safetensors")
+        atomic_write(te_path, lambda tmp: save_file(text_encoder, str(tmp), metadata={"format": "pt"}))
+        return path
+
+
+# ---------------------------------------------------------------- tiny model
+
+TINY_CASCADE_VERSION = 1
+
+
+def tiny_cascade_text_encoder(vocab_size: int, seed: int = 0):
+    """A CLIPTextModelWithProjection like Stable Cascade's OpenCLIP bigG, at width 32."""
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+
+    torch.manual_seed(seed)
+    return CLIPTextModelWithProjection(CLIPTextConfig(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, projection_dim=32, num_hidden_layers=2,
+        num_attention_heads=2, max_position_embeddings=77, hidden_act="gelu",
+        bos_token_id=vocab_size - 2, eos_token_id=vocab_size - 1, pad_token_id=vocab_size - 1,
+    ))
+
+
+def tiny_cascade_prior(seed: int = 0):
+    torch.manual_seed(seed)
+    return _classes()[0](**{
+        **_COMMON_PRIOR, "conditioning_dim": 32, "block_out_channels": [32, 32], "num_attention_heads": [2, 2],
+        "down_num_layers_per_block": [1, 1], "up_num_layers_per_block": [1, 1], "clip_text_in_channels": 32,
+        "clip_text_pooled_in_channels": 32, "clip_image_in_channels": 16, "dropout": [0.0, 0.0],
+    })
+
+
+@register_tiny("cascade", TINY_CASCADE_VERSION)
+def save_tiny_cascade(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    """`root/prior` (the base model), `root/decoder` (decoder model with `effnet_encoder.safetensors`
+    at its top, as stabilityai/stable-cascade) and `root/stage_c.safetensors` (the prior in the
+    original single-file layout)."""
+    from diffusers import DDPMWuerstchenScheduler
+    from safetensors.torch import save_file
+
+    from ot_gradio.fsutil import atomic_write_dir
+    from ot_gradio.models.wuerstchen import tiny_effnet, tiny_paella_vq
+
+    root = Path(root)
+    paths = TinyModelPaths(root / "prior", root / "stage_c.safetensors")
+    if (paths.diffusers_dir / "model_index.json").is_file() and (root / "decoder" / EFFNET_FILE).is_file() and paths.single_file.is_file():
+        return paths
+    unet_cls, _, prior_pipe_cls, decoder_pipe_cls = _classes()
+    tokenizer = tiny_clip_tokenizer()
+    text_encoder = tiny_cascade_text_encoder(len(tokenizer), seed)
+    prior = tiny_cascade_prior(seed)
+    prior_pipe = prior_pipe_cls(tokenizer=tokenizer, text_encoder=text_encoder, prior=prior, scheduler=DDPMWuerstchenScheduler())
+    torch.manual_seed(seed + 1)
+    decoder = unet_cls(
+        in_channels=4, out_channels=4, timestep_ratio_embedding_dim=64, patch_size=4, conditioning_dim=32,
+        block_out_channels=[16, 32], num_attention_heads=[-1, 2], down_num_layers_per_block=[1, 1],
+        up_num_layers_per_block=[1, 1], down_blocks_repeat_mappers=[1, 1], up_blocks_repeat_mappers=[2, 2],
+        block_types_per_layer=[["SDCascadeResBlock", "SDCascadeTimestepBlock"],
+                               ["SDCascadeResBlock", "SDCascadeTimestepBlock", "SDCascadeAttnBlock"]],
+        clip_text_pooled_in_channels=32, clip_seq=4, effnet_in_channels=16, pixel_mapper_in_channels=3,
+        dropout=[0.0, 0.0], self_attn=True, timestep_conditioning_type=["sca"], switch_level=None,
+    )
+    # the real decoder upsamples the prior's 24x24 latents 10.67x; 8x keeps the tiny ones divisible
+    decoder_pipe = decoder_pipe_cls(
+        decoder=decoder, tokenizer=tokenizer, text_encoder=text_encoder, scheduler=DDPMWuerstchenScheduler(),
+        vqgan=tiny_paella_vq(seed), latent_dim_scale=8.0,
+    )
+    effnet = tiny_effnet(seed, affine_batch_norm=False)
+
+    def write_decoder(tmp: Path) -> None:
+        decoder_pipe.save_pretrained(tmp, safe_serialization=True)
+        save_file({k: v.contiguous() for k, v in effnet.state_dict().items()}, str(tmp / EFFNET_FILE))
+
+    atomic_write_dir(root / "prior", lambda tmp: prior_pipe.save_pretrained(tmp, safe_serialization=True))
+    atomic_write_dir(root / "decoder", write_decoder)
+    original = {k: v.contiguous() for k, v in diffusers_to_original(prior.state_dict()).items()}
+    atomic_write(paths.single_file, lambda tmp: save_file(original, str(tmp)))
+    return paths

@@ -1,0 +1,255 @@
+"""Würstchen 2: the prior (stage C, `WuerstchenPrior`) trained on EffNet latents, conditioned on
+the last hidden states of the CLIP ViT-bigG text encoder (final layer norm applied).
+
+The shared machinery is in cascade_common.py; this module gives Würstchen's networks, its latent
+scaling ((x + 1) / 42, the prior pipeline's latent_mean and latent_std), its timestep mapping
+(r = 1.08 t + 0.001) and its tiny test model (`tiny:wuerstchen2`).
+Hub defaults: base `warp-ai/wuerstchen-prior`, decoder `warp-ai/wuerstchen`, EffNet
+`warp-ai/EfficientNetEncoder`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from ot_gradio.config.enums import DataType, ModelType
+from ot_gradio.models.cascade_common import (
+    CascadeFamily,
+    Loader,
+    Source,
+    base_module,
+    load_effnet,
+    resolve_source,
+)
+from ot_gradio.models.common import ModelLoadError
+from ot_gradio.models.registry import register_family
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny, tiny_clip_text_model, tiny_clip_tokenizer
+
+PRIOR_PIPELINE_KEYS = ("latent_mean", "latent_std", "resolution_multiple")
+DECODER_PIPELINE_KEYS = ("latent_dim_scale",)
+# OneTrainer trains the prior's attention layers ("attention"); the ResBlocks' channelwise
+# Linear layers are its feed-forward part. Depthwise convolutions cannot take a LoRA of most
+# ranks, so "full" is every other Linear and Conv2d.
+LORA_PRESETS = {
+    "full": ["projection", "mapper", "channelwise", "attention", "out.1"],
+    "attn-mlp": ["attention", "kv_mapper", "channelwise"],
+    "attn-only": ["attention"],
+}
+
+
+def _classes():
+    from diffusers.pipelines.deprecated.wuerstchen import (
+        PaellaVQModel,
+        WuerstchenDecoderPipeline,
+        WuerstchenDiffNeXt,
+        WuerstchenPrior,
+        WuerstchenPriorPipeline,
+    )
+
+    return WuerstchenPrior, WuerstchenDiffNeXt, PaellaVQModel, WuerstchenPriorPipeline, WuerstchenDecoderPipeline
+
+
+@register_family(ModelType.WUERSTCHEN_2)
+class Wuerstchen2(CascadeFamily):
+    model_type = ModelType.WUERSTCHEN_2
+    parts_order = ("prior", "text_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan", "effnet_encoder")
+    lora_base_model_version = "wuerstchen_v2"
+    lora_layer_presets = {"prior": LORA_PRESETS}
+    timestep_scale = 1.08
+    decoder_steps = 12
+    hub_example = "warp-ai/wuerstchen-prior"
+
+    # ------------------------------------------------------------ loading
+
+    @classmethod
+    def default_decoder(cls, prior: Source) -> str:
+        if prior.local:
+            raise ModelLoadError(
+                "decoder.model_name: a local Würstchen prior needs its decoder too; give the decoder model "
+                "(e.g. warp-ai/wuerstchen or a local copy of it)."
+            )
+        return "warp-ai/wuerstchen"
+
+    @classmethod
+    def default_effnet(cls, decoder: str, loader: Loader) -> str:
+        return "warp-ai/EfficientNetEncoder"
+
+    @classmethod
+    def tiny_effnet_path(cls, root: Path) -> Path:
+        return root / "effnet"
+
+    @classmethod
+    def _load_parts(cls, source: Source, parts, loader: Loader):
+        from diffusers import DDPMWuerstchenScheduler
+        from transformers import CLIPTextModel, CLIPTokenizer
+
+        prior_cls, decoder_cls, vqgan_cls, prior_pipe_cls, decoder_pipe_cls = _classes()
+        field = "base_model_name"
+        tokenizer = loader.load(CLIPTokenizer, source, "tokenizer", field)
+        text_encoder = loader.load(CLIPTextModel, source, "text_encoder", field)
+        scheduler = loader.load(DDPMWuerstchenScheduler, source, "scheduler", field)
+        prior_config = loader.pipeline_config(prior_pipe_cls, source, field)
+        if "prior" in parts:
+            prior_source = resolve_source(parts["prior"], "prior.model_name", "prior", "warp-ai/wuerstchen-prior")
+            prior = loader.load(prior_cls, prior_source, prior_source.subfolder, "prior.model_name")
+        else:
+            prior = loader.load(prior_cls, source, source.subfolder, field)
+
+        decoder_source = resolve_source(parts["decoder"], "decoder.model_name", "decoder", "warp-ai/wuerstchen")
+        field = "decoder.model_name"
+        decoder = loader.load(decoder_cls, decoder_source, decoder_source.subfolder, field)
+        return cls(
+            tokenizer=tokenizer,
+            text_encoder=text_encoder,
+            prior=prior,
+            scheduler=scheduler,
+            prior_pipeline_config={k: prior_config[k] for k in PRIOR_PIPELINE_KEYS if k in prior_config},
+            decoder=decoder,
+            decoder_vqgan=loader.load(vqgan_cls, decoder_source, "vqgan", field),
+            decoder_scheduler=loader.load(DDPMWuerstchenScheduler, decoder_source, "scheduler", field),
+            decoder_pipeline_config={
+                k: v for k, v in loader.pipeline_config(decoder_pipe_cls, decoder_source, field).items() if k in DECODER_PIPELINE_KEYS
+            },
+            decoder_tokenizer=loader.load(CLIPTokenizer, decoder_source, "tokenizer", field),
+            decoder_text_encoder=loader.load(CLIPTextModel, decoder_source, "text_encoder", field),
+            effnet_encoder=load_effnet(parts["effnet_encoder"], loader),
+        )
+
+    # ------------------------------------------------------------ training
+
+    @property
+    def _latent_mean_std(self) -> tuple[float, float]:
+        return float(self.prior_pipeline_config.get("latent_mean", 42.0)), float(self.prior_pipeline_config.get("latent_std", 1.0))
+
+    def scale_latents(self, features: torch.Tensor) -> torch.Tensor:
+        mean, std = self._latent_mean_std
+        return (features + std) / mean
+
+    def unscale_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        mean, std = self._latent_mean_std  # as the prior pipeline denormalises its output
+        return latents * mean - std
+
+    def _conditioning(self, text_encoder_output, layer_skip: int) -> dict[str, torch.Tensor]:
+        """The last hidden states with the final layer norm (= last_hidden_state); clip skip takes an earlier layer."""
+        if layer_skip <= 0:
+            return {"prompt_embeds": text_encoder_output.last_hidden_state}
+        base = base_module(self.text_encoder)
+        final_norm = getattr(base, "final_layer_norm", None) or base.text_model.final_layer_norm
+        return {"prompt_embeds": final_norm(text_encoder_output.hidden_states[-(layer_skip + 1)])}
+
+    def _prior_forward(self, noisy, ratio, conditioning):
+        return self.prior(noisy, r=ratio, c=conditioning["prompt_embeds"])
+
+    # ------------------------------------------------------------ sampling
+
+    def _prior_pipeline(self):
+        from diffusers import DDPMWuerstchenScheduler
+
+        pipe = _classes()[3](
+            tokenizer=self.tokenizer,
+            text_encoder=base_module(self.text_encoder),
+            prior=base_module(self.prior),
+            scheduler=DDPMWuerstchenScheduler.from_config(self.scheduler.config),
+            **self.prior_pipeline_config,
+        )
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+    def _decoder_pipeline(self):
+        from diffusers import DDPMWuerstchenScheduler
+
+        pipe = _classes()[4](
+            tokenizer=self.decoder_tokenizer,
+            text_encoder=self.decoder_text_encoder,
+            decoder=self.decoder,
+            scheduler=DDPMWuerstchenScheduler.from_config(self.decoder_scheduler.config),
+            vqgan=self.decoder_vqgan,
+            **self.decoder_pipeline_config,
+        )
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+    def _prior_call_kwargs(self, cond, uncond):
+        kwargs = {"prompt_embeds": cond["prompt_embeds"]}
+        if uncond is not None:
+            kwargs["negative_prompt_embeds"] = uncond["prompt_embeds"]
+        return kwargs
+
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+        raise ValueError(
+            "output_model_format: Würstchen 2 has no single-file checkpoint format; save as DIFFUSERS (a prior folder)"
+        )
+
+
+# ---------------------------------------------------------------- tiny model
+
+TINY_WUERSTCHEN_VERSION = 1
+TINY_EFFNET = {"c_latent": 16, "c_cond": 32, "widths": [8, 8, 8, 16, 16, 16, 32], "depths": [1, 1, 1, 1, 1, 1]}
+
+
+def tiny_effnet(seed: int = 0, affine_batch_norm: bool = True):
+    """An EfficientNetV2-S-shaped encoder at width 8-32 whose batch norms have non-trivial statistics."""
+    from ot_gradio.models.effnet import EfficientNetEncoder
+
+    torch.manual_seed(seed)
+    encoder = EfficientNetEncoder(**TINY_EFFNET, affine_batch_norm=affine_batch_norm)
+    with torch.no_grad():
+        for module in encoder.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.1, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+    return encoder.eval()
+
+
+def tiny_paella_vq(seed: int = 0):
+    from diffusers.pipelines.deprecated.wuerstchen import PaellaVQModel
+
+    torch.manual_seed(seed)
+    return PaellaVQModel(bottleneck_blocks=1, embed_dim=16, latent_channels=4, num_vq_embeddings=16).eval()
+
+
+@register_tiny("wuerstchen2", TINY_WUERSTCHEN_VERSION)
+def save_tiny_wuerstchen2(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    """`root/prior` (the base model), `root/decoder` (decoder model) and `root/effnet` (EffNet
+    folder, as warp-ai/EfficientNetEncoder): each a complete diffusers layout, written atomically."""
+    from diffusers import DDPMWuerstchenScheduler
+
+    from ot_gradio.fsutil import atomic_write_dir
+
+    root = Path(root)
+    paths = TinyModelPaths(root / "prior", root / "effnet" / "diffusion_pytorch_model.safetensors")
+    done = [root / "prior" / "model_index.json", root / "decoder" / "model_index.json", root / "effnet" / "config.json"]
+    if all(p.is_file() for p in done):
+        return paths
+    prior_cls, decoder_cls, _, prior_pipe_cls, decoder_pipe_cls = _classes()
+    tokenizer = tiny_clip_tokenizer()
+    torch.manual_seed(seed)
+    prior = prior_cls(c_in=16, c=32, c_cond=32, c_r=64, depth=2, nhead=2, dropout=0.0)
+    prior_pipe = prior_pipe_cls(
+        tokenizer=tokenizer,
+        text_encoder=tiny_clip_text_model(len(tokenizer), seed=seed, hidden_act="gelu"),
+        prior=prior,
+        scheduler=DDPMWuerstchenScheduler(),
+    )
+    torch.manual_seed(seed + 1)
+    decoder = decoder_cls(
+        c_in=4, c_out=4, c_r=64, patch_size=2, c_cond=32, c_hidden=[16, 32], nhead=[-1, 2], blocks=[1, 1],
+        level_config=["CT", "CTA"], inject_effnet=[False, True], effnet_embd=16, clip_embd=32, dropout=0.0,
+    )
+    # the real decoder upsamples the prior's 24x24 latents 10.67x; 8x keeps the tiny ones divisible
+    decoder_pipe = decoder_pipe_cls(
+        tokenizer=tokenizer,
+        text_encoder=tiny_clip_text_model(len(tokenizer), seed=seed + 2, hidden_act="gelu"),
+        decoder=decoder,
+        scheduler=DDPMWuerstchenScheduler(),
+        vqgan=tiny_paella_vq(seed),
+        latent_dim_scale=8.0,
+    )
+    atomic_write_dir(root / "prior", lambda tmp: prior_pipe.save_pretrained(tmp, safe_serialization=True))
+    atomic_write_dir(root / "decoder", lambda tmp: decoder_pipe.save_pretrained(tmp, safe_serialization=True))
+    effnet = tiny_effnet(seed)
+    atomic_write_dir(root / "effnet", lambda tmp: effnet.save_pretrained(tmp, safe_serialization=True))
+    return paths

@@ -1,0 +1,92 @@
+"""The FINE_TUNE training method: the denoiser and/or text encoders themselves train (each part
+whose `train` is on, with its own learning rate), plus any additional embeddings. Saved as an
+original-layout single file (SAFETENSORS / ORIGINAL_SINGLE_FILE: what A1111, ComfyUI and
+diffusers' `from_single_file` load, as OneTrainer's SAFETENSORS is) or as a diffusers folder;
+additional embeddings as their own files next to it. Backups hold the full trained weights."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config.enums import ModelFormat, TrainingMethod
+from .device import output_dtype
+from .embeddings import EmbeddingSupport
+from .methods import register
+
+# OneTrainer writes the original-layout single file for ORIGINAL_SINGLE_FILE / LEGACY_SAFETENSORS,
+# and did so for SAFETENSORS before those names existed
+SINGLE_FILE = (ModelFormat.SAFETENSORS, ModelFormat.ORIGINAL_SINGLE_FILE, ModelFormat.LEGACY_SAFETENSORS)
+CHECKPOINT_SUFFIXES = (".safetensors", ".ckpt")
+
+
+def check_finetune_format(fmt: ModelFormat) -> None:
+    if ModelFormat(fmt) not in (*SINGLE_FILE, ModelFormat.DIFFUSERS):
+        raise ValueError(
+            f"output_model_format: {ModelFormat(fmt).value} is not a whole-model format; use SAFETENSORS or "
+            "ORIGINAL_SINGLE_FILE (one .safetensors checkpoint for A1111, ComfyUI, Forge) or DIFFUSERS (a folder)"
+        )
+
+
+def _base(module: torch.nn.Module) -> torch.nn.Module:
+    return module.get_base_model() if hasattr(module, "get_base_model") else module
+
+
+@register(TrainingMethod.FINE_TUNE)
+class FineTuneMethod(EmbeddingSupport):
+    def setup(self, model: Any, config: Any, device: torch.device) -> list[dict[str, Any]]:
+        check_finetune_format(config.output_model_format)
+        for module in model.parts.values():
+            module.requires_grad_(False)
+        groups = []
+        self.trained_parts: list[str] = []
+        for part in (model.denoiser, *model.text_encoder_names):
+            part_cfg = getattr(config, part)
+            if not part_cfg.train:
+                continue
+            self.trained_parts.append(part)
+            module = model.parts[part]
+            module.requires_grad_(True)
+            params = [p for p in module.parameters() if p.requires_grad]
+            lr = part_cfg.learning_rate if part_cfg.learning_rate is not None else config.learning_rate
+            groups.append({"params": params, "lr": lr, "name": part})
+        return groups + self.setup_embeddings(model, config, device)
+
+    def trainable_state(self, model: Any) -> dict[str, torch.Tensor]:
+        """The whole state of every part that trains (or trained until its stop_training_after),
+        so continuing from a backup restores exactly these weights."""
+        state: dict[str, torch.Tensor] = {}
+        for part in self.trained_parts:
+            state.update({f"{part}.{k}": v.detach() for k, v in _base(model.parts[part]).state_dict().items()})
+        return {**state, **self.embedding_state()}
+
+    def load_trainable_state(self, model: Any, state: dict[str, torch.Tensor]) -> None:
+        for part in (model.denoiser, *model.text_encoder_names):
+            sub = {k[len(part) + 1 :]: v for k, v in state.items() if k.startswith(part + ".")}
+            if not sub:
+                continue
+            missing, unexpected = _base(model.parts[part]).load_state_dict(sub, strict=False)
+            if missing or unexpected:
+                raise ValueError(
+                    f"continue_last_backup: the backup's {part} weights do not fit this model "
+                    f"({len(missing)} missing, {len(unexpected)} unexpected, e.g. {(missing or unexpected)[:2]})"
+                )
+        self.load_embedding_state(state)
+
+    def save(self, model: Any, config: Any, path: Path, metadata: dict[str, str]) -> Path:
+        fmt = ModelFormat(config.output_model_format)
+        dtype = output_dtype(config.output_dtype)
+        path = Path(path)
+        with self.embeddings.original_tokenizers() if self.embeddings is not None else nullcontext():
+            if fmt == ModelFormat.DIFFUSERS:
+                if path.suffix.lower() in CHECKPOINT_SUFFIXES:
+                    path = path.with_suffix("")  # a folder, not "model.safetensors/"
+                written = Path(model.save_diffusers(path, dtype))
+            else:
+                written = Path(model.save_single_file(path, dtype))
+        self.save_additional(written, dtype, {"ss_base_model_name": config.base_model_name})
+        return written
+

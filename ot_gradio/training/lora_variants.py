@@ -1,0 +1,404 @@
+"""LoRA's adapter variants on peft layers: DoRA, LoHa and LoKr.
+
+- DoRA (`lora_decompose`): peft's LoRA layer (`use_dora`) with our own decomposition step, so
+  OneTrainer's two choices both work: the norm over each input column (its default, LyCORIS's,
+  and the only one A1111 reads) or over each output row (what peft and diffusers compute), with or
+  without an epsilon added to the norm. As in the paper, peft and OneTrainer, the norm is a
+  constant for backprop.
+- LoHa / LoKr (`peft_type`): peft's LoHaConfig / LoKrConfig layers, whose parameters already carry
+  LyCORIS's names (`hada_w1_a`, `lokr_w1`, ...).
+
+In memory one layer's weights are peft's state-dict entries (`lora_A.weight`, `hada_w1_a`, ...);
+the DoRA magnitude is `lora_magnitude_vector` on the output axis (peft's shape: (out,) or
+(1, out, 1, 1)) and `dora_scale` on the input axis (kohya's (1, in) or (1, in, 1, 1)). The
+functions at the end convert one layer to and from kohya/LyCORIS entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+ADAPTER_NAME = "default"
+LORA, LOHA, LOKR = "LORA", "LOHA", "LOKR"
+PEFT_TYPES = (LORA, LOHA, LOKR)
+
+LORA_KEYS = ("lora_A.weight", "lora_B.weight")
+DORA_OUT = "lora_magnitude_vector"
+DORA_IN = "dora_scale"
+LOHA_KEYS = ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b", "hada_t1", "hada_t2")
+LOKR_KEYS = ("lokr_w1", "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b", "lokr_t2")
+# longest first, so `...lora_A.weight` is not mistaken for something shorter
+PARAM_NAMES = tuple(sorted(LORA_KEYS + (DORA_OUT, DORA_IN) + LOHA_KEYS + LOKR_KEYS, key=len, reverse=True))
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """Which adapter `add_lora` builds: plain LoRA unless told otherwise."""
+
+    peft_type: str = LORA
+    decompose: bool = False  # DoRA (LoRA only)
+    norm_epsilon: bool = True
+    output_axis: bool = False
+    decompose_both: bool = False  # LoKr
+    decompose_factor: int = -1
+    use_tucker: bool = False
+
+    @classmethod
+    def from_config(cls, config: Any) -> AdapterSpec:
+        peft_type = str(getattr(config.peft_type, "value", config.peft_type))
+        if peft_type not in PEFT_TYPES:
+            raise ValueError(f"peft_type: {peft_type} is not supported yet; use LORA, LOHA or LOKR")
+        if peft_type != LORA and config.lora_decompose:
+            raise ValueError(f"lora_decompose: DoRA works with peft_type LORA only, not {peft_type}; turn it off")
+        factor = int(config.lokr_decompose_factor)
+        if peft_type == LOKR and factor != -1 and factor < 1:
+            raise ValueError(f"lokr_decompose_factor: {factor} is not a factor; use -1 (automatic) or a positive number")
+        return cls(
+            peft_type=peft_type,
+            decompose=bool(config.lora_decompose),
+            norm_epsilon=bool(config.lora_decompose_norm_epsilon),
+            output_axis=bool(config.lora_decompose_output_axis),
+            decompose_both=bool(config.lokr_decompose_both),
+            decompose_factor=factor,
+            use_tucker=bool(config.lokr_use_tucker),
+        )
+
+    def rank(self, config: Any) -> int:
+        """LoKr's rank is `lokr_dim`; LoRA and LoHa use `lora_rank`."""
+        return int(config.lokr_dim if self.peft_type == LOKR else config.lora_rank)
+
+
+def peft_config(spec: AdapterSpec, *, rank: int, alpha: float, dropout: float, targets: list[str]):
+    """The peft config that builds `spec`'s layers on `targets`."""
+    if spec.peft_type == LORA:
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, init_lora_weights=True,
+            use_dora=spec.decompose,
+        )
+    if dropout:
+        raise ValueError(
+            f"dropout_probability: {spec.peft_type} layers (peft's) have no input dropout; set it to 0 or use peft_type LORA"
+        )
+    if spec.peft_type == LOHA:
+        from peft import LoHaConfig
+
+        return LoHaConfig(r=rank, alpha=alpha, target_modules=targets, init_weights=True)
+    from peft import LoKrConfig
+
+    return LoKrConfig(
+        r=rank, alpha=alpha, target_modules=targets, init_weights=True, decompose_both=spec.decompose_both,
+        decompose_factor=spec.decompose_factor, use_effective_conv2d=spec.use_tucker,
+    )
+
+
+# -- DoRA -----------------------------------------------------------------------------------
+
+
+def _axis_norm(weight: torch.Tensor, output_axis: bool) -> torch.Tensor:
+    """Norm of each output row (output axis) or input column (input axis, over the kernel too)."""
+    if output_axis:
+        return weight.reshape(weight.shape[0], -1).norm(dim=1)
+    return weight.transpose(0, 1).reshape(weight.shape[1], -1).norm(dim=1)
+
+
+def magnitude_shape(weight_shape: torch.Size | tuple[int, ...], output_axis: bool) -> tuple[int, ...]:
+    """peft's magnitude shape on the output axis; LyCORIS's `dora_scale` shape on the input axis."""
+    ones = (1,) * (len(weight_shape) - 2)
+    if output_axis:
+        return (weight_shape[0],) if not ones else (1, weight_shape[0], *ones)
+    return (1, weight_shape[1], *ones)
+
+
+class DecomposedMagnitude(nn.Module):
+    """The trained magnitude of one DoRA layer, started at the base weight's norms (so the layer
+    is unchanged until training moves it)."""
+
+    def __init__(self, base_weight: torch.Tensor, *, output_axis: bool, epsilon: bool, dtype: torch.dtype):
+        super().__init__()
+        self.output_axis, self.epsilon = output_axis, epsilon
+        norm = _axis_norm(base_weight.detach().float(), output_axis)
+        self.weight = nn.Parameter(norm.reshape(magnitude_shape(base_weight.shape, output_axis)).to(dtype))
+
+    def factor(self, merged: torch.Tensor) -> torch.Tensor:
+        """magnitude / ||W + scale·BA|| per row or column (1-D), with no gradient through the norm."""
+        norm = _axis_norm(merged.detach(), self.output_axis)
+        if self.epsilon:
+            norm = norm + torch.finfo(norm.dtype).eps
+        return self.weight.reshape(-1).to(norm.dtype) / norm
+
+
+class DecomposedVariant:
+    """peft LoraVariant for DecomposedMagnitude layers: y = (W + s·BA)·diag(c)·x + b on the input
+    axis, y = diag(c)·(W + s·BA)·x + b on the output axis, c = magnitude / norm. With dropout the
+    whole decomposed layer sees the dropped input, as in OneTrainer and the DoRA code."""
+
+    @staticmethod
+    def init(module: nn.Module, adapter_name: str, **kwargs: Any) -> None:
+        raise NotImplementedError("installed by lora_variants.install_decomposition")
+
+    @staticmethod
+    def merge_safe(module: nn.Module, active_adapter: str, orig_weight: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError("merging a decomposed (DoRA) layer is not supported")
+
+    merge_unsafe = unmerge = merge_safe
+
+    @staticmethod
+    def supports_lora_conversion() -> bool:
+        return False
+
+    @staticmethod
+    def forward(module: nn.Module, active_adapter: str, x: torch.Tensor, result: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        base = module.get_base_layer()
+        lora_a, lora_b = module.lora_A[active_adapter], module.lora_B[active_adapter]
+        dropout, scaling = module.lora_dropout[active_adapter], module.scaling[active_adapter]
+        magnitude = module.lora_magnitude_vector[active_adapter]
+        weight = base.weight
+        delta = (lora_b.weight.flatten(1) @ lora_a.weight.flatten(1)).reshape(weight.shape)
+        factor = magnitude.factor(weight.float() + scaling * delta.float()).to(x.dtype)
+        view = (1, -1, *[1] * (weight.dim() - 2)) if weight.dim() > 2 else (-1,)
+        factor = factor.reshape(view)
+        reuse = isinstance(dropout, nn.Identity) or not module.training
+        if not reuse:
+            x = dropout(x)
+        if magnitude.output_axis:
+            bias = base.bias.reshape(view) if base.bias is not None else 0.0
+            plain = (result if reuse else base(x.to(weight.dtype))) - bias
+            return factor * (plain + lora_b(lora_a(x)) * scaling) + bias
+        scaled = x * factor
+        return base(scaled.to(weight.dtype)) + lora_b(lora_a(scaled)) * scaling
+
+
+def install_decomposition(module: nn.Module, spec: AdapterSpec) -> None:
+    """Replace peft's DoRA step (output axis, no epsilon) with ours on every DoRA layer."""
+    from peft.tuners.lora import LoraLayer
+
+    for layer in module.modules():
+        if not isinstance(layer, LoraLayer) or ADAPTER_NAME not in layer.lora_magnitude_vector:
+            continue
+        base = layer.get_base_layer()
+        if getattr(base, "groups", 1) != 1:
+            raise ValueError("DoRA on grouped convolutions is not supported.")
+        a = layer.lora_A[ADAPTER_NAME].weight
+        layer.lora_magnitude_vector[ADAPTER_NAME] = DecomposedMagnitude(
+            base.weight, output_axis=spec.output_axis, epsilon=spec.norm_epsilon, dtype=a.dtype
+        ).to(a.device)
+        layer.lora_variant[ADAPTER_NAME] = DecomposedVariant
+
+
+# -- layers of a module ---------------------------------------------------------------------
+
+
+def is_adapter_layer(layer: nn.Module) -> bool:
+    from peft.tuners.lora import LoraLayer
+    from peft.tuners.lycoris_utils import LycorisLayer
+
+    if isinstance(layer, LoraLayer):
+        return ADAPTER_NAME in layer.lora_A
+    return isinstance(layer, LycorisLayer) and ADAPTER_NAME in layer._available_adapters
+
+
+def adapter_parameters(layer: nn.Module) -> dict[str, nn.Parameter]:
+    """The trained parameters of one adapter layer under their state names."""
+    from peft.tuners.lora import LoraLayer
+
+    if isinstance(layer, LoraLayer):
+        out = {"lora_A.weight": layer.lora_A[ADAPTER_NAME].weight, "lora_B.weight": layer.lora_B[ADAPTER_NAME].weight}
+        if ADAPTER_NAME in layer.lora_magnitude_vector:
+            magnitude = layer.lora_magnitude_vector[ADAPTER_NAME]
+            out[DORA_OUT if getattr(magnitude, "output_axis", True) else DORA_IN] = magnitude.weight
+        return out
+    return {name: getattr(layer, name)[ADAPTER_NAME] for name in layer.adapter_layer_names if ADAPTER_NAME in getattr(layer, name)}
+
+
+def layer_rank_alpha(layer: nn.Module) -> tuple[int, float]:
+    from peft.tuners.lora import LoraLayer
+
+    alpha = layer.lora_alpha if isinstance(layer, LoraLayer) else layer.alpha
+    return int(layer.r[ADAPTER_NAME]), float(alpha[ADAPTER_NAME])
+
+
+# -- state names ----------------------------------------------------------------------------
+
+
+def split_key(key: str) -> tuple[str, str] | None:
+    """`<module path>.<state name>` -> (module path, state name); None for other keys."""
+    for name in PARAM_NAMES:
+        if key.endswith("." + name):
+            return key[: -len(name) - 1], name
+    return None
+
+
+def layer_type(names: Iterable[str]) -> str:
+    names = set(names)
+    if names & set(LOHA_KEYS):
+        return LOHA
+    if names & set(LOKR_KEYS):
+        return LOKR
+    return LORA
+
+
+def check_layer(path: str, tensors: Mapping[str, torch.Tensor]) -> str:
+    """The layer's type; ValueError when its entries are not one complete adapter."""
+    names = set(tensors)
+    kind = layer_type(names)
+    allowed = {LORA: {*LORA_KEYS, DORA_OUT, DORA_IN}, LOHA: set(LOHA_KEYS), LOKR: set(LOKR_KEYS)}[kind]
+    if kind == LORA:
+        ok = set(LORA_KEYS) <= names and not {DORA_OUT, DORA_IN} <= names
+    elif kind == LOHA:
+        ok = set(LOHA_KEYS[:4]) <= names and ({"hada_t1", "hada_t2"} <= names or not names & {"hada_t1", "hada_t2"})
+    else:
+        w1 = ("lokr_w1" in names) != ({"lokr_w1_a", "lokr_w1_b"} <= names)
+        w2 = ("lokr_w2" in names) != ({"lokr_w2_a", "lokr_w2_b"} <= names)
+        ok = w1 and w2 and ("lokr_t2" not in names or "lokr_w2_a" in names)
+    if not ok or names - allowed:
+        raise ValueError(f"Incomplete or mixed adapter weights for layer {path!r}: {sorted(names)}.")
+    return kind
+
+
+def layer_rank(tensors: Mapping[str, torch.Tensor]) -> int | None:
+    """The rank of one layer; None for a LoKr layer of two full matrices (no rank in it)."""
+    for name in ("lora_A.weight", "hada_w1_b", "lokr_w1_b", "lokr_w2_b"):
+        if name in tensors:
+            return int(tensors[name].shape[0])
+    return None
+
+
+def dora_axis(tensors: Mapping[str, torch.Tensor]) -> str | None:
+    return "output" if DORA_OUT in tensors else "input" if DORA_IN in tensors else None
+
+
+def describe(parts: Mapping[str, Mapping[str, torch.Tensor]]) -> tuple[str, str | None]:
+    """(peft type, DoRA axis or None) of peft-form parts; ValueError if the layers mix them."""
+    kinds: set[tuple[str, str | None]] = set()
+    for sd in parts.values():
+        for path, tensors in group_layers(sd).items():
+            kinds.add((check_layer(path, tensors), dora_axis(tensors)))
+    if len(kinds) > 1:
+        raise ValueError(f"The LoRA mixes layer kinds {sorted(kinds, key=str)}; only one kind per file is supported.")
+    return kinds.pop() if kinds else (LORA, None)
+
+
+def group_layers(sd: Mapping[str, torch.Tensor], what: str = "LoRA") -> dict[str, dict[str, torch.Tensor]]:
+    """Peft-form state -> {module path: {state name: tensor}}."""
+    layers: dict[str, dict[str, torch.Tensor]] = {}
+    for key, tensor in sd.items():
+        split = split_key(key)
+        if split is None:
+            raise ValueError(f"Not a {what} adapter key: {key!r}.")
+        layers.setdefault(split[0], {})[split[1]] = tensor
+    return layers
+
+
+def scale_layer(tensors: Mapping[str, torch.Tensor], factor: float) -> dict[str, torch.Tensor]:
+    """The layer with its weight delta multiplied by `factor` (one factor matrix scaled)."""
+    name = next(n for n in ("lora_B.weight", "hada_w1_a", "lokr_w1", "lokr_w1_a") if n in tensors)
+    t = tensors[name]
+    return {**tensors, name: (t.float() * factor).to(t.dtype)}
+
+
+def is_unit_scale(tensors: Mapping[str, torch.Tensor]) -> bool:
+    """A LoKr layer of two full matrices: LyCORIS and ComfyUI apply it with scale 1, whatever its alpha."""
+    return "lokr_w1" in tensors and "lokr_w2" in tensors
+
+
+# -- kohya / LyCORIS entries of one layer ---------------------------------------------------
+
+
+def to_kohya(tensors: Mapping[str, torch.Tensor], rank: int, alpha: float) -> dict[str, torch.Tensor]:
+    """One layer's kohya entries (without `alpha`): lora_down/lora_up (+ dora_scale), hada_*, lokr_*."""
+    if layer_type(tensors) == LORA:
+        down, up = tensors["lora_A.weight"], tensors["lora_B.weight"]
+        out = {"lora_down.weight": down, "lora_up.weight": up}
+        if DORA_OUT in tensors:  # LyCORIS's output-axis dora_scale is (out, 1[, 1, 1])
+            out["dora_scale"] = tensors[DORA_OUT].reshape(up.shape[0], *[1] * (down.dim() - 1))
+        elif DORA_IN in tensors:
+            out["dora_scale"] = tensors[DORA_IN]
+        return out
+    out = dict(tensors)
+    if is_unit_scale(tensors):  # readers ignore alpha here, so peft's alpha / rank goes into w1
+        out["lokr_w1"] = (tensors["lokr_w1"].float() * (alpha / rank)).to(tensors["lokr_w1"].dtype)
+    return out
+
+
+def from_kohya(name: str, entries: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], float | None]:
+    """One kohya layer's entries -> (peft-form tensors, alpha or None). A LoKr layer of two full
+    matrices is returned at scale 1 (see `is_unit_scale`); the caller rescales it."""
+    alpha = float(entries["alpha"].item()) if "alpha" in entries else None
+    rest = {k: v for k, v in entries.items() if k != "alpha"}
+    if set(rest) & {*LOHA_KEYS, *LOKR_KEYS}:
+        check_layer(name, rest)
+        return rest, alpha
+    extra = set(rest) - {"lora_down.weight", "lora_up.weight", "dora_scale"}
+    if extra or "lora_down.weight" not in rest or "lora_up.weight" not in rest:
+        raise ValueError(
+            f"Unsupported LoRA layer {name!r} (entries {sorted(entries)}); supported are LoRA (lora_down/lora_up, "
+            "DoRA's dora_scale), LoHa (hada_*) and LoKr (lokr_*)."
+        )
+    down, up = rest["lora_down.weight"], rest["lora_up.weight"]
+    out = {"lora_A.weight": down, "lora_B.weight": up}
+    if "dora_scale" in rest:
+        out.update(_dora_from_kohya(name, rest["dora_scale"], down, up))
+    return out, alpha
+
+
+def _dora_from_kohya(name: str, scale: torch.Tensor, down: torch.Tensor, up: torch.Tensor) -> dict[str, torch.Tensor]:
+    rest = (1,) * (down.dim() - 2)
+    if tuple(scale.shape) == (1, down.shape[1], *rest):
+        return {DORA_IN: scale}
+    if tuple(scale.shape) == (up.shape[0], 1, *rest):
+        return {DORA_OUT: scale.reshape(magnitude_shape((up.shape[0], down.shape[1], *rest), True))}
+    raise ValueError(
+        f"Unsupported DoRA scale of layer {name!r}: shape {tuple(scale.shape)}; expected (1, {down.shape[1]}, ...) "
+        f"(input axis) or ({up.shape[0]}, 1, ...) (output axis), as LyCORIS writes it."
+    )
+
+
+def kohya_network_metadata(kind: str, dora: str | None) -> dict[str, str]:
+    """sd-scripts / LyCORIS metadata naming the network the file holds (informational for loaders)."""
+    import json
+
+    if kind == LORA and dora is None:
+        return {}
+    args: dict[str, str] = {"algo": {LORA: "lora", LOHA: "loha", LOKR: "lokr"}[kind]}
+    if dora is not None:
+        args.update({"dora_wd": "True", "wd_on_out": str(dora == "output")})
+    return {"ss_network_module": "lycoris.kohya", "ss_network_args": json.dumps(args)}
+
+
+# -- config checks --------------------------------------------------------------------------
+
+
+def _dora_wanted(spec: AdapterSpec) -> str | None:
+    return ("output" if spec.output_axis else "input") if spec.peft_type == LORA and spec.decompose else None
+
+
+def check_output_format(spec: AdapterSpec, diffusers_keys: bool) -> None:
+    """Input-axis DoRA has no diffusers/PEFT form (peft decomposes on the output axis)."""
+    if diffusers_keys and _dora_wanted(spec) == "input":
+        raise ValueError(
+            "output_model_format: SAFETENSORS writes diffusers/PEFT keys, and peft/diffusers take DoRA's norm on the "
+            "output axis; turn lora_decompose_output_axis on, or save as KOHYA_LORA (A1111, ComfyUI, Forge)"
+        )
+
+
+def check_start_file(spec: AdapterSpec, parts: Mapping[str, Mapping[str, torch.Tensor]], path: Any) -> None:
+    """A LoRA to continue from must hold the adapter the config trains (ValueError naming the field)."""
+    kind, axis = describe(parts)
+    if kind != spec.peft_type:
+        raise ValueError(f"lora_model_name: {path} holds {kind} layers but peft_type is {spec.peft_type}; set peft_type to {kind}")
+    wanted = _dora_wanted(spec)
+    if axis == wanted:
+        return
+    if axis is None:
+        raise ValueError(f"lora_model_name: {path} holds plain LoRA layers (no DoRA); turn lora_decompose off")
+    flag = "on" if axis == "output" else "off"
+    if wanted is None:
+        raise ValueError(f"lora_model_name: {path} holds DoRA layers; turn lora_decompose on (lora_decompose_output_axis {flag})")
+    raise ValueError(f"lora_model_name: {path} holds DoRA decomposed on the {axis} axis; turn lora_decompose_output_axis {flag}")

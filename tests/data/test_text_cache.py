@@ -1,0 +1,205 @@
+"""The text encoder output cache: keys, hits, invalidation, when the trainer turns it on, and that
+a trained run with it encodes each caption once and trains as without it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ot_gradio.config.concept import ConceptConfig
+from ot_gradio.data.text_cache import TextEmbeddingCache, text_cache_problem, text_encoder_id, text_key
+
+
+class FakeEncoder:
+    """encode_text stand-in: each caption -> a [3, 2] tensor from its characters; counts calls."""
+
+    def __init__(self):
+        self.calls = 0
+        self.texts: list = []
+
+    def __call__(self, texts):
+        self.calls += 1
+        rows = texts["text_encoder"] if isinstance(texts, dict) else texts
+        self.texts.extend(rows)
+        out = torch.stack([torch.full((3, 2), float(sum(map(ord, t)))) for t in rows])
+        if isinstance(texts, dict):
+            out = out + torch.stack([torch.full((3, 2), 0.5 * len(t)) for t in texts["text_encoder_2"]])
+        return {"encoder_hidden_states": out, "text_embeds": out[:, 0, :1].clone()}
+
+
+def test_hits_misses_and_duplicates(tmp_path):
+    cache = TextEmbeddingCache(tmp_path, "enc-a")
+    enc = FakeEncoder()
+    first = cache.encode(["a cat", "a dog", "a cat"], enc)
+    assert enc.texts == ["a cat", "a dog"]  # the repeated caption is encoded once
+    assert (cache.encoded, cache.misses, cache.hits) == (2, 3, 0)
+    expected = enc(["a cat", "a dog", "a cat"])
+    enc.calls, enc.texts = 0, []
+    assert all(torch.equal(first[k], expected[k]) for k in expected)
+    again = cache.encode(["a dog", "", "a cat"], enc)
+    assert enc.texts == [""]  # caption dropout's empty caption is one more entry
+    assert torch.equal(again["encoder_hidden_states"][0], first["encoder_hidden_states"][1])
+    assert torch.equal(again["encoder_hidden_states"][2], first["encoder_hidden_states"][0])
+    # a new cache object on the same folder (a second run) encodes nothing
+    enc.calls = 0
+    later = TextEmbeddingCache(tmp_path, "enc-a")
+    later.encode(["a cat", "a dog", ""], enc)
+    assert enc.calls == 0 and later.hits == 3
+
+
+def test_other_encoder_or_text_misses(tmp_path):
+    assert text_key("enc-a", "a cat") == text_key("enc-a", "a cat")
+    assert text_key("enc-a", "a cat") != text_key("enc-b", "a cat")
+    assert text_key("enc-a", "a cat") != text_key("enc-a", "a cat ")
+    enc = FakeEncoder()
+    TextEmbeddingCache(tmp_path, "enc-a").encode(["a cat"], enc)
+    other = TextEmbeddingCache(tmp_path, "enc-b")
+    other.encode(["a cat"], enc)
+    assert other.encoded == 1 and enc.calls == 2
+
+
+def test_per_encoder_texts(tmp_path):
+    """Two text encoders with their own caption dropout: the pair is the key."""
+    cache = TextEmbeddingCache(tmp_path, "enc")
+    enc = FakeEncoder()
+    out = cache.encode({"text_encoder": ["a cat", "a cat"], "text_encoder_2": ["a cat", ""]}, enc)
+    assert cache.encoded == 2
+    assert not torch.equal(out["encoder_hidden_states"][0], out["encoder_hidden_states"][1])
+    direct = enc({"text_encoder": ["a cat", "a cat"], "text_encoder_2": ["a cat", ""]})
+    assert torch.equal(out["encoder_hidden_states"], direct["encoder_hidden_states"])
+
+
+def test_damaged_file_is_encoded_again_and_clear(tmp_path):
+    cache = TextEmbeddingCache(tmp_path, "enc")
+    enc = FakeEncoder()
+    cache.encode(["a cat"], enc)
+    cache.path_for(text_key("enc", "a cat")).write_bytes(b"\0" * 10)
+    cache.encode(["a cat"], enc)
+    assert enc.calls == 2
+    assert cache.clear() == 1
+    cache.encode(["a cat"], enc)
+    assert enc.calls == 3
+
+
+def _model(**changes):
+    torch.manual_seed(0)
+    te = torch.nn.Linear(4, 4)
+    model = SimpleNamespace(
+        model_type="STABLE_DIFFUSION_15", text_encoder_names=("text_encoder",), parts={"text_encoder": te},
+        tokenizers={"text_encoder": [0] * 10}, layer_skips={"text_encoder": 0},
+    )
+    for key, value in changes.items():
+        setattr(model, key, value)
+    return model
+
+
+def test_encoder_id_changes_with_what_changes_the_output():
+    base = text_encoder_id(_model())
+    assert base == text_encoder_id(_model())
+    assert base != text_encoder_id(_model(layer_skips={"text_encoder": 1}))
+    assert base != text_encoder_id(_model(), torch.bfloat16)
+    assert base != text_encoder_id(_model(text_encoder_sequence_length=77))
+    changed = _model()
+    with torch.no_grad():
+        changed.parts["text_encoder"].weight[3, 3] += 1.0
+    assert base != text_encoder_id(changed)
+
+
+def test_when_the_cache_is_off(tmp_path):
+    plain = ConceptConfig(path=str(tmp_path), name="c")
+    ok = {"latent_caching": True, "trained_text_parts": (), "uses_embeddings": False, "concepts": [plain]}
+    assert text_cache_problem(**ok) is None
+    assert "latent caching" in text_cache_problem(**{**ok, "latent_caching": False})
+    assert "text_encoder trains" in text_cache_problem(**{**ok, "trained_text_parts": {"text_encoder"}})
+    assert "embeddings" in text_cache_problem(**{**ok, "uses_embeddings": True})
+    shuffled = ConceptConfig(path=str(tmp_path), name="s", text={"enable_tag_shuffling": True})
+    assert "enable_tag_shuffling" in text_cache_problem(**{**ok, "concepts": [plain, shuffled]})
+    dropout_zero = ConceptConfig(path=str(tmp_path), name="d", text={"tag_dropout_enable": True, "tag_dropout_probability": 0.0})
+    assert text_cache_problem(**{**ok, "concepts": [dropout_zero]}) is None
+    dropout = ConceptConfig(path=str(tmp_path), name="d", text={"tag_dropout_enable": True, "tag_dropout_probability": 0.3})
+    assert "tag_dropout_enable" in text_cache_problem(**{**ok, "concepts": [dropout]})
+    disabled = ConceptConfig(path=str(tmp_path), name="x", enabled=False, text={"enable_tag_shuffling": True})
+    assert text_cache_problem(**{**ok, "concepts": [plain, disabled]}) is None
+
+
+# --- the trainer ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from ot_gradio.models.tiny import save_tiny_sd15
+
+    return save_tiny_sd15(tmp_path_factory.mktemp("tiny")).diffusers_dir
+
+
+def _run(tiny: Path, data: Path, work: Path, no_text_cache: bool = False, **overrides):
+    from ot_gradio.config.io import load_config
+    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
+
+    class Losses(Reporter):
+        def __init__(self):
+            self.losses = []
+
+        def metrics(self, **fields):
+            self.losses.append(fields["loss"])
+
+    config = {
+        "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA", "base_model_name": str(tiny),
+        "train_device": "cpu", "train_dtype": "FLOAT_32", "workspace_dir": str(work / "ws"),
+        "cache_dir": str(work / "cache"), "output_model_destination": str(work / "out" / "lora.safetensors"),
+        "concepts": [{"name": "c", "path": str(data)}], "resolution": "64", "batch_size": 2, "epochs": 2,
+        "learning_rate": 1e-3, "learning_rate_warmup_steps": 0, "lora_rank": 2, "lora_alpha": 2,
+        "text_encoder": {"train": False}, "unet": {"train": True, "gradient_checkpointing": False},
+        "samples": [], "backup_after_unit": "NEVER", "backup_before_save": False, "tensorboard": False,
+        "clear_cache_before_training": False,
+    }
+    for key, value in overrides.items():
+        config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) else value
+    report = Losses()
+    trainer = Trainer(load_config(config).config, RunPaths(work / "s", work / "b", work / "o", None, []), report)
+    trainer.setup()
+    if no_text_cache:
+        trainer.diffusion.text_cache = None
+    calls = []
+    encoder = trainer.model.text_encoder
+    handle = encoder.register_forward_hook(lambda m, a, o: calls.append(trainer.counters.epoch))
+    torch.manual_seed(7)  # the same noise for every run of this test
+    trainer.train()
+    handle.remove()
+    return trainer, calls, report.losses
+
+
+@pytest.fixture(scope="module")
+def captioned(tmp_path_factory):
+    from ot_gradio.data import ensure_demo_dataset
+
+    folder = tmp_path_factory.mktemp("data") / "shapes"
+    ensure_demo_dataset(folder)
+    for extra in sorted(folder.glob("*.png"))[6:]:  # 6 square images, 3 steps an epoch at batch 2
+        extra.unlink()
+        extra.with_suffix(".txt").unlink()
+    return folder
+
+
+def test_trainer_encodes_each_caption_once(tiny, captioned, tmp_path):
+    trainer, calls, cached_losses = _run(tiny, captioned, tmp_path / "a")
+    cache = trainer.diffusion.text_cache
+    assert cache is not None and trainer.text_cache_off_reason is None
+    assert cache.encoded == 6 and calls.count(0) == 6  # one call per caption, all in the first epoch
+    assert 1 not in calls  # the second epoch runs the text encoder zero times
+    # a second run on the same data with the cache kept: zero text encoder runs
+    again, calls, _ = _run(tiny, captioned, tmp_path / "a")
+    assert calls == [] and again.diffusion.text_cache.hits == 12
+    # the same run without the text cache trains the same: the cached output is the encoder's
+    plain, calls, plain_losses = _run(tiny, captioned, tmp_path / "b", no_text_cache=True)
+    assert len(calls) == 6  # every step: 3 steps x 2 epochs
+    assert plain_losses == pytest.approx(cached_losses, rel=1e-5)
+
+
+def test_trained_text_encoder_is_not_cached(tiny, captioned, tmp_path):
+    trainer, calls, _ = _run(tiny, captioned, tmp_path, text_encoder={"train": True}, epochs=1)
+    assert trainer.diffusion.text_cache is None and "text_encoder trains" in trainer.text_cache_off_reason
+    assert not (tmp_path / "cache" / "text").exists()

@@ -1,0 +1,255 @@
+"""The SD 1.5 and SD 2.0 inpainting families on tiny 9-channel models: loading, the UNet's
+extra inputs (mask, masked-image latents) in a training step, the latent cache, sampling, saving."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from PIL import Image
+from safetensors import safe_open
+
+from ot_gradio.config.concept import ConceptConfig
+from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
+from ot_gradio.config.families import family_info
+from ot_gradio.config.schema import TrainConfig
+from ot_gradio.data.batches import Batch
+from ot_gradio.models.registry import get_family
+from ot_gradio.models.sd_inpainting import StableDiffusion15Inpainting, StableDiffusion20Inpainting
+from ot_gradio.training.device import Precision
+from ot_gradio.training.diffusion import DiffusionStep
+
+CPU = torch.device("cpu")
+TINY = {ModelType.STABLE_DIFFUSION_15_INPAINTING: "tiny:sd15-inpainting", ModelType.STABLE_DIFFUSION_20_INPAINTING: "tiny:sd2-inpainting"}
+
+
+@pytest.fixture(scope="session")
+def inpaint_paths(tiny_dir):
+    from ot_gradio.models.tiny import resolve_tiny
+
+    return {model_type: resolve_tiny(name) for model_type, name in TINY.items()}
+
+
+@pytest.fixture(scope="session")
+def sd15i(inpaint_paths):
+    return StableDiffusion15Inpainting.load(str(inpaint_paths[ModelType.STABLE_DIFFUSION_15_INPAINTING].diffusers_dir), offline=True)
+
+
+def _same_weights(a, b) -> bool:
+    for part in ("unet", "vae", "text_encoder"):
+        sa, sb = getattr(a, part).state_dict(), getattr(b, part).state_dict()
+        if sa.keys() != sb.keys() or not all(torch.equal(sa[k], sb[k]) for k in sa):
+            return False
+    return True
+
+
+def _unet_inputs(model):
+    """Collects what the UNet gets as its sample input."""
+    seen = []
+    handle = model.unet.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
+    return seen, handle
+
+
+def _mask(n=2, size=64):
+    mask = torch.zeros(n, 1, size, size)
+    mask[0, :, :, : size // 2] = 1.0  # the first sample repaints its left half
+    mask[1:] = 1.0  # the others: the whole image
+    return mask
+
+
+# ------------------------------------------------------------------ types and loading
+
+
+@pytest.mark.parametrize(
+    "model_type, cls, repo, lora_version",
+    [
+        (ModelType.STABLE_DIFFUSION_15_INPAINTING, StableDiffusion15Inpainting, "stable-diffusion-v1-5/stable-diffusion-inpainting", "sd_v1"),
+        (ModelType.STABLE_DIFFUSION_20_INPAINTING, StableDiffusion20Inpainting, "stabilityai/stable-diffusion-2-inpainting", "sd_v2"),
+    ],
+)
+def test_types_load_from_folder_and_single_file(model_type, cls, repo, lora_version, inpaint_paths, library_warnings):
+    from diffusers import StableDiffusionInpaintPipeline
+
+    assert get_family(model_type) is cls and cls.default_config_repo == repo and cls.native_resolution == 512
+    info = family_info(model_type)
+    assert info.implemented and info.inpainting
+    paths = inpaint_paths[model_type]
+    model = cls.load(TINY[model_type], offline=True)
+    assert model.unet.config.in_channels == 9 and model.prediction_type == "epsilon"
+    assert getattr(model, "lora_base_model_version", "sd_v1") == lora_version
+
+    with safe_open(str(paths.single_file), "pt") as f:
+        assert f.get_slice("model.diffusion_model.input_blocks.0.0.weight").get_shape()[1] == 9
+    from_file = cls.load(str(paths.single_file), offline=True, config_dir=str(paths.diffusers_dir))
+    assert _same_weights(model, from_file)
+    # diffusers' own loader reads our single file with the inpainting configs, every tensor equal
+    pipe = StableDiffusionInpaintPipeline.from_single_file(
+        str(paths.single_file), config=str(paths.diffusers_dir), local_files_only=True, safety_checker=None
+    )
+    assert _same_weights(model, pipe)
+    assert not [m for m in library_warnings if "unexpected" in m.lower() or "not used" in m.lower()]
+
+
+def test_a_model_of_the_other_kind_is_a_clear_error(inpaint_paths, tiny_dir):
+    from ot_gradio.models.common import ModelLoadError
+    from ot_gradio.models.sd2 import StableDiffusion20
+
+    with pytest.raises(ModelLoadError, match="takes 4 input channels but STABLE_DIFFUSION_15_INPAINTING needs 9"):
+        StableDiffusion15Inpainting.load("tiny:sd15", offline=True)
+    folder = str(inpaint_paths[ModelType.STABLE_DIFFUSION_20_INPAINTING].diffusers_dir)
+    with pytest.raises(ModelLoadError, match="takes 9 input channels but STABLE_DIFFUSION_20 needs 4"):
+        StableDiffusion20.load(folder, offline=True)
+
+
+def test_save_single_file_and_diffusers_round_trip(sd15i, inpaint_paths, tmp_path):
+    from diffusers import StableDiffusionInpaintPipeline
+
+    paths = inpaint_paths[ModelType.STABLE_DIFFUSION_15_INPAINTING]
+    path = sd15i.save_single_file(tmp_path / "inpaint.safetensors", dtype="FLOAT_32")
+    with safe_open(str(path), "pt") as f:
+        assert f.metadata()["ot_gradio.model_type"] == "STABLE_DIFFUSION_15_INPAINTING"
+    pipe = StableDiffusionInpaintPipeline.from_single_file(str(path), config=str(paths.diffusers_dir), local_files_only=True, safety_checker=None)
+    assert _same_weights(sd15i, pipe)
+
+    sd15i.save_diffusers(tmp_path / "folder", "FLOAT_32")
+    assert json.loads((tmp_path / "folder" / "model_index.json").read_text())["_class_name"] == "StableDiffusionInpaintPipeline"
+    assert _same_weights(sd15i, StableDiffusionInpaintPipeline.from_pretrained(str(tmp_path / "folder"), safety_checker=None))
+
+
+# ------------------------------------------------------------------ the UNet's inputs
+
+
+def test_masked_image_latents(sd15i):
+    pixels = torch.rand(2, 3, 64, 64) * 2 - 1
+    mask = _mask()
+    expected = sd15i.encode_images(pixels * (1 - mask), sample=False)
+    assert torch.allclose(sd15i.encode_conditioning(pixels, mask), expected)
+    assert torch.allclose(sd15i.encode_conditioning(pixels, None)[:1], sd15i.blank_latents(8, 8), atol=1e-6)
+    assert not torch.allclose(expected[0], sd15i.blank_latents(8, 8)[0])  # the unmasked half shows through
+
+
+def test_predict_concatenates_latents_mask_and_masked_image(sd15i):
+    pixels, mask = torch.rand(2, 3, 64, 64) * 2 - 1, _mask()
+    latent_mask = torch.nn.functional.interpolate(mask, size=(8, 8), mode="area")
+    batch = Batch(size=(64, 64), captions=["a", "b"], loss_weights=torch.ones(2), image_paths=["a", "b"], pixels=pixels, mask=mask, latent_mask=latent_mask)
+    noisy, t = torch.randn(2, 4, 8, 8), torch.tensor([100, 700])
+    seen, handle = _unet_inputs(sd15i)
+    try:
+        out = sd15i.predict(noisy, t, sd15i.encode_text(["a", "b"]), batch)
+        plain = sd15i.predict(noisy, t, sd15i.encode_text(["a", "b"]))
+    finally:
+        handle.remove()
+    assert out.shape == noisy.shape and plain.shape == noisy.shape
+    unet_in = seen[0]
+    assert unet_in.shape == (2, 9, 8, 8)
+    assert torch.equal(unet_in[:, :4], noisy) and torch.equal(unet_in[:, 4:5], latent_mask)
+    assert torch.allclose(unet_in[0, 5:], sd15i.encode_conditioning(pixels, mask)[0])
+    assert torch.allclose(unet_in[1, 5:], sd15i.blank_latents(8, 8)[0])  # all-white mask: a blank image
+    no_batch = seen[1]  # no batch: the whole image is repainted
+    assert torch.equal(no_batch[:, 4:5], torch.ones(2, 1, 8, 8)) and torch.allclose(no_batch[:, 5:], sd15i.blank_latents(8, 8).expand(2, -1, -1, -1))
+
+
+def _step(model, **options):
+    config = TrainConfig.model_validate({"model_type": "STABLE_DIFFUSION_15_INPAINTING", **options})
+    noise = lambda latents: (torch.randn(latents.shape, generator=torch.Generator().manual_seed(1)), torch.full((latents.shape[0],), 400))  # noqa: E731
+    return DiffusionStep(model, config, CPU, Precision(DataType.FLOAT_32, CPU), noise)
+
+
+def test_training_step_feeds_the_masks_it_trains_with(sd15i):
+    """The step's latent mask (what the loss uses) and the masked images reach the UNet; a step
+    that ignored the concept's masks would feed white masks and blank images."""
+    pixels, mask = torch.rand(2, 3, 64, 64) * 2 - 1, _mask()
+
+    def batch():
+        return Batch(size=(64, 64), captions=["a", "b"], loss_weights=torch.ones(2), image_paths=["a", "b"], pixels=pixels, mask=mask)
+
+    seen, handle = _unet_inputs(sd15i)
+    try:
+        with torch.no_grad():
+            _step(sd15i, masked_training=True, unmasked_probability=0.0).loss(batch())
+            _step(sd15i, masked_training=False).loss(batch())
+            _step(sd15i, masked_training=True, unmasked_probability=1.0).loss(batch())
+    finally:
+        handle.remove()
+    masked, off, unmasked = seen
+    latent_mask = torch.nn.functional.interpolate(mask, size=(8, 8), mode="area")
+    assert torch.equal(masked[:, 4:5], latent_mask)
+    assert torch.allclose(masked[0, 5:], sd15i.encode_conditioning(pixels, mask)[0])
+    blank = sd15i.blank_latents(8, 8).expand(2, -1, -1, -1)
+    for whole in (off, unmasked):  # masked training off, or the unmasked_probability draw: the whole image
+        assert torch.equal(whole[:, 4:5], torch.ones(2, 1, 8, 8)) and torch.allclose(whole[:, 5:], blank)
+
+
+# ------------------------------------------------------------------ the latent cache
+
+
+def _concept(folder):
+    folder.mkdir(parents=True)
+    for name, colour in (("a", (200, 30, 30)), ("b", (30, 30, 200))):
+        Image.new("RGB", (64, 64), colour).save(folder / f"{name}.png")
+        (folder / f"{name}.txt").write_text(f"a {name}")
+    left = Image.new("L", (64, 64), 0)
+    left.paste(255, (0, 0, 32, 64))
+    left.save(folder / "a-masklabel.png")  # only "a" has a mask
+    return ConceptConfig(name="c", path=str(folder))
+
+
+def test_masked_image_latents_are_cached_and_keyed_by_the_mask(sd15i, tmp_path):
+    from ot_gradio.data import build_dataset
+
+    concept = _concept(tmp_path / "data")
+    encode = lambda px: sd15i.encode_images(px, sample=False)  # noqa: E731
+
+    def build(conditioning=True):
+        return build_dataset(
+            [concept], "64", 2, latent_caching=True, cache_dir=tmp_path / "cache", vae_id=sd15i.vae_id, encode_fn=encode,
+            conditioning_fn=sd15i.encode_conditioning if conditioning else None,
+        )
+
+    old = build(conditioning=False)  # a cache made before (or by a non-inpainting run)
+    assert old.cache_report.encoded == 2 and old.cache_report.conditioning_total == 0
+    first = build()
+    report = first.cache_report
+    assert (report.hits, report.encoded) == (2, 0)  # the image latents are shared
+    assert (report.conditioning_total, report.conditioning_hits, report.conditioning_encoded) == (1, 0, 1)
+    assert build().cache_report.conditioning_hits == 1
+
+    batch = first.epoch_batches(0)[0]
+    a = batch.image_paths.index(str((tmp_path / "data" / "a.png").resolve()))
+    assert batch.conditioning_latents.shape == batch.latents.shape
+    assert torch.equal(batch.conditioning_latents[1 - a], torch.zeros(4, 8, 8))  # "b" has no mask
+    pixels = (torch.tensor([200.0, 30.0, 30.0]) / 127.5 - 1).view(1, 3, 1, 1).expand(1, 3, 64, 64)  # "a" is plain red
+    assert torch.allclose(batch.conditioning_latents[a], sd15i.encode_conditioning(pixels, batch.mask[a : a + 1])[0], atol=1e-5)
+
+    # the step feeds the cached masked-image latents
+    seen, handle = _unet_inputs(sd15i)
+    try:
+        with torch.no_grad():
+            _step(sd15i, masked_training=True, unmasked_probability=0.0).loss(batch)
+    finally:
+        handle.remove()
+    assert torch.equal(seen[0][a, 5:], batch.conditioning_latents[a])
+
+    stat = os.stat(tmp_path / "data" / "a-masklabel.png")  # an edited mask is encoded again
+    os.utime(tmp_path / "data" / "a-masklabel.png", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert build().cache_report.conditioning_encoded == 1
+
+
+# ------------------------------------------------------------------ sampling
+
+
+@pytest.mark.parametrize("sampler", [NoiseScheduler.DDIM, NoiseScheduler.EULER_A])
+def test_sampling_is_text_to_image_of_the_asked_size(sd15i, sampler):
+    inputs = sd15i.sampling_inputs(64, 40)
+    assert inputs["image"].size == (40, 64) and set(inputs["mask_image"].getdata()) == {255}
+    a = sd15i.sample("a cat", height=64, width=40, steps=2, seed=3, sampler=sampler)
+    b = sd15i.sample("a cat", height=64, width=40, steps=2, seed=3, sampler=sampler)
+    assert a.size == (40, 64) and a.tobytes() == b.tobytes()
+    assert type(sd15i.pipeline(sampler)).__name__ == "StableDiffusionInpaintPipeline"
+
+
+def test_sd2_inpainting_samples(inpaint_paths):
+    model = StableDiffusion20Inpainting.load(str(inpaint_paths[ModelType.STABLE_DIFFUSION_20_INPAINTING].diffusers_dir), offline=True)
+    assert model.sample("a cat", height=48, width=64, steps=2, seed=1).size == (64, 48)

@@ -1,0 +1,106 @@
+"""The FINE_TUNE method on the tiny SD 1.5: which parts train with which learning rate, backups
+of the full weights, the output formats and additional embeddings beside them."""
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from ot_gradio.config.schema import TrainConfig
+from ot_gradio.training.finetune_method import FineTuneMethod
+from ot_gradio.training.methods import get_method
+
+CPU = torch.device("cpu")
+
+
+def tiny_model():
+    from ot_gradio.models.sd15 import StableDiffusion15
+    from ot_gradio.models.tiny import tiny_sd15_components
+
+    return StableDiffusion15(**tiny_sd15_components())
+
+
+def config(**values):
+    return TrainConfig.model_validate({"training_method": "FINE_TUNE", "learning_rate": 1e-5, **values})
+
+
+def test_registered():
+    assert isinstance(get_method("FINE_TUNE"), FineTuneMethod)
+
+
+def test_each_trained_part_is_one_group_with_its_learning_rate():
+    model = tiny_model()
+    groups = FineTuneMethod().setup(model, config(unet={"learning_rate": 2e-6}), CPU)
+    assert [(g["name"], g["lr"]) for g in groups] == [("unet", 2e-6), ("text_encoder", 1e-5)]
+    assert {id(p) for p in groups[0]["params"]} == {id(p) for p in model.unet.parameters()}
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in model.text_encoder.parameters()}
+    assert not any(p.requires_grad for p in model.vae.parameters())
+
+    model = tiny_model()
+    groups = FineTuneMethod().setup(model, config(text_encoder={"train": False}), CPU)
+    assert [g["name"] for g in groups] == ["unet"]
+    assert not any(p.requires_grad for p in model.text_encoder.parameters())
+
+
+def test_whole_model_formats_only():
+    with pytest.raises(ValueError, match="output_model_format: KOHYA_LORA is not a whole-model format"):
+        FineTuneMethod().setup(tiny_model(), config(output_model_format="KOHYA_LORA"), CPU)
+
+
+def test_backup_state_holds_the_full_trained_weights():
+    model = tiny_model()
+    method = FineTuneMethod()
+    method.setup(model, config(text_encoder={"train": False}), CPU)
+    state = {k: v.clone() for k, v in method.trainable_state(model).items()}
+    assert {k.split(".", 1)[0] for k in state} == {"unet"}
+    assert len(state) == len(model.unet.state_dict())
+    with torch.no_grad():
+        for p in model.unet.parameters():
+            p.add_(1.0)
+    method.load_trainable_state(model, state)
+    assert all(torch.equal(v, model.unet.state_dict()[k.removeprefix("unet.")]) for k, v in state.items())
+
+
+@pytest.mark.parametrize("fmt", ["SAFETENSORS", "ORIGINAL_SINGLE_FILE", "LEGACY_SAFETENSORS"])
+def test_single_file_in_the_output_dtype(tmp_path, fmt):
+    model = tiny_model()
+    method = FineTuneMethod()
+    cfg = config(output_model_format=fmt, output_dtype="FLOAT_16")
+    method.setup(model, cfg, CPU)
+    out = method.save(model, cfg, tmp_path / "model.safetensors", {})
+    assert out == tmp_path / "model.safetensors"
+    with safe_open(str(out), "pt") as f:
+        keys = list(f.keys())
+        assert any(k.startswith("model.diffusion_model.") for k in keys)  # the original (ldm) layout
+        assert any(k.startswith("cond_stage_model.") for k in keys)
+        assert f.get_tensor(next(k for k in keys if k.endswith(".weight"))).dtype == torch.float16
+
+
+def test_diffusers_folder_and_additional_embeddings_beside_it(tmp_path):
+    from diffusers import StableDiffusionPipeline
+
+    model = tiny_model()
+    tokens_before = len(model.tokenizer)
+    method = FineTuneMethod()
+    cfg = config(output_model_format="DIFFUSERS", additional_embeddings=[{"placeholder": "<trig>", "token_count": 2}])
+    groups = method.setup(model, cfg, CPU)
+    assert groups[-1]["name"] == "embedding/<trig>" and groups[-1]["part"] == "text_encoder"
+    with torch.no_grad():
+        model.unet.conv_in.weight.add_(0.5)
+    out = method.save(model, cfg, tmp_path / "model.safetensors", {})
+    assert out == tmp_path / "model"  # a folder, without the file suffix
+    pipe = StableDiffusionPipeline.from_pretrained(str(out), safety_checker=None)
+    assert torch.equal(pipe.unet.conv_in.weight, model.unet.conv_in.weight)
+    assert len(pipe.tokenizer) == tokens_before  # the embedding's tokens are not in the saved model
+    embedding = load_file(str(tmp_path / "model_embeddings" / "trig.safetensors"))
+    assert torch.equal(embedding["emb_params"], method.additional[0].vectors["text_encoder"].detach())
+    assert len(model.tokenizer) == tokens_before + 2  # the live model keeps them
+
+
+def test_doctor_on_finetune_formats():
+    from ot_gradio.config.doctor import check
+
+    cfg = config(concepts=[{"path": "x"}], output_model_format="ORIGINAL_SINGLE_FILE")
+    assert not any("output format" in w or "not supported" in w for w in check(cfg))
+    cfg.output_model_format = "CKPT"
+    assert any("Fine-tuning with output format CKPT, which the trainer does not write" in w for w in check(cfg))
