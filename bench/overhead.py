@@ -8,9 +8,10 @@ FLOAT_32, batch 2, 64 px, AdamW as configured) and a bare loop over a second cop
 weights that does only the necessary work: cached latents already in memory, text embeddings
 computed once, noise, UNet forward, MSE loss, backward, clip_grad_norm_, AdamW step. They
 alternate step by step (trainer step, bare step, ...), so machine noise hits both alike; the
-first steps of each are warm-up and not counted. Prints the median step times, their ratio, and
-the median of the per-pair ratios (each trainer step over the bare step right after it: robust to
-the machine's load drifting during the run), which the RESULT line judges. Target: 1.03x or less.
+first steps of each are warm-up and not counted. Prints the median step times and their ratio,
+the median of the per-pair ratios (each trainer step over the bare step right after it), and the
+median of each trainer step over the mean of the bare steps just before and after it (a load
+drifting during the run cancels out), which the RESULT line judges. Target: 1.03x or less.
 
 --variants runs the trainer again with one thing changed, each against the same bare loop, so
 the ratios show what each costs or saves: the text encoder run every step (as before text
@@ -142,11 +143,17 @@ def run_pair(label: str, model_dir: Path, data_dir: Path, work: Path, steps: int
     n = min(len(ours), len(floor))
     ours, floor = ours[:n], floor[:n]
     torch.set_grad_enabled(True)
+    # each trainer step against the mean of the bare steps just before and just after it: a
+    # load that drifts during the run cancels out, whichever side a step falls on
+    before = holder["bare"].times[warmup - 1:]
+    around = [a / ((b0 + b1) / 2) for a, b0, b1 in zip(ours, before[:n], floor, strict=True)]
     result = {"label": label, "ours": C.med(ours), "floor": C.med(floor), "n": n,
               "ratio": C.med(ours) / C.med(floor),
-              "ratio_of_pairs": C.med([a / b for a, b in zip(ours, floor, strict=True)])}
+              "ratio_of_pairs": C.med([a / b for a, b in zip(ours, floor, strict=True)]),
+              "ratio_around": C.med(around)}
     print(f"{label:<34} trainer {C.ms(result['ours']):>10}  bare {C.ms(result['floor']):>10}  "
-          f"ratio {result['ratio']:.3f}x (median of per-pair ratios {result['ratio_of_pairs']:.3f}x, {n} pairs)", flush=True)
+          f"ratio {result['ratio']:.3f}x (median of per-pair ratios {result['ratio_of_pairs']:.3f}x, "
+          f"against the bare steps around each {result['ratio_around']:.3f}x, {n} pairs)", flush=True)
     return result
 
 
@@ -226,9 +233,10 @@ def main() -> int:
     if args.experiments:
         experiments(model_dir, data_dir, work, args.steps, args.warmup)
     del torch
-    main_ratio = results[0]["ratio_of_pairs"]
-    print(f"RESULT overhead: median of per-pair ratios {main_ratio:.3f}x (ratio of medians {results[0]['ratio']:.3f}x) "
-          f"(target <= 1.03x): {'met' if main_ratio <= 1.03 else 'NOT met'}")
+    main = results[0]
+    print(f"RESULT overhead: trainer step / bare steps around it {main['ratio_around']:.3f}x (per pair "
+          f"{main['ratio_of_pairs']:.3f}x, ratio of medians {main['ratio']:.3f}x) (target <= 1.03x): "
+          f"{'met' if main['ratio_around'] <= 1.03 else 'NOT met'}")
     return 0
 
 
