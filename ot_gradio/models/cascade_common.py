@@ -16,7 +16,7 @@ Cascade: t + 0.001; both clamped to [0.001, 1]), and lists alpha_cumprod and bet
 timestep so timestep loss weights (P2, min-SNR, ...) and generalized offset noise use the real
 schedule.
 
-Where the parts come from: the base model is the prior (tokenizer, text encoder, prior,
+Where the parts come from (cascade_loading.py resolves and loads them): the base model is the prior (tokenizer, text encoder, prior,
 scheduler); `decoder.model_name` is the decoder model (stage B and the VQGAN, and Würstchen's
 decoder text encoder); `effnet_encoder.model_name` the EffNet weights; `prior.model_name`
 replaces the prior network only. Blank ones default to the hub models of the family.
@@ -24,12 +24,8 @@ replaces the prior network only. Blank ones default to the hub models of the fam
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
 import math
 import os
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,9 +34,16 @@ import torch
 import torch.nn.functional as F
 
 from ot_gradio.config.enums import DataType, NoiseScheduler
-from ot_gradio.fsutil import atomic_write_dir
-from ot_gradio.models.common import ModelLoadError, cast_state_dict, torch_dtype
-from ot_gradio.models.effnet import EfficientNetEncoder, load_effnet_state_dict
+from ot_gradio.models.cascade_loading import Loader, Source, resolve_source
+from ot_gradio.models.common import (
+    ModelLoadError,
+    base_module,
+    module_device,
+    module_dtype,
+    save_diffusers_folder,
+    torch_dtype,
+    weights_fingerprint,
+)
 from ot_gradio.models.tiny import is_tiny, resolve_tiny
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -48,7 +51,6 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 EFFNET_IMAGE_SCALE = 0.75
 NUM_TRAIN_TIMESTEPS = 1000
 SCHEDULE_S = 0.008
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(/[\w.-]+)?")
 
 
 # ------------------------------------------------------------------ noise schedule
@@ -83,191 +85,6 @@ class ContinuousSchedule:
         ac = gdf_alpha_cumprod(self.ratio(timesteps.to(latents.device)), self.s).to(latents.dtype)
         ac = ac.view(-1, *([1] * (latents.ndim - 1)))
         return ac.sqrt() * latents + (1 - ac).sqrt() * noise
-
-
-# ------------------------------------------------------------------ small helpers
-
-
-def module_dtype(module: torch.nn.Module) -> torch.dtype:
-    return next(module.parameters()).dtype
-
-
-def module_device(module: torch.nn.Module) -> torch.device:
-    return next(module.parameters()).device
-
-
-def base_module(module: torch.nn.Module) -> torch.nn.Module:
-    return module.get_base_model() if hasattr(module, "get_base_model") else module
-
-
-def plain_state_dict(module: torch.nn.Module, name: str) -> dict[str, torch.Tensor]:
-    state_dict = base_module(module).state_dict()
-    if any(".base_layer." in k or ".lora_" in k for k in state_dict):
-        raise ValueError(f"The {name} still has LoRA layers in it; merge or remove them before saving the full model.")
-    return state_dict
-
-
-def weights_fingerprint(module: torch.nn.Module, extra: str = "") -> str:
-    h = hashlib.sha256(extra.encode())
-    config = getattr(module, "config", None)
-    if config is not None:
-        h.update(json.dumps(dict(config), sort_keys=True, default=str).encode())
-    with torch.no_grad():
-        for name, tensor in sorted(base_module(module).state_dict().items()):
-            h.update(name.encode())
-            h.update(tensor.detach().flatten()[:256].float().cpu().numpy().tobytes())
-    return h.hexdigest()[:20]
-
-
-def _is_local(name: str) -> bool:
-    return (
-        Path(name).expanduser().exists()
-        or name.startswith(("/", ".", "~", "\\"))
-        or re.match(r"^[A-Za-z]:[\\/]", name) is not None
-        or name.lower().endswith((".safetensors", ".ckpt", ".bin"))
-    )
-
-
-class Source:
-    """Where one model comes from: a local folder or a hub repo, and the subfolder of the part.
-
-    `owner/repo/sub` (hub) and a component folder inside a diffusers model (its parent has
-    model_index.json) both name the subfolder explicitly, e.g. Stable Cascade's `prior_lite`."""
-
-    def __init__(self, root: str, subfolder: str | None, local: bool):
-        self.root, self.subfolder, self.local = root, subfolder, local
-
-    def __repr__(self) -> str:
-        return f"{self.root}" + (f" ({self.subfolder})" if self.subfolder else "")
-
-
-def resolve_source(name: str, field: str, default_subfolder: str, example: str) -> Source:
-    name = str(name or "").strip()
-    if not name:
-        raise ModelLoadError(f"{field}: no model given. Enter a Hugging Face id like '{example}' or a local diffusers folder.")
-    path = Path(name).expanduser()
-    if path.is_dir():
-        if (path / "model_index.json").is_file():
-            return Source(str(path), default_subfolder, True)
-        if (path / "config.json").is_file() and (path.parent / "model_index.json").is_file():
-            return Source(str(path.parent), path.name, True)
-        raise ModelLoadError(
-            f"{field}: the folder '{name}' is not a diffusers model (no model_index.json). "
-            "Pick the folder that holds model_index.json."
-        )
-    if _is_local(name) or not _HUB_ID.fullmatch(name):
-        raise ModelLoadError(f"{field}: '{name}' was not found (no such folder). Check the path, or give a hub id like '{example}'.")
-    owner, repo, *sub = name.split("/")
-    return Source(f"{owner}/{repo}", sub[0] if sub else default_subfolder, False)
-
-
-class Loader:
-    """from_pretrained with the run's hub settings, turning failures into messages that name the field."""
-
-    def __init__(self, cache_dir: str | None, offline: bool, token: str | None):
-        self.cache_dir, self.offline, self.token = cache_dir, offline, token
-
-    def hint(self, source: Source) -> str:
-        if source.local:
-            return "check that the folder is a complete model of this family"
-        if self.offline:
-            return ("offline mode is on and it is not in the local Hugging Face cache"
-                    + (f" ({self.cache_dir})" if self.cache_dir else "") + "; turn offline mode off to download it once")
-        return "check the id, your network and, for gated models, the access token"
-
-    def load(self, cls, source: Source, subfolder: str | None, field: str, **kwargs):
-        try:
-            return cls.from_pretrained(
-                source.root,
-                subfolder=subfolder,
-                cache_dir=self.cache_dir,
-                token=self.token,
-                local_files_only=self.offline or source.local,
-                **kwargs,
-            )
-        except Exception as e:  # diffusers, transformers and the hub raise many kinds
-            where = f"{source.root}" + (f"/{subfolder}" if subfolder else "")
-            detail = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
-            raise ModelLoadError(f"{field}: could not load {cls.__name__} from '{where}': {self.hint(source)} (Details: {detail}.)") from e
-
-    def pipeline_config(self, pipeline_cls, source: Source, field: str) -> dict:
-        try:
-            return dict(pipeline_cls.load_config(
-                source.root, cache_dir=self.cache_dir, token=self.token, local_files_only=self.offline or source.local
-            ))
-        except Exception as e:
-            raise ModelLoadError(f"{field}: '{source.root}' has no readable model_index.json: {self.hint(source)} ({e}).") from e
-
-    def hub_file(self, repo: str, filename: str, field: str) -> str:
-        from huggingface_hub import hf_hub_download
-
-        try:
-            return hf_hub_download(repo, filename, cache_dir=self.cache_dir, token=self.token, local_files_only=self.offline)
-        except Exception as e:
-            raise ModelLoadError(
-                f"{field}: could not get {filename} from '{repo}': {self.hint(Source(repo, None, False))}; "
-                "or download it yourself and give its path."
-            ) from e
-
-
-# ------------------------------------------------------------------ the EffNet encoder
-
-
-def _infer_effnet_config(state_dict: Mapping[str, torch.Tensor]) -> dict:
-    """Widths and depths of an EfficientNetV2-S-shaped encoder from its weights (the published
-    full-size files and tiny test ones alike)."""
-    widths = [int(state_dict["backbone.0.0.weight"].shape[0])]
-    depths = []
-    for stage in range(1, 7):
-        blocks = {int(k.split(".")[2]) for k in state_dict if k.startswith(f"backbone.{stage}.")}
-        if not blocks:
-            raise KeyError(f"backbone.{stage}")
-        depths.append(len(blocks))
-        layers = [int(k.split(".")[4]) for k in state_dict if re.match(rf"backbone\.{stage}\.0\.block\.\d+\.0\.weight$", k)]
-        widths.append(int(state_dict[f"backbone.{stage}.0.block.{max(layers)}.0.weight"].shape[0]))
-    return {
-        "c_latent": int(state_dict["mapper.0.weight"].shape[0]),
-        "c_cond": int(state_dict["mapper.0.weight"].shape[1]),
-        "affine_batch_norm": "mapper.1.weight" in state_dict,
-        "widths": widths,
-        "depths": depths,
-    }
-
-
-def load_effnet_file(path: str | os.PathLike, field: str = "effnet_encoder.model_name") -> EfficientNetEncoder:
-    """An EffNet encoder from one .safetensors file (Stable Cascade's `effnet_encoder.safetensors`)."""
-    from safetensors.torch import load_file
-
-    try:
-        state_dict = load_file(str(path))
-        config = _infer_effnet_config(state_dict)
-    except KeyError as e:
-        raise ModelLoadError(f"{field}: {path} is not an EfficientNet encoder file (no {e} weights).") from e
-    except Exception as e:
-        raise ModelLoadError(f"{field}: could not read {path} ({e}).") from e
-    if config["widths"] == [24, 24, 48, 64, 128, 160, 256]:
-        config.update(widths=None, depths=None)  # the real V2-S
-    encoder = EfficientNetEncoder(**config)
-    try:
-        load_effnet_state_dict(encoder, state_dict, str(path))
-    except ValueError as e:
-        raise ModelLoadError(str(e)) from e
-    return encoder.eval()
-
-
-def load_effnet(name: str, loader: Loader, field: str = "effnet_encoder.model_name") -> EfficientNetEncoder:
-    """A local .safetensors file, or a folder / hub repo in the diffusers layout (config.json and
-    weights, as `warp-ai/EfficientNetEncoder`)."""
-    path = Path(name).expanduser()
-    if path.is_file():
-        return load_effnet_file(path, field)
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"{field}: the folder '{name}' has no config.json; give the EffNet folder or its .safetensors file.")
-        return loader.load(EfficientNetEncoder, Source(str(path), None, True), None, field).eval()
-    if _is_local(name) or not _HUB_ID.fullmatch(name):
-        raise ModelLoadError(f"{field}: '{name}' was not found; give the EffNet encoder's .safetensors file, folder or hub id.")
-    return loader.load(EfficientNetEncoder, Source(name, None, False), None, field).eval()
 
 
 # ------------------------------------------------------------------ attention
@@ -512,11 +329,40 @@ class CascadeFamily:
 
     # ------------------------------------------------------------ sampling
 
-    def _prior_pipeline(self):
+    @classmethod
+    def pipeline_classes(cls) -> tuple[type, type]:
+        """The family's diffusers (prior pipeline, decoder pipeline) classes."""
         raise NotImplementedError
 
+    def _prior_pipeline(self):
+        from diffusers import DDPMWuerstchenScheduler
+
+        pipe = self.pipeline_classes()[0](
+            tokenizer=self.tokenizer,
+            text_encoder=base_module(self.text_encoder),
+            prior=base_module(self.prior),
+            scheduler=DDPMWuerstchenScheduler.from_config(self.scheduler.config),
+            **self.prior_pipeline_config,
+        )
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
     def _decoder_pipeline(self):
-        raise NotImplementedError
+        """Stage B and the VQGAN; the decoder reads the prompt with its own text encoder
+        (Würstchen 2) or the prior's (Stable Cascade)."""
+        from diffusers import DDPMWuerstchenScheduler
+
+        own_text = self.decoder_text_encoder is not None
+        pipe = self.pipeline_classes()[1](
+            decoder=self.decoder,
+            tokenizer=self.decoder_tokenizer if own_text else self.tokenizer,
+            text_encoder=self.decoder_text_encoder if own_text else base_module(self.text_encoder),
+            scheduler=DDPMWuerstchenScheduler.from_config(self.decoder_scheduler.config),
+            vqgan=self.decoder_vqgan,
+            **self.decoder_pipeline_config,
+        )
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
 
     def _prior_call_kwargs(self, cond: dict[str, torch.Tensor], uncond: dict[str, torch.Tensor] | None) -> dict:
         raise NotImplementedError
@@ -577,25 +423,10 @@ class CascadeFamily:
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
         """The prior model as a diffusers folder (tokenizer, text_encoder, prior, scheduler and
         model_index.json), the layout the base model came in; written atomically."""
-        from safetensors.torch import save_file
 
-        dt = torch_dtype(dtype)
-        state = {
-            "prior": cast_state_dict(plain_state_dict(self.prior, "prior"), dt),
-            "text_encoder": cast_state_dict(plain_state_dict(self.text_encoder, "text_encoder"), dt),
-        }
-
-        def write(tmp: Path) -> None:
-            (tmp / "prior").mkdir()
-            base_module(self.prior).save_config(tmp / "prior")
-            save_file(state["prior"], str(tmp / "prior" / "diffusion_pytorch_model.safetensors"), metadata={"format": "pt"})
-            text_encoder = base_module(self.text_encoder)
-            config = copy.deepcopy(text_encoder.config)
-            config.dtype = str(dt).removeprefix("torch.")
-            config.save_pretrained(tmp / "text_encoder")
-            save_file(state["text_encoder"], str(tmp / "text_encoder" / "model.safetensors"), metadata={"format": "pt"})
+        def write_rest(tmp: Path) -> None:
             self.tokenizer.save_pretrained(tmp / "tokenizer")
             self.scheduler.save_pretrained(tmp / "scheduler")
             self._prior_pipeline().save_config(tmp)
 
-        return atomic_write_dir(directory, write)
+        return save_diffusers_folder(directory, {"prior": self.prior, "text_encoder": self.text_encoder}, dtype, write_rest)

@@ -1,12 +1,19 @@
-"""Small pieces every model family shares: the load error and dtype names (atomic writes: `ot_gradio.fsutil`)."""
+"""Small pieces every model family shares: the load error, dtype names, the parts of a loaded
+model (under peft wrappers, without adapters) and the diffusers-folder writer."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import torch
 
 from ot_gradio.config.enums import DataType
+from ot_gradio.fsutil import atomic_write_dir
 
 
 class ModelLoadError(RuntimeError):
@@ -43,3 +50,76 @@ def cast_state_dict(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype |
             value = value.to(dtype)
         out[key] = value.cpu().contiguous()
     return out
+
+
+# ---------------------------------------------------------------- modules of a loaded family
+
+
+def module_dtype(module: torch.nn.Module) -> torch.dtype:
+    return next(module.parameters()).dtype
+
+
+def module_device(module: torch.nn.Module) -> torch.device:
+    return next(module.parameters()).device
+
+
+def base_module(module: torch.nn.Module) -> torch.nn.Module:
+    """The model under a peft `PeftModel` wrapper (injected adapter layers stay in it)."""
+    return module.get_base_model() if hasattr(module, "get_base_model") else module
+
+
+def plain_state_dict(module: torch.nn.Module, name: str) -> dict[str, torch.Tensor]:
+    """The weights of a part without adapters; an error if LoRA layers are still in it."""
+    state_dict = base_module(module).state_dict()
+    if any(".base_layer." in k or ".lora_" in k for k in state_dict):
+        raise ValueError(f"The {name} still has LoRA layers in it; merge or remove them before saving the full model.")
+    return state_dict
+
+
+def weights_fingerprint(module: torch.nn.Module, extra: str = "") -> str:
+    """Identity of a module for caches: its config and the first values of every tensor, so a
+    different model (or other weights under the same name) never reuses cached outputs."""
+    h = hashlib.sha256(extra.encode())
+    config = getattr(module, "config", None)
+    if config is not None:
+        h.update(json.dumps(dict(config), sort_keys=True, default=str).encode())
+    with torch.no_grad():
+        for name, tensor in sorted(base_module(module).state_dict().items()):
+            h.update(name.encode())
+            h.update(tensor.detach().flatten()[:256].float().cpu().numpy().tobytes())
+    return h.hexdigest()[:20]
+
+
+def save_diffusers_folder(
+    directory: str | os.PathLike,
+    parts: Mapping[str, torch.nn.Module],
+    dtype: DataType | torch.dtype | None,
+    write_rest: Callable[[Path], None],
+) -> Path:
+    """A diffusers folder: each part in its subfolder (diffusers models as config +
+    `diffusion_pytorch_model.safetensors`, transformers models as config with the saved dtype +
+    `model.safetensors`), then `write_rest(folder)` for tokenizers, scheduler and
+    `model_index.json`. Weights are cast copy by copy, so the live model keeps its dtype; the
+    folder is written next to `directory` and swapped in atomically."""
+    from safetensors.torch import save_file
+    from transformers import PreTrainedModel
+
+    dt = torch_dtype(dtype)
+    state = {name: cast_state_dict(plain_state_dict(module, name), dt) for name, module in parts.items()}
+
+    def write(tmp: Path) -> None:
+        for name, module in parts.items():
+            module = base_module(module)
+            folder = tmp / name
+            if isinstance(module, PreTrainedModel):
+                config = copy.deepcopy(module.config)
+                config.dtype = str(dt).removeprefix("torch.")
+                config.save_pretrained(folder)
+                save_file(state[name], str(folder / "model.safetensors"), metadata={"format": "pt"})
+            else:  # a diffusers model
+                folder.mkdir()
+                module.save_config(folder)
+                save_file(state[name], str(folder / "diffusion_pytorch_model.safetensors"), metadata={"format": "pt"})
+        write_rest(tmp)
+
+    return atomic_write_dir(directory, write)

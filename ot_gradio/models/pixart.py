@@ -23,7 +23,6 @@ What differs from Stable Diffusion (OneTrainer's PixArtAlphaModel / BasePixArtAl
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -33,16 +32,20 @@ import torch
 
 from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
 from ot_gradio.fsutil import atomic_write_dir
-from ot_gradio.models.common import ModelLoadError, cast_state_dict, torch_dtype
+from ot_gradio.models.common import (
+    ModelLoadError,
+    base_module,
+    module_device,
+    module_dtype,
+    plain_state_dict,
+    save_diffusers_folder,
+    torch_dtype,
+)
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import (
     _HUB_ID,
     StableDiffusion15,
-    _base_module,
     _flash_attention_processor,
-    _module_device,
-    _module_dtype,
-    _plain_state_dict,
     make_sampling_scheduler,
 )
 from ot_gradio.models.tiny import TinyModelPaths, is_tiny, register_tiny, resolve_tiny, tiny_vae
@@ -132,7 +135,7 @@ class PixArtAlpha:
         model = cls(pipe.tokenizer, pipe.text_encoder, pipe.vae, pipe.transformer, pipe.scheduler)
         for part in PARTS:
             module = getattr(model, part)
-            if _module_dtype(module) != per_part[part]:
+            if module_dtype(module) != per_part[part]:
                 module.to(dtype=per_part[part])
         return model
 
@@ -205,7 +208,7 @@ class PixArtAlpha:
         """Whether the variance channels train with the variational bound: only for epsilon
         prediction (the bound is written for it) and not with zero terminal SNR (the bound is
         infinite at the last timestep)."""
-        config = _base_module(self.transformer).config
+        config = base_module(self.transformer).config
         return (
             config.out_channels == 2 * config.in_channels
             and self.prediction_type == "epsilon"
@@ -218,8 +221,8 @@ class PixArtAlpha:
         from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
 
         mechanism = str(getattr(mechanism, "value", mechanism)).upper()
-        transformer = _base_module(self.transformer)
-        on_cuda = torch.device(device).type == "cuda" if device is not None else _module_device(transformer).type == "cuda"
+        transformer = base_module(self.transformer)
+        on_cuda = torch.device(device).type == "cuda" if device is not None else module_device(transformer).type == "cuda"
         if mechanism == "DEFAULT":
             transformer.set_attn_processor(AttnProcessor())
         elif mechanism == "SDP":
@@ -264,13 +267,13 @@ class PixArtAlpha:
     def encode_prompt(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layer_skip: int = 0) -> torch.Tensor:
         """T5 hidden states (B, tokens, width); `layer_skip` > 0 takes an earlier layer's output
         with T5's final layer norm applied (OneTrainer's encode_t5)."""
-        device = _module_device(self.text_encoder)
+        device = module_device(self.text_encoder)
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         with _no_fp16_autocast(device):
             if layer_skip <= 0:
                 return self.text_encoder(input_ids, attention_mask=attention_mask)[0]
             out = self.text_encoder(input_ids, attention_mask=attention_mask, output_hidden_states=True)
-            return _base_module(self.text_encoder).encoder.final_layer_norm(out.hidden_states[-(layer_skip + 1)])
+            return base_module(self.text_encoder).encoder.final_layer_norm(out.hidden_states[-(layer_skip + 1)])
 
     def encode_text(self, captions: Sequence[str], grad: frozenset[str] | set[str] = frozenset()) -> dict[str, torch.Tensor]:
         """{"encoder_hidden_states", "encoder_attention_mask"} for a batch of captions; gradients
@@ -295,7 +298,7 @@ class PixArtAlpha:
         if not isinstance(conditioning, Mapping):
             raise TypeError("PixArt's conditioning is what encode_text returns (hidden states and their attention mask).")
         transformer = self.transformer
-        device, dtype = _module_device(transformer), _module_dtype(transformer)
+        device, dtype = module_device(transformer), module_dtype(transformer)
         size = getattr(batch, "size", None)
         if size:
             height, width = size
@@ -326,9 +329,9 @@ class PixArtAlpha:
             scheduler = make_sampling_scheduler(sampler, self.scheduler.config, self.schedule_overrides)
         pipe = PixArtAlphaPipeline(
             tokenizer=self.tokenizer if with_text_encoder else None,
-            text_encoder=_base_module(self.text_encoder) if with_text_encoder else None,
-            vae=_base_module(self.vae),
-            transformer=_base_module(self.transformer),
+            text_encoder=base_module(self.text_encoder) if with_text_encoder else None,
+            vae=base_module(self.vae),
+            transformer=base_module(self.transformer),
             scheduler=scheduler,
         )
         pipe.set_progress_bar_config(disable=True)
@@ -351,11 +354,11 @@ class PixArtAlpha:
         The prompts are encoded here, with the training's sequence length and layer skip, and
         the image is generated at the asked size (no aspect-ratio binning), rounded up to the
         latent patch (16 px) and resized back if needed. Parts keep their mode and device."""
-        step = self.vae_scale_factor * int(_base_module(self.transformer).config.patch_size)
+        step = self.vae_scale_factor * int(base_module(self.transformer).config.patch_size)
         gen_h, gen_w = -(-int(height) // step) * step, -(-int(width) // step) * step
         modules = self.parts
         was_training = {name: m.training for name, m in modules.items()}
-        devices = {name: _module_device(m) for name, m in modules.items()}
+        devices = {name: module_device(m) for name, m in modules.items()}
         target = torch.device(device) if device is not None else devices["transformer"]
         try:
             for m in modules.values():
@@ -365,7 +368,7 @@ class PixArtAlpha:
             with torch.no_grad():
                 cond = self.encode_text([prompt])
                 uncond = self.encode_text([negative_prompt or ""])
-                dtype = _module_dtype(self.transformer)
+                dtype = module_dtype(self.transformer)
                 latents = self.pipeline(sampler, with_text_encoder=False)(
                     prompt_embeds=cond["encoder_hidden_states"].to(dtype),
                     prompt_attention_mask=cond["encoder_attention_mask"],
@@ -402,35 +405,22 @@ class PixArtAlpha:
 
         return save_original_transformer(
             path,
-            _base_module(self.transformer),
-            _plain_state_dict(self.transformer, "transformer"),
+            base_module(self.transformer),
+            plain_state_dict(self.transformer, "transformer"),
             dtype=torch_dtype(dtype),
             metadata={"modelspec.architecture": "pixart-alpha", "ot_gradio.model_type": self.model_type.value},
         )
 
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
-        """A diffusers folder (PixArtAlphaPipeline.from_pretrained loads it), written to a temp
-        folder next to `directory` and swapped in. Weights are cast copy by copy."""
-        from safetensors.torch import save_file
+        """A diffusers folder (PixArtAlphaPipeline.from_pretrained loads it), written atomically;
+        weights are cast copy by copy."""
 
-        dt = torch_dtype(dtype)
-        state = {name: cast_state_dict(_plain_state_dict(m, name), dt) for name, m in self.parts.items()}
-
-        def write(tmp: Path) -> None:
-            for name in ("transformer", "vae"):
-                (tmp / name).mkdir()
-                _base_module(getattr(self, name)).save_config(tmp / name)
-                save_file(state[name], str(tmp / name / "diffusion_pytorch_model.safetensors"), metadata={"format": "pt"})
-            text_encoder = _base_module(self.text_encoder)
-            config = copy.deepcopy(text_encoder.config)
-            config.dtype = str(dt).removeprefix("torch.")
-            config.save_pretrained(tmp / "text_encoder")
-            save_file(state["text_encoder"], str(tmp / "text_encoder" / "model.safetensors"), metadata={"format": "pt"})
+        def write_rest(tmp: Path) -> None:
             self.tokenizer.save_pretrained(tmp / "tokenizer")
             self.scheduler.save_pretrained(tmp / "scheduler")
             self.pipeline().save_config(tmp)
 
-        return atomic_write_dir(directory, write)
+        return save_diffusers_folder(directory, self.parts, dtype, write_rest)
 
 
 # -------------------------------------------------------------------- tiny model

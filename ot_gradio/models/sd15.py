@@ -6,7 +6,6 @@ attributes, so it never needs to know which family it trains.
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -15,8 +14,16 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
-from ot_gradio.fsutil import atomic_write_dir
-from ot_gradio.models.common import ModelLoadError, cast_state_dict, torch_dtype
+from ot_gradio.models.common import (
+    ModelLoadError,
+    base_module,
+    module_device,
+    module_dtype,
+    plain_state_dict,
+    save_diffusers_folder,
+    torch_dtype,
+    weights_fingerprint,
+)
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd_single_file import save_original_single_file
 from ot_gradio.models.tiny import is_tiny, resolve_tiny
@@ -54,26 +61,6 @@ def make_sampling_scheduler(sampler: NoiseScheduler | str, scheduler_config: Map
     return getattr(diffusers, class_name).from_config(dict(scheduler_config), **overrides, **dict(schedule_overrides or {}))
 
 
-def _module_dtype(module: torch.nn.Module) -> torch.dtype:
-    return next(module.parameters()).dtype
-
-
-def _module_device(module: torch.nn.Module) -> torch.device:
-    return next(module.parameters()).device
-
-
-def _base_module(module: torch.nn.Module) -> torch.nn.Module:
-    """The model under a peft `PeftModel` wrapper (injected LoRA layers stay in it)."""
-    return module.get_base_model() if hasattr(module, "get_base_model") else module
-
-
-def _plain_state_dict(module: torch.nn.Module, name: str) -> dict[str, torch.Tensor]:
-    state_dict = _base_module(module).state_dict()
-    if any(".base_layer." in k or ".lora_" in k for k in state_dict):
-        raise ValueError(f"The {name} still has LoRA layers in it; merge or remove them before saving the full model.")
-    return state_dict
-
-
 def _flash_attention_processor():
     """SDP attention that may only use the flash kernel (fails loudly where it cannot)."""
     from diffusers.models.attention_processor import AttnProcessor2_0
@@ -96,6 +83,7 @@ class StableDiffusion15:
     native_resolution = 512
     denoiser = "unet"
     text_encoder_names = ("text_encoder",)
+    tokenizer_folders = {"text_encoder": "tokenizer"}  # text encoder part -> its tokenizer's folder
     # where the configs of a single file come from when no local diffusers folder is given
     default_config_repo = "stable-diffusion-v1-5/stable-diffusion-v1-5"
     # written to a saved single file's header (SAI model spec)
@@ -329,7 +317,7 @@ class StableDiffusion15:
         from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
 
         mechanism = str(getattr(mechanism, "value", mechanism)).upper()
-        on_cuda = torch.device(device).type == "cuda" if device is not None else _module_device(self.unet).type == "cuda"
+        on_cuda = torch.device(device).type == "cuda" if device is not None else module_device(self.unet).type == "cuda"
         if mechanism == "DEFAULT":
             self.unet.set_attn_processor(AttnProcessor())
         elif mechanism == "SDP":
@@ -343,7 +331,7 @@ class StableDiffusion15:
                     + ("" if on_cuda else " (training is not on cuda)")
                     + "; use SDP, which saves about as much memory"
                 )
-            _base_module(self.unet).enable_xformers_memory_efficient_attention()
+            base_module(self.unet).enable_xformers_memory_efficient_attention()
         elif mechanism == "FLASH":
             if not on_cuda:
                 raise ValueError("attention_mechanism: FLASH needs a CUDA GPU; use SDP (it picks flash attention itself where it can)")
@@ -370,12 +358,12 @@ class StableDiffusion15:
 
         `layer_skip` > 0 is "clip skip": the output of an earlier layer, final layer norm applied.
         """
-        input_ids = input_ids.to(_module_device(self.text_encoder))
+        input_ids = input_ids.to(module_device(self.text_encoder))
         if layer_skip <= 0:
             return self.text_encoder(input_ids)[0]
         out = self.text_encoder(input_ids, output_hidden_states=True)
         hidden = out.hidden_states[-(layer_skip + 1)]
-        base = _base_module(self.text_encoder)
+        base = base_module(self.text_encoder)
         final_norm = getattr(base, "final_layer_norm", None) or base.text_model.final_layer_norm
         return final_norm(hidden)
 
@@ -392,15 +380,7 @@ class StableDiffusion15:
         """Identity of the VAE for the latent cache: its config and a fingerprint of its weights,
         so a different VAE (or one with other weights under the same name) never reuses latents."""
         if getattr(self, "_vae_id", None) is None:
-            import hashlib
-            import json
-
-            h = hashlib.sha256(json.dumps(dict(self.vae.config), sort_keys=True, default=str).encode())
-            with torch.no_grad():
-                for name, tensor in sorted(_base_module(self.vae).state_dict().items()):
-                    h.update(name.encode())
-                    h.update(tensor.detach().flatten()[:256].float().cpu().numpy().tobytes())
-            self._vae_id = "sd-vae-" + h.hexdigest()[:20]
+            self._vae_id = "sd-vae-" + weights_fingerprint(self.vae)
         return self._vae_id
 
     @property
@@ -415,7 +395,7 @@ class StableDiffusion15:
         Draws a sample from the VAE's latent distribution by default, as OneTrainer does (a
         little noise that acts as augmentation); `sample=False` takes its mean (deterministic).
         """
-        dist = self.vae.encode(pixels.to(_module_device(self.vae), _module_dtype(self.vae))).latent_dist
+        dist = self.vae.encode(pixels.to(module_device(self.vae), module_dtype(self.vae))).latent_dist
         latents = dist.sample(generator) if sample else dist.mean
         shift = getattr(self.vae.config, "shift_factor", None) or 0.0
         return (latents - shift) * self.vae.config.scaling_factor
@@ -425,7 +405,7 @@ class StableDiffusion15:
         """Pixels in [-1, 1] for scaled latents (the inverse of `encode_images`)."""
         shift = getattr(self.vae.config, "shift_factor", None) or 0.0
         latents = latents / self.vae.config.scaling_factor + shift
-        return self.vae.decode(latents.to(_module_device(self.vae), _module_dtype(self.vae))).sample
+        return self.vae.decode(latents.to(module_device(self.vae), module_dtype(self.vae))).sample
 
     def add_noise(self, latents: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
         return self.noise_scheduler.add_noise(latents, noise, timesteps)
@@ -436,7 +416,7 @@ class StableDiffusion15:
         `conditioning` is what `encode_text` returned (or the hidden states themselves);
         `batch` (data.batches.Batch) carries what other families need besides (sizes, masks)."""
         hidden = conditioning["encoder_hidden_states"] if isinstance(conditioning, Mapping) else conditioning
-        device, dtype = _module_device(self.unet), _module_dtype(self.unet)
+        device, dtype = module_device(self.unet), module_dtype(self.unet)
         return self.unet(
             noisy_latents.to(device, dtype),
             timesteps.to(device),
@@ -466,10 +446,10 @@ class StableDiffusion15:
         else:
             scheduler = make_sampling_scheduler(sampler, self.scheduler.config, self.schedule_overrides)
         pipe = StableDiffusionPipeline(
-            vae=_base_module(self.vae),
-            text_encoder=_base_module(self.text_encoder),
+            vae=base_module(self.vae),
+            text_encoder=base_module(self.text_encoder),
             tokenizer=self.tokenizer,
-            unet=_base_module(self.unet),
+            unet=base_module(self.unet),
             scheduler=scheduler,
             safety_checker=None,
             feature_extractor=None,
@@ -511,7 +491,7 @@ class StableDiffusion15:
         gen_h, gen_w = -(-int(height) // step) * step, -(-int(width) // step) * step
         modules = self.parts
         was_training = {name: m.training for name, m in modules.items()}
-        devices = {name: _module_device(m) for name, m in modules.items()}
+        devices = {name: module_device(m) for name, m in modules.items()}
         target = torch.device(device) if device is not None else devices["unet"]
         try:
             for m in modules.values():
@@ -542,12 +522,12 @@ class StableDiffusion15:
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
         """An original-layout `.safetensors` checkpoint (A1111, ComfyUI, `from_single_file`), atomically."""
         for name, module in self.parts.items():
-            _plain_state_dict(module, name)
+            plain_state_dict(module, name)
         return save_original_single_file(
             path,
-            _base_module(self.unet),
-            _base_module(self.vae),
-            _base_module(self.text_encoder),
+            base_module(self.unet),
+            base_module(self.vae),
+            base_module(self.text_encoder),
             dtype=dtype,
             metadata={"modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value},
         )
@@ -557,23 +537,11 @@ class StableDiffusion15:
 
         Weights are cast copy by copy, so the live model keeps its own dtype.
         """
-        from safetensors.torch import save_file
 
-        dt = torch_dtype(dtype)
-        state = {name: cast_state_dict(_plain_state_dict(m, name), dt) for name, m in self.parts.items()}
-
-        def write(tmp: Path) -> None:
-            for name in ("unet", "vae"):
-                (tmp / name).mkdir()
-                _base_module(getattr(self, name)).save_config(tmp / name)
-                save_file(state[name], str(tmp / name / "diffusion_pytorch_model.safetensors"), metadata={"format": "pt"})
-            text_encoder = _base_module(self.text_encoder)
-            config = copy.deepcopy(text_encoder.config)
-            config.dtype = str(dt).removeprefix("torch.")
-            config.save_pretrained(tmp / "text_encoder")
-            save_file(state["text_encoder"], str(tmp / "text_encoder" / "model.safetensors"), metadata={"format": "pt"})
-            self.tokenizer.save_pretrained(tmp / "tokenizer")
+        def write_rest(tmp: Path) -> None:
+            for part in self.text_encoder_names:
+                self.tokenizers[part].save_pretrained(tmp / self.tokenizer_folders[part])
             self.scheduler.save_pretrained(tmp / "scheduler")
             self.pipeline().save_config(tmp)
 
-        return atomic_write_dir(directory, write)
+        return save_diffusers_folder(directory, self.parts, dtype, write_rest)

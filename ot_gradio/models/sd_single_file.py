@@ -238,6 +238,13 @@ def is_open_clip(text_encoder_config: Mapping | object) -> bool:
     return _cfg(text_encoder_config, "hidden_act") == "gelu"
 
 
+def unet_vae_to_original(unet: torch.nn.Module, vae: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The UNet and the VAE under their single-file prefixes (shared by SD 1/2 and SDXL)."""
+    result = {UNET_PREFIX + k: v for k, v in unet_to_original(unet.state_dict(), unet.config).items()}
+    result.update({VAE_PREFIX + k: v for k, v in vae_to_original(vae.state_dict(), vae.config).items()})
+    return result
+
+
 def to_original_state_dict(
     unet: torch.nn.Module,
     vae: torch.nn.Module,
@@ -246,11 +253,7 @@ def to_original_state_dict(
 ) -> dict[str, torch.Tensor]:
     """The whole model as one original-layout state dict, float tensors cast to `dtype`."""
     dt = None if dtype is None else torch_dtype(dtype)
-    result: dict[str, torch.Tensor] = {}
-    for key, value in unet_to_original(unet.state_dict(), unet.config).items():
-        result[UNET_PREFIX + key] = value
-    for key, value in vae_to_original(vae.state_dict(), vae.config).items():
-        result[VAE_PREFIX + key] = value
+    result = unet_vae_to_original(unet, vae)
     if is_open_clip(text_encoder.config):
         text = {OPEN_CLIP_PREFIX + k: v for k, v in open_clip_to_original(text_encoder.state_dict()).items()}
     else:

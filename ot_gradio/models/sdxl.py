@@ -21,7 +21,6 @@ latent cache). Full models save as a diffusers folder or an original-layout sing
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,14 +29,10 @@ import torch
 
 from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
 from ot_gradio.fsutil import atomic_write_dir
-from ot_gradio.models.common import ModelLoadError, cast_state_dict, torch_dtype
+from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype, plain_state_dict
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import (
     StableDiffusion15,
-    _base_module,
-    _module_device,
-    _module_dtype,
-    _plain_state_dict,
     make_sampling_scheduler,
 )
 from ot_gradio.models.sd_inpainting import MASK_CHANNELS, InpaintingMixin
@@ -53,6 +48,7 @@ class StableDiffusionXL(StableDiffusion15):
     model_type = ModelType.STABLE_DIFFUSION_XL_10_BASE
     native_resolution = 1024
     text_encoder_names = ("text_encoder", "text_encoder_2")
+    tokenizer_folders = TOKENIZERS
     default_config_repo = "stabilityai/stable-diffusion-xl-base-1.0"
     modelspec_architecture = "stable-diffusion-xl-v1-base"
     lora_base_model_version = "sdxl_base_v1-0"
@@ -125,7 +121,7 @@ class StableDiffusionXL(StableDiffusion15):
         checked = {}
         for part, skip in dict(skips).items():
             skip = int(skip or 0)
-            layers = int(_base_module(getattr(self, part)).config.num_hidden_layers)
+            layers = int(base_module(getattr(self, part)).config.num_hidden_layers)
             if not 0 <= skip <= layers - 1:
                 raise ValueError(
                     f"{part}_layer_skip: {skip} is out of range; this model's {part.replace('_', ' ')} has {layers} "
@@ -150,7 +146,7 @@ class StableDiffusionXL(StableDiffusion15):
             encoder = getattr(self, part)
             ids = tokenizer(
                 texts, padding="max_length", max_length=tokenizer.model_max_length, truncation=True, return_tensors="pt"
-            ).input_ids.to(_module_device(encoder))
+            ).input_ids.to(module_device(encoder))
             with torch.set_grad_enabled(part in grad and torch.is_grad_enabled()):
                 out = encoder(ids, output_hidden_states=True)
                 hidden.append(out.hidden_states[-(2 + self.layer_skips.get(part, 0))])
@@ -188,7 +184,7 @@ class StableDiffusionXL(StableDiffusion15):
     def predict(self, noisy_latents: torch.Tensor, timesteps: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The UNet's output for `conditioning` (what `encode_text` returned), with the size and
         crop conditioning of `batch` (data.batches.Batch)."""
-        device, dtype = _module_device(self.unet), _module_dtype(self.unet)
+        device, dtype = module_device(self.unet), module_dtype(self.unet)
         time_ids = self.time_ids(batch, noisy_latents.shape[0], tuple(noisy_latents.shape[-2:]))
         return self.unet(
             noisy_latents.to(device, dtype),
@@ -204,7 +200,7 @@ class StableDiffusionXL(StableDiffusion15):
         """Module path renames for kohya LoRA files: the UNet's layers under their original
         (sgm) names, as sd-scripts, A1111 and ComfyUI name SDXL LoRA layers. The text encoders
         keep transformers' names."""
-        return {"unet": unet_module_names(_base_module(self.unet))}
+        return {"unet": unet_module_names(base_module(self.unet))}
 
     # ---------------------------------------------------------------- sampling
 
@@ -215,12 +211,12 @@ class StableDiffusionXL(StableDiffusion15):
         else:
             scheduler = make_sampling_scheduler(sampler, self.scheduler.config, self.schedule_overrides)
         pipe = self._pipeline_class()(
-            vae=_base_module(self.vae),
-            text_encoder=_base_module(self.text_encoder),
-            text_encoder_2=_base_module(self.text_encoder_2),
+            vae=base_module(self.vae),
+            text_encoder=base_module(self.text_encoder),
+            text_encoder_2=base_module(self.text_encoder_2),
             tokenizer=self.tokenizer,
             tokenizer_2=self.tokenizer_2,
-            unet=_base_module(self.unet),
+            unet=base_module(self.unet),
             scheduler=scheduler,
             force_zeros_for_empty_prompt=self.force_zeros_for_empty_prompt,
             add_watermarker=False,
@@ -249,40 +245,16 @@ class StableDiffusionXL(StableDiffusion15):
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
         """An original-layout SDXL `.safetensors` checkpoint (A1111, ComfyUI, `from_single_file`), atomically."""
         for name, module in self.parts.items():
-            _plain_state_dict(module, name)
+            plain_state_dict(module, name)
         return save_sdxl_single_file(
             path,
-            _base_module(self.unet),
-            _base_module(self.vae),
-            _base_module(self.text_encoder),
-            _base_module(self.text_encoder_2),
+            base_module(self.unet),
+            base_module(self.vae),
+            base_module(self.text_encoder),
+            base_module(self.text_encoder_2),
             dtype=dtype,
             metadata={"modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value},
         )
-
-    def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
-        """A diffusers folder, written to a temp folder next to `directory` and then swapped in;
-        weights are cast copy by copy, so the live model keeps its own dtype."""
-        from safetensors.torch import save_file
-
-        dt = torch_dtype(dtype)
-        state = {name: cast_state_dict(_plain_state_dict(m, name), dt) for name, m in self.parts.items()}
-
-        def write(tmp: Path) -> None:
-            for name in ("unet", "vae"):
-                (tmp / name).mkdir()
-                _base_module(getattr(self, name)).save_config(tmp / name)
-                save_file(state[name], str(tmp / name / "diffusion_pytorch_model.safetensors"), metadata={"format": "pt"})
-            for name in self.text_encoder_names:
-                config = copy.deepcopy(_base_module(getattr(self, name)).config)
-                config.dtype = str(dt).removeprefix("torch.")
-                config.save_pretrained(tmp / name)
-                save_file(state[name], str(tmp / name / "model.safetensors"), metadata={"format": "pt"})
-                getattr(self, TOKENIZERS[name]).save_pretrained(tmp / TOKENIZERS[name])
-            self.scheduler.save_pretrained(tmp / "scheduler")
-            self.pipeline().save_config(tmp)
-
-        return atomic_write_dir(directory, write)
 
 
 @register_family(ModelType.STABLE_DIFFUSION_XL_10_BASE_INPAINTING)

@@ -26,14 +26,11 @@ from ot_gradio.config.enums import DataType
 from ot_gradio.fsutil import atomic_write
 from ot_gradio.models.common import cast_state_dict, torch_dtype
 from ot_gradio.models.sd_single_file import (
-    UNET_PREFIX,
-    VAE_PREFIX,
     _rename_by_prefix,
     clip_to_original,
     open_clip_to_original,
     unet_prefix_map,
-    unet_to_original,
-    vae_to_original,
+    unet_vae_to_original,
 )
 
 CLIP_L_PREFIX = "conditioner.embedders.0.transformer.text_model."
@@ -63,11 +60,7 @@ def sdxl_to_original_state_dict(
 ) -> dict[str, torch.Tensor]:
     """The whole SDXL model as one original-layout state dict, float tensors cast to `dtype`."""
     dt = None if dtype is None else torch_dtype(dtype)
-    result: dict[str, torch.Tensor] = {}
-    for key, value in unet_to_original(unet.state_dict(), unet.config).items():
-        result[UNET_PREFIX + key] = value
-    for key, value in vae_to_original(vae.state_dict(), vae.config).items():
-        result[VAE_PREFIX + key] = value
+    result = unet_vae_to_original(unet, vae)
     for key, value in clip_to_original(text_encoder.state_dict()).items():
         result[CLIP_L_PREFIX + key] = value
     for key, value in open_clip_g_to_original(text_encoder_2.state_dict()).items():

@@ -20,16 +20,9 @@ import torch
 
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.fsutil import atomic_write
-from ot_gradio.models.cascade_common import (
-    CascadeFamily,
-    Loader,
-    Source,
-    base_module,
-    load_effnet,
-    plain_state_dict,
-    resolve_source,
-)
-from ot_gradio.models.common import ModelLoadError, cast_state_dict, torch_dtype
+from ot_gradio.models.cascade_common import CascadeFamily
+from ot_gradio.models.cascade_loading import Loader, Source, load_effnet, resolve_source
+from ot_gradio.models.common import ModelLoadError, base_module, cast_state_dict, plain_state_dict, torch_dtype
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.tiny import TinyModelPaths, register_tiny, tiny_clip_tokenizer
 
@@ -239,32 +232,10 @@ class StableCascade(CascadeFamily):
 
     # ------------------------------------------------------------ sampling
 
-    def _prior_pipeline(self):
-        from diffusers import DDPMWuerstchenScheduler
-
-        pipe = _classes()[2](
-            tokenizer=self.tokenizer,
-            text_encoder=base_module(self.text_encoder),
-            prior=base_module(self.prior),
-            scheduler=DDPMWuerstchenScheduler.from_config(self.scheduler.config),
-            **self.prior_pipeline_config,
-        )
-        pipe.set_progress_bar_config(disable=True)
-        return pipe
-
-    def _decoder_pipeline(self):
-        from diffusers import DDPMWuerstchenScheduler
-
-        pipe = _classes()[3](
-            decoder=self.decoder,
-            tokenizer=self.tokenizer,
-            text_encoder=base_module(self.text_encoder),
-            scheduler=DDPMWuerstchenScheduler.from_config(self.decoder_scheduler.config),
-            vqgan=self.decoder_vqgan,
-            **self.decoder_pipeline_config,
-        )
-        pipe.set_progress_bar_config(disable=True)
-        return pipe
+    @classmethod
+    def pipeline_classes(cls) -> tuple[type, type]:
+        classes = _classes()
+        return classes[2], classes[3]
 
     def _prior_call_kwargs(self, cond, uncond):
         kwargs = {"prompt_embeds": cond["clip_text"], "prompt_embeds_pooled": cond["clip_text_pooled"]}

@@ -16,15 +16,9 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.cascade_common import (
-    CascadeFamily,
-    Loader,
-    Source,
-    base_module,
-    load_effnet,
-    resolve_source,
-)
-from ot_gradio.models.common import ModelLoadError
+from ot_gradio.models.cascade_common import CascadeFamily
+from ot_gradio.models.cascade_loading import Loader, Source, load_effnet, resolve_source
+from ot_gradio.models.common import ModelLoadError, base_module
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.tiny import TinyModelPaths, register_tiny, tiny_clip_text_model, tiny_clip_tokenizer
 
@@ -145,32 +139,10 @@ class Wuerstchen2(CascadeFamily):
 
     # ------------------------------------------------------------ sampling
 
-    def _prior_pipeline(self):
-        from diffusers import DDPMWuerstchenScheduler
-
-        pipe = _classes()[3](
-            tokenizer=self.tokenizer,
-            text_encoder=base_module(self.text_encoder),
-            prior=base_module(self.prior),
-            scheduler=DDPMWuerstchenScheduler.from_config(self.scheduler.config),
-            **self.prior_pipeline_config,
-        )
-        pipe.set_progress_bar_config(disable=True)
-        return pipe
-
-    def _decoder_pipeline(self):
-        from diffusers import DDPMWuerstchenScheduler
-
-        pipe = _classes()[4](
-            tokenizer=self.decoder_tokenizer,
-            text_encoder=self.decoder_text_encoder,
-            decoder=self.decoder,
-            scheduler=DDPMWuerstchenScheduler.from_config(self.decoder_scheduler.config),
-            vqgan=self.decoder_vqgan,
-            **self.decoder_pipeline_config,
-        )
-        pipe.set_progress_bar_config(disable=True)
-        return pipe
+    @classmethod
+    def pipeline_classes(cls) -> tuple[type, type]:
+        classes = _classes()
+        return classes[3], classes[4]
 
     def _prior_call_kwargs(self, cond, uncond):
         kwargs = {"prompt_embeds": cond["prompt_embeds"]}

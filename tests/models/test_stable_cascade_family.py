@@ -43,7 +43,7 @@ def test_registry_and_family_table_agree():
 def test_lite_subfolders_and_the_effnet_beside_the_decoder(tiny, tmp_path):
     """`.../prior_lite` and `.../decoder_lite` name the component folder; a blank EffNet comes
     from effnet_encoder.safetensors at the top of the decoder model."""
-    from ot_gradio.models.cascade_common import resolve_source
+    from ot_gradio.models.cascade_loading import resolve_source
     from ot_gradio.models.stable_cascade import StableCascade
 
     prior_root, decoder_root = tmp_path / "prior-model", tmp_path / "decoder-model"

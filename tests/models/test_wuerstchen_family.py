@@ -61,7 +61,7 @@ def test_tiny_effnet_has_the_same_tree_as_the_real_one():
 def test_effnet_file_and_folder_load(tiny, tmp_path):
     from safetensors.torch import save_file
 
-    from ot_gradio.models.cascade_common import Loader, load_effnet
+    from ot_gradio.models.cascade_loading import Loader, load_effnet
     from ot_gradio.models.effnet import EfficientNetEncoder
 
     folder = load_effnet(str(tiny["effnet"]), Loader(None, True, None))
