@@ -187,6 +187,8 @@ def _load_in_diffusers(path):
 
     handler = Collect(logging.WARNING)
     logger = logging.getLogger("diffusers")
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # an in-process worker test may have silenced diffusers
     logger.addHandler(handler)
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -194,6 +196,7 @@ def _load_in_diffusers(path):
             pipe.load_lora_weights(str(path))
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
     problems = [r.getMessage() for r in records]
     problems += [str(w.message) for w in caught if not issubclass(w.category, (DeprecationWarning, FutureWarning))]
     return pipe, problems
