@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import sys
 from pathlib import Path
 from typing import Any
+
+TOOL_COMMANDS = ("caption", "mask", "convert", "sample", "report")
 
 
 def _load(config_path: str, overrides: list[str]):
@@ -172,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("presets", help="list the presets")
     p.set_defaults(func=cmd_presets)
+
+    for name in TOOL_COMMANDS:  # each tool's command line lives next to the tool (torch-free)
+        if importlib.util.find_spec(f"ot_gradio.tools.cli_{name}") is not None:
+            importlib.import_module(f"ot_gradio.tools.cli_{name}").register(sub)
 
     p = sub.add_parser("app", help="start the web page (same flags as app.py)", add_help=False)
     p.add_argument("app_args", nargs=argparse.REMAINDER)

@@ -26,6 +26,7 @@ class FamilyInfo:
     methods: tuple[T, ...] = ALL_METHODS
     implemented: bool = False       # the trainer can train it today
     inpainting: bool = False        # the denoiser takes the masked image and the mask as input
+    bucket_step: int | None = None  # image sizes must be multiples of this (None: the data default)
 
 
 _SD = FamilyInfo(("unet", "text_encoder", "vae"), "unet", ("text_encoder",))
@@ -50,7 +51,7 @@ FAMILIES: dict[M, FamilyInfo] = {
     M.STABLE_CASCADE_1: FamilyInfo(
         ("prior", "text_encoder", "decoder", "decoder_vqgan", "effnet_encoder"), "prior", ("text_encoder",), implemented=True
     ),
-    M.PIXART_ALPHA: FamilyInfo(("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True),
+    M.PIXART_ALPHA: FamilyInfo(("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16),
 }
 
 # Parts that never train in any supported method (image encoders/decoders); the page shows only

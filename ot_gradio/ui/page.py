@@ -25,6 +25,7 @@ from ..config.io import ConfigError, config_to_dict, load_config
 from ..config.optimizer import optimizer_keys
 from ..config.presets import list_presets
 from ..config.schema import TrainConfig
+from ..runner.jobs import JobSupervisor
 from ..runner.supervisor import Supervisor
 from .concepts import ConceptsTab
 from .form import Field, build_fields, config_from_values, make_component, schema_fields, values_from_config
@@ -34,6 +35,7 @@ from .paths import allowed_roots
 from .samples import SamplesTab, to_rows
 from .state import load_ui_config, preset_config, save_ui_config
 from .tensorboard import TensorBoard, settings
+from .tools_tab import ToolsContext, build_tools
 from .training_tab import lr_frame, memory_markdown
 from .visibility import TAB_METHODS, model_parts, part_field_shown, part_of, shown_parts, tab_shown
 
@@ -67,6 +69,7 @@ class Page:
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.extra_roots = [Path(r) for r in roots]
         self.supervisor = Supervisor(self.workspace)
+        self.jobs = JobSupervisor(self.workspace)
         self.tensorboard = TensorBoard(self.workspace / "tensorboard.log")
         self._start_lock = threading.Lock()
         initial = load_ui_config(self.workspace)
@@ -130,8 +133,8 @@ class Page:
                         self.samples = SamplesTab()
             with gr.Tab("Concepts", id="concepts", elem_id="tab-concepts"):
                 self.concepts = ConceptsTab()
-            with gr.Tab("Tools", id="tools"):
-                gr.Markdown("Caption editor, mask painting, automatic captions and masks, model conversion: coming with the Tools issue.")
+            with gr.Tab("Tools", id="tools", elem_id="tab-tools"):
+                self.tools = build_tools(ToolsContext(self.workspace, self.jobs, self.config_state, self.roots))
         self.monitor = Monitor(self.workspace, self.supervisor, self.tensorboard)
         self.components = {f.component for f in fields.values()}
         self.opt_fields = {p: f for p, f in fields.items() if p.startswith("optimizer.") and p != "optimizer.optimizer"}

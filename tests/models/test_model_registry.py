@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from ot_gradio.config.enums import ModelType
+from ot_gradio.config.families import FAMILIES
 from ot_gradio.models.registry import UnsupportedModelTypeError, get_family, register_family, supported_model_types
 
 
@@ -24,3 +25,9 @@ def test_unsupported_type_names_the_supported_ones(model_type):
 def test_a_type_cannot_be_registered_twice():
     with pytest.raises(ValueError, match="already"):
         register_family(ModelType.STABLE_DIFFUSION_15)(type("Other", (), {}))
+
+
+@pytest.mark.parametrize("model_type", [t for t, info in FAMILIES.items() if info.implemented])
+def test_torch_free_table_agrees_with_the_family(model_type):
+    """The page and the dataset report read the torch-free table; the trainer reads the class."""
+    assert getattr(get_family(model_type), "bucket_step", None) == FAMILIES[model_type].bucket_step

@@ -1,0 +1,60 @@
+"""Worker side of tool jobs: `python -m ot_gradio.runner.job_worker <job dir>`.
+
+Runs the job named in params.json and reports through events.jsonl. Exit code 0 for done or
+cancelled, 1 for an error (the last status event says why)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+from ..tools.jobs import Job, JobCancelled, JobError, job_function
+from .jobs import JobDir
+from .rundir import EventWriter
+
+
+def run_job_dir(path: str | Path) -> int:
+    job_dir = JobDir(Path(path)).make()
+    writer = EventWriter(job_dir)
+    code = 1
+    try:
+        spec = json.loads(job_dir.params.read_text(encoding="utf-8"))
+        name = spec["name"]
+        writer.status("running", f"{name} started", name=name)
+        job = Job(
+            on_progress=lambda done, total, message: writer.emit("progress", done=done, total=total, message=message),
+            on_log=lambda message: writer.emit("log", message=message),
+            is_cancelled=job_dir.cancel_requested,
+        )
+        try:
+            result = job_function(name)(spec.get("params") or {}, job)
+        except JobCancelled:
+            result = None
+        if job.cancelled():
+            if result is not None:
+                writer.emit("result", result=result)
+            writer.status("cancelled", "cancelled; what was finished is kept")
+        else:
+            writer.emit("result", result=result)
+            writer.status("done", str((result or {}).get("message", "done")))
+        code = 0
+    except JobError as err:
+        writer.status("error", str(err))
+    except Exception as err:  # noqa: BLE001 - shown to the user with the traceback in the log
+        traceback.print_exc()
+        writer.status("error", f"{type(err).__name__}: {err} (traceback in {job_dir.log})")
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            job_dir.exit_file.write_text(str(code))
+        except OSError:
+            pass
+        writer.close()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(run_job_dir(sys.argv[1]))

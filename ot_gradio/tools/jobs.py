@@ -1,0 +1,73 @@
+"""Heavy tools as jobs: the registry and the handle a tool function gets.
+
+A job function has the signature ``run(params: dict, job: Job) -> dict``: it reports with
+``job.progress(done, total, message)`` and ``job.log(message)``, checks ``job.cancelled()``
+between items (and returns early with what it did so far), and returns a JSON-able result.
+Raise ``JobError`` with a message for the user (a missing model, a bad folder); anything else
+is reported as a crash with its traceback in the job's log.
+
+The same function runs in a worker process for the page (`runner/jobs.py`) and inline for the
+command line and the tests (`run_inline`). This module is pure Python: the page imports it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+# name -> "module:function", imported only in the process that runs the job
+JOBS: dict[str, str] = {
+    "autocaption": "ot_gradio.tools.autocaption:run_job",
+    "automask": "ot_gradio.tools.automask:run_job",
+    "convert": "ot_gradio.tools.convert:run_job",
+    "sample": "ot_gradio.tools.sample:run_job",
+    "report": "ot_gradio.tools.report:run_job",
+}
+
+
+class JobError(Exception):
+    """A problem the user can fix; its message is shown as is."""
+
+
+class JobCancelled(Exception):
+    """Raised by `Job.check()` when the user pressed Cancel."""
+
+
+class Job:
+    """What a job function sees. The base class runs inline (prints nothing, never cancelled)."""
+
+    def __init__(self, on_progress: Callable[[int, int, str], None] | None = None,
+                 on_log: Callable[[str], None] | None = None, is_cancelled: Callable[[], bool] | None = None):
+        self._on_progress = on_progress
+        self._on_log = on_log
+        self._is_cancelled = is_cancelled
+        self.messages: list[str] = []
+
+    def progress(self, done: int, total: int, message: str = "") -> None:
+        if self._on_progress is not None:
+            self._on_progress(int(done), int(total), message)
+
+    def log(self, message: str) -> None:
+        self.messages.append(message)
+        if self._on_log is not None:
+            self._on_log(message)
+
+    def cancelled(self) -> bool:
+        return bool(self._is_cancelled and self._is_cancelled())
+
+    def check(self) -> None:
+        if self.cancelled():
+            raise JobCancelled()
+
+
+def job_function(name: str) -> Callable[[dict[str, Any], Job], dict[str, Any]]:
+    if name not in JOBS:
+        raise JobError(f"unknown job '{name}': use one of {', '.join(sorted(JOBS))}")
+    module, _, attr = JOBS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def run_inline(name: str, params: dict[str, Any], job: Job | None = None) -> dict[str, Any]:
+    """Run a job in this process (command line, tests)."""
+    return job_function(name)(params, job or Job())
