@@ -35,7 +35,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inbrowser", action="store_true", help="open the page in a browser")
     p.add_argument("--browse-root", action="append", default=[], metavar="DIR",
                    help="a folder the page's file browser may show, besides the workspace, the current folder and the concept folders (repeatable)")
+    p.add_argument("--max-upload-mb", type=float, default=100.0,
+                   help="largest file the page accepts as an upload, in MB (default 100; config imports and images are far smaller)")
     return p
+
+
+def served_paths(workspace: str | os.PathLike, config: dict | None) -> list[str]:
+    """What gradio may serve as files: the workspace and the configured dataset folders only (not
+    the current folder, which may be a home directory holding keys and tokens)."""
+    from .paths import allowed_roots  # noqa: PLC0415
+
+    return [str(p) for p in allowed_roots(workspace, (), config)]
 
 
 def is_loopback(host: str) -> bool:
@@ -126,11 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (a service manager, `kill`) exits like Ctrl-C, so atexit stops TensorBoard.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
-    from .page import CSS, build_page  # noqa: PLC0415
+    from .page import CSS, Page  # noqa: PLC0415
+    from .state import load_ui_config  # noqa: PLC0415
 
     cwd = Path.cwd()
     roots = ([] if cwd == Path(cwd.anchor) else [cwd]) + [Path(r) for r in args.browse_root]
-    demo = build_page(Path(args.workspace), roots=roots)
+    if args.max_upload_mb <= 0:
+        print("--max-upload-mb: must be above 0", file=sys.stderr)
+        return 2
+    page = Page(Path(args.workspace), roots=roots)
+    demo = page.blocks
     _patient_localhost_check()
     demo.queue().launch(
         server_name=args.host,
@@ -140,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         inbrowser=args.inbrowser,
         show_error=True,
         css=CSS,
-        allowed_paths=[str(Path(args.workspace).resolve()), os.getcwd()],
+        allowed_paths=served_paths(args.workspace, load_ui_config(page.workspace)),
+        max_file_size=int(args.max_upload_mb * 1024 * 1024),
     )
     return 0

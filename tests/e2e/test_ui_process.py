@@ -43,31 +43,55 @@ def test_share_without_password_is_refused(tmp_path):
     assert "--auth" in out.stderr
 
 
-def test_app_serves_the_page(tmp_path):
+def test_app_serves_the_page_and_nothing_outside_its_folders(tmp_path):
+    """The page loads; files in the workspace are served, files in the current folder (here the
+    repository: keys and tokens live in home folders) are not; an upload over the limit is refused."""
     import socket
     import time
+    import urllib.error
     import urllib.request
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    (tmp_path / "in-workspace.txt").write_text("served")
     proc = subprocess.Popen(
-        [sys.executable, "app.py", "--port", str(port), "--workspace", str(tmp_path)],
+        [sys.executable, "app.py", "--port", str(port), "--workspace", str(tmp_path), "--max-upload-mb", "1"],
         cwd=ROOT,
         env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
+    base = f"http://127.0.0.1:{port}"
+
+    def status(url, data=None, headers=None):
+        try:
+            return urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers or {}), timeout=30).status
+        except urllib.error.HTTPError as err:
+            return err.code
+
     try:
         deadline = time.time() + 90
         body = ""
         while time.time() < deadline and proc.poll() is None:
             try:
-                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).read().decode()
+                body = urllib.request.urlopen(f"{base}/", timeout=2).read().decode()
                 break
             except OSError:
                 time.sleep(0.5)
         assert "ot_gradio" in body or "gradio" in body.lower(), proc.stdout.read().decode()[-2000:] if proc.poll() is not None else "no page"
+        assert status(f"{base}/gradio_api/file={tmp_path / 'in-workspace.txt'}") == 200
+        assert status(f"{base}/gradio_api/file={ROOT / 'README.md'}") in (403, 404)
+        assert status(f"{base}/gradio_api/file=/etc/passwd") in (403, 404)
+
+        def upload(size):
+            boundary = "otgradioboundary"
+            payload = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"c.json\"\r\n"
+                       f"Content-Type: application/json\r\n\r\n").encode() + b"x" * size + f"\r\n--{boundary}--\r\n".encode()
+            return status(f"{base}/gradio_api/upload", payload, {"Content-Type": f"multipart/form-data; boundary={boundary}"})
+
+        assert upload(10_000) == 200
+        assert upload(2 * 1024 * 1024) == 413
     finally:
         proc.terminate()
         proc.wait(timeout=30)

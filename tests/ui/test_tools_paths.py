@@ -1,0 +1,42 @@
+"""Every path typed into a tool goes through ToolsContext: inside the page's folders only."""
+
+import os
+
+import gradio as gr
+import pytest
+
+from ot_gradio.runner.jobs import JobSupervisor
+from ot_gradio.ui.tools_tab import ToolInputError, ToolsContext
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    data = tmp_path / "data"
+    (data / "cat").mkdir(parents=True)
+    (data / "cat" / "a.png").write_bytes(b"x")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("key")
+    os.symlink(outside, data / "link-out")
+    with gr.Blocks():
+        state = gr.State({})
+    return ToolsContext(tmp_path / "ws", JobSupervisor(tmp_path / "ws"), state, lambda config: [data])
+
+
+def test_paths_inside_are_resolved(ctx, tmp_path):
+    assert ctx.folder("Folder", str(tmp_path / "data" / "cat"), {}) == tmp_path / "data" / "cat"
+    assert ctx.file("Image", str(tmp_path / "data" / "cat" / "a.png"), {}).name == "a.png"
+    assert ctx.output("Output", str(tmp_path / "data" / "new.safetensors"), {}).name == "new.safetensors"
+
+
+@pytest.mark.parametrize("value", ["{d}/cat/../../outside", "/etc", "{d}/link-out", "{d}/link-out/secret.txt", ""])
+def test_paths_outside_are_refused_naming_the_field(ctx, tmp_path, value):
+    with pytest.raises(ToolInputError, match="^Folder: "):
+        ctx.file("Folder", value.format(d=tmp_path / "data"), {})
+
+
+def test_missing_paths_are_named(ctx, tmp_path):
+    with pytest.raises(ToolInputError, match="Folder: folder .* does not exist"):
+        ctx.folder("Folder", str(tmp_path / "data" / "dog"), {})
+    with pytest.raises(ToolInputError, match="Output: the folder of"):
+        ctx.output("Output", str(tmp_path / "data" / "no" / "x.safetensors"), {})
