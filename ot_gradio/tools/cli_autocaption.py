@@ -1,0 +1,60 @@
+"""`python -m ot_gradio caption auto FOLDER`: automatic captions in the terminal, the same job
+the page runs in a worker (same modes, backups and messages). Torch-free at import time."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+MODELS = ("blip", "blip2", "wd14")
+MODES = ("replace", "missing", "add")
+
+
+def register_auto(caption_sub: argparse._SubParsersAction) -> None:
+    p = caption_sub.add_parser("auto", help="caption images automatically with BLIP, BLIP-2 or the WD14 tagger")
+    p.add_argument("folder", help="dataset folder")
+    p.add_argument("--model", choices=MODELS, default="blip", help="captioning model (default: blip)")
+    p.add_argument("--model-path", default="", help="hub id or local folder of the model (default: OneTrainer's choice for the model)")
+    p.add_argument("--mode", choices=MODES, default="missing",
+                   help="replace: every image; missing: only images without a caption; add: append as a new line (default: missing)")
+    p.add_argument("--initial", default="", help="BLIP/BLIP-2: the text the model continues; WD14: put before the tags")
+    p.add_argument("--prefix", default="", help="text put before every caption, as typed")
+    p.add_argument("--postfix", default="", help="text put after every caption, as typed")
+    p.add_argument("--subfolders", action="store_true", help="include images in sub-folders")
+    p.add_argument("--general-threshold", type=float, default=0.35, help="WD14: minimum confidence of a general tag")
+    p.add_argument("--character-threshold", type=float, default=0.85, help="WD14: minimum confidence of a character tag")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.set_defaults(func=cmd_auto)
+
+
+def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "folder": args.folder, "model": args.model, "model_path": args.model_path, "mode": args.mode,
+        "initial_caption": args.initial, "prefix": args.prefix, "postfix": args.postfix, "include_subfolders": args.subfolders,
+        "general_threshold": args.general_threshold, "character_threshold": args.character_threshold, "device": args.device,
+    }
+
+
+def cmd_auto(args: argparse.Namespace) -> int:
+    from tqdm import tqdm  # noqa: PLC0415
+
+    from .jobs import Job, JobError, run_inline  # noqa: PLC0415
+
+    bar = tqdm(unit="image", dynamic_ncols=True, file=sys.stderr)
+
+    def on_progress(done: int, total: int, message: str) -> None:
+        bar.total = total
+        bar.n = done
+        bar.set_description(message[:40])
+        bar.refresh()
+
+    try:
+        result = run_inline("autocaption", params_from_args(args), Job(on_progress=on_progress, on_log=lambda m: bar.write(m, file=sys.stderr)))
+    except JobError as err:
+        bar.close()
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    bar.close()
+    print(result["message"])
+    return 1 if result["failed"] else 0

@@ -1,0 +1,359 @@
+"""Model conversion: checkpoints between a diffusers folder and a single file (and dtypes), LoRA
+files between kohya and diffusers/PEFT keys, and merging a LoRA into a base checkpoint.
+
+Everything goes through the project's own readers and writers (the family classes of
+`ot_gradio.models`, `training.lora_format`), so a converted file is exactly what training would
+have saved. Each operation is one function in `OPERATIONS`; `run_job` dispatches on
+`params["operation"]`. Outputs are written atomically by those writers; an output that would
+replace (or sit inside) its input is refused before anything loads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from ot_gradio.tools.jobs import Job, JobError
+
+FORMATS = ("diffusers", "single")
+LORA_TARGETS = ("kohya", "diffusers")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "float_32": "float32", "float_16": "float16",
+                  "bfloat_16": "bfloat16"}
+# metadata the LoRA writer sets itself for the target format; everything else in a file is kept
+_WRITER_METADATA = ("format", "lora_adapter_metadata", "ss_network_module", "ss_network_args", "ss_network_dim",
+                    "ss_network_alpha", "ss_base_model_version", "ss_v2", "ss_output_name")
+# the SDXL base UNet's layout, for naming kohya SDXL LoRA layers when no base model is given
+SDXL_UNET_CONFIG = {
+    "sample_size": 128, "layers_per_block": 2, "block_out_channels": [320, 640, 1280], "cross_attention_dim": 2048,
+    "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"],
+    "up_block_types": ["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"], "attention_head_dim": [5, 10, 20],
+    "transformer_layers_per_block": [1, 2, 10], "use_linear_projection": True, "addition_embed_type": "text_time",
+    "addition_embed_type_num_heads": 64, "addition_time_embed_dim": 256, "projection_class_embeddings_input_dim": 2816,
+}
+
+Operation = Callable[[dict[str, Any], Job], dict[str, Any]]
+OPERATIONS: dict[str, Operation] = {}
+
+
+def operation(name: str) -> Callable[[Operation], Operation]:
+    def register(fn: Operation) -> Operation:
+        OPERATIONS[name] = fn
+        return fn
+
+    return register
+
+
+def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
+    """The "convert" job: `params["operation"]` is checkpoint, lora or merge."""
+    name = str(params.get("operation") or "").strip().lower()
+    if name not in OPERATIONS:
+        raise JobError(f"operation: '{name}' is not one of {', '.join(OPERATIONS)}")
+    return OPERATIONS[name](params, job)
+
+
+# ---------------------------------------------------------------- parameters
+
+
+def _text(params: Mapping[str, Any], field: str) -> str:
+    value = str(params.get(field) or "").strip()
+    if not value:
+        raise JobError(f"{field}: empty; it is required")
+    return value
+
+
+def _existing(params: Mapping[str, Any], field: str, *, hub_id_ok: bool = False) -> str:
+    """A path that must exist (or, where allowed, a Hugging Face id such as 'org/model')."""
+    value = _text(params, field)
+    path = Path(value).expanduser()
+    if path.exists():
+        return str(path.resolve())
+    if hub_id_ok and _looks_like_hub_id(value):
+        return value
+    raise JobError(f"{field}: '{value}' was not found (no such file or folder)")
+
+
+def _looks_like_hub_id(value: str) -> bool:
+    parts = value.split("/")
+    return len(parts) == 2 and all(parts) and not value.startswith((".", "~")) and not value.endswith(".safetensors")
+
+
+def _output(params: Mapping[str, Any], field: str, *inputs: str) -> Path:
+    """The output path, refused when it is an input, holds an input, or lies inside an input folder."""
+    out = Path(_text(params, field)).expanduser().resolve()
+    for value in inputs:
+        src = Path(value).expanduser()
+        if not src.exists():
+            continue  # a hub id
+        src = src.resolve()
+        if out == src or out in src.parents or src in out.parents:
+            raise JobError(f"{field}: '{out}' would overwrite the input '{src}'; choose another output path")
+    return out
+
+
+def _dtype(params: Mapping[str, Any], field: str = "dtype", default: str = "float32") -> torch.dtype:
+    raw = str(params.get(field) or default).strip().lower().removeprefix("torch.")
+    name = _DTYPE_ALIASES.get(raw, raw)
+    if name not in DTYPES:
+        raise JobError(f"{field}: '{params.get(field)}' is not one of {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def _format(params: Mapping[str, Any], out: Path, field: str = "format") -> str:
+    fmt = str(params.get(field) or "").strip().lower() or ("single" if out.suffix.lower() == ".safetensors" else "diffusers")
+    if fmt not in FORMATS:
+        raise JobError(f"{field}: '{fmt}' is not one of {', '.join(FORMATS)}")
+    if fmt == "single" and out.suffix.lower() != ".safetensors":
+        raise JobError(f"output: a single file must end in .safetensors, got '{out.name}'")
+    if fmt == "diffusers" and out.suffix:
+        raise JobError(f"output: a diffusers model is a folder; '{out.name}' looks like a file name")
+    return fmt
+
+
+def _family(params: Mapping[str, Any]) -> type:
+    from ot_gradio.models.registry import UnsupportedModelTypeError, get_family
+
+    try:
+        return get_family(_text(params, "model_type"))
+    except UnsupportedModelTypeError as err:
+        raise JobError(f"model_type: {err}") from None
+
+
+def _offline(params: Mapping[str, Any]) -> bool:
+    if "offline" in params:
+        return bool(params["offline"])
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes")
+
+
+def _load_model(family: type, params: Mapping[str, Any], field: str, source: str):
+    """The family's real loader; `config` is the diffusers folder a single file takes its configs from."""
+    from ot_gradio.models.common import ModelLoadError
+
+    config = str(params.get("config") or "").strip() or None
+    if config and not Path(config).expanduser().is_dir():
+        raise JobError(f"config: folder '{config}' was not found")
+    try:
+        return family.load(source, offline=_offline(params), config_dir=config, cache_dir=params.get("cache_dir") or None)
+    except ModelLoadError as err:
+        raise JobError(f"{field}: {err}") from None
+
+
+def _save_model(model, out: Path, fmt: str, dtype: torch.dtype) -> Path:
+    try:
+        if fmt == "single":
+            return Path(model.save_single_file(out, dtype))
+        return Path(model.save_diffusers(out, dtype))
+    except (ValueError, NotImplementedError) as err:
+        raise JobError(f"format: {err}") from None
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _result(op: str, out: Path, **extra: Any) -> dict[str, Any]:
+    size = _size(out)
+    return {"operation": op, "output": str(out), "size_bytes": size,
+            "message": f"wrote {out} ({size / 2**20:.1f} MiB)", **extra}
+
+
+# ---------------------------------------------------------------- checkpoint
+
+
+@operation("checkpoint")
+def convert_checkpoint(params: dict[str, Any], job: Job) -> dict[str, Any]:
+    """A base model (folder, single file or hub id) saved as a folder or a single file, in a dtype."""
+    family = _family(params)
+    source = _existing(params, "input", hub_id_ok=True)
+    out = _output(params, "output", source)
+    fmt, dtype = _format(params, out), _dtype(params)
+    job.progress(0, 2, f"loading {source}")
+    model = _load_model(family, params, "input", source)
+    job.check()
+    job.progress(1, 2, f"saving {fmt} ({str(dtype).removeprefix('torch.')})")
+    path = _save_model(model, out, fmt, dtype)
+    job.progress(2, 2, "saved")
+    return _result("checkpoint", path, format=fmt, dtype=str(dtype).removeprefix("torch."))
+
+
+# ---------------------------------------------------------------- LoRA keys
+
+
+def _meta_unet(base: str | None, offline: bool) -> torch.nn.Module:
+    """The base model's UNet built on the meta device (no weights), only to name its layers."""
+    import json
+
+    from diffusers import UNet2DConditionModel
+
+    config = dict(SDXL_UNET_CONFIG)
+    if base:
+        folder = Path(base).expanduser()
+        if folder.is_dir():
+            file = folder / "unet" / "config.json"
+            if not file.is_file():
+                raise JobError(f"base: '{base}' has no unet/config.json; give the base model's diffusers folder")
+        elif folder.is_file():
+            file = None  # a single file: the standard layout
+        else:
+            from huggingface_hub import hf_hub_download
+
+            try:
+                file = Path(hf_hub_download(base, "unet/config.json", local_files_only=offline))
+            except Exception as err:  # noqa: BLE001 - network, auth, missing repo
+                raise JobError(f"base: could not read the UNet config of '{base}' ({err})") from None
+        if file is not None:
+            config = {k: v for k, v in json.loads(file.read_text(encoding="utf-8")).items() if not k.startswith("_")}
+    with torch.device("meta"):
+        return UNet2DConditionModel.from_config(config)
+
+
+def _module_names(family: type, params: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """The family's kohya layer renames (SDXL: the original UNet names), without loading weights
+    where the family's denoiser is a UNet."""
+    if not hasattr(family, "lora_module_names"):
+        return {}
+    base = str(params.get("base") or "").strip() or None
+    if family.denoiser == "unet":
+        return family.lora_module_names(SimpleNamespace(unet=_meta_unet(base, _offline(params))))
+    if not base:
+        raise JobError("base: this model type names its kohya LoRA layers after the model; give the base model")
+    return _load_model(family, params, "base", _existing(params, "base", hub_id_ok=True)).lora_module_names()
+
+
+def _base_model_version(family: type, metadata: Mapping[str, str]) -> str:
+    version = getattr(family, "lora_base_model_version", "sd_v1")
+    if not isinstance(version, str):  # SD 2 decides by its prediction type
+        version = metadata.get("ss_base_model_version", "sd_v2")
+    return version
+
+
+def _lora_dtype(parts: Mapping[str, Mapping[str, torch.Tensor]]) -> torch.dtype:
+    from collections import Counter
+
+    from ot_gradio.training.lora_format import OUTPUT_DTYPES
+
+    found = Counter(t.dtype for sd in parts.values() for t in sd.values() if t.dtype in OUTPUT_DTYPES)
+    return found.most_common(1)[0][0] if found else torch.float32
+
+
+def _read_lora(path: str, field: str, module_names: Mapping[str, Mapping[str, str]]):
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from ot_gradio.training.lora_format import load_lora_file, read_lora_metadata
+
+    try:
+        lora = load_lora_file(path, module_names)
+        metadata = read_lora_metadata(path)
+        extra = {k: v for k, v in load_file(path).items() if k.startswith("bundle_emb.")}
+    except (ValueError, SafetensorError, OSError) as err:
+        raise JobError(f"{field}: {err}") from None
+    return lora, metadata, extra
+
+
+@operation("lora")
+def convert_lora(params: dict[str, Any], job: Job) -> dict[str, Any]:
+    """kohya <-> diffusers/PEFT keys; rank, alpha (so the scale), dtype and metadata are kept."""
+    from ot_gradio.training.lora_format import save_lora_parts
+
+    family = _family(params)
+    source = _existing(params, "input")
+    out = _output(params, "output", source)
+    target = str(params.get("to") or "").strip().lower()
+    if target not in LORA_TARGETS:
+        raise JobError(f"to: '{target}' is not one of {', '.join(LORA_TARGETS)}")
+    if out.suffix.lower() != ".safetensors":
+        raise JobError(f"output: a LoRA file must end in .safetensors, got '{out.name}'")
+    job.progress(0, 2, f"reading {Path(source).name}")
+    names = _module_names(family, params)
+    lora, metadata, extra = _read_lora(source, "input", names)
+    job.check()
+    version = _base_model_version(family, metadata)
+    if "ss_base_model_version" in metadata and metadata["ss_base_model_version"].startswith("sdxl") != version.startswith("sdxl"):
+        job.log(f"warning: the file says it is for '{metadata['ss_base_model_version']}', converting it as {family.model_type.value}")
+    if extra and target == "diffusers":
+        job.log("warning: the bundled embeddings are kept, but diffusers' load_lora_weights refuses files that hold them")
+    kept = {k: v for k, v in metadata.items() if k not in _WRITER_METADATA}
+    job.progress(1, 2, f"writing {target} keys")
+    try:
+        save_lora_parts(out, lora.parts, lora.rank, lora.alpha, lora_format=target, dtype=_lora_dtype(lora.parts),
+                        base_model_version=version, module_names=names, extra_metadata=kept, extra_tensors=extra)
+    except ValueError as err:
+        raise JobError(f"to: {err}") from None
+    job.progress(2, 2, "saved")
+    layers = sum(len({k.rsplit(".", 2)[0] for k in sd}) for sd in lora.parts.values())
+    return _result("lora", out, to=target, rank=lora.rank, alpha=lora.alpha, parts=sorted(lora.parts), layers=layers)
+
+
+# ---------------------------------------------------------------- merge
+
+
+def _lora_layers(sd: Mapping[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    from ot_gradio.training.lora_variants import group_layers
+
+    return group_layers(sd, "LoRA key")
+
+
+def merge_into(model, parts: Mapping[str, Mapping[str, torch.Tensor]], rank: int, alpha: float, weight: float) -> tuple[int, int]:
+    """W += weight * alpha / rank * up @ down for every layer of `parts` (peft form); returns
+    (matched layers, all layers). Nothing is changed unless every layer has its module."""
+    plan = []
+    total = 0
+    for part, sd in parts.items():
+        module = model.parts.get(part)
+        modules = dict(module.named_modules()) if module is not None else {}
+        for path, tensors in _lora_layers(sd).items():
+            total += 1
+            target = modules.get(path)
+            target = modules.get("text_model." + path) if target is None else target
+            if target is not None and isinstance(getattr(target, "weight", None), torch.Tensor):
+                plan.append((f"{part}.{path}", target, tensors))
+    if len(plan) != total:
+        return len(plan), total
+    scale = float(weight) * float(alpha) / float(rank)
+    with torch.no_grad():
+        for name, target, tensors in plan:
+            if set(tensors) != {"lora_A.weight", "lora_B.weight"}:
+                raise JobError(f"lora: layer {name} is {sorted(tensors)}; only plain LoRA layers can be merged yet")
+            down, up = tensors["lora_A.weight"].float(), tensors["lora_B.weight"].float()
+            delta = (up.flatten(1) @ down.flatten(1)).reshape(target.weight.shape)
+            target.weight.add_((scale * delta).to(target.weight.dtype))
+    return len(plan), total
+
+
+@operation("merge")
+def merge_lora(params: dict[str, Any], job: Job) -> dict[str, Any]:
+    """A LoRA file (either format) merged into a base checkpoint at `weight`, saved as folder or single file."""
+    family = _family(params)
+    base = _existing(params, "base", hub_id_ok=True)
+    lora_path = _existing(params, "lora")
+    out = _output(params, "output", base, lora_path)
+    fmt, dtype = _format(params, out), _dtype(params)
+    try:
+        weight = float(params.get("weight", 1.0))
+    except (TypeError, ValueError):
+        raise JobError(f"weight: '{params.get('weight')}' is not a number") from None
+    job.progress(0, 3, f"loading {base}")
+    model = _load_model(family, params, "base", base)
+    job.check()
+    names = model.lora_module_names() if hasattr(model, "lora_module_names") else {}
+    lora, _, _ = _read_lora(lora_path, "lora", names)
+    job.progress(1, 3, f"merging at weight {weight:g}")
+    matched, total = merge_into(model, lora.parts, lora.rank, lora.alpha, weight)
+    if matched != total:
+        raise JobError(
+            f"lora: only {matched} of {total} LoRA layers match a layer of the {family.model_type.value} base model; "
+            "is the LoRA made for this model type?"
+        )
+    job.check()
+    job.progress(2, 3, f"saving {fmt}")
+    path = _save_model(model, out, fmt, dtype)
+    job.progress(3, 3, "saved")
+    return _result("merge", path, format=fmt, dtype=str(dtype).removeprefix("torch."), weight=weight, layers=matched)

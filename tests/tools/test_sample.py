@@ -1,0 +1,251 @@
+"""The sampling tool on a tiny SD 1.5 saved in real layouts: sizes, seeds, a LoRA and an
+embedding written by our own writers, a run's last backup written by the real backup writer,
+Cancel, errors, the worker process and the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import save_file
+
+from ot_gradio.tools.jobs import Job, JobError, run_inline
+
+PROMPT = {"prompt": "a red circle", "width": 64, "height": 64, "steps": 2, "cfg_scale": 7.0, "seed": 1}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from ot_gradio.models.tiny import save_tiny_sd15
+
+    return save_tiny_sd15(tmp_path_factory.mktemp("tiny-sd15"))
+
+
+@pytest.fixture(scope="module")
+def base_image(tiny, tmp_path_factory):
+    """PROMPT with the plain base model, the image every LoRA/embedding/run is compared with."""
+    return _pixels(_sample(tmp_path_factory.mktemp("base"), tiny, [PROMPT])["paths"][0])
+
+
+def _sample(tmp_path, tiny, prompts, name="out", **params):
+    params = {"base_model": str(tiny.diffusers_dir), "device": "cpu", "output_dir": str(tmp_path / name),
+              "prompts": prompts, **params}
+    return run_inline("sample", params)
+
+
+def _pixels(path) -> np.ndarray:
+    return np.asarray(Image.open(path)).astype(int)
+
+
+def _load(tiny):
+    from ot_gradio.models.sd15 import StableDiffusion15
+
+    return StableDiffusion15.load(str(tiny.diffusers_dir))
+
+
+def _randomize(tensors, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for t in tensors:
+            t.copy_(torch.randn(t.shape, generator=gen) * 0.5)
+
+
+def test_sizes_seeds_and_png_metadata(tmp_path, tiny):
+    prompts = [PROMPT, PROMPT, {**PROMPT, "seed": 2}, {**PROMPT, "width": 48, "height": 32, "sampler": "EULER_A"}]
+    result = _sample(tmp_path, tiny, prompts)
+    paths = result["paths"]
+    assert len(paths) == 4 and all(p.endswith(".png") for p in paths)
+    assert [Image.open(p).size for p in paths] == [(64, 64), (64, 64), (64, 64), (48, 32)]
+    first, again, other = (_pixels(p) for p in paths[:3])
+    assert np.array_equal(first, again)  # same seed, same image
+    assert np.abs(first - other).max() > 0  # another seed, another image
+    text = Image.open(paths[0]).text
+    assert text["prompt"] == "a red circle" and json.loads(text["seed"]) == 1
+    assert "Seed: 1" in text["parameters"] and "Sampler: DDIM" in text["parameters"]
+    assert Image.open(paths[3]).text["sampler"] == "EULER_A"
+
+
+def test_single_file_gives_the_same_image_as_the_folder(tmp_path, tiny):
+    folder = _sample(tmp_path, tiny, [PROMPT], "a")["paths"][0]
+    single = _sample(tmp_path, tiny, [PROMPT], "b", base_model=str(tiny.single_file), config_dir=str(tiny.diffusers_dir))["paths"][0]
+    assert np.array_equal(_pixels(folder), _pixels(single))
+
+
+def test_lora_changes_the_image_and_weight_zero_is_the_base(tmp_path, tiny, base_image):
+    from ot_gradio.training.lora import add_lora, lora_layers
+    from ot_gradio.training.lora_format import save_lora
+
+    model = _load(tiny)
+    add_lora(model.unet, kind="unet", rank=4, alpha=4, dropout=0.0, layer_preset="attn-mlp")
+    add_lora(model.text_encoder, kind="text_encoder", rank=4, alpha=4, dropout=0.0, layer_preset="full")
+    _randomize([layer.lora_B["default"].weight for m in (model.unet, model.text_encoder) for layer in lora_layers(m).values()])
+    kohya = save_lora(tmp_path / "kohya.safetensors", unet=model.unet, text_encoder=model.text_encoder, lora_format="kohya")
+    peft = save_lora(tmp_path / "peft.safetensors", unet=model.unet, text_encoder=model.text_encoder, lora_format="diffusers")
+
+    base = base_image
+    with_kohya = _pixels(_sample(tmp_path, tiny, [PROMPT], "k", lora=str(kohya))["paths"][0])
+    with_peft = _pixels(_sample(tmp_path, tiny, [PROMPT], "p", lora=str(peft), lora_weight=1.0)["paths"][0])
+    off = _pixels(_sample(tmp_path, tiny, [PROMPT], "off", lora=str(kohya), lora_weight=0)["paths"][0])
+    assert np.abs(with_kohya - base).max() > 10
+    assert np.abs(with_kohya - with_peft).max() <= 1  # both formats read to the same layers
+    assert np.array_equal(off, base)
+
+
+def test_lora_that_matches_nothing_and_missing_files_are_named(tmp_path, tiny):
+    foreign = tmp_path / "foreign.safetensors"
+    save_file({"lora_unet_no_such_block_proj.lora_down.weight": torch.ones(4, 8),
+               "lora_unet_no_such_block_proj.lora_up.weight": torch.ones(8, 4),
+               "lora_unet_no_such_block_proj.alpha": torch.tensor(4.0)}, str(foreign))
+    with pytest.raises(JobError, match="matches no layer"):
+        _sample(tmp_path, tiny, [PROMPT], lora=str(foreign))
+    with pytest.raises(JobError, match="lora: .*missing.safetensors' does not exist"):
+        _sample(tmp_path, tiny, [PROMPT], lora=str(tmp_path / "missing.safetensors"))
+    with pytest.raises(JobError, match="base_model: .*no-model"):
+        _sample(tmp_path, tiny, [PROMPT], base_model=str(tmp_path / "no-model"))
+    with pytest.raises(JobError, match="run: .*nowhere"):
+        _sample(tmp_path, tiny, [PROMPT], run="nowhere", workspace=str(tmp_path / "ws"))
+    with pytest.raises(JobError, match="sampler"):
+        _sample(tmp_path, tiny, [{**PROMPT, "sampler": "MAGIC"}])
+
+
+def test_embedding_changes_the_image_through_its_token(tmp_path, tiny):
+    from ot_gradio.config.parts import EmbeddingConfig
+    from ot_gradio.training.embeddings import Embeddings
+
+    model = _load(tiny)
+    embeddings = Embeddings(model, "cpu")
+    item = embeddings.add(EmbeddingConfig(placeholder="<zz>", token_count=2, initial_embedding_text="dog"),
+                          field="embedding", train=True, train_parts={"text_encoder"})
+    _randomize(item.vectors.values(), seed=3)
+    path = embeddings.save(item, tmp_path / "zz.safetensors", torch.float32)
+    prompt = {**PROMPT, "prompt": "a photo of <zz>"}
+
+    plain = _pixels(_sample(tmp_path, tiny, [prompt], "plain")["paths"][0])
+    used = _pixels(_sample(tmp_path, tiny, [prompt], "emb", embedding=str(path), embedding_token="<zz>")["paths"][0])
+    default_token = _pixels(_sample(tmp_path, tiny, [prompt], "emb2", embedding=str(path))["paths"][0])
+    assert np.abs(used - plain).max() > 10
+    assert np.array_equal(used, default_token)  # the placeholder it was trained with is the default trigger
+
+
+def _make_run(tmp_path, tiny):
+    """A run folder whose last backup holds a LoRA with random non-zero weights (the real
+    backup writer), and the same LoRA saved as a file by the method's own save."""
+    from ot_gradio.config.io import config_to_dict, load_config
+    from ot_gradio.runner.rundir import create_run
+    from ot_gradio.training.backup import Counters, write_backup
+    from ot_gradio.training.methods import get_method
+
+    cfg = load_config({"model_type": "STABLE_DIFFUSION_15", "training_method": "LORA", "base_model_name": str(tiny.diffusers_dir),
+                       "lora_rank": 4, "lora_alpha": 2, "text_encoder": {"train": True}, "unet": {"train": True},
+                       "output_model_format": "KOHYA_LORA"}).config
+    model = _load(tiny)
+    method = get_method(cfg.training_method)
+    groups = method.setup(model, cfg, torch.device("cpu"))
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(5)
+        for g in groups:
+            for p in g["params"]:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+    run = create_run(tmp_path / "ws", config_to_dict(cfg))
+    write_backup(run.backup, method.trainable_state(model), {}, config_to_dict(cfg), Counters(global_step=7))
+    lora = method.save(model, cfg, tmp_path / "run-lora.safetensors", {"ss_steps": "7"})
+    return run, lora
+
+
+def test_run_samples_its_last_backup(tmp_path, tiny, base_image):
+    run, lora = _make_run(tmp_path, tiny)
+    base = base_image
+    result = _sample(tmp_path, tiny, [PROMPT], "run", run=run.run_id, workspace=str(tmp_path / "ws"), base_model="")
+    assert result["run_info"]["global_step"] == 7
+    from_run = _pixels(result["paths"][0])
+    from_file = _pixels(_sample(tmp_path, tiny, [PROMPT], "file", lora=str(lora))["paths"][0])
+    assert np.abs(from_run - base).max() > 10
+    assert np.abs(from_run - from_file).max() <= 1  # the backup is the LoRA the run would save
+
+
+def test_cancel_after_the_first_image_keeps_it(tmp_path, tiny):
+    seen = []
+    job = Job(on_progress=lambda done, total, message: seen.append(done), is_cancelled=lambda: max(seen, default=0) >= 1)
+    params = {"base_model": str(tiny.diffusers_dir), "device": "cpu", "output_dir": str(tmp_path / "c"), "prompts": [PROMPT] * 3}
+    result = run_inline("sample", params, job)
+    assert len(result["paths"]) == 1 and sorted(p.name for p in (tmp_path / "c").glob("*.png")) == [result["paths"][0].split("/")[-1]]
+    assert result["cancelled"] and any("cancelled after 1 of 3" in m for m in job.messages)
+
+
+def test_default_output_folder_is_in_the_workspace(tmp_path, tiny):
+    result = run_inline("sample", {"base_model": str(tiny.diffusers_dir), "device": "cpu", "workspace": str(tmp_path / "ws"),
+                                   "prompts": [{**PROMPT, "prompt": "a blue square"}]})
+    assert result["output_dir"].startswith(str(tmp_path / "ws" / "tool-samples"))
+
+
+@pytest.mark.slow  # a fresh process imports torch and diffusers
+def test_worker_process_runs_the_job(tmp_path, tiny):
+    from ot_gradio.runner.jobs import JobSupervisor
+
+    jobs = JobSupervisor(tmp_path)
+    job = jobs.start("sample", {"base_model": str(tiny.diffusers_dir), "device": "cpu", "output_dir": str(tmp_path / "w"),
+                                "prompts": [PROMPT, {**PROMPT, "seed": 9}]})
+    assert jobs.wait(job, timeout=240) == 0, job.log_tail()
+    state = jobs.state(job)
+    assert state.status == "done", (state.message, job.log_tail())
+    assert state.done == state.total == 2
+    assert [Image.open(p).size for p in state.result["paths"]] == [(64, 64), (64, 64)]
+
+
+def test_command_line(tmp_path, tiny, capsys):
+    from ot_gradio.cli import main
+
+    code = main(["sample", "--base-model", str(tiny.diffusers_dir), "--prompt", "a red circle", "--prompt", "a blue square",
+                 "--width", "64", "--height", "48", "--steps", "2", "--seed", "3", "--device", "cpu",
+                 "--output-dir", str(tmp_path / "cli")])
+    assert code == 0
+    paths = capsys.readouterr().out.split()
+    assert len(paths) == 2 and all(Image.open(p).size == (64, 48) for p in paths)
+    assert main(["sample", "--base-model", str(tmp_path / "nothing"), "--prompt", "x", "--device", "cpu"]) == 2
+    assert "base_model" in capsys.readouterr().err
+
+
+def test_form_checks_fields_and_lists_runs_with_a_backup(tmp_path, tiny):
+    import gradio as gr
+
+    from ot_gradio.runner.jobs import JobSupervisor
+    from ot_gradio.runner.rundir import create_run
+    from ot_gradio.ui.tools_sample import SampleTool, runs_with_backup
+    from ot_gradio.ui.tools_tab import ToolInputError, ToolsContext
+
+    workspace = tmp_path / "ws"
+    no_backup = create_run(workspace, {"model_type": "STABLE_DIFFUSION_15"})
+    backed = create_run(workspace, {"model_type": "STABLE_DIFFUSION_15"})
+    (backed.backup / "20260101-000000-step3").mkdir(parents=True)
+    (backed.backup / "20260101-000000-step3" / "COMPLETE").write_text("{}")
+    assert [path for _, path in runs_with_backup(workspace)] == [str(backed.path)]
+    assert str(no_backup.path) not in str(runs_with_backup(workspace))
+
+    config = {"model_type": "STABLE_DIFFUSION_15", "base_model_name": str(tiny.diffusers_dir)}
+    with gr.Blocks():
+        state = gr.State(config)
+        tool = SampleTool(ToolsContext(workspace, JobSupervisor(workspace), state, lambda c: [tmp_path, tiny.diffusers_dir.parent]))
+    values = {state: config, tool.model_type: "STABLE_DIFFUSION_15", tool.base_model: str(tiny.diffusers_dir), tool.lora: "",
+              tool.lora_weight: 0.5, tool.embedding: "", tool.token: "", tool.run: "", tool.prompts: "a cat\n\n a dog ",
+              tool.negative: "blurry", tool.width: 64, tool.height: 64, tool.steps: 2, tool.cfg: 7, tool.seed: 5, tool.sampler: "EULER"}
+    params = tool.params(values)
+    assert [p["prompt"] for p in params["prompts"]] == ["a cat", "a dog"] and params["prompts"][0]["sampler"] == "EULER"
+    assert params["base_model"] == str(tiny.diffusers_dir) and "lora" not in params
+    assert tool.params({**values, tool.base_model: "some-org/some-model"})["base_model"] == "some-org/some-model"
+    with pytest.raises(ToolInputError, match="Base model"):
+        tool.params({**values, tool.base_model: "/etc/passwd"})
+    with pytest.raises(ToolInputError, match="LoRA file"):
+        tool.params({**values, tool.lora: str(tmp_path / "missing.safetensors")})
+    with pytest.raises(ToolInputError, match="Width"):
+        tool.params({**values, tool.width: 5})
+    with pytest.raises(ToolInputError, match="Prompts"):
+        tool.params({**values, tool.prompts: "  \n"})
+    assert tool.params({**values, tool.run: str(backed.path), tool.base_model: ""})["run"] == str(backed.path)
+    with pytest.raises(ToolInputError, match="Run"):
+        tool.params({**values, tool.run: str(no_backup.path)})
+    assert tool.on_generate({**values, tool.prompts: ""})[2].startswith("**not started** Prompts")
+    gallery, = tool.render_result({"images": [{"path": "/x/a.png", "prompt": "a cat", "seed": 5}]})
+    assert gallery == [("/x/a.png", "a cat (seed 5)")]
