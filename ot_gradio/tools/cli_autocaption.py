@@ -4,7 +4,6 @@ the page runs in a worker (same modes, backups and messages). Torch-free at impo
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 MODELS = ("blip", "blip2", "wd14")
@@ -37,24 +36,10 @@ def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_auto(args: argparse.Namespace) -> int:
-    from tqdm import tqdm  # noqa: PLC0415
+    from .jobs import run_in_console  # noqa: PLC0415
 
-    from .jobs import Job, JobError, run_inline  # noqa: PLC0415
-
-    bar = tqdm(unit="image", dynamic_ncols=True, file=sys.stderr)
-
-    def on_progress(done: int, total: int, message: str) -> None:
-        bar.total = total
-        bar.n = done
-        bar.set_description(message[:40])
-        bar.refresh()
-
-    try:
-        result = run_inline("autocaption", params_from_args(args), Job(on_progress=on_progress, on_log=lambda m: bar.write(m, file=sys.stderr)))
-    except JobError as err:
-        bar.close()
-        print(f"error: {err}", file=sys.stderr)
+    result = run_in_console("autocaption", params_from_args(args), unit="image")
+    if result is None:
         return 2
-    bar.close()
     print(result["message"])
     return 1 if result["failed"] else 0

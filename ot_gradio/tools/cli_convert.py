@@ -7,7 +7,6 @@ inline in this process through `run_inline("convert", ...)`, the same function t
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 FORMATS = ("diffusers", "single")
@@ -60,16 +59,10 @@ def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from ..tools.jobs import Job, JobCancelled, JobError, run_inline  # noqa: PLC0415
+    from .jobs import run_in_console  # noqa: PLC0415
 
-    def progress(done: int, total: int, message: str) -> None:
-        print(f"[{done}/{total}] {message}", file=sys.stderr)
-
-    job = Job(on_progress=progress, on_log=lambda message: print(message, file=sys.stderr))
-    try:
-        result = run_inline("convert", params_from_args(args), job)
-    except (JobError, JobCancelled) as err:
-        print(f"error: {err}", file=sys.stderr)
+    result = run_in_console("convert", params_from_args(args), unit="stage")
+    if result is None:
         return 2
     print(result["message"])
     return 0

@@ -47,16 +47,10 @@ def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    from .jobs import Job, JobError, run_inline
+    from .jobs import run_in_console  # noqa: PLC0415
 
-    def progress(done: int, total: int, message: str) -> None:
-        print(f"[{done}/{total}] {message}", file=sys.stderr)
-
-    job = Job(on_progress=progress, on_log=lambda message: print(message, file=sys.stderr))
-    try:
-        result = run_inline("sample", params_from_args(args), job)
-    except JobError as err:
-        print(f"error: {err}", file=sys.stderr)
+    result = run_in_console("sample", params_from_args(args), unit="image")
+    if result is None:
         return 2
     for path in result["paths"]:
         print(path)

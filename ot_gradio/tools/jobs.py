@@ -71,3 +71,29 @@ def job_function(name: str) -> Callable[[dict[str, Any], Job], dict[str, Any]]:
 def run_inline(name: str, params: dict[str, Any], job: Job | None = None) -> dict[str, Any]:
     """Run a job in this process (command line, tests)."""
     return job_function(name)(params, job or Job())
+
+
+def run_in_console(name: str, params: dict[str, Any], unit: str = "item") -> dict[str, Any] | None:
+    """Run a job inline for the command line, with a progress bar on stderr; returns the result,
+    or None after printing `error: <message>` for a JobError (the command then exits 2)."""
+    import sys  # noqa: PLC0415
+
+    from tqdm import tqdm  # noqa: PLC0415
+
+    bar = tqdm(unit=unit, dynamic_ncols=True, file=sys.stderr)
+
+    def on_progress(done: int, total: int, message: str) -> None:
+        bar.total, bar.n = total, done
+        bar.set_description(message[:40])
+        bar.refresh()
+
+    try:
+        return run_inline(name, params, Job(on_progress=on_progress, on_log=lambda m: bar.write(m, file=sys.stderr)))
+    except (JobError, JobCancelled) as err:
+        bar.close()
+        bar = None
+        print(f"error: {err}", file=sys.stderr)
+        return None
+    finally:
+        if bar is not None:
+            bar.close()
