@@ -50,7 +50,7 @@ def test_missing_concept_folder_fails_before_training(tmp_path, lora_config):
 def test_demo_preset_trains_offline_with_a_progress_bar(tmp_path):
     out = _run(["train", "--config", "demo"], tmp_path, OT_GRADIO_TINY_DIR=str(tmp_path / "tiny"))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "step" in out.stderr and "it/s" in out.stderr or "s/step" in out.stderr
+    assert "step/s" in out.stderr or "s/step" in out.stderr  # tqdm's rate, either way round by speed
     lora = tmp_path / "workspace" / "demo" / "models" / "demo-lora.safetensors"
     assert lora.exists()
 
