@@ -1,6 +1,6 @@
 """Five browser sessions watching one run: does anyone miss an event, does the app grow, does training slow?
 
-    .venv/bin/python bench/browser_load.py [--minutes 10] [--browsers 5] [--baseline-minutes 2] [--sample-seconds 30]
+    .venv/bin/python bench/browser_load.py [--minutes 10] [--browsers 5] [--baseline-minutes 2] [--sample-seconds 30] [--pin]
 
 Starts the real app (`python app.py`) in a temporary folder with the offline `demo` preset (tiny
 SD 1.5, CPU) set up for a long run through the workspace's ui-config.json, which the page loads:
@@ -224,6 +224,23 @@ def open_page(browser, url: str, polls: Polls):
     return page
 
 
+PIN = {"on": False}
+
+
+def pin_worker(run: Path) -> None:
+    """With --pin: move every thread of the run's training worker to CPU 0 (the app and the
+    browsers stay on CPU 1), so the worker's speed shows what serving the pages costs it, not
+    what sharing its cores with Chromium does (browsers run on the user's machine, not here)."""
+    if not PIN["on"]:
+        return
+    pid = int(wait_for("the worker's pid", lambda: (run / "worker.pid").exists() and (run / "worker.pid").read_text().strip(), 120))
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), {0})
+        except OSError:
+            pass
+
+
 def click_start(page, run_root: Path, before: set[str]) -> Path:
     """Start from the form the page loaded from ui-config.json; the new run folder."""
     page_helpers.open_tab(page, "Training")  # tabs render their fields when first opened
@@ -231,6 +248,7 @@ def click_start(page, run_root: Path, before: set[str]) -> Path:
     wait_for("the page to load the config", lambda: epochs.input_value() == "100000", 120)
     page.locator("#start").click()
     run = wait_for("a new run folder", lambda: next((p for p in run_root.glob("*") if p.name not in before), None), 180)
+    pin_worker(run)
     page_helpers.wait_text(page, "#run-status", r"training|sampling", timeout=600)
     return run
 
@@ -357,7 +375,8 @@ def report(args, sampler: Sampler, base: dict, load: dict, base_window, result: 
     noise = max(cvs) if cvs else float("nan")
     print("\n===== browser load benchmark =====")
     print(f"setup: demo preset, {args.browsers} Chromium sessions x 1 poll/s, loaded window {args.minutes} min, "
-          f"baseline {args.baseline_minutes} min, sample every {args.sample_seconds} s of training")
+          f"baseline {args.baseline_minutes} min, sample every {args.sample_seconds} s of training"
+          + ("; worker pinned alone to CPU 0, app + browsers on CPU 1" if args.pin else "; no pinning"))
     print(f"steps/s  baseline {base['rate']:.3f} ({base['steps']} steps, median step {base['step_ms']:.0f} ms; {spread(base['chunks'])})")
     print(f"steps/s  loaded   {load['rate']:.3f} ({load['steps']} steps, median step {load['step_ms']:.0f} ms; {spread(load['chunks'])})")
     verdict = ("noise unknown: a window needs 2+ chunks" if noise != noise
@@ -386,12 +405,19 @@ def main() -> int:
     parser.add_argument("--browsers", type=int, default=5, help="browser sessions polling the run (default 5)")
     parser.add_argument("--baseline-minutes", type=float, default=2.0, help="window with no page open (default 2)")
     parser.add_argument("--sample-seconds", type=int, default=30, help="the run samples every N seconds of training (default 30)")
+    parser.add_argument("--pin", action="store_true",
+                        help="run the training worker alone on CPU 0 and the app + browsers on CPU 1, in both windows")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (app.log, runs) for inspection")
     args = parser.parse_args()
     if not Path(CHROMIUM).exists():
         raise SystemExit("Chromium is not installed: apt-get install chromium (scripts/test.sh does)")
     from playwright.sync_api import sync_playwright
 
+    if args.pin:
+        if (os.cpu_count() or 1) < 2:
+            raise SystemExit("--pin needs at least 2 CPUs")
+        PIN["on"] = True
+        os.sched_setaffinity(0, {1})  # inherited by the app and the browsers
     work = Path(tempfile.mkdtemp(prefix="ot-browser-load-"))
     write_config(work / "workspace", args.sample_seconds)
     app_proc, url = start_app(work)
