@@ -144,6 +144,8 @@ class CascadeFamily:
     timestep_offset = 0.001
     decoder_steps = 10
     hub_example = ""
+    # A1111-style embedding file key of the prior's text encoder (a CLIP ViT-bigG, as SDXL's second)
+    embedding_keys = {"text_encoder": "clip_g"}
 
     def __init__(self, *, tokenizer, text_encoder, prior, scheduler, prior_pipeline_config, decoder, decoder_vqgan,
                  decoder_scheduler, decoder_pipeline_config, effnet_encoder, decoder_tokenizer=None, decoder_text_encoder=None):
@@ -215,6 +217,11 @@ class CascadeFamily:
         raise NotImplementedError
 
     # ------------------------------------------------------------ parts
+
+    @property
+    def tokenizers(self) -> dict:
+        """The tokenizer of each trainable text encoder (the prior's; embeddings live there)."""
+        return {"text_encoder": self.tokenizer}
 
     @property
     def parts(self) -> dict[str, torch.nn.Module]:

@@ -68,12 +68,35 @@ def base_module(module: torch.nn.Module) -> torch.nn.Module:
     return module.get_base_model() if hasattr(module, "get_base_model") else module
 
 
+def tied_aliases(state_dict: Mapping[str, torch.Tensor]) -> dict[str, str]:
+    """alias key -> the first key holding the same tensor (tied weights, e.g. T5's `shared.weight`
+    and `encoder.embed_tokens.weight`). safetensors refuses to write shared tensors, and the
+    model re-ties them on load, so only the first key is written."""
+    first: dict[tuple[int, tuple[int, ...], tuple[int, ...]], str] = {}
+    aliases: dict[str, str] = {}
+    for key, tensor in state_dict.items():
+        if tensor.numel() == 0:
+            continue
+        ident = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
+        if ident in first:
+            aliases[key] = first[ident]
+        else:
+            first[ident] = key
+    return aliases
+
+
+def without_aliases(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    aliases = tied_aliases(state_dict)
+    return {k: v for k, v in state_dict.items() if k not in aliases}
+
+
 def plain_state_dict(module: torch.nn.Module, name: str) -> dict[str, torch.Tensor]:
-    """The weights of a part without adapters; an error if LoRA layers are still in it."""
+    """The weights of a part without adapters and without tied aliases; an error if LoRA layers
+    are still in it."""
     state_dict = base_module(module).state_dict()
     if any(".base_layer." in k or ".lora_" in k for k in state_dict):
         raise ValueError(f"The {name} still has LoRA layers in it; merge or remove them before saving the full model.")
-    return state_dict
+    return without_aliases(state_dict)
 
 
 def weights_fingerprint(module: torch.nn.Module, extra: str = "") -> str:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..config.enums import ModelFormat, TrainingMethod
+from ..models.common import tied_aliases, without_aliases
 from .device import output_dtype
 from .embeddings import EmbeddingSupport
 from .methods import register
@@ -60,7 +61,8 @@ class FineTuneMethod(EmbeddingSupport):
         so continuing from a backup restores exactly these weights."""
         state: dict[str, torch.Tensor] = {}
         for part in self.trained_parts:
-            state.update({f"{part}.{k}": v.detach() for k, v in _base(model.parts[part]).state_dict().items()})
+            weights = without_aliases(_base(model.parts[part]).state_dict())  # tied weights once (safetensors)
+            state.update({f"{part}.{k}": v.detach() for k, v in weights.items()})
         return {**state, **self.embedding_state()}
 
     def load_trainable_state(self, model: Any, state: dict[str, torch.Tensor]) -> None:
@@ -68,7 +70,10 @@ class FineTuneMethod(EmbeddingSupport):
             sub = {k[len(part) + 1 :]: v for k, v in state.items() if k.startswith(part + ".")}
             if not sub:
                 continue
-            missing, unexpected = _base(model.parts[part]).load_state_dict(sub, strict=False)
+            module = _base(model.parts[part])
+            aliases = tied_aliases(module.state_dict())
+            missing, unexpected = module.load_state_dict(sub, strict=False)
+            missing = [k for k in missing if aliases.get(k) not in sub]  # a tied alias loads with its first key
             if missing or unexpected:
                 raise ValueError(
                     f"continue_last_backup: the backup's {part} weights do not fit this model "
