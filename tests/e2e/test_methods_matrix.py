@@ -1,4 +1,4 @@
-"""FINE_TUNE and EMBEDDING for SD 2.x, SD 1.5 inpainting, Würstchen 2, Stable Cascade and PixArt-α,
+"""FINE_TUNE and EMBEDDING for SD 2.x, SD 1.5 and 2.0 inpainting, Würstchen 2, Stable Cascade and PixArt-α,
 each run by the real worker for two steps on the family's tiny model, the output reloaded with
 diffusers' own loaders (SD 1.5 and SDXL: test_methods_sd15.py, test_methods_sdxl.py).
 
@@ -42,6 +42,7 @@ FAMILIES = {
     "STABLE_DIFFUSION_21": Family("sd2", "sd", "unet"),  # v-prediction
     "STABLE_DIFFUSION_20_BASE": Family("sd2-base", "sd", "unet"),
     "STABLE_DIFFUSION_15_INPAINTING": Family("sd15-inpainting", "sd", "unet", inpainting=True),
+    "STABLE_DIFFUSION_20_INPAINTING": Family("sd2-inpainting", "sd", "unet", inpainting=True),
     "WUERSTCHEN_2": Family("wuerstchen2", "wuerstchen", "prior"),
     "STABLE_CASCADE_1": Family("cascade", "cascade", "prior"),
     "PIXART_ALPHA": Family("pixart", "pixart", "transformer"),
@@ -54,11 +55,12 @@ def tiny(tmp_path_factory):
     """The tiny model of a family, built on first use (model type -> TinyModelPaths)."""
     from ot_gradio.models.pixart import save_tiny_pixart
     from ot_gradio.models.sd2 import save_tiny_sd2, save_tiny_sd2_base
-    from ot_gradio.models.sd_inpainting import save_tiny_sd15_inpainting
+    from ot_gradio.models.sd_inpainting import save_tiny_sd2_inpainting, save_tiny_sd15_inpainting
     from ot_gradio.models.stable_cascade import save_tiny_cascade
     from ot_gradio.models.wuerstchen import save_tiny_wuerstchen2
 
     builders = {"sd2": save_tiny_sd2, "sd2-base": save_tiny_sd2_base, "sd15-inpainting": save_tiny_sd15_inpainting,
+                "sd2-inpainting": save_tiny_sd2_inpainting,
                 "wuerstchen2": save_tiny_wuerstchen2, "cascade": save_tiny_cascade, "pixart": save_tiny_pixart}
     root, built = tmp_path_factory.mktemp("tiny-matrix"), {}
 
@@ -284,6 +286,7 @@ FINE_TUNES = [
     ("STABLE_DIFFUSION_20_BASE", "ORIGINAL_SINGLE_FILE", True, "FLOAT_32"),
     ("STABLE_DIFFUSION_15_INPAINTING", "DIFFUSERS", True, "FLOAT_32"),
     ("STABLE_DIFFUSION_15_INPAINTING", "ORIGINAL_SINGLE_FILE", True, "FLOAT_32"),
+    ("STABLE_DIFFUSION_20_INPAINTING", "DIFFUSERS", True, "FLOAT_32"),
     ("WUERSTCHEN_2", "DIFFUSERS", True, "FLOAT_32"),  # Würstchen has no single-file format (docs/FORMATS.md)
     ("STABLE_CASCADE_1", "DIFFUSERS", True, "FLOAT_32"), ("STABLE_CASCADE_1", "ORIGINAL_SINGLE_FILE", True, "FLOAT_32"),
     ("PIXART_ALPHA", "DIFFUSERS", True, "FLOAT_32"),  # T5's tied embedding written once (models/common.tied_aliases)
@@ -348,7 +351,7 @@ def test_finetune_reloads_with_the_trained_weights(model_type, fmt, text, dtype,
 # ---------------------------------------------------------------- EMBEDDING
 
 EMBEDDINGS = [
-    "STABLE_DIFFUSION_21", "STABLE_DIFFUSION_15_INPAINTING", "PIXART_ALPHA",  # SD 2 base: SD 2's text side, so not again
+    "STABLE_DIFFUSION_21", "STABLE_DIFFUSION_15_INPAINTING", "STABLE_DIFFUSION_20_INPAINTING", "PIXART_ALPHA",  # SD 2 base: SD 2's text side, so not again
     "WUERSTCHEN_2", "STABLE_CASCADE_1",
 ]
 # the key of the vectors in the embedding file (docs/FORMATS.md; OneTrainer's "clip_g" for the Cascade families)

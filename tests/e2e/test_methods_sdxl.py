@@ -1,4 +1,4 @@
-"""SDXL x FINE_TUNE and EMBEDDING run by the real worker on the tiny SDXL; the outputs reloaded
+"""SDXL and SDXL inpainting x FINE_TUNE and EMBEDDING run by the real worker on their tiny models; the outputs reloaded
 with diffusers' own loaders: the fine-tune (single file and folder) holds exactly the trained
 weights of the UNet and both text encoders, and the embedding file (`clip_l` + `clip_g`) loaded
 with `load_textual_inversion` into both encoders draws the run's own sample."""
@@ -18,16 +18,33 @@ from ot_gradio.runner.supervisor import Supervisor
 pytestmark = pytest.mark.slow
 
 
+BASE, INPAINTING = "STABLE_DIFFUSION_XL_10_BASE", "STABLE_DIFFUSION_XL_10_BASE_INPAINTING"
+
+
 @pytest.fixture(scope="module")
-def tiny_sdxl(tmp_path_factory):
-    from ot_gradio.models.sdxl import save_tiny_sdxl
+def tiny_models(tmp_path_factory):
+    from ot_gradio.models.sdxl import save_tiny_sdxl, save_tiny_sdxl_inpainting
 
-    return save_tiny_sdxl(tmp_path_factory.mktemp("tiny-sdxl-methods"))
+    built = {}
+
+    def get(model_type):
+        if model_type not in built:
+            save = save_tiny_sdxl_inpainting if model_type == INPAINTING else save_tiny_sdxl
+            built[model_type] = save(tmp_path_factory.mktemp("tiny-sdxl-methods"))
+        return built[model_type]
+
+    return get
 
 
-def _config(tiny, shapes, tmp_path, **overrides):
+def _pipeline_class(model_type):
+    import diffusers
+
+    return diffusers.StableDiffusionXLInpaintPipeline if model_type == INPAINTING else diffusers.StableDiffusionXLPipeline
+
+
+def _config(tiny, shapes, tmp_path, model_type=BASE, **overrides):
     config = {
-        "model_type": "STABLE_DIFFUSION_XL_10_BASE",
+        "model_type": model_type,
         "base_model_name": str(tiny.diffusers_dir),
         "train_device": "cpu", "train_dtype": "FLOAT_32",
         "workspace_dir": str(tmp_path / "ws"), "cache_dir": str(tmp_path / "cache"),
@@ -59,9 +76,14 @@ def _ddim(pipe):
 
 
 def _image(pipe, prompt, seed=3):
+    import diffusers
+
     g = torch.Generator("cpu").manual_seed(seed)
+    # text-to-image with an inpainting model: a blank image under a full mask, as our sampler does
+    inpaint = isinstance(pipe, diffusers.StableDiffusionXLInpaintPipeline)
+    extra = {"image": Image.new("RGB", (64, 64)), "mask_image": Image.new("L", (64, 64), 255), "strength": 1.0} if inpaint else {}
     with torch.no_grad():
-        out = pipe(prompt, height=64, width=64, num_inference_steps=2, guidance_scale=7.0, generator=g, output_type="pil")
+        out = pipe(prompt, height=64, width=64, num_inference_steps=2, guidance_scale=7.0, generator=g, output_type="pil", **extra)
     return np.asarray(out.images[0]).astype(int)
 
 
@@ -73,11 +95,11 @@ def _assert_equal_weights(module, trained, part):
     assert not different, f"{part}: {len(different)} weights differ from the trained ones, e.g. {different[:3]}"
 
 
-@pytest.mark.parametrize("fmt", ["ORIGINAL_SINGLE_FILE", "DIFFUSERS"])
-def test_sdxl_finetune_reloads_with_the_trained_weights(tiny_sdxl, shapes, tmp_path, fmt):
-    from diffusers import StableDiffusionXLPipeline
-
-    config = _config(tiny_sdxl, shapes, tmp_path, training_method="FINE_TUNE", output_model_format=fmt,
+@pytest.mark.parametrize(("model_type", "fmt"), [(BASE, "ORIGINAL_SINGLE_FILE"), (BASE, "DIFFUSERS"), (INPAINTING, "DIFFUSERS")])
+def test_sdxl_finetune_reloads_with_the_trained_weights(tiny_models, shapes, tmp_path, model_type, fmt):
+    tiny_sdxl = tiny_models(model_type)
+    StableDiffusionXLPipeline = _pipeline_class(model_type)  # noqa: N806
+    config = _config(tiny_sdxl, shapes, tmp_path, model_type, training_method="FINE_TUNE", output_model_format=fmt,
                      output_model_destination=str(tmp_path / "out" / "model.safetensors"), learning_rate=1e-3,
                      text_encoder={"train": True}, text_encoder_2={"train": True})
     run, events = _run(config, tmp_path)
@@ -96,14 +118,15 @@ def test_sdxl_finetune_reloads_with_the_trained_weights(tiny_sdxl, shapes, tmp_p
     assert np.abs(_image(_ddim(pipe), "a red circle") - _image(base, "a red circle")).max() > 0
 
 
-def test_sdxl_embedding_loads_into_both_encoders_and_draws_our_sample(tiny_sdxl, shapes, tmp_path):
-    from diffusers import StableDiffusionXLPipeline
-
+@pytest.mark.parametrize("model_type", [BASE, INPAINTING])
+def test_sdxl_embedding_loads_into_both_encoders_and_draws_our_sample(tiny_models, shapes, tmp_path, model_type):
+    tiny_sdxl = tiny_models(model_type)
+    StableDiffusionXLPipeline = _pipeline_class(model_type)  # noqa: N806
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("a photo of <embedding>\n")
     out = tmp_path / "out" / "emb.safetensors"
     config = _config(
-        tiny_sdxl, shapes, tmp_path, training_method="EMBEDDING", output_model_format="SAFETENSORS",
+        tiny_sdxl, shapes, tmp_path, model_type, training_method="EMBEDDING", output_model_format="SAFETENSORS",
         output_model_destination=str(out), embedding={"token_count": 2, "initial_embedding_text": "circle"}, learning_rate=0.05,
         concepts=[{"name": "shapes", "path": str(shapes), "text": {"prompt_source": "concept", "prompt_path": str(prompts)}}],
         samples=[{"prompt": "a photo of <embedding>", "height": 64, "width": 64, "diffusion_steps": 2, "seed": 3}],
