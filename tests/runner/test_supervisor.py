@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from ot_gradio.runner.rundir import EventWriter, create_run
 from ot_gradio.runner.supervisor import Supervisor
@@ -16,6 +17,10 @@ def test_a_new_supervisor_reattaches_and_sees_a_crash(tmp_path, monkeypatch):
     # stands in for a worker: a process whose command line names the run folder
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(run.path.resolve())])
     run.pid_file.write_text(str(proc.pid))
+    # between fork and exec the child still shows pytest's command line: wait for its own
+    deadline = time.time() + 30
+    while time.time() < deadline and str(run.path.resolve()) not in Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace"):
+        time.sleep(0.02)
     try:
         restarted = Supervisor("ws")  # the page after an app restart knows only the folder
         [found] = restarted.runs()
