@@ -33,3 +33,11 @@ def test_auth_or_insecure_allows_exposure(tmp_path):
 def test_malformed_auth_is_refused():
     with pytest.raises(SystemExit, match="USER:PASSWORD"):
         _check("--share", "--auth", "nopassword")
+
+
+def test_upload_limit_must_be_positive(tmp_path, capsys):
+    from ot_gradio.ui.launch import main
+
+    assert main(["--max-upload-mb", "0", "--workspace", str(tmp_path)]) == 2
+    assert "--max-upload-mb" in capsys.readouterr().err
+    assert build_parser().parse_args([]).max_upload_mb == 100.0

@@ -133,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(root).is_dir():
             print(f"--browse-root: {root} is not a folder", file=sys.stderr)
             return 2
+    if args.max_upload_mb <= 0:
+        print("--max-upload-mb: must be above 0", file=sys.stderr)
+        return 2
     # SIGTERM (a service manager, `kill`) exits like Ctrl-C, so atexit stops TensorBoard.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
@@ -141,9 +144,6 @@ def main(argv: list[str] | None = None) -> int:
 
     cwd = Path.cwd()
     roots = ([] if cwd == Path(cwd.anchor) else [cwd]) + [Path(r) for r in args.browse_root]
-    if args.max_upload_mb <= 0:
-        print("--max-upload-mb: must be above 0", file=sys.stderr)
-        return 2
     page = Page(Path(args.workspace), roots=roots)
     demo = page.blocks
     _patient_localhost_check()
