@@ -7,6 +7,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -71,13 +72,48 @@ def cmd_train(args: argparse.Namespace) -> int:
     run = create_run(workspace, config_to_dict(config))
     print(f"run folder: {run.path}", file=sys.stderr)
     console = _Console()
-    code = run_worker(run.path, echo=console.on_event)
+    if config.multi_gpu:  # several processes: the worker launches them; follow their events here
+        code = _follow_worker(run, console)
+    else:
+        code = run_worker(run.path, echo=console.on_event)
     console.close()
     if code == 0:
         print(f"{console.final_status}: {console.final_message}", file=sys.stderr)
     else:
         print(f"error: {console.final_message or 'training failed'} (log: {run.log}, events: {run.events})", file=sys.stderr)
     return code
+
+
+def _follow_worker(run: Any, console: _Console) -> int:
+    """Run `python -m ot_gradio.runner.worker` (which starts one process per GPU) and show its
+    events. Ctrl-C asks it to stop after the step (backup and model written); a second Ctrl-C
+    stops it at once."""
+    import signal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    with open(run.log, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "ot_gradio.runner.worker", str(run.path)], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    cursor = 0
+    asked = False
+    while True:
+        try:
+            finished = proc.poll() is not None
+            events, cursor = run.read_events(cursor)
+            for event in events:
+                console.on_event(event)
+            if finished:
+                return proc.returncode
+            time.sleep(0.5)
+        except KeyboardInterrupt:
+            if asked:
+                os.killpg(proc.pid, signal.SIGTERM)
+                console._write("stopping now (second Ctrl-C)")
+            else:
+                run.request("stop")
+                asked = True
+                console._write("stop requested: finishing the step, writing a backup and the model; Ctrl-C again stops at once")
 
 
 def _unique(messages: list[str]) -> list[str]:

@@ -74,6 +74,25 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
     return path
 
 
+def replace_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` to a temp file next to `path` and rename it over `path`, without fsync: for
+    caches, whose files can be made again. A crash never leaves a partly written file under the
+    final name; after a power cut a file may be empty or short, which the cache's readers treat as
+    missing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     return atomic_write(path, lambda tmp: tmp.write_bytes(data))
 

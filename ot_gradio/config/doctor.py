@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .devices import parse_device_indexes
 from .enums import LORA_FORMATS, LearningRateScheduler, ModelFormat, TrainingMethod, native_resolution
 from .enums import Optimizer as O
 from .families import IMPLEMENTED_METHODS, implemented_model_types, supports, trainable_parts
@@ -184,5 +185,12 @@ def errors(config: TrainConfig) -> list[str]:
     if opt.fused_back_pass and "fused_back_pass" in optimizer_param_defaults(name) and config.gradient_accumulation_steps > 1:
         out.append(f"optimizer.fused_back_pass: it steps the optimizer in every backward pass, so it cannot work with "
                    f"gradient_accumulation_steps {config.gradient_accumulation_steps}; set accumulation to 1 or turn it off.")
+    try:
+        parse_device_indexes(config.device_indexes)
+    except ValueError as err:
+        out.append(str(err))
+    if config.multi_gpu and opt.fused_back_pass and "fused_back_pass" in optimizer_param_defaults(name):
+        out.append("optimizer.fused_back_pass: it steps each weight inside the backward pass, before the other GPUs' "
+                   "gradients arrive, so it cannot work with multi_gpu; turn one of them off.")
     out += optimizer_problems(opt)
     return out

@@ -9,7 +9,7 @@ continues with ``epoch_batches(epoch)[step:]``-style indexing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,11 +25,13 @@ from .summary import summarize
 
 
 class EpochBatches(Sequence):
-    """The batches of one epoch, in training order; each is loaded when indexed."""
+    """The batches of one epoch, in training order; each is loaded when indexed. `shard` picks
+    this process's share of each (global) batch in a multi-GPU run, before anything is loaded."""
 
-    def __init__(self, dataset: TrainingDataset, plan: EpochPlan):
+    def __init__(self, dataset: TrainingDataset, plan: EpochPlan, shard: Callable[[list], list] | None = None):
         self.dataset = dataset
         self.plan = plan
+        self.shard = shard
 
     def __len__(self) -> int:
         return len(self.plan.batches)
@@ -38,7 +40,10 @@ class EpochBatches(Sequence):
         if isinstance(index, slice):
             raise TypeError("index one batch at a time; iterate from a step with range()")
         dataset = self.dataset
-        return make_batch(self.plan.batches[index], dataset.concepts, dataset.cache, dataset.cached_conditioning)
+        samples = self.plan.batches[index]
+        if self.shard is not None:
+            samples = self.shard(samples)
+        return make_batch(samples, dataset.concepts, dataset.cache, dataset.cached_conditioning)
 
     def __iter__(self) -> Iterator[Batch]:
         for index in range(len(self)):
@@ -63,10 +68,10 @@ class TrainingDataset:
     def plan(self, epoch: int) -> EpochPlan:
         return plan_epoch(self.concepts, epoch, self.seed, self.batch_size, cached=self.cache is not None)
 
-    def epoch_batches(self, epoch: int) -> EpochBatches:
+    def epoch_batches(self, epoch: int, shard: Callable[[list], list] | None = None) -> EpochBatches:
         plan = self.plan(epoch)
         self._steps[epoch] = len(plan.batches)
-        return EpochBatches(self, plan)
+        return EpochBatches(self, plan, shard)
 
     def steps_in_epoch(self, epoch: int) -> int:
         if epoch not in self._steps:

@@ -24,9 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,8 @@ from typing import Any
 import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
+
+from ..fsutil import replace_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -154,16 +154,7 @@ class TextEmbeddingCache:
     def _write(self, key: str, tensors: Mapping[str, torch.Tensor]) -> None:
         data = st_save({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()},
                        metadata={"encoder_id": self.encoder_id})
-        path = self.path_for(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        replace_write_bytes(self.path_for(key), data)
 
     def encode(self, texts: Texts, encode_fn: Callable[[Texts], Mapping[str, torch.Tensor]],
                device: torch.device | str | None = None) -> dict[str, torch.Tensor]:

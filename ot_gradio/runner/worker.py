@@ -1,7 +1,9 @@
 """Worker side of the run boundary: `python -m ot_gradio.runner.worker <run dir>`.
 
 Reads config.json, trains, and reports through events.jsonl; reads requests from control/
-between steps. Exit code 0 for done or stopped, 1 for an error (the last event says why)."""
+between steps. Exit code 0 for done or stopped, 1 for an error (the last event says why).
+With multi-GPU on, this process first becomes the launcher of one process per GPU (launch.py);
+of those, only rank 0 reports everything, the others only their own errors (`RankReporter`)."""
 
 from __future__ import annotations
 
@@ -57,10 +59,35 @@ class EventReporter:
         return asked
 
 
+class RankReporter(EventReporter):
+    """A process other than rank 0 of a multi-GPU run: rank 0 tells the page everything the ranks
+    share (progress, samples, saves); this one writes only its own errors (marked with its rank)
+    and reads no requests (rank 0 reads them and passes them on)."""
+
+    def __init__(self, run: RunDir, rank: int):
+        super().__init__(run)
+        self.rank = rank
+
+    def _emit(self, type: str, **fields: Any) -> None:
+        if type == "status" and fields.get("status") == "error":
+            self.writer.emit(type, **{**fields, "message": f"process {self.rank}: {fields.get('message', '')}"})
+
+    def requests(self) -> set[str]:
+        return set()
+
+
+def process_rank() -> int:
+    """This process's rank in a multi-GPU run (0 when it is the only one)."""
+    from ..config.devices import in_rank_process  # noqa: PLC0415
+
+    return int(os.environ.get("RANK", "0")) if in_rank_process() else 0
+
+
 def run_worker(run_path: str | Path, echo: Callable[[dict[str, Any]], None] | None = None, noise_fn=None) -> int:
     """Train the run in this process. Returns the exit code."""
     run = RunDir(Path(run_path)).make()
-    reporter = EventReporter(run, echo)
+    rank = process_rank()
+    reporter = EventReporter(run, echo) if rank == 0 else RankReporter(run, rank)
     code = 1
     try:
         code = _train(run, reporter, noise_fn)
@@ -68,10 +95,11 @@ def run_worker(run_path: str | Path, echo: Callable[[dict[str, Any]], None] | No
         reporter.status("error", "interrupted before a backup could be written")
         code = 130
     finally:
-        try:
-            run.exit_file.write_text(str(code))
-        except OSError:
-            pass
+        if rank == 0 or code != 0:
+            try:
+                run.exit_file.write_text(str(code))
+            except OSError:
+                pass
         reporter.writer.close()
     return code
 
@@ -162,7 +190,53 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    from ..config.devices import in_rank_process  # noqa: PLC0415
+
+    if in_rank_process():  # one of the processes torch.distributed.run started for this run
+        from .launch import die_with_launcher  # noqa: PLC0415
+
+        die_with_launcher()
+    else:
+        code = _launch(RunDir(Path(argv[0])))
+        if code is not None:
+            return code
     return run_worker(argv[0])
+
+
+def _launch(run: RunDir) -> int | None:
+    """With multi_gpu on, replace this process with the processes the config asks for (never
+    returns), or return an exit code when it cannot; None: train here, in one process."""
+    import json  # noqa: PLC0415
+
+    from .launch import cuda_device_count, distributed_command, launch_plan  # noqa: PLC0415
+
+    try:
+        config = json.loads(run.config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # run_worker reports the unreadable config
+    if not isinstance(config, dict) or not config.get("multi_gpu"):
+        return None
+    device = str(config.get("train_device") or "cuda").strip().lower()
+    writer = EventWriter(run.make())
+    try:
+        plan = launch_plan(config, cuda_device_count() if device.startswith("cuda") else 0)
+    except ValueError as err:
+        writer.status("error", str(err))
+        writer.close()
+        run.exit_file.write_text("1")
+        return 1
+    if plan.warning:
+        writer.emit("warning", message=plan.warning)
+    if plan.processes == 1:
+        writer.close()
+        return None
+    writer.status("loading", f"starting {plan.description}")
+    writer.close()
+    command = distributed_command(run.path, plan.processes)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, command, {**os.environ, **plan.env})
+    return None  # not reached
 
 
 if __name__ == "__main__":

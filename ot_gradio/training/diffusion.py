@@ -30,6 +30,7 @@ import torch
 
 from ..config.enums import DataType
 from .device import QUANTIZED_TYPES, Precision
+from .distributed import Distributed
 from .loss import diffusion_loss, timestep_loss_weight
 from .masking import training_mask
 from .noise import make_noise, offset_noise_psi, sample_timesteps
@@ -93,9 +94,11 @@ def check_quantized_parts_frozen(model: Any, config: Any) -> None:
 class DiffusionStep:
     def __init__(
         self, model: Any, config: Any, device: torch.device, precision: Precision, noise_fn: Callable | None = None,
-        caption_transform: Callable[[str], str] | None = None,
+        caption_transform: Callable[[str], str] | None = None, dist: Distributed | None = None,
     ):
         self.model = model
+        # multi-GPU: per-sample draws are made for the global batch, this process keeps its rows
+        self.dist = dist or Distributed()
         # the method's text hook (embeddings: placeholders -> their tokens), before caption dropout
         self.caption_transform = caption_transform
         self.config = config
@@ -133,8 +136,12 @@ class DiffusionStep:
         p = getattr(self.config, part).dropout_probability
         if p <= 0:
             return list(captions)
-        drop = (torch.rand(len(captions)) < p).tolist()
+        drop = (self.rand(len(captions)) < p).tolist()
         return ["" if d else c for c, d in zip(captions, drop, strict=True)]
+
+    def rand(self, n: int) -> torch.Tensor:
+        """n uniform numbers for this process's n samples, drawn as part of the global batch's."""
+        return self.dist.mine(torch.rand(n * self.dist.world))
 
     def text_inputs(self, captions: list[str]) -> list[str] | dict[str, list[str]]:
         """The captions for `encode_text`: one list, or one per text encoder part when the model
@@ -153,16 +160,18 @@ class DiffusionStep:
             noise = noise.to(latents.device, latents.dtype)
             return timesteps.to(self.device).long(), noise, noise
         c = self.config
-        timesteps = self.timesteps(latents.shape[0])
+        shape = (latents.shape[0] * self.dist.world, *latents.shape[1:])
+        timesteps = self.timesteps(shape[0])
         noisy, clean = make_noise(
-            latents,
+            latents.new_empty(shape),  # only its shape, type and device are used
             timesteps,
             offset_weight=c.offset_noise_weight,
             generalized_offset=c.generalized_offset_noise,
             perturbation_weight=c.perturbation_noise_weight,
             psi=self.psi,
         )
-        return timesteps, noisy, clean
+        mine = self.dist.mine
+        return mine(timesteps), mine(noisy), mine(clean)
 
     def loss(self, batch: Any, trained_text_parts: frozenset[str] | set[str] = frozenset()) -> torch.Tensor:
         c = self.config
@@ -176,7 +185,8 @@ class DiffusionStep:
         noisy = model.add_noise(latents, input_noise, timesteps)
         mask = None
         if c.masked_training:
-            mask = training_mask(batch.mask, latents.shape[-2:], unmasked_probability=c.unmasked_probability, device=self.device)
+            mask = training_mask(batch.mask, latents.shape[-2:], unmasked_probability=c.unmasked_probability,
+                                 device=self.device, rand=self.rand)
         if getattr(model, "inpainting", False):
             batch.latent_mask = mask  # an inpainting model takes the mask the loss uses as input
         with self.precision.autocast():

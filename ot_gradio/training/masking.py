@@ -12,6 +12,8 @@ mask file train on the whole image. How much the black area still counts is the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -30,12 +32,14 @@ def training_mask(
     *,
     unmasked_probability: float,
     device: torch.device,
+    rand: Callable[[int], torch.Tensor] = torch.rand,
 ) -> torch.Tensor | None:
-    """The latent mask the loss uses this step, or None to learn from every pixel."""
+    """The latent mask the loss uses this step, or None to learn from every pixel. `rand(n)`
+    draws the per-sample chances (multi-GPU: this process's share of a global-batch draw)."""
     if mask is None:
         return None
     out = latent_mask(mask, latent_size).to(device)
     if unmasked_probability > 0:
-        whole = torch.rand(out.shape[0]) < unmasked_probability
+        whole = rand(out.shape[0]) < unmasked_probability
         out[whole.to(device)] = 1.0
     return out

@@ -6,6 +6,8 @@ dropout, prediction type, attention, quantized weights) in diffusion.py and the 
 EMA in ema.py; train data type and autocast cache in device.py. The loop itself handles
 `stop_training_after` per part (after each optimizer step and each epoch), gradient
 checkpointing (UNet; text encoder when it trains), EMA sampling / saving / backups.
+With several processes (multi-GPU, distributed.py) each trains its slice of every batch, the
+gradients are averaged before each optimizer step, and only the main process samples and writes.
 """
 
 from __future__ import annotations
@@ -31,15 +33,13 @@ from ..data.prefetch import LoadStats, prefetched
 from .backup import Counters, latest_backup, read_backup, set_rng_state, write_backup
 from .device import Precision, resolve_device, weight_dtype
 from .diffusion import DiffusionStep, check_quantized_parts_frozen, configure_model
+from .distributed import Distributed
 from .ema import EMA
 from .intervals import Every
 from .methods import get_method
 from .optimizers import create_optimizer, fused_back_pass, optimizer_eval_mode, optimizer_train_mode
+from .preflight import TrainingError, check_concepts, check_writable
 from .schedulers import create_scheduler
-
-
-class TrainingError(Exception):
-    """A problem the user can fix; the message says what and where."""
 
 
 class Reporter:
@@ -81,19 +81,25 @@ class Trainer:
         self.stop_requested = False
         self._tb = None
         self.data_stats = LoadStats()  # time the loop waited for batches
+        self.dist = Distributed()  # setup joins the other processes of a multi-GPU run
 
     # --- setup ------------------------------------------------------------------------------
     def setup(self) -> None:
-        from ..data import build_dataset  # noqa: PLC0415
         from ..models.registry import get_family  # noqa: PLC0415
 
         cfg = self.config
-        self._check_concepts()
-        self._check_writable()
-        seed_everything(cfg.seed)
+        check_concepts(cfg)
+        check_writable(cfg, self.paths.backup)
         self.device, warning = resolve_device(cfg.train_device)
         if warning:
             self.report.warning(warning)
+        self.dist = Distributed.from_env(self.device.type)
+        if self.dist.active and self.device.type == "cuda":  # one GPU per process, in CUDA_VISIBLE_DEVICES order
+            self.device = torch.device("cuda", self.dist.local_rank)
+            torch.cuda.set_device(self.device)
+        if self.dist.active and cfg.optimizer.fused_back_pass:
+            raise TrainingError("optimizer.fused_back_pass: it steps each weight inside the backward pass, before the "
+                                "gradients of the other GPUs arrive; turn it off for multi-GPU training")
         self.precision = Precision(cfg.train_dtype, self.device, cfg.enable_autocast_cache)
         if self.precision.note:
             self.report.warning(self.precision.note)
@@ -107,15 +113,19 @@ class Trainer:
         extra = {}
         if "part_models" in inspect.signature(family.load).parameters:  # parts that come from models of their own
             extra["part_models"] = {part: getattr(cfg, part).model_name for part in family_info(cfg.model_type).parts}
-        self.model = family.load(
-            cfg.base_model_name,
-            cache_dir=cfg.huggingface_cache_dir or None,
-            offline=cfg.offline_mode,
-            token=cfg.secrets.huggingface_token or None,
-            dtypes=dtypes,
-            **extra,
-        )
+        with self.dist.main_first():  # multi-GPU: one process downloads (or builds) the model, then the others load it
+            self.model = family.load(
+                cfg.base_model_name,
+                cache_dir=cfg.huggingface_cache_dir or None,
+                offline=cfg.offline_mode,
+                token=cfg.secrets.huggingface_token or None,
+                dtypes=dtypes,
+                **extra,
+            )
         self.model.to(self.device)
+        # seeded after loading: building or converting a model may draw random numbers (the tiny
+        # models are built on first use), and the run must not depend on whether that happened
+        seed_everything(cfg.seed)
         try:
             for warning in configure_model(self.model, cfg, self.device, self.precision):
                 self.report.warning(warning)
@@ -130,6 +140,7 @@ class Trainer:
                 + " or ".join(part.replace("_", " ") for part in (self.model.denoiser, *self.model.text_encoder_names))
             )
         self.trained_params = [p for g in self.param_groups for p in g["params"]]
+        self.dist.broadcast_parameters(self.trained_params)  # every process starts from the same weights
         self._set_train_modes()
         self._enable_gradient_checkpointing()
         self.ema = None
@@ -138,24 +149,40 @@ class Trainer:
             self.ema = EMA(self.trained_params, cfg.ema_decay, cfg.ema_update_step_interval, ema_device)
         self.diffusion = DiffusionStep(
             self.model, cfg, self.device, self.precision, self.noise_fn,
-            caption_transform=getattr(self.method, "transform_text", None),
+            caption_transform=getattr(self.method, "transform_text", None), dist=self.dist,
         )
 
         self.report.status("caching", "scanning concepts and caching latents")
         # Encoding samples the latent distribution with its own generator, so the training noise
         # does not depend on how much of the cache was already filled.
         encode_rng = torch.Generator().manual_seed(cfg.seed)
+        # every process plans the same global batches of batch_size x processes and trains its slice;
+        # the main process fills the caches first, the others then read them
+        self.global_batch_size = cfg.batch_size * self.dist.world
+        with self.dist.main_first():
+            self._build_dataset(encode_rng)
+            self._setup_text_cache()
+        for warning in self.dataset.warnings:
+            self.report.warning(warning)
+        self._warn_never_trained()
+        self.steps_per_epoch = self.dataset.steps_per_epoch
+        self._setup_steps()
+
+    def _build_dataset(self, encode_rng: torch.Generator) -> None:
+        from ..data import build_dataset  # noqa: PLC0415
+
+        cfg = self.config
         self.dataset = build_dataset(
             cfg.concepts,
             cfg.resolution,
-            cfg.batch_size,
+            self.global_batch_size,
             aspect_ratio_bucketing=cfg.aspect_ratio_bucketing,
             latent_caching=cfg.latent_caching,
             cache_dir=cfg.cache_dir,
             vae_id=self.model.vae_id,
             seed=cfg.seed,
             encode_fn=lambda pixels: self.model.encode_images(pixels, generator=encode_rng),
-            clear_cache=cfg.clear_cache_before_training,
+            clear_cache=cfg.clear_cache_before_training and self.dist.is_main,
             bucket_step=getattr(self.model, "bucket_step", None),  # sizes the denoiser needs (PixArt: patch x VAE = 16 px)
             # inpainting models with masked training: the masked images' latents are cached too
             conditioning_fn=self.model.encode_conditioning
@@ -163,11 +190,10 @@ class Trainer:
             else None,
             progress=lambda done, total: self.report.progress(phase="caching", done=done, total=total),
         )
-        for warning in self.dataset.warnings:
-            self.report.warning(warning)
-        self._warn_never_trained()
-        self._setup_text_cache()
-        self.steps_per_epoch = self.dataset.steps_per_epoch
+
+    def _setup_steps(self) -> None:
+        """Step counts, optimizer, scheduler, intervals, TensorBoard and the resume."""
+        cfg = self.config
         accum = cfg.gradient_accumulation_steps
         self.total_steps = sum(
             max(1, math.ceil(self.dataset.steps_in_epoch(e) / accum)) for e in range(cfg.epochs)
@@ -187,13 +213,14 @@ class Trainer:
         self.sample_every = Every(cfg.sample_after, cfg.sample_after_unit, cfg.sample_skip_first)
         self.backup_every = Every(cfg.backup_after, cfg.backup_after_unit)
         self.save_every = Every(cfg.save_every, cfg.save_every_unit, cfg.save_skip_first)
-        if cfg.tensorboard and self.paths.tensorboard is not None:
+        if cfg.tensorboard and self.paths.tensorboard is not None and self.dist.is_main:
             from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415
 
             self._tb = SummaryWriter(str(self.paths.tensorboard))
         if cfg.continue_last_backup:
             self._resume()
         self._stop_parts_if_due()
+        self.dist.sync_random_state()  # multi-GPU: every process draws the main process's numbers from here on
 
     def _setup_text_cache(self) -> None:
         """With latent caching on and no text encoder (nor embedding) training, text encoder
@@ -210,7 +237,7 @@ class Trainer:
         if self.text_cache_off_reason is not None:
             return
         cache = TextEmbeddingCache(Path(cfg.cache_dir) / "text", text_encoder_id(self.model, self.precision.dtype))
-        if cfg.clear_cache_before_training:
+        if cfg.clear_cache_before_training and self.dist.is_main:
             cache.clear()
         self.diffusion.text_cache = cache
 
@@ -241,42 +268,20 @@ class Trainer:
 
     def _warn_never_trained(self) -> None:
         """Images whose aspect bucket can never fill a batch are never trained: say which."""
-        summary = self.dataset.summary(self.config.batch_size)
+        summary = self.dataset.summary(self.global_batch_size)
         lost = [item["path"] for concept in summary["concepts"] for item in concept["never_trained"]]
         if lost:
             shown = ", ".join(Path(p).name for p in lost[:20]) + (f" and {len(lost) - 20} more" if len(lost) > 20 else "")
             self.report.warning(
                 f"{len(lost)} image(s) will never be trained because their aspect bucket cannot fill a batch of "
-                f"batch_size={self.config.batch_size}: {shown}. Lower the batch size, add images of that shape, or crop them."
+                f"{self._batch_words()}: {shown}. Lower the batch size, add images of that shape, or crop them."
             )
 
-    def _check_writable(self) -> None:
-        """An output folder that cannot be written fails now, not after hours of training."""
-        import tempfile  # noqa: PLC0415
-
-        for label, folder in (
-            ("output_model_destination", Path(self.config.output_model_destination).expanduser().parent),
-            ("workspace_dir (backups)", self.paths.backup.parent),
-        ):
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-                with tempfile.NamedTemporaryFile(dir=folder, prefix=".ot-gradio-write-test-"):
-                    pass
-            except OSError as err:
-                raise TrainingError(
-                    f"{label}: cannot write to {folder} ({err.strerror or err}); choose a folder you can write to"
-                ) from err
-
-    def _check_concepts(self) -> None:
-        """Missing folders fail here, before minutes of model loading."""
-        enabled = [c for c in self.config.concepts if c.enabled]
-        if not enabled:
-            raise TrainingError("concepts: there is no enabled concept; add a folder of training images")
-        for i, concept in enumerate(enabled):
-            if not Path(concept.path).is_dir():
-                raise TrainingError(
-                    f"concepts[{i}] '{concept.name or concept.path}': folder {concept.path} does not exist; fix the path"
-                )
+    def _batch_words(self) -> str:
+        size = self.config.batch_size
+        if not self.dist.active:
+            return f"batch_size={size}"
+        return f"batch_size={size} x {self.dist.world} processes = {self.global_batch_size}"
 
     def _resume(self) -> None:
         found = latest_backup(self.paths.other_runs)
@@ -318,9 +323,11 @@ class Trainer:
         optimizer_train_mode(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
         while self.counters.epoch < cfg.epochs and not self.stop_requested:
-            batches = self.dataset.epoch_batches(self.counters.epoch)
+            batches = self.dataset.epoch_batches(self.counters.epoch, shard=self.dist.shard)
+            images = 0
             # the next batches load in `dataloader_threads` threads while this one trains (data/prefetch.py)
             for index, batch in prefetched(batches, self.counters.epoch_step, cfg.dataloader_threads, stats=self.data_stats):
+                images += len(batch.image_paths)
                 loss = self._forward_backward(batch, accum)
                 self.counters.epoch_step = index + 1
                 if self.counters.epoch_step % accum == 0 or self.counters.epoch_step == len(batches):
@@ -332,6 +339,8 @@ class Trainer:
                     self._after_step()
                 if self.stop_requested:
                     break
+            if self.dist.active:  # in log.txt: together the processes train every image once per epoch
+                print(f"process {self.dist.rank}/{self.dist.world}: epoch {self.counters.epoch + 1}: trained {images} images", flush=True)
             if self.counters.epoch_step >= len(batches):
                 self.counters.epoch += 1
                 self.counters.epoch_step = 0
@@ -341,10 +350,11 @@ class Trainer:
 
     def _forward_backward(self, batch: Any, accum: int) -> float:
         loss = self.diffusion.loss(batch, self.trained_text_parts)
-        value = float(loss.detach())
+        value = self.dist.mean(float(loss.detach()), self.device)  # every process sees the same loss and stops together
         if not math.isfinite(value):
+            where = f"images of process {self.dist.rank}" if self.dist.active else "images"
             raise TrainingError(
-                f"the loss became {value} at step {self.counters.global_step + 1} (images: {', '.join(batch.image_paths)}); "
+                f"the loss became {value} at step {self.counters.global_step + 1} ({where}: {', '.join(batch.image_paths)}); "
                 "lower the learning rate or use FLOAT_32, and continue from the last backup"
             )
         scaled = loss / accum
@@ -358,6 +368,8 @@ class Trainer:
 
     def _optimizer_step(self) -> None:
         params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        cfg = self.config
+        self.dist.reduce_gradients(params, cfg.gradient_reduce_precision, cfg.fused_gradient_reduce, cfg.async_gradient_reduce_buffer)
         scaler = self.precision.scaler
         if scaler is not None:
             scaler.unscale_(self.optimizer)
@@ -425,6 +437,8 @@ class Trainer:
 
     def _handle_requests(self) -> set[str]:
         asked = self.report.requests()
+        if self.dist.active:  # the main process reads the page's requests; all act on them at this step
+            asked = self.dist.broadcast(asked | ({"stop"} if self.stop_requested else set()))
         if "stop" in asked:
             self.stop_requested = True
         return asked
@@ -461,6 +475,8 @@ class Trainer:
             self._tb.close()
         status = "stopped" if stopped else "done"
         self.report.status(status, f"model saved to {path}")
+        self.dist.barrier()  # the other processes wait for the main one's save
+        self.dist.close()
         return status
 
     # --- outputs ----------------------------------------------------------------------------
@@ -468,7 +484,7 @@ class Trainer:
         """Sample every enabled prompt; with EMA on, with the EMA weights, and with
         `non_ema_sampling` also with the live weights (file name and event marked 'no-ema')."""
         samples = [s for s in self.config.samples if s.enabled]
-        if not samples:
+        if not samples or not self.dist.is_main:
             return
         self.report.status("sampling", "")
         optimizer_eval_mode(self.optimizer)  # schedule-free: sample the averaged weights
@@ -514,7 +530,9 @@ class Trainer:
             if self._tb is not None:
                 self._tb.add_image(f"sample/{i}{suffix}", np.asarray(image), c.global_step, dataformats="HWC")
 
-    def write_backup(self) -> Path:
+    def write_backup(self) -> Path | None:
+        if not self.dist.is_main:
+            return None
         self.report.status("backup", "")
         optimizer_eval_mode(self.optimizer)
         state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
@@ -536,7 +554,9 @@ class Trainer:
         self.report.status("training", "")
         return path
 
-    def save(self, intermediate: bool) -> Path:
+    def save(self, intermediate: bool) -> Path | None:
+        if not self.dist.is_main:
+            return None
         self.report.status("saving", "")
         optimizer_eval_mode(self.optimizer)
         cfg = self.config

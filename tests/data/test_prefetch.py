@@ -86,8 +86,8 @@ def test_trainer_loads_in_its_threads(tmp_path):
     names: list[str] = []
     epoch_batches = trainer.dataset.epoch_batches
 
-    def recording(epoch):
-        batches = epoch_batches(epoch)
+    def recording(epoch, shard=None):
+        batches = epoch_batches(epoch, shard=shard)
         get = batches.__getitem__
 
         class Recorded(type(batches)):

@@ -95,3 +95,17 @@ def test_checks_before_start_refuse_adafactor_constant_mode_with_relative_step(t
                 "--set", "optimizer.scale_parameter=false"], tmp_path)
     assert out.returncode == 2
     assert "relative_step" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_multi_gpu_from_the_command_line_runs_two_processes(tmp_path):
+    """`train` with multi_gpu starts the worker, which launches one process per listed index
+    (two CPU processes here), and shows their events like a single-process run."""
+    out = _run(["train", "--config", "demo", "--set", "multi_gpu=true", "--set", "train_device=cpu",
+                "--set", "device_indexes=0,1", "--set", "batch_size=1", "--set", "epochs=2",
+                "--set", "sample_after_unit=NEVER"], tmp_path, OT_GRADIO_TINY_DIR=str(tmp_path / "tiny"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "starting 2 processes on cpu (gloo)" in out.stderr
+    assert "done: model saved to" in out.stderr
+    runs = sorted((tmp_path / "workspace" / "demo" / "runs").iterdir())
+    log = (runs[-1] / "log.txt").read_text()
+    assert "process 0/2: epoch 2: trained" in log and "process 1/2: epoch 2: trained" in log

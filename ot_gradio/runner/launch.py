@@ -1,0 +1,94 @@
+"""How a run's training processes are started: one worker, or one per GPU with multi-GPU on.
+
+The supervisor (and the CLI) always start `python -m ot_gradio.runner.worker <run dir>`. When the
+config asks for several processes, that worker becomes the launcher: it writes what it starts to
+events.jsonl and replaces itself (exec, so the pid the supervisor tracks stays the same) with
+`python -m torch.distributed.run --standalone --nproc-per-node N -m ot_gradio.runner.worker <run>`,
+which is what `accelerate launch --multi_gpu` runs. torch.distributed.run restarts nothing
+(`--max-restarts 0`): if one process fails it stops the others and exits non-zero, and the page
+shows the error the failing process wrote, or "crashed".
+
+Process count (`launch_plan`): multi_gpu off -> 1. On cuda: one process per index of
+`device_indexes` (blank = every visible GPU); CUDA_VISIBLE_DEVICES lists the chosen GPUs and
+process k trains on the k-th of them. On cpu (for tests and for trying it out) one process per
+listed index. Fewer than two processes: one process on train_device, with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config.devices import DISTRIBUTED_ENV, parse_device_indexes
+
+
+@dataclass
+class LaunchPlan:
+    processes: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+    warning: str | None = None
+    description: str = ""
+
+
+def launch_plan(config: dict[str, Any], cuda_count: int) -> LaunchPlan:
+    """How many processes the config asks for on this machine. Raises ValueError naming the field."""
+    if not config.get("multi_gpu"):
+        return LaunchPlan()
+    indexes = parse_device_indexes(str(config.get("device_indexes") or ""))
+    device = str(config.get("train_device") or "cuda").strip().lower()
+    if device.startswith("cuda"):
+        if cuda_count == 0:
+            return LaunchPlan(warning="multi_gpu: this machine has no CUDA GPU; training in one process")
+        missing = [i for i in indexes if i >= cuda_count]
+        if missing:
+            raise ValueError(
+                f"device_indexes: GPU {missing[0]} does not exist; this machine has {cuda_count} GPU(s), "
+                f"numbered 0 to {cuda_count - 1}"
+            )
+        chosen = indexes or list(range(cuda_count))
+        if len(chosen) < 2:
+            return LaunchPlan(warning=f"multi_gpu: only GPU {chosen[0]} is selected; training in one process on "
+                                      "train_device")
+        visible = ",".join(str(i) for i in chosen)
+        return LaunchPlan(len(chosen), {"CUDA_VISIBLE_DEVICES": visible, DISTRIBUTED_ENV: "1"}, None,
+                          f"{len(chosen)} processes on GPUs {visible}")
+    if device.startswith("cpu"):
+        if len(indexes) < 2:
+            return LaunchPlan(warning="multi_gpu on cpu: list one index per process in device_indexes (e.g. 0,1); "
+                                      "training in one process")
+        return LaunchPlan(len(indexes), {DISTRIBUTED_ENV: "1"}, None, f"{len(indexes)} processes on cpu (gloo)")
+    return LaunchPlan(warning=f"multi_gpu: train_device {device!r} is neither cuda nor cpu; training in one process")
+
+
+def cuda_device_count() -> int:
+    import torch  # noqa: PLC0415
+
+    return torch.cuda.device_count()
+
+
+def distributed_command(run_path: str | Path, processes: int) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--standalone", "--nnodes=1", f"--nproc-per-node={processes}", "--max-restarts=0",
+        "-m", "ot_gradio.runner.worker", str(run_path),
+    ]
+
+
+def die_with_launcher() -> None:
+    """Linux: this process gets SIGKILL when its launcher dies, so a killed run leaves no rank
+    behind (torch.distributed.run starts each rank in a session of its own)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    if os.getppid() == 1:  # the launcher died before prctl took effect
+        os._exit(1)
