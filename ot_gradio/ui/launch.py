@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     page = Page(Path(args.workspace), roots=roots)
     demo = page.blocks
     _patient_localhost_check()
-    demo.queue().launch(
+    demo.launch(  # gradio queues by default; another .queue() would build the whole app once more (0.3-0.4 s)
         server_name=args.host,
         server_port=args.port,
         share=args.share,
