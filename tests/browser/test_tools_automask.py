@@ -40,8 +40,18 @@ def test_preview_then_start_by_colour(app, browser_page):
     page.get_by_role("tab", name="Tools", exact=True).click()
     page.get_by_role("tab", name="Auto mask", exact=True).click()
     box = page.locator("#automask-folder input").first
-    box.fill(str(folder))
-    box.press("Enter")
+    # The page fills in the first concept folder when the config arrives; typing before that
+    # update lands gets overwritten by it (seen once in CI). Wait for it, then type, and check.
+    deadline = time.time() + 60
+    while time.time() < deadline and not box.input_value():
+        time.sleep(0.3)
+    for _ in range(3):
+        box.fill(str(folder))
+        box.press("Enter")
+        time.sleep(1.0)
+        if box.input_value() == str(folder):
+            break
+    assert box.input_value() == str(folder)
     pick(page, "automask-model", "By colour")
     pick(page, "automask-mode", "replace all")
     page.locator("#automask-colour textarea, #automask-colour input").first.fill("#ff0000")
