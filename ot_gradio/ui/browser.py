@@ -1,5 +1,5 @@
-"""An in-page file browser next to each path field: a folder box, a list of what the folder
-holds, and "Use this". It shows only the allowed roots (paths.py checks every request on the
+"""The page's file browser for its path fields: a Browse button next to each field opens one
+sidebar with a folder box, a list of what the folder holds, and "Use this". It shows only the allowed roots (paths.py checks every request on the
 server, whatever the browser sends); typing a path into the field itself still works.
 Never a desktop dialog: the page may be open on another machine."""
 
@@ -47,28 +47,102 @@ def path_kind(path: str) -> str | None:
 RootsFn = Callable[[dict[str, Any]], list[Path]]
 
 
-class PathBrowser:
-    """The hidden browser panel of one path `field`. The constructor makes the Browse button
-    (put it in the field's row); `panel()` makes the panel (put it under the row)."""
+class BrowserPanel:
+    """The page's one file browser, in a sidebar on the right: it serves every path field (one
+    panel per field cost the page ~110 components and ~70 handlers at start-up). `target` holds
+    the elem_id of the field whose Browse button opened it."""
 
-    def __init__(self, kind: str, elem_id: str, field: gr.components.Component):
-        self.kind, self.elem_id, self.field = kind, elem_id, field
-        self.button = gr.Button("Browse", scale=0, min_width=90, elem_id=f"{elem_id}-browse")
+    def __init__(self):
+        with gr.Sidebar(open=False, position="right", width=420, elem_id="browser") as self.sidebar:
+            self.title = gr.Markdown("Press **Browse** next to a path field to choose it here.", elem_id="browse-title")
+            self.target = gr.State("")
+            self.folder = gr.Textbox(label="Folder", info="Type a folder and press Enter, or open one below. Blank = the folders this page may show.",
+                                     elem_id="browse-folder")
+            self.entries = gr.Dropdown(label="Contents", choices=[], value=None, allow_custom_value=True, interactive=True,
+                                       info="Choosing a folder opens it; choosing a file picks it (folder fields list folders only).",
+                                       elem_id="browse-entries")
+            self.message = gr.Markdown("", elem_id="browse-message")
+            with gr.Row():
+                self.use = gr.Button("Use this", variant="primary", elem_id="browse-use")
+                self.up = gr.Button("Up", elem_id="browse-up")
+                self.close = gr.Button("Close", elem_id="browse-close")
+        self.browsers: dict[str, PathBrowser] = {}
         self.roots: RootsFn = lambda config: []
 
-    def panel(self) -> None:
-        elem_id, kind = self.elem_id, self.kind
-        with gr.Group(visible=False, elem_id=f"{elem_id}-browser") as self.group:
-            self.folder = gr.Textbox(label="Folder", info="Type a folder and press Enter, or open one below. Blank = the folders this page may show.",
-                                     elem_id=f"{elem_id}-browse-folder")
-            self.entries = gr.Dropdown(label="Contents", choices=[], value=None, allow_custom_value=True, interactive=True,
-                                       info="Choosing a folder opens it" + ("." if kind == DIR else "; choose a file to pick it."),
-                                       elem_id=f"{elem_id}-browse-entries")
-            self.message = gr.Markdown("", elem_id=f"{elem_id}-browse-message")
-            with gr.Row():
-                self.use = gr.Button("Use this", variant="primary", elem_id=f"{elem_id}-browse-use")
-                self.up = gr.Button("Up", elem_id=f"{elem_id}-browse-up")
-                self.close = gr.Button("Close", elem_id=f"{elem_id}-browse-close")
+    def _browser(self, target: str) -> PathBrowser:
+        browser = self.browsers.get(target)
+        if browser is None:
+            raise PathRefused("press Browse next to a path field first")
+        return browser
+
+    def for_target(self, target: str, run: Callable[[PathBrowser], dict]) -> dict:
+        """`run` on the browser of field `target`, a refusal as the panel's message."""
+        try:
+            return run(self._browser(target))
+        except PathRefused as err:
+            return {self.message: f"**Refused:** {err}"}
+
+    def hide(self) -> dict:
+        return {self.sidebar: gr.update(open=False)}
+
+    # --- wiring ---------------------------------------------------------------------------------
+    def wire(self, browsers: list[PathBrowser], config_state: gr.State, roots: RootsFn,
+             then: tuple[Callable, Any, Any] | None = None) -> None:
+        """`then` runs after a path was put into a field, as an edit of the field would; its
+        inputs may include `target` to tell which field it was."""
+        self.roots = roots
+        for browser in browsers:
+            browser.panel = self
+            self.browsers[browser.elem_id] = browser
+        view = [self.sidebar, self.folder, self.entries, self.message]
+        for browser in browsers:
+            browser.button.click(browser.open, [browser.field, config_state], [*view, self.title, self.target], show_progress="hidden")
+        self.folder.submit(lambda t, typed, c: self.for_target(t, lambda b: b.go(typed, c)),
+                           [self.target, self.folder, config_state], view, show_progress="hidden")
+        self.entries.input(lambda t, selected, folder, c: self.for_target(t, lambda b: b.pick(selected, folder, c)),
+                           [self.target, self.entries, self.folder, config_state], view, show_progress="hidden")
+        self.up.click(lambda t, folder, c: self.for_target(t, lambda b: b.go_up(folder, c)),
+                      [self.target, self.folder, config_state], view, show_progress="hidden")
+        self.close.click(self.hide, None, [self.sidebar], show_progress="hidden")
+        fields = [b.field for b in browsers]
+
+        def use(values: dict) -> dict:
+            target = values[self.target]
+            return self.for_target(target, lambda b: b.use_it(values[self.folder], values[self.entries], values[b.field], values[config_state]))
+
+        event = self.use.click(use, {self.target, self.folder, self.entries, config_state, *fields}, [*fields, self.sidebar, self.message],
+                               show_progress="hidden")
+        if then is not None:
+            event.then(*then, show_progress="hidden")
+
+
+class PathBrowser:
+    """The Browse button of one path `field` (put it in the field's row). It opens the page's
+    BrowserPanel for this field; the handlers below run on the panel for it."""
+
+    def __init__(self, kind: str, elem_id: str, field: gr.components.Component, label: str = ""):
+        self.kind, self.elem_id, self.field, self.label = kind, elem_id, field, label or elem_id
+        self.button = gr.Button("Browse", scale=0, min_width=90, elem_id=f"{elem_id}-browse")
+        self.panel: BrowserPanel | None = None  # set when the page wires its panel
+
+    def roots(self, config: dict[str, Any]) -> list[Path]:
+        return self.panel.roots(config) if self.panel is not None else []
+
+    @property
+    def group(self) -> gr.Sidebar:
+        return self.panel.sidebar
+
+    @property
+    def folder(self) -> gr.Textbox:
+        return self.panel.folder
+
+    @property
+    def entries(self) -> gr.Dropdown:
+        return self.panel.entries
+
+    @property
+    def message(self) -> gr.Markdown:
+        return self.panel.message
 
     # --- handlers (plain values in, {component: value} out) -----------------------------------
     def show(self, folder: Path | None, roots: list[Path], message: str = "") -> dict:
@@ -81,12 +155,14 @@ class PathBrowser:
             choices = [(f"📁 {e.name}" if e.is_dir else f"📄 {e.name}", str(e.path)) for e in entries]
             if not choices:
                 message = message or "(empty folder)"
-        return {self.group: gr.update(visible=True), self.folder: "" if folder is None else str(folder),
+        return {self.group: gr.update(open=True), self.folder: "" if folder is None else str(folder),
                 self.entries: gr.update(choices=choices, value=None), self.message: message}
 
     def open(self, value: str, config: dict[str, Any]) -> dict:
         roots = self.roots(config)
-        return self.show(start_folder(value, roots), roots)
+        wanted = {DIR: "a folder", FILE: "a file", ANY: "a folder or a file", SAVE: "the folder to save in"}[self.kind]
+        return {**self.show(start_folder(value, roots), roots), self.panel.title: f"Choose {wanted} for **{self.label}**.",
+                self.panel.target: self.elem_id}
 
     def go(self, typed: str, config: dict[str, Any]) -> dict:
         """The folder typed into the folder box; refused with a message outside the roots."""
@@ -145,22 +221,4 @@ class PathBrowser:
             path = self.chosen(folder, selected, current, config)
         except PathRefused as err:
             return {self.message: f"**Refused:** {err}"}
-        return {self.field: str(path), self.group: gr.update(visible=False), self.message: ""}
-
-    def hide(self) -> dict:
-        return {self.group: gr.update(visible=False)}
-
-    # --- wiring ---------------------------------------------------------------------------------
-    def wire(self, config_state: gr.State, roots: RootsFn, then: tuple[Callable, Any, Any] | None = None) -> None:
-        """`then` runs after a path was put into the field, as an edit of the field would."""
-        self.roots, field = roots, self.field
-        view = [self.group, self.folder, self.entries, self.message]
-        self.button.click(self.open, [field, config_state], view, show_progress="hidden")
-        self.folder.submit(self.go, [self.folder, config_state], view, show_progress="hidden")
-        self.entries.input(self.pick, [self.entries, self.folder, config_state], view, show_progress="hidden")
-        self.up.click(self.go_up, [self.folder, config_state], view, show_progress="hidden")
-        self.close.click(self.hide, None, [self.group], show_progress="hidden")
-        event = self.use.click(self.use_it, [self.folder, self.entries, field, config_state], [field, self.group, self.message],
-                               show_progress="hidden")
-        if then is not None:
-            event.then(*then, show_progress="hidden")
+        return {self.field: str(path), self.group: gr.update(open=False), self.message: ""}

@@ -6,6 +6,7 @@ the config (so imported configs round-trip) but never shown as if they worked.""
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from dataclasses import dataclass
@@ -28,10 +29,15 @@ def _base_type(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
+@functools.cache
+def _all_fields() -> tuple[FieldInfo, ...]:
+    return tuple(iter_fields(TrainConfig))  # the page asks ~40 times while it is built
+
+
 def schema_fields(prefix: str = "", tab: str | None = None) -> list[FieldInfo]:
     """The editable leaf fields under `prefix` (e.g. "" or "concepts[]."), optionally of one tab."""
     out = []
-    for f in iter_fields(TrainConfig):
+    for f in _all_fields():
         if not f.path.startswith(prefix) or f.group or f.status != "ok" or f.compat:
             continue
         rest = f.path[len(prefix):]
@@ -83,8 +89,7 @@ def make_component(info: FieldInfo, elem_prefix: str = "f") -> Field:
             return Field(info, gr.Textbox(value=text, placeholder="blank = default" if nullable else None, **kw), nullable)
         with gr.Row(equal_height=True):
             comp = gr.Textbox(value=text, placeholder="blank = default" if nullable else None, scale=5, **kw)
-            browser = PathBrowser(kind, elem_id, comp)
-        browser.panel()
+            browser = PathBrowser(kind, elem_id, comp, label)
         return Field(info, comp, nullable, browser)
     return Field(info, comp, nullable)
 

@@ -27,6 +27,7 @@ from ..config.presets import list_presets
 from ..config.schema import TrainConfig
 from ..runner.jobs import JobSupervisor
 from ..runner.supervisor import Supervisor
+from .browser import BrowserPanel
 from .concepts import ConceptsTab
 from .form import Field, build_fields, config_from_values, make_component, schema_fields, values_from_config
 from .guide import TABS_ID, build_guide
@@ -133,9 +134,10 @@ class Page:
                         self.samples = SamplesTab()
             with gr.Tab("Concepts", id="concepts", elem_id="tab-concepts"):
                 self.concepts = ConceptsTab()
-            with gr.Tab("Tools", id="tools", elem_id="tab-tools"):
-                self.tools = build_tools(ToolsContext(self.workspace, self.jobs, self.config_state, self.roots))
+            with gr.Tab("Tools", id="tools", elem_id="tab-tools") as tools_tab:
+                build_tools(ToolsContext(self.workspace, self.jobs, self.config_state, self.roots), tools_tab)
         self.monitor = Monitor(self.workspace, self.supervisor, self.tensorboard)
+        self.browser = BrowserPanel()
         self.components = {f.component for f in fields.values()}
         self.opt_fields = {p: f for p, f in fields.items() if p.startswith("optimizer.") and p != "optimizer.optimizer"}
         self.all_outputs = [self.config_state, *self.components, self.samples.table, self.lr_plot, self.memory,
@@ -148,12 +150,16 @@ class Page:
 
     def _wire(self) -> None:
         edit_inputs = {self.config_state, *self.components}
-        for path, f in self.fields.items():
-            if path == "optimizer.optimizer":
-                continue
-            f.component.input(self.on_edit, edit_inputs, self.edit_outputs, show_progress="hidden")
-            if f.browser is not None:
-                f.browser.wire(self.config_state, self.roots, then=(self.on_edit, edit_inputs, self.edit_outputs))
+        edited = [f for path, f in self.fields.items() if path != "optimizer.optimizer"]
+        # One handler for all ~250 fields rather than one each: every handler costs the page's
+        # start-up and its config (each lists all inputs). "always_last": an edit made while the
+        # previous one is being saved runs after it, with the newest values; none is dropped.
+        gr.on([f.component.input for f in edited], self.on_edit, edit_inputs, self.edit_outputs,
+              trigger_mode="always_last", show_progress="hidden")
+        browsers = [f.browser for f in [*edited, *self.concepts.fields.values()] if f.browser is not None]
+        concept_inputs = {self.concepts.selector, *(f.component for f in self.concepts.fields.values())}
+        self.browser.wire(browsers, self.config_state, self.roots,
+                          then=(self.on_browsed, {self.browser.target, *edit_inputs, *concept_inputs}, self.edit_outputs))
         self.fields["optimizer.optimizer"].component.input(self.on_optimizer, edit_inputs, self.all_outputs)
         self.load_defaults.click(self.on_load_defaults, self.config_state, self.all_outputs)
         self.preset.input(self.on_preset, self.preset, self.all_outputs)
@@ -161,7 +167,7 @@ class Page:
         self.upload.upload(self.on_upload, self.upload, self.all_outputs)
         self.save_btn.click(self.on_save, [self.config_path, self.config_state], None)
         self.export.click(self.on_export, self.config_state, self.export)
-        self.concepts.wire(self.config_state, self.autosave, self.roots)
+        self.concepts.wire(self.config_state, self.autosave)
         self.samples.wire(self.config_state, self.autosave)
         self.monitor.wire()
         start_inputs = {self.config_state, self.monitor.run_id, *self.components, *self.concepts.outputs}
@@ -208,6 +214,12 @@ class Page:
         config = config_from_values(self.fields, values, values[self.config_state])
         self.autosave(config)
         return {self.config_state: config, self.lr_plot: lr_frame(config), self.memory: memory_markdown(config), **self.visibility(config)}
+
+    def on_browsed(self, values: dict) -> dict:
+        """After "Use this" in the file browser: the edit of the field it filled in."""
+        if values[self.browser.target].startswith("concept-"):
+            return {self.config_state: self.concepts.edit(values[self.config_state], values[self.concepts.selector], values)}
+        return self.on_edit(values)
 
     def on_optimizer(self, values: dict) -> dict:
         """Switching optimizer keeps the old one's settings and restores the new one's last ones."""

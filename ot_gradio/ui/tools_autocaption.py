@@ -29,7 +29,8 @@ class AutoCaptionTool:
         gr.Markdown("Write `<image>.txt` captions automatically. A caption that is replaced or added to is first backed up "
                     "to `.ot_captions/backup/` next to it (the caption editor's backups).")
         with gr.Row():
-            self.folder = gr.Dropdown(label="Folder", choices=[], allow_custom_value=True, value="", scale=3,
+            folders = ctx.concept_folders(ctx.config)
+            self.folder = gr.Dropdown(label="Folder", choices=folders, allow_custom_value=True, value=folders[0] if folders else "", scale=3,
                                       info="a concept folder, or type a path", elem_id="autocaption-folder")
             self.subfolders = gr.Checkbox(label="Include subfolders", value=False, elem_id="autocaption-subfolders")
         with gr.Row():

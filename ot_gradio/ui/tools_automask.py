@@ -29,7 +29,8 @@ class AutoMaskTool:
         gr.Markdown("Make `<image>-masklabel.png` masks automatically (white = train on it). "
                     "A mask that is overwritten is kept as `<mask>.bak`. Preview first: it writes nothing in the dataset.")
         with gr.Row():
-            self.folder = gr.Dropdown(label="Folder", choices=[], allow_custom_value=True, value="", scale=3,
+            folders = ctx.concept_folders(ctx.config)
+            self.folder = gr.Dropdown(label="Folder", choices=folders, allow_custom_value=True, value=folders[0] if folders else "", scale=3,
                                       info="a concept folder, or type a path", elem_id="automask-folder")
             self.subfolders = gr.Checkbox(label="Include subfolders", value=False, elem_id="automask-subfolders")
         with gr.Row():

@@ -55,7 +55,7 @@ class CaptionsTool:
     def __init__(self, ctx: ToolsContext):
         self.ctx = ctx
         self.thumbs = Path(ctx.workspace) / "cache" / "caption-thumbs"
-        initial = ctx.concept_folders(getattr(ctx.config_state, "value", None) or {})
+        initial = ctx.concept_folders(ctx.config)
         self.view = gr.State({})
         with gr.Row():
             self.folder = gr.Textbox(initial[0] if initial else "", label=FIELD, scale=4, elem_id="captions-folder",

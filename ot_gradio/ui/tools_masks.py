@@ -37,7 +37,7 @@ def _choices(folder: Path) -> list[tuple[str, str]]:
 class MasksTool:
     def __init__(self, ctx: ToolsContext):
         self.ctx = ctx
-        first = ctx.concept_folders(ctx.config_state.value or {})
+        first = ctx.concept_folders(ctx.config)
         with gr.Row():
             self.folder = gr.Textbox(first[0] if first else "", label="Folder", scale=4, elem_id="masks-folder",
                                      info="A concept folder; empty = the first concept's folder.")

@@ -43,7 +43,7 @@ def is_model_id(value: str) -> bool:
 class SampleTool:
     def __init__(self, ctx: ToolsContext):
         self.ctx = ctx
-        config = ctx.config_state.value or {}
+        config = ctx.config
         model_types = [t.value for t in implemented_model_types()]
         with gr.Row():
             self.model_type = gr.Dropdown(model_types, value=config.get("model_type") or model_types[0], label="Model type",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ class ToolsContext:
     jobs: JobSupervisor
     config_state: gr.State
     roots: Callable[[dict[str, Any]], list[Path]]
+    config: dict[str, Any] = field(default_factory=dict)  # the session's config when the tools were built
 
     def path(self, field: str, value: str, config: dict[str, Any]) -> Path:
         try:
@@ -71,14 +72,55 @@ class ToolsContext:
         return [str(c.get("path")) for c in (config or {}).get("concepts") or [] if str(c.get("path") or "").strip()]
 
 
-def build_tools(ctx: ToolsContext) -> dict[str, Any]:
-    """Build every available tool's sub-tab inside the current gr.Tab; returns them by title."""
+def _build_on_first_open(openers: list, build: Callable[[ToolsContext], Any], ctx: ToolsContext) -> None:
+    """Build a tool the first time one of `openers` (tab select events) fires in a session."""
+    opened = gr.State(False)
+    for opener in openers:
+        opener(lambda: True, None, opened, show_progress="hidden")
+
+    @gr.render(inputs=[opened, ctx.config_state], triggers=[opened.change], show_progress="hidden")
+    def _tool(is_open: bool, config: dict[str, Any]) -> None:
+        if is_open:
+            build(replace(ctx, config=config or {}))
+            _editable_inputs()
+
+
+def _editable_inputs() -> None:
+    """Make the components an event of this render reads editable. Gradio's page does that by
+    itself for components built at start-up (an input without `interactive` is editable), but
+    not for those built in a gr.render (gradio 6.31: their text boxes came up disabled)."""
+    from gradio.context import LocalContext  # noqa: PLC0415
+
+    config, render = LocalContext.blocks_config.get(None), LocalContext.renderable.get(None)
+    if config is None or render is None:
+        return
+    read = {id(c) for fn in config.fns.values() if fn.rendered_in is render for c in fn.inputs}
+    for block in config.blocks.values():
+        if block.rendered_in is render and id(block) in read and getattr(block, "interactive", False) is None:
+            block.interactive = True
+
+
+def build_tools(ctx: ToolsContext, tools_tab: gr.Tab | None = None) -> dict[str, Any]:
+    """Build every available tool's sub-tab inside the current gr.Tab; returns those built now, by title.
+
+    With `tools_tab`, each tool is built the first time a session opens its sub-tab (the first
+    one: when `tools_tab` opens), not at start-up: their ~200 components and ~40 handlers were a
+    fifth of the page's start-up. Built per session with that session's config, a tool starts on
+    the concepts the user has now; built while its tab shows, the mask editor gets its size."""
     built: dict[str, Any] = {}
+    openers = [tools_tab.select] if tools_tab is not None else []
     with gr.Tabs():
         for title, module, cls in TOOLS:
             name = f"ot_gradio.ui.{module}"
             if importlib.util.find_spec(name) is None:
                 continue
-            with gr.Tab(title, id=f"tool-{module}", elem_id=f"tool-{module}"):
-                built[title] = getattr(importlib.import_module(name), cls)(ctx)
+            def tool(ctx: ToolsContext, name: str = name, cls: str = cls) -> Any:  # imported when first built
+                return getattr(importlib.import_module(name), cls)(ctx)
+
+            with gr.Tab(title, id=f"tool-{module}", elem_id=f"tool-{module}") as tab:
+                if tools_tab is None:
+                    built[title] = tool(ctx)
+                else:
+                    _build_on_first_open([tab.select, *openers], tool, ctx)
+                    openers = []  # the Tools tab opens on its first sub-tab
     return built

@@ -132,19 +132,20 @@ def test_guide_file_browser_and_fields_by_model_type(app, browser_page):
     # browse to a folder under the app's folder and use it as the concept's path: the browser
     # opens in the workspace (the demo's concept folder does not exist yet); Up goes to the app's
     page.locator("#concept-concepts-path-browse").click()
-    folder = field(page, "concept-concepts-path-browse-folder")
+    wait_text(page, "#browse-title", r"Choose a folder for", timeout=30)  # the page's one browser, in the sidebar
+    folder = field(page, "browse-folder")
     deadline = time.time() + 30
     while time.time() < deadline and folder.input_value() != str(cwd / "workspace"):
         time.sleep(0.3)
-    page.locator("#concept-concepts-path-browse-up").click()
+    page.locator("#browse-up").click()
     while time.time() < deadline and folder.input_value() != str(cwd):
         time.sleep(0.3)
-    entries = "concept-concepts-path-browse-entries"
+    entries = "browse-entries"
     pick_entry(page, entries, "📁 my-images")
     page.wait_for_timeout(500)
     pick_entry(page, entries, "📁 cats")
     page.wait_for_timeout(500)
-    page.locator("#concept-concepts-path-browse-use").click()
+    page.locator("#browse-use").click()
     path = field(page, "concept-concepts-path")
     deadline = time.time() + 30
     while time.time() < deadline and path.input_value() != str(cwd / "my-images" / "cats"):
@@ -159,7 +160,7 @@ def test_guide_file_browser_and_fields_by_model_type(app, browser_page):
     page.locator("#concept-concepts-path-browse").click()
     folder.fill("/etc")
     folder.press("Enter")
-    wait_text(page, "#concept-concepts-path-browse-message", r"Refused", timeout=30)
+    wait_text(page, "#browse-message", r"Refused", timeout=30)
 
     # PixArt has a transformer, no UNet: the UNet settings go, the memory table follows
     choose(page, "f-model_type", "PIXART_ALPHA")

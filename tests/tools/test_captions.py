@@ -161,7 +161,7 @@ def tool(tmp_path, dataset):
     workspace.mkdir()
     with gr.Blocks():
         state = gr.State(config)
-        ctx = ToolsContext(workspace, None, state, lambda cfg: [workspace, dataset])
+        ctx = ToolsContext(workspace, None, state, lambda cfg: [workspace, dataset], config=config)
         built = CaptionsTool(ctx)
     built.config = config
     return built

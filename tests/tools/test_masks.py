@@ -164,8 +164,9 @@ def tool(image):
 
     root = image.parent
     with gr.Blocks():
-        state = gr.State({"concepts": [{"path": str(root)}]})
-        ctx = ToolsContext(workspace=root, jobs=None, config_state=state, roots=lambda config: [root])
+        config = {"concepts": [{"path": str(root)}]}
+        state = gr.State(config)
+        ctx = ToolsContext(workspace=root, jobs=None, config_state=state, roots=lambda config: [root], config=config)
         return MasksTool(ctx)
 
 

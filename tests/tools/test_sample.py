@@ -227,7 +227,7 @@ def test_form_checks_fields_and_lists_runs_with_a_backup(tmp_path, tiny):
     config = {"model_type": "STABLE_DIFFUSION_15", "base_model_name": str(tiny.diffusers_dir)}
     with gr.Blocks():
         state = gr.State(config)
-        tool = SampleTool(ToolsContext(workspace, JobSupervisor(workspace), state, lambda c: [tmp_path, tiny.diffusers_dir.parent]))
+        tool = SampleTool(ToolsContext(workspace, JobSupervisor(workspace), state, lambda c: [tmp_path, tiny.diffusers_dir.parent], config=config))
     values = {state: config, tool.model_type: "STABLE_DIFFUSION_15", tool.base_model: str(tiny.diffusers_dir), tool.lora: "",
               tool.lora_weight: 0.5, tool.embedding: "", tool.token: "", tool.run: "", tool.prompts: "a cat\n\n a dog ",
               tool.negative: "blurry", tool.width: 64, tool.height: 64, tool.steps: 2, tool.cfg: 7, tool.seed: 5, tool.sampler: "EULER"}

@@ -47,7 +47,8 @@ def test_browse_walk_and_pick_a_file(page, files):
     browser = page.fields["base_model_name"].browser
     config = page.on_page_load()[page.config_state]
     out = browser.open("/etc/hostname", config)  # a value outside: start at the list of roots
-    assert out[browser.group]["visible"] is True and out[browser.folder] == ""
+    assert out[browser.group]["open"] is True and out[browser.folder] == ""
+    assert out[browser.panel.target] == "f-base_model_name" and "Base model" in out[browser.panel.title]
     assert str(root.resolve()) in choices(out, browser)
     out = browser.open("stable-diffusion-v1-5/stable-diffusion-v1-5", config)  # a hub id: the app's folder
     assert out[browser.folder] == str(root.resolve())
@@ -57,7 +58,7 @@ def test_browse_walk_and_pick_a_file(page, files):
     model = str((root / "models" / "base.safetensors").resolve())
     assert "Use this" in browser.pick(model, out[browser.folder], config)[browser.message]
     done = browser.use_it(out[browser.folder], model, "", config)
-    assert done[browser.field] == model and done[browser.group]["visible"] is False
+    assert done[browser.field] == model and done[browser.group]["open"] is False
 
 
 def test_requests_outside_the_roots_are_refused(page, files):

@@ -40,3 +40,17 @@ def test_missing_paths_are_named(ctx, tmp_path):
         ctx.folder("Folder", str(tmp_path / "data" / "dog"), {})
     with pytest.raises(ToolInputError, match="Output: the folder of"):
         ctx.output("Output", str(tmp_path / "data" / "no" / "x.safetensors"), {})
+
+
+@pytest.mark.parametrize("module, cls", [("tools_automask", "AutoMaskTool"), ("tools_autocaption", "AutoCaptionTool")])
+def test_folder_starts_on_the_first_concept_of_the_session(tmp_path, module, cls):
+    # tools are built when a session opens them, with its config: the folder is there from the
+    # start (it once came from a later config update, which could overwrite a folder just typed)
+    import importlib
+
+    config = {"concepts": [{"path": str(tmp_path / "cats")}, {"path": str(tmp_path / "dogs")}]}
+    with gr.Blocks():
+        ctx = ToolsContext(tmp_path / "ws", JobSupervisor(tmp_path / "ws"), gr.State({}), lambda c: [tmp_path], config=config)
+        tool = getattr(importlib.import_module(f"ot_gradio.ui.{module}"), cls)(ctx)
+    assert tool.folder.value == str(tmp_path / "cats")
+    assert [value for _, value in tool.folder.choices] == [str(tmp_path / "cats"), str(tmp_path / "dogs")]

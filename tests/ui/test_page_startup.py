@@ -1,0 +1,64 @@
+"""What the page builds at start-up: one edit handler for all fields, one file browser for all
+path fields, and tools built when a session first opens them (issue 8, first page within 1.3x of
+a bare Gradio app: each component and handler costs start-up time; bench/first_page.py)."""
+
+import gradio as gr
+
+from ot_gradio.ui.page import Page
+from ot_gradio.ui.tools_tab import TOOLS
+
+
+def handlers(page, method):
+    return [fn for fn in page.blocks.fns.values() if getattr(fn.fn, "__func__", None) is method]
+
+
+def test_one_handler_saves_every_field_and_an_edit_made_while_saving_is_not_dropped(page):
+    (edit,) = handlers(page, Page.on_edit)
+    # "once" (gradio's default for .input) ignores an edit made while the previous one is saved;
+    # "always_last" runs it afterwards with the newest values
+    assert edit.trigger_mode == "always_last"
+    fields = {f.component._id for p, f in page.fields.items() if p != "optimizer.optimizer"}
+    assert {block for block, event in edit.targets if event == "input"} == fields
+    concept = [fn for fn in page.blocks.fns.values() if fn.outputs == [page.config_state] and len(fn.targets) > 10]
+    assert len(concept) == 1 and concept[0].trigger_mode == "always_last"
+    assert {b for b, _ in concept[0].targets} == {f.component._id for f in page.concepts.fields.values()}
+
+
+def test_every_path_field_uses_the_one_file_browser(page):
+    browsers = [f.browser for f in [*page.fields.values(), *page.concepts.fields.values()] if f.browser is not None]
+    assert len(browsers) >= 10
+    assert all(b.panel is page.browser for b in browsers)
+    assert set(page.browser.browsers) == {b.elem_id for b in browsers}
+    assert isinstance(page.browser.sidebar, gr.Sidebar)
+
+
+def test_use_this_reaches_the_field_it_was_opened_for(page, tmp_path):
+    data = tmp_path / "cats"
+    data.mkdir()
+    config = page.on_page_load()[page.config_state]
+    concept = page.concepts.fields["path"].browser
+    assert page.browser.for_target("", lambda b: b.go(str(data), config)) == {
+        page.browser.message: "**Refused:** press Browse next to a path field first"}
+    out = page.browser.for_target(concept.elem_id, lambda b: b.use_it(str(data), None, "", config))
+    assert out[concept.field] == str(data.resolve())
+
+    values = {**page.form_values(config), concept.field: out[concept.field], page.browser.target: concept.elem_id}
+    assert page.on_browsed(values)[page.config_state]["concepts"][0]["path"] == str(data.resolve())
+    workspace = page.fields["workspace_dir"]
+    values = {**page.form_values(config), workspace.component: str(tmp_path / "ws2"), page.browser.target: workspace.browser.elem_id}
+    assert page.on_browsed(values)[page.config_state]["workspace_dir"] == str(tmp_path / "ws2")
+    assert page.on_page_load()[page.config_state]["workspace_dir"] == str(tmp_path / "ws2")  # autosaved
+
+
+def test_tools_are_built_when_a_session_opens_them_not_at_start_up(page):
+    elem_ids = {getattr(b, "elem_id", None) for b in page.blocks.blocks.values()}
+    assert {f"tool-{module}" for _, module, _ in TOOLS} <= elem_ids  # the sub-tabs are there
+    assert not {"captions-folder", "masks-folder", "mask-editor", "tool-sample-base-model"} & elem_ids  # their insides are not
+    renders = [fn for fn in page.blocks.fns.values() if fn.renderable is not None]
+    assert len(renders) == len(TOOLS)
+
+
+def test_start_up_size_budget(page):
+    # 750 components and 416 handlers before issue 8's first-page work; a page that grows far
+    # past this budget is slower to serve (bench/first_page.py measures the time)
+    assert len(page.blocks.blocks) <= 520 and len(page.blocks.fns) <= 90
