@@ -27,6 +27,7 @@ def main(out: Path) -> None:
         dist.reduce_gradients([a, b, only_rank1, frozen, half], fused=fused)
         result[name] = {"a": a.grad.tolist(), "b": b.grad.tolist(), "only": only_rank1.grad.tolist(),
                         "frozen": frozen.grad, "half_dtype": str(half.grad.dtype)}
+    result["calls"] = reduce_calls(dist)
     result["mean"] = dist.mean(float(rank + 1), torch.device("cpu"))
     result["broadcast"] = sorted(dist.broadcast({"stop"} if rank == 0 else set()))
     w = torch.nn.Parameter(torch.full((2,), float(rank)))
@@ -34,6 +35,33 @@ def main(out: Path) -> None:
     result["weights"] = w.tolist()
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.close()
+
+
+def reduce_calls(dist: Distributed) -> dict:
+    """The all-reduces (size, dtype) the gradients take per setting: buckets and precision act."""
+    real = torch.distributed.all_reduce
+    seen: list = []
+
+    def counting(tensor, *args, **kwargs):
+        seen.append([tensor.numel(), str(tensor.dtype)])
+        return real(tensor, *args, **kwargs)
+
+    torch.distributed.all_reduce = counting
+    out = {}
+    try:
+        big = 300_000  # 1.2 MB in float32
+        for name, kw in {"bucket1": {"bucket_mb": 1}, "bucket3": {"bucket_mb": 3}, "unfused": {"fused": False, "bucket_mb": 3},
+                         "bf16_weight_dtype": {"precision": "WEIGHT_DTYPE"}, "bf16_float32": {"precision": "FLOAT_32"}}.items():
+            dtype = torch.bfloat16 if name.startswith("bf16") else torch.float32
+            ps = [torch.nn.Parameter(torch.zeros(big, dtype=dtype)) for _ in range(2)]
+            for p in ps:
+                p.grad = torch.ones(big, dtype=dtype)
+            seen.clear()
+            dist.reduce_gradients(ps, **kw)
+            out[name] = seen[1:]  # the first reduce asks which weights have gradients anywhere
+    finally:
+        torch.distributed.all_reduce = real
+    return out
 
 
 if __name__ == "__main__":

@@ -132,6 +132,12 @@ def test_gradients_are_averaged_across_two_gloo_processes(tmp_path):
             assert r["only"] == [2.0, 3.0]  # a gradient on one process only is averaged with zeros
             assert r["frozen"] is None  # weights that do not train are left alone
             assert r["half_dtype"] == "torch.bfloat16"
+        calls = got["calls"]  # [elements, dtype] per all-reduce of gradients
+        assert calls["bucket1"] == [[300_000, "torch.float32"]] * 2  # 1 MB buckets: one per 1.2 MB weight
+        assert calls["bucket3"] == [[600_000, "torch.float32"]]  # 3 MB: both weights in one
+        assert calls["unfused"] == [[300_000, "torch.float32"]] * 2  # fused_gradient_reduce off: one per weight
+        assert calls["bf16_weight_dtype"] == [[600_000, "torch.bfloat16"]]  # WEIGHT_DTYPE adds up in bf16
+        assert calls["bf16_float32"] == [[600_000, "torch.float32"]]  # FLOAT_32 widens first
         assert got["mean"] == 1.5
         assert got["broadcast"] == ["stop"]  # the main process's requests reach every process
         assert got["weights"] == [0.0, 0.0]  # everyone starts from the main process's weights
