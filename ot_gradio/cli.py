@@ -109,11 +109,11 @@ def _follow_worker(run: Any, console: _Console) -> int:
         except KeyboardInterrupt:
             if asked:
                 os.killpg(proc.pid, signal.SIGTERM)
-                console._write("stopping now (second Ctrl-C)")
+                console.write("stopping now (second Ctrl-C)")
             else:
                 run.request("stop")
                 asked = True
-                console._write("stop requested: finishing the step, writing a backup and the model; Ctrl-C again stops at once")
+                console.write("stop requested: finishing the step, writing a backup and the model; Ctrl-C again stops at once")
 
 
 def _unique(messages: list[str]) -> list[str]:
@@ -143,13 +143,13 @@ class _Console:
         elif kind == "status":
             self.final_status, self.final_message = event["status"], event.get("message", "")
             if event["status"] in ("loading", "caching", "done", "stopped", "error") and event.get("message"):
-                self._write(f"[{event['status']}] {event['message']}")
+                self.write(f"[{event['status']}] {event['message']}")
         elif kind == "warning":
-            self._write(f"warning: {event['message']}")
+            self.write(f"warning: {event['message']}")
         elif kind in ("saved", "backup", "sample"):
-            self._write(f"{kind}: {event['path']}")
+            self.write(f"{kind}: {event['path']}")
 
-    def _write(self, text: str) -> None:
+    def write(self, text: str) -> None:
         if self.bar is not None:
             self.bar.write(text, file=sys.stderr)
         else:

@@ -4,7 +4,6 @@ same for the SDXL inpainting model with masked training, reloaded in StableDiffu
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import numpy as np
@@ -13,7 +12,7 @@ import torch
 from PIL import Image
 from safetensors import safe_open
 
-from ot_gradio.runner.supervisor import Supervisor
+from tests.e2e.runs import run_until_done
 
 pytestmark = pytest.mark.slow
 
@@ -62,12 +61,7 @@ def _config(base_model, concept_folder, tmp_path, **overrides):
 
 
 def _run(config, tmp_path) -> list[dict]:
-    sup = Supervisor(tmp_path / "ws")
-    run = sup.start(config)
-    assert sup.wait(run, timeout=300) == 0, run.log_tail()
-    events = [json.loads(line) for line in run.events.read_text().splitlines()]
-    assert [e["status"] for e in events if e["type"] == "status"][-1] == "done", run.log_tail()
-    return events
+    return run_until_done(config, tmp_path, timeout=300)[1]
 
 
 def _pipe_output(pipe):

@@ -3,8 +3,6 @@ writes rebuilds the sampled model in diffusers (DoRA with PEFT keys) or through 
 formulas A1111/ComfyUI apply to kohya files (tests/lora_reference.py). In-process runs show a
 stopped run resumes from its backup to the same weights, and a run continues from the file."""
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -12,22 +10,13 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from ot_gradio.config.io import load_config
-from ot_gradio.runner.supervisor import Supervisor
 from ot_gradio.training.trainer import Reporter, RunPaths, Trainer, TrainingError
+from tests.e2e.runs import run_until_done
 from tests.lora_reference import merge_kohya_reference
 
 pytestmark = pytest.mark.slow
 
 SAMPLE = {"prompt": "a red circle", "height": 64, "width": 64, "diffusion_steps": 2, "seed": 3}
-
-
-def _run(config, tmp_path):
-    sup = Supervisor(tmp_path / "ws")
-    run = sup.start(config)
-    assert sup.wait(run, timeout=600) == 0, run.log_tail()
-    events = [json.loads(line) for line in run.events.read_text().splitlines()]
-    assert [e["status"] for e in events if e["type"] == "status"][-1] == "done", run.log_tail()
-    return run, events
 
 
 def _pipe(folder):
@@ -54,7 +43,7 @@ def _last_sample(run, events):
 def _variant_run(lora_config, tmp_path, **options):
     out = tmp_path / "out" / "lora.safetensors"
     config = lora_config(epochs=1, output_model_destination=str(out), samples=[SAMPLE], sample_image_format="PNG", **options)
-    run, events = _run(config, tmp_path)
+    run, events = run_until_done(config, tmp_path)
     return out, _last_sample(run, events)
 
 

@@ -23,7 +23,7 @@ from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from ot_gradio.runner.supervisor import Supervisor
+from tests.e2e.runs import run_until_done
 
 pytestmark = pytest.mark.slow
 
@@ -106,15 +106,6 @@ def _config(model_type, paths, data, tmp_path, **overrides):
     for key, value in overrides.items():  # part sections merge, so {"unet": {"train": True}} keeps the rest
         config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) else value
     return config
-
-
-def _run(config, tmp_path):
-    sup = Supervisor(tmp_path / "ws")
-    run = sup.start(config)
-    assert sup.wait(run, timeout=600) == 0, run.log_tail()
-    events = [json.loads(line) for line in run.events.read_text().splitlines()]
-    assert [e["status"] for e in events if e["type"] == "status"][-1] == "done", run.log_tail()
-    return run, events
 
 
 def _assert_equal_weights(module, trained, part):
@@ -302,7 +293,7 @@ def test_finetune_reloads_with_the_trained_weights(model_type, fmt, text, dtype,
     config = _config(model_type, paths, few_shapes, tmp_path, training_method="FINE_TUNE", output_model_format=fmt, output_dtype=dtype,
                      output_model_destination=str(tmp_path / "out" / "model.safetensors"), learning_rate=1e-3,
                      **{family.denoiser: {"train": True}}, text_encoder={"train": text})
-    run, events = _run(config, tmp_path)
+    run, events = run_until_done(config, tmp_path)
     backups = sorted(p for p in run.backup.iterdir() if (p / "COMPLETE").exists())
     trained = load_file(str(backups[-1] / "trainable.safetensors"))  # written right before the save
     saved = [e["path"] for e in events if e["type"] == "saved"]
@@ -388,7 +379,7 @@ def test_embedding_reloads_and_draws_our_sample(model_type, tiny, few_shapes, tm
         concepts=[{"name": "shapes", "path": str(few_shapes), "text": {"prompt_source": "concept", "prompt_path": str(prompts)}}],
         samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2, "seed": 3, "cfg_scale": CFG[family.kind]}],
     )
-    run, events = _run(config, tmp_path)
+    run, events = run_until_done(config, tmp_path)
     vectors = load_file(str(out))
     key = EMBEDDING_KEY[family.kind]
     assert list(vectors) == [key] and vectors[key].shape[0] == 2

@@ -1,15 +1,13 @@
 """SD 1.5 x FINE_TUNE, EMBEDDING and LORA with an additional embedding, each run by the real
 worker process for a few steps, the output reloaded with diffusers' own loaders."""
 
-import json
-
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 from safetensors.torch import load_file
 
-from ot_gradio.runner.supervisor import Supervisor
+from tests.e2e.runs import run_until_done
 
 pytestmark = pytest.mark.slow
 
@@ -22,15 +20,6 @@ def prompt_file(tmp_path):
         return {"prompt_source": "concept", "prompt_path": str(path)}
 
     return make
-
-
-def _run(config, tmp_path):
-    sup = Supervisor(tmp_path / "ws")
-    run = sup.start(config)
-    assert sup.wait(run, timeout=600) == 0, run.log_tail()
-    events = [json.loads(line) for line in run.events.read_text().splitlines()]
-    assert [e["status"] for e in events if e["type"] == "status"][-1] == "done", run.log_tail()
-    return run, events
 
 
 def _pipe(folder):
@@ -81,7 +70,7 @@ def test_finetune_output_reloads_with_the_trained_weights(lora_config, tiny_mode
         training_method="FINE_TUNE", output_model_format=fmt, output_model_destination=str(tmp_path / "out" / "model.safetensors"),
         epochs=1, learning_rate=1e-3, samples=[],
     )
-    run, events = _run(config, tmp_path)
+    run, events = run_until_done(config, tmp_path)
     trained = _final_backup(run)  # written right before the save: the weights that were saved
     saved = [e["path"] for e in events if e["type"] == "saved"]
     if fmt == "DIFFUSERS":
@@ -107,7 +96,7 @@ def test_embedding_loads_with_load_textual_inversion(lora_config, tiny_model, tm
         samples=[{"prompt": "a photo of <embedding>", "height": 64, "width": 64, "diffusion_steps": 2, "seed": 3}],
         sample_image_format="PNG",
     )
-    run, events = _run(config, tmp_path)
+    run, events = run_until_done(config, tmp_path)
     vectors = load_file(str(out))
     assert list(vectors) == ["emb_params"] and vectors["emb_params"].shape == (2, 32)
 
@@ -133,7 +122,7 @@ def test_lora_with_a_bundled_additional_embedding(lora_config, tiny_model, tmp_p
         samples=[{"prompt": "a photo of <trig>", "height": 64, "width": 64, "diffusion_steps": 2, "seed": 3}],
         sample_image_format="PNG",
     )
-    run, events = _run(config, tmp_path)
+    run, events = run_until_done(config, tmp_path)
     assert not (tmp_path / "out" / "lora_embeddings").exists()
     tensors = load_file(str(out))
     bundled = tensors.pop("bundle_emb.<trig>.string_to_param.*")

@@ -5,15 +5,13 @@ with `load_textual_inversion` into both encoders draws the run's own sample."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 from safetensors.torch import load_file
 
-from ot_gradio.runner.supervisor import Supervisor
+from tests.e2e.runs import run_until_done
 
 pytestmark = pytest.mark.slow
 
@@ -58,15 +56,6 @@ def _config(tiny, shapes, tmp_path, model_type=BASE, **overrides):
     return config
 
 
-def _run(config, tmp_path):
-    sup = Supervisor(tmp_path / "ws")
-    run = sup.start(config)
-    assert sup.wait(run, timeout=600) == 0, run.log_tail()
-    events = [json.loads(line) for line in run.events.read_text().splitlines()]
-    assert [e["status"] for e in events if e["type"] == "status"][-1] == "done", run.log_tail()
-    return run, events
-
-
 def _ddim(pipe):
     from diffusers import DDIMScheduler
 
@@ -102,7 +91,7 @@ def test_sdxl_finetune_reloads_with_the_trained_weights(tiny_models, shapes, tmp
     config = _config(tiny_sdxl, shapes, tmp_path, model_type, training_method="FINE_TUNE", output_model_format=fmt,
                      output_model_destination=str(tmp_path / "out" / "model.safetensors"), learning_rate=1e-3,
                      text_encoder={"train": True}, text_encoder_2={"train": True})
-    run, events = _run(config, tmp_path)
+    run, events = run_until_done(config, tmp_path)
     backups = sorted(p for p in run.backup.iterdir() if (p / "COMPLETE").exists())
     trained = load_file(str(backups[-1] / "trainable.safetensors"))  # written right before the save
     saved = [e["path"] for e in events if e["type"] == "saved"]
@@ -131,7 +120,7 @@ def test_sdxl_embedding_loads_into_both_encoders_and_draws_our_sample(tiny_model
         concepts=[{"name": "shapes", "path": str(shapes), "text": {"prompt_source": "concept", "prompt_path": str(prompts)}}],
         samples=[{"prompt": "a photo of <embedding>", "height": 64, "width": 64, "diffusion_steps": 2, "seed": 3}],
     )
-    run, events = _run(config, tmp_path)
+    run, events = run_until_done(config, tmp_path)
     vectors = load_file(str(out))
     assert sorted(vectors) == ["clip_g", "clip_l"] and vectors["clip_l"].shape[0] == vectors["clip_g"].shape[0] == 2
 
