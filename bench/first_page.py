@@ -1,7 +1,7 @@
 """How long `python app.py` takes to serve its first page, against a bare Gradio Blocks app with
 the same tabs.
 
-    .venv/bin/python bench/first_page.py [--rounds 5]
+    .venv/bin/python bench/first_page.py [--rounds 9]
 
 Each round starts both apps, one after the other, in alternating order. It times each from the
 process start until the page can be drawn: `GET /` answers 200 and `GET /config` (the component
@@ -59,7 +59,14 @@ def ok(url: str) -> bool:
         return False
 
 
-def time_to_page(command: list[str], port: int, env: dict[str, str], cwd: Path) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def time_to_page(command: list[str], port: int, env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the app) from the process start until the page can be drawn."""
     start = time.perf_counter()
     proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -70,7 +77,7 @@ def time_to_page(command: list[str], port: int, env: dict[str, str], cwd: Path) 
             if time.perf_counter() - start > 180:
                 raise SystemExit(f"{command[1]} served no page in 180 s")
             time.sleep(0.05)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, cpu_seconds(proc.pid)
     finally:
         proc.terminate()
         try:
@@ -81,13 +88,13 @@ def time_to_page(command: list[str], port: int, env: dict[str, str], cwd: Path) 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ot-first-page-"))
     bare = work / "bare_app.py"
     bare.write_text(BARE_APP)
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
-    ours_s, bare_s, ratios = [], [], []
+    ours_s, bare_s, ratios, cpu_ratios = [], [], [], []
     for i in range(args.rounds):
         runs = {}
         order = ("ours", "bare") if i % 2 == 0 else ("bare", "ours")
@@ -98,14 +105,19 @@ def main() -> int:
             else:
                 command = [sys.executable, str(bare), str(port)]
             runs[name] = time_to_page(command, port, env, work)
-        ours_s.append(runs["ours"])
-        bare_s.append(runs["bare"])
-        ratios.append(runs["ours"] / runs["bare"])
-        print(f"round {i + 1} ({' then '.join(order)}): ours {runs['ours']:.2f} s, bare {runs['bare']:.2f} s, "
-              f"ratio {ratios[-1]:.2f}x", flush=True)
+        (ours, ours_cpu), (theirs, theirs_cpu) = runs["ours"], runs["bare"]
+        ours_s.append(ours)
+        bare_s.append(theirs)
+        ratios.append(ours / theirs)
+        cpu_ratios.append(ours_cpu / theirs_cpu)
+        print(f"round {i + 1} ({' then '.join(order)}): ours {ours:.2f} s, bare {theirs:.2f} s, ratio {ratios[-1]:.2f}x; "
+              f"CPU {ours_cpu:.2f} s vs {theirs_cpu:.2f} s, {cpu_ratios[-1]:.2f}x", flush=True)
     ratio = statistics.median(ratios)
     print(f"median: ours {statistics.median(ours_s):.2f} s, bare {statistics.median(bare_s):.2f} s, per-round ratio {ratio:.2f}x "
           f"(load average {os.getloadavg()[0]:.1f})")
+    # CPU time leaves out the time a process waited for a core. On this shared machine it moves
+    # with the wall time: the rounds differ in how fast the host's cores run, not in waiting.
+    print(f"CPU time to the first page: per-round ratio {statistics.median(cpu_ratios):.2f}x (median)")
     print(f"RESULT: {'met' if ratio <= 1.3 else 'NOT met'}: first page in {ratio:.2f}x the bare Gradio app's time (target 1.3x)")
     return 0
 

@@ -135,7 +135,7 @@ class Page:
             with gr.Tab("Concepts", id="concepts", elem_id="tab-concepts"):
                 self.concepts = ConceptsTab()
             with gr.Tab("Tools", id="tools", elem_id="tab-tools") as tools_tab:
-                build_tools(ToolsContext(self.workspace, self.jobs, self.config_state, self.roots), tools_tab)
+                build_tools(ToolsContext(self.workspace, self.jobs, self.config_state, self.roots, initial), tools_tab)
         self.monitor = Monitor(self.workspace, self.supervisor, self.tensorboard)
         self.browser = BrowserPanel()
         self.components = {f.component for f in fields.values()}

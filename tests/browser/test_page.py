@@ -132,7 +132,8 @@ def test_guide_file_browser_and_fields_by_model_type(app, browser_page):
     # browse to a folder under the app's folder and use it as the concept's path: the browser
     # opens in the workspace (the demo's concept folder does not exist yet); Up goes to the app's
     page.locator("#concept-concepts-path-browse").click()
-    wait_text(page, "#browse-title", r"Choose a folder for", timeout=30)  # the page's one browser, in the sidebar
+    page.locator("#browser.open").wait_for(timeout=30_000)  # the page's one file browser, in the sidebar
+    wait_text(page, "#browse-title", r"Choose a folder for", timeout=30)
     folder = field(page, "browse-folder")
     deadline = time.time() + 30
     while time.time() < deadline and folder.input_value() != str(cwd / "workspace"):
@@ -146,21 +147,26 @@ def test_guide_file_browser_and_fields_by_model_type(app, browser_page):
     pick_entry(page, entries, "📁 cats")
     page.wait_for_timeout(500)
     page.locator("#browse-use").click()
+    page.locator("#browser.open").wait_for(state="detached", timeout=30_000)  # "Use this" closes the sidebar
     path = field(page, "concept-concepts-path")
     deadline = time.time() + 30
     while time.time() < deadline and path.input_value() != str(cwd / "my-images" / "cats"):
         time.sleep(0.3)
     assert path.input_value() == str(cwd / "my-images" / "cats")
     saved = cwd / "workspace" / "ui-config.json"
-    while time.time() < deadline + 30 and str(cwd / "my-images" / "cats") not in saved.read_text():
+    # the page writes ui-config.json on the first edit (the pick is the first one here)
+    while time.time() < deadline + 30 and not (saved.exists() and str(cwd / "my-images" / "cats") in saved.read_text()):
         time.sleep(0.3)
     assert str(cwd / "my-images" / "cats") in saved.read_text()  # the pick reached the config
 
     # a folder outside the allowed roots is refused with a message
     page.locator("#concept-concepts-path-browse").click()
+    page.locator("#browser.open").wait_for(timeout=30_000)
+    wait_text(page, "#browse-message", r"empty folder", timeout=30)  # opened on the (empty) cats folder
     folder.fill("/etc")
     folder.press("Enter")
     wait_text(page, "#browse-message", r"Refused", timeout=30)
+    page.locator("#browse-close").click()
 
     # PixArt has a transformer, no UNet: the UNet settings go, the memory table follows
     choose(page, "f-model_type", "PIXART_ALPHA")

@@ -32,6 +32,7 @@ def test_paint_stroke_saves_mask_at_image_size(app, browser_page):
     Image.fromarray(rng.integers(0, 255, (IMAGE_H, IMAGE_W, 3), dtype=np.uint8)).save(folder / "a.png")
     Image.new("RGB", (64, 64), "gray").save(folder / "b.jpg")
 
+    page.set_default_timeout(120_000)  # a busy machine draws the 1200x600 editor canvas slowly (a click waited > 30 s in CI)
     page.goto(app["url"])
     page.get_by_role("tab", name="Tools", exact=True).click()
     page.get_by_role("tab", name="Masks", exact=True).click()
