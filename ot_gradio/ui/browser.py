@@ -1,7 +1,8 @@
 """The page's file browser for its path fields: a Browse button next to each field opens one
-sidebar with a folder box, a list of what the folder holds, and "Use this". It shows only the allowed roots (paths.py checks every request on the
-server, whatever the browser sends); typing a path into the field itself still works.
-Never a desktop dialog: the page may be open on another machine."""
+sidebar with a folder box, a list of what the folder holds, and "Use this". It shows only the
+allowed roots (paths.py checks every request on the server, whatever the browser sends); typing
+a path into the field itself still works. Never a desktop dialog: the page may be open on
+another machine."""
 
 from __future__ import annotations
 

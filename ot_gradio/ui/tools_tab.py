@@ -32,8 +32,8 @@ TOOLS = (
 
 
 # Built with the page, not on first open: the mask editor. Built in a gr.render its canvas came
-# up 0x0 unless built while its tab shows, and one CI run of the mask test then saw a Previous
-# click go unanswered (it passed in three runs here); built at start-up it has always passed.
+# up 0x0 unless built while its tab shows, and one CI run of the mask test then saw a click on
+# Next wait over 30 s (it passed in three runs here); built at start-up it has always passed.
 BUILT_AT_START = {"tools_masks"}
 
 
