@@ -1,13 +1,21 @@
 """The caching phase before training: encode every variant any epoch can need, once.
 
 Variants already on disk are not encoded again, so epoch 2 and a second run with the same data
-run the VAE zero times, and adding one image encodes only that image's variants. Pixels exist
-only for one encode chunk at a time.
+run the VAE zero times, and adding one image encodes only that image's variants.
+
+With ``threads`` > 0 the encoder never waits for files: the next chunks' images are decoded and
+cut in that many threads (`data/prefetch.py`, at most two chunks ahead per thread) while the
+current chunk encodes, and finished latents are written by one writer thread (at most
+``_WRITES_AHEAD`` chunks queued). Threads change when a chunk is read or written, never what it
+holds: the same latents are stored with 0 threads or 8. An error in any thread stops the phase
+and is raised here; latents already written stay valid (each file is written atomically).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -16,12 +24,15 @@ from .batches import conditioning_key, latent_key, render_mask, render_pixels
 from .errors import DataError
 from .latent_cache import LatentCache
 from .planning import PreparedConcept, Variant
+from .prefetch import prefetched
 from .scan import ImageItem
 
 EncodeFn = Callable[[torch.Tensor], torch.Tensor]
 # (pixels [B, 3, H, W] in [-1, 1], mask [B, 1, H, W]) -> masked-image latents (inpainting models)
 ConditioningFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 ProgressFn = Callable[[int, int], None]
+Chunk = list[tuple[str, ImageItem, Variant]]  # (cache key, image, variant), one bucket
+_WRITES_AHEAD = 4
 
 
 @dataclass
@@ -42,8 +53,10 @@ def fill_cache(
     encode_batch_size: int = 4,
     progress: ProgressFn | None = None,
     conditioning_fn: ConditioningFn | None = None,
+    threads: int = 0,
 ) -> CacheReport:
-    """``conditioning_fn``: cache the masked-image latents of every variant with a mask file too."""
+    """``conditioning_fn``: cache the masked-image latents of every variant with a mask file too.
+    ``threads``: decode images in that many threads and write latents in one more (0: all here)."""
     needed: dict[str, tuple[ImageItem, Variant]] = {}
     needed_conditioning: dict[str, tuple[ImageItem, Variant]] = {}
     for concept in concepts:
@@ -75,37 +88,58 @@ def fill_cache(
     _tell(progress, done, total)
 
     step = max(1, int(encode_batch_size))
-    for bucket in sorted(missing):
-        group = missing[bucket]
-        for start in range(0, len(group), step):
-            chunk = group[start : start + step]
-            pixels = torch.stack([render_pixels(item, variant) for _, item, variant in chunk])
+    chunks = [(group[i : i + step], False) for _, group in sorted(missing.items()) for i in range(0, len(group), step)]
+    chunks += [(group[i : i + step], True) for _, group in sorted(missing_conditioning.items()) for i in range(0, len(group), step)]
+    writes: deque[Future] = deque()
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ot-cache-write") if threads > 0 else None
+
+    def store(chunk: Chunk, latents: torch.Tensor) -> None:
+        for (key, _, _), latent in zip(chunk, latents, strict=True):
+            cache.put(key, latent)
+
+    try:
+        for index, (pixels, masks) in prefetched(_Rendered(chunks), threads=threads):
+            chunk, conditioning = chunks[index]
             with torch.no_grad():
-                latents = encode_fn(pixels)
-            report.encode_calls += 1
+                latents = conditioning_fn(pixels, masks) if conditioning else encode_fn(pixels)
             if not isinstance(latents, torch.Tensor) or latents.shape[0] != len(chunk):
                 got = tuple(latents.shape) if isinstance(latents, torch.Tensor) else type(latents).__name__
                 raise DataError(f"encode_fn returned {got} for {len(chunk)} images; expected a tensor with one latent per image")
-            for (key, _, _), latent in zip(chunk, latents, strict=True):
-                cache.put(key, latent)
-            report.encoded += len(chunk)
+            if writer is None:
+                store(chunk, latents)
+            else:
+                writes.append(writer.submit(store, chunk, latents))
+                while len(writes) > _WRITES_AHEAD or (writes and writes[0].done()):
+                    writes.popleft().result()  # a failed write stops the phase here
+            if conditioning:
+                report.conditioning_encoded += len(chunk)
+            else:
+                report.encode_calls += 1
+                report.encoded += len(chunk)
             done += len(chunk)
             _tell(progress, done, total)
-
-    for bucket in sorted(missing_conditioning):
-        group = missing_conditioning[bucket]
-        for start in range(0, len(group), step):
-            chunk = group[start : start + step]
-            pixels = torch.stack([render_pixels(item, variant) for _, item, variant in chunk])
-            masks = torch.stack([render_mask(item, variant) for _, item, variant in chunk])
-            with torch.no_grad():
-                latents = conditioning_fn(pixels, masks)
-            for (key, _, _), latent in zip(chunk, latents, strict=True):
-                cache.put(key, latent)
-            report.conditioning_encoded += len(chunk)
-            done += len(chunk)
-            _tell(progress, done, total)
+        while writes:
+            writes.popleft().result()
+    finally:
+        if writer is not None:
+            writer.shutdown(wait=True, cancel_futures=True)
     return report
+
+
+class _Rendered:
+    """Chunk ``i``'s pixels (and masks, for a conditioning chunk), decoded when asked for."""
+
+    def __init__(self, chunks: list[tuple[Chunk, bool]]):
+        self.chunks = chunks
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        chunk, conditioning = self.chunks[index]
+        pixels = torch.stack([render_pixels(item, variant) for _, item, variant in chunk])
+        masks = torch.stack([render_mask(item, variant) for _, item, variant in chunk]) if conditioning else None
+        return pixels, masks
 
 
 def _tell(progress: ProgressFn | None, done: int, total: int) -> None:

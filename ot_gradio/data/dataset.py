@@ -119,13 +119,15 @@ def build_dataset(
     progress: ProgressFn | None = None,
     clear_cache: bool = False,
     conditioning_fn: ConditioningFn | None = None,
+    threads: int = 0,
 ) -> TrainingDataset:
     """Scan the enabled concepts, fill the latent cache (with ``latent_caching``) and return the
     dataset. ``resolutions`` is a resolution string ("512", "384,448,512") or (h, w) pairs;
     latents are stored under ``<cache_dir>/latents``; ``progress(done, total)`` reports caching;
     ``clear_cache`` empties the cache first (OneTrainer's "clear cache before training");
     ``conditioning_fn(pixels, mask)`` caches the masked-image latents of images with a mask too
-    (inpainting models with masked training), which the batches then carry."""
+    (inpainting models with masked training), which the batches then carry; ``threads``: image
+    decoding and latent writing threads while caching (`dataloader_threads`)."""
     if batch_size < 1:
         raise DataError(f"batch size must be at least 1, not {batch_size}")
     if latent_caching and (cache_dir is None or encode_fn is None):
@@ -143,6 +145,6 @@ def build_dataset(
     if cache is not None:
         if clear_cache:
             cache.clear()
-        dataset.cache_report = fill_cache(prepared, cache, encode_fn, encode_batch_size, progress, conditioning_fn)
+        dataset.cache_report = fill_cache(prepared, cache, encode_fn, encode_batch_size, progress, conditioning_fn, threads)
         dataset.cached_conditioning = conditioning_fn is not None
     return dataset

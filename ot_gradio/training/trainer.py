@@ -189,6 +189,7 @@ class Trainer:
             if getattr(self.model, "inpainting", False) and cfg.masked_training
             else None,
             progress=lambda done, total: self.report.progress(phase="caching", done=done, total=total),
+            threads=cfg.dataloader_threads,
         )
 
     def _setup_steps(self) -> None:
