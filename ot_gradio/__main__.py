@@ -2,4 +2,9 @@ import sys
 
 from .cli import main
 
-sys.exit(main())
+code = main()
+if sys.argv[1:2] != ["app"]:  # the page stops TensorBoard at exit; every other command has closed its files
+    from .runner.process_exit import exit_now
+
+    exit_now(code)
+sys.exit(code)

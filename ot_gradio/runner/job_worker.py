@@ -57,4 +57,6 @@ def run_job_dir(path: str | Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_job_dir(sys.argv[1]))
+    from .process_exit import exit_now
+
+    exit_now(run_job_dir(sys.argv[1]))  # no module teardown: 1.5 s, after every file is closed

@@ -240,4 +240,6 @@ def _launch(run: RunDir) -> int | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .process_exit import exit_now
+
+    exit_now(main())  # no module teardown: 1.5 s, after every file is closed
