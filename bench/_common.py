@@ -115,6 +115,25 @@ def make_images(folder: Path, count: int, size: int = 64, seed: int = 0, start: 
     return folder
 
 
+def make_photos(folder: Path, count: int, size: int, wide_every: int = 4) -> Path:
+    """Large, noisy photos-like sources (noise keeps PNG decoding honest); every `wide_every`-th
+    is 3:2 (0: all square)."""
+    import numpy as np
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for i in range(count):
+        w, h = (size * 3 // 2, size) if wide_every and i % wide_every == 0 else (size, size)
+        base = rng.integers(0, 255, (1, 1, 3))
+        grad = np.linspace(0, 1, w)[None, :, None] * rng.integers(0, 120, (1, 1, 3))
+        noise = rng.integers(-25, 25, (h, w, 3))
+        arr = np.clip(base + grad + noise, 0, 255).astype(np.uint8)
+        Image.fromarray(arr).save(folder / f"{i:04d}.png")
+        (folder / f"{i:04d}.txt").write_text(f"photo number {i}\n")
+    return folder
+
+
 def config_dict(model_dir: Path, data_dir: Path, work: Path, **overrides: Any) -> dict[str, Any]:
     """A FINE_TUNE of the UNet (text encoder frozen), FLOAT_32, no sampling, backups or
     TensorBoard, output to `work`; `overrides` replace any key."""

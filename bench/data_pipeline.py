@@ -39,24 +39,6 @@ AUGMENT = {
 }
 
 
-def make_sources(folder: Path, count: int, size: int) -> Path:
-    """Large, noisy photos-like sources (noise keeps PNG decoding honest), some not square."""
-    import numpy as np
-    from PIL import Image
-
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    for i in range(count):
-        w, h = (size, size) if i % 4 else (size * 3 // 2, size)
-        base = rng.integers(0, 255, (1, 1, 3))
-        grad = np.linspace(0, 1, w)[None, :, None] * rng.integers(0, 120, (1, 1, 3))
-        noise = rng.integers(-25, 25, (h, w, 3))
-        arr = np.clip(base + grad + noise, 0, 255).astype(np.uint8)
-        Image.fromarray(arr).save(folder / f"{i:04d}.png")
-        (folder / f"{i:04d}.txt").write_text(f"photo number {i}\n")
-    return folder
-
-
 def loader_rate(trainer, rounds: int = 2) -> float:
     """Images per second `EpochBatches[i]` delivers on this thread."""
     count, began = 0, time.perf_counter()
@@ -112,7 +94,7 @@ def main() -> int:
     model_dir = C.bench_model(work / "models")
     data_dir = work / "photos"
     if not data_dir.is_dir():
-        make_sources(data_dir, args.images, args.source_size)
+        C.make_photos(data_dir, args.images, args.source_size)
     print(f"# data_pipeline: {C.machine_line()}; {args.images} sources of {args.source_size} px, trained at 64 px, batch 2, "
           f"{args.epochs} epochs per run")
     results = {}

@@ -1,6 +1,7 @@
 """Benchmark 2: our trainer against the loop users pick instead (diffusers' train_text_to_image_lora.py).
 
     .venv/bin/python bench/vs_diffusers_loop.py [--rounds 2] [--epochs 3] [--images 24] [--vae tiny sd-proportional]
+        [--source-size 64]
 
 The reference is a loop written the way diffusers' `examples/text_to_image/train_text_to_image_lora.py`
 works (our own code, same steps): accelerate's Accelerator, a DataLoader with its default of no
@@ -29,6 +30,10 @@ a step. `sd-proportional` is a VAE of the same layout (two layers per block) at 
 whose encode takes about 1.4x a forward pass of the benchmark UNet in time on this machine
 (printed at the start of its lines; FLOPs would mislead here: these small layers on a CPU are not
 bound by arithmetic), so the share of a step that caching removes is SD's.
+
+The images: by default coloured shapes drawn at the training size (64 px), so loading is almost
+free. `--source-size 512` uses noisy photo-like PNGs of that size instead (all square), as users'
+datasets are: the reference decodes and resizes each one every step, ours once while caching.
 """
 
 from __future__ import annotations
@@ -301,6 +306,9 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--images", type=int, default=24)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--source-size", type=int, default=64,
+                        help="64: the coloured shapes at training size; larger: noisy photo-like PNGs of that size, "
+                             "decoded and resized to 64 px every step by the reference, once by our caching phase")
     parser.add_argument("--vae", nargs="+", default=["tiny", "sd-proportional"], choices=["tiny", "sd-proportional"])
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--model", type=Path)
@@ -314,10 +322,13 @@ def main() -> int:
     C.setup_torch(args.threads)
     work = args.work or Path(tempfile.mkdtemp(prefix="ot-bench-vs-diffusers-"))
     work.mkdir(parents=True, exist_ok=True)
-    data_dir = work / "data"
+    data_dir = work / ("data" if args.source_size == 64 else f"photos-{args.source_size}")
     if not data_dir.is_dir():
-        C.make_images(data_dir, args.images, size=64)
-    print(f"# vs_diffusers_loop: {C.machine_line()}; {args.images} images, batch 2, {args.epochs} epochs, {args.rounds} rounds")
+        if args.source_size == 64:
+            C.make_images(data_dir, args.images, size=64)
+        else:
+            C.make_photos(data_dir, args.images, args.source_size, wide_every=0)  # square: both sides train 64x64
+    print(f"# vs_diffusers_loop: {C.machine_line()}; {args.images} images of {args.source_size} px, batch 2, {args.epochs} epochs, {args.rounds} rounds")
     for label in args.vae:
         model_dir = C.bench_model(work / "models") if label == "tiny" else sd_proportional_model(work / "models")
         compare(label, model_dir, data_dir, work, args)
