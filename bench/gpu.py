@@ -1,7 +1,7 @@
 """GPU speed for users: steps per second and model FLOP utilisation of SD 1.5 and SDXL LoRA training.
 
     .venv/bin/python bench/gpu.py [--family sd15 sdxl] [--steps 30] [--warmup 5] [--batch 1]
-                                  [--dtype BFLOAT_16] [--peak-tflops N] [--device cuda]
+                                  [--dtype BFLOAT_16] [--peak-tflops N] [--device cuda] [--compile]
 
 Nothing is downloaded: each family's model is built at full size with random weights from its
 published layout (SD 1.5: UNet 860 M, CLIP ViT-L; SDXL: UNet 2.6 G, CLIP ViT-L + OpenCLIP bigG),
@@ -14,7 +14,9 @@ Printed per family: the median time of the steps after `--warmup`, steps/s and i
 FLOPs of one training step (counted with torch.utils.flop_counter on that step's forward and
 backward), achieved TFLOP/s, and the model FLOP utilisation (MFU) against the GPU's dense
 16-bit tensor peak: from a small table of common GPUs, or `--peak-tflops`. Compare steps/s with
-OneTrainer or kohya on the same GPU, batch size, resolution, rank and data type.
+OneTrainer or kohya on the same GPU, batch size, resolution, rank and data type. `--compile` turns
+on the trainer's `compile` option (torch.compile of the UNet); run it with and without to see its
+gain on your GPU, with a `--warmup` long enough to cover the compile.
 
 Without a CUDA GPU the timing is skipped (exit 0) and only the FLOPs of a step are counted, on
 the meta device (no memory, no weights). `--device cpu --resolution 64 --steps 2` runs the
@@ -160,7 +162,7 @@ def time_training(family: str, args: argparse.Namespace, work: Path) -> dict[str
         "lora_rank": args.rank, "lora_alpha": args.rank, "latent_caching": True,
         "text_encoder": {"train": False}, "text_encoder_2": {"train": False}, "unet": {"train": True, "gradient_checkpointing": False},
         "optimizer": {"optimizer": "ADAMW"}, "samples": [], "sample_after_unit": "NEVER", "backup_after_unit": "NEVER",
-        "save_every_unit": "NEVER", "tensorboard": False,
+        "save_every_unit": "NEVER", "tensorboard": False, "compile": args.compile,
     }
     clock = Clock()
     trainer = make_trainer(config, work / f"run-{family}", clock)
@@ -209,6 +211,7 @@ def main() -> int:
     parser.add_argument("--dtype", default="BFLOAT_16", choices=["BFLOAT_16", "FLOAT_16", "FLOAT_32"])
     parser.add_argument("--resolution", type=int, help="default: 512 for sd15, 1024 for sdxl")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--compile", action="store_true", help="the trainer's `compile` option (raise --warmup: compiling takes minutes)")
     parser.add_argument("--peak-tflops", type=float, help="your GPU's dense 16-bit tensor peak (default: from a table)")
     parser.add_argument("--work", type=Path, help="keep the models and data here (default: a temp folder)")
     args = parser.parse_args()

@@ -143,6 +143,8 @@ class Trainer:
         self.dist.broadcast_parameters(self.trained_params)  # every process starts from the same weights
         self._set_train_modes()
         self._enable_gradient_checkpointing()
+        if cfg.compile:
+            self._compile_denoiser()
         self.ema = None
         if cfg.ema != EMAMode.OFF:
             ema_device = self.device if cfg.ema == EMAMode.GPU else torch.device("cpu")
@@ -254,6 +256,15 @@ class Trainer:
                 module.enable_gradient_checkpointing()
             else:  # transformers models
                 module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def _compile_denoiser(self) -> None:
+        """`compile`: torch.compile the denoiser in place (`nn.Module.compile`), after the method
+        added its LoRA layers or embeddings. The module, its parameters and its state-dict keys
+        stay as they are, so saving, backups and EMA see the same weights; it compiles during the
+        first steps, and again for new shapes (another bucket, sampling)."""
+        module = self.model.parts[self.model.denoiser]
+        module = module.get_base_model() if hasattr(module, "get_base_model") else module
+        module.compile()
 
     def _set_train_modes(self) -> None:
         """Parts with trained weights in train mode (dropout, checkpointing), the rest in eval."""

@@ -2,6 +2,7 @@
 stop_training_after by step and by epoch with text encoder checkpointing and the noise and loss
 options on; masked training with latent caching."""
 
+import functools
 import shutil
 
 import torch
@@ -172,3 +173,36 @@ def test_masked_training_with_latent_caching(lora_config, shapes, tmp_path):
     assert ups and all(v.abs().max() == 0 for v in ups)  # no gradient reached the LoRA
     text_encoder = trainer.model.text_encoder
     assert not getattr(text_encoder, "is_gradient_checkpointing", False)  # the frozen text encoder is not checkpointed
+
+
+def test_compile_compiles_the_denoiser_in_place_and_trains_the_same(lora_config, shapes, tmp_path, monkeypatch):
+    """`compile`: the UNet is compiled in place (same module, same keys in the saved LoRA) and a
+    run trains as without it. torch.compile runs with dynamo's "eager" backend here: dynamo
+    traces the UNet and runs its graphs, without inductor's C++ compile (17 minutes on this CPU)."""
+    from safetensors.torch import load_file
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    monkeypatch.setattr(torch._dynamo.config, "suppress_errors", False)  # a failed trace must fail the test
+    folder = two_images(shapes, tmp_path / "two")
+    results = {}
+    for compiled in (False, True):
+        data = lora_config(
+            concepts=[{"name": "two", "path": str(folder)}], batch_size=1, epochs=1, compile=compiled,
+            unet={"train": True, "gradient_checkpointing": True}, output_model_format="SAFETENSORS",
+            output_model_destination=str(tmp_path / f"out-{compiled}" / "lora.safetensors"),
+        )
+        counters.clear()
+        report = Watch()
+        trainer, status = run(data, tmp_path / f"run-{compiled}", report)
+        assert status == "done"
+        unet = trainer.model.parts["unet"]
+        assert (unet._compiled_call_impl is not None) is compiled
+        assert (counters["frames"]["ok"] > 0) is compiled  # dynamo compiled the UNet's forward
+        results[compiled] = (report.losses, load_file(tmp_path / f"out-{compiled}" / "lora.safetensors"))
+    torch._dynamo.reset()  # later tests start without this test's compiled code
+    (plain_losses, plain_lora), (losses, lora) = results[False], results[True]
+    assert len(losses) == len(plain_losses) == 2
+    assert torch.allclose(torch.tensor(losses), torch.tensor(plain_losses), atol=1e-5)
+    assert lora.keys() == plain_lora.keys() and any("unet" in k for k in lora)
+    assert all(torch.allclose(lora[k].float(), plain_lora[k].float(), atol=1e-5) for k in lora)
