@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ot_gradio.data import DataError, build_dataset
-from ot_gradio.data import caching
+from ot_gradio.data import DataError, build_dataset, caching
 from ot_gradio.data.latent_cache import LatentCache
 
 
