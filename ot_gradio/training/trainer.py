@@ -65,6 +65,23 @@ class RunPaths:
     other_runs: list[Path]  # earlier runs of the same workspace, for "continue from last backup"
 
 
+# With `defer_loss_reads` (asynchronous devices), the loop reads the logged losses at most this often.
+LOSS_READ_SECONDS = 1.0
+
+
+@dataclass
+class _StepLog:
+    """An optimizer step's log line, taken when the step ends; `loss` may still be on the device."""
+
+    loss: float | torch.Tensor
+    image_paths: list[str]
+    epoch: int  # 1-based, as shown
+    epoch_step: int
+    global_step: int
+    time: float  # time.monotonic() at the end of the step
+    lrs: dict[str, float]
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
@@ -82,6 +99,13 @@ class Trainer:
         self._tb = None
         self.data_stats = LoadStats()  # time the loop waited for batches
         self.dist = Distributed()  # setup joins the other processes of a multi-GPU run
+        # Logged losses not read from the device yet (see `_read_losses`). On a CPU, and with
+        # several processes (which agree on each step's loss anyway), every step is read at once.
+        self.defer_loss_reads = False
+        self._unread: list[_StepLog] = []
+        self._smoothed: float | None = None
+        self._started = self._last_read = 0.0  # time.monotonic() when train() started, last read
+        self._steps_at_start = 0
 
     # --- setup ------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -101,6 +125,7 @@ class Trainer:
             raise TrainingError("optimizer.fused_back_pass: it steps each weight inside the backward pass, before the "
                                 "gradients of the other GPUs arrive; turn it off for multi-GPU training")
         self.precision = Precision(cfg.train_dtype, self.device, cfg.enable_autocast_cache)
+        self.defer_loss_reads = self.device.type != "cpu" and not self.dist.active
         if self.precision.note:
             self.report.warning(self.precision.note)
 
@@ -328,9 +353,8 @@ class Trainer:
         """Run to the end or to a stop request. Returns 'done' or 'stopped'."""
         cfg = self.config
         self.report.status("training", "")
-        started = time.monotonic()
-        steps_at_start = self.counters.global_step
-        smoothed: float | None = None
+        self._started, self._steps_at_start = time.monotonic(), self.counters.global_step
+        self._last_read, self._smoothed = self._started, None
         accum = cfg.gradient_accumulation_steps
         optimizer_train_mode(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
@@ -346,8 +370,9 @@ class Trainer:
                     self._optimizer_step()
                     self.counters.global_step += 1
                     self._stop_parts_if_due()
-                    smoothed = loss if smoothed is None else 0.95 * smoothed + 0.05 * loss
-                    self._log_step(loss, smoothed, started, steps_at_start)
+                    self._unread.append(self._step_log(loss, batch.image_paths))
+                    if not self.defer_loss_reads or time.monotonic() - self._last_read >= LOSS_READ_SECONDS:
+                        self._read_losses()
                     self._after_step()
                 if self.stop_requested:
                     break
@@ -360,15 +385,14 @@ class Trainer:
                 self._after_epoch()
         return self._finish()
 
-    def _forward_backward(self, batch: Any, accum: int) -> float:
+    def _forward_backward(self, batch: Any, accum: int) -> float | torch.Tensor:
+        """The step's loss: read now (a float, checked before the backward pass), or with
+        `defer_loss_reads` left on the device (checked when `_read_losses` reads it)."""
         loss = self.diffusion.loss(batch, self.trained_text_parts)
-        value = self.dist.mean(float(loss.detach()), self.device)  # every process sees the same loss and stops together
-        if not math.isfinite(value):
-            where = f"images of process {self.dist.rank}" if self.dist.active else "images"
-            raise TrainingError(
-                f"the loss became {value} at step {self.counters.global_step + 1} ({where}: {', '.join(batch.image_paths)}); "
-                "lower the learning rate or use FLOAT_32, and continue from the last backup"
-            )
+        value: float | torch.Tensor = loss.detach()
+        if not self.defer_loss_reads:
+            value = self.dist.mean(float(value), self.device)  # every process sees the same loss and stops together
+            self._check_finite(value, self.counters.global_step + 1, batch.image_paths)
         scaled = loss / accum
         if not scaled.requires_grad:
             return value  # every part has reached its stop_training_after
@@ -423,29 +447,61 @@ class Trainer:
         if stopped:
             self._set_train_modes()
 
-    def _log_step(self, loss: float, smoothed: float, started: float, steps_at_start: int) -> None:
+    def _check_finite(self, value: float, step: int, image_paths: list[str]) -> None:
+        if not math.isfinite(value):
+            where = f"images of process {self.dist.rank}" if self.dist.active else "images"
+            raise TrainingError(
+                f"the loss became {value} at step {step} ({where}: {', '.join(image_paths)}); "
+                "lower the learning rate or use FLOAT_32, and continue from the last backup"
+            )
+
+    def _step_log(self, loss: float | torch.Tensor, image_paths: list[str]) -> _StepLog:
+        """What an optimizer step logs, taken when it ends (the loss may still be on the device)."""
         c = self.counters
-        elapsed = max(1e-6, time.monotonic() - started)
-        rate = (c.global_step - steps_at_start) / elapsed
-        remaining = self.total_steps - c.global_step
+        return _StepLog(loss, list(image_paths), c.epoch + 1, c.epoch_step, c.global_step, time.monotonic(),
+                        {g["name"]: g["lr"] for g in self.optimizer.param_groups})
+
+    def _read_losses(self) -> None:
+        """Read the unread steps' losses from the device in one transfer and log them in order.
+
+        On a GPU a read waits for the step to finish, so with `defer_loss_reads` the loop reads
+        at most every `LOSS_READ_SECONDS`, and always first thing in `sample`, `write_backup`,
+        `save` and `_finish`: a loss that became NaN or inf stops the run there, before anything
+        is made from the weights it produced. The logged numbers are the same either way."""
+        if not self._unread:
+            return
+        pending, self._unread = self._unread, []
+        on_device = [entry.loss for entry in pending if isinstance(entry.loss, torch.Tensor)]
+        values = iter(torch.stack([t.float() for t in on_device]).tolist() if on_device else [])
+        self._last_read = time.monotonic()
+        for entry in pending:
+            value = next(values) if isinstance(entry.loss, torch.Tensor) else entry.loss
+            self._check_finite(value, entry.global_step, entry.image_paths)
+            self._smoothed = value if self._smoothed is None else 0.95 * self._smoothed + 0.05 * value
+            self._log_step(entry, value, self._smoothed)
+
+    def _log_step(self, entry: _StepLog, loss: float, smoothed: float) -> None:
+        elapsed = max(1e-6, entry.time - self._started)
+        rate = (entry.global_step - self._steps_at_start) / elapsed
+        remaining = self.total_steps - entry.global_step
         self.report.progress(
             phase="training",
-            epoch=c.epoch + 1,
+            epoch=entry.epoch,
             epochs=self.config.epochs,
-            step=c.epoch_step,
+            step=entry.epoch_step,
             steps_per_epoch=self.steps_per_epoch,
-            global_step=c.global_step,
+            global_step=entry.global_step,
             total_steps=self.total_steps,
             it_s=round(rate, 3),
             eta_s=round(remaining / rate, 1) if rate > 0 else None,
         )
-        lrs = {g["name"]: g["lr"] for g in self.optimizer.param_groups}
-        self.report.metrics(global_step=c.global_step, loss=loss, smooth_loss=smoothed, lr=next(iter(lrs.values())), lrs=lrs)
+        lrs = entry.lrs
+        self.report.metrics(global_step=entry.global_step, loss=loss, smooth_loss=smoothed, lr=next(iter(lrs.values())), lrs=lrs)
         if self._tb is not None:
-            self._tb.add_scalar("loss/train_step", loss, c.global_step)
-            self._tb.add_scalar("smooth_loss/train_step", smoothed, c.global_step)
+            self._tb.add_scalar("loss/train_step", loss, entry.global_step)
+            self._tb.add_scalar("smooth_loss/train_step", smoothed, entry.global_step)
             for name, lr in lrs.items():
-                self._tb.add_scalar(f"lr/{name}", lr, c.global_step)
+                self._tb.add_scalar(f"lr/{name}", lr, entry.global_step)
 
     def _handle_requests(self) -> set[str]:
         asked = self.report.requests()
@@ -477,6 +533,7 @@ class Trainer:
             self.save(intermediate=True)
 
     def _finish(self) -> str:
+        self._read_losses()
         stopped = self.stop_requested and self.counters.epoch < self.config.epochs
         if self.config.backup_before_save or stopped:
             self.write_backup()
@@ -495,6 +552,7 @@ class Trainer:
     def sample(self) -> None:
         """Sample every enabled prompt; with EMA on, with the EMA weights, and with
         `non_ema_sampling` also with the live weights (file name and event marked 'no-ema')."""
+        self._read_losses()  # a NaN loss stops the run before its weights are used
         samples = [s for s in self.config.samples if s.enabled]
         if not samples or not self.dist.is_main:
             return
@@ -543,6 +601,7 @@ class Trainer:
                 self._tb.add_image(f"sample/{i}{suffix}", np.asarray(image), c.global_step, dataformats="HWC")
 
     def write_backup(self) -> Path | None:
+        self._read_losses()  # never back up weights a NaN loss produced
         if not self.dist.is_main:
             return None
         self.report.status("backup", "")
@@ -567,6 +626,7 @@ class Trainer:
         return path
 
     def save(self, intermediate: bool) -> Path | None:
+        self._read_losses()  # never save weights a NaN loss produced
         if not self.dist.is_main:
             return None
         self.report.status("saving", "")
