@@ -40,6 +40,7 @@ from .methods import get_method
 from .optimizers import create_optimizer, fused_back_pass, optimizer_eval_mode, optimizer_train_mode
 from .preflight import TrainingError, check_concepts, check_writable
 from .schedulers import create_scheduler
+from .step_log import LossLog, StepLog, check_finite
 
 
 class Reporter:
@@ -69,19 +70,6 @@ class RunPaths:
 LOSS_READ_SECONDS = 1.0
 
 
-@dataclass
-class _StepLog:
-    """An optimizer step's log line, taken when the step ends; `loss` may still be on the device."""
-
-    loss: float | torch.Tensor
-    image_paths: list[str]
-    epoch: int  # 1-based, as shown
-    epoch_step: int
-    global_step: int
-    time: float  # time.monotonic() at the end of the step
-    lrs: dict[str, float]
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
@@ -99,13 +87,10 @@ class Trainer:
         self._tb = None
         self.data_stats = LoadStats()  # time the loop waited for batches
         self.dist = Distributed()  # setup joins the other processes of a multi-GPU run
-        # Logged losses not read from the device yet (see `_read_losses`). On a CPU, and with
-        # several processes (which agree on each step's loss anyway), every step is read at once.
+        # Each step's loss is read from the device at once, or with `defer_loss_reads` (GPUs; not
+        # with several processes, which average each step's loss anyway) later (`_read_losses`).
         self.defer_loss_reads = False
-        self._unread: list[_StepLog] = []
-        self._smoothed: float | None = None
-        self._started = self._last_read = 0.0  # time.monotonic() when train() started, last read
-        self._steps_at_start = 0
+        self.losses = LossLog(reporter)
 
     # --- setup ------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -353,8 +338,7 @@ class Trainer:
         """Run to the end or to a stop request. Returns 'done' or 'stopped'."""
         cfg = self.config
         self.report.status("training", "")
-        self._started, self._steps_at_start = time.monotonic(), self.counters.global_step
-        self._last_read, self._smoothed = self._started, None
+        self.losses.start(self.counters.global_step, cfg.epochs, self.steps_per_epoch, self.total_steps, self._tb)
         accum = cfg.gradient_accumulation_steps
         optimizer_train_mode(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
@@ -370,8 +354,8 @@ class Trainer:
                     self._optimizer_step()
                     self.counters.global_step += 1
                     self._stop_parts_if_due()
-                    self._unread.append(self._step_log(loss, batch.image_paths))
-                    if not self.defer_loss_reads or time.monotonic() - self._last_read >= LOSS_READ_SECONDS:
+                    self.losses.add(self._step_log(loss, batch.image_paths))
+                    if not self.defer_loss_reads or time.monotonic() - self.losses.last_read >= LOSS_READ_SECONDS:
                         self._read_losses()
                     self._after_step()
                 if self.stop_requested:
@@ -392,7 +376,7 @@ class Trainer:
         value: float | torch.Tensor = loss.detach()
         if not self.defer_loss_reads:
             value = self.dist.mean(float(value), self.device)  # every process sees the same loss and stops together
-            self._check_finite(value, self.counters.global_step + 1, batch.image_paths)
+            check_finite(value, self.counters.global_step + 1, batch.image_paths, self.dist.rank if self.dist.active else None)
         scaled = loss / accum
         if not scaled.requires_grad:
             return value  # every part has reached its stop_training_after
@@ -447,61 +431,18 @@ class Trainer:
         if stopped:
             self._set_train_modes()
 
-    def _check_finite(self, value: float, step: int, image_paths: list[str]) -> None:
-        if not math.isfinite(value):
-            where = f"images of process {self.dist.rank}" if self.dist.active else "images"
-            raise TrainingError(
-                f"the loss became {value} at step {step} ({where}: {', '.join(image_paths)}); "
-                "lower the learning rate or use FLOAT_32, and continue from the last backup"
-            )
-
-    def _step_log(self, loss: float | torch.Tensor, image_paths: list[str]) -> _StepLog:
+    def _step_log(self, loss: float | torch.Tensor, image_paths: list[str]) -> StepLog:
         """What an optimizer step logs, taken when it ends (the loss may still be on the device)."""
         c = self.counters
-        return _StepLog(loss, list(image_paths), c.epoch + 1, c.epoch_step, c.global_step, time.monotonic(),
+        return StepLog(loss, list(image_paths), c.epoch + 1, c.epoch_step, c.global_step, time.monotonic(),
                         {g["name"]: g["lr"] for g in self.optimizer.param_groups})
 
     def _read_losses(self) -> None:
-        """Read the unread steps' losses from the device in one transfer and log them in order.
-
-        On a GPU a read waits for the step to finish, so with `defer_loss_reads` the loop reads
-        at most every `LOSS_READ_SECONDS`, and always first thing in `sample`, `write_backup`,
-        `save` and `_finish`: a loss that became NaN or inf stops the run there, before anything
-        is made from the weights it produced. The logged numbers are the same either way."""
-        if not self._unread:
-            return
-        pending, self._unread = self._unread, []
-        on_device = [entry.loss for entry in pending if isinstance(entry.loss, torch.Tensor)]
-        values = iter(torch.stack([t.float() for t in on_device]).tolist() if on_device else [])
-        self._last_read = time.monotonic()
-        for entry in pending:
-            value = next(values) if isinstance(entry.loss, torch.Tensor) else entry.loss
-            self._check_finite(value, entry.global_step, entry.image_paths)
-            self._smoothed = value if self._smoothed is None else 0.95 * self._smoothed + 0.05 * value
-            self._log_step(entry, value, self._smoothed)
-
-    def _log_step(self, entry: _StepLog, loss: float, smoothed: float) -> None:
-        elapsed = max(1e-6, entry.time - self._started)
-        rate = (entry.global_step - self._steps_at_start) / elapsed
-        remaining = self.total_steps - entry.global_step
-        self.report.progress(
-            phase="training",
-            epoch=entry.epoch,
-            epochs=self.config.epochs,
-            step=entry.epoch_step,
-            steps_per_epoch=self.steps_per_epoch,
-            global_step=entry.global_step,
-            total_steps=self.total_steps,
-            it_s=round(rate, 3),
-            eta_s=round(remaining / rate, 1) if rate > 0 else None,
-        )
-        lrs = entry.lrs
-        self.report.metrics(global_step=entry.global_step, loss=loss, smooth_loss=smoothed, lr=next(iter(lrs.values())), lrs=lrs)
-        if self._tb is not None:
-            self._tb.add_scalar("loss/train_step", loss, entry.global_step)
-            self._tb.add_scalar("smooth_loss/train_step", smoothed, entry.global_step)
-            for name, lr in lrs.items():
-                self._tb.add_scalar(f"lr/{name}", lr, entry.global_step)
+        """Log the unread steps (step_log.py). On a GPU a read waits for the step to finish, so
+        with `defer_loss_reads` the loop reads at most every `LOSS_READ_SECONDS`, and always first
+        thing in `sample`, `write_backup`, `save` and `_finish`: a loss that became NaN or inf
+        stops the run there, before anything is made from the weights it produced."""
+        self.losses.read()
 
     def _handle_requests(self) -> set[str]:
         asked = self.report.requests()
