@@ -32,7 +32,8 @@ from .concepts import ConceptsTab
 from .form import Field, build_fields, config_from_values, make_component, schema_fields, values_from_config
 from .guide import TABS_ID, build_guide
 from .monitor import Monitor
-from .paths import allowed_roots
+from .paths import PathRefused, allowed_roots
+from .paths import check as confine
 from .samples import SamplesTab, to_rows
 from .state import load_ui_config, preset_config, save_ui_config
 from .tensorboard import TensorBoard, settings
@@ -163,7 +164,7 @@ class Page:
         self.fields["optimizer.optimizer"].component.input(self.on_optimizer, edit_inputs, self.all_outputs)
         self.load_defaults.click(self.on_load_defaults, self.config_state, self.all_outputs)
         self.preset.input(self.on_preset, self.preset, self.all_outputs)
-        self.load_btn.click(self.on_load, self.config_path, self.all_outputs)
+        self.load_btn.click(self.on_load, [self.config_path, self.config_state], self.all_outputs)
         self.upload.upload(self.on_upload, self.upload, self.all_outputs)
         self.save_btn.click(self.on_save, [self.config_path, self.config_state], None)
         self.export.click(self.on_export, self.config_state, self.export)
@@ -178,6 +179,19 @@ class Page:
     def roots(self, config: dict[str, Any]) -> list[Path]:
         """Folders the file browser may show: the workspace, the launcher's roots, the concepts'."""
         return allowed_roots(self.workspace, self.extra_roots, config)
+
+    def confined(self, field: str, path: str, roots: list[Path]) -> Path:
+        """`path` resolved (symlinks followed) if inside `roots`; else a gr.Error naming the path
+        and the folders allowed. paths.check is the one confinement check of the page."""
+        try:
+            return confine(path, roots)
+        except PathRefused as err:
+            raise gr.Error(f"{field}: {err}") from None
+
+    def write_roots(self) -> list[Path]:
+        """Where the page writes config files: the workspace and the launcher's roots, never a
+        concept folder (a dataset is written only by the caption and mask tools)."""
+        return allowed_roots(self.workspace, self.extra_roots)
 
     def autosave(self, config: dict[str, Any]) -> None:
         save_ui_config(self.workspace, config)
@@ -248,13 +262,20 @@ class Page:
     def on_preset(self, name: str) -> dict:
         if not name:
             raise gr.Error("Choose a preset first.")
+        from ..config.presets import PRESETS_DIR, resolve_preset_path  # noqa: PLC0415
+
+        found = resolve_preset_path(name)
+        if found is None:
+            raise gr.Error(f"Preset: {name!r} not found (available: {', '.join(list_presets()) or 'none'})")
+        self.confined("Preset", str(found), [PRESETS_DIR])
         config = preset_config(name)
         self.autosave(config)
         gr.Info(f"Preset {name} loaded.")
         return self.populate(config)
 
-    def read_any(self, path: str) -> dict[str, Any]:
-        p = Path(path.strip())
+    def read_any(self, path: str | Path) -> dict[str, Any]:
+        """A config file already confined by the caller."""
+        p = Path(path)
         if not p.is_file():
             raise gr.Error(f"Config file: {p} does not exist.")
         try:
@@ -265,23 +286,39 @@ class Page:
             gr.Warning(warning)
         return config_to_dict(loaded.config)
 
-    def on_load(self, path: str) -> dict:
-        config = self.read_any(path)
+    def on_load(self, path: str, config: dict[str, Any] | None = None) -> dict:
+        """Reads a config file inside the page's folders (those of `config`, the one on screen)."""
+        if not str(path or "").strip():
+            raise gr.Error("Config file: enter the path of a config JSON to load.")
+        config = self.read_any(self.confined("Config file", path, self.roots(config or {})))
         self.autosave(config)
         return self.populate(config)
 
     def on_upload(self, file) -> dict:
-        config = self.read_any(file if isinstance(file, str) else file.name)
+        """An imported file: gradio puts uploads in its upload folder; nothing else is read."""
+        from gradio.utils import get_upload_folder  # noqa: PLC0415
+
+        name = file if isinstance(file, str) else getattr(file, "name", "")
+        upload_root = Path(get_upload_folder()).resolve()
+        config = self.read_any(self.confined("Import file", str(name or ""), [upload_root, *self.roots({})]))
         self.autosave(config)
         return self.populate(config)
 
     def on_save(self, path: str, config: dict[str, Any]) -> None:
-        if not path.strip():
+        """Writes the config as JSON, only to a .json file inside the workspace or the launcher's
+        folders (never over a dotfile, a key or a script elsewhere)."""
+        if not str(path or "").strip():
             raise gr.Error("Config file: enter a path to save to.")
+        target = self.confined("Config file", path, self.write_roots())
+        if target.suffix.lower() != ".json" or target.is_dir():
+            raise gr.Error(f"Config file: {path.strip()} must name a .json file (e.g. {self.workspace / 'configs' / 'my-config.json'}).")
         from ..fsutil import atomic_write_json  # noqa: PLC0415
 
-        atomic_write_json(Path(path.strip()), config, indent=2)
-        gr.Info(f"Saved {path.strip()}")
+        try:
+            atomic_write_json(target, config, indent=2)
+        except OSError as err:
+            raise gr.Error(f"Config file: could not write {target}: {err.strerror or err}") from None
+        gr.Info(f"Saved {target}")
 
     def on_export(self, config: dict[str, Any]) -> str:
         from ..fsutil import atomic_write_json  # noqa: PLC0415

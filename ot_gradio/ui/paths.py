@@ -59,12 +59,16 @@ def root_of(path: Path, roots: Iterable[Path]) -> Path | None:
 
 
 def check(path: str | os.PathLike, roots: list[Path], base: Path | None = None) -> Path:
-    """The resolved path if it lies inside an allowed root; PathRefused otherwise."""
+    """The resolved path if it lies inside an allowed root; PathRefused otherwise. The one check
+    for every path the page takes: the file browser, the tools, config load/save and presets."""
     if not str(path).strip():
         raise PathRefused("empty path")
-    resolved = _resolved(path, Path.cwd() if base is None else base)
+    try:  # a NUL byte, a name too long, a symlink loop
+        resolved = _resolved(path, Path.cwd() if base is None else base)
+    except (ValueError, OSError, RuntimeError) as err:
+        raise PathRefused(f"{str(path)[:200]!r} is not a usable path ({err})") from None
     if root_of(resolved, roots) is None:
-        raise PathRefused(f"{path} is outside the folders this page may browse ({', '.join(map(str, roots)) or 'none'})")
+        raise PathRefused(f"{path} is outside the folders this page may use ({', '.join(map(str, roots)) or 'none'})")
     return resolved
 
 

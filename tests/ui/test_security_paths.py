@@ -1,0 +1,136 @@
+"""Every handler of the page that takes a path goes through the one check (paths.check): config
+load, save and import, presets, the file browser and the tools' path fields refuse paths outside
+the page's folders and symlinks leading out, with a message naming the path and the folders."""
+
+import json
+import os
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+from ot_gradio.ui.tools_tab import ToolInputError, ToolsContext
+
+
+@pytest.fixture
+def outside(tmp_path_factory):
+    """A folder outside every root of the page (the page's roots are its tmp_path), holding a
+    config file and a 'dotfile' a Save must never overwrite."""
+    folder = tmp_path_factory.mktemp("outside")
+    (folder / "config.json").write_text(json.dumps({"learning_rate": 0.5}))
+    (folder / ".bashrc").write_text("echo hi\n")
+    return folder
+
+
+@pytest.fixture
+def links(page, tmp_path, outside):
+    """Symlinks inside the workspace pointing out: to the outside folder, to its config file, and
+    to a file name not yet written there."""
+    ws = page.workspace
+    os.symlink(outside, ws / "out-dir")
+    os.symlink(outside / "config.json", ws / "out-config.json")
+    os.symlink(outside / "new.json", ws / "dangling.json")
+    return ws
+
+
+def bad_paths(outside: Path, ws: Path) -> list[str]:
+    return [str(outside / "config.json"), str(ws / "out-config.json"), str(ws / "out-dir" / "config.json"),
+            str(ws / ".." / ".." / outside.name / "config.json"), "/etc/passwd", "~/x.json", "../../x.json"]
+
+
+def refused(err, path_text: str | None = None) -> None:
+    message = str(err.value)
+    assert "outside the folders this page may use" in message or "not a usable path" in message, message
+    if path_text is not None:
+        assert path_text in message
+
+
+def test_load_refuses_paths_outside_and_symlinks_out(page, outside, links):
+    config = page.on_page_load()[page.config_state]
+    for path in bad_paths(outside, links):
+        with pytest.raises(gr.Error) as err:
+            page.on_load(path, config)
+        refused(err, path)
+        assert str(page.workspace.resolve()) in str(err.value)  # names the allowed folders
+    with pytest.raises(gr.Error) as err:
+        page.on_load("x\0.json", config)
+    refused(err)
+
+
+def test_load_reads_inside_and_follows_symlinks_that_stay_inside(page, tmp_path):
+    config = page.on_page_load()[page.config_state]
+    saved = page.workspace / "configs" / "mine.json"
+    page.on_save(str(saved), {**config, "learning_rate": 0.0123})
+    os.symlink(saved, page.workspace / "alias.json")
+    assert page.on_load(str(page.workspace / "alias.json"), config)[page.config_state]["learning_rate"] == 0.0123
+
+
+def test_save_refuses_outside_symlinks_out_dotfiles_and_non_json(page, outside, links):
+    config = page.on_page_load()[page.config_state]
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    targets = [*bad_paths(outside, links), str(links / "dangling.json"), str(outside / ".bashrc")]
+    for path in targets:
+        with pytest.raises(gr.Error) as err:
+            page.on_save(path, config)
+        refused(err)
+    for path in (str(page.workspace / ".bashrc"), str(page.workspace / "run.sh"), str(page.workspace)):
+        with pytest.raises(gr.Error, match=r"must name a \.json file"):
+            page.on_save(path, config)
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before  # nothing written outside
+    assert not (page.workspace / ".bashrc").exists()
+
+
+def test_save_does_not_write_into_a_concept_folder_outside_the_workspace(page, outside):
+    """A concept folder may be read (it is in the browser's roots) but a config is never saved
+    into a dataset."""
+    config = page.on_page_load()[page.config_state]
+    config = {**config, "concepts": [{**config["concepts"][0], "path": str(outside)}]}
+    assert outside.resolve() in page.roots(config)
+    with pytest.raises(gr.Error) as err:
+        page.on_save(str(outside / "saved.json"), config)
+    refused(err)
+    assert not (outside / "saved.json").exists()
+
+
+def test_import_reads_only_uploads_and_the_page_folders(page, outside, links, monkeypatch, tmp_path_factory):
+    uploads = tmp_path_factory.mktemp("gradio-uploads")
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(uploads))
+    for path in bad_paths(outside, links):
+        with pytest.raises(gr.Error) as err:
+            page.on_upload(path)
+        refused(err)
+    os.symlink(outside / "config.json", uploads / "evil.json")
+    with pytest.raises(gr.Error) as err:
+        page.on_upload(str(uploads / "evil.json"))
+    refused(err)
+    (uploads / "abc").mkdir()
+    (uploads / "abc" / "config.json").write_text(json.dumps({"learning_rate": 0.25}))
+    assert page.on_upload(str(uploads / "abc" / "config.json"))[page.config_state]["learning_rate"] == 0.25
+
+
+def test_presets_are_read_from_the_presets_folder_only(page, outside):
+    for name in (str(outside / "config.json"), "../tests/conftest", "/etc/passwd"):
+        with pytest.raises(gr.Error):
+            page.on_preset(name)
+    assert page.on_preset("demo")[page.config_state]["model_type"]
+
+
+def test_file_browser_handlers_refuse_outside_and_symlinks_out(page, outside, links):
+    config = page.on_page_load()[page.config_state]
+    browser = next(iter(page.browser.browsers.values()))
+    for path in bad_paths(outside, links):
+        for out in (browser.go(path, config), browser.pick(path, str(links), config), browser.go_up(path, config),
+                    browser.use_it(path, None, "", config), browser.use_it(str(links), path, "", config)):
+            message = out[page.browser.message]
+            assert "Refused" in message, (path, message)
+            assert browser.field not in out  # nothing written into the field
+
+
+def test_tool_path_fields_refuse_outside_and_symlinks_out(page, outside, links):
+    config = page.on_page_load()[page.config_state]
+    ctx = ToolsContext(page.workspace, page.jobs, page.config_state, page.roots)
+    for path in bad_paths(outside, links):
+        for use in (ctx.path, ctx.folder, ctx.file, ctx.output):
+            with pytest.raises(ToolInputError, match="Folder: .*outside the folders this page may use"):
+                use("Folder", path, config)
+    assert ctx.folder("Folder", str(page.workspace), config) == page.workspace.resolve()
