@@ -2,7 +2,7 @@
 
 `entries.py` holds the registry lines, `registry.py` how settings are resolved and an optimizer is
 built, `stochastic_rounding.py` and `fused_back_pass.py` the two settings that act around the
-optimizer. The defaults table is config/optimizer_defaults.json (OneTrainer's own).
+optimizer, `trust_ratio.py` the fix that lets LAMB and LARS move all-zero weights (LoRA up matrices). The defaults table is config/optimizer_defaults.json (OneTrainer's own).
 """
 
 from . import entries  # noqa: F401  (fills the registry)

@@ -16,6 +16,7 @@ import torch
 from ...config.enums import Optimizer as O
 from ...config.optimizer import effective_settings, optimizer_problems
 from .stochastic_rounding import enable_stochastic_rounding
+from .trust_ratio import unit_trust_ratio_for_zero_weights
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def create_optimizer(param_groups: list[dict[str, Any]], optimizer_config: Any, 
     if kwargs.get("use_triton") and device.type != "cuda":
         raise ValueError(f"optimizer.use_triton: the Triton kernel of {entry.name.value} needs a CUDA GPU; turn Use Triton off")
     lr = param_groups[0]["lr"] if param_groups and "lr" in param_groups[0] else 1e-3
-    optimizer = entry.build(param_groups, lr=lr, **kwargs)
+    optimizer = unit_trust_ratio_for_zero_weights(entry.build(param_groups, lr=lr, **kwargs))
     settings = effective_settings(optimizer_config)
     if settings.get("stochastic_rounding") and any(p.dtype == torch.bfloat16 for p in params):
         enable_stochastic_rounding(optimizer)
