@@ -10,8 +10,9 @@ from pydantic import BaseModel
 from .devices import parse_device_indexes
 from .enums import LORA_FORMATS, LearningRateScheduler, ModelFormat, TrainingMethod, native_resolution
 from .enums import Optimizer as O
-from .families import IMPLEMENTED_METHODS, implemented_model_types, supports, trainable_parts
+from .families import IMPLEMENTED_METHODS, implemented_model_types, is_flow_matching, supports, trainable_parts
 from .fields import PLANNED, field_meta, nested_section
+from .flow_options import flow_matching_conflicts
 from .optimizer import (
     ADAPTIVE_LR,
     SCHEDULE_FREE,
@@ -193,4 +194,6 @@ def errors(config: TrainConfig) -> list[str]:
         out.append("optimizer.fused_back_pass: it steps each weight inside the backward pass, before the other GPUs' "
                    "gradients arrive, so it cannot work with multi_gpu; turn one of them off.")
     out += optimizer_problems(opt)
+    if is_flow_matching(config.model_type):
+        out += flow_matching_conflicts(config)
     return out

@@ -27,6 +27,7 @@ class FamilyInfo:
     implemented: bool = False       # the trainer can train it today
     inpainting: bool = False        # the denoiser takes the masked image and the mask as input
     bucket_step: int | None = None  # image sizes must be multiples of this (None: the data default)
+    schedule: str = "ddpm"          # the training objective: "ddpm" or "flow_matching" (training/schedules.py)
 
 
 _SD = FamilyInfo(("unet", "text_encoder", "vae"), "unet", ("text_encoder",))
@@ -64,6 +65,11 @@ def family_info(model_type: M | str) -> FamilyInfo | None:
         return FAMILIES.get(M(model_type))
     except ValueError:
         return None
+
+
+def is_flow_matching(model_type: M | str) -> bool:
+    info = family_info(model_type)
+    return bool(info and info.schedule == "flow_matching")
 
 
 def implemented_model_types() -> tuple[M, ...]:

@@ -10,7 +10,7 @@ Model options (applied once, before the training method adds its weights):
 - `text_encoder_sequence_length` is how many tokens a T5 text encoder reads (PixArt).
 
 A step (`DiffusionStep.loss`): latents (cached, or encoded now) -> timesteps from the timestep
-distribution -> noise with offset / generalized offset / input perturbation (noise.py) -> the
+distribution of the family's schedule (schedules.py: DDPM, or flow matching) -> noise with offset / generalized offset / input perturbation (noise.py) -> the
 prediction under autocast -> the loss of loss.py with the latent mask of masked training
 (masking.py), the concepts' loss weights and the timestep loss weight; a model that learns its
 variance (PixArt) adds `vb_loss_strength` x the variational bound (vb_loss.py). Captions are replaced
@@ -29,12 +29,13 @@ from typing import Any
 import torch
 
 from ..config.enums import DataType
+from ..config.flow_options import flow_matching_conflicts
 from .device import QUANTIZED_TYPES, Precision
 from .distributed import Distributed
-from .loss import diffusion_loss, timestep_loss_weight
+from .loss import diffusion_loss
 from .masking import training_mask
-from .noise import make_noise, offset_noise_psi, sample_timesteps
 from .quantize import quantize_linear_layers
+from .schedules import make_schedule, schedule_kind
 from .vb_loss import VariationalBound
 
 
@@ -56,10 +57,16 @@ def prediction_override(config: Any) -> str | None:
 def configure_model(model: Any, config: Any, device: torch.device, precision: Precision) -> list[str]:
     """Apply the model options of the config; returns warnings for the user."""
     warnings = []
-    model.configure_noise_schedule(
-        prediction_type=prediction_override(config),
-        zero_terminal_snr=config.rescale_noise_scheduler_to_zero_terminal_snr,
-    )
+    if schedule_kind(model) == "flow_matching":
+        problems = flow_matching_conflicts(config)
+        if problems:
+            raise ValueError("; ".join(problems))
+        model.configure_flow(config)
+    else:
+        model.configure_noise_schedule(
+            prediction_type=prediction_override(config),
+            zero_terminal_snr=config.rescale_noise_scheduler_to_zero_terminal_snr,
+        )
     if config.rescale_noise_scheduler_to_zero_terminal_snr and model.prediction_type == "epsilon":
         warnings.append(
             "rescale_noise_scheduler_to_zero_terminal_snr: with epsilon prediction the model cannot learn anything at the "
@@ -107,30 +114,12 @@ class DiffusionStep:
         self.noise_fn = noise_fn  # tests pass fixed (noise, timesteps) here
         # the trainer sets a TextEmbeddingCache (data/text_cache.py) when no text encoder trains
         self.text_cache = None
-        scheduler = model.noise_scheduler
-        self.num_train_timesteps = scheduler.config.num_train_timesteps
-        self.alphas_cumprod = scheduler.alphas_cumprod.detach().float().cpu()
-        self.psi = None
-        if config.generalized_offset_noise and config.offset_noise_weight > 0:
-            self.psi = offset_noise_psi(scheduler.betas)
+        # the family's objective: DDPM (epsilon / v) or flow matching (schedules.py)
+        self.schedule = make_schedule(model, config, device)
         # models that learn their variance (PixArt) train it with the variational bound
         self.vb = None
         if getattr(model, "learns_variance", False) and config.vb_loss_strength > 0:
-            self.vb = VariationalBound(scheduler.betas)
-
-    def timesteps(self, batch_size: int) -> torch.Tensor:
-        c = self.config
-        return sample_timesteps(
-            batch_size,
-            self.num_train_timesteps,
-            distribution=c.timestep_distribution,
-            min_strength=c.min_noising_strength,
-            max_strength=c.max_noising_strength,
-            weight=c.noising_weight,
-            bias=c.noising_bias,
-            shift=c.timestep_shift,
-            device=self.device,
-        )
+            self.vb = VariationalBound(model.noise_scheduler.betas)
 
     def captions(self, captions: list[str], part: str = "text_encoder") -> list[str]:
         p = getattr(self.config, part).dropout_probability
@@ -158,18 +147,11 @@ class DiffusionStep:
         if self.noise_fn is not None:
             noise, timesteps = self.noise_fn(latents)
             noise = noise.to(latents.device, latents.dtype)
-            return timesteps.to(self.device).long(), noise, noise
-        c = self.config
+            return self.schedule.from_fixed(timesteps), noise, noise
         shape = (latents.shape[0] * self.dist.world, *latents.shape[1:])
-        timesteps = self.timesteps(shape[0])
-        noisy, clean = make_noise(
-            latents.new_empty(shape),  # only its shape, type and device are used
-            timesteps,
-            offset_weight=c.offset_noise_weight,
-            generalized_offset=c.generalized_offset_noise,
-            perturbation_weight=c.perturbation_noise_weight,
-            psi=self.psi,
-        )
+        timesteps = self.schedule.draw_timesteps(latents, shape[0])
+        # only the shape, type and device of the first argument are used
+        noisy, clean = self.schedule.make_noise(latents.new_empty(shape), timesteps)
         mine = self.dist.mine
         return mine(timesteps), mine(noisy), mine(clean)
 
@@ -182,7 +164,7 @@ class DiffusionStep:
             with torch.no_grad():
                 latents = model.encode_images(batch.pixels.to(self.device)).float()
         timesteps, input_noise, target_noise = self.noise(latents)
-        noisy = model.add_noise(latents, input_noise, timesteps)
+        noisy = self.schedule.noisy(latents, input_noise, timesteps)
         mask = None
         if c.masked_training:
             mask = training_mask(batch.mask, latents.shape[-2:], unmasked_probability=c.unmasked_probability,
@@ -199,15 +181,9 @@ class DiffusionStep:
                 pred = model.predict(noisy, timesteps, conditioning, batch)
             else:
                 pred, variance = model.predict(noisy, timesteps, conditioning, batch, variance=True)
-        target = model.prediction_target(latents, target_noise, timesteps)
+        target = self.schedule.target(latents, target_noise, timesteps)
         extra = None if self.vb is None else c.vb_loss_strength * self.vb(latents, noisy, timesteps, pred, variance)
-        weights = timestep_loss_weight(
-            c.loss_weight_fn,
-            timesteps,
-            self.alphas_cumprod,
-            strength=c.loss_weight_strength,
-            v_prediction=model.prediction_type == "v_prediction",
-        )
+        weights = self.schedule.loss_weights(timesteps)
         return diffusion_loss(
             pred,
             target,
