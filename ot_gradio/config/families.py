@@ -53,6 +53,10 @@ FAMILIES: dict[M, FamilyInfo] = {
         ("prior", "text_encoder", "decoder", "decoder_vqgan", "effnet_encoder"), "prior", ("text_encoder",), implemented=True
     ),
     M.PIXART_ALPHA: FamilyInfo(("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16),
+    M.FLUX_DEV_1: FamilyInfo(
+        ("transformer", "text_encoder", "text_encoder_2", "vae"), "transformer", ("text_encoder", "text_encoder_2"),
+        implemented=True, bucket_step=16, schedule="flow_matching",
+    ),
 }
 
 # Parts that never train in any supported method (image encoders/decoders); the page shows only

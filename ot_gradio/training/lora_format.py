@@ -79,7 +79,10 @@ _COMPOUND_WORDS = sorted(
             "class_embedding text_model self_attn q_proj k_proj v_proj out_proj text_projection final_layer_norm "
             "layer_norm1 layer_norm2 pos_embed caption_projection adaln_single timestep_embedder resolution_embedder "
             "aspect_ratio_embedder wi_0 wi_1 kv_mapper mapper_crp mapper_sca cond_mapper clip_txt_mapper "
-            "clip_txt_pooled_mapper clip_img_mapper down_downscalers up_upscalers"
+            "clip_txt_pooled_mapper clip_img_mapper down_downscalers up_upscalers "
+            # Flux.1 / Chroma transformers (training/lora_keys_flux.py)
+            "single_transformer_blocks x_embedder context_embedder time_text_embed text_embedder guidance_embedder "
+            "to_add_out add_q_proj add_k_proj add_v_proj norm1_context ff_context proj_mlp norm_out"
         ).split()
     ),
     key=len,

@@ -1,0 +1,183 @@
+"""Flux.1 key layouts: diffusers' FluxTransformer2DModel names <-> Black Forest Labs' original
+names (the `flux1-dev.safetensors` layout that ComfyUI, Forge and the reference code use).
+
+The rules (as in diffusers' scripts/convert_flux_to_diffusers.py, read the other way):
+- `transformer_blocks.N` is `double_blocks.N`: the image stream's q, k, v (`attn.to_q/k/v`) are
+  the three thirds of `img_attn.qkv`, the text stream's (`attn.add_q/k/v_proj`) of
+  `txt_attn.qkv`; `attn.to_out.0` / `attn.to_add_out` are `img_attn.proj` / `txt_attn.proj`;
+  `norm1(_context).linear` are `img_mod.lin` / `txt_mod.lin`; `ff(_context).net.0.proj` and
+  `.net.2` are `img_mlp.0` / `.2` (`txt_mlp`); the q/k RMS norms are `*_attn.norm.query_norm.scale`
+  / `key_norm.scale`.
+- `single_transformer_blocks.N` is `single_blocks.N`: q, k, v and `proj_mlp` are stacked in
+  that order in `linear1`; `proj_out` is `linear2`; `norm.linear` is `modulation.lin`.
+- The embedders: `x_embedder` = `img_in`, `context_embedder` = `txt_in`,
+  `time_text_embed.timestep_embedder` / `text_embedder` / `guidance_embedder` `.linear_1/2` =
+  `time_in` / `vector_in` / `guidance_in` `.in_layer/out_layer`; `proj_out` =
+  `final_layer.linear`; `norm_out.linear` = `final_layer.adaLN_modulation.1` with its two halves
+  swapped (BFL: shift, scale; diffusers: scale, shift).
+
+`bfl_layout(transformer)` gives every weight's place: the BFL key, the rows it fills (fused
+q/k/v/mlp), and whether its halves swap. A LoRA on a diffusers layer therefore patches those rows
+of that BFL weight, which is how ComfyUI applies `transformer.<diffusers path>` LoRA keys.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+_DOUBLE = {
+    "attn.to_out.0": "img_attn.proj", "attn.to_add_out": "txt_attn.proj",
+    "norm1.linear": "img_mod.lin", "norm1_context.linear": "txt_mod.lin",
+    "ff.net.0.proj": "img_mlp.0", "ff.net.2": "img_mlp.2",
+    "ff_context.net.0.proj": "txt_mlp.0", "ff_context.net.2": "txt_mlp.2",
+}
+_DOUBLE_NORMS = {
+    "attn.norm_q": "img_attn.norm.query_norm", "attn.norm_k": "img_attn.norm.key_norm",
+    "attn.norm_added_q": "txt_attn.norm.query_norm", "attn.norm_added_k": "txt_attn.norm.key_norm",
+}
+_SINGLE = {"proj_out": "linear2", "norm.linear": "modulation.lin"}
+_SINGLE_NORMS = {"attn.norm_q": "norm.query_norm", "attn.norm_k": "norm.key_norm"}
+_TOP = {
+    "x_embedder": "img_in", "context_embedder": "txt_in", "proj_out": "final_layer.linear",
+    "time_text_embed.timestep_embedder.linear_1": "time_in.in_layer",
+    "time_text_embed.timestep_embedder.linear_2": "time_in.out_layer",
+    "time_text_embed.text_embedder.linear_1": "vector_in.in_layer",
+    "time_text_embed.text_embedder.linear_2": "vector_in.out_layer",
+    "time_text_embed.guidance_embedder.linear_1": "guidance_in.in_layer",
+    "time_text_embed.guidance_embedder.linear_2": "guidance_in.out_layer",
+}
+_SWAPPED = {"norm_out.linear": "final_layer.adaLN_modulation.1"}
+
+
+class Place(NamedTuple):
+    """Where a diffusers weight lives in the BFL file: `key`, rows [start, start + rows) of it
+    (None: the whole tensor) and `swap` (the two halves exchanged)."""
+
+    key: str
+    start: int | None = None
+    rows: int | None = None
+    swap: bool = False
+
+
+def bfl_module_layout(transformer) -> dict[str, Place]:
+    """diffusers module path (weight-bearing modules only) -> its Place in the BFL layout, for
+    this transformer's sizes; a fused module's Place names the rows of the BFL weight it fills."""
+    config = transformer.config
+    inner = int(config.num_attention_heads * config.attention_head_dim)
+    out: dict[str, Place] = {}
+    for i in range(int(config.num_layers)):
+        src, dst = f"transformer_blocks.{i}", f"double_blocks.{i}"
+        for j, name in enumerate(("to_q", "to_k", "to_v")):
+            out[f"{src}.attn.{name}"] = Place(f"{dst}.img_attn.qkv", j * inner, inner)
+        for j, name in enumerate(("add_q_proj", "add_k_proj", "add_v_proj")):
+            out[f"{src}.attn.{name}"] = Place(f"{dst}.txt_attn.qkv", j * inner, inner)
+        out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _DOUBLE.items()})
+        out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _DOUBLE_NORMS.items()})
+    for i in range(int(config.num_single_layers)):
+        src, dst = f"single_transformer_blocks.{i}", f"single_blocks.{i}"
+        for j, name in enumerate(("to_q", "to_k", "to_v")):
+            out[f"{src}.attn.{name}"] = Place(f"{dst}.linear1", j * inner, inner)
+        mlp = transformer.single_transformer_blocks[i].proj_mlp.out_features
+        out[f"{src}.proj_mlp"] = Place(f"{dst}.linear1", 3 * inner, mlp)
+        out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _SINGLE.items()})
+        out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _SINGLE_NORMS.items()})
+    out.update({a: Place(b) for a, b in _TOP.items()})
+    out.update({a: Place(b, swap=True) for a, b in _SWAPPED.items()})
+    return out
+
+
+def _param_place(module_place: Place, param: str) -> Place:
+    """A module's Place for one of its parameters: RMS norm weights are `scale` in BFL."""
+    suffix = "scale" if module_place.key.endswith(("query_norm", "key_norm")) else param
+    return module_place._replace(key=f"{module_place.key}.{suffix}")
+
+
+def _swap(t: torch.Tensor) -> torch.Tensor:
+    a, b = t.chunk(2, dim=0)
+    return torch.cat([b, a], dim=0)
+
+
+def to_bfl(transformer, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The diffusers transformer state dict in the BFL layout (fused tensors concatenated)."""
+    layout = bfl_module_layout(transformer)
+    pieces: dict[str, list[tuple[int, torch.Tensor]]] = {}
+    for key, tensor in state_dict.items():
+        module, _, param = key.rpartition(".")
+        if module not in layout:
+            raise ValueError(f"Flux transformer weight {key!r} has no place in the BFL layout (not a Flux.1 transformer?)")
+        place = _param_place(layout[module], param)
+        t = tensor.detach().to("cpu", dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype)
+        pieces.setdefault(place.key, []).append((place.start or 0, _swap(t) if place.swap else t))
+    return {key: torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])], dim=0).contiguous() for key, parts in pieces.items()}
+
+
+def from_bfl(transformer, bfl: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A BFL-layout state dict (optionally under `model.diffusion_model.`) as the diffusers
+    transformer's state dict; an error names a key that is missing or left over."""
+    bfl = {k.removeprefix("model.diffusion_model."): v for k, v in bfl.items()}
+    layout = bfl_module_layout(transformer)
+    out: dict[str, torch.Tensor] = {}
+    used: set[str] = set()
+    for key in transformer.state_dict():
+        module, _, param = key.rpartition(".")
+        place = _param_place(layout[module], param)
+        if place.key not in bfl:
+            raise ValueError(f"The transformer file has no {place.key!r} (needed for {key}); is it a Flux.1 transformer of this size?")
+        t = bfl[place.key]
+        if place.start is not None:
+            t = t[place.start : place.start + place.rows]
+        out[key] = _swap(t) if place.swap else t
+        used.add(place.key)
+    extra = sorted(set(bfl) - used)
+    if extra:
+        raise ValueError(f"The transformer file has keys a Flux.1 transformer of this config does not: {extra[:3]}")
+    return out
+
+
+def save_bfl_transformer(path: str | os.PathLike, transformer, state_dict, dtype: torch.dtype | None, metadata: dict) -> Path:
+    """The transformer alone as a BFL-layout `.safetensors`, written atomically."""
+    from ot_gradio.training.lora_format import _atomic_save_file
+
+    path = Path(path)
+    _atomic_save_file(to_bfl(transformer, state_dict, dtype), path, {"format": "pt", **metadata})
+    return path
+
+
+def load_bfl_transformer(path: str | os.PathLike, transformer) -> None:
+    """Load a BFL-layout file's weights into `transformer` (built from the matching config)."""
+    from safetensors.torch import load_file
+
+    transformer.load_state_dict(from_bfl(transformer, load_file(str(path))), strict=True)
+
+
+def comfy_lora_targets(transformer, lora_keys) -> dict[str, Place]:
+    """For each LoRA layer of a diffusers-format Flux LoRA (`transformer.<path>.lora_A.weight`,
+    `.lora_B.weight`, or OneTrainer/kohya `lora_transformer_<path with _>` names), the BFL weight
+    (and rows) it patches, the way ComfyUI's Flux LoRA key map resolves them; a key no rule
+    places raises ValueError naming it."""
+    layout = bfl_module_layout(transformer)
+    kohya = {"lora_transformer_" + path.replace(".", "_"): path for path in layout}
+    out: dict[str, Place] = {}
+    for key in lora_keys:
+        for suffix in (".lora_A.weight", ".lora_B.weight", ".lora_down.weight", ".lora_up.weight", ".alpha",
+                       ".lora_magnitude_vector.weight", ".dora_scale"):
+            if key.endswith(suffix):
+                layer = key[: -len(suffix)]
+                break
+        else:
+            raise ValueError(f"LoRA key {key!r} is not a LoRA weight ComfyUI reads")
+        if layer.startswith("transformer."):
+            path = layer.removeprefix("transformer.")
+        elif layer in kohya:
+            path = kohya[layer]
+        else:
+            raise ValueError(f"LoRA key {key!r} names no Flux transformer layer")
+        if path not in layout:
+            raise ValueError(f"LoRA key {key!r}: ComfyUI has no BFL weight for the layer {path!r}")
+        out[layer] = _param_place(layout[path], "weight")
+    return out
