@@ -54,7 +54,7 @@ class ConceptConfig(Section):
     path: str = opt("", "Folder", "Folder with the training images (png, jpg, jpeg, webp, bmp). Files ending in -masklabel.png are masks, .txt files captions; everything else is ignored.")
     enabled: bool = opt(True, "Enabled", "Disabled concepts are kept in the config but not trained.")
     seed: int = opt(0, "Seed", "Seed for this concept's random choices. With latent caching it alone draws the cached variations (crops, rotations, colours), so a new run seed reuses the cache.")
-    type: ConceptType = opt(ConceptType.STANDARD, "Type", "STANDARD trains on the images. VALIDATION and PRIOR_PREDICTION are not supported yet.")
+    type: ConceptType = opt(ConceptType.STANDARD, "Type", "STANDARD trains on the images. VALIDATION holds them out: never trained, their loss is computed when Validation is on (General tab). PRIOR_PREDICTION is not supported yet.")
     include_subdirectories: bool = opt(False, "Include subfolders", "Also take images from subfolders of the concept folder.")
     image_variations: int = opt(1, "Image variations", "With latent caching: how many augmented versions (crop jitter, rotation, colour) of each image to encode; each epoch uses one, cycling through all. More gives variety at the cost of caching time and disk. Without caching every epoch is augmented afresh.", ge=1)
     text_variations: int = opt(1, "Text variations", "How many caption variations to cache per image when the text encoder output is cached. Not used here: with latent caching on and no text encoder training, text encoder outputs are cached per exact caption, and not at all while tag shuffling, tag dropout or capitalisation randomisation is on, so captions are augmented afresh every epoch.", ge=1, status=PLANNED)

@@ -58,6 +58,8 @@ def prepare_concepts(
             continue
         label = concept_label(concept)
         kind = str(getattr(concept, "type", "STANDARD"))
+        if kind == "VALIDATION":
+            continue  # held out: never trained (training/validation.py computes its loss)
         if kind != "STANDARD":
             warnings.append(f"Concept '{label}' is a {kind} concept, which is not supported yet; it is not trained")
             log.warning(warnings[-1])

@@ -47,6 +47,9 @@ class EventReporter:
     def sample(self, **fields: Any) -> None:
         self._emit("sample", **fields)
 
+    def validation(self, **fields: Any) -> None:
+        self._emit("validation", **fields)
+
     def saved(self, path: str) -> None:
         self._emit("saved", path=path)
 

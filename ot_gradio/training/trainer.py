@@ -41,6 +41,7 @@ from .optimizers import create_optimizer, fused_back_pass, optimizer_eval_mode, 
 from .preflight import TrainingError, check_concepts, check_writable
 from .schedulers import create_scheduler
 from .step_log import LossLog, StepLog, check_finite
+from .validation import setup_validation
 
 
 class Reporter:
@@ -53,6 +54,7 @@ class Reporter:
     def sample(self, **fields: Any) -> None: ...
     def saved(self, path: str) -> None: ...
     def backup(self, path: str) -> None: ...
+    def validation(self, **fields: Any) -> None: ...
     def requests(self) -> set[str]:
         return set()
 
@@ -177,6 +179,7 @@ class Trainer:
         for warning in self.dataset.warnings:
             self.report.warning(warning)
         self._warn_never_trained()
+        self.validator = setup_validation(self)  # validation.py: held-out images' loss, when on
         self.steps_per_epoch = self.dataset.steps_per_epoch
         self._setup_steps()
 
@@ -455,6 +458,8 @@ class Trainer:
     def _after_step(self) -> None:
         asked = self._handle_requests()
         step = self.counters.global_step
+        if self.validator is not None and self.validator.every.after_step(step):
+            self.validator.run()
         if "sample" in asked or self.sample_every.after_step(step):
             self.sample()
         if "backup" in asked or self.backup_every.after_step(step):
@@ -464,6 +469,8 @@ class Trainer:
 
     def _after_epoch(self) -> None:
         done = self.counters.epoch
+        if self.validator is not None and self.validator.every.after_epoch(done):
+            self.validator.run()
         if done >= self.config.epochs:
             return  # the end of the run samples, backs up and saves once
         if self.sample_every.after_epoch(done):

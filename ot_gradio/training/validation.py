@@ -1,0 +1,131 @@
+"""Validation loss: the loss on held-out images (concepts of type VALIDATION), which are never
+trained, computed every `validate_after` `validate_after_unit` when `validation` is on.
+
+The number must be comparable across steps and across runs, so everything random in a training
+step is fixed here: each validation image gets its own noise and timestep, drawn from generators
+seeded by the run's seed and the image's place in the (seeded, epoch-0) order; caption dropout
+and the unmasked-probability draw are off; dropout layers are in eval mode. It runs under
+no_grad on the live weights, and leaves the training RNG untouched, so a run with validation
+trains exactly the same steps as one without.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..config.enums import ConceptType
+from .diffusion import DiffusionStep
+from .intervals import Every
+
+NUM_TIMESTEP_INDICES = 1000  # fixed draws are indices; flow families map them to t = (i + 1) / 1000
+_SEED_OFFSET = 7_919  # keeps the validation draws apart from the training seed's own stream
+
+
+def validation_concepts(config: Any) -> list[Any]:
+    """The enabled VALIDATION concepts, as plain concepts the dataset builder reads."""
+    return [
+        c.model_copy(update={"type": ConceptType.STANDARD})
+        for c in config.concepts
+        if c.enabled and ConceptType(c.type) == ConceptType.VALIDATION
+    ]
+
+
+class FixedDraws:
+    """noise_fn for DiffusionStep: the same noise and timesteps for the same validation batch."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.batch_index = 0
+
+    def __call__(self, latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        gen = torch.Generator().manual_seed(self.seed + _SEED_OFFSET + self.batch_index)
+        noise = torch.randn(latents.shape, generator=gen)
+        timesteps = torch.randint(0, NUM_TIMESTEP_INDICES, (latents.shape[0],), generator=gen)
+        return noise, timesteps
+
+
+class Validator:
+    """Built by the trainer after its dataset; `due_after_step` / `due_after_epoch` say when."""
+
+    def __init__(self, trainer: Any):
+        from ..data import build_dataset  # noqa: PLC0415
+
+        cfg = trainer.config
+        self.trainer = trainer
+        self.every = Every(cfg.validate_after, cfg.validate_after_unit)
+        self.dataset = build_dataset(
+            validation_concepts(cfg),
+            cfg.resolution,
+            1,  # one image per batch: every held-out image counts, whatever its aspect bucket
+            aspect_ratio_bucketing=cfg.aspect_ratio_bucketing,
+            latent_caching=cfg.latent_caching,
+            cache_dir=cfg.cache_dir,
+            vae_id=trainer.model.vae_id,
+            seed=cfg.seed,
+            encode_fn=lambda pixels: trainer.model.encode_images(pixels, generator=torch.Generator().manual_seed(cfg.seed)),
+            bucket_step=getattr(trainer.model, "bucket_step", None),
+            conditioning_fn=trainer.model.encode_conditioning
+            if getattr(trainer.model, "inpainting", False) and cfg.masked_training else None,
+        )
+        fixed = cfg.model_copy(deep=True)
+        for part in trainer.model.text_encoder_names:
+            getattr(fixed, part).dropout_probability = 0.0
+        fixed.unmasked_probability = 0.0
+        self.draws = FixedDraws(cfg.seed)
+        self.step = DiffusionStep(
+            trainer.model, fixed, trainer.device, trainer.precision, self.draws,
+            caption_transform=getattr(trainer.method, "transform_text", None),
+        )
+        self.step.text_cache = trainer.diffusion.text_cache
+
+    @property
+    def image_count(self) -> int:
+        return sum(len(b.image_paths) for b in self.dataset.epoch_batches(0))
+
+    def loss(self) -> float:
+        """The mean loss over every validation image, with the fixed draws."""
+        trainer = self.trainer
+        modes = {name: module.training for name, module in trainer.model.parts.items()}
+        total, count = 0.0, 0
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            for module in trainer.model.parts.values():
+                module.eval()
+            try:
+                for index, batch in enumerate(self.dataset.epoch_batches(0)):
+                    self.draws.batch_index = index
+                    n = len(batch.image_paths)
+                    total += float(self.step.loss(batch, frozenset())) * n
+                    count += n
+            finally:
+                for name, module in trainer.model.parts.items():
+                    module.train(modes[name])
+        return total / max(count, 1)
+
+    def run(self) -> float:
+        """Compute the loss and report it: events.jsonl ("validation"), TensorBoard, the log."""
+        trainer = self.trainer
+        loss = self.loss()
+        c = trainer.counters
+        trainer.report.validation(loss=loss, global_step=c.global_step, epoch=c.epoch, images=self.image_count)
+        if trainer._tb is not None:
+            trainer._tb.add_scalar("loss/validation", loss, c.global_step)
+        print(f"validation loss at step {c.global_step}: {loss:.6f}", flush=True)
+        return loss
+
+
+def setup_validation(trainer: Any) -> Validator | None:
+    """`validation` on with VALIDATION concepts: a Validator for the main process; otherwise None
+    (with a warning when validation is on but there is nothing to validate on)."""
+    cfg = trainer.config
+    if not cfg.validation:
+        return None
+    if not validation_concepts(cfg):
+        trainer.report.warning("validation is on but no enabled concept has the type VALIDATION: add one (held-out "
+                               "images) on the Concepts tab; no validation loss is computed")
+        return None
+    if not trainer.dist.is_main:
+        return None
+    trainer.report.status("caching", "caching the validation images")
+    return Validator(trainer)
