@@ -60,9 +60,9 @@ def test_sample_size_far_from_native_resolution():
 
 
 def test_unsupported_model_type_method_and_no_concepts():
-    config = TrainConfig(model_type=ModelType.FLUX_DEV_1)
+    config = TrainConfig(model_type=ModelType.HUNYUAN_VIDEO)
     warnings = check(config)
-    assert any("FLUX_DEV_1 is not supported" in w for w in warnings)
+    assert any("HUNYUAN_VIDEO is not supported" in w for w in warnings)
     assert any("no concepts" in w for w in warnings)
     config = TrainConfig(model_type=ModelType.STABLE_DIFFUSION_15, training_method=TrainingMethod.FINE_TUNE_VAE)
     assert any("FINE_TUNE_VAE is not supported" in w for w in check(config))
