@@ -34,6 +34,11 @@ _SD = FamilyInfo(("unet", "text_encoder", "vae"), "unet", ("text_encoder",))
 _SD_INPAINT = FamilyInfo(("unet", "text_encoder", "vae"), "unet", ("text_encoder",), implemented=True, inpainting=True)
 _SD2 = FamilyInfo(_SD.parts, "unet", _SD.text_encoders, implemented=True)
 _SDXL = FamilyInfo(("unet", "text_encoder", "text_encoder_2", "vae"), "unet", ("text_encoder", "text_encoder_2"), implemented=True)
+# SD 3 / 3.5: CLIP-L, CLIP-G and T5 (models/sd3.py)
+_SD3 = FamilyInfo(
+    ("transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "vae"), "transformer",
+    ("text_encoder", "text_encoder_2", "text_encoder_3"), implemented=True, bucket_step=16, schedule="flow_matching",
+)
 
 FAMILIES: dict[M, FamilyInfo] = {
     M.STABLE_DIFFUSION_15: FamilyInfo(_SD.parts, "unet", _SD.text_encoders, implemented=True),
@@ -53,6 +58,8 @@ FAMILIES: dict[M, FamilyInfo] = {
         ("prior", "text_encoder", "decoder", "decoder_vqgan", "effnet_encoder"), "prior", ("text_encoder",), implemented=True
     ),
     M.PIXART_ALPHA: FamilyInfo(("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16),
+    M.STABLE_DIFFUSION_3: _SD3,
+    M.STABLE_DIFFUSION_35: _SD3,
     M.FLUX_DEV_1: FamilyInfo(
         ("transformer", "text_encoder", "text_encoder_2", "vae"), "transformer", ("text_encoder", "text_encoder_2"),
         implemented=True, bucket_step=16, schedule="flow_matching",

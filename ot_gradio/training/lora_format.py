@@ -55,14 +55,14 @@ OUTPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # `lora_te1_` (what diffusers' convert_state_dict_to_kohya writes) to SDXL's first encoder only.
 # PixArt: the transformer is `lora_transformer_` and T5 `lora_te_`, as OneTrainer names them.
 _KOHYA_PREFIX = {"unet": "lora_unet_", "transformer": "lora_transformer_", "text_encoder": "lora_te_", "text_encoder_2": "lora_te2_",
-                 "prior": "lora_prior_unet_"}
+                 "prior": "lora_prior_unet_", "text_encoder_3": "lora_te3_"}
 _KOHYA_READ_PREFIX = {
     "lora_unet_": "unet", "lora_transformer_": "transformer", "lora_te1_": "text_encoder", "lora_te2_": "text_encoder_2",
-    "lora_te_": "text_encoder", "lora_prior_unet_": "prior", "lora_prior_te_": "text_encoder",
+    "lora_te_": "text_encoder", "lora_prior_unet_": "prior", "lora_prior_te_": "text_encoder", "lora_te3_": "text_encoder_3",
 }
 # Würstchen 2 / Stable Cascade: `lora_prior_unet_` and `lora_prior_te_`, as OneTrainer writes and ComfyUI reads them.
 _PRIOR_VERSIONS = ("wuerstchen", "stable_cascade")
-_TEXT_PARTS = ("text_encoder", "text_encoder_2")
+_TEXT_PARTS = ("text_encoder", "text_encoder_2", "text_encoder_3")
 # text-encoder paths not put under `text_model.` (T5's `encoder.block.N...` never had that wrapper)
 _OUTSIDE_TEXT_MODEL = ("text_model.", "text_projection", "encoder.block.")
 _DIFFUSERS_METADATA_KEY = "lora_adapter_metadata"
@@ -102,7 +102,7 @@ class LoadedLora(NamedTuple):
 def kohya_prefixes(base_model_version: str = "sd_v1") -> dict[str, str]:
     """Part -> kohya prefix: SDXL's CLIP-L is `lora_te1_` (sd-scripts, A1111, ComfyUI and
     diffusers read it so), SD 1.x/2.x's one encoder `lora_te_`."""
-    if str(base_model_version).startswith("sdxl"):
+    if str(base_model_version).startswith(("sdxl", "sd3")):  # SD 3: lora_te1_/2_/3_ (training/lora_keys_sd3.py)
         return {**_KOHYA_PREFIX, "text_encoder": "lora_te1_"}
     if str(base_model_version).startswith(_PRIOR_VERSIONS):
         return {**_KOHYA_PREFIX, "text_encoder": "lora_prior_te_"}
