@@ -36,7 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--browse-root", action="append", default=[], metavar="DIR",
                    help="a folder the page's file browser may show, besides the workspace, the current folder and the concept folders (repeatable)")
     p.add_argument("--max-upload-mb", type=float, default=100.0,
-                   help="largest file the page accepts as an upload, in MB (default 100; config imports and images are far smaller)")
+                   help="largest upload the page accepts in one request (all its files together), in MB (default 100; config imports and images are far smaller)")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a host name the page answers to besides its address and localhost, e.g. a reverse proxy's (repeatable); "
+                        "requests naming another host are refused (DNS rebinding)")
     return p
 
 
@@ -88,6 +91,32 @@ def check_exposure(args: argparse.Namespace, auth: list[tuple[str, str]]) -> str
     return None
 
 
+def launch_kwargs(args: argparse.Namespace, auth: list[tuple[str, str]], demo, served: list[str]) -> dict:
+    """What `demo.launch` gets: the request guard (Host/Origin checks, whole-request size limit,
+    login rate limit; guard.py) goes in as FastAPI middleware, so it sees every route. No
+    OpenAPI schema (it answered without login), no static-file workers or Node front (they would
+    serve requests past the guard)."""
+    from starlette.middleware import Middleware  # noqa: PLC0415
+
+    from .guard import HostRule, RequestGuard, host_name  # noqa: PLC0415
+
+    hosts = HostRule(args.host, args.allowed_host, share_host=lambda: host_name(getattr(demo, "share_url", None)))
+    max_body = int(args.max_upload_mb * 1024 * 1024) + 64 * 1024  # room for the multipart headers
+    return dict(
+        server_name=args.host,
+        server_port=args.port,
+        share=args.share,
+        auth=auth or None,
+        inbrowser=args.inbrowser,
+        show_error=True,
+        allowed_paths=served,
+        max_file_size=int(args.max_upload_mb * 1024 * 1024),
+        app_kwargs={"middleware": [Middleware(RequestGuard, hosts=hosts, max_body=max_body)], "openapi_url": None},
+        num_workers=0,
+        ssr_mode=False,
+    )
+
+
 def _patient_localhost_check() -> None:
     """Gradio checks that the page answers on localhost with one 3-second request and, when
     that times out (a busy machine, a big page), refuses to start without a share link. Wait
@@ -133,6 +162,12 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(root).is_dir():
             print(f"--browse-root: {root} is not a folder", file=sys.stderr)
             return 2
+    from .guard import host_name  # noqa: PLC0415
+
+    for name in args.allowed_host:
+        if not host_name(name):
+            print(f"--allowed-host: {name!r} is not a host name", file=sys.stderr)
+            return 2
     if args.max_upload_mb <= 0:
         print("--max-upload-mb: must be above 0", file=sys.stderr)
         return 2
@@ -147,15 +182,6 @@ def main(argv: list[str] | None = None) -> int:
     page = Page(Path(args.workspace), roots=roots)
     demo = page.blocks
     _patient_localhost_check()
-    demo.launch(  # gradio queues by default; another .queue() would build the whole app once more (0.3-0.4 s)
-        server_name=args.host,
-        server_port=args.port,
-        share=args.share,
-        auth=auth or None,
-        inbrowser=args.inbrowser,
-        show_error=True,
-        css=CSS,
-        allowed_paths=served_paths(args.workspace, load_ui_config(page.workspace)),
-        max_file_size=int(args.max_upload_mb * 1024 * 1024),
-    )
+    # gradio queues by default; another .queue() would build the whole app once more (0.3-0.4 s)
+    demo.launch(css=CSS, **launch_kwargs(args, auth, demo, served_paths(args.workspace, load_ui_config(page.workspace))))
     return 0

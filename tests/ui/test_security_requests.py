@@ -1,0 +1,198 @@
+"""Requests against a really launched app, with app.py's launch settings (launch.launch_kwargs):
+DNS rebinding and cross-site requests are refused on every route, logins are rate-limited, only
+what a login page needs answers without a login, and the upload limit covers a whole request."""
+
+import socket
+import time
+
+import gradio as gr
+import httpx
+import pytest
+
+from ot_gradio.ui.guard import HostRule, LoginLimiter, host_name
+from ot_gradio.ui.launch import _patient_localhost_check, build_parser, launch_kwargs
+
+EVIL = "attacker.example"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(blocks: gr.Blocks, *argv: str, auth=()) -> str:
+    args = build_parser().parse_args(["--port", str(free_port()), *argv])
+    _patient_localhost_check()
+    blocks.launch(prevent_thread_lock=True, quiet=True, **launch_kwargs(args, list(auth), blocks, []))
+    return f"http://127.0.0.1:{args.port}"
+
+
+def routes(app, prefix: str = "") -> list[tuple[str, str]]:
+    """(method, path) of every route, mounted sub-apps included."""
+    out = []
+    for route in app.routes:
+        path = prefix + (getattr(route, "path", None) or "")
+        included = getattr(route, "original_router", None)  # FastAPI's include_router
+        if included is not None:
+            out += routes(included, prefix + getattr(getattr(route, "include_context", None), "prefix", ""))
+        elif getattr(route, "routes", None):  # a Mount
+            out += routes(route, path)
+        elif path:
+            methods = getattr(route, "methods", None) or {"GET"}
+            out.append(("GET" if "GET" in methods else sorted(methods)[0], path))
+    return out
+
+
+def status(client: httpx.Client, method: str, url: str, **kw) -> int:
+    with client.stream(method, url, **kw) as resp:  # heartbeats and streams stay open: read the status only
+        return resp.status_code
+
+
+@pytest.fixture(scope="module")
+def page_app(tmp_path_factory):
+    """The real page, as `python app.py` serves it (127.0.0.1, no password)."""
+    from ot_gradio.ui.page import Page
+
+    page = Page(tmp_path_factory.mktemp("sec") / "workspace")
+    base = launch(page.blocks)
+    yield page, base
+    page.blocks.close()
+    page.tensorboard.stop()
+
+
+def join_payload(page) -> dict:
+    """A queue/join of a real handler of the page (the browser panel's Close: no inputs)."""
+    fn_index = next(i for i, fn in page.blocks.fns.items() if getattr(fn.fn, "__func__", None) is type(page.browser).hide)
+    return {"data": [], "fn_index": fn_index, "session_hash": "sec-test", "event_data": None, "trigger_id": None}
+
+
+def test_dns_rebinding_requests_are_refused(page_app):
+    page, base = page_app
+    port = base.rsplit(":", 1)[1]
+    with httpx.Client(timeout=30) as client:
+        resp = client.get(f"{base}/config", headers={"Host": EVIL})
+        assert resp.status_code == 403 and "Host" in resp.json()["detail"]
+        resp = client.post(f"{base}/gradio_api/queue/join", json=join_payload(page),
+                           headers={"Host": EVIL, "Origin": f"http://{EVIL}"})
+        assert resp.status_code == 403 and "event_id" not in resp.text
+        # cross-site POST with a local Host (CSRF) and the "null" origin of sandboxed frames
+        for origin in (f"http://{EVIL}", f"http://{EVIL}:{port}", "null", f"http://127.0.0.1.{EVIL}"):
+            resp = client.post(f"{base}/gradio_api/queue/join", json=join_payload(page), headers={"Origin": origin})
+            assert resp.status_code == 403, origin
+            assert "Origin" in resp.json()["detail"]
+        # the page itself, from this machine, by any local name
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"[::1]:{port}"):
+            assert client.get(f"{base}/config", headers={"Host": host}).status_code == 200, host
+        for origin in (None, base, f"http://localhost:{port}"):
+            headers = {"Origin": origin} if origin else {}
+            resp = client.post(f"{base}/gradio_api/queue/join", json=join_payload(page), headers=headers)
+            assert resp.status_code == 200 and resp.json()["event_id"], origin
+
+
+def test_every_route_refuses_a_foreign_host(page_app):
+    page, base = page_app
+    with httpx.Client(timeout=30) as client:
+        checked = 0
+        for method, path in routes(page.blocks.app):
+            url = base + path.replace("{", "").replace("}", "")
+            code = status(client, method, url, headers={"Host": EVIL, "Origin": f"http://{EVIL}"})
+            assert code == 403, (method, path, code)
+            checked += 1
+    assert checked > 60  # gradio's own routes and its /gradio_api ones
+
+
+@pytest.fixture(scope="module")
+def auth_app():
+    """A small app launched as app.py launches it, with a password and a 1 MB upload limit."""
+    with gr.Blocks() as demo:
+        text = gr.Textbox()
+        gr.Button().click(lambda x: x, text, text)
+    base = launch(demo, "--max-upload-mb", "1", auth=[("me", "right")])
+    yield demo, base
+    demo.close()
+
+
+def test_without_login_only_the_login_page_answers(auth_app):
+    demo, base = auth_app
+    login_page = {"/", "/favicon.ico", "/theme.css", "/robots.txt", "/manifest.json",  # the page and its assets
+                  *(f"/gradio_api/{p}{s}" for p in ("user", "token", "app_id", "theme.css") for s in ("", "/")),
+                  "/gradio_api/startup-events"}  # login state; start-up (launch calls it, runs once)
+    with httpx.Client(timeout=30) as client:
+        open_routes = set()
+        for method, path in routes(demo.app):
+            url = base + path.replace("{", "").replace("}", "")
+            if status(client, method, url) < 300:
+                open_routes.add(path)
+        assert open_routes <= login_page, open_routes - login_page
+        assert status(client, "GET", f"{base}/gradio_api/heartbeat/anything") == 401
+        assert client.get(f"{base}/openapi.json").status_code in (401, 404)
+        assert client.post(f"{base}/login", data={"username": "me", "password": "right"}).status_code == 200
+        assert status(client, "GET", f"{base}/gradio_api/heartbeat/anything") == 200  # logged in: the cookie
+
+
+def test_login_attempts_wait_longer_after_each_wrong_password(auth_app):
+    _, base = auth_app
+    wrong = {"username": "me", "password": "wrong"}
+    with httpx.Client(timeout=30) as client:
+        codes = [client.post(f"{base}/login", data=wrong).status_code for _ in range(40)]
+        assert codes[:3] == [400, 400, 400] and set(codes[3:]) == {429}, codes  # 40 tries, 3 checked
+        resp = client.post(f"{base}/login", data={"username": "me", "password": "right"})
+        assert resp.status_code == 429 and int(resp.headers["retry-after"]) >= 1
+        time.sleep(1.1)
+        assert client.post(f"{base}/login", data=wrong).status_code == 400  # 4th wrong: now 2 s
+        time.sleep(1.1)
+        assert client.post(f"{base}/login", data=wrong).status_code == 429
+        time.sleep(1.0)
+        assert client.post(f"{base}/login", data={"username": "me", "password": "right"}).status_code == 200
+        assert client.post(f"{base}/login", data=wrong).status_code == 400  # count cleared by the right one
+
+
+def test_login_limiter_grows_to_a_minute_and_allows_one_try_at_a_time():
+    now = [0.0]
+    limiter = LoginLimiter(clock=lambda: now[0])
+    waits = []
+    for _ in range(12):
+        assert limiter.begin("1.2.3.4") == 0
+        assert limiter.begin("1.2.3.4") >= 1  # a parallel try while one is in flight
+        limiter.end("1.2.3.4", ok=False)
+        waits.append(limiter.clients["1.2.3.4"].next_try - now[0])
+        now[0] += waits[-1]
+    assert waits == [0, 0, 1, 2, 4, 8, 16, 32, 60, 60, 60, 60]
+    assert limiter.begin("5.6.7.8") == 0  # per client
+
+
+def test_the_upload_limit_covers_the_whole_request(auth_app):
+    _, base = auth_app
+    with httpx.Client(timeout=60) as client:
+        assert client.post(f"{base}/login", data={"username": "me", "password": "right"}).status_code == 200
+        small = [("files", (f"f{i}.bin", b"x" * 300_000)) for i in range(2)]
+        assert client.post(f"{base}/gradio_api/upload", files=small).status_code == 200
+        many = [("files", (f"f{i}.bin", b"x" * 900_000)) for i in range(30)]  # each under 1 MB, 27 MB in all
+        resp = client.post(f"{base}/gradio_api/upload", files=many)
+        assert resp.status_code == 413 and "--max-upload-mb" in resp.json()["detail"]
+
+        def chunks():  # a multipart body without Content-Length: counted as it arrives
+            for i in range(30):
+                yield (f'--b\r\nContent-Disposition: form-data; name="files"; filename="c{i}.bin"\r\n'
+                       "Content-Type: application/octet-stream\r\n\r\n").encode() + b"y" * 900_000 + b"\r\n"
+            yield b"--b--\r\n"
+
+        resp = client.post(f"{base}/gradio_api/upload", content=chunks(), headers={"Content-Type": "multipart/form-data; boundary=b"})
+        assert resp.status_code == 413, resp.text
+
+
+def test_host_rule():
+    rule = HostRule("127.0.0.1", ["proxy.example.org"], share_host=lambda: "abc.gradio.live")
+    assert all(rule.allows(host_name(h)) for h in ("127.0.0.1:7860", "localhost", "[::1]:1", "proxy.example.org:443", "abc.gradio.live"))
+    assert not any(rule.allows(host_name(h)) for h in (EVIL, "10.0.0.1", "localhost.attacker.example", "", None))
+    wildcard = HostRule("0.0.0.0")
+    assert wildcard.allows("10.0.0.1") and wildcard.allows(socket.gethostname().lower()) and not wildcard.allows(EVIL)
+
+
+def test_allowed_host_flag_is_checked(tmp_path, capsys):
+    from ot_gradio.ui.launch import main
+
+    assert main(["--allowed-host", "http://", "--workspace", str(tmp_path)]) == 2
+    assert "--allowed-host" in capsys.readouterr().err
+    assert build_parser().parse_args(["--allowed-host", "a.example", "--allowed-host", "b"]).allowed_host == ["a.example", "b"]
