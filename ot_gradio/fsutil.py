@@ -5,10 +5,15 @@ Every writer makes a temp file `.{name}.<random>.tmp` in the target's own folder
 stays on one filesystem), fsyncs it, renames it over the target with `os.replace` and fsyncs the
 folder so the rename itself survives a power cut. Pure Python (no torch): the config package and
 the page import it.
+
+A write that fails for lack of space (ENOSPC or a quota, also when a library such as torch or
+safetensors reports it in its own words) raises `DiskFullError` naming the path, the space free and
+the space needed, after removing its temp file: nothing half-written is left behind.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -17,9 +22,123 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_dir", "atomic_write_json", "atomic_write_text", "fsync_dir", "fsync_file"]
+__all__ = [
+    "DiskFullError", "as_disk_full", "atomic_write", "atomic_write_bytes", "atomic_write_dir", "atomic_write_json",
+    "atomic_write_text", "free_bytes", "fsync_dir", "fsync_file", "human_bytes", "tree_size",
+]
 
 FILE_MODE = 0o644
+_FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+# How libraries word ENOSPC when they do not raise it as an OSError (safetensors' Rust io error,
+# torch's PyTorchStreamWriter): sure signs, and vague ones that count only when the disk is full.
+_SURE_FULL = ("no space left on device", "storagefull", "os error 28", "disk quota exceeded", "errno 28")
+_VAGUE_WRITE_FAILURE = ("unexpected pos", "failed writing file", "file write failed", "write failed")
+LOW_SPACE = 64 * 1024 * 1024  # a vague write failure with less than this free is taken as a full disk
+
+
+class DiskFullError(OSError):
+    """A write failed because its disk (or quota) is full. ``path`` is what was being written,
+    ``free`` the bytes free there now (None if unknown), ``needed`` about how many the write needs
+    (None if unknown). An expected error: the message says what to do, no traceback is needed."""
+
+    expected = True
+
+    def __init__(self, path: str | os.PathLike, free: int | None = None, needed: int | None = None, what: str = "",
+                 at_least: bool = False, hint: str = ""):
+        self.path, self.free, self.needed = Path(path), free, needed
+        space = []
+        if needed is not None:
+            space.append(f"{'more than' if at_least else 'about'} {human_bytes(needed)} needed")
+        if free is not None:
+            space.append(f"{human_bytes(free)} free")
+        detail = f" ({', '.join(space)})" if space else ""
+        super().__init__(
+            errno.ENOSPC,
+            f"disk full: could not write {what or 'the file'} {self.path}{detail}. Free some disk space on that drive "
+            f"or choose a folder on another drive, then start again{hint}",
+        )
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+    def __reduce__(self):  # keeps the fields and the message through pickling (multiprocessing)
+        return (_rebuild, (type(self), self.path, self.free, self.needed, self.strerror))
+
+
+def _rebuild(cls: type, path: Path, free: int | None, needed: int | None, message: str) -> DiskFullError:
+    err = cls(path, free, needed)
+    err.strerror = message
+    return err
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if size < 1024 or unit == "TB":
+            return f"{int(size)} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} bytes"  # not reached
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """Bytes free for this user on the filesystem holding `path` (or its nearest existing parent)."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None
+
+
+def tree_size(path: str | os.PathLike) -> int:
+    """Bytes in a file, or in all files under a folder (0 if it is gone)."""
+    p = Path(path)
+    try:
+        if p.is_file():
+            return p.stat().st_size
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    except OSError:
+        return 0
+
+
+def _is_disk_full(err: BaseException, free: int | None, needed: int | None) -> bool:
+    if isinstance(err, DiskFullError):
+        return True
+    if isinstance(err, OSError) and err.errno in _FULL_ERRNOS:
+        return True
+    if isinstance(err, (KeyboardInterrupt, SystemExit)):
+        return False
+    chain, seen = [err], set()
+    while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
+        nxt = chain[-1].__cause__ or chain[-1].__context__
+        if id(nxt) in seen:
+            break
+        seen.add(id(nxt))
+        chain.append(nxt)
+    for e in chain:
+        if isinstance(e, OSError) and e.errno in _FULL_ERRNOS:
+            return True
+        text = str(e).lower()
+        if any(s in text for s in _SURE_FULL):
+            return True
+        if free is not None and any(s in text for s in _VAGUE_WRITE_FAILURE):
+            return free < max(needed or 0, LOW_SPACE)
+    return False
+
+
+def as_disk_full(err: BaseException, path: str | os.PathLike, needed: int | None = None, what: str = "",
+                 free_at_failure: int | None = None, at_least: bool = False, hint: str = "") -> DiskFullError | None:
+    """`err` as a DiskFullError for `path` if it means the disk is full, else None. ``needed``:
+    about how many bytes the write needs; ``free_at_failure``: the free bytes measured before the
+    temp files were removed (judges libraries' vague "write failed"); the message shows the free
+    bytes now."""
+    if isinstance(err, DiskFullError):
+        return err
+    free_then = free_at_failure if free_at_failure is not None else free_bytes(path)
+    if not _is_disk_full(err, free_then, needed):
+        return None
+    return DiskFullError(path, free_bytes(path), needed, what, at_least, hint)
 
 
 def fsync_file(path: str | os.PathLike) -> None:
@@ -50,16 +169,39 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
+def _cleanup_and_raise(err: BaseException, path: Path, tmp: Path, needed: int | None, what: str) -> None:
+    """Remove the temp file or folder `tmp`; raise DiskFullError if `err` means a full disk."""
+    written = tree_size(tmp)
+    free_then = free_bytes(path.parent)
+    if tmp.is_dir():
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.unlink(missing_ok=True)
+    if isinstance(err, (KeyboardInterrupt, SystemExit)):
+        return
+    at_least = needed is None
+    full = as_disk_full(err, path, needed if needed is not None else (written or None), what, free_then, at_least)
+    if full is not None and full is not err:
+        raise full from err
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], None], *, needed: int | None = None, what: str = "") -> Path:
     """Call `write(temp_path)` for a temp file next to `path`, fsync it, then rename it over `path`.
 
     Parent folders are made; the final file has mode 0o644. If anything fails (including
     `write`) the temp file is removed, an existing `path` is left untouched, and the error is
-    raised again.
+    raised again, as a DiskFullError when the disk is full (``needed``: the bytes the file needs,
+    if known; ``what``: how the message names the file, e.g. "the LoRA").
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        full = as_disk_full(err, path, needed, what)
+        if full is not None:
+            raise full from err
+        raise
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -67,8 +209,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
         fsync_file(tmp)
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as err:
+        _cleanup_and_raise(err, path, tmp, needed, what)
         raise
     fsync_dir(path.parent)
     return path
@@ -80,25 +222,31 @@ def replace_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     final name; after a power cut a file may be empty or short, which the cache's readers treat as
     missing."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        full = as_disk_full(err, path, len(data))
+        if full is not None:
+            raise full from err
+        raise
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as err:
+        _cleanup_and_raise(err, path, Path(tmp), len(data), "")
         raise
     return path
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    return atomic_write(path, lambda tmp: tmp.write_bytes(data))
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, what: str = "") -> Path:
+    return atomic_write(path, lambda tmp: tmp.write_bytes(data), needed=len(data), what=what)
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
-    return atomic_write_bytes(path, text.encode(encoding))
+def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8", what: str = "") -> Path:
+    return atomic_write_bytes(path, text.encode(encoding), what=what)
 
 
 def atomic_write_json(path: str | os.PathLike, data: Any, **json_kwargs: Any) -> Path:
@@ -106,15 +254,22 @@ def atomic_write_json(path: str | os.PathLike, data: Any, **json_kwargs: Any) ->
     return atomic_write_text(path, json.dumps(data, **json_kwargs) + "\n")
 
 
-def atomic_write_dir(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
+def atomic_write_dir(path: str | os.PathLike, write: Callable[[Path], None], *, needed: int | None = None, what: str = "") -> Path:
     """Call `write(temp_dir)` for a temp folder next to `path`, fsync its files, then swap it in.
 
     An existing folder is moved aside first and removed only after the new one is in place; if
-    anything fails the temp folder is removed and the old folder put back.
+    anything fails the temp folder is removed and the old folder put back (a full disk raises
+    DiskFullError, as `atomic_write`).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    except OSError as err:
+        full = as_disk_full(err, path, needed, what)
+        if full is not None:
+            raise full from err
+        raise
     old = None
     try:
         write(tmp)
@@ -126,10 +281,12 @@ def atomic_write_dir(path: str | os.PathLike, write: Callable[[Path], None]) -> 
             os.replace(path, old / path.name)
         os.replace(tmp, path)
         fsync_dir(path.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and not path.exists():
-            os.replace(old / path.name, path)
+    except BaseException as err:
+        try:
+            _cleanup_and_raise(err, path, tmp, needed, what)
+        finally:
+            if old is not None and not path.exists():
+                os.replace(old / path.name, path)
         raise
     finally:
         if old is not None:

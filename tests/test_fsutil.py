@@ -1,3 +1,4 @@
+import errno
 import json
 import os
 import stat
@@ -158,3 +159,101 @@ def test_importing_fsutil_does_not_import_torch():
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == "False"
+
+
+# --- a full disk -------------------------------------------------------------------------------
+
+def _fill_then_fail(exc, keep=b"half a fi"):
+    def write(tmp):
+        tmp.write_bytes(keep)  # part of the file is written...
+        raise exc  # ...then the disk is full
+
+    return write
+
+
+def test_enospc_becomes_a_disk_full_error_naming_path_free_and_needed(tmp_path):
+    target = tmp_path / "out.bin"
+    atomic_write_bytes(target, b"old")
+    with pytest.raises(fsutil.DiskFullError) as err:
+        atomic_write(target, _fill_then_fail(OSError(errno.ENOSPC, "No space left on device")), needed=5000, what="the LoRA")
+    message = str(err.value)
+    assert message.startswith("disk full: could not write the LoRA ") and str(target) in message
+    assert "about 4.9 KB needed" in message and " free)" in message and "\n" not in message
+    assert err.value.errno == errno.ENOSPC and err.value.needed == 5000 and err.value.free is not None
+    assert isinstance(err.value, OSError) and err.value.expected
+    assert target.read_bytes() == b"old" and names(tmp_path) == ["out.bin"]  # old file kept, no temp left
+
+
+@pytest.mark.parametrize("exc", [
+    RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 9536 vs 9424"),  # torch.save
+    RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"),
+])
+def test_torchs_vague_write_failure_is_a_full_disk_only_when_space_is_low(tmp_path, monkeypatch, exc):
+    target = tmp_path / "state.pt"
+    monkeypatch.setattr(fsutil, "free_bytes", lambda path: 1000)
+    with pytest.raises(fsutil.DiskFullError, match=r"more than 9 bytes needed, 1000 bytes free"):
+        atomic_write(target, _fill_then_fail(exc))
+    assert names(tmp_path) == []
+    monkeypatch.setattr(fsutil, "free_bytes", lambda path: 10 * 2**30)  # plenty of space: another failure
+    with pytest.raises(RuntimeError) as err:
+        atomic_write(target, _fill_then_fail(exc))
+    assert not isinstance(err.value, OSError) and names(tmp_path) == []
+
+
+def test_a_librarys_own_words_for_enospc_are_a_full_disk(tmp_path):
+    from safetensors import SafetensorError
+
+    exc = SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })')
+    with pytest.raises(fsutil.DiskFullError):
+        atomic_write(tmp_path / "w.safetensors", _fill_then_fail(exc))
+    with pytest.raises(ValueError, match="not a disk problem"):  # other errors pass unchanged
+        atomic_write(tmp_path / "w.safetensors", _fill_then_fail(ValueError("not a disk problem")))
+    assert names(tmp_path) == []
+
+
+def test_disk_full_in_bytes_dir_and_cache_writers(tmp_path, monkeypatch):
+    real_fdopen = os.fdopen
+
+    class FullFile:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def write(self, data):
+            self.fh.write(data[:3])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fsutil.os, "fdopen", lambda fd, mode: FullFile(real_fdopen(fd, mode)))
+    with pytest.raises(fsutil.DiskFullError, match="about 10 bytes needed"):
+        fsutil.replace_write_bytes(tmp_path / "cache" / "k.safetensors", b"0123456789")
+    assert names(tmp_path / "cache") == []
+    monkeypatch.undo()
+
+    model = tmp_path / "model"
+    atomic_write_dir(model, lambda tmp: (tmp / "keep.txt").write_text("v1"))
+
+    def fill(tmp):
+        (tmp / "big.bin").write_bytes(b"x" * 100)
+        raise OSError(errno.EDQUOT, "Disk quota exceeded")
+
+    with pytest.raises(fsutil.DiskFullError, match=r"more than 100 bytes needed"):
+        atomic_write_dir(model, fill)
+    assert names(model) == ["keep.txt"] and names(tmp_path) == ["cache", "model"]
+
+
+def test_disk_full_error_survives_pickling():
+    import pickle
+
+    err = fsutil.DiskFullError("/x/backup", 10, 2048, "a backup in", hint="; the earlier backups are intact")
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is fsutil.DiskFullError and str(again) == str(err) and again.needed == 2048
+
+
+def test_human_bytes():
+    assert [fsutil.human_bytes(n) for n in (0, 1023, 1024, 5 * 2**20 + 1, 3 * 2**40)] == [
+        "0 bytes", "1023 bytes", "1.0 KB", "5.0 MB", "3.0 TB"]

@@ -151,7 +151,7 @@ class LatentCache:
 
     def put(self, key: str, tensor: torch.Tensor) -> Path:
         data = st_save({"latent": tensor.detach().to("cpu").contiguous()}, metadata={"vae_id": self.vae_id})
-        path = atomic_write_bytes(self.path_for(key), data)
+        path = atomic_write_bytes(self.path_for(key), data, what="a cached latent (the cache needs room for every image)")
         self.encodes += 1
         return path
 

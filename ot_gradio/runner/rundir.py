@@ -3,12 +3,19 @@
 <workspace>/runs/<run-id>/ holds config.json, events.jsonl (append-only, one JSON object a line),
 log.txt (the worker's stdout/stderr), control/ (requests from the page), samples/, backup/,
 save/ and tensorboard/. This module is pure Python (no torch): both sides import it.
+
+A live worker holds a shared lock on its events.jsonl (POSIX flock; the kernel drops it when the
+process dies, SIGKILL included). Starting a run in a workspace removes what crashed runs there left
+behind, only in runs nobody holds that lock on: backup folders without their COMPLETE marker
+(never a complete backup) and the hidden temp files and folders of interrupted atomic writes.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,6 +25,14 @@ from typing import Any
 
 from ot_gradio.fsutil import atomic_write_json
 
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; only runs that wrote their exit code count as finished
+    fcntl = None
+
+log = logging.getLogger(__name__)
+
+BACKUP_MARKER = "COMPLETE"  # written last into a backup folder: a folder that has it is complete
 CONTROL_REQUESTS = ("stop", "sample", "backup", "save")
 FINAL_STATUSES = ("done", "stopped", "error")
 
@@ -137,6 +152,11 @@ class EventWriter:
     def __init__(self, run: RunDir):
         self.run = run
         self._fh = open(run.events, "a", encoding="utf-8")
+        if fcntl is not None:  # "this run is live" for remove_leftovers (shared: every rank holds it)
+            try:  # waits at most for a cleaner's test of this lock (an instant)
+                fcntl.flock(self._fh.fileno(), fcntl.LOCK_SH)
+            except OSError:
+                pass  # a filesystem without locks: the run still works
 
     def emit(self, type: str, **payload: Any) -> dict[str, Any]:
         event = {"type": type, "time": round(time.time(), 3), **payload}
@@ -160,9 +180,84 @@ def runs_root(workspace: str | Path) -> Path:
 
 
 def create_run(workspace: str | Path, config: dict[str, Any], prefix: str = "run") -> RunDir:
+    """A new run folder; first removes what crashed runs of this workspace left behind (written
+    to the new run's log.txt)."""
+    removed = clean_workspace(workspace)
     run = RunDir(runs_root(workspace) / new_run_id(prefix)).make()
     write_json_atomic(run.config, config)
+    if removed:
+        with open(run.log, "a", encoding="utf-8") as fh:
+            for path in removed:
+                fh.write(f"removed a leftover of an interrupted write: {path}\n")
     return run
+
+
+def run_is_live(run: RunDir) -> bool:
+    """Does a worker still hold this run's events.jsonl? Without flock (Windows): live unless
+    the run wrote its exit code."""
+    if fcntl is None:
+        return not run.exit_file.exists()
+    try:
+        fh = open(run.events, "rb")
+    except OSError:
+        return False  # no events yet: no worker ever wrote here
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        return False
+    finally:
+        fh.close()
+
+
+def _is_temp(name: str) -> bool:
+    """Hidden temp files and folders of fsutil's atomic writes (`.<name>.<random>.tmp`) and of
+    backups being assembled (`.tmp-<name>`)."""
+    return name.startswith(".tmp-") or (name.startswith(".") and name.endswith(".tmp"))
+
+
+def remove_leftovers(run: RunDir) -> list[Path]:
+    """Remove what an interrupted write left in a run that no worker holds: temp files and
+    folders, and backup folders without their marker. Complete backups are never touched."""
+    if run_is_live(run):
+        return []
+    found: list[Path] = []
+    if run.backup.is_dir():
+        for p in run.backup.iterdir():
+            if _is_temp(p.name) or (p.is_dir() and not p.name.startswith(".") and not (p / BACKUP_MARKER).exists()):
+                found.append(p)
+    for folder in (run.save, run.samples, run.path):
+        if folder.is_dir():
+            found += [p for p in folder.iterdir() if _is_temp(p.name)]
+    removed = []
+    for p in found:
+        if p.is_dir() and (p / BACKUP_MARKER).exists():
+            continue  # never a complete backup
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        if not p.exists():
+            removed.append(p)
+            log.info("removed a leftover of an interrupted write: %s", p)
+    return removed
+
+
+def clean_workspace(workspace: str | Path) -> list[Path]:
+    """`remove_leftovers` for every run of the workspace (live runs are skipped)."""
+    removed: list[Path] = []
+    root = runs_root(workspace)
+    if not root.is_dir():
+        return removed
+    for p in sorted(root.iterdir()):
+        if p.is_dir() and not p.is_symlink():
+            try:
+                removed += remove_leftovers(RunDir(p))
+            except OSError as err:  # a folder we cannot clean must not stop a new run
+                log.warning("could not clean %s: %s", p, err)
+    return removed
 
 
 def list_runs(workspace: str | Path) -> list[RunDir]:

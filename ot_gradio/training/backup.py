@@ -4,7 +4,11 @@ looks complete.
 A backup is a folder `backup/<time>-step<N>/` with `trainable.safetensors` (the trained weights),
 `state.pt` (optimizer, scheduler, grad scaler, RNG states, counters), `config.json`, and a
 `COMPLETE` marker written last. It is assembled under a temporary name and renamed into place;
-a folder without the marker is never picked for resume.
+a folder without the marker is never picked for resume, and the next run started in the
+workspace removes it (runner/rundir.py `remove_leftovers`).
+
+A full disk raises fsutil.DiskFullError naming the folder, the space free and about the space a
+backup needs; the half-written folder is removed first and earlier backups stay as they were.
 """
 
 from __future__ import annotations
@@ -22,9 +26,13 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from ot_gradio.fsutil import atomic_write_text, fsync_dir, fsync_file
+from ot_gradio.fsutil import DiskFullError, as_disk_full, atomic_write_text, free_bytes, fsync_dir, fsync_file, tree_size
+from ot_gradio.runner.rundir import BACKUP_MARKER as MARKER
 
-MARKER = "COMPLETE"
+# The steps of a backup write, in order: a fault-injection pause can hold the writer after each.
+STEPS = ("backup-started", "backup-trainable", "backup-state", "backup-config", "backup-written", "backup-renamed",
+         "backup-marked")
+INTACT = "; the earlier backups are intact"
 
 
 @dataclass
@@ -54,11 +62,32 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def fault_pause(point: str) -> None:
     """Fault injection for the crash tests: with OT_GRADIO_FAULT_PAUSE="<point>:<seconds>" the
-    worker sleeps at that point of a backup write, so a test can kill it there. Unset in normal use."""
+    worker sleeps at that point of a backup write (one of STEPS), so a test can kill it there;
+    with OT_GRADIO_FAULT_PAUSE_FILE set it also writes the point's name to that file first, so
+    the test knows where the writer is held. Unset in normal use."""
     spec = os.environ.get("OT_GRADIO_FAULT_PAUSE", "")
     name, _, seconds = spec.partition(":")
     if name == point:
+        flag = os.environ.get("OT_GRADIO_FAULT_PAUSE_FILE")
+        if flag:
+            Path(flag).write_text(point)
         time.sleep(float(seconds or 1))
+
+
+def _tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensors in a nested state (a lower bound for its size on disk)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
+def backup_size(trainable: dict[str, torch.Tensor], state: dict[str, Any]) -> int:
+    """About the bytes a backup of these takes (tensor data plus 1 MB of headers and RNG state)."""
+    return _tensor_bytes(trainable) + _tensor_bytes(state) + 1024 * 1024
 
 
 def write_backup(
@@ -69,7 +98,17 @@ def write_backup(
     counters: Counters,
     keep: int | None = None,
 ) -> Path:
-    backup_root.mkdir(parents=True, exist_ok=True)
+    needed = backup_size(trainable, state)
+    try:
+        backup_root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        full = as_disk_full(err, backup_root, needed, "a backup in", hint=INTACT)
+        if full is not None:
+            raise full from err
+        raise
+    free = free_bytes(backup_root)
+    if free is not None and free < needed:  # do not fill the disk with a backup that cannot fit
+        raise DiskFullError(backup_root, free, needed, "a backup in", hint=INTACT)
     name = time.strftime("%Y%m%d-%H%M%S") + f"-step{counters.global_step}"
     final = backup_root / name
     if final.exists():
@@ -78,25 +117,40 @@ def write_backup(
     tmp = backup_root / f".tmp-{name}"
     try:
         tmp.mkdir()
+        fault_pause("backup-started")
         save_file({k: v.detach().contiguous().cpu() for k, v in trainable.items()}, str(tmp / "trainable.safetensors"))
+        fault_pause("backup-trainable")
         torch.save({**state, "counters": counters.as_dict(), "rng": rng_state()}, tmp / "state.pt")
+        fault_pause("backup-state")
         (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
+        fault_pause("backup-config")
         for f in tmp.iterdir():
             fsync_file(f)
         fsync_dir(tmp)
-    except OSError as err:
+    except Exception as err:  # torch and safetensors report a full disk as RuntimeError / their own error
+        written, free_then = tree_size(tmp), free_bytes(backup_root)
         shutil.rmtree(tmp, ignore_errors=True)  # no half-written backup takes up the space
-        raise OSError(
-            err.errno,
-            f"could not write the backup in {backup_root}: {err.strerror or err}. Free some disk space or choose "
-            "another workspace folder; the earlier backups are intact",
-        ) from err
+        full = as_disk_full(err, backup_root, max(needed, written), "a backup in", free_then, hint=INTACT)
+        if full is not None:
+            raise full from err
+        if isinstance(err, OSError):
+            raise OSError(
+                err.errno,
+                f"could not write the backup in {backup_root}: {err.strerror or err}. Check that folder (permissions, "
+                "disk) or choose another workspace folder; the earlier backups are intact",
+            ) from err
+        raise
     fault_pause("backup-written")
     os.replace(tmp, final)
     fsync_dir(backup_root)
     fault_pause("backup-renamed")
     # The marker goes last, itself atomically: a folder that has it is complete.
-    atomic_write_text(final / MARKER, json.dumps(counters.as_dict()))
+    try:
+        atomic_write_text(final / MARKER, json.dumps(counters.as_dict()), what="the backup's marker")
+    except BaseException:
+        shutil.rmtree(final, ignore_errors=True)  # an unmarked folder is not a backup; free its space
+        raise
+    fault_pause("backup-marked")
     if keep:
         for old in complete_backups(backup_root)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)

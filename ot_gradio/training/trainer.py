@@ -30,6 +30,7 @@ from ..config.families import family_info
 from ..config.io import config_to_dict
 from ..config.schema import TrainConfig
 from ..data.prefetch import LoadStats, prefetched
+from ..fsutil import atomic_write
 from .backup import Counters, latest_backup, read_backup, set_rng_state, write_backup
 from .device import Precision, resolve_device, weight_dtype
 from .diffusion import DiffusionStep, check_quantized_parts_frozen, configure_model
@@ -542,7 +543,7 @@ class Trainer:
             torch.set_rng_state(state)  # sampling must not change the training noise
             c = self.counters
             out = self.paths.samples / f"step{c.global_step:06d}-epoch{c.epoch}-{i}{suffix}.{fmt}"
-            image.save(out)
+            atomic_write(out, lambda tmp, im=image: im.save(tmp, format="JPEG" if fmt == "jpg" else fmt.upper()), what="a sample")
             extra = {} if ema is None else {"ema": ema}
             self.report.sample(path=str(out), prompt=s.prompt, step=c.global_step, epoch=c.epoch, index=i, **extra)
             if self._tb is not None:

@@ -1,6 +1,12 @@
+import errno
+
+import pytest
 import torch
 
-from ot_gradio.training.backup import MARKER, Counters, complete_backups, latest_backup, read_backup, write_backup
+from ot_gradio import fsutil
+from ot_gradio.runner.rundir import EventWriter, RunDir, clean_workspace, create_run, remove_leftovers
+from ot_gradio.training import backup as backup_module
+from ot_gradio.training.backup import MARKER, STEPS, Counters, complete_backups, latest_backup, read_backup, write_backup
 
 
 def test_backup_round_trip_and_marker(tmp_path):
@@ -29,3 +35,106 @@ def test_rolling_backups_keep_newest(tmp_path):
     root = tmp_path / "backup"
     made = [write_backup(root, {"w": torch.ones(1) * i}, {}, {}, Counters(global_step=i), keep=2) for i in range(4)]
     assert complete_backups(root) == made[-2:]
+
+
+# --- a full disk, and what crashed writes leave ------------------------------------------------
+
+def _first(root):
+    weights = {"unet.a": torch.randn(64, 64)}
+    return write_backup(root, weights, {"optimizer": {"x": 1}}, {"seed": 1}, Counters(global_step=1)), weights
+
+
+def _only_complete(root):
+    return all((p / MARKER).exists() for p in root.iterdir())
+
+
+def test_disk_full_inside_torch_save_keeps_the_previous_backup_and_leaves_nothing(tmp_path, monkeypatch):
+    root = tmp_path / "backup"
+    good, weights = _first(root)
+    real_save = torch.save
+
+    def torch_save_on_a_full_disk(obj, f):  # what torch does: part of the file, then a vague error
+        real_save(obj, f)
+        with open(f, "r+b") as fh:
+            fh.truncate(100)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 9536 vs 9424")
+
+    monkeypatch.setattr(backup_module.torch, "save", torch_save_on_a_full_disk)
+    free = iter([10 * 2**30, 1000, 1000, 1000])  # room at the start, then full
+    monkeypatch.setattr(backup_module, "free_bytes", lambda p: next(free))
+    monkeypatch.setattr(fsutil, "free_bytes", lambda p: 1000)
+    with pytest.raises(fsutil.DiskFullError) as err:
+        write_backup(root, {"unet.a": torch.zeros(64, 64)}, {}, {}, Counters(global_step=2))
+    message = str(err.value)
+    assert message.startswith(f"disk full: could not write a backup in {root} (about ")
+    assert "needed, 1000 bytes free)" in message and message.endswith("the earlier backups are intact")
+    assert err.value.needed >= 64 * 64 * 4
+    assert sorted(p.name for p in root.iterdir()) == [good.name]  # no .tmp-, no half folder
+    assert latest_backup([tmp_path]) == good  # resume still picks the earlier backup
+    loaded = read_backup(good)
+    assert torch.equal(loaded.trainable["unet.a"], weights["unet.a"]) and loaded.counters.global_step == 1
+
+
+def test_a_backup_that_cannot_fit_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    root = tmp_path / "backup"
+    good, _ = _first(root)
+    monkeypatch.setattr(backup_module, "free_bytes", lambda p: 4096)
+    with pytest.raises(fsutil.DiskFullError, match=r"about 1\.0 MB needed, 4\.0 KB free"):
+        write_backup(root, {"w": torch.zeros(16)}, {}, {}, Counters(global_step=2))
+    assert [p.name for p in root.iterdir()] == [good.name]
+
+
+def test_disk_full_writing_the_marker_removes_the_unmarked_folder(tmp_path, monkeypatch):
+    root = tmp_path / "backup"
+    good, _ = _first(root)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(backup_module, "atomic_write_text", lambda *a, **k: full())
+    with pytest.raises(OSError):
+        write_backup(root, {"w": torch.zeros(16)}, {}, {}, Counters(global_step=2))
+    assert [p.name for p in root.iterdir()] == [good.name] and _only_complete(root)
+    assert complete_backups(root) == [good]
+
+
+def test_every_step_of_a_backup_write_can_be_held(tmp_path, monkeypatch):
+    flag = tmp_path / "where"
+    monkeypatch.setenv("OT_GRADIO_FAULT_PAUSE_FILE", str(flag))
+    for step in STEPS:
+        monkeypatch.setenv("OT_GRADIO_FAULT_PAUSE", f"{step}:0")
+        flag.unlink(missing_ok=True)
+        write_backup(tmp_path / "backup", {"w": torch.zeros(2)}, {}, {}, Counters(global_step=1), keep=1)
+        assert flag.read_text() == step
+
+
+def _crashed_run(workspace):
+    """A run folder as a SIGKILL leaves it: a complete backup, a half-assembled one, a renamed one
+    without its marker, and atomic writes' temp files in save/ and samples/."""
+    run = RunDir(workspace / "runs" / "20250101-000000-run-abcdef").make()
+    run.config.write_text("{}")
+    good = write_backup(run.backup, {"w": torch.ones(2)}, {}, {}, Counters(global_step=1))
+    (run.backup / ".tmp-20250101-000001-step2").mkdir()
+    (run.backup / ".tmp-20250101-000001-step2" / "state.pt").write_bytes(b"trunc")
+    (run.backup / "20250101-000002-step3").mkdir()
+    (run.backup / "20250101-000002-step3" / "trainable.safetensors").write_bytes(b"x")
+    (run.save / ".lora-step3.safetensors.k2j3.tmp").write_bytes(b"half")
+    (run.samples / ".step000003-epoch0-0.jpg.q1w2.tmp").write_bytes(b"half")
+    (run.path / ".config.json.zz.tmp").write_bytes(b"{")
+    return run, good
+
+
+def test_leftovers_of_a_crashed_run_are_removed_at_the_next_start_never_a_complete_backup(tmp_path):
+    run, good = _crashed_run(tmp_path / "ws")
+    writer = EventWriter(run)  # the worker still runs: nothing of its run is touched
+    assert remove_leftovers(run) == [] and len(list(run.backup.iterdir())) == 3
+    writer.close()  # the worker is gone (a SIGKILL drops the lock just the same)
+    new = create_run(tmp_path / "ws", {"seed": 1})
+    assert sorted(p.name for p in run.backup.iterdir()) == [good.name]
+    assert read_backup(good).counters.global_step == 1
+    assert list(run.save.iterdir()) == [] and list(run.samples.iterdir()) == []
+    assert sorted(p.name for p in run.path.iterdir() if p.name.startswith(".")) == []
+    logged = new.log.read_text()
+    assert logged.count("removed a leftover of an interrupted write") == 5
+    assert ".tmp-20250101-000001-step2" in logged and "20250101-000002-step3" in logged
+    assert clean_workspace(tmp_path / "ws") == []  # nothing left to do
