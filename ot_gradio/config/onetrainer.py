@@ -37,7 +37,7 @@ def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, 
     data = to_our_layout(data)
     for key, file_key in (("concepts", "concept_file_name"), ("samples", "sample_definition_file_name")):
         if data.get(key) is None and (key in data or file_key in data):
-            items, warning = _read_list_file(data.get(file_key) or "", file_key, base_dir)
+            items, warning = _read_list_file(data.get(file_key), file_key, base_dir)
             data[key] = items
             if warning:
                 warnings.append(warning)
@@ -75,16 +75,30 @@ def to_our_layout(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _read_list_file(name: str, key: str, base_dir: str | Path | None) -> tuple[list[Any], str | None]:
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# The conversions below run on the file's raw values, before validation. Each acts only on a
+# value of the type it expects and leaves any other value as it is, for validation to report as
+# "field: must be ..." (a dict where a name belongs must not become a TypeError here).
+
+def _read_list_file(name: Any, key: str, base_dir: str | Path | None) -> tuple[list[Any], str | None]:
     """OneTrainer's concepts/samples file, relative to the config's folder, then to the cwd."""
-    if not name:
-        return [], None
+    if not isinstance(name, str) or not name:
+        return [], None  # not text: validation names the field
     if os.path.isabs(name):
         candidates = [Path(name)]
     else:
         candidates = ([Path(base_dir) / name] if base_dir else []) + [Path.cwd() / name]
     for path in candidates:
-        if path.is_file():
+        try:
+            found = path.is_file()
+        except (OSError, ValueError) as err:  # a name too long, a NUL byte
+            shown = name if len(name) <= 80 else f"{name[:60]}... ({len(name)} characters)"
+            raise ConfigError(f"{key}: {shown!r} is not a usable file name ({getattr(err, 'strerror', None) or err}); "
+                              "give the path of OneTrainer's concepts/samples JSON file") from None
+        if found:
             try:
                 items = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, json.JSONDecodeError) as err:
@@ -115,7 +129,7 @@ _ENUM_ALIASES = {"timestep_distribution": {"PARABOLA": "INVERTED_PARABOLA"}}
 
 def _fix_enum_values(data: dict[str, Any]) -> None:
     for key, aliases in _ENUM_ALIASES.items():
-        if data.get(key) in aliases:
+        if isinstance(data.get(key), str) and data[key] in aliases:
             data[key] = aliases[data[key]]
     if isinstance(data.get("tensorboard_port"), str) and data["tensorboard_port"].isdigit():
         data["tensorboard_port"] = int(data["tensorboard_port"])
@@ -172,8 +186,10 @@ def _ot_1(data: dict[str, Any]) -> dict[str, Any]:
         elif key in _OT_1_EPOCHS:
             out.setdefault(_OT_1_EPOCHS[key], {}).update(stop_training_after=value, stop_training_after_unit="EPOCH")
         elif key == "embedding_model_names":
-            if value:
+            if isinstance(value, list) and value:
                 embedding["model_name"] = value[0]
+            elif value:
+                embedding["model_name"] = value  # not a list: validation names it
         elif key in ("token_count", "initial_embedding_text"):
             embedding[key] = value
         else:
@@ -196,7 +212,7 @@ def _ot_3(data: dict[str, Any]) -> dict[str, Any]:
     weight = data.pop("noising_weight", 0.0)
     bias = data.pop("noising_bias", 0.5)
     if weight:
-        data.update(timestep_distribution="SIGMOID", noising_weight=weight, noising_bias=bias - 0.5)
+        data.update(timestep_distribution="SIGMOID", noising_weight=weight, noising_bias=bias - 0.5 if _number(bias) else bias)
     else:
         data.update(timestep_distribution="UNIFORM", noising_weight=0.0, noising_bias=0.0)
     return data

@@ -1,0 +1,56 @@
+"""Values of the wrong type or an unusable file name in a OneTrainer config are reported as
+`field: what is allowed`, never as a traceback from the import's conversions (issue 20: the
+three tracebacks of `validate`)."""
+
+import json
+
+import pytest
+
+from ot_gradio.cli import main as cli_main
+from ot_gradio.config.io import ConfigError, load_config
+
+CASES = [
+    # (raw values of a OneTrainer config, what the one-line error must say)
+    ({"concept_file_name": "a" * 5000}, r"concept_file_name: 'a{60}\.\.\. \(5000 characters\)' is not a usable file name \(File name too long\)"),
+    ({"concept_file_name": {"a": 1}}, r"concept_file_name: must be text \(got \{'a': 1\}\)"),
+    ({"sample_definition_file_name": ["x"]}, r"sample_definition_file_name: must be text"),
+    ({"timestep_distribution": {"a": 1}}, r"timestep_distribution: must be one of UNIFORM, .* \(got \{'a': 1\}\)"),
+    ({"timestep_distribution": ["PARABOLA"]}, r"timestep_distribution: must be one of"),
+    ({"__version": 0, "embedding_model_names": 5}, r"embedding.model_name: must be text \(got 5\)"),
+    ({"__version": 0, "embedding_model_names": [{"a": 1}]}, r"embedding.model_name: must be text"),
+    ({"__version": 2, "noising_weight": 1.0, "noising_bias": "x"}, r"noising_bias: must be a number \(got 'x'\)"),
+    ({"__version": 1, "min_snr_gamma": "z"}, r"loss_weight_strength: must be a number"),
+]
+
+
+def ot_config(values: dict) -> dict:
+    return {"__version": 11, "model_type": "STABLE_DIFFUSION_15", "concepts": None, **values}
+
+
+@pytest.mark.parametrize(("values", "message"), CASES)
+def test_bad_raw_values_are_named_not_tracebacks(tmp_path, values, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(ot_config(values), base_dir=tmp_path)
+
+
+@pytest.mark.parametrize(("values", "message"), CASES[:4])
+def test_validate_prints_one_line(tmp_path, capsys, values, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(ot_config(values)))
+    assert cli_main(["validate", "--config", str(path)]) == 2
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err + out.out
+    lines = [line for line in out.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert len(lines[0]) < 400  # the 5000-character name is shortened
+
+
+def test_good_values_still_convert(tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps([{"name": "cat", "path": str(tmp_path)}]))
+    loaded = load_config(ot_config({"concept_file_name": "c.json", "timestep_distribution": "PARABOLA"}), base_dir=tmp_path)
+    assert loaded.config.timestep_distribution.value == "INVERTED_PARABOLA"
+    assert [c.name for c in loaded.config.concepts] == ["cat"]
+    old = load_config({"__version": 0, "model_type": "STABLE_DIFFUSION_15", "embedding_model_names": ["e.pt"],
+                       "noising_weight": 0.5, "noising_bias": 0.75, "concepts": []})
+    assert old.config.embedding.model_name == "e.pt"
+    assert old.config.noising_bias == pytest.approx(0.25)
