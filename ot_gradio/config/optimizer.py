@@ -44,11 +44,11 @@ class OptimizerConfig(Section):
     differentiable: bool = opt(False, "Differentiable", "Allow autograd through the optimizer step (for research only; slower).", advanced=True)
     eps: float | None = opt(None, "EPS", "A small value that prevents division by zero (1e-8 for Adam, 1e-30 for Adafactor).", ge=0)
     eps2: float | None = opt(None, "EPS 2", "Adafactor: the second small value that prevents division by zero (default 1e-3).", ge=0)
-    foreach: bool | None = opt(False, "Foreach", "Use the multi-tensor (foreach) implementation when available. Usually faster, but it needs more VRAM, so it is off by default.")
+    foreach: bool | None = opt(True, "Foreach", "Use torch's multi-tensor (foreach) step where torch has one for the device (CUDA) and the fused step is not used: faster, same results, but it holds temporary copies of the updates (more VRAM). Off = one weight at a time. The run's log says which step is used.")
     fsdp_in_use: bool = opt(False, "FSDP in use", "Prodigy / D-Adaptation: parameters are sharded (fully sharded data parallel).", advanced=True)
-    fused: bool = opt(False, "Fused", "Use the fused implementation when available: usually faster and uses less memory.")
+    fused: bool | None = opt(True, "Fused", "Use torch's fused step (Adam, AdamW) where torch has one for the device and dtype: faster, same results, less memory. Off = never. The run's log says which step is used.")
     fused_back_pass: bool = opt(False, "Fused back pass", "Step the optimizer for each weight as soon as its gradient is ready in the backward pass, so the gradients of the whole model are never held at once: saves a lot of VRAM with no loss in quality. Not compatible with gradient accumulation; gradient clipping is skipped.")
-    growth_rate: float | None = opt(None, "Growth rate", "Prodigy / D-Adaptation: the most the step size estimate may grow per step (default inf = no limit).", ge=0)
+    growth_rate: float | None = opt(None, "Growth rate", "Prodigy / D-Adaptation: the most the step size estimate may grow per step (default inf = no limit).", ge=0, allow_inf=True)
     initial_accumulator_value: float | None = opt(None, "Initial accumulator value", "Adagrad: starting value of the sum of squared gradients.", ge=0)
     initial_accumulator: float | None = opt(None, "Initial accumulator", "Starting value of the accumulator in optimizers that have one.", ge=0, status=P, advanced=True)
     is_paged: bool = opt(False, "Paged", "bitsandbytes optimizers: page the optimizer state to CPU memory when VRAM runs low.")
@@ -137,15 +137,19 @@ def _defaults_table() -> dict[str, dict[str, Any]]:
 
 # OneTrainer's defaults that the libraries refuse: bitsandbytes' LARS and SGD_8BIT need momentum,
 # schedule-free SGD interpolates with it, dadaptation's AdaGrad needs eps above 0. These replace them.
+# And the fast path by default: the fused and foreach steps (OneTrainer turns foreach off) are used
+# wherever torch has them for the device and dtype (training/optimizers/kernels.py decides and logs).
+_FAST = {"fused": True, "foreach": True}
 WORKING_DEFAULTS: dict[str, dict[str, Any]] = {
     "LARS": {"momentum": 0.9}, "LARS_8BIT": {"momentum": 0.9}, "SGD_8BIT": {"momentum": 0.9},
-    "SCHEDULE_FREE_SGD": {"momentum": 0.9}, "DADAPT_ADA_GRAD": {"eps": 1e-6},
+    "SCHEDULE_FREE_SGD": {"momentum": 0.9, "foreach": True}, "DADAPT_ADA_GRAD": {"eps": 1e-6},
+    "ADAM": _FAST, "ADAMW": _FAST, "SGD": {"foreach": True}, "SCHEDULE_FREE_ADAMW": {"foreach": True},
 }
 
 
 def optimizer_param_defaults(optimizer: Optimizer | str) -> dict[str, Any]:
     """OneTrainer's default parameters for one optimizer ("Load defaults" on the page), with the
-    few that its libraries refuse replaced by working ones (WORKING_DEFAULTS)."""
+    few that its libraries refuse replaced by working ones and the fast kernels on (WORKING_DEFAULTS)."""
     name = optimizer.value if isinstance(optimizer, Optimizer) else str(optimizer)
     return {**_defaults_table().get(name, {}), **WORKING_DEFAULTS.get(name, {})}
 

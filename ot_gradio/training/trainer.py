@@ -217,6 +217,8 @@ class Trainer:
         )
 
         self.optimizer = create_optimizer(self.param_groups, cfg.optimizer, self.device)
+        if self.dist.is_main:
+            print(f"optimizer {cfg.optimizer.optimizer.value}: {self.optimizer.step_kernel}", flush=True)
         self.optimizer = fused_back_pass(self.optimizer, self.param_groups, cfg, self.device, self.precision.scaler)
         self.scheduler = create_scheduler(
             self.optimizer,

@@ -116,7 +116,7 @@ def test_defaults_follow_onetrainer_except_device():
     config = TrainConfig()
     assert config.train_device == "cuda"
     assert config.learning_rate == 3e-6 and config.learning_rate_warmup_steps == 200.0
-    assert config.optimizer.stochastic_rounding is True and config.optimizer.foreach is False
+    assert config.optimizer.stochastic_rounding is True and config.optimizer.foreach is True  # ours: the fast step
     assert config.text_encoder_2_sequence_length == 77 and config.tensorboard_port == 6006
     assert config.embedding.placeholder == "<embedding>"
     assert config.embedding.uuid != TrainConfig().embedding.uuid

@@ -2,10 +2,10 @@
 
 `entries.py` holds the registry lines, `registry.py` how settings are resolved and an optimizer is
 built, `stochastic_rounding.py` and `fused_back_pass.py` the two settings that act around the
-optimizer, `trust_ratio.py` the fix that lets LAMB and LARS move all-zero weights (LoRA up matrices). The defaults table is config/optimizer_defaults.json (OneTrainer's own).
+optimizer, `kernels.py` the choice of fused / foreach / plain step, `trust_ratio.py` the fix that lets LAMB and LARS move all-zero weights (LoRA up matrices). The defaults table is config/optimizer_defaults.json (OneTrainer's own).
 """
 
-from . import entries  # noqa: F401  (fills the registry)
+from . import entries, kernels  # noqa: F401  (entries fills the registry)
 from .fused_back_pass import FusedBackPass, fused_back_pass
 from .registry import (
     NOT_CONSTRUCTOR_ARGS,

@@ -15,6 +15,7 @@ import torch
 
 from ...config.enums import Optimizer as O
 from ...config.optimizer import effective_settings, optimizer_problems
+from .kernels import choose_kernels
 from .stochastic_rounding import enable_stochastic_rounding
 from .trust_ratio import unit_trust_ratio_for_zero_weights
 
@@ -77,18 +78,12 @@ def create_optimizer(param_groups: list[dict[str, Any]], optimizer_config: Any, 
         raise ValueError("; ".join(problems))
     kwargs = resolve_settings(optimizer_config)
     params = [p for g in param_groups for p in g["params"]]
-    if kwargs.get("fused") and kwargs.get("foreach"):
-        kwargs["foreach"] = False  # torch refuses both; fused is the faster one
-    if kwargs.get("fused") and kwargs.get("differentiable"):
-        kwargs["fused"] = False  # torch has no differentiable fused step
-    if kwargs.get("fused") and device.type not in ("cuda", "cpu", "mps"):
-        kwargs["fused"] = False
-    if kwargs.get("fused") and any(p.dtype not in (torch.float32, torch.float16, torch.bfloat16) for p in params):
-        kwargs["fused"] = False
+    kwargs, step_kernel = choose_kernels(entry.keys, kwargs, params)
     if kwargs.get("use_triton") and device.type != "cuda":
         raise ValueError(f"optimizer.use_triton: the Triton kernel of {entry.name.value} needs a CUDA GPU; turn Use Triton off")
     lr = param_groups[0]["lr"] if param_groups and "lr" in param_groups[0] else 1e-3
     optimizer = unit_trust_ratio_for_zero_weights(entry.build(param_groups, lr=lr, **kwargs))
+    optimizer.step_kernel = step_kernel
     settings = effective_settings(optimizer_config)
     if settings.get("stochastic_rounding") and any(p.dtype == torch.bfloat16 for p in params):
         enable_stochastic_rounding(optimizer)
