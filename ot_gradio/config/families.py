@@ -58,6 +58,7 @@ FAMILIES: dict[M, FamilyInfo] = {
         ("prior", "text_encoder", "decoder", "decoder_vqgan", "effnet_encoder"), "prior", ("text_encoder",), implemented=True
     ),
     M.PIXART_ALPHA: FamilyInfo(("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16),
+    M.PIXART_SIGMA: FamilyInfo(("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16),
     M.STABLE_DIFFUSION_3: _SD3,
     M.STABLE_DIFFUSION_35: _SD3,
     M.FLUX_DEV_1: FamilyInfo(

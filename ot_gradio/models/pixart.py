@@ -72,6 +72,12 @@ class PixArtAlpha:
     denoiser = "transformer"
     text_encoder_names = ("text_encoder",)
     lora_base_model_version = "pixart_alpha"
+    pipeline_class_name = "PixArtAlphaPipeline"
+    display_name = "PixArt-α"
+    hub_example = "PixArt-alpha/PixArt-XL-2-1024-MS"
+    architecture = "pixart-alpha"  # modelspec.architecture of the transformer file
+    # tokens T5 reads when `text_encoder_sequence_length` is unset (the pipeline's default)
+    default_sequence_length = DEFAULT_SEQUENCE_LENGTH
     # the key of T5's vectors in embedding files and LoRA bundles, as OneTrainer writes them
     embedding_keys = {"text_encoder": "t5"}
     # aspect buckets in multiples of 16 px (VAE 8 x patch 2), OneTrainer's quantization for PixArt
@@ -94,7 +100,7 @@ class PixArtAlpha:
         self.noise_scheduler = DDPMScheduler.from_config(scheduler.config)
         self.schedule_overrides: dict = {}
         self.layer_skips: dict[str, int] = {}
-        # tokens T5 reads, for training and sampling; None = DEFAULT_SEQUENCE_LENGTH
+        # tokens T5 reads, for training and sampling; None = default_sequence_length
         self.text_encoder_sequence_length: int | None = None
 
     # the VAE, the noise schedule and the targets are Stable Diffusion's
@@ -140,17 +146,24 @@ class PixArtAlpha:
         return model
 
     @classmethod
+    def _pipeline_class(cls):
+        import diffusers
+
+        return getattr(diffusers, cls.pipeline_class_name)
+
+    @classmethod
     def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype):
-        from diffusers import PixArtAlphaPipeline
+        pipeline_class = cls._pipeline_class()  # PixArtSigmaPipeline for Σ
+        label, example = cls.display_name, cls.hub_example
 
         if not name:
-            raise ModelLoadError("No base model given. Enter a Hugging Face id or a diffusers folder of PixArt-α.")
+            raise ModelLoadError(f"No base model given. Enter a Hugging Face id or a diffusers folder of {label}.")
         if is_tiny(name):
             try:
                 folder = resolve_tiny(name).diffusers_dir
             except ValueError as e:
                 raise ModelLoadError(str(e)) from e
-            return PixArtAlphaPipeline.from_pretrained(folder, local_files_only=True, dtype=dtype)
+            return pipeline_class.from_pretrained(folder, local_files_only=True, dtype=dtype)
 
         path = Path(name).expanduser()
         if path.is_dir():
@@ -161,21 +174,21 @@ class PixArtAlpha:
                 )
             return cls._guarded(
                 name,
-                lambda: PixArtAlphaPipeline.from_pretrained(path, local_files_only=True, dtype=dtype),
+                lambda: pipeline_class.from_pretrained(path, local_files_only=True, dtype=dtype),
                 "The folder looks like a diffusers model but a part failed to load; check that it is a complete "
-                "PixArt-α model (transformer, text_encoder, tokenizer, vae, scheduler).",
+                f"{label} model (transformer, text_encoder, tokenizer, vae, scheduler).",
             )
         if path.is_file():
             raise ModelLoadError(
-                f"'{name}' is a single file; PixArt-α loads from a diffusers folder or a Hugging Face id (like "
-                "'PixArt-alpha/PixArt-XL-2-1024-MS'), as in OneTrainer. PixArt's own .pth checkpoints hold only the "
-                "transformer in another layout: convert them with diffusers' scripts/convert_pixart_alpha_to_diffusers.py."
+                f"'{name}' is a single file; {label} loads from a diffusers folder or a Hugging Face id (like "
+                f"'{example}'), as in OneTrainer. PixArt's own .pth checkpoints hold only the transformer in another "
+                "layout: convert them with diffusers' scripts/convert_pixart_alpha_to_diffusers.py (or _sigma_)."
             )
         looks_local = name.startswith(("/", ".", "~", "\\")) or re.match(r"^[A-Za-z]:[\\/]", name) is not None or name.count("/") > 1
         if looks_local or not _HUB_ID.fullmatch(name):
             raise ModelLoadError(
                 f"Base model '{name}' was not found: no such folder. Check the path, or give a Hugging Face id "
-                "like 'PixArt-alpha/PixArt-XL-2-1024-MS'."
+                f"like '{example}'."
             )
         hint = (
             "No local folder has that name and, offline, it is not in the local Hugging Face cache"
@@ -186,7 +199,7 @@ class PixArtAlpha:
         )
         return cls._guarded(
             name,
-            lambda: PixArtAlphaPipeline.from_pretrained(
+            lambda: pipeline_class.from_pretrained(
                 name, cache_dir=cache_dir, token=token, local_files_only=offline, dtype=dtype
             ),
             hint,
@@ -248,7 +261,7 @@ class PixArtAlpha:
 
     @property
     def sequence_length(self) -> int:
-        return int(self.text_encoder_sequence_length or DEFAULT_SEQUENCE_LENGTH)
+        return int(self.text_encoder_sequence_length or self.default_sequence_length)
 
     def tokenize(self, prompts: str | Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """(token ids, attention mask), padded and truncated to `sequence_length`."""
@@ -319,15 +332,15 @@ class PixArtAlpha:
     # ---------------------------------------------------------------- sampling
 
     def pipeline(self, sampler: NoiseScheduler | str | None = None, with_text_encoder: bool = True):
-        """A PixArtAlphaPipeline sharing this model's components. Without the text encoder it
-        takes prompt embeddings and keeps them in the transformer's dtype."""
-        from diffusers import PixArtAlphaPipeline
+        """A PixArtAlphaPipeline (PixArtSigmaPipeline for Σ) sharing this model's components.
+        Without the text encoder it takes prompt embeddings and keeps them in the transformer's dtype."""
+        pipeline_class = self._pipeline_class()
 
         if sampler is None:
             scheduler = type(self.scheduler).from_config(self.scheduler.config, **self.schedule_overrides)
         else:
             scheduler = make_sampling_scheduler(sampler, self.scheduler.config, self.schedule_overrides)
-        pipe = PixArtAlphaPipeline(
+        pipe = pipeline_class(
             tokenizer=self.tokenizer if with_text_encoder else None,
             text_encoder=base_module(self.text_encoder) if with_text_encoder else None,
             vae=base_module(self.vae),
@@ -408,11 +421,11 @@ class PixArtAlpha:
             base_module(self.transformer),
             plain_state_dict(self.transformer, "transformer"),
             dtype=torch_dtype(dtype),
-            metadata={"modelspec.architecture": "pixart-alpha", "ot_gradio.model_type": self.model_type.value},
+            metadata={"modelspec.architecture": self.architecture, "ot_gradio.model_type": self.model_type.value},
         )
 
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
-        """A diffusers folder (PixArtAlphaPipeline.from_pretrained loads it), written atomically;
+        """A diffusers folder (the family's pipeline's from_pretrained loads it), written atomically;
         weights are cast copy by copy."""
 
         def write_rest(tmp: Path) -> None:
@@ -439,7 +452,7 @@ def tiny_t5_tokenizer(model_max_length: int = DEFAULT_SEQUENCE_LENGTH):
     return T5Tokenizer(vocab=vocab, extra_ids=0, model_max_length=model_max_length)
 
 
-def tiny_pixart_components(seed: int = 0, sample_size: int = 128) -> dict:
+def tiny_pixart_components(seed: int = 0, sample_size: int = 128, **transformer_options) -> dict:
     """PixArt-α's classes at width 24-32 (the size embeddings need a width divisible by 3).
     sample_size 128 is the 1024-MS layout (micro-conditions on); 64 is the 512 model's. The
     position embedding is rebuilt for other sizes, so 64 px images work with either."""
@@ -460,7 +473,7 @@ def tiny_pixart_components(seed: int = 0, sample_size: int = 128) -> dict:
         num_attention_heads=2, attention_head_dim=12, in_channels=4, out_channels=8, num_layers=2,
         cross_attention_dim=24, caption_channels=32, sample_size=sample_size, patch_size=2,
         norm_type="ada_norm_single", num_embeds_ada_norm=1000, norm_elementwise_affine=False, norm_eps=1e-6,
-        activation_fn="gelu-approximate", attention_bias=True,
+        activation_fn="gelu-approximate", attention_bias=True, **transformer_options,
     )
     with torch.no_grad():  # a visible output, so tests see what training changes
         transformer.proj_out.weight.normal_(0.0, 0.02)

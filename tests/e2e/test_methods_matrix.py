@@ -1,4 +1,4 @@
-"""FINE_TUNE and EMBEDDING for SD 2.x, SD 1.5 and 2.0 inpainting, Würstchen 2, Stable Cascade and PixArt-α,
+"""FINE_TUNE and EMBEDDING for SD 2.x, SD 1.5 and 2.0 inpainting, Würstchen 2, Stable Cascade, PixArt-α and -Σ,
 each run by the real worker for two steps on the family's tiny model, the output reloaded with
 diffusers' own loaders (SD 1.5 and SDXL: test_methods_sd15.py, test_methods_sdxl.py).
 
@@ -36,6 +36,7 @@ class Family:
     kind: str  # "sd", "wuerstchen", "cascade" or "pixart"
     denoiser: str
     inpainting: bool = False
+    pipeline: str = ""  # the diffusers pipeline class, where the kind has several
 
 
 FAMILIES = {
@@ -45,7 +46,8 @@ FAMILIES = {
     "STABLE_DIFFUSION_20_INPAINTING": Family("sd2-inpainting", "sd", "unet", inpainting=True),
     "WUERSTCHEN_2": Family("wuerstchen2", "wuerstchen", "prior"),
     "STABLE_CASCADE_1": Family("cascade", "cascade", "prior"),
-    "PIXART_ALPHA": Family("pixart", "pixart", "transformer"),
+    "PIXART_ALPHA": Family("pixart", "pixart", "transformer", pipeline="PixArtAlphaPipeline"),
+    "PIXART_SIGMA": Family("pixart-sigma", "pixart", "transformer", pipeline="PixArtSigmaPipeline"),
 }
 CFG = {"sd": 7.0, "wuerstchen": 2.0, "cascade": 2.0, "pixart": 7.0}
 
@@ -54,6 +56,7 @@ CFG = {"sd": 7.0, "wuerstchen": 2.0, "cascade": 2.0, "pixart": 7.0}
 def tiny(tmp_path_factory):
     """The tiny model of a family, built on first use (model type -> TinyModelPaths)."""
     from ot_gradio.models.pixart import save_tiny_pixart
+    from ot_gradio.models.pixart_sigma import save_tiny_pixart_sigma
     from ot_gradio.models.sd2 import save_tiny_sd2, save_tiny_sd2_base
     from ot_gradio.models.sd_inpainting import save_tiny_sd2_inpainting, save_tiny_sd15_inpainting
     from ot_gradio.models.stable_cascade import save_tiny_cascade
@@ -61,7 +64,8 @@ def tiny(tmp_path_factory):
 
     builders = {"sd2": save_tiny_sd2, "sd2-base": save_tiny_sd2_base, "sd15-inpainting": save_tiny_sd15_inpainting,
                 "sd2-inpainting": save_tiny_sd2_inpainting,
-                "wuerstchen2": save_tiny_wuerstchen2, "cascade": save_tiny_cascade, "pixart": save_tiny_pixart}
+                "wuerstchen2": save_tiny_wuerstchen2, "cascade": save_tiny_cascade, "pixart": save_tiny_pixart,
+                "pixart-sigma": save_tiny_pixart_sigma}
     root, built = tmp_path_factory.mktemp("tiny-matrix"), {}
 
     def get(model_type: str):
@@ -155,11 +159,12 @@ def _sd_image(family, pipe, prompt, seed=3):
     return _pixels(out.images[0])
 
 
-def _pixart_pipeline(folder, **components):
-    from diffusers import PixArtAlphaPipeline
+def _pixart_pipeline(family, folder, **components):
+    import diffusers
 
     # float32 whatever the folder's dtype: a 16-bit save is compared in float32
-    return _ddim(PixArtAlphaPipeline.from_pretrained(str(folder), local_files_only=True, torch_dtype=torch.float32, **components))
+    cls = getattr(diffusers, family.pipeline)
+    return _ddim(cls.from_pretrained(str(folder), local_files_only=True, torch_dtype=torch.float32, **components))
 
 
 def _pixart_image(pipe, prompt, seed=3):
@@ -283,6 +288,7 @@ FINE_TUNES = [
     ("PIXART_ALPHA", "DIFFUSERS", True, "FLOAT_32"),  # T5's tied embedding written once (models/common.tied_aliases)
     ("PIXART_ALPHA", "DIFFUSERS", False, "BFLOAT_16"),
     ("PIXART_ALPHA", "ORIGINAL_SINGLE_FILE", False, "FLOAT_32"),  # the transformer alone (docs/FORMATS.md): T5 would not be saved
+    ("PIXART_SIGMA", "DIFFUSERS", False, "FLOAT_32"),
 ]
 
 
@@ -312,10 +318,10 @@ def test_finetune_reloads_with_the_trained_weights(model_type, fmt, text, dtype,
 
             transformer = PixArtTransformer2DModel.from_pretrained(str(paths.diffusers_dir), subfolder="transformer")
             transformer.load_state_dict(_pixart_original_to_diffusers(load_file(saved[0])), strict=True)
-            pipe = _pixart_pipeline(paths.diffusers_dir, transformer=transformer)
+            pipe = _pixart_pipeline(family, paths.diffusers_dir, transformer=transformer)
         else:
-            pipe = _pixart_pipeline(saved[0])
-        base = _pixart_pipeline(paths.diffusers_dir)
+            pipe = _pixart_pipeline(family, saved[0])
+        base = _pixart_pipeline(family, paths.diffusers_dir)
         reloaded = {"transformer": pipe.transformer, "text_encoder": pipe.text_encoder}
         changed = np.abs(_pixart_image(pipe, "a red circle") - _pixart_image(base, "a red circle")).max()
     else:
@@ -343,7 +349,7 @@ def test_finetune_reloads_with_the_trained_weights(model_type, fmt, text, dtype,
 
 EMBEDDINGS = [
     "STABLE_DIFFUSION_21", "STABLE_DIFFUSION_15_INPAINTING", "STABLE_DIFFUSION_20_INPAINTING", "PIXART_ALPHA",  # SD 2 base: SD 2's text side, so not again
-    "WUERSTCHEN_2", "STABLE_CASCADE_1",
+    "WUERSTCHEN_2", "STABLE_CASCADE_1", "PIXART_SIGMA",
 ]
 # the key of the vectors in the embedding file (docs/FORMATS.md; OneTrainer's "clip_g" for the Cascade families)
 EMBEDDING_KEY = {"sd": "emb_params", "pixart": "t5", "wuerstchen": "clip_g", "cascade": "clip_g"}
@@ -392,8 +398,8 @@ def test_embedding_reloads_and_draws_our_sample(model_type, tiny, few_shapes, tm
         plain = draw("a photo of")
         pipe.load_textual_inversion(str(out), token="<x>")
         prompt = "a photo of <x>"
-    elif family.kind == "pixart":  # PixArtAlphaPipeline has no load_textual_inversion: by hand
-        pipe = _pixart_pipeline(paths.diffusers_dir)
+    elif family.kind == "pixart":  # PixArt's pipelines have no load_textual_inversion: by hand
+        pipe = _pixart_pipeline(family, paths.diffusers_dir)
         draw = lambda prompt: _pixart_image(pipe, prompt)  # noqa: E731
         initial = _initial(pipe.tokenizer, pipe.text_encoder.get_input_embeddings().weight, "circle", 2)
         plain = draw("a photo of")

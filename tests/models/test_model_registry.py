@@ -15,7 +15,7 @@ def test_sd15_is_registered():
     assert ModelType.STABLE_DIFFUSION_15 in supported_model_types()
 
 
-@pytest.mark.parametrize("model_type", ["NOT_A_MODEL", "PIXART_SIGMA"])
+@pytest.mark.parametrize("model_type", ["NOT_A_MODEL", "HUNYUAN_VIDEO"])
 def test_unsupported_type_names_the_supported_ones(model_type):
     with pytest.raises(UnsupportedModelTypeError, match="STABLE_DIFFUSION_15") as info:
         get_family(model_type)
