@@ -7,6 +7,7 @@ The page, validation, JSON, CLI overrides and docs read label, tooltip, tab, bou
 
 from __future__ import annotations
 
+import math
 import types
 import typing
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from enum import Enum
 from typing import Any
 
 import annotated_types
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 # Options the trainer does not act on yet. The page marks them and the doctor warns when a
 # config sets one away from its default, so no setting is silently ignored.
@@ -37,9 +38,12 @@ def opt(
     default_factory: Any = None,
     choices: list[str] | None = None,
     compat: bool = False,
+    allow_inf: bool = False,
 ) -> Any:
     """``compat=True`` marks OneTrainer bookkeeping kept so its configs round-trip (file names,
-    remembered optimizer settings, ids): never reported as an unsupported option."""
+    remembered optimizer settings, ids): never reported as an unsupported option.
+    ``allow_inf=True``: the float may be infinite (it means "no limit"); numbers are otherwise
+    finite and within float32 range (see Section)."""
     extra: dict[str, Any] = {"label": label, "tooltip": tooltip, "status": status}
     if tab:
         extra["tab"] = tab
@@ -53,18 +57,75 @@ def opt(
     for key, value in (("ge", ge), ("le", le), ("gt", gt), ("lt", lt)):
         if value is not None:
             kwargs[key] = value
+    if allow_inf:
+        kwargs["allow_inf_nan"] = True
+        extra["allow_inf"] = True
     if default_factory is not None:
         return Field(default_factory=default_factory, **kwargs)
     return Field(default, **kwargs)
 
 
+FLOAT_LIMIT = 3.4028234663852886e38  # the largest float32: weights, learning rates and losses are float32 or smaller
+INT_LIMIT = 2**63 - 1  # the largest int64 (torch, numpy)
+
+
+def _number_kind(annotation: Any) -> type | None:
+    """int or float for a numeric field (``X | None`` too); None for anything else."""
+    annotation = strip_optional(annotation)
+    return annotation if annotation in (int, float) else None
+
+
+def _has_surrogate(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if depth < 8 and isinstance(value, dict):
+        return any(_has_surrogate(k, depth + 1) or _has_surrogate(v, depth + 1) for k, v in value.items())
+    if depth < 8 and isinstance(value, list):
+        return any(_has_surrogate(v, depth + 1) for v in value)
+    return False
+
+
 class Section(BaseModel):
     """Base of every config group: unknown keys are an error here (the loader warns and drops
-    them before validation), assignments are validated."""
+    them before validation), assignments are validated.
+
+    Numbers are numbers: true/false is refused for a numeric field, a float must be finite (no
+    NaN, Infinity or "inf"; a field declared with ``opt(allow_inf=True)`` may be infinite) and
+    within float32 range, a whole number within int64 range; text must be encodable as UTF-8.
+    One rule for every field of every group (concepts, samples, model parts, optimizer settings)."""
 
     model_config = ConfigDict(
-        extra="forbid", validate_assignment=True, use_enum_values=False, ser_json_inf_nan="strings"
+        extra="forbid", validate_assignment=True, use_enum_values=False, ser_json_inf_nan="strings",
+        allow_inf_nan=False,
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _valid_text_and_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        info_ = cls.model_fields.get(info.field_name or "")
+        nested = info_ is not None and nested_section(info_.annotation)[0] is not None  # its own fields check
+        if not nested and _has_surrogate(value):  # text that cannot be written as UTF-8 (a broken file or paste)
+            raise ValueError("must be valid text: it holds a broken character (an unpaired UTF-16 surrogate such as \\udcff)")
+        if isinstance(value, bool) and info_ is not None:
+            kind = _number_kind(info_.annotation)
+            if kind is not None:
+                raise ValueError(f"must be a {'whole ' if kind is int else ''}number, not true or false")
+        return value
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _numbers_in_range(cls, value: Any) -> Any:
+        if isinstance(value, float) and math.isnan(value):  # NaN even where infinity is allowed
+            raise ValueError("must be a number, not NaN")
+        if isinstance(value, float) and math.isfinite(value) and abs(value) > FLOAT_LIMIT:
+            raise ValueError(f"must be between -{FLOAT_LIMIT:.4g} and {FLOAT_LIMIT:.4g}")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_LIMIT:
+            raise ValueError(f"must be a whole number between -{INT_LIMIT} and {INT_LIMIT}")
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -119,7 +119,8 @@ def _undo_newer_renames(data: dict[str, Any]) -> None:
         image = data.pop("image_caching", None)
         text = data.pop("text_caching", None)
         data.setdefault("latent_caching", image if image is not None else text)
-    for optimizer in [data.get("optimizer"), *(data.get("optimizer_defaults") or {}).values()]:
+    defaults = data.get("optimizer_defaults")
+    for optimizer in [data.get("optimizer"), *(defaults.values() if isinstance(defaults, dict) else [])]:
         if isinstance(optimizer, dict) and isinstance(optimizer.get("orthogonal_gradient"), str):
             optimizer["orthogonal_gradient"] = optimizer["orthogonal_gradient"] not in ("", "disabled")
 
