@@ -21,7 +21,8 @@ Loading: a hub id, a diffusers folder, `tiny:sd3` / `tiny:sd35`, or SAI's single
 3.5 files are shipped) through `StableDiffusion3Pipeline.from_single_file` with the configs (and
 the parts the file lacks, like T5) from a local diffusers folder given as the config folder, or
 the family's hub repo. The loading paths and their errors are SD 1.5's (sd15.py). Saving: a
-diffusers folder. LoRA keys: training/lora_keys_sd3.py.
+diffusers folder, or the transformer and VAE as a single file in SAI's layout
+(models/sd3_single_file.py). LoRA keys: training/lora_keys_sd3.py.
 """
 
 from __future__ import annotations
@@ -33,7 +34,15 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
-from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype, save_diffusers_folder, torch_dtype
+from ot_gradio.models.common import (
+    ModelLoadError,
+    base_module,
+    module_device,
+    module_dtype,
+    plain_state_dict,
+    save_diffusers_folder,
+    torch_dtype,
+)
 from ot_gradio.models.pixart import _no_fp16_autocast
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import StableDiffusion15
@@ -63,6 +72,7 @@ class StableDiffusion3:
     tokenizer_folders = TOKENIZERS
     default_config_repo = "stabilityai/stable-diffusion-3-medium-diffusers"
     lora_base_model_version = "sd3"
+    modelspec_architecture = "stable-diffusion-v3-medium"  # SAI model spec, in saved files' headers
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "clip_g", "text_encoder_3": "t5"}  # OneTrainer's
     bucket_step = 16  # VAE 8 x patch 2
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": CLIP_PRESETS,
@@ -94,7 +104,6 @@ class StableDiffusion3:
     # loading paths and their errors: SD 1.5's, with this family's pipeline and hub repo
     _guarded = staticmethod(StableDiffusion15._guarded)
     _load_pipeline = classmethod(StableDiffusion15._load_pipeline.__func__)
-    _load_single_file = classmethod(StableDiffusion15._load_single_file.__func__)
     _cached_config_repo = classmethod(StableDiffusion15._cached_config_repo.__func__)
 
     # ---------------------------------------------------------------- loading
@@ -104,6 +113,53 @@ class StableDiffusion3:
         from diffusers import StableDiffusion3Pipeline
 
         return StableDiffusion3Pipeline
+
+    @classmethod
+    def _load_single_file(cls, path: Path, *, cache_dir, offline, token, config_dir):
+        """SAI's single file: with its text encoders in it (the `incl_clips` files) diffusers loads
+        it whole; without (sd3.5_large.safetensors: MMDiT + VAE) the transformer and VAE come
+        from the file and the rest from the config folder or repo, which diffusers' pipeline
+        loader does not do by itself."""
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                has_text = any(k.startswith("text_encoders.") for k in f.keys())
+        except Exception as e:
+            raise ModelLoadError(f"'{path}' is not a readable .safetensors file ({e}); pick an SD 3 / 3.5 single file.") from e
+        if has_text:
+            return StableDiffusion15._load_single_file.__func__(
+                cls, path, cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir
+            )
+        if config_dir and not (Path(config_dir).expanduser() / "model_index.json").is_file():
+            raise ModelLoadError(
+                f"The config folder '{config_dir}' is not a diffusers model (no model_index.json); "
+                f"point it to a diffusers folder of {cls.model_type.value}."
+            )
+        if config_dir:
+            config = str(Path(config_dir).expanduser())
+        elif offline:
+            config = cls._cached_config_repo(cache_dir)
+        else:
+            config = cls.default_config_repo
+        local = offline or bool(config_dir)
+        hub = {"cache_dir": cache_dir, "token": token, "local_files_only": local}
+
+        def load():
+            from diffusers import AutoencoderKL, SD3Transformer2DModel
+
+            transformer = SD3Transformer2DModel.from_single_file(str(path), config=config, subfolder="transformer", **hub)
+            vae = AutoencoderKL.from_single_file(str(path), config=config, subfolder="vae", **hub)
+            return cls._pipeline_class().from_pretrained(config, transformer=transformer, vae=vae, **hub)
+
+        hint = (
+            f"The text encoders and configs come from '{config_dir}'; check that it is a {cls.model_type.value} diffusers "
+            "folder and the file an SD 3 / 3.5 checkpoint."
+            if config_dir
+            else f"The text encoders and configs come from the hub repo '{cls.default_config_repo}'; check your network "
+            "and access token (SD 3 repos are gated), or give a local diffusers folder as the config folder."
+        )
+        return cls._guarded(str(path), load, hint)
 
     @classmethod
     def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,
@@ -326,9 +382,16 @@ class StableDiffusion3:
         return save_diffusers_folder(directory, self.parts, dtype, write_rest)
 
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
-        raise ValueError(
-            "output_model_format: SD 3 fine-tunes are saved as a diffusers folder (DIFFUSERS) here; the original single-file "
-            "layout is not written yet"
+        """The transformer and VAE in SAI's single-file layout (models/sd3_single_file.py), as the
+        SD 3.5 files ship; the text encoders are the base model's."""
+        from ot_gradio.models.sd3_single_file import save_sd3_single_file
+
+        for name, module in self.parts.items():
+            plain_state_dict(module, name)  # no LoRA layers left in any part
+        return save_sd3_single_file(
+            path, base_module(self.transformer), base_module(self.vae), dtype,
+            metadata={"modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value,
+                      **(metadata or {})},
         )
 
     def lora_module_names(self) -> dict[str, dict[str, str]]:
@@ -347,3 +410,4 @@ class StableDiffusion35(StableDiffusion3):
     model_type = ModelType.STABLE_DIFFUSION_35
     default_config_repo = "stabilityai/stable-diffusion-3.5-large"
     lora_base_model_version = "sd3.5"
+    modelspec_architecture = "stable-diffusion-v3.5-large"

@@ -20,7 +20,7 @@ from ot_gradio.fsutil import atomic_write_dir
 from ot_gradio.models.pixart import tiny_t5_tokenizer
 from ot_gradio.models.tiny import TinyModelPaths, register_tiny, tiny_clip_tokenizer
 
-TINY_SD3_VERSION = 1
+TINY_SD3_VERSION = 2  # 2: position embeddings up to 1024 px (OneTrainer presets train at 1024)
 CLIP_L_WIDTH, CLIP_G_WIDTH, T5_WIDTH = 32, 48, 96
 T5_TOKENS = 77
 
@@ -59,7 +59,7 @@ def tiny_sd3_components(seed: int = 0, *, sd35: bool = False) -> dict:
     transformer = SD3Transformer2DModel(
         sample_size=32, patch_size=2, in_channels=16, out_channels=16, num_layers=2, attention_head_dim=8,
         num_attention_heads=2, joint_attention_dim=T5_WIDTH, caption_projection_dim=16,
-        pooled_projection_dim=CLIP_L_WIDTH + CLIP_G_WIDTH, pos_embed_max_size=32,
+        pooled_projection_dim=CLIP_L_WIDTH + CLIP_G_WIDTH, pos_embed_max_size=64,
         qk_norm="rms_norm" if sd35 else None, dual_attention_layers=(0,) if sd35 else (),
     )
     torch.manual_seed(seed)

@@ -120,6 +120,26 @@ def test_save_diffusers_round_trip(sd3, tmp_path):
     assert again.tokenizer_3.model_max_length == sd3.tokenizer_3.model_max_length
 
 
+@pytest.mark.parametrize("family, name", [(StableDiffusion3, "tiny:sd3"), (StableDiffusion35, "tiny:sd35")])
+def test_single_file_is_sais_layout_and_reloads_tensor_by_tensor(family, name, tmp_path):
+    from ot_gradio.models.tiny import resolve_tiny
+
+    model = family.load(name)
+    path = model.save_single_file(tmp_path / "m.safetensors", None)
+    with safe_open(str(path), "pt") as f:
+        keys, meta = set(f.keys()), f.metadata()
+    assert {"model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight", "model.diffusion_model.pos_embed",
+            "model.diffusion_model.final_layer.adaLN_modulation.1.weight", "first_stage_model.encoder.conv_in.weight"} <= keys
+    assert ("model.diffusion_model.joint_blocks.0.x_block.attn2.qkv.weight" in keys) == (family is StableDiffusion35)
+    assert not any(k.startswith("text_encoders.") for k in keys) and meta["ot_gradio.model_type"] == family.model_type.value
+    again = family.load(str(path), config_dir=str(resolve_tiny(name).diffusers_dir), offline=True)
+    for part in ("transformer", "vae"):
+        a, b = model.parts[part].state_dict(), again.parts[part].state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), part
+    with pytest.raises(ModelLoadError, match="not a diffusers model"):
+        family.load(str(path), config_dir=str(tmp_path), offline=True)
+
+
 # ------------------------------------------------------------------ LoRA
 
 

@@ -1,0 +1,86 @@
+"""Stable Diffusion 3 end to end through the worker on the tiny model: OneTrainer's sd-3.json
+imported unchanged but for the base model, the dataset and the output, and a LoRA from our own
+preset that StableDiffusion3Pipeline reloads with `load_lora_weights` and that changes its output."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from ot_gradio.config.io import config_to_dict, load_config
+from ot_gradio.config.presets import PRESETS_DIR
+from tests.e2e.runs import run_until_done
+
+pytestmark = pytest.mark.slow
+OT_PRESET = Path(__file__).resolve().parents[3] / "shared" / "reference" / "onetrainer-presets" / "sd-3.json"
+PROMPT = "a red circle"
+
+
+@pytest.fixture(scope="module")
+def tiny_sd3(tmp_path_factory):
+    from ot_gradio.models.sd3_tiny import save_tiny_sd3
+
+    return save_tiny_sd3(tmp_path_factory.mktemp("tiny-sd3"))
+
+
+def _preset(path: Path, tiny_sd3, data: Path, tmp_path: Path, out: str, **changes) -> dict:
+    """`path` imported as the page imports it, then only the base model, dataset and output set."""
+    result = load_config(path)
+    config = config_to_dict(result.config)
+    config.update(
+        base_model_name=str(tiny_sd3.diffusers_dir), concepts=[{"name": "shapes", "path": str(data)}],
+        output_model_destination=str(tmp_path / "out" / out), workspace_dir=str(tmp_path / "ws"),
+        cache_dir=str(tmp_path / "cache"), train_device="cpu", **changes,
+    )
+    return config
+
+
+def _images(pipe):
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        return pipe(PROMPT, num_inference_steps=2, height=64, width=64, generator=g, output_type="np", max_sequence_length=77).images[0]
+
+
+def test_onetrainer_sd3_preset_fine_tunes_the_tiny_model(tiny_sd3, shapes, tmp_path):
+    """sd-3.json as OneTrainer ships it (FINE_TUNE, 1024 px, LOGIT_NORMAL, CLIPs and T5 frozen in
+    float16, a float16 ORIGINAL_SINGLE_FILE): one image and two epochs, so a CPU run at 1024 px
+    stays short. The single file reloads through diffusers' from_single_file with the base
+    folder as the config folder."""
+    from diffusers import SD3Transformer2DModel
+
+    from ot_gradio.models.sd3 import StableDiffusion3
+
+    data = tmp_path / "one"
+    data.mkdir()
+    for suffix in (".png", ".txt"):
+        shutil.copy(shapes / f"01-red-circle{suffix}", data)
+    config = _preset(OT_PRESET, tiny_sd3, data, tmp_path, "model.safetensors", epochs=2)
+    assert (config["training_method"], config["resolution"], config["output_model_format"]) == ("FINE_TUNE", "1024", "ORIGINAL_SINGLE_FILE")
+    run_until_done(config, tmp_path)
+    out = tmp_path / "out" / "model.safetensors"
+    base = SD3Transformer2DModel.from_pretrained(str(tiny_sd3.diffusers_dir), subfolder="transformer")
+    tuned = StableDiffusion3.load(str(out), config_dir=str(tiny_sd3.diffusers_dir), offline=True).transformer
+    with safe_open(str(out), "pt") as f:  # the preset's output_dtype
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F16"}
+    before = {k: v.to(torch.float16) for k, v in base.state_dict().items()}
+    after = {k: v.to(torch.float16) for k, v in tuned.state_dict().items()}
+    assert after.keys() == before.keys()
+    assert [k for k in after if not torch.equal(after[k], before[k])]
+
+
+def test_lora_from_our_preset_reloads_in_the_sd3_pipeline(tiny_sd3, shapes, tmp_path):
+    config = _preset(PRESETS_DIR / "sd3-lora.json", tiny_sd3, shapes, tmp_path, "lora.safetensors",
+                     output_model_format="SAFETENSORS", resolution="64", epochs=2, learning_rate=1e-2, train_dtype="FLOAT_32")
+    run_until_done(config, tmp_path)
+    from diffusers import StableDiffusion3Pipeline
+
+    pipe = StableDiffusion3Pipeline.from_pretrained(str(tiny_sd3.diffusers_dir), local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    before = _images(pipe)
+    pipe.load_lora_weights(str(tmp_path / "out" / "lora.safetensors"))
+    assert np.abs(_images(pipe) - before).max() > 1e-3
