@@ -6,7 +6,8 @@ SD 3's layout at a fraction of the width: CLIP-L and OpenCLIP-G as projected CLI
 pipeline pads their hidden states to T5's width), an MMDiT whose pooled input is both CLIP
 projections side by side, a 16-channel VAE with SD 3's scaling and shift factors and the
 flow-matching Euler scheduler at shift 3. SD 3.5 adds RMS q/k norms (and, in Medium, a second
-attention in the first blocks). Built in memory (tokenizers too) and saved as diffusers folders.
+attention in the first blocks). Built in memory (tokenizers too) and saved as diffusers folders
+and single files.
 """
 
 from __future__ import annotations
@@ -85,13 +86,19 @@ def tiny_sd3_pipeline(seed: int = 0, *, sd35: bool = False):
 
 
 def _save(root: str | os.PathLike, sd35: bool, seed: int) -> TinyModelPaths:
-    """The diffusers folder, written atomically (an existing one is a complete cache). SD 3 has no
-    original-layout single file writer yet, so `single_file` is where one would go, not a file."""
+    """The diffusers folder and the transformer + VAE single file (SAI's layout, as SD 3.5 ships),
+    each written atomically; both existing means the cache is complete."""
+    from ot_gradio.models.sd3_single_file import save_sd3_single_file
+
     root = Path(root)
     paths = TinyModelPaths(root / "diffusers", root / ("sd35.safetensors" if sd35 else "sd3.safetensors"))
+    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
+        return paths
+    pipe = tiny_sd3_pipeline(seed, sd35=sd35)
     if not (paths.diffusers_dir / "model_index.json").is_file():
-        pipe = tiny_sd3_pipeline(seed, sd35=sd35)
         atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
+    if not paths.single_file.is_file():
+        save_sd3_single_file(paths.single_file, pipe.transformer, pipe.vae, metadata={"ot_gradio.tiny": "sd35" if sd35 else "sd3"})
     return paths
 
 

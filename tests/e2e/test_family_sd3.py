@@ -84,3 +84,24 @@ def test_lora_from_our_preset_reloads_in_the_sd3_pipeline(tiny_sd3, shapes, tmp_
     before = _images(pipe)
     pipe.load_lora_weights(str(tmp_path / "out" / "lora.safetensors"))
     assert np.abs(_images(pipe) - before).max() > 1e-3
+
+
+def test_embedding_trains_a_vector_per_text_encoder(tiny_sd3, shapes, tmp_path):
+    """EMBEDDING: the tokens go into CLIP-L, CLIP-G and T5 and the file holds OneTrainer's keys."""
+    from safetensors.torch import load_file
+
+    from ot_gradio.models.sd3 import StableDiffusion3
+
+    config = _preset(PRESETS_DIR / "sd3-lora.json", tiny_sd3, shapes, tmp_path, "emb.safetensors", training_method="EMBEDDING",
+                     output_model_format="SAFETENSORS", resolution="64", epochs=1, learning_rate=0.05, train_dtype="FLOAT_32",
+                     embedding={"token_count": 2, "initial_embedding_text": "circle"},
+                     samples=[{"prompt": "a photo of <embedding>", "height": 64, "width": 64, "diffusion_steps": 2}],
+                     sample_after=1, sample_after_unit="EPOCH")
+    _, events = run_until_done(config, tmp_path)
+    vectors = load_file(str(tmp_path / "out" / "emb.safetensors"))
+    assert sorted(vectors) == ["clip_g", "clip_l", "t5"] and {v.shape[0] for v in vectors.values()} == {2}
+    model = StableDiffusion3.load(str(tiny_sd3.diffusers_dir))
+    for key, part in (("clip_l", "text_encoder"), ("clip_g", "text_encoder_2"), ("t5", "text_encoder_3")):
+        ids = model.tokenizers[part]("circle", add_special_tokens=False).input_ids[:2]
+        assert not torch.allclose(vectors[key], getattr(model, part).get_input_embeddings().weight[ids].detach()), key
+    assert [e for e in events if e["type"] == "sample"]

@@ -60,6 +60,8 @@ def test_tiny_models_build_fast_and_load_through_the_real_loaders(sd3, tiny_sd3_
     by_name = StableDiffusion35.load("tiny:sd35")
     assert by_name.transformer.config.qk_norm == "rms_norm" and by_name.transformer.config.dual_attention_layers == [0]
     assert by_name.noise_scheduler.config.shift == 3.0
+    from_file = StableDiffusion3.load(str(tiny_sd3_paths.single_file), config_dir=str(tiny_sd3_paths.diffusers_dir), offline=True)
+    assert torch.equal(from_file.transformer.proj_out.weight, sd3.transformer.proj_out.weight)
     with pytest.raises(ModelLoadError, match="not a diffusers model"):
         StableDiffusion3.load(str(tiny_dir))
 
