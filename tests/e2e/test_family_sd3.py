@@ -17,7 +17,7 @@ from ot_gradio.config.presets import PRESETS_DIR
 from tests.e2e.runs import run_until_done
 
 pytestmark = pytest.mark.slow
-OT_PRESET = Path(__file__).resolve().parents[3] / "shared" / "reference" / "onetrainer-presets" / "sd-3.json"
+OT_PRESET = Path(__file__).resolve().parents[1] / "config" / "data" / "onetrainer-presets-2026" / "sd-3.json"
 PROMPT = "a red circle"
 
 
