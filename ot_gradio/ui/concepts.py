@@ -138,13 +138,15 @@ class ConceptsTab:
         # while the previous one is saved runs after it with the newest values, none is dropped.
         gr.on([comp.input for comp in comps], edit, {config_state, self.selector, *comps}, config_state,
               trigger_mode="always_last", show_progress="hidden")
-        self.add_button.click(lambda c, i: self.add(c, i, False), [config_state, self.selector], [config_state, self.selector]).then(
-            show, [config_state, self.selector], outputs
-        )
-        self.clone.click(lambda c, i: self.add(c, i, True), [config_state, self.selector], [config_state, self.selector]).then(
-            show, [config_state, self.selector], outputs
-        )
-        self.remove_button.click(self.remove, [config_state, self.selector], [config_state, self.selector]).then(
-            show, [config_state, self.selector], outputs
-        )
+        # One handler per button, returning the config with the selector's new choices *and*
+        # value: setting the value first (to an index the old choices lack) made gradio refuse it
+        # ("Value: 2 is not in the list of choices") and mark every field of the tab as failed.
+        listed = [config_state, *outputs]
+
+        def after(config: dict[str, Any], index: int | None) -> dict:
+            return {config_state: config, **show(config, index)}
+
+        self.add_button.click(lambda c, i: after(*self.add(c, i, False)), [config_state, self.selector], listed)
+        self.clone.click(lambda c, i: after(*self.add(c, i, True)), [config_state, self.selector], listed)
+        self.remove_button.click(lambda c, i: after(*self.remove(c, i)), [config_state, self.selector], listed)
         self.refresh.click(self.statistics, [config_state, self.selector], [self.stats, self.buckets])
