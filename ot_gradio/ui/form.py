@@ -74,8 +74,9 @@ def make_component(info: FieldInfo, elem_prefix: str = "f") -> Field:
     elif info.choices:
         comp = gr.Dropdown(choices=list(info.choices), value=default, allow_custom_value=False, **kw)
     elif isinstance(tp, type) and issubclass(tp, int) and not nullable:
-        b = info.bounds
-        comp = gr.Number(value=default, precision=0, minimum=b.get("ge"), maximum=b.get("le"), **kw)
+        # No minimum/maximum here: gradio would refuse an out-of-range value before any handler
+        # runs, with a toast naming no field; the config validation names it with the others.
+        comp = gr.Number(value=default, precision=0, **kw)
     else:
         # Floats are text, as in OneTrainer, so 3e-4 stays 3e-4 and a typo is reported by the
         # validation with the field's name; optional numbers may be blank (= the default).

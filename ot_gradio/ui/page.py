@@ -17,7 +17,7 @@ from typing import Any
 
 import gradio as gr
 
-from ..config.doctor import check
+from ..config.doctor import check as doctor_check
 from ..config.doctor import errors as doctor_errors
 from ..config.families import FAMILIES
 from ..config.fields import iter_fields
@@ -52,17 +52,33 @@ def part_label(part: str) -> str:
     return next((f.label for f in iter_fields(TrainConfig) if f.path == part), "") or part
 
 
+def missing_concept_folders(config: dict[str, Any]) -> list[str]:
+    """`concepts[i].path: ...` for each enabled concept whose folder does not exist (the demo's
+    folder is generated at Start). Read from the raw dict, so it is reported together with the
+    schema's problems rather than only after they are fixed."""
+    out = []
+    for i, concept in enumerate(config.get("concepts") or []):
+        if not isinstance(concept, dict) or not concept.get("enabled", True):
+            continue
+        path = str(concept.get("path") or "").strip()
+        if not path:
+            out.append(f"concepts[{i}].path: empty: choose the folder of this concept's images")
+        elif not Path(path).is_dir() and not path.replace("\\", "/").endswith("demo-data/shapes"):
+            out.append(f"concepts[{i}].path: folder '{path}' does not exist")
+    return out
+
+
 def validate(config: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], list[str]]:
-    """(the validated config, problems by field, warnings). Nothing starts while problems exist."""
+    """(the validated config, problems by field, warnings). Nothing starts while problems exist.
+    Every problem is listed at once: the schema's, the doctor's and the missing concept folders."""
+    folders = missing_concept_folders(config)
     try:
         loaded = load_config(copy.deepcopy(config))
     except ConfigError as err:
-        return None, list(getattr(err, "errors", None) or [str(err)]), []
-    problems: list[str] = doctor_errors(loaded.config)
-    for i, concept in enumerate(loaded.config.concepts):
-        if concept.enabled and not Path(concept.path).is_dir() and not concept.path.replace("\\", "/").endswith("demo-data/shapes"):
-            problems.append(f"concepts[{i}].path: folder '{concept.path}' does not exist")
-    return config_to_dict(loaded.config), problems, loaded.warnings + check(loaded.config)
+        schema = list(getattr(err, "errors", None) or [str(err)])
+        return None, schema + [f for f in folders if f.split(":")[0] not in {s.split(":")[0] for s in schema}], []
+    problems: list[str] = doctor_errors(loaded.config) + folders
+    return config_to_dict(loaded.config), problems, loaded.warnings + doctor_check(loaded.config)
 
 
 class Page:

@@ -29,3 +29,23 @@ def test_add_sends_the_new_choices_with_the_new_selection(page):
     assert out[page.concepts.fields["name"].component] == "concept 2"
 
 
+def test_whole_numbers_have_no_browser_side_bounds(page):
+    """Item 3: gr.Number(minimum=1) refused batch size 0 before any handler, naming no field."""
+    numbers = [f for f in page.fields.values() if isinstance(f.component, gr.Number)]
+    assert numbers
+    assert all(f.component.minimum is None and f.component.maximum is None for f in numbers)
+    assert page.fields["batch_size"].component.preprocess(0) == 0
+
+
+def test_schema_problems_and_missing_folders_are_listed_together(page, fake_start):
+    """Item 3: batch size 0 and a missing concept folder in one attempt: both named."""
+    values = page.form_values(page.on_page_load()[page.config_state])
+    values[page.fields["batch_size"].component] = 0
+    values[page.concepts.fields["path"].component] = str(Path.cwd() / "no-such-folder")
+    with pytest.warns(UserWarning, match="2 problem"):
+        out = page.on_start(values)
+    problems = out[page.monitor.problems]
+    assert "`batch_size: must be >= 1 (got 0)`" in problems and "`concepts[0].path: folder" in problems, problems
+    assert not fake_start
+
+
