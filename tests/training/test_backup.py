@@ -138,3 +138,37 @@ def test_leftovers_of_a_crashed_run_are_removed_at_the_next_start_never_a_comple
     assert logged.count("removed a leftover of an interrupted write") == 5
     assert ".tmp-20250101-000001-step2" in logged and "20250101-000002-step3" in logged
     assert clean_workspace(tmp_path / "ws") == []  # nothing left to do
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 2 MB filesystem (tmpfs), where the box lets us mount one (root with CAP_SYS_ADMIN)."""
+    import os
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root); the injected-ENOSPC tests cover the same paths")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)  # lazy: a file torch left open must not keep it
+
+
+def test_a_real_full_disk_torch_save_safetensors_and_the_marker(small_disk):
+    """No injection: torch.save and safetensors on a full tmpfs, in their own words."""
+    from safetensors.torch import save_file
+
+    root = small_disk / "backup"
+    good = write_backup(root, {"w": torch.ones(1000)}, {}, {}, Counters(global_step=1))
+    big_state = {"blob": b"\x01" * (3 * 2**20)}  # not a tensor: passes the size check, then fills the disk
+    with pytest.raises(fsutil.DiskFullError, match=r"^disk full: could not write a backup in .*backup \(about .* needed, .* free\)"):
+        write_backup(root, {"w": torch.ones(1000)}, big_state, {}, Counters(global_step=2))
+    assert [p.name for p in root.iterdir()] == [good.name] and read_backup(good).counters.global_step == 1
+
+    target = small_disk / "lora.safetensors"
+    with pytest.raises(fsutil.DiskFullError, match=r"^disk full: could not write the file .*lora.safetensors \(.* free\)"):
+        fsutil.atomic_write(target, lambda tmp: save_file({"w": torch.ones(2**20)}, str(tmp)))  # 4 MB
+    assert not target.exists() and sorted(p.name for p in small_disk.iterdir()) == ["backup"]
