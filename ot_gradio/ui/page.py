@@ -284,7 +284,7 @@ class Page:
         if found is None:
             raise gr.Error(f"Preset: {name!r} not found (available: {', '.join(list_presets()) or 'none'})")
         self.confined("Preset", str(found), [PRESETS_DIR])
-        config = preset_config(name)
+        config = preset_config(name, self.workspace)
         self.autosave(config)
         gr.Info(f"Preset {name} loaded.")
         return self.populate(config)

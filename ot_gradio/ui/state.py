@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +20,42 @@ def default_config() -> dict[str, Any]:
     return config_to_dict(TrainConfig())
 
 
-def preset_config(name: str) -> dict[str, Any]:
-    """Defaults with the preset's sparse overlay on top, validated."""
+# Paths of a preset that may sit under "workspace/" (the CLI's and the app's default workspace
+# folder, relative to where a command runs).
+PRESET_PATHS = ("workspace_dir", "cache_dir", "output_model_destination", "debug_dir")
+
+
+def in_workspace(config: dict[str, Any], workspace: str | os.PathLike) -> dict[str, Any]:
+    """The config with its relative paths under "workspace/" moved under `workspace` (the app's
+    --workspace folder), absolute, so the General tab shows where runs and models will land. A
+    preset's "workspace/demo" means "demo in the workspace": read against the folder the app was
+    started in, it put runs and models outside an app started with --workspace elsewhere."""
+    root = Path(workspace).resolve()
+
+    def moved(value: Any) -> Any:
+        if not isinstance(value, str) or not value.strip():
+            return value
+        parts = Path(value.replace("\\", "/")).parts
+        if Path(value).is_absolute() or not parts or parts[0] != "workspace":
+            return value
+        return str(root.joinpath(*parts[1:]))
+
+    config = copy.deepcopy(config)
+    for key in PRESET_PATHS:
+        if key in config:
+            config[key] = moved(config[key])
+    for concept in config.get("concepts") or []:
+        if isinstance(concept, dict):
+            concept["path"] = moved(concept.get("path"))
+    return config
+
+
+def preset_config(name: str, workspace: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Defaults with the preset's sparse overlay on top, validated; with `workspace`, its
+    "workspace/..." paths are under that folder (see in_workspace)."""
     data = apply_preset(default_config(), load_preset(name))
-    return config_to_dict(load_config(data).config)
+    config = config_to_dict(load_config(data).config)
+    return in_workspace(config, workspace) if workspace is not None else config
 
 
 def load_ui_config(workspace: Path) -> dict[str, Any]:
@@ -32,7 +66,7 @@ def load_ui_config(workspace: Path) -> dict[str, Any]:
         except (ConfigError, ValueError, OSError):
             pass  # a broken file falls back to the demo; the user's runs are untouched
     try:
-        return preset_config("demo")
+        return preset_config("demo", workspace)
     except (ConfigError, FileNotFoundError, ValueError):
         return default_config()
 

@@ -57,7 +57,7 @@ def test_start_uses_the_form_as_shown_and_a_second_start_is_refused(page, fake_s
 def test_preset_load(page):
     out = page.on_preset("sd15-lora")
     config = out[page.config_state]
-    expected = preset_config("sd15-lora")
+    expected = preset_config("sd15-lora", page.workspace)  # its workspace paths under the app's workspace
     assert {k: v for k, v in config.items() if k != "embedding"} == {k: v for k, v in expected.items() if k != "embedding"}
     assert out[page.fields["training_method"].component] == "LORA"
     assert out[page.fields["lora_rank"].component] == config["lora_rank"]

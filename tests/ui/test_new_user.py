@@ -49,3 +49,15 @@ def test_schema_problems_and_missing_folders_are_listed_together(page, fake_star
     assert not fake_start
 
 
+def test_presets_land_in_the_apps_workspace(page, tmp_path):
+    """Item 4: the demo's relative workspace/demo was read against the folder the app started in."""
+    elsewhere = tmp_path / "elsewhere"
+    config = preset_config("demo", elsewhere)
+    assert config["workspace_dir"] == str(elsewhere.resolve() / "demo")
+    assert config["output_model_destination"] == str(elsewhere.resolve() / "demo" / "models" / "demo-lora.safetensors")
+    assert config["concepts"][0]["path"] == str(elsewhere.resolve() / "demo-data" / "shapes")
+    assert load_ui_config(elsewhere)["workspace_dir"] == str(elsewhere.resolve() / "demo")  # a first start
+    out = page.on_preset("demo")
+    assert out[page.fields["workspace_dir"].component] == str(page.workspace.resolve() / "demo")  # the General tab
+
+
