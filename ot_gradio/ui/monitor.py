@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import gradio as gr
 
 from ..runner.rundir import RunDir
 from ..runner.supervisor import RunState, Supervisor
+from .samples import samples_html
 from .tensorboard import TensorBoard
 
 
@@ -51,23 +53,39 @@ def status_markdown(state: RunState | None) -> str:
     return "\n\n".join(lines)
 
 
-def loss_frame(state: RunState | None):
+def numeric_frame(columns: dict[str, list], series: list[str] | None = None):
+    """A DataFrame whose plotted columns are float64 even when empty. Gradio types each column
+    from its dtype, and the chart keeps the types of the first value it drew: an empty frame has
+    object columns ("nominal"), and the live loss chart then showed one y label per loss value on
+    a categorical x axis, with no line, until the page was reloaded."""
     import pandas as pd  # noqa: PLC0415
 
-    rows: list[tuple[int, float, str]] = []
+    frame = pd.DataFrame({k: pd.Series(v, dtype="float64") for k, v in columns.items()})
+    if series is not None:
+        frame["series"] = pd.Series(series, dtype="string")
+    return frame
+
+
+def loss_frame(state: RunState | None):
+    steps: list[float] = []
+    values: list[float] = []
+    series: list[str] = []
     if state is not None and state.losses:
         smooth = None
         for step, loss in state.losses:
             smooth = loss if smooth is None else 0.9 * smooth + 0.1 * loss
-            rows.append((step, loss, "loss"))
-            rows.append((step, smooth, "smoothed"))
-    return pd.DataFrame(rows, columns=["step", "loss", "series"])
+            steps += [step, step]
+            values += [loss, smooth]
+            series += ["loss", "smoothed"]
+    return numeric_frame({"step": steps, "loss": values}, series)
 
 
 def lr_frame(state: RunState | None):
-    import pandas as pd  # noqa: PLC0415
+    lrs = state.lrs if state is not None else []
+    return numeric_frame({"step": [s for s, _ in lrs], "lr": [v for _, v in lrs]})
 
-    return pd.DataFrame(state.lrs if state is not None else [], columns=["step", "lr"])
+
+REFUSED = "refused"  # run_id after a refused Start: the footer shows no run until the next one
 
 
 class Monitor:
@@ -88,11 +106,14 @@ class Monitor:
         with gr.Row():
             self.loss_plot = gr.LinePlot(x="step", y="loss", color="series", title="Loss", height=240, elem_id="loss-plot")
             self.lr_plot = gr.LinePlot(x="step", y="lr", title="Learning rate", height=240, elem_id="lr-run-plot")
-        self.gallery = gr.Gallery(label="Samples (newest first)", columns=4, height=320, elem_id="sample-gallery")
+        # Samples at their own size in a grid, newest first, with step and prompt (a gr.Gallery
+        # stretched a single 64 px sample over the whole width, blurred).
+        self.gallery = gr.HTML("", label="Samples (newest first)", elem_id="sample-gallery")
         self.tensorboard_link = gr.Markdown("", elem_id="tensorboard-link")
         self.log = gr.Textbox(label="Log tail (shown when a run fails)", lines=8, max_lines=30, elem_id="log-tail")
         self.timer = gr.Timer(1.0)
         self.run_id = gr.State("")
+        self.shown = gr.State("")  # what the charts and samples show now (see poll)
 
     def run_dir(self, run_id: str) -> RunDir:
         """The page keeps a run's folder path (runs may live in the config's workspace)."""
@@ -112,7 +133,10 @@ class Monitor:
     def render(self, run_id: str) -> tuple[Any, ...]:
         """The poll: the whole state of the run on screen, rebuilt from all its events, so a
         tick that is skipped or arrives late loses nothing."""
-        if not run_id:
+        if run_id == REFUSED and not self.supervisor.active_runs():  # no earlier run's numbers under the problems
+            return (run_id, "Nothing started: fix the problems above and press Start again.", "", loss_frame(None), lr_frame(None), [],
+                    self.tensorboard.status_markdown(), "")
+        if not run_id or run_id == REFUSED:
             active = self.supervisor.active_runs()
             runs = active or self.supervisor.runs()
             if not runs:
@@ -125,16 +149,41 @@ class Monitor:
         gallery = [(s["path"], f"step {s.get('step')}: {s.get('prompt', '')}") for s in reversed(state.samples[-24:])]
         return run_id, status_markdown(state), progress_html(state), loss_frame(state), lr_frame(state), gallery, link, state.log_tail
 
+    def poll(self, run_id: str, shown: str) -> tuple[Any, ...]:
+        """The timer's render: charts and samples are sent only when they changed. Sent every
+        second, each chart was drawn anew every second (it blinked during a whole run)."""
+        out = list(self.render(run_id))
+        losses, lrs, gallery = out[3], out[4], out[5]
+        # No points: the chart is cleared (None), never sent an empty frame. Gradio's chart fixes
+        # its axis types and its series colours when it is first drawn and later only swaps the
+        # data: first drawn empty, the live loss chart showed no line until a reload.
+        out[3] = losses if len(losses) else None
+        out[4] = lrs if len(lrs) else None
+        key = json.dumps([out[0], len(losses), losses.tail(2).to_json(), len(lrs), lrs.tail(1).to_json(), [g[0] for g in gallery]])
+        if key == shown:
+            out[3] = out[4] = out[5] = gr.skip()
+        else:
+            out[5] = samples_html(gallery, self.sample_url)
+        return (*out, key)
+
+    def sample_url(self, path: str) -> str | None:
+        """A URL for a sample image: a copy in gradio's cache, served to the page whatever folder
+        the run writes to (the app serves only its workspace and the concept folders itself)."""
+        try:
+            cached = self.gallery.move_resource_to_block_cache(path)
+        except (OSError, ValueError):
+            return None
+        return f"gradio_api/file={quote(str(cached))}" if cached else None
+
     @property
     def outputs(self) -> list:
         return [self.run_id, self.status, self.progress, self.loss_plot, self.lr_plot, self.gallery, self.tensorboard_link, self.log]
 
     def wire(self) -> None:
-        outputs = self.outputs
-        self.timer.tick(self.render, self.run_id, outputs, show_progress="hidden")
+        self.timer.tick(self.poll, [self.run_id, self.shown], [*self.outputs, self.shown], show_progress="hidden")
 
         def request(run_id: str, what: str) -> None:
-            if not run_id:
+            if not run_id or run_id == REFUSED:
                 raise gr.Error("No run is active.")
             run = self.run_dir(run_id)
             if not self.supervisor.state(run).alive:

@@ -31,7 +31,7 @@ from .browser import BrowserPanel
 from .concepts import ConceptsTab
 from .form import Field, build_fields, config_from_values, make_component, schema_fields, values_from_config
 from .guide import TABS_ID, build_guide
-from .monitor import Monitor
+from .monitor import REFUSED, Monitor
 from .paths import PathRefused, allowed_roots
 from .paths import check as confine
 from .samples import SamplesTab, to_rows
@@ -348,14 +348,13 @@ class Page:
         cannot be lost), validates all of it, and only then starts the worker."""
         config = config_from_values(self.fields, values, values[self.config_state])
         config = self.concepts.apply(config, values)
-        run_id = values.get(self.monitor.run_id, "")
         with self._start_lock:  # two quick clicks must not start two runs
             for run in self.supervisor.active_runs():
                 raise gr.Error(f"A run is already active ({run.run_id}); stop it first.")
             valid, problems, warnings = validate(config)
             if problems:
                 gr.Warning(f"{len(problems)} problem(s): nothing was started.")
-                return {self.monitor.run_id: run_id, self.monitor.problems: "### Fix these before starting\n" + "\n".join(f"- `{p}`" for p in problems)}
+                return {self.monitor.run_id: REFUSED, self.monitor.problems: "### Fix these before starting\n" + "\n".join(f"- `{p}`" for p in problems)}
             from ..data.demo import ensure_demo_concepts  # noqa: PLC0415
 
             ensure_demo_concepts(load_config(copy.deepcopy(valid)).config)

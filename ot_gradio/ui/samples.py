@@ -1,8 +1,10 @@
-"""Sampling tab: an editable table of sample prompts."""
+"""Sampling tab: an editable table of sample prompts; and the run's samples as shown in the footer."""
 
 from __future__ import annotations
 
 import copy
+import html
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -49,6 +51,26 @@ def from_rows(rows: Any, previous: list[dict[str, Any]]) -> list[dict[str, Any]]
             sample[key] = value
         out.append(sample)
     return out
+
+
+SAMPLES_CSS = (".ot-samples{display:flex;flex-wrap:wrap;gap:.75em;align-items:flex-start}"
+               ".ot-samples figure{margin:0;max-width:100%}.ot-samples img{display:block;max-width:100%;height:auto}"
+               ".ot-samples figcaption{font-size:.85em;max-width:max(12em,100%);overflow-wrap:anywhere}")
+
+
+def samples_html(samples: list[tuple[str, str]], url: Callable[[str], str | None]) -> str:
+    """The run's samples (path, "step N: prompt"), newest first, each at its own size (a 64 px
+    sample stays 64 px, sharp; a large one shrinks to the width) with its step and prompt under
+    it. `url` makes a sample's path a URL the page may load."""
+    if not samples:
+        return ""
+    figures = []
+    for path, caption in samples:
+        src = url(path)
+        if src:
+            figures.append(f'<figure><img src="{html.escape(src)}" alt="{html.escape(caption)}" loading="lazy">'
+                           f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+    return f'<style>{SAMPLES_CSS}</style><div class="ot-samples">{"".join(figures)}</div>'
 
 
 class SamplesTab:

@@ -73,6 +73,7 @@ def lr_frame(config: dict[str, Any]):
             float(config.get("learning_rate") or 0),
         )
     except (ValueError, TypeError):
-        return pd.DataFrame({"step": [], "lr": []})
+        return pd.DataFrame({"step": pd.Series([], dtype="float64"), "lr": pd.Series([], dtype="float64")})
     stride = max(1, len(curve) // 500)
-    return pd.DataFrame({"step": list(range(0, len(curve), stride)), "lr": curve[::stride]})
+    # float columns even when empty: gradio types a chart's axes by the first value's dtypes
+    return pd.DataFrame({"step": pd.Series(range(0, len(curve), stride), dtype="float64"), "lr": pd.Series(curve[::stride], dtype="float64")})

@@ -27,15 +27,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def app(tmp_path):
-    """A fresh app.py in its own working folder and workspace; yields its URL."""
+def _launch(cwd: Path, workspace: str):
+    """app.py started in `cwd` with `--workspace workspace`; yields its URL once it serves."""
     port = _free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
-           "OT_GRADIO_TINY_DIR": str(tmp_path / "tiny"), "PYTHONPATH": str(ROOT)}
-    log = open(tmp_path / "app.log", "wb")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--workspace", "workspace"],
-                            cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+           "OT_GRADIO_TINY_DIR": str(cwd / "tiny"), "PYTHONPATH": str(ROOT)}
+    log = open(cwd / "app.log", "wb")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--workspace", workspace],
+                            cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -48,20 +47,58 @@ def app(tmp_path):
             time.sleep(0.5)
     else:
         proc.kill()
-        pytest.fail("app.py did not serve the page in 300 s: " + (tmp_path / "app.log").read_text()[-2000:])
-    assert proc.poll() is None, (tmp_path / "app.log").read_text()[-3000:]
-    yield {"url": url, "cwd": tmp_path, "proc": proc}
+        pytest.fail("app.py did not serve the page in 300 s: " + (cwd / "app.log").read_text()[-2000:])
+    assert proc.poll() is None, (cwd / "app.log").read_text()[-3000:]
+    yield {"url": url, "cwd": cwd, "proc": proc, "workspace": (cwd / workspace).resolve()}
     proc.terminate()
     try:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
     # a worker still training would be orphaned: stop every run's process group
-    for pid_file in (tmp_path / "workspace").rglob("worker.pid"):
+    for pid_file in (cwd / workspace).rglob("worker.pid"):
         try:
             os.killpg(int(pid_file.read_text()), 9)
         except (OSError, ValueError):
             pass
+
+
+@pytest.fixture
+def app(tmp_path):
+    """A fresh app.py in its own working folder and workspace; yields its URL."""
+    yield from _launch(tmp_path, "workspace")
+
+
+@pytest.fixture(scope="module")
+def module_app(tmp_path_factory):
+    """One app.py for a whole test module (each start costs ~20 s on a busy machine), started
+    with a --workspace outside the folder it runs in."""
+    cwd = tmp_path_factory.mktemp("app")
+    yield from _launch(cwd, str(cwd / "elsewhere" / "ws"))
+
+
+@pytest.fixture(scope="module")
+def module_browser():
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        pytest.fail("Chromium is not installed: run scripts/test.sh (it installs Debian's chromium) or apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def module_page(module_browser, request):
+    """A new tab of the module's browser (a fresh page session) at 1600x1000."""
+    page = module_browser.new_page(viewport={"width": 1600, "height": 1000})
+    page.set_default_timeout(60_000)
+    yield page
+    page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
+    page.close()
 
 
 @pytest.fixture

@@ -49,6 +49,62 @@ def test_schema_problems_and_missing_folders_are_listed_together(page, fake_star
     assert not fake_start
 
 
+def test_a_refused_start_clears_the_previous_run_from_the_footer(page, fake_start):
+    """Item 7: after a refused Start, the poll showed the last run's status and loss."""
+    old = create_run(page.workspace, {"tensorboard": False})
+    writer = EventWriter(old)
+    writer.status("training")
+    writer.emit("metrics", global_step=1, loss=0.5, lr=0.001)
+    writer.status("stopped")
+    writer.close()
+    values = page.form_values(page.on_page_load()[page.config_state])
+    values[page.fields["batch_size"].component] = 0
+    with pytest.warns(UserWarning):
+        out = page.on_start(values)
+    assert out[page.monitor.run_id] == REFUSED
+    run_id, status, progress, losses, lrs, gallery, *_ , shown = page.monitor.poll(REFUSED, "")
+    assert run_id == REFUSED and "Nothing started" in status and "stopped" not in status
+    assert losses is None and lrs is None and progress == "" and gallery == ""
+    assert page.monitor.poll("", "")[0] == str(old.path)  # a reload shows the last run again
+
+
+def test_the_live_charts_are_numeric_and_only_sent_when_they_change(page, tmp_path):
+    """Item 2: an empty first frame typed the chart's axes as categories (and fixed its series
+    colours) for the whole run; item 7: every poll redrew the charts."""
+    run = create_run(page.workspace, {"tensorboard": False})
+    writer = EventWriter(run)
+    writer.status("training")
+    out = page.monitor.poll(str(run.path), "")
+    assert out[3] is None and out[4] is None  # no points: nothing drawn, not an empty frame
+    for step in (1, 2, 3):
+        writer.emit("metrics", global_step=step, loss=1.0 / step, lr=0.001)
+    out = page.monitor.poll(str(run.path), out[-1])
+    plotted = page.monitor.loss_plot.postprocess(out[3])
+    assert plotted.datatypes == {"step": "quantitative", "loss": "quantitative", "series": "nominal"}
+    assert page.monitor.lr_plot.postprocess(out[4]).datatypes == {"step": "quantitative", "lr": "quantitative"}
+    again = page.monitor.poll(str(run.path), out[-1])
+    assert again[-1] == out[-1]
+    assert list(again[3:6]) == [gr.skip()] * 3  # unchanged: the charts and samples stay as drawn
+    writer.emit("metrics", global_step=4, loss=0.2, lr=0.001)
+    assert len(page.monitor.poll(str(run.path), out[-1])[3]) == 8  # changed: sent again
+    writer.close()
+
+
+def test_samples_are_shown_at_their_size_newest_first_with_step_and_prompt(page, tmp_path):
+    """Item 6: a gallery stretched one 64 px sample over the whole width."""
+    run = create_run(page.workspace, {"tensorboard": False})
+    writer = EventWriter(run)
+    for step, colour in ((5, "red"), (10, "blue")):
+        path = run.samples / f"{step}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (64, 64), colour).save(path)
+        writer.emit("sample", path=str(path), prompt=f"a {colour} <circle>", step=step)
+    writer.close()
+    html = page.monitor.poll(str(run.path), "")[5]
+    assert html.index("step 10: a blue &lt;circle&gt;") < html.index("step 5: a red &lt;circle&gt;")
+    assert html.count("<img ") == 2 and "width=" not in html and "gradio_api/file=" in html
+
+
 def test_presets_land_in_the_apps_workspace(page, tmp_path):
     """Item 4: the demo's relative workspace/demo was read against the folder the app started in."""
     elsewhere = tmp_path / "elsewhere"
