@@ -57,8 +57,8 @@ STEPS: tuple[tuple[str, tuple[Step, ...]], ...] = (
     )),
     ("Decide the model and training details", (
         Step("Weight data types",
-             "Per part, from your VRAM and card: FLOAT_16/BFLOAT_16 halve the memory of the weights (the Model tab's "
-             "table shows it). GTX 1000 cards and older have no BF16.",
+             "Per part, in its section of the Training tab, from your VRAM and card: FLOAT_16/BFLOAT_16 halve the "
+             "memory of the weights (the memory table on the Model tab adds it up). GTX 1000 cards and older have no BF16.",
              "training", "Open Training"),
         Step("Train data type, resolution, batch size",
              "Train at the model's native resolution. Each aspect bucket needs at least a batch of images or it is "

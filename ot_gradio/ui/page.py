@@ -39,7 +39,7 @@ from .state import load_ui_config, preset_config, save_ui_config
 from .tensorboard import TensorBoard, settings
 from .tools_tab import ToolsContext, build_tools
 from .training_tab import lr_frame, memory_markdown
-from .visibility import TAB_METHODS, model_parts, part_field_shown, part_of, shown_parts, tab_shown
+from .visibility import APPLIES_WHEN, TAB_METHODS, applies, model_parts, part_field_shown, part_of, shown_parts, tab_order, tab_shown
 
 TOP_FIELDS = ("model_type", "training_method")
 TABS = (("General", "general"), ("Model", "model"), ("Data", "data"), ("Training", "training"), ("Sampling", "sampling"),
@@ -132,7 +132,8 @@ class Page:
             for title, tab in TABS:
                 with gr.Tab(title, id=tab, elem_id=f"tab-{tab}", visible=tab_shown(tab, method)) as handle:
                     self.tab_handles[tab] = handle
-                    infos = [f for f in schema_fields(tab=tab) if f.path not in TOP_FIELDS]
+                    by_path = {f.path: f for f in schema_fields(tab=tab) if f.path not in TOP_FIELDS}
+                    infos = [by_path[p] for p in tab_order(tab, list(by_path))]
                     fields.update(build_fields([f for f in infos if not part_of(f.path) and not f.path.startswith("optimizer.")]))
                     if tab == "model":
                         self.memory = gr.Markdown(memory_markdown(initial), elem_id="memory-table")
@@ -157,12 +158,15 @@ class Page:
         self.browser = BrowserPanel()
         self.components = {f.component for f in fields.values()}
         self.opt_fields = {p: f for p, f in fields.items() if p.startswith("optimizer.") and p != "optimizer.optimizer"}
+        self.conditional = {p: fields[p] for p in APPLIES_WHEN if p in fields}
+        for path, f in self.conditional.items():
+            f.component.visible = applies(path, initial)
         self.all_outputs = [self.config_state, *self.components, self.samples.table, self.lr_plot, self.memory,
                             *self._visibility_targets(), *self.concepts.outputs]
         self.edit_outputs = [self.config_state, self.lr_plot, self.memory, *self._visibility_targets()]
 
     def _visibility_targets(self) -> list:
-        return [*(f.component for f in self.opt_fields.values()), *self.part_groups,
+        return [*(f.component for f in self.opt_fields.values()), *(f.component for f in self.conditional.values()), *self.part_groups,
                 *(self.tab_handles[t] for t in TAB_METHODS if t in self.tab_handles)]
 
     def _wire(self) -> None:
@@ -215,6 +219,7 @@ class Page:
     def visibility(self, config: dict[str, Any]) -> dict:
         keys = set(optimizer_keys(config.get("optimizer", {}).get("optimizer", "ADAMW")))
         out: dict = {f.component: gr.update(visible=p.split(".", 1)[1] in keys) for p, f in self.opt_fields.items()}
+        out.update({f.component: gr.update(visible=applies(p, config)) for p, f in self.conditional.items()})
         shown = shown_parts(config.get("model_type"))
         out.update({acc: gr.update(visible=part in shown) for acc, part in self.part_groups.items()})
         method = config.get("training_method")
@@ -222,7 +227,9 @@ class Page:
         return out
 
     def populate(self, config: dict[str, Any]) -> dict:
-        out = {self.config_state: config, **values_from_config(self.fields, config), **self.visibility(config)}
+        out = {self.config_state: config, **values_from_config(self.fields, config)}
+        for comp, update in self.visibility(config).items():  # a field both shown or hidden and filled in
+            out[comp] = {**update, "value": out[comp]} if comp in out else update
         out[self.samples.table] = to_rows(config.get("samples", []))
         out[self.lr_plot] = lr_frame(config)
         out[self.memory] = memory_markdown(config)

@@ -8,6 +8,7 @@ rules only decide among the fields that work; they hold unchanged as more fields
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 from ..config.enums import TrainingMethod as T
@@ -78,3 +79,48 @@ def field_shown(path: str, tab: str | None, model_type: str | None, method: str 
     if part is not None and (part not in shown_parts(model_type) or not part_field_shown(path)):
         return False
     return tab_shown(tab, method)
+
+
+# Fields that apply only under a setting of another field: shown only then (on every edit).
+def _multi_gpu(c: dict) -> bool:
+    return bool(c.get("multi_gpu"))
+
+
+def _peft(c: dict) -> str:
+    return str(c.get("peft_type") or "LORA")
+
+
+APPLIES_WHEN: dict[str, Callable[[dict], bool]] = {
+    "device_indexes": _multi_gpu,
+    "gradient_reduce_precision": _multi_gpu,
+    "fused_gradient_reduce": _multi_gpu,
+    "async_gradient_reduce_buffer": lambda c: _multi_gpu(c) and bool(c.get("fused_gradient_reduce")),
+    "custom_learning_rate_scheduler": lambda c: c.get("learning_rate_scheduler") == "CUSTOM",
+    "scheduler_params": lambda c: c.get("learning_rate_scheduler") == "CUSTOM",
+    "lora_rank": lambda c: _peft(c) != "LOKR",  # LoKr uses its dimension instead
+    "lora_decompose": lambda c: _peft(c) == "LORA",  # DoRA
+    "lora_decompose_norm_epsilon": lambda c: _peft(c) == "LORA" and bool(c.get("lora_decompose")),
+    "lora_decompose_output_axis": lambda c: _peft(c) == "LORA" and bool(c.get("lora_decompose")),
+    "lokr_dim": lambda c: _peft(c) == "LOKR",
+    "lokr_decompose_both": lambda c: _peft(c) == "LOKR",
+    "lokr_decompose_factor": lambda c: _peft(c) == "LOKR",
+    "lokr_use_tucker": lambda c: _peft(c) == "LOKR",
+}
+
+# Fields a tab shows first, in this order (the rest follow in schema order): the LoRA tab opens
+# with the adapter type, rank and alpha, not with dropout and the layer filter.
+TAB_FIRST: dict[str, tuple[str, ...]] = {
+    "lora": ("peft_type", "lora_rank", "lora_alpha", "lokr_dim", "lora_decompose", "lora_decompose_norm_epsilon",
+             "lora_decompose_output_axis"),
+}
+
+
+def applies(path: str, config: dict) -> bool:
+    """Whether a field means anything with the rest of `config` as it is."""
+    rule = APPLIES_WHEN.get(path)
+    return True if rule is None else rule(config)
+
+
+def tab_order(tab: str, paths: list[str]) -> list[str]:
+    first = [p for p in TAB_FIRST.get(tab, ()) if p in paths]
+    return first + [p for p in paths if p not in first]

@@ -32,3 +32,14 @@ def test_every_step_opens_a_tab_of_the_page(page):
             assert step.tab in ids, step.title
     assert page.tabs.elem_id == "tabs"
     assert {tab: handle.id for tab, handle in page.tab_handles.items()} == {tab: tab for tab in page.tab_handles}
+
+
+
+def test_the_weight_types_step_opens_the_tab_it_names_and_that_holds_the_fields():
+    """Step 8 said "the Model tab" and opened Training (where the weight data types are)."""
+    from ot_gradio.config.fields import iter_fields
+    from ot_gradio.config.schema import TrainConfig
+
+    step = next(s for _, steps in STEPS for s in steps if s.title == "Weight data types")
+    assert {f.tab for f in iter_fields(TrainConfig) if f.path.endswith(".weight_dtype")} == {step.tab} == {"training"}
+    assert "Training tab" in step.text

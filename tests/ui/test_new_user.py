@@ -117,3 +117,25 @@ def test_presets_land_in_the_apps_workspace(page, tmp_path):
     assert out[page.fields["workspace_dir"].component] == str(page.workspace.resolve() / "demo")  # the General tab
 
 
+def test_fields_that_do_not_apply_are_hidden(page):
+    """Item 8: multi-GPU options with multi-GPU off, the custom scheduler with CONSTANT, LoKr and
+    DoRA options for plain LoRA; rank and alpha first on the LoRA tab."""
+    base = {"multi_gpu": False, "learning_rate_scheduler": "CONSTANT", "peft_type": "LORA", "lora_decompose": False}
+    for path in ("device_indexes", "fused_gradient_reduce", "custom_learning_rate_scheduler", "scheduler_params",
+                 "lokr_dim", "lora_decompose_norm_epsilon"):
+        assert not applies(path, base), path
+    assert applies("lora_rank", base) and applies("lora_decompose", base)
+    assert applies("device_indexes", {**base, "multi_gpu": True})
+    assert applies("scheduler_params", {**base, "learning_rate_scheduler": "CUSTOM"})
+    assert applies("lokr_dim", {**base, "peft_type": "LOKR"}) and not applies("lora_rank", {**base, "peft_type": "LOKR"})
+    assert applies("lora_decompose_output_axis", {**base, "lora_decompose": True})
+
+    config = page.on_page_load()[page.config_state]
+    out = page.on_edit({**page.form_values(config), page.fields["multi_gpu"].component: True})
+    assert out[page.fields["device_indexes"].component]["visible"] is True
+    assert out[page.fields["lokr_dim"].component]["visible"] is False
+    assert page.fields["device_indexes"].component in page.edit_outputs
+
+    assert tab_order("lora", ["dropout_probability", "layer_filter", "lora_rank", "lora_alpha"])[:2] == ["lora_rank", "lora_alpha"]
+    lora_ids = [b._id for b in page.blocks.blocks.values() if getattr(b, "elem_id", "") in ("f-lora_rank", "f-layer_filter_preset")]
+    assert lora_ids == sorted(lora_ids) and page.fields["lora_rank"].component._id < page.fields["layer_filter_preset"].component._id
