@@ -49,7 +49,7 @@ __all__ = ["CONFIG_VERSION", "SecretsConfig", "TrainConfig"]
 
 CONFIG_VERSION = 1
 P = PLANNED
-LAYER_PRESETS = ["full", "attn-mlp", "attn-only", "custom"]
+LAYER_PRESETS = ["full", "attn-mlp", "attn-only", "blocks", "custom"]
 
 
 def _part(**overrides: Any) -> ModelPartConfig:
@@ -156,7 +156,7 @@ class TrainConfig(Section):
     noising_weight: float = opt(0.0, "Noising weight", "Shapes the timestep distribution: the spread of LOGIT_NORMAL, the tails of HEAVY_TAIL, the slope of SIGMOID, the narrowness of INVERTED_PARABOLA.", tab="training")
     noising_bias: float = opt(0.0, "Noising bias", "Moves the centre of LOGIT_NORMAL, SIGMOID and INVERTED_PARABOLA: positive = more noise, negative = less.", tab="training")
     timestep_shift: float = opt(1.0, "Timestep shift", "Moves the drawn timesteps towards more noise (above 1) or less (below 1).", gt=0, tab="training")
-    dynamic_timestep_shifting: bool = opt(False, "Dynamic timestep shifting", "Shift timesteps by image resolution (flow-matching models).", tab="training", status=P)
+    dynamic_timestep_shifting: bool = opt(False, "Dynamic timestep shifting", "Flow-matching models (Flux, SD 3, ...): shift timesteps towards noise by the image's token count, as Flux and SD 3 sample (from the model's base_shift at 256 tokens to max_shift at 4096); combines with Timestep shift.", tab="training")
 
     # --- Model parts (shown on the training tab, OneTrainer's "Train UNet / text encoder") -----
     unet: ModelPartConfig = opt(default_factory=_part, label="UNet", tooltip="UNet settings. Its learning rate replaces the base learning rate when set.", tab="training")
@@ -168,9 +168,9 @@ class TrainConfig(Section):
     text_encoder_sequence_length: int | None = opt(512, "Text encoder sequence length", "Tokens the T5 text encoder reads (PixArt), in training and in samples; longer captions are cut. Padding is masked, so a longer window only costs time. Blank = 120, what PixArt-α was trained with.", ge=1, tab="training", advanced=True)
     text_encoder_2: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 2", tooltip="SDXL: the second text encoder (OpenCLIP ViT-G). It is said to work better with natural language, the first one with tags. Its caption dropout is drawn separately from the first encoder's.", tab="training")
     text_encoder_2_layer_skip: int = opt(0, "Clip skip 2", "Skip the last N layers of the second text encoder, in training and in samples (SDXL counts from its second-to-last layer, as it always reads that one).", ge=0, tab="training")
-    text_encoder_2_sequence_length: int | None = opt(77, "Text encoder 2 sequence length", "Tokens the second text encoder reads.", ge=1, tab="training", status=P, advanced=True)
-    text_encoder_3: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 3", tooltip="SD3: the third text encoder (T5).", tab="training", status=P)
-    text_encoder_3_layer_skip: int = opt(0, "Clip skip 3", "Skip the last N layers of the third text encoder.", ge=0, tab="training", status=P)
+    text_encoder_2_sequence_length: int | None = opt(77, "Text encoder 2 sequence length", "Tokens the second text encoder reads (Flux: T5's tokens; blank = 512, the pipeline's default).", ge=1, tab="training", advanced=True)
+    text_encoder_3: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 3", tooltip="SD 3 / 3.5: the third text encoder (T5 XXL).", tab="training")
+    text_encoder_3_layer_skip: int = opt(0, "Clip skip 3", "Skip the last N layers of T5 (SD 3), its final norm applied.", ge=0, tab="training")
     text_encoder_4: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 4", tooltip="Models with a fourth text encoder (HiDream): its settings.", tab="training", status=P)
     text_encoder_4_layer_skip: int = opt(0, "Clip skip 4", "Skip the last N layers of the fourth text encoder.", ge=0, tab="training", status=P)
     vae: ModelPartConfig = opt(default_factory=lambda: _part(train=False), label="VAE", tooltip="VAE settings. Keep it at FLOAT_32 (or BFLOAT_16) to avoid black samples.", tab="training")
@@ -189,7 +189,7 @@ class TrainConfig(Section):
 
     # --- LoRA / layer filter -----------------------------------------------------------------
     layer_filter: str = opt("", "Layer filter", "Comma-separated parts of module names that get LoRA (custom preset).", tab="lora")
-    layer_filter_preset: str = opt("full", "Layer preset", "Which layers get LoRA: 'full' (every linear and conv layer), 'attn-mlp' (attention and feed-forward), 'attn-only', or 'custom' with the layer filter.", tab="lora", choices=LAYER_PRESETS)
+    layer_filter_preset: str = opt("full", "Layer preset", "Which layers get LoRA: 'full' (every linear and conv layer), 'attn-mlp' (attention and feed-forward), 'attn-only', 'blocks' (the transformer blocks of Flux / SD 3), or 'custom' with the layer filter.", tab="lora", choices=LAYER_PRESETS)
     layer_filter_regex: bool = opt(False, "Filter is regex", "Treat the layer filter as regular expressions.", tab="lora")
 
     # --- Embedding ---------------------------------------------------------------------------
