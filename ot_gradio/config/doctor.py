@@ -194,6 +194,27 @@ def errors(config: TrainConfig) -> list[str]:
         out.append("optimizer.fused_back_pass: it steps each weight inside the backward pass, before the other GPUs' "
                    "gradients arrive, so it cannot work with multi_gpu; turn one of them off.")
     out += optimizer_problems(opt)
+    dora = dora_format_problem(config)
+    if dora:
+        out.append(dora)
     if is_flow_matching(config.model_type):
         out += flow_matching_conflicts(config)
     return out
+
+
+def dora_format_problem(config: Any) -> str | None:
+    """DoRA decomposed on the output axis has no kohya form the common loaders apply as trained:
+    A1111 and Forge take DoRA's norm over the input axis only, and ComfyUI's output-axis path
+    normalizes differently from training (errors of about 14% of the change measured)."""
+    if (
+        config.training_method == TrainingMethod.LORA
+        and config.lora_decompose
+        and config.lora_decompose_output_axis
+        and str(getattr(config.peft_type, "value", config.peft_type)) == "LORA"
+        and ModelFormat(config.output_model_format) == ModelFormat.KOHYA_LORA
+    ):
+        return ("lora_decompose_output_axis: DoRA on the output axis saved as KOHYA_LORA loads in ComfyUI, A1111 and Forge "
+                "differently from how it trained; save it as SAFETENSORS (diffusers/PEFT keys, which diffusers' "
+                "load_lora_weights applies as trained), or turn lora_decompose_output_axis off for a KOHYA_LORA file "
+                "(input-axis DoRA, OneTrainer's default, which those loaders read)")
+    return None

@@ -47,7 +47,7 @@ from .parts import (
 
 __all__ = ["CONFIG_VERSION", "SecretsConfig", "TrainConfig"]
 
-CONFIG_VERSION = 1
+CONFIG_VERSION = 2
 P = PLANNED
 LAYER_PRESETS = ["full", "attn-mlp", "attn-only", "blocks", "custom"]
 
@@ -83,7 +83,7 @@ class TrainConfig(Section):
     validate_after_unit: TimeUnit = opt(TimeUnit.EPOCH, "Validation unit", "Unit for 'validate after'.", tab="general")
     continue_last_backup: bool = opt(False, "Continue from last backup", "Resume from the newest complete backup in the workspace instead of starting over.", tab="general")
     prevent_overwrites: bool = opt(False, "Prevent overwrites", "Never overwrite an existing output file; add a number to the name instead.", tab="backup", status=P)
-    include_train_config: ConfigPart = opt(ConfigPart.NONE, "Include config in model", "Store the training config in the saved model's metadata: NONE, SETTINGS (without concepts and samples) or ALL.", tab="model", status=P)
+    include_train_config: ConfigPart = opt(ConfigPart.NONE, "Include config in model", "Store the training config in the saved model's metadata (`ot_gradio_config`): NONE, SETTINGS (without concepts, samples and cloud settings; local paths cut to their last name) or ALL. Tokens and keys are never stored.", tab="model")
     multi_gpu: bool = opt(False, "Multi-GPU", "Train on several GPUs at once (data parallel): one process per GPU, started by torch.distributed.run as accelerate does. Batch size is per GPU, so each step trains batch size x GPUs images; gradients are averaged across GPUs; samples, backups and saves come from the first process. Not with fused back pass.", tab="general")
     device_indexes: str = opt("", "GPU indexes", "Multi-GPU: comma-separated GPU indexes to train on, e.g. 0,1. Blank = every GPU. With train device cpu, one process per listed index (for trying it out).", tab="general")
     gradient_reduce_precision: GradientReducePrecision = opt(GradientReducePrecision.FLOAT_32_STOCHASTIC, "Gradient reduce precision", "Multi-GPU: FLOAT_32 adds up the GPUs' gradients in float32; WEIGHT_DTYPE in the gradients' own type (half the traffic for 16-bit gradients). The _STOCHASTIC variants round the float32 result back into a bfloat16 gradient stochastically.", tab="general", advanced=True)

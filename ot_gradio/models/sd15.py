@@ -519,7 +519,9 @@ class StableDiffusion15:
 
     # ---------------------------------------------------------------- saving
 
-    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+    def save_single_file(
+        self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata: Mapping[str, str] | None = None
+    ) -> Path:
         """An original-layout `.safetensors` checkpoint (A1111, ComfyUI, `from_single_file`), atomically."""
         for name, module in self.parts.items():
             plain_state_dict(module, name)
@@ -529,7 +531,9 @@ class StableDiffusion15:
             base_module(self.vae),
             base_module(self.text_encoder),
             dtype=dtype,
-            metadata={"modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value},
+            metadata={
+                "modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value, **(metadata or {})
+            },
         )
 
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:

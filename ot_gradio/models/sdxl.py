@@ -242,7 +242,9 @@ class StableDiffusionXL(StableDiffusion15):
 
     # ---------------------------------------------------------------- saving
 
-    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+    def save_single_file(
+        self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata: Mapping[str, str] | None = None
+    ) -> Path:
         """An original-layout SDXL `.safetensors` checkpoint (A1111, ComfyUI, `from_single_file`), atomically."""
         for name, module in self.parts.items():
             plain_state_dict(module, name)
@@ -253,7 +255,9 @@ class StableDiffusionXL(StableDiffusion15):
             base_module(self.text_encoder),
             base_module(self.text_encoder_2),
             dtype=dtype,
-            metadata={"modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value},
+            metadata={
+                "modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value, **(metadata or {})
+            },
         )
 
 

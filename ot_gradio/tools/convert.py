@@ -301,9 +301,58 @@ def _lora_layers(sd: Mapping[str, torch.Tensor]) -> dict[str, dict[str, torch.Te
     return group_layers(sd, "LoRA key")
 
 
+def _lora_delta(tensors: Mapping[str, torch.Tensor], shape: torch.Size) -> torch.Tensor:
+    """One peft-form layer's weight change before scaling (alpha / rank), as peft computes it in
+    training: LoRA up @ down, LoHa (w1a w1b) * (w2a w2b) (Tucker form with hada_t1/t2), LoKr
+    kron(w1, w2) with each factor full or a product (w2 Tucker form with lokr_t2)."""
+    from ot_gradio.training.lora_variants import LOHA, LOKR, layer_type
+
+    t = {k: v.float() for k, v in tensors.items()}
+    kind = layer_type(t)
+    if kind == LOHA:
+        if "hada_t1" in t:
+            one = torch.einsum("ijkl,jr,ip->prkl", t["hada_t1"], t["hada_w1_b"], t["hada_w1_a"])
+            two = torch.einsum("ijkl,jr,ip->prkl", t["hada_t2"], t["hada_w2_b"], t["hada_w2_a"])
+        else:
+            one, two = t["hada_w1_a"] @ t["hada_w1_b"], t["hada_w2_a"] @ t["hada_w2_b"]
+        return (one * two).reshape(shape)
+    if kind == LOKR:
+        w1 = t["lokr_w1"] if "lokr_w1" in t else t["lokr_w1_a"] @ t["lokr_w1_b"]
+        if "lokr_w2" in t:
+            w2 = t["lokr_w2"]
+        elif "lokr_t2" in t:
+            w2 = torch.einsum("ijkl,ip,jr->prkl", t["lokr_t2"], t["lokr_w2_a"], t["lokr_w2_b"])
+        else:
+            w2 = t["lokr_w2_a"] @ t["lokr_w2_b"]
+        if w2.dim() == 4:
+            w1 = w1[:, :, None, None]
+        return torch.kron(w1, w2).reshape(shape)
+    return (t["lora_B.weight"].flatten(1) @ t["lora_A.weight"].flatten(1)).reshape(shape)
+
+
+def merged_weight(weight: torch.Tensor, tensors: Mapping[str, torch.Tensor], scale: float, strength: float) -> torch.Tensor:
+    """The layer's weight as training applied it, at `strength`: W + strength * (W' - W), with
+    W' = W + scale * delta, or for DoRA W' = (W + scale * delta) * magnitude / norm, the norm
+    taken over each input column (`dora_scale`) or each output row (`lora_magnitude_vector`),
+    as lora_variants.DecomposedVariant trains it."""
+    from ot_gradio.training.lora_variants import DORA_IN, DORA_OUT, _axis_norm
+
+    w = weight.float()
+    adapted = w + scale * _lora_delta(tensors, w.shape)
+    for key, output_axis in ((DORA_IN, False), (DORA_OUT, True)):
+        if key in tensors:
+            factor = tensors[key].float().reshape(-1) / _axis_norm(adapted, output_axis)
+            view = (-1, *[1] * (w.dim() - 1)) if output_axis else (1, -1, *[1] * (w.dim() - 2))
+            adapted = adapted * factor.reshape(view)
+    return w + strength * (adapted - w)
+
+
 def merge_into(model, parts: Mapping[str, Mapping[str, torch.Tensor]], rank: int, alpha: float, weight: float) -> tuple[int, int]:
-    """W += weight * alpha / rank * up @ down for every layer of `parts` (peft form); returns
-    (matched layers, all layers). Nothing is changed unless every layer has its module."""
+    """Merge every layer of `parts` (peft form: LoRA, DoRA on either axis, LoHa, LoKr) into its
+    module's weight at strength `weight` (see `merged_weight`); returns (matched layers, all
+    layers). Nothing is changed unless every layer has its module."""
+    from ot_gradio.training.lora_variants import check_layer
+
     plan = []
     total = 0
     for part, sd in parts.items():
@@ -311,20 +360,20 @@ def merge_into(model, parts: Mapping[str, Mapping[str, torch.Tensor]], rank: int
         modules = dict(module.named_modules()) if module is not None else {}
         for path, tensors in _lora_layers(sd).items():
             total += 1
+            try:
+                check_layer(f"{part}.{path}", tensors)
+            except ValueError as err:
+                raise JobError(f"lora: {err}") from None
             target = modules.get(path)
             target = modules.get("text_model." + path) if target is None else target
             if target is not None and isinstance(getattr(target, "weight", None), torch.Tensor):
-                plan.append((f"{part}.{path}", target, tensors))
+                plan.append((target, tensors))
     if len(plan) != total:
         return len(plan), total
-    scale = float(weight) * float(alpha) / float(rank)
+    scale = float(alpha) / float(rank)
     with torch.no_grad():
-        for name, target, tensors in plan:
-            if set(tensors) != {"lora_A.weight", "lora_B.weight"}:
-                raise JobError(f"lora: layer {name} is {sorted(tensors)}; only plain LoRA layers can be merged yet")
-            down, up = tensors["lora_A.weight"].float(), tensors["lora_B.weight"].float()
-            delta = (up.flatten(1) @ down.flatten(1)).reshape(target.weight.shape)
-            target.weight.add_((scale * delta).to(target.weight.dtype))
+        for target, tensors in plan:
+            target.weight.copy_(merged_weight(target.weight, tensors, scale, float(weight)).to(target.weight.dtype))
     return len(plan), total
 
 

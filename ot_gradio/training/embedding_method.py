@@ -11,8 +11,9 @@ import torch
 
 from ..config.enums import ModelFormat, TrainingMethod
 from .device import output_dtype
-from .embeddings import EmbeddingSupport
+from .embeddings import EmbeddingSupport, embeddings_folder
 from .methods import register
+from .output_metadata import model_metadata
 
 
 def check_embedding_format(fmt: ModelFormat) -> None:
@@ -46,7 +47,29 @@ class EmbeddingMethod(EmbeddingSupport):
 
     def save(self, model: Any, config: Any, path: Path, metadata: dict[str, str]) -> Path:
         dtype = output_dtype(config.output_dtype)
-        meta = {"ss_base_model_name": config.base_model_name, "ss_steps": metadata.get("ss_steps", "0")}
+        steps, epoch = int(metadata.get("ss_steps", 0)), int(metadata.get("ss_epoch", 0))
+        meta = model_metadata(
+            config, model, kind="embedding", title=Path(path).stem, steps=steps, epoch=epoch,
+            trigger_phrases=[self.main.placeholder],
+        )
         written = self.embeddings.save(self.main, path, dtype, meta)
-        self.save_additional(path, dtype, meta)
+        save_embedding_files(self, model, config, path, dtype, steps=steps, epoch=epoch)
         return written
+
+
+def save_embedding_files(
+    method: EmbeddingSupport, model: Any, config: Any, output: Path, dtype: torch.dtype, *, steps: int, epoch: int
+) -> list[Path]:
+    """Each additional embedding as its own A1111 file in `<output>_embeddings/` (also when a LoRA
+    bundles them: ComfyUI's LoRA loader skips `bundle_emb.*`, its embedding loader reads these
+    files), each with its own model-spec header; their names go to the log."""
+    written = []
+    for embedding in method.additional:
+        meta = model_metadata(
+            config, model, kind="embedding", title=embedding.name, steps=steps, epoch=epoch,
+            trigger_phrases=[embedding.placeholder],
+        )
+        target = embeddings_folder(output) / f"{embedding.name}.safetensors"
+        written.append(method.embeddings.save(embedding, target, dtype, meta))
+        print(f"embedding {embedding.placeholder!r} saved as {target}", flush=True)
+    return written

@@ -6,6 +6,7 @@ additional embeddings as their own files next to it. Backups hold the full train
 
 from __future__ import annotations
 
+import inspect
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,10 @@ import torch
 from ..config.enums import ModelFormat, TrainingMethod
 from ..models.common import tied_aliases, without_aliases
 from .device import output_dtype
+from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
 from .methods import register
+from .output_metadata import add_folder_metadata, add_safetensors_metadata, model_metadata
 
 # OneTrainer writes the original-layout single file for ORIGINAL_SINGLE_FILE / LEGACY_SAFETENSORS,
 # and did so for SAFETENSORS before those names existed
@@ -85,13 +88,21 @@ class FineTuneMethod(EmbeddingSupport):
         fmt = ModelFormat(config.output_model_format)
         dtype = output_dtype(config.output_dtype)
         path = Path(path)
+        steps, epoch = int(metadata.get("ss_steps", 0)), int(metadata.get("ss_epoch", 0))
+        header = model_metadata(
+            config, model, kind="checkpoint", title=path.stem, steps=steps, epoch=epoch,
+            trigger_phrases=[e.placeholder for e in self.additional], diffusers_layout=fmt == ModelFormat.DIFFUSERS,
+        )
         with self.embeddings.original_tokenizers() if self.embeddings is not None else nullcontext():
             if fmt == ModelFormat.DIFFUSERS:
                 if path.suffix.lower() in CHECKPOINT_SUFFIXES:
                     path = path.with_suffix("")  # a folder, not "model.safetensors/"
                 written = Path(model.save_diffusers(path, dtype))
-            else:
+                add_folder_metadata(written, header)
+            elif "metadata" in inspect.signature(model.save_single_file).parameters:
+                written = Path(model.save_single_file(path, dtype, metadata=header))
+            else:  # a family whose writer takes no header: merged in afterwards
                 written = Path(model.save_single_file(path, dtype))
-        self.save_additional(written, dtype, {"ss_base_model_name": config.base_model_name})
+                add_safetensors_metadata(written, header)
+        save_embedding_files(self, model, config, written, dtype, steps=steps, epoch=epoch)
         return written
-

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from ot_gradio.config.resolution import parse_resolutions
 from ot_gradio.fsutil import atomic_write
 from ot_gradio.training.lora import lora_rank_alpha, lora_state_dict, text_model_prefix
 from ot_gradio.training.lora_variants import (
@@ -45,6 +46,7 @@ from ot_gradio.training.lora_variants import (
     split_key,
     to_kohya,
 )
+from ot_gradio.training.output_metadata import kohya_hashes
 
 KOHYA = "kohya"
 DIFFUSERS = "diffusers"
@@ -236,6 +238,7 @@ def save_lora_parts(
         metadata[_DIFFUSERS_METADATA_KEY] = json.dumps(_peft_adapter_metadata(parts, rank, alpha), sort_keys=True)
     for key, value in (extra_metadata or {}).items():
         metadata[str(key)] = value if isinstance(value, str) else json.dumps(value)
+    metadata.update(kohya_hashes(tensors, metadata))
     _atomic_save_file(tensors, path, metadata)
     return path
 
@@ -315,7 +318,11 @@ def _format_resolution(resolution: int | tuple[int, int] | str) -> str:
         return f"({resolution}, {resolution})"
     if isinstance(resolution, tuple):
         return f"({resolution[0]}, {resolution[1]})"
-    return str(resolution)
+    try:  # a config's text ("512", "768x512", "384,448,512"): the largest, as (W, H)
+        h, w = max(parse_resolutions(resolution), key=lambda hw: hw[0] * hw[1])
+    except ValueError:
+        return str(resolution)
+    return f"({w}, {h})"
 
 
 def _training_metadata(

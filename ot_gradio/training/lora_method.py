@@ -1,23 +1,25 @@
 """The LORA training method: adapters (LoRA, DoRA, LoHa or LoKr: `peft_type`, `lora_decompose`)
-on the UNet and/or text encoder, saved as a kohya or PEFT LoRA file. Additional embeddings train (or are used) alongside; with
-`bundle_additional_embeddings` they go into the LoRA file (`bundle_emb.*`), else next to it."""
+on the UNet and/or text encoder, saved as a kohya or PEFT LoRA file. Additional embeddings train (or are used) alongside; each is
+written as its own file next to the LoRA and, with `bundle_additional_embeddings`, also into it (`bundle_emb.*`).
+The header (kohya keys, model spec, the config as `include_train_config` asks) is output_metadata.py's."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..config.doctor import dora_format_problem
 from ..config.enums import ModelFormat, TrainingMethod
-from ..config.io import config_to_dict
 from .device import output_dtype
+from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
 from .lora import add_lora, has_lora, load_lora_state_dict, lora_state_dict
 from .lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
 from .lora_variants import AdapterSpec, check_output_format, check_start_file
 from .methods import register
+from .output_metadata import largest_resolution, model_metadata
 
 FORMATS = {ModelFormat.KOHYA_LORA: KOHYA, ModelFormat.SAFETENSORS: DIFFUSERS}
 
@@ -53,6 +55,9 @@ class LoraMethod(EmbeddingSupport):
     def setup(self, model: Any, config: Any, device: torch.device) -> list[dict[str, Any]]:
         spec = AdapterSpec.from_config(config)  # bad settings fail before any training
         check_output_format(spec, lora_file_format(config.output_model_format) == DIFFUSERS)
+        problem = dora_format_problem(config)
+        if problem:
+            raise ValueError(problem)
         for module in model.parts.values():
             module.requires_grad_(False)
         start = None
@@ -110,27 +115,28 @@ class LoraMethod(EmbeddingSupport):
         self.load_embedding_state(state)
 
     def save(self, model: Any, config: Any, path: Path, metadata: dict[str, str]) -> Path:
-        settings = config_to_dict(config)
-        settings.pop("secrets", None)  # never write tokens into a shared file
         parts = {p: getattr(model, p) for p in trainable_parts(model) if has_lora(getattr(model, p))}
         dtype = output_dtype(config.output_dtype)
+        steps, epoch = int(metadata.get("ss_steps", 0)), int(metadata.get("ss_epoch", 0))
         bundle = config.bundle_additional_embeddings and self.additional
-        if self.additional and not bundle:
-            self.save_additional(path, dtype, {"ss_base_model_name": config.base_model_name})
+        # bundled or not, each embedding is also its own file (the only form ComfyUI reads)
+        save_embedding_files(self, model, config, path, dtype, steps=steps, epoch=epoch)
+        fmt = lora_file_format(config.output_model_format)
+        header = model_metadata(
+            config, model, kind="lora", title=Path(path).stem, steps=steps, epoch=epoch,
+            trigger_phrases=[e.placeholder for e in self.additional], diffusers_layout=fmt == DIFFUSERS,
+        )
         return save_lora(
             path,
             parts,
             module_names=kohya_module_names(model),
             base_model_version=getattr(model, "lora_base_model_version", "sd_v1"),
-            lora_format=lora_file_format(config.output_model_format),
+            lora_format=fmt,
             dtype=dtype,
             extra_tensors=self.embeddings.bundle_tensors(self.additional, dtype) if bundle else None,
-            resolution=config.resolution,
-            steps=int(metadata.get("ss_steps", 0)),
-            epoch=int(metadata.get("ss_epoch", 0)),
+            resolution=largest_resolution(config),
+            steps=steps,
+            epoch=epoch,
             output_name=Path(path).stem,
-            extra_metadata={
-                "ss_base_model_name": config.base_model_name,
-                "ot_gradio_config": json.dumps(settings),
-            },
+            extra_metadata=header,
         )

@@ -123,9 +123,12 @@ def test_lora_with_a_bundled_additional_embedding(lora_config, tiny_model, tmp_p
         sample_image_format="PNG",
     )
     run, events = run_until_done(config, tmp_path)
-    assert not (tmp_path / "out" / "lora_embeddings").exists()
     tensors = load_file(str(out))
     bundled = tensors.pop("bundle_emb.<trig>.string_to_param.*")
+    # also its own A1111 file next to the LoRA (ComfyUI's LoRA loader skips bundle_emb.*), named in the log
+    separate = tmp_path / "out" / "lora_embeddings" / "trig.safetensors"
+    assert torch.equal(load_file(str(separate))["emb_params"], bundled)
+    assert str(separate) in run.log.read_text()
     assert bundled.shape == (2, 32) and all(k.startswith(("lora_unet_", "lora_te_")) for k in tensors)
 
     pipe = _pipe(tiny_model.diffusers_dir)

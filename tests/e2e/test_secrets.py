@@ -76,3 +76,87 @@ def test_a_run_with_a_token_writes_it_nowhere_but_the_secrets_file(tmp_path, lor
     ]
     assert leaks == []
     assert read_secrets(config["workspace_dir"])["huggingface_token"] == TOKEN
+
+
+# --- every method, every secret field, every include_train_config -----------------------------
+
+# one canary per secret field of the schema (secrets.*, the cloud API key and hub token)
+CANARIES = {
+    "secrets.huggingface_token": "hf_CANARYsecretsHubToken01",
+    "secrets.cloud.api_key": "CANARYsecretsCloudKey02",
+    "cloud.api_key": "CANARYcloudApiKey03",
+    "cloud.huggingface_token": "hf_CANARYcloudHubToken04",
+}
+
+
+def _with_canaries(config):
+    config["secrets"] = {
+        "huggingface_token": CANARIES["secrets.huggingface_token"],
+        "cloud": {"api_key": CANARIES["secrets.cloud.api_key"]},
+    }
+    config["cloud"] = {"api_key": CANARIES["cloud.api_key"], "huggingface_token": CANARIES["cloud.huggingface_token"]}
+    return config
+
+
+def _header(path):
+    from ot_gradio.training.output_metadata import read_header
+
+    return read_header(path)[0].get("__metadata__", {})
+
+
+EMB = [{"placeholder": "<trig>", "token_count": 1, "initial_embedding_text": "dog"}]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("method", "fmt", "dest", "part", "extra"),
+    [
+        ("LORA", "KOHYA_LORA", "lora.safetensors", "ALL", {"additional_embeddings": EMB}),
+        ("LORA", "SAFETENSORS", "lora.safetensors", "SETTINGS", {}),
+        ("LORA", "KOHYA_LORA", "lora.safetensors", "NONE", {}),
+        ("FINE_TUNE", "SAFETENSORS", "model.safetensors", "ALL", {"additional_embeddings": EMB}),
+        ("FINE_TUNE", "DIFFUSERS", "model", "SETTINGS", {}),
+        ("EMBEDDING", "SAFETENSORS", "emb.safetensors", "ALL", {"embedding": {"token_count": 1, "initial_embedding_text": "circle"}}),
+    ],
+)
+def test_no_run_writes_a_secret_outside_its_run_folder(tmp_path, lora_config, method, fmt, dest, part, extra):
+    """A one-step run of every method with a canary in every secret field: no byte of any file
+    it wrote outside its run folder (outputs, embeddings next to them, caches, the workspace)
+    holds a canary, whatever include_train_config says; the config goes in only as asked."""
+    from ot_gradio import cli
+
+    out = tmp_path / "out" / dest
+    base = lora_config()
+    config = _with_canaries(lora_config(
+        training_method=method, output_model_format=fmt, output_model_destination=str(out), include_train_config=part,
+        epochs=1, concepts=[{**base["concepts"][0], "balancing": 2, "balancing_strategy": "SAMPLES"}], **extra,
+    ))
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(config))
+    assert cli.main(["train", "--config", str(path)]) == 0
+    runs = tmp_path / "ws" / "runs"
+    written = [
+        p for p in tmp_path.rglob("*")
+        if p.is_file() and p != path and p.name != "secrets.json" and runs not in p.parents
+    ]
+    assert any(p == out or out in p.parents for p in written)
+    leaks = [(str(p), name) for p in written for name, canary in CANARIES.items() if canary.encode() in p.read_bytes()]
+    assert leaks == []
+
+    header_file = out / "unet" / "diffusion_pytorch_model.safetensors" if fmt == "DIFFUSERS" else out
+    meta = json.loads((out / "model_index.json").read_text())["_ot_gradio_metadata"] if fmt == "DIFFUSERS" else _header(header_file)
+    assert meta["modelspec.sai_model_spec"] == "1.0.0" and meta["ss_resolution"] == "(64, 64)"
+    if part == "NONE":
+        assert "ot_gradio_config" not in meta
+        return
+    embedded = json.loads(meta["ot_gradio_config"])
+    assert "secrets" not in embedded and "api_key" not in embedded.get("cloud", {})
+    assert embedded["training_method"] == method and embedded["include_train_config"] == part
+    if part == "ALL":
+        assert embedded["concepts"][0]["path"] == base["concepts"][0]["path"]  # ALL keeps local paths
+    else:
+        assert "concepts" not in embedded and "samples" not in embedded and "cloud" not in embedded
+        assert str(tmp_path) not in meta["ot_gradio_config"]  # no absolute local path with SETTINGS
+    if extra.get("additional_embeddings"):
+        emb_file = out.with_name(out.stem + "_embeddings") / "trig.safetensors"
+        assert _header(emb_file)["modelspec.trigger_phrase"] == "<trig>"

@@ -267,11 +267,12 @@ def test_lora_saves_additional_embeddings_bundled_or_beside(tmp_path, bundle):
     if bundle:
         assert torch.equal(tensors["bundle_emb.<trig>.string_to_param.*"], lora.additional[0].vectors["text_encoder"].detach())
         assert tensors["bundle_emb.<off>.string_to_param.*"].shape == (1, 32)
-        assert not beside.exists()
+        # and beside it too: ComfyUI's LoRA loader skips bundle_emb.*, its embedding loader reads the files
+        assert torch.equal(load_file(str(beside / "trig.safetensors"))["emb_params"], tensors["bundle_emb.<trig>.string_to_param.*"])
     else:
         assert not any(k.startswith("bundle_emb") for k in tensors)
-        assert sorted(p.name for p in beside.iterdir()) == ["off.safetensors", "trig.safetensors"]
-        assert load_file(str(beside / "trig.safetensors"))["emb_params"].shape == (2, 32)
+    assert sorted(p.name for p in beside.iterdir()) == ["off.safetensors", "trig.safetensors"]
+    assert load_file(str(beside / "trig.safetensors"))["emb_params"].shape == (2, 32)
     loaded = load_lora_file(out)  # a bundled LoRA still reads as a LoRA (lora_model_name)
     assert set(loaded.parts) == {"unet", "text_encoder"} and loaded.rank == 2
 
