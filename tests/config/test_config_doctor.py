@@ -21,11 +21,11 @@ def test_planned_options_are_listed_in_one_message():
     config.force_circular_padding = True
     config.debug_mode = True
     config.concepts[0].image.enable_random_circular_mask_shrink = True
-    config.text_encoder_3.train = False
+    config.text_encoder_4.train = False
     config.embedding.is_output_embedding = True
     warnings = check(config)
     assert len(warnings) == 1
-    for path in ("force_circular_padding", "debug_mode", "concepts[0].image.enable_random_circular_mask_shrink", "text_encoder_3.train", "embedding.is_output_embedding"):
+    for path in ("force_circular_padding", "debug_mode", "concepts[0].image.enable_random_circular_mask_shrink", "text_encoder_4.train", "embedding.is_output_embedding"):
         assert path in warnings[0]
     assert planned_changes(good()) == []
 

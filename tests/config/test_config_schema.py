@@ -56,7 +56,7 @@ def test_iter_fields_describes_fields():
     assert by_path["batch_size"].bounds == {"ge": 1, "le": 1024}
     assert by_path["batch_size"].tab == "training"
     assert "ADAMW" in by_path["optimizer.optimizer"].choices
-    assert by_path["layer_filter_preset"].choices == ["full", "attn-mlp", "attn-only", "custom"]
+    assert by_path["layer_filter_preset"].choices == ["full", "attn-mlp", "attn-only", "blocks", "custom"]
     assert by_path["concepts"].group and by_path["concepts[].image.enable_random_flip"].tab == "concepts"
     # nested defaults are the parent's: OneTrainer stops the text encoder after 30 epochs
     assert by_path["text_encoder.stop_training_after"].default == 30
@@ -89,11 +89,11 @@ def test_status_of_model_part_and_optimizer_fields():
 
 def test_new_model_parts_are_planned_and_core_ones_are_not():
     by_path = {f.path: f for f in iter_fields(TrainConfig)}
-    for name in ("text_encoder_3", "text_encoder_4", "unconditional_transformer", "quantization", "cloud"):
+    for name in ("text_encoder_4", "unconditional_transformer", "quantization", "cloud"):
         assert by_path[name].status == PLANNED, name
     for name in ("unet", "text_encoder", "text_encoder_2", "vae", "optimizer", "concepts", "samples", "seed", "lora_rank", "embedding",
                  "additional_embeddings", "embedding_learning_rate", "preserve_embedding_norm", "embedding_weight_dtype",
-                 "bundle_additional_embeddings",
+                 "bundle_additional_embeddings", "text_encoder_3",
                  "prior", "effnet_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan", "transformer"):
         assert by_path[name].status != PLANNED, name
     # Würstchen / Stable Cascade load these parts from models of their own; other parts cannot yet
