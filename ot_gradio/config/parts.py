@@ -27,7 +27,7 @@ class ModelPartConfig(Section):
     dropout_probability: float = opt(0.0, "Caption dropout", "Text encoders: probability of training a sample with an empty caption, so the model also learns the unconditioned image.", ge=0, le=1)
     train_embedding: bool = opt(True, "Train embedding", "Text encoders: train the embeddings' vectors in this encoder (off = use them as they are; models with several text encoders).")
     attention_mask: bool = opt(False, "Attention mask", "Text encoders and transformers: mask padding tokens in attention.", status=PLANNED)
-    guidance_scale: float = opt(1.0, "Guidance scale", "Guidance-distilled models only (e.g. Flux): the guidance value used while training.", ge=0, status=PLANNED)
+    guidance_scale: float = opt(1.0, "Guidance scale", "Guidance-distilled models only (Flux.1 dev): the value fed to the transformer's guidance embedding while training (OneTrainer's default 1). Samples use their CFG scale as the guidance value.", ge=0)
     gradient_checkpointing: bool = opt(True, "Gradient checkpointing", "Recompute activations in the backward pass: much less memory (about 2 GB for SD 1.5), at least 30% slower.")
     offload_fraction: float = opt(0.0, "Offload fraction", "Share of this part's layers kept in CPU memory between uses, to fit big models in little VRAM.", ge=0, le=1, status=PLANNED)
     activation_offloading: bool = opt(False, "Activation offloading", "Keep checkpointed activations in CPU memory instead of VRAM.", status=PLANNED)

@@ -61,6 +61,16 @@ def _no_fp16_autocast(device: torch.device):
     return contextlib.nullcontext()
 
 
+def compute_dtype(module: torch.nn.Module) -> torch.dtype:
+    """The dtype a part computes in: its first floating-point weight that is not a stored
+    8-bit one (NF4/INT8 layers hold uint8/int8 weights, FLOAT_8 float8; their inputs are not)."""
+    stored = (torch.float8_e4m3fn, torch.float8_e5m2)
+    for p in module.parameters():
+        if p.is_floating_point() and p.dtype not in stored:
+            return p.dtype
+    return torch.float32
+
+
 # -------------------------------------------------------------------- latents <-> tokens
 
 
@@ -368,7 +378,7 @@ class FluxDev1:
         """The velocity (B, C, H, W) for noisy latents at noise fraction `t` (B,), in the
         transformer's dtype."""
         transformer = self.transformer
-        device, dtype = module_device(transformer), module_dtype(transformer)
+        device, dtype = module_device(transformer), compute_dtype(transformer)
         b, _, h, w = noisy.shape
         hidden = conditioning["encoder_hidden_states"].to(device, dtype)
         out = transformer(
@@ -396,7 +406,7 @@ class FluxDev1:
     def pipeline_inputs(self, prompt: str, negative_prompt: str, cfg_scale: float) -> dict:
         """Flux.1 dev: the prompt's embeddings and the distilled guidance value (no negative prompt)."""
         cond = self.encode_text([prompt])
-        dtype = module_dtype(self.transformer)
+        dtype = compute_dtype(self.transformer)
         return {
             "prompt_embeds": cond["encoder_hidden_states"].to(dtype),
             "pooled_prompt_embeds": cond["pooled_projections"].to(dtype),
@@ -423,10 +433,16 @@ class FluxDev1:
                 m.to(target)
             generator = torch.Generator(device="cpu").manual_seed(int(seed))
             with torch.no_grad():
-                image = self.pipeline()(
+                packed = self.pipeline()(
                     **self.pipeline_inputs(prompt, negative_prompt, cfg_scale),
-                    height=gen_h, width=gen_w, num_inference_steps=int(steps), generator=generator, output_type="pil",
-                ).images[0]
+                    height=gen_h, width=gen_w, num_inference_steps=int(steps), generator=generator, output_type="latent",
+                ).images
+                # decoded here, in the VAE's own dtype (the transformer may compute in another)
+                scale = self.vae_scale_factor
+                pixels = self.decode_latents(unpack_latents(packed, gen_h // scale, gen_w // scale)).float()
+            from diffusers.image_processor import VaeImageProcessor
+
+            image = VaeImageProcessor(vae_scale_factor=self.vae_scale_factor).postprocess(pixels.cpu(), output_type="pil")[0]
         finally:
             for name, m in modules.items():
                 m.to(devices[name])

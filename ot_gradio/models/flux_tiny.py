@@ -1,4 +1,4 @@
-"""Tiny random Flux.1 dev (and the parts Chroma shares): the real classes at width 32, built in
+"""Tiny random Flux.1 dev (and the parts Chroma shares): the real classes at width 64, built in
 memory (tokenizers included) in well under a second and saved in the diffusers layout, plus the
 transformer alone in Black Forest Labs' layout, so tests go through the real loading code."""
 
@@ -11,9 +11,11 @@ import torch
 
 from ot_gradio.models.tiny import TinyModelPaths, register_tiny, tiny_clip_text_model, tiny_clip_tokenizer
 
-TINY_FLUX_VERSION = 1
-T5_WIDTH = 32
-CLIP_WIDTH = 32
+TINY_FLUX_VERSION = 2
+# 64 wide: bitsandbytes' NF4 layers on the CPU need input widths that are multiples of their
+# 64-value block (OneTrainer's Flux preset stores the transformer and T5 in NF4)
+T5_WIDTH = 64
+CLIP_WIDTH = 64
 
 
 def tiny_flux_vae(seed: int = 0):
@@ -34,7 +36,7 @@ def tiny_t5_encoder(tokenizer, seed: int = 0):
     torch.manual_seed(seed)
     return T5EncoderModel(
         T5Config(
-            vocab_size=len(tokenizer), d_model=T5_WIDTH, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+            vocab_size=len(tokenizer), d_model=T5_WIDTH, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
             relative_attention_num_buckets=8, feed_forward_proj="gated-gelu", dropout_rate=0.0,
             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
         )
@@ -67,8 +69,8 @@ def tiny_flux_components(seed: int = 0) -> dict:
     tokenizer_2 = tiny_t5_tokenizer(model_max_length=512)
     torch.manual_seed(seed)
     transformer = FluxTransformer2DModel(
-        patch_size=1, in_channels=64, num_layers=1, num_single_layers=1, attention_head_dim=16, num_attention_heads=2,
-        joint_attention_dim=T5_WIDTH, pooled_projection_dim=CLIP_WIDTH, guidance_embeds=True, axes_dims_rope=(4, 6, 6),
+        patch_size=1, in_channels=64, num_layers=1, num_single_layers=1, attention_head_dim=32, num_attention_heads=2,
+        joint_attention_dim=T5_WIDTH, pooled_projection_dim=CLIP_WIDTH, guidance_embeds=True, axes_dims_rope=(8, 12, 12),
     )
     visible_output(transformer.proj_out)
     return {

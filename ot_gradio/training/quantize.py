@@ -58,6 +58,10 @@ def _bnb_linear(layer: nn.Linear, data_type: DataType, compute_dtype: torch.dtyp
     if data_type == DataType.NFLOAT_4:
         new = bnb.nn.Linear4bit(layer.in_features, layer.out_features, bias=layer.bias is not None, compute_dtype=compute_dtype, quant_type="nf4")
         new.weight = bnb.nn.Params4bit(weight, requires_grad=False, quant_type="nf4")
+        # bitsandbytes repacks a 4-bit weight for its CPU kernel on the first eval-mode call without
+        # gradients (a sample during training); the repacked layer then fails in training, and the
+        # repacking needs input widths that are multiples of 64. Keep the one layout that trains.
+        new.support_avx512bf16_for_cpu = False
     else:
         new = bnb.nn.Linear8bitLt(layer.in_features, layer.out_features, bias=layer.bias is not None, has_fp16_weights=False, threshold=0.0)
         new.weight = bnb.nn.Int8Params(weight, requires_grad=False, has_fp16_weights=False)

@@ -87,7 +87,7 @@ def test_flow_contract(flux):
     assert flux.decode_latents(latents).shape == (1, 3, 64, 64)
 
     cond = flux.encode_text({"text_encoder": ["a red cube"], "text_encoder_2": ["a red cube"]})
-    assert cond["encoder_hidden_states"].shape == (1, 512, 32) and cond["pooled_projections"].shape == (1, 32)
+    assert cond["encoder_hidden_states"].shape == (1, 512, 64) and cond["pooled_projections"].shape == (1, 64)
     t = torch.tensor([0.7])
     with torch.no_grad():
         v = flux.predict(latents, t, cond)
@@ -136,7 +136,7 @@ def test_saves_diffusers_folder_and_bfl_transformer(flux, tmp_path):
 
     path = flux.save_single_file(tmp_path / "flux.safetensors", None)
     bfl = load_file(str(path))
-    h = 32
+    h = 64
     assert bfl["double_blocks.0.img_attn.qkv.weight"].shape == (3 * h, h)
     assert torch.equal(bfl["double_blocks.0.img_attn.qkv.weight"][h : 2 * h], flux.transformer.transformer_blocks[0].attn.to_k.weight)
     assert torch.equal(bfl["single_blocks.0.linear1.weight"][3 * h :], flux.transformer.single_transformer_blocks[0].proj_mlp.weight)
