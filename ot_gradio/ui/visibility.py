@@ -97,6 +97,9 @@ APPLIES_WHEN: dict[str, Callable[[dict], bool]] = {
     "async_gradient_reduce_buffer": lambda c: _multi_gpu(c) and bool(c.get("fused_gradient_reduce")),
     "custom_learning_rate_scheduler": lambda c: c.get("learning_rate_scheduler") == "CUSTOM",
     "scheduler_params": lambda c: c.get("learning_rate_scheduler") == "CUSTOM",
+    # cycles shape only the restarting cosines; a constant rate never decays to a minimum
+    "learning_rate_cycles": lambda c: c.get("learning_rate_scheduler") in ("COSINE_WITH_RESTARTS", "COSINE_WITH_HARD_RESTARTS"),
+    "learning_rate_min_factor": lambda c: c.get("learning_rate_scheduler") != "CONSTANT",
     "lora_rank": lambda c: _peft(c) != "LOKR",  # LoKr uses its dimension instead
     "lora_decompose": lambda c: _peft(c) == "LORA",  # DoRA
     "lora_decompose_norm_epsilon": lambda c: _peft(c) == "LORA" and bool(c.get("lora_decompose")),

@@ -127,6 +127,9 @@ def test_fields_that_do_not_apply_are_hidden(page):
     assert applies("lora_rank", base) and applies("lora_decompose", base)
     assert applies("device_indexes", {**base, "multi_gpu": True})
     assert applies("scheduler_params", {**base, "learning_rate_scheduler": "CUSTOM"})
+    assert not applies("learning_rate_cycles", base) and not applies("learning_rate_min_factor", base)
+    assert applies("learning_rate_cycles", {**base, "learning_rate_scheduler": "COSINE_WITH_RESTARTS"})
+    assert applies("learning_rate_min_factor", {**base, "learning_rate_scheduler": "COSINE"})
     assert applies("lokr_dim", {**base, "peft_type": "LOKR"}) and not applies("lora_rank", {**base, "peft_type": "LOKR"})
     assert applies("lora_decompose_output_axis", {**base, "lora_decompose": True})
 
