@@ -65,6 +65,10 @@ FAMILIES: dict[M, FamilyInfo] = {
         ("transformer", "text_encoder", "text_encoder_2", "vae"), "transformer", ("text_encoder", "text_encoder_2"),
         implemented=True, bucket_step=16, schedule="flow_matching",
     ),
+    M.CHROMA_1: FamilyInfo(
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16,
+        schedule="flow_matching",
+    ),
 }
 
 # Parts that never train in any supported method (image encoders/decoders); the page shows only

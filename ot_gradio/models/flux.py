@@ -133,6 +133,12 @@ def load_flow_pipeline(family, name: str, *, cache_dir, offline, token, dtype, c
             f"{family.model_type.value} model ({', '.join(family.folder_parts)}).",
         )
     if path.is_file():
+        if not family.single_file_layout:
+            raise ModelLoadError(
+                f"'{name}' is a single file; {family.model_type.value} loads from a diffusers folder or a Hugging Face id "
+                f"(like '{family.default_config_repo}') here. Convert the file with diffusers' "
+                f"{family._transformer_class().__name__}.from_single_file and save_pretrained first."
+            )
         if path.suffix.lower() not in SINGLE_FILE_SUFFIXES:
             raise ModelLoadError(f"'{name}' is a file but not a checkpoint; use a .safetensors transformer file.")
         return _load_single_file(family, path, cache_dir=cache_dir, offline=offline, token=token, dtype=dtype, config_dir=config_dir)
@@ -212,10 +218,13 @@ class FluxDev1:
     default_config_repo = "black-forest-labs/FLUX.1-dev"
     # kohya's ss_base_model_version for Flux.1 (sd-scripts' "flux1")
     lora_base_model_version = "flux1"
+    transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "t5"}  # OneTrainer's keys
     bucket_step = 16  # VAE 8 x patch 2
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": CLIP_PRESETS, "text_encoder_2": T5_PRESETS}
     t5_part = "text_encoder_2"
+    t5_length_option = "text_encoder_2_sequence_length"  # the config option of T5's token window
+    single_file_layout = "bfl"  # the transformer file layout load/save_single_file read and write
     prediction_type = "flow"
 
     def __init__(self, components: Mapping):
@@ -301,8 +310,8 @@ class FluxDev1:
     def configure_flow(self, config) -> None:
         """The run's flow options: the guidance value trained and T5's token window. The T5
         tokenizer's model_max_length follows the window, so the text cache keys change with it."""
-        self.guidance_scale = float(config.transformer.guidance_scale)
-        length = getattr(config, f"{self.t5_part}_sequence_length", None)
+        self.guidance_scale = float(config.transformer.guidance_scale)  # unused by models without guidance embedding
+        length = getattr(config, self.t5_length_option, None)
         self.t5_sequence_length = int(length or DEFAULT_T5_SEQUENCE_LENGTH)
         self.tokenizers[self.t5_part].model_max_length = self.t5_sequence_length
 
@@ -367,8 +376,8 @@ class FluxDev1:
     def image_seq_len(self, latents: torch.Tensor) -> int:
         return (latents.shape[-2] // 2) * (latents.shape[-1] // 2)
 
-    def transformer_inputs(self, conditioning: Mapping, batch_size: int, device, dtype) -> dict:
-        """The conditioning inputs besides the image tokens (Flux: pooled CLIP and guidance)."""
+    def transformer_inputs(self, conditioning: Mapping, batch_size: int, image_tokens: int, device, dtype) -> dict:
+        """The conditioning inputs besides the image and text tokens (Flux: pooled CLIP and guidance)."""
         inputs = {"pooled_projections": conditioning["pooled_projections"].to(device, dtype)}
         if base_module(self.transformer).config.guidance_embeds:
             inputs["guidance"] = torch.full((batch_size,), self.guidance_scale, device=device, dtype=dtype)
@@ -388,7 +397,7 @@ class FluxDev1:
             txt_ids=torch.zeros(hidden.shape[1], 3, device=device, dtype=dtype),
             img_ids=latent_image_ids(h, w, device, dtype),
             return_dict=False,
-            **self.transformer_inputs(conditioning, b, device, dtype),
+            **self.transformer_inputs(conditioning, b, self.image_seq_len(noisy), device, dtype),
         )[0]
         return unpack_latents(out, h, w)
 

@@ -227,3 +227,62 @@ def test_diffusers_lora_loads_into_flux_pipeline_and_maps_to_comfyui(fresh, flux
     assert {p.key for p in comfy_lora_targets(flux.transformer, kkeys).values()} == {p.key for p in targets.values()}
     loaded = load_lora_file(kohya)  # kohya names read back to the same module paths
     assert set(loaded.parts["transformer"]) == {k.removeprefix("transformer.") for k in transformer_keys}
+
+
+@pytest.fixture(scope="session")
+def chroma(tiny_dir):
+    from ot_gradio.models.chroma import Chroma1
+
+    return Chroma1.load("tiny:chroma", offline=True)
+
+
+def test_chroma_masks_t5_padding_and_samples_with_real_cfg(chroma, tmp_path):
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.models.common import ModelLoadError
+
+    cfg = TrainConfig()
+    cfg.text_encoder_sequence_length = 16
+    chroma.configure_flow(cfg)
+    cond = chroma.encode_text(["ab"])  # 2 characters + </s> = 3 tokens, then padding
+    assert cond["encoder_hidden_states"].shape == (1, 16, 64) and cond["text_mask"][0].tolist() == [True] * 4 + [False] * 12
+    assert set(chroma.parts) == {"transformer", "text_encoder", "vae"}
+    latents = torch.randn(1, 16, 4, 4)
+    with torch.no_grad():
+        v = chroma.predict(latents, torch.tensor([0.5]), cond)
+        padded = dict(cond, encoder_hidden_states=cond["encoder_hidden_states"].clone())
+        padded["encoder_hidden_states"][:, 5:] += 1.0  # masked padding does not change the prediction
+        assert torch.allclose(chroma.predict(latents, torch.tensor([0.5]), padded), v, atol=1e-5)
+    a = chroma.sample("a red cube", "blurry", height=64, width=64, steps=2, cfg_scale=4.0, seed=1)
+    b = chroma.sample("a red cube", "", height=64, width=64, steps=2, cfg_scale=4.0, seed=1)
+    assert a.size == (64, 64) and a.tobytes() != b.tobytes()  # the negative prompt is used
+    (tmp_path / "c.safetensors").write_bytes(b"0")
+    with pytest.raises(ModelLoadError, match="single file"):
+        type(chroma).load(str(tmp_path / "c.safetensors"))
+    with pytest.raises(ValueError, match="DIFFUSERS"):
+        chroma.save_single_file(tmp_path / "c2.safetensors", None)
+    cfg.text_encoder_sequence_length = None
+    chroma.configure_flow(cfg)
+
+
+def test_chroma_lora_loads_into_chroma_pipeline(chroma, tmp_path):
+    from ot_gradio.models.chroma import Chroma1
+    from ot_gradio.training.lora import add_lora
+    from ot_gradio.training.lora_format import DIFFUSERS, save_lora
+
+    model = Chroma1.load("tiny:chroma", offline=True)
+    add_lora(model.transformer, kind="unet", rank=2, alpha=1.0, dropout=0.0, layer_preset="attn-mlp",
+             presets=model.lora_layer_presets["transformer"])
+    torch.manual_seed(0)
+    for name, p in model.transformer.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.1)
+    path = save_lora(tmp_path / "c.safetensors", {"transformer": model.transformer}, lora_format=DIFFUSERS,
+                     base_model_version=model.lora_base_model_version)
+    pipe = chroma.pipeline()
+    kw = dict(prompt="a red cube", negative_prompt="", height=32, width=32, num_inference_steps=2, guidance_scale=4.0,
+              output_type="np", max_sequence_length=16)
+    before = pipe(**kw, generator=torch.Generator().manual_seed(0)).images
+    pipe.load_lora_weights(str(path))
+    after = pipe(**kw, generator=torch.Generator().manual_seed(0)).images
+    pipe.unload_lora_weights()
+    assert abs(after - before).max() > 1e-3

@@ -1,0 +1,131 @@
+"""Chroma 1 (Lodestone Rock's Flux.1-schnell derivative): Flux's family (models/flux.py) with
+what differs (OneTrainer's ChromaModel, diffusers' ChromaPipeline):
+- One text encoder, T5 (`text_encoder`), read with its attention mask; its token window is the
+  config's `text_encoder_sequence_length` (512 when blank). In the transformer every text token
+  but the first padding one is masked, as the pipeline does.
+- No pooled CLIP and no guidance embedding (the modulation comes from Chroma's approximator):
+  samples use real classifier-free guidance with the negative prompt at the sample's CFG scale.
+- Loading: a hub id (lodestones/Chroma1-HD), a diffusers folder or `tiny:chroma`. Chroma's own
+  single files are not read here (convert them with diffusers' from_single_file first); saving a
+  single file is refused with that advice, so output the diffusers folder.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from ot_gradio.config.enums import DataType, ModelType
+from ot_gradio.models.common import base_module, module_device
+from ot_gradio.models.flux import T5_PRESETS, TRANSFORMER_PRESETS, FluxDev1, _no_fp16_autocast, compute_dtype
+from ot_gradio.models.registry import register_family
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny
+
+TINY_CHROMA_VERSION = 1
+
+
+@register_family(ModelType.CHROMA_1)
+class Chroma1(FluxDev1):
+    model_type = ModelType.CHROMA_1
+    text_encoder_names = ("text_encoder",)
+    tokenizer_attrs = {"text_encoder": "tokenizer"}
+    folder_parts = ("transformer", "text_encoder", "tokenizer", "vae", "scheduler")
+    default_config_repo = "lodestones/Chroma1-HD"
+    lora_base_model_version = "chroma"
+    embedding_keys = {"text_encoder": "t5"}
+    lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": T5_PRESETS}
+    t5_part = "text_encoder"
+    t5_length_option = "text_encoder_sequence_length"
+    single_file_layout = None
+
+    @classmethod
+    def _pipeline_class(cls):
+        from diffusers import ChromaPipeline
+
+        return ChromaPipeline
+
+    @classmethod
+    def _transformer_class(cls):
+        from diffusers import ChromaTransformer2DModel
+
+        return ChromaTransformer2DModel
+
+    def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()):
+        """{"encoder_hidden_states": T5's sequence (read with its attention mask), "text_mask":
+        the text tokens the transformer attends to (the words and the first padding token)}."""
+        texts = list(captions["text_encoder"] if isinstance(captions, Mapping) else captions)
+        ids, mask = self._tokens("text_encoder", texts, self.t5_sequence_length)
+        device = module_device(self.text_encoder)
+        ids, mask = ids.to(device), mask.to(device)
+        skip = self.layer_skips.get("text_encoder", 0)
+        with torch.set_grad_enabled("text_encoder" in grad and torch.is_grad_enabled()), _no_fp16_autocast(device):
+            if skip <= 0:
+                hidden = self.text_encoder(ids, attention_mask=mask)[0]
+            else:
+                out = self.text_encoder(ids, attention_mask=mask, output_hidden_states=True)
+                hidden = base_module(self.text_encoder).encoder.final_layer_norm(out.hidden_states[-(skip + 1)])
+        positions = torch.arange(mask.shape[1], device=device)[None, :]
+        text_mask = positions <= mask.sum(dim=1, keepdim=True)
+        return {"encoder_hidden_states": hidden, "text_mask": text_mask}
+
+    def transformer_inputs(self, conditioning: Mapping, batch_size: int, image_tokens: int, device, dtype) -> dict:
+        text_mask = conditioning["text_mask"].to(device, torch.bool)
+        image = torch.ones(batch_size, image_tokens, device=device, dtype=torch.bool)
+        return {"attention_mask": torch.cat([text_mask, image], dim=1)}
+
+    def pipeline_inputs(self, prompt: str, negative_prompt: str, cfg_scale: float) -> dict:
+        """Real CFG: the prompt's and the negative prompt's embeddings with their masks."""
+        dtype = compute_dtype(self.transformer)
+        cond, uncond = self.encode_text([prompt]), self.encode_text([negative_prompt or ""])
+        return {
+            "prompt_embeds": cond["encoder_hidden_states"].to(dtype),
+            "prompt_attention_mask": cond["text_mask"],
+            "negative_prompt_embeds": uncond["encoder_hidden_states"].to(dtype),
+            "negative_prompt_attention_mask": uncond["text_mask"],
+            "guidance_scale": float(cfg_scale),
+            "max_sequence_length": self.t5_sequence_length,
+        }
+
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+        raise ValueError(
+            "output_model_format: Chroma is saved as a diffusers folder here (DIFFUSERS); its original single-file "
+            "layout is not written yet"
+        )
+
+
+def tiny_chroma_components(seed: int = 0) -> dict:
+    """Chroma's classes at width 64 (the T5, VAE, tokenizer and scheduler of tiny Flux)."""
+    from diffusers import ChromaTransformer2DModel
+
+    from ot_gradio.models.flux_tiny import T5_WIDTH, tiny_flow_scheduler, tiny_flux_vae, tiny_t5_encoder, visible_output
+    from ot_gradio.models.pixart import tiny_t5_tokenizer
+
+    tokenizer = tiny_t5_tokenizer(model_max_length=512)
+    torch.manual_seed(seed)
+    transformer = ChromaTransformer2DModel(
+        patch_size=1, in_channels=64, num_layers=1, num_single_layers=1, attention_head_dim=32, num_attention_heads=2,
+        joint_attention_dim=T5_WIDTH, axes_dims_rope=(8, 12, 12), approximator_num_channels=16, approximator_hidden_dim=64,
+        approximator_layers=1,
+    )
+    visible_output(transformer.proj_out)
+    scheduler = tiny_flow_scheduler()
+    return {"tokenizer": tokenizer, "text_encoder": tiny_t5_encoder(tokenizer, seed), "vae": tiny_flux_vae(seed),
+            "transformer": transformer, "scheduler": scheduler}
+
+
+@register_tiny("chroma", TINY_CHROMA_VERSION)
+def save_tiny_chroma(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    """The tiny Chroma as a diffusers folder (no single file: Chroma loads from folders here)."""
+    from diffusers import ChromaPipeline
+
+    from ot_gradio.fsutil import atomic_write_dir
+
+    root = Path(root)
+    paths = TinyModelPaths(root / "diffusers", root / "no-single-file")
+    if not (paths.diffusers_dir / "model_index.json").is_file():
+        pipe = ChromaPipeline(**tiny_chroma_components(seed))
+        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
+    return paths
