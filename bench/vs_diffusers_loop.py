@@ -11,8 +11,11 @@ attention projections (to_q, to_k, to_v, to_out.0) added with peft, AdamW, clip_
 constant learning rate, `loss.item()` every step, and the LoRA weights saved at the end.
 
 Ours is the real command line, `python -m ot_gradio train --config <file>`, with the same model,
-images, resolution (64 px), batch (2), rank, layers (preset attn-only), optimizer and dtype
-(FLOAT_32), the text encoder frozen. Latent caching (default on) runs the VAE once per image
+images, resolution (64 px), batch (2), epochs, learning rate, rank and the text encoder frozen, and
+every other setting at our defaults (issue 16: users run the defaults): gradient checkpointing
+AUTO, the default LoRA layer preset (full: more layers than the reference's attention-only), the
+default train data type (FLOAT_16: bfloat16 autocast on CPU; the reference computes in float32),
+AdamW with the default kernels, TensorBoard and the backup before the save. Latent caching (default on) runs the VAE once per image
 before training; with it on and no text encoder training, text encoder outputs are cached too.
 
 Per-epoch times are measured with both in one process, one step each in turn (our Trainer with a
@@ -20,7 +23,8 @@ Reporter subclass that advances the reference loop by one step after each of our
 machine's noise hits both alike; each side's step time includes its own data loading; our caching
 phase (VAE over every image, before training) is shown separately. Whole-process wall time is
 measured with separate processes, ours then the reference, `--rounds` times, with the same torch
-thread count. Ratios are reference / ours (above 1 = we are faster).
+thread count. Step and epoch ratios are reference / ours (above 1 = we are faster); the
+whole-process ratio is ours / reference (the time we take; issue 16's target is <= 0.85x).
 
 The VAE: `tiny` is the tiny VAE of ot_gradio/models/tiny.py (as the issue asks). Its encode takes
 0.15x a forward pass of the benchmark UNet in FLOPs (about 0.1x in time here), where SD 1.5's VAE
@@ -198,13 +202,24 @@ def reference(model_dir: Path, data_dir: Path, out_dir: Path, epochs: int, batch
 # --- ours ---------------------------------------------------------------------------------------
 
 
+# What the run is (the same task as the reference); everything else is left at our defaults, as
+# users run it: gradient checkpointing AUTO (the memory planner decides), the default LoRA layer
+# preset, train data type, optimizer kernels, TensorBoard, backup before save. Sampling: no prompts
+# (the reference samples nothing).
+TASK_KEYS = ("model_type", "training_method", "base_model_name", "train_device", "workspace_dir", "cache_dir",
+             "output_model_destination", "output_model_format", "concepts", "resolution", "batch_size", "epochs",
+             "learning_rate", "lora_rank", "lora_alpha", "text_encoder", "unet", "samples")
+
+
 def our_config_dict(model_dir: Path, data_dir: Path, work: Path, epochs: int) -> dict:
-    return C.config_dict(
+    full = C.config_dict(
         model_dir, data_dir, work, training_method="LORA", output_model_format="SAFETENSORS",
         output_model_destination=str(work / "out" / "lora.safetensors"), epochs=epochs, learning_rate=LR,
-        lora_rank=RANK, lora_alpha=RANK, layer_filter_preset="attn-only", backup_before_save=False,
-        unet={"train": True, "gradient_checkpointing": False}, text_encoder={"train": False},
+        lora_rank=RANK, lora_alpha=RANK, text_encoder={"train": False}, unet={"train": True},
     )
+    data = {key: full[key] for key in TASK_KEYS if key in full}
+    data["unet"] = {"train": True}  # no gradient_checkpointing: AUTO, our default
+    return data
 
 
 def our_config(model_dir: Path, data_dir: Path, work: Path, epochs: int) -> Path:
@@ -289,14 +304,15 @@ def compare(label: str, model_dir: Path, data_dir: Path, work: Path, args) -> No
         ref_wall, stdout = run_child([sys.executable, __file__, "--side", "reference", "--model", str(model_dir), "--data", str(data_dir),
                                       "--out", str(ref_dir), "--epochs", str(args.epochs)], env)
         ref = json.loads(stdout.strip().splitlines()[-1])
-        whole.append(ref_wall / ours_wall)
+        whole.append(ours_wall / ref_wall)
         print(f"[{label}] separate processes, round {r + 1}: whole process ours {ours_wall:.1f} s, reference {ref_wall:.1f} s "
-              f"(reference/ours {ref_wall / ours_wall:.2f}x); epochs ours {', '.join(f'{t:.2f}' for t in ours['epochs'])} s "
+              f"(ours/reference {ours_wall / ref_wall:.2f}x the time); epochs ours {', '.join(f'{t:.2f}' for t in ours['epochs'])} s "
               f"(+ caching phase {ours['caching']:.2f} s), reference {', '.join(f'{t:.2f}' for t in ref['epochs'])} s", flush=True)
     print(f"RESULT [{label}] later epochs: reference/ours {C.med(later):.2f}x (target >= 1.4x: "
           f"{'met' if C.med(later) >= 1.4 else 'NOT met'}); epoch 1 with our caching phase {first_cached:.2f}x "
-          f"(target >= 1.0x: {'met' if first_cached >= 1.0 else 'NOT met'}); whole process median {C.med(whole):.2f}x "
-          f"(target > 1.0x: {'met' if C.med(whole) > 1.0 else 'NOT met'})", flush=True)
+          f"(target >= 1.0x: {'met' if first_cached >= 1.0 else 'NOT met'}); whole process: ours took {C.med(whole):.2f}x "
+          f"the reference's time, median of {len(whole)} (issue 16 target <= 0.85x: {'met' if C.med(whole) <= 0.85 else 'NOT met'})",
+          flush=True)
 
 
 def main() -> int:

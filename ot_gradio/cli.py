@@ -177,6 +177,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
         save_config(loaded.config, args.output)
         print(f"written: {args.output}")
+    from .training.memory_plan import estimate_line  # noqa: PLC0415 - loads torch and the model: last
+
+    print(f"memory: {estimate_line(loaded.config)}")
     return 0
 
 

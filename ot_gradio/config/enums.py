@@ -3,6 +3,8 @@
 Names and values are OneTrainer's, so that OneTrainer configs and presets import unchanged.
 """
 
+from __future__ import annotations
+
 from enum import Enum
 
 
@@ -80,6 +82,27 @@ LORA_FORMATS = frozenset({
     ModelFormat.KOHYA_LORA, ModelFormat.SAFETENSORS, ModelFormat.COMFY_LORA,
     ModelFormat.DIFFUSERS_LORA, ModelFormat.ORIGINAL_LORA, ModelFormat.LEGACY_LORA,
 })
+# The LoRA formats the trainer writes, by key layout: kohya names (lora_unet_..., lora_te_...; what
+# A1111, ComfyUI and Forge read; OneTrainer's COMFY_LORA is this layout) or diffusers/PEFT names
+# (what a pipeline's load_lora_weights reads; OneTrainer's DIFFUSERS_LORA).
+KOHYA_LORA_FORMATS = frozenset({ModelFormat.KOHYA_LORA, ModelFormat.COMFY_LORA})
+DIFFUSERS_LORA_FORMATS = frozenset({ModelFormat.SAFETENSORS, ModelFormat.DIFFUSERS_LORA})
+
+
+class GradientCheckpointing(StrEnum):
+    """Per model part. AUTO (ours): on only when the run would not fit in memory without it (the
+    memory planner, training/memory_plan.py, decides and logs why). OneTrainer writes a bool per
+    part; True/False load as ON/OFF."""
+
+    AUTO = "AUTO"
+    ON = "ON"
+    OFF = "OFF"
+
+    @classmethod
+    def _missing_(cls, value: object) -> GradientCheckpointing | None:
+        if isinstance(value, bool):
+            return cls.ON if value else cls.OFF
+        return None
 
 
 class TimeUnit(StrEnum):

@@ -24,8 +24,18 @@ def _from_0(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _from_1(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 -> 2: a part's `gradient_checkpointing` was a bool; now AUTO/ON/OFF (the memory
+    planner's AUTO is the new default). A stored true/false means ON/OFF, as it did."""
+    for value in data.values():
+        if isinstance(value, dict) and isinstance(value.get("gradient_checkpointing"), bool):
+            value["gradient_checkpointing"] = "ON" if value["gradient_checkpointing"] else "OFF"
+    return data
+
+
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     0: _from_0,
+    1: _from_1,
 }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from .enums import DataType, NoiseScheduler, TimeUnit
+from .enums import DataType, GradientCheckpointing, NoiseScheduler, TimeUnit
 from .fields import PLANNED, Section, opt
 from .optimizer import OptimizerConfig
 
@@ -28,7 +28,7 @@ class ModelPartConfig(Section):
     train_embedding: bool = opt(True, "Train embedding", "Text encoders: train the embeddings' vectors in this encoder (off = use them as they are; models with several text encoders).")
     attention_mask: bool = opt(False, "Attention mask", "Text encoders and transformers: mask padding tokens in attention.", status=PLANNED)
     guidance_scale: float = opt(1.0, "Guidance scale", "Guidance-distilled models only (Flux.1 dev): the value fed to the transformer's guidance embedding while training (OneTrainer's default 1). Samples use their CFG scale as the guidance value.", ge=0)
-    gradient_checkpointing: bool = opt(True, "Gradient checkpointing", "Recompute activations in the backward pass: much less memory (about 2 GB for SD 1.5), at least 30% slower.")
+    gradient_checkpointing: GradientCheckpointing = opt(GradientCheckpointing.AUTO, "Gradient checkpointing", "Recompute activations in the backward pass: much less memory (about 2 GB for SD 1.5), at least 30% slower. AUTO: on only when the run would not fit in the device's free memory without it (the run's log says which and why); ON/OFF always.")
     offload_fraction: float = opt(0.0, "Offload fraction", "Share of this part's layers kept in CPU memory between uses, to fit big models in little VRAM.", ge=0, le=1, status=PLANNED)
     activation_offloading: bool = opt(False, "Activation offloading", "Keep checkpointed activations in CPU memory instead of VRAM.", status=PLANNED)
 

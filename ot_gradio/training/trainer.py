@@ -261,17 +261,18 @@ class Trainer:
         self.diffusion.text_cache = cache
 
     def _enable_gradient_checkpointing(self) -> None:
-        """Per part, as its config says: the denoiser always (it runs every step), a text encoder
-        only while it trains (a frozen one keeps no activations anyway)."""
-        for part in (self.model.denoiser, *self.trained_text_parts):
-            if not getattr(self.config, part).gradient_checkpointing:
-                continue
-            module = self.model.parts[part]
-            module = module.get_base_model() if hasattr(module, "get_base_model") else module
-            if hasattr(module, "enable_gradient_checkpointing"):  # diffusers models
-                module.enable_gradient_checkpointing()
-            else:  # transformers models
-                module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        """Per part: the denoiser always (it runs every step), a text encoder only while it trains
+        (a frozen one keeps no activations anyway). ON/OFF as set; AUTO (the default) asks the
+        memory planner: on only when the run would not fit without it. The log (stdout) and the
+        events say what was chosen and why."""
+        from .memory_plan import decide_checkpointing  # noqa: PLC0415
+
+        parts = [self.model.denoiser, *sorted(self.trained_text_parts)]
+        settings = {part: getattr(self.config, part).gradient_checkpointing for part in parts}
+        self.checkpointing, message, self.memory_plan = decide_checkpointing(
+            self.model, self.config, self.device, self.precision, self.param_groups, self.trained_text_parts, settings)
+        print(message, flush=True)
+        self.report.status("loading", message)
 
     def _compile_denoiser(self) -> None:
         """`compile`: torch.compile the denoiser in place (`nn.Module.compile`), after the method

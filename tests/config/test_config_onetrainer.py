@@ -127,7 +127,7 @@ def test_old_onetrainer_layout_is_migrated():
     assert config.loss_weight_fn.value == "MIN_SNR_GAMMA" and config.loss_weight_strength == 5.0
     assert config.save_every == 3 and config.save_every_unit == TimeUnit.EPOCH
     assert config.layer_filter == "attn" and config.layer_filter_preset == "full"
-    assert config.unet.gradient_checkpointing is False and config.text_encoder.gradient_checkpointing is False
+    assert config.unet.gradient_checkpointing == "OFF" and config.text_encoder.gradient_checkpointing == "OFF"  # OneTrainer's false: OFF, not AUTO
 
 
 def test_newer_onetrainer_renames_are_undone():

@@ -1,0 +1,479 @@
+"""The memory planner: a run's peak memory on its device, estimated before training starts, and
+the AUTO choices it makes (gradient checkpointing on only when the run would not fit without it).
+
+The estimate adds up
+- weights: the bytes of every part's parameters and buffers as loaded (per part and dtype);
+- gradients of the trained parameters (in their dtype) and the optimizer's state, measured by
+  stepping the configured optimizer once on a probe matrix and counting its state bytes per
+  weight (so 8-bit and factored optimizers come out smaller, Prodigy bigger);
+- activations: measured, not looked up. The training step itself (`DiffusionStep.loss` and the
+  backward pass) runs once at the configured batch size and resolution with every weight and
+  input on the meta device, so nothing is computed or allocated, while a dispatch mode follows
+  each tensor the step creates until it is freed: the largest sum of live bytes is the step's
+  peak (activations, their gradients in the backward pass, the weights' gradients), with and
+  without gradient checkpointing (the real recomputation runs too);
+- what the process already holds besides the weights (CPU: its resident memory; the Python and
+  torch runtime) or, on CUDA, what torch has reserved.
+
+The available memory is on CPU the machine's RAM (MemAvailable, plus what this process already
+holds, since the estimate counts that), on CUDA the device's free memory (plus what torch has
+reserved). `free_memory` is the one place that reads it; tests replace it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from ..config.enums import GradientCheckpointing
+
+MARGIN = 0.9  # a run "fits" when its estimated peak is at most this share of the available memory
+GB = 1e9
+
+
+def gb(n: int | float) -> str:
+    if n >= 0.1 * GB:
+        return f"{n / GB:.1f} GB"
+    return f"{n / 1e6:.0f} MB" if n >= 10e6 else f"{n / 1e6:.1f} MB"
+
+
+# --- what the device has -------------------------------------------------------------------------
+
+def resident_bytes() -> int:
+    """This process's resident memory (VmRSS)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import psutil  # noqa: PLC0415
+
+        return int(psutil.Process().memory_info().rss)
+    except ImportError:
+        return 0
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes a run on `device` can still take: MemAvailable on CPU (psutil where /proc is not
+    there), the device's free memory on CUDA; None where it cannot be known (MPS, ...)."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    if device.type == "cpu":
+        try:
+            for line in Path("/proc/meminfo").read_text().splitlines():
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        try:
+            import psutil  # noqa: PLC0415
+
+            return int(psutil.virtual_memory().available)
+        except ImportError:
+            return None
+    return None
+
+
+def held_bytes(device: torch.device) -> int:
+    """What this process already holds on `device` (counted in the estimate, so added back to the
+    free figure): resident memory on CPU, torch's reserved memory on CUDA."""
+    if device.type == "cuda":
+        return int(torch.cuda.memory_reserved(device))
+    return resident_bytes() if device.type == "cpu" else 0
+
+
+# --- the plan --------------------------------------------------------------------------------------
+
+@dataclass
+class MemoryPlan:
+    device: str
+    weights: dict[str, tuple[str, int]]  # part -> (dtypes, bytes)
+    gradients: int  # the trained weights' gradients
+    optimizer_state: int
+    optimizer_note: str
+    overhead: int  # held by the process besides the weights (CPU: runtime; CUDA: reserved beyond them)
+    step_peak: dict[bool, int | None] = field(default_factory=dict)  # checkpointing -> measured step peak
+    probe_error: str = ""
+    free: int | None = None  # available for the run (see the module's notes)
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(b for _, b in self.weights.values())
+
+    def activations(self, checkpointing: bool) -> int | None:
+        peak = self.step_peak.get(checkpointing)
+        return None if peak is None else max(0, peak - self.gradients)
+
+    def peak(self, checkpointing: bool) -> int | None:
+        acts = self.activations(checkpointing)
+        if acts is None:
+            return None
+        return self.overhead + self.weight_bytes + self.gradients + self.optimizer_state + acts
+
+    def fits(self, checkpointing: bool) -> bool | None:
+        peak = self.peak(checkpointing)
+        if peak is None or self.free is None:
+            return None
+        return peak <= MARGIN * self.free
+
+    def breakdown(self, checkpointing: bool) -> str:
+        parts = ", ".join(f"{name} {gb(b)} {dt}" for name, (dt, b) in self.weights.items())
+        acts = self.activations(checkpointing)
+        return (f"weights {gb(self.weight_bytes)} ({parts}); gradients {gb(self.gradients)}; optimizer state "
+                f"{gb(self.optimizer_state)} ({self.optimizer_note}); activations "
+                f"{'not measured' if acts is None else gb(acts)}; runtime {gb(self.overhead)}")
+
+    def line(self, checkpointing: bool) -> str:
+        """'peak ≈ 9.8 GB on cuda:0 (23.5 GB free): fits' (or what to turn on)."""
+        peak = self.peak(checkpointing)
+        if peak is None:
+            return f"peak on {self.device}: not measured ({self.probe_error})"
+        free = "free memory unknown" if self.free is None else f"{gb(self.free)} free"
+        text = f"peak ≈ {gb(peak)} on {self.device} ({free}), gradient checkpointing {'on' if checkpointing else 'off'}"
+        fits = self.fits(checkpointing)
+        if fits is None:
+            return text
+        if fits:
+            return text + ": fits"
+        advice = []
+        if not checkpointing:
+            advice.append("gradient checkpointing")
+        advice += ["a smaller batch size or resolution", "16-bit weights (weight data type)", "fused back pass"]
+        return text + ": does not fit: turn on " + advice[0] + " or use " + ", ".join(advice[1:])
+
+
+# --- measuring ---------------------------------------------------------------------------------------
+
+class LiveBytes(TorchDispatchMode):
+    """Follows every tensor storage the ops create until it is freed: `peak` is the largest sum
+    of live bytes (meta tensors have sizes but no memory, so this works without any)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._sizes: dict[int, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            storage = t.untyped_storage()
+            key = storage._cdata
+            if key in self._sizes:
+                continue
+            size = storage.nbytes()
+            self._sizes[key] = size
+            self.live += size
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(storage, self._freed, key)
+        return out
+
+    def _freed(self, key: int) -> None:
+        self.live -= self._sizes.pop(key, 0)
+
+
+@contextmanager
+def on_meta(modules: Iterable[torch.nn.Module], dtype: torch.dtype | None = None):
+    """Every parameter and buffer of `modules` replaced by a meta tensor of the same shape (in
+    `dtype` when given, for floating ones: the autocast type, which meta tensors do not follow),
+    put back afterwards. Yields {id(real parameter): its stand-in}."""
+    saved: list[tuple[dict, str, torch.Tensor]] = []
+    stand_ins: dict[int, torch.Tensor] = {}  # id of the real parameter -> its meta stand-in
+
+    def meta(t: torch.Tensor) -> torch.Tensor:
+        cast = dtype if dtype is not None and t.is_floating_point() else t.dtype
+        return torch.empty(t.shape, dtype=cast, device="meta")
+
+    try:
+        for root in modules:
+            for module in root.modules():
+                for name, p in list(module._parameters.items()):
+                    if p is not None:
+                        saved.append((module._parameters, name, p))
+                        if id(p) not in stand_ins:  # shared (tied) weights get one stand-in
+                            stand_ins[id(p)] = torch.nn.Parameter(meta(p), requires_grad=p.requires_grad)
+                        module._parameters[name] = stand_ins[id(p)]
+                for name, b in list(module._buffers.items()):
+                    if b is not None:
+                        saved.append((module._buffers, name, b))
+                        module._buffers[name] = meta(b)
+        yield stand_ins
+    finally:
+        for table, name, t in reversed(saved):
+            table[name] = t
+
+
+@contextmanager
+def _flash_attention_on_meta():
+    """On meta tensors torch's attention takes the math path, which keeps the full attention
+    matrix; the devices train with a flash / memory-efficient kernel that keeps only the output
+    and its log-sum-exp. Route it to the CPU flash kernel's meta function for the probe."""
+    import torch.nn.functional as F  # noqa: PLC0415
+
+    original = F.scaled_dot_product_attention
+
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kw):  # noqa: ANN001
+        if query.device.type != "meta" or kw:
+            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
+
+    F.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
+
+
+def set_checkpointing(module: torch.nn.Module, on: bool) -> None:
+    module = module.get_base_model() if hasattr(module, "get_base_model") else module
+    if hasattr(module, "enable_gradient_checkpointing"):  # diffusers models
+        if on:
+            module.enable_gradient_checkpointing()
+        else:
+            module.disable_gradient_checkpointing()
+    elif on:  # transformers models (5.x: activation_checkpointing_*; the old names warn)
+        if hasattr(module, "activation_checkpointing_enable"):
+            module.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif _is_checkpointing(module):
+        (getattr(module, "activation_checkpointing_disable", None) or module.gradient_checkpointing_disable)()
+
+
+def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: frozenset[str],
+                 trained: list[torch.Tensor]) -> int:
+    """Peak live bytes of one training step (forward, loss, backward) at the config's batch size
+    and resolution, all on the meta device (see the module's notes)."""
+    from .diffusion import DiffusionStep  # noqa: PLC0415
+
+    height, width = _probe_size(config.resolution)
+    batch_size = config.batch_size
+    meta = torch.device("meta")
+    step = DiffusionStep(model, config, meta, precision)
+    params = [p for p in trained if p.requires_grad]
+    modules = list(model.parts.values())
+    # schedulers keep tensors moved to the device of the last call (diffusers' add_noise): restored after
+    schedulers = [s for s in (getattr(model, "noise_scheduler", None),) if s is not None]
+    saved = [dict(vars(s)) for s in schedulers]
+    try:
+        return _measure(model, step, batch_size, height, width, modules, params, precision, trained_text_parts)
+    finally:
+        for s, state in zip(schedulers, saved, strict=True):
+            vars(s).clear()
+            vars(s).update(state)
+
+
+def _measure(model: Any, step: Any, batch_size: int, height: int, width: int, modules: list[torch.nn.Module],
+             params: list[torch.Tensor], precision: Any, trained_text_parts: frozenset[str]) -> int:
+    from ..data.batches import Batch  # noqa: PLC0415
+
+    meta = torch.device("meta")
+    with on_meta(modules, precision.dtype) as stand_ins, _flash_attention_on_meta(), LiveBytes() as live:
+        pixels = torch.zeros(batch_size, 3, height, width, device=meta)
+        with torch.no_grad():
+            latents = model.encode_images(pixels).float()
+        batch = Batch(size=(height, width), captions=["a photo of a cat, detailed"] * batch_size,
+                      loss_weights=torch.ones(batch_size, device=meta), image_paths=[""] * batch_size,
+                      latents=latents, original_sizes=[(height, width)] * batch_size,
+                      crop_top_lefts=[(0, 0)] * batch_size)
+        del pixels
+        if getattr(model, "inpainting", False):
+            batch.conditioning_latents = torch.zeros_like(latents)
+        live.peak = live.live  # the step starts from its batch
+        loss = step.loss(batch, trained_text_parts)
+        meta_params = [stand_ins[id(p)] for p in params if id(p) in stand_ins]
+        torch.autograd.grad(loss, meta_params, allow_unused=True)
+    return live.peak
+
+
+def _probe_size(resolution: str) -> tuple[int, int]:
+    """The largest training size the resolution allows ('512', '768x512', '512,768': the largest)."""
+    sizes = []
+    for item in str(resolution).replace(" ", "").split(","):
+        if not item:
+            continue
+        h, _, w = item.partition("x")
+        sizes.append((int(h), int(w or h)))
+    return max(sizes, key=lambda s: s[0] * s[1]) if sizes else (512, 512)
+
+
+def optimizer_state_per_weight(optimizer_config: Any, dtype: torch.dtype) -> tuple[float, str]:
+    """Bytes of optimizer state per trained weight, measured by one step of the configured
+    optimizer on a 256 x 256 probe matrix (on CPU). Falls back to Adam's two states when the
+    optimizer cannot run there."""
+    from .optimizers import create_optimizer  # noqa: PLC0415
+
+    probe = torch.nn.Parameter(torch.randn(256, 256, dtype=dtype) * 0.01)
+    name = str(getattr(optimizer_config, "optimizer", "optimizer"))
+    try:
+        opt = create_optimizer([{"params": [probe], "lr": 1e-4, "name": "probe"}], optimizer_config, torch.device("cpu"))
+        probe.grad = torch.randn_like(probe) * 0.01
+        opt.step()
+        seen: set[int] = set()
+        total = 0
+        for state in opt.state.values():
+            for value in state.values() if isinstance(state, dict) else ():
+                if isinstance(value, torch.Tensor) and value.untyped_storage()._cdata not in seen:
+                    seen.add(value.untyped_storage()._cdata)
+                    total += value.untyped_storage().nbytes()
+        return total / probe.numel(), f"{name}: {total / probe.numel():.1f} bytes per weight, measured"
+    except Exception as err:  # noqa: BLE001 - e.g. a GPU-only kernel; the estimate goes on
+        return 2.0 * probe.element_size(), f"{name}: not measured on CPU ({type(err).__name__}), counted as Adam's two states"
+
+
+def part_weights(model: Any) -> dict[str, tuple[str, int]]:
+    out: dict[str, tuple[str, int]] = {}
+    seen: set[int] = set()
+    for name, module in model.parts.items():
+        size, dtypes = 0, set()
+        for t in [*module.parameters(), *module.buffers()]:
+            key = t.untyped_storage()._cdata if t.device.type != "meta" else id(t)
+            if key in seen:
+                continue
+            seen.add(key)
+            size += t.untyped_storage().nbytes() if t.device.type != "meta" else t.numel() * t.element_size()
+            dtypes.add(str(t.dtype).removeprefix("torch."))
+        out[name] = ("/".join(sorted(dtypes)), size)
+    return out
+
+
+def plan_run(model: Any, config: Any, device: torch.device, precision: Any, param_groups: list[dict],
+             trained_text_parts: frozenset[str], checkpoint_parts: Iterable[str], *,
+             measure: tuple[bool, ...] = (False, True), free_fn: Callable[[torch.device], int | None] | None = None) -> MemoryPlan:
+    """The plan of a run whose model is loaded on `device` with the method's layers added.
+    `checkpoint_parts` are the parts whose checkpointing the probes turn on and off (the others
+    stay as they are); `measure` says which of the two probes to run."""
+    free_fn = free_fn or free_memory
+    trained = [p for g in param_groups for p in g["params"] if p.requires_grad]
+    weights = part_weights(model)
+    grad_bytes = sum(p.numel() * p.element_size() for p in trained)
+    per_weight, note = optimizer_state_per_weight(config.optimizer, trained[0].dtype if trained else torch.float32)
+    if getattr(config.optimizer, "fused_back_pass", False):
+        grad_bytes = max((p.numel() * p.element_size() for p in trained), default=0)  # one weight's at a time
+    opt_bytes = int(per_weight * sum(p.numel() for p in trained))
+    if getattr(config, "ema", "OFF") not in ("OFF", None) and str(config.ema) == "GPU":
+        opt_bytes += sum(p.numel() * 4 for p in trained)
+    held = held_bytes(device)
+    overhead = max(0, held - sum(b for _, b in weights.values())) if device.type == "cpu" else max(0, held - torch.cuda.memory_allocated(device)) if device.type == "cuda" else 0
+    free = free_fn(device)
+    plan = MemoryPlan(str(device), weights, grad_bytes, opt_bytes, note, overhead, free=None if free is None else free + held)
+    parts = [p for p in checkpoint_parts if p in model.parts]
+    before = {p: _is_checkpointing(model.parts[p]) for p in parts}
+    try:
+        for on in measure:
+            for part in parts:
+                set_checkpointing(model.parts[part], on)
+            plan.step_peak[on] = measure_step(model, config, precision, trained_text_parts, trained)
+    except Exception as err:  # noqa: BLE001 - a model the meta probe cannot run: say so, decide safely
+        plan.probe_error = f"the meta probe failed: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+        plan.step_peak = {}
+    finally:
+        for part, on in before.items():
+            set_checkpointing(model.parts[part], on)
+    return plan
+
+
+def _is_checkpointing(module: torch.nn.Module) -> bool:
+    module = module.get_base_model() if hasattr(module, "get_base_model") else module
+    name = "is_activation_checkpointing" if hasattr(type(module), "is_activation_checkpointing") else "is_gradient_checkpointing"
+    flag = getattr(module, name, None)  # transformers 5.x renamed it (the old name warns)
+    if flag is None:
+        flag = any(getattr(m, "gradient_checkpointing", False) for m in module.modules())
+    return bool(flag)
+
+
+def choose_checkpointing(plan: MemoryPlan) -> tuple[bool, str]:
+    """AUTO: (on?, why). Off when the run fits without it; on when it does not, or when that cannot
+    be known (the probe failed, or the device does not say how much memory it has)."""
+    without = plan.peak(False)
+    if without is None:
+        return True, f"AUTO -> ON: activations not measured ({plan.probe_error})"
+    if plan.free is None:
+        return True, f"AUTO -> ON: {plan.device} does not report its free memory (peak without it ≈ {gb(without)})"
+    if without <= MARGIN * plan.free:
+        return False, f"AUTO -> OFF: {plan.line(False)}"
+    with_it = plan.peak(True)
+    extra = "" if with_it is None else f"; with it ≈ {gb(with_it)}{'' if plan.fits(True) else ', which does not fit either'}"
+    return True, (f"AUTO -> ON: without it the peak ≈ {gb(without)} is more than {int(MARGIN * 100)}% of the "
+                  f"{gb(plan.free)} free on {plan.device}{extra}")
+
+
+def decide_checkpointing(model: Any, config: Any, device: torch.device, precision: Any, param_groups: list[dict],
+                         trained_text_parts: frozenset[str], settings: dict[str, Any],
+                         free_fn: Callable[[torch.device], int | None] | None = None) -> tuple[dict[str, bool], str, MemoryPlan | None]:
+    """Turn gradient checkpointing on for the parts in `settings` ({part: AUTO/ON/OFF}) that need
+    it: ON parts always, AUTO parts when the planner says the run does not fit without it.
+    Returns ({part: on?}, the message for the log and events, the plan or None without AUTO)."""
+    settings = {part: GradientCheckpointing(value) for part, value in settings.items()}
+    auto = [part for part, value in settings.items() if value == GradientCheckpointing.AUTO]
+    chosen = {part: value == GradientCheckpointing.ON for part, value in settings.items()}
+    plan, reason = None, ""
+    if auto:
+        kwargs = {"free_fn": free_fn}
+        plan = plan_run(model, config, device, precision, param_groups, trained_text_parts, auto, measure=(False,), **kwargs)
+        on, reason = choose_checkpointing(plan)
+        if on and plan.peak(False) is not None:  # measure with it too, to say whether that fits
+            plan = plan_run(model, config, device, precision, param_groups, trained_text_parts, auto, **kwargs)
+            on, reason = choose_checkpointing(plan)
+        chosen.update(dict.fromkeys(auto, on))
+    for part, on in chosen.items():
+        set_checkpointing(model.parts[part], on)
+    described = ", ".join(f"{part} {'on' if on else 'off'} ({'AUTO' if part in auto else 'set in the config'})"
+                          for part, on in chosen.items())
+    message = f"gradient checkpointing: {described}" + (f"; {reason}" if reason else "")
+    if plan is not None:
+        message += f"; memory: {plan.breakdown(any(chosen[p] for p in auto))}"
+    return chosen, message, plan
+
+
+def estimate_line(config: Any) -> str:
+    """`validate`'s line: the model loaded as a run loads it (on the train device, the method's
+    layers added), the plan and gradient checkpointing's choice. Never raises: a model that
+    cannot be loaded here gives 'not estimated' and why."""
+    from ..config.families import family_info  # noqa: PLC0415
+    from ..models.registry import get_family  # noqa: PLC0415
+    from .device import Precision, resolve_device, weight_dtype  # noqa: PLC0415
+    from .diffusion import configure_model  # noqa: PLC0415
+    from .methods import get_method  # noqa: PLC0415
+
+    try:
+        device, _ = resolve_device(config.train_device)
+        precision = Precision(config.train_dtype, device, config.enable_autocast_cache)
+        parts = family_info(config.model_type).parts
+        dtypes = {part: weight_dtype(getattr(config, part).weight_dtype, device, precision.dtype) for part in parts}
+        model = get_family(config.model_type).load(config.base_model_name, cache_dir=config.huggingface_cache_dir or None,
+                                                   offline=config.offline_mode, dtypes=dtypes)
+        model.to(device)
+        configure_model(model, config, device, precision)
+        groups = get_method(config.training_method).setup(model, config, device)
+        text = frozenset(g.get("part", g["name"]) for g in groups if g.get("part", g["name"]) in model.text_encoder_names
+                         and any(p.requires_grad for p in g["params"]))
+        settings = {part: getattr(config, part).gradient_checkpointing for part in (model.denoiser, *sorted(text))}
+        chosen, message, plan = decide_checkpointing(model, config, device, precision, groups, text, settings)
+        on = chosen[model.denoiser]
+        if plan is not None:  # AUTO: the message has the plan's line and breakdown
+            return message
+        plan = plan_run(model, config, device, precision, groups, text, [], measure=(on,))  # explicit: as set
+        return f"{plan.line(on)}; {message}; memory: {plan.breakdown(on)}"
+    except Exception as err:  # noqa: BLE001 - validate goes on without the estimate
+        return f"not estimated ({type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''})"
+
+
+__all__ = [
+    "MARGIN", "LiveBytes", "MemoryPlan", "choose_checkpointing", "decide_checkpointing", "estimate_line", "free_memory", "measure_step", "on_meta",
+    "optimizer_state_per_weight", "plan_run", "set_checkpointing",
+]

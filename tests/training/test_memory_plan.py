@@ -1,0 +1,196 @@
+"""The memory planner (training/memory_plan.py) and gradient checkpointing's AUTO (issue 16 §1):
+the estimate against a real run's peak RSS, AUTO off on a roomy machine and on when the free
+memory is small, explicit ON/OFF respected, OneTrainer's bools and our older configs unchanged."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from ot_gradio.config.enums import GradientCheckpointing as GC
+from ot_gradio.config.io import config_to_dict, load_config
+from ot_gradio.training import memory_plan
+from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from ot_gradio.models.tiny import save_tiny_sd15
+
+    return save_tiny_sd15(tmp_path_factory.mktemp("tiny-sd15"))
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    from ot_gradio.data import ensure_demo_dataset
+
+    return ensure_demo_dataset(tmp_path_factory.mktemp("data") / "shapes")
+
+
+def config(tiny_model, shapes, tmp_path, **overrides) -> dict:
+    base = {
+        "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA", "base_model_name": str(tiny_model.diffusers_dir),
+        "train_device": "cpu", "train_dtype": "FLOAT_32", "workspace_dir": str(tmp_path / "ws"),
+        "cache_dir": str(tmp_path / "cache"), "output_model_destination": str(tmp_path / "out" / "lora.safetensors"),
+        "output_model_format": "SAFETENSORS", "concepts": [{"name": "shapes", "path": str(shapes)}], "resolution": "64",
+        "batch_size": 2, "epochs": 1, "learning_rate": 1e-3, "learning_rate_warmup_steps": 0, "lora_rank": 4,
+        "text_encoder": {"train": False}, "unet": {"train": True}, "samples": [], "sample_after_unit": "NEVER",
+        "backup_after_unit": "NEVER", "backup_before_save": False, "tensorboard": False,
+    }
+    for key, value in overrides.items():
+        base[key] = {**base[key], **value} if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return base
+
+
+class Events(Reporter):
+    def __init__(self):
+        self.statuses: list[tuple[str, str]] = []
+
+    def status(self, status: str, message: str = "") -> None:
+        self.statuses.append((status, message))
+
+
+def setup_trainer(data: dict, tmp_path: Path) -> tuple[Trainer, Events]:
+    events = Events()
+    run = tmp_path / "run"
+    trainer = Trainer(load_config(data).config, RunPaths(run / "s", run / "b", run / "o", None, []), events)
+    trainer.setup()
+    return trainer, events
+
+
+def checkpointing(trainer: Trainer) -> bool:
+    return bool(trainer.model.parts["unet"].is_gradient_checkpointing)
+
+
+def message(events: Events) -> str:
+    return next(m for _, m in events.statuses if m.startswith("gradient checkpointing"))
+
+
+# --- AUTO, ON, OFF -------------------------------------------------------------------------------
+
+def test_auto_is_the_default_and_off_on_a_roomy_machine(tiny_model, shapes, tmp_path):
+    data = config(tiny_model, shapes, tmp_path)
+    assert load_config(data).config.unet.gradient_checkpointing == GC.AUTO
+    trainer, events = setup_trainer(data, tmp_path)
+    assert trainer.checkpointing == {"unet": False} and not checkpointing(trainer)
+    plan = trainer.memory_plan
+    assert plan.free > 10 * plan.peak(False)  # this test needs some RAM free
+    assert "unet off (AUTO); AUTO -> OFF" in message(events) and ": fits" in message(events)
+    assert plan.activations(False) > 0 and plan.gradients > 0
+    assert abs(plan.optimizer_state - 2 * plan.gradients) < 64  # AdamW: two fp32 states (and its step count)
+
+
+def test_auto_turns_it_on_when_the_free_memory_is_small(tiny_model, shapes, tmp_path, monkeypatch):
+    # free memory just below what the run needs without checkpointing (known from a roomy plan)
+    roomy, _ = setup_trainer(config(tiny_model, shapes, tmp_path / "a"), tmp_path / "a")
+    without, held = roomy.memory_plan.peak(False), memory_plan.held_bytes(torch.device("cpu"))
+    monkeypatch.setattr(memory_plan, "free_memory", lambda device: int(without * 0.9) - held)
+    trainer, events = setup_trainer(config(tiny_model, shapes, tmp_path / "b"), tmp_path / "b")
+    assert trainer.checkpointing == {"unet": True} and checkpointing(trainer)
+    plan = trainer.memory_plan
+    assert plan.activations(True) < plan.activations(False)  # measured with it too: it saves memory
+    assert "unet on (AUTO); AUTO -> ON: without it the peak" in message(events)
+    losses = []
+    trainer.report.metrics = lambda **f: losses.append(f["loss"])
+    trainer.train()  # and the run trains with it
+    assert losses and all(torch.isfinite(torch.tensor(losses)))
+
+
+@pytest.mark.parametrize("setting, free", [("ON", None), ("OFF", 1)])
+def test_explicit_settings_are_respected(tiny_model, shapes, tmp_path, monkeypatch, setting, free):
+    if free is not None:  # OFF stays off even when the planner would say it does not fit
+        monkeypatch.setattr(memory_plan, "free_memory", lambda device: free)
+    trainer, events = setup_trainer(config(tiny_model, shapes, tmp_path, unet={"gradient_checkpointing": setting}), tmp_path)
+    assert checkpointing(trainer) is (setting == "ON")
+    assert trainer.memory_plan is None  # no probe without AUTO
+    assert f"unet {setting.lower()} (set in the config)" in message(events)
+
+
+def test_choose_without_a_measurement_keeps_it_on():
+    plan = memory_plan.MemoryPlan("cpu", {"unet": ("float32", 100)}, 10, 20, "x", 0, probe_error="the meta probe failed: X")
+    on, why = memory_plan.choose_checkpointing(plan)
+    assert on and "not measured" in why
+    plan.step_peak = {False: 1000}
+    plan.free = None
+    assert memory_plan.choose_checkpointing(plan)[0]  # a device that does not say its free memory
+    plan.free = 10_000
+    assert memory_plan.choose_checkpointing(plan) == (False, "AUTO -> OFF: " + plan.line(False))
+    plan.free = 1_000
+    assert plan.line(False).endswith("does not fit: turn on gradient checkpointing or use a smaller batch size or "
+                                     "resolution, 16-bit weights (weight data type), fused back pass")
+
+
+def test_activations_grow_with_batch_and_resolution(tiny_model, shapes, tmp_path):
+    trainer, _ = setup_trainer(config(tiny_model, shapes, tmp_path), tmp_path)
+
+    def acts(batch, resolution):
+        trainer.config.batch_size, trainer.config.resolution = batch, resolution
+        plan = memory_plan.plan_run(trainer.model, trainer.config, trainer.device, trainer.precision,
+                                    trainer.param_groups, trainer.trained_text_parts, ["unet"], measure=(False,))
+        return plan.activations(False)
+
+    small, batch4, res128 = acts(2, "64"), acts(4, "64"), acts(2, "128")
+    assert 1.6 < batch4 / small < 2.2
+    assert 3.0 < res128 / small < 4.6
+    assert trainer.model.noise_scheduler.alphas_cumprod.device.type == "cpu"  # the probe put back what it touched
+    assert all(p.device.type == "cpu" for p in trainer.model.parts["unet"].parameters())
+
+
+# --- the estimate against a real run ----------------------------------------------------------------
+
+RUN = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    import torch
+    torch.set_num_threads(1)
+    from ot_gradio.config.io import load_config
+    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
+    data = json.loads(sys.argv[1])
+    run = Path(data["workspace_dir"]) / "run"
+    trainer = Trainer(load_config(data).config, RunPaths(run / "s", run / "b", run / "o", None, []), Reporter())
+    trainer.setup()
+    plan = trainer.memory_plan
+    trainer.train()
+    hwm = next(int(l.split()[1]) * 1024 for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmHWM:"))
+    print(json.dumps({"estimate": plan.peak(trainer.checkpointing["unet"]), "measured": hwm,
+                      "activations": plan.activations(False)}))
+""")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="peak RSS is read from /proc (Linux)")
+def test_estimate_is_close_to_the_measured_peak_rss(tiny_model, shapes, tmp_path):
+    # a fine-tune at 128 px, batch 4: activations and optimizer state are a sizeable part of the peak
+    data = config(tiny_model, shapes, tmp_path, training_method="FINE_TUNE", resolution="128", batch_size=4,
+                  output_model_destination=str(tmp_path / "out" / "model.safetensors"))
+    out = subprocess.run([sys.executable, "-c", RUN, json.dumps(data)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["activations"] > 10e6
+    assert abs(result["estimate"] - result["measured"]) <= 0.15 * result["measured"], result
+    print(f"estimate {result['estimate'] / 1e6:.0f} MB, measured peak RSS {result['measured'] / 1e6:.0f} MB")
+
+
+# --- configs ---------------------------------------------------------------------------------------------
+
+def test_onetrainer_bools_and_our_older_configs_load_unchanged(tiny_model, shapes, tmp_path):
+    ot = {"__version": 11, "model_type": "STABLE_DIFFUSION_15", "unet": {"gradient_checkpointing": True},
+          "text_encoder": {"gradient_checkpointing": False}, "concepts": [], "samples": []}
+    imported = load_config(ot).config
+    assert imported.unet.gradient_checkpointing == GC.ON and imported.text_encoder.gradient_checkpointing == GC.OFF
+    old = {"config_version": 1, "unet": {"gradient_checkpointing": False}, "text_encoder": {"gradient_checkpointing": True}}
+    migrated = load_config(old).config
+    assert migrated.unet.gradient_checkpointing == GC.OFF and migrated.text_encoder.gradient_checkpointing == GC.ON
+    assert migrated.vae.gradient_checkpointing == GC.AUTO  # not in the file: the new default
+    saved = config_to_dict(migrated)
+    assert saved["unet"]["gradient_checkpointing"] == "OFF"
+    assert load_config(saved).config.unet.gradient_checkpointing == GC.OFF
+    with pytest.raises(Exception, match="gradient_checkpointing"):
+        load_config({"config_version": 2, "unet": {"gradient_checkpointing": "SOMETIMES"}})
