@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .devices import parse_device_indexes
-from .enums import LORA_FORMATS, LearningRateScheduler, ModelFormat, TrainingMethod, native_resolution
+from .enums import KOHYA_LORA_FORMATS, LORA_FORMATS, LearningRateScheduler, ModelFormat, TrainingMethod, native_resolution
 from .enums import Optimizer as O
 from .families import IMPLEMENTED_METHODS, implemented_model_types, is_flow_matching, supports, trainable_parts
 from .fields import PLANNED, field_meta, nested_section
@@ -211,7 +211,7 @@ def dora_format_problem(config: Any) -> str | None:
         and config.lora_decompose
         and config.lora_decompose_output_axis
         and str(getattr(config.peft_type, "value", config.peft_type)) == "LORA"
-        and ModelFormat(config.output_model_format) == ModelFormat.KOHYA_LORA
+        and ModelFormat(config.output_model_format) in KOHYA_LORA_FORMATS
     ):
         return ("lora_decompose_output_axis: DoRA on the output axis saved as KOHYA_LORA loads in ComfyUI, A1111 and Forge "
                 "differently from how it trained; save it as SAFETENSORS (diffusers/PEFT keys, which diffusers' "

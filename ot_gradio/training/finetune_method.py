@@ -1,7 +1,8 @@
 """The FINE_TUNE training method: the denoiser and/or text encoders themselves train (each part
 whose `train` is on, with its own learning rate), plus any additional embeddings. Saved as an
 original-layout single file (SAFETENSORS / ORIGINAL_SINGLE_FILE: what A1111, ComfyUI and
-diffusers' `from_single_file` load, as OneTrainer's SAFETENSORS is) or as a diffusers folder;
+diffusers' `from_single_file` load, as OneTrainer's SAFETENSORS is), as the transformer alone
+(ORIGINAL_TRANSFORMER / COMFY_TRANSFORMER, for families whose single file is that) or as a diffusers folder;
 additional embeddings as their own files next to it. Backups hold the full trained weights."""
 
 from __future__ import annotations
@@ -27,10 +28,22 @@ SINGLE_FILE = (ModelFormat.SAFETENSORS, ModelFormat.ORIGINAL_SINGLE_FILE, ModelF
 CHECKPOINT_SUFFIXES = (".safetensors", ".ckpt")
 
 
-def check_finetune_format(fmt: ModelFormat) -> None:
-    if ModelFormat(fmt) not in (*SINGLE_FILE, ModelFormat.DIFFUSERS):
+# OneTrainer's transformer-only files (what ComfyUI's diffusion-model loader reads): written by
+# families whose single file is the transformer alone (`transformer_file = True`: PixArt, Flux)
+TRANSFORMER_FILE = (ModelFormat.ORIGINAL_TRANSFORMER, ModelFormat.COMFY_TRANSFORMER)
+
+
+def check_finetune_format(fmt: ModelFormat, model: Any = None) -> None:
+    fmt = ModelFormat(fmt)
+    transformer_file = bool(getattr(type(model), "transformer_file", False))
+    if fmt in TRANSFORMER_FILE and model is not None and not transformer_file:
         raise ValueError(
-            f"output_model_format: {ModelFormat(fmt).value} is not a whole-model format; use SAFETENSORS or "
+            f"output_model_format: {fmt.value} is the transformer alone, which this model type does not write; use "
+            "SAFETENSORS or ORIGINAL_SINGLE_FILE (one .safetensors checkpoint) or DIFFUSERS (a folder)"
+        )
+    if fmt not in (*SINGLE_FILE, *TRANSFORMER_FILE, ModelFormat.DIFFUSERS):
+        raise ValueError(
+            f"output_model_format: {fmt.value} is not a whole-model format; use SAFETENSORS or "
             "ORIGINAL_SINGLE_FILE (one .safetensors checkpoint for A1111, ComfyUI, Forge) or DIFFUSERS (a folder)"
         )
 
@@ -42,7 +55,7 @@ def _base(module: torch.nn.Module) -> torch.nn.Module:
 @register(TrainingMethod.FINE_TUNE)
 class FineTuneMethod(EmbeddingSupport):
     def setup(self, model: Any, config: Any, device: torch.device) -> list[dict[str, Any]]:
-        check_finetune_format(config.output_model_format)
+        check_finetune_format(config.output_model_format, model)
         for module in model.parts.values():
             module.requires_grad_(False)
         groups = []
@@ -99,10 +112,13 @@ class FineTuneMethod(EmbeddingSupport):
                     path = path.with_suffix("")  # a folder, not "model.safetensors/"
                 written = Path(model.save_diffusers(path, dtype))
                 add_folder_metadata(written, header)
-            elif "metadata" in inspect.signature(model.save_single_file).parameters:
-                written = Path(model.save_single_file(path, dtype, metadata=header))
-            else:  # a family whose writer takes no header: merged in afterwards
-                written = Path(model.save_single_file(path, dtype))
-                add_safetensors_metadata(written, header)
+            else:
+                if path.suffix.lower() not in CHECKPOINT_SUFFIXES:  # "models/model" (OneTrainer's presets): a file
+                    path = path.with_name(path.name + ".safetensors")
+                if "metadata" in inspect.signature(model.save_single_file).parameters:
+                    written = Path(model.save_single_file(path, dtype, metadata=header))
+                else:  # a family whose writer takes no header: merged in afterwards
+                    written = Path(model.save_single_file(path, dtype))
+                    add_safetensors_metadata(written, header)
         save_embedding_files(self, model, config, written, dtype, steps=steps, epoch=epoch)
         return written

@@ -54,12 +54,12 @@ def module_names(model: Any) -> dict[str, dict[str, str]]:
 
 def check_lora_output(config: Any) -> None:
     """A T5 LoRA saved with diffusers keys would be dropped by the pipeline's loader: refused."""
-    from ot_gradio.config.enums import ModelFormat, TrainingMethod
+    from ot_gradio.config.enums import DIFFUSERS_LORA_FORMATS, ModelFormat, TrainingMethod
 
     if (
         TrainingMethod(config.training_method) == TrainingMethod.LORA
         and config.text_encoder_3.train
-        and ModelFormat(config.output_model_format) == ModelFormat.SAFETENSORS
+        and ModelFormat(config.output_model_format) in DIFFUSERS_LORA_FORMATS
     ):
         raise ValueError(
             "text_encoder_3.train: a T5 LoRA cannot be saved as SAFETENSORS (diffusers keys): StableDiffusion3Pipeline "

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..config.doctor import dora_format_problem
-from ..config.enums import ModelFormat, TrainingMethod
+from ..config.enums import DIFFUSERS_LORA_FORMATS, KOHYA_LORA_FORMATS, ModelFormat, TrainingMethod
 from .device import output_dtype
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
@@ -21,7 +21,7 @@ from .lora_variants import AdapterSpec, check_output_format, check_start_file
 from .methods import register
 from .output_metadata import largest_resolution, model_metadata
 
-FORMATS = {ModelFormat.KOHYA_LORA: KOHYA, ModelFormat.SAFETENSORS: DIFFUSERS}
+FORMATS = {fmt: KOHYA for fmt in KOHYA_LORA_FORMATS} | {fmt: DIFFUSERS for fmt in DIFFUSERS_LORA_FORMATS}
 
 
 def lora_file_format(fmt: ModelFormat) -> str:
@@ -29,8 +29,8 @@ def lora_file_format(fmt: ModelFormat) -> str:
         return FORMATS[ModelFormat(fmt)]
     except KeyError:
         raise ValueError(
-            f"output_model_format: {fmt} is not a LoRA format; use KOHYA_LORA (A1111, ComfyUI, Forge, diffusers) "
-            "or SAFETENSORS (diffusers/PEFT keys)"
+            f"output_model_format: {fmt} is not a LoRA format the trainer writes; use KOHYA_LORA or COMFY_LORA (A1111, "
+            "ComfyUI, Forge, diffusers) or SAFETENSORS / DIFFUSERS_LORA (diffusers/PEFT keys)"
         ) from None
 
 
