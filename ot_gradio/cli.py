@@ -48,9 +48,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 2
     config = loaded.config
     from .config.doctor import errors  # noqa: PLC0415
+    from .config.io import config_to_dict  # noqa: PLC0415
+    from .runner.startcheck import start_problems  # noqa: PLC0415
     from .training.optimizers import OPTIMIZERS  # noqa: PLC0415
 
-    problems = errors(config)
+    problems = errors(config) or start_problems(config, config_to_dict(config), args.workspace)
     if problems:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
@@ -59,7 +61,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     for warning in _unique(loaded.warnings + check(config, available_optimizers=OPTIMIZERS, include_planned=not from_ot)):
         print(f"warning: {warning}", file=sys.stderr)
 
-    from .config.io import config_to_dict  # noqa: PLC0415
     from .data.demo import ensure_demo_concepts  # noqa: PLC0415
     from .runner.rundir import create_run  # noqa: PLC0415
     from .runner.worker import run_worker  # noqa: PLC0415
@@ -142,7 +143,7 @@ class _Console:
             self.bar.set_postfix(loss=f"{event['smooth_loss']:.4f}", lr=f"{event['lr']:.2e}", refresh=False)
         elif kind == "status":
             self.final_status, self.final_message = event["status"], event.get("message", "")
-            if event["status"] in ("loading", "caching", "done", "stopped", "error") and event.get("message"):
+            if event["status"] in ("loading", "caching", "done", "stopped") and event.get("message"):  # an error: cmd_train's last line
                 self.write(f"[{event['status']}] {event['message']}")
         elif kind == "warning":
             self.write(f"warning: {event['message']}")
@@ -171,12 +172,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 2
     for warning in loaded.warnings + check(loaded.config, include_planned=not from_ot):
         print(f"warning: {warning}")
-    print(f"ok: {'OneTrainer ' if from_ot else ''}config is valid")
-    if args.output:
-        from .config.io import save_config  # noqa: PLC0415
+    from .config.doctor import errors  # noqa: PLC0415
+    from .config.io import config_to_dict, save_config  # noqa: PLC0415
+    from .runner.startcheck import start_problems  # noqa: PLC0415
 
-        save_config(loaded.config, args.output)
+    if args.output:  # the config itself is valid: a conversion is written even if it cannot train here
+        try:
+            save_config(loaded.config, args.output)
+        except (OSError, ValueError) as err:
+            print(f"error: --output: cannot write {args.output} ({getattr(err, 'strerror', None) or err})", file=sys.stderr)
+            return 2
         print(f"written: {args.output}")
+    # everything `train` refuses before its first step, so "ok" means the run can start here
+    problems = errors(loaded.config) or start_problems(loaded.config, config_to_dict(loaded.config), args.workspace)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        return 2
+    print(f"ok: {'OneTrainer ' if from_ot else ''}config is valid and can start here")
     from .training.memory_plan import estimate_line  # noqa: PLC0415 - loads torch and the model: last
 
     print(f"memory: {estimate_line(loaded.config)}")
@@ -211,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True)
     p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE")
     p.add_argument("--output", help="write the (imported) config here as our JSON")
+    p.add_argument("--workspace", help="the workspace `train --workspace` would use (default: the config's workspace_dir)")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("presets", help="list the presets")

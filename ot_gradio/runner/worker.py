@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -79,6 +80,55 @@ class RankReporter(EventReporter):
         return set()
 
 
+def _is_stderr(path: Path) -> bool:
+    """Whether this process's stderr already goes to `path` (a worker the page started)."""
+    try:
+        mine, theirs = os.fstat(sys.stderr.fileno()), os.stat(path)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
+
+
+class RunLog:
+    """The run's log.txt. A worker the page started has its stdout and stderr there already; a run
+    of `train` in a terminal gets one too, holding its news as lines and any traceback. Expected
+    errors (the config, data, disk, model) put their traceback only here; the terminal and the
+    page show their one-line message."""
+
+    NEWS = ("status", "warning", "saved", "backup", "sample")
+
+    def __init__(self, run: RunDir):
+        self.file = None if _is_stderr(run.log) else open(run.log, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
+
+    def event(self, event: dict[str, Any]) -> None:
+        if self.file is None or event.get("type") not in self.NEWS:
+            return
+        details = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("type", "time", "seq"))
+        self.write(f"{time.strftime('%H:%M:%S')} [{event['type']}] {details}\n")
+
+    def write(self, text: str) -> None:
+        try:
+            if self.file is not None:
+                self.file.write(text)
+                self.file.flush()
+            else:
+                sys.stderr.write(text)
+                sys.stderr.flush()
+        except OSError:
+            pass  # a full disk must not hide the error being reported
+
+    def traceback(self, bug: bool) -> None:
+        """The current exception's traceback into the log; a bug's also onto stderr."""
+        text = traceback.format_exc()
+        self.write(text)
+        if bug and self.file is not None:
+            traceback.print_exc()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
 def process_rank() -> int:
     """This process's rank in a multi-GPU run (0 when it is the only one)."""
     from ..config.devices import in_rank_process  # noqa: PLC0415
@@ -90,10 +140,17 @@ def run_worker(run_path: str | Path, echo: Callable[[dict[str, Any]], None] | No
     """Train the run in this process. Returns the exit code."""
     run = RunDir(Path(run_path)).make()
     rank = process_rank()
-    reporter = EventReporter(run, echo) if rank == 0 else RankReporter(run, rank)
+    log = RunLog(run)
+
+    def news(event: dict[str, Any]) -> None:
+        log.event(event)
+        if echo is not None:
+            echo(event)
+
+    reporter = EventReporter(run, news) if rank == 0 else RankReporter(run, rank)
     code = 1
     try:
-        code = _train(run, reporter, noise_fn)
+        code = _train(run, reporter, noise_fn, log)
     except KeyboardInterrupt:
         reporter.status("error", "interrupted before a backup could be written")
         code = 130
@@ -104,6 +161,7 @@ def run_worker(run_path: str | Path, echo: Callable[[dict[str, Any]], None] | No
             except OSError:
                 pass
         reporter.writer.close()
+        log.close()
     return code
 
 
@@ -124,7 +182,7 @@ def quiet_libraries() -> None:
         pass
 
 
-def _train(run: RunDir, reporter: EventReporter, noise_fn) -> int:
+def _train(run: RunDir, reporter: EventReporter, noise_fn, log: RunLog) -> int:
     from ..config.io import ConfigError, load_config  # noqa: PLC0415
 
     reporter.status("loading", "reading the config")
@@ -172,11 +230,11 @@ def _train(run: RunDir, reporter: EventReporter, noise_fn) -> int:
         status = trainer.train()
         return 0 if status in ("done", "stopped") else 1
     except (TrainingError, DataError, ModelLoadError, ValueError, OSError) as err:
-        traceback.print_exc()
+        log.traceback(bug=False)  # expected: the message says what to fix; the traceback is in log.txt
         reporter.status("error", str(err))
         return 1
     except Exception as err:  # noqa: BLE001  the page must learn about any crash
-        traceback.print_exc()
+        log.traceback(bug=True)
         reporter.status("error", f"{type(err).__name__}: {err} (see log.txt)")
         return 1
     finally:

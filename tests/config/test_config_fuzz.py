@@ -265,8 +265,9 @@ def test_wrong_values_through_validate_are_refused_by_name(case, layout, tmp_pat
     _put(data, dotted, value)
     path = tmp_path_factory.mktemp("v") / "config.json"
     path.write_text(json.dumps(data), encoding="utf-8")
+    (path.parent / "data").mkdir()  # the base config's concept folder: validate checks it exists
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), contextlib.chdir(path.parent):
         code = main(["validate", "--config", str(path)])
     if code == 0:
         assert not must, (shown, value, "accepted")

@@ -1,0 +1,150 @@
+"""What a run needs from the machine before it starts: the checks `validate` and `train` run (and
+the trainer would otherwise fail on, some only at the final save, after the whole run trained).
+
+Each problem is one line `field: what is wrong; what to do`. No torch: `validate` stays fast and
+the page may call it too. The trainer keeps its own checks (training/preflight.py); this module
+runs the same ones earlier, plus those that otherwise fail late (output name, NUL bytes, layer
+preset, a base model path that does not exist).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..config.schema import LAYER_PRESETS
+
+NAME_MAX = 255  # bytes in one file name on ext4, xfs, btrfs, NTFS, APFS
+PATH_MAX = 4096
+TEMP_EXTRA = len(".") + len(".XXXXXXXX.tmp")  # fsutil's atomic writes: `.{name}.<random>.tmp`
+STEP_EXTRA = len("-step") + 10  # intermediate saves: `{prefix}{stem}-step{global_step}{suffix}`
+MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".sft")
+DEMO_FOLDER = ("demo-data", "shapes")  # made by ensure_demo_concepts when a run starts
+
+
+def _walk(value: Any, path: str = ""):
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _walk(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _walk(item, f"{path}[{i}]")
+    else:
+        yield path, value
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+def nul_problems(data: dict[str, Any]) -> list[str]:
+    """Text with a NUL character: no file, folder or program argument can hold one."""
+    return [f"{path}: contains a NUL character (\\0); remove it" for path, value in _walk(data)
+            if isinstance(value, str) and "\0" in value]
+
+
+def looks_like_local_path(name: str) -> bool:
+    """A model name that can only mean a file or folder here (a Hugging Face id is `owner/name`)."""
+    return (os.path.isabs(name) or name.startswith((".", "~")) or "\\" in name or name.count("/") > 1
+            or name.lower().endswith(MODEL_SUFFIXES))
+
+
+def model_problems(config: Any) -> list[str]:
+    out = []
+    name = (config.base_model_name or "").strip()
+    if not name:
+        out.append("base_model_name: empty; enter a Hugging Face id (owner/name), a diffusers folder or a .safetensors file")
+    names = [("base_model_name", name)]
+    for part in type(config).model_fields:
+        sub = getattr(config, part, None)
+        if hasattr(sub, "model_name") and part not in ("embedding",) and isinstance(sub.model_name, str):
+            names.append((f"{part}.model_name", sub.model_name.strip()))
+    for field, value in names:
+        if value and not value.startswith("tiny:") and looks_like_local_path(value) and not Path(value).expanduser().exists():
+            out.append(f"{field}: {_shown(value)} does not exist; give an existing diffusers folder or model file, or a Hugging Face id")
+    return out
+
+
+def concept_problems(config: Any) -> list[str]:
+    enabled = [(i, c) for i, c in enumerate(config.concepts) if c.enabled]
+    if not config.concepts:
+        return ["concepts: there is no concept; add a folder of training images"]
+    if not enabled:
+        return [f"concepts[{i}].enabled: off, as every concept is; turn one on" for i in range(len(config.concepts))][:1]
+    out = []
+    for i, concept in enabled:
+        path = Path(concept.path).expanduser()
+        if tuple(path.parts[-2:]) == DEMO_FOLDER:
+            continue
+        if not concept.path.strip():
+            out.append(f"concepts[{i}].path: empty; choose the folder of this concept's images")
+        elif not path.is_dir():
+            out.append(f"concepts[{i}].path: folder {_shown(concept.path)} does not exist; fix the path")
+    return out
+
+
+def _existing_ancestor(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
+def writable_problem(field: str, folder: Path) -> str | None:
+    """Whether `folder` (made if missing) could be written, without making anything."""
+    try:
+        existing = _existing_ancestor(folder)
+        if not existing.is_dir():
+            return f"{field}: {existing} is a file, not a folder; choose another path"
+        if not os.access(existing, os.W_OK | os.X_OK):
+            return f"{field}: cannot write to {existing}; choose a folder you can write to"
+    except (OSError, ValueError) as err:
+        return f"{field}: {_shown(str(folder))} is not a usable path ({err})"
+    return None
+
+
+def output_problems(config: Any, workspace: Path) -> list[str]:
+    out = []
+    text = (config.output_model_destination or "").strip()
+    if not text:
+        return ["output_model_destination: empty; enter the file (or folder) the trained model is saved to"]
+    dest = Path(text).expanduser()
+    name = dest.name.encode()
+    prefix = config.save_filename_prefix.encode()
+    step_name = len(prefix) + len(dest.stem.encode()) + STEP_EXTRA + len(dest.suffix.encode())
+    if len(name) + TEMP_EXTRA > NAME_MAX or (not prefix and step_name + TEMP_EXTRA > NAME_MAX):
+        allowed = NAME_MAX - TEMP_EXTRA - STEP_EXTRA
+        out.append(f"output_model_destination: the file name {_shown(dest.name)} is {len(name)} bytes long; at most {allowed} fit "
+                   f"(file names take {NAME_MAX} bytes, with room for step numbers and temporary files); shorten it")
+    elif step_name + TEMP_EXTRA > NAME_MAX:
+        out.append(f"save_filename_prefix: with it, intermediate saves of {_shown(dest.name)} get names of {step_name} bytes; "
+                   f"at most {NAME_MAX - TEMP_EXTRA} fit; shorten the prefix or the output name")
+    elif len(str(dest.absolute()).encode()) + TEMP_EXTRA + STEP_EXTRA > PATH_MAX:
+        out.append(f"output_model_destination: the path is longer than {PATH_MAX - TEMP_EXTRA - STEP_EXTRA} bytes; choose a shorter one")
+    elif dest.is_dir() and dest.suffix:
+        out.append(f"output_model_destination: {text} is a folder; give a file name such as {dest / 'model.safetensors'}")
+    else:
+        problem = writable_problem("output_model_destination", dest.parent)
+        if problem:
+            out.append(problem)
+    problem = writable_problem("workspace_dir", workspace)
+    if problem:
+        out.append(problem)
+    return out
+
+
+def preset_problems(config: Any) -> list[str]:
+    method = str(getattr(config.training_method, "value", config.training_method))
+    if method == "LORA" and config.layer_filter_preset not in LAYER_PRESETS:
+        return [f"layer_filter_preset: {_shown(config.layer_filter_preset)!r} is not a layer preset; choose one of {', '.join(LAYER_PRESETS)}"]
+    return []
+
+
+def start_problems(config: Any, data: dict[str, Any], workspace: str | os.PathLike | None = None) -> list[str]:
+    """Every problem known before the first step, for a validated `config` and its dict `data`."""
+    nul = nul_problems(data)
+    if nul:
+        return nul  # the path checks below cannot look at text holding NUL
+    ws = Path(workspace or config.workspace_dir).expanduser()
+    return model_problems(config) + concept_problems(config) + output_problems(config, ws) + preset_problems(config)

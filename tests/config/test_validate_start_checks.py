@@ -1,0 +1,86 @@
+"""`validate` runs every check `train` runs before its first step, and `train` refuses the same
+configs with the same one-line message, before it makes a run folder (issue 20 item 5): a run
+never fails at its final save for a reason known at the start."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ot_gradio.cli import main as cli_main
+from ot_gradio.runner.startcheck import NAME_MAX
+
+LONG_NAME = "n" * 300
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "images").mkdir()
+    return tmp_path
+
+
+def demo(folder, **values) -> str:
+    """The demo preset with `values`, as a file (NUL bytes cannot be passed with --set)."""
+    data = json.loads((ROOT / "presets" / "demo.json").read_text())
+    data.update(values)
+    path = folder / "config.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+CASES = [
+    ("base_model_name", {"base_model_name": ""}, "base_model_name: empty; enter a Hugging Face id"),
+    ("missing base model file", {"base_model_name": "models/none.safetensors"}, "base_model_name: models/none.safetensors does not exist"),
+    ("missing concept folder", {"concepts": [{"name": "x", "path": "no/such/folder"}]}, "concepts[0].path: folder no/such/folder does not exist"),
+    ("no enabled concept", {"concepts": [{"name": "x", "path": "images", "enabled": False}]}, "concepts[0].enabled: off"),
+    ("unknown layer preset", {"layer_filter_preset": "nope"}, "layer_filter_preset: 'nope' is not a layer preset; choose one of full"),
+    ("output name too long", {"output_model_destination": f"out/{LONG_NAME}.safetensors"}, "output_model_destination: the file name"),
+    ("prefix too long", {"save_filename_prefix": "p" * 240}, "save_filename_prefix: with it, intermediate saves"),
+    ("NUL in a path", {"cache_dir": "cache\0x"}, "cache_dir: contains a NUL character"),
+    ("NUL in a concept", {"concepts": [{"name": "x", "path": "images\0"}]}, "concepts[0].path: contains a NUL character"),
+    ("output under a file", {"output_model_destination": "afile/model.safetensors"}, "output_model_destination: "),
+]
+
+
+@pytest.mark.parametrize(("name", "values", "message"), CASES, ids=[c[0] for c in CASES])
+def test_validate_and_train_refuse_at_the_start(folder, capsys, name, values, message):
+    (folder / "afile").write_text("x")
+    config = demo(folder, **values)
+    assert cli_main(["validate", "--config", config]) == 2
+    out = capsys.readouterr()
+    assert message in out.err and "ok:" not in out.out and "Traceback" not in out.err
+    errors = [line for line in out.err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and len(errors[0]) < 400, errors
+    assert cli_main(["train", "--config", config]) == 2
+    out = capsys.readouterr()
+    assert message in out.err and "Traceback" not in out.err
+    assert not (folder / "workspace" / "demo" / "runs").exists()  # refused before a run folder exists
+
+
+def test_the_demo_and_a_good_config_are_ok(folder, capsys):
+    assert cli_main(["validate", "--config", "demo"]) == 0
+    assert "ok: config is valid and can start here" in capsys.readouterr().out
+    config = demo(folder, concepts=[{"name": "x", "path": "images"}], base_model_name="owner/model",
+                  output_model_destination=f"out/{'n' * (NAME_MAX - 14 - 15 - 12)}.safetensors")
+    assert cli_main(["validate", "--config", config]) == 0, capsys.readouterr().err
+
+
+def test_an_output_folder_that_cannot_be_written_is_named(folder, capsys, monkeypatch):
+    (folder / "locked").mkdir(mode=0o500)
+    if os.geteuid() == 0:  # root may write anywhere: the folder answers as it would to a user
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p).name == "locked" else real(p, mode))
+    config = demo(folder, output_model_destination="locked/sub/model.safetensors")
+    assert cli_main(["validate", "--config", config]) == 2
+    assert "output_model_destination: cannot write to" in capsys.readouterr().err
+
+
+def test_validate_writes_a_conversion_even_when_it_cannot_start_here(folder, capsys):
+    config = demo(folder, concepts=[{"name": "x", "path": "gone"}])
+    assert cli_main(["validate", "--config", config, "--output", "converted.json"]) == 2
+    assert json.loads((folder / "converted.json").read_text())["concepts"][0]["path"] == "gone"
+    assert cli_main(["validate", "--config", config, "--output", "no\0.json"]) == 2
+    assert "--output: cannot write" in capsys.readouterr().err
