@@ -69,6 +69,11 @@ FAMILIES: dict[M, FamilyInfo] = {
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16,
         schedule="flow_matching",
     ),
+    # Z-Image: one Qwen3 text encoder; FINE_TUNE and LORA, as OneTrainer (models/z_image.py)
+    M.Z_IMAGE: FamilyInfo(
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
+        implemented=True, bucket_step=16, schedule="flow_matching",
+    ),
 }
 
 # Parts that never train in any supported method (image encoders/decoders); the page shows only

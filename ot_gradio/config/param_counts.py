@@ -61,4 +61,8 @@ PARAMS: dict[str, dict[str, int]] = {
                            "text_encoder_3": _T5_XXL, "vae": _VAE16},
     "STABLE_DIFFUSION_35": {"transformer": 8_056_627_520, "text_encoder": _CLIP_L_PROJ, "text_encoder_2": _CLIP_G,
                             "text_encoder_3": _T5_XXL, "vae": _VAE16},
+    # Z-Image / Z-Image-Turbo (Tongyi-MAI, transformer/config.json: S3-DiT of 30 layers of width
+    # 3840 with 2 noise and 2 context refiner layers, 30 heads, caption width 2560); text encoder
+    # Qwen3-4B (36 layers of 2560, 8 KV heads, 151,936 tokens, embeddings tied); Flux's VAE.
+    "Z_IMAGE": {"transformer": 6_154_908_736, "text_encoder": 4_022_468_096, "vae": _VAE16},
 }

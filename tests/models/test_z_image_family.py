@@ -1,0 +1,204 @@
+"""The Z-Image family on the tiny model: loading (folder, tiny name, the original transformer
+file), text encoding exactly as ZImagePipeline does it, predict's timestep and sign conventions
+checked against the pipeline's own denoising steps, sampling, saving, and a LoRA that
+ZImagePipeline loads and ComfyUI's Z-Image key map places."""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from ot_gradio.config.schema import TrainConfig
+from ot_gradio.models.common import ModelLoadError
+from ot_gradio.models.z_image import ZImage
+from ot_gradio.training.lora import select_lora_targets
+from ot_gradio.training.lora_format import DIFFUSERS, save_lora
+from ot_gradio.training.lora_method import LoraMethod
+
+CPU = torch.device("cpu")
+PROMPT = "a red circle"
+
+
+@pytest.fixture(scope="session")
+def tiny_z_paths(tiny_dir):
+    from ot_gradio.models.tiny import resolve_tiny
+
+    return resolve_tiny("tiny:z-image")
+
+
+@pytest.fixture(scope="module")
+def zimage(tiny_z_paths):
+    return ZImage.load(str(tiny_z_paths.diffusers_dir), offline=True)
+
+
+def _images(pipe, **kwargs):
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        return pipe(num_inference_steps=2, height=64, width=64, generator=g, output_type="np", guidance_scale=0.0, **kwargs).images[0]
+
+
+def test_tiny_model_builds_fast_and_loads_through_the_real_loaders(zimage, tiny_z_paths, tiny_dir):
+    from ot_gradio.models.z_image_tiny import tiny_z_image_components
+
+    tiny_z_image_components()
+    start = time.perf_counter()
+    tiny_z_image_components()
+    assert time.perf_counter() - start < 1.0
+    assert zimage.transformer.config.in_channels == 16 and zimage.vae.config.shift_factor
+    assert type(zimage.text_encoder).__name__ == "Qwen3Model"
+    by_name = ZImage.load("tiny:z-image")
+    assert torch.equal(by_name.transformer.cap_embedder[1].weight, zimage.transformer.cap_embedder[1].weight)
+    from_file = ZImage.load(str(tiny_z_paths.single_file), config_dir=str(tiny_z_paths.diffusers_dir), offline=True)
+    a, b = from_file.transformer.state_dict(), zimage.transformer.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(ModelLoadError, match="not a diffusers model"):
+        ZImage.load(str(tiny_dir))
+    with pytest.raises(ModelLoadError, match="config folder"):
+        ZImage.load(str(tiny_z_paths.single_file), config_dir=str(tiny_dir), offline=True)
+
+
+def test_encode_text_is_exactly_what_the_pipeline_feeds_the_transformer(zimage):
+    rendered = zimage.chat_prompts([PROMPT])[0]
+    assert rendered == f"<|im_start|>user\n{PROMPT}<|im_end|>\n<|im_start|>assistant\n"
+    prompts = [PROMPT, "a much longer caption about a blue square on grey"]
+    cond = zimage.encode_text(prompts)
+    assert cond["encoder_hidden_states"].shape == (2, 512, 32) and cond["attention_mask"].dtype == torch.bool
+    expected = zimage.pipeline()._encode_prompt(list(prompts), device="cpu", max_sequence_length=512)
+    ours = zimage.prompt_list(cond)
+    assert [e.shape[0] for e in ours] == [int(m.sum()) for m in cond["attention_mask"]] and ours[0].shape[0] < ours[1].shape[0]
+    for got, want in zip(ours, expected, strict=True):
+        assert torch.equal(got, want)
+    assert not cond["encoder_hidden_states"][0, ours[0].shape[0]:].any()  # zero past the prompt
+    zimage.layer_skips = {"text_encoder": 1}
+    try:
+        assert not torch.equal(zimage.prompt_list(zimage.encode_text([PROMPT]))[0], ours[0])
+    finally:
+        zimage.layer_skips = {}
+    with pytest.raises(ValueError, match="text_encoder_layer_skip: 3"):
+        zimage.layer_skips = {"text_encoder": 3}
+
+
+def test_predict_and_euler_steps_reproduce_the_pipelines_denoising(zimage):
+    """predict(x, t) is the velocity noise - latents: Euler steps x += (t_next - t) * v with the
+    pipeline's own sigmas land where ZImagePipeline's loop (timestep 1 - sigma, -output) does."""
+    from diffusers.pipelines.z_image.pipeline_z_image import calculate_shift, get_default_z_image_sigmas
+
+    noise = torch.randn(1, 16, 8, 6, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        theirs = zimage.pipeline()(
+            prompt_embeds=zimage.prompt_list(zimage.encode_text([PROMPT])), guidance_scale=0.0, latents=noise.clone(),
+            height=64, width=48, num_inference_steps=3, output_type="latent",
+        ).images
+        scheduler = type(zimage.scheduler).from_config(zimage.scheduler.config)
+        mu = calculate_shift(zimage.image_seq_len(noise), *(zimage.scheduler.config[k] for k in
+                             ("base_image_seq_len", "max_image_seq_len", "base_shift", "max_shift")))
+        scheduler.set_timesteps(sigmas=get_default_z_image_sigmas(3), mu=mu)
+        sigmas = scheduler.sigmas.tolist()
+        assert sigmas[0] == 1.0 and sigmas[1] > 2 / 3  # shifted toward noise (shift 3)
+        cond, x = zimage.encode_text([PROMPT]), noise.clone()
+        for t, t_next in zip(sigmas[:-1], sigmas[1:], strict=True):
+            x = x + (t_next - t) * zimage.predict(x, torch.tensor([t]), cond)
+    torch.testing.assert_close(x, theirs, atol=1e-5, rtol=1e-5)
+    latents = zimage.encode_images(torch.rand(2, 3, 64, 48) * 2 - 1, sample=False)
+    assert latents.shape == (2, 16, 8, 6) and zimage.image_seq_len(latents) == 12
+    with torch.no_grad():
+        v = zimage.predict(latents, torch.tensor([0.2, 0.9]), zimage.encode_text(["a", "b c d"]))
+    assert v.shape == latents.shape and zimage.schedule_kind == "flow_matching" and zimage.prediction_type == "flow"
+
+
+def test_sample_uses_cfg_and_the_negative_prompt_and_keeps_modes(zimage):
+    zimage.transformer.train()
+    plain = zimage.sample(PROMPT, "", height=40, width=56, steps=2, cfg_scale=0.0)
+    assert plain.size == (56, 40) and zimage.transformer.training
+    cfg = zimage.sample(PROMPT, "", height=40, width=56, steps=2, cfg_scale=4.0)
+    negative = zimage.sample(PROMPT, "blue", height=40, width=56, steps=2, cfg_scale=4.0)
+    assert np.abs(np.asarray(plain, float) - np.asarray(cfg, float)).max() > 0
+    assert np.abs(np.asarray(cfg, float) - np.asarray(negative, float)).max() > 0
+    zimage.transformer.eval()
+
+
+def test_save_diffusers_and_the_original_transformer_file_round_trip(zimage, tmp_path):
+    from diffusers import ZImageTransformer2DModel
+
+    out = zimage.save_diffusers(tmp_path / "out", None)
+    again = ZImage.load(str(out))
+    for part, module in zimage.parts.items():
+        a, b = module.state_dict(), again.parts[part].state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), part
+    single = zimage.save_single_file(tmp_path / "t.safetensors", "BFLOAT_16")
+    with safe_open(str(single), "pt") as f:
+        keys = set(f.keys())
+        assert {f.get_slice(k).get_dtype() for k in keys} == {"BF16"}
+    assert {"layers.0.attention.qkv.weight", "x_embedder.weight", "final_layer.linear.weight",
+            "layers.0.attention.out.weight", "layers.0.attention.q_norm.weight"} <= keys
+    loaded = ZImageTransformer2DModel.from_single_file(str(single), config=str(out), subfolder="transformer", local_files_only=True)
+    a = loaded.state_dict()
+    for k, v in zimage.transformer.state_dict().items():
+        assert torch.equal(a[k], v.to(torch.bfloat16).to(a[k].dtype)), k
+
+
+def test_layer_presets_are_onetrainers(zimage):
+    presets = zimage.lora_layer_presets["transformer"]
+    pick = {p: select_lora_targets(zimage.transformer, kind="unet", layer_preset=p, presets=presets) for p in presets}
+    assert pick["attn-mlp"] and all(n.startswith("layers.") and (".attention." in n or ".feed_forward." in n) for n in pick["attn-mlp"])
+    assert len(pick["attn-mlp"]) == 2 * (4 + 3) and set(pick["attn-only"]) < set(pick["attn-mlp"])
+    assert any("refiner" in n for n in pick["full"])
+    # what OneTrainer's z-image presets write as regexes selects the same layers
+    regex = "^(?=.*attention)(?!.*refiner).*,^(?=.*feed_forward)(?!.*refiner).*"
+    assert select_lora_targets(zimage.transformer, kind="unet", layer_preset="custom", layer_filter=regex,
+                               layer_filter_regex=True) == pick["attn-mlp"]
+
+
+def test_diffusers_lora_loads_in_zimage_pipeline_and_comfyui_places_every_key(tiny_z_paths, tmp_path):
+    from diffusers import ZImagePipeline
+
+    from ot_gradio.training.lora_keys_z_image import comfy_lora_targets
+
+    model = ZImage.load(str(tiny_z_paths.diffusers_dir))
+    base = _images(model.pipeline(), prompt=PROMPT)
+    LoraMethod().setup(model, TrainConfig.model_validate({"model_type": "Z_IMAGE", "lora_rank": 4, "lora_alpha": 2.0,
+                                                          "layer_filter_preset": "full"}), CPU)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for name, p in model.transformer.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    model.transformer.eval()
+    trained = _images(model.pipeline(), prompt=PROMPT)
+    path = save_lora(tmp_path / "d.safetensors", {"transformer": model.transformer},
+                     base_model_version=model.lora_base_model_version, lora_format=DIFFUSERS)
+    pipe = ZImagePipeline.from_pretrained(str(tiny_z_paths.diffusers_dir), local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append
+    loggers = [logging.getLogger(name) for name in ("diffusers", "peft")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.setLevel(logging.INFO)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pipe.load_lora_weights(str(path))
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+    problems = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    problems += [str(w.message) for w in caught if not issubclass(w.category, (DeprecationWarning, FutureWarning))]
+    assert problems == []
+    image = _images(pipe, prompt=PROMPT)
+    np.testing.assert_allclose(image, trained, atol=1e-5)
+    assert np.abs(image - base).max() > 1e-3
+    with safe_open(str(path), "pt") as f:
+        keys = list(f.keys())
+    targets = comfy_lora_targets(pipe.transformer, keys)
+    assert any(p.key.endswith(".attention.qkv.weight") and p.rows for p in targets.values())
+    assert len(targets) == len({k.rsplit(".lora_", 1)[0] for k in keys})
