@@ -21,6 +21,10 @@ TEMP_EXTRA = len(".") + len(".XXXXXXXX.tmp")  # fsutil's atomic writes: `.{name}
 STEP_EXTRA = len("-step") + 10  # intermediate saves: `{prefix}{stem}-step{global_step}{suffix}`
 MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".sft")
 DEMO_FOLDER = ("demo-data", "shapes")  # made by ensure_demo_concepts when a run starts
+# Layer presets some family knows (the schema's, plus "blocks" of the flow-matching transformers:
+# SD 3, Flux, Z-Image). A name outside them fails every family's LoRA setup; "blocks" for a family
+# without it is still refused by the trainer, before the first step.
+KNOWN_LAYER_PRESETS = (*LAYER_PRESETS, "blocks")
 
 
 def _walk(value: Any, path: str = ""):
@@ -136,8 +140,9 @@ def output_problems(config: Any, workspace: Path) -> list[str]:
 
 def preset_problems(config: Any) -> list[str]:
     method = str(getattr(config.training_method, "value", config.training_method))
-    if method == "LORA" and config.layer_filter_preset not in LAYER_PRESETS:
-        return [f"layer_filter_preset: {_shown(config.layer_filter_preset)!r} is not a layer preset; choose one of {', '.join(LAYER_PRESETS)}"]
+    if method == "LORA" and config.layer_filter_preset not in KNOWN_LAYER_PRESETS:
+        return [f"layer_filter_preset: {_shown(config.layer_filter_preset)!r} is not a layer preset; choose one of "
+                f"{', '.join(LAYER_PRESETS)} (or blocks, for SD 3, Flux and Z-Image)"]
     return []
 
 
