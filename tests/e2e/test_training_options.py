@@ -114,7 +114,8 @@ def test_stop_training_after_steps_and_epochs_with_noise_and_loss_options(lora_c
         concepts=[{"name": "two", "path": str(two_images(shapes, tmp_path / "two"))}],
         batch_size=1,
         epochs=3,
-        text_encoder={"train": True, "stop_training_after": 1, "stop_training_after_unit": "STEP", "dropout_probability": 0.5},
+        text_encoder={"train": True, "stop_training_after": 1, "stop_training_after_unit": "STEP", "dropout_probability": 0.5,
+                      "gradient_checkpointing": "ON"},  # explicit: the default AUTO turns it off on a roomy machine
         unet={"train": True, "gradient_checkpointing": False, "stop_training_after": 2, "stop_training_after_unit": "EPOCH"},
         force_v_prediction=True,
         rescale_noise_scheduler_to_zero_terminal_snr=True,
