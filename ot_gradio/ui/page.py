@@ -26,6 +26,7 @@ from ..config.optimizer import optimizer_keys
 from ..config.presets import list_presets
 from ..config.schema import TrainConfig
 from ..runner.jobs import JobSupervisor
+from ..runner.startcheck import start_problems
 from ..runner.supervisor import Supervisor
 from .browser import BrowserPanel
 from .concepts import ConceptsTab
@@ -77,8 +78,11 @@ def validate(config: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], 
     except ConfigError as err:
         schema = list(getattr(err, "errors", None) or [str(err)])
         return None, schema + [f for f in folders if f.split(":")[0] not in {s.split(":")[0] for s in schema}], []
-    problems: list[str] = doctor_errors(loaded.config) + folders
-    return config_to_dict(loaded.config), problems, loaded.warnings + doctor_check(loaded.config)
+    valid = config_to_dict(loaded.config)
+    # what `validate` and `train` check before the first step (concept folders are listed above)
+    start = [p for p in start_problems(loaded.config, valid) if not p.startswith("concepts")]
+    problems: list[str] = doctor_errors(loaded.config) + folders + start
+    return valid, problems, loaded.warnings + doctor_check(loaded.config)
 
 
 class Page:
