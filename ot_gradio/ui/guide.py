@@ -86,7 +86,8 @@ INTRO = "## Start here\n\nSet up a run in this order; each button opens the tab 
 OUTRO = (
     "Then press **Start training** below: watch the loss, the samples and the progress; *Stop* finishes the step, "
     "writes a backup and the model.\n\nNo model at hand? Choose the **demo** preset in the top bar and press "
-    "*Start training*: it trains a LoRA on a tiny model and a generated dataset on the CPU in under a minute."
+    "*Start training*: it trains a LoRA on a tiny model and a generated dataset on the CPU (40 steps: a few "
+    "minutes on a 2-core machine, much longer when the machine is busy)."
 )
 
 
