@@ -74,6 +74,11 @@ FAMILIES: dict[M, FamilyInfo] = {
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
         implemented=True, bucket_step=16, schedule="flow_matching",
     ),
+    # Sana: one Gemma 2 text encoder, the DC-AE (32x) and a patch-1 transformer (models/sana.py)
+    M.SANA: FamilyInfo(
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
+        implemented=True, bucket_step=32, schedule="flow_matching",
+    ),
 }
 
 # Parts that never train in any supported method (image encoders/decoders); the page shows only

@@ -65,4 +65,8 @@ PARAMS: dict[str, dict[str, int]] = {
     # 3840 with 2 noise and 2 context refiner layers, 30 heads, caption width 2560); text encoder
     # Qwen3-4B (36 layers of 2560, 8 KV heads, 151,936 tokens, embeddings tied); Flux's VAE.
     "Z_IMAGE": {"transformer": 6_154_908_736, "text_encoder": 4_022_468_096, "vae": _VAE16},
+    # Sana 1600M 1024px: SanaTransformer2DModel's defaults (20 blocks of 2240, the published
+    # transformer/config.json), Gemma 2 2B (google/gemma-2-2b-it's config, as Gemma2Model) and
+    # the DC-AE f32c32 of mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers.
+    "SANA": {"transformer": 1_604_462_752, "text_encoder": 2_614_341_888, "vae": 312_250_275},
 }

@@ -1,0 +1,197 @@
+"""The Sana family on the tiny model: loading (folder, tiny name; single files refused), text
+encoding exactly as SanaPipeline does it (the complex human instruction, the kept tokens, the
+mask), predict's timestep convention checked against the pipeline's own denoising steps, the
+DC-AE latents, sampling, saving, and a DIFFUSERS LoRA that SanaPipeline loads."""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from ot_gradio.config.schema import TrainConfig
+from ot_gradio.models.common import ModelLoadError
+from ot_gradio.models.sana import COMPLEX_HUMAN_INSTRUCTION, Sana
+from ot_gradio.training.lora_format import DIFFUSERS, save_lora
+from ot_gradio.training.lora_method import LoraMethod
+
+CPU = torch.device("cpu")
+PROMPT = "A Red circle "
+
+
+@pytest.fixture(scope="session")
+def tiny_sana_paths(tiny_dir):
+    from ot_gradio.models.tiny import resolve_tiny
+
+    return resolve_tiny("tiny:sana")
+
+
+@pytest.fixture(scope="module")
+def sana(tiny_sana_paths):
+    return Sana.load(str(tiny_sana_paths.diffusers_dir), offline=True)
+
+
+def _images(pipe, **kwargs):
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        return pipe(num_inference_steps=2, height=64, width=64, generator=g, output_type="np", **kwargs).images[0]
+
+
+def test_tiny_model_builds_fast_and_loads_through_the_real_loaders(sana, tiny_sana_paths, tiny_dir, tmp_path):
+    from ot_gradio.models.sana_tiny import tiny_sana_components
+
+    tiny_sana_components()
+    start = time.perf_counter()
+    tiny_sana_components()
+    assert time.perf_counter() - start < 1.0
+    assert type(sana.text_encoder).__name__ == "Gemma2Model" and type(sana.vae).__name__ == "AutoencoderDC"
+    assert sana.vae_scale_factor == 32 and sana.transformer.config.in_channels == 32
+    tok = sana.tokenizer
+    assert (tok.pad_token_id, tok.eos_token_id, tok.bos_token_id) == (0, 1, 2) and tok("a").input_ids[0] == 2
+    by_name = Sana.load("tiny:sana")
+    assert torch.equal(by_name.transformer.proj_out.weight, sana.transformer.proj_out.weight)
+    single = tmp_path / "sana.safetensors"
+    single.write_bytes(b"x")
+    with pytest.raises(ModelLoadError, match="single file.*diffusers folder.*SanaTransformer2DModel.from_single_file"):
+        Sana.load(str(single))
+    with pytest.raises(ModelLoadError, match="not a diffusers model"):
+        Sana.load(str(tiny_dir))
+    with pytest.raises(ValueError, match="output_model_format"):
+        sana.save_single_file(tmp_path / "out.safetensors", None)
+
+
+def test_encode_text_is_exactly_what_the_pipeline_feeds_the_transformer(sana):
+    """The instruction goes in front, <bos> and the last 299 tokens are kept; the negative
+    prompt gets neither. Lower-cased and stripped, as the pipeline does."""
+    pipe = sana.pipeline()
+    prompts = [PROMPT, "a much longer caption about a blue square on grey"]
+    cond = sana.encode_text(prompts)
+    assert cond["encoder_hidden_states"].shape == (2, 300, 32) and cond["attention_mask"].shape == (2, 300)
+    prefix = len(sana.tokenizer.encode("\n".join(COMPLEX_HUMAN_INSTRUCTION)))
+    assert prefix > 300  # the instruction is longer than the window: its tail and the prompt are kept
+    with torch.no_grad():
+        embeds, mask, neg, neg_mask = pipe.encode_prompt(
+            prompts, True, negative_prompt="Blue ", device=CPU, complex_human_instruction=list(COMPLEX_HUMAN_INSTRUCTION)
+        )
+    assert torch.equal(cond["encoder_hidden_states"], embeds) and torch.equal(cond["attention_mask"], mask)
+    import inspect
+
+    assert inspect.signature(pipe.__call__).parameters["complex_human_instruction"].default == list(COMPLEX_HUMAN_INSTRUCTION)
+    uncond = sana.encode_text(["Blue ", "Blue "], instruction=False)
+    assert torch.equal(uncond["encoder_hidden_states"], neg) and torch.equal(uncond["attention_mask"], neg_mask)
+    assert int(uncond["attention_mask"][0].sum()) < 10  # padded on the right, masked
+    sana.layer_skips = {"text_encoder": 1}
+    try:
+        assert not torch.equal(sana.encode_text([PROMPT])["encoder_hidden_states"], cond["encoder_hidden_states"][:1])
+    finally:
+        sana.layer_skips = {}
+    with pytest.raises(ValueError, match="text_encoder_layer_skip: 2"):
+        sana.layer_skips = {"text_encoder": 2}
+
+
+def test_predict_and_euler_steps_reproduce_the_pipelines_denoising(sana):
+    """predict(x, t) is the velocity noise - latents with the transformer reading t * 1000:
+    Euler steps x += (t_next - t) * v with the pipeline's sigmas land where SanaPipeline's loop
+    (timestep sigma * 1000 * timestep_scale, FlowMatchEuler's step) does."""
+    noise = torch.randn(1, 32, 2, 3, generator=torch.Generator().manual_seed(3))
+    cond = sana.encode_text([PROMPT])
+    with torch.no_grad():
+        theirs = sana.pipeline()(
+            prompt_embeds=cond["encoder_hidden_states"], prompt_attention_mask=cond["attention_mask"], guidance_scale=1.0,
+            latents=noise.clone(), height=64, width=96, num_inference_steps=3, output_type="latent",
+            use_resolution_binning=False,
+        ).images
+        scheduler = type(sana.scheduler).from_config(sana.scheduler.config)
+        scheduler.set_timesteps(3)
+        sigmas = scheduler.sigmas.tolist()
+        assert sigmas[0] == 1.0 and sigmas[-1] == 0.0 and sigmas[1] > 2 / 3  # shift 3
+        x = noise.clone()
+        for t, t_next in zip(sigmas[:-1], sigmas[1:], strict=True):
+            x = x + (t_next - t) * sana.predict(x, torch.tensor([t]), cond)
+    torch.testing.assert_close(x, theirs, atol=1e-5, rtol=1e-5)
+    pixels = torch.rand(2, 3, 64, 96) * 2 - 1
+    latents = sana.encode_images(pixels)
+    raw = sana.vae.encode(pixels).latent
+    torch.testing.assert_close(latents, raw * 0.41407)
+    assert latents.shape == (2, 32, 2, 3) and sana.image_seq_len(latents) == 6
+    assert sana.decode_latents(latents).shape == (2, 3, 64, 96)
+    with torch.no_grad():
+        v = sana.predict(latents, torch.tensor([0.2, 0.9]), sana.encode_text(["a", "b c d"]))
+    assert v.shape == latents.shape and sana.schedule_kind == "flow_matching" and sana.prediction_type == "flow"
+
+
+def test_sample_uses_cfg_and_the_negative_prompt_and_keeps_modes(sana):
+    sana.transformer.train()
+    plain = sana.sample(PROMPT, "", height=40, width=56, steps=2, cfg_scale=1.0)
+    assert plain.size == (56, 40) and sana.transformer.training
+    cfg = sana.sample(PROMPT, "", height=40, width=56, steps=2, cfg_scale=4.0)
+    negative = sana.sample(PROMPT, "blue", height=40, width=56, steps=2, cfg_scale=4.0)
+    assert np.abs(np.asarray(plain, float) - np.asarray(cfg, float)).max() > 0
+    assert np.abs(np.asarray(cfg, float) - np.asarray(negative, float)).max() > 0
+    sana.transformer.eval()
+
+
+def test_save_diffusers_round_trips(sana, tmp_path):
+    out = sana.save_diffusers(tmp_path / "out", None)
+    again = Sana.load(str(out))
+    for part, module in sana.parts.items():
+        a, b = module.state_dict(), again.parts[part].state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), part
+    assert again.tokenizer("a red circle").input_ids == sana.tokenizer("a red circle").input_ids
+
+
+def test_layer_presets_skip_the_depthwise_convs(sana):
+    from ot_gradio.training.lora import select_lora_targets
+
+    presets = sana.lora_layer_presets["transformer"]
+    pick = {p: select_lora_targets(sana.transformer, kind="unet", layer_preset=p, presets=presets) for p in presets}
+    every = [n for n, m in sana.transformer.named_modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))]
+    assert sorted(set(every) - set(pick["full"])) == ["transformer_blocks.0.ff.conv_depth", "transformer_blocks.1.ff.conv_depth"]
+    assert set(pick["attn-only"]) < set(pick["attn-mlp"]) < set(pick["full"])
+    assert any(n.endswith("ff.conv_point") for n in pick["attn-mlp"])
+
+
+def test_diffusers_lora_loads_in_sana_pipeline_without_warnings(tiny_sana_paths, tmp_path):
+    from diffusers import SanaPipeline
+
+    model = Sana.load(str(tiny_sana_paths.diffusers_dir))
+    base = _images(model.pipeline(), prompt=PROMPT)
+    LoraMethod().setup(model, TrainConfig.model_validate({"model_type": "SANA", "lora_rank": 4, "lora_alpha": 2.0,
+                                                          "layer_filter_preset": "full"}), CPU)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for name, p in model.transformer.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    model.transformer.eval()
+    trained = _images(model.pipeline(), prompt=PROMPT)
+    path = save_lora(tmp_path / "d.safetensors", {"transformer": model.transformer},
+                     base_model_version=model.lora_base_model_version, lora_format=DIFFUSERS)
+    pipe = SanaPipeline.from_pretrained(str(tiny_sana_paths.diffusers_dir), local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append
+    loggers = [logging.getLogger(name) for name in ("diffusers", "peft")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.setLevel(logging.INFO)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pipe.load_lora_weights(str(path))
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+    problems = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    problems += [str(w.message) for w in caught if not issubclass(w.category, (DeprecationWarning, FutureWarning))]
+    assert problems == []
+    image = _images(pipe, prompt=PROMPT)
+    np.testing.assert_allclose(image, trained, atol=1e-5)
+    assert np.abs(image - base).max() > 1e-3
