@@ -64,9 +64,17 @@ def missing_concept_folders(config: dict[str, Any]) -> list[str]:
         path = str(concept.get("path") or "").strip()
         if not path:
             out.append(f"concepts[{i}].path: empty: choose the folder of this concept's images")
-        elif not Path(path).is_dir() and not path.replace("\\", "/").endswith("demo-data/shapes"):
-            out.append(f"concepts[{i}].path: folder '{path}' does not exist")
+        elif not _is_dir(path) and not path.replace("\\", "/").endswith("demo-data/shapes"):
+            out.append(f"concepts[{i}].path: folder '{path[:200]}' does not exist")
     return out
+
+
+def _is_dir(path: str) -> bool:
+    """False also for a path the system refuses (too long, a NUL in it) instead of raising."""
+    try:
+        return Path(path).is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def validate(config: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], list[str]]:

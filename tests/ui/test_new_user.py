@@ -142,3 +142,11 @@ def test_fields_that_do_not_apply_are_hidden(page):
     assert tab_order("lora", ["dropout_probability", "layer_filter", "lora_rank", "lora_alpha"])[:2] == ["lora_rank", "lora_alpha"]
     lora_ids = [b._id for b in page.blocks.blocks.values() if getattr(b, "elem_id", "") in ("f-lora_rank", "f-layer_filter_preset")]
     assert lora_ids == sorted(lora_ids) and page.fields["lora_rank"].component._id < page.fields["layer_filter_preset"].component._id
+
+
+def test_a_concept_path_the_system_refuses_is_a_missing_folder_not_a_traceback():
+    from ot_gradio.ui.page import missing_concept_folders
+
+    problems = missing_concept_folders({"concepts": [{"path": "a" * 5000}, {"path": "x\x00y"}]})
+    assert [p.split(":")[0] for p in problems] == ["concepts[0].path", "concepts[1].path"]
+    assert all("does not exist" in p and len(p) < 300 for p in problems)
