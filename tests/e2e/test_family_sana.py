@@ -1,0 +1,67 @@
+"""Sana end to end through the worker on the tiny model: a LoRA from our own preset (only the
+base model, the dataset, the output and the run's size changed) that SanaPipeline reloads with
+`load_lora_weights` and that changes its output."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from ot_gradio.config.io import config_to_dict, load_config
+from ot_gradio.config.presets import PRESETS_DIR
+from tests.e2e.runs import run_until_done
+
+pytestmark = pytest.mark.slow
+PROMPT = "a red circle"
+
+
+@pytest.fixture(scope="module")
+def tiny_sana(tmp_path_factory):
+    from ot_gradio.models.sana_tiny import save_tiny_sana
+
+    return save_tiny_sana(tmp_path_factory.mktemp("tiny-sana"))
+
+
+def _images(pipe):
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        return pipe(PROMPT, num_inference_steps=2, height=64, width=64, generator=g, output_type="np").images[0]
+
+
+def test_lora_from_our_preset_reloads_in_the_sana_pipeline(tiny_sana, shapes, tmp_path):
+    """Two images, batch 1, one epoch: two optimizer steps, with a sample at the end through our
+    sample path (CFG and the negative prompt)."""
+    from diffusers import SanaPipeline
+    from safetensors import safe_open
+
+    data = tmp_path / "two"
+    data.mkdir()
+    for stem in ("01-red-circle", "02-blue-square"):
+        for suffix in (".png", ".txt"):
+            shutil.copy(shapes / f"{stem}{suffix}", data)
+    config = config_to_dict(load_config(PRESETS_DIR / "sana-lora.json").config)
+    assert (config["model_type"], config["output_model_format"], config["text_encoder_sequence_length"]) == (
+        "SANA", "DIFFUSERS_LORA", 300)
+    config.update(
+        base_model_name=str(tiny_sana.diffusers_dir), concepts=[{"name": "shapes", "path": str(data)}],
+        output_model_destination=str(tmp_path / "out" / "lora.safetensors"), workspace_dir=str(tmp_path / "ws"),
+        cache_dir=str(tmp_path / "cache"), train_device="cpu", train_dtype="FLOAT_32", resolution="64", batch_size=1,
+        epochs=1, learning_rate=5e-2, lora_alpha=16.0, samples=[{"prompt": PROMPT, "negative_prompt": "blue", "height": 64, "width": 64,
+                                                "diffusion_steps": 2}],
+        sample_after=1, sample_after_unit="EPOCH",
+    )
+    _, events = run_until_done(config, tmp_path)
+    assert len([e for e in events if e["type"] == "metrics" and "loss" in e]) >= 1
+    assert [e for e in events if e["type"] == "sample"]
+    out = tmp_path / "out" / "lora.safetensors"
+    with safe_open(str(out), "pt") as f:
+        keys = list(f.keys())
+    assert keys and all(k.startswith("transformer.transformer_blocks.") for k in keys)
+    pipe = SanaPipeline.from_pretrained(str(tiny_sana.diffusers_dir), local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    before = _images(pipe)
+    pipe.load_lora_weights(str(out))
+    assert np.abs(_images(pipe) - before).max() > 1e-3
