@@ -65,7 +65,7 @@ def model_problems(config: Any) -> list[str]:
         if hasattr(sub, "model_name") and part not in ("embedding",) and isinstance(sub.model_name, str):
             names.append((f"{part}.model_name", sub.model_name.strip()))
     for field, value in names:
-        if value and not value.startswith("tiny:") and looks_like_local_path(value) and not Path(value).expanduser().exists():
+        if value and not value.startswith("tiny:") and looks_like_local_path(value) and not _exists(Path(value).expanduser()):
             out.append(f"{field}: {_shown(value)} does not exist; give an existing diffusers folder or model file, or a Hugging Face id")
     return out
 
@@ -96,15 +96,26 @@ def _is_dir(path: Path) -> bool:
         return False
 
 
+def _exists(path: Path) -> bool:
+    """As _is_dir: a path the system refuses does not exist."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _existing_ancestor(path: Path) -> Path:
     path = path.absolute()
-    while not path.exists() and path.parent != path:
+    while not _exists(path) and path.parent != path:
         path = path.parent
     return path
 
 
 def writable_problem(field: str, folder: Path) -> str | None:
     """Whether `folder` (made if missing) could be written, without making anything."""
+    longest = max((len(part.encode()) for part in folder.parts), default=0)
+    if longest > NAME_MAX or len(str(folder.absolute()).encode()) > PATH_MAX:
+        return f"{field}: {_shown(str(folder))} has a name longer than the file system allows ({NAME_MAX} bytes a name); choose a shorter one"
     try:
         existing = _existing_ancestor(folder)
         if not existing.is_dir():
@@ -134,7 +145,7 @@ def output_problems(config: Any, workspace: Path) -> list[str]:
                    f"at most {NAME_MAX - TEMP_EXTRA} fit; shorten the prefix or the output name")
     elif len(str(dest.absolute()).encode()) + TEMP_EXTRA + STEP_EXTRA > PATH_MAX:
         out.append(f"output_model_destination: the path is longer than {PATH_MAX - TEMP_EXTRA - STEP_EXTRA} bytes; choose a shorter one")
-    elif dest.is_dir() and dest.suffix:
+    elif _is_dir(dest) and dest.suffix:
         out.append(f"output_model_destination: {text} is a folder; give a file name such as {dest / 'model.safetensors'}")
     else:
         problem = writable_problem("output_model_destination", dest.parent)

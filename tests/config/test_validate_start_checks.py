@@ -42,6 +42,9 @@ CASES = [
     ("NUL in a path", {"cache_dir": "cache\0x"}, "cache_dir: contains a NUL character"),
     ("NUL in a concept", {"concepts": [{"name": "x", "path": "images\0"}]}, "concepts[0].path: contains a NUL character"),
     ("output under a file", {"output_model_destination": "afile/model.safetensors"}, "output_model_destination: "),
+    ("base model path too long", {"base_model_name": "/" + "m/" * 3000 + "x.safetensors"}, "base_model_name: /m/m"),
+    ("workspace name too long", {"workspace_dir": "w" * 5000}, "workspace_dir: www"),
+    ("output path too long", {"output_model_destination": "/" + "o/" * 3000 + "x.safetensors"}, "output_model_destination: the path is longer"),
 ]
 
 
