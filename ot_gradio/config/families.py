@@ -76,7 +76,7 @@ FAMILIES: dict[M, FamilyInfo] = {
     ),
     # Sana: one Gemma 2 text encoder, the DC-AE (32x) and a patch-1 transformer (models/sana.py)
     M.SANA: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE, T.EMBEDDING),
         implemented=True, bucket_step=32, schedule="flow_matching",
     ),
 }

@@ -75,7 +75,7 @@ class Sana:
     folder_parts = ("transformer", "text_encoder", "tokenizer", "vae", "scheduler")
     default_config_repo = "Efficient-Large-Model/Sana_1600M_1024px_diffusers"
     lora_base_model_version = "sana"
-    embedding_keys: dict[str, str] = {}  # EMBEDDING is not implemented for Sana yet
+    embedding_keys = {"text_encoder": "gemma"}  # OneTrainer's key (its SanaEmbeddingSaver)
     bucket_step = 32  # DC-AE 32 x patch 1
     single_file_layout = None  # load_flow_pipeline refuses single files with advice
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": QWEN_PRESETS}

@@ -106,3 +106,34 @@ def test_lora_loss_falls_with_fixed_noise_and_timesteps(tiny_sana, shapes, tmp_p
     assert len(report.losses) == 15
     start, end = sum(report.losses[:3]) / 3, sum(report.losses[-3:]) / 3
     assert end < 0.7 * start, (start, end, report.losses)
+
+
+def test_embedding_trains_gemma_vectors_under_onetrainers_key(tiny_sana, shapes, tmp_path):
+    """EMBEDDING: two new tokens in Gemma's vocabulary train; the file holds OneTrainer's "gemma"
+    key; a sample with the embedding in its prompt runs."""
+    from safetensors.torch import load_file
+
+    from ot_gradio.models.sana import Sana
+
+    data = tmp_path / "two"
+    data.mkdir()
+    for stem in ("01-red-circle", "02-blue-square"):
+        shutil.copy(shapes / f"{stem}.png", data)
+        (data / f"{stem}.txt").write_text("a photo of <embedding>, " + (shapes / f"{stem}.txt").read_text())
+    config = config_to_dict(load_config(PRESETS_DIR / "sana-lora.json").config)
+    config.update(
+        base_model_name=str(tiny_sana.diffusers_dir), concepts=[{"name": "shapes", "path": str(data)}],
+        output_model_destination=str(tmp_path / "out" / "emb.safetensors"), workspace_dir=str(tmp_path / "ws"),
+        cache_dir=str(tmp_path / "cache"), train_device="cpu", train_dtype="FLOAT_32", resolution="64", batch_size=1,
+        epochs=1, learning_rate=0.05, training_method="EMBEDDING", output_model_format="SAFETENSORS",
+        embedding={"token_count": 2, "initial_embedding_text": "circle"},
+        samples=[{"prompt": "a photo of <embedding>", "height": 64, "width": 64, "diffusion_steps": 2}],
+        sample_after=1, sample_after_unit="EPOCH",
+    )
+    _, events = run_until_done(config, tmp_path)
+    vectors = load_file(str(tmp_path / "out" / "emb.safetensors"))
+    assert sorted(vectors) == ["gemma"] and vectors["gemma"].shape == (2, 32)
+    model = Sana.load(str(tiny_sana.diffusers_dir))
+    ids = model.tokenizer("circle", add_special_tokens=False).input_ids[:2]
+    assert not torch.allclose(vectors["gemma"], model.text_encoder.get_input_embeddings().weight[ids].detach())
+    assert [e for e in events if e["type"] == "sample"]
