@@ -76,6 +76,7 @@ class ZImage:
     default_config_repo = "Tongyi-MAI/Z-Image"
     lora_base_model_version = "z_image"
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
+    transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
     bucket_step = 16  # VAE 8 x patch 2
 
     def __init__(self, components: Mapping):
@@ -88,7 +89,7 @@ class ZImage:
         self.scheduler = components["scheduler"]
         self.noise_scheduler = self.scheduler
         self._layer_skips: dict[str, int] = {}
-        self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
+        self.text_encoder_sequence_length = None
 
     # the VAE side is SD's (encode_images / decode_latents apply shift_factor and scaling_factor)
     to = StableDiffusion15.to
@@ -206,12 +207,20 @@ class ZImage:
                 "noise already); turn this option off"
             )
 
+    @property
+    def text_encoder_sequence_length(self) -> int:
+        return self._sequence_length
+
+    @text_encoder_sequence_length.setter
+    def text_encoder_sequence_length(self, length: int | None) -> None:
+        """The token window (blank: 512, the pipeline's); the tokenizer's model_max_length follows
+        it, so cached text embeddings are keyed by it."""
+        self._sequence_length = int(length or DEFAULT_SEQUENCE_LENGTH)
+        self.tokenizer.model_max_length = self._sequence_length
+
     def configure_flow(self, config) -> None:
-        """The run's token window (the tokenizer's model_max_length follows it, so cached text
-        embeddings are keyed by it)."""
-        length = getattr(config, "text_encoder_sequence_length", None)
-        self.text_encoder_sequence_length = int(length or DEFAULT_SEQUENCE_LENGTH)
-        self.tokenizer.model_max_length = self.text_encoder_sequence_length
+        """The run's token window (`text_encoder_sequence_length`)."""
+        self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
 
     # ---------------------------------------------------------------- text
 
