@@ -1,4 +1,4 @@
-"""Sana end to end through the worker on the tiny model: a LoRA from our own preset (only the
+"""Sana end to end on the tiny model: a LoRA from our own preset (only the
 base model, the dataset, the output and the run's size changed) that SanaPipeline reloads with
 `load_lora_weights` and that changes its output."""
 
@@ -67,9 +67,9 @@ def test_lora_from_our_preset_reloads_in_the_sana_pipeline(tiny_sana, shapes, tm
     assert np.abs(_images(pipe) - before).max() > 1e-3
 
 
-def test_lora_loss_falls_with_fixed_noise_and_timesteps(tiny_sana, shapes, tmp_path):
-    """The flow-matching objective through Sana's predict learns: one image, fixed noise and t,
-    in-process (no worker), LoRA on every adaptable layer at scale 1."""
+def test_finetune_loss_falls_with_fixed_noise_and_timesteps_and_saves_a_folder(tiny_sana, shapes, tmp_path):
+    """FINE_TUNE, in-process (no worker): the flow-matching objective through Sana's predict learns
+    (one image, fixed noise and t), and the saved diffusers folder loads with the trained transformer."""
     from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
 
     class Collect(Reporter):
@@ -93,9 +93,9 @@ def test_lora_loss_falls_with_fixed_noise_and_timesteps(tiny_sana, shapes, tmp_p
     config = config_to_dict(load_config(PRESETS_DIR / "sana-lora.json").config)
     config.update(
         base_model_name=str(tiny_sana.diffusers_dir), concepts=[{"name": "shapes", "path": str(data)}],
-        output_model_destination=str(tmp_path / "out" / "lora.safetensors"), workspace_dir=str(tmp_path / "ws"),
+        output_model_destination=str(tmp_path / "out" / "tuned"), workspace_dir=str(tmp_path / "ws"),
         cache_dir=str(tmp_path / "cache"), train_device="cpu", train_dtype="FLOAT_32", resolution="64", batch_size=1,
-        epochs=15, learning_rate=6e-2, lora_alpha=16.0, layer_filter_preset="full", samples=[],
+        epochs=15, learning_rate=4e-2, training_method="FINE_TUNE", output_model_format="DIFFUSERS", samples=[],
     )
     report = Collect()
     run = tmp_path / "run"
@@ -106,6 +106,11 @@ def test_lora_loss_falls_with_fixed_noise_and_timesteps(tiny_sana, shapes, tmp_p
     assert len(report.losses) == 15
     start, end = sum(report.losses[:3]) / 3, sum(report.losses[-3:]) / 3
     assert end < 0.7 * start, (start, end, report.losses)
+    from ot_gradio.models.sana import Sana
+
+    base, tuned = Sana.load(str(tiny_sana.diffusers_dir)), Sana.load(str(tmp_path / "out" / "tuned"))
+    a, b = base.transformer.state_dict(), tuned.transformer.state_dict()
+    assert a.keys() == b.keys() and [k for k in a if not torch.equal(a[k], b[k])]
 
 
 def test_embedding_trains_gemma_vectors_under_onetrainers_key(tiny_sana, shapes, tmp_path):
