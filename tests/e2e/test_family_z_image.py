@@ -1,0 +1,163 @@
+"""Z-Image end to end through the worker on the tiny model: OneTrainer's z-image-LoRA-16GB.json
+and z-image-finetune-24GB.json imported unchanged but for the base model, the dataset, the output
+and a CPU-sized run (64 px, 2 epochs), the LoRA reloaded into ZImagePipeline with
+`load_lora_weights` changing its output, the fine-tune's original-layout transformer file read
+back by diffusers' from_single_file; and the flow-matching loss through Z-Image's predict falls
+with fixed noise and timesteps."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from ot_gradio.config.io import config_to_dict, load_config
+from ot_gradio.config.presets import PRESETS_DIR
+from tests.e2e.runs import run_until_done
+
+pytestmark = pytest.mark.slow
+PRESETS = Path(__file__).resolve().parents[1] / "config" / "data" / "onetrainer-presets-2026"
+PROMPT = "a red circle"
+# a CPU-sized run; `compile` (on in both OneTrainer presets) is turned off: torch.compile on the
+# CPU compiles the transformer again for every caption length (the pipeline's per-prompt lists),
+# and a 2-epoch run did not finish in 10 minutes
+CPU_SIZE = {"resolution": "64", "epochs": 2, "compile": False}
+
+
+@pytest.fixture(scope="module")
+def tiny_z(tmp_path_factory):
+    from ot_gradio.models.z_image_tiny import save_tiny_z_image
+
+    return save_tiny_z_image(tmp_path_factory.mktemp("tiny-z-image"))
+
+
+def _preset(path: Path, tiny_z, data: Path, tmp_path: Path, out: str, **changes) -> dict:
+    """`path` imported as the page imports it, then only the base model, dataset and output set."""
+    config = config_to_dict(load_config(path).config)
+    config.update(
+        base_model_name=str(tiny_z.diffusers_dir), concepts=[{"name": "shapes", "path": str(data)}],
+        output_model_destination=str(tmp_path / "out" / out), workspace_dir=str(tmp_path / "ws"),
+        cache_dir=str(tmp_path / "cache"), train_device="cpu", **changes,
+    )
+    return config
+
+
+def _one_image(shapes: Path, tmp_path: Path) -> Path:
+    data = tmp_path / "one"
+    data.mkdir()
+    for suffix in (".png", ".txt"):
+        shutil.copy(shapes / f"01-red-circle{suffix}", data)
+    return data
+
+
+def _image(pipe):
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        return pipe(PROMPT, num_inference_steps=2, height=64, width=64, guidance_scale=0.0, generator=g, output_type="np").images[0]
+
+
+def _check_lora(tiny_z, path: Path, min_change: float) -> None:
+    """Loads into ZImagePipeline with no warning, changes its image (the same pipeline draws the
+    same image twice bit for bit, so any change is the LoRA's); ComfyUI places every key."""
+    from diffusers import ZImagePipeline
+
+    from ot_gradio.training.lora_keys_z_image import comfy_lora_targets
+
+    pipe = ZImagePipeline.from_pretrained(str(tiny_z.diffusers_dir), local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    before = _image(pipe)
+    records: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: records.append(record.getMessage())
+    logging.getLogger("diffusers").addHandler(handler)
+    try:
+        pipe.load_lora_weights(str(path))
+    finally:
+        logging.getLogger("diffusers").removeHandler(handler)
+    assert records == []
+    assert np.array_equal(_image(pipe.__class__.from_pretrained(str(tiny_z.diffusers_dir), local_files_only=True)), before)
+    assert np.abs(_image(pipe) - before).max() > min_change
+    with safe_open(str(path), "pt") as f:
+        keys = list(f.keys())
+        assert any(f.get_tensor(k).abs().max() > 0 for k in keys if ".lora_B." in k)
+    assert keys and all(k.startswith("transformer.") for k in keys)
+    comfy_lora_targets(pipe.transformer, keys)
+
+
+def test_onetrainer_z_image_lora_preset_trains_and_reloads_in_the_pipeline(tiny_z, shapes, tmp_path):
+    """z-image-LoRA-16GB.json as OneTrainer ships it: transformer and Qwen3 in FLOAT_8 (our own
+    float8 layers, which run on the CPU), BFLOAT_16 training, LoRA on the main
+    layers' attention and feed-forward by regex, DIFFUSERS_LORA output."""
+    config = _preset(PRESETS / "z-image-LoRA-16GB.json", tiny_z, shapes, tmp_path, "lora.safetensors", **CPU_SIZE)
+    assert (config["training_method"], config["transformer"]["weight_dtype"], config["text_encoder"]["weight_dtype"]) == (
+        "LORA", "FLOAT_8", "FLOAT_8")
+    run_until_done(config, tmp_path)
+    path = tmp_path / "out" / "lora.safetensors"
+    with safe_open(str(path), "pt") as f:
+        layers = {k.split(".lora_")[0] for k in f.keys()}
+    assert layers and all(".layers." in k and "refiner" not in k for k in layers)
+    _check_lora(tiny_z, path, 1e-6)  # the preset's learning rate (3e-4) for 2 epochs moves the tiny model's image little
+
+
+def test_lora_from_our_preset_with_a_sample(tiny_z, shapes, tmp_path):
+    config = _preset(PRESETS_DIR / "z-image-lora.json", tiny_z, shapes, tmp_path, "lora.safetensors", **CPU_SIZE,
+                     learning_rate=1e-2, samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}],
+                     sample_after=1, sample_after_unit="EPOCH")
+    _, events = run_until_done(config, tmp_path)
+    assert [e for e in events if e["type"] == "sample"]
+    _check_lora(tiny_z, tmp_path / "out" / "lora.safetensors", 1e-5)  # the tiny VAE shrinks latent changes
+
+
+def test_onetrainer_z_image_finetune_preset_writes_the_original_transformer(tiny_z, shapes, tmp_path):
+    """z-image-finetune-24GB.json: FINE_TUNE with Adafactor (fused back pass, stochastic rounding),
+    Qwen3 frozen in FLOAT_8, a BFLOAT_16 ORIGINAL_TRANSFORMER file that from_single_file reads."""
+    from diffusers import ZImageTransformer2DModel
+
+    config = _preset(PRESETS / "z-image-finetune-24GB.json", tiny_z, shapes, tmp_path, "model.safetensors", **CPU_SIZE)
+    assert (config["training_method"], config["output_model_format"]) == ("FINE_TUNE", "ORIGINAL_TRANSFORMER")
+    run_until_done(config, tmp_path)
+    out = tmp_path / "out" / "model.safetensors"
+    with safe_open(str(out), "pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"} and "layers.0.attention.qkv.weight" in f.keys()
+    tuned = ZImageTransformer2DModel.from_single_file(str(out), config=str(tiny_z.diffusers_dir), subfolder="transformer",
+                                                      local_files_only=True, torch_dtype=torch.bfloat16).state_dict()
+    base = ZImageTransformer2DModel.from_pretrained(str(tiny_z.diffusers_dir), subfolder="transformer").state_dict()
+    assert tuned.keys() == base.keys()
+    assert [k for k in tuned if not torch.equal(tuned[k], base[k].to(torch.bfloat16))]
+
+
+def test_lora_loss_falls_with_fixed_noise_and_timesteps(tiny_z, shapes, tmp_path):
+    """The flow-matching objective through Z-Image's predict learns: one image, fixed noise and t."""
+    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
+
+    class Collect(Reporter):
+        def __init__(self):
+            self.losses = []
+
+        def metrics(self, **fields):
+            if "loss" in fields:
+                self.losses.append(fields["loss"])
+
+        def warning(self, message):
+            pass
+
+    def fixed_noise(latents):
+        return torch.randn(latents.shape, generator=torch.Generator().manual_seed(1234)), torch.full((latents.shape[0],), 500)
+
+    config = _preset(PRESETS_DIR / "z-image-lora.json", tiny_z, _one_image(shapes, tmp_path), tmp_path, "lora.safetensors",
+                     resolution="64", epochs=25, batch_size=1, learning_rate=4e-2, lora_alpha=16.0, layer_filter_preset="full",
+                     train_dtype="FLOAT_32", samples=[], transformer={"train": True, "weight_dtype": "FLOAT_32"})
+    report = Collect()
+    run = tmp_path / "run"
+    trainer = Trainer(load_config(config).config, RunPaths(run / "samples", run / "backup", run / "save", None, []), report,
+                      noise_fn=fixed_noise)
+    trainer.setup()
+    assert trainer.train() == "done"
+    assert len(report.losses) == 25
+    start, end = sum(report.losses[:3]) / 3, sum(report.losses[-3:]) / 3
+    assert end < 0.8 * start, (start, end, report.losses)
