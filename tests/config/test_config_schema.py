@@ -62,7 +62,7 @@ def test_iter_fields_describes_fields():
     assert by_path["text_encoder.stop_training_after"].default == 30
     assert by_path["unet.stop_training_after"].default is None
     # a PLANNED group makes everything in it PLANNED
-    assert by_path["text_encoder_3.train"].status == PLANNED
+    assert by_path["text_encoder_4.train"].status == PLANNED
     assert by_path["text_encoder_2.train"].status != PLANNED  # SDXL
     assert by_path["embedding.is_output_embedding"].status == PLANNED
     assert by_path["embedding.placeholder"].status != PLANNED
@@ -70,7 +70,7 @@ def test_iter_fields_describes_fields():
 
 
 OK_PART = {"include", "train", "learning_rate", "weight_dtype", "gradient_checkpointing", "stop_training_after", "stop_training_after_unit",
-           "dropout_probability", "train_embedding"}
+           "dropout_probability", "train_embedding", "guidance_scale"}
 OK_OPTIMIZER = {"optimizer", "beta1", "beta2", "eps", "weight_decay", "amsgrad", "foreach", "fused", "maximize", "momentum",
                 "dampening", "nesterov", "alpha", "centered", "lr_decay", "initial_accumulator_value", "capturable", "differentiable",
                 # bitsandbytes, D-Adaptation, Prodigy, Adafactor, schedule-free, Lion; two settings act around the optimizer
