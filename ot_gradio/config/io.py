@@ -59,14 +59,24 @@ def load_config(path_or_dict: str | Path | dict[str, Any], *, base_dir: str | Pa
     return LoadResult(validate(data), [unknown_keys_warning(unknown)] if unknown else [])
 
 
+CLOUD_SECRET_KEYS = ("api_key", "huggingface_token")
+
+
 def config_to_dict(config: TrainConfig, *, include_secrets: bool = False) -> dict[str, Any]:
     """The JSON form: every key, enum names as strings, infinity as "Infinity".
 
     Without the `secrets` section unless asked: tokens live in the workspace's secrets file
-    (ot_gradio/secrets.py), never in configs, exports, run folders, backups or model metadata."""
+    (ot_gradio/secrets.py), never in configs, exports, run folders, backups or model metadata.
+    OneTrainer's cloud section carries a key and a token of its own (`cloud.api_key`,
+    `cloud.huggingface_token`): blanked too (cloud training is not something this trainer does)."""
     data = json.loads(config.model_dump_json())
     if not include_secrets:
         data.pop("secrets", None)
+        cloud = data.get("cloud")
+        if isinstance(cloud, dict):
+            for key in CLOUD_SECRET_KEYS:
+                if cloud.get(key):
+                    cloud[key] = ""
     return data
 
 

@@ -119,10 +119,11 @@ EMB = [{"placeholder": "<trig>", "token_count": 1, "initial_embedding_text": "do
         ("EMBEDDING", "SAFETENSORS", "emb.safetensors", "ALL", {"embedding": {"token_count": 1, "initial_embedding_text": "circle"}}),
     ],
 )
-def test_no_run_writes_a_secret_outside_its_run_folder(tmp_path, lora_config, method, fmt, dest, part, extra):
+def test_no_run_writes_a_secret_outside_the_secret_store(tmp_path, lora_config, method, fmt, dest, part, extra):
     """A one-step run of every method with a canary in every secret field: no byte of any file
-    it wrote outside its run folder (outputs, embeddings next to them, caches, the workspace)
-    holds a canary, whatever include_train_config says; the config goes in only as asked."""
+    it wrote (outputs, embeddings next to them, caches, the run folder with its config, backups
+    and log, the workspace) holds a canary, except the workspace's secrets.json, whatever
+    include_train_config says; the config goes in only as asked."""
     from ot_gradio import cli
 
     out = tmp_path / "out" / dest
@@ -134,11 +135,7 @@ def test_no_run_writes_a_secret_outside_its_run_folder(tmp_path, lora_config, me
     path = tmp_path / "c.json"
     path.write_text(json.dumps(config))
     assert cli.main(["train", "--config", str(path)]) == 0
-    runs = tmp_path / "ws" / "runs"
-    written = [
-        p for p in tmp_path.rglob("*")
-        if p.is_file() and p != path and p.name != "secrets.json" and runs not in p.parents
-    ]
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p != path and p.name != "secrets.json"]
     assert any(p == out or out in p.parents for p in written)
     leaks = [(str(p), name) for p in written for name, canary in CANARIES.items() if canary.encode() in p.read_bytes()]
     assert leaks == []
