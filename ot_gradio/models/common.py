@@ -1,13 +1,15 @@
 """Small pieces every model family shares: the load error, dtype names, the parts of a loaded
-model (under peft wrappers, without adapters) and the diffusers-folder writer."""
+model (under peft wrappers, without adapters), the diffusers-folder writer, and the parts parked
+for sampling."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import torch
@@ -146,3 +148,32 @@ def save_diffusers_folder(
         write_rest(tmp)
 
     return atomic_write_dir(directory, write)
+
+
+@contextlib.contextmanager
+def parked_for_sampling(parts: Mapping[str, torch.nn.Module], device: torch.device | str | None, main: str) -> Iterator[torch.device]:
+    """Every part in eval mode on the sampling device (`device`, or the `main` part's), for a
+    sample in the middle of training; each part's device and train mode are put back afterwards,
+    also when sampling fails. Yields the sampling device."""
+    was_training = {name: m.training for name, m in parts.items()}
+    devices = {name: module_device(m) for name, m in parts.items()}
+    target = torch.device(device) if device is not None else devices[main]
+    try:
+        for m in parts.values():
+            m.eval()
+            m.to(target)
+        yield target
+    finally:
+        for name, m in parts.items():
+            m.to(devices[name])
+            m.train(was_training[name])
+
+
+def generation_size(height: int, width: int, step: int) -> tuple[int, int]:
+    """(height, width) rounded up to a multiple of `step` (what the latent grid needs)."""
+    return -(-int(height) // step) * step, -(-int(width) // step) * step
+
+
+def exact_size(image, width: int, height: int):
+    """The image at exactly the asked size (generated at `generation_size`, resized back if that differs)."""
+    return image if image.size == (int(width), int(height)) else image.resize((int(width), int(height)))

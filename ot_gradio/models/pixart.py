@@ -35,8 +35,11 @@ from ot_gradio.fsutil import atomic_write_dir
 from ot_gradio.models.common import (
     ModelLoadError,
     base_module,
+    exact_size,
+    generation_size,
     module_device,
     module_dtype,
+    parked_for_sampling,
     plain_state_dict,
     save_diffusers_folder,
     torch_dtype,
@@ -369,15 +372,8 @@ class PixArtAlpha:
         the image is generated at the asked size (no aspect-ratio binning), rounded up to the
         latent patch (16 px) and resized back if needed. Parts keep their mode and device."""
         step = self.vae_scale_factor * int(base_module(self.transformer).config.patch_size)
-        gen_h, gen_w = -(-int(height) // step) * step, -(-int(width) // step) * step
-        modules = self.parts
-        was_training = {name: m.training for name, m in modules.items()}
-        devices = {name: module_device(m) for name, m in modules.items()}
-        target = torch.device(device) if device is not None else devices["transformer"]
-        try:
-            for m in modules.values():
-                m.eval()
-                m.to(target)
+        gen_h, gen_w = generation_size(height, width, step)
+        with parked_for_sampling(self.parts, device, self.denoiser):
             generator = torch.Generator(device="cpu").manual_seed(int(seed))
             with torch.no_grad():
                 cond = self.encode_text([prompt])
@@ -402,13 +398,7 @@ class PixArtAlpha:
             from diffusers.image_processor import VaeImageProcessor
 
             image = VaeImageProcessor(vae_scale_factor=self.vae_scale_factor).postprocess(pixels.cpu(), output_type="pil")[0]
-        finally:
-            for name, m in modules.items():
-                m.to(devices[name])
-                m.train(was_training[name])
-        if image.size != (int(width), int(height)):
-            image = image.resize((int(width), int(height)))
-        return image
+        return exact_size(image, width, height)
 
     # ---------------------------------------------------------------- saving
 

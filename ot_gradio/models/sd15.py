@@ -17,8 +17,11 @@ from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
 from ot_gradio.models.common import (
     ModelLoadError,
     base_module,
+    exact_size,
+    generation_size,
     module_device,
     module_dtype,
+    parked_for_sampling,
     plain_state_dict,
     save_diffusers_folder,
     torch_dtype,
@@ -487,35 +490,20 @@ class StableDiffusion15:
         Runs in eval mode and restores each part's train mode and device afterwards. The size is
         rounded up to the VAE's multiple of 8 and the image resized back if needed.
         """
-        step = self.vae_scale_factor
-        gen_h, gen_w = -(-int(height) // step) * step, -(-int(width) // step) * step
-        modules = self.parts
-        was_training = {name: m.training for name, m in modules.items()}
-        devices = {name: module_device(m) for name, m in modules.items()}
-        target = torch.device(device) if device is not None else devices["unet"]
-        try:
-            for m in modules.values():
-                m.eval()
-                m.to(target)
+        gen_h, gen_w = generation_size(height, width, self.vae_scale_factor)
+        with parked_for_sampling(self.parts, device, self.denoiser), torch.no_grad():
             generator = torch.Generator(device="cpu").manual_seed(int(seed))
-            with torch.no_grad():
-                image = self.pipeline(sampler)(
-                    **self.prompt_inputs(prompt, negative_prompt),
-                    height=gen_h,
-                    width=gen_w,
-                    num_inference_steps=int(steps),
-                    guidance_scale=float(cfg_scale),
-                    generator=generator,
-                    output_type="pil",
-                    **self.sampling_inputs(gen_h, gen_w),
-                ).images[0]
-        finally:
-            for name, m in modules.items():
-                m.to(devices[name])
-                m.train(was_training[name])
-        if image.size != (int(width), int(height)):
-            image = image.resize((int(width), int(height)))
-        return image
+            image = self.pipeline(sampler)(
+                **self.prompt_inputs(prompt, negative_prompt),
+                height=gen_h,
+                width=gen_w,
+                num_inference_steps=int(steps),
+                guidance_scale=float(cfg_scale),
+                generator=generator,
+                output_type="pil",
+                **self.sampling_inputs(gen_h, gen_w),
+            ).images[0]
+        return exact_size(image, width, height)
 
     # ---------------------------------------------------------------- saving
 

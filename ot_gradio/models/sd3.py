@@ -37,8 +37,11 @@ from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
 from ot_gradio.models.common import (
     ModelLoadError,
     base_module,
+    exact_size,
+    generation_size,
     module_device,
     module_dtype,
+    parked_for_sampling,
     plain_state_dict,
     save_diffusers_folder,
     torch_dtype,
@@ -344,29 +347,14 @@ class StableDiffusion3:
         with CFG and the negative prompt. Every sampler choice samples with the model's
         flow-matching Euler scheduler and its shift (the one SD 3 ships with, as in OneTrainer).
         Parts keep their mode and device."""
-        step = self.bucket_step
-        gen_h, gen_w = -(-int(height) // step) * step, -(-int(width) // step) * step
-        modules = self.parts
-        was_training = {name: m.training for name, m in modules.items()}
-        devices = {name: module_device(m) for name, m in modules.items()}
-        target = torch.device(device) if device is not None else devices["transformer"]
-        try:
-            for m in modules.values():
-                m.eval()
-                m.to(target)
+        gen_h, gen_w = generation_size(height, width, self.bucket_step)
+        with parked_for_sampling(self.parts, device, self.denoiser), torch.no_grad():
             generator = torch.Generator(device="cpu").manual_seed(int(seed))
-            with torch.no_grad():
-                image = self.pipeline()(
-                    **self.prompt_inputs(prompt, negative_prompt), height=gen_h, width=gen_w,
-                    num_inference_steps=int(steps), guidance_scale=float(cfg_scale), generator=generator, output_type="pil",
-                ).images[0]
-        finally:
-            for name, m in modules.items():
-                m.to(devices[name])
-                m.train(was_training[name])
-        if image.size != (int(width), int(height)):
-            image = image.resize((int(width), int(height)))
-        return image
+            image = self.pipeline()(
+                **self.prompt_inputs(prompt, negative_prompt), height=gen_h, width=gen_w,
+                num_inference_steps=int(steps), guidance_scale=float(cfg_scale), generator=generator, output_type="pil",
+            ).images[0]
+        return exact_size(image, width, height)
 
     # ---------------------------------------------------------------- saving
 
