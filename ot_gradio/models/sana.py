@@ -171,12 +171,20 @@ class Sana:
                 "noise already); turn this option off"
             )
 
-    def configure_flow(self, config) -> None:
-        """The run's token window (`text_encoder_sequence_length`, 300 when blank); the tokenizer's
+    @property
+    def text_encoder_sequence_length(self) -> int:
+        return self._sequence_length
+
+    @text_encoder_sequence_length.setter
+    def text_encoder_sequence_length(self, length: int | None) -> None:
+        """The token window after the instruction (blank: 300, the pipeline's); the tokenizer's
         model_max_length follows it, so cached text embeddings are keyed by it."""
-        length = getattr(config, "text_encoder_sequence_length", None)
-        self.text_encoder_sequence_length = int(length or DEFAULT_SEQUENCE_LENGTH)
-        self.tokenizer.model_max_length = self.text_encoder_sequence_length
+        self._sequence_length = int(length or DEFAULT_SEQUENCE_LENGTH)
+        self.tokenizer.model_max_length = self._sequence_length
+
+    def configure_flow(self, config) -> None:
+        """The run's token window (`text_encoder_sequence_length`)."""
+        self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
 
     def set_attention(self, mechanism: str, device: torch.device | str | None = None) -> None:
         """SDP or DEFAULT (Sana's processors: linear self-attention and PyTorch's scaled-dot-product

@@ -91,6 +91,12 @@ def test_encode_text_is_exactly_what_the_pipeline_feeds_the_transformer(sana):
         sana.layer_skips = {}
     with pytest.raises(ValueError, match="text_encoder_layer_skip: 2"):
         sana.layer_skips = {"text_encoder": 2}
+    sana.text_encoder_sequence_length = 64  # the run's window (the core sets it; blank = 300)
+    try:
+        assert sana.encode_text([PROMPT])["encoder_hidden_states"].shape == (1, 64, 32) and sana.tokenizer.model_max_length == 64
+    finally:
+        sana.text_encoder_sequence_length = None
+    assert sana.text_encoder_sequence_length == 300 == sana.tokenizer.model_max_length
 
 
 def test_predict_and_euler_steps_reproduce_the_pipelines_denoising(sana):
