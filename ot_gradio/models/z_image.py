@@ -50,6 +50,23 @@ from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import SINGLE_FILE_SUFFIXES, StableDiffusion15
 
 DEFAULT_SEQUENCE_LENGTH = 512
+
+
+class FullPrecisionLinear(torch.nn.Linear):
+    """A Linear layer the quantizer leaves alone (training/quantize.py converts plain nn.Linear
+    only): Z-Image's timestep embedder casts its input to its first weight's dtype, which would
+    be float8 (diffusers lists t_embedder and cap_embedder as precision-sensitive)."""
+
+
+def keep_embedders_unquantized(transformer: torch.nn.Module) -> None:
+    """The layers under diffusers' `_skip_layerwise_casting_patterns` (t_embedder, cap_embedder:
+    under 0.1% of the weights) stay in the compute type when the transformer is FLOAT_8 / INT_8 /
+    NFLOAT_4, as OneTrainer's Z-Image presets quantize the main blocks only."""
+    model = base_module(transformer)
+    patterns = tuple(getattr(model, "_skip_layerwise_casting_patterns", None) or ("t_embedder", "cap_embedder"))
+    for name, child in model.named_modules():
+        if type(child) is torch.nn.Linear and name.split(".")[0] in patterns:
+            child.__class__ = FullPrecisionLinear
 QWEN_PRESETS = {"full": [], "attn-mlp": ["self_attn", "mlp"], "attn-only": ["self_attn"], "blocks": ["layers."]}
 
 
@@ -219,8 +236,10 @@ class ZImage:
         self.tokenizer.model_max_length = self._sequence_length
 
     def configure_flow(self, config) -> None:
-        """The run's token window (`text_encoder_sequence_length`)."""
+        """The run's token window (`text_encoder_sequence_length`); the embedders are kept out of
+        the quantization that follows (keep_embedders_unquantized)."""
         self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
+        keep_embedders_unquantized(self.transformer)
 
     # ---------------------------------------------------------------- text
 

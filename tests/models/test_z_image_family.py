@@ -202,3 +202,21 @@ def test_diffusers_lora_loads_in_zimage_pipeline_and_comfyui_places_every_key(ti
     targets = comfy_lora_targets(pipe.transformer, keys)
     assert any(p.key.endswith(".attention.qkv.weight") and p.rows for p in targets.values())
     assert len(targets) == len({k.rsplit(".lora_", 1)[0] for k in keys})
+
+
+def test_float8_transformer_keeps_its_embedders_and_samples(tiny_z_paths):
+    """configure_flow keeps t_embedder / cap_embedder out of the FLOAT_8 quantization that follows
+    (diffusers' timestep embedder casts its input to its weight's dtype: a float8 input broke SiLU
+    outside autocast); the blocks are quantized and the model still samples."""
+    from ot_gradio.config.enums import DataType
+    from ot_gradio.training.quantize import LinearFp8, quantize_linear_layers
+
+    model = ZImage.load(str(tiny_z_paths.diffusers_dir))
+    model.configure_flow(TrainConfig.model_validate({"model_type": "Z_IMAGE", "text_encoder_sequence_length": None}))
+    assert model.text_encoder_sequence_length == 512 == model.tokenizer.model_max_length
+    quantize_linear_layers(model.transformer, DataType.FLOAT_8, CPU, torch.float32, "transformer")
+    kinds = {name: type(m) for name, m in model.transformer.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert kinds["layers.0.attention.to_q"] is LinearFp8 and kinds["noise_refiner.0.feed_forward.w1"] is LinearFp8
+    assert kinds["t_embedder.mlp.0"] is not LinearFp8 and kinds["cap_embedder.1"] is not LinearFp8
+    assert model.transformer.t_embedder.mlp[0].weight.dtype == torch.float32
+    assert model.sample(PROMPT, "", height=32, width=32, steps=2, cfg_scale=0.0).size == (32, 32)
