@@ -148,8 +148,8 @@ def _save_model(model, out: Path, fmt: str, dtype: torch.dtype) -> Path:
         if fmt == "single":
             return Path(model.save_single_file(out, dtype))
         return Path(model.save_diffusers(out, dtype))
-    except (ValueError, NotImplementedError) as err:
-        raise JobError(f"format: {err}") from None
+    except (ValueError, NotImplementedError) as err:  # e.g. a family without a single-file layout
+        raise JobError(f"format: {str(err).removeprefix('output_model_format: ')}") from None
 
 
 def _size(path: Path) -> int:
@@ -180,7 +180,10 @@ def convert_checkpoint(params: dict[str, Any], job: Job) -> dict[str, Any]:
     job.progress(1, 2, f"saving {fmt} ({str(dtype).removeprefix('torch.')})")
     path = _save_model(model, out, fmt, dtype)
     job.progress(2, 2, "saved")
-    return _result("checkpoint", path, format=fmt, dtype=str(dtype).removeprefix("torch."))
+    alone = fmt == "single" and bool(getattr(family, "transformer_file", False))
+    if alone:  # Flux, PixArt: the layout people download holds the transformer only
+        job.log(f"{path.name} holds the transformer alone; the text encoders and the VAE stay those of {source}")
+    return _result("checkpoint", path, format=fmt, dtype=str(dtype).removeprefix("torch."), transformer_only=alone)
 
 
 # ---------------------------------------------------------------- LoRA keys

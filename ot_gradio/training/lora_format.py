@@ -84,7 +84,9 @@ _COMPOUND_WORDS = sorted(
             "clip_txt_pooled_mapper clip_img_mapper down_downscalers up_upscalers "
             # Flux.1 / Chroma transformers (training/lora_keys_flux.py)
             "single_transformer_blocks x_embedder context_embedder time_text_embed text_embedder guidance_embedder "
-            "to_add_out add_q_proj add_k_proj add_v_proj norm1_context ff_context proj_mlp norm_out"
+            "to_add_out add_q_proj add_k_proj add_v_proj norm1_context ff_context proj_mlp norm_out "
+            # Chroma's approximator (distilled_guidance_layer.in_proj / out_proj)
+            "distilled_guidance_layer in_proj"
         ).split()
     ),
     key=len,

@@ -1,4 +1,5 @@
 """FINE_TUNE and EMBEDDING for SD 2.x, SD 1.5 and 2.0 inpainting, Würstchen 2, Stable Cascade, PixArt-α and -Σ,
+Flux.1 dev and Chroma,
 each run by the real worker for two steps on the family's tiny model, the output reloaded with
 diffusers' own loaders (SD 1.5 and SDXL: test_methods_sd15.py, test_methods_sdxl.py).
 
@@ -33,10 +34,11 @@ PROMPT = "a photo of <embedding>"
 @dataclass(frozen=True)
 class Family:
     tiny: str  # the tiny model's builder
-    kind: str  # "sd", "wuerstchen", "cascade" or "pixart"
+    kind: str  # "sd", "wuerstchen", "cascade", "pixart" or "flux" (Flux.1 and Chroma)
     denoiser: str
     inpainting: bool = False
     pipeline: str = ""  # the diffusers pipeline class, where the kind has several
+    t5_length: str = ""  # the config option of T5's token window (flux kind)
 
 
 FAMILIES = {
@@ -48,13 +50,18 @@ FAMILIES = {
     "STABLE_CASCADE_1": Family("cascade", "cascade", "prior"),
     "PIXART_ALPHA": Family("pixart", "pixart", "transformer", pipeline="PixArtAlphaPipeline"),
     "PIXART_SIGMA": Family("pixart-sigma", "pixart", "transformer", pipeline="PixArtSigmaPipeline"),
+    "FLUX_DEV_1": Family("flux", "flux", "transformer", pipeline="FluxPipeline", t5_length="text_encoder_2_sequence_length"),
+    "CHROMA_1": Family("chroma", "flux", "transformer", pipeline="ChromaPipeline", t5_length="text_encoder_sequence_length"),
 }
-CFG = {"sd": 7.0, "wuerstchen": 2.0, "cascade": 2.0, "pixart": 7.0}
+CFG = {"sd": 7.0, "wuerstchen": 2.0, "cascade": 2.0, "pixart": 7.0, "flux": 3.5}
+T5_TOKENS = 32  # the flux kind's T5 window, in training, in our samples and in the pipelines' calls
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The tiny model of a family, built on first use (model type -> TinyModelPaths)."""
+    from ot_gradio.models.chroma import save_tiny_chroma
+    from ot_gradio.models.flux_tiny import save_tiny_flux
     from ot_gradio.models.pixart import save_tiny_pixart
     from ot_gradio.models.pixart_sigma import save_tiny_pixart_sigma
     from ot_gradio.models.sd2 import save_tiny_sd2, save_tiny_sd2_base
@@ -65,7 +72,7 @@ def tiny(tmp_path_factory):
     builders = {"sd2": save_tiny_sd2, "sd2-base": save_tiny_sd2_base, "sd15-inpainting": save_tiny_sd15_inpainting,
                 "sd2-inpainting": save_tiny_sd2_inpainting,
                 "wuerstchen2": save_tiny_wuerstchen2, "cascade": save_tiny_cascade, "pixart": save_tiny_pixart,
-                "pixart-sigma": save_tiny_pixart_sigma}
+                "pixart-sigma": save_tiny_pixart_sigma, "flux": save_tiny_flux, "chroma": save_tiny_chroma}
     root, built = tmp_path_factory.mktemp("tiny-matrix"), {}
 
     def get(model_type: str):
@@ -107,6 +114,8 @@ def _config(model_type, paths, data, tmp_path, **overrides):
         config["base_model_name"] = str(paths.diffusers_dir)
     if family.kind == "pixart":
         config["text_encoder_sequence_length"] = 32
+    if family.kind == "flux":
+        config[family.t5_length] = T5_TOKENS
     for key, value in overrides.items():  # part sections merge, so {"unet": {"train": True}} keeps the rest
         config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) else value
     return config
@@ -172,6 +181,31 @@ def _pixart_image(pipe, prompt, seed=3):
     with torch.no_grad():
         out = pipe(prompt, num_inference_steps=2, height=64, width=64, guidance_scale=CFG["pixart"], generator=g, output_type="pil",
                    use_resolution_binning=False, clean_caption=False, max_sequence_length=32)
+    return _pixels(out.images[0])
+
+
+def _flux_pipeline(family, folder, **components):
+    import diffusers
+
+    pipe = getattr(diffusers, family.pipeline).from_pretrained(str(folder), local_files_only=True, torch_dtype=torch.float32, **components)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def _flux_image(family, pipe, prompt, seed=3):
+    """As our sampler draws: Flux.1 dev with its distilled guidance, Chroma with CFG and an empty negative
+    prompt. Chroma's text comes from the pipeline's own encode_prompt, its masks made boolean: the
+    pipeline passes them as float 0/1, which scaled_dot_product_attention adds instead of masking
+    (diffusers issue #12116); training and our samples mask."""
+    extra = {"prompt": prompt}
+    with torch.no_grad():
+        if family.pipeline == "ChromaPipeline":
+            embeds, _, mask, negative, _, negative_mask = pipe.encode_prompt(prompt, negative_prompt="", max_sequence_length=T5_TOKENS)
+            extra = {"prompt_embeds": embeds, "prompt_attention_mask": mask.bool(), "negative_prompt_embeds": negative,
+                     "negative_prompt_attention_mask": negative_mask.bool()}
+        g = torch.Generator().manual_seed(seed)
+        out = pipe(height=64, width=64, num_inference_steps=2, guidance_scale=CFG["flux"], generator=g, output_type="pil",
+                   max_sequence_length=T5_TOKENS, **extra)
     return _pixels(out.images[0])
 
 
@@ -289,16 +323,20 @@ FINE_TUNES = [
     ("PIXART_ALPHA", "DIFFUSERS", False, "BFLOAT_16"),
     ("PIXART_ALPHA", "ORIGINAL_SINGLE_FILE", False, "FLOAT_32"),  # the transformer alone (docs/FORMATS.md): T5 would not be saved
     ("PIXART_SIGMA", "DIFFUSERS", False, "FLOAT_32"),
+    ("FLUX_DEV_1", "DIFFUSERS", False, "FLOAT_32"),
+    ("FLUX_DEV_1", "ORIGINAL_TRANSFORMER", False, "BFLOAT_16"),  # BFL's layout, the transformer alone
+    ("CHROMA_1", "DIFFUSERS", False, "FLOAT_32"),
 ]
 
 
 @pytest.mark.parametrize(("model_type", "fmt", "text", "dtype"), FINE_TUNES)
 def test_finetune_reloads_with_the_trained_weights(model_type, fmt, text, dtype, tiny, few_shapes, tmp_path):
     family, paths = FAMILIES[model_type], tiny(model_type)
-    single = fmt == "ORIGINAL_SINGLE_FILE"
+    single = fmt in ("ORIGINAL_SINGLE_FILE", "ORIGINAL_TRANSFORMER")
     config = _config(model_type, paths, few_shapes, tmp_path, training_method="FINE_TUNE", output_model_format=fmt, output_dtype=dtype,
                      output_model_destination=str(tmp_path / "out" / "model.safetensors"), learning_rate=1e-3,
-                     **{family.denoiser: {"train": True}}, text_encoder={"train": text})
+                     **{family.denoiser: {"train": True}}, text_encoder={"train": text},
+                     **({"text_encoder_2": {"train": text}} if model_type == "FLUX_DEV_1" else {}))
     run, events = run_until_done(config, tmp_path)
     backups = sorted(p for p in run.backup.iterdir() if (p / "COMPLETE").exists())
     trained = load_file(str(backups[-1] / "trainable.safetensors"))  # written right before the save
@@ -324,6 +362,20 @@ def test_finetune_reloads_with_the_trained_weights(model_type, fmt, text, dtype,
         base = _pixart_pipeline(family, paths.diffusers_dir)
         reloaded = {"transformer": pipe.transformer, "text_encoder": pipe.text_encoder}
         changed = np.abs(_pixart_image(pipe, "a red circle") - _pixart_image(base, "a red circle")).max()
+    elif family.kind == "flux":
+        if single:  # BFL's layout read with our key map (diffusers' from_single_file assumes Flux's full width)
+            from diffusers import FluxTransformer2DModel
+
+            from ot_gradio.training.lora_keys_flux import load_bfl_transformer
+
+            transformer = FluxTransformer2DModel.from_pretrained(str(paths.diffusers_dir), subfolder="transformer")
+            load_bfl_transformer(saved[0], transformer)
+            pipe = _flux_pipeline(family, paths.diffusers_dir, transformer=transformer)
+        else:
+            pipe = _flux_pipeline(family, saved[0])
+        base = _flux_pipeline(family, paths.diffusers_dir)
+        reloaded = {"transformer": pipe.transformer}
+        changed = np.abs(_flux_image(family, pipe, "a red circle") - _flux_image(family, base, "a red circle")).max()
     else:
         prior_dir = paths.diffusers_dir
         if single:  # the stage C file (diffusers' from_single_file) and the text encoder file beside it
@@ -349,10 +401,12 @@ def test_finetune_reloads_with_the_trained_weights(model_type, fmt, text, dtype,
 
 EMBEDDINGS = [
     "STABLE_DIFFUSION_21", "STABLE_DIFFUSION_15_INPAINTING", "STABLE_DIFFUSION_20_INPAINTING", "PIXART_ALPHA",  # SD 2 base: SD 2's text side, so not again
-    "WUERSTCHEN_2", "STABLE_CASCADE_1", "PIXART_SIGMA",
+    "WUERSTCHEN_2", "STABLE_CASCADE_1", "PIXART_SIGMA", "FLUX_DEV_1", "CHROMA_1",
 ]
 # the key of the vectors in the embedding file (docs/FORMATS.md; OneTrainer's "clip_g" for the Cascade families)
 EMBEDDING_KEY = {"sd": "emb_params", "pixart": "t5", "wuerstchen": "clip_g", "cascade": "clip_g"}
+# the flux kind: a key per text encoder (OneTrainer's names), text encoder -> key
+FLUX_EMBEDDING_KEYS = {"FLUX_DEV_1": {"text_encoder": "clip_l", "text_encoder_2": "t5"}, "CHROMA_1": {"text_encoder": "t5"}}
 
 
 def _initial(tokenizer, matrix, text, count):
@@ -387,9 +441,12 @@ def test_embedding_reloads_and_draws_our_sample(model_type, tiny, few_shapes, tm
     )
     run, events = run_until_done(config, tmp_path)
     vectors = load_file(str(out))
+    ours = _last_sample(run, events)
+    if family.kind == "flux":
+        _check_flux_embedding(model_type, family, paths, out, vectors, ours)
+        return
     key = EMBEDDING_KEY[family.kind]
     assert list(vectors) == [key] and vectors[key].shape[0] == 2
-    ours = _last_sample(run, events)
 
     if family.kind == "sd":  # diffusers' own textual-inversion loader
         pipe = _sd_pipeline(family, paths.diffusers_dir)
@@ -427,3 +484,23 @@ def test_embedding_reloads_and_draws_our_sample(model_type, tiny, few_shapes, tm
         assert (_prior_embeddings(pipe, prompt) - plain).abs().max() > 0
     else:
         assert np.abs(theirs - plain).max() > 0
+
+
+def _check_flux_embedding(model_type, family, paths, out, vectors, ours):
+    """Flux.1 / Chroma: a key per text encoder, each moved; the pipelines have no textual-inversion
+    loader, so the run's own tokens go into each tokenizer and text encoder by hand."""
+    keys = FLUX_EMBEDDING_KEYS[model_type]
+    assert sorted(vectors) == sorted(keys.values()) and {v.shape[0] for v in vectors.values()} == {2}
+    pipe = _flux_pipeline(family, paths.diffusers_dir)
+    plain = _flux_image(family, pipe, "a photo of")
+    with safe_open(str(out), "pt") as f:
+        uuid = f.metadata()["ot_gradio.uuid"]
+    tokens = [f"<{uuid}_{i}>" for i in range(2)]
+    for part, key in keys.items():
+        tokenizer, encoder = getattr(pipe, part.replace("text_encoder", "tokenizer")), getattr(pipe, part)
+        initial = _initial(tokenizer, encoder.get_input_embeddings().weight, "circle", 2)
+        assert not torch.allclose(vectors[key].float(), initial.float()), f"{key}: training did not move the vectors"
+        _install_by_hand(tokenizer, encoder, tokens, vectors[key])
+    theirs = _flux_image(family, pipe, "a photo of " + "".join(tokens))
+    assert np.abs(theirs - ours).max() <= 1, "diffusers with our file draws another image than our sample"
+    assert np.abs(theirs - plain).max() > 0

@@ -249,3 +249,67 @@ def test_form_checks_fields_and_lists_runs_with_a_backup(tmp_path, tiny):
     assert tool.on_generate({**values, tool.prompts: ""})[2].startswith("**not started** Prompts")
     gallery, = tool.render_result({"images": [{"path": "/x/a.png", "prompt": "a cat", "seed": 5}]})
     assert gallery == [("/x/a.png", "a cat (seed 5)")]
+
+
+# ---------------------------------------------------------------- the families of issue 17
+
+NEW_FAMILIES = {  # model type -> its tiny builder (module, function)
+    "FLUX_DEV_1": ("ot_gradio.models.flux_tiny", "save_tiny_flux"),
+    "CHROMA_1": ("ot_gradio.models.chroma", "save_tiny_chroma"),
+    "STABLE_DIFFUSION_3": ("ot_gradio.models.sd3_tiny", "save_tiny_sd3"),
+    "PIXART_SIGMA": ("ot_gradio.models.pixart_sigma", "save_tiny_pixart_sigma"),
+}
+
+
+@pytest.mark.parametrize("model_type", NEW_FAMILIES)
+def test_new_families_sample_a_lora_a_run_and_an_embedding(model_type, tmp_path):
+    """Flux.1, Chroma, SD 3 and PixArt-Σ: a kohya LoRA file and the run's backup it was saved
+    from draw the same image, unlike the base model; an embedding in every text encoder changes
+    the image through its token."""
+    import importlib
+
+    from ot_gradio.config.io import config_to_dict, load_config
+    from ot_gradio.config.parts import EmbeddingConfig
+    from ot_gradio.models.registry import get_family
+    from ot_gradio.runner.rundir import create_run
+    from ot_gradio.training.backup import Counters, write_backup
+    from ot_gradio.training.embeddings import Embeddings
+    from ot_gradio.training.methods import get_method
+
+    module, builder = NEW_FAMILIES[model_type]
+    base = str(getattr(importlib.import_module(module), builder)(tmp_path / "tiny").diffusers_dir)
+    family = get_family(model_type)
+    # a run samples with its config's T5 window, a base model with the pipeline's (512): the same here
+    window = {"text_encoder_2_sequence_length": 512} if model_type == "FLUX_DEV_1" else {}
+    cfg = load_config({"model_type": model_type, "training_method": "LORA", "base_model_name": base, "lora_rank": 4, "lora_alpha": 4,
+                       "output_model_format": "KOHYA_LORA", **window}).config
+    model, method = family.load(base), get_method(cfg.training_method)
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in (p for g in method.setup(model, cfg, torch.device("cpu")) for p in g["params"]):
+            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+    run = create_run(tmp_path / "ws", config_to_dict(cfg))
+    write_backup(run.backup, method.trainable_state(model), {}, config_to_dict(cfg), Counters(global_step=3))
+    lora = method.save(model, cfg, tmp_path / "lora.safetensors", {})
+
+    model = family.load(base)
+    embeddings = Embeddings(model, "cpu")
+    item = embeddings.add(EmbeddingConfig(placeholder="<zz>", token_count=2, initial_embedding_text="dog"), field="embedding", train=True,
+                          train_parts=set(model.text_encoder_names))
+    assert set(item.vectors) == set(model.text_encoder_names)
+    _randomize(item.vectors.values(), seed=3)
+    embedding = embeddings.save(item, tmp_path / "zz.safetensors", torch.float32)
+
+    prompt = {**PROMPT, "prompt": "a photo of <zz>", "cfg_scale": 3.5}
+    params = {"model_type": model_type, "base_model": base}
+
+    def draw(name, **extra):
+        return _pixels(run_inline("sample", {"device": "cpu", "output_dir": str(tmp_path / name), "prompts": [prompt], **params,
+                                             **extra})["paths"][0])
+
+    plain = draw("plain")
+    from_file = draw("file", lora=str(lora))
+    from_run = draw("run", run=str(run.path), base_model="")
+    assert np.abs(from_file - plain).max() > 2
+    assert np.abs(from_run - from_file).max() <= 1  # the backup is the LoRA the run saves
+    assert np.abs(draw("emb", embedding=str(embedding)) - plain).max() > 0  # the tiny PixArt-Σ's T5 moves it by ~2/255
