@@ -81,12 +81,12 @@ class EmbeddingConfig(Section):
 
 
 class QuantizationConfig(Section):
-    layer_filter: str = opt("", "Quantization layer filter", "Comma-separated parts of module names to quantize (custom preset).")
-    layer_filter_preset: str = opt("full", "Quantization layer preset", "Which layers are quantized when a part's weight data type is 8-bit or less.")
+    layer_filter: str = opt("", "Quantization layer filter", "Which of the denoiser's Linear layers a FLOAT_8 / INT_8 / NFLOAT_4 weight type quantizes: comma-separated parts of module names (e.g. transformer_block for Flux's blocks, layers for Z-Image's). Blank = every Linear layer. Text encoders always quantize every Linear layer.")
+    layer_filter_preset: str = opt("full", "Quantization layer preset", "OneTrainer's name for the filter it fills in (full = blank filter); the filter above is what decides.")
     layer_filter_regex: bool = opt(False, "Filter is regex", "Treat the quantization layer filter as regular expressions.")
-    svd_dtype: DataType = opt(DataType.NONE, "SVD data type", "Keep a low-rank (SVD) correction of quantized weights in this data type. NONE = no correction.")
-    svd_rank: int = opt(16, "SVD rank", "Rank of the low-rank correction of quantized weights.", ge=1)
-    cache_dir: str | None = opt(None, "Quantization cache folder", "Where quantized weights are cached. Blank = no cache.")
+    svd_dtype: DataType = opt(DataType.NONE, "SVD data type", "Keep a low-rank (SVD) correction of quantized weights in this data type. NONE = no correction.", status=PLANNED)
+    svd_rank: int = opt(16, "SVD rank", "Rank of the low-rank correction of quantized weights.", ge=1, status=PLANNED)
+    cache_dir: str | None = opt(None, "Quantization cache folder", "Where quantized weights are cached. Blank = no cache.", status=PLANNED)
 
 
 # OneTrainer's cloud settings (rent a GPU box and train there). Kept as a dict until supported.

@@ -102,7 +102,7 @@ class TrainConfig(Section):
     async_offloading: bool = opt(True, "Async offloading", "Move offloaded layers between CPU and GPU in the background.", tab="model", status=P, advanced=True)
     force_circular_padding: bool = opt(False, "Circular padding", "Pad convolutions circularly so generated images tile seamlessly.", tab="model", status=P)
     compile: bool = opt(False, "Compile", "Compile the denoiser (UNet or transformer) with torch.compile: the first steps wait minutes while it compiles (and sampling compiles once more), later steps run faster on a GPU. No gain on a CPU, where compiling the benchmark UNet took 17 minutes. Needs a C++ compiler (Triton on NVIDIA GPUs).", tab="model")
-    quantization: QuantizationConfig = opt(default_factory=QuantizationConfig, label="Quantization", tooltip="Which layers are quantized when a part is loaded in 8 bits or less.", tab="model", status=P)
+    quantization: QuantizationConfig = opt(default_factory=QuantizationConfig, label="Quantization", tooltip="Which layers are quantized when a part is loaded in 8 bits or less.", tab="model")
 
     # --- Data --------------------------------------------------------------------------------
     concept_file_name: str = opt("training_concepts/concepts.json", "Concept file", "OneTrainer keeps concepts in a separate JSON file; it is read when a OneTrainer config is imported. Here concepts are stored in the config itself.", tab="concepts", compat=True)

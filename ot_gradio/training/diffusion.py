@@ -6,7 +6,8 @@ Model options (applied once, before the training method adds its weights):
   scheduler for training and of every sampler; `rescale_noise_scheduler_to_zero_terminal_snr`
   rescales the betas to zero terminal SNR for both (see the family's `configure_noise_schedule`).
 - `attention_mechanism` picks the UNet's attention implementation (`set_attention`).
-- A part's `weight_dtype` of FLOAT_8, INT_8 or NFLOAT_4 quantizes its Linear layers (quantize.py).
+- A part's `weight_dtype` of FLOAT_8, INT_8 or NFLOAT_4 quantizes its Linear layers (quantize.py); in the
+  denoiser only those `quantization.layer_filter` names (all when blank).
 - `text_encoder_sequence_length` is how many tokens a T5 text encoder reads (PixArt).
 
 A step (`DiffusionStep.loss`): latents (cached, or encoded now) -> timesteps from the timestep
@@ -34,7 +35,7 @@ from .device import QUANTIZED_TYPES, Precision
 from .distributed import Distributed
 from .loss import diffusion_loss
 from .masking import training_mask
-from .quantize import quantize_linear_layers
+from .quantize import quantization_filter, quantize_linear_layers
 from .schedules import make_schedule, schedule_kind
 from .vb_loss import VariationalBound
 
@@ -81,7 +82,9 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
     for part in model_parts(model):
         data_type = DataType(getattr(config, part).weight_dtype)
         if data_type in QUANTIZED_TYPES:
-            quantize_linear_layers(getattr(model, part), data_type, device, precision.dtype or torch.float32, part)
+            # the layer filter names the denoiser's layers (OneTrainer's presets: "transformer_block", "layers")
+            include = quantization_filter(config) if part == model.denoiser else None
+            quantize_linear_layers(getattr(model, part), data_type, device, precision.dtype or torch.float32, part, include=include)
     return warnings
 
 

@@ -1,6 +1,8 @@
 """Weight data types of 8 bits and less for frozen model parts (a part's `weight_dtype`).
 
-FLOAT_8, INT_8 and NFLOAT_4 quantize every Linear layer of the part; the other layers
+FLOAT_8, INT_8 and NFLOAT_4 quantize the Linear layers of the part (in the denoiser those
+`quantization.layer_filter` names, every one when it is blank; never those diffusers keeps in the
+compute dtype); the other layers
 (convolutions, norms, embeddings) stay in the train data type on a GPU, float32 on the CPU.
 They work on any device: the point is memory, and the weights are expanded to the compute type
 layer by layer in the forward pass.
@@ -16,11 +18,16 @@ bitsandbytes layers natively), but a part trained in full must use FLOAT_32, FLO
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from ..config.enums import DataType
+from .lora import parse_layer_filter
 
 QUANTIZED = (DataType.FLOAT_8, DataType.INT_8, DataType.NFLOAT_4)
 FP8 = torch.float8_e4m3fn
@@ -70,9 +77,35 @@ def _bnb_linear(layer: nn.Linear, data_type: DataType, compute_dtype: torch.dtyp
     return new
 
 
-def quantize_linear_layers(module: nn.Module, data_type: DataType, device: torch.device, compute_dtype: torch.dtype, part: str) -> int:
-    """Quantize every Linear layer of `module` in place and move it to `device`; returns how many.
-    ValueError (naming `part`) if the type needs bitsandbytes and it cannot be used."""
+def quantization_filter(config: Any) -> Callable[[str], bool] | None:
+    """Which Linear layers a quantized part quantizes, as OneTrainer's `quantization.layer_filter`
+    says: comma-separated parts of module names (regular expressions with `layer_filter_regex`);
+    blank = every Linear layer. (OneTrainer's `layer_filter_preset` is the page's name for the
+    filter it fills in, e.g. "blocks" -> "transformer_block"; the filter is what decides.)"""
+    q = config.quantization
+    entries = parse_layer_filter(q.layer_filter or "", q.layer_filter_regex)
+    if not entries:
+        return None
+    if q.layer_filter_regex:
+        patterns = [re.compile(e) for e in entries]
+        return lambda name: any(p.search(name) for p in patterns)
+    return lambda name: any(e in name for e in entries)
+
+
+def _never_cast(module: nn.Module) -> list[re.Pattern]:
+    """diffusers' own list of layers a model keeps in its compute dtype whatever the storage
+    dtype (`_skip_layerwise_casting_patterns`: e.g. Z-Image's timestep and caption embedders,
+    which cast their input to their weight's dtype)."""
+    base = module.get_base_model() if hasattr(module, "get_base_model") else module
+    return [re.compile(p) for p in getattr(type(base), "_skip_layerwise_casting_patterns", None) or ()]
+
+
+def quantize_linear_layers(module: nn.Module, data_type: DataType, device: torch.device, compute_dtype: torch.dtype, part: str,
+                           include: Callable[[str], bool] | None = None) -> int:
+    """Quantize the Linear layers of `module` in place (those `include(name)` accepts; all when
+    None; never those diffusers keeps unquantized) and move it to `device`; returns how many.
+    ValueError (naming `part`) if the type needs bitsandbytes and it cannot be used, or if the
+    filter matches no layer of the part."""
     data_type = DataType(data_type)
     if data_type not in QUANTIZED:
         raise ValueError(f"{part}.weight_dtype: {data_type.value} is not a quantized type")
@@ -84,7 +117,14 @@ def quantize_linear_layers(module: nn.Module, data_type: DataType, device: torch
                 f"{part}.weight_dtype: {data_type.value} needs the bitsandbytes package, which could not be loaded ({exc}); "
                 "install bitsandbytes or use FLOAT_8"
             ) from None
-    targets = [(name, child) for name, child in module.named_modules() if type(child) is nn.Linear]
+    never = _never_cast(module)
+    targets = [(name, child) for name, child in module.named_modules()
+               if type(child) is nn.Linear and not any(p.search(name) for p in never)]
+    if include is not None:
+        targets = [(name, child) for name, child in targets if include(name)]
+        if not targets:
+            raise ValueError(f"quantization.layer_filter: matches no layer of {part}; check the names, or leave it blank "
+                             "to quantize every Linear layer")
     for name, layer in targets:
         if data_type == DataType.FLOAT_8:
             LinearFp8.convert(layer)

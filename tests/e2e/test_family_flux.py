@@ -133,9 +133,8 @@ def test_onetrainer_chroma_preset_trains_with_a_float8_transformer(tmp_path_fact
     tiny = save_tiny_chroma(tmp_path_factory.mktemp("tiny-chroma"))
     preset = OT_PRESETS / "chroma-LoRA-16GB.json"
     assert json.loads(preset.read_text())["transformer"]["weight_dtype"] == "FLOAT_8"
-    # OneTrainer quantizes only the transformer blocks' layers (quantization.layer_filter); here every Linear
-    losses = _train_onetrainer_preset(preset, tiny.diffusers_dir, shapes, tmp_path,
-                                      ignored="quantization.layer_filter, quantization.layer_filter_preset")
+    # its quantization.layer_filter ("transformer_block") is acted on: no option is left unread
+    losses = _train_onetrainer_preset(preset, tiny.diffusers_dir, shapes, tmp_path)
     assert len(losses) == 8 and all(0 < loss < 10 for loss in losses)  # 5 of 6 images in batches of 2, 2 epochs
     keys = _check_lora(tiny, tmp_path / "out" / "lora.safetensors", min_change=1e-4, pipeline_class=ChromaPipeline)
     assert all(k.startswith("transformer.") for k in keys)
