@@ -117,6 +117,8 @@ def select_lora_targets(
     for name, child in module.named_modules():
         if not name or not isinstance(child, types) or _is_inside_lora_layer(name):
             continue
+        if getattr(child, "groups", 1) > 1:  # grouped / depthwise convs (Sana's ff.conv_depth): no LoRA form
+            continue
         if not entries:
             selected.append(name)
             continue

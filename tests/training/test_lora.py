@@ -167,3 +167,11 @@ def test_lora_state_dict_loads_into_a_fresh_model():
     add_lora(d, kind="unet", rank=3, alpha=1.0, dropout=0.0, layer_preset="attn-mlp")
     with pytest.raises(ValueError, match="different rank"):
         load_lora_state_dict(d, sd, kind="unet")
+
+
+def test_grouped_convolutions_get_no_lora():
+    """A depthwise conv (Sana's ff.conv_depth) has no LoRA form; a filter naming its block still works."""
+    from ot_gradio.training.lora import select_lora_targets
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, groups=8), torch.nn.Conv2d(8, 8, 1), torch.nn.Linear(8, 8))
+    assert select_lora_targets(net, kind="unet", layer_preset="full") == ["1", "2"]
