@@ -71,7 +71,9 @@ def test_sizes_seeds_and_png_metadata(tmp_path, tiny):
 def test_single_file_gives_the_same_image_as_the_folder(tmp_path, tiny):
     folder = _sample(tmp_path, tiny, [PROMPT], "a")["paths"][0]
     single = _sample(tmp_path, tiny, [PROMPT], "b", base_model=str(tiny.single_file), config_dir=str(tiny.diffusers_dir))["paths"][0]
-    assert np.array_equal(_pixels(folder), _pixels(single))
+    # the same weights; the single file's layout (conv-shaped attention projections) may round the
+    # last bit differently on some CPUs (seen: 1/255 on one pixel channel)
+    assert np.abs(_pixels(folder) - _pixels(single)).max() <= 1
 
 
 def test_lora_changes_the_image_and_weight_zero_is_the_base(tmp_path, tiny, base_image):
