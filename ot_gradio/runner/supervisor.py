@@ -33,6 +33,7 @@ class RunState:
     lrs: list[tuple[int, float]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
     saved: list[str] = field(default_factory=list)
+    embedding_files: list[str] = field(default_factory=list)  # of the last save
     backups: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     alive: bool = False
@@ -54,8 +55,11 @@ class RunState:
                 self.lrs.append((step, float(event["lr"])))
         elif kind == "sample":
             self.samples.append({k: v for k, v in event.items() if k != "type"})
+        elif kind == "saved" and event.get("kind") == "embedding":
+            self.embedding_files.append(str(event.get("path")))
         elif kind == "saved":
             self.saved.append(str(event.get("path")))
+            self.embedding_files = []
         elif kind == "backup":
             self.backups.append(str(event.get("path")))
         elif kind == "warning":

@@ -51,8 +51,8 @@ class EventReporter:
     def validation(self, **fields: Any) -> None:
         self._emit("validation", **fields)
 
-    def saved(self, path: str) -> None:
-        self._emit("saved", path=path)
+    def saved(self, path: str, kind: str = "model") -> None:
+        self._emit("saved", path=path, kind=kind)
 
     def backup(self, path: str) -> None:
         self._emit("backup", path=path)

@@ -72,4 +72,5 @@ def save_embedding_files(
         target = embeddings_folder(output) / f"{embedding.name}.safetensors"
         written.append(method.embeddings.save(embedding, target, dtype, meta))
         print(f"embedding {embedding.placeholder!r} saved as {target}", flush=True)
+    method.embedding_files = tuple(written)
     return written

@@ -397,6 +397,9 @@ class EmbeddingSupport:
 
     embeddings: Embeddings | None = None
     preserve_norm = False
+    # the additional embeddings' own files of the last save (save_embedding_files), which the
+    # trainer names in the run's events so the page shows them
+    embedding_files: tuple[Path, ...] = ()
 
     def setup_embeddings(self, model: Any, config: Any, device: torch.device, *, main: bool = False) -> list[dict[str, Any]]:
         from .device import output_dtype

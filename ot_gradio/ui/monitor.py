@@ -46,6 +46,8 @@ def status_markdown(state: RunState | None) -> str:
         lines.append(f"loss {state.losses[-1][1]:.4f}")
     if state.saved:
         lines.append(f"saved: `{state.saved[-1]}`")
+    if state.embedding_files:
+        lines.append("embeddings (for ComfyUI / A1111): " + ", ".join(f"`{p}`" for p in state.embedding_files))
     if state.exit_code not in (None, 0):
         lines.append(f"exit code {state.exit_code}")
     if state.warnings:

@@ -157,3 +157,13 @@ def test_no_run_writes_a_secret_outside_the_secret_store(tmp_path, lora_config, 
     if extra.get("additional_embeddings"):
         emb_file = out.with_name(out.stem + "_embeddings") / "trig.safetensors"
         assert _header(emb_file)["modelspec.trigger_phrase"] == "<trig>"
+        # named in the run's events, so the page lists it beside the model
+        from ot_gradio.runner.supervisor import RunState
+        from ot_gradio.ui.monitor import status_markdown
+
+        state = RunState("r")
+        for events in (tmp_path / "ws" / "runs").rglob("events.jsonl"):
+            for line in events.read_text().splitlines():
+                state.apply(json.loads(line))
+        assert state.embedding_files == [str(emb_file)] and state.saved[-1] == str(out)
+        assert f"`{emb_file}`" in status_markdown(state)
