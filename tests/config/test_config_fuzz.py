@@ -274,3 +274,50 @@ def test_wrong_values_through_validate_are_refused_by_name(case, layout, tmp_pat
     else:
         text = err.getvalue()
         assert code == 2 and any(f"{shown}{c}" in text for c in ":[."), (shown, value, text[:500])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=st.sampled_from(CASES))
+def test_wrong_values_through_set_are_refused_by_name(case, tmp_path_factory):
+    """`--set path=value` (what `train --set` parses, run through `validate` so nothing trains):
+    exit 0 or 2, never a traceback; a refusal names the option. (A text option takes `--set
+    key=7` as the text "7", so acceptance is not checked here: the file fuzz above does that.)"""
+    import contextlib
+    import io
+
+    from ot_gradio.cli import main
+
+    dotted, shown, value, _ = case
+    if dotted.split(".")[0] in ("concepts", "samples", "additional_embeddings") and dotted.split(".")[1:2] != ["0"]:
+        return
+    path = tmp_path_factory.mktemp("s") / "config.json"
+    path.write_text(json.dumps(_base()), encoding="utf-8")
+    (path.parent / "data").mkdir()
+    key = dotted.replace(".0.", "[0].") if ".0." in dotted else dotted
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), contextlib.chdir(path.parent):
+        code = main(["validate", "--config", str(path), "--set", f"{key}={json.dumps(value, allow_nan=True)}"])
+    text = err.getvalue()
+    assert code in (0, 2) and "Traceback" not in text, (shown, value, text[:500])
+    if code == 2:
+        assert shown.split("[")[0] in text or key.split("[")[0] in text, (shown, value, text[:500])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=st.sampled_from(CASES))
+def test_wrong_values_through_the_page_start_are_listed_by_name(case, tmp_path_factory):
+    """The page's Start check (ui/page.validate, what the Start button runs before anything
+    starts): never raises; a refused value is listed under its option's path."""
+    from ot_gradio.ui.page import validate
+
+    dotted, shown, value, must = case
+    data = _base()
+    _put(data, dotted, value)
+    folder = tmp_path_factory.mktemp("p")
+    (folder / "data").mkdir()
+    data["concepts"][0]["path"] = str(folder / "data") if dotted != "concepts.0.path" else data["concepts"][0]["path"]
+    valid, problems, _ = validate(data)
+    if must:
+        assert problems, (shown, value, "accepted")
+    if valid is None:
+        assert any(p.startswith(shown) for p in problems), (shown, value, problems[:3])
