@@ -31,7 +31,7 @@ from ..config.io import config_to_dict
 from ..config.schema import TrainConfig
 from ..data.prefetch import LoadStats, prefetched
 from ..fsutil import atomic_write
-from .backup import Counters, latest_backup, read_backup, set_rng_state, write_backup
+from .backup import Counters, write_backup
 from .device import Precision, resolve_device, weight_dtype
 from .diffusion import DiffusionStep, check_quantized_parts_frozen, configure_model
 from .distributed import Distributed
@@ -40,6 +40,7 @@ from .intervals import Every
 from .methods import get_method
 from .optimizers import create_optimizer, fused_back_pass, optimizer_eval_mode, optimizer_train_mode
 from .preflight import TrainingError, check_concepts, check_writable
+from .resume import resume_from_latest_backup
 from .schedulers import create_scheduler
 from .step_log import LossLog, StepLog, check_finite
 from .validation import setup_validation
@@ -237,7 +238,7 @@ class Trainer:
 
             self._tb = SummaryWriter(str(self.paths.tensorboard))
         if cfg.continue_last_backup:
-            self._resume()
+            resume_from_latest_backup(self)  # resume.py
         self._stop_parts_if_due()
         self.dist.sync_random_state()  # multi-GPU: every process draws the main process's numbers from here on
 
@@ -311,34 +312,6 @@ class Trainer:
         if not self.dist.active:
             return f"batch_size={size}"
         return f"batch_size={size} x {self.dist.world} processes = {self.global_batch_size}"
-
-    def _resume(self) -> None:
-        found = latest_backup(self.paths.other_runs)
-        if found is None:
-            self.report.warning("continue_last_backup: no complete backup in this workspace yet; starting a new run")
-            return
-        backup = read_backup(found)
-        old = backup.config
-        for key in ("model_type", "training_method", "base_model_name", "batch_size", "gradient_accumulation_steps", "resolution", "lora_rank"):
-            if str(old.get(key)) != str(getattr(self.config, key)):
-                raise TrainingError(
-                    f"continue_last_backup: the backup {found} was made with {key}={old.get(key)!r} but this run has "
-                    f"{key}={getattr(self.config, key)!r}; change it back or turn off 'Continue from last backup'"
-                )
-        self.method.load_trainable_state(self.model, backup.trainable)
-        self.optimizer.load_state_dict(backup.state["optimizer"])
-        self.scheduler.load_state_dict(backup.state["scheduler"])
-        if self.precision.scaler is not None and backup.state.get("scaler"):
-            self.precision.scaler.load_state_dict(backup.state["scaler"])
-        if self.ema is not None:
-            if backup.state.get("ema"):
-                self.ema.load_state_dict(backup.state["ema"])
-            else:
-                self.ema = EMA(self.trained_params, self.config.ema_decay, self.config.ema_update_step_interval, self.ema.device)
-                self.report.warning("ema: the backup has no EMA weights (EMA was off); the average starts from the backup's weights")
-        set_rng_state(backup.state["rng"])
-        self.counters = backup.counters
-        self.report.status("training", f"continuing from backup {found.name} at step {self.counters.global_step}")
 
     # --- the loop ---------------------------------------------------------------------------
     def train(self) -> str:
