@@ -1,8 +1,7 @@
 """Weight data types of 8 bits and less for frozen model parts (a part's `weight_dtype`).
 
 FLOAT_8, INT_8 and NFLOAT_4 quantize the Linear layers of the part (in the denoiser those
-`quantization.layer_filter` names, every one when it is blank; never those diffusers keeps in the
-compute dtype); the other layers
+`quantization.layer_filter` names, every one when it is blank); the other layers
 (convolutions, norms, embeddings) stay in the train data type on a GPU, float32 on the CPU.
 They work on any device: the point is memory, and the weights are expanded to the compute type
 layer by layer in the forward pass.
@@ -92,18 +91,10 @@ def quantization_filter(config: Any) -> Callable[[str], bool] | None:
     return lambda name: any(e in name for e in entries)
 
 
-def _never_cast(module: nn.Module) -> list[re.Pattern]:
-    """diffusers' own list of layers a model keeps in its compute dtype whatever the storage
-    dtype (`_skip_layerwise_casting_patterns`: e.g. Z-Image's timestep and caption embedders,
-    which cast their input to their weight's dtype)."""
-    base = module.get_base_model() if hasattr(module, "get_base_model") else module
-    return [re.compile(p) for p in getattr(type(base), "_skip_layerwise_casting_patterns", None) or ()]
-
-
 def quantize_linear_layers(module: nn.Module, data_type: DataType, device: torch.device, compute_dtype: torch.dtype, part: str,
                            include: Callable[[str], bool] | None = None) -> int:
     """Quantize the Linear layers of `module` in place (those `include(name)` accepts; all when
-    None; never those diffusers keeps unquantized) and move it to `device`; returns how many.
+    None) and move it to `device`; returns how many.
     ValueError (naming `part`) if the type needs bitsandbytes and it cannot be used, or if the
     filter matches no layer of the part."""
     data_type = DataType(data_type)
@@ -117,9 +108,8 @@ def quantize_linear_layers(module: nn.Module, data_type: DataType, device: torch
                 f"{part}.weight_dtype: {data_type.value} needs the bitsandbytes package, which could not be loaded ({exc}); "
                 "install bitsandbytes or use FLOAT_8"
             ) from None
-    never = _never_cast(module)
-    targets = [(name, child) for name, child in module.named_modules()
-               if type(child) is nn.Linear and not any(p.search(name) for p in never)]
+    # (layers a family keeps in its compute dtype are plain-Linear subclasses, skipped here: Z-Image's embedders)
+    targets = [(name, child) for name, child in module.named_modules() if type(child) is nn.Linear]
     if include is not None:
         targets = [(name, child) for name, child in targets if include(name)]
         if not targets:
