@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from .devices import parse_device_indexes
-from .enums import KOHYA_LORA_FORMATS, LORA_FORMATS, LearningRateScheduler, ModelFormat, TrainingMethod, native_resolution
+from .enums import KOHYA_LORA_FORMATS, LORA_FORMATS, LearningRateScheduler, ModelFormat, ModelType, TrainingMethod, native_resolution
 from .enums import Optimizer as O
 from .families import IMPLEMENTED_METHODS, implemented_model_types, is_flow_matching, supports, trainable_parts
 from .fields import PLANNED, field_meta, nested_section
@@ -23,6 +24,8 @@ from .optimizer import (
 )
 from .schema import TrainConfig
 from .validation import join_path
+
+MASK_GLOB = "*-masklabel.png"  # a concept image's mask file (data/scan.py)
 
 
 def planned_changes(config: BaseModel, default: BaseModel | None = None, prefix: str = "", planned: bool = False) -> list[str]:
@@ -199,6 +202,7 @@ def errors(config: TrainConfig) -> list[str]:
         out.append(dora)
     if is_flow_matching(config.model_type):
         out += flow_matching_conflicts(config)
+    out += fill_mask_problems(config)
     return out
 
 
@@ -218,3 +222,21 @@ def dora_format_problem(config: Any) -> str | None:
                 "load_lora_weights applies as trained), or turn lora_decompose_output_axis off for a KOHYA_LORA file "
                 "(input-axis DoRA, OneTrainer's default, which those loaders read)")
     return None
+
+
+def fill_mask_problems(config: Any) -> list[str]:
+    """Flux.1 Fill learns to fill the white area of a mask. OneTrainer trains it with the concepts'
+    masks, and without masked training with an all-white mask (a blank image to fill, so only
+    text-to-image); it makes no random masks. A run that would never see a mask is refused."""
+    if config.model_type != ModelType.FLUX_FILL_DEV_1:
+        return []
+    if not config.masked_training:
+        return ["masked_training: FLUX_FILL_DEV_1 learns to fill the white area of each image's mask; without masked "
+                "training it would only see blank images to fill (OneTrainer makes no random masks). Turn masked training "
+                "on and put a '<name>-masklabel.png' mask (white = fill) next to the images; the Masks tool makes them."]
+    folders = [(Path(c.path).expanduser(), c.include_subdirectories) for c in config.concepts if c.enabled and c.path]
+    folders = [(f, sub) for f, sub in folders if f.is_dir()]
+    if folders and not any(next(iter(f.rglob(MASK_GLOB) if sub else f.glob(MASK_GLOB)), None) for f, sub in folders):
+        return ["concepts: no image of the enabled concepts has a '<name>-masklabel.png' mask, so FLUX_FILL_DEV_1 would "
+                "only see blank images to fill; make masks (white = fill) with the Masks tool, or train FLUX_DEV_1."]
+    return []

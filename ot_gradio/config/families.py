@@ -65,6 +65,11 @@ FAMILIES: dict[M, FamilyInfo] = {
         ("transformer", "text_encoder", "text_encoder_2", "vae"), "transformer", ("text_encoder", "text_encoder_2"),
         implemented=True, bucket_step=16, schedule="flow_matching",
     ),
+    # Flux.1 Fill dev: Flux.1 dev reading the masked image and the mask too (models/flux_fill.py)
+    M.FLUX_FILL_DEV_1: FamilyInfo(
+        ("transformer", "text_encoder", "text_encoder_2", "vae"), "transformer", ("text_encoder", "text_encoder_2"),
+        implemented=True, inpainting=True, bucket_step=16, schedule="flow_matching",
+    ),
     M.CHROMA_1: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16,
         schedule="flow_matching",

@@ -18,6 +18,8 @@ from typing import Any
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from .catalogue import offered_values
+
 # Options the trainer does not act on yet. The page marks them and the doctor warns when a
 # config sets one away from its default, so no setting is silently ignored.
 PLANNED = "planned"
@@ -233,7 +235,7 @@ def iter_fields(model_cls: type[BaseModel], prefix: str = "", *, defaults: BaseM
         field_tab = meta.get("tab") or tab
         kind, cls = nested_section(info.annotation)
         enum = enum_of(info.annotation)
-        choices = meta.get("choices") or ([m.value for m in enum] if enum else None)
+        choices = meta.get("choices") or (offered_values(enum) if enum else None)  # only what trains (catalogue.py)
         default = getattr(defaults, name)
         yield FieldInfo(
             path=path, type=info.annotation, default=default, label=meta.get("label", ""),

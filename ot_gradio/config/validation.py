@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .catalogue import unavailable
 from .fields import enum_of, nested_section, strip_optional
 from .schema import TrainConfig
 
@@ -79,10 +80,16 @@ def unknown_keys_warning(paths: list[str]) -> str:
 
 
 def validate(data: dict[str, Any], model: type[BaseModel] = TrainConfig) -> Any:
+    """A TrainConfig naming a model type, training method or optimizer the trainer does not
+    implement is refused here too, so loading or importing it fails naming the field."""
     try:
-        return model.model_validate(data)
+        config = model.model_validate(data)
     except ValidationError as err:
         raise ConfigError(explain(err, model)) from None
+    problems = unavailable(config) if model is TrainConfig else []
+    if problems:
+        raise ConfigError(problems)
+    return config
 
 
 def explain(err: ValidationError, model: type[BaseModel] = TrainConfig) -> list[str]:

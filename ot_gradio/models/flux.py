@@ -423,13 +423,20 @@ class FluxDev1:
             "max_sequence_length": self.t5_sequence_length,
         }
 
+    def sampling_inputs(self, height: int, width: int, **inputs) -> dict:
+        """Pipeline inputs besides the prompt, for an image of `height` x `width` (Flux Fill: the
+        image and its mask); a text-to-image family takes none."""
+        if inputs:
+            raise ValueError(f"{self.model_type.value} samples from a prompt alone; it takes no {', '.join(sorted(inputs))}")
+        return {}
+
     def sample(self, prompt: str, negative_prompt: str = "", height: int = 1024, width: int = 1024, steps: int = 20,
                cfg_scale: float = 3.5, seed: int = 0, sampler: NoiseScheduler | str = NoiseScheduler.EULER,
-               device: torch.device | str | None = None):
+               device: torch.device | str | None = None, **inputs):
         """One image (PIL) of exactly `width` x `height`, generated at the next multiple of 16 px.
         Every sampler choice samples with the model's flow-matching Euler scheduler and its
         resolution-dependent shift (the only sampler Flux ships with, as in OneTrainer). Parts
-        keep their mode and device."""
+        keep their mode and device. `inputs`: what `sampling_inputs` takes (Fill: image, mask)."""
         step = self.bucket_step
         gen_h, gen_w = -(-int(height) // step) * step, -(-int(width) // step) * step
         modules = self.parts
@@ -443,7 +450,7 @@ class FluxDev1:
             generator = torch.Generator(device="cpu").manual_seed(int(seed))
             with torch.no_grad():
                 packed = self.pipeline()(
-                    **self.pipeline_inputs(prompt, negative_prompt, cfg_scale),
+                    **self.pipeline_inputs(prompt, negative_prompt, cfg_scale), **self.sampling_inputs(gen_h, gen_w, **inputs),
                     height=gen_h, width=gen_w, num_inference_steps=int(steps), generator=generator, output_type="latent",
                 ).images
                 # decoded here, in the VAE's own dtype (the transformer may compute in another)

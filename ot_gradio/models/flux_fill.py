@@ -1,0 +1,209 @@
+"""Flux.1 Fill dev: Flux.1 dev (models/flux.py) whose transformer also reads the image to fill
+and the mask, as OneTrainer's Flux setup and diffusers' FluxFillPipeline feed them.
+
+The transformer's 384 input values per 2x2 patch token are, in this order: the noisy latents
+(16 channels), the latents of the masked image (16) and the pixel mask folded to latent size
+(the 8x8 pixels under each latent pixel as 64 channels), each packed 2x2 (64 + 64 + 256).
+What training feeds them is OneTrainer's:
+- The mask is the concept's `-masklabel.png` (masked training; 1 = fill here). An image without a
+  mask file gets a white mask (the whole image is filled), and so does a sample drawn by
+  `unmasked_probability`. OneTrainer makes no random masks, so a Fill run without masked
+  training would only learn text-to-image through a blank image: the doctor refuses it
+  (config/doctor.py) and asks for masked training and mask files.
+- The masked image is the image with the mask's area set to mid grey, `pixels * (1 - mask)`; its
+  latents are the VAE's mean, shifted and scaled like the image latents (cached with latent
+  caching, see data/batches.py). A white mask's masked image is blank.
+- The loss is weighted by the latent mask (`unmasked_weight` outside it), as for the other
+  inpainting families here; OneTrainer's loss leaves the mask out for inpainting models.
+
+Sampling: with an image and a mask (`sample(..., image=, mask=)`, files or PIL images) the
+pipeline fills the mask's white area; without them it fills a blank image entirely, the
+text-to-image sample OneTrainer's Fill sampler makes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ot_gradio.config.enums import DataType, ModelType
+from ot_gradio.models.common import ModelLoadError, base_module, module_dtype, plain_state_dict, torch_dtype
+from ot_gradio.models.flux import FluxDev1
+from ot_gradio.models.registry import register_family
+from ot_gradio.models.sd_inpainting import InpaintingMixin
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny
+
+TINY_FLUX_FILL_VERSION = 1
+
+
+def fold_mask(mask: torch.Tensor, scale: int) -> torch.Tensor:
+    """(B, 1, H, W) pixel mask -> (B, scale * scale, H / scale, W / scale): channel dy * scale + dx
+    holds pixel (dy, dx) of each scale x scale block (the pipeline's and OneTrainer's order)."""
+    return F.pixel_unshuffle(mask, scale)
+
+
+def transformer_in_channels(latent_channels: int, scale: int) -> int:
+    """Input values per 2x2 token: noisy and masked-image latents, and the folded mask."""
+    return 4 * (2 * latent_channels + scale * scale)
+
+
+@register_family(ModelType.FLUX_FILL_DEV_1)
+class FluxFillDev1(FluxDev1):
+    model_type = ModelType.FLUX_FILL_DEV_1
+    inpainting = True
+    default_config_repo = "black-forest-labs/FLUX.1-Fill-dev"
+
+    # the masked image's latents, and those of a blank image, as for the SD inpainting models
+    encode_conditioning = InpaintingMixin.encode_conditioning
+    blank_latents = InpaintingMixin.blank_latents
+
+    @classmethod
+    def _pipeline_class(cls):
+        from diffusers import FluxFillPipeline
+
+        return FluxFillPipeline
+
+    @classmethod
+    def load(cls, name: str, **kwargs):
+        model = super().load(name, **kwargs)
+        expected = transformer_in_channels(model.vae.config.latent_channels, model.vae_scale_factor)
+        got = base_module(model.transformer).config.in_channels
+        if got != expected:
+            raise ModelLoadError(
+                f"'{name}' is not a Flux.1 Fill model: its transformer reads {got} input channels, Fill reads {expected} "
+                "(image, masked image and mask). Pick the model type that matches the model (FLUX_DEV_1 for Flux.1 dev)."
+            )
+        return model
+
+    # ---------------------------------------------------------------- training
+
+    def fill_inputs(self, noisy: torch.Tensor, batch=None) -> torch.Tensor:
+        """The masked-image latents and the folded mask (B, 16 + 64, h, w) that go beside the
+        noisy latents. `batch.latent_mask` is the step's latent mask (None = fill everything);
+        a sample whose latent mask is all white gets a white mask and a blank image."""
+        n, _, h, w = noisy.shape
+        device, scale = noisy.device, self.vae_scale_factor
+        blank = self.blank_latents(h, w).to(device).expand(n, -1, -1, -1)
+        white = torch.ones(n, scale * scale, h, w, device=device)
+        latent_mask = getattr(batch, "latent_mask", None)
+        if latent_mask is None:
+            return torch.cat([blank, white], dim=1)
+        whole = (latent_mask.flatten(1).amin(dim=1) >= 1.0).to(device)[:, None, None, None]
+        if bool(whole.all()):
+            return torch.cat([blank, white], dim=1)
+        pixel_mask = batch.mask.to(device, torch.float32)
+        if tuple(pixel_mask.shape) != (n, 1, h * scale, w * scale):
+            raise ValueError(f"the Fill mask has shape {tuple(pixel_mask.shape)}; expected {(n, 1, h * scale, w * scale)}")
+        latents = getattr(batch, "conditioning_latents", None)
+        if latents is None:
+            if getattr(batch, "pixels", None) is None:
+                raise ValueError(
+                    "a Fill step has masks but neither cached masked-image latents nor pixels; "
+                    "turn latent caching off and on again to rebuild the cache"
+                )
+            latents = self.encode_conditioning(batch.pixels, batch.mask)
+        latents = torch.where(whole, blank, latents.to(device, torch.float32))
+        return torch.cat([latents, torch.where(whole, white, fold_mask(pixel_mask, scale))], dim=1)
+
+    def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
+        extra = self.fill_inputs(noisy, batch).to(noisy.dtype)
+        return super().predict(torch.cat([noisy, extra], dim=1), t, conditioning, batch)
+
+    # ---------------------------------------------------------------- sampling and saving
+
+    def sampling_inputs(self, height: int, width: int, image=None, mask=None) -> dict:
+        """The image to fill and its mask (white = fill), as PIL images or file paths, resized to
+        the sample's size; neither = fill a blank image entirely (text-to-image)."""
+        from PIL import Image
+
+        if (image is None) != (mask is None):
+            raise ValueError("a Flux Fill sample needs both an image and a mask (white = fill), or neither")
+        if image is None:
+            return {"image": Image.new("RGB", (width, height)), "mask_image": Image.new("L", (width, height), 255), "strength": 1.0}
+        loaded = []
+        for what, value, mode in (("image", image, "RGB"), ("mask", mask, "L")):
+            if isinstance(value, (str, os.PathLike)):
+                try:
+                    with Image.open(Path(value).expanduser()) as opened:
+                        value = opened.convert(mode)
+                except OSError as err:
+                    raise ValueError(f"the sample's {what} {value} cannot be read ({err})") from None
+            loaded.append(value.convert(mode).resize((width, height)))
+        return {"image": loaded[0], "mask_image": loaded[1], "strength": 1.0}
+
+    def sample(self, prompt: str, *args, **kwargs):
+        with _encoder_in_own_dtype(self.vae):
+            return super().sample(prompt, *args, **kwargs)
+
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+        """The transformer alone in Black Forest Labs' layout (`flux1-fill-dev.safetensors`)."""
+        from ot_gradio.training.lora_keys_flux import save_bfl_transformer
+
+        return save_bfl_transformer(
+            path, base_module(self.transformer), plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
+            metadata={"modelspec.architecture": "flux-1-dev/fill", "ot_gradio.model_type": self.model_type.value},
+        )
+
+
+@contextlib.contextmanager
+def _encoder_in_own_dtype(vae: torch.nn.Module):
+    """FluxFillPipeline hands the VAE its images in the transformer's dtype (bfloat16 beside a
+    float32 VAE, say): the encoder computes in its own dtype and hands back the caller's."""
+    encoder = base_module(vae).encoder
+    own, caller = module_dtype(encoder), {}
+
+    def before(_module, args):
+        caller["dtype"] = args[0].dtype
+        return (args[0].to(own), *args[1:])
+
+    hooks = (encoder.register_forward_pre_hook(before),
+             encoder.register_forward_hook(lambda _module, _args, out: out.to(caller["dtype"])))
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+# ------------------------------------------------------------------ tiny model
+
+
+def tiny_flux_fill_components(seed: int = 0) -> dict:
+    """Tiny Flux.1 dev's parts with a transformer reading the Fill inputs (384 values per token)."""
+    from diffusers import FluxTransformer2DModel
+
+    from ot_gradio.models.flux_tiny import tiny_flux_components, visible_output
+
+    components = tiny_flux_components(seed)
+    config = {k: v for k, v in components["transformer"].config.items() if not k.startswith("_")}
+    config.update(in_channels=transformer_in_channels(16, 8), out_channels=64)
+    torch.manual_seed(seed)
+    transformer = FluxTransformer2DModel.from_config(config)
+    visible_output(transformer.proj_out)
+    return {**components, "transformer": transformer}
+
+
+@register_tiny("flux-fill", TINY_FLUX_FILL_VERSION)
+def save_tiny_flux_fill(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    """The tiny Flux.1 Fill dev as a diffusers folder and its transformer as a BFL-layout file."""
+    from diffusers import FluxFillPipeline
+
+    from ot_gradio.fsutil import atomic_write_dir
+    from ot_gradio.training.lora_keys_flux import save_bfl_transformer
+
+    root = Path(root)
+    paths = TinyModelPaths(root / "diffusers", root / "flux1-fill-tiny-transformer.safetensors")
+    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
+        return paths
+    components = tiny_flux_fill_components(seed)
+    if not (paths.diffusers_dir / "model_index.json").is_file():
+        pipe = FluxFillPipeline(**components)
+        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
+    if not paths.single_file.is_file():
+        transformer = components["transformer"]
+        save_bfl_transformer(paths.single_file, transformer, transformer.state_dict(), None, {"ot_gradio.tiny": "flux-fill"})
+    return paths
