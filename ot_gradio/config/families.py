@@ -79,6 +79,11 @@ FAMILIES: dict[M, FamilyInfo] = {
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
         implemented=True, bucket_step=16, schedule="flow_matching",
     ),
+    # Flux.2 dev (Mistral3 text encoder) and Klein (Qwen3): one model type, as OneTrainer (models/flux2.py)
+    M.FLUX_2: FamilyInfo(
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
+        implemented=True, bucket_step=16, schedule="flow_matching",
+    ),
     # Sana: one Gemma 2 text encoder, the DC-AE (32x) and a patch-1 transformer (models/sana.py)
     M.SANA: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE, T.EMBEDDING),

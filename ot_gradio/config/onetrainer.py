@@ -35,6 +35,7 @@ def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, 
     """A OneTrainer config or preset -> our config, with one warning listing what is not supported."""
     warnings: list[str] = []
     data = to_our_layout(data)
+    warnings += _int8_activation_types(data)
     for key, file_key in (("concepts", "concept_file_name"), ("samples", "sample_definition_file_name")):
         if data.get(key) is None and (key in data or file_key in data):
             items, warning = _read_list_file(data.get(file_key), file_key, base_dir)
@@ -73,6 +74,24 @@ def to_our_layout(data: dict[str, Any]) -> dict[str, Any]:
     if "huggingface_token" in data:
         data.setdefault("secrets", {}).setdefault("huggingface_token", data.pop("huggingface_token"))
     return data
+
+
+def _int8_activation_types(data: dict[str, Any]) -> list[str]:
+    """OneTrainer's INT_W8A8 / FLOAT_W8A8 (8-bit weights and 8-bit matmuls, flux2-LoRA-16GB's
+    transformer) are trained as INT_8 / FLOAT_8: the same 8-bit weights, the matmuls in the train
+    data type. Said once, naming the parts."""
+    swaps = {"INT_W8A8": "INT_8", "FLOAT_W8A8": "FLOAT_8"}
+    changed = []
+    for name in PARTS:
+        part = data.get(name)
+        if isinstance(part, dict) and isinstance(part.get("weight_dtype"), str) and part["weight_dtype"] in swaps:
+            old = part["weight_dtype"]
+            part["weight_dtype"] = swaps[old]
+            changed.append(f"{name}.weight_dtype {old} -> {swaps[old]}")
+    if not changed:
+        return []
+    return [f"{'; '.join(changed)}: the weights are stored in 8 bits as OneTrainer does, but the matmuls run in the train "
+            "data type (8-bit activations are not supported), so a step is not faster than with the 8-bit weight type."]
 
 
 def _number(value: Any) -> bool:

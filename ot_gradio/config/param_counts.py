@@ -65,6 +65,13 @@ PARAMS: dict[str, dict[str, int]] = {
     # 3840 with 2 noise and 2 context refiner layers, 30 heads, caption width 2560); text encoder
     # Qwen3-4B (36 layers of 2560, 8 KV heads, 151,936 tokens, embeddings tied); Flux's VAE.
     "Z_IMAGE": {"transformer": 6_154_908_736, "text_encoder": 4_022_468_096, "vae": _VAE16},
+    # Flux.2 dev (black-forest-labs/FLUX.2-dev, Flux2Transformer2DModel's defaults: 8 double and 48
+    # single blocks of 48 x 128, guidance embedder), Mistral Small 3.1 24B as
+    # Mistral3ForConditionalGeneration (40 layers of 5120, untied lm_head, the Pixtral vision
+    # tower), AutoencoderKLFlux2 (32 latent channels). Klein 4B (the same family, FLUX_2): a
+    # transformer of 5 + 20 blocks of 24 x 128 without guidance, 3,875,544,576, and Qwen3-4B
+    # (4,022,468,096) as its text encoder; Klein 9B is larger (Qwen3-8B).
+    "FLUX_2": {"transformer": 32_223_281_152, "text_encoder": 24_011_361_280, "vae": 84_046_115},
     # Sana 1600M 1024px: SanaTransformer2DModel's defaults (20 blocks of 2240, the published
     # transformer/config.json), Gemma 2 2B (google/gemma-2-2b-it's config, as Gemma2Model) and
     # the DC-AE f32c32 of mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers.

@@ -1,0 +1,131 @@
+"""Flux.2 key layouts: diffusers' Flux2Transformer2DModel names <-> Black Forest Labs' original
+names (the `flux2-dev.safetensors` / Klein layout that ComfyUI's diffusion-model loader reads).
+
+The rules (diffusers' convert_flux2_transformer_checkpoint_to_diffusers read the other way, and
+OneTrainer's Flux2Model.diffusers_to_original):
+- `transformer_blocks.N` is `double_blocks.N`: `attn.to_q/k/v` are the thirds of `img_attn.qkv`,
+  `attn.add_q/k/v_proj` of `txt_attn.qkv`; `attn.to_out.0` / `attn.to_add_out` are
+  `img_attn.proj` / `txt_attn.proj`; `ff(_context).linear_in/out` are `img_mlp.0/2`
+  (`txt_mlp`); the q/k RMS norms are `*_attn.norm.query_norm/key_norm.scale`. Flux.2 blocks
+  have no modulation of their own.
+- `single_transformer_blocks.N` is `single_blocks.N`: `attn.to_qkv_mlp_proj` is `linear1`
+  (fused in both layouts), `attn.to_out` is `linear2`, norms `norm.query_norm/key_norm.scale`.
+- Shared: `x_embedder` = `img_in`, `context_embedder` = `txt_in`, `time_guidance_embed.
+  timestep_embedder` / `guidance_embedder` `.linear_1/2` = `time_in` / `guidance_in`
+  `.in_layer/out_layer`, the three modulations `*.linear` = `*.lin`, `proj_out` =
+  `final_layer.linear`, `norm_out.linear` = `final_layer.adaLN_modulation.1` with its halves
+  swapped.
+
+ComfyUI's Flux.2 model is a subclass of its Flux model, so its LoRA key map is the Flux one
+(comfy/lora.py over comfy/utils.py `flux_to_diffusers`, which knows the Flux.2 block names
+`ff.linear_in/out`, `attn.to_qkv_mlp_proj`, `attn.to_out`): `transformer.<diffusers path>`
+(diffusers/PEFT files) and `lora_transformer_<path with _>` (OneTrainer's COMFY_LORA) name a
+diffusers layer, which patches its rows of the BFL weight. That map has no entry for Flux.2's
+`time_guidance_embed.*` and its three shared modulations, so ComfyUI skips LoRA layers there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import torch
+
+from ot_gradio.training.lora_keys_flux import Place, _param_place, _swap
+
+_DOUBLE = {
+    "attn.to_out.0": "img_attn.proj", "attn.to_add_out": "txt_attn.proj",
+    "ff.linear_in": "img_mlp.0", "ff.linear_out": "img_mlp.2",
+    "ff_context.linear_in": "txt_mlp.0", "ff_context.linear_out": "txt_mlp.2",
+    "attn.norm_q": "img_attn.norm.query_norm", "attn.norm_k": "img_attn.norm.key_norm",
+    "attn.norm_added_q": "txt_attn.norm.query_norm", "attn.norm_added_k": "txt_attn.norm.key_norm",
+}
+_SINGLE = {
+    "attn.to_qkv_mlp_proj": "linear1", "attn.to_out": "linear2",
+    "attn.norm_q": "norm.query_norm", "attn.norm_k": "norm.key_norm",
+}
+_TOP = {
+    "x_embedder": "img_in", "context_embedder": "txt_in", "proj_out": "final_layer.linear",
+    "time_guidance_embed.timestep_embedder.linear_1": "time_in.in_layer",
+    "time_guidance_embed.timestep_embedder.linear_2": "time_in.out_layer",
+    "time_guidance_embed.guidance_embedder.linear_1": "guidance_in.in_layer",
+    "time_guidance_embed.guidance_embedder.linear_2": "guidance_in.out_layer",
+    "double_stream_modulation_img.linear": "double_stream_modulation_img.lin",
+    "double_stream_modulation_txt.linear": "double_stream_modulation_txt.lin",
+    "single_stream_modulation.linear": "single_stream_modulation.lin",
+}
+# diffusers layers ComfyUI's Flux key map does not name (Flux.1 calls them time_text_embed, and
+# Flux.1 blocks carry their own modulation)
+COMFY_UNMAPPED = ("time_guidance_embed.", "double_stream_modulation_img.", "double_stream_modulation_txt.",
+                  "single_stream_modulation.")
+LORA_SUFFIXES = (".lora_A.weight", ".lora_B.weight", ".lora_down.weight", ".lora_up.weight", ".alpha",
+                 ".lora_magnitude_vector.weight", ".dora_scale")
+
+
+def module_layout(transformer) -> dict[str, Place]:
+    """diffusers module path -> its Place in the BFL layout, for this transformer's sizes."""
+    config = transformer.config
+    inner = int(config.num_attention_heads * config.attention_head_dim)
+    out: dict[str, Place] = {}
+    for i in range(int(config.num_layers)):
+        src, dst = f"transformer_blocks.{i}", f"double_blocks.{i}"
+        for j, name in enumerate(("to_q", "to_k", "to_v")):
+            out[f"{src}.attn.{name}"] = Place(f"{dst}.img_attn.qkv", j * inner, inner)
+        for j, name in enumerate(("add_q_proj", "add_k_proj", "add_v_proj")):
+            out[f"{src}.attn.{name}"] = Place(f"{dst}.txt_attn.qkv", j * inner, inner)
+        out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _DOUBLE.items()})
+    for i in range(int(config.num_single_layers)):
+        out.update({f"single_transformer_blocks.{i}.{a}": Place(f"single_blocks.{i}.{b}") for a, b in _SINGLE.items()})
+    out.update({a: Place(b) for a, b in _TOP.items()})
+    out["norm_out.linear"] = Place("final_layer.adaLN_modulation.1", swap=True)
+    return out
+
+
+def to_original(transformer, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The diffusers transformer state dict in the BFL layout (q, k, v concatenated)."""
+    layout = module_layout(transformer)
+    pieces: dict[str, list[tuple[int, torch.Tensor]]] = {}
+    for key, tensor in state_dict.items():
+        module, _, param = key.rpartition(".")
+        if module not in layout:
+            raise ValueError(f"Flux.2 transformer weight {key!r} has no place in the BFL layout (not a Flux.2 transformer?)")
+        place = _param_place(layout[module], param)
+        t = tensor.detach().to("cpu", dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype)
+        pieces.setdefault(place.key, []).append((place.start or 0, _swap(t) if place.swap else t))
+    return {key: torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])], dim=0).contiguous() for key, parts in pieces.items()}
+
+
+def save_original_transformer(path: str | os.PathLike, transformer, state_dict, dtype: torch.dtype | None, metadata: dict) -> Path:
+    """The transformer alone as a BFL-layout `.safetensors` (ORIGINAL_TRANSFORMER), written atomically."""
+    from ot_gradio.training.lora_format import _atomic_save_file
+
+    path = Path(path)
+    _atomic_save_file(to_original(transformer, state_dict, dtype), path, {"format": "pt", **metadata})
+    return path
+
+
+def lora_layer(key: str) -> str:
+    for suffix in LORA_SUFFIXES:
+        if key.endswith(suffix):
+            return key[: -len(suffix)]
+    raise ValueError(f"LoRA key {key!r} is not a LoRA weight ComfyUI reads")
+
+
+def comfy_lora_targets(transformer, lora_keys: Iterable[str]) -> dict[str, Place]:
+    """For each LoRA layer (`transformer.<path>...` or `lora_transformer_<path with _>...`), the
+    BFL weight (and rows) it patches, as ComfyUI's Flux key map resolves it; a key no rule
+    places raises ValueError naming it."""
+    layout = module_layout(transformer)
+    kohya = {"lora_transformer_" + path.replace(".", "_"): path for path in layout}
+    out: dict[str, Place] = {}
+    for key in lora_keys:
+        layer = lora_layer(key)
+        path = layer.removeprefix("transformer.") if layer.startswith("transformer.") else kohya.get(layer)
+        if path is None or path not in layout:
+            raise ValueError(f"LoRA key {key!r}: ComfyUI has no Flux.2 weight for this layer")
+        if path.startswith(COMFY_UNMAPPED):
+            raise ValueError(f"LoRA key {key!r}: ComfyUI's Flux key map has no entry for {path} and skips it; train the "
+                             "blocks only (layer filter preset 'blocks' or 'attn-mlp')")
+        out[layer] = _param_place(layout[path], "weight")
+    return out
