@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from .devices import parse_device_indexes
 from .enums import KOHYA_LORA_FORMATS, LORA_FORMATS, LearningRateScheduler, ModelFormat, ModelType, TrainingMethod, native_resolution
 from .enums import Optimizer as O
-from .families import IMPLEMENTED_METHODS, implemented_model_types, is_flow_matching, supports, trainable_parts
+from .families import IMPLEMENTED_METHODS, family_info, implemented_model_types, is_flow_matching, supports, trainable_parts
 from .fields import PLANNED, field_meta, nested_section
 from .flow_options import flow_matching_conflicts
 from .optimizer import (
@@ -203,6 +203,34 @@ def errors(config: TrainConfig) -> list[str]:
     if is_flow_matching(config.model_type):
         out += flow_matching_conflicts(config)
     out += fill_mask_problems(config)
+    out += offload_problems(config)
+    return out
+
+
+def offload_problems(config: Any) -> list[str]:
+    """Layer / activation offloading (training/offload.py) where it cannot do anything."""
+    info = family_info(config.model_type)
+    if info is None:
+        return []
+    out = []
+    offloadable = trainable_parts(config.model_type)
+    for part in info.parts:
+        section = getattr(config, part, None)
+        fraction = getattr(section, "offload_fraction", 0) or 0
+        activations = getattr(section, "activation_offloading", False)
+        if not (fraction > 0 or activations):
+            continue
+        setting = f"{part}.offload_fraction" if fraction > 0 else f"{part}.activation_offloading"
+        if part not in offloadable:
+            out.append(f"{setting}: offloading works on the denoiser and the text encoders only ({', '.join(offloadable)}); "
+                       f"turn it off for the {part}.")
+        elif fraction > 0 and config.training_method == TrainingMethod.FINE_TUNE and section.train:
+            out.append(f"{setting}: layer offloading keeps only frozen weights in RAM, and FINE_TUNE trains every weight of the "
+                       f"{part}, so nothing would be offloaded; set it to 0, or train a LoRA.")
+        elif config.compile:
+            out.append(f"{setting}: offloading swaps weights and saved activations between devices inside the forward pass, "
+                       f"which torch.compile cannot follow; turn compile off or set {setting} to "
+                       f"{'0' if fraction > 0 else 'off'}.")
     return out
 
 

@@ -29,8 +29,8 @@ class ModelPartConfig(Section):
     attention_mask: bool = opt(False, "Attention mask", "Text encoders and transformers: mask padding tokens in attention.", status=PLANNED)
     guidance_scale: float = opt(1.0, "Guidance scale", "Guidance-distilled models only (Flux.1 dev): the value fed to the transformer's guidance embedding while training (OneTrainer's default 1). Samples use their CFG scale as the guidance value.", ge=0)
     gradient_checkpointing: GradientCheckpointing = opt(GradientCheckpointing.AUTO, "Gradient checkpointing", "Recompute activations in the backward pass: much less memory (about 2 GB for SD 1.5), at least 30% slower. AUTO: on only when the run would not fit in the device's free memory without it (the run's log says which and why); ON/OFF always.")
-    offload_fraction: float = opt(0.0, "Offload fraction", "Share of this part's layers kept in CPU memory between uses, to fit big models in little VRAM.", ge=0, le=1, status=PLANNED)
-    activation_offloading: bool = opt(False, "Activation offloading", "Keep checkpointed activations in CPU memory instead of VRAM.", status=PLANNED)
+    offload_fraction: float = opt(0.0, "Offload fraction", "Share of this part's blocks (the last ones) whose frozen weights are kept in CPU memory and moved to the GPU for each use, to fit big models in little VRAM; those blocks always use activation checkpointing. Denoiser and text encoders; the trained weights (a LoRA's) stay on the GPU. Nothing to move when training on the CPU.", ge=0, le=1)
+    activation_offloading: bool = opt(False, "Activation offloading", "Keep the activations saved for the backward pass in CPU memory instead of VRAM (denoiser and text encoders; nothing to move when training on the CPU).")
 
 
 class SeparateModelPartConfig(ModelPartConfig):

@@ -106,10 +106,11 @@ class MemoryPlan:
     step_peak: dict[bool, int | None] = field(default_factory=dict)  # checkpointing -> measured step peak
     probe_error: str = ""
     free: int | None = None  # available for the run (see the module's notes)
+    offloaded: int = 0  # frozen weights layer offloading keeps in RAM (offload.py): not on the device
 
     @property
     def weight_bytes(self) -> int:
-        return sum(b for _, b in self.weights.values())
+        return sum(b for _, b in self.weights.values()) - self.offloaded
 
     def activations(self, checkpointing: bool) -> int | None:
         peak = self.step_peak.get(checkpointing)
@@ -130,7 +131,8 @@ class MemoryPlan:
     def breakdown(self, checkpointing: bool) -> str:
         parts = ", ".join(f"{name} {gb(b)} {dt}" for name, (dt, b) in self.weights.items())
         acts = self.activations(checkpointing)
-        return (f"weights {gb(self.weight_bytes)} ({parts}); gradients {gb(self.gradients)}; optimizer state "
+        ram = f", {gb(self.offloaded)} of them offloaded to RAM, not counted here" if self.offloaded else ""
+        return (f"weights {gb(self.weight_bytes)} ({parts}{ram}); gradients {gb(self.gradients)}; optimizer state "
                 f"{gb(self.optimizer_state)} ({self.optimizer_note}); activations "
                 f"{'not measured' if acts is None else gb(acts)}; runtime {gb(self.overhead)}")
 
@@ -371,6 +373,10 @@ def plan_run(model: Any, config: Any, device: torch.device, precision: Any, para
     overhead = max(0, held - sum(b for _, b in weights.values())) if device.type == "cpu" else max(0, held - torch.cuda.memory_allocated(device)) if device.type == "cuda" else 0
     free = free_fn(device)
     plan = MemoryPlan(str(device), weights, grad_bytes, opt_bytes, note, overhead, free=None if free is None else free + held)
+    if device.type != "cpu":  # layer offloading: those weights are in RAM (on CPU all of them are)
+        from .offload import offloaded_bytes  # noqa: PLC0415
+
+        plan.offloaded = offloaded_bytes(model)
     parts = [p for p in checkpoint_parts if p in model.parts]
     before = {p: _is_checkpointing(model.parts[p]) for p in parts}
     try:
@@ -460,6 +466,9 @@ def estimate_line(config: Any) -> str:
         model.to(device)
         configure_model(model, config, device, precision)
         groups = get_method(config.training_method).setup(model, config, device)
+        from .offload import install_offloading  # noqa: PLC0415
+
+        install_offloading(model, config, device)  # as a run does: its weights in RAM are not counted on the device
         text = frozenset(g.get("part", g["name"]) for g in groups if g.get("part", g["name"]) in model.text_encoder_names
                          and any(p.requires_grad for p in g["params"]))
         settings = {part: getattr(config, part).gradient_checkpointing for part in (model.denoiser, *sorted(text))}

@@ -156,6 +156,7 @@ class Trainer:
         self.trained_params = [p for g in self.param_groups for p in g["params"]]
         self.dist.broadcast_parameters(self.trained_params)  # every process starts from the same weights
         self._set_train_modes()
+        self._install_offloading()
         self._enable_gradient_checkpointing()
         if cfg.compile:
             self._compile_denoiser()
@@ -274,6 +275,16 @@ class Trainer:
             self.model, self.config, self.device, self.precision, self.param_groups, self.trained_text_parts, settings)
         print(message, flush=True)
         self.report.status("loading", message)
+
+    def _install_offloading(self) -> None:
+        """The parts' `offload_fraction` / `activation_offloading` (offload.py): installed after the
+        method's layers exist (only frozen weights are offloaded); the log and events say what."""
+        from .offload import install_offloading  # noqa: PLC0415
+
+        self.layer_offload, message = install_offloading(self.model, self.config, self.device)
+        if message:
+            print(message, flush=True)
+            self.report.status("loading", message)
 
     def _compile_denoiser(self) -> None:
         """`compile`: torch.compile the denoiser in place (`nn.Module.compile`), after the method

@@ -70,7 +70,7 @@ def test_iter_fields_describes_fields():
 
 
 OK_PART = {"include", "train", "learning_rate", "weight_dtype", "gradient_checkpointing", "stop_training_after", "stop_training_after_unit",
-           "dropout_probability", "train_embedding", "guidance_scale"}
+           "dropout_probability", "train_embedding", "guidance_scale", "offload_fraction", "activation_offloading"}
 OK_OPTIMIZER = {"optimizer", "beta1", "beta2", "eps", "weight_decay", "amsgrad", "foreach", "fused", "maximize", "momentum",
                 "dampening", "nesterov", "alpha", "centered", "lr_decay", "initial_accumulator_value", "capturable", "differentiable",
                 # bitsandbytes, D-Adaptation, Prodigy, Adafactor, schedule-free, Lion; two settings act around the optimizer

@@ -1,0 +1,200 @@
+"""Layer offloading to RAM: a part's `offload_fraction` and `activation_offloading` (OneTrainer's
+`layer_offload_fraction` and activation offloading, done our own, simpler way).
+
+Offloading. The part's repeated blocks are found (the transformer block lists of the Flux,
+Chroma, SD 3, Z-Image, Sana, PixArt and Qwen-Image transformers, a UNet's down and up blocks, a
+text encoder's layers), in the order they run. The *frozen* weights (parameters that do not
+train, and buffers) of the last ceil(fraction x blocks) blocks live in RAM between uses (pinned
+on CUDA); the trained ones (a LoRA's) stay on the train device. Each offloaded block's forward
+is wrapped: it moves the frozen weights to the train device (non-blocking from pinned memory when
+`async_offloading` is on and the device is CUDA), runs the block and points the weights back at
+their RAM copies (frozen weights do not change, so nothing is copied back). The wrapped forward
+always runs under non-reentrant activation checkpointing while gradients are on: otherwise
+autograd would keep the device copies alive until the backward pass and nothing would be saved;
+with it the backward pass recomputes the block, which moves the weights in again.
+
+Activation offloading: the part's forward runs inside `torch.autograd.graph.save_on_cpu`, so the
+tensors autograd saves for the backward pass are kept in RAM (pinned on CUDA).
+
+On a CPU train device there is nothing to move (the layers and activations are in RAM already):
+`install_offloading` says so and installs nothing. There is no prefetching of the next block on
+a side stream (OneTrainer's conductor does that); copies are queued on the current stream.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+BLOCK_LISTS = ("transformer_blocks", "single_transformer_blocks", "joint_blocks", "blocks", "layers", "block",
+               "down_blocks", "up_blocks", "noise_refiner", "context_refiner", "h", "layer")
+
+Mover = Callable[[torch.Tensor, torch.device], torch.Tensor]
+
+
+def find_blocks(module: nn.Module) -> list[nn.Module]:
+    """The part's repeated blocks in running order: the items of every ModuleList named like a
+    block list (BLOCK_LISTS) that is not inside another such list."""
+    module = module.get_base_model() if hasattr(module, "get_base_model") else module
+    blocks: list[nn.Module] = []
+    inside: list[str] = []
+    for name, child in module.named_modules():
+        if any(name.startswith(prefix + ".") for prefix in inside):
+            continue
+        if isinstance(child, nn.ModuleList) and name.rsplit(".", 1)[-1] in BLOCK_LISTS and len(child) > 0:
+            inside.append(name)
+            blocks.extend(child)
+    return blocks
+
+
+def _plain(t: torch.Tensor) -> bool:
+    """Plain tensors only (FLOAT_8's float8 weights and their scales are plain): bitsandbytes'
+    parameter types (INT_8, NFLOAT_4) carry quantization state that swapping `.data` would lose,
+    so they stay on the device (the log counts them)."""
+    return type(t) in (torch.Tensor, nn.Parameter)
+
+
+class OffloadedBlock:
+    """One block's frozen tensors: their RAM copies, moved in before the forward and dropped after."""
+
+    def __init__(self, block: nn.Module, train_device: torch.device, offload_device: torch.device,
+                 mover: Mover, pin: bool) -> None:
+        self.block, self.train_device, self.mover = block, train_device, mover
+        self.entries: list[list] = []  # [table, name, the tensor in the table, its RAM copy]
+        self.skipped = 0
+        self.nbytes = 0
+        self.loads = 0
+        for module in block.modules():
+            for table, trained_ok in ((module._parameters, False), (module._buffers, True)):
+                for name, t in list(table.items()):
+                    if t is None or (not trained_ok and t.requires_grad):
+                        continue
+                    if not _plain(t):
+                        self.skipped += 1
+                        continue
+                    copy = mover(t.detach(), offload_device)
+                    if pin and copy.device.type == "cpu":
+                        copy = copy.pin_memory()
+                    self.entries.append([table, name, t, copy])
+                    self.nbytes += t.numel() * t.element_size()
+        self.unload()
+        self.forward = block.forward
+        block.forward = self.run  # instance attribute: nn.Module.__call__ finds it
+
+    def _set(self, entry: list, value: torch.Tensor) -> None:
+        table, name, current, _copy = entry
+        if table.get(name) is not current:  # swapped out (the memory planner's meta probe): leave it
+            return
+        if isinstance(current, nn.Parameter):
+            current.data = value
+        else:  # a buffer: the table holds the tensor itself
+            table[name] = value
+            entry[2] = value
+
+    def load(self) -> None:
+        self.loads += 1
+        for entry in self.entries:
+            self._set(entry, self.mover(entry[3], self.train_device))
+
+    def unload(self) -> None:
+        for entry in self.entries:
+            self._set(entry, entry[3])
+
+    def _call(self, *args: Any, **kwargs: Any) -> Any:
+        self.load()
+        try:
+            return self.forward(*args, **kwargs)
+        finally:
+            self.unload()
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.is_grad_enabled():
+            return checkpoint(self._call, *args, use_reentrant=False, **kwargs)
+        return self._call(*args, **kwargs)
+
+
+class PartOffload:
+    """What was installed on one part (for the log, the memory planner and tests)."""
+
+    def __init__(self, part: str, n_blocks: int, blocks: list[OffloadedBlock], activations: bool) -> None:
+        self.part, self.n_blocks, self.blocks, self.activations = part, n_blocks, blocks, activations
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self.blocks)
+
+    def describe(self) -> str:
+        from .memory_plan import gb  # noqa: PLC0415
+
+        skipped = sum(b.skipped for b in self.blocks)
+        text = (f"{self.part}: {len(self.blocks)} of {self.n_blocks} blocks' frozen weights ({gb(self.nbytes)}) kept in RAM, "
+                f"moved in for each forward; these blocks run under activation checkpointing (non-reentrant)")
+        if skipped:
+            text += f"; {skipped} quantized tensors stay on the device"
+        if self.activations:
+            text += "; saved activations kept in RAM"
+        return text
+
+
+def default_mover(non_blocking: bool) -> Mover:
+    def move(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+        return t.to(device, non_blocking=non_blocking and device.type == "cuda")
+
+    return move
+
+
+def _wrap_activations(module: nn.Module, pin: bool) -> None:
+    forward = module.forward
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        context = torch.autograd.graph.save_on_cpu(pin_memory=pin) if torch.is_grad_enabled() else nullcontext()
+        with context:
+            return forward(*args, **kwargs)
+
+    module.forward = run
+
+
+def install_offloading(model: Any, config: Any, device: torch.device, *, mover: Mover | None = None,
+                       offload_device: torch.device | None = None, force: bool = False) -> tuple[list[PartOffload], str | None]:
+    """Install the parts' offloading (denoiser and text encoders). Returns what was installed and
+    the message for the log and events (None when no part asks for it). `force` installs even
+    with the train device on CPU (tests, with `mover` recording the moves)."""
+    parts = [p for p in (model.denoiser, *model.text_encoder_names) if p in model.parts]
+    asked = {p: getattr(config, p) for p in parts
+             if getattr(config, p, None) is not None and (getattr(config, p).offload_fraction > 0 or getattr(config, p).activation_offloading)}
+    if not asked:
+        return [], None
+    settings = ", ".join(f"{p}.offload_fraction {c.offload_fraction:g}, activation_offloading {c.activation_offloading}" for p, c in asked.items())
+    if device.type == "cpu" and not force:
+        return [], f"layer offloading ({settings}): train device is CPU: the layers are in RAM already, nothing to move"
+    cuda = device.type == "cuda"
+    is_async = bool(getattr(config, "async_offloading", True))
+    mover = mover or default_mover(is_async and cuda)
+    offload_device = offload_device or torch.device("cpu")
+    done: list[PartOffload] = []
+    for part, part_config in asked.items():
+        module = model.parts[part]
+        blocks = find_blocks(module) if part_config.offload_fraction > 0 else []
+        count = min(len(blocks), math.ceil(part_config.offload_fraction * len(blocks)))
+        offloaded = [OffloadedBlock(b, device, offload_device, mover, pin=cuda) for b in blocks[len(blocks) - count:]]
+        if part_config.activation_offloading:
+            _wrap_activations(module, pin=cuda)
+        done.append(PartOffload(part, len(blocks), offloaded, part_config.activation_offloading))
+    copies = "non-blocking from pinned memory" if cuda and is_async else "blocking"
+    message = "layer offloading: " + "; ".join(d.describe() for d in done) + f" (copies {copies})"
+    model.layer_offload = done
+    return done, message
+
+
+def offloaded_bytes(model: Any) -> int:
+    """Bytes of frozen weights kept in RAM instead of on the train device (for the memory planner)."""
+    return sum(d.nbytes for d in getattr(model, "layer_offload", []) or [])
+
+
+__all__ = ["BLOCK_LISTS", "OffloadedBlock", "PartOffload", "find_blocks", "install_offloading", "offloaded_bytes"]

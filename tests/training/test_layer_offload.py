@@ -1,0 +1,281 @@
+"""Layer offloading (training/offload.py) on CPU: the offload and train devices are both the CPU,
+and an injected mover records which tensors are moved where, so the hooks are observable. Real
+CUDA transfers (pinned, non-blocking copies) are not tested here: there is no GPU."""
+
+import copy
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from ot_gradio.training.offload import find_blocks, install_offloading
+
+
+class Block(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+        self.lora = nn.Linear(width, width, bias=False)  # stands for a trained adapter
+        self.register_buffer("scale", torch.full((width,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.linear(x) + self.lora(x)) * self.scale + x
+
+
+class Denoiser(nn.Module):
+    def __init__(self, width: int = 8, depth: int = 10) -> None:
+        super().__init__()
+        self.proj_in = nn.Linear(width, width)
+        self.transformer_blocks = nn.ModuleList(Block(width) for _ in range(depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.proj_in(x)
+        for block in self.transformer_blocks:
+            x = block(x)
+        return x
+
+
+class Part:
+    def __init__(self, fraction: float, activations: bool = False) -> None:
+        self.offload_fraction, self.activation_offloading = fraction, activations
+
+
+class Config:
+    def __init__(self, fraction: float, activations: bool = False) -> None:
+        self.transformer = Part(fraction, activations)
+        self.async_offloading = True
+
+
+class Model:
+    def __init__(self, denoiser: nn.Module) -> None:
+        self.denoiser, self.text_encoder_names, self.parts = "transformer", [], {"transformer": denoiser}
+
+
+def _frozen(denoiser: nn.Module) -> nn.Module:
+    for name, p in denoiser.named_parameters():
+        p.requires_grad_(".lora." in name)
+    return denoiser
+
+
+class Recorder:
+    """A device-mapping function: records (id of the moved tensor's block, target device)."""
+
+    def __init__(self) -> None:
+        self.moves: list[tuple[int, str]] = []
+
+    def __call__(self, t: torch.Tensor, device: torch.device) -> torch.Tensor:
+        self.moves.append((t.untyped_storage().data_ptr(), device.type))
+        return t.clone() if device.type == "meta" else t.to(device)
+
+
+def _loss_and_grads(denoiser: nn.Module, x: torch.Tensor):
+    loss = denoiser(x).pow(2).mean()
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in denoiser.named_parameters() if p.grad is not None}
+
+
+def test_offloaded_blocks_give_the_same_loss_and_gradients():
+    torch.manual_seed(0)
+    reference = _frozen(Denoiser())
+    offloaded = copy.deepcopy(reference)
+    x = torch.randn(4, 8)
+    loss_ref, grads_ref = _loss_and_grads(reference, x)
+
+    recorder = Recorder()
+    done, message = install_offloading(Model(offloaded), Config(0.25), torch.device("cpu"), mover=recorder, force=True)
+    assert len(done) == 1 and done[0].n_blocks == 10
+    blocks = done[0].blocks
+    assert len(blocks) == math.ceil(0.25 * 10) == 3
+    assert [b.block for b in blocks] == list(offloaded.transformer_blocks[-3:])  # the last ones
+    # frozen weights and buffers (linear.weight, linear.bias, scale) are offloaded; the trained lora stays
+    for b in blocks:
+        assert sorted(e[1] for e in b.entries) == ["bias", "scale", "weight"]
+        assert all(e[2] is not b.block.lora.weight for e in b.entries)
+    assert "3 of 10 blocks" in message and "activation checkpointing" in message
+
+    loss, grads = _loss_and_grads(offloaded, x)
+    assert torch.allclose(loss, loss_ref, atol=1e-6)
+    assert grads.keys() == grads_ref.keys()
+    for name in grads:
+        assert torch.allclose(grads[name], grads_ref[name], atol=1e-6), name
+    # forward + the backward pass's recomputation: each offloaded block moved its weights in twice
+    assert [b.loads for b in blocks] == [2, 2, 2]
+    moved_in = [m for m in recorder.moves if m[1] == "cpu"]
+    assert len(moved_in) == 3 * 3 + 3 * 3 * 2  # the RAM copies at install, then 3 tensors x 3 blocks x 2 loads
+
+
+def test_checkpointing_is_forced_on_for_offloaded_blocks_only():
+    torch.manual_seed(0)
+    denoiser = _frozen(Denoiser(depth=4))
+    done, _ = install_offloading(Model(denoiser), Config(0.5), torch.device("cpu"), mover=Recorder(), force=True)
+    calls = []
+    for i, block in enumerate(denoiser.transformer_blocks):
+        block.linear.register_forward_hook(lambda *_a, i=i: calls.append(i))
+    _loss_and_grads(denoiser, torch.randn(2, 8))
+    # blocks 0 and 1 run once; the offloaded 2 and 3 run again in the backward pass (recomputed)
+    assert sorted(calls) == [0, 1, 2, 2, 3, 3]
+    with torch.no_grad():  # sampling: no checkpointing, one load each
+        before = [b.loads for b in done[0].blocks]
+        denoiser(torch.randn(2, 8))
+        assert [b.loads - n for b, n in zip(done[0].blocks, before, strict=True)] == [1, 1]
+
+
+def test_activation_offloading_keeps_saved_tensors_on_cpu():
+    torch.manual_seed(0)
+    reference = _frozen(Denoiser(depth=3))
+    denoiser = copy.deepcopy(reference)
+    x = torch.randn(2, 8)
+    install_offloading(Model(denoiser), Config(0.0, activations=True), torch.device("cpu"), mover=Recorder(), force=True)
+    packed = []
+    original = torch.autograd.graph.save_on_cpu.__init__
+
+    def spy(self, pin_memory=False, device_type="cuda"):
+        packed.append(pin_memory)
+        original(self, pin_memory=pin_memory, device_type=device_type)
+
+    torch.autograd.graph.save_on_cpu.__init__ = spy
+    try:
+        loss, grads = _loss_and_grads(denoiser, x)
+    finally:
+        torch.autograd.graph.save_on_cpu.__init__ = original
+    loss_ref, grads_ref = _loss_and_grads(reference, x)
+    assert packed == [False] and torch.allclose(loss, loss_ref, atol=1e-6)
+    assert all(torch.allclose(grads[n], grads_ref[n], atol=1e-6) for n in grads)
+
+
+def test_cpu_train_device_says_there_is_nothing_to_move():
+    denoiser = _frozen(Denoiser(depth=2))
+    done, message = install_offloading(Model(denoiser), Config(0.1), torch.device("cpu"))
+    assert done == [] and "train device is CPU: the layers are in RAM already" in message
+    assert install_offloading(Model(denoiser), Config(0.0), torch.device("cpu")) == ([], None)
+
+
+def test_find_blocks_of_a_tiny_flux_transformer():
+    from diffusers import FluxTransformer2DModel
+
+    model = FluxTransformer2DModel(patch_size=1, in_channels=4, num_layers=2, num_single_layers=3, attention_head_dim=8,
+                                   num_attention_heads=2, joint_attention_dim=16, pooled_projection_dim=16,
+                                   axes_dims_rope=(2, 2, 4))
+    blocks = find_blocks(model)
+    assert blocks == [*model.transformer_blocks, *model.single_transformer_blocks]
+
+    # with diffusers' own checkpointing on too (checkpoints nest): same loss and input gradients
+    model.requires_grad_(False)
+    offloaded = copy.deepcopy(model)
+    offloaded.enable_gradient_checkpointing()
+    offloaded.train()
+    done, _ = install_offloading(Model(offloaded), Config(0.5), torch.device("cpu"), mover=Recorder(), force=True)
+    assert len(done[0].blocks) == 3
+    torch.manual_seed(0)
+    inputs = dict(hidden_states=torch.randn(1, 16, 4), encoder_hidden_states=torch.randn(1, 5, 16),
+                  pooled_projections=torch.randn(1, 16), timestep=torch.tensor([0.5]),
+                  img_ids=torch.zeros(16, 3), txt_ids=torch.zeros(5, 3))
+    results = []
+    for m in (model, offloaded):
+        x = inputs["hidden_states"].clone().requires_grad_(True)
+        loss = m(**{**inputs, "hidden_states": x}).sample.pow(2).mean()
+        loss.backward()
+        results.append((loss.detach(), x.grad))
+    assert torch.allclose(results[0][0], results[1][0], atol=1e-6)
+    assert torch.allclose(results[0][1], results[1][1], atol=1e-6)
+    assert all(b.loads == 2 for b in done[0].blocks)
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    from ot_gradio.data import ensure_demo_dataset
+
+    return ensure_demo_dataset(tmp_path_factory.mktemp("data") / "shapes")
+
+
+def test_qwen_preset_like_lora_run_offloads_through_the_trainer(shapes, tmp_path, monkeypatch):
+    """Like OneTrainer's qwen-LoRA-24GB preset (FLOAT_8 transformer, transformer.offload_fraction
+    0.1) on tiny Flux, through the real trainer. On CPU the trainer installs nothing and says so;
+    the run here forces the install (CPU to CPU, moves recorded) to see the hooks work in training."""
+    from pathlib import Path
+
+    from ot_gradio.config.doctor import errors
+    from ot_gradio.config.io import config_to_dict, load_config
+    from ot_gradio.training import offload
+    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
+
+    presets = Path(__file__).resolve().parents[2] / "presets"
+    config = config_to_dict(load_config(presets / "flux-dev-1-lora.json").config)
+    config.update(base_model_name="tiny:flux", concepts=[{"name": "shapes", "path": str(shapes)}],
+                  output_model_destination=str(tmp_path / "out" / "lora.safetensors"), workspace_dir=str(tmp_path / "ws"),
+                  cache_dir=str(tmp_path / "cache"), train_device="cpu", resolution="64", epochs=1, batch_size=2,
+                  learning_rate_warmup_steps=0, samples=[], sample_after=0)
+    config["transformer"].update(weight_dtype="FLOAT_8", offload_fraction=0.1)
+    config["text_encoder_2"].update(weight_dtype="FLOAT_8")
+    loaded = load_config(config).config
+    assert errors(loaded) == []
+
+    class Collect(Reporter):
+        def __init__(self):
+            self.statuses, self.losses = [], []
+
+        def status(self, state, message=""):
+            self.statuses.append(message)
+
+        def metrics(self, **fields):
+            if "loss" in fields:
+                self.losses.append(fields["loss"])
+
+        def warning(self, message):
+            pass
+
+    real = offload.install_offloading
+    unforced, recorder = [], Recorder()
+
+    def forced(model, cfg, device, **kw):
+        unforced.append(real(model, cfg, device)[1])
+        return real(model, cfg, device, mover=recorder, force=True)
+
+    monkeypatch.setattr(offload, "install_offloading", forced)
+    report = Collect()
+    run = tmp_path / "run"
+    trainer = Trainer(loaded, RunPaths(run / "samples", run / "backup", run / "save", None, []), report)
+    trainer.setup()
+    assert "train device is CPU: the layers are in RAM already" in unforced[0]
+    (part,) = trainer.layer_offload
+    assert part.part == "transformer" and len(part.blocks) == math.ceil(0.1 * part.n_blocks) >= 1
+    assert part.blocks[0].block is offload.find_blocks(trainer.model.transformer)[-1]
+    assert any(e[3].dtype == torch.float8_e4m3fn for e in part.blocks[0].entries)  # FLOAT_8 weights are offloaded
+    assert any(f"{len(part.blocks)} of {part.n_blocks} blocks" in s and "activation checkpointing" in s for s in report.statuses)
+    assert trainer.train() == "done"
+    assert report.losses and all(math.isfinite(x) for x in report.losses)
+    # every training step: a forward and the backward pass's recomputation
+    assert part.blocks[0].loads >= 2 * len(report.losses)
+    assert (tmp_path / "out" / "lora.safetensors").exists()
+
+
+def test_doctor_refuses_offloading_that_cannot_work():
+    from ot_gradio.config.doctor import offload_problems
+    from ot_gradio.config.schema import TrainConfig
+
+    def problems(**changes):
+        config = TrainConfig(model_type="FLUX_DEV_1", training_method=changes.pop("method", "LORA"), **changes)
+        return offload_problems(config)
+
+    assert problems(transformer={"offload_fraction": 0.1}) == []
+    (fine_tune,) = problems(method="FINE_TUNE", transformer={"offload_fraction": 0.1})
+    assert fine_tune.startswith("transformer.offload_fraction:") and "FINE_TUNE" in fine_tune
+    (compiled,) = problems(compile=True, transformer={"activation_offloading": True})
+    assert compiled.startswith("transformer.activation_offloading:") and "compile" in compiled
+    (vae,) = problems(vae={"offload_fraction": 0.5})
+    assert vae.startswith("vae.offload_fraction:")
+
+
+def test_memory_plan_counts_offloaded_weights_in_ram_not_on_the_device():
+    from ot_gradio.training.memory_plan import MemoryPlan
+    from ot_gradio.training.offload import offloaded_bytes
+
+    denoiser = _frozen(Denoiser(depth=4))
+    model = Model(denoiser)
+    done, _ = install_offloading(model, Config(0.5), torch.device("cpu"), mover=Recorder(), force=True)
+    per_block = 8 * 8 * 4 + 8 * 4 + 8 * 4  # linear weight and bias, scale buffer (float32)
+    assert offloaded_bytes(model) == done[0].nbytes == 2 * per_block
+    plan = MemoryPlan("cuda:0", {"transformer": ("float32", 10_000)}, 0, 0, "", 0, offloaded=offloaded_bytes(model))
+    assert plan.weight_bytes == 10_000 - 2 * per_block
+    assert "offloaded to RAM" in plan.breakdown(True)
