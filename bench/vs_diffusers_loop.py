@@ -206,6 +206,7 @@ def reference(model_dir: Path, data_dir: Path, out_dir: Path, epochs: int, batch
 # users run it: gradient checkpointing AUTO (the memory planner decides), the default LoRA layer
 # preset, train data type, optimizer kernels, TensorBoard, backup before save. Sampling: no prompts
 # (the reference samples nothing).
+OURS_SET: list[str] = []
 TASK_KEYS = ("model_type", "training_method", "base_model_name", "train_device", "workspace_dir", "cache_dir",
              "output_model_destination", "output_model_format", "concepts", "resolution", "batch_size", "epochs",
              "learning_rate", "lora_rank", "lora_alpha", "text_encoder", "unet", "samples")
@@ -219,6 +220,9 @@ def our_config_dict(model_dir: Path, data_dir: Path, work: Path, epochs: int) ->
     )
     data = {key: full[key] for key in TASK_KEYS if key in full}
     data["unet"] = {"train": True}  # no gradient_checkpointing: AUTO, our default
+    for item in OURS_SET:  # --ours-set: diagnosis only; the RESULT line then says defaults were changed
+        key, _, value = item.partition("=")
+        data[key] = json.loads(value)
     return data
 
 
@@ -318,6 +322,8 @@ def compare(label: str, model_dir: Path, data_dir: Path, work: Path, args) -> No
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--side", choices=["both", "reference"], default="both")
+    parser.add_argument("--ours-set", action="append", default=[], metavar="KEY=JSON",
+                        help="change one of our settings (diagnosis: the result is then not our defaults')")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--images", type=int, default=24)
@@ -331,6 +337,9 @@ def main() -> int:
     parser.add_argument("--data", type=Path)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    OURS_SET.extend(args.ours_set)
+    if OURS_SET:
+        print(f"NOTE: our settings changed by hand ({', '.join(OURS_SET)}): not the defaults users run", flush=True)
     if args.side == "reference":
         C.setup_torch(args.threads)
         print(json.dumps(reference(args.model, args.data, args.out, args.epochs, 2, 64)))
