@@ -63,7 +63,7 @@ def test_bad_images_are_skipped_with_one_warning_each(tmp_path, write_image, mak
     write_image(folder / "cut2.png", 64, 64)
     data = (folder / "cut2.png").read_bytes()
     (folder / "cut2.png").write_bytes(data[: len(data) - 40])
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING, logger="ot_gradio.data.scan"):  # cli_report quiets ot_gradio.data in-process
         scan = scan_concept(make_concept(folder))
     assert [i.relpath for i in scan.items] == ["good.png"]
     skipped = sorted(s.path.name for s in scan.skipped)
@@ -120,7 +120,7 @@ def test_latin1_caption_falls_back_with_warning(tmp_path, write_image, make_conc
     write_image(folder / "b.png", 16, 16)
     (folder / "a.txt").write_bytes("caf\u00e9 cr\u00e8me".encode("latin-1"))
     (folder / "b.txt").write_bytes("\ufeffna\u00efve".encode())
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING, logger="ot_gradio.data.scan"):  # cli_report quiets ot_gradio.data in-process
         scan = scan_concept(make_concept(folder))
     assert scan.items[0].captions == ("caf\u00e9 cr\u00e8me",)
     assert scan.items[1].captions == ("na\u00efve",)
