@@ -281,6 +281,33 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
 
 def _measure(model: Any, step: Any, batch_size: int, height: int, width: int, modules: list[torch.nn.Module],
              params: list[torch.Tensor], precision: Any, trained_text_parts: frozenset[str]) -> int:
+    captions = ["a photo of a cat, detailed"] * batch_size
+    saved_cache = step.text_cache
+    if not trained_text_parts:
+        # Frozen text encoders run under no_grad before the denoiser and their activations are
+        # freed before its forward, so they cannot add to the step's peak: encode the probe's
+        # captions for real here (language-model encoders, e.g. Qwen3 or Mistral3, cannot run on
+        # meta tensors: transformers' masks call .item()) and give the step those embeddings.
+        with torch.no_grad(), precision.autocast():
+            step.text_cache = _Encoded(model.encode_text(step.text_inputs(captions)))
+    try:
+        return _measure_on_meta(model, step, batch_size, height, width, modules, params, precision, trained_text_parts, captions)
+    finally:
+        step.text_cache = saved_cache
+
+
+class _Encoded:
+    """A stand-in for the text cache in the probe: the embeddings encoded before it."""
+
+    def __init__(self, conditioning: Any) -> None:
+        self.conditioning = conditioning
+
+    def encode(self, texts: Any, encode_fn: Any, device: Any = None) -> Any:  # noqa: ARG002 - the cache's signature
+        return self.conditioning
+
+
+def _measure_on_meta(model: Any, step: Any, batch_size: int, height: int, width: int, modules: list[torch.nn.Module],
+                     params: list[torch.Tensor], precision: Any, trained_text_parts: frozenset[str], captions: list[str]) -> int:
     from ..data.batches import Batch  # noqa: PLC0415
 
     meta = torch.device("meta")
@@ -288,7 +315,7 @@ def _measure(model: Any, step: Any, batch_size: int, height: int, width: int, mo
         pixels = torch.zeros(batch_size, 3, height, width, device=meta)
         with torch.no_grad():
             latents = model.encode_images(pixels).float()
-        batch = Batch(size=(height, width), captions=["a photo of a cat, detailed"] * batch_size,
+        batch = Batch(size=(height, width), captions=captions,
                       loss_weights=torch.ones(batch_size, device=meta), image_paths=[""] * batch_size,
                       latents=latents, original_sizes=[(height, width)] * batch_size,
                       crop_top_lefts=[(0, 0)] * batch_size)
