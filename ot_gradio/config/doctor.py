@@ -204,6 +204,7 @@ def errors(config: TrainConfig) -> list[str]:
         out += flow_matching_conflicts(config)
     out += fill_mask_problems(config)
     out += offload_problems(config)
+    out += inpainting_sample_problems(config)
     return out
 
 
@@ -268,3 +269,31 @@ def fill_mask_problems(config: Any) -> list[str]:
         return ["concepts: no image of the enabled concepts has a '<name>-masklabel.png' mask, so FLUX_FILL_DEV_1 would "
                 "only see blank images to fill; make masks (white = fill) with the Masks tool, or train FLUX_DEV_1."]
     return []
+
+
+def inpainting_sample_problems(config: Any) -> list[str]:
+    """`samples[i].sample_inpainting`: only an inpainting family can inpaint, and it needs both
+    files (white in the mask = repaint)."""
+    info = family_info(config.model_type)
+    out = []
+    for i, sample in enumerate(config.samples or []):
+        if not getattr(sample, "sample_inpainting", False) or not getattr(sample, "enabled", True):
+            continue
+        if info is None or not info.inpainting:
+            out.append(f"samples[{i}].sample_inpainting: {config.model_type.value} is not an inpainting model; turn it off, "
+                       f"or train an inpainting model type.")
+            continue
+        for key in ("base_image_path", "mask_image_path"):
+            value = str(getattr(sample, key, "") or "").strip()
+            if not value:
+                out.append(f"samples[{i}].{key}: empty; an inpainting sample needs a base image and a mask (white = repaint).")
+            elif not _is_file(value):
+                out.append(f"samples[{i}].{key}: file '{value[:300]}' does not exist.")
+    return out
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return Path(path).expanduser().is_file()
+    except (OSError, ValueError):
+        return False

@@ -61,9 +61,9 @@ class SampleConfig(Section):
     text_encoder_4_layer_skip: int = opt(0, "Clip skip 4", "Skip the last N layers of the fourth text encoder.", ge=0, status=PLANNED)
     transformer_attention_mask: bool = opt(False, "Transformer attention mask", "Mask padding tokens in the transformer's attention.", status=PLANNED)
     force_last_timestep: bool = opt(False, "Force last timestep", "Always include the last timestep (for zero terminal SNR models).", status=PLANNED)
-    sample_inpainting: bool = opt(False, "Inpainting sample", "Sample by inpainting a base image inside a mask (inpainting models).", status=PLANNED)
-    base_image_path: str = opt("", "Base image", "Inpainting samples: the image to inpaint.", status=PLANNED)
-    mask_image_path: str = opt("", "Mask image", "Inpainting samples: the mask (white = repaint).", status=PLANNED)
+    sample_inpainting: bool = opt(False, "Inpainting sample", "Inpainting models (SD inpainting, Flux Fill): repaint the base image inside the mask instead of drawing from the prompt alone. Needs both files; refused before the run for other model types.")
+    base_image_path: str = opt("", "Base image", "Inpainting samples: the image to repaint, resized to the sample's width and height.")
+    mask_image_path: str = opt("", "Mask image", "Inpainting samples: the mask, white = repaint, black = keep; resized like the base image.")
 
 
 class EmbeddingConfig(Section):

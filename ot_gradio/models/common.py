@@ -177,3 +177,26 @@ def generation_size(height: int, width: int, step: int) -> tuple[int, int]:
 def exact_size(image, width: int, height: int):
     """The image at exactly the asked size (generated at `generation_size`, resized back if that differs)."""
     return image if image.size == (int(width), int(height)) else image.resize((int(width), int(height)))
+
+
+def inpainting_images(height: int, width: int, image=None, mask=None) -> dict:
+    """The inpainting pipelines' `image`, `mask_image` and `strength` for a sample: the image to
+    inpaint and its mask (white = repaint), as PIL images or file paths, resized to the sample's
+    size; neither = repaint a blank image entirely (text-to-image, as OneTrainer samples
+    inpainting models without a base image)."""
+    from PIL import Image  # noqa: PLC0415
+
+    if (image is None) != (mask is None):
+        raise ValueError("an inpainting sample needs both an image and a mask (white = repaint), or neither")
+    if image is None:
+        return {"image": Image.new("RGB", (width, height)), "mask_image": Image.new("L", (width, height), 255), "strength": 1.0}
+    loaded = []
+    for what, value, mode in (("base image", image, "RGB"), ("mask", mask, "L")):
+        if isinstance(value, (str, os.PathLike)):
+            try:
+                with Image.open(Path(value).expanduser()) as opened:
+                    value = opened.convert(mode)
+            except OSError as err:
+                raise ValueError(f"the sample's {what} {value} cannot be read ({err})") from None
+        loaded.append(value.convert(mode).resize((width, height)))
+    return {"image": loaded[0], "mask_image": loaded[1], "strength": 1.0}

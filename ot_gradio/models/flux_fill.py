@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, module_dtype, plain_state_dict, torch_dtype
+from ot_gradio.models.common import ModelLoadError, base_module, inpainting_images, module_dtype, plain_state_dict, torch_dtype
 from ot_gradio.models.flux import FluxDev1
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd_inpainting import InpaintingMixin
@@ -116,24 +116,9 @@ class FluxFillDev1(FluxDev1):
     # ---------------------------------------------------------------- sampling and saving
 
     def sampling_inputs(self, height: int, width: int, image=None, mask=None) -> dict:
-        """The image to fill and its mask (white = fill), as PIL images or file paths, resized to
-        the sample's size; neither = fill a blank image entirely (text-to-image)."""
-        from PIL import Image
-
-        if (image is None) != (mask is None):
-            raise ValueError("a Flux Fill sample needs both an image and a mask (white = fill), or neither")
-        if image is None:
-            return {"image": Image.new("RGB", (width, height)), "mask_image": Image.new("L", (width, height), 255), "strength": 1.0}
-        loaded = []
-        for what, value, mode in (("image", image, "RGB"), ("mask", mask, "L")):
-            if isinstance(value, (str, os.PathLike)):
-                try:
-                    with Image.open(Path(value).expanduser()) as opened:
-                        value = opened.convert(mode)
-                except OSError as err:
-                    raise ValueError(f"the sample's {what} {value} cannot be read ({err})") from None
-            loaded.append(value.convert(mode).resize((width, height)))
-        return {"image": loaded[0], "mask_image": loaded[1], "strength": 1.0}
+        """The image to fill and its mask (white = fill), resized to the sample's size; neither =
+        fill a blank image entirely (models/common.inpainting_images)."""
+        return inpainting_images(height, width, image, mask)
 
     def sample(self, prompt: str, *args, **kwargs):
         with _encoder_in_own_dtype(self.vae):

@@ -461,8 +461,10 @@ class StableDiffusion15:
         pipe.set_progress_bar_config(disable=True)
         return pipe
 
-    def sampling_inputs(self, height: int, width: int) -> dict:
+    def sampling_inputs(self, height: int, width: int, **inputs) -> dict:
         """Pipeline inputs a family needs besides the prompt (inpainting models: image and mask)."""
+        if inputs:
+            raise ValueError(f"{self.model_type.value} samples from a prompt alone; it takes no {', '.join(sorted(inputs))}")
         return {}
 
     def prompt_inputs(self, prompt: str, negative_prompt: str = "") -> dict:
@@ -484,8 +486,10 @@ class StableDiffusion15:
         seed: int = 0,
         sampler: NoiseScheduler | str = NoiseScheduler.DDIM,
         device: torch.device | str | None = None,
+        **inputs,
     ):
-        """One image (PIL) of exactly `width` x `height`.
+        """One image (PIL) of exactly `width` x `height`. `inputs`: what `sampling_inputs` takes
+        (inpainting models: image and mask).
 
         Runs in eval mode and restores each part's train mode and device afterwards. The size is
         rounded up to the VAE's multiple of 8 and the image resized back if needed.
@@ -501,7 +505,7 @@ class StableDiffusion15:
                 guidance_scale=float(cfg_scale),
                 generator=generator,
                 output_type="pil",
-                **self.sampling_inputs(gen_h, gen_w),
+                **self.sampling_inputs(gen_h, gen_w, **inputs),
             ).images[0]
         return exact_size(image, width, height)
 

@@ -14,8 +14,9 @@ image (4). What training feeds them is what OneTrainer does:
 With latent caching, the masked images' latents are cached beside the image latents (see
 data/batches.py); without it they are encoded each step from the batch's pixels and mask.
 
-Sampling during training is text-to-image through the inpainting pipeline with a blank image
-and a full mask, as OneTrainer's sampler does for inpainting models.
+Samples inpaint a sample's base image inside its mask when `sample_inpainting` is on; otherwise
+they are text-to-image through the inpainting pipeline with a blank image and a full mask, as
+OneTrainer's sampler does for inpainting models.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import os
 import torch
 
 from ot_gradio.config.enums import ModelType
+from ot_gradio.models.common import inpainting_images
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd2 import StableDiffusion2, check_unet_channels, save_tiny_pipeline
 from ot_gradio.models.sd15 import StableDiffusion15
@@ -60,15 +62,9 @@ class InpaintingMixin:
             pipe.set_progress_bar_config(disable=True)
         return pipe
 
-    def sampling_inputs(self, height: int, width: int) -> dict:
-        """Text-to-image with an inpainting model: nothing of the image is kept (full mask)."""
-        from PIL import Image
-
-        return {
-            "image": Image.new("RGB", (int(width), int(height))),
-            "mask_image": Image.new("L", (int(width), int(height)), 255),
-            "strength": 1.0,
-        }
+    def sampling_inputs(self, height: int, width: int, image=None, mask=None) -> dict:
+        """The sample's base image and mask (white = repaint), or text-to-image (full mask)."""
+        return inpainting_images(height, width, image, mask)
 
     # ---------------------------------------------------------------- training inputs
 

@@ -64,10 +64,25 @@ def prompt_entries(params: dict[str, Any]) -> list[dict[str, Any]]:
             "cfg_scale": _number(entry, "cfg_scale", 7.0, float, CFG_RANGE, where),
             "seed": seed,
             "sampler": sampler,
+            **_inpainting_files(entry, where),
         })
     if not entries:
         raise JobError("prompts: give at least one prompt")
     return entries
+
+
+def _inpainting_files(entry: dict[str, Any], where: str) -> dict[str, str]:
+    """An inpainting model's base image and mask (white = repaint), both or neither, checked to
+    be files before any model is loaded."""
+    files = {key: str(entry.get(key) or "").strip() for key in ("base_image_path", "mask_image_path")}
+    if not any(files.values()):
+        return {}
+    for key, value in files.items():
+        if not value:
+            raise JobError(f"{where}.{key}: empty; an inpainting sample needs both base_image_path and mask_image_path")
+        if not Path(value).expanduser().is_file():
+            raise JobError(f"{where}.{key}: file '{value[:300]}' does not exist")
+    return files
 
 
 def resolve_run(run: str, workspace: str | None) -> Path:
@@ -363,7 +378,9 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
         try:
             image = model.sample(prompt=text(entry["prompt"]), negative_prompt=text(entry["negative_prompt"]),
                                  height=entry["height"], width=entry["width"], steps=entry["steps"],
-                                 cfg_scale=entry["cfg_scale"], seed=entry["seed"], sampler=entry["sampler"], device=device)
+                                 cfg_scale=entry["cfg_scale"], seed=entry["seed"], sampler=entry["sampler"], device=device,
+                                 **({"image": entry["base_image_path"], "mask": entry["mask_image_path"]}
+                                    if "base_image_path" in entry else {}))
         except torch.OutOfMemoryError:
             raise JobError(f"prompts[{i}]: out of memory at {entry['width']}x{entry['height']}; "
                            "use a smaller size, FLOAT_16 or the CPU") from None

@@ -61,6 +61,14 @@ class Reporter:
         return set()
 
 
+def sample_images(sample: Any) -> dict[str, str]:
+    """An inpainting sample's base image and mask for the family's `sample` (the doctor checked
+    the family and the files before the run); none for a text-to-image sample."""
+    if not getattr(sample, "sample_inpainting", False):
+        return {}
+    return {"image": sample.base_image_path, "mask": sample.mask_image_path}
+
+
 @dataclass
 class RunPaths:
     samples: Path
@@ -526,6 +534,7 @@ class Trainer:
                 seed=seed,
                 sampler=s.noise_scheduler,
                 device=self.device,
+                **sample_images(s),
             )
             torch.set_rng_state(state)  # sampling must not change the training noise
             c = self.counters

@@ -149,9 +149,17 @@ def test_lora_trains_with_masks_and_loads_into_the_fill_pipeline(tiny_fill, mask
     from ot_gradio.config.io import load_config
 
     config = _fill_config(tiny_fill, masked_shapes, tmp_path)
+    Image.new("RGB", (64, 64), (220, 20, 20)).save(tmp_path / "base.png")
+    _half_mask().save(tmp_path / "mask.png")
+    config["samples"].append({"prompt": "a red circle", "height": 64, "width": 64, "diffusion_steps": 2, "cfg_scale": 30,
+                              "sample_inpainting": True, "base_image_path": str(tmp_path / "base.png"),
+                              "mask_image_path": str(tmp_path / "mask.png")})
     assert errors(load_config(config).config) == []
     run, events = run_until_done(config, tmp_path)
-    assert [e for e in events if e["type"] == "sample"]  # mid-run samples of the Fill model
+    drawn = [e for e in events if e["type"] == "sample"]
+    assert {e["index"] for e in drawn} == {0, 1}  # mid-run samples of the Fill model, one of them inpainting the red image
+    last = {e["index"]: e["path"] for e in drawn}
+    assert Image.open(last[0]).tobytes() != Image.open(last[1]).tobytes()
     # the masked images' latents were cached beside the images' own (4 images, 3 with a mask)
     assert len(list((tmp_path / "cache" / "latents").rglob("*.safetensors"))) == 4 + 3
 

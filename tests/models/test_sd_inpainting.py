@@ -253,3 +253,37 @@ def test_sampling_is_text_to_image_of_the_asked_size(sd15i, sampler):
 def test_sd2_inpainting_samples(inpaint_paths):
     model = StableDiffusion20Inpainting.load(str(inpaint_paths[ModelType.STABLE_DIFFUSION_20_INPAINTING].diffusers_dir), offline=True)
     assert model.sample("a cat", height=48, width=64, steps=2, seed=1).size == (64, 48)
+
+
+def test_samples_inpaint_the_given_image_inside_the_mask(sd15i, tmp_path):
+    """`sample_inpainting`: the base image and the mask reach the inpainting pipeline (resized to
+    the sample's size); without them it is text-to-image from a blank image."""
+    from PIL import Image
+
+    Image.new("RGB", (96, 96), (220, 20, 20)).save(tmp_path / "base.png")
+    mask = Image.new("L", (96, 96), 0)
+    mask.paste(255, (0, 0, 48, 96))
+    mask.save(tmp_path / "mask.png")
+    blank = sd15i.sample("a red circle", height=64, width=64, steps=2, seed=1)
+    painted = sd15i.sample("a red circle", height=64, width=64, steps=2, seed=1,
+                           image=str(tmp_path / "base.png"), mask=str(tmp_path / "mask.png"))
+    assert painted.size == blank.size == (64, 64)
+    assert painted.tobytes() != blank.tobytes()
+    with pytest.raises(ValueError, match="both an image and a mask"):
+        sd15i.sample("a red circle", height=64, width=64, steps=1, image=str(tmp_path / "base.png"))
+    with pytest.raises(ValueError, match="cannot be read"):
+        sd15i.sample("x", height=64, width=64, steps=1, image=str(tmp_path / "nothing.png"), mask=str(tmp_path / "mask.png"))
+
+
+def test_inpainting_samples_are_checked_before_the_run(tmp_path):
+    from ot_gradio.config.doctor import errors
+    from ot_gradio.config.validation import validate
+
+    (tmp_path / "base.png").write_bytes(b"")
+    sample = {"prompt": "x", "sample_inpainting": True, "base_image_path": str(tmp_path / "base.png"),
+              "mask_image_path": str(tmp_path / "missing.png")}
+    inpainting = errors(validate({"model_type": "STABLE_DIFFUSION_15_INPAINTING", "samples": [sample]}))
+    assert [p for p in inpainting if p.startswith("samples[0].")] == [
+        f"samples[0].mask_image_path: file '{tmp_path / 'missing.png'}' does not exist."]
+    plain = errors(validate({"model_type": "STABLE_DIFFUSION_15", "samples": [sample]}))
+    assert any(p.startswith("samples[0].sample_inpainting: STABLE_DIFFUSION_15 is not an inpainting model") for p in plain)
