@@ -1,4 +1,5 @@
-"""The run footer: start / stop / sample / backup / save, and the live view of the run."""
+"""The run monitor: a compact run bar above the tabs (status, step/total, ETA, smoothed loss,
+Start/Stop) and the Run tab (charts with the validation loss, samples, log, control buttons)."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def numeric_frame(columns: dict[str, list], series: list[str] | None = None):
     return frame
 
 
-def loss_frame(state: RunState | None):
+def loss_frame(state: RunState | None, validation: list[tuple[int, float]] | None = None):
     steps: list[float] = []
     values: list[float] = []
     series: list[str] = []
@@ -79,7 +80,34 @@ def loss_frame(state: RunState | None):
             steps += [step, step]
             values += [loss, smooth]
             series += ["loss", "smoothed"]
+    for step, loss in validation or []:  # beside the training loss (issue 19 section 4)
+        steps.append(step)
+        values.append(loss)
+        series.append("validation")
     return numeric_frame({"step": steps, "loss": values}, series)
+
+
+def smoothed_loss(state: RunState | None) -> float | None:
+    smooth = None
+    for _, loss in state.losses if state is not None else []:
+        smooth = loss if smooth is None else 0.9 * smooth + 0.1 * loss
+    return smooth
+
+
+def bar_markdown(state: RunState | None) -> str:
+    """One line for the run bar: status, step/total, ETA, smoothed loss."""
+    if state is None:
+        return "**No run yet**"
+    p = state.progress
+    parts = [f"**{state.status}**"]
+    if p.get("phase") == "training":
+        parts.append(f"step {p.get('global_step', 0)}/{p.get('total_steps', '?')}")
+        if p.get("eta_s") is not None:
+            parts.append(f"ETA {p['eta_s']:.0f} s")
+    smooth = smoothed_loss(state)
+    if smooth is not None:
+        parts.append(f"loss {smooth:.4f} (smoothed)")
+    return " · ".join(parts)
 
 
 def lr_frame(state: RunState | None):
@@ -96,18 +124,31 @@ class Monitor:
         self.supervisor = supervisor
         self.tensorboard = tensorboard or TensorBoard(Path(workspace) / "tensorboard.log")
         self._configs: dict[str, dict[str, Any]] = {}
-        with gr.Row():
-            self.start = gr.Button("Start training", variant="primary", elem_id="start")
-            self.stop = gr.Button("Stop", variant="stop", elem_id="stop")
-            self.sample_now = gr.Button("Sample now", elem_id="sample-now")
-            self.backup_now = gr.Button("Backup now", elem_id="backup-now")
-            self.save_now = gr.Button("Save now", elem_id="save-now")
-        self.problems = gr.Markdown("", elem_id="problems")
+        self._validation: dict[str, tuple[int, list[tuple[int, float]]]] = {}  # run folder -> (cursor, losses)
+
+    def build_bar(self) -> None:
+        """The run bar, above the tabs: seen on every tab without scrolling."""
+        with gr.Group(elem_id="ot-run-bar"):
+            with gr.Row(equal_height=True, elem_classes="ot-run-row"):
+                self.bar = gr.Markdown("**No run yet**", elem_id="run-bar-status", elem_classes="ot-run-text")
+                self.start = gr.Button("Start training", variant="primary", elem_id="start", scale=0, min_width=170)
+                self.stop = gr.Button("Stop", variant="stop", elem_id="stop", scale=0, min_width=90)
+                # runs/queue: "Add to queue" and the queue length go into this row (elem_id ot-run-bar-extra)
+                self.bar_extra = gr.Row(elem_id="ot-run-bar-extra", elem_classes="ot-run-extra", scale=0)
+            self.progress = gr.HTML("", elem_id="run-progress")
+            self.problems = gr.Markdown("", elem_id="problems")
+
+    def build_run_tab(self) -> None:
+        """The Run tab: the run's status, charts, samples, log and its control buttons."""
+        with gr.Row(elem_classes="ot-wrap"):
+            self.sample_now = gr.Button("Sample now", elem_id="sample-now", min_width=100)
+            self.backup_now = gr.Button("Backup now", elem_id="backup-now", min_width=100)
+            self.save_now = gr.Button("Save now", elem_id="save-now", min_width=100)
         self.status = gr.Markdown("No run yet.", elem_id="run-status")
-        self.progress = gr.HTML("", elem_id="run-progress")
-        with gr.Row():
-            self.loss_plot = gr.LinePlot(x="step", y="loss", color="series", title="Loss", height=240, elem_id="loss-plot")
-            self.lr_plot = gr.LinePlot(x="step", y="lr", title="Learning rate", height=240, elem_id="lr-run-plot")
+        with gr.Row(elem_classes="ot-wrap"):
+            self.loss_plot = gr.LinePlot(x="step", y="loss", color="series", title="Loss (training, smoothed, validation)",
+                                         height=240, min_width=300, elem_id="loss-plot")
+            self.lr_plot = gr.LinePlot(x="step", y="lr", title="Learning rate", height=240, min_width=300, elem_id="lr-run-plot")
         # Samples at their own size in a grid, newest first, with step and prompt (a gr.Gallery
         # stretched a single 64 px sample over the whole width, blurred).
         self.gallery = gr.HTML("", label="Samples (newest first)", elem_id="sample-gallery")
@@ -116,6 +157,19 @@ class Monitor:
         self.timer = gr.Timer(1.0)
         self.run_id = gr.State("")
         self.shown = gr.State("")  # what the charts and samples show now (see poll)
+
+    def validation_losses(self, run: RunDir) -> list[tuple[int, float]]:
+        """The run's 'validation' events, read on from where the last poll stopped."""
+        key = str(run.path)
+        cursor, losses = self._validation.get(key, (0, []))
+        try:
+            events, cursor = run.read_events(cursor)
+        except (OSError, ValueError):
+            events = []
+        losses = losses + [(int(e.get("global_step", 0)), float(e["loss"])) for e in events
+                           if e.get("type") == "validation" and isinstance(e.get("loss"), (int, float))]
+        self._validation[key] = (cursor, losses)
+        return losses
 
     def run_dir(self, run_id: str) -> RunDir:
         """The page keeps a run's folder path (runs may live in the config's workspace)."""
@@ -137,19 +191,21 @@ class Monitor:
         tick that is skipped or arrives late loses nothing."""
         if run_id == REFUSED and not self.supervisor.active_runs():  # no earlier run's numbers under the problems
             return (run_id, "Nothing started: fix the problems above and press Start again.", "", loss_frame(None), lr_frame(None), [],
-                    self.tensorboard.status_markdown(), "")
+                    self.tensorboard.status_markdown(), "", "**Nothing started**: fix the problems listed here")
         if not run_id or run_id == REFUSED:
             active = self.supervisor.active_runs()
             runs = active or self.supervisor.runs()
             if not runs:
-                return run_id, "No run yet.", "", loss_frame(None), lr_frame(None), [], self.tensorboard.status_markdown(), ""
+                return (run_id, "No run yet.", "", loss_frame(None), lr_frame(None), [], self.tensorboard.status_markdown(), "",
+                        bar_markdown(None))
             run_id = str(runs[-1].path)  # reattach after a reload or an app restart
         self.supervisor.check_stop_timeouts()
         run = self.run_dir(run_id)
         state = self.supervisor.state(run)
         link = self.tensorboard.sync(self.run_config(run), run.path, state.alive)
         gallery = [(s["path"], f"step {s.get('step')}: {s.get('prompt', '')}") for s in reversed(state.samples[-24:])]
-        return run_id, status_markdown(state), progress_html(state), loss_frame(state), lr_frame(state), gallery, link, state.log_tail
+        return (run_id, status_markdown(state), progress_html(state), loss_frame(state, self.validation_losses(run)), lr_frame(state),
+                gallery, link, state.log_tail, bar_markdown(state))
 
     def poll(self, run_id: str, shown: str) -> tuple[Any, ...]:
         """The timer's render: charts and samples are sent only when they changed. Sent every
@@ -179,7 +235,7 @@ class Monitor:
 
     @property
     def outputs(self) -> list:
-        return [self.run_id, self.status, self.progress, self.loss_plot, self.lr_plot, self.gallery, self.tensorboard_link, self.log]
+        return [self.run_id, self.status, self.progress, self.loss_plot, self.lr_plot, self.gallery, self.tensorboard_link, self.log, self.bar]
 
     def wire(self) -> None:
         self.timer.tick(self.poll, [self.run_id, self.shown], [*self.outputs, self.shown], show_progress="hidden")

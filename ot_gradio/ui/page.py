@@ -1,4 +1,4 @@
-"""The page: top bar, OneTrainer's tabs built from the config schema, and the run footer.
+"""The page: top bar, the run bar, OneTrainer's tabs built from the config schema, and the Run tab.
 
 Gradio only: no torch, diffusers or trainer imports. Handlers take and return whole config
 dicts (kept in a gr.State and in the workspace, so a reload loses nothing); training runs in a
@@ -7,6 +7,7 @@ directly with the values the page would send."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -26,15 +27,19 @@ from ..config.optimizer import optimizer_keys
 from ..config.presets import list_presets
 from ..config.schema import TrainConfig
 from ..runner.jobs import JobSupervisor
+from ..runner.queue import RunQueue, SupervisorBackend  # runs/queue
 from ..runner.startcheck import start_problems
 from ..runner.supervisor import Supervisor
+from .api import API_NAMES, QueueApi, register_api  # runs/queue
 from .browser import BrowserPanel
 from .concepts import ConceptsTab
 from .form import Field, build_fields, config_from_values, make_component, schema_fields, values_from_config
 from .guide import TABS_ID, build_guide
+from .layout import group_paths
 from .monitor import REFUSED, Monitor
 from .paths import PathRefused, allowed_roots
 from .paths import check as confine
+from .queue_panel import QueuePanel  # runs/queue
 from .samples import SamplesTab, to_rows
 from .state import load_ui_config, preset_config, save_ui_config
 from .tensorboard import TensorBoard, settings
@@ -46,7 +51,19 @@ TOP_FIELDS = ("model_type", "training_method")
 TABS = (("General", "general"), ("Model", "model"), ("Data", "data"), ("Training", "training"), ("Sampling", "sampling"),
         ("Backup", "backup"), ("LoRA", "lora"), ("Embedding", "embedding"))
 DENOISERS = {info.denoiser for info in FAMILIES.values()}  # their accordions start open
-CSS = ".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1;height:1em}"
+CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1;height:1em}"
+       # fields in 2-3 columns on wide screens, one on a phone (a grid item is at least 270 px wide)
+       ".ot-grid{display:grid!important;grid-template-columns:repeat(auto-fill,minmax(min(100%,270px),1fr));gap:var(--layout-gap);"
+       "align-items:start}.ot-grid>*{min-width:0!important}"
+       ".ot-cols{display:block!important;columns:300px;column-gap:var(--layout-gap)}"
+       ".ot-cols>*{break-inside:avoid;margin-bottom:var(--layout-gap)!important;width:100%}"
+       ".ot-grid>.form{display:contents!important}"  # gradio wraps runs of fields in one .form: its fields are the grid's items
+       # the run bar stays in view on every tab
+       "#ot-run-bar{position:sticky;top:0;z-index:50}.ot-run-row{flex-wrap:wrap!important;align-items:center}"
+       ".ot-run-text{flex:1 1 240px!important;min-width:0!important}.ot-wrap{flex-wrap:wrap!important}"
+       "#ot-run-bar-extra:empty{display:none}"
+       "@media (max-width:600px){.gradio-container{padding:4px!important}#sample-gallery img{max-width:100%;height:auto}}"
+       "body{overflow-x:clip}.gradio-container{overflow:visible!important}")  # clip, not hidden: a scroll box stops the bar sticking
 
 
 def part_label(part: str) -> str:
@@ -102,6 +119,7 @@ class Page:
         self.jobs = JobSupervisor(self.workspace)
         self.tensorboard = TensorBoard(self.workspace / "tensorboard.log")
         self._start_lock = threading.Lock()
+        self.queue = RunQueue(self.workspace, SupervisorBackend(self.supervisor, self.workspace, self._start_lock, self._prepare_start))  # runs/queue
         initial = load_ui_config(self.workspace)
         self.supervisor.watch(initial.get("workspace_dir") or self.workspace)
         self.fields: dict[str, Field] = {}
@@ -115,6 +133,9 @@ class Page:
         # (the hub token among them) in the browser's run history.
         for fn in self.blocks.fns.values():
             fn.api_visibility = "private"
+            if fn.api_name in API_NAMES:  # runs/queue: the documented HTTP API stays public (behind the guard)
+                fn.api_visibility = "public"  # runs/queue
+        self.queue.start_thread()  # runs/queue: waiting entries continue after an app restart
         on, port, host, always = settings(initial)
         if on and always:  # 'always on': from the start, on every run of the workspace
             self.tensorboard.ensure(Path(initial.get("workspace_dir") or self.workspace) / "runs", port, host)
@@ -123,6 +144,10 @@ class Page:
     def _build(self, initial: dict[str, Any]) -> None:
         fields = self.fields
         self.config_state = gr.State(initial)
+        self.monitor = Monitor(self.workspace, self.supervisor, self.tensorboard)
+        self.monitor.build_bar()  # first on the page: in view on every tab and on a phone, sticky when scrolling
+        self.queue_panel = QueuePanel(self.queue, self._config_of, validate)  # runs/queue
+        self.queue_panel.build(self.monitor.bar_extra)  # runs/queue
         gr.Markdown("# ot_gradio\nTrain LoRAs of diffusion models in the browser. Every field has a tooltip under its label.")
         with gr.Row():
             for path in TOP_FIELDS:
@@ -146,27 +171,44 @@ class Page:
                     self.tab_handles[tab] = handle
                     by_path = {f.path: f for f in schema_fields(tab=tab) if f.path not in TOP_FIELDS}
                     infos = [by_path[p] for p in tab_order(tab, list(by_path))]
-                    fields.update(build_fields([f for f in infos if not part_of(f.path) and not f.path.startswith("optimizer.")]))
-                    if tab == "model":
-                        self.memory = gr.Markdown(memory_markdown(initial), elem_id="memory-table")
-                    if tab == "training":
-                        self.lr_plot = gr.LinePlot(lr_frame(initial), x="step", y="lr", title="Learning rate over the run", height=220, elem_id="lr-plot")
-                        with gr.Accordion("Optimizer", open=True):
-                            fields.update(build_fields([f for f in infos if f.path.startswith("optimizer.")]))
-                            self.load_defaults = gr.Button("Load defaults", elem_id="optimizer-defaults")
-                    for part in model_parts():
-                        part_infos = [f for f in infos if part_of(f.path) == part and part_field_shown(f.path)]
-                        if part_infos:
-                            with gr.Accordion(part_label(part), open=part in DENOISERS, visible=part in shown, elem_id=f"part-{part}") as acc:
-                                fields.update(build_fields(part_infos))
-                            self.part_groups[acc] = part
+                    # the Training tab's groups flow in 4 columns at 1600 px like OneTrainer's (CSS columns), one on a phone
+                    with gr.Column(elem_classes="ot-cols" if tab == "training" else None):
+                        plain = {f.path: f for f in infos if not part_of(f.path) and not f.path.startswith("optimizer.")}
+                        for title, paths in group_paths(tab, list(plain)):  # titled groups, 2-3 columns wide (ui/layout.py)
+                            with gr.Accordion(title, open=True, elem_classes="ot-group") if title else contextlib.nullcontext():
+                                with gr.Column(elem_classes="ot-grid"):
+                                    fields.update(build_fields([plain[p] for p in paths]))
+                        if tab == "model":
+                            self.memory = gr.Markdown(memory_markdown(initial), elem_id="memory-table")
+                        if tab == "training":
+                            self.lr_plot = gr.LinePlot(lr_frame(initial), x="step", y="lr", title="Learning rate over the run", height=220, elem_id="lr-plot")
+                            with gr.Accordion("Optimizer", open=True):
+                                with gr.Column(elem_classes="ot-grid"):
+                                    fields.update(build_fields([f for f in infos if f.path.startswith("optimizer.")]))
+                                self.load_defaults = gr.Button("Load defaults", elem_id="optimizer-defaults")
+                        for part in model_parts():
+                            part_infos = [f for f in infos if part_of(f.path) == part and part_field_shown(f.path)]
+                            if part_infos:
+                                with gr.Accordion(part_label(part), open=part in DENOISERS, visible=part in shown, elem_id=f"part-{part}") as acc:
+                                    with gr.Column(elem_classes="ot-grid"):
+                                        fields.update(build_fields(part_infos))
+                                self.part_groups[acc] = part
                     if tab == "sampling":
                         self.samples = SamplesTab()
             with gr.Tab("Concepts", id="concepts", elem_id="tab-concepts"):
                 self.concepts = ConceptsTab()
+            with gr.Tab("Run", id="run", elem_id="tab-run"):
+                self.monitor.build_run_tab()
+                self.queue_panel.build_table()  # runs/queue
             with gr.Tab("Tools", id="tools", elem_id="tab-tools") as tools_tab:
                 build_tools(ToolsContext(self.workspace, self.jobs, self.config_state, self.roots, initial), tools_tab)
-        self.monitor = Monitor(self.workspace, self.supervisor, self.tensorboard)
+            with gr.Tab("Runs", id="runs", elem_id="tab-runs") as runs_tab:  # runs/queue: run history and comparison (issue 19 §2)
+                from .runs_tab import build_runs_tab  # noqa: PLC0415  runs/queue
+                self.runs_tab = build_runs_tab(  # runs/queue: "Load this config" does what Load does, for a listed run's config
+                    lambda: load_ui_config(self.workspace).get("workspace_dir") or self.workspace,
+                    lambda path: [self.autosave(c := self.read_any(path)), self.populate(c)][1],
+                    [self.config_state, *(f.component for f in self.fields.values()), self.samples.table, self.lr_plot, self.memory,
+                     *self.part_groups, *self.tab_handles.values(), *self.concepts.outputs], runs_tab)  # runs/queue
         self.browser = BrowserPanel()
         self.components = {f.component for f in fields.values()}
         self.opt_fields = {p: f for p, f in fields.items() if p.startswith("optimizer.") and p != "optimizer.optimizer"}
@@ -205,6 +247,8 @@ class Page:
         self.monitor.wire()
         start_inputs = {self.config_state, self.monitor.run_id, *self.components, *self.concepts.outputs}
         self.monitor.start.click(self.on_start, start_inputs, [self.monitor.run_id, self.monitor.problems])
+        self.queue_panel.wire(start_inputs)  # runs/queue
+        register_api(QueueApi(self.queue, self.supervisor, validate))  # runs/queue
         self.blocks.load(self.on_page_load, None, self.all_outputs)
 
     # --- helpers --------------------------------------------------------------------------------
@@ -361,6 +405,14 @@ class Page:
         out = self.workspace / "exports" / "config.json"
         atomic_write_json(out, config, indent=2)
         return str(out)
+
+    def _config_of(self, values: dict) -> dict:  # runs/queue: the config Start would use
+        return self.concepts.apply(config_from_values(self.fields, values, values[self.config_state]), values)  # runs/queue
+
+    def _prepare_start(self, valid: dict) -> None:  # runs/queue: what Start does before starting
+        from ..data.demo import ensure_demo_concepts  # noqa: PLC0415  runs/queue
+
+        ensure_demo_concepts(load_config(copy.deepcopy(valid)).config)  # runs/queue
 
     def on_start(self, values: dict) -> dict:
         """Builds the config from what the form shows right now (an edit still in flight

@@ -56,11 +56,12 @@ def test_demo_lora_from_the_page(app, browser_page):
     page.wait_for_timeout(1000)
 
     page.locator("#start").click()
+    open_tab(page, "Run")  # status, charts and samples are on the Run tab (issue 19)
     wait_text(page, "#run-status", r"training", timeout=180)
     wait_text(page, "#run-progress", r"step \d+/\d+")
     page.locator("#loss-plot canvas, #loss-plot svg").first.wait_for(timeout=60_000)
 
-    # TensorBoard runs on the run's logs, on the port set in the page, linked in the footer
+    # TensorBoard runs on the run's logs, on the port set in the page, linked on the Run tab
     wait_text(page, "#tensorboard-link", rf"127\.0\.0\.1:{tb_port}", timeout=60)
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -79,6 +80,7 @@ def test_demo_lora_from_the_page(app, browser_page):
 
     # reload mid-run: the page reattaches to the running training
     page.reload()
+    open_tab(page, "Run")
     wait_text(page, "#run-status", r"training|sampling", timeout=60)
     wait_text(page, "#run-progress", r"step \d+/\d+")
 

@@ -30,6 +30,7 @@ def type_into(page, elem_id, text):
 
 
 def open_tab(page, name):
+    page.keyboard.press("Escape")  # a dropdown the last Tab focused is open and may cover the tab bar (fields sit in a grid)
     page.get_by_role("tab", name=name, exact=True).click()
 
 
@@ -125,6 +126,7 @@ def test_live_run_in_the_workspace_with_a_chart_that_draws(module_app, module_pa
     wait_for(lambda: ui_config(module_app).get("epochs") == 2 and ui_config(module_app).get("sample_after") == 1, "the edits to be saved")
 
     page.locator("#start").click()
+    open_tab(page, "Run")  # the charts, samples and status live on the Run tab (issue 19)
     wait_for(lambda: sum(line_points(page, "loss-plot")) >= 4, "the loss chart to draw two lines of two points", timeout=600)
     x_axis, y_axis = axis_labels(page, "loss-plot")
     assert "X-axis titled 'step' for a linear scale" in x_axis, x_axis
@@ -156,6 +158,7 @@ def test_refused_start_names_every_field_and_shows_no_old_run(module_app, module
     nameless toast; the previous run's numbers are not left under the problems."""
     page = module_page
     page.goto(module_app["url"])
+    open_tab(page, "Run")
     wait_for(lambda: re.search(r"stopped|done", page.locator("#run-status").inner_text()), "the previous run to be shown")
     open_tab(page, "Training")
     type_into(page, "f-batch_size", "0")
@@ -167,7 +170,9 @@ def test_refused_start_names_every_field_and_shows_no_old_run(module_app, module
     problems = page.locator("#problems").inner_text()
     assert "batch_size: must be >= 1" in problems and "no-such-folder" in problems, problems
     assert "minimum value" not in toasts(page)
-    wait_for(lambda: "Nothing started" in page.locator("#run-status").inner_text(), "the footer to say nothing started")
+    wait_for(lambda: "Nothing started" in page.locator("#run-bar-status").inner_text(), "the run bar to say nothing started")
+    open_tab(page, "Run")
+    wait_for(lambda: "Nothing started" in page.locator("#run-status").inner_text(), "the Run tab to say nothing started")
     status = page.locator("#run-status").inner_text()
     assert not re.search(r"stopped|loss \d", status), status
     assert sum(line_points(page, "loss-plot")) == 0

@@ -138,7 +138,7 @@ def test_the_poll_returns_everything_so_a_skipped_tick_loses_nothing(page):
     writer.emit("sample", path=str(run.samples / "a.png"), prompt="a cat", step=30)
     writer.status("done")
     writer.close()
-    run_id, status, progress, losses, lrs, gallery, _link, _log = page.monitor.render(str(run.path))
+    run_id, status, progress, losses, lrs, gallery, _link, _log, _bar = page.monitor.render(str(run.path))
     assert list(losses["step"][losses["series"] == "loss"]) == list(range(1, 31))
     assert len(lrs) == 30 and "step 30/60" in progress and status.startswith("**done**")
     assert gallery[0][1].startswith("step 30")

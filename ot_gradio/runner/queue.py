@@ -1,0 +1,191 @@
+"""A queue of configs that start one after another (issue 19, runs/queue).
+
+Stored in ``<workspace>/queue.json`` (written atomically). The runner thread starts the next
+waiting entry only when the supervisor has no active run, so two runs never overlap; a failed
+run is marked and the next entry starts. Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Protocol
+
+STATES = ("waiting", "running", "done", "failed")
+
+
+class Busy(RuntimeError):
+    """A run started elsewhere in the meantime: the entry waits for the next pass."""
+
+
+class QueueBackend(Protocol):
+    """What the queue needs from the supervisor (a fake one in tests)."""
+
+    def busy(self) -> bool: ...
+
+    def start(self, config: dict[str, Any]) -> str: ...  # returns the run folder
+
+    def outcome(self, run_dir: str) -> str | None: ...  # None while running, else "done"/"failed"
+
+
+class SupervisorBackend:
+    """Adapter over ot_gradio.runner.supervisor.Supervisor, using the same start call as the page."""
+
+    def __init__(self, supervisor: Any, workspace: str | Path, lock: Any = None, prepare: Any = None):
+        self.supervisor = supervisor
+        self.workspace = workspace
+        self.lock = lock or threading.Lock()  # the page's start lock: a click and the queue never both start
+        self.prepare = prepare  # what Start does before starting (e.g. writing the demo's images)
+
+    def busy(self) -> bool:
+        return bool(self.supervisor.active_runs())
+
+    def start(self, config: dict[str, Any]) -> str:
+        with self.lock:
+            if self.supervisor.active_runs():
+                raise Busy("a run is already active")
+            if self.prepare is not None:
+                self.prepare(config)
+            run = self.supervisor.start(config, workspace=config.get("workspace_dir") or self.workspace)
+        return str(run.path)
+
+    def outcome(self, run_dir: str) -> str | None:
+        from .rundir import RunDir  # noqa: PLC0415
+
+        state = self.supervisor.state(RunDir(Path(run_dir)))
+        if state.alive and not state.finished:
+            return None
+        return "done" if state.status == "done" else "failed"
+
+
+class RunQueue:
+    def __init__(self, workspace: str | Path, backend: QueueBackend, poll_seconds: float = 2.0):
+        self.path = Path(workspace) / "queue.json"
+        self.backend = backend
+        self.poll_seconds = poll_seconds
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.entries: list[dict[str, Any]] = self._load()
+        changed = False
+        for entry in self.entries:
+            if entry.get("state") == "running":
+                entry["state"] = "failed"
+                entry["note"] = "the app stopped while this run was running"
+                changed = True
+        if changed:
+            self._save()
+
+    # --- storage ---------------------------------------------------------------------------
+    def _load(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        return [e for e in data.get("entries", []) if isinstance(e, dict) and e.get("state") in STATES]
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".queue.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps({"entries": self.entries}, indent=1), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    # --- editing ---------------------------------------------------------------------------
+    def add(self, config: dict[str, Any], name: str = "") -> str:
+        with self._lock:
+            entry = {
+                "id": uuid.uuid4().hex[:8],
+                "name": name or str(config.get("name") or Path(str(config.get("output_model_destination") or "run")).name),
+                "config": config,
+                "state": "waiting",
+                "added": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "run_dir": "",
+            }
+            self.entries.append(entry)
+            self._save()
+        self._wake.set()
+        return entry["id"]
+
+    def _index(self, entry_id: str) -> int:
+        for i, entry in enumerate(self.entries):
+            if entry["id"] == entry_id:
+                return i
+        raise KeyError(f"no queue entry with id {entry_id!r}")
+
+    def remove(self, entry_id: str) -> None:
+        with self._lock:
+            i = self._index(entry_id)
+            if self.entries[i]["state"] == "running":
+                raise ValueError("this entry is running: stop the run first")
+            del self.entries[i]
+            self._save()
+
+    def move(self, entry_id: str, offset: int) -> None:
+        with self._lock:
+            i = self._index(entry_id)
+            j = max(0, min(len(self.entries) - 1, i + offset))
+            self.entries.insert(j, self.entries.pop(i))
+            self._save()
+
+    def list(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(e) for e in self.entries]
+
+    def waiting(self) -> int:
+        with self._lock:
+            return sum(1 for e in self.entries if e["state"] == "waiting")
+
+    # --- running ---------------------------------------------------------------------------
+    def step(self) -> None:
+        """One pass: finish the running entry if its run ended, then start the next if idle."""
+        with self._lock:
+            for entry in self.entries:
+                if entry["state"] == "running":
+                    result = self.backend.outcome(entry["run_dir"])
+                    if result is None:
+                        return
+                    entry["state"] = "done" if result == "done" else "failed"
+                    self._save()
+            if self.backend.busy():
+                return  # a run started from the page: wait for it
+            for entry in self.entries:
+                if entry["state"] == "waiting":
+                    try:
+                        entry["run_dir"] = self.backend.start(entry["config"])
+                        entry["state"] = "running"
+                    except Busy:
+                        return
+                    except Exception as exc:  # noqa: BLE001 - a bad entry must not stop the queue
+                        entry["state"] = "failed"
+                        entry["note"] = f"could not start: {exc}"
+                    self._save()
+                    return
+
+    def start_thread(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="run-queue", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stopping:
+            try:
+                self.step()
+            except Exception:  # noqa: BLE001 - keep the runner alive; the next pass retries
+                pass
+            self._wake.wait(self.poll_seconds)
+            self._wake.clear()
+

@@ -1,0 +1,34 @@
+"""How a tab's plain fields are grouped on the page: titled groups (OneTrainer's grouping of the
+Training tab), each laid out by the page's CSS grid (`.ot-grid`) in 2-3 columns on a wide screen
+and one on a phone. Gradio-free and torch-free, so it is tested on its own."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# (title, path prefixes) in the order shown; a field goes to the first group whose prefix it has
+GROUPS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "training": (
+        ("Schedule and batches", ("learning_rate", "custom_learning_rate_scheduler", "scheduler_params", "epochs", "batch_size",
+                                  "gradient_accumulation_steps", "clip_grad_norm", "ema")),
+        ("Precision and speed", ("train_dtype", "enable_autocast_cache", "resolution", "attention_mechanism")),
+        ("Loss", ("mse_strength", "mae_strength", "log_cosh_strength", "huber_", "vb_loss_strength", "loss_weight_")),
+        ("Noise and timesteps", ("offset_noise_weight", "generalized_offset_noise", "perturbation_noise_weight",
+                                 "rescale_noise_scheduler", "force_v_prediction", "force_epsilon_prediction", "min_noising_strength",
+                                 "max_noising_strength", "timestep_", "noising_", "dynamic_timestep_shifting")),
+        ("Masked training", ("masked_training", "unmasked_", "normalize_masked_area_loss")),
+    ),
+}
+
+
+def group_paths(tab: str, paths: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """[(title, paths)] for `paths` of `tab`, in their order within each group; fields no group
+    names come first under "" (untitled). Every path is in exactly one group."""
+    groups = GROUPS.get(tab, ())
+    out: dict[str, list[str]] = {"": []}
+    for title, _ in groups:
+        out[title] = []
+    for path in paths:
+        title = next((t for t, prefixes in groups if any(path.startswith(p) for p in prefixes)), "")
+        out[title].append(path)
+    return [(title, items) for title, items in out.items() if items]
