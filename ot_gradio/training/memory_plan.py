@@ -22,6 +22,8 @@ reserved). `free_memory` is the one place that reads it; tests replace it.
 
 from __future__ import annotations
 
+import functools
+import types
 import weakref
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -269,7 +271,10 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
     params = [p for p in trained if p.requires_grad]
     modules = list(model.parts.values())
     # schedulers keep tensors moved to the device of the last call (diffusers' add_noise): restored after
+    # and so do helper objects inside the models (Z-Image's rope embedder caches `freqs_cis` moved
+    # to the device of its input): every plain object held by a module is restored too
     schedulers = [s for s in (getattr(model, "noise_scheduler", None),) if s is not None]
+    schedulers += _helper_objects(modules)
     saved = [dict(vars(s)) for s in schedulers]
     try:
         return _measure(model, step, batch_size, height, width, modules, params, precision, trained_text_parts)
@@ -277,6 +282,21 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
         for s, state in zip(schedulers, saved, strict=True):
             vars(s).clear()
             vars(s).update(state)
+
+
+def _helper_objects(modules: list[torch.nn.Module]) -> list[Any]:
+    """Plain (non-module, non-tensor) objects with attributes held by the modules' submodules."""
+    seen: set[int] = set()
+    out = []
+    for module in modules:
+        for sub in module.modules():
+            for value in vars(sub).values():
+                skip = (torch.nn.Module, torch.Tensor, type, types.FunctionType, types.MethodType, functools.partial)
+                if (isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, skip)
+                        and id(value) not in seen):
+                    seen.add(id(value))
+                    out.append(value)
+    return out
 
 
 def _measure(model: Any, step: Any, batch_size: int, height: int, width: int, modules: list[torch.nn.Module],
