@@ -72,6 +72,11 @@ PARAMS: dict[str, dict[str, int]] = {
     # transformer of 5 + 20 blocks of 24 x 128 without guidance, 3,875,544,576, and Qwen3-4B
     # (4,022,468,096) as its text encoder; Klein 9B is larger (Qwen3-8B).
     "FLUX_2": {"transformer": 32_223_281_152, "text_encoder": 24_011_361_280, "vae": 84_046_115},
+    # Qwen-Image (Qwen/Qwen-Image: QwenImageTransformer2DModel's defaults, 60 blocks of 24 x 128),
+    # Qwen2.5-VL-7B-Instruct as Qwen2_5_VLForConditionalGeneration (28 layers of 3584, untied
+    # lm_head of 545 M and the 677 M vision tower, neither run for prompts) and
+    # AutoencoderKLQwenImage's defaults (16 latent channels).
+    "QWEN": {"transformer": 20_430_401_088, "text_encoder": 8_292_166_656, "vae": 126_892_531},
     # Sana 1600M 1024px: SanaTransformer2DModel's defaults (20 blocks of 2240, the published
     # transformer/config.json), Gemma 2 2B (google/gemma-2-2b-it's config, as Gemma2Model) and
     # the DC-AE f32c32 of mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers.

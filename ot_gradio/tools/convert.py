@@ -246,14 +246,22 @@ def _lora_dtype(parts: Mapping[str, Mapping[str, torch.Tensor]]) -> torch.dtype:
     return found.most_common(1)[0][0] if found else torch.float32
 
 
-def _read_lora(path: str, field: str, module_names: Mapping[str, Mapping[str, str]]):
+def _denoiser(family: type) -> str:
+    """The part `lora_unet_` layers belong to (config/families.py's denoiser of the model type)."""
+    from ot_gradio.config.families import family_info
+
+    info = family_info(family.model_type)
+    return info.denoiser if info else "unet"
+
+
+def _read_lora(path: str, field: str, module_names: Mapping[str, Mapping[str, str]], denoiser: str = "unet"):
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     from ot_gradio.training.lora_format import load_lora_file, read_lora_metadata
 
     try:
-        lora = load_lora_file(path, module_names)
+        lora = load_lora_file(path, module_names, denoiser)
         metadata = read_lora_metadata(path)
         extra = {k: v for k, v in load_file(path).items() if k.startswith("bundle_emb.")}
     except (ValueError, SafetensorError, OSError) as err:
@@ -276,7 +284,7 @@ def convert_lora(params: dict[str, Any], job: Job) -> dict[str, Any]:
         raise JobError(f"output: a LoRA file must end in .safetensors, got '{out.name}'")
     job.progress(0, 2, f"reading {Path(source).name}")
     names = _module_names(family, params)
-    lora, metadata, extra = _read_lora(source, "input", names)
+    lora, metadata, extra = _read_lora(source, "input", names, _denoiser(family))
     job.check()
     version = _base_model_version(family, metadata)
     if "ss_base_model_version" in metadata and metadata["ss_base_model_version"].startswith("sdxl") != version.startswith("sdxl"):
@@ -396,7 +404,7 @@ def merge_lora(params: dict[str, Any], job: Job) -> dict[str, Any]:
     model = _load_model(family, params, "base", base)
     job.check()
     names = model.lora_module_names() if hasattr(model, "lora_module_names") else {}
-    lora, _, _ = _read_lora(lora_path, "lora", names)
+    lora, _, _ = _read_lora(lora_path, "lora", names, model.denoiser)
     job.progress(1, 3, f"merging at weight {weight:g}")
     matched, total = merge_into(model, lora.parts, lora.rank, lora.alpha, weight)
     if matched != total:

@@ -162,7 +162,7 @@ def apply_lora(model: Any, path: str, weight: float) -> tuple[int, int]:
     if not file.is_file():
         raise JobError(f"lora: '{path}' does not exist; give a LoRA .safetensors file")
     try:
-        loaded = load_lora_file(file, module_names=kohya_module_names(model))
+        loaded = load_lora_file(file, module_names=kohya_module_names(model), denoiser=model.denoiser)
         kind, dora = describe(loaded.parts)
     except ValueError as err:
         raise JobError(f"lora: {file} cannot be read as a LoRA ({err})") from None

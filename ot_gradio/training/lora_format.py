@@ -64,6 +64,8 @@ _KOHYA_READ_PREFIX = {
 }
 # Würstchen 2 / Stable Cascade: `lora_prior_unet_` and `lora_prior_te_`, as OneTrainer writes and ComfyUI reads them.
 _PRIOR_VERSIONS = ("wuerstchen", "stable_cascade")
+# Qwen-Image's transformer is written `lora_unet_` (ComfyUI's generic rule and diffusers' Qwen converter read that)
+_TRANSFORMER_AS_UNET_VERSIONS = ("qwen_image",)
 _TEXT_PARTS = ("text_encoder", "text_encoder_2", "text_encoder_3")
 # text-encoder paths not put under `text_model.` (T5's `encoder.block.N...` never had that wrapper)
 _OUTSIDE_TEXT_MODEL = ("text_model.", "text_projection", "encoder.block.")
@@ -110,6 +112,8 @@ def kohya_prefixes(base_model_version: str = "sd_v1") -> dict[str, str]:
         return {**_KOHYA_PREFIX, "text_encoder": "lora_te1_"}
     if str(base_model_version).startswith(_PRIOR_VERSIONS):
         return {**_KOHYA_PREFIX, "text_encoder": "lora_prior_te_"}
+    if str(base_model_version).startswith(_TRANSFORMER_AS_UNET_VERSIONS):
+        return {**_KOHYA_PREFIX, "transformer": "lora_unet_"}
     return dict(_KOHYA_PREFIX)
 
 
@@ -378,13 +382,16 @@ def read_lora_metadata(path: str | os.PathLike) -> dict[str, str]:
         return dict(f.metadata() or {})
 
 
-def load_lora_file(path: str | os.PathLike, module_names: Mapping[str, Mapping[str, str]] | None = None) -> LoadedLora:
+def load_lora_file(
+    path: str | os.PathLike, module_names: Mapping[str, Mapping[str, str]] | None = None, denoiser: str = "unet"
+) -> LoadedLora:
     """Read a kohya or diffusers/PEFT LoRA into peft-form parts, one rank and one alpha.
 
     Layers whose alpha differs from the most common one get that difference folded into their
     up weights, so `alpha / rank` scaling with the returned alpha reproduces the file exactly.
     `module_names` are the renames the file was written with (`save_lora_parts`); kohya layer
-    names made with them map back to the model's module paths.
+    names made with them map back to the model's module paths. `lora_unet_` layers belong to
+    the model's `denoiser` part (Qwen-Image's transformer is written so).
     """
     from safetensors.torch import load_file
 
@@ -394,7 +401,7 @@ def load_lora_file(path: str | os.PathLike, module_names: Mapping[str, Mapping[s
     if not tensors:
         raise ValueError(f"{path} holds no tensors.")
     if all(k.startswith("lora_") for k in tensors):
-        layers = _layers_from_kohya(tensors, module_names or {})
+        layers = _layers_from_kohya(tensors, module_names or {}, denoiser)
     elif all(k.split(".", 1)[0] in _KOHYA_PREFIX for k in tensors):
         layers = _layers_from_diffusers(tensors, metadata)
     else:
@@ -408,7 +415,9 @@ def load_lora_file(path: str | os.PathLike, module_names: Mapping[str, Mapping[s
 _Layers = dict[tuple[str, str], tuple[dict[str, torch.Tensor], float | None, bool]]
 
 
-def _layers_from_kohya(tensors: Mapping[str, torch.Tensor], module_names: Mapping[str, Mapping[str, str]]) -> _Layers:
+def _layers_from_kohya(
+    tensors: Mapping[str, torch.Tensor], module_names: Mapping[str, Mapping[str, str]], denoiser: str = "unet"
+) -> _Layers:
     renamed = {
         (part, new.replace(".", "_")): path for part, names in module_names.items() for path, new in names.items()
     }
@@ -423,6 +432,7 @@ def _layers_from_kohya(tensors: Mapping[str, torch.Tensor], module_names: Mappin
         if prefix is None:
             raise ValueError(f"Unknown kohya LoRA prefix in {name!r}.")
         part = _KOHYA_READ_PREFIX[prefix]
+        part = denoiser if part == "unet" else part
         flat = name.removeprefix(prefix)
         path = renamed.get((part, flat)) or _strip_text_model(part, module_path_from_kohya(flat))
         layers[(part, path)] = (peft_form, alpha, True)

@@ -1,0 +1,320 @@
+"""Qwen-Image: load, encode, predict, sample, save (a flow-matching family on the shared core in
+training/flow_matching.py; Z-Image's module gives the loading, the token window and the saving,
+this one what differs).
+
+What Qwen-Image is (diffusers' QwenImagePipeline, OneTrainer's QWEN):
+- One text encoder, Qwen2.5-VL 7B (`text_encoder`, Qwen2_5_VLForConditionalGeneration; its vision
+  tower is not used for prompts). Each prompt is put in the pipeline's template (a system line
+  asking to describe the image, the prompt as the user turn, the assistant turn opened), the last
+  hidden state is taken (a layer skip goes further back), and the template's first 34 tokens are
+  dropped: what is left is the prompt and the assistant opening, at most
+  `text_encoder_sequence_length` tokens (blank: 512, the pipeline's `max_sequence_length`).
+  `encode_text` returns them padded to the window with zeros and a mask, so a batch and the text
+  cache hold one tensor; `predict` trims the batch to its longest prompt, as the pipeline pads.
+- The VAE (AutoencoderKLQwenImage) is a video VAE: an image is one frame (B, C, 1, H, W); its
+  latents are normalised per channel with `latents_mean` / `latents_std`.
+- QwenImageTransformer2DModel (MMDiT, 60 blocks) reads the latents as Flux does (2x2 patches, a
+  token of 4C values each) with the frame/row/column shape of each image (`img_shapes`), the
+  timestep t in (0, 1] itself, and predicts the velocity `noise - latents` directly.
+- The scheduler is FlowMatchEuler with dynamic shifting from the token count (base 0.5, max 0.9);
+  the core reads its config. Sampling uses the pipeline's true CFG (`true_cfg_scale`, with the
+  negative prompt, on above 1) and its norm rescale.
+- Loading: a hub id, a diffusers folder, `tiny:qwen-image`, or the transformer file people download
+  (`qwen_image_bf16.safetensors`: diffusers' own key names, which `from_single_file` reads as they
+  are) with the text encoder, VAE and configs from a diffusers folder or the hub repo. Saving: a
+  diffusers folder, or the transformer alone in that layout (what ComfyUI's diffusion model loader
+  reads). LoRA keys are the transformer's names: ComfyUI places `transformer.<path>`,
+  `diffusion_model.<path>` and `lora_unet_<path with _>` on `diffusion_model.<path>.weight`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
+from ot_gradio.models.common import (
+    ModelLoadError,
+    base_module,
+    module_device,
+    module_dtype,
+    plain_state_dict,
+    torch_dtype,
+    weights_fingerprint,
+)
+from ot_gradio.models.flux import compute_dtype, pack_latents, unpack_latents
+from ot_gradio.models.registry import register_family
+from ot_gradio.models.z_image import ZImage
+
+DEFAULT_SEQUENCE_LENGTH = 512
+# QwenImagePipeline's prompt_template_encode and prompt_template_encode_start_idx
+PROMPT_TEMPLATE = (
+    "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, spatial "
+    "relationships of the objects and background:<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+)
+TEMPLATE_TOKENS = 34
+# OneTrainer's BaseQwenSetup layer presets for the transformer
+TRANSFORMER_PRESETS = {"full": [], "attn-mlp": ["attn", "img_mlp", "txt_mlp"], "attn-only": ["attn"], "blocks": ["transformer_block"]}
+
+
+def text_encoder_presets(n_layers: int) -> dict[str, list[str]]:
+    """The language model's layers only (the vision tower and lm_head are never run for prompts)."""
+    layers = [f"language_model.layers.{i}." for i in range(n_layers)]
+    return {
+        "full": ["language_model.layers."], "attn-mlp": ["language_model.layers."],
+        "attn-only": [f"{layer}self_attn." for layer in layers], "blocks": ["language_model.layers."],
+    }
+
+
+def text_config(encoder: torch.nn.Module):
+    config = base_module(encoder).config
+    return getattr(config, "text_config", config)
+
+
+def save_transformer_file(path: str | os.PathLike, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None,
+                          metadata: Mapping[str, str]) -> Path:
+    """The transformer alone as one `.safetensors` under diffusers' names (the layout of the
+    published `qwen_image_bf16.safetensors`), written atomically."""
+    from ot_gradio.training.lora_format import _atomic_save_file
+
+    tensors = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).contiguous() for k, v in state_dict.items()}
+    path = Path(path)
+    _atomic_save_file(tensors, path, {"format": "pt", **metadata})
+    return path
+
+
+def comfy_lora_targets(transformer: torch.nn.Module, lora_keys: Sequence[str]) -> dict[str, str]:
+    """For each LoRA layer (`transformer.<path>`, `diffusion_model.<path>` or `lora_unet_<path>`),
+    the transformer weight ComfyUI patches: its Qwen-Image model keeps diffusers' names under
+    `diffusion_model.`, and its generic rules place `lora_unet_` + the name with `.` -> `_`. A key
+    it cannot place raises ValueError naming it."""
+    from ot_gradio.training.lora_keys_z_image import lora_layer
+
+    weights = [k.replace(".base_layer.", ".") for k in base_module(transformer).state_dict() if ".lora_" not in k]
+    by_flat = {w.removesuffix(".weight").replace(".", "_"): w for w in weights if w.endswith(".weight")}
+    out = {}
+    for key in lora_keys:
+        layer = lora_layer(key)
+        if layer.startswith("lora_unet_"):
+            weight = by_flat.get(layer.removeprefix("lora_unet_"))
+        else:
+            path = layer.removeprefix("transformer.").removeprefix("diffusion_model.")
+            weight = path + ".weight" if path + ".weight" in weights and path != layer else None
+        if weight is None:
+            raise ValueError(f"LoRA key {key!r}: ComfyUI's Qwen-Image model has no weight for it")
+        out[layer] = "diffusion_model." + weight
+    return out
+
+
+@register_family(ModelType.QWEN)
+class QwenImage(ZImage):
+    """The family interface (models/base.py) and the flow contract for Qwen-Image."""
+
+    model_type = ModelType.QWEN
+    default_config_repo = "Qwen/Qwen-Image"
+    lora_base_model_version = "qwen_image"
+    native_resolution = 1024  # the pipeline's default size (1328 x 1328 is its largest square bucket)
+    bucket_step = 16  # VAE 8 x patch 2
+
+    def __init__(self, components: Mapping):
+        if components.get("text_encoder") is None or components.get("tokenizer") is None:
+            raise ModelLoadError("The model has no text_encoder / tokenizer; Qwen-Image needs its Qwen2.5-VL text encoder. Pick a complete model.")
+        super().__init__(components)
+
+    @classmethod
+    def _pipeline_class(cls):
+        from diffusers import QwenImagePipeline
+
+        return QwenImagePipeline
+
+    @classmethod
+    def _transformer_class(cls):
+        from diffusers import QwenImageTransformer2DModel
+
+        return QwenImageTransformer2DModel
+
+    # ---------------------------------------------------------------- the VAE (one frame of a video VAE)
+
+    @property
+    def vae_id(self) -> str:
+        if getattr(self, "_vae_id", None) is None:
+            self._vae_id = "qwen-image-vae-" + weights_fingerprint(self.vae)
+        return self._vae_id
+
+    @property
+    def vae_scale_factor(self) -> int:
+        return 2 ** len(base_module(self.vae).temperal_downsample)
+
+    def _latent_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        config = base_module(self.vae).config
+        shape = (1, config.z_dim, 1, 1)
+        mean = torch.tensor(config.latents_mean, device=like.device, dtype=like.dtype).view(shape)
+        std = torch.tensor(config.latents_std, device=like.device, dtype=like.dtype).view(shape)
+        return mean, std
+
+    @torch.no_grad()
+    def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Normalised latents (B, C, H/8, W/8) for pixels in [-1, 1]: a sample of the VAE's
+        distribution by default (as OneTrainer), its mean with `sample=False`."""
+        dist = self.vae.encode(pixels.to(module_device(self.vae), module_dtype(self.vae)).unsqueeze(2)).latent_dist
+        latents = (dist.sample(generator) if sample else dist.mean).squeeze(2)
+        mean, std = self._latent_stats(latents)
+        return (latents - mean) / std
+
+    @torch.no_grad()
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Pixels in [-1, 1] for normalised latents (the inverse of `encode_images`)."""
+        latents = latents.to(module_device(self.vae), module_dtype(self.vae))
+        mean, std = self._latent_stats(latents)
+        return self.vae.decode((latents * std + mean).unsqueeze(2)).sample.squeeze(2)
+
+    # ---------------------------------------------------------------- parts and options
+
+    @property
+    def lora_layer_presets(self) -> dict[str, dict[str, list[str]]]:
+        return {"transformer": TRANSFORMER_PRESETS, "text_encoder": text_encoder_presets(int(text_config(self.text_encoder).num_hidden_layers))}
+
+    @property
+    def layer_skips(self) -> dict[str, int]:
+        return self._layer_skips
+
+    @layer_skips.setter
+    def layer_skips(self, skips: Mapping[str, int]) -> None:
+        """Checked here: the pipeline reads the last layer, a skip goes further back."""
+        checked = {}
+        top = int(text_config(self.text_encoder).num_hidden_layers)
+        for part, skip in dict(skips).items():
+            skip = int(skip or 0)
+            if not 0 <= skip <= top - 1:
+                raise ValueError(f"{part}_layer_skip: {skip} is out of range; this model's text encoder allows 0 to {top - 1}")
+            checked[part] = skip
+        self._layer_skips = checked
+
+    @property
+    def text_encoder_sequence_length(self) -> int:
+        return self._sequence_length
+
+    @text_encoder_sequence_length.setter
+    def text_encoder_sequence_length(self, length: int | None) -> None:
+        """The prompt's token window after the template (blank: 512, the pipeline's; at most
+        1024); the tokenizer reads it plus the template's 34 tokens, and cached text embeddings
+        are keyed by that."""
+        length = int(length or DEFAULT_SEQUENCE_LENGTH)
+        if not 1 <= length <= 1024:
+            raise ValueError(f"text_encoder_sequence_length: {length} is out of range; Qwen-Image reads at most 1024 tokens")
+        self._sequence_length = length
+        self.tokenizer.model_max_length = length + TEMPLATE_TOKENS
+
+    # ---------------------------------------------------------------- text
+
+    def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()):
+        """{"encoder_hidden_states": (B, window, width), zero past each prompt's tokens,
+        "attention_mask": (B, window) bool}: the pipeline's embeddings (last hidden state, or
+        earlier with a layer skip, the template's first 34 tokens dropped)."""
+        texts = list(captions["text_encoder"] if isinstance(captions, Mapping) else captions)
+        window = self.text_encoder_sequence_length
+        out = self.tokenizer(
+            [PROMPT_TEMPLATE.format(text) for text in texts], padding="max_length", max_length=window + TEMPLATE_TOKENS,
+            truncation=True, padding_side="right", return_tensors="pt",
+        )
+        device = module_device(self.text_encoder)
+        ids, mask = out.input_ids.to(device), out.attention_mask.to(device)
+        with torch.set_grad_enabled("text_encoder" in grad and torch.is_grad_enabled()):
+            hidden = self.text_encoder(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+            hidden = hidden[-(1 + self.layer_skips.get("text_encoder", 0))]
+            lengths = mask.sum(dim=1) - TEMPLATE_TOKENS
+            if int(lengths.min()) < 1:
+                raise ValueError("text_encoder_sequence_length: the window holds no prompt token after the template; raise it")
+            hidden = hidden[:, TEMPLATE_TOKENS:]
+            kept = torch.arange(window, device=device)[None, :] < lengths[:, None]
+            hidden = hidden * kept.unsqueeze(-1).to(hidden.dtype)
+        return {"encoder_hidden_states": hidden, "attention_mask": kept}
+
+    @staticmethod
+    def trimmed(conditioning: Mapping, device=None, dtype=None, keep_mask: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The batch's embeddings cut to its longest prompt, and the mask (None when every token
+        counts, as the pipeline passes it to the transformer, unless `keep_mask`)."""
+        hidden, mask = conditioning["encoder_hidden_states"], conditioning["attention_mask"].bool()
+        if mask.device.type == "meta":  # the memory planner's probe: the whole window, the longest a caption can be
+            return hidden.to(device, dtype), mask.to(device).long()
+        longest = int(mask.sum(dim=1).max())
+        everything = bool(mask[:, :longest].all())
+        hidden, mask = hidden[:, :longest].to(device, dtype), mask[:, :longest].to(device)
+        return hidden, (None if everything and not keep_mask else mask.long())
+
+    # ---------------------------------------------------------------- training
+
+    def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
+        """The velocity (B, C, H, W) for noisy latents at noise fraction `t` (B,)."""
+        transformer = self.transformer
+        device, dtype = module_device(transformer), compute_dtype(transformer)
+        b, _, h, w = noisy.shape
+        hidden, mask = self.trimmed(conditioning, device, dtype)
+        out = transformer(
+            hidden_states=pack_latents(noisy.to(device, dtype)),
+            encoder_hidden_states=hidden,
+            encoder_hidden_states_mask=mask,
+            timestep=t.to(device, dtype).expand(b),
+            img_shapes=[[(1, h // 2, w // 2)]] * b,
+            return_dict=False,
+        )[0]
+        return unpack_latents(out, h, w)
+
+    # ---------------------------------------------------------------- sampling
+
+    def pipeline_inputs(self, prompt: str, negative_prompt: str, cfg_scale: float) -> dict:
+        """The prompt's embeddings and the pipeline's true CFG (on above 1, with the negative prompt)."""
+        dtype = compute_dtype(self.transformer)
+        hidden, mask = self.trimmed(self.encode_text([prompt]), dtype=dtype, keep_mask=True)
+        inputs = {"prompt_embeds": hidden, "prompt_embeds_mask": mask, "true_cfg_scale": float(cfg_scale)}
+        if cfg_scale > 1:
+            inputs["negative_prompt_embeds"], inputs["negative_prompt_embeds_mask"] = self.trimmed(
+                self.encode_text([negative_prompt or ""]), dtype=dtype, keep_mask=True
+            )
+        return inputs
+
+    def sample(self, prompt: str, negative_prompt: str = "", height: int = 1024, width: int = 1024, steps: int = 30,
+               cfg_scale: float = 4.0, seed: int = 0, sampler: NoiseScheduler | str = NoiseScheduler.EULER,
+               device: torch.device | str | None = None):
+        """One image (PIL) of exactly `width` x `height`, generated at the next multiple of 16 px
+        by the pipeline with the model's scheduler (every sampler choice: the only one Qwen-Image
+        ships with). Parts keep their mode and device."""
+        step = self.bucket_step
+        gen_h, gen_w = -(-int(height) // step) * step, -(-int(width) // step) * step
+        modules = self.parts
+        was_training = {name: m.training for name, m in modules.items()}
+        devices = {name: module_device(m) for name, m in modules.items()}
+        target = torch.device(device) if device is not None else devices["transformer"]
+        try:
+            for m in modules.values():
+                m.eval()
+                m.to(target)
+            generator = torch.Generator(device="cpu").manual_seed(int(seed))
+            with torch.no_grad():
+                image = self.pipeline()(
+                    **self.pipeline_inputs(prompt, negative_prompt, cfg_scale), height=gen_h, width=gen_w,
+                    num_inference_steps=int(steps), generator=generator, output_type="pil",
+                    max_sequence_length=self.text_encoder_sequence_length,
+                ).images[0]
+        finally:
+            for name, m in modules.items():
+                m.to(devices[name])
+                m.train(was_training[name])
+        if image.size != (int(width), int(height)):
+            image = image.resize((int(width), int(height)))
+        return image
+
+    # ---------------------------------------------------------------- saving
+
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
+        """The transformer alone under diffusers' names (ComfyUI's diffusion model loader and
+        `from_single_file` read it); the text encoder and VAE are the base model's."""
+        for name, module in self.parts.items():
+            plain_state_dict(module, name)  # no LoRA layers left in any part
+        return save_transformer_file(
+            path, plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
+            {"modelspec.architecture": "qwen-image", "ot_gradio.model_type": self.model_type.value, **(metadata or {})},
+        )

@@ -1,0 +1,123 @@
+"""Tiny random Qwen-Image (`tiny:qwen-image`): the real classes at a fraction of the width, built in
+memory in well under a second and saved in the diffusers layout (plus the transformer alone as
+the single file ComfyUI and `from_single_file` read), so tests go through the real loading code.
+
+- Text encoder: a 2-layer Qwen2.5-VL (transformers' Qwen2_5_VLForConditionalGeneration, as the
+  real repo's `text_encoder`, with a one-block vision tower it never uses for prompts) and
+  z_image_tiny's byte-level Qwen2 tokenizer plus Qwen2.5-VL's vision marker tokens.
+- Transformer: QwenImageTransformer2DModel, patch 2, 2 blocks of 2 x 8, text width 32.
+- VAE: AutoencoderKLQwenImage (a video VAE: images are one frame) with 4 latent channels, one 2x
+  downsampling, and per-channel latents_mean / latents_std as the real one has (16 channels, 8x).
+- Scheduler: Qwen-Image's FlowMatchEulerDiscreteScheduler (dynamic shifting from the token count,
+  exponential time shift, shift_terminal 0.02).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from ot_gradio.models.flux_tiny import visible_output
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny
+
+TINY_QWEN_IMAGE_VERSION = 1
+TEXT_WIDTH = 32
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+# Qwen-Image's scheduler/scheduler_config.json
+SCHEDULER = dict(
+    num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9, base_image_seq_len=256,
+    max_image_seq_len=8192, shift_terminal=0.02, time_shift_type="exponential",
+)
+
+
+def tiny_qwen_vl_tokenizer():
+    """z_image_tiny's Qwen2 tokenizer (bytes, Qwen's chat tokens) with the vision markers added."""
+    from tokenizers import AddedToken
+
+    from ot_gradio.models.z_image_tiny import tiny_qwen_tokenizer
+
+    tokenizer = tiny_qwen_tokenizer(model_max_length=1024 + 34)
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in VISION_TOKENS], special_tokens=True)
+    return tokenizer
+
+
+def tiny_qwen_vl_encoder(tokenizer, seed: int = 0):
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in VISION_TOKENS}
+    pad = tokenizer.pad_token_id
+    torch.manual_seed(seed)
+    return Qwen2_5_VLForConditionalGeneration(
+        Qwen2_5_VLConfig(
+            text_config=dict(
+                vocab_size=len(tokenizer), hidden_size=TEXT_WIDTH, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=2048,
+                rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, rope_theta=1_000_000.0,
+                bos_token_id=pad, eos_token_id=pad, pad_token_id=pad, tie_word_embeddings=True,
+            ),
+            vision_config=dict(
+                depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=TEXT_WIDTH, patch_size=14,
+                spatial_merge_size=2, temporal_patch_size=2, fullatt_block_indexes=[0],
+            ),
+            vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+            image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"], tie_word_embeddings=True,
+        )
+    )
+
+
+def tiny_qwen_image_transformer(seed: int = 0):
+    from diffusers import QwenImageTransformer2DModel
+
+    torch.manual_seed(seed)
+    transformer = QwenImageTransformer2DModel(
+        patch_size=2, in_channels=16, out_channels=4, num_layers=2, attention_head_dim=8, num_attention_heads=2,
+        joint_attention_dim=TEXT_WIDTH, axes_dims_rope=(2, 2, 4),
+    )
+    visible_output(transformer.proj_out)
+    return transformer
+
+
+def tiny_qwen_image_vae(seed: int = 0):
+    from diffusers import AutoencoderKLQwenImage
+
+    torch.manual_seed(seed)
+    return AutoencoderKLQwenImage(
+        base_dim=16, z_dim=4, dim_mult=[1, 2], num_res_blocks=1, attn_scales=[], temperal_downsample=[False],
+        latents_mean=[0.1, -0.2, 0.3, 0.0], latents_std=[1.5, 2.0, 0.8, 1.2],
+    )
+
+
+def tiny_qwen_image_components(seed: int = 0) -> dict:
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    tokenizer = tiny_qwen_vl_tokenizer()
+    return {
+        "tokenizer": tokenizer,
+        "text_encoder": tiny_qwen_vl_encoder(tokenizer, seed),
+        "transformer": tiny_qwen_image_transformer(seed),
+        "vae": tiny_qwen_image_vae(seed),
+        "scheduler": FlowMatchEulerDiscreteScheduler(**SCHEDULER),
+    }
+
+
+@register_tiny("qwen-image", TINY_QWEN_IMAGE_VERSION)
+def save_tiny_qwen_image(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    """The tiny Qwen-Image as a diffusers folder and its transformer as a single file."""
+    from diffusers import QwenImagePipeline
+
+    from ot_gradio.fsutil import atomic_write_dir
+    from ot_gradio.models.qwen_image import save_transformer_file
+
+    root = Path(root)
+    paths = TinyModelPaths(root / "diffusers", root / "qwen-image-tiny-transformer.safetensors")
+    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
+        return paths
+    components = tiny_qwen_image_components(seed)
+    if not (paths.diffusers_dir / "model_index.json").is_file():
+        pipe = QwenImagePipeline(**components)
+        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
+    if not paths.single_file.is_file():
+        save_transformer_file(paths.single_file, components["transformer"].state_dict(), None, {"ot_gradio.tiny": "qwen-image"})
+    return paths
