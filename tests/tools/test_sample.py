@@ -315,3 +315,43 @@ def test_new_families_sample_a_lora_a_run_and_an_embedding(model_type, tmp_path)
     assert np.abs(from_file - plain).max() > 2
     assert np.abs(from_run - from_file).max() <= 1  # the backup is the LoRA the run saves
     assert np.abs(draw("emb", embedding=str(embedding)) - plain).max() > 0  # the tiny PixArt-Σ's T5 moves it by ~2/255
+
+
+# ---------------------------------------------------------------- the families of issue 15 (language-model text encoders)
+
+LLM_FAMILIES = {"Z_IMAGE": "tiny:z-image", "FLUX_2": "tiny:flux2-klein", "SANA": "tiny:sana", "QWEN": "tiny:qwen-image"}
+
+
+@pytest.mark.parametrize("model_type", LLM_FAMILIES)
+def test_llm_encoder_families_sample_a_lora_file_and_a_run(model_type, tmp_path):
+    """Z-Image, Flux.2 Klein, Sana and Qwen-Image in the sample tool: a kohya LoRA file and the
+    run's backup it was saved from draw the same image, unlike the base model."""
+    from ot_gradio.config.io import config_to_dict, load_config
+    from ot_gradio.models.registry import get_family
+    from ot_gradio.models.tiny import resolve_tiny
+    from ot_gradio.runner.rundir import create_run
+    from ot_gradio.training.backup import Counters, write_backup
+    from ot_gradio.training.methods import get_method
+
+    base = str(resolve_tiny(LLM_FAMILIES[model_type]).diffusers_dir)
+    cfg = load_config({"model_type": model_type, "training_method": "LORA", "base_model_name": base, "lora_rank": 4, "lora_alpha": 4,
+                       "output_model_format": "KOHYA_LORA", "layer_filter_preset": "full",
+                       "text_encoder": {"train": False}}).config
+    model, method = get_family(model_type).load(base), get_method(cfg.training_method)
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in (p for g in method.setup(model, cfg, torch.device("cpu")) for p in g["params"]):
+            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+    run = create_run(tmp_path / "ws", config_to_dict(cfg))
+    write_backup(run.backup, method.trainable_state(model), {}, config_to_dict(cfg), Counters(global_step=3))
+    lora = method.save(model, cfg, tmp_path / "lora.safetensors", {})
+    params = {"model_type": model_type, "base_model": base}
+
+    def draw(name, **extra):
+        return _pixels(run_inline("sample", {"device": "cpu", "output_dir": str(tmp_path / name), "prompts": [PROMPT], **params,
+                                             **extra})["paths"][0])
+
+    plain = draw("plain")
+    from_file = draw("file", lora=str(lora))
+    assert np.abs(from_file - plain).max() > 2
+    assert np.abs(draw("run", run=str(run.path), base_model="") - from_file).max() <= 1  # the backup is the LoRA the run saves
