@@ -10,6 +10,8 @@ from typing import Any
 
 import gradio as gr
 
+from ..config.catalogue import offered
+from ..config.enums import ModelType as M
 from .visibility import tab_shown
 
 TABS_ID = "tabs"
@@ -21,14 +23,55 @@ class Step:
     text: str
     tab: str  # the tab id the button opens
     button: str
+    more: tuple[str, str] | None = None  # (label, Markdown) of a closed accordion below the step
+
+
+# The preset in presets/ to start from for each model type the trainer implements (a LoRA at the
+# family's native size; tests/ui/test_guide.py checks there is one per implemented model type and
+# that its file sets that model type), with what to know before using it.
+PRESETS: dict[M, tuple[str, str]] = {
+    M.STABLE_DIFFUSION_15: ("sd15-lora", "also *sd15-finetune* and *sd15-embedding*"),
+    M.STABLE_DIFFUSION_15_INPAINTING: ("sd15-inpainting-lora", "masks optional (`<name>-masklabel.png`, white = repaint)"),
+    M.STABLE_DIFFUSION_20: ("sd20-lora", "768 px, v-prediction"),
+    M.STABLE_DIFFUSION_20_BASE: ("sd20-base-lora", "512 px"),
+    M.STABLE_DIFFUSION_20_INPAINTING: ("sd20-inpainting-lora", "masks optional"),
+    M.STABLE_DIFFUSION_21: ("sd21-lora", "768 px, v-prediction"),
+    M.STABLE_DIFFUSION_21_BASE: ("sd21-base-lora", "512 px"),
+    M.STABLE_DIFFUSION_XL_10_BASE: ("sdxl-lora", "1024 px"),
+    M.STABLE_DIFFUSION_XL_10_BASE_INPAINTING: ("sdxl-inpainting-lora", "masks optional"),
+    M.WUERSTCHEN_2: ("wuerstchen2-lora", "trains the prior; the decoder comes from warp-ai/wuerstchen"),
+    M.STABLE_CASCADE_1: ("cascade-lora", "trains the prior (stage C); the decoder comes from stabilityai/stable-cascade"),
+    M.PIXART_ALPHA: ("pixart-alpha-lora", "120 T5 tokens"),
+    M.PIXART_SIGMA: ("pixart-sigma-lora", "300 T5 tokens"),
+    M.STABLE_DIFFUSION_3: ("sd3-lora", "KOHYA_LORA for ComfyUI"),
+    M.STABLE_DIFFUSION_35: ("sd35-lora", "SD 3.5 Medium; set the base model for Large"),
+    M.FLUX_DEV_1: ("flux-dev-1-lora", "NF4 transformer and T5: fits a 16 GB card"),
+    M.FLUX_FILL_DEV_1: ("flux-fill-dev-1-lora", "**needs masks**: masked training is on; put a `<name>-masklabel.png` "
+                        "next to the images (white = fill; the Masks tool makes them): a run without masks is refused"),
+    M.CHROMA_1: ("chroma-lora", "FLOAT_8 transformer"),
+    M.Z_IMAGE: ("z-image-lora", "FLOAT_8 transformer and Qwen3"),
+    M.FLUX_2: ("flux2-lora", "dev or Klein, told apart by the text encoder"),
+    M.QWEN: ("qwen-image-lora", "FLOAT_8 transformer and text encoder, part of the transformer offloaded to RAM"),
+    M.SANA: ("sana-lora", "1024 px"),
+}
+
+
+def presets_table() -> str:
+    """A Markdown table: the preset to load for each model type the page offers."""
+    rows = ["| Model type | Preset | Note |", "|---|---|---|"]
+    for model_type in offered(M):
+        name, note = PRESETS.get(model_type, ("", "no preset yet: start from the defaults"))
+        rows.append(f"| {model_type.value} | {f'*{name}*' if name else '-'} | {note} |")
+    return "\n".join(rows)
 
 
 STEPS: tuple[tuple[str, tuple[Step, ...]], ...] = (
     ("Prepare the environment", (
         Step("Model type, method and preset",
              "Choose the model type and the training method in the top bar, then load a preset for them "
-             "(*sd15-lora* for a LoRA on SD 1.5). **LORA** is the usual choice: small files that load everywhere.",
-             "model", "Open Model"),
+             "(*sd15-lora* for a LoRA on SD 1.5; *Presets per model type* below names one for each). **LORA** is the "
+             "usual choice: small files that load everywhere.",
+             "model", "Open Model", ("Presets per model type", presets_table())),
         Step("Base model",
              "Which model to start from: a hub id such as `stable-diffusion-v1-5/stable-diffusion-v1-5`, a local "
              "diffusers folder or a `.safetensors` file (*Browse* picks one). Models derived from a base (Pony, "
@@ -115,6 +158,9 @@ def build_guide(tabs: gr.Tabs, config_state: gr.State) -> list[gr.Button]:
             with gr.Row(equal_height=True):
                 gr.Markdown(f"**{number}. {step.title}.** {step.text}")
                 button = gr.Button(step.button, scale=0, min_width=150, elem_id=f"guide-step-{number}")
+            if step.more:
+                with gr.Accordion(step.more[0], open=False):
+                    gr.Markdown(step.more[1])
             tab_of[button.elem_id] = step.tab
             buttons.append(button)
     gr.Markdown(OUTRO)

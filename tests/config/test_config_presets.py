@@ -2,15 +2,15 @@
 
 import pytest
 
-from ot_gradio.config.doctor import check
-from ot_gradio.config.enums import DataType, ModelFormat, TimeUnit, TrainingMethod
+from ot_gradio.config.doctor import check, errors
+from ot_gradio.config.enums import DataType, ModelFormat, ModelType, TimeUnit, TrainingMethod
 from ot_gradio.config.io import ConfigError, config_to_dict, load_config
 from ot_gradio.config.presets import PRESETS_DIR, apply_preset, list_presets, load_preset, resolve_preset_path
 from ot_gradio.config.schema import TrainConfig
 
 
 def test_shipped_presets():
-    assert {"demo", "sd15-lora", "sd15-embedding", "sd15-finetune"} <= set(list_presets())
+    assert {"demo", "sd15-lora", "sd15-embedding", "sd15-finetune", "flux-dev-1-lora", "flux-fill-dev-1-lora"} <= set(list_presets())
 
 
 @pytest.mark.parametrize("name", list_presets())
@@ -21,6 +21,10 @@ def test_every_preset_loads_and_validates(name):
     assert result.warnings == []
     # the file itself is a valid (sparse) config too
     assert load_config(resolve_preset_path(name)).warnings == []
+    # a family and method the trainer trains, nothing the check before a run would refuse or warn
+    # about but the missing concepts (a preset names no data)
+    assert errors(result.config) == []
+    assert [w for w in check(result.config) if not w.startswith("There are no concepts")] == []
 
 
 def test_presets_are_sparse():
@@ -33,6 +37,28 @@ def test_lora_preset_values():
     assert config.training_method == TrainingMethod.LORA and config.output_model_format == ModelFormat.KOHYA_LORA
     assert (config.learning_rate, config.lora_rank, config.lora_alpha, config.batch_size, config.epochs) == (3e-4, 16, 1.0, 4, 100)
     assert config.layer_filter_preset == "attn-mlp" and config.unet.weight_dtype == DataType.FLOAT_16
+
+
+def test_flux_fill_preset_trains_with_masks(tmp_path):
+    """Flux.1 Fill learns to fill masks: its preset is Flux's LoRA on the Fill model with masked
+    training on, and a concept without mask files is refused before the start."""
+    overlay = load_preset("flux-fill-dev-1-lora")
+    flux = load_preset("flux-dev-1-lora")
+    assert overlay == {**flux, "model_type": "FLUX_FILL_DEV_1", "base_model_name": "black-forest-labs/FLUX.1-Fill-dev",
+                       "masked_training": True}
+    (tmp_path / "cat.png").write_bytes(b"")
+    merged = apply_preset(config_to_dict(TrainConfig()), {**overlay, "concepts": [{"name": "cats", "path": str(tmp_path)}]})
+    config = load_config(merged).config
+    assert config.model_type == ModelType.FLUX_FILL_DEV_1 and config.masked_training
+    assert [e for e in errors(config) if e.startswith("concepts: no image of the enabled concepts has a '<name>-masklabel.png'")]
+    (tmp_path / "cat-masklabel.png").write_bytes(b"")
+    assert errors(load_config(merged).config) == []
+
+
+def test_the_readme_names_every_preset():
+    readme = (PRESETS_DIR.parent / "README.md").read_text(encoding="utf-8")
+    missing = [name for name in list_presets() if f"`{name}`" not in readme and f"presets/{name}.json" not in readme]
+    assert missing == [], f"README.md does not name these presets: {missing}"
 
 
 def test_demo_preset_is_an_offline_cpu_lora_without_warnings():

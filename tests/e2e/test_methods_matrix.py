@@ -1,5 +1,5 @@
 """FINE_TUNE and EMBEDDING for SD 2.x, SD 1.5 and 2.0 inpainting, Würstchen 2, Stable Cascade, PixArt-α and -Σ,
-Flux.1 dev and Chroma,
+Flux.1 dev, Flux.1 Fill (masked training on a dataset with masks) and Chroma,
 each run by the real worker for two steps on the family's tiny model, the output reloaded with
 diffusers' own loaders (SD 1.5 and SDXL: test_methods_sd15.py, test_methods_sdxl.py).
 
@@ -39,6 +39,7 @@ class Family:
     inpainting: bool = False
     pipeline: str = ""  # the diffusers pipeline class, where the kind has several
     t5_length: str = ""  # the config option of T5's token window (flux kind)
+    masks: bool = False  # trains only with masked_training and a mask per image (Flux.1 Fill)
 
 
 FAMILIES = {
@@ -51,6 +52,8 @@ FAMILIES = {
     "PIXART_ALPHA": Family("pixart", "pixart", "transformer", pipeline="PixArtAlphaPipeline"),
     "PIXART_SIGMA": Family("pixart-sigma", "pixart", "transformer", pipeline="PixArtSigmaPipeline"),
     "FLUX_DEV_1": Family("flux", "flux", "transformer", pipeline="FluxPipeline", t5_length="text_encoder_2_sequence_length"),
+    "FLUX_FILL_DEV_1": Family("flux-fill", "flux", "transformer", inpainting=True, pipeline="FluxFillPipeline",
+                              t5_length="text_encoder_2_sequence_length", masks=True),
     "CHROMA_1": Family("chroma", "flux", "transformer", pipeline="ChromaPipeline", t5_length="text_encoder_sequence_length"),
 }
 CFG = {"sd": 7.0, "wuerstchen": 2.0, "cascade": 2.0, "pixart": 7.0, "flux": 3.5}
@@ -61,6 +64,7 @@ T5_TOKENS = 32  # the flux kind's T5 window, in training, in our samples and in 
 def tiny(tmp_path_factory):
     """The tiny model of a family, built on first use (model type -> TinyModelPaths)."""
     from ot_gradio.models.chroma import save_tiny_chroma
+    from ot_gradio.models.flux_fill import save_tiny_flux_fill
     from ot_gradio.models.flux_tiny import save_tiny_flux
     from ot_gradio.models.pixart import save_tiny_pixart
     from ot_gradio.models.pixart_sigma import save_tiny_pixart_sigma
@@ -72,7 +76,8 @@ def tiny(tmp_path_factory):
     builders = {"sd2": save_tiny_sd2, "sd2-base": save_tiny_sd2_base, "sd15-inpainting": save_tiny_sd15_inpainting,
                 "sd2-inpainting": save_tiny_sd2_inpainting,
                 "wuerstchen2": save_tiny_wuerstchen2, "cascade": save_tiny_cascade, "pixart": save_tiny_pixart,
-                "pixart-sigma": save_tiny_pixart_sigma, "flux": save_tiny_flux, "chroma": save_tiny_chroma}
+                "pixart-sigma": save_tiny_pixart_sigma, "flux": save_tiny_flux, "flux-fill": save_tiny_flux_fill,
+                "chroma": save_tiny_chroma}
     root, built = tmp_path_factory.mktemp("tiny-matrix"), {}
 
     def get(model_type: str):
@@ -92,6 +97,20 @@ def few_shapes(shapes, tmp_path_factory):
         shutil.copy(image, folder / image.name)
         shutil.copy(image.with_suffix(".txt"), folder / image.with_suffix(".txt").name)
     return folder
+
+
+@pytest.fixture(scope="module")
+def data(few_shapes, tmp_path_factory):
+    """The dataset of a family: the four shapes, with a mask over each one's left half for the
+    families that train only with masks (a family's `masks`)."""
+    masked = tmp_path_factory.mktemp("few-masked-shapes")
+    for image in few_shapes.iterdir():
+        shutil.copy(image, masked / image.name)
+        if image.suffix == ".png":
+            mask = Image.new("L", (64, 64), 0)
+            mask.paste(255, (0, 0, 32, 64))
+            mask.save(masked / f"{image.stem}-masklabel.png")
+    return lambda model_type: masked if FAMILIES[model_type].masks else few_shapes
 
 
 def _config(model_type, paths, data, tmp_path, **overrides):
@@ -116,6 +135,8 @@ def _config(model_type, paths, data, tmp_path, **overrides):
         config["text_encoder_sequence_length"] = 32
     if family.kind == "flux":
         config[family.t5_length] = T5_TOKENS
+    if family.masks:
+        config["masked_training"] = True
     for key, value in overrides.items():  # part sections merge, so {"unet": {"train": True}} keeps the rest
         config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) else value
     return config
@@ -193,7 +214,8 @@ def _flux_pipeline(family, folder, **components):
 
 
 def _flux_image(family, pipe, prompt, seed=3):
-    """As our sampler draws: Flux.1 dev with its distilled guidance, Chroma with CFG and an empty negative
+    """As our sampler draws: Flux.1 dev with its distilled guidance (Fill: a blank image under a full
+    mask, as our samples without a base image), Chroma with CFG and an empty negative
     prompt. Chroma's text comes from the pipeline's own encode_prompt, its masks made boolean: the
     pipeline passes them as float 0/1, which scaled_dot_product_attention adds instead of masking
     (diffusers issue #12116); training and our samples mask."""
@@ -203,6 +225,8 @@ def _flux_image(family, pipe, prompt, seed=3):
             embeds, _, mask, negative, _, negative_mask = pipe.encode_prompt(prompt, negative_prompt="", max_sequence_length=T5_TOKENS)
             extra = {"prompt_embeds": embeds, "prompt_attention_mask": mask.bool(), "negative_prompt_embeds": negative,
                      "negative_prompt_attention_mask": negative_mask.bool()}
+        if family.inpainting:
+            extra.update(image=Image.new("RGB", (64, 64)), mask_image=Image.new("L", (64, 64), 255), strength=1.0)
         g = torch.Generator().manual_seed(seed)
         out = pipe(height=64, width=64, num_inference_steps=2, guidance_scale=CFG["flux"], generator=g, output_type="pil",
                    max_sequence_length=T5_TOKENS, **extra)
@@ -325,18 +349,19 @@ FINE_TUNES = [
     ("PIXART_SIGMA", "DIFFUSERS", False, "FLOAT_32"),
     ("FLUX_DEV_1", "DIFFUSERS", False, "FLOAT_32"),
     ("FLUX_DEV_1", "ORIGINAL_TRANSFORMER", False, "BFLOAT_16"),  # BFL's layout, the transformer alone
+    ("FLUX_FILL_DEV_1", "ORIGINAL_TRANSFORMER", False, "FLOAT_32"),  # 384 input channels (its DIFFUSERS folder: test_family_flux_fill.py)
     ("CHROMA_1", "DIFFUSERS", False, "FLOAT_32"),
 ]
 
 
 @pytest.mark.parametrize(("model_type", "fmt", "text", "dtype"), FINE_TUNES)
-def test_finetune_reloads_with_the_trained_weights(model_type, fmt, text, dtype, tiny, few_shapes, tmp_path):
+def test_finetune_reloads_with_the_trained_weights(model_type, fmt, text, dtype, tiny, data, tmp_path):
     family, paths = FAMILIES[model_type], tiny(model_type)
     single = fmt in ("ORIGINAL_SINGLE_FILE", "ORIGINAL_TRANSFORMER")
-    config = _config(model_type, paths, few_shapes, tmp_path, training_method="FINE_TUNE", output_model_format=fmt, output_dtype=dtype,
+    config = _config(model_type, paths, data(model_type), tmp_path, training_method="FINE_TUNE", output_model_format=fmt, output_dtype=dtype,
                      output_model_destination=str(tmp_path / "out" / "model.safetensors"), learning_rate=1e-3,
                      **{family.denoiser: {"train": True}}, text_encoder={"train": text},
-                     **({"text_encoder_2": {"train": text}} if model_type == "FLUX_DEV_1" else {}))
+                     **({"text_encoder_2": {"train": text}} if model_type in ("FLUX_DEV_1", "FLUX_FILL_DEV_1") else {}))
     run, events = run_until_done(config, tmp_path)
     backups = sorted(p for p in run.backup.iterdir() if (p / "COMPLETE").exists())
     trained = load_file(str(backups[-1] / "trainable.safetensors"))  # written right before the save
@@ -401,12 +426,13 @@ def test_finetune_reloads_with_the_trained_weights(model_type, fmt, text, dtype,
 
 EMBEDDINGS = [
     "STABLE_DIFFUSION_21", "STABLE_DIFFUSION_15_INPAINTING", "STABLE_DIFFUSION_20_INPAINTING", "PIXART_ALPHA",  # SD 2 base: SD 2's text side, so not again
-    "WUERSTCHEN_2", "STABLE_CASCADE_1", "PIXART_SIGMA", "FLUX_DEV_1", "CHROMA_1",
+    "WUERSTCHEN_2", "STABLE_CASCADE_1", "PIXART_SIGMA", "FLUX_DEV_1", "FLUX_FILL_DEV_1", "CHROMA_1",
 ]
 # the key of the vectors in the embedding file (docs/FORMATS.md; OneTrainer's "clip_g" for the Cascade families)
 EMBEDDING_KEY = {"sd": "emb_params", "pixart": "t5", "wuerstchen": "clip_g", "cascade": "clip_g"}
 # the flux kind: a key per text encoder (OneTrainer's names), text encoder -> key
-FLUX_EMBEDDING_KEYS = {"FLUX_DEV_1": {"text_encoder": "clip_l", "text_encoder_2": "t5"}, "CHROMA_1": {"text_encoder": "t5"}}
+FLUX_EMBEDDING_KEYS = {"FLUX_DEV_1": {"text_encoder": "clip_l", "text_encoder_2": "t5"},
+                       "FLUX_FILL_DEV_1": {"text_encoder": "clip_l", "text_encoder_2": "t5"}, "CHROMA_1": {"text_encoder": "t5"}}
 
 
 def _initial(tokenizer, matrix, text, count):
@@ -428,15 +454,15 @@ def _install_by_hand(tokenizer, text_encoder, tokens, vectors):
 
 
 @pytest.mark.parametrize("model_type", EMBEDDINGS)
-def test_embedding_reloads_and_draws_our_sample(model_type, tiny, few_shapes, tmp_path):
-    family, paths = FAMILIES[model_type], tiny(model_type)
+def test_embedding_reloads_and_draws_our_sample(model_type, tiny, data, tmp_path):
+    family, paths, images = FAMILIES[model_type], tiny(model_type), data(model_type)
     prompts = tmp_path / "prompts.txt"
     prompts.write_text(PROMPT + "\n")
     out = tmp_path / "out" / "emb.safetensors"
     config = _config(
-        model_type, paths, few_shapes, tmp_path, training_method="EMBEDDING", output_model_format="SAFETENSORS",
+        model_type, paths, images, tmp_path, training_method="EMBEDDING", output_model_format="SAFETENSORS",
         output_model_destination=str(out), embedding={"token_count": 2, "initial_embedding_text": "circle"}, learning_rate=0.05,
-        concepts=[{"name": "shapes", "path": str(few_shapes), "text": {"prompt_source": "concept", "prompt_path": str(prompts)}}],
+        concepts=[{"name": "shapes", "path": str(images), "text": {"prompt_source": "concept", "prompt_path": str(prompts)}}],
         samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2, "seed": 3, "cfg_scale": CFG[family.kind]}],
     )
     run, events = run_until_done(config, tmp_path)

@@ -310,6 +310,7 @@ def test_page_form_builds_params_and_refuses_outside_paths(tiny, kohya_lora, tmp
 
 NEW_FAMILIES = {  # model type -> its tiny builder (module, function)
     "FLUX_DEV_1": ("ot_gradio.models.flux_tiny", "save_tiny_flux"),
+    "FLUX_FILL_DEV_1": ("ot_gradio.models.flux_fill", "save_tiny_flux_fill"),  # Flux.1 with a 384-channel input
     "CHROMA_1": ("ot_gradio.models.chroma", "save_tiny_chroma"),
     "STABLE_DIFFUSION_3": ("ot_gradio.models.sd3_tiny", "save_tiny_sd3"),
     "PIXART_SIGMA": ("ot_gradio.models.pixart_sigma", "save_tiny_pixart_sigma"),
@@ -324,7 +325,7 @@ def _parts(folder: Path) -> dict[str, dict[str, torch.Tensor]]:
 
 @pytest.mark.parametrize("model_type", NEW_FAMILIES)
 def test_new_families_convert_checkpoints_and_lora_keys(model_type, tmp_path):
-    """Flux.1 and SD 3: folder -> single file -> folder is lossless (Flux's file is the BFL
+    """Flux.1 (dev and Fill) and SD 3: folder -> single file -> folder is lossless (Flux's file is the BFL
     transformer alone, the rest taken from the config folder); Chroma's single file and PixArt-Σ's
     way back are refused naming why. LoRA keys converted either way are exactly what the trainer
     writes in that format."""
@@ -343,7 +344,7 @@ def test_new_families_convert_checkpoints_and_lora_keys(model_type, tmp_path):
             run_inline("convert", single)
     else:
         result = run_inline("convert", single)
-        assert result["transformer_only"] == (model_type in ("FLUX_DEV_1", "PIXART_SIGMA"))
+        assert result["transformer_only"] == (model_type in ("FLUX_DEV_1", "FLUX_FILL_DEV_1", "PIXART_SIGMA"))
         back = {"operation": "checkpoint", "model_type": model_type, "input": result["output"], "config": str(base),
                 "output": str(tmp_path / "back")}
         if model_type == "PIXART_SIGMA":

@@ -43,3 +43,50 @@ def test_the_weight_types_step_opens_the_tab_it_names_and_that_holds_the_fields(
     step = next(s for _, steps in STEPS for s in steps if s.title == "Weight data types")
     assert {f.tab for f in iter_fields(TrainConfig) if f.path.endswith(".weight_dtype")} == {step.tab} == {"training"}
     assert "Training tab" in step.text
+
+
+def test_the_guide_names_a_preset_for_every_implemented_model_type():
+    """Each model type the page offers points to a preset file in presets/ that sets that model
+    type and a method the family trains, and that loads without warnings."""
+    from ot_gradio.config.catalogue import offered
+    from ot_gradio.config.enums import ModelType
+    from ot_gradio.config.families import supports
+    from ot_gradio.config.io import config_to_dict, load_config
+    from ot_gradio.config.presets import apply_preset, load_preset, resolve_preset_path
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.ui.guide import PRESETS, presets_table
+
+    implemented = offered(ModelType)
+    assert set(PRESETS) == set(implemented), "the guide's presets and the implemented model types differ"
+    table = presets_table().splitlines()
+    assert len(table) == 2 + len(implemented)
+    for model_type in implemented:
+        name, _ = PRESETS[model_type]
+        assert resolve_preset_path(name) is not None, f"{model_type}: presets/{name}.json does not exist"
+        loaded = load_config(apply_preset(config_to_dict(TrainConfig()), load_preset(name)))
+        assert loaded.warnings == [], name
+        config = loaded.config
+        assert config.model_type == model_type, f"{name} sets {config.model_type}, the guide names it for {model_type}"
+        assert supports(model_type, config.training_method), name
+        assert any(row.startswith(f"| {model_type.value} | *{name}* |") for row in table), model_type
+
+
+def test_the_guide_says_flux_fill_needs_masks():
+    from ot_gradio.config.enums import ModelType
+    from ot_gradio.ui.guide import PRESETS
+
+    name, note = PRESETS[ModelType.FLUX_FILL_DEV_1]
+    assert name == "flux-fill-dev-1-lora" and "needs masks" in note and "masklabel" in note
+
+
+def test_the_presets_table_is_in_the_guide():
+    from ot_gradio.ui.guide import build_guide, presets_table
+
+    with gr.Blocks() as demo:
+        with gr.Tabs(elem_id="tabs") as tabs:
+            with gr.Tab("Start", id="start"):
+                build_guide(tabs, gr.State({}))
+    accordions = [b for b in demo.blocks.values() if isinstance(b, gr.Accordion)]
+    assert [a.label for a in accordions] == ["Presets per model type"] and not accordions[0].open
+    markdown = [b.value for b in demo.blocks.values() if isinstance(b, gr.Markdown)]
+    assert presets_table() in markdown
