@@ -124,9 +124,10 @@ def _fill_config(tiny_fill, folder, tmp_path, **overrides):
     from ot_gradio.config.presets import apply_preset, load_preset
     from ot_gradio.config.schema import TrainConfig
 
-    config = apply_preset(config_to_dict(TrainConfig()), load_preset("flux-dev-1-lora"))
+    config = apply_preset(config_to_dict(TrainConfig()), load_preset("flux-fill-dev-1-lora"))  # our Fill preset
+    assert config["model_type"] == "FLUX_FILL_DEV_1" and config["masked_training"]
     config.update(
-        model_type="FLUX_FILL_DEV_1", base_model_name=str(tiny_fill.diffusers_dir), concepts=[{"name": "fill", "path": str(folder)}],
+        base_model_name=str(tiny_fill.diffusers_dir), concepts=[{"name": "fill", "path": str(folder)}],
         output_model_destination=str(tmp_path / "out" / "lora.safetensors"), workspace_dir=str(tmp_path / "ws"),
         cache_dir=str(tmp_path / "cache"), train_device="cpu", epochs=2, resolution="64", learning_rate_warmup_steps=0,
         learning_rate=1e-2, masked_training=True, unmasked_probability=0.0, latent_caching=True,
