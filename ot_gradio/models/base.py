@@ -2,8 +2,19 @@
 
 A family is one class in one module of this package, registered with
 `@register_family(ModelType...)`, whose parts agree with `config/families.py`. The trainer
-never names a family; everything it does goes through these members. `sd15.StableDiffusion15`
-is the reference implementation.
+never names a family; everything it does goes through these members.
+
+The flow-matching families (Flux.1, Flux Fill, Chroma, SD 3 / 3.5, Z-Image, Flux.2, Sana) subclass
+`flow_family.FlowFamily`, this interface as a class: it declares the class attributes and the
+per-family hooks with their docstrings and holds what they share (loading and its errors, parts,
+attention, layer skips, the VAE side, sampling with the parts parked and restored, saving). A new
+flow family sets the attributes and writes `encode_text`, `predict`, `configure_flow` and
+`pipeline_inputs`. The DDPM families (SD 1.5/2/XL, PixArt, Würstchen, Cascade) still follow the
+prose below; `sd15.StableDiffusion15` is their reference implementation. Where the two differ:
+flow families have `schedule_kind = "flow_matching"` and `prediction_type = "flow"`, take their
+options in `configure_flow(config)` (`configure_noise_schedule` refuses the DDPM-only ones), and
+their `predict(noisy, t, conditioning, batch)` takes t in (0, 1) and returns the velocity
+(training/flow_matching.py draws t and makes the noisy input and the target).
 
 Class attributes
 - `model_type`, `native_resolution`

@@ -19,8 +19,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import base_module, module_device
-from ot_gradio.models.flux import T5_PRESETS, TRANSFORMER_PRESETS, FluxDev1, _no_fp16_autocast, compute_dtype
+from ot_gradio.models.flux import T5_PRESETS, TRANSFORMER_PRESETS, FluxDev1, compute_dtype
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.tiny import TinyModelPaths, register_tiny
 
@@ -30,6 +29,8 @@ TINY_CHROMA_VERSION = 1
 @register_family(ModelType.CHROMA_1)
 class Chroma1(FluxDev1):
     model_type = ModelType.CHROMA_1
+    family_name = "Chroma"
+    text_encoder_description = "its T5 text encoder"
     text_encoder_names = ("text_encoder",)
     tokenizer_attrs = {"text_encoder": "tokenizer"}
     folder_parts = ("transformer", "text_encoder", "tokenizer", "vae", "scheduler")
@@ -58,15 +59,9 @@ class Chroma1(FluxDev1):
         the text tokens the transformer attends to (the words and the first padding token)}."""
         texts = list(captions["text_encoder"] if isinstance(captions, Mapping) else captions)
         ids, mask = self._tokens("text_encoder", texts, self.t5_sequence_length)
-        device = module_device(self.text_encoder)
-        ids, mask = ids.to(device), mask.to(device)
-        skip = self.layer_skips.get("text_encoder", 0)
-        with torch.set_grad_enabled("text_encoder" in grad and torch.is_grad_enabled()), _no_fp16_autocast(device):
-            if skip <= 0:
-                hidden = self.text_encoder(ids, attention_mask=mask)[0]
-            else:
-                out = self.text_encoder(ids, attention_mask=mask, output_hidden_states=True)
-                hidden = base_module(self.text_encoder).encoder.final_layer_norm(out.hidden_states[-(skip + 1)])
+        hidden = self.t5_hidden_states("text_encoder", ids, mask, grad="text_encoder" in grad)
+        device = hidden.device
+        mask = mask.to(device)
         positions = torch.arange(mask.shape[1], device=device)[None, :]
         text_mask = positions <= mask.sum(dim=1, keepdim=True)
         return {"encoder_hidden_states": hidden, "text_mask": text_mask}

@@ -35,19 +35,10 @@ from pathlib import Path
 
 import torch
 
-from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
-from ot_gradio.models.common import (
-    ModelLoadError,
-    base_module,
-    module_device,
-    module_dtype,
-    plain_state_dict,
-    save_diffusers_folder,
-    torch_dtype,
-)
-from ot_gradio.models.flux import FluxDev1, compute_dtype, load_flow_pipeline
+from ot_gradio.config.enums import DataType, ModelType
+from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype, plain_state_dict, torch_dtype
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.sd15 import SINGLE_FILE_SUFFIXES, StableDiffusion15
 
 DEFAULT_SEQUENCE_LENGTH = 512
 HIDDEN_LAYERS = {"dev": (10, 20, 30), "klein": (9, 18, 27)}
@@ -80,53 +71,33 @@ def text_ids(hidden: torch.Tensor) -> torch.Tensor:
 
 
 @register_family(ModelType.FLUX_2)
-class Flux2:
-    """The family interface (models/base.py) and the flow contract for Flux.2 dev and Klein."""
+class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
+    """The family interface (models/base.py, models/flow_family.py) and the flow contract for Flux.2 dev and Klein."""
 
     model_type = ModelType.FLUX_2
-    schedule_kind = "flow_matching"
-    prediction_type = "flow"
-    native_resolution = 1024
-    denoiser = "transformer"
-    text_encoder_names = ("text_encoder",)
-    tokenizer_attrs = {"text_encoder": "tokenizer"}
-    folder_parts = ("transformer", "text_encoder", "tokenizer", "vae", "scheduler")
+    family_name = "Flux.2"
+    text_encoder_description = "its Mistral3 (dev) or Qwen3 (Klein) text encoder"
     default_config_repo = "black-forest-labs/FLUX.2-dev"
     lora_base_model_version = "flux2"
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
-    single_file_layout = None  # transformer files are read in `load` (diffusers' converter), not load_flow_pipeline
+    single_file_layout = "bfl"  # BFL-layout transformer files, through diffusers' converter
     bucket_step = 16  # VAE 8 x patch 2
+    patch_size = 1  # the latents are patchified already (128 channels at 1/16)
+    default_sequence_length = DEFAULT_SEQUENCE_LENGTH  # the pipelines' window, system message included
+    default_steps, default_cfg_scale = 28, 4.0
+    lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": LLM_PRESETS}
 
     def __init__(self, components: Mapping, is_distilled: bool = False):
-        encoder = components.get("text_encoder")
-        if encoder is None or components.get("tokenizer") is None:
-            raise ModelLoadError("The model has no text_encoder / tokenizer; Flux.2 needs its Mistral3 (dev) or Qwen3 (Klein) "
-                                 "text encoder. Pick a complete model.")
-        variant = TEXT_ENCODERS.get(type(base_module(encoder)).__name__)
+        super().__init__(components)
+        variant = TEXT_ENCODERS.get(type(base_module(self.text_encoder)).__name__)
         if variant is None:
-            raise ModelLoadError(f"The text encoder is a {type(encoder).__name__}; Flux.2 dev uses Mistral3ForConditionalGeneration "
-                                 "and Klein Qwen3ForCausalLM. Pick a Flux.2 model.")
+            raise ModelLoadError(f"The text encoder is a {type(self.text_encoder).__name__}; Flux.2 dev uses "
+                                 "Mistral3ForConditionalGeneration and Klein Qwen3ForCausalLM. Pick a Flux.2 model.")
         self.variant = variant
         self.is_distilled = bool(is_distilled)
-        self.tokenizer = components["tokenizer"]
-        self.text_encoder = encoder
-        self.vae = components["vae"]
-        self.transformer = components["transformer"]
-        self.scheduler = components["scheduler"]
-        self.noise_scheduler = self.scheduler
-        self._layer_skips: dict[str, int] = {}
         self.guidance_scale = 1.0
         self.text_encoder_sequence_length = None
-
-    to = StableDiffusion15.to
-    vae_id = StableDiffusion15.vae_id
-    vae_scale_factor = StableDiffusion15.vae_scale_factor
-    parts = FluxDev1.parts
-    tokenizers = FluxDev1.tokenizers
-    _part_names = classmethod(FluxDev1._part_names.__func__)
-    set_attention = FluxDev1.set_attention
-    configure_noise_schedule = FluxDev1.configure_noise_schedule
 
     # ---------------------------------------------------------------- loading
 
@@ -144,75 +115,14 @@ class Flux2:
         return Flux2Transformer2DModel
 
     @classmethod
-    def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,
-             dtypes: Mapping[str, torch.dtype] | None = None, config_dir: str | None = None):
-        """From a hub id, a diffusers folder or a tiny name; each part in its dtype (`dtypes`;
-        float32 when not named)."""
-        parts = cls._part_names()
-        dtypes = dict(dtypes or {})
-        unknown = set(dtypes) - set(parts)
-        if unknown:
-            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(parts)}.")
-        per_part = {part: torch_dtype(dtypes.get(part)) for part in parts} | {"default": torch.float32}
-        name = str(name or "").strip()
-        path = Path(name).expanduser()
-        if name and path.is_file() and path.suffix.lower() in SINGLE_FILE_SUFFIXES:
-            pipe = cls._load_single_file(path, cache_dir=cache_dir, offline=offline, token=token, dtype=per_part, config_dir=config_dir)
-        else:
-            pipe = load_flow_pipeline(cls, name, cache_dir=cache_dir, offline=offline, token=token, dtype=per_part, config_dir=config_dir)
-        if not isinstance(getattr(pipe, "transformer", None), cls._transformer_class()):
-            raise ModelLoadError(f"'{name}' is not a Flux.2 model (no Flux2 transformer); pick the model type that matches it.")
-        model = cls(pipe.components, is_distilled=bool(getattr(pipe.config, "is_distilled", False)))
-        for part, module in model.parts.items():
-            if module_dtype(module) != per_part[part]:
-                module.to(dtype=per_part[part])
-        return model
-
-    @classmethod
-    def _load_single_file(cls, path: Path, *, cache_dir, offline, token, dtype, config_dir):
-        """A BFL-layout transformer file (`flux2-dev.safetensors`, a Klein transformer, or our
-        ORIGINAL_TRANSFORMER output) through diffusers' from_single_file; the text encoder, VAE and
-        configs from `config_dir` (a Flux.2 diffusers folder: dev or Klein decides) or the dev repo."""
-        if config_dir and not (Path(config_dir).expanduser() / "model_index.json").is_file():
-            raise ModelLoadError(f"The config folder '{config_dir}' is not a diffusers model (no model_index.json); point it "
-                                 "to a Flux.2 diffusers folder (dev or Klein, whichever the file is).")
-        if config_dir:
-            config = str(Path(config_dir).expanduser())
-        elif offline:
-            config = StableDiffusion15._cached_config_repo.__func__(cls, cache_dir)
-        else:
-            config = cls.default_config_repo
-        hub = {"local_files_only": True} if Path(config).is_dir() else {"cache_dir": cache_dir, "token": token, "local_files_only": offline}
-
-        def load():
-            transformer = cls._transformer_class().from_single_file(
-                str(path), config=config, subfolder="transformer", torch_dtype=dtype["transformer"], **hub)
-            return cls._pipeline_class().from_pretrained(config, transformer=transformer, dtype=dtype, **hub)
-
-        hint = (f"The text encoder, VAE and configs come from '{config}'; check that it is the Flux.2 model (dev or Klein) "
-                "the transformer file belongs to, or give that model's diffusers folder as the config folder.")
-        return StableDiffusion15._guarded(str(path), load, hint)
+    def _from_pipeline(cls, pipe):
+        return cls(pipe.components, is_distilled=bool(getattr(pipe.config, "is_distilled", False)))
 
     # ---------------------------------------------------------------- parts and options
 
     @property
-    def lora_layer_presets(self) -> dict[str, dict[str, list[str]]]:
-        return {"transformer": TRANSFORMER_PRESETS, "text_encoder": LLM_PRESETS}
-
-    @property
     def has_guidance(self) -> bool:
         return bool(base_module(self.transformer).config.guidance_embeds)
-
-    @property
-    def text_encoder_sequence_length(self) -> int:
-        return self._sequence_length
-
-    @text_encoder_sequence_length.setter
-    def text_encoder_sequence_length(self, length: int | None) -> None:
-        """The token window, system message included (blank: 512, the pipelines'); the
-        tokenizer's model_max_length follows it, so cached text embeddings are keyed by it."""
-        self._sequence_length = int(length or DEFAULT_SEQUENCE_LENGTH)
-        getattr(self.tokenizer, "tokenizer", self.tokenizer).model_max_length = self._sequence_length
 
     @property
     def layer_skips(self) -> dict[str, int]:
@@ -281,9 +191,6 @@ class Flux2:
         mean, std = _bn_stats(self.vae, latents)
         return self.vae.decode(Flux2Pipeline._unpatchify_latents(latents * std + mean)).sample
 
-    def image_seq_len(self, latents: torch.Tensor) -> int:
-        return latents.shape[-2] * latents.shape[-1]
-
     # ---------------------------------------------------------------- training
 
     def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
@@ -324,56 +231,15 @@ class Flux2:
             inputs["negative_prompt_embeds"] = self.encode_text([negative_prompt or ""])["encoder_hidden_states"].to(dtype)
         return inputs
 
-    def sample(self, prompt: str, negative_prompt: str = "", height: int = 1024, width: int = 1024, steps: int = 28,
-               cfg_scale: float = 4.0, seed: int = 0, sampler: NoiseScheduler | str = NoiseScheduler.EULER,
-               device: torch.device | str | None = None):
-        """One image (PIL) of exactly `width` x `height`, generated at the next multiple of 16 px
-        with the pipeline's flow-matching Euler scheduler and its empirical shift (every sampler
-        choice: the only sampler Flux.2 ships with). Parts keep their mode and device."""
-        step = self.bucket_step
-        gen_h, gen_w = -(-int(height) // step) * step, -(-int(width) // step) * step
-        modules = self.parts
-        was_training = {name: m.training for name, m in modules.items()}
-        devices = {name: module_device(m) for name, m in modules.items()}
-        target = torch.device(device) if device is not None else devices["transformer"]
-        try:
-            for m in modules.values():
-                m.eval()
-                m.to(target)
-            generator = torch.Generator(device="cpu").manual_seed(int(seed))
-            with torch.no_grad():
-                packed = self.pipeline()(
-                    **self.pipeline_inputs(prompt, negative_prompt, cfg_scale), height=gen_h, width=gen_w,
-                    num_inference_steps=int(steps), generator=generator, output_type="latent",
-                ).images
-                if packed.dim() == 3:  # dev: the packed, normalised tokens
-                    b, _, c = packed.shape
-                    pixels = self.decode_latents(packed.permute(0, 2, 1).reshape(b, c, gen_h // step, gen_w // step))
-                else:  # Klein: the VAE's own latents (already unpatchified and denormalised)
-                    pixels = self.vae.decode(packed.to(module_device(self.vae), module_dtype(self.vae))).sample
-                pixels = pixels.float()
-            from diffusers.image_processor import VaeImageProcessor
-
-            image = VaeImageProcessor(vae_scale_factor=self.vae_scale_factor).postprocess(pixels.cpu(), output_type="pil")[0]
-        finally:
-            for name, m in modules.items():
-                m.to(devices[name])
-                m.train(was_training[name])
-        if image.size != (int(width), int(height)):
-            image = image.resize((int(width), int(height)))
-        return image
+    def decode_sample(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """dev hands back its packed, normalised tokens; Klein the VAE's own latents (already
+        unpatchified and denormalised)."""
+        if latents.dim() == 3:
+            b, _, c = latents.shape
+            return self.decode_latents(latents.permute(0, 2, 1).reshape(b, c, height // self.bucket_step, width // self.bucket_step))
+        return self.vae.decode(latents.to(module_device(self.vae), module_dtype(self.vae))).sample
 
     # ---------------------------------------------------------------- saving
-
-    def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
-        """A diffusers folder (Flux2Pipeline / Flux2KleinPipeline.from_pretrained loads it), written atomically."""
-
-        def write_rest(tmp: Path) -> None:
-            self.tokenizer.save_pretrained(tmp / "tokenizer")
-            self.scheduler.save_pretrained(tmp / "scheduler")
-            self.pipeline().save_config(tmp)
-
-        return save_diffusers_folder(directory, self.parts, dtype, write_rest)
 
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The transformer alone in the BFL layout (ComfyUI's diffusion-model loader and
@@ -386,9 +252,3 @@ class Flux2:
             path, base_module(self.transformer), plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
             {"modelspec.architecture": f"flux-2-{self.variant}", "ot_gradio.model_type": self.model_type.value, **(metadata or {})},
         )
-
-    def lora_module_names(self) -> dict[str, dict[str, str]]:
-        """Identity renames for kohya LoRA files (the `_`-joined names cannot be split back by rule)."""
-        from ot_gradio.training.lora_keys_sd3 import layer_paths
-
-        return {part: {p: p for p in layer_paths(base_module(getattr(self, part)))} for part in ("transformer", "text_encoder")}

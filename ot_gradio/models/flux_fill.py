@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, inpainting_images, module_dtype, plain_state_dict, torch_dtype
+from ot_gradio.config.enums import ModelType
+from ot_gradio.models.common import ModelLoadError, base_module, inpainting_images, module_dtype
 from ot_gradio.models.flux import FluxDev1
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd_inpainting import InpaintingMixin
@@ -55,7 +55,9 @@ def transformer_in_channels(latent_channels: int, scale: int) -> int:
 class FluxFillDev1(FluxDev1):
     model_type = ModelType.FLUX_FILL_DEV_1
     inpainting = True
+    family_name = "Flux.1 Fill"
     default_config_repo = "black-forest-labs/FLUX.1-Fill-dev"
+    modelspec_architecture = "flux-1-dev/fill"  # the transformer alone in BFL's layout (`flux1-fill-dev.safetensors`)
 
     # the masked image's latents, and those of a blank image, as for the SD inpainting models
     encode_conditioning = InpaintingMixin.encode_conditioning
@@ -123,15 +125,6 @@ class FluxFillDev1(FluxDev1):
     def sample(self, prompt: str, *args, **kwargs):
         with _encoder_in_own_dtype(self.vae):
             return super().sample(prompt, *args, **kwargs)
-
-    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
-        """The transformer alone in Black Forest Labs' layout (`flux1-fill-dev.safetensors`)."""
-        from ot_gradio.training.lora_keys_flux import save_bfl_transformer
-
-        return save_bfl_transformer(
-            path, base_module(self.transformer), plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
-            metadata={"modelspec.architecture": "flux-1-dev/fill", "ot_gradio.model_type": self.model_type.value},
-        )
 
 
 @contextlib.contextmanager

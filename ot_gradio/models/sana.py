@@ -27,17 +27,14 @@ What Sana is (diffusers' SanaPipeline, OneTrainer's SANA):
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import torch
 
-from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
-from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype, save_diffusers_folder, torch_dtype
-from ot_gradio.models.flux import FluxDev1, compute_dtype, load_flow_pipeline
+from ot_gradio.config.enums import ModelType
+from ot_gradio.models.common import base_module, module_device, module_dtype
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.sd15 import StableDiffusion15
 from ot_gradio.models.z_image import QWEN_PRESETS
 
 DEFAULT_SEQUENCE_LENGTH = 300
@@ -62,43 +59,28 @@ TRANSFORMER_PRESETS = {
 
 
 @register_family(ModelType.SANA)
-class Sana:
-    """The family interface (models/base.py) and the flow contract for Sana."""
+class Sana(TokenWindow, IdentityLoraNames, FlowFamily):
+    """The family interface (models/base.py, models/flow_family.py) and the flow contract for Sana."""
 
     model_type = ModelType.SANA
-    schedule_kind = "flow_matching"
-    prediction_type = "flow"
-    native_resolution = 1024
-    denoiser = "transformer"
-    text_encoder_names = ("text_encoder",)
-    tokenizer_attrs = {"text_encoder": "tokenizer"}
-    folder_parts = ("transformer", "text_encoder", "tokenizer", "vae", "scheduler")
+    family_name = "Sana"
+    text_encoder_description = "its Gemma 2 text encoder"
     default_config_repo = "Efficient-Large-Model/Sana_1600M_1024px_diffusers"
     lora_base_model_version = "sana"
     embedding_keys = {"text_encoder": "gemma"}  # OneTrainer's key (its SanaEmbeddingSaver)
     bucket_step = 32  # DC-AE 32 x patch 1
-    single_file_layout = None  # load_flow_pipeline refuses single files with advice
+    patch_size = None  # the transformer config's
+    single_file_layout = None  # single files are refused with advice
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": QWEN_PRESETS}
+    default_sequence_length = DEFAULT_SEQUENCE_LENGTH  # the token window after the instruction
+    default_steps, default_cfg_scale = 20, 4.5
 
     def __init__(self, components: Mapping):
-        if components.get("text_encoder") is None or components.get("tokenizer") is None:
-            raise ModelLoadError("The model has no text_encoder / tokenizer; Sana needs its Gemma 2 text encoder. Pick a complete model.")
-        self.tokenizer = components["tokenizer"]
+        super().__init__(components)
         self.tokenizer.padding_side = "right"  # as the pipeline sets it
-        self.text_encoder = components["text_encoder"]
-        self.vae = components["vae"]
-        self.transformer = components["transformer"]
-        self.scheduler = components["scheduler"]  # what samples use (DPM-Solver flow in the real repos)
+        # `scheduler` is what samples use (DPM-Solver flow in the real repos); training draws t with FlowMatchEuler
         self.noise_scheduler = self._flow_scheduler(self.scheduler)
-        self._layer_skips: dict[str, int] = {}
         self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
-
-    to = StableDiffusion15.to
-    vae_id = StableDiffusion15.vae_id
-    parts = FluxDev1.parts
-    tokenizers = FluxDev1.tokenizers
-    _part_names = classmethod(FluxDev1._part_names.__func__)
-    pipeline = FluxDev1.pipeline
 
     @staticmethod
     def _flow_scheduler(scheduler):
@@ -123,64 +105,7 @@ class Sana:
 
         return SanaTransformer2DModel
 
-    @classmethod
-    def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,
-             dtypes: Mapping[str, torch.dtype] | None = None, config_dir: str | None = None):
-        """From a hub id, a diffusers folder or `tiny:sana`; each part in its dtype (`dtypes`;
-        float32 when not named). Single files are refused with what to use instead."""
-        parts = cls._part_names()
-        dtypes = dict(dtypes or {})
-        unknown = set(dtypes) - set(parts)
-        if unknown:
-            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(parts)}.")
-        per_part = {part: torch_dtype(dtypes.get(part)) for part in parts} | {"default": torch.float32}
-        name = str(name or "").strip()
-        pipe = load_flow_pipeline(cls, name, cache_dir=cache_dir, offline=offline, token=token, dtype=per_part, config_dir=config_dir)
-        if not isinstance(getattr(pipe, "transformer", None), cls._transformer_class()):
-            raise ModelLoadError(f"'{name}' is not a Sana model (no Sana transformer); pick the model type that matches it.")
-        model = cls(pipe.components)
-        for part, module in model.parts.items():
-            if module_dtype(module) != per_part[part]:
-                module.to(dtype=per_part[part])
-        return model
-
     # ---------------------------------------------------------------- parts and options
-
-    @property
-    def layer_skips(self) -> dict[str, int]:
-        return self._layer_skips
-
-    @layer_skips.setter
-    def layer_skips(self, skips: Mapping[str, int]) -> None:
-        """Checked here: a skip reads an earlier layer of Gemma (with its final norm)."""
-        checked = {}
-        for part, skip in dict(skips).items():
-            skip = int(skip or 0)
-            top = int(base_module(self.text_encoder).config.num_hidden_layers) - 1
-            if not 0 <= skip <= top:
-                raise ValueError(f"{part}_layer_skip: {skip} is out of range; this model's text encoder allows 0 to {top}")
-            checked[part] = skip
-        self._layer_skips = checked
-
-    def configure_noise_schedule(self, *, prediction_type: str | None = None, zero_terminal_snr: bool = False) -> None:
-        if prediction_type:
-            raise ValueError("force_v_prediction / force_epsilon_prediction: Sana is a flow-matching model; turn these options off")
-        if zero_terminal_snr:
-            raise ValueError(
-                "rescale_noise_scheduler_to_zero_terminal_snr: Sana is a flow-matching model (its last timestep is pure "
-                "noise already); turn this option off"
-            )
-
-    @property
-    def text_encoder_sequence_length(self) -> int:
-        return self._sequence_length
-
-    @text_encoder_sequence_length.setter
-    def text_encoder_sequence_length(self, length: int | None) -> None:
-        """The token window after the instruction (blank: 300, the pipeline's); the tokenizer's
-        model_max_length follows it, so cached text embeddings are keyed by it."""
-        self._sequence_length = int(length or DEFAULT_SEQUENCE_LENGTH)
-        self.tokenizer.model_max_length = self._sequence_length
 
     def configure_flow(self, config) -> None:
         """The run's token window (`text_encoder_sequence_length`)."""
@@ -247,10 +172,6 @@ class Sana:
 
     # ---------------------------------------------------------------- training
 
-    def image_seq_len(self, latents: torch.Tensor) -> int:
-        patch = int(base_module(self.transformer).config.patch_size)
-        return (latents.shape[-2] // patch) * (latents.shape[-1] // patch)
-
     def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The velocity (B, C, H, W) for noisy latents at noise fraction `t` (B,); the transformer
         reads the timestep as t * 1000 * timestep_scale."""
@@ -281,58 +202,5 @@ class Sana:
             "guidance_scale": float(cfg_scale),
         }
 
-    def sample(self, prompt: str, negative_prompt: str = "", height: int = 1024, width: int = 1024, steps: int = 20,
-               cfg_scale: float = 4.5, seed: int = 0, sampler: NoiseScheduler | str = NoiseScheduler.EULER,
-               device: torch.device | str | None = None):
-        """One image (PIL) of exactly `width` x `height`, generated at the next multiple of 32 px
-        with the model's own scheduler (every sampler choice; DPM-Solver flow for the released
-        models), CFG and the negative prompt. Parts keep their mode and device."""
-        step = self.bucket_step
-        gen_h, gen_w = -(-int(height) // step) * step, -(-int(width) // step) * step
-        modules = self.parts
-        was_training = {name: m.training for name, m in modules.items()}
-        devices = {name: module_device(m) for name, m in modules.items()}
-        target = torch.device(device) if device is not None else devices["transformer"]
-        try:
-            for m in modules.values():
-                m.eval()
-                m.to(target)
-            generator = torch.Generator(device="cpu").manual_seed(int(seed))
-            with torch.no_grad():
-                latents = self.pipeline()(
-                    **self.pipeline_inputs(prompt, negative_prompt, cfg_scale), height=gen_h, width=gen_w,
-                    num_inference_steps=int(steps), generator=generator, output_type="latent", use_resolution_binning=False,
-                    max_sequence_length=self.text_encoder_sequence_length,
-                ).images
-                pixels = self.decode_latents(latents).float()  # in the VAE's own dtype
-            from diffusers.image_processor import VaeImageProcessor
-
-            image = VaeImageProcessor(vae_scale_factor=self.vae_scale_factor).postprocess(pixels.cpu(), output_type="pil")[0]
-        finally:
-            for name, m in modules.items():
-                m.to(devices[name])
-                m.train(was_training[name])
-        if image.size != (int(width), int(height)):
-            image = image.resize((int(width), int(height)))
-        return image
-
-    # ---------------------------------------------------------------- saving
-
-    def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
-        """A diffusers folder (SanaPipeline.from_pretrained loads it), written atomically."""
-
-        def write_rest(tmp: Path) -> None:
-            self.tokenizer.save_pretrained(tmp / "tokenizer")
-            self.scheduler.save_pretrained(tmp / "scheduler")
-            self.pipeline().save_config(tmp)
-
-        return save_diffusers_folder(directory, self.parts, dtype, write_rest)
-
-    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
-        raise ValueError("output_model_format: Sana is saved as a diffusers folder here (DIFFUSERS); no single-file layout is written")
-
-    def lora_module_names(self) -> dict[str, dict[str, str]]:
-        """Identity renames for kohya LoRA files (the `_`-joined names cannot be split back by rule)."""
-        from ot_gradio.training.lora_keys_sd3 import layer_paths
-
-        return {part: {p: p for p in layer_paths(base_module(getattr(self, part)))} for part in ("transformer", "text_encoder")}
+    def sample_options(self) -> dict:
+        return {"use_resolution_binning": False, "max_sequence_length": self.text_encoder_sequence_length}

@@ -35,19 +35,10 @@ from pathlib import Path
 
 import torch
 
-from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
-from ot_gradio.models.common import (
-    ModelLoadError,
-    base_module,
-    module_device,
-    module_dtype,
-    plain_state_dict,
-    save_diffusers_folder,
-    torch_dtype,
-)
-from ot_gradio.models.flux import FluxDev1, compute_dtype, load_flow_pipeline
+from ot_gradio.config.enums import DataType, ModelType
+from ot_gradio.models.common import base_module, module_device, plain_state_dict, torch_dtype
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.sd15 import SINGLE_FILE_SUFFIXES, StableDiffusion15
 
 DEFAULT_SEQUENCE_LENGTH = 512
 
@@ -79,46 +70,24 @@ def transformer_presets(n_layers: int) -> dict[str, list[str]]:
 
 
 @register_family(ModelType.Z_IMAGE)
-class ZImage:
-    """The family interface (models/base.py) and the flow contract for Z-Image."""
+class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
+    """The family interface (models/base.py, models/flow_family.py) and the flow contract for Z-Image."""
 
     model_type = ModelType.Z_IMAGE
-    schedule_kind = "flow_matching"
-    prediction_type = "flow"
-    native_resolution = 1024
-    denoiser = "transformer"
-    text_encoder_names = ("text_encoder",)
-    tokenizer_attrs = {"text_encoder": "tokenizer"}
-    folder_parts = ("transformer", "text_encoder", "tokenizer", "vae", "scheduler")
+    family_name = "Z-Image"
+    text_encoder_description = "its Qwen3 text encoder"
     default_config_repo = "Tongyi-MAI/Z-Image"
     lora_base_model_version = "z_image"
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
+    single_file_layout = "original"  # the transformer file people download, through diffusers' converter
     bucket_step = 16  # VAE 8 x patch 2
+    default_sequence_length = DEFAULT_SEQUENCE_LENGTH
+    default_steps, default_cfg_scale = 8, 0.0
 
     def __init__(self, components: Mapping):
-        if components.get("text_encoder") is None or components.get("tokenizer") is None:
-            raise ModelLoadError("The model has no text_encoder / tokenizer; Z-Image needs its Qwen3 text encoder. Pick a complete model.")
-        self.tokenizer = components["tokenizer"]
-        self.text_encoder = components["text_encoder"]
-        self.vae = components["vae"]
-        self.transformer = components["transformer"]
-        self.scheduler = components["scheduler"]
-        self.noise_scheduler = self.scheduler
-        self._layer_skips: dict[str, int] = {}
+        super().__init__(components)
         self.text_encoder_sequence_length = None
-
-    # the VAE side is SD's (encode_images / decode_latents apply shift_factor and scaling_factor)
-    to = StableDiffusion15.to
-    vae_id = StableDiffusion15.vae_id
-    vae_scale_factor = StableDiffusion15.vae_scale_factor
-    encode_images = StableDiffusion15.encode_images
-    decode_latents = StableDiffusion15.decode_latents
-    parts = FluxDev1.parts
-    tokenizers = FluxDev1.tokenizers
-    _part_names = classmethod(FluxDev1._part_names.__func__)
-    set_attention = FluxDev1.set_attention
-    pipeline = FluxDev1.pipeline
 
     # ---------------------------------------------------------------- loading
 
@@ -134,106 +103,11 @@ class ZImage:
 
         return ZImageTransformer2DModel
 
-    @classmethod
-    def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,
-             dtypes: Mapping[str, torch.dtype] | None = None, config_dir: str | None = None):
-        """From a hub id, a diffusers folder, `tiny:z-image` or the transformer file (text encoder,
-        VAE and configs from `config_dir`, else the hub repo). Each part loads in its dtype
-        (`dtypes`; float32 when not named)."""
-        parts = cls._part_names()
-        dtypes = dict(dtypes or {})
-        unknown = set(dtypes) - set(parts)
-        if unknown:
-            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(parts)}.")
-        per_part = {part: torch_dtype(dtypes.get(part)) for part in parts} | {"default": torch.float32}
-        name = str(name or "").strip()
-        path = Path(name).expanduser()
-        if name and path.is_file() and path.suffix.lower() in SINGLE_FILE_SUFFIXES:
-            pipe = cls._load_single_file(path, cache_dir=cache_dir, offline=offline, token=token, dtype=per_part, config_dir=config_dir)
-        else:
-            pipe = load_flow_pipeline(cls, name, cache_dir=cache_dir, offline=offline, token=token, dtype=per_part, config_dir=config_dir)
-        if not isinstance(getattr(pipe, "transformer", None), cls._transformer_class()):
-            raise ModelLoadError(f"'{name}' is not a Z-Image model (no Z-Image transformer); pick the model type that matches it.")
-        model = cls(pipe.components)
-        for part, module in model.parts.items():
-            if module_dtype(module) != per_part[part]:
-                module.to(dtype=per_part[part])
-        return model
-
-    @classmethod
-    def _load_single_file(cls, path: Path, *, cache_dir, offline, token, dtype, config_dir):
-        """The original-layout transformer file through diffusers' from_single_file (its
-        converter splits the fused qkv); the other parts and every config from `config_dir` or
-        the hub repo."""
-        if config_dir and not (Path(config_dir).expanduser() / "model_index.json").is_file():
-            raise ModelLoadError(
-                f"The config folder '{config_dir}' is not a diffusers model (no model_index.json); "
-                "point it to a diffusers folder of Z-Image."
-            )
-        if config_dir:
-            config = str(Path(config_dir).expanduser())
-        elif offline:
-            config = StableDiffusion15._cached_config_repo.__func__(cls, cache_dir)
-        else:
-            config = cls.default_config_repo
-        hub = {"local_files_only": True} if Path(config).is_dir() else {"cache_dir": cache_dir, "token": token, "local_files_only": offline}
-
-        def load():
-            transformer = cls._transformer_class().from_single_file(
-                str(path), config=config, subfolder="transformer", torch_dtype=dtype["transformer"], **hub
-            )
-            return cls._pipeline_class().from_pretrained(config, transformer=transformer, dtype=dtype, **hub)
-
-        hint = (
-            f"The text encoder, VAE and configs come from '{config_dir}'; check that it is a Z-Image diffusers folder "
-            "and the file a Z-Image transformer checkpoint."
-            if config_dir
-            else f"The text encoder, VAE and configs come from the hub repo '{cls.default_config_repo}'; check your network, "
-            "or give a local diffusers folder as the config folder."
-        )
-        return StableDiffusion15._guarded(str(path), load, hint)
-
     # ---------------------------------------------------------------- parts and options
 
     @property
     def lora_layer_presets(self) -> dict[str, dict[str, list[str]]]:
         return {"transformer": transformer_presets(int(base_module(self.transformer).config.n_layers)), "text_encoder": QWEN_PRESETS}
-
-    @property
-    def layer_skips(self) -> dict[str, int]:
-        return self._layer_skips
-
-    @layer_skips.setter
-    def layer_skips(self, skips: Mapping[str, int]) -> None:
-        """Checked here: the pipeline reads the second-to-last layer, a skip goes further back."""
-        checked = {}
-        for part, skip in dict(skips).items():
-            skip = int(skip or 0)
-            top = int(base_module(self.text_encoder).config.num_hidden_layers) - 1
-            if not 0 <= skip <= top:
-                raise ValueError(f"{part}_layer_skip: {skip} is out of range; this model's text encoder allows 0 to {top}")
-            checked[part] = skip
-        self._layer_skips = checked
-
-    def configure_noise_schedule(self, *, prediction_type: str | None = None, zero_terminal_snr: bool = False) -> None:
-        if prediction_type:
-            raise ValueError("force_v_prediction / force_epsilon_prediction: Z-Image is a flow-matching model; turn these options off")
-        if zero_terminal_snr:
-            raise ValueError(
-                "rescale_noise_scheduler_to_zero_terminal_snr: Z-Image is a flow-matching model (its last timestep is pure "
-                "noise already); turn this option off"
-            )
-
-    @property
-    def text_encoder_sequence_length(self) -> int:
-        return self._sequence_length
-
-    @text_encoder_sequence_length.setter
-    def text_encoder_sequence_length(self, length: int | None) -> None:
-        """The token window (blank: 512, the pipeline's); the tokenizer's model_max_length follows
-        it, so cached text embeddings are keyed by it."""
-        self._sequence_length = int(length or DEFAULT_SEQUENCE_LENGTH)
-        self.tokenizer.model_max_length = self._sequence_length
 
     def configure_flow(self, config) -> None:
         """The run's token window (`text_encoder_sequence_length`); the embedders are kept out of
@@ -278,9 +152,6 @@ class ZImage:
 
     # ---------------------------------------------------------------- training
 
-    def image_seq_len(self, latents: torch.Tensor) -> int:
-        return (latents.shape[-2] // 2) * (latents.shape[-1] // 2)
-
     def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The velocity (B, C, H, W) for noisy latents at noise fraction `t` (B,): the transformer
         reads each sample as (C, 1, H, W) with timestep 1 - t and predicts latents - noise."""
@@ -304,52 +175,10 @@ class ZImage:
             inputs["negative_prompt_embeds"] = self.prompt_list(self.encode_text([negative_prompt or ""]), dtype=dtype)
         return inputs
 
-    def sample(self, prompt: str, negative_prompt: str = "", height: int = 1024, width: int = 1024, steps: int = 8,
-               cfg_scale: float = 0.0, seed: int = 0, sampler: NoiseScheduler | str = NoiseScheduler.EULER,
-               device: torch.device | str | None = None):
-        """One image (PIL) of exactly `width` x `height`, generated at the next multiple of 16 px
-        with the model's flow-matching Euler scheduler and its shift (every sampler choice: the
-        only sampler Z-Image ships with). Parts keep their mode and device."""
-        step = self.bucket_step
-        gen_h, gen_w = -(-int(height) // step) * step, -(-int(width) // step) * step
-        modules = self.parts
-        was_training = {name: m.training for name, m in modules.items()}
-        devices = {name: module_device(m) for name, m in modules.items()}
-        target = torch.device(device) if device is not None else devices["transformer"]
-        try:
-            for m in modules.values():
-                m.eval()
-                m.to(target)
-            generator = torch.Generator(device="cpu").manual_seed(int(seed))
-            with torch.no_grad():
-                latents = self.pipeline()(
-                    **self.pipeline_inputs(prompt, negative_prompt, cfg_scale), height=gen_h, width=gen_w,
-                    num_inference_steps=int(steps), generator=generator, output_type="latent",
-                    max_sequence_length=self.text_encoder_sequence_length,
-                ).images
-                pixels = self.decode_latents(latents).float()  # in the VAE's own dtype
-            from diffusers.image_processor import VaeImageProcessor
-
-            image = VaeImageProcessor(vae_scale_factor=self.vae_scale_factor).postprocess(pixels.cpu(), output_type="pil")[0]
-        finally:
-            for name, m in modules.items():
-                m.to(devices[name])
-                m.train(was_training[name])
-        if image.size != (int(width), int(height)):
-            image = image.resize((int(width), int(height)))
-        return image
+    def sample_options(self) -> dict:
+        return {"max_sequence_length": self.text_encoder_sequence_length}
 
     # ---------------------------------------------------------------- saving
-
-    def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
-        """A diffusers folder (ZImagePipeline.from_pretrained loads it), written atomically."""
-
-        def write_rest(tmp: Path) -> None:
-            self.tokenizer.save_pretrained(tmp / "tokenizer")
-            self.scheduler.save_pretrained(tmp / "scheduler")
-            self.pipeline().save_config(tmp)
-
-        return save_diffusers_folder(directory, self.parts, dtype, write_rest)
 
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The transformer alone in the original layout (ComfyUI's diffusion model loader and
@@ -362,9 +191,3 @@ class ZImage:
             path, plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
             {"modelspec.architecture": "z-image", "ot_gradio.model_type": self.model_type.value, **(metadata or {})},
         )
-
-    def lora_module_names(self) -> dict[str, dict[str, str]]:
-        """Identity renames for kohya LoRA files (the `_`-joined names cannot be split back by rule)."""
-        from ot_gradio.training.lora_keys_sd3 import layer_paths
-
-        return {part: {p: p for p in layer_paths(base_module(getattr(self, part)))} for part in ("transformer", "text_encoder")}

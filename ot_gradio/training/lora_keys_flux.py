@@ -64,6 +64,19 @@ class Place(NamedTuple):
     swap: bool = False
 
 
+LORA_SUFFIXES = (".lora_A.weight", ".lora_B.weight", ".lora_down.weight", ".lora_up.weight", ".alpha",
+                 ".lora_magnitude_vector.weight", ".dora_scale")
+
+
+def qkv_places(src: str, dst: str, inner: int) -> dict[str, Place]:
+    """A double block's image and text q, k, v (diffusers' `src.attn.*`): the thirds of
+    `dst.img_attn.qkv` and `dst.txt_attn.qkv` (Flux.1 and Flux.2 alike)."""
+    out = {}
+    for fused, names in (("img_attn.qkv", ("to_q", "to_k", "to_v")), ("txt_attn.qkv", ("add_q_proj", "add_k_proj", "add_v_proj"))):
+        out.update({f"{src}.attn.{name}": Place(f"{dst}.{fused}", j * inner, inner) for j, name in enumerate(names)})
+    return out
+
+
 def bfl_module_layout(transformer) -> dict[str, Place]:
     """diffusers module path (weight-bearing modules only) -> its Place in the BFL layout, for
     this transformer's sizes; a fused module's Place names the rows of the BFL weight it fills."""
@@ -72,10 +85,7 @@ def bfl_module_layout(transformer) -> dict[str, Place]:
     out: dict[str, Place] = {}
     for i in range(int(config.num_layers)):
         src, dst = f"transformer_blocks.{i}", f"double_blocks.{i}"
-        for j, name in enumerate(("to_q", "to_k", "to_v")):
-            out[f"{src}.attn.{name}"] = Place(f"{dst}.img_attn.qkv", j * inner, inner)
-        for j, name in enumerate(("add_q_proj", "add_k_proj", "add_v_proj")):
-            out[f"{src}.attn.{name}"] = Place(f"{dst}.txt_attn.qkv", j * inner, inner)
+        out.update(qkv_places(src, dst, inner))
         out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _DOUBLE.items()})
         out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _DOUBLE_NORMS.items()})
     for i in range(int(config.num_single_layers)):
@@ -102,18 +112,24 @@ def _swap(t: torch.Tensor) -> torch.Tensor:
     return torch.cat([b, a], dim=0)
 
 
-def to_bfl(transformer, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-    """The diffusers transformer state dict in the BFL layout (fused tensors concatenated)."""
-    layout = bfl_module_layout(transformer)
+def to_layout(layout: Mapping[str, Place], state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None,
+              model: str) -> dict[str, torch.Tensor]:
+    """A diffusers state dict in the original layout `layout` gives (fused tensors concatenated
+    in row order, swapped halves swapped); a weight with no place is an error naming `model`."""
     pieces: dict[str, list[tuple[int, torch.Tensor]]] = {}
     for key, tensor in state_dict.items():
         module, _, param = key.rpartition(".")
         if module not in layout:
-            raise ValueError(f"Flux transformer weight {key!r} has no place in the BFL layout (not a Flux.1 transformer?)")
+            raise ValueError(f"{model} transformer weight {key!r} has no place in the BFL layout (not a {model} transformer?)")
         place = _param_place(layout[module], param)
         t = tensor.detach().to("cpu", dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype)
         pieces.setdefault(place.key, []).append((place.start or 0, _swap(t) if place.swap else t))
     return {key: torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])], dim=0).contiguous() for key, parts in pieces.items()}
+
+
+def to_bfl(transformer, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The diffusers transformer state dict in the BFL layout (fused tensors concatenated)."""
+    return to_layout(bfl_module_layout(transformer), state_dict, dtype, "Flux.1")
 
 
 def from_bfl(transformer, bfl: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -139,13 +155,18 @@ def from_bfl(transformer, bfl: Mapping[str, torch.Tensor]) -> dict[str, torch.Te
     return out
 
 
-def save_bfl_transformer(path: str | os.PathLike, transformer, state_dict, dtype: torch.dtype | None, metadata: dict) -> Path:
-    """The transformer alone as a BFL-layout `.safetensors`, written atomically."""
+def save_tensors(path: str | os.PathLike, tensors: Mapping[str, torch.Tensor], metadata: dict) -> Path:
+    """`tensors` as a `.safetensors` file, written atomically."""
     from ot_gradio.training.lora_format import _atomic_save_file
 
     path = Path(path)
-    _atomic_save_file(to_bfl(transformer, state_dict, dtype), path, {"format": "pt", **metadata})
+    _atomic_save_file(dict(tensors), path, {"format": "pt", **metadata})
     return path
+
+
+def save_bfl_transformer(path: str | os.PathLike, transformer, state_dict, dtype: torch.dtype | None, metadata: dict) -> Path:
+    """The transformer alone as a BFL-layout `.safetensors`, written atomically."""
+    return save_tensors(path, to_bfl(transformer, state_dict, dtype), metadata)
 
 
 def load_bfl_transformer(path: str | os.PathLike, transformer) -> None:
@@ -161,16 +182,10 @@ def comfy_lora_targets(transformer, lora_keys) -> dict[str, Place]:
     (and rows) it patches, the way ComfyUI's Flux LoRA key map resolves them; a key no rule
     places raises ValueError naming it."""
     layout = bfl_module_layout(transformer)
-    kohya = {"lora_transformer_" + path.replace(".", "_"): path for path in layout}
+    kohya = kohya_paths(layout)
     out: dict[str, Place] = {}
     for key in lora_keys:
-        for suffix in (".lora_A.weight", ".lora_B.weight", ".lora_down.weight", ".lora_up.weight", ".alpha",
-                       ".lora_magnitude_vector.weight", ".dora_scale"):
-            if key.endswith(suffix):
-                layer = key[: -len(suffix)]
-                break
-        else:
-            raise ValueError(f"LoRA key {key!r} is not a LoRA weight ComfyUI reads")
+        layer = lora_layer(key)
         if layer.startswith("transformer."):
             path = layer.removeprefix("transformer.")
         elif layer in kohya:
@@ -181,3 +196,16 @@ def comfy_lora_targets(transformer, lora_keys) -> dict[str, Place]:
             raise ValueError(f"LoRA key {key!r}: ComfyUI has no BFL weight for the layer {path!r}")
         out[layer] = _param_place(layout[path], "weight")
     return out
+
+
+def lora_layer(key: str) -> str:
+    """The layer name of a LoRA weight key (its LoRA suffix cut off)."""
+    for suffix in LORA_SUFFIXES:
+        if key.endswith(suffix):
+            return key[: -len(suffix)]
+    raise ValueError(f"LoRA key {key!r} is not a LoRA weight ComfyUI reads")
+
+
+def kohya_paths(layout: Mapping[str, Place]) -> dict[str, str]:
+    """OneTrainer/kohya layer names (`lora_transformer_<path with _>`) -> the diffusers path."""
+    return {"lora_transformer_" + path.replace(".", "_"): path for path in layout}

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from ot_gradio.training.lora_keys_flux import Place, _param_place, _swap
+from ot_gradio.training.lora_keys_flux import Place, _param_place, kohya_paths, lora_layer, qkv_places, save_tensors, to_layout
 
 _DOUBLE = {
     "attn.to_out.0": "img_attn.proj", "attn.to_add_out": "txt_attn.proj",
@@ -59,8 +59,6 @@ _TOP = {
 # Flux.1 blocks carry their own modulation)
 COMFY_UNMAPPED = ("time_guidance_embed.", "double_stream_modulation_img.", "double_stream_modulation_txt.",
                   "single_stream_modulation.")
-LORA_SUFFIXES = (".lora_A.weight", ".lora_B.weight", ".lora_down.weight", ".lora_up.weight", ".alpha",
-                 ".lora_magnitude_vector.weight", ".dora_scale")
 
 
 def module_layout(transformer) -> dict[str, Place]:
@@ -70,10 +68,7 @@ def module_layout(transformer) -> dict[str, Place]:
     out: dict[str, Place] = {}
     for i in range(int(config.num_layers)):
         src, dst = f"transformer_blocks.{i}", f"double_blocks.{i}"
-        for j, name in enumerate(("to_q", "to_k", "to_v")):
-            out[f"{src}.attn.{name}"] = Place(f"{dst}.img_attn.qkv", j * inner, inner)
-        for j, name in enumerate(("add_q_proj", "add_k_proj", "add_v_proj")):
-            out[f"{src}.attn.{name}"] = Place(f"{dst}.txt_attn.qkv", j * inner, inner)
+        out.update(qkv_places(src, dst, inner))
         out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _DOUBLE.items()})
     for i in range(int(config.num_single_layers)):
         out.update({f"single_transformer_blocks.{i}.{a}": Place(f"single_blocks.{i}.{b}") for a, b in _SINGLE.items()})
@@ -84,32 +79,12 @@ def module_layout(transformer) -> dict[str, Place]:
 
 def to_original(transformer, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
     """The diffusers transformer state dict in the BFL layout (q, k, v concatenated)."""
-    layout = module_layout(transformer)
-    pieces: dict[str, list[tuple[int, torch.Tensor]]] = {}
-    for key, tensor in state_dict.items():
-        module, _, param = key.rpartition(".")
-        if module not in layout:
-            raise ValueError(f"Flux.2 transformer weight {key!r} has no place in the BFL layout (not a Flux.2 transformer?)")
-        place = _param_place(layout[module], param)
-        t = tensor.detach().to("cpu", dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype)
-        pieces.setdefault(place.key, []).append((place.start or 0, _swap(t) if place.swap else t))
-    return {key: torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])], dim=0).contiguous() for key, parts in pieces.items()}
+    return to_layout(module_layout(transformer), state_dict, dtype, "Flux.2")
 
 
 def save_original_transformer(path: str | os.PathLike, transformer, state_dict, dtype: torch.dtype | None, metadata: dict) -> Path:
     """The transformer alone as a BFL-layout `.safetensors` (ORIGINAL_TRANSFORMER), written atomically."""
-    from ot_gradio.training.lora_format import _atomic_save_file
-
-    path = Path(path)
-    _atomic_save_file(to_original(transformer, state_dict, dtype), path, {"format": "pt", **metadata})
-    return path
-
-
-def lora_layer(key: str) -> str:
-    for suffix in LORA_SUFFIXES:
-        if key.endswith(suffix):
-            return key[: -len(suffix)]
-    raise ValueError(f"LoRA key {key!r} is not a LoRA weight ComfyUI reads")
+    return save_tensors(path, to_original(transformer, state_dict, dtype), metadata)
 
 
 def comfy_lora_targets(transformer, lora_keys: Iterable[str]) -> dict[str, Place]:
@@ -117,7 +92,7 @@ def comfy_lora_targets(transformer, lora_keys: Iterable[str]) -> dict[str, Place
     BFL weight (and rows) it patches, as ComfyUI's Flux key map resolves it; a key no rule
     places raises ValueError naming it."""
     layout = module_layout(transformer)
-    kohya = {"lora_transformer_" + path.replace(".", "_"): path for path in layout}
+    kohya = kohya_paths(layout)
     out: dict[str, Place] = {}
     for key in lora_keys:
         layer = lora_layer(key)

@@ -1,0 +1,459 @@
+"""The base class of the diffusers-backed flow-matching families (Flux.1, Flux Fill, Chroma, SD 3,
+Z-Image, Flux.2, Sana): the interface of models/base.py as a class, with what these families
+share written once.
+
+Held here: the parts and their bookkeeping (`parts`, `to`, `tokenizers`), the VAE side (a
+shifted and scaled KL VAE; families with another VAE override `encode_images` /
+`decode_latents`), attention setup, the loading skeleton (dtype per part, hub id / diffusers
+folder / `tiny:` name / single file, the transformer-class check, the config folder of a single
+file, all with ModelLoadErrors saying what to do), sampling with the parts parked and restored,
+the atomic diffusers-folder save, the layer-skip check and the refusal of the DDPM-only options.
+
+What a family writes: its class attributes, `encode_text`, `predict`, `configure_flow`,
+`pipeline_inputs` (the prompt side of a sample) and, where it differs, the other hooks declared
+below (`_single_file_transformer`, `_from_pipeline`, `sample_options`, `sampling_inputs`,
+`decode_sample`, `_layer_skip_top`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
+from ot_gradio.models.common import (
+    ModelLoadError,
+    base_module,
+    exact_size,
+    generation_size,
+    module_device,
+    module_dtype,
+    parked_for_sampling,
+    save_diffusers_folder,
+    torch_dtype,
+)
+from ot_gradio.models.pixart import _no_fp16_autocast
+from ot_gradio.models.sd15 import _HUB_ID, SINGLE_FILE_SUFFIXES, StableDiffusion15
+from ot_gradio.models.tiny import is_tiny, resolve_tiny
+
+
+def compute_dtype(module: torch.nn.Module) -> torch.dtype:
+    """The dtype a part computes in: its first floating-point weight that is not a stored
+    8-bit one (NF4/INT8 layers hold uint8/int8 weights, FLOAT_8 float8; their inputs are not)."""
+    stored = (torch.float8_e4m3fn, torch.float8_e5m2)
+    for p in module.parameters():
+        if p.is_floating_point() and p.dtype not in stored:
+            return p.dtype
+    return torch.float32
+
+
+class FlowFamily:
+    """A flow-matching family (models/base.py): subclass it, set the attributes, write the hooks."""
+
+    model_type: ModelType
+    family_name = ""  # the model's name in messages ("Flux.1", "Z-Image")
+    schedule_kind = "flow_matching"  # the trainer's flow core (training/flow_matching.py) draws t and the target
+    prediction_type = "flow"
+    native_resolution = 1024
+    denoiser = "transformer"
+    text_encoder_names: tuple[str, ...] = ("text_encoder",)  # text encoder parts, in order
+    tokenizer_attrs: dict[str, str] = {"text_encoder": "tokenizer"}  # text encoder part -> its tokenizer attribute/folder
+    folder_parts: tuple[str, ...] = ("transformer", "text_encoder", "tokenizer", "vae", "scheduler")  # for messages
+    default_config_repo = ""  # the hub repo of configs (and missing parts) for a single file
+    lora_base_model_version = ""
+    embedding_keys: dict[str, str] = {}  # text encoder part -> key in an embedding file ({}: no EMBEDDING method)
+    bucket_step = 16  # image sides are multiples of this (VAE factor x patch)
+    patch_size: int | None = 2  # latent pixels per image token side (None: the transformer config's patch_size)
+    t5_part: str | None = None  # a T5 part: its layer skip reads an earlier layer with T5's final norm
+    single_file_layout: str | None = None  # None: single files are refused; else `_single_file_transformer` reads them
+    default_steps = 20  # `sample` defaults
+    default_cfg_scale = 3.5
+    text_encoder_description = "its text encoder"  # what a model without it is told it needs
+
+    def __init__(self, components: Mapping):
+        """The parts of a loaded pipeline; a missing text encoder or tokenizer is a ModelLoadError."""
+        for part, attr in self.tokenizer_attrs.items():
+            if components.get(part) is None or components.get(attr) is None:
+                raise ModelLoadError(f"The model has no {part} / {attr}; {self.family_name} needs "
+                                     f"{self.text_encoder_description}. Pick a complete model.")
+            setattr(self, part, components[part])
+            setattr(self, attr, components[attr])
+        self.vae = components["vae"]
+        self.transformer = components["transformer"]
+        self.scheduler = components["scheduler"]  # FlowMatchEulerDiscreteScheduler with the model's shift
+        self.noise_scheduler = self.scheduler
+        self._layer_skips: dict[str, int] = {}
+
+    # ---------------------------------------------------------------- loading
+
+    @classmethod
+    def _pipeline_class(cls):
+        """The diffusers pipeline class that loads and samples the family."""
+        raise NotImplementedError
+
+    @classmethod
+    def _transformer_class(cls):
+        """The diffusers transformer class; a loaded model whose transformer is not one is refused."""
+        raise NotImplementedError
+
+    @classmethod
+    def _part_names(cls) -> tuple[str, ...]:
+        return ("transformer", *cls.text_encoder_names, "vae")
+
+    @classmethod
+    def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,
+             dtypes: Mapping[str, torch.dtype] | None = None, config_dir: str | None = None):
+        """From a hub id, a diffusers folder, a `tiny:` name or (`single_file_layout`) a transformer
+        file with the other parts and the configs from `config_dir`, else the hub repo. Each part
+        loads straight in its dtype (`dtypes` keys: the parts; float32 when not named)."""
+        parts = cls._part_names()
+        dtypes = dict(dtypes or {})
+        unknown = set(dtypes) - set(parts)
+        if unknown:
+            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(parts)}.")
+        per_part = {part: torch_dtype(dtypes.get(part)) for part in parts} | {"default": torch.float32}
+        name = str(name or "").strip()
+        pipe = cls._load_pipeline(name, cache_dir=cache_dir, offline=offline, token=token, dtype=per_part, config_dir=config_dir)
+        if not isinstance(getattr(pipe, "transformer", None), cls._transformer_class()):
+            raise ModelLoadError(f"'{name}' is not a {cls.family_name} model (no {cls.family_name} transformer); "
+                                 "pick the model type that matches it.")
+        model = cls._from_pipeline(pipe)
+        for part, module in model.parts.items():
+            if module_dtype(module) != per_part[part]:
+                module.to(dtype=per_part[part])
+        return model
+
+    @classmethod
+    def _from_pipeline(cls, pipe):
+        """The family around a loaded pipeline (Flux.2 also reads the pipeline's config)."""
+        return cls(pipe.components)
+
+    _guarded = staticmethod(StableDiffusion15._guarded)  # a loader's exception as a ModelLoadError with a hint
+
+    @classmethod
+    def _cached_config_repo(cls, cache_dir: str | None) -> str:
+        """The cached snapshot of `default_config_repo` (offline), or a ModelLoadError saying what to do."""
+        return StableDiffusion15._cached_config_repo.__func__(cls, cache_dir)
+
+    @classmethod
+    def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir):
+        """The pipeline from whatever `name` is; errors the user can fix say what to do."""
+        Pipeline = cls._pipeline_class()
+        if not name:
+            raise ModelLoadError(
+                f"No base model given. Enter a Hugging Face id (like '{cls.default_config_repo}'), a diffusers folder "
+                "or a transformer .safetensors file."
+            )
+        if is_tiny(name):
+            try:
+                folder = resolve_tiny(name).diffusers_dir
+            except ValueError as e:
+                raise ModelLoadError(str(e)) from e
+            return Pipeline.from_pretrained(folder, local_files_only=True, dtype=dtype)
+        path = Path(name).expanduser()
+        if path.is_dir():
+            if not (path / "model_index.json").is_file():
+                raise ModelLoadError(
+                    f"The folder '{name}' is not a diffusers model (it has no model_index.json). "
+                    "Pick the folder that holds model_index.json, or a transformer .safetensors file."
+                )
+            return cls._guarded(
+                name,
+                lambda: Pipeline.from_pretrained(path, local_files_only=True, dtype=dtype),
+                f"The folder looks like a diffusers model but a part failed to load; check that it is a complete "
+                f"{cls.model_type.value} model ({', '.join(cls.folder_parts)}).",
+            )
+        if path.is_file():
+            if not cls.single_file_layout:
+                raise ModelLoadError(
+                    f"'{name}' is a single file; {cls.model_type.value} loads from a diffusers folder or a Hugging Face id "
+                    f"(like '{cls.default_config_repo}') here. Convert the file with diffusers' "
+                    f"{cls._transformer_class().__name__}.from_single_file and save_pretrained first."
+                )
+            if path.suffix.lower() not in SINGLE_FILE_SUFFIXES:
+                raise ModelLoadError(f"'{name}' is a file but not a checkpoint; use a .safetensors transformer file.")
+            return cls._load_single_file(path, cache_dir=cache_dir, offline=offline, token=token, dtype=dtype, config_dir=config_dir)
+        looks_local = path.suffix.lower() in SINGLE_FILE_SUFFIXES or name.startswith(("/", ".", "~", "\\")) or name.count("/") > 1
+        if looks_local or not _HUB_ID.fullmatch(name):
+            raise ModelLoadError(
+                f"Base model '{name}' was not found: no such file or folder. Check the path, or give a Hugging Face id "
+                f"like '{cls.default_config_repo}'."
+            )
+        hint = (
+            "No local folder has that name and, offline, it is not in the local Hugging Face cache"
+            + (f" ({cache_dir})" if cache_dir else "")
+            + "; turn offline mode off to download it once, or pick a local diffusers folder."
+            if offline
+            else "Check the id, your network and, for gated models like FLUX.1-dev, accept the license on the hub and set the access token."
+        )
+        return cls._guarded(
+            name, lambda: Pipeline.from_pretrained(name, cache_dir=cache_dir, token=token, local_files_only=offline, dtype=dtype), hint
+        )
+
+    @classmethod
+    def _config_source(cls, config_dir: str | None, *, cache_dir, offline, token) -> tuple[str, dict]:
+        """Where a single file's configs and other parts come from (`config_dir`, which must be a
+        diffusers folder, else the family's hub repo or, offline, its cached snapshot) and the
+        loading keywords for it."""
+        if config_dir and not (Path(config_dir).expanduser() / "model_index.json").is_file():
+            raise ModelLoadError(
+                f"The config folder '{config_dir}' is not a diffusers model (no model_index.json); "
+                f"point it to a diffusers folder of {cls.family_name}."
+            )
+        if config_dir:
+            config = str(Path(config_dir).expanduser())
+        elif offline:
+            config = cls._cached_config_repo(cache_dir)
+        else:
+            config = cls.default_config_repo
+        hub = {"local_files_only": True} if Path(config).is_dir() else {"cache_dir": cache_dir, "token": token, "local_files_only": offline}
+        return config, hub
+
+    @classmethod
+    def _load_single_file(cls, path: Path, *, cache_dir, offline, token, dtype, config_dir):
+        """The transformer from the file (`_single_file_transformer`), the other parts and every
+        config from `_config_source`."""
+        config, hub = cls._config_source(config_dir, cache_dir=cache_dir, offline=offline, token=token)
+
+        def load():
+            transformer = cls._single_file_transformer(path, config, hub, dtype["transformer"])
+            return cls._pipeline_class().from_pretrained(config, transformer=transformer, dtype=dtype, **hub)
+
+        return cls._guarded(str(path), load, cls._single_file_hint(config_dir))
+
+    @classmethod
+    def _single_file_hint(cls, config_dir: str | None, other_parts: str = "text encoders, VAE") -> str:
+        """What to check when a single file with its `other_parts` from elsewhere failed to load."""
+        if config_dir:
+            return (f"The {other_parts} and configs come from '{config_dir}'; check that it is a {cls.family_name} "
+                    "diffusers folder and that the file is a checkpoint of that model.")
+        return (f"The {other_parts} and configs come from the hub repo '{cls.default_config_repo}'; check your network "
+                "and access token, or give a local diffusers folder as the config folder.")
+
+    @classmethod
+    def _single_file_transformer(cls, path: Path, config: str, hub: Mapping, dtype: torch.dtype):
+        """The transformer of a single file in `dtype` (default: diffusers' `from_single_file`
+        converter, with the transformer config of `config`)."""
+        return cls._transformer_class().from_single_file(str(path), config=config, subfolder="transformer", torch_dtype=dtype, **hub)
+
+    # ---------------------------------------------------------------- parts and options
+
+    @property
+    def parts(self) -> dict[str, torch.nn.Module]:
+        """Every part by its config section name: the transformer, the text encoders, the VAE."""
+        return {part: getattr(self, part) for part in self._part_names()}
+
+    @property
+    def tokenizers(self) -> dict:
+        """The tokenizer of each text encoder part (the live ones training and sampling use)."""
+        return {part: getattr(self, attr) for part, attr in self.tokenizer_attrs.items()}
+
+    def to(self, device: torch.device | str):
+        for module in self.parts.values():
+            module.to(device)
+        return self
+
+    def configure_noise_schedule(self, *, prediction_type: str | None = None, zero_terminal_snr: bool = False) -> None:
+        """Refused: the prediction type and the terminal SNR are the DDPM families' options."""
+        if prediction_type:
+            raise ValueError(f"force_v_prediction / force_epsilon_prediction: {self.family_name} is a flow-matching model "
+                             "that predicts the velocity; turn these options off")
+        if zero_terminal_snr:
+            raise ValueError(f"rescale_noise_scheduler_to_zero_terminal_snr: {self.family_name} is a flow-matching model "
+                             "(its last timestep is pure noise already); turn this option off")
+
+    def configure_flow(self, config) -> None:
+        """The run's flow options (token windows, guidance value) before training."""
+
+    def set_attention(self, mechanism: str, device: torch.device | str | None = None) -> None:
+        """SDP (PyTorch's scaled-dot-product attention; DEFAULT is the same here: these transformers
+        have no classic processor), XFORMERS or FLASH (CUDA only, diffusers' backends)."""
+        mechanism = str(getattr(mechanism, "value", mechanism)).upper()
+        transformer = base_module(self.transformer)
+        on_cuda = torch.device(device).type == "cuda" if device is not None else module_device(transformer).type == "cuda"
+        if mechanism in ("DEFAULT", "SDP"):
+            transformer.set_attention_backend("native")
+        elif mechanism in ("XFORMERS", "FLASH"):
+            if not on_cuda:
+                raise ValueError(f"attention_mechanism: {mechanism} needs a CUDA GPU; use SDP")
+            transformer.set_attention_backend("xformers" if mechanism == "XFORMERS" else "_native_flash")
+        else:
+            raise ValueError(f"attention_mechanism: unknown value {mechanism!r}; use SDP, DEFAULT, XFORMERS or FLASH")
+
+    @property
+    def layer_skips(self) -> dict[str, int]:
+        """Layer skip per text encoder part, set by the trainer (training and sampling use it)."""
+        return self._layer_skips
+
+    @layer_skips.setter
+    def layer_skips(self, skips: Mapping[str, int]) -> None:
+        """Checked here, so a skip the encoder has no layer for fails before training."""
+        checked = {}
+        for part, skip in dict(skips).items():
+            skip, top = int(skip or 0), self._layer_skip_top(part)
+            if not 0 <= skip <= top:
+                raise ValueError(f"{part}_layer_skip: {skip} is out of range; this model's {part.replace('_', ' ')} allows 0 to {top}")
+            checked[part] = skip
+        self._layer_skips = checked
+
+    def _layer_skip_top(self, part: str) -> int:
+        """The largest skip of `part`: its layer count for the T5 part, one less for the others
+        (which read their second-to-last layer, or their last with the final norm)."""
+        config = base_module(getattr(self, part)).config
+        layers = int(getattr(config, "num_hidden_layers", None) or config.num_layers)
+        return layers if part == self.t5_part else layers - 1
+
+    # ---------------------------------------------------------------- images
+
+    # The VAE side is Stable Diffusion's (sd15.py, the reference family): a KL VAE whose latents
+    # are `(z - shift_factor) * scaling_factor`; families with another VAE override these.
+
+    @property
+    def vae_id(self) -> str:
+        """Identity of the VAE for the latent cache (its config and a fingerprint of its weights)."""
+        return StableDiffusion15.vae_id.fget(self)
+
+    @property
+    def vae_scale_factor(self) -> int:
+        """Pixels per latent along each side."""
+        return StableDiffusion15.vae_scale_factor.fget(self)
+
+    def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Latents for pixels in [-1, 1], shifted and scaled; a sample of the latent distribution
+        (OneTrainer's) or its mean with sample=False."""
+        return StableDiffusion15.encode_images(self, pixels, sample=sample, generator=generator)
+
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Pixels in [-1, 1] for latents of `encode_images`, in the VAE's own dtype."""
+        return StableDiffusion15.decode_latents(self, latents)
+
+    def image_seq_len(self, latents: torch.Tensor) -> int:
+        """The transformer's image token count for these latents (the resolution-dependent shift)."""
+        patch = self.patch_size or int(base_module(self.transformer).config.patch_size)
+        return (latents.shape[-2] // patch) * (latents.shape[-1] // patch)
+
+    # ---------------------------------------------------------------- training
+
+    def t5_hidden_states(self, part: str, ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                         grad: bool = False) -> torch.Tensor:
+        """The T5 part's hidden states for token `ids`; a layer skip takes an earlier layer with
+        T5's final norm applied (OneTrainer's encode_t5). T5 runs outside a float16 autocast."""
+        encoder = getattr(self, part)
+        device = module_device(encoder)
+        mask = {} if attention_mask is None else {"attention_mask": attention_mask.to(device)}
+        skip = self.layer_skips.get(part, 0)
+        with torch.set_grad_enabled(grad and torch.is_grad_enabled()), _no_fp16_autocast(device):
+            if skip <= 0:
+                return encoder(ids.to(device), **mask)[0]
+            out = encoder(ids.to(device), output_hidden_states=True, **mask)
+            return base_module(encoder).encoder.final_layer_norm(out.hidden_states[-(skip + 1)])
+
+    def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()):
+        """The conditioning dict `predict` reads; gradients flow through the parts in `grad`."""
+        raise NotImplementedError
+
+    def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
+        """The velocity `noise - latents` for noisy latents at noise fraction `t` (B,)."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- sampling
+
+    def pipeline(self):
+        """The family's diffusers pipeline sharing this model's (possibly adapter-wrapped) parts."""
+        components = {part: base_module(module) for part, module in self.parts.items()}
+        components.update({attr: self.tokenizers[part] for part, attr in self.tokenizer_attrs.items()})
+        scheduler = type(self.scheduler).from_config(self.scheduler.config)
+        pipe = self._pipeline_class()(scheduler=scheduler, **components)
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+    def pipeline_inputs(self, prompt: str, negative_prompt: str, cfg_scale: float) -> dict:
+        """The prompt side of the pipeline call: our embeddings (so samples see the trained window
+        and layer skips), the guidance value and, with CFG, the negative prompt's."""
+        raise NotImplementedError
+
+    def sample_options(self) -> dict:
+        """Further keyword arguments of the pipeline call (token window, resolution binning)."""
+        return {}
+
+    def sampling_inputs(self, height: int, width: int, **inputs) -> dict:
+        """Pipeline inputs besides the prompt, for an image of `height` x `width` (Flux Fill: the
+        image and its mask); a text-to-image family takes none."""
+        if inputs:
+            raise ValueError(f"{self.model_type.value} samples from a prompt alone; it takes no {', '.join(sorted(inputs))}")
+        return {}
+
+    def decode_sample(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """Pixels in [-1, 1] for the pipeline's latent output of an image of `height` x `width`."""
+        return self.decode_latents(latents)
+
+    def sample(self, prompt: str, negative_prompt: str = "", height: int = 1024, width: int = 1024, steps: int | None = None,
+               cfg_scale: float | None = None, seed: int = 0, sampler: NoiseScheduler | str = NoiseScheduler.EULER,
+               device: torch.device | str | None = None, **inputs):
+        """One image (PIL) of exactly `width` x `height`, generated at the next multiple of
+        `bucket_step` px with the model's own scheduler and shift (every sampler choice: the one
+        these models ship with, as in OneTrainer); `steps` and `cfg_scale` default to the
+        family's. Parts keep their mode and device. `inputs`: what `sampling_inputs` takes."""
+        steps = self.default_steps if steps is None else steps
+        cfg_scale = self.default_cfg_scale if cfg_scale is None else cfg_scale
+        gen_h, gen_w = generation_size(height, width, self.bucket_step)
+        with parked_for_sampling(self.parts, device, self.denoiser), torch.no_grad():
+            generator = torch.Generator(device="cpu").manual_seed(int(seed))
+            latents = self.pipeline()(
+                **self.pipeline_inputs(prompt, negative_prompt, cfg_scale), **self.sampling_inputs(gen_h, gen_w, **inputs),
+                height=gen_h, width=gen_w, num_inference_steps=int(steps), generator=generator, output_type="latent",
+                **self.sample_options(),
+            ).images
+            pixels = self.decode_sample(latents, gen_h, gen_w).float()
+        from diffusers.image_processor import VaeImageProcessor
+
+        image = VaeImageProcessor(vae_scale_factor=self.vae_scale_factor).postprocess(pixels.cpu(), output_type="pil")[0]
+        return exact_size(image, width, height)
+
+    # ---------------------------------------------------------------- saving
+
+    def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+        """A diffusers folder (the pipeline's from_pretrained loads it), written atomically."""
+
+        def write_rest(tmp: Path) -> None:
+            for part, attr in self.tokenizer_attrs.items():
+                self.tokenizers[part].save_pretrained(tmp / attr)
+            self.scheduler.save_pretrained(tmp / "scheduler")
+            self.pipeline().save_config(tmp)
+
+        return save_diffusers_folder(directory, self.parts, dtype, write_rest)
+
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
+        """The model as one file; refused unless the family writes a single-file layout."""
+        raise ValueError(f"output_model_format: {self.family_name} is saved as a diffusers folder here (DIFFUSERS); "
+                         "no single-file layout is written")
+
+
+class IdentityLoraNames:
+    """`lora_module_names` for families whose kohya LoRA names are diffusers' own module paths."""
+
+    def lora_module_names(self) -> dict[str, dict[str, str]]:
+        """Identity renames for kohya LoRA files (the `_`-joined names cannot be split back by rule)."""
+        from ot_gradio.training.lora_keys_sd3 import layer_paths
+
+        return {part: {p: p for p in layer_paths(base_module(getattr(self, part)))} for part in ("transformer", "text_encoder")}
+
+
+class TokenWindow:
+    """`text_encoder_sequence_length` for one-encoder families: the token window (blank: the
+    family's `default_sequence_length`); the tokenizer's model_max_length follows it, so cached
+    text embeddings are keyed by it."""
+
+    default_sequence_length = 512
+
+    @property
+    def text_encoder_sequence_length(self) -> int:
+        return self._sequence_length
+
+    @text_encoder_sequence_length.setter
+    def text_encoder_sequence_length(self, length: int | None) -> None:
+        self._sequence_length = int(length or self.default_sequence_length)
+        getattr(self.tokenizer, "tokenizer", self.tokenizer).model_max_length = self._sequence_length
