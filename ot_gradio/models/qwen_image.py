@@ -35,9 +35,8 @@ from pathlib import Path
 
 import torch
 
-from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
+from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import (
-    ModelLoadError,
     base_module,
     module_device,
     module_dtype,
@@ -45,9 +44,10 @@ from ot_gradio.models.common import (
     torch_dtype,
     weights_fingerprint,
 )
-from ot_gradio.models.flux import compute_dtype, pack_latents, unpack_latents
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype
+from ot_gradio.models.flux import pack_latents, unpack_latents
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.z_image import ZImage
+from ot_gradio.models.z_image import keep_embedders_unquantized
 
 DEFAULT_SEQUENCE_LENGTH = 512
 # QwenImagePipeline's prompt_template_encode and prompt_template_encode_start_idx
@@ -110,19 +110,24 @@ def comfy_lora_targets(transformer: torch.nn.Module, lora_keys: Sequence[str]) -
 
 
 @register_family(ModelType.QWEN)
-class QwenImage(ZImage):
-    """The family interface (models/base.py) and the flow contract for Qwen-Image."""
+class QwenImage(IdentityLoraNames, FlowFamily):
+    """The family interface (models/base.py, models/flow_family.py) and the flow contract for Qwen-Image."""
 
     model_type = ModelType.QWEN
+    family_name = "Qwen-Image"
+    text_encoder_description = "its Qwen2.5-VL text encoder"
     default_config_repo = "Qwen/Qwen-Image"
     lora_base_model_version = "qwen_image"
+    embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     native_resolution = 1024  # the pipeline's default size (1328 x 1328 is its largest square bucket)
     bucket_step = 16  # VAE 8 x patch 2
+    transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
+    single_file_layout = "diffusers"  # the published transformer file keeps diffusers' names
+    default_steps, default_cfg_scale = 30, 4.0
 
     def __init__(self, components: Mapping):
-        if components.get("text_encoder") is None or components.get("tokenizer") is None:
-            raise ModelLoadError("The model has no text_encoder / tokenizer; Qwen-Image needs its Qwen2.5-VL text encoder. Pick a complete model.")
         super().__init__(components)
+        self.text_encoder_sequence_length = None
 
     @classmethod
     def _pipeline_class(cls):
@@ -177,21 +182,15 @@ class QwenImage(ZImage):
     def lora_layer_presets(self) -> dict[str, dict[str, list[str]]]:
         return {"transformer": TRANSFORMER_PRESETS, "text_encoder": text_encoder_presets(int(text_config(self.text_encoder).num_hidden_layers))}
 
-    @property
-    def layer_skips(self) -> dict[str, int]:
-        return self._layer_skips
+    def _layer_skip_top(self, part: str) -> int:
+        """The pipeline reads the last layer; a skip goes back up to the first."""
+        return int(text_config(self.text_encoder).num_hidden_layers) - 1
 
-    @layer_skips.setter
-    def layer_skips(self, skips: Mapping[str, int]) -> None:
-        """Checked here: the pipeline reads the last layer, a skip goes further back."""
-        checked = {}
-        top = int(text_config(self.text_encoder).num_hidden_layers)
-        for part, skip in dict(skips).items():
-            skip = int(skip or 0)
-            if not 0 <= skip <= top - 1:
-                raise ValueError(f"{part}_layer_skip: {skip} is out of range; this model's text encoder allows 0 to {top - 1}")
-            checked[part] = skip
-        self._layer_skips = checked
+    def configure_flow(self, config) -> None:
+        """The run's token window; the embedders diffusers keeps in the compute type stay out of
+        the quantization that follows."""
+        self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
+        keep_embedders_unquantized(self.transformer)
 
     @property
     def text_encoder_sequence_length(self) -> int:
@@ -276,36 +275,13 @@ class QwenImage(ZImage):
             )
         return inputs
 
-    def sample(self, prompt: str, negative_prompt: str = "", height: int = 1024, width: int = 1024, steps: int = 30,
-               cfg_scale: float = 4.0, seed: int = 0, sampler: NoiseScheduler | str = NoiseScheduler.EULER,
-               device: torch.device | str | None = None):
-        """One image (PIL) of exactly `width` x `height`, generated at the next multiple of 16 px
-        by the pipeline with the model's scheduler (every sampler choice: the only one Qwen-Image
-        ships with). Parts keep their mode and device."""
-        step = self.bucket_step
-        gen_h, gen_w = -(-int(height) // step) * step, -(-int(width) // step) * step
-        modules = self.parts
-        was_training = {name: m.training for name, m in modules.items()}
-        devices = {name: module_device(m) for name, m in modules.items()}
-        target = torch.device(device) if device is not None else devices["transformer"]
-        try:
-            for m in modules.values():
-                m.eval()
-                m.to(target)
-            generator = torch.Generator(device="cpu").manual_seed(int(seed))
-            with torch.no_grad():
-                image = self.pipeline()(
-                    **self.pipeline_inputs(prompt, negative_prompt, cfg_scale), height=gen_h, width=gen_w,
-                    num_inference_steps=int(steps), generator=generator, output_type="pil",
-                    max_sequence_length=self.text_encoder_sequence_length,
-                ).images[0]
-        finally:
-            for name, m in modules.items():
-                m.to(devices[name])
-                m.train(was_training[name])
-        if image.size != (int(width), int(height)):
-            image = image.resize((int(width), int(height)))
-        return image
+    def sample_options(self) -> dict:
+        return {"max_sequence_length": self.text_encoder_sequence_length}
+
+    def decode_sample(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """The pipeline's packed latents (B, tokens, 4C) unpacked and decoded."""
+        factor = self.vae_scale_factor
+        return self.decode_latents(unpack_latents(latents, height // factor, width // factor))
 
     # ---------------------------------------------------------------- saving
 
