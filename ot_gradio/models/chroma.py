@@ -5,9 +5,11 @@ what differs (OneTrainer's ChromaModel, diffusers' ChromaPipeline):
   but the first padding one is masked, as the pipeline does.
 - No pooled CLIP and no guidance embedding (the modulation comes from Chroma's approximator):
   samples use real classifier-free guidance with the negative prompt at the sample's CFG scale.
-- Loading: a hub id (lodestones/Chroma1-HD), a diffusers folder or `tiny:chroma`. Chroma's own
-  single files are not read here (convert them with diffusers' from_single_file first); saving a
-  single file is refused with that advice, so output the diffusers folder.
+- Loading: a hub id (lodestones/Chroma1-HD), a diffusers folder, `tiny:chroma`, or Chroma's own
+  transformer file (`Chroma1-HD.safetensors`: Flux's BFL names without the modulation layers, with
+  the approximator as `distilled_guidance_layer`; training/lora_keys_flux.py), its T5, VAE and
+  configs from a diffusers folder or the hub repo. Saving: a diffusers folder, or that transformer
+  file (ORIGINAL_TRANSFORMER, what OneTrainer's chroma-finetune preset writes and ComfyUI loads).
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from pathlib import Path
 
 import torch
 
-from ot_gradio.config.enums import DataType, ModelType
+from ot_gradio.config.enums import ModelType
 from ot_gradio.models.flux import T5_PRESETS, TRANSFORMER_PRESETS, FluxDev1, compute_dtype
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.tiny import TinyModelPaths, register_tiny
 
-TINY_CHROMA_VERSION = 1
+TINY_CHROMA_VERSION = 2  # 2: with the transformer file
 
 
 @register_family(ModelType.CHROMA_1)
@@ -40,7 +42,7 @@ class Chroma1(FluxDev1):
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": T5_PRESETS}
     t5_part = "text_encoder"
     t5_length_option = "text_encoder_sequence_length"
-    single_file_layout = None
+    modelspec_architecture = "chroma"
 
     @classmethod
     def _pipeline_class(cls):
@@ -84,12 +86,6 @@ class Chroma1(FluxDev1):
             "max_sequence_length": self.t5_sequence_length,
         }
 
-    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
-        raise ValueError(
-            "output_model_format: Chroma is saved as a diffusers folder here (DIFFUSERS); its original single-file "
-            "layout is not written yet"
-        )
-
 
 def tiny_chroma_components(seed: int = 0) -> dict:
     """Chroma's classes at width 64 (the T5, VAE, tokenizer and scheduler of tiny Flux)."""
@@ -113,14 +109,21 @@ def tiny_chroma_components(seed: int = 0) -> dict:
 
 @register_tiny("chroma", TINY_CHROMA_VERSION)
 def save_tiny_chroma(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
-    """The tiny Chroma as a diffusers folder (no single file: Chroma loads from folders here)."""
+    """The tiny Chroma as a diffusers folder and its transformer as Chroma's own single file."""
     from diffusers import ChromaPipeline
 
     from ot_gradio.fsutil import atomic_write_dir
+    from ot_gradio.training.lora_keys_flux import save_bfl_transformer
 
     root = Path(root)
-    paths = TinyModelPaths(root / "diffusers", root / "no-single-file")
+    paths = TinyModelPaths(root / "diffusers", root / "chroma-tiny-transformer.safetensors")
+    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
+        return paths
+    components = tiny_chroma_components(seed)
     if not (paths.diffusers_dir / "model_index.json").is_file():
-        pipe = ChromaPipeline(**tiny_chroma_components(seed))
+        pipe = ChromaPipeline(**components)
         atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
+    if not paths.single_file.is_file():
+        transformer = components["transformer"]
+        save_bfl_transformer(paths.single_file, transformer, transformer.state_dict(), None, {"ot_gradio.tiny": "chroma"}, "Chroma")
     return paths

@@ -129,7 +129,7 @@ class FluxDev1(FlowFamily):
         Transformer = cls._transformer_class()
         with torch.device("meta"):  # no float32 copy of a 12B model before the weights arrive
             transformer = Transformer.from_config(Transformer.load_config(config, subfolder="transformer", **hub))
-        weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in from_bfl(transformer, load_file(str(path))).items()}
+        weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in from_bfl(transformer, load_file(str(path)), cls.family_name).items()}
         transformer.load_state_dict(weights, strict=True, assign=True)
         return transformer
 
@@ -232,4 +232,5 @@ class FluxDev1(FlowFamily):
         return save_bfl_transformer(
             path, base_module(self.transformer), plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
             metadata={"modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value},
+            model=self.family_name,
         )

@@ -16,6 +16,10 @@ The rules (as in diffusers' scripts/convert_flux_to_diffusers.py, read the other
   `final_layer.linear`; `norm_out.linear` = `final_layer.adaLN_modulation.1` with its two halves
   swapped (BFL: shift, scale; diffusers: scale, shift).
 
+Chroma's original files use the same names, without the modulation layers (Chroma has none) and
+with its approximator: `distilled_guidance_layer.in_proj` / `out_proj` keep their names,
+`layers.N.linear_1/2` are `layers.N.in_layer/out_layer`, the RMS norms `norms.N` hold `scale`.
+
 `bfl_layout(transformer)` gives every weight's place: the BFL key, the rows it fills (fused
 q/k/v/mlp), and whether its halves swap. A LoRA on a diffusers layer therefore patches those rows
 of that BFL weight, which is how ComfyUI applies `transformer.<diffusers path>` LoRA keys.
@@ -98,13 +102,21 @@ def bfl_module_layout(transformer) -> dict[str, Place]:
         out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _SINGLE_NORMS.items()})
     out.update({a: Place(b) for a, b in _TOP.items()})
     out.update({a: Place(b, swap=True) for a, b in _SWAPPED.items()})
+    approximator = getattr(transformer, "distilled_guidance_layer", None)  # Chroma
+    if approximator is not None:
+        root = "distilled_guidance_layer"
+        out.update({f"{root}.in_proj": Place(f"{root}.in_proj"), f"{root}.out_proj": Place(f"{root}.out_proj")})
+        for i in range(len(approximator.layers)):
+            out[f"{root}.layers.{i}.linear_1"] = Place(f"{root}.layers.{i}.in_layer")
+            out[f"{root}.layers.{i}.linear_2"] = Place(f"{root}.layers.{i}.out_layer")
+            out[f"{root}.norms.{i}"] = Place(f"{root}.norms.{i}")
     return out
 
 
 def _param_place(module_place: Place, param: str) -> Place:
     """A module's Place for one of its parameters: RMS norm weights are `scale` in BFL."""
-    suffix = "scale" if module_place.key.endswith(("query_norm", "key_norm")) else param
-    return module_place._replace(key=f"{module_place.key}.{suffix}")
+    norm = module_place.key.endswith(("query_norm", "key_norm")) or ".norms." in module_place.key
+    return module_place._replace(key=f"{module_place.key}.{'scale' if norm else param}")
 
 
 def _swap(t: torch.Tensor) -> torch.Tensor:
@@ -122,17 +134,19 @@ def to_layout(layout: Mapping[str, Place], state_dict: Mapping[str, torch.Tensor
         if module not in layout:
             raise ValueError(f"{model} transformer weight {key!r} has no place in the BFL layout (not a {model} transformer?)")
         place = _param_place(layout[module], param)
-        t = tensor.detach().to("cpu", dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype)
+        t = tensor.detach().to(dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype)
+        t = t if t.device.type == "meta" else t.to("cpu")  # a meta state dict stays on meta (a layout check without weights)
         pieces.setdefault(place.key, []).append((place.start or 0, _swap(t) if place.swap else t))
     return {key: torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])], dim=0).contiguous() for key, parts in pieces.items()}
 
 
-def to_bfl(transformer, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+def to_bfl(transformer, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None,
+           model: str = "Flux.1") -> dict[str, torch.Tensor]:
     """The diffusers transformer state dict in the BFL layout (fused tensors concatenated)."""
-    return to_layout(bfl_module_layout(transformer), state_dict, dtype, "Flux.1")
+    return to_layout(bfl_module_layout(transformer), state_dict, dtype, model)
 
 
-def from_bfl(transformer, bfl: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def from_bfl(transformer, bfl: Mapping[str, torch.Tensor], model: str = "Flux.1") -> dict[str, torch.Tensor]:
     """A BFL-layout state dict (optionally under `model.diffusion_model.`) as the diffusers
     transformer's state dict; an error names a key that is missing or left over."""
     bfl = {k.removeprefix("model.diffusion_model."): v for k, v in bfl.items()}
@@ -143,7 +157,7 @@ def from_bfl(transformer, bfl: Mapping[str, torch.Tensor]) -> dict[str, torch.Te
         module, _, param = key.rpartition(".")
         place = _param_place(layout[module], param)
         if place.key not in bfl:
-            raise ValueError(f"The transformer file has no {place.key!r} (needed for {key}); is it a Flux.1 transformer of this size?")
+            raise ValueError(f"The transformer file has no {place.key!r} (needed for {key}); is it a {model} transformer of this size?")
         t = bfl[place.key]
         if place.start is not None:
             t = t[place.start : place.start + place.rows]
@@ -151,7 +165,7 @@ def from_bfl(transformer, bfl: Mapping[str, torch.Tensor]) -> dict[str, torch.Te
         used.add(place.key)
     extra = sorted(set(bfl) - used)
     if extra:
-        raise ValueError(f"The transformer file has keys a Flux.1 transformer of this config does not: {extra[:3]}")
+        raise ValueError(f"The transformer file has keys a {model} transformer of this config does not: {extra[:3]}")
     return out
 
 
@@ -164,9 +178,10 @@ def save_tensors(path: str | os.PathLike, tensors: Mapping[str, torch.Tensor], m
     return path
 
 
-def save_bfl_transformer(path: str | os.PathLike, transformer, state_dict, dtype: torch.dtype | None, metadata: dict) -> Path:
+def save_bfl_transformer(path: str | os.PathLike, transformer, state_dict, dtype: torch.dtype | None, metadata: dict,
+                         model: str = "Flux.1") -> Path:
     """The transformer alone as a BFL-layout `.safetensors`, written atomically."""
-    return save_tensors(path, to_bfl(transformer, state_dict, dtype), metadata)
+    return save_tensors(path, to_bfl(transformer, state_dict, dtype, model), metadata)
 
 
 def load_bfl_transformer(path: str | os.PathLike, transformer) -> None:

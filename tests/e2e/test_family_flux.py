@@ -138,3 +138,25 @@ def test_onetrainer_chroma_preset_trains_with_a_float8_transformer(tmp_path_fact
     assert len(losses) == 8 and all(0 < loss < 10 for loss in losses)  # 5 of 6 images in batches of 2, 2 epochs
     keys = _check_lora(tiny, tmp_path / "out" / "lora.safetensors", min_change=1e-4, pipeline_class=ChromaPipeline)
     assert all(k.startswith("transformer.") for k in keys)
+
+
+def test_onetrainer_chroma_finetune_preset_writes_chromas_transformer_file(tmp_path_factory, shapes, tmp_path):
+    """chroma-finetune-24GB.json unchanged but for base model, data and output: FINE_TUNE with
+    Adafactor (fused back pass, stochastic rounding) writing ORIGINAL_TRANSFORMER in bfloat16,
+    Chroma's own transformer file, which the family loader reads back with the trained weights."""
+    from diffusers import ChromaTransformer2DModel
+
+    from ot_gradio.models.chroma import Chroma1, save_tiny_chroma
+
+    tiny = save_tiny_chroma(tmp_path_factory.mktemp("tiny-chroma-ft"))
+    preset = OT_PRESETS / "chroma-finetune-24GB.json"
+    assert json.loads(preset.read_text())["output_model_format"] == "ORIGINAL_TRANSFORMER"
+    losses = _train_onetrainer_preset(preset, tiny.diffusers_dir, shapes, tmp_path)
+    assert losses and all(0 < loss < 10 for loss in losses)
+    out = tmp_path / "out" / "lora.safetensors"  # the helper's output name; the file is the transformer
+    with safe_open(str(out), "pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"} and "distilled_guidance_layer.in_proj.weight" in f.keys()
+    tuned = Chroma1.load(str(out), config_dir=str(tiny.diffusers_dir), offline=True).transformer.state_dict()
+    base = ChromaTransformer2DModel.from_pretrained(str(tiny.diffusers_dir), subfolder="transformer").state_dict()
+    assert tuned.keys() == base.keys()
+    assert [k for k in tuned if not torch.equal(tuned[k], base[k].to(torch.bfloat16).to(tuned[k].dtype))]

@@ -325,9 +325,9 @@ def _parts(folder: Path) -> dict[str, dict[str, torch.Tensor]]:
 
 @pytest.mark.parametrize("model_type", NEW_FAMILIES)
 def test_new_families_convert_checkpoints_and_lora_keys(model_type, tmp_path):
-    """Flux.1 (dev and Fill) and SD 3: folder -> single file -> folder is lossless (Flux's file is the BFL
-    transformer alone, the rest taken from the config folder); Chroma's single file and PixArt-Σ's
-    way back are refused naming why. LoRA keys converted either way are exactly what the trainer
+    """Flux.1 (dev and Fill), Chroma and SD 3: folder -> single file -> folder is lossless (Flux's and
+    Chroma's file is the transformer alone in BFL names, the rest taken from the config folder);
+    PixArt-Σ's way back is refused naming why. LoRA keys converted either way are exactly what the trainer
     writes in that format."""
     import importlib
 
@@ -339,23 +339,19 @@ def test_new_families_convert_checkpoints_and_lora_keys(model_type, tmp_path):
     module, builder = NEW_FAMILIES[model_type]
     base = getattr(importlib.import_module(module), builder)(tmp_path / "tiny").diffusers_dir
     single = {"operation": "checkpoint", "model_type": model_type, "input": str(base), "output": str(tmp_path / "m.safetensors")}
-    if model_type == "CHROMA_1":
-        with pytest.raises(JobError, match="^format: Chroma is saved as a diffusers folder"):
-            run_inline("convert", single)
-    else:
-        result = run_inline("convert", single)
-        assert result["transformer_only"] == (model_type in ("FLUX_DEV_1", "FLUX_FILL_DEV_1", "PIXART_SIGMA"))
-        back = {"operation": "checkpoint", "model_type": model_type, "input": result["output"], "config": str(base),
-                "output": str(tmp_path / "back")}
-        if model_type == "PIXART_SIGMA":
-            with pytest.raises(JobError, match="^input: .* is a single file; PixArt-Σ loads from a diffusers folder"):
-                run_inline("convert", back)
-        else:
+    result = run_inline("convert", single)
+    assert result["transformer_only"] == (model_type in ("FLUX_DEV_1", "FLUX_FILL_DEV_1", "CHROMA_1", "PIXART_SIGMA"))
+    back = {"operation": "checkpoint", "model_type": model_type, "input": result["output"], "config": str(base),
+            "output": str(tmp_path / "back")}
+    if model_type == "PIXART_SIGMA":
+        with pytest.raises(JobError, match="^input: .* is a single file; PixArt-Σ loads from a diffusers folder"):
             run_inline("convert", back)
-            original, converted = _parts(base), _parts(tmp_path / "back")
-            assert converted.keys() == original.keys()
-            for part in original:
-                _assert_equal(converted[part], original[part])
+    else:
+        run_inline("convert", back)
+        original, converted = _parts(base), _parts(tmp_path / "back")
+        assert converted.keys() == original.keys()
+        for part in original:
+            _assert_equal(converted[part], original[part])
 
     cfg = load_config({"model_type": model_type, "training_method": "LORA", "base_model_name": str(base), "lora_rank": 4,
                        "lora_alpha": 2}).config
