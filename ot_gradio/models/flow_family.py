@@ -69,6 +69,7 @@ class FlowFamily:
     patch_size: int | None = 2  # latent pixels per image token side (None: the transformer config's patch_size)
     t5_part: str | None = None  # a T5 part: its layer skip reads an earlier layer with T5's final norm
     single_file_layout: str | None = None  # None: single files are refused; else `_single_file_transformer` reads them
+    single_file_suffixes: tuple[str, ...] = SINGLE_FILE_SUFFIXES  # what a single file may end in
     default_steps = 20  # `sample` defaults
     default_cfg_scale = 3.5
     text_encoder_description = "its text encoder"  # what a model without it is told it needs
@@ -173,10 +174,11 @@ class FlowFamily:
                     f"(like '{cls.default_config_repo}') here. Convert the file with diffusers' "
                     f"{cls._transformer_class().__name__}.from_single_file and save_pretrained first."
                 )
-            if path.suffix.lower() not in SINGLE_FILE_SUFFIXES:
-                raise ModelLoadError(f"'{name}' is a file but not a checkpoint; use a .safetensors transformer file.")
+            if path.suffix.lower() not in cls.single_file_suffixes:
+                raise ModelLoadError(f"'{name}' is a file but not a checkpoint; use a {' / '.join(cls.single_file_suffixes)} "
+                                     "transformer file.")
             return cls._load_single_file(path, cache_dir=cache_dir, offline=offline, token=token, dtype=dtype, config_dir=config_dir)
-        looks_local = path.suffix.lower() in SINGLE_FILE_SUFFIXES or name.startswith(("/", ".", "~", "\\")) or name.count("/") > 1
+        looks_local = path.suffix.lower() in cls.single_file_suffixes or name.startswith(("/", ".", "~", "\\")) or name.count("/") > 1
         if looks_local or not _HUB_ID.fullmatch(name):
             raise ModelLoadError(
                 f"Base model '{name}' was not found: no such file or folder. Check the path, or give a Hugging Face id "

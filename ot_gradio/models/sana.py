@@ -20,9 +20,12 @@ What Sana is (diffusers' SanaPipeline, OneTrainer's SANA):
 - The repos sample with DPM-Solver in flow mode (flow_shift 3); training draws t with the core's
   FlowMatchEuler settings (`noise_scheduler`: the model's scheduler when it is FlowMatchEuler,
   else one built with the same shift).
-- Loading: a hub id (Efficient-Large-Model/Sana_1600M_1024px_diffusers), a diffusers folder or
-  `tiny:sana`. Single files are refused with advice; saving one is refused too (output the
-  diffusers folder).
+- Loading: a hub id (Efficient-Large-Model/Sana_1600M_1024px_diffusers), a diffusers folder,
+  `tiny:sana`, or the original transformer checkpoint (`Sana_1600M_1024px.pth` or a
+  `.safetensors` of it) through diffusers' `from_single_file` converter, the text encoder, VAE and
+  configs from a diffusers folder or the hub repo. Saving a single file is refused (output the
+  diffusers folder): the original layout also holds the null caption embedding and the position
+  table, which a diffusers model does not keep, so it could not be written faithfully.
 """
 
 from __future__ import annotations
@@ -70,7 +73,8 @@ class Sana(TokenWindow, IdentityLoraNames, FlowFamily):
     embedding_keys = {"text_encoder": "gemma"}  # OneTrainer's key (its SanaEmbeddingSaver)
     bucket_step = 32  # DC-AE 32 x patch 1
     patch_size = None  # the transformer config's
-    single_file_layout = None  # single files are refused with advice
+    single_file_layout = "original"  # Sana's own checkpoint, read by diffusers' converter; not written
+    single_file_suffixes = (".safetensors", ".pth", ".pt")  # the published checkpoints are .pth
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": QWEN_PRESETS}
     default_sequence_length = DEFAULT_SEQUENCE_LENGTH  # the token window after the instruction
     default_steps, default_cfg_scale = 20, 4.5

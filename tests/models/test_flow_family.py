@@ -48,8 +48,11 @@ def test_loading_refuses_what_it_cannot_load_with_what_to_do(tmp_path, z_paths, 
     text.write_text("x")
     with pytest.raises(ModelLoadError, match="is a file but not a checkpoint"):
         ZImage.load(str(text))
+    class FoldersOnly(Sana):  # a family without a single-file layout refuses files with advice
+        single_file_layout = None
+
     with pytest.raises(ModelLoadError, match="SANA loads from a diffusers folder.*SanaTransformer2DModel.from_single_file"):
-        Sana.load(str(z_paths.single_file))
+        FoldersOnly.load(str(z_paths.single_file))
     with pytest.raises(ModelLoadError, match=r"config folder .* \(no model_index.json\); point it to a diffusers folder of Z-Image"):
         ZImage.load(str(z_paths.single_file), config_dir=str(tmp_path), offline=True)
     with pytest.raises(ModelLoadError, match=r"is not a Flux.2 model \(no Flux.2 transformer\)"):
