@@ -5,6 +5,7 @@ base model, the dataset, the output and the run's size changed) that SanaPipelin
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,3 +143,36 @@ def test_embedding_trains_gemma_vectors_under_onetrainers_key(tiny_sana, shapes,
     ids = model.tokenizer("circle", add_special_tokens=False).input_ids[:2]
     assert not torch.allclose(vectors["gemma"], model.text_encoder.get_input_embeddings().weight[ids].detach())
     assert [e for e in events if e["type"] == "sample"]
+
+
+def test_lora_from_a_onetrainer_format_config_through_the_command_line(tiny_sana, shapes, tmp_path):
+    """OneTrainer ships no Sana preset: a sparse config in its layout (no config_version, as its
+    presets and saved configs are) trains a LoRA through `python -m ot_gradio train` that changes
+    SanaPipeline's image."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from diffusers import SanaPipeline
+
+    out = tmp_path / "out" / "lora.safetensors"
+    onetrainer = {
+        "base_model_name": str(tiny_sana.diffusers_dir), "model_type": "SANA", "training_method": "LORA",
+        "output_model_format": "DIFFUSERS_LORA", "output_model_destination": str(out), "resolution": "64", "batch_size": 2,
+        "epochs": 1, "learning_rate": 5e-2, "lora_rank": 4, "lora_alpha": 4.0, "train_dtype": "FLOAT_32",
+        "train_device": "cpu", "workspace_dir": str(tmp_path / "workspace"), "cache_dir": str(tmp_path / "cache"),
+        "transformer": {"train": True, "weight_dtype": "FLOAT_32"}, "text_encoder": {"train": False, "weight_dtype": "FLOAT_32"},
+        "concepts": [{"name": "shapes", "path": str(shapes)}], "samples": [],
+    }
+    config = tmp_path / "sana-onetrainer.json"
+    config.write_text(json.dumps(onetrainer))
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-m", "ot_gradio", "train", "--config", str(config)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(root)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    pipe = SanaPipeline.from_pretrained(str(tiny_sana.diffusers_dir), local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    before = _images(pipe)
+    pipe.load_lora_weights(str(out))
+    assert np.abs(_images(pipe) - before).max() > 1e-3
