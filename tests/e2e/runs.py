@@ -14,3 +14,92 @@ def run_until_done(config, tmp_path, timeout=600):
     events = [json.loads(line) for line in run.events.read_text().splitlines()]
     assert [e["status"] for e in events if e["type"] == "status"][-1] == "done", run.log_tail()
     return run, events
+
+
+def imported(preset, model_dir, data, tmp_path, out, **changes) -> dict:
+    """`preset` (a path or a dict) imported as the page imports it, then only the base model
+    (`model_dir`), the dataset folder, the output (`tmp_path/out/<out>`) and the run folders set,
+    plus `changes`: how the family tests run OneTrainer's presets and ours."""
+    from ot_gradio.config.io import config_to_dict, load_config
+
+    config = config_to_dict(load_config(preset).config)
+    config.update(
+        base_model_name=str(model_dir), concepts=[{"name": "shapes", "path": str(data)}],
+        output_model_destination=str(tmp_path / "out" / out), workspace_dir=str(tmp_path / "ws"),
+        cache_dir=str(tmp_path / "cache"), train_device="cpu", **changes,
+    )
+    return config
+
+
+def one_image(shapes, tmp_path):
+    """A folder holding the red circle of the shapes dataset alone (for the loss-falls tests)."""
+    import shutil
+
+    data = tmp_path / "one"
+    data.mkdir()
+    for suffix in (".png", ".txt"):
+        shutil.copy(shapes / f"01-red-circle{suffix}", data)
+    return data
+
+
+def fixed_noise(latents):
+    """The same noise and timestep (500 of 1000) at every step: the loss then measures the fit alone."""
+    import torch
+
+    return torch.randn(latents.shape, generator=torch.Generator().manual_seed(1234)), torch.full((latents.shape[0],), 500)
+
+
+def losses_with_fixed_noise(config: dict, tmp_path) -> list[float]:
+    """Train `config` in this process with `fixed_noise`; the loss of every step, the run ended "done"."""
+    from ot_gradio.config.io import load_config
+    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
+
+    class Collect(Reporter):
+        def __init__(self):
+            self.losses = []
+
+        def metrics(self, **fields):
+            if "loss" in fields:
+                self.losses.append(fields["loss"])
+
+        def warning(self, message):
+            pass
+
+    report = Collect()
+    run = tmp_path / "run"
+    trainer = Trainer(load_config(config).config, RunPaths(run / "samples", run / "backup", run / "save", None, []), report,
+                      noise_fn=fixed_noise)
+    trainer.setup()
+    assert trainer.train() == "done"
+    return report.losses
+
+
+def falls(losses: list[float], factor: float) -> bool:
+    """The mean of the last three losses is below `factor` times the mean of the first three."""
+    return sum(losses[-3:]) / 3 < factor * sum(losses[:3]) / 3
+
+
+def lora_load_problems(pipe, path) -> list[str]:
+    """The warnings diffusers, PEFT and Python give while `pipe.load_lora_weights(path)` (unexpected
+    or missing keys); an empty list means the file loaded cleanly."""
+    import logging
+    import warnings
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append
+    loggers = [logging.getLogger(name) for name in ("diffusers", "peft")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.setLevel(logging.INFO)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pipe.load_lora_weights(str(path))
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+    problems = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    return problems + [str(w.message) for w in caught if not issubclass(w.category, (DeprecationWarning, FutureWarning))]

@@ -7,7 +7,6 @@ that reloads with the trained weights."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +14,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from ot_gradio.config.io import config_to_dict, load_config
+from ot_gradio.config.io import load_config
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import run_until_done
+from tests.e2e.runs import imported, lora_load_problems, run_until_done
 
 pytestmark = pytest.mark.slow
 PRESET = Path(__file__).resolve().parents[1] / "config" / "data" / "onetrainer-presets-2026" / "flux2-LoRA-16GB.json"
@@ -42,34 +41,11 @@ def tiny_klein(tmp_path_factory):
     return save_tiny_flux2_klein(tmp_path_factory.mktemp("tiny-flux2-klein"))
 
 
-def _config(path: Path, tiny, data: Path, tmp_path: Path, out: str, **changes) -> dict:
-    """`path` imported as the page imports it, then only the base model, dataset and output set."""
-    config = config_to_dict(load_config(path).config)
-    config.update(
-        base_model_name=str(tiny.diffusers_dir), concepts=[{"name": "shapes", "path": str(data)}],
-        output_model_destination=str(tmp_path / "out" / out), workspace_dir=str(tmp_path / "ws"),
-        cache_dir=str(tmp_path / "cache"), train_device="cpu", **changes,
-    )
-    return config
-
-
 def _image(pipe):
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         return pipe(prompt=PROMPT, num_inference_steps=2, height=64, width=64, guidance_scale=3.0, generator=g,
                     output_type="np").images[0]
-
-
-def _load_lora(pipe, path: Path) -> list[str]:
-    records: list[str] = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = lambda record: records.append(record.getMessage())
-    logging.getLogger("diffusers").addHandler(handler)
-    try:
-        pipe.load_lora_weights(str(path))
-    finally:
-        logging.getLogger("diffusers").removeHandler(handler)
-    return records
 
 
 def _pipeline(tiny):
@@ -87,7 +63,7 @@ def test_onetrainer_flux2_preset_trains_a_dev_lora_that_changes_the_pipeline(tin
 
     result = load_config(PRESET)
     assert any("transformer.weight_dtype INT_W8A8 -> INT_8" in w for w in result.warnings)
-    config = _config(PRESET, tiny_dev, shapes, tmp_path, "lora.safetensors", **CPU_SIZE)
+    config = imported(PRESET, tiny_dev.diffusers_dir, shapes, tmp_path, "lora.safetensors", **CPU_SIZE)
     assert (config["training_method"], config["transformer"]["weight_dtype"], config["text_encoder"]["weight_dtype"]) == (
         "LORA", "INT_8", "FLOAT_8")
     _, events = run_until_done(config, tmp_path)
@@ -102,7 +78,7 @@ def test_onetrainer_flux2_preset_trains_a_dev_lora_that_changes_the_pipeline(tin
     pipe = _pipeline(tiny_dev)
     assert isinstance(pipe, Flux2Pipeline)
     before = _image(pipe)
-    assert _load_lora(pipe, path) == []
+    assert lora_load_problems(pipe, path) == []
     assert np.abs(_image(pipe) - before).max() > 1e-6  # the same pipeline draws the same image bit for bit
     assert comfy_lora_targets(pipe.transformer, keys)
 
@@ -110,12 +86,12 @@ def test_onetrainer_flux2_preset_trains_a_dev_lora_that_changes_the_pipeline(tin
 def test_klein_lora_from_the_same_preset_trains_and_reloads(tiny_klein, shapes, tmp_path):
     from diffusers import Flux2KleinPipeline
 
-    config = _config(PRESET, tiny_klein, shapes, tmp_path, "lora.safetensors", **CPU_SIZE, learning_rate=1e-2)
+    config = imported(PRESET, tiny_klein.diffusers_dir, shapes, tmp_path, "lora.safetensors", **CPU_SIZE, learning_rate=1e-2)
     run_until_done(config, tmp_path)
     pipe = _pipeline(tiny_klein)
     assert isinstance(pipe, Flux2KleinPipeline)
     before = _image(pipe)
-    assert _load_lora(pipe, tmp_path / "out" / "lora.safetensors") == []
+    assert lora_load_problems(pipe, tmp_path / "out" / "lora.safetensors") == []
     assert np.abs(_image(pipe) - before).max() > 1e-6
 
 
@@ -126,7 +102,7 @@ def test_comfy_lora_from_our_preset_with_a_sample(tiny_dev, shapes, tmp_path):
 
     from ot_gradio.training.lora_keys_flux2 import comfy_lora_targets
 
-    config = _config(PRESET_OURS, tiny_dev, shapes, tmp_path, "lora.safetensors", **CPU_SIZE, output_model_format="COMFY_LORA",
+    config = imported(PRESET_OURS, tiny_dev.diffusers_dir, shapes, tmp_path, "lora.safetensors", **CPU_SIZE, output_model_format="COMFY_LORA",
                      samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}], sample_after=1,
                      sample_after_unit="EPOCH")
     _, events = run_until_done(config, tmp_path)
@@ -142,7 +118,7 @@ def test_comfy_lora_from_our_preset_with_a_sample(tiny_dev, shapes, tmp_path):
 def test_finetune_writes_a_diffusers_folder_that_reloads(tiny_klein, shapes, tmp_path):
     from diffusers import Flux2KleinPipeline, Flux2Transformer2DModel
 
-    config = _config(PRESET, tiny_klein, shapes, tmp_path, "model", **CPU_SIZE, training_method="FINE_TUNE",
+    config = imported(PRESET, tiny_klein.diffusers_dir, shapes, tmp_path, "model", **CPU_SIZE, training_method="FINE_TUNE",
                      output_model_format="DIFFUSERS", learning_rate=1e-3, output_dtype="FLOAT_32", train_dtype="FLOAT_32",
                      optimizer={"optimizer": "ADAMW"}, transformer={"train": True, "weight_dtype": "FLOAT_32"})
     run_until_done(config, tmp_path)
@@ -163,7 +139,7 @@ def test_finetune_writes_the_original_transformer_file_that_reloads(tiny_dev, sh
 
     from ot_gradio.models.flux2 import Flux2
 
-    config = _config(PRESET, tiny_dev, shapes, tmp_path, "model.safetensors", **CPU_SIZE, training_method="FINE_TUNE",
+    config = imported(PRESET, tiny_dev.diffusers_dir, shapes, tmp_path, "model.safetensors", **CPU_SIZE, training_method="FINE_TUNE",
                      output_model_format="ORIGINAL_TRANSFORMER", learning_rate=1e-3, output_dtype="FLOAT_32",
                      train_dtype="FLOAT_32", optimizer={"optimizer": "ADAMW"}, transformer={"train": True, "weight_dtype": "FLOAT_32"})
     run_until_done(config, tmp_path)

@@ -7,7 +7,6 @@ FINE_TUNE transformer file read back by from_single_file; loss falls with fixed 
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +14,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from ot_gradio.config.io import config_to_dict, load_config
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import run_until_done
+from tests.e2e.runs import falls, imported, lora_load_problems, losses_with_fixed_noise, one_image, run_until_done
 
 pytestmark = pytest.mark.slow
 PRESET = Path(__file__).resolve().parents[1] / "config" / "data" / "onetrainer-presets-2026" / "qwen-LoRA-24GB.json"
@@ -31,17 +29,6 @@ def tiny_qwen(tmp_path_factory):
     from ot_gradio.models.qwen_image_tiny import save_tiny_qwen_image
 
     return save_tiny_qwen_image(tmp_path_factory.mktemp("tiny-qwen-image"))
-
-
-def _config(path: Path, tiny, data: Path, tmp_path: Path, out: str, **changes) -> dict:
-    """`path` imported as the page imports it, then only the base model, dataset and output set."""
-    config = config_to_dict(load_config(path).config)
-    config.update(
-        base_model_name=str(tiny.diffusers_dir), concepts=[{"name": "shapes", "path": str(data)}],
-        output_model_destination=str(tmp_path / "out" / out), workspace_dir=str(tmp_path / "ws"),
-        cache_dir=str(tmp_path / "cache"), train_device="cpu", **changes,
-    )
-    return config
 
 
 def _image(pipe):
@@ -59,22 +46,10 @@ def _pipeline(tiny):
     return pipe
 
 
-def _load_lora(pipe, path: Path) -> list[str]:
-    records: list[str] = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = lambda record: records.append(record.getMessage())
-    logging.getLogger("diffusers").addHandler(handler)
-    try:
-        pipe.load_lora_weights(str(path))
-    finally:
-        logging.getLogger("diffusers").removeHandler(handler)
-    return records
-
-
 def test_onetrainer_qwen_preset_trains_a_lora_that_changes_the_pipeline(tiny_qwen, shapes, tmp_path):
     from ot_gradio.models.qwen_image import comfy_lora_targets
 
-    config = _config(PRESET, tiny_qwen, shapes, tmp_path, "lora.safetensors", **CPU_SIZE, learning_rate=1e-2)
+    config = imported(PRESET, tiny_qwen.diffusers_dir, shapes, tmp_path, "lora.safetensors", **CPU_SIZE, learning_rate=1e-2)
     assert (config["model_type"], config["transformer"]["weight_dtype"], config["text_encoder"]["weight_dtype"]) == (
         "QWEN", "FLOAT_8", "FLOAT_8")
     assert config["transformer"]["offload_fraction"] == 0.1 and config["layer_filter"] == "attn,img_mlp,txt_mlp"
@@ -90,7 +65,7 @@ def test_onetrainer_qwen_preset_trains_a_lora_that_changes_the_pipeline(tiny_qwe
     assert all(".attn." in k or "_mlp." in k for k in layers)  # the preset's filter "attn,img_mlp,txt_mlp"
     pipe = _pipeline(tiny_qwen)
     before = _image(pipe)
-    assert _load_lora(pipe, path) == []
+    assert lora_load_problems(pipe, path) == []
     assert np.abs(_image(pipe) - before).max() > 1e-6  # the same pipeline draws the same image bit for bit
     assert comfy_lora_targets(pipe.transformer, keys)
 
@@ -100,7 +75,7 @@ def test_comfy_lora_from_our_preset_with_a_sample(tiny_qwen, shapes, tmp_path):
     place and diffusers' own Qwen converter loads; a sample is drawn during the run."""
     from ot_gradio.models.qwen_image import comfy_lora_targets
 
-    config = _config(PRESET_OURS, tiny_qwen, shapes, tmp_path, "lora.safetensors", **CPU_SIZE, learning_rate=1e-2,
+    config = imported(PRESET_OURS, tiny_qwen.diffusers_dir, shapes, tmp_path, "lora.safetensors", **CPU_SIZE, learning_rate=1e-2,
                      output_model_format="COMFY_LORA", samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}],
                      sample_after=1, sample_after_unit="EPOCH")
     _, events = run_until_done(config, tmp_path)
@@ -113,7 +88,7 @@ def test_comfy_lora_from_our_preset_with_a_sample(tiny_qwen, shapes, tmp_path):
     targets = comfy_lora_targets(pipe.transformer, keys)
     assert "diffusion_model.transformer_blocks.0.img_mlp.net.0.proj.weight" in targets.values()
     before = _image(pipe)
-    assert _load_lora(pipe, path) == []
+    assert lora_load_problems(pipe, path) == []
     assert np.abs(_image(pipe) - before).max() > 1e-6
 
 
@@ -124,7 +99,7 @@ def test_finetune_writes_the_transformer_file_that_reloads(tiny_qwen, shapes, tm
 
     from ot_gradio.models.qwen_image import QwenImage
 
-    config = _config(PRESET, tiny_qwen, shapes, tmp_path, "model.safetensors", **CPU_SIZE, training_method="FINE_TUNE",
+    config = imported(PRESET, tiny_qwen.diffusers_dir, shapes, tmp_path, "model.safetensors", **CPU_SIZE, training_method="FINE_TUNE",
                      output_model_format="ORIGINAL_TRANSFORMER", learning_rate=1e-3, output_dtype="FLOAT_32",
                      train_dtype="FLOAT_32", optimizer={"optimizer": "ADAMW"},
                      transformer={"train": True, "weight_dtype": "FLOAT_32"})
@@ -140,36 +115,9 @@ def test_finetune_writes_the_transformer_file_that_reloads(tiny_qwen, shapes, tm
 
 def test_lora_loss_falls_with_fixed_noise_and_timesteps(tiny_qwen, shapes, tmp_path):
     """The flow-matching objective through Qwen-Image's predict learns: one image, fixed noise and t."""
-    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
-
-    class Collect(Reporter):
-        def __init__(self):
-            self.losses = []
-
-        def metrics(self, **fields):
-            if "loss" in fields:
-                self.losses.append(fields["loss"])
-
-        def warning(self, message):
-            pass
-
-    def fixed_noise(latents):
-        return torch.randn(latents.shape, generator=torch.Generator().manual_seed(1234)), torch.full((latents.shape[0],), 500)
-
-    one = tmp_path / "one"
-    one.mkdir()
-    first = sorted(p for p in shapes.iterdir() if p.suffix == ".png")[0]
-    (one / first.name).write_bytes(first.read_bytes())
-    (one / f"{first.stem}.txt").write_text("a red circle")
-    config = _config(PRESET_OURS, tiny_qwen, one, tmp_path, "lora.safetensors", resolution="64", epochs=40, batch_size=1,
-                     learning_rate=1e-2, learning_rate_warmup_steps=0, lora_alpha=16.0, layer_filter_preset="full", layer_filter="", train_dtype="FLOAT_32",
-                     samples=[], transformer={"train": True, "weight_dtype": "FLOAT_32"})
-    report = Collect()
-    run = tmp_path / "run"
-    trainer = Trainer(load_config(config).config, RunPaths(run / "samples", run / "backup", run / "save", None, []), report,
-                      noise_fn=fixed_noise)
-    trainer.setup()
-    assert trainer.train() == "done"
-    assert len(report.losses) == 40
-    start, end = sum(report.losses[:3]) / 3, sum(report.losses[-3:]) / 3
-    assert end < 0.8 * start, (start, end, report.losses)
+    config = imported(PRESET_OURS, tiny_qwen.diffusers_dir, one_image(shapes, tmp_path), tmp_path, "lora.safetensors",
+                      resolution="64", epochs=40, batch_size=1, learning_rate=1e-2, learning_rate_warmup_steps=0, lora_alpha=16.0,
+                      layer_filter_preset="full", layer_filter="", train_dtype="FLOAT_32", samples=[],
+                      transformer={"train": True, "weight_dtype": "FLOAT_32"})
+    losses = losses_with_fixed_noise(config, tmp_path)
+    assert len(losses) == 40 and falls(losses, 0.8), losses

@@ -13,7 +13,7 @@ import torch
 
 from ot_gradio.config.io import config_to_dict, load_config
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import run_until_done
+from tests.e2e.runs import falls, imported, losses_with_fixed_noise, one_image, run_until_done
 
 pytestmark = pytest.mark.slow
 PROMPT = "a red circle"
@@ -71,42 +71,11 @@ def test_lora_from_our_preset_reloads_in_the_sana_pipeline(tiny_sana, shapes, tm
 def test_finetune_loss_falls_with_fixed_noise_and_timesteps_and_saves_a_folder(tiny_sana, shapes, tmp_path):
     """FINE_TUNE, in-process (no worker): the flow-matching objective through Sana's predict learns
     (one image, fixed noise and t), and the saved diffusers folder loads with the trained transformer."""
-    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
-
-    class Collect(Reporter):
-        def __init__(self):
-            self.losses = []
-
-        def metrics(self, **fields):
-            if "loss" in fields:
-                self.losses.append(fields["loss"])
-
-        def warning(self, message):
-            pass
-
-    def fixed_noise(latents):
-        return torch.randn(latents.shape, generator=torch.Generator().manual_seed(1234)), torch.full((latents.shape[0],), 500)
-
-    data = tmp_path / "one"
-    data.mkdir()
-    for suffix in (".png", ".txt"):
-        shutil.copy(shapes / f"01-red-circle{suffix}", data)
-    config = config_to_dict(load_config(PRESETS_DIR / "sana-lora.json").config)
-    config.update(
-        base_model_name=str(tiny_sana.diffusers_dir), concepts=[{"name": "shapes", "path": str(data)}],
-        output_model_destination=str(tmp_path / "out" / "tuned"), workspace_dir=str(tmp_path / "ws"),
-        cache_dir=str(tmp_path / "cache"), train_device="cpu", train_dtype="FLOAT_32", resolution="64", batch_size=1,
-        epochs=15, learning_rate=4e-2, training_method="FINE_TUNE", output_model_format="DIFFUSERS", samples=[],
-    )
-    report = Collect()
-    run = tmp_path / "run"
-    trainer = Trainer(load_config(config).config, RunPaths(run / "samples", run / "backup", run / "save", None, []), report,
-                      noise_fn=fixed_noise)
-    trainer.setup()
-    assert trainer.train() == "done"
-    assert len(report.losses) == 15
-    start, end = sum(report.losses[:3]) / 3, sum(report.losses[-3:]) / 3
-    assert end < 0.7 * start, (start, end, report.losses)
+    config = imported(PRESETS_DIR / "sana-lora.json", tiny_sana.diffusers_dir, one_image(shapes, tmp_path), tmp_path, "tuned",
+                      train_dtype="FLOAT_32", resolution="64", batch_size=1, epochs=15, learning_rate=4e-2,
+                      training_method="FINE_TUNE", output_model_format="DIFFUSERS", samples=[])
+    losses = losses_with_fixed_noise(config, tmp_path)
+    assert len(losses) == 15 and falls(losses, 0.7), losses
     from ot_gradio.models.sana import Sana
 
     base, tuned = Sana.load(str(tiny_sana.diffusers_dir)), Sana.load(str(tmp_path / "out" / "tuned"))

@@ -12,9 +12,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from ot_gradio.config.io import config_to_dict, load_config
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import run_until_done
+from tests.e2e.runs import falls, imported, losses_with_fixed_noise, one_image, run_until_done
 
 pytestmark = pytest.mark.slow
 OT_PRESET = Path(__file__).resolve().parents[1] / "config" / "data" / "onetrainer-presets-2026" / "sd-3.json"
@@ -26,18 +25,6 @@ def tiny_sd3(tmp_path_factory):
     from ot_gradio.models.sd3_tiny import save_tiny_sd3
 
     return save_tiny_sd3(tmp_path_factory.mktemp("tiny-sd3"))
-
-
-def _preset(path: Path, tiny_sd3, data: Path, tmp_path: Path, out: str, **changes) -> dict:
-    """`path` imported as the page imports it, then only the base model, dataset and output set."""
-    result = load_config(path)
-    config = config_to_dict(result.config)
-    config.update(
-        base_model_name=str(tiny_sd3.diffusers_dir), concepts=[{"name": "shapes", "path": str(data)}],
-        output_model_destination=str(tmp_path / "out" / out), workspace_dir=str(tmp_path / "ws"),
-        cache_dir=str(tmp_path / "cache"), train_device="cpu", **changes,
-    )
-    return config
 
 
 def _images(pipe):
@@ -59,7 +46,7 @@ def test_onetrainer_sd3_preset_fine_tunes_the_tiny_model(tiny_sd3, shapes, tmp_p
     data.mkdir()
     for suffix in (".png", ".txt"):
         shutil.copy(shapes / f"01-red-circle{suffix}", data)
-    config = _preset(OT_PRESET, tiny_sd3, data, tmp_path, "model.safetensors", epochs=2)
+    config = imported(OT_PRESET, tiny_sd3.diffusers_dir, data, tmp_path, "model.safetensors", epochs=2)
     assert (config["training_method"], config["resolution"], config["output_model_format"]) == ("FINE_TUNE", "1024", "ORIGINAL_SINGLE_FILE")
     run_until_done(config, tmp_path)
     out = tmp_path / "out" / "model.safetensors"
@@ -74,7 +61,7 @@ def test_onetrainer_sd3_preset_fine_tunes_the_tiny_model(tiny_sd3, shapes, tmp_p
 
 
 def test_lora_from_our_preset_reloads_in_the_sd3_pipeline(tiny_sd3, shapes, tmp_path):
-    config = _preset(PRESETS_DIR / "sd3-lora.json", tiny_sd3, shapes, tmp_path, "lora.safetensors",
+    config = imported(PRESETS_DIR / "sd3-lora.json", tiny_sd3.diffusers_dir, shapes, tmp_path, "lora.safetensors",
                      output_model_format="SAFETENSORS", resolution="64", epochs=2, learning_rate=1e-2, train_dtype="FLOAT_32")
     run_until_done(config, tmp_path)
     from diffusers import StableDiffusion3Pipeline
@@ -92,7 +79,7 @@ def test_embedding_trains_a_vector_per_text_encoder(tiny_sd3, shapes, tmp_path):
 
     from ot_gradio.models.sd3 import StableDiffusion3
 
-    config = _preset(PRESETS_DIR / "sd3-lora.json", tiny_sd3, shapes, tmp_path, "emb.safetensors", training_method="EMBEDDING",
+    config = imported(PRESETS_DIR / "sd3-lora.json", tiny_sd3.diffusers_dir, shapes, tmp_path, "emb.safetensors", training_method="EMBEDDING",
                      output_model_format="SAFETENSORS", resolution="64", epochs=1, learning_rate=0.05, train_dtype="FLOAT_32",
                      embedding={"token_count": 2, "initial_embedding_text": "circle"},
                      samples=[{"prompt": "a photo of <embedding>", "height": 64, "width": 64, "diffusion_steps": 2}],
@@ -111,35 +98,8 @@ def test_lora_loss_falls_with_fixed_noise_and_timesteps(tiny_sd3, shapes, tmp_pa
     """The flow-matching objective through SD 3's predict learns: one image, fixed noise and t (LoRA on
     every layer at scale 1: the tiny transformer's attention and MLP alone move its normalised output
     too little to fit a fixed target in 25 steps)."""
-    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
-
-    class Collect(Reporter):
-        def __init__(self):
-            self.losses = []
-
-        def metrics(self, **fields):
-            if "loss" in fields:
-                self.losses.append(fields["loss"])
-
-        def warning(self, message):
-            pass
-
-    def fixed_noise(latents):
-        return torch.randn(latents.shape, generator=torch.Generator().manual_seed(1234)), torch.full((latents.shape[0],), 500)
-
-    data = tmp_path / "one"
-    data.mkdir()
-    for suffix in (".png", ".txt"):
-        shutil.copy(shapes / f"01-red-circle{suffix}", data)
-    config = _preset(PRESETS_DIR / "sd3-lora.json", tiny_sd3, data, tmp_path, "lora.safetensors", resolution="64", epochs=25,
-                     batch_size=1, learning_rate=4e-2, lora_alpha=16.0, layer_filter_preset="full", train_dtype="FLOAT_32",
-                     samples=[])
-    report = Collect()
-    run = tmp_path / "run"
-    trainer = Trainer(load_config(config).config, RunPaths(run / "samples", run / "backup", run / "save", None, []), report,
-                      noise_fn=fixed_noise)
-    trainer.setup()
-    assert trainer.train() == "done"
-    assert len(report.losses) == 25
-    start, end = sum(report.losses[:3]) / 3, sum(report.losses[-3:]) / 3
-    assert end < 0.8 * start, (start, end, report.losses)
+    config = imported(PRESETS_DIR / "sd3-lora.json", tiny_sd3.diffusers_dir, one_image(shapes, tmp_path), tmp_path,
+                      "lora.safetensors", resolution="64", epochs=25, batch_size=1, learning_rate=4e-2, lora_alpha=16.0,
+                      layer_filter_preset="full", train_dtype="FLOAT_32", samples=[])
+    losses = losses_with_fixed_noise(config, tmp_path)
+    assert len(losses) == 25 and falls(losses, 0.8), losses

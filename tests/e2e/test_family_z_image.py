@@ -7,8 +7,6 @@ with fixed noise and timesteps."""
 
 from __future__ import annotations
 
-import logging
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +14,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from ot_gradio.config.io import config_to_dict, load_config
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import run_until_done
+from tests.e2e.runs import falls, imported, lora_load_problems, losses_with_fixed_noise, one_image, run_until_done
 
 pytestmark = pytest.mark.slow
 PRESETS = Path(__file__).resolve().parents[1] / "config" / "data" / "onetrainer-presets-2026"
@@ -34,25 +31,6 @@ def tiny_z(tmp_path_factory):
     from ot_gradio.models.z_image_tiny import save_tiny_z_image
 
     return save_tiny_z_image(tmp_path_factory.mktemp("tiny-z-image"))
-
-
-def _preset(path: Path, tiny_z, data: Path, tmp_path: Path, out: str, **changes) -> dict:
-    """`path` imported as the page imports it, then only the base model, dataset and output set."""
-    config = config_to_dict(load_config(path).config)
-    config.update(
-        base_model_name=str(tiny_z.diffusers_dir), concepts=[{"name": "shapes", "path": str(data)}],
-        output_model_destination=str(tmp_path / "out" / out), workspace_dir=str(tmp_path / "ws"),
-        cache_dir=str(tmp_path / "cache"), train_device="cpu", **changes,
-    )
-    return config
-
-
-def _one_image(shapes: Path, tmp_path: Path) -> Path:
-    data = tmp_path / "one"
-    data.mkdir()
-    for suffix in (".png", ".txt"):
-        shutil.copy(shapes / f"01-red-circle{suffix}", data)
-    return data
 
 
 def _image(pipe):
@@ -71,15 +49,7 @@ def _check_lora(tiny_z, path: Path, min_change: float) -> None:
     pipe = ZImagePipeline.from_pretrained(str(tiny_z.diffusers_dir), local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
     before = _image(pipe)
-    records: list[str] = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = lambda record: records.append(record.getMessage())
-    logging.getLogger("diffusers").addHandler(handler)
-    try:
-        pipe.load_lora_weights(str(path))
-    finally:
-        logging.getLogger("diffusers").removeHandler(handler)
-    assert records == []
+    assert lora_load_problems(pipe, path) == []
     assert np.array_equal(_image(pipe.__class__.from_pretrained(str(tiny_z.diffusers_dir), local_files_only=True)), before)
     assert np.abs(_image(pipe) - before).max() > min_change
     with safe_open(str(path), "pt") as f:
@@ -93,7 +63,7 @@ def test_onetrainer_z_image_lora_preset_trains_and_reloads_in_the_pipeline(tiny_
     """z-image-LoRA-16GB.json as OneTrainer ships it: transformer and Qwen3 in FLOAT_8 (our own
     float8 layers, which run on the CPU), BFLOAT_16 training, LoRA on the main
     layers' attention and feed-forward by regex, DIFFUSERS_LORA output."""
-    config = _preset(PRESETS / "z-image-LoRA-16GB.json", tiny_z, shapes, tmp_path, "lora.safetensors", **CPU_SIZE)
+    config = imported(PRESETS / "z-image-LoRA-16GB.json", tiny_z.diffusers_dir, shapes, tmp_path, "lora.safetensors", **CPU_SIZE)
     assert (config["training_method"], config["transformer"]["weight_dtype"], config["text_encoder"]["weight_dtype"]) == (
         "LORA", "FLOAT_8", "FLOAT_8")
     run_until_done(config, tmp_path)
@@ -105,7 +75,7 @@ def test_onetrainer_z_image_lora_preset_trains_and_reloads_in_the_pipeline(tiny_
 
 
 def test_lora_from_our_preset_with_a_sample(tiny_z, shapes, tmp_path):
-    config = _preset(PRESETS_DIR / "z-image-lora.json", tiny_z, shapes, tmp_path, "lora.safetensors", **CPU_SIZE,
+    config = imported(PRESETS_DIR / "z-image-lora.json", tiny_z.diffusers_dir, shapes, tmp_path, "lora.safetensors", **CPU_SIZE,
                      learning_rate=1e-2, samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}],
                      sample_after=1, sample_after_unit="EPOCH")
     _, events = run_until_done(config, tmp_path)
@@ -118,7 +88,7 @@ def test_onetrainer_z_image_finetune_preset_writes_the_original_transformer(tiny
     Qwen3 frozen in FLOAT_8, a BFLOAT_16 ORIGINAL_TRANSFORMER file that from_single_file reads."""
     from diffusers import ZImageTransformer2DModel
 
-    config = _preset(PRESETS / "z-image-finetune-24GB.json", tiny_z, shapes, tmp_path, "model.safetensors", **CPU_SIZE)
+    config = imported(PRESETS / "z-image-finetune-24GB.json", tiny_z.diffusers_dir, shapes, tmp_path, "model.safetensors", **CPU_SIZE)
     assert (config["training_method"], config["output_model_format"]) == ("FINE_TUNE", "ORIGINAL_TRANSFORMER")
     run_until_done(config, tmp_path)
     out = tmp_path / "out" / "model.safetensors"
@@ -133,31 +103,9 @@ def test_onetrainer_z_image_finetune_preset_writes_the_original_transformer(tiny
 
 def test_lora_loss_falls_with_fixed_noise_and_timesteps(tiny_z, shapes, tmp_path):
     """The flow-matching objective through Z-Image's predict learns: one image, fixed noise and t."""
-    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
-
-    class Collect(Reporter):
-        def __init__(self):
-            self.losses = []
-
-        def metrics(self, **fields):
-            if "loss" in fields:
-                self.losses.append(fields["loss"])
-
-        def warning(self, message):
-            pass
-
-    def fixed_noise(latents):
-        return torch.randn(latents.shape, generator=torch.Generator().manual_seed(1234)), torch.full((latents.shape[0],), 500)
-
-    config = _preset(PRESETS_DIR / "z-image-lora.json", tiny_z, _one_image(shapes, tmp_path), tmp_path, "lora.safetensors",
-                     resolution="64", epochs=25, batch_size=1, learning_rate=4e-2, lora_alpha=16.0, layer_filter_preset="full",
-                     train_dtype="FLOAT_32", samples=[], transformer={"train": True, "weight_dtype": "FLOAT_32"})
-    report = Collect()
-    run = tmp_path / "run"
-    trainer = Trainer(load_config(config).config, RunPaths(run / "samples", run / "backup", run / "save", None, []), report,
-                      noise_fn=fixed_noise)
-    trainer.setup()
-    assert trainer.train() == "done"
-    assert len(report.losses) == 25
-    start, end = sum(report.losses[:3]) / 3, sum(report.losses[-3:]) / 3
-    assert end < 0.8 * start, (start, end, report.losses)
+    config = imported(PRESETS_DIR / "z-image-lora.json", tiny_z.diffusers_dir, one_image(shapes, tmp_path), tmp_path,
+                      "lora.safetensors", resolution="64", epochs=25, batch_size=1, learning_rate=4e-2, lora_alpha=16.0,
+                      layer_filter_preset="full", train_dtype="FLOAT_32", samples=[],
+                      transformer={"train": True, "weight_dtype": "FLOAT_32"})
+    losses = losses_with_fixed_noise(config, tmp_path)
+    assert len(losses) == 25 and falls(losses, 0.8), losses

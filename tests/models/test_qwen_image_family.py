@@ -5,9 +5,7 @@ that QwenImagePipeline loads (diffusers and kohya keys) and ComfyUI's key rules 
 
 from __future__ import annotations
 
-import logging
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -20,6 +18,7 @@ from ot_gradio.models.qwen_image import QwenImage, comfy_lora_targets
 from ot_gradio.training.lora import select_lora_targets
 from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, save_lora
 from ot_gradio.training.lora_method import LoraMethod, kohya_module_names
+from tests.e2e.runs import lora_load_problems
 
 CPU = torch.device("cpu")
 PROMPT = "a red circle"
@@ -180,27 +179,6 @@ def test_layer_presets_are_onetrainers(qwen):
     assert te_pick and all("language_model.layers." in n for n in te_pick)  # never the vision tower or lm_head
 
 
-def _loaded_without_problems(pipe, path) -> list[str]:
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler(logging.DEBUG)
-    handler.emit = records.append
-    loggers = [logging.getLogger(name) for name in ("diffusers", "peft")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.addHandler(handler)
-        lg.setLevel(logging.INFO)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            pipe.load_lora_weights(str(path))
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.removeHandler(handler)
-            lg.setLevel(level)
-    problems = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
-    return problems + [str(w.message) for w in caught if not issubclass(w.category, (DeprecationWarning, FutureWarning))]
-
-
 def test_lora_files_load_in_the_pipeline_and_comfyui_places_every_key(tiny_qwen_paths, tmp_path):
     from diffusers import QwenImagePipeline
 
@@ -221,7 +199,7 @@ def test_lora_files_load_in_the_pipeline_and_comfyui_places_every_key(tiny_qwen_
                          module_names=kohya_module_names(model))
         pipe = QwenImagePipeline.from_pretrained(str(tiny_qwen_paths.diffusers_dir), local_files_only=True)
         pipe.set_progress_bar_config(disable=True)
-        assert _loaded_without_problems(pipe, path) == [], fmt
+        assert lora_load_problems(pipe, path) == [], fmt
         image = _images(pipe, prompt=PROMPT)
         np.testing.assert_allclose(image, trained, atol=1e-5, err_msg=fmt)
         assert np.abs(image - base).max() > 1e-3

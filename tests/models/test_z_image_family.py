@@ -5,9 +5,7 @@ ZImagePipeline loads and ComfyUI's Z-Image key map places."""
 
 from __future__ import annotations
 
-import logging
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -20,6 +18,7 @@ from ot_gradio.models.z_image import ZImage
 from ot_gradio.training.lora import select_lora_targets
 from ot_gradio.training.lora_format import DIFFUSERS, save_lora
 from ot_gradio.training.lora_method import LoraMethod
+from tests.e2e.runs import lora_load_problems
 
 CPU = torch.device("cpu")
 PROMPT = "a red circle"
@@ -175,25 +174,7 @@ def test_diffusers_lora_loads_in_zimage_pipeline_and_comfyui_places_every_key(ti
                      base_model_version=model.lora_base_model_version, lora_format=DIFFUSERS)
     pipe = ZImagePipeline.from_pretrained(str(tiny_z_paths.diffusers_dir), local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler(logging.DEBUG)
-    handler.emit = records.append
-    loggers = [logging.getLogger(name) for name in ("diffusers", "peft")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.addHandler(handler)
-        lg.setLevel(logging.INFO)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            pipe.load_lora_weights(str(path))
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.removeHandler(handler)
-            lg.setLevel(level)
-    problems = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
-    problems += [str(w.message) for w in caught if not issubclass(w.category, (DeprecationWarning, FutureWarning))]
-    assert problems == []
+    assert lora_load_problems(pipe, path) == []
     image = _images(pipe, prompt=PROMPT)
     np.testing.assert_allclose(image, trained, atol=1e-5)
     assert np.abs(image - base).max() > 1e-3
