@@ -25,7 +25,7 @@ from pathlib import Path
 import _common as C
 
 CONFIGS = {
-    "LoRA 64 px, batch 2, defaults (AUTO, bf16 autocast)": dict(
+    "LoRA 64 px, batch 2, defaults (AUTO; FLOAT_16, which trains in float32 on CPU)": dict(
         training_method="LORA", resolution="64", batch_size=2, train_dtype="FLOAT_16", unet={"train": True, "gradient_checkpointing": "AUTO"}),
     "fine-tune 256 px, batch 4, float32, checkpointing AUTO": dict(
         training_method="FINE_TUNE", resolution="256", batch_size=4, unet={"train": True, "gradient_checkpointing": "AUTO"}),

@@ -196,6 +196,30 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_estimate_memory(args: argparse.Namespace) -> int:
+    """The memory planner's estimate as one JSON line on stdout (the page's Model tab runs this in
+    a child process: the page never imports torch). `--config -` reads the config from stdin."""
+    from .config.io import ConfigError, load_config  # noqa: PLC0415
+
+    try:
+        if args.config == "-":
+            data = json.loads(sys.stdin.read() or "null")
+            if not isinstance(data, dict):
+                raise ConfigError("--config -: stdin must hold a JSON object")
+            loaded = load_config(data, base_dir=Path.cwd(), source="stdin")
+        else:
+            loaded, _ = _load(args.config, args.set or [])
+    except (ConfigError, json.JSONDecodeError) as err:
+        problems = [str(p) for p in (getattr(err, "errors", None) or [str(err)])]
+        print(json.dumps({"estimated": False, "problems": problems}), flush=True)
+        return 2
+    from .training.memory_plan import estimate  # noqa: PLC0415 - loads torch and the model
+
+    result = estimate(loaded.config)
+    print(json.dumps(result, ensure_ascii=False), flush=True)
+    return 0 if result["estimated"] else 1
+
+
 def cmd_presets(args: argparse.Namespace) -> int:
     from .config.presets import list_presets  # noqa: PLC0415
 
@@ -226,6 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="write the (imported) config here as our JSON")
     p.add_argument("--workspace", help="the workspace `train --workspace` would use (default: the config's workspace_dir)")
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("estimate-memory", help="the memory planner's estimate of a config's peak, as JSON (loads the model)")
+    p.add_argument("--config", required=True, help="config JSON file, a preset name, or - to read the config from stdin")
+    p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE")
+    p.set_defaults(func=cmd_estimate_memory)
 
     p = sub.add_parser("presets", help="list the presets")
     p.set_defaults(func=cmd_presets)

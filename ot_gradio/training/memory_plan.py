@@ -109,6 +109,7 @@ class MemoryPlan:
     probe_error: str = ""
     free: int | None = None  # available for the run (see the module's notes)
     offloaded: int = 0  # frozen weights layer offloading keeps in RAM (offload.py): not on the device
+    probe_reused: bool = False  # a step peak came from memory-probe.json (memory_probe_cache.py), not a new probe
 
     @property
     def weight_bytes(self) -> int:
@@ -136,7 +137,8 @@ class MemoryPlan:
         ram = f", {gb(self.offloaded)} of them offloaded to RAM, not counted here" if self.offloaded else ""
         return (f"weights {gb(self.weight_bytes)} ({parts}{ram}); gradients {gb(self.gradients)}; optimizer state "
                 f"{gb(self.optimizer_state)} ({self.optimizer_note}); activations "
-                f"{'not measured' if acts is None else gb(acts)}; runtime {gb(self.overhead)}")
+                f"{'not measured' if acts is None else gb(acts)}{' (probe of an earlier run reused)' if self.probe_reused else ''}; "
+                f"runtime {gb(self.overhead)}")
 
     def line(self, checkpointing: bool) -> str:
         """'peak ≈ 9.8 GB on cuda:0 (23.5 GB free): fits' (or what to turn on)."""
@@ -282,6 +284,26 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
         for s, state in zip(schedulers, saved, strict=True):
             vars(s).clear()
             vars(s).update(state)
+
+
+def measure_step_cached(model: Any, config: Any, precision: Any, trained_text_parts: frozenset[str],
+                        trained: list[torch.Tensor]) -> tuple[int, bool]:
+    """`measure_step`, or its result for the same model structure and step settings from an earlier
+    run (memory_probe_cache.py): (peak, reused?)."""
+    from . import memory_probe_cache as cache  # noqa: PLC0415
+
+    try:
+        checkpointing = {name: _is_checkpointing(part) for name, part in model.parts.items()}
+        key = cache.probe_key(model, config, precision, trained_text_parts, checkpointing)
+    except Exception:  # noqa: BLE001 - a model whose structure cannot be described is probed every time
+        key = None
+    peak = None if key is None else cache.cached_peak(config, key)
+    if peak is not None:
+        return peak, True
+    peak = measure_step(model, config, precision, trained_text_parts, trained)
+    if key is not None:
+        cache.store_peak(config, key, peak)
+    return peak, False
 
 
 def _helper_objects(modules: list[torch.nn.Module]) -> list[Any]:
@@ -430,7 +452,8 @@ def plan_run(model: Any, config: Any, device: torch.device, precision: Any, para
         for on in measure:
             for part in parts:
                 set_checkpointing(model.parts[part], on)
-            plan.step_peak[on] = measure_step(model, config, precision, trained_text_parts, trained)
+            plan.step_peak[on], reused = measure_step_cached(model, config, precision, trained_text_parts, trained)
+            plan.probe_reused |= reused
     except Exception as err:  # noqa: BLE001 - a model the meta probe cannot run: say so, decide safely
         plan.probe_error = f"the meta probe failed: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
         plan.step_peak = {}
@@ -494,9 +517,15 @@ def decide_checkpointing(model: Any, config: Any, device: torch.device, precisio
 
 
 def estimate_line(config: Any) -> str:
-    """`validate`'s line: the model loaded as a run loads it (on the train device, the method's
-    layers added), the plan and gradient checkpointing's choice. Never raises: a model that
-    cannot be loaded here gives 'not estimated' and why."""
+    """`validate`'s line (see `estimate`)."""
+    return estimate(config)["line"]
+
+
+def estimate(config: Any) -> dict[str, Any]:
+    """The model loaded as a run loads it (on the train device, the method's layers added), the
+    plan and gradient checkpointing's choice: {"estimated": bool, "summary": 'peak ≈ ...: fits',
+    "line": the summary with the choice and the breakdown}. Never raises: a model that cannot be
+    loaded here gives 'not estimated' and why."""
     from ..config.families import family_info  # noqa: PLC0415
     from ..models.registry import get_family  # noqa: PLC0415
     from .device import Precision, resolve_device, weight_dtype  # noqa: PLC0415
@@ -522,14 +551,17 @@ def estimate_line(config: Any) -> str:
         chosen, message, plan = decide_checkpointing(model, config, device, precision, groups, text, settings)
         on = chosen[model.denoiser]
         if plan is not None:  # AUTO: the message has the plan's line and breakdown
-            return message
+            on = any(chosen[p] for p in settings if GradientCheckpointing(settings[p]) == GradientCheckpointing.AUTO)
+            return {"estimated": plan.peak(on) is not None, "summary": plan.line(on), "line": message}
         plan = plan_run(model, config, device, precision, groups, text, [], measure=(on,))  # explicit: as set
-        return f"{plan.line(on)}; {message}; memory: {plan.breakdown(on)}"
+        line = f"{plan.line(on)}; {message}; memory: {plan.breakdown(on)}"
+        return {"estimated": plan.peak(on) is not None, "summary": plan.line(on), "line": line}
     except Exception as err:  # noqa: BLE001 - validate goes on without the estimate
-        return f"not estimated ({type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''})"
+        text = f"not estimated ({type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''})"
+        return {"estimated": False, "summary": text, "line": text}
 
 
 __all__ = [
-    "MARGIN", "LiveBytes", "MemoryPlan", "choose_checkpointing", "decide_checkpointing", "estimate_line", "free_memory", "measure_step", "on_meta",
+    "MARGIN", "LiveBytes", "MemoryPlan", "choose_checkpointing", "decide_checkpointing", "estimate", "estimate_line", "free_memory", "measure_step", "on_meta",
     "optimizer_state_per_weight", "plan_run", "set_checkpointing",
 ]
