@@ -265,7 +265,7 @@ def load_run(run_dir: Path, device: Any, dtype: str | None, job: Job) -> tuple[A
         if backup.state.get("ema"):  # what the run saves and samples: the average
             from ot_gradio.training.ema import EMA
 
-            params = [p for g in groups for p in g["params"]]
+            params = [p for g in groups for p in g.params]
             ema = EMA(params, cfg.ema_decay)
             ema.load_state_dict(backup.state["ema"])
             ema.copy_to(params)

@@ -14,6 +14,7 @@ from .device import output_dtype
 from .embeddings import EmbeddingSupport, embeddings_folder
 from .methods import register
 from .output_metadata import model_metadata
+from .param_groups import ParamGroup
 
 
 def check_embedding_format(fmt: ModelFormat) -> None:
@@ -26,7 +27,7 @@ def check_embedding_format(fmt: ModelFormat) -> None:
 
 @register(TrainingMethod.EMBEDDING)
 class EmbeddingMethod(EmbeddingSupport):
-    def setup(self, model: Any, config: Any, device: torch.device) -> list[dict[str, Any]]:
+    def setup(self, model: Any, config: Any, device: torch.device) -> list[ParamGroup]:
         check_embedding_format(config.output_model_format)
         for module in model.parts.values():
             module.requires_grad_(False)

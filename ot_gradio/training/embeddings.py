@@ -38,6 +38,10 @@ from torch import nn
 
 from ot_gradio.fsutil import atomic_write
 
+from ..config.enums import TimeUnit
+from .methods import Method
+from .param_groups import ParamGroup
+
 SINGLE_KEY = "emb_params"
 # keys other tools write for a single text encoder's vectors
 _SINGLE_ALIASES = ("emb_params", "emp_params", "clip_l")
@@ -267,8 +271,8 @@ class Embeddings:
             text = text.replace(embedding.placeholder, embedding.token_string)
         return text
 
-    def param_groups(self, lr: float) -> list[dict[str, Any]]:
-        """One optimizer group per embedding and text encoder. 'part' names the text encoder, so
+    def param_groups(self, lr: float) -> list[ParamGroup]:
+        """One optimizer group per embedding and text encoder. `part` names the text encoder, so
         the trainer lets gradients flow through it; the embedding's own stop_training_after
         travels with the group."""
         groups = []
@@ -278,14 +282,11 @@ class Embeddings:
                 if not vector.requires_grad:
                     continue
                 s = embedding.settings
-                groups.append({
-                    "params": [vector],
-                    "lr": lr,
-                    "name": f"embedding/{embedding.placeholder}" + (f"/{part}" if several else ""),
-                    "part": part,
-                    "stop_training_after": s.stop_training_after,
-                    "stop_training_after_unit": str(getattr(s.stop_training_after_unit, "value", s.stop_training_after_unit)),
-                })
+                groups.append(ParamGroup(
+                    name=f"embedding/{embedding.placeholder}" + (f"/{part}" if several else ""), params=[vector], lr=lr,
+                    part=part, stop_training_after=s.stop_training_after,
+                    stop_training_after_unit=TimeUnit(getattr(s.stop_training_after_unit, "value", s.stop_training_after_unit)),
+                ))
         return groups
 
     @torch.no_grad()
@@ -388,12 +389,10 @@ def embeddings_folder(output: str | Path) -> Path:
     return output.with_name(f"{stem}_embeddings")
 
 
-class EmbeddingSupport:
+class EmbeddingSupport(Method):
     """What every method shares for embeddings: the EMBEDDING method's own one and the
-    `additional_embeddings` trained or used alongside a LoRA or fine-tune.
-
-    The trainer calls the hooks `transform_text` (captions, sample prompts) and
-    `after_optimizer_step` when a method has them."""
+    `additional_embeddings` trained or used alongside a LoRA or fine-tune (its `transform_text`
+    and `after_optimizer_step` hooks act on them)."""
 
     embeddings: Embeddings | None = None
     preserve_norm = False
@@ -401,7 +400,7 @@ class EmbeddingSupport:
     # trainer names in the run's events so the page shows them
     embedding_files: tuple[Path, ...] = ()
 
-    def setup_embeddings(self, model: Any, config: Any, device: torch.device, *, main: bool = False) -> list[dict[str, Any]]:
+    def setup_embeddings(self, model: Any, config: Any, device: torch.device, *, main: bool = False) -> list[ParamGroup]:
         from .device import output_dtype
 
         wanted = ([("embedding", config.embedding)] if main else []) + [

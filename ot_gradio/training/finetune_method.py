@@ -21,6 +21,7 @@ from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
 from .methods import register
 from .output_metadata import add_folder_metadata, add_safetensors_metadata, model_metadata
+from .param_groups import ParamGroup
 
 # OneTrainer writes the original-layout single file for ORIGINAL_SINGLE_FILE / LEGACY_SAFETENSORS,
 # and did so for SAFETENSORS before those names existed
@@ -54,7 +55,7 @@ def _base(module: torch.nn.Module) -> torch.nn.Module:
 
 @register(TrainingMethod.FINE_TUNE)
 class FineTuneMethod(EmbeddingSupport):
-    def setup(self, model: Any, config: Any, device: torch.device) -> list[dict[str, Any]]:
+    def setup(self, model: Any, config: Any, device: torch.device) -> list[ParamGroup]:
         check_finetune_format(config.output_model_format, model)
         for module in model.parts.values():
             module.requires_grad_(False)
@@ -69,7 +70,7 @@ class FineTuneMethod(EmbeddingSupport):
             module.requires_grad_(True)
             params = [p for p in module.parameters() if p.requires_grad]
             lr = part_cfg.learning_rate if part_cfg.learning_rate is not None else config.learning_rate
-            groups.append({"params": params, "lr": lr, "name": part})
+            groups.append(ParamGroup(name=part, params=params, lr=lr))
         return groups + self.setup_embeddings(model, config, device)
 
     def trainable_state(self, model: Any) -> dict[str, torch.Tensor]:

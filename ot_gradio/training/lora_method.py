@@ -20,6 +20,7 @@ from .lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
 from .lora_variants import AdapterSpec, check_output_format, check_start_file
 from .methods import register
 from .output_metadata import largest_resolution, model_metadata
+from .param_groups import ParamGroup
 
 FORMATS = {fmt: KOHYA for fmt in KOHYA_LORA_FORMATS} | {fmt: DIFFUSERS for fmt in DIFFUSERS_LORA_FORMATS}
 
@@ -52,7 +53,7 @@ def lora_kind(model: Any, part: str) -> str:
 
 @register(TrainingMethod.LORA)
 class LoraMethod(EmbeddingSupport):
-    def setup(self, model: Any, config: Any, device: torch.device) -> list[dict[str, Any]]:
+    def setup(self, model: Any, config: Any, device: torch.device) -> list[ParamGroup]:
         spec = AdapterSpec.from_config(config)  # bad settings fail before any training
         check_output_format(spec, lora_file_format(config.output_model_format) == DIFFUSERS)
         problem = dora_format_problem(config)
@@ -96,7 +97,7 @@ class LoraMethod(EmbeddingSupport):
                 load_lora_state_dict(getattr(model, part), start.parts[part], kind=kind)
             getattr(model, part).to(device)
             lr = part_cfg.learning_rate if part_cfg.learning_rate is not None else config.learning_rate
-            groups.append({"params": params, "lr": lr, "name": part})
+            groups.append(ParamGroup(name=part, params=params, lr=lr))
         return groups + self.setup_embeddings(model, config, device)
 
     def trainable_state(self, model: Any) -> dict[str, torch.Tensor]:

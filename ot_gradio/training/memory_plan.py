@@ -286,6 +286,24 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
             vars(s).update(state)
 
 
+@contextmanager
+def _rng_untouched():
+    """Run a block without changing the random streams training draws from (torch on the CPU and
+    GPUs, Python's, NumPy's): the probe draws timesteps and noise like a step does."""
+    import random  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    py, npy = random.getstate(), np.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(npy)
+
+
 def measure_step_cached(model: Any, config: Any, precision: Any, trained_text_parts: frozenset[str],
                         trained: list[torch.Tensor]) -> tuple[int, bool]:
     """`measure_step`, or its result for the same model structure and step settings from an earlier
@@ -300,7 +318,8 @@ def measure_step_cached(model: Any, config: Any, precision: Any, trained_text_pa
     peak = None if key is None else cache.cached_peak(config, key)
     if peak is not None:
         return peak, True
-    peak = measure_step(model, config, precision, trained_text_parts, trained)
+    with _rng_untouched():  # a probed run and one that reused the probe draw the same random numbers after it
+        peak = measure_step(model, config, precision, trained_text_parts, trained)
     if key is not None:
         cache.store_peak(config, key, peak)
     return peak, False
@@ -422,14 +441,14 @@ def part_weights(model: Any) -> dict[str, tuple[str, int]]:
     return out
 
 
-def plan_run(model: Any, config: Any, device: torch.device, precision: Any, param_groups: list[dict],
+def plan_run(model: Any, config: Any, device: torch.device, precision: Any, param_groups: list[Any],
              trained_text_parts: frozenset[str], checkpoint_parts: Iterable[str], *,
              measure: tuple[bool, ...] = (False, True), free_fn: Callable[[torch.device], int | None] | None = None) -> MemoryPlan:
     """The plan of a run whose model is loaded on `device` with the method's layers added.
     `checkpoint_parts` are the parts whose checkpointing the probes turn on and off (the others
     stay as they are); `measure` says which of the two probes to run."""
     free_fn = free_fn or free_memory
-    trained = [p for g in param_groups for p in g["params"] if p.requires_grad]
+    trained = [p for g in param_groups for p in g.params if p.requires_grad]
     weights = part_weights(model)
     grad_bytes = sum(p.numel() * p.element_size() for p in trained)
     per_weight, note = optimizer_state_per_weight(config.optimizer, trained[0].dtype if trained else torch.float32)
@@ -488,7 +507,7 @@ def choose_checkpointing(plan: MemoryPlan) -> tuple[bool, str]:
                   f"{gb(plan.free)} free on {plan.device}{extra}")
 
 
-def decide_checkpointing(model: Any, config: Any, device: torch.device, precision: Any, param_groups: list[dict],
+def decide_checkpointing(model: Any, config: Any, device: torch.device, precision: Any, param_groups: list[Any],
                          trained_text_parts: frozenset[str], settings: dict[str, Any],
                          free_fn: Callable[[torch.device], int | None] | None = None) -> tuple[dict[str, bool], str, MemoryPlan | None]:
     """Turn gradient checkpointing on for the parts in `settings` ({part: AUTO/ON/OFF}) that need
@@ -545,8 +564,7 @@ def estimate(config: Any) -> dict[str, Any]:
         from .offload import install_offloading  # noqa: PLC0415
 
         install_offloading(model, config, device)  # as a run does: its weights in RAM are not counted on the device
-        text = frozenset(g.get("part", g["name"]) for g in groups if g.get("part", g["name"]) in model.text_encoder_names
-                         and any(p.requires_grad for p in g["params"]))
+        text = frozenset(g.model_part for g in groups if g.model_part in model.text_encoder_names and g.trains)
         settings = {part: getattr(config, part).gradient_checkpointing for part in (model.denoiser, *sorted(text))}
         chosen, message, plan = decide_checkpointing(model, config, device, precision, groups, text, settings)
         on = chosen[model.denoiser]

@@ -6,32 +6,41 @@ them by name."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from ..config.enums import TrainingMethod
+from .param_groups import ParamGroup
 
 
-class Method(Protocol):
-    def setup(self, model: Any, config: Any, device: torch.device) -> list[dict[str, Any]]:
-        """Freeze what does not train, add what does; return optimizer parameter groups, each
-        with 'params', 'lr' and 'name' (the model part)."""
+class Method:
+    """A training method: what trains and how the result is written. Subclasses write the four
+    steps; the hooks default to doing nothing, so the trainer calls them on every method."""
+
+    embeddings: Any = None  # the method's embeddings (embeddings.Embeddings), if it has any
+
+    def setup(self, model: Any, config: Any, device: torch.device) -> list[ParamGroup]:
+        """Freeze what does not train, add what does; the optimizer's parameter groups."""
+        raise NotImplementedError
 
     def trainable_state(self, model: Any) -> dict[str, torch.Tensor]:
         """The trained weights, for backups."""
+        raise NotImplementedError
 
-    def load_trainable_state(self, model: Any, state: dict[str, torch.Tensor]) -> None: ...
+    def load_trainable_state(self, model: Any, state: dict[str, torch.Tensor]) -> None:
+        raise NotImplementedError
 
     def save(self, model: Any, config: Any, path: Path, metadata: dict[str, str]) -> Path:
         """Write the result in the config's output format; return the written path."""
+        raise NotImplementedError
 
-    # Optional hooks the trainer calls when a method has them (embeddings.EmbeddingSupport):
-    # transform_text(text) -> text: captions and sample prompts before tokenizing (the
-    #   embeddings' placeholders become their tokens);
-    # after_optimizer_step(model): after every optimizer step (preserve_embedding_norm).
-    # A parameter group may name its model part in 'part' (an embedding's text encoder) and carry
-    # its own 'stop_training_after' / 'stop_training_after_unit'.
+    def transform_text(self, text: str) -> str:
+        """Captions and sample prompts before tokenizing (embeddings: placeholders -> their tokens)."""
+        return text
+
+    def after_optimizer_step(self, model: Any) -> None:
+        """After every optimizer step (embeddings: preserve_embedding_norm)."""
 
 
 METHODS: dict[TrainingMethod, type] = {}

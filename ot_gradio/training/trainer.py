@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -39,6 +38,7 @@ from .ema import EMA
 from .intervals import Every
 from .methods import get_method
 from .optimizers import create_optimizer, fused_back_pass, optimizer_eval_mode, optimizer_train_mode
+from .param_groups import all_params, optimizer_groups
 from .preflight import TrainingError, check_concepts, check_writable
 from .resume import resume_from_latest_backup
 from .schedulers import create_scheduler
@@ -156,12 +156,12 @@ class Trainer:
             check_quantized_parts_frozen(self.model, cfg)
         except ValueError as e:
             raise TrainingError(str(e)) from e
-        if not any(p.requires_grad for g in self.param_groups for p in g["params"]):
+        if not any(g.trains for g in self.param_groups):
             raise TrainingError(
                 "nothing to train: enable training for "
                 + " or ".join(part.replace("_", " ") for part in (self.model.denoiser, *self.model.text_encoder_names))
             )
-        self.trained_params = [p for g in self.param_groups for p in g["params"]]
+        self.trained_params = all_params(self.param_groups)
         self.dist.broadcast_parameters(self.trained_params)  # every process starts from the same weights
         self._set_train_modes()
         self._install_offloading()
@@ -174,7 +174,7 @@ class Trainer:
             self.ema = EMA(self.trained_params, cfg.ema_decay, cfg.ema_update_step_interval, ema_device)
         self.diffusion = DiffusionStep(
             self.model, cfg, self.device, self.precision, self.noise_fn,
-            caption_transform=getattr(self.method, "transform_text", None), dist=self.dist,
+            caption_transform=self.method.transform_text, dist=self.dist,
         )
 
         self.report.status("caching", "scanning concepts and caching latents")
@@ -226,10 +226,10 @@ class Trainer:
             max(1, math.ceil(self.dataset.steps_in_epoch(e) / accum)) for e in range(cfg.epochs)
         )
 
-        self.optimizer = create_optimizer(self.param_groups, cfg.optimizer, self.device)
+        self.optimizer = create_optimizer(optimizer_groups(self.param_groups), cfg.optimizer, self.device)
         if self.dist.is_main:
             print(f"optimizer {cfg.optimizer.optimizer.value}: {self.optimizer.step_kernel}", flush=True)
-        self.optimizer = fused_back_pass(self.optimizer, self.param_groups, cfg, self.device, self.precision.scaler)
+        self.optimizer = fused_back_pass(self.optimizer, optimizer_groups(self.param_groups), cfg, self.device, self.precision.scaler)
         self.scheduler = create_scheduler(
             self.optimizer,
             cfg.learning_rate_scheduler,
@@ -260,7 +260,7 @@ class Trainer:
         self.text_cache_off_reason = text_cache_problem(
             latent_caching=cfg.latent_caching,
             trained_text_parts=self.trained_text_parts,
-            uses_embeddings=getattr(self.method, "embeddings", None) is not None,
+            uses_embeddings=self.method.embeddings is not None,
             concepts=cfg.concepts,
         )
         if self.text_cache_off_reason is not None:
@@ -308,11 +308,10 @@ class Trainer:
         trained = {id(p) for p in self.trained_params if p.requires_grad}
         for module in self.model.parts.values():
             module.train(any(id(p) in trained for p in module.parameters()))
-        # a group's "part" is the model part its weights live in (an embedding's is its text
-        # encoder); gradients must flow through that encoder
+        # a group's model part is where its weights live (an embedding's is its text encoder);
+        # gradients must flow through that encoder
         self.trained_text_parts = frozenset(
-            g.get("part", g["name"]) for g in self.param_groups
-            if g.get("part", g["name"]) in self.model.text_encoder_names and any(p.requires_grad for p in g["params"])
+            g.model_part for g in self.param_groups if g.model_part in self.model.text_encoder_names and g.trains
         )
 
     def _warn_never_trained(self) -> None:
@@ -386,7 +385,7 @@ class Trainer:
         return value
 
     def _optimizer_step(self) -> None:
-        params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        params = all_params(self.param_groups, trained_only=True)
         cfg = self.config
         self.dist.reduce_gradients(params, cfg.gradient_reduce_precision, cfg.fused_gradient_reduce, cfg.async_gradient_reduce_buffer)
         scaler = self.precision.scaler
@@ -399,9 +398,7 @@ class Trainer:
             scaler.update()
         else:
             self.optimizer.step()
-        after_step = getattr(self.method, "after_optimizer_step", None)
-        if after_step is not None:  # e.g. preserve_embedding_norm
-            after_step(self.model)
+        self.method.after_optimizer_step(self.model)  # e.g. preserve_embedding_norm
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.ema is not None:
@@ -412,21 +409,17 @@ class Trainer:
         and each finished epoch, so 'after N' means exactly N steps or epochs of training."""
         stopped = False
         for group in self.param_groups:
-            part = getattr(self.config, group["name"], None)
-            if "stop_training_after" in group:  # an embedding's group carries its own setting
-                part = SimpleNamespace(stop_training_after=group["stop_training_after"],
-                                       stop_training_after_unit=TimeUnit(group["stop_training_after_unit"]))
-            if part is None or part.stop_training_after is None or group.get("frozen"):
+            after, unit = group.stop_training_after, group.stop_training_after_unit  # an embedding's own setting
+            if group.stop_training_after_unit is None:  # else the config section of the part
+                part = getattr(self.config, group.name, None)
+                after, unit = (part.stop_training_after, part.stop_training_after_unit) if part is not None else (None, None)
+            if after is None or group.frozen:
                 continue
-            unit = part.stop_training_after_unit
-            done = {TimeUnit.STEP: self.counters.global_step, TimeUnit.EPOCH: self.counters.epoch}.get(unit)
-            if done is not None and done >= part.stop_training_after:
-                for p in group["params"]:
-                    p.requires_grad_(False)
-                group["frozen"] = True
-                group["lr"] = 0.0
+            done = {TimeUnit.STEP: self.counters.global_step, TimeUnit.EPOCH: self.counters.epoch}.get(TimeUnit(unit))
+            if done is not None and done >= after:
+                group.freeze()
                 stopped = True
-                self.report.warning(f"{group['name']}: stopped training after {part.stop_training_after} {unit.value.lower()}s")
+                self.report.warning(f"{group.name}: stopped training after {after} {TimeUnit(unit).value.lower()}s")
         if stopped:
             self._set_train_modes()
 
@@ -515,8 +508,7 @@ class Trainer:
 
     def _text(self, text: str) -> str:
         """A sample prompt as the model reads it (the method's hook: embedding placeholders)."""
-        transform = getattr(self.method, "transform_text", None)
-        return transform(text) if transform is not None and text else text
+        return self.method.transform_text(text) if text else text
 
     def _sample_all(self, samples: list, ema: bool | None) -> None:
         fmt = str(getattr(self.config, "sample_image_format", "JPG")).lower().replace("jpeg", "jpg")

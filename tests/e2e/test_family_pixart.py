@@ -178,7 +178,7 @@ def test_pixart_part_options_reach_the_model(tiny_pixart, shapes, tmp_path):
     trainer = Trainer(load_config(data).config, paths, Reporter())
     trainer.setup()
     model = trainer.model
-    assert [(g["name"], g["lr"]) for g in trainer.param_groups] == [("transformer", 3e-4)]
+    assert [(g.name, g.lr) for g in trainer.param_groups] == [("transformer", 3e-4)]
     assert model.transformer.gradient_checkpointing and model.transformer.training
     assert not model.text_encoder.training
     assert model.encode_text(["a red circle"])["encoder_hidden_states"].shape[1] == 24

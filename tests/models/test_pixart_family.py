@@ -374,7 +374,7 @@ def test_embedding_trains_only_its_t5_vectors(fresh, tmp_path):
     method = EmbeddingMethod()
     groups = method.setup(fresh, cfg, cpu)
     t5_before = {k: v.clone() for k, v in fresh.text_encoder.state_dict().items() if "shared" not in k and "embed_tokens" not in k}
-    vector = next(p for g in groups for p in g["params"])
+    vector = next(p for g in groups for p in g.params)
     start = vector.detach().clone()
     optimizer = torch.optim.AdamW(groups)
     step = DiffusionStep(fresh, cfg, cpu, Precision("FLOAT_32", cpu), caption_transform=method.transform_text)
@@ -382,7 +382,7 @@ def test_embedding_trains_only_its_t5_vectors(fresh, tmp_path):
         latents=torch.randn(2, 4, 8, 8), pixels=None, mask=None, size=(64, 64), captions=["a <shape>", "<shape> on white"],
         loss_weights=torch.ones(2),
     )
-    parts = frozenset(g.get("part", g["name"]) for g in groups)
+    parts = frozenset(g.model_part for g in groups)
     for _ in range(2):
         step.loss(batch, parts).backward()
         optimizer.step()

@@ -358,7 +358,7 @@ def test_new_families_convert_checkpoints_and_lora_keys(model_type, tmp_path):
     model, method = get_family(model_type).load(str(base)), get_method(cfg.training_method)
     gen = torch.Generator().manual_seed(5)
     with torch.no_grad():
-        for p in (p for g in method.setup(model, cfg, torch.device("cpu")) for p in g["params"]):
+        for p in (p for g in method.setup(model, cfg, torch.device("cpu")) for p in g.params):
             p.add_(torch.randn(p.shape, generator=gen) * 0.3)
     files = {fmt: method.save(model, cfg.model_copy(update={"output_model_format": ModelFormat(fmt)}), tmp_path / f"{fmt}.safetensors", {})
              for fmt in ("KOHYA_LORA", "SAFETENSORS")}

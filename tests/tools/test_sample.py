@@ -149,7 +149,7 @@ def _make_run(tmp_path, tiny):
     with torch.no_grad():
         gen = torch.Generator().manual_seed(5)
         for g in groups:
-            for p in g["params"]:
+            for p in g.params:
                 p.add_(torch.randn(p.shape, generator=gen) * 0.3)
     run = create_run(tmp_path / "ws", config_to_dict(cfg))
     write_backup(run.backup, method.trainable_state(model), {}, config_to_dict(cfg), Counters(global_step=7))
@@ -288,7 +288,7 @@ def test_new_families_sample_a_lora_a_run_and_an_embedding(model_type, tmp_path)
     model, method = family.load(base), get_method(cfg.training_method)
     gen = torch.Generator().manual_seed(5)
     with torch.no_grad():
-        for p in (p for g in method.setup(model, cfg, torch.device("cpu")) for p in g["params"]):
+        for p in (p for g in method.setup(model, cfg, torch.device("cpu")) for p in g.params):
             p.add_(torch.randn(p.shape, generator=gen) * 0.3)
     run = create_run(tmp_path / "ws", config_to_dict(cfg))
     write_backup(run.backup, method.trainable_state(model), {}, config_to_dict(cfg), Counters(global_step=3))
@@ -340,7 +340,7 @@ def test_llm_encoder_families_sample_a_lora_file_and_a_run(model_type, tmp_path)
     model, method = get_family(model_type).load(base), get_method(cfg.training_method)
     gen = torch.Generator().manual_seed(5)
     with torch.no_grad():
-        for p in (p for g in method.setup(model, cfg, torch.device("cpu")) for p in g["params"]):
+        for p in (p for g in method.setup(model, cfg, torch.device("cpu")) for p in g.params):
             p.add_(torch.randn(p.shape, generator=gen) * 0.3)
     run = create_run(tmp_path / "ws", config_to_dict(cfg))
     write_backup(run.backup, method.trainable_state(model), {}, config_to_dict(cfg), Counters(global_step=3))

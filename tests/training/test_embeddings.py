@@ -16,6 +16,7 @@ from ot_gradio.training.embedding_method import EmbeddingMethod
 from ot_gradio.training.embeddings import Embedding, Embeddings, bundle_key, embeddings_folder, read_embedding_file
 from ot_gradio.training.lora_format import load_lora_file
 from ot_gradio.training.lora_method import LoraMethod
+from ot_gradio.training.param_groups import optimizer_groups
 
 CPU = torch.device("cpu")
 
@@ -52,9 +53,9 @@ def batch(captions):
 def train_steps(model, cfg, method, steps=3, captions=("a photo of <embedding>", "<embedding> on a table")):
     """A few real optimizer steps of the training step the trainer runs."""
     groups = method.setup(model, cfg, CPU)
-    optimizer = torch.optim.AdamW(groups, weight_decay=0.1)
+    optimizer = torch.optim.AdamW(optimizer_groups(groups), weight_decay=0.1)
     step = DiffusionStep(model, cfg, CPU, Precision(DataType.FLOAT_32, CPU), caption_transform=method.transform_text)
-    parts = frozenset(g.get("part", g["name"]) for g in groups)
+    parts = frozenset(g.model_part for g in groups)
     for _ in range(steps):
         step.loss(batch(captions), parts).backward()
         optimizer.step()
@@ -140,7 +141,7 @@ def test_only_the_new_vectors_train():
     matrix = model.text_encoder.get_input_embeddings().weight.detach().clone()
     method = EmbeddingMethod()
     groups = train_steps(model, config(embedding={"token_count": 2}), method)
-    assert [g["part"] for g in groups] == ["text_encoder"] and groups[0]["lr"] == 0.05
+    assert [g.part for g in groups] == ["text_encoder"] and groups[0].lr == 0.05
     vectors = method.main.vectors["text_encoder"]
     assert not torch.equal(vectors.detach(), method.main.initial["text_encoder"])
     after = {name: p for part in model.parts.values() for name, p in part.named_parameters()}
@@ -154,7 +155,7 @@ def test_embedding_learning_rate_and_weight_dtype():
     model = tiny_model()
     method = EmbeddingMethod()
     groups = method.setup(model, config(embedding_learning_rate=0.003, embedding_weight_dtype="BFLOAT_16"), CPU)
-    assert groups[0]["lr"] == 0.003
+    assert groups[0].lr == 0.003
     vector = method.main.vectors["text_encoder"]
     assert vector.dtype == torch.bfloat16 and vector.requires_grad
     with torch.no_grad():  # the text encoder still computes in its own dtype
@@ -171,7 +172,7 @@ def test_train_embedding_off_uses_the_vectors_frozen():
     lora = LoraMethod()
     groups = lora.setup(model, config(training_method="LORA", lora_rank=2, text_encoder={"train_embedding": False},
                                       additional_embeddings=[{"placeholder": "<t>"}]), CPU)
-    assert not any(g["name"].startswith("embedding") for g in groups)
+    assert not any(g.name.startswith("embedding") for g in groups)
     assert not lora.additional[0].vectors["text_encoder"].requires_grad
     assert lora.transform_text("<t>") == lora.additional[0].token_string  # used all the same
 
@@ -260,7 +261,7 @@ def test_lora_saves_additional_embeddings_bundled_or_beside(tmp_path, bundle):
     cfg = config(training_method="LORA", lora_rank=2, output_model_format="KOHYA_LORA", bundle_additional_embeddings=bundle,
                  additional_embeddings=[{"placeholder": "<trig>", "token_count": 2}, {"placeholder": "<off>", "train": False}])
     groups = lora.setup(model, cfg, CPU)
-    assert [g["name"] for g in groups if g["name"].startswith("embedding")] == ["embedding/<trig>"]  # <off> is only used
+    assert [g.name for g in groups if g.name.startswith("embedding")] == ["embedding/<trig>"]  # <off> is only used
     out = lora.save(model, cfg, tmp_path / "lora.safetensors", {"ss_steps": "0"})
     tensors = load_file(str(out))
     beside = tmp_path / "lora_embeddings"

@@ -31,14 +31,14 @@ def test_registered():
 def test_each_trained_part_is_one_group_with_its_learning_rate():
     model = tiny_model()
     groups = FineTuneMethod().setup(model, config(unet={"learning_rate": 2e-6}), CPU)
-    assert [(g["name"], g["lr"]) for g in groups] == [("unet", 2e-6), ("text_encoder", 1e-5)]
-    assert {id(p) for p in groups[0]["params"]} == {id(p) for p in model.unet.parameters()}
-    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in model.text_encoder.parameters()}
+    assert [(g.name, g.lr) for g in groups] == [("unet", 2e-6), ("text_encoder", 1e-5)]
+    assert {id(p) for p in groups[0].params} == {id(p) for p in model.unet.parameters()}
+    assert {id(p) for p in groups[1].params} == {id(p) for p in model.text_encoder.parameters()}
     assert not any(p.requires_grad for p in model.vae.parameters())
 
     model = tiny_model()
     groups = FineTuneMethod().setup(model, config(text_encoder={"train": False}), CPU)
-    assert [g["name"] for g in groups] == ["unet"]
+    assert [g.name for g in groups] == ["unet"]
     assert not any(p.requires_grad for p in model.text_encoder.parameters())
 
 
@@ -84,7 +84,7 @@ def test_diffusers_folder_and_additional_embeddings_beside_it(tmp_path):
     method = FineTuneMethod()
     cfg = config(output_model_format="DIFFUSERS", additional_embeddings=[{"placeholder": "<trig>", "token_count": 2}])
     groups = method.setup(model, cfg, CPU)
-    assert groups[-1]["name"] == "embedding/<trig>" and groups[-1]["part"] == "text_encoder"
+    assert groups[-1].name == "embedding/<trig>" and groups[-1].part == "text_encoder"
     with torch.no_grad():
         model.unet.conv_in.weight.add_(0.5)
     out = method.save(model, cfg, tmp_path / "model.safetensors", {})
