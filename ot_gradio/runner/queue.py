@@ -3,6 +3,13 @@
 Stored in ``<workspace>/queue.json`` (written atomically). The runner thread starts the next
 waiting entry only when the supervisor has no active run, so two runs never overlap; a failed
 run is marked and the next entry starts. Torch-free.
+
+States: waiting -> running -> done | stopped | failed. "stopped" is a run the user ended with
+Stop (its run folder says "stopped", as the Runs tab shows it): not a failure, and like after a
+failure the queue goes on with the next entry (to halt the queue, remove the waiting entries).
+"failed" is a run that ended with an error or crashed (the note says which), or an entry that
+could not start. Workers live in their own process group, so a run survives an app restart: an
+entry found "running" at start-up is followed again, and marked by how its run ended.
 """
 
 from __future__ import annotations
@@ -15,7 +22,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
-STATES = ("waiting", "running", "done", "failed")
+STATES = ("waiting", "running", "done", "stopped", "failed")
+ENDED = {"done": "done", "stopped": "stopped"}  # a run's final status -> the entry's state; any other is "failed"
 
 
 class Busy(RuntimeError):
@@ -29,7 +37,7 @@ class QueueBackend(Protocol):
 
     def start(self, config: dict[str, Any]) -> str: ...  # returns the run folder
 
-    def outcome(self, run_dir: str) -> str | None: ...  # None while running, else "done"/"failed"
+    def outcome(self, run_dir: str) -> str | None: ...  # None while running, else the run's final status
 
 
 class SupervisorBackend:
@@ -54,12 +62,15 @@ class SupervisorBackend:
         return str(run.path)
 
     def outcome(self, run_dir: str) -> str | None:
+        """None while the run goes on, else its final status (done, stopped, error, crashed)."""
         from .rundir import RunDir  # noqa: PLC0415
 
-        state = self.supervisor.state(RunDir(Path(run_dir)))
+        run = RunDir(Path(run_dir))
+        self.supervisor.watch(run.path.parent.parent)  # after an app restart: the monitor shows this run too
+        state = self.supervisor.state(run)
         if state.alive and not state.finished:
             return None
-        return "done" if state.status == "done" else "failed"
+        return state.status
 
 
 class RunQueue:
@@ -74,12 +85,13 @@ class RunQueue:
         self.entries: list[dict[str, Any]] = self._load()
         changed = False
         for entry in self.entries:
-            if entry.get("state") == "running":
+            if entry.get("state") == "running" and not entry.get("run_dir"):  # the app stopped while starting it
                 entry["state"] = "failed"
-                entry["note"] = "the app stopped while this run was running"
+                entry["note"] = "the app stopped while this run was starting"
                 changed = True
         if changed:
             self._save()
+        # a "running" entry with a run folder is followed again by step(): its worker outlives the app
 
     # --- storage ---------------------------------------------------------------------------
     def _load(self) -> list[dict[str, Any]]:
@@ -148,10 +160,15 @@ class RunQueue:
         with self._lock:
             for entry in self.entries:
                 if entry["state"] == "running":
-                    result = self.backend.outcome(entry["run_dir"])
+                    try:
+                        result = self.backend.outcome(entry["run_dir"])
+                    except Exception as exc:  # noqa: BLE001 - e.g. its run folder was deleted
+                        result = f"unknown ({exc})"
                     if result is None:
                         return
-                    entry["state"] = "done" if result == "done" else "failed"
+                    entry["state"] = ENDED.get(result, "failed")
+                    if entry["state"] == "failed":
+                        entry["note"] = f"the run ended: {result}"
                     self._save()
             if self.backend.busy():
                 return  # a run started from the page: wait for it

@@ -9,16 +9,29 @@ from collections.abc import Sequence
 # (title, path prefixes) in the order shown; a field goes to the first group whose prefix it has
 GROUPS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "training": (
-        ("Schedule and batches", ("learning_rate", "custom_learning_rate_scheduler", "scheduler_params", "epochs", "batch_size",
-                                  "gradient_accumulation_steps", "clip_grad_norm", "ema")),
+        ("Learning rate", ("learning_rate", "custom_learning_rate_scheduler", "scheduler_params")),
+        ("Epochs and batches", ("epochs", "batch_size", "gradient_accumulation_steps", "clip_grad_norm")),
+        ("EMA", ("ema",)),
         ("Precision and speed", ("train_dtype", "enable_autocast_cache", "resolution", "attention_mechanism")),
         ("Loss", ("mse_strength", "mae_strength", "log_cosh_strength", "huber_", "vb_loss_strength", "loss_weight_")),
-        ("Noise and timesteps", ("offset_noise_weight", "generalized_offset_noise", "perturbation_noise_weight",
-                                 "rescale_noise_scheduler", "force_v_prediction", "force_epsilon_prediction", "min_noising_strength",
-                                 "max_noising_strength", "timestep_", "noising_", "dynamic_timestep_shifting")),
+        ("Noise", ("offset_noise_weight", "generalized_offset_noise", "perturbation_noise_weight",
+                   "rescale_noise_scheduler", "force_v_prediction", "force_epsilon_prediction")),
+        ("Timestep distribution", ("min_noising_strength", "max_noising_strength", "timestep_", "noising_",
+                                   "dynamic_timestep_shifting")),
         ("Masked training", ("masked_training", "unmasked_", "normalize_masked_area_loss")),
     ),
 }
+
+# Groups that start closed: only those OneTrainer also keeps out of its Training tab, behind a
+# "..." button that opens a window of their own (the timestep distribution's settings; the
+# optimizer's own parameters, see OPTIMIZER_SETTINGS). Everything else starts open.
+CLOSED = {"training": {"Timestep distribution"}}
+OPTIMIZER_SETTINGS = "Optimizer settings"  # the chosen optimizer's parameters: OneTrainer's "..." window beside the optimizer
+
+
+def group_open(tab: str, title: str) -> bool:
+    """Whether a titled group of `tab` starts open."""
+    return title not in CLOSED.get(tab, set())
 
 
 def group_paths(tab: str, paths: Sequence[str]) -> list[tuple[str, list[str]]]:

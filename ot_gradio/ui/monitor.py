@@ -137,6 +137,12 @@ class Monitor:
                 self.bar_extra = gr.Row(elem_id="ot-run-bar-extra", elem_classes="ot-run-extra", scale=0)
             self.progress = gr.HTML("", elem_id="run-progress")
             self.problems = gr.Markdown("", elem_id="problems")
+        # The poll's timer lives with the bar, outside the tabs: gradio mounts a tab's components
+        # (a timer among them) only once the tab is opened, and a timer on the Run tab left the
+        # bar at "No run yet" on every other tab until the Run tab had been visited.
+        self.timer = gr.Timer(1.0)
+        self.run_id = gr.State("")
+        self.shown = gr.State("")  # what the charts and samples show now (see poll)
 
     def build_run_tab(self) -> None:
         """The Run tab: the run's status, charts, samples, log and its control buttons."""
@@ -154,9 +160,6 @@ class Monitor:
         self.gallery = gr.HTML("", label="Samples (newest first)", elem_id="sample-gallery")
         self.tensorboard_link = gr.Markdown("", elem_id="tensorboard-link")
         self.log = gr.Textbox(label="Log tail (shown when a run fails)", lines=8, max_lines=30, elem_id="log-tail")
-        self.timer = gr.Timer(1.0)
-        self.run_id = gr.State("")
-        self.shown = gr.State("")  # what the charts and samples show now (see poll)
 
     def validation_losses(self, run: RunDir) -> list[tuple[int, float]]:
         """The run's 'validation' events, read on from where the last poll stopped."""

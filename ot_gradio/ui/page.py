@@ -35,7 +35,8 @@ from .browser import BrowserPanel
 from .concepts import ConceptsTab
 from .form import Field, build_fields, config_from_values, make_component, schema_fields, values_from_config
 from .guide import TABS_ID, build_guide
-from .layout import group_paths
+from .layout import OPTIMIZER_SETTINGS, group_open, group_paths
+from .memory_estimate import MemoryEstimate, estimate_markdown  # issue 16: the planner's estimate, in a child process
 from .monitor import REFUSED, Monitor
 from .paths import PathRefused, allowed_roots
 from .paths import check as confine
@@ -55,13 +56,17 @@ CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1
        # fields in 2-3 columns on wide screens, one on a phone (a grid item is at least 270 px wide)
        ".ot-grid{display:grid!important;grid-template-columns:repeat(auto-fill,minmax(min(100%,270px),1fr));gap:var(--layout-gap);"
        "align-items:start}.ot-grid>*{min-width:0!important}"
-       ".ot-cols{display:block!important;columns:300px;column-gap:var(--layout-gap)}"
+       ".ot-cols{display:block!important;columns:225px;column-gap:var(--layout-gap)}"
        ".ot-cols>*{break-inside:avoid;margin-bottom:var(--layout-gap)!important;width:100%}"
+       ".ot-cols>.ot-wide{column-span:all}.ot-cols .ot-grid{gap:8px}"  # the denoiser's settings across the whole width (ui/layout.py)
        ".ot-grid>.form{display:contents!important}"  # gradio wraps runs of fields in one .form: its fields are the grid's items
        # the run bar stays in view on every tab
        "#ot-run-bar{position:sticky;top:0;z-index:50}.ot-run-row{flex-wrap:wrap!important;align-items:center}"
        ".ot-run-text{flex:1 1 240px!important;min-width:0!important}.ot-wrap{flex-wrap:wrap!important}"
        "#ot-run-bar-extra:empty{display:none}"
+       "#ot-run-bar-extra{flex:0 0 auto!important;width:auto!important;flex-wrap:nowrap!important;align-items:center}"  # runs/queue: the queue's
+       "#queue-add{white-space:nowrap}#queue-length{flex:0 0 9.5em!important;width:9.5em!important;min-width:0!important;white-space:nowrap}"  # length, whole
+       "#ot-run-bar [data-testid=status-tracker]{display:none!important}"  # no poll's timer ("0.6s") flashing in the bar's text
        "@media (max-width:600px){.gradio-container{padding:4px!important}#sample-gallery img{max-width:100%;height:auto}}"
        "body{overflow-x:clip}.gradio-container{overflow:visible!important}")  # clip, not hidden: a scroll box stops the bar sticking
 
@@ -171,25 +176,32 @@ class Page:
                     self.tab_handles[tab] = handle
                     by_path = {f.path: f for f in schema_fields(tab=tab) if f.path not in TOP_FIELDS}
                     infos = [by_path[p] for p in tab_order(tab, list(by_path))]
-                    # the Training tab's groups flow in 4 columns at 1600 px like OneTrainer's (CSS columns), one on a phone
+                    # the Training tab's groups flow in 6 columns at 1600 px (CSS columns), one on a phone
                     with gr.Column(elem_classes="ot-cols" if tab == "training" else None):
                         plain = {f.path: f for f in infos if not part_of(f.path) and not f.path.startswith("optimizer.")}
                         for title, paths in group_paths(tab, list(plain)):  # titled groups, 2-3 columns wide (ui/layout.py)
-                            with gr.Accordion(title, open=True, elem_classes="ot-group") if title else contextlib.nullcontext():
+                            with gr.Accordion(title, open=group_open(tab, title), elem_classes="ot-group") if title else contextlib.nullcontext():
                                 with gr.Column(elem_classes="ot-grid"):
                                     fields.update(build_fields([plain[p] for p in paths]))
                         if tab == "model":
                             self.memory = gr.Markdown(memory_markdown(initial), elem_id="memory-table")
+                            self.memory_estimate = MemoryEstimate()  # issue 16
+                            self.memory_estimate.build()  # issue 16
                         if tab == "training":
                             self.lr_plot = gr.LinePlot(lr_frame(initial), x="step", y="lr", title="Learning rate over the run", height=220, elem_id="lr-plot")
-                            with gr.Accordion("Optimizer", open=True):
+                            with gr.Accordion("Optimizer", open=True, elem_id="optimizer-group"):
                                 with gr.Column(elem_classes="ot-grid"):
-                                    fields.update(build_fields([f for f in infos if f.path.startswith("optimizer.")]))
-                                self.load_defaults = gr.Button("Load defaults", elem_id="optimizer-defaults")
+                                    fields.update(build_fields([f for f in infos if f.path == "optimizer.optimizer"]))
+                                # the optimizer's own parameters start closed, as behind OneTrainer's "..." button (ui/layout.py)
+                                with gr.Accordion(OPTIMIZER_SETTINGS, open=False, elem_id="optimizer-settings"):
+                                    with gr.Column(elem_classes="ot-grid"):
+                                        fields.update(build_fields([f for f in infos if f.path.startswith("optimizer.") and f.path != "optimizer.optimizer"]))
+                                    self.load_defaults = gr.Button("Load defaults", elem_id="optimizer-defaults")
                         for part in model_parts():
                             part_infos = [f for f in infos if part_of(f.path) == part and part_field_shown(f.path)]
                             if part_infos:
-                                with gr.Accordion(part_label(part), open=part in DENOISERS, visible=part in shown, elem_id=f"part-{part}") as acc:
+                                with gr.Accordion(part_label(part), open=part in DENOISERS, visible=part in shown, elem_id=f"part-{part}",
+                                                  elem_classes="ot-wide" if part in DENOISERS else None) as acc:
                                     with gr.Column(elem_classes="ot-grid"):
                                         fields.update(build_fields(part_infos))
                                 self.part_groups[acc] = part
@@ -247,6 +259,7 @@ class Page:
         self.monitor.wire()
         start_inputs = {self.config_state, self.monitor.run_id, *self.components, *self.concepts.outputs}
         self.monitor.start.click(self.on_start, start_inputs, [self.monitor.run_id, self.monitor.problems])
+        self.memory_estimate.wire(self.on_estimate_memory, edit_inputs)  # issue 16
         self.queue_panel.wire(start_inputs)  # runs/queue
         register_api(QueueApi(self.queue, self.supervisor, validate))  # runs/queue
         self.blocks.load(self.on_page_load, None, self.all_outputs)
@@ -405,6 +418,9 @@ class Page:
         out = self.workspace / "exports" / "config.json"
         atomic_write_json(out, config, indent=2)
         return str(out)
+
+    def on_estimate_memory(self, values: dict) -> str:  # issue 16: the config on the form, estimated in a child process
+        return estimate_markdown(config_from_values(self.fields, values, values[self.config_state]))
 
     def _config_of(self, values: dict) -> dict:  # runs/queue: the config Start would use
         return self.concepts.apply(config_from_values(self.fields, values, values[self.config_state]), values)  # runs/queue

@@ -55,7 +55,9 @@ class QueuePanel:
         outs = [self.table, self.length, self.message, self.selected]
         self.add_btn.click(self.on_add, inputs, outs)
         self.apply_btn.click(self.on_action, [self.selected, self.action], outs)
-        gr.Timer(5).tick(self.refresh, None, [self.table, self.length])
+        # outside the tabs, so it ticks on every tab; every 2 s, as the value the page is served
+        # with is the queue of when the app started (no load handler: the page's start-up budget)
+        gr.Timer(2).tick(self.refresh, None, [self.table, self.length], show_progress="hidden")
 
     def view(self, message: str = "") -> tuple:
         return rows(self.queue), length_text(self.queue), message, gr.update(choices=choices(self.queue))

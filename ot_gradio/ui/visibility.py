@@ -108,7 +108,23 @@ APPLIES_WHEN: dict[str, Callable[[dict], bool]] = {
     "lokr_decompose_both": lambda c: _peft(c) == "LOKR",
     "lokr_decompose_factor": lambda c: _peft(c) == "LOKR",
     "lokr_use_tucker": lambda c: _peft(c) == "LOKR",
+    # issue 19 (Training tab height): settings of a feature that is off (the trainer reads them only when it is on)
+    "ema_decay": lambda c: str(c.get("ema") or "OFF") != "OFF",
+    "ema_update_step_interval": lambda c: str(c.get("ema") or "OFF") != "OFF",
+    "huber_delta": lambda c: _nonzero(c.get("huber_strength")),
+    "loss_weight_strength": lambda c: c.get("loss_weight_fn") in ("MIN_SNR_GAMMA", "P2"),  # their gamma
+    "generalized_offset_noise": lambda c: _nonzero(c.get("offset_noise_weight")),
+    "unmasked_probability": lambda c: bool(c.get("masked_training")),
+    "unmasked_weight": lambda c: bool(c.get("masked_training")),
+    "normalize_masked_area_loss": lambda c: bool(c.get("masked_training")),
 }
+
+
+def _nonzero(value) -> bool:  # issue 19: a blank or unreadable number counts as set (the field stays in view)
+    try:
+        return float(value) != 0
+    except (TypeError, ValueError):
+        return True
 
 # Fields a tab shows first, in this order (the rest follow in schema order): the LoRA tab opens
 # with the adapter type, rank and alpha, not with dropout and the layer filter.

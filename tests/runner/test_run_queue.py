@@ -1,4 +1,4 @@
-"""RunQueue (issue 19 §3) with a fake supervisor backend: order, failures, persistence."""
+"""RunQueue (issue 19 §3) with a fake supervisor backend: order, failures, stops, persistence."""
 
 import json
 import time
@@ -11,7 +11,7 @@ from ot_gradio.runner.queue import RunQueue
 class FakeBackend:
     def __init__(self):
         self.started = []  # names in start order
-        self.results = {}  # run_dir -> None (running) / "done" / "failed"
+        self.results = {}  # run_dir -> None (running) / the final status: "done", "stopped", "error", "crashed"
         self.external_busy = False
         self.fail_start = set()
 
@@ -47,7 +47,7 @@ def test_runs_in_order_and_failed_run_does_not_stop_queue(tmp_path):
     queue.step()  # a still running: nothing else starts
     assert backend.started == ["a"]
     assert states(queue) == [("a", "running"), ("b", "waiting"), ("c", "waiting")]
-    backend.finish("a", "failed")
+    backend.finish("a", "error")
     queue.step()
     assert backend.started == ["a", "b"]
     assert states(queue)[0] == ("a", "failed")
@@ -77,25 +77,74 @@ def test_waits_for_a_run_started_elsewhere_and_bad_start_is_marked(tmp_path):
     assert backend.started == ["ok"]
 
 
-def test_persistence_and_running_at_crash_is_failed(tmp_path):
+def test_persistence_and_a_run_outliving_the_app_is_followed_again(tmp_path):
     backend = FakeBackend()
     queue = RunQueue(tmp_path, backend)
     queue.add({"name": "a", "lr": 0.1}, "a")
     queue.add({"name": "b"}, "b")
+    queue.add({"name": "c"}, "c")
     queue.step()
     saved = json.loads((tmp_path / "queue.json").read_text())
-    assert [e["state"] for e in saved["entries"]] == ["running", "waiting"]
+    assert [e["state"] for e in saved["entries"]] == ["running", "waiting", "waiting"]
     assert saved["entries"][0]["run_dir"] == "/runs/a"
     assert not list(tmp_path.glob("*.tmp"))
-    # the app is killed: a new queue on the same folder, a fresh (idle) supervisor
+    # the app is stopped; a's worker (its own process group) goes on training. A new queue on the
+    # same folder follows it again: nothing else starts until it ends, then b does.
     backend2 = FakeBackend()
+    backend2.results["/runs/a"] = None
     reloaded = RunQueue(tmp_path, backend2)
     entries = reloaded.list()
-    assert [(e["name"], e["state"]) for e in entries] == [("a", "failed"), ("b", "waiting")]
+    assert [(e["name"], e["state"]) for e in entries] == [("a", "running"), ("b", "waiting"), ("c", "waiting")]
     assert entries[0]["config"] == {"name": "a", "lr": 0.1}
-    assert "app stopped" in entries[0]["note"]
+    reloaded.step()
+    assert backend2.started == []
+    backend2.finish("a")
     reloaded.step()
     assert backend2.started == ["b"]
+    assert states(reloaded)[:2] == [("a", "done"), ("b", "running")]
+    # the app is stopped again and b's worker dies with it (killed): b is failed, saying how, and c starts
+    backend3 = FakeBackend()
+    backend3.results["/runs/b"] = "crashed"
+    third = RunQueue(tmp_path, backend3)
+    third.step()
+    assert states(third) == [("a", "done"), ("b", "failed"), ("c", "running")]
+    assert "crashed" in third.list()[1]["note"]
+    assert backend3.started == ["c"]
+
+
+def test_an_entry_the_app_stopped_while_starting_is_failed(tmp_path):
+    (tmp_path / "queue.json").write_text(json.dumps({"entries": [
+        {"id": "x1", "name": "x", "config": {"name": "x"}, "state": "running", "added": "", "run_dir": ""},
+        {"id": "y1", "name": "y", "config": {"name": "y"}, "state": "waiting", "added": "", "run_dir": ""}]}))
+    backend = FakeBackend()
+    queue = RunQueue(tmp_path, backend)
+    assert states(queue) == [("x", "failed"), ("y", "waiting")]
+    assert "starting" in queue.list()[0]["note"]
+    queue.step()
+    assert backend.started == ["y"]
+
+
+def test_a_stopped_run_is_stopped_not_failed_and_the_queue_goes_on(tmp_path):
+    backend = FakeBackend()
+    queue = RunQueue(tmp_path, backend)
+    for name in ("a", "b", "c"):
+        queue.add({"name": name}, name)
+    queue.step()
+    backend.finish("a", "stopped")  # the user pressed Stop: the run folder says "stopped"
+    queue.step()
+    assert states(queue)[:2] == [("a", "stopped"), ("b", "running")]
+    assert "note" not in queue.list()[0]
+    backend.finish("b", "error")
+    queue.step()
+    assert states(queue) == [("a", "stopped"), ("b", "failed"), ("c", "running")]
+    assert queue.list()[1]["note"] == "the run ended: error"
+    assert queue.waiting() == 0
+    # the state survives a reload (it is one of the stored states)
+    assert states(RunQueue(tmp_path, FakeBackend()))[0] == ("a", "stopped")
+    # and the page's queue table shows it as such, the failure with how the run ended
+    from ot_gradio.ui.queue_panel import rows
+
+    assert [r[2] for r in rows(queue)] == ["stopped", "failed (the run ended: error)", "running"]
 
 
 def test_remove_and_move(tmp_path):

@@ -2,7 +2,7 @@
 
 from ot_gradio.runner.supervisor import RunState
 from ot_gradio.ui.form import schema_fields
-from ot_gradio.ui.layout import GROUPS, group_paths
+from ot_gradio.ui.layout import GROUPS, group_open, group_paths
 from ot_gradio.ui.monitor import bar_markdown, loss_frame
 from ot_gradio.ui.visibility import part_of
 
@@ -14,12 +14,34 @@ def test_every_training_field_is_in_exactly_one_group_in_onetrainers_grouping():
     flat = [p for _, items in groups for p in items]
     assert sorted(flat) == sorted(paths)
     titles = dict(groups)
-    assert "learning_rate" in titles["Schedule and batches"] and "batch_size" in titles["Schedule and batches"]
+    assert "learning_rate" in titles["Learning rate"] and "batch_size" in titles["Epochs and batches"]
+    assert titles["EMA"] == ["ema", "ema_decay", "ema_update_step_interval"]
     assert "masked_training" in titles["Masked training"]
-    assert "timestep_distribution" in titles["Noise and timesteps"]
+    assert "timestep_distribution" in titles["Timestep distribution"] and "offset_noise_weight" in titles["Noise"]
     assert "mse_strength" in titles["Loss"]
     assert not titles.get("")  # no training field left ungrouped
     assert [t for t, _ in groups] == [t for t, _ in GROUPS["training"]]
+
+
+def test_only_groups_onetrainer_keeps_behind_a_button_start_closed():
+    # OneTrainer opens the timestep distribution and the optimizer's parameters in windows of their own
+    closed = [t for t, _ in GROUPS["training"] if not group_open("training", t)]
+    assert closed == ["Timestep distribution"]
+    assert group_open("training", "Loss") and group_open("training", "Masked training")
+    assert group_open("general", "anything")
+
+
+def test_settings_of_a_feature_that_is_off_are_hidden_until_it_is_on():
+    from ot_gradio.ui.visibility import applies
+
+    off = {"ema": "OFF", "huber_strength": 0.0, "loss_weight_fn": "CONSTANT", "offset_noise_weight": 0.0, "masked_training": False}
+    hidden = ["ema_decay", "ema_update_step_interval", "huber_delta", "loss_weight_strength", "generalized_offset_noise",
+              "unmasked_probability", "unmasked_weight", "normalize_masked_area_loss"]
+    assert not [p for p in hidden if applies(p, off)]
+    on = {"ema": "GPU", "huber_strength": 0.5, "loss_weight_fn": "MIN_SNR_GAMMA", "offset_noise_weight": 0.1, "masked_training": True}
+    assert [p for p in hidden if applies(p, on)] == hidden
+    assert not applies("loss_weight_strength", {"loss_weight_fn": "DEBIASED_ESTIMATION"})  # it has no gamma
+    assert applies("huber_delta", {"huber_strength": None})  # blank: kept in view
 
 
 def test_tabs_without_groups_keep_one_untitled_group_in_order():
