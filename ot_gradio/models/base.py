@@ -62,7 +62,8 @@ Tokens (embeddings; training/embeddings.py)
 
 Outputs
 - `sample(prompt, negative_prompt, height, width, steps, cfg_scale, seed, sampler, device) -> PIL.Image`
-- `save_single_file(path, dtype) -> Path`, `save_diffusers(directory, dtype) -> Path` (atomic).
+- `save_single_file(path, dtype, metadata=None) -> Path` (the header keys merged into the file's),
+  `save_diffusers(directory, dtype) -> Path` (atomic).
 - `lora_base_model_version` (e.g. "sd_v1", "sd_v2", "sdxl_base_v1-0"): written to LoRA metadata
   and picks the kohya key prefixes.
 """

@@ -224,13 +224,14 @@ class FluxDev1(FlowFamily):
 
     # ---------------------------------------------------------------- saving
 
-    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The transformer alone in Black Forest Labs' layout (what ComfyUI's diffusion-model
         loader, Forge and `from_single_file` read); the text encoders and VAE are the base model's."""
         from ot_gradio.training.lora_keys_flux import save_bfl_transformer
 
         return save_bfl_transformer(
             path, base_module(self.transformer), plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
-            metadata={"modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value},
+            metadata={"modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value,
+                      **(metadata or {})},
             model=self.family_name,
         )

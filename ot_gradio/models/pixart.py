@@ -402,7 +402,7 @@ class PixArtAlpha:
 
     # ---------------------------------------------------------------- saving
 
-    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The transformer alone in PixArt's original key layout (`.safetensors`), as OneTrainer's
         SAFETENSORS output of PixArt; the text encoder and VAE are the base model's."""
         from ot_gradio.models.pixart_single_file import save_original_transformer
@@ -412,7 +412,7 @@ class PixArtAlpha:
             base_module(self.transformer),
             plain_state_dict(self.transformer, "transformer"),
             dtype=torch_dtype(dtype),
-            metadata={"modelspec.architecture": self.architecture, "ot_gradio.model_type": self.model_type.value},
+            metadata={"modelspec.architecture": self.architecture, "ot_gradio.model_type": self.model_type.value, **(metadata or {})},
         )
 
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:

@@ -245,7 +245,7 @@ class StableCascade(CascadeFamily):
 
     # ------------------------------------------------------------ saving
 
-    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The prior as an original-layout stage C file at `path` (ComfyUI's UNet loader,
         `StableCascadeUNet.from_single_file`, and `prior.model_name` here) and the text encoder
         beside it as `<name>.text_encoder.safetensors` (transformers key names), as OneTrainer
@@ -254,7 +254,8 @@ class StableCascade(CascadeFamily):
 
         path = Path(path)
         dt = torch_dtype(dtype)
-        metadata = {"format": "pt", "modelspec.architecture": "stable-cascade-v1-prior", "ot_gradio.model_type": self.model_type.value}
+        metadata = {"format": "pt", "modelspec.architecture": "stable-cascade-v1-prior", "ot_gradio.model_type": self.model_type.value,
+                    **(metadata or {})}
         prior = cast_state_dict(diffusers_to_original(plain_state_dict(self.prior, "prior")), dt)
         text_encoder = cast_state_dict(plain_state_dict(self.text_encoder, "text_encoder"), dt)
         path.parent.mkdir(parents=True, exist_ok=True)

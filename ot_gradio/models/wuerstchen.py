@@ -150,7 +150,7 @@ class Wuerstchen2(CascadeFamily):
             kwargs["negative_prompt_embeds"] = uncond["prompt_embeds"]
         return kwargs
 
-    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         raise ValueError(
             "output_model_format: Würstchen 2 has no single-file checkpoint format; save as DIFFUSERS (a prior folder)"
         )

@@ -7,7 +7,6 @@ additional embeddings as their own files next to it. Backups hold the full train
 
 from __future__ import annotations
 
-import inspect
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from .device import output_dtype
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
 from .methods import register
-from .output_metadata import add_folder_metadata, add_safetensors_metadata, model_metadata
+from .output_metadata import add_folder_metadata, model_metadata
 from .param_groups import ParamGroup
 
 # OneTrainer writes the original-layout single file for ORIGINAL_SINGLE_FILE / LEGACY_SAFETENSORS,
@@ -116,10 +115,6 @@ class FineTuneMethod(EmbeddingSupport):
             else:
                 if path.suffix.lower() not in CHECKPOINT_SUFFIXES:  # "models/model" (OneTrainer's presets): a file
                     path = path.with_name(path.name + ".safetensors")
-                if "metadata" in inspect.signature(model.save_single_file).parameters:
-                    written = Path(model.save_single_file(path, dtype, metadata=header))
-                else:  # a family whose writer takes no header: merged in afterwards
-                    written = Path(model.save_single_file(path, dtype))
-                    add_safetensors_metadata(written, header)
+                written = Path(model.save_single_file(path, dtype, metadata=header))
         save_embedding_files(self, model, config, written, dtype, steps=steps, epoch=epoch)
         return written
