@@ -103,3 +103,34 @@ def test_lora_loss_falls_with_fixed_noise_and_timesteps(tiny_sd3, shapes, tmp_pa
                       layer_filter_preset="full", train_dtype="FLOAT_32", samples=[])
     losses = losses_with_fixed_noise(config, tmp_path)
     assert len(losses) == 25 and falls(losses, 0.8), losses
+
+
+def test_lora_from_onetrainers_sd3_preset_through_the_command_line(tiny_sd3, shapes, tmp_path):
+    """OneTrainer's sd-3.json in its own layout, switched to a LoRA (training_method, output) and
+    sized for a CPU (64 px, one epoch), trained by `python -m ot_gradio train`: the LoRA changes
+    StableDiffusion3Pipeline's image (issue 17's done criterion)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from diffusers import StableDiffusion3Pipeline
+
+    out = tmp_path / "out" / "lora.safetensors"
+    data = json.loads(OT_PRESET.read_text())
+    assert "config_version" not in data  # OneTrainer's layout
+    data.update(base_model_name=str(tiny_sd3.diffusers_dir), concepts=[{"name": "shapes", "path": str(shapes)}],
+                output_model_destination=str(out), training_method="LORA", output_model_format="SAFETENSORS", resolution="64",
+                epochs=1, learning_rate=1e-2, learning_rate_warmup_steps=0, train_device="cpu", samples=[],
+                workspace_dir=str(tmp_path / "workspace"), cache_dir=str(tmp_path / "cache"))
+    config = tmp_path / "sd-3-lora.json"
+    config.write_text(json.dumps(data))
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-m", "ot_gradio", "train", "--config", str(config)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(root)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    pipe = StableDiffusion3Pipeline.from_pretrained(str(tiny_sd3.diffusers_dir), local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    before = _images(pipe)
+    pipe.load_lora_weights(str(out))
+    assert np.abs(_images(pipe) - before).max() > 1e-3
