@@ -9,8 +9,12 @@ The flow-matching families (Flux.1, Flux Fill, Chroma, SD 3 / 3.5, Z-Image, Flux
 per-family hooks with their docstrings and holds what they share (loading and its errors, parts,
 attention, layer skips, the VAE side, sampling with the parts parked and restored, saving). A new
 flow family sets the attributes and writes `encode_text`, `predict`, `configure_flow` and
-`pipeline_inputs`. The DDPM families (SD 1.5/2/XL, PixArt, Würstchen, Cascade) still follow the
-prose below; `sd15.StableDiffusion15` is their reference implementation. Where the two differ:
+`pipeline_inputs`. Every family class derives from `family.Family`, which declares the optional
+facts with their defaults (inpainting, learns_variance, bucket_step, embedding keys, LoRA layer
+presets and kohya names, modelspec architecture), so the trainer reads them without probing.
+What several families share comes as mixins from `family_parts.py` (loading guards, the KL VAE's
+latents, the DDPM noise schedule and targets). The DDPM families (SD 1.5/2/XL, PixArt,
+Würstchen, Cascade) follow the prose below; `sd15.StableDiffusion15` is their reference. Where the two differ:
 flow families have `schedule_kind = "flow_matching"` and `prediction_type = "flow"`, take their
 options in `configure_flow(config)` (`configure_noise_schedule` refuses the DDPM-only ones), and
 their `predict(noisy, t, conditioning, batch)` takes t in (0, 1) and returns the velocity

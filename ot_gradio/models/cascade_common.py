@@ -44,6 +44,7 @@ from ot_gradio.models.common import (
     torch_dtype,
     weights_fingerprint,
 )
+from ot_gradio.models.family import Family
 from ot_gradio.models.tiny import is_tiny, resolve_tiny
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -128,7 +129,7 @@ def set_prior_attention(prior: torch.nn.Module, mechanism, device: torch.device 
 # ------------------------------------------------------------------ the family
 
 
-class CascadeFamily:
+class CascadeFamily(Family):
     """The family interface (models/base.py) for a prior trained on EffNet latents; subclasses
     give the networks, the text conditioning and the latent scaling."""
 

@@ -35,8 +35,10 @@ from ot_gradio.models.common import (
     save_diffusers_folder,
     torch_dtype,
 )
+from ot_gradio.models.family import Family
+from ot_gradio.models.family_parts import HubLoading, KlVaeLatents
 from ot_gradio.models.pixart import _no_fp16_autocast
-from ot_gradio.models.sd15 import _HUB_ID, SINGLE_FILE_SUFFIXES, StableDiffusion15
+from ot_gradio.models.sd15 import _HUB_ID, SINGLE_FILE_SUFFIXES
 from ot_gradio.models.tiny import is_tiny, resolve_tiny
 
 
@@ -50,7 +52,7 @@ def compute_dtype(module: torch.nn.Module) -> torch.dtype:
     return torch.float32
 
 
-class FlowFamily:
+class FlowFamily(Family, HubLoading, KlVaeLatents):
     """A flow-matching family (models/base.py): subclass it, set the attributes, write the hooks."""
 
     model_type: ModelType
@@ -131,13 +133,6 @@ class FlowFamily:
     def _from_pipeline(cls, pipe):
         """The family around a loaded pipeline (Flux.2 also reads the pipeline's config)."""
         return cls(pipe.components)
-
-    _guarded = staticmethod(StableDiffusion15._guarded)  # a loader's exception as a ModelLoadError with a hint
-
-    @classmethod
-    def _cached_config_repo(cls, cache_dir: str | None) -> str:
-        """The cached snapshot of `default_config_repo` (offline), or a ModelLoadError saying what to do."""
-        return StableDiffusion15._cached_config_repo.__func__(cls, cache_dir)
 
     @classmethod
     def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir):
@@ -253,11 +248,6 @@ class FlowFamily:
         """The tokenizer of each text encoder part (the live ones training and sampling use)."""
         return {part: getattr(self, attr) for part, attr in self.tokenizer_attrs.items()}
 
-    def to(self, device: torch.device | str):
-        for module in self.parts.values():
-            module.to(device)
-        return self
-
     def configure_noise_schedule(self, *, prediction_type: str | None = None, zero_terminal_snr: bool = False) -> None:
         """Refused: the prediction type and the terminal SNR are the DDPM families' options."""
         if prediction_type:
@@ -309,28 +299,6 @@ class FlowFamily:
         return layers if part == self.t5_part else layers - 1
 
     # ---------------------------------------------------------------- images
-
-    # The VAE side is Stable Diffusion's (sd15.py, the reference family): a KL VAE whose latents
-    # are `(z - shift_factor) * scaling_factor`; families with another VAE override these.
-
-    @property
-    def vae_id(self) -> str:
-        """Identity of the VAE for the latent cache (its config and a fingerprint of its weights)."""
-        return StableDiffusion15.vae_id.fget(self)
-
-    @property
-    def vae_scale_factor(self) -> int:
-        """Pixels per latent along each side."""
-        return StableDiffusion15.vae_scale_factor.fget(self)
-
-    def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Latents for pixels in [-1, 1], shifted and scaled; a sample of the latent distribution
-        (OneTrainer's) or its mean with sample=False."""
-        return StableDiffusion15.encode_images(self, pixels, sample=sample, generator=generator)
-
-    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        """Pixels in [-1, 1] for latents of `encode_images`, in the VAE's own dtype."""
-        return StableDiffusion15.decode_latents(self, latents)
 
     def image_seq_len(self, latents: torch.Tensor) -> int:
         """The transformer's image token count for these latents (the resolution-dependent shift)."""

@@ -44,10 +44,11 @@ from ot_gradio.models.common import (
     save_diffusers_folder,
     torch_dtype,
 )
+from ot_gradio.models.family import Family
+from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import (
     _HUB_ID,
-    StableDiffusion15,
     _flash_attention_processor,
     make_sampling_scheduler,
 )
@@ -67,7 +68,7 @@ def _no_fp16_autocast(device: torch.device):
 
 
 @register_family(ModelType.PIXART_ALPHA)
-class PixArtAlpha:
+class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
     """The family interface (models/base.py) for PixArt-α 512 and 1024-MS."""
 
     model_type = ModelType.PIXART_ALPHA
@@ -106,18 +107,6 @@ class PixArtAlpha:
         self.layer_skips: dict[str, int] = {}
         # tokens T5 reads, for training and sampling; None = default_sequence_length
         self.text_encoder_sequence_length: int | None = None
-
-    # the VAE, the noise schedule and the targets are Stable Diffusion's
-    to = StableDiffusion15.to
-    prediction_type = StableDiffusion15.prediction_type
-    configure_noise_schedule = StableDiffusion15.configure_noise_schedule
-    vae_id = StableDiffusion15.vae_id
-    vae_scale_factor = StableDiffusion15.vae_scale_factor
-    encode_images = StableDiffusion15.encode_images
-    decode_latents = StableDiffusion15.decode_latents
-    add_noise = StableDiffusion15.add_noise
-    prediction_target = StableDiffusion15.prediction_target
-    _guarded = staticmethod(StableDiffusion15._guarded)
 
     # ---------------------------------------------------------------- loading
 

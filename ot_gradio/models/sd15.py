@@ -25,8 +25,9 @@ from ot_gradio.models.common import (
     plain_state_dict,
     save_diffusers_folder,
     torch_dtype,
-    weights_fingerprint,
 )
+from ot_gradio.models.family import Family
+from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd_single_file import save_original_single_file
 from ot_gradio.models.tiny import is_tiny, resolve_tiny
@@ -79,7 +80,7 @@ def _flash_attention_processor():
 
 
 @register_family(ModelType.STABLE_DIFFUSION_15)
-class StableDiffusion15:
+class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     """The family interface every model family implements (see models/base.py for the list)."""
 
     model_type = ModelType.STABLE_DIFFUSION_15
@@ -249,31 +250,6 @@ class StableDiffusion15:
         )
         return cls._guarded(str(path), from_file, hint)
 
-    @classmethod
-    def _cached_config_repo(cls, cache_dir: str | None) -> str:
-        """The cached snapshot of the default config repo, found without touching the network
-        (diffusers would try to download it even with local_files_only)."""
-        from huggingface_hub import snapshot_download
-
-        try:
-            return snapshot_download(cls.default_config_repo, cache_dir=cache_dir, local_files_only=True)
-        except Exception as e:
-            raise ModelLoadError(
-                f"A single file needs the component configs of a diffusers model, and offline mode is on "
-                f"but '{cls.default_config_repo}' is not in the local Hugging Face cache. Give a local "
-                "diffusers folder of the same model type as the config folder, or turn offline mode off once."
-            ) from e
-
-    @staticmethod
-    def _guarded(name: str, load, hint: str):
-        try:
-            return load()
-        except ModelLoadError:
-            raise
-        except Exception as e:  # diffusers, transformers and the hub raise many kinds
-            detail = str(e).strip().rstrip(".")
-            raise ModelLoadError(f"Could not load base model '{name}'. {hint} (Details: {detail}.)") from e
-
     # ---------------------------------------------------------------- parts
 
     @property
@@ -284,34 +260,6 @@ class StableDiffusion15:
     def tokenizers(self) -> dict:
         """The tokenizer of each text encoder part (the live one training and sampling use)."""
         return {"text_encoder": self.tokenizer}
-
-    def to(self, device: torch.device | str) -> StableDiffusion15:
-        for module in self.parts.values():
-            module.to(device)
-        return self
-
-    @property
-    def prediction_type(self) -> str:
-        return self.noise_scheduler.config.prediction_type
-
-    def configure_noise_schedule(self, *, prediction_type: str | None = None, zero_terminal_snr: bool = False) -> None:
-        """Train and sample with another prediction type ('epsilon', 'v_prediction') and/or the
-        noise schedule rescaled to zero terminal SNR (Lin et al. 2023, with 'trailing' timestep
-        spacing for sampling, as the paper advises). The saved model's scheduler config carries
-        the prediction type."""
-        from diffusers import DDPMScheduler
-
-        overrides = {}
-        if prediction_type:
-            overrides["prediction_type"] = prediction_type
-        if zero_terminal_snr:
-            overrides.update(rescale_betas_zero_snr=True, timestep_spacing="trailing")
-        if not overrides:
-            return
-        self.schedule_overrides.update(overrides)
-        if prediction_type:
-            self.scheduler = type(self.scheduler).from_config(self.scheduler.config, prediction_type=prediction_type)
-        self.noise_scheduler = DDPMScheduler.from_config(self.scheduler.config, **self.schedule_overrides)
 
     def set_attention(self, mechanism: str, device: torch.device | str | None = None) -> None:
         """The UNet's attention implementation: DEFAULT (diffusers' classic processor), SDP
@@ -378,41 +326,6 @@ class StableDiffusion15:
             hidden = self.encode_prompt(ids, self.layer_skips.get("text_encoder", 0))
         return {"encoder_hidden_states": hidden}
 
-    @property
-    def vae_id(self) -> str:
-        """Identity of the VAE for the latent cache: its config and a fingerprint of its weights,
-        so a different VAE (or one with other weights under the same name) never reuses latents."""
-        if getattr(self, "_vae_id", None) is None:
-            self._vae_id = "sd-vae-" + weights_fingerprint(self.vae)
-        return self._vae_id
-
-    @property
-    def vae_scale_factor(self) -> int:
-        """Pixels per latent along each side (8 for SD)."""
-        return 2 ** (len(self.vae.config.block_out_channels) - 1)
-
-    @torch.no_grad()
-    def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Latents for pixels in [-1, 1] (B, 3, H, W), scaled by the VAE's scaling factor.
-
-        Draws a sample from the VAE's latent distribution by default, as OneTrainer does (a
-        little noise that acts as augmentation); `sample=False` takes its mean (deterministic).
-        """
-        dist = self.vae.encode(pixels.to(module_device(self.vae), module_dtype(self.vae))).latent_dist
-        latents = dist.sample(generator) if sample else dist.mean
-        shift = getattr(self.vae.config, "shift_factor", None) or 0.0
-        return (latents - shift) * self.vae.config.scaling_factor
-
-    @torch.no_grad()
-    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        """Pixels in [-1, 1] for scaled latents (the inverse of `encode_images`)."""
-        shift = getattr(self.vae.config, "shift_factor", None) or 0.0
-        latents = latents / self.vae.config.scaling_factor + shift
-        return self.vae.decode(latents.to(module_device(self.vae), module_dtype(self.vae))).sample
-
-    def add_noise(self, latents: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
-        return self.noise_scheduler.add_noise(latents, noise, timesteps)
-
     def predict(self, noisy_latents: torch.Tensor, timesteps: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The UNet's output (noise or velocity, see `prediction_type`) in the UNet's dtype.
 
@@ -425,17 +338,6 @@ class StableDiffusion15:
             timesteps.to(device),
             hidden.to(device, dtype),
         ).sample
-
-    def prediction_target(self, latents: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
-        """What `predict` should output for these inputs, per the scheduler's prediction type."""
-        kind = self.prediction_type
-        if kind == "epsilon":
-            return noise
-        if kind == "v_prediction":
-            return self.noise_scheduler.get_velocity(latents, noise, timesteps)
-        if kind == "sample":
-            return latents
-        raise ValueError(f"Unknown prediction type '{kind}' in the model's scheduler config.")
 
     # ---------------------------------------------------------------- sampling
 

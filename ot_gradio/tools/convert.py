@@ -220,7 +220,9 @@ def _meta_unet(base: str | None, offline: bool) -> torch.nn.Module:
 def _module_names(family: type, params: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     """The family's kohya layer renames (SDXL: the original UNet names), without loading weights
     where the family's denoiser is a UNet."""
-    if not hasattr(family, "lora_module_names"):
+    from ot_gradio.models.family import Family
+
+    if family.lora_module_names is Family.lora_module_names:  # the family renames nothing
         return {}
     base = str(params.get("base") or "").strip() or None
     if family.denoiser == "unet":
@@ -403,7 +405,7 @@ def merge_lora(params: dict[str, Any], job: Job) -> dict[str, Any]:
     job.progress(0, 3, f"loading {base}")
     model = _load_model(family, params, "base", base)
     job.check()
-    names = model.lora_module_names() if hasattr(model, "lora_module_names") else {}
+    names = model.lora_module_names()
     lora, _, _ = _read_lora(lora_path, "lora", names, model.denoiser)
     job.progress(1, 3, f"merging at weight {weight:g}")
     matched, total = merge_into(model, lora.parts, lora.rank, lora.alpha, weight)

@@ -121,7 +121,7 @@ class DiffusionStep:
         self.schedule = make_schedule(model, config, device)
         # models that learn their variance (PixArt) train it with the variational bound
         self.vb = None
-        if getattr(model, "learns_variance", False) and config.vb_loss_strength > 0:
+        if model.learns_variance and config.vb_loss_strength > 0:
             self.vb = VariationalBound(model.noise_scheduler.betas)
 
     def captions(self, captions: list[str], part: str = "text_encoder") -> list[str]:
@@ -172,7 +172,7 @@ class DiffusionStep:
         if c.masked_training:
             mask = training_mask(batch.mask, latents.shape[-2:], unmasked_probability=c.unmasked_probability,
                                  device=self.device, rand=self.rand)
-        if getattr(model, "inpainting", False):
+        if model.inpainting:
             batch.latent_mask = mask  # an inpainting model takes the mask the loss uses as input
         with self.precision.autocast():
             texts = self.text_inputs(batch.captions)

@@ -120,14 +120,14 @@ def _base(module: nn.Module) -> nn.Module:
 
 
 def family_tokenizers(model: Any) -> dict[str, Any]:
-    tokenizers = getattr(model, "tokenizers", None)
+    tokenizers = model.tokenizers
     if not tokenizers or any(part not in tokenizers for part in model.text_encoder_names):
         raise ValueError(f"embeddings: the {type(model).__name__} family names no tokenizer for each text encoder (`tokenizers`); embeddings are not supported for it yet")
     return dict(tokenizers)
 
 
 def family_embedding_keys(model: Any) -> dict[str, str]:
-    keys = getattr(model, "embedding_keys", None)
+    keys = model.embedding_keys
     if not keys or any(part not in keys for part in model.text_encoder_names):
         raise ValueError(f"embeddings: the {type(model).__name__} family has no embedding file keys (`embedding_keys`); embeddings are not supported for it yet")
     return dict(keys)

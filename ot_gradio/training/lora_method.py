@@ -42,8 +42,7 @@ def trainable_parts(model: Any) -> tuple[str, ...]:
 
 def kohya_module_names(model: Any) -> dict[str, dict[str, str]]:
     """The family's renames for kohya files (SDXL: the original UNet names); none for SD 1.x/2.x."""
-    names = getattr(model, "lora_module_names", None)
-    return names() if callable(names) else {}
+    return model.lora_module_names()
 
 
 def lora_kind(model: Any, part: str) -> str:
@@ -90,7 +89,7 @@ class LoraMethod(EmbeddingSupport):
                 layer_filter_regex=config.layer_filter_regex,
                 dtype=dtype,
                 # a family whose module names differ from SD's UNet/CLIP gives its own presets
-                presets=getattr(model, "lora_layer_presets", {}).get(part),
+                presets=model.lora_layer_presets.get(part),
                 spec=spec,
             )
             if start and part in start.parts:
@@ -131,7 +130,7 @@ class LoraMethod(EmbeddingSupport):
             path,
             parts,
             module_names=kohya_module_names(model),
-            base_model_version=getattr(model, "lora_base_model_version", "sd_v1"),
+            base_model_version=model.lora_base_model_version,
             lora_format=fmt,
             dtype=dtype,
             extra_tensors=self.embeddings.bundle_tensors(self.additional, dtype) if bundle else None,

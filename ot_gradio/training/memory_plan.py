@@ -381,7 +381,7 @@ def _measure_on_meta(model: Any, step: Any, batch_size: int, height: int, width:
                       latents=latents, original_sizes=[(height, width)] * batch_size,
                       crop_top_lefts=[(0, 0)] * batch_size)
         del pixels
-        if getattr(model, "inpainting", False):
+        if model.inpainting:
             batch.conditioning_latents = torch.zeros_like(latents)
         live.peak = live.live  # the step starts from its batch
         loss = step.loss(batch, trained_text_parts)

@@ -155,7 +155,7 @@ def largest_resolution(config: Any) -> tuple[int, int]:
 
 
 def architecture(model: Any, kind: str) -> str:
-    arch = getattr(model, "modelspec_architecture", None)
+    arch = model.modelspec_architecture
     if not arch:
         model_type = str(getattr(model.model_type, "value", model.model_type))
         arch = ARCHITECTURES.get(model_type, model_type.lower().replace("_", "-"))
@@ -199,7 +199,7 @@ def model_metadata(
         "modelspec.resolution": f"{w}x{h}",
     }
     if arch.startswith("stable-diffusion"):
-        v = str(getattr(model, "lora_base_model_version", "")).endswith("_v")
+        v = str(model.lora_base_model_version).endswith("_v")
         meta["modelspec.prediction_type"] = "v" if v else "epsilon"
     phrases = [p for p in trigger_phrases if p]
     if phrases:

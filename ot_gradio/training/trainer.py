@@ -209,10 +209,10 @@ class Trainer:
             seed=cfg.seed,
             encode_fn=lambda pixels: self.model.encode_images(pixels, generator=encode_rng),
             clear_cache=cfg.clear_cache_before_training and self.dist.is_main,
-            bucket_step=getattr(self.model, "bucket_step", None),  # sizes the denoiser needs (PixArt: patch x VAE = 16 px)
+            bucket_step=self.model.bucket_step,  # sizes the denoiser needs (PixArt: patch x VAE = 16 px)
             # inpainting models with masked training: the masked images' latents are cached too
             conditioning_fn=self.model.encode_conditioning
-            if getattr(self.model, "inpainting", False) and cfg.masked_training
+            if self.model.inpainting and cfg.masked_training
             else None,
             progress=lambda done, total: self.report.progress(phase="caching", done=done, total=total),
             threads=cfg.dataloader_threads,

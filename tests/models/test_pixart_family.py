@@ -365,6 +365,7 @@ def test_embedding_trains_only_its_t5_vectors(fresh, tmp_path):
     from ot_gradio.training.device import Precision
     from ot_gradio.training.diffusion import DiffusionStep
     from ot_gradio.training.embedding_method import EmbeddingMethod
+    from ot_gradio.training.param_groups import optimizer_groups
 
     cpu = torch.device("cpu")
     cfg = TrainConfig.model_validate(
@@ -376,7 +377,7 @@ def test_embedding_trains_only_its_t5_vectors(fresh, tmp_path):
     t5_before = {k: v.clone() for k, v in fresh.text_encoder.state_dict().items() if "shared" not in k and "embed_tokens" not in k}
     vector = next(p for g in groups for p in g.params)
     start = vector.detach().clone()
-    optimizer = torch.optim.AdamW(groups)
+    optimizer = torch.optim.AdamW(optimizer_groups(groups))
     step = DiffusionStep(fresh, cfg, cpu, Precision("FLOAT_32", cpu), caption_transform=method.transform_text)
     batch = SimpleNamespace(
         latents=torch.randn(2, 4, 8, 8), pixels=None, mask=None, size=(64, 64), captions=["a <shape>", "<shape> on white"],

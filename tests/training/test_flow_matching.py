@@ -14,13 +14,14 @@ from ot_gradio.config.families import FAMILIES, FamilyInfo
 from ot_gradio.config.flow_options import flow_matching_conflicts
 from ot_gradio.config.schema import TrainConfig
 from ot_gradio.data.batches import Batch
+from ot_gradio.models.family import Family
 from ot_gradio.training.device import Precision
 from ot_gradio.training.diffusion import DiffusionStep, configure_model
 from ot_gradio.training.flow_matching import FlowMatchingSchedule, resolution_shift, shift_t, t_from_index
 from ot_gradio.training.schedules import DdpmSchedule
 
 
-class FlowFamily:
+class FlowFamily(Family):
     """The members of the flow contract the core reads; predict is a 1x1 conv of the input."""
 
     schedule_kind = "flow_matching"
@@ -37,9 +38,12 @@ class FlowFamily:
         )
         torch.manual_seed(0)
         self.transformer = torch.nn.Conv2d(4, 4, 1)
-        self.parts = {"transformer": self.transformer}
         self.seen_t = None
         self.configured = None
+
+    @property
+    def parts(self):
+        return {"transformer": self.transformer}
 
     def configure_flow(self, config):
         self.configured = config

@@ -25,7 +25,7 @@ SECRETS = {"hub": "hf_SECRET_hub_1", "cloudkey": "SECRET_cloud_2", "cloudhub": "
 SD15 = SimpleNamespace(modelspec_architecture="stable-diffusion-v1", lora_base_model_version="sd_v1", model_type="STABLE_DIFFUSION_15")
 SDXL = SimpleNamespace(modelspec_architecture="stable-diffusion-xl-v1-base", lora_base_model_version="sdxl_base_v1-0", model_type="STABLE_DIFFUSION_XL_10_BASE")
 SD2V = SimpleNamespace(modelspec_architecture="stable-diffusion-v2-768-v", lora_base_model_version="sd_v2_v", model_type="STABLE_DIFFUSION_21")
-PIXART = SimpleNamespace(lora_base_model_version="pixart_alpha", model_type="PIXART_ALPHA")
+PIXART = SimpleNamespace(modelspec_architecture=None, lora_base_model_version="pixart_alpha", model_type="PIXART_ALPHA")
 
 
 def _config(part="NONE", **overrides):

@@ -1,0 +1,45 @@
+"""The root of every model family class: the facts the trainer, the methods and the tools read,
+each declared once with its default, so they read `model.fact` instead of probing with getattr.
+
+The full interface is described in models/base.py; the flow-matching families share their code
+in models/flow_family.FlowFamily, the DDPM ones in sd15.StableDiffusion15, pixart.PixArtAlpha and
+cascade_common.CascadeFamily, all of which derive from this class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Family:
+    """Defaults of the family interface: a plain text-to-image model without extras."""
+
+    denoiser = "unet"  # the part that predicts noise
+    text_encoder_names: tuple[str, ...] = ("text_encoder",)
+    inpainting = False  # the denoiser takes the masked image and the mask as input (sd_inpainting.py, Flux Fill)
+    learns_variance = False  # the denoiser also predicts its variance, trained with the variational bound (PixArt)
+    bucket_step: int | None = None  # image sides are multiples of this (None: the data default)
+    embedding_keys: dict[str, str] = {}  # text encoder part -> key in an embedding file ({}: no embeddings)
+    lora_layer_presets: dict[str, dict[str, list[str]]] = {}  # part -> OneTrainer's layer presets ({}: SD's names)
+    lora_base_model_version = "sd_v1"  # LoRA metadata, and the kohya prefixes
+    modelspec_architecture: str | None = None  # the single file's modelspec.architecture (None: by model type)
+
+    def lora_module_names(self) -> dict[str, dict[str, str]]:
+        """Part -> {module path: the name kohya files use}: renames for kohya LoRA keys ({}: none)."""
+        return {}
+
+    @property
+    def parts(self) -> dict[str, Any]:
+        """Part name -> its torch module (denoiser, text encoders, VAE)."""
+        raise NotImplementedError
+
+    def to(self, device: Any):
+        """Moves every part to `device` (families that keep some parts elsewhere override it)."""
+        for module in self.parts.values():
+            module.to(device)
+        return self
+
+    @property
+    def tokenizers(self) -> dict[str, Any]:
+        """The tokenizer of each text encoder part (the live objects training and sampling use)."""
+        raise NotImplementedError

@@ -1,0 +1,127 @@
+"""Parts of the family interface that several families share, as small mixins a family class
+lists among its bases (models/family.Family is the root): loading guards, the KL VAE's latents,
+the DDPM noise schedule and its targets. Stable Diffusion (sd15.py) is the reference; PixArt uses
+all three, the flow-matching families (flow_family.py) the first two.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ot_gradio.models.common import ModelLoadError, module_device, module_dtype, weights_fingerprint
+
+
+class HubLoading:
+    """Errors of diffusers' loaders as ModelLoadErrors that say what to do."""
+
+    default_config_repo: str  # the hub repo whose component configs a single file is read with
+
+    @staticmethod
+    def _guarded(name: str, load, hint: str):
+        """`load()`, with any loader's exception turned into a ModelLoadError carrying `hint`."""
+        try:
+            return load()
+        except ModelLoadError:
+            raise
+        except Exception as e:  # diffusers, transformers and the hub raise many kinds
+            detail = str(e).strip().rstrip(".")
+            raise ModelLoadError(f"Could not load base model '{name}'. {hint} (Details: {detail}.)") from e
+
+    @classmethod
+    def _cached_config_repo(cls, cache_dir: str | None) -> str:
+        """The cached snapshot of the default config repo, found without touching the network
+        (diffusers would try to download it even with local_files_only)."""
+        from huggingface_hub import snapshot_download
+
+        try:
+            return snapshot_download(cls.default_config_repo, cache_dir=cache_dir, local_files_only=True)
+        except Exception as e:
+            raise ModelLoadError(
+                f"A single file needs the component configs of a diffusers model, and offline mode is on "
+                f"but '{cls.default_config_repo}' is not in the local Hugging Face cache. Give a local "
+                "diffusers folder of the same model type as the config folder, or turn offline mode off once."
+            ) from e
+
+
+class KlVaeLatents:
+    """A KL VAE (`self.vae`) whose latents are `(z - shift_factor) * scaling_factor`."""
+
+    vae: torch.nn.Module
+
+    @property
+    def vae_id(self) -> str:
+        """Identity of the VAE for the latent cache: its config and a fingerprint of its weights,
+        so a different VAE (or one with other weights under the same name) never reuses latents."""
+        if getattr(self, "_vae_id", None) is None:  # computed once per loaded model
+            self._vae_id = "sd-vae-" + weights_fingerprint(self.vae)
+        return self._vae_id
+
+    @property
+    def vae_scale_factor(self) -> int:
+        """Pixels per latent along each side (8 for SD)."""
+        return 2 ** (len(self.vae.config.block_out_channels) - 1)
+
+    @torch.no_grad()
+    def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Latents for pixels in [-1, 1] (B, 3, H, W), shifted and scaled as the VAE's config says.
+
+        Draws a sample from the VAE's latent distribution by default, as OneTrainer does (a
+        little noise that acts as augmentation); `sample=False` takes its mean (deterministic).
+        """
+        dist = self.vae.encode(pixels.to(module_device(self.vae), module_dtype(self.vae))).latent_dist
+        latents = dist.sample(generator) if sample else dist.mean
+        shift = getattr(self.vae.config, "shift_factor", None) or 0.0
+        return (latents - shift) * self.vae.config.scaling_factor
+
+    @torch.no_grad()
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Pixels in [-1, 1] for scaled latents (the inverse of `encode_images`), in the VAE's dtype."""
+        shift = getattr(self.vae.config, "shift_factor", None) or 0.0
+        latents = latents / self.vae.config.scaling_factor + shift
+        return self.vae.decode(latents.to(module_device(self.vae), module_dtype(self.vae))).sample
+
+
+class DdpmNoise:
+    """A DDPM noise schedule: `self.scheduler` (the sampling scheduler) and `self.noise_scheduler`
+    (the DDPMScheduler training adds noise with), with `self.schedule_overrides` saved with the model."""
+
+    scheduler: object
+    noise_scheduler: object
+    schedule_overrides: dict
+
+    @property
+    def prediction_type(self) -> str:
+        return self.noise_scheduler.config.prediction_type
+
+    def configure_noise_schedule(self, *, prediction_type: str | None = None, zero_terminal_snr: bool = False) -> None:
+        """Train and sample with another prediction type ('epsilon', 'v_prediction') and/or the
+        noise schedule rescaled to zero terminal SNR (Lin et al. 2023, with 'trailing' timestep
+        spacing for sampling, as the paper advises). The saved model's scheduler config carries
+        the prediction type."""
+        from diffusers import DDPMScheduler
+
+        overrides = {}
+        if prediction_type:
+            overrides["prediction_type"] = prediction_type
+        if zero_terminal_snr:
+            overrides.update(rescale_betas_zero_snr=True, timestep_spacing="trailing")
+        if not overrides:
+            return
+        self.schedule_overrides.update(overrides)
+        if prediction_type:
+            self.scheduler = type(self.scheduler).from_config(self.scheduler.config, prediction_type=prediction_type)
+        self.noise_scheduler = DDPMScheduler.from_config(self.scheduler.config, **self.schedule_overrides)
+
+    def add_noise(self, latents: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
+        return self.noise_scheduler.add_noise(latents, noise, timesteps)
+
+    def prediction_target(self, latents: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
+        """What the denoiser should output for these inputs, per the scheduler's prediction type."""
+        kind = self.prediction_type
+        if kind == "epsilon":
+            return noise
+        if kind == "v_prediction":
+            return self.noise_scheduler.get_velocity(latents, noise, timesteps)
+        if kind == "sample":
+            return latents
+        raise ValueError(f"Unknown prediction type '{kind}' in the model's scheduler config.")
