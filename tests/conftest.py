@@ -15,6 +15,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+# as in the worker processes: bitsandbytes and onnxruntime load when first used, so every test of
+# 8-bit optimizers, quantized parts and the WD14 tagger also checks that the deferral hands over
+from ot_gradio.runner.deferred_imports import defer_optional_imports  # noqa: E402
+
+defer_optional_imports()
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _one_thread():

@@ -9,7 +9,16 @@ from typing import Any
 from pydantic import BaseModel
 
 from .devices import parse_device_indexes
-from .enums import KOHYA_LORA_FORMATS, LORA_FORMATS, LearningRateScheduler, ModelFormat, ModelType, TrainingMethod, native_resolution
+from .enums import (
+    DIFFUSERS_LORA_FORMATS,
+    KOHYA_LORA_FORMATS,
+    LORA_FORMATS,
+    LearningRateScheduler,
+    ModelFormat,
+    ModelType,
+    TrainingMethod,
+    native_resolution,
+)
 from .enums import Optimizer as O
 from .families import IMPLEMENTED_METHODS, family_info, implemented_model_types, is_flow_matching, supports, trainable_parts
 from .fields import PLANNED, field_meta, nested_section
@@ -82,14 +91,8 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
     elif not any(c.enabled for c in config.concepts):
         warnings.append("Every concept is disabled: enable at least one concept to train on.")
 
-    fmt = config.output_model_format
-    if method == TrainingMethod.LORA and fmt not in LORA_FORMATS:
-        warnings.append(f"LoRA training with output format {fmt.value}, which is a whole-model format: use KOHYA_LORA (A1111, ComfyUI, Forge, diffusers) or SAFETENSORS (diffusers/PEFT keys).")
-    elif method in (TrainingMethod.FINE_TUNE, TrainingMethod.FINE_TUNE_VAE) and fmt in LORA_FORMATS - {ModelFormat.SAFETENSORS}:
-        warnings.append(f"Fine-tuning with output format {fmt.value}, which holds LoRA weights: use SAFETENSORS, ORIGINAL_SINGLE_FILE or DIFFUSERS.")
-    elif method == TrainingMethod.FINE_TUNE and fmt in (ModelFormat.CKPT, ModelFormat.INTERNAL):
-        warnings.append(f"Fine-tuning with output format {fmt.value}, which the trainer does not write: use SAFETENSORS or ORIGINAL_SINGLE_FILE (one .safetensors checkpoint) or DIFFUSERS.")
-    elif method == TrainingMethod.EMBEDDING and fmt != ModelFormat.SAFETENSORS:
+    fmt = config.output_model_format  # a method with a format it cannot write is in errors()
+    if method == TrainingMethod.EMBEDDING and fmt != ModelFormat.SAFETENSORS:
         warnings.append(f"Embedding training with output format {fmt.value}: an embedding is saved as SAFETENSORS (the A1111 embedding file A1111, ComfyUI and diffusers read); choose SAFETENSORS.")
 
     samples = [(i, s) for i, s in enumerate(config.samples) if s.enabled]
@@ -197,6 +200,7 @@ def errors(config: TrainConfig) -> list[str]:
         out.append("optimizer.fused_back_pass: it steps each weight inside the backward pass, before the other GPUs' "
                    "gradients arrive, so it cannot work with multi_gpu; turn one of them off.")
     out += optimizer_problems(opt)
+    out += output_format_problems(config)
     dora = dora_format_problem(config)
     if dora:
         out.append(dora)
@@ -206,6 +210,20 @@ def errors(config: TrainConfig) -> list[str]:
     out += offload_problems(config)
     out += inpainting_sample_problems(config)
     return out
+
+
+def output_format_problems(config: Any) -> list[str]:
+    """A training method with an output format it does not write: refused before the model loads
+    (the method's own check would stop the run only after loading it)."""
+    fmt, method = config.output_model_format, config.training_method
+    if method == TrainingMethod.LORA and fmt not in KOHYA_LORA_FORMATS | DIFFUSERS_LORA_FORMATS:
+        return [f"output_model_format: LoRA training writes KOHYA_LORA or COMFY_LORA (A1111, ComfyUI, Forge) or "
+                f"SAFETENSORS / DIFFUSERS_LORA (diffusers keys), not {fmt.value}; choose one of those."]
+    if method == TrainingMethod.FINE_TUNE and (fmt in LORA_FORMATS - {ModelFormat.SAFETENSORS} or fmt in (ModelFormat.CKPT, ModelFormat.INTERNAL)):
+        why = "holds LoRA weights" if fmt in LORA_FORMATS else "is not written by the trainer"
+        return [f"output_model_format: a fine-tune is a whole model and {fmt.value} {why}; choose SAFETENSORS or "
+                "ORIGINAL_SINGLE_FILE (one .safetensors checkpoint) or DIFFUSERS (a folder)."]
+    return []
 
 
 def offload_problems(config: Any) -> list[str]:

@@ -57,6 +57,9 @@ def run_job_dir(path: str | Path) -> int:
 
 
 if __name__ == "__main__":
+    from .deferred_imports import defer_optional_imports
     from .process_exit import exit_now
+
+    defer_optional_imports()  # a job that needs bitsandbytes or onnxruntime (WD14) imports it itself
 
     exit_now(run_job_dir(sys.argv[1]))  # no module teardown: 1.5 s, after every file is closed

@@ -1,7 +1,7 @@
 """Warnings before a run."""
 
 from ot_gradio.config.concept import ConceptConfig
-from ot_gradio.config.doctor import check, planned_changes
+from ot_gradio.config.doctor import check, errors, planned_changes
 from ot_gradio.config.enums import ModelFormat, ModelType, TrainingMethod
 from ot_gradio.config.parts import SampleConfig
 from ot_gradio.config.schema import TrainConfig
@@ -33,7 +33,9 @@ def test_planned_options_are_listed_in_one_message():
 def test_lora_with_a_whole_model_format():
     config = good()
     config.output_model_format = ModelFormat.DIFFUSERS
-    assert any("LoRA training with output format DIFFUSERS" in w for w in check(config))
+    assert not any("DIFFUSERS" in w for w in check(config))  # not a warning: the run cannot start with it
+    assert errors(config) == ["output_model_format: LoRA training writes KOHYA_LORA or COMFY_LORA (A1111, ComfyUI, Forge) or "
+                              "SAFETENSORS / DIFFUSERS_LORA (diffusers keys), not DIFFUSERS; choose one of those."]
 
 
 def test_embedding_samples_without_placeholder():

@@ -98,9 +98,19 @@ def test_diffusers_folder_and_additional_embeddings_beside_it(tmp_path):
 
 
 def test_doctor_on_finetune_formats():
-    from ot_gradio.config.doctor import check
+    from ot_gradio.config.doctor import check, errors
 
     cfg = config(concepts=[{"path": "x"}], output_model_format="ORIGINAL_SINGLE_FILE")
     assert not any("output format" in w or "not supported" in w for w in check(cfg))
+    assert not errors(cfg)
     cfg.output_model_format = "CKPT"
-    assert any("Fine-tuning with output format CKPT, which the trainer does not write" in w for w in check(cfg))
+    assert errors(cfg) == ["output_model_format: a fine-tune is a whole model and CKPT is not written by the trainer; choose "
+                           "SAFETENSORS or ORIGINAL_SINGLE_FILE (one .safetensors checkpoint) or DIFFUSERS (a folder)."]
+    cfg.output_model_format = "KOHYA_LORA"
+    assert errors(cfg)[0].startswith("output_model_format: a fine-tune is a whole model and KOHYA_LORA holds LoRA weights")
+    cfg.training_method = "LORA"
+    assert not errors(cfg)
+    cfg.output_model_format = "ORIGINAL_LORA"  # a LoRA format OneTrainer knows, which the trainer does not write
+    assert errors(cfg)[0].startswith("output_model_format: LoRA training writes KOHYA_LORA")
+    cfg.output_model_format = "DIFFUSERS"
+    assert errors(cfg)[0].endswith("not DIFFUSERS; choose one of those.")

@@ -1,0 +1,47 @@
+"""runner/deferred_imports.py: diffusers no longer imports bitsandbytes at start-up, and code that
+uses bitsandbytes afterwards gets the real package (checked in a fresh interpreter, since the test
+session's own modules are already imported)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from ot_gradio.runner.deferred_imports import defer_optional_imports, is_loaded
+    assert defer_optional_imports() == ["bitsandbytes", "onnxruntime"], "both are installed here"
+    assert defer_optional_imports() == [], "a second call defers nothing"
+    import torch
+    from diffusers import StableDiffusionPipeline, UNet2DConditionModel  # noqa: F401
+    from diffusers.utils import is_bitsandbytes_available
+    print("after diffusers:", is_loaded("bitsandbytes"), is_loaded("onnxruntime"), is_bitsandbytes_available())
+    from bitsandbytes.optim import AdamW8bit  # a submodule import loads the package first
+    import bitsandbytes as bnb
+    assert is_loaded("bitsandbytes")
+    assert bnb.optim.AdamW8bit is AdamW8bit and sys.modules["bitsandbytes"].nn.Linear4bit is bnb.nn.Linear4bit
+    p = torch.nn.Parameter(torch.ones(64, 64))
+    p.grad = torch.ones_like(p)
+    AdamW8bit([p], lr=0.1).step()
+    print("8-bit step moved the weight:", bool((p != 1).all()))
+    """
+)
+
+
+def test_diffusers_starts_without_bitsandbytes_and_hands_it_over_when_used():
+    out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "after diffusers: False False True" in out.stdout, out.stdout
+    assert "8-bit step moved the weight: True" in out.stdout, out.stdout
+
+
+def test_a_package_that_is_not_installed_is_left_alone():
+    from ot_gradio.runner.deferred_imports import defer_optional_imports
+
+    assert defer_optional_imports(("no_such_package_for_ot_gradio",)) == []
+    assert "no_such_package_for_ot_gradio" not in sys.modules
