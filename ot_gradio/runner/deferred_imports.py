@@ -21,6 +21,7 @@ import importlib.util
 import sys
 import threading
 import types
+from typing import Any
 
 DEFERRED = ("bitsandbytes", "onnxruntime")
 _lock = threading.Lock()
@@ -75,3 +76,39 @@ def is_loaded(name: str) -> bool:
     """The real module has been imported (not only its stand-in)."""
     module = sys.modules.get(name)
     return module is not None and not isinstance(module, _Deferred)
+
+
+BNB_WEIGHT_TYPES = ("INT_8", "NFLOAT_4")  # the weight data types training/quantize.py builds from bitsandbytes layers
+
+
+def needs_bnb_layers(config: Any) -> bool:
+    """Some part of the run's model is quantized into bitsandbytes layers (INT_8, NFLOAT_4)."""
+    from ..config.families import family_info  # noqa: PLC0415
+
+    info = family_info(config.model_type)
+    parts = info.parts if info is not None else ()
+    return any(str(getattr(getattr(config, part, None), "weight_dtype", "")) in BNB_WEIGHT_TYPES for part in parts)
+
+
+def keep_peft_from_bitsandbytes() -> bool:
+    """peft imports bitsandbytes whenever it injects LoRA layers, to know bitsandbytes' quantized
+    layers; a run without such layers (`needs_bnb_layers` false) has none to wrap. This answers
+    peft's availability checks (functools caches, asked once per process) while bitsandbytes looks
+    not installed, then puts the stand-in back: peft wraps plain layers only, and an 8-bit optimizer
+    still imports bitsandbytes. Returns whether it did so (not once bitsandbytes is loaded)."""
+    if is_loaded("bitsandbytes"):
+        return False
+    saved = sys.modules.get("bitsandbytes")
+    sys.modules["bitsandbytes"] = None  # find_spec -> None: "not installed"
+    try:
+        from peft import import_utils  # noqa: PLC0415
+
+        checks = [getattr(import_utils, name, None) for name in ("is_bnb_available", "is_bnb_4bit_available")]
+        if not all(callable(check) and hasattr(check, "cache_info") for check in checks):
+            return False  # another peft: leave it alone (it imports bitsandbytes as before)
+        return not any(check() for check in checks)
+    finally:
+        if saved is None:
+            del sys.modules["bitsandbytes"]
+        else:
+            sys.modules["bitsandbytes"] = saved
