@@ -1,10 +1,13 @@
-"""PixArt-Σ end to end: a LoRA trained by the worker reloads into diffusers' PixArtSigmaPipeline
+"""PixArt-Σ end to end: a LoRA trained by the command line from OneTrainer's preset reloads into diffusers' PixArtSigmaPipeline
 through the transformer's PEFT adapter API (the pipeline has no load_lora_weights) and changes its
 output; OneTrainer's PixArt-Σ preset imports unchanged and trains (FINE_TUNE and EMBEDDING are
 in test_methods_matrix.py)."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,20 +44,28 @@ def _image(pipe):
 
 
 def test_pixart_sigma_lora_loads_through_peft_and_changes_the_image(tiny_sigma, shapes, tmp_path):
+    """OneTrainer's PixArt-Σ preset in its own layout, switched to a LoRA (method, format, learning
+    rate) and pointed at the tiny model, trained by `python -m ot_gradio train`: the LoRA reloads
+    through PEFT and changes PixArtSigmaPipeline's image."""
     from peft import LoraConfig, inject_adapter_in_model, set_peft_model_state_dict
 
     out = tmp_path / "out" / "lora.safetensors"
-    config = {
-        "model_type": "PIXART_SIGMA", "training_method": "LORA", "base_model_name": str(tiny_sigma.diffusers_dir),
-        "train_device": "cpu", "train_dtype": "FLOAT_32", "workspace_dir": str(tmp_path / "ws"), "cache_dir": str(tmp_path / "cache"),
-        "output_model_destination": str(out), "output_model_format": "SAFETENSORS",
-        "concepts": [{"name": "shapes", "path": str(shapes)}], "resolution": "64", "batch_size": 2, "epochs": 1,
-        "learning_rate": 1e-2, "learning_rate_warmup_steps": 0, "lora_rank": 4, "lora_alpha": 2,
-        "text_encoder": {"train": False}, "transformer": {"train": True, "gradient_checkpointing": False},
-        "text_encoder_sequence_length": 32, "samples": [], "sample_after_unit": "NEVER", "backup_after_unit": "NEVER",
-        "tensorboard": False,
-    }
-    run_until_done(config, tmp_path)
+    onetrainer = json.loads(LOCAL_PRESET.read_text())
+    concepts = tmp_path / "concepts.json"
+    concepts.write_text(json.dumps([{"name": "shapes", "path": str(shapes)}]))
+    onetrainer.update(
+        base_model_name=str(tiny_sigma.diffusers_dir), training_method="LORA", output_model_format="SAFETENSORS",
+        output_model_destination=str(out), concept_file_name=str(concepts), epochs=1, batch_size=2, resolution="64",
+        learning_rate=1e-2, learning_rate_warmup_steps=0, lora_rank=4, lora_alpha=2.0, train_device="cpu",
+        workspace_dir=str(tmp_path / "ws"), cache_dir=str(tmp_path / "cache"), samples=[], sample_after_unit="NEVER",
+        tensorboard=False,
+    )
+    config = tmp_path / "pixart-sigma-lora-onetrainer.json"
+    config.write_text(json.dumps(onetrainer))
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-m", "ot_gradio", "train", "--config", str(config)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(root)})
+    assert run.returncode == 0, run.stderr[-3000:]
     tensors = load_file(str(out))
     with safe_open(str(out), "pt") as f:
         adapter = json.loads(f.metadata()["lora_adapter_metadata"])
