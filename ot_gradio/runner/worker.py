@@ -186,6 +186,7 @@ def quiet_libraries() -> None:
 
 
 def _train(run: RunDir, reporter: EventReporter, noise_fn, log: RunLog) -> int:
+    from ..config.enums import TrainingMethod  # noqa: PLC0415
     from ..config.io import ConfigError, load_config  # noqa: PLC0415
     from .deferred_imports import keep_peft_from_bitsandbytes, needs_bnb_layers  # noqa: PLC0415
 
@@ -200,7 +201,7 @@ def _train(run: RunDir, reporter: EventReporter, noise_fn, log: RunLog) -> int:
     config = loaded.config
 
     quiet_libraries()
-    if config.training_method == "LORA" and not needs_bnb_layers(config):
+    if config.training_method == TrainingMethod.LORA and not needs_bnb_layers(config):
         keep_peft_from_bitsandbytes()  # 0.7-0.9 s of start-up, for layers this run does not have
     from ..data.errors import DataError  # noqa: PLC0415
     from ..models.common import ModelLoadError  # noqa: PLC0415

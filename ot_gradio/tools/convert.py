@@ -233,7 +233,7 @@ def _module_names(family: type, params: Mapping[str, Any]) -> dict[str, dict[str
 
 
 def _base_model_version(family: type, metadata: Mapping[str, str]) -> str:
-    version = getattr(family, "lora_base_model_version", "sd_v1")
+    version = family.lora_base_model_version
     if not isinstance(version, str):  # SD 2 decides by its prediction type
         version = metadata.get("ss_base_model_version", "sd_v2")
     return version

@@ -1,8 +1,14 @@
 """Helpers the end-to-end run tests share: a run through the page's supervisor to the end."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from ot_gradio.runner.supervisor import Supervisor
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_until_done(config, tmp_path, timeout=600):
@@ -14,6 +20,16 @@ def run_until_done(config, tmp_path, timeout=600):
     events = [json.loads(line) for line in run.events.read_text().splitlines()]
     assert [e["status"] for e in events if e["type"] == "status"][-1] == "done", run.log_tail()
     return run, events
+
+
+def train_from_cli(config: dict, tmp_path, name: str = "config.json", timeout: int = 900) -> None:
+    """`config` (ours or in OneTrainer's layout) written to `tmp_path/name` and trained by
+    `python -m ot_gradio train --config` in its own process, which must exit 0."""
+    path = tmp_path / name
+    path.write_text(json.dumps(config))
+    run = subprocess.run([sys.executable, "-m", "ot_gradio", "train", "--config", str(path)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr[-3000:]
 
 
 def imported(preset, model_dir, data, tmp_path, out, **changes) -> dict:

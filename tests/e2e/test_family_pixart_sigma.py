@@ -4,10 +4,7 @@ output; OneTrainer's PixArt-Σ preset imports unchanged and trains (FINE_TUNE an
 in test_methods_matrix.py)."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +12,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from tests.e2e.runs import run_until_done
+from tests.e2e.runs import run_until_done, train_from_cli
 
 pytestmark = pytest.mark.slow
 PRESET = Path(__file__).parents[2].parent / "shared" / "reference" / "onetrainer-presets" / "pixart-sigma-1.0.json"
@@ -60,12 +57,7 @@ def test_pixart_sigma_lora_loads_through_peft_and_changes_the_image(tiny_sigma, 
         workspace_dir=str(tmp_path / "ws"), cache_dir=str(tmp_path / "cache"), samples=[], sample_after_unit="NEVER",
         tensorboard=False,
     )
-    config = tmp_path / "pixart-sigma-lora-onetrainer.json"
-    config.write_text(json.dumps(onetrainer))
-    root = Path(__file__).resolve().parents[2]
-    run = subprocess.run([sys.executable, "-m", "ot_gradio", "train", "--config", str(config)], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(root)})
-    assert run.returncode == 0, run.stderr[-3000:]
+    train_from_cli(onetrainer, tmp_path, "pixart-sigma-lora-onetrainer.json")
     tensors = load_file(str(out))
     with safe_open(str(out), "pt") as f:
         adapter = json.loads(f.metadata()["lora_adapter_metadata"])

@@ -5,7 +5,6 @@ base model, the dataset, the output and the run's size changed) that SanaPipelin
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ import torch
 
 from ot_gradio.config.io import config_to_dict, load_config
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import falls, imported, losses_with_fixed_noise, one_image, run_until_done
+from tests.e2e.runs import falls, imported, losses_with_fixed_noise, one_image, run_until_done, train_from_cli
 
 pytestmark = pytest.mark.slow
 PROMPT = "a red circle"
@@ -118,11 +117,6 @@ def test_lora_from_a_onetrainer_format_config_through_the_command_line(tiny_sana
     """OneTrainer ships no Sana preset: a sparse config in its layout (no config_version, as its
     presets and saved configs are) trains a LoRA through `python -m ot_gradio train` that changes
     SanaPipeline's image."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     from diffusers import SanaPipeline
 
     out = tmp_path / "out" / "lora.safetensors"
@@ -134,12 +128,7 @@ def test_lora_from_a_onetrainer_format_config_through_the_command_line(tiny_sana
         "transformer": {"train": True, "weight_dtype": "FLOAT_32"}, "text_encoder": {"train": False, "weight_dtype": "FLOAT_32"},
         "concepts": [{"name": "shapes", "path": str(shapes)}], "samples": [],
     }
-    config = tmp_path / "sana-onetrainer.json"
-    config.write_text(json.dumps(onetrainer))
-    root = Path(__file__).resolve().parents[2]
-    run = subprocess.run([sys.executable, "-m", "ot_gradio", "train", "--config", str(config)], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(root)})
-    assert run.returncode == 0, run.stderr[-3000:]
+    train_from_cli(onetrainer, tmp_path, "sana-onetrainer.json")
     pipe = SanaPipeline.from_pretrained(str(tiny_sana.diffusers_dir), local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
     before = _images(pipe)

@@ -13,7 +13,7 @@ import torch
 from safetensors import safe_open
 
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import falls, imported, losses_with_fixed_noise, one_image, run_until_done
+from tests.e2e.runs import falls, imported, losses_with_fixed_noise, one_image, run_until_done, train_from_cli
 
 pytestmark = pytest.mark.slow
 OT_PRESET = Path(__file__).resolve().parents[1] / "config" / "data" / "onetrainer-presets-2026" / "sd-3.json"
@@ -110,9 +110,6 @@ def test_lora_from_onetrainers_sd3_preset_through_the_command_line(tiny_sd3, sha
     sized for a CPU (64 px, one epoch), trained by `python -m ot_gradio train`: the LoRA changes
     StableDiffusion3Pipeline's image (issue 17's done criterion)."""
     import json
-    import os
-    import subprocess
-    import sys
 
     from diffusers import StableDiffusion3Pipeline
 
@@ -123,12 +120,7 @@ def test_lora_from_onetrainers_sd3_preset_through_the_command_line(tiny_sd3, sha
                 output_model_destination=str(out), training_method="LORA", output_model_format="SAFETENSORS", resolution="64",
                 epochs=1, learning_rate=1e-2, learning_rate_warmup_steps=0, train_device="cpu", samples=[],
                 workspace_dir=str(tmp_path / "workspace"), cache_dir=str(tmp_path / "cache"))
-    config = tmp_path / "sd-3-lora.json"
-    config.write_text(json.dumps(data))
-    root = Path(__file__).resolve().parents[2]
-    run = subprocess.run([sys.executable, "-m", "ot_gradio", "train", "--config", str(config)], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(root)})
-    assert run.returncode == 0, run.stderr[-3000:]
+    train_from_cli(data, tmp_path, "sd-3-lora.json")
     pipe = StableDiffusion3Pipeline.from_pretrained(str(tiny_sd3.diffusers_dir), local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
     before = _images(pipe)

@@ -33,11 +33,17 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_diffusers_starts_without_bitsandbytes_and_hands_it_over_when_used():
-    out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def _python(script: str) -> str:
+    """`script` run by a fresh interpreter in the repository; its stdout (it must exit 0)."""
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "after diffusers: False False True" in out.stdout, out.stdout
-    assert "8-bit step moved the weight: True" in out.stdout, out.stdout
+    return out.stdout
+
+
+def test_diffusers_starts_without_bitsandbytes_and_hands_it_over_when_used():
+    stdout = _python(SCRIPT)
+    assert "after diffusers: False False True" in stdout, stdout
+    assert "8-bit step moved the weight: True" in stdout, stdout
 
 
 def test_a_package_that_is_not_installed_is_left_alone():
@@ -69,10 +75,9 @@ PEFT_SCRIPT = textwrap.dedent(
 
 
 def test_a_lora_run_without_quantized_layers_keeps_peft_from_importing_bitsandbytes():
-    out = subprocess.run([sys.executable, "-c", PEFT_SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "lora layers: 2 bitsandbytes loaded: False" in out.stdout, out.stdout
-    assert "bitsandbytes loaded: True and stepped" in out.stdout, out.stdout
+    stdout = _python(PEFT_SCRIPT)
+    assert "lora layers: 2 bitsandbytes loaded: False" in stdout, stdout
+    assert "bitsandbytes loaded: True and stepped" in stdout, stdout
 
 
 def test_needs_bnb_layers_reads_every_part_of_the_family():
