@@ -62,6 +62,8 @@ def _no_fp16_autocast(device: torch.device):
     """T5 overflows in float16, so it runs outside a float16 autocast (bfloat16 is fine), as
     OneTrainer's fallback for the text encoder does."""
     kind = device.type
+    if kind == "meta":  # the memory planner's probe: autocast has no meta device (and follows the train device's)
+        return contextlib.nullcontext()
     if torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.float16:
         return torch.autocast(kind, enabled=False)
     return contextlib.nullcontext()

@@ -95,3 +95,20 @@ class Precision:
         if self.dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.dtype, cache_enabled=self.autocast_cache)
+
+
+@contextlib.contextmanager
+def channels_last_on_cpu(module: torch.nn.Module | None, device: torch.device):
+    """Run `module` (a VAE encoding images for the latent cache) with its convolution weights in
+    channels-last layout while the block lasts, on CPU only: oneDNN's convolutions are faster that
+    way (a KL VAE's encode, measured here: 20% less time at batch 4, 64 px, one thread). GPUs keep
+    the layout they loaded with (not measured here). Yields the function that lays out its input
+    the same way."""
+    if module is None or device.type != "cpu":
+        yield lambda pixels: pixels
+        return
+    module.to(memory_format=torch.channels_last)
+    try:
+        yield lambda pixels: pixels.contiguous(memory_format=torch.channels_last)
+    finally:
+        module.to(memory_format=torch.contiguous_format)

@@ -11,7 +11,11 @@ The estimate adds up
   input on the meta device, so nothing is computed or allocated, while a dispatch mode follows
   each tensor the step creates until it is freed: the largest sum of live bytes is the step's
   peak (activations, their gradients in the backward pass, the weights' gradients), with and
-  without gradient checkpointing (the real recomputation runs too);
+  without gradient checkpointing (the real recomputation runs too). Its batch is prepared first
+  (`prepare_probe`: the frozen text encoders run for real, the VAE on meta for the latents' shape);
+  the step then runs only the denoiser (and the text encoders when one trains) on meta, so a run
+  probes in a thread of its own while the VAE caches latents (`CheckpointingDecision`). The
+  normalisation and matrix ops take shortcuts to their output shapes (meta_shapes.py);
 - what the process already holds besides the weights (CPU: its resident memory; the Python and
   torch runtime) or, on CUDA, what torch has reserved.
 
@@ -23,6 +27,7 @@ reserved). `free_memory` is the one place that reads it; tests replace it.
 from __future__ import annotations
 
 import functools
+import threading
 import types
 import weakref
 from collections.abc import Callable, Iterable
@@ -36,6 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from ..config.enums import GradientCheckpointing
+from .meta_shapes import FAST as FAST_META
 
 MARGIN = 0.9  # a run "fits" when its estimated peak is at most this share of the available memory
 GB = 1e9
@@ -172,7 +178,12 @@ class LiveBytes(TorchDispatchMode):
         self._sizes: dict[int, int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        out = func(*args, **(kwargs or {}))
+        fast = FAST_META.get(func)
+        out = None
+        if fast is not None and not kwargs and args[0].device.type == "meta":  # meta_shapes.py: no Python decomposition
+            out = fast(*args)
+        if out is None:
+            out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
             if not isinstance(t, torch.Tensor):
                 continue
@@ -260,30 +271,90 @@ def set_checkpointing(module: torch.nn.Module, on: bool) -> None:
         (getattr(module, "activation_checkpointing_disable", None) or module.gradient_checkpointing_disable)()
 
 
-def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: frozenset[str],
-                 trained: list[torch.Tensor]) -> int:
-    """Peak live bytes of one training step (forward, loss, backward) at the config's batch size
-    and resolution, all on the meta device (see the module's notes)."""
+@dataclass
+class ProbeBatch:
+    """What one probe step starts from, prepared in the calling thread (`prepare_probe`): the
+    batch (latents on the meta device) and, with every text encoder frozen, the captions'
+    embeddings encoded for real. The step itself (`measure_step`) then touches only the parts
+    that `swapped` names, so the VAE and the frozen text encoders stay free for latent caching
+    while it runs in another thread."""
+
+    batch: Any
+    text: Any  # an _Encoded stand-in for the text cache, or None: the step encodes (trained encoders)
+    swapped: tuple[str, ...]  # the parts the step runs on meta: the denoiser, the text encoders when one trains
+    start_bytes: int  # the batch's own tensors, live when the step starts
+
+
+@contextmanager
+def _objects_restored(model: Any, modules: list[torch.nn.Module]):
+    """Schedulers keep tensors moved to the device of the last call (diffusers' add_noise), and so
+    do helper objects inside the models (Z-Image's rope embedder caches `freqs_cis` moved to the
+    device of its input): the noise scheduler and every plain object the modules hold are put
+    back as they were."""
+    objects = [s for s in (getattr(model, "noise_scheduler", None),) if s is not None]
+    objects += _helper_objects(modules)
+    saved = [dict(vars(s)) for s in objects]
+    try:
+        yield
+    finally:
+        for s, state in zip(objects, saved, strict=True):
+            vars(s).clear()
+            vars(s).update(state)
+
+
+def prepare_probe(model: Any, precision: Any, config: Any, trained_text_parts: frozenset[str]) -> ProbeBatch:
+    """The probe's batch at the config's batch size and largest resolution (see ProbeBatch)."""
+    from ..data.batches import Batch  # noqa: PLC0415
     from .diffusion import DiffusionStep  # noqa: PLC0415
 
     height, width = _probe_size(config.resolution)
     batch_size = config.batch_size
     meta = torch.device("meta")
-    step = DiffusionStep(model, config, meta, precision)
-    params = [p for p in trained if p.requires_grad]
+    captions = ["a photo of a cat, detailed"] * batch_size
+    text = None
     modules = list(model.parts.values())
-    # schedulers keep tensors moved to the device of the last call (diffusers' add_noise): restored after
-    # and so do helper objects inside the models (Z-Image's rope embedder caches `freqs_cis` moved
-    # to the device of its input): every plain object held by a module is restored too
-    schedulers = [s for s in (getattr(model, "noise_scheduler", None),) if s is not None]
-    schedulers += _helper_objects(modules)
-    saved = [dict(vars(s)) for s in schedulers]
-    try:
-        return _measure(model, step, batch_size, height, width, modules, params, precision, trained_text_parts)
-    finally:
-        for s, state in zip(schedulers, saved, strict=True):
-            vars(s).clear()
-            vars(s).update(state)
+    with _rng_untouched(), _objects_restored(model, modules):
+        if not trained_text_parts:
+            # Frozen text encoders run under no_grad before the denoiser and their activations are
+            # freed before its forward, so they cannot add to the step's peak: encode the probe's
+            # captions for real here (language-model encoders, e.g. Qwen3 or Mistral3, cannot run on
+            # meta tensors: transformers' masks call .item()) and give the step those embeddings.
+            step = DiffusionStep(model, config, meta, precision)
+            with torch.no_grad(), precision.autocast():
+                text = _Encoded(model.encode_text(step.text_inputs(captions)))
+        with on_meta(modules, precision.dtype), torch.no_grad():
+            latents = model.encode_images(torch.zeros(batch_size, 3, height, width, device=meta)).float()
+    batch = Batch(size=(height, width), captions=captions, loss_weights=torch.ones(batch_size, device=meta),
+                  image_paths=[""] * batch_size, latents=latents, original_sizes=[(height, width)] * batch_size,
+                  crop_top_lefts=[(0, 0)] * batch_size)
+    if model.inpainting:
+        batch.conditioning_latents = torch.zeros_like(latents)
+    start = latents.nbytes * (2 if model.inpainting else 1) + batch.loss_weights.nbytes
+    # a trained text encoder runs in the step, and then so do the frozen ones (no embeddings cached)
+    encoders = tuple(name for name in model.text_encoder_names if name in model.parts) if trained_text_parts else ()
+    return ProbeBatch(batch, text, (model.denoiser, *encoders), start)
+
+
+def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: frozenset[str],
+                 trained: list[torch.Tensor], probe: ProbeBatch | None = None) -> int:
+    """Peak live bytes of one training step (forward, loss, backward) at the config's batch size
+    and resolution, all on the meta device (see the module's notes). `probe`: the batch prepared
+    by `prepare_probe` (prepared here when not given)."""
+    from .diffusion import DiffusionStep  # noqa: PLC0415
+
+    probe = probe or prepare_probe(model, precision, config, trained_text_parts)
+    step = DiffusionStep(model, config, torch.device("meta"), precision)
+    if probe.text is not None:
+        step.text_cache = probe.text
+    params = [p for p in trained if p.requires_grad]
+    modules = [model.parts[name] for name in probe.swapped]
+    with _objects_restored(model, modules), on_meta(modules, precision.dtype) as stand_ins, \
+            _flash_attention_on_meta(), LiveBytes() as live:
+        live.live = live.peak = probe.start_bytes  # the step starts from its batch
+        loss = step.loss(probe.batch, trained_text_parts)
+        meta_params = [stand_ins[id(p)] for p in params if id(p) in stand_ins]
+        torch.autograd.grad(loss, meta_params, allow_unused=True)
+    return live.peak
 
 
 @contextmanager
@@ -305,7 +376,7 @@ def _rng_untouched():
 
 
 def measure_step_cached(model: Any, config: Any, precision: Any, trained_text_parts: frozenset[str],
-                        trained: list[torch.Tensor]) -> tuple[int, bool]:
+                        trained: list[torch.Tensor], probe: ProbeBatch | None = None) -> tuple[int, bool]:
     """`measure_step`, or its result for the same model structure and step settings from an earlier
     run (memory_probe_cache.py): (peak, reused?)."""
     from . import memory_probe_cache as cache  # noqa: PLC0415
@@ -319,7 +390,7 @@ def measure_step_cached(model: Any, config: Any, precision: Any, trained_text_pa
     if peak is not None:
         return peak, True
     with _rng_untouched():  # a probed run and one that reused the probe draw the same random numbers after it
-        peak = measure_step(model, config, precision, trained_text_parts, trained)
+        peak = measure_step(model, config, precision, trained_text_parts, trained, probe)
     if key is not None:
         cache.store_peak(config, key, peak)
     return peak, False
@@ -329,32 +400,18 @@ def _helper_objects(modules: list[torch.nn.Module]) -> list[Any]:
     """Plain (non-module, non-tensor) objects with attributes held by the modules' submodules."""
     seen: set[int] = set()
     out = []
+    plain = (bool, int, float, str, tuple, list, dict, set, type(None))  # most attributes: nothing to restore
+    skip = (torch.nn.Module, torch.Tensor, type, types.FunctionType, types.MethodType, functools.partial)
     for module in modules:
         for sub in module.modules():
             for value in vars(sub).values():
-                skip = (torch.nn.Module, torch.Tensor, type, types.FunctionType, types.MethodType, functools.partial)
+                if type(value) in plain:
+                    continue
                 if (isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, skip)
                         and id(value) not in seen):
                     seen.add(id(value))
                     out.append(value)
     return out
-
-
-def _measure(model: Any, step: Any, batch_size: int, height: int, width: int, modules: list[torch.nn.Module],
-             params: list[torch.Tensor], precision: Any, trained_text_parts: frozenset[str]) -> int:
-    captions = ["a photo of a cat, detailed"] * batch_size
-    saved_cache = step.text_cache
-    if not trained_text_parts:
-        # Frozen text encoders run under no_grad before the denoiser and their activations are
-        # freed before its forward, so they cannot add to the step's peak: encode the probe's
-        # captions for real here (language-model encoders, e.g. Qwen3 or Mistral3, cannot run on
-        # meta tensors: transformers' masks call .item()) and give the step those embeddings.
-        with torch.no_grad(), precision.autocast():
-            step.text_cache = _Encoded(model.encode_text(step.text_inputs(captions)))
-    try:
-        return _measure_on_meta(model, step, batch_size, height, width, modules, params, precision, trained_text_parts, captions)
-    finally:
-        step.text_cache = saved_cache
 
 
 class _Encoded:
@@ -365,29 +422,6 @@ class _Encoded:
 
     def encode(self, texts: Any, encode_fn: Any, device: Any = None) -> Any:  # noqa: ARG002 - the cache's signature
         return self.conditioning
-
-
-def _measure_on_meta(model: Any, step: Any, batch_size: int, height: int, width: int, modules: list[torch.nn.Module],
-                     params: list[torch.Tensor], precision: Any, trained_text_parts: frozenset[str], captions: list[str]) -> int:
-    from ..data.batches import Batch  # noqa: PLC0415
-
-    meta = torch.device("meta")
-    with on_meta(modules, precision.dtype) as stand_ins, _flash_attention_on_meta(), LiveBytes() as live:
-        pixels = torch.zeros(batch_size, 3, height, width, device=meta)
-        with torch.no_grad():
-            latents = model.encode_images(pixels).float()
-        batch = Batch(size=(height, width), captions=captions,
-                      loss_weights=torch.ones(batch_size, device=meta), image_paths=[""] * batch_size,
-                      latents=latents, original_sizes=[(height, width)] * batch_size,
-                      crop_top_lefts=[(0, 0)] * batch_size)
-        del pixels
-        if model.inpainting:
-            batch.conditioning_latents = torch.zeros_like(latents)
-        live.peak = live.live  # the step starts from its batch
-        loss = step.loss(batch, trained_text_parts)
-        meta_params = [stand_ins[id(p)] for p in params if id(p) in stand_ins]
-        torch.autograd.grad(loss, meta_params, allow_unused=True)
-    return live.peak
 
 
 def _probe_size(resolution: str) -> tuple[int, int]:
@@ -441,12 +475,37 @@ def part_weights(model: Any) -> dict[str, tuple[str, int]]:
     return out
 
 
-def plan_run(model: Any, config: Any, device: torch.device, precision: Any, param_groups: list[Any],
-             trained_text_parts: frozenset[str], checkpoint_parts: Iterable[str], *,
-             measure: tuple[bool, ...] = (False, True), free_fn: Callable[[torch.device], int | None] | None = None) -> MemoryPlan:
+class PendingPlan:
+    """A plan whose step probes run in a thread of their own (`start_plan(background=True)`), so
+    the caller can cache latents meanwhile; `result()` waits for them. The probes run the parts
+    that ProbeBatch.swapped names on the meta device: the caller must not use those (the denoiser,
+    and the text encoders when one trains) until `result()` returns."""
+
+    def __init__(self, plan: MemoryPlan, work: Callable[[], None], background: bool) -> None:
+        self.plan = plan
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=work, name="ot-memory-probe", daemon=True)
+            self._thread.start()
+        else:
+            work()
+
+    def result(self) -> MemoryPlan:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        return self.plan
+
+
+def start_plan(model: Any, config: Any, device: torch.device, precision: Any, param_groups: list[Any],
+               trained_text_parts: frozenset[str], checkpoint_parts: Iterable[str], *,
+               measure: tuple[bool, ...] = (False, True), free_fn: Callable[[torch.device], int | None] | None = None,
+               background: bool = False) -> PendingPlan:
     """The plan of a run whose model is loaded on `device` with the method's layers added.
     `checkpoint_parts` are the parts whose checkpointing the probes turn on and off (the others
-    stay as they are); `measure` says which of the two probes to run."""
+    stay as they are); `measure` says which of the two probes to run. The weights, gradients,
+    optimizer state and free memory are read here; the probes run in a thread of their own with
+    `background` (see PendingPlan), else here."""
     free_fn = free_fn or free_memory
     trained = [p for g in param_groups for p in g.params if p.requires_grad]
     weights = part_weights(model)
@@ -467,19 +526,41 @@ def plan_run(model: Any, config: Any, device: torch.device, precision: Any, para
         plan.offloaded = offloaded_bytes(model)
     parts = [p for p in checkpoint_parts if p in model.parts]
     before = {p: _is_checkpointing(model.parts[p]) for p in parts}
-    try:
-        for on in measure:
-            for part in parts:
-                set_checkpointing(model.parts[part], on)
-            plan.step_peak[on], reused = measure_step_cached(model, config, precision, trained_text_parts, trained)
-            plan.probe_reused |= reused
-    except Exception as err:  # noqa: BLE001 - a model the meta probe cannot run: say so, decide safely
+
+    def failed(err: Exception) -> None:  # a model the meta probe cannot run: say so, decide safely
         plan.probe_error = f"the meta probe failed: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
         plan.step_peak = {}
-    finally:
-        for part, on in before.items():
-            set_checkpointing(model.parts[part], on)
-    return plan
+
+    try:
+        probe = prepare_probe(model, precision, config, trained_text_parts) if measure else None
+    except Exception as err:  # noqa: BLE001
+        failed(err)
+        return PendingPlan(plan, lambda: None, background=False)
+
+    def work() -> None:
+        try:
+            for on in measure:
+                for part in parts:
+                    set_checkpointing(model.parts[part], on)
+                plan.step_peak[on], reused = measure_step_cached(model, config, precision, trained_text_parts, trained, probe)
+                plan.probe_reused |= reused
+        except Exception as err:  # noqa: BLE001
+            failed(err)
+        finally:
+            for part, on in before.items():
+                set_checkpointing(model.parts[part], on)
+
+    # an inpainting step encodes its blank image with the VAE (sd_inpainting.blank_latents), which
+    # latent caching uses meanwhile: those probes run here
+    return PendingPlan(plan, work, background and not model.inpainting)
+
+
+def plan_run(model: Any, config: Any, device: torch.device, precision: Any, param_groups: list[Any],
+             trained_text_parts: frozenset[str], checkpoint_parts: Iterable[str], *,
+             measure: tuple[bool, ...] = (False, True), free_fn: Callable[[torch.device], int | None] | None = None) -> MemoryPlan:
+    """`start_plan`, probed here."""
+    return start_plan(model, config, device, precision, param_groups, trained_text_parts, checkpoint_parts,
+                      measure=measure, free_fn=free_fn).result()
 
 
 def _is_checkpointing(module: torch.nn.Module) -> bool:
@@ -507,32 +588,54 @@ def choose_checkpointing(plan: MemoryPlan) -> tuple[bool, str]:
                   f"{gb(plan.free)} free on {plan.device}{extra}")
 
 
+class CheckpointingDecision:
+    """Gradient checkpointing for the parts in `settings` ({part: AUTO/ON/OFF}): ON parts always,
+    AUTO parts when the planner says the run does not fit without it. The probe starts when this
+    is made (in a thread of its own with `background`, see PendingPlan); `finish()` waits for it,
+    sets checkpointing and returns ({part: on?}, the message for the log and events, the plan or
+    None without AUTO)."""
+
+    def __init__(self, model: Any, config: Any, device: torch.device, precision: Any, param_groups: list[Any],
+                 trained_text_parts: frozenset[str], settings: dict[str, Any],
+                 free_fn: Callable[[torch.device], int | None] | None = None, background: bool = False) -> None:
+        self.settings = {part: GradientCheckpointing(value) for part, value in settings.items()}
+        self.auto = [part for part, value in self.settings.items() if value == GradientCheckpointing.AUTO]
+        self._args = (model, config, device, precision, param_groups, trained_text_parts, self.auto)
+        self._free_fn = free_fn
+        self._pending = start_plan(*self._args, measure=(False,), free_fn=free_fn, background=background) if self.auto else None
+
+    def wait(self) -> None:
+        """Until the probe is done (the model's parts are all back)."""
+        if self._pending is not None:
+            self._pending.result()
+
+    def finish(self) -> tuple[dict[str, bool], str, MemoryPlan | None]:
+        model = self._args[0]
+        chosen = {part: value == GradientCheckpointing.ON for part, value in self.settings.items()}
+        plan, reason = None, ""
+        if self._pending is not None:
+            plan = self._pending.result()
+            on, reason = choose_checkpointing(plan)
+            if on and plan.peak(False) is not None:  # measure with it too, to say whether that fits
+                plan = plan_run(*self._args, free_fn=self._free_fn)
+                on, reason = choose_checkpointing(plan)
+            chosen.update(dict.fromkeys(self.auto, on))
+        for part, on in chosen.items():
+            set_checkpointing(model.parts[part], on)
+        described = ", ".join(f"{part} {'on' if on else 'off'} ({'AUTO' if part in self.auto else 'set in the config'})"
+                              for part, on in chosen.items())
+        message = f"gradient checkpointing: {described}" + (f"; {reason}" if reason else "")
+        if plan is not None:
+            message += f"; memory: {plan.breakdown(any(chosen[p] for p in self.auto))}"
+        return chosen, message, plan
+
+
 def decide_checkpointing(model: Any, config: Any, device: torch.device, precision: Any, param_groups: list[Any],
                          trained_text_parts: frozenset[str], settings: dict[str, Any],
                          free_fn: Callable[[torch.device], int | None] | None = None) -> tuple[dict[str, bool], str, MemoryPlan | None]:
-    """Turn gradient checkpointing on for the parts in `settings` ({part: AUTO/ON/OFF}) that need
-    it: ON parts always, AUTO parts when the planner says the run does not fit without it.
-    Returns ({part: on?}, the message for the log and events, the plan or None without AUTO)."""
-    settings = {part: GradientCheckpointing(value) for part, value in settings.items()}
-    auto = [part for part, value in settings.items() if value == GradientCheckpointing.AUTO]
-    chosen = {part: value == GradientCheckpointing.ON for part, value in settings.items()}
-    plan, reason = None, ""
-    if auto:
-        kwargs = {"free_fn": free_fn}
-        plan = plan_run(model, config, device, precision, param_groups, trained_text_parts, auto, measure=(False,), **kwargs)
-        on, reason = choose_checkpointing(plan)
-        if on and plan.peak(False) is not None:  # measure with it too, to say whether that fits
-            plan = plan_run(model, config, device, precision, param_groups, trained_text_parts, auto, **kwargs)
-            on, reason = choose_checkpointing(plan)
-        chosen.update(dict.fromkeys(auto, on))
-    for part, on in chosen.items():
-        set_checkpointing(model.parts[part], on)
-    described = ", ".join(f"{part} {'on' if on else 'off'} ({'AUTO' if part in auto else 'set in the config'})"
-                          for part, on in chosen.items())
-    message = f"gradient checkpointing: {described}" + (f"; {reason}" if reason else "")
-    if plan is not None:
-        message += f"; memory: {plan.breakdown(any(chosen[p] for p in auto))}"
-    return chosen, message, plan
+    """`CheckpointingDecision`, probed here."""
+    return CheckpointingDecision(model, config, device, precision, param_groups, trained_text_parts, settings,
+                                 free_fn).finish()
 
 
 def estimate_line(config: Any) -> str:
@@ -580,6 +683,6 @@ def estimate(config: Any) -> dict[str, Any]:
 
 
 __all__ = [
-    "MARGIN", "LiveBytes", "MemoryPlan", "choose_checkpointing", "decide_checkpointing", "estimate", "estimate_line", "free_memory", "measure_step", "on_meta",
-    "optimizer_state_per_weight", "plan_run", "set_checkpointing",
+    "MARGIN", "CheckpointingDecision", "LiveBytes", "MemoryPlan", "PendingPlan", "choose_checkpointing", "decide_checkpointing", "estimate", "estimate_line", "free_memory", "measure_step", "on_meta",
+    "optimizer_state_per_weight", "plan_run", "prepare_probe", "set_checkpointing", "start_plan",
 ]

@@ -31,7 +31,7 @@ from ..config.schema import TrainConfig
 from ..data.prefetch import LoadStats, prefetched
 from ..fsutil import atomic_write
 from .backup import Counters, write_backup
-from .device import Precision, resolve_device, weight_dtype
+from .device import Precision, channels_last_on_cpu, resolve_device, weight_dtype
 from .diffusion import DiffusionStep, check_quantized_parts_frozen, configure_model
 from .distributed import Distributed
 from .ema import EMA
@@ -165,18 +165,13 @@ class Trainer:
         self.dist.broadcast_parameters(self.trained_params)  # every process starts from the same weights
         self._set_train_modes()
         self._install_offloading()
-        self._enable_gradient_checkpointing()
-        if cfg.compile:
-            self._compile_denoiser()
-        self.ema = None
-        if cfg.ema != EMAMode.OFF:
-            ema_device = self.device if cfg.ema == EMAMode.GPU else torch.device("cpu")
-            self.ema = EMA(self.trained_params, cfg.ema_decay, cfg.ema_update_step_interval, ema_device)
         self.diffusion = DiffusionStep(
             self.model, cfg, self.device, self.precision, self.noise_fn,
             caption_transform=self.method.transform_text, dist=self.dist,
         )
-
+        # the memory planner's probe runs the denoiser on meta tensors in a thread of its own
+        # while the VAE caches latents here (it draws no random numbers this thread draws)
+        decision = self._start_checkpointing_decision()
         self.report.status("caching", "scanning concepts and caching latents")
         # Encoding samples the latent distribution with its own generator, so the training noise
         # does not depend on how much of the cache was already filled.
@@ -184,9 +179,19 @@ class Trainer:
         # every process plans the same global batches of batch_size x processes and trains its slice;
         # the main process fills the caches first, the others then read them
         self.global_batch_size = cfg.batch_size * self.dist.world
-        with self.dist.main_first():
-            self._build_dataset(encode_rng)
-            self._setup_text_cache()
+        try:
+            with self.dist.main_first():
+                self._build_dataset(encode_rng)
+                self._setup_text_cache()
+        finally:
+            decision.wait()
+        self._finish_checkpointing_decision(decision)
+        if cfg.compile:
+            self._compile_denoiser()
+        self.ema = None
+        if cfg.ema != EMAMode.OFF:
+            ema_device = self.device if cfg.ema == EMAMode.GPU else torch.device("cpu")
+            self.ema = EMA(self.trained_params, cfg.ema_decay, cfg.ema_update_step_interval, ema_device)
         for warning in self.dataset.warnings:
             self.report.warning(warning)
         self._warn_never_trained()
@@ -198,25 +203,27 @@ class Trainer:
         from ..data import build_dataset  # noqa: PLC0415
 
         cfg = self.config
-        self.dataset = build_dataset(
-            cfg.concepts,
-            cfg.resolution,
-            self.global_batch_size,
-            aspect_ratio_bucketing=cfg.aspect_ratio_bucketing,
-            latent_caching=cfg.latent_caching,
-            cache_dir=cfg.cache_dir,
-            vae_id=self.model.vae_id,
-            seed=cfg.seed,
-            encode_fn=lambda pixels: self.model.encode_images(pixels, generator=encode_rng),
-            clear_cache=cfg.clear_cache_before_training and self.dist.is_main,
-            bucket_step=self.model.bucket_step,  # sizes the denoiser needs (PixArt: patch x VAE = 16 px)
-            # inpainting models with masked training: the masked images' latents are cached too
-            conditioning_fn=self.model.encode_conditioning
-            if self.model.inpainting and cfg.masked_training
-            else None,
-            progress=lambda done, total: self.report.progress(phase="caching", done=done, total=total),
-            threads=cfg.dataloader_threads,
-        )
+        # while caching, the VAE runs channels-last on CPU (device.py); without the cache it encodes at every step as loaded
+        with channels_last_on_cpu(self.model.parts.get("vae") if cfg.latent_caching else None, self.device) as layout:
+            self.dataset = build_dataset(
+                cfg.concepts,
+                cfg.resolution,
+                self.global_batch_size,
+                aspect_ratio_bucketing=cfg.aspect_ratio_bucketing,
+                latent_caching=cfg.latent_caching,
+                cache_dir=cfg.cache_dir,
+                vae_id=self.model.vae_id,
+                seed=cfg.seed,
+                encode_fn=lambda pixels: self.model.encode_images(layout(pixels), generator=encode_rng).contiguous(),
+                clear_cache=cfg.clear_cache_before_training and self.dist.is_main,
+                bucket_step=self.model.bucket_step,  # sizes the denoiser needs (PixArt: patch x VAE = 16 px)
+                # inpainting models with masked training: the masked images' latents are cached too
+                conditioning_fn=self.model.encode_conditioning
+                if self.model.inpainting and cfg.masked_training
+                else None,
+                progress=lambda done, total: self.report.progress(phase="caching", done=done, total=total),
+                threads=cfg.dataloader_threads,
+            )
 
     def _setup_steps(self) -> None:
         """Step counts, optimizer, scheduler, intervals, TensorBoard and the resume."""
@@ -270,19 +277,23 @@ class Trainer:
             cache.clear()
         self.diffusion.text_cache = cache
 
-    def _enable_gradient_checkpointing(self) -> None:
-        """Per part: the denoiser always (it runs every step), a text encoder only while it trains
-        (a frozen one keeps no activations anyway). ON/OFF as set; AUTO (the default) asks the
-        memory planner: on only when the run would not fit without it. The log (stdout) and the
-        events say what was chosen and why."""
-        from .memory_plan import decide_checkpointing  # noqa: PLC0415
+    def _start_checkpointing_decision(self) -> Any:
+        """Gradient checkpointing per part: the denoiser always (it runs every step), a text encoder
+        only while it trains (a frozen one keeps no activations anyway). ON/OFF as set; AUTO (the
+        default) asks the memory planner: on only when the run would not fit without it. Its probe
+        starts here, in a thread of its own (memory_plan.CheckpointingDecision)."""
+        from .memory_plan import CheckpointingDecision  # noqa: PLC0415
 
         parts = [self.model.denoiser, *sorted(self.trained_text_parts)]
         settings = {part: getattr(self.config, part).gradient_checkpointing for part in parts}
-        self.checkpointing, message, self.memory_plan = decide_checkpointing(
-            self.model, self.config, self.device, self.precision, self.param_groups, self.trained_text_parts, settings)
+        return CheckpointingDecision(self.model, self.config, self.device, self.precision, self.param_groups,
+                                     self.trained_text_parts, settings, background=True)
+
+    def _finish_checkpointing_decision(self, decision: Any) -> None:
+        """Checkpointing as decided; the log (stdout) and the events say what was chosen and why."""
+        self.checkpointing, message, self.memory_plan = decision.finish()
         print(message, flush=True)
-        self.report.status("loading", message)
+        self.report.status("caching", message)
 
     def _install_offloading(self) -> None:
         """The parts' `offload_fraction` / `activation_offloading` (offload.py): installed after the

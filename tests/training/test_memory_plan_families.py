@@ -1,0 +1,49 @@
+"""The memory planner's probe measures every family (issue 16 §1-2): its batch is prepared with
+the VAE and the frozen text encoders for real, and the step then runs only the denoiser (and the
+text encoders, when one trains) on meta tensors, so latent caching can use the VAE meanwhile. A
+family whose step touched another part would fail here with "not measured" (and AUTO would fall
+back to ON without saying why in a test). Where a family has a second text encoder, it trains (the
+default), so the probe runs the text encoders on meta too."""
+
+from __future__ import annotations
+
+import pytest
+
+from ot_gradio.config.validation import validate
+from ot_gradio.training import memory_plan
+
+GB = 1024**3
+
+FAMILIES = [
+    ("STABLE_DIFFUSION_15", "tiny:sd15"), ("STABLE_DIFFUSION_15_INPAINTING", "tiny:sd15-inpainting"),
+    ("STABLE_DIFFUSION_21", "tiny:sd2"), ("STABLE_DIFFUSION_XL_10_BASE", "tiny:sdxl"),
+    ("STABLE_DIFFUSION_XL_10_BASE_INPAINTING", "tiny:sdxl-inpainting"), ("WUERSTCHEN_2", "tiny:wuerstchen2"),
+    ("STABLE_CASCADE_1", "tiny:cascade"), ("PIXART_ALPHA", "tiny:pixart"), ("PIXART_SIGMA", "tiny:pixart-sigma"),
+    ("STABLE_DIFFUSION_3", "tiny:sd3"), ("FLUX_DEV_1", "tiny:flux"), ("FLUX_FILL_DEV_1", "tiny:flux-fill"),
+    ("CHROMA_1", "tiny:chroma"), ("QWEN", "tiny:qwen-image"),
+]
+
+
+def _config(tmp_path, model_type: str, base: str, **extra):
+    return validate({
+        "model_type": model_type, "training_method": "LORA", "base_model_name": base, "resolution": "64", "batch_size": 2,
+        "train_device": "cpu", "text_encoder": {"train": False}, "text_encoder_3": {"train": False}, "concepts": [{"name": "x", "path": str(tmp_path)}],
+        "workspace_dir": str(tmp_path / "ws"), "cache_dir": str(tmp_path / "cache"),
+        "output_model_destination": str(tmp_path / "out.safetensors"), **extra,
+    })
+
+
+@pytest.mark.parametrize("model_type, base", FAMILIES, ids=[f for f, _ in FAMILIES])
+def test_every_family_is_measured(model_type, base, tmp_path, monkeypatch):
+    monkeypatch.setattr(memory_plan, "free_memory", lambda device: 100 * GB)
+    line = memory_plan.estimate_line(_config(tmp_path, model_type, base))
+    assert "AUTO -> OFF" in line and "not measured" not in line and "activations " in line, line
+
+
+def test_a_trained_text_encoder_runs_in_the_probe_with_the_frozen_one(tmp_path, monkeypatch):
+    # SDXL with its first text encoder trained: both encoders run in the step (no cached embeddings)
+    monkeypatch.setattr(memory_plan, "free_memory", lambda device: 100 * GB)
+    config = _config(tmp_path, "STABLE_DIFFUSION_XL_10_BASE", "tiny:sdxl", text_encoder={"train": True},
+                      text_encoder_2={"train": False})
+    line = memory_plan.estimate_line(config)
+    assert "text_encoder off (AUTO)" in line and "not measured" not in line, line
