@@ -102,9 +102,10 @@ def channels_last_on_cpu(module: torch.nn.Module | None, device: torch.device):
     """Run `module` (a VAE encoding images for the latent cache) with its convolution weights in
     channels-last layout while the block lasts, on CPU only: oneDNN's convolutions are faster that
     way (a KL VAE's encode, measured here: 20% less time at batch 4, 64 px, one thread). GPUs keep
-    the layout they loaded with (not measured here). Yields the function that lays out its input
-    the same way."""
-    if module is None or device.type != "cpu":
+    the layout they loaded with (not measured here), and so do video VAEs with 3-D convolutions
+    (Qwen-Image's), whose layout would be channels-last-3d (not measured either). Yields the
+    function that lays out its input the same way."""
+    if module is None or device.type != "cpu" or any(p.dim() > 4 for p in module.parameters()):
         yield lambda pixels: pixels
         return
     module.to(memory_format=torch.channels_last)

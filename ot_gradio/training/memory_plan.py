@@ -30,6 +30,7 @@ import functools
 import threading
 import types
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -400,14 +401,14 @@ def _helper_objects(modules: list[torch.nn.Module]) -> list[Any]:
     """Plain (non-module, non-tensor) objects with attributes held by the modules' submodules."""
     seen: set[int] = set()
     out = []
-    plain = (bool, int, float, str, tuple, list, dict, set, type(None))  # most attributes: nothing to restore
+    plain = (bool, int, float, str, tuple, list, dict, set, type(None), OrderedDict)  # most attributes (hooks): nothing to restore
     skip = (torch.nn.Module, torch.Tensor, type, types.FunctionType, types.MethodType, functools.partial)
     for module in modules:
         for sub in module.modules():
             for value in vars(sub).values():
                 if type(value) in plain:
                     continue
-                if (isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, skip)
+                if (isinstance(getattr(value, "__dict__", None), dict) and value.__dict__ and not isinstance(value, skip)
                         and id(value) not in seen):
                     seen.add(id(value))
                     out.append(value)

@@ -21,7 +21,18 @@ aten = torch.ops.aten
 
 
 def _like(t: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(t, device="meta", memory_format=torch.contiguous_format)
+    """A contiguous meta tensor of t's shape and dtype (torch.empty: empty_like is itself a Python
+    reference on meta tensors, 0.17 ms a call)."""
+    return torch.empty(t.shape, dtype=t.dtype, device="meta")
+
+
+def _same_layout(t: torch.Tensor) -> torch.Tensor:
+    """A meta tensor laid out like t (contiguous or channels-last, as the norms keep it)."""
+    if t.is_contiguous():
+        return _like(t)
+    if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    return torch.empty_like(t, device="meta")
 
 
 def _stats(t: torch.Tensor, shape: list[int], *, wide: bool = False) -> torch.Tensor:
@@ -31,12 +42,11 @@ def _stats(t: torch.Tensor, shape: list[int], *, wide: bool = False) -> torch.Te
 
 
 def group_norm(input, weight, bias, n, c, hw, group, eps):  # noqa: ANN001, ARG001 - aten's signature
-    out = torch.empty_like(input, device="meta")  # keeps channels-last
-    return out, _stats(input, [n, group]), _stats(input, [n, group])
+    return _same_layout(input), _stats(input, [n, group]), _stats(input, [n, group])
 
 
 def group_norm_backward(grad_out, input, mean, rstd, weight, n, c, hw, group, mask):  # noqa: ANN001, ARG001
-    grad_input = torch.empty_like(input, device="meta") if mask[0] else None
+    grad_input = _same_layout(input) if mask[0] else None
     grad_weight = torch.empty([c], dtype=input.dtype, device="meta") if mask[1] else None
     grad_bias = torch.empty([c], dtype=input.dtype, device="meta") if mask[2] else None
     return grad_input, grad_weight, grad_bias

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,31 @@ def test_explicit_settings_are_respected(tiny_model, shapes, tmp_path, monkeypat
     assert checkpointing(trainer) is (setting == "ON")
     assert trainer.memory_plan is None  # no probe without AUTO
     assert f"unet {setting.lower()} (set in the config)" in message(events)
+
+
+def test_the_probe_runs_in_its_own_thread_while_latents_cache(tiny_model, shapes, tmp_path, monkeypatch):
+    # the probe waits until caching has started: run before caching (in the trainer's thread) it
+    # would wait out its timeout and record False
+    caching, seen = threading.Event(), {}
+    real_measure, real_build = memory_plan.measure_step, Trainer._build_dataset
+
+    def measure(*args, **kwargs):
+        seen["caching meanwhile"] = caching.wait(timeout=20)
+        seen["thread"] = threading.current_thread().name
+        return real_measure(*args, **kwargs)
+
+    def build(self, encode_rng):
+        caching.set()
+        return real_build(self, encode_rng)
+
+    monkeypatch.setattr(memory_plan, "measure_step", measure)
+    monkeypatch.setattr(Trainer, "_build_dataset", build)
+    trainer, events = setup_trainer(config(tiny_model, shapes, tmp_path), tmp_path)
+    assert seen == {"caching meanwhile": True, "thread": "ot-memory-probe"}
+    assert trainer.memory_plan.activations(False) > 0 and not checkpointing(trainer)
+    order = [m.split(":")[0] if m.startswith("gradient") else s for s, m in events.statuses]
+    assert order.index("caching") < order.index("gradient checkpointing")  # the decision ends the caching phase
+    assert all(p.device.type == "cpu" for part in trainer.model.parts.values() for p in part.parameters())
 
 
 def test_choose_without_a_measurement_keeps_it_on():
