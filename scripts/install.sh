@@ -22,3 +22,9 @@ if [ "${1:-}" = "--dev" ]; then
 else
   .venv/bin/pip install -q -r requirements.txt
 fi
+# Bytecode for our own modules, as pip writes it for the packages it installs. Python writes it on
+# first import too, except where PYTHONDONTWRITEBYTECODE is set (some containers and GPU images,
+# and the machines this project is developed on); there every training run compiled the 107 of
+# our modules it imports again (16,000 lines: 0.115 s, against 0.005 s to load their bytecode).
+# Python checks each file's stamp, so an edited module is compiled afresh.
+.venv/bin/python -m compileall -q ot_gradio bench >/dev/null || echo "note: could not write bytecode (read-only checkout?)" >&2
