@@ -1,6 +1,6 @@
 """The memory planner's probe results, kept between runs in the config's cache folder.
 
-The probe (memory_plan.measure_step) runs the training step on meta tensors: 0.7-2 s for the
+The probe (memory_probe.measure_step) runs the training step on meta tensors: 0.7-2 s for the
 demo model, more for large ones, at the start of every run with gradient checkpointing AUTO and at
 every `validate`. Its result depends only on shapes and code, not on weight values: the model's
 structure (each part's class and config, every parameter's and buffer's name, shape, dtype and

@@ -7,7 +7,7 @@ UNet they took 1-2.4 ms per call, a third of the probe for 4% of its ops; adding
 tensors of one shape took 0.14 ms, another fifth of it, and a matrix product 0.2 ms. These functions return
 what those decompositions return (the same shapes, dtypes and strides; tests/training/
 test_meta_shapes.py compares them), straight from the inputs' sizes. Only meta tensors reach them
-(memory_plan.LiveBytes checks).
+(memory_probe.LiveBytes checks).
 """
 
 from __future__ import annotations

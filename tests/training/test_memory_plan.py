@@ -16,7 +16,7 @@ import torch
 
 from ot_gradio.config.enums import GradientCheckpointing as GC
 from ot_gradio.config.io import config_to_dict, load_config
-from ot_gradio.training import memory_plan
+from ot_gradio.training import memory_plan, memory_probe
 from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,7 +119,7 @@ def test_the_probe_runs_in_its_own_thread_while_latents_cache(tiny_model, shapes
     # the probe waits until caching has started: run before caching (in the trainer's thread) it
     # would wait out its timeout and record False
     caching, seen = threading.Event(), {}
-    real_measure, real_build = memory_plan.measure_step, Trainer._build_dataset
+    real_measure, real_build = memory_probe.measure_step, Trainer._build_dataset
 
     def measure(*args, **kwargs):
         seen["caching meanwhile"] = caching.wait(timeout=20)
@@ -130,7 +130,7 @@ def test_the_probe_runs_in_its_own_thread_while_latents_cache(tiny_model, shapes
         caching.set()
         return real_build(self, encode_rng)
 
-    monkeypatch.setattr(memory_plan, "measure_step", measure)
+    monkeypatch.setattr(memory_probe, "measure_step", measure)
     monkeypatch.setattr(Trainer, "_build_dataset", build)
     trainer, events = setup_trainer(config(tiny_model, shapes, tmp_path), tmp_path)
     assert seen == {"caching meanwhile": True, "thread": "ot-memory-probe"}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ot_gradio.config.validation import validate
-from ot_gradio.training import memory_plan, memory_probe_cache
+from ot_gradio.training import memory_plan, memory_probe, memory_probe_cache
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +41,13 @@ def _config(tmp_path, **overrides):
 def probes(monkeypatch):
     """The real probe, counted."""
     calls = []
-    real = memory_plan.measure_step
+    real = memory_probe.measure_step
 
     def counted(*args, **kwargs):
         calls.append(args[1].batch_size)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(memory_plan, "measure_step", counted)
+    monkeypatch.setattr(memory_probe, "measure_step", counted)
     return calls
 
 

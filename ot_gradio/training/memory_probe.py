@@ -1,0 +1,307 @@
+"""The memory planner's probe: one training step (`DiffusionStep.loss` and the backward pass) at
+the configured batch size and resolution, with the trained parts' weights and the inputs on the
+meta device, so nothing is computed or allocated, while a dispatch mode (`LiveBytes`) follows each
+tensor the step creates until it is freed: the largest sum of live bytes is the step's peak.
+
+The batch is prepared in the calling thread (`prepare_probe`: the frozen text encoders run for
+real, the VAE on meta for the latents' shape); the step then runs only the denoiser (and the text
+encoders when one trains) on meta, so a run probes in a thread of its own while the VAE caches
+latents (memory_plan.CheckpointingDecision). Normalisation and matrix ops take shortcuts to their
+output shapes (meta_shapes.py). memory_plan.py adds the step's peak to weights, gradients and
+optimizer state.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from .meta_shapes import FAST as FAST_META
+
+# --- measuring ---------------------------------------------------------------------------------------
+
+class LiveBytes(TorchDispatchMode):
+    """Follows every tensor storage the ops create until it is freed: `peak` is the largest sum
+    of live bytes (meta tensors have sizes but no memory, so this works without any)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._sizes: dict[int, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        fast = FAST_META.get(func)
+        out = None
+        if fast is not None and not kwargs and args[0].device.type == "meta":  # meta_shapes.py: no Python decomposition
+            out = fast(*args)
+        if out is None:
+            out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            storage = t.untyped_storage()
+            key = storage._cdata
+            if key in self._sizes:
+                continue
+            size = storage.nbytes()
+            self._sizes[key] = size
+            self.live += size
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(storage, self._freed, key)
+        return out
+
+    def _freed(self, key: int) -> None:
+        self.live -= self._sizes.pop(key, 0)
+
+
+@contextmanager
+def on_meta(modules: Iterable[torch.nn.Module], dtype: torch.dtype | None = None):
+    """Every parameter and buffer of `modules` replaced by a meta tensor of the same shape (in
+    `dtype` when given, for floating ones: the autocast type, which meta tensors do not follow),
+    put back afterwards. Yields {id(real parameter): its stand-in}."""
+    saved: list[tuple[dict, str, torch.Tensor]] = []
+    stand_ins: dict[int, torch.Tensor] = {}  # id of the real parameter -> its meta stand-in
+
+    def meta(t: torch.Tensor) -> torch.Tensor:
+        cast = dtype if dtype is not None and t.is_floating_point() else t.dtype
+        return torch.empty(t.shape, dtype=cast, device="meta")
+
+    try:
+        for root in modules:
+            for module in root.modules():
+                for name, p in list(module._parameters.items()):
+                    if p is not None:
+                        saved.append((module._parameters, name, p))
+                        if id(p) not in stand_ins:  # shared (tied) weights get one stand-in
+                            stand_ins[id(p)] = torch.nn.Parameter(meta(p), requires_grad=p.requires_grad)
+                        module._parameters[name] = stand_ins[id(p)]
+                for name, b in list(module._buffers.items()):
+                    if b is not None:
+                        saved.append((module._buffers, name, b))
+                        module._buffers[name] = meta(b)
+        yield stand_ins
+    finally:
+        for table, name, t in reversed(saved):
+            table[name] = t
+
+
+@contextmanager
+def _flash_attention_on_meta():
+    """On meta tensors torch's attention takes the math path, which keeps the full attention
+    matrix; the devices train with a flash / memory-efficient kernel that keeps only the output
+    and its log-sum-exp. Route it to the CPU flash kernel's meta function for the probe."""
+    import torch.nn.functional as F  # noqa: PLC0415
+
+    original = F.scaled_dot_product_attention
+
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kw):  # noqa: ANN001
+        if query.device.type != "meta" or kw:
+            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
+
+    F.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
+
+
+def set_checkpointing(module: torch.nn.Module, on: bool) -> None:
+    module = module.get_base_model() if hasattr(module, "get_base_model") else module
+    if hasattr(module, "enable_gradient_checkpointing"):  # diffusers models
+        if on:
+            module.enable_gradient_checkpointing()
+        else:
+            module.disable_gradient_checkpointing()
+    elif on:  # transformers models (5.x: activation_checkpointing_*; the old names warn)
+        if hasattr(module, "activation_checkpointing_enable"):
+            module.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif _is_checkpointing(module):
+        (getattr(module, "activation_checkpointing_disable", None) or module.gradient_checkpointing_disable)()
+
+
+@dataclass
+class ProbeBatch:
+    """What one probe step starts from, prepared in the calling thread (`prepare_probe`): the
+    batch (latents on the meta device) and, with every text encoder frozen, the captions'
+    embeddings encoded for real. The step itself (`measure_step`) then touches only the parts
+    that `swapped` names, so the VAE and the frozen text encoders stay free for latent caching
+    while it runs in another thread."""
+
+    batch: Any
+    text: Any  # an _Encoded stand-in for the text cache, or None: the step encodes (trained encoders)
+    swapped: tuple[str, ...]  # the parts the step runs on meta: the denoiser, the text encoders when one trains
+    start_bytes: int  # the batch's own tensors, live when the step starts
+
+
+@contextmanager
+def _objects_restored(model: Any, modules: list[torch.nn.Module]):
+    """Schedulers keep tensors moved to the device of the last call (diffusers' add_noise), and so
+    do helper objects inside the models (Z-Image's rope embedder caches `freqs_cis` moved to the
+    device of its input): the noise scheduler and every plain object the modules hold are put
+    back as they were."""
+    objects = [s for s in (getattr(model, "noise_scheduler", None),) if s is not None]
+    objects += _helper_objects(modules)
+    saved = [dict(vars(s)) for s in objects]
+    try:
+        yield
+    finally:
+        for s, state in zip(objects, saved, strict=True):
+            vars(s).clear()
+            vars(s).update(state)
+
+
+def prepare_probe(model: Any, precision: Any, config: Any, trained_text_parts: frozenset[str]) -> ProbeBatch:
+    """The probe's batch at the config's batch size and largest resolution (see ProbeBatch)."""
+    from ..data.batches import Batch  # noqa: PLC0415
+    from .diffusion import DiffusionStep  # noqa: PLC0415
+
+    height, width = _probe_size(config.resolution)
+    batch_size = config.batch_size
+    meta = torch.device("meta")
+    captions = ["a photo of a cat, detailed"] * batch_size
+    text = None
+    modules = list(model.parts.values())
+    with _rng_untouched(), _objects_restored(model, modules):
+        if not trained_text_parts:
+            # Frozen text encoders run under no_grad before the denoiser and their activations are
+            # freed before its forward, so they cannot add to the step's peak: encode the probe's
+            # captions for real here (language-model encoders, e.g. Qwen3 or Mistral3, cannot run on
+            # meta tensors: transformers' masks call .item()) and give the step those embeddings.
+            step = DiffusionStep(model, config, meta, precision)
+            with torch.no_grad(), precision.autocast():
+                text = _Encoded(model.encode_text(step.text_inputs(captions)))
+        with on_meta(modules, precision.dtype), torch.no_grad():
+            latents = model.encode_images(torch.zeros(batch_size, 3, height, width, device=meta)).float()
+    batch = Batch(size=(height, width), captions=captions, loss_weights=torch.ones(batch_size, device=meta),
+                  image_paths=[""] * batch_size, latents=latents, original_sizes=[(height, width)] * batch_size,
+                  crop_top_lefts=[(0, 0)] * batch_size)
+    if model.inpainting:
+        batch.conditioning_latents = torch.zeros_like(latents)
+    start = latents.nbytes * (2 if model.inpainting else 1) + batch.loss_weights.nbytes
+    # a trained text encoder runs in the step, and then so do the frozen ones (no embeddings cached)
+    encoders = tuple(name for name in model.text_encoder_names if name in model.parts) if trained_text_parts else ()
+    return ProbeBatch(batch, text, (model.denoiser, *encoders), start)
+
+
+def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: frozenset[str],
+                 trained: list[torch.Tensor], probe: ProbeBatch | None = None) -> int:
+    """Peak live bytes of one training step (forward, loss, backward) at the config's batch size
+    and resolution, all on the meta device (see the module's notes). `probe`: the batch prepared
+    by `prepare_probe` (prepared here when not given)."""
+    from .diffusion import DiffusionStep  # noqa: PLC0415
+
+    probe = probe or prepare_probe(model, precision, config, trained_text_parts)
+    step = DiffusionStep(model, config, torch.device("meta"), precision)
+    if probe.text is not None:
+        step.text_cache = probe.text
+    params = [p for p in trained if p.requires_grad]
+    modules = [model.parts[name] for name in probe.swapped]
+    with _objects_restored(model, modules), on_meta(modules, precision.dtype) as stand_ins, \
+            _flash_attention_on_meta(), LiveBytes() as live:
+        live.live = live.peak = probe.start_bytes  # the step starts from its batch
+        loss = step.loss(probe.batch, trained_text_parts)
+        meta_params = [stand_ins[id(p)] for p in params if id(p) in stand_ins]
+        torch.autograd.grad(loss, meta_params, allow_unused=True)
+    return live.peak
+
+
+@contextmanager
+def _rng_untouched():
+    """Run a block without changing the random streams training draws from (torch on the CPU and
+    GPUs, Python's, NumPy's): the probe draws timesteps and noise like a step does."""
+    import random  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    py, npy = random.getstate(), np.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(npy)
+
+
+def measure_step_cached(model: Any, config: Any, precision: Any, trained_text_parts: frozenset[str],
+                        trained: list[torch.Tensor], probe: ProbeBatch | None = None) -> tuple[int, bool]:
+    """`measure_step`, or its result for the same model structure and step settings from an earlier
+    run (memory_probe_cache.py): (peak, reused?)."""
+    from . import memory_probe_cache as cache  # noqa: PLC0415
+
+    try:
+        checkpointing = {name: _is_checkpointing(part) for name, part in model.parts.items()}
+        key = cache.probe_key(model, config, precision, trained_text_parts, checkpointing)
+    except Exception:  # noqa: BLE001 - a model whose structure cannot be described is probed every time
+        key = None
+    peak = None if key is None else cache.cached_peak(config, key)
+    if peak is not None:
+        return peak, True
+    with _rng_untouched():  # a probed run and one that reused the probe draw the same random numbers after it
+        peak = measure_step(model, config, precision, trained_text_parts, trained, probe)
+    if key is not None:
+        cache.store_peak(config, key, peak)
+    return peak, False
+
+
+def _helper_objects(modules: list[torch.nn.Module]) -> list[Any]:
+    """Plain (non-module, non-tensor) objects with attributes held by the modules' submodules."""
+    seen: set[int] = set()
+    out = []
+    plain = (bool, int, float, str, tuple, list, dict, set, type(None), OrderedDict)  # most attributes (hooks): nothing to restore
+    skip = (torch.nn.Module, torch.Tensor, type, types.FunctionType, types.MethodType, functools.partial)
+    for module in modules:
+        for sub in module.modules():
+            for value in vars(sub).values():
+                if type(value) in plain:
+                    continue
+                if (isinstance(getattr(value, "__dict__", None), dict) and value.__dict__ and not isinstance(value, skip)
+                        and id(value) not in seen):
+                    seen.add(id(value))
+                    out.append(value)
+    return out
+
+
+class _Encoded:
+    """A stand-in for the text cache in the probe: the embeddings encoded before it."""
+
+    def __init__(self, conditioning: Any) -> None:
+        self.conditioning = conditioning
+
+    def encode(self, texts: Any, encode_fn: Any, device: Any = None) -> Any:  # noqa: ARG002 - the cache's signature
+        return self.conditioning
+
+
+def _probe_size(resolution: str) -> tuple[int, int]:
+    """The largest training size the resolution allows ('512', '768x512', '512,768': the largest)."""
+    sizes = []
+    for item in str(resolution).replace(" ", "").split(","):
+        if not item:
+            continue
+        h, _, w = item.partition("x")
+        sizes.append((int(h), int(w or h)))
+    return max(sizes, key=lambda s: s[0] * s[1]) if sizes else (512, 512)
+
+
+def _is_checkpointing(module: torch.nn.Module) -> bool:
+    module = module.get_base_model() if hasattr(module, "get_base_model") else module
+    name = "is_activation_checkpointing" if hasattr(type(module), "is_activation_checkpointing") else "is_gradient_checkpointing"
+    flag = getattr(module, name, None)  # transformers 5.x renamed it (the old name warns)
+    if flag is None:
+        flag = any(getattr(m, "gradient_checkpointing", False) for m in module.modules())
+    return bool(flag)
