@@ -1,5 +1,10 @@
 import sys
 
+if sys.argv[1:2] == ["train"]:  # the process is the run: no full collections during the imports
+    from .runner import collection
+
+    collection.pause()
+
 from .cli import main
 
 code = main()

@@ -74,6 +74,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"run folder: {run.path}", file=sys.stderr)
     console = _Console()
     if config.multi_gpu:  # several processes: the worker launches them; follow their events here
+        from .runner import collection  # noqa: PLC0415
+
+        collection.resume()  # this process only follows them (collection.py)
         code = _follow_worker(run, console)
     else:
         code = run_worker(run.path, echo=console.on_event)

@@ -206,6 +206,9 @@ def _train(run: RunDir, reporter: EventReporter, noise_fn, log: RunLog) -> int:
     from ..data.errors import DataError  # noqa: PLC0415
     from ..models.common import ModelLoadError  # noqa: PLC0415
     from ..training.trainer import RunPaths, Trainer, TrainingError  # noqa: PLC0415
+    from . import collection  # noqa: PLC0415
+
+    collection.resume()  # the libraries are imported: freeze them, collect as usual (collection.py)
 
     workspace = run.path.parent.parent
     from ..secrets import apply_secrets  # noqa: PLC0415
@@ -234,6 +237,7 @@ def _train(run: RunDir, reporter: EventReporter, noise_fn, log: RunLog) -> int:
             pass
     try:
         trainer.setup()
+        collection.settle()  # setup's cycles freed, the model and dataset frozen
         status = trainer.train()
         return 0 if status in ("done", "stopped") else 1
     except (TrainingError, DataError, ModelLoadError, ValueError, OSError) as err:
@@ -308,6 +312,8 @@ def _launch(run: RunDir) -> int | None:
 
 
 if __name__ == "__main__":
+    from . import collection
     from .process_exit import exit_now
 
+    collection.pause()  # the process is the run: no full collections during the imports (collection.py)
     exit_now(main())  # no module teardown: 1.5 s, after every file is closed
