@@ -1,0 +1,126 @@
+"""The shorter forward of plain LoRA layers (training/lora_forward.py): the same outputs and
+gradients as peft's own forward, installed only where it fits, and peft's forward whenever
+adapters are turned off, merged or given extra arguments."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from ot_gradio.training.lora import add_lora, lora_layers
+from ot_gradio.training.lora_forward import install_lora_forward
+from ot_gradio.training.lora_variants import AdapterSpec
+
+
+def _unet():
+    from ot_gradio.models.tiny import tiny_sd15_unet
+
+    return tiny_sd15_unet(seed=0)
+
+
+def _inputs(unet):
+    g = torch.Generator().manual_seed(1)
+    size = unet.config.sample_size
+    latents = torch.randn(2, unet.config.in_channels, size, size, generator=g)
+    text = torch.randn(2, 7, unet.config.cross_attention_dim, generator=g)
+    return latents, torch.tensor([10, 700]), text
+
+
+def _with_lora(dtype=torch.float32, dropout=0.0, spec=None):
+    """The tiny UNet with the full preset, alpha != rank (scaling 0.25) and non-zero up weights."""
+    unet = _unet()
+    params = add_lora(unet, kind="unet", rank=4, alpha=1.0, dropout=dropout, layer_preset="full", dtype=dtype, spec=spec)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in params:
+            p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    return unet, params
+
+
+def _peft_forward(unet):
+    """The same model with every layer back on peft's forward."""
+    other = copy.deepcopy(unet)
+    for layer in lora_layers(other).values():
+        layer.__dict__.pop("forward", None)
+    return other
+
+
+def _step(unet, params):
+    latents, t, text = _inputs(unet)
+    out = unet(latents, t, text).sample
+    out.float().square().mean().backward()
+    grads = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    return out.detach(), grads
+
+
+def _trained(unet):
+    return [p for n, p in unet.named_parameters() if p.requires_grad]
+
+
+def test_plain_lora_layers_get_it_and_compute_what_peft_computes():
+    unet, _ = _with_lora()
+    layers = lora_layers(unet)
+    assert layers and all("forward" in layer.__dict__ for layer in layers.values())
+    kinds = {type(layer.get_base_layer()) for layer in layers.values()}
+    assert kinds == {nn.Linear, nn.Conv2d}
+    reference = _peft_forward(unet)
+    assert not any("forward" in layer.__dict__ for layer in lora_layers(reference).values())
+    out, grads = _step(unet, _trained(unet))
+    ref_out, ref_grads = _step(reference, _trained(reference))
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-6)
+    assert len(grads) == len(ref_grads)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-7)
+    assert max(g.abs().max().item() for g in grads) > 0
+
+
+def test_lora_weights_in_another_dtype_than_the_model():
+    """peft casts the input to the LoRA weights' dtype and the sum back to the layer's."""
+    unet, _ = _with_lora(dtype=torch.float64)
+    reference = _peft_forward(unet)
+    out, grads = _step(unet, _trained(unet))
+    ref_out, ref_grads = _step(reference, _trained(reference))
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, ref_out)
+    for g, r in zip(grads, ref_grads, strict=True):
+        assert g.dtype == torch.float64
+        torch.testing.assert_close(g, r)
+
+
+@pytest.mark.parametrize("case", ["dropout", "dora"])
+def test_layers_it_does_not_fit_keep_pefts_forward(case):
+    unet, _ = _with_lora(dropout=0.1) if case == "dropout" else _with_lora(spec=AdapterSpec(decompose=True))
+    assert not any("forward" in layer.__dict__ for layer in lora_layers(unet).values())
+    assert install_lora_forward(list(lora_layers(unet).values())) == 0
+
+
+def test_turned_off_merged_or_scaled_adapters_go_through_peft():
+    unet, _ = _with_lora()
+    latents, t, text = _inputs(unet)
+    layers = list(lora_layers(unet).values())
+    with torch.no_grad():
+        with_lora = unet(latents, t, text).sample
+        for layer in layers:
+            layer.enable_adapters(False)
+        off = unet(latents, t, text).sample
+        for layer in layers:
+            layer.enable_adapters(True)
+        base = _unet()(latents, t, text).sample
+        torch.testing.assert_close(off, base)
+        assert (with_lora - base).abs().max() > 1e-4
+
+        for layer in layers:
+            layer.merge()
+        merged = unet(latents, t, text).sample
+        for layer in layers:
+            layer.unmerge()
+        torch.testing.assert_close(merged, with_lora, rtol=1e-4, atol=1e-5)
+
+        for layer in layers:  # the scaling is read at every call (diffusers' lora scale)
+            layer.scale_layer(0.0)
+        torch.testing.assert_close(unet(latents, t, text).sample, base)
