@@ -124,3 +124,17 @@ def test_turned_off_merged_or_scaled_adapters_go_through_peft():
         for layer in layers:  # the scaling is read at every call (diffusers' lora scale)
             layer.scale_layer(0.0)
         torch.testing.assert_close(unet(latents, t, text).sample, base)
+
+
+def test_under_bfloat16_autocast_as_training_on_a_gpu_runs():
+    """The train data type's autocast (CPU's bfloat16 here): the same dtypes and values as peft's."""
+    unet, _ = _with_lora()
+    reference = _peft_forward(unet)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, grads = _step(unet, _trained(unet))
+        ref_out, ref_grads = _step(reference, _trained(reference))
+    assert out.dtype == ref_out.dtype
+    torch.testing.assert_close(out, ref_out)
+    for g, r in zip(grads, ref_grads, strict=True):
+        assert g.dtype == r.dtype == torch.float32
+        torch.testing.assert_close(g, r)
