@@ -29,7 +29,6 @@ from ..config.families import family_info
 from ..config.io import config_to_dict
 from ..config.schema import TrainConfig
 from ..data.prefetch import LoadStats, prefetched
-from ..fsutil import atomic_write
 from .backup import Counters, write_backup
 from .device import Precision, channels_last_on_cpu, resolve_device, weight_dtype
 from .diffusion import DiffusionStep, check_quantized_parts_frozen, configure_model
@@ -41,6 +40,7 @@ from .optimizers import create_optimizer, fused_back_pass, optimizer_eval_mode, 
 from .param_groups import all_params, optimizer_groups
 from .preflight import TrainingError, check_concepts, check_writable
 from .resume import resume_from_latest_backup
+from .samples import sample_during_training
 from .schedulers import create_scheduler
 from .step_log import LossLog, StepLog, check_finite
 from .validation import setup_validation
@@ -59,14 +59,6 @@ class Reporter:
     def validation(self, **fields: Any) -> None: ...
     def requests(self) -> set[str]:
         return set()
-
-
-def sample_images(sample: Any) -> dict[str, str]:
-    """An inpainting sample's base image and mask for the family's `sample` (the doctor checked
-    the family and the files before the run); none for a text-to-image sample."""
-    if not getattr(sample, "sample_inpainting", False):
-        return {}
-    return {"image": sample.base_image_path, "mask": sample.mask_image_path}
 
 
 @dataclass
@@ -498,55 +490,8 @@ class Trainer:
 
     # --- outputs ----------------------------------------------------------------------------
     def sample(self) -> None:
-        """Sample every enabled prompt; with EMA on, with the EMA weights, and with
-        `non_ema_sampling` also with the live weights (file name and event marked 'no-ema')."""
-        self._read_losses()  # a NaN loss stops the run before its weights are used
-        samples = [s for s in self.config.samples if s.enabled]
-        if not samples or not self.dist.is_main:
-            return
-        self.report.status("sampling", "")
-        optimizer_eval_mode(self.optimizer)  # schedule-free: sample the averaged weights
-        self.paths.samples.mkdir(parents=True, exist_ok=True)
-        if self.ema is None:
-            self._sample_all(samples, None)
-        else:
-            with self.ema.applied(self.trained_params):
-                self._sample_all(samples, True)
-            if self.config.non_ema_sampling:
-                self._sample_all(samples, False)
-        optimizer_train_mode(self.optimizer)
-        self.report.status("training", "")
-
-    def _text(self, text: str) -> str:
-        """A sample prompt as the model reads it (the method's hook: embedding placeholders)."""
-        return self.method.transform_text(text) if text else text
-
-    def _sample_all(self, samples: list, ema: bool | None) -> None:
-        fmt = str(getattr(self.config, "sample_image_format", "JPG")).lower().replace("jpeg", "jpg")
-        suffix = "-no-ema" if ema is False else ""
-        for i, s in enumerate(samples):
-            seed = random.randint(0, 2**31 - 1) if s.random_seed else s.seed
-            state = torch.get_rng_state()
-            image = self.model.sample(
-                prompt=self._text(s.prompt),
-                negative_prompt=self._text(s.negative_prompt),
-                height=s.height,
-                width=s.width,
-                steps=s.diffusion_steps,
-                cfg_scale=s.cfg_scale,
-                seed=seed,
-                sampler=s.noise_scheduler,
-                device=self.device,
-                **sample_images(s),
-            )
-            torch.set_rng_state(state)  # sampling must not change the training noise
-            c = self.counters
-            out = self.paths.samples / f"step{c.global_step:06d}-epoch{c.epoch}-{i}{suffix}.{fmt}"
-            atomic_write(out, lambda tmp, im=image: im.save(tmp, format="JPEG" if fmt == "jpg" else fmt.upper()), what="a sample")
-            extra = {} if ema is None else {"ema": ema}
-            self.report.sample(path=str(out), prompt=s.prompt, step=c.global_step, epoch=c.epoch, index=i, **extra)
-            if self._tb is not None:
-                self._tb.add_image(f"sample/{i}{suffix}", np.asarray(image), c.global_step, dataformats="HWC")
+        """Sample every enabled prompt (samples.py: EMA and non-EMA, files, events, TensorBoard)."""
+        sample_during_training(self)
 
     def write_backup(self) -> Path | None:
         self._read_losses()  # never back up weights a NaN loss produced
