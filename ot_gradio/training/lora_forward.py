@@ -3,7 +3,7 @@
 peft's LoRA `Linear` and `Conv2d` layers compute `base(x) + lora_B(lora_A(dropout(x))) * scaling`,
 and check their arguments, loop over the active adapters and call three submodules on every
 call. A training step of the default `full` preset makes 282 such calls forward (SD 1.5's UNet
-has 282 linear and convolution layers) and their backward passes. This forward computes the same
+layout has 282 linear and convolution layers) and their backward passes. This forward computes the same
 sum from the same parameters with the sum and the scaling in one operation
 (`torch.add(base, lora, alpha=scaling)`), which makes one autograd node fewer per layer too:
 4-5 ms of a 130 ms step on the benchmark model (docs/PERFORMANCE.md §10c).
@@ -41,7 +41,7 @@ def _plain(layer: nn.Module) -> bool:
     return isinstance(layer.lora_dropout[ADAPTER_NAME], nn.Identity)
 
 
-def _general(layer: nn.Module, x: torch.Tensor, args: tuple, kwargs: dict) -> bool:
+def _general(layer: nn.Module, args: tuple, kwargs: dict) -> bool:
     return bool(args or kwargs) or layer.disable_adapters or layer.merged or layer.active_adapters != _ACTIVE
 
 
@@ -52,7 +52,7 @@ def _sum(result: torch.Tensor, lora: torch.Tensor, scaling: float) -> torch.Tens
 
 
 def _linear_forward(self: nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-    if _general(self, x, args, kwargs):
+    if _general(self, args, kwargs):
         return type(self).forward(self, x, *args, **kwargs)
     result = self.base_layer(x)
     a = self.lora_A[ADAPTER_NAME].weight
@@ -62,7 +62,7 @@ def _linear_forward(self: nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.
 
 
 def _conv_forward(self: nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-    if _general(self, x, args, kwargs):
+    if _general(self, args, kwargs):
         return type(self).forward(self, x, *args, **kwargs)
     result = self.base_layer(x)
     down, up = self.lora_A[ADAPTER_NAME], self.lora_B[ADAPTER_NAME]
