@@ -6,6 +6,9 @@ all three, the flow-matching families (flow_family.py) the first two.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+
 import torch
 
 from ot_gradio.models.common import ModelLoadError, module_device, module_dtype, weights_fingerprint
@@ -26,6 +29,24 @@ class HubLoading:
         except Exception as e:  # diffusers, transformers and the hub raise many kinds
             detail = str(e).strip().rstrip(".")
             raise ModelLoadError(f"Could not load base model '{name}'. {hint} (Details: {detail}.)") from e
+
+    @staticmethod
+    def _text_only_tokenizers(source: str | Path, hub: Mapping) -> dict:
+        """The tokenizer of each tokenizer part that the model's model_index.json lists as a
+        transformers processor (Flux.2 dev ships a PixtralProcessor), loaded without the
+        processor's image side: the pipelines only tokenize text with it, and transformers'
+        image processors need torchvision, which this install does not have. `hub`: the
+        loading keywords (cache_dir, token, local_files_only)."""
+        from diffusers import DiffusionPipeline
+        from transformers import AutoTokenizer
+
+        index = DiffusionPipeline.load_config(str(source), **hub)
+        return {
+            part: AutoTokenizer.from_pretrained(str(source), subfolder=part, **hub)
+            for part, entry in index.items()
+            if part.startswith("tokenizer") and isinstance(entry, (list, tuple)) and len(entry) == 2
+            and entry[0] == "transformers" and str(entry[1]).endswith("Processor")
+        }
 
     @classmethod
     def _cached_config_repo(cls, cache_dir: str | None) -> str:

@@ -137,7 +137,6 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
     @classmethod
     def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir):
         """The pipeline from whatever `name` is; errors the user can fix say what to do."""
-        Pipeline = cls._pipeline_class()
         if not name:
             raise ModelLoadError(
                 f"No base model given. Enter a Hugging Face id (like '{cls.default_config_repo}'), a diffusers folder "
@@ -148,7 +147,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
                 folder = resolve_tiny(name).diffusers_dir
             except ValueError as e:
                 raise ModelLoadError(str(e)) from e
-            return Pipeline.from_pretrained(folder, local_files_only=True, dtype=dtype)
+            return cls._pipeline_from(folder, dtype, {"local_files_only": True})
         path = Path(name).expanduser()
         if path.is_dir():
             if not (path / "model_index.json").is_file():
@@ -158,7 +157,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
                 )
             return cls._guarded(
                 name,
-                lambda: Pipeline.from_pretrained(path, local_files_only=True, dtype=dtype),
+                lambda: cls._pipeline_from(path, dtype, {"local_files_only": True}),
                 f"The folder looks like a diffusers model but a part failed to load; check that it is a complete "
                 f"{cls.model_type.value} model ({', '.join(cls.folder_parts)}).",
             )
@@ -187,8 +186,19 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
             else "Check the id, your network and, for gated models like FLUX.1-dev, accept the license on the hub and set the access token."
         )
         return cls._guarded(
-            name, lambda: Pipeline.from_pretrained(name, cache_dir=cache_dir, token=token, local_files_only=offline, dtype=dtype), hint
+            name, lambda: cls._pipeline_from(name, dtype, {"cache_dir": cache_dir, "token": token, "local_files_only": offline}), hint
         )
+
+    @classmethod
+    def _pipeline_from(cls, source: str | Path, dtype, hub: Mapping, **parts):
+        """The family's pipeline from a diffusers folder or hub repo (`hub`: its loading
+        keywords), with `parts` given and text-only tokenizers where the model ships processors
+        (put in after loading: diffusers refuses a tokenizer passed for a processor part)."""
+        tokenizers = cls._text_only_tokenizers(source, hub)
+        pipe = cls._pipeline_class().from_pretrained(source, dtype=dtype, **dict.fromkeys(tokenizers), **parts, **hub)
+        if tokenizers:
+            pipe.register_modules(**tokenizers)
+        return pipe
 
     @classmethod
     def _config_source(cls, config_dir: str | None, *, cache_dir, offline, token) -> tuple[str, dict]:
@@ -217,7 +227,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
 
         def load():
             transformer = cls._single_file_transformer(path, config, hub, dtype["transformer"])
-            return cls._pipeline_class().from_pretrained(config, transformer=transformer, dtype=dtype, **hub)
+            return cls._pipeline_from(config, dtype, hub, transformer=transformer)
 
         return cls._guarded(str(path), load, cls._single_file_hint(config_dir))
 
