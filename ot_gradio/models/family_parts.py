@@ -6,12 +6,43 @@ all three, the flow-matching families (flow_family.py) the first two.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import importlib
+import importlib.util
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
 
 from ot_gradio.models.common import ModelLoadError, module_device, module_dtype, weights_fingerprint
+
+
+@contextlib.contextmanager
+def sentencepiece_files_readable() -> Iterator[None]:
+    """While loading a model: tokenizer folders that hold only a SentencePiece model file (the
+    hub's PixArt-α/Σ and Chroma1-HD T5 tokenizers: spiece.model, no tokenizer.json) load without
+    the sentencepiece package. transformers converts such a file to its own tokenizer from the
+    file's protobuf alone, but asks for the package first; the file is read here with protobuf
+    (which transformers uses for it too), so the conversion is transformers' own."""
+    if importlib.util.find_spec("sentencepiece") is not None:
+        yield
+        return
+    convert = importlib.import_module("transformers.convert_slow_tokenizer")  # the package exports a function of that name
+
+    library_reader = convert.SentencePieceExtractor
+
+    class ProtobufReader(library_reader):
+        def __init__(self, model: str):
+            proto = convert.import_protobuf().ModelProto()
+            with open(model, "rb") as file:
+                proto.ParseFromString(file.read())
+            self.proto = proto
+
+    convert.SentencePieceExtractor = ProtobufReader
+    try:
+        yield
+    finally:
+        convert.SentencePieceExtractor = library_reader
 
 
 class HubLoading:

@@ -36,7 +36,7 @@ from ot_gradio.models.common import (
     torch_dtype,
 )
 from ot_gradio.models.family import Family
-from ot_gradio.models.family_parts import HubLoading, KlVaeLatents
+from ot_gradio.models.family_parts import HubLoading, KlVaeLatents, sentencepiece_files_readable
 from ot_gradio.models.pixart import _no_fp16_autocast
 from ot_gradio.models.sd15 import _HUB_ID, SINGLE_FILE_SUFFIXES
 from ot_gradio.models.tiny import is_tiny, resolve_tiny
@@ -119,7 +119,8 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
             raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(parts)}.")
         per_part = {part: torch_dtype(dtypes.get(part)) for part in parts} | {"default": torch.float32}
         name = str(name or "").strip()
-        pipe = cls._load_pipeline(name, cache_dir=cache_dir, offline=offline, token=token, dtype=per_part, config_dir=config_dir)
+        with sentencepiece_files_readable():
+            pipe = cls._load_pipeline(name, cache_dir=cache_dir, offline=offline, token=token, dtype=per_part, config_dir=config_dir)
         if not isinstance(getattr(pipe, "transformer", None), cls._transformer_class()):
             raise ModelLoadError(f"'{name}' is not a {cls.family_name} model (no {cls.family_name} transformer); "
                                  "pick the model type that matches it.")

@@ -45,7 +45,7 @@ from ot_gradio.models.common import (
     torch_dtype,
 )
 from ot_gradio.models.family import Family
-from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents
+from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents, sentencepiece_files_readable
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import (
     _HUB_ID,
@@ -132,7 +132,8 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         if unknown:
             raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(PARTS)}.")
         per_part = {part: torch_dtype(dtypes.get(part)) for part in PARTS} | {"default": torch.float32}
-        pipe = cls._load_pipeline(str(name or "").strip(), cache_dir=cache_dir, offline=offline, token=token, dtype=per_part)
+        with sentencepiece_files_readable():
+            pipe = cls._load_pipeline(str(name or "").strip(), cache_dir=cache_dir, offline=offline, token=token, dtype=per_part)
         model = cls(pipe.tokenizer, pipe.text_encoder, pipe.vae, pipe.transformer, pipe.scheduler)
         for part in PARTS:
             module = getattr(model, part)

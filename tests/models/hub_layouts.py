@@ -5,8 +5,10 @@ under the names the hub ships them (CLIP's vocab.json + merges.txt, Qwen's vocab
 merges.txt + added_tokens.json, Flux.2 dev's PixtralProcessor files, ...), made from the tiny
 model's own tokenizer, so the tokens are the same and only the layout differs.
 
-Sources of the layouts (file lists of the repos, model_index.json entries as their pipelines
-declare them) are named per entry in HUB_LAYOUTS; `inferred` marks what no source showed.
+Where each layout comes from is noted per entry: "catalog" is a public project's list of each hub
+repo's files (it pins and downloads them file by file); "inferred" marks what no source showed
+(then the repo's known pipeline and the layout of its siblings). The tiny tokenizers keep their
+own small vocabularies and special tokens; the file kinds and config classes are the hub's.
 """
 
 from __future__ import annotations
@@ -15,10 +17,75 @@ import json
 import shutil
 from pathlib import Path
 
-# tiny name -> (the real repo it stands for, the hub's model_index.json entries that differ from
-# what save_pretrained writes, {tokenizer folder: the kind of files the hub ships there})
+# tiny name -> the real repo it stands for, the hub's model_index.json entries that differ from
+# what save_pretrained writes, {tokenizer folder: the kind of files the hub ships there}, and
+# optional parts the hub folder has that the loaders must leave alone
+SD15_INDEX = {
+    "_diffusers_version": "0.6.0", "feature_extractor": ["transformers", "CLIPImageProcessor"],
+    "safety_checker": ["stable_diffusion", "StableDiffusionSafetyChecker"], "requires_safety_checker": True,
+}
+FLUX1_INDEX = {"_diffusers_version": "0.30.0.dev0", "tokenizer_2": ["transformers", "T5TokenizerFast"]}
+SD3_INDEX = {"tokenizer_3": ["transformers", "T5TokenizerFast"]}
 HUB_LAYOUTS: dict[str, dict] = {
-    "tiny:flux2-dev": {
+    "tiny:sd15": {  # files: catalog of hub file lists; index: the repo's pipeline of diffusers 0.6 (inferred)
+        "repo": "stable-diffusion-v1-5/stable-diffusion-v1-5", "model_index": {**SD15_INDEX, "scheduler": ["diffusers", "PNDMScheduler"]},
+        "tokenizers": {"tokenizer": "clip"}, "extras": ("feature_extractor", "safety_checker"), "scheduler": "PNDMScheduler",
+    },
+    "tiny:sd15-inpainting": {  # inferred: the SD 1.5 layout
+        "repo": "stable-diffusion-v1-5/stable-diffusion-inpainting", "model_index": SD15_INDEX,
+        "tokenizers": {"tokenizer": "clip"}, "extras": ("feature_extractor", "safety_checker"),
+    },
+    "tiny:sd2": {  # inferred: a feature extractor, no safety checker
+        "repo": "stabilityai/stable-diffusion-2-1",
+        "model_index": {"feature_extractor": ["transformers", "CLIPImageProcessor"], "scheduler": ["diffusers", "DDIMScheduler"]},
+        "tokenizers": {"tokenizer": "clip"}, "extras": ("feature_extractor",), "scheduler": "DDIMScheduler",
+    },
+    "tiny:sdxl": {  # files: catalog (fp16 variant names aside)
+        "repo": "stabilityai/stable-diffusion-xl-base-1.0", "model_index": {"_diffusers_version": "0.19.0.dev0"},
+        "tokenizers": {"tokenizer": "clip", "tokenizer_2": "clip"},
+    },
+    "tiny:sdxl-inpainting": {  # inferred: the SDXL layout
+        "repo": "diffusers/stable-diffusion-xl-1.0-inpainting-0.1", "model_index": {},
+        "tokenizers": {"tokenizer": "clip", "tokenizer_2": "clip"},
+    },
+    "tiny:sd3": {  # inferred: CLIP files twice, T5 with tokenizer.json
+        "repo": "stabilityai/stable-diffusion-3-medium-diffusers", "model_index": SD3_INDEX,
+        "tokenizers": {"tokenizer": "clip", "tokenizer_2": "clip", "tokenizer_3": "t5"},
+    },
+    "tiny:sd35": {  # inferred: as SD 3
+        "repo": "stabilityai/stable-diffusion-3.5-medium", "model_index": SD3_INDEX,
+        "tokenizers": {"tokenizer": "clip", "tokenizer_2": "clip", "tokenizer_3": "t5"},
+    },
+    "tiny:flux": {  # files: catalog; index: inferred
+        "repo": "black-forest-labs/FLUX.1-dev", "model_index": FLUX1_INDEX, "tokenizers": {"tokenizer": "clip", "tokenizer_2": "t5"},
+    },
+    "tiny:flux-fill": {  # files: catalog (as FLUX.1-dev)
+        "repo": "black-forest-labs/FLUX.1-Fill-dev", "model_index": FLUX1_INDEX, "tokenizers": {"tokenizer": "clip", "tokenizer_2": "t5"},
+    },
+    "tiny:chroma": {  # files: catalog (spiece.model only, added_tokens.json)
+        "repo": "lodestones/Chroma1-HD", "model_index": {}, "tokenizers": {"tokenizer": "t5-spm-only"},
+    },
+    "tiny:pixart": {  # inferred: as PixArt-Sigma
+        "repo": "PixArt-alpha/PixArt-XL-2-1024-MS", "model_index": {}, "tokenizers": {"tokenizer": "t5-spm-only"},
+    },
+    "tiny:pixart-sigma": {  # files: catalog (spiece.model only)
+        "repo": "PixArt-alpha/PixArt-Sigma-XL-2-1024-MS", "model_index": {}, "tokenizers": {"tokenizer": "t5-spm-only"},
+    },
+    "tiny:sana": {  # files: catalog (Sana 600M's: tokenizer.json and tokenizer.model)
+        "repo": "Efficient-Large-Model/Sana_1600M_1024px_diffusers", "model_index": {"tokenizer": ["transformers", "GemmaTokenizerFast"]},
+        "tokenizers": {"tokenizer": "gemma"},
+    },
+    "tiny:qwen-image": {  # files: catalog (Qwen-Image-2512: vocab.json + merges.txt, no tokenizer.json)
+        "repo": "Qwen/Qwen-Image", "model_index": {}, "tokenizers": {"tokenizer": "qwen"},
+    },
+    "tiny:z-image": {  # files: catalog (tokenizer.json, vocab.json, merges.txt)
+        "repo": "Tongyi-MAI/Z-Image-Turbo", "model_index": {}, "tokenizers": {"tokenizer": "qwen-with-json"},
+    },
+    "tiny:flux2-klein": {  # files: catalog (FLUX.2-klein-4B)
+        "repo": "black-forest-labs/FLUX.2-klein-4B", "model_index": {"tokenizer": ["transformers", "Qwen2TokenizerFast"]},
+        "tokenizers": {"tokenizer": "qwen-with-json"},
+    },
+    "tiny:flux2-dev": {  # files: catalog; index: several projects' copies of it
         "repo": "black-forest-labs/FLUX.2-dev",
         "model_index": {
             "_diffusers_version": "0.36.0.dev0",
@@ -47,27 +114,135 @@ def _write_json(path: Path, data) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def _read_json(path: Path):
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def _special_tokens(config: dict) -> dict:
-    return {k: config[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token") if config.get(k)}
+    return {k: config[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token", "mask_token") if config.get(k)}
+
+
+def _hub_config(folder: Path, tokenizer_class: str, **extra) -> dict:
+    """tokenizer_config.json as the hub's (saved by transformers 4.x: the class, the special
+    tokens, no `backend`) and special_tokens_map.json; returns the tiny tokenizer's config."""
+    config = _read_json(folder / "tokenizer_config.json")
+    specials = _special_tokens(config)
+    _write_json(folder / "tokenizer_config.json", {
+        **specials, "model_max_length": config["model_max_length"], "tokenizer_class": tokenizer_class, **extra,
+    })
+    _write_json(folder / "special_tokens_map.json", specials)
+    return config
+
+
+def _bpe_files(folder: Path, keep_json: bool) -> dict:
+    """vocab.json and merges.txt from tokenizer.json (the added tokens left out of the vocabulary,
+    as the hub's files have them); returns {added token: id}."""
+    data = _read_json(folder / "tokenizer.json")
+    added = {t["content"]: t["id"] for t in data["added_tokens"]}
+    vocab = {token: i for token, i in data["model"]["vocab"].items() if token not in added}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
+    _write_json(folder / "vocab.json", vocab)
+    (folder / "merges.txt").write_text("\n".join(["#version: 0.2", *merges]) + "\n", encoding="utf-8")
+    if not keep_json:
+        (folder / "tokenizer.json").unlink()
+    return added
+
+
+def _added_tokens_decoder(added: dict) -> dict:
+    return {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+            for t, i in added.items()}
+
+
+def _clip(folder: Path) -> None:
+    """vocab.json, merges.txt, special_tokens_map.json, tokenizer_config.json (no tokenizer.json)."""
+    _bpe_files(folder, keep_json=False)
+    _hub_config(folder, "CLIPTokenizer", do_lower_case=True, errors="replace", add_prefix_space=False)
+
+
+def _qwen(folder: Path, keep_json: bool = False) -> None:
+    """vocab.json, merges.txt, added_tokens.json, special_tokens_map.json, tokenizer_config.json
+    (with its added_tokens_decoder), the chat template; tokenizer.json only where the repo has it."""
+    added = _bpe_files(folder, keep_json)
+    _write_json(folder / "added_tokens.json", added)
+    _hub_config(folder, "Qwen2Tokenizer", added_tokens_decoder=_added_tokens_decoder(added), errors="replace",
+                split_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def _spm_model(path: Path, pieces: list[tuple[str, float]], model_type: int, unk: str, control: set[str]) -> None:
+    """A SentencePiece model file (the protobuf that spiece.model / tokenizer.model hold)."""
+    from transformers.utils import sentencepiece_model_pb2_new as spm
+
+    model = spm.ModelProto()
+    for piece, score in pieces:
+        entry = model.pieces.add()
+        entry.piece, entry.score = piece, score
+        entry.type = 2 if piece == unk else 3 if piece in control else 1
+    names = [p for p, _ in pieces]
+    model.trainer_spec.model_type = model_type
+    model.trainer_spec.unk_id = names.index(unk)
+    for field, token in (("pad_id", "<pad>"), ("eos_id", "</s>"), ("bos_id", "<s>")):
+        setattr(model.trainer_spec, field, names.index(token) if token in names else -1)
+    model.normalizer_spec.name = "identity"
+    model.normalizer_spec.add_dummy_prefix = True
+    path.write_bytes(model.SerializeToString())
+
+
+def _t5(folder: Path, keep_json: bool = True) -> None:
+    """spiece.model, special_tokens_map.json, tokenizer_config.json; tokenizer.json where the repo has it."""
+    data = _read_json(folder / "tokenizer.json")
+    pieces = [(p, s) for p, s in data["model"]["vocab"]]
+    _spm_model(folder / "spiece.model", pieces, 1, "<unk>", {"<pad>", "</s>"})
+    _hub_config(folder, "T5Tokenizer", extra_ids=0, legacy=True, clean_up_tokenization_spaces=True)
+    if not keep_json:
+        _write_json(folder / "added_tokens.json", {})
+        (folder / "tokenizer.json").unlink()
+
+
+def _gemma(folder: Path) -> None:
+    """tokenizer.json, tokenizer.model, special_tokens_map.json, tokenizer_config.json."""
+    data = _read_json(folder / "tokenizer.json")
+    order = sorted(data["model"]["vocab"].items(), key=lambda item: item[1])
+    _spm_model(folder / "tokenizer.model", [(p, -float(i)) for p, i in order], 2, "<unk>", {"<pad>", "<eos>", "<bos>", "<mask>"})
+    _hub_config(folder, "GemmaTokenizer", add_bos_token=True, add_eos_token=False, padding_side="right")
 
 
 def _pixtral(folder: Path) -> None:
     """tokenizer.json, tokenizer_config.json (the tokenizer class the hub names, with the
     processor class), special_tokens_map.json, chat_template.jinja, processor_config.json and
     preprocessor_config.json."""
-    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    specials = _special_tokens(config)
-    _write_json(folder / "tokenizer_config.json", {
-        **specials, "add_bos_token": True, "add_eos_token": False, "clean_up_tokenization_spaces": False, "legacy": True,
-        "model_max_length": 1000000000000000019884624838656, "processor_class": "PixtralProcessor",
-        "tokenizer_class": "LlamaTokenizerFast",
-    })
-    _write_json(folder / "special_tokens_map.json", specials)
+    _hub_config(folder, "LlamaTokenizerFast", add_bos_token=True, add_eos_token=False, clean_up_tokenization_spaces=False,
+                legacy=True, processor_class="PixtralProcessor")
+    config = _read_json(folder / "tokenizer_config.json")
+    config["model_max_length"] = 1000000000000000019884624838656
+    _write_json(folder / "tokenizer_config.json", config)
     _write_json(folder / "processor_config.json", PIXTRAL_PROCESSOR)
     _write_json(folder / "preprocessor_config.json", PIXTRAL_IMAGE_PROCESSOR)
 
 
-_TOKENIZER_KINDS = {"pixtral": _pixtral}
+_TOKENIZER_KINDS = {
+    "clip": _clip, "qwen": _qwen, "qwen-with-json": lambda f: _qwen(f, keep_json=True), "t5": _t5,
+    "t5-spm-only": lambda f: _t5(f, keep_json=False), "gemma": _gemma, "pixtral": _pixtral,
+}
+
+CLIP_IMAGE_PROCESSOR = {
+    "crop_size": 224, "do_center_crop": True, "do_convert_rgb": True, "do_normalize": True, "do_resize": True,
+    "feature_extractor_type": "CLIPFeatureExtractor", "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711], "resample": 3, "size": 224,
+}
+
+
+def _save_safety_checker(folder: Path) -> None:
+    """A tiny StableDiffusionSafetyChecker (a CLIP vision tower), saved as the hub's is."""
+    from diffusers.pipelines.stable_diffusion.safety_checker import StableDiffusionSafetyChecker
+    from transformers import CLIPConfig
+
+    config = CLIPConfig(
+        text_config={"hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2},
+        vision_config={"hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+                       "image_size": 32, "patch_size": 16},
+        projection_dim=8,
+    )
+    StableDiffusionSafetyChecker(config).save_pretrained(folder)
 
 
 def save_hub_layout(tiny_folder: str | Path, name: str, dest: str | Path) -> Path:
@@ -79,6 +254,15 @@ def save_hub_layout(tiny_folder: str | Path, name: str, dest: str | Path) -> Pat
     shutil.copytree(tiny_folder, dest)
     for folder, kind in layout["tokenizers"].items():
         _TOKENIZER_KINDS[kind](dest / folder)
-    index = json.loads((dest / "model_index.json").read_text(encoding="utf-8"))
+    extras = layout.get("extras", ())
+    if "feature_extractor" in extras:
+        (dest / "feature_extractor").mkdir()
+        _write_json(dest / "feature_extractor" / "preprocessor_config.json", CLIP_IMAGE_PROCESSOR)
+    if "safety_checker" in extras:
+        _save_safety_checker(dest / "safety_checker")
+    if layout.get("scheduler"):
+        config = _read_json(dest / "scheduler" / "scheduler_config.json")
+        _write_json(dest / "scheduler" / "scheduler_config.json", {**config, "_class_name": layout["scheduler"]})
+    index = _read_json(dest / "model_index.json")
     _write_json(dest / "model_index.json", {**index, **layout["model_index"]})
     return dest

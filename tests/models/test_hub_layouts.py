@@ -1,29 +1,34 @@
 """Every family loads a folder in its real repo's hub layout (tests/models/hub_layouts.py: the
-hub's model_index.json entries and tokenizer file names) through the real loading code, given as
-the base model like a user's download, and encodes text exactly as the tiny model it was made from."""
+hub's model_index.json entries, optional parts and tokenizer file names) through the real loading
+code, given as the base model like a user's download, and tokenizes as the tiny model it was made from."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from ot_gradio.config.enums import ModelType
 from tests.models.hub_layouts import HUB_LAYOUTS, save_hub_layout
 
 MODEL_TYPES = {
+    "tiny:sd15": ModelType.STABLE_DIFFUSION_15,
+    "tiny:sd15-inpainting": ModelType.STABLE_DIFFUSION_15_INPAINTING,
+    "tiny:sd2": ModelType.STABLE_DIFFUSION_21,
+    "tiny:sdxl": ModelType.STABLE_DIFFUSION_XL_10_BASE,
+    "tiny:sdxl-inpainting": ModelType.STABLE_DIFFUSION_XL_10_BASE_INPAINTING,
+    "tiny:sd3": ModelType.STABLE_DIFFUSION_3,
+    "tiny:sd35": ModelType.STABLE_DIFFUSION_35,
+    "tiny:flux": ModelType.FLUX_DEV_1,
+    "tiny:flux-fill": ModelType.FLUX_FILL_DEV_1,
+    "tiny:chroma": ModelType.CHROMA_1,
+    "tiny:pixart": ModelType.PIXART_ALPHA,
+    "tiny:pixart-sigma": ModelType.PIXART_SIGMA,
+    "tiny:sana": ModelType.SANA,
+    "tiny:qwen-image": ModelType.QWEN,
+    "tiny:z-image": ModelType.Z_IMAGE,
+    "tiny:flux2-klein": ModelType.FLUX_2,
     "tiny:flux2-dev": ModelType.FLUX_2,
 }
 PROMPT = "a red circle, two blue squares"
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
 
 
 def test_every_layout_names_a_family():
@@ -31,17 +36,29 @@ def test_every_layout_names_a_family():
 
 
 @pytest.mark.parametrize("name", sorted(HUB_LAYOUTS))
-def test_a_hub_layout_folder_loads_and_encodes_as_the_tiny_model(name, tiny_dir, tmp_path):
+def test_a_hub_layout_folder_loads_with_the_tiny_models_tokens(name, tiny_dir, tmp_path):
+    """Loaded by the family from the folder's path (as `base_model_name`), each text encoder's
+    tokenizer gives the tiny model's tokens, special tokens and chat template."""
+    from transformers import AutoTokenizer
+
+    from ot_gradio.models.family_parts import sentencepiece_files_readable
     from ot_gradio.models.registry import get_family
     from ot_gradio.models.tiny import resolve_tiny
 
     tiny = resolve_tiny(name).diffusers_dir
     folder = save_hub_layout(tiny, name, tmp_path / HUB_LAYOUTS[name]["repo"].split("/")[1])
-    family = get_family(MODEL_TYPES[name])
-    model = family.load(str(folder), offline=True)
-    reference = family.load(str(tiny), offline=True)
-    with torch.no_grad():
-        assert _same(model.encode_text([PROMPT]), reference.encode_text([PROMPT]))
+    model = get_family(MODEL_TYPES[name]).load(str(folder), offline=True)
+    assert set(model.tokenizers) == {f"text_encoder{f.removeprefix('tokenizer')}" for f in HUB_LAYOUTS[name]["tokenizers"]}
+    for part, tokenizer in model.tokenizers.items():
+        with sentencepiece_files_readable():
+            reference = AutoTokenizer.from_pretrained(tiny / f"tokenizer{part.removeprefix('text_encoder')}")
+        assert tokenizer(PROMPT).input_ids == reference(PROMPT).input_ids, part
+        specials = reference.all_special_tokens
+        assert tokenizer.convert_tokens_to_ids(specials) == reference.convert_tokens_to_ids(specials), part
+        assert tokenizer.chat_template == reference.chat_template, part
+        if reference.chat_template:
+            chat = reference.apply_chat_template([{"role": "user", "content": PROMPT}], tokenize=False)
+            assert tokenizer(chat, add_special_tokens=False).input_ids == reference(chat, add_special_tokens=False).input_ids
 
 
 def test_flux2_dev_samples_with_the_tokenizer_of_its_pixtral_processor(tiny_dir, tmp_path):
