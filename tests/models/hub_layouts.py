@@ -85,6 +85,19 @@ HUB_LAYOUTS: dict[str, dict] = {
         "repo": "black-forest-labs/FLUX.2-klein-4B", "model_index": {"tokenizer": ["transformers", "Qwen2TokenizerFast"]},
         "tokenizers": {"tokenizer": "qwen-with-json"},
     },
+    "tiny:cascade": {  # inferred: the prior repo with its image encoder; the decoder repo with the EffNet file on top
+        "repo": "stabilityai/stable-cascade-prior",
+        "model_index": {"feature_extractor": ["transformers", "CLIPImageProcessor"],
+                        "image_encoder": ["transformers", "CLIPVisionModelWithProjection"]},
+        "tokenizers": {"tokenizer": "clip"}, "extras": ("feature_extractor", "image_encoder"),
+        "decoder": {"model_index": {}, "tokenizers": {"tokenizer": "clip"}},
+        "part_models": {"decoder": "decoder", "effnet_encoder": "decoder/effnet_encoder.safetensors"},
+    },
+    "tiny:wuerstchen2": {  # inferred: warp-ai/wuerstchen-prior and warp-ai/wuerstchen, CLIP tokenizer files
+        "repo": "warp-ai/wuerstchen-prior", "model_index": {}, "tokenizers": {"tokenizer": "clip"},
+        "decoder": {"model_index": {}, "tokenizers": {"tokenizer": "clip"}},
+        "part_models": {"decoder": "decoder", "effnet_encoder": "effnet"},
+    },
     "tiny:flux2-dev": {  # files: catalog; index: several projects' copies of it
         "repo": "black-forest-labs/FLUX.2-dev",
         "model_index": {
@@ -245,13 +258,17 @@ def _save_safety_checker(folder: Path) -> None:
     StableDiffusionSafetyChecker(config).save_pretrained(folder)
 
 
-def save_hub_layout(tiny_folder: str | Path, name: str, dest: str | Path) -> Path:
-    """A copy of the tiny model's diffusers folder at `dest` in the hub layout of `name`'s repo."""
-    layout = HUB_LAYOUTS[name]
-    dest = Path(dest)
-    if dest.exists():
-        shutil.rmtree(dest)
-    shutil.copytree(tiny_folder, dest)
+def _save_image_encoder(folder: Path) -> None:
+    """A tiny CLIPVisionModelWithProjection (Stable Cascade's prior repo ships one)."""
+    from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
+
+    CLIPVisionModelWithProjection(CLIPVisionConfig(
+        hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=16,
+        projection_dim=8,
+    )).save_pretrained(folder)
+
+
+def _rewrite(dest: Path, layout: dict) -> None:
     for folder, kind in layout["tokenizers"].items():
         _TOKENIZER_KINDS[kind](dest / folder)
     extras = layout.get("extras", ())
@@ -260,9 +277,28 @@ def save_hub_layout(tiny_folder: str | Path, name: str, dest: str | Path) -> Pat
         _write_json(dest / "feature_extractor" / "preprocessor_config.json", CLIP_IMAGE_PROCESSOR)
     if "safety_checker" in extras:
         _save_safety_checker(dest / "safety_checker")
+    if "image_encoder" in extras:
+        _save_image_encoder(dest / "image_encoder")
     if layout.get("scheduler"):
         config = _read_json(dest / "scheduler" / "scheduler_config.json")
         _write_json(dest / "scheduler" / "scheduler_config.json", {**config, "_class_name": layout["scheduler"]})
     index = _read_json(dest / "model_index.json")
     _write_json(dest / "model_index.json", {**index, **layout["model_index"]})
-    return dest
+
+
+def save_hub_layout(tiny_folder: str | Path, name: str, dest: str | Path) -> Path:
+    """A copy of the tiny model's diffusers folder at `dest` in the hub layout of `name`'s repo;
+    the folder to load. Würstchen and Stable Cascade: `dest` holds the prior and the decoder
+    folders (and the EffNet file) as the tiny model does; the prior is returned."""
+    layout = HUB_LAYOUTS[name]
+    dest = Path(dest)
+    if dest.exists():
+        shutil.rmtree(dest)
+    if "decoder" not in layout:
+        shutil.copytree(tiny_folder, dest)
+        _rewrite(dest, layout)
+        return dest
+    shutil.copytree(Path(tiny_folder).parent, dest)
+    _rewrite(dest / "prior", layout)
+    _rewrite(dest / "decoder", layout["decoder"])
+    return dest / "prior"

@@ -27,6 +27,8 @@ MODEL_TYPES = {
     "tiny:z-image": ModelType.Z_IMAGE,
     "tiny:flux2-klein": ModelType.FLUX_2,
     "tiny:flux2-dev": ModelType.FLUX_2,
+    "tiny:cascade": ModelType.STABLE_CASCADE_1,
+    "tiny:wuerstchen2": ModelType.WUERSTCHEN_2,
 }
 PROMPT = "a red circle, two blue squares"
 
@@ -47,7 +49,8 @@ def test_a_hub_layout_folder_loads_with_the_tiny_models_tokens(name, tiny_dir, t
 
     tiny = resolve_tiny(name).diffusers_dir
     folder = save_hub_layout(tiny, name, tmp_path / HUB_LAYOUTS[name]["repo"].split("/")[1])
-    model = get_family(MODEL_TYPES[name]).load(str(folder), offline=True)
+    parts = {part: str(folder.parent / path) for part, path in HUB_LAYOUTS[name].get("part_models", {}).items()}
+    model = get_family(MODEL_TYPES[name]).load(str(folder), offline=True, **({"part_models": parts} if parts else {}))
     assert set(model.tokenizers) == {f"text_encoder{f.removeprefix('tokenizer')}" for f in HUB_LAYOUTS[name]["tokenizers"]}
     for part, tokenizer in model.tokenizers.items():
         with sentencepiece_files_readable():
