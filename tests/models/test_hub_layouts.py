@@ -66,7 +66,8 @@ def test_a_hub_layout_folder_loads_with_the_tiny_models_tokens(name, tiny_dir, t
 
 def test_flux2_dev_samples_with_the_tokenizer_of_its_pixtral_processor(tiny_dir, tmp_path):
     """FLUX.2 dev's `tokenizer` is a PixtralProcessor, whose image side needs torchvision: the
-    tokenizer part loads alone, and the pipeline built for samples renders prompts with it."""
+    tokenizer part loads alone, and the pipeline built for samples renders prompts with it; so
+    does a BFL-layout transformer file whose other parts come from the hub-layout folder."""
     from ot_gradio.models.flux2 import Flux2
     from ot_gradio.models.tiny import resolve_tiny
 
@@ -75,3 +76,6 @@ def test_flux2_dev_samples_with_the_tokenizer_of_its_pixtral_processor(tiny_dir,
     assert model.variant == "dev" and not hasattr(model.tokenizer, "image_processor")
     image = model.sample("a red circle", height=32, width=32, steps=1, seed=1)
     assert image.size == (32, 32)
+    file = model.save_single_file(tmp_path / "flux2-dev.safetensors", None)
+    from_file = Flux2.load(str(file), offline=True, config_dir=str(folder))
+    assert type(from_file.tokenizer) is type(model.tokenizer) and from_file.variant == "dev"
