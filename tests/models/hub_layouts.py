@@ -62,7 +62,7 @@ HUB_LAYOUTS: dict[str, dict] = {
     "tiny:flux-fill": {  # files: catalog (as FLUX.1-dev)
         "repo": "black-forest-labs/FLUX.1-Fill-dev", "model_index": FLUX1_INDEX, "tokenizers": {"tokenizer": "clip", "tokenizer_2": "t5"},
     },
-    "tiny:chroma": {  # files: catalog (spiece.model only, added_tokens.json)
+    "tiny:chroma": {  # files: catalog (spiece.model only, added_tokens.json); index: a copy of Chroma1-Base's
         "repo": "lodestones/Chroma1-HD", "model_index": {}, "tokenizers": {"tokenizer": "t5-spm-only"},
     },
     "tiny:pixart": {  # inferred: as PixArt-Sigma
@@ -75,14 +75,15 @@ HUB_LAYOUTS: dict[str, dict] = {
         "repo": "Efficient-Large-Model/Sana_1600M_1024px_diffusers", "model_index": {"tokenizer": ["transformers", "GemmaTokenizerFast"]},
         "tokenizers": {"tokenizer": "gemma"},
     },
-    "tiny:qwen-image": {  # files: catalog (Qwen-Image-2512: vocab.json + merges.txt, no tokenizer.json)
+    "tiny:qwen-image": {  # files: catalog (Qwen-Image-2512: vocab.json + merges.txt, no tokenizer.json); index: InvokeAI's copy
         "repo": "Qwen/Qwen-Image", "model_index": {}, "tokenizers": {"tokenizer": "qwen"},
     },
-    "tiny:z-image": {  # files: catalog (tokenizer.json, vocab.json, merges.txt)
+    "tiny:z-image": {  # files: catalog (tokenizer.json, vocab.json, merges.txt); index: a copy of the repo's
         "repo": "Tongyi-MAI/Z-Image-Turbo", "model_index": {}, "tokenizers": {"tokenizer": "qwen-with-json"},
     },
-    "tiny:flux2-klein": {  # files: catalog (FLUX.2-klein-4B)
-        "repo": "black-forest-labs/FLUX.2-klein-4B", "model_index": {"tokenizer": ["transformers", "Qwen2TokenizerFast"]},
+    "tiny:flux2-klein": {  # files: catalog (FLUX.2-klein-4B); index: copies of the repo's
+        "repo": "black-forest-labs/FLUX.2-klein-4B",
+        "model_index": {"is_distilled": True, "tokenizer": ["transformers", "Qwen2TokenizerFast"]},
         "tokenizers": {"tokenizer": "qwen-with-json"},
     },
     "tiny:cascade": {  # inferred: the prior repo with its image encoder; the decoder repo with the EffNet file on top

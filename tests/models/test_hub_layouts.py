@@ -4,6 +4,8 @@ code, given as the base model like a user's download, and tokenizes as the tiny 
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from ot_gradio.config.enums import ModelType
@@ -51,6 +53,8 @@ def test_a_hub_layout_folder_loads_with_the_tiny_models_tokens(name, tiny_dir, t
     folder = save_hub_layout(tiny, name, tmp_path / HUB_LAYOUTS[name]["repo"].split("/")[1])
     parts = {part: str(folder.parent / path) for part, path in HUB_LAYOUTS[name].get("part_models", {}).items()}
     model = get_family(MODEL_TYPES[name]).load(str(folder), offline=True, **({"part_models": parts} if parts else {}))
+    convert = importlib.import_module("transformers.convert_slow_tokenizer")
+    assert convert.SentencePieceExtractor.__module__ == convert.__name__  # the library's own again after loading
     assert set(model.tokenizers) == {f"text_encoder{f.removeprefix('tokenizer')}" for f in HUB_LAYOUTS[name]["tokenizers"]}
     for part, tokenizer in model.tokenizers.items():
         with sentencepiece_files_readable():
