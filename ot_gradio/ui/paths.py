@@ -18,7 +18,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-
 SECRET_NAMES = frozenset({"secrets.json"})  # the workspace's token file (ot_gradio/secrets.py)
 ROOT_FLAG = "--browse-root"
 
