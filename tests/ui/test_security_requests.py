@@ -212,6 +212,22 @@ def test_host_rule():
     assert wildcard.allows("10.0.0.1") and wildcard.allows(socket.gethostname().lower()) and not wildcard.allows(EVIL)
 
 
+def test_known_browser_cookies_are_signed_with_the_workspace_key(tmp_path):
+    from ot_gradio.ui.guard import KNOWN_BROWSER, RequestGuard, login_key
+    from ot_gradio.ui.paths import PathRefused, check
+
+    key = login_key(tmp_path)
+    assert login_key(tmp_path) == key and len(key) == 32  # kept across restarts
+    assert (tmp_path / ".login-key").stat().st_mode & 0o077 == 0
+    with pytest.raises(PathRefused, match="hidden"):
+        check(tmp_path / ".login-key", [tmp_path])
+    guard, other = RequestGuard(None, HostRule("127.0.0.1"), key=key), RequestGuard(None, HostRule("127.0.0.1"))
+    cookie = {"cookie": f"{KNOWN_BROWSER}=abc.{guard._sign('abc')}"}
+    assert guard.browser_id(cookie) == "abc"
+    assert other.browser_id(cookie) is None  # another key: a cookie made up by a client names no browser
+    assert guard.browser_id({"cookie": f"{KNOWN_BROWSER}=abc.{'0' * 64}"}) is None
+
+
 def test_origins_are_compared_whole():
     assert split_origin("http://127.0.0.1:7860") == ("http", "127.0.0.1", 7860)
     assert split_origin("https://abc.gradio.live") == ("https", "abc.gradio.live", 443)
