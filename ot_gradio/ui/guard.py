@@ -4,10 +4,19 @@
   link's host and --allowed-host names. A web page elsewhere that rebinds its own name to
   127.0.0.1 (DNS rebinding) sends its own name as Host, and is refused (403) on every route.
 - Origin: a request that changes something (POST, PUT, PATCH, DELETE, a websocket) from a browser
-  carries its page's origin; one from another site is refused (403). No Origin (curl, scripts) is
-  allowed: it cannot come from another site's page.
+  carries its page's origin; one from another origin is refused (403). Origins are compared whole:
+  scheme http(s), an allowed host and the port the request came to (another program's page on
+  localhost:3000 is another origin), parsed strictly (no "127.0.0.1:7860.attacker.example").
+  No Origin (curl, scripts) is allowed: it cannot come from another site's page.
+- CORS: only the page's own origin (`exact_origin`; gradio's own rule echoed any localhost origin
+  with credentials: launch.py replaces it).
+- Files: the secrets file (by name, anywhere) and hidden files and folders below a served root
+  are never served, whatever gradio's allowed_paths say.
 - Login (when a password is set): a client's wrong passwords make it wait, longer each time
-  (1 s after the third, doubling to a minute), one attempt at a time; early tries get 429.
+  (1 s after the third, doubling to a minute), one attempt at a time; early tries get 429. The
+  client is the connection's address (X-Forwarded-For counts only from a --trusted-proxy: launch.py
+  tells uvicorn), or, for a browser that has logged in before, that browser (a signed cookie set
+  at each login): an attacker retrying behind the same tunnel or proxy never delays its owner.
   Of gradio's API only what the login page reads answers without a login (gradio left its
   heartbeat and run history open).
 - Size: the whole request body is limited (--max-upload-mb; gradio's own limit is per file).
@@ -16,14 +25,22 @@ No gradio or torch imports: launch.py hands it to gradio through `app_kwargs["mi
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import ipaddress
 import json
+import os
+import re
+import secrets
 import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
+from pathlib import Path
 from urllib.parse import urlsplit
+
+from .paths import SECRET_NAMES, private_part, root_of
 
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
 WILDCARDS = {"", "0.0.0.0", "::"}
@@ -34,17 +51,41 @@ API = "/gradio_api/"
 # theme) and startup-events, which launch() itself calls without a login (it runs the start-up
 # once, then answers "false"). Gradio also left the heartbeat and the run history page open.
 OPEN_API = {"login_check", "user", "token", "app_id", "theme.css", "startup-events"}
+FILE_ROUTES = ("file=", "file/")  # gradio's /gradio_api/file=PATH and its older /file/PATH
+KNOWN_BROWSER = "ot-known-browser"  # the cookie naming a browser that has logged in before
+_NAME = r"(\[[0-9a-f:.]+\]|[a-z0-9_.-]+)"
+_HOST = re.compile(_NAME + r"(?::([0-9]{1,5}))?")
+_ORIGIN = re.compile(r"(https?)://" + _NAME + r"(?::([0-9]{1,5}))?")
+
+
+def split_host(value: str | None) -> tuple[str, int | None] | None:
+    """(name, port) of a Host header ("h", "h:1", "[::1]:1"), lower case, without brackets; None
+    for anything else ("127.0.0.1:7860.attacker.example" is not a host)."""
+    match = _HOST.fullmatch((value or "").strip().lower())
+    return (match[1].strip("[]"), int(match[2]) if match[2] else None) if match else None
+
+
+def split_origin(value: str | None) -> tuple[str, str, int] | None:
+    """(scheme, name, port) of an Origin header, the port filled in from the scheme; None for
+    anything that is not exactly scheme://host[:port] ("null", a path, userinfo, a bad port)."""
+    match = _ORIGIN.fullmatch((value or "").strip().lower())
+    if not match:
+        return None
+    return match[1], match[2].strip("[]"), int(match[3]) if match[3] else (443 if match[1] == "https" else 80)
 
 
 def host_name(value: str | None) -> str | None:
-    """The host of a Host header or an Origin ("http://h:1"), lower case, without port or brackets."""
+    """The host of a Host header, an Origin or a URL ("http://h:1/x"), lower case, without port
+    or brackets; None if it does not parse whole (a port that is not a number included)."""
     if not value:
         return None
     text = value.strip().lower()
     if "://" not in text:
         text = "//" + text
     try:
-        name = urlsplit(text).hostname
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for "h:7860.attacker.example"
+        name = parts.hostname
     except ValueError:
         return None
     return name or None
@@ -127,6 +168,13 @@ class BodyTooLarge(Exception):
     pass
 
 
+def exact_origin(origin: str | None, host: str | None) -> bool:
+    """`origin` names exactly the host and port the request was sent to (the Host header): the
+    only origin gradio's CORS headers may name (launch.py puts this in gradio's place)."""
+    parsed, to = split_origin(origin), split_host(host)
+    return parsed is not None and to is not None and (parsed[1], parsed[2]) == (to[0], to[1] or parsed[2])
+
+
 async def _reply(send, status: int, message: str, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
     body = json.dumps({"detail": message}).encode()
     await send({"type": "http.response.start", "status": status,
@@ -134,13 +182,35 @@ async def _reply(send, status: int, message: str, headers: Iterable[tuple[bytes,
     await send({"type": "http.response.body", "body": body})
 
 
+def login_key(workspace: str | os.PathLike) -> bytes:
+    """The key signing the known-browser cookies, kept in the workspace (a hidden file, mode 0600:
+    never listed or served), so a browser stays known across restarts."""
+    path = Path(workspace) / ".login-key"
+    try:
+        return bytes.fromhex(path.read_text().strip())
+    except (OSError, ValueError):
+        pass
+    key = secrets.token_bytes(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".login-key.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key.hex())
+    os.replace(tmp, path)
+    return key
+
+
 class RequestGuard:
     """The ASGI middleware. `hosts` decides Host and Origin; `max_body` (bytes, None = no limit)
-    bounds a whole request; `limiter` rate-limits logins."""
+    bounds a whole request; `limiter` rate-limits logins; `served` are the roots gradio serves
+    files from (their hidden files are refused); `key` signs the known-browser cookies."""
 
-    def __init__(self, app, hosts: HostRule, max_body: int | None = None, limiter: LoginLimiter | None = None):
+    def __init__(self, app, hosts: HostRule, max_body: int | None = None, limiter: LoginLimiter | None = None,
+                 served: Iterable[str | os.PathLike] = (), key: bytes | None = None):
         self.app, self.hosts, self.max_body = app, hosts, max_body
         self.limiter = limiter or LoginLimiter()
+        self.served = [Path(p).resolve() for p in served]
+        self.key = key or secrets.token_bytes(32)
 
     async def __call__(self, scope, receive, send) -> None:
         kind = scope["type"]
@@ -148,7 +218,7 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
-        problem = self.refusal(kind, scope.get("method", "GET"), headers)
+        problem = self.refusal(kind, scope.get("method", "GET"), headers) or self.file_refusal(scope.get("path", ""))
         if problem:
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008, "reason": problem[:120]})
@@ -169,21 +239,62 @@ class RequestGuard:
                 return
             receive = self._counted(receive)
         if scope.get("method") == "POST" and path.endswith(LOGIN_PATHS) and self._auth(scope):
-            await self._login(scope, receive, send)
+            await self._login(scope, receive, send, headers)
             return
         await self._run(scope, receive, send)
 
     # --- checks ---------------------------------------------------------------------------------
     def refusal(self, kind: str, method: str, headers: dict[str, str]) -> str | None:
         host = headers.get("host")
-        if not self.hosts.allows(host_name(host)):
+        if not self.hosts.allows((split_host(host) or ("",))[0]):
             return (f"Host {host!r} is not this page's address; refused (DNS rebinding?). "
                     "Behind a reverse proxy, start the page with --allowed-host NAME.")
         origin = headers.get("origin")
         if origin is not None and (kind == "websocket" or method.upper() not in SAFE_METHODS):
-            if not self.hosts.allows(host_name(origin)) or origin.strip().lower() == "null":
-                return f"Origin {origin!r} is another site; refused."
+            if not self.same_origin(origin, host):
+                return f"Origin {origin!r} is not this page's origin; refused."
         return None
+
+    def same_origin(self, origin: str, host: str | None) -> bool:
+        """`origin` is the page's own: http(s), an allowed host, and the port of the Host the
+        request came to (a Host without one: the origin scheme's default, as behind a proxy)."""
+        parsed, to = split_origin(origin), split_host(host)
+        if parsed is None or to is None or not self.hosts.allows(parsed[1]):
+            return False
+        return parsed[2] == (to[1] or parsed[2])
+
+    def file_refusal(self, path: str) -> str | None:
+        """Why gradio must not serve the file this request path names (None: gradio decides)."""
+        route = path.split(API, 1)[1] if API in path else path.lstrip("/")
+        if not route.startswith(FILE_ROUTES):
+            return None
+        wanted = route[len(FILE_ROUTES[0]):]
+        if any(name in SECRET_NAMES for name in wanted.replace("\\", "/").split("/")):
+            return "The secrets file is never served."
+        try:
+            resolved = Path(wanted).resolve()
+        except (OSError, ValueError, RuntimeError):
+            return "Not a file this page serves."
+        root = root_of(resolved, self.served)
+        if root is not None and private_part(resolved, root) is not None:
+            return "Hidden and secret files are never served."
+        return None
+
+    def browser_id(self, headers: dict[str, str]) -> str | None:
+        """The id in a valid known-browser cookie (signed with this app's key), else None."""
+        cookies = SimpleCookie()
+        try:
+            cookies.load(headers.get("cookie", ""))
+        except Exception:  # noqa: BLE001 - a malformed cookie header names no browser
+            return None
+        morsel = cookies.get(KNOWN_BROWSER)
+        ident, _, sig = (morsel.value if morsel is not None else "").partition(".")
+        if ident and hmac.compare_digest(sig, self._sign(ident)):
+            return ident
+        return None
+
+    def _sign(self, ident: str) -> str:
+        return hmac.new(self.key, ident.encode(), hashlib.sha256).hexdigest()
 
     @staticmethod
     def _auth(scope) -> bool:
@@ -244,15 +355,25 @@ class RequestGuard:
             return 413
         return status
 
-    async def _login(self, scope, receive, send) -> None:
-        client = (scope.get("client") or ("?", 0))[0]
+    async def _login(self, scope, receive, send, headers: dict[str, str]) -> None:
+        known = self.browser_id(headers)
+        client = f"browser {known}" if known else f"address {(scope.get('client') or ('?', 0))[0]}"
         wait = self.limiter.begin(client)
         if wait > 0:
             await _reply(send, 429, f"Too many wrong passwords: try again in {wait:.0f} s.",
                          [(b"retry-after", str(max(1, round(wait))).encode())])
             return
+        ident = known or secrets.token_hex(16)
+        cookie = (f"{KNOWN_BROWSER}={ident}.{self._sign(ident)}; Path=/; Max-Age=31536000; HttpOnly; "
+                  "SameSite=Strict").encode()
+
+        async def remembered(message):  # a right password: this browser is known from now on
+            if message["type"] == "http.response.start" and 200 <= message["status"] < 300:
+                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
+            await send(message)
+
         status = 500
         try:
-            status = await self._run(scope, receive, send)
+            status = await self._run(scope, receive, remembered)
         finally:
             self.limiter.end(client, 200 <= status < 400)

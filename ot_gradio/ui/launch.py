@@ -1,5 +1,10 @@
 """`python app.py` flags -> checks -> page -> launch. Binds 127.0.0.1 unless told otherwise, and
-never exposes the page (share link or a non-loopback host) without a password."""
+never exposes the page (share link or a non-loopback host) without a password.
+
+The page's folders are fixed here, at start-up: the workspace, the folder the app is started in
+and each --browse-root (ui/paths.py). Gradio serves files from the workspace and the
+--browse-root folders only (not the start folder, which may be a home folder), never the
+secrets file nor hidden files (ui/guard.py)."""
 
 from __future__ import annotations
 
@@ -34,28 +39,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workspace", default="workspace", help="folder for runs (default ./workspace)")
     p.add_argument("--inbrowser", action="store_true", help="open the page in a browser")
     p.add_argument("--browse-root", action="append", default=[], metavar="DIR",
-                   help="a folder the page's file browser may show, besides the workspace, the current folder and the concept folders (repeatable)")
+                   help="a folder the page may browse, read, write and show images from, besides the workspace and the current folder, "
+                        "e.g. where your datasets are (repeatable); a concept folder typed in the page is trained on but not browsed")
     p.add_argument("--max-upload-mb", type=float, default=100.0,
                    help="largest upload the page accepts in one request (all its files together), in MB (default 100; config imports and images are far smaller)")
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="a host name the page answers to besides its address and localhost, e.g. a reverse proxy's (repeatable); "
                         "requests naming another host are refused (DNS rebinding)")
+    p.add_argument("--trusted-proxy", action="append", default=[], metavar="IP",
+                   help="the address of a reverse proxy in front of the page whose X-Forwarded-For header names the real client "
+                        "(repeatable; default none: forwarded headers are ignored, so no one can pick their own address to dodge the login limit)")
     return p
 
 
-def served_paths(workspace: str | os.PathLike, config: dict | None) -> list[str]:
-    """What gradio may serve as files: the workspace and the configured dataset folders only (not
-    the current folder, which may be a home directory holding keys and tokens)."""
+def served_paths(workspace: str | os.PathLike, browse_roots: list[str] | tuple = ()) -> list[str]:
+    """What gradio may serve as files: the workspace and the --browse-root folders, fixed at
+    start-up (not the current folder, which may be a home directory holding keys and tokens,
+    nor a concept folder typed in the page)."""
     from .paths import allowed_roots  # noqa: PLC0415
 
-    return [str(p) for p in allowed_roots(workspace, (), config)]
+    return [str(p) for p in allowed_roots(workspace, browse_roots)]
+
+
+def blocked_paths(workspace: str | os.PathLike) -> list[str]:
+    """Files gradio must never serve whatever else allows them: the workspace's secrets file
+    (the guard also refuses it by name anywhere, and every hidden file below a served root)."""
+    from ..secrets import secrets_path  # noqa: PLC0415
+
+    return [str(secrets_path(Path(workspace).resolve()))]
 
 
 def is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
+    if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def is_address(value: str) -> bool:
+    try:
+        ipaddress.ip_network(value, strict=False)
+        return True
     except ValueError:
         return False
 
@@ -79,7 +105,12 @@ def read_auth(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def check_exposure(args: argparse.Namespace, auth: list[tuple[str, str]]) -> str | None:
-    """An error message if the page would be reachable by others without a password."""
+    """An error message if the page would be reachable by others without a password, or if
+    where it listens is not said (an empty --host: gradio would take GRADIO_SERVER_NAME, e.g.
+    0.0.0.0, every interface)."""
+    if not args.host.strip():
+        return ("--host: empty; give the address to listen on: 127.0.0.1 (this machine only, the default) "
+                "or e.g. 0.0.0.0 (every interface; needs --auth USER:PASSWORD)")
     exposed = args.share or not is_loopback(args.host)
     if exposed and not auth and not args.insecure:
         what = "--share" if args.share else f"--host {args.host}"
@@ -91,17 +122,22 @@ def check_exposure(args: argparse.Namespace, auth: list[tuple[str, str]]) -> str
     return None
 
 
-def launch_kwargs(args: argparse.Namespace, auth: list[tuple[str, str]], demo, served: list[str]) -> dict:
+def launch_kwargs(args: argparse.Namespace, auth: list[tuple[str, str]], demo, served: list[str],
+                  key: bytes | None = None) -> dict:
     """What `demo.launch` gets: the request guard (Host/Origin checks, whole-request size limit,
-    login rate limit; guard.py) goes in as FastAPI middleware, so it sees every route. No
-    OpenAPI schema (it answered without login), no static-file workers or Node front (they would
-    serve requests past the guard)."""
+    login rate limit, files never served; guard.py) goes in as FastAPI middleware, so it sees
+    every route. No OpenAPI schema (it answered without login), no static-file workers or Node
+    front (they would serve requests past the guard). uvicorn takes X-Forwarded-For only from a
+    --trusted-proxy (by default it trusts any local program, which could then pick its address)."""
     from starlette.middleware import Middleware  # noqa: PLC0415
 
     from .guard import HostRule, RequestGuard, host_name  # noqa: PLC0415
 
+    os.environ["FORWARDED_ALLOW_IPS"] = ",".join(args.trusted_proxy)  # read by uvicorn.Config; "" trusts none
+    _own_origin_cors()
     hosts = HostRule(args.host, args.allowed_host, share_host=lambda: host_name(getattr(demo, "share_url", None)))
     max_body = int(args.max_upload_mb * 1024 * 1024) + 64 * 1024  # room for the multipart headers
+    guard = Middleware(RequestGuard, hosts=hosts, max_body=max_body, served=served, key=key)
     return dict(
         server_name=args.host,
         server_port=args.port,
@@ -110,8 +146,9 @@ def launch_kwargs(args: argparse.Namespace, auth: list[tuple[str, str]], demo, s
         inbrowser=args.inbrowser,
         show_error=True,
         allowed_paths=served,
+        blocked_paths=blocked_paths(args.workspace),
         max_file_size=int(args.max_upload_mb * 1024 * 1024),
-        app_kwargs={"middleware": [Middleware(RequestGuard, hosts=hosts, max_body=max_body)], "openapi_url": None},
+        app_kwargs={"middleware": [guard], "openapi_url": None},
         num_workers=0,
         ssr_mode=False,
     )
@@ -143,6 +180,17 @@ def _patient_localhost_check() -> None:
         gradio.blocks.networking.url_ok = url_ok
 
 
+def _own_origin_cors() -> None:
+    """Gradio's CORS middleware answers any origin on localhost, 127.0.0.1 or 0.0.0.0, whatever
+    its port, with credentials: another program's page on this machine could read the page's
+    answers. Only the page's own origin gets CORS headers (same-origin pages need none)."""
+    from gradio import route_utils  # noqa: PLC0415
+
+    from .guard import exact_origin  # noqa: PLC0415
+
+    route_utils.CustomCORSMiddleware.is_valid_origin = lambda self, headers: exact_origin(headers.get("origin"), headers.get("host"))
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -162,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(root).is_dir():
             print(f"--browse-root: {root} is not a folder", file=sys.stderr)
             return 2
+    for proxy in args.trusted_proxy:
+        if not is_address(proxy):
+            print(f"--trusted-proxy: {proxy!r} is not an IP address or network (e.g. 10.0.0.5 or 10.0.0.0/24)", file=sys.stderr)
+            return 2
     from .guard import host_name  # noqa: PLC0415
 
     for name in args.allowed_host:
@@ -174,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (a service manager, `kill`) exits like Ctrl-C, so atexit stops TensorBoard.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
+    from .guard import login_key  # noqa: PLC0415
     from .page import CSS, Page  # noqa: PLC0415
-    from .state import load_ui_config  # noqa: PLC0415
 
     cwd = Path.cwd()
     roots = ([] if cwd == Path(cwd.anchor) else [cwd]) + [Path(r) for r in args.browse_root]
@@ -183,5 +235,6 @@ def main(argv: list[str] | None = None) -> int:
     demo = page.blocks
     _patient_localhost_check()
     # gradio queues by default; another .queue() would build the whole app once more (0.3-0.4 s)
-    demo.launch(css=CSS, **launch_kwargs(args, auth, demo, served_paths(args.workspace, load_ui_config(page.workspace))))
+    served = served_paths(args.workspace, args.browse_root)
+    demo.launch(css=CSS, **launch_kwargs(args, auth, demo, served, login_key(page.workspace) if auth else None))
     return 0

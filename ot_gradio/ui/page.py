@@ -265,9 +265,10 @@ class Page:
         self.blocks.load(self.on_page_load, None, self.all_outputs)
 
     # --- helpers --------------------------------------------------------------------------------
-    def roots(self, config: dict[str, Any]) -> list[Path]:
-        """Folders the file browser may show: the workspace, the launcher's roots, the concepts'."""
-        return allowed_roots(self.workspace, self.extra_roots, config)
+    def roots(self, config: dict[str, Any] | None = None) -> list[Path]:
+        """Folders the page may list, read and write: the workspace and the launcher's roots,
+        fixed at start-up. `config` (the form's) adds nothing: a concept folder is training's."""
+        return allowed_roots(self.workspace, self.extra_roots)
 
     def confined(self, field: str, path: str, roots: list[Path]) -> Path:
         """`path` resolved (symlinks followed) if inside `roots`; else a gr.Error naming the path
@@ -278,9 +279,8 @@ class Page:
             raise gr.Error(f"{field}: {err}") from None
 
     def write_roots(self) -> list[Path]:
-        """Where the page writes config files: the workspace and the launcher's roots, never a
-        concept folder (a dataset is written only by the caption and mask tools)."""
-        return allowed_roots(self.workspace, self.extra_roots)
+        """Where the page writes config files: the same roots (never a hidden or secret file)."""
+        return self.roots()
 
     def autosave(self, config: dict[str, Any]) -> None:
         save_ui_config(self.workspace, config)
@@ -392,7 +392,7 @@ class Page:
 
         name = file if isinstance(file, str) else getattr(file, "name", "")
         upload_root = Path(get_upload_folder()).resolve()
-        config = self.read_any(self.confined("Import file", str(name or ""), [upload_root, *self.roots({})]))
+        config = self.read_any(self.confined("Import file", str(name or ""), [upload_root, *self.roots()]))
         self.autosave(config)
         return self.populate(config)
 

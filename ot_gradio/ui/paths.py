@@ -1,9 +1,14 @@
-"""Which folders the page's file browser may show, and the checks every browse request goes
-through. No gradio, no torch: the browser widget (browser.py) only calls these.
+"""Which folders the page may use, and the checks every path it takes goes through. No
+gradio, no torch: the browser widget (browser.py), the tools and config load/save call these.
 
-A browse request is a path typed or picked in the page. It is resolved (``..`` collapsed,
-symlinks followed) before it is compared with the allowed roots, so neither ``../..``, an
-absolute path elsewhere nor a symlink pointing out of a root can list a folder outside them.
+The roots are fixed when the app starts (launch.py): the workspace, the folder the app was
+started in and each --browse-root. Nothing typed in the page adds one: a concept folder is read
+by training, but the page lists, reads, writes and serves only inside the roots.
+
+A path is resolved (``..`` collapsed, symlinks followed) before it is compared with the roots,
+so neither ``../..``, an absolute path elsewhere nor a symlink pointing out of a root reaches a
+folder outside them. Below a root, hidden names (``.ssh``, ``.config``, ``.env``) and the
+secrets file are refused: a home folder used as a root keeps its keys and tokens.
 """
 
 from __future__ import annotations
@@ -12,11 +17,13 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+SECRET_NAMES = frozenset({"secrets.json"})  # the workspace's token file (ot_gradio/secrets.py)
+ROOT_FLAG = "--browse-root"
 
 
 class PathRefused(ValueError):
-    """A browse request resolving outside every allowed root."""
+    """A path resolving outside every allowed root, or to a hidden or secret file inside one."""
 
 
 @dataclass(frozen=True)
@@ -32,19 +39,12 @@ def _resolved(path: str | os.PathLike, base: Path) -> Path:
 
 
 def allowed_roots(workspace: str | os.PathLike, extra: Iterable[str | os.PathLike] = (),
-                  config: dict[str, Any] | None = None, base: Path | None = None) -> list[Path]:
-    """The app's workspace, the launcher's extra roots, and the config's concept folders; each
-    resolved, existing, and listed once. A concept folder that is a filesystem root ("/") is
-    left out: a config typed or imported in the page must not open the whole disk."""
+                  base: Path | None = None) -> list[Path]:
+    """The app's workspace and the launcher's extra roots (the start folder, --browse-root);
+    each resolved, existing, and listed once. Never a value from the page or a config."""
     base = Path.cwd() if base is None else base
     found: list[Path] = [_resolved(workspace, base)]
     found += [_resolved(p, base) for p in extra if str(p).strip()]
-    for concept in (config or {}).get("concepts") or []:
-        path = str(concept.get("path") or "").strip()
-        if path:
-            resolved = _resolved(path, base)
-            if resolved != Path(resolved.anchor):
-                found.append(resolved)
     out: list[Path] = []
     for root in found:
         if root.is_dir() and root not in out:
@@ -58,6 +58,15 @@ def root_of(path: Path, roots: Iterable[Path]) -> Path | None:
     return max(inside, key=lambda r: len(r.parts)) if inside else None
 
 
+def private_part(path: Path, root: Path) -> str | None:
+    """The first name of `path` below `root` that the page never touches: a hidden one
+    (".ssh", ".env") or the secrets file; None if there is none."""
+    for name in path.relative_to(root).parts:
+        if name.startswith(".") or name in SECRET_NAMES:
+            return name
+    return None
+
+
 def check(path: str | os.PathLike, roots: list[Path], base: Path | None = None) -> Path:
     """The resolved path if it lies inside an allowed root; PathRefused otherwise. The one check
     for every path the page takes: the file browser, the tools, config load/save and presets."""
@@ -67,8 +76,13 @@ def check(path: str | os.PathLike, roots: list[Path], base: Path | None = None) 
         resolved = _resolved(path, Path.cwd() if base is None else base)
     except (ValueError, OSError, RuntimeError) as err:
         raise PathRefused(f"{str(path)[:200]!r} is not a usable path ({err})") from None
-    if root_of(resolved, roots) is None:
-        raise PathRefused(f"{path} is outside the folders this page may use ({', '.join(map(str, roots)) or 'none'})")
+    root = root_of(resolved, roots)
+    if root is None:
+        raise PathRefused(f"{path} is outside the folders this page may use ({', '.join(map(str, roots)) or 'none'}); "
+                          f"to use another folder here, start the app with {ROOT_FLAG} FOLDER")
+    private = private_part(resolved, root)
+    if private is not None:
+        raise PathRefused(f"{path}: the page does not use hidden or secret files and folders ({private!r})")
     return resolved
 
 
@@ -108,7 +122,7 @@ def list_folder(folder: str | os.PathLike, roots: list[Path], files: bool = True
     except OSError as err:
         raise PathRefused(f"{folder}: {err.strerror or err}") from None
     for name in names:
-        if name.startswith("."):
+        if name.startswith(".") or name in SECRET_NAMES:
             continue
         target = (resolved / name).resolve()
         if root_of(target, roots) is None:

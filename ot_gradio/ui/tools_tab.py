@@ -2,8 +2,8 @@
 
 The context gives a tool the job supervisor (heavy tools run in a worker process), the page's
 config state (its concept folders are offered as datasets) and the path checks: a folder or file
-typed in a tool must lie inside the folders this page may browse (workspace, --browse-root, the
-concepts' folders), the same rule as the file browser's."""
+typed in a tool must lie inside the folders this page may use (the workspace, the start folder,
+--browse-root; fixed at start-up), the same rule as the file browser's."""
 
 from __future__ import annotations
 

@@ -59,8 +59,8 @@ def test_add_a_concept_then_use_its_folder(module_app, module_page, tmp_path):
     """Item 1: Add keeps the tab working and what is typed afterwards is kept; item 5: the folder
     just typed is where Browse opens, and the tools accept it without a restart."""
     page = module_page
-    images = tmp_path / "my-cats"  # outside the app's folder and its workspace
-    images.mkdir()
+    images = module_app["cwd"] / f"my-cats-{tmp_path.name}"  # in the app's start folder, outside its workspace
+    images.mkdir()  # (a folder outside every root is trained on, never browsed: tests/ui/test_security_paths.py)
     for name, colour in (("a.png", "red"), ("b.png", "blue")):
         Image.new("RGB", (32, 32), colour).save(images / name)
     page.goto(module_app["url"])
@@ -78,7 +78,7 @@ def test_add_a_concept_then_use_its_folder(module_app, module_page, tmp_path):
              "the typed folder to reach the config")
     assert [c["name"] for c in ui_config(module_app)["concepts"]] == ["demo", "my cats"]
 
-    # Browse opens at the field's folder, listing its images (no restart, no --browse-root)
+    # Browse opens at the field's folder, listing its images (no restart)
     page.locator("#concept-concepts-path-browse").click()
     page.locator("#browser.open").wait_for()
     wait_for(lambda: box(page, "browse-folder").input_value() == str(images.resolve()), "the browser to open at the folder")

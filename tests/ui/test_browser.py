@@ -110,16 +110,18 @@ def test_file_fields_need_a_file_and_save_fields_keep_the_file_name(page, files)
     assert out[save.field] == str((root / "models" / "my-lora.safetensors").resolve())
 
 
-def test_concept_folders_are_roots_and_a_pick_reaches_the_config(page, tmp_path):
+def test_a_concept_folder_is_no_root_and_a_pick_reaches_the_config(page, tmp_path):
     elsewhere = tmp_path.parent / f"{tmp_path.name}-dataset"
     (elsewhere / "more").mkdir(parents=True)
     config = page.on_page_load()[page.config_state]
     browser = page.concepts.fields["path"].browser
-    assert browser.go(str(elsewhere), config)[browser.message].startswith("**Refused:**")
-    config["concepts"][0]["path"] = str(elsewhere)
-    out = browser.go(str(elsewhere), config)
-    assert out[browser.message] == "" and choices(out, browser) == [str((elsewhere / "more").resolve())]
-    picked = browser.use_it(str(elsewhere / "more"), None, "", config)[browser.field]
+    config["concepts"][0]["path"] = str(elsewhere)  # typed: training reads it, the browser stays in its roots
+    assert "--browse-root" in browser.go(str(elsewhere), config)[browser.message]
+    dataset = tmp_path / "dataset"  # in the folder the app was started in
+    (dataset / "more").mkdir(parents=True)
+    out = browser.go(str(dataset), config)
+    assert out[browser.message] == "" and choices(out, browser) == [str((dataset / "more").resolve())]
+    picked = browser.use_it(str(dataset / "more"), None, "", config)[browser.field]
     # the page then runs the concept's edit handler with the field's new value
     values = page.form_values(config)
     values[page.concepts.fields["path"].component] = picked

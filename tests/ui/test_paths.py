@@ -25,19 +25,12 @@ def tree(tmp_path):
     return root, outside
 
 
-def test_allowed_roots_are_workspace_extras_and_concept_folders(tmp_path):
-    ws, extra, concept = tmp_path / "ws", tmp_path / "extra", tmp_path / "concept"
-    for d in (ws, extra, concept):
+def test_allowed_roots_are_the_workspace_and_the_launchers_extras(tmp_path):
+    ws, extra = tmp_path / "ws", tmp_path / "extra"
+    for d in (ws, extra):
         d.mkdir()
-    config = {"concepts": [{"path": str(concept)}, {"path": str(tmp_path / "missing")}, {"path": "/"}, {"path": str(ws)}]}
-    roots = allowed_roots(ws, [extra], config)
-    assert roots == [ws.resolve(), extra.resolve(), concept.resolve()]  # missing, "/" and duplicates left out
-
-
-def test_relative_concept_paths_resolve_against_the_app_folder(tmp_path):
-    (tmp_path / "data").mkdir()
-    roots = allowed_roots(tmp_path / "ws-missing", [], {"concepts": [{"path": "data"}]}, base=tmp_path)
-    assert roots == [(tmp_path / "data").resolve()]
+    roots = allowed_roots(ws, [extra, tmp_path / "missing", ws, "data"], base=tmp_path)
+    assert roots == [ws.resolve(), extra.resolve()]  # missing ones and duplicates left out
 
 
 def test_check_accepts_paths_inside_a_root(tree):

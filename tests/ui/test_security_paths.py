@@ -1,6 +1,8 @@
 """Every handler of the page that takes a path goes through the one check (paths.check): config
 load, save and import, presets, the file browser and the tools' path fields refuse paths outside
-the page's folders and symlinks leading out, with a message naming the path and the folders."""
+the page's folders and symlinks leading out, with a message naming the path and the folders.
+The folders are fixed at start-up: a concept folder typed in the page opens nothing, and hidden
+files and folders inside them (a home folder's .docker, .config, .ssh) are never used."""
 
 import json
 import os
@@ -73,23 +75,67 @@ def test_save_refuses_outside_symlinks_out_dotfiles_and_non_json(page, outside, 
         with pytest.raises(gr.Error) as err:
             page.on_save(path, config)
         refused(err)
-    for path in (str(page.workspace / ".bashrc"), str(page.workspace / "run.sh"), str(page.workspace)):
+    for path in (str(page.workspace / "run.sh"), str(page.workspace)):
         with pytest.raises(gr.Error, match=r"must name a \.json file"):
             page.on_save(path, config)
     assert {p.name: p.read_bytes() for p in outside.iterdir()} == before  # nothing written outside
     assert not (page.workspace / ".bashrc").exists()
 
 
-def test_save_does_not_write_into_a_concept_folder_outside_the_workspace(page, outside):
-    """A concept folder may be read (it is in the browser's roots) but a config is never saved
-    into a dataset."""
+def test_a_concept_folder_opens_nothing_to_the_page(page, outside):
+    """A concept folder is read by training; typed in the page (here: a folder outside every root,
+    and /etc) it is not listed, read, written nor served."""
+    folder = outside
     config = page.on_page_load()[page.config_state]
-    config = {**config, "concepts": [{**config["concepts"][0], "path": str(outside)}]}
-    assert outside.resolve() in page.roots(config)
+    etc = {**config, "concepts": [{**config["concepts"][0], "path": "/etc"}]}
+    assert "Refused" in next(iter(page.browser.browsers.values())).go("/etc", etc)[page.browser.message]
+    config = {**config, "concepts": [{**config["concepts"][0], "path": str(folder)}]}
+    assert page.roots(config) == page.roots()
+    browser = next(iter(page.browser.browsers.values()))
+    message = browser.go(str(folder), config)[page.browser.message]
+    assert "Refused" in message and "--browse-root FOLDER" in message
+    assert browser.open(str(folder), config)[page.browser.folder] == ""  # Browse opens at the roots
     with pytest.raises(gr.Error) as err:
-        page.on_save(str(outside / "saved.json"), config)
+        page.on_load(str(folder / "config.json"), config)
     refused(err)
-    assert not (outside / "saved.json").exists()
+    with pytest.raises(gr.Error) as err:
+        page.on_save(str(folder / "saved.json"), config)
+    refused(err)
+    ctx = ToolsContext(page.workspace, page.jobs, page.config_state, page.roots)
+    for use in (ctx.folder, ctx.output):
+        with pytest.raises(ToolInputError, match="outside the folders this page may use"):
+            use("Output", str(folder / "merged.safetensors") if use == ctx.output else str(folder), config)
+    assert not (folder / "saved.json").exists()
+    from ot_gradio.ui.launch import served_paths
+    from ot_gradio.ui.state import save_ui_config
+
+    save_ui_config(page.workspace, config)  # then a restart: what gradio serves
+    assert served_paths(page.workspace) == [str(page.workspace.resolve())]
+
+
+def test_hidden_folders_of_the_start_folder_are_never_written_or_read(page, tmp_path):
+    """Started in a home folder: Save, Load, the tools and the browser leave its hidden folders
+    (.docker, .config) and the workspace's secrets file alone."""
+    config = page.on_page_load()[page.config_state]
+    docker, settings = tmp_path / ".docker" / "config.json", tmp_path / ".config" / "app" / "settings.json"
+    for file in (docker, settings):
+        file.parent.mkdir(parents=True)
+        file.write_text('{"auths": {}}')
+    (page.workspace / "secrets.json").write_text('{"huggingface_token": "hf_x"}')
+    for path in (docker, settings, tmp_path / ".config" / "new.json", page.workspace / "secrets.json"):
+        with pytest.raises(gr.Error, match="hidden or secret"):
+            page.on_save(str(path), config)
+        with pytest.raises(gr.Error, match="hidden or secret"):
+            page.on_load(str(path), config)
+    assert docker.read_text() == settings.read_text() == '{"auths": {}}'
+    assert not (tmp_path / ".config" / "new.json").exists()
+    ctx = ToolsContext(page.workspace, page.jobs, page.config_state, page.roots)
+    with pytest.raises(ToolInputError, match="hidden or secret"):
+        ctx.output("Output", str(tmp_path / ".config" / "x.safetensors"), config)
+    browser = next(iter(page.browser.browsers.values()))
+    assert "Refused" in browser.go(str(tmp_path / ".config"), config)[page.browser.message]
+    page.on_save(str(tmp_path / "configs.json"), config)  # the start folder itself is still usable
+    assert (tmp_path / "configs.json").is_file()
 
 
 def test_import_reads_only_uploads_and_the_page_folders(page, outside, links, monkeypatch, tmp_path_factory):

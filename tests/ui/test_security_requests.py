@@ -2,6 +2,7 @@
 DNS rebinding and cross-site requests are refused on every route, logins are rate-limited, only
 what a login page needs answers without a login, and the upload limit covers a whole request."""
 
+import os
 import socket
 import time
 
@@ -9,7 +10,7 @@ import gradio as gr
 import httpx
 import pytest
 
-from ot_gradio.ui.guard import HostRule, LoginLimiter, host_name
+from ot_gradio.ui.guard import HostRule, LoginLimiter, exact_origin, host_name, split_host, split_origin
 from ot_gradio.ui.launch import _patient_localhost_check, build_parser, launch_kwargs
 
 EVIL = "attacker.example"
@@ -77,10 +78,14 @@ def test_dns_rebinding_requests_are_refused(page_app):
                            headers={"Host": EVIL, "Origin": f"http://{EVIL}"})
         assert resp.status_code == 403 and "event_id" not in resp.text
         # cross-site POST with a local Host (CSRF) and the "null" origin of sandboxed frames
-        for origin in (f"http://{EVIL}", f"http://{EVIL}:{port}", "null", f"http://127.0.0.1.{EVIL}"):
+        for origin in (f"http://{EVIL}", f"http://{EVIL}:{port}", "null", f"http://127.0.0.1.{EVIL}",
+                       f"http://127.0.0.1:{port}.{EVIL}", f"http://localhost:{int(port) + 1}", f"ftp://127.0.0.1:{port}",
+                       f"http://me@127.0.0.1:{port}"):
             resp = client.post(f"{base}/gradio_api/queue/join", json=join_payload(page), headers={"Origin": origin})
             assert resp.status_code == 403, origin
             assert "Origin" in resp.json()["detail"]
+        for host in (f"127.0.0.1:{port}.{EVIL}", f"localhost:{port}@{EVIL}"):  # parsed whole, not by a URL parser
+            assert client.get(f"{base}/config", headers={"Host": host}).status_code == 403, host
         # the page itself, from this machine, by any local name
         for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"[::1]:{port}"):
             assert client.get(f"{base}/config", headers={"Host": host}).status_code == 200, host
@@ -207,9 +212,54 @@ def test_host_rule():
     assert wildcard.allows("10.0.0.1") and wildcard.allows(socket.gethostname().lower()) and not wildcard.allows(EVIL)
 
 
+def test_known_browser_cookies_are_signed_with_the_workspace_key(tmp_path):
+    from ot_gradio.ui.guard import KNOWN_BROWSER, RequestGuard, login_key
+    from ot_gradio.ui.paths import PathRefused, check
+
+    key = login_key(tmp_path)
+    assert login_key(tmp_path) == key and len(key) == 32  # kept across restarts
+    assert (tmp_path / ".login-key").stat().st_mode & 0o077 == 0
+    with pytest.raises(PathRefused, match="hidden"):
+        check(tmp_path / ".login-key", [tmp_path])
+    guard, other = RequestGuard(None, HostRule("127.0.0.1"), key=key), RequestGuard(None, HostRule("127.0.0.1"))
+    cookie = {"cookie": f"{KNOWN_BROWSER}=abc.{guard._sign('abc')}"}
+    assert guard.browser_id(cookie) == "abc"
+    assert other.browser_id(cookie) is None  # another key: a cookie made up by a client names no browser
+    assert guard.browser_id({"cookie": f"{KNOWN_BROWSER}=abc.{'0' * 64}"}) is None
+
+
+def test_origins_are_compared_whole():
+    assert split_origin("http://127.0.0.1:7860") == ("http", "127.0.0.1", 7860)
+    assert split_origin("https://abc.gradio.live") == ("https", "abc.gradio.live", 443)
+    for bad in ("http://127.0.0.1:7860.attacker.example", "null", "http://127.0.0.1:7860/", "http://u@127.0.0.1", "file://x"):
+        assert split_origin(bad) is None, bad
+    assert split_host("127.0.0.1:7860.attacker.example") is None and split_host("[::1]:7860") == ("::1", 7860)
+    assert exact_origin("http://127.0.0.1:7860", "127.0.0.1:7860") and exact_origin("https://abc.gradio.live", "abc.gradio.live")
+    assert not exact_origin("http://localhost:7861", "localhost:7860") and not exact_origin("http://localhost:7860", "127.0.0.1:7860")
+
+
+def test_an_empty_host_is_refused_and_forwarded_headers_need_a_trusted_proxy(monkeypatch):
+    """`--host ""` let gradio take GRADIO_SERVER_NAME (0.0.0.0: every interface, no password)."""
+    from ot_gradio.ui.launch import check_exposure
+
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")
+    for argv in (["--host", ""], ["--host", " ", "--auth", "me:pw"]):
+        problem = check_exposure(args := build_parser().parse_args(argv), [("me", "pw")] if args.auth else [])
+        assert problem and problem.startswith("--host: empty"), argv
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", "127.0.0.1")  # uvicorn's default trusts any local program
+    with gr.Blocks() as demo:
+        gr.Markdown("x")
+    launch_kwargs(build_parser().parse_args([]), [], demo, [])
+    assert os.environ["FORWARDED_ALLOW_IPS"] == ""  # trusts no one
+    launch_kwargs(build_parser().parse_args(["--trusted-proxy", "10.0.0.5", "--trusted-proxy", "10.1.0.0/16"]), [], demo, [])
+    assert os.environ["FORWARDED_ALLOW_IPS"] == "10.0.0.5,10.1.0.0/16"
+
+
 def test_allowed_host_flag_is_checked(tmp_path, capsys):
     from ot_gradio.ui.launch import main
 
     assert main(["--allowed-host", "http://", "--workspace", str(tmp_path)]) == 2
     assert "--allowed-host" in capsys.readouterr().err
+    assert main(["--trusted-proxy", "proxy.example", "--workspace", str(tmp_path)]) == 2
+    assert "--trusted-proxy" in capsys.readouterr().err
     assert build_parser().parse_args(["--allowed-host", "a.example", "--allowed-host", "b"]).allowed_host == ["a.example", "b"]
