@@ -21,7 +21,9 @@ ComfyUI's Flux.2 model is a subclass of its Flux model, so its LoRA key map is t
 `ff.linear_in/out`, `attn.to_qkv_mlp_proj`, `attn.to_out`): `transformer.<diffusers path>`
 (diffusers/PEFT files) and `lora_transformer_<path with _>` (OneTrainer's COMFY_LORA) name a
 diffusers layer, which patches its rows of the BFL weight. That map has no entry for Flux.2's
-`time_guidance_embed.*` and its three shared modulations, so ComfyUI skips LoRA layers there.
+`time_guidance_embed.*` and its three shared modulations, so ComfyUI skips LoRA layers named so
+there; kohya files name those layers (and the blocks' MLPs) by their original keys instead
+(`lora_unet_double_stream_modulation_img_lin`, training/lora_keys_comfy.py), which every ComfyUI maps.
 """
 
 from __future__ import annotations
