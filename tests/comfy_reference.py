@@ -103,6 +103,12 @@ def pixart_map(depth: int, micro_conditions: bool) -> set[str]:
     return out
 
 
+def clip_l_map(n_layers: int) -> set[str]:
+    """CLIP-L's layers (LORA_CLIP_MAP): `lora_te_` and `lora_te1_text_model_encoder_layers_N_...`."""
+    names = ("self_attn_q_proj", "self_attn_k_proj", "self_attn_v_proj", "self_attn_out_proj", "mlp_fc1", "mlp_fc2")
+    return {f"{p}text_model_encoder_layers_{i}_{n}" for p in ("lora_te_", "lora_te1_") for i in range(n_layers) for n in names}
+
+
 def t5_keys(n_blocks: int) -> list[str]:
     """ComfyUI's T5 encoder weights (comfy/text_encoders/t5.py, gated feed-forward)."""
     attn = [f"encoder.block.{i}.layer.0.SelfAttention.{p}" for i in range(n_blocks) for p in "qkvo"]

@@ -108,9 +108,9 @@ class LoadedLora(NamedTuple):
 
 
 def kohya_prefixes(base_model_version: str = "sd_v1") -> dict[str, str]:
-    """Part -> kohya prefix: SDXL's CLIP-L is `lora_te1_` (sd-scripts, A1111, ComfyUI and
-    diffusers read it so), SD 1.x/2.x's one encoder `lora_te_`."""
-    if str(base_model_version).startswith(("sdxl", "sd3")):  # SD 3: lora_te1_/2_/3_ (training/lora_keys_sd3.py)
+    """Part -> kohya prefix: SDXL's and Flux.1's CLIP-L is `lora_te1_` (sd-scripts, A1111, ComfyUI
+    and diffusers read it so; diffusers' Flux loader reads no `lora_te_`), SD 1.x/2.x's one encoder `lora_te_`."""
+    if str(base_model_version).startswith(("sdxl", "sd3", "flux1")):  # SD 3: lora_te1_/2_/3_ (training/lora_keys_sd3.py)
         return {**_KOHYA_PREFIX, "text_encoder": "lora_te1_"}
     if str(base_model_version).startswith(_PRIOR_VERSIONS):
         return {**_KOHYA_PREFIX, "text_encoder": "lora_prior_te_"}

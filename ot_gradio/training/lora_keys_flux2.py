@@ -90,14 +90,19 @@ def save_original_transformer(path: str | os.PathLike, transformer, state_dict, 
 
 
 def comfy_lora_targets(transformer, lora_keys: Iterable[str]) -> dict[str, Place]:
-    """For each LoRA layer (`transformer.<path>...` or `lora_transformer_<path with _>...`), the
-    BFL weight (and rows) it patches, as ComfyUI's Flux key map resolves it; a key no rule
-    places raises ValueError naming it."""
+    """For each LoRA layer (`transformer.<path>...`, `lora_transformer_<path with _>...` or
+    `lora_unet_<original key with _>`, ComfyUI's rule for every model's whole weights), the BFL
+    weight (and rows) it patches, as ComfyUI's key map resolves it; a key no rule places raises
+    ValueError naming it."""
     layout = module_layout(transformer)
     kohya = kohya_paths(layout)
+    whole = {"lora_unet_" + p.key.replace(".", "_"): p for p in layout.values() if p.start is None and not p.swap}
     out: dict[str, Place] = {}
     for key in lora_keys:
         layer = lora_layer(key)
+        if layer in whole:
+            out[layer] = _param_place(whole[layer], "weight")
+            continue
         path = layer.removeprefix("transformer.") if layer.startswith("transformer.") else kohya.get(layer)
         if path is None or path not in layout:
             raise ValueError(f"LoRA key {key!r}: ComfyUI has no Flux.2 weight for this layer")

@@ -57,8 +57,7 @@ def comfy_names(name: str, model) -> set[str]:
         names = ref.generic_unet(original) | ref.flux_map(tr.num_layers, tr.num_single_layers)
         if name == "flux":
             clip_layers = model.text_encoder.config.num_hidden_layers
-            names |= {f"lora_te_text_model_encoder_layers_{i}_{p}" for i in range(clip_layers)
-                      for p in ("self_attn_q_proj", "self_attn_k_proj", "self_attn_v_proj", "self_attn_out_proj", "mlp_fc1", "mlp_fc2")}
+            names |= ref.clip_l_map(clip_layers)
             names |= ref.t5_map(model.text_encoder_2.config.num_layers, clip_l=True)
         elif chroma:
             names |= ref.t5_map(model.text_encoder.config.num_layers, clip_l=False)
@@ -115,3 +114,47 @@ def test_every_kohya_layer_name_is_one_comfyui_maps_and_reads_back(name, tmp_pat
         expected = lora_state_dict(module)
         assert loaded.parts[part].keys() == expected.keys()
         assert all(torch.equal(loaded.parts[part][k], expected[k]) for k in expected)
+
+
+# family, transformer layer filter, trained text encoders: the KOHYA files diffusers' own
+# load_lora_weights reads (Flux.1 / Chroma only attention layers: its converter has no place for
+# the other ones; Z-Image and Qwen-Image every transformer layer)
+DIFFUSERS_READS = [("z-image", "full", ()), ("qwen-image", "full", ()), ("flux", "attn-only", ("text_encoder",)),
+                   ("chroma", "attn-only", ())]
+
+
+@pytest.mark.parametrize(("name", "preset", "text_encoders"), DIFFUSERS_READS)
+def test_diffusers_loads_every_layer_of_our_kohya_file_as_merged(name, preset, text_encoders, tmp_path):
+    from ot_gradio.models.common import base_module
+    from ot_gradio.tools.convert import merge_into
+    from ot_gradio.training.lora import add_lora
+    from ot_gradio.training.lora_format import KOHYA, load_lora_file, save_lora
+
+    torch.manual_seed(0)
+    model = _model(name)
+    parts = {"transformer": preset, **{te: "full" for te in text_encoders}}
+    gen = torch.Generator().manual_seed(1)
+    for part, layers in parts.items():
+        add_lora(getattr(model, part), kind="unet" if part == "transformer" else "text_encoder", rank=2, alpha=1.0, dropout=0.0,
+                 layer_preset=layers, presets=model.lora_layer_presets.get(part))
+        for p in getattr(model, part).parameters():
+            if p.requires_grad:
+                p.data = torch.randn(p.shape, generator=gen) * 0.05
+    path = save_lora(tmp_path / "k.safetensors", {p: getattr(model, p) for p in parts}, base_model_version=model.lora_base_model_version,
+                     lora_format=KOHYA, module_names=model.lora_module_names())
+    torch.manual_seed(0)
+    ours = _model(name)
+    loaded = load_lora_file(path, module_names=ours.lora_module_names(), denoiser=ours.denoiser)
+    merge_into(ours, loaded.parts, loaded.rank, loaded.alpha, 1.0)
+
+    torch.manual_seed(0)
+    pipe = _model(name).pipeline()
+    pipe.load_lora_weights(str(path))
+    for part in parts:
+        adapters = sum(1 for m in getattr(pipe, part).modules() if getattr(m, "lora_A", None))
+        assert adapters == len(loaded.parts[part]) // 2, part  # every layer of the file, none ignored
+    pipe.fuse_lora(components=list(parts))
+    for part in parts:
+        theirs = {k.replace(".base_layer", ""): v for k, v in getattr(pipe, part).state_dict().items() if ".lora_" not in k}
+        for key, value in base_module(getattr(ours, part)).state_dict().items():
+            torch.testing.assert_close(theirs[key], value, rtol=0, atol=1e-6, msg=f"{part}.{key}")
