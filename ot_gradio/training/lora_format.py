@@ -424,8 +424,9 @@ _Layers = dict[tuple[str, str], tuple[dict[str, torch.Tensor], float | None, boo
 def _layers_from_kohya(
     tensors: Mapping[str, torch.Tensor], module_names: Mapping[str, Mapping[str, str]], denoiser: str = "unet"
 ) -> _Layers:
-    renamed = {
-        (part, new.replace(".", "_")): path for part, names in module_names.items() for path, new in names.items()
+    renamed = {  # a layer now written under a whole name still reads back from its old `_`-joined path
+        (part, (path if is_full_name(new) else new).replace(".", "_")): path
+        for part, names in module_names.items() for path, new in names.items()
     }
     full = _full_names(module_names)
     names: dict[str, dict[str, torch.Tensor]] = {}

@@ -158,3 +158,17 @@ def test_diffusers_loads_every_layer_of_our_kohya_file_as_merged(name, preset, t
         theirs = {k.replace(".base_layer", ""): v for k, v in getattr(pipe, part).state_dict().items() if ".lora_" not in k}
         for key, value in base_module(getattr(ours, part)).state_dict().items():
             torch.testing.assert_close(theirs[key], value, rtol=0, atol=1e-6, msg=f"{part}.{key}")
+
+
+def test_files_written_with_the_earlier_names_still_read_back(tmp_path):
+    """Z-Image transformers of earlier files (`lora_transformer_` + the diffusers path) load as before."""
+    from ot_gradio.training.lora import lora_state_dict
+    from ot_gradio.training.lora_format import KOHYA, load_lora_file, save_lora
+
+    model = _model("z-image")
+    parts = {"transformer": _train_full(model)["transformer"]}
+    path = save_lora(tmp_path / "old.safetensors", parts, base_model_version="z_image", lora_format=KOHYA,
+                     module_names={"transformer": {k: k for k in model.lora_module_names()["transformer"]}})
+    loaded = load_lora_file(path, module_names=model.lora_module_names(), denoiser=model.denoiser)
+    for part, module in parts.items():
+        assert loaded.parts[part].keys() == lora_state_dict(module).keys()
