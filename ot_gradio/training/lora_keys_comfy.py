@@ -109,16 +109,3 @@ def qwen_image(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
 def pixart(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
     return {"transformer": {p: "transformer." + p for p in paths.get("transformer", ())},
             "text_encoder": {p: "lora_te1_" + p.replace(".", "_") for p in paths.get("text_encoder", ())}}
-
-
-def unnamed_layers(names: dict[str, dict[str, str]], trained: dict[str, Iterable[str]]) -> dict[str, list[str]]:
-    """part -> trained layers the family gives no ComfyUI name (their file entries would be skipped)."""
-    out = {}
-    for part, paths in trained.items():
-        table = names.get(part)
-        if table is None:
-            continue
-        missing = sorted(p for p in paths if p not in table)
-        if missing:
-            out[part] = missing
-    return out
