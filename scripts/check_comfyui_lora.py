@@ -48,6 +48,8 @@ FAMILIES = {
     "pixart-sigma": ("ot_gradio.models.pixart_sigma", "PixArtSigma",
                      ("ot_gradio.models.pixart_sigma", "tiny_pixart_sigma_components", ()),
                      ("comfy.text_encoders.pixart_t5", "PixArtT5XXL")),
+    "pixart-alpha": ("ot_gradio.models.pixart", "PixArtAlpha", ("ot_gradio.models.pixart", "tiny_pixart_components", ()),
+                     ("comfy.text_encoders.pixart_t5", "PixArtT5XXL")),
 }
 
 
@@ -123,7 +125,8 @@ COMFY_MODELS = {
     "qwen-image": ("QwenImage", lambda c: {}),
 }
 COMFY_MODELS.update({"chroma": ("Chroma", COMFY_MODELS["flux"][1]), "flux2-dev": ("Flux2", COMFY_MODELS["flux"][1]),
-                     "flux2-klein": ("Flux2", COMFY_MODELS["flux"][1]), "pixart-sigma": COMFY_MODELS["pixart"]})
+                     "flux2-klein": ("Flux2", COMFY_MODELS["flux"][1]), "pixart-sigma": COMFY_MODELS["pixart"],
+                     "pixart-alpha": COMFY_MODELS["pixart"]})
 
 
 def _comfy_model(name: str, transformer_config, weights: dict):
