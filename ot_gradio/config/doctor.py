@@ -201,6 +201,7 @@ def errors(config: TrainConfig) -> list[str]:
                    "gradients arrive, so it cannot work with multi_gpu; turn one of them off.")
     out += optimizer_problems(opt)
     out += output_format_problems(config)
+    out += lora_reader_problems(config)
     dora = dora_format_problem(config)
     if dora:
         out.append(dora)
@@ -224,6 +225,25 @@ def output_format_problems(config: Any) -> list[str]:
         return [f"output_model_format: a fine-tune is a whole model and {fmt.value} {why}; choose SAFETENSORS or "
                 "ORIGINAL_SINGLE_FILE (one .safetensors checkpoint) or DIFFUSERS (a folder)."]
     return []
+
+
+def lora_reader_problems(config: Any) -> list[str]:
+    """A trained part that no reader loads from the chosen LoRA file layout (the family's
+    `lora_unread`): refused before the run rather than trained and silently dropped on load."""
+    info = family_info(config.model_type)
+    fmt = ModelFormat(config.output_model_format)
+    layout = "kohya" if fmt in KOHYA_LORA_FORMATS else "diffusers" if fmt in DIFFUSERS_LORA_FORMATS else None
+    if info is None or config.training_method != TrainingMethod.LORA or layout is None:
+        return []
+    out = []
+    for where, part, why in info.lora_unread:
+        if where != layout or not getattr(getattr(config, part, None), "train", False):
+            continue
+        other = "KOHYA_LORA" if layout == "diffusers" else "SAFETENSORS"
+        elsewhere = any(w != layout and p == part for w, p, _ in info.lora_unread)
+        fix = f"turn off training {part}" if elsewhere else f"save as {other}, or turn off training {part}"
+        out.append(f"{part}.train: a {config.model_type.value} {part} LoRA saved as {fmt.value} would load nowhere: {why}; {fix}.")
+    return out
 
 
 def offload_problems(config: Any) -> list[str]:

@@ -44,6 +44,15 @@ class Chroma1(FluxDev1):
     t5_length_option = "text_encoder_sequence_length"
     modelspec_architecture = "chroma"
 
+    def lora_module_names(self) -> dict[str, dict[str, str]]:
+        """Kohya renames: the approximator under its original names and T5 as `lora_te1_` (what
+        ComfyUI maps for a T5-only model; training/lora_keys_comfy.py)."""
+        from ot_gradio.models.common import base_module
+        from ot_gradio.models.flow_family import comfy_lora_module_names
+        from ot_gradio.training.lora_keys_sd3 import layer_paths
+
+        return comfy_lora_module_names("chroma", {p: layer_paths(base_module(getattr(self, p))) for p in ("transformer", "text_encoder")})
+
     @classmethod
     def _pipeline_class(cls):
         from diffusers import ChromaPipeline

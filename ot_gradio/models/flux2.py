@@ -79,6 +79,7 @@ class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
     text_encoder_description = "its Mistral3 (dev) or Qwen3 (Klein) text encoder"
     default_config_repo = "black-forest-labs/FLUX.2-dev"
     lora_base_model_version = "flux2"
+    comfy_lora_names = "flux2"  # layers ComfyUI's Flux map lacks, by original name (training/lora_keys_comfy.py)
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
     single_file_layout = "bfl"  # BFL-layout transformer files, through diffusers' converter

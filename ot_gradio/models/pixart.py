@@ -203,6 +203,14 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
 
     # ---------------------------------------------------------------- parts
 
+    def lora_module_names(self) -> dict[str, dict[str, str]]:
+        """Kohya renames: the transformer as `transformer.<path>` (ComfyUI's PixArt map: q/k/v are
+        rows of fused weights, so no `lora_unet_` name) and T5 as `lora_te1_` (training/lora_keys_comfy.py)."""
+        from ot_gradio.models.flow_family import comfy_lora_module_names
+        from ot_gradio.training.lora_keys_sd3 import layer_paths
+
+        return comfy_lora_module_names("pixart", {p: layer_paths(base_module(getattr(self, p))) for p in ("transformer", "text_encoder")})
+
     @property
     def parts(self) -> dict[str, torch.nn.Module]:
         return {part: getattr(self, part) for part in PARTS}

@@ -118,6 +118,7 @@ class QwenImage(IdentityLoraNames, FlowFamily):
     text_encoder_description = "its Qwen2.5-VL text encoder"
     default_config_repo = "Qwen/Qwen-Image"
     lora_base_model_version = "qwen_image"
+    comfy_lora_names = "qwen_image"  # the text encoder as ComfyUI names it (training/lora_keys_comfy.py)
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     native_resolution = 1024  # the pipeline's default size (1328 x 1328 is its largest square bucket)
     bucket_step = 16  # VAE 8 x patch 2

@@ -78,6 +78,7 @@ class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
     text_encoder_description = "its Qwen3 text encoder"
     default_config_repo = "Tongyi-MAI/Z-Image"
     lora_base_model_version = "z_image"
+    comfy_lora_names = "z_image"  # LoRA layer names ComfyUI and diffusers read (training/lora_keys_comfy.py)
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
     single_file_layout = "original"  # the transformer file people download, through diffusers' converter

@@ -13,8 +13,9 @@ kohya names depend on the base model (`base_model_version`): SD 1.x/2.x write `l
 diffusers UNet names; SDXL writes `lora_te1_` / `lora_te2_` and, given the model's renames
 (`module_names`, from the family's `lora_module_names()`), the original UNet names
 (`lora_unet_input_blocks_4_1_...`) that sd-scripts, A1111 and ComfyUI use. Reading takes the
-same renames to map such names back. PixArt-α writes OneTrainer's `lora_transformer_` (diffusers
-transformer names) and `lora_te_` for T5, whose paths have no `text_model.` wrapper.
+same renames to map such names back. A rename may be a whole layer name: the families ComfyUI
+names otherwise (Z-Image, PixArt, Flux.2, Chroma, Qwen-Image's text encoder) give the names its key
+map reads (training/lora_keys_comfy.py), and reading maps them back the same way.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from torch import nn
 from ot_gradio.config.resolution import parse_resolutions
 from ot_gradio.fsutil import atomic_write
 from ot_gradio.training.lora import lora_rank_alpha, lora_state_dict, text_model_prefix
+from ot_gradio.training.lora_keys_comfy import is_full_name
 from ot_gradio.training.lora_variants import (
     DORA_IN,
     check_layer,
@@ -106,9 +108,9 @@ class LoadedLora(NamedTuple):
 
 
 def kohya_prefixes(base_model_version: str = "sd_v1") -> dict[str, str]:
-    """Part -> kohya prefix: SDXL's CLIP-L is `lora_te1_` (sd-scripts, A1111, ComfyUI and
-    diffusers read it so), SD 1.x/2.x's one encoder `lora_te_`."""
-    if str(base_model_version).startswith(("sdxl", "sd3")):  # SD 3: lora_te1_/2_/3_ (training/lora_keys_sd3.py)
+    """Part -> kohya prefix: SDXL's and Flux.1's CLIP-L is `lora_te1_` (sd-scripts, A1111, ComfyUI
+    and diffusers read it so; diffusers' Flux loader reads no `lora_te_`), SD 1.x/2.x's one encoder `lora_te_`."""
+    if str(base_model_version).startswith(("sdxl", "sd3", "flux1")):  # SD 3: lora_te1_/2_/3_ (training/lora_keys_sd3.py)
         return {**_KOHYA_PREFIX, "text_encoder": "lora_te1_"}
     if str(base_model_version).startswith(_PRIOR_VERSIONS):
         return {**_KOHYA_PREFIX, "text_encoder": "lora_prior_te_"}
@@ -121,8 +123,11 @@ def kohya_name(
     part: str, module_path: str, base_model_version: str = "sd_v1", module_names: Mapping[str, str] | None = None
 ) -> str:
     """`lora_unet_down_blocks_0_...` / `lora_te_text_model_encoder_layers_0_self_attn_q_proj`;
-    `module_names` renames the part's module paths first (SDXL's original UNet names)."""
+    `module_names` renames the part's module paths first (SDXL's original UNet names); a rename
+    that is a whole layer name (training/lora_keys_comfy.py) is the name."""
     module_path = (module_names or {}).get(module_path, module_path)
+    if is_full_name(module_path):
+        return module_path
     if part in _TEXT_PARTS and not module_path.startswith(_OUTSIDE_TEXT_MODEL):
         module_path = "text_model." + module_path
     return kohya_prefixes(base_model_version)[part] + module_path.replace(".", "_")
@@ -400,7 +405,8 @@ def load_lora_file(
     metadata = read_lora_metadata(path)
     if not tensors:
         raise ValueError(f"{path} holds no tensors.")
-    if all(k.startswith("lora_") for k in tensors):
+    full = _full_names(module_names or {})
+    if all(k.startswith("lora_") or _full_layer(k, full) for k in tensors):
         layers = _layers_from_kohya(tensors, module_names or {}, denoiser)
     elif all(k.split(".", 1)[0] in _KOHYA_PREFIX for k in tensors):
         layers = _layers_from_diffusers(tensors, metadata)
@@ -418,16 +424,21 @@ _Layers = dict[tuple[str, str], tuple[dict[str, torch.Tensor], float | None, boo
 def _layers_from_kohya(
     tensors: Mapping[str, torch.Tensor], module_names: Mapping[str, Mapping[str, str]], denoiser: str = "unet"
 ) -> _Layers:
-    renamed = {
-        (part, new.replace(".", "_")): path for part, names in module_names.items() for path, new in names.items()
+    renamed = {  # a layer now written under a whole name still reads back from its old `_`-joined path
+        (part, (path if is_full_name(new) else new).replace(".", "_")): path
+        for part, names in module_names.items() for path, new in names.items()
     }
+    full = _full_names(module_names)
     names: dict[str, dict[str, torch.Tensor]] = {}
     for key, tensor in tensors.items():
-        name, _, suffix = key.partition(".")
-        names.setdefault(name, {})[suffix] = tensor
+        name = _full_layer(key, full) or key.partition(".")[0]
+        names.setdefault(name, {})[key[len(name) + 1 :]] = tensor
     layers: _Layers = {}
     for name, entries in names.items():
         peft_form, alpha = from_kohya(name, entries)
+        if name in full:
+            layers[full[name]] = (peft_form, alpha, True)
+            continue
         prefix = next((p for p in _KOHYA_READ_PREFIX if name.startswith(p)), None)
         if prefix is None:
             raise ValueError(f"Unknown kohya LoRA prefix in {name!r}.")
@@ -437,6 +448,21 @@ def _layers_from_kohya(
         path = renamed.get((part, flat)) or _strip_text_model(part, module_path_from_kohya(flat))
         layers[(part, path)] = (peft_form, alpha, True)
     return layers
+
+
+def _full_names(module_names: Mapping[str, Mapping[str, str]]) -> dict[str, tuple[str, str]]:
+    """Whole layer names among the renames (training/lora_keys_comfy.py) -> (part, module path)."""
+    return {new: (part, path) for part, names in module_names.items() for path, new in names.items() if is_full_name(new)}
+
+
+def _full_layer(key: str, full: Mapping[str, tuple[str, str]]) -> str | None:
+    """The whole layer name `key` is an entry of (dotted names hold dots themselves), or None."""
+    i = key.find(".")
+    while i != -1:
+        if key[:i] in full:
+            return key[:i]
+        i = key.find(".", i + 1)
+    return None
 
 
 def _layers_from_diffusers(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> _Layers:

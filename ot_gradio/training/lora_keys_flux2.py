@@ -21,7 +21,9 @@ ComfyUI's Flux.2 model is a subclass of its Flux model, so its LoRA key map is t
 `ff.linear_in/out`, `attn.to_qkv_mlp_proj`, `attn.to_out`): `transformer.<diffusers path>`
 (diffusers/PEFT files) and `lora_transformer_<path with _>` (OneTrainer's COMFY_LORA) name a
 diffusers layer, which patches its rows of the BFL weight. That map has no entry for Flux.2's
-`time_guidance_embed.*` and its three shared modulations, so ComfyUI skips LoRA layers there.
+`time_guidance_embed.*` and its three shared modulations, so ComfyUI skips LoRA layers named so
+there; kohya files name those layers (and the blocks' MLPs) by their original keys instead
+(`lora_unet_double_stream_modulation_img_lin`, training/lora_keys_comfy.py), which every ComfyUI maps.
 """
 
 from __future__ import annotations
@@ -88,14 +90,19 @@ def save_original_transformer(path: str | os.PathLike, transformer, state_dict, 
 
 
 def comfy_lora_targets(transformer, lora_keys: Iterable[str]) -> dict[str, Place]:
-    """For each LoRA layer (`transformer.<path>...` or `lora_transformer_<path with _>...`), the
-    BFL weight (and rows) it patches, as ComfyUI's Flux key map resolves it; a key no rule
-    places raises ValueError naming it."""
+    """For each LoRA layer (`transformer.<path>...`, `lora_transformer_<path with _>...` or
+    `lora_unet_<original key with _>`, ComfyUI's rule for every model's whole weights), the BFL
+    weight (and rows) it patches, as ComfyUI's key map resolves it; a key no rule places raises
+    ValueError naming it."""
     layout = module_layout(transformer)
     kohya = kohya_paths(layout)
+    whole = {"lora_unet_" + p.key.replace(".", "_"): p for p in layout.values() if p.start is None and not p.swap}
     out: dict[str, Place] = {}
     for key in lora_keys:
         layer = lora_layer(key)
+        if layer in whole:
+            out[layer] = _param_place(whole[layer], "weight")
+            continue
         path = layer.removeprefix("transformer.") if layer.startswith("transformer.") else kohya.get(layer)
         if path is None or path not in layout:
             raise ValueError(f"LoRA key {key!r}: ComfyUI has no Flux.2 weight for this layer")

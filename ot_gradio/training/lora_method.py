@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ..config.doctor import dora_format_problem
+from ..config.doctor import dora_format_problem, lora_reader_problems
 from ..config.enums import DIFFUSERS_LORA_FORMATS, KOHYA_LORA_FORMATS, ModelFormat, TrainingMethod
 from .device import output_dtype
 from .embedding_method import save_embedding_files
@@ -55,9 +55,9 @@ class LoraMethod(EmbeddingSupport):
     def setup(self, model: Any, config: Any, device: torch.device) -> list[ParamGroup]:
         spec = AdapterSpec.from_config(config)  # bad settings fail before any training
         check_output_format(spec, lora_file_format(config.output_model_format) == DIFFUSERS)
-        problem = dora_format_problem(config)
-        if problem:
-            raise ValueError(problem)
+        problems = [p for p in (dora_format_problem(config), *lora_reader_problems(config)) if p]
+        if problems:
+            raise ValueError(problems[0])
         for module in model.parts.values():
             module.requires_grad_(False)
         start = None

@@ -86,10 +86,12 @@ def _image(pipe, seed=0):
 
 
 def _merge_kohya(pipe, path) -> set[str]:
-    """Merge a kohya LoRA into the pipeline's weights; returns the prefixes it touched."""
+    """Merge a kohya LoRA into the pipeline's weights, by the names ComfyUI gives PixArt layers
+    (`transformer.<path>`, T5 `lora_te1_<path with _>`); returns the prefixes it touched."""
     tensors = load_file(str(path))
-    targets = {"lora_transformer_": pipe.transformer, "lora_te_": pipe.text_encoder}
-    modules = {prefix: {n.replace(".", "_"): m for n, m in root.named_modules()} for prefix, root in targets.items()}
+    targets = {"transformer.": pipe.transformer, "lora_te1_": pipe.text_encoder}
+    modules = {prefix: {(n if prefix.endswith(".") else n.replace(".", "_")): m for n, m in root.named_modules()}
+               for prefix, root in targets.items()}
     touched = set()
     with torch.no_grad():
         for key in tensors:
@@ -118,8 +120,8 @@ def test_pixart_lora_of_transformer_and_t5_in_kohya_format(tiny_pixart, shapes, 
     out = tmp_path / "out" / "lora.safetensors"
     with safe_open(str(out), "pt") as f:
         keys, meta = list(f.keys()), f.metadata()
-    assert any(k.startswith("lora_transformer_transformer_blocks_") for k in keys)
-    assert any(k.startswith("lora_te_encoder_block_") for k in keys)  # T5, OneTrainer's names
+    assert any(k.startswith("transformer.transformer_blocks.") for k in keys)  # ComfyUI's PixArt map
+    assert any(k.startswith("lora_te1_encoder_block_") for k in keys)  # T5 alone: ComfyUI's lora_te1_
     assert meta["ss_base_model_version"] == "pixart_alpha" and meta["ss_network_dim"] == "4"
 
     pipe = _pipeline(tiny_pixart)
@@ -127,7 +129,7 @@ def test_pixart_lora_of_transformer_and_t5_in_kohya_format(tiny_pixart, shapes, 
     with torch.no_grad():
         t5_before = pipe.text_encoder(ids)[0]
     before = _image(pipe)
-    assert _merge_kohya(pipe, out) == {"lora_transformer_", "lora_te_"}
+    assert _merge_kohya(pipe, out) == {"transformer.", "lora_te1_"}
     with torch.no_grad():
         t5_after = pipe.text_encoder(ids)[0]
     after = _image(pipe)

@@ -1,0 +1,111 @@
+"""The names ComfyUI gives LoRA layers, per family, for KOHYA_LORA / COMFY_LORA files.
+
+ComfyUI builds one key map per loaded model (comfy/lora.py `model_lora_keys_unet` and
+`model_lora_keys_clip`) and skips every file entry the map lacks. What it maps, by family:
+- Every model: `lora_unet_<original key, `_`-joined>` and `diffusion_model.<original key>` for each
+  weight of the model in its original (single-file) layout; every text encoder weight as
+  `text_encoders.<ComfyUI's key>`.
+- Flux.1 / Chroma / Flux.2 (all Flux models to it): `lora_transformer_<diffusers path>` for the
+  layers of `comfy/utils.py flux_to_diffusers` (q/k/v land on rows of the fused weights). Flux.2's
+  own layers (`ff.linear_in/out`, the single blocks' `to_qkv_mlp_proj` / `to_out`, the shared
+  modulations, `time_guidance_embed`) and Chroma's `distilled_guidance_layer` are whole weights of
+  the original layout, so they are written under their original names (`lora_unet_...`).
+- Z-Image (ComfyUI's Lumina2 model): `diffusion_model.<diffusers path>` for the layers of
+  `z_image_to_diffusers`; diffusers' Z-Image loader reads the same names.
+- PixArt: `transformer.<diffusers path>` for the layers of `pixart_to_diffusers`.
+- T5 alone (Chroma, PixArt): `lora_te1_<path>`; CLIP-L + T5 (Flux.1): `lora_te2_`.
+- Qwen2.5-VL (Qwen-Image) and Qwen3 (Z-Image): only `text_encoders.<name>.transformer.model.<path>`
+  (`qwen25_7b`, `qwen3_4b`), the language model's layers.
+
+A value here is a whole layer name (lora_format writes `<name>.lora_down.weight`, `.lora_up.weight`
+and `.alpha`, the kohya/LyCORIS entries ComfyUI reads for any name) and reads back to its path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+# a rename that starts so is the whole layer name in the file, not a module path under the part's prefix
+FULL_NAME_PREFIXES = ("lora_unet_", "lora_transformer_", "lora_te", "lycoris_", "transformer.", "diffusion_model.",
+                      "text_encoders.")
+
+# Flux.2 and Chroma layers ComfyUI's Flux map (flux_to_diffusers) does not name, as their original keys
+_FLUX2_DOUBLE = {"ff.linear_in": "img_mlp.0", "ff.linear_out": "img_mlp.2",
+                 "ff_context.linear_in": "txt_mlp.0", "ff_context.linear_out": "txt_mlp.2"}
+_FLUX2_SINGLE = {"attn.to_qkv_mlp_proj": "linear1", "attn.to_out": "linear2"}
+_FLUX2_TOP = {
+    "time_guidance_embed.timestep_embedder.linear_1": "time_in.in_layer",
+    "time_guidance_embed.timestep_embedder.linear_2": "time_in.out_layer",
+    "time_guidance_embed.guidance_embedder.linear_1": "guidance_in.in_layer",
+    "time_guidance_embed.guidance_embedder.linear_2": "guidance_in.out_layer",
+    "double_stream_modulation_img.linear": "double_stream_modulation_img.lin",
+    "double_stream_modulation_txt.linear": "double_stream_modulation_txt.lin",
+    "single_stream_modulation.linear": "single_stream_modulation.lin",
+}
+
+
+def is_full_name(name: str) -> bool:
+    return name.startswith(FULL_NAME_PREFIXES)
+
+
+def _unet(original: str) -> str:
+    return "lora_unet_" + original.replace(".", "_")
+
+
+def _block(path: str, blocks: str) -> tuple[str, str] | None:
+    """`transformer_blocks.3.ff.linear_in` -> ("3", "ff.linear_in") when `path` is under `blocks`."""
+    if not path.startswith(blocks + "."):
+        return None
+    index, _, rest = path[len(blocks) + 1 :].partition(".")
+    return index, rest
+
+
+def flux2_original(path: str) -> str | None:
+    """The original key of a Flux.2 layer ComfyUI's Flux map lacks (None: the map names it)."""
+    if (hit := _block(path, "transformer_blocks")) and hit[1] in _FLUX2_DOUBLE:
+        return f"double_blocks.{hit[0]}.{_FLUX2_DOUBLE[hit[1]]}"
+    if (hit := _block(path, "single_transformer_blocks")) and hit[1] in _FLUX2_SINGLE:
+        return f"single_blocks.{hit[0]}.{_FLUX2_SINGLE[hit[1]]}"
+    return _FLUX2_TOP.get(path)
+
+
+def chroma_original(path: str) -> str | None:
+    """The original key of a layer of Chroma's approximator (None: another layer)."""
+    root = "distilled_guidance_layer."
+    if not path.startswith(root):
+        return None
+    rest = path[len(root) :]
+    if rest.startswith("layers."):
+        rest = rest.replace(".linear_1", ".in_layer").replace(".linear_2", ".out_layer")
+    return root + rest
+
+
+def flux2(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
+    return {"transformer": {p: _unet(o) for p in paths.get("transformer", ()) if (o := flux2_original(p))}}
+
+
+def chroma(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
+    return {"transformer": {p: _unet(o) for p in paths.get("transformer", ()) if (o := chroma_original(p))},
+            "text_encoder": {p: "lora_te1_" + p.replace(".", "_") for p in paths.get("text_encoder", ())}}
+
+
+def z_image(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
+    return {"transformer": {p: "diffusion_model." + p for p in paths.get("transformer", ())},
+            "text_encoder": {p: "text_encoders.qwen3_4b.transformer.model." + p for p in paths.get("text_encoder", ())}}
+
+
+def qwen_image(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
+    """The transformer keeps its names (`lora_unet_` + diffusers path: ComfyUI's Qwen-Image keys are
+    diffusers'); the language model's layers are `text_encoders.qwen25_7b.transformer.model.layers...`;
+    the vision tower and `lm_head` have no name (ComfyUI's Qwen2.5-VL has no `lm_head`, other vision names)."""
+    te = {}
+    for p in paths.get("text_encoder", ()):
+        rest = p.removeprefix("model.").removeprefix("language_model.")
+        if rest.startswith("layers."):
+            te[p] = "text_encoders.qwen25_7b.transformer.model." + rest
+    return {"text_encoder": te}
+
+
+def pixart(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
+    return {"transformer": {p: "transformer." + p for p in paths.get("transformer", ())},
+            "text_encoder": {p: "lora_te1_" + p.replace(".", "_") for p in paths.get("text_encoder", ())}}

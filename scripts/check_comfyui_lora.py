@@ -1,0 +1,231 @@
+"""Load our KOHYA_LORA / DIFFUSERS_LORA files with ComfyUI's own code and compare with our merge.
+
+    python scripts/check_comfyui_lora.py --comfyui /path/to/ComfyUI [--family flux ...] [--format kohya ...]
+
+ComfyUI's source is imported from the given folder (never part of this repository). For each
+family a tiny model is built, every layer (`full`, text encoders where the family trains them)
+gets a random LoRA, and the file is written as training writes it. ComfyUI then loads the
+transformer file we write (ORIGINAL_TRANSFORMER), maps the
+LoRA with `comfy.lora.model_lora_keys_unet` (over its model class holding our tiny transformer's
+original-layout weights) and `model_lora_keys_clip` (its text encoders built at full size on the
+meta device), patches with `load_lora` and `calculate_weight` as its ModelPatcher does, and the
+patched transformer weights are compared with our own `convert merge` of the same file. Printed per
+family and format: layers in the file, layers ComfyUI skipped (named), transformer weights ComfyUI
+patched / we merged, max |ComfyUI - ours| (inf: a weight we merged that ComfyUI left alone).
+
+ComfyUI needs `einops`; ComfyUI's model modules import torchvision at import time, so a
+stand-in module is installed when torchvision is missing (nothing here runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# family -> (module, class, tiny components builder (module, function, args), ComfyUI text encoder (module, class))
+FAMILIES = {
+    "flux": ("ot_gradio.models.flux", "FluxDev1", ("ot_gradio.models.flux_tiny", "tiny_flux_components", ()),
+             ("comfy.text_encoders.flux", "FluxClipModel")),
+    "chroma": ("ot_gradio.models.chroma", "Chroma1", ("ot_gradio.models.chroma", "tiny_chroma_components", ()),
+               ("comfy.text_encoders.pixart_t5", "PixArtT5XXL")),
+    "flux2-dev": ("ot_gradio.models.flux2", "Flux2", ("ot_gradio.models.flux2_tiny", "tiny_flux2_components", ("dev",)), None),
+    "flux2-klein": ("ot_gradio.models.flux2", "Flux2", ("ot_gradio.models.flux2_tiny", "tiny_flux2_components", ("klein",)), None),
+    "z-image": ("ot_gradio.models.z_image", "ZImage", ("ot_gradio.models.z_image_tiny", "tiny_z_image_components", ()),
+                ("comfy.text_encoders.z_image", "ZImageTEModel")),
+    "qwen-image": ("ot_gradio.models.qwen_image", "QwenImage",
+                   ("ot_gradio.models.qwen_image_tiny", "tiny_qwen_image_components", ()),
+                   ("comfy.text_encoders.qwen_image", "QwenImageTEModel")),
+    "pixart-sigma": ("ot_gradio.models.pixart_sigma", "PixArtSigma",
+                     ("ot_gradio.models.pixart_sigma", "tiny_pixart_sigma_components", ()),
+                     ("comfy.text_encoders.pixart_t5", "PixArtT5XXL")),
+    "pixart-alpha": ("ot_gradio.models.pixart", "PixArtAlpha", ("ot_gradio.models.pixart", "tiny_pixart_components", ()),
+                     ("comfy.text_encoders.pixart_t5", "PixArtT5XXL")),
+}
+
+
+def _import_comfyui(path: Path) -> None:
+    sys.path.insert(0, str(path))
+    import diffusers  # noqa: F401  (they decide on torchvision before the stand-in exists)
+    import transformers  # noqa: F401
+
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        stub = types.ModuleType("torchvision")
+        stub.transforms = types.ModuleType("torchvision.transforms")
+        stub.transforms.InterpolationMode = types.SimpleNamespace(BICUBIC=3, BILINEAR=2, NEAREST=0)
+        sys.modules.update({"torchvision": stub, "torchvision.transforms": stub.transforms})
+    sys.argv = [sys.argv[0], "--cpu"]
+    import comfy.options
+
+    comfy.options.enable_args_parsing()
+
+
+def _build(name: str):
+    module, cls, (tiny_module, tiny_fn, args), _ = FAMILIES[name]
+    components = getattr(importlib.import_module(tiny_module), tiny_fn)(*args)
+    family = getattr(importlib.import_module(module), cls)
+    return family(**components) if name.startswith("pixart") else family(components)
+
+
+def _train_full(model, seed: int = 0) -> dict:
+    from ot_gradio.training.lora import add_lora
+
+    parts = {model.denoiser: "unet"}
+    if not type(model).__name__.startswith("Flux2"):  # Flux.2 trains its transformer only
+        parts.update({te: "text_encoder" for te in model.text_encoder_names})
+    gen = torch.Generator().manual_seed(seed)
+    for part, kind in parts.items():
+        add_lora(getattr(model, part), kind=kind, rank=4, alpha=1.0, dropout=0.0, layer_preset="full",
+                 presets=model.lora_layer_presets.get(part))
+        for p in getattr(model, part).parameters():
+            if p.requires_grad:
+                p.data = torch.randn(p.shape, generator=gen) * 0.05
+    return {part: getattr(model, part) for part in parts}
+
+
+def _layer(key: str) -> str:
+    for suffix in (".lora_down.weight", ".lora_up.weight", ".lora_A.weight", ".lora_B.weight", ".alpha", ".dora_scale"):
+        if key.endswith(suffix):
+            return key[: -len(suffix)]
+    return key
+
+
+def _comfy_text_keys(name: str) -> dict:
+    spec = FAMILIES[name][3]
+    if spec is None:
+        return {}
+    import comfy.lora
+
+    try:
+        cls = getattr(importlib.import_module(spec[0]), spec[1])
+    except (ImportError, AttributeError):
+        return {}
+    with torch.device("meta"):
+        te = cls(device="meta")
+    return comfy.lora.model_lora_keys_clip(te, {})
+
+
+# family -> (ComfyUI model class, its unet_config read from our transformer's config)
+COMFY_MODELS = {
+    "flux": ("Flux", lambda c: {"depth": c.num_layers, "depth_single_blocks": c.num_single_layers,
+                                "hidden_size": c.num_attention_heads * c.attention_head_dim}),
+    "pixart": ("PixArt", lambda c: {"depth": c.num_layers, "hidden_size": c.num_attention_heads * c.attention_head_dim}),
+    "z-image": ("Lumina2", lambda c: {"n_layers": c.n_layers, "dim": c.dim, "n_refiner_layers": c.n_refiner_layers}),
+    "qwen-image": ("QwenImage", lambda c: {}),
+}
+COMFY_MODELS.update({"chroma": ("Chroma", COMFY_MODELS["flux"][1]), "flux2-dev": ("Flux2", COMFY_MODELS["flux"][1]),
+                     "flux2-klein": ("Flux2", COMFY_MODELS["flux"][1]), "pixart-sigma": COMFY_MODELS["pixart"],
+                     "pixart-alpha": COMFY_MODELS["pixart"]})
+
+
+def _comfy_model(name: str, transformer_config, weights: dict):
+    """ComfyUI's model class for the family holding our tiny original-layout weights (its key maps
+    read `state_dict()` and `model_config.unet_config` only). Flux.2 falls back to ComfyUI's Flux
+    class where this ComfyUI has no Flux2 (the newer one derives from it)."""
+    import comfy.model_base
+
+    cls_name, config = COMFY_MODELS[name]
+    cls = getattr(comfy.model_base, cls_name, None) or (comfy.model_base.Flux if cls_name == "Flux2" else None)
+    if cls is None:
+        return None
+    sd = {"diffusion_model." + k: v for k, v in weights.items()}
+    model = cls.__new__(cls)
+    torch.nn.Module.__init__(model)
+    model.state_dict = lambda *a, **k: sd
+    model.model_config = types.SimpleNamespace(unet_config=config(transformer_config))
+    return model
+
+
+def _patched(patches: dict, weights: dict) -> dict:
+    """What ComfyUI's ModelPatcher (add_patches, then calculate_weight per weight) makes of `weights`."""
+    import comfy.lora
+
+    per_key: dict[str, list] = {}
+    for k, v in patches.items():
+        key, offset, function = (k, None, None) if isinstance(k, str) else (k[0], k[1], k[2] if len(k) > 2 else None)
+        per_key.setdefault(key, []).append((1.0, v, 1.0, offset, function))
+    out = {}
+    for key, plist in per_key.items():
+        weight = weights[key.removeprefix("diffusion_model.")].float().clone()
+        out[key.removeprefix("diffusion_model.")] = comfy.lora.calculate_weight(plist, weight, key)
+    return out
+
+
+def check(name: str, fmt: str, work: Path) -> dict:
+    import comfy.lora
+    import comfy.lora_convert
+    import comfy.utils
+    from safetensors.torch import load_file
+
+    from ot_gradio.tools.convert import merge_into
+    from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
+
+    torch.manual_seed(0)
+    model = _build(name)
+    base = work / f"{name}-base.safetensors"
+    model.save_single_file(base, None)
+    weights = {k.removeprefix("model.diffusion_model."): v for k, v in load_file(str(base)).items()}
+    parts = _train_full(model)
+    lora = save_lora(work / f"{name}-{fmt}.safetensors", parts, module_names=model.lora_module_names(),
+                     base_model_version=model.lora_base_model_version, lora_format=KOHYA if fmt == "kohya" else DIFFUSERS)
+    comfy_model = _comfy_model(name, model.transformer.config, weights)
+    if comfy_model is None:
+        return {"family": name, "format": fmt, "error": "this ComfyUI has no model class for it"}
+    unet_map = comfy.lora.model_lora_keys_unet(comfy_model, {})
+    sd = comfy.lora_convert.convert_lora(comfy.utils.load_torch_file(str(lora), safe_load=True))
+    layers = {_layer(k) for k in sd}
+    skipped = sorted(layers - set(unet_map) - set(_comfy_text_keys(name)))
+    logging.disable(logging.WARNING)  # load_lora warns about the text encoder keys, checked above
+    theirs = _patched(comfy.lora.load_lora(sd, unet_map), weights)
+    logging.disable(logging.NOTSET)
+    torch.manual_seed(0)
+    ours_model = _build(name)  # the same seed: the same base weights
+    loaded = load_lora_file(lora, module_names=ours_model.lora_module_names(), denoiser=ours_model.denoiser)
+    merge_into(ours_model, loaded.parts, loaded.rank, loaded.alpha, 1.0)
+    merged = work / f"{name}-{fmt}-merged.safetensors"
+    ours_model.save_single_file(merged, None)
+    ours = {k.removeprefix("model.diffusion_model."): v for k, v in load_file(str(merged)).items()}
+    changed = {k for k, v in ours.items() if not torch.equal(v, weights[k])}  # what our merge moved
+    diff = max((float((theirs[k] - ours[k].float()).abs().max()) if k in theirs else float("inf") for k in changed),
+               default=float("nan"))
+    return {"family": name, "format": fmt, "layers": len(layers), "skipped": skipped, "max_diff": diff,
+            "weights_patched": len(theirs), "weights_merged": len(changed)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--comfyui", required=True, type=Path, help="a ComfyUI source folder (holding comfy/lora.py)")
+    parser.add_argument("--family", action="append", choices=sorted(FAMILIES), help="default: all")
+    parser.add_argument("--format", action="append", choices=("kohya", "diffusers"), help="default: both")
+    args = parser.parse_args(argv)
+    if not (args.comfyui / "comfy" / "lora.py").is_file():
+        parser.error(f"--comfyui: {args.comfyui} holds no comfy/lora.py; give a ComfyUI source folder")
+    _import_comfyui(args.comfyui.resolve())
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.family or list(FAMILIES):
+            for fmt in args.format or ("kohya", "diffusers"):
+                torch.manual_seed(0)
+                r = check(name, fmt, Path(tmp))
+                if "error" in r:
+                    print(f"{name:13} {fmt:9} {r['error']}")
+                    continue
+                failed += bool(r["skipped"]) or not r["max_diff"] < 1e-4
+                print(f"{name:13} {fmt:9} layers {r['layers']:4}  skipped {len(r['skipped']):3}  weights patched "
+                      f"{r['weights_patched']:4}/{r['weights_merged']:<4} max|ComfyUI - ours| {r['max_diff']:.2e}  {r['skipped'][:3]}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,136 @@
+"""The LoRA layer names ComfyUI maps for a model, written by us from its source (comfy/lora.py
+`model_lora_keys_unet` / `model_lora_keys_clip`, comfy/utils.py `flux_to_diffusers`,
+`z_image_to_diffusers`, `pixart_to_diffusers`, its Flux / Flux.2 / Chroma / Lumina2 / PixArt model
+and text encoder classes), so tests can check our files without ComfyUI. The rules are checked
+against ComfyUI's own code by scripts/check_comfyui_lora.py.
+
+A name maps when it is a key of ComfyUI's map; a file entry is `<name>.<lora_down.weight | ...>`.
+"""
+
+from __future__ import annotations
+
+
+def _flat(path: str) -> str:
+    return path.replace(".", "_")
+
+
+def generic_unet(original: list[str]) -> set[str]:
+    """Every model: `lora_unet_<key _>`, `<key>` and `diffusion_model.<key>` per original weight."""
+    out = set()
+    for key in original:
+        out |= {"lora_unet_" + _flat(key), "diffusion_model." + key}
+    return out
+
+
+def flux_original(double: int, single: int, *, guidance: bool, flux2: bool, chroma: bool = False) -> list[str]:
+    """The weights of ComfyUI's Flux model (comfy/ldm/flux/model.py; Flux.2 and Chroma variants)."""
+    keys = []
+    for i in range(double):
+        keys += [f"double_blocks.{i}.{s}_{k}" for s in ("img", "txt") for k in ("attn.qkv", "attn.proj", "mlp.0", "mlp.2")]
+        if not (flux2 or chroma):
+            keys += [f"double_blocks.{i}.img_mod.lin", f"double_blocks.{i}.txt_mod.lin"]
+    for i in range(single):
+        keys += [f"single_blocks.{i}.linear1", f"single_blocks.{i}.linear2"]
+        if not (flux2 or chroma):
+            keys.append(f"single_blocks.{i}.modulation.lin")
+    keys += ["img_in", "txt_in", "final_layer.linear"]
+    if not chroma:
+        keys += ["time_in.in_layer", "time_in.out_layer", "final_layer.adaLN_modulation.1"]
+        keys += ["guidance_in.in_layer", "guidance_in.out_layer"] if guidance else []
+    if flux2:
+        keys += ["double_stream_modulation_img.lin", "double_stream_modulation_txt.lin", "single_stream_modulation.lin"]
+    elif not chroma:
+        keys += ["vector_in.in_layer", "vector_in.out_layer"]
+    return keys
+
+
+def chroma_approximator(n_layers: int) -> list[str]:
+    root = "distilled_guidance_layer"
+    return [f"{root}.in_proj", f"{root}.out_proj"] + [f"{root}.layers.{i}.{k}" for i in range(n_layers) for k in ("in_layer", "out_layer")]
+
+
+def flux_map(double: int, single: int) -> set[str]:
+    """`transformer.` / `lycoris_` / `lora_transformer_` names over flux_to_diffusers' diffusers paths
+    (ComfyUI's table as of its Flux.1 support; Flux.2's own block names are not assumed)."""
+    paths = []
+    for i in range(double):
+        b = f"transformer_blocks.{i}"
+        paths += [f"{b}.attn.{n}" for n in ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj", "to_out.0", "to_add_out")]
+        paths += [f"{b}.{n}" for n in ("norm1.linear", "norm1_context.linear", "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj",
+                                        "ff_context.net.2")]
+    for i in range(single):
+        b = f"single_transformer_blocks.{i}"
+        paths += [f"{b}.attn.to_q", f"{b}.attn.to_k", f"{b}.attn.to_v", f"{b}.proj_mlp", f"{b}.norm.linear", f"{b}.proj_out"]
+    paths += ["proj_out", "x_embedder", "context_embedder", "norm_out.linear", "controlnet_x_embedder"]
+    paths += [f"time_text_embed.{e}.linear_{j}" for e in ("timestep_embedder", "text_embedder", "guidance_embedder") for j in (1, 2)]
+    out = set()
+    for p in paths:
+        out |= {"transformer." + p, "lycoris_" + _flat(p), "lora_transformer_" + _flat(p), p}
+    return out
+
+
+def z_image_map(n_layers: int, n_refiner: int) -> set[str]:
+    """ComfyUI's Lumina2 (Z-Image) map over z_image_to_diffusers: `diffusion_model.`, `transformer.`,
+    `lycoris_` and bare diffusers paths."""
+    paths = []
+    for blocks, n, adaln in (("layers", n_layers, True), ("context_refiner", n_refiner, False), ("noise_refiner", n_refiner, True)):
+        for i in range(n):
+            b = f"{blocks}.{i}"
+            paths += [f"{b}.attention.{p}" for p in ("to_q", "to_k", "to_v", "to_out.0")]
+            paths += [f"{b}.feed_forward.w{j}" for j in (1, 2, 3)] + ([f"{b}.adaLN_modulation.0"] if adaln else [])
+    paths += ["all_final_layer.2-1.linear", "all_final_layer.2-1.adaLN_modulation.1", "all_x_embedder.2-1", "cap_embedder.1",
+              "t_embedder.mlp.0", "t_embedder.mlp.2"]
+    out = set()
+    for p in paths:
+        out |= {"diffusion_model." + p, "transformer." + p, "lycoris_" + _flat(p), p}
+    return out
+
+
+def pixart_map(depth: int, micro_conditions: bool) -> set[str]:
+    """ComfyUI's PixArt map over pixart_to_diffusers: `transformer.`, `base_model.model.`, `unet.base_model.model.`."""
+    paths = []
+    for i in range(depth):
+        b = f"transformer_blocks.{i}"
+        paths += [f"{b}.attn{a}.{p}" for a in (1, 2) for p in ("to_q", "to_k", "to_v", "to_out.0")]
+        paths += [f"{b}.ff.net.0.proj", f"{b}.ff.net.2"]
+    paths += ["pos_embed.proj", "caption_projection.linear_1", "caption_projection.linear_2", "adaln_single.linear", "proj_out",
+              "adaln_single.emb.timestep_embedder.linear_1", "adaln_single.emb.timestep_embedder.linear_2"]
+    if micro_conditions:
+        paths += [f"adaln_single.emb.{e}.linear_{j}" for e in ("resolution_embedder", "aspect_ratio_embedder") for j in (1, 2)]
+    out = set()
+    for p in paths:
+        out |= {"transformer." + p, "base_model.model." + p, "unet.base_model.model." + p}
+    return out
+
+
+def clip_l_map(n_layers: int) -> set[str]:
+    """CLIP-L's layers (LORA_CLIP_MAP): `lora_te_` and `lora_te1_text_model_encoder_layers_N_...`."""
+    names = ("self_attn_q_proj", "self_attn_k_proj", "self_attn_v_proj", "self_attn_out_proj", "mlp_fc1", "mlp_fc2")
+    return {f"{p}text_model_encoder_layers_{i}_{n}" for p in ("lora_te_", "lora_te1_") for i in range(n_layers) for n in names}
+
+
+def t5_keys(n_blocks: int) -> list[str]:
+    """ComfyUI's T5 encoder weights (comfy/text_encoders/t5.py, gated feed-forward)."""
+    attn = [f"encoder.block.{i}.layer.0.SelfAttention.{p}" for i in range(n_blocks) for p in "qkvo"]
+    ff = [f"encoder.block.{i}.layer.1.DenseReluDense.{p}" for i in range(n_blocks) for p in ("wi_0", "wi_1", "wo")]
+    return attn + ff
+
+
+def t5_map(n_blocks: int, clip_l: bool, clip_g: bool = False) -> set[str]:
+    """model_lora_keys_clip's T5 rule: `lora_te<N>_` numbered after the CLIPs present (and `lora_te2_`
+    too with CLIP-L alone, OneTrainer's Flux), plus `text_encoders.t5xxl.transformer.<key>`."""
+    out = set()
+    index = 1 + clip_g + clip_l
+    for key in t5_keys(n_blocks):
+        out |= {f"lora_te{index}_{_flat(key)}", "text_encoders.t5xxl.transformer." + key}
+        if clip_l and not clip_g:
+            out.add(f"lora_te2_{_flat(key)}")
+    return out
+
+
+def llm_map(name: str, n_layers: int) -> set[str]:
+    """A Llama-style encoder (comfy/text_encoders/llama.py: `model.layers.N.self_attn.*_proj`,
+    `mlp.*_proj`) has only the generic `text_encoders.<name>.transformer.<key>` names."""
+    keys = [f"model.layers.{i}.self_attn.{p}_proj" for i in range(n_layers) for p in "qkvo"]
+    keys += [f"model.layers.{i}.mlp.{p}_proj" for i in range(n_layers) for p in ("gate", "up", "down")]
+    return {f"text_encoders.{name}.transformer.{k}" for k in keys}

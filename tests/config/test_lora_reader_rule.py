@@ -1,0 +1,33 @@
+"""A LoRA part that no reader loads from the chosen file layout is refused before the run, naming
+the part, the format and why; the same part in a layout a reader loads passes."""
+
+import pytest
+
+from ot_gradio.config.doctor import errors
+from ot_gradio.config.io import load_config
+
+CASES = [  # model type, trained text encoder part, refused formats, accepted formats
+    ("FLUX_DEV_1", "text_encoder_2", ("SAFETENSORS", "DIFFUSERS_LORA"), ("KOHYA_LORA", "COMFY_LORA")),
+    ("CHROMA_1", "text_encoder", ("SAFETENSORS", "DIFFUSERS_LORA"), ("KOHYA_LORA", "COMFY_LORA")),
+    ("PIXART_SIGMA", "text_encoder", ("SAFETENSORS",), ("KOHYA_LORA",)),
+    ("QWEN", "text_encoder", ("DIFFUSERS_LORA",), ("COMFY_LORA",)),
+    ("Z_IMAGE", "text_encoder", ("SAFETENSORS",), ("KOHYA_LORA",)),
+    ("STABLE_DIFFUSION_35", "text_encoder_3", ("SAFETENSORS",), ("KOHYA_LORA",)),
+    ("SANA", "text_encoder", ("SAFETENSORS", "KOHYA_LORA"), ()),
+]
+
+
+def _errors(model_type, part, fmt, train=True):
+    config = load_config({"model_type": model_type, "training_method": "LORA", "output_model_format": fmt,
+                          part: {"train": train}}).config
+    return [e for e in errors(config) if "would load nowhere" in e]
+
+
+@pytest.mark.parametrize(("model_type", "part", "refused", "accepted"), CASES)
+def test_a_part_no_reader_loads_is_refused_by_format(model_type, part, refused, accepted):
+    for fmt in refused:
+        (problem,) = _errors(model_type, part, fmt)
+        assert problem.startswith(f"{part}.train: ") and fmt in problem
+        assert not _errors(model_type, part, fmt, train=False)
+    for fmt in accepted:
+        assert not _errors(model_type, part, fmt)

@@ -1,0 +1,174 @@
+"""KOHYA_LORA / COMFY_LORA files name every trained layer as ComfyUI's key map does (the map's
+rules in tests/comfy_reference.py, read from ComfyUI's source and checked against its code by
+scripts/check_comfyui_lora.py), for every family ComfyUI loads; and read back exactly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests import comfy_reference as ref
+
+FAMILIES = ("flux", "chroma", "flux2-dev", "flux2-klein", "z-image", "qwen-image", "pixart-sigma", "pixart-alpha")
+
+
+def _model(name: str):
+    if name == "flux":
+        from ot_gradio.models.flux import FluxDev1
+        from ot_gradio.models.flux_tiny import tiny_flux_components
+
+        return FluxDev1(tiny_flux_components())
+    if name == "chroma":
+        from ot_gradio.models.chroma import Chroma1, tiny_chroma_components
+
+        return Chroma1(tiny_chroma_components())
+    if name.startswith("flux2"):
+        from ot_gradio.models.flux2 import Flux2
+        from ot_gradio.models.flux2_tiny import tiny_flux2_components
+
+        return Flux2(tiny_flux2_components(name.removeprefix("flux2-")))
+    if name == "z-image":
+        from ot_gradio.models.z_image import ZImage
+        from ot_gradio.models.z_image_tiny import tiny_z_image_components
+
+        return ZImage(tiny_z_image_components())
+    if name == "qwen-image":
+        from ot_gradio.models.qwen_image import QwenImage
+        from ot_gradio.models.qwen_image_tiny import tiny_qwen_image_components
+
+        return QwenImage(tiny_qwen_image_components())
+    from ot_gradio.models.pixart import PixArtAlpha, tiny_pixart_components
+    from ot_gradio.models.pixart_sigma import PixArtSigma, tiny_pixart_sigma_components
+
+    if name == "pixart-sigma":
+        return PixArtSigma(**tiny_pixart_sigma_components())
+    return PixArtAlpha(**tiny_pixart_components())
+
+
+def comfy_names(name: str, model) -> set[str]:
+    """Every LoRA layer name ComfyUI's map holds for this model (tests/comfy_reference.py)."""
+    tr = model.transformer.config
+    if name in ("flux", "chroma") or name.startswith("flux2"):
+        flux2, chroma = name.startswith("flux2"), name == "chroma"
+        guidance = bool(getattr(tr, "guidance_embeds", False))
+        original = ref.flux_original(tr.num_layers, tr.num_single_layers, guidance=guidance, flux2=flux2, chroma=chroma)
+        if chroma:
+            original += ref.chroma_approximator(tr.approximator_layers)
+        names = ref.generic_unet(original) | ref.flux_map(tr.num_layers, tr.num_single_layers)
+        if name == "flux":
+            clip_layers = model.text_encoder.config.num_hidden_layers
+            names |= ref.clip_l_map(clip_layers)
+            names |= ref.t5_map(model.text_encoder_2.config.num_layers, clip_l=True)
+        elif chroma:
+            names |= ref.t5_map(model.text_encoder.config.num_layers, clip_l=False)
+        return names
+    if name == "z-image":
+        return ref.z_image_map(tr.n_layers, tr.n_refiner_layers) | ref.llm_map("qwen3_4b", model.text_encoder.config.num_hidden_layers)
+    if name == "qwen-image":
+        from ot_gradio.models.qwen_image import text_config
+        from ot_gradio.training.lora_keys_sd3 import layer_paths
+
+        original = layer_paths(model.transformer)  # ComfyUI's Qwen-Image model has diffusers' names
+        return ref.generic_unet(original) | ref.llm_map("qwen25_7b", text_config(model.text_encoder).num_hidden_layers)
+    micro = bool(tr.use_additional_conditions) if tr.use_additional_conditions is not None else tr.sample_size == 128
+    return ref.pixart_map(tr.num_layers, micro) | ref.t5_map(model.text_encoder.config.num_layers, clip_l=False)
+
+
+def _train_full(model) -> dict:
+    from ot_gradio.training.lora import add_lora
+
+    parts = {model.denoiser: "unet"}
+    if not type(model).__name__.startswith("Flux2"):  # Flux.2 trains its transformer only
+        parts.update({te: "text_encoder" for te in model.text_encoder_names})
+    presets = model.lora_layer_presets
+    gen = torch.Generator().manual_seed(0)
+    for part, kind in parts.items():
+        add_lora(getattr(model, part), kind=kind, rank=2, alpha=1.0, dropout=0.0, layer_preset="full", presets=presets.get(part))
+        for p in getattr(model, part).parameters():
+            if p.requires_grad:
+                p.data = torch.randn(p.shape, generator=gen)
+    return {part: getattr(model, part) for part in parts}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_kohya_layer_name_is_one_comfyui_maps_and_reads_back(name, tmp_path):
+    from safetensors import safe_open
+
+    from ot_gradio.training.lora import lora_state_dict
+    from ot_gradio.training.lora_format import KOHYA, load_lora_file, save_lora
+
+    model = _model(name)
+    parts = _train_full(model)
+    names = model.lora_module_names()
+    path = save_lora(tmp_path / "k.safetensors", parts, base_model_version=model.lora_base_model_version, lora_format=KOHYA,
+                     module_names=names)
+    with safe_open(str(path), "pt") as f:
+        keys = list(f.keys())
+    layers = {k.rsplit(".", 2)[0] if k.endswith(".weight") else k.rsplit(".", 1)[0] for k in keys}
+    assert len(layers) == sum(len(lora_state_dict(m)) // 2 for m in parts.values())
+    dropped = sorted(layers - comfy_names(name, model))
+    assert not dropped, f"{len(dropped)} of {len(layers)} layers ComfyUI would skip: {dropped[:4]}"
+
+    loaded = load_lora_file(path, module_names=names, denoiser=model.denoiser)
+    for part, module in parts.items():  # every name maps back to its module path and weights
+        expected = lora_state_dict(module)
+        assert loaded.parts[part].keys() == expected.keys()
+        assert all(torch.equal(loaded.parts[part][k], expected[k]) for k in expected)
+
+
+# family, transformer layer filter, trained text encoders: the KOHYA files diffusers' own
+# load_lora_weights reads (Flux.1 / Chroma only attention layers: its converter has no place for
+# the other ones; Z-Image and Qwen-Image every transformer layer)
+DIFFUSERS_READS = [("z-image", "full", ()), ("qwen-image", "full", ()), ("flux", "attn-only", ("text_encoder",)),
+                   ("chroma", "attn-only", ())]
+
+
+@pytest.mark.parametrize(("name", "preset", "text_encoders"), DIFFUSERS_READS)
+def test_diffusers_loads_every_layer_of_our_kohya_file_as_merged(name, preset, text_encoders, tmp_path):
+    from ot_gradio.models.common import base_module
+    from ot_gradio.tools.convert import merge_into
+    from ot_gradio.training.lora import add_lora
+    from ot_gradio.training.lora_format import KOHYA, load_lora_file, save_lora
+
+    torch.manual_seed(0)
+    model = _model(name)
+    parts = {"transformer": preset, **{te: "full" for te in text_encoders}}
+    gen = torch.Generator().manual_seed(1)
+    for part, layers in parts.items():
+        add_lora(getattr(model, part), kind="unet" if part == "transformer" else "text_encoder", rank=2, alpha=1.0, dropout=0.0,
+                 layer_preset=layers, presets=model.lora_layer_presets.get(part))
+        for p in getattr(model, part).parameters():
+            if p.requires_grad:
+                p.data = torch.randn(p.shape, generator=gen) * 0.05
+    path = save_lora(tmp_path / "k.safetensors", {p: getattr(model, p) for p in parts}, base_model_version=model.lora_base_model_version,
+                     lora_format=KOHYA, module_names=model.lora_module_names())
+    torch.manual_seed(0)
+    ours = _model(name)
+    loaded = load_lora_file(path, module_names=ours.lora_module_names(), denoiser=ours.denoiser)
+    merge_into(ours, loaded.parts, loaded.rank, loaded.alpha, 1.0)
+
+    torch.manual_seed(0)
+    pipe = _model(name).pipeline()
+    pipe.load_lora_weights(str(path))
+    for part in parts:
+        adapters = sum(1 for m in getattr(pipe, part).modules() if getattr(m, "lora_A", None))
+        assert adapters == len(loaded.parts[part]) // 2, part  # every layer of the file, none ignored
+    pipe.fuse_lora(components=list(parts))
+    for part in parts:
+        theirs = {k.replace(".base_layer", ""): v for k, v in getattr(pipe, part).state_dict().items() if ".lora_" not in k}
+        for key, value in base_module(getattr(ours, part)).state_dict().items():
+            torch.testing.assert_close(theirs[key], value, rtol=0, atol=1e-6, msg=f"{part}.{key}")
+
+
+def test_files_written_with_the_earlier_names_still_read_back(tmp_path):
+    """Z-Image transformers of earlier files (`lora_transformer_` + the diffusers path) load as before."""
+    from ot_gradio.training.lora import lora_state_dict
+    from ot_gradio.training.lora_format import KOHYA, load_lora_file, save_lora
+
+    model = _model("z-image")
+    parts = {"transformer": _train_full(model)["transformer"]}
+    path = save_lora(tmp_path / "old.safetensors", parts, base_model_version="z_image", lora_format=KOHYA,
+                     module_names={"transformer": {k: k for k in model.lora_module_names()["transformer"]}})
+    loaded = load_lora_file(path, module_names=model.lora_module_names(), denoiser=model.denoiser)
+    for part, module in parts.items():
+        assert loaded.parts[part].keys() == lora_state_dict(module).keys()
