@@ -110,6 +110,7 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
             warnings.append(f"Sample size far from {model_type.value}'s native resolution {native}x{native} for sample {', '.join(off)}: such samples come out as noise or broken images even when training goes well.")
 
     warnings += optimizer_warnings(config)
+    warnings += offload_warnings(config)
     changed = planned_changes(config) if include_planned else []
     if changed:
         warnings.append("These options are set but the trainer does not support them yet, so they will be ignored: " + ", ".join(changed) + ".")
@@ -243,13 +244,23 @@ def offload_problems(config: Any) -> list[str]:
         if part not in offloadable:
             out.append(f"{setting}: offloading works on the denoiser and the text encoders only ({', '.join(offloadable)}); "
                        f"turn it off for the {part}.")
-        elif fraction > 0 and config.training_method == TrainingMethod.FINE_TUNE and section.train:
-            out.append(f"{setting}: layer offloading keeps only frozen weights in RAM, and FINE_TUNE trains every weight of the "
-                       f"{part}, so nothing would be offloaded; set it to 0, or train a LoRA.")
-        elif config.compile:
-            out.append(f"{setting}: offloading swaps weights and saved activations between devices inside the forward pass, "
-                       f"which torch.compile cannot follow; turn compile off or set {setting} to "
-                       f"{'0' if fraction > 0 else 'off'}.")
+    return out
+
+
+def offload_warnings(config: Any) -> list[str]:
+    """Layer offloading that will not act (OneTrainer's fine-tune presets set it; the run goes on
+    without it). With `compile`, the trainer compiles the blocks that stay on the device one by
+    one, as OneTrainer does, so that pair needs no word here."""
+    if config.training_method != TrainingMethod.FINE_TUNE:
+        return []
+    out = []
+    for part in trainable_parts(config.model_type):
+        section = getattr(config, part, None)
+        fraction = getattr(section, "offload_fraction", 0) or 0
+        if fraction > 0 and section.train:
+            out.append(f"{part}.offload_fraction {fraction:g} is not applied: FINE_TUNE trains every weight of the {part} and "
+                       f"layer offloading moves only frozen weights to RAM (OneTrainer also moves trained ones), so the whole "
+                       f"{part} stays on the GPU; train a LoRA, or lower its weight data type, if it does not fit.")
     return out
 
 
