@@ -158,12 +158,8 @@ def optimizer_warnings(config: TrainConfig) -> list[str]:
     if name == O.ADAFACTOR and scheduler == LearningRateScheduler.ADAFACTOR and not opt.relative_step:
         out.append("The ADAFACTOR scheduler goes with adaptive Adafactor (relative step and scale parameter on); with relative "
                    "step off it keeps the learning rate as set, like CONSTANT.")
-    if opt.fused_back_pass:
-        if "fused_back_pass" not in optimizer_param_defaults(name):
-            out.append(f"Fused back pass is on but {name.value} does not offer it (ADAFACTOR, ADAM, ADAMW, CAME and ADAGRAD_8BIT do); it is ignored.")
-        elif config.clip_grad_norm:
-            out.append(f"Fused back pass steps each weight as soon as its gradient is ready, so the gradients are never all there "
-                       f"to clip: clip grad norm ({_fmt(config.clip_grad_norm)}) is skipped.")
+    if opt.fused_back_pass and "fused_back_pass" not in optimizer_param_defaults(name):
+        out.append(f"Fused back pass is on but {name.value} does not offer it (ADAFACTOR, ADAM, ADAMW, CAME and ADAGRAD_8BIT do); it is ignored.")
     out += optimizer_ignored(opt)
     if config.training_method == TrainingMethod.LORA and config.lora_alpha > config.lora_rank:
         out.append(f"LoRA alpha {_fmt(config.lora_alpha)} is above the rank {config.lora_rank}: the LoRA output is scaled by "
