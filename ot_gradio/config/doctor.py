@@ -110,6 +110,7 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
             warnings.append(f"Sample size far from {model_type.value}'s native resolution {native}x{native} for sample {', '.join(off)}: such samples come out as noise or broken images even when training goes well.")
 
     warnings += optimizer_warnings(config)
+    warnings += offload_warnings(config)
     changed = planned_changes(config) if include_planned else []
     if changed:
         warnings.append("These options are set but the trainer does not support them yet, so they will be ignored: " + ", ".join(changed) + ".")
@@ -157,12 +158,8 @@ def optimizer_warnings(config: TrainConfig) -> list[str]:
     if name == O.ADAFACTOR and scheduler == LearningRateScheduler.ADAFACTOR and not opt.relative_step:
         out.append("The ADAFACTOR scheduler goes with adaptive Adafactor (relative step and scale parameter on); with relative "
                    "step off it keeps the learning rate as set, like CONSTANT.")
-    if opt.fused_back_pass:
-        if "fused_back_pass" not in optimizer_param_defaults(name):
-            out.append(f"Fused back pass is on but {name.value} does not offer it (ADAFACTOR, ADAM, ADAMW, CAME and ADAGRAD_8BIT do); it is ignored.")
-        elif config.clip_grad_norm:
-            out.append(f"Fused back pass steps each weight as soon as its gradient is ready, so the gradients are never all there "
-                       f"to clip: clip grad norm ({_fmt(config.clip_grad_norm)}) is skipped.")
+    if opt.fused_back_pass and "fused_back_pass" not in optimizer_param_defaults(name):
+        out.append(f"Fused back pass is on but {name.value} does not offer it (ADAFACTOR, ADAM, ADAMW, CAME and ADAGRAD_8BIT do); it is ignored.")
     out += optimizer_ignored(opt)
     if config.training_method == TrainingMethod.LORA and config.lora_alpha > config.lora_rank:
         out.append(f"LoRA alpha {_fmt(config.lora_alpha)} is above the rank {config.lora_rank}: the LoRA output is scaled by "
@@ -263,13 +260,23 @@ def offload_problems(config: Any) -> list[str]:
         if part not in offloadable:
             out.append(f"{setting}: offloading works on the denoiser and the text encoders only ({', '.join(offloadable)}); "
                        f"turn it off for the {part}.")
-        elif fraction > 0 and config.training_method == TrainingMethod.FINE_TUNE and section.train:
-            out.append(f"{setting}: layer offloading keeps only frozen weights in RAM, and FINE_TUNE trains every weight of the "
-                       f"{part}, so nothing would be offloaded; set it to 0, or train a LoRA.")
-        elif config.compile:
-            out.append(f"{setting}: offloading swaps weights and saved activations between devices inside the forward pass, "
-                       f"which torch.compile cannot follow; turn compile off or set {setting} to "
-                       f"{'0' if fraction > 0 else 'off'}.")
+    return out
+
+
+def offload_warnings(config: Any) -> list[str]:
+    """Layer offloading that will not act (OneTrainer's fine-tune presets set it; the run goes on
+    without it). With `compile`, the trainer compiles the blocks that stay on the device one by
+    one, as OneTrainer does, so that pair needs no word here."""
+    if config.training_method != TrainingMethod.FINE_TUNE:
+        return []
+    out = []
+    for part in trainable_parts(config.model_type):
+        section = getattr(config, part, None)
+        fraction = getattr(section, "offload_fraction", 0) or 0
+        if fraction > 0 and section.train:
+            out.append(f"{part}.offload_fraction {fraction:g} is not applied: FINE_TUNE trains every weight of the {part} and "
+                       f"layer offloading moves only frozen weights to RAM (OneTrainer also moves trained ones), so the whole "
+                       f"{part} stays on the GPU; train a LoRA, or lower its weight data type, if it does not fit.")
     return out
 
 

@@ -40,6 +40,10 @@ class ModelType(StrEnum):
     CHROMA_1 = "CHROMA_1"
     QWEN = "QWEN"
     Z_IMAGE = "Z_IMAGE"
+    ANIMA = "ANIMA"
+    KREA_2 = "KREA_2"
+    ERNIE = "ERNIE"
+    IDEOGRAM_4 = "IDEOGRAM_4"
 
 
 class TrainingMethod(StrEnum):

@@ -17,6 +17,7 @@ from typing import Any
 from .doctor import planned_changes
 from .enums import Optimizer
 from .migrations import migrate, strip_ot_versions
+from .optimizer import OptimizerConfig
 from .validation import ConfigError, LoadResult, strip_unknown, validate
 
 OT_LAYOUT_VERSION = 11  # the OneTrainer TrainConfig version our keys match
@@ -69,11 +70,29 @@ def to_our_layout(data: dict[str, Any]) -> dict[str, Any]:
             if migration is not None:
                 data = migration(data)
     data = strip_ot_versions(data)
+    if "weight_dtype" in data:
+        # OneTrainer's global weight type of versions before 10. Its presets still carry it, and
+        # OneTrainer ignores it there (each part has its own; FLOAT_32 where the preset sets none);
+        # its migration uses it for parts set to NONE. So do we, and drop it without a word.
+        data = _ot_9(data)
+    _remembered_optimizer_settings(data)
     _undo_newer_renames(data)
     _fix_enum_values(data)
     if "huggingface_token" in data:
         data.setdefault("secrets", {}).setdefault("huggingface_token", data.pop("huggingface_token"))
     return data
+
+
+def _remembered_optimizer_settings(data: dict[str, Any]) -> None:
+    """OneTrainer's page fills the optimizer from `optimizer_defaults[<its name>]` when it loads a
+    config; its presets rely on that (the fine-tune presets name only ADAFACTOR and keep its
+    settings, fused back pass on, there). Settings written in `optimizer` itself win."""
+    optimizer, defaults = data.get("optimizer"), data.get("optimizer_defaults")
+    if not (isinstance(optimizer, dict) and isinstance(defaults, dict)):
+        return
+    remembered = defaults.get(optimizer.get("optimizer"))
+    if isinstance(remembered, dict):  # keys unknown here are reported once, under optimizer_defaults
+        data["optimizer"] = {**{k: v for k, v in remembered.items() if k in OptimizerConfig.model_fields}, **optimizer}
 
 
 def _int8_activation_types(data: dict[str, Any]) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .catalogue import unavailable
+from .catalogue import model_type_problem, unavailable
 from .fields import enum_of, nested_section, strip_optional
 from .schema import TrainConfig
 
@@ -85,7 +85,8 @@ def validate(data: dict[str, Any], model: type[BaseModel] = TrainConfig) -> Any:
     try:
         config = model.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(explain(err, model)) from None
+        untrained = model_type_problem(data.get("model_type")) if model is TrainConfig and isinstance(data, dict) else None
+        raise ConfigError([untrained] if untrained else explain(err, model)) from None
     problems = unavailable(config) if model is TrainConfig else []
     if problems:
         raise ConfigError(problems)

@@ -19,6 +19,13 @@ tensors autograd saves for the backward pass are kept in RAM (pinned on CUDA).
 On a CPU train device there is nothing to move (the layers and activations are in RAM already):
 `install_offloading` says so and installs nothing. There is no prefetching of the next block on
 a side stream (OneTrainer's conductor does that); copies are queued on the current stream.
+
+With `compile` on, a denoiser with offloading is compiled block by block, as OneTrainer compiles
+it (`compile_blocks`): torch.compile cannot follow weights that change device inside the forward
+(the saved weights of a compiled graph do not survive the move back to RAM under checkpointing),
+so each block that stays on the device is compiled on its own and the offloaded blocks, whose
+step is bound by the copies anyway, run uncompiled; saved activations kept in RAM work around
+compiled blocks as around plain ones.
 """
 
 from __future__ import annotations
@@ -122,8 +129,9 @@ class OffloadedBlock:
 class PartOffload:
     """What was installed on one part (for the log, the memory planner and tests)."""
 
-    def __init__(self, part: str, n_blocks: int, blocks: list[OffloadedBlock], activations: bool) -> None:
+    def __init__(self, part: str, n_blocks: int, blocks: list[OffloadedBlock], activations: bool, asked: int = 0) -> None:
         self.part, self.n_blocks, self.blocks, self.activations = part, n_blocks, blocks, activations
+        self.asked = asked  # blocks the fraction named; those whose every weight trains are not offloaded
 
     @property
     def nbytes(self) -> int:
@@ -135,6 +143,9 @@ class PartOffload:
         skipped = sum(b.skipped for b in self.blocks)
         text = (f"{self.part}: {len(self.blocks)} of {self.n_blocks} blocks' frozen weights ({gb(self.nbytes)}) kept in RAM, "
                 f"moved in for each forward; these blocks run under activation checkpointing (non-reentrant)")
+        if self.asked > len(self.blocks):
+            text += (f"; {self.asked - len(self.blocks)} of the {self.asked} blocks the fraction names stay on the device: "
+                     "every weight of them trains, and layer offloading moves frozen weights only")
         if skipped:
             text += f"; {skipped} quantized tensors stay on the device"
         if self.activations:
@@ -182,14 +193,32 @@ def install_offloading(model: Any, config: Any, device: torch.device, *, mover: 
         module = model.parts[part]
         blocks = find_blocks(module) if part_config.offload_fraction > 0 else []
         count = min(len(blocks), math.ceil(part_config.offload_fraction * len(blocks)))
-        offloaded = [OffloadedBlock(b, device, offload_device, mover, pin=cuda) for b in blocks[len(blocks) - count:]]
+        # only frozen weights move: a block whose every weight trains (FINE_TUNE) stays on the device
+        chosen = [b for b in blocks[len(blocks) - count:] if any(not p.requires_grad for p in b.parameters())]
+        offloaded = [OffloadedBlock(b, device, offload_device, mover, pin=cuda) for b in chosen]
         if part_config.activation_offloading:
             _wrap_activations(module, pin=cuda)
-        done.append(PartOffload(part, len(blocks), offloaded, part_config.activation_offloading))
+        done.append(PartOffload(part, len(blocks), offloaded, part_config.activation_offloading, asked=count))
     copies = "non-blocking from pinned memory" if cuda and is_async else "blocking"
     message = "layer offloading: " + "; ".join(d.describe() for d in done) + f" (copies {copies})"
     model.layer_offload = done
     return done, message
+
+
+def compile_blocks(module: nn.Module, offload: PartOffload) -> str:
+    """`compile` for a part with offloading installed: every block not offloaded compiled in place
+    (`nn.Module.compile`, so its parameters and state-dict keys stay as they are); the offloaded
+    blocks and the layers outside the block lists run as they are. Returns the line for the log."""
+    offloaded = {id(b.block) for b in offload.blocks}
+    blocks = find_blocks(module)
+    compiled = [b for b in blocks if id(b) not in offloaded]
+    for block in compiled:
+        block.compile()
+    text = f"compile: {len(compiled)} of {len(blocks)} {offload.part} blocks compiled one by one"
+    if offloaded:
+        text += (f"; the {len(offloaded)} offloaded blocks run uncompiled (their weights move to the device inside the "
+                 "forward, which torch.compile cannot follow)")
+    return text
 
 
 def offloaded_bytes(model: Any) -> int:
@@ -197,4 +226,4 @@ def offloaded_bytes(model: Any) -> int:
     return sum(d.nbytes for d in getattr(model, "layer_offload", []) or [])
 
 
-__all__ = ["BLOCK_LISTS", "OffloadedBlock", "PartOffload", "find_blocks", "install_offloading", "offloaded_bytes"]
+__all__ = ["BLOCK_LISTS", "OffloadedBlock", "PartOffload", "compile_blocks", "find_blocks", "install_offloading", "offloaded_bytes"]

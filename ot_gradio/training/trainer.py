@@ -301,10 +301,19 @@ class Trainer:
         """`compile`: torch.compile the denoiser in place (`nn.Module.compile`), after the method
         added its LoRA layers or embeddings. The module, its parameters and its state-dict keys
         stay as they are, so saving, backups and EMA see the same weights; it compiles during the
-        first steps, and again for new shapes (another bucket, sampling)."""
+        first steps, and again for new shapes (another bucket, sampling). With offloading on the
+        denoiser it is compiled block by block instead (offload.compile_blocks)."""
+        from .offload import compile_blocks  # noqa: PLC0415
+
         module = self.model.parts[self.model.denoiser]
         module = module.get_base_model() if hasattr(module, "get_base_model") else module
-        module.compile()
+        offload = next((o for o in self.layer_offload if o.part == self.model.denoiser), None)
+        if offload is None or not (offload.blocks or offload.activations):
+            module.compile()
+            return
+        message = compile_blocks(module, offload)
+        print(message, flush=True)
+        self.report.status("caching", message)
 
     def _set_train_modes(self) -> None:
         """Parts with trained weights in train mode (dropout, checkpointing), the rest in eval."""

@@ -250,21 +250,72 @@ def test_qwen_preset_like_lora_run_offloads_through_the_trainer(shapes, tmp_path
     assert (tmp_path / "out" / "lora.safetensors").exists()
 
 
-def test_doctor_refuses_offloading_that_cannot_work():
-    from ot_gradio.config.doctor import offload_problems
+def test_doctor_refuses_offloading_that_cannot_work_and_warns_where_it_does_nothing():
+    """Offloading a part that has no blocks to move is refused. A fine-tune's offload fraction
+    (OneTrainer's fine-tune presets) and compile with offloading (its 8 GB presets) train: the
+    first with one warning, the second compiled block by block (test below)."""
+    from ot_gradio.config.doctor import check, errors, offload_problems
     from ot_gradio.config.schema import TrainConfig
 
-    def problems(**changes):
-        config = TrainConfig(model_type="FLUX_DEV_1", training_method=changes.pop("method", "LORA"), **changes)
-        return offload_problems(config)
+    def config(**changes):
+        return TrainConfig(model_type="FLUX_DEV_1", training_method=changes.pop("method", "LORA"), **changes)
 
-    assert problems(transformer={"offload_fraction": 0.1}) == []
-    (fine_tune,) = problems(method="FINE_TUNE", transformer={"offload_fraction": 0.1})
-    assert fine_tune.startswith("transformer.offload_fraction:") and "FINE_TUNE" in fine_tune
-    (compiled,) = problems(compile=True, transformer={"activation_offloading": True})
-    assert compiled.startswith("transformer.activation_offloading:") and "compile" in compiled
-    (vae,) = problems(vae={"offload_fraction": 0.5})
+    assert offload_problems(config(transformer={"offload_fraction": 0.1})) == []
+    for compiled in (config(compile=True, transformer={"activation_offloading": True}),
+                     config(compile=True, transformer={"offload_fraction": 0.7}, text_encoder_2={"offload_fraction": 0.7})):
+        assert errors(compiled) == [] and not [w for w in check(compiled) if "offload" in w]
+    fine_tune = config(method="FINE_TUNE", transformer={"offload_fraction": 0.1})
+    assert errors(fine_tune) == []
+    (warning,) = [w for w in check(fine_tune) if "offload" in w]
+    assert warning.startswith("transformer.offload_fraction 0.1 is not applied: FINE_TUNE")
+    (vae,) = offload_problems(config(vae={"offload_fraction": 0.5}))
     assert vae.startswith("vae.offload_fraction:")
+
+
+def test_a_fine_tuned_part_offloads_nothing_and_says_so():
+    denoiser = Denoiser(depth=4)  # every weight trains
+    done, message = install_offloading(Model(denoiser), Config(0.5), torch.device("cpu"), mover=Recorder(), force=True)
+    assert done[0].blocks == [] and done[0].asked == 2
+    assert "0 of 4 blocks" in message and "2 of the 2 blocks the fraction names stay on the device" in message
+    assert all("forward" not in vars(b) for b in denoiser.transformer_blocks)  # nothing wrapped, nothing checkpointed
+
+
+@pytest.mark.parametrize("activations", [False, True])
+def test_compile_with_offloading_compiles_the_blocks_that_stay_and_trains_the_same(activations, monkeypatch):
+    """compile + offload_fraction (OneTrainer's 8 GB presets), as OneTrainer does it: each block
+    compiled on its own, the offloaded blocks left uncompiled (their weights change device inside
+    the forward). dynamo with AOTAutograd ("aot_eager", the graphs inductor would get, without its
+    C++ build) must give the loss and gradients of the plain model."""
+    import functools
+
+    from torch._dynamo.utils import counters
+
+    from ot_gradio.training.offload import compile_blocks
+
+    torch.manual_seed(0)
+    reference = _frozen(Denoiser(depth=4))
+    denoiser = copy.deepcopy(reference)
+    x = torch.randn(4, 8)
+    loss_ref, grads_ref = _loss_and_grads(reference, x)
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    done, _ = install_offloading(Model(denoiser), Config(0.5, activations), torch.device("cpu"), mover=Recorder(), force=True)
+    counters.clear()
+    message = compile_blocks(denoiser, done[0])
+    assert message.startswith("compile: 2 of 4 transformer blocks compiled one by one; the 2 offloaded blocks run uncompiled")
+    blocks = list(denoiser.transformer_blocks)
+    assert [b._compiled_call_impl is not None for b in blocks] == [True, True, False, False]
+    try:
+        with torch._dynamo.config.patch(suppress_errors=False):  # a failed trace must fail the test
+            for _ in range(2):  # the second step runs the compiled graphs again
+                denoiser.zero_grad(set_to_none=True)
+                loss, grads = _loss_and_grads(denoiser, x)
+                assert torch.allclose(loss, loss_ref, atol=1e-6)
+                assert grads.keys() == grads_ref.keys()
+                assert all(torch.allclose(grads[n], grads_ref[n], atol=1e-6) for n in grads)
+        assert counters["frames"]["ok"] > 0  # dynamo compiled the blocks' forward
+        assert [b.loads for b in done[0].blocks] == [4, 4]  # still moved in for each forward and recomputation
+    finally:
+        torch._dynamo.reset()
 
 
 def test_memory_plan_counts_offloaded_weights_in_ram_not_on_the_device():

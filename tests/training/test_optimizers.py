@@ -279,6 +279,29 @@ def test_fused_back_pass_steps_in_the_backward_pass_with_the_same_result():
     assert torch.allclose(results[0], results[1], atol=1e-6)
 
 
+def test_fused_back_pass_clips_each_weights_gradient_by_its_own_norm_as_onetrainer_does():
+    """With clip_grad_norm set, the fused back pass cannot clip by the global norm (the gradients
+    never exist at once); OneTrainer clips each weight's gradient by its own norm before its step."""
+    from ot_gradio.training.optimizers import fused_back_pass
+
+    settings = OptimizerConfig(optimizer=O.ADAMW, fused_back_pass=True, fused=False, foreach=False)
+    for clip in (0.5, None):
+        a, b = torch.nn.Parameter(torch.zeros(4)), torch.nn.Parameter(torch.zeros(4))
+        groups_ = [{"params": [a, b], "lr": 1e-3, "name": "unet"}]
+        cfg = _Config(settings)
+        cfg.clip_grad_norm = clip
+        optimizer = fused_back_pass(create_optimizer(groups_, settings, CPU), groups_, cfg, CPU)
+        seen = {}
+        for name, p in (("a", a), ("b", b)):
+            sub = optimizer.optimizer_of(p)
+            sub.step = lambda step=sub.step, name=name, p=p: (seen.__setitem__(name, p.grad.norm().item()), step())[1]
+        (30 * a.sum() + 0.1 * b.sum()).backward()  # gradient norms: 60 for a, 0.2 for b
+        assert seen["a"] == pytest.approx(0.5 if clip else 60.0, rel=1e-5)
+        assert seen["b"] == pytest.approx(0.2, rel=1e-5)  # within the limit: as computed
+        assert a.grad is None and b.grad is None
+        optimizer.remove_hooks()
+
+
 def test_fused_back_pass_refuses_gradient_accumulation():
     from ot_gradio.training.optimizers import fused_back_pass
 

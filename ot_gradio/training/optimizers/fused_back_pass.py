@@ -5,7 +5,8 @@ frees its gradient, so the gradients of the whole model never exist at once: a l
 the same result. Each weight gets its own optimizer; the returned optimizer holds the param groups
 (the LR scheduler sets their learning rates, the hooks copy them) and the state of them all.
 Gradient accumulation cannot work (the step happens in every backward pass), nor can gradient
-clipping by the global norm (no moment has all the gradients) or fp16 gradient scaling.
+clipping by the global norm (no moment has all the gradients) or fp16 gradient scaling. As in
+OneTrainer, `clip_grad_norm` then clips each weight's gradient by its own norm before its step.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from .registry import create_optimizer
 class FusedBackPass(torch.optim.Optimizer):
     """Steps happen in the backward pass; ``step()`` itself does nothing."""
 
-    def __init__(self, param_groups: list[dict[str, Any]], make: Callable[[list[dict[str, Any]]], torch.optim.Optimizer]):
+    def __init__(self, param_groups: list[dict[str, Any]], make: Callable[[list[dict[str, Any]]], torch.optim.Optimizer],
+                 clip: float | None = None):
         super().__init__(param_groups, {})
+        self._clip = clip
         self._per_weight: dict[torch.Tensor, tuple[torch.optim.Optimizer, dict[str, Any]]] = {}
         self._hooks = []
         for group in self.param_groups:
@@ -37,6 +40,8 @@ class FusedBackPass(torch.optim.Optimizer):
     def _step_weight(self, p: torch.Tensor) -> None:
         sub, group = self._per_weight[p]
         sub.param_groups[0]["lr"] = group["lr"]
+        if self._clip:
+            torch.nn.utils.clip_grad_norm_(p, self._clip)
         sub.step()
         p.grad = None
 
@@ -93,4 +98,5 @@ def fused_back_pass(optimizer: torch.optim.Optimizer, param_groups: list[dict[st
     if scaler is not None:
         raise ValueError("optimizer.fused_back_pass: it cannot unscale FLOAT_16 gradients; train in BFLOAT_16 or FLOAT_32, "
                          "or turn the fused back pass off")
-    return FusedBackPass(param_groups, lambda groups: create_optimizer(groups, settings, device))
+    return FusedBackPass(param_groups, lambda groups: create_optimizer(groups, settings, device),
+                         clip=getattr(config, "clip_grad_norm", None))

@@ -1,0 +1,157 @@
+"""Every preset OneTrainer ships for a model type we train (tests/config/data/onetrainer-training-presets,
+stored unchanged) imported unchanged and trained for one step on the family's tiny model, in this
+process: only the base model (and Würstchen's / Stable Cascade's decoder and EffNet models), the
+dataset, the output and the run's size (64 px, one epoch of one batch) are set. The presets' own
+data types, quantization, optimizers, layer filters, offloading and compile stay as shipped.
+
+torch.compile runs with dynamo's "eager" backend (dynamo traces the model and runs its graphs,
+without inductor's C++ build, which takes minutes on a CPU); offloading has nothing to move on the
+CPU (offload.py), so the last test forces it, as on a GPU, for the 8 GB preset pairing it with compile.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.config.test_onetrainer_shipped_presets import PRESETS, TRAINED, preset_id
+
+pytestmark = pytest.mark.slow
+
+TINY = {
+    "STABLE_DIFFUSION_15": "sd15", "STABLE_DIFFUSION_15_INPAINTING": "sd15-inpainting",
+    "STABLE_DIFFUSION_20_INPAINTING": "sd2-inpainting", "STABLE_DIFFUSION_21": "sd2", "STABLE_DIFFUSION_XL_10_BASE": "sdxl",
+    "STABLE_DIFFUSION_XL_10_BASE_INPAINTING": "sdxl-inpainting", "WUERSTCHEN_2": "wuerstchen2", "STABLE_CASCADE_1": "cascade",
+    "PIXART_ALPHA": "pixart", "PIXART_SIGMA": "pixart-sigma", "STABLE_DIFFUSION_3": "sd3", "FLUX_DEV_1": "flux",
+    "CHROMA_1": "chroma", "FLUX_2": "flux2-klein", "QWEN": "qwen-image", "Z_IMAGE": "z-image", "SANA": "sana",
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    """model type -> its tiny model's folder, each built once on first use."""
+    from ot_gradio.models.registry import supported_model_types
+    from ot_gradio.models.tiny import TINY_MODELS
+
+    supported_model_types()  # every family registers its tiny model
+    root, built = tmp_path_factory.mktemp("tiny-presets"), {}
+
+    def get(model_type: str) -> Path:
+        if model_type not in built:
+            name = TINY[model_type]
+            built[model_type] = TINY_MODELS[f"tiny:{name}"][1](root / name).diffusers_dir
+        return built[model_type]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def batches(shapes, tmp_path_factory):
+    """batch size -> a folder of that many copies of one image (one bucket: one batch, one step)."""
+    root, made = tmp_path_factory.mktemp("preset-batches"), {}
+
+    def get(size: int) -> Path:
+        if size not in made:
+            folder = root / str(size)
+            folder.mkdir()
+            for i in range(size):
+                for suffix in (".png", ".txt"):
+                    shutil.copy(shapes / f"01-red-circle{suffix}", folder / f"{i:02d}{suffix}")
+            made[size] = folder
+        return made[size]
+
+    return get
+
+
+def pointed_at(path: Path, tiny_models, batches, tmp_path: Path) -> dict:
+    from ot_gradio.config.io import config_to_dict, load_config
+
+    config = config_to_dict(load_config(path).config)
+    base = tiny_models(config["model_type"])
+    config.update(base_model_name=str(base), concepts=[{"name": "c", "path": str(batches(config["batch_size"]))}],
+                  output_model_destination=str(tmp_path / "out" / "model"), workspace_dir=str(tmp_path / "ws"),
+                  cache_dir=str(tmp_path / "cache"), train_device="cpu", resolution="64", epochs=1)
+    if config["model_type"] == "WUERSTCHEN_2":
+        config["decoder"]["model_name"], config["effnet_encoder"]["model_name"] = str(base.parent / "decoder"), str(base.parent / "effnet")
+    if config["model_type"] == "STABLE_CASCADE_1":  # the preset says "TODO: MANUALLY DOWNLOAD EFFNET WEIGHTS"
+        config["decoder"]["model_name"] = str(base.parent / "decoder")
+        config["effnet_encoder"]["model_name"] = str(base.parent / "decoder" / "effnet_encoder.safetensors")
+    return config
+
+
+class Collect:
+    def __init__(self):
+        self.statuses, self.losses = [], []
+
+    def status(self, state, message=""):
+        self.statuses.append(message)
+
+    def metrics(self, **fields):
+        if "loss" in fields:
+            self.losses.append(fields["loss"])
+
+    def __getattr__(self, name):  # the Reporter's other news is not looked at
+        return lambda *a, **k: set() if name == "requests" else None
+
+
+def train(config: dict, tmp_path: Path, report: Collect):
+    from ot_gradio.config.doctor import errors
+    from ot_gradio.config.io import load_config
+    from ot_gradio.training.trainer import RunPaths, Trainer
+
+    loaded = load_config(config).config
+    assert errors(loaded) == []
+    run = tmp_path / "run"
+    trainer = Trainer(loaded, RunPaths(run / "samples", run / "backup", run / "save", None, []), report)
+    trainer.setup()
+    return trainer, trainer.train()
+
+
+@pytest.fixture(scope="module")
+def eager_compile():
+    """For the whole module, so that dynamo traces each family's blocks once, not once per preset."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+        yield
+    torch._dynamo.reset()  # later tests start without this module's compiled code
+
+
+@pytest.mark.parametrize("path", TRAINED, ids=preset_id)
+def test_a_shipped_preset_trains_one_step_on_a_tiny_model(path, tiny_models, batches, tmp_path, eager_compile):
+    config = pointed_at(path, tiny_models, batches, tmp_path)
+    report = Collect()
+    trainer, status = train(config, tmp_path, report)
+    assert status == "done"
+    assert len(report.losses) == 1 and math.isfinite(report.losses[0])
+    assert [p.name for p in (tmp_path / "out").iterdir()]  # the trained model or LoRA, however its format names it
+    denoiser = trainer.model.parts[trainer.model.denoiser]
+    denoiser = denoiser.get_base_model() if hasattr(denoiser, "get_base_model") else denoiser
+    assert (denoiser._compiled_call_impl is not None) is config["compile"]
+
+
+def test_the_8gb_preset_with_compile_and_offloading_compiles_block_by_block_as_on_a_gpu(
+        tiny_models, batches, tmp_path, eager_compile, monkeypatch):
+    """z-image LoRA 8GB: compile with transformer.offload_fraction 0.6. Offloading is forced in
+    (CPU to CPU), so the trainer compiles the transformer's blocks that stay and leaves the
+    offloaded ones uncompiled, and the step trains."""
+    from ot_gradio.training import offload
+
+    real = offload.install_offloading
+    monkeypatch.setattr(offload, "install_offloading", lambda model, cfg, device, **kw: real(model, cfg, device, force=True))
+    config = pointed_at(PRESETS / "Z-Image" / "#z-image LoRA 8GB.json", tiny_models, batches, tmp_path)
+    assert config["compile"] and config["transformer"]["offload_fraction"] == 0.6
+    report = Collect()
+    trainer, status = train(config, tmp_path, report)
+    assert status == "done" and len(report.losses) == 1 and math.isfinite(report.losses[0])
+    (part,) = trainer.layer_offload
+    blocks = offload.find_blocks(trainer.model.parts["transformer"])
+    offloaded = {id(b.block) for b in part.blocks}
+    assert 0 < len(offloaded) < len(blocks)
+    assert [b._compiled_call_impl is not None for b in blocks] == [id(b) not in offloaded for b in blocks]
+    assert all(b.loads >= 2 for b in part.blocks)  # moved in for the forward and the recomputation
+    assert any(m.startswith(f"compile: {len(blocks) - len(offloaded)} of {len(blocks)} transformer blocks") for m in report.statuses)
