@@ -294,7 +294,7 @@ def test_fused_back_pass_clips_each_weights_gradient_by_its_own_norm_as_onetrain
         seen = {}
         for name, p in (("a", a), ("b", b)):
             sub = optimizer.optimizer_of(p)
-            sub.step = lambda step=sub.step, name=name, p=p: (seen.__setitem__(name, p.grad.norm().item()), step())[1]
+            sub.step = lambda step=sub.step, name=name, p=p, seen=seen: (seen.__setitem__(name, p.grad.norm().item()), step())[1]
         (30 * a.sum() + 0.1 * b.sum()).backward()  # gradient norms: 60 for a, 0.2 for b
         assert seen["a"] == pytest.approx(0.5 if clip else 60.0, rel=1e-5)
         assert seen["b"] == pytest.approx(0.2, rel=1e-5)  # within the limit: as computed
