@@ -27,7 +27,7 @@ _DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "flo
                   "bfloat_16": "bfloat16"}
 # metadata the LoRA writer sets itself for the target format; everything else in a file is kept
 _WRITER_METADATA = ("format", "lora_adapter_metadata", "ss_network_module", "ss_network_args", "ss_network_dim",
-                    "ss_network_alpha", "ss_base_model_version", "ss_v2", "ss_output_name")
+                    "ss_network_alpha", "ss_base_model_version", "ss_v2", "ss_output_name", "ot_gradio_folded_alpha")
 # the SDXL base UNet's layout, for naming kohya SDXL LoRA layers when no base model is given
 SDXL_UNET_CONFIG = {
     "sample_size": 128, "layers_per_block": 2, "block_out_channels": [320, 640, 1280], "cross_attention_dim": 2048,
