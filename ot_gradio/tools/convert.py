@@ -371,14 +371,16 @@ def merge_into(model, parts: Mapping[str, Mapping[str, torch.Tensor]], rank: int
     for part, sd in parts.items():
         module = model.parts.get(part)
         modules = dict(module.named_modules()) if module is not None else {}
+        # kohya names lose the dots: a path read back wrongly still finds its module by its `_`-joined name
+        flat = {name.replace(".", "_"): m for name, m in modules.items()}
         for path, tensors in _lora_layers(sd).items():
             total += 1
             try:
                 check_layer(f"{part}.{path}", tensors)
             except ValueError as err:
                 raise JobError(f"lora: {err}") from None
-            target = modules.get(path)
-            target = modules.get("text_model." + path) if target is None else target
+            target = next((m for m in (modules.get(path), modules.get("text_model." + path), flat.get(path.replace(".", "_")))
+                           if m is not None), None)
             if target is not None and isinstance(getattr(target, "weight", None), torch.Tensor):
                 plan.append((target, tensors))
     if len(plan) != total:

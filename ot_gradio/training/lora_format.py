@@ -90,6 +90,8 @@ _COMPOUND_WORDS = sorted(
             "layer_norm1 layer_norm2 pos_embed caption_projection adaln_single timestep_embedder resolution_embedder "
             "aspect_ratio_embedder wi_0 wi_1 kv_mapper mapper_crp mapper_sca cond_mapper clip_txt_mapper "
             "clip_txt_pooled_mapper clip_img_mapper down_downscalers up_upscalers "
+            # language-model text encoders (Qwen-Image's Qwen2.5-VL, Z-Image's Qwen3, Sana's Gemma 2)
+            "language_model embed_tokens o_proj gate_proj up_proj down_proj "
             # Flux.1 / Chroma transformers (training/lora_keys_flux.py)
             "single_transformer_blocks x_embedder context_embedder time_text_embed text_embedder guidance_embedder "
             "to_add_out add_q_proj add_k_proj add_v_proj norm1_context ff_context proj_mlp norm_out "
