@@ -121,3 +121,17 @@ def test_a_text_encoder_lora_diffusers_cannot_load_is_refused_for_diffusers_keys
         if not loadable:
             config.output_model_format, config.training_method = ModelFormat.DIFFUSERS_LORA, TrainingMethod.EMBEDDING
             assert not [e for e in errors(config) if e.startswith(f"{part}.train:")]
+
+
+def test_the_output_format_tooltip_says_which_loader_reads_each_format():
+    """Kohya files load in diffusers for the SD 1.x/2.x/SDXL pipelines only; the families without a
+    diffusers LoRA loader are named."""
+    from ot_gradio.config.families import DIFFUSERS_LORA_TEXT_ENCODERS, FAMILIES
+
+    tip = TrainConfig.model_fields["output_model_format"].description
+    no_loader = {m for m, info in FAMILIES.items() if info.implemented and TrainingMethod.LORA in info.methods}
+    names = {ModelType.PIXART_ALPHA: "PixArt", ModelType.PIXART_SIGMA: "PixArt", ModelType.WUERSTCHEN_2: "Würstchen",
+             ModelType.STABLE_CASCADE_1: "Stable Cascade"}
+    assert no_loader - set(DIFFUSERS_LORA_TEXT_ENCODERS) == set(names)
+    assert all(name in tip for name in names.values())
+    assert "for SD 1.x/2.x/SDXL also A1111, Forge and diffusers" in tip and "alpha folded into the weights" in tip
