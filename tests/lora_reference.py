@@ -8,6 +8,12 @@ their documented formulas, so tests can check our files without those programs:
 - LoHa: W + (w1a @ w1b) * (w2a @ w2b) * alpha / rank (Tucker: t1/t2 rebuilt with w*a, w*b)
 - LoKr: W + kron(w1, w2) * alpha / rank, each factor whole or a @ b (w2 Tucker-rebuilt), scale 1
   when both factors are whole matrices
+
+and what ComfyUI does with a diffusers/PEFT-named file (`<part>.<module path>.lora_A.weight` /
+`lora_B.weight`, `hada_*`, `lokr_*`): the same formulas, with alpha only from a `<layer>.alpha`
+tensor beside the weights; without one the scale is 1 (comfy/weight_adapter: "alpha = 1.0"), and
+the adapter metadata in the header is not read. `scripts/comfy_lora_check.py` checks this against
+ComfyUI's own code.
 """
 
 import torch
@@ -81,5 +87,44 @@ def merge_kohya_reference(pipe, tensors) -> int:
     with torch.no_grad():
         for name, entries in layers.items():
             module = targets[name]
+            module.weight.copy_(_reference_weight(module.weight, entries).to(module.weight.dtype))
+    return len(layers)
+
+
+_PEFT_TO_KOHYA = {"lora_A.weight": "lora_down.weight", "lora_B.weight": "lora_up.weight"}
+
+
+def _diffusers_targets(pipe, part):
+    model = getattr(pipe, part)
+    wrapped = not hasattr(model, "text_model") and part.startswith("text_encoder")
+    out = {}
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, nn.Conv2d)):
+            out[name] = module
+            if wrapped:
+                out["text_model." + name] = module
+    return out
+
+
+def merge_comfy_diffusers_reference(pipe, tensors) -> int:
+    """Merge a diffusers/PEFT-named file into a plain pipeline's weights the way ComfyUI applies
+    it (scale alpha / rank with a `.alpha` tensor, else 1); returns how many layers."""
+    layers: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        part, _, rest = key.partition(".")
+        for entry in ("lora_A.weight", "lora_B.weight", "alpha", "hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b",
+                      "hada_t1", "hada_t2", "lokr_w1", "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b", "lokr_t2"):
+            if rest.endswith("." + entry):
+                layers.setdefault((part, rest.removesuffix("." + entry)), {})[_PEFT_TO_KOHYA.get(entry, entry)] = value
+                break
+        else:
+            raise AssertionError(f"ComfyUI loads no adapter from {key}")
+    with torch.no_grad():
+        for (part, path), entries in layers.items():
+            module = _diffusers_targets(pipe, part)[path]
+            if "alpha" not in entries:  # scale 1: alpha equal to the layer's rank
+                rank = next((entries[k].shape[0] for k in ("lora_down.weight", "hada_w1_b", "lokr_w1_b", "lokr_w2_b") if k in entries), None)
+                if rank is not None:
+                    entries = {**entries, "alpha": torch.tensor(float(rank))}
             module.weight.copy_(_reference_weight(module.weight, entries).to(module.weight.dtype))
     return len(layers)

@@ -20,7 +20,16 @@ from .enums import (
     native_resolution,
 )
 from .enums import Optimizer as O
-from .families import IMPLEMENTED_METHODS, family_info, implemented_model_types, is_flow_matching, supports, trainable_parts
+from .families import (
+    DIFFUSERS_LORA_TEXT_ENCODERS,
+    IMPLEMENTED_METHODS,
+    TEXT_ENCODER_NAMES,
+    family_info,
+    implemented_model_types,
+    is_flow_matching,
+    supports,
+    trainable_parts,
+)
 from .fields import PLANNED, field_meta, nested_section
 from .flow_options import flow_matching_conflicts
 from .optimizer import (
@@ -205,6 +214,7 @@ def errors(config: TrainConfig) -> list[str]:
     if is_flow_matching(config.model_type):
         out += flow_matching_conflicts(config)
     out += fill_mask_problems(config)
+    out += diffusers_text_encoder_problems(config)
     out += offload_problems(config)
     out += inpainting_sample_problems(config)
     return out
@@ -296,6 +306,30 @@ def dora_format_problem(config: Any) -> str | None:
                 "load_lora_weights applies as trained), or turn lora_decompose_output_axis off for a KOHYA_LORA file "
                 "(input-axis DoRA, OneTrainer's default, which those loaders read)")
     return None
+
+
+def diffusers_text_encoder_problems(config: Any) -> list[str]:
+    """A LoRA of a text encoder the family's diffusers pipeline cannot load, saved with diffusers
+    keys, would be skipped (or, for Chroma, make load_lora_weights fail): refused before the run."""
+    model_type = ModelType(config.model_type)
+    info, loader = family_info(model_type), DIFFUSERS_LORA_TEXT_ENCODERS.get(model_type)
+    if (config.training_method != TrainingMethod.LORA or info is None or loader is None
+            or ModelFormat(config.output_model_format) not in DIFFUSERS_LORA_FORMATS):
+        return []
+    pipeline, loadable = loader
+    names = dict(zip(info.text_encoders, TEXT_ENCODER_NAMES.get(model_type, ()), strict=False))
+    reads = " and ".join([f"the {info.denoiser}", *(names.get(p, p) for p in loadable)])
+    out = []
+    for part in info.text_encoders:
+        if part in loadable or not getattr(config, part).train:
+            continue
+        label = TrainConfig.model_fields[part].json_schema_extra["label"]
+        what = f"the {names[part]} text encoder" if part in names else f"the {label.lower()}"
+        other = "" if model_type == ModelType.SANA else ", or choose KOHYA_LORA there"
+        out.append(f"{part}.train: a {ModelFormat(config.output_model_format).value} file (Model → Output format) cannot hold a "
+                   f"LoRA of {what} (Training → {label} → Train): diffusers' {pipeline}.load_lora_weights loads LoRA into "
+                   f"{reads} only, so that part would not load; turn off Training → {label} → Train{other}.")
+    return out
 
 
 def fill_mask_problems(config: Any) -> list[str]:

@@ -113,6 +113,34 @@ FAMILIES: dict[M, FamilyInfo] = {
     ),
 }
 
+# The text encoders the family's diffusers pipeline loads a LoRA into (its LoraLoaderMixin's
+# `_lora_loadable_modules`, diffusers 0.42), with the pipeline's name. A DIFFUSERS_LORA file of a
+# text encoder outside them is refused before the run (config/doctor.py): FluxPipeline skips T5,
+# Qwen-Image, Z-Image, Sana and Flux.2 load the transformer only, and ChromaPipeline raises on
+# its T5 part after it has changed the transformer. Families not listed have no load_lora_weights.
+DIFFUSERS_LORA_TEXT_ENCODERS: dict[M, tuple[str, tuple[str, ...]]] = {
+    **{m: ("StableDiffusionPipeline", ("text_encoder",)) for m in (
+        M.STABLE_DIFFUSION_15, M.STABLE_DIFFUSION_15_INPAINTING, M.STABLE_DIFFUSION_20, M.STABLE_DIFFUSION_20_BASE,
+        M.STABLE_DIFFUSION_20_INPAINTING, M.STABLE_DIFFUSION_21, M.STABLE_DIFFUSION_21_BASE)},
+    M.STABLE_DIFFUSION_XL_10_BASE: ("StableDiffusionXLPipeline", ("text_encoder", "text_encoder_2")),
+    M.STABLE_DIFFUSION_XL_10_BASE_INPAINTING: ("StableDiffusionXLInpaintPipeline", ("text_encoder", "text_encoder_2")),
+    M.STABLE_DIFFUSION_3: ("StableDiffusion3Pipeline", ("text_encoder", "text_encoder_2")),
+    M.STABLE_DIFFUSION_35: ("StableDiffusion3Pipeline", ("text_encoder", "text_encoder_2")),
+    M.FLUX_DEV_1: ("FluxPipeline", ("text_encoder",)),
+    M.FLUX_FILL_DEV_1: ("FluxFillPipeline", ("text_encoder",)),
+    M.CHROMA_1: ("ChromaPipeline", ()),
+    M.Z_IMAGE: ("ZImagePipeline", ()),
+    M.FLUX_2: ("Flux2Pipeline", ()),
+    M.QWEN: ("QwenImagePipeline", ()),
+    M.SANA: ("SanaPipeline", ()),
+}
+# what each family's text encoders are, for messages
+TEXT_ENCODER_NAMES: dict[M, tuple[str, ...]] = {
+    M.STABLE_DIFFUSION_3: ("CLIP-L", "CLIP-G", "T5"), M.STABLE_DIFFUSION_35: ("CLIP-L", "CLIP-G", "T5"),
+    M.FLUX_DEV_1: ("CLIP-L", "T5"), M.FLUX_FILL_DEV_1: ("CLIP-L", "T5"), M.CHROMA_1: ("T5",), M.Z_IMAGE: ("Qwen3",),
+    M.FLUX_2: ("Mistral / Qwen3",), M.QWEN: ("Qwen2.5-VL",), M.SANA: ("Gemma 2",),
+}
+
 # Parts that never train in any supported method (image encoders/decoders); the page shows only
 # their data type.
 FROZEN_PARTS = ("vae", "effnet_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan")

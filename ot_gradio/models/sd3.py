@@ -243,4 +243,10 @@ class StableDiffusion35(StableDiffusion3):
     family_name = "SD 3.5"
     default_config_repo = "stabilityai/stable-diffusion-3.5-large"
     lora_base_model_version = "sd3.5"
-    modelspec_architecture = "stable-diffusion-v3.5-large"
+
+    @property
+    def modelspec_architecture(self) -> str:
+        """Medium's MMDiT-X has dual-attention layers (0-12), Large and Large Turbo none (SwarmUI's
+        and the SAI spec's "stable-diffusion-v3.5-medium" / "-large")."""
+        medium = bool(getattr(base_module(self.transformer).config, "dual_attention_layers", None))
+        return "stable-diffusion-v3.5-medium" if medium else "stable-diffusion-v3.5-large"

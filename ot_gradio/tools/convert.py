@@ -27,7 +27,7 @@ _DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "flo
                   "bfloat_16": "bfloat16"}
 # metadata the LoRA writer sets itself for the target format; everything else in a file is kept
 _WRITER_METADATA = ("format", "lora_adapter_metadata", "ss_network_module", "ss_network_args", "ss_network_dim",
-                    "ss_network_alpha", "ss_base_model_version", "ss_v2", "ss_output_name")
+                    "ss_network_alpha", "ss_base_model_version", "ss_v2", "ss_output_name", "ot_gradio_folded_alpha")
 # the SDXL base UNet's layout, for naming kohya SDXL LoRA layers when no base model is given
 SDXL_UNET_CONFIG = {
     "sample_size": 128, "layers_per_block": 2, "block_out_channels": [320, 640, 1280], "cross_attention_dim": 2048,
@@ -371,14 +371,16 @@ def merge_into(model, parts: Mapping[str, Mapping[str, torch.Tensor]], rank: int
     for part, sd in parts.items():
         module = model.parts.get(part)
         modules = dict(module.named_modules()) if module is not None else {}
+        # kohya names lose the dots: a path read back wrongly still finds its module by its `_`-joined name
+        flat = {name.replace(".", "_"): m for name, m in modules.items()}
         for path, tensors in _lora_layers(sd).items():
             total += 1
             try:
                 check_layer(f"{part}.{path}", tensors)
             except ValueError as err:
                 raise JobError(f"lora: {err}") from None
-            target = modules.get(path)
-            target = modules.get("text_model." + path) if target is None else target
+            target = next((m for m in (modules.get(path), modules.get("text_model." + path), flat.get(path.replace(".", "_")))
+                           if m is not None), None)
             if target is not None and isinstance(getattr(target, "weight", None), torch.Tensor):
                 plan.append((target, tensors))
     if len(plan) != total:

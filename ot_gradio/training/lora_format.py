@@ -72,6 +72,12 @@ _TEXT_PARTS = ("text_encoder", "text_encoder_2", "text_encoder_3")
 # text-encoder paths not put under `text_model.` (T5's `encoder.block.N...` never had that wrapper)
 _OUTSIDE_TEXT_MODEL = ("text_model.", "text_projection", "encoder.block.")
 _DIFFUSERS_METADATA_KEY = "lora_adapter_metadata"
+# diffusers/PEFT files hold alpha / rank folded into the weights (lora_B, hada_w1_a, lokr_w1[_a]) and
+# say alpha = rank: ComfyUI reads no alpha from such a file (it looks for `<layer>.alpha` tensors,
+# which diffusers does not expect) and applies scale 1, diffusers and peft read `lora_alpha` from
+# the adapter metadata; both then apply what was trained. This key keeps the trained alpha, so our
+# reader can undo the fold and a continued run trains at the same alpha.
+FOLDED_ALPHA_KEY = "ot_gradio_folded_alpha"
 _DORA_FILE_NAMES = {"lora_magnitude_vector": "lora_magnitude_vector.weight"}
 
 # Multi-word names in SD UNet / CLIP / PixArt / T5 module paths, to turn kohya's `_`-joined names back into
@@ -86,6 +92,8 @@ _COMPOUND_WORDS = sorted(
             "layer_norm1 layer_norm2 pos_embed caption_projection adaln_single timestep_embedder resolution_embedder "
             "aspect_ratio_embedder wi_0 wi_1 kv_mapper mapper_crp mapper_sca cond_mapper clip_txt_mapper "
             "clip_txt_pooled_mapper clip_img_mapper down_downscalers up_upscalers "
+            # language-model text encoders (Qwen-Image's Qwen2.5-VL, Z-Image's Qwen3, Sana's Gemma 2)
+            "language_model embed_tokens o_proj gate_proj up_proj down_proj "
             # Flux.1 / Chroma transformers (training/lora_keys_flux.py)
             "single_transformer_blocks x_embedder context_embedder time_text_embed text_embedder guidance_embedder "
             "to_add_out add_q_proj add_k_proj add_v_proj norm1_context ff_context proj_mlp norm_out "
@@ -228,12 +236,12 @@ def save_lora_parts(
     if lora_format == KOHYA:
         tensors = _to_kohya(parts, rank, alpha, dtype, base_model_version, module_names or {})
     else:
-        tensors = _to_diffusers(parts, dtype)
+        tensors = _to_diffusers(parts, dtype, alpha / rank)
     tensors.update({k: _out(v, v.dtype) for k, v in (extra_tensors or {}).items()})
     has_conv = any(t.ndim == 4 and t.shape[-1] > 1 for sd in parts.values() for t in sd.values())
     metadata = _training_metadata(
         rank=rank,
-        alpha=alpha,
+        alpha=alpha if lora_format == KOHYA else float(rank),  # what the file's tensors are read with
         base_model_version=base_model_version,
         resolution=resolution,
         steps=steps,
@@ -246,7 +254,8 @@ def save_lora_parts(
         metadata.update(kohya_network_metadata(*describe(parts)))
     if lora_format == DIFFUSERS:
         metadata["format"] = "pt"
-        metadata[_DIFFUSERS_METADATA_KEY] = json.dumps(_peft_adapter_metadata(parts, rank, alpha), sort_keys=True)
+        metadata[_DIFFUSERS_METADATA_KEY] = json.dumps(_peft_adapter_metadata(parts, rank, float(rank)), sort_keys=True)
+        metadata[FOLDED_ALPHA_KEY] = str(float(alpha))
     for key, value in (extra_metadata or {}).items():
         metadata[str(key)] = value if isinstance(value, str) else json.dumps(value)
     metadata.update(kohya_hashes(tensors, metadata))
@@ -284,10 +293,12 @@ def _to_kohya(
     return tensors
 
 
-def _to_diffusers(parts: Mapping[str, Mapping[str, torch.Tensor]], dtype: torch.dtype) -> dict:
+def _to_diffusers(parts: Mapping[str, Mapping[str, torch.Tensor]], dtype: torch.dtype, scale: float) -> dict:
+    """peft-named tensors with `scale` (alpha / rank) folded into each layer (see FOLDED_ALPHA_KEY)."""
     tensors: dict[str, torch.Tensor] = {}
     for part, sd in parts.items():
         for module_path, layer in _split_layers(part, sd).items():
+            layer = scale_layer({k: v.float() for k, v in layer.items()}, scale) if scale != 1.0 else layer
             if DORA_IN in layer:
                 raise ValueError(
                     "DoRA decomposed on the input axis cannot be written with diffusers/PEFT keys: peft and diffusers "
@@ -472,6 +483,7 @@ def _layers_from_diffusers(tensors: Mapping[str, torch.Tensor], metadata: Mappin
         by_part.setdefault(part, {})[rest] = tensor
     adapter_meta = json.loads(metadata[_DIFFUSERS_METADATA_KEY]) if _DIFFUSERS_METADATA_KEY in metadata else {}
     file_alpha = float(metadata["ss_network_alpha"]) if "ss_network_alpha" in metadata else None
+    trained_alpha = float(metadata[FOLDED_ALPHA_KEY]) if FOLDED_ALPHA_KEY in metadata else None
 
     layers: _Layers = {}
     for part, sd in by_part.items():
@@ -485,7 +497,12 @@ def _layers_from_diffusers(tensors: Mapping[str, torch.Tensor], metadata: Mappin
                 sd = convert_unet_state_dict_to_peft(dict(sd))
         alpha = adapter_meta.get(f"{part}.lora_alpha", adapter_meta.get(f"{part}.alpha", file_alpha))
         for path, tensors in _split_layers(part, sd).items():
-            layers[(part, _strip_text_model(part, path))] = (tensors, None if alpha is None else float(alpha), False)
+            layer_alpha = None if alpha is None else float(alpha)
+            if trained_alpha is not None:  # undo the writer's fold: the same delta at the trained alpha
+                read_alpha = layer_alpha if layer_alpha is not None else float(adapter_meta.get(f"{part}.r") or layer_rank(tensors) or 1)
+                file_scale = read_alpha / trained_alpha
+                tensors, layer_alpha = scale_layer(tensors, file_scale), trained_alpha
+            layers[(part, _strip_text_model(part, path))] = (tensors, layer_alpha, False)
     return layers
 
 

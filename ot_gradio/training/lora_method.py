@@ -30,8 +30,8 @@ def lora_file_format(fmt: ModelFormat) -> str:
         return FORMATS[ModelFormat(fmt)]
     except KeyError:
         raise ValueError(
-            f"output_model_format: {fmt} is not a LoRA format the trainer writes; use KOHYA_LORA or COMFY_LORA (A1111, "
-            "ComfyUI, Forge, diffusers) or SAFETENSORS / DIFFUSERS_LORA (diffusers/PEFT keys)"
+            f"output_model_format: {fmt} is not a LoRA format the trainer writes; use KOHYA_LORA or COMFY_LORA (kohya keys: "
+            "ComfyUI; A1111, Forge and diffusers for SD 1.x/2.x/SDXL) or SAFETENSORS / DIFFUSERS_LORA (diffusers/PEFT keys)"
         ) from None
 
 

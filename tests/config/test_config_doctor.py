@@ -77,3 +77,61 @@ def test_optimizer_not_in_the_trainer():
     config.optimizer.optimizer = "PRODIGY"
     assert any("PRODIGY is not available" in w for w in check(config, available_optimizers=["ADAMW", "SGD"]))
     assert not any("is not available" in w for w in check(config))
+
+
+def _diffusers_lora_cases():
+    from ot_gradio.config.families import DIFFUSERS_LORA_TEXT_ENCODERS, FAMILIES
+
+    return [(m, part) for m in DIFFUSERS_LORA_TEXT_ENCODERS for part in FAMILIES[m].text_encoders]
+
+
+def test_the_diffusers_lora_table_is_what_each_pipeline_loads():
+    """The text encoders DIFFUSERS_LORA_TEXT_ENCODERS lets through are the pipeline's own LoRA
+    hooks (`_lora_loadable_modules`), Chroma's aside: its mixin names `text_encoder` (Flux's CLIP)
+    but fails on Chroma's T5 there."""
+    import diffusers
+
+    from ot_gradio.config.families import DIFFUSERS_LORA_TEXT_ENCODERS, FAMILIES
+
+    for model_type, (pipeline, loadable) in DIFFUSERS_LORA_TEXT_ENCODERS.items():
+        hooks = set(getattr(diffusers, pipeline)._lora_loadable_modules) & set(FAMILIES[model_type].text_encoders)
+        assert set(loadable) == (set() if model_type == ModelType.CHROMA_1 else hooks), model_type
+
+
+def test_a_text_encoder_lora_diffusers_cannot_load_is_refused_for_diffusers_keys():
+    """Flux.1's T5, Chroma's T5, SD 3's T5 and the language-model encoders of Qwen-Image, Z-Image,
+    Sana and Flux.2: refused with diffusers keys, naming the format and the switch as the page shows them."""
+    from ot_gradio.config.families import DIFFUSERS_LORA_TEXT_ENCODERS
+
+    for model_type, part in _diffusers_lora_cases():
+        loadable = part in DIFFUSERS_LORA_TEXT_ENCODERS[model_type][1]
+        for fmt in (ModelFormat.DIFFUSERS_LORA, ModelFormat.SAFETENSORS, ModelFormat.KOHYA_LORA):
+            config = good()
+            config.model_type = model_type
+            config.output_model_format = fmt
+            for other in ("text_encoder", "text_encoder_2", "text_encoder_3"):
+                getattr(config, other).train = other == part
+            found = [e for e in errors(config) if e.startswith(f"{part}.train:")]
+            if loadable or fmt == ModelFormat.KOHYA_LORA:
+                assert found == [], (model_type, part, fmt)
+                continue
+            label = TrainConfig.model_fields[part].json_schema_extra["label"]
+            assert len(found) == 1, (model_type, part, fmt)
+            assert f"a {fmt.value} file (Model → Output format)" in found[0] and f"Training → {label} → Train" in found[0]
+        if not loadable:
+            config.output_model_format, config.training_method = ModelFormat.DIFFUSERS_LORA, TrainingMethod.EMBEDDING
+            assert not [e for e in errors(config) if e.startswith(f"{part}.train:")]
+
+
+def test_the_output_format_tooltip_says_which_loader_reads_each_format():
+    """Kohya files load in diffusers for the SD 1.x/2.x/SDXL pipelines only; the families without a
+    diffusers LoRA loader are named."""
+    from ot_gradio.config.families import DIFFUSERS_LORA_TEXT_ENCODERS, FAMILIES
+
+    tip = TrainConfig.model_fields["output_model_format"].description
+    no_loader = {m for m, info in FAMILIES.items() if info.implemented and TrainingMethod.LORA in info.methods}
+    names = {ModelType.PIXART_ALPHA: "PixArt", ModelType.PIXART_SIGMA: "PixArt", ModelType.WUERSTCHEN_2: "Würstchen",
+             ModelType.STABLE_CASCADE_1: "Stable Cascade"}
+    assert no_loader - set(DIFFUSERS_LORA_TEXT_ENCODERS) == set(names)
+    assert all(name in tip for name in names.values())
+    assert "for SD 1.x/2.x/SDXL also A1111, Forge and diffusers" in tip and "alpha folded into the weights" in tip

@@ -303,3 +303,19 @@ def comfyui_unmapped(keys: set[str], model) -> set[str]:
         if suffix is None or key[: -len(suffix)] not in known:
             out.add(key)
     return out
+
+
+def test_sd35_medium_and_large_are_labelled_apart():
+    """Medium (dual-attention layers) and Large (none) share the model type; the file headers
+    name which one was trained."""
+    from types import SimpleNamespace
+
+    from diffusers import SD3Transformer2DModel
+
+    from ot_gradio.training.output_metadata import architecture
+
+    medium = StableDiffusion35.load("tiny:sd35")  # dual_attention_layers [0], as Medium's 0-12
+    assert architecture(medium, "lora") == "stable-diffusion-v3.5-medium/lora"
+    assert architecture(medium, "checkpoint") == "stable-diffusion-v3.5-medium"
+    large = SD3Transformer2DModel.from_config({**medium.transformer.config, "dual_attention_layers": ()})
+    assert StableDiffusion35.modelspec_architecture.fget(SimpleNamespace(transformer=large)) == "stable-diffusion-v3.5-large"

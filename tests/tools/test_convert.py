@@ -156,6 +156,7 @@ def test_kohya_to_diffusers_and_back_keeps_the_lora(kohya_lora, tmp_path):
     _assert_equal(_tensors(back["output"]), original)
     meta = _metadata(back["output"])
     assert meta["ot_gradio.note"] == "kept" and meta["ss_network_alpha"] == "1.0" and "lora_adapter_metadata" not in meta
+    assert "ot_gradio_folded_alpha" not in meta  # the diffusers file's fold is not carried into kohya metadata
 
     reference = _diffusers_outputs(kohya_lora)
     converted = _diffusers_outputs(peft["output"])

@@ -60,3 +60,39 @@ def test_llm_encoder_families_convert_checkpoints_and_lora_keys(model_type, tmp_
         out = run_inline("convert", {"operation": "lora", "model_type": model_type, "input": str(files[source]), "base": str(base),
                                      "output": str(tmp_path / f"to-{to}.safetensors"), "to": to})
         _same(load_file(out["output"]), load_file(str(files[target])))
+
+
+@pytest.mark.parametrize("model_type", ["QWEN", "Z_IMAGE", "SANA"])
+def test_merge_reads_our_own_kohya_files_with_the_text_encoder(model_type, tmp_path):
+    """Their language-model encoders' layers (`o_proj`, `gate_proj`, ...) are written
+    `lora_te_text_model_...`; merge finds every one and applies it at alpha / rank."""
+    from ot_gradio.config.enums import ModelFormat
+    from ot_gradio.config.io import load_config
+    from ot_gradio.models.registry import get_family
+    from ot_gradio.models.tiny import resolve_tiny
+    from ot_gradio.training.lora import lora_layers
+    from ot_gradio.training.methods import get_method
+
+    base = resolve_tiny(FAMILIES[model_type]).diffusers_dir
+    cfg = load_config({"model_type": model_type, "training_method": "LORA", "base_model_name": str(base), "lora_rank": 4,
+                       "lora_alpha": 1, "layer_filter_preset": "full", "text_encoder": {"train": True}}).config
+    model, method = get_family(model_type).load(str(base)), get_method(cfg.training_method)
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in (p for g in method.setup(model, cfg, torch.device("cpu")) for p in g.params):
+            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+    lora = method.save(model, cfg.model_copy(update={"output_model_format": ModelFormat.KOHYA_LORA}), tmp_path / "k.safetensors", {})
+    expected = {}
+    with torch.no_grad():
+        for name, layer in lora_layers(model.text_encoder).items():
+            delta = layer.lora_B.default.weight @ layer.lora_A.default.weight
+            expected[name] = layer.base_layer.weight + delta / 4
+    assert any(name.endswith("mlp.down_proj") for name in expected)
+
+    result = run_inline("convert", {"operation": "merge", "model_type": model_type, "base": str(base), "lora": str(lora),
+                                    "output": str(tmp_path / "merged"), "format": "diffusers", "dtype": "float32"})
+    total = sum(len(lora_layers(getattr(model, part))) for part in (model.denoiser, "text_encoder"))
+    assert result["layers"] == total
+    merged = dict(get_family(model_type).load(str(tmp_path / "merged")).text_encoder.named_modules())
+    for name, weight in expected.items():
+        torch.testing.assert_close(merged[name].weight, weight, rtol=1e-5, atol=1e-6)

@@ -160,7 +160,40 @@ def test_diffusers_layout(trained, tmp_path):
     # the single-file / ComfyUI / older-diffusers spelling of CLIP layers
     assert "text_encoder.text_model.encoder.layers.0.self_attn.q_proj.lora_B.weight" in keys
     meta = read_lora_metadata(path)
-    assert meta["format"] == "pt" and '"unet.lora_alpha": 1.0' in meta["lora_adapter_metadata"]
+    # alpha / rank is folded into lora_B, so the file says alpha = rank and keeps the trained alpha apart
+    assert meta["format"] == "pt" and f'"unet.lora_alpha": {float(RANK)}' in meta["lora_adapter_metadata"]
+    assert float(meta["ot_gradio_folded_alpha"]) == ALPHA and float(meta["ss_network_alpha"]) == RANK
+
+
+def test_diffusers_file_applies_the_trained_strength_in_comfyui(trained, tmp_path):
+    """ComfyUI reads no alpha from a diffusers/PEFT file (scale 1, tests/lora_reference.py):
+    the weights alone must give what was trained, not rank / alpha times it."""
+    from tests.lora_reference import merge_comfy_diffusers_reference
+
+    path = save_lora(tmp_path / "s.safetensors", unet=trained.pipe.unet, text_encoder=trained.pipe.text_encoder, lora_format="diffusers")
+    pipe = _pipeline()
+    assert merge_comfy_diffusers_reference(pipe, _keys(path)) == len(lora_layers(trained.pipe.unet)) + len(lora_layers(trained.pipe.text_encoder))
+    _assert_same_as(trained, pipe)
+
+
+def test_diffusers_file_written_before_the_fold_reads_the_same(trained, tmp_path):
+    """A file of the earlier writer (weights unscaled, `lora_alpha` = the trained alpha) still
+    reads as the same LoRA."""
+    import json
+
+    path = save_lora(tmp_path / "s.safetensors", unet=trained.pipe.unet, text_encoder=trained.pipe.text_encoder, lora_format="diffusers")
+    meta = read_lora_metadata(path)
+    old = {k: v * (RANK / ALPHA) if k.endswith("lora_B.weight") else v for k, v in _keys(path).items()}
+    adapter = {k: ALPHA if k.endswith(".lora_alpha") else v for k, v in json.loads(meta.pop("lora_adapter_metadata")).items()}
+    meta.pop("ot_gradio_folded_alpha")
+    save_file(old, str(tmp_path / "old.safetensors"), metadata={**meta, "ss_network_alpha": str(ALPHA), "lora_adapter_metadata": json.dumps(adapter)})
+    for file in (path, tmp_path / "old.safetensors"):
+        parts, rank, alpha = load_lora_file(file)
+        assert (rank, alpha) == (RANK, ALPHA)
+        for part, module in (("unet", trained.pipe.unet), ("text_encoder", trained.pipe.text_encoder)):
+            expected = lora_state_dict(module)
+            assert parts[part].keys() == expected.keys()
+            assert all(torch.equal(parts[part][k], v) for k, v in expected.items())
 
 
 def test_unet_only_custom_filter(tmp_path):
