@@ -28,12 +28,13 @@ class FamilyInfo:
     inpainting: bool = False        # the denoiser takes the masked image and the mask as input
     bucket_step: int | None = None  # image sizes must be multiples of this (None: the data default)
     schedule: str = "ddpm"          # the training objective: "ddpm" or "flow_matching" (training/schedules.py)
-    # (LoRA file layout "kohya" / "diffusers", part, why): parts no reader loads from such a file (refused)
+    # (LoRA file layout "kohya" / "diffusers", part, why): parts no reader loads from such a file
+    # (refused); a diffusers-layout text encoder of a family with a diffusers LoRA loader is
+    # decided by DIFFUSERS_LORA_TEXT_ENCODERS below instead
     lora_unread: tuple[tuple[str, str, str], ...] = ()
 
 
 _T5_NO_COMFY = "and ComfyUI has no diffusers name for T5"
-_LLM_NO_COMFY = "and ComfyUI has no diffusers name for it"
 
 
 _SD = FamilyInfo(("unet", "text_encoder", "vae"), "unet", ("text_encoder",))
@@ -44,10 +45,7 @@ _SDXL = FamilyInfo(("unet", "text_encoder", "text_encoder_2", "vae"), "unet", ("
 _SD3 = FamilyInfo(
     ("transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "vae"), "transformer",
     ("text_encoder", "text_encoder_2", "text_encoder_3"), implemented=True, bucket_step=16, schedule="flow_matching",
-    lora_unread=(("diffusers", "text_encoder_3", f"StableDiffusion3Pipeline loads LoRA into the transformer and the two CLIP "
-                  f"encoders only, {_T5_NO_COMFY}"),),
 )
-_FLUX_T5 = (("diffusers", "text_encoder_2", f"FluxPipeline loads LoRA into the transformer and CLIP only, {_T5_NO_COMFY}"),)
 _PIXART_T5 = (("diffusers", "text_encoder", f"diffusers has no PixArt LoRA loader, {_T5_NO_COMFY}"),)
 
 FAMILIES: dict[M, FamilyInfo] = {
@@ -75,23 +73,21 @@ FAMILIES: dict[M, FamilyInfo] = {
     M.STABLE_DIFFUSION_35: _SD3,
     M.FLUX_DEV_1: FamilyInfo(
         ("transformer", "text_encoder", "text_encoder_2", "vae"), "transformer", ("text_encoder", "text_encoder_2"),
-        implemented=True, bucket_step=16, schedule="flow_matching", lora_unread=_FLUX_T5,
+        implemented=True, bucket_step=16, schedule="flow_matching",
     ),
     # Flux.1 Fill dev: Flux.1 dev reading the masked image and the mask too (models/flux_fill.py)
     M.FLUX_FILL_DEV_1: FamilyInfo(
         ("transformer", "text_encoder", "text_encoder_2", "vae"), "transformer", ("text_encoder", "text_encoder_2"),
-        implemented=True, inpainting=True, bucket_step=16, schedule="flow_matching", lora_unread=_FLUX_T5,
+        implemented=True, inpainting=True, bucket_step=16, schedule="flow_matching",
     ),
     M.CHROMA_1: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16,
         schedule="flow_matching",
-        lora_unread=(("diffusers", "text_encoder", f"ChromaPipeline's LoRA loader has no place for T5, {_T5_NO_COMFY}"),),
     ),
     # Z-Image: one Qwen3 text encoder; FINE_TUNE and LORA, as OneTrainer (models/z_image.py)
     M.Z_IMAGE: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
         implemented=True, bucket_step=16, schedule="flow_matching",
-        lora_unread=(("diffusers", "text_encoder", f"ZImagePipeline loads LoRA into the transformer only, {_LLM_NO_COMFY}"),),
     ),
     # Flux.2 dev (Mistral3 text encoder) and Klein (Qwen3): one model type, as OneTrainer (models/flux2.py)
     M.FLUX_2: FamilyInfo(
@@ -102,14 +98,12 @@ FAMILIES: dict[M, FamilyInfo] = {
     M.QWEN: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
         implemented=True, bucket_step=16, schedule="flow_matching",
-        lora_unread=(("diffusers", "text_encoder", f"QwenImagePipeline loads LoRA into the transformer only, {_LLM_NO_COMFY}"),),
     ),
     # Sana: one Gemma 2 text encoder, the DC-AE (32x) and a patch-1 transformer (models/sana.py)
     M.SANA: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE, T.EMBEDDING),
         implemented=True, bucket_step=32, schedule="flow_matching",
-        lora_unread=(("diffusers", "text_encoder", "SanaPipeline loads LoRA into the transformer only, and ComfyUI has no Sana"),
-                     ("kohya", "text_encoder", "ComfyUI has no Sana model and diffusers reads no kohya Sana file")),
+        lora_unread=(("kohya", "text_encoder", "ComfyUI has no Sana model and diffusers reads no kohya Sana file"),),
     ),
 }
 
