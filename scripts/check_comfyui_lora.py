@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 failed += bool(r["skipped"]) or not r["max_diff"] < 1e-4
                 print(f"{name:13} {fmt:9} layers {r['layers']:4}  skipped {len(r['skipped']):3}  weights patched "
-                      f"{r['weights_patched']:4}/{r['weights_merged']:<4} max|ComfyUI - ours| {r['max_diff']:.2e}  {r['skipped'][:3]}")
+                      f"{r['weights_patched']:4}/{r['weights_merged']:<4} max|ComfyUI - ours| {r['max_diff']:.2e}  {r['skipped']}")
     return 1 if failed else 0
 
 
