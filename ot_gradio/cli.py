@@ -96,9 +96,12 @@ def _follow_worker(run: Any, console: _Console) -> int:
     import subprocess  # noqa: PLC0415
     import time  # noqa: PLC0415
 
+    from .runner.launch import child_env  # noqa: PLC0415
+
     with open(run.log, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "ot_gradio.runner.worker", str(run.path)], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=child_env())
     cursor = 0
     asked = False
     while True:
