@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import os
 import threading
 from collections.abc import Iterable
@@ -22,7 +21,7 @@ from ..config.doctor import check as doctor_check
 from ..config.doctor import errors as doctor_errors
 from ..config.families import FAMILIES
 from ..config.fields import iter_fields
-from ..config.io import ConfigError, config_to_dict, load_config
+from ..config.io import ConfigError, config_to_dict, load_config, read_json
 from ..config.optimizer import optimizer_keys
 from ..config.presets import list_presets
 from ..config.schema import TrainConfig
@@ -371,8 +370,8 @@ class Page:
         if not p.is_file():
             raise gr.Error(f"Config file: {p} does not exist.")
         try:
-            loaded = load_config(json.loads(p.read_text(encoding="utf-8")), base_dir=p.parent, source=str(p))
-        except (ConfigError, json.JSONDecodeError) as err:
+            loaded = load_config(read_json(p), base_dir=p.parent, source=str(p))
+        except ConfigError as err:
             raise gr.Error(f"Config file {p.name}: {err}") from None
         for warning in loaded.warnings:
             gr.Warning(warning)
