@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image
 
 from ..data.images import is_image_name, is_mask_name, load_mask, load_rgb, mask_path_for
+from ..data.scan import is_regular_file
 from ..fsutil import atomic_write, atomic_write_bytes
 
 __all__ = [
@@ -48,7 +49,7 @@ def backup_path_for(mask_path: Path) -> Path:
 def list_images(folder: Path) -> list[Path]:
     """Training images directly in `folder` (no masks, no hidden files), sorted by name."""
     names = sorted(n for n in os.listdir(folder) if not n.startswith(".") and is_image_name(n) and not is_mask_name(n))
-    return [folder / n for n in names if (folder / n).is_file()]
+    return [folder / n for n in names if is_regular_file(folder / n)]  # not a pipe named like an image
 
 
 def image_size(image_path: Path) -> tuple[int, int]:
