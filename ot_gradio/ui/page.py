@@ -45,6 +45,7 @@ from .state import load_ui_config, preset_config, save_ui_config
 from .tensorboard import TensorBoard, settings
 from .tools_tab import ToolsContext, build_tools
 from .training_tab import lr_frame, memory_markdown
+from .uploads import DELETE_CACHE, bound_uploads
 from .visibility import APPLIES_WHEN, TAB_METHODS, applies, model_parts, part_field_shown, part_of, shown_parts, tab_order, tab_shown
 
 TOP_FIELDS = ("model_type", "training_method")
@@ -129,9 +130,10 @@ class Page:
         self.fields: dict[str, Field] = {}
         self.tab_handles: dict[str, gr.Tab] = {}
         self.part_groups: dict[gr.Accordion, str] = {}  # accordion -> its model part
-        with gr.Blocks(title="ot_gradio") as self.blocks:
+        with gr.Blocks(title="ot_gradio", delete_cache=DELETE_CACHE) as self.blocks:
             self._build(initial)
             self._wire()
+        bound_uploads(self.blocks)  # uploads: at most UPLOADS_TOTAL_BYTES kept (uploads.py)
         # The handlers are the page's, not an API: left public, gradio documents each of them
         # with its ~150 inputs inside every page load (11+ MB of HTML) and records their inputs
         # (the hub token among them) in the browser's run history.
