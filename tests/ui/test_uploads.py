@@ -6,6 +6,7 @@ from pathlib import Path
 
 import gradio as gr
 import httpx
+import pytest
 
 from ot_gradio.ui.uploads import DELETE_CACHE, CappedUploads, bound_uploads
 
@@ -50,5 +51,17 @@ def test_the_page_bounds_its_uploads(tmp_path):
         assert isinstance(page.blocks.upload_file_set, CappedUploads)
         assert page.blocks.upload_file_set in page.blocks.temp_file_sets
         assert page.blocks.delete_cache == DELETE_CACHE
+        # an imported config of 400,000 concepts (it took 273 s and 5.3 GB, then its autosave kept
+        # the app from starting) is refused at once, naming the field and the limit
+        import json
+        import time
+
+        bomb = tmp_path / "bomb.json"
+        bomb.write_text(json.dumps({"config_version": 1, "concepts": [{"path": "x"}] * 400_000}))
+        started = time.monotonic()
+        with pytest.raises(gr.Error, match=r"concepts: 400000 items; at most 5000 are supported"):
+            page.read_any(bomb)
+        assert time.monotonic() - started < 10
+        assert not (page.workspace / "ui-config.json").exists() or (page.workspace / "ui-config.json").stat().st_size < MB
     finally:
         page.tensorboard.stop()
