@@ -382,7 +382,7 @@ def _run_cli(command: str, path, folder) -> tuple[int, str]:
     return code, err.getvalue()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(sorted(FILE_CLASSES)), data=st.data())
 def test_files_no_config_holds_are_refused_naming_file_or_option(kind, data, tmp_path_factory):
     folder = tmp_path_factory.mktemp("f")
@@ -428,7 +428,7 @@ def test_a_folder_a_pipe_or_a_huge_file_as_config_is_refused_at_once(tmp_path):
             assert code == 2 and f"error: --config: {path}: {words}" in err, (command, err[:400])
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(sorted(FILE_CLASSES)), data=st.data())
 def test_an_unreadable_autosaved_page_config_is_moved_aside_and_the_page_starts(kind, data, tmp_path_factory):
     from ot_gradio.ui.state import UI_CONFIG, load_ui_config
