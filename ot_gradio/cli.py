@@ -16,7 +16,7 @@ TOOL_COMMANDS = ("caption", "mask", "convert", "sample", "report")
 
 
 def _load(config_path: str, overrides: list[str]):
-    from .config.io import ConfigError, apply_overrides, load_config  # noqa: PLC0415
+    from .config.io import ConfigError, apply_overrides, load_config, read_json  # noqa: PLC0415
     from .config.onetrainer import is_onetrainer_config  # noqa: PLC0415
     from .config.presets import resolve_preset_path  # noqa: PLC0415
 
@@ -26,12 +26,7 @@ def _load(config_path: str, overrides: list[str]):
         if found is None:
             raise ConfigError(f"--config: {config_path} does not exist (give a JSON file or a preset name)")
         path = found
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"--config: {path} is not valid JSON ({err.msg} at line {err.lineno})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"--config: {path} must hold a JSON object")
+    data = read_json(path, "--config")
     if overrides:
         data = apply_overrides(data, overrides)
     return load_config(data, base_dir=path.parent, source=str(path)), is_onetrainer_config(data)
@@ -96,9 +91,12 @@ def _follow_worker(run: Any, console: _Console) -> int:
     import subprocess  # noqa: PLC0415
     import time  # noqa: PLC0415
 
+    from .runner.launch import child_env  # noqa: PLC0415
+
     with open(run.log, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "ot_gradio.runner.worker", str(run.path)], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=child_env())
     cursor = 0
     asked = False
     while True:
@@ -202,14 +200,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_estimate_memory(args: argparse.Namespace) -> int:
     """The memory planner's estimate as one JSON line on stdout (the page's Model tab runs this in
     a child process: the page never imports torch). `--config -` reads the config from stdin."""
-    from .config.io import ConfigError, load_config  # noqa: PLC0415
+    from .config.io import MAX_CONFIG_BYTES, ConfigError, load_config, parse_json_text  # noqa: PLC0415
     from .runner.deferred_imports import defer_optional_imports  # noqa: PLC0415
 
     defer_optional_imports()
 
     try:
         if args.config == "-":
-            data = json.loads(sys.stdin.read() or "null")
+            data = parse_json_text(sys.stdin.read(MAX_CONFIG_BYTES + 1) or "null", "--config -")
             if not isinstance(data, dict):
                 raise ConfigError("--config -: stdin must hold a JSON object")
             loaded = load_config(data, base_dir=Path.cwd(), source="stdin")

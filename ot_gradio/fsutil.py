@@ -16,15 +16,17 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "DiskFullError", "as_disk_full", "atomic_write", "atomic_write_bytes", "atomic_write_dir", "atomic_write_json",
-    "atomic_write_text", "free_bytes", "fsync_dir", "fsync_file", "human_bytes", "tree_size",
+    "atomic_write_text", "free_bytes", "fsync_dir", "fsync_file", "human_bytes", "remove_stale_temps", "tree_size",
 ]
 
 FILE_MODE = 0o644
@@ -185,6 +187,59 @@ def _cleanup_and_raise(err: BaseException, path: Path, tmp: Path, needed: int | 
         raise full from err
 
 
+STALE_TEMP_SECONDS = 3600.0  # a temp file untouched this long belongs to a write that died
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.(tmp|old)")
+
+
+def _newest_mtime(path: Path) -> float:
+    newest = path.lstat().st_mtime
+    if path.is_dir() and not path.is_symlink():
+        for root, _dirs, files in os.walk(path):
+            for name in files:
+                try:
+                    newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
+                except OSError:
+                    pass
+    return newest
+
+
+def remove_stale_temps(folder: str | os.PathLike, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
+    """Remove what writes that died left in `folder` (our `.{name}.<random>.tmp` files and folders,
+    `.old` folders of a swap), once nothing has written in them for `older_than` seconds: a write
+    still going on (another run saving the same file) is left be."""
+    removed: list[Path] = []
+    try:
+        candidates = [Path(e.path) for e in os.scandir(folder) if e.name.startswith(".") and _TEMP_NAME.fullmatch(e.name)]
+    except OSError:
+        return removed
+    now = time.time()
+    for p in candidates:
+        try:
+            if now - _newest_mtime(p) < older_than:
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+            removed.append(p)
+        except OSError:
+            continue
+    return removed
+
+
+_swept: dict[str, float] = {}  # folder -> when this process last swept it
+
+
+def _sweep(folder: Path) -> None:
+    """remove_stale_temps at the first write into `folder`, then at most every few minutes (a
+    folder of 10,000 captions is not listed at each of their writes)."""
+    key, now = str(folder), time.monotonic()
+    if now - _swept.get(key, -1e9) < 300:
+        return
+    _swept[key] = now
+    remove_stale_temps(folder)
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None], *, needed: int | None = None, what: str = "") -> Path:
     """Call `write(temp_path)` for a temp file next to `path`, fsync it, then rename it over `path`.
 
@@ -194,6 +249,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None], *, need
     if known; ``what``: how the message names the file, e.g. "the LoRA").
     """
     path = Path(path)
+    _sweep(path.parent)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -262,6 +318,7 @@ def atomic_write_dir(path: str | os.PathLike, write: Callable[[Path], None], *, 
     DiskFullError, as `atomic_write`).
     """
     path = Path(path)
+    _sweep(path.parent)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))

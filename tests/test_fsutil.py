@@ -257,3 +257,28 @@ def test_disk_full_error_survives_pickling():
 def test_human_bytes():
     assert [fsutil.human_bytes(n) for n in (0, 1023, 1024, 5 * 2**20 + 1, 3 * 2**40)] == [
         "0 bytes", "1023 bytes", "1.0 KB", "5.0 MB", "3.0 TB"]
+
+
+def test_a_write_removes_what_dead_writes_left_in_its_folder(tmp_path, monkeypatch):
+    """A run killed in its final save left `.out.safetensors.<random>.tmp`: the next save into that
+    folder removes it (and a dead folder swap's `.old`), but not a temp file another process is
+    writing right now, nor anything that is not ours."""
+    import time
+
+    monkeypatch.setattr(fsutil, "_swept", {}, raising=False)
+    models = tmp_path / "models"
+    models.mkdir()
+    stale_file = models / ".out.safetensors.a1b2c3d4.tmp"
+    stale_file.write_bytes(b"x" * 100)
+    stale_dir = models / ".lora-folder.zz9_zz9z.old"
+    (stale_dir / "sub").mkdir(parents=True)
+    (stale_dir / "sub" / "w.bin").write_bytes(b"x")
+    fresh = models / ".other.safetensors.q1w2e3r4.tmp"
+    fresh.write_bytes(b"y")
+    mine_not = models / ".notes.tmp"
+    mine_not.write_text("user's")
+    old = time.time() - 2 * fsutil.STALE_TEMP_SECONDS
+    for p in (stale_file, stale_dir, stale_dir / "sub", stale_dir / "sub" / "w.bin", mine_not):
+        os.utime(p, (old, old))
+    atomic_write_bytes(models / "out.safetensors", b"new")
+    assert names(models) == sorted([".other.safetensors.q1w2e3r4.tmp", ".notes.tmp", "out.safetensors"])

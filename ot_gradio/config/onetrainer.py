@@ -8,7 +8,6 @@ Whatever the trainer will not act on is listed in one warning.
 
 from __future__ import annotations
 
-import json
 import os
 from copy import deepcopy
 from pathlib import Path
@@ -137,12 +136,12 @@ def _read_list_file(name: Any, key: str, base_dir: str | Path | None) -> tuple[l
             raise ConfigError(f"{key}: {shown!r} is not a usable file name ({getattr(err, 'strerror', None) or err}); "
                               "give the path of OneTrainer's concepts/samples JSON file") from None
         if found:
-            try:
-                items = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as err:
-                raise ConfigError(f"{key}: {path} is not a readable JSON file ({err})") from None
-            if not isinstance(items, list):
-                raise ConfigError(f"{key}: {path} must hold a JSON list")
+            from .io import MAX_LIST_ITEMS, read_json  # noqa: PLC0415  (io imports this module)
+
+            items = read_json(path, key, expect=list)
+            most = MAX_LIST_ITEMS["concepts" if key == "concept_file_name" else "samples"]
+            if len(items) > most:
+                raise ConfigError(f"{key}: {path} holds {len(items)} items; at most {most} are supported")
             return items, None
     what = "concepts" if key == "concept_file_name" else "samples"
     looked = " or ".join(str(p) for p in candidates)

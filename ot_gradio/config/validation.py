@@ -132,7 +132,12 @@ def _annotation_at(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:
 
 
 def _got(value: Any) -> str:
-    shown = {None: "null", True: "true", False: "false"}.get(value, value) if isinstance(value, (bool, type(None))) else repr(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**60:
+        shown = f"a number of {len(str(abs(value)))} digits"  # repr would fill the screen
+    else:
+        shown = {None: "null", True: "true", False: "false"}.get(value, value) if isinstance(value, (bool, type(None))) else repr(value)
+    if len(shown) > 120:
+        shown = f"{shown[:100]}... ({len(shown)} characters)"
     return f" (got {shown})"
 
 

@@ -10,15 +10,24 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+MAX_CAPTION_BYTES = 1024 * 1024  # a caption file far larger than any caption is not read whole
+
 
 def read_text(path: Path) -> tuple[str, str | None]:
     """Return (text, warning). UTF-8 (with or without BOM) first; files saved by old Windows
     editors are often latin-1, which always decodes, so it is the fallback and earns a warning."""
-    data = Path(path).read_bytes()
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_CAPTION_BYTES + 1)
+    cut = None
+    if len(data) > MAX_CAPTION_BYTES:
+        data = data[:MAX_CAPTION_BYTES]
+        cut = f"{path}: larger than {MAX_CAPTION_BYTES // 1024} KB; only its beginning is read"
     try:
-        return data.decode("utf-8-sig"), None
-    except UnicodeDecodeError:
-        return data.decode("latin-1"), f"{path}: not valid UTF-8, read as latin-1; check accented characters"
+        return data.decode("utf-8-sig"), cut
+    except UnicodeDecodeError as err:
+        if cut and err.start >= len(data) - 3:  # a character cut in two at the end
+            return data[:err.start].decode("utf-8-sig", errors="replace"), cut
+        return data.decode("latin-1"), cut or f"{path}: not valid UTF-8, read as latin-1; check accented characters"
 
 
 def caption_lines(text: str) -> tuple[str, ...]:

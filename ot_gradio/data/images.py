@@ -11,12 +11,21 @@ Decisions, so every model sees the same pixels:
 
 from __future__ import annotations
 
+import re
+import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+# Pixel limits, set on purpose: training opens what PIL itself opens (its refusal threshold, about
+# 13,400 x 13,400); the page (mask editor, previews) at most about 6,000 x 6,000, since it holds
+# several copies of an image and sends it to the browser (a 9400x9400 PNG of 257 KB took 2.2 GB).
+MAX_PIXELS = 2 * 89_478_485
+PAGE_MAX_PIXELS = 36_000_000
+Image.MAX_IMAGE_PIXELS = MAX_PIXELS // 2
 MASK_SUFFIX = "-masklabel"
 BACKGROUND = (255, 255, 255)
 
@@ -65,18 +74,56 @@ def to_rgb(img: Image.Image) -> Image.Image:
     return img.convert("RGB")
 
 
-def _open_decoded(path: Path) -> Image.Image:
-    with Image.open(path) as img:
+class ImageTooLargeError(ValueError):
+    """An image with more pixels than we open (a decompression bomb: a small file that decodes
+    to gigabytes); the message names the file and the limit."""
+
+
+def check_pixels(size: tuple[int, int], name: str, max_pixels: int) -> None:
+    width, height = size
+    if width * height > max_pixels:
+        raise ImageTooLargeError(
+            f"{name}: {width}x{height} pixels ({width * height / 1e6:.0f} megapixels) is more than the "
+            f"{max_pixels / 1e6:.0f} megapixels this opens; downscale the image")
+
+
+def open_image(source: Any, name: str, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """Image.open with the pixel limit checked from the header, before anything is decoded."""
+    try:
+        img = Image.open(source)
+    except Image.DecompressionBombError as err:  # PIL's own limit, met before ours: its text names the pixels
+        found = re.search(r"\((\d+) pixels\)", str(err))
+        size = f"{int(found.group(1)) / 1e6:.0f} megapixels" if found else "the image"
+        raise ImageTooLargeError(f"{name}: {size} is more than the {max_pixels / 1e6:.0f} megapixels this opens; "
+                                 "downscale the image") from None
+    try:
+        check_pixels(img.size, name, max_pixels)
+    except ImageTooLargeError:
+        img.close()
+        raise
+    return img
+
+
+def _open_decoded(path: Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    with open_image(path, str(path), max_pixels) as img:
         img.load()  # decode every byte now: truncated files fail here, not mid-training
         oriented = ImageOps.exif_transpose(img)
         return oriented if oriented is not None else img.copy()
 
 
-def load_rgb(path: Path) -> Image.Image:
-    """Fully decode an image file and return it as RGB. Raises on unreadable files."""
-    return to_rgb(_open_decoded(Path(path)))
+def load_rgb(path: Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """Fully decode an image file and return it as RGB. Raises on unreadable files, and
+    ImageTooLargeError above `max_pixels`."""
+    return to_rgb(_open_decoded(Path(path), max_pixels))
 
 
-def load_mask(path: Path) -> Image.Image:
+def load_mask(path: Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
     """A mask as 8-bit greyscale: white = train on this pixel, black = ignore it."""
-    return to_rgb(_open_decoded(Path(path))).convert("L")
+    return to_rgb(_open_decoded(Path(path), max_pixels)).convert("L")
+
+
+def limit_page_images() -> None:
+    """In the page's process every image PIL decodes (gradio's own decoding of what the browser
+    sends included) is refused above PAGE_MAX_PIXELS, so one small file cannot take gigabytes."""
+    Image.MAX_IMAGE_PIXELS = PAGE_MAX_PIXELS // 2  # PIL refuses above twice this, and warns above it
+    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,8 +65,18 @@ def concept_label(concept: object) -> str:
     return name or Path(str(getattr(concept, "path", "") or "?")).name or "?"
 
 
-def list_image_files(folder: Path, recursive: bool) -> list[Path]:
-    """Image files (not masks) under ``folder``, sorted by their '/'-separated relative path."""
+def is_regular_file(path: Path) -> bool:
+    """A plain file (a link to one counts). A pipe, socket or device named like an image would
+    block or never end when read, so it is no image."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def list_image_files(folder: Path, recursive: bool, skipped: list[SkippedFile] | None = None) -> list[Path]:
+    """Image files (not masks) under ``folder``, sorted by their '/'-separated relative path.
+    Names of images that are no plain file (a pipe called fifo.png) go to ``skipped``."""
     found: list[tuple[str, Path]] = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if recursive else []
@@ -73,6 +84,11 @@ def list_image_files(folder: Path, recursive: bool) -> list[Path]:
             if name.startswith(".") or not is_image_name(name) or is_mask_name(name):
                 continue
             path = Path(root) / name
+            if not is_regular_file(path):
+                log.warning("Skipping %s: not a regular file (a pipe, socket, device or broken link)", path)
+                if skipped is not None:
+                    skipped.append(SkippedFile(path, "not a regular file (a pipe, socket, device or broken link)"))
+                continue
             found.append((path.relative_to(folder).as_posix(), path))
     found.sort(key=lambda pair: pair[0])
     return [path for _, path in found]
@@ -105,12 +121,15 @@ def scan_concept(concept: object) -> ConceptScan:
     folder = Path(raw_path).expanduser()
     if not folder.is_dir():
         raise DataError(f"Concept '{label}': folder '{folder}' does not exist or is not a folder")
-    files = list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)))
+    not_files: list[SkippedFile] = []
+    files = list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)), not_files)
     if not files:
         kinds = ", ".join(ext.lstrip(".") for ext in IMAGE_EXTENSIONS)
         raise DataError(f"Concept '{label}': no images ({kinds}) in folder '{folder}'")
 
-    scan = ConceptScan(name=label, folder=folder.resolve(), items=[])
+    scan = ConceptScan(name=label, folder=folder.resolve(), items=[], skipped=not_files)
+    for skip in not_files:
+        scan.warnings.append(f"Skipping {skip.path}: {skip.reason}")
     source = str(getattr(concept.text, "prompt_source", "sample"))
     shared: tuple[str, ...] = ()
     if source == "concept":

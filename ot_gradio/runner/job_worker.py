@@ -10,6 +10,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from ..fsutil import as_disk_full
 from ..tools.jobs import Job, JobCancelled, JobError, job_function
 from .jobs import JobDir
 from .rundir import EventWriter
@@ -44,7 +45,11 @@ def run_job_dir(path: str | Path) -> int:
         writer.status("error", str(err))
     except Exception as err:  # noqa: BLE001 - shown to the user with the traceback in the log
         traceback.print_exc()
-        writer.status("error", f"{type(err).__name__}: {err} (traceback in {job_dir.log})")
+        full = as_disk_full(err, job_dir.path, what="the tool's files in")
+        try:
+            writer.status("error", str(full) if full else f"{type(err).__name__}: {err} (traceback in {job_dir.log})")
+        except OSError:
+            print(f"error: {full or err}", file=sys.stderr)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .launch import child_env
 from .rundir import RunDir, new_run_id, write_json_atomic
 
 JOB_FINAL = ("done", "cancelled", "error")
@@ -87,7 +88,7 @@ class JobSupervisor:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ot_gradio.runner.job_worker", str(job.path)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, **(env or {})}, cwd=os.getcwd(),
+            env=child_env(env), cwd=os.getcwd(),
         )
         log.close()
         job.pid_file.write_text(str(proc.pid))

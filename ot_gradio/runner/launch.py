@@ -63,6 +63,20 @@ def launch_plan(config: dict[str, Any], cuda_count: int) -> LaunchPlan:
     return LaunchPlan(warning=f"multi_gpu: train_device {device!r} is neither cuda nor cpu; training in one process")
 
 
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds ot_gradio/
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of every `python -m ot_gradio...` child (worker, tool job, estimate): this
+    process's, with the folder that holds the package first on PYTHONPATH. Without it a child
+    started from another folder (`cd /tmp && python /repo/app.py`) cannot import ot_gradio."""
+    env = {**os.environ, **(extra or {})}
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if PACKAGE_ROOT not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT, *paths])
+    return env
+
+
 def cuda_device_count() -> int:
     import torch  # noqa: PLC0415
 

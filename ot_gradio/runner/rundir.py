@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ot_gradio.fsutil import atomic_write_json
+from ot_gradio.fsutil import as_disk_full, atomic_write_json
 
 try:
     import fcntl
@@ -125,10 +125,7 @@ class RunDir:
             consumed += len(line)
             line = line.strip()
             if line:
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    out.append({"type": "log", "message": f"unreadable event line: {line[:200]!r}"})
+                out += _parse_event_line(line)
         return out, cursor + consumed
 
     def iter_events(self) -> Iterator[dict[str, Any]]:
@@ -146,28 +143,86 @@ class RunDir:
         return "\n".join(text.splitlines()[-lines:])
 
 
+RESERVE_BYTES = 64 * 1024  # kept on disk while a run writes, freed when the disk fills up
+
+
+def _write_fd(fd: int, data: bytes) -> int:
+    """One write(2); tests replace it to simulate a full disk."""
+    return os.write(fd, data)
+
+
+def _parse_event_line(line: bytes) -> list[dict[str, Any]]:
+    """The events of one line. A line cut off by a crash or a full disk and then continued by the
+    next event's write reads as a note and that next event, which is not lost."""
+    try:
+        event = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        event = None
+    if isinstance(event, dict):
+        return [event]
+    note = {"type": "log", "message": f"unreadable event line: {line[:200]!r}"}
+    cut = line.rfind(b'{"type"')
+    if cut > 0:
+        return [note, *_parse_event_line(line[cut:])]
+    return [note]
+
+
 class EventWriter:
-    """Appends one JSON object per line to events.jsonl, flushed per event."""
+    """Appends one JSON object per line to events.jsonl, each written straight to the file.
+
+    A write that fails leaves no cut-off line (the file is cut back to where the event began) and
+    raises DiskFullError when the disk is full. The writer holds a small reserve file in the run
+    folder and frees it then, so the run's final "error: disk full" status still finds room."""
 
     def __init__(self, run: RunDir):
         self.run = run
-        self._fh = open(run.events, "a", encoding="utf-8")
+        self._fh = open(run.events, "ab", buffering=0)  # noqa: SIM115
         if fcntl is not None:  # "this run is live" for remove_leftovers (shared: every rank holds it)
             try:  # waits at most for a cleaner's test of this lock (an instant)
                 fcntl.flock(self._fh.fileno(), fcntl.LOCK_SH)
             except OSError:
                 pass  # a filesystem without locks: the run still works
+        self._reserve: Path | None = Path(run.path) / f".events-reserve-{os.getpid()}.tmp"
+        try:
+            with open(self._reserve, "wb") as fh:
+                fh.write(bytes(RESERVE_BYTES))
+        except OSError:
+            self.release_reserve()
 
     def emit(self, type: str, **payload: Any) -> dict[str, Any]:
         event = {"type": type, "time": round(time.time(), 3), **payload}
-        self._fh.write(json.dumps(event, default=str) + "\n")
-        self._fh.flush()
+        self._append((json.dumps(event, default=str) + "\n").encode("utf-8"))
         return event
+
+    def _append(self, data: bytes) -> None:
+        fd = self._fh.fileno()
+        start = os.fstat(fd).st_size
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[_write_fd(fd, view):]
+        except OSError as err:
+            try:
+                if os.fstat(fd).st_size > start:
+                    os.ftruncate(fd, start)  # no cut-off line for the readers
+            except OSError:
+                pass
+            self.release_reserve()
+            full = as_disk_full(err, self.run.events, len(data), "the run's events to")
+            if full is not None:
+                raise full from err
+            raise
+
+    def release_reserve(self) -> None:
+        if self._reserve is not None:
+            self._reserve.unlink(missing_ok=True)
+            self._reserve = None
 
     def status(self, status: str, message: str = "", **extra: Any) -> dict[str, Any]:
         return self.emit("status", status=status, message=message, **extra)
 
     def close(self) -> None:
+        self.release_reserve()
         self._fh.close()
 
 

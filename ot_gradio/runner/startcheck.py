@@ -10,6 +10,7 @@ preset, a base model path that does not exist).
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,35 @@ def model_problems(config: Any) -> list[str]:
     for field, value in names:
         if value and not value.startswith("tiny:") and looks_like_local_path(value) and not _exists(Path(value).expanduser()):
             out.append(f"{field}: {_shown(value)} does not exist; give an existing diffusers folder or model file, or a Hugging Face id")
-    return out
+    problem = folder_family_problem(config, name)
+    return out + ([problem] if problem else [])
+
+
+def folder_family_problem(config: Any, name: str) -> str | None:
+    """A diffusers folder as base model whose model_index.json lacks a part the model type loads
+    from it (an SD 1.5 folder, with a unet, for Flux): known from that file alone, before the
+    pipeline fails on it minutes into loading."""
+    from ..config.families import family_info  # noqa: PLC0415
+    from ..config.io import ConfigError, read_json  # noqa: PLC0415
+
+    folder = Path(name).expanduser()
+    index = folder / "model_index.json"
+    info = family_info(config.model_type)
+    if not name or info is None or info.denoiser not in ("unet", "transformer") or not _exists(index):
+        return None
+    try:
+        data = read_json(index, "base_model_name")
+    except ConfigError as err:
+        return f"{err}; the base model folder's model_index.json must be the one its download came with"
+    from_base = [p for p in (info.denoiser, *info.text_encoders) if not str(getattr(getattr(config, p, None), "model_name", "") or "").strip()]
+    missing = [p for p in from_base if p not in data]
+    if not missing:
+        return None
+    kind = str(data.get("_class_name") or "a pipeline of unknown class")
+    model_type = str(getattr(config.model_type, "value", config.model_type))
+    return (f"base_model_name: {_shown(name)} holds {kind} (its model_index.json), which has no {' and no '.join(missing)}; "
+            f"model type {model_type} loads those from the base model. Choose a {model_type} model or the model type "
+            "that matches this folder")
 
 
 def concept_problems(config: Any) -> list[str]:
@@ -116,7 +145,9 @@ def _existing_ancestor(path: Path) -> Path:
 
 
 def writable_problem(field: str, folder: Path) -> str | None:
-    """Whether `folder` (made if missing) could be written, without making anything."""
+    """Whether `folder` (made if missing) could be written: a test file is made in its nearest
+    existing folder and removed."""
+    existing = folder
     longest = max((len(part.encode()) for part in folder.parts), default=0)
     if longest > NAME_MAX or len(str(folder.absolute()).encode()) > PATH_MAX:
         return f"{field}: {_shown(str(folder))} has a name longer than the file system allows ({NAME_MAX} bytes a name); choose a shorter one"
@@ -126,7 +157,12 @@ def writable_problem(field: str, folder: Path) -> str | None:
             return f"{field}: {existing} is a file, not a folder; choose another path"
         if not os.access(existing, os.W_OK | os.X_OK):
             return f"{field}: cannot write to {existing}; choose a folder you can write to"
-    except (OSError, ValueError) as err:
+        # as the trainer's own check does: access() says yes for root in /proc, /sys, read-only mounts
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".ot-gradio-write-test-"):
+            pass
+    except OSError as err:
+        return f"{field}: cannot write to {existing} ({err.strerror or err}); choose a folder you can write to"
+    except ValueError as err:
         return f"{field}: {_shown(str(folder))} is not a usable path ({err})"
     return None
 

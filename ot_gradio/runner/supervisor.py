@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .launch import child_env
 from .rundir import FINAL_STATUSES, RunDir, create_run, list_runs
 
 STOP_GRACE_SECONDS = 120.0
@@ -84,6 +85,13 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+def _last_line(text: str) -> str:
+    """The log's last line: for a process that died before it could write an event (an import
+    error, a kill), the closest thing to a reason."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
 def _key(run: RunDir) -> str:
     """Runs are known by their absolute folder, however the workspace was written."""
     return str(Path(run.path).resolve())
@@ -109,7 +117,7 @@ class Supervisor:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            env={**os.environ, **(env or {})},
+            env=child_env(env),
             cwd=os.getcwd(),
         )
         log.close()
@@ -190,7 +198,10 @@ class Supervisor:
             # The process is gone without saying how it ended: it crashed or was killed.
             state.status = "crashed"
             code = state.exit_code
-            state.message = f"the training process ended without a final status (exit code {code if code is not None else 'unknown'}); see the log below"
+            last = _last_line(run.log_tail(20))
+            state.message = (f"the training process ended without a final status (exit code "
+                             f"{code if code is not None else 'unknown'})" + (f": {last}" if last else "")
+                             + "; see the log below")
         if state.status in ("crashed", "error"):
             state.log_tail = run.log_tail()
         return state

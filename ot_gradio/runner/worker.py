@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..fsutil import as_disk_full
 from .rundir import EventWriter, RunDir, list_runs
 
 
@@ -129,6 +130,15 @@ class RunLog:
             self.file.close()
 
 
+def final_error(reporter: EventReporter, log: RunLog, message: str) -> None:
+    """The run's last status. If even that cannot be written (the disk filled again), the message
+    goes to the log and the page shows the run as crashed with it."""
+    try:
+        reporter.status("error", message)
+    except OSError:
+        log.write(f"error: {message}\n")
+
+
 def process_rank() -> int:
     """This process's rank in a multi-GPU run (0 when it is the only one)."""
     from ..config.devices import in_rank_process  # noqa: PLC0415
@@ -155,8 +165,12 @@ def run_worker(run_path: str | Path, echo: Callable[[dict[str, Any]], None] | No
     try:
         code = _train(run, reporter, noise_fn, log)
     except KeyboardInterrupt:
-        reporter.status("error", "interrupted before a backup could be written")
+        final_error(reporter, log, "interrupted before a backup could be written")
         code = 130
+    except OSError as err:  # a write before training began (the first events)
+        full = as_disk_full(err, run.path, what="the run's files in")
+        log.traceback(bug=full is None)
+        final_error(reporter, log, str(full or err))
     finally:
         if rank == 0 or code != 0:
             try:
@@ -240,13 +254,13 @@ def _train(run: RunDir, reporter: EventReporter, noise_fn, log: RunLog) -> int:
         collection.settle()  # setup's cycles freed, the model and dataset frozen
         status = trainer.train()
         return 0 if status in ("done", "stopped") else 1
-    except (TrainingError, DataError, ModelLoadError, ValueError, OSError) as err:
-        log.traceback(bug=False)  # expected: the message says what to fix; the traceback is in log.txt
-        reporter.status("error", str(err))
-        return 1
     except Exception as err:  # noqa: BLE001  the page must learn about any crash
-        log.traceback(bug=True)
-        reporter.status("error", f"{type(err).__name__}: {err} (see log.txt)")
+        # a full disk, whichever write met it (an event, TensorBoard, a sample, the log), ends the
+        # run with the same one-line "disk full" status
+        full = as_disk_full(err, run.path, what="the run's files in")
+        expected = full is not None or isinstance(err, (TrainingError, DataError, ModelLoadError, ValueError, OSError))
+        log.traceback(bug=not expected)  # expected: the message says what to fix; the traceback is in log.txt
+        final_error(reporter, log, str(full or err) if expected else f"{type(err).__name__}: {err} (see log.txt)")
         return 1
     finally:
         try:

@@ -21,7 +21,17 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from ..data.images import is_image_name, is_mask_name, load_mask, load_rgb, mask_path_for
+from ..data.images import (
+    PAGE_MAX_PIXELS,
+    ImageTooLargeError,
+    is_image_name,
+    is_mask_name,
+    load_mask,
+    load_rgb,
+    mask_path_for,
+    open_image,
+)
+from ..data.scan import is_regular_file
 from ..fsutil import atomic_write, atomic_write_bytes
 
 __all__ = [
@@ -48,12 +58,20 @@ def backup_path_for(mask_path: Path) -> Path:
 def list_images(folder: Path) -> list[Path]:
     """Training images directly in `folder` (no masks, no hidden files), sorted by name."""
     names = sorted(n for n in os.listdir(folder) if not n.startswith(".") and is_image_name(n) and not is_mask_name(n))
-    return [folder / n for n in names if (folder / n).is_file()]
+    return [folder / n for n in names if is_regular_file(folder / n)]  # not a pipe named like an image
+
+
+def _page_image(image_path: Path) -> Image.Image:
+    """The image as RGB, within the page's pixel limit (MaskError naming it otherwise)."""
+    try:
+        return load_rgb(image_path, PAGE_MAX_PIXELS)
+    except ImageTooLargeError as err:
+        raise MaskError(f"{err}, or paint its mask in an image editor") from None
 
 
 def image_size(image_path: Path) -> tuple[int, int]:
     """(width, height) after EXIF orientation: the size the trainer and the scanner see."""
-    with load_rgb(image_path) as img:
+    with _page_image(image_path) as img:
         return img.size
 
 
@@ -63,6 +81,9 @@ def _as_array(item: Any) -> np.ndarray | None:
         return None
     if isinstance(item, np.ndarray):
         arr = item
+        if arr.ndim >= 2 and arr.shape[0] * arr.shape[1] > PAGE_MAX_PIXELS:
+            raise MaskError(f"the editor sent a {arr.shape[1]}x{arr.shape[0]} layer, more than the page's "
+                            f"{PAGE_MAX_PIXELS / 1e6:.0f} megapixels; reopen the image")
         if arr.dtype != np.uint8:
             arr = np.clip(arr, 0, 255).astype(np.uint8)
         if arr.ndim == 2:
@@ -72,10 +93,15 @@ def _as_array(item: Any) -> np.ndarray | None:
         rgb = arr[:, :, :3]
         alpha = np.where(rgb.max(axis=2) > 0, 255, 0).astype(np.uint8)  # alpha dropped: transparent pixels are black
         return np.dstack([rgb, alpha])
-    if isinstance(item, (bytes, bytearray)):
-        item = Image.open(BytesIO(item))
-    elif isinstance(item, (str, os.PathLike)):
-        item = Image.open(item)
+    try:
+        if isinstance(item, (bytes, bytearray)):
+            item = open_image(BytesIO(item), "the editor's layer", PAGE_MAX_PIXELS)
+        elif isinstance(item, (str, os.PathLike)):
+            item = open_image(item, "the editor's layer", PAGE_MAX_PIXELS)
+    except ImageTooLargeError as err:
+        raise MaskError(f"{err}; reopen the image") from None
+    except OSError as err:
+        raise MaskError(f"the editor's layer is not an image the page can read ({err})") from None
     if isinstance(item, Image.Image):
         img = item
         if img.mode in ("RGB", "L", "P") and "transparency" not in img.info:
@@ -149,7 +175,7 @@ def _existing_mask(image_path: Path, size: tuple[int, int]) -> Image.Image:
     if not path.is_file():
         return Image.new("L", size, 0)
     try:
-        mask = load_mask(path)
+        mask = load_mask(path, PAGE_MAX_PIXELS)
     except Exception as exc:  # an unreadable mask must not block repainting it
         raise MaskError(f"cannot read the existing mask '{path.name}' ({exc}); delete or replace it") from None
     return _binary(mask.resize(size, Image.Resampling.NEAREST) if mask.size != size else mask)
@@ -160,7 +186,7 @@ def editor_value(image_path: Path, mask: Image.Image | None = None) -> dict[str,
     existing mask if None) as a tinted, semi-transparent overlay, so it is both visible and editable."""
     image_path = Path(image_path)
     try:
-        background = load_rgb(image_path)
+        background = load_rgb(image_path, PAGE_MAX_PIXELS)
     except Exception as exc:
         raise MaskError(f"cannot open image '{image_path.name}': {exc}") from None
     size = background.size
@@ -179,7 +205,7 @@ def filled_value(image_path: Path, white: bool) -> dict[str, Any]:
 
 def overlay_preview(image_path: Path, mask: Image.Image) -> Image.Image:
     """The image with the trained (white) area tinted and the ignored (black) area darkened."""
-    img = np.asarray(load_rgb(image_path), dtype=np.float32)
+    img = np.asarray(_page_image(image_path), dtype=np.float32)
     painted = (np.asarray(mask.convert("L").resize((img.shape[1], img.shape[0]), Image.Resampling.NEAREST)) >= 128)[..., None]
     tint = np.array(OVERLAY_RGB, dtype=np.float32)
     out = np.where(painted, img * 0.6 + tint * 0.4, img * 0.35)

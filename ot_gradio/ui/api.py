@@ -7,12 +7,12 @@ page's guard. Torch-free.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
 
+from ..config.io import ConfigError, parse_json_text
 from ..runner.queue import RunQueue
 
 Validate = Callable[[dict[str, Any]], tuple[dict[str, Any] | None, list[str], list[str]]]
@@ -27,9 +27,9 @@ class QueueApi:
     def queue_config(self, config_json: str) -> dict[str, Any]:
         """Queue a config (JSON text); returns {"id": ...} or {"problems": [...]}."""
         try:
-            config = json.loads(config_json)
-        except ValueError as exc:
-            return {"problems": [f"config_json: not valid JSON ({exc}); send the config as a JSON object"]}
+            config = parse_json_text(config_json, "config_json")
+        except ConfigError as exc:
+            return {"problems": [f"{exc}; send the config as a JSON object"]}
         if not isinstance(config, dict):
             return {"problems": ["config_json: must be a JSON object (a OneTrainer/ot_gradio config)"]}
         valid, problems, _warnings = self.validate(config)

@@ -21,6 +21,7 @@ from typing import Any
 import gradio as gr
 
 from ..config.io import ConfigError, load_config
+from ..runner.launch import child_env
 
 TIMEOUT_S = 900.0  # loading a large base model on a CPU takes minutes
 COMMAND = [sys.executable, "-m", "ot_gradio", "estimate-memory", "--config", "-"]
@@ -66,7 +67,7 @@ def estimate_markdown(config: dict[str, Any], *, timeout: float = TIMEOUT_S, com
     started = time.monotonic()
     try:
         out = subprocess.run(command or COMMAND, input=json.dumps(config), capture_output=True, text=True,
-                             timeout=timeout, cwd=os.getcwd())
+                             timeout=timeout, cwd=os.getcwd(), env=child_env())
     except subprocess.TimeoutExpired:
         return (f"**Memory not estimated: no answer within {timeout:.0f} s.** Loading the base model "
                 f"(`base_model_name`: {base or 'empty'}) takes longer than that here. {HINT}")

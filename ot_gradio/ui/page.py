@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import os
 import threading
 from collections.abc import Iterable
@@ -22,7 +21,7 @@ from ..config.doctor import check as doctor_check
 from ..config.doctor import errors as doctor_errors
 from ..config.families import FAMILIES
 from ..config.fields import iter_fields
-from ..config.io import ConfigError, config_to_dict, load_config
+from ..config.io import ConfigError, config_to_dict, load_config, read_json
 from ..config.optimizer import optimizer_keys
 from ..config.presets import list_presets
 from ..config.schema import TrainConfig
@@ -46,6 +45,7 @@ from .state import load_ui_config, preset_config, save_ui_config
 from .tensorboard import TensorBoard, settings
 from .tools_tab import ToolsContext, build_tools
 from .training_tab import lr_frame, memory_markdown
+from .uploads import DELETE_CACHE, bound_uploads
 from .visibility import APPLIES_WHEN, TAB_METHODS, applies, model_parts, part_field_shown, part_of, shown_parts, tab_order, tab_shown
 
 TOP_FIELDS = ("model_type", "training_method")
@@ -130,9 +130,10 @@ class Page:
         self.fields: dict[str, Field] = {}
         self.tab_handles: dict[str, gr.Tab] = {}
         self.part_groups: dict[gr.Accordion, str] = {}  # accordion -> its model part
-        with gr.Blocks(title="ot_gradio") as self.blocks:
+        with gr.Blocks(title="ot_gradio", delete_cache=DELETE_CACHE) as self.blocks:
             self._build(initial)
             self._wire()
+        bound_uploads(self.blocks)  # uploads: at most UPLOADS_TOTAL_BYTES kept (uploads.py)
         # The handlers are the page's, not an API: left public, gradio documents each of them
         # with its ~150 inputs inside every page load (11+ MB of HTML) and records their inputs
         # (the hub token among them) in the browser's run history.
@@ -371,8 +372,8 @@ class Page:
         if not p.is_file():
             raise gr.Error(f"Config file: {p} does not exist.")
         try:
-            loaded = load_config(json.loads(p.read_text(encoding="utf-8")), base_dir=p.parent, source=str(p))
-        except (ConfigError, json.JSONDecodeError) as err:
+            loaded = load_config(read_json(p), base_dir=p.parent, source=str(p))
+        except ConfigError as err:
             raise gr.Error(f"Config file {p.name}: {err}") from None
         for warning in loaded.warnings:
             gr.Warning(warning)

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import copy
-import json
+import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from ..config.io import ConfigError, config_to_dict, load_config
+from ..config.io import ConfigError, config_to_dict, load_config, read_json
 from ..config.presets import apply_preset, load_preset
 from ..config.schema import TrainConfig
 from ..fsutil import atomic_write_json
 
 UI_CONFIG = "ui-config.json"
+log = logging.getLogger(__name__)
 
 
 def default_config() -> dict[str, Any]:
@@ -60,15 +62,33 @@ def preset_config(name: str, workspace: str | os.PathLike | None = None) -> dict
 
 def load_ui_config(workspace: Path) -> dict[str, Any]:
     path = Path(workspace) / UI_CONFIG
-    if path.is_file():
+    if path.exists():
         try:
-            return config_to_dict(load_config(json.loads(path.read_text(encoding="utf-8"))).config)
-        except (ConfigError, ValueError, OSError):
-            pass  # a broken file falls back to the demo; the user's runs are untouched
+            return config_to_dict(load_config(read_json(path)).config)
+        except (ConfigError, ValueError, OSError, RecursionError) as err:
+            _move_aside(path, err)  # the page starts with the demo; the user's runs are untouched
     try:
         return preset_config("demo", workspace)
     except (ConfigError, FileNotFoundError, ValueError):
         return default_config()
+
+
+def _move_aside(path: Path, err: Exception) -> None:
+    """An autosaved config that cannot be read is kept beside, under a new name, and never read
+    again: it must not keep the page from starting (nor be overwritten by the next autosave)."""
+    target = path.with_name(f"{path.name}.unreadable")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.unreadable-{n}")
+    first = str(err).splitlines()[0][:300]
+    try:
+        os.replace(path, target)
+        message = f"{path} could not be read ({first}); moved to {target.name}, starting with the demo config"
+    except OSError as move_err:
+        message = f"{path} could not be read ({first}) nor moved aside ({move_err}); starting with the demo config"
+    log.warning(message)
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def save_ui_config(workspace: Path, config: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import gradio as gr
 
-from ..data.images import mask_path_for
+from ..data.images import limit_page_images, mask_path_for
 from ..tools.masks import (
     OVERLAY_RGB,
     MaskError,
@@ -37,6 +37,7 @@ def _choices(folder: Path) -> list[tuple[str, str]]:
 class MasksTool:
     def __init__(self, ctx: ToolsContext):
         self.ctx = ctx
+        limit_page_images()  # what the browser sends is decoded in this process too
         first = ctx.concept_folders(ctx.config)
         with gr.Row():
             self.folder = gr.Textbox(first[0] if first else "", label="Folder", scale=4, elem_id="masks-folder",

@@ -321,3 +321,122 @@ def test_wrong_values_through_the_page_start_are_listed_by_name(case, tmp_path_f
         assert problems, (shown, value, "accepted")
     if valid is None:
         assert any(p.startswith(shown) for p in problems), (shown, value, problems[:3])
+
+
+# --- files that are not what a config file holds ------------------------------------------------
+# Whole classes of file, each through `validate` and `train` (exit 2, one "error:" line naming the
+# file, never a traceback and never a hang) and as the page's autosaved ui-config.json (moved aside,
+# the page starts): bytes that are not UTF-8, JSON nested deeper than any config, numbers too long
+# to read, files far too large or with far too many concepts, a folder, a pipe.
+
+def _config_text() -> str:
+    return json.dumps(_base())
+
+
+def _not_utf8(data: st.DataObject) -> bytes:
+    text = _config_text().encode()
+    at = data.draw(st.integers(0, len(text)))
+    junk = data.draw(st.sampled_from([b"\xff", b"\xfe\xfe", b"\xc3\x28", b"\xe2\x82", b"\xed\xa0\x80", b"\x80abc", b"\xf8\x88\x80\x80\x80"]))
+    return text[:at] + junk + text[at:]
+
+
+def _deep(data: st.DataObject) -> bytes:
+    depth = data.draw(st.sampled_from([65, 200, 1000, 5000, 100_000]))
+    opener, closer = data.draw(st.sampled_from([("[", "]"), ('{"a": ', "}")]))
+    path = data.draw(st.sampled_from(PATHS))
+    value = opener * depth + "1" + closer * depth
+    base = _base()
+    _put(base, path, "@@")
+    return json.dumps(base).replace('"@@"', value).encode()
+
+
+def _long_number(data: st.DataObject) -> bytes:
+    digits = data.draw(st.sampled_from([400, 4299, 4301, 5000, 20_000]))
+    sign = data.draw(st.sampled_from(["", "-"]))
+    tail = data.draw(st.sampled_from(["", ".5", "e5", "e400"]))
+    path = data.draw(st.sampled_from(PATHS))
+    base = _base()
+    _put(base, path, "@@")
+    return json.dumps(base).replace('"@@"', sign + "9" * digits + tail).encode()
+
+
+def _many_concepts(data: st.DataObject) -> bytes:
+    base = _base()
+    key = data.draw(st.sampled_from(["concepts", "samples", "additional_embeddings"]))
+    base[key] = [{}] * data.draw(st.sampled_from([5001, 20_000]))
+    return json.dumps(base).encode()
+
+
+FILE_CLASSES = {"not utf-8": _not_utf8, "deep": _deep, "long number": _long_number, "many items": _many_concepts}
+
+
+def _run_cli(command: str, path, folder) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    from ot_gradio.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), contextlib.chdir(folder):
+        code = main([command, "--config", str(path), "--workspace", str(folder / "ws")])
+    return code, err.getvalue()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(sorted(FILE_CLASSES)), data=st.data())
+def test_files_no_config_holds_are_refused_naming_file_or_option(kind, data, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("f")
+    (folder / "data").mkdir()
+    path = folder / "config.json"
+    path.write_bytes(FILE_CLASSES[kind](data))
+    for command in ("validate", "train"):
+        code, err = _run_cli(command, path, folder)  # any exception fails the test: a traceback
+        lines = [line for line in err.splitlines() if line.startswith("error:")]
+        assert code == 2 and lines, (kind, command, err[:500])
+        assert str(path) in lines[0] or kind in ("long number", "many items"), (kind, command, lines[0][:300])
+        assert len(lines[0]) < 600 and "Traceback" not in err
+
+
+def test_a_folder_a_pipe_or_a_huge_file_as_config_is_refused_at_once(tmp_path):
+    import os
+    import threading
+
+    (tmp_path / "data").mkdir()
+    folder = tmp_path / "a-folder.json"
+    folder.mkdir()
+    pipe = tmp_path / "pipe.json"
+    os.mkfifo(pipe)
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as fh:
+        fh.truncate(40 * 1024 * 1024)  # sparse: 40 MB that take no disk space
+    expect = {folder: "is a folder", pipe: "is not a regular file", huge: "40.0 MB is larger than the 16.0 MB"}
+    for path, words in expect.items():
+        for command in ("validate", "train"):
+            result = {}
+
+            def run(p=path, c=command, result=result):
+                try:
+                    result["out"] = _run_cli(c, p, tmp_path)
+                except BaseException as exc:  # noqa: BLE001  a traceback: reported below
+                    result["out"] = (None, f"{type(exc).__name__}: {exc}")
+
+            worker = threading.Thread(target=run, daemon=True)
+            worker.start()
+            worker.join(60)
+            assert "out" in result, f"{command} --config {path.name} hangs"
+            code, err = result["out"]
+            assert code == 2 and f"error: --config: {path}: {words}" in err, (command, err[:400])
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(sorted(FILE_CLASSES)), data=st.data())
+def test_an_unreadable_autosaved_page_config_is_moved_aside_and_the_page_starts(kind, data, tmp_path_factory):
+    from ot_gradio.ui.state import UI_CONFIG, load_ui_config
+
+    workspace = tmp_path_factory.mktemp("ws")
+    text = FILE_CLASSES[kind](data)
+    (workspace / UI_CONFIG).write_bytes(text)
+    config = load_ui_config(workspace)
+    assert isinstance(config, dict) and config.get("model_type")
+    assert not (workspace / UI_CONFIG).exists()
+    assert (workspace / f"{UI_CONFIG}.unreadable").read_bytes() == text  # nothing is lost

@@ -45,12 +45,29 @@ CASES = [
     ("base model path too long", {"base_model_name": "/" + "m/" * 3000 + "x.safetensors"}, "base_model_name: /m/m"),
     ("workspace name too long", {"workspace_dir": "w" * 5000}, "workspace_dir: www"),
     ("output path too long", {"output_model_destination": "/" + "o/" * 3000 + "x.safetensors"}, "output_model_destination: the path is longer"),
+    # root may write everywhere by access(), but nothing can be made under /proc
+    ("output under /proc", {"output_model_destination": "/proc/ot-gradio/model.safetensors"}, "output_model_destination: cannot write to /proc"),
+    ("base folder of another family", {"model_type": "FLUX_DEV_1", "base_model_name": "./sd15"},
+     "base_model_name: ./sd15 holds StableDiffusionPipeline (its model_index.json), which has no transformer and no text_encoder_2"),
+    ("base folder index not UTF-8", {"model_type": "FLUX_DEV_1", "base_model_name": "./broken"},
+     "base_model_name: broken/model_index.json: is not UTF-8 text"),
 ]
+# model_index.json of the hub's SD 1.5 folder (stable-diffusion-v1-5/stable-diffusion-v1-5), as downloaded
+SD15_INDEX = {
+    "_class_name": "StableDiffusionPipeline", "_diffusers_version": "0.6.0",
+    "feature_extractor": ["transformers", "CLIPImageProcessor"], "safety_checker": ["stable_diffusion", "StableDiffusionSafetyChecker"],
+    "scheduler": ["diffusers", "PNDMScheduler"], "text_encoder": ["transformers", "CLIPTextModel"],
+    "tokenizer": ["transformers", "CLIPTokenizer"], "unet": ["diffusers", "UNet2DConditionModel"], "vae": ["diffusers", "AutoencoderKL"],
+}
 
 
 @pytest.mark.parametrize(("name", "values", "message"), CASES, ids=[c[0] for c in CASES])
 def test_validate_and_train_refuse_at_the_start(folder, capsys, name, values, message):
     (folder / "afile").write_text("x")
+    (folder / "sd15").mkdir()
+    (folder / "sd15" / "model_index.json").write_text(json.dumps(SD15_INDEX))
+    (folder / "broken").mkdir()
+    (folder / "broken" / "model_index.json").write_bytes(b'{"_class_name": "Flux\xffPipeline"}')
     config = demo(folder, **values)
     assert cli_main(["validate", "--config", config]) == 2
     out = capsys.readouterr()

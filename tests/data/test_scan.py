@@ -150,3 +150,36 @@ def test_item_records_size_and_stat(tmp_path, write_image, make_concept):
     assert (item.width, item.height) == (24, 16)
     assert item.file_size == path.stat().st_size and item.mtime_ns == path.stat().st_mtime_ns
     assert item.path.is_absolute()
+
+
+def test_a_pipe_named_like_an_image_is_skipped_not_read(tmp_path, write_image, make_concept):
+    """A FIFO called fifo.png would block the scan forever on open: it is skipped with a warning."""
+    import os
+    import threading
+
+    folder = tmp_path / "c"
+    write_image(folder / "cat.png", 16, 16)
+    os.mkfifo(folder / "fifo.png")
+    os.symlink(folder / "gone.png", folder / "dangling.png")
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(scan=scan_concept(make_concept(folder))), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert "scan" in result, "the scan hangs on the pipe"
+    scan = result["scan"]
+    assert [i.relpath for i in scan.items] == ["cat.png"]
+    assert sorted(s.path.name for s in scan.skipped) == ["dangling.png", "fifo.png"]
+    assert any("fifo.png" in w and "not a regular file" in w for w in scan.warnings)
+
+
+def test_a_huge_caption_file_is_read_only_in_part(tmp_path, write_image, make_concept):
+    from ot_gradio.data.captions import MAX_CAPTION_BYTES
+
+    folder = tmp_path / "c"
+    write_image(folder / "cat.png", 16, 16)
+    with open(folder / "cat.txt", "wb") as fh:
+        fh.write(b"a cat\n")
+        fh.truncate(64 * 1024 * 1024)  # 64 MB of NUL bytes after the caption, sparse on disk
+    scan = scan_concept(make_concept(folder))
+    assert scan.items[0].captions[0] == "a cat" and sum(map(len, scan.items[0].captions)) <= MAX_CAPTION_BYTES
+    assert any("cat.txt: larger than 1024 KB" in w for w in scan.warnings)
