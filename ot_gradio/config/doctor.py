@@ -21,6 +21,7 @@ from .enums import (
 )
 from .enums import Optimizer as O
 from .families import (
+    DIFFUSERS_LORA_COMFY_GAPS,
     DIFFUSERS_LORA_TEXT_ENCODERS,
     IMPLEMENTED_METHODS,
     TEXT_ENCODER_NAMES,
@@ -120,6 +121,7 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
 
     warnings += optimizer_warnings(config)
     warnings += offload_warnings(config)
+    warnings += comfy_gap_warnings(config)
     changed = planned_changes(config) if include_planned else []
     if changed:
         warnings.append("These options are set but the trainer does not support them yet, so they will be ignored: " + ", ".join(changed) + ".")
@@ -272,6 +274,19 @@ def offload_problems(config: Any) -> list[str]:
             out.append(f"{setting}: offloading works on the denoiser and the text encoders only ({', '.join(offloadable)}); "
                        f"turn it off for the {part}.")
     return out
+
+
+def comfy_gap_warnings(config: Any) -> list[str]:
+    """A diffusers-layout LoRA whose trained layers include some that ComfyUI skips in that layout
+    (diffusers loads them): said once, with the format that loads every layer in ComfyUI."""
+    gap = DIFFUSERS_LORA_COMFY_GAPS.get(config.model_type)
+    if (gap is None or config.training_method != TrainingMethod.LORA
+            or ModelFormat(config.output_model_format) not in DIFFUSERS_LORA_FORMATS
+            or config.layer_filter_preset not in gap[1]):
+        return []
+    return [f"Model → Output format {ModelFormat(config.output_model_format).value}: ComfyUI skips {config.model_type.value}'s "
+            f"{gap[0]} layers in a diffusers-format LoRA (diffusers loads them); to use this LoRA in ComfyUI, "
+            f"save it as COMFY_LORA, which ComfyUI loads whole."]
 
 
 def offload_warnings(config: Any) -> list[str]:

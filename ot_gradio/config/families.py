@@ -128,6 +128,15 @@ DIFFUSERS_LORA_TEXT_ENCODERS: dict[M, tuple[str, tuple[str, ...]]] = {
     M.QWEN: ("QwenImagePipeline", ()),
     M.SANA: ("SanaPipeline", ()),
 }
+# Denoiser layers that ComfyUI does not map from a diffusers-layout LoRA (its diffusers-name map
+# covers Flux.1's layout; Chroma's guidance layer and Flux.2's own layers have no entry there),
+# with the layer presets that train them: such a file is warned about, KOHYA/COMFY files load them
+# (scripts/check_comfyui_lora.py measures both layouts with ComfyUI's own code)
+DIFFUSERS_LORA_COMFY_GAPS: dict[M, tuple[str, tuple[str, ...]]] = {
+    M.CHROMA_1: ("distilled_guidance_layer", ("full", "custom")),
+    M.FLUX_2: ("modulation, feed-forward, single blocks' fused projections and time/guidance embedder",
+               ("full", "attn-mlp", "attn-only", "blocks", "custom")),
+}
 # what each family's text encoders are, for messages
 TEXT_ENCODER_NAMES: dict[M, tuple[str, ...]] = {
     M.STABLE_DIFFUSION_3: ("CLIP-L", "CLIP-G", "T5"), M.STABLE_DIFFUSION_35: ("CLIP-L", "CLIP-G", "T5"),

@@ -31,3 +31,19 @@ def test_a_part_no_reader_loads_is_refused_by_format(model_type, part, refused, 
         assert not _errors(model_type, part, fmt, train=False)
     for fmt in accepted:
         assert not _errors(model_type, part, fmt)
+
+
+@pytest.mark.parametrize(("model_type", "preset", "warned"), [
+    ("CHROMA_1", "full", True), ("CHROMA_1", "attn-only", False), ("FLUX_2", "attn-only", True), ("FLUX_DEV_1", "full", False),
+])
+def test_a_diffusers_file_comfyui_loads_in_part_is_warned_about(model_type, preset, warned):
+    """Chroma's guidance layer and Flux.2's own layers: diffusers loads them from a diffusers-layout
+    file, ComfyUI skips them (scripts/check_comfyui_lora.py); the KOHYA/COMFY layout is not warned."""
+    from ot_gradio.config.doctor import check
+
+    for fmt, expect in (("DIFFUSERS_LORA", warned), ("SAFETENSORS", warned), ("COMFY_LORA", False)):
+        config = load_config({"model_type": model_type, "training_method": "LORA", "output_model_format": fmt,
+                              "layer_filter_preset": preset}).config
+        found = [w for w in check(config) if "ComfyUI skips" in w]
+        assert len(found) == int(expect), (fmt, found)
+        assert not expect or ("COMFY_LORA" in found[0] and fmt in found[0])
