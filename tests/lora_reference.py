@@ -12,7 +12,7 @@ their documented formulas, so tests can check our files without those programs:
 and what ComfyUI does with a diffusers/PEFT-named file (`<part>.<module path>.lora_A.weight` /
 `lora_B.weight`, `hada_*`, `lokr_*`): the same formulas, with alpha only from a `<layer>.alpha`
 tensor beside the weights; without one the scale is 1 (comfy/weight_adapter: "alpha = 1.0"), and
-the adapter metadata in the header is not read. `scripts/comfy_lora_check.py` checks this against
+the adapter metadata in the header is not read. `scripts/check_comfyui_lora.py` checks this against
 ComfyUI's own code.
 """
 
