@@ -22,9 +22,11 @@ def test_every_preset_loads_and_validates(name):
     # the file itself is a valid (sparse) config too
     assert load_config(resolve_preset_path(name)).warnings == []
     # a family and method the trainer trains, nothing the check before a run would refuse or warn
-    # about but the missing concepts (a preset names no data)
+    # about but the missing concepts (a preset names no data) and, for Flux.2's diffusers-layout
+    # LoRA (the layout its pipeline loads whole), that ComfyUI reads only part of that layout
     assert errors(result.config) == []
-    assert [w for w in check(result.config) if not w.startswith("There are no concepts")] == []
+    notes = [w for w in check(result.config) if not w.startswith("There are no concepts")]
+    assert [w for w in notes if not (name == "flux2-lora" and "ComfyUI skips" in w)] == []
 
 
 def test_presets_are_sparse():
