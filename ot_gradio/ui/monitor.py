@@ -70,7 +70,11 @@ def numeric_frame(columns: dict[str, list], series: list[str] | None = None):
     return frame
 
 
-def loss_frame(state: RunState | None, validation: list[tuple[int, float]] | None = None):
+def loss_frame(state: RunState | None, validation: list[tuple[int, float]] | None = None, expect_validation: bool = False):
+    """The loss chart's points. `expect_validation`: a run that validates has the validation
+    series from its first point (one blank point until the first validation): the chart fixes its
+    series when first drawn, and a page drawn, or reloaded, before the first validation never
+    showed the validation line."""
     steps: list[float] = []
     values: list[float] = []
     series: list[str] = []
@@ -84,6 +88,10 @@ def loss_frame(state: RunState | None, validation: list[tuple[int, float]] | Non
     for step, loss in validation or []:  # beside the training loss (issue 19 section 4)
         steps.append(step)
         values.append(loss)
+        series.append("validation")
+    if expect_validation and steps and "validation" not in series:
+        steps.append(steps[0])
+        values.append(float("nan"))  # drawn as nothing
         series.append("validation")
     return numeric_frame({"step": steps, "loss": values}, series)
 
@@ -125,7 +133,6 @@ def lr_frame(state: RunState | None):
     return numeric_frame({"step": [s for s, _ in lrs], "lr": [v for _, v in lrs]})
 
 
-SERIES_COLOURS = {"loss": "#9ca3af", "smoothed": "#f97316", "validation": "#2563eb"}
 REFUSED = "refused"  # run_id after a refused Start: the footer shows no run until the next one
 
 
@@ -222,7 +229,7 @@ class Monitor:
         state = self.supervisor.state(run)
         link = self.tensorboard.sync(self.run_config(run), run.path, state.alive)
         gallery = [(s["path"], f"step {s.get('step')}: {s.get('prompt', '')}") for s in reversed(state.samples[-24:])]
-        return (run_id, status_markdown(state), progress_html(state), loss_frame(state, state.validation), lr_frame(state),
+        return (run_id, status_markdown(state), progress_html(state), loss_frame(state, state.validation, bool(self.run_config(run).get("validation"))), lr_frame(state),
                 gallery, link, state.log_tail, bar_markdown(state))
 
     def poll(self, run_id: str, shown: str) -> tuple[Any, ...]:
@@ -233,11 +240,7 @@ class Monitor:
         # No points: the chart is cleared (None), never sent an empty frame. Gradio's chart fixes
         # its axis types and its series colours when it is first drawn and later only swaps the
         # data: first drawn empty, the live loss chart showed no line until a reload.
-        # A new series (the first validation point) gets its colour by a new colour map: the chart
-        # fixes its series when first drawn, and a page drawn before the run's first validation
-        # showed no validation line until it was reloaded.
-        series = sorted(set(losses["series"])) if len(losses) else []
-        out[3] = gr.update(value=losses, color_map={s: SERIES_COLOURS.get(s, "#888888") for s in series}) if len(losses) else None
+        out[3] = losses if len(losses) else None
         out[4] = lrs if len(lrs) else None
         # Only samples the page can load count as shown: one whose copy failed is tried again
         # next poll (it was left out of the gallery for good).

@@ -3,6 +3,7 @@ and what each poll sends (ui/monitor.py)."""
 
 import subprocess
 import sys
+import time
 
 import gradio as gr
 import pytest
@@ -44,6 +45,7 @@ def test_a_page_follows_the_run_the_queue_started(monitor, tmp_path, procs):
     EventWriter(stopped).status("stopped")
     (stopped.path / "exit_code").write_text("0")
     assert monitor.followed(str(stopped.path)) == str(stopped.path)  # nothing newer: it stays
+    time.sleep(1.1)  # run ids sort by the second they were made in
     queued = live_run(tmp_path, procs)  # started by the queue, not by this page
     assert monitor.followed(str(stopped.path)) == str(queued.path)
     assert monitor.render(str(stopped.path))[0] == str(queued.path)
@@ -63,15 +65,22 @@ def test_a_failed_run_says_its_reason_in_one_line_and_no_traceback():
     assert "Traceback" not in status_markdown(state)
 
 
-def test_a_validation_series_arriving_after_the_first_draw_gets_a_colour(monitor, tmp_path, procs):
+def test_a_validating_run_has_its_validation_series_from_the_first_draw(monitor, tmp_path, procs):
+    """The chart fixes its series when first drawn: a page drawn (or reloaded) before the first
+    validation showed no validation line for the rest of the run."""
     run = live_run(tmp_path, procs)
+    run.config.write_text('{"validation": true}')
     events = EventWriter(run)
     events.emit("metrics", global_step=1, loss=0.5)
     first = monitor.poll(str(run.path), "")
-    assert set(first[3]["color_map"]) == {"loss", "smoothed"}
+    assert list(first[3]["series"]) == ["loss", "smoothed", "validation"]
+    assert first[3]["loss"].isna().tolist() == [False, False, True]  # a blank point: nothing drawn
     events.emit("validation", global_step=2, loss=0.4)  # read by every poll, of every page, after a reload too
     second = monitor.poll(str(run.path), first[-1])
-    assert set(second[3]["color_map"]) == {"loss", "smoothed", "validation"}
+    assert second[3][second[3]["series"] == "validation"]["loss"].tolist() == [0.4]
+    plain = live_run(tmp_path, procs)  # no validation: no such series
+    EventWriter(plain).emit("metrics", global_step=1, loss=0.5)
+    assert "validation" not in set(monitor.poll(str(plain.path), "")[3]["series"])
 
 
 def test_a_sample_the_page_could_not_load_is_sent_again(monitor, tmp_path, procs, monkeypatch):
