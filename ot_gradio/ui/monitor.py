@@ -210,7 +210,8 @@ class Monitor:
                 return str(active[-1].path)
             runs = self.supervisor.runs()  # a queued run may have started and ended between two polls
             newest = runs[-1] if runs else None
-            return str(newest.path) if newest is not None and newest.run_id > shown.name else run_id
+            newer = newest is not None and newest.run_id[:15] > shown.name[:15]  # ids start with the second they were made in
+            return str(newest.path) if newer else run_id
         runs = active or self.supervisor.runs()
         return str(runs[-1].path) if runs else run_id  # reattach after a reload or an app restart
 
