@@ -22,8 +22,18 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
+from .outputs import claim_output, destination
+
 STATES = ("waiting", "running", "done", "stopped", "failed")
 ENDED = {"done": "done", "stopped": "stopped"}  # a run's final status -> the entry's state; any other is "failed"
+
+
+def output_of(config_file: Path) -> str:
+    """A run's output file, from its config.json ("" if unreadable)."""
+    try:
+        return destination(json.loads(config_file.read_text(encoding="utf-8")))
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 class Busy(RuntimeError):
@@ -52,13 +62,23 @@ class SupervisorBackend:
     def busy(self) -> bool:
         return bool(self.supervisor.active_runs())
 
-    def start(self, config: dict[str, Any]) -> str:
+    def claimed_outputs(self) -> list[str]:
+        """The output files of the active runs."""
+        return [output_of(run.config) for run in self.supervisor.active_runs()]
+
+    def start(self, config: dict[str, Any], notes: list[str] | tuple[str, ...] = ()) -> str:
+        """Starts the entry's config. Its output file is checked again (a run started from the page
+        may have written it since it was queued): if taken, the config is renamed in place, so the
+        queue's entry shows the file the run writes."""
         with self.lock:
             if self.supervisor.active_runs():
                 raise Busy("a run is already active")
             if self.prepare is not None:
                 self.prepare(config)
-            run = self.supervisor.start(config, workspace=config.get("workspace_dir") or self.workspace)
+            claimed, note = claim_output(config)
+            config.update(claimed)
+            notes = [*notes, note] if note else list(notes)
+            run = self.supervisor.start(config, workspace=config.get("workspace_dir") or self.workspace, notes=notes)
         return str(run.path)
 
     def outcome(self, run_dir: str) -> str | None:
@@ -111,7 +131,12 @@ class RunQueue:
 
     # --- editing ---------------------------------------------------------------------------
     def add(self, config: dict[str, Any], name: str = "") -> str:
+        """Queues `config`; an output file that a waiting or running run will write, or that an
+        earlier run wrote, is numbered (runner/outputs.py; `output_note` says so)."""
         with self._lock:
+            claimed = [destination(e["config"]) for e in self.entries if e["state"] in ("waiting", "running")]
+            claimed += getattr(self.backend, "claimed_outputs", list)()
+            config, note = claim_output(config, claimed)
             entry = {
                 "id": uuid.uuid4().hex[:8],
                 "name": name or str(config.get("name") or Path(str(config.get("output_model_destination") or "run")).name),
@@ -120,6 +145,8 @@ class RunQueue:
                 "added": time.strftime("%Y-%m-%d %H:%M:%S"),
                 "run_dir": "",
             }
+            if note:
+                entry["output_note"] = note
             self.entries.append(entry)
             self._save()
         self._wake.set()
@@ -175,7 +202,8 @@ class RunQueue:
             for entry in self.entries:
                 if entry["state"] == "waiting":
                     try:
-                        entry["run_dir"] = self.backend.start(entry["config"])
+                        notes = [entry["output_note"]] if entry.get("output_note") else []
+                        entry["run_dir"] = self.backend.start(entry["config"], notes) if notes else self.backend.start(entry["config"])
                         entry["state"] = "running"
                     except Busy:
                         return

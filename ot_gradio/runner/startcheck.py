@@ -118,7 +118,52 @@ def concept_problems(config: Any) -> list[str]:
             out.append(f"concepts[{i}].path: empty; choose the folder of this concept's images")
         elif not _is_dir(path):
             out.append(f"concepts[{i}].path: folder {_shown(concept.path)} does not exist; fix the path")
+        elif _read_by_run(config, concept) and not _has_image(path, bool(concept.include_subdirectories)):
+            where = "or its subfolders" if concept.include_subdirectories else "(subfolders are not read: turn on Include subfolders)"
+            out.append(f"concepts[{i}].path: folder {_shown(concept.path)} has no images {where}; "
+                       "choose the folder that holds the images (.png, .jpg, .webp ...)")
+        else:
+            out += _prompt_file_problems(i, concept, path)
     return out
+
+
+def _read_by_run(config: Any, concept: Any) -> bool:
+    """Does the run read this concept's images (data/prepare.py, training/validation.py)?"""
+    kind = str(getattr(concept.type, "value", concept.type))
+    return kind == "STANDARD" or (kind == "VALIDATION" and bool(getattr(config, "validation", False)))
+
+
+def _has_image(folder: Path, recursive: bool) -> bool:
+    """Any image the data scan would take (data/scan.py's rule), stopping at the first: an empty
+    folder failed the run after its model had loaded, with a traceback on the page."""
+    from ..data.images import is_image_name, is_mask_name  # noqa: PLC0415
+
+    try:
+        for _root, dirs, files in os.walk(folder):
+            dirs[:] = [d for d in dirs if not d.startswith(".")] if recursive else []
+            if any(not n.startswith(".") and is_image_name(n) and not is_mask_name(n) for n in files):
+                return True
+    except (OSError, ValueError):
+        return True  # unreadable here: the scan names the file
+    return False
+
+
+def _prompt_file_problems(i: int, concept: Any, folder: Path) -> list[str]:
+    """Captions from one prompt file (prompt source 'concept'): the file must exist."""
+    text = getattr(concept, "text", None)
+    if str(getattr(text, "prompt_source", "sample")) != "concept":
+        return []
+    raw = str(getattr(text, "prompt_path", "") or "").strip()
+    if not raw:
+        return [f"concepts[{i}].text.prompt_path: empty, with the prompt source 'concept'; choose the prompt file"]
+    path = Path(raw).expanduser()
+    for candidate in (path, folder / path):  # relative: also beside the images (data/scan.py)
+        try:
+            if candidate.is_file():
+                return []
+        except (OSError, ValueError):
+            pass
+    return [f"concepts[{i}].text.prompt_path: {_shown(raw)} does not exist; choose an existing prompt file"]
 
 
 def _is_dir(path: Path) -> bool:

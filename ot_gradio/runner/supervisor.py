@@ -7,11 +7,13 @@ SIGTERM and SIGKILL of the whole group.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ class RunState:
     progress: dict[str, Any] = field(default_factory=dict)
     losses: list[tuple[int, float]] = field(default_factory=list)
     lrs: list[tuple[int, float]] = field(default_factory=list)
+    validation: list[tuple[int, float]] = field(default_factory=list)  # (global step, validation loss)
     samples: list[dict[str, Any]] = field(default_factory=list)
     saved: list[str] = field(default_factory=list)
     embedding_files: list[str] = field(default_factory=list)  # of the last save
@@ -54,6 +57,8 @@ class RunState:
                 self.losses.append((step, float(event["loss"])))
             if "lr" in event:
                 self.lrs.append((step, float(event["lr"])))
+        elif kind == "validation" and isinstance(event.get("loss"), (int, float)):
+            self.validation.append((int(event.get("global_step", 0)), float(event["loss"])))
         elif kind == "sample":
             self.samples.append({k: v for k, v in event.items() if k != "type"})
         elif kind == "saved" and event.get("kind") == "embedding":
@@ -105,11 +110,18 @@ class Supervisor:
         self._stop_requested: dict[str, tuple[RunDir, float]] = {}
 
     # --- lifecycle --------------------------------------------------------------------------
-    def start(self, config: dict[str, Any], env: dict[str, str] | None = None, workspace: str | Path | None = None) -> RunDir:
+    def start(self, config: dict[str, Any], env: dict[str, str] | None = None, workspace: str | Path | None = None,
+              notes: Iterable[str] = ()) -> RunDir:
+        """`notes`: warnings the page gives the run (e.g. its renamed output file), first in its events."""
         workspace = (Path(workspace) if workspace else self.workspace).resolve()
         if workspace.resolve() not in [w.resolve() for w in self.workspaces]:
             self.workspaces.append(workspace)
         run = create_run(workspace, config)
+        if notes:
+            with open(run.events, "a", encoding="utf-8") as fh:  # before the worker writes: the first lines
+                fh.writelines(json.dumps({"type": "warning", "time": round(time.time(), 3), "message": n}) + "\n" for n in notes)
+            with open(run.log, "a", encoding="utf-8") as fh:
+                fh.writelines(f"warning: {n}\n" for n in notes)
         log = open(run.log, "ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "ot_gradio.runner.worker", _key(run)],

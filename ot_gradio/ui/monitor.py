@@ -39,7 +39,8 @@ def status_markdown(state: RunState | None) -> str:
     if state is None:
         return "No run yet."
     p = state.progress
-    lines = [f"**{state.status}** {state.message}".strip()]
+    failed = state.status in ("error", "crashed")
+    lines = [f"**{state.status}** {reason_line(state.message, 1000) if failed else state.message}".strip()]
     if p.get("phase") == "training":
         eta = p.get("eta_s")
         lines.append(f"{p.get('it_s', 0)} it/s" + (f" · ETA {eta:.0f} s" if eta is not None else ""))
@@ -69,7 +70,11 @@ def numeric_frame(columns: dict[str, list], series: list[str] | None = None):
     return frame
 
 
-def loss_frame(state: RunState | None, validation: list[tuple[int, float]] | None = None):
+def loss_frame(state: RunState | None, validation: list[tuple[int, float]] | None = None, expect_validation: bool = False):
+    """The loss chart's points. `expect_validation`: a run that validates has the validation
+    series from its first point (one blank point until the first validation): the chart fixes its
+    series when first drawn, and a page drawn, or reloaded, before the first validation never
+    showed the validation line."""
     steps: list[float] = []
     values: list[float] = []
     series: list[str] = []
@@ -84,6 +89,10 @@ def loss_frame(state: RunState | None, validation: list[tuple[int, float]] | Non
         steps.append(step)
         values.append(loss)
         series.append("validation")
+    if expect_validation and steps and "validation" not in series:
+        steps.append(steps[0])
+        values.append(float("nan"))  # drawn as nothing
+        series.append("validation")
     return numeric_frame({"step": steps, "loss": values}, series)
 
 
@@ -94,12 +103,21 @@ def smoothed_loss(state: RunState | None) -> float | None:
     return smooth
 
 
+def reason_line(message: str, limit: int = 240) -> str:
+    """A failed run's reason as one line of text (never markup, never a traceback)."""
+    line = next((x.strip() for x in message.splitlines() if x.strip()), "")
+    line = line if len(line) <= limit else line[: limit - 1] + "…"
+    return "".join("\\" + c if c in "\\`*_[]<>#|" else c for c in line)
+
+
 def bar_markdown(state: RunState | None) -> str:
     """One line for the run bar: status, step/total, ETA, smoothed loss."""
     if state is None:
         return "**No run yet**"
     p = state.progress
     parts = [f"**{state.status}**"]
+    if state.status in ("error", "crashed") and state.message.strip():
+        parts.append(reason_line(state.message))  # the traceback stays behind the Run tab's "details" fold
     if p.get("phase") == "training":
         parts.append(f"step {p.get('global_step', 0)}/{p.get('total_steps', '?')}")
         if p.get("eta_s") is not None:
@@ -124,7 +142,7 @@ class Monitor:
         self.supervisor = supervisor
         self.tensorboard = tensorboard or TensorBoard(Path(workspace) / "tensorboard.log")
         self._configs: dict[str, dict[str, Any]] = {}
-        self._validation: dict[str, tuple[int, list[tuple[int, float]]]] = {}  # run folder -> (cursor, losses)
+        self._urls: dict[str, str] = {}  # sample file -> its URL in gradio's cache (made once; a failure is retried)
 
     def build_bar(self) -> None:
         """The run bar, above the tabs: seen on every tab without scrolling."""
@@ -159,20 +177,9 @@ class Monitor:
         # stretched a single 64 px sample over the whole width, blurred).
         self.gallery = gr.HTML("", label="Samples (newest first)", elem_id="sample-gallery")
         self.tensorboard_link = gr.Markdown("", elem_id="tensorboard-link")
-        self.log = gr.Textbox(label="Log tail (shown when a run fails)", lines=8, max_lines=30, elem_id="log-tail")
-
-    def validation_losses(self, run: RunDir) -> list[tuple[int, float]]:
-        """The run's 'validation' events, read on from where the last poll stopped."""
-        key = str(run.path)
-        cursor, losses = self._validation.get(key, (0, []))
-        try:
-            events, cursor = run.read_events(cursor)
-        except (OSError, ValueError):
-            events = []
-        losses = losses + [(int(e.get("global_step", 0)), float(e["loss"])) for e in events
-                           if e.get("type") == "validation" and isinstance(e.get("loss"), (int, float))]
-        self._validation[key] = (cursor, losses)
-        return losses
+        # A failed run's reason is one line in the bar and the status above; its traceback only here, folded
+        with gr.Accordion("Details (the log's last lines, when a run fails)", open=False, elem_id="run-details"):
+            self.log = gr.Textbox(label="Log tail", lines=8, max_lines=30, elem_id="log-tail")
 
     def run_dir(self, run_id: str) -> RunDir:
         """The page keeps a run's folder path (runs may live in the config's workspace)."""
@@ -189,25 +196,41 @@ class Monitor:
                 return {}
         return self._configs[key]
 
+    def followed(self, run_id: str) -> str:
+        """The run a page shows: the one it started while that one is running, else whatever
+        run is active, whoever started it (the queue, another page, the HTTP API), else the
+        newest. A page kept the run it had started: after Stop, with the queue training the next
+        entry, every open page said "stopped" until it was reloaded."""
+        active = self.supervisor.active_runs()
+        if run_id and run_id != REFUSED:
+            shown = self.run_dir(run_id).path.resolve()
+            if any(r.path.resolve() == shown for r in active):
+                return run_id
+            if active:
+                return str(active[-1].path)
+            runs = self.supervisor.runs()  # a queued run may have started and ended between two polls
+            newest = runs[-1] if runs else None
+            newer = newest is not None and newest.run_id[:15] > shown.name[:15]  # ids start with the second they were made in
+            return str(newest.path) if newer else run_id
+        runs = active or self.supervisor.runs()
+        return str(runs[-1].path) if runs else run_id  # reattach after a reload or an app restart
+
     def render(self, run_id: str) -> tuple[Any, ...]:
         """The poll: the whole state of the run on screen, rebuilt from all its events, so a
         tick that is skipped or arrives late loses nothing."""
         if run_id == REFUSED and not self.supervisor.active_runs():  # no earlier run's numbers under the problems
             return (run_id, "Nothing started: fix the problems above and press Start again.", "", loss_frame(None), lr_frame(None), [],
                     self.tensorboard.status_markdown(), "", "**Nothing started**: fix the problems listed here")
-        if not run_id or run_id == REFUSED:
-            active = self.supervisor.active_runs()
-            runs = active or self.supervisor.runs()
-            if not runs:
-                return (run_id, "No run yet.", "", loss_frame(None), lr_frame(None), [], self.tensorboard.status_markdown(), "",
-                        bar_markdown(None))
-            run_id = str(runs[-1].path)  # reattach after a reload or an app restart
+        run_id = self.followed(run_id)
+        if not run_id:
+            return (run_id, "No run yet.", "", loss_frame(None), lr_frame(None), [], self.tensorboard.status_markdown(), "",
+                    bar_markdown(None))
         self.supervisor.check_stop_timeouts()
         run = self.run_dir(run_id)
         state = self.supervisor.state(run)
         link = self.tensorboard.sync(self.run_config(run), run.path, state.alive)
         gallery = [(s["path"], f"step {s.get('step')}: {s.get('prompt', '')}") for s in reversed(state.samples[-24:])]
-        return (run_id, status_markdown(state), progress_html(state), loss_frame(state, self.validation_losses(run)), lr_frame(state),
+        return (run_id, status_markdown(state), progress_html(state), loss_frame(state, state.validation, bool(self.run_config(run).get("validation"))), lr_frame(state),
                 gallery, link, state.log_tail, bar_markdown(state))
 
     def poll(self, run_id: str, shown: str) -> tuple[Any, ...]:
@@ -220,21 +243,30 @@ class Monitor:
         # data: first drawn empty, the live loss chart showed no line until a reload.
         out[3] = losses if len(losses) else None
         out[4] = lrs if len(lrs) else None
-        key = json.dumps([out[0], len(losses), losses.tail(2).to_json(), len(lrs), lrs.tail(1).to_json(), [g[0] for g in gallery]])
+        # Only samples the page can load count as shown: one whose copy failed is tried again
+        # next poll (it was left out of the gallery for good).
+        shown_samples = [g for g in gallery if self.sample_url(g[0])]
+        key = json.dumps([out[0], len(losses), losses.tail(2).to_json(), len(lrs), lrs.tail(1).to_json(), [g[0] for g in shown_samples]])
         if key == shown:
             out[3] = out[4] = out[5] = gr.skip()
         else:
-            out[5] = samples_html(gallery, self.sample_url)
+            out[5] = samples_html(shown_samples, self.sample_url)
         return (*out, key)
 
     def sample_url(self, path: str) -> str | None:
         """A URL for a sample image: a copy in gradio's cache, served to the page whatever folder
-        the run writes to (the app serves only its workspace and the concept folders itself)."""
+        the run writes to (the app serves only its workspace and the concept folders itself).
+        Made once per file (a sample never changes) for every page."""
+        if path in self._urls:
+            return self._urls[path]
         try:
             cached = self.gallery.move_resource_to_block_cache(path)
         except (OSError, ValueError):
             return None
-        return f"gradio_api/file={quote(str(cached))}" if cached else None
+        if not cached:
+            return None
+        self._urls[path] = f"gradio_api/file={quote(str(cached))}"
+        return self._urls[path]
 
     @property
     def outputs(self) -> list:

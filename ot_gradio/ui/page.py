@@ -110,8 +110,9 @@ def validate(config: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], 
         return None, schema + [f for f in folders if f.split(":")[0] not in {s.split(":")[0] for s in schema}], []
     valid = config_to_dict(loaded.config)
     # what `validate` and `train` check before the first step (concept folders are listed above)
-    start = [p for p in start_problems(loaded.config, valid) if not p.startswith("concepts")]
-    problems: list[str] = doctor_errors(loaded.config) + folders + start
+    listed = {f.split(":")[0] for f in folders}  # the same list as `validate` and `train` (an empty folder among them)
+    start = [p for p in start_problems(loaded.config, valid) if p.split(":")[0] not in listed]
+    problems: list[str] = list(dict.fromkeys(doctor_errors(loaded.config) + folders + start))
     return valid, problems, loaded.warnings + doctor_check(loaded.config)
 
 
@@ -446,7 +447,14 @@ class Page:
             from ..data.demo import ensure_demo_concepts  # noqa: PLC0415
 
             ensure_demo_concepts(load_config(copy.deepcopy(valid)).config)
-            run = self.supervisor.start(valid, workspace=valid.get("workspace_dir") or self.workspace)
+            from ..runner.outputs import claim_output, destination  # noqa: PLC0415
+
+            queued = [destination(e["config"]) for e in self.queue.list() if e["state"] in ("waiting", "running")]
+            valid, renamed = claim_output(valid, queued)  # never over an earlier or queued run's model
+            notes = [renamed] if renamed else []
+            warnings = [*warnings, *notes]
+            run = self.supervisor.start(valid, workspace=valid.get("workspace_dir") or self.workspace,
+                                        **({"notes": notes} if notes else {}))
         self.tensorboard.sync(valid, run.path, True)
         note = "\n".join(f"- {w}" for w in warnings)
         return {self.monitor.run_id: str(run.path), self.monitor.problems: (f"### Started with warnings\n{note}" if warnings else "")}

@@ -10,12 +10,13 @@ import gradio as gr
 
 from ..runner.queue import RunQueue
 
-COLUMNS = ["id", "name", "state", "added", "run folder"]
+COLUMNS = ["id", "name", "state", "added", "output file", "run folder"]
 ACTIONS = ["Up", "Down", "Remove"]
 
 
 def rows(queue: RunQueue) -> list[list[str]]:
-    return [[e["id"], e["name"], e["state"] + (f" ({e['note']})" if e.get("note") else ""), e["added"], e["run_dir"]] for e in queue.list()]
+    return [[e["id"], e["name"], e["state"] + (f" ({e['note']})" if e.get("note") else ""), e["added"],
+             str(e["config"].get("output_model_destination") or ""), e["run_dir"]] for e in queue.list()]
 
 
 def choices(queue: RunQueue) -> list[tuple[str, str]]:
@@ -76,7 +77,8 @@ class QueuePanel:
             text = "### Not queued: fix these first\n" + "\n".join(f"- `{p}`" for p in problems)
             return self.view(text)
         entry_id = self.queue.add(valid)
-        return self.view(f"Queued as `{entry_id}`; it starts when no run is active.")
+        note = next((e.get("output_note", "") for e in self.queue.list() if e["id"] == entry_id), "")
+        return self.view(f"Queued as `{entry_id}`; it starts when no run is active." + (f"\n\n{note}" if note else ""))
 
     def on_add(self, values: dict) -> tuple:
         return self.add_config(self.build_config(values))

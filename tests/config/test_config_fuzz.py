@@ -266,6 +266,7 @@ def test_wrong_values_through_validate_are_refused_by_name(case, layout, tmp_pat
     path = tmp_path_factory.mktemp("v") / "config.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     (path.parent / "data").mkdir()  # the base config's concept folder: validate checks it exists
+    (path.parent / "data" / "a.png").write_bytes(b"")  # an image name: an empty folder is refused
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), contextlib.chdir(path.parent):
         code = main(["validate", "--config", str(path)])
@@ -293,6 +294,7 @@ def test_wrong_values_through_set_are_refused_by_name(case, tmp_path_factory):
     path = tmp_path_factory.mktemp("s") / "config.json"
     path.write_text(json.dumps(_base()), encoding="utf-8")
     (path.parent / "data").mkdir()
+    (path.parent / "data" / "a.png").write_bytes(b"")  # an image name: an empty folder is refused
     key = dotted.replace(".0.", "[0].") if ".0." in dotted else dotted
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), contextlib.chdir(path.parent):
@@ -315,6 +317,7 @@ def test_wrong_values_through_the_page_start_are_listed_by_name(case, tmp_path_f
     _put(data, dotted, value)
     folder = tmp_path_factory.mktemp("p")
     (folder / "data").mkdir()
+    (folder / "data" / "a.png").write_bytes(b"")  # an image name: an empty folder is refused
     data["concepts"][0]["path"] = str(folder / "data") if dotted != "concepts.0.path" else data["concepts"][0]["path"]
     valid, problems, _ = validate(data)
     if must:

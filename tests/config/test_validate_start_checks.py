@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "a.png").write_bytes(b"")  # the check looks for image names, as the scan does
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "a.txt").write_text("a caption without its image")
     return tmp_path
 
 
@@ -35,6 +38,9 @@ CASES = [
     ("base_model_name", {"base_model_name": ""}, "base_model_name: empty; enter a Hugging Face id"),
     ("missing base model file", {"base_model_name": "models/none.safetensors"}, "base_model_name: models/none.safetensors does not exist"),
     ("missing concept folder", {"concepts": [{"name": "x", "path": "no/such/folder"}]}, "concepts[0].path: folder no/such/folder does not exist"),
+    ("empty concept folder", {"concepts": [{"name": "x", "path": "empty"}]}, "concepts[0].path: folder empty has no images"),
+    ("missing prompt file", {"concepts": [{"name": "x", "path": "images", "text": {"prompt_source": "concept", "prompt_path": "no.txt"}}]},
+     "concepts[0].text.prompt_path: no.txt does not exist"),
     ("no enabled concept", {"concepts": [{"name": "x", "path": "images", "enabled": False}]}, "concepts[0].enabled: off"),
     ("unknown layer preset", {"layer_filter_preset": "nope"}, "layer_filter_preset: 'nope' is not a layer preset; choose one of full"),
     ("output name too long", {"output_model_destination": f"out/{LONG_NAME}.safetensors"}, "output_model_destination: the file name"),
