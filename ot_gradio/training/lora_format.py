@@ -417,7 +417,10 @@ def load_lora_file(
     if not tensors:
         raise ValueError(f"{path} holds no tensors.")
     full = _full_names(module_names or {})
-    if all(k.startswith("lora_") or _full_layer(k, full) for k in tensors):
+    # a family whose kohya names are whole module paths (PixArt's `transformer.…`) shares them with
+    # its diffusers layout: peft's lora_A / lora_B entries tell the diffusers layout apart
+    peft_entries = any(k.endswith((".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector")) for k in tensors)
+    if not peft_entries and all(k.startswith("lora_") or _full_layer(k, full) for k in tensors):
         layers = _layers_from_kohya(tensors, module_names or {}, denoiser)
     elif all(k.split(".", 1)[0] in _KOHYA_PREFIX for k in tensors):
         layers = _layers_from_diffusers(tensors, metadata)

@@ -258,7 +258,9 @@ def test_doctor_refuses_offloading_that_cannot_work_and_warns_where_it_does_noth
     from ot_gradio.config.schema import TrainConfig
 
     def config(**changes):
-        return TrainConfig(model_type="FLUX_DEV_1", training_method=changes.pop("method", "LORA"), **changes)
+        method = changes.pop("method", "LORA")
+        return TrainConfig(model_type="FLUX_DEV_1", training_method=method,  # KOHYA_LORA: the layout that holds a T5 LoRA
+                           output_model_format="KOHYA_LORA" if method == "LORA" else "SAFETENSORS", **changes)
 
     assert offload_problems(config(transformer={"offload_fraction": 0.1})) == []
     for compiled in (config(compile=True, transformer={"activation_offloading": True}),
