@@ -33,13 +33,14 @@ from ..runner.supervisor import Supervisor
 from .api import API_NAMES, QueueApi, register_api  # runs/queue
 from .browser import BrowserPanel
 from .concepts import ConceptsTab
-from .form import Field, build_fields, config_from_values, make_component, schema_fields, values_from_config
+from .form import Field, build_fields, config_from_values, edit_event, make_component, schema_fields, values_from_config
 from .guide import TABS_ID, build_guide
-from .layout import OPTIMIZER_SETTINGS, group_open, group_paths
+from .layout import OPTIMIZER_SETTINGS, TAB_TITLES, group_open, group_paths
 from .memory_estimate import MemoryEstimate, estimate_markdown  # issue 16: the planner's estimate, in a child process
 from .monitor import REFUSED, Monitor
 from .paths import PathRefused, allowed_roots
 from .paths import check as confine
+from .problems import on_screen
 from .queue_panel import QueuePanel  # runs/queue
 from .samples import SamplesTab, to_rows
 from .state import load_ui_config, preset_config, save_ui_config
@@ -49,8 +50,7 @@ from .training_tab import lr_frame, memory_markdown
 from .visibility import APPLIES_WHEN, TAB_METHODS, applies, model_parts, part_field_shown, part_of, shown_parts, tab_order, tab_shown
 
 TOP_FIELDS = ("model_type", "training_method")
-TABS = (("General", "general"), ("Model", "model"), ("Data", "data"), ("Training", "training"), ("Sampling", "sampling"),
-        ("Backup", "backup"), ("LoRA", "lora"), ("Embedding", "embedding"))
+TABS = tuple((title, tab) for tab, title in TAB_TITLES.items() if tab != "concepts")  # the schema's tabs; Concepts is built on its own
 DENOISERS = {info.denoiser for info in FAMILIES.values()}  # their accordions start open
 CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1;height:1em}"
        # fields in 2-3 columns on wide screens, one on a phone (a grid item is at least 270 px wide)
@@ -241,7 +241,7 @@ class Page:
         # One handler for all ~250 fields rather than one each: every handler costs the page's
         # start-up and its config (each lists all inputs). "always_last": an edit made while the
         # previous one is being saved runs after it, with the newest values; none is dropped.
-        gr.on([f.component.input for f in edited], self.on_edit, edit_inputs, self.edit_outputs,
+        gr.on([edit_event(f.component) for f in edited], self.on_edit, edit_inputs, self.edit_outputs,
               trigger_mode="always_last", show_progress="hidden")
         browsers = [f.browser for f in [*edited, *self.concepts.fields.values()] if f.browser is not None]
         concept_inputs = {self.concepts.selector, *(f.component for f in self.concepts.fields.values())}
@@ -441,7 +441,7 @@ class Page:
             valid, problems, warnings = validate(config)
             if problems:
                 gr.Warning(f"{len(problems)} problem(s): nothing was started.")
-                return {self.monitor.run_id: REFUSED, self.monitor.problems: "### Fix these before starting\n" + "\n".join(f"- `{p}`" for p in problems)}
+                return {self.monitor.run_id: REFUSED, self.monitor.problems: "### Fix these before starting\n" + "\n".join(f"- `{on_screen(p, config)}`" for p in problems)}
             from ..data.demo import ensure_demo_concepts  # noqa: PLC0415
 
             ensure_demo_concepts(load_config(copy.deepcopy(valid)).config)

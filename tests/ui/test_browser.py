@@ -112,7 +112,7 @@ def test_a_cleared_choice_answers_every_output(page, files):
     config = page.on_page_load()[page.config_state]
     panel = page.browser
     for selected in (None, ""):
-        out = panel.for_target("concept-concepts-path", lambda b: b.pick(selected, "", config))
+        out = panel.for_target("concept-concepts-path", lambda b, s=selected: b.pick(s, "", config))
         assert isinstance(out, dict) and out and set(out) <= {panel.sidebar, panel.folder, panel.entries, panel.message}
 
 

@@ -33,7 +33,8 @@ def test_start_lists_every_problem_by_field_and_starts_nothing(page, fake_start)
     with pytest.warns(UserWarning, match="nothing was started"):
         out = page.on_start(values)
     problems = out[page.monitor.problems]
-    for field in ("learning_rate", "epochs", "resolution"):
+    # named by tab and label as on screen, not by config key (tests/ui/test_problems.py)
+    for field in ("Training → Learning rate", "Training → Epochs", "Training → Resolution"):
         assert f"`{field}:" in problems, problems
     assert not fake_start and not (Path.cwd() / "workspace" / "demo" / "runs").exists()
     # fixing the typed values leaves the folder problem, named by concept
@@ -42,7 +43,7 @@ def test_start_lists_every_problem_by_field_and_starts_nothing(page, fake_start)
     set_field(page, values, "resolution", "64")
     with pytest.warns(UserWarning):
         problems = page.on_start(values)[page.monitor.problems]
-    assert "concepts[0].path" in problems and "learning_rate" not in problems
+    assert "`Concepts → Concept 1 'demo' → Folder: " in problems and "Learning rate" not in problems
     assert not fake_start
 
 

@@ -45,7 +45,8 @@ def test_schema_problems_and_missing_folders_are_listed_together(page, fake_star
     with pytest.warns(UserWarning, match="2 problem"):
         out = page.on_start(values)
     problems = out[page.monitor.problems]
-    assert "`batch_size: must be >= 1 (got 0)`" in problems and "`concepts[0].path: folder" in problems, problems
+    assert "`Training → Batch size: must be >= 1 (got 0)`" in problems, problems
+    assert "`Concepts → Concept 1 'demo' → Folder: folder" in problems, problems
     assert not fake_start
 
 

@@ -18,8 +18,11 @@ def test_one_handler_saves_every_field_and_an_edit_made_while_saving_is_not_drop
     # "always_last" runs it afterwards with the newest values
     assert edit.trigger_mode == "always_last"
     fields = {f.component._id for p, f in page.fields.items() if p != "optimizer.optimizer"}
-    assert {block for block, event in edit.targets if event == "input"} == fields
-    concept = [fn for fn in page.blocks.fns.values() if fn.outputs == [page.config_state] and len(fn.targets) > 10]
+    assert {block for block, _ in edit.targets} == fields
+    # a text box is saved on change: its input event fires on keys only, not on a paste
+    texts = {f.component._id for f in page.fields.values() if isinstance(f.component, gr.Textbox)}
+    assert {block for block, event in edit.targets if event == "change"} == texts & fields
+    concept = [fn for fn in page.blocks.fns.values() if fn.outputs == [page.config_state, page.concepts.selector] and len(fn.targets) > 10]
     assert len(concept) == 1 and concept[0].trigger_mode == "always_last"
     assert {b for b, _ in concept[0].targets} == {f.component._id for f in page.concepts.fields.values()}
 
