@@ -28,6 +28,7 @@ class FamilyInfo:
     inpainting: bool = False        # the denoiser takes the masked image and the mask as input
     bucket_step: int | None = None  # image sizes must be multiples of this (None: the data default)
     schedule: str = "ddpm"          # the training objective: "ddpm" or "flow_matching" (training/schedules.py)
+    learns_variance: bool = False   # the denoiser also predicts its variance, trained with the VB loss (PixArt)
 
 
 _SD = FamilyInfo(("unet", "text_encoder", "vae"), "unet", ("text_encoder",))
@@ -57,8 +58,8 @@ FAMILIES: dict[M, FamilyInfo] = {
     M.STABLE_CASCADE_1: FamilyInfo(
         ("prior", "text_encoder", "decoder", "decoder_vqgan", "effnet_encoder"), "prior", ("text_encoder",), implemented=True
     ),
-    M.PIXART_ALPHA: FamilyInfo(("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16),
-    M.PIXART_SIGMA: FamilyInfo(("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16),
+    M.PIXART_ALPHA: FamilyInfo(("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16, learns_variance=True),
+    M.PIXART_SIGMA: FamilyInfo(("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16, learns_variance=True),
     M.STABLE_DIFFUSION_3: _SD3,
     M.STABLE_DIFFUSION_35: _SD3,
     M.FLUX_DEV_1: FamilyInfo(
