@@ -41,7 +41,7 @@ def status_markdown(state: RunState | None) -> str:
     p = state.progress
     lines = [f"**{state.status}** {state.message}".strip()]
     if p.get("phase") == "training":
-        eta = p.get("eta_s")
+        eta = None if state.finished else p.get("eta_s")  # a stopped run has no time left
         lines.append(f"{p.get('it_s', 0)} it/s" + (f" · ETA {eta:.0f} s" if eta is not None else ""))
     if state.losses:
         lines.append(f"loss {state.losses[-1][1]:.4f}")
@@ -102,7 +102,7 @@ def bar_markdown(state: RunState | None) -> str:
     parts = [f"**{state.status}**"]
     if p.get("phase") == "training":
         parts.append(f"step {p.get('global_step', 0)}/{p.get('total_steps', '?')}")
-        if p.get("eta_s") is not None:
+        if p.get("eta_s") is not None and not state.finished:  # no ETA once stopped, done or failed
             parts.append(f"ETA {p['eta_s']:.0f} s")
     smooth = smoothed_loss(state)
     if smooth is not None:
