@@ -36,7 +36,8 @@ from .concepts import ConceptsTab
 from .form import Field, build_fields, config_from_values, edit_event, make_component, schema_fields, values_from_config
 from .guide import TABS_ID, build_guide
 from .layout import OPTIMIZER_SETTINGS, TAB_TITLES, group_open, group_paths
-from .memory_estimate import MemoryEstimate, estimate_markdown  # issue 16: the planner's estimate, in a child process
+from .memory_estimate import PROMPT as ESTIMATE_PROMPT
+from .memory_estimate import MemoryEstimate, estimate_markdown, stale  # issue 16: the planner's estimate, in a child process
 from .monitor import REFUSED, Monitor
 from .paths import PathRefused, allowed_roots
 from .paths import check as confine
@@ -227,9 +228,9 @@ class Page:
         self.conditional = {p: fields[p] for p in APPLIES_WHEN if p in fields}
         for path, f in self.conditional.items():
             f.component.visible = applies(path, initial)
-        self.all_outputs = [self.config_state, *self.components, self.samples.table, self.lr_plot, self.memory,
+        self.all_outputs = [self.config_state, *self.components, self.samples.table, self.lr_plot, self.memory, self.memory_estimate.output,
                             *self._visibility_targets(), *self.concepts.outputs]
-        self.edit_outputs = [self.config_state, self.lr_plot, self.memory, *self._visibility_targets()]
+        self.edit_outputs = [self.config_state, self.lr_plot, self.memory, self.memory_estimate.output, *self._visibility_targets()]
 
     def _visibility_targets(self) -> list:
         return [*(f.component for f in self.opt_fields.values()), *(f.component for f in self.conditional.values()), *self.part_groups,
@@ -305,6 +306,10 @@ class Page:
         out.update(self.concepts.show(config, 0))
         return out
 
+    def loaded(self, config: dict[str, Any]) -> dict:
+        """populate() for a config loaded whole (a preset, a file): no estimate of the last model stays."""
+        return {**self.populate(config), self.memory_estimate.output: ESTIMATE_PROMPT}
+
     def form_values(self, config: dict[str, Any], run_id: str = "") -> dict:
         """What the page sends for `config` (tests call handlers with it)."""
         shown = self.concepts.show(config, 0)
@@ -319,7 +324,10 @@ class Page:
     def on_edit(self, values: dict) -> dict:
         config = config_from_values(self.fields, values, values[self.config_state])
         self.autosave(config)
-        return {self.config_state: config, self.lr_plot: lr_frame(config), self.memory: memory_markdown(config), **self.visibility(config)}
+        out = {self.config_state: config, self.lr_plot: lr_frame(config), self.memory: memory_markdown(config), **self.visibility(config)}
+        if stale(values[self.config_state], config):  # another model's "fits" must not stay on screen
+            out[self.memory_estimate.output] = ESTIMATE_PROMPT
+        return out
 
     def on_browsed(self, values: dict) -> dict:
         """After "Use this" in the file browser: the edit of the field it filled in."""
@@ -363,7 +371,7 @@ class Page:
         config = preset_config(name, self.workspace)
         self.autosave(config)
         gr.Info(f"Preset {name} loaded.")
-        return self.populate(config)
+        return self.loaded(config)
 
     def read_any(self, path: str | Path) -> dict[str, Any]:
         """A config file already confined by the caller."""
@@ -384,7 +392,7 @@ class Page:
             raise gr.Error("Config file: enter the path of a config JSON to load.")
         config = self.read_any(self.confined("Config file", path, self.roots(config or {})))
         self.autosave(config)
-        return self.populate(config)
+        return self.loaded(config)
 
     def on_upload(self, file) -> dict:
         """An imported file: gradio puts uploads in its upload folder; nothing else is read."""
@@ -394,7 +402,7 @@ class Page:
         upload_root = Path(get_upload_folder()).resolve()
         config = self.read_any(self.confined("Import file", str(name or ""), [upload_root, *self.roots({})]))
         self.autosave(config)
-        return self.populate(config)
+        return self.loaded(config)
 
     def on_save(self, path: str, config: dict[str, Any]) -> None:
         """Writes the config as JSON, only to a .json file inside the workspace or the launcher's
