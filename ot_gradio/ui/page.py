@@ -41,7 +41,7 @@ from .memory_estimate import MemoryEstimate, estimate_markdown, stale  # issue 1
 from .monitor import REFUSED, Monitor
 from .paths import PathRefused, allowed_roots
 from .paths import check as confine
-from .problems import on_screen
+from .problems import problems_markdown, rechecked
 from .queue_panel import QueuePanel  # runs/queue
 from .samples import SamplesTab, to_rows
 from .state import load_ui_config, preset_config, save_ui_config
@@ -260,6 +260,9 @@ class Page:
         self.monitor.wire()
         start_inputs = {self.config_state, self.monitor.run_id, *self.components, *self.concepts.outputs}
         self.monitor.start.click(self.on_start, start_inputs, [self.monitor.run_id, self.monitor.problems])
+        # a refused Start's list follows the edits (a fixed problem leaves it), on any field's or concept's edit
+        self.config_state.change(self.on_recheck, [self.config_state, self.monitor.problems], self.monitor.problems,
+                                 trigger_mode="always_last", show_progress="hidden")
         self.memory_estimate.wire(self.on_estimate_memory, edit_inputs)  # issue 16
         self.queue_panel.wire(start_inputs)  # runs/queue
         register_api(QueueApi(self.queue, self.supervisor, validate))  # runs/queue
@@ -328,6 +331,12 @@ class Page:
         if stale(values[self.config_state], config):  # another model's "fits" must not stay on screen
             out[self.memory_estimate.output] = ESTIMATE_PROMPT
         return out
+
+    def on_recheck(self, config: dict[str, Any], shown: str):
+        """The problem list again after an edit, while a refused Start's list is shown."""
+        if rechecked(shown, []) is None:
+            return gr.skip()
+        return rechecked(shown, validate(config)[1], config)
 
     def on_browsed(self, values: dict) -> dict:
         """After "Use this" in the file browser: the edit of the field it filled in."""
@@ -449,7 +458,7 @@ class Page:
             valid, problems, warnings = validate(config)
             if problems:
                 gr.Warning(f"{len(problems)} problem(s): nothing was started.")
-                return {self.monitor.run_id: REFUSED, self.monitor.problems: "### Fix these before starting\n" + "\n".join(f"- `{on_screen(p, config)}`" for p in problems)}
+                return {self.monitor.run_id: REFUSED, self.monitor.problems: problems_markdown(problems, config)}
             from ..data.demo import ensure_demo_concepts  # noqa: PLC0415
 
             ensure_demo_concepts(load_config(copy.deepcopy(valid)).config)

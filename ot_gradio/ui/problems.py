@@ -70,3 +70,19 @@ def on_screen(problem: str, config: dict[str, Any] | None = None) -> str:
     if not all(places):
         return problem
     return f"{' / '.join(places)}: {head['text']}"
+
+
+PROBLEMS_TITLE = "### Fix these before starting"
+
+
+def problems_markdown(problems: list[str], config: dict[str, Any] | None = None) -> str:
+    """The refused Start's list, each problem by tab and label."""
+    return PROBLEMS_TITLE + "\n" + "\n".join(f"- `{on_screen(p, config)}`" for p in problems)
+
+
+def rechecked(shown: str, problems: list[str], config: dict[str, Any] | None = None) -> str | None:
+    """The list after an edit: None (leave it) unless a refused Start's list is on screen; then
+    what is left of it, so a fixed problem does not stay until the next Start."""
+    if not str(shown or "").startswith(PROBLEMS_TITLE):
+        return None
+    return problems_markdown(problems, config) if problems else "**No problems left:** press **Start**."

@@ -164,3 +164,23 @@ def test_concepts_add_clone_remove(page):
     config, index = tab.remove(config, 0)
     assert config["concepts"] == [] and index is None
     assert json.loads((page.workspace / UI_CONFIG).read_text())["concepts"] == []  # autosaved
+
+
+def test_the_problem_list_follows_the_edits_after_a_refused_start(page, fake_start):
+    """The list of a refused Start stayed after the fix until the next Start."""
+    (recheck,) = [fn for fn in page.blocks.fns.values() if getattr(fn.fn, "__func__", None) is Page.on_recheck]
+    assert [event for _, event in recheck.targets] == ["change"] and recheck.outputs == [page.monitor.problems]
+    values = page.form_values(page.on_page_load()[page.config_state])
+    set_field(page, values, "batch_size", 0)
+    set_field(page, values, "epochs", 0)
+    with pytest.warns(UserWarning):
+        shown = page.on_start(values)[page.monitor.problems]
+    assert "Batch size" in shown and "Epochs" in shown
+    set_field(page, values, "batch_size", 2)  # fixed: the edit handler saves it to the state
+    config = page.on_edit(values)[page.config_state]
+    shown = page.on_recheck(config, shown)
+    assert "Batch size" not in shown and "Training → Epochs" in shown
+    set_field(page, values, "epochs", 1)
+    assert page.on_recheck(page.on_edit(values)[page.config_state], shown) == "**No problems left:** press **Start**."
+    assert page.on_recheck(config, "") == gr.skip()  # no list on screen: nothing is checked
+    assert not fake_start
