@@ -44,7 +44,7 @@ from .paths import check as confine
 from .problems import problems_markdown, rechecked
 from .queue_panel import QueuePanel  # runs/queue
 from .samples import SamplesTab, to_rows
-from .state import load_ui_config, preset_config, save_ui_config
+from .state import load_ui_choices, load_ui_config, preset_config, save_ui_choice, save_ui_config
 from .tensorboard import TensorBoard, settings
 from .tools_tab import ToolsContext, build_tools
 from .training_tab import lr_frame, memory_markdown
@@ -266,7 +266,7 @@ class Page:
         self.memory_estimate.wire(self.on_estimate_memory, edit_inputs)  # issue 16
         self.queue_panel.wire(start_inputs)  # runs/queue
         register_api(QueueApi(self.queue, self.supervisor, validate))  # runs/queue
-        self.blocks.load(self.on_page_load, None, self.all_outputs)
+        self.blocks.load(self.on_page_load, None, [*self.all_outputs, self.preset, self.config_path])
 
     # --- helpers --------------------------------------------------------------------------------
     def roots(self, config: dict[str, Any]) -> list[Path]:
@@ -322,7 +322,10 @@ class Page:
 
     # --- handlers -------------------------------------------------------------------------------
     def on_page_load(self) -> dict:
-        return self.populate(load_ui_config(self.workspace))
+        """The saved config, and the Preset and Config file last used (a reload emptied them)."""
+        choices = load_ui_choices(self.workspace)
+        preset = choices.get("preset") if choices.get("preset") in list_presets() else None
+        return {**self.populate(load_ui_config(self.workspace)), self.preset: preset, self.config_path: choices.get("config_path", "")}
 
     def on_edit(self, values: dict) -> dict:
         config = config_from_values(self.fields, values, values[self.config_state])
@@ -379,6 +382,7 @@ class Page:
         self.confined("Preset", str(found), [PRESETS_DIR])
         config = preset_config(name, self.workspace)
         self.autosave(config)
+        save_ui_choice(self.workspace, preset=name)
         gr.Info(f"Preset {name} loaded.")
         return self.loaded(config)
 
@@ -401,6 +405,7 @@ class Page:
             raise gr.Error("Config file: enter the path of a config JSON to load.")
         config = self.read_any(self.confined("Config file", path, self.roots(config or {})))
         self.autosave(config)
+        save_ui_choice(self.workspace, config_path=path.strip())
         return self.loaded(config)
 
     def on_upload(self, file) -> dict:
@@ -427,6 +432,7 @@ class Page:
             atomic_write_json(target, config, indent=2)
         except OSError as err:
             raise gr.Error(f"Config file: could not write {target}: {err.strerror or err}") from None
+        save_ui_choice(self.workspace, config_path=path.strip())
         gr.Info(f"Saved {target}")
 
     def on_export(self, config: dict[str, Any]) -> str:

@@ -184,3 +184,15 @@ def test_the_problem_list_follows_the_edits_after_a_refused_start(page, fake_sta
     assert page.on_recheck(page.on_edit(values)[page.config_state], shown) == "**No problems left:** press **Start**."
     assert page.on_recheck(config, "") == gr.skip()  # no list on screen: nothing is checked
     assert not fake_start
+
+
+def test_a_reload_keeps_the_preset_and_the_config_file(page, tmp_path):
+    """A reload emptied the Preset and Config file fields of the top bar."""
+    (load,) = [fn for fn in page.blocks.fns.values() if getattr(fn.fn, "__func__", None) is Page.on_page_load]
+    assert {page.preset._id, page.config_path._id} <= {o._id for o in load.outputs}
+    assert page.on_page_load()[page.preset] is None and page.on_page_load()[page.config_path] == ""
+    page.on_preset("demo")
+    target = tmp_path / "workspace" / "configs" / "mine.json"
+    page.on_save(f" {target} ", page.on_page_load()[page.config_state])
+    shown = page.on_page_load()
+    assert shown[page.preset] == "demo" and shown[page.config_path] == str(target)
