@@ -214,7 +214,7 @@ class Page:
                 self.monitor.build_run_tab()
                 self.queue_panel.build_table()  # runs/queue
             with gr.Tab("Tools", id="tools", elem_id="tab-tools") as tools_tab:
-                build_tools(ToolsContext(self.workspace, self.jobs, self.config_state, self.roots, initial), tools_tab)
+                self.tools = build_tools(ToolsContext(self.workspace, self.jobs, self.config_state, self.roots, initial), tools_tab)
             with gr.Tab("Runs", id="runs", elem_id="tab-runs") as runs_tab:  # runs/queue: run history and comparison (issue 19 §2)
                 from .runs_tab import build_runs_tab  # noqa: PLC0415  runs/queue
                 self.runs_tab = build_runs_tab(  # runs/queue: "Load this config" does what Load does, for a listed run's config
