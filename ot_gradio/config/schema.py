@@ -95,7 +95,7 @@ class TrainConfig(Section):
     temp_device: str = opt("cpu", "Temp device", "Where parts not in use are parked.", tab="general")
 
     # --- Model -------------------------------------------------------------------------------
-    base_model_name: str = opt("stable-diffusion-v1-5/stable-diffusion-v1-5", "Base model", "A hub id (e.g. stable-diffusion-v1-5/stable-diffusion-v1-5), a local diffusers folder, or a .safetensors/.ckpt file.", tab="model")
+    base_model_name: str = opt("stable-diffusion-v1-5/stable-diffusion-v1-5", "Base model", "A hub id (e.g. stable-diffusion-v1-5/stable-diffusion-v1-5), a local diffusers folder, or a .safetensors/.ckpt file. Offline: tiny:sd15, tiny:sdxl, tiny:sd3, tiny:flux, tiny:qwen-image... (one per family: tiny random models built here, for trying the trainer; they learn nothing useful).", tab="model")
     output_dtype: DataType = opt(DataType.FLOAT_32, "Output data type", "Data type of the saved weights. FLOAT_16 or BFLOAT_16 halve the file size.", tab="model")
     output_model_format: ModelFormat = opt(ModelFormat.SAFETENSORS, "Output format", "LoRA: KOHYA_LORA (A1111, ComfyUI, Forge, diffusers) or SAFETENSORS (diffusers/PEFT keys). Fine-tune: SAFETENSORS/ORIGINAL_SINGLE_FILE (one checkpoint file) or DIFFUSERS (a folder). Embedding: SAFETENSORS (A1111 embedding file).", tab="model")
     output_model_destination: str = opt("models/model.safetensors", "Output file", "Where the trained model is written (a file, or a folder for DIFFUSERS).", tab="model")

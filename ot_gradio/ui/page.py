@@ -159,6 +159,7 @@ class Page:
             for path in TOP_FIELDS:
                 info = next(f for f in schema_fields() if f.path == path)
                 fields[path] = make_component(info)
+            fields["model_type"].component.min_width = 300  # its own line on a phone: "STABLE_DIFFUSION_XL_10_BASE" whole
             self.preset = gr.Dropdown(list_presets(), value=None, label="Preset", info="Load a preset from presets/ over the defaults.", elem_id="preset")
         with gr.Row():
             self.config_path = gr.Textbox(label="Config file", info="Path of a config JSON (ours or OneTrainer's) to load, or to save to.", scale=3, elem_id="config-path")
