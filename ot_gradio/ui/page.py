@@ -251,7 +251,7 @@ class Page:
                           then=(self.on_browsed, {self.browser.target, *edit_inputs, *concept_inputs}, self.edit_outputs))
         self.fields["optimizer.optimizer"].component.input(self.on_optimizer, edit_inputs, self.all_outputs)
         self.load_defaults.click(self.on_load_defaults, self.config_state, self.all_outputs)
-        self.preset.input(self.on_preset, self.preset, self.all_outputs)
+        self.preset.input(self.on_preset, [self.preset, self.config_state], self.all_outputs)
         self.load_btn.click(self.on_load, [self.config_path, self.config_state], self.all_outputs)
         self.upload.upload(self.on_upload, self.upload, self.all_outputs)
         self.save_btn.click(self.on_save, [self.config_path, self.config_state], None)
@@ -372,7 +372,9 @@ class Page:
         self.autosave(config)
         return self.populate(config)
 
-    def on_preset(self, name: str) -> dict:
+    def on_preset(self, name: str, current: dict[str, Any] | None = None) -> dict:
+        """The preset over the defaults; the concepts and sample prompts on screen (`current`)
+        are kept unless the preset brings its own (a preset is settings, the images are the user's)."""
         if not name:
             raise gr.Error("Choose a preset first.")
         from ..config.presets import PRESETS_DIR, resolve_preset_path  # noqa: PLC0415
@@ -382,9 +384,16 @@ class Page:
             raise gr.Error(f"Preset: {name!r} not found (available: {', '.join(list_presets()) or 'none'})")
         self.confined("Preset", str(found), [PRESETS_DIR])
         config = preset_config(name, self.workspace)
+        from ..config.presets import load_preset  # noqa: PLC0415
+
+        overlay = load_preset(name)
+        kept = [key for key in ("concepts", "samples") if key not in overlay and (current or {}).get(key)]
+        config.update({key: copy.deepcopy(current[key]) for key in kept})
+        replaced = [key for key in ("concepts", "samples") if key in overlay and (current or {}).get(key) not in (None, [], overlay[key])]
         self.autosave(config)
         save_ui_choice(self.workspace, preset=name)
-        gr.Info(f"Preset {name} loaded.")
+        gr.Info(f"Preset {name} loaded" + (f"; your {' and '.join(kept)} are kept" if kept else "")
+                + (f"; its {' and '.join(replaced)} replace yours" if replaced else "") + ".")
         return self.loaded(config)
 
     def read_any(self, path: str | Path) -> dict[str, Any]:

@@ -196,3 +196,16 @@ def test_a_reload_keeps_the_preset_and_the_config_file(page, tmp_path):
     page.on_save(f" {target} ", page.on_page_load()[page.config_state])
     shown = page.on_page_load()
     assert shown[page.preset] == "demo" and shown[page.config_path] == str(target)
+
+
+def test_a_preset_keeps_the_concepts_and_samples_on_screen(page):
+    """Loading a preset replaced all concepts without asking: a preset is settings; the user's
+    concepts and sample prompts stay unless the preset brings its own (the demo does)."""
+    current = page.on_page_load()[page.config_state]
+    current["concepts"] = [{**current["concepts"][0], "name": "mycat", "path": "/data/cats"}]
+    current["samples"] = [{**current["samples"][0], "prompt": "a photo of mycat"}] if current.get("samples") else []
+    config = page.on_preset("sd15-lora", current)[page.config_state]
+    assert [c["name"] for c in config["concepts"]] == ["mycat"] and config["concepts"][0]["path"] == "/data/cats"
+    assert config["samples"] == current["samples"]
+    assert config["lora_rank"] == preset_config("sd15-lora", page.workspace)["lora_rank"]
+    assert [c["name"] for c in page.on_preset("demo", current)[page.config_state]["concepts"]] == ["demo"]
