@@ -251,7 +251,9 @@ class Page:
                           then=(self.on_browsed, {self.browser.target, *edit_inputs, *concept_inputs}, self.edit_outputs))
         self.fields["optimizer.optimizer"].component.input(self.on_optimizer, edit_inputs, self.all_outputs)
         self.load_defaults.click(self.on_load_defaults, self.config_state, self.all_outputs)
-        self.preset.input(self.on_preset, [self.preset, self.config_state], self.all_outputs)
+        # select, not input: a Dropdown's input fires twice per click on an option (two loads, two
+        # toasts) and again when Tab passes through it (a reload of the preset over the user's edits)
+        self.preset.select(self.on_preset, [self.preset, self.config_state], self.all_outputs)
         self.load_btn.click(self.on_load, [self.config_path, self.config_state], self.all_outputs)
         self.upload.upload(self.on_upload, self.upload, self.all_outputs)
         self.save_btn.click(self.on_save, [self.config_path, self.config_state], None)

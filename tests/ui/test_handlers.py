@@ -209,3 +209,10 @@ def test_a_preset_keeps_the_concepts_and_samples_on_screen(page):
     assert config["samples"] == current["samples"]
     assert config["lora_rank"] == preset_config("sd15-lora", page.workspace)["lora_rank"]
     assert [c["name"] for c in page.on_preset("demo", current)[page.config_state]["concepts"]] == ["demo"]
+
+
+def test_a_preset_loads_once_per_choice(page):
+    """Its Dropdown's input event fired twice per click on an option (two toasts) and again
+    when Tab passed through it; select fires once, on a choice."""
+    (handler,) = [fn for fn in page.blocks.fns.values() if getattr(fn.fn, "__func__", None) is Page.on_preset]
+    assert handler.targets == [(page.preset._id, "select")]
