@@ -57,7 +57,8 @@ def pasting_page(module_browser, request):
 def test_pasted_values_are_saved_and_a_folder_of_images_is_listed(module_app, pasting_page, tmp_path):
     """Pasting into a concept's Folder and Name showed the text but kept the old value in the
     config and the statistics until a key was typed; the selector kept the old name; Browse said
-    "(empty folder)" for a folder of images."""
+    "(empty folder)" for a folder of images; refusals named config keys and stayed after the fix;
+    a preset toasted twice, replaced the concepts and was gone after a reload."""
     page = pasting_page
     images = module_app["cwd"] / "my-cats"  # inside the app's folder: Browse may show it
     images.mkdir(exist_ok=True)
@@ -90,4 +91,30 @@ def test_pasted_values_are_saved_and_a_folder_of_images_is_listed(module_app, pa
     assert page.get_by_role("option", name="· cat0.png (file)").count() == 1
     page.keyboard.press("Escape")
     page.wait_for_timeout(1000)
-    assert "enough output values" not in " ".join(page.locator(".toast-body").all_inner_texts())
+    assert "enough output values" not in toasts(page)
+    page.locator("#browse-close").click()
+
+    # a refused Start names tab and label, and its list follows the fix
+    page.get_by_role("tab", name="Training", exact=True).click()
+    paste(page, "f-batch_size", "0")
+    box(page, "f-batch_size").press("Tab")
+    page.locator("#start").click()
+    wait_for(lambda: "Training → Batch size: must be >= 1" in page.locator("#problems").inner_text(), "the refusal by label")
+    paste(page, "f-batch_size", "1")
+    box(page, "f-batch_size").press("Tab")
+    wait_for(lambda: "Batch size" not in page.locator("#problems").inner_text(), "the fixed problem to leave the list")
+
+    # a preset: loaded once (one toast), the concept kept, and still shown after a reload
+    page.keyboard.press("Escape")
+    box(page, "preset").click()
+    page.get_by_role("option", name="sd15-lora", exact=True).click()
+    wait_for(lambda: "Preset sd15-lora loaded" in toasts(page), "the preset's toast")
+    page.wait_for_timeout(2000)
+    assert toasts(page).count("Preset sd15-lora loaded") == 1, toasts(page)
+    assert "your concepts" in toasts(page) and concept(module_app).get("name") == "mycat"
+    page.reload()
+    wait_for(lambda: box(page, "preset").input_value() == "sd15-lora", "the preset to be shown after a reload")
+
+
+def toasts(page):
+    return " | ".join(page.locator(".toast-body").all_inner_texts())
