@@ -28,6 +28,7 @@ class FamilyInfo:
     inpainting: bool = False        # the denoiser takes the masked image and the mask as input
     bucket_step: int | None = None  # image sizes must be multiples of this (None: the data default)
     schedule: str = "ddpm"          # the training objective: "ddpm" or "flow_matching" (training/schedules.py)
+    learns_variance: bool = False   # the denoiser also predicts its variance, trained with the VB loss (PixArt)
     # (LoRA file layout "kohya" / "diffusers", part, why): parts no reader loads from such a file
     # (refused); a diffusers-layout text encoder of a family with a diffusers LoRA loader is
     # decided by DIFFUSERS_LORA_TEXT_ENCODERS below instead
@@ -66,9 +67,9 @@ FAMILIES: dict[M, FamilyInfo] = {
         ("prior", "text_encoder", "decoder", "decoder_vqgan", "effnet_encoder"), "prior", ("text_encoder",), implemented=True
     ),
     M.PIXART_ALPHA: FamilyInfo(("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16,
-                               lora_unread=_PIXART_T5),
+                               learns_variance=True, lora_unread=_PIXART_T5),
     M.PIXART_SIGMA: FamilyInfo(("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16,
-                               lora_unread=_PIXART_T5),
+                               learns_variance=True, lora_unread=_PIXART_T5),
     M.STABLE_DIFFUSION_3: _SD3,
     M.STABLE_DIFFUSION_35: _SD3,
     M.FLUX_DEV_1: FamilyInfo(

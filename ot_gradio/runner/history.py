@@ -129,16 +129,34 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 _MISSING = "(not set)"
 
 
+def _item_only_some_have(key: str, flat: list[dict[str, Any]]) -> str | None:
+    """"concepts.1" for a key under a list item that some configs lack altogether."""
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            item = ".".join(parts[:i + 1])
+            if any(not any(k == item or k.startswith(item + ".") for k in f) for f in flat):
+                return item
+    return None
+
+
 def differing_fields(configs: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    """Dotted config paths whose values are not the same in every config, with each config's value."""
+    """Dotted config paths whose values are not the same in every config, with each config's
+    value; a list item only some configs have (a second concept) is one row, after the others."""
     flat = [flatten(c) for c in configs]
     keys = sorted(set().union(*flat)) if flat else []
-    out = {}
+    out, items = {}, {}
     for key in keys:
         values = [f.get(key, _MISSING) for f in flat]
-        if any(v != values[0] for v in values[1:]):
+        if not any(v != values[0] for v in values[1:]):
+            continue
+        item = _item_only_some_have(key, flat)
+        if item is None:
             out[key] = values
-    return out
+        elif item not in items:
+            items[item] = [next((f"'{f[n]}'" for n in (f"{item}.name", f"{item}.prompt", f"{item}.path") if f.get(n)), "(set)")
+                           if any(k.startswith(item + ".") or k == item for k in f) else _MISSING for f in flat]
+    return {**out, **items}
 
 
 def compare(run_dirs: list[str | Path | RunDir]) -> dict[str, Any]:

@@ -60,7 +60,7 @@ class BrowserPanel:
             self.folder = gr.Textbox(label="Folder", info="Type a folder and press Enter, or open one below. Blank = the folders this page may show.",
                                      elem_id="browse-folder")
             self.entries = gr.Dropdown(label="Contents", choices=[], value=None, allow_custom_value=True, interactive=True,
-                                       info="Choosing a folder opens it; choosing a file picks it (folder fields list folders only).",
+                                       info="Choosing a folder opens it; choosing a file picks it (a folder field shows its files but takes the folder).",
                                        elem_id="browse-entries")
             self.message = gr.Markdown("", elem_id="browse-message")
             with gr.Row():
@@ -152,10 +152,16 @@ class PathBrowser:
             if not roots:
                 message = message or "No folder may be browsed."
         else:
-            entries = list_folder(folder, roots, files=self.kind != DIR)
-            choices = [(f"📁 {e.name}" if e.is_dir else f"📄 {e.name}", str(e.path)) for e in entries]
+            entries = list_folder(folder, roots)
+            # a folder field lists the files too, marked as not choosable, so that the user sees
+            # the images and knows this is the right folder
+            marked = "  · {} (file)" if self.kind == DIR else "📄 {}"
+            choices = [(f"📁 {e.name}" if e.is_dir else marked.format(e.name), str(e.path)) for e in entries]
+            files = sum(not e.is_dir for e in entries)
             if not choices:
                 message = message or "(empty folder)"
+            elif self.kind == DIR and files:
+                message = message or f"{files} file(s) here. *Use this* chooses this folder."
         return {self.group: gr.update(open=True), self.folder: "" if folder is None else str(folder),
                 self.entries: gr.update(choices=choices, value=None), self.message: message}
 
@@ -179,13 +185,15 @@ class PathBrowser:
         """A folder chosen in the list opens; a file stays selected for "Use this"."""
         roots = self.roots(config)
         if not selected:
-            return {}
+            return {self.message: gr.update()}  # not {}: gradio reads an empty dict as one value, too few outputs
         try:
             path = check(selected, roots)
         except PathRefused as err:
             return self.show(None, roots, f"**Refused:** {err}")
         if path.is_dir():
             return self.show(path, roots)
+        if self.kind == DIR:
+            return {self.message: f"`{path.name}` is a file: this field takes a folder. *Use this* chooses the open folder."}
         return {self.message: f"Selected `{path.name}`: press *Use this*."}
 
     def go_up(self, folder: str, config: dict[str, Any]) -> dict:

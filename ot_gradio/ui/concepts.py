@@ -10,7 +10,7 @@ from typing import Any
 import gradio as gr
 
 from ..config.concept import ConceptConfig
-from .form import Field, build_fields, config_from_values, schema_fields, values_from_config
+from .form import Field, build_fields, config_from_values, edit_event, schema_fields, values_from_config
 
 GROUPS = (("General", ""), ("Image augmentation", "image."), ("Text", "text."))
 
@@ -129,14 +129,19 @@ class ConceptsTab:
         outputs = self.outputs
         show = self.show
 
-        def edit(values: dict) -> dict[str, Any]:
-            return self.edit(values[config_state], values[self.selector], values)
+        def edit(values: dict) -> dict:
+            old = values[config_state]
+            config = self.edit(old, values[self.selector], values)
+            # a renamed concept is renamed in the selector too (its choices are the names)
+            choices = concept_choices(config.get("concepts", []))
+            same = choices == concept_choices(old.get("concepts", []))
+            return {config_state: config, self.selector: gr.update() if same else gr.update(choices=choices)}
 
         self.selector.input(show, [config_state, self.selector], outputs)
         # One handler for every field (not one per field: each handler costs the page load a
         # few ms and lists all ~40 inputs in the page's config). "always_last": an edit made
         # while the previous one is saved runs after it with the newest values, none is dropped.
-        gr.on([comp.input for comp in comps], edit, {config_state, self.selector, *comps}, config_state,
+        gr.on([edit_event(comp) for comp in comps], edit, {config_state, self.selector, *comps}, [config_state, self.selector],
               trigger_mode="always_last", show_progress="hidden")
         # One handler per button, returning the config with the selector's new choices *and*
         # value: setting the value first (to an index the old choices lack) made gradio refuse it

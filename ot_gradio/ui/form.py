@@ -95,6 +95,13 @@ def make_component(info: FieldInfo, elem_prefix: str = "f") -> Field:
     return Field(info, comp, nullable)
 
 
+def edit_event(component: gr.components.Component):
+    """The event that tells the page a field was edited. A Textbox's `input` fires only on keys,
+    so a paste, the browser's autofill or a script filling it in is saved only on `change`
+    (which also follows the page's own updates: saving those again writes the same values)."""
+    return component.change if isinstance(component, gr.Textbox) else component.input
+
+
 def build_fields(infos: list[FieldInfo], elem_prefix: str = "f") -> dict[str, Field]:
     return {i.path: make_component(i, elem_prefix) for i in infos}
 

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+# The schema's tabs (a field's `tab=`) as the page titles them, in the page's order
+TAB_TITLES = {"general": "General", "model": "Model", "data": "Data", "training": "Training", "sampling": "Sampling",
+              "backup": "Backup", "lora": "LoRA", "embedding": "Embedding", "concepts": "Concepts"}
+
 # (title, path prefixes) in the order shown; a field goes to the first group whose prefix it has
 GROUPS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "training": (

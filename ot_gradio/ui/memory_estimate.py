@@ -92,13 +92,23 @@ def estimate_markdown(config: dict[str, Any], *, timeout: float = TIMEOUT_S, com
             f"loaded as a run loads it). {result['line']}</small>")
 
 
+PROMPT = ("Press **Estimate memory** for the run's peak on its device (loads the base model in a separate process; "
+          "takes as long as loading the model).")
+# an estimate is of one model: changing one of these makes it another model's
+ESTIMATED_OF = ("model_type", "base_model_name", "training_method")
+
+
+def stale(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Whether an estimate shown for `before` no longer says anything about `after`."""
+    return any(before.get(key) != after.get(key) for key in ESTIMATED_OF)
+
+
 class MemoryEstimate:
     """The button and its answer, under the Model tab's memory table."""
 
     def build(self) -> None:
         self.button = gr.Button("Estimate memory", size="sm", elem_id="memory-estimate-button")
-        self.output = gr.Markdown("Press **Estimate memory** for the run's peak on its device (loads the base model "
-                                  "in a separate process; takes as long as loading the model).", elem_id="memory-estimate")
+        self.output = gr.Markdown(PROMPT, elem_id="memory-estimate")
 
     def wire(self, handler: Callable[[dict], str], inputs: set) -> None:
         self.button.click(handler, inputs, self.output, show_progress="full")

@@ -42,7 +42,7 @@ def status_markdown(state: RunState | None) -> str:
     failed = state.status in ("error", "crashed")
     lines = [f"**{state.status}** {reason_line(state.message, 1000) if failed else state.message}".strip()]
     if p.get("phase") == "training":
-        eta = p.get("eta_s")
+        eta = None if state.finished else p.get("eta_s")  # a stopped run has no time left
         lines.append(f"{p.get('it_s', 0)} it/s" + (f" · ETA {eta:.0f} s" if eta is not None else ""))
     if state.losses:
         lines.append(f"loss {state.losses[-1][1]:.4f}")
@@ -120,7 +120,7 @@ def bar_markdown(state: RunState | None) -> str:
         parts.append(reason_line(state.message))  # the traceback stays behind the Run tab's "details" fold
     if p.get("phase") == "training":
         parts.append(f"step {p.get('global_step', 0)}/{p.get('total_steps', '?')}")
-        if p.get("eta_s") is not None:
+        if p.get("eta_s") is not None and not state.finished:  # no ETA once stopped, done or failed
             parts.append(f"ETA {p['eta_s']:.0f} s")
     smooth = smoothed_loss(state)
     if smooth is not None:

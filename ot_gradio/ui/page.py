@@ -32,16 +32,18 @@ from ..runner.supervisor import Supervisor
 from .api import API_NAMES, QueueApi, register_api  # runs/queue
 from .browser import BrowserPanel
 from .concepts import ConceptsTab
-from .form import Field, build_fields, config_from_values, make_component, schema_fields, values_from_config
+from .form import Field, build_fields, config_from_values, edit_event, make_component, schema_fields, values_from_config
 from .guide import TABS_ID, build_guide
-from .layout import OPTIMIZER_SETTINGS, group_open, group_paths
-from .memory_estimate import MemoryEstimate, estimate_markdown  # issue 16: the planner's estimate, in a child process
+from .layout import OPTIMIZER_SETTINGS, TAB_TITLES, group_open, group_paths
+from .memory_estimate import PROMPT as ESTIMATE_PROMPT
+from .memory_estimate import MemoryEstimate, estimate_markdown, stale  # issue 16: the planner's estimate, in a child process
 from .monitor import REFUSED, Monitor
 from .paths import PathRefused, allowed_roots
 from .paths import check as confine
+from .problems import problems_markdown, rechecked
 from .queue_panel import QueuePanel  # runs/queue
 from .samples import SamplesTab, to_rows
-from .state import load_ui_config, preset_config, save_ui_config
+from .state import load_ui_choices, load_ui_config, preset_config, save_ui_choice, save_ui_config
 from .tensorboard import TensorBoard, settings
 from .tools_tab import ToolsContext, build_tools
 from .training_tab import lr_frame, memory_markdown
@@ -49,8 +51,7 @@ from .uploads import DELETE_CACHE, bound_uploads
 from .visibility import APPLIES_WHEN, TAB_METHODS, applies, model_parts, part_field_shown, part_of, shown_parts, tab_order, tab_shown
 
 TOP_FIELDS = ("model_type", "training_method")
-TABS = (("General", "general"), ("Model", "model"), ("Data", "data"), ("Training", "training"), ("Sampling", "sampling"),
-        ("Backup", "backup"), ("LoRA", "lora"), ("Embedding", "embedding"))
+TABS = tuple((title, tab) for tab, title in TAB_TITLES.items() if tab != "concepts")  # the schema's tabs; Concepts is built on its own
 DENOISERS = {info.denoiser for info in FAMILIES.values()}  # their accordions start open
 CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1;height:1em}"
        # fields in 2-3 columns on wide screens, one on a phone (a grid item is at least 270 px wide)
@@ -160,6 +161,7 @@ class Page:
             for path in TOP_FIELDS:
                 info = next(f for f in schema_fields() if f.path == path)
                 fields[path] = make_component(info)
+            fields["model_type"].component.min_width = 300  # its own line on a phone: "STABLE_DIFFUSION_XL_10_BASE" whole
             self.preset = gr.Dropdown(list_presets(), value=None, label="Preset", info="Load a preset from presets/ over the defaults.", elem_id="preset")
         with gr.Row():
             self.config_path = gr.Textbox(label="Config file", info="Path of a config JSON (ours or OneTrainer's) to load, or to save to.", scale=3, elem_id="config-path")
@@ -215,7 +217,7 @@ class Page:
                 self.monitor.build_run_tab()
                 self.queue_panel.build_table()  # runs/queue
             with gr.Tab("Tools", id="tools", elem_id="tab-tools") as tools_tab:
-                build_tools(ToolsContext(self.workspace, self.jobs, self.config_state, self.roots, initial), tools_tab)
+                self.tools = build_tools(ToolsContext(self.workspace, self.jobs, self.config_state, self.roots, initial), tools_tab)
             with gr.Tab("Runs", id="runs", elem_id="tab-runs") as runs_tab:  # runs/queue: run history and comparison (issue 19 §2)
                 from .runs_tab import build_runs_tab  # noqa: PLC0415  runs/queue
                 self.runs_tab = build_runs_tab(  # runs/queue: "Load this config" does what Load does, for a listed run's config
@@ -229,9 +231,9 @@ class Page:
         self.conditional = {p: fields[p] for p in APPLIES_WHEN if p in fields}
         for path, f in self.conditional.items():
             f.component.visible = applies(path, initial)
-        self.all_outputs = [self.config_state, *self.components, self.samples.table, self.lr_plot, self.memory,
+        self.all_outputs = [self.config_state, *self.components, self.samples.table, self.lr_plot, self.memory, self.memory_estimate.output,
                             *self._visibility_targets(), *self.concepts.outputs]
-        self.edit_outputs = [self.config_state, self.lr_plot, self.memory, *self._visibility_targets()]
+        self.edit_outputs = [self.config_state, self.lr_plot, self.memory, self.memory_estimate.output, *self._visibility_targets()]
 
     def _visibility_targets(self) -> list:
         return [*(f.component for f in self.opt_fields.values()), *(f.component for f in self.conditional.values()), *self.part_groups,
@@ -243,7 +245,7 @@ class Page:
         # One handler for all ~250 fields rather than one each: every handler costs the page's
         # start-up and its config (each lists all inputs). "always_last": an edit made while the
         # previous one is being saved runs after it, with the newest values; none is dropped.
-        gr.on([f.component.input for f in edited], self.on_edit, edit_inputs, self.edit_outputs,
+        gr.on([edit_event(f.component) for f in edited], self.on_edit, edit_inputs, self.edit_outputs,
               trigger_mode="always_last", show_progress="hidden")
         browsers = [f.browser for f in [*edited, *self.concepts.fields.values()] if f.browser is not None]
         concept_inputs = {self.concepts.selector, *(f.component for f in self.concepts.fields.values())}
@@ -251,7 +253,9 @@ class Page:
                           then=(self.on_browsed, {self.browser.target, *edit_inputs, *concept_inputs}, self.edit_outputs))
         self.fields["optimizer.optimizer"].component.input(self.on_optimizer, edit_inputs, self.all_outputs)
         self.load_defaults.click(self.on_load_defaults, self.config_state, self.all_outputs)
-        self.preset.input(self.on_preset, self.preset, self.all_outputs)
+        # select, not input: a Dropdown's input fires twice per click on an option (two loads, two
+        # toasts) and again when Tab passes through it (a reload of the preset over the user's edits)
+        self.preset.select(self.on_preset, [self.preset, self.config_state], self.all_outputs)
         self.load_btn.click(self.on_load, [self.config_path, self.config_state], self.all_outputs)
         self.upload.upload(self.on_upload, self.upload, self.all_outputs)
         self.save_btn.click(self.on_save, [self.config_path, self.config_state], None)
@@ -261,10 +265,13 @@ class Page:
         self.monitor.wire()
         start_inputs = {self.config_state, self.monitor.run_id, *self.components, *self.concepts.outputs}
         self.monitor.start.click(self.on_start, start_inputs, [self.monitor.run_id, self.monitor.problems])
+        # a refused Start's list follows the edits (a fixed problem leaves it), on any field's or concept's edit
+        self.config_state.change(self.on_recheck, [self.config_state, self.monitor.problems], self.monitor.problems,
+                                 trigger_mode="always_last", show_progress="hidden")
         self.memory_estimate.wire(self.on_estimate_memory, edit_inputs)  # issue 16
         self.queue_panel.wire(start_inputs)  # runs/queue
         register_api(QueueApi(self.queue, self.supervisor, validate))  # runs/queue
-        self.blocks.load(self.on_page_load, None, self.all_outputs)
+        self.blocks.load(self.on_page_load, None, [*self.all_outputs, self.preset, self.config_path])
 
     # --- helpers --------------------------------------------------------------------------------
     def roots(self, config: dict[str, Any] | None = None) -> list[Path]:
@@ -307,6 +314,10 @@ class Page:
         out.update(self.concepts.show(config, 0))
         return out
 
+    def loaded(self, config: dict[str, Any]) -> dict:
+        """populate() for a config loaded whole (a preset, a file): no estimate of the last model stays."""
+        return {**self.populate(config), self.memory_estimate.output: ESTIMATE_PROMPT}
+
     def form_values(self, config: dict[str, Any], run_id: str = "") -> dict:
         """What the page sends for `config` (tests call handlers with it)."""
         shown = self.concepts.show(config, 0)
@@ -316,12 +327,24 @@ class Page:
 
     # --- handlers -------------------------------------------------------------------------------
     def on_page_load(self) -> dict:
-        return self.populate(load_ui_config(self.workspace))
+        """The saved config, and the Preset and Config file last used (a reload emptied them)."""
+        choices = load_ui_choices(self.workspace)
+        preset = choices.get("preset") if choices.get("preset") in list_presets() else None
+        return {**self.populate(load_ui_config(self.workspace)), self.preset: preset, self.config_path: choices.get("config_path", "")}
 
     def on_edit(self, values: dict) -> dict:
         config = config_from_values(self.fields, values, values[self.config_state])
         self.autosave(config)
-        return {self.config_state: config, self.lr_plot: lr_frame(config), self.memory: memory_markdown(config), **self.visibility(config)}
+        out = {self.config_state: config, self.lr_plot: lr_frame(config), self.memory: memory_markdown(config), **self.visibility(config)}
+        if stale(values[self.config_state], config):  # another model's "fits" must not stay on screen
+            out[self.memory_estimate.output] = ESTIMATE_PROMPT
+        return out
+
+    def on_recheck(self, config: dict[str, Any], shown: str):
+        """The problem list again after an edit, while a refused Start's list is shown."""
+        if rechecked(shown, []) is None:
+            return gr.skip()
+        return rechecked(shown, validate(config)[1], config)
 
     def on_browsed(self, values: dict) -> dict:
         """After "Use this" in the file browser: the edit of the field it filled in."""
@@ -353,7 +376,9 @@ class Page:
         self.autosave(config)
         return self.populate(config)
 
-    def on_preset(self, name: str) -> dict:
+    def on_preset(self, name: str, current: dict[str, Any] | None = None) -> dict:
+        """The preset over the defaults; the concepts and sample prompts on screen (`current`)
+        are kept unless the preset brings its own (a preset is settings, the images are the user's)."""
         if not name:
             raise gr.Error("Choose a preset first.")
         from ..config.presets import PRESETS_DIR, resolve_preset_path  # noqa: PLC0415
@@ -363,9 +388,17 @@ class Page:
             raise gr.Error(f"Preset: {name!r} not found (available: {', '.join(list_presets()) or 'none'})")
         self.confined("Preset", str(found), [PRESETS_DIR])
         config = preset_config(name, self.workspace)
+        from ..config.presets import load_preset  # noqa: PLC0415
+
+        overlay = load_preset(name)
+        kept = [key for key in ("concepts", "samples") if key not in overlay and (current or {}).get(key)]
+        config.update({key: copy.deepcopy(current[key]) for key in kept})
+        replaced = [key for key in ("concepts", "samples") if key in overlay and (current or {}).get(key) not in (None, [], overlay[key])]
         self.autosave(config)
-        gr.Info(f"Preset {name} loaded.")
-        return self.populate(config)
+        save_ui_choice(self.workspace, preset=name)
+        gr.Info(f"Preset {name} loaded" + (f"; your {' and '.join(kept)} are kept" if kept else "")
+                + (f"; its {' and '.join(replaced)} replace yours" if replaced else "") + ".")
+        return self.loaded(config)
 
     def read_any(self, path: str | Path) -> dict[str, Any]:
         """A config file already confined by the caller."""
@@ -386,7 +419,8 @@ class Page:
             raise gr.Error("Config file: enter the path of a config JSON to load.")
         config = self.read_any(self.confined("Config file", path, self.roots(config or {})))
         self.autosave(config)
-        return self.populate(config)
+        save_ui_choice(self.workspace, config_path=path.strip())
+        return self.loaded(config)
 
     def on_upload(self, file) -> dict:
         """An imported file: gradio puts uploads in its upload folder; nothing else is read."""
@@ -396,7 +430,7 @@ class Page:
         upload_root = Path(get_upload_folder()).resolve()
         config = self.read_any(self.confined("Import file", str(name or ""), [upload_root, *self.roots()]))
         self.autosave(config)
-        return self.populate(config)
+        return self.loaded(config)
 
     def on_save(self, path: str, config: dict[str, Any]) -> None:
         """Writes the config as JSON, only to a .json file inside the workspace or the launcher's
@@ -412,6 +446,7 @@ class Page:
             atomic_write_json(target, config, indent=2)
         except OSError as err:
             raise gr.Error(f"Config file: could not write {target}: {err.strerror or err}") from None
+        save_ui_choice(self.workspace, config_path=path.strip())
         gr.Info(f"Saved {target}")
 
     def on_export(self, config: dict[str, Any]) -> str:
@@ -443,7 +478,7 @@ class Page:
             valid, problems, warnings = validate(config)
             if problems:
                 gr.Warning(f"{len(problems)} problem(s): nothing was started.")
-                return {self.monitor.run_id: REFUSED, self.monitor.problems: "### Fix these before starting\n" + "\n".join(f"- `{p}`" for p in problems)}
+                return {self.monitor.run_id: REFUSED, self.monitor.problems: problems_markdown(problems, config)}
             from ..data.demo import ensure_demo_concepts  # noqa: PLC0415
 
             ensure_demo_concepts(load_config(copy.deepcopy(valid)).config)

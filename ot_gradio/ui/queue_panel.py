@@ -9,6 +9,7 @@ from typing import Any
 import gradio as gr
 
 from ..runner.queue import RunQueue
+from .problems import on_screen
 
 COLUMNS = ["id", "name", "state", "added", "output file", "run folder"]
 ACTIONS = ["Up", "Down", "Remove"]
@@ -74,7 +75,7 @@ class QueuePanel:
     def add_config(self, config: dict[str, Any]) -> tuple:
         valid, problems, _warnings = self.validate(config)
         if problems or valid is None:
-            text = "### Not queued: fix these first\n" + "\n".join(f"- `{p}`" for p in problems)
+            text = "### Not queued: fix these first\n" + "\n".join(f"- `{on_screen(p, config)}`" for p in problems)  # by tab and label
             return self.view(text)
         entry_id = self.queue.add(valid)
         note = next((e.get("output_note", "") for e in self.queue.list() if e["id"] == entry_id), "")

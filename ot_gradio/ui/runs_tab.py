@@ -54,7 +54,7 @@ class RunsTab:
             self.output_note = gr.Markdown("", elem_id="runs-output-note")
         self.compare_plot = gr.LinePlot(x="step", y="loss", color="run", title="Smoothed loss by run", height=280, elem_id="runs-compare-plot")
         self.differing = gr.Dataframe(headers=["field", "values"], interactive=False, label="Config fields that differ", elem_id="runs-differing")
-        self.gallery = gr.Gallery(label="Samples: the opened run's newest first, or the compared runs' side by side (run · step · prompt)", columns=MAX_COMPARED, height=420,
+        self.gallery = gr.Gallery(interactive=False, label="Samples: the opened run's newest first, or the compared runs' side by side (run · step · prompt)", columns=MAX_COMPARED, height=420,
                                   object_fit="scale-down", elem_id="runs-gallery")  # a 64 px sample stays 64 px, sharp
         with gr.Accordion("Delete a run", open=False):
             self.confirm = gr.Textbox(label="Type the run's name to delete it (its folder only; a model saved outside it stays)",

@@ -93,3 +93,22 @@ def _move_aside(path: Path, err: Exception) -> None:
 
 def save_ui_config(workspace: Path, config: dict[str, Any]) -> None:
     atomic_write_json(Path(workspace) / UI_CONFIG, config, indent=2)
+
+
+UI_CHOICES = "ui-choices.json"  # the top bar's Preset and Config file, beside the config
+
+
+def load_ui_choices(workspace: Path) -> dict[str, str]:
+    """The preset last loaded and the config file last loaded or saved, so a reload shows them."""
+    try:
+        data = json.loads((Path(workspace) / UI_CHOICES).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if k in ("preset", "config_path") and isinstance(v, str)} if isinstance(data, dict) else {}
+
+
+def save_ui_choice(workspace: Path, **choice: str) -> None:
+    try:
+        atomic_write_json(Path(workspace) / UI_CHOICES, {**load_ui_choices(workspace), **choice}, indent=2)
+    except OSError:
+        pass  # only a convenience: the config itself is saved on its own

@@ -57,7 +57,7 @@ class AutoMaskTool:
         with gr.Row():
             self.preview_button = gr.Button("Preview", elem_id="automask-preview")
             self.start_button = gr.Button("Start", variant="primary", elem_id="automask-start")
-        self.gallery = gr.Gallery(label="Preview (red = not trained on)", columns=4, height="auto", elem_id="automask-gallery")
+        self.gallery = gr.Gallery(interactive=False, label="Preview (red = not trained on)", columns=4, height="auto", elem_id="automask-gallery")
         self.summary = gr.Markdown("", elem_id="automask-summary")
         self.panel = JobPanel(ctx.jobs, "automask", self.render_result, [self.gallery, self.summary])
         self.panel.wire()

@@ -65,7 +65,7 @@ class CaptionsTool:
         self.status = gr.Markdown("", elem_id="captions-status")
         with gr.Row():
             with gr.Column(scale=3):
-                self.gallery = gr.Gallery(label="Images", columns=6, height=560, allow_preview=False, object_fit="cover",
+                self.gallery = gr.Gallery(interactive=False, label="Images", columns=6, height=560, allow_preview=False, object_fit="cover",
                                           elem_id="captions-gallery")
                 with gr.Row():
                     self.prev_page = gr.Button("◀ Page", scale=0, elem_id="captions-prev-page")

@@ -39,8 +39,9 @@ class MasksTool:
         self.ctx = ctx
         limit_page_images()  # what the browser sends is decoded in this process too
         first = ctx.concept_folders(ctx.config)
+        self.prefilled = first[0] if first else ""  # built at start-up, from the config of that moment
         with gr.Row():
-            self.folder = gr.Textbox(first[0] if first else "", label="Folder", scale=4, elem_id="masks-folder",
+            self.folder = gr.Textbox(self.prefilled, label="Folder", scale=4, elem_id="masks-folder",
                                      info="A concept folder; empty = the first concept's folder.")
             self.open = gr.Button("Open", scale=0, elem_id="masks-open")
         self.opened = gr.State("")
@@ -78,6 +79,17 @@ class MasksTool:
         self.clear.click(lambda *a: self.on_fill(False, *a), [self.image, self.opened, cfg], [self.editor, self.overlay, self.status])
         self.preview.click(self.on_preview, [self.editor, self.image, self.opened, cfg], [self.overlay, self.status])
         self.save.click(self.on_save, [self.editor, self.image, self.opened, cfg], [self.image, self.overlay, self.status])
+
+    def follow_concepts(self, tab: gr.Tab) -> None:
+        """When its tab is shown, a folder the user did not choose is the current first concept's."""
+        tab.select(self.on_shown, [self.folder, self.ctx.config_state], self.folder, show_progress="hidden")
+
+    def on_shown(self, folder: str, config: dict[str, Any]):
+        current = self.ctx.concept_folders(config)
+        value = str(folder or "").strip()
+        if value in current or (value and value != self.prefilled and Path(value).is_dir()):
+            return gr.skip()  # a concept's folder, or one the user typed
+        return current[0] if current else ""
 
     # --- paths ------------------------------------------------------------------------------------
     def _folder(self, value: str, config: dict[str, Any]) -> Path:

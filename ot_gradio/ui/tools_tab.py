@@ -126,6 +126,8 @@ def build_tools(ctx: ToolsContext, tools_tab: gr.Tab | None = None) -> dict[str,
             with gr.Tab(title, id=f"tool-{module}", elem_id=f"tool-{module}") as tab:
                 if tools_tab is None or module in BUILT_AT_START:
                     built[title] = tool(ctx)
+                    if hasattr(built[title], "follow_concepts"):  # built before the session's config was known
+                        built[title].follow_concepts(tab)
                 else:
                     _build_on_first_open([tab.select, *openers], tool, ctx)
                     openers = []  # the Tools tab opens on its first sub-tab

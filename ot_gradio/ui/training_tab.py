@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..config.base_model_match import base_model_mismatch
 from ..config.enums import LearningRateScheduler
 from ..config.param_counts import PARAMS
 from ..training.schedulers import lr_curve  # pure Python: no torch
@@ -17,6 +18,13 @@ BYTES = {"FLOAT_32": 4, "TFLOAT_32": 4, "FLOAT_16": 2, "BFLOAT_16": 2, "FLOAT_8"
 
 
 def memory_markdown(config: dict[str, Any]) -> str:
+    """The weights' memory by part, under a warning when the base model is of another family."""
+    mismatch = base_model_mismatch(config.get("model_type"), config.get("base_model_name"))
+    table = _weights_table(config)
+    return f"**⚠️ {mismatch}**\n\n{table}" if mismatch else table
+
+
+def _weights_table(config: dict[str, Any]) -> str:
     counts = PARAMS.get(str(config.get("model_type", "")))
     if counts is None:
         return f"No parameter counts for {config.get('model_type')} yet."

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import cache
 
 from ..config.enums import TrainingMethod as T
-from ..config.families import FROZEN_PARTS, family_info
+from ..config.families import FROZEN_PARTS, family_info, is_flow_matching
 from ..config.fields import iter_fields, strip_optional
 from ..config.parts import ModelPartConfig
 from ..config.schema import TrainConfig
@@ -117,7 +117,18 @@ APPLIES_WHEN: dict[str, Callable[[dict], bool]] = {
     "unmasked_probability": lambda c: bool(c.get("masked_training")),
     "unmasked_weight": lambda c: bool(c.get("masked_training")),
     "normalize_masked_area_loss": lambda c: bool(c.get("masked_training")),
+    # the DDPM noise schedule's options; a flow-matching family (SD 3, Flux, Qwen-Image...) has none of them
+    "rescale_noise_scheduler_to_zero_terminal_snr": lambda c: not is_flow_matching(c.get("model_type") or ""),
+    "force_v_prediction": lambda c: not is_flow_matching(c.get("model_type") or ""),
+    "force_epsilon_prediction": lambda c: not is_flow_matching(c.get("model_type") or ""),
+    "vb_loss_strength": lambda c: _learns_variance(c.get("model_type")),
 }
+
+
+def _learns_variance(model_type) -> bool:
+    """Only a family whose denoiser learns its variance trains it (PixArt); an unknown type shows it."""
+    info = family_info(model_type) if model_type else None
+    return info is None or info.learns_variance
 
 
 def _nonzero(value) -> bool:  # issue 19: a blank or unreadable number counts as set (the field stays in view)

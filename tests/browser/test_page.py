@@ -103,7 +103,7 @@ def test_bad_values_are_named_and_nothing_starts(app, browser_page):
     lr.press("Tab")
     page.wait_for_timeout(1000)
     page.locator("#start").click()
-    wait_text(page, "#problems", r"learning_rate", timeout=60)
+    wait_text(page, "#problems", r"Training → Learning rate", timeout=60)
 
     lr.fill("0.001")
     lr.press("Tab")
@@ -113,7 +113,7 @@ def test_bad_values_are_named_and_nothing_starts(app, browser_page):
     path.press("Tab")
     page.wait_for_timeout(1000)
     page.locator("#start").click()
-    wait_text(page, "#problems", r"concepts\[0\]\.path", timeout=60)
+    wait_text(page, "#problems", r"Concept 1 .* → Folder", timeout=60)
     assert not (app["cwd"] / "workspace" / "demo" / "runs").exists()
 
 

@@ -166,9 +166,9 @@ def test_refused_start_names_every_field_and_shows_no_old_run(module_app, module
     type_into(page, "concept-concepts-path", str(Path(module_app["cwd"]) / "no-such-folder"))
     page.wait_for_timeout(1500)
     page.locator("#start").click()
-    wait_for(lambda: "concepts[0].path" in page.locator("#problems").inner_text(), "the problems to be listed")
+    wait_for(lambda: "Concept 1 'demo' → Folder" in page.locator("#problems").inner_text(), "the problems to be listed")
     problems = page.locator("#problems").inner_text()
-    assert "batch_size: must be >= 1" in problems and "no-such-folder" in problems, problems
+    assert "Training → Batch size: must be >= 1" in problems and "no-such-folder" in problems, problems
     assert "minimum value" not in toasts(page)
     wait_for(lambda: "Nothing started" in page.locator("#run-bar-status").inner_text(), "the run bar to say nothing started")
     open_tab(page, "Run")

@@ -95,6 +95,16 @@ def test_differing_fields_names_a_field_only_one_config_has():
     assert history.differing_fields([{"a": {"b": 1}, "c": 2}, {"a": {"b": 1}}]) == {"c": [2, "(not set)"]}
 
 
+def test_a_concept_only_one_run_has_is_one_row_after_the_real_differences():
+    """Compare listed ~37 "concepts.1.* (not set)" rows before the real differences."""
+    concept = {"name": "dog", "path": "dogs", "balancing": 1.0, "image": {"enable_crop_jitter": True, "flip": False}}
+    one = {"epochs": 10, "concepts": [{"name": "cat", "path": "cats"}, concept]}
+    two = {"epochs": 20, "concepts": [{"name": "cat", "path": "cats"}]}
+    out = history.differing_fields([one, two])
+    assert list(out) == ["epochs", "concepts.1"]
+    assert out["concepts.1"] == ["'dog'", "(not set)"]
+
+
 def test_delete_needs_the_run_name_and_keeps_an_output_outside_the_folder(workspace):
     ws, outside = workspace
     run = runs_root(ws) / "b-older"

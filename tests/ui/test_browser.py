@@ -88,16 +88,32 @@ def test_up_stops_at_the_roots(page, files):
     assert out[browser.folder] == ""  # the list of roots
 
 
-def test_folder_fields_take_the_open_folder_and_list_no_files(page, files):
+def test_folder_fields_show_the_files_but_take_the_open_folder(page, files):
+    """A folder of images is not "(empty folder)": its files are listed, marked, and choosing
+    one keeps the folder."""
     root, _ = files
     browser = page.concepts.fields["path"].browser
     config = page.on_page_load()[page.config_state]
     out = browser.go(str(root / "data"), config)
     assert choices(out, browser) == [str((root / "data" / "cats").resolve())]
     out = browser.pick(str(root / "data" / "cats"), out[browser.folder], config)
-    assert choices(out, browser) == []  # a.png is not offered for a folder field
+    image = str((root / "data" / "cats" / "a.png").resolve())
+    assert out[browser.entries]["choices"] == [("  · a.png (file)", image)]
+    assert "empty" not in out[browser.message] and "1 file(s) here" in out[browser.message]
+    assert "is a file: this field takes a folder" in browser.pick(image, out[browser.folder], config)[browser.message]
+    assert browser.use_it(out[browser.folder], image, "", config)[browser.field] == str((root / "data" / "cats").resolve())
     assert browser.use_it(out[browser.folder], None, "", config)[browser.field] == str((root / "data" / "cats").resolve())
     assert browser.use_it("", None, "", config)[browser.message] == "**Refused:** open a folder first"
+
+
+def test_a_cleared_choice_answers_every_output(page, files):
+    """Clearing the Contents box sent no selection: the handler returned {}, which gradio reads
+    as one value for four outputs and shows as an internal error toast beside the panel."""
+    config = page.on_page_load()[page.config_state]
+    panel = page.browser
+    for selected in (None, ""):
+        out = panel.for_target("concept-concepts-path", lambda b, s=selected: b.pick(s, "", config))
+        assert isinstance(out, dict) and out and set(out) <= {panel.sidebar, panel.folder, panel.entries, panel.message}
 
 
 def test_file_fields_need_a_file_and_save_fields_keep_the_file_name(page, files):

@@ -58,6 +58,17 @@ def test_the_run_bar_shows_status_step_eta_and_smoothed_loss():
     assert "loss 0.9000 (smoothed)" in line  # 0.9 * 1.0 + 0.1 * 0.0
 
 
+def test_a_stopped_run_shows_no_eta():
+    """After Stop the last progress event still holds an ETA; the bar and the Run tab drop it."""
+    from ot_gradio.ui.monitor import status_markdown
+
+    for status in ("stopped", "done", "error", "crashed"):
+        state = RunState("r", status=status)
+        state.progress = {"phase": "training", "global_step": 34, "total_steps": 60, "eta_s": 40.0, "it_s": 2}
+        assert "step 34/60" in bar_markdown(state) and "ETA" not in bar_markdown(state), status
+        assert "ETA" not in status_markdown(state), status
+
+
 def test_validation_losses_are_drawn_beside_the_training_loss():
     state = RunState("r")
     state.losses = [(1, 0.5), (2, 0.4)]

@@ -116,3 +116,19 @@ def _descendants(block):
     for child in getattr(block, "children", []):
         out += [child, *_descendants(child)]
     return out
+
+
+def test_another_model_clears_the_estimate_and_a_mismatched_base_model_is_named(page):
+    """The estimate ("... fits") was of the previous family and stayed after a switch; the Model
+    tab said nothing of a Flux base model under an SD 1.5 model type."""
+    from ot_gradio.ui.memory_estimate import PROMPT
+
+    values = page.form_values(page.on_page_load()[page.config_state])
+    values[page.fields["epochs"].component] = 7  # the same model: the estimate stays
+    assert page.memory_estimate.output not in page.on_edit(values)
+    values = page.form_values(page.on_page_load()[page.config_state])
+    values[page.fields["model_type"].component] = "STABLE_DIFFUSION_XL_10_BASE"
+    out = page.on_edit(values)
+    assert out[page.memory_estimate.output] == PROMPT
+    assert "looks like Stable Diffusion 1.x/2.x" in out[page.memory]  # tiny:sd15 under SDXL
+    assert page.on_preset("demo")[page.memory_estimate.output] == PROMPT

@@ -29,3 +29,26 @@ def test_table_follows_the_weight_dtypes():
     assert "| unet | 2,567 M | FLOAT_16 | 4.78 GB |" in table
     assert "| text_encoder_2 | 695 M | FLOAT_32 | 2.59 GB |" in table
     assert "No parameter counts" in memory_markdown({"model_type": "HUNYUAN_VIDEO"})
+
+
+@pytest.mark.parametrize(("model_type", "base", "family"), [
+    ("STABLE_DIFFUSION_15", "tiny:flux", "Flux.1"),
+    ("STABLE_DIFFUSION_15", "black-forest-labs/FLUX.1-dev", "Flux.1"),
+    ("FLUX_DEV_1", "/models/sd_xl_base_1.0.safetensors", "Stable Diffusion XL"),
+    ("QWEN", "folder", "Stable Diffusion 3"),  # a diffusers folder: its model_index.json
+    ("FLUX_DEV_1", "black-forest-labs/FLUX.1-dev", None),
+    ("PIXART_SIGMA", "PixArt-alpha/PixArt-Sigma-XL-2-1024-MS", None),
+    ("STABLE_DIFFUSION_21", "tiny:sd15", None),  # SD 1.5 and 2.x share a pipeline: not told apart
+    ("STABLE_DIFFUSION_XL_10_BASE", "/models/juggernaut_v9.safetensors", None),  # a name that says nothing
+    ("STABLE_DIFFUSION_3", "folder", None),
+])
+def test_a_base_model_of_another_family_is_named_above_the_table(tmp_path, model_type, base, family):
+    if base == "folder":
+        base = str(tmp_path / "my-model")
+        (tmp_path / "my-model").mkdir()
+        (tmp_path / "my-model" / "model_index.json").write_text('{"_class_name": "StableDiffusion3Pipeline"}')
+    text = memory_markdown({"model_type": model_type, "base_model_name": base})
+    assert ("looks like" in text) == (family is not None), text
+    if family:
+        assert f"looks like {family}" in text and model_type in text.split("\n")[0]
+    assert "| **total** |" in text

@@ -45,7 +45,8 @@ def test_schema_problems_and_missing_folders_are_listed_together(page, fake_star
     with pytest.warns(UserWarning, match="2 problem"):
         out = page.on_start(values)
     problems = out[page.monitor.problems]
-    assert "`batch_size: must be >= 1 (got 0)`" in problems and "`concepts[0].path: folder" in problems, problems
+    assert "`Training → Batch size: must be >= 1 (got 0)`" in problems, problems
+    assert "`Concepts → Concept 1 'demo' → Folder: folder" in problems, problems
     assert not fake_start
 
 
@@ -150,3 +151,35 @@ def test_a_concept_path_the_system_refuses_is_a_missing_folder_not_a_traceback()
     problems = missing_concept_folders({"concepts": [{"path": "a" * 5000}, {"path": "x\x00y"}]})
     assert [p.split(":")[0] for p in problems] == ["concepts[0].path", "concepts[1].path"]
     assert all("does not exist" in p and len(p) < 300 for p in problems)
+
+
+def test_the_base_model_field_names_the_offline_tiny_models():
+    """The tiny models (`tiny:flux` ...) appeared nowhere in the page: the field's tooltip names
+    some, each one that exists."""
+    import re
+
+    from ot_gradio.config.fields import iter_fields
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.models.registry import supported_model_types
+    from ot_gradio.models.tiny import TINY_MODELS
+
+    tooltip = next(f.tooltip for f in iter_fields(TrainConfig) if f.path == "base_model_name")
+    named = re.findall(r"tiny:[a-z0-9.-]*[a-z0-9]", tooltip)
+    supported_model_types()  # registers every family's tiny model
+    assert len(named) >= 4 and set(named) <= set(TINY_MODELS), named
+
+
+def test_output_galleries_take_no_upload_and_the_model_type_fits_a_phone(page):
+    """Output-only galleries said "Drop Media Here / Click to Upload"; on a 390 px phone the
+    model type read "STABLE_DIFFUSIC"."""
+    import gradio as gr
+
+    galleries = [b for b in page.blocks.blocks.values() if isinstance(b, gr.Gallery)]
+    assert galleries and all(g.interactive is False for g in galleries)
+    assert page.fields["model_type"].component.min_width >= 300
+    import inspect
+
+    from ot_gradio.ui import tools_automask, tools_captions, tools_sample  # built when a session opens them
+
+    for module in (tools_automask, tools_captions, tools_sample):
+        assert "gr.Gallery(interactive=False," in inspect.getsource(module), module.__name__

@@ -121,7 +121,7 @@ def test_queue_panel_handlers(tmp_path):
     api, _sup, backend = make(tmp_path)
     panel = QueuePanel(api.queue, lambda values: values["config"], validate)
     table, length, message, _choices = panel.on_add({"config": {"name": "x", "batch_size": 0}})
-    assert table == [] and "Not queued" in message and "batch_size: must be at least 1" in message
+    assert table == [] and "Not queued" in message and "Training → Batch size: must be at least 1" in message  # by tab and label
     assert length == "Queue: empty"
     panel.add_config({"name": "a"})
     table, length, message, dropdown = panel.add_config({"name": "b"})

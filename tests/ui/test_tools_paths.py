@@ -54,3 +54,21 @@ def test_folder_starts_on_the_first_concept_of_the_session(tmp_path, module, cls
         tool = getattr(importlib.import_module(f"ot_gradio.ui.{module}"), cls)(ctx)
     assert tool.folder.value == str(tmp_path / "cats")
     assert [value for _, value in tool.folder.choices] == [str(tmp_path / "cats"), str(tmp_path / "dogs")]
+
+
+def test_the_masks_folder_follows_the_concepts_when_its_tab_is_shown(page, tmp_path):
+    """The Masks tool is built at start-up, so it showed the start-up config's concept folder
+    even after that folder was gone and the concept pointed elsewhere."""
+    masks = next(t for t in page.tools.values() if hasattr(t, "follow_concepts"))
+    (handler,) = [fn for fn in page.blocks.fns.values() if getattr(fn.fn, "__func__", None) is type(masks).on_shown]
+    assert handler.outputs == [masks.folder]
+    now = tmp_path / "my-cats"
+    now.mkdir()
+    config = {"concepts": [{"path": str(now)}]}
+    assert masks.on_shown(masks.prefilled, config) == str(now)  # the start-up value: replaced
+    assert masks.on_shown(str(tmp_path / "gone"), config) == str(now)  # a folder that no longer exists
+    assert masks.on_shown("", config) == str(now)
+    typed = tmp_path / "typed"
+    typed.mkdir()
+    assert masks.on_shown(str(typed), config) == gr.skip()  # what the user typed stays
+    assert masks.on_shown(str(now), config) == gr.skip()

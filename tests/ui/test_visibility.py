@@ -90,3 +90,31 @@ def test_the_page_hides_parts_and_tabs(page):
     values = page.form_values(config)
     values[page.fields["model_type"].component] = "PIXART_ALPHA"
     assert page.on_edit(values)[by_part["unet"]]["visible"] is False
+
+
+DDPM_ONLY = ("rescale_noise_scheduler_to_zero_terminal_snr", "force_v_prediction", "force_epsilon_prediction")
+
+
+@pytest.mark.parametrize("model_type", list(FAMILIES))
+def test_noise_schedule_options_only_where_they_apply(model_type):
+    """Zero terminal SNR and forced v-/epsilon-prediction are DDPM options: hidden for the
+    flow-matching families (SD 3, Flux, Qwen-Image...); the VB loss only where the denoiser
+    learns its variance (PixArt)."""
+    from ot_gradio.ui.visibility import applies
+
+    config = {"model_type": model_type.value}
+    flow = FAMILIES[model_type].schedule == "flow_matching"
+    assert all(applies(path, config) != flow for path in DDPM_ONLY), model_type
+    assert applies("vb_loss_strength", config) == model_type.value.startswith("PIXART")
+
+
+def test_the_page_hides_them_when_the_family_changes(page):
+    values = page.form_values(page.on_page_load()[page.config_state])
+    values[page.fields["model_type"].component] = "FLUX_DEV_1"
+    out = page.on_edit(values)
+    for path in (*DDPM_ONLY, "vb_loss_strength"):
+        assert out[page.fields[path].component]["visible"] is False, path
+    values[page.fields["model_type"].component] = "PIXART_ALPHA"
+    out = page.on_edit(values)
+    for path in (*DDPM_ONLY, "vb_loss_strength"):
+        assert out[page.fields[path].component]["visible"] is True, path

@@ -1,0 +1,120 @@
+"""Fields as a new user fills them: pasted, not typed; renamed concepts; Browse on a folder of
+images. One app and one browser for the module."""
+
+import json
+import time
+
+import pytest
+from PIL import Image
+
+pytestmark = pytest.mark.browser
+
+
+def box(page, elem_id):
+    return page.locator(f"#{elem_id} textarea, #{elem_id} input").first
+
+
+def wait_for(check, what, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def ui_config(app):
+    try:
+        return json.loads((app["workspace"] / "ui-config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def concept(app):
+    return (ui_config(app).get("concepts") or [{}])[0]
+
+
+def paste(page, elem_id, text):
+    """Ctrl+V of `text` over the field's content, as a user pastes a path: no key is typed."""
+    page.evaluate("text => navigator.clipboard.writeText(text)", text)
+    field = box(page, elem_id)
+    field.click()
+    field.press("Control+a")
+    field.press("Control+v")
+    wait_for(lambda: field.input_value() == text, f"the paste to show in {elem_id}")
+
+
+@pytest.fixture
+def pasting_page(module_browser, request):
+    context = module_browser.new_context(viewport={"width": 1600, "height": 1000})
+    context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    yield page
+    context.close()
+
+
+def test_pasted_values_are_saved_and_a_folder_of_images_is_listed(module_app, pasting_page, tmp_path):
+    """Pasting into a concept's Folder and Name showed the text but kept the old value in the
+    config and the statistics until a key was typed; the selector kept the old name; Browse said
+    "(empty folder)" for a folder of images; refusals named config keys and stayed after the fix;
+    a preset toasted twice, replaced the concepts and was gone after a reload."""
+    page = pasting_page
+    images = module_app["cwd"] / "my-cats"  # inside the app's folder: Browse may show it
+    images.mkdir(exist_ok=True)
+    for i in range(8):
+        Image.new("RGB", (32, 32), (30 * i, 0, 0)).save(images / f"cat{i}.png")
+    page.goto(module_app["url"])
+    page.get_by_role("tab", name="Concepts", exact=True).click()
+    wait_for(lambda: box(page, "concept-select").input_value() == "1. demo", "the demo concept")
+
+    paste(page, "concept-concepts-path", str(images))
+    wait_for(lambda: concept(module_app).get("path") == str(images), "the pasted folder to be saved")
+    page.locator("#concept-stats-refresh").click()
+    wait_for(lambda: "8 images" in page.locator("#tab-concepts").inner_text(), "the statistics of the pasted folder")
+
+    paste(page, "concept-concepts-name", "mycat")
+    wait_for(lambda: concept(module_app).get("name") == "mycat", "the pasted name to be saved")
+    wait_for(lambda: box(page, "concept-select").input_value() == "1. mycat", "the selector to show the new name")
+
+    page.get_by_role("tab", name="Model", exact=True).click()
+    paste(page, "f-base_model_name", "tiny:flux")  # a main-form text field, pasted then left with Tab
+    box(page, "f-base_model_name").press("Tab")
+    wait_for(lambda: ui_config(module_app).get("base_model_name") == "tiny:flux", "the pasted base model to be saved")
+    wait_for(lambda: "looks like Flux.1" in page.locator("#memory-table").inner_text(), "the family mismatch to be named")
+
+    page.get_by_role("tab", name="Concepts", exact=True).click()
+    page.locator("#concept-concepts-path-browse").click()
+    page.locator("#browser.open").wait_for()
+    wait_for(lambda: "8 file(s) here" in page.locator("#browse-message").inner_text(), "the folder's files to be counted")
+    page.locator("#browse-entries input").click()
+    assert page.get_by_role("option", name="· cat0.png (file)").count() == 1
+    page.keyboard.press("Escape")
+    page.wait_for_timeout(1000)
+    assert "enough output values" not in toasts(page)
+    page.locator("#browse-close").click()
+
+    # a refused Start names tab and label, and its list follows the fix
+    page.get_by_role("tab", name="Training", exact=True).click()
+    paste(page, "f-batch_size", "0")
+    box(page, "f-batch_size").press("Tab")
+    page.locator("#start").click()
+    wait_for(lambda: "Training → Batch size: must be >= 1" in page.locator("#problems").inner_text(), "the refusal by label")
+    paste(page, "f-batch_size", "1")
+    box(page, "f-batch_size").press("Tab")
+    wait_for(lambda: "Batch size" not in page.locator("#problems").inner_text(), "the fixed problem to leave the list")
+
+    # a preset: loaded once (one toast), the concept kept, and still shown after a reload
+    page.keyboard.press("Escape")
+    box(page, "preset").click()
+    page.get_by_role("option", name="sd15-lora", exact=True).click()
+    wait_for(lambda: "Preset sd15-lora loaded" in toasts(page), "the preset's toast")
+    page.wait_for_timeout(2000)
+    assert toasts(page).count("Preset sd15-lora loaded") == 1, toasts(page)
+    assert "your concepts" in toasts(page) and concept(module_app).get("name") == "mycat"
+    page.reload()
+    wait_for(lambda: box(page, "preset").input_value() == "sd15-lora", "the preset to be shown after a reload")
+
+
+def toasts(page):
+    return " | ".join(page.locator(".toast-body").all_inner_texts())
