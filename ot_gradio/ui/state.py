@@ -100,9 +100,12 @@ UI_CHOICES = "ui-choices.json"  # the top bar's Preset and Config file, beside t
 
 def load_ui_choices(workspace: Path) -> dict[str, str]:
     """The preset last loaded and the config file last loaded or saved, so a reload shows them."""
+    path = Path(workspace) / UI_CHOICES
+    if not path.is_file():
+        return {}
     try:
-        data = json.loads((Path(workspace) / UI_CHOICES).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(path)
+    except ConfigError:
         return {}
     return {k: v for k, v in data.items() if k in ("preset", "config_path") and isinstance(v, str)} if isinstance(data, dict) else {}
 
