@@ -2,25 +2,13 @@
 images. One app and one browser for the module."""
 
 import json
-import time
 
 import pytest
 from PIL import Image
 
+from tests.browser.page_helpers import box, wait_for
+
 pytestmark = pytest.mark.browser
-
-
-def box(page, elem_id):
-    return page.locator(f"#{elem_id} textarea, #{elem_id} input").first
-
-
-def wait_for(check, what, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def ui_config(app):

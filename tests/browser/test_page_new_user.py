@@ -6,17 +6,14 @@ test_live_run is the "previous run" test_refused_start must not show."""
 
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
+from tests.browser.page_helpers import box, wait_for
+
 pytestmark = pytest.mark.browser
-
-
-def box(page, elem_id):
-    return page.locator(f"#{elem_id} textarea, #{elem_id} input").first
 
 
 def type_into(page, elem_id, text):
@@ -32,15 +29,6 @@ def type_into(page, elem_id, text):
 def open_tab(page, name):
     page.keyboard.press("Escape")  # a dropdown the last Tab focused is open and may cover the tab bar (fields sit in a grid)
     page.get_by_role("tab", name=name, exact=True).click()
-
-
-def wait_for(check, what, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def ui_config(app):

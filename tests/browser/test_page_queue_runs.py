@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser.page_helpers import box, open_tab, type_into, wait_for
+
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,39 +89,12 @@ def page(module_browser, request):
 
 
 # --- page helpers ---------------------------------------------------------------------------------------
-def box(page, elem_id):
-    return page.locator(f"#{elem_id} textarea, #{elem_id} input").first
-
-
-def type_into(page, elem_id, text):
-    field = box(page, elem_id)
-    field.click()
-    field.press("Control+a")
-    field.press("Delete")
-    field.press_sequentially(text)
-    field.press("Tab")
-
-
 def choose(page, elem_id, value):
     field = box(page, elem_id)
     field.click()
     field.fill(value)
     page.get_by_role("option", name=value, exact=True).first.click()
     page.keyboard.press("Escape")
-
-
-def open_tab(page, name):
-    page.keyboard.press("Escape")
-    page.get_by_role("tab", name=name, exact=True).click()
-
-
-def wait_for(check, what, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def read_json(path: Path) -> dict:

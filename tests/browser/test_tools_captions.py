@@ -2,21 +2,13 @@
 saves it to `<image>.txt`; Down on the last line moves to the next image."""
 
 import re
-import time
 
 import pytest
 from PIL import Image
 
+from tests.browser.page_helpers import wait_for
+
 pytestmark = pytest.mark.browser
-
-
-def wait_for(check, what, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_type_caption_and_press_enter(app, browser_page):
