@@ -86,7 +86,7 @@ def test_monitor_at_390x844_has_no_horizontal_scrolling(module_app, module_brows
         page.wait_for_timeout(500)
         width = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
         assert width[0] <= width[1], f"the page scrolls sideways at 390 px: {width}"
-        for sel in ("#loss-plot", "#lr-run-plot", "#sample-gallery", "#log-tail", "#sample-now", "#save-now"):
+        for sel in ("#loss-plot", "#lr-run-plot", "#sample-gallery", "#run-details", "#sample-now", "#save-now"):
             box = page.locator(sel).bounding_box()
             assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390 + 1, f"{sel} is cut off: {box}"
         page.screenshot(path=str(ARTIFACTS / "page-390x844-run.png"), full_page=True)

@@ -159,7 +159,7 @@ def test_a_failed_run_says_why_in_the_bar_and_start_refuses_an_empty_folder(stan
     runs = len(list((runs_folder(module_app) / "runs").iterdir()))
     page.locator("#start").click()
     wait_for(lambda: "has no images" in page.locator("#problems").inner_text(), "Start to refuse the empty folder")
-    assert "concepts[0].path" in page.locator("#problems").inner_text()
+    assert "Concepts → Concept 1 'demo' → Folder" in page.locator("#problems").inner_text()
     assert len(list((runs_folder(module_app) / "runs").iterdir())) == runs  # nothing started
 
 
