@@ -176,7 +176,7 @@ def test_masked_training_with_latent_caching(lora_config, shapes, tmp_path):
     assert not getattr(text_encoder, "is_gradient_checkpointing", False)  # the frozen text encoder is not checkpointed
 
 
-def test_compile_compiles_the_denoiser_in_place_and_trains_the_same(lora_config, shapes, tmp_path, monkeypatch):
+def test_compile_compiles_the_denoiser_in_place_and_trains_the_same(lora_config, shapes, tmp_path, monkeypatch, request):
     """`compile`: the UNet is compiled in place (same module, same keys in the saved LoRA) and a
     run trains as without it. torch.compile runs with dynamo's "eager" backend here: dynamo
     traces the UNet and runs its graphs, without inductor's C++ compile (17 minutes on this CPU)."""
@@ -184,7 +184,11 @@ def test_compile_compiles_the_denoiser_in_place_and_trains_the_same(lora_config,
     from torch._dynamo.utils import counters
 
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
-    monkeypatch.setattr(torch._dynamo.config, "suppress_errors", False)  # a failed trace must fail the test
+    # a failed trace must fail the test; torch's own patch, since monkeypatch's undo deletes the option
+    # from dynamo's config (every later read of it then raises)
+    strict = torch._dynamo.config.patch(suppress_errors=False)
+    strict.__enter__()
+    request.addfinalizer(lambda: strict.__exit__(None, None, None))
     folder = two_images(shapes, tmp_path / "two")
     results = {}
     for compiled in (False, True):
