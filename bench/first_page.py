@@ -6,7 +6,7 @@ the same tabs.
 Each round starts both apps, one after the other, in alternating order. It times each from the
 process start until the page can be drawn: `GET /` answers 200 and `GET /config` (the component
 tree the browser renders) answers 200. The bare app has our 11 top-level tabs with 7 sub-tabs
-under Tools, each holding one Markdown. Target (issue 8, item 5): our time within 1.3x the bare
+under Tools, each holding one Markdown. Target: our time within 1.3x the bare
 app's, as the median over rounds of the per-round ratio.
 """
 

@@ -1,5 +1,5 @@
 """Time from `python -m ot_gradio train --config demo` to the first training step, with and without
-the memory planner's probe (issue 16 §2).
+the memory planner's probe.
 
     .venv/bin/python bench/first_step.py [--pairs 5]
 

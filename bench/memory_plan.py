@@ -1,4 +1,4 @@
-"""Benchmark: the memory planner's estimate of a run's peak against the peak it reaches (issue 16 §4).
+"""Benchmark: the memory planner's estimate of a run's peak against the peak it reaches.
 
     .venv/bin/python bench/memory_plan.py [--images 8] [--threads 1]
 
@@ -81,7 +81,7 @@ def main() -> int:
               f"({error:+.1%}); checkpointing {'on' if r['checkpointing'] else 'off'}; {r['breakdown']}", flush=True)
     worst = max(errors)
     print(f"RESULT memory planner: largest error {worst:.1%} over {len(errors)} configs "
-          f"(issue 16 target within 15%: {'met' if worst <= 0.15 else 'NOT met'})", flush=True)
+          f"(target within 15%: {'met' if worst <= 0.15 else 'NOT met'})", flush=True)
     return 0
 
 

@@ -12,7 +12,7 @@ constant learning rate, `loss.item()` every step, and the LoRA weights saved at 
 
 Ours is the real command line, `python -m ot_gradio train --config <file>`, with the same model,
 images, resolution (64 px), batch (2), epochs, learning rate, rank and the text encoder frozen, and
-every other setting at our defaults (issue 16: users run the defaults): gradient checkpointing
+every other setting at our defaults (users run the defaults): gradient checkpointing
 AUTO, the default LoRA layer preset (full: more layers than the reference's attention-only), the
 default train data type (FLOAT_16: bfloat16 autocast on CPU; the reference computes in float32),
 AdamW with the default kernels, TensorBoard and the backup before the save. Latent caching (default on) runs the VAE once per image
@@ -24,7 +24,7 @@ machine's noise hits both alike; each side's step time includes its own data loa
 phase (VAE over every image, before training) is shown separately. Whole-process wall time is
 measured with separate processes, ours then the reference, `--rounds` times, with the same torch
 thread count. Step and epoch ratios are reference / ours (above 1 = we are faster); the
-whole-process ratio is ours / reference (the time we take; issue 16's target is <= 0.85x).
+whole-process ratio is ours / reference (the time we take; the target is <= 0.85x).
 
 The VAE: `tiny` is the tiny VAE of ot_gradio/models/tiny.py (as the issue asks). Its encode takes
 0.15x a forward pass of the benchmark UNet in FLOPs (about 0.1x in time here), where SD 1.5's VAE
@@ -317,7 +317,7 @@ def compare(label: str, model_dir: Path, data_dir: Path, work: Path, args) -> No
     print(f"RESULT [{label}] later epochs: reference/ours {C.med(later):.2f}x (target >= 1.4x: "
           f"{'met' if C.med(later) >= 1.4 else 'NOT met'}); epoch 1 with our caching phase {first_cached:.2f}x "
           f"(target >= 1.0x: {'met' if first_cached >= 1.0 else 'NOT met'}); whole process: ours took {C.med(whole):.2f}x "
-          f"the reference's time, median of {len(whole)} (issue 16 target <= 0.85x: {'met' if C.med(whole) <= 0.85 else 'NOT met'})",
+          f"the reference's time, median of {len(whole)} (target <= 0.85x: {'met' if C.med(whole) <= 0.85 else 'NOT met'})",
           flush=True)
 
 

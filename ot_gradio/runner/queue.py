@@ -1,4 +1,4 @@
-"""A queue of configs that start one after another (issue 19, runs/queue).
+"""A queue of configs that start one after another.
 
 Stored in ``<workspace>/queue.json`` (written atomically). The runner thread starts the next
 waiting entry only when the supervisor has no active run, so two runs never overlap; a failed

@@ -1,4 +1,4 @@
-"""Named HTTP API endpoints for the queue and the run (issue 19 §5, runs/queue).
+"""Named HTTP API endpoints for the queue and the run .
 
 ``QueueApi`` holds the handlers (plain functions, testable with fakes); ``register`` exposes
 them with ``gr.api`` inside an open ``gr.Blocks`` so they live under /gradio_api/ behind the

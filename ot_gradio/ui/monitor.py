@@ -85,7 +85,7 @@ def loss_frame(state: RunState | None, validation: list[tuple[int, float]] | Non
             steps += [step, step]
             values += [loss, smooth]
             series += ["loss", "smoothed"]
-    for step, loss in validation or []:  # beside the training loss (issue 19 section 4)
+    for step, loss in validation or []:  # beside the training loss
         steps.append(step)
         values.append(loss)
         series.append("validation")
@@ -151,7 +151,7 @@ class Monitor:
                 self.bar = gr.Markdown("**No run yet**", elem_id="run-bar-status", elem_classes="ot-run-text")
                 self.start = gr.Button("Start training", variant="primary", elem_id="start", scale=0, min_width=170)
                 self.stop = gr.Button("Stop", variant="stop", elem_id="stop", scale=0, min_width=90)
-                # runs/queue: "Add to queue" and the queue length go into this row (elem_id ot-run-bar-extra)
+                # "Add to queue" and the queue length go into this row (elem_id ot-run-bar-extra)
                 self.bar_extra = gr.Row(elem_id="ot-run-bar-extra", elem_classes="ot-run-extra", scale=0)
             self.progress = gr.HTML("", elem_id="run-progress")
             self.problems = gr.Markdown("", elem_id="problems")

@@ -1,4 +1,4 @@
-"""The queue on the page (issue 19 §3, runs/queue): "Add to queue" next to Start, the queue's
+"""The queue on the page: "Add to queue" next to Start, the queue's
 length in the run bar, and a small table with remove / up / down. Torch-free."""
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def test_demo_lora_from_the_page(app, browser_page):
     page.wait_for_timeout(1000)
 
     page.locator("#start").click()
-    open_tab(page, "Run")  # status, charts and samples are on the Run tab (issue 19)
+    open_tab(page, "Run")  # status, charts and samples are on the Run tab
     wait_text(page, "#run-status", r"training", timeout=180)
     wait_text(page, "#run-progress", r"step \d+/\d+")
     page.locator("#loss-plot canvas, #loss-plot svg").first.wait_for(timeout=60_000)

@@ -1,4 +1,4 @@
-"""Issue 19 section 0: what broke for a new user, each tried in the page the way they tried it.
+"""What broke for a new user, each tried in the page the way they tried it.
 
 One app for the module (started with a --workspace outside the folder it runs in), one browser;
 each test opens its own tab (a new page session). The tests run in file order: the run of
@@ -114,7 +114,7 @@ def test_live_run_in_the_workspace_with_a_chart_that_draws(module_app, module_pa
     wait_for(lambda: ui_config(module_app).get("epochs") == 2 and ui_config(module_app).get("sample_after") == 1, "the edits to be saved")
 
     page.locator("#start").click()
-    open_tab(page, "Run")  # the charts, samples and status live on the Run tab (issue 19)
+    open_tab(page, "Run")  # the charts, samples and status live on the Run tab
     wait_for(lambda: sum(line_points(page, "loss-plot")) >= 4, "the loss chart to draw two lines of two points", timeout=600)
     x_axis, y_axis = axis_labels(page, "loss-plot")
     assert "X-axis titled 'step' for a linear scale" in x_axis, x_axis

@@ -1,4 +1,4 @@
-"""Issue 19 sections 2-4 in the page: a queue of two demo runs that goes on across an app restart,
+"""The queue, the Runs tab and validation in the page: a queue of two demo runs that goes on across an app restart,
 the Runs tab listing and comparing them, and a VALIDATION concept drawing a validation-loss curve
 on the Run tab.
 

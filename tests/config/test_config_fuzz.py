@@ -92,7 +92,7 @@ def test_every_option_rejects_a_wrong_shape_by_name():
     assert rejected > len(PATHS) // 2
 
 
-# --- every field, every kind of wrong value (issue 20) ------------------------------------------
+# --- every field, every kind of wrong value -----------------------------------------------------
 # Generated from iter_fields: every option, nested groups included (concepts[0].image.*, samples[0].*,
 # unet.* and the other model parts, optimizer.*, embedding.*, ...). A value is either accepted or
 # refused with a ConfigError line that starts with the option's full path; never a traceback.

@@ -1,5 +1,5 @@
 """Values of the wrong type or an unusable file name in a OneTrainer config are reported as
-`field: what is allowed`, never as a traceback from the import's conversions (issue 20: the
+`field: what is allowed`, never as a traceback from the import's conversions (the
 three tracebacks of `validate`)."""
 
 import json

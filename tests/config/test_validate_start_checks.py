@@ -1,5 +1,5 @@
 """`validate` runs every check `train` runs before its first step, and `train` refuses the same
-configs with the same one-line message, before it makes a run folder (issue 20 item 5): a run
+configs with the same one-line message, before it makes a run folder: a run
 never fails at its final save for a reason known at the start."""
 
 import json

@@ -1,4 +1,4 @@
-"""Crash safety at every step of a backup write and at seeded random moments of a run (issue 20).
+"""Crash safety at every step of a backup write and at seeded random moments of a run.
 
 1. The backup writer is held at each of its steps (backup.STEPS, through OT_GRADIO_FAULT_PAUSE)
    and SIGKILLed there: resume always picks the newest complete backup, never the partial one, it

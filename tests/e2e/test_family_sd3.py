@@ -108,7 +108,7 @@ def test_lora_loss_falls_with_fixed_noise_and_timesteps(tiny_sd3, shapes, tmp_pa
 def test_lora_from_onetrainers_sd3_preset_through_the_command_line(tiny_sd3, shapes, tmp_path):
     """OneTrainer's sd-3.json in its own layout, switched to a LoRA (training_method, output) and
     sized for a CPU (64 px, one epoch), trained by `python -m ot_gradio train`: the LoRA changes
-    StableDiffusion3Pipeline's image (issue 17's done criterion)."""
+    StableDiffusion3Pipeline's image."""
     import json
 
     from diffusers import StableDiffusion3Pipeline

@@ -1,4 +1,4 @@
-"""Validation concepts (issue 19 section 4): held-out images are never trained, their loss is
+"""Validation concepts: held-out images are never trained, their loss is
 computed with fixed noise and timesteps every `validate_after` units, and computing it changes
 nothing about the training."""
 

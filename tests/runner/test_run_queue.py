@@ -1,4 +1,4 @@
-"""RunQueue (issue 19 §3) with a fake supervisor backend: order, failures, stops, persistence."""
+"""RunQueue with a fake supervisor backend: order, failures, stops, persistence."""
 
 import json
 import time

@@ -1,6 +1,6 @@
 """Expected errors (the user's config, data, disk, model) end a run with their one-line message;
 their traceback goes only into the run's log.txt. A bug's traceback is shown as well. Every run
-folder has its log.txt, runs of `train` in a terminal included (issue 20 item 4)."""
+folder has its log.txt, runs of `train` in a terminal included."""
 
 import json
 import subprocess

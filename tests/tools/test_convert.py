@@ -307,7 +307,7 @@ def test_page_form_builds_params_and_refuses_outside_paths(tiny, kohya_lora, tmp
     assert "merged.safetensors" in tool.render({"output": str(tmp_path / "merged.safetensors"), "size_bytes": 3 * 2**20})[0]
 
 
-# ---------------------------------------------------------------- the families of issue 17
+# ---------------------------------------------------------------- Flux.1 (dev and Fill), Chroma, SD 3 and PixArt-Σ
 
 NEW_FAMILIES = {  # model type -> its tiny builder (module, function)
     "FLUX_DEV_1": ("ot_gradio.models.flux_tiny", "save_tiny_flux"),

@@ -1,4 +1,4 @@
-"""The convert tool for the families with language-model text encoders (issue 15): Z-Image,
+"""The convert tool for the families with language-model text encoders: Z-Image,
 Flux.2 and Qwen-Image write the transformer alone as their single file and read it back with the
 other parts from the config folder, losslessly; Sana, which has no single file here, is refused
 naming why; LoRA keys converted either way are exactly what the trainer writes in that format."""

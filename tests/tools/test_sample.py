@@ -253,7 +253,7 @@ def test_form_checks_fields_and_lists_runs_with_a_backup(tmp_path, tiny):
     assert gallery == [("/x/a.png", "a cat (seed 5)")]
 
 
-# ---------------------------------------------------------------- the families of issue 17
+# ---------------------------------------------------------------- Flux.1 (dev and Fill), Chroma, SD 3 and PixArt-Σ
 
 NEW_FAMILIES = {  # model type -> its tiny builder (module, function)
     "FLUX_DEV_1": ("ot_gradio.models.flux_tiny", "save_tiny_flux"),
@@ -317,7 +317,7 @@ def test_new_families_sample_a_lora_a_run_and_an_embedding(model_type, tmp_path)
     assert np.abs(draw("emb", embedding=str(embedding)) - plain).max() > 0  # the tiny PixArt-Σ's T5 moves it by ~2/255
 
 
-# ---------------------------------------------------------------- the families of issue 15 (language-model text encoders)
+# ---------------------------------------------------------------- the families with language-model text encoders
 
 LLM_FAMILIES = {"Z_IMAGE": "tiny:z-image", "FLUX_2": "tiny:flux2-klein", "SANA": "tiny:sana", "QWEN": "tiny:qwen-image"}
 

@@ -1,4 +1,4 @@
-"""The memory planner (training/memory_plan.py) and gradient checkpointing's AUTO (issue 16 §1):
+"""The memory planner (training/memory_plan.py) and gradient checkpointing's AUTO:
 the estimate against a real run's peak RSS, AUTO off on a roomy machine and on when the free
 memory is small, explicit ON/OFF respected, OneTrainer's bools and our older configs unchanged."""
 

@@ -1,4 +1,4 @@
-"""The memory planner's probe measures every family (issue 16 §1-2): its batch is prepared with
+"""The memory planner's probe measures every family: its batch is prepared with
 the VAE and the frozen text encoders for real, and the step then runs only the denoiser (and the
 text encoders, when one trains) on meta tensors, so latent caching can use the VAE meanwhile. A
 family whose step touched another part would fail here with "not measured" (and AUTO would fall

@@ -1,5 +1,5 @@
 """The memory planner's probe result is reused by a later run with the same model structure and
-step settings (training/memory_probe_cache.py; issue 16 §2, time to the first step), and measured
+step settings (training/memory_probe_cache.py; time to the first step), and measured
 again when anything the step depends on changes."""
 
 from __future__ import annotations

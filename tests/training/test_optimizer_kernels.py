@@ -1,5 +1,5 @@
 """The fused and foreach optimizer steps are the default where torch has them, an explicit off
-wins, and they give the same weights as the plain step (issue 16 §2)."""
+wins, and they give the same weights as the plain step."""
 
 from __future__ import annotations
 

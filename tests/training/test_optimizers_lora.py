@@ -1,5 +1,5 @@
 """Every registered optimizer trains a LoRA: its zero-initialised up matrix moves, so the LoRA
-changes the layer's output (LAMB and LARS once left it exactly zero: issue 16)."""
+changes the layer's output (LAMB and LARS once left it exactly zero)."""
 
 from __future__ import annotations
 

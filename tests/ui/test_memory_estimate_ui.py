@@ -1,4 +1,4 @@
-"""The Model tab's "Estimate memory" (issue 16): the memory planner's line for the config on the
+"""The Model tab's "Estimate memory": the memory planner's line for the config on the
 form, computed in a child process (`python -m ot_gradio estimate-memory --config -`) so that the
 page process never imports torch; a clear message for a bad config, a base model that cannot be
 loaded, and a child that does not answer in time."""

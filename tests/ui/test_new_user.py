@@ -1,4 +1,4 @@
-"""Issue 19 section 0 at the handler level (the browser tests in tests/browser/test_new_user.py
+"""What broke for a new user, at the handler level (the browser tests in tests/browser/test_new_user.py
 try the same in the page): each test fails on the defect it is named after."""
 
 from pathlib import Path

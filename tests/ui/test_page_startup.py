@@ -1,5 +1,5 @@
 """What the page builds at start-up: one edit handler for all fields, one file browser for all
-path fields, and tools built when a session first opens them (issue 8, first page within 1.3x of
+path fields, and tools built when a session first opens them (first page within 1.3x of
 a bare Gradio app: each component and handler costs start-up time; bench/first_page.py)."""
 
 import gradio as gr
@@ -63,8 +63,8 @@ def test_tools_are_built_when_a_session_opens_them_not_at_start_up(page):
 
 
 def test_start_up_size_budget(page):
-    # 750 components and 416 handlers before issue 8's first-page work; a page that grows far
-    # past this budget is slower to serve (bench/first_page.py measures the time). Issue 19 added
+    # 750 components and 416 handlers before the first-page work; a page that grows far
+    # past this budget is slower to serve (bench/first_page.py measures the time). The run bar added
     # ~40 layout blocks (the run bar, the Run tab, ~30 group/grid containers: no handlers) and the Runs tab;
     # one handler re-checks a refused Start's problem list on each change of the config, one
     # refills the Masks folder (built at start-up) from the session's concepts when its tab opens.

@@ -1,4 +1,4 @@
-"""The HTTP API handlers (issue 19 §5) with a fake supervisor, and their registration."""
+"""The HTTP API handlers with a fake supervisor, and their registration."""
 
 import json
 from pathlib import Path

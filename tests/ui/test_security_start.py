@@ -1,5 +1,5 @@
 """The page's Start refuses what `validate` and `train` refuse before the first step (the same
-runner/startcheck.py), naming the field, and starts nothing; the CLI's `--set` cases of issue 20."""
+runner/startcheck.py), naming the field, and starts nothing; the CLI's `--set` cases too."""
 
 from pathlib import Path
 
