@@ -26,22 +26,22 @@ from ..config.optimizer import optimizer_keys
 from ..config.presets import list_presets
 from ..config.schema import TrainConfig
 from ..runner.jobs import JobSupervisor
-from ..runner.queue import RunQueue, SupervisorBackend  # runs/queue
+from ..runner.queue import RunQueue, SupervisorBackend
 from ..runner.startcheck import start_problems
 from ..runner.supervisor import Supervisor
-from .api import API_NAMES, QueueApi, register_api  # runs/queue
+from .api import API_NAMES, QueueApi, register_api
 from .browser import BrowserPanel
 from .concepts import ConceptsTab
 from .form import Field, build_fields, config_from_values, edit_event, make_component, schema_fields, values_from_config
 from .guide import TABS_ID, build_guide
 from .layout import OPTIMIZER_SETTINGS, TAB_TITLES, group_open, group_paths
 from .memory_estimate import PROMPT as ESTIMATE_PROMPT
-from .memory_estimate import MemoryEstimate, estimate_markdown, stale  # issue 16: the planner's estimate, in a child process
+from .memory_estimate import MemoryEstimate, estimate_markdown, stale  # the planner's estimate, in a child process
 from .monitor import REFUSED, Monitor
 from .paths import PathRefused, allowed_roots
 from .paths import check as confine
 from .problems import problems_markdown, rechecked
-from .queue_panel import QueuePanel  # runs/queue
+from .queue_panel import QueuePanel
 from .samples import SamplesTab, to_rows
 from .state import load_ui_choices, load_ui_config, preset_config, save_ui_choice, save_ui_config
 from .tensorboard import TensorBoard, settings
@@ -65,7 +65,7 @@ CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1
        "#ot-run-bar{position:sticky;top:0;z-index:50}.ot-run-row{flex-wrap:wrap!important;align-items:center}"
        ".ot-run-text{flex:1 1 240px!important;min-width:0!important}.ot-wrap{flex-wrap:wrap!important}"
        "#ot-run-bar-extra:empty{display:none}"
-       "#ot-run-bar-extra{flex:0 0 auto!important;width:auto!important;flex-wrap:nowrap!important;align-items:center}"  # runs/queue: the queue's
+       "#ot-run-bar-extra{flex:0 0 auto!important;width:auto!important;flex-wrap:nowrap!important;align-items:center}"  # the queue's
        "#queue-add{white-space:nowrap}#queue-length{flex:0 0 9.5em!important;width:9.5em!important;min-width:0!important;white-space:nowrap}"  # length, whole
        "#ot-run-bar [data-testid=status-tracker]{display:none!important}"  # no poll's timer ("0.6s") flashing in the bar's text
        "@media (max-width:600px){.gradio-container{padding:4px!important}#sample-gallery img{max-width:100%;height:auto}}"
@@ -126,7 +126,7 @@ class Page:
         self.jobs = JobSupervisor(self.workspace)
         self.tensorboard = TensorBoard(self.workspace / "tensorboard.log")
         self._start_lock = threading.Lock()
-        self.queue = RunQueue(self.workspace, SupervisorBackend(self.supervisor, self.workspace, self._start_lock, self._prepare_start))  # runs/queue
+        self.queue = RunQueue(self.workspace, SupervisorBackend(self.supervisor, self.workspace, self._start_lock, self._prepare_start))
         initial = load_ui_config(self.workspace)
         self.supervisor.watch(initial.get("workspace_dir") or self.workspace)
         self.fields: dict[str, Field] = {}
@@ -141,9 +141,9 @@ class Page:
         # (the hub token among them) in the browser's run history.
         for fn in self.blocks.fns.values():
             fn.api_visibility = "private"
-            if fn.api_name in API_NAMES:  # runs/queue: the documented HTTP API stays public (behind the guard)
-                fn.api_visibility = "public"  # runs/queue
-        self.queue.start_thread()  # runs/queue: waiting entries continue after an app restart
+            if fn.api_name in API_NAMES:  # the documented HTTP API stays public (behind the guard)
+                fn.api_visibility = "public"
+        self.queue.start_thread()  # waiting entries continue after an app restart
         on, port, host, always = settings(initial)
         if on and always:  # 'always on': from the start, on every run of the workspace
             self.tensorboard.ensure(Path(initial.get("workspace_dir") or self.workspace) / "runs", port, host)
@@ -154,8 +154,8 @@ class Page:
         self.config_state = gr.State(initial)
         self.monitor = Monitor(self.workspace, self.supervisor, self.tensorboard)
         self.monitor.build_bar()  # first on the page: in view on every tab and on a phone, sticky when scrolling
-        self.queue_panel = QueuePanel(self.queue, self._config_of, validate)  # runs/queue
-        self.queue_panel.build(self.monitor.bar_extra)  # runs/queue
+        self.queue_panel = QueuePanel(self.queue, self._config_of, validate)
+        self.queue_panel.build(self.monitor.bar_extra)
         gr.Markdown("# ot_gradio\nTrain LoRAs of diffusion models in the browser. Every field has a tooltip under its label.")
         with gr.Row():
             for path in TOP_FIELDS:
@@ -189,8 +189,8 @@ class Page:
                                     fields.update(build_fields([plain[p] for p in paths]))
                         if tab == "model":
                             self.memory = gr.Markdown(memory_markdown(initial), elem_id="memory-table")
-                            self.memory_estimate = MemoryEstimate()  # issue 16
-                            self.memory_estimate.build()  # issue 16
+                            self.memory_estimate = MemoryEstimate()
+                            self.memory_estimate.build()
                         if tab == "training":
                             self.lr_plot = gr.LinePlot(lr_frame(initial), x="step", y="lr", title="Learning rate over the run", height=220, elem_id="lr-plot")
                             with gr.Accordion("Optimizer", open=True, elem_id="optimizer-group"):
@@ -215,16 +215,16 @@ class Page:
                 self.concepts = ConceptsTab()
             with gr.Tab("Run", id="run", elem_id="tab-run"):
                 self.monitor.build_run_tab()
-                self.queue_panel.build_table()  # runs/queue
+                self.queue_panel.build_table()
             with gr.Tab("Tools", id="tools", elem_id="tab-tools") as tools_tab:
                 self.tools = build_tools(ToolsContext(self.workspace, self.jobs, self.config_state, self.roots, initial), tools_tab)
-            with gr.Tab("Runs", id="runs", elem_id="tab-runs") as runs_tab:  # runs/queue: run history and comparison (issue 19 §2)
-                from .runs_tab import build_runs_tab  # noqa: PLC0415  runs/queue
-                self.runs_tab = build_runs_tab(  # runs/queue: "Load this config" does what Load does, for a listed run's config
+            with gr.Tab("Runs", id="runs", elem_id="tab-runs") as runs_tab:  # run history and comparison
+                from .runs_tab import build_runs_tab  # noqa: PLC0415
+                self.runs_tab = build_runs_tab(  # "Load this config" does what Load does, for a listed run's config
                     lambda: load_ui_config(self.workspace).get("workspace_dir") or self.workspace,
                     lambda path: [self.autosave(c := self.read_any(path)), self.populate(c)][1],
                     [self.config_state, *(f.component for f in self.fields.values()), self.samples.table, self.lr_plot, self.memory,
-                     *self.part_groups, *self.tab_handles.values(), *self.concepts.outputs], runs_tab)  # runs/queue
+                     *self.part_groups, *self.tab_handles.values(), *self.concepts.outputs], runs_tab)
         self.browser = BrowserPanel()
         self.components = {f.component for f in fields.values()}
         self.opt_fields = {p: f for p, f in fields.items() if p.startswith("optimizer.") and p != "optimizer.optimizer"}
@@ -268,9 +268,9 @@ class Page:
         # a refused Start's list follows the edits (a fixed problem leaves it), on any field's or concept's edit
         self.config_state.change(self.on_recheck, [self.config_state, self.monitor.problems], self.monitor.problems,
                                  trigger_mode="always_last", show_progress="hidden")
-        self.memory_estimate.wire(self.on_estimate_memory, edit_inputs)  # issue 16
-        self.queue_panel.wire(start_inputs)  # runs/queue
-        register_api(QueueApi(self.queue, self.supervisor, validate))  # runs/queue
+        self.memory_estimate.wire(self.on_estimate_memory, edit_inputs)
+        self.queue_panel.wire(start_inputs)
+        register_api(QueueApi(self.queue, self.supervisor, validate))
         self.blocks.load(self.on_page_load, None, [*self.all_outputs, self.preset, self.config_path])
 
     # --- helpers --------------------------------------------------------------------------------
@@ -456,16 +456,16 @@ class Page:
         atomic_write_json(out, config, indent=2)
         return str(out)
 
-    def on_estimate_memory(self, values: dict) -> str:  # issue 16: the config on the form, estimated in a child process
+    def on_estimate_memory(self, values: dict) -> str:  # the config on the form, estimated in a child process
         return estimate_markdown(config_from_values(self.fields, values, values[self.config_state]))
 
-    def _config_of(self, values: dict) -> dict:  # runs/queue: the config Start would use
-        return self.concepts.apply(config_from_values(self.fields, values, values[self.config_state]), values)  # runs/queue
+    def _config_of(self, values: dict) -> dict:  # the config Start would use
+        return self.concepts.apply(config_from_values(self.fields, values, values[self.config_state]), values)
 
-    def _prepare_start(self, valid: dict) -> None:  # runs/queue: what Start does before starting
-        from ..data.demo import ensure_demo_concepts  # noqa: PLC0415  runs/queue
+    def _prepare_start(self, valid: dict) -> None:  # what Start does before starting
+        from ..data.demo import ensure_demo_concepts  # noqa: PLC0415
 
-        ensure_demo_concepts(load_config(copy.deepcopy(valid)).config)  # runs/queue
+        ensure_demo_concepts(load_config(copy.deepcopy(valid)).config)
 
     def on_start(self, values: dict) -> dict:
         """Builds the config from what the form shows right now (an edit still in flight

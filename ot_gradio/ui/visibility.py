@@ -108,7 +108,7 @@ APPLIES_WHEN: dict[str, Callable[[dict], bool]] = {
     "lokr_decompose_both": lambda c: _peft(c) == "LOKR",
     "lokr_decompose_factor": lambda c: _peft(c) == "LOKR",
     "lokr_use_tucker": lambda c: _peft(c) == "LOKR",
-    # issue 19 (Training tab height): settings of a feature that is off (the trainer reads them only when it is on)
+    # settings of a feature that is off (the trainer reads them only when it is on)
     "ema_decay": lambda c: str(c.get("ema") or "OFF") != "OFF",
     "ema_update_step_interval": lambda c: str(c.get("ema") or "OFF") != "OFF",
     "huber_delta": lambda c: _nonzero(c.get("huber_strength")),
@@ -131,7 +131,7 @@ def _learns_variance(model_type) -> bool:
     return info is None or info.learns_variance
 
 
-def _nonzero(value) -> bool:  # issue 19: a blank or unreadable number counts as set (the field stays in view)
+def _nonzero(value) -> bool:  # a blank or unreadable number counts as set (the field stays in view)
     try:
         return float(value) != 0
     except (TypeError, ValueError):

@@ -1,4 +1,4 @@
-"""Issue 19 sections 1 and 5: the run bar on every tab without scrolling, no tab taller than about
+"""The page's layout: the run bar on every tab without scrolling, no tab taller than about
 two screens at 1600x1000 with its groups open, and the monitor usable at 390x844 (a phone)."""
 
 from pathlib import Path
@@ -7,7 +7,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 TABS = ("Start here", "General", "Model", "Data", "Training", "Sampling", "Backup", "LoRA", "Concepts", "Run", "Tools", "Runs")
 MAX_HEIGHT = 2300  # about two screens of 1000 px (plus the header and the run bar)
-# The Training tab was 7,477 px before issue 19 and 3,341 px with its groups in 4 columns; in 6
+# The Training tab was 7,477 px at first and 3,341 px with its groups in 4 columns; in 6
 # columns, with the denoiser's settings across the width, it is ~2,000 px.
 MAX_HEIGHT_TRAINING = 2150
 
