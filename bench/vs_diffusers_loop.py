@@ -56,7 +56,7 @@ import _common as C
 RANK = 4
 LR = 1e-4
 # the VAE whose encode takes about 1.4x a forward pass of the benchmark UNet on this machine
-# (1.45x on 2026-11-26; 56-112-224-224, chosen earlier for 1.45x, measured 2.0-2.3x that day)
+# (measured 1.45x; the earlier 56-112-224-224, chosen for 1.45x, measured 2.0-2.3x)
 SD_PROPORTIONAL_WIDTHS = (48, 96, 192, 192)
 
 

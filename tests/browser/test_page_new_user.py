@@ -44,7 +44,7 @@ def toasts(page):
 
 
 def test_add_a_concept_then_use_its_folder(module_app, module_page, tmp_path):
-    """Item 1: Add keeps the tab working and what is typed afterwards is kept; item 5: the folder
+    """Add keeps the tab working and what is typed afterwards is kept; the folder
     just typed is where Browse opens, and the tools accept it without a restart."""
     page = module_page
     images = module_app["cwd"] / f"my-cats-{tmp_path.name}"  # in the app's start folder, outside its workspace
@@ -99,7 +99,7 @@ def line_points(page, elem_id):
 
 
 def test_live_run_in_the_workspace_with_a_chart_that_draws(module_app, module_page):
-    """Items 2, 4, 6, 7: in a page opened before the run, the loss chart has numeric axes and
+    """In a page opened before the run, the loss chart has numeric axes and
     draws lines; the run lands in --workspace, which the General tab shows; samples are shown at
     their size; the charts are not redrawn while nothing changes."""
     page = module_page
@@ -142,7 +142,7 @@ def test_live_run_in_the_workspace_with_a_chart_that_draws(module_app, module_pa
 
 
 def test_refused_start_names_every_field_and_shows_no_old_run(module_app, module_page):
-    """Items 3 and 7: batch size 0 and a missing concept folder are both listed by field, no
+    """Batch size 0 and a missing concept folder are both listed by field, no
     nameless toast; the previous run's numbers are not left under the problems."""
     page = module_page
     page.goto(module_app["url"])

@@ -78,7 +78,7 @@ def end(standins, writer, status):
 
 
 def test_open_pages_follow_a_run_they_did_not_start(standins, module_app, module_browser):
-    """Item 1: a page showing a stopped run follows the run the queue starts next, on every tab."""
+    """A page showing a stopped run follows the run the queue starts next, on every tab."""
     stopped, _ = fake_run(module_app, standins, alive=False, events=[
         ("status", {"status": "training"}), training(34, 60), ("metrics", {"global_step": 34, "loss": 0.3}),
         ("status", {"status": "stopped"})])
@@ -102,7 +102,7 @@ def test_open_pages_follow_a_run_they_did_not_start(standins, module_app, module
 
 
 def test_every_event_reaches_every_open_page_after_a_reload_too(standins, module_app, module_browser):
-    """Item 5: a validation point and a sample written after a page drew its chart, or while it
+    """A validation point and a sample written after a page drew its chart, or while it
     was being reloaded, reach all of them."""
     run, writer = fake_run(module_app, standins, alive=True, validation=True, events=[
         ("status", {"status": "training"}), training(1, 4), ("metrics", {"global_step": 1, "loss": 0.5})])
@@ -135,7 +135,7 @@ def test_every_event_reaches_every_open_page_after_a_reload_too(standins, module
 
 
 def test_a_failed_run_says_why_in_the_bar_and_start_refuses_an_empty_folder(standins, module_app, module_page, tmp_path):
-    """Item 3: the bar says the reason in one line, the traceback only behind Details; and Start
+    """The bar says the reason in one line, the traceback only behind Details; and Start
     refuses an empty concept folder by field, as `validate` and `train` do."""
     page = module_page
     reason = "Concept 'demo': no images (png, jpg, webp) in folder '/data/cats'"
@@ -164,7 +164,7 @@ def test_a_failed_run_says_why_in_the_bar_and_start_refuses_an_empty_folder(stan
 
 
 def test_queued_runs_never_share_an_output_file(standins, module_app, module_page):
-    """Item 4: with the demo's output already written, two runs queued from the page get their
+    """With the demo's output already written, two runs queued from the page get their
     own numbered files, shown in the queue and its message."""
     page = module_page
     models = runs_folder(module_app) / "models"

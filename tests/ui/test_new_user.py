@@ -14,7 +14,7 @@ from ot_gradio.ui.visibility import applies, tab_order
 
 
 def test_add_sends_the_new_choices_with_the_new_selection(page):
-    """Item 1: Add set the selector to index 2 while its choices were still [0, 1]; gradio refused
+    """Add set the selector to index 2 while its choices were still [0, 1]; gradio refused
     the value and marked every field of the tab as failed."""
     config = page.on_page_load()[page.config_state]
     (add,) = [fn for fn in page.blocks.fns.values() if any(t == page.concepts.add_button._id for t, _ in fn.targets)]
@@ -30,7 +30,7 @@ def test_add_sends_the_new_choices_with_the_new_selection(page):
 
 
 def test_whole_numbers_have_no_browser_side_bounds(page):
-    """Item 3: gr.Number(minimum=1) refused batch size 0 before any handler, naming no field."""
+    """Gradio's gr.Number(minimum=1) refused batch size 0 before any handler, naming no field."""
     numbers = [f for f in page.fields.values() if isinstance(f.component, gr.Number)]
     assert numbers
     assert all(f.component.minimum is None and f.component.maximum is None for f in numbers)
@@ -38,7 +38,7 @@ def test_whole_numbers_have_no_browser_side_bounds(page):
 
 
 def test_schema_problems_and_missing_folders_are_listed_together(page, fake_start):
-    """Item 3: batch size 0 and a missing concept folder in one attempt: both named."""
+    """Batch size 0 and a missing concept folder in one attempt: both named."""
     values = page.form_values(page.on_page_load()[page.config_state])
     values[page.fields["batch_size"].component] = 0
     values[page.concepts.fields["path"].component] = str(Path.cwd() / "no-such-folder")
@@ -51,7 +51,7 @@ def test_schema_problems_and_missing_folders_are_listed_together(page, fake_star
 
 
 def test_a_refused_start_clears_the_previous_run_from_the_footer(page, fake_start):
-    """Item 7: after a refused Start, the poll showed the last run's status and loss."""
+    """After a refused Start, the poll showed the last run's status and loss."""
     old = create_run(page.workspace, {"tensorboard": False})
     writer = EventWriter(old)
     writer.status("training")
@@ -70,8 +70,8 @@ def test_a_refused_start_clears_the_previous_run_from_the_footer(page, fake_star
 
 
 def test_the_live_charts_are_numeric_and_only_sent_when_they_change(page, tmp_path):
-    """Item 2: an empty first frame typed the chart's axes as categories (and fixed its series
-    colours) for the whole run; item 7: every poll redrew the charts."""
+    """An empty first frame typed the chart's axes as categories (and fixed its series
+    colours) for the whole run; every poll redrew the charts."""
     run = create_run(page.workspace, {"tensorboard": False})
     writer = EventWriter(run)
     writer.status("training")
@@ -92,7 +92,7 @@ def test_the_live_charts_are_numeric_and_only_sent_when_they_change(page, tmp_pa
 
 
 def test_samples_are_shown_at_their_size_newest_first_with_step_and_prompt(page, tmp_path):
-    """Item 6: a gallery stretched one 64 px sample over the whole width."""
+    """A gallery stretched one 64 px sample over the whole width."""
     run = create_run(page.workspace, {"tensorboard": False})
     writer = EventWriter(run)
     for step, colour in ((5, "red"), (10, "blue")):
@@ -107,7 +107,7 @@ def test_samples_are_shown_at_their_size_newest_first_with_step_and_prompt(page,
 
 
 def test_presets_land_in_the_apps_workspace(page, tmp_path):
-    """Item 4: the demo's relative workspace/demo was read against the folder the app started in."""
+    """The demo's relative workspace/demo was read against the folder the app started in."""
     elsewhere = tmp_path / "elsewhere"
     config = preset_config("demo", elsewhere)
     assert config["workspace_dir"] == str(elsewhere.resolve() / "demo")
@@ -119,7 +119,7 @@ def test_presets_land_in_the_apps_workspace(page, tmp_path):
 
 
 def test_fields_that_do_not_apply_are_hidden(page):
-    """Item 8: multi-GPU options with multi-GPU off, the custom scheduler with CONSTANT, LoKr and
+    """Multi-GPU options with multi-GPU off, the custom scheduler with CONSTANT, LoKr and
     DoRA options for plain LoRA; rank and alpha first on the LoRA tab."""
     base = {"multi_gpu": False, "learning_rate_scheduler": "CONSTANT", "peft_type": "LORA", "lora_decompose": False}
     for path in ("device_indexes", "fused_gradient_reduce", "custom_learning_rate_scheduler", "scheduler_params",
