@@ -39,6 +39,7 @@ from torch import nn
 from ot_gradio.fsutil import atomic_write
 
 from ..config.enums import TimeUnit
+from ..config.parts import learning_rate_or_base
 from .methods import Method
 from .param_groups import ParamGroup
 
@@ -414,8 +415,7 @@ class EmbeddingSupport(Method):
         train_parts = frozenset(p for p in model.text_encoder_names if getattr(config, p).train_embedding)
         for name, settings in wanted:
             self.embeddings.add(settings, field=name, train=settings.train, train_parts=train_parts)
-        lr = config.embedding_learning_rate if config.embedding_learning_rate is not None else config.learning_rate
-        return self.embeddings.param_groups(lr)
+        return self.embeddings.param_groups(learning_rate_or_base(config.embedding_learning_rate, config.learning_rate))
 
     @property
     def additional(self) -> list[Embedding]:

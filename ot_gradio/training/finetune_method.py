@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..config.enums import ModelFormat, TrainingMethod
+from ..config.parts import learning_rate_or_base
 from ..models.common import tied_aliases, without_aliases
 from .device import output_dtype
 from .embedding_method import save_embedding_files
@@ -35,8 +36,7 @@ TRANSFORMER_FILE = (ModelFormat.ORIGINAL_TRANSFORMER, ModelFormat.COMFY_TRANSFOR
 
 def check_finetune_format(fmt: ModelFormat, model: Any = None) -> None:
     fmt = ModelFormat(fmt)
-    transformer_file = bool(getattr(type(model), "transformer_file", False))
-    if fmt in TRANSFORMER_FILE and model is not None and not transformer_file:
+    if fmt in TRANSFORMER_FILE and model is not None and not model.transformer_file:
         raise ValueError(
             f"output_model_format: {fmt.value} is the transformer alone, which this model type does not write; use "
             "SAFETENSORS or ORIGINAL_SINGLE_FILE (one .safetensors checkpoint) or DIFFUSERS (a folder)"
@@ -68,8 +68,7 @@ class FineTuneMethod(EmbeddingSupport):
             module = model.parts[part]
             module.requires_grad_(True)
             params = [p for p in module.parameters() if p.requires_grad]
-            lr = part_cfg.learning_rate if part_cfg.learning_rate is not None else config.learning_rate
-            groups.append(ParamGroup(name=part, params=params, lr=lr))
+            groups.append(ParamGroup(name=part, params=params, lr=learning_rate_or_base(part_cfg.learning_rate, config.learning_rate)))
         return groups + self.setup_embeddings(model, config, device)
 
     def trainable_state(self, model: Any) -> dict[str, torch.Tensor]:
