@@ -17,8 +17,8 @@ latents, the DDPM noise schedule and targets). The DDPM families (SD 1.5/2/XL, P
 Würstchen, Cascade) also have the members listed after the class, which also says where the
 flow families differ.
 
-`ModelFamily` below is the contract as a `typing.Protocol`: the trainer, the methods and the tools
-type their `model` with it, and tests/models/test_model_registry.py checks that every registered
+`ModelFamily` below is the contract as a `typing.Protocol`: the trainer and its RunState
+(training/run_state.py) type their `model` with it, and tests/models/test_model_registry.py checks that every registered
 family class has each of its members and that its `load` takes each keyword.
 """
 
