@@ -15,7 +15,7 @@ import torch
 
 from ..config.enums import ModelFormat, TrainingMethod
 from ..config.parts import learning_rate_or_base
-from ..models.common import tied_aliases, without_aliases
+from ..models.common import base_module, tied_aliases, without_aliases
 from .device import output_dtype
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
@@ -48,10 +48,6 @@ def check_finetune_format(fmt: ModelFormat, model: Any = None) -> None:
         )
 
 
-def _base(module: torch.nn.Module) -> torch.nn.Module:
-    return module.get_base_model() if hasattr(module, "get_base_model") else module
-
-
 @register(TrainingMethod.FINE_TUNE)
 class FineTuneMethod(EmbeddingSupport):
     def setup(self, model: Any, config: Any, device: torch.device) -> list[ParamGroup]:
@@ -76,7 +72,7 @@ class FineTuneMethod(EmbeddingSupport):
         so continuing from a backup restores exactly these weights."""
         state: dict[str, torch.Tensor] = {}
         for part in self.trained_parts:
-            weights = without_aliases(_base(model.parts[part]).state_dict())  # tied weights once (safetensors)
+            weights = without_aliases(base_module(model.parts[part]).state_dict())  # tied weights once (safetensors)
             state.update({f"{part}.{k}": v.detach() for k, v in weights.items()})
         return {**state, **self.embedding_state()}
 
@@ -85,7 +81,7 @@ class FineTuneMethod(EmbeddingSupport):
             sub = {k[len(part) + 1 :]: v for k, v in state.items() if k.startswith(part + ".")}
             if not sub:
                 continue
-            module = _base(model.parts[part])
+            module = base_module(model.parts[part])
             aliases = tied_aliases(module.state_dict())
             missing, unexpected = module.load_state_dict(sub, strict=False)
             missing = [k for k in missing if aliases.get(k) not in sub]  # a tied alias loads with its first key

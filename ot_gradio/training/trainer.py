@@ -27,6 +27,7 @@ from ..config.families import family_info
 from ..config.io import config_to_dict
 from ..config.schema import TrainConfig
 from ..data.prefetch import LoadStats, prefetched
+from ..models.common import base_module
 from .backup import Counters, write_backup
 from .device import Precision, channels_last_on_cpu, resolve_device, weight_dtype
 from .diffusion import DiffusionStep, check_quantized_parts_frozen, configure_model
@@ -282,7 +283,7 @@ class Trainer:
         from .offload import compile_blocks  # noqa: PLC0415
 
         module = self.model.parts[self.model.denoiser]
-        module = module.get_base_model() if hasattr(module, "get_base_model") else module
+        module = base_module(module)
         offload = next((o for o in self.layer_offload if o.part == self.model.denoiser), None)
         if offload is None or not (offload.blocks or offload.activations):
             module.compile()
