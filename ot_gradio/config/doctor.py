@@ -41,6 +41,7 @@ from .optimizer import (
     optimizer_param_defaults,
     optimizer_problems,
 )
+from .parts import learning_rate_or_base
 from .schema import TrainConfig
 from .validation import join_path
 
@@ -149,8 +150,7 @@ def optimizer_warnings(config: TrainConfig) -> list[str]:
     name = opt.optimizer
     warmup = config.learning_rate_warmup_steps
     if name in ADAPTIVE_LR:
-        lrs = {part: getattr(config, part).learning_rate for part in _trained_parts(config)}
-        lrs = {part: config.learning_rate if lr is None else lr for part, lr in lrs.items()}
+        lrs = {part: learning_rate_or_base(getattr(config, part).learning_rate, config.learning_rate) for part in _trained_parts(config)}
         if any(lr != 1 for lr in lrs.values()) or len(set(lrs.values())) > 1:
             now = ", ".join(f"{part} {_fmt(lr)}" for part, lr in lrs.items()) or f"learning_rate {_fmt(config.learning_rate)}"
             why = OPTIMIZERS_PAGE_LR if name in PRODIGY_FAMILY else "it multiplies its own estimate by the learning rate"

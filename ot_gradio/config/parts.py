@@ -105,3 +105,9 @@ CLOUD_DEFAULTS: dict[str, Any] = {
 class SecretsConfig(Section):
     huggingface_token: str = opt("", "Hugging Face token", "Token for gated or private models on the hub. Kept in the workspace's secrets.json (owner-only), never in configs, backups or models.", tab="general")
     cloud: dict[str, Any] = opt(default_factory=dict, label="Cloud secrets", tooltip="OneTrainer's cloud credentials (API key, host, user). Stored in the config file: do not share that file.", tab="general", status=PLANNED)
+
+
+def learning_rate_or_base(own: float | None, base: float) -> float:
+    """The learning rate a part (or the embeddings) trains with: its own when set (0 included),
+    else the base `learning_rate`; blank means "the base" on the page and in every method."""
+    return base if own is None else own

@@ -14,60 +14,115 @@ facts with their defaults (inpainting, learns_variance, bucket_step, embedding k
 presets and kohya names, modelspec architecture), so the trainer reads them without probing.
 What several families share comes as mixins from `family_parts.py` (loading guards, the KL VAE's
 latents, the DDPM noise schedule and targets). The DDPM families (SD 1.5/2/XL, PixArt,
-Würstchen, Cascade) follow the prose below; `sd15.StableDiffusion15` is their reference. Where the two differ:
-flow families have `schedule_kind = "flow_matching"` and `prediction_type = "flow"`, take their
-options in `configure_flow(config)` (`configure_noise_schedule` refuses the DDPM-only ones), and
-their `predict(noisy, t, conditioning, batch)` takes t in (0, 1) and returns the velocity
-(training/flow_matching.py draws t and makes the noisy input and the target).
+Würstchen, Cascade) also have the members listed after the class, which also says where the
+flow families differ.
 
-Class attributes
-- `model_type`, `native_resolution`
-- `denoiser`: the part name of the network that predicts noise ("unet", "prior", "transformer").
-- `text_encoder_names`: text encoder part names in order ("text_encoder", "text_encoder_2").
-
-Loading
-- `load(name, *, cache_dir, offline, token, dtypes, config_dir) -> family`: a hub id, a local
-  diffusers folder, a single file, or `tiny:<family>` (models/tiny.py). `dtypes` maps part names
-  to torch dtypes. Errors the user can fix raise `ModelLoadError` with what to do.
-
-Parts and options
-- `parts -> dict[str, nn.Module]`: every part by its config section name.
-- `to(device)`, `prediction_type`, `configure_noise_schedule(prediction_type=, zero_terminal_snr=)`,
-  `set_attention(mechanism, device)`, `layer_skips: dict[str, int]` (clip skip per text encoder,
-  set by the trainer, used in training and sampling).
-
-A training step
-- `noise_scheduler`: has `config.num_train_timesteps`, `alphas_cumprod`, `betas` (for the
-  timestep loss weights and generalized offset noise); integer timesteps in
-  [0, num_train_timesteps) are what the trainer samples and passes on.
-- `vae_id` (identity of the image encoder for the latent cache), `encode_images(pixels, sample=,
-  generator=)` -> latents, `decode_latents(latents)`.
-- `add_noise(latents, noise, timesteps)`, `prediction_target(latents, noise, timesteps)`.
-- `encode_text(captions, grad=frozenset()) -> dict`: the conditioning; gradients flow through the
-  text encoders named in `grad` only. A family with several text encoders also takes `captions`
-  as {text encoder part: captions} (the training step drops captions per encoder).
-- `predict(noisy, timesteps, conditioning, batch) -> tensor`: `batch` is the data Batch (sizes,
-  crops, masks, conditioning latents for families that need them).
-- Inpainting families (`inpainting = True`, models/sd_inpainting.py) also have
-  `encode_conditioning(pixels, mask)` -> masked-image latents (cached by the trainer with masked
-  training) and read `batch.latent_mask` (set by the training step) in `predict`.
-
-Tokens (embeddings; training/embeddings.py)
-- `tokenizers -> dict[str, tokenizer]`: the tokenizer of each text encoder part, the very objects
-  the family tokenizes training captions and sample prompts with, held in plain attributes of
-  the model (embeddings add their tokens to them, and swap them for token-free copies while a
-  fine-tune is saved).
-- `embedding_keys: dict[str, str]`: text encoder part -> the key of its vectors in an A1111
-  embedding file: {"text_encoder": "emb_params"} for SD 1.x/2.x, "clip_l"/"clip_g" for SDXL's
-  two encoders (OneTrainer: "clip_g" for Würstchen/Cascade, "t5" for PixArt).
-- Every text encoder has transformers' `get_input_embeddings()` / `set_input_embeddings()` and
-  looks its input ids up through that module, in training and in `sample` (embeddings swap in
-  one that also knows the new ids).
-
-Outputs
-- `sample(prompt, negative_prompt, height, width, steps, cfg_scale, seed, sampler, device) -> PIL.Image`
-- `save_single_file(path, dtype, metadata=None) -> Path` (the header keys merged into the file's),
-  `save_diffusers(directory, dtype) -> Path` (atomic).
-- `lora_base_model_version` (e.g. "sd_v1", "sd_v2", "sdxl_base_v1-0"): written to LoRA metadata
-  and picks the kohya key prefixes.
+`ModelFamily` below is the contract as a `typing.Protocol`: the trainer and its RunState
+(training/run_state.py) type their `model` with it, and tests/models/test_model_registry.py checks that every registered
+family class has each of its members and that its `load` takes each keyword.
 """
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    import torch
+    from PIL.Image import Image
+
+
+class ModelFamily(Protocol):
+    """One loaded model of a family (the class attributes are the family's facts)."""
+
+    model_type: ClassVar[Any]  # the ModelType it is registered for
+    native_resolution: ClassVar[int]
+    denoiser: ClassVar[str]  # the part that predicts noise: "unet", "prior", "transformer"
+    text_encoder_names: ClassVar[tuple[str, ...]]  # text encoder parts in order
+    inpainting: ClassVar[bool]  # then also `encode_conditioning(pixels, mask)` and `batch.latent_mask` in `predict`
+    learns_variance: ClassVar[bool]
+    bucket_step: ClassVar[int | None]  # image sides are multiples of this (None: the data default)
+    transformer_file: ClassVar[bool]  # `save_single_file` writes the transformer alone
+    embedding_keys: ClassVar[dict[str, str]]  # text encoder part -> its key in an A1111 embedding file
+    lora_layer_presets: ClassVar[dict[str, dict[str, list[str]]]]
+    lora_base_model_version: ClassVar[str]  # LoRA metadata ("sd_v1", "sdxl_base_v1-0"); picks kohya prefixes
+    modelspec_architecture: ClassVar[str | None]
+
+    # set per run by the trainer (training/diffusion.configure_model); used in training and sampling
+    layer_skips: dict[str, int]  # clip skip per text encoder part
+    text_encoder_sequence_length: int | None  # the T5 / LLM token window (None: the family's default)
+
+    @classmethod
+    def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,
+             dtypes: Mapping[str, torch.dtype] | None = None, config_dir: str | None = None,
+             part_models: Mapping[str, str] | None = None) -> ModelFamily:
+        """A hub id, a local diffusers folder, a single file, or `tiny:<family>`. `dtypes`: part ->
+        torch dtype; `config_dir`: the configs of a single file; `part_models`: part -> the model a
+        part comes from (families that read it: Würstchen, Stable Cascade). Errors the user can fix
+        raise `ModelLoadError` saying what to do."""
+        ...
+
+    @property
+    def parts(self) -> dict[str, torch.nn.Module]:
+        """Every part by its config section name."""
+        ...
+
+    @property
+    def tokenizers(self) -> dict[str, Any]:
+        """The tokenizer of each text encoder part: the live objects training and sampling use
+        (embeddings add their tokens to them)."""
+        ...
+
+    def to(self, device: Any) -> ModelFamily: ...
+
+    @property
+    def prediction_type(self) -> str:
+        """"epsilon", "v_prediction" or "flow"."""
+        ...
+
+    def set_attention(self, mechanism: str, device: Any = None) -> None: ...
+
+    @property
+    def vae_id(self) -> str:
+        """The identity of the image encoder, for the latent cache."""
+        ...
+
+    def encode_images(self, pixels: torch.Tensor, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor: ...
+
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor: ...
+
+    def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] = frozenset()) -> dict:
+        """The conditioning; gradients flow through the text encoders named in `grad` only.
+        Several text encoders: also {part: captions} (the step drops captions per encoder)."""
+        ...
+
+    def predict(self, noisy: torch.Tensor, timesteps: torch.Tensor, conditioning: dict, batch: Any = None) -> torch.Tensor:
+        """The denoiser's output for the target (DDPM: integer timesteps; flow: t in (0, 1), the velocity)."""
+        ...
+
+    def sample(self, prompt: str, negative_prompt: str, height: int, width: int, steps: int, cfg_scale: float,
+               seed: int, sampler: Any, device: Any, **images: Any) -> Image: ...
+
+    def save_single_file(self, path: str | Path, dtype: Any, metadata: Mapping[str, str] | None = None) -> Path:
+        """The whole model (or the transformer alone, `transformer_file`), the header keys merged in."""
+        ...
+
+    def save_diffusers(self, directory: str | Path, dtype: Any) -> Path:
+        """A diffusers folder, written atomically."""
+        ...
+
+
+# What the DDPM families (sd15.StableDiffusion15 is their reference) have besides the members above,
+# and where the flow families differ (flow_family.FlowFamily):
+#
+# - `noise_scheduler` (DDPM): `config.num_train_timesteps`, `alphas_cumprod`, `betas`; integer
+#   timesteps in [0, num_train_timesteps) are what the trainer samples and passes on;
+#   `configure_noise_schedule(prediction_type=, zero_terminal_snr=)`, `add_noise(latents, noise,
+#   timesteps)`, `prediction_target(latents, noise, timesteps)`.
+# - flow families: `schedule_kind = "flow_matching"`, options in `configure_flow(config)`
+#   (`configure_noise_schedule` refuses the DDPM-only ones); training/flow_matching.py draws t and
+#   makes the noisy input and the target.
+# - embeddings (training/embeddings.py): every text encoder has transformers'
+#   `get_input_embeddings()` / `set_input_embeddings()` and looks its input ids up through that
+#   module, in training and in `sample`; `embedding_keys` {} means no embeddings.

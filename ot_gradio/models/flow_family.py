@@ -108,10 +108,12 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
 
     @classmethod
     def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,
-             dtypes: Mapping[str, torch.dtype] | None = None, config_dir: str | None = None):
+             dtypes: Mapping[str, torch.dtype] | None = None, config_dir: str | None = None,
+             part_models: Mapping[str, str] | None = None):
         """From a hub id, a diffusers folder, a `tiny:` name or (`single_file_layout`) a transformer
         file with the other parts and the configs from `config_dir`, else the hub repo. Each part
-        loads straight in its dtype (`dtypes` keys: the parts; float32 when not named)."""
+        loads straight in its dtype (`dtypes` keys: the parts; float32 when not named). Every part
+        comes from `name` (`part_models` is not read)."""
         parts = cls._part_names()
         dtypes = dict(dtypes or {})
         unknown = set(dtypes) - set(parts)

@@ -122,11 +122,13 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         token: str | None = None,
         dtypes: Mapping[str, torch.dtype] | None = None,
         config_dir: str | None = None,
+        part_models: Mapping[str, str] | None = None,
     ) -> PixArtAlpha:
         """Load from a hub id (PixArt-alpha/PixArt-XL-2-1024-MS, ...-512x512), a local diffusers
         folder or `tiny:pixart`. Each part loads straight in its dtype (`dtypes` keys:
         transformer, text_encoder, vae; float32 when not named), so T5 XXL never sits in memory
-        in float32 when it is not asked to. `config_dir` is for single files, which PixArt has not."""
+        in float32 when it is not asked to. `config_dir` is for single files, which PixArt has not;
+        every part comes from `name` (`part_models` is not read)."""
         dtypes = dict(dtypes or {})
         unknown = set(dtypes) - set(PARTS)
         if unknown:

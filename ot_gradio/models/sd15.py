@@ -122,12 +122,14 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
         token: str | None = None,
         dtypes: Mapping[str, torch.dtype] | None = None,
         config_dir: str | None = None,
+        part_models: Mapping[str, str] | None = None,
     ) -> StableDiffusion15:
         """Load from a hub id, a local diffusers folder, a `.safetensors`/`.ckpt` single file or `tiny:sd15`.
 
         Weights load on the CPU and are then cast per part (`dtypes` keys: unet, text_encoder,
         vae; a part not named gets float32, whatever dtype its files hold). A single file takes its component configs from `config_dir` (a local
-        diffusers folder of the same architecture) or else from the SD 1.5 hub repo.
+        diffusers folder of the same architecture) or else from the SD 1.5 hub repo. Every part
+        comes from `name` (`part_models` is not read).
         """
         pipe = cls._load_pipeline(
             str(name or "").strip(), cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir

@@ -77,8 +77,7 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
     model.layer_skips = {
         part: getattr(config, f"{part}_layer_skip", 0) or 0 for part in model.text_encoder_names
     }
-    if hasattr(model, "text_encoder_sequence_length"):  # T5-based families
-        model.text_encoder_sequence_length = config.text_encoder_sequence_length
+    model.text_encoder_sequence_length = config.text_encoder_sequence_length  # read by the T5 / LLM families
     for part in model_parts(model):
         data_type = DataType(getattr(config, part).weight_dtype)
         if data_type in QUANTIZED_TYPES:

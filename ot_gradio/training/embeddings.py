@@ -39,6 +39,8 @@ from torch import nn
 from ot_gradio.fsutil import atomic_write
 
 from ..config.enums import TimeUnit
+from ..config.parts import learning_rate_or_base
+from ..models.common import base_module
 from .methods import Method
 from .param_groups import ParamGroup
 
@@ -113,10 +115,6 @@ class Embedding:
 
 def safe_name(text: str) -> str:
     return re.sub(r"[^\w\-]+", "_", text).strip("_")
-
-
-def _base(module: nn.Module) -> nn.Module:
-    return module.get_base_model() if hasattr(module, "get_base_model") else module
 
 
 def family_tokenizers(model: Any) -> dict[str, Any]:
@@ -207,7 +205,7 @@ class Embeddings:
         self.modules: dict[str, TokenEmbedding] = {}
         self.median_norms: dict[str, float] = {}
         for part in model.text_encoder_names:
-            encoder = _base(model.parts[part])
+            encoder = base_module(model.parts[part])
             current = encoder.get_input_embeddings()
             if isinstance(current, TokenEmbedding):
                 raise ValueError(f"the {part} already has embeddings installed")
@@ -261,7 +259,7 @@ class Embeddings:
     def uninstall(self) -> None:
         """Put the original input embeddings back (the tokenizers keep the added tokens)."""
         for part, module in self.modules.items():
-            _base(self.model.parts[part]).set_input_embeddings(module.original)
+            base_module(self.model.parts[part]).set_input_embeddings(module.original)
 
     # --- training ---------------------------------------------------------------------------
     def expand(self, text: str) -> str:
@@ -414,8 +412,7 @@ class EmbeddingSupport(Method):
         train_parts = frozenset(p for p in model.text_encoder_names if getattr(config, p).train_embedding)
         for name, settings in wanted:
             self.embeddings.add(settings, field=name, train=settings.train, train_parts=train_parts)
-        lr = config.embedding_learning_rate if config.embedding_learning_rate is not None else config.learning_rate
-        return self.embeddings.param_groups(lr)
+        return self.embeddings.param_groups(learning_rate_or_base(config.embedding_learning_rate, config.learning_rate))
 
     @property
     def additional(self) -> list[Embedding]:

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from ..config.enums import ModelFormat, TrainingMethod
-from ..models.common import tied_aliases, without_aliases
+from ..config.parts import learning_rate_or_base
+from ..models.common import base_module, tied_aliases, without_aliases
 from .device import output_dtype
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
@@ -35,8 +36,7 @@ TRANSFORMER_FILE = (ModelFormat.ORIGINAL_TRANSFORMER, ModelFormat.COMFY_TRANSFOR
 
 def check_finetune_format(fmt: ModelFormat, model: Any = None) -> None:
     fmt = ModelFormat(fmt)
-    transformer_file = bool(getattr(type(model), "transformer_file", False))
-    if fmt in TRANSFORMER_FILE and model is not None and not transformer_file:
+    if fmt in TRANSFORMER_FILE and model is not None and not model.transformer_file:
         raise ValueError(
             f"output_model_format: {fmt.value} is the transformer alone, which this model type does not write; use "
             "SAFETENSORS or ORIGINAL_SINGLE_FILE (one .safetensors checkpoint) or DIFFUSERS (a folder)"
@@ -46,10 +46,6 @@ def check_finetune_format(fmt: ModelFormat, model: Any = None) -> None:
             f"output_model_format: {fmt.value} is not a whole-model format; use SAFETENSORS or "
             "ORIGINAL_SINGLE_FILE (one .safetensors checkpoint for A1111, ComfyUI, Forge) or DIFFUSERS (a folder)"
         )
-
-
-def _base(module: torch.nn.Module) -> torch.nn.Module:
-    return module.get_base_model() if hasattr(module, "get_base_model") else module
 
 
 @register(TrainingMethod.FINE_TUNE)
@@ -68,8 +64,7 @@ class FineTuneMethod(EmbeddingSupport):
             module = model.parts[part]
             module.requires_grad_(True)
             params = [p for p in module.parameters() if p.requires_grad]
-            lr = part_cfg.learning_rate if part_cfg.learning_rate is not None else config.learning_rate
-            groups.append(ParamGroup(name=part, params=params, lr=lr))
+            groups.append(ParamGroup(name=part, params=params, lr=learning_rate_or_base(part_cfg.learning_rate, config.learning_rate)))
         return groups + self.setup_embeddings(model, config, device)
 
     def trainable_state(self, model: Any) -> dict[str, torch.Tensor]:
@@ -77,7 +72,7 @@ class FineTuneMethod(EmbeddingSupport):
         so continuing from a backup restores exactly these weights."""
         state: dict[str, torch.Tensor] = {}
         for part in self.trained_parts:
-            weights = without_aliases(_base(model.parts[part]).state_dict())  # tied weights once (safetensors)
+            weights = without_aliases(base_module(model.parts[part]).state_dict())  # tied weights once (safetensors)
             state.update({f"{part}.{k}": v.detach() for k, v in weights.items()})
         return {**state, **self.embedding_state()}
 
@@ -86,7 +81,7 @@ class FineTuneMethod(EmbeddingSupport):
             sub = {k[len(part) + 1 :]: v for k, v in state.items() if k.startswith(part + ".")}
             if not sub:
                 continue
-            module = _base(model.parts[part])
+            module = base_module(model.parts[part])
             aliases = tied_aliases(module.state_dict())
             missing, unexpected = module.load_state_dict(sub, strict=False)
             missing = [k for k in missing if aliases.get(k) not in sub]  # a tied alias loads with its first key

@@ -12,6 +12,7 @@ import torch
 
 from ..config.doctor import dora_format_problem, lora_reader_problems
 from ..config.enums import DIFFUSERS_LORA_FORMATS, KOHYA_LORA_FORMATS, ModelFormat, TrainingMethod
+from ..config.parts import learning_rate_or_base
 from .device import output_dtype
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
@@ -95,8 +96,7 @@ class LoraMethod(EmbeddingSupport):
             if start and part in start.parts:
                 load_lora_state_dict(getattr(model, part), start.parts[part], kind=kind)
             getattr(model, part).to(device)
-            lr = part_cfg.learning_rate if part_cfg.learning_rate is not None else config.learning_rate
-            groups.append(ParamGroup(name=part, params=params, lr=lr))
+            groups.append(ParamGroup(name=part, params=params, lr=learning_rate_or_base(part_cfg.learning_rate, config.learning_rate)))
         return groups + self.setup_embeddings(model, config, device)
 
     def trainable_state(self, model: Any) -> dict[str, torch.Tensor]:

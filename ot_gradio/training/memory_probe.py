@@ -26,6 +26,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from ..models.common import base_module
 from .meta_shapes import FAST as FAST_META
 
 # --- measuring ---------------------------------------------------------------------------------------
@@ -119,7 +120,7 @@ def _flash_attention_on_meta():
 
 
 def set_checkpointing(module: torch.nn.Module, on: bool) -> None:
-    module = module.get_base_model() if hasattr(module, "get_base_model") else module
+    module = base_module(module)
     if hasattr(module, "enable_gradient_checkpointing"):  # diffusers models
         if on:
             module.enable_gradient_checkpointing()
@@ -299,7 +300,7 @@ def _probe_size(resolution: str) -> tuple[int, int]:
 
 
 def _is_checkpointing(module: torch.nn.Module) -> bool:
-    module = module.get_base_model() if hasattr(module, "get_base_model") else module
+    module = base_module(module)
     name = "is_activation_checkpointing" if hasattr(type(module), "is_activation_checkpointing") else "is_gradient_checkpointing"
     flag = getattr(module, name, None)  # transformers 5.x renamed it (the old name warns)
     if flag is None:

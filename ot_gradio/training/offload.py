@@ -39,6 +39,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..models.common import base_module
+
 BLOCK_LISTS = ("transformer_blocks", "single_transformer_blocks", "joint_blocks", "blocks", "layers", "block",
                "down_blocks", "up_blocks", "noise_refiner", "context_refiner", "h", "layer")
 
@@ -48,7 +50,7 @@ Mover = Callable[[torch.Tensor, torch.device], torch.Tensor]
 def find_blocks(module: nn.Module) -> list[nn.Module]:
     """The part's repeated blocks in running order: the items of every ModuleList named like a
     block list (BLOCK_LISTS) that is not inside another such list."""
-    module = module.get_base_model() if hasattr(module, "get_base_model") else module
+    module = base_module(module)
     blocks: list[nn.Module] = []
     inside: list[str] = []
     for name, child in module.named_modules():

@@ -4,40 +4,56 @@ after checking it was made with the settings that decide its shapes and data ord
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .backup import latest_backup, read_backup, set_rng_state
+from .backup import Counters, latest_backup, read_backup, set_rng_state
 from .ema import EMA
 from .preflight import TrainingError
+
+if TYPE_CHECKING:
+    from .run_state import RunState
 
 # settings a backup must share with the run that continues it
 MUST_MATCH = ("model_type", "training_method", "base_model_name", "batch_size", "gradient_accumulation_steps", "resolution", "lora_rank")
 
 
-def resume_from_latest_backup(trainer: Any) -> None:
-    found = latest_backup(trainer.paths.other_runs)
+@dataclass
+class Resumed:
+    """What the run continues with: the backup's counters, and the EMA (a fresh one when the
+    backup has none)."""
+
+    counters: Counters
+    ema: EMA | None
+
+
+def resume_from_latest_backup(run: RunState) -> Resumed | None:
+    """Load the newest backup into the model, optimizer, scheduler, grad scaler, EMA and RNGs;
+    None (with a warning) when the workspace has no complete backup yet."""
+    found = latest_backup(run.paths.other_runs)
     if found is None:
-        trainer.report.warning("continue_last_backup: no complete backup in this workspace yet; starting a new run")
-        return
+        run.report.warning("continue_last_backup: no complete backup in this workspace yet; starting a new run")
+        return None
     backup = read_backup(found)
     old = backup.config
     for key in MUST_MATCH:
-        if str(old.get(key)) != str(getattr(trainer.config, key)):
+        if str(old.get(key)) != str(getattr(run.config, key)):
             raise TrainingError(
                 f"continue_last_backup: the backup {found} was made with {key}={old.get(key)!r} but this run has "
-                f"{key}={getattr(trainer.config, key)!r}; change it back or turn off 'Continue from last backup'"
+                f"{key}={getattr(run.config, key)!r}; change it back or turn off 'Continue from last backup'"
             )
-    trainer.method.load_trainable_state(trainer.model, backup.trainable)
-    trainer.optimizer.load_state_dict(backup.state["optimizer"])
-    trainer.scheduler.load_state_dict(backup.state["scheduler"])
-    if trainer.precision.scaler is not None and backup.state.get("scaler"):
-        trainer.precision.scaler.load_state_dict(backup.state["scaler"])
-    if trainer.ema is not None:
+    run.method.load_trainable_state(run.model, backup.trainable)
+    run.optimizer.load_state_dict(backup.state["optimizer"])
+    run.scheduler.load_state_dict(backup.state["scheduler"])
+    if run.precision.scaler is not None and backup.state.get("scaler"):
+        run.precision.scaler.load_state_dict(backup.state["scaler"])
+    ema = run.ema
+    if ema is not None:
         if backup.state.get("ema"):
-            trainer.ema.load_state_dict(backup.state["ema"])
+            ema.load_state_dict(backup.state["ema"])
         else:
-            trainer.ema = EMA(trainer.trained_params, trainer.config.ema_decay, trainer.config.ema_update_step_interval, trainer.ema.device)
-            trainer.report.warning("ema: the backup has no EMA weights (EMA was off); the average starts from the backup's weights")
+            ema = EMA(run.trained_params, run.config.ema_decay, run.config.ema_update_step_interval, ema.device)
+            run.report.warning("ema: the backup has no EMA weights (EMA was off); the average starts from the backup's weights")
     set_rng_state(backup.state["rng"])
-    trainer.counters = backup.counters
-    trainer.report.status("training", f"continuing from backup {found.name} at step {trainer.counters.global_step}")
+    run.report.status("training", f"continuing from backup {found.name} at step {backup.counters.global_step}")
+    return Resumed(backup.counters, ema)

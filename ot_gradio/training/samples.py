@@ -1,12 +1,13 @@
 """Samples during training: every enabled prompt of the config rendered with the model being
 trained, written as image files, reported as events and shown in TensorBoard. With EMA on they
 use the EMA weights, and with `non_ema_sampling` the live weights as well (file names and events
-marked 'no-ema'). Sampling leaves the training noise as it was."""
+marked 'no-ema'). Sampling leaves the training noise as it was. The trainer reads the logged
+losses first (a NaN loss stops the run before its weights are used)."""
 
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -14,46 +15,48 @@ import torch
 from ..fsutil import atomic_write
 from .optimizers import optimizer_eval_mode, optimizer_train_mode
 
+if TYPE_CHECKING:
+    from .run_state import RunState
+
 
 def sample_images(sample: Any) -> dict[str, str]:
     """An inpainting sample's base image and mask for the family's `sample` (the doctor checked
     the family and the files before the run); none for a text-to-image sample."""
-    if not getattr(sample, "sample_inpainting", False):
+    if not sample.sample_inpainting:
         return {}
     return {"image": sample.base_image_path, "mask": sample.mask_image_path}
 
 
-def sample_during_training(trainer: Any) -> None:
-    """Sample every enabled prompt of `trainer`'s config (the main process only)."""
-    trainer._read_losses()  # a NaN loss stops the run before its weights are used
-    samples = [s for s in trainer.config.samples if s.enabled]
-    if not samples or not trainer.dist.is_main:
+def sample_during_training(run: RunState) -> None:
+    """Sample every enabled prompt of the run's config (the main process only)."""
+    samples = [s for s in run.config.samples if s.enabled]
+    if not samples or not run.dist.is_main:
         return
-    trainer.report.status("sampling", "")
-    optimizer_eval_mode(trainer.optimizer)  # schedule-free: sample the averaged weights
-    trainer.paths.samples.mkdir(parents=True, exist_ok=True)
-    if trainer.ema is None:
-        _sample_all(trainer, samples, None)
+    run.report.status("sampling", "")
+    optimizer_eval_mode(run.optimizer)  # schedule-free: sample the averaged weights
+    run.paths.samples.mkdir(parents=True, exist_ok=True)
+    if run.ema is None:
+        _sample_all(run, samples, None)
     else:
-        with trainer.ema.applied(trainer.trained_params):
-            _sample_all(trainer, samples, True)
-        if trainer.config.non_ema_sampling:
-            _sample_all(trainer, samples, False)
-    optimizer_train_mode(trainer.optimizer)
-    trainer.report.status("training", "")
+        with run.ema.applied(run.trained_params):
+            _sample_all(run, samples, True)
+        if run.config.non_ema_sampling:
+            _sample_all(run, samples, False)
+    optimizer_train_mode(run.optimizer)
+    run.report.status("training", "")
 
 
-def _sample_all(trainer: Any, samples: list, ema: bool | None) -> None:
-    fmt = str(getattr(trainer.config, "sample_image_format", "JPG")).lower().replace("jpeg", "jpg")
+def _sample_all(run: RunState, samples: list, ema: bool | None) -> None:
+    fmt = str(run.config.sample_image_format).lower().replace("jpeg", "jpg")
     suffix = "-no-ema" if ema is False else ""
 
     def text(prompt: str) -> str:  # as the model reads it (the method's hook: embedding placeholders)
-        return trainer.method.transform_text(prompt) if prompt else prompt
+        return run.method.transform_text(prompt) if prompt else prompt
 
     for i, s in enumerate(samples):
         seed = random.randint(0, 2**31 - 1) if s.random_seed else s.seed
         state = torch.get_rng_state()
-        image = trainer.model.sample(
+        image = run.model.sample(
             prompt=text(s.prompt),
             negative_prompt=text(s.negative_prompt),
             height=s.height,
@@ -62,14 +65,14 @@ def _sample_all(trainer: Any, samples: list, ema: bool | None) -> None:
             cfg_scale=s.cfg_scale,
             seed=seed,
             sampler=s.noise_scheduler,
-            device=trainer.device,
+            device=run.device,
             **sample_images(s),
         )
         torch.set_rng_state(state)  # sampling must not change the training noise
-        c = trainer.counters
-        out = trainer.paths.samples / f"step{c.global_step:06d}-epoch{c.epoch}-{i}{suffix}.{fmt}"
+        c = run.counters
+        out = run.paths.samples / f"step{c.global_step:06d}-epoch{c.epoch}-{i}{suffix}.{fmt}"
         atomic_write(out, lambda tmp, im=image: im.save(tmp, format="JPEG" if fmt == "jpg" else fmt.upper()), what="a sample")
         extra = {} if ema is None else {"ema": ema}
-        trainer.report.sample(path=str(out), prompt=s.prompt, step=c.global_step, epoch=c.epoch, index=i, **extra)
-        if trainer._tb is not None:
-            trainer._tb.add_image(f"sample/{i}{suffix}", np.asarray(image), c.global_step, dataformats="HWC")
+        run.report.sample(path=str(out), prompt=s.prompt, step=c.global_step, epoch=c.epoch, index=i, **extra)
+        if run.tensorboard is not None:
+            run.tensorboard.add_image(f"sample/{i}{suffix}", np.asarray(image), c.global_step, dataformats="HWC")

@@ -12,14 +12,12 @@ gradients are averaged before each optimizer step, and only the main process sam
 
 from __future__ import annotations
 
-import inspect
 import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,6 +27,7 @@ from ..config.families import family_info
 from ..config.io import config_to_dict
 from ..config.schema import TrainConfig
 from ..data.prefetch import LoadStats, prefetched
+from ..models.common import base_module
 from .backup import Counters, write_backup
 from .device import Precision, channels_last_on_cpu, resolve_device, weight_dtype
 from .diffusion import DiffusionStep, check_quantized_parts_frozen, configure_model
@@ -40,35 +39,14 @@ from .optimizers import create_optimizer, fused_back_pass, optimizer_eval_mode, 
 from .param_groups import all_params, optimizer_groups
 from .preflight import TrainingError, check_concepts, check_writable
 from .resume import resume_from_latest_backup
+from .run_state import Reporter, RunPaths, RunState
 from .samples import sample_during_training
 from .schedulers import create_scheduler
 from .step_log import LossLog, StepLog, check_finite
 from .validation import setup_validation
 
-
-class Reporter:
-    """Where the trainer's news goes. The worker sends it to events.jsonl; tests collect it."""
-
-    def status(self, status: str, message: str = "") -> None: ...
-    def warning(self, message: str) -> None: ...
-    def progress(self, **fields: Any) -> None: ...
-    def metrics(self, **fields: Any) -> None: ...
-    def sample(self, **fields: Any) -> None: ...
-    def saved(self, path: str, kind: str = "model") -> None: ...
-    def backup(self, path: str) -> None: ...
-    def validation(self, **fields: Any) -> None: ...
-    def requests(self) -> set[str]:
-        return set()
-
-
-@dataclass
-class RunPaths:
-    samples: Path
-    backup: Path
-    save: Path
-    tensorboard: Path | None
-    other_runs: list[Path]  # earlier runs of the same workspace, for "continue from last backup"
-
+if TYPE_CHECKING:
+    from ..models.base import ModelFamily
 
 # With `defer_loss_reads` (asynchronous devices), the loop reads the logged losses at most this often.
 LOSS_READ_SECONDS = 1.0
@@ -89,6 +67,8 @@ class Trainer:
         self.counters = Counters()
         self.stop_requested = False
         self._tb = None
+        self.optimizer: Any = None  # made after the dataset and validation (_setup_steps)
+        self.scheduler: Any = None
         self.data_stats = LoadStats()  # time the loop waited for batches
         self.dist = Distributed()  # setup joins the other processes of a multi-GPU run
         # Each step's loss is read from the device at once, or with `defer_loss_reads` (GPUs; not
@@ -124,17 +104,14 @@ class Trainer:
             part: weight_dtype(getattr(cfg, part).weight_dtype, self.device, self.precision.dtype)
             for part in family_info(cfg.model_type).parts
         }
-        extra = {}
-        if "part_models" in inspect.signature(family.load).parameters:  # parts that come from models of their own
-            extra["part_models"] = {part: getattr(cfg, part).model_name for part in family_info(cfg.model_type).parts}
         with self.dist.main_first():  # multi-GPU: one process downloads (or builds) the model, then the others load it
-            self.model = family.load(
+            self.model: ModelFamily = family.load(
                 cfg.base_model_name,
                 cache_dir=cfg.huggingface_cache_dir or None,
                 offline=cfg.offline_mode,
                 token=cfg.secrets.huggingface_token or None,
                 dtypes=dtypes,
-                **extra,
+                part_models={part: getattr(cfg, part).model_name for part in family_info(cfg.model_type).parts},
             )
         self.model.to(self.device)
         # seeded after loading: building or converting a model may draw random numbers (the tiny
@@ -187,7 +164,7 @@ class Trainer:
         for warning in self.dataset.warnings:
             self.report.warning(warning)
         self._warn_never_trained()
-        self.validator = setup_validation(self)  # validation.py: held-out images' loss, when on
+        self.validator = setup_validation(self._run_state())  # validation.py: held-out images' loss, when on
         self.steps_per_epoch = self.dataset.steps_per_epoch
         self._setup_steps()
 
@@ -245,8 +222,8 @@ class Trainer:
             from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415
 
             self._tb = SummaryWriter(str(self.paths.tensorboard))
-        if cfg.continue_last_backup:
-            resume_from_latest_backup(self)  # resume.py
+        if cfg.continue_last_backup and (resumed := resume_from_latest_backup(self._run_state())) is not None:
+            self.counters, self.ema = resumed.counters, resumed.ema
         self._stop_parts_if_due()
         self.dist.sync_random_state()  # multi-GPU: every process draws the main process's numbers from here on
 
@@ -306,7 +283,7 @@ class Trainer:
         from .offload import compile_blocks  # noqa: PLC0415
 
         module = self.model.parts[self.model.denoiser]
-        module = module.get_base_model() if hasattr(module, "get_base_model") else module
+        module = base_module(module)
         offload = next((o for o in self.layer_offload if o.part == self.model.denoiser), None)
         if offload is None or not (offload.blocks or offload.activations):
             module.compile()
@@ -460,7 +437,7 @@ class Trainer:
         asked = self._handle_requests()
         step = self.counters.global_step
         if self.validator is not None and self.validator.every.after_step(step):
-            self.validator.run()
+            self.validator.run(self._run_state())
         if "sample" in asked or self.sample_every.after_step(step):
             self.sample()
         if "backup" in asked or self.backup_every.after_step(step):
@@ -471,7 +448,7 @@ class Trainer:
     def _after_epoch(self) -> None:
         done = self.counters.epoch
         if self.validator is not None and self.validator.every.after_epoch(done):
-            self.validator.run()
+            self.validator.run(self._run_state())
         if done >= self.config.epochs:
             return  # the end of the run samples, backs up and saves once
         if self.sample_every.after_epoch(done):
@@ -500,7 +477,16 @@ class Trainer:
     # --- outputs ----------------------------------------------------------------------------
     def sample(self) -> None:
         """Sample every enabled prompt (samples.py: EMA and non-EMA, files, events, TensorBoard)."""
-        sample_during_training(self)
+        self._read_losses()  # a NaN loss stops the run before its weights are used
+        sample_during_training(self._run_state())
+
+    def _run_state(self) -> RunState:
+        """The run as samples.py, resume.py and validation.py read it, as it is now."""
+        return RunState(
+            self.config, self.paths, self.report, self.dist, self.device, self.precision, self.model, self.method,
+            self.trained_params, self.counters, self.ema, optimizer=self.optimizer,
+            scheduler=self.scheduler, tensorboard=self._tb, text_cache=self.diffusion.text_cache,
+        )
 
     def write_backup(self) -> Path | None:
         self._read_losses()  # never back up weights a NaN loss produced

@@ -11,13 +11,16 @@ trains exactly the same steps as one without.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..config.enums import ConceptType
 from .diffusion import DiffusionStep
 from .intervals import Every
+
+if TYPE_CHECKING:
+    from .run_state import RunState
 
 NUM_TIMESTEP_INDICES = 1000  # fixed draws are indices; flow families map them to t = (i + 1) / 1000
 _SEED_OFFSET = 7_919  # keeps the validation draws apart from the training seed's own stream
@@ -47,13 +50,13 @@ class FixedDraws:
 
 
 class Validator:
-    """Built by the trainer after its dataset; `due_after_step` / `due_after_epoch` say when."""
+    """Built by the trainer after its dataset; its `every` says when the trainer calls `run`."""
 
-    def __init__(self, trainer: Any):
+    def __init__(self, run: RunState):
         from ..data import build_dataset  # noqa: PLC0415
 
-        cfg = trainer.config
-        self.trainer = trainer
+        cfg, model = run.config, run.model
+        self.model = model
         self.every = Every(cfg.validate_after, cfg.validate_after_unit)
         self.dataset = build_dataset(
             validation_concepts(cfg),
@@ -62,23 +65,19 @@ class Validator:
             aspect_ratio_bucketing=cfg.aspect_ratio_bucketing,
             latent_caching=cfg.latent_caching,
             cache_dir=cfg.cache_dir,
-            vae_id=trainer.model.vae_id,
+            vae_id=model.vae_id,
             seed=cfg.seed,
-            encode_fn=lambda pixels: trainer.model.encode_images(pixels, generator=torch.Generator().manual_seed(cfg.seed)),
-            bucket_step=getattr(trainer.model, "bucket_step", None),
-            conditioning_fn=trainer.model.encode_conditioning
-            if getattr(trainer.model, "inpainting", False) and cfg.masked_training else None,
+            encode_fn=lambda pixels: model.encode_images(pixels, generator=torch.Generator().manual_seed(cfg.seed)),
+            bucket_step=model.bucket_step,
+            conditioning_fn=model.encode_conditioning if model.inpainting and cfg.masked_training else None,
         )
         fixed = cfg.model_copy(deep=True)
-        for part in trainer.model.text_encoder_names:
+        for part in model.text_encoder_names:
             getattr(fixed, part).dropout_probability = 0.0
         fixed.unmasked_probability = 0.0
         self.draws = FixedDraws(cfg.seed)
-        self.step = DiffusionStep(
-            trainer.model, fixed, trainer.device, trainer.precision, self.draws,
-            caption_transform=getattr(trainer.method, "transform_text", None),
-        )
-        self.step.text_cache = trainer.diffusion.text_cache
+        self.step = DiffusionStep(model, fixed, run.device, run.precision, self.draws, caption_transform=run.method.transform_text)
+        self.step.text_cache = run.text_cache
 
     @property
     def image_count(self) -> int:
@@ -86,11 +85,11 @@ class Validator:
 
     def loss(self) -> float:
         """The mean loss over every validation image, with the fixed draws."""
-        trainer = self.trainer
-        modes = {name: module.training for name, module in trainer.model.parts.items()}
+        parts = self.model.parts
+        modes = {name: module.training for name, module in parts.items()}
         total, count = 0.0, 0
         with torch.random.fork_rng(devices=[]), torch.no_grad():
-            for module in trainer.model.parts.values():
+            for module in parts.values():
                 module.eval()
             try:
                 for index, batch in enumerate(self.dataset.epoch_batches(0)):
@@ -99,33 +98,32 @@ class Validator:
                     total += float(self.step.loss(batch, frozenset())) * n
                     count += n
             finally:
-                for name, module in trainer.model.parts.items():
+                for name, module in parts.items():
                     module.train(modes[name])
         return total / max(count, 1)
 
-    def run(self) -> float:
+    def run(self, run: RunState) -> float:
         """Compute the loss and report it: events.jsonl ("validation"), TensorBoard, the log."""
-        trainer = self.trainer
         loss = self.loss()
-        c = trainer.counters
-        trainer.report.validation(loss=loss, global_step=c.global_step, epoch=c.epoch, images=self.image_count)
-        if trainer._tb is not None:
-            trainer._tb.add_scalar("loss/validation", loss, c.global_step)
+        c = run.counters
+        run.report.validation(loss=loss, global_step=c.global_step, epoch=c.epoch, images=self.image_count)
+        if run.tensorboard is not None:
+            run.tensorboard.add_scalar("loss/validation", loss, c.global_step)
         print(f"validation loss at step {c.global_step}: {loss:.6f}", flush=True)
         return loss
 
 
-def setup_validation(trainer: Any) -> Validator | None:
+def setup_validation(run: RunState) -> Validator | None:
     """`validation` on with VALIDATION concepts: a Validator for the main process; otherwise None
     (with a warning when validation is on but there is nothing to validate on)."""
-    cfg = trainer.config
+    cfg = run.config
     if not cfg.validation:
         return None
     if not validation_concepts(cfg):
-        trainer.report.warning("validation is on but no enabled concept has the type VALIDATION: add one (held-out "
-                               "images) on the Concepts tab; no validation loss is computed")
+        run.report.warning("validation is on but no enabled concept has the type VALIDATION: add one (held-out "
+                           "images) on the Concepts tab; no validation loss is computed")
         return None
-    if not trainer.dist.is_main:
+    if not run.dist.is_main:
         return None
-    trainer.report.status("caching", "caching the validation images")
-    return Validator(trainer)
+    run.report.status("caching", "caching the validation images")
+    return Validator(run)

@@ -31,3 +31,40 @@ def test_a_type_cannot_be_registered_twice():
 def test_torch_free_table_agrees_with_the_family(model_type):
     """The page and the dataset report read the torch-free table; the trainer reads the class."""
     assert getattr(get_family(model_type), "bucket_step", None) == FAMILIES[model_type].bucket_step
+
+
+INSTANCE_ONLY = {"layer_skips"}  # set in every family's __init__
+
+
+def _contract_members() -> set[str]:
+    from ot_gradio.models.base import ModelFamily
+
+    declared = {n for n, v in vars(ModelFamily).items() if not n.startswith("_") and (isinstance(v, (property, classmethod)) or callable(v))}
+    return (declared | set(ModelFamily.__annotations__)) - INSTANCE_ONLY
+
+
+def _load_keywords(cls: type) -> set[str]:
+    """The keywords `cls.load` takes, following `**kwargs` to the load it passes them on to."""
+    import inspect
+
+    for klass in cls.__mro__:
+        if "load" in vars(klass):
+            params = inspect.signature(klass.load).parameters
+            named = {n for n, p in params.items() if p.kind == p.KEYWORD_ONLY or p.kind == p.POSITIONAL_OR_KEYWORD}
+            if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+                return named
+    return set()
+
+
+@pytest.mark.parametrize("model_type", supported_model_types())
+def test_every_family_has_the_contract(model_type):
+    """The trainer calls these members on every family without probing (models/base.ModelFamily)."""
+    import inspect
+
+    from ot_gradio.models.base import ModelFamily
+
+    cls = get_family(model_type)
+    missing = sorted(name for name in _contract_members() if not hasattr(cls, name))
+    assert not missing, f"{cls.__name__} lacks {missing}"
+    wanted = {n for n in inspect.signature(ModelFamily.load).parameters if n not in ("cls", "name")}
+    assert wanted <= _load_keywords(cls), f"{cls.__name__}.load does not take {sorted(wanted - _load_keywords(cls))}"
