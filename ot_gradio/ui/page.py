@@ -29,6 +29,7 @@ from ..runner.jobs import JobSupervisor
 from ..runner.queue import RunQueue, SupervisorBackend  # runs/queue
 from ..runner.startcheck import start_problems
 from ..runner.supervisor import Supervisor
+from ..runner.tensorboard import TensorBoard, settings
 from .api import API_NAMES, QueueApi, register_api  # runs/queue
 from .browser import BrowserPanel
 from .concepts import ConceptsTab
@@ -44,7 +45,6 @@ from .problems import problems_markdown, rechecked
 from .queue_panel import QueuePanel  # runs/queue
 from .samples import SamplesTab, to_rows
 from .state import load_ui_choices, load_ui_config, preset_config, save_ui_choice, save_ui_config
-from .tensorboard import TensorBoard, settings
 from .tools_tab import ToolsContext, build_tools
 from .training_tab import lr_frame, memory_markdown
 from .uploads import DELETE_CACHE, bound_uploads
