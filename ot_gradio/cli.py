@@ -26,12 +26,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     config = loaded.config
-    from .config.doctor import errors  # noqa: PLC0415
     from .config.io import config_to_dict  # noqa: PLC0415
     from .runner.startcheck import start_problems  # noqa: PLC0415
     from .training.optimizers import OPTIMIZERS  # noqa: PLC0415
 
-    problems = errors(config) or start_problems(config, config_to_dict(config), args.workspace)
+    problems = start_problems(config, config_to_dict(config), args.workspace)  # as `validate` and the page's Start
     if problems:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
@@ -154,7 +153,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 2
     for warning in loaded.warnings + check(loaded.config, include_planned=not from_ot):
         print(f"warning: {warning}")
-    from .config.doctor import errors  # noqa: PLC0415
     from .config.io import config_to_dict, save_config  # noqa: PLC0415
     from .runner.startcheck import start_problems  # noqa: PLC0415
 
@@ -166,7 +164,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             return 2
         print(f"written: {args.output}")
     # everything `train` refuses before its first step, so "ok" means the run can start here
-    problems = errors(loaded.config) or start_problems(loaded.config, config_to_dict(loaded.config), args.workspace)
+    problems = start_problems(loaded.config, config_to_dict(loaded.config), args.workspace)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if problems:
