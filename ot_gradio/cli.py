@@ -15,16 +15,25 @@ from typing import Any
 TOOL_COMMANDS = ("caption", "mask", "convert", "sample", "report")
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from .config.doctor import check  # noqa: PLC0415
+def _loaded(args: argparse.Namespace) -> tuple[Any, bool] | None:
+    """The config `--config` and `--set` name, and whether it was OneTrainer's; None (the error
+    printed) when it cannot be loaded."""
     from .config.io import ConfigError  # noqa: PLC0415
     from .config.presets import load_config_argument  # noqa: PLC0415
 
     try:
-        loaded, from_ot = load_config_argument(args.config, args.set or [])
+        return load_config_argument(args.config, args.set or [])
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
+        return None
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .config.doctor import check  # noqa: PLC0415
+
+    if (found := _loaded(args)) is None:
         return 2
+    loaded, from_ot = found
     config = loaded.config
     from .config.io import config_to_dict  # noqa: PLC0415
     from .runner.startcheck import start_problems  # noqa: PLC0415
@@ -143,14 +152,10 @@ class _Console:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from .config.doctor import check  # noqa: PLC0415
-    from .config.io import ConfigError  # noqa: PLC0415
-    from .config.presets import load_config_argument  # noqa: PLC0415
 
-    try:
-        loaded, from_ot = load_config_argument(args.config, args.set or [])
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+    if (found := _loaded(args)) is None:
         return 2
+    loaded, from_ot = found
     for warning in loaded.warnings + check(loaded.config, include_planned=not from_ot):
         print(f"warning: {warning}")
     from .config.io import config_to_dict, save_config  # noqa: PLC0415
