@@ -15,39 +15,31 @@ from typing import Any
 TOOL_COMMANDS = ("caption", "mask", "convert", "sample", "report")
 
 
-def _load(config_path: str, overrides: list[str]):
-    from .config.io import ConfigError, apply_overrides, load_config, read_json  # noqa: PLC0415
-    from .config.onetrainer import is_onetrainer_config  # noqa: PLC0415
-    from .config.presets import resolve_preset_path  # noqa: PLC0415
+def _loaded(args: argparse.Namespace) -> tuple[Any, bool] | None:
+    """The config `--config` and `--set` name, and whether it was OneTrainer's; None (the error
+    printed) when it cannot be loaded."""
+    from .config.io import ConfigError  # noqa: PLC0415
+    from .config.presets import load_config_argument  # noqa: PLC0415
 
-    path = Path(config_path)
-    if not path.exists():
-        found = resolve_preset_path(config_path)
-        if found is None:
-            raise ConfigError(f"--config: {config_path} does not exist (give a JSON file or a preset name)")
-        path = found
-    data = read_json(path, "--config")
-    if overrides:
-        data = apply_overrides(data, overrides)
-    return load_config(data, base_dir=path.parent, source=str(path)), is_onetrainer_config(data)
+    try:
+        return load_config_argument(args.config, args.set or [])
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from .config.doctor import check  # noqa: PLC0415
-    from .config.io import ConfigError  # noqa: PLC0415
 
-    try:
-        loaded, from_ot = _load(args.config, args.set or [])
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+    if (found := _loaded(args)) is None:
         return 2
+    loaded, from_ot = found
     config = loaded.config
-    from .config.doctor import errors  # noqa: PLC0415
     from .config.io import config_to_dict  # noqa: PLC0415
     from .runner.startcheck import start_problems  # noqa: PLC0415
     from .training.optimizers import OPTIMIZERS  # noqa: PLC0415
 
-    problems = errors(config) or start_problems(config, config_to_dict(config), args.workspace)
+    problems = start_problems(config, config_to_dict(config), args.workspace)  # as `validate` and the page's Start
     if problems:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
@@ -88,15 +80,11 @@ def _follow_worker(run: Any, console: _Console) -> int:
     events. Ctrl-C asks it to stop after the step (backup and model written); a second Ctrl-C
     stops it at once."""
     import signal  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
     import time  # noqa: PLC0415
 
-    from .runner.launch import child_env  # noqa: PLC0415
+    from .runner.launch import start_child, worker_command  # noqa: PLC0415
 
-    with open(run.log, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "ot_gradio.runner.worker", str(run.path)], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=child_env())
+    proc = start_child(worker_command(run.path), log=run.log)
     cursor = 0
     asked = False
     while True:
@@ -164,16 +152,12 @@ class _Console:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from .config.doctor import check  # noqa: PLC0415
-    from .config.io import ConfigError  # noqa: PLC0415
 
-    try:
-        loaded, from_ot = _load(args.config, args.set or [])
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+    if (found := _loaded(args)) is None:
         return 2
+    loaded, from_ot = found
     for warning in loaded.warnings + check(loaded.config, include_planned=not from_ot):
         print(f"warning: {warning}")
-    from .config.doctor import errors  # noqa: PLC0415
     from .config.io import config_to_dict, save_config  # noqa: PLC0415
     from .runner.startcheck import start_problems  # noqa: PLC0415
 
@@ -185,7 +169,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             return 2
         print(f"written: {args.output}")
     # everything `train` refuses before its first step, so "ok" means the run can start here
-    problems = errors(loaded.config) or start_problems(loaded.config, config_to_dict(loaded.config), args.workspace)
+    problems = start_problems(loaded.config, config_to_dict(loaded.config), args.workspace)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if problems:
@@ -201,6 +185,7 @@ def cmd_estimate_memory(args: argparse.Namespace) -> int:
     """The memory planner's estimate as one JSON line on stdout (the page's Model tab runs this in
     a child process: the page never imports torch). `--config -` reads the config from stdin."""
     from .config.io import MAX_CONFIG_BYTES, ConfigError, load_config, parse_json_text  # noqa: PLC0415
+    from .config.presets import load_config_argument  # noqa: PLC0415
     from .runner.deferred_imports import defer_optional_imports  # noqa: PLC0415
 
     defer_optional_imports()
@@ -212,7 +197,7 @@ def cmd_estimate_memory(args: argparse.Namespace) -> int:
                 raise ConfigError("--config -: stdin must hold a JSON object")
             loaded = load_config(data, base_dir=Path.cwd(), source="stdin")
         else:
-            loaded, _ = _load(args.config, args.set or [])
+            loaded, _ = load_config_argument(args.config, args.set or [])
     except (ConfigError, json.JSONDecodeError) as err:
         problems = [str(p) for p in (getattr(err, "errors", None) or [str(err)])]
         print(json.dumps({"estimated": False, "problems": problems}), flush=True)

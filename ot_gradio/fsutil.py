@@ -25,10 +25,13 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "DiskFullError", "as_disk_full", "atomic_write", "atomic_write_bytes", "atomic_write_dir", "atomic_write_json",
+    "BACKUP_MARKER", "DiskFullError", "as_disk_full", "atomic_write", "atomic_write_bytes", "atomic_write_dir", "atomic_write_json",
     "atomic_write_text", "free_bytes", "fsync_dir", "fsync_file", "human_bytes", "remove_stale_temps", "tree_size",
 ]
 
+# Written last into a backup folder (training/backup.py): a folder that has it is complete. Declared
+# here, below both, so the runner and the page read it without importing the trainer (torch).
+BACKUP_MARKER = "COMPLETE"
 FILE_MODE = 0o644
 _FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 # How libraries word ENOSPC when they do not raise it as an OSError (safetensors' Rust io error,

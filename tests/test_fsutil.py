@@ -282,3 +282,18 @@ def test_a_write_removes_what_dead_writes_left_in_its_folder(tmp_path, monkeypat
         os.utime(p, (old, old))
     atomic_write_bytes(models / "out.safetensors", b"new")
     assert names(models) == sorted([".other.safetensors.q1w2e3r4.tmp", ".notes.tmp", "out.safetensors"])
+
+
+def test_the_backup_marker_is_declared_once_below_the_trainer_and_the_runner():
+    import ast
+
+    package = Path(fsutil.__file__).parent
+    declared, runner_imports = [], []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        declared += [path.name for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                     for target in node.targets if isinstance(target, ast.Name) and target.id == "BACKUP_MARKER"]
+        if path.parent.name == "training":
+            runner_imports += [path.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                               and "runner" in (node.module or "")]
+    assert declared == ["fsutil.py"] and runner_imports == []

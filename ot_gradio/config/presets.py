@@ -7,10 +7,10 @@ from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
-from .io import read_json
+from .io import apply_overrides, load_config, read_json
 from .migrations import migrate
 from .onetrainer import is_onetrainer_config, to_our_layout
-from .validation import ConfigError
+from .validation import ConfigError, LoadResult
 
 PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
 
@@ -51,3 +51,19 @@ def apply_preset(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any
         else:
             merged[key] = deepcopy(value)
     return merged
+
+
+def load_config_argument(config_path: str, overrides: list[str] | None = None) -> tuple[LoadResult, bool]:
+    """What a command's `--config` names (a JSON file, ours or OneTrainer's, or a preset name), with
+    its `--set KEY.PATH=VALUE` overrides applied: (the loaded config, whether it was OneTrainer's).
+    Raises ConfigError naming `--config` or the overridden field."""
+    path = Path(config_path)
+    if not path.exists():
+        found = resolve_preset_path(config_path)
+        if found is None:
+            raise ConfigError(f"--config: {config_path} does not exist (give a JSON file or a preset name)")
+        path = found
+    data = read_json(path, "--config")
+    if overrides:
+        data = apply_overrides(data, overrides)
+    return load_config(data, base_dir=path.parent, source=str(path)), is_onetrainer_config(data)

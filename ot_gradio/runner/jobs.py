@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .launch import child_env
+from .launch import module_command, start_child
 from .rundir import RunDir, new_run_id, write_json_atomic
 
 JOB_FINAL = ("done", "cancelled", "error")
@@ -84,13 +83,7 @@ class JobSupervisor:
     def start(self, name: str, params: dict[str, Any], env: dict[str, str] | None = None) -> JobDir:
         job = JobDir(self.root / new_run_id(name)).make()
         write_json_atomic(job.params, {"name": name, "params": params})
-        log = open(job.log, "ab")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ot_gradio.runner.job_worker", str(job.path)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            env=child_env(env), cwd=os.getcwd(),
-        )
-        log.close()
+        proc = start_child(module_command("ot_gradio.runner.job_worker", str(job.path)), log=job.log, env=env)
         job.pid_file.write_text(str(proc.pid))
         self._procs[str(job.path)] = proc
         return job

@@ -12,15 +12,21 @@ Process count (`launch_plan`): multi_gpu off -> 1. On cuda: one process per inde
 `device_indexes` (blank = every visible GPU); CUDA_VISIBLE_DEVICES lists the chosen GPUs and
 process k trains on the k-th of them. On cpu (for tests and for trying it out) one process per
 listed index. Fewer than two processes: one process on train_device, with a warning.
+
+Every child process of the app and the CLI (the worker, a tool job, TensorBoard, the memory
+estimate) is started here (`start_child`, `run_child`), with `child_env`: nothing else in the
+package starts one.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..config.devices import DISTRIBUTED_ENV, parse_device_indexes
 
@@ -77,6 +83,53 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def module_command(module: str, *args: str) -> list[str]:
+    """`python -m module args...` with this interpreter."""
+    return [sys.executable, "-m", module, *args]
+
+
+def worker_command(run_path: str | Path) -> list[str]:
+    return module_command("ot_gradio.runner.worker", str(run_path))
+
+
+def start_child(command: list[str], log: str | Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start `command` in a session of its own (so stopping it stops what it starts, and Ctrl-C in
+    the terminal reaches only the app), stdin closed, stdout and stderr appended to `log` (dropped
+    without one), in this folder, with `child_env(env)`."""
+    out = open(log, "ab") if log else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=child_env(env), cwd=os.getcwd())
+    finally:
+        if log:
+            out.close()
+
+
+def run_child(command: list[str], stdin_text: str, timeout: float) -> subprocess.CompletedProcess | None:
+    """Run `command` to its end with `stdin_text` on its stdin, its output captured as text; None
+    when it did not end within `timeout` seconds (it is killed). OSError: it could not start."""
+    try:
+        return subprocess.run(command, input=stdin_text, capture_output=True, text=True, timeout=timeout,
+                              cwd=os.getcwd(), env=child_env())
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def stop_child(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """Stop a child started by `start_child` and what it started: SIGTERM to its session, SIGKILL
+    after `grace` seconds."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace)
+    except (ProcessLookupError, PermissionError):
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=grace)
+
+
 def cuda_device_count() -> int:
     import torch  # noqa: PLC0415
 
@@ -91,13 +144,20 @@ def distributed_command(run_path: str | Path, processes: int) -> list[str]:
     ]
 
 
+def become_distributed(run_path: str | Path, plan: LaunchPlan) -> NoReturn:
+    """Replace this process (exec: its pid stays the one the supervisor tracks) with
+    torch.distributed.run starting `plan.processes` workers of the run, with the plan's env."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, distributed_command(run_path, plan.processes), {**os.environ, **plan.env})
+
+
 def die_with_launcher() -> None:
     """Linux: this process gets SIGKILL when its launcher dies, so a killed run leaves no rank
     behind (torch.distributed.run starts each rank in a session of its own)."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes  # noqa: PLC0415
-    import signal  # noqa: PLC0415
 
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)

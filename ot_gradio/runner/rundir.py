@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ot_gradio.fsutil import as_disk_full, atomic_write_json
+from ot_gradio.fsutil import BACKUP_MARKER, as_disk_full, atomic_write_json
 
 try:
     import fcntl
@@ -32,7 +32,6 @@ except ImportError:  # Windows: no flock; only runs that wrote their exit code c
 
 log = logging.getLogger(__name__)
 
-BACKUP_MARKER = "COMPLETE"  # written last into a backup folder: a folder that has it is complete
 CONTROL_REQUESTS = ("stop", "sample", "backup", "save")
 FINAL_STATUSES = ("done", "stopped", "error")
 

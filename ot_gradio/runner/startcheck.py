@@ -1,10 +1,15 @@
-"""What a run needs from the machine before it starts: the checks `validate` and `train` run (and
-the trainer would otherwise fail on, some only at the final save, after the whole run trained).
+"""The start checks: everything a run is refused for before its first step, as one list that
+`validate`, `train` and the page's Start all call (`start_problems`): the config's own (the
+doctor's errors: settings that cannot train together) and what the run needs from this machine
+(the base model and concept folders exist and hold images, the output can be written under a name
+the file system takes, no NUL bytes, a known layer preset), which the trainer would otherwise fail
+on, some only at the final save, after the whole run trained.
 
 Each problem is one line `field: what is wrong; what to do`. No torch: `validate` stays fast and
-the page may call it too. The trainer keeps its own checks (training/preflight.py); this module
-runs the same ones earlier, plus those that otherwise fail late (output name, NUL bytes, layer
-preset, a base model path that does not exist).
+the page calls it too. `concept_folder_problems` reads a config dict the schema refused, so the
+page lists missing folders together with the schema's problems. The trainer re-checks its concept
+folders and output folders when it loads (training/preflight.py), for a run whose folders changed
+after Start.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..config.doctor import errors
 from ..config.fields import PLANNED, field_meta
 from ..config.schema import LAYER_PRESETS
 
@@ -250,10 +256,28 @@ def preset_problems(config: Any) -> list[str]:
     return []
 
 
+def concept_folder_problems(data: dict[str, Any]) -> list[str]:
+    """`concepts[i].path: ...` for each enabled concept of a config dict (not validated) whose
+    folder does not exist (the demo's folder is generated at Start)."""
+    out = []
+    for i, concept in enumerate(data.get("concepts") or []):
+        if not isinstance(concept, dict) or not concept.get("enabled", True):
+            continue
+        path = str(concept.get("path") or "").strip()
+        if not path:
+            out.append(f"concepts[{i}].path: empty: choose the folder of this concept's images")
+        elif not _is_dir(Path(path)) and not path.replace("\\", "/").endswith("/".join(DEMO_FOLDER)):
+            out.append(f"concepts[{i}].path: folder '{path[:200]}' does not exist")
+    return out
+
+
 def start_problems(config: Any, data: dict[str, Any], workspace: str | os.PathLike | None = None) -> list[str]:
-    """Every problem known before the first step, for a validated `config` and its dict `data`."""
+    """Every problem known before the first step, for a validated `config` and its dict `data`:
+    the doctor's errors, then what this machine lacks for the run (`workspace`: where its run
+    folder goes, the config's workspace_dir by default)."""
     nul = nul_problems(data)
-    if nul:
-        return nul  # the path checks below cannot look at text holding NUL
+    if nul:  # the path checks below cannot look at text holding NUL
+        return list(dict.fromkeys(errors(config) + nul))
     ws = Path(workspace or config.workspace_dir).expanduser()
-    return model_problems(config) + concept_problems(config) + output_problems(config, ws) + preset_problems(config)
+    machine = model_problems(config) + concept_problems(config) + output_problems(config, ws) + preset_problems(config)
+    return list(dict.fromkeys(errors(config) + machine))

@@ -11,14 +11,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .launch import child_env
+from .launch import start_child, worker_command
 from .rundir import FINAL_STATUSES, RunDir, create_run, list_runs
 
 STOP_GRACE_SECONDS = 120.0
@@ -122,17 +121,7 @@ class Supervisor:
                 fh.writelines(json.dumps({"type": "warning", "time": round(time.time(), 3), "message": n}) + "\n" for n in notes)
             with open(run.log, "a", encoding="utf-8") as fh:
                 fh.writelines(f"warning: {n}\n" for n in notes)
-        log = open(run.log, "ab")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ot_gradio.runner.worker", _key(run)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env=child_env(env),
-            cwd=os.getcwd(),
-        )
-        log.close()
+        proc = start_child(worker_command(_key(run)), log=run.log, env=env)
         run.pid_file.write_text(str(proc.pid))
         self._procs[_key(run)] = proc
         return run

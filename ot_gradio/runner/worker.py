@@ -294,7 +294,7 @@ def _launch(run: RunDir) -> int | None:
     returns), or return an exit code when it cannot; None: train here, in one process."""
     import json  # noqa: PLC0415
 
-    from .launch import cuda_device_count, distributed_command, launch_plan  # noqa: PLC0415
+    from .launch import become_distributed, cuda_device_count, launch_plan  # noqa: PLC0415
 
     try:
         config = json.loads(run.config.read_text(encoding="utf-8"))
@@ -318,10 +318,7 @@ def _launch(run: RunDir) -> int | None:
         return None
     writer.status("loading", f"starting {plan.description}")
     writer.close()
-    command = distributed_command(run.path, plan.processes)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(sys.executable, command, {**os.environ, **plan.env})
+    become_distributed(run.path, plan)
     return None  # not reached
 
 

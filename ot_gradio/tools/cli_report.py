@@ -19,13 +19,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ..cli import _load  # noqa: PLC0415
     from ..config.io import ConfigError, config_to_dict, load_config  # noqa: PLC0415
+    from ..config.presets import load_config_argument  # noqa: PLC0415
     from .jobs import JobError  # noqa: PLC0415
     from .report import build_report, to_markdown  # noqa: PLC0415
 
     try:
-        config = config_to_dict(_load(args.config, [])[0].config if args.config else load_config({}).config)
+        config = config_to_dict(load_config_argument(args.config)[0].config if args.config else load_config({}).config)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from ot_gradio.fsutil import BACKUP_MARKER as MARKER
 from ot_gradio.fsutil import DiskFullError, as_disk_full, atomic_write_text, free_bytes, fsync_dir, fsync_file, tree_size
-from ot_gradio.runner.rundir import BACKUP_MARKER as MARKER
 
 # The steps of a backup write, in order: a fault-injection pause can hold the writer after each.
 STEPS = ("backup-started", "backup-trainable", "backup-state", "backup-config", "backup-written", "backup-renamed",

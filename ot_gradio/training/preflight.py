@@ -1,5 +1,8 @@
-"""Checks before a run loads anything: problems the user can fix fail in seconds, not after
-minutes of model loading or hours of training."""
+"""The trainer's re-check, when it loads, of two things the start checks (runner/startcheck.py, the
+one list `validate`, `train` and the page's Start run) found fine: the concept folders and the
+output and backup folders, which may have changed since (a queued run, a folder removed after
+Start), or were never checked (a Trainer built directly). A problem fails in seconds, not after
+minutes of model loading or hours of training. TrainingError: a problem the user can fix."""
 
 from __future__ import annotations
 

@@ -3,17 +3,14 @@ device ("peak ≈ 9.8 GB on cuda:0 (23.5 GB free), ...: fits" / "does not fit: t
 the config on the form.
 
 The planner loads torch and the base model, which the page process never does: it runs in a
-child process, `python -m ot_gradio estimate-memory --config -` (cli.py), with the config on its
-stdin (not written to disk: it may hold the hub token) and one JSON line on its stdout, within a
-time limit. Gradio only here: no torch."""
+child process started by the runner (runner/launch.py), `python -m ot_gradio estimate-memory
+--config -` (cli.py), with the config on its stdin (not written to disk: it may hold the hub
+token) and one JSON line on its stdout, within a time limit. Gradio only here: no torch."""
 
 from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,10 +18,10 @@ from typing import Any
 import gradio as gr
 
 from ..config.io import ConfigError, load_config
-from ..runner.launch import child_env
+from ..runner.launch import module_command, run_child
 
 TIMEOUT_S = 900.0  # loading a large base model on a CPU takes minutes
-COMMAND = [sys.executable, "-m", "ot_gradio", "estimate-memory", "--config", "-"]
+COMMAND = module_command("ot_gradio", "estimate-memory", "--config", "-")
 HINT = "`python -m ot_gradio validate --config FILE` prints the same estimate in a terminal, with the full error."
 
 
@@ -66,13 +63,12 @@ def estimate_markdown(config: dict[str, Any], *, timeout: float = TIMEOUT_S, com
     base = str(config.get("base_model_name") or "")
     started = time.monotonic()
     try:
-        out = subprocess.run(command or COMMAND, input=json.dumps(config), capture_output=True, text=True,
-                             timeout=timeout, cwd=os.getcwd(), env=child_env())
-    except subprocess.TimeoutExpired:
-        return (f"**Memory not estimated: no answer within {timeout:.0f} s.** Loading the base model "
-                f"(`base_model_name`: {base or 'empty'}) takes longer than that here. {HINT}")
+        out = run_child(command or COMMAND, json.dumps(config), timeout)
     except OSError as err:
         return f"**Memory not estimated:** could not start `{' '.join(COMMAND[1:])}` ({err.strerror or err})."
+    if out is None:
+        return (f"**Memory not estimated: no answer within {timeout:.0f} s.** Loading the base model "
+                f"(`base_model_name`: {base or 'empty'}) takes longer than that here. {HINT}")
     seconds = time.monotonic() - started
     result = _last_json(out.stdout)
     if result is None:

@@ -12,8 +12,8 @@ import gradio as gr
 
 from ..runner.rundir import RunDir
 from ..runner.supervisor import RunState, Supervisor
+from ..runner.tensorboard import TensorBoard
 from .samples import samples_html
-from .tensorboard import TensorBoard
 
 
 def progress_html(state: RunState | None) -> str:

@@ -18,7 +18,6 @@ from typing import Any
 import gradio as gr
 
 from ..config.doctor import check as doctor_check
-from ..config.doctor import errors as doctor_errors
 from ..config.families import FAMILIES
 from ..config.fields import iter_fields
 from ..config.io import ConfigError, config_to_dict, load_config, read_json
@@ -27,8 +26,9 @@ from ..config.presets import list_presets
 from ..config.schema import TrainConfig
 from ..runner.jobs import JobSupervisor
 from ..runner.queue import RunQueue, SupervisorBackend
-from ..runner.startcheck import start_problems
+from ..runner.startcheck import concept_folder_problems, start_problems
 from ..runner.supervisor import Supervisor
+from ..runner.tensorboard import TensorBoard, settings
 from .api import API_NAMES, QueueApi, register_api
 from .browser import BrowserPanel
 from .concepts import ConceptsTab
@@ -44,7 +44,6 @@ from .problems import problems_markdown, rechecked
 from .queue_panel import QueuePanel
 from .samples import SamplesTab, to_rows
 from .state import load_ui_choices, load_ui_config, preset_config, save_ui_choice, save_ui_config
-from .tensorboard import TensorBoard, settings
 from .tools_tab import ToolsContext, build_tools
 from .training_tab import lr_frame, memory_markdown
 from .uploads import DELETE_CACHE, bound_uploads
@@ -76,45 +75,18 @@ def part_label(part: str) -> str:
     return next((f.label for f in iter_fields(TrainConfig) if f.path == part), "") or part
 
 
-def missing_concept_folders(config: dict[str, Any]) -> list[str]:
-    """`concepts[i].path: ...` for each enabled concept whose folder does not exist (the demo's
-    folder is generated at Start). Read from the raw dict, so it is reported together with the
-    schema's problems rather than only after they are fixed."""
-    out = []
-    for i, concept in enumerate(config.get("concepts") or []):
-        if not isinstance(concept, dict) or not concept.get("enabled", True):
-            continue
-        path = str(concept.get("path") or "").strip()
-        if not path:
-            out.append(f"concepts[{i}].path: empty: choose the folder of this concept's images")
-        elif not _is_dir(path) and not path.replace("\\", "/").endswith("demo-data/shapes"):
-            out.append(f"concepts[{i}].path: folder '{path[:200]}' does not exist")
-    return out
-
-
-def _is_dir(path: str) -> bool:
-    """False also for a path the system refuses (too long, a NUL in it) instead of raising."""
-    try:
-        return Path(path).is_dir()
-    except (OSError, ValueError):
-        return False
-
-
 def validate(config: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], list[str]]:
     """(the validated config, problems by field, warnings). Nothing starts while problems exist.
-    Every problem is listed at once: the schema's, the doctor's and the missing concept folders."""
-    folders = missing_concept_folders(config)
+    Every problem is listed at once: the schema's and the missing concept folders, or, for a valid
+    config, the start checks `validate` and `train` run (runner/startcheck.py)."""
     try:
         loaded = load_config(copy.deepcopy(config))
     except ConfigError as err:
         schema = list(getattr(err, "errors", None) or [str(err)])
-        return None, schema + [f for f in folders if f.split(":")[0] not in {s.split(":")[0] for s in schema}], []
+        listed = {s.split(":")[0] for s in schema}
+        return None, schema + [f for f in concept_folder_problems(config) if f.split(":")[0] not in listed], []
     valid = config_to_dict(loaded.config)
-    # what `validate` and `train` check before the first step (concept folders are listed above)
-    listed = {f.split(":")[0] for f in folders}  # the same list as `validate` and `train` (an empty folder among them)
-    start = [p for p in start_problems(loaded.config, valid) if p.split(":")[0] not in listed]
-    problems: list[str] = list(dict.fromkeys(doctor_errors(loaded.config) + folders + start))
-    return valid, problems, loaded.warnings + doctor_check(loaded.config)
+    return valid, start_problems(loaded.config, valid), loaded.warnings + doctor_check(loaded.config)
 
 
 class Page:

@@ -12,12 +12,12 @@ import gradio as gr
 
 from ..config.enums import NoiseScheduler
 from ..config.families import implemented_model_types
+from ..fsutil import BACKUP_MARKER
 from ..runner.rundir import list_runs
 from .job_panel import JobPanel
 from .tools_tab import ToolInputError, ToolsContext
 
 NO_RUN = ""
-BACKUP_MARKER = "COMPLETE"  # training/backup.py's marker of a finished backup (that module imports torch)
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 

@@ -110,3 +110,19 @@ def test_validate_writes_a_conversion_even_when_it_cannot_start_here(folder, cap
     assert json.loads((folder / "converted.json").read_text())["concepts"][0]["path"] == "gone"
     assert cli_main(["validate", "--config", config, "--output", "no\0.json"]) == 2
     assert "--output: cannot write" in capsys.readouterr().err
+
+
+def test_validate_train_and_the_page_refuse_with_one_list(folder, capsys):
+    """One list of start checks: the config's own errors and the machine's problems together, the
+    same lines from `validate`, `train` and the page's Start."""
+    from ot_gradio.ui.page import validate
+
+    values = {"learning_rate_scheduler": "ADAFACTOR", "concepts": [{"name": "x", "path": "gone"}]}
+    config = demo(folder, **values)
+    lines = []
+    for command in ("validate", "train"):
+        assert cli_main([command, "--config", config]) == 2
+        lines.append([line.removeprefix("error: ") for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")])
+    _, problems, _ = validate(json.loads(Path(config).read_text()))
+    assert lines[0] == lines[1] == problems, (lines, problems)
+    assert [p.split(":")[0] for p in problems] == ["learning_rate_scheduler", "concepts[0].path"], problems

@@ -14,7 +14,7 @@ from ot_gradio.runner.rundir import create_run
 def page(tmp_path, monkeypatch):
     """The page, with a stand-in TensorBoard: a cheap sleeping process with TensorBoard's
     arguments on its command line."""
-    from ot_gradio.ui import tensorboard
+    from ot_gradio.runner import tensorboard
     from ot_gradio.ui.page import Page
 
     real = tensorboard.command

@@ -52,7 +52,7 @@ def test_a_bad_config_names_the_field_and_starts_no_process(tmp_path, monkeypatc
     def no_process(*args, **kwargs):
         raise AssertionError("a config with problems must not start the estimate process")
 
-    monkeypatch.setattr(memory_estimate.subprocess, "run", no_process)
+    monkeypatch.setattr(memory_estimate, "run_child", no_process)
     config = preset_config("demo", tmp_path)
     config["batch_size"] = 0
     config["resolution"] = "abc"

@@ -146,9 +146,9 @@ def test_fields_that_do_not_apply_are_hidden(page):
 
 
 def test_a_concept_path_the_system_refuses_is_a_missing_folder_not_a_traceback():
-    from ot_gradio.ui.page import missing_concept_folders
+    from ot_gradio.runner.startcheck import concept_folder_problems
 
-    problems = missing_concept_folders({"concepts": [{"path": "a" * 5000}, {"path": "x\x00y"}]})
+    problems = concept_folder_problems({"concepts": [{"path": "a" * 5000}, {"path": "x\x00y"}]})
     assert [p.split(":")[0] for p in problems] == ["concepts[0].path", "concepts[1].path"]
     assert all("does not exist" in p and len(p) < 300 for p in problems)
 

@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 from ot_gradio.runner.rundir import EventWriter, create_run
-from ot_gradio.ui.tensorboard import TensorBoard, command, settings
+from ot_gradio.runner.tensorboard import TensorBoard, command, settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,7 +85,7 @@ def test_tensorboard_stops_when_the_app_exits(tmp_path):
         import signal, sys, time
         sys.path.insert(0, {str(ROOT)!r})
         from pathlib import Path
-        from ot_gradio.ui import tensorboard
+        from ot_gradio.runner import tensorboard
         tensorboard.command = lambda *a: [sys.executable, "-c", "import time; time.sleep(300)", *a[:0]]
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # as launch.main does
         tb = tensorboard.TensorBoard()

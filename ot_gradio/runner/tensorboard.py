@@ -1,17 +1,16 @@
-"""TensorBoard for the run on screen, as a child process of the app (never imported: the page
-process stays free of torch and TensorFlow). Started when a run starts or the page reattaches
+"""TensorBoard for the run on screen, as a child process of the app started through launch.py
+(never imported: the page process stays free of torch and TensorFlow). Started when a run starts or the page reattaches
 to one, stopped when the run ends (unless 'TensorBoard always on') and when the app exits."""
 
 from __future__ import annotations
 
 import atexit
-import os
-import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
+
+from .launch import module_command, start_child, stop_child
 
 DEFAULT_PORT = 6006
 
@@ -28,7 +27,7 @@ def settings(config: dict[str, Any]) -> tuple[bool, int, str, bool]:
 
 
 def command(logdir: Path, port: int, host: str) -> list[str]:
-    return [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--port", str(port), "--host", host]
+    return [*module_command("tensorboard.main"), "--logdir", str(logdir), "--port", str(port), "--host", host]
 
 
 class TensorBoard:
@@ -62,13 +61,7 @@ class TensorBoard:
                 return self.url() or ""  # running, or exited (the footer says so): no restart loop
             self._stop_locked()
             Path(logdir).mkdir(parents=True, exist_ok=True)
-            out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
-            try:
-                self.proc = subprocess.Popen(command(Path(key[0]), port, host), stdout=out, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
-            finally:
-                if self.log_file:
-                    out.close()
+            self.proc = start_child(command(Path(key[0]), port, host), log=self.log_file)
             self.key = key
             if not self._registered:
                 atexit.register(self.stop)
@@ -81,16 +74,8 @@ class TensorBoard:
 
     def _stop_locked(self) -> None:
         proc, self.proc, self.key = self.proc, None, None
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=10)
-        except (ProcessLookupError, PermissionError):
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        if proc is not None:
+            stop_child(proc)
 
     def status_markdown(self) -> str:
         if self.proc is None or self.key is None:
