@@ -103,16 +103,12 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
         raise NotImplementedError
 
     @classmethod
-    def _part_names(cls) -> tuple[str, ...]:
-        return ("transformer", *cls.text_encoder_names, "vae")
-
-    @classmethod
     def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,
              dtypes: Mapping[str, torch.dtype] | None = None, config_dir: str | None = None):
         """From a hub id, a diffusers folder, a `tiny:` name or (`single_file_layout`) a transformer
         file with the other parts and the configs from `config_dir`, else the hub repo. Each part
         loads straight in its dtype (`dtypes` keys: the parts; float32 when not named)."""
-        parts = cls._part_names()
+        parts = cls.part_names
         dtypes = dict(dtypes or {})
         unknown = set(dtypes) - set(parts)
         if unknown:
@@ -252,7 +248,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
     @property
     def parts(self) -> dict[str, torch.nn.Module]:
         """Every part by its config section name: the transformer, the text encoders, the VAE."""
-        return {part: getattr(self, part) for part in self._part_names()}
+        return {part: getattr(self, part) for part in self.part_names}
 
     @property
     def tokenizers(self) -> dict:

@@ -1,0 +1,14 @@
+"""Chroma (models/chroma.py). ChromaPipeline raises on a T5 LoRA after it has changed the
+transformer, so no text encoder loads; ComfyUI maps no diffusers name of the guidance layer."""
+
+from ..enums import ModelType as M
+from . import FamilyInfo, Sign
+
+FAMILIES = {
+    M.CHROMA_1: FamilyInfo(
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16,
+        schedule="flow_matching", diffusers_lora=("ChromaPipeline", ()),
+        comfy_gap=("distilled_guidance_layer", ("full", "custom")), text_encoder_labels=("T5",),
+    ),
+}
+SIGN = Sign("Chroma", (M.CHROMA_1,), ("Chroma",), ("chroma",))

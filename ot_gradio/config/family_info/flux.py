@@ -1,0 +1,14 @@
+"""Flux.1 dev (models/flux.py); its sign covers Flux.1 Fill too. FluxPipeline loads no LoRA into T5."""
+
+from ..enums import ModelType as M
+from . import FamilyInfo, Sign
+
+FLUX_PARTS, FLUX_TES = ("transformer", "text_encoder", "text_encoder_2", "vae"), ("text_encoder", "text_encoder_2")
+
+FAMILIES = {
+    M.FLUX_DEV_1: FamilyInfo(
+        FLUX_PARTS, "transformer", FLUX_TES, implemented=True, bucket_step=16, schedule="flow_matching",  # bucket step: VAE 8 x patch 2
+        diffusers_lora=("FluxPipeline", ("text_encoder",)), text_encoder_labels=("CLIP-L", "T5"),
+    ),
+}
+SIGN = Sign("Flux.1", (M.FLUX_DEV_1, M.FLUX_FILL_DEV_1), ("Flux",), ("flux",))

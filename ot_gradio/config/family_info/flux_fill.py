@@ -1,0 +1,12 @@
+"""Flux.1 Fill dev: Flux.1 dev reading the masked image and the mask too (models/flux_fill.py)."""
+
+from ..enums import ModelType as M
+from . import FamilyInfo
+from .flux import FLUX_PARTS, FLUX_TES
+
+FAMILIES = {
+    M.FLUX_FILL_DEV_1: FamilyInfo(
+        FLUX_PARTS, "transformer", FLUX_TES, implemented=True, inpainting=True, bucket_step=16, schedule="flow_matching",
+        diffusers_lora=("FluxFillPipeline", ("text_encoder",)), text_encoder_labels=("CLIP-L", "T5"),
+    ),
+}

@@ -1,0 +1,15 @@
+"""Sana: one Gemma 2 text encoder, the DC-AE (32x) and a patch-1 transformer (models/sana.py)."""
+
+from ..enums import ModelType as M
+from ..enums import TrainingMethod as T
+from . import FamilyInfo, Sign
+
+FAMILIES = {
+    M.SANA: FamilyInfo(
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE, T.EMBEDDING),
+        implemented=True, bucket_step=32, schedule="flow_matching",  # bucket step: DC-AE 32 x patch 1
+        lora_unread=(("kohya", "text_encoder", "ComfyUI has no Sana model and diffusers reads no kohya Sana file"),),
+        diffusers_lora=("SanaPipeline", ()), text_encoder_labels=("Gemma 2",),
+    ),
+}
+SIGN = Sign("Sana", (M.SANA,), ("Sana",), ("sana",))
