@@ -47,6 +47,10 @@ class FamilyInfo:
     # train them): such a file is warned about (scripts/check_comfyui_lora.py measures it)
     comfy_gap: tuple[str, tuple[str, ...]] | None = None
     text_encoder_labels: tuple[str, ...] = ()  # what the text encoders are, for messages ("CLIP-L", "T5")
+    # the preset in presets/ to start from (a LoRA at the family's native size; the guide names it
+    # with the note, what to know before using it; tests/ui/test_guide.py checks it sets this model type)
+    preset: str = ""
+    preset_note: str = ""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ FAMILIES = {
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16,
         schedule="flow_matching", diffusers_lora=("ChromaPipeline", ()),
         comfy_gap=("distilled_guidance_layer", ("full", "custom")), text_encoder_labels=("T5",),
+        preset="chroma-lora", preset_note="FLOAT_8 transformer",
     ),
 }
 SIGN = Sign("Chroma", (M.CHROMA_1,), ("Chroma",), ("chroma",))

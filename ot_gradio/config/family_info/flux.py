@@ -9,6 +9,7 @@ FAMILIES = {
     M.FLUX_DEV_1: FamilyInfo(
         FLUX_PARTS, "transformer", FLUX_TES, implemented=True, bucket_step=16, schedule="flow_matching",  # bucket step: VAE 8 x patch 2
         diffusers_lora=("FluxPipeline", ("text_encoder",)), text_encoder_labels=("CLIP-L", "T5"),
+        preset="flux-dev-1-lora", preset_note="NF4 transformer and T5: fits a 16 GB card",
     ),
 }
 SIGN = Sign("Flux.1", (M.FLUX_DEV_1, M.FLUX_FILL_DEV_1), ("Flux",), ("flux",))

@@ -12,6 +12,7 @@ FAMILIES = {
         comfy_gap=("modulation, feed-forward, single blocks' fused projections and time/guidance embedder",
                    ("full", "attn-mlp", "attn-only", "blocks", "custom")),
         text_encoder_labels=("Mistral / Qwen3",),
+        preset="flux2-lora", preset_note="dev or Klein, told apart by the text encoder",
     ),
 }
 SIGN = Sign("Flux.2", (M.FLUX_2,), ("Flux2",), ("flux2", "flux.2", "flux-2"))

@@ -1,5 +1,7 @@
 """PixArt-α (models/pixart.py); its sign covers PixArt-Σ too."""
 
+from dataclasses import replace
+
 from ..enums import ModelType as M
 from . import FamilyInfo, Sign
 
@@ -10,5 +12,5 @@ PIXART = FamilyInfo(
     lora_unread=(("diffusers", "text_encoder", f"diffusers has no PixArt LoRA loader, {T5_NO_COMFY}"),),
 )
 
-FAMILIES = {M.PIXART_ALPHA: PIXART}
+FAMILIES = {M.PIXART_ALPHA: replace(PIXART, preset="pixart-alpha-lora", preset_note="120 T5 tokens")}
 SIGN = Sign("PixArt", (M.PIXART_ALPHA, M.PIXART_SIGMA), ("PixArt",), ("pixart",))

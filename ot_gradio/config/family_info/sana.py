@@ -9,7 +9,7 @@ FAMILIES = {
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE, T.EMBEDDING),
         implemented=True, bucket_step=32, schedule="flow_matching",  # bucket step: DC-AE 32 x patch 1
         lora_unread=(("kohya", "text_encoder", "ComfyUI has no Sana model and diffusers reads no kohya Sana file"),),
-        diffusers_lora=("SanaPipeline", ()), text_encoder_labels=("Gemma 2",),
+        diffusers_lora=("SanaPipeline", ()), text_encoder_labels=("Gemma 2",), preset="sana-lora", preset_note="1024 px",
     ),
 }
 SIGN = Sign("Sana", (M.SANA,), ("Sana",), ("sana",))

@@ -8,7 +8,8 @@ SD_PARTS = ("unet", "text_encoder", "vae")
 SD_LORA = ("StableDiffusionPipeline", ("text_encoder",))
 
 FAMILIES = {
-    M.STABLE_DIFFUSION_15: FamilyInfo(SD_PARTS, "unet", ("text_encoder",), implemented=True, diffusers_lora=SD_LORA),
+    M.STABLE_DIFFUSION_15: FamilyInfo(SD_PARTS, "unet", ("text_encoder",), implemented=True, diffusers_lora=SD_LORA,
+                                         preset="sd15-lora", preset_note="also *sd15-finetune* and *sd15-embedding*"),
 }
 SIGN = Sign(
     "Stable Diffusion 1.x/2.x",

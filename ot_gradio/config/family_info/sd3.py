@@ -1,5 +1,7 @@
 """Stable Diffusion 3 / 3.5: CLIP-L, CLIP-G and T5 (models/sd3.py)."""
 
+from dataclasses import replace
+
 from ..enums import ModelType as M
 from . import FamilyInfo, Sign
 
@@ -10,5 +12,8 @@ _SD3 = FamilyInfo(
     text_encoder_labels=("CLIP-L", "CLIP-G", "T5"),
 )
 
-FAMILIES = {M.STABLE_DIFFUSION_3: _SD3, M.STABLE_DIFFUSION_35: _SD3}
+FAMILIES = {
+    M.STABLE_DIFFUSION_3: replace(_SD3, preset="sd3-lora", preset_note="KOHYA_LORA for ComfyUI"),
+    M.STABLE_DIFFUSION_35: replace(_SD3, preset="sd35-lora", preset_note="SD 3.5 Medium; set the base model for Large"),
+}
 SIGN = Sign("Stable Diffusion 3", tuple(FAMILIES), ("StableDiffusion3",), ("sd3", "sd3.5", "sd35", "stable-diffusion-3"))
