@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from ..enums import ModelType as M
 from ..enums import TrainingMethod as T
@@ -51,6 +52,8 @@ class FamilyInfo:
     # with the note, what to know before using it; tests/ui/test_guide.py checks it sets this model type)
     preset: str = ""
     preset_note: str = ""
+    # parameters per part at the published size (the Model tab's memory table; shared sizes in _sizes.py)
+    params: Mapping[str, int] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)

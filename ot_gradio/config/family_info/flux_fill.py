@@ -2,7 +2,7 @@
 
 from ..enums import ModelType as M
 from . import FamilyInfo
-from .flux import FLUX_PARTS, FLUX_TES
+from .flux import FLUX_ENCODERS, FLUX_PARTS, FLUX_TES
 
 FAMILIES = {
     M.FLUX_FILL_DEV_1: FamilyInfo(
@@ -10,5 +10,6 @@ FAMILIES = {
         diffusers_lora=("FluxFillPipeline", ("text_encoder",)), text_encoder_labels=("CLIP-L", "T5"), preset="flux-fill-dev-1-lora",
         preset_note="**needs masks**: masked training is on; put a `<name>-masklabel.png` next to the images "
                     "(white = fill; the Masks tool makes them): a run without masks is refused",
+        params={"transformer": 11_902_391_360, **FLUX_ENCODERS},  # Flux.1 dev with 384 input channels
     ),
 }

@@ -4,6 +4,7 @@ from dataclasses import replace
 
 from ..enums import ModelType as M
 from . import FamilyInfo, Sign
+from ._sizes import T5_XXL, VAE
 
 T5_NO_COMFY = "and ComfyUI has no diffusers name for T5"
 PIXART = FamilyInfo(
@@ -12,5 +13,8 @@ PIXART = FamilyInfo(
     lora_unread=(("diffusers", "text_encoder", f"diffusers has no PixArt LoRA loader, {T5_NO_COMFY}"),),
 )
 
-FAMILIES = {M.PIXART_ALPHA: replace(PIXART, preset="pixart-alpha-lora", preset_note="120 T5 tokens")}
+# PixArt-α XL/2 1024: 28 blocks of width 1152 with the resolution/aspect embedders; T5 v1.1 XXL
+# encoder; the SD VAE
+FAMILIES = {M.PIXART_ALPHA: replace(PIXART, preset="pixart-alpha-lora", preset_note="120 T5 tokens",
+                                    params={"transformer": 611_349_152, "text_encoder": T5_XXL, "vae": VAE})}
 SIGN = Sign("PixArt", (M.PIXART_ALPHA, M.PIXART_SIGMA), ("PixArt",), ("pixart",))

@@ -3,13 +3,16 @@ share one pipeline and are not told apart."""
 
 from ..enums import ModelType as M
 from . import FamilyInfo, Sign
+from ._sizes import CLIP_L, VAE
 
 SD_PARTS = ("unet", "text_encoder", "vae")
 SD_LORA = ("StableDiffusionPipeline", ("text_encoder",))
+SD15_PARAMS = {"unet": 859_520_964, "text_encoder": CLIP_L, "vae": VAE}
 
 FAMILIES = {
     M.STABLE_DIFFUSION_15: FamilyInfo(SD_PARTS, "unet", ("text_encoder",), implemented=True, diffusers_lora=SD_LORA,
-                                         preset="sd15-lora", preset_note="also *sd15-finetune* and *sd15-embedding*"),
+                                         preset="sd15-lora", preset_note="also *sd15-finetune* and *sd15-embedding*",
+                                         params=SD15_PARAMS),
 }
 SIGN = Sign(
     "Stable Diffusion 1.x/2.x",
