@@ -341,7 +341,8 @@ def diffusers_text_encoder_problems(config: Any) -> list[str]:
             continue
         label = TrainConfig.model_fields[part].json_schema_extra["label"]
         what = f"the {names[part]} text encoder" if part in names else f"the {label.lower()}"
-        other = "" if model_type == ModelType.SANA else ", or choose KOHYA_LORA there"
+        kohya_unread = any(layout == "kohya" and unread == part for layout, unread, _ in info.lora_unread)
+        other = "" if kohya_unread else ", or choose KOHYA_LORA there"
         out.append(f"{part}.train: a {ModelFormat(config.output_model_format).value} file (Model → Output format) cannot hold a "
                    f"LoRA of {what} (Training → {label} → Train): diffusers' {pipeline}.load_lora_weights loads LoRA into "
                    f"{reads} only, so that part would not load; turn off Training → {label} → Train{other}.")

@@ -89,7 +89,8 @@ def _remembered_optimizer_settings(data: dict[str, Any]) -> None:
     optimizer, defaults = data.get("optimizer"), data.get("optimizer_defaults")
     if not (isinstance(optimizer, dict) and isinstance(defaults, dict)):
         return
-    remembered = defaults.get(optimizer.get("optimizer"))
+    name = optimizer.get("optimizer")
+    remembered = defaults.get(name) if isinstance(name, str) else None  # a wrong name is refused by validation
     if isinstance(remembered, dict):  # keys unknown here are reported once, under optimizer_defaults
         data["optimizer"] = {**{k: v for k, v in remembered.items() if k in OptimizerConfig.model_fields}, **optimizer}
 

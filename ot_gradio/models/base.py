@@ -1,7 +1,8 @@
 """The interface of a model family, as the trainer, the methods and the tools use it.
 
 A family is one class in one module of this package, registered with
-`@register_family(ModelType...)`, whose parts agree with `config/families.py`. The trainer
+`@register_family(ModelType...)`, which gives it the parts, denoiser, text encoders, bucket
+step, schedule and inpainting flag of its torch-free description (config/family_info). The trainer
 never names a family; everything it does goes through these members.
 
 The flow-matching families (Flux.1, Flux Fill, Chroma, SD 3 / 3.5, Z-Image, Flux.2, Sana) subclass

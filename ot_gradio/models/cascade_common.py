@@ -136,7 +136,6 @@ class CascadeFamily(Family):
     native_resolution = 1024
     denoiser = "prior"
     text_encoder_names = ("text_encoder",)
-    parts_order: tuple[str, ...] = ()
     # parts used in every training step; the decoder parts stay on the CPU until sampling
     training_parts = ("prior", "text_encoder", "effnet_encoder")
     lora_base_model_version = ""
@@ -194,10 +193,10 @@ class CascadeFamily(Family):
             parts["effnet_encoder"] = cls.default_effnet(parts["decoder"], loader)
         model = cls._load_parts(source, parts, loader)
         dtypes = dict(dtypes or {})
-        unknown = set(dtypes) - set(cls.parts_order)
+        unknown = set(dtypes) - set(cls.part_names)
         if unknown:
-            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(cls.parts_order)}.")
-        for part in cls.parts_order:
+            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(cls.part_names)}.")
+        for part in cls.part_names:
             getattr(model, part).to(dtype=torch_dtype(dtypes.get(part)))
         return model
 
@@ -226,7 +225,7 @@ class CascadeFamily(Family):
 
     @property
     def parts(self) -> dict[str, torch.nn.Module]:
-        return {part: getattr(self, part) for part in self.parts_order}
+        return {part: getattr(self, part) for part in self.part_names}
 
     def to(self, device: torch.device | str):
         """Moves the parts a training step uses; the decoder parts join them only while sampling."""

@@ -33,7 +33,6 @@ class Chroma1(FluxDev1):
     model_type = ModelType.CHROMA_1
     family_name = "Chroma"
     text_encoder_description = "its T5 text encoder"
-    text_encoder_names = ("text_encoder",)
     tokenizer_attrs = {"text_encoder": "tokenizer"}
     folder_parts = ("transformer", "text_encoder", "tokenizer", "vae", "scheduler")
     default_config_repo = "lodestones/Chroma1-HD"

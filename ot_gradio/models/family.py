@@ -14,6 +14,8 @@ from typing import Any
 class Family:
     """Defaults of the family interface: a plain text-to-image model without extras."""
 
+    # what the description gives (config/family_info; set by models.registry.register_family)
+    part_names: tuple[str, ...] = ()  # every part by its config section name, denoiser first
     denoiser = "unet"  # the part that predicts noise
     text_encoder_names: tuple[str, ...] = ("text_encoder",)
     inpainting = False  # the denoiser takes the masked image and the mask as input (sd_inpainting.py, Flux Fill)

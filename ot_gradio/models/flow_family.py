@@ -103,10 +103,6 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
         raise NotImplementedError
 
     @classmethod
-    def _part_names(cls) -> tuple[str, ...]:
-        return ("transformer", *cls.text_encoder_names, "vae")
-
-    @classmethod
     def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,
              dtypes: Mapping[str, torch.dtype] | None = None, config_dir: str | None = None,
              part_models: Mapping[str, str] | None = None):
@@ -114,7 +110,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
         file with the other parts and the configs from `config_dir`, else the hub repo. Each part
         loads straight in its dtype (`dtypes` keys: the parts; float32 when not named). Every part
         comes from `name` (`part_models` is not read)."""
-        parts = cls._part_names()
+        parts = cls.part_names
         dtypes = dict(dtypes or {})
         unknown = set(dtypes) - set(parts)
         if unknown:
@@ -254,7 +250,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
     @property
     def parts(self) -> dict[str, torch.nn.Module]:
         """Every part by its config section name: the transformer, the text encoders, the VAE."""
-        return {part: getattr(self, part) for part in self._part_names()}
+        return {part: getattr(self, part) for part in self.part_names}
 
     @property
     def tokenizers(self) -> dict:

@@ -83,7 +83,6 @@ class FluxDev1(FlowFamily):
     model_type = ModelType.FLUX_DEV_1
     family_name = "Flux.1"
     text_encoder_description = "CLIP-L and T5"
-    text_encoder_names = ("text_encoder", "text_encoder_2")
     tokenizer_attrs = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
     folder_parts = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler")
     default_config_repo = "black-forest-labs/FLUX.1-dev"
@@ -91,7 +90,6 @@ class FluxDev1(FlowFamily):
     lora_base_model_version = "flux1"
     transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "t5"}  # OneTrainer's keys
-    bucket_step = 16  # VAE 8 x patch 2
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": CLIP_PRESETS, "text_encoder_2": T5_PRESETS}
     t5_part = "text_encoder_2"
     t5_length_option = "text_encoder_2_sequence_length"  # the config option of T5's token window

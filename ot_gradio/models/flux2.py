@@ -83,7 +83,6 @@ class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
     single_file_layout = "bfl"  # BFL-layout transformer files, through diffusers' converter
-    bucket_step = 16  # VAE 8 x patch 2
     patch_size = 1  # the latents are patchified already (128 channels at 1/16)
     default_sequence_length = DEFAULT_SEQUENCE_LENGTH  # the pipelines' window, system message included
     default_steps, default_cfg_scale = 28, 4.0

@@ -54,7 +54,6 @@ from ot_gradio.models.sd15 import (
 )
 from ot_gradio.models.tiny import TinyModelPaths, is_tiny, register_tiny, resolve_tiny, tiny_vae
 
-PARTS = ("transformer", "text_encoder", "vae")
 DEFAULT_SEQUENCE_LENGTH = 120
 
 
@@ -75,8 +74,6 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
 
     model_type = ModelType.PIXART_ALPHA
     native_resolution = 1024
-    denoiser = "transformer"
-    text_encoder_names = ("text_encoder",)
     lora_base_model_version = "pixart_alpha"
     pipeline_class_name = "PixArtAlphaPipeline"
     display_name = "PixArt-α"
@@ -88,7 +85,6 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
     # the key of T5's vectors in embedding files and LoRA bundles, as OneTrainer writes them
     embedding_keys = {"text_encoder": "t5"}
     # aspect buckets in multiples of 16 px (VAE 8 x patch 2), OneTrainer's quantization for PixArt
-    bucket_step = 16
     # OneTrainer's BasePixArtAlphaSetup.LAYER_PRESETS for the transformer; T5's own names for
     # the text encoder (every T5 projection is a Linear: q, k, v, o, wi_0, wi_1, wo)
     lora_layer_presets = {
@@ -130,14 +126,14 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         in float32 when it is not asked to. `config_dir` is for single files, which PixArt has not;
         every part comes from `name` (`part_models` is not read)."""
         dtypes = dict(dtypes or {})
-        unknown = set(dtypes) - set(PARTS)
+        unknown = set(dtypes) - set(cls.part_names)
         if unknown:
-            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(PARTS)}.")
-        per_part = {part: torch_dtype(dtypes.get(part)) for part in PARTS} | {"default": torch.float32}
+            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(cls.part_names)}.")
+        per_part = {part: torch_dtype(dtypes.get(part)) for part in cls.part_names} | {"default": torch.float32}
         with sentencepiece_files_readable():
             pipe = cls._load_pipeline(str(name or "").strip(), cache_dir=cache_dir, offline=offline, token=token, dtype=per_part)
         model = cls(pipe.tokenizer, pipe.text_encoder, pipe.vae, pipe.transformer, pipe.scheduler)
-        for part in PARTS:
+        for part in cls.part_names:
             module = getattr(model, part)
             if module_dtype(module) != per_part[part]:
                 module.to(dtype=per_part[part])
@@ -215,7 +211,7 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
 
     @property
     def parts(self) -> dict[str, torch.nn.Module]:
-        return {part: getattr(self, part) for part in PARTS}
+        return {part: getattr(self, part) for part in self.part_names}
 
     @property
     def tokenizers(self) -> dict:

@@ -1,7 +1,9 @@
 """ModelType -> model family class.
 
 A family module registers itself with `@register_family(ModelType.X, ...)`. Every module of this
-package is imported on the first lookup, so adding a family is adding one file.
+package is imported on the first lookup, so adding a family is adding one file (and its
+torch-free description, config/family_info/<family>.py). Registering gives the class the facts of
+its description (DESCRIBED), which the class therefore does not declare itself.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ot_gradio.config.enums import ModelType
+from ot_gradio.config.families import family_info
 
 T = TypeVar("T", bound=type)
 
@@ -23,15 +26,39 @@ class UnsupportedModelTypeError(ValueError):
     pass
 
 
+# class attribute -> the description's field it is read from
+DESCRIBED = {"part_names": "parts", "denoiser": "denoiser", "text_encoder_names": "text_encoders",
+             "bucket_step": "bucket_step", "schedule_kind": "schedule", "inpainting": "inpainting"}
+
+
+def _describe(cls: type, model_types: tuple[ModelType, ...]) -> None:
+    """Sets the DESCRIBED attributes of `cls` from the description of its model types; a class
+    that declares one itself, or model types described differently, is an error."""
+    own = sorted(set(DESCRIBED) & set(vars(cls)))
+    if own:
+        raise ValueError(f"{cls.__name__} declares {', '.join(own)}: these come from its description in config/family_info.")
+    infos = {model_type: family_info(model_type) for model_type in model_types}
+    missing = [m.value for m, info in infos.items() if info is None]
+    if missing:
+        raise ValueError(f"{', '.join(missing)} has no description in config/family_info; add one before registering {cls.__name__}.")
+    facts = {tuple((attr, getattr(info, field)) for attr, field in DESCRIBED.items()) for info in infos.values()}
+    if len(facts) > 1:
+        raise ValueError(f"{cls.__name__} handles model types described differently ({', '.join(m.value for m in infos)}).")
+    for attr, value in facts.pop():
+        setattr(cls, attr, value)
+
+
 def register_family(*model_types: ModelType | str) -> Callable[[T], T]:
-    """Class decorator: the family class handles these model types."""
+    """Class decorator: the family class handles these model types, with the facts their
+    description gives (DESCRIBED)."""
 
     def decorate(cls: T) -> T:
-        for model_type in model_types:
-            model_type = ModelType(model_type)
+        types = tuple(ModelType(m) for m in model_types)
+        for model_type in types:
             if _FAMILIES.get(model_type, cls) is not cls:
                 raise ValueError(f"{model_type} is already handled by {_FAMILIES[model_type].__name__}.")
-            _FAMILIES[model_type] = cls
+        _describe(cls, types)
+        _FAMILIES.update(dict.fromkeys(types, cls))
         return cls
 
     return decorate

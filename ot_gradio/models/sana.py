@@ -71,7 +71,6 @@ class Sana(TokenWindow, IdentityLoraNames, FlowFamily):
     default_config_repo = "Efficient-Large-Model/Sana_1600M_1024px_diffusers"
     lora_base_model_version = "sana"
     embedding_keys = {"text_encoder": "gemma"}  # OneTrainer's key (its SanaEmbeddingSaver)
-    bucket_step = 32  # DC-AE 32 x patch 1
     patch_size = None  # the transformer config's
     single_file_layout = "original"  # Sana's own checkpoint, read by diffusers' converter; not written
     single_file_suffixes = (".safetensors", ".pth", ".pt")  # the published checkpoints are .pth

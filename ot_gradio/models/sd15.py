@@ -34,7 +34,6 @@ from ot_gradio.models.tiny import is_tiny, resolve_tiny
 
 SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-PARTS = ("unet", "text_encoder", "vae")
 
 # sampler -> (diffusers scheduler class name, overrides of the model's scheduler config)
 SAMPLERS: dict[NoiseScheduler, tuple[str, dict]] = {
@@ -85,8 +84,6 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
 
     model_type = ModelType.STABLE_DIFFUSION_15
     native_resolution = 512
-    denoiser = "unet"
-    text_encoder_names = ("text_encoder",)
     tokenizer_folders = {"text_encoder": "tokenizer"}  # text encoder part -> its tokenizer's folder
     # where the configs of a single file come from when no local diffusers folder is given
     default_config_repo = "stable-diffusion-v1-5/stable-diffusion-v1-5"
@@ -256,7 +253,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
 
     @property
     def parts(self) -> dict[str, torch.nn.Module]:
-        return {part: getattr(self, part) for part in PARTS}
+        return {part: getattr(self, part) for part in self.part_names}
 
     @property
     def tokenizers(self) -> dict:

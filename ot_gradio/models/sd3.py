@@ -58,14 +58,12 @@ class StableDiffusion3(FlowFamily):
     model_type = ModelType.STABLE_DIFFUSION_3
     family_name = "SD 3"
     text_encoder_description = "CLIP-L, CLIP-G and T5 (a single file: with a complete diffusers folder as the config folder)"
-    text_encoder_names = ("text_encoder", "text_encoder_2", "text_encoder_3")
     tokenizer_attrs = TOKENIZERS
     tokenizer_folders = TOKENIZERS
     default_config_repo = "stabilityai/stable-diffusion-3-medium-diffusers"
     lora_base_model_version = "sd3"
     modelspec_architecture = "stable-diffusion-v3-medium"  # SAI model spec, in saved files' headers
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "clip_g", "text_encoder_3": "t5"}  # OneTrainer's
-    bucket_step = 16  # VAE 8 x patch 2
     patch_size = None  # the transformer config's (it patches itself)
     t5_part = T5_PART
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": CLIP_PRESETS,

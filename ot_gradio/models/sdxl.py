@@ -39,7 +39,6 @@ from ot_gradio.models.sd_inpainting import MASK_CHANNELS, InpaintingMixin
 from ot_gradio.models.sdxl_single_file import save_sdxl_single_file, unet_module_names
 from ot_gradio.models.tiny import TinyModelPaths, register_tiny, tiny_clip_text_model, tiny_clip_tokenizer, tiny_vae
 
-PARTS = ("unet", "text_encoder", "text_encoder_2", "vae")
 TOKENIZERS = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
 
 
@@ -47,7 +46,6 @@ TOKENIZERS = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
 class StableDiffusionXL(StableDiffusion15):
     model_type = ModelType.STABLE_DIFFUSION_XL_10_BASE
     native_resolution = 1024
-    text_encoder_names = ("text_encoder", "text_encoder_2")
     tokenizer_folders = TOKENIZERS
     default_config_repo = "stabilityai/stable-diffusion-xl-base-1.0"
     modelspec_architecture = "stable-diffusion-xl-v1-base"
@@ -104,7 +102,7 @@ class StableDiffusionXL(StableDiffusion15):
 
     @property
     def parts(self) -> dict[str, torch.nn.Module]:
-        return {part: getattr(self, part) for part in PARTS}
+        return {part: getattr(self, part) for part in self.part_names}
 
     @property
     def tokenizers(self) -> dict:

@@ -91,7 +91,6 @@ def _classes():
 @register_family(ModelType.STABLE_CASCADE_1)
 class StableCascade(CascadeFamily):
     model_type = ModelType.STABLE_CASCADE_1
-    parts_order = ("prior", "text_encoder", "decoder", "decoder_vqgan", "effnet_encoder")
     lora_base_model_version = "stable_cascade_v1"
     lora_layer_presets = {"prior": LORA_PRESETS}
     timestep_scale = 1.0

@@ -49,7 +49,6 @@ def _classes():
 @register_family(ModelType.WUERSTCHEN_2)
 class Wuerstchen2(CascadeFamily):
     model_type = ModelType.WUERSTCHEN_2
-    parts_order = ("prior", "text_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan", "effnet_encoder")
     lora_base_model_version = "wuerstchen_v2"
     lora_layer_presets = {"prior": LORA_PRESETS}
     timestep_scale = 1.08

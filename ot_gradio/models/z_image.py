@@ -82,7 +82,6 @@ class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
     single_file_layout = "original"  # the transformer file people download, through diffusers' converter
-    bucket_step = 16  # VAE 8 x patch 2
     default_sequence_length = DEFAULT_SEQUENCE_LENGTH
     default_steps, default_cfg_scale = 8, 0.0
 

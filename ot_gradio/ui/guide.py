@@ -12,6 +12,7 @@ import gradio as gr
 
 from ..config.catalogue import offered
 from ..config.enums import ModelType as M
+from ..config.families import FAMILIES
 from .visibility import tab_shown
 
 TABS_ID = "tabs"
@@ -26,34 +27,9 @@ class Step:
     more: tuple[str, str] | None = None  # (label, Markdown) of a closed accordion below the step
 
 
-# The preset in presets/ to start from for each model type the trainer implements (a LoRA at the
-# family's native size; tests/ui/test_guide.py checks there is one per implemented model type and
-# that its file sets that model type), with what to know before using it.
-PRESETS: dict[M, tuple[str, str]] = {
-    M.STABLE_DIFFUSION_15: ("sd15-lora", "also *sd15-finetune* and *sd15-embedding*"),
-    M.STABLE_DIFFUSION_15_INPAINTING: ("sd15-inpainting-lora", "masks optional (`<name>-masklabel.png`, white = repaint)"),
-    M.STABLE_DIFFUSION_20: ("sd20-lora", "768 px, v-prediction"),
-    M.STABLE_DIFFUSION_20_BASE: ("sd20-base-lora", "512 px"),
-    M.STABLE_DIFFUSION_20_INPAINTING: ("sd20-inpainting-lora", "masks optional"),
-    M.STABLE_DIFFUSION_21: ("sd21-lora", "768 px, v-prediction"),
-    M.STABLE_DIFFUSION_21_BASE: ("sd21-base-lora", "512 px"),
-    M.STABLE_DIFFUSION_XL_10_BASE: ("sdxl-lora", "1024 px"),
-    M.STABLE_DIFFUSION_XL_10_BASE_INPAINTING: ("sdxl-inpainting-lora", "masks optional"),
-    M.WUERSTCHEN_2: ("wuerstchen2-lora", "trains the prior; the decoder comes from warp-ai/wuerstchen"),
-    M.STABLE_CASCADE_1: ("cascade-lora", "trains the prior (stage C); the decoder comes from stabilityai/stable-cascade"),
-    M.PIXART_ALPHA: ("pixart-alpha-lora", "120 T5 tokens"),
-    M.PIXART_SIGMA: ("pixart-sigma-lora", "300 T5 tokens"),
-    M.STABLE_DIFFUSION_3: ("sd3-lora", "KOHYA_LORA for ComfyUI"),
-    M.STABLE_DIFFUSION_35: ("sd35-lora", "SD 3.5 Medium; set the base model for Large"),
-    M.FLUX_DEV_1: ("flux-dev-1-lora", "NF4 transformer and T5: fits a 16 GB card"),
-    M.FLUX_FILL_DEV_1: ("flux-fill-dev-1-lora", "**needs masks**: masked training is on; put a `<name>-masklabel.png` "
-                        "next to the images (white = fill; the Masks tool makes them): a run without masks is refused"),
-    M.CHROMA_1: ("chroma-lora", "FLOAT_8 transformer"),
-    M.Z_IMAGE: ("z-image-lora", "FLOAT_8 transformer and Qwen3"),
-    M.FLUX_2: ("flux2-lora", "dev or Klein, told apart by the text encoder"),
-    M.QWEN: ("qwen-image-lora", "FLOAT_8 transformer and text encoder, part of the transformer offloaded to RAM"),
-    M.SANA: ("sana-lora", "1024 px"),
-}
+# The preset in presets/ to start from for each model type the trainer implements, with what to
+# know before using it (each family's description, config/family_info)
+PRESETS: dict[M, tuple[str, str]] = {m: (info.preset, info.preset_note) for m, info in FAMILIES.items() if info.preset}
 
 
 def presets_table() -> str:

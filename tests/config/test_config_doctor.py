@@ -101,7 +101,7 @@ def test_the_diffusers_lora_table_is_what_each_pipeline_loads():
 def test_a_text_encoder_lora_diffusers_cannot_load_is_refused_for_diffusers_keys():
     """Flux.1's T5, Chroma's T5, SD 3's T5 and the language-model encoders of Qwen-Image, Z-Image,
     Sana and Flux.2: refused with diffusers keys, naming the format and the switch as the page shows them."""
-    from ot_gradio.config.families import DIFFUSERS_LORA_TEXT_ENCODERS
+    from ot_gradio.config.families import DIFFUSERS_LORA_TEXT_ENCODERS, FAMILIES
 
     for model_type, part in _diffusers_lora_cases():
         loadable = part in DIFFUSERS_LORA_TEXT_ENCODERS[model_type][1]
@@ -120,6 +120,9 @@ def test_a_text_encoder_lora_diffusers_cannot_load_is_refused_for_diffusers_keys
             label = TrainConfig.model_fields[part].json_schema_extra["label"]
             assert len(found) == 1, (model_type, part, fmt)
             assert f"a {fmt.value} file (Model → Output format)" in found[0] and f"Training → {label} → Train" in found[0]
+            # the kohya layout is offered where a reader loads that part from it (Sana's text encoder: none)
+            kohya_read = not any(layout == "kohya" and p == part for layout, p, _ in FAMILIES[model_type].lora_unread)
+            assert ("or choose KOHYA_LORA there" in found[0]) == kohya_read, (model_type, part)
         if not loadable:
             config.output_model_format, config.training_method = ModelFormat.DIFFUSERS_LORA, TrainingMethod.EMBEDDING
             assert not [e for e in errors(config) if e.startswith(f"{part}.train:")]

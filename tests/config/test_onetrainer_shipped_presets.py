@@ -90,6 +90,8 @@ def test_the_remembered_optimizer_settings_fill_the_optimizer_as_onetrainer_load
     own = load_config({"model_type": "FLUX_2", "optimizer": {"optimizer": "ADAFACTOR", "fused_back_pass": False},
                        "optimizer_defaults": {"ADAFACTOR": {"optimizer": "ADAFACTOR", "fused_back_pass": True}}}).config
     assert own.optimizer.fused_back_pass is False  # a setting written in the optimizer itself wins
+    with pytest.raises(ConfigError, match="optimizer.optimizer"):  # a name that is no string: refused by name
+        load_config({"model_type": "FLUX_2", "optimizer": {"optimizer": []}, "optimizer_defaults": {}})
 
 
 @pytest.mark.parametrize("path", UNTRAINED, ids=preset_id)

@@ -4,6 +4,7 @@ import pytest
 
 from ot_gradio.config.enums import ModelType
 from ot_gradio.config.families import FAMILIES
+from ot_gradio.models import registry
 from ot_gradio.models.registry import UnsupportedModelTypeError, get_family, register_family, supported_model_types
 
 
@@ -28,9 +29,21 @@ def test_a_type_cannot_be_registered_twice():
 
 
 @pytest.mark.parametrize("model_type", [t for t, info in FAMILIES.items() if info.implemented])
-def test_torch_free_table_agrees_with_the_family(model_type):
-    """The page and the dataset report read the torch-free table; the trainer reads the class."""
-    assert getattr(get_family(model_type), "bucket_step", None) == FAMILIES[model_type].bucket_step
+def test_the_family_class_has_the_facts_of_its_description(model_type):
+    """The page reads the torch-free description, the trainer the class: registering gives the class them."""
+    cls, info = get_family(model_type), FAMILIES[model_type]
+    assert (cls.part_names, cls.denoiser, cls.text_encoder_names, cls.bucket_step, cls.schedule_kind, cls.inpainting) == (
+        info.parts, info.denoiser, info.text_encoders, info.bucket_step, info.schedule, info.inpainting)
+
+
+def test_a_family_class_does_not_declare_what_its_description_says(monkeypatch):
+    monkeypatch.setattr(registry, "_FAMILIES", {})
+    with pytest.raises(ValueError, match="Own declares bucket_step: these come from its description"):
+        register_family(ModelType.SANA)(type("Own", (), {"bucket_step": 32}))
+    with pytest.raises(ValueError, match="HUNYUAN_VIDEO has no description in config/family_info"):
+        register_family(ModelType.HUNYUAN_VIDEO)(type("Undescribed", (), {}))
+    with pytest.raises(ValueError, match="described differently"):
+        register_family(ModelType.SANA, ModelType.STABLE_DIFFUSION_15)(type("Two", (), {}))
 
 
 INSTANCE_ONLY = {"layer_skips"}  # set in every family's __init__

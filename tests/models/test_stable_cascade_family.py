@@ -36,7 +36,7 @@ def test_registry_and_family_table_agree():
     from ot_gradio.models.stable_cascade import StableCascade
 
     assert get_family(ModelType.STABLE_CASCADE_1) is StableCascade
-    assert StableCascade.parts_order == family_info(ModelType.STABLE_CASCADE_1).parts
+    assert StableCascade.part_names == family_info(ModelType.STABLE_CASCADE_1).parts
     assert supports(ModelType.STABLE_CASCADE_1, "LORA")
 
 

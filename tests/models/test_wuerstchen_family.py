@@ -107,7 +107,7 @@ def test_family_table_and_registry_agree():
     from ot_gradio.models.wuerstchen import Wuerstchen2
 
     assert get_family(ModelType.WUERSTCHEN_2) is Wuerstchen2
-    assert Wuerstchen2.parts_order == family_info(ModelType.WUERSTCHEN_2).parts
+    assert Wuerstchen2.part_names == family_info(ModelType.WUERSTCHEN_2).parts
     assert supports(ModelType.WUERSTCHEN_2, "LORA")
 
 

@@ -1,0 +1,90 @@
+"""The torch-free description of each model family: one module here per family module in
+ot_gradio/models (the same file name), holding `FAMILIES = {ModelType: FamilyInfo(...)}` and,
+where the family is the one people name, `SIGN = Sign(...)` for the base-model check.
+
+Why here and not beside the family module in models/: the config layer is the lowest one and
+imports nothing above it, yet config/families.py, the doctor and the page read these facts
+without loading torch. So the descriptions live at the bottom, and the family classes read them
+downwards: `models.registry.register_family` gives each class the facts of its description
+(denoiser, text encoders, parts, bucket step, schedule, inpainting), so a fact is written once.
+
+A new family: its module in models/, its description here, its preset and one line in a
+parametrized test. Nothing else lists the families: `collect()` finds every module here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..enums import ModelType as M
+from ..enums import TrainingMethod as T
+
+ALL_METHODS = (T.LORA, T.FINE_TUNE, T.EMBEDDING)
+
+
+@dataclass(frozen=True)
+class FamilyInfo:
+    parts: tuple[str, ...]          # every config part section the family uses, denoiser first
+    denoiser: str                   # the part that predicts noise
+    text_encoders: tuple[str, ...]  # text encoder parts, in order
+    methods: tuple[T, ...] = ALL_METHODS
+    implemented: bool = False       # the trainer can train it today
+    inpainting: bool = False        # the denoiser takes the masked image and the mask as input
+    bucket_step: int | None = None  # image sizes must be multiples of this (None: the data default)
+    schedule: str = "ddpm"          # the training objective: "ddpm" or "flow_matching" (training/schedules.py)
+    learns_variance: bool = False   # the denoiser also predicts its variance, trained with the VB loss (PixArt)
+    # (LoRA file layout "kohya" / "diffusers", part, why): parts no reader loads from such a file
+    # (refused); a diffusers-layout text encoder of a family with a diffusers LoRA loader is
+    # decided by `diffusers_lora` instead
+    lora_unread: tuple[tuple[str, str, str], ...] = ()
+    # (pipeline, text encoders): the text encoders the family's diffusers pipeline loads a LoRA
+    # into (its LoraLoaderMixin's `_lora_loadable_modules`, diffusers 0.42); None: the pipeline
+    # has no load_lora_weights. A DIFFUSERS_LORA file of another text encoder is refused before the run
+    diffusers_lora: tuple[str, tuple[str, ...]] | None = None
+    # (denoiser layers ComfyUI does not map from a diffusers-layout LoRA, the layer presets that
+    # train them): such a file is warned about (scripts/check_comfyui_lora.py measures it)
+    comfy_gap: tuple[str, tuple[str, ...]] | None = None
+    text_encoder_labels: tuple[str, ...] = ()  # what the text encoders are, for messages ("CLIP-L", "T5")
+    # the preset in presets/ to start from (a LoRA at the family's native size; the guide names it
+    # with the note, what to know before using it; tests/ui/test_guide.py checks it sets this model type)
+    preset: str = ""
+    preset_note: str = ""
+    # parameters per part at the published size (the Model tab's memory table; shared sizes in _sizes.py)
+    params: Mapping[str, int] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class Sign:
+    """How a base model shows its family (config/base_model_match.py): the family as people call
+    it, its model types, the prefixes of its diffusers pipeline class names (model_index.json's
+    `_class_name`) and words in a file or hub name."""
+
+    name: str
+    model_types: tuple[M, ...]
+    class_prefixes: tuple[str, ...]
+    name_words: tuple[str, ...]
+
+
+def _modules():
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if not info.name.startswith("_"):
+            yield importlib.import_module(f"{__name__}.{info.name}")
+
+
+def collect() -> tuple[dict[M, FamilyInfo], tuple[Sign, ...]]:
+    """Every description module's families (in ModelType order) and signs; a model type
+    described twice is an error naming both modules."""
+    families: dict[M, FamilyInfo] = {}
+    owner: dict[M, str] = {}
+    signs: list[Sign] = []
+    for module in _modules():
+        for model_type, info in getattr(module, "FAMILIES", {}).items():
+            if model_type in owner:
+                raise ValueError(f"{model_type.value} is described in both {owner[model_type]} and {module.__name__}.")
+            families[model_type], owner[model_type] = info, module.__name__
+        if getattr(module, "SIGN", None) is not None:
+            signs.append(module.SIGN)
+    return {m: families[m] for m in M if m in families}, tuple(signs)

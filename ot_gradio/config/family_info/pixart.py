@@ -1,0 +1,20 @@
+"""PixArt-α (models/pixart.py); its sign covers PixArt-Σ too."""
+
+from dataclasses import replace
+
+from ..enums import ModelType as M
+from . import FamilyInfo, Sign
+from ._sizes import T5_XXL, VAE
+
+T5_NO_COMFY = "and ComfyUI has no diffusers name for T5"
+PIXART = FamilyInfo(
+    ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, bucket_step=16,
+    learns_variance=True,
+    lora_unread=(("diffusers", "text_encoder", f"diffusers has no PixArt LoRA loader, {T5_NO_COMFY}"),),
+)
+
+# PixArt-α XL/2 1024: 28 blocks of width 1152 with the resolution/aspect embedders; T5 v1.1 XXL
+# encoder; the SD VAE
+FAMILIES = {M.PIXART_ALPHA: replace(PIXART, preset="pixart-alpha-lora", preset_note="120 T5 tokens",
+                                    params={"transformer": 611_349_152, "text_encoder": T5_XXL, "vae": VAE})}
+SIGN = Sign("PixArt", (M.PIXART_ALPHA, M.PIXART_SIGMA), ("PixArt",), ("pixart",))

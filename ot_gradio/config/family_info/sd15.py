@@ -1,0 +1,23 @@
+"""Stable Diffusion 1.5 (models/sd15.py); its sign covers every SD 1.x/2.x model type, as they
+share one pipeline and are not told apart."""
+
+from ..enums import ModelType as M
+from . import FamilyInfo, Sign
+from ._sizes import CLIP_L, VAE
+
+SD_PARTS = ("unet", "text_encoder", "vae")
+SD_LORA = ("StableDiffusionPipeline", ("text_encoder",))
+SD15_PARAMS = {"unet": 859_520_964, "text_encoder": CLIP_L, "vae": VAE}
+
+FAMILIES = {
+    M.STABLE_DIFFUSION_15: FamilyInfo(SD_PARTS, "unet", ("text_encoder",), implemented=True, diffusers_lora=SD_LORA,
+                                         preset="sd15-lora", preset_note="also *sd15-finetune* and *sd15-embedding*",
+                                         params=SD15_PARAMS),
+}
+SIGN = Sign(
+    "Stable Diffusion 1.x/2.x",
+    (M.STABLE_DIFFUSION_15, M.STABLE_DIFFUSION_15_INPAINTING, M.STABLE_DIFFUSION_20, M.STABLE_DIFFUSION_20_BASE,
+     M.STABLE_DIFFUSION_20_INPAINTING, M.STABLE_DIFFUSION_21, M.STABLE_DIFFUSION_21_BASE),
+    ("StableDiffusionPipeline", "StableDiffusionInpaintPipeline"),
+    ("sd15", "sd2", "sd-v1", "sd_v1", "v1-5", "stable-diffusion-v1", "stable-diffusion-2", "stable-diffusion-inpainting"),
+)

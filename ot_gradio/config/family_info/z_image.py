@@ -1,0 +1,19 @@
+"""Z-Image: one Qwen3 text encoder; FINE_TUNE and LORA, as OneTrainer (models/z_image.py)."""
+
+from ..enums import ModelType as M
+from ..enums import TrainingMethod as T
+from . import FamilyInfo, Sign
+from ._sizes import VAE16
+
+FAMILIES = {
+    M.Z_IMAGE: FamilyInfo(
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
+        implemented=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("ZImagePipeline", ()),
+        text_encoder_labels=("Qwen3",), preset="z-image-lora", preset_note="FLOAT_8 transformer and Qwen3",
+        # Z-Image / Z-Image-Turbo (Tongyi-MAI, transformer/config.json: S3-DiT of 30 layers of width
+        # 3840 with 2 noise and 2 context refiner layers, 30 heads, caption width 2560); text encoder
+        # Qwen3-4B (36 layers of 2560, 8 KV heads, 151,936 tokens, embeddings tied); Flux's VAE
+        params={"transformer": 6_154_908_736, "text_encoder": 4_022_468_096, "vae": VAE16},
+    ),
+}
+SIGN = Sign("Z-Image", (M.Z_IMAGE,), ("ZImage",), ("z-image", "z_image", "zimage"))
