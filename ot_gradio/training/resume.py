@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config.fields import iter_fields
+from ..config.schema import TrainConfig
 from .backup import latest_backup, read_backup, set_rng_state
 from .ema import EMA
 from .preflight import TrainingError
 
-# settings a backup must share with the run that continues it
-MUST_MATCH = ("model_type", "training_method", "base_model_name", "batch_size", "gradient_accumulation_steps", "resolution", "lora_rank")
+# settings a backup must share with the run that continues it: the schema's `backup_must_match`
+MUST_MATCH = tuple(f.path for f in iter_fields(TrainConfig) if f.backup_must_match)
 
 
 def resume_from_latest_backup(trainer: Any) -> None:
