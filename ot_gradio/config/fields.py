@@ -48,6 +48,8 @@ def opt(
     heading: str | None = None,
     in_step: bool = True,
     backup_must_match: bool = False,
+    on_frozen_part: bool = False,
+    text_encoder_only: bool = False,
 ) -> Any:
     """``compat=True`` marks OneTrainer bookkeeping kept so its configs round-trip (file names,
     remembered optimizer settings, ids): never reported as an unsupported option.
@@ -59,7 +61,9 @@ def opt(
     fields in schema order; ``heading`` is the titled group it is shown under (groups appear in
     the order of their first field). The trainer: ``in_step=False`` for a setting that does not
     reach the training step (the memory probe's result is reused across it); ``backup_must_match``
-    for a setting a backup must share with the run that continues it."""
+    for a setting a backup must share with the run that continues it. A model part's setting:
+    ``on_frozen_part`` also shown for a part that only loads and encodes (VAE, VQGAN...);
+    ``text_encoder_only`` shown only for text encoders."""
     extra: dict[str, Any] = {"label": label, "tooltip": tooltip, "status": status}
     if tab:
         extra["tab"] = tab
@@ -73,6 +77,10 @@ def opt(
         extra["in_step"] = False
     if backup_must_match:
         extra["backup_must_match"] = True
+    if on_frozen_part:
+        extra["on_frozen_part"] = True
+    if text_encoder_only:
+        extra["text_encoder_only"] = True
     if advanced:
         extra["advanced"] = True
     if compat:

@@ -15,16 +15,12 @@ from typing import Any
 
 from ..config.enums import TrainingMethod as T
 from ..config.families import FROZEN_PARTS, family_info
-from ..config.fields import iter_fields, strip_optional
+from ..config.fields import field_meta, iter_fields, strip_optional
 from ..config.parts import ModelPartConfig
 from ..config.schema import TrainConfig
 
 # Tabs that belong to one training method (the others are shown for every method).
 TAB_METHODS: dict[str, tuple[T, ...]] = {"lora": (T.LORA,), "embedding": (T.EMBEDDING,)}
-# Settings of a frozen part (VAE, VQGAN, ...) worth showing: it only loads and encodes.
-FROZEN_PART_FIELDS = ("weight_dtype", "model_name")
-# Part settings that only mean something for a text encoder.
-TEXT_ENCODER_FIELDS = ("dropout_probability", "train_embedding")
 
 
 @cache
@@ -53,14 +49,14 @@ def shown_parts(model_type: str | None) -> tuple[str, ...]:
 
 def part_field_shown(path: str) -> bool:
     """Whatever the model: a frozen part shows only how it is loaded; caption dropout and
-    embedding training only on text encoders."""
+    embedding training only on text encoders (the part settings' schema lines say which)."""
     part = part_of(path)
     if part is None or "." not in path:
         return True
-    name = path.split(".", 1)[1]
+    meta = field_meta(ModelPartConfig, path.split(".", 1)[1])  # the schema's on_frozen_part, text_encoder_only
     if part in FROZEN_PARTS:
-        return name in FROZEN_PART_FIELDS
-    if name in TEXT_ENCODER_FIELDS:
+        return bool(meta.get("on_frozen_part"))
+    if meta.get("text_encoder_only"):
         return "text_encoder" in part
     return True
 

@@ -68,3 +68,16 @@ def test_a_family_fact_decides_the_noise_schedule_options():
     assert applies("force_v_prediction", {"model_type": "STABLE_DIFFUSION_15"})
     assert not applies("force_v_prediction", {"model_type": "FLUX_DEV_1"})
     assert applies("vb_loss_strength", {}) and not applies("vb_loss_strength", {"model_type": "STABLE_DIFFUSION_15"})
+
+
+def test_part_facts_are_on_part_settings_and_kept_by_the_separate_parts():
+    """The page reads them for a model part's settings only, by the setting's name."""
+    from ot_gradio.config.fields import field_meta
+    from ot_gradio.config.parts import ModelPartConfig, SeparateModelPartConfig
+
+    flags = ("on_frozen_part", "text_encoder_only")
+    assert not [n for n in TrainConfig.model_fields if any(field_meta(TrainConfig, n).get(k) for k in flags)]
+    shown = {n for n in ModelPartConfig.model_fields if field_meta(ModelPartConfig, n).get("on_frozen_part")}
+    assert shown == {"weight_dtype", "model_name"}
+    for name in SeparateModelPartConfig.model_fields:
+        assert [field_meta(SeparateModelPartConfig, name).get(k) for k in flags] == [field_meta(ModelPartConfig, name).get(k) for k in flags], name
