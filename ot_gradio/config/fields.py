@@ -2,7 +2,9 @@
 
 Every option is one line: ``name: type = opt(default, "Label", "Tooltip", tab=..., ge=..., le=...)``.
 The page, validation, JSON, CLI overrides and docs read label, tooltip, tab, bounds and the
-``implemented`` flag from the field's metadata, so they cannot drift from the trainer.
+``implemented`` flag from the field's metadata, so they cannot drift from the trainer. What else
+is known about one option (when the page shows it, under which heading, whether it reaches the
+training step, whether a backup must share it) is on the same line, so a new option is one line.
 """
 
 from __future__ import annotations
@@ -41,14 +43,44 @@ def opt(
     choices: list[str] | None = None,
     compat: bool = False,
     allow_inf: bool = False,
+    applies_when: Any = None,
+    first: int = 0,
+    heading: str | None = None,
+    in_step: bool = True,
+    backup_must_match: bool = False,
+    on_frozen_part: bool = False,
+    text_encoder_only: bool = False,
 ) -> Any:
     """``compat=True`` marks OneTrainer bookkeeping kept so its configs round-trip (file names,
     remembered optimizer settings, ids): never reported as an unsupported option.
     ``allow_inf=True``: the float may be infinite (it means "no limit"); numbers are otherwise
-    finite and within float32 range (see Section)."""
+    finite and within float32 range (see Section).
+
+    The page: ``applies_when`` (a conditions.Rule) shows the field only while the rest of the
+    config makes it mean something; ``first=n`` puts it n-th at the top of its tab, before the
+    fields in schema order; ``heading`` is the titled group it is shown under (groups appear in
+    the order of their first field). The trainer: ``in_step=False`` for a setting that does not
+    reach the training step (the memory probe's result is reused across it); ``backup_must_match``
+    for a setting a backup must share with the run that continues it. A model part's setting:
+    ``on_frozen_part`` also shown for a part that only loads and encodes (VAE, VQGAN...);
+    ``text_encoder_only`` shown only for text encoders."""
     extra: dict[str, Any] = {"label": label, "tooltip": tooltip, "status": status}
     if tab:
         extra["tab"] = tab
+    if applies_when is not None:
+        extra["applies_when"] = applies_when
+    if first:
+        extra["first"] = first
+    if heading:
+        extra["heading"] = heading
+    if not in_step:
+        extra["in_step"] = False
+    if backup_must_match:
+        extra["backup_must_match"] = True
+    if on_frozen_part:
+        extra["on_frozen_part"] = True
+    if text_encoder_only:
+        extra["text_encoder_only"] = True
     if advanced:
         extra["advanced"] = True
     if compat:
@@ -181,6 +213,11 @@ class FieldInfo:
     advanced: bool = False
     group: bool = False
     compat: bool = False
+    applies_when: Any = None
+    first: int = 0
+    heading: str | None = None
+    in_step: bool = True
+    backup_must_match: bool = False
 
 
 def strip_optional(annotation: Any) -> Any:
@@ -242,7 +279,9 @@ def iter_fields(model_cls: type[BaseModel], prefix: str = "", *, defaults: BaseM
             tooltip=meta.get("tooltip", ""), tab=field_tab, bounds=_bounds(info), choices=choices,
             status=PLANNED if is_planned else meta.get("status", "ok"),
             advanced=bool(meta.get("advanced")), group=kind in ("section", "list"),
-            compat=bool(meta.get("compat")),
+            compat=bool(meta.get("compat")), applies_when=meta.get("applies_when"), first=int(meta.get("first", 0)),
+            heading=meta.get("heading"), in_step=bool(meta.get("in_step", True)),
+            backup_must_match=bool(meta.get("backup_must_match")),
         )
         if kind == "section":
             yield from iter_fields(cls, f"{path}.", defaults=default, tab=field_tab, planned=is_planned)

@@ -17,15 +17,15 @@ __all__ = [
 
 
 class ModelPartConfig(Section):
-    model_name: str = opt("", "Override model", "Load this part from another model (hub id, folder or file), e.g. a VAE fine-tune. Blank = from the base model.", status=PLANNED)
+    model_name: str = opt("", "Override model", "Load this part from another model (hub id, folder or file), e.g. a VAE fine-tune. Blank = from the base model.", status=PLANNED, on_frozen_part=True)
     include: bool = opt(True, "Include", "Load this part at all. Turning a text encoder off saves memory on models that can work without it.")
     train: bool = opt(True, "Train", "Train this part. For LoRA: attach LoRA layers to it. The VAE is only trained by FINE_TUNE_VAE.")
     stop_training_after: int | None = opt(None, "Stop training after", "Freeze this part after this many units (see the unit), e.g. stop the text encoder after 30 epochs while the UNet goes on. Blank = never.", ge=0)
     stop_training_after_unit: TimeUnit = opt(TimeUnit.NEVER, "Stop training unit", "Unit for 'stop training after': EPOCH or STEP; NEVER keeps training.")
     learning_rate: float | None = opt(None, "Learning rate", "Learning rate for this part; it replaces the base learning rate when set. Blank = the base learning rate. With Prodigy use 1 everywhere.", ge=0)
-    weight_dtype: DataType = opt(DataType.FLOAT_32, "Weight data type", "Data type the weights of this part are kept in. FLOAT_16/BFLOAT_16 halve memory, FLOAT_8 quarters it. Keep the VAE at FLOAT_32 (or BFLOAT_16) if samples come out black. On CPU half types stay float32. FLOAT_8, INT_8 and NFLOAT_4 store the Linear layers in 8 or 4 bits on any device, for parts that are not trained themselves (e.g. under a LoRA); INT_8 and NFLOAT_4 need bitsandbytes.")
-    dropout_probability: float = opt(0.0, "Caption dropout", "Text encoders: probability of training a sample with an empty caption, so the model also learns the unconditioned image.", ge=0, le=1)
-    train_embedding: bool = opt(True, "Train embedding", "Text encoders: train the embeddings' vectors in this encoder (off = use them as they are; models with several text encoders).")
+    weight_dtype: DataType = opt(DataType.FLOAT_32, "Weight data type", "Data type the weights of this part are kept in. FLOAT_16/BFLOAT_16 halve memory, FLOAT_8 quarters it. Keep the VAE at FLOAT_32 (or BFLOAT_16) if samples come out black. On CPU half types stay float32. FLOAT_8, INT_8 and NFLOAT_4 store the Linear layers in 8 or 4 bits on any device, for parts that are not trained themselves (e.g. under a LoRA); INT_8 and NFLOAT_4 need bitsandbytes.", on_frozen_part=True)
+    dropout_probability: float = opt(0.0, "Caption dropout", "Text encoders: probability of training a sample with an empty caption, so the model also learns the unconditioned image.", ge=0, le=1, text_encoder_only=True)
+    train_embedding: bool = opt(True, "Train embedding", "Text encoders: train the embeddings' vectors in this encoder (off = use them as they are; models with several text encoders).", text_encoder_only=True)
     attention_mask: bool = opt(False, "Attention mask", "Text encoders and transformers: mask padding tokens in attention.", status=PLANNED)
     guidance_scale: float = opt(1.0, "Guidance scale", "Guidance-distilled models only (Flux.1 dev): the value fed to the transformer's guidance embedding while training (OneTrainer's default 1). Samples use their CFG scale as the guidance value.", ge=0)
     gradient_checkpointing: GradientCheckpointing = opt(GradientCheckpointing.AUTO, "Gradient checkpointing", "Recompute activations in the backward pass: much less memory (about 2 GB for SD 1.5), at least 30% slower. AUTO: on only when the run would not fit in the device's free memory without it (the run's log says which and why); ON/OFF always.")
@@ -37,7 +37,7 @@ class SeparateModelPartConfig(ModelPartConfig):
     """A part that can come from a model of its own (Würstchen 2 / Stable Cascade: the prior, the
     decoder and the EffNet encoder), as OneTrainer's prior, decoder and effnet model names."""
 
-    model_name: str = opt("", "Model", "Where this part comes from: a hub id, folder or file. Prior: replaces the base model's prior network (Stable Cascade: also an original stage_c .safetensors). Decoder: the decoder model, stage B with its VQGAN (e.g. warp-ai/wuerstchen, stabilityai/stable-cascade, stabilityai/stable-cascade/decoder_lite). EffNet encoder: its weights (warp-ai/EfficientNetEncoder; Stable Cascade's effnet_encoder.safetensors). Blank = the family's default.")
+    model_name: str = opt("", "Model", "Where this part comes from: a hub id, folder or file. Prior: replaces the base model's prior network (Stable Cascade: also an original stage_c .safetensors). Decoder: the decoder model, stage B with its VQGAN (e.g. warp-ai/wuerstchen, stabilityai/stable-cascade, stabilityai/stable-cascade/decoder_lite). EffNet encoder: its weights (warp-ai/EfficientNetEncoder; Stable Cascade's effnet_encoder.safetensors). Blank = the family's default.", on_frozen_part=True)
 
 
 class SampleConfig(Section):

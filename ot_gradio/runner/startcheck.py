@@ -21,7 +21,7 @@ from typing import Any
 
 from ..config.doctor import errors
 from ..config.fields import PLANNED, field_meta
-from ..config.schema import LAYER_PRESETS
+from ..config.schema import TrainConfig
 
 NAME_MAX = 255  # bytes in one file name on ext4, xfs, btrfs, NTFS, APFS
 PATH_MAX = 4096
@@ -29,10 +29,10 @@ TEMP_EXTRA = len(".") + len(".XXXXXXXX.tmp")  # fsutil's atomic writes: `.{name}
 STEP_EXTRA = len("-step") + 10  # intermediate saves: `{prefix}{stem}-step{global_step}{suffix}`
 MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".sft")
 DEMO_FOLDER = ("demo-data", "shapes")  # made by ensure_demo_concepts when a run starts
-# Layer presets some family knows (the schema's, plus "blocks" of the flow-matching transformers:
-# SD 3, Flux, Z-Image). A name outside them fails every family's LoRA setup; "blocks" for a family
-# without it is still refused by the trainer, before the first step.
-KNOWN_LAYER_PRESETS = (*LAYER_PRESETS, "blocks")
+# Layer presets some family knows (the field's choices; "blocks" only the flow-matching
+# transformers': SD 3, Flux, Z-Image). A name outside them fails every family's LoRA setup;
+# "blocks" for a family without it is still refused by the trainer, before the first step.
+LAYER_PRESETS = field_meta(TrainConfig, "layer_filter_preset")["choices"]
 
 
 def _walk(value: Any, path: str = ""):
@@ -250,7 +250,7 @@ def output_problems(config: Any, workspace: Path) -> list[str]:
 
 def preset_problems(config: Any) -> list[str]:
     method = str(getattr(config.training_method, "value", config.training_method))
-    if method == "LORA" and config.layer_filter_preset not in KNOWN_LAYER_PRESETS:
+    if method == "LORA" and config.layer_filter_preset not in LAYER_PRESETS:
         return [f"layer_filter_preset: {_shown(config.layer_filter_preset)!r} is not a layer preset; choose one of "
                 f"{', '.join(LAYER_PRESETS)} (or blocks, for SD 3, Flux and Z-Image)"]
     return []

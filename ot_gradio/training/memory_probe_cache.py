@@ -5,8 +5,8 @@ demo model, more for large ones, at the start of every run with gradient checkpo
 every `validate`. Its result depends only on shapes and code, not on weight values: the model's
 structure (each part's class and config, every parameter's and buffer's name, shape, dtype and
 whether it trains, each module's class and attention processor, checkpointing on or off), the
-settings of the run that reach the step (everything in the config except the fields in
-`NOT_IN_STEP`: schedule, outputs, samples, backups, data paths...), the precision, the library
+settings of the run that reach the step (everything in the config except the fields marked
+`in_step=False` in the schema: schedule, outputs, samples, backups, data paths...), the precision, the library
 versions and our own code (size and time of every .py file of the step's packages: training,
 models, data). A run whose key is in `memory-probe.json` reuses the peak instead of probing
 again; anything else is measured."""
@@ -20,20 +20,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..config.fields import iter_fields
+from ..config.schema import TrainConfig
+
 FILE = "memory-probe.json"
 KEEP = 64  # entries kept (the newest)
-NOT_IN_STEP = frozenset({
-    "epochs", "workspace_dir", "cache_dir", "output_model_destination", "output_model_format", "output_dtype", "samples",
-    "sample_after", "sample_after_unit", "sample_skip_first", "sample_image_format", "sample_video_format",
-    "sample_audio_format", "sample_definition_file_name", "samples_to_tensorboard", "backup_after", "backup_after_unit",
-    "backup_before_save", "rolling_backup", "rolling_backup_count", "save_every", "save_every_unit", "save_filename_prefix",
-    "save_skip_first", "tensorboard", "tensorboard_always_on", "tensorboard_expose", "tensorboard_port", "concepts",
-    "concept_file_name", "seed", "learning_rate", "learning_rate_scheduler", "learning_rate_warmup_steps",
-    "learning_rate_cycles", "learning_rate_min_factor", "continue_last_backup", "prevent_overwrites",
-    "include_train_config", "debug_dir", "debug_mode", "validation", "validate_after", "validate_after_unit",
-    "clear_cache_before_training", "only_cache", "dataloader_threads", "huggingface_cache_dir", "offline_mode",
-    "optimizer", "optimizer_defaults",  # the probe has no optimizer; its state is measured on its own each time
-})
+# the settings that do not reach the step: the schema's `in_step=False`
+NOT_IN_STEP = frozenset(f.path for f in iter_fields(TrainConfig) if not f.in_step)
 _CODE: str | None = None
 
 

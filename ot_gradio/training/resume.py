@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..config.fields import iter_fields
+from ..config.schema import TrainConfig
 from .backup import Counters, latest_backup, read_backup, set_rng_state
 from .ema import EMA
 from .preflight import TrainingError
@@ -14,8 +16,8 @@ from .preflight import TrainingError
 if TYPE_CHECKING:
     from .run_state import RunState
 
-# settings a backup must share with the run that continues it
-MUST_MATCH = ("model_type", "training_method", "base_model_name", "batch_size", "gradient_accumulation_steps", "resolution", "lora_rank")
+# settings a backup must share with the run that continues it: the schema's `backup_must_match`
+MUST_MATCH = tuple(f.path for f in iter_fields(TrainConfig) if f.backup_must_match)
 
 
 @dataclass

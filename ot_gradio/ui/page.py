@@ -34,7 +34,7 @@ from .browser import BrowserPanel
 from .concepts import ConceptsTab
 from .form import Field, build_fields, config_from_values, edit_event, make_component, schema_fields, values_from_config
 from .guide import TABS_ID, build_guide
-from .layout import OPTIMIZER_SETTINGS, TAB_TITLES, group_open, group_paths
+from .layout import COLUMNS, OPTIMIZER_SETTINGS, TAB_TITLES, group_open, group_paths
 from .memory_estimate import PROMPT as ESTIMATE_PROMPT
 from .memory_estimate import MemoryEstimate, estimate_markdown, stale  # the planner's estimate, in a child process
 from .monitor import REFUSED, Monitor
@@ -47,7 +47,7 @@ from .state import load_ui_choices, load_ui_config, preset_config, save_ui_choic
 from .tools_tab import ToolsContext, build_tools
 from .training_tab import lr_frame, memory_markdown
 from .uploads import DELETE_CACHE, bound_uploads
-from .visibility import APPLIES_WHEN, TAB_METHODS, applies, model_parts, part_field_shown, part_of, shown_parts, tab_order, tab_shown
+from .visibility import TAB_METHODS, applies, conditional_fields, model_parts, part_field_shown, part_of, shown_parts, tab_order, tab_shown
 
 TOP_FIELDS = ("model_type", "training_method")
 TABS = tuple((title, tab) for tab, title in TAB_TITLES.items() if tab != "concepts")  # the schema's tabs; Concepts is built on its own
@@ -69,6 +69,10 @@ CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1
        "#ot-run-bar [data-testid=status-tracker]{display:none!important}"  # no poll's timer ("0.6s") flashing in the bar's text
        "@media (max-width:600px){.gradio-container{padding:4px!important}#sample-gallery img{max-width:100%;height:auto}}"
        "body{overflow-x:clip}.gradio-container{overflow:visible!important}")  # clip, not hidden: a scroll box stops the bar sticking
+
+
+def _no_panel(initial: dict[str, Any], infos: list) -> None:
+    pass
 
 
 def part_label(part: str) -> str:
@@ -144,6 +148,9 @@ class Page:
 
         shown = shown_parts(initial.get("model_type"))
         method = initial.get("training_method")
+        # what a tab shows besides its fields: after its groups (before its parts), and after all of them
+        panels = {"model": self._memory_panel, "training": self._optimizer_panel}
+        closing = {"sampling": self._samples_panel}
         with gr.Tabs(elem_id=TABS_ID) as self.tabs:
             with gr.Tab("Start here", id="start"):
                 build_guide(self.tabs, self.config_state)
@@ -151,28 +158,14 @@ class Page:
                 with gr.Tab(title, id=tab, elem_id=f"tab-{tab}", visible=tab_shown(tab, method)) as handle:
                     self.tab_handles[tab] = handle
                     by_path = {f.path: f for f in schema_fields(tab=tab) if f.path not in TOP_FIELDS}
-                    infos = [by_path[p] for p in tab_order(tab, list(by_path))]
-                    # the Training tab's groups flow in 6 columns at 1600 px (CSS columns), one on a phone
-                    with gr.Column(elem_classes="ot-cols" if tab == "training" else None):
+                    infos = [by_path[p] for p in tab_order(list(by_path))]
+                    with gr.Column(elem_classes="ot-cols" if tab in COLUMNS else None):
                         plain = {f.path: f for f in infos if not part_of(f.path) and not f.path.startswith("optimizer.")}
-                        for title, paths in group_paths(tab, list(plain)):  # titled groups, 2-3 columns wide (ui/layout.py)
+                        for title, paths in group_paths(list(plain)):  # titled groups, 2-3 columns wide (ui/layout.py)
                             with gr.Accordion(title, open=group_open(tab, title), elem_classes="ot-group") if title else contextlib.nullcontext():
                                 with gr.Column(elem_classes="ot-grid"):
                                     fields.update(build_fields([plain[p] for p in paths]))
-                        if tab == "model":
-                            self.memory = gr.Markdown(memory_markdown(initial), elem_id="memory-table")
-                            self.memory_estimate = MemoryEstimate()
-                            self.memory_estimate.build()
-                        if tab == "training":
-                            self.lr_plot = gr.LinePlot(lr_frame(initial), x="step", y="lr", title="Learning rate over the run", height=220, elem_id="lr-plot")
-                            with gr.Accordion("Optimizer", open=True, elem_id="optimizer-group"):
-                                with gr.Column(elem_classes="ot-grid"):
-                                    fields.update(build_fields([f for f in infos if f.path == "optimizer.optimizer"]))
-                                # the optimizer's own parameters start closed, as behind OneTrainer's "..." button (ui/layout.py)
-                                with gr.Accordion(OPTIMIZER_SETTINGS, open=False, elem_id="optimizer-settings"):
-                                    with gr.Column(elem_classes="ot-grid"):
-                                        fields.update(build_fields([f for f in infos if f.path.startswith("optimizer.") and f.path != "optimizer.optimizer"]))
-                                    self.load_defaults = gr.Button("Load defaults", elem_id="optimizer-defaults")
+                        panels.get(tab, _no_panel)(initial, infos)
                         for part in model_parts():
                             part_infos = [f for f in infos if part_of(f.path) == part and part_field_shown(f.path)]
                             if part_infos:
@@ -181,8 +174,7 @@ class Page:
                                     with gr.Column(elem_classes="ot-grid"):
                                         fields.update(build_fields(part_infos))
                                 self.part_groups[acc] = part
-                    if tab == "sampling":
-                        self.samples = SamplesTab()
+                    closing.get(tab, _no_panel)(initial, infos)
             with gr.Tab("Concepts", id="concepts", elem_id="tab-concepts"):
                 self.concepts = ConceptsTab()
             with gr.Tab("Run", id="run", elem_id="tab-run"):
@@ -200,12 +192,33 @@ class Page:
         self.browser = BrowserPanel()
         self.components = {f.component for f in fields.values()}
         self.opt_fields = {p: f for p, f in fields.items() if p.startswith("optimizer.") and p != "optimizer.optimizer"}
-        self.conditional = {p: fields[p] for p in APPLIES_WHEN if p in fields}
+        self.conditional = {p: fields[p] for p in conditional_fields() if p in fields}
         for path, f in self.conditional.items():
             f.component.visible = applies(path, initial)
         self.all_outputs = [self.config_state, *self.components, self.samples.table, self.lr_plot, self.memory, self.memory_estimate.output,
                             *self._visibility_targets(), *self.concepts.outputs]
         self.edit_outputs = [self.config_state, self.lr_plot, self.memory, self.memory_estimate.output, *self._visibility_targets()]
+
+    def _memory_panel(self, initial: dict[str, Any], infos: list) -> None:
+        self.memory = gr.Markdown(memory_markdown(initial), elem_id="memory-table")
+        self.memory_estimate = MemoryEstimate()
+        self.memory_estimate.build()
+
+    def _optimizer_panel(self, initial: dict[str, Any], infos: list) -> None:
+        """The learning rate's chart, the optimizer and, closed, its own parameters."""
+        fields = self.fields
+        self.lr_plot = gr.LinePlot(lr_frame(initial), x="step", y="lr", title="Learning rate over the run", height=220, elem_id="lr-plot")
+        with gr.Accordion("Optimizer", open=True, elem_id="optimizer-group"):
+            with gr.Column(elem_classes="ot-grid"):
+                fields.update(build_fields([f for f in infos if f.path == "optimizer.optimizer"]))
+            # the optimizer's own parameters start closed, as behind OneTrainer's "..." button (ui/layout.py)
+            with gr.Accordion(OPTIMIZER_SETTINGS, open=False, elem_id="optimizer-settings"):
+                with gr.Column(elem_classes="ot-grid"):
+                    fields.update(build_fields([f for f in infos if f.path.startswith("optimizer.") and f.path != "optimizer.optimizer"]))
+                self.load_defaults = gr.Button("Load defaults", elem_id="optimizer-defaults")
+
+    def _samples_panel(self, initial: dict[str, Any], infos: list) -> None:
+        self.samples = SamplesTab()
 
     def _visibility_targets(self) -> list:
         return [*(f.component for f in self.opt_fields.values()), *(f.component for f in self.conditional.values()), *self.part_groups,

@@ -1,5 +1,6 @@
 """Which fields the page shows for the chosen model type and training method, read from the
-families table (config/families.py) and the schema; no gradio, no torch.
+families table (config/families.py) and the schema (a field's `applies_when` and `first`); no
+gradio, no torch.
 
 OneTrainer shows only the parts of the selected model, the LoRA tab only for LoRA and the
 embedding tab only for embeddings. Fields marked planned are never shown (form.py), so these
@@ -10,19 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 from ..config.enums import TrainingMethod as T
-from ..config.families import FROZEN_PARTS, family_info, is_flow_matching
-from ..config.fields import iter_fields, strip_optional
+from ..config.families import FROZEN_PARTS, family_info
+from ..config.fields import field_meta, iter_fields, strip_optional
 from ..config.parts import ModelPartConfig
 from ..config.schema import TrainConfig
 
 # Tabs that belong to one training method (the others are shown for every method).
 TAB_METHODS: dict[str, tuple[T, ...]] = {"lora": (T.LORA,), "embedding": (T.EMBEDDING,)}
-# Settings of a frozen part (VAE, VQGAN, ...) worth showing: it only loads and encodes.
-FROZEN_PART_FIELDS = ("weight_dtype", "model_name")
-# Part settings that only mean something for a text encoder.
-TEXT_ENCODER_FIELDS = ("dropout_probability", "train_embedding")
 
 
 @cache
@@ -51,14 +49,14 @@ def shown_parts(model_type: str | None) -> tuple[str, ...]:
 
 def part_field_shown(path: str) -> bool:
     """Whatever the model: a frozen part shows only how it is loaded; caption dropout and
-    embedding training only on text encoders."""
+    embedding training only on text encoders (the part settings' schema lines say which)."""
     part = part_of(path)
     if part is None or "." not in path:
         return True
-    name = path.split(".", 1)[1]
+    meta = field_meta(ModelPartConfig, path.split(".", 1)[1])  # the schema's on_frozen_part, text_encoder_only
     if part in FROZEN_PARTS:
-        return name in FROZEN_PART_FIELDS
-    if name in TEXT_ENCODER_FIELDS:
+        return bool(meta.get("on_frozen_part"))
+    if meta.get("text_encoder_only"):
         return "text_encoder" in part
     return True
 
@@ -81,76 +79,32 @@ def field_shown(path: str, tab: str | None, model_type: str | None, method: str 
     return tab_shown(tab, method)
 
 
-# Fields that apply only under a setting of another field: shown only then (on every edit).
-def _multi_gpu(c: dict) -> bool:
-    return bool(c.get("multi_gpu"))
+@cache
+def _rules() -> dict[str, Callable[[dict], Any]]:
+    return {f.path: f.applies_when for f in iter_fields(TrainConfig) if f.applies_when is not None}
 
 
-def _peft(c: dict) -> str:
-    return str(c.get("peft_type") or "LORA")
+@cache
+def _first() -> dict[str, int]:
+    return {f.path: f.first for f in iter_fields(TrainConfig) if f.first}
 
 
-APPLIES_WHEN: dict[str, Callable[[dict], bool]] = {
-    "device_indexes": _multi_gpu,
-    "gradient_reduce_precision": _multi_gpu,
-    "fused_gradient_reduce": _multi_gpu,
-    "async_gradient_reduce_buffer": lambda c: _multi_gpu(c) and bool(c.get("fused_gradient_reduce")),
-    "custom_learning_rate_scheduler": lambda c: c.get("learning_rate_scheduler") == "CUSTOM",
-    "scheduler_params": lambda c: c.get("learning_rate_scheduler") == "CUSTOM",
-    # cycles shape only the restarting cosines; a constant rate never decays to a minimum
-    "learning_rate_cycles": lambda c: c.get("learning_rate_scheduler") in ("COSINE_WITH_RESTARTS", "COSINE_WITH_HARD_RESTARTS"),
-    "learning_rate_min_factor": lambda c: c.get("learning_rate_scheduler") != "CONSTANT",
-    "lora_rank": lambda c: _peft(c) != "LOKR",  # LoKr uses its dimension instead
-    "lora_decompose": lambda c: _peft(c) == "LORA",  # DoRA
-    "lora_decompose_norm_epsilon": lambda c: _peft(c) == "LORA" and bool(c.get("lora_decompose")),
-    "lora_decompose_output_axis": lambda c: _peft(c) == "LORA" and bool(c.get("lora_decompose")),
-    "lokr_dim": lambda c: _peft(c) == "LOKR",
-    "lokr_decompose_both": lambda c: _peft(c) == "LOKR",
-    "lokr_decompose_factor": lambda c: _peft(c) == "LOKR",
-    "lokr_use_tucker": lambda c: _peft(c) == "LOKR",
-    # settings of a feature that is off (the trainer reads them only when it is on)
-    "ema_decay": lambda c: str(c.get("ema") or "OFF") != "OFF",
-    "ema_update_step_interval": lambda c: str(c.get("ema") or "OFF") != "OFF",
-    "huber_delta": lambda c: _nonzero(c.get("huber_strength")),
-    "loss_weight_strength": lambda c: c.get("loss_weight_fn") in ("MIN_SNR_GAMMA", "P2"),  # their gamma
-    "generalized_offset_noise": lambda c: _nonzero(c.get("offset_noise_weight")),
-    "unmasked_probability": lambda c: bool(c.get("masked_training")),
-    "unmasked_weight": lambda c: bool(c.get("masked_training")),
-    "normalize_masked_area_loss": lambda c: bool(c.get("masked_training")),
-    # the DDPM noise schedule's options; a flow-matching family (SD 3, Flux, Qwen-Image...) has none of them
-    "rescale_noise_scheduler_to_zero_terminal_snr": lambda c: not is_flow_matching(c.get("model_type") or ""),
-    "force_v_prediction": lambda c: not is_flow_matching(c.get("model_type") or ""),
-    "force_epsilon_prediction": lambda c: not is_flow_matching(c.get("model_type") or ""),
-    "vb_loss_strength": lambda c: _learns_variance(c.get("model_type")),
-}
-
-
-def _learns_variance(model_type) -> bool:
-    """Only a family whose denoiser learns its variance trains it (PixArt); an unknown type shows it."""
-    info = family_info(model_type) if model_type else None
-    return info is None or info.learns_variance
-
-
-def _nonzero(value) -> bool:  # a blank or unreadable number counts as set (the field stays in view)
-    try:
-        return float(value) != 0
-    except (TypeError, ValueError):
-        return True
-
-# Fields a tab shows first, in this order (the rest follow in schema order): the LoRA tab opens
-# with the adapter type, rank and alpha, not with dropout and the layer filter.
-TAB_FIRST: dict[str, tuple[str, ...]] = {
-    "lora": ("peft_type", "lora_rank", "lora_alpha", "lokr_dim", "lora_decompose", "lora_decompose_norm_epsilon",
-             "lora_decompose_output_axis"),
-}
+def conditional_fields() -> tuple[str, ...]:
+    """Fields that apply only under a setting of another field (the schema's `applies_when`):
+    shown only then, on every edit."""
+    return tuple(_rules())
 
 
 def applies(path: str, config: dict) -> bool:
     """Whether a field means anything with the rest of `config` as it is."""
-    rule = APPLIES_WHEN.get(path)
+    rule = _rules().get(path)
     return True if rule is None else rule(config)
 
 
-def tab_order(tab: str, paths: list[str]) -> list[str]:
-    first = [p for p in TAB_FIRST.get(tab, ()) if p in paths]
-    return first + [p for p in paths if p not in first]
+def tab_order(paths: list[str]) -> list[str]:
+    """`paths` of one tab as the page shows them: the fields with `first=n` first, in that order
+    (the LoRA tab opens with the adapter type, rank and alpha, not with dropout and the layer
+    filter), then the rest in schema order."""
+    ranks = _first()
+    first = sorted((p for p in paths if p in ranks), key=ranks.__getitem__)
+    return first + [p for p in paths if p not in ranks]

@@ -2,7 +2,7 @@
 
 from ot_gradio.runner.supervisor import RunState
 from ot_gradio.ui.form import schema_fields
-from ot_gradio.ui.layout import GROUPS, group_open, group_paths
+from ot_gradio.ui.layout import group_open, group_paths
 from ot_gradio.ui.monitor import bar_markdown, loss_frame
 from ot_gradio.ui.visibility import part_of
 
@@ -10,7 +10,7 @@ from ot_gradio.ui.visibility import part_of
 def test_every_training_field_is_in_exactly_one_group_in_onetrainers_grouping():
     # the fields the page groups: not a model part's (those have their own accordions), not the optimizer's
     paths = [f.path for f in schema_fields(tab="training") if not part_of(f.path) and not f.path.startswith("optimizer.")]
-    groups = group_paths("training", paths)
+    groups = group_paths(paths)
     flat = [p for _, items in groups for p in items]
     assert sorted(flat) == sorted(paths)
     titles = dict(groups)
@@ -20,12 +20,16 @@ def test_every_training_field_is_in_exactly_one_group_in_onetrainers_grouping():
     assert "timestep_distribution" in titles["Timestep distribution"] and "offset_noise_weight" in titles["Noise"]
     assert "mse_strength" in titles["Loss"]
     assert not titles.get("")  # no training field left ungrouped
-    assert [t for t, _ in groups] == [t for t, _ in GROUPS["training"]]
+    assert [t for t, _ in groups] == TRAINING_GROUPS  # a misspelt heading would make a group of its own
+
+
+TRAINING_GROUPS = ["Learning rate", "Epochs and batches", "EMA", "Precision and speed", "Loss", "Noise",
+                   "Timestep distribution", "Masked training"]
 
 
 def test_only_groups_onetrainer_keeps_behind_a_button_start_closed():
     # OneTrainer opens the timestep distribution and the optimizer's parameters in windows of their own
-    closed = [t for t, _ in GROUPS["training"] if not group_open("training", t)]
+    closed = [t for t in TRAINING_GROUPS if not group_open("training", t)]
     assert closed == ["Timestep distribution"]
     assert group_open("training", "Loss") and group_open("training", "Masked training")
     assert group_open("general", "anything")
@@ -45,7 +49,8 @@ def test_settings_of_a_feature_that_is_off_are_hidden_until_it_is_on():
 
 
 def test_tabs_without_groups_keep_one_untitled_group_in_order():
-    assert group_paths("backup", ["b", "a"]) == [("", ["b", "a"])]
+    assert group_paths(["b", "a"]) == [("", ["b", "a"])]
+    assert group_paths(["b", "ema", "a", "epochs"]) == [("", ["b", "a"]), ("EMA", ["ema"]), ("Epochs and batches", ["epochs"])]
 
 
 def test_the_run_bar_shows_status_step_eta_and_smoothed_loss():

@@ -140,7 +140,7 @@ def test_fields_that_do_not_apply_are_hidden(page):
     assert out[page.fields["lokr_dim"].component]["visible"] is False
     assert page.fields["device_indexes"].component in page.edit_outputs
 
-    assert tab_order("lora", ["dropout_probability", "layer_filter", "lora_rank", "lora_alpha"])[:2] == ["lora_rank", "lora_alpha"]
+    assert tab_order(["dropout_probability", "layer_filter", "lora_rank", "lora_alpha"])[:2] == ["lora_rank", "lora_alpha"]
     lora_ids = [b._id for b in page.blocks.blocks.values() if getattr(b, "elem_id", "") in ("f-lora_rank", "f-layer_filter_preset")]
     assert lora_ids == sorted(lora_ids) and page.fields["lora_rank"].component._id < page.fields["layer_filter_preset"].component._id
 

@@ -1,0 +1,79 @@
+"""When an option applies: the conditions an `opt(..., applies_when=...)` line names.
+
+A condition reads the config as the page holds it (a dict of plain values, any of them blank
+or missing while the user edits), so each one says what a missing value counts as. The page
+shows an option only while its condition holds; nothing here changes what the trainer reads.
+Torch-free and gradio-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .families import family_info, is_flow_matching
+
+Config = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A condition on other fields of the config: `reads` names them (top-level fields of the
+    schema), `text` says it in words (docs, test output)."""
+
+    test: Callable[[Config], Any]
+    reads: tuple[str, ...]
+    text: str
+
+    def __call__(self, config: Config) -> Any:
+        return self.test(config)
+
+    def __and__(self, other: Rule) -> Rule:
+        return Rule(lambda c: self(c) and other(c), (*self.reads, *other.reads), f"{self.text} and {other.text}")
+
+
+def _value(name: str, default: str | None) -> Callable[[Config], Any]:
+    """The field's value; with `default`, as text, a blank value counting as `default`."""
+    if default is None:
+        return lambda c: c.get(name)
+    return lambda c: str(c.get(name) or default)
+
+
+def on(name: str) -> Rule:
+    return Rule(lambda c: bool(c.get(name)), (name,), f"{name} is on")
+
+
+def is_(name: str, *values: str, default: str | None = None) -> Rule:
+    get = _value(name, default)
+    return Rule(lambda c: get(c) in values, (name,), f"{name} is {' or '.join(values)}")
+
+
+def is_not(name: str, *values: str, default: str | None = None) -> Rule:
+    get = _value(name, default)
+    return Rule(lambda c: get(c) not in values, (name,), f"{name} is not {' or '.join(values)}")
+
+
+def _nonzero(value: Any) -> bool:
+    """A blank or unreadable number counts as set: the field it governs stays in view."""
+    try:
+        return float(value) != 0
+    except (TypeError, ValueError):
+        return True
+
+
+def nonzero(name: str) -> Rule:
+    return Rule(lambda c: _nonzero(c.get(name)), (name,), f"{name} is not 0")
+
+
+def _learns_variance(config: Config) -> bool:
+    """An unknown model type shows it."""
+    model_type = config.get("model_type")
+    info = family_info(model_type) if model_type else None
+    return info is None or info.learns_variance
+
+
+# the DDPM noise schedule's options: a flow-matching family (SD 3, Flux, Qwen-Image...) has none of them
+DDPM_SCHEDULE = Rule(lambda c: not is_flow_matching(c.get("model_type") or ""), ("model_type",), "the model type uses a DDPM noise schedule")
+# only a family whose denoiser learns its variance trains it (PixArt)
+LEARNS_VARIANCE = Rule(_learns_variance, ("model_type",), "the model type's denoiser learns its variance")
