@@ -17,7 +17,7 @@ What Flux is (OneTrainer's FluxModel / BaseFluxSetup, diffusers' FluxPipeline):
 - Loading: a hub id, a diffusers folder, `tiny:flux`, or Black Forest Labs' transformer file
   (`flux1-dev.safetensors`), whose text encoders, VAE and configs come from a diffusers folder
   (the config folder) or the hub repo. Saving: a diffusers folder, or the transformer alone in
-  the BFL layout (the key map of training/lora_keys_flux.py, both ways).
+  the BFL layout (the key map of models/flux_keys.py, both ways).
 """
 
 from __future__ import annotations
@@ -120,11 +120,11 @@ class FluxDev1(FlowFamily):
 
     @classmethod
     def _single_file_transformer(cls, path: Path, config: str, hub: Mapping, dtype: torch.dtype):
-        """The BFL transformer file, converted by training/lora_keys_flux.py (diffusers'
+        """The BFL transformer file, converted by models/flux_keys.py (diffusers'
         `from_single_file` converter assumes the full 3072 width)."""
         from safetensors.torch import load_file
 
-        from ot_gradio.training.lora_keys_flux import from_bfl
+        from ot_gradio.models.flux_keys import from_bfl
 
         Transformer = cls._transformer_class()
         with torch.device("meta"):  # no float32 copy of a 12B model before the weights arrive
@@ -227,7 +227,7 @@ class FluxDev1(FlowFamily):
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The transformer alone in Black Forest Labs' layout (what ComfyUI's diffusion-model
         loader, Forge and `from_single_file` read); the text encoders and VAE are the base model's."""
-        from ot_gradio.training.lora_keys_flux import save_bfl_transformer
+        from ot_gradio.models.flux_keys import save_bfl_transformer
 
         return save_bfl_transformer(
             path, base_module(self.transformer), plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
