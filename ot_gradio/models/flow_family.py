@@ -53,6 +53,22 @@ def compute_dtype(module: torch.nn.Module) -> torch.dtype:
     return torch.float32
 
 
+# latents <-> tokens, for the transformers that patchify 2x2 outside the model (Flux.1, Qwen-Image)
+def pack_latents(latents: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) -> (B, H/2 * W/2, C * 4): one token per 2x2 patch, row by row."""
+    b, c, h, w = latents.shape
+    x = latents.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5)
+    return x.reshape(b, (h // 2) * (w // 2), c * 4)
+
+
+def unpack_latents(tokens: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """The inverse of `pack_latents` for latents of `height` x `width`."""
+    b, _, d = tokens.shape
+    c = d // 4
+    x = tokens.view(b, height // 2, width // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5)
+    return x.reshape(b, c, height, width)
+
+
 class FlowFamily(Family, HubLoading, KlVaeLatents):
     """A flow-matching family (models/base.py): subclass it, set the attributes, write the hooks."""
 

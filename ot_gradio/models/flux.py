@@ -30,7 +30,7 @@ import torch
 
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import base_module, module_device, plain_state_dict, torch_dtype
-from ot_gradio.models.flow_family import FlowFamily, compute_dtype
+from ot_gradio.models.flow_family import FlowFamily, compute_dtype, pack_latents, unpack_latents
 from ot_gradio.models.registry import register_family
 
 __all__ = ["FluxDev1", "compute_dtype", "latent_image_ids", "pack_latents", "unpack_latents"]
@@ -46,21 +46,6 @@ T5_PRESETS = {"full": [], "attn-mlp": ["SelfAttention", "DenseReluDense"], "attn
 
 
 # -------------------------------------------------------------------- latents <-> tokens
-
-
-def pack_latents(latents: torch.Tensor) -> torch.Tensor:
-    """(B, C, H, W) -> (B, H/2 * W/2, C * 4): one token per 2x2 patch, row by row."""
-    b, c, h, w = latents.shape
-    x = latents.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5)
-    return x.reshape(b, (h // 2) * (w // 2), c * 4)
-
-
-def unpack_latents(tokens: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """The inverse of `pack_latents` for latents of `height` x `width`."""
-    b, _, d = tokens.shape
-    c = d // 4
-    x = tokens.view(b, height // 2, width // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5)
-    return x.reshape(b, c, height, width)
 
 
 def latent_image_ids(height: int, width: int, device, dtype) -> torch.Tensor:

@@ -45,8 +45,7 @@ from ot_gradio.models.common import (
     torch_dtype,
     weights_fingerprint,
 )
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype
-from ot_gradio.models.flux import pack_latents, unpack_latents
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype, pack_latents, unpack_latents
 from ot_gradio.models.registry import register_family
 
 DEFAULT_SEQUENCE_LENGTH = 512
