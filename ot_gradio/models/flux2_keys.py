@@ -35,18 +35,13 @@ from pathlib import Path
 import torch
 
 from ot_gradio.models.flux2_names import COMFY_UNMAPPED, DOUBLE, SINGLE, TOP
-from ot_gradio.models.key_layout import Place, kohya_paths, lora_layer, param_place, qkv_places, save_tensors, to_layout
+from ot_gradio.models.key_layout import Place, double_block_places, kohya_paths, lora_layer, param_place, save_tensors, to_layout
 
 
 def module_layout(transformer) -> dict[str, Place]:
     """diffusers module path -> its Place in the BFL layout, for this transformer's sizes."""
     config = transformer.config
-    inner = int(config.num_attention_heads * config.attention_head_dim)
-    out: dict[str, Place] = {}
-    for i in range(int(config.num_layers)):
-        src, dst = f"transformer_blocks.{i}", f"double_blocks.{i}"
-        out.update(qkv_places(src, dst, inner))
-        out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in DOUBLE.items()})
+    out = double_block_places(config, DOUBLE)
     for i in range(int(config.num_single_layers)):
         out.update({f"single_transformer_blocks.{i}.{a}": Place(f"single_blocks.{i}.{b}") for a, b in SINGLE.items()})
     out.update({a: Place(b) for a, b in TOP.items()})

@@ -33,7 +33,16 @@ from pathlib import Path
 
 import torch
 
-from ot_gradio.models.key_layout import Place, kohya_paths, lora_layer, param_place, qkv_places, save_tensors, swap_halves, to_layout
+from ot_gradio.models.key_layout import (
+    Place,
+    double_block_places,
+    kohya_paths,
+    lora_layer,
+    param_place,
+    save_tensors,
+    swap_halves,
+    to_layout,
+)
 
 _DOUBLE = {
     "attn.to_out.0": "img_attn.proj", "attn.to_add_out": "txt_attn.proj",
@@ -64,12 +73,7 @@ def bfl_module_layout(transformer) -> dict[str, Place]:
     this transformer's sizes; a fused module's Place names the rows of the BFL weight it fills."""
     config = transformer.config
     inner = int(config.num_attention_heads * config.attention_head_dim)
-    out: dict[str, Place] = {}
-    for i in range(int(config.num_layers)):
-        src, dst = f"transformer_blocks.{i}", f"double_blocks.{i}"
-        out.update(qkv_places(src, dst, inner))
-        out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _DOUBLE.items()})
-        out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _DOUBLE_NORMS.items()})
+    out = double_block_places(config, {**_DOUBLE, **_DOUBLE_NORMS})
     for i in range(int(config.num_single_layers)):
         src, dst = f"single_transformer_blocks.{i}", f"single_blocks.{i}"
         for j, name in enumerate(("to_q", "to_k", "to_v")):

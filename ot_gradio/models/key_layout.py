@@ -57,12 +57,18 @@ def layer_paths(module: nn.Module) -> list[str]:
     return out
 
 
-def qkv_places(src: str, dst: str, inner: int) -> dict[str, Place]:
-    """A double block's image and text q, k, v (diffusers' `src.attn.*`): the thirds of
-    `dst.img_attn.qkv` and `dst.txt_attn.qkv` (Flux.1 and Flux.2 alike)."""
-    out = {}
-    for fused, names in (("img_attn.qkv", ("to_q", "to_k", "to_v")), ("txt_attn.qkv", ("add_q_proj", "add_k_proj", "add_v_proj"))):
-        out.update({f"{src}.attn.{name}": Place(f"{dst}.{fused}", j * inner, inner) for j, name in enumerate(names)})
+def double_block_places(config, names: Mapping[str, str]) -> dict[str, Place]:
+    """The Places of every double block of a Flux-style transformer (Flux.1 and Flux.2 alike):
+    `transformer_blocks.N` is `double_blocks.N`, whose image and text q, k, v (`attn.to_q/k/v`,
+    `attn.add_q/k/v_proj`) are the thirds of `img_attn.qkv` / `txt_attn.qkv`, and whose other
+    layers are named by `names` (diffusers path in the block -> original path in the block)."""
+    inner = int(config.num_attention_heads * config.attention_head_dim)
+    out: dict[str, Place] = {}
+    for i in range(int(config.num_layers)):
+        src, dst = f"transformer_blocks.{i}", f"double_blocks.{i}"
+        for fused, qkv in (("img_attn.qkv", ("to_q", "to_k", "to_v")), ("txt_attn.qkv", ("add_q_proj", "add_k_proj", "add_v_proj"))):
+            out.update({f"{src}.attn.{name}": Place(f"{dst}.{fused}", j * inner, inner) for j, name in enumerate(qkv)})
+        out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in names.items()})
     return out
 
 
