@@ -162,24 +162,31 @@ def test_ui_imports_no_torch_and_no_trainer():
     assert not gone, f"no longer imported, drop from KNOWN_UI: {sorted(gone)}"
 
 
-def test_the_page_loads_no_torch_when_imported():
-    """Following module-level imports (and the packages they load) from every ui module reaches no
-    torch, diffusers or transformers."""
+def heavy_chain(start: str) -> list[str] | None:
+    """The module-level import chain (packages loaded on the way included) by which importing
+    `start` loads torch, diffusers or transformers, or None."""
     heavy = ("torch", "diffusers", "transformers")
-    for start in (name for name in modules() if layer(name) == "ui"):
-        seen, todo = {start}, [(start, (start,))]
-        while todo:
-            name, chain = todo.pop()
-            for imported, _, at_top in imports(name):
-                if not at_top:
-                    continue
-                assert imported.split(".")[0] not in heavy, f"importing {start} loads {imported}: {' -> '.join(chain)}"
-                target = _ours(imported)
-                parents = [".".join(target.split(".")[:i]) for i in range(1, target.count(".") + 2)] if target else []
-                for nxt in parents:
-                    if nxt in modules() and nxt not in seen:
-                        seen.add(nxt)
-                        todo.append((nxt, (*chain, nxt)))
+    seen, todo = {start}, [(start, [start])]
+    while todo:
+        name, chain = todo.pop()
+        for imported, _, at_top in imports(name):
+            if not at_top:
+                continue
+            if imported.split(".")[0] in heavy:
+                return [*chain, imported]
+            target = _ours(imported)
+            parents = [".".join(target.split(".")[:i]) for i in range(1, target.count(".") + 2)] if target else []
+            for nxt in parents:
+                if nxt in modules() and nxt not in seen:
+                    seen.add(nxt)
+                    todo.append((nxt, [*chain, nxt]))
+    return None
+
+
+def test_the_page_loads_no_torch_when_imported():
+    """Following module-level imports from every ui module reaches no torch, diffusers or transformers."""
+    bad = [" -> ".join(chain) for name in modules() if layer(name) == "ui" and (chain := heavy_chain(name))]
+    assert not bad, "importing the page loads:\n" + "\n".join(bad)
 
 
 def private_imports() -> list[tuple[str, str, int]]:
@@ -283,20 +290,30 @@ def test_no_import_cycle():
     ("def f():\n    from ..training import lora\n", "up"),
     ("import torch\n", "ui"),
     ("def f():\n    from ot_gradio.training import schedulers\n", "ui"),
+    ("from ot_gradio.models.sd15 import _HUB_ID\n", "private"),
+    ("from ot_gradio.data import planted_heavy\n", "heavy"),
 ])
 def test_the_rules_see_what_they_check(source, rule, tmp_path, monkeypatch):
-    """A planted upward import (also function-level and relative) and a torch import in the page
-    are found; a planted cycle is reported with its modules."""
-    planted = "ot_gradio.models.planted" if rule == "up" else "ot_gradio.ui.planted"
+    """Planted violations are found: an upward import (also function-level and relative), torch or
+    the trainer in the page, a private name of another family, torch loaded through a module the
+    page imports; and a planted cycle is reported with its modules."""
+    planted = "ot_gradio.models.planted" if rule in ("up", "private") else "ot_gradio.ui.planted"
     path = tmp_path / "planted.py"
     path.write_text(source)
     monkeypatch.setitem(modules(), planted, path)
+    heavy = tmp_path / "planted_heavy.py"
+    heavy.write_text("import ot_gradio.config.enums\nif True:\n    import torch\n")
+    monkeypatch.setitem(modules(), "ot_gradio.data.planted_heavy", heavy)
     imports.cache_clear()
     try:
         if rule == "up":
             assert any(a == planted and layer(b) == "training" for a, b, _ in upward_imports())
-        else:
+        elif rule == "ui":
             assert any(a == planted for a, _, _ in ui_violations())
+        elif rule == "private":
+            assert (planted, "ot_gradio.models.sd15._HUB_ID", 1) in private_imports()
+        else:
+            assert heavy_chain(planted) == [planted, "ot_gradio.data.planted_heavy", "torch"]
     finally:
         imports.cache_clear()
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
