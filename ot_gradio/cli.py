@@ -184,7 +184,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_estimate_memory(args: argparse.Namespace) -> int:
     """The memory planner's estimate as one JSON line on stdout (the page's Model tab runs this in
     a child process: the page never imports torch). `--config -` reads the config from stdin."""
-    from .config.io import MAX_CONFIG_BYTES, ConfigError, load_config, parse_json_text  # noqa: PLC0415
+    from .config.io import ConfigError, load_config  # noqa: PLC0415
+    from .config.json_file import MAX_CONFIG_BYTES, parse_json_text  # noqa: PLC0415
     from .config.presets import load_config_argument  # noqa: PLC0415
     from .runner.deferred_imports import defer_optional_imports  # noqa: PLC0415
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from .doctor import planned_changes
 from .enums import Optimizer
+from .json_file import MAX_LIST_ITEMS, read_json
 from .migrations import migrate, strip_ot_versions
 from .optimizer import OptimizerConfig
 from .validation import ConfigError, LoadResult, strip_unknown, validate
@@ -137,8 +138,6 @@ def _read_list_file(name: Any, key: str, base_dir: str | Path | None) -> tuple[l
             raise ConfigError(f"{key}: {shown!r} is not a usable file name ({getattr(err, 'strerror', None) or err}); "
                               "give the path of OneTrainer's concepts/samples JSON file") from None
         if found:
-            from .io import MAX_LIST_ITEMS, read_json  # noqa: PLC0415  (io imports this module)
-
             items = read_json(path, key, expect=list)
             most = MAX_LIST_ITEMS["concepts" if key == "concept_file_name" else "samples"]
             if len(items) > most:

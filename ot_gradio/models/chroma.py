@@ -7,7 +7,7 @@ what differs (OneTrainer's ChromaModel, diffusers' ChromaPipeline):
   samples use real classifier-free guidance with the negative prompt at the sample's CFG scale.
 - Loading: a hub id (lodestones/Chroma1-HD), a diffusers folder, `tiny:chroma`, or Chroma's own
   transformer file (`Chroma1-HD.safetensors`: Flux's BFL names without the modulation layers, with
-  the approximator as `distilled_guidance_layer`; training/lora_keys_flux.py), its T5, VAE and
+  the approximator as `distilled_guidance_layer`; models/flux_keys.py), its T5, VAE and
   configs from a diffusers folder or the hub repo. Saving: a diffusers folder, or that transformer
   file (ORIGINAL_TRANSFORMER, what OneTrainer's chroma-finetune preset writes and ComfyUI loads).
 """
@@ -45,10 +45,10 @@ class Chroma1(FluxDev1):
 
     def lora_module_names(self) -> dict[str, dict[str, str]]:
         """Kohya renames: the approximator under its original names and T5 as `lora_te1_` (what
-        ComfyUI maps for a T5-only model; training/lora_keys_comfy.py)."""
+        ComfyUI maps for a T5-only model; models/comfy_lora_names.py)."""
         from ot_gradio.models.common import base_module
         from ot_gradio.models.flow_family import comfy_lora_module_names
-        from ot_gradio.training.lora_keys_sd3 import layer_paths
+        from ot_gradio.models.key_layout import layer_paths
 
         return comfy_lora_module_names("chroma", {p: layer_paths(base_module(getattr(self, p))) for p in ("transformer", "text_encoder")})
 
@@ -121,7 +121,7 @@ def save_tiny_chroma(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
     from diffusers import ChromaPipeline
 
     from ot_gradio.fsutil import atomic_write_dir
-    from ot_gradio.training.lora_keys_flux import save_bfl_transformer
+    from ot_gradio.models.flux_keys import save_bfl_transformer
 
     root = Path(root)
     paths = TinyModelPaths(root / "diffusers", root / "chroma-tiny-transformer.safetensors")

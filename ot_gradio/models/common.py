@@ -1,6 +1,7 @@
 """Small pieces every model family shares: the load error, dtype names, the parts of a loaded
-model (under peft wrappers, without adapters), the diffusers-folder writer, and the parts parked
-for sampling."""
+model (under peft wrappers, without adapters), the diffusers-folder and safetensors writers, the
+parts parked for sampling, and the attention, autocast and quantization guards several families
+use."""
 
 from __future__ import annotations
 
@@ -9,17 +10,24 @@ import copy
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import torch
 
 from ot_gradio.config.enums import DataType
-from ot_gradio.fsutil import atomic_write_dir
+from ot_gradio.fsutil import atomic_write, atomic_write_dir
 
 
 class ModelLoadError(RuntimeError):
     """A base model could not be loaded; the message says which value was wrong and what to do."""
+
+
+SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt")
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # `org/name` on the hub
+# layer filter presets of a decoder-only language model used as text encoder (Qwen3, Gemma 2)
+QWEN_PRESETS = {"full": [], "attn-mlp": ["self_attn", "mlp"], "attn-only": ["self_attn"], "blocks": ["layers."]}
 
 
 _DTYPES = {
@@ -113,6 +121,55 @@ def weights_fingerprint(module: torch.nn.Module, extra: str = "") -> str:
             h.update(name.encode())
             h.update(tensor.detach().flatten()[:256].float().cpu().numpy().tobytes())
     return h.hexdigest()[:20]
+
+
+def save_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
+    """Temp file in the same folder, fsync, rename: a crash never leaves a half-written file."""
+    from safetensors.torch import save_file
+
+    atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
+
+
+def no_fp16_autocast(device: torch.device):
+    """T5 overflows in float16, so it runs outside a float16 autocast (bfloat16 is fine), as
+    OneTrainer's fallback for the text encoder does."""
+    kind = device.type
+    if kind == "meta":  # the memory planner's probe: autocast has no meta device (and follows the train device's)
+        return contextlib.nullcontext()
+    if torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.float16:
+        return torch.autocast(kind, enabled=False)
+    return contextlib.nullcontext()
+
+
+def flash_attention_processor():
+    """SDP attention that may only use the flash kernel (fails loudly where it cannot)."""
+    from diffusers.models.attention_processor import AttnProcessor2_0
+
+    class FlashAttnProcessor(AttnProcessor2_0):
+        def __call__(self, *args, **kwargs):
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return super().__call__(*args, **kwargs)
+
+    return FlashAttnProcessor()
+
+
+class FullPrecisionLinear(torch.nn.Linear):
+    """A Linear layer the quantizer leaves alone (training/quantize.py converts plain nn.Linear
+    only): Z-Image's timestep embedder casts its input to its first weight's dtype, which would
+    be float8 (diffusers lists t_embedder and cap_embedder as precision-sensitive)."""
+
+
+def keep_embedders_unquantized(transformer: torch.nn.Module) -> None:
+    """The layers under diffusers' `_skip_layerwise_casting_patterns` (t_embedder, cap_embedder:
+    under 0.1% of the weights) stay in the compute type when the transformer is FLOAT_8 / INT_8 /
+    NFLOAT_4, as OneTrainer's Z-Image presets quantize the main blocks only."""
+    model = base_module(transformer)
+    patterns = tuple(getattr(model, "_skip_layerwise_casting_patterns", None) or ("t_embedder", "cap_embedder"))
+    for name, child in model.named_modules():
+        if type(child) is torch.nn.Linear and name.split(".")[0] in patterns:
+            child.__class__ = FullPrecisionLinear
 
 
 def save_diffusers_folder(

@@ -25,20 +25,21 @@ import torch
 
 from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
 from ot_gradio.models.common import (
+    HUB_ID,
+    SINGLE_FILE_SUFFIXES,
     ModelLoadError,
     base_module,
     exact_size,
     generation_size,
     module_device,
     module_dtype,
+    no_fp16_autocast,
     parked_for_sampling,
     save_diffusers_folder,
     torch_dtype,
 )
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import HubLoading, KlVaeLatents, sentencepiece_files_readable
-from ot_gradio.models.pixart import _no_fp16_autocast
-from ot_gradio.models.sd15 import _HUB_ID, SINGLE_FILE_SUFFIXES
 from ot_gradio.models.tiny import is_tiny, resolve_tiny
 
 
@@ -50,6 +51,22 @@ def compute_dtype(module: torch.nn.Module) -> torch.dtype:
         if p.is_floating_point() and p.dtype not in stored:
             return p.dtype
     return torch.float32
+
+
+# latents <-> tokens, for the transformers that patchify 2x2 outside the model (Flux.1, Qwen-Image)
+def pack_latents(latents: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) -> (B, H/2 * W/2, C * 4): one token per 2x2 patch, row by row."""
+    b, c, h, w = latents.shape
+    x = latents.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5)
+    return x.reshape(b, (h // 2) * (w // 2), c * 4)
+
+
+def unpack_latents(tokens: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """The inverse of `pack_latents` for latents of `height` x `width`."""
+    b, _, d = tokens.shape
+    c = d // 4
+    x = tokens.view(b, height // 2, width // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5)
+    return x.reshape(b, c, height, width)
 
 
 class FlowFamily(Family, HubLoading, KlVaeLatents):
@@ -172,7 +189,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
                                      "transformer file.")
             return cls._load_single_file(path, cache_dir=cache_dir, offline=offline, token=token, dtype=dtype, config_dir=config_dir)
         looks_local = path.suffix.lower() in cls.single_file_suffixes or name.startswith(("/", ".", "~", "\\")) or name.count("/") > 1
-        if looks_local or not _HUB_ID.fullmatch(name):
+        if looks_local or not HUB_ID.fullmatch(name):
             raise ModelLoadError(
                 f"Base model '{name}' was not found: no such file or folder. Check the path, or give a Hugging Face id "
                 f"like '{cls.default_config_repo}'."
@@ -324,7 +341,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
         device = module_device(encoder)
         mask = {} if attention_mask is None else {"attention_mask": attention_mask.to(device)}
         skip = self.layer_skips.get(part, 0)
-        with torch.set_grad_enabled(grad and torch.is_grad_enabled()), _no_fp16_autocast(device):
+        with torch.set_grad_enabled(grad and torch.is_grad_enabled()), no_fp16_autocast(device):
             if skip <= 0:
                 return encoder(ids.to(device), **mask)[0]
             out = encoder(ids.to(device), output_hidden_states=True, **mask)
@@ -413,13 +430,13 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
 
 class IdentityLoraNames:
     """`lora_module_names` for families whose kohya LoRA names are diffusers' own module paths,
-    except the layers `comfy_lora_names` (a function of training/lora_keys_comfy.py) names as ComfyUI does."""
+    except the layers `comfy_lora_names` (a function of models/comfy_lora_names.py) names as ComfyUI does."""
 
     comfy_lora_names: str | None = None
 
     def lora_module_names(self) -> dict[str, dict[str, str]]:
         """Identity renames for kohya LoRA files (the `_`-joined names cannot be split back by rule)."""
-        from ot_gradio.training.lora_keys_sd3 import layer_paths
+        from ot_gradio.models.key_layout import layer_paths
 
         paths = {part: layer_paths(base_module(getattr(self, part))) for part in ("transformer", "text_encoder")}
         return comfy_lora_module_names(self.comfy_lora_names, paths, identity=True)
@@ -427,10 +444,10 @@ class IdentityLoraNames:
 
 def comfy_lora_module_names(rule: str | None, paths: Mapping[str, list[str]], identity: bool = False) -> dict[str, dict[str, str]]:
     """The family's kohya renames: identity (if asked) overlaid with ComfyUI's names by `rule`."""
-    from ot_gradio.training import lora_keys_comfy
+    from ot_gradio.models import comfy_lora_names
 
     names = {part: ({p: p for p in ps} if identity else {}) for part, ps in paths.items()}
-    for part, table in (getattr(lora_keys_comfy, rule)(paths) if rule else {}).items():
+    for part, table in (getattr(comfy_lora_names, rule)(paths) if rule else {}).items():
         names.setdefault(part, {}).update(table)
     return {part: table for part, table in names.items() if table}
 

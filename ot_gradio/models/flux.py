@@ -17,7 +17,7 @@ What Flux is (OneTrainer's FluxModel / BaseFluxSetup, diffusers' FluxPipeline):
 - Loading: a hub id, a diffusers folder, `tiny:flux`, or Black Forest Labs' transformer file
   (`flux1-dev.safetensors`), whose text encoders, VAE and configs come from a diffusers folder
   (the config folder) or the hub repo. Saving: a diffusers folder, or the transformer alone in
-  the BFL layout (the key map of training/lora_keys_flux.py, both ways).
+  the BFL layout (the key map of models/flux_keys.py, both ways).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import torch
 
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import base_module, module_device, plain_state_dict, torch_dtype
-from ot_gradio.models.flow_family import FlowFamily, compute_dtype
+from ot_gradio.models.flow_family import FlowFamily, compute_dtype, pack_latents, unpack_latents
 from ot_gradio.models.registry import register_family
 
 __all__ = ["FluxDev1", "compute_dtype", "latent_image_ids", "pack_latents", "unpack_latents"]
@@ -46,21 +46,6 @@ T5_PRESETS = {"full": [], "attn-mlp": ["SelfAttention", "DenseReluDense"], "attn
 
 
 # -------------------------------------------------------------------- latents <-> tokens
-
-
-def pack_latents(latents: torch.Tensor) -> torch.Tensor:
-    """(B, C, H, W) -> (B, H/2 * W/2, C * 4): one token per 2x2 patch, row by row."""
-    b, c, h, w = latents.shape
-    x = latents.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5)
-    return x.reshape(b, (h // 2) * (w // 2), c * 4)
-
-
-def unpack_latents(tokens: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """The inverse of `pack_latents` for latents of `height` x `width`."""
-    b, _, d = tokens.shape
-    c = d // 4
-    x = tokens.view(b, height // 2, width // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5)
-    return x.reshape(b, c, height, width)
 
 
 def latent_image_ids(height: int, width: int, device, dtype) -> torch.Tensor:
@@ -118,11 +103,11 @@ class FluxDev1(FlowFamily):
 
     @classmethod
     def _single_file_transformer(cls, path: Path, config: str, hub: Mapping, dtype: torch.dtype):
-        """The BFL transformer file, converted by training/lora_keys_flux.py (diffusers'
+        """The BFL transformer file, converted by models/flux_keys.py (diffusers'
         `from_single_file` converter assumes the full 3072 width)."""
         from safetensors.torch import load_file
 
-        from ot_gradio.training.lora_keys_flux import from_bfl
+        from ot_gradio.models.flux_keys import from_bfl
 
         Transformer = cls._transformer_class()
         with torch.device("meta"):  # no float32 copy of a 12B model before the weights arrive
@@ -225,7 +210,7 @@ class FluxDev1(FlowFamily):
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The transformer alone in Black Forest Labs' layout (what ComfyUI's diffusion-model
         loader, Forge and `from_single_file` read); the text encoders and VAE are the base model's."""
-        from ot_gradio.training.lora_keys_flux import save_bfl_transformer
+        from ot_gradio.models.flux_keys import save_bfl_transformer
 
         return save_bfl_transformer(
             path, base_module(self.transformer), plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),

@@ -24,7 +24,7 @@ Flux2KleinPipeline):
 - Loading: a hub id, a diffusers folder, `tiny:flux2-dev` / `tiny:flux2-klein`, or a BFL-layout
   transformer file (diffusers' from_single_file) with the other parts from a diffusers folder
   (the config folder) or the dev repo, as OneTrainer's transformer override does. Saving: a
-  diffusers folder, or the transformer alone in the BFL layout (lora_keys_flux2.py).
+  diffusers folder, or the transformer alone in the BFL layout (models/flux2_keys.py).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
     text_encoder_description = "its Mistral3 (dev) or Qwen3 (Klein) text encoder"
     default_config_repo = "black-forest-labs/FLUX.2-dev"
     lora_base_model_version = "flux2"
-    comfy_lora_names = "flux2"  # layers ComfyUI's Flux map lacks, by original name (training/lora_keys_comfy.py)
+    comfy_lora_names = "flux2"  # layers ComfyUI's Flux map lacks, by original name (models/comfy_lora_names.py)
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
     single_file_layout = "bfl"  # BFL-layout transformer files, through diffusers' converter
@@ -244,7 +244,7 @@ class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The transformer alone in the BFL layout (ComfyUI's diffusion-model loader and
         diffusers' `from_single_file` read it); the text encoder and VAE are the base model's."""
-        from ot_gradio.training.lora_keys_flux2 import save_original_transformer
+        from ot_gradio.models.flux2_keys import save_original_transformer
 
         for name, module in self.parts.items():
             plain_state_dict(module, name)  # no LoRA layers left in any part

@@ -170,7 +170,7 @@ def save_tiny_flux_fill(root: str | os.PathLike, seed: int = 0) -> TinyModelPath
     from diffusers import FluxFillPipeline
 
     from ot_gradio.fsutil import atomic_write_dir
-    from ot_gradio.training.lora_keys_flux import save_bfl_transformer
+    from ot_gradio.models.flux_keys import save_bfl_transformer
 
     root = Path(root)
     paths = TinyModelPaths(root / "diffusers", root / "flux1-fill-tiny-transformer.safetensors")

@@ -22,7 +22,6 @@ What differs from Stable Diffusion (OneTrainer's PixArtAlphaModel / BasePixArtAl
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -33,12 +32,15 @@ import torch
 from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
 from ot_gradio.fsutil import atomic_write_dir
 from ot_gradio.models.common import (
+    HUB_ID,
     ModelLoadError,
     base_module,
     exact_size,
+    flash_attention_processor,
     generation_size,
     module_device,
     module_dtype,
+    no_fp16_autocast,
     parked_for_sampling,
     plain_state_dict,
     save_diffusers_folder,
@@ -47,25 +49,10 @@ from ot_gradio.models.common import (
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents, sentencepiece_files_readable
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.sd15 import (
-    _HUB_ID,
-    _flash_attention_processor,
-    make_sampling_scheduler,
-)
+from ot_gradio.models.sd15 import make_sampling_scheduler
 from ot_gradio.models.tiny import TinyModelPaths, is_tiny, register_tiny, resolve_tiny, tiny_vae
 
 DEFAULT_SEQUENCE_LENGTH = 120
-
-
-def _no_fp16_autocast(device: torch.device):
-    """T5 overflows in float16, so it runs outside a float16 autocast (bfloat16 is fine), as
-    OneTrainer's fallback for the text encoder does."""
-    kind = device.type
-    if kind == "meta":  # the memory planner's probe: autocast has no meta device (and follows the train device's)
-        return contextlib.nullcontext()
-    if torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.float16:
-        return torch.autocast(kind, enabled=False)
-    return contextlib.nullcontext()
 
 
 @register_family(ModelType.PIXART_ALPHA)
@@ -179,7 +166,7 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
                 "layout: convert them with diffusers' scripts/convert_pixart_alpha_to_diffusers.py (or _sigma_)."
             )
         looks_local = name.startswith(("/", ".", "~", "\\")) or re.match(r"^[A-Za-z]:[\\/]", name) is not None or name.count("/") > 1
-        if looks_local or not _HUB_ID.fullmatch(name):
+        if looks_local or not HUB_ID.fullmatch(name):
             raise ModelLoadError(
                 f"Base model '{name}' was not found: no such folder. Check the path, or give a Hugging Face id "
                 f"like '{example}'."
@@ -203,9 +190,9 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
 
     def lora_module_names(self) -> dict[str, dict[str, str]]:
         """Kohya renames: the transformer as `transformer.<path>` (ComfyUI's PixArt map: q/k/v are
-        rows of fused weights, so no `lora_unet_` name) and T5 as `lora_te1_` (training/lora_keys_comfy.py)."""
+        rows of fused weights, so no `lora_unet_` name) and T5 as `lora_te1_` (models/comfy_lora_names.py)."""
         from ot_gradio.models.flow_family import comfy_lora_module_names
-        from ot_gradio.training.lora_keys_sd3 import layer_paths
+        from ot_gradio.models.key_layout import layer_paths
 
         return comfy_lora_module_names("pixart", {p: layer_paths(base_module(getattr(self, p))) for p in ("transformer", "text_encoder")})
 
@@ -255,7 +242,7 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         elif mechanism == "FLASH":
             if not on_cuda:
                 raise ValueError("attention_mechanism: FLASH needs a CUDA GPU; use SDP (it picks flash attention itself where it can)")
-            transformer.set_attn_processor(_flash_attention_processor())
+            transformer.set_attn_processor(flash_attention_processor())
         else:
             raise ValueError(f"attention_mechanism: unknown value {mechanism!r}; use SDP, DEFAULT, XFORMERS or FLASH")
 
@@ -284,7 +271,7 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         with T5's final layer norm applied (OneTrainer's encode_t5)."""
         device = module_device(self.text_encoder)
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        with _no_fp16_autocast(device):
+        with no_fp16_autocast(device):
             if layer_skip <= 0:
                 return self.text_encoder(input_ids, attention_mask=attention_mask)[0]
             out = self.text_encoder(input_ids, attention_mask=attention_mask, output_hidden_states=True)

@@ -38,16 +38,15 @@ import torch
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import (
     base_module,
+    keep_embedders_unquantized,
     module_device,
     module_dtype,
     plain_state_dict,
     torch_dtype,
     weights_fingerprint,
 )
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype
-from ot_gradio.models.flux import pack_latents, unpack_latents
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype, pack_latents, unpack_latents
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.z_image import keep_embedders_unquantized
 
 DEFAULT_SEQUENCE_LENGTH = 512
 # QwenImagePipeline's prompt_template_encode and prompt_template_encode_start_idx
@@ -78,12 +77,10 @@ def save_transformer_file(path: str | os.PathLike, state_dict: Mapping[str, torc
                           metadata: Mapping[str, str]) -> Path:
     """The transformer alone as one `.safetensors` under diffusers' names (the layout of the
     published `qwen_image_bf16.safetensors`), written atomically."""
-    from ot_gradio.training.lora_format import _atomic_save_file
+    from ot_gradio.models.key_layout import save_tensors
 
     tensors = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).contiguous() for k, v in state_dict.items()}
-    path = Path(path)
-    _atomic_save_file(tensors, path, {"format": "pt", **metadata})
-    return path
+    return save_tensors(path, tensors, metadata)
 
 
 def comfy_lora_targets(transformer: torch.nn.Module, lora_keys: Sequence[str]) -> dict[str, str]:
@@ -91,7 +88,7 @@ def comfy_lora_targets(transformer: torch.nn.Module, lora_keys: Sequence[str]) -
     the transformer weight ComfyUI patches: its Qwen-Image model keeps diffusers' names under
     `diffusion_model.`, and its generic rules place `lora_unet_` + the name with `.` -> `_`. A key
     it cannot place raises ValueError naming it."""
-    from ot_gradio.training.lora_keys_z_image import lora_layer
+    from ot_gradio.models.key_layout import lora_layer
 
     weights = [k.replace(".base_layer.", ".") for k in base_module(transformer).state_dict() if ".lora_" not in k]
     by_flat = {w.removesuffix(".weight").replace(".", "_"): w for w in weights if w.endswith(".weight")}
@@ -118,7 +115,7 @@ class QwenImage(IdentityLoraNames, FlowFamily):
     text_encoder_description = "its Qwen2.5-VL text encoder"
     default_config_repo = "Qwen/Qwen-Image"
     lora_base_model_version = "qwen_image"
-    comfy_lora_names = "qwen_image"  # the text encoder as ComfyUI names it (training/lora_keys_comfy.py)
+    comfy_lora_names = "qwen_image"  # the text encoder as ComfyUI names it (models/comfy_lora_names.py)
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     native_resolution = 1024  # the pipeline's default size (1328 x 1328 is its largest square bucket)
     transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)

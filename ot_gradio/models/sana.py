@@ -35,10 +35,9 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import base_module, module_device, module_dtype
+from ot_gradio.models.common import QWEN_PRESETS, base_module, module_device, module_dtype
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.z_image import QWEN_PRESETS
 
 DEFAULT_SEQUENCE_LENGTH = 300
 # SanaPipeline.__call__'s default `complex_human_instruction` (from Sana's app config)

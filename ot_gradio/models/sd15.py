@@ -15,9 +15,12 @@ import torch
 
 from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
 from ot_gradio.models.common import (
+    HUB_ID,
+    SINGLE_FILE_SUFFIXES,
     ModelLoadError,
     base_module,
     exact_size,
+    flash_attention_processor,
     generation_size,
     module_device,
     module_dtype,
@@ -31,9 +34,6 @@ from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd_single_file import save_original_single_file
 from ot_gradio.models.tiny import is_tiny, resolve_tiny
-
-SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt")
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 # sampler -> (diffusers scheduler class name, overrides of the model's scheduler config)
 SAMPLERS: dict[NoiseScheduler, tuple[str, dict]] = {
@@ -62,20 +62,6 @@ def make_sampling_scheduler(sampler: NoiseScheduler | str, scheduler_config: Map
     class_name, overrides = SAMPLERS[NoiseScheduler(sampler)]
     # as keyword arguments: values in the config dict that were defaults when it was made are dropped
     return getattr(diffusers, class_name).from_config(dict(scheduler_config), **overrides, **dict(schedule_overrides or {}))
-
-
-def _flash_attention_processor():
-    """SDP attention that may only use the flash kernel (fails loudly where it cannot)."""
-    from diffusers.models.attention_processor import AttnProcessor2_0
-
-    class FlashAttnProcessor(AttnProcessor2_0):
-        def __call__(self, *args, **kwargs):
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                return super().__call__(*args, **kwargs)
-
-    return FlashAttnProcessor()
 
 
 @register_family(ModelType.STABLE_DIFFUSION_15)
@@ -195,7 +181,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
             or re.match(r"^[A-Za-z]:[\\/]", name) is not None
             or name.count("/") > 1
         )
-        if looks_local or not _HUB_ID.fullmatch(name):
+        if looks_local or not HUB_ID.fullmatch(name):
             raise ModelLoadError(
                 f"Base model '{name}' was not found: no such file or folder. Check the path, "
                 "or give a Hugging Face id like 'stable-diffusion-v1-5/stable-diffusion-v1-5'."
@@ -285,7 +271,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
         elif mechanism == "FLASH":
             if not on_cuda:
                 raise ValueError("attention_mechanism: FLASH needs a CUDA GPU; use SDP (it picks flash attention itself where it can)")
-            self.unet.set_attn_processor(_flash_attention_processor())
+            self.unet.set_attn_processor(flash_attention_processor())
         else:
             raise ValueError(f"attention_mechanism: unknown value {mechanism!r}; use SDP, DEFAULT, XFORMERS or FLASH")
 

@@ -22,7 +22,7 @@ Loading: a hub id, a diffusers folder, `tiny:sd3` / `tiny:sd35`, or SAI's single
 the parts the file lacks, like T5) from a local diffusers folder given as the config folder, or
 the family's hub repo. The loading paths and their errors are SD 1.5's (sd15.py). Saving: a
 diffusers folder, or the transformer and VAE as a single file in SAI's layout
-(models/sd3_single_file.py). LoRA keys: training/lora_keys_sd3.py.
+(models/sd3_single_file.py). LoRA keys: models/sd3_keys.py.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ class StableDiffusion3(FlowFamily):
     def configure_flow(self, config) -> None:
         """T5's token window for the run (the tokenizer's model_max_length follows it, so cached
         text embeddings are keyed by it). A T5 LoRA with diffusers keys is refused here, before training."""
-        from ot_gradio.training.lora_keys_sd3 import check_lora_output
+        from ot_gradio.models.sd3_keys import check_lora_output
 
         check_lora_output(config)
         length = getattr(config, "text_encoder_3_sequence_length", None)
@@ -225,9 +225,9 @@ class StableDiffusion3(FlowFamily):
         )
 
     def lora_module_names(self) -> dict[str, dict[str, str]]:
-        """Renames for kohya LoRA files (training/lora_keys_sd3.py): none, the names are diffusers'
+        """Renames for kohya LoRA files (models/sd3_keys.py): none, the names are diffusers'
         as OneTrainer writes them; given so reading a file maps every `_`-joined name back exactly."""
-        from ot_gradio.training.lora_keys_sd3 import module_names
+        from ot_gradio.models.sd3_keys import module_names
 
         return module_names(self)
 

@@ -47,7 +47,7 @@ def _has_prefix(keys, prefix: str) -> bool:
     return any(k.startswith(prefix) for k in keys)
 
 
-def _rename_by_prefix(state_dict: Mapping[str, torch.Tensor], prefixes: list[tuple[str, str, dict]]) -> dict:
+def rename_by_prefix(state_dict: Mapping[str, torch.Tensor], prefixes: list[tuple[str, str, dict]]) -> dict:
     """Each key gets the original prefix of its longest matching diffusers prefix, and the first
     part of its remainder renamed through that prefix's table."""
     ordered = sorted(prefixes, key=lambda p: len(p[0]), reverse=True)
@@ -129,7 +129,7 @@ def unet_prefix_map(config: Mapping | object, keys) -> list[tuple[str, str, dict
 
 def unet_to_original(state_dict: Mapping[str, torch.Tensor], config: Mapping | object) -> dict[str, torch.Tensor]:
     """UNet2DConditionModel weights -> original names (without the `model.diffusion_model.` prefix)."""
-    return _rename_by_prefix(state_dict, unet_prefix_map(config, state_dict.keys()))
+    return rename_by_prefix(state_dict, unet_prefix_map(config, state_dict.keys()))
 
 
 def vae_to_original(state_dict: Mapping[str, torch.Tensor], config: Mapping | object) -> dict[str, torch.Tensor]:
@@ -157,7 +157,7 @@ def vae_to_original(state_dict: Mapping[str, torch.Tensor], config: Mapping | ob
         pairs.append((f"encoder.down_blocks.{i}.downsamplers.0.", f"encoder.down.{i}.downsample.", {}))
         pairs.append((f"decoder.up_blocks.{i}.resnets.", f"decoder.up.{n - 1 - i}.block.", {}))
         pairs.append((f"decoder.up_blocks.{i}.upsamplers.0.", f"decoder.up.{n - 1 - i}.upsample.", {}))
-    out = _rename_by_prefix(state_dict, pairs)
+    out = rename_by_prefix(state_dict, pairs)
     result: dict[str, torch.Tensor] = {}
     for key, value in out.items():
         # resnets inside down/up blocks carry their index first: "block.0.conv_shortcut" -> nin_shortcut

@@ -26,9 +26,9 @@ from ot_gradio.config.enums import DataType
 from ot_gradio.fsutil import atomic_write
 from ot_gradio.models.common import cast_state_dict, torch_dtype
 from ot_gradio.models.sd_single_file import (
-    _rename_by_prefix,
     clip_to_original,
     open_clip_to_original,
+    rename_by_prefix,
     unet_prefix_map,
     unet_vae_to_original,
 )
@@ -91,5 +91,5 @@ def unet_module_names(unet: torch.nn.Module) -> dict[str, str]:
     with peft LoRA layers in it too (their `base_layer` is the original module)."""
     keys = [k.replace(".base_layer.", ".") for k in unet.state_dict() if ".lora_" not in k]
     modules = {k.removesuffix(".weight") for k in keys if k.endswith(".weight")}
-    renamed = _rename_by_prefix({m + ".weight": m for m in modules}, unet_prefix_map(unet.config, keys))
+    renamed = rename_by_prefix({m + ".weight": m for m in modules}, unet_prefix_map(unet.config, keys))
     return {module: key.removesuffix(".weight") for key, module in renamed.items()}

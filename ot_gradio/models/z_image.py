@@ -24,7 +24,7 @@ What Z-Image is (diffusers' ZImagePipeline, OneTrainer's Z_IMAGE):
   (`z_image_turbo_bf16.safetensors`, the original layout) through diffusers' `from_single_file`,
   with the text encoder, VAE and configs from a diffusers folder (the config folder) or the hub
   repo. Saving: a diffusers folder, or the transformer alone in the original layout
-  (training/lora_keys_z_image.py, which also places LoRA keys as ComfyUI does).
+  (models/z_image_keys.py, which also places LoRA keys as ComfyUI does).
 """
 
 from __future__ import annotations
@@ -36,29 +36,11 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import base_module, module_device, plain_state_dict, torch_dtype
+from ot_gradio.models.common import QWEN_PRESETS, base_module, keep_embedders_unquantized, module_device, plain_state_dict, torch_dtype
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
 from ot_gradio.models.registry import register_family
 
 DEFAULT_SEQUENCE_LENGTH = 512
-
-
-class FullPrecisionLinear(torch.nn.Linear):
-    """A Linear layer the quantizer leaves alone (training/quantize.py converts plain nn.Linear
-    only): Z-Image's timestep embedder casts its input to its first weight's dtype, which would
-    be float8 (diffusers lists t_embedder and cap_embedder as precision-sensitive)."""
-
-
-def keep_embedders_unquantized(transformer: torch.nn.Module) -> None:
-    """The layers under diffusers' `_skip_layerwise_casting_patterns` (t_embedder, cap_embedder:
-    under 0.1% of the weights) stay in the compute type when the transformer is FLOAT_8 / INT_8 /
-    NFLOAT_4, as OneTrainer's Z-Image presets quantize the main blocks only."""
-    model = base_module(transformer)
-    patterns = tuple(getattr(model, "_skip_layerwise_casting_patterns", None) or ("t_embedder", "cap_embedder"))
-    for name, child in model.named_modules():
-        if type(child) is torch.nn.Linear and name.split(".")[0] in patterns:
-            child.__class__ = FullPrecisionLinear
-QWEN_PRESETS = {"full": [], "attn-mlp": ["self_attn", "mlp"], "attn-only": ["self_attn"], "blocks": ["layers."]}
 
 
 def transformer_presets(n_layers: int) -> dict[str, list[str]]:
@@ -78,7 +60,7 @@ class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
     text_encoder_description = "its Qwen3 text encoder"
     default_config_repo = "Tongyi-MAI/Z-Image"
     lora_base_model_version = "z_image"
-    comfy_lora_names = "z_image"  # LoRA layer names ComfyUI and diffusers read (training/lora_keys_comfy.py)
+    comfy_lora_names = "z_image"  # LoRA layer names ComfyUI and diffusers read (models/comfy_lora_names.py)
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
     single_file_layout = "original"  # the transformer file people download, through diffusers' converter
@@ -183,7 +165,7 @@ class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The transformer alone in the original layout (ComfyUI's diffusion model loader and
         `from_single_file` read it); the text encoder and VAE are the base model's."""
-        from ot_gradio.training.lora_keys_z_image import save_original_transformer
+        from ot_gradio.models.z_image_keys import save_original_transformer
 
         for name, module in self.parts.items():
             plain_state_dict(module, name)  # no LoRA layers left in any part

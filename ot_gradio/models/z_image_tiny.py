@@ -112,7 +112,7 @@ def save_tiny_z_image(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
     from diffusers import ZImagePipeline
 
     from ot_gradio.fsutil import atomic_write_dir
-    from ot_gradio.training.lora_keys_z_image import save_original_transformer
+    from ot_gradio.models.z_image_keys import save_original_transformer
 
     root = Path(root)
     paths = TinyModelPaths(root / "diffusers", root / "z-image-tiny-transformer.safetensors")

@@ -15,7 +15,7 @@ diffusers UNet names; SDXL writes `lora_te1_` / `lora_te2_` and, given the model
 (`lora_unet_input_blocks_4_1_...`) that sd-scripts, A1111 and ComfyUI use. Reading takes the
 same renames to map such names back. A rename may be a whole layer name: the families ComfyUI
 names otherwise (Z-Image, PixArt, Flux.2, Chroma, Qwen-Image's text encoder) give the names its key
-map reads (training/lora_keys_comfy.py), and reading maps them back the same way.
+map reads (models/comfy_lora_names.py), and reading maps them back the same way.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import torch
 from torch import nn
 
 from ot_gradio.config.resolution import parse_resolutions
-from ot_gradio.fsutil import atomic_write
+from ot_gradio.models.comfy_lora_names import is_full_name
+from ot_gradio.models.common import save_safetensors
 from ot_gradio.training.lora import lora_rank_alpha, lora_state_dict, text_model_prefix
-from ot_gradio.training.lora_keys_comfy import is_full_name
 from ot_gradio.training.lora_variants import (
     DORA_IN,
     check_layer,
@@ -94,7 +94,7 @@ _COMPOUND_WORDS = sorted(
             "clip_txt_pooled_mapper clip_img_mapper down_downscalers up_upscalers "
             # language-model text encoders (Qwen-Image's Qwen2.5-VL, Z-Image's Qwen3, Sana's Gemma 2)
             "language_model embed_tokens o_proj gate_proj up_proj down_proj "
-            # Flux.1 / Chroma transformers (training/lora_keys_flux.py)
+            # Flux.1 / Chroma transformers (models/flux_keys.py)
             "single_transformer_blocks x_embedder context_embedder time_text_embed text_embedder guidance_embedder "
             "to_add_out add_q_proj add_k_proj add_v_proj norm1_context ff_context proj_mlp norm_out "
             # Chroma's approximator (distilled_guidance_layer.in_proj / out_proj)
@@ -118,7 +118,7 @@ class LoadedLora(NamedTuple):
 def kohya_prefixes(base_model_version: str = "sd_v1") -> dict[str, str]:
     """Part -> kohya prefix: SDXL's and Flux.1's CLIP-L is `lora_te1_` (sd-scripts, A1111, ComfyUI
     and diffusers read it so; diffusers' Flux loader reads no `lora_te_`), SD 1.x/2.x's one encoder `lora_te_`."""
-    if str(base_model_version).startswith(("sdxl", "sd3", "flux1")):  # SD 3: lora_te1_/2_/3_ (training/lora_keys_sd3.py)
+    if str(base_model_version).startswith(("sdxl", "sd3", "flux1")):  # SD 3: lora_te1_/2_/3_ (models/sd3_keys.py)
         return {**_KOHYA_PREFIX, "text_encoder": "lora_te1_"}
     if str(base_model_version).startswith(_PRIOR_VERSIONS):
         return {**_KOHYA_PREFIX, "text_encoder": "lora_prior_te_"}
@@ -132,7 +132,7 @@ def kohya_name(
 ) -> str:
     """`lora_unet_down_blocks_0_...` / `lora_te_text_model_encoder_layers_0_self_attn_q_proj`;
     `module_names` renames the part's module paths first (SDXL's original UNet names); a rename
-    that is a whole layer name (training/lora_keys_comfy.py) is the name."""
+    that is a whole layer name (models/comfy_lora_names.py) is the name."""
     module_path = (module_names or {}).get(module_path, module_path)
     if is_full_name(module_path):
         return module_path
@@ -259,7 +259,7 @@ def save_lora_parts(
     for key, value in (extra_metadata or {}).items():
         metadata[str(key)] = value if isinstance(value, str) else json.dumps(value)
     metadata.update(kohya_hashes(tensors, metadata))
-    _atomic_save_file(tensors, path, metadata)
+    save_safetensors(tensors, path, metadata)
     return path
 
 
@@ -381,13 +381,6 @@ def _training_metadata(
     return meta
 
 
-def _atomic_save_file(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
-    """Temp file in the same folder, fsync, rename: a crash never leaves a half-written LoRA."""
-    from safetensors.torch import save_file
-
-    atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
-
-
 # -- loading --------------------------------------------------------------------------------
 
 
@@ -465,7 +458,7 @@ def _layers_from_kohya(
 
 
 def _full_names(module_names: Mapping[str, Mapping[str, str]]) -> dict[str, tuple[str, str]]:
-    """Whole layer names among the renames (training/lora_keys_comfy.py) -> (part, module path)."""
+    """Whole layer names among the renames (models/comfy_lora_names.py) -> (part, module path)."""
     return {new: (part, path) for part, names in module_names.items() for path, new in names.items() if is_full_name(new)}
 
 

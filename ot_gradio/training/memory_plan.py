@@ -32,6 +32,7 @@ from ..config.enums import GradientCheckpointing
 from .memory_probe import (
     LiveBytes,
     _is_checkpointing,
+    gb,
     measure_step,
     measure_step_cached,
     on_meta,
@@ -40,13 +41,6 @@ from .memory_probe import (
 )
 
 MARGIN = 0.9  # a run "fits" when its estimated peak is at most this share of the available memory
-GB = 1e9
-
-
-def gb(n: int | float) -> str:
-    if n >= 0.1 * GB:
-        return f"{n / GB:.1f} GB"
-    return f"{n / 1e6:.0f} MB" if n >= 10e6 else f"{n / 1e6:.1f} MB"
 
 
 # --- what the device has -------------------------------------------------------------------------

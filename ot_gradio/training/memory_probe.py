@@ -29,6 +29,15 @@ from torch.utils._pytree import tree_flatten
 from ..models.common import base_module
 from .meta_shapes import FAST as FAST_META
 
+GB = 1e9  # memory figures are shown in GB (MB below 0.1 GB)
+
+
+def gb(n: int | float) -> str:
+    if n >= 0.1 * GB:
+        return f"{n / GB:.1f} GB"
+    return f"{n / 1e6:.0f} MB" if n >= 10e6 else f"{n / 1e6:.1f} MB"
+
+
 # --- measuring ---------------------------------------------------------------------------------------
 
 class LiveBytes(TorchDispatchMode):

@@ -140,7 +140,7 @@ class PartOffload:
         return sum(b.nbytes for b in self.blocks)
 
     def describe(self) -> str:
-        from .memory_plan import gb  # noqa: PLC0415
+        from .memory_probe import gb  # noqa: PLC0415
 
         skipped = sum(b.skipped for b in self.blocks)
         text = (f"{self.part}: {len(self.blocks)} of {self.n_blocks} blocks' frozen weights ({gb(self.nbytes)}) kept in RAM, "

@@ -12,7 +12,8 @@ from typing import Any
 
 import gradio as gr
 
-from ..config.io import ConfigError, parse_json_text
+from ..config.io import ConfigError
+from ..config.json_file import parse_json_text
 from ..runner.queue import RunQueue
 
 Validate = Callable[[dict[str, Any]], tuple[dict[str, Any] | None, list[str], list[str]]]

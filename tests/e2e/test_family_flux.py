@@ -47,7 +47,7 @@ def _check_lora(tiny_flux, path, min_change, pipeline_class=None):
     and ComfyUI's Flux rules place every transformer key on a BFL weight."""
     from diffusers import FluxPipeline
 
-    from ot_gradio.training.lora_keys_flux import comfy_lora_targets
+    from ot_gradio.models.flux_keys import comfy_lora_targets
 
     with safe_open(str(path), "pt") as f:
         keys = list(f.keys())

@@ -59,7 +59,7 @@ def _pipeline(tiny):
 def test_onetrainer_flux2_preset_trains_a_dev_lora_that_changes_the_pipeline(tiny_dev, shapes, tmp_path):
     from diffusers import Flux2Pipeline
 
-    from ot_gradio.training.lora_keys_flux2 import comfy_lora_targets
+    from ot_gradio.models.flux2_keys import comfy_lora_targets
 
     result = load_config(PRESET)
     assert any("transformer.weight_dtype INT_W8A8 -> INT_8" in w for w in result.warnings)
@@ -100,7 +100,7 @@ def test_comfy_lora_from_our_preset_with_a_sample(tiny_dev, shapes, tmp_path):
     on a weight of the BFL checkpoint as ComfyUI's Flux key map places it; a sample is drawn."""
     from diffusers import Flux2Transformer2DModel
 
-    from ot_gradio.training.lora_keys_flux2 import comfy_lora_targets
+    from ot_gradio.models.flux2_keys import comfy_lora_targets
 
     config = imported(PRESET_OURS, tiny_dev.diffusers_dir, shapes, tmp_path, "lora.safetensors", **CPU_SIZE, output_model_format="COMFY_LORA",
                      samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}], sample_after=1,

@@ -44,7 +44,7 @@ def _check_lora(tiny_z, path: Path, min_change: float) -> None:
     same image twice bit for bit, so any change is the LoRA's); ComfyUI places every key."""
     from diffusers import ZImagePipeline
 
-    from ot_gradio.training.lora_keys_z_image import comfy_lora_targets
+    from ot_gradio.models.z_image_keys import comfy_lora_targets
 
     pipe = ZImagePipeline.from_pretrained(str(tiny_z.diffusers_dir), local_files_only=True)
     pipe.set_progress_bar_config(disable=True)

@@ -391,7 +391,7 @@ def test_finetune_reloads_with_the_trained_weights(model_type, fmt, text, dtype,
         if single:  # BFL's layout read with our key map (diffusers' from_single_file assumes Flux's full width)
             from diffusers import FluxTransformer2DModel
 
-            from ot_gradio.training.lora_keys_flux import load_bfl_transformer
+            from ot_gradio.models.flux_keys import load_bfl_transformer
 
             transformer = FluxTransformer2DModel.from_pretrained(str(paths.diffusers_dir), subfolder="transformer")
             load_bfl_transformer(saved[0], transformer)

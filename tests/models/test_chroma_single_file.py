@@ -23,7 +23,7 @@ def test_our_layout_is_what_diffusers_chroma_converter_reads_at_full_size():
     from diffusers import ChromaTransformer2DModel
     from diffusers.loaders.single_file_utils import convert_chroma_transformer_checkpoint_to_diffusers
 
-    from ot_gradio.training.lora_keys_flux import to_bfl
+    from ot_gradio.models.flux_keys import to_bfl
 
     with torch.device("meta"):
         full = ChromaTransformer2DModel()  # Chroma1-HD: 19 double and 38 single blocks of 3072, a 5-layer approximator

@@ -135,7 +135,7 @@ def test_the_transformer_file_is_the_bfl_layout_from_single_file_reads(tiny, mod
 
 
 def test_comfy_lora_keys_land_on_the_bfl_weights_of_every_linear_layer(models):
-    from ot_gradio.training.lora_keys_flux2 import comfy_lora_targets, module_layout
+    from ot_gradio.models.flux2_keys import comfy_lora_targets, module_layout
 
     transformer = models["dev"].transformer
     every = [name for name, m in transformer.named_modules() if isinstance(m, torch.nn.Linear)]

@@ -126,7 +126,7 @@ def test_saves_diffusers_folder_and_bfl_transformer(flux, tmp_path):
     from safetensors.torch import load_file
 
     from ot_gradio.models.flux import FluxDev1
-    from ot_gradio.training.lora_keys_flux import from_bfl
+    from ot_gradio.models.flux_keys import from_bfl
 
     folder = flux.save_diffusers(tmp_path / "out", torch.float16)
     assert load_file(str(folder / "transformer" / "diffusion_pytorch_model.safetensors"))["x_embedder.weight"].dtype == torch.float16
@@ -179,8 +179,8 @@ def test_lora_presets(flux):
 def test_diffusers_lora_loads_into_flux_pipeline_and_maps_to_comfyui(fresh, flux, tmp_path):
     from safetensors import safe_open
 
+    from ot_gradio.models.flux_keys import bfl_module_layout, comfy_lora_targets, to_bfl
     from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
-    from ot_gradio.training.lora_keys_flux import bfl_module_layout, comfy_lora_targets, to_bfl
 
     parts = _flux_lora(fresh)
     path = save_lora(tmp_path / "flux.safetensors", parts, base_model_version=fresh.lora_base_model_version, lora_format=DIFFUSERS)

@@ -98,7 +98,7 @@ def test_predict_and_euler_steps_reproduce_the_pipelines_denoising(qwen):
     pipeline's own shifted sigmas land where QwenImagePipeline's loop does."""
     from diffusers.pipelines.qwenimage.pipeline_qwenimage import calculate_shift
 
-    from ot_gradio.models.flux import pack_latents, unpack_latents
+    from ot_gradio.models.flow_family import pack_latents, unpack_latents
 
     noise = torch.randn(1, 4, 16, 12, generator=torch.Generator().manual_seed(3))
     cond = qwen.encode_text([PROMPT])

@@ -157,7 +157,7 @@ def test_layer_presets_are_onetrainers(zimage):
 def test_diffusers_lora_loads_in_zimage_pipeline_and_comfyui_places_every_key(tiny_z_paths, tmp_path):
     from diffusers import ZImagePipeline
 
-    from ot_gradio.training.lora_keys_z_image import comfy_lora_targets
+    from ot_gradio.models.z_image_keys import comfy_lora_targets
 
     model = ZImage.load(str(tiny_z_paths.diffusers_dir))
     base = _images(model.pipeline(), prompt=PROMPT)

@@ -25,24 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from ot_gradio.models.flux2_names import ORIGINAL_NAMED_DOUBLE, ORIGINAL_NAMED_SINGLE, ORIGINAL_NAMED_TOP
+
 # a rename that starts so is the whole layer name in the file, not a module path under the part's prefix
 FULL_NAME_PREFIXES = ("lora_unet_", "lora_transformer_", "lora_te", "lycoris_", "transformer.", "diffusion_model.",
                       "text_encoders.")
-
-# Flux.2 and Chroma layers ComfyUI's Flux map (flux_to_diffusers) does not name, as their original keys
-_FLUX2_DOUBLE = {"ff.linear_in": "img_mlp.0", "ff.linear_out": "img_mlp.2",
-                 "ff_context.linear_in": "txt_mlp.0", "ff_context.linear_out": "txt_mlp.2"}
-_FLUX2_SINGLE = {"attn.to_qkv_mlp_proj": "linear1", "attn.to_out": "linear2"}
-_FLUX2_TOP = {
-    "time_guidance_embed.timestep_embedder.linear_1": "time_in.in_layer",
-    "time_guidance_embed.timestep_embedder.linear_2": "time_in.out_layer",
-    "time_guidance_embed.guidance_embedder.linear_1": "guidance_in.in_layer",
-    "time_guidance_embed.guidance_embedder.linear_2": "guidance_in.out_layer",
-    "double_stream_modulation_img.linear": "double_stream_modulation_img.lin",
-    "double_stream_modulation_txt.linear": "double_stream_modulation_txt.lin",
-    "single_stream_modulation.linear": "single_stream_modulation.lin",
-}
-
 
 def is_full_name(name: str) -> bool:
     return name.startswith(FULL_NAME_PREFIXES)
@@ -62,11 +49,11 @@ def _block(path: str, blocks: str) -> tuple[str, str] | None:
 
 def flux2_original(path: str) -> str | None:
     """The original key of a Flux.2 layer ComfyUI's Flux map lacks (None: the map names it)."""
-    if (hit := _block(path, "transformer_blocks")) and hit[1] in _FLUX2_DOUBLE:
-        return f"double_blocks.{hit[0]}.{_FLUX2_DOUBLE[hit[1]]}"
-    if (hit := _block(path, "single_transformer_blocks")) and hit[1] in _FLUX2_SINGLE:
-        return f"single_blocks.{hit[0]}.{_FLUX2_SINGLE[hit[1]]}"
-    return _FLUX2_TOP.get(path)
+    if (hit := _block(path, "transformer_blocks")) and hit[1] in ORIGINAL_NAMED_DOUBLE:
+        return f"double_blocks.{hit[0]}.{ORIGINAL_NAMED_DOUBLE[hit[1]]}"
+    if (hit := _block(path, "single_transformer_blocks")) and hit[1] in ORIGINAL_NAMED_SINGLE:
+        return f"single_blocks.{hit[0]}.{ORIGINAL_NAMED_SINGLE[hit[1]]}"
+    return ORIGINAL_NAMED_TOP.get(path)
 
 
 def chroma_original(path: str) -> str | None:

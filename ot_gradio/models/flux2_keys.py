@@ -23,7 +23,7 @@ ComfyUI's Flux.2 model is a subclass of its Flux model, so its LoRA key map is t
 diffusers layer, which patches its rows of the BFL weight. That map has no entry for Flux.2's
 `time_guidance_embed.*` and its three shared modulations, so ComfyUI skips LoRA layers named so
 there; kohya files name those layers (and the blocks' MLPs) by their original keys instead
-(`lora_unet_double_stream_modulation_img_lin`, training/lora_keys_comfy.py), which every ComfyUI maps.
+(`lora_unet_double_stream_modulation_img_lin`, models/comfy_lora_names.py), which every ComfyUI maps.
 """
 
 from __future__ import annotations
@@ -34,47 +34,17 @@ from pathlib import Path
 
 import torch
 
-from ot_gradio.training.lora_keys_flux import Place, _param_place, kohya_paths, lora_layer, qkv_places, save_tensors, to_layout
-
-_DOUBLE = {
-    "attn.to_out.0": "img_attn.proj", "attn.to_add_out": "txt_attn.proj",
-    "ff.linear_in": "img_mlp.0", "ff.linear_out": "img_mlp.2",
-    "ff_context.linear_in": "txt_mlp.0", "ff_context.linear_out": "txt_mlp.2",
-    "attn.norm_q": "img_attn.norm.query_norm", "attn.norm_k": "img_attn.norm.key_norm",
-    "attn.norm_added_q": "txt_attn.norm.query_norm", "attn.norm_added_k": "txt_attn.norm.key_norm",
-}
-_SINGLE = {
-    "attn.to_qkv_mlp_proj": "linear1", "attn.to_out": "linear2",
-    "attn.norm_q": "norm.query_norm", "attn.norm_k": "norm.key_norm",
-}
-_TOP = {
-    "x_embedder": "img_in", "context_embedder": "txt_in", "proj_out": "final_layer.linear",
-    "time_guidance_embed.timestep_embedder.linear_1": "time_in.in_layer",
-    "time_guidance_embed.timestep_embedder.linear_2": "time_in.out_layer",
-    "time_guidance_embed.guidance_embedder.linear_1": "guidance_in.in_layer",
-    "time_guidance_embed.guidance_embedder.linear_2": "guidance_in.out_layer",
-    "double_stream_modulation_img.linear": "double_stream_modulation_img.lin",
-    "double_stream_modulation_txt.linear": "double_stream_modulation_txt.lin",
-    "single_stream_modulation.linear": "single_stream_modulation.lin",
-}
-# diffusers layers ComfyUI's Flux key map does not name (Flux.1 calls them time_text_embed, and
-# Flux.1 blocks carry their own modulation)
-COMFY_UNMAPPED = ("time_guidance_embed.", "double_stream_modulation_img.", "double_stream_modulation_txt.",
-                  "single_stream_modulation.")
+from ot_gradio.models.flux2_names import COMFY_UNMAPPED, DOUBLE, SINGLE, TOP
+from ot_gradio.models.key_layout import Place, double_block_places, kohya_paths, lora_layer, param_place, save_tensors, to_layout
 
 
 def module_layout(transformer) -> dict[str, Place]:
     """diffusers module path -> its Place in the BFL layout, for this transformer's sizes."""
     config = transformer.config
-    inner = int(config.num_attention_heads * config.attention_head_dim)
-    out: dict[str, Place] = {}
-    for i in range(int(config.num_layers)):
-        src, dst = f"transformer_blocks.{i}", f"double_blocks.{i}"
-        out.update(qkv_places(src, dst, inner))
-        out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _DOUBLE.items()})
+    out = double_block_places(config, DOUBLE)
     for i in range(int(config.num_single_layers)):
-        out.update({f"single_transformer_blocks.{i}.{a}": Place(f"single_blocks.{i}.{b}") for a, b in _SINGLE.items()})
-    out.update({a: Place(b) for a, b in _TOP.items()})
+        out.update({f"single_transformer_blocks.{i}.{a}": Place(f"single_blocks.{i}.{b}") for a, b in SINGLE.items()})
+    out.update({a: Place(b) for a, b in TOP.items()})
     out["norm_out.linear"] = Place("final_layer.adaLN_modulation.1", swap=True)
     return out
 
@@ -101,7 +71,7 @@ def comfy_lora_targets(transformer, lora_keys: Iterable[str]) -> dict[str, Place
     for key in lora_keys:
         layer = lora_layer(key)
         if layer in whole:
-            out[layer] = _param_place(whole[layer], "weight")
+            out[layer] = param_place(whole[layer], "weight")
             continue
         path = layer.removeprefix("transformer.") if layer.startswith("transformer.") else kohya.get(layer)
         if path is None or path not in layout:
@@ -109,5 +79,5 @@ def comfy_lora_targets(transformer, lora_keys: Iterable[str]) -> dict[str, Place
         if path.startswith(COMFY_UNMAPPED):
             raise ValueError(f"LoRA key {key!r}: ComfyUI's Flux key map has no entry for {path} and skips it; train the "
                              "blocks only (layer filter preset 'blocks' or 'attn-mlp')")
-        out[layer] = _param_place(layout[path], "weight")
+        out[layer] = param_place(layout[path], "weight")
     return out

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ot_gradio.training.lora_keys_flux import Place
+from ot_gradio.models.key_layout import Place, lora_layer, save_tensors
 
 _RENAMES = (
     ("all_x_embedder.2-1.", "x_embedder."),
@@ -31,8 +31,6 @@ _RENAMES = (
     (".attention.norm_k.", ".attention.k_norm."),
 )
 _QKV = ("to_q", "to_k", "to_v")
-_LORA_SUFFIXES = (".lora_A.weight", ".lora_B.weight", ".lora_down.weight", ".lora_up.weight", ".alpha",
-                  ".lora_magnitude_vector.weight", ".dora_scale")
 
 
 def original_layout(state_dict: Mapping[str, torch.Tensor]) -> dict[str, Place]:
@@ -68,18 +66,7 @@ def save_original_transformer(path: str | os.PathLike, state_dict: Mapping[str, 
                               metadata: Mapping[str, str]) -> Path:
     """The transformer alone as an original-layout `.safetensors` (what ComfyUI's diffusion
     model loader and diffusers' `ZImageTransformer2DModel.from_single_file` read), atomically."""
-    from ot_gradio.training.lora_format import _atomic_save_file
-
-    path = Path(path)
-    _atomic_save_file(to_original(state_dict, dtype), path, {"format": "pt", **metadata})
-    return path
-
-
-def lora_layer(key: str) -> str:
-    for suffix in _LORA_SUFFIXES:
-        if key.endswith(suffix):
-            return key[: -len(suffix)]
-    raise ValueError(f"LoRA key {key!r} is not a LoRA weight ComfyUI reads")
+    return save_tensors(path, to_original(state_dict, dtype), metadata)
 
 
 def comfy_lora_targets(transformer, lora_keys: Iterable[str]) -> dict[str, Place]:

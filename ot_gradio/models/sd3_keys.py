@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
+from ot_gradio.models.common import base_module
+from ot_gradio.models.key_layout import layer_paths
 
 KOHYA_PREFIXES = {
     "transformer": "lora_transformer_",
@@ -33,22 +34,9 @@ KOHYA_PREFIXES = {
 }
 
 
-def layer_paths(module: nn.Module) -> list[str]:
-    """Module paths of the layers LoRA can wrap (linear and conv), whether wrapped already or not."""
-    out = []
-    for name, child in module.named_modules():
-        if not name or ".lora_" in name or "base_layer" in name.split("."):
-            continue
-        if isinstance(child, (nn.Linear, nn.Conv2d)) or hasattr(child, "base_layer"):
-            out.append(name)
-    return out
-
-
 def module_names(model: Any) -> dict[str, dict[str, str]]:
     """part -> {module path: module path} for the transformer and T5, whose `_`-joined names need
     the model to be read back (CLIP names are read by rule, as for SDXL)."""
-    from ot_gradio.models.common import base_module
-
     return {part: {p: p for p in layer_paths(base_module(getattr(model, part)))} for part in ("transformer", "text_encoder_3")}
 
 

@@ -30,9 +30,19 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
+
+from ot_gradio.models.key_layout import (
+    Place,
+    double_block_places,
+    kohya_paths,
+    lora_layer,
+    param_place,
+    save_tensors,
+    swap_halves,
+    to_layout,
+)
 
 _DOUBLE = {
     "attn.to_out.0": "img_attn.proj", "attn.to_add_out": "txt_attn.proj",
@@ -58,40 +68,12 @@ _TOP = {
 _SWAPPED = {"norm_out.linear": "final_layer.adaLN_modulation.1"}
 
 
-class Place(NamedTuple):
-    """Where a diffusers weight lives in the BFL file: `key`, rows [start, start + rows) of it
-    (None: the whole tensor) and `swap` (the two halves exchanged)."""
-
-    key: str
-    start: int | None = None
-    rows: int | None = None
-    swap: bool = False
-
-
-LORA_SUFFIXES = (".lora_A.weight", ".lora_B.weight", ".lora_down.weight", ".lora_up.weight", ".alpha",
-                 ".lora_magnitude_vector.weight", ".dora_scale")
-
-
-def qkv_places(src: str, dst: str, inner: int) -> dict[str, Place]:
-    """A double block's image and text q, k, v (diffusers' `src.attn.*`): the thirds of
-    `dst.img_attn.qkv` and `dst.txt_attn.qkv` (Flux.1 and Flux.2 alike)."""
-    out = {}
-    for fused, names in (("img_attn.qkv", ("to_q", "to_k", "to_v")), ("txt_attn.qkv", ("add_q_proj", "add_k_proj", "add_v_proj"))):
-        out.update({f"{src}.attn.{name}": Place(f"{dst}.{fused}", j * inner, inner) for j, name in enumerate(names)})
-    return out
-
-
 def bfl_module_layout(transformer) -> dict[str, Place]:
     """diffusers module path (weight-bearing modules only) -> its Place in the BFL layout, for
     this transformer's sizes; a fused module's Place names the rows of the BFL weight it fills."""
     config = transformer.config
     inner = int(config.num_attention_heads * config.attention_head_dim)
-    out: dict[str, Place] = {}
-    for i in range(int(config.num_layers)):
-        src, dst = f"transformer_blocks.{i}", f"double_blocks.{i}"
-        out.update(qkv_places(src, dst, inner))
-        out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _DOUBLE.items()})
-        out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _DOUBLE_NORMS.items()})
+    out = double_block_places(config, {**_DOUBLE, **_DOUBLE_NORMS})
     for i in range(int(config.num_single_layers)):
         src, dst = f"single_transformer_blocks.{i}", f"single_blocks.{i}"
         for j, name in enumerate(("to_q", "to_k", "to_v")):
@@ -113,33 +95,6 @@ def bfl_module_layout(transformer) -> dict[str, Place]:
     return out
 
 
-def _param_place(module_place: Place, param: str) -> Place:
-    """A module's Place for one of its parameters: RMS norm weights are `scale` in BFL."""
-    norm = module_place.key.endswith(("query_norm", "key_norm")) or ".norms." in module_place.key
-    return module_place._replace(key=f"{module_place.key}.{'scale' if norm else param}")
-
-
-def _swap(t: torch.Tensor) -> torch.Tensor:
-    a, b = t.chunk(2, dim=0)
-    return torch.cat([b, a], dim=0)
-
-
-def to_layout(layout: Mapping[str, Place], state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None,
-              model: str) -> dict[str, torch.Tensor]:
-    """A diffusers state dict in the original layout `layout` gives (fused tensors concatenated
-    in row order, swapped halves swapped); a weight with no place is an error naming `model`."""
-    pieces: dict[str, list[tuple[int, torch.Tensor]]] = {}
-    for key, tensor in state_dict.items():
-        module, _, param = key.rpartition(".")
-        if module not in layout:
-            raise ValueError(f"{model} transformer weight {key!r} has no place in the BFL layout (not a {model} transformer?)")
-        place = _param_place(layout[module], param)
-        t = tensor.detach().to(dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype)
-        t = t if t.device.type == "meta" else t.to("cpu")  # a meta state dict stays on meta (a layout check without weights)
-        pieces.setdefault(place.key, []).append((place.start or 0, _swap(t) if place.swap else t))
-    return {key: torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])], dim=0).contiguous() for key, parts in pieces.items()}
-
-
 def to_bfl(transformer, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None,
            model: str = "Flux.1") -> dict[str, torch.Tensor]:
     """The diffusers transformer state dict in the BFL layout (fused tensors concatenated)."""
@@ -155,27 +110,18 @@ def from_bfl(transformer, bfl: Mapping[str, torch.Tensor], model: str = "Flux.1"
     used: set[str] = set()
     for key in transformer.state_dict():
         module, _, param = key.rpartition(".")
-        place = _param_place(layout[module], param)
+        place = param_place(layout[module], param)
         if place.key not in bfl:
             raise ValueError(f"The transformer file has no {place.key!r} (needed for {key}); is it a {model} transformer of this size?")
         t = bfl[place.key]
         if place.start is not None:
             t = t[place.start : place.start + place.rows]
-        out[key] = _swap(t) if place.swap else t
+        out[key] = swap_halves(t) if place.swap else t
         used.add(place.key)
     extra = sorted(set(bfl) - used)
     if extra:
         raise ValueError(f"The transformer file has keys a {model} transformer of this config does not: {extra[:3]}")
     return out
-
-
-def save_tensors(path: str | os.PathLike, tensors: Mapping[str, torch.Tensor], metadata: dict) -> Path:
-    """`tensors` as a `.safetensors` file, written atomically."""
-    from ot_gradio.training.lora_format import _atomic_save_file
-
-    path = Path(path)
-    _atomic_save_file(dict(tensors), path, {"format": "pt", **metadata})
-    return path
 
 
 def save_bfl_transformer(path: str | os.PathLike, transformer, state_dict, dtype: torch.dtype | None, metadata: dict,
@@ -209,18 +155,5 @@ def comfy_lora_targets(transformer, lora_keys) -> dict[str, Place]:
             raise ValueError(f"LoRA key {key!r} names no Flux transformer layer")
         if path not in layout:
             raise ValueError(f"LoRA key {key!r}: ComfyUI has no BFL weight for the layer {path!r}")
-        out[layer] = _param_place(layout[path], "weight")
+        out[layer] = param_place(layout[path], "weight")
     return out
-
-
-def lora_layer(key: str) -> str:
-    """The layer name of a LoRA weight key (its LoRA suffix cut off)."""
-    for suffix in LORA_SUFFIXES:
-        if key.endswith(suffix):
-            return key[: -len(suffix)]
-    raise ValueError(f"LoRA key {key!r} is not a LoRA weight ComfyUI reads")
-
-
-def kohya_paths(layout: Mapping[str, Place]) -> dict[str, str]:
-    """OneTrainer/kohya layer names (`lora_transformer_<path with _>`) -> the diffusers path."""
-    return {"lora_transformer_" + path.replace(".", "_"): path for path in layout}
