@@ -127,6 +127,9 @@ class Trainer:
         extra = {}
         if "part_models" in inspect.signature(family.load).parameters:  # parts that come from models of their own
             extra["part_models"] = {part: getattr(cfg, part).model_name for part in family_info(cfg.model_type).parts}
+        elif "transformer" in dtypes and cfg.transformer.model_name.strip():
+            raise TrainingError(f"transformer.model_name: {cfg.model_type.value} loads its transformer from the base model "
+                                "only; leave it blank")
         with self.dist.main_first():  # multi-GPU: one process downloads (or builds) the model, then the others load it
             self.model = family.load(
                 cfg.base_model_name,
