@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .base_model_match import base_model_mismatch
 from .devices import parse_device_indexes
 from .enums import (
     DIFFUSERS_LORA_FORMATS,
@@ -92,6 +93,9 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
         warnings.append(f"Model type {model_type.value} is not supported by the trainer yet (only {', '.join(m.value for m in supported)} for now).")
     elif method not in IMPLEMENTED_METHODS or not supports(model_type, method):
         warnings.append(f"Training method {method.value} is not supported by the trainer for {model_type.value} yet (only {', '.join(m.value for m in IMPLEMENTED_METHODS)} for now).")
+    mismatch = base_model_mismatch(model_type.value, config.base_model_name)
+    if mismatch:  # the note the page's Model tab shows
+        warnings.append(mismatch)
     if available_optimizers is not None:
         names = [str(getattr(o, "value", o)) for o in available_optimizers]
         if config.optimizer.optimizer.value not in names:

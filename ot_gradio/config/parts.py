@@ -12,7 +12,7 @@ from .optimizer import OptimizerConfig
 
 __all__ = [
     "CLOUD_DEFAULTS", "EmbeddingConfig", "ModelPartConfig", "OptimizerConfig", "QuantizationConfig",
-    "SampleConfig", "SecretsConfig", "SeparateModelPartConfig",
+    "SampleConfig", "SecretsConfig", "SeparateModelPartConfig", "TransformerPartConfig",
 ]
 
 
@@ -31,6 +31,12 @@ class ModelPartConfig(Section):
     gradient_checkpointing: GradientCheckpointing = opt(GradientCheckpointing.AUTO, "Gradient checkpointing", "Recompute activations in the backward pass: much less memory (about 2 GB for SD 1.5), at least 30% slower. AUTO: on only when the run would not fit in the device's free memory without it (the run's log says which and why); ON/OFF always.")
     offload_fraction: float = opt(0.0, "Offload fraction", "Share of this part's blocks (the last ones) whose frozen weights are kept in CPU memory and moved to the GPU for each use, to fit big models in little VRAM; those blocks always use activation checkpointing. Denoiser and text encoders; the trained weights (a LoRA's) stay on the GPU. Nothing to move when training on the CPU.", ge=0, le=1)
     activation_offloading: bool = opt(False, "Activation offloading", "Keep the activations saved for the backward pass in CPU memory instead of VRAM (denoiser and text encoders; nothing to move when training on the CPU).")
+
+
+class TransformerPartConfig(ModelPartConfig):
+    """The denoising transformer, which (as OneTrainer's) may come from a file of its own."""
+
+    model_name: str = opt("", "Transformer file", "Load the transformer from this file instead of the base model (the base model's other parts and configs are kept): a .safetensors file, or a Hugging Face file address such as OneTrainer's DeTurbo presets give (https://huggingface.co/<owner>/<repo>/blob/main/<file>; downloaded once, read from the hub cache offline). Flux.1, Flux Fill, Chroma, Flux.2, Qwen-Image, Z-Image and Sana. Blank = from the base model.")
 
 
 class SeparateModelPartConfig(ModelPartConfig):

@@ -44,6 +44,7 @@ from .parts import (
     SampleConfig,
     SecretsConfig,
     SeparateModelPartConfig,
+    TransformerPartConfig,
 )
 
 __all__ = ["CONFIG_VERSION", "SecretsConfig", "TrainConfig"]
@@ -168,7 +169,7 @@ class TrainConfig(Section):
     # --- Model parts (shown on the training tab, OneTrainer's "Train UNet / text encoder") -----
     unet: ModelPartConfig = opt(default_factory=_part, label="UNet", tooltip="UNet settings. Its learning rate replaces the base learning rate when set.", tab="training")
     prior: SeparateModelPartConfig = opt(default_factory=SeparateModelPartConfig, label="Prior", tooltip="Würstchen / Stable Cascade: the prior (stage C), the network that trains. Its learning rate replaces the base learning rate when set.", tab="training")
-    transformer: ModelPartConfig = opt(default_factory=_part, label="Transformer", tooltip="Transformer models (PixArt, SD3, Flux): the denoising transformer's settings. Its learning rate replaces the base learning rate when set.", tab="training")
+    transformer: TransformerPartConfig = opt(default_factory=TransformerPartConfig, label="Transformer", tooltip="Transformer models (PixArt, SD3, Flux): the denoising transformer's settings. Its learning rate replaces the base learning rate when set.", tab="training")
     unconditional_transformer: ModelPartConfig = opt(default_factory=lambda: _part(train=False, gradient_checkpointing=False, activation_offloading=False), label="Unconditional transformer", tooltip="Models with a separate unconditional transformer: its settings.", tab="training", status=P)
     text_encoder: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder", tooltip="Text encoder settings. Its learning rate replaces the base learning rate when set. By default it trains for the first 30 epochs only.", tab="training")
     text_encoder_layer_skip: int = opt(0, "Clip skip", "Skip the last N layers of the text encoder, in training and in samples (clip skip 1 = the second-to-last layer, as anime models built on NovelAI use).", ge=0, le=11, tab="training")

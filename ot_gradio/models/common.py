@@ -257,3 +257,37 @@ def inpainting_images(height: int, width: int, image=None, mask=None) -> dict:
                 raise ValueError(f"the sample's {what} {value} cannot be read ({err})") from None
         loaded.append(value.convert(mode).resize((width, height)))
     return {"image": loaded[0], "mask_image": loaded[1], "strength": 1.0}
+
+
+_HUB_FILE_URL = re.compile(r"https?://(?:www\.)?huggingface\.co/([^/?#]+/[^/?#]+)/(?:blob|resolve)/([^/?#]+)/([^?#]+)")
+
+
+def part_file(value: str, field: str, *, cache_dir: str | None, offline: bool, token: str | None) -> Path:
+    """The local file a part's own model name points at (OneTrainer's per-part `model_name`): a
+    file, or a Hugging Face file address (https://huggingface.co/<owner>/<repo>/blob/<revision>/<file>,
+    as OneTrainer's DeTurbo presets give) downloaded once into the hub cache, or read from it
+    offline. Anything else is a ModelLoadError naming `field` and what to do."""
+    path = Path(value).expanduser()
+    if path.is_file():
+        return path
+    hub = _HUB_FILE_URL.fullmatch(value.strip())
+    if hub is None:
+        if value.startswith(("http://", "https://")):
+            raise ModelLoadError(f"{field}: {value} is a web address but not of a Hugging Face file; download the file and "
+                                 "give its path instead.")
+        raise ModelLoadError(f"{field}: {value} does not exist; give a .safetensors file or a Hugging Face file address "
+                             "(https://huggingface.co/<owner>/<repo>/blob/main/<file>), or leave it blank.")
+    from huggingface_hub import constants, hf_hub_download
+
+    offline = offline or bool(constants.HF_HUB_OFFLINE)
+    repo, revision, filename = hub.groups()
+    try:
+        return Path(hf_hub_download(repo, filename, revision=revision, cache_dir=cache_dir, token=token, local_files_only=offline))
+    except Exception as e:  # offline and not cached, no network, gated, missing: each ends in the same advice
+        if offline:
+            raise ModelLoadError(
+                f"{field}: {value} is not in the local Hugging Face cache{f' ({cache_dir})' if cache_dir else ''} and offline "
+                "mode is on; turn offline mode off to download it once, or download the file and give its path."
+            ) from e
+        raise ModelLoadError(f"{field}: could not download {value} ({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}); "
+                             "check the address, your network and access token, or download the file and give its path.") from e

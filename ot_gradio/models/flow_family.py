@@ -35,6 +35,7 @@ from ot_gradio.models.common import (
     module_dtype,
     no_fp16_autocast,
     parked_for_sampling,
+    part_file,
     save_diffusers_folder,
     torch_dtype,
 )
@@ -125,8 +126,9 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
              part_models: Mapping[str, str] | None = None):
         """From a hub id, a diffusers folder, a `tiny:` name or (`single_file_layout`) a transformer
         file with the other parts and the configs from `config_dir`, else the hub repo. Each part
-        loads straight in its dtype (`dtypes` keys: the parts; float32 when not named). Every part
-        comes from `name` (`part_models` is not read)."""
+        loads straight in its dtype (`dtypes` keys: the parts; float32 when not named).
+        `part_models["transformer"]`: as OneTrainer, the transformer comes from that file (or
+        Hugging Face file address) instead, read with the base model's transformer config."""
         parts = cls.part_names
         dtypes = dict(dtypes or {})
         unknown = set(dtypes) - set(parts)
@@ -134,8 +136,16 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
             raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(parts)}.")
         per_part = {part: torch_dtype(dtypes.get(part)) for part in parts} | {"default": torch.float32}
         name = str(name or "").strip()
+        override = str(dict(part_models or {}).get("transformer") or "").strip()
+        extra = {}
+        if override:
+            if not cls.single_file_layout:  # SD 3: OneTrainer reads no transformer file either
+                raise ModelLoadError(f"transformer.model_name: {cls.family_name} loads its transformer from the base model only; "
+                                     "leave it blank.")
+            extra["transformer_file"] = part_file(override, "transformer.model_name", cache_dir=cache_dir, offline=offline, token=token)
         with sentencepiece_files_readable():
-            pipe = cls._load_pipeline(name, cache_dir=cache_dir, offline=offline, token=token, dtype=per_part, config_dir=config_dir)
+            pipe = cls._load_pipeline(name, cache_dir=cache_dir, offline=offline, token=token, dtype=per_part,
+                                      config_dir=config_dir, **extra)
         if not isinstance(getattr(pipe, "transformer", None), cls._transformer_class()):
             raise ModelLoadError(f"'{name}' is not a {cls.family_name} model (no {cls.family_name} transformer); "
                                  "pick the model type that matches it.")
@@ -151,8 +161,16 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
         return cls(pipe.components)
 
     @classmethod
-    def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir):
-        """The pipeline from whatever `name` is; errors the user can fix say what to do."""
+    def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir, transformer_file: Path | None = None):
+        """The pipeline from whatever `name` is, with the transformer from `transformer_file` when
+        given; errors the user can fix say what to do."""
+
+        def pipeline(source: str | Path, hub: Mapping):
+            if transformer_file is None:
+                return cls._pipeline_from(source, dtype, hub)
+            transformer = cls._single_file_transformer(transformer_file, str(source), hub, dtype["transformer"])
+            return cls._pipeline_from(source, dtype, hub, transformer=transformer)
+
         if not name:
             raise ModelLoadError(
                 f"No base model given. Enter a Hugging Face id (like '{cls.default_config_repo}'), a diffusers folder "
@@ -163,7 +181,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
                 folder = resolve_tiny(name).diffusers_dir
             except ValueError as e:
                 raise ModelLoadError(str(e)) from e
-            return cls._pipeline_from(folder, dtype, {"local_files_only": True})
+            return pipeline(folder, {"local_files_only": True})
         path = Path(name).expanduser()
         if path.is_dir():
             if not (path / "model_index.json").is_file():
@@ -173,11 +191,14 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
                 )
             return cls._guarded(
                 name,
-                lambda: cls._pipeline_from(path, dtype, {"local_files_only": True}),
+                lambda: pipeline(path, {"local_files_only": True}),
                 f"The folder looks like a diffusers model but a part failed to load; check that it is a complete "
                 f"{cls.model_type.value} model ({', '.join(cls.folder_parts)}).",
             )
         if path.is_file():
+            if transformer_file is not None:
+                raise ModelLoadError(f"transformer.model_name: the base model '{name}' is a transformer file already; give "
+                                     "a diffusers folder or Hugging Face id as the base model, or leave transformer.model_name blank.")
             if not cls.single_file_layout:
                 raise ModelLoadError(
                     f"'{name}' is a single file; {cls.model_type.value} loads from a diffusers folder or a Hugging Face id "
@@ -202,7 +223,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
             else "Check the id, your network and, for gated models like FLUX.1-dev, accept the license on the hub and set the access token."
         )
         return cls._guarded(
-            name, lambda: cls._pipeline_from(name, dtype, {"cache_dir": cache_dir, "token": token, "local_files_only": offline}), hint
+            name, lambda: pipeline(name, {"cache_dir": cache_dir, "token": token, "local_files_only": offline}), hint
         )
 
     @classmethod

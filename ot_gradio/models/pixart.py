@@ -111,7 +111,11 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         folder or `tiny:pixart`. Each part loads straight in its dtype (`dtypes` keys:
         transformer, text_encoder, vae; float32 when not named), so T5 XXL never sits in memory
         in float32 when it is not asked to. `config_dir` is for single files, which PixArt has not;
-        every part comes from `name` (`part_models` is not read)."""
+        every part comes from `name`: a transformer file of its own (`part_models`) is refused,
+        as OneTrainer reads none for PixArt."""
+        if str(dict(part_models or {}).get("transformer") or "").strip():
+            raise ModelLoadError(f"transformer.model_name: {cls.model_type.value} loads its transformer from the base model only; "
+                                 "leave it blank.")
         dtypes = dict(dtypes or {})
         unknown = set(dtypes) - set(cls.part_names)
         if unknown:

@@ -71,12 +71,13 @@ def model_problems(config: Any) -> list[str]:
     for part in type(config).model_fields:
         sub = getattr(config, part, None)
         # a part's own model name that the trainer does not read yet (PLANNED: the import warned
-        # that it is ignored, e.g. the Z-Image DeTurbo presets' transformer URL) is not checked
+        # that it is ignored) is not checked
         if (hasattr(sub, "model_name") and part not in ("embedding",) and isinstance(sub.model_name, str)
                 and field_meta(type(sub), "model_name").get("status") != PLANNED):
             names.append((f"{part}.model_name", sub.model_name.strip()))
     for field, value in names:
-        if value and not value.startswith("tiny:") and looks_like_local_path(value) and not _exists(Path(value).expanduser()):
+        if (value and not value.startswith(("tiny:", "http://", "https://")) and looks_like_local_path(value)
+                and not _exists(Path(value).expanduser())):
             out.append(f"{field}: {_shown(value)} does not exist; give an existing diffusers folder or model file, or a Hugging Face id")
     problem = folder_family_problem(config, name)
     return out + ([problem] if problem else [])

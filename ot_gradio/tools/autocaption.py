@@ -80,6 +80,29 @@ def looks_local(path: str) -> bool:
     return Path(path).expanduser().exists() or path.startswith((".", "/", "~", "\\")) or "\\" in path or ":" in path or path.count("/") > 1
 
 
+def hub_offline(timeout: float = 3.0) -> bool:
+    """Whether the hub is to be read from its local cache only: offline mode is set (HF_HUB_OFFLINE),
+    or the hub's host does not answer within `timeout` seconds. Without network the hub client
+    retries every file for minutes before giving up; this way a missing model is named at once.
+    Behind a proxy (HTTPS_PROXY) the host is not probed: the client goes through the proxy."""
+    import os  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+    from urllib.parse import urlparse  # noqa: PLC0415
+
+    from huggingface_hub import constants  # noqa: PLC0415
+
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}:
+        return True
+    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return False
+    endpoint = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((endpoint.hostname or "huggingface.co", endpoint.port or 443), timeout=timeout).close()
+    except OSError:
+        return True
+    return False
+
+
 def not_found(captioner: Captioner, path: str, err: BaseException | None = None) -> JobError:
     """The message for weights that cannot be loaded: what to download and where to give it."""
     if looks_local(path):
@@ -111,10 +134,11 @@ class TransformersCaptioner(Captioner):
         source = str(local) if local.is_dir() else path
         self.target = device
         self.dtype = torch.float16 if device.startswith("cuda") else torch.float32
+        cached_only = {} if local.is_dir() else {"local_files_only": hub_offline()}
         try:
-            self.processor = transformers.AutoProcessor.from_pretrained(source)
+            self.processor = transformers.AutoProcessor.from_pretrained(source, **cached_only)
             model_cls = getattr(transformers, self.model_class)
-            self.model = model_cls.from_pretrained(source, dtype=self.dtype)
+            self.model = model_cls.from_pretrained(source, dtype=self.dtype, **cached_only)
         except Exception as err:  # noqa: BLE001 - offline, unknown id, an incomplete or foreign folder: the same advice
             raise not_found(self, path, err) from None
         self.model.to(device).eval()
@@ -191,8 +215,10 @@ class WD14Captioner(Captioner):
             raise not_found(self, path)
         from huggingface_hub import hf_hub_download  # noqa: PLC0415
 
+        cached_only = hub_offline()
         try:
-            return hf_hub_download(path, self.FILES[0]), hf_hub_download(path, self.FILES[1])
+            return (hf_hub_download(path, self.FILES[0], local_files_only=cached_only),
+                    hf_hub_download(path, self.FILES[1], local_files_only=cached_only))
         except Exception as err:  # noqa: BLE001 - offline, unknown repo, gated: all end in the same advice
             raise not_found(self, path, err) from None
 

@@ -67,7 +67,9 @@ CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1
        "#ot-run-bar-extra{flex:0 0 auto!important;width:auto!important;flex-wrap:nowrap!important;align-items:center}"  # the queue's
        "#queue-add{white-space:nowrap}#queue-length{flex:0 0 9.5em!important;width:9.5em!important;min-width:0!important;white-space:nowrap}"  # length, whole
        "#ot-run-bar [data-testid=status-tracker]{display:none!important}"  # no poll's timer ("0.6s") flashing in the bar's text
-       "@media (max-width:600px){.gradio-container{padding:4px!important}#sample-gallery img{max-width:100%;height:auto}}"
+       "@media (max-width:600px){.gradio-container{padding:4px!important}#sample-gallery img{max-width:100%;height:auto}"
+       "#problems{max-height:2.75em;overflow-y:auto}"  # a phone: a refused Start's list scrolls, the sticky bar stays < 1/4 screen
+       "#f-model_type input{font-size:.85em}}"  # and the longest model type is read whole
        "body{overflow-x:clip}.gradio-container{overflow:visible!important}")  # clip, not hidden: a scroll box stops the bar sticking
 
 

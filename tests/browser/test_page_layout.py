@@ -92,3 +92,42 @@ def test_monitor_at_390x844_has_no_horizontal_scrolling(module_app, module_brows
         page.screenshot(path=str(ARTIFACTS / "page-390x844-run.png"), full_page=True)
     finally:
         page.close()
+
+
+def test_at_390x844_the_sticky_run_bar_takes_a_quarter_of_the_screen_and_the_model_type_is_whole(module_app, module_browser):
+    """On a phone the run bar, which stays on top while scrolling, leaves the page three quarters of
+    the screen (it took 350 of 844 px); the model type's dropdown shows its whole value."""
+    from ot_gradio.config.families import implemented_model_types
+
+    page = module_browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    page.set_default_timeout(60_000)
+    try:
+        _open(page, module_app["url"])
+        page.wait_for_timeout(500)
+        # the bar as a run fills it: its status line and two progress bars (monitor.bar_markdown, progress_html)
+        page.evaluate("""() => {
+            document.querySelector('#run-bar-status .prose, #run-bar-status').innerHTML =
+                '<p><strong>training</strong> · step 34/60 · ETA 120 s · loss 0.1234 (smoothed)</p>';
+            document.querySelector('#run-progress').innerHTML =
+                '<div class="ot-bar"><span>epoch 3/5</span><progress max="100" value="40"></progress> 40%</div>' +
+                '<div class="ot-bar"><span>step 34/60</span><progress max="100" value="57"></progress> 57%</div>'; }""")
+        page.evaluate("""() => { document.querySelector('#problems .prose, #problems').innerHTML =
+            '<p><strong>Cannot start:</strong></p><ul>' +
+            '<li><code>Concept 1 \\'mycat\\' → Folder: folder /home/me/pictures/cat has no images</code></li>' +
+            '<li><code>Training → Batch size: must be >= 1</code></li>' +
+            '<li><code>Model → Base model: empty; enter a Hugging Face id (owner/name), a diffusers folder or a .safetensors file</code></li></ul>'; }""")
+        page.wait_for_timeout(200)
+        bar = page.evaluate("() => { const r = document.querySelector('#ot-run-bar').getBoundingClientRect(); return {height: r.height}; }")
+        assert bar is not None and bar["height"] <= 844 / 4, f"the run bar is {bar['height']:.0f} px high at 390x844"
+        assert _in_viewport(page, "#start") and _in_viewport(page, "#stop") and _queue_length_in_bar(page)
+        # the longest model type the trainer offers, in the input's own font, fits the input
+        longest = max((m.value for m in implemented_model_types()), key=len)
+        shown = page.evaluate(
+            """(longest) => { const i = document.querySelector('#f-model_type input'); if (!i) return null;
+               const s = getComputedStyle(i), c = document.createElement('canvas').getContext('2d');
+               c.font = s.font; const pad = parseFloat(s.paddingLeft) + parseFloat(s.paddingRight);
+               return [i.value, i.scrollWidth, i.clientWidth, c.measureText(longest).width, i.clientWidth - pad]; }""", longest)
+        assert shown and shown[0] and shown[1] <= shown[2] + 1, f"the model type is cut: {shown}"
+        assert shown[3] <= shown[4] + 1, f"{longest} would be cut in the model type's field: {shown}"
+    finally:
+        page.close()

@@ -126,3 +126,25 @@ def test_validate_train_and_the_page_refuse_with_one_list(folder, capsys):
     _, problems, _ = validate(json.loads(Path(config).read_text()))
     assert lines[0] == lines[1] == problems, (lines, problems)
     assert [p.split(":")[0] for p in problems] == ["learning_rate_scheduler", "concepts[0].path"], problems
+
+
+class _Stopped(Exception):
+    pass
+
+
+def test_validate_and_train_print_the_pages_note_on_a_base_model_of_another_family(folder, capsys, monkeypatch):
+    from ot_gradio.config.base_model_match import base_model_mismatch
+
+    config = demo(folder, base_model_name="black-forest-labs/FLUX.1-dev", concepts=[{"name": "x", "path": "images"}])
+    note = base_model_mismatch(json.loads(Path(config).read_text())["model_type"], "black-forest-labs/FLUX.1-dev")
+    assert note and "looks like" in note
+    assert cli_main(["validate", "--config", config]) == 0
+    assert f"warning: {note}" in capsys.readouterr().out.splitlines()
+
+    def stop(config):  # the run itself would try to load the model
+        raise _Stopped
+
+    monkeypatch.setattr("ot_gradio.data.demo.ensure_demo_concepts", stop)
+    with pytest.raises(_Stopped):
+        cli_main(["train", "--config", config])
+    assert f"warning: {note}" in capsys.readouterr().err.splitlines()

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from tests.config.test_onetrainer_shipped_presets import PRESETS, TRAINED, preset_id
+from tests.models.test_transformer_file import hub_cached
 
 pytestmark = pytest.mark.slow
 
@@ -81,6 +82,9 @@ def pointed_at(path: Path, tiny_models, batches, tmp_path: Path) -> dict:
     if config["model_type"] == "STABLE_CASCADE_1":  # the preset says "TODO: MANUALLY DOWNLOAD EFFNET WEIGHTS"
         config["decoder"]["model_name"] = str(base.parent / "decoder")
         config["effnet_encoder"]["model_name"] = str(base.parent / "decoder" / "effnet_encoder.safetensors")
+    if config["transformer"]["model_name"]:  # the DeTurbo presets' hub file address, read from the hub cache offline
+        cache = hub_cached(tmp_path / "hub", config["transformer"]["model_name"], next(base.parent.glob("*transformer.safetensors")))
+        config.update(huggingface_cache_dir=str(cache), offline_mode=True)
     return config
 
 

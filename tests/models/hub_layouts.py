@@ -17,7 +17,7 @@ import json
 import shutil
 from pathlib import Path
 
-# tiny name -> the real repo it stands for, the hub's model_index.json entries that differ from
+# tiny name (or a label, with the tiny model under "tiny") -> the real repo it stands for, the hub's model_index.json entries that differ from
 # what save_pretrained writes, {tokenizer folder: the kind of files the hub ships there}, and
 # optional parts the hub folder has that the loaders must leave alone
 SD15_INDEX = {
@@ -40,6 +40,18 @@ HUB_LAYOUTS: dict[str, dict] = {
         "model_index": {"feature_extractor": ["transformers", "CLIPImageProcessor"], "scheduler": ["diffusers", "DDIMScheduler"]},
         "tokenizers": {"tokenizer": "clip"}, "extras": ("feature_extractor",), "scheduler": "DDIMScheduler",
     },
+    "tiny:sd2-base": {  # inferred: SD 2's layout, epsilon with PNDM; SD 2 repos list the safety checker as [null, null]
+        "repo": "stabilityai/stable-diffusion-2-base",
+        "model_index": {"feature_extractor": ["transformers", "CLIPImageProcessor"], "scheduler": ["diffusers", "PNDMScheduler"],
+                        "safety_checker": [None, None], "requires_safety_checker": False},
+        "tokenizers": {"tokenizer": "clip"}, "extras": ("feature_extractor",), "scheduler": "PNDMScheduler",
+    },
+    "tiny:sd2-inpainting": {  # inferred: as SD 2 base
+        "repo": "stabilityai/stable-diffusion-2-inpainting",
+        "model_index": {"feature_extractor": ["transformers", "CLIPImageProcessor"], "scheduler": ["diffusers", "PNDMScheduler"],
+                        "safety_checker": [None, None], "requires_safety_checker": False},
+        "tokenizers": {"tokenizer": "clip"}, "extras": ("feature_extractor",), "scheduler": "PNDMScheduler",
+    },
     "tiny:sdxl": {  # files: catalog (fp16 variant names aside)
         "repo": "stabilityai/stable-diffusion-xl-base-1.0", "model_index": {"_diffusers_version": "0.19.0.dev0"},
         "tokenizers": {"tokenizer": "clip", "tokenizer_2": "clip"},
@@ -56,6 +68,10 @@ HUB_LAYOUTS: dict[str, dict] = {
         "repo": "stabilityai/stable-diffusion-3.5-medium", "model_index": SD3_INDEX,
         "tokenizers": {"tokenizer": "clip", "tokenizer_2": "clip", "tokenizer_3": "t5"},
     },
+    "sd35-large": {  # inferred: as SD 3.5 Medium (the same pipeline and tokenizers, a larger transformer)
+        "tiny": "tiny:sd35", "repo": "stabilityai/stable-diffusion-3.5-large", "model_index": SD3_INDEX,
+        "tokenizers": {"tokenizer": "clip", "tokenizer_2": "clip", "tokenizer_3": "t5"},
+    },
     "tiny:flux": {  # files: catalog; index: inferred
         "repo": "black-forest-labs/FLUX.1-dev", "model_index": FLUX1_INDEX, "tokenizers": {"tokenizer": "clip", "tokenizer_2": "t5"},
     },
@@ -64,6 +80,9 @@ HUB_LAYOUTS: dict[str, dict] = {
     },
     "tiny:chroma": {  # files: catalog (spiece.model only, added_tokens.json); index: a copy of Chroma1-Base's
         "repo": "lodestones/Chroma1-HD", "model_index": {}, "tokenizers": {"tokenizer": "t5-spm-only"},
+    },
+    "chroma1-base": {  # inferred: the earlier Chroma repo, its T5 tokenizer with tokenizer.json beside spiece.model (as Flux's)
+        "tiny": "tiny:chroma", "repo": "lodestones/Chroma1-Base", "model_index": {}, "tokenizers": {"tokenizer": "t5"},
     },
     "tiny:pixart": {  # inferred: as PixArt-Sigma
         "repo": "PixArt-alpha/PixArt-XL-2-1024-MS", "model_index": {}, "tokenizers": {"tokenizer": "t5-spm-only"},

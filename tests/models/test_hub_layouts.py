@@ -15,6 +15,10 @@ MODEL_TYPES = {
     "tiny:sd15": ModelType.STABLE_DIFFUSION_15,
     "tiny:sd15-inpainting": ModelType.STABLE_DIFFUSION_15_INPAINTING,
     "tiny:sd2": ModelType.STABLE_DIFFUSION_21,
+    "tiny:sd2-base": ModelType.STABLE_DIFFUSION_20_BASE,
+    "tiny:sd2-inpainting": ModelType.STABLE_DIFFUSION_20_INPAINTING,
+    "sd35-large": ModelType.STABLE_DIFFUSION_35,
+    "chroma1-base": ModelType.CHROMA_1,
     "tiny:sdxl": ModelType.STABLE_DIFFUSION_XL_10_BASE,
     "tiny:sdxl-inpainting": ModelType.STABLE_DIFFUSION_XL_10_BASE_INPAINTING,
     "tiny:sd3": ModelType.STABLE_DIFFUSION_3,
@@ -49,7 +53,7 @@ def test_a_hub_layout_folder_loads_with_the_tiny_models_tokens(name, tiny_dir, t
     from ot_gradio.models.registry import get_family
     from ot_gradio.models.tiny import resolve_tiny
 
-    tiny = resolve_tiny(name).diffusers_dir
+    tiny = resolve_tiny(HUB_LAYOUTS[name].get("tiny", name)).diffusers_dir
     folder = save_hub_layout(tiny, name, tmp_path / HUB_LAYOUTS[name]["repo"].split("/")[1])
     parts = {part: str(folder.parent / path) for part, path in HUB_LAYOUTS[name].get("part_models", {}).items()}
     model = get_family(MODEL_TYPES[name]).load(str(folder), offline=True, **({"part_models": parts} if parts else {}))
@@ -83,3 +87,48 @@ def test_flux2_dev_samples_with_the_tokenizer_of_its_pixtral_processor(tiny_dir,
     file = model.save_single_file(tmp_path / "flux2-dev.safetensors", None)
     from_file = Flux2.load(str(file), offline=True, config_dir=str(folder))
     assert type(from_file.tokenizer) is type(model.tokenizer) and from_file.variant == "dev"
+
+
+def hub_cached(folder, repo: str, cache):
+    """`folder` as the hub client keeps a download: cache/models--owner--name/blobs/<sha256> and
+    snapshots/<commit>/<path> as relative links to those blobs, refs/main naming the commit.
+    The snapshot folder is returned."""
+    import hashlib
+    import os
+    from pathlib import Path
+
+    root, commit = Path(cache) / f"models--{repo.replace('/', '--')}", "a" * 40
+    snapshot = root / "snapshots" / commit
+    for file in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        data = file.read_bytes()
+        blob = root / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = snapshot / file.relative_to(folder)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    (root / "refs").mkdir(parents=True)
+    (root / "refs" / "main").write_text(commit)
+    return snapshot
+
+
+@pytest.mark.parametrize("name", ["tiny:sd15", "tiny:sdxl", "tiny:flux", "tiny:z-image"])
+def test_a_model_in_the_hub_cache_loads_by_its_snapshot_path_and_by_its_id_offline(name, tiny_dir, tmp_path):
+    """What the hub client downloads: the files are links into blobs/ named by their hash (the
+    tokenizers' and configs' suffixes are only on the links). Given as the snapshot folder's
+    path, and as the hub id with that cache offline, the model loads with the same weights."""
+    import torch
+
+    from ot_gradio.models.registry import get_family
+    from ot_gradio.models.tiny import resolve_tiny
+
+    layout = HUB_LAYOUTS[name]
+    folder = save_hub_layout(resolve_tiny(name).diffusers_dir, name, tmp_path / "download")
+    snapshot = hub_cached(folder, layout["repo"], tmp_path / "hub")
+    family = get_family(MODEL_TYPES[name])
+    by_path = family.load(str(snapshot), offline=True)
+    by_id = family.load(layout["repo"], offline=True, cache_dir=str(tmp_path / "hub"))
+    for part, module in by_path.parts.items():
+        a, b = module.state_dict(), by_id.parts[part].state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), part
+    assert by_path.tokenizers.keys() == by_id.tokenizers.keys()

@@ -271,3 +271,43 @@ def test_page_form_refuses_paths_outside_and_runs_the_job(models, dataset, tmp_p
     summary = tool.panel.poll(job_id)[-1]
     assert "3 captions written, 0 skipped, 0 failed" in summary, summary
     assert caption(dataset, "a_red").startswith("general, hatsune miku")
+
+
+@pytest.mark.parametrize("network", [False, True], ids=["no-network", "network"])
+@pytest.mark.parametrize("model", ["blip", "blip2", "wd14"])
+def test_without_network_a_hub_model_is_read_from_the_cache_only_so_it_fails_at_once(dataset, monkeypatch, model, network):
+    """Without HF_HUB_OFFLINE and without network the hub client retries each file for minutes
+    before the clear error; the captioner asks the cache only when the hub's host does not answer."""
+    import socket
+
+    import huggingface_hub
+    import transformers
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    probes, asked = [], []
+
+    class Closed:
+        def close(self):
+            pass
+
+    def connect(address, timeout=None):
+        probes.append((address, timeout))
+        if not network:
+            raise OSError("Network is unreachable")
+        return Closed()
+
+    def hub(*args, **kwargs):
+        asked.append(kwargs.get("local_files_only", False))
+        raise OSError("not in the cache" if kwargs.get("local_files_only") else "connection timed out")
+
+    monkeypatch.setattr(socket, "create_connection", connect)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hub)
+    monkeypatch.setattr(transformers.AutoProcessor, "from_pretrained", hub)
+    with pytest.raises(JobError, match="Model path"):
+        run_inline("autocaption", params(dataset, model, "owner/a-model"))
+    assert asked and set(asked) == {not network}
+    assert len(probes) == 1 and probes[0][1] <= 5
