@@ -6,7 +6,6 @@ DC-AE latents, sampling, saving, and a DIFFUSERS LoRA that SanaPipeline loads.""
 from __future__ import annotations
 
 import logging
-import time
 import warnings
 
 import numpy as np
@@ -41,13 +40,12 @@ def _images(pipe, **kwargs):
         return pipe(num_inference_steps=2, height=64, width=64, generator=g, output_type="np", **kwargs).images[0]
 
 
-def test_tiny_model_builds_fast_and_loads_through_the_real_loaders(sana, tiny_sana_paths, tiny_dir, tmp_path):
+def test_tiny_model_is_small_and_loads_through_the_real_loaders(sana, tiny_sana_paths, tiny_dir, tmp_path):
     from ot_gradio.models.sana_tiny import tiny_sana_components
 
-    tiny_sana_components()
-    start = time.perf_counter()
-    tiny_sana_components()
-    assert time.perf_counter() - start < 1.0
+    parts = tiny_sana_components().values()
+    # small enough to build in well under a second: under a million parameters in all
+    assert sum(p.numel() for m in parts if isinstance(m, torch.nn.Module) for p in m.parameters()) < 1_000_000
     assert type(sana.text_encoder).__name__ == "Gemma2Model" and type(sana.vae).__name__ == "AutoencoderDC"
     assert sana.vae_scale_factor == 32 and sana.transformer.config.in_channels == 32
     tok = sana.tokenizer

@@ -5,7 +5,6 @@ ComfyUI's key rules accept."""
 from __future__ import annotations
 
 import logging
-import time
 import warnings
 
 import numpy as np
@@ -49,13 +48,12 @@ def _config(**values) -> TrainConfig:
 # ------------------------------------------------------------------ loading and the flow contract
 
 
-def test_tiny_models_build_fast_and_load_through_the_real_loaders(sd3, tiny_sd3_paths, tiny_dir):
+def test_tiny_models_are_small_and_load_through_the_real_loaders(sd3, tiny_sd3_paths, tiny_dir):
     from ot_gradio.models.sd3_tiny import tiny_sd3_pipeline
 
-    tiny_sd3_pipeline()
-    start = time.perf_counter()
-    tiny_sd3_pipeline(sd35=True)
-    assert time.perf_counter() - start < 1.0
+    parts = tiny_sd3_pipeline(sd35=True).components.values()
+    # small enough to build in well under a second: under a million parameters in all
+    assert sum(p.numel() for m in parts if isinstance(m, torch.nn.Module) for p in m.parameters()) < 1_000_000
     assert sd3.transformer.config.in_channels == 16 and sd3.vae.config.shift_factor
     by_name = StableDiffusion35.load("tiny:sd35")
     assert by_name.transformer.config.qk_norm == "rms_norm" and by_name.transformer.config.dual_attention_layers == [0]

@@ -5,8 +5,6 @@ ZImagePipeline loads and ComfyUI's Z-Image key map places."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import torch
@@ -42,13 +40,12 @@ def _images(pipe, **kwargs):
         return pipe(num_inference_steps=2, height=64, width=64, generator=g, output_type="np", guidance_scale=0.0, **kwargs).images[0]
 
 
-def test_tiny_model_builds_fast_and_loads_through_the_real_loaders(zimage, tiny_z_paths, tiny_dir):
+def test_tiny_model_is_small_and_loads_through_the_real_loaders(zimage, tiny_z_paths, tiny_dir):
     from ot_gradio.models.z_image_tiny import tiny_z_image_components
 
-    tiny_z_image_components()
-    start = time.perf_counter()
-    tiny_z_image_components()
-    assert time.perf_counter() - start < 1.0
+    parts = tiny_z_image_components().values()
+    # small enough to build in well under a second: under a million parameters in all
+    assert sum(p.numel() for m in parts if isinstance(m, torch.nn.Module) for p in m.parameters()) < 1_000_000
     assert zimage.transformer.config.in_channels == 16 and zimage.vae.config.shift_factor
     assert type(zimage.text_encoder).__name__ == "Qwen3Model"
     by_name = ZImage.load("tiny:z-image")
