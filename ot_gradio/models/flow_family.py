@@ -39,7 +39,6 @@ from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import HubLoading, KlVaeLatents, sentencepiece_files_readable
 from ot_gradio.models.pixart import _no_fp16_autocast
 from ot_gradio.models.sd15 import _HUB_ID, SINGLE_FILE_SUFFIXES
-from ot_gradio.models.tiny import is_tiny, resolve_tiny
 
 
 def compute_dtype(module: torch.nn.Module) -> torch.dtype:
@@ -143,25 +142,11 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
                 f"No base model given. Enter a Hugging Face id (like '{cls.default_config_repo}'), a diffusers folder "
                 "or a transformer .safetensors file."
             )
-        if is_tiny(name):
-            try:
-                folder = resolve_tiny(name).diffusers_dir
-            except ValueError as e:
-                raise ModelLoadError(str(e)) from e
-            return cls._pipeline_from(folder, dtype, {"local_files_only": True})
+        pipe = cls._tiny_or_folder(name, lambda folder: cls._pipeline_from(folder, dtype, {"local_files_only": True}),
+                                   cls.model_type.value, ", ".join(cls.folder_parts), ", or a transformer .safetensors file")
+        if pipe is not None:
+            return pipe
         path = Path(name).expanduser()
-        if path.is_dir():
-            if not (path / "model_index.json").is_file():
-                raise ModelLoadError(
-                    f"The folder '{name}' is not a diffusers model (it has no model_index.json). "
-                    "Pick the folder that holds model_index.json, or a transformer .safetensors file."
-                )
-            return cls._guarded(
-                name,
-                lambda: cls._pipeline_from(path, dtype, {"local_files_only": True}),
-                f"The folder looks like a diffusers model but a part failed to load; check that it is a complete "
-                f"{cls.model_type.value} model ({', '.join(cls.folder_parts)}).",
-            )
         if path.is_file():
             if not cls.single_file_layout:
                 raise ModelLoadError(

@@ -41,7 +41,7 @@ def _images(pipe, **kwargs):
 
 
 def test_tiny_model_is_small_and_loads_through_the_real_loaders(sana, tiny_sana_paths, tiny_dir, tmp_path):
-    from ot_gradio.models.sana_tiny import tiny_sana_components
+    from ot_gradio.models.tiny.sana import tiny_sana_components
 
     parts = tiny_sana_components().values()
     # small enough to build in well under a second: under a million parameters in all

@@ -49,7 +49,7 @@ def _config(**values) -> TrainConfig:
 
 
 def test_tiny_models_are_small_and_load_through_the_real_loaders(sd3, tiny_sd3_paths, tiny_dir):
-    from ot_gradio.models.sd3_tiny import tiny_sd3_pipeline
+    from ot_gradio.models.tiny.sd3 import tiny_sd3_pipeline
 
     parts = tiny_sd3_pipeline(sd35=True).components.values()
     # small enough to build in well under a second: under a million parameters in all

@@ -41,7 +41,7 @@ def _images(pipe, **kwargs):
 
 
 def test_tiny_model_is_small_and_loads_through_the_real_loaders(zimage, tiny_z_paths, tiny_dir):
-    from ot_gradio.models.z_image_tiny import tiny_z_image_components
+    from ot_gradio.models.tiny.z_image import tiny_z_image_components
 
     parts = tiny_z_image_components().values()
     # small enough to build in well under a second: under a million parameters in all

@@ -15,12 +15,11 @@ the single file ComfyUI and `from_single_file` read), so tests go through the re
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 
-from ot_gradio.models.flux_tiny import visible_output
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny
+from ot_gradio.models.tiny.flux import visible_output
 
 TINY_QWEN_IMAGE_VERSION = 1
 TEXT_WIDTH = 32
@@ -36,7 +35,7 @@ def tiny_qwen_vl_tokenizer():
     """z_image_tiny's Qwen2 tokenizer (bytes, Qwen's chat tokens) with the vision markers added."""
     from tokenizers import AddedToken
 
-    from ot_gradio.models.z_image_tiny import tiny_qwen_tokenizer
+    from ot_gradio.models.tiny.z_image import tiny_qwen_tokenizer
 
     tokenizer = tiny_qwen_tokenizer(model_max_length=1024 + 34)
     tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in VISION_TOKENS], special_tokens=True)
@@ -107,17 +106,10 @@ def save_tiny_qwen_image(root: str | os.PathLike, seed: int = 0) -> TinyModelPat
     """The tiny Qwen-Image as a diffusers folder and its transformer as a single file."""
     from diffusers import QwenImagePipeline
 
-    from ot_gradio.fsutil import atomic_write_dir
     from ot_gradio.models.qwen_image import save_transformer_file
 
-    root = Path(root)
-    paths = TinyModelPaths(root / "diffusers", root / "qwen-image-tiny-transformer.safetensors")
-    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
-        return paths
-    components = tiny_qwen_image_components(seed)
-    if not (paths.diffusers_dir / "model_index.json").is_file():
-        pipe = QwenImagePipeline(**components)
-        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
-    if not paths.single_file.is_file():
-        save_transformer_file(paths.single_file, components["transformer"].state_dict(), None, {"ot_gradio.tiny": "qwen-image"})
-    return paths
+    def write_single(path, pipe):
+        save_transformer_file(path, pipe.transformer.state_dict(), None, {"ot_gradio.tiny": "qwen-image"})
+
+    return save_tiny(root, "qwen-image-tiny-transformer.safetensors",
+                     lambda: QwenImagePipeline(**tiny_qwen_image_components(seed)), write_single)
