@@ -17,6 +17,7 @@ from ot_gradio.training.lora import select_lora_targets
 from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, save_lora
 from ot_gradio.training.lora_method import LoraMethod, kohya_module_names
 from tests.e2e.runs import lora_load_problems
+from tests.models.family_checks import assert_same_parts
 
 CPU = torch.device("cpu")
 PROMPT = "a red circle"
@@ -148,9 +149,7 @@ def test_save_diffusers_and_the_transformer_file_round_trip(qwen, tmp_path):
 
     out = qwen.save_diffusers(tmp_path / "out", None)
     again = QwenImage.load(str(out))
-    for part, module in qwen.parts.items():
-        a, b = module.state_dict(), again.parts[part].state_dict()
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), part
+    assert_same_parts(qwen, again)
     single = qwen.save_single_file(tmp_path / "t.safetensors", "BFLOAT_16")
     with safe_open(str(single), "pt") as f:
         keys = set(f.keys())

@@ -17,6 +17,7 @@ from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.sana import COMPLEX_HUMAN_INSTRUCTION, Sana
 from ot_gradio.training.lora_format import DIFFUSERS, save_lora
 from ot_gradio.training.lora_method import LoraMethod
+from tests.models.family_checks import assert_same_parts, assert_sample_uses_cfg_and_the_negative_prompt
 
 CPU = torch.device("cpu")
 PROMPT = "A Red circle "
@@ -129,22 +130,13 @@ def test_predict_and_euler_steps_reproduce_the_pipelines_denoising(sana):
 
 
 def test_sample_uses_cfg_and_the_negative_prompt_and_keeps_modes(sana):
-    sana.transformer.train()
-    plain = sana.sample(PROMPT, "", height=40, width=56, steps=2, cfg_scale=1.0)
-    assert plain.size == (56, 40) and sana.transformer.training
-    cfg = sana.sample(PROMPT, "", height=40, width=56, steps=2, cfg_scale=4.0)
-    negative = sana.sample(PROMPT, "blue", height=40, width=56, steps=2, cfg_scale=4.0)
-    assert np.abs(np.asarray(plain, float) - np.asarray(cfg, float)).max() > 0
-    assert np.abs(np.asarray(cfg, float) - np.asarray(negative, float)).max() > 0
-    sana.transformer.eval()
+    assert_sample_uses_cfg_and_the_negative_prompt(sana, PROMPT, plain_cfg=1.0)
 
 
 def test_save_diffusers_round_trips(sana, tmp_path):
     out = sana.save_diffusers(tmp_path / "out", None)
     again = Sana.load(str(out))
-    for part, module in sana.parts.items():
-        a, b = module.state_dict(), again.parts[part].state_dict()
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), part
+    assert_same_parts(sana, again)
     assert again.tokenizer("a red circle").input_ids == sana.tokenizer("a red circle").input_ids
 
 

@@ -18,6 +18,7 @@ from ot_gradio.models.sd3 import StableDiffusion3, StableDiffusion35
 from ot_gradio.training.lora import add_lora, lora_state_dict
 from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
 from ot_gradio.training.lora_method import LoraMethod
+from tests.models.family_checks import assert_same_parts
 
 CPU = torch.device("cpu")
 PROMPT = "a red circle"
@@ -114,9 +115,7 @@ def test_sample_uses_cfg_and_the_negative_prompt_and_keeps_modes(sd3):
 def test_save_diffusers_round_trip(sd3, tmp_path):
     out = sd3.save_diffusers(tmp_path / "out", None)
     again = StableDiffusion3.load(str(out))
-    for part, module in sd3.parts.items():
-        a, b = module.state_dict(), again.parts[part].state_dict()
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), part
+    assert_same_parts(sd3, again)
     assert again.tokenizer_3.model_max_length == sd3.tokenizer_3.model_max_length
 
 
