@@ -72,7 +72,7 @@ def bench_model(root: Path) -> Path:
     from diffusers import StableDiffusionPipeline
 
     from ot_gradio.fsutil import atomic_write_dir
-    from ot_gradio.models.tiny import tiny_sd15_components
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_components
 
     folder = Path(root) / f"bench-sd15-v{BENCH_MODEL_VERSION}"
     if not (folder / "model_index.json").is_file():
@@ -85,7 +85,7 @@ def bench_model(root: Path) -> Path:
 
 def tiny_model(root: Path) -> Path:
     """The tiny SD 1.5 of the tests and the demo, as a diffusers folder under `root`."""
-    from ot_gradio.models.tiny import save_tiny_sd15
+    from ot_gradio.models.tiny.sd15 import save_tiny_sd15
 
     return save_tiny_sd15(Path(root) / "tiny-sd15").diffusers_dir
 

@@ -82,7 +82,7 @@ def build_pipeline(family: str):
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
-    from ot_gradio.models.tiny import tiny_clip_tokenizer
+    from ot_gradio.models.tiny.sd15 import tiny_clip_tokenizer
 
     spec = FAMILIES[family]
     torch.manual_seed(0)

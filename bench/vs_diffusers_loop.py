@@ -86,7 +86,7 @@ def sd_proportional_model(root: Path) -> Path:
     from diffusers import AutoencoderKL, StableDiffusionPipeline
 
     from ot_gradio.fsutil import atomic_write_dir
-    from ot_gradio.models.tiny import tiny_sd15_components
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_components
 
     widths = "-".join(map(str, SD_PROPORTIONAL_WIDTHS))
     folder = Path(root) / f"bench-sd15-sdvae{widths}-v{C.BENCH_MODEL_VERSION}"

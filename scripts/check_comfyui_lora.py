@@ -34,21 +34,21 @@ sys.path.insert(0, str(ROOT))
 
 # family -> (module, class, tiny components builder (module, function, args), ComfyUI text encoder (module, class))
 FAMILIES = {
-    "flux": ("ot_gradio.models.flux", "FluxDev1", ("ot_gradio.models.flux_tiny", "tiny_flux_components", ()),
+    "flux": ("ot_gradio.models.flux", "FluxDev1", ("ot_gradio.models.tiny.flux", "tiny_flux_components", ()),
              ("comfy.text_encoders.flux", "FluxClipModel")),
-    "chroma": ("ot_gradio.models.chroma", "Chroma1", ("ot_gradio.models.chroma", "tiny_chroma_components", ()),
+    "chroma": ("ot_gradio.models.chroma", "Chroma1", ("ot_gradio.models.tiny.chroma", "tiny_chroma_components", ()),
                ("comfy.text_encoders.pixart_t5", "PixArtT5XXL")),
-    "flux2-dev": ("ot_gradio.models.flux2", "Flux2", ("ot_gradio.models.flux2_tiny", "tiny_flux2_components", ("dev",)), None),
-    "flux2-klein": ("ot_gradio.models.flux2", "Flux2", ("ot_gradio.models.flux2_tiny", "tiny_flux2_components", ("klein",)), None),
-    "z-image": ("ot_gradio.models.z_image", "ZImage", ("ot_gradio.models.z_image_tiny", "tiny_z_image_components", ()),
+    "flux2-dev": ("ot_gradio.models.flux2", "Flux2", ("ot_gradio.models.tiny.flux2", "tiny_flux2_components", ("dev",)), None),
+    "flux2-klein": ("ot_gradio.models.flux2", "Flux2", ("ot_gradio.models.tiny.flux2", "tiny_flux2_components", ("klein",)), None),
+    "z-image": ("ot_gradio.models.z_image", "ZImage", ("ot_gradio.models.tiny.z_image", "tiny_z_image_components", ()),
                 ("comfy.text_encoders.z_image", "ZImageTEModel")),
     "qwen-image": ("ot_gradio.models.qwen_image", "QwenImage",
-                   ("ot_gradio.models.qwen_image_tiny", "tiny_qwen_image_components", ()),
+                   ("ot_gradio.models.tiny.qwen_image", "tiny_qwen_image_components", ()),
                    ("comfy.text_encoders.qwen_image", "QwenImageTEModel")),
     "pixart-sigma": ("ot_gradio.models.pixart_sigma", "PixArtSigma",
-                     ("ot_gradio.models.pixart_sigma", "tiny_pixart_sigma_components", ()),
+                     ("ot_gradio.models.tiny.pixart_sigma", "tiny_pixart_sigma_components", ()),
                      ("comfy.text_encoders.pixart_t5", "PixArtT5XXL")),
-    "pixart-alpha": ("ot_gradio.models.pixart", "PixArtAlpha", ("ot_gradio.models.pixart", "tiny_pixart_components", ()),
+    "pixart-alpha": ("ot_gradio.models.pixart", "PixArtAlpha", ("ot_gradio.models.tiny.pixart", "tiny_pixart_components", ()),
                      ("comfy.text_encoders.pixart_t5", "PixArtT5XXL")),
 }
 

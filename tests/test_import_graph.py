@@ -33,9 +33,7 @@ KNOWN_UPWARD: set[tuple[str, str]] = set()
 KNOWN_UI = {
     ("ot_gradio.ui.training_tab", "ot_gradio.training.schedulers"),  # lr_curve (pure Python) for the page's chart
 }
-KNOWN_PRIVATE = {
-    ("ot_gradio.models.flux2_tiny", "ot_gradio.models.z_image_tiny._byte_chars"),  # the tiny builders move to one place
-}
+KNOWN_PRIVATE: set[tuple[str, str]] = set()
 # Groups of modules that import each other (inside functions, so loading works): each should become
 # one direction. A new group, or a known one that grew, fails the test.
 KNOWN_CYCLES = [

@@ -14,18 +14,13 @@ what differs (OneTrainer's ChromaModel, diffusers' ChromaPipeline):
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import torch
 
 from ot_gradio.config.enums import ModelType
 from ot_gradio.models.flux import T5_PRESETS, TRANSFORMER_PRESETS, FluxDev1, compute_dtype
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny
-
-TINY_CHROMA_VERSION = 2  # 2: with the transformer file
 
 
 @register_family(ModelType.CHROMA_1)
@@ -93,45 +88,3 @@ class Chroma1(FluxDev1):
             "guidance_scale": float(cfg_scale),
             "max_sequence_length": self.t5_sequence_length,
         }
-
-
-def tiny_chroma_components(seed: int = 0) -> dict:
-    """Chroma's classes at width 64 (the T5, VAE, tokenizer and scheduler of tiny Flux)."""
-    from diffusers import ChromaTransformer2DModel
-
-    from ot_gradio.models.flux_tiny import T5_WIDTH, tiny_flow_scheduler, tiny_flux_vae, tiny_t5_encoder, visible_output
-    from ot_gradio.models.pixart import tiny_t5_tokenizer
-
-    tokenizer = tiny_t5_tokenizer(model_max_length=512)
-    torch.manual_seed(seed)
-    transformer = ChromaTransformer2DModel(
-        patch_size=1, in_channels=64, num_layers=1, num_single_layers=1, attention_head_dim=32, num_attention_heads=2,
-        joint_attention_dim=T5_WIDTH, axes_dims_rope=(8, 12, 12), approximator_num_channels=16, approximator_hidden_dim=64,
-        approximator_layers=1,
-    )
-    visible_output(transformer.proj_out)
-    scheduler = tiny_flow_scheduler()
-    return {"tokenizer": tokenizer, "text_encoder": tiny_t5_encoder(tokenizer, seed), "vae": tiny_flux_vae(seed),
-            "transformer": transformer, "scheduler": scheduler}
-
-
-@register_tiny("chroma", TINY_CHROMA_VERSION)
-def save_tiny_chroma(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
-    """The tiny Chroma as a diffusers folder and its transformer as Chroma's own single file."""
-    from diffusers import ChromaPipeline
-
-    from ot_gradio.fsutil import atomic_write_dir
-    from ot_gradio.models.flux_keys import save_bfl_transformer
-
-    root = Path(root)
-    paths = TinyModelPaths(root / "diffusers", root / "chroma-tiny-transformer.safetensors")
-    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
-        return paths
-    components = tiny_chroma_components(seed)
-    if not (paths.diffusers_dir / "model_index.json").is_file():
-        pipe = ChromaPipeline(**components)
-        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
-    if not paths.single_file.is_file():
-        transformer = components["transformer"]
-        save_bfl_transformer(paths.single_file, transformer, transformer.state_dict(), None, {"ot_gradio.tiny": "chroma"}, "Chroma")
-    return paths

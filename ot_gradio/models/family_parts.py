@@ -61,6 +61,34 @@ class HubLoading:
             detail = str(e).strip().rstrip(".")
             raise ModelLoadError(f"Could not load base model '{name}'. {hint} (Details: {detail}.)") from e
 
+    @classmethod
+    def _tiny_or_folder(cls, name: str, load, label: str, parts: str, alternative: str = ""):
+        """`load(folder)` for a `tiny:` name (built on first use) or a local diffusers folder; None
+        when `name` is neither (a file or a hub id, which the family loads its own way). A folder
+        without model_index.json, or whose parts fail to load, says what to pick instead."""
+        from ot_gradio.models.tiny import is_tiny, resolve_tiny
+
+        if is_tiny(name):
+            try:
+                folder = resolve_tiny(name).diffusers_dir
+            except ValueError as e:
+                raise ModelLoadError(str(e)) from e
+            return load(folder)
+        path = Path(name).expanduser()
+        if not path.is_dir():
+            return None
+        if not (path / "model_index.json").is_file():
+            raise ModelLoadError(
+                f"The folder '{name}' is not a diffusers model (it has no model_index.json). "
+                f"Pick the folder that holds model_index.json{alternative}."
+            )
+        return cls._guarded(
+            name,
+            lambda: load(path),
+            f"The folder looks like a diffusers model but a part failed to load; check that it is a complete {label} model "
+            f"({parts}).",
+        )
+
     @staticmethod
     def _text_only_tokenizers(source: str | Path, hub: Mapping) -> dict:
         """The tokenizer of each tokenizer part that the model's model_index.json lists as a

@@ -41,7 +41,6 @@ from ot_gradio.models.common import (
 )
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import HubLoading, KlVaeLatents, sentencepiece_files_readable
-from ot_gradio.models.tiny import is_tiny, resolve_tiny
 
 
 def compute_dtype(module: torch.nn.Module) -> torch.dtype:
@@ -176,25 +175,11 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
                 f"No base model given. Enter a Hugging Face id (like '{cls.default_config_repo}'), a diffusers folder "
                 "or a transformer .safetensors file."
             )
-        if is_tiny(name):
-            try:
-                folder = resolve_tiny(name).diffusers_dir
-            except ValueError as e:
-                raise ModelLoadError(str(e)) from e
-            return pipeline(folder, {"local_files_only": True})
+        pipe = cls._tiny_or_folder(name, lambda folder: pipeline(folder, {"local_files_only": True}),
+                                   cls.model_type.value, ", ".join(cls.folder_parts), ", or a transformer .safetensors file")
+        if pipe is not None:
+            return pipe
         path = Path(name).expanduser()
-        if path.is_dir():
-            if not (path / "model_index.json").is_file():
-                raise ModelLoadError(
-                    f"The folder '{name}' is not a diffusers model (it has no model_index.json). "
-                    "Pick the folder that holds model_index.json, or a transformer .safetensors file."
-                )
-            return cls._guarded(
-                name,
-                lambda: pipeline(path, {"local_files_only": True}),
-                f"The folder looks like a diffusers model but a part failed to load; check that it is a complete "
-                f"{cls.model_type.value} model ({', '.join(cls.folder_parts)}).",
-            )
         if path.is_file():
             if transformer_file is not None:
                 raise ModelLoadError(f"transformer.model_name: the base model '{name}' is a transformer file already; give "

@@ -24,8 +24,6 @@ text-to-image sample OneTrainer's Fill sampler makes.
 from __future__ import annotations
 
 import contextlib
-import os
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -35,9 +33,6 @@ from ot_gradio.models.common import ModelLoadError, base_module, inpainting_imag
 from ot_gradio.models.flux import FluxDev1
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd_inpainting import InpaintingMixin
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny
-
-TINY_FLUX_FILL_VERSION = 1
 
 
 def fold_mask(mask: torch.Tensor, scale: int) -> torch.Tensor:
@@ -144,43 +139,3 @@ def _encoder_in_own_dtype(vae: torch.nn.Module):
     finally:
         for hook in hooks:
             hook.remove()
-
-
-# ------------------------------------------------------------------ tiny model
-
-
-def tiny_flux_fill_components(seed: int = 0) -> dict:
-    """Tiny Flux.1 dev's parts with a transformer reading the Fill inputs (384 values per token)."""
-    from diffusers import FluxTransformer2DModel
-
-    from ot_gradio.models.flux_tiny import tiny_flux_components, visible_output
-
-    components = tiny_flux_components(seed)
-    config = {k: v for k, v in components["transformer"].config.items() if not k.startswith("_")}
-    config.update(in_channels=transformer_in_channels(16, 8), out_channels=64)
-    torch.manual_seed(seed)
-    transformer = FluxTransformer2DModel.from_config(config)
-    visible_output(transformer.proj_out)
-    return {**components, "transformer": transformer}
-
-
-@register_tiny("flux-fill", TINY_FLUX_FILL_VERSION)
-def save_tiny_flux_fill(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
-    """The tiny Flux.1 Fill dev as a diffusers folder and its transformer as a BFL-layout file."""
-    from diffusers import FluxFillPipeline
-
-    from ot_gradio.fsutil import atomic_write_dir
-    from ot_gradio.models.flux_keys import save_bfl_transformer
-
-    root = Path(root)
-    paths = TinyModelPaths(root / "diffusers", root / "flux1-fill-tiny-transformer.safetensors")
-    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
-        return paths
-    components = tiny_flux_fill_components(seed)
-    if not (paths.diffusers_dir / "model_index.json").is_file():
-        pipe = FluxFillPipeline(**components)
-        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
-    if not paths.single_file.is_file():
-        transformer = components["transformer"]
-        save_bfl_transformer(paths.single_file, transformer, transformer.state_dict(), None, {"ot_gradio.tiny": "flux-fill"})
-    return paths

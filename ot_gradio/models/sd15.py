@@ -33,7 +33,6 @@ from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd_single_file import save_original_single_file
-from ot_gradio.models.tiny import is_tiny, resolve_tiny
 
 # sampler -> (diffusers scheduler class name, overrides of the model's scheduler config)
 SAMPLERS: dict[NoiseScheduler, tuple[str, dict]] = {
@@ -147,27 +146,11 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
         if not name:
             raise ModelLoadError("No base model given. Enter a Hugging Face id, a diffusers folder or a .safetensors file.")
         no_safety = dict(cls._pipeline_load_kwargs)
-        if is_tiny(name):
-            try:
-                folder = resolve_tiny(name).diffusers_dir
-            except ValueError as e:
-                raise ModelLoadError(str(e)) from e
-            return StableDiffusionPipeline.from_pretrained(folder, local_files_only=True, **no_safety)
-
+        pipe = cls._tiny_or_folder(name, lambda folder: StableDiffusionPipeline.from_pretrained(folder, local_files_only=True, **no_safety),
+                                   "Stable Diffusion", "unet, vae, text_encoder, tokenizer, scheduler", ", or a .safetensors file")
+        if pipe is not None:
+            return pipe
         path = Path(name).expanduser()
-        if path.is_dir():
-            if not (path / "model_index.json").is_file():
-                raise ModelLoadError(
-                    f"The folder '{name}' is not a diffusers model (it has no model_index.json). "
-                    "Pick the folder that holds model_index.json, or a .safetensors file."
-                )
-            return cls._guarded(
-                name,
-                lambda: StableDiffusionPipeline.from_pretrained(path, local_files_only=True, **no_safety),
-                "The folder looks like a diffusers model but a part failed to load; check that it is a "
-                "complete Stable Diffusion model (unet, vae, text_encoder, tokenizer, scheduler).",
-            )
-
         if path.is_file():
             if path.suffix.lower() not in SINGLE_FILE_SUFFIXES:
                 raise ModelLoadError(

@@ -14,14 +14,12 @@ scheduler; here the model type decides in either case.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from ot_gradio.config.enums import ModelType
 from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import StableDiffusion15
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny, tiny_sd2_components
 
 
 def check_unet_channels(cls, name: str, pipe):
@@ -93,44 +91,3 @@ class StableDiffusion21(StableDiffusion2):
 class StableDiffusion21Base(StableDiffusion2):
     model_type = ModelType.STABLE_DIFFUSION_21_BASE
     default_config_repo = "stabilityai/stable-diffusion-2-1-base"
-
-
-# ------------------------------------------------------------------ tiny models
-
-
-def save_tiny_pipeline(root: str | os.PathLike, name: str, build) -> TinyModelPaths:
-    """Save the pipeline `build()` returns as a diffusers folder and an original-layout single
-    file under `root`, each atomically; both existing means the cache is complete."""
-    from ot_gradio.fsutil import atomic_write_dir
-    from ot_gradio.models.sd_single_file import save_original_single_file
-
-    root = Path(root)
-    paths = TinyModelPaths(root / "diffusers", root / f"{name}.safetensors")
-    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
-        return paths
-    pipe = build()
-    if not (paths.diffusers_dir / "model_index.json").is_file():
-        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
-    if not paths.single_file.is_file():
-        save_original_single_file(paths.single_file, pipe.unet, pipe.vae, pipe.text_encoder, metadata={"ot_gradio.tiny": name})
-    return paths
-
-
-def tiny_sd2_pipeline(seed: int = 0, prediction_type: str = "v_prediction"):
-    from diffusers import StableDiffusionPipeline
-
-    components = tiny_sd2_components(seed)
-    components["scheduler"].register_to_config(prediction_type=prediction_type)
-    return StableDiffusionPipeline(**components, safety_checker=None, feature_extractor=None, requires_safety_checker=False)
-
-
-@register_tiny("sd2", 1)
-def save_tiny_sd2(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
-    """The tiny SD 2 with v-prediction (the 768 models' shape at tiny size)."""
-    return save_tiny_pipeline(root, "sd2", lambda: tiny_sd2_pipeline(seed, "v_prediction"))
-
-
-@register_tiny("sd2-base", 1)
-def save_tiny_sd2_base(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
-    """The tiny SD 2 with epsilon prediction (the 512 "base" models)."""
-    return save_tiny_pipeline(root, "sd2-base", lambda: tiny_sd2_pipeline(seed, "epsilon"))

@@ -21,16 +21,13 @@ OneTrainer's sampler does for inpainting models.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from ot_gradio.config.enums import ModelType
 from ot_gradio.models.common import inpainting_images
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.sd2 import StableDiffusion2, check_unet_channels, save_tiny_pipeline
+from ot_gradio.models.sd2 import StableDiffusion2, check_unet_channels
 from ot_gradio.models.sd15 import StableDiffusion15
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny, tiny_sd2_components, tiny_sd15_components
 
 MASK_CHANNELS = 1
 
@@ -134,34 +131,3 @@ class StableDiffusion15Inpainting(InpaintingMixin, StableDiffusion15):
 class StableDiffusion20Inpainting(InpaintingMixin, StableDiffusion2):
     model_type = ModelType.STABLE_DIFFUSION_20_INPAINTING
     default_config_repo = "stabilityai/stable-diffusion-2-inpainting"
-
-
-# ------------------------------------------------------------------ tiny models
-
-
-def tiny_inpainting_pipeline(components: dict, seed: int = 0):
-    """The pipeline of `components` with its UNet widened to 9 input channels."""
-    from diffusers import StableDiffusionInpaintPipeline, UNet2DConditionModel
-
-    config = {k: v for k, v in components["unet"].config.items() if not k.startswith("_")}
-    config["in_channels"] = InpaintingMixin.unet_in_channels
-    torch.manual_seed(seed)
-    components = {**components, "unet": UNet2DConditionModel.from_config(config)}
-    return StableDiffusionInpaintPipeline(**components, safety_checker=None, feature_extractor=None, requires_safety_checker=False)
-
-
-@register_tiny("sd15-inpainting", 1)
-def save_tiny_sd15_inpainting(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
-    return save_tiny_pipeline(root, "sd15-inpainting", lambda: tiny_inpainting_pipeline(tiny_sd15_components(seed), seed))
-
-
-@register_tiny("sd2-inpainting", 1)
-def save_tiny_sd2_inpainting(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
-    """SD 2.0 inpainting predicts epsilon at 512 px, like SD 2 base."""
-
-    def build():
-        components = tiny_sd2_components(seed)
-        components["scheduler"].register_to_config(prediction_type="epsilon")
-        return tiny_inpainting_pipeline(components, seed)
-
-    return save_tiny_pipeline(root, "sd2-inpainting", build)

@@ -24,7 +24,6 @@ from ot_gradio.models.cascade_common import CascadeFamily
 from ot_gradio.models.cascade_loading import Loader, Source, load_effnet, resolve_source
 from ot_gradio.models.common import ModelLoadError, base_module, cast_state_dict, plain_state_dict, torch_dtype
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny, tiny_clip_tokenizer
 
 PRIOR_PIPELINE_KEYS = ("resolution_multiple",)
 DECODER_PIPELINE_KEYS = ("latent_dim_scale",)
@@ -36,7 +35,7 @@ LORA_PRESETS = {
     "attn-mlp": ["attention", "kv_mapper", "channelwise"],
     "attn-only": ["attention"],
 }
-_COMMON_PRIOR = {
+COMMON_PRIOR = {
     "in_channels": 16, "out_channels": 16, "timestep_ratio_embedding_dim": 64, "patch_size": 1,
     "down_blocks_repeat_mappers": [1, 1], "up_blocks_repeat_mappers": [1, 1],
     "block_types_per_layer": [["SDCascadeResBlock", "SDCascadeTimestepBlock", "SDCascadeAttnBlock"]] * 2,
@@ -46,9 +45,9 @@ _COMMON_PRIOR = {
 }
 # the released stage C priors (3.6B and lite), for a single file given without a matching base prior
 PRIOR_CONFIGS = {
-    "3.6B": {**_COMMON_PRIOR, "conditioning_dim": 2048, "block_out_channels": [2048, 2048], "num_attention_heads": [32, 32],
+    "3.6B": {**COMMON_PRIOR, "conditioning_dim": 2048, "block_out_channels": [2048, 2048], "num_attention_heads": [32, 32],
              "down_num_layers_per_block": [8, 24], "up_num_layers_per_block": [24, 8]},
-    "lite": {**_COMMON_PRIOR, "conditioning_dim": 1536, "block_out_channels": [1536, 1536], "num_attention_heads": [24, 24],
+    "lite": {**COMMON_PRIOR, "conditioning_dim": 1536, "block_out_channels": [1536, 1536], "num_attention_heads": [24, 24],
              "down_num_layers_per_block": [4, 12], "up_num_layers_per_block": [12, 4]},
 }
 
@@ -81,7 +80,7 @@ def original_to_diffusers(state_dict: Mapping[str, torch.Tensor]) -> dict[str, t
     return convert_stable_cascade_unet_single_file_to_diffusers(dict(state_dict))
 
 
-def _classes():
+def diffusers_classes():
     from diffusers import StableCascadeDecoderPipeline, StableCascadePriorPipeline, StableCascadeUNet
     from diffusers.pipelines.deprecated.wuerstchen import PaellaVQModel
 
@@ -132,7 +131,7 @@ class StableCascade(CascadeFamily):
         base prior's config when the weights fit it, else the released 3.6B or lite config."""
         from safetensors.torch import load_file
 
-        unet_cls = _classes()[0]
+        unet_cls = diffusers_classes()[0]
         try:
             state_dict = original_to_diffusers(load_file(str(path)))
         except Exception as e:
@@ -157,7 +156,7 @@ class StableCascade(CascadeFamily):
         from diffusers import DDPMWuerstchenScheduler
         from transformers import CLIPTextModelWithProjection, CLIPTokenizer
 
-        unet_cls, vqgan_cls, prior_pipe_cls, decoder_pipe_cls = _classes()
+        unet_cls, vqgan_cls, prior_pipe_cls, decoder_pipe_cls = diffusers_classes()
         field = "base_model_name"
         tokenizer = loader.load(CLIPTokenizer, source, "tokenizer", field)
         text_encoder = loader.load(CLIPTextModelWithProjection, source, "text_encoder", field)
@@ -233,7 +232,7 @@ class StableCascade(CascadeFamily):
 
     @classmethod
     def pipeline_classes(cls) -> tuple[type, type]:
-        classes = _classes()
+        classes = diffusers_classes()
         return classes[2], classes[3]
 
     def _prior_call_kwargs(self, cond, uncond):
@@ -262,77 +261,3 @@ class StableCascade(CascadeFamily):
         te_path = path.with_name(path.stem + ".text_encoder.safetensors")
         atomic_write(te_path, lambda tmp: save_file(text_encoder, str(tmp), metadata={"format": "pt"}))
         return path
-
-
-# ---------------------------------------------------------------- tiny model
-
-TINY_CASCADE_VERSION = 1
-
-
-def tiny_cascade_text_encoder(vocab_size: int, seed: int = 0):
-    """A CLIPTextModelWithProjection like Stable Cascade's OpenCLIP bigG, at width 32."""
-    from transformers import CLIPTextConfig, CLIPTextModelWithProjection
-
-    torch.manual_seed(seed)
-    return CLIPTextModelWithProjection(CLIPTextConfig(
-        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, projection_dim=32, num_hidden_layers=2,
-        num_attention_heads=2, max_position_embeddings=77, hidden_act="gelu",
-        bos_token_id=vocab_size - 2, eos_token_id=vocab_size - 1, pad_token_id=vocab_size - 1,
-    ))
-
-
-def tiny_cascade_prior(seed: int = 0):
-    torch.manual_seed(seed)
-    return _classes()[0](**{
-        **_COMMON_PRIOR, "conditioning_dim": 32, "block_out_channels": [32, 32], "num_attention_heads": [2, 2],
-        "down_num_layers_per_block": [1, 1], "up_num_layers_per_block": [1, 1], "clip_text_in_channels": 32,
-        "clip_text_pooled_in_channels": 32, "clip_image_in_channels": 16, "dropout": [0.0, 0.0],
-    })
-
-
-@register_tiny("cascade", TINY_CASCADE_VERSION)
-def save_tiny_cascade(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
-    """`root/prior` (the base model), `root/decoder` (decoder model with `effnet_encoder.safetensors`
-    at its top, as stabilityai/stable-cascade) and `root/stage_c.safetensors` (the prior in the
-    original single-file layout)."""
-    from diffusers import DDPMWuerstchenScheduler
-    from safetensors.torch import save_file
-
-    from ot_gradio.fsutil import atomic_write_dir
-    from ot_gradio.models.wuerstchen import tiny_effnet, tiny_paella_vq
-
-    root = Path(root)
-    paths = TinyModelPaths(root / "prior", root / "stage_c.safetensors")
-    if (paths.diffusers_dir / "model_index.json").is_file() and (root / "decoder" / EFFNET_FILE).is_file() and paths.single_file.is_file():
-        return paths
-    unet_cls, _, prior_pipe_cls, decoder_pipe_cls = _classes()
-    tokenizer = tiny_clip_tokenizer()
-    text_encoder = tiny_cascade_text_encoder(len(tokenizer), seed)
-    prior = tiny_cascade_prior(seed)
-    prior_pipe = prior_pipe_cls(tokenizer=tokenizer, text_encoder=text_encoder, prior=prior, scheduler=DDPMWuerstchenScheduler())
-    torch.manual_seed(seed + 1)
-    decoder = unet_cls(
-        in_channels=4, out_channels=4, timestep_ratio_embedding_dim=64, patch_size=4, conditioning_dim=32,
-        block_out_channels=[16, 32], num_attention_heads=[-1, 2], down_num_layers_per_block=[1, 1],
-        up_num_layers_per_block=[1, 1], down_blocks_repeat_mappers=[1, 1], up_blocks_repeat_mappers=[2, 2],
-        block_types_per_layer=[["SDCascadeResBlock", "SDCascadeTimestepBlock"],
-                               ["SDCascadeResBlock", "SDCascadeTimestepBlock", "SDCascadeAttnBlock"]],
-        clip_text_pooled_in_channels=32, clip_seq=4, effnet_in_channels=16, pixel_mapper_in_channels=3,
-        dropout=[0.0, 0.0], self_attn=True, timestep_conditioning_type=["sca"], switch_level=None,
-    )
-    # the real decoder upsamples the prior's 24x24 latents 10.67x; 8x keeps the tiny ones divisible
-    decoder_pipe = decoder_pipe_cls(
-        decoder=decoder, tokenizer=tokenizer, text_encoder=text_encoder, scheduler=DDPMWuerstchenScheduler(),
-        vqgan=tiny_paella_vq(seed), latent_dim_scale=8.0,
-    )
-    effnet = tiny_effnet(seed, affine_batch_norm=False)
-
-    def write_decoder(tmp: Path) -> None:
-        decoder_pipe.save_pretrained(tmp, safe_serialization=True)
-        save_file({k: v.contiguous() for k, v in effnet.state_dict().items()}, str(tmp / EFFNET_FILE))
-
-    atomic_write_dir(root / "prior", lambda tmp: prior_pipe.save_pretrained(tmp, safe_serialization=True))
-    atomic_write_dir(root / "decoder", write_decoder)
-    original = {k: v.contiguous() for k, v in diffusers_to_original(prior.state_dict()).items()}
-    atomic_write(paths.single_file, lambda tmp: save_file(original, str(tmp)))
-    return paths

@@ -3,6 +3,10 @@ two screens at 1600x1000 with its groups open, and the monitor usable at 390x844
 
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.browser
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 TABS = ("Start here", "General", "Model", "Data", "Training", "Sampling", "Backup", "LoRA", "Concepts", "Run", "Tools", "Runs")

@@ -65,7 +65,7 @@ def test_overlaps_with_the_consumer():
 def test_trainer_loads_in_its_threads(tmp_path):
     from ot_gradio.config.io import load_config
     from ot_gradio.data import ensure_demo_dataset
-    from ot_gradio.models.tiny import save_tiny_sd15
+    from ot_gradio.models.tiny.sd15 import save_tiny_sd15
     from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
 
     data = ensure_demo_dataset(tmp_path / "shapes")

@@ -130,7 +130,7 @@ def test_when_the_cache_is_off(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from ot_gradio.models.tiny import save_tiny_sd15
+    from ot_gradio.models.tiny.sd15 import save_tiny_sd15
 
     return save_tiny_sd15(tmp_path_factory.mktemp("tiny")).diffusers_dir
 

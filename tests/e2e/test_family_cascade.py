@@ -24,8 +24,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
-    from ot_gradio.models.stable_cascade import save_tiny_cascade
-    from ot_gradio.models.wuerstchen import save_tiny_wuerstchen2
+    from ot_gradio.models.tiny.stable_cascade import save_tiny_cascade
+    from ot_gradio.models.tiny.wuerstchen import save_tiny_wuerstchen2
 
     root = tmp_path_factory.mktemp("tiny-cascade-e2e")
     wuerstchen = save_tiny_wuerstchen2(root / "wuerstchen2").diffusers_dir.parent

@@ -30,7 +30,7 @@ SHORT = {"epochs": 2, "resolution": "64", "learning_rate_warmup_steps": 0}
 
 @pytest.fixture(scope="module")
 def tiny_flux(tmp_path_factory):
-    from ot_gradio.models.flux_tiny import save_tiny_flux
+    from ot_gradio.models.tiny.flux import save_tiny_flux
 
     return save_tiny_flux(tmp_path_factory.mktemp("tiny-flux"))
 
@@ -128,7 +128,7 @@ def test_our_flux_preset_trains_and_samples_through_the_worker(tiny_flux, shapes
 def test_onetrainer_chroma_preset_trains_with_a_float8_transformer(tmp_path_factory, shapes, tmp_path):
     from diffusers import ChromaPipeline
 
-    from ot_gradio.models.chroma import save_tiny_chroma
+    from ot_gradio.models.tiny.chroma import save_tiny_chroma
 
     tiny = save_tiny_chroma(tmp_path_factory.mktemp("tiny-chroma"))
     preset = OT_PRESETS / "chroma-LoRA-16GB.json"
@@ -146,7 +146,8 @@ def test_onetrainer_chroma_finetune_preset_writes_chromas_transformer_file(tmp_p
     Chroma's own transformer file, which the family loader reads back with the trained weights."""
     from diffusers import ChromaTransformer2DModel
 
-    from ot_gradio.models.chroma import Chroma1, save_tiny_chroma
+    from ot_gradio.models.chroma import Chroma1
+    from ot_gradio.models.tiny.chroma import save_tiny_chroma
 
     tiny = save_tiny_chroma(tmp_path_factory.mktemp("tiny-chroma-ft"))
     preset = OT_PRESETS / "chroma-finetune-24GB.json"

@@ -29,14 +29,14 @@ CPU_SIZE = {"resolution": "64", "epochs": 2, "compile": False}
 
 @pytest.fixture(scope="module")
 def tiny_dev(tmp_path_factory):
-    from ot_gradio.models.flux2_tiny import save_tiny_flux2_dev
+    from ot_gradio.models.tiny.flux2 import save_tiny_flux2_dev
 
     return save_tiny_flux2_dev(tmp_path_factory.mktemp("tiny-flux2-dev"))
 
 
 @pytest.fixture(scope="module")
 def tiny_klein(tmp_path_factory):
-    from ot_gradio.models.flux2_tiny import save_tiny_flux2_klein
+    from ot_gradio.models.tiny.flux2 import save_tiny_flux2_klein
 
     return save_tiny_flux2_klein(tmp_path_factory.mktemp("tiny-flux2-klein"))
 

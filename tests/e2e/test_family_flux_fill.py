@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tiny_fill(tmp_path_factory):
-    from ot_gradio.models.flux_fill import save_tiny_flux_fill
+    from ot_gradio.models.tiny.flux_fill import save_tiny_flux_fill
 
     return save_tiny_flux_fill(tmp_path_factory.mktemp("tiny-flux-fill"))
 
@@ -112,7 +112,7 @@ def test_the_transformer_file_round_trips(model, tiny_fill, tmp_path):
 def test_a_plain_flux_model_is_refused_as_fill(tmp_path):
     from ot_gradio.models.common import ModelLoadError
     from ot_gradio.models.flux_fill import FluxFillDev1
-    from ot_gradio.models.flux_tiny import save_tiny_flux
+    from ot_gradio.models.tiny.flux import save_tiny_flux
 
     plain = save_tiny_flux(tmp_path / "flux")
     with pytest.raises(ModelLoadError, match="not a Flux.1 Fill model.*64 input channels.*384"):

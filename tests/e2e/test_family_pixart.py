@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tiny_pixart(tmp_path_factory):
-    from ot_gradio.models.pixart import save_tiny_pixart
+    from ot_gradio.models.tiny.pixart import save_tiny_pixart
 
     return save_tiny_pixart(tmp_path_factory.mktemp("tiny-pixart"))
 

@@ -21,7 +21,7 @@ LOCAL_PRESET = Path(__file__).parents[1] / "config" / "data" / "onetrainer-prese
 
 @pytest.fixture(scope="module")
 def tiny_sigma(tmp_path_factory):
-    from ot_gradio.models.pixart_sigma import save_tiny_pixart_sigma
+    from ot_gradio.models.tiny.pixart_sigma import save_tiny_pixart_sigma
 
     return save_tiny_pixart_sigma(tmp_path_factory.mktemp("tiny-pixart-sigma"))
 

@@ -26,7 +26,7 @@ CPU_SIZE = {"resolution": "64", "epochs": 2}
 
 @pytest.fixture(scope="module")
 def tiny_qwen(tmp_path_factory):
-    from ot_gradio.models.qwen_image_tiny import save_tiny_qwen_image
+    from ot_gradio.models.tiny.qwen_image import save_tiny_qwen_image
 
     return save_tiny_qwen_image(tmp_path_factory.mktemp("tiny-qwen-image"))
 

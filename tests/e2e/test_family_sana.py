@@ -20,7 +20,7 @@ PROMPT = "a red circle"
 
 @pytest.fixture(scope="module")
 def tiny_sana(tmp_path_factory):
-    from ot_gradio.models.sana_tiny import save_tiny_sana
+    from ot_gradio.models.tiny.sana import save_tiny_sana
 
     return save_tiny_sana(tmp_path_factory.mktemp("tiny-sana"))
 

@@ -24,8 +24,8 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
-    from ot_gradio.models.sd2 import save_tiny_sd2, save_tiny_sd2_base
-    from ot_gradio.models.sd_inpainting import save_tiny_sd2_inpainting, save_tiny_sd15_inpainting
+    from ot_gradio.models.tiny.sd2 import save_tiny_sd2, save_tiny_sd2_base
+    from ot_gradio.models.tiny.sd_inpainting import save_tiny_sd2_inpainting, save_tiny_sd15_inpainting
 
     root = tmp_path_factory.mktemp("tiny-families")
     builders = {"sd2": save_tiny_sd2, "sd2-base": save_tiny_sd2_base, "sd15-inpainting": save_tiny_sd15_inpainting, "sd2-inpainting": save_tiny_sd2_inpainting}

@@ -22,7 +22,7 @@ PROMPT = "a red circle"
 
 @pytest.fixture(scope="module")
 def tiny_sd3(tmp_path_factory):
-    from ot_gradio.models.sd3_tiny import save_tiny_sd3
+    from ot_gradio.models.tiny.sd3 import save_tiny_sd3
 
     return save_tiny_sd3(tmp_path_factory.mktemp("tiny-sd3"))
 

@@ -21,7 +21,7 @@ PROMPT = "a red circle"
 
 @pytest.fixture(scope="module")
 def tiny_sdxl(tmp_path_factory):
-    from ot_gradio.models.sdxl import save_tiny_sdxl
+    from ot_gradio.models.tiny.sdxl import save_tiny_sdxl
 
     return save_tiny_sdxl(tmp_path_factory.mktemp("tiny-sdxl-e2e"))
 
@@ -124,7 +124,7 @@ def masked_shapes(shapes, tmp_path_factory):
 def test_inpainting_lora_run_with_masks_reloads_in_diffusers(masked_shapes, tmp_path_factory, tmp_path):
     from diffusers import StableDiffusionXLInpaintPipeline
 
-    from ot_gradio.models.sdxl import save_tiny_sdxl_inpainting
+    from ot_gradio.models.tiny.sdxl import save_tiny_sdxl_inpainting
 
     tiny = save_tiny_sdxl_inpainting(tmp_path_factory.mktemp("tiny-sdxl-inpainting-e2e"))
     folder, image_count, mask_count = masked_shapes

@@ -28,7 +28,7 @@ CPU_SIZE = {"resolution": "64", "epochs": 2, "compile": False}
 
 @pytest.fixture(scope="module")
 def tiny_z(tmp_path_factory):
-    from ot_gradio.models.z_image_tiny import save_tiny_z_image
+    from ot_gradio.models.tiny.z_image import save_tiny_z_image
 
     return save_tiny_z_image(tmp_path_factory.mktemp("tiny-z-image"))
 

@@ -63,15 +63,15 @@ T5_TOKENS = 32  # the flux kind's T5 window, in training, in our samples and in 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The tiny model of a family, built on first use (model type -> TinyModelPaths)."""
-    from ot_gradio.models.chroma import save_tiny_chroma
-    from ot_gradio.models.flux_fill import save_tiny_flux_fill
-    from ot_gradio.models.flux_tiny import save_tiny_flux
-    from ot_gradio.models.pixart import save_tiny_pixart
-    from ot_gradio.models.pixart_sigma import save_tiny_pixart_sigma
-    from ot_gradio.models.sd2 import save_tiny_sd2, save_tiny_sd2_base
-    from ot_gradio.models.sd_inpainting import save_tiny_sd2_inpainting, save_tiny_sd15_inpainting
-    from ot_gradio.models.stable_cascade import save_tiny_cascade
-    from ot_gradio.models.wuerstchen import save_tiny_wuerstchen2
+    from ot_gradio.models.tiny.chroma import save_tiny_chroma
+    from ot_gradio.models.tiny.flux import save_tiny_flux
+    from ot_gradio.models.tiny.flux_fill import save_tiny_flux_fill
+    from ot_gradio.models.tiny.pixart import save_tiny_pixart
+    from ot_gradio.models.tiny.pixart_sigma import save_tiny_pixart_sigma
+    from ot_gradio.models.tiny.sd2 import save_tiny_sd2, save_tiny_sd2_base
+    from ot_gradio.models.tiny.sd_inpainting import save_tiny_sd2_inpainting, save_tiny_sd15_inpainting
+    from ot_gradio.models.tiny.stable_cascade import save_tiny_cascade
+    from ot_gradio.models.tiny.wuerstchen import save_tiny_wuerstchen2
 
     builders = {"sd2": save_tiny_sd2, "sd2-base": save_tiny_sd2_base, "sd15-inpainting": save_tiny_sd15_inpainting,
                 "sd2-inpainting": save_tiny_sd2_inpainting,

@@ -21,7 +21,7 @@ BASE, INPAINTING = "STABLE_DIFFUSION_XL_10_BASE", "STABLE_DIFFUSION_XL_10_BASE_I
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
-    from ot_gradio.models.sdxl import save_tiny_sdxl, save_tiny_sdxl_inpainting
+    from ot_gradio.models.tiny.sdxl import save_tiny_sdxl, save_tiny_sdxl_inpainting
 
     built = {}
 

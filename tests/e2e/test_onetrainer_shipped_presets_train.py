@@ -36,16 +36,15 @@ TINY = {
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory):
     """model type -> its tiny model's folder, each built once on first use."""
-    from ot_gradio.models.registry import supported_model_types
-    from ot_gradio.models.tiny import TINY_MODELS
+    from ot_gradio.models.tiny import all_tiny_models
 
-    supported_model_types()  # every family registers its tiny model
+    tiny = all_tiny_models()
     root, built = tmp_path_factory.mktemp("tiny-presets"), {}
 
     def get(model_type: str) -> Path:
         if model_type not in built:
             name = TINY[model_type]
-            built[model_type] = TINY_MODELS[f"tiny:{name}"][1](root / name).diffusers_dir
+            built[model_type] = tiny[f"tiny:{name}"][1](root / name).diffusers_dir
         return built[model_type]
 
     return get

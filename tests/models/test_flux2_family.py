@@ -17,7 +17,7 @@ PRESET = Path(__file__).resolve().parents[1] / "config" / "data" / "onetrainer-p
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from ot_gradio.models.flux2_tiny import save_tiny_flux2_dev, save_tiny_flux2_klein
+    from ot_gradio.models.tiny.flux2 import save_tiny_flux2_dev, save_tiny_flux2_klein
 
     root = tmp_path_factory.mktemp("tiny-flux2")
     return {"dev": save_tiny_flux2_dev(root / "dev"), "klein": save_tiny_flux2_klein(root / "klein")}
@@ -45,7 +45,7 @@ def test_dev_and_klein_load_from_diffusers_folders_through_the_registry(tiny, mo
 
 def test_other_models_are_refused_with_a_message(tmp_path):
     from ot_gradio.models.flux2 import Flux2
-    from ot_gradio.models.flux_tiny import save_tiny_flux
+    from ot_gradio.models.tiny.flux import save_tiny_flux
 
     with pytest.raises(ModelLoadError, match="not a Flux.2 model"):
         Flux2.load(str(save_tiny_flux(tmp_path).diffusers_dir))

@@ -11,8 +11,9 @@ import torch
 
 from ot_gradio.config.enums import NoiseScheduler
 from ot_gradio.models.common import ModelLoadError
-from ot_gradio.models.pixart import PixArtAlpha, tiny_pixart_components
+from ot_gradio.models.pixart import PixArtAlpha
 from ot_gradio.models.sd15 import SAMPLERS
+from ot_gradio.models.tiny.pixart import tiny_pixart_components
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,6 @@ that QwenImagePipeline loads (diffusers and kohya keys) and ComfyUI's key rules 
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import torch
@@ -19,6 +17,7 @@ from ot_gradio.training.lora import select_lora_targets
 from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, save_lora
 from ot_gradio.training.lora_method import LoraMethod, kohya_module_names
 from tests.e2e.runs import lora_load_problems
+from tests.models.family_checks import assert_same_parts
 
 CPU = torch.device("cpu")
 PROMPT = "a red circle"
@@ -42,13 +41,12 @@ def _images(pipe, **kwargs):
         return pipe(num_inference_steps=2, height=32, width=32, generator=g, output_type="np", true_cfg_scale=1.0, **kwargs).images[0]
 
 
-def test_tiny_model_builds_fast_and_loads_through_the_real_loaders(qwen, tiny_qwen_paths, tiny_dir):
-    from ot_gradio.models.qwen_image_tiny import tiny_qwen_image_components
+def test_tiny_model_is_small_and_loads_through_the_real_loaders(qwen, tiny_qwen_paths, tiny_dir):
+    from ot_gradio.models.tiny.qwen_image import tiny_qwen_image_components
 
-    tiny_qwen_image_components()
-    start = time.perf_counter()
-    tiny_qwen_image_components()
-    assert time.perf_counter() - start < 1.0
+    parts = tiny_qwen_image_components().values()
+    # small enough to build in well under a second: under a million parameters in all
+    assert sum(p.numel() for m in parts if isinstance(m, torch.nn.Module) for p in m.parameters()) < 1_000_000
     assert type(qwen.text_encoder).__name__ == "Qwen2_5_VLForConditionalGeneration"
     assert type(qwen.vae).__name__ == "AutoencoderKLQwenImage" and qwen.vae_scale_factor == 2
     by_name = QwenImage.load("tiny:qwen-image")
@@ -151,9 +149,7 @@ def test_save_diffusers_and_the_transformer_file_round_trip(qwen, tmp_path):
 
     out = qwen.save_diffusers(tmp_path / "out", None)
     again = QwenImage.load(str(out))
-    for part, module in qwen.parts.items():
-        a, b = module.state_dict(), again.parts[part].state_dict()
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), part
+    assert_same_parts(qwen, again)
     single = qwen.save_single_file(tmp_path / "t.safetensors", "BFLOAT_16")
     with safe_open(str(single), "pt") as f:
         keys = set(f.keys())

@@ -25,7 +25,7 @@ def _load_single_file(path, config_dir):
 
 
 def test_tiny_sd15_single_file_loads_back_identically(tiny_sd15_paths, library_warnings):
-    from ot_gradio.models.tiny import tiny_sd15_pipeline
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_pipeline
 
     original = tiny_sd15_pipeline(0)
     loaded = _load_single_file(tiny_sd15_paths.single_file, tiny_sd15_paths.diffusers_dir)
@@ -62,7 +62,7 @@ def test_single_file_uses_original_names(tiny_sd15_paths):
 
 @pytest.mark.parametrize(("dtype", "expected"), [("FLOAT_16", torch.float16), ("BFLOAT_16", torch.bfloat16), ("FLOAT_32", torch.float32)])
 def test_dtype_on_save(tmp_path, dtype, expected):
-    from ot_gradio.models.tiny import tiny_sd15_components
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_components
 
     c = tiny_sd15_components(0)
     path = save_original_single_file(tmp_path / "m.safetensors", c["unet"], c["vae"], c["text_encoder"], dtype=dtype)
@@ -77,7 +77,7 @@ def test_sd2_shaped_model_round_trips(tmp_path, library_warnings):
     """OpenCLIP text encoder (fused q/k/v), linear projections, per-block heads."""
     from diffusers import StableDiffusionPipeline
 
-    from ot_gradio.models.tiny import tiny_sd2_components
+    from ot_gradio.models.tiny.sd15 import tiny_sd2_components
 
     original = StableDiffusionPipeline(**tiny_sd2_components(0), safety_checker=None, feature_extractor=None, requires_safety_checker=False)
     original.save_pretrained(tmp_path / "diffusers")
@@ -96,7 +96,7 @@ def test_block_numbering_follows_the_config(tmp_path):
     """Three levels, one layer per block, no attention at the top: not SD 1.5's shape."""
     from diffusers import StableDiffusionPipeline, UNet2DConditionModel
 
-    from ot_gradio.models.tiny import tiny_sd15_components
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_components
 
     c = tiny_sd15_components(0)
     torch.manual_seed(1)
@@ -120,7 +120,7 @@ def test_block_numbering_follows_the_config(tmp_path):
 
 
 def test_unknown_weight_is_an_error():
-    from ot_gradio.models.tiny import tiny_sd15_components
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_components
 
     c = tiny_sd15_components(0)
     c["unet"].register_buffer("surprise", torch.zeros(1))

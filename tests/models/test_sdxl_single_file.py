@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from ot_gradio.models.sdxl import tiny_sdxl_inpainting_pipeline, tiny_sdxl_pipeline
 from ot_gradio.models.sdxl_single_file import save_sdxl_single_file, unet_module_names
+from ot_gradio.models.tiny.sdxl import tiny_sdxl_inpainting_pipeline, tiny_sdxl_pipeline
 
 PARTS = ("unet", "vae", "text_encoder", "text_encoder_2")
 

@@ -82,7 +82,8 @@ def test_effnet_file_and_folder_load(tiny, tmp_path):
 
 
 def test_load_from_folders_honours_the_part_model_names(tiny, tmp_path):
-    from ot_gradio.models.wuerstchen import Wuerstchen2, tiny_effnet
+    from ot_gradio.models.tiny.wuerstchen import tiny_effnet
+    from ot_gradio.models.wuerstchen import Wuerstchen2
 
     other = tiny_effnet(seed=7)
     other.save_pretrained(tmp_path / "other-effnet")

@@ -44,7 +44,7 @@ def clipseg_dir(tmp_path_factory):
     import torch
     from transformers import CLIPSegConfig, CLIPSegForImageSegmentation, CLIPSegProcessor, ViTImageProcessor
 
-    from ot_gradio.models.tiny import tiny_clip_tokenizer
+    from ot_gradio.models.tiny.sd15 import tiny_clip_tokenizer
 
     tokenizer = tiny_clip_tokenizer()
     vocab = len(tokenizer)

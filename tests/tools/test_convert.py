@@ -38,7 +38,7 @@ def _assert_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> Non
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from ot_gradio.models.tiny import save_tiny_sd15
+    from ot_gradio.models.tiny.sd15 import save_tiny_sd15
 
     return save_tiny_sd15(tmp_path_factory.mktemp("tiny-sd15"))
 
@@ -58,7 +58,7 @@ def _outputs(unet, text_encoder, inputs):
 
 @pytest.fixture(scope="module")
 def tiny_xl(tmp_path_factory):
-    from ot_gradio.models.sdxl import save_tiny_sdxl
+    from ot_gradio.models.tiny.sdxl import save_tiny_sdxl
 
     return save_tiny_sdxl(tmp_path_factory.mktemp("tiny-sdxl"))
 
@@ -67,7 +67,7 @@ def tiny_xl(tmp_path_factory):
 def kohya_lora(tmp_path_factory):
     """A kohya LoRA on every UNet and text encoder layer of the tiny SD 1.5, with random up weights
     and alpha 1 at rank 4 (scale 1/4, so a converter that lost alpha would show)."""
-    from ot_gradio.models.tiny import tiny_sd15_pipeline
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_pipeline
     from ot_gradio.training.lora import add_lora
     from ot_gradio.training.lora_format import save_lora
 
@@ -86,7 +86,7 @@ def kohya_lora(tmp_path_factory):
 
 def _diffusers_outputs(lora_path):
     """The tiny SD 1.5 with the LoRA file loaded by diffusers' own loader."""
-    from ot_gradio.models.tiny import tiny_sd15_pipeline
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_pipeline
 
     pipe = tiny_sd15_pipeline(0)
     if lora_path is not None:
@@ -168,8 +168,8 @@ def test_kohya_to_diffusers_and_back_keeps_the_lora(kohya_lora, tmp_path):
 
 def test_sdxl_kohya_names_round_trip(tiny_xl, tmp_path):
     """SDXL kohya files use the original UNet names (input_blocks_...), found from the base's UNet config."""
-    from ot_gradio.models.sdxl import tiny_sdxl_pipeline
     from ot_gradio.models.sdxl_single_file import unet_module_names
+    from ot_gradio.models.tiny.sdxl import tiny_sdxl_pipeline
     from ot_gradio.training.lora import add_lora, lora_state_dict
     from ot_gradio.training.lora_format import save_lora_parts
 
@@ -310,11 +310,11 @@ def test_page_form_builds_params_and_refuses_outside_paths(tiny, kohya_lora, tmp
 # ---------------------------------------------------------------- Flux.1 (dev and Fill), Chroma, SD 3 and PixArt-Σ
 
 NEW_FAMILIES = {  # model type -> its tiny builder (module, function)
-    "FLUX_DEV_1": ("ot_gradio.models.flux_tiny", "save_tiny_flux"),
-    "FLUX_FILL_DEV_1": ("ot_gradio.models.flux_fill", "save_tiny_flux_fill"),  # Flux.1 with a 384-channel input
-    "CHROMA_1": ("ot_gradio.models.chroma", "save_tiny_chroma"),
-    "STABLE_DIFFUSION_3": ("ot_gradio.models.sd3_tiny", "save_tiny_sd3"),
-    "PIXART_SIGMA": ("ot_gradio.models.pixart_sigma", "save_tiny_pixart_sigma"),
+    "FLUX_DEV_1": ("ot_gradio.models.tiny.flux", "save_tiny_flux"),
+    "FLUX_FILL_DEV_1": ("ot_gradio.models.tiny.flux_fill", "save_tiny_flux_fill"),  # Flux.1 with a 384-channel input
+    "CHROMA_1": ("ot_gradio.models.tiny.chroma", "save_tiny_chroma"),
+    "STABLE_DIFFUSION_3": ("ot_gradio.models.tiny.sd3", "save_tiny_sd3"),
+    "PIXART_SIGMA": ("ot_gradio.models.tiny.pixart_sigma", "save_tiny_pixart_sigma"),
 }
 NEW_PART_FILES = {"transformer": "diffusion_pytorch_model", "vae": "diffusion_pytorch_model", "text_encoder": "model",
                   "text_encoder_2": "model", "text_encoder_3": "model"}

@@ -27,7 +27,7 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from ot_gradio.models.tiny import save_tiny_sd15
+    from ot_gradio.models.tiny.sd15 import save_tiny_sd15
 
     return save_tiny_sd15(tmp_path_factory.mktemp("tiny-sd15"))
 
@@ -49,7 +49,7 @@ def _outputs(unet, text_encoder):
 def _adapted(spec, rank):
     """The tiny SD 1.5 (the saved model's weights) with the adapter on every layer, its weights
     moved at random as training would (DoRA magnitudes by up to 20%)."""
-    from ot_gradio.models.tiny import tiny_sd15_pipeline
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_pipeline
 
     pipe = tiny_sd15_pipeline(0)
     g = torch.Generator().manual_seed(3)
@@ -89,7 +89,7 @@ def test_merge_gives_what_training_applied(variant, tiny, tmp_path):
         assert result["layers"] > 0
         torch.testing.assert_close(noise, trained[1], rtol=0, atol=1e-5)
         torch.testing.assert_close(text, trained[0], rtol=0, atol=1e-5)
-    from ot_gradio.models.tiny import tiny_sd15_pipeline
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_pipeline
 
     base = tiny_sd15_pipeline(0)
     assert not torch.allclose(trained[1], _outputs(base.unet, base.text_encoder)[1], atol=1e-3)  # the adapter matters

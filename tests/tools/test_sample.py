@@ -19,7 +19,7 @@ PROMPT = {"prompt": "a red circle", "width": 64, "height": 64, "steps": 2, "cfg_
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from ot_gradio.models.tiny import save_tiny_sd15
+    from ot_gradio.models.tiny.sd15 import save_tiny_sd15
 
     return save_tiny_sd15(tmp_path_factory.mktemp("tiny-sd15"))
 
@@ -256,10 +256,10 @@ def test_form_checks_fields_and_lists_runs_with_a_backup(tmp_path, tiny):
 # ---------------------------------------------------------------- Flux.1 (dev and Fill), Chroma, SD 3 and PixArt-Σ
 
 NEW_FAMILIES = {  # model type -> its tiny builder (module, function)
-    "FLUX_DEV_1": ("ot_gradio.models.flux_tiny", "save_tiny_flux"),
-    "CHROMA_1": ("ot_gradio.models.chroma", "save_tiny_chroma"),
-    "STABLE_DIFFUSION_3": ("ot_gradio.models.sd3_tiny", "save_tiny_sd3"),
-    "PIXART_SIGMA": ("ot_gradio.models.pixart_sigma", "save_tiny_pixart_sigma"),
+    "FLUX_DEV_1": ("ot_gradio.models.tiny.flux", "save_tiny_flux"),
+    "CHROMA_1": ("ot_gradio.models.tiny.chroma", "save_tiny_chroma"),
+    "STABLE_DIFFUSION_3": ("ot_gradio.models.tiny.sd3", "save_tiny_sd3"),
+    "PIXART_SIGMA": ("ot_gradio.models.tiny.pixart_sigma", "save_tiny_pixart_sigma"),
 }
 
 

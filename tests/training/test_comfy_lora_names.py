@@ -15,30 +15,33 @@ FAMILIES = ("flux", "chroma", "flux2-dev", "flux2-klein", "z-image", "qwen-image
 def _model(name: str):
     if name == "flux":
         from ot_gradio.models.flux import FluxDev1
-        from ot_gradio.models.flux_tiny import tiny_flux_components
+        from ot_gradio.models.tiny.flux import tiny_flux_components
 
         return FluxDev1(tiny_flux_components())
     if name == "chroma":
-        from ot_gradio.models.chroma import Chroma1, tiny_chroma_components
+        from ot_gradio.models.chroma import Chroma1
+        from ot_gradio.models.tiny.chroma import tiny_chroma_components
 
         return Chroma1(tiny_chroma_components())
     if name.startswith("flux2"):
         from ot_gradio.models.flux2 import Flux2
-        from ot_gradio.models.flux2_tiny import tiny_flux2_components
+        from ot_gradio.models.tiny.flux2 import tiny_flux2_components
 
         return Flux2(tiny_flux2_components(name.removeprefix("flux2-")))
     if name == "z-image":
+        from ot_gradio.models.tiny.z_image import tiny_z_image_components
         from ot_gradio.models.z_image import ZImage
-        from ot_gradio.models.z_image_tiny import tiny_z_image_components
 
         return ZImage(tiny_z_image_components())
     if name == "qwen-image":
         from ot_gradio.models.qwen_image import QwenImage
-        from ot_gradio.models.qwen_image_tiny import tiny_qwen_image_components
+        from ot_gradio.models.tiny.qwen_image import tiny_qwen_image_components
 
         return QwenImage(tiny_qwen_image_components())
-    from ot_gradio.models.pixart import PixArtAlpha, tiny_pixart_components
-    from ot_gradio.models.pixart_sigma import PixArtSigma, tiny_pixart_sigma_components
+    from ot_gradio.models.pixart import PixArtAlpha
+    from ot_gradio.models.pixart_sigma import PixArtSigma
+    from ot_gradio.models.tiny.pixart import tiny_pixart_components
+    from ot_gradio.models.tiny.pixart_sigma import tiny_pixart_sigma_components
 
     if name == "pixart-sigma":
         return PixArtSigma(**tiny_pixart_sigma_components())

@@ -23,7 +23,7 @@ CPU = torch.device("cpu")
 
 def tiny_model():
     from ot_gradio.models.sd15 import StableDiffusion15
-    from ot_gradio.models.tiny import tiny_sd15_components
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_components
 
     return StableDiffusion15(**tiny_sd15_components())
 
@@ -296,7 +296,7 @@ def test_the_whole_model_is_saved_without_the_embedding_tokens():
 @pytest.fixture(scope="module")
 def run_config(tmp_path_factory):
     from ot_gradio.data import ensure_demo_dataset
-    from ot_gradio.models.tiny import save_tiny_sd15
+    from ot_gradio.models.tiny.sd15 import save_tiny_sd15
 
     root = tmp_path_factory.mktemp("embedding-run")
     model = save_tiny_sd15(root / "model")

@@ -15,7 +15,7 @@ CPU = torch.device("cpu")
 
 def tiny_model():
     from ot_gradio.models.sd15 import StableDiffusion15
-    from ot_gradio.models.tiny import tiny_sd15_components
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_components
 
     return StableDiffusion15(**tiny_sd15_components())
 

@@ -137,7 +137,7 @@ def test_index_to_t_matches_the_schedulers_sigmas():
 
 def test_ddpm_families_keep_the_ddpm_schedule():
     from ot_gradio.models.sd15 import StableDiffusion15
-    from ot_gradio.models.tiny import tiny_sd15_components
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_components
 
     cpu = torch.device("cpu")
     step = DiffusionStep(StableDiffusion15(**tiny_sd15_components()), _config(), cpu, Precision("FLOAT_32", cpu))

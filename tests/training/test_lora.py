@@ -19,19 +19,19 @@ from ot_gradio.training.lora import (  # noqa: E402
 @pytest.fixture(scope="module")
 def pipe():
     """Read-only: only target selection, which does not change the model."""
-    from ot_gradio.models.tiny import tiny_sd15_pipeline
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_pipeline
 
     return tiny_sd15_pipeline(seed=0)
 
 
 def _fresh(seed: int = 0):
-    from ot_gradio.models.tiny import tiny_sd15_pipeline
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_pipeline
 
     return tiny_sd15_pipeline(seed=seed)
 
 
 def _fresh_unet():
-    from ot_gradio.models.tiny import tiny_sd15_unet
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_unet
 
     return tiny_sd15_unet(seed=0)
 

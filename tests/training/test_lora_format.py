@@ -28,7 +28,7 @@ RANK, ALPHA = 4, 1.0  # scale 1/4: a loader that ignored alpha would not match
 
 
 def _pipeline():
-    from ot_gradio.models.tiny import tiny_sd15_pipeline
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_pipeline
 
     return tiny_sd15_pipeline(seed=0)
 

@@ -16,7 +16,7 @@ from ot_gradio.training.lora_variants import AdapterSpec
 
 
 def _unet():
-    from ot_gradio.models.tiny import tiny_sd15_unet
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_unet
 
     return tiny_sd15_unet(seed=0)
 

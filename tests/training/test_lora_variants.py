@@ -35,7 +35,7 @@ VARIANTS = {
 
 
 def _pipeline():
-    from ot_gradio.models.tiny import tiny_sd15_pipeline
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_pipeline
 
     return tiny_sd15_pipeline(seed=0)
 

@@ -15,7 +15,7 @@ GB = 1024**3
 
 @pytest.fixture(scope="module")
 def z_image_dir(tmp_path_factory):
-    from ot_gradio.models.z_image_tiny import save_tiny_z_image
+    from ot_gradio.models.tiny.z_image import save_tiny_z_image
 
     return str(save_tiny_z_image(tmp_path_factory.mktemp("tiny-z")).diffusers_dir)
 

@@ -160,13 +160,11 @@ def test_the_base_model_field_names_the_offline_tiny_models():
 
     from ot_gradio.config.fields import iter_fields
     from ot_gradio.config.schema import TrainConfig
-    from ot_gradio.models.registry import supported_model_types
-    from ot_gradio.models.tiny import TINY_MODELS
+    from ot_gradio.models.tiny import all_tiny_models
 
     tooltip = next(f.tooltip for f in iter_fields(TrainConfig) if f.path == "base_model_name")
     named = re.findall(r"tiny:[a-z0-9.-]*[a-z0-9]", tooltip)
-    supported_model_types()  # registers every family's tiny model
-    assert len(named) >= 4 and set(named) <= set(TINY_MODELS), named
+    assert len(named) >= 4 and set(named) <= set(all_tiny_models()), named
 
 
 def test_output_galleries_take_no_upload_and_the_model_type_fits_a_phone(page):

@@ -5,11 +5,11 @@ transformer alone in Black Forest Labs' layout, so tests go through the real loa
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny, tiny_clip_text_model, tiny_clip_tokenizer
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny
+from ot_gradio.models.tiny.sd15 import tiny_clip_text_model, tiny_clip_tokenizer
 
 TINY_FLUX_VERSION = 2
 # 64 wide: bitsandbytes' NF4 layers on the CPU need input widths that are multiples of their
@@ -63,7 +63,7 @@ def visible_output(proj_out: torch.nn.Linear) -> None:
 def tiny_flux_components(seed: int = 0) -> dict:
     from diffusers import FluxTransformer2DModel
 
-    from ot_gradio.models.pixart import tiny_t5_tokenizer
+    from ot_gradio.models.tiny.pixart import tiny_t5_tokenizer
 
     tokenizer = tiny_clip_tokenizer()
     tokenizer_2 = tiny_t5_tokenizer(model_max_length=512)
@@ -89,18 +89,9 @@ def save_tiny_flux(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
     """The tiny Flux.1 dev as a diffusers folder and its transformer as a BFL-layout file."""
     from diffusers import FluxPipeline
 
-    from ot_gradio.fsutil import atomic_write_dir
     from ot_gradio.models.flux_keys import save_bfl_transformer
 
-    root = Path(root)
-    paths = TinyModelPaths(root / "diffusers", root / "flux1-tiny-transformer.safetensors")
-    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
-        return paths
-    components = tiny_flux_components(seed)
-    if not (paths.diffusers_dir / "model_index.json").is_file():
-        pipe = FluxPipeline(**components)
-        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
-    if not paths.single_file.is_file():
-        transformer = components["transformer"]
-        save_bfl_transformer(paths.single_file, transformer, transformer.state_dict(), None, {"ot_gradio.tiny": "flux"})
-    return paths
+    def write_single(path, pipe):
+        save_bfl_transformer(path, pipe.transformer, pipe.transformer.state_dict(), None, {"ot_gradio.tiny": "flux"})
+
+    return save_tiny(root, "flux1-tiny-transformer.safetensors", lambda: FluxPipeline(**tiny_flux_components(seed)), write_single)

@@ -1,18 +1,15 @@
-"""Tiny random models for tests and the offline demo.
-
-They have the real classes and layouts of each family at a fraction of the width, build in well
-under a second, and are saved the way real models are (diffusers folder, single file), so the
-tests go through the real loading code. Nothing is downloaded.
-"""
+"""Tiny random Stable Diffusion 1.5 and 2 parts (CLIP tokenizer and text model, VAE, UNet,
+scheduler), shared by the other UNet families' tiny models."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from pathlib import Path
-from typing import NamedTuple
 
 import torch
+
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny
+
+TINY_SD15_VERSION = 1  # bump when the tiny SD 1.5 changes, so cached copies are rebuilt
 
 
 def _bytes_to_unicode() -> list[str]:
@@ -157,70 +154,18 @@ def tiny_sd2_components(seed: int = 0) -> dict:
     return {"tokenizer": tokenizer, "text_encoder": text_encoder, "vae": tiny_vae(seed=seed), "unet": unet, "scheduler": scheduler}
 
 
-class TinyModelPaths(NamedTuple):
-    diffusers_dir: Path
-    single_file: Path
-
-
-TINY_SD15_VERSION = 1  # bump when the tiny SD 1.5 changes, so cached copies are rebuilt
-
-# "tiny:<name>" -> (version, builder(root folder) -> TinyModelPaths). Each family module
-# registers its own with `register_tiny`; bump the version when a tiny model changes, so cached
-# copies are rebuilt.
-TINY_MODELS: dict[str, tuple[int, Callable[[Path], TinyModelPaths]]] = {}
-
-
-def register_tiny(name: str, version: int = 1):
-    def wrap(builder: Callable[[Path], TinyModelPaths]) -> Callable[[Path], TinyModelPaths]:
-        TINY_MODELS[f"tiny:{name}"] = (version, builder)
-        return builder
-
-    return wrap
-
-
 @register_tiny("sd15", TINY_SD15_VERSION)
 def save_tiny_sd15(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
-    """Save the tiny SD 1.5 as a diffusers folder and as an original-layout single file.
+    """The tiny SD 1.5 as a diffusers folder and as an original-layout single file."""
+    return save_unet_pipeline(root, "sd15", lambda: tiny_sd15_pipeline(seed))
 
-    Both are written atomically, so a folder that exists is complete; if both exist they are
-    returned as they are (a cache, not rebuilt).
-    """
-    from ot_gradio.fsutil import atomic_write_dir
+
+def save_unet_pipeline(root: str | os.PathLike, name: str, build) -> TinyModelPaths:
+    """The SD 1.5 / 2 pipeline `build()` returns as a diffusers folder and `<name>.safetensors`
+    in the original layout."""
     from ot_gradio.models.sd_single_file import save_original_single_file
 
-    root = Path(root)
-    paths = TinyModelPaths(root / "diffusers", root / "sd15.safetensors")
-    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
-        return paths
-    pipe = tiny_sd15_pipeline(seed)
-    if not (paths.diffusers_dir / "model_index.json").is_file():
-        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
-    if not paths.single_file.is_file():
-        save_original_single_file(
-            paths.single_file, pipe.unet, pipe.vae, pipe.text_encoder, metadata={"ot_gradio.tiny": "sd15"}
-        )
-    return paths
+    def write_single(path, pipe):
+        save_original_single_file(path, pipe.unet, pipe.vae, pipe.text_encoder, metadata={"ot_gradio.tiny": name})
 
-
-def tiny_cache_dir() -> Path:
-    """Where tiny models for the offline demo live: $OT_GRADIO_TINY_DIR, else the user's cache."""
-    if os.environ.get("OT_GRADIO_TINY_DIR"):
-        return Path(os.environ["OT_GRADIO_TINY_DIR"]).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "ot_gradio" / "tiny"
-
-
-def is_tiny(name: str) -> bool:
-    return str(name).startswith("tiny:")
-
-
-def resolve_tiny(name: str) -> TinyModelPaths:
-    """The saved files of a tiny model named like `tiny:sd15`, built on first use."""
-    if name not in TINY_MODELS:
-        from ot_gradio.models.registry import supported_model_types
-
-        supported_model_types()  # imports every family module, which register their tiny models
-    if name not in TINY_MODELS:
-        raise ValueError(f"Unknown tiny model '{name}'; known: {', '.join(sorted(TINY_MODELS))}.")
-    version, builder = TINY_MODELS[name]
-    return builder(tiny_cache_dir() / f"{name.removeprefix('tiny:')}-v{version}")
+    return save_tiny(root, f"{name}.safetensors", build, write_single)

@@ -4,7 +4,7 @@ the single file ComfyUI and `from_single_file` read), so tests go through the re
 
 - Text encoder: a 2-layer Qwen2.5-VL (transformers' Qwen2_5_VLForConditionalGeneration, as the
   real repo's `text_encoder`, with a one-block vision tower it never uses for prompts) and
-  z_image_tiny's byte-level Qwen2 tokenizer plus Qwen2.5-VL's vision marker tokens.
+  tiny/z_image.py's byte-level Qwen2 tokenizer plus Qwen2.5-VL's vision marker tokens.
 - Transformer: QwenImageTransformer2DModel, patch 2, 2 blocks of 2 x 8, text width 32.
 - VAE: AutoencoderKLQwenImage (a video VAE: images are one frame) with 4 latent channels, one 2x
   downsampling, and per-channel latents_mean / latents_std as the real one has (16 channels, 8x).
@@ -15,12 +15,11 @@ the single file ComfyUI and `from_single_file` read), so tests go through the re
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 
-from ot_gradio.models.flux_tiny import visible_output
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny
+from ot_gradio.models.tiny.flux import visible_output
 
 TINY_QWEN_IMAGE_VERSION = 1
 TEXT_WIDTH = 32
@@ -33,10 +32,10 @@ SCHEDULER = dict(
 
 
 def tiny_qwen_vl_tokenizer():
-    """z_image_tiny's Qwen2 tokenizer (bytes, Qwen's chat tokens) with the vision markers added."""
+    """tiny/z_image.py's Qwen2 tokenizer (bytes, Qwen's chat tokens) with the vision markers added."""
     from tokenizers import AddedToken
 
-    from ot_gradio.models.z_image_tiny import tiny_qwen_tokenizer
+    from ot_gradio.models.tiny.z_image import tiny_qwen_tokenizer
 
     tokenizer = tiny_qwen_tokenizer(model_max_length=1024 + 34)
     tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in VISION_TOKENS], special_tokens=True)
@@ -107,17 +106,10 @@ def save_tiny_qwen_image(root: str | os.PathLike, seed: int = 0) -> TinyModelPat
     """The tiny Qwen-Image as a diffusers folder and its transformer as a single file."""
     from diffusers import QwenImagePipeline
 
-    from ot_gradio.fsutil import atomic_write_dir
     from ot_gradio.models.qwen_image import save_transformer_file
 
-    root = Path(root)
-    paths = TinyModelPaths(root / "diffusers", root / "qwen-image-tiny-transformer.safetensors")
-    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
-        return paths
-    components = tiny_qwen_image_components(seed)
-    if not (paths.diffusers_dir / "model_index.json").is_file():
-        pipe = QwenImagePipeline(**components)
-        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
-    if not paths.single_file.is_file():
-        save_transformer_file(paths.single_file, components["transformer"].state_dict(), None, {"ot_gradio.tiny": "qwen-image"})
-    return paths
+    def write_single(path, pipe):
+        save_transformer_file(path, pipe.transformer.state_dict(), None, {"ot_gradio.tiny": "qwen-image"})
+
+    return save_tiny(root, "qwen-image-tiny-transformer.safetensors",
+                     lambda: QwenImagePipeline(**tiny_qwen_image_components(seed)), write_single)

@@ -15,12 +15,11 @@ well under a second and saved in the diffusers layout, so tests go through the r
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 
-from ot_gradio.models.flux_tiny import visible_output
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny
+from ot_gradio.models.tiny.flux import visible_output
 
 TINY_SANA_VERSION = 1
 GEMMA_WIDTH = 32
@@ -105,11 +104,4 @@ def save_tiny_sana(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
     """The tiny Sana as a diffusers folder (no single file: Sana loads from folders here)."""
     from diffusers import SanaPipeline
 
-    from ot_gradio.fsutil import atomic_write_dir
-
-    root = Path(root)
-    paths = TinyModelPaths(root / "diffusers", root / "no-single-file")
-    if not (paths.diffusers_dir / "model_index.json").is_file():
-        pipe = SanaPipeline(**tiny_sana_components(seed))
-        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
-    return paths
+    return save_tiny(root, "no-single-file", lambda: SanaPipeline(**tiny_sana_components(seed)))

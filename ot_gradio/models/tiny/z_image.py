@@ -8,19 +8,18 @@ the original layout people download), so tests go through the real loading code.
   does: `<|im_start|>user\\n{prompt}<|im_end|>\\n<|im_start|>assistant\\n` (with
   `enable_thinking=False` Qwen3 adds an empty think block; the pipeline asks for thinking on).
 - Transformer: ZImageTransformer2DModel, patch 2, 2 main layers and 1 refiner of each kind, 64 wide.
-- VAE: Flux's 16-channel layout and factors (Z-Image ships the Flux VAE), models/flux_tiny.py's.
+- VAE: Flux's 16-channel layout and factors (Z-Image ships the Flux VAE), models/tiny/flux.py's.
 - Scheduler: Z-Image-Turbo's FlowMatchEulerDiscreteScheduler (shift 3, no dynamic shifting).
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 
-from ot_gradio.models.flux_tiny import tiny_flux_vae, visible_output
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny
+from ot_gradio.models.tiny.flux import tiny_flux_vae, visible_output
 
 TINY_Z_IMAGE_VERSION = 1
 QWEN_WIDTH = 32
@@ -37,7 +36,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def _byte_chars() -> list[str]:
+def byte_chars() -> list[str]:
     """GPT-2's byte -> printable character table (what byte-level BPE vocabularies are spelt in)."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     chars, extra = {}, 0
@@ -56,7 +55,7 @@ def tiny_qwen_tokenizer(model_max_length: int = 512):
     from tokenizers import AddedToken
     from transformers import Qwen2Tokenizer
 
-    vocab = {c: i for i, c in enumerate(_byte_chars())}
+    vocab = {c: i for i, c in enumerate(byte_chars())}
     merges = []
     for a, b in (("Ġ", "a"), ("e", "d"), ("i", "r"), ("c", "l"), ("Ġ", "c"), ("Ġc", "ir")):
         merges.append((a, b))
@@ -111,18 +110,10 @@ def save_tiny_z_image(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
     """The tiny Z-Image as a diffusers folder and its transformer as an original-layout file."""
     from diffusers import ZImagePipeline
 
-    from ot_gradio.fsutil import atomic_write_dir
     from ot_gradio.models.z_image_keys import save_original_transformer
 
-    root = Path(root)
-    paths = TinyModelPaths(root / "diffusers", root / "z-image-tiny-transformer.safetensors")
-    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
-        return paths
-    components = tiny_z_image_components(seed)
-    if not (paths.diffusers_dir / "model_index.json").is_file():
-        pipe = ZImagePipeline(**components)
-        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
-    if not paths.single_file.is_file():
-        transformer = components["transformer"]
-        save_original_transformer(paths.single_file, transformer.state_dict(), None, {"ot_gradio.tiny": "z-image"})
-    return paths
+    def write_single(path, pipe):
+        save_original_transformer(path, pipe.transformer.state_dict(), None, {"ot_gradio.tiny": "z-image"})
+
+    return save_tiny(root, "z-image-tiny-transformer.safetensors", lambda: ZImagePipeline(**tiny_z_image_components(seed)),
+                     write_single)

@@ -7,7 +7,7 @@ through the real loading code.
   with a byte-level BPE tokenizer built here (the real repo has it inside a PixtralProcessor) (Mistral's control
   tokens, a chat template rendering `[SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]...[/INST]` for the
   content lists the pipeline passes); a transformer with the guidance embedder.
-- Klein: a Qwen3ForCausalLM (27 layers: the pipeline stacks 9, 18 and 27) with z_image_tiny's
+- Klein: a Qwen3ForCausalLM (27 layers: the pipeline stacks 9, 18 and 27) with tiny/z_image.py's
   Qwen tokenizer and chat template; a transformer without the guidance embedder.
 - Both: Flux2Transformer2DModel (1 double and 1 single block, 2 heads of 16, input 4 x 8
   latent channels, joint width 3 x the text width) and AutoencoderKLFlux2 (8 latent channels,
@@ -17,12 +17,11 @@ through the real loading code.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 
-from ot_gradio.models.flux_tiny import visible_output
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny
+from ot_gradio.models.tiny.flux import visible_output
 
 TINY_FLUX2_VERSION = 1
 TEXT_WIDTH = 16
@@ -49,10 +48,10 @@ def tiny_mistral_tokenizer(model_max_length: int = 512):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from ot_gradio.models.z_image_tiny import _byte_chars
+    from ot_gradio.models.tiny.z_image import byte_chars
 
     vocab = {t: i for i, t in enumerate(MISTRAL_SPECIAL)}
-    for c in _byte_chars():
+    for c in byte_chars():
         vocab.setdefault(c, len(vocab))
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -121,8 +120,8 @@ def tiny_flux2_transformer(guidance: bool, seed: int = 0):
 
 
 def tiny_flux2_components(variant: str, seed: int = 0) -> dict:
-    from ot_gradio.models.flux_tiny import tiny_flow_scheduler
-    from ot_gradio.models.z_image_tiny import tiny_qwen_tokenizer
+    from ot_gradio.models.tiny.flux import tiny_flow_scheduler
+    from ot_gradio.models.tiny.z_image import tiny_qwen_tokenizer
 
     if variant == "dev":
         tokenizer = tiny_mistral_tokenizer()
@@ -139,15 +138,9 @@ def tiny_flux2_components(variant: str, seed: int = 0) -> dict:
 def _save(variant: str, root: str | os.PathLike, seed: int) -> TinyModelPaths:
     from diffusers import Flux2KleinPipeline, Flux2Pipeline
 
-    from ot_gradio.fsutil import atomic_write_dir
-
-    root = Path(root)
-    paths = TinyModelPaths(root / "diffusers", root / "no-single-file.safetensors")  # Flux.2 loads from diffusers folders
-    if not (paths.diffusers_dir / "model_index.json").is_file():
-        components = tiny_flux2_components(variant, seed)
-        pipe = Flux2Pipeline(**components) if variant == "dev" else Flux2KleinPipeline(**components)
-        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
-    return paths
+    pipeline = Flux2Pipeline if variant == "dev" else Flux2KleinPipeline
+    # Flux.2 loads from diffusers folders only
+    return save_tiny(root, "no-single-file.safetensors", lambda: pipeline(**tiny_flux2_components(variant, seed)))
 
 
 @register_tiny("flux2-dev", TINY_FLUX2_VERSION)

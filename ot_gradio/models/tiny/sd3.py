@@ -13,13 +13,12 @@ and single files.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 
-from ot_gradio.fsutil import atomic_write_dir
-from ot_gradio.models.pixart import tiny_t5_tokenizer
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny, tiny_clip_tokenizer
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny
+from ot_gradio.models.tiny.pixart import tiny_t5_tokenizer
+from ot_gradio.models.tiny.sd15 import tiny_clip_tokenizer
 
 TINY_SD3_VERSION = 2  # 2: position embeddings up to 1024 px (OneTrainer presets train at 1024)
 CLIP_L_WIDTH, CLIP_G_WIDTH, T5_WIDTH = 32, 48, 96
@@ -86,20 +85,15 @@ def tiny_sd3_pipeline(seed: int = 0, *, sd35: bool = False):
 
 
 def _save(root: str | os.PathLike, sd35: bool, seed: int) -> TinyModelPaths:
-    """The diffusers folder and the transformer + VAE single file (SAI's layout, as SD 3.5 ships),
-    each written atomically; both existing means the cache is complete."""
+    """The diffusers folder and the transformer + VAE single file (SAI's layout, as SD 3.5 ships)."""
     from ot_gradio.models.sd3_single_file import save_sd3_single_file
 
-    root = Path(root)
-    paths = TinyModelPaths(root / "diffusers", root / ("sd35.safetensors" if sd35 else "sd3.safetensors"))
-    if (paths.diffusers_dir / "model_index.json").is_file() and paths.single_file.is_file():
-        return paths
-    pipe = tiny_sd3_pipeline(seed, sd35=sd35)
-    if not (paths.diffusers_dir / "model_index.json").is_file():
-        atomic_write_dir(paths.diffusers_dir, lambda tmp: pipe.save_pretrained(tmp, safe_serialization=True))
-    if not paths.single_file.is_file():
-        save_sd3_single_file(paths.single_file, pipe.transformer, pipe.vae, metadata={"ot_gradio.tiny": "sd35" if sd35 else "sd3"})
-    return paths
+    name = "sd35" if sd35 else "sd3"
+
+    def write_single(path, pipe):
+        save_sd3_single_file(path, pipe.transformer, pipe.vae, metadata={"ot_gradio.tiny": name})
+
+    return save_tiny(root, f"{name}.safetensors", lambda: tiny_sd3_pipeline(seed, sd35=sd35), write_single)
 
 
 @register_tiny("sd3", TINY_SD3_VERSION)
