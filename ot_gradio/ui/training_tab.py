@@ -11,8 +11,8 @@ from typing import Any
 
 from ..config.base_model_match import base_model_mismatch
 from ..config.enums import LearningRateScheduler
+from ..config.lr_schedules import lr_curve
 from ..config.param_counts import PARAMS
-from ..training.schedulers import lr_curve  # pure Python: no torch
 
 BYTES = {"FLOAT_32": 4, "TFLOAT_32": 4, "FLOAT_16": 2, "BFLOAT_16": 2, "FLOAT_8": 1, "INT_8": 1, "NFLOAT_4": 0.5}
 

@@ -179,7 +179,8 @@ def test_adafactor_adaptive_mode_ignores_the_learning_rate():
 
 
 def test_adafactor_constant_mode_uses_the_learning_rate_and_scheduler():
-    from ot_gradio.training.schedulers import create_scheduler, lr_curve
+    from ot_gradio.config.lr_schedules import lr_curve
+    from ot_gradio.training.schedulers import create_scheduler
 
     config = OptimizerConfig(optimizer=O.ADAFACTOR, relative_step=False, scale_parameter=False)
     moved = []

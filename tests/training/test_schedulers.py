@@ -3,7 +3,7 @@ import math
 import pytest
 
 from ot_gradio.config.enums import LearningRateScheduler as S
-from ot_gradio.training.schedulers import lr_curve, lr_factor, warmup_steps
+from ot_gradio.config.lr_schedules import lr_curve, lr_factor, warmup_steps
 
 
 def test_constant_is_one_after_warmup():
