@@ -27,18 +27,6 @@ TOP_LEVEL = {"app": "entry", "ot_gradio.cli": "entry", "ot_gradio.__main__": "en
              "ot_gradio.fsutil": "base", "ot_gradio.secrets": "base"}
 UI_FORBIDDEN = ("torch", "diffusers", "transformers", "ot_gradio.training", "ot_gradio.models")
 
-# Imports that break the rules today, each moving to its own layer in work on the same layering:
-# (importer, imported). An entry that no longer occurs fails the test, so these lists only shrink.
-KNOWN_UPWARD: set[tuple[str, str]] = set()
-KNOWN_UI: set[tuple[str, str]] = set()
-KNOWN_PRIVATE: set[tuple[str, str]] = set()
-# Groups of modules that import each other (inside functions, so loading works): each should become
-# one direction. A new group, or a known one that grew, fails the test.
-KNOWN_CYCLES = [
-    # methods.get_method imports the method modules to register them; they import its `register`
-    {"ot_gradio.training.methods", "ot_gradio.training.embedding_method", "ot_gradio.training.embeddings",
-     "ot_gradio.training.finetune_method", "ot_gradio.training.lora_method"},
-]
 
 
 def _module_name(path: Path) -> str:
@@ -126,10 +114,8 @@ def upward_imports() -> list[tuple[str, str, int]]:
 def test_layers_only_import_down():
     found = upward_imports()
     unexpected = [f"{modules()[a].relative_to(ROOT)}:{line} imports {b} ({layer(a)} -> {layer(b)})"
-                  for a, b, line in found if (a, b) not in KNOWN_UPWARD]
+                  for a, b, line in found]
     assert not unexpected, "imports pointing up a layer:\n" + "\n".join(unexpected)
-    gone = KNOWN_UPWARD - {(a, b) for a, b, _ in found}
-    assert not gone, f"no longer imported, drop from KNOWN_UPWARD: {sorted(gone)}"
 
 
 def test_models_do_not_import_training():
@@ -147,10 +133,8 @@ def ui_violations() -> list[tuple[str, str, int]]:
 
 def test_ui_imports_no_torch_and_no_trainer():
     found = ui_violations()
-    bad = [f"{modules()[a].relative_to(ROOT)}:{line} imports {b}" for a, b, line in found if (a, _ours(b) or b) not in KNOWN_UI]
+    bad = [f"{modules()[a].relative_to(ROOT)}:{line} imports {b}" for a, b, line in found]
     assert not bad, "the page imports what it must not:\n" + "\n".join(bad)
-    gone = KNOWN_UI - {(a, _ours(b) or b) for a, b, _ in found}
-    assert not gone, f"no longer imported, drop from KNOWN_UI: {sorted(gone)}"
 
 
 def heavy_chain(start: str) -> list[str] | None:
@@ -195,10 +179,8 @@ def private_imports() -> list[tuple[str, str, int]]:
 
 def test_families_import_no_private_names():
     found = private_imports()
-    bad = [f"{modules()[a].relative_to(ROOT)}:{line} imports {b}" for a, b, line in found if (a, b) not in KNOWN_PRIVATE]
+    bad = [f"{modules()[a].relative_to(ROOT)}:{line} imports {b}" for a, b, line in found]
     assert not bad, "private names imported from another module (make them public in the shared core):\n" + "\n".join(bad)
-    gone = KNOWN_PRIVATE - {(a, b) for a, b, _ in found}
-    assert not gone, f"no longer imported, drop from KNOWN_PRIVATE: {sorted(gone)}"
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -269,11 +251,9 @@ def cycle_groups(graph: dict[str, set[str]]) -> list[set[str]]:
 def test_no_import_cycle():
     graph = import_graph()
     groups = cycle_groups(graph)
-    new = [g for g in groups if g not in KNOWN_CYCLES]
+    new = list(groups)
     shown = [" -> ".join(find_cycle({a: graph[a] & g for a in g})) for g in new]
     assert not new, "import cycles:\n" + "\n".join(shown)
-    gone = [sorted(g) for g in KNOWN_CYCLES if g not in groups]
-    assert not gone, f"no longer a cycle, drop from KNOWN_CYCLES: {gone}"
 
 
 @pytest.mark.parametrize(("source", "rule"), [

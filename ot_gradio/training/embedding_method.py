@@ -12,7 +12,7 @@ import torch
 from ..config.enums import ModelFormat, TrainingMethod
 from .device import output_dtype
 from .embeddings import EmbeddingSupport, embeddings_folder
-from .methods import register
+from .method_base import register
 from .output_metadata import model_metadata
 from .param_groups import ParamGroup
 

@@ -41,7 +41,7 @@ from ot_gradio.fsutil import atomic_write
 from ..config.enums import TimeUnit
 from ..config.parts import learning_rate_or_base
 from ..models.common import base_module
-from .methods import Method
+from .method_base import Method
 from .param_groups import ParamGroup
 
 SINGLE_KEY = "emb_params"

@@ -19,7 +19,7 @@ from ..models.common import base_module, tied_aliases, without_aliases
 from .device import output_dtype
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
-from .methods import register
+from .method_base import register
 from .output_metadata import add_folder_metadata, model_metadata
 from .param_groups import ParamGroup
 

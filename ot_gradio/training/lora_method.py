@@ -19,7 +19,7 @@ from .embeddings import EmbeddingSupport
 from .lora import add_lora, has_lora, load_lora_state_dict, lora_state_dict
 from .lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
 from .lora_variants import AdapterSpec, check_output_format, check_start_file
-from .methods import register
+from .method_base import register
 from .output_metadata import largest_resolution, model_metadata
 from .param_groups import ParamGroup
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .device import Precision
     from .distributed import Distributed
     from .ema import EMA
-    from .methods import Method
+    from .method_base import Method
 
 
 class Reporter:

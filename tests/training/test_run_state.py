@@ -15,7 +15,7 @@ from ot_gradio.training.backup import Counters, write_backup
 from ot_gradio.training.device import Precision
 from ot_gradio.training.distributed import Distributed
 from ot_gradio.training.ema import EMA
-from ot_gradio.training.methods import Method
+from ot_gradio.training.method_base import Method
 from ot_gradio.training.resume import resume_from_latest_backup
 from ot_gradio.training.run_state import Reporter, RunPaths, RunState
 from ot_gradio.training.samples import sample_during_training
