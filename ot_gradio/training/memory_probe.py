@@ -128,6 +128,42 @@ def _flash_attention_on_meta():
         F.scaled_dot_product_attention = original
 
 
+@contextmanager
+def quantized_on_meta(modules: Iterable[torch.nn.Module]):
+    """bitsandbytes' 4- and 8-bit layers on meta inputs: their forward needs the quantization state
+    that moving the weights to a GPU makes, which a meta stand-in has not. There they run as what
+    they compute in training: the weight expanded to the input's type for the product (a
+    temporary the step's peak holds), then a plain linear layer. Other inputs take their own path."""
+    saved = []
+    for root in modules:
+        for layer in root.modules():
+            if type(layer).__name__ not in ("Linear4bit", "Linear8bitLt") or not isinstance(layer, torch.nn.Linear):
+                continue
+            saved.append((layer, layer.__dict__.get("forward")))
+            layer.forward = functools.partial(_meta_linear, layer, layer.forward)
+    try:
+        yield
+    finally:
+        for layer, forward in saved:
+            if forward is None:
+                del layer.forward
+            else:
+                layer.forward = forward
+
+
+def _meta_linear(layer: torch.nn.Linear, forward: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    if x.device.type != "meta":
+        return forward(x, *args, **kwargs)
+    import torch.nn.functional as F  # noqa: PLC0415
+
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
+    if not dtype.is_floating_point:
+        dtype = x.dtype
+    weight = torch.empty(layer.out_features, layer.in_features, dtype=dtype, device="meta")
+    bias = None if layer.bias is None else torch.empty(layer.out_features, dtype=dtype, device="meta")
+    return F.linear(x.to(dtype), weight, bias)
+
+
 def set_checkpointing(module: torch.nn.Module, on: bool) -> None:
     module = base_module(module)
     if hasattr(module, "enable_gradient_checkpointing"):  # diffusers models
@@ -222,7 +258,7 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
     params = [p for p in trained if p.requires_grad]
     modules = [model.parts[name] for name in probe.swapped]
     with _objects_restored(model, modules), on_meta(modules, precision.dtype) as stand_ins, \
-            _flash_attention_on_meta(), LiveBytes() as live:
+            _flash_attention_on_meta(), quantized_on_meta(modules), LiveBytes() as live:
         live.live = live.peak = probe.start_bytes  # the step starts from its batch
         loss = step.loss(probe.batch, trained_text_parts)
         meta_params = [stand_ins[id(p)] for p in params if id(p) in stand_ins]

@@ -17,6 +17,7 @@ bitsandbytes layers natively), but a part trained in full must use FLOAT_32, FLO
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 from typing import Any
@@ -60,19 +61,22 @@ class LinearFp8(nn.Linear):
 def _bnb_linear(layer: nn.Linear, data_type: DataType, compute_dtype: torch.dtype) -> nn.Module:
     import bitsandbytes as bnb
 
-    weight = layer.weight.detach().float().cpu()
-    if data_type == DataType.NFLOAT_4:
-        new = bnb.nn.Linear4bit(layer.in_features, layer.out_features, bias=layer.bias is not None, compute_dtype=compute_dtype, quant_type="nf4")
-        new.weight = bnb.nn.Params4bit(weight, requires_grad=False, quant_type="nf4")
-        # bitsandbytes repacks a 4-bit weight for its CPU kernel on the first eval-mode call without
-        # gradients (a sample during training); the repacked layer then fails in training, and the
-        # repacking needs input widths that are multiples of 64. Keep the one layout that trains.
-        new.support_avx512bf16_for_cpu = False
-    else:
-        new = bnb.nn.Linear8bitLt(layer.in_features, layer.out_features, bias=layer.bias is not None, has_fp16_weights=False, threshold=0.0)
-        new.weight = bnb.nn.Int8Params(weight, requires_grad=False, has_fp16_weights=False)
+    meta = layer.weight.is_meta  # a model built on the meta device (memory_meta.py) stays there
+    host = (lambda t: t) if meta else (lambda t: t.cpu())
+    weight = host(layer.weight.detach().float())
+    with torch.device("meta") if meta else contextlib.nullcontext():  # no full-size CPU weight made and dropped
+        if data_type == DataType.NFLOAT_4:
+            new = bnb.nn.Linear4bit(layer.in_features, layer.out_features, bias=layer.bias is not None, compute_dtype=compute_dtype, quant_type="nf4")
+            new.weight = bnb.nn.Params4bit(weight, requires_grad=False, quant_type="nf4")
+            # bitsandbytes repacks a 4-bit weight for its CPU kernel on the first eval-mode call without
+            # gradients (a sample during training); the repacked layer then fails in training, and the
+            # repacking needs input widths that are multiples of 64. Keep the one layout that trains.
+            new.support_avx512bf16_for_cpu = False
+        else:
+            new = bnb.nn.Linear8bitLt(layer.in_features, layer.out_features, bias=layer.bias is not None, has_fp16_weights=False, threshold=0.0)
+            new.weight = bnb.nn.Int8Params(weight, requires_grad=False, has_fp16_weights=False)
     if layer.bias is not None:
-        new.bias = nn.Parameter(layer.bias.detach().to(compute_dtype).cpu(), requires_grad=False)
+        new.bias = nn.Parameter(host(layer.bias.detach().to(compute_dtype)), requires_grad=False)
     return new
 
 
@@ -109,7 +113,11 @@ def quantize_linear_layers(module: nn.Module, data_type: DataType, device: torch
                 "install bitsandbytes or use FLOAT_8"
             ) from None
     # (layers a family keeps in its compute dtype are plain-Linear subclasses, skipped here: Z-Image's embedders)
-    targets = [(name, child) for name, child in module.named_modules() if type(child) is nn.Linear]
+    # the layers the model keeps in float32 stay as they are: T5 casts its feed-forward's input to
+    # the `wo` weight's type (float8 or bitsandbytes' packed bytes would turn the activations to garbage)
+    keep = set(getattr(module, "_keep_in_fp32_modules", None) or ())
+    targets = [(name, child) for name, child in module.named_modules()
+               if type(child) is nn.Linear and name.rpartition(".")[2] not in keep]
     if include is not None:
         targets = [(name, child) for name, child in targets if include(name)]
         if not targets:

@@ -1,0 +1,111 @@
+"""Every quantized weight type the page offers for a part (FLOAT_8, INT_8, NFLOAT_4) on every
+kind of part a LoRA trains on top of (a UNet, a transformer, CLIP, T5, a Qwen3 language model):
+the training step through the real path (configure_model, the LORA method's setup, DiffusionStep's
+loss, backward) on a tiny model on the CPU gives finite, non-zero gradients for the LoRA weights
+and none for the frozen quantized weights under them. (Only frozen parts may be quantized:
+test_model_options.py checks the refusal of a quantized part that trains itself.)"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from ot_gradio.config.enums import DataType
+from ot_gradio.config.schema import TrainConfig
+from ot_gradio.data.batches import Batch
+from ot_gradio.training.device import Precision
+from ot_gradio.training.diffusion import DiffusionStep, check_quantized_parts_frozen, configure_model
+from ot_gradio.training.methods import get_method
+from ot_gradio.training.quantize import QUANTIZED
+
+CPU = torch.device("cpu")
+STORED = (torch.float8_e4m3fn, torch.int8, torch.uint8)
+
+
+def _sd15():
+    from ot_gradio.models.sd15 import StableDiffusion15
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_components
+
+    return StableDiffusion15(**tiny_sd15_components())
+
+
+def _flux():
+    from ot_gradio.models.flux import FluxDev1
+    from ot_gradio.models.tiny.flux import tiny_flux_components
+
+    return FluxDev1(tiny_flux_components())
+
+
+def _z_image():
+    from ot_gradio.models.tiny.z_image import tiny_z_image_components
+    from ot_gradio.models.z_image import ZImage
+
+    return ZImage(tiny_z_image_components())
+
+
+# (model type, builder, part, what the part is)
+PARTS = [
+    ("STABLE_DIFFUSION_15", _sd15, "unet", "UNet"),
+    ("STABLE_DIFFUSION_15", _sd15, "text_encoder", "CLIP"),
+    ("FLUX_DEV_1", _flux, "transformer", "DiT"),
+    ("FLUX_DEV_1", _flux, "text_encoder_2", "T5"),
+    ("Z_IMAGE", _z_image, "text_encoder", "Qwen3"),
+]
+
+
+def test_the_page_offers_these_quantized_types():
+    offered = {t for t in DataType if t not in (DataType.NONE, DataType.FLOAT_32, DataType.FLOAT_16, DataType.BFLOAT_16,
+                                                DataType.TFLOAT_32)}
+    assert offered == set(QUANTIZED)
+
+
+def _step(model_type, build, part, data_type):
+    """One training step of a LoRA on `part` stored in `data_type`: (the part, {LoRA name: its
+    parameter}, the part's weights stored in 8 or 4 bits, the loss)."""
+    torch.manual_seed(0)
+    model = build()
+    other_text = {p: {"train": False} for p in model.text_encoder_names if p != part}
+    config = TrainConfig.model_validate({
+        "model_type": model_type, "training_method": "LORA", "lora_rank": 2, "lora_alpha": 2.0,
+        model.denoiser: {"train": part == model.denoiser}, **other_text,
+        part: {"train": True, "weight_dtype": data_type},
+    })
+    precision = Precision(DataType.FLOAT_32, CPU)
+    configure_model(model, config, CPU, precision)
+    frozen = [p for p in model.parts[part].parameters() if p.dtype in STORED]
+    groups = get_method("LORA").setup(model, config, CPU)
+    check_quantized_parts_frozen(model, config)
+    trained = {id(p) for g in groups for p in g.params}
+    lora = {name: p for name, p in model.parts[part].named_parameters() if id(p) in trained}
+    for p in lora.values():  # lora_B starts at zero, which leaves lora_A without a gradient
+        torch.nn.init.normal_(p, std=0.02)
+    latents = model.encode_images(torch.zeros(2, 3, 64, 64), sample=False).detach()
+    batch = Batch(size=(64, 64), captions=["a red circle", "a blue square"], loss_weights=torch.ones(2),
+                  image_paths=["0.png", "1.png"], latents=latents, original_sizes=[(64, 64)] * 2, crop_top_lefts=[(0, 0)] * 2)
+    loss = DiffusionStep(model, config, CPU, precision).loss(batch, frozenset({part} & set(model.text_encoder_names)))
+    loss.backward()
+    return lora, frozen, loss
+
+
+@functools.cache
+def _reached_in_float32(model_type, build, part) -> frozenset[str]:
+    """The LoRA weights a step reaches with the part in FLOAT_32 (e.g. Z-Image reads Qwen3's
+    second-to-last layer, so the last layer's LoRA gets no gradient in any type)."""
+    lora, _, _ = _step(model_type, build, part, "FLOAT_32")
+    return frozenset(name for name, p in lora.items() if p.grad is not None)
+
+
+@pytest.mark.parametrize("data_type", [t.value for t in QUANTIZED])
+@pytest.mark.parametrize("model_type, build, part, kind", PARTS, ids=[p[3] for p in PARTS])
+def test_lora_on_a_quantized_part_gets_gradients_and_the_part_none(model_type, build, part, kind, data_type):
+    lora, frozen, loss = _step(model_type, build, part, data_type)
+    assert frozen, f"{kind}: no weight stored in {data_type}"
+    assert lora and all(p.requires_grad and p.dtype == torch.float32 for p in lora.values())
+    assert torch.isfinite(loss)
+    reached = {name for name, p in lora.items() if p.grad is not None}
+    assert reached == _reached_in_float32(model_type, build, part) and reached, kind
+    assert all(torch.isfinite(lora[name].grad).all() for name in reached), kind
+    assert any(lora[name].grad.abs().sum() > 0 for name in reached), kind
+    assert all(p.grad is None and not p.requires_grad for p in frozen), kind
