@@ -53,7 +53,8 @@ class LinearFp8(nn.Linear):
         return (self.weight.to(torch.float32) * self.weight_scale).to(dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        autocast = x.device.type != "meta" and torch.is_autocast_enabled(x.device.type)  # meta: the planner's probe
+        dtype = torch.get_autocast_dtype(x.device.type) if autocast else x.dtype
         bias = self.bias.to(dtype) if self.bias is not None else None
         return F.linear(x.to(dtype), self.dequantized_weight(dtype), bias)
 
