@@ -1,0 +1,141 @@
+"""The memory planner for a model built on the meta device at full size (no weights, nothing
+downloaded): what a run of `config` would take on its train device, e.g. a GPU this machine does
+not have. bench/memory_presets.py builds the published models and plans OneTrainer's presets.
+
+The run is set up as `memory_plan.estimate` sets up a loaded one (the config's weight data types
+on the train device, `configure_model` with its quantization, the method's layers, layer
+offloading, gradient checkpointing as the config says), with three differences a meta model
+needs:
+- bitsandbytes quantizes a layer when it is moved to the GPU; here its weights are given the
+  stored layout straight away (`pack_bitsandbytes`: NF4 two weights per byte, INT8 one);
+- layer offloading is counted, not installed (`offloaded_bytes_planned`: the blocks it would move);
+- frozen text encoders are not run: the planner encodes the probe's captions before the step, and
+  language-model encoders cannot run on meta tensors, so their outputs are meta tensors of the
+  shape they give (`_shape_only_text_encoders`). Their activations are freed before the
+  denoiser's forward, so the step's peak does not hold them either way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config.enums import DataType, GradientCheckpointing
+from .device import Precision, weight_dtype
+from .memory_plan import MemoryPlan, plan_run
+from .memory_probe import quantized_on_meta
+
+META = torch.device("meta")
+
+
+def pack_bitsandbytes(module: nn.Module) -> int:
+    """Give the bitsandbytes layers of `module` the stored size of their weights (what moving them
+    to a GPU does: NF4 packs two 4-bit weights in a byte, with one float32 scale per 64 weights;
+    INT8 keeps one byte per weight and a float32 scale per row). Returns how many were packed."""
+    packed = 0
+    for layer in module.modules():
+        kind = type(layer).__name__
+        weight = getattr(layer, "weight", None)
+        if kind not in ("Linear4bit", "Linear8bitLt") or weight is None or weight.dtype in (torch.uint8, torch.int8):
+            continue
+        n = weight.numel()
+        if kind == "Linear4bit":
+            weight.data = torch.empty((n + 1) // 2, 1, dtype=torch.uint8, device=weight.device)
+            layer.register_buffer("meta_absmax", torch.empty(math.ceil(n / 64), device=weight.device))
+        else:
+            weight.data = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
+            layer.register_buffer("meta_scale", torch.empty(weight.shape[0], device=weight.device))
+        packed += 1
+    return packed
+
+
+def offloaded_bytes_planned(model: Any, config: Any) -> int:
+    """Bytes of the frozen weights layer offloading would keep in RAM (offload.install_offloading
+    picks the last `offload_fraction` of each part's blocks), counted without moving anything."""
+    from .offload import find_blocks  # noqa: PLC0415
+
+    total = 0
+    for part in (model.denoiser, *model.text_encoder_names):
+        part_config = getattr(config, part, None)
+        if part not in model.parts or part_config is None or part_config.offload_fraction <= 0:
+            continue
+        blocks = find_blocks(model.parts[part])
+        count = min(len(blocks), math.ceil(part_config.offload_fraction * len(blocks)))
+        for block in blocks[len(blocks) - count:]:
+            tensors = [*block.parameters(), *block.buffers()]
+            if any(not t.requires_grad for t in block.parameters()):
+                total += sum(t.numel() * t.element_size() for t in tensors if not t.requires_grad)
+    return total
+
+
+class _ShapeOnly:
+    """A frozen language model's forward for the planner: its hidden states as zeros on the
+    inputs' device (the CPU, see `_shape_only_text_encoders`), no computation."""
+
+    def __init__(self, width: int, layers: int) -> None:
+        self.width, self.layers = width, layers
+
+    def __call__(self, input_ids: torch.Tensor | None = None, **kwargs: Any) -> Any:  # noqa: ARG002
+        from transformers.modeling_outputs import BaseModelOutputWithPast  # noqa: PLC0415
+
+        b, n = input_ids.shape
+        hidden = torch.zeros(b, n, self.width, dtype=torch.bfloat16, device=input_ids.device)
+        return BaseModelOutputWithPast(last_hidden_state=hidden, hidden_states=(hidden,) * (self.layers + 1))
+
+
+@contextmanager
+def _shape_only_text_encoders(model: Any, trained: frozenset[str]) -> Iterator[None]:
+    """The frozen language-model encoders' forward as `_ShapeOnly` (see the module's notes). The
+    families' code around it reads the attention mask's values (prompt lengths), which meta
+    tensors have not: a first, empty CPU parameter makes the encoder's device (the first
+    parameter's, models.common.module_device) the CPU while it is in place."""
+    saved = []
+    for part in model.text_encoder_names:
+        module = model.parts.get(part)
+        config = getattr(module, "config", None)
+        text = getattr(config, "text_config", config)
+        if part in trained or module is None or getattr(text, "model_type", "") in ("clip_text_model", "t5", "umt5"):
+            continue
+        saved.append((module, module._parameters))
+        module._parameters = OrderedDict([("planner_device", nn.Parameter(torch.empty(0), requires_grad=False)),
+                                          *module._parameters.items()])
+        module.forward = _ShapeOnly(text.hidden_size, text.num_hidden_layers)
+    try:
+        yield
+    finally:
+        for module, parameters in saved:
+            del module.forward
+            module._parameters = parameters
+
+
+def estimate_on_meta(model: Any, config: Any, free: int) -> tuple[MemoryPlan, bool]:
+    """The plan of `config` for `model` (built on the meta device in float32) on a train device
+    with `free` bytes, and whether the denoiser checkpoints (ON, or AUTO and the run does not fit
+    without it)."""
+    from .diffusion import configure_model  # noqa: PLC0415
+    from .methods import get_method  # noqa: PLC0415
+
+    target = torch.device(config.train_device)
+    precision = Precision(config.train_dtype, target, config.enable_autocast_cache)
+    for part, module in model.parts.items():
+        module.to(dtype=weight_dtype(getattr(config, part).weight_dtype, target, precision.dtype))
+    configure_model(model, config, META, precision)
+    for part in model.parts:
+        if DataType(getattr(config, part).weight_dtype) in (DataType.NFLOAT_4, DataType.INT_8):
+            pack_bitsandbytes(model.parts[part])
+    groups = get_method(config.training_method).setup(model, config, META)
+    text = frozenset(g.model_part for g in groups if g.model_part in model.text_encoder_names and g.trains)
+    setting = GradientCheckpointing(getattr(config, model.denoiser).gradient_checkpointing)
+    with _shape_only_text_encoders(model, text), quantized_on_meta(model.parts.values()):
+        plan = plan_run(model, config, META, precision, groups, text, [model.denoiser], measure=(False, True),
+                        free_fn=lambda _device: free)
+    plan.device = f"{target.type} (planned on meta)"
+    plan.offloaded = offloaded_bytes_planned(model, config)
+    on = setting == GradientCheckpointing.ON or (setting == GradientCheckpointing.AUTO and not plan.fits(False))
+    return plan, on

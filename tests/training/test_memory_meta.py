@@ -1,0 +1,74 @@
+"""The memory planner on a model built on the meta device (training/memory_meta.py, what
+bench/memory_presets.py runs at full size): OneTrainer's presets as shipped, on the tiny models
+moved to meta. bitsandbytes' weights get their stored size, layer offloading is counted without
+moving anything, and language-model encoders (which cannot run on meta) still give the probe
+its text embeddings."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from ot_gradio.config.io import load_config
+from ot_gradio.training.memory_meta import estimate_on_meta, offloaded_bytes_planned
+from ot_gradio.training.offload import find_blocks
+
+PRESETS = Path(__file__).resolve().parents[1] / "config/data/onetrainer-training-presets"
+GiB = 1024**3
+
+
+def _on_meta(model_type: str):
+    from ot_gradio.models.registry import get_family
+
+    name = {"FLUX_DEV_1": "flux", "QWEN": "qwen_image", "Z_IMAGE": "z_image"}[model_type]
+    module = __import__(f"ot_gradio.models.tiny.{name}", fromlist=["x"])
+    components = getattr(module, f"tiny_{name}_components")()
+    for value in components.values():
+        if isinstance(value, torch.nn.Module):
+            value.to("meta")
+    return get_family(model_type)(components)
+
+
+def _preset(relative: str):
+    return load_config(PRESETS / relative).config
+
+
+def test_the_flux_preset_nf4_parts_are_counted_as_stored():
+    config = _preset("Flux Dev.1/#flux LoRA.json")
+    model = _on_meta("FLUX_DEV_1")
+    linear = sum(m.weight.numel() for m in model.transformer.modules() if type(m) is torch.nn.Linear)
+    plan, on = estimate_on_meta(model, config, 16 * GiB)
+    assert not plan.probe_error and plan.peak(on) is not None and plan.activations(on) > 0
+    dtypes, size = plan.weights["transformer"]
+    assert "uint8" in dtypes
+    packed = sum(p.numel() for p in model.transformer.parameters() if p.dtype == torch.uint8)
+    assert packed == pytest.approx(linear / 2, rel=0.01)  # 4 bits a weight
+    absmax = sum(b.numel() * 4 for name, b in model.transformer.named_buffers() if name.endswith("meta_absmax"))
+    assert absmax == pytest.approx(linear / 64 * 4, rel=0.01) and size > packed + absmax
+    assert plan.gradients > 0 and plan.optimizer_state > plan.gradients  # AdamW: two states of the LoRA weights
+
+
+def test_layer_offloading_is_counted_without_moving():
+    config = _preset("QwenImage/#qwen LoRA 16GB.json")
+    assert config.transformer.offload_fraction == 0.5
+    model = _on_meta("QWEN")
+    plan, on = estimate_on_meta(model, config, 16 * GiB)
+    assert not plan.probe_error and plan.peak(on) is not None
+    blocks = find_blocks(model.transformer)
+    last = blocks[len(blocks) - math.ceil(0.5 * len(blocks)):]
+    frozen = sum(t.numel() * t.element_size() for b in last for t in [*b.parameters(), *b.buffers()] if not t.requires_grad)
+    assert frozen > 0 and plan.offloaded == offloaded_bytes_planned(model, config) == frozen
+    assert plan.weight_bytes == sum(b for _, b in plan.weights.values()) - frozen
+    assert all(p.device.type == "meta" for p in model.transformer.parameters())
+
+
+def test_a_language_model_encoder_gives_the_probe_its_embeddings():
+    config = _preset("Z-Image/#z-image LoRA 8GB.json")
+    model = _on_meta("Z_IMAGE")
+    plan, on = estimate_on_meta(model, config, 8 * GiB)
+    assert not plan.probe_error and plan.activations(on) > 0
+    assert "float8_e4m3fn" in plan.weights["text_encoder"][0]  # FLOAT_8 Qwen3
+    assert "forward" not in vars(model.text_encoder)  # the shape-only forward is put back
