@@ -9,10 +9,11 @@ needs:
 - bitsandbytes quantizes a layer when it is moved to the GPU; here its weights are given the
   stored layout straight away (`pack_bitsandbytes`: NF4 two weights per byte, INT8 one);
 - layer offloading is counted, not installed (`offloaded_bytes_planned`: the blocks it would move);
-- frozen text encoders are not run: the planner encodes the probe's captions before the step, and
-  language-model encoders cannot run on meta tensors, so their outputs are meta tensors of the
-  shape they give (`_shape_only_text_encoders`). Their activations are freed before the
-  denoiser's forward, so the step's peak does not hold them either way.
+- frozen text encoders give the probe CPU zeros of their outputs' shapes (the planner encodes
+  the probe's captions before the step, and the families' code around the encoders reads the
+  prompt lengths, which meta tensors have not): CLIP runs on meta for the shapes; T5 and language
+  models, whose attention masks cannot be built on meta, are not run (`_shape_only_text_encoders`). Their activations
+  are freed before the denoiser's forward, so the step's peak does not hold them either way.
 """
 
 from __future__ import annotations
@@ -89,23 +90,52 @@ class _ShapeOnly:
         return BaseModelOutputWithPast(last_hidden_state=hidden, hidden_states=(hidden,) * (self.layers + 1))
 
 
+def _cpu_zeros(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return torch.zeros(value.shape, dtype=value.dtype)
+    if isinstance(value, tuple):
+        return tuple(_cpu_zeros(v) for v in value)
+    return value
+
+
+class _OnMeta:
+    """A frozen encoder that runs on meta tensors (CLIP): run there, its outputs given back as
+    CPU zeros of their shapes and types (in the output's own format)."""
+
+    def __init__(self, forward: Any) -> None:
+        self.forward = forward
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        meta = lambda v: v.to(META) if isinstance(v, torch.Tensor) else v  # noqa: E731
+        out = self.forward(*[meta(a) for a in args], **{k: meta(v) for k, v in kwargs.items()})
+        if isinstance(out, dict):  # transformers' ModelOutput
+            for key in list(out.keys()):
+                out[key] = _cpu_zeros(out[key])
+            return out
+        return _cpu_zeros(out)
+
+
 @contextmanager
 def _shape_only_text_encoders(model: Any, trained: frozenset[str]) -> Iterator[None]:
-    """The frozen language-model encoders' forward as `_ShapeOnly` (see the module's notes). The
-    families' code around it reads the attention mask's values (prompt lengths), which meta
-    tensors have not: a first, empty CPU parameter makes the encoder's device (the first
-    parameter's, models.common.module_device) the CPU while it is in place."""
+    """The frozen text encoders give CPU zeros of their outputs' shapes (see the module's notes):
+    T5 and language models by `_ShapeOnly`, CLIP runs on meta (`_OnMeta`). The families' code around
+    them reads the attention mask's values (prompt lengths), which meta tensors have not: a first,
+    empty CPU parameter makes the encoder's device (the first parameter's,
+    models.common.module_device) the CPU while it is in place."""
     saved = []
     for part in model.text_encoder_names:
         module = model.parts.get(part)
+        if part in trained or module is None:
+            continue
         config = getattr(module, "config", None)
         text = getattr(config, "text_config", config)
-        if part in trained or module is None or getattr(text, "model_type", "") in ("clip_text_model", "t5", "umt5"):
-            continue
+        kind = getattr(text, "model_type", "")
         saved.append((module, module._parameters))
-        module._parameters = OrderedDict([("planner_device", nn.Parameter(torch.empty(0), requires_grad=False)),
+        first = next(module.parameters())
+        module._parameters = OrderedDict([("planner_device", nn.Parameter(torch.empty(0, dtype=first.dtype), requires_grad=False)),
                                           *module._parameters.items()])
-        module.forward = _ShapeOnly(text.hidden_size, text.num_hidden_layers)
+        on_meta = kind == "clip_text_model" or text is None  # T5 with a mask cannot run there either
+        module.forward = _OnMeta(module.forward) if on_meta else _ShapeOnly(text.hidden_size, text.num_hidden_layers)
     try:
         yield
     finally:

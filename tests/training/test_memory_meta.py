@@ -23,7 +23,7 @@ GiB = 1024**3
 def _on_meta(model_type: str):
     from ot_gradio.models.registry import get_family
 
-    name = {"FLUX_DEV_1": "flux", "QWEN": "qwen_image", "Z_IMAGE": "z_image"}[model_type]
+    name = {"FLUX_DEV_1": "flux", "QWEN": "qwen_image", "Z_IMAGE": "z_image", "CHROMA_1": "chroma"}[model_type]
     module = __import__(f"ot_gradio.models.tiny.{name}", fromlist=["x"])
     components = getattr(module, f"tiny_{name}_components")()
     for value in components.values():
@@ -65,10 +65,13 @@ def test_layer_offloading_is_counted_without_moving():
     assert all(p.device.type == "meta" for p in model.transformer.parameters())
 
 
-def test_a_language_model_encoder_gives_the_probe_its_embeddings():
-    config = _preset("Z-Image/#z-image LoRA 8GB.json")
-    model = _on_meta("Z_IMAGE")
+@pytest.mark.parametrize("model_type, relative", [("Z_IMAGE", "Z-Image/#z-image LoRA 8GB.json"),
+                                                   ("CHROMA_1", "Chroma/#chroma LoRA 8GB.json")])
+def test_a_language_model_or_masked_t5_encoder_gives_the_probe_its_embeddings(model_type, relative):
+    # Qwen3 cannot run on meta; Chroma reads T5 with its attention mask, which cannot be built there
+    config = _preset(relative)
+    model = _on_meta(model_type)
     plan, on = estimate_on_meta(model, config, 8 * GiB)
     assert not plan.probe_error and plan.activations(on) > 0
-    assert "float8_e4m3fn" in plan.weights["text_encoder"][0]  # FLOAT_8 Qwen3
-    assert "forward" not in vars(model.text_encoder)  # the shape-only forward is put back
+    assert "float8_e4m3fn" in plan.weights["text_encoder"][0]  # FLOAT_8 in both presets
+    assert "forward" not in vars(model.text_encoder) and "planner_device" not in dict(model.text_encoder.named_parameters())

@@ -1,0 +1,209 @@
+"""The memory planner on OneTrainer's presets at full model size, without downloading anything.
+
+    .venv/bin/python bench/memory_presets.py [--preset SUBSTRING ...] [--json FILE]
+
+Each preset is imported unchanged from tests/config/data/onetrainer-training-presets/ (as `train`
+imports it); its family's model is built on the meta device from the published config (the
+family's diffusers and transformers classes; the parameter counts are checked against the ones
+ot_gradio/config/family_info/ gives), and the planner (training/memory_meta.py, the same
+probe and sums as memory_plan.py) estimates the run on a card of the size the preset's name
+says. Printed: a Markdown table of the estimate (total and its parts) and whether it fits that
+card at the planner's margin (90 %). Tokenizers are the tiny ones (the captions' token count
+is the config's window either way); nothing is computed, so a preset takes seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PRESETS = ROOT / "tests/config/data/onetrainer-training-presets"
+GiB = 1024**3
+
+# (file, card GB: what the name says; the SDXL and Flux.1 presets name none, so the card the
+# family's description names: Flux.1's NF4 preset "fits a 16 GB card"; SDXL's LoRA a 24 GB one)
+RUNS = [
+    ("Flux Dev.1/#flux LoRA.json", 16),
+    ("SDXL/#sdxl 1.0 LoRA.json", 24),
+    ("QwenImage/#qwen LoRA 16GB.json", 16),
+    ("QwenImage/#qwen LoRA 24GB.json", 24),
+    ("Z-Image/#z-image LoRA 8GB.json", 8),
+    ("Z-Image/#z-image LoRA 16GB.json", 16),
+    ("Chroma/#chroma LoRA 8GB.json", 8),
+    ("Chroma/#chroma LoRA 16GB.json", 16),
+]
+
+CLIP_L = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+              max_position_embeddings=77, hidden_act="quick_gelu", projection_dim=768, vocab_size=49408)
+CLIP_BIG_G = dict(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=20,
+                  max_position_embeddings=77, hidden_act="gelu", projection_dim=1280, vocab_size=49408)
+T5_XXL = dict(vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
+              relative_attention_num_buckets=32, feed_forward_proj="gated-gelu", dropout_rate=0.0)
+SD_VAE = dict(in_channels=3, out_channels=3, latent_channels=4, layers_per_block=2, block_out_channels=(128, 256, 512, 512),
+              down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4)
+FLUX_VAE = {**SD_VAE, "latent_channels": 16, "use_quant_conv": False, "use_post_quant_conv": False,
+            "scaling_factor": 0.3611, "shift_factor": 0.1159}
+
+
+def _clip(spec: dict, projection: bool = False):
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+    return (CLIPTextModelWithProjection if projection else CLIPTextModel)(CLIPTextConfig(**spec))
+
+
+def _t5():
+    from transformers import T5Config, T5EncoderModel
+
+    return T5EncoderModel(T5Config(**T5_XXL))
+
+
+def flux() -> dict:
+    from diffusers import AutoencoderKL, FluxTransformer2DModel
+
+    # black-forest-labs/FLUX.1-dev: diffusers' defaults with the guidance embedder
+    return {"transformer": FluxTransformer2DModel(guidance_embeds=True),
+            "text_encoder": _clip(CLIP_L), "text_encoder_2": _t5(), "vae": AutoencoderKL(**FLUX_VAE)}
+
+
+def chroma() -> dict:
+    from diffusers import AutoencoderKL, ChromaTransformer2DModel
+
+    return {"transformer": ChromaTransformer2DModel(), "text_encoder": _t5(),
+            "vae": AutoencoderKL(**FLUX_VAE)}
+
+
+def sdxl() -> dict:
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+
+    from bench.gpu import SDXL_UNET
+    return {"unet": UNet2DConditionModel(**SDXL_UNET), "text_encoder": _clip(CLIP_L),
+            "text_encoder_2": _clip(CLIP_BIG_G, projection=True), "vae": AutoencoderKL(**SD_VAE, scaling_factor=0.13025)}
+
+
+def qwen_image() -> dict:
+    from diffusers import AutoencoderKLQwenImage, QwenImageTransformer2DModel
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    # Qwen/Qwen-Image: the transformer's and VAE's defaults; Qwen2.5-VL 7B Instruct
+    text = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                num_key_value_heads=4, max_position_embeddings=128000, rope_theta=1_000_000.0,
+                rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]}, tie_word_embeddings=False)
+    vision = dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=3584, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2, window_size=112, fullatt_block_indexes=[7, 15, 23, 31])
+    encoder = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=False))
+    return {"transformer": QwenImageTransformer2DModel(), "text_encoder": encoder,
+            "vae": AutoencoderKLQwenImage()}
+
+
+def z_image() -> dict:
+    from diffusers import AutoencoderKL, ZImageTransformer2DModel
+    from transformers import Qwen3Config, Qwen3Model
+
+    # Tongyi-MAI/Z-Image: the transformer's defaults; Qwen3-4B as its text encoder
+    encoder = Qwen3Model(Qwen3Config(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True))
+    return {"transformer": ZImageTransformer2DModel(), "text_encoder": encoder,
+            "vae": AutoencoderKL(**FLUX_VAE)}
+
+
+BUILDERS = {"FLUX_DEV_1": flux, "CHROMA_1": chroma, "STABLE_DIFFUSION_XL_10_BASE": sdxl, "QWEN": qwen_image, "Z_IMAGE": z_image}
+# the tiny model's tokenizers and scheduler (built on the CPU; its modules are replaced)
+TINY = {"FLUX_DEV_1": "flux", "CHROMA_1": "chroma", "STABLE_DIFFUSION_XL_10_BASE": "sdxl", "QWEN": "qwen_image", "Z_IMAGE": "z_image"}
+
+
+def build_on_meta(model_type: str):
+    """The family's model at full size on the meta device (float32), and {part: (built, published) parameters}."""
+    import importlib
+
+    import torch
+
+    from ot_gradio.config.families import family_info
+    from ot_gradio.models.registry import get_family
+
+    name = TINY[model_type]
+    components = getattr(importlib.import_module(f"ot_gradio.models.tiny.{name}"), f"tiny_{name}_components")()
+    with torch.device("meta"):
+        components.update(BUILDERS[model_type]())
+    family = get_family(model_type)  # the SD families take the parts as keywords, the flow families a mapping
+    model = family(**components) if model_type.startswith("STABLE_DIFFUSION") else family(components)
+    published = family_info(model_type).params
+    counts = {part: (sum(p.numel() for p in module.parameters()), published.get(part)) for part, module in model.parts.items()}
+    return model, counts
+
+
+def run(relative: str, card_gb: int) -> dict:
+    from ot_gradio.config.io import load_config
+    from ot_gradio.training.memory_meta import estimate_on_meta
+
+    path = PRESETS / relative
+    loaded = load_config(path)
+    config = loaded.config
+    model, counts = build_on_meta(config.model_type)
+    start = time.perf_counter()
+    plan, on = estimate_on_meta(model, config, card_gb * GiB)
+    part = lambda name: getattr(config, name)  # noqa: E731
+    # OneTrainer keeps only the trained parts on the card while it trains from cached latents and
+    # text (modelSetup/*Setup.setup_train_device); ours keeps every part there
+    trained = {p for p in model.text_encoder_names if p in model.parts and part(p).train}
+    kept_off = sum(size for name, (_, size) in plan.weights.items()
+                   if name != model.denoiser and name not in trained and config.latent_caching and not part(name).offload_fraction)
+    return {
+        "preset": path.stem, "card_gb": card_gb, "checkpointing": on, "seconds": round(time.perf_counter() - start, 1),
+        "peak": plan.peak(on), "ot_placement": None if plan.peak(on) is None else plan.peak(on) - kept_off, "weights": plan.weight_bytes, "offloaded": plan.offloaded, "gradients": plan.gradients,
+        "optimizer": plan.optimizer_state, "activations": plan.activations(on), "fits": plan.fits(on),
+        "breakdown": plan.breakdown(on), "probe_error": plan.probe_error,
+        "settings": f"{config.resolution} px, batch {config.batch_size}, " + ", ".join(
+            f"{p} {part(p).weight_dtype.value}" + (f" offload {part(p).offload_fraction:g}" if part(p).offload_fraction else "")
+            for p in (model.denoiser, *model.text_encoder_names) if p in model.parts),
+        "params": {p: list(c) for p, c in counts.items()},
+    }
+
+
+def gb(n: int | None) -> str:
+    return "-" if n is None else f"{n / GiB:.1f}"
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| preset | settings as imported | card | estimate (GiB) | weights on the card | offloaded to RAM | gradients | "
+             "optimizer state | activations | fits at 90 % | without the frozen text encoders and VAE (OneTrainer's placement) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        fits = "not measured: " + r["probe_error"] if r["peak"] is None else ("yes" if r["fits"] else "**no**")
+        lines.append(f"| {r['preset']} | {r['settings']}, checkpointing {'on' if r['checkpointing'] else 'off'} | {r['card_gb']} GB "
+                     f"| {gb(r['peak'])} | {gb(r['weights'])} | {gb(r['offloaded'])} | {gb(r['gradients'])} | "
+                     f"{gb(r['optimizer'])} | {gb(r['activations'])} | {fits} | {gb(r['ot_placement'])}"
+                     f"{'' if r['ot_placement'] is None else (' (fits)' if r['ot_placement'] <= 0.9 * r['card_gb'] * GiB else ' (does not fit)')} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", nargs="*", default=[], help="only presets whose file name contains one of these")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    args = parser.parse_args()
+    rows = []
+    for relative, card in RUNS:
+        if args.preset and not any(re.search(re.escape(s), relative, re.I) for s in args.preset):
+            continue
+        row = run(relative, card)
+        for part, (built, published) in row["params"].items():
+            if published and abs(built - published) > 0.01 * published:
+                print(f"warning: {row['preset']}: {part} built with {built:,} parameters, published {published:,}", file=sys.stderr)
+        print(f"{row['preset']}: {row['breakdown']} ({row['seconds']} s)", file=sys.stderr)
+        rows.append(row)
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
