@@ -37,7 +37,7 @@ META = torch.device("meta")
 
 def pack_bitsandbytes(module: nn.Module) -> int:
     """Give the bitsandbytes layers of `module` the stored size of their weights (what moving them
-    to a GPU does: NF4 packs two 4-bit weights in a byte, with one float32 scale per 64 weights;
+    to a GPU does: NF4 packs two 4-bit weights in a byte, with one 8-bit scale per 64 weights;
     INT8 keeps one byte per weight and a float32 scale per row). Returns how many were packed."""
     packed = 0
     for layer in module.modules():
@@ -46,9 +46,10 @@ def pack_bitsandbytes(module: nn.Module) -> int:
         if kind not in ("Linear4bit", "Linear8bitLt") or weight is None or weight.dtype in (torch.uint8, torch.int8):
             continue
         n = weight.numel()
-        if kind == "Linear4bit":
+        if kind == "Linear4bit":  # with bitsandbytes' default compress_statistics: the scales in 8 bits, 256 to a float32
             weight.data = torch.empty((n + 1) // 2, 1, dtype=torch.uint8, device=weight.device)
-            layer.register_buffer("meta_absmax", torch.empty(math.ceil(n / 64), device=weight.device))
+            layer.register_buffer("meta_absmax", torch.empty(math.ceil(n / 64), dtype=torch.uint8, device=weight.device))
+            layer.register_buffer("meta_absmax2", torch.empty(math.ceil(n / 64 / 256), device=weight.device))
         else:
             weight.data = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
             layer.register_buffer("meta_scale", torch.empty(weight.shape[0], device=weight.device))

@@ -191,6 +191,9 @@ def part_weights(model: Any) -> dict[str, tuple[str, int]]:
                 continue
             seen.add(key)
             size += t.untyped_storage().nbytes() if t.device.type != "meta" else t.numel() * t.element_size()
+            state = getattr(t, "quant_state", None)  # bitsandbytes' NF4 scales, beside the packed weight
+            for absmax in (getattr(state, "absmax", None), getattr(getattr(state, "state2", None), "absmax", None)):
+                size += absmax.nbytes if isinstance(absmax, torch.Tensor) else 0
             dtypes.add(str(t.dtype).removeprefix("torch."))
         out[name] = ("/".join(sorted(dtypes)), size)
     return out

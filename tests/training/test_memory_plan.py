@@ -220,3 +220,17 @@ def test_onetrainer_bools_and_our_older_configs_load_unchanged(tiny_model, shape
     assert load_config(saved).config.unet.gradient_checkpointing == GC.OFF
     with pytest.raises(Exception, match="gradient_checkpointing"):
         load_config({"config_version": 2, "unet": {"gradient_checkpointing": "SOMETIMES"}})
+
+
+def test_nf4_weights_count_their_scales():
+    # bitsandbytes keeps an NF4 weight's scales in its quant_state, not in a parameter or buffer
+    from types import SimpleNamespace
+
+    from ot_gradio.training.quantize import quantize_linear_layers
+
+    net = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.Linear(256, 128))
+    quantize_linear_layers(net, "NFLOAT_4", torch.device("cpu"), torch.float32, "transformer")
+    packed = sum(p.numel() for p in net.parameters() if p.dtype == torch.uint8)
+    biases = sum(p.numel() * 4 for p in net.parameters() if p.dtype == torch.float32)
+    size = memory_plan.part_weights(SimpleNamespace(parts={"transformer": net}))["transformer"][1]
+    assert packed == 2 * 128 * 256 // 2 and size - packed - biases >= 2 * 128 * 256 // 64  # a byte of scale per 64 weights
