@@ -40,8 +40,8 @@ from ot_gradio.models.common import (
     base_module,
     module_device,
     module_dtype,
+    part_dtypes,
     save_diffusers_folder,
-    torch_dtype,
     weights_fingerprint,
 )
 from ot_gradio.models.family import Family
@@ -192,12 +192,8 @@ class CascadeFamily(Family):
         if "effnet_encoder" not in parts:
             parts["effnet_encoder"] = cls.default_effnet(parts["decoder"], loader)
         model = cls._load_parts(source, parts, loader)
-        dtypes = dict(dtypes or {})
-        unknown = set(dtypes) - set(cls.part_names)
-        if unknown:
-            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(cls.part_names)}.")
-        for part in cls.part_names:
-            getattr(model, part).to(dtype=torch_dtype(dtypes.get(part)))
+        for part, dtype in part_dtypes(dtypes, cls.part_names).items():
+            getattr(model, part).to(dtype=dtype)
         return model
 
     @classmethod

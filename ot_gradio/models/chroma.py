@@ -47,17 +47,8 @@ class Chroma1(FluxDev1):
 
         return comfy_lora_module_names("chroma", {p: layer_paths(base_module(getattr(self, p))) for p in ("transformer", "text_encoder")})
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import ChromaPipeline
-
-        return ChromaPipeline
-
-    @classmethod
-    def _transformer_class(cls):
-        from diffusers import ChromaTransformer2DModel
-
-        return ChromaTransformer2DModel
+    pipeline_class_name = "ChromaPipeline"
+    transformer_class_name = "ChromaTransformer2DModel"
 
     def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()):
         """{"encoder_hidden_states": T5's sequence (read with its attention mask), "text_mask":

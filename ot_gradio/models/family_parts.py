@@ -49,6 +49,14 @@ class HubLoading:
     """Errors of diffusers' loaders as ModelLoadErrors that say what to do."""
 
     default_config_repo: str  # the hub repo whose component configs a single file is read with
+    pipeline_class_name: str  # the diffusers pipeline class that loads and samples the family
+
+    @classmethod
+    def _pipeline_class(cls):
+        """The diffusers pipeline class named by `pipeline_class_name`."""
+        import diffusers
+
+        return getattr(diffusers, cls.pipeline_class_name)
 
     @staticmethod
     def _guarded(name: str, load, hint: str):

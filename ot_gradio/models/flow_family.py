@@ -29,15 +29,15 @@ from ot_gradio.models.common import (
     SINGLE_FILE_SUFFIXES,
     ModelLoadError,
     base_module,
+    cast_parts,
     exact_size,
     generation_size,
     module_device,
-    module_dtype,
     no_fp16_autocast,
     parked_for_sampling,
+    part_dtypes,
     part_file,
     save_diffusers_folder,
-    torch_dtype,
 )
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import HubLoading, KlVaeLatents, sentencepiece_files_readable
@@ -92,6 +92,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
     default_steps = 20  # `sample` defaults
     default_cfg_scale = 3.5
     text_encoder_description = "its text encoder"  # what a model without it is told it needs
+    transformer_class_name = ""  # the diffusers transformer class (pipeline_class_name: the pipeline's)
 
     def __init__(self, components: Mapping):
         """The parts of a loaded pipeline; a missing text encoder or tokenizer is a ModelLoadError."""
@@ -110,14 +111,12 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
     # ---------------------------------------------------------------- loading
 
     @classmethod
-    def _pipeline_class(cls):
-        """The diffusers pipeline class that loads and samples the family."""
-        raise NotImplementedError
-
-    @classmethod
     def _transformer_class(cls):
-        """The diffusers transformer class; a loaded model whose transformer is not one is refused."""
-        raise NotImplementedError
+        """The diffusers transformer class named by `transformer_class_name`; a loaded model whose
+        transformer is not one is refused."""
+        import diffusers
+
+        return getattr(diffusers, cls.transformer_class_name)
 
     @classmethod
     def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,
@@ -128,12 +127,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
         loads straight in its dtype (`dtypes` keys: the parts; float32 when not named).
         `part_models["transformer"]`: as OneTrainer, the transformer comes from that file (or
         Hugging Face file address) instead, read with the base model's transformer config."""
-        parts = cls.part_names
-        dtypes = dict(dtypes or {})
-        unknown = set(dtypes) - set(parts)
-        if unknown:
-            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(parts)}.")
-        per_part = {part: torch_dtype(dtypes.get(part)) for part in parts} | {"default": torch.float32}
+        per_part = part_dtypes(dtypes, cls.part_names) | {"default": torch.float32}
         name = str(name or "").strip()
         override = str(dict(part_models or {}).get("transformer") or "").strip()
         extra = {}
@@ -149,9 +143,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
             raise ModelLoadError(f"'{name}' is not a {cls.family_name} model (no {cls.family_name} transformer); "
                                  "pick the model type that matches it.")
         model = cls._from_pipeline(pipe)
-        for part, module in model.parts.items():
-            if module_dtype(module) != per_part[part]:
-                module.to(dtype=per_part[part])
+        cast_parts(model.parts, per_part)
         return model
 
     @classmethod

@@ -89,17 +89,8 @@ class FluxDev1(FlowFamily):
 
     # ---------------------------------------------------------------- loading
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import FluxPipeline
-
-        return FluxPipeline
-
-    @classmethod
-    def _transformer_class(cls):
-        from diffusers import FluxTransformer2DModel
-
-        return FluxTransformer2DModel
+    pipeline_class_name = "FluxPipeline"
+    transformer_class_name = "FluxTransformer2DModel"
 
     @classmethod
     def _single_file_transformer(cls, path: Path, config: str, hub: Mapping, dtype: torch.dtype):

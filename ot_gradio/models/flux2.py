@@ -101,18 +101,8 @@ class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
 
     # ---------------------------------------------------------------- loading
 
-    @classmethod
-    def _pipeline_class(cls):
-        """Loading reads the pipeline class (dev or Klein) from the model's model_index.json."""
-        from diffusers import DiffusionPipeline
-
-        return DiffusionPipeline
-
-    @classmethod
-    def _transformer_class(cls):
-        from diffusers import Flux2Transformer2DModel
-
-        return Flux2Transformer2DModel
+    pipeline_class_name = "DiffusionPipeline"  # loading reads the pipeline class (dev or Klein) from the model's model_index.json
+    transformer_class_name = "Flux2Transformer2DModel"
 
     @classmethod
     def _from_pipeline(cls, pipe):

@@ -57,11 +57,7 @@ class FluxFillDev1(FluxDev1):
     encode_conditioning = InpaintingMixin.encode_conditioning
     blank_latents = InpaintingMixin.blank_latents
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import FluxFillPipeline
-
-        return FluxFillPipeline
+    pipeline_class_name = "FluxFillPipeline"
 
     @classmethod
     def load(cls, name: str, **kwargs):

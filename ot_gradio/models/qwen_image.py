@@ -126,17 +126,8 @@ class QwenImage(IdentityLoraNames, FlowFamily):
         super().__init__(components)
         self.text_encoder_sequence_length = None
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import QwenImagePipeline
-
-        return QwenImagePipeline
-
-    @classmethod
-    def _transformer_class(cls):
-        from diffusers import QwenImageTransformer2DModel
-
-        return QwenImageTransformer2DModel
+    pipeline_class_name = "QwenImagePipeline"
+    transformer_class_name = "QwenImageTransformer2DModel"
 
     # ---------------------------------------------------------------- the VAE (one frame of a video VAE)
 

@@ -95,17 +95,8 @@ class Sana(TokenWindow, IdentityLoraNames, FlowFamily):
 
     # ---------------------------------------------------------------- loading
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import SanaPipeline
-
-        return SanaPipeline
-
-    @classmethod
-    def _transformer_class(cls):
-        from diffusers import SanaTransformer2DModel
-
-        return SanaTransformer2DModel
+    pipeline_class_name = "SanaPipeline"
+    transformer_class_name = "SanaTransformer2DModel"
 
     # ---------------------------------------------------------------- parts and options
 

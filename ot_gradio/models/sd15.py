@@ -20,14 +20,14 @@ from ot_gradio.models.common import (
     ModelLoadError,
     base_module,
     exact_size,
-    flash_attention_processor,
     generation_size,
     module_device,
     module_dtype,
     parked_for_sampling,
+    part_dtypes,
     plain_state_dict,
     save_diffusers_folder,
-    torch_dtype,
+    set_classic_attention,
 )
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents
@@ -95,17 +95,9 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     # ---------------------------------------------------------------- loading
 
     @classmethod
-    def load(
-        cls,
-        name: str,
-        *,
-        cache_dir: str | None = None,
-        offline: bool = False,
-        token: str | None = None,
-        dtypes: Mapping[str, torch.dtype] | None = None,
-        config_dir: str | None = None,
-        part_models: Mapping[str, str] | None = None,
-    ) -> StableDiffusion15:
+    def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,
+             dtypes: Mapping[str, torch.dtype] | None = None, config_dir: str | None = None,
+             part_models: Mapping[str, str] | None = None) -> StableDiffusion15:
         """Load from a hub id, a local diffusers folder, a `.safetensors`/`.ckpt` single file or `tiny:sd15`.
 
         Weights load on the CPU and are then cast per part (`dtypes` keys: unet, text_encoder,
@@ -117,20 +109,11 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
             str(name or "").strip(), cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir
         )
         model = cls._from_pipeline(pipe)
-        dtypes = dict(dtypes or {})
-        unknown = set(dtypes) - set(model.parts)
-        if unknown:
-            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(model.parts)}.")
-        for part in model.parts:
-            getattr(model, part).to(dtype=torch_dtype(dtypes.get(part)))
+        for part, dtype in part_dtypes(dtypes, model.parts).items():
+            getattr(model, part).to(dtype=dtype)
         return model
 
-    @classmethod
-    def _pipeline_class(cls):
-        """The diffusers pipeline class a family loads with (subclasses name their own)."""
-        from diffusers import StableDiffusionPipeline
-
-        return StableDiffusionPipeline
+    pipeline_class_name = "StableDiffusionPipeline"
 
     # keyword arguments for loading that pipeline
     _pipeline_load_kwargs: dict = {"safety_checker": None, "requires_safety_checker": False}
@@ -230,33 +213,8 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
         return {"text_encoder": self.tokenizer}
 
     def set_attention(self, mechanism: str, device: torch.device | str | None = None) -> None:
-        """The UNet's attention implementation: DEFAULT (diffusers' classic processor), SDP
-        (PyTorch scaled-dot-product attention, the default), XFORMERS (needs the xformers package
-        and a CUDA GPU) or FLASH (SDP restricted to the flash kernel; CUDA GPU, float16/bfloat16)."""
-        from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
-
-        mechanism = str(getattr(mechanism, "value", mechanism)).upper()
-        on_cuda = torch.device(device).type == "cuda" if device is not None else module_device(self.unet).type == "cuda"
-        if mechanism == "DEFAULT":
-            self.unet.set_attn_processor(AttnProcessor())
-        elif mechanism == "SDP":
-            self.unet.set_attn_processor(AttnProcessor2_0())
-        elif mechanism == "XFORMERS":
-            import importlib.util
-
-            if importlib.util.find_spec("xformers") is None or not on_cuda:
-                raise ValueError(
-                    "attention_mechanism: XFORMERS needs the xformers package and a CUDA GPU"
-                    + ("" if on_cuda else " (training is not on cuda)")
-                    + "; use SDP, which saves about as much memory"
-                )
-            base_module(self.unet).enable_xformers_memory_efficient_attention()
-        elif mechanism == "FLASH":
-            if not on_cuda:
-                raise ValueError("attention_mechanism: FLASH needs a CUDA GPU; use SDP (it picks flash attention itself where it can)")
-            self.unet.set_attn_processor(flash_attention_processor())
-        else:
-            raise ValueError(f"attention_mechanism: unknown value {mechanism!r}; use SDP, DEFAULT, XFORMERS or FLASH")
+        """The UNet's attention (models/common.set_classic_attention)."""
+        set_classic_attention(self.unet, mechanism, device)
 
     # ---------------------------------------------------------------- training
 

@@ -77,17 +77,8 @@ class StableDiffusion3(FlowFamily):
 
     # ---------------------------------------------------------------- loading
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import StableDiffusion3Pipeline
-
-        return StableDiffusion3Pipeline
-
-    @classmethod
-    def _transformer_class(cls):
-        from diffusers import SD3Transformer2DModel
-
-        return SD3Transformer2DModel
+    pipeline_class_name = "StableDiffusion3Pipeline"
+    transformer_class_name = "SD3Transformer2DModel"
 
     @classmethod
     def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir):

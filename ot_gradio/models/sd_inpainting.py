@@ -42,11 +42,7 @@ class InpaintingMixin:
     def _load_pipeline(cls, name: str, **kwargs):
         return check_unet_channels(cls, name, super()._load_pipeline(name, **kwargs))
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import StableDiffusionInpaintPipeline
-
-        return StableDiffusionInpaintPipeline
+    pipeline_class_name = "StableDiffusionInpaintPipeline"
 
     def pipeline(self, sampler=None):
         """The inpainting pipeline sharing this model's components (and so the model_index.json

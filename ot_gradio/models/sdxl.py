@@ -60,11 +60,7 @@ class StableDiffusionXL(StableDiffusion15):
         self.force_zeros_for_empty_prompt = bool(force_zeros_for_empty_prompt)
         super().__init__(tokenizer, text_encoder, vae, unet, scheduler)
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import StableDiffusionXLPipeline
-
-        return StableDiffusionXLPipeline
+    pipeline_class_name = "StableDiffusionXLPipeline"
 
     @classmethod
     def _load_pipeline(cls, name: str, **kwargs):
@@ -268,11 +264,7 @@ class StableDiffusionXLInpainting(InpaintingMixin, StableDiffusionXL):
     modelspec_architecture = "stable-diffusion-xl-v1-base/inpainting"
     unet_in_channels = 4 + MASK_CHANNELS + 4
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import StableDiffusionXLInpaintPipeline
-
-        return StableDiffusionXLInpaintPipeline
+    pipeline_class_name = "StableDiffusionXLInpaintPipeline"
 
     def pipeline(self, sampler: NoiseScheduler | str | None = None):
         return StableDiffusionXL.pipeline(self, sampler)

@@ -73,17 +73,8 @@ class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
 
     # ---------------------------------------------------------------- loading
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import ZImagePipeline
-
-        return ZImagePipeline
-
-    @classmethod
-    def _transformer_class(cls):
-        from diffusers import ZImageTransformer2DModel
-
-        return ZImageTransformer2DModel
+    pipeline_class_name = "ZImagePipeline"
+    transformer_class_name = "ZImageTransformer2DModel"
 
     # ---------------------------------------------------------------- parts and options
 
