@@ -213,15 +213,7 @@ class CascadeFamily(Family):
         raise NotImplementedError
 
     # ------------------------------------------------------------ parts
-
-    @property
-    def tokenizers(self) -> dict:
-        """The tokenizer of each trainable text encoder (the prior's; embeddings live there)."""
-        return {"text_encoder": self.tokenizer}
-
-    @property
-    def parts(self) -> dict[str, torch.nn.Module]:
-        return {part: getattr(self, part) for part in self.part_names}
+    # (`parts` and `tokenizers` are Family's: the tokenizer is the prior's, where embeddings live)
 
     def to(self, device: torch.device | str):
         """Moves the parts a training step uses; the decoder parts join them only while sampling."""

@@ -18,6 +18,7 @@ class Family:
     part_names: tuple[str, ...] = ()  # every part by its config section name, denoiser first
     denoiser = "unet"  # the part that predicts noise
     text_encoder_names: tuple[str, ...] = ("text_encoder",)
+    tokenizer_attrs: dict[str, str] = {"text_encoder": "tokenizer"}  # text encoder part -> its tokenizer attribute
     inpainting = False  # the denoiser takes the masked image and the mask as input (sd_inpainting.py, Flux Fill)
     learns_variance = False  # the denoiser also predicts its variance, trained with the variational bound (PixArt)
     bucket_step: int | None = None  # image sides are multiples of this (None: the data default)
@@ -36,8 +37,8 @@ class Family:
 
     @property
     def parts(self) -> dict[str, Any]:
-        """Part name -> its torch module (denoiser, text encoders, VAE)."""
-        raise NotImplementedError
+        """Part name -> its torch module (denoiser, text encoders, VAE): the attribute of each part name."""
+        return {part: getattr(self, part) for part in self.part_names}
 
     def to(self, device: Any):
         """Moves every part to `device` (families that keep some parts elsewhere override it)."""
@@ -48,4 +49,4 @@ class Family:
     @property
     def tokenizers(self) -> dict[str, Any]:
         """The tokenizer of each text encoder part (the live objects training and sampling use)."""
-        raise NotImplementedError
+        return {part: getattr(self, attr) for part, attr in self.tokenizer_attrs.items()}

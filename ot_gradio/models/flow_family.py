@@ -40,7 +40,7 @@ from ot_gradio.models.common import (
     save_diffusers_folder,
 )
 from ot_gradio.models.family import Family
-from ot_gradio.models.family_parts import HubLoading, KlVaeLatents, sentencepiece_files_readable
+from ot_gradio.models.family_parts import CheckedLayerSkips, HubLoading, KlVaeLatents, sentencepiece_files_readable
 
 
 def compute_dtype(module: torch.nn.Module) -> torch.dtype:
@@ -69,7 +69,7 @@ def unpack_latents(tokens: torch.Tensor, height: int, width: int) -> torch.Tenso
     return x.reshape(b, c, height, width)
 
 
-class FlowFamily(Family, HubLoading, KlVaeLatents):
+class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     """A flow-matching family (models/base.py): subclass it, set the attributes, write the hooks."""
 
     model_type: ModelType
@@ -219,17 +219,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
         """Where a single file's configs and other parts come from (`config_dir`, which must be a
         diffusers folder, else the family's hub repo or, offline, its cached snapshot) and the
         loading keywords for it."""
-        if config_dir and not (Path(config_dir).expanduser() / "model_index.json").is_file():
-            raise ModelLoadError(
-                f"The config folder '{config_dir}' is not a diffusers model (no model_index.json); "
-                f"point it to a diffusers folder of {cls.family_name}."
-            )
-        if config_dir:
-            config = str(Path(config_dir).expanduser())
-        elif offline:
-            config = cls._cached_config_repo(cache_dir)
-        else:
-            config = cls.default_config_repo
+        config = cls._single_file_config(config_dir, cache_dir=cache_dir, offline=offline, model=cls.family_name)
         hub = {"local_files_only": True} if Path(config).is_dir() else {"cache_dir": cache_dir, "token": token, "local_files_only": offline}
         return config, hub
 
@@ -262,16 +252,6 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
 
     # ---------------------------------------------------------------- parts and options
 
-    @property
-    def parts(self) -> dict[str, torch.nn.Module]:
-        """Every part by its config section name: the transformer, the text encoders, the VAE."""
-        return {part: getattr(self, part) for part in self.part_names}
-
-    @property
-    def tokenizers(self) -> dict:
-        """The tokenizer of each text encoder part (the live ones training and sampling use)."""
-        return {part: getattr(self, attr) for part, attr in self.tokenizer_attrs.items()}
-
     def configure_noise_schedule(self, *, prediction_type: str | None = None, zero_terminal_snr: bool = False) -> None:
         """Refused: the prediction type and the terminal SNR are the DDPM families' options."""
         if prediction_type:
@@ -299,21 +279,10 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
         else:
             raise ValueError(f"attention_mechanism: unknown value {mechanism!r}; use SDP, DEFAULT, XFORMERS or FLASH")
 
-    @property
-    def layer_skips(self) -> dict[str, int]:
-        """Layer skip per text encoder part, set by the trainer (training and sampling use it)."""
-        return self._layer_skips
-
-    @layer_skips.setter
-    def layer_skips(self, skips: Mapping[str, int]) -> None:
-        """Checked here, so a skip the encoder has no layer for fails before training."""
-        checked = {}
-        for part, skip in dict(skips).items():
-            skip, top = int(skip or 0), self._layer_skip_top(part)
-            if not 0 <= skip <= top:
-                raise ValueError(f"{part}_layer_skip: {skip} is out of range; this model's {part.replace('_', ' ')} allows 0 to {top}")
-            checked[part] = skip
-        self._layer_skips = checked
+    def _check_layer_skip(self, part: str, skip: int) -> None:
+        top = self._layer_skip_top(part)
+        if not 0 <= skip <= top:
+            raise ValueError(f"{part}_layer_skip: {skip} is out of range; this model's {part.replace('_', ' ')} allows 0 to {top}")
 
     def _layer_skip_top(self, part: str) -> int:
         """The largest skip of `part`: its layer count for the T5 part, one less for the others

@@ -80,15 +80,8 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
     }
 
     def __init__(self, tokenizer, text_encoder, vae, transformer, scheduler):
-        from diffusers import DDPMScheduler
-
-        self.tokenizer = tokenizer
-        self.text_encoder = text_encoder
-        self.vae = vae
-        self.transformer = transformer
-        self.scheduler = scheduler
-        self.noise_scheduler = DDPMScheduler.from_config(scheduler.config)
-        self.schedule_overrides: dict = {}
+        self.tokenizer, self.text_encoder, self.vae, self.transformer = tokenizer, text_encoder, vae, transformer
+        self._use_scheduler(scheduler)
         self.layer_skips: dict[str, int] = {}
         # tokens T5 reads, for training and sampling; None = default_sequence_length
         self.text_encoder_sequence_length: int | None = None
@@ -163,15 +156,6 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         from ot_gradio.models.key_layout import layer_paths
 
         return comfy_lora_module_names("pixart", {p: layer_paths(base_module(getattr(self, p))) for p in ("transformer", "text_encoder")})
-
-    @property
-    def parts(self) -> dict[str, torch.nn.Module]:
-        return {part: getattr(self, part) for part in self.part_names}
-
-    @property
-    def tokenizers(self) -> dict:
-        """The tokenizer of each text encoder part (the live one training and sampling use)."""
-        return {"text_encoder": self.tokenizer}
 
     @property
     def learns_variance(self) -> bool:

@@ -78,17 +78,8 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     embedding_keys = {"text_encoder": "emb_params"}
 
     def __init__(self, tokenizer, text_encoder, vae, unet, scheduler):
-        from diffusers import DDPMScheduler
-
-        self.tokenizer = tokenizer
-        self.text_encoder = text_encoder
-        self.vae = vae
-        self.unet = unet
-        # the scheduler the model ships with; samplers are built from its config
-        self.scheduler = scheduler
-        self.noise_scheduler = DDPMScheduler.from_config(scheduler.config)
-        # changes to the schedule made for training (v-prediction, zero terminal SNR); samplers get them too
-        self.schedule_overrides: dict = {}
+        self.tokenizer, self.text_encoder, self.vae, self.unet = tokenizer, text_encoder, vae, unet
+        self._use_scheduler(scheduler)
         # "clip skip" per text encoder part, for training and sampling alike
         self.layer_skips: dict[str, int] = {}
 
@@ -171,17 +162,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     def _load_single_file(cls, path: Path, *, cache_dir, offline, token, config_dir):
         StableDiffusionPipeline = cls._pipeline_class()
 
-        if config_dir and not (Path(config_dir).expanduser() / "model_index.json").is_file():
-            raise ModelLoadError(
-                f"The config folder '{config_dir}' is not a diffusers model (no model_index.json); "
-                "point it to a diffusers folder of the same model type."
-            )
-        if config_dir:
-            config = str(Path(config_dir).expanduser())
-        elif offline:
-            config = cls._cached_config_repo(cache_dir)
-        else:
-            config = cls.default_config_repo
+        config = cls._single_file_config(config_dir, cache_dir=cache_dir, offline=offline, model="the same model type")
 
         def from_file():
             return StableDiffusionPipeline.from_single_file(
@@ -202,15 +183,6 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
         return cls._guarded(str(path), from_file, hint)
 
     # ---------------------------------------------------------------- parts
-
-    @property
-    def parts(self) -> dict[str, torch.nn.Module]:
-        return {part: getattr(self, part) for part in self.part_names}
-
-    @property
-    def tokenizers(self) -> dict:
-        """The tokenizer of each text encoder part (the live one training and sampling use)."""
-        return {"text_encoder": self.tokenizer}
 
     def set_attention(self, mechanism: str, device: torch.device | str | None = None) -> None:
         """The UNet's attention (models/common.set_classic_attention)."""

@@ -29,6 +29,7 @@ import torch
 
 from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
 from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype, plain_state_dict
+from ot_gradio.models.family_parts import CheckedLayerSkips
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import (
     StableDiffusion15,
@@ -41,10 +42,10 @@ TOKENIZERS = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
 
 
 @register_family(ModelType.STABLE_DIFFUSION_XL_10_BASE)
-class StableDiffusionXL(StableDiffusion15):
+class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
     model_type = ModelType.STABLE_DIFFUSION_XL_10_BASE
     native_resolution = 1024
-    tokenizer_folders = TOKENIZERS
+    tokenizer_folders = tokenizer_attrs = TOKENIZERS
     default_config_repo = "stabilityai/stable-diffusion-xl-base-1.0"
     modelspec_architecture = "stable-diffusion-xl-v1-base"
     lora_base_model_version = "sdxl_base_v1-0"
@@ -94,33 +95,13 @@ class StableDiffusionXL(StableDiffusion15):
             force_zeros_for_empty_prompt=pipe.config.get("force_zeros_for_empty_prompt", True),
         )
 
-    @property
-    def parts(self) -> dict[str, torch.nn.Module]:
-        return {part: getattr(self, part) for part in self.part_names}
-
-    @property
-    def tokenizers(self) -> dict:
-        """The tokenizer of each text encoder part (the live ones training and sampling use)."""
-        return {part: getattr(self, name) for part, name in TOKENIZERS.items()}
-
-    @property
-    def layer_skips(self) -> dict[str, int]:
-        return self._layer_skips
-
-    @layer_skips.setter
-    def layer_skips(self, skips: Mapping[str, int]) -> None:
-        """Checked here, so a clip skip the encoder has no layer for fails before training."""
-        checked = {}
-        for part, skip in dict(skips).items():
-            skip = int(skip or 0)
-            layers = int(base_module(getattr(self, part)).config.num_hidden_layers)
-            if not 0 <= skip <= layers - 1:
-                raise ValueError(
-                    f"{part}_layer_skip: {skip} is out of range; this model's {part.replace('_', ' ')} has {layers} "
-                    f"layers and SDXL already reads the second-to-last, so use 0 to {layers - 1}"
-                )
-            checked[part] = skip
-        self._layer_skips = checked
+    def _check_layer_skip(self, part: str, skip: int) -> None:
+        layers = int(base_module(getattr(self, part)).config.num_hidden_layers)
+        if not 0 <= skip <= layers - 1:
+            raise ValueError(
+                f"{part}_layer_skip: {skip} is out of range; this model's {part.replace('_', ' ')} has {layers} "
+                f"layers and SDXL already reads the second-to-last, so use 0 to {layers - 1}"
+            )
 
     # ---------------------------------------------------------------- training
 
