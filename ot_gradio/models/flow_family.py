@@ -107,6 +107,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         self.scheduler = components["scheduler"]  # FlowMatchEulerDiscreteScheduler with the model's shift
         self.noise_scheduler = self.scheduler
         self._layer_skips: dict[str, int] = {}
+        self.text_encoder_sequence_length = None  # the family's default token window until configure_flow sets the run's
 
     # ---------------------------------------------------------------- loading
 

@@ -97,7 +97,6 @@ class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
         self.variant = variant
         self.is_distilled = bool(is_distilled)
         self.guidance_scale = 1.0
-        self.text_encoder_sequence_length = None
 
     # ---------------------------------------------------------------- loading
 

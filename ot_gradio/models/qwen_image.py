@@ -122,10 +122,6 @@ class QwenImage(IdentityLoraNames, FlowFamily):
     single_file_layout = "diffusers"  # the published transformer file keeps diffusers' names
     default_steps, default_cfg_scale = 30, 4.0
 
-    def __init__(self, components: Mapping):
-        super().__init__(components)
-        self.text_encoder_sequence_length = None
-
     pipeline_class_name = "QwenImagePipeline"
     transformer_class_name = "QwenImageTransformer2DModel"
 

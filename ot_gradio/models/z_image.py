@@ -67,10 +67,6 @@ class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
     default_sequence_length = DEFAULT_SEQUENCE_LENGTH
     default_steps, default_cfg_scale = 8, 0.0
 
-    def __init__(self, components: Mapping):
-        super().__init__(components)
-        self.text_encoder_sequence_length = None
-
     # ---------------------------------------------------------------- loading
 
     pipeline_class_name = "ZImagePipeline"
