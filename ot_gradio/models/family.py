@@ -31,6 +31,17 @@ class Family:
     # without such an encoder never read it
     text_encoder_sequence_length: int | None = None
 
+    def check_plain_parts(self) -> None:
+        """A ValueError where a part still holds LoRA layers: full models are saved without them."""
+        from ot_gradio.models.common import plain_state_dict
+
+        for name, module in self.parts.items():
+            plain_state_dict(module, name)
+
+    def file_metadata(self, architecture: str | None, metadata: dict[str, str] | None = None) -> dict[str, str]:
+        """A saved model file's header: its modelspec architecture, the model type, then `metadata`."""
+        return {"modelspec.architecture": architecture, "ot_gradio.model_type": self.model_type.value, **(metadata or {})}
+
     def lora_module_names(self) -> dict[str, dict[str, str]]:
         """Part -> {module path: the name kohya files use}: renames for kohya LoRA keys ({}: none)."""
         return {}

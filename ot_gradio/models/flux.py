@@ -205,7 +205,6 @@ class FluxDev1(FlowFamily):
 
         return save_bfl_transformer(
             path, base_module(self.transformer), plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
-            metadata={"modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value,
-                      **(metadata or {})},
+            metadata=self.file_metadata(self.modelspec_architecture, metadata),
             model=self.family_name,
         )

@@ -235,9 +235,8 @@ class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
         diffusers' `from_single_file` read it); the text encoder and VAE are the base model's."""
         from ot_gradio.models.flux2_keys import save_original_transformer
 
-        for name, module in self.parts.items():
-            plain_state_dict(module, name)  # no LoRA layers left in any part
+        self.check_plain_parts()
         return save_original_transformer(
             path, base_module(self.transformer), plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
-            {"modelspec.architecture": f"flux-2-{self.variant}", "ot_gradio.model_type": self.model_type.value, **(metadata or {})},
+            self.file_metadata(f"flux-2-{self.variant}", metadata),
         )

@@ -266,18 +266,9 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         pipe.set_progress_bar_config(disable=True)
         return pipe
 
-    def sample(
-        self,
-        prompt: str,
-        negative_prompt: str = "",
-        height: int = 1024,
-        width: int = 1024,
-        steps: int = 20,
-        cfg_scale: float = 4.5,
-        seed: int = 0,
-        sampler: NoiseScheduler | str = NoiseScheduler.DDIM,
-        device: torch.device | str | None = None,
-    ):
+    def sample(self, prompt: str, negative_prompt: str = "", height: int = 1024, width: int = 1024, steps: int = 20,
+               cfg_scale: float = 4.5, seed: int = 0, sampler: NoiseScheduler | str = NoiseScheduler.DDIM,
+               device: torch.device | str | None = None):
         """One image (PIL) of exactly `width` x `height`.
 
         The prompts are encoded here, with the training's sequence length and layer skip, and
@@ -324,7 +315,7 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
             base_module(self.transformer),
             plain_state_dict(self.transformer, "transformer"),
             dtype=torch_dtype(dtype),
-            metadata={"modelspec.architecture": self.architecture, "ot_gradio.model_type": self.model_type.value, **(metadata or {})},
+            metadata=self.file_metadata(self.architecture, metadata),
         )
 
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:

@@ -272,9 +272,8 @@ class QwenImage(IdentityLoraNames, FlowFamily):
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The transformer alone under diffusers' names (ComfyUI's diffusion model loader and
         `from_single_file` read it); the text encoder and VAE are the base model's."""
-        for name, module in self.parts.items():
-            plain_state_dict(module, name)  # no LoRA layers left in any part
+        self.check_plain_parts()
         return save_transformer_file(
             path, plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
-            {"modelspec.architecture": "qwen-image", "ot_gradio.model_type": self.model_type.value, **(metadata or {})},
+            self.file_metadata("qwen-image", metadata),
         )

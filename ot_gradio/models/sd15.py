@@ -25,7 +25,6 @@ from ot_gradio.models.common import (
     module_dtype,
     parked_for_sampling,
     part_dtypes,
-    plain_state_dict,
     save_diffusers_folder,
     set_classic_attention,
 )
@@ -275,19 +274,9 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
             "clip_skip": self.layer_skips.get("text_encoder") or None,
         }
 
-    def sample(
-        self,
-        prompt: str,
-        negative_prompt: str = "",
-        height: int = 512,
-        width: int = 512,
-        steps: int = 20,
-        cfg_scale: float = 7.0,
-        seed: int = 0,
-        sampler: NoiseScheduler | str = NoiseScheduler.DDIM,
-        device: torch.device | str | None = None,
-        **inputs,
-    ):
+    def sample(self, prompt: str, negative_prompt: str = "", height: int = 512, width: int = 512, steps: int = 20,
+               cfg_scale: float = 7.0, seed: int = 0, sampler: NoiseScheduler | str = NoiseScheduler.DDIM,
+               device: torch.device | str | None = None, **inputs):
         """One image (PIL) of exactly `width` x `height`. `inputs`: what `sampling_inputs` takes
         (inpainting models: image and mask).
 
@@ -311,21 +300,17 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
 
     # ---------------------------------------------------------------- saving
 
-    def save_single_file(
-        self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata: Mapping[str, str] | None = None
-    ) -> Path:
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None,
+                         metadata: Mapping[str, str] | None = None) -> Path:
         """An original-layout `.safetensors` checkpoint (A1111, ComfyUI, `from_single_file`), atomically."""
-        for name, module in self.parts.items():
-            plain_state_dict(module, name)
+        self.check_plain_parts()
         return save_original_single_file(
             path,
             base_module(self.unet),
             base_module(self.vae),
             base_module(self.text_encoder),
             dtype=dtype,
-            metadata={
-                "modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value, **(metadata or {})
-            },
+            metadata=self.file_metadata(self.modelspec_architecture, metadata),
         )
 
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype, plain_state_dict
+from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype
 from ot_gradio.models.flow_family import FlowFamily
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import StableDiffusion15
@@ -207,12 +207,10 @@ class StableDiffusion3(FlowFamily):
         SD 3.5 files ship; the text encoders are the base model's."""
         from ot_gradio.models.sd3_single_file import save_sd3_single_file
 
-        for name, module in self.parts.items():
-            plain_state_dict(module, name)  # no LoRA layers left in any part
+        self.check_plain_parts()
         return save_sd3_single_file(
             path, base_module(self.transformer), base_module(self.vae), dtype,
-            metadata={"modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value,
-                      **(metadata or {})},
+            metadata=self.file_metadata(self.modelspec_architecture, metadata),
         )
 
     def lora_module_names(self) -> dict[str, dict[str, str]]:

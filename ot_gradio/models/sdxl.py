@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
-from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype, plain_state_dict
+from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype
 from ot_gradio.models.family_parts import CheckedLayerSkips
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import (
@@ -215,12 +215,10 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
 
     # ---------------------------------------------------------------- saving
 
-    def save_single_file(
-        self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata: Mapping[str, str] | None = None
-    ) -> Path:
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None,
+                         metadata: Mapping[str, str] | None = None) -> Path:
         """An original-layout SDXL `.safetensors` checkpoint (A1111, ComfyUI, `from_single_file`), atomically."""
-        for name, module in self.parts.items():
-            plain_state_dict(module, name)
+        self.check_plain_parts()
         return save_sdxl_single_file(
             path,
             base_module(self.unet),
@@ -228,9 +226,7 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
             base_module(self.text_encoder),
             base_module(self.text_encoder_2),
             dtype=dtype,
-            metadata={
-                "modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value, **(metadata or {})
-            },
+            metadata=self.file_metadata(self.modelspec_architecture, metadata),
         )
 
 

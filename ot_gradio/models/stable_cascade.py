@@ -223,8 +223,7 @@ class StableCascade(CascadeFamily):
 
         path = Path(path)
         dt = torch_dtype(dtype)
-        metadata = {"format": "pt", "modelspec.architecture": "stable-cascade-v1-prior", "ot_gradio.model_type": self.model_type.value,
-                    **(metadata or {})}
+        metadata = {"format": "pt", **self.file_metadata("stable-cascade-v1-prior", metadata)}
         prior = cast_state_dict(diffusers_to_original(plain_state_dict(self.prior, "prior")), dt)
         text_encoder = cast_state_dict(plain_state_dict(self.text_encoder, "text_encoder"), dt)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -154,9 +154,8 @@ class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
         `from_single_file` read it); the text encoder and VAE are the base model's."""
         from ot_gradio.models.z_image_keys import save_original_transformer
 
-        for name, module in self.parts.items():
-            plain_state_dict(module, name)  # no LoRA layers left in any part
+        self.check_plain_parts()
         return save_original_transformer(
             path, plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
-            {"modelspec.architecture": "z-image", "ot_gradio.model_type": self.model_type.value, **(metadata or {})},
+            self.file_metadata("z-image", metadata),
         )
