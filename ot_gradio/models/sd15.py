@@ -75,6 +75,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     modelspec_architecture = "stable-diffusion-v1"
     # text encoder part -> key of its vectors in an A1111 embedding file
     embedding_keys = {"text_encoder": "emb_params"}
+    unet_in_channels = 4  # what the UNet takes (SD 2, SDXL and the inpainting models check it when loading)
 
     def __init__(self, tokenizer, text_encoder, vae, unet, scheduler):
         self.tokenizer, self.text_encoder, self.vae, self.unet = tokenizer, text_encoder, vae, unet
@@ -107,6 +108,19 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
 
     # keyword arguments for loading that pipeline
     _pipeline_load_kwargs: dict = {"safety_checker": None, "requires_safety_checker": False}
+
+    @classmethod
+    def _checked_unet_channels(cls, name: str, pipe):
+        """`pipe`, whose UNet must take `unet_in_channels` inputs: a model of another type (an
+        inpainting model picked as a plain one, or the other way round) fails here with what to
+        do, not at the first step."""
+        channels = pipe.unet.config.get("in_channels")
+        if channels != cls.unet_in_channels:
+            raise ModelLoadError(
+                f"The UNet of '{name}' takes {channels} input channels but {cls.model_type.value} needs "
+                f"{cls.unet_in_channels}; pick the model type that matches the model (inpainting models take 9)."
+            )
+        return pipe
 
     @classmethod
     def _from_pipeline(cls, pipe):

@@ -26,7 +26,7 @@ import torch
 from ot_gradio.config.enums import ModelType
 from ot_gradio.models.common import inpainting_images
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.sd2 import StableDiffusion2, check_unet_channels
+from ot_gradio.models.sd2 import StableDiffusion2
 from ot_gradio.models.sd15 import StableDiffusion15
 
 MASK_CHANNELS = 1
@@ -40,7 +40,7 @@ class InpaintingMixin:
 
     @classmethod
     def _load_pipeline(cls, name: str, **kwargs):
-        return check_unet_channels(cls, name, super()._load_pipeline(name, **kwargs))
+        return cls._checked_unet_channels(name, super()._load_pipeline(name, **kwargs))
 
     pipeline_class_name = "StableDiffusionInpaintPipeline"
 

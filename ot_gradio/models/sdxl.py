@@ -49,7 +49,6 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
     default_config_repo = "stabilityai/stable-diffusion-xl-base-1.0"
     modelspec_architecture = "stable-diffusion-xl-v1-base"
     lora_base_model_version = "sdxl_base_v1-0"
-    unet_in_channels = 4
     # A1111 / OneTrainer SDXL embedding files hold one tensor per encoder
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "clip_g"}
     _pipeline_load_kwargs: dict = {}
@@ -74,13 +73,7 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
                 f"'{name}' is not an SDXL model (it has no {', '.join(missing) or 'size conditioning'}); "
                 "pick the model type that matches it, or an SDXL model."
             )
-        channels = pipe.unet.config.get("in_channels")
-        if channels != cls.unet_in_channels:
-            raise ModelLoadError(
-                f"The UNet of '{name}' takes {channels} input channels but {cls.model_type.value} needs "
-                f"{cls.unet_in_channels}; pick the model type that matches the model (inpainting models take 9)."
-            )
-        return pipe
+        return cls._checked_unet_channels(name, pipe)
 
     @classmethod
     def _from_pipeline(cls, pipe):
