@@ -18,7 +18,7 @@ import os
 
 import torch
 
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny
+from ot_gradio.models.tiny import TinyModelPaths, bpe_merges, register_tiny, save_tiny
 from ot_gradio.models.tiny.flux import tiny_flux_vae, visible_output
 
 TINY_Z_IMAGE_VERSION = 1
@@ -56,10 +56,7 @@ def tiny_qwen_tokenizer(model_max_length: int = 512):
     from transformers import Qwen2Tokenizer
 
     vocab = {c: i for i, c in enumerate(byte_chars())}
-    merges = []
-    for a, b in (("Ġ", "a"), ("e", "d"), ("i", "r"), ("c", "l"), ("Ġ", "c"), ("Ġc", "ir")):
-        merges.append((a, b))
-        vocab.setdefault(a + b, len(vocab))
+    merges = bpe_merges(vocab, (("Ġ", "a"), ("e", "d"), ("i", "r"), ("c", "l"), ("Ġ", "c"), ("Ġc", "ir")))
     vocab["<|endoftext|>"] = len(vocab)
     tokenizer = Qwen2Tokenizer(vocab=vocab, merges=merges, model_max_length=model_max_length)
     tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS[1:]], special_tokens=True)
@@ -96,13 +93,10 @@ def tiny_z_image_components(seed: int = 0) -> dict:
     from diffusers import FlowMatchEulerDiscreteScheduler
 
     tokenizer = tiny_qwen_tokenizer()
-    return {
-        "tokenizer": tokenizer,
-        "text_encoder": tiny_qwen3_encoder(len(tokenizer), tokenizer.pad_token_id, seed),
-        "transformer": tiny_z_image_transformer(seed),
-        "vae": tiny_flux_vae(seed),
-        "scheduler": FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=False),
-    }
+    text_encoder = tiny_qwen3_encoder(len(tokenizer), tokenizer.pad_token_id, seed)
+    return {"tokenizer": tokenizer, "text_encoder": text_encoder, "transformer": tiny_z_image_transformer(seed),
+            "vae": tiny_flux_vae(seed),
+            "scheduler": FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=False)}
 
 
 @register_tiny("z-image", TINY_Z_IMAGE_VERSION)
