@@ -18,7 +18,7 @@ import os
 
 import torch
 
-from ot_gradio.models.tiny import TinyModelPaths, bpe_merges, register_tiny, save_tiny
+from ot_gradio.models.tiny import TinyModelPaths, bpe_merges, register_tiny, save_tiny, seeded_model
 from ot_gradio.models.tiny.flux import tiny_flux_vae, visible_output
 
 TINY_Z_IMAGE_VERSION = 1
@@ -67,14 +67,12 @@ def tiny_qwen_tokenizer(model_max_length: int = 512):
 def tiny_qwen3_encoder(vocab_size: int, pad_token_id: int, seed: int = 0):
     from transformers import Qwen3Config, Qwen3Model
 
-    torch.manual_seed(seed)
-    return Qwen3Model(
-        Qwen3Config(
-            vocab_size=vocab_size, hidden_size=QWEN_WIDTH, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
-            num_key_value_heads=1, head_dim=16, max_position_embeddings=1024, pad_token_id=pad_token_id,
-            tie_word_embeddings=True, rope_theta=1_000_000.0,
-        )
+    config = Qwen3Config(
+        vocab_size=vocab_size, hidden_size=QWEN_WIDTH, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, max_position_embeddings=1024, pad_token_id=pad_token_id,
+        tie_word_embeddings=True, rope_theta=1_000_000.0,
     )
+    return seeded_model(Qwen3Model, config, seed)
 
 
 def tiny_z_image_transformer(seed: int = 0):
