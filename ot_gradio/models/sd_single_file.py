@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType
-from ot_gradio.fsutil import atomic_write
 from ot_gradio.models.common import cast_state_dict, torch_dtype
+from ot_gradio.models.key_layout import save_tensors
 
 UNET_PREFIX = "model.diffusion_model."
 VAE_PREFIX = "first_stage_model."
@@ -250,14 +250,6 @@ def original_checkpoint(unet: torch.nn.Module, vae: torch.nn.Module, text_encode
     return cast_state_dict(result, dt)
 
 
-def save_checkpoint(path: str | os.PathLike, state_dict: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None) -> Path:
-    """An original-layout `.safetensors` checkpoint, written atomically."""
-    from safetensors.torch import save_file
-
-    meta = {"format": "pt", **(metadata or {})}
-    return atomic_write(path, lambda tmp: save_file(state_dict, str(tmp), metadata=meta))
-
-
 def to_original_state_dict(unet: torch.nn.Module, vae: torch.nn.Module, text_encoder: torch.nn.Module,
                            dtype: DataType | torch.dtype | None = None) -> dict[str, torch.Tensor]:
     """The whole model as one original-layout state dict, float tensors cast to `dtype`."""
@@ -271,4 +263,4 @@ def to_original_state_dict(unet: torch.nn.Module, vae: torch.nn.Module, text_enc
 def save_original_single_file(path: str | os.PathLike, unet: torch.nn.Module, vae: torch.nn.Module, text_encoder: torch.nn.Module,
                               dtype: DataType | torch.dtype | None = None, metadata: Mapping[str, str] | None = None) -> Path:
     """Write an original-layout `.safetensors` checkpoint atomically."""
-    return save_checkpoint(path, to_original_state_dict(unet, vae, text_encoder, dtype), metadata)
+    return save_tensors(path, to_original_state_dict(unet, vae, text_encoder, dtype), metadata or {})

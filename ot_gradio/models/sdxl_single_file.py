@@ -23,12 +23,12 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType
+from ot_gradio.models.key_layout import save_tensors
 from ot_gradio.models.sd_single_file import (
     clip_to_original,
     open_clip_to_original,
     original_checkpoint,
     rename_by_prefix,
-    save_checkpoint,
     unet_prefix_map,
 )
 
@@ -62,7 +62,7 @@ def save_sdxl_single_file(path: str | os.PathLike, unet: torch.nn.Module, vae: t
                           text_encoder_2: torch.nn.Module, dtype: DataType | torch.dtype | None = None,
                           metadata: Mapping[str, str] | None = None) -> Path:
     """Write an original-layout SDXL `.safetensors` checkpoint atomically."""
-    return save_checkpoint(path, sdxl_to_original_state_dict(unet, vae, text_encoder, text_encoder_2, dtype), metadata)
+    return save_tensors(path, sdxl_to_original_state_dict(unet, vae, text_encoder, text_encoder_2, dtype), metadata or {})
 
 
 def unet_module_names(unet: torch.nn.Module) -> dict[str, str]:
