@@ -76,6 +76,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     # text encoder part -> key of its vectors in an A1111 embedding file
     embedding_keys = {"text_encoder": "emb_params"}
     unet_in_channels = 4  # what the UNet takes (SD 2, SDXL and the inpainting models check it when loading)
+    single_file_writer = staticmethod(save_original_single_file)  # (path, unet, vae, *text encoders, dtype, metadata)
 
     def __init__(self, tokenizer, text_encoder, vae, unet, scheduler):
         self.tokenizer, self.text_encoder, self.vae, self.unet = tokenizer, text_encoder, vae, unet
@@ -316,16 +317,11 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
 
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None,
                          metadata: Mapping[str, str] | None = None) -> Path:
-        """An original-layout `.safetensors` checkpoint (A1111, ComfyUI, `from_single_file`), atomically."""
+        """An original-layout `.safetensors` checkpoint (A1111, ComfyUI, `from_single_file`), atomically,
+        written by `single_file_writer` from the UNet, the VAE and the text encoders."""
         self.check_plain_parts()
-        return save_original_single_file(
-            path,
-            base_module(self.unet),
-            base_module(self.vae),
-            base_module(self.text_encoder),
-            dtype=dtype,
-            metadata=self.file_metadata(self.modelspec_architecture, metadata),
-        )
+        modules = [base_module(getattr(self, part)) for part in ("unet", "vae", *self.text_encoder_names)]
+        return self.single_file_writer(path, *modules, dtype=dtype, metadata=self.file_metadata(self.modelspec_architecture, metadata))
 
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
         """A diffusers folder, written to a temp folder next to `directory` and then swapped in.

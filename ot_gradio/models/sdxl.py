@@ -21,13 +21,11 @@ latent cache). Full models save as a diffusers folder or an original-layout sing
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import torch
 
-from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
+from ot_gradio.config.enums import ModelType, NoiseScheduler
 from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype
 from ot_gradio.models.family_parts import CheckedLayerSkips
 from ot_gradio.models.registry import register_family
@@ -49,6 +47,7 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
     default_config_repo = "stabilityai/stable-diffusion-xl-base-1.0"
     modelspec_architecture = "stable-diffusion-xl-v1-base"
     lora_base_model_version = "sdxl_base_v1-0"
+    single_file_writer = staticmethod(save_sdxl_single_file)  # the original SDXL layout (sdxl_single_file.py)
     # A1111 / OneTrainer SDXL embedding files hold one tensor per encoder
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "clip_g"}
     _pipeline_load_kwargs: dict = {}
@@ -205,22 +204,6 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
             "negative_prompt_embeds": uncond["encoder_hidden_states"],
             "negative_pooled_prompt_embeds": uncond["text_embeds"],
         }
-
-    # ---------------------------------------------------------------- saving
-
-    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None,
-                         metadata: Mapping[str, str] | None = None) -> Path:
-        """An original-layout SDXL `.safetensors` checkpoint (A1111, ComfyUI, `from_single_file`), atomically."""
-        self.check_plain_parts()
-        return save_sdxl_single_file(
-            path,
-            base_module(self.unet),
-            base_module(self.vae),
-            base_module(self.text_encoder),
-            base_module(self.text_encoder_2),
-            dtype=dtype,
-            metadata=self.file_metadata(self.modelspec_architecture, metadata),
-        )
 
 
 @register_family(ModelType.STABLE_DIFFUSION_XL_10_BASE_INPAINTING)
