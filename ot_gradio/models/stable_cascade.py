@@ -90,8 +90,7 @@ class StableCascade(CascadeFamily):
     model_type = ModelType.STABLE_CASCADE_1
     lora_base_model_version = "stable_cascade_v1"
     lora_layer_presets = {"prior": LORA_PRESETS}
-    timestep_scale = 1.0
-    decoder_steps = 10
+    # timestep_scale 1.0 (r = t + 0.001) and 10 decoder steps: CascadeFamily's defaults
     hub_example = "stabilityai/stable-cascade-prior"
     family_name = "Stable Cascade"
     decoder_default = "stabilityai/stable-cascade"
