@@ -25,7 +25,6 @@ from ot_gradio.models.registry import register_family
 
 @register_family(ModelType.CHROMA_1)
 class Chroma1(FluxDev1):
-    model_type = ModelType.CHROMA_1
     family_name = "Chroma"
     text_encoder_description = "its T5 text encoder"
     tokenizer_attrs = {"text_encoder": "tokenizer"}

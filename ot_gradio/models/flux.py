@@ -65,7 +65,6 @@ def latent_image_ids(height: int, width: int, device, dtype) -> torch.Tensor:
 class FluxDev1(FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Flux.1 dev."""
 
-    model_type = ModelType.FLUX_DEV_1
     family_name = "Flux.1"
     text_encoder_description = "CLIP-L and T5"
     tokenizer_attrs = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}

@@ -74,7 +74,6 @@ def text_ids(hidden: torch.Tensor) -> torch.Tensor:
 class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Flux.2 dev and Klein."""
 
-    model_type = ModelType.FLUX_2
     family_name = "Flux.2"
     text_encoder_description = "its Mistral3 (dev) or Qwen3 (Klein) text encoder"
     default_config_repo = "black-forest-labs/FLUX.2-dev"

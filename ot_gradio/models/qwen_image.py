@@ -110,7 +110,6 @@ def comfy_lora_targets(transformer: torch.nn.Module, lora_keys: Sequence[str]) -
 class QwenImage(IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Qwen-Image."""
 
-    model_type = ModelType.QWEN
     family_name = "Qwen-Image"
     text_encoder_description = "its Qwen2.5-VL text encoder"
     default_config_repo = "Qwen/Qwen-Image"

@@ -64,7 +64,6 @@ TRANSFORMER_PRESETS = {
 class Sana(TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Sana."""
 
-    model_type = ModelType.SANA
     family_name = "Sana"
     text_encoder_description = "its Gemma 2 text encoder"
     default_config_repo = "Efficient-Large-Model/Sana_1600M_1024px_diffusers"

@@ -66,7 +66,6 @@ def make_sampling_scheduler(sampler: NoiseScheduler | str, scheduler_config: Map
 class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     """The family interface every model family implements (see models/base.py for the list)."""
 
-    model_type = ModelType.STABLE_DIFFUSION_15
     native_resolution = 512
     tokenizer_folders = {"text_encoder": "tokenizer"}  # text encoder part -> its tokenizer's folder
     # where the configs of a single file come from when no local diffusers folder is given

@@ -60,23 +60,19 @@ class StableDiffusion2V(StableDiffusion2):
 
 @register_family(ModelType.STABLE_DIFFUSION_20)
 class StableDiffusion20(StableDiffusion2V):
-    model_type = ModelType.STABLE_DIFFUSION_20
     default_config_repo = "stabilityai/stable-diffusion-2"
 
 
 @register_family(ModelType.STABLE_DIFFUSION_20_BASE)
 class StableDiffusion20Base(StableDiffusion2):
-    model_type = ModelType.STABLE_DIFFUSION_20_BASE
     default_config_repo = "stabilityai/stable-diffusion-2-base"
 
 
 @register_family(ModelType.STABLE_DIFFUSION_21)
 class StableDiffusion21(StableDiffusion2V):
-    model_type = ModelType.STABLE_DIFFUSION_21
     default_config_repo = "stabilityai/stable-diffusion-2-1"
 
 
 @register_family(ModelType.STABLE_DIFFUSION_21_BASE)
 class StableDiffusion21Base(StableDiffusion2):
-    model_type = ModelType.STABLE_DIFFUSION_21_BASE
     default_config_repo = "stabilityai/stable-diffusion-2-1-base"

@@ -55,7 +55,6 @@ T5_PRESETS = {"full": [], "attn-mlp": ["SelfAttention", "DenseReluDense"], "attn
 class StableDiffusion3(FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Stable Diffusion 3."""
 
-    model_type = ModelType.STABLE_DIFFUSION_3
     family_name = "SD 3"
     text_encoder_description = "CLIP-L, CLIP-G and T5 (a single file: with a complete diffusers folder as the config folder)"
     tokenizer_attrs = TOKENIZERS
@@ -226,7 +225,6 @@ class StableDiffusion35(StableDiffusion3):
     """SD 3.5 Large / Medium / Large Turbo: the same family; the transformer's config carries the
     q/k norms and Medium's dual attention layers."""
 
-    model_type = ModelType.STABLE_DIFFUSION_35
     family_name = "SD 3.5"
     default_config_repo = "stabilityai/stable-diffusion-3.5-large"
     lora_base_model_version = "sd3.5"

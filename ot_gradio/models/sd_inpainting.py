@@ -119,11 +119,9 @@ class InpaintingMixin:
 
 @register_family(ModelType.STABLE_DIFFUSION_15_INPAINTING)
 class StableDiffusion15Inpainting(InpaintingMixin, StableDiffusion15):
-    model_type = ModelType.STABLE_DIFFUSION_15_INPAINTING
     default_config_repo = "stable-diffusion-v1-5/stable-diffusion-inpainting"
 
 
 @register_family(ModelType.STABLE_DIFFUSION_20_INPAINTING)
 class StableDiffusion20Inpainting(InpaintingMixin, StableDiffusion2):
-    model_type = ModelType.STABLE_DIFFUSION_20_INPAINTING
     default_config_repo = "stabilityai/stable-diffusion-2-inpainting"

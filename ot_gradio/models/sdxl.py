@@ -41,7 +41,6 @@ TOKENIZERS = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
 
 @register_family(ModelType.STABLE_DIFFUSION_XL_10_BASE)
 class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
-    model_type = ModelType.STABLE_DIFFUSION_XL_10_BASE
     native_resolution = 1024
     tokenizer_folders = tokenizer_attrs = TOKENIZERS
     default_config_repo = "stabilityai/stable-diffusion-xl-base-1.0"
@@ -212,7 +211,6 @@ class StableDiffusionXLInpainting(InpaintingMixin, StableDiffusionXL):
     diffusers' StableDiffusionXLInpaintPipeline and OneTrainer feed it; the masks and
     masked-image latents reach the batch exactly as for SD 1.5/2 inpainting (sd_inpainting.py)."""
 
-    model_type = ModelType.STABLE_DIFFUSION_XL_10_BASE_INPAINTING
     default_config_repo = "diffusers/stable-diffusion-xl-1.0-inpainting-0.1"
     modelspec_architecture = "stable-diffusion-xl-v1-base/inpainting"
     unet_in_channels = 4 + MASK_CHANNELS + 4

@@ -87,7 +87,6 @@ def diffusers_classes():
 
 @register_family(ModelType.STABLE_CASCADE_1)
 class StableCascade(CascadeFamily):
-    model_type = ModelType.STABLE_CASCADE_1
     lora_base_model_version = "stable_cascade_v1"
     lora_layer_presets = {"prior": LORA_PRESETS}
     # timestep_scale 1.0 (r = t + 0.001) and 10 decoder steps: CascadeFamily's defaults

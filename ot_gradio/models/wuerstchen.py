@@ -45,7 +45,6 @@ def diffusers_classes():
 
 @register_family(ModelType.WUERSTCHEN_2)
 class Wuerstchen2(CascadeFamily):
-    model_type = ModelType.WUERSTCHEN_2
     lora_base_model_version = "wuerstchen_v2"
     lora_layer_presets = {"prior": LORA_PRESETS}
     timestep_scale = 1.08

@@ -55,7 +55,6 @@ def transformer_presets(n_layers: int) -> dict[str, list[str]]:
 class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Z-Image."""
 
-    model_type = ModelType.Z_IMAGE
     family_name = "Z-Image"
     text_encoder_description = "its Qwen3 text encoder"
     default_config_repo = "Tongyi-MAI/Z-Image"
