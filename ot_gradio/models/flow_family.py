@@ -37,7 +37,9 @@ from ot_gradio.models.common import (
     parked_for_sampling,
     part_dtypes,
     part_file,
+    plain_state_dict,
     save_diffusers_folder,
+    torch_dtype,
 )
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import CheckedLayerSkips, HubLoading, KlVaeLatents, sentencepiece_files_readable
@@ -378,6 +380,12 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         return exact_size(image, width, height)
 
     # ---------------------------------------------------------------- saving
+
+    def transformer_file_contents(self, dtype, architecture: str, metadata=None) -> tuple[dict, torch.dtype, dict]:
+        """What a transformer file is written from: the transformer's weights (no part may still
+        hold LoRA layers), the dtype to store them in and the file's header."""
+        self.check_plain_parts()
+        return plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype), self.file_metadata(architecture, metadata)
 
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
         """A diffusers folder (the pipeline's from_pretrained loads it), written atomically."""

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype, plain_state_dict, torch_dtype
+from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
 from ot_gradio.models.registry import register_family
 
@@ -234,8 +234,5 @@ class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
         diffusers' `from_single_file` read it); the text encoder and VAE are the base model's."""
         from ot_gradio.models.flux2_keys import save_original_transformer
 
-        self.check_plain_parts()
-        return save_original_transformer(
-            path, base_module(self.transformer), plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
-            self.file_metadata(f"flux-2-{self.variant}", metadata),
-        )
+        contents = self.transformer_file_contents(dtype, f"flux-2-{self.variant}", metadata)
+        return save_original_transformer(path, base_module(self.transformer), *contents)

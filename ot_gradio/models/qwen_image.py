@@ -41,8 +41,6 @@ from ot_gradio.models.common import (
     keep_embedders_unquantized,
     module_device,
     module_dtype,
-    plain_state_dict,
-    torch_dtype,
     weights_fingerprint,
 )
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype, pack_latents, unpack_latents
@@ -271,8 +269,4 @@ class QwenImage(IdentityLoraNames, FlowFamily):
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The transformer alone under diffusers' names (ComfyUI's diffusion model loader and
         `from_single_file` read it); the text encoder and VAE are the base model's."""
-        self.check_plain_parts()
-        return save_transformer_file(
-            path, plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
-            self.file_metadata("qwen-image", metadata),
-        )
+        return save_transformer_file(path, *self.transformer_file_contents(dtype, "qwen-image", metadata))

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import QWEN_PRESETS, base_module, keep_embedders_unquantized, module_device, plain_state_dict, torch_dtype
+from ot_gradio.models.common import QWEN_PRESETS, base_module, keep_embedders_unquantized, module_device
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
 from ot_gradio.models.registry import register_family
 
@@ -153,8 +153,4 @@ class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
         `from_single_file` read it); the text encoder and VAE are the base model's."""
         from ot_gradio.models.z_image_keys import save_original_transformer
 
-        self.check_plain_parts()
-        return save_original_transformer(
-            path, plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
-            self.file_metadata("z-image", metadata),
-        )
+        return save_original_transformer(path, *self.transformer_file_contents(dtype, "z-image", metadata))
