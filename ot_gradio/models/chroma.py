@@ -36,6 +36,8 @@ class Chroma1(FluxDev1):
     t5_part = "text_encoder"
     t5_length_option = "text_encoder_sequence_length"
     modelspec_architecture = "chroma"
+    pipeline_class_name = "ChromaPipeline"
+    transformer_class_name = "ChromaTransformer2DModel"
 
     def lora_module_names(self) -> dict[str, dict[str, str]]:
         """Kohya renames: the approximator under its original names and T5 as `lora_te1_` (what
@@ -45,9 +47,6 @@ class Chroma1(FluxDev1):
         from ot_gradio.models.key_layout import layer_paths
 
         return comfy_lora_module_names("chroma", {p: layer_paths(base_module(getattr(self, p))) for p in ("transformer", "text_encoder")})
-
-    pipeline_class_name = "ChromaPipeline"
-    transformer_class_name = "ChromaTransformer2DModel"
 
     def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()):
         """{"encoder_hidden_states": T5's sequence (read with its attention mask), "text_mask":

@@ -37,12 +37,11 @@ class InpaintingMixin:
 
     inpainting = True
     unet_in_channels = 4 + MASK_CHANNELS + 4
+    pipeline_class_name = "StableDiffusionInpaintPipeline"
 
     @classmethod
     def _load_pipeline(cls, name: str, **kwargs):
         return cls._checked_unet_channels(name, super()._load_pipeline(name, **kwargs))
-
-    pipeline_class_name = "StableDiffusionInpaintPipeline"
 
     def pipeline(self, sampler=None):
         """The inpainting pipeline sharing this model's components (and so the model_index.json
