@@ -34,14 +34,14 @@ import torch
 import torch.nn.functional as F
 
 from ot_gradio.config.enums import DataType, NoiseScheduler
-from ot_gradio.models.cascade_loading import Loader, Source, resolve_source
+from ot_gradio.models.cascade_loading import Loader, Source, load_effnet, resolve_source
 from ot_gradio.models.common import (
     ModelLoadError,
     base_module,
     module_device,
     module_dtype,
+    part_dtypes,
     save_diffusers_folder,
-    torch_dtype,
     weights_fingerprint,
 )
 from ot_gradio.models.family import Family
@@ -51,6 +51,7 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 EFFNET_IMAGE_SCALE = 0.75
 NUM_TRAIN_TIMESTEPS = 1000
+DECODER_PIPELINE_KEYS = ("latent_dim_scale",)  # what the decoder pipeline's config keeps
 SCHEDULE_S = 0.008
 
 
@@ -144,6 +145,11 @@ class CascadeFamily(Family):
     timestep_offset = 0.001
     decoder_steps = 10
     hub_example = ""
+    family_name = ""  # the model's name in messages
+    decoder_default = ""  # the decoder model of a blank decoder.model_name (with a hub prior)
+    decoder_examples = ""  # the decoder models a local prior without one is told of
+    prior_example = ""  # what prior.model_name may name, in its messages
+    prior_pipeline_keys: tuple[str, ...] = ("resolution_multiple",)  # what the prior pipeline's config keeps
     # A1111-style embedding file key of the prior's text encoder (a CLIP ViT-bigG, as SDXL's second)
     embedding_keys = {"text_encoder": "clip_g"}
 
@@ -192,17 +198,19 @@ class CascadeFamily(Family):
         if "effnet_encoder" not in parts:
             parts["effnet_encoder"] = cls.default_effnet(parts["decoder"], loader)
         model = cls._load_parts(source, parts, loader)
-        dtypes = dict(dtypes or {})
-        unknown = set(dtypes) - set(cls.part_names)
-        if unknown:
-            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(cls.part_names)}.")
-        for part in cls.part_names:
-            getattr(model, part).to(dtype=torch_dtype(dtypes.get(part)))
+        for part, dtype in part_dtypes(dtypes, cls.part_names).items():
+            getattr(model, part).to(dtype=dtype)
         return model
 
     @classmethod
     def default_decoder(cls, prior: Source) -> str:
-        raise NotImplementedError
+        """The family's hub decoder (`decoder_default`) for a hub prior; a local prior must name its own."""
+        if prior.local:
+            raise ModelLoadError(
+                f"decoder.model_name: a local {cls.family_name} prior needs its decoder too; give the decoder model "
+                f"(e.g. {cls.decoder_examples})."
+            )
+        return cls.decoder_default
 
     @classmethod
     def default_effnet(cls, decoder: str, loader: Loader) -> str:
@@ -213,19 +221,61 @@ class CascadeFamily(Family):
         raise NotImplementedError
 
     @classmethod
-    def _load_parts(cls, source: Source, parts: Mapping[str, str], loader: Loader):
+    def network_classes(cls) -> tuple[type, type, type, type]:
+        """The classes of the text encoder, the prior, the decoder and the VQGAN."""
         raise NotImplementedError
 
+    @classmethod
+    def _load_prior(cls, source: Source, override: str | None, loader: Loader):
+        """The prior network: from `override` (prior.model_name) when given, else from the base model."""
+        prior_cls = cls.network_classes()[1]
+        if override:
+            prior_source = resolve_source(override, "prior.model_name", "prior", cls.prior_example)
+            return loader.load(prior_cls, prior_source, prior_source.subfolder, "prior.model_name")
+        return loader.load(prior_cls, source, source.subfolder, "base_model_name")
+
+    @classmethod
+    def _decoder_text_parts(cls, decoder_source: Source, loader: Loader) -> dict:
+        """Keyword arguments of the decoder's own text encoder, where the decoder reads text ({}: none)."""
+        return {}
+
+    @classmethod
+    def _load_parts(cls, source: Source, parts: Mapping[str, str], loader: Loader):
+        """The tokenizer, text encoder, scheduler and prior of the base model (`source`), the
+        decoder model's parts (`parts["decoder"]`) and the EffNet encoder, each load's errors
+        naming its field."""
+        from diffusers import DDPMWuerstchenScheduler
+        from transformers import CLIPTokenizer
+
+        text_encoder_cls, _, decoder_cls, vqgan_cls = cls.network_classes()
+        prior_pipe_cls, decoder_pipe_cls = cls.pipeline_classes()
+        field = "base_model_name"
+        tokenizer = loader.load(CLIPTokenizer, source, "tokenizer", field)
+        text_encoder = loader.load(text_encoder_cls, source, "text_encoder", field)
+        scheduler = loader.load(DDPMWuerstchenScheduler, source, "scheduler", field)
+        prior_config = loader.pipeline_config(prior_pipe_cls, source, field)
+        prior = cls._load_prior(source, parts.get("prior"), loader)
+
+        decoder_source = resolve_source(parts["decoder"], "decoder.model_name", "decoder", cls.decoder_default)
+        field = "decoder.model_name"
+        return cls(
+            tokenizer=tokenizer,
+            text_encoder=text_encoder,
+            prior=prior,
+            scheduler=scheduler,
+            prior_pipeline_config={k: prior_config[k] for k in cls.prior_pipeline_keys if k in prior_config},
+            decoder=loader.load(decoder_cls, decoder_source, decoder_source.subfolder, field),
+            decoder_vqgan=loader.load(vqgan_cls, decoder_source, "vqgan", field),
+            decoder_scheduler=loader.load(DDPMWuerstchenScheduler, decoder_source, "scheduler", field),
+            decoder_pipeline_config={
+                k: v for k, v in loader.pipeline_config(decoder_pipe_cls, decoder_source, field).items() if k in DECODER_PIPELINE_KEYS
+            },
+            **cls._decoder_text_parts(decoder_source, loader),
+            effnet_encoder=load_effnet(parts["effnet_encoder"], loader),
+        )
+
     # ------------------------------------------------------------ parts
-
-    @property
-    def tokenizers(self) -> dict:
-        """The tokenizer of each trainable text encoder (the prior's; embeddings live there)."""
-        return {"text_encoder": self.tokenizer}
-
-    @property
-    def parts(self) -> dict[str, torch.nn.Module]:
-        return {part: getattr(self, part) for part in self.part_names}
+    # (`parts` and `tokenizers` are Family's: the tokenizer is the prior's, where embeddings live)
 
     def to(self, device: torch.device | str):
         """Moves the parts a training step uses; the decoder parts join them only while sampling."""

@@ -25,7 +25,6 @@ from ot_gradio.models.registry import register_family
 
 @register_family(ModelType.CHROMA_1)
 class Chroma1(FluxDev1):
-    model_type = ModelType.CHROMA_1
     family_name = "Chroma"
     text_encoder_description = "its T5 text encoder"
     tokenizer_attrs = {"text_encoder": "tokenizer"}
@@ -37,6 +36,8 @@ class Chroma1(FluxDev1):
     t5_part = "text_encoder"
     t5_length_option = "text_encoder_sequence_length"
     modelspec_architecture = "chroma"
+    pipeline_class_name = "ChromaPipeline"
+    transformer_class_name = "ChromaTransformer2DModel"
 
     def lora_module_names(self) -> dict[str, dict[str, str]]:
         """Kohya renames: the approximator under its original names and T5 as `lora_te1_` (what
@@ -46,18 +47,6 @@ class Chroma1(FluxDev1):
         from ot_gradio.models.key_layout import layer_paths
 
         return comfy_lora_module_names("chroma", {p: layer_paths(base_module(getattr(self, p))) for p in ("transformer", "text_encoder")})
-
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import ChromaPipeline
-
-        return ChromaPipeline
-
-    @classmethod
-    def _transformer_class(cls):
-        from diffusers import ChromaTransformer2DModel
-
-        return ChromaTransformer2DModel
 
     def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()):
         """{"encoder_hidden_states": T5's sequence (read with its attention mask), "text_mask":

@@ -51,6 +51,17 @@ def torch_dtype(dtype: DataType | str | torch.dtype | None, default: torch.dtype
     return _DTYPES[dtype]
 
 
+def part_dtypes(dtypes: Mapping[str, torch.dtype | DataType | str | None] | None, parts) -> dict[str, torch.dtype]:
+    """The dtype of each of `parts` (the family's part names) from a load's `dtypes` (float32 for
+    a part not named); a name in `dtypes` that is not a part is a ValueError listing the parts."""
+    parts = list(parts)
+    dtypes = dict(dtypes or {})
+    unknown = set(dtypes) - set(parts)
+    if unknown:
+        raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(parts)}.")
+    return {part: torch_dtype(dtypes.get(part)) for part in parts}
+
+
 def cast_state_dict(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
     """Float tensors cast to `dtype` (copies, so the live model keeps its own dtype); others untouched."""
     out = {}
@@ -71,6 +82,13 @@ def module_dtype(module: torch.nn.Module) -> torch.dtype:
 
 def module_device(module: torch.nn.Module) -> torch.device:
     return next(module.parameters()).device
+
+
+def cast_parts(parts: Mapping[str, torch.nn.Module], dtypes: Mapping[str, torch.dtype]) -> None:
+    """Each part cast to its dtype in `dtypes`, unless it is in that dtype already."""
+    for part, module in parts.items():
+        if module_dtype(module) != dtypes[part]:
+            module.to(dtype=dtypes[part])
 
 
 def base_module(module: torch.nn.Module) -> torch.nn.Module:
@@ -153,6 +171,38 @@ def flash_attention_processor():
                 return super().__call__(*args, **kwargs)
 
     return FlashAttnProcessor()
+
+
+def set_classic_attention(module: torch.nn.Module, mechanism, device: torch.device | str | None = None) -> None:
+    """The attention of a UNet or DiT with diffusers' classic processors (SD, PixArt): DEFAULT
+    (the classic processor), SDP (PyTorch's scaled-dot-product attention, the default), XFORMERS
+    (the xformers package and a CUDA GPU) or FLASH (SDP's flash kernel; CUDA GPU, half types).
+    `device`: where training runs (None: where the module is)."""
+    from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
+
+    mechanism = str(getattr(mechanism, "value", mechanism)).upper()
+    module = base_module(module)
+    on_cuda = torch.device(device).type == "cuda" if device is not None else module_device(module).type == "cuda"
+    if mechanism == "DEFAULT":
+        module.set_attn_processor(AttnProcessor())
+    elif mechanism == "SDP":
+        module.set_attn_processor(AttnProcessor2_0())
+    elif mechanism == "XFORMERS":
+        import importlib.util
+
+        if importlib.util.find_spec("xformers") is None or not on_cuda:
+            raise ValueError(
+                "attention_mechanism: XFORMERS needs the xformers package and a CUDA GPU"
+                + ("" if on_cuda else " (training is not on cuda)")
+                + "; use SDP, which saves about as much memory"
+            )
+        module.enable_xformers_memory_efficient_attention()
+    elif mechanism == "FLASH":
+        if not on_cuda:
+            raise ValueError("attention_mechanism: FLASH needs a CUDA GPU; use SDP (it picks flash attention itself where it can)")
+        module.set_attn_processor(flash_attention_processor())
+    else:
+        raise ValueError(f"attention_mechanism: unknown value {mechanism!r}; use SDP, DEFAULT, XFORMERS or FLASH")
 
 
 class FullPrecisionLinear(torch.nn.Linear):

@@ -18,6 +18,7 @@ class Family:
     part_names: tuple[str, ...] = ()  # every part by its config section name, denoiser first
     denoiser = "unet"  # the part that predicts noise
     text_encoder_names: tuple[str, ...] = ("text_encoder",)
+    tokenizer_attrs: dict[str, str] = {"text_encoder": "tokenizer"}  # text encoder part -> its tokenizer attribute
     inpainting = False  # the denoiser takes the masked image and the mask as input (sd_inpainting.py, Flux Fill)
     learns_variance = False  # the denoiser also predicts its variance, trained with the variational bound (PixArt)
     bucket_step: int | None = None  # image sides are multiples of this (None: the data default)
@@ -30,14 +31,25 @@ class Family:
     # without such an encoder never read it
     text_encoder_sequence_length: int | None = None
 
+    def check_plain_parts(self) -> None:
+        """A ValueError where a part still holds LoRA layers: full models are saved without them."""
+        from ot_gradio.models.common import plain_state_dict
+
+        for name, module in self.parts.items():
+            plain_state_dict(module, name)
+
+    def file_metadata(self, architecture: str | None, metadata: dict[str, str] | None = None) -> dict[str, str]:
+        """A saved model file's header: its modelspec architecture, the model type, then `metadata`."""
+        return {"modelspec.architecture": architecture, "ot_gradio.model_type": self.model_type.value, **(metadata or {})}
+
     def lora_module_names(self) -> dict[str, dict[str, str]]:
         """Part -> {module path: the name kohya files use}: renames for kohya LoRA keys ({}: none)."""
         return {}
 
     @property
     def parts(self) -> dict[str, Any]:
-        """Part name -> its torch module (denoiser, text encoders, VAE)."""
-        raise NotImplementedError
+        """Part name -> its torch module (denoiser, text encoders, VAE): the attribute of each part name."""
+        return {part: getattr(self, part) for part in self.part_names}
 
     def to(self, device: Any):
         """Moves every part to `device` (families that keep some parts elsewhere override it)."""
@@ -48,4 +60,4 @@ class Family:
     @property
     def tokenizers(self) -> dict[str, Any]:
         """The tokenizer of each text encoder part (the live objects training and sampling use)."""
-        raise NotImplementedError
+        return {part: getattr(self, attr) for part, attr in self.tokenizer_attrs.items()}

@@ -49,6 +49,14 @@ class HubLoading:
     """Errors of diffusers' loaders as ModelLoadErrors that say what to do."""
 
     default_config_repo: str  # the hub repo whose component configs a single file is read with
+    pipeline_class_name: str  # the diffusers pipeline class that loads and samples the family
+
+    @classmethod
+    def _pipeline_class(cls):
+        """The diffusers pipeline class named by `pipeline_class_name`."""
+        import diffusers
+
+        return getattr(diffusers, cls.pipeline_class_name)
 
     @staticmethod
     def _guarded(name: str, load, hint: str):
@@ -108,6 +116,22 @@ class HubLoading:
         }
 
     @classmethod
+    def _single_file_config(cls, config_dir: str | None, *, cache_dir: str | None, offline: bool, model: str) -> str:
+        """Where a single file's component configs come from: `config_dir`, which must be a
+        diffusers folder (of `model`, the message says), else the default config repo or, offline,
+        its cached snapshot."""
+        if config_dir and not (Path(config_dir).expanduser() / "model_index.json").is_file():
+            raise ModelLoadError(
+                f"The config folder '{config_dir}' is not a diffusers model (no model_index.json); "
+                f"point it to a diffusers folder of {model}."
+            )
+        if config_dir:
+            return str(Path(config_dir).expanduser())
+        if offline:
+            return cls._cached_config_repo(cache_dir)
+        return cls.default_config_repo
+
+    @classmethod
     def _cached_config_repo(cls, cache_dir: str | None) -> str:
         """The cached snapshot of the default config repo, found without touching the network
         (diffusers would try to download it even with local_files_only)."""
@@ -121,6 +145,28 @@ class HubLoading:
                 f"but '{cls.default_config_repo}' is not in the local Hugging Face cache. Give a local "
                 "diffusers folder of the same model type as the config folder, or turn offline mode off once."
             ) from e
+
+
+class CheckedLayerSkips:
+    """`layer_skips` (text encoder part -> layers skipped), each checked by `_check_layer_skip`
+    when set, so a skip the encoder has no layer for fails before training."""
+
+    @property
+    def layer_skips(self) -> dict[str, int]:
+        """Layer skip per text encoder part, set by the trainer (training and sampling use it)."""
+        return self._layer_skips
+
+    @layer_skips.setter
+    def layer_skips(self, skips: Mapping[str, int]) -> None:
+        checked = {}
+        for part, skip in dict(skips).items():
+            checked[part] = int(skip or 0)
+            self._check_layer_skip(part, checked[part])
+        self._layer_skips = checked
+
+    def _check_layer_skip(self, part: str, skip: int) -> None:
+        """A ValueError naming the `<part>_layer_skip` field where `skip` is out of range."""
+        raise NotImplementedError
 
 
 class KlVaeLatents:
@@ -168,6 +214,16 @@ class DdpmNoise:
     scheduler: object
     noise_scheduler: object
     schedule_overrides: dict
+
+    def _use_scheduler(self, scheduler) -> None:
+        """The scheduler the model ships with (samplers are built from its config), the
+        DDPMScheduler training adds noise with, and no changes to the schedule made for training
+        yet (v-prediction, zero terminal SNR; samplers get them too)."""
+        from diffusers import DDPMScheduler
+
+        self.scheduler = scheduler
+        self.noise_scheduler = DDPMScheduler.from_config(scheduler.config)
+        self.schedule_overrides = {}
 
     @property
     def prediction_type(self) -> str:

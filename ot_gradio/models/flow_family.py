@@ -29,18 +29,20 @@ from ot_gradio.models.common import (
     SINGLE_FILE_SUFFIXES,
     ModelLoadError,
     base_module,
+    cast_parts,
     exact_size,
     generation_size,
     module_device,
-    module_dtype,
     no_fp16_autocast,
     parked_for_sampling,
+    part_dtypes,
     part_file,
+    plain_state_dict,
     save_diffusers_folder,
     torch_dtype,
 )
 from ot_gradio.models.family import Family
-from ot_gradio.models.family_parts import HubLoading, KlVaeLatents, sentencepiece_files_readable
+from ot_gradio.models.family_parts import CheckedLayerSkips, HubLoading, KlVaeLatents, sentencepiece_files_readable
 
 
 def compute_dtype(module: torch.nn.Module) -> torch.dtype:
@@ -69,7 +71,7 @@ def unpack_latents(tokens: torch.Tensor, height: int, width: int) -> torch.Tenso
     return x.reshape(b, c, height, width)
 
 
-class FlowFamily(Family, HubLoading, KlVaeLatents):
+class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     """A flow-matching family (models/base.py): subclass it, set the attributes, write the hooks."""
 
     model_type: ModelType
@@ -92,6 +94,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
     default_steps = 20  # `sample` defaults
     default_cfg_scale = 3.5
     text_encoder_description = "its text encoder"  # what a model without it is told it needs
+    transformer_class_name = ""  # the diffusers transformer class (pipeline_class_name: the pipeline's)
 
     def __init__(self, components: Mapping):
         """The parts of a loaded pipeline; a missing text encoder or tokenizer is a ModelLoadError."""
@@ -106,18 +109,17 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
         self.scheduler = components["scheduler"]  # FlowMatchEulerDiscreteScheduler with the model's shift
         self.noise_scheduler = self.scheduler
         self._layer_skips: dict[str, int] = {}
+        self.text_encoder_sequence_length = None  # the family's default token window until configure_flow sets the run's
 
     # ---------------------------------------------------------------- loading
 
     @classmethod
-    def _pipeline_class(cls):
-        """The diffusers pipeline class that loads and samples the family."""
-        raise NotImplementedError
-
-    @classmethod
     def _transformer_class(cls):
-        """The diffusers transformer class; a loaded model whose transformer is not one is refused."""
-        raise NotImplementedError
+        """The diffusers transformer class named by `transformer_class_name`; a loaded model whose
+        transformer is not one is refused."""
+        import diffusers
+
+        return getattr(diffusers, cls.transformer_class_name)
 
     @classmethod
     def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,
@@ -128,12 +130,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
         loads straight in its dtype (`dtypes` keys: the parts; float32 when not named).
         `part_models["transformer"]`: as OneTrainer, the transformer comes from that file (or
         Hugging Face file address) instead, read with the base model's transformer config."""
-        parts = cls.part_names
-        dtypes = dict(dtypes or {})
-        unknown = set(dtypes) - set(parts)
-        if unknown:
-            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(parts)}.")
-        per_part = {part: torch_dtype(dtypes.get(part)) for part in parts} | {"default": torch.float32}
+        per_part = part_dtypes(dtypes, cls.part_names) | {"default": torch.float32}
         name = str(name or "").strip()
         override = str(dict(part_models or {}).get("transformer") or "").strip()
         extra = {}
@@ -149,9 +146,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
             raise ModelLoadError(f"'{name}' is not a {cls.family_name} model (no {cls.family_name} transformer); "
                                  "pick the model type that matches it.")
         model = cls._from_pipeline(pipe)
-        for part, module in model.parts.items():
-            if module_dtype(module) != per_part[part]:
-                module.to(dtype=per_part[part])
+        cast_parts(model.parts, per_part)
         return model
 
     @classmethod
@@ -227,17 +222,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
         """Where a single file's configs and other parts come from (`config_dir`, which must be a
         diffusers folder, else the family's hub repo or, offline, its cached snapshot) and the
         loading keywords for it."""
-        if config_dir and not (Path(config_dir).expanduser() / "model_index.json").is_file():
-            raise ModelLoadError(
-                f"The config folder '{config_dir}' is not a diffusers model (no model_index.json); "
-                f"point it to a diffusers folder of {cls.family_name}."
-            )
-        if config_dir:
-            config = str(Path(config_dir).expanduser())
-        elif offline:
-            config = cls._cached_config_repo(cache_dir)
-        else:
-            config = cls.default_config_repo
+        config = cls._single_file_config(config_dir, cache_dir=cache_dir, offline=offline, model=cls.family_name)
         hub = {"local_files_only": True} if Path(config).is_dir() else {"cache_dir": cache_dir, "token": token, "local_files_only": offline}
         return config, hub
 
@@ -270,16 +255,6 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
 
     # ---------------------------------------------------------------- parts and options
 
-    @property
-    def parts(self) -> dict[str, torch.nn.Module]:
-        """Every part by its config section name: the transformer, the text encoders, the VAE."""
-        return {part: getattr(self, part) for part in self.part_names}
-
-    @property
-    def tokenizers(self) -> dict:
-        """The tokenizer of each text encoder part (the live ones training and sampling use)."""
-        return {part: getattr(self, attr) for part, attr in self.tokenizer_attrs.items()}
-
     def configure_noise_schedule(self, *, prediction_type: str | None = None, zero_terminal_snr: bool = False) -> None:
         """Refused: the prediction type and the terminal SNR are the DDPM families' options."""
         if prediction_type:
@@ -307,21 +282,10 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
         else:
             raise ValueError(f"attention_mechanism: unknown value {mechanism!r}; use SDP, DEFAULT, XFORMERS or FLASH")
 
-    @property
-    def layer_skips(self) -> dict[str, int]:
-        """Layer skip per text encoder part, set by the trainer (training and sampling use it)."""
-        return self._layer_skips
-
-    @layer_skips.setter
-    def layer_skips(self, skips: Mapping[str, int]) -> None:
-        """Checked here, so a skip the encoder has no layer for fails before training."""
-        checked = {}
-        for part, skip in dict(skips).items():
-            skip, top = int(skip or 0), self._layer_skip_top(part)
-            if not 0 <= skip <= top:
-                raise ValueError(f"{part}_layer_skip: {skip} is out of range; this model's {part.replace('_', ' ')} allows 0 to {top}")
-            checked[part] = skip
-        self._layer_skips = checked
+    def _check_layer_skip(self, part: str, skip: int) -> None:
+        top = self._layer_skip_top(part)
+        if not 0 <= skip <= top:
+            raise ValueError(f"{part}_layer_skip: {skip} is out of range; this model's {part.replace('_', ' ')} allows 0 to {top}")
 
     def _layer_skip_top(self, part: str) -> int:
         """The largest skip of `part`: its layer count for the T5 part, one less for the others
@@ -416,6 +380,12 @@ class FlowFamily(Family, HubLoading, KlVaeLatents):
         return exact_size(image, width, height)
 
     # ---------------------------------------------------------------- saving
+
+    def transformer_file_contents(self, dtype, architecture: str, metadata=None) -> tuple[dict, torch.dtype, dict]:
+        """What a transformer file is written from: the transformer's weights (no part may still
+        hold LoRA layers), the dtype to store them in and the file's header."""
+        self.check_plain_parts()
+        return plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype), self.file_metadata(architecture, metadata)
 
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
         """A diffusers folder (the pipeline's from_pretrained loads it), written atomically."""

@@ -65,7 +65,6 @@ def latent_image_ids(height: int, width: int, device, dtype) -> torch.Tensor:
 class FluxDev1(FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Flux.1 dev."""
 
-    model_type = ModelType.FLUX_DEV_1
     family_name = "Flux.1"
     text_encoder_description = "CLIP-L and T5"
     tokenizer_attrs = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
@@ -89,17 +88,8 @@ class FluxDev1(FlowFamily):
 
     # ---------------------------------------------------------------- loading
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import FluxPipeline
-
-        return FluxPipeline
-
-    @classmethod
-    def _transformer_class(cls):
-        from diffusers import FluxTransformer2DModel
-
-        return FluxTransformer2DModel
+    pipeline_class_name = "FluxPipeline"
+    transformer_class_name = "FluxTransformer2DModel"
 
     @classmethod
     def _single_file_transformer(cls, path: Path, config: str, hub: Mapping, dtype: torch.dtype):
@@ -214,7 +204,6 @@ class FluxDev1(FlowFamily):
 
         return save_bfl_transformer(
             path, base_module(self.transformer), plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
-            metadata={"modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value,
-                      **(metadata or {})},
+            metadata=self.file_metadata(self.modelspec_architecture, metadata),
             model=self.family_name,
         )

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype, plain_state_dict, torch_dtype
+from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
 from ot_gradio.models.registry import register_family
 
@@ -74,7 +74,6 @@ def text_ids(hidden: torch.Tensor) -> torch.Tensor:
 class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Flux.2 dev and Klein."""
 
-    model_type = ModelType.FLUX_2
     family_name = "Flux.2"
     text_encoder_description = "its Mistral3 (dev) or Qwen3 (Klein) text encoder"
     default_config_repo = "black-forest-labs/FLUX.2-dev"
@@ -97,22 +96,11 @@ class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
         self.variant = variant
         self.is_distilled = bool(is_distilled)
         self.guidance_scale = 1.0
-        self.text_encoder_sequence_length = None
 
     # ---------------------------------------------------------------- loading
 
-    @classmethod
-    def _pipeline_class(cls):
-        """Loading reads the pipeline class (dev or Klein) from the model's model_index.json."""
-        from diffusers import DiffusionPipeline
-
-        return DiffusionPipeline
-
-    @classmethod
-    def _transformer_class(cls):
-        from diffusers import Flux2Transformer2DModel
-
-        return Flux2Transformer2DModel
+    pipeline_class_name = "DiffusionPipeline"  # loading reads the pipeline class (dev or Klein) from the model's model_index.json
+    transformer_class_name = "Flux2Transformer2DModel"
 
     @classmethod
     def _from_pipeline(cls, pipe):
@@ -246,9 +234,5 @@ class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
         diffusers' `from_single_file` read it); the text encoder and VAE are the base model's."""
         from ot_gradio.models.flux2_keys import save_original_transformer
 
-        for name, module in self.parts.items():
-            plain_state_dict(module, name)  # no LoRA layers left in any part
-        return save_original_transformer(
-            path, base_module(self.transformer), plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
-            {"modelspec.architecture": f"flux-2-{self.variant}", "ot_gradio.model_type": self.model_type.value, **(metadata or {})},
-        )
+        contents = self.transformer_file_contents(dtype, f"flux-2-{self.variant}", metadata)
+        return save_original_transformer(path, base_module(self.transformer), *contents)

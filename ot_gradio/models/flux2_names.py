@@ -8,19 +8,17 @@ models/flux2_keys.py places those.)
 
 from __future__ import annotations
 
+from ot_gradio.models.bfl_names import DOUBLE_ATTENTION, DOUBLE_NORMS, EMBEDDERS, SINGLE_NORMS
+
 DOUBLE = {
-    "attn.to_out.0": "img_attn.proj", "attn.to_add_out": "txt_attn.proj",
+    **DOUBLE_ATTENTION,
     "ff.linear_in": "img_mlp.0", "ff.linear_out": "img_mlp.2",
     "ff_context.linear_in": "txt_mlp.0", "ff_context.linear_out": "txt_mlp.2",
-    "attn.norm_q": "img_attn.norm.query_norm", "attn.norm_k": "img_attn.norm.key_norm",
-    "attn.norm_added_q": "txt_attn.norm.query_norm", "attn.norm_added_k": "txt_attn.norm.key_norm",
+    **DOUBLE_NORMS,
 }
-SINGLE = {
-    "attn.to_qkv_mlp_proj": "linear1", "attn.to_out": "linear2",
-    "attn.norm_q": "norm.query_norm", "attn.norm_k": "norm.key_norm",
-}
+SINGLE = {"attn.to_qkv_mlp_proj": "linear1", "attn.to_out": "linear2", **SINGLE_NORMS}
 TOP = {
-    "x_embedder": "img_in", "context_embedder": "txt_in", "proj_out": "final_layer.linear",
+    **EMBEDDERS,
     "time_guidance_embed.timestep_embedder.linear_1": "time_in.in_layer",
     "time_guidance_embed.timestep_embedder.linear_2": "time_in.out_layer",
     "time_guidance_embed.guidance_embedder.linear_1": "guidance_in.in_layer",

@@ -48,7 +48,6 @@ def transformer_in_channels(latent_channels: int, scale: int) -> int:
 
 @register_family(ModelType.FLUX_FILL_DEV_1)
 class FluxFillDev1(FluxDev1):
-    model_type = ModelType.FLUX_FILL_DEV_1
     family_name = "Flux.1 Fill"
     default_config_repo = "black-forest-labs/FLUX.1-Fill-dev"
     modelspec_architecture = "flux-1-dev/fill"  # the transformer alone in BFL's layout (`flux1-fill-dev.safetensors`)
@@ -57,11 +56,7 @@ class FluxFillDev1(FluxDev1):
     encode_conditioning = InpaintingMixin.encode_conditioning
     blank_latents = InpaintingMixin.blank_latents
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import FluxFillPipeline
-
-        return FluxFillPipeline
+    pipeline_class_name = "FluxFillPipeline"
 
     @classmethod
     def load(cls, name: str, **kwargs):

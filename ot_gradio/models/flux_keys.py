@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from ot_gradio.models.bfl_names import DOUBLE_ATTENTION, DOUBLE_NORMS, EMBEDDERS, SINGLE_NORMS
 from ot_gradio.models.key_layout import (
     Place,
     double_block_places,
@@ -45,19 +46,14 @@ from ot_gradio.models.key_layout import (
 )
 
 _DOUBLE = {
-    "attn.to_out.0": "img_attn.proj", "attn.to_add_out": "txt_attn.proj",
+    **DOUBLE_ATTENTION,
     "norm1.linear": "img_mod.lin", "norm1_context.linear": "txt_mod.lin",
     "ff.net.0.proj": "img_mlp.0", "ff.net.2": "img_mlp.2",
     "ff_context.net.0.proj": "txt_mlp.0", "ff_context.net.2": "txt_mlp.2",
 }
-_DOUBLE_NORMS = {
-    "attn.norm_q": "img_attn.norm.query_norm", "attn.norm_k": "img_attn.norm.key_norm",
-    "attn.norm_added_q": "txt_attn.norm.query_norm", "attn.norm_added_k": "txt_attn.norm.key_norm",
-}
 _SINGLE = {"proj_out": "linear2", "norm.linear": "modulation.lin"}
-_SINGLE_NORMS = {"attn.norm_q": "norm.query_norm", "attn.norm_k": "norm.key_norm"}
 _TOP = {
-    "x_embedder": "img_in", "context_embedder": "txt_in", "proj_out": "final_layer.linear",
+    **EMBEDDERS,
     "time_text_embed.timestep_embedder.linear_1": "time_in.in_layer",
     "time_text_embed.timestep_embedder.linear_2": "time_in.out_layer",
     "time_text_embed.text_embedder.linear_1": "vector_in.in_layer",
@@ -73,7 +69,7 @@ def bfl_module_layout(transformer) -> dict[str, Place]:
     this transformer's sizes; a fused module's Place names the rows of the BFL weight it fills."""
     config = transformer.config
     inner = int(config.num_attention_heads * config.attention_head_dim)
-    out = double_block_places(config, {**_DOUBLE, **_DOUBLE_NORMS})
+    out = double_block_places(config, {**_DOUBLE, **DOUBLE_NORMS})
     for i in range(int(config.num_single_layers)):
         src, dst = f"single_transformer_blocks.{i}", f"single_blocks.{i}"
         for j, name in enumerate(("to_q", "to_k", "to_v")):
@@ -81,7 +77,7 @@ def bfl_module_layout(transformer) -> dict[str, Place]:
         mlp = transformer.single_transformer_blocks[i].proj_mlp.out_features
         out[f"{src}.proj_mlp"] = Place(f"{dst}.linear1", 3 * inner, mlp)
         out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _SINGLE.items()})
-        out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in _SINGLE_NORMS.items()})
+        out.update({f"{src}.{a}": Place(f"{dst}.{b}") for a, b in SINGLE_NORMS.items()})
     out.update({a: Place(b) for a, b in _TOP.items()})
     out.update({a: Place(b, swap=True) for a, b in _SWAPPED.items()})
     approximator = getattr(transformer, "distilled_guidance_layer", None)  # Chroma

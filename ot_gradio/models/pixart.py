@@ -34,15 +34,17 @@ from ot_gradio.models.common import (
     HUB_ID,
     ModelLoadError,
     base_module,
+    cast_parts,
     exact_size,
-    flash_attention_processor,
     generation_size,
     module_device,
     module_dtype,
     no_fp16_autocast,
     parked_for_sampling,
+    part_dtypes,
     plain_state_dict,
     save_diffusers_folder,
+    set_classic_attention,
     torch_dtype,
 )
 from ot_gradio.models.family import Family
@@ -57,7 +59,6 @@ DEFAULT_SEQUENCE_LENGTH = 120
 class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
     """The family interface (models/base.py) for PixArt-α 512 and 1024-MS."""
 
-    model_type = ModelType.PIXART_ALPHA
     native_resolution = 1024
     lora_base_model_version = "pixart_alpha"
     pipeline_class_name = "PixArtAlphaPipeline"
@@ -78,15 +79,8 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
     }
 
     def __init__(self, tokenizer, text_encoder, vae, transformer, scheduler):
-        from diffusers import DDPMScheduler
-
-        self.tokenizer = tokenizer
-        self.text_encoder = text_encoder
-        self.vae = vae
-        self.transformer = transformer
-        self.scheduler = scheduler
-        self.noise_scheduler = DDPMScheduler.from_config(scheduler.config)
-        self.schedule_overrides: dict = {}
+        self.tokenizer, self.text_encoder, self.vae, self.transformer = tokenizer, text_encoder, vae, transformer
+        self._use_scheduler(scheduler)
         self.layer_skips: dict[str, int] = {}
         # tokens T5 reads, for training and sampling; None = default_sequence_length
         self.text_encoder_sequence_length: int | None = None
@@ -94,17 +88,9 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
     # ---------------------------------------------------------------- loading
 
     @classmethod
-    def load(
-        cls,
-        name: str,
-        *,
-        cache_dir: str | None = None,
-        offline: bool = False,
-        token: str | None = None,
-        dtypes: Mapping[str, torch.dtype] | None = None,
-        config_dir: str | None = None,
-        part_models: Mapping[str, str] | None = None,
-    ) -> PixArtAlpha:
+    def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,
+             dtypes: Mapping[str, torch.dtype] | None = None, config_dir: str | None = None,
+             part_models: Mapping[str, str] | None = None) -> PixArtAlpha:
         """Load from a hub id (PixArt-alpha/PixArt-XL-2-1024-MS, ...-512x512), a local diffusers
         folder or `tiny:pixart`. Each part loads straight in its dtype (`dtypes` keys:
         transformer, text_encoder, vae; float32 when not named), so T5 XXL never sits in memory
@@ -114,25 +100,12 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         if str(dict(part_models or {}).get("transformer") or "").strip():
             raise ModelLoadError(f"transformer.model_name: {cls.model_type.value} loads its transformer from the base model only; "
                                  "leave it blank.")
-        dtypes = dict(dtypes or {})
-        unknown = set(dtypes) - set(cls.part_names)
-        if unknown:
-            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(cls.part_names)}.")
-        per_part = {part: torch_dtype(dtypes.get(part)) for part in cls.part_names} | {"default": torch.float32}
+        per_part = part_dtypes(dtypes, cls.part_names) | {"default": torch.float32}
         with sentencepiece_files_readable():
             pipe = cls._load_pipeline(str(name or "").strip(), cache_dir=cache_dir, offline=offline, token=token, dtype=per_part)
         model = cls(pipe.tokenizer, pipe.text_encoder, pipe.vae, pipe.transformer, pipe.scheduler)
-        for part in cls.part_names:
-            module = getattr(model, part)
-            if module_dtype(module) != per_part[part]:
-                module.to(dtype=per_part[part])
+        cast_parts(model.parts, per_part)
         return model
-
-    @classmethod
-    def _pipeline_class(cls):
-        import diffusers
-
-        return getattr(diffusers, cls.pipeline_class_name)
 
     @classmethod
     def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype):
@@ -184,15 +157,6 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         return comfy_lora_module_names("pixart", {p: layer_paths(base_module(getattr(self, p))) for p in ("transformer", "text_encoder")})
 
     @property
-    def parts(self) -> dict[str, torch.nn.Module]:
-        return {part: getattr(self, part) for part in self.part_names}
-
-    @property
-    def tokenizers(self) -> dict:
-        """The tokenizer of each text encoder part (the live one training and sampling use)."""
-        return {"text_encoder": self.tokenizer}
-
-    @property
     def learns_variance(self) -> bool:
         """Whether the variance channels train with the variational bound: only for epsilon
         prediction (the bound is written for it) and not with zero terminal SNR (the bound is
@@ -205,33 +169,8 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         )
 
     def set_attention(self, mechanism: str, device: torch.device | str | None = None) -> None:
-        """The transformer's attention: DEFAULT (diffusers' classic processor), SDP (the default),
-        XFORMERS (xformers package and a CUDA GPU) or FLASH (SDP's flash kernel; CUDA, half types)."""
-        from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
-
-        mechanism = str(getattr(mechanism, "value", mechanism)).upper()
-        transformer = base_module(self.transformer)
-        on_cuda = torch.device(device).type == "cuda" if device is not None else module_device(transformer).type == "cuda"
-        if mechanism == "DEFAULT":
-            transformer.set_attn_processor(AttnProcessor())
-        elif mechanism == "SDP":
-            transformer.set_attn_processor(AttnProcessor2_0())
-        elif mechanism == "XFORMERS":
-            import importlib.util
-
-            if importlib.util.find_spec("xformers") is None or not on_cuda:
-                raise ValueError(
-                    "attention_mechanism: XFORMERS needs the xformers package and a CUDA GPU"
-                    + ("" if on_cuda else " (training is not on cuda)")
-                    + "; use SDP, which saves about as much memory"
-                )
-            transformer.enable_xformers_memory_efficient_attention()
-        elif mechanism == "FLASH":
-            if not on_cuda:
-                raise ValueError("attention_mechanism: FLASH needs a CUDA GPU; use SDP (it picks flash attention itself where it can)")
-            transformer.set_attn_processor(flash_attention_processor())
-        else:
-            raise ValueError(f"attention_mechanism: unknown value {mechanism!r}; use SDP, DEFAULT, XFORMERS or FLASH")
+        """The transformer's attention (models/common.set_classic_attention)."""
+        set_classic_attention(self.transformer, mechanism, device)
 
     # ---------------------------------------------------------------- training
 
@@ -326,18 +265,9 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         pipe.set_progress_bar_config(disable=True)
         return pipe
 
-    def sample(
-        self,
-        prompt: str,
-        negative_prompt: str = "",
-        height: int = 1024,
-        width: int = 1024,
-        steps: int = 20,
-        cfg_scale: float = 4.5,
-        seed: int = 0,
-        sampler: NoiseScheduler | str = NoiseScheduler.DDIM,
-        device: torch.device | str | None = None,
-    ):
+    def sample(self, prompt: str, negative_prompt: str = "", height: int = 1024, width: int = 1024, steps: int = 20,
+               cfg_scale: float = 4.5, seed: int = 0, sampler: NoiseScheduler | str = NoiseScheduler.DDIM,
+               device: torch.device | str | None = None):
         """One image (PIL) of exactly `width` x `height`.
 
         The prompts are encoded here, with the training's sequence length and layer skip, and
@@ -384,7 +314,7 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
             base_module(self.transformer),
             plain_state_dict(self.transformer, "transformer"),
             dtype=torch_dtype(dtype),
-            metadata={"modelspec.architecture": self.architecture, "ot_gradio.model_type": self.model_type.value, **(metadata or {})},
+            metadata=self.file_metadata(self.architecture, metadata),
         )
 
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:

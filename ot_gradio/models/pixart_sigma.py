@@ -22,7 +22,6 @@ SIGMA_SEQUENCE_LENGTH = 300
 
 @register_family(ModelType.PIXART_SIGMA)
 class PixArtSigma(PixArtAlpha):
-    model_type = ModelType.PIXART_SIGMA
     lora_base_model_version = "pixart_sigma"
     pipeline_class_name = "PixArtSigmaPipeline"
     display_name = "PixArt-Σ"

@@ -17,8 +17,6 @@ from pathlib import Path
 
 import torch
 
-from ot_gradio.fsutil import atomic_write
-
 # diffusers module path -> original module path (weights and biases alike)
 _RENAMES = {
     "pos_embed.proj": "x_embedder.proj",
@@ -90,19 +88,11 @@ def to_original_state_dict(state_dict: Mapping[str, torch.Tensor], pos_embed: to
     return out
 
 
-def save_original_transformer(
-    path: str | os.PathLike,
-    transformer: torch.nn.Module,
-    state_dict: Mapping[str, torch.Tensor],
-    dtype: torch.dtype | None = None,
-    metadata: Mapping[str, str] | None = None,
-) -> Path:
+def save_original_transformer(path: str | os.PathLike, transformer: torch.nn.Module, state_dict: Mapping[str, torch.Tensor],
+                              dtype: torch.dtype | None = None, metadata: Mapping[str, str] | None = None) -> Path:
     """Write `state_dict` (the transformer's, without LoRA layers) in the original layout, atomically."""
-    from safetensors.torch import save_file
-
     from ot_gradio.models.common import cast_state_dict
+    from ot_gradio.models.key_layout import save_tensors
 
     pos_embed = transformer.pos_embed.pos_embed.detach()
-    original = cast_state_dict(to_original_state_dict(state_dict, pos_embed), dtype)
-    meta = {"format": "pt", **(metadata or {})}
-    return atomic_write(path, lambda tmp: save_file(original, str(tmp), metadata=meta))
+    return save_tensors(path, cast_state_dict(to_original_state_dict(state_dict, pos_embed), dtype), metadata or {})

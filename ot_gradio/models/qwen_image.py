@@ -41,8 +41,6 @@ from ot_gradio.models.common import (
     keep_embedders_unquantized,
     module_device,
     module_dtype,
-    plain_state_dict,
-    torch_dtype,
     weights_fingerprint,
 )
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype, pack_latents, unpack_latents
@@ -110,7 +108,6 @@ def comfy_lora_targets(transformer: torch.nn.Module, lora_keys: Sequence[str]) -
 class QwenImage(IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Qwen-Image."""
 
-    model_type = ModelType.QWEN
     family_name = "Qwen-Image"
     text_encoder_description = "its Qwen2.5-VL text encoder"
     default_config_repo = "Qwen/Qwen-Image"
@@ -122,21 +119,8 @@ class QwenImage(IdentityLoraNames, FlowFamily):
     single_file_layout = "diffusers"  # the published transformer file keeps diffusers' names
     default_steps, default_cfg_scale = 30, 4.0
 
-    def __init__(self, components: Mapping):
-        super().__init__(components)
-        self.text_encoder_sequence_length = None
-
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import QwenImagePipeline
-
-        return QwenImagePipeline
-
-    @classmethod
-    def _transformer_class(cls):
-        from diffusers import QwenImageTransformer2DModel
-
-        return QwenImageTransformer2DModel
+    pipeline_class_name = "QwenImagePipeline"
+    transformer_class_name = "QwenImageTransformer2DModel"
 
     # ---------------------------------------------------------------- the VAE (one frame of a video VAE)
 
@@ -285,9 +269,4 @@ class QwenImage(IdentityLoraNames, FlowFamily):
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The transformer alone under diffusers' names (ComfyUI's diffusion model loader and
         `from_single_file` read it); the text encoder and VAE are the base model's."""
-        for name, module in self.parts.items():
-            plain_state_dict(module, name)  # no LoRA layers left in any part
-        return save_transformer_file(
-            path, plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
-            {"modelspec.architecture": "qwen-image", "ot_gradio.model_type": self.model_type.value, **(metadata or {})},
-        )
+        return save_transformer_file(path, *self.transformer_file_contents(dtype, "qwen-image", metadata))

@@ -50,7 +50,7 @@ def _describe(cls: type, model_types: tuple[ModelType, ...]) -> None:
 
 def register_family(*model_types: ModelType | str) -> Callable[[T], T]:
     """Class decorator: the family class handles these model types, with the facts their
-    description gives (DESCRIBED)."""
+    description gives (DESCRIBED); a class registered for one model type gets it as its `model_type`."""
 
     def decorate(cls: T) -> T:
         types = tuple(ModelType(m) for m in model_types)
@@ -58,6 +58,8 @@ def register_family(*model_types: ModelType | str) -> Callable[[T], T]:
             if _FAMILIES.get(model_type, cls) is not cls:
                 raise ValueError(f"{model_type} is already handled by {_FAMILIES[model_type].__name__}.")
         _describe(cls, types)
+        if len(types) == 1:
+            cls.model_type = types[0]
         _FAMILIES.update(dict.fromkeys(types, cls))
         return cls
 

@@ -64,7 +64,6 @@ TRANSFORMER_PRESETS = {
 class Sana(TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Sana."""
 
-    model_type = ModelType.SANA
     family_name = "Sana"
     text_encoder_description = "its Gemma 2 text encoder"
     default_config_repo = "Efficient-Large-Model/Sana_1600M_1024px_diffusers"
@@ -95,17 +94,8 @@ class Sana(TokenWindow, IdentityLoraNames, FlowFamily):
 
     # ---------------------------------------------------------------- loading
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import SanaPipeline
-
-        return SanaPipeline
-
-    @classmethod
-    def _transformer_class(cls):
-        from diffusers import SanaTransformer2DModel
-
-        return SanaTransformer2DModel
+    pipeline_class_name = "SanaPipeline"
+    transformer_class_name = "SanaTransformer2DModel"
 
     # ---------------------------------------------------------------- parts and options
 

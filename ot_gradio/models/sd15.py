@@ -20,14 +20,13 @@ from ot_gradio.models.common import (
     ModelLoadError,
     base_module,
     exact_size,
-    flash_attention_processor,
     generation_size,
     module_device,
     module_dtype,
     parked_for_sampling,
-    plain_state_dict,
+    part_dtypes,
     save_diffusers_folder,
-    torch_dtype,
+    set_classic_attention,
 )
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents
@@ -67,7 +66,6 @@ def make_sampling_scheduler(sampler: NoiseScheduler | str, scheduler_config: Map
 class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     """The family interface every model family implements (see models/base.py for the list)."""
 
-    model_type = ModelType.STABLE_DIFFUSION_15
     native_resolution = 512
     tokenizer_folders = {"text_encoder": "tokenizer"}  # text encoder part -> its tokenizer's folder
     # where the configs of a single file come from when no local diffusers folder is given
@@ -76,36 +74,21 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     modelspec_architecture = "stable-diffusion-v1"
     # text encoder part -> key of its vectors in an A1111 embedding file
     embedding_keys = {"text_encoder": "emb_params"}
+    unet_in_channels = 4  # what the UNet takes (SD 2, SDXL and the inpainting models check it when loading)
+    single_file_writer = staticmethod(save_original_single_file)  # (path, unet, vae, *text encoders, dtype, metadata)
 
     def __init__(self, tokenizer, text_encoder, vae, unet, scheduler):
-        from diffusers import DDPMScheduler
-
-        self.tokenizer = tokenizer
-        self.text_encoder = text_encoder
-        self.vae = vae
-        self.unet = unet
-        # the scheduler the model ships with; samplers are built from its config
-        self.scheduler = scheduler
-        self.noise_scheduler = DDPMScheduler.from_config(scheduler.config)
-        # changes to the schedule made for training (v-prediction, zero terminal SNR); samplers get them too
-        self.schedule_overrides: dict = {}
+        self.tokenizer, self.text_encoder, self.vae, self.unet = tokenizer, text_encoder, vae, unet
+        self._use_scheduler(scheduler)
         # "clip skip" per text encoder part, for training and sampling alike
         self.layer_skips: dict[str, int] = {}
 
     # ---------------------------------------------------------------- loading
 
     @classmethod
-    def load(
-        cls,
-        name: str,
-        *,
-        cache_dir: str | None = None,
-        offline: bool = False,
-        token: str | None = None,
-        dtypes: Mapping[str, torch.dtype] | None = None,
-        config_dir: str | None = None,
-        part_models: Mapping[str, str] | None = None,
-    ) -> StableDiffusion15:
+    def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,
+             dtypes: Mapping[str, torch.dtype] | None = None, config_dir: str | None = None,
+             part_models: Mapping[str, str] | None = None) -> StableDiffusion15:
         """Load from a hub id, a local diffusers folder, a `.safetensors`/`.ckpt` single file or `tiny:sd15`.
 
         Weights load on the CPU and are then cast per part (`dtypes` keys: unet, text_encoder,
@@ -117,23 +100,27 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
             str(name or "").strip(), cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir
         )
         model = cls._from_pipeline(pipe)
-        dtypes = dict(dtypes or {})
-        unknown = set(dtypes) - set(model.parts)
-        if unknown:
-            raise ValueError(f"Unknown model part(s) {sorted(unknown)} in dtypes; expected {', '.join(model.parts)}.")
-        for part in model.parts:
-            getattr(model, part).to(dtype=torch_dtype(dtypes.get(part)))
+        for part, dtype in part_dtypes(dtypes, model.parts).items():
+            getattr(model, part).to(dtype=dtype)
         return model
 
-    @classmethod
-    def _pipeline_class(cls):
-        """The diffusers pipeline class a family loads with (subclasses name their own)."""
-        from diffusers import StableDiffusionPipeline
-
-        return StableDiffusionPipeline
+    pipeline_class_name = "StableDiffusionPipeline"
 
     # keyword arguments for loading that pipeline
     _pipeline_load_kwargs: dict = {"safety_checker": None, "requires_safety_checker": False}
+
+    @classmethod
+    def _checked_unet_channels(cls, name: str, pipe):
+        """`pipe`, whose UNet must take `unet_in_channels` inputs: a model of another type (an
+        inpainting model picked as a plain one, or the other way round) fails here with what to
+        do, not at the first step."""
+        channels = pipe.unet.config.get("in_channels")
+        if channels != cls.unet_in_channels:
+            raise ModelLoadError(
+                f"The UNet of '{name}' takes {channels} input channels but {cls.model_type.value} needs "
+                f"{cls.unet_in_channels}; pick the model type that matches the model (inpainting models take 9)."
+            )
+        return pipe
 
     @classmethod
     def _from_pipeline(cls, pipe):
@@ -188,17 +175,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     def _load_single_file(cls, path: Path, *, cache_dir, offline, token, config_dir):
         StableDiffusionPipeline = cls._pipeline_class()
 
-        if config_dir and not (Path(config_dir).expanduser() / "model_index.json").is_file():
-            raise ModelLoadError(
-                f"The config folder '{config_dir}' is not a diffusers model (no model_index.json); "
-                "point it to a diffusers folder of the same model type."
-            )
-        if config_dir:
-            config = str(Path(config_dir).expanduser())
-        elif offline:
-            config = cls._cached_config_repo(cache_dir)
-        else:
-            config = cls.default_config_repo
+        config = cls._single_file_config(config_dir, cache_dir=cache_dir, offline=offline, model="the same model type")
 
         def from_file():
             return StableDiffusionPipeline.from_single_file(
@@ -220,43 +197,9 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
 
     # ---------------------------------------------------------------- parts
 
-    @property
-    def parts(self) -> dict[str, torch.nn.Module]:
-        return {part: getattr(self, part) for part in self.part_names}
-
-    @property
-    def tokenizers(self) -> dict:
-        """The tokenizer of each text encoder part (the live one training and sampling use)."""
-        return {"text_encoder": self.tokenizer}
-
     def set_attention(self, mechanism: str, device: torch.device | str | None = None) -> None:
-        """The UNet's attention implementation: DEFAULT (diffusers' classic processor), SDP
-        (PyTorch scaled-dot-product attention, the default), XFORMERS (needs the xformers package
-        and a CUDA GPU) or FLASH (SDP restricted to the flash kernel; CUDA GPU, float16/bfloat16)."""
-        from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
-
-        mechanism = str(getattr(mechanism, "value", mechanism)).upper()
-        on_cuda = torch.device(device).type == "cuda" if device is not None else module_device(self.unet).type == "cuda"
-        if mechanism == "DEFAULT":
-            self.unet.set_attn_processor(AttnProcessor())
-        elif mechanism == "SDP":
-            self.unet.set_attn_processor(AttnProcessor2_0())
-        elif mechanism == "XFORMERS":
-            import importlib.util
-
-            if importlib.util.find_spec("xformers") is None or not on_cuda:
-                raise ValueError(
-                    "attention_mechanism: XFORMERS needs the xformers package and a CUDA GPU"
-                    + ("" if on_cuda else " (training is not on cuda)")
-                    + "; use SDP, which saves about as much memory"
-                )
-            base_module(self.unet).enable_xformers_memory_efficient_attention()
-        elif mechanism == "FLASH":
-            if not on_cuda:
-                raise ValueError("attention_mechanism: FLASH needs a CUDA GPU; use SDP (it picks flash attention itself where it can)")
-            self.unet.set_attn_processor(flash_attention_processor())
-        else:
-            raise ValueError(f"attention_mechanism: unknown value {mechanism!r}; use SDP, DEFAULT, XFORMERS or FLASH")
+        """The UNet's attention (models/common.set_classic_attention)."""
+        set_classic_attention(self.unet, mechanism, device)
 
     # ---------------------------------------------------------------- training
 
@@ -345,19 +288,9 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
             "clip_skip": self.layer_skips.get("text_encoder") or None,
         }
 
-    def sample(
-        self,
-        prompt: str,
-        negative_prompt: str = "",
-        height: int = 512,
-        width: int = 512,
-        steps: int = 20,
-        cfg_scale: float = 7.0,
-        seed: int = 0,
-        sampler: NoiseScheduler | str = NoiseScheduler.DDIM,
-        device: torch.device | str | None = None,
-        **inputs,
-    ):
+    def sample(self, prompt: str, negative_prompt: str = "", height: int = 512, width: int = 512, steps: int = 20,
+               cfg_scale: float = 7.0, seed: int = 0, sampler: NoiseScheduler | str = NoiseScheduler.DDIM,
+               device: torch.device | str | None = None, **inputs):
         """One image (PIL) of exactly `width` x `height`. `inputs`: what `sampling_inputs` takes
         (inpainting models: image and mask).
 
@@ -381,22 +314,13 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
 
     # ---------------------------------------------------------------- saving
 
-    def save_single_file(
-        self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata: Mapping[str, str] | None = None
-    ) -> Path:
-        """An original-layout `.safetensors` checkpoint (A1111, ComfyUI, `from_single_file`), atomically."""
-        for name, module in self.parts.items():
-            plain_state_dict(module, name)
-        return save_original_single_file(
-            path,
-            base_module(self.unet),
-            base_module(self.vae),
-            base_module(self.text_encoder),
-            dtype=dtype,
-            metadata={
-                "modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value, **(metadata or {})
-            },
-        )
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None,
+                         metadata: Mapping[str, str] | None = None) -> Path:
+        """An original-layout `.safetensors` checkpoint (A1111, ComfyUI, `from_single_file`), atomically,
+        written by `single_file_writer` from the UNet, the VAE and the text encoders."""
+        self.check_plain_parts()
+        modules = [base_module(getattr(self, part)) for part in ("unet", "vae", *self.text_encoder_names)]
+        return self.single_file_writer(path, *modules, dtype=dtype, metadata=self.file_metadata(self.modelspec_architecture, metadata))
 
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
         """A diffusers folder, written to a temp folder next to `directory` and then swapped in.

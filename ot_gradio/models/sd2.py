@@ -17,34 +17,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import StableDiffusion15
-
-
-def check_unet_channels(cls, name: str, pipe):
-    """A model of another type (an inpainting model picked as a plain one, or the other way
-    round) fails here with what to do, not at the first step."""
-    channels = pipe.unet.config.get("in_channels")
-    if channels != cls.unet_in_channels:
-        raise ModelLoadError(
-            f"The UNet of '{name}' takes {channels} input channels but {cls.model_type.value} needs "
-            f"{cls.unet_in_channels}; pick the model type that matches the model (inpainting models take 9)."
-        )
-    return pipe
 
 
 class StableDiffusion2(StableDiffusion15):
     """What every SD 2.x family shares (registered only through its subclasses)."""
 
     native_resolution = 512
-    unet_in_channels = 4
     # the prediction type of a single file of this model type
     single_file_prediction_type = "epsilon"
 
     @classmethod
     def _load_pipeline(cls, name: str, **kwargs):
-        return check_unet_channels(cls, name, super()._load_pipeline(name, **kwargs))
+        return cls._checked_unet_channels(name, super()._load_pipeline(name, **kwargs))
 
     @classmethod
     def _load_single_file(cls, path: Path, **kwargs):
@@ -65,29 +51,28 @@ class StableDiffusion2(StableDiffusion15):
         return "stable-diffusion-v2-768-v" if self.prediction_type == "v_prediction" else "stable-diffusion-v2-512"
 
 
-@register_family(ModelType.STABLE_DIFFUSION_20)
-class StableDiffusion20(StableDiffusion2):
-    model_type = ModelType.STABLE_DIFFUSION_20
+class StableDiffusion2V(StableDiffusion2):
+    """The 768 px v-prediction models (registered only through their subclasses)."""
+
     native_resolution = 768
-    default_config_repo = "stabilityai/stable-diffusion-2"
     single_file_prediction_type = "v_prediction"
+
+
+@register_family(ModelType.STABLE_DIFFUSION_20)
+class StableDiffusion20(StableDiffusion2V):
+    default_config_repo = "stabilityai/stable-diffusion-2"
 
 
 @register_family(ModelType.STABLE_DIFFUSION_20_BASE)
 class StableDiffusion20Base(StableDiffusion2):
-    model_type = ModelType.STABLE_DIFFUSION_20_BASE
     default_config_repo = "stabilityai/stable-diffusion-2-base"
 
 
 @register_family(ModelType.STABLE_DIFFUSION_21)
-class StableDiffusion21(StableDiffusion2):
-    model_type = ModelType.STABLE_DIFFUSION_21
-    native_resolution = 768
+class StableDiffusion21(StableDiffusion2V):
     default_config_repo = "stabilityai/stable-diffusion-2-1"
-    single_file_prediction_type = "v_prediction"
 
 
 @register_family(ModelType.STABLE_DIFFUSION_21_BASE)
 class StableDiffusion21Base(StableDiffusion2):
-    model_type = ModelType.STABLE_DIFFUSION_21_BASE
     default_config_repo = "stabilityai/stable-diffusion-2-1-base"

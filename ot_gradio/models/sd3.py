@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype, plain_state_dict
+from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype
 from ot_gradio.models.flow_family import FlowFamily
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import StableDiffusion15
@@ -55,7 +55,6 @@ T5_PRESETS = {"full": [], "attn-mlp": ["SelfAttention", "DenseReluDense"], "attn
 class StableDiffusion3(FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Stable Diffusion 3."""
 
-    model_type = ModelType.STABLE_DIFFUSION_3
     family_name = "SD 3"
     text_encoder_description = "CLIP-L, CLIP-G and T5 (a single file: with a complete diffusers folder as the config folder)"
     tokenizer_attrs = TOKENIZERS
@@ -77,17 +76,8 @@ class StableDiffusion3(FlowFamily):
 
     # ---------------------------------------------------------------- loading
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import StableDiffusion3Pipeline
-
-        return StableDiffusion3Pipeline
-
-    @classmethod
-    def _transformer_class(cls):
-        from diffusers import SD3Transformer2DModel
-
-        return SD3Transformer2DModel
+    pipeline_class_name = "StableDiffusion3Pipeline"
+    transformer_class_name = "SD3Transformer2DModel"
 
     @classmethod
     def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir):
@@ -216,12 +206,10 @@ class StableDiffusion3(FlowFamily):
         SD 3.5 files ship; the text encoders are the base model's."""
         from ot_gradio.models.sd3_single_file import save_sd3_single_file
 
-        for name, module in self.parts.items():
-            plain_state_dict(module, name)  # no LoRA layers left in any part
+        self.check_plain_parts()
         return save_sd3_single_file(
             path, base_module(self.transformer), base_module(self.vae), dtype,
-            metadata={"modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value,
-                      **(metadata or {})},
+            metadata=self.file_metadata(self.modelspec_architecture, metadata),
         )
 
     def lora_module_names(self) -> dict[str, dict[str, str]]:
@@ -237,7 +225,6 @@ class StableDiffusion35(StableDiffusion3):
     """SD 3.5 Large / Medium / Large Turbo: the same family; the transformer's config carries the
     q/k norms and Medium's dual attention layers."""
 
-    model_type = ModelType.STABLE_DIFFUSION_35
     family_name = "SD 3.5"
     default_config_repo = "stabilityai/stable-diffusion-3.5-large"
     lora_base_model_version = "sd3.5"

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import torch
 
-from ot_gradio.fsutil import atomic_write
 from ot_gradio.models.common import cast_state_dict, torch_dtype
 from ot_gradio.models.sd_single_file import VAE_PREFIX, vae_to_original
 
@@ -81,19 +80,12 @@ def transformer_to_original(state_dict: Mapping[str, torch.Tensor], num_layers: 
     return out
 
 
-def save_sd3_single_file(
-    path: str | os.PathLike,
-    transformer: torch.nn.Module,
-    vae: torch.nn.Module,
-    dtype=None,
-    metadata: Mapping[str, str] | None = None,
-) -> Path:
+def save_sd3_single_file(path: str | os.PathLike, transformer: torch.nn.Module, vae: torch.nn.Module, dtype=None,
+                         metadata: Mapping[str, str] | None = None) -> Path:
     """The transformer and the VAE in SAI's single-file layout, written atomically."""
-    from safetensors.torch import save_file
+    from ot_gradio.models.key_layout import save_tensors
 
     dt = None if dtype is None else torch_dtype(dtype)
     state = {TRANSFORMER_PREFIX + k: v for k, v in transformer_to_original(transformer.state_dict(), transformer.config.num_layers).items()}
     state.update({VAE_PREFIX + k: v for k, v in vae_to_original(vae.state_dict(), vae.config).items()})
-    state = cast_state_dict(state, dt)
-    meta = {"format": "pt", **(metadata or {})}
-    return atomic_write(path, lambda tmp: save_file(state, str(tmp), metadata=meta))
+    return save_tensors(path, cast_state_dict(state, dt), metadata or {})

@@ -26,7 +26,7 @@ import torch
 from ot_gradio.config.enums import ModelType
 from ot_gradio.models.common import inpainting_images
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.sd2 import StableDiffusion2, check_unet_channels
+from ot_gradio.models.sd2 import StableDiffusion2
 from ot_gradio.models.sd15 import StableDiffusion15
 
 MASK_CHANNELS = 1
@@ -37,16 +37,11 @@ class InpaintingMixin:
 
     inpainting = True
     unet_in_channels = 4 + MASK_CHANNELS + 4
+    pipeline_class_name = "StableDiffusionInpaintPipeline"
 
     @classmethod
     def _load_pipeline(cls, name: str, **kwargs):
-        return check_unet_channels(cls, name, super()._load_pipeline(name, **kwargs))
-
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import StableDiffusionInpaintPipeline
-
-        return StableDiffusionInpaintPipeline
+        return cls._checked_unet_channels(name, super()._load_pipeline(name, **kwargs))
 
     def pipeline(self, sampler=None):
         """The inpainting pipeline sharing this model's components (and so the model_index.json
@@ -123,11 +118,9 @@ class InpaintingMixin:
 
 @register_family(ModelType.STABLE_DIFFUSION_15_INPAINTING)
 class StableDiffusion15Inpainting(InpaintingMixin, StableDiffusion15):
-    model_type = ModelType.STABLE_DIFFUSION_15_INPAINTING
     default_config_repo = "stable-diffusion-v1-5/stable-diffusion-inpainting"
 
 
 @register_family(ModelType.STABLE_DIFFUSION_20_INPAINTING)
 class StableDiffusion20Inpainting(InpaintingMixin, StableDiffusion2):
-    model_type = ModelType.STABLE_DIFFUSION_20_INPAINTING
     default_config_repo = "stabilityai/stable-diffusion-2-inpainting"

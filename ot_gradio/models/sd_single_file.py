@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType
-from ot_gradio.fsutil import atomic_write
 from ot_gradio.models.common import cast_state_dict, torch_dtype
+from ot_gradio.models.key_layout import save_tensors
 
 UNET_PREFIX = "model.diffusion_model."
 VAE_PREFIX = "first_stage_model."
@@ -238,41 +238,29 @@ def is_open_clip(text_encoder_config: Mapping | object) -> bool:
     return _cfg(text_encoder_config, "hidden_act") == "gelu"
 
 
-def unet_vae_to_original(unet: torch.nn.Module, vae: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The UNet and the VAE under their single-file prefixes (shared by SD 1/2 and SDXL)."""
+def original_checkpoint(unet: torch.nn.Module, vae: torch.nn.Module, text_encoders, dtype: DataType | torch.dtype | None):
+    """The UNet and the VAE under their single-file prefixes (shared by SD 1/2 and SDXL), then
+    each text encoder's original-layout weights under its prefix (`text_encoders`: prefix ->
+    a function giving them), float tensors cast to `dtype`."""
+    dt = None if dtype is None else torch_dtype(dtype)
     result = {UNET_PREFIX + k: v for k, v in unet_to_original(unet.state_dict(), unet.config).items()}
     result.update({VAE_PREFIX + k: v for k, v in vae_to_original(vae.state_dict(), vae.config).items()})
-    return result
-
-
-def to_original_state_dict(
-    unet: torch.nn.Module,
-    vae: torch.nn.Module,
-    text_encoder: torch.nn.Module,
-    dtype: DataType | torch.dtype | None = None,
-) -> dict[str, torch.Tensor]:
-    """The whole model as one original-layout state dict, float tensors cast to `dtype`."""
-    dt = None if dtype is None else torch_dtype(dtype)
-    result = unet_vae_to_original(unet, vae)
-    if is_open_clip(text_encoder.config):
-        text = {OPEN_CLIP_PREFIX + k: v for k, v in open_clip_to_original(text_encoder.state_dict()).items()}
-    else:
-        text = {CLIP_PREFIX + k: v for k, v in clip_to_original(text_encoder.state_dict()).items()}
-    result.update(text)
+    for prefix, weights in text_encoders.items():
+        result.update({prefix + k: v for k, v in weights().items()})
     return cast_state_dict(result, dt)
 
 
-def save_original_single_file(
-    path: str | os.PathLike,
-    unet: torch.nn.Module,
-    vae: torch.nn.Module,
-    text_encoder: torch.nn.Module,
-    dtype: DataType | torch.dtype | None = None,
-    metadata: Mapping[str, str] | None = None,
-) -> Path:
-    """Write an original-layout `.safetensors` checkpoint atomically."""
-    from safetensors.torch import save_file
+def to_original_state_dict(unet: torch.nn.Module, vae: torch.nn.Module, text_encoder: torch.nn.Module,
+                           dtype: DataType | torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The whole model as one original-layout state dict, float tensors cast to `dtype`."""
+    if is_open_clip(text_encoder.config):
+        text = {OPEN_CLIP_PREFIX: lambda: open_clip_to_original(text_encoder.state_dict())}
+    else:
+        text = {CLIP_PREFIX: lambda: clip_to_original(text_encoder.state_dict())}
+    return original_checkpoint(unet, vae, text, dtype)
 
-    state_dict = to_original_state_dict(unet, vae, text_encoder, dtype)
-    meta = {"format": "pt", **(metadata or {})}
-    return atomic_write(path, lambda tmp: save_file(state_dict, str(tmp), metadata=meta))
+
+def save_original_single_file(path: str | os.PathLike, unet: torch.nn.Module, vae: torch.nn.Module, text_encoder: torch.nn.Module,
+                              dtype: DataType | torch.dtype | None = None, metadata: Mapping[str, str] | None = None) -> Path:
+    """Write an original-layout `.safetensors` checkpoint atomically."""
+    return save_tensors(path, to_original_state_dict(unet, vae, text_encoder, dtype), metadata or {})

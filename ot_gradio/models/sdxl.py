@@ -21,14 +21,13 @@ latent cache). Full models save as a diffusers folder or an original-layout sing
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import torch
 
-from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
-from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype, plain_state_dict
+from ot_gradio.config.enums import ModelType, NoiseScheduler
+from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype
+from ot_gradio.models.family_parts import CheckedLayerSkips
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import (
     StableDiffusion15,
@@ -41,14 +40,13 @@ TOKENIZERS = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
 
 
 @register_family(ModelType.STABLE_DIFFUSION_XL_10_BASE)
-class StableDiffusionXL(StableDiffusion15):
-    model_type = ModelType.STABLE_DIFFUSION_XL_10_BASE
+class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
     native_resolution = 1024
-    tokenizer_folders = TOKENIZERS
+    tokenizer_folders = tokenizer_attrs = TOKENIZERS
     default_config_repo = "stabilityai/stable-diffusion-xl-base-1.0"
     modelspec_architecture = "stable-diffusion-xl-v1-base"
     lora_base_model_version = "sdxl_base_v1-0"
-    unet_in_channels = 4
+    single_file_writer = staticmethod(save_sdxl_single_file)  # the original SDXL layout (sdxl_single_file.py)
     # A1111 / OneTrainer SDXL embedding files hold one tensor per encoder
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "clip_g"}
     _pipeline_load_kwargs: dict = {}
@@ -60,11 +58,7 @@ class StableDiffusionXL(StableDiffusion15):
         self.force_zeros_for_empty_prompt = bool(force_zeros_for_empty_prompt)
         super().__init__(tokenizer, text_encoder, vae, unet, scheduler)
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import StableDiffusionXLPipeline
-
-        return StableDiffusionXLPipeline
+    pipeline_class_name = "StableDiffusionXLPipeline"
 
     @classmethod
     def _load_pipeline(cls, name: str, **kwargs):
@@ -77,13 +71,7 @@ class StableDiffusionXL(StableDiffusion15):
                 f"'{name}' is not an SDXL model (it has no {', '.join(missing) or 'size conditioning'}); "
                 "pick the model type that matches it, or an SDXL model."
             )
-        channels = pipe.unet.config.get("in_channels")
-        if channels != cls.unet_in_channels:
-            raise ModelLoadError(
-                f"The UNet of '{name}' takes {channels} input channels but {cls.model_type.value} needs "
-                f"{cls.unet_in_channels}; pick the model type that matches the model (inpainting models take 9)."
-            )
-        return pipe
+        return cls._checked_unet_channels(name, pipe)
 
     @classmethod
     def _from_pipeline(cls, pipe):
@@ -98,33 +86,13 @@ class StableDiffusionXL(StableDiffusion15):
             force_zeros_for_empty_prompt=pipe.config.get("force_zeros_for_empty_prompt", True),
         )
 
-    @property
-    def parts(self) -> dict[str, torch.nn.Module]:
-        return {part: getattr(self, part) for part in self.part_names}
-
-    @property
-    def tokenizers(self) -> dict:
-        """The tokenizer of each text encoder part (the live ones training and sampling use)."""
-        return {part: getattr(self, name) for part, name in TOKENIZERS.items()}
-
-    @property
-    def layer_skips(self) -> dict[str, int]:
-        return self._layer_skips
-
-    @layer_skips.setter
-    def layer_skips(self, skips: Mapping[str, int]) -> None:
-        """Checked here, so a clip skip the encoder has no layer for fails before training."""
-        checked = {}
-        for part, skip in dict(skips).items():
-            skip = int(skip or 0)
-            layers = int(base_module(getattr(self, part)).config.num_hidden_layers)
-            if not 0 <= skip <= layers - 1:
-                raise ValueError(
-                    f"{part}_layer_skip: {skip} is out of range; this model's {part.replace('_', ' ')} has {layers} "
-                    f"layers and SDXL already reads the second-to-last, so use 0 to {layers - 1}"
-                )
-            checked[part] = skip
-        self._layer_skips = checked
+    def _check_layer_skip(self, part: str, skip: int) -> None:
+        layers = int(base_module(getattr(self, part)).config.num_hidden_layers)
+        if not 0 <= skip <= layers - 1:
+            raise ValueError(
+                f"{part}_layer_skip: {skip} is out of range; this model's {part.replace('_', ' ')} has {layers} "
+                f"layers and SDXL already reads the second-to-last, so use 0 to {layers - 1}"
+            )
 
     # ---------------------------------------------------------------- training
 
@@ -236,26 +204,6 @@ class StableDiffusionXL(StableDiffusion15):
             "negative_pooled_prompt_embeds": uncond["text_embeds"],
         }
 
-    # ---------------------------------------------------------------- saving
-
-    def save_single_file(
-        self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata: Mapping[str, str] | None = None
-    ) -> Path:
-        """An original-layout SDXL `.safetensors` checkpoint (A1111, ComfyUI, `from_single_file`), atomically."""
-        for name, module in self.parts.items():
-            plain_state_dict(module, name)
-        return save_sdxl_single_file(
-            path,
-            base_module(self.unet),
-            base_module(self.vae),
-            base_module(self.text_encoder),
-            base_module(self.text_encoder_2),
-            dtype=dtype,
-            metadata={
-                "modelspec.architecture": self.modelspec_architecture, "ot_gradio.model_type": self.model_type.value, **(metadata or {})
-            },
-        )
-
 
 @register_family(ModelType.STABLE_DIFFUSION_XL_10_BASE_INPAINTING)
 class StableDiffusionXLInpainting(InpaintingMixin, StableDiffusionXL):
@@ -263,16 +211,11 @@ class StableDiffusionXLInpainting(InpaintingMixin, StableDiffusionXL):
     diffusers' StableDiffusionXLInpaintPipeline and OneTrainer feed it; the masks and
     masked-image latents reach the batch exactly as for SD 1.5/2 inpainting (sd_inpainting.py)."""
 
-    model_type = ModelType.STABLE_DIFFUSION_XL_10_BASE_INPAINTING
     default_config_repo = "diffusers/stable-diffusion-xl-1.0-inpainting-0.1"
     modelspec_architecture = "stable-diffusion-xl-v1-base/inpainting"
     unet_in_channels = 4 + MASK_CHANNELS + 4
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import StableDiffusionXLInpaintPipeline
-
-        return StableDiffusionXLInpaintPipeline
+    pipeline_class_name = "StableDiffusionXLInpaintPipeline"
 
     def pipeline(self, sampler: NoiseScheduler | str | None = None):
         return StableDiffusionXL.pipeline(self, sampler)

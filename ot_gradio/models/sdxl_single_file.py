@@ -23,14 +23,13 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType
-from ot_gradio.fsutil import atomic_write
-from ot_gradio.models.common import cast_state_dict, torch_dtype
+from ot_gradio.models.key_layout import save_tensors
 from ot_gradio.models.sd_single_file import (
     clip_to_original,
     open_clip_to_original,
+    original_checkpoint,
     rename_by_prefix,
     unet_prefix_map,
-    unet_vae_to_original,
 )
 
 CLIP_L_PREFIX = "conditioner.embedders.0.transformer.text_model."
@@ -51,38 +50,19 @@ def open_clip_g_to_original(state_dict: Mapping[str, torch.Tensor]) -> dict[str,
     return out
 
 
-def sdxl_to_original_state_dict(
-    unet: torch.nn.Module,
-    vae: torch.nn.Module,
-    text_encoder: torch.nn.Module,
-    text_encoder_2: torch.nn.Module,
-    dtype: DataType | torch.dtype | None = None,
-) -> dict[str, torch.Tensor]:
+def sdxl_to_original_state_dict(unet: torch.nn.Module, vae: torch.nn.Module, text_encoder: torch.nn.Module,
+                                text_encoder_2: torch.nn.Module, dtype: DataType | torch.dtype | None = None) -> dict[str, torch.Tensor]:
     """The whole SDXL model as one original-layout state dict, float tensors cast to `dtype`."""
-    dt = None if dtype is None else torch_dtype(dtype)
-    result = unet_vae_to_original(unet, vae)
-    for key, value in clip_to_original(text_encoder.state_dict()).items():
-        result[CLIP_L_PREFIX + key] = value
-    for key, value in open_clip_g_to_original(text_encoder_2.state_dict()).items():
-        result[OPEN_CLIP_G_PREFIX + key] = value
-    return cast_state_dict(result, dt)
+    text = {CLIP_L_PREFIX: lambda: clip_to_original(text_encoder.state_dict()),
+            OPEN_CLIP_G_PREFIX: lambda: open_clip_g_to_original(text_encoder_2.state_dict())}
+    return original_checkpoint(unet, vae, text, dtype)
 
 
-def save_sdxl_single_file(
-    path: str | os.PathLike,
-    unet: torch.nn.Module,
-    vae: torch.nn.Module,
-    text_encoder: torch.nn.Module,
-    text_encoder_2: torch.nn.Module,
-    dtype: DataType | torch.dtype | None = None,
-    metadata: Mapping[str, str] | None = None,
-) -> Path:
+def save_sdxl_single_file(path: str | os.PathLike, unet: torch.nn.Module, vae: torch.nn.Module, text_encoder: torch.nn.Module,
+                          text_encoder_2: torch.nn.Module, dtype: DataType | torch.dtype | None = None,
+                          metadata: Mapping[str, str] | None = None) -> Path:
     """Write an original-layout SDXL `.safetensors` checkpoint atomically."""
-    from safetensors.torch import save_file
-
-    state_dict = sdxl_to_original_state_dict(unet, vae, text_encoder, text_encoder_2, dtype)
-    meta = {"format": "pt", **(metadata or {})}
-    return atomic_write(path, lambda tmp: save_file(state_dict, str(tmp), metadata=meta))
+    return save_tensors(path, sdxl_to_original_state_dict(unet, vae, text_encoder, text_encoder_2, dtype), metadata or {})
 
 
 def unet_module_names(unet: torch.nn.Module) -> dict[str, str]:

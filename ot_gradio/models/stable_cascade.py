@@ -21,12 +21,10 @@ import torch
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.fsutil import atomic_write
 from ot_gradio.models.cascade_common import CascadeFamily
-from ot_gradio.models.cascade_loading import Loader, Source, load_effnet, resolve_source
+from ot_gradio.models.cascade_loading import Loader, Source, resolve_source
 from ot_gradio.models.common import ModelLoadError, base_module, cast_state_dict, plain_state_dict, torch_dtype
 from ot_gradio.models.registry import register_family
 
-PRIOR_PIPELINE_KEYS = ("resolution_multiple",)
-DECODER_PIPELINE_KEYS = ("latent_dim_scale",)
 EFFNET_FILE = "effnet_encoder.safetensors"
 # Depthwise convolutions cannot take a LoRA of most ranks, so "full" is every other Linear and
 # Conv2d but the CLIP image mapper, whose input is always zero when training on text.
@@ -89,23 +87,16 @@ def diffusers_classes():
 
 @register_family(ModelType.STABLE_CASCADE_1)
 class StableCascade(CascadeFamily):
-    model_type = ModelType.STABLE_CASCADE_1
     lora_base_model_version = "stable_cascade_v1"
     lora_layer_presets = {"prior": LORA_PRESETS}
-    timestep_scale = 1.0
-    decoder_steps = 10
+    # timestep_scale 1.0 (r = t + 0.001) and 10 decoder steps: CascadeFamily's defaults
     hub_example = "stabilityai/stable-cascade-prior"
+    family_name = "Stable Cascade"
+    decoder_default = "stabilityai/stable-cascade"
+    decoder_examples = "stabilityai/stable-cascade, stabilityai/stable-cascade/decoder_lite or a local copy"
+    prior_example = "stabilityai/stable-cascade-prior/prior_lite"
 
     # ------------------------------------------------------------ loading
-
-    @classmethod
-    def default_decoder(cls, prior: Source) -> str:
-        if prior.local:
-            raise ModelLoadError(
-                "decoder.model_name: a local Stable Cascade prior needs its decoder too; give the decoder model "
-                "(e.g. stabilityai/stable-cascade, stabilityai/stable-cascade/decoder_lite or a local copy)."
-            )
-        return "stabilityai/stable-cascade"
 
     @classmethod
     def default_effnet(cls, decoder: str, loader: Loader) -> str:
@@ -152,18 +143,17 @@ class StableCascade(CascadeFamily):
         )
 
     @classmethod
-    def _load_parts(cls, source: Source, parts, loader: Loader):
-        from diffusers import DDPMWuerstchenScheduler
-        from transformers import CLIPTextModelWithProjection, CLIPTokenizer
+    def network_classes(cls) -> tuple[type, type, type, type]:
+        from transformers import CLIPTextModelWithProjection
 
-        unet_cls, vqgan_cls, prior_pipe_cls, decoder_pipe_cls = diffusers_classes()
-        field = "base_model_name"
-        tokenizer = loader.load(CLIPTokenizer, source, "tokenizer", field)
-        text_encoder = loader.load(CLIPTextModelWithProjection, source, "text_encoder", field)
-        scheduler = loader.load(DDPMWuerstchenScheduler, source, "scheduler", field)
-        prior_config = loader.pipeline_config(prior_pipe_cls, source, field)
-        override = parts.get("prior")
+        unet_cls, vqgan_cls = diffusers_classes()[:2]
+        return CLIPTextModelWithProjection, unet_cls, unet_cls, vqgan_cls
+
+    @classmethod
+    def _load_prior(cls, source: Source, override: str | None, loader: Loader):
+        """An original-layout stage C file (`_load_prior_file`) or, as for Würstchen, a diffusers prior."""
         if override and Path(override).expanduser().is_file():
+            unet_cls = diffusers_classes()[0]
             base_config = None
             try:
                 base_config = unet_cls.load_config(
@@ -172,29 +162,8 @@ class StableCascade(CascadeFamily):
                 )
             except Exception:
                 pass  # the released configs are tried instead
-            prior = cls._load_prior_file(Path(override).expanduser(), base_config)
-        elif override:
-            prior_source = resolve_source(override, "prior.model_name", "prior", "stabilityai/stable-cascade-prior/prior_lite")
-            prior = loader.load(unet_cls, prior_source, prior_source.subfolder, "prior.model_name")
-        else:
-            prior = loader.load(unet_cls, source, source.subfolder, field)
-
-        decoder_source = resolve_source(parts["decoder"], "decoder.model_name", "decoder", "stabilityai/stable-cascade")
-        field = "decoder.model_name"
-        return cls(
-            tokenizer=tokenizer,
-            text_encoder=text_encoder,
-            prior=prior,
-            scheduler=scheduler,
-            prior_pipeline_config={k: prior_config[k] for k in PRIOR_PIPELINE_KEYS if k in prior_config},
-            decoder=loader.load(unet_cls, decoder_source, decoder_source.subfolder, field),
-            decoder_vqgan=loader.load(vqgan_cls, decoder_source, "vqgan", field),
-            decoder_scheduler=loader.load(DDPMWuerstchenScheduler, decoder_source, "scheduler", field),
-            decoder_pipeline_config={
-                k: v for k, v in loader.pipeline_config(decoder_pipe_cls, decoder_source, field).items() if k in DECODER_PIPELINE_KEYS
-            },
-            effnet_encoder=load_effnet(parts["effnet_encoder"], loader),
-        )
+            return cls._load_prior_file(Path(override).expanduser(), base_config)
+        return super()._load_prior(source, override, loader)
 
     # ------------------------------------------------------------ training
 
@@ -252,8 +221,7 @@ class StableCascade(CascadeFamily):
 
         path = Path(path)
         dt = torch_dtype(dtype)
-        metadata = {"format": "pt", "modelspec.architecture": "stable-cascade-v1-prior", "ot_gradio.model_type": self.model_type.value,
-                    **(metadata or {})}
+        metadata = {"format": "pt", **self.file_metadata("stable-cascade-v1-prior", metadata)}
         prior = cast_state_dict(diffusers_to_original(plain_state_dict(self.prior, "prior")), dt)
         text_encoder = cast_state_dict(plain_state_dict(self.text_encoder, "text_encoder"), dt)
         path.parent.mkdir(parents=True, exist_ok=True)

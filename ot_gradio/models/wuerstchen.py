@@ -17,12 +17,10 @@ import torch
 
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.cascade_common import CascadeFamily
-from ot_gradio.models.cascade_loading import Loader, Source, load_effnet, resolve_source
-from ot_gradio.models.common import ModelLoadError, base_module
+from ot_gradio.models.cascade_loading import Loader, Source
+from ot_gradio.models.common import base_module
 from ot_gradio.models.registry import register_family
 
-PRIOR_PIPELINE_KEYS = ("latent_mean", "latent_std", "resolution_multiple")
-DECODER_PIPELINE_KEYS = ("latent_dim_scale",)
 # OneTrainer trains the prior's attention layers ("attention"); the ResBlocks' channelwise
 # Linear layers are its feed-forward part. Depthwise convolutions cannot take a LoRA of most
 # ranks, so "full" is every other Linear and Conv2d.
@@ -47,23 +45,17 @@ def diffusers_classes():
 
 @register_family(ModelType.WUERSTCHEN_2)
 class Wuerstchen2(CascadeFamily):
-    model_type = ModelType.WUERSTCHEN_2
     lora_base_model_version = "wuerstchen_v2"
     lora_layer_presets = {"prior": LORA_PRESETS}
     timestep_scale = 1.08
     decoder_steps = 12
-    hub_example = "warp-ai/wuerstchen-prior"
+    hub_example = prior_example = "warp-ai/wuerstchen-prior"
+    family_name = "Würstchen"
+    decoder_default = "warp-ai/wuerstchen"
+    decoder_examples = "warp-ai/wuerstchen or a local copy of it"
+    prior_pipeline_keys = ("latent_mean", "latent_std", "resolution_multiple")
 
     # ------------------------------------------------------------ loading
-
-    @classmethod
-    def default_decoder(cls, prior: Source) -> str:
-        if prior.local:
-            raise ModelLoadError(
-                "decoder.model_name: a local Würstchen prior needs its decoder too; give the decoder model "
-                "(e.g. warp-ai/wuerstchen or a local copy of it)."
-            )
-        return "warp-ai/wuerstchen"
 
     @classmethod
     def default_effnet(cls, decoder: str, loader: Loader) -> str:
@@ -74,41 +66,22 @@ class Wuerstchen2(CascadeFamily):
         return root / "effnet"
 
     @classmethod
-    def _load_parts(cls, source: Source, parts, loader: Loader):
-        from diffusers import DDPMWuerstchenScheduler
+    def network_classes(cls) -> tuple[type, type, type, type]:
+        from transformers import CLIPTextModel
+
+        prior_cls, decoder_cls, vqgan_cls = diffusers_classes()[:3]
+        return CLIPTextModel, prior_cls, decoder_cls, vqgan_cls
+
+    @classmethod
+    def _decoder_text_parts(cls, decoder_source: Source, loader: Loader) -> dict:
+        """Würstchen's decoder reads the prompt with a text encoder of its own."""
         from transformers import CLIPTextModel, CLIPTokenizer
 
-        prior_cls, decoder_cls, vqgan_cls, prior_pipe_cls, decoder_pipe_cls = diffusers_classes()
-        field = "base_model_name"
-        tokenizer = loader.load(CLIPTokenizer, source, "tokenizer", field)
-        text_encoder = loader.load(CLIPTextModel, source, "text_encoder", field)
-        scheduler = loader.load(DDPMWuerstchenScheduler, source, "scheduler", field)
-        prior_config = loader.pipeline_config(prior_pipe_cls, source, field)
-        if "prior" in parts:
-            prior_source = resolve_source(parts["prior"], "prior.model_name", "prior", "warp-ai/wuerstchen-prior")
-            prior = loader.load(prior_cls, prior_source, prior_source.subfolder, "prior.model_name")
-        else:
-            prior = loader.load(prior_cls, source, source.subfolder, field)
-
-        decoder_source = resolve_source(parts["decoder"], "decoder.model_name", "decoder", "warp-ai/wuerstchen")
         field = "decoder.model_name"
-        decoder = loader.load(decoder_cls, decoder_source, decoder_source.subfolder, field)
-        return cls(
-            tokenizer=tokenizer,
-            text_encoder=text_encoder,
-            prior=prior,
-            scheduler=scheduler,
-            prior_pipeline_config={k: prior_config[k] for k in PRIOR_PIPELINE_KEYS if k in prior_config},
-            decoder=decoder,
-            decoder_vqgan=loader.load(vqgan_cls, decoder_source, "vqgan", field),
-            decoder_scheduler=loader.load(DDPMWuerstchenScheduler, decoder_source, "scheduler", field),
-            decoder_pipeline_config={
-                k: v for k, v in loader.pipeline_config(decoder_pipe_cls, decoder_source, field).items() if k in DECODER_PIPELINE_KEYS
-            },
-            decoder_tokenizer=loader.load(CLIPTokenizer, decoder_source, "tokenizer", field),
-            decoder_text_encoder=loader.load(CLIPTextModel, decoder_source, "text_encoder", field),
-            effnet_encoder=load_effnet(parts["effnet_encoder"], loader),
-        )
+        return {
+            "decoder_tokenizer": loader.load(CLIPTokenizer, decoder_source, "tokenizer", field),
+            "decoder_text_encoder": loader.load(CLIPTextModel, decoder_source, "text_encoder", field),
+        }
 
     # ------------------------------------------------------------ training
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import QWEN_PRESETS, base_module, keep_embedders_unquantized, module_device, plain_state_dict, torch_dtype
+from ot_gradio.models.common import QWEN_PRESETS, base_module, keep_embedders_unquantized, module_device
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
 from ot_gradio.models.registry import register_family
 
@@ -55,7 +55,6 @@ def transformer_presets(n_layers: int) -> dict[str, list[str]]:
 class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Z-Image."""
 
-    model_type = ModelType.Z_IMAGE
     family_name = "Z-Image"
     text_encoder_description = "its Qwen3 text encoder"
     default_config_repo = "Tongyi-MAI/Z-Image"
@@ -67,23 +66,10 @@ class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
     default_sequence_length = DEFAULT_SEQUENCE_LENGTH
     default_steps, default_cfg_scale = 8, 0.0
 
-    def __init__(self, components: Mapping):
-        super().__init__(components)
-        self.text_encoder_sequence_length = None
-
     # ---------------------------------------------------------------- loading
 
-    @classmethod
-    def _pipeline_class(cls):
-        from diffusers import ZImagePipeline
-
-        return ZImagePipeline
-
-    @classmethod
-    def _transformer_class(cls):
-        from diffusers import ZImageTransformer2DModel
-
-        return ZImageTransformer2DModel
+    pipeline_class_name = "ZImagePipeline"
+    transformer_class_name = "ZImageTransformer2DModel"
 
     # ---------------------------------------------------------------- parts and options
 
@@ -167,9 +153,4 @@ class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
         `from_single_file` read it); the text encoder and VAE are the base model's."""
         from ot_gradio.models.z_image_keys import save_original_transformer
 
-        for name, module in self.parts.items():
-            plain_state_dict(module, name)  # no LoRA layers left in any part
-        return save_original_transformer(
-            path, plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype),
-            {"modelspec.architecture": "z-image", "ot_gradio.model_type": self.model_type.value, **(metadata or {})},
-        )
+        return save_original_transformer(path, *self.transformer_file_contents(dtype, "z-image", metadata))

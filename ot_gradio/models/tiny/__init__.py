@@ -64,6 +64,24 @@ def save_tiny(root: str | os.PathLike, file_name: str, build: Callable[[], Any],
     return paths
 
 
+def seeded_model(model_class: Callable[[Any], Any], config: Any, seed: int):
+    """`model_class(config)` with its random weights drawn from `seed`."""
+    import torch
+
+    torch.manual_seed(seed)
+    return model_class(config)
+
+
+def bpe_merges(vocab: dict[str, int], pairs) -> list[tuple[str, str]]:
+    """A tiny BPE tokenizer's merges of `pairs`, each merged token added to `vocab` (the next id)
+    where it is not in it yet."""
+    merges = []
+    for a, b in pairs:
+        merges.append((a, b))
+        vocab.setdefault(a + b, len(vocab))
+    return merges
+
+
 def tiny_cache_dir() -> Path:
     """Where tiny models for the offline demo live: $OT_GRADIO_TINY_DIR, else the user's cache."""
     if os.environ.get("OT_GRADIO_TINY_DIR"):

@@ -18,7 +18,7 @@ import os
 
 import torch
 
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny
+from ot_gradio.models.tiny import TinyModelPaths, bpe_merges, register_tiny, save_tiny, seeded_model
 from ot_gradio.models.tiny.flux import visible_output
 
 TINY_SANA_VERSION = 1
@@ -37,10 +37,7 @@ def tiny_gemma_tokenizer(model_max_length: int = 300):
         vocab[f"<0x{b:02X}>"] = len(vocab)
     for c in ["▁", *(chr(i) for i in range(33, 127))]:
         vocab.setdefault(c, len(vocab))
-    merges = []
-    for a, b in MERGES:
-        merges.append((a, b))
-        vocab.setdefault(a + b, len(vocab))
+    merges = bpe_merges(vocab, MERGES)
     tokenizer = GemmaTokenizer(vocab=vocab, merges=merges, add_bos_token=True, add_eos_token=False,
                                model_max_length=model_max_length)
     tokenizer.padding_side = "right"
@@ -50,14 +47,12 @@ def tiny_gemma_tokenizer(model_max_length: int = 300):
 def tiny_gemma2_encoder(vocab_size: int, pad_token_id: int, seed: int = 0):
     from transformers import Gemma2Config, Gemma2Model
 
-    torch.manual_seed(seed)
-    return Gemma2Model(
-        Gemma2Config(
-            vocab_size=vocab_size, hidden_size=GEMMA_WIDTH, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-            num_key_value_heads=1, head_dim=16, max_position_embeddings=4096, pad_token_id=pad_token_id, bos_token_id=2,
-            eos_token_id=1, sliding_window=4096,
-        )
+    config = Gemma2Config(
+        vocab_size=vocab_size, hidden_size=GEMMA_WIDTH, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, max_position_embeddings=4096, pad_token_id=pad_token_id, bos_token_id=2,
+        eos_token_id=1, sliding_window=4096,
     )
+    return seeded_model(Gemma2Model, config, seed)
 
 
 def tiny_sana_transformer(seed: int = 0):
@@ -90,13 +85,9 @@ def tiny_sana_components(seed: int = 0) -> dict:
     from diffusers import FlowMatchEulerDiscreteScheduler
 
     tokenizer = tiny_gemma_tokenizer()
-    return {
-        "tokenizer": tokenizer,
-        "text_encoder": tiny_gemma2_encoder(len(tokenizer), tokenizer.pad_token_id, seed),
-        "transformer": tiny_sana_transformer(seed),
-        "vae": tiny_dc_autoencoder(seed),
-        "scheduler": FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0),
-    }
+    text_encoder = tiny_gemma2_encoder(len(tokenizer), tokenizer.pad_token_id, seed)
+    return {"tokenizer": tokenizer, "text_encoder": text_encoder, "transformer": tiny_sana_transformer(seed),
+            "vae": tiny_dc_autoencoder(seed), "scheduler": FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0)}
 
 
 @register_tiny("sana", TINY_SANA_VERSION)

@@ -18,7 +18,7 @@ import os
 
 import torch
 
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny
+from ot_gradio.models.tiny import TinyModelPaths, bpe_merges, register_tiny, save_tiny, seeded_model
 from ot_gradio.models.tiny.flux import tiny_flux_vae, visible_output
 
 TINY_Z_IMAGE_VERSION = 1
@@ -56,10 +56,7 @@ def tiny_qwen_tokenizer(model_max_length: int = 512):
     from transformers import Qwen2Tokenizer
 
     vocab = {c: i for i, c in enumerate(byte_chars())}
-    merges = []
-    for a, b in (("Ġ", "a"), ("e", "d"), ("i", "r"), ("c", "l"), ("Ġ", "c"), ("Ġc", "ir")):
-        merges.append((a, b))
-        vocab.setdefault(a + b, len(vocab))
+    merges = bpe_merges(vocab, (("Ġ", "a"), ("e", "d"), ("i", "r"), ("c", "l"), ("Ġ", "c"), ("Ġc", "ir")))
     vocab["<|endoftext|>"] = len(vocab)
     tokenizer = Qwen2Tokenizer(vocab=vocab, merges=merges, model_max_length=model_max_length)
     tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS[1:]], special_tokens=True)
@@ -70,14 +67,12 @@ def tiny_qwen_tokenizer(model_max_length: int = 512):
 def tiny_qwen3_encoder(vocab_size: int, pad_token_id: int, seed: int = 0):
     from transformers import Qwen3Config, Qwen3Model
 
-    torch.manual_seed(seed)
-    return Qwen3Model(
-        Qwen3Config(
-            vocab_size=vocab_size, hidden_size=QWEN_WIDTH, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
-            num_key_value_heads=1, head_dim=16, max_position_embeddings=1024, pad_token_id=pad_token_id,
-            tie_word_embeddings=True, rope_theta=1_000_000.0,
-        )
+    config = Qwen3Config(
+        vocab_size=vocab_size, hidden_size=QWEN_WIDTH, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, max_position_embeddings=1024, pad_token_id=pad_token_id,
+        tie_word_embeddings=True, rope_theta=1_000_000.0,
     )
+    return seeded_model(Qwen3Model, config, seed)
 
 
 def tiny_z_image_transformer(seed: int = 0):
@@ -96,13 +91,10 @@ def tiny_z_image_components(seed: int = 0) -> dict:
     from diffusers import FlowMatchEulerDiscreteScheduler
 
     tokenizer = tiny_qwen_tokenizer()
-    return {
-        "tokenizer": tokenizer,
-        "text_encoder": tiny_qwen3_encoder(len(tokenizer), tokenizer.pad_token_id, seed),
-        "transformer": tiny_z_image_transformer(seed),
-        "vae": tiny_flux_vae(seed),
-        "scheduler": FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=False),
-    }
+    text_encoder = tiny_qwen3_encoder(len(tokenizer), tokenizer.pad_token_id, seed)
+    return {"tokenizer": tokenizer, "text_encoder": text_encoder, "transformer": tiny_z_image_transformer(seed),
+            "vae": tiny_flux_vae(seed),
+            "scheduler": FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=False)}
 
 
 @register_tiny("z-image", TINY_Z_IMAGE_VERSION)
