@@ -67,5 +67,6 @@ def test_start_up_size_budget(page):
     # past this budget is slower to serve (bench/first_page.py measures the time). The run bar added
     # ~40 layout blocks (the run bar, the Run tab, ~30 group/grid containers: no handlers) and the Runs tab;
     # one handler re-checks a refused Start's problem list on each change of the config, one
-    # refills the Masks folder (built at start-up) from the session's concepts when its tab opens.
-    assert len(page.blocks.blocks) <= 640 and len(page.blocks.fns) <= 80
+    # refills the Masks folder (built at start-up) from the session's concepts when its tab opens;
+    # the transformer part's own file field (transformer.model_name, read as OneTrainer reads it) adds one.
+    assert len(page.blocks.blocks) <= 640 and len(page.blocks.fns) <= 81
