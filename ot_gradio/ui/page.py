@@ -193,6 +193,7 @@ class Page:
                      *self.part_groups, *self.tab_handles.values(), *self.concepts.outputs], runs_tab)
         self.browser = BrowserPanel()
         self.components = {f.component for f in fields.values()}
+        self._by_component = {f.component: f for f in fields.values()}
         self.opt_fields = {p: f for p, f in fields.items() if p.startswith("optimizer.") and p != "optimizer.optimizer"}
         self.conditional = {p: fields[p] for p in conditional_fields() if p in fields}
         for path, f in self.conditional.items():
@@ -230,10 +231,11 @@ class Page:
         edit_inputs = {self.config_state, *self.components}
         edited = [f for path, f in self.fields.items() if path != "optimizer.optimizer"]
         # One handler for all ~250 fields rather than one each: every handler costs the page's
-        # start-up and its config (each lists all inputs). "always_last": an edit made while the
-        # previous one is being saved runs after it, with the newest values; none is dropped.
+        # start-up and its config (each lists all inputs). Each edit applies the one field that
+        # fired it (on_edit), so each must run: "multiple" queues an edit made while the previous
+        # one is being saved (they run in order, each on the config the one before left).
         gr.on([edit_event(f.component) for f in edited], self.on_edit, edit_inputs, self.edit_outputs,
-              trigger_mode="always_last", show_progress="hidden")
+              trigger_mode="multiple", show_progress="hidden")
         browsers = [f.browser for f in [*edited, *self.concepts.fields.values()] if f.browser is not None]
         concept_inputs = {self.concepts.selector, *(f.component for f in self.concepts.fields.values())}
         self.browser.wire(browsers, self.config_state, self.roots,
@@ -319,8 +321,14 @@ class Page:
         preset = choices.get("preset") if choices.get("preset") in list_presets() else None
         return {**self.populate(load_ui_config(self.workspace)), self.preset: preset, self.config_path: choices.get("config_path", "")}
 
-    def on_edit(self, values: dict) -> dict:
-        config = config_from_values(self.fields, values, values[self.config_state])
+    def on_edit(self, values: dict, evt: gr.EventData = None) -> dict:
+        """The field that fired the event, applied to the session's config. Only that one: while a
+        page loads, the change event of the first text box it fills in carries every other field
+        still at its built-in default (FINE_TUNE, cuda, 3e-06...), and applying them all saved
+        those over the workspace's config. Without an event (a test, "Use this"): every value."""
+        field = self._by_component.get(getattr(evt, "target", None))
+        fields = {field.path: field} if field is not None else self.fields
+        config = config_from_values(fields, values, values[self.config_state])
         self.autosave(config)
         out = {self.config_state: config, self.lr_plot: lr_frame(config), self.memory: memory_markdown(config), **self.visibility(config)}
         if stale(values[self.config_state], config):  # another model's "fits" must not stay on screen
@@ -337,7 +345,10 @@ class Page:
         """After "Use this" in the file browser: the edit of the field it filled in."""
         if values[self.browser.target].startswith("concept-"):
             return {self.config_state: self.concepts.edit(values[self.config_state], values[self.concepts.selector], values)}
-        return self.on_edit(values)
+        chosen = [f for f in self.fields.values() if f.browser is not None and f.browser.elem_id == values[self.browser.target]]
+        if not chosen:
+            return {}
+        return self.on_edit(values, gr.EventData(chosen[0].component, None))
 
     def on_optimizer(self, values: dict) -> dict:
         """Switching optimizer keeps the old one's settings and restores the new one's last ones."""

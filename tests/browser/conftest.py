@@ -116,3 +116,54 @@ def browser_page(request):
         yield page
         page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
         browser.close()
+
+
+def _tail(path: Path, chars: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError as e:
+        return f"({e})"
+
+
+def _page_state(page) -> str:
+    out = []
+    for elem_id in ("run-status", "problems", "queue-message"):
+        try:
+            loc = page.locator(f"#{elem_id}")
+            out.append(f"#{elem_id}: {loc.first.inner_text(timeout=2000)!r}" if loc.count() else f"#{elem_id}: (not on the page)")
+        except Exception as e:  # noqa: BLE001 - a report must not fail
+            out.append(f"#{elem_id}: ({type(e).__name__})")
+    try:
+        out.append("toasts: " + " | ".join(page.locator(".toast-body").all_inner_texts()))
+    except Exception as e:  # noqa: BLE001
+        out.append(f"toasts: ({type(e).__name__})")
+    return "\n".join(out)
+
+
+def _app_state(app: dict) -> str:
+    out = [f"--- app.log (tail)\n{_tail(app['cwd'] / 'app.log')}"]
+    for run in sorted(Path(app["workspace"]).glob("*/runs/*")) + sorted(Path(app["workspace"]).glob("runs/*")):
+        out.append(f"--- {run} exit_code={_tail(run / 'exit_code', 20).strip()!r}")
+        out.append(f"log.txt (tail):\n{_tail(run / 'log.txt', 2000)}")
+        out.append(f"events.jsonl (tail):\n{_tail(run / 'events.jsonl', 2000)}")
+    return "\n".join(out)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A browser test that fails reports what the page and the app showed: the run's status,
+    the problems, the toasts, app.log and each run's log, so a failure seen only in CI can be read."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    args = getattr(item, "funcargs", {})
+    page = args.get("module_page") or args.get("browser_page")
+    app = args.get("module_app") or args.get("app")
+    text = []
+    if page is not None:
+        text.append(_page_state(page))
+    if isinstance(app, dict) and "cwd" in app:
+        text.append(_app_state(app))
+    if text:
+        report.sections.append(("what the page and the app showed", "\n".join(text)))

@@ -14,9 +14,9 @@ def handlers(page, method):
 
 def test_one_handler_saves_every_field_and_an_edit_made_while_saving_is_not_dropped(page):
     (edit,) = handlers(page, Page.on_edit)
-    # "once" (gradio's default for .input) ignores an edit made while the previous one is saved;
-    # "always_last" runs it afterwards with the newest values
-    assert edit.trigger_mode == "always_last"
+    # "once" (gradio's default for .input) ignores an edit made while the previous one is saved,
+    # "always_last" keeps only the newest pending one: each edit applies its own field, so each runs
+    assert edit.trigger_mode == "multiple"
     fields = {f.component._id for p, f in page.fields.items() if p != "optimizer.optimizer"}
     assert {block for block, _ in edit.targets} == fields
     # a text box is saved on change: its input event fires on keys only, not on a paste
@@ -25,6 +25,22 @@ def test_one_handler_saves_every_field_and_an_edit_made_while_saving_is_not_drop
     concept = [fn for fn in page.blocks.fns.values() if fn.outputs == [page.config_state, page.concepts.selector] and len(fn.targets) > 10]
     assert len(concept) == 1 and concept[0].trigger_mode == "always_last"
     assert {b for b, _ in concept[0].targets} == {f.component._id for f in page.concepts.fields.values()}
+
+
+def test_an_edit_applies_only_the_field_that_fired_it(page):
+    """While a page loads, the first text box it fills in fires its change event with every other
+    field still at its built-in default: those values must not reach the config (they reset the
+    training method to FINE_TUNE, the device to cuda... and were saved to the workspace)."""
+    config = page.on_page_load()[page.config_state]
+    assert config["training_method"] == "LORA" and config["train_device"] == "cpu"  # the demo preset
+    stale = {**page.form_values(config), **{f.component: f.component.value for f in page.fields.values()}}  # as built
+    epochs = page.fields["epochs"].component
+    out = page.on_edit({**stale, epochs: 7}, gr.EventData(epochs, None))[page.config_state]
+    assert out == {**config, "epochs": 7}
+    assert page.on_page_load()[page.config_state] == out  # that is what was saved
+    # a text box's change event when the page filled it in: nothing changes
+    workspace = page.fields["workspace_dir"].component
+    assert page.on_edit({**stale, page.config_state: out, workspace: out["workspace_dir"]}, gr.EventData(workspace, None))[page.config_state] == out
 
 
 def test_every_path_field_uses_the_one_file_browser(page):
