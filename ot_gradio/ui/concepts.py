@@ -85,12 +85,14 @@ class ConceptsTab:
         return config
 
     # --- handlers: plain values in, (config, selected index) out -------------------------------
-    def edit(self, config: dict[str, Any], index: int | None, values: dict) -> dict[str, Any]:
+    def edit(self, config: dict[str, Any], index: int | None, values: dict, only: list[str] | None = None) -> dict[str, Any]:
+        """The concept at `index` with the form's values: of the fields named in `only`, else of all."""
         config = copy.deepcopy(config)
         concepts = config.setdefault("concepts", [])
         if index is None or not (0 <= index < len(concepts)):
             return config
-        concepts[index] = config_from_values(self.fields, values, concepts[index])
+        fields = self.fields if only is None else {key: self.fields[key] for key in only}
+        concepts[index] = config_from_values(fields, values, concepts[index])
         self.autosave(config)
         return config
 
@@ -129,9 +131,14 @@ class ConceptsTab:
         outputs = self.outputs
         show = self.show
 
-        def edit(values: dict) -> dict:
+        by_component = {f.component: key for key, f in self.fields.items()}
+
+        def edit(values: dict, evt: gr.EventData = None) -> dict:
             old = values[config_state]
-            config = self.edit(old, values[self.selector], values)
+            # only the field that fired: as the page's own edits (Page.on_edit), a text box the
+            # page fills in fires its change event while the other fields still hold older values
+            key = by_component.get(getattr(evt, "target", None))
+            config = self.edit(old, values[self.selector], values, None if key is None else [key])
             # a renamed concept is renamed in the selector too (its choices are the names)
             choices = concept_choices(config.get("concepts", []))
             same = choices == concept_choices(old.get("concepts", []))
@@ -139,10 +146,10 @@ class ConceptsTab:
 
         self.selector.input(show, [config_state, self.selector], outputs)
         # One handler for every field (not one per field: each handler costs the page load a
-        # few ms and lists all ~40 inputs in the page's config). "always_last": an edit made
-        # while the previous one is saved runs after it with the newest values, none is dropped.
+        # few ms and lists all ~40 inputs in the page's config). "multiple": an edit made while
+        # the previous one is saved runs after it; each applies its own field, so none is dropped.
         gr.on([edit_event(comp) for comp in comps], edit, {config_state, self.selector, *comps}, [config_state, self.selector],
-              trigger_mode="always_last", show_progress="hidden")
+              trigger_mode="multiple", show_progress="hidden")
         # One handler per button, returning the config with the selector's new choices *and*
         # value: setting the value first (to an index the old choices lack) made gradio refuse it
         # ("Value: 2 is not in the list of choices") and mark every field of the tab as failed.

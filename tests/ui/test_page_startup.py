@@ -23,7 +23,7 @@ def test_one_handler_saves_every_field_and_an_edit_made_while_saving_is_not_drop
     texts = {f.component._id for f in page.fields.values() if isinstance(f.component, gr.Textbox)}
     assert {block for block, event in edit.targets if event == "change"} == texts & fields
     concept = [fn for fn in page.blocks.fns.values() if fn.outputs == [page.config_state, page.concepts.selector] and len(fn.targets) > 10]
-    assert len(concept) == 1 and concept[0].trigger_mode == "always_last"
+    assert len(concept) == 1 and concept[0].trigger_mode == "multiple"
     assert {b for b, _ in concept[0].targets} == {f.component._id for f in page.concepts.fields.values()}
 
 
@@ -41,6 +41,16 @@ def test_an_edit_applies_only_the_field_that_fired_it(page):
     # a text box's change event when the page filled it in: nothing changes
     workspace = page.fields["workspace_dir"].component
     assert page.on_edit({**stale, page.config_state: out, workspace: out["workspace_dir"]}, gr.EventData(workspace, None))[page.config_state] == out
+
+
+def test_a_concept_edit_applies_only_the_field_that_fired_it(page):
+    config = page.on_page_load()[page.config_state]
+    (edit,) = [fn for fn in page.blocks.fns.values() if fn.outputs == [page.config_state, page.concepts.selector] and len(fn.targets) > 10]
+    fields = page.concepts.fields
+    stale = {page.config_state: config, page.concepts.selector: 0, **{f.component: f.component.value for f in fields.values()}}
+    name = fields["name"].component
+    out = edit.fn({**stale, name: "cats"}, gr.EventData(name, None))[page.config_state]
+    assert out["concepts"] == [{**config["concepts"][0], "name": "cats"}]
 
 
 def test_every_path_field_uses_the_one_file_browser(page):
