@@ -151,15 +151,17 @@ def run(relative: str, card_gb: int) -> dict:
     plan, on = estimate_on_meta(model, config, card_gb * GiB)
     part = lambda name: getattr(config, name)  # noqa: E731
     # OneTrainer keeps only the trained parts on the card while it trains from cached latents and
-    # text (modelSetup/*Setup.setup_train_device); ours keeps every part there
+    # text (modelSetup/*Setup.setup_train_device); ours parks the same parts (training/placement.py)
+    # except those with bitsandbytes weights, which the estimate counts on the card
     trained = {p for p in model.text_encoder_names if p in model.parts and part(p).train}
     kept_off = sum(size for name, (_, size) in plan.weights.items()
                    if name != model.denoiser and name not in trained and config.latent_caching and not part(name).offload_fraction)
+    kept_off -= plan.parked_bytes  # already not counted in the estimate
     return {
         "preset": path.stem, "card_gb": card_gb, "checkpointing": on, "seconds": round(time.perf_counter() - start, 1),
         "peak": plan.peak(on), "ot_placement": None if plan.peak(on) is None else plan.peak(on) - kept_off, "weights": plan.weight_bytes, "offloaded": plan.offloaded, "gradients": plan.gradients,
         "optimizer": plan.optimizer_state, "activations": plan.activations(on), "fits": plan.fits(on),
-        "breakdown": plan.breakdown(on), "probe_error": plan.probe_error,
+        "breakdown": plan.breakdown(on), "probe_error": plan.probe_error, "parked": plan.parked,
         "settings": f"{config.resolution} px, batch {config.batch_size}, " + ", ".join(
             f"{p} {part(p).weight_dtype.value}" + (f" offload {part(p).offload_fraction:g}" if part(p).offload_fraction else "")
             for p in (model.denoiser, *model.text_encoder_names) if p in model.parts),

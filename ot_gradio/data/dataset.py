@@ -21,6 +21,7 @@ from .errors import DataError
 from .latent_cache import LatentCache
 from .planning import EpochPlan, PreparedConcept, plan_epoch
 from .prepare import prepare_concepts
+from .seeding import Streams
 from .summary import summarize
 
 
@@ -90,6 +91,19 @@ class TrainingDataset:
 
     def dropped_samples(self, epoch: int) -> int:
         return self.plan(epoch).dropped_samples
+
+    def captions(self) -> list[str]:
+        """Every caption an epoch can give, each once: each caption line of each image after its
+        concept's text options. Exact when those options draw nothing at random (as when the text
+        encoder outputs are cached); with tag shuffling or dropout on, a sample's caption is one
+        draw of many and this lists one draw per line."""
+        out: dict[str, None] = {}
+        for ci, concept in enumerate(self.concepts):
+            rngs = Streams(self.seed, concept.seed, ci, 0)
+            for item in concept.items:
+                for line in item.captions or ("",):
+                    out[concept.text.apply(line, rngs)] = None
+        return list(out)
 
     @property
     def has_masks(self) -> bool:

@@ -12,7 +12,8 @@ capitalisation randomisation make a new caption almost every epoch, which would 
 with entries used once: with any of them on, the text encoder runs every step, as before.
 
 Entries are filled while training, the first time a caption is seen (the first epoch costs what
-it cost without the cache); from then on, and in a later run with the same captions when the
+it cost without the cache), or before the first step for every caption the data can give when
+the trainer moves the text encoders off the train device (`fill`, training/placement.py); from then on, and in a later run with the same captions when the
 cache is not cleared, the text encoder does not run for them. Files are
 ``<cache_dir>/<key[:2]>/<key>.safetensors``, written to a temp file and renamed (no fsync: a
 file a power cut damaged fails to load and is encoded again, and fsyncing every new caption
@@ -197,6 +198,27 @@ class TextEmbeddingCache:
         names = list(found[0])
         return {name: torch.stack([found[i][name] for i in range(count)]).to(device) if device is not None
                 else torch.stack([found[i][name] for i in range(count)]) for name in names}
+
+    def fill(self, texts: Iterable[str | Mapping[str, str]], encode_fn: Callable[[Texts], Mapping[str, torch.Tensor]]) -> int:
+        """Encode and store each of `texts` the cache has no file for (one sample's text each: a
+        string, or {part: text} for several text encoder parts, as `encode` keys them); returns
+        how many were encoded. The trainer fills the cache this way before it moves the text
+        encoders off the train device (training/placement.py)."""
+        done = 0
+        for text in texts:
+            key = text_key(self.encoder_id, text)
+            if self.path_for(key).exists():
+                continue
+            one: Texts = {p: [t] for p, t in text.items()} if isinstance(text, Mapping) else [text]
+            with torch.no_grad():
+                out = encode_fn(one)
+            self.encode_calls += 1
+            if any(not isinstance(value, torch.Tensor) or value.shape[:1] != (1,) for value in out.values()):
+                raise ValueError("text cache: the text encoder output has no row per caption; turn latent caching off")
+            self._write(key, {name: value[0] for name, value in out.items()})
+            self.encoded += 1
+            done += 1
+        return done
 
     def clear(self) -> int:
         """Delete the cached entries (only files this class writes); returns how many."""

@@ -24,6 +24,7 @@ prompt.)
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -143,6 +144,18 @@ class DiffusionStep:
         if len(parts) == 1:
             return self.captions(captions, parts[0])
         return {part: self.captions(captions, part) for part in parts}
+
+    def text_variants(self, caption: str) -> list[str | dict[str, str]]:
+        """Every text one sample with `caption` can give `encode_text` (the method's hook applied;
+        with caption dropout also the empty caption, per text encoder part), in the form the
+        text cache keys a sample: a string, or {part: text} with several parts."""
+        if self.caption_transform is not None:
+            caption = self.caption_transform(caption)
+        parts = self.model.text_encoder_names
+        options = [[caption, ""] if getattr(self.config, part).dropout_probability > 0 and caption else [caption] for part in parts]
+        if len(parts) == 1:
+            return list(options[0])
+        return [dict(zip(parts, choice, strict=True)) for choice in itertools.product(*options)]
 
     def noise(self, latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(timesteps, noise in the input, noise of the target)."""

@@ -9,6 +9,8 @@ needs:
 - bitsandbytes quantizes a layer when it is moved to the GPU; here its weights are given the
   stored layout straight away (`pack_bitsandbytes`: NF4 two weights per byte, INT8 one);
 - layer offloading is counted, not installed (`offloaded_bytes_planned`: the blocks it would move);
+  the parts the trainer keeps in RAM while the steps run (placement.py) are decided as a run
+  on the train device decides them and counted there, not on the card;
 - frozen text encoders give the probe CPU zeros of their outputs' shapes (the planner encodes
   the probe's captions before the step, and the families' code around the encoders reads the
   prompt lengths, which meta tensors have not): CLIP runs on meta for the shapes; T5 and language
@@ -151,6 +153,7 @@ def estimate_on_meta(model: Any, config: Any, free: int) -> tuple[MemoryPlan, bo
     without it)."""
     from .diffusion import configure_model  # noqa: PLC0415
     from .methods import get_method  # noqa: PLC0415
+    from .placement import Placement  # noqa: PLC0415
 
     target = torch.device(config.train_device)
     precision = Precision(config.train_dtype, target, config.enable_autocast_cache)
@@ -160,12 +163,14 @@ def estimate_on_meta(model: Any, config: Any, free: int) -> tuple[MemoryPlan, bo
     for part in model.parts:
         if DataType(getattr(config, part).weight_dtype) in (DataType.NFLOAT_4, DataType.INT_8):
             pack_bitsandbytes(model.parts[part])
-    groups = get_method(config.training_method).setup(model, config, META)
+    method = get_method(config.training_method)
+    groups = method.setup(model, config, META)
+    parked = Placement.for_run(model, config, target, groups, method.embeddings is not None).parked
     text = frozenset(g.model_part for g in groups if g.model_part in model.text_encoder_names and g.trains)
     setting = GradientCheckpointing(getattr(config, model.denoiser).gradient_checkpointing)
     with _shape_only_text_encoders(model, text), quantized_on_meta(model.parts.values()):
         plan = plan_run(model, config, META, precision, groups, text, [model.denoiser], measure=(False, True),
-                        free_fn=lambda _device: free)
+                        free_fn=lambda _device: free, parked=parked)
     plan.device = f"{target.type} (planned on meta)"
     plan.offloaded = offloaded_bytes_planned(model, config)
     on = setting == GradientCheckpointing.ON or (setting == GradientCheckpointing.AUTO and not plan.fits(False))

@@ -2,7 +2,10 @@
 the AUTO choices it makes (gradient checkpointing on only when the run would not fit without it).
 
 The estimate adds up
-- weights: the bytes of every part's parameters and buffers as loaded (per part and dtype);
+- weights: the bytes of every part's parameters and buffers as loaded (per part and dtype), less
+  the frozen weights layer offloading keeps in RAM and the parts the trainer keeps in RAM while
+  the steps run (placement.py: the VAE and the cached text encoders, with latent caching on;
+  they come to the device only for samples, whose peak this does not estimate);
 - gradients of the trained parameters (in their dtype) and the optimizer's state, measured by
   stepping the configured optimizer once on a probe matrix and counting its state bytes per
   weight (so 8-bit and factored optimizers come out smaller, Prodigy bigger);
@@ -106,10 +109,15 @@ class MemoryPlan:
     free: int | None = None  # available for the run (see the module's notes)
     offloaded: int = 0  # frozen weights layer offloading keeps in RAM (offload.py): not on the device
     probe_reused: bool = False  # a step peak came from memory-probe.json (memory_probe_cache.py), not a new probe
+    parked: list[str] = field(default_factory=list)  # parts in RAM while the steps run (placement.py): not on the device
+
+    @property
+    def parked_bytes(self) -> int:
+        return sum(self.weights[p][1] for p in self.parked if p in self.weights)
 
     @property
     def weight_bytes(self) -> int:
-        return sum(b for _, b in self.weights.values()) - self.offloaded
+        return sum(b for _, b in self.weights.values()) - self.offloaded - self.parked_bytes
 
     def activations(self, checkpointing: bool) -> int | None:
         peak = self.step_peak.get(checkpointing)
@@ -131,6 +139,9 @@ class MemoryPlan:
         parts = ", ".join(f"{name} {gb(b)} {dt}" for name, (dt, b) in self.weights.items())
         acts = self.activations(checkpointing)
         ram = f", {gb(self.offloaded)} of them offloaded to RAM, not counted here" if self.offloaded else ""
+        if self.parked:
+            ram += (f", {' and '.join(self.parked)} ({gb(self.parked_bytes)}) in RAM while the steps run "
+                    "(on the device for samples), not counted here")
         return (f"weights {gb(self.weight_bytes)} ({parts}{ram}); gradients {gb(self.gradients)}; optimizer state "
                 f"{gb(self.optimizer_state)} ({self.optimizer_note}); activations "
                 f"{'not measured' if acts is None else gb(acts)}{' (probe of an earlier run reused)' if self.probe_reused else ''}; "
@@ -224,12 +235,13 @@ class PendingPlan:
 def start_plan(model: Any, config: Any, device: torch.device, precision: Any, param_groups: list[Any],
                trained_text_parts: frozenset[str], checkpoint_parts: Iterable[str], *,
                measure: tuple[bool, ...] = (False, True), free_fn: Callable[[torch.device], int | None] | None = None,
-               background: bool = False) -> PendingPlan:
+               background: bool = False, parked: Iterable[str] = ()) -> PendingPlan:
     """The plan of a run whose model is loaded on `device` with the method's layers added.
     `checkpoint_parts` are the parts whose checkpointing the probes turn on and off (the others
     stay as they are); `measure` says which of the two probes to run. The weights, gradients,
     optimizer state and free memory are read here; the probes run in a thread of their own with
-    `background` (see PendingPlan), else here."""
+    `background` (see PendingPlan), else here. `parked`: the parts the trainer keeps in RAM while
+    the steps run (placement.py)."""
     free_fn = free_fn or free_memory
     trained = [p for g in param_groups for p in g.params if p.requires_grad]
     weights = part_weights(model)
@@ -243,7 +255,8 @@ def start_plan(model: Any, config: Any, device: torch.device, precision: Any, pa
     held = held_bytes(device)
     overhead = max(0, held - sum(b for _, b in weights.values())) if device.type == "cpu" else max(0, held - torch.cuda.memory_allocated(device)) if device.type == "cuda" else 0
     free = free_fn(device)
-    plan = MemoryPlan(str(device), weights, grad_bytes, opt_bytes, note, overhead, free=None if free is None else free + held)
+    plan = MemoryPlan(str(device), weights, grad_bytes, opt_bytes, note, overhead, free=None if free is None else free + held,
+                      parked=list(parked))
     if device.type != "cpu":  # layer offloading: those weights are in RAM (on CPU all of them are)
         from .offload import offloaded_bytes  # noqa: PLC0415
 
@@ -281,10 +294,11 @@ def start_plan(model: Any, config: Any, device: torch.device, precision: Any, pa
 
 def plan_run(model: Any, config: Any, device: torch.device, precision: Any, param_groups: list[Any],
              trained_text_parts: frozenset[str], checkpoint_parts: Iterable[str], *,
-             measure: tuple[bool, ...] = (False, True), free_fn: Callable[[torch.device], int | None] | None = None) -> MemoryPlan:
+             measure: tuple[bool, ...] = (False, True), free_fn: Callable[[torch.device], int | None] | None = None,
+             parked: Iterable[str] = ()) -> MemoryPlan:
     """`start_plan`, probed here."""
     return start_plan(model, config, device, precision, param_groups, trained_text_parts, checkpoint_parts,
-                      measure=measure, free_fn=free_fn).result()
+                      measure=measure, free_fn=free_fn, parked=parked).result()
 
 
 def choose_checkpointing(plan: MemoryPlan) -> tuple[bool, str]:
@@ -312,12 +326,15 @@ class CheckpointingDecision:
 
     def __init__(self, model: Any, config: Any, device: torch.device, precision: Any, param_groups: list[Any],
                  trained_text_parts: frozenset[str], settings: dict[str, Any],
-                 free_fn: Callable[[torch.device], int | None] | None = None, background: bool = False) -> None:
+                 free_fn: Callable[[torch.device], int | None] | None = None, background: bool = False,
+                 parked: Iterable[str] = ()) -> None:
         self.settings = {part: GradientCheckpointing(value) for part, value in settings.items()}
         self.auto = [part for part, value in self.settings.items() if value == GradientCheckpointing.AUTO]
         self._args = (model, config, device, precision, param_groups, trained_text_parts, self.auto)
         self._free_fn = free_fn
-        self._pending = start_plan(*self._args, measure=(False,), free_fn=free_fn, background=background) if self.auto else None
+        self._parked = list(parked)
+        self._pending = (start_plan(*self._args, measure=(False,), free_fn=free_fn, background=background, parked=self._parked)
+                         if self.auto else None)
 
     def wait(self) -> None:
         """Until the probe is done (the model's parts are all back)."""
@@ -332,7 +349,7 @@ class CheckpointingDecision:
             plan = self._pending.result()
             on, reason = choose_checkpointing(plan)
             if on and plan.peak(False) is not None:  # measure with it too, to say whether that fits
-                plan = plan_run(*self._args, free_fn=self._free_fn)
+                plan = plan_run(*self._args, free_fn=self._free_fn, parked=self._parked)
                 on, reason = choose_checkpointing(plan)
             chosen.update(dict.fromkeys(self.auto, on))
         for part, on in chosen.items():
@@ -347,10 +364,11 @@ class CheckpointingDecision:
 
 def decide_checkpointing(model: Any, config: Any, device: torch.device, precision: Any, param_groups: list[Any],
                          trained_text_parts: frozenset[str], settings: dict[str, Any],
-                         free_fn: Callable[[torch.device], int | None] | None = None) -> tuple[dict[str, bool], str, MemoryPlan | None]:
+                         free_fn: Callable[[torch.device], int | None] | None = None,
+                         parked: Iterable[str] = ()) -> tuple[dict[str, bool], str, MemoryPlan | None]:
     """`CheckpointingDecision`, probed here."""
     return CheckpointingDecision(model, config, device, precision, param_groups, trained_text_parts, settings,
-                                 free_fn).finish()
+                                 free_fn, parked=parked).finish()
 
 
 def estimate_line(config: Any) -> str:
@@ -368,6 +386,7 @@ def estimate(config: Any) -> dict[str, Any]:
     from .device import Precision, resolve_device, weight_dtype  # noqa: PLC0415
     from .diffusion import configure_model  # noqa: PLC0415
     from .methods import get_method  # noqa: PLC0415
+    from .placement import Placement  # noqa: PLC0415
 
     try:
         device, _ = resolve_device(config.train_device)
@@ -378,18 +397,20 @@ def estimate(config: Any) -> dict[str, Any]:
                                                    offline=config.offline_mode, dtypes=dtypes)
         model.to(device)
         configure_model(model, config, device, precision)
-        groups = get_method(config.training_method).setup(model, config, device)
+        method = get_method(config.training_method)
+        groups = method.setup(model, config, device)
         from .offload import install_offloading  # noqa: PLC0415
 
         install_offloading(model, config, device)  # as a run does: its weights in RAM are not counted on the device
+        parked = Placement.for_run(model, config, device, groups, method.embeddings is not None).parked
         text = frozenset(g.model_part for g in groups if g.model_part in model.text_encoder_names and g.trains)
         settings = {part: getattr(config, part).gradient_checkpointing for part in (model.denoiser, *sorted(text))}
-        chosen, message, plan = decide_checkpointing(model, config, device, precision, groups, text, settings)
+        chosen, message, plan = decide_checkpointing(model, config, device, precision, groups, text, settings, parked=parked)
         on = chosen[model.denoiser]
         if plan is not None:  # AUTO: the message has the plan's line and breakdown
             on = any(chosen[p] for p in settings if GradientCheckpointing(settings[p]) == GradientCheckpointing.AUTO)
             return {"estimated": plan.peak(on) is not None, "summary": plan.line(on), "line": message}
-        plan = plan_run(model, config, device, precision, groups, text, [], measure=(on,))  # explicit: as set
+        plan = plan_run(model, config, device, precision, groups, text, [], measure=(on,), parked=parked)  # explicit: as set
         line = f"{plan.line(on)}; {message}; memory: {plan.breakdown(on)}"
         return {"estimated": plan.peak(on) is not None, "summary": plan.line(on), "line": line}
     except Exception as err:  # noqa: BLE001 - validate goes on without the estimate

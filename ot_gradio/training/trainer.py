@@ -37,6 +37,7 @@ from .intervals import Every
 from .methods import get_method
 from .optimizers import create_optimizer, fused_back_pass, optimizer_eval_mode, optimizer_train_mode
 from .param_groups import all_params, optimizer_groups
+from .placement import Placement, fill_text_cache
 from .preflight import TrainingError, check_concepts, check_writable
 from .resume import resume_from_latest_backup
 from .run_state import Reporter, RunPaths, RunState
@@ -134,6 +135,9 @@ class Trainer:
         self.dist.broadcast_parameters(self.trained_params)  # every process starts from the same weights
         self._set_train_modes()
         self._install_offloading()
+        # which frozen parts wait in RAM while the steps run (placement.py); the planner counts them there
+        self.placement = Placement.for_run(self.model, cfg, self.device, self.param_groups, self.method.embeddings is not None)
+        self.text_cache_off_reason = self.placement.text_cache_off_reason
         self.diffusion = DiffusionStep(
             self.model, cfg, self.device, self.precision, self.noise_fn,
             caption_transform=self.method.transform_text, dist=self.dist,
@@ -165,6 +169,7 @@ class Trainer:
             self.report.warning(warning)
         self._warn_never_trained()
         self.validator = setup_validation(self._run_state())  # validation.py: held-out images' loss, when on
+        self._park_parts()
         self.steps_per_epoch = self.dataset.steps_per_epoch
         self._setup_steps()
 
@@ -230,21 +235,30 @@ class Trainer:
     def _setup_text_cache(self) -> None:
         """With latent caching on and no text encoder (nor embedding) training, text encoder
         outputs are cached by caption as OneTrainer does (data/text_cache.py says when not)."""
-        from ..data.text_cache import TextEmbeddingCache, text_cache_problem, text_encoder_id  # noqa: PLC0415
+        from ..data.text_cache import TextEmbeddingCache, text_encoder_id  # noqa: PLC0415
 
         cfg = self.config
-        self.text_cache_off_reason = text_cache_problem(
-            latent_caching=cfg.latent_caching,
-            trained_text_parts=self.trained_text_parts,
-            uses_embeddings=self.method.embeddings is not None,
-            concepts=cfg.concepts,
-        )
-        if self.text_cache_off_reason is not None:
+        if self.text_cache_off_reason is not None:  # placement.py asked text_cache_problem
             return
         cache = TextEmbeddingCache(Path(cfg.cache_dir) / "text", text_encoder_id(self.model, self.precision.dtype))
         if cfg.clear_cache_before_training and self.dist.is_main:
             cache.clear()
         self.diffusion.text_cache = cache
+
+    def _park_parts(self) -> None:
+        """The parts no training step runs go to RAM (placement.py), after the caches are filled:
+        the text cache first gets every caption the training and validation data can give."""
+        if self.placement.parks_text_encoders:
+            sources = [(self.diffusion, self.dataset)]
+            if self.validator is not None:
+                sources.append((self.validator.step, self.validator.dataset))
+            with self.dist.main_first(), self.precision.autocast():
+                encoded = fill_text_cache(self.diffusion.text_cache, self.model.encode_text, sources)
+            print(f"text cache: {encoded} caption(s) encoded before the text encoders leave {self.device}", flush=True)
+        self.placement.park()
+        if message := self.placement.message():
+            print(message, flush=True)
+            self.report.status("caching", message)
 
     def _start_checkpointing_decision(self) -> Any:
         """Gradient checkpointing per part: the denoiser always (it runs every step), a text encoder
@@ -256,7 +270,7 @@ class Trainer:
         parts = [self.model.denoiser, *sorted(self.trained_text_parts)]
         settings = {part: getattr(self.config, part).gradient_checkpointing for part in parts}
         return CheckpointingDecision(self.model, self.config, self.device, self.precision, self.param_groups,
-                                     self.trained_text_parts, settings, background=True)
+                                     self.trained_text_parts, settings, background=True, parked=self.placement.parked)
 
     def _finish_checkpointing_decision(self, decision: Any) -> None:
         """Checkpointing as decided; the log (stdout) and the events say what was chosen and why."""
@@ -478,7 +492,8 @@ class Trainer:
     def sample(self) -> None:
         """Sample every enabled prompt (samples.py: EMA and non-EMA, files, events, TensorBoard)."""
         self._read_losses()  # a NaN loss stops the run before its weights are used
-        sample_during_training(self._run_state())
+        with self.placement.using():  # the parts parked in RAM join the denoiser on the device
+            sample_during_training(self._run_state())
 
     def _run_state(self) -> RunState:
         """The run as samples.py, resume.py and validation.py read it, as it is now."""

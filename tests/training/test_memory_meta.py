@@ -1,8 +1,8 @@
 """The memory planner on a model built on the meta device (training/memory_meta.py, what
 bench/memory_presets.py runs at full size): OneTrainer's presets as shipped, on the tiny models
 moved to meta. bitsandbytes' weights get their stored size, layer offloading is counted without
-moving anything, and language-model encoders (which cannot run on meta) still give the probe
-its text embeddings."""
+moving anything, language-model encoders (which cannot run on meta) still give the probe
+its text embeddings, and the frozen parts a run keeps in RAM are not counted on the card."""
 
 from __future__ import annotations
 
@@ -49,6 +49,11 @@ def test_the_flux_preset_nf4_parts_are_counted_as_stored():
     absmax = sum(b.nbytes for name, b in model.transformer.named_buffers() if name.endswith("meta_absmax"))
     assert absmax == pytest.approx(linear / 64, rel=0.01) and size > packed + absmax  # a byte per 64 weights
     assert plan.gradients > 0 and plan.optimizer_state > plan.gradients  # AdamW: two states of the LoRA weights
+    # latents and text cached: CLIP and the VAE wait in RAM (training/placement.py), the NF4 T5 stays on the card
+    assert config.latent_caching and plan.parked == ["text_encoder", "vae"]
+    frozen = plan.weights["text_encoder"][1] + plan.weights["vae"][1]
+    assert frozen > 0 and plan.weight_bytes == sum(b for _, b in plan.weights.values()) - frozen
+    assert "text_encoder and vae" in plan.breakdown(on) and "in RAM while the steps run" in plan.breakdown(on)
 
 
 def test_layer_offloading_is_counted_without_moving():
@@ -61,7 +66,8 @@ def test_layer_offloading_is_counted_without_moving():
     last = blocks[len(blocks) - math.ceil(0.5 * len(blocks)):]
     frozen = sum(t.numel() * t.element_size() for b in last for t in [*b.parameters(), *b.buffers()] if not t.requires_grad)
     assert frozen > 0 and plan.offloaded == offloaded_bytes_planned(model, config) == frozen
-    assert plan.weight_bytes == sum(b for _, b in plan.weights.values()) - frozen
+    assert plan.parked == ["text_encoder", "vae"]  # cached text and latents: in RAM while the steps run
+    assert plan.weight_bytes == sum(b for _, b in plan.weights.values()) - frozen - plan.parked_bytes
     assert all(p.device.type == "meta" for p in model.transformer.parameters())
 
 
@@ -74,4 +80,8 @@ def test_a_language_model_or_masked_t5_encoder_gives_the_probe_its_embeddings(mo
     plan, on = estimate_on_meta(model, config, 8 * GiB)
     assert not plan.probe_error and plan.activations(on) > 0
     assert "float8_e4m3fn" in plan.weights["text_encoder"][0]  # FLOAT_8 in both presets
+    # the frozen FLOAT_8 text encoder and the VAE are not counted on the card (training/placement.py)
+    frozen = plan.weights["text_encoder"][1] + plan.weights["vae"][1]
+    assert plan.parked == ["text_encoder", "vae"]
+    assert plan.weight_bytes == sum(b for _, b in plan.weights.values()) - plan.offloaded - frozen
     assert "forward" not in vars(model.text_encoder) and "planner_device" not in dict(model.text_encoder.named_parameters())

@@ -1,0 +1,152 @@
+"""Where the model's parts wait while the training steps run: the parts a step does not run stay
+in RAM, and come to the train device only for what needs them (OneTrainer keeps them on its
+`temp_device` the same way).
+
+With latent caching on, a step reads its image latents from the cache, so the VAE (every image
+part: the VAE, Würstchen's EfficientNet encoder and decoders) does not run; with the text encoder
+outputs cached as well (data/text_cache.py: latent caching on, no text encoder nor embedding
+trains, captions without random options), a frozen text encoder does not run either, once the
+cache holds every caption the data can give: the trainer fills it for all of them before it
+parks the encoders. A caption the cache still misses is encoded where the encoder is (the
+families run a text encoder on its own device), so it costs time, never the run.
+
+Kept on the train device, as before: the denoiser; every part that trains; a part whose weights
+are INT_8 or NFLOAT_4 (bitsandbytes lays them out for the GPU when they move there, and not every
+layer moves back); a part with layer or activation offloading (offload.py places its blocks);
+an inpainting model's VAE (its steps encode a blank image); and everything when latent caching
+is off or the train device is the CPU. The memory planner counts the parked parts in RAM, not on
+the device (memory_plan.MemoryPlan.parked).
+
+`Placement.park()` moves the parked parts to the CPU; `Placement.using(parts)` brings them to the
+train device for a block (sampling) and back afterwards. Moves go through `move`, so a test can
+see them without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+
+from ..config.enums import DataType
+
+HOST = torch.device("cpu")  # where parked parts wait (OneTrainer's temp_device)
+# bitsandbytes weights: packed for the GPU when moved there; moving them back is not supported for every layer
+STAY_ON_DEVICE_TYPES = (DataType.INT_8, DataType.NFLOAT_4)
+
+
+def move(module: torch.nn.Module, device: torch.device) -> None:
+    module.to(device)
+
+
+def parked_parts(model: Any, config: Any, device: torch.device, trained_parts: Iterable[str],
+                 text_cache_off_reason: str | None) -> tuple[list[str], list[str]]:
+    """(the parts that wait in RAM while the steps run, the frozen parts that stay on `device`
+    with why: 'text_encoder: latent caching is off'). Both empty on the CPU."""
+    if torch.device(device).type == HOST.type:
+        return [], []
+    trained = set(trained_parts)
+    text_parts = set(model.text_encoder_names)
+    parked, kept = [], []
+    for part in model.parts:
+        if part == model.denoiser or part in trained:
+            continue
+        section = getattr(config, part, None)
+        reason = None
+        if not config.latent_caching:
+            reason = "latent caching is off"
+        elif part in text_parts and text_cache_off_reason is not None:
+            reason = f"its outputs are not cached ({text_cache_off_reason})"
+        elif part not in text_parts and model.inpainting:
+            reason = "an inpainting model's steps encode a blank image with it"
+        elif section is not None and DataType(section.weight_dtype) in STAY_ON_DEVICE_TYPES:
+            reason = f"its {DataType(section.weight_dtype).value} weights cannot always move back from the device"
+        elif section is not None and (section.offload_fraction > 0 or section.activation_offloading):
+            reason = "layer offloading places its blocks"
+        if reason is None:
+            parked.append(part)
+        else:
+            kept.append(f"{part}: {reason}")
+    return parked, kept
+
+
+class Placement:
+    """The parked parts of one run and where each one is now (`where`)."""
+
+    def __init__(self, model: Any, device: torch.device, parked: Iterable[str], kept: Iterable[str] = (),
+                 mover: Callable[[torch.nn.Module, torch.device], None] | None = None):
+        self.model = model
+        self.device = torch.device(device)
+        self.parked = list(parked)
+        self.kept = list(kept)
+        self.move = mover or move
+        self.where: dict[str, torch.device] = {}
+        self.text_cache_off_reason: str | None = None
+
+    @classmethod
+    def for_run(cls, model: Any, config: Any, device: torch.device, param_groups: Iterable[Any],
+                uses_embeddings: bool) -> Placement:
+        """The placement of a run whose method made `param_groups`; its `text_cache_off_reason`
+        says why the text encoder outputs are not cached (None: they are)."""
+        from ..data.text_cache import text_cache_problem  # noqa: PLC0415
+
+        groups = list(param_groups)
+        trained = {g.model_part for g in groups if g.trains}
+        trained |= {part for part, module in model.parts.items() if any(p.requires_grad for p in module.parameters())}
+        reason = text_cache_problem(latent_caching=config.latent_caching, concepts=config.concepts,
+                                    trained_text_parts={p for p in trained if p in model.text_encoder_names},
+                                    uses_embeddings=uses_embeddings)
+        placement = cls(model, device, *parked_parts(model, config, device, trained, reason))
+        placement.text_cache_off_reason = reason
+        return placement
+
+    @property
+    def parks_text_encoders(self) -> bool:
+        return any(part in self.model.text_encoder_names for part in self.parked)
+
+    def message(self) -> str:
+        """The log's line: what waits in RAM, what stays on the device and why ('' when nothing to say)."""
+        if not self.parked and not self.kept:
+            return ""
+        text = []
+        if self.parked:
+            text.append(f"{', '.join(self.parked)} wait in RAM while the training steps run (on {self.device} "
+                        "only for samples)")
+        if self.kept:
+            text.append(f"kept on {self.device}: " + "; ".join(self.kept))
+        return "part placement: " + "; ".join(text)
+
+    def _to(self, parts: Iterable[str], device: torch.device) -> None:
+        for part in parts:
+            if self.where.get(part) != device:
+                self.move(self.model.parts[part], device)
+                self.where[part] = device
+
+    def park(self) -> None:
+        """The parked parts to RAM, for the training steps."""
+        self._to(self.parked, HOST)
+
+    @contextlib.contextmanager
+    def using(self, parts: Iterable[str] | None = None) -> Iterator[None]:
+        """The parked parts among `parts` (all when None) on the train device for the block, then
+        back in RAM (also when the block fails)."""
+        wanted = [p for p in (self.parked if parts is None else parts) if p in self.parked]
+        moved = [p for p in wanted if self.where.get(p, self.device) != self.device]
+        self._to(moved, self.device)
+        try:
+            yield
+        finally:
+            self._to(moved, HOST)
+
+
+def fill_text_cache(cache: Any, encode_fn: Callable[..., Any], sources: Iterable[tuple[Any, Any]]) -> int:
+    """Every text the (step, dataset) pairs can give a training step, in `cache` (the encoders
+    are still on the train device); returns how many were encoded now."""
+    texts: dict[str, str | dict[str, str]] = {}
+    for step, dataset in sources:
+        for caption in dataset.captions():
+            for text in step.text_variants(caption):
+                texts[repr(text)] = text
+    return cache.fill(texts.values(), encode_fn)

@@ -1,0 +1,172 @@
+"""Where the parts wait while a run trains (training/placement.py): with latent caching on, the
+VAE and a frozen, cached text encoder leave the train device for the training steps and come
+back for samples. No GPU here: the tiny SD 1.5 trains on the CPU while `placement.HOST` is the
+meta device and `placement.move` records each move instead of making it, so the test sees where
+each part would be at every step and sample."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ot_gradio.training import placement
+
+TRAIN = torch.device("cpu")
+AWAY = torch.device("meta")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from ot_gradio.models.tiny.sd15 import save_tiny_sd15
+
+    return save_tiny_sd15(tmp_path_factory.mktemp("tiny")).diffusers_dir
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    from ot_gradio.data import ensure_demo_dataset
+
+    folder = tmp_path_factory.mktemp("data") / "shapes"
+    ensure_demo_dataset(folder)
+    for extra in sorted(folder.glob("*.png"))[4:]:  # 4 square images: 2 steps an epoch at batch 2
+        extra.unlink()
+        extra.with_suffix(".txt").unlink()
+    return folder
+
+
+def _train(tiny: Path, data: Path, work: Path, monkeypatch, **overrides):
+    """One epoch of the tiny SD 1.5 LoRA with a sample at the end; returns (trainer, where each
+    part was at each step, at each sample, the phases in which the text encoder and the VAE ran)."""
+    from ot_gradio.config.io import load_config
+    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
+
+    located: dict[int, torch.device] = {}  # id(module) -> where the moves put it (on TRAIN until moved)
+    monkeypatch.setattr(placement, "HOST", AWAY)
+    monkeypatch.setattr(placement, "move", lambda module, device: located.__setitem__(id(module), torch.device(device)))
+    config = {
+        "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA", "base_model_name": str(tiny),
+        "train_device": "cpu", "train_dtype": "FLOAT_32", "workspace_dir": str(work / "ws"),
+        "cache_dir": str(work / "cache"), "output_model_destination": str(work / "out" / "lora.safetensors"),
+        "concepts": [{"name": "c", "path": str(data)}], "resolution": "64", "batch_size": 2, "epochs": 1,
+        "learning_rate_warmup_steps": 0, "lora_rank": 2, "lora_alpha": 2,
+        "text_encoder": {"train": False, "dropout_probability": 0.5},
+        "unet": {"train": True, "gradient_checkpointing": False},
+        "samples": [{"prompt": "a red circle", "height": 64, "width": 64, "diffusion_steps": 2, "cfg_scale": 2.0}],
+        "backup_after_unit": "NEVER", "backup_before_save": False, "tensorboard": False,
+    }
+    for key, value in overrides.items():
+        config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) else value
+    trainer = Trainer(load_config(config).config, RunPaths(work / "s", work / "b", work / "o", None, []), Reporter())
+    trainer.setup()
+    model = trainer.model
+
+    def where() -> dict[str, torch.device]:
+        return {part: located.get(id(module), TRAIN) for part, module in model.parts.items()}
+
+    at_steps, at_samples, ran = [], [], []
+    phase = ["setup"]
+    predict, sample = model.predict, model.sample
+    model.predict = lambda *a, **k: (at_steps.append(where()), predict(*a, **k))[1]
+
+    def sampling(*a, **k):
+        phase[0] = "sample"
+        at_samples.append(where())
+        try:
+            return sample(*a, **k)
+        finally:
+            phase[0] = "train"
+
+    model.sample = sampling
+    hooks = [model.text_encoder.register_forward_hook(lambda *_: ran.append(("text_encoder", phase[0])))]
+    hooks += [coder.register_forward_pre_hook(lambda *_: ran.append(("vae", phase[0]))) for coder in (model.vae.encoder, model.vae.decoder)]
+    phase[0] = "train"
+    trainer.train()
+    for hook in hooks:
+        hook.remove()
+    return trainer, at_steps, at_samples, ran
+
+
+def test_frozen_cached_parts_wait_off_the_device_and_come_back_for_samples(tiny, shapes, tmp_path, monkeypatch):
+    trainer, at_steps, at_samples, ran = _train(tiny, shapes, tmp_path, monkeypatch)
+    assert at_steps and all(w == {"unet": TRAIN, "text_encoder": AWAY, "vae": AWAY} for w in at_steps)
+    assert trainer.placement.parked == ["text_encoder", "vae"] and trainer.text_cache_off_reason is None
+    assert at_samples and all(w == {"unet": TRAIN, "text_encoder": TRAIN, "vae": TRAIN} for w in at_samples)
+    # the text cache was filled before the steps: every caption and, with caption dropout, the empty one
+    cache = trainer.diffusion.text_cache
+    assert cache.encoded == 4 + 1 and cache.misses == 0 and cache.hits == 4
+    assert ("text_encoder", "train") not in ran and ("vae", "train") not in ran
+    assert ("text_encoder", "sample") in ran and ("vae", "sample") in ran
+    assert "text_encoder, vae wait in RAM" in trainer.placement.message()
+
+
+def test_a_trained_text_encoder_stays_on_the_device(tiny, shapes, tmp_path, monkeypatch):
+    trainer, at_steps, at_samples, ran = _train(tiny, shapes, tmp_path, monkeypatch, text_encoder={"train": True})
+    assert at_steps and all(w == {"unet": TRAIN, "text_encoder": TRAIN, "vae": AWAY} for w in at_steps)
+    assert trainer.placement.parked == ["vae"] and trainer.diffusion.text_cache is None
+    assert at_samples and all(w["vae"] == TRAIN for w in at_samples)
+    assert ("text_encoder", "train") in ran and ("vae", "train") not in ran
+
+
+def _model(inpainting: bool = False):
+    parts = {name: torch.nn.Linear(2, 2) for name in ("unet", "text_encoder", "text_encoder_2", "vae")}
+    return SimpleNamespace(parts=parts, denoiser="unet", text_encoder_names=("text_encoder", "text_encoder_2"),
+                           inpainting=inpainting)
+
+
+def _config(latent_caching: bool = True, **sections):
+    part = lambda **k: SimpleNamespace(**{"weight_dtype": "FLOAT_32", "offload_fraction": 0.0,  # noqa: E731
+                                          "activation_offloading": False, **k})
+    names = ("unet", "text_encoder", "text_encoder_2", "vae")
+    return SimpleNamespace(latent_caching=latent_caching, **{n: part(**sections.get(n, {})) for n in names})
+
+
+@pytest.mark.parametrize("case, parked, kept", [
+    ({}, ["text_encoder", "text_encoder_2", "vae"], []),
+    ({"device": "cpu"}, [], []),  # on a CPU train device nothing moves
+    ({"latent_caching": False}, [], ["text_encoder: latent caching", "text_encoder_2: latent caching", "vae: latent caching"]),
+    ({"reason": "captions change at random"}, ["vae"], ["text_encoder: its outputs are not cached (captions change",
+                                                        "text_encoder_2: its outputs are not cached"]),
+    ({"trained": {"text_encoder"}}, ["text_encoder_2", "vae"], []),
+    ({"text_encoder_2": {"weight_dtype": "NFLOAT_4"}}, ["text_encoder", "vae"], ["text_encoder_2: its NFLOAT_4 weights"]),
+    ({"text_encoder": {"weight_dtype": "FLOAT_8"}}, ["text_encoder", "text_encoder_2", "vae"], []),
+    ({"text_encoder": {"offload_fraction": 0.5}}, ["text_encoder_2", "vae"], ["text_encoder: layer offloading"]),
+    ({"inpainting": True}, ["text_encoder", "text_encoder_2"], ["vae: an inpainting model"]),
+])
+def test_which_parts_wait_in_ram(case, parked, kept):
+    case = dict(case)
+    model = _model(case.pop("inpainting", False))
+    device = torch.device(case.pop("device", "cuda"))
+    trained, reason = case.pop("trained", set()), case.pop("reason", None)
+    config = _config(case.pop("latent_caching", True), **case)
+    got_parked, got_kept = placement.parked_parts(model, config, device, trained, reason)
+    assert got_parked == parked
+    assert len(got_kept) == len(kept) and all(k.startswith(want) for k, want in zip(got_kept, kept, strict=True))
+
+
+def test_the_filled_text_cache_holds_every_text_a_step_can_ask_for(tmp_path):
+    """Two text encoders, caption dropout on the second: the step asks for the caption for both,
+    or the caption and an empty one; each is in the cache after `fill_text_cache`."""
+    from ot_gradio.data.text_cache import TextEmbeddingCache
+    from ot_gradio.training.diffusion import DiffusionStep
+
+    step = SimpleNamespace(caption_transform=str.upper, model=_model(),
+                           config=SimpleNamespace(text_encoder=SimpleNamespace(dropout_probability=0.0),
+                                                  text_encoder_2=SimpleNamespace(dropout_probability=0.3)))
+    step.text_variants = lambda caption: DiffusionStep.text_variants(step, caption)
+    calls = []
+
+    def encode(texts):
+        calls.append(texts)
+        return {"hidden": torch.zeros(len(texts["text_encoder"]), 3)}
+
+    cache = TextEmbeddingCache(tmp_path, "text-test")
+    data = SimpleNamespace(captions=lambda: ["a cat", "", "a cat"])
+    assert placement.fill_text_cache(cache, encode, [(step, data)]) == 3
+    assert calls == [{"text_encoder": ["A CAT"], "text_encoder_2": ["A CAT"]},
+                     {"text_encoder": ["A CAT"], "text_encoder_2": [""]}, {"text_encoder": [""], "text_encoder_2": [""]}]
+    cache.encode({"text_encoder": ["A CAT", "A CAT", ""], "text_encoder_2": ["", "A CAT", ""]}, encode)
+    assert cache.hits == 3 and cache.misses == 0 and len(calls) == 3
+    assert placement.fill_text_cache(cache, encode, [(step, data)]) == 0  # nothing new: no encoder runs
