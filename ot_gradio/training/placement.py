@@ -20,6 +20,11 @@ the device (memory_plan.MemoryPlan.parked).
 `Placement.park()` moves the parked parts to the CPU; `Placement.using(parts)` brings them to the
 train device for a block (sampling) and back afterwards. Moves go through `move`, so a test can
 see them without a GPU.
+
+A sample brings every parked part to the device at once (the families sample with all their
+parts there), beside the denoiser and the training state: its peak can be higher than a training
+step's, which is what the memory planner estimates. OneTrainer brings one part at a time while it
+samples (text encoders, then the denoiser, then the VAE); that is not done here.
 """
 
 from __future__ import annotations

@@ -492,7 +492,8 @@ class Trainer:
     def sample(self) -> None:
         """Sample every enabled prompt (samples.py: EMA and non-EMA, files, events, TensorBoard)."""
         self._read_losses()  # a NaN loss stops the run before its weights are used
-        with self.placement.using():  # the parts parked in RAM join the denoiser on the device
+        sampling = self.dist.is_main and any(s.enabled for s in self.config.samples)
+        with self.placement.using(None if sampling else ()):  # the parts parked in RAM join the denoiser on the device
             sample_during_training(self._run_state())
 
     def _run_state(self) -> RunState:
