@@ -97,12 +97,12 @@ class Placement:
         says why the text encoder outputs are not cached (None: they are)."""
         from ..data.text_cache import text_cache_problem  # noqa: PLC0415
 
-        groups = list(param_groups)
-        trained = {g.model_part for g in groups if g.trains}
-        trained |= {part for part, module in model.parts.items() if any(p.requires_grad for p in module.parameters())}
+        trained = {g.model_part for g in param_groups if g.trains}
+        # the trainer's test (its trained_text_parts); a part holding any weight that takes gradients stays too
         reason = text_cache_problem(latent_caching=config.latent_caching, concepts=config.concepts,
                                     trained_text_parts={p for p in trained if p in model.text_encoder_names},
                                     uses_embeddings=uses_embeddings)
+        trained |= {part for part, module in model.parts.items() if any(p.requires_grad for p in module.parameters())}
         placement = cls(model, device, *parked_parts(model, config, device, trained, reason))
         placement.text_cache_off_reason = reason
         return placement
