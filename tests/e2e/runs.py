@@ -95,16 +95,17 @@ def falls(losses: list[float], factor: float) -> bool:
     return sum(losses[-3:]) / 3 < factor * sum(losses[:3]) / 3
 
 
-def lora_load_problems(pipe, path) -> list[str]:
-    """The warnings diffusers, PEFT and Python give while `pipe.load_lora_weights(path)` (unexpected
-    or missing keys); an empty list means the file loaded cleanly."""
+def lora_load_problems(pipe, path, libraries=("diffusers", "peft"), must_log: bool = False) -> list[str]:
+    """The warnings these libraries (their loggers) and Python give while `pipe.load_lora_weights(path)`
+    (unexpected or missing keys); an empty list means the file loaded cleanly. `must_log`: diffusers
+    must have logged something (INFO is let through), which shows the capture works."""
     import logging
     import warnings
 
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.DEBUG)
     handler.emit = records.append
-    loggers = [logging.getLogger(name) for name in ("diffusers", "peft")]
+    loggers = [logging.getLogger(name) for name in libraries]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.addHandler(handler)
@@ -117,5 +118,6 @@ def lora_load_problems(pipe, path) -> list[str]:
         for lg, level in zip(loggers, levels, strict=True):
             lg.removeHandler(handler)
             lg.setLevel(level)
+    assert not must_log or any(r.name.startswith("diffusers") for r in records), "log capture saw nothing"
     problems = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
     return problems + [str(w.message) for w in caught if not issubclass(w.category, (DeprecationWarning, FutureWarning))]

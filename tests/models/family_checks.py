@@ -2,8 +2,42 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
+import pytest
 import torch
+
+
+def family_fixtures(tiny: str, family: type, paths: str, model: str, scope: str = "module"):
+    """A family test file's two fixtures, named `paths` (session: the saved files of `tiny:<tiny>`)
+    and `model` (`scope`: `family` loaded from that folder, for tests that change no weights).
+    Use: `tiny_x_paths, x = family_fixtures("x", X, "tiny_x_paths", "x")`."""
+
+    @pytest.fixture(scope="session", name=paths)
+    def saved(tiny_dir):
+        from ot_gradio.models.tiny import resolve_tiny
+
+        return resolve_tiny(f"tiny:{tiny}")
+
+    @pytest.fixture(scope=scope, name=model)
+    def loaded(request):
+        return family.load(str(request.getfixturevalue(paths).diffusers_dir), offline=True)
+
+    return saved, loaded
+
+
+def pipeline_image(pipe, size: int = 64, **kwargs) -> np.ndarray:
+    """The first image `pipe(**kwargs)` makes in 2 steps at `size` x `size` from seed 0, as numpy."""
+    with torch.no_grad():
+        return pipe(
+            num_inference_steps=2, height=size, width=size, generator=torch.Generator().manual_seed(0), output_type="np", **kwargs
+        ).images[0]
+
+
+def pipeline_images(size: int = 64, **kwargs):
+    """`pipeline_image` with this file's size and settings."""
+    return partial(pipeline_image, size=size, **kwargs)
 
 
 def assert_same_parts(family, again) -> None:

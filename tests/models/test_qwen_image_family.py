@@ -17,50 +17,22 @@ from ot_gradio.training.lora import select_lora_targets
 from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, save_lora
 from ot_gradio.training.lora_method import LoraMethod, kohya_module_names
 from tests.e2e.runs import lora_load_problems
-from tests.models.family_checks import assert_same_parts
+from tests.models.family_checks import assert_same_parts, family_fixtures, pipeline_images
 
 CPU = torch.device("cpu")
 PROMPT = "a red circle"
+tiny_qwen_paths, qwen = family_fixtures("qwen-image", QwenImage, "tiny_qwen_paths", "qwen")
+_images = pipeline_images(size=32, true_cfg_scale=1.0)
 
 
-@pytest.fixture(scope="session")
-def tiny_qwen_paths(tiny_dir):
+def test_tiny_model_has_qwen_image_s_classes_and_a_z_image_is_refused(qwen, tiny_dir):
+    """Loading by name, by folder, from the file: tests/models/test_families.py."""
     from ot_gradio.models.tiny import resolve_tiny
 
-    return resolve_tiny("tiny:qwen-image")
-
-
-@pytest.fixture(scope="module")
-def qwen(tiny_qwen_paths):
-    return QwenImage.load(str(tiny_qwen_paths.diffusers_dir), offline=True)
-
-
-def _images(pipe, **kwargs):
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        return pipe(num_inference_steps=2, height=32, width=32, generator=g, output_type="np", true_cfg_scale=1.0, **kwargs).images[0]
-
-
-def test_tiny_model_is_small_and_loads_through_the_real_loaders(qwen, tiny_qwen_paths, tiny_dir):
-    from ot_gradio.models.tiny.qwen_image import tiny_qwen_image_components
-
-    parts = tiny_qwen_image_components().values()
-    # small enough to build in well under a second: under a million parameters in all
-    assert sum(p.numel() for m in parts if isinstance(m, torch.nn.Module) for p in m.parameters()) < 1_000_000
     assert type(qwen.text_encoder).__name__ == "Qwen2_5_VLForConditionalGeneration"
     assert type(qwen.vae).__name__ == "AutoencoderKLQwenImage" and qwen.vae_scale_factor == 2
-    by_name = QwenImage.load("tiny:qwen-image")
-    assert torch.equal(by_name.transformer.img_in.weight, qwen.transformer.img_in.weight)
-    from_file = QwenImage.load(str(tiny_qwen_paths.single_file), config_dir=str(tiny_qwen_paths.diffusers_dir), offline=True)
-    a, b = from_file.transformer.state_dict(), qwen.transformer.state_dict()
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    with pytest.raises(ModelLoadError, match="not a diffusers model"):
-        QwenImage.load(str(tiny_dir))
-    with pytest.raises(ModelLoadError, match="config folder"):
-        QwenImage.load(str(tiny_qwen_paths.single_file), config_dir=str(tiny_dir), offline=True)
-    z_image = str(__import__("ot_gradio.models.tiny", fromlist=["resolve_tiny"]).resolve_tiny("tiny:z-image").diffusers_dir)
     with pytest.raises(ModelLoadError):
-        QwenImage.load(z_image)
+        QwenImage.load(str(resolve_tiny("tiny:z-image").diffusers_dir))
 
 
 def test_encode_text_is_exactly_what_the_pipeline_feeds_the_transformer(qwen):
