@@ -27,6 +27,26 @@ def family_fixtures(tiny: str, family: type, paths: str, model: str, scope: str 
     return saved, loaded
 
 
+def add_random_lora(model, parts=("transformer",), **options):
+    """The LORA method set up on `model` as a run sets it up (`options` over its model type's
+    defaults), the up (B) weights of its LoRA in `parts` random (seed 2) so that the LoRA changes
+    what the model makes, and every part in eval mode. Returns the config."""
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.training.lora_method import LoraMethod
+
+    config = TrainConfig.model_validate({"model_type": model.model_type, **options})
+    LoraMethod().setup(model, config, torch.device("cpu"))
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for part in parts:
+            for name, p in getattr(model, part).named_parameters():
+                if "lora_B" in name:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    for module in model.parts.values():
+        module.eval()
+    return config
+
+
 def pipeline_image(pipe, size: int = 64, **kwargs) -> np.ndarray:
     """The first image `pipe(**kwargs)` makes in 2 steps at `size` x `size` from seed 0, as numpy."""
     with torch.no_grad():

@@ -10,14 +10,13 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from ot_gradio.config.schema import TrainConfig
 from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.qwen_image import QwenImage, comfy_lora_targets
 from ot_gradio.training.lora import select_lora_targets
 from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, save_lora
-from ot_gradio.training.lora_method import LoraMethod, kohya_module_names
+from ot_gradio.training.lora_method import kohya_module_names
 from tests.e2e.runs import lora_load_problems
-from tests.models.family_checks import assert_same_parts, family_fixtures, pipeline_images
+from tests.models.family_checks import add_random_lora, assert_same_parts, family_fixtures, pipeline_images
 
 CPU = torch.device("cpu")
 PROMPT = "a red circle"
@@ -152,14 +151,7 @@ def test_lora_files_load_in_the_pipeline_and_comfyui_places_every_key(tiny_qwen_
 
     model = QwenImage.load(str(tiny_qwen_paths.diffusers_dir))
     base = _images(model.pipeline(), prompt=PROMPT)
-    LoraMethod().setup(model, TrainConfig.model_validate({"model_type": "QWEN", "lora_rank": 4, "lora_alpha": 2.0,
-                                                          "layer_filter_preset": "full"}), CPU)
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        for name, p in model.transformer.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    model.transformer.eval()
+    add_random_lora(model, lora_rank=4, lora_alpha=2.0, layer_filter_preset="full")
     trained = _images(model.pipeline(), prompt=PROMPT)
     for fmt in (DIFFUSERS, KOHYA):
         path = save_lora(tmp_path / f"{fmt}.safetensors", {"transformer": model.transformer},

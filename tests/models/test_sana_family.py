@@ -9,13 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from ot_gradio.config.schema import TrainConfig
 from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.sana import COMPLEX_HUMAN_INSTRUCTION, Sana
 from ot_gradio.training.lora_format import DIFFUSERS, save_lora
-from ot_gradio.training.lora_method import LoraMethod
 from tests.e2e.runs import lora_load_problems
-from tests.models.family_checks import assert_same_parts, assert_sample_uses_cfg_and_the_negative_prompt, family_fixtures, pipeline_images
+from tests.models.family_checks import (
+    add_random_lora,
+    assert_same_parts,
+    assert_sample_uses_cfg_and_the_negative_prompt,
+    family_fixtures,
+    pipeline_images,
+)
 
 CPU = torch.device("cpu")
 PROMPT = "A Red circle "
@@ -130,14 +134,7 @@ def test_diffusers_lora_loads_in_sana_pipeline_without_warnings(tiny_sana_paths,
 
     model = Sana.load(str(tiny_sana_paths.diffusers_dir))
     base = _images(model.pipeline(), prompt=PROMPT)
-    LoraMethod().setup(model, TrainConfig.model_validate({"model_type": "SANA", "lora_rank": 4, "lora_alpha": 2.0,
-                                                          "layer_filter_preset": "full"}), CPU)
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        for name, p in model.transformer.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    model.transformer.eval()
+    add_random_lora(model, lora_rank=4, lora_alpha=2.0, layer_filter_preset="full")
     trained = _images(model.pipeline(), prompt=PROMPT)
     path = save_lora(tmp_path / "d.safetensors", {"transformer": model.transformer},
                      base_model_version=model.lora_base_model_version, lora_format=DIFFUSERS)

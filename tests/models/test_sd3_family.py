@@ -14,9 +14,8 @@ from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.sd3 import StableDiffusion3, StableDiffusion35
 from ot_gradio.training.lora import add_lora, lora_state_dict
 from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
-from ot_gradio.training.lora_method import LoraMethod
 from tests.e2e.runs import lora_load_problems
-from tests.models.family_checks import assert_same_parts, family_fixtures, pipeline_images
+from tests.models.family_checks import add_random_lora, assert_same_parts, family_fixtures, pipeline_images
 
 CPU = torch.device("cpu")
 PROMPT = "a red circle"
@@ -132,16 +131,8 @@ def lora_model(tiny_sd3_paths):
     """Tiny SD 3 with LoRA (LORA method, 'full' preset) on the transformer and both CLIPs."""
     model = StableDiffusion3.load(str(tiny_sd3_paths.diffusers_dir))
     base = _images(model.pipeline(), prompt=PROMPT)
-    config = _config(lora_rank=4, lora_alpha=2.0, text_encoder={"train": True}, text_encoder_2={"train": True})
-    LoraMethod().setup(model, config, CPU)
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        for part in ("transformer", "text_encoder", "text_encoder_2"):
-            for name, p in getattr(model, part).named_parameters():
-                if "lora_B" in name:
-                    p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    for module in model.parts.values():
-        module.eval()
+    add_random_lora(model, ("transformer", "text_encoder", "text_encoder_2"), lora_rank=4, lora_alpha=2.0,
+                    text_encoder={"train": True}, text_encoder_2={"train": True})
     return model, base, _images(model.pipeline(), prompt=PROMPT)
 
 

@@ -21,7 +21,7 @@ from ot_gradio.training.diffusion import DiffusionStep
 from ot_gradio.training.lora import lora_state_dict
 from ot_gradio.training.lora_method import LoraMethod
 from tests.e2e.runs import lora_load_problems
-from tests.models.family_checks import family_fixtures, pipeline_images
+from tests.models.family_checks import add_random_lora, family_fixtures, pipeline_images
 
 CPU = torch.device("cpu")
 PROMPT = "a red circle"
@@ -248,16 +248,8 @@ def lora_model(tiny_sdxl_paths):
     weights), through the LORA method as a run sets it up."""
     model = StableDiffusionXL.load(str(tiny_sdxl_paths.diffusers_dir), offline=True)
     base = _images(model.pipeline(), prompt=PROMPT)
-    config = _config(lora_rank=4, lora_alpha=1.0, text_encoder={"train": True}, text_encoder_2={"train": True})
-    LoraMethod().setup(model, config, CPU)
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        for part in ("unet", "text_encoder", "text_encoder_2"):
-            for name, p in getattr(model, part).named_parameters():
-                if "lora_B" in name:
-                    p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    for module in model.parts.values():
-        module.eval()
+    config = add_random_lora(model, ("unet", "text_encoder", "text_encoder_2"), lora_rank=4, lora_alpha=1.0,
+                             text_encoder={"train": True}, text_encoder_2={"train": True})
     return model, config, base, _images(model.pipeline(), prompt=PROMPT)
 
 
