@@ -6,9 +6,35 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ot_gradio.runner.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def tiny_fixture(name: str, fixture_name: str):
+    """A module fixture named `fixture_name`: the tiny model `tiny:<name>` saved in a folder of
+    its own (its diffusers folder and single file), which a test file's runs may change."""
+
+    @pytest.fixture(scope="module", name=fixture_name)
+    def saved(tmp_path_factory):
+        from ot_gradio.models.tiny import all_tiny_models
+
+        _, build = all_tiny_models()[f"tiny:{name}"]
+        return build(tmp_path_factory.mktemp(f"tiny-{name}"))
+
+    return saved
+
+
+def local_pipeline(folder, pipeline_class=None):
+    """The diffusers pipeline saved in `folder` (its own class unless `pipeline_class` is given),
+    loaded with no download and no progress bar."""
+    from diffusers import DiffusionPipeline
+
+    pipe = (pipeline_class or DiffusionPipeline).from_pretrained(str(folder), local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
 
 
 def run_until_done(config, tmp_path, timeout=600):

@@ -15,10 +15,15 @@ from ot_gradio.models.qwen_image import QwenImage, comfy_lora_targets
 from ot_gradio.training.lora import select_lora_targets
 from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, save_lora
 from ot_gradio.training.lora_method import kohya_module_names
-from tests.e2e.runs import lora_load_problems
-from tests.models.family_checks import add_random_lora, assert_same_parts, family_fixtures, pipeline_images
+from tests.e2e.runs import local_pipeline, lora_load_problems
+from tests.models.family_checks import (
+    add_random_lora,
+    assert_same_parts,
+    assert_sample_uses_cfg_and_the_negative_prompt,
+    family_fixtures,
+    pipeline_images,
+)
 
-CPU = torch.device("cpu")
 PROMPT = "a red circle"
 tiny_qwen_paths, qwen = family_fixtures("qwen-image", QwenImage, "tiny_qwen_paths", "qwen")
 _images = pipeline_images(size=32, true_cfg_scale=1.0)
@@ -105,14 +110,7 @@ def test_latents_are_normalised_per_channel_and_decode_back(qwen):
 
 
 def test_sample_uses_true_cfg_and_the_negative_prompt_and_keeps_modes(qwen):
-    qwen.transformer.train()
-    plain = qwen.sample(PROMPT, "", height=40, width=56, steps=2, cfg_scale=1.0)
-    assert plain.size == (56, 40) and qwen.transformer.training
-    cfg = qwen.sample(PROMPT, "", height=40, width=56, steps=2, cfg_scale=4.0)
-    negative = qwen.sample(PROMPT, "blue", height=40, width=56, steps=2, cfg_scale=4.0)
-    assert np.abs(np.asarray(plain, float) - np.asarray(cfg, float)).max() > 0
-    assert np.abs(np.asarray(cfg, float) - np.asarray(negative, float)).max() > 0
-    qwen.transformer.eval()
+    assert_sample_uses_cfg_and_the_negative_prompt(qwen, PROMPT, plain_cfg=1.0)
 
 
 def test_save_diffusers_and_the_transformer_file_round_trip(qwen, tmp_path):
@@ -157,8 +155,7 @@ def test_lora_files_load_in_the_pipeline_and_comfyui_places_every_key(tiny_qwen_
         path = save_lora(tmp_path / f"{fmt}.safetensors", {"transformer": model.transformer},
                          base_model_version=model.lora_base_model_version, lora_format=fmt,
                          module_names=kohya_module_names(model))
-        pipe = QwenImagePipeline.from_pretrained(str(tiny_qwen_paths.diffusers_dir), local_files_only=True)
-        pipe.set_progress_bar_config(disable=True)
+        pipe = local_pipeline(tiny_qwen_paths.diffusers_dir, QwenImagePipeline)
         assert lora_load_problems(pipe, path) == [], fmt
         image = _images(pipe, prompt=PROMPT)
         np.testing.assert_allclose(image, trained, atol=1e-5, err_msg=fmt)

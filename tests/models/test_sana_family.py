@@ -12,7 +12,7 @@ import torch
 from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.sana import COMPLEX_HUMAN_INSTRUCTION, Sana
 from ot_gradio.training.lora_format import DIFFUSERS, save_lora
-from tests.e2e.runs import lora_load_problems
+from tests.e2e.runs import local_pipeline, lora_load_problems
 from tests.models.family_checks import (
     add_random_lora,
     assert_same_parts,
@@ -138,8 +138,7 @@ def test_diffusers_lora_loads_in_sana_pipeline_without_warnings(tiny_sana_paths,
     trained = _images(model.pipeline(), prompt=PROMPT)
     path = save_lora(tmp_path / "d.safetensors", {"transformer": model.transformer},
                      base_model_version=model.lora_base_model_version, lora_format=DIFFUSERS)
-    pipe = SanaPipeline.from_pretrained(str(tiny_sana_paths.diffusers_dir), local_files_only=True)
-    pipe.set_progress_bar_config(disable=True)
+    pipe = local_pipeline(tiny_sana_paths.diffusers_dir, SanaPipeline)
     assert lora_load_problems(pipe, path) == []
     image = _images(pipe, prompt=PROMPT)
     np.testing.assert_allclose(image, trained, atol=1e-5)

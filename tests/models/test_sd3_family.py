@@ -17,7 +17,6 @@ from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, load_lora_file, sav
 from tests.e2e.runs import lora_load_problems
 from tests.models.family_checks import add_random_lora, assert_same_parts, family_fixtures, pipeline_images
 
-CPU = torch.device("cpu")
 PROMPT = "a red circle"
 tiny_sd3_paths, sd3 = family_fixtures("sd3", StableDiffusion3, "tiny_sd3_paths", "sd3")
 _images = pipeline_images(max_sequence_length=77)

@@ -14,7 +14,7 @@ from ot_gradio.config.schema import TrainConfig
 from ot_gradio.models.z_image import ZImage
 from ot_gradio.training.lora import select_lora_targets
 from ot_gradio.training.lora_format import DIFFUSERS, save_lora
-from tests.e2e.runs import lora_load_problems
+from tests.e2e.runs import local_pipeline, lora_load_problems
 from tests.models.family_checks import (
     add_random_lora,
     assert_same_parts,
@@ -129,8 +129,7 @@ def test_diffusers_lora_loads_in_zimage_pipeline_and_comfyui_places_every_key(ti
     trained = _images(model.pipeline(), prompt=PROMPT)
     path = save_lora(tmp_path / "d.safetensors", {"transformer": model.transformer},
                      base_model_version=model.lora_base_model_version, lora_format=DIFFUSERS)
-    pipe = ZImagePipeline.from_pretrained(str(tiny_z_paths.diffusers_dir), local_files_only=True)
-    pipe.set_progress_bar_config(disable=True)
+    pipe = local_pipeline(tiny_z_paths.diffusers_dir, ZImagePipeline)
     assert lora_load_problems(pipe, path) == []
     image = _images(pipe, prompt=PROMPT)
     np.testing.assert_allclose(image, trained, atol=1e-5)
