@@ -6,9 +6,35 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ot_gradio.runner.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def tiny_fixture(name: str, fixture_name: str):
+    """A module fixture named `fixture_name`: the tiny model `tiny:<name>` saved in a folder of
+    its own (its diffusers folder and single file), which a test file's runs may change."""
+
+    @pytest.fixture(scope="module", name=fixture_name)
+    def saved(tmp_path_factory):
+        from ot_gradio.models.tiny import all_tiny_models
+
+        _, build = all_tiny_models()[f"tiny:{name}"]
+        return build(tmp_path_factory.mktemp(f"tiny-{name}"))
+
+    return saved
+
+
+def local_pipeline(folder, pipeline_class=None):
+    """The diffusers pipeline saved in `folder` (its own class unless `pipeline_class` is given),
+    loaded with no download and no progress bar."""
+    from diffusers import DiffusionPipeline
+
+    pipe = (pipeline_class or DiffusionPipeline).from_pretrained(str(folder), local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
 
 
 def run_until_done(config, tmp_path, timeout=600):
@@ -95,16 +121,17 @@ def falls(losses: list[float], factor: float) -> bool:
     return sum(losses[-3:]) / 3 < factor * sum(losses[:3]) / 3
 
 
-def lora_load_problems(pipe, path) -> list[str]:
-    """The warnings diffusers, PEFT and Python give while `pipe.load_lora_weights(path)` (unexpected
-    or missing keys); an empty list means the file loaded cleanly."""
+def lora_load_problems(pipe, path, libraries=("diffusers", "peft"), must_log: bool = False) -> list[str]:
+    """The warnings these libraries (their loggers) and Python give while `pipe.load_lora_weights(path)`
+    (unexpected or missing keys); an empty list means the file loaded cleanly. `must_log`: diffusers
+    must have logged something (INFO is let through), which shows the capture works."""
     import logging
     import warnings
 
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.DEBUG)
     handler.emit = records.append
-    loggers = [logging.getLogger(name) for name in ("diffusers", "peft")]
+    loggers = [logging.getLogger(name) for name in libraries]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.addHandler(handler)
@@ -117,5 +144,6 @@ def lora_load_problems(pipe, path) -> list[str]:
         for lg, level in zip(loggers, levels, strict=True):
             lg.removeHandler(handler)
             lg.setLevel(level)
+    assert not must_log or any(r.name.startswith("diffusers") for r in records), "log capture saw nothing"
     problems = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
     return problems + [str(w.message) for w in caught if not issubclass(w.category, (DeprecationWarning, FutureWarning))]

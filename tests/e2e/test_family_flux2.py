@@ -16,7 +16,8 @@ from safetensors import safe_open
 
 from ot_gradio.config.io import load_config
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import imported, lora_load_problems, run_until_done
+from tests.e2e.runs import imported, local_pipeline, lora_load_problems, run_until_done, tiny_fixture
+from tests.models.family_checks import pipeline_images
 
 pytestmark = pytest.mark.slow
 PRESET = Path(__file__).resolve().parents[1] / "config" / "data" / "onetrainer-presets-2026" / "flux2-LoRA-16GB.json"
@@ -27,33 +28,13 @@ PROMPT = "a red circle"
 CPU_SIZE = {"resolution": "64", "epochs": 2, "compile": False}
 
 
-@pytest.fixture(scope="module")
-def tiny_dev(tmp_path_factory):
-    from ot_gradio.models.tiny.flux2 import save_tiny_flux2_dev
-
-    return save_tiny_flux2_dev(tmp_path_factory.mktemp("tiny-flux2-dev"))
+tiny_dev = tiny_fixture("flux2-dev", "tiny_dev")
 
 
-@pytest.fixture(scope="module")
-def tiny_klein(tmp_path_factory):
-    from ot_gradio.models.tiny.flux2 import save_tiny_flux2_klein
-
-    return save_tiny_flux2_klein(tmp_path_factory.mktemp("tiny-flux2-klein"))
+tiny_klein = tiny_fixture("flux2-klein", "tiny_klein")
 
 
-def _image(pipe):
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        return pipe(prompt=PROMPT, num_inference_steps=2, height=64, width=64, guidance_scale=3.0, generator=g,
-                    output_type="np").images[0]
-
-
-def _pipeline(tiny):
-    from diffusers import DiffusionPipeline
-
-    pipe = DiffusionPipeline.from_pretrained(str(tiny.diffusers_dir), local_files_only=True)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+_image = pipeline_images(prompt=PROMPT, guidance_scale=3.0)
 
 
 def test_onetrainer_flux2_preset_trains_a_dev_lora_that_changes_the_pipeline(tiny_dev, shapes, tmp_path):
@@ -75,7 +56,7 @@ def test_onetrainer_flux2_preset_trains_a_dev_lora_that_changes_the_pipeline(tin
         assert any(f.get_tensor(k).abs().max() > 0 for k in keys if ".lora_B." in k)
     # the preset's layer filter "transformer_block": both kinds of block, nothing else
     assert keys and all(k.startswith(("transformer.transformer_blocks.", "transformer.single_transformer_blocks.")) for k in keys)
-    pipe = _pipeline(tiny_dev)
+    pipe = local_pipeline(tiny_dev.diffusers_dir)
     assert isinstance(pipe, Flux2Pipeline)
     before = _image(pipe)
     assert lora_load_problems(pipe, path) == []
@@ -88,7 +69,7 @@ def test_klein_lora_from_the_same_preset_trains_and_reloads(tiny_klein, shapes, 
 
     config = imported(PRESET, tiny_klein.diffusers_dir, shapes, tmp_path, "lora.safetensors", **CPU_SIZE, learning_rate=1e-2)
     run_until_done(config, tmp_path)
-    pipe = _pipeline(tiny_klein)
+    pipe = local_pipeline(tiny_klein.diffusers_dir)
     assert isinstance(pipe, Flux2KleinPipeline)
     before = _image(pipe)
     assert lora_load_problems(pipe, tmp_path / "out" / "lora.safetensors") == []

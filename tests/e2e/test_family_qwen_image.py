@@ -15,7 +15,17 @@ import torch
 from safetensors import safe_open
 
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import falls, imported, lora_load_problems, losses_with_fixed_noise, one_image, run_until_done
+from tests.e2e.runs import (
+    falls,
+    imported,
+    local_pipeline,
+    lora_load_problems,
+    losses_with_fixed_noise,
+    one_image,
+    run_until_done,
+    tiny_fixture,
+)
+from tests.models.family_checks import pipeline_images
 
 pytestmark = pytest.mark.slow
 PRESET = Path(__file__).resolve().parents[1] / "config" / "data" / "onetrainer-presets-2026" / "qwen-LoRA-24GB.json"
@@ -24,26 +34,10 @@ PROMPT = "a red circle"
 CPU_SIZE = {"resolution": "64", "epochs": 2}
 
 
-@pytest.fixture(scope="module")
-def tiny_qwen(tmp_path_factory):
-    from ot_gradio.models.tiny.qwen_image import save_tiny_qwen_image
-
-    return save_tiny_qwen_image(tmp_path_factory.mktemp("tiny-qwen-image"))
+tiny_qwen = tiny_fixture("qwen-image", "tiny_qwen")
 
 
-def _image(pipe):
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        return pipe(prompt=PROMPT, num_inference_steps=2, height=64, width=64, true_cfg_scale=1.0, generator=g,
-                    output_type="np").images[0]
-
-
-def _pipeline(tiny):
-    from diffusers import QwenImagePipeline
-
-    pipe = QwenImagePipeline.from_pretrained(str(tiny.diffusers_dir), local_files_only=True)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+_image = pipeline_images(prompt=PROMPT, true_cfg_scale=1.0)
 
 
 def test_onetrainer_qwen_preset_trains_a_lora_that_changes_the_pipeline(tiny_qwen, shapes, tmp_path):
@@ -63,7 +57,7 @@ def test_onetrainer_qwen_preset_trains_a_lora_that_changes_the_pipeline(tiny_qwe
     layers = {k.split(".lora_")[0] for k in keys}
     assert layers and all(k.startswith("transformer.transformer_blocks.") for k in layers)
     assert all(".attn." in k or "_mlp." in k for k in layers)  # the preset's filter "attn,img_mlp,txt_mlp"
-    pipe = _pipeline(tiny_qwen)
+    pipe = local_pipeline(tiny_qwen.diffusers_dir)
     before = _image(pipe)
     assert lora_load_problems(pipe, path) == []
     assert np.abs(_image(pipe) - before).max() > 1e-6  # the same pipeline draws the same image bit for bit
@@ -84,7 +78,7 @@ def test_comfy_lora_from_our_preset_with_a_sample(tiny_qwen, shapes, tmp_path):
     with safe_open(str(path), "pt") as f:
         keys = list(f.keys())
     assert keys and all(k.startswith("lora_unet_transformer_blocks_") for k in keys)
-    pipe = _pipeline(tiny_qwen)
+    pipe = local_pipeline(tiny_qwen.diffusers_dir)
     targets = comfy_lora_targets(pipe.transformer, keys)
     assert "diffusion_model.transformer_blocks.0.img_mlp.net.0.proj.weight" in targets.values()
     before = _image(pipe)

@@ -12,23 +12,17 @@ import torch
 
 from ot_gradio.config.io import config_to_dict, load_config
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import falls, imported, losses_with_fixed_noise, one_image, run_until_done, train_from_cli
+from tests.e2e.runs import falls, imported, local_pipeline, losses_with_fixed_noise, one_image, run_until_done, tiny_fixture, train_from_cli
+from tests.models.family_checks import pipeline_images
 
 pytestmark = pytest.mark.slow
 PROMPT = "a red circle"
 
 
-@pytest.fixture(scope="module")
-def tiny_sana(tmp_path_factory):
-    from ot_gradio.models.tiny.sana import save_tiny_sana
-
-    return save_tiny_sana(tmp_path_factory.mktemp("tiny-sana"))
+tiny_sana = tiny_fixture("sana", "tiny_sana")
 
 
-def _images(pipe):
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        return pipe(PROMPT, num_inference_steps=2, height=64, width=64, generator=g, output_type="np").images[0]
+_images = pipeline_images(prompt=PROMPT)
 
 
 def test_lora_from_our_preset_reloads_in_the_sana_pipeline(tiny_sana, shapes, tmp_path):
@@ -60,8 +54,7 @@ def test_lora_from_our_preset_reloads_in_the_sana_pipeline(tiny_sana, shapes, tm
     with safe_open(str(out), "pt") as f:
         keys = list(f.keys())
     assert keys and all(k.startswith("transformer.transformer_blocks.") for k in keys)
-    pipe = SanaPipeline.from_pretrained(str(tiny_sana.diffusers_dir), local_files_only=True)
-    pipe.set_progress_bar_config(disable=True)
+    pipe = local_pipeline(tiny_sana.diffusers_dir, SanaPipeline)
     before = _images(pipe)
     pipe.load_lora_weights(str(out))
     assert np.abs(_images(pipe) - before).max() > 1e-3
@@ -129,8 +122,7 @@ def test_lora_from_a_onetrainer_format_config_through_the_command_line(tiny_sana
         "concepts": [{"name": "shapes", "path": str(shapes)}], "samples": [],
     }
     train_from_cli(onetrainer, tmp_path, "sana-onetrainer.json")
-    pipe = SanaPipeline.from_pretrained(str(tiny_sana.diffusers_dir), local_files_only=True)
-    pipe.set_progress_bar_config(disable=True)
+    pipe = local_pipeline(tiny_sana.diffusers_dir, SanaPipeline)
     before = _images(pipe)
     pipe.load_lora_weights(str(out))
     assert np.abs(_images(pipe) - before).max() > 1e-3

@@ -13,24 +13,18 @@ import torch
 from safetensors import safe_open
 
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import falls, imported, losses_with_fixed_noise, one_image, run_until_done, train_from_cli
+from tests.e2e.runs import falls, imported, local_pipeline, losses_with_fixed_noise, one_image, run_until_done, tiny_fixture, train_from_cli
+from tests.models.family_checks import pipeline_images
 
 pytestmark = pytest.mark.slow
 OT_PRESET = Path(__file__).resolve().parents[1] / "config" / "data" / "onetrainer-presets-2026" / "sd-3.json"
 PROMPT = "a red circle"
 
 
-@pytest.fixture(scope="module")
-def tiny_sd3(tmp_path_factory):
-    from ot_gradio.models.tiny.sd3 import save_tiny_sd3
-
-    return save_tiny_sd3(tmp_path_factory.mktemp("tiny-sd3"))
+tiny_sd3 = tiny_fixture("sd3", "tiny_sd3")
 
 
-def _images(pipe):
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        return pipe(PROMPT, num_inference_steps=2, height=64, width=64, generator=g, output_type="np", max_sequence_length=77).images[0]
+_images = pipeline_images(prompt=PROMPT, max_sequence_length=77)
 
 
 def test_onetrainer_sd3_preset_fine_tunes_the_tiny_model(tiny_sd3, shapes, tmp_path):
@@ -66,8 +60,7 @@ def test_lora_from_our_preset_reloads_in_the_sd3_pipeline(tiny_sd3, shapes, tmp_
     run_until_done(config, tmp_path)
     from diffusers import StableDiffusion3Pipeline
 
-    pipe = StableDiffusion3Pipeline.from_pretrained(str(tiny_sd3.diffusers_dir), local_files_only=True)
-    pipe.set_progress_bar_config(disable=True)
+    pipe = local_pipeline(tiny_sd3.diffusers_dir, StableDiffusion3Pipeline)
     before = _images(pipe)
     pipe.load_lora_weights(str(tmp_path / "out" / "lora.safetensors"))
     assert np.abs(_images(pipe) - before).max() > 1e-3
@@ -121,8 +114,7 @@ def test_lora_from_onetrainers_sd3_preset_through_the_command_line(tiny_sd3, sha
                 epochs=1, learning_rate=1e-2, learning_rate_warmup_steps=0, train_device="cpu", samples=[],
                 workspace_dir=str(tmp_path / "workspace"), cache_dir=str(tmp_path / "cache"))
     train_from_cli(data, tmp_path, "sd-3-lora.json")
-    pipe = StableDiffusion3Pipeline.from_pretrained(str(tiny_sd3.diffusers_dir), local_files_only=True)
-    pipe.set_progress_bar_config(disable=True)
+    pipe = local_pipeline(tiny_sd3.diffusers_dir, StableDiffusion3Pipeline)
     before = _images(pipe)
     pipe.load_lora_weights(str(out))
     assert np.abs(_images(pipe) - before).max() > 1e-3

@@ -15,7 +15,17 @@ import torch
 from safetensors import safe_open
 
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import falls, imported, lora_load_problems, losses_with_fixed_noise, one_image, run_until_done
+from tests.e2e.runs import (
+    falls,
+    imported,
+    local_pipeline,
+    lora_load_problems,
+    losses_with_fixed_noise,
+    one_image,
+    run_until_done,
+    tiny_fixture,
+)
+from tests.models.family_checks import pipeline_images
 
 pytestmark = pytest.mark.slow
 PRESETS = Path(__file__).resolve().parents[1] / "config" / "data" / "onetrainer-presets-2026"
@@ -26,17 +36,10 @@ PROMPT = "a red circle"
 CPU_SIZE = {"resolution": "64", "epochs": 2, "compile": False}
 
 
-@pytest.fixture(scope="module")
-def tiny_z(tmp_path_factory):
-    from ot_gradio.models.tiny.z_image import save_tiny_z_image
-
-    return save_tiny_z_image(tmp_path_factory.mktemp("tiny-z-image"))
+tiny_z = tiny_fixture("z-image", "tiny_z")
 
 
-def _image(pipe):
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        return pipe(PROMPT, num_inference_steps=2, height=64, width=64, guidance_scale=0.0, generator=g, output_type="np").images[0]
+_image = pipeline_images(prompt=PROMPT, guidance_scale=0.0)
 
 
 def _check_lora(tiny_z, path: Path, min_change: float) -> None:
@@ -46,8 +49,7 @@ def _check_lora(tiny_z, path: Path, min_change: float) -> None:
 
     from ot_gradio.models.z_image_keys import comfy_lora_targets
 
-    pipe = ZImagePipeline.from_pretrained(str(tiny_z.diffusers_dir), local_files_only=True)
-    pipe.set_progress_bar_config(disable=True)
+    pipe = local_pipeline(tiny_z.diffusers_dir, ZImagePipeline)
     before = _image(pipe)
     assert lora_load_problems(pipe, path) == []
     assert np.array_equal(_image(pipe.__class__.from_pretrained(str(tiny_z.diffusers_dir), local_files_only=True)), before)

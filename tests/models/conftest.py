@@ -6,6 +6,9 @@ import logging
 
 import pytest  # noqa: E402
 
+from ot_gradio.models.sd15 import StableDiffusion15
+from tests.models.family_checks import family_fixtures
+
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
@@ -16,19 +19,8 @@ def tiny_dir(tmp_path_factory):
         yield root
 
 
-@pytest.fixture(scope="session")
-def tiny_sd15_paths(tiny_dir):
-    from ot_gradio.models.tiny import resolve_tiny
-
-    return resolve_tiny("tiny:sd15")
-
-
-@pytest.fixture(scope="session")
-def sd15(tiny_sd15_paths):
-    """One loaded tiny SD 1.5 for tests that do not change its weights."""
-    from ot_gradio.models.sd15 import StableDiffusion15
-
-    return StableDiffusion15.load(str(tiny_sd15_paths.diffusers_dir), offline=True)
+# `sd15`: one loaded tiny SD 1.5 for tests that do not change its weights
+tiny_sd15_paths, sd15 = family_fixtures("sd15", StableDiffusion15, "tiny_sd15_paths", "sd15", scope="session")
 
 
 class _Collect(logging.Handler):

@@ -2,8 +2,62 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
+import pytest
 import torch
+
+
+def family_fixtures(tiny: str, family: type, paths: str, model: str, scope: str = "module"):
+    """A family test file's two fixtures, named `paths` (session: the saved files of `tiny:<tiny>`)
+    and `model` (`scope`: `family` loaded from that folder, for tests that change no weights).
+    Use: `tiny_x_paths, x = family_fixtures("x", X, "tiny_x_paths", "x")`."""
+
+    @pytest.fixture(scope="session", name=paths)
+    def saved(tiny_dir):
+        from ot_gradio.models.tiny import resolve_tiny
+
+        return resolve_tiny(f"tiny:{tiny}")
+
+    @pytest.fixture(scope=scope, name=model)
+    def loaded(request):
+        return family.load(str(request.getfixturevalue(paths).diffusers_dir), offline=True)
+
+    return saved, loaded
+
+
+def add_random_lora(model, parts=("transformer",), **options):
+    """The LORA method set up on `model` as a run sets it up (`options` over its model type's
+    defaults), the up (B) weights of its LoRA in `parts` random (seed 2) so that the LoRA changes
+    what the model makes, and every part in eval mode. Returns the config."""
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.training.lora_method import LoraMethod
+
+    config = TrainConfig.model_validate({"model_type": model.model_type, **options})
+    LoraMethod().setup(model, config, torch.device("cpu"))
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for part in parts:
+            for name, p in getattr(model, part).named_parameters():
+                if "lora_B" in name:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    for module in model.parts.values():
+        module.eval()
+    return config
+
+
+def pipeline_image(pipe, size: int = 64, **kwargs) -> np.ndarray:
+    """The first image `pipe(**kwargs)` makes in 2 steps at `size` x `size` from seed 0, as numpy."""
+    with torch.no_grad():
+        return pipe(
+            num_inference_steps=2, height=size, width=size, generator=torch.Generator().manual_seed(0), output_type="np", **kwargs
+        ).images[0]
+
+
+def pipeline_images(size: int = 64, **kwargs):
+    """`pipeline_image` with this file's size and settings."""
+    return partial(pipeline_image, size=size, **kwargs)
 
 
 def assert_same_parts(family, again) -> None:

@@ -12,21 +12,13 @@ from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.flow_family import FlowFamily
 from ot_gradio.models.registry import get_family
 from ot_gradio.models.z_image import ZImage
+from tests.models.family_checks import family_fixtures
 
 FLOW_TYPES = (ModelType.FLUX_DEV_1, ModelType.FLUX_FILL_DEV_1, ModelType.CHROMA_1, ModelType.STABLE_DIFFUSION_3,
               ModelType.STABLE_DIFFUSION_35, ModelType.Z_IMAGE, ModelType.FLUX_2, ModelType.SANA)
 
 
-@pytest.fixture(scope="module")
-def z_paths(tiny_dir):
-    from ot_gradio.models.tiny import resolve_tiny
-
-    return resolve_tiny("tiny:z-image")
-
-
-@pytest.fixture(scope="module")
-def zimage(z_paths):
-    return ZImage.load(str(z_paths.diffusers_dir), offline=True)
+z_paths, zimage = family_fixtures("z-image", ZImage, "z_paths", "zimage")
 
 
 def test_every_flow_family_is_one_subclass_with_its_own_name():

@@ -16,11 +16,10 @@ PRESET = Path(__file__).resolve().parents[1] / "config" / "data" / "onetrainer-p
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from ot_gradio.models.tiny.flux2 import save_tiny_flux2_dev, save_tiny_flux2_klein
+def tiny(tiny_dir):
+    from ot_gradio.models.tiny import resolve_tiny
 
-    root = tmp_path_factory.mktemp("tiny-flux2")
-    return {"dev": save_tiny_flux2_dev(root / "dev"), "klein": save_tiny_flux2_klein(root / "klein")}
+    return {variant: resolve_tiny(f"tiny:flux2-{variant}") for variant in ("dev", "klein")}
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +42,12 @@ def test_dev_and_klein_load_from_diffusers_folders_through_the_registry(tiny, mo
     assert type(models["dev"].pipeline()) is Flux2Pipeline and type(models["klein"].pipeline()) is Flux2KleinPipeline
 
 
-def test_other_models_are_refused_with_a_message(tmp_path):
+def test_other_models_are_refused_with_a_message(tiny_dir):
     from ot_gradio.models.flux2 import Flux2
-    from ot_gradio.models.tiny.flux import save_tiny_flux
+    from ot_gradio.models.tiny import resolve_tiny
 
     with pytest.raises(ModelLoadError, match="not a Flux.2 model"):
-        Flux2.load(str(save_tiny_flux(tmp_path).diffusers_dir))
+        Flux2.load(str(resolve_tiny("tiny:flux").diffusers_dir))
 
 
 @pytest.mark.parametrize("variant", ["dev", "klein"])

@@ -53,8 +53,6 @@ def test_load_errors_say_what_to_do(tmp_path, tiny_flux_paths):
     from ot_gradio.models.common import ModelLoadError
     from ot_gradio.models.flux import FluxDev1
 
-    with pytest.raises(ModelLoadError, match="no model_index.json"):
-        FluxDev1.load(str(tmp_path))
     with pytest.raises(ModelLoadError, match="not in the local Hugging Face cache"):
         FluxDev1.load(str(tiny_flux_paths.single_file), offline=True, cache_dir=str(tmp_path))
     bad = tmp_path / "sd.safetensors"

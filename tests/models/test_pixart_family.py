@@ -14,29 +14,15 @@ from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.pixart import PixArtAlpha
 from ot_gradio.models.sd15 import SAMPLERS
 from ot_gradio.models.tiny.pixart import tiny_pixart_components
+from tests.models.family_checks import family_fixtures
 
-
-@pytest.fixture(scope="session")
-def tiny_pixart_paths(tiny_dir):
-    from ot_gradio.models.tiny import resolve_tiny
-
-    return resolve_tiny("tiny:pixart")
-
-
-@pytest.fixture(scope="session")
-def pixart(tiny_pixart_paths):
-    """One loaded tiny PixArt-α for tests that change neither its weights nor its settings."""
-    return PixArtAlpha.load(str(tiny_pixart_paths.diffusers_dir), offline=True)
+# `pixart`: one loaded tiny PixArt-α for tests that change neither its weights nor its settings
+tiny_pixart_paths, pixart = family_fixtures("pixart", PixArtAlpha, "tiny_pixart_paths", "pixart", scope="session")
 
 
 @pytest.fixture
 def fresh(tiny_pixart_paths):
     return PixArtAlpha.load(str(tiny_pixart_paths.diffusers_dir), offline=True)
-
-
-def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k].to(sa[k].dtype)) for k in sa)
 
 
 def _batch(height: int, width: int):
@@ -59,12 +45,6 @@ def test_load_hub_layout_folder(pixart, tiny_pixart_paths):
     assert pixart.learns_variance
 
 
-def test_load_tiny_by_name(pixart, tiny_dir):
-    loaded = PixArtAlpha.load("tiny:pixart", offline=True)
-    assert all(_same_weights(pixart.parts[p], loaded.parts[p]) for p in pixart.parts)
-    assert any(tiny_dir.iterdir())
-
-
 def test_dtypes_per_part(tiny_pixart_paths):
     model = PixArtAlpha.load(str(tiny_pixart_paths.diffusers_dir), offline=True, dtypes={"transformer": torch.bfloat16})
     assert next(model.transformer.parameters()).dtype == torch.bfloat16
@@ -84,11 +64,6 @@ def test_single_file_is_refused_with_what_to_do(tiny_pixart_paths):
 def test_missing_path_is_a_clear_error(name):
     with pytest.raises(ModelLoadError, match="not found"):
         PixArtAlpha.load(name, offline=True)
-
-
-def test_folder_that_is_not_a_diffusers_model(tmp_path):
-    with pytest.raises(ModelLoadError, match="model_index.json"):
-        PixArtAlpha.load(str(tmp_path), offline=True)
 
 
 # ------------------------------------------------------------------ text encoding

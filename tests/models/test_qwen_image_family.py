@@ -10,57 +10,33 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from ot_gradio.config.schema import TrainConfig
 from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.qwen_image import QwenImage, comfy_lora_targets
 from ot_gradio.training.lora import select_lora_targets
 from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, save_lora
-from ot_gradio.training.lora_method import LoraMethod, kohya_module_names
-from tests.e2e.runs import lora_load_problems
-from tests.models.family_checks import assert_same_parts
+from ot_gradio.training.lora_method import kohya_module_names
+from tests.e2e.runs import local_pipeline, lora_load_problems
+from tests.models.family_checks import (
+    add_random_lora,
+    assert_same_parts,
+    assert_sample_uses_cfg_and_the_negative_prompt,
+    family_fixtures,
+    pipeline_images,
+)
 
-CPU = torch.device("cpu")
 PROMPT = "a red circle"
+tiny_qwen_paths, qwen = family_fixtures("qwen-image", QwenImage, "tiny_qwen_paths", "qwen")
+_images = pipeline_images(size=32, true_cfg_scale=1.0)
 
 
-@pytest.fixture(scope="session")
-def tiny_qwen_paths(tiny_dir):
+def test_tiny_model_has_qwen_image_s_classes_and_a_z_image_is_refused(qwen, tiny_dir):
+    """Loading by name, by folder, from the file: tests/models/test_families.py."""
     from ot_gradio.models.tiny import resolve_tiny
 
-    return resolve_tiny("tiny:qwen-image")
-
-
-@pytest.fixture(scope="module")
-def qwen(tiny_qwen_paths):
-    return QwenImage.load(str(tiny_qwen_paths.diffusers_dir), offline=True)
-
-
-def _images(pipe, **kwargs):
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        return pipe(num_inference_steps=2, height=32, width=32, generator=g, output_type="np", true_cfg_scale=1.0, **kwargs).images[0]
-
-
-def test_tiny_model_is_small_and_loads_through_the_real_loaders(qwen, tiny_qwen_paths, tiny_dir):
-    from ot_gradio.models.tiny.qwen_image import tiny_qwen_image_components
-
-    parts = tiny_qwen_image_components().values()
-    # small enough to build in well under a second: under a million parameters in all
-    assert sum(p.numel() for m in parts if isinstance(m, torch.nn.Module) for p in m.parameters()) < 1_000_000
     assert type(qwen.text_encoder).__name__ == "Qwen2_5_VLForConditionalGeneration"
     assert type(qwen.vae).__name__ == "AutoencoderKLQwenImage" and qwen.vae_scale_factor == 2
-    by_name = QwenImage.load("tiny:qwen-image")
-    assert torch.equal(by_name.transformer.img_in.weight, qwen.transformer.img_in.weight)
-    from_file = QwenImage.load(str(tiny_qwen_paths.single_file), config_dir=str(tiny_qwen_paths.diffusers_dir), offline=True)
-    a, b = from_file.transformer.state_dict(), qwen.transformer.state_dict()
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    with pytest.raises(ModelLoadError, match="not a diffusers model"):
-        QwenImage.load(str(tiny_dir))
-    with pytest.raises(ModelLoadError, match="config folder"):
-        QwenImage.load(str(tiny_qwen_paths.single_file), config_dir=str(tiny_dir), offline=True)
-    z_image = str(__import__("ot_gradio.models.tiny", fromlist=["resolve_tiny"]).resolve_tiny("tiny:z-image").diffusers_dir)
     with pytest.raises(ModelLoadError):
-        QwenImage.load(z_image)
+        QwenImage.load(str(resolve_tiny("tiny:z-image").diffusers_dir))
 
 
 def test_encode_text_is_exactly_what_the_pipeline_feeds_the_transformer(qwen):
@@ -134,14 +110,7 @@ def test_latents_are_normalised_per_channel_and_decode_back(qwen):
 
 
 def test_sample_uses_true_cfg_and_the_negative_prompt_and_keeps_modes(qwen):
-    qwen.transformer.train()
-    plain = qwen.sample(PROMPT, "", height=40, width=56, steps=2, cfg_scale=1.0)
-    assert plain.size == (56, 40) and qwen.transformer.training
-    cfg = qwen.sample(PROMPT, "", height=40, width=56, steps=2, cfg_scale=4.0)
-    negative = qwen.sample(PROMPT, "blue", height=40, width=56, steps=2, cfg_scale=4.0)
-    assert np.abs(np.asarray(plain, float) - np.asarray(cfg, float)).max() > 0
-    assert np.abs(np.asarray(cfg, float) - np.asarray(negative, float)).max() > 0
-    qwen.transformer.eval()
+    assert_sample_uses_cfg_and_the_negative_prompt(qwen, PROMPT, plain_cfg=1.0)
 
 
 def test_save_diffusers_and_the_transformer_file_round_trip(qwen, tmp_path):
@@ -180,21 +149,13 @@ def test_lora_files_load_in_the_pipeline_and_comfyui_places_every_key(tiny_qwen_
 
     model = QwenImage.load(str(tiny_qwen_paths.diffusers_dir))
     base = _images(model.pipeline(), prompt=PROMPT)
-    LoraMethod().setup(model, TrainConfig.model_validate({"model_type": "QWEN", "lora_rank": 4, "lora_alpha": 2.0,
-                                                          "layer_filter_preset": "full"}), CPU)
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        for name, p in model.transformer.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    model.transformer.eval()
+    add_random_lora(model, lora_rank=4, lora_alpha=2.0, layer_filter_preset="full")
     trained = _images(model.pipeline(), prompt=PROMPT)
     for fmt in (DIFFUSERS, KOHYA):
         path = save_lora(tmp_path / f"{fmt}.safetensors", {"transformer": model.transformer},
                          base_model_version=model.lora_base_model_version, lora_format=fmt,
                          module_names=kohya_module_names(model))
-        pipe = QwenImagePipeline.from_pretrained(str(tiny_qwen_paths.diffusers_dir), local_files_only=True)
-        pipe.set_progress_bar_config(disable=True)
+        pipe = local_pipeline(tiny_qwen_paths.diffusers_dir, QwenImagePipeline)
         assert lora_load_problems(pipe, path) == [], fmt
         image = _images(pipe, prompt=PROMPT)
         np.testing.assert_allclose(image, trained, atol=1e-5, err_msg=fmt)

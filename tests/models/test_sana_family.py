@@ -5,60 +5,38 @@ DC-AE latents, sampling, saving, and a DIFFUSERS LoRA that SanaPipeline loads.""
 
 from __future__ import annotations
 
-import logging
-import warnings
-
 import numpy as np
 import pytest
 import torch
 
-from ot_gradio.config.schema import TrainConfig
 from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.sana import COMPLEX_HUMAN_INSTRUCTION, Sana
 from ot_gradio.training.lora_format import DIFFUSERS, save_lora
-from ot_gradio.training.lora_method import LoraMethod
-from tests.models.family_checks import assert_same_parts, assert_sample_uses_cfg_and_the_negative_prompt
+from tests.e2e.runs import local_pipeline, lora_load_problems
+from tests.models.family_checks import (
+    add_random_lora,
+    assert_same_parts,
+    assert_sample_uses_cfg_and_the_negative_prompt,
+    family_fixtures,
+    pipeline_images,
+)
 
 CPU = torch.device("cpu")
 PROMPT = "A Red circle "
+tiny_sana_paths, sana = family_fixtures("sana", Sana, "tiny_sana_paths", "sana")
+_images = pipeline_images()
 
 
-@pytest.fixture(scope="session")
-def tiny_sana_paths(tiny_dir):
-    from ot_gradio.models.tiny import resolve_tiny
-
-    return resolve_tiny("tiny:sana")
-
-
-@pytest.fixture(scope="module")
-def sana(tiny_sana_paths):
-    return Sana.load(str(tiny_sana_paths.diffusers_dir), offline=True)
-
-
-def _images(pipe, **kwargs):
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        return pipe(num_inference_steps=2, height=64, width=64, generator=g, output_type="np", **kwargs).images[0]
-
-
-def test_tiny_model_is_small_and_loads_through_the_real_loaders(sana, tiny_sana_paths, tiny_dir, tmp_path):
-    from ot_gradio.models.tiny.sana import tiny_sana_components
-
-    parts = tiny_sana_components().values()
-    # small enough to build in well under a second: under a million parameters in all
-    assert sum(p.numel() for m in parts if isinstance(m, torch.nn.Module) for p in m.parameters()) < 1_000_000
+def test_tiny_model_has_sana_s_classes_and_single_files_are_refused(sana, tiny_sana_paths, tmp_path):
+    """Loading by name and by folder: tests/models/test_families.py."""
     assert type(sana.text_encoder).__name__ == "Gemma2Model" and type(sana.vae).__name__ == "AutoencoderDC"
     assert sana.vae_scale_factor == 32 and sana.transformer.config.in_channels == 32
     tok = sana.tokenizer
     assert (tok.pad_token_id, tok.eos_token_id, tok.bos_token_id) == (0, 1, 2) and tok("a").input_ids[0] == 2
-    by_name = Sana.load("tiny:sana")
-    assert torch.equal(by_name.transformer.proj_out.weight, sana.transformer.proj_out.weight)
     single = tmp_path / "sana.safetensors"
     single.write_bytes(b"x")
     with pytest.raises(ModelLoadError, match="Could not load base model .*check that it is a Sana diffusers folder"):
         Sana.load(str(single), config_dir=str(tiny_sana_paths.diffusers_dir), offline=True)  # not a checkpoint inside
-    with pytest.raises(ModelLoadError, match="not a diffusers model"):
-        Sana.load(str(tiny_dir))
     with pytest.raises(ValueError, match="output_model_format"):
         sana.save_single_file(tmp_path / "out.safetensors", None)
 
@@ -156,38 +134,12 @@ def test_diffusers_lora_loads_in_sana_pipeline_without_warnings(tiny_sana_paths,
 
     model = Sana.load(str(tiny_sana_paths.diffusers_dir))
     base = _images(model.pipeline(), prompt=PROMPT)
-    LoraMethod().setup(model, TrainConfig.model_validate({"model_type": "SANA", "lora_rank": 4, "lora_alpha": 2.0,
-                                                          "layer_filter_preset": "full"}), CPU)
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        for name, p in model.transformer.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    model.transformer.eval()
+    add_random_lora(model, lora_rank=4, lora_alpha=2.0, layer_filter_preset="full")
     trained = _images(model.pipeline(), prompt=PROMPT)
     path = save_lora(tmp_path / "d.safetensors", {"transformer": model.transformer},
                      base_model_version=model.lora_base_model_version, lora_format=DIFFUSERS)
-    pipe = SanaPipeline.from_pretrained(str(tiny_sana_paths.diffusers_dir), local_files_only=True)
-    pipe.set_progress_bar_config(disable=True)
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler(logging.DEBUG)
-    handler.emit = records.append
-    loggers = [logging.getLogger(name) for name in ("diffusers", "peft")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.addHandler(handler)
-        lg.setLevel(logging.INFO)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            pipe.load_lora_weights(str(path))
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.removeHandler(handler)
-            lg.setLevel(level)
-    problems = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
-    problems += [str(w.message) for w in caught if not issubclass(w.category, (DeprecationWarning, FutureWarning))]
-    assert problems == []
+    pipe = local_pipeline(tiny_sana_paths.diffusers_dir, SanaPipeline)
+    assert lora_load_problems(pipe, path) == []
     image = _images(pipe, prompt=PROMPT)
     np.testing.assert_allclose(image, trained, atol=1e-5)
     assert np.abs(image - base).max() > 1e-3

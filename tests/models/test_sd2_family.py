@@ -10,16 +10,10 @@ from ot_gradio.config.enums import ModelType, NoiseScheduler
 from ot_gradio.config.families import family_info, supports
 from ot_gradio.models.registry import get_family
 from ot_gradio.models.sd2 import StableDiffusion20, StableDiffusion20Base, StableDiffusion21, StableDiffusion21Base
+from tests.models.family_checks import family_fixtures
 
 V_TYPES = (ModelType.STABLE_DIFFUSION_20, ModelType.STABLE_DIFFUSION_21)
 BASE_TYPES = (ModelType.STABLE_DIFFUSION_20_BASE, ModelType.STABLE_DIFFUSION_21_BASE)
-
-
-@pytest.fixture(scope="session")
-def sd2_paths(tiny_dir):
-    from ot_gradio.models.tiny import resolve_tiny
-
-    return resolve_tiny("tiny:sd2")
 
 
 @pytest.fixture(scope="session")
@@ -29,9 +23,7 @@ def sd2_base_paths(tiny_dir):
     return resolve_tiny("tiny:sd2-base")
 
 
-@pytest.fixture(scope="session")
-def sd2(sd2_paths):
-    return StableDiffusion21.load(str(sd2_paths.diffusers_dir), offline=True)
+sd2_paths, sd2 = family_fixtures("sd2", StableDiffusion21, "sd2_paths", "sd2", scope="session")
 
 
 def _same_weights(a, b) -> bool:
@@ -66,9 +58,8 @@ def test_tiny_sd2_models(sd2, sd2_base_paths):
     assert sd2.prediction_type == "v_prediction"
     assert sd2.text_encoder.config.hidden_act == "gelu"  # OpenCLIP, not OpenAI CLIP
     assert sd2.unet.config.use_linear_projection
-    base = StableDiffusion21Base.load("tiny:sd2-base", offline=True)
+    base = StableDiffusion21Base.load(str(sd2_base_paths.diffusers_dir), offline=True)  # by name: test_families.py
     assert base.prediction_type == "epsilon"
-    assert _same_weights(base, StableDiffusion21Base.load(str(sd2_base_paths.diffusers_dir), offline=True))
 
 
 def test_lora_version_and_modelspec_follow_the_prediction_type(sd2_paths):

@@ -4,9 +4,6 @@ ComfyUI's key rules accept."""
 
 from __future__ import annotations
 
-import logging
-import warnings
-
 import numpy as np
 import pytest
 import torch
@@ -17,29 +14,12 @@ from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.sd3 import StableDiffusion3, StableDiffusion35
 from ot_gradio.training.lora import add_lora, lora_state_dict
 from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
-from ot_gradio.training.lora_method import LoraMethod
-from tests.models.family_checks import assert_same_parts
+from tests.e2e.runs import lora_load_problems
+from tests.models.family_checks import add_random_lora, assert_same_parts, family_fixtures, pipeline_images
 
-CPU = torch.device("cpu")
 PROMPT = "a red circle"
-
-
-@pytest.fixture(scope="session")
-def tiny_sd3_paths(tiny_dir):
-    from ot_gradio.models.tiny import resolve_tiny
-
-    return resolve_tiny("tiny:sd3")
-
-
-@pytest.fixture(scope="module")
-def sd3(tiny_sd3_paths):
-    return StableDiffusion3.load(str(tiny_sd3_paths.diffusers_dir), offline=True)
-
-
-def _images(pipe, **kwargs):
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        return pipe(num_inference_steps=2, height=64, width=64, generator=g, output_type="np", max_sequence_length=77, **kwargs).images[0]
+tiny_sd3_paths, sd3 = family_fixtures("sd3", StableDiffusion3, "tiny_sd3_paths", "sd3")
+_images = pipeline_images(max_sequence_length=77)
 
 
 def _config(**values) -> TrainConfig:
@@ -49,20 +29,12 @@ def _config(**values) -> TrainConfig:
 # ------------------------------------------------------------------ loading and the flow contract
 
 
-def test_tiny_models_are_small_and_load_through_the_real_loaders(sd3, tiny_sd3_paths, tiny_dir):
-    from ot_gradio.models.tiny.sd3 import tiny_sd3_pipeline
-
-    parts = tiny_sd3_pipeline(sd35=True).components.values()
-    # small enough to build in well under a second: under a million parameters in all
-    assert sum(p.numel() for m in parts if isinstance(m, torch.nn.Module) for p in m.parameters()) < 1_000_000
+def test_tiny_models_have_sd3_s_and_sd35_s_configs(sd3):
+    """Loading by name, by folder, from the file: tests/models/test_families.py."""
     assert sd3.transformer.config.in_channels == 16 and sd3.vae.config.shift_factor
     by_name = StableDiffusion35.load("tiny:sd35")
     assert by_name.transformer.config.qk_norm == "rms_norm" and by_name.transformer.config.dual_attention_layers == [0]
     assert by_name.noise_scheduler.config.shift == 3.0
-    from_file = StableDiffusion3.load(str(tiny_sd3_paths.single_file), config_dir=str(tiny_sd3_paths.diffusers_dir), offline=True)
-    assert torch.equal(from_file.transformer.proj_out.weight, sd3.transformer.proj_out.weight)
-    with pytest.raises(ModelLoadError, match="not a diffusers model"):
-        StableDiffusion3.load(str(tiny_dir))
 
 
 def test_encode_text_is_what_the_pipeline_feeds_the_transformer(sd3):
@@ -158,16 +130,8 @@ def lora_model(tiny_sd3_paths):
     """Tiny SD 3 with LoRA (LORA method, 'full' preset) on the transformer and both CLIPs."""
     model = StableDiffusion3.load(str(tiny_sd3_paths.diffusers_dir))
     base = _images(model.pipeline(), prompt=PROMPT)
-    config = _config(lora_rank=4, lora_alpha=2.0, text_encoder={"train": True}, text_encoder_2={"train": True})
-    LoraMethod().setup(model, config, CPU)
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        for part in ("transformer", "text_encoder", "text_encoder_2"):
-            for name, p in getattr(model, part).named_parameters():
-                if "lora_B" in name:
-                    p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    for module in model.parts.values():
-        module.eval()
+    add_random_lora(model, ("transformer", "text_encoder", "text_encoder_2"), lora_rank=4, lora_alpha=2.0,
+                    text_encoder={"train": True}, text_encoder_2={"train": True})
     return model, base, _images(model.pipeline(), prompt=PROMPT)
 
 
@@ -175,30 +139,7 @@ def _load_in_diffusers(folder, path):
     from diffusers import StableDiffusion3Pipeline
 
     pipe = StableDiffusion3Pipeline.from_pretrained(str(folder), local_files_only=True)
-    records: list[logging.LogRecord] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            records.append(record)
-
-    handler = Collect(logging.DEBUG)
-    loggers = [logging.getLogger(name) for name in ("diffusers", "transformers", "peft")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.addHandler(handler)
-        lg.setLevel(logging.INFO)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            pipe.load_lora_weights(str(path))
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.removeHandler(handler)
-            lg.setLevel(level)
-    assert any(r.name.startswith("diffusers") for r in records), "log capture saw nothing"
-    problems = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
-    problems += [str(w.message) for w in caught if not issubclass(w.category, (DeprecationWarning, FutureWarning))]
-    return pipe, problems
+    return pipe, lora_load_problems(pipe, path, ("diffusers", "transformers", "peft"), must_log=True)
 
 
 def test_diffusers_lora_loads_in_the_sd3_pipeline_like_the_trained_model(lora_model, tiny_sd3_paths, tmp_path):

@@ -3,8 +3,6 @@ sampling, saving, and LoRA files that diffusers and ComfyUI's key rules accept."
 
 from __future__ import annotations
 
-import logging
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -22,22 +20,14 @@ from ot_gradio.training.device import Precision
 from ot_gradio.training.diffusion import DiffusionStep
 from ot_gradio.training.lora import lora_state_dict
 from ot_gradio.training.lora_method import LoraMethod
+from tests.e2e.runs import lora_load_problems
+from tests.models.family_checks import add_random_lora, family_fixtures, pipeline_images
 
 CPU = torch.device("cpu")
 PROMPT = "a red circle"
 
 
-@pytest.fixture(scope="session")
-def tiny_sdxl_paths(tiny_dir):
-    from ot_gradio.models.tiny import resolve_tiny
-
-    return resolve_tiny("tiny:sdxl")
-
-
-@pytest.fixture(scope="module")
-def sdxl(tiny_sdxl_paths):
-    """One loaded tiny SDXL for tests that change no weights."""
-    return StableDiffusionXL.load(str(tiny_sdxl_paths.diffusers_dir), offline=True)
+tiny_sdxl_paths, sdxl = family_fixtures("sdxl", StableDiffusionXL, "tiny_sdxl_paths", "sdxl")
 
 
 def _same_model(a, b) -> bool:
@@ -48,10 +38,7 @@ def _same_model(a, b) -> bool:
     return True
 
 
-def _images(pipe, **kwargs):
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        return pipe(num_inference_steps=2, height=64, width=64, generator=g, output_type="np", **kwargs).images[0]
+_images = pipeline_images()
 
 
 def _config(**values) -> TrainConfig:
@@ -61,15 +48,11 @@ def _config(**values) -> TrainConfig:
 # ------------------------------------------------------------------ loading
 
 
-def test_load_folder_single_file_and_tiny_name(sdxl, tiny_sdxl_paths):
+def test_tiny_model_has_sdxl_s_parts(sdxl):
+    """Loading by name, by folder, from the single file: tests/models/test_families.py."""
     assert set(sdxl.parts) == {"unet", "text_encoder", "text_encoder_2", "vae"}
     assert type(sdxl.text_encoder_2).__name__ == "CLIPTextModelWithProjection"
     assert type(sdxl.noise_scheduler).__name__ == "DDPMScheduler" and sdxl.native_resolution == 1024
-    single = StableDiffusionXL.load(
-        str(tiny_sdxl_paths.single_file), offline=True, config_dir=str(tiny_sdxl_paths.diffusers_dir)
-    )
-    assert _same_model(sdxl, single)
-    assert _same_model(sdxl, StableDiffusionXL.load("tiny:sdxl", offline=True))
 
 
 def test_dtypes_per_part(tiny_sdxl_paths):
@@ -265,16 +248,8 @@ def lora_model(tiny_sdxl_paths):
     weights), through the LORA method as a run sets it up."""
     model = StableDiffusionXL.load(str(tiny_sdxl_paths.diffusers_dir), offline=True)
     base = _images(model.pipeline(), prompt=PROMPT)
-    config = _config(lora_rank=4, lora_alpha=1.0, text_encoder={"train": True}, text_encoder_2={"train": True})
-    LoraMethod().setup(model, config, CPU)
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        for part in ("unet", "text_encoder", "text_encoder_2"):
-            for name, p in getattr(model, part).named_parameters():
-                if "lora_B" in name:
-                    p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    for module in model.parts.values():
-        module.eval()
+    config = add_random_lora(model, ("unet", "text_encoder", "text_encoder_2"), lora_rank=4, lora_alpha=1.0,
+                             text_encoder={"train": True}, text_encoder_2={"train": True})
     return model, config, base, _images(model.pipeline(), prompt=PROMPT)
 
 
@@ -288,30 +263,7 @@ def _load_in_diffusers(tiny_sdxl_paths, path):
     from diffusers import StableDiffusionXLPipeline
 
     pipe = StableDiffusionXLPipeline.from_pretrained(str(tiny_sdxl_paths.diffusers_dir), local_files_only=True)
-    records: list[logging.LogRecord] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            records.append(record)
-
-    handler = Collect(logging.DEBUG)
-    loggers = [logging.getLogger(name) for name in ("diffusers", "transformers", "peft")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.addHandler(handler)
-        lg.setLevel(logging.INFO)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            pipe.load_lora_weights(str(path))
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.removeHandler(handler)
-            lg.setLevel(level)
-    assert any(r.name.startswith("diffusers") for r in records), "log capture saw nothing"
-    problems = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
-    problems += [str(w.message) for w in caught if not issubclass(w.category, (DeprecationWarning, FutureWarning))]
-    return pipe, problems
+    return pipe, lora_load_problems(pipe, path, ("diffusers", "transformers", "peft"), must_log=True)
 
 
 @pytest.mark.parametrize("fmt", ["KOHYA_LORA", "SAFETENSORS"])

@@ -11,53 +11,28 @@ import torch
 from safetensors import safe_open
 
 from ot_gradio.config.schema import TrainConfig
-from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.z_image import ZImage
 from ot_gradio.training.lora import select_lora_targets
 from ot_gradio.training.lora_format import DIFFUSERS, save_lora
-from ot_gradio.training.lora_method import LoraMethod
-from tests.e2e.runs import lora_load_problems
-from tests.models.family_checks import assert_same_parts, assert_sample_uses_cfg_and_the_negative_prompt
+from tests.e2e.runs import local_pipeline, lora_load_problems
+from tests.models.family_checks import (
+    add_random_lora,
+    assert_same_parts,
+    assert_sample_uses_cfg_and_the_negative_prompt,
+    family_fixtures,
+    pipeline_images,
+)
 
 CPU = torch.device("cpu")
 PROMPT = "a red circle"
+tiny_z_paths, zimage = family_fixtures("z-image", ZImage, "tiny_z_paths", "zimage")
+_images = pipeline_images(guidance_scale=0.0)
 
 
-@pytest.fixture(scope="session")
-def tiny_z_paths(tiny_dir):
-    from ot_gradio.models.tiny import resolve_tiny
-
-    return resolve_tiny("tiny:z-image")
-
-
-@pytest.fixture(scope="module")
-def zimage(tiny_z_paths):
-    return ZImage.load(str(tiny_z_paths.diffusers_dir), offline=True)
-
-
-def _images(pipe, **kwargs):
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        return pipe(num_inference_steps=2, height=64, width=64, generator=g, output_type="np", guidance_scale=0.0, **kwargs).images[0]
-
-
-def test_tiny_model_is_small_and_loads_through_the_real_loaders(zimage, tiny_z_paths, tiny_dir):
-    from ot_gradio.models.tiny.z_image import tiny_z_image_components
-
-    parts = tiny_z_image_components().values()
-    # small enough to build in well under a second: under a million parameters in all
-    assert sum(p.numel() for m in parts if isinstance(m, torch.nn.Module) for p in m.parameters()) < 1_000_000
+def test_tiny_model_has_z_image_s_classes(zimage):
+    """Loading by name, by folder, from the file: tests/models/test_families.py."""
     assert zimage.transformer.config.in_channels == 16 and zimage.vae.config.shift_factor
     assert type(zimage.text_encoder).__name__ == "Qwen3Model"
-    by_name = ZImage.load("tiny:z-image")
-    assert torch.equal(by_name.transformer.cap_embedder[1].weight, zimage.transformer.cap_embedder[1].weight)
-    from_file = ZImage.load(str(tiny_z_paths.single_file), config_dir=str(tiny_z_paths.diffusers_dir), offline=True)
-    a, b = from_file.transformer.state_dict(), zimage.transformer.state_dict()
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    with pytest.raises(ModelLoadError, match="not a diffusers model"):
-        ZImage.load(str(tiny_dir))
-    with pytest.raises(ModelLoadError, match="config folder"):
-        ZImage.load(str(tiny_z_paths.single_file), config_dir=str(tiny_dir), offline=True)
 
 
 def test_encode_text_is_exactly_what_the_pipeline_feeds_the_transformer(zimage):
@@ -150,19 +125,11 @@ def test_diffusers_lora_loads_in_zimage_pipeline_and_comfyui_places_every_key(ti
 
     model = ZImage.load(str(tiny_z_paths.diffusers_dir))
     base = _images(model.pipeline(), prompt=PROMPT)
-    LoraMethod().setup(model, TrainConfig.model_validate({"model_type": "Z_IMAGE", "lora_rank": 4, "lora_alpha": 2.0,
-                                                          "layer_filter_preset": "full"}), CPU)
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        for name, p in model.transformer.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    model.transformer.eval()
+    add_random_lora(model, lora_rank=4, lora_alpha=2.0, layer_filter_preset="full")
     trained = _images(model.pipeline(), prompt=PROMPT)
     path = save_lora(tmp_path / "d.safetensors", {"transformer": model.transformer},
                      base_model_version=model.lora_base_model_version, lora_format=DIFFUSERS)
-    pipe = ZImagePipeline.from_pretrained(str(tiny_z_paths.diffusers_dir), local_files_only=True)
-    pipe.set_progress_bar_config(disable=True)
+    pipe = local_pipeline(tiny_z_paths.diffusers_dir, ZImagePipeline)
     assert lora_load_problems(pipe, path) == []
     image = _images(pipe, prompt=PROMPT)
     np.testing.assert_allclose(image, trained, atol=1e-5)
