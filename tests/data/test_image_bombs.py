@@ -14,6 +14,13 @@ from ot_gradio.data.images import MAX_PIXELS, PAGE_MAX_PIXELS, ImageTooLargeErro
 from ot_gradio.tools.masks import MaskError, editor_value, filled_value, mask_from_editor
 
 
+@pytest.fixture(autouse=True)
+def _pil_limit_as_imported(monkeypatch):
+    """PIL's limit as data/images.py sets it on import: a page test earlier in the same process
+    lowers it (images.limit_page_images), which changes which check refuses first."""
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", MAX_PIXELS // 2)
+
+
 def bomb_png(width: int, height: int) -> bytes:
     """A PNG whose header declares width x height (greyscale), with one tiny compressed row."""
     def chunk(kind: bytes, data: bytes) -> bytes:
