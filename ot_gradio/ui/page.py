@@ -329,6 +329,8 @@ class Page:
         field = self._by_component.get(getattr(evt, "target", None))
         fields = {field.path: field} if field is not None else self.fields
         config = config_from_values(fields, values, values[self.config_state])
+        if field is not None and config == values[self.config_state]:
+            return {}  # the page filling the field in (a load, a preset): nothing to save or redraw
         self.autosave(config)
         out = {self.config_state: config, self.lr_plot: lr_frame(config), self.memory: memory_markdown(config), **self.visibility(config)}
         if stale(values[self.config_state], config):  # another model's "fits" must not stay on screen
