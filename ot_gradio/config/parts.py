@@ -12,7 +12,7 @@ from .optimizer import OptimizerConfig
 
 __all__ = [
     "CLOUD_DEFAULTS", "EmbeddingConfig", "ModelPartConfig", "OptimizerConfig", "QuantizationConfig",
-    "SampleConfig", "SecretsConfig", "SeparateModelPartConfig", "TransformerPartConfig",
+    "SampleConfig", "SecretsConfig", "SeparateModelPartConfig", "TransformerPartConfig", "VaePartConfig",
 ]
 
 
@@ -37,6 +37,12 @@ class TransformerPartConfig(ModelPartConfig):
     """The denoising transformer, which (as OneTrainer's) may come from a file of its own."""
 
     model_name: str = opt("", "Transformer file", "Load the transformer from this file instead of the base model (the base model's other parts and configs are kept): a .safetensors file, or a Hugging Face file address such as OneTrainer's DeTurbo presets give (https://huggingface.co/<owner>/<repo>/blob/main/<file>; downloaded once, read from the hub cache offline). Flux.1, Flux Fill, Chroma, Flux.2, Qwen-Image, Z-Image and Sana. Blank = from the base model.")
+
+
+class VaePartConfig(ModelPartConfig):
+    """The VAE, which (as OneTrainer's) may come from a model of its own, e.g. SDXL's fp16-fix VAE."""
+
+    model_name: str = opt("", "VAE model", "Load the VAE from here instead of the base model, e.g. madebyollin/sdxl-vae-fp16-fix (SDXL in half precision without black images) or a fine-tuned VAE: a Hugging Face id, a diffusers VAE folder, or a VAE .safetensors/.ckpt file (diffusers or original key names). It must be a VAE for this base model (same latent channels). Cached latents are remade for it. Blank = the base model's VAE.", on_frozen_part=True)
 
 
 class SeparateModelPartConfig(ModelPartConfig):

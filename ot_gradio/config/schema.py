@@ -45,6 +45,7 @@ from .parts import (
     SecretsConfig,
     SeparateModelPartConfig,
     TransformerPartConfig,
+    VaePartConfig,
 )
 
 __all__ = ["CONFIG_VERSION", "SecretsConfig", "TrainConfig"]
@@ -181,7 +182,7 @@ class TrainConfig(Section):
     text_encoder_3_layer_skip: int = opt(0, "Clip skip 3", "Skip the last N layers of T5 (SD 3), its final norm applied.", ge=0, tab="training")
     text_encoder_4: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 4", tooltip="Models with a fourth text encoder (HiDream): its settings.", tab="training", status=P)
     text_encoder_4_layer_skip: int = opt(0, "Clip skip 4", "Skip the last N layers of the fourth text encoder.", ge=0, tab="training", status=P)
-    vae: ModelPartConfig = opt(default_factory=lambda: _part(train=False), label="VAE", tooltip="VAE settings. Keep it at FLOAT_32 (or BFLOAT_16) to avoid black samples.", tab="training")
+    vae: VaePartConfig = opt(default_factory=lambda: VaePartConfig(train=False), label="VAE", tooltip="VAE settings. Keep it at FLOAT_32 (or BFLOAT_16) to avoid black samples.", tab="training")
     effnet_encoder: SeparateModelPartConfig = opt(default_factory=SeparateModelPartConfig, label="EffNet encoder", tooltip="Würstchen / Stable Cascade: the EfficientNet image encoder that turns training images into the prior's latents.", tab="training")
     decoder: SeparateModelPartConfig = opt(default_factory=SeparateModelPartConfig, label="Decoder", tooltip="Würstchen / Stable Cascade: the decoder (stage B) that turns the prior's latents into an image for samples.", tab="training")
     decoder_text_encoder: ModelPartConfig = opt(default_factory=_part, label="Decoder text encoder", tooltip="Würstchen 2: the decoder's text encoder (loaded from the decoder model).", tab="training")

@@ -43,6 +43,7 @@ from ot_gradio.models.common import (
 )
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import CheckedLayerSkips, HubLoading, KlVaeLatents, sentencepiece_files_readable
+from ot_gradio.models.vae_override import apply_vae_override
 
 
 def compute_dtype(module: torch.nn.Module) -> torch.dtype:
@@ -146,6 +147,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
             raise ModelLoadError(f"'{name}' is not a {cls.family_name} model (no {cls.family_name} transformer); "
                                  "pick the model type that matches it.")
         model = cls._from_pipeline(pipe)
+        apply_vae_override(model, part_models, cache_dir=cache_dir, offline=offline, token=token)
         cast_parts(model.parts, per_part)
         return model
 

@@ -51,6 +51,7 @@ from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents, sentencepiece_files_readable
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import make_sampling_scheduler
+from ot_gradio.models.vae_override import apply_vae_override
 
 DEFAULT_SEQUENCE_LENGTH = 120
 
@@ -104,6 +105,7 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         with sentencepiece_files_readable():
             pipe = cls._load_pipeline(str(name or "").strip(), cache_dir=cache_dir, offline=offline, token=token, dtype=per_part)
         model = cls(pipe.tokenizer, pipe.text_encoder, pipe.vae, pipe.transformer, pipe.scheduler)
+        apply_vae_override(model, part_models, cache_dir=cache_dir, offline=offline, token=token)
         cast_parts(model.parts, per_part)
         return model
 

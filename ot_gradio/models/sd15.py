@@ -32,6 +32,7 @@ from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd_single_file import save_original_single_file
+from ot_gradio.models.vae_override import apply_vae_override
 
 # sampler -> (diffusers scheduler class name, overrides of the model's scheduler config)
 SAMPLERS: dict[NoiseScheduler, tuple[str, dict]] = {
@@ -100,6 +101,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
             str(name or "").strip(), cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir
         )
         model = cls._from_pipeline(pipe)
+        apply_vae_override(model, part_models, cache_dir=cache_dir, offline=offline, token=token)
         for part, dtype in part_dtypes(dtypes, model.parts).items():
             getattr(model, part).to(dtype=dtype)
         return model

@@ -1,0 +1,134 @@
+"""A VAE of the user's choice in place of the base model's (OneTrainer's `vae.model_name`), e.g.
+SDXL's fp16-fix VAE or a fine-tuned SD 1.5 VAE.
+
+As OneTrainer does, the VAE comes from a diffusers VAE folder or hub repo (its `config.json` and
+weights at the top; a whole pipeline's folder or repo also works: its `vae/` is read). Beyond it, a
+single VAE file as A1111 and ComfyUI users keep them (`.safetensors`, `.ckpt`/`.pt`, diffusers or
+original key names, also a whole checkpoint whose `first_stage_model.` part is read; a Hugging Face
+file address too) is read with the base model's VAE config. The new VAE must make latents of the
+shape the denoiser takes; anything else is a ModelLoadError that names the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .common import HUB_ID, ModelLoadError, part_file
+
+FIELD = "vae.model_name"
+_FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin")
+
+
+def apply_vae_override(model, part_models, *, cache_dir: str | None, offline: bool, token: str | None) -> None:
+    """Replaces `model.vae` by the VAE `part_models["vae"]` names (blank: the base model's stays)."""
+    value = str(dict(part_models or {}).get("vae") or "").strip()
+    if value:
+        model.vae = load_vae_override(value, model.vae, cache_dir=cache_dir, offline=offline, token=token)
+
+
+def load_vae_override(value: str, base_vae: torch.nn.Module, *, cache_dir: str | None, offline: bool,
+                      token: str | None) -> torch.nn.Module:
+    """The VAE `value` names, of the base VAE's class, on the CPU in float32."""
+    value = str(value).strip()
+    cls = type(base_vae)
+    path = Path(value).expanduser()
+    if path.is_dir():
+        vae = _from_folder(cls, path)
+    elif path.is_file() or value.startswith(("http://", "https://")):
+        vae = _from_file(cls, part_file(value, FIELD, cache_dir=cache_dir, offline=offline, token=token), base_vae)
+    elif HUB_ID.fullmatch(value) and not value.startswith((".", "/", "~")):
+        vae = _from_hub(cls, value, cache_dir=cache_dir, offline=offline, token=token)
+    else:
+        raise ModelLoadError(f"{FIELD}: {value} does not exist; give a VAE folder (config.json and weights), a .safetensors "
+                             "file, a Hugging Face id (like madebyollin/sdxl-vae-fp16-fix), or leave it blank.")
+    _check_latents(vae, base_vae, value)
+    return vae.to(dtype=torch.float32)
+
+
+def _from_folder(cls, path: Path):
+    for sub in (None, "vae"):
+        folder = path if sub is None else path / sub
+        if (folder / "config.json").is_file():
+            try:
+                return cls.from_pretrained(str(path), subfolder=sub, local_files_only=True)
+            except Exception as e:  # a config of another VAE class, missing or broken weights
+                raise ModelLoadError(f"{FIELD}: {folder} could not be loaded as a {cls.__name__} ({_first_line(e)}).") from e
+    raise ModelLoadError(f"{FIELD}: {path} has no config.json (nor vae/config.json); give a diffusers VAE folder or a VAE "
+                         ".safetensors file.")
+
+
+def _from_hub(cls, repo: str, *, cache_dir, offline, token):
+    errors = []
+    for sub in (None, "vae"):  # a VAE repo, or a pipeline repo with its VAE in vae/
+        try:
+            return cls.from_pretrained(repo, subfolder=sub, cache_dir=cache_dir, token=token, local_files_only=offline)
+        except Exception as e:  # not there, offline and not cached, no network, gated
+            errors.append(_first_line(e))
+    hint = ("offline mode is on and it is not in the local Hugging Face cache; turn offline mode off to download it once"
+            if offline else "check the id, your network and, for gated or private models, the access token")
+    raise ModelLoadError(f"{FIELD}: could not load the VAE {repo} ({errors[0]}); {hint}, or give a local folder or file.")
+
+
+def _read_weights(file: Path) -> dict[str, torch.Tensor]:
+    if file.suffix.lower() not in _FILE_SUFFIXES:
+        raise ModelLoadError(f"{FIELD}: {file} is not a weights file; give a .safetensors (or .ckpt/.pt) VAE file.")
+    try:
+        if file.suffix.lower() == ".safetensors":
+            from safetensors.torch import load_file
+
+            tensors = load_file(str(file))
+        else:  # weights only: a pickled file runs no code here
+            tensors = torch.load(str(file), map_location="cpu", weights_only=True)
+            tensors = tensors.get("state_dict", tensors) if isinstance(tensors, dict) else tensors
+    except Exception as e:
+        raise ModelLoadError(f"{FIELD}: {file} could not be read ({_first_line(e)}).") from e
+    if not isinstance(tensors, dict) or not tensors:
+        raise ModelLoadError(f"{FIELD}: {file} holds no tensors.")
+    for prefix in ("first_stage_model.", "vae."):  # a whole checkpoint, or a file of ComfyUI's
+        if any(k.startswith(prefix) for k in tensors):
+            tensors = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    return {k: v for k, v in tensors.items() if isinstance(v, torch.Tensor)}
+
+
+def _from_file(cls, file: Path, base_vae):
+    tensors = _read_weights(file)
+    vae = cls.from_config(base_vae.config)
+    expected = vae.state_dict()
+    if not set(expected) <= set(tensors) and hasattr(vae.config, "down_block_types") and cls.__name__ == "AutoencoderKL":
+        from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint
+
+        try:  # the original (LDM) names A1111 and ComfyUI files use
+            tensors = convert_ldm_vae_checkpoint(tensors, dict(vae.config))
+        except Exception as e:
+            raise ModelLoadError(f"{FIELD}: {file} is not a VAE of this model's kind ({_first_line(e)}).") from e
+    missing = sorted(set(expected) - set(tensors))
+    wrong = sorted(k for k in set(expected) & set(tensors) if tuple(tensors[k].shape) != tuple(expected[k].shape))
+    if missing or wrong:
+        what = f"{len(missing)} of its {len(expected)} weights are missing (e.g. {missing[0]})" if missing else (
+            f"{len(wrong)} weights have other shapes (e.g. {wrong[0]}: {tuple(tensors[wrong[0]].shape)}, "
+            f"needed {tuple(expected[wrong[0]].shape)})")
+        raise ModelLoadError(f"{FIELD}: {file} is not a VAE of this model's kind ({cls.__name__}): {what}. Give the VAE made "
+                             "for this base model.")
+    vae.load_state_dict({k: tensors[k] for k in expected}, strict=True)
+    return vae
+
+
+def _latent_channels(vae) -> int | None:
+    config = vae.config
+    return getattr(config, "latent_channels", None) or getattr(config, "z_dim", None)
+
+
+def _check_latents(vae, base_vae, value: str) -> None:
+    if type(vae) is not type(base_vae):
+        raise ModelLoadError(f"{FIELD}: {value} is a {type(vae).__name__}; this model needs a {type(base_vae).__name__}.")
+    have, need = _latent_channels(vae), _latent_channels(base_vae)
+    if have != need:
+        raise ModelLoadError(f"{FIELD}: {value} makes latents of {have} channels; this model's denoiser takes {need}. "
+                             "Give the VAE made for this base model.")
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
