@@ -119,8 +119,9 @@ def _dtypes(family: Any, model_type: str, dtype: str | None, device: Any) -> dic
     return {part: weight_dtype(DataType(name), device) for part in family_info(model_type).parts}
 
 
-def load_base(model_type: str, base_model: str, device: Any, dtype: str | None, extra: dict | None = None) -> Any:
-    """The family's own loader; load problems become a JobError naming what to fetch or fix."""
+def load_base(model_type: str, base_model: str, device: Any, dtype: str | None, extra: dict | None = None, move: bool = True) -> Any:
+    """The family's own loader; load problems become a JobError naming what to fetch or fix.
+    `move`: on `device` (else in RAM still, for the caller to quantize parts before moving it)."""
     import inspect
 
     from ot_gradio.models.common import ModelLoadError
@@ -143,7 +144,7 @@ def load_base(model_type: str, base_model: str, device: Any, dtype: str | None, 
         model = family.load(str(base_model).strip(), **kwargs)
     except ModelLoadError as err:
         raise JobError(f"base_model: {err}") from None
-    return model.to(device)
+    return model.to(device) if move else model
 
 
 def apply_lora(model: Any, path: str, weight: float) -> tuple[int, int]:
@@ -256,9 +257,10 @@ def load_run(run_dir: Path, device: Any, dtype: str | None, job: Job) -> tuple[A
     if device.type != "cuda":  # a run trained with XFORMERS/FLASH attention still samples elsewhere
         cfg = cfg.model_copy(update={"attention_mechanism": "SDP"})
     model = load_base(cfg.model_type.value, cfg.base_model_name, device, dtype,
-                      {"offline": cfg.offline_mode, "cache_dir": cfg.huggingface_cache_dir, "part_models": parts})
+                      {"offline": cfg.offline_mode, "cache_dir": cfg.huggingface_cache_dir, "part_models": parts}, move=False)
     try:
-        configure_model(model, cfg, device, Precision("FLOAT_32", device))
+        configure_model(model, cfg, device, Precision("FLOAT_32", device))  # quantized parts converted in RAM, as in training
+        model.to(device)
         method = get_method(cfg.training_method)
         groups = method.setup(model, cfg, device)
         method.load_trainable_state(model, backup.trainable)

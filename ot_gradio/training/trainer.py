@@ -114,13 +114,15 @@ class Trainer:
                 dtypes=dtypes,
                 part_models={part: getattr(cfg, part).model_name for part in family_info(cfg.model_type).parts},
             )
-        self.model.to(self.device)
         # seeded after loading: building or converting a model may draw random numbers (the tiny
         # models are built on first use), and the run must not depend on whether that happened
         seed_everything(cfg.seed)
         try:
+            # FLOAT_8 / INT_8 / NFLOAT_4 parts are converted while still in RAM and reach the card
+            # already small: moved first, a Flux transformer would sit there whole (24 GB in bf16)
             for warning in configure_model(self.model, cfg, self.device, self.precision):
                 self.report.warning(warning)
+            self.model.to(self.device)
             self.method = get_method(cfg.training_method)
             self.param_groups = self.method.setup(self.model, cfg, self.device)
             check_quantized_parts_frozen(self.model, cfg)

@@ -170,3 +170,25 @@ def test_the_filled_text_cache_holds_every_text_a_step_can_ask_for(tmp_path):
     cache.encode({"text_encoder": ["A CAT", "A CAT", ""], "text_encoder_2": ["", "A CAT", ""]}, encode)
     assert cache.hits == 3 and cache.misses == 0 and len(calls) == 3
     assert placement.fill_text_cache(cache, encode, [(step, data)]) == 0  # nothing new: no encoder runs
+
+
+def test_a_quantized_part_is_converted_in_ram_before_the_model_moves(tiny, shapes, tmp_path, monkeypatch):
+    """A FLOAT_8 part reaches the device small: when the trainer moves the model, its Linear layers
+    are already 8-bit (moved first, a Flux transformer would sit on the card whole in bf16)."""
+    from ot_gradio.config.io import load_config
+    from ot_gradio.models.sd15 import StableDiffusion15
+    from ot_gradio.training.quantize import LinearFp8
+    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
+
+    seen = []
+    to = StableDiffusion15.to
+    monkeypatch.setattr(StableDiffusion15, "to", lambda self, device: (
+        seen.append([type(m) for m in self.unet.modules() if isinstance(m, torch.nn.Linear)]), to(self, device))[1])
+    config = {
+        "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA", "base_model_name": str(tiny), "train_device": "cpu",
+        "workspace_dir": str(tmp_path / "ws"), "cache_dir": str(tmp_path / "cache"),
+        "output_model_destination": str(tmp_path / "lora.safetensors"), "concepts": [{"name": "c", "path": str(shapes)}],
+        "resolution": "64", "unet": {"weight_dtype": "FLOAT_8"}, "text_encoder": {"train": False},
+    }
+    Trainer(load_config(config).config, RunPaths(tmp_path / "s", tmp_path / "b", tmp_path / "o", None, []), Reporter()).setup()
+    assert seen and seen[0] and all(kind is LinearFp8 for kind in seen[0])
