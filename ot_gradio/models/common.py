@@ -11,8 +11,9 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -257,11 +258,32 @@ def save_diffusers_folder(
     return atomic_write_dir(directory, write)
 
 
+class SamplingParts:
+    """The parts of one sample and where each was before it (`homes`); `device`: where it runs."""
+
+    def __init__(self, parts: Mapping[str, torch.nn.Module], homes: Mapping[str, torch.device], device: torch.device):
+        self.parts, self.homes, self.device = parts, homes, device
+
+    def release(self, names: Iterable[str], pipe: Any = None) -> list[str]:
+        """Parts `names` back where they were before the sample (RAM, for the parts a run keeps
+        there) once their work is done, e.g. the text encoders once the prompt is encoded, so that
+        the denoiser and the VAE run without them beside (OneTrainer samples one part at a time).
+        `pipe`, the diffusers pipeline that runs next, then goes without them (it is given the
+        prompt's embeddings): diffusers takes a pipeline's device from its first module in name
+        order, which would be a text encoder left in RAM. Returns the parts moved."""
+        names = [n for n in names if n in self.parts and self.homes[n] != self.device]
+        for name in names:
+            self.parts[name].to(self.homes[name])
+        if names and pipe is not None:
+            pipe.register_modules(**dict.fromkeys(names))
+        return names
+
+
 @contextlib.contextmanager
-def parked_for_sampling(parts: Mapping[str, torch.nn.Module], device: torch.device | str | None, main: str) -> Iterator[torch.device]:
+def parked_for_sampling(parts: Mapping[str, torch.nn.Module], device: torch.device | str | None, main: str) -> Iterator[SamplingParts]:
     """Every part in eval mode on the sampling device (`device`, or the `main` part's), for a
     sample in the middle of training; each part's device and train mode are put back afterwards,
-    also when sampling fails. Yields the sampling device."""
+    also when sampling fails. Yields the SamplingParts (its `device`: the sampling device)."""
     was_training = {name: m.training for name, m in parts.items()}
     devices = {name: module_device(m) for name, m in parts.items()}
     target = torch.device(device) if device is not None else devices[main]
@@ -269,7 +291,7 @@ def parked_for_sampling(parts: Mapping[str, torch.nn.Module], device: torch.devi
         for m in parts.values():
             m.eval()
             m.to(target)
-        yield target
+        yield SamplingParts(parts, devices, target)
     finally:
         for name, m in parts.items():
             m.to(devices[name])

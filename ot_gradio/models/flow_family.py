@@ -368,10 +368,13 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         steps = self.default_steps if steps is None else steps
         cfg_scale = self.default_cfg_scale if cfg_scale is None else cfg_scale
         gen_h, gen_w = generation_size(height, width, self.bucket_step)
-        with parked_for_sampling(self.parts, device, self.denoiser), torch.no_grad():
+        with parked_for_sampling(self.parts, device, self.denoiser) as places, torch.no_grad():
             generator = torch.Generator(device="cpu").manual_seed(int(seed))
-            latents = self.pipeline()(
-                **self.pipeline_inputs(prompt, negative_prompt, cfg_scale), **self.sampling_inputs(gen_h, gen_w, **inputs),
+            prompt_inputs = self.pipeline_inputs(prompt, negative_prompt, cfg_scale)
+            pipe = self.pipeline()
+            places.release(self.text_encoder_names, pipe)  # encoded: the text encoders leave before the denoiser runs
+            latents = pipe(
+                **prompt_inputs, **self.sampling_inputs(gen_h, gen_w, **inputs),
                 height=gen_h, width=gen_w, num_inference_steps=int(steps), generator=generator, output_type="latent",
                 **self.sample_options(),
             ).images

@@ -21,10 +21,13 @@ the device (memory_plan.MemoryPlan.parked).
 train device for a block (sampling) and back afterwards. Moves go through `move`, so a test can
 see them without a GPU.
 
-A sample brings every parked part to the device at once (the families sample with all their
-parts there), beside the denoiser and the training state: its peak can be higher than a training
-step's, which is what the memory planner estimates. OneTrainer brings one part at a time while it
-samples (text encoders, then the denoiser, then the VAE); that is not done here.
+While samples are made, the parked VAE waits on the device (`for_samples`); a parked text
+encoder stays in RAM, and each sample brings it to the device for the prompt's encoding alone:
+the flow-matching families (Flux, Chroma, Flux.2, Qwen-Image, Z-Image, SD 3, Sana) send it back
+before the denoiser runs (models/common.SamplingParts.release), as OneTrainer samples one part at
+a time; the others (SD 1.x/2.x/XL, whose text encoders are small, PixArt, Würstchen/Cascade) keep
+it beside the denoiser until the image is made. A sample's peak can still be higher than a training step's, which is what the
+memory planner estimates.
 """
 
 from __future__ import annotations
@@ -122,6 +125,11 @@ class Placement:
         if self.kept:
             text.append(f"kept on {self.device}: " + "; ".join(self.kept))
         return "part placement: " + "; ".join(text)
+
+    def for_samples(self) -> list[str]:
+        """The parked parts that wait on the device while samples are made: all but the text
+        encoders, which each sample brings for its encoding alone."""
+        return [part for part in self.parked if part not in self.model.text_encoder_names]
 
     def _to(self, parts: Iterable[str], device: torch.device) -> None:
         for part in parts:

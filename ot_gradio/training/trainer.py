@@ -495,7 +495,9 @@ class Trainer:
         """Sample every enabled prompt (samples.py: EMA and non-EMA, files, events, TensorBoard)."""
         self._read_losses()  # a NaN loss stops the run before its weights are used
         sampling = self.dist.is_main and any(s.enabled for s in self.config.samples)
-        with self.placement.using(None if sampling else ()):  # the parts parked in RAM join the denoiser on the device
+        # the parked VAE joins the denoiser on the device for all the samples; parked text encoders
+        # come for each prompt's encoding only (the family's sample brings them and sends them back)
+        with self.placement.using(self.placement.for_samples() if sampling else ()):
             sample_during_training(self._run_state())
 
     def _run_state(self) -> RunState:

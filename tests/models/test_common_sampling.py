@@ -1,8 +1,10 @@
-"""The parts of a model are parked for sampling and put back as they were, also when sampling fails."""
+"""The parts of a model are parked for sampling and put back as they were, also when sampling
+fails; a flow-matching family sends its text encoders back to RAM once the prompt is encoded."""
 
 import pytest
 import torch
 
+from ot_gradio.models import common
 from ot_gradio.models.common import exact_size, generation_size, parked_for_sampling
 
 
@@ -10,8 +12,8 @@ def test_parts_are_put_back_after_a_failed_sample():
     parts = {"unet": torch.nn.Linear(2, 2), "vae": torch.nn.Linear(2, 2)}
     parts["unet"].train()
     parts["vae"].eval()
-    with pytest.raises(RuntimeError, match="boom"), parked_for_sampling(parts, None, "unet") as device:
-        assert device == torch.device("cpu")
+    with pytest.raises(RuntimeError, match="boom"), parked_for_sampling(parts, None, "unet") as places:
+        assert places.device == torch.device("cpu")
         assert not any(m.training for m in parts.values())
         raise RuntimeError("boom")
     assert parts["unet"].training and not parts["vae"].training
@@ -24,3 +26,38 @@ def test_sizes():
     image = Image.new("RGB", (64, 80))
     assert exact_size(image, 64, 70).size == (64, 70)
     assert exact_size(image, 64, 80) is image
+
+
+# (model type, tiny model): the flow-matching families (FlowFamily.sample)
+FLOW_FAMILIES = [("FLUX_DEV_1", "flux"), ("CHROMA_1", "chroma"), ("FLUX_2", "flux2-dev"), ("FLUX_2", "flux2-klein"), ("QWEN", "qwen-image"),
+                 ("Z_IMAGE", "z-image"), ("STABLE_DIFFUSION_3", "sd3"), ("SANA", "sana")]
+
+
+@pytest.mark.parametrize(("model_type", "tiny"), FLOW_FAMILIES)
+def test_text_encoders_leave_before_the_denoiser_runs(tiny_dir, monkeypatch, model_type, tiny):
+    """As when a run parks its text encoders in RAM (`module_device` says they wait on the meta
+    device here; moves are recorded, not made): each comes to the device for the encoding and is
+    sent back before the transformer's first call, and the pipeline, without them, still makes
+    the image on the device."""
+    from ot_gradio.models.registry import get_family
+
+    model = get_family(model_type).load(f"tiny:{tiny}", offline=True)
+    names = set(model.text_encoder_names)
+    events = []
+    for name, module in model.parts.items():
+        monkeypatch.setattr(module, "to", lambda device, name=name, module=module: (events.append((name, torch.device(device).type)), module)[1])
+    real_device = common.module_device
+    parts = {id(m): n for n, m in model.parts.items()}
+    monkeypatch.setattr(common, "module_device", lambda m: torch.device("meta") if parts.get(id(m)) in names else real_device(m))
+    hook = model.transformer.register_forward_pre_hook(lambda *_: events.append(("transformer", "runs")))
+    pipes, pipeline = [], model.pipeline
+    monkeypatch.setattr(model, "pipeline", lambda *a, **k: pipes.append(pipeline(*a, **k)) or pipes[-1])
+    image = model.sample("a red circle", height=32, width=32, steps=1, cfg_scale=1.0, device="cpu")
+    hook.remove()
+    assert image.size == (32, 32)
+    # the pipeline ran without them, so its device came from the parts on the device, not from RAM
+    assert pipes and all(getattr(pipes[-1], name) is None for name in names)
+    first_step = events.index(("transformer", "runs"))
+    for name in names:
+        assert events.index((name, "cpu")) < first_step  # on the device for the encoding
+        assert events.index((name, "meta"), events.index((name, "cpu"))) < first_step, events  # and back where it waited
