@@ -8,6 +8,7 @@ optimizer, `kernels.py` the choice of fused / foreach / plain step, `trust_ratio
 from . import entries, kernels  # noqa: F401  (entries fills the registry)
 from .fused_back_pass import FusedBackPass, fused_back_pass
 from .registry import (
+    LIBRARY_LACKS,
     NOT_CONSTRUCTOR_ARGS,
     OPTIMIZERS,
     OptimizerEntry,
@@ -19,6 +20,6 @@ from .registry import (
 )
 
 __all__ = [
-    "NOT_CONSTRUCTOR_ARGS", "OPTIMIZERS", "FusedBackPass", "OptimizerEntry", "create_optimizer", "fused_back_pass",
+    "LIBRARY_LACKS", "NOT_CONSTRUCTOR_ARGS", "OPTIMIZERS", "FusedBackPass", "OptimizerEntry", "create_optimizer", "fused_back_pass",
     "optimizer_eval_mode", "optimizer_train_mode", "register", "resolve_settings",
 ]

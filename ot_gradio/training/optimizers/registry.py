@@ -39,6 +39,12 @@ NOT_CONSTRUCTOR_ARGS = {
     "percentile_clipping": "bitsandbytes 0.50 dropped percentile clipping",
     "use_cautious": "pytorch-optimizer's CAME has no cautious variant",
 }
+# Keys of one optimizer's row that its installed library lacks (pytorch-optimizer 4.1 against the
+# 3.6 that OneTrainer pins, and its AdaBelief against timm's); the doctor warns when one is set.
+LIBRARY_LACKS: dict[O, dict[str, str]] = {
+    O.YOGI: {"adanorm": "pytorch-optimizer 4.1's Yogi has no AdaNorm", "r": "the AdaNorm power, without AdaNorm"},
+    O.ADABELIEF: {"amsgrad": "pytorch-optimizer's AdaBelief has no AMSGrad (AMS bound is its nearest)"},
+}
 
 
 def register(name: O, build: Callable[..., torch.optim.Optimizer], keys: dict[str, str] | list[str],
@@ -85,7 +91,8 @@ def create_optimizer(param_groups: list[dict[str, Any]], optimizer_config: Any, 
     optimizer = unit_trust_ratio_for_zero_weights(entry.build(param_groups, lr=lr, **kwargs))
     optimizer.step_kernel = step_kernel
     settings = effective_settings(optimizer_config)
-    if settings.get("stochastic_rounding") and any(p.dtype == torch.bfloat16 for p in params):
+    rounds_itself = "stochastic_rounding" in entry.keys  # adv-optm, Prodigy Plus: the library rounds
+    if settings.get("stochastic_rounding") and not rounds_itself and any(p.dtype == torch.bfloat16 for p in params):
         enable_stochastic_rounding(optimizer)
     return optimizer
 
