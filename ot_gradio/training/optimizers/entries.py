@@ -6,9 +6,8 @@ lion-pytorch, dadaptation, prodigyopt, transformers (Adafactor), adv-optm (the *
 prodigy-plus-schedule-free; CAME, the schedule-free optimizers, ADOPT, TIGER, AIDA and YOGI come from
 pytorch-optimizer, as does ADABELIEF (OneTrainer takes it from timm, which needs torchvision).
 Libraries are imported when the optimizer is built, so importing the registry stays cheap.
-
-Not registered: CAME_8BIT (OneTrainer's own code, on no package index) and the Muon family (MUON,
-MUON_ADV, ADAMUON_ADV: they need OneTrainer's split of the weights by layer name, not done yet).
+The Muon ones are in muon.py (MUON: pytorch-optimizer's Muon in place of Keller Jordan's, on no
+package index). Not registered: CAME_8BIT (OneTrainer's own code, on no package index).
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from typing import Any
 import torch
 
 from ...config.enums import Optimizer as O
+from .muon import adv_muon, muon
 from .registry import register
 
 
@@ -145,3 +145,10 @@ register(O.AIDA, lazy("pytorch_optimizer", "Aida"),
                                                        "adanorm", "adam_debias")}}, BETAS)
 register(O.YOGI, lazy("pytorch_optimizer", "Yogi"), {**DECAY, "eps": "eps", "initial_accumulator": "initial_accumulator",
                                                     "adam_debias": "adam_debias"}, BETAS)
+
+MUON_ADV_KEYS = {**ADV, **ADV_SIMPLIFIED, "muon_adam_config": "muon_adam_config",
+                 **{k: k for k in ("ns_steps", "rms_rescaling", "nesterov", "normuon_variant", "low_rank_ortho", "ortho_rank",
+                                   "accelerated_ns", "approx_mars")}}
+register(O.MUON, muon, ["momentum", "weight_decay", "muon_adam_config"])
+register(O.MUON_ADV, adv_muon("Muon_adv"), {**MUON_ADV_KEYS, "beta1": "beta1", "beta2_normuon": "beta2_normuon"})
+register(O.ADAMUON_ADV, adv_muon("AdaMuon_adv"), {**MUON_ADV_KEYS, "eps": "eps", "use_atan2": "use_atan2"}, BETAS)
