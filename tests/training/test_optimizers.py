@@ -149,7 +149,8 @@ def test_library_specific_argument_names():
     (O.TIGER, {"beta1": 0.8}, {"beta": 0.8}),
     (O.AIDA, {"adanorm": True, "r": 0.5, "ams_bound": True}, {"adanorm": True, "adanorm_r": 0.5, "ams_bound": True}),
     (O.YOGI, {"initial_accumulator": 1e-3, "adam_debias": True}, {"initial_accumulator": 1e-3, "adam_debias": True}),
-    (O.ADAMW_ADV, {"nnmf_factor": True, "use_atan2": True, "beta3_ema": 0.99}, {"nnmf_factor": True, "use_atan2": True, "beta3_ema": 0.99}),
+    (O.ADAMW_ADV, {"nnmf_factor": True, "use_atan2": True, "beta3_ema": 0.99, "stochastic_rounding": False},
+     {"nnmf_factor": True, "use_atan2": True, "beta3_ema": 0.99, "stochastic_rounding": False}),
     (O.LION_ADV, {"auto_kappa_p": False, "clip_threshold": 0.5}, {"auto_kappa_p": False, "clip_threshold": 0.5}),
     (O.SIGNSGD_ADV, {"momentum": 0.5, "alpha_grad": 3.0}, {"momentum": 0.5, "alpha_grad": 3.0}),
     (O.PRODIGY_ADV, {"d_limiter": True, "prodigy_steps": 7, "slice_p": 3}, {"d_limiter": True, "prodigy_steps": 7, "slice_p": 3}),
@@ -242,11 +243,12 @@ def test_schedule_free_averages_for_sampling_and_comes_back(name):
     optimizer_train_mode(plain)
 
 
-def test_stochastic_rounding_keeps_small_bfloat16_updates():
+@pytest.mark.parametrize("name", [O.ADAMW, O.ADAMW_ADV, O.LION_ADV])  # ours around the step; adv-optm's own
+def test_stochastic_rounding_keeps_small_bfloat16_updates(name):
     def run(rounding: bool) -> torch.Tensor:
         torch.manual_seed(0)
         weight = torch.nn.Parameter(torch.ones(4096, dtype=torch.bfloat16))
-        config = OptimizerConfig(optimizer=O.ADAMW, weight_decay=0.0, stochastic_rounding=rounding, fused=False)
+        config = OptimizerConfig(optimizer=name, weight_decay=0.0, stochastic_rounding=rounding, fused=False)
         optimizer = create_optimizer([{"params": [weight], "lr": 1e-3, "name": "unet"}], config, CPU)
         for _ in range(30):  # each step moves by ~1e-3, below half the bfloat16 spacing at 1.0 (2**-8)
             optimizer.zero_grad()
@@ -353,7 +355,7 @@ def test_fused_back_pass_with_adaptive_adafactor_reports_its_learning_rate():
     optimizer.remove_hooks()
 
 
-@pytest.mark.parametrize("name", [O.ADAMW_ADV, O.SIGNSGD_ADV, O.PRODIGY_ADV, O.PRODIGY_PLUS_SCHEDULE_FREE])
+@pytest.mark.parametrize("name", [O.ADAMW_ADV, O.SIGNSGD_ADV, O.PRODIGY_ADV, O.PRODIGY_PLUS_SCHEDULE_FREE, O.MUON_ADV])
 def test_fused_back_pass_of_optimizers_that_step_one_weight_keeps_one_optimizer(name):
     """adv-optm's and Prodigy Plus step one weight themselves: the fused back pass keeps the one
     optimizer (Prodigy's step size spans all the weights) and ends where the plain steps end."""

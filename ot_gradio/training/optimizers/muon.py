@@ -61,9 +61,8 @@ def split_for_muon(param_groups: list[dict[str, Any]], optimizer_config: Any, na
             te_lr = settings.get("muon_te1_adam_lr") if group.get("name") in TE1 else (
                 settings.get("muon_te2_adam_lr") if group.get("name") in TE2 else None)
             adam_lr = adam_lr if te_lr is None else te_lr
-        if own:  # the group's own dict stays in the optimizer: a part's stop still reaches it
-            group["params"], group["optim_type"] = own, "muon"
-            out.append(group)
+        if own:  # new dicts: the caller's groups keep all their weights (an optimizer can be built from them again)
+            out.append({**group, "params": own, "optim_type": "muon"})
         if rest:
             out.append({**group, "params": rest, "optim_type": "adam", "lr": adam_lr, "name": f"{group.get('name', '')}/adam"})
     return out
@@ -79,7 +78,7 @@ def muon(params: list[dict[str, Any]], lr: float, momentum: float = 0.95, weight
     from pytorch_optimizer import Muon  # noqa: PLC0415
 
     adam = _adam_config(muon_adam_config)
-    for group in params:  # set on the groups themselves: the trainer keeps them (a part's stop sets their lr)
+    for group in params:
         if group["optim_type"] == "muon":
             group.update(use_muon=True, momentum=momentum, weight_decay=weight_decay)
         else:
