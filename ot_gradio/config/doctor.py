@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .base_model_match import base_model_mismatch
+from .catalogue import offered
 from .devices import parse_device_indexes
 from .enums import (
     DIFFUSERS_LORA_FORMATS,
@@ -174,7 +175,8 @@ def optimizer_warnings(config: TrainConfig) -> list[str]:
         out.append("The ADAFACTOR scheduler goes with adaptive Adafactor (relative step and scale parameter on); with relative "
                    "step off it keeps the learning rate as set, like CONSTANT.")
     if opt.fused_back_pass and "fused_back_pass" not in optimizer_param_defaults(name):
-        out.append(f"Fused back pass is on but {name.value} does not offer it (ADAFACTOR, ADAM, ADAMW, CAME and ADAGRAD_8BIT do); it is ignored.")
+        offering = ", ".join(o.value for o in offered(O) if "fused_back_pass" in optimizer_param_defaults(o))
+        out.append(f"Fused back pass is on but {name.value} does not offer it ({offering} do); it is ignored.")
     out += optimizer_ignored(opt)
     if config.training_method == TrainingMethod.LORA and config.lora_alpha > config.lora_rank:
         out.append(f"LoRA alpha {_fmt(config.lora_alpha)} is above the rank {config.lora_rank}: the LoRA output is scaled by "

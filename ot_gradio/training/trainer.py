@@ -35,7 +35,7 @@ from .distributed import Distributed
 from .ema import EMA
 from .intervals import Every
 from .methods import get_method
-from .optimizers import create_optimizer, fused_back_pass, optimizer_eval_mode, optimizer_train_mode
+from .optimizers import create_optimizer, fused_back_pass, optimizer_eval_mode, optimizer_train_mode, parameter_names
 from .param_groups import all_params, optimizer_groups
 from .placement import Placement, fill_text_cache
 from .preflight import TrainingError, check_concepts, check_writable
@@ -209,7 +209,8 @@ class Trainer:
             max(1, math.ceil(self.dataset.steps_in_epoch(e) / accum)) for e in range(cfg.epochs)
         )
 
-        self.optimizer = create_optimizer(optimizer_groups(self.param_groups), cfg.optimizer, self.device)
+        self.optimizer = create_optimizer(optimizer_groups(self.param_groups), cfg.optimizer, self.device,
+                                          names=parameter_names(self.model.parts), model_type=cfg.model_type)
         if self.dist.is_main:
             print(f"optimizer {cfg.optimizer.optimizer.value}: {self.optimizer.step_kernel}", flush=True)
         self.optimizer = fused_back_pass(self.optimizer, optimizer_groups(self.param_groups), cfg, self.device, self.precision.scaler)

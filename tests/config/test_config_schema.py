@@ -77,7 +77,20 @@ OK_OPTIMIZER = {"optimizer", "beta1", "beta2", "eps", "weight_decay", "amsgrad",
                 "adam_w_mode", "beta3", "bias_correction", "clip_threshold", "d0", "d_coef", "decay_rate", "decouple", "eps2",
                 "fsdp_in_use", "growth_rate", "is_paged", "log_every", "max_unorm", "min_8bit_size", "no_prox", "optim_bits", "r",
                 "relative_step", "safeguard_warmup", "scale_parameter", "use_bias_correction", "use_triton", "warmup_init",
-                "weight_lr_power", "slice_p", "stochastic_rounding", "fused_back_pass"}
+                "weight_lr_power", "slice_p", "stochastic_rounding", "fused_back_pass",
+                # pytorch-optimizer's ADOPT, ADABELIEF, TIGER, AIDA, YOGI
+                "decoupled_decay", "fixed_decay", "rectify", "degenerated_to_sgd", "k", "xi", "n_sma_threshold", "ams_bound", "adanorm",
+                "adam_debias", "cautious", "initial_accumulator",
+                # Prodigy Plus schedule-free
+                "weight_decay_by_lr", "prodigy_steps", "use_speed", "split_groups", "split_groups_mean", "factored", "factored_fp32",
+                "use_stableadamw", "use_cautious", "use_grams", "use_adopt", "d_limiter", "use_schedulefree", "use_orthograd", "schedulefree_c",
+                # adv-optm's *_ADV
+                "nnmf_factor", "orthogonal_gradient", "use_atan2", "use_AdEMAMix", "beta3_ema", "alpha_grad", "Simplified_AdEMAMix",
+                "kourkoutas_beta", "cautious_wd", "auto_kappa_p", "compile",
+                # the Muon ones
+                "ns_steps", "MuonWithAuxAdam", "muon_hidden_layers", "muon_adam_regex", "muon_adam_lr", "muon_te1_adam_lr", "muon_te2_adam_lr",
+                "muon_adam_config", "rms_rescaling", "normuon_variant", "beta2_normuon", "low_rank_ortho", "ortho_rank", "accelerated_ns",
+                "approx_mars"}
 
 
 def test_status_of_model_part_and_optimizer_fields():

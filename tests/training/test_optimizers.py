@@ -11,6 +11,7 @@ from ot_gradio.config.enums import LearningRateScheduler as S
 from ot_gradio.config.enums import Optimizer as O
 from ot_gradio.config.optimizer import OptimizerConfig, optimizer_param_defaults
 from ot_gradio.training.optimizers import (
+    LIBRARY_LACKS,
     NOT_CONSTRUCTOR_ARGS,
     OPTIMIZERS,
     create_optimizer,
@@ -24,9 +25,10 @@ CPU = torch.device("cpu")
 # step-size estimate (d0), which also shows that d0 reaches them.
 LR = {O.SGD: 0.1, O.SGD_8BIT: 0.1, O.SCHEDULE_FREE_SGD: 0.1, O.LARS: 1.0, O.LARS_8BIT: 1.0, O.ADAGRAD: 0.05,
       O.ADAGRAD_8BIT: 0.05, O.LAMB: 0.05, O.LAMB_8BIT: 0.05, O.LION: 1e-3, O.LION_8BIT: 1e-3}
-ADAPTIVE = {O.PRODIGY, O.DADAPT_ADA_GRAD, O.DADAPT_ADAM, O.DADAPT_ADAN, O.DADAPT_LION, O.DADAPT_SGD}
+ADAPTIVE = {O.PRODIGY, O.PRODIGY_ADV, O.PRODIGY_PLUS_SCHEDULE_FREE, O.DADAPT_ADA_GRAD, O.DADAPT_ADAM, O.DADAPT_ADAN, O.DADAPT_LION, O.DADAPT_SGD}
 SETTINGS = {O.DADAPT_ADA_GRAD: {"d0": 1e-2}, O.DADAPT_ADAM: {"d0": 1e-2}, O.DADAPT_ADAN: {"d0": 1e-2},
-            O.DADAPT_LION: {"d0": 1e-3}, O.DADAPT_SGD: {"d0": 1e-3}}
+            O.DADAPT_LION: {"d0": 1e-3}, O.DADAPT_SGD: {"d0": 1e-3}, O.PRODIGY_ADV: {"d0": 1e-3},
+            O.PRODIGY_PLUS_SCHEDULE_FREE: {"d0": 1e-3}, **dict.fromkeys((O.MUON, O.MUON_ADV, O.ADAMUON_ADV), {"MuonWithAuxAdam": True})}
 STEPS = 20
 
 
@@ -94,7 +96,7 @@ def test_registry_keys_are_the_defaults_table_row(name):
     used = set(entry.keys) | {k for keys in entry.tuples.values() for k in keys}
     row = set(optimizer_param_defaults(name))
     assert used <= row
-    assert row - used <= set(NOT_CONSTRUCTOR_ARGS)
+    assert row - used <= set(NOT_CONSTRUCTOR_ARGS) | set(LIBRARY_LACKS.get(name, {}))
 
 
 def test_prodigy_takes_every_setting_of_the_optimizers_page():
@@ -139,6 +141,26 @@ def test_library_specific_argument_names():
     assert sf.param_groups[0]["r"] == 0.5 and sf.param_groups[0]["weight_lr_power"] == 1.0
     dadapt = create_optimizer(groups(small_model(), 1.0), OptimizerConfig(optimizer=O.DADAPT_ADAN, no_prox=True, log_every=5), CPU)
     assert dadapt.param_groups[0]["no_prox"] is True and dadapt.param_groups[0]["log_every"] == 5
+
+
+@pytest.mark.parametrize(("name", "settings", "seen"), [
+    (O.ADOPT, {"cautious": True, "decoupled_decay": True, "fixed_decay": True}, {"cautious": True, "weight_decouple": True, "fixed_decay": True}),
+    (O.ADABELIEF, {"rectify": False, "degenerated_to_sgd": False}, {"rectify": False, "degenerated_to_sgd": False}),
+    (O.TIGER, {"beta1": 0.8}, {"beta": 0.8}),
+    (O.AIDA, {"adanorm": True, "r": 0.5, "ams_bound": True}, {"adanorm": True, "adanorm_r": 0.5, "ams_bound": True}),
+    (O.YOGI, {"initial_accumulator": 1e-3, "adam_debias": True}, {"initial_accumulator": 1e-3, "adam_debias": True}),
+    (O.ADAMW_ADV, {"nnmf_factor": True, "use_atan2": True, "beta3_ema": 0.99, "stochastic_rounding": False},
+     {"nnmf_factor": True, "use_atan2": True, "beta3_ema": 0.99, "stochastic_rounding": False}),
+    (O.LION_ADV, {"auto_kappa_p": False, "clip_threshold": 0.5}, {"auto_kappa_p": False, "clip_threshold": 0.5}),
+    (O.SIGNSGD_ADV, {"momentum": 0.5, "alpha_grad": 3.0}, {"momentum": 0.5, "alpha_grad": 3.0}),
+    (O.PRODIGY_ADV, {"d_limiter": True, "prodigy_steps": 7, "slice_p": 3}, {"d_limiter": True, "prodigy_steps": 7, "slice_p": 3}),
+    (O.PRODIGY_PLUS_SCHEDULE_FREE, {"use_speed": True, "split_groups": False, "schedulefree_c": 2.0},
+     {"use_speed": True, "split_groups": False, "schedulefree_c": 2.0}),
+])
+def test_settings_of_the_newer_optimizers_reach_them(name, settings, seen):
+    optimizer = create_optimizer(groups(small_model(), 1e-3), OptimizerConfig(optimizer=name, **settings), CPU)
+    group = optimizer.param_groups[0]  # where the library keeps it: the param group, or the optimizer itself
+    assert {k: group[k] if k in group else getattr(optimizer, k, None) for k in seen} == seen
 
 
 def test_optimizer_bits_choose_the_implementation():
@@ -203,9 +225,11 @@ def test_adafactor_constant_mode_uses_the_learning_rate_and_scheduler():
     assert moved[1] > 5 * moved[0]
 
 
-def test_schedule_free_averages_for_sampling_and_comes_back():
+@pytest.mark.parametrize("name", [O.SCHEDULE_FREE_ADAMW, O.PRODIGY_PLUS_SCHEDULE_FREE])
+def test_schedule_free_averages_for_sampling_and_comes_back(name):
     model = small_model()
-    optimizer = create_optimizer(groups(model, 1e-2), OptimizerConfig(optimizer=O.SCHEDULE_FREE_ADAMW), CPU)
+    config = OptimizerConfig(optimizer=name, **SETTINGS.get(name, {}))
+    optimizer = create_optimizer(groups(model, 1.0 if name in ADAPTIVE else 1e-2), config, CPU)
     train(optimizer, model, steps=5)  # ends in eval mode
     averaged = model[0].weight.detach().clone()
     optimizer_train_mode(optimizer)
@@ -219,11 +243,12 @@ def test_schedule_free_averages_for_sampling_and_comes_back():
     optimizer_train_mode(plain)
 
 
-def test_stochastic_rounding_keeps_small_bfloat16_updates():
+@pytest.mark.parametrize("name", [O.ADAMW, O.ADAMW_ADV, O.LION_ADV])  # ours around the step; adv-optm's own
+def test_stochastic_rounding_keeps_small_bfloat16_updates(name):
     def run(rounding: bool) -> torch.Tensor:
         torch.manual_seed(0)
         weight = torch.nn.Parameter(torch.ones(4096, dtype=torch.bfloat16))
-        config = OptimizerConfig(optimizer=O.ADAMW, weight_decay=0.0, stochastic_rounding=rounding, fused=False)
+        config = OptimizerConfig(optimizer=name, weight_decay=0.0, stochastic_rounding=rounding, fused=False)
         optimizer = create_optimizer([{"params": [weight], "lr": 1e-3, "name": "unet"}], config, CPU)
         for _ in range(30):  # each step moves by ~1e-3, below half the bfloat16 spacing at 1.0 (2**-8)
             optimizer.zero_grad()
@@ -328,3 +353,51 @@ def test_fused_back_pass_with_adaptive_adafactor_reports_its_learning_rate():
     assert losses[-1] < losses[0]
     assert optimizer.param_groups[0]["lr"] != 1e-3
     optimizer.remove_hooks()
+
+
+@pytest.mark.parametrize("name", [O.ADAMW_ADV, O.SIGNSGD_ADV, O.PRODIGY_ADV, O.PRODIGY_PLUS_SCHEDULE_FREE, O.MUON_ADV])
+def test_fused_back_pass_of_optimizers_that_step_one_weight_keeps_one_optimizer(name):
+    """adv-optm's and Prodigy Plus step one weight themselves: the fused back pass keeps the one
+    optimizer (Prodigy's step size spans all the weights) and ends where the plain steps end."""
+    from ot_gradio.training.optimizers import fused_back_pass
+    from ot_gradio.training.optimizers.fused_back_pass import ParameterSteps
+
+    results = []
+    for fused in (False, True):
+        model = small_model()
+        config = OptimizerConfig(optimizer=name, fused_back_pass=fused, **SETTINGS.get(name, {}))
+        param_groups = groups(model, 1.0 if name in ADAPTIVE else 1e-2)
+        optimizer = fused_back_pass(create_optimizer(param_groups, config, CPU), param_groups, _Config(config), CPU)
+        assert isinstance(optimizer, ParameterSteps) == fused
+        losses = train(optimizer, model, steps=4)
+        assert losses[-1] < losses[0]
+        if fused:
+            assert all(p.grad is None for p in model.parameters())  # freed in the backward pass
+            again = fused_back_pass(create_optimizer(param_groups, config, CPU), param_groups, _Config(config), CPU)
+            again.load_state_dict(optimizer.state_dict())
+            assert again.param_groups[0].get("d") == optimizer.param_groups[0].get("d")
+            optimizer.remove_hooks()
+            again.remove_hooks()
+        results.append(model[0].weight.detach().clone())
+    assert torch.allclose(results[0], results[1], atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS, key=str))
+def test_a_resumed_optimizer_continues_as_if_never_stopped(name, tmp_path):
+    """The optimizer state a backup saves (torch.save of the state dict, as backup.py writes it)
+    brings back every moment and step size: two steps, save, load into a new optimizer, two more
+    steps end where four steps in one go end."""
+    config = OptimizerConfig(optimizer=name, **SETTINGS.get(name, {}))
+    lr = 1.0 if name in ADAPTIVE else LR.get(name, 1e-2)
+    ends = []
+    for resume in (False, True):
+        model = small_model()
+        optimizer = create_optimizer(groups(model, lr), config, CPU)
+        train(optimizer, model, steps=2)
+        if resume:
+            torch.save(optimizer.state_dict(), tmp_path / "state.pt")
+            optimizer = create_optimizer(groups(model, lr), config, CPU)
+            optimizer.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=False))
+        train(optimizer, model, steps=2)
+        ends.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.allclose(ends[0], ends[1], atol=1e-6), f"{name.value}: resumed weights differ by {(ends[0] - ends[1]).abs().max():.2e}"

@@ -2,9 +2,12 @@
 it takes (OneTrainer's key -> the constructor's argument).
 
 The libraries are OneTrainer's: torch, bitsandbytes (the 8-bit ones, LAMB, LARS, AdEMAMix),
-lion-pytorch, dadaptation, prodigyopt and transformers (Adafactor); CAME and the schedule-free
-optimizers come from pytorch-optimizer. Libraries are imported when the optimizer is built, so
-importing the registry stays cheap.
+lion-pytorch, dadaptation, prodigyopt, transformers (Adafactor), adv-optm (the *_ADV ones) and
+prodigy-plus-schedule-free; CAME, the schedule-free optimizers, ADOPT, TIGER, AIDA and YOGI come from
+pytorch-optimizer, as does ADABELIEF (OneTrainer takes it from timm, which needs torchvision).
+Libraries are imported when the optimizer is built, so importing the registry stays cheap.
+The Muon ones are in muon.py (MUON: pytorch-optimizer's Muon in place of Keller Jordan's, on no
+package index). Not registered: CAME_8BIT (OneTrainer's own code, on no package index).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 import torch
 
 from ...config.enums import Optimizer as O
+from .muon import adv_muon, muon
 from .registry import register
 
 
@@ -48,6 +52,24 @@ def adafactor(params: Any, lr: float, relative_step: bool = True, **kwargs: Any)
     from transformers.optimization import Adafactor  # noqa: PLC0415
 
     return Adafactor(params, lr=None if relative_step else lr, relative_step=relative_step, **kwargs)
+
+
+def prodigy_adv(params: Any, **kwargs: Any) -> torch.optim.Optimizer:
+    """adv-optm's Prodigy_adv, resumable: its running step-size numerator lives outside the state dict
+    and, once loaded, the first step would take it undecayed (a resumed run drifted from an unbroken
+    one by 3e-6 in two steps). After loading, it is set as the step before the stop would have left it."""
+    from adv_optm import Prodigy_adv  # noqa: PLC0415
+
+    optimizer = Prodigy_adv(params, **kwargs)
+    load = optimizer.load_state_dict
+
+    def load_state_dict(state_dict: dict[str, Any]) -> None:
+        load(state_dict)
+        optimizer.d_denom = torch.tensor(0.0, device=optimizer.param_groups[0]["params"][0].device)
+        optimizer.init_step()  # with d_denom present: numerator = saved numerator * beta3
+
+    optimizer.load_state_dict = load_state_dict
+    return optimizer
 
 
 BETAS = {"betas": ("beta1", "beta2")}
@@ -95,3 +117,38 @@ register(O.SCHEDULE_FREE_ADAMW, lazy("pytorch_optimizer", "ScheduleFreeAdamW"),
 register(O.SCHEDULE_FREE_SGD, lazy("pytorch_optimizer", "ScheduleFreeSGD"), ["momentum", "weight_decay", "r", "weight_lr_power", "foreach"])
 register(O.ADEMAMIX, bnb("AdEMAMix"), [*ADEMAMIX, "optim_bits"], BETAS3)
 register(O.ADEMAMIX_8BIT, bnb("AdEMAMix8bit"), ADEMAMIX, BETAS3)
+
+# adv-optm: the settings every one of them shares; "compile" is its `compiled_optimizer`.
+ADV = {"weight_decay": "weight_decay", "cautious_wd": "cautious_wd", "nnmf_factor": "nnmf_factor",
+       "orthogonal_gradient": "orthogonal_gradient", "stochastic_rounding": "stochastic_rounding", "compile": "compiled_optimizer"}
+ADV_ADAM = {**ADV, **{k: k for k in ("eps", "use_atan2", "use_AdEMAMix", "beta3_ema", "alpha", "kourkoutas_beta")}}
+ADV_SIMPLIFIED = {"Simplified_AdEMAMix": "Simplified_AdEMAMix", "alpha_grad": "alpha_grad"}
+# pytorch-optimizer calls decoupled decay `weight_decouple`
+DECAY = {"weight_decay": "weight_decay", "decoupled_decay": "weight_decouple", "fixed_decay": "fixed_decay"}
+
+register(O.ADAMW_ADV, lazy("adv_optm", "AdamW_adv"), ADV_ADAM, BETAS)
+register(O.ADOPT_ADV, lazy("adv_optm", "Adopt_adv"), {**ADV_ADAM, **ADV_SIMPLIFIED}, BETAS)
+register(O.LION_ADV, lazy("adv_optm", "Lion_adv"), {**ADV, "clip_threshold": "clip_threshold", "auto_kappa_p": "auto_kappa_p"}, BETAS)
+register(O.SIGNSGD_ADV, lazy("adv_optm", "SignSGD_adv"), {**ADV, **ADV_SIMPLIFIED, "momentum": "momentum"})
+register(O.PRODIGY_ADV, prodigy_adv,
+         {**ADV_ADAM, **ADV_SIMPLIFIED, **{k: k for k in ("beta3", "d0", "d_coef", "d_limiter", "growth_rate", "prodigy_steps",
+                                                          "slice_p")}}, BETAS)
+register(O.PRODIGY_PLUS_SCHEDULE_FREE, lazy("prodigyplus.prodigy_plus_schedulefree", "ProdigyPlusScheduleFree"),
+         ["beta3", "d0", "d_coef", "d_limiter", "eps", "factored", "factored_fp32", "fused_back_pass", "prodigy_steps", "schedulefree_c",
+          "split_groups", "split_groups_mean", "stochastic_rounding", "use_adopt", "use_bias_correction", "use_cautious", "use_grams",
+          "use_orthograd", "use_schedulefree", "use_speed", "use_stableadamw", "weight_decay", "weight_decay_by_lr"], BETAS)
+register(O.ADOPT, lazy("pytorch_optimizer", "ADOPT"), {**DECAY, "eps": "eps", "cautious": "cautious"}, BETAS)
+register(O.ADABELIEF, lazy("pytorch_optimizer", "AdaBelief"), {**DECAY, **{k: k for k in ("eps", "rectify", "degenerated_to_sgd")}}, BETAS)
+register(O.TIGER, lazy("pytorch_optimizer", "Tiger"), {**DECAY, "beta1": "beta"})
+register(O.AIDA, lazy("pytorch_optimizer", "Aida"),
+         {**DECAY, "r": "adanorm_r", **{k: k for k in ("eps", "k", "xi", "rectify", "n_sma_threshold", "degenerated_to_sgd", "ams_bound",
+                                                       "adanorm", "adam_debias")}}, BETAS)
+register(O.YOGI, lazy("pytorch_optimizer", "Yogi"), {**DECAY, "eps": "eps", "initial_accumulator": "initial_accumulator",
+                                                    "adam_debias": "adam_debias"}, BETAS)
+
+MUON_ADV_KEYS = {**ADV, **ADV_SIMPLIFIED, "muon_adam_config": "muon_adam_config",
+                 **{k: k for k in ("ns_steps", "rms_rescaling", "nesterov", "normuon_variant", "low_rank_ortho", "ortho_rank",
+                                   "accelerated_ns", "approx_mars")}}
+register(O.MUON, muon, ["momentum", "weight_decay", "muon_adam_config"])
+register(O.MUON_ADV, adv_muon("Muon_adv"), {**MUON_ADV_KEYS, "beta1": "beta1", "beta2_normuon": "beta2_normuon"})
+register(O.ADAMUON_ADV, adv_muon("AdaMuon_adv"), {**MUON_ADV_KEYS, "eps": "eps", "use_atan2": "use_atan2"}, BETAS)

@@ -7,6 +7,11 @@ the same result. Each weight gets its own optimizer; the returned optimizer hold
 Gradient accumulation cannot work (the step happens in every backward pass), nor can gradient
 clipping by the global norm (no moment has all the gradients) or fp16 gradient scaling. As in
 OneTrainer, `clip_grad_norm` then clips each weight's gradient by its own norm before its step.
+
+Optimizers that can step one weight themselves (adv-optm's, Prodigy Plus: ``step_parameter``) keep
+one optimizer over all the weights instead (`ParameterSteps`), as OneTrainer runs them: their step
+size estimate (Prodigy's d) spans the weights, and ``step()`` after the backward pass only finishes
+the step (Prodigy_adv updates d there; Prodigy Plus does it after the last weight).
 """
 
 from __future__ import annotations
@@ -84,6 +89,51 @@ class FusedBackPass(torch.optim.Optimizer):
         self._hooks.clear()
 
 
+class ParameterSteps(torch.optim.Optimizer):
+    """The fused back pass of an optimizer with ``step_parameter``: the same optimizer, stepped one
+    weight at a time from gradient hooks. Param groups, state and its state dict are the optimizer's own."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, clip: float | None = None):
+        super().__init__(optimizer.param_groups, optimizer.defaults)
+        self.optimizer = optimizer
+        self.param_groups = optimizer.param_groups
+        self.state = optimizer.state
+        self._clip = clip
+        self._hooks = [p.register_post_accumulate_grad_hook(lambda p, g=g, i=i: self._step_weight(p, g, i))
+                       for g, group in enumerate(self.param_groups) for i, p in enumerate(group["params"]) if p.requires_grad]
+
+    def _step_weight(self, p: torch.Tensor, g: int, i: int) -> None:
+        if self._clip:
+            torch.nn.utils.clip_grad_norm_(p, self._clip)
+        self.optimizer.step_parameter(p, self.optimizer.param_groups[g], i)  # looked up now: loading a backup replaces the groups
+        p.grad = None
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        return self.optimizer.step(closure)  # every gradient is gone: only the end-of-step work
+
+    def train(self) -> None:
+        if callable(getattr(self.optimizer, "train", None)):
+            self.optimizer.train()
+
+    def eval(self) -> None:
+        if callable(getattr(self.optimizer, "eval", None)):
+            self.optimizer.eval()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state_dict)
+        self.param_groups = self.optimizer.param_groups
+        self.state = self.optimizer.state
+
+    def remove_hooks(self) -> None:
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks.clear()
+
+
 def fused_back_pass(optimizer: torch.optim.Optimizer, param_groups: list[dict[str, Any]], config: Any, device: torch.device,
                     scaler: Any = None) -> torch.optim.Optimizer:
     """The optimizer to train with: ``optimizer`` itself, or a fused back pass over the same
@@ -98,5 +148,7 @@ def fused_back_pass(optimizer: torch.optim.Optimizer, param_groups: list[dict[st
     if scaler is not None:
         raise ValueError("optimizer.fused_back_pass: it cannot unscale FLOAT_16 gradients; train in BFLOAT_16 or FLOAT_32, "
                          "or turn the fused back pass off")
-    return FusedBackPass(param_groups, lambda groups: create_optimizer(groups, settings, device),
-                         clip=getattr(config, "clip_grad_norm", None))
+    clip = getattr(config, "clip_grad_norm", None)
+    if callable(getattr(optimizer, "step_parameter", None)):
+        return ParameterSteps(optimizer, clip=clip)
+    return FusedBackPass(param_groups, lambda groups: create_optimizer(groups, settings, device), clip=clip)

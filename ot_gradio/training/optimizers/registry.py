@@ -7,15 +7,18 @@ Values come from the config, or from OneTrainer's defaults table where the confi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ...config.catalogue import NOT_AVAILABLE_BECAUSE
 from ...config.enums import Optimizer as O
+from ...config.muon_layers import MUON_OPTIMIZERS
 from ...config.optimizer import effective_settings, optimizer_problems
 from .kernels import choose_kernels
+from .muon import split_for_muon
 from .stochastic_rounding import enable_stochastic_rounding
 from .trust_ratio import unit_trust_ratio_for_zero_weights
 
@@ -31,13 +34,22 @@ class OptimizerEntry:
 OPTIMIZERS: dict[O, OptimizerEntry] = {}
 
 # Keys of the defaults table that are not constructor arguments: the trainer acts on the first two
-# itself; the last three exist in OneTrainer's libraries but not in the ones installed here.
+# itself; the next three exist in OneTrainer's libraries but not in the ones installed here; the
+# Muon ones choose the param groups.
 NOT_CONSTRUCTOR_ARGS = {
     "stochastic_rounding": "applied around the step for bfloat16 weights (stochastic_rounding.py)",
     "fused_back_pass": "the trainer steps per weight in the backward pass (fused_back_pass.py)",
     "block_wise": "bitsandbytes 0.50 always quantizes block-wise",
     "percentile_clipping": "bitsandbytes 0.50 dropped percentile clipping",
     "use_cautious": "pytorch-optimizer's CAME has no cautious variant",
+    **dict.fromkeys(("MuonWithAuxAdam", "muon_hidden_layers", "muon_adam_regex", "muon_adam_lr", "muon_te1_adam_lr",
+                     "muon_te2_adam_lr"), "the Muon optimizers' split of the weights into Muon and AdamW groups (muon.py)"),
+}
+# Keys of one optimizer's row that its installed library lacks (pytorch-optimizer 4.1 against the
+# 3.6 that OneTrainer pins, and its AdaBelief against timm's); the doctor warns when one is set.
+LIBRARY_LACKS: dict[O, dict[str, str]] = {
+    O.YOGI: {"adanorm": "pytorch-optimizer 4.1's Yogi has no AdaNorm", "r": "the AdaNorm power, without AdaNorm"},
+    O.ADABELIEF: {"amsgrad": "pytorch-optimizer's AdaBelief has no AMSGrad (AMS bound is its nearest)"},
 }
 
 
@@ -50,7 +62,8 @@ def _entry(optimizer_config: Any) -> OptimizerEntry:
     name = O(optimizer_config.optimizer)
     if name not in OPTIMIZERS:
         available = ", ".join(o.value for o in OPTIMIZERS)
-        raise ValueError(f"optimizer.optimizer: {name.value} is not available yet; use one of {available}")
+        why = f" ({NOT_AVAILABLE_BECAUSE[name]})" if name in NOT_AVAILABLE_BECAUSE else ""
+        raise ValueError(f"optimizer.optimizer: {name.value} is not available yet{why}; use one of {available}")
     return OPTIMIZERS[name]
 
 
@@ -70,12 +83,16 @@ def resolve_settings(optimizer_config: Any) -> dict[str, Any]:
     return kwargs
 
 
-def create_optimizer(param_groups: list[dict[str, Any]], optimizer_config: Any, device: torch.device) -> torch.optim.Optimizer:
-    """Build the configured optimizer over the trainer's param groups ({"params", "lr", "name"})."""
+def create_optimizer(param_groups: list[dict[str, Any]], optimizer_config: Any, device: torch.device,
+                     names: Mapping[int, str] | None = None, model_type: Any = None) -> torch.optim.Optimizer:
+    """Build the configured optimizer over the trainer's param groups ({"params", "lr", "name"}).
+    The Muon optimizers split the groups by the weights' names (`parameter_names`) and the model type."""
     entry = _entry(optimizer_config)
     problems = optimizer_problems(optimizer_config)
     if problems:
         raise ValueError("; ".join(problems))
+    if entry.name in MUON_OPTIMIZERS:
+        param_groups = split_for_muon(param_groups, optimizer_config, names, model_type)
     kwargs = resolve_settings(optimizer_config)
     params = [p for g in param_groups for p in g["params"]]
     kwargs, step_kernel = choose_kernels(entry.keys, kwargs, params)
@@ -85,7 +102,8 @@ def create_optimizer(param_groups: list[dict[str, Any]], optimizer_config: Any, 
     optimizer = unit_trust_ratio_for_zero_weights(entry.build(param_groups, lr=lr, **kwargs))
     optimizer.step_kernel = step_kernel
     settings = effective_settings(optimizer_config)
-    if settings.get("stochastic_rounding") and any(p.dtype == torch.bfloat16 for p in params):
+    rounds_itself = "stochastic_rounding" in entry.keys  # adv-optm, Prodigy Plus: the library rounds
+    if settings.get("stochastic_rounding") and not rounds_itself and any(p.dtype == torch.bfloat16 for p in params):
         enable_stochastic_rounding(optimizer)
     return optimizer
 
