@@ -1,6 +1,7 @@
-"""SD 1.5 x LORA with DoRA, LoHa and LoKr: the real worker trains a few steps, and the file it
-writes rebuilds the sampled model in diffusers (DoRA with PEFT keys) or through the merge
-formulas A1111/ComfyUI apply to kohya files (tests/lora_reference.py). In-process runs show a
+"""SD 1.5 x LORA with DoRA, LoHa, LoKr and OFT v2: the real worker trains a few steps, and the file it
+writes rebuilds the sampled model in diffusers (DoRA with PEFT keys), through the merge
+formulas A1111/ComfyUI apply to kohya files (tests/lora_reference.py) or, for OFT, merged by the
+convert tool. In-process runs show a
 stopped run resumes from its backup to the same weights, and a run continues from the file."""
 
 import numpy as np
@@ -93,6 +94,24 @@ def test_kohya_file_rebuilds_the_sampled_model(lora_config, tiny_model, tmp_path
     assert np.abs(theirs - plain).max() > 0
 
 
+def test_oft_run_changes_the_sample_and_merges_to_it(lora_config, tiny_model, tmp_path):
+    """OFT v2 from OneTrainer's option names (block dropout on): the sample moves off the base
+    model's, and `convert merge` of the file draws that sample in diffusers."""
+    from ot_gradio.tools.jobs import run_inline
+
+    out, sample = _variant_run(lora_config, tmp_path, peft_type="OFT_2", oft_block_size=8, oft_scaled=True,
+                               dropout_probability=0.1, output_model_format="KOHYA_LORA")
+    tensors = load_file(str(out))
+    assert tensors["lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q.oft_R.weight"].shape == (2, 28)
+    assert not any(k.endswith(".alpha") for k in tensors)
+    plain = _image(_pipe(tiny_model.diffusers_dir))
+    result = run_inline("convert", {"operation": "merge", "model_type": "STABLE_DIFFUSION_15", "base": str(tiny_model.diffusers_dir),
+                                    "lora": str(out), "weight": 1.0, "output": str(tmp_path / "merged"), "format": "diffusers"})
+    merged = _image(_pipe(result["output"]))
+    assert np.abs(merged - sample).max() <= 1, "the merged OFT draws another image than our sample"
+    assert np.abs(merged - plain).max() > 0
+
+
 class StopAt(Reporter):
     def __init__(self, step=None):
         self.step, self.global_step, self.statuses = step, 0, []
@@ -115,8 +134,9 @@ def _trainer(config, run, reporter, others=()):
 
 @pytest.mark.parametrize(
     "options",
-    [{"lora_decompose": True}, {"peft_type": "LOHA"}, {"peft_type": "LOKR", "lokr_dim": 2}],
-    ids=["DoRA", "LoHa", "LoKr"],
+    [{"lora_decompose": True}, {"peft_type": "LOHA"}, {"peft_type": "LOKR", "lokr_dim": 2},
+     {"peft_type": "OFT_2", "oft_block_size": 8, "oft_scaled": True}],
+    ids=["DoRA", "LoHa", "LoKr", "OFT"],
 )
 def test_resume_from_backup_and_continue_from_the_file(lora_config, tmp_path, options):
     out = tmp_path / "out" / "lora.safetensors"
@@ -148,7 +168,7 @@ def test_resume_from_backup_and_continue_from_the_file(lora_config, tmp_path, op
     [
         ({"lora_decompose": True, "output_model_format": "SAFETENSORS"}, "output_model_format"),
         ({"peft_type": "LOHA", "dropout_probability": 0.1}, "dropout_probability"),
-        ({"peft_type": "OFT_2"}, "peft_type"),
+        ({"peft_type": "OFT_2", "lora_decompose": True}, "lora_decompose"),
     ],
     ids=["input-axis DoRA as PEFT keys", "LoHa dropout", "OFT"],
 )
