@@ -176,7 +176,8 @@ def optimizer_warnings(config: TrainConfig) -> list[str]:
     if opt.fused_back_pass and "fused_back_pass" not in optimizer_param_defaults(name):
         out.append(f"Fused back pass is on but {name.value} does not offer it (ADAFACTOR, ADAM, ADAMW, CAME and ADAGRAD_8BIT do); it is ignored.")
     out += optimizer_ignored(opt)
-    if config.training_method == TrainingMethod.LORA and config.lora_alpha > config.lora_rank:
+    oft = str(getattr(config.peft_type, "value", config.peft_type)) == "OFT_2"  # OFT v2 has no rank or alpha
+    if config.training_method == TrainingMethod.LORA and not oft and config.lora_alpha > config.lora_rank:
         out.append(f"LoRA alpha {_fmt(config.lora_alpha)} is above the rank {config.lora_rank}: the LoRA output is scaled by "
                    f"alpha/rank = {_fmt(config.lora_alpha / config.lora_rank)}, which acts like a higher learning rate and can "
                    "overtrain; keep alpha at or below the rank.")
