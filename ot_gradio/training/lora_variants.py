@@ -19,7 +19,7 @@ functions at the end convert one layer to and from kohya/LyCORIS entries.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -419,8 +419,10 @@ def check_output_format(spec: AdapterSpec, diffusers_keys: bool) -> None:
         )
 
 
-def check_start_file(spec: AdapterSpec, parts: Mapping[str, Mapping[str, torch.Tensor]], path: Any) -> None:
-    """A LoRA to continue from must hold the adapter the config trains (ValueError naming the field)."""
+def check_start_file(spec: AdapterSpec, parts: Mapping[str, Mapping[str, torch.Tensor]], path: Any) -> AdapterSpec:
+    """A LoRA to continue from must hold the adapter the config trains (ValueError naming the field).
+    Returns the spec to continue with: an OFT v2 file's block size and sharing, as a LoRA file's
+    rank, are the file's."""
     kind, axis = describe(parts)
     if kind != spec.peft_type:
         raise ValueError(f"lora_model_name: {path} holds {kind} layers but peft_type is {spec.peft_type}; set peft_type to {kind}")
@@ -428,10 +430,11 @@ def check_start_file(spec: AdapterSpec, parts: Mapping[str, Mapping[str, torch.T
         scaled = any(k.endswith("." + OFT_SCALED) for sd in parts.values() for k in sd)
         if scaled != spec.oft_scaled:
             raise ValueError(f"lora_model_name: {path} holds {'Scaled' if scaled else 'unscaled'} OFT; turn oft_scaled {'on' if scaled else 'off'}")
-        return
+        layout = oft.spec_fields(t for sd in parts.values() for t in group_layers(sd).values())
+        return replace(spec, oft_block_size=layout["oft_block_size"], oft_block_share=layout["oft_block_share"])
     wanted = _dora_wanted(spec)
     if axis == wanted:
-        return
+        return spec
     if axis is None:
         raise ValueError(f"lora_model_name: {path} holds plain LoRA layers (no DoRA); turn lora_decompose off")
     flag = "on" if axis == "output" else "off"

@@ -16,7 +16,7 @@ from torch import nn
 
 from ot_gradio.config.io import load_config
 from ot_gradio.training import oft
-from ot_gradio.training.lora import add_lora, lora_state_dict
+from ot_gradio.training.lora import add_lora, load_lora_state_dict, lora_state_dict
 from ot_gradio.training.lora_format import load_lora_file, read_lora_metadata, save_lora
 from ot_gradio.training.lora_variants import AdapterSpec, check_start_file
 from tests.training.test_lora_variants import _pipeline, _trained
@@ -92,7 +92,12 @@ def test_dropout_restores_whole_blocks_while_training():
 def test_a_file_trained_with_other_oft_settings_is_refused(tmp_path):
     path = save_lora(tmp_path / "s.safetensors", unet=_trained("oft_scaled_shared").pipe.unet)
     parts = load_lora_file(path).parts
-    check_start_file(AdapterSpec(peft_type="OFT_2", oft_scaled=True), parts, path)
+    # the block layout is the file's, as a LoRA file's rank is (the config's default of 32 unshared here)
+    spec = check_start_file(AdapterSpec(peft_type="OFT_2", oft_scaled=True), parts, path)
+    assert (spec.oft_block_size, spec.oft_block_share, spec.oft_scaled) == (4, True, True)
+    fresh = _pipeline()
+    add_lora(fresh.unet, kind="unet", rank=1, alpha=1.0, dropout=0.0, layer_preset="full", spec=spec)
+    load_lora_state_dict(fresh.unet, parts["unet"], kind="unet")
     with pytest.raises(ValueError, match="^lora_model_name: .* turn oft_scaled on"):
         check_start_file(AdapterSpec(peft_type="OFT_2"), parts, path)
     with pytest.raises(ValueError, match="^lora_model_name: .* set peft_type to OFT_2"):
