@@ -124,26 +124,29 @@ def _layer_rotations(layer: nn.Module, adapter: str) -> torch.Tensor:
     return block_dropout(blocks, layer.oft_block_dropout) if layer.training else blocks
 
 
-def _plain_call(layer: nn.Module, adapter: str, args: tuple, kwargs: dict) -> bool:
-    return bool(args or kwargs) or layer.disable_adapters or layer.merged or list(layer.active_adapters) != [adapter]
+def _plain_call(layer: nn.Module, adapter: str) -> bool:
+    """Adapters off, merged or another adapter active: peft's forward (the base layer's)."""
+    return layer.disable_adapters or layer.merged or list(layer.active_adapters) != [adapter]
 
 
 def _linear_forward(self: nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     adapter = self.active_adapters[0]
-    if _plain_call(self, adapter, args, kwargs):
+    if _plain_call(self, adapter):
         return type(self).forward(self, x, *args, **kwargs)
     blocks = _layer_rotations(self, adapter)
     count, b = self.in_features // blocks.shape[-1], blocks.shape[-1]
     if blocks.shape[0] == 1:
         blocks = blocks.expand(count, b, b)
     rotated = torch.einsum("...rk,rkc->...rc", x.to(blocks.dtype).reshape(*x.shape[:-1], count, b), blocks)
-    return self.base_layer(rotated.reshape(x.shape).to(x.dtype))
+    return self.base_layer(rotated.reshape(x.shape).to(x.dtype), *args, **kwargs)
 
 
 def _conv_forward(self: nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     adapter = self.active_adapters[0]
-    if _plain_call(self, adapter, args, kwargs):
+    if _plain_call(self, adapter):
         return type(self).forward(self, x, *args, **kwargs)
+    if args or kwargs:
+        raise TypeError(f"An OFT convolution takes its input only, got {len(args)} more argument(s) and {sorted(kwargs)}.")
     base = self.get_base_layer()
     weight = _rotate_columns(base.weight, _layer_rotations(self, adapter), conv=True)
     return base._conv_forward(x, weight.to(base.weight.dtype), base.bias)
