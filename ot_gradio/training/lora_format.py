@@ -49,7 +49,7 @@ from ot_gradio.training.lora_variants import (
     split_key,
     to_kohya,
 )
-from ot_gradio.training.oft import block_size_of
+from ot_gradio.training.oft import spec_fields
 from ot_gradio.training.output_metadata import kohya_hashes
 
 KOHYA = "kohya"
@@ -329,10 +329,9 @@ def _peft_adapter_metadata(parts: Mapping[str, Mapping[str, torch.Tensor]], rank
         targets = sorted(_strip_text_model(part, k) for k in layers)
         kind = layer_type(next(iter(layers.values()), {}))
         config: dict[str, Any] = {"r": rank, "target_modules": targets, "rank_pattern": {}, "alpha_pattern": {}}
-        if kind == OFT_2:  # peft's OFTConfig; the block size of the first layer (others may be adjusted)
-            block = next(t["oft_R.weight"] for t in layers.values())
-            config.update(peft_type="OFT", r=0, oft_block_size=block_size_of(block),
-                          block_share=any(t["oft_R.weight"].shape[0] == 1 for t in layers.values()))
+        if kind == OFT_2:  # peft's OFTConfig fields (peft has no Scaled OFT: the file's markers say it)
+            layout = spec_fields(layers.values())
+            config.update(peft_type="OFT", r=0, oft_block_size=layout["oft_block_size"], block_share=layout["oft_block_share"])
         elif kind == "LORA":
             config.update(lora_alpha=alpha, lora_dropout=0.0, lora_bias=False,
                           use_dora=any("lora_magnitude_vector" in t for t in layers.values()))
