@@ -178,7 +178,8 @@ def optimizer_warnings(config: TrainConfig) -> list[str]:
         offering = ", ".join(o.value for o in offered(O) if "fused_back_pass" in optimizer_param_defaults(o))
         out.append(f"Fused back pass is on but {name.value} does not offer it ({offering} do); it is ignored.")
     out += optimizer_ignored(opt)
-    if config.training_method == TrainingMethod.LORA and config.lora_alpha > config.lora_rank:
+    oft = str(getattr(config.peft_type, "value", config.peft_type)) == "OFT_2"  # OFT v2 has no rank or alpha
+    if config.training_method == TrainingMethod.LORA and not oft and config.lora_alpha > config.lora_rank:
         out.append(f"LoRA alpha {_fmt(config.lora_alpha)} is above the rank {config.lora_rank}: the LoRA output is scaled by "
                    f"alpha/rank = {_fmt(config.lora_alpha / config.lora_rank)}, which acts like a higher learning rate and can "
                    "overtrain; keep alpha at or below the rank.")

@@ -347,8 +347,12 @@ def merged_weight(weight: torch.Tensor, tensors: Mapping[str, torch.Tensor], sca
     """The layer's weight as training applied it, at `strength`: W + strength * (W' - W), with
     W' = W + scale * delta, or for DoRA W' = (W + scale * delta) * magnitude / norm, the norm
     taken over each input column (`dora_scale`) or each output row (`lora_magnitude_vector`),
-    as lora_variants.DecomposedVariant trains it."""
+    as lora_variants.DecomposedVariant trains it. An OFT v2 layer is rotated (oft.merged_weight)."""
+    from ot_gradio.training import oft
     from ot_gradio.training.lora_variants import DORA_IN, DORA_OUT, _axis_norm
+
+    if oft.OFT_WEIGHT in tensors:
+        return oft.merged_weight(weight, tensors, strength)
 
     w = weight.float()
     adapted = w + scale * _lora_delta(tensors, w.shape)
@@ -361,7 +365,7 @@ def merged_weight(weight: torch.Tensor, tensors: Mapping[str, torch.Tensor], sca
 
 
 def merge_into(model, parts: Mapping[str, Mapping[str, torch.Tensor]], rank: int, alpha: float, weight: float) -> tuple[int, int]:
-    """Merge every layer of `parts` (peft form: LoRA, DoRA on either axis, LoHa, LoKr) into its
+    """Merge every layer of `parts` (peft form: LoRA, DoRA on either axis, LoHa, LoKr, OFT v2) into its
     module's weight at strength `weight` (see `merged_weight`); returns (matched layers, all
     layers). Nothing is changed unless every layer has its module."""
     from ot_gradio.training.lora_variants import check_layer

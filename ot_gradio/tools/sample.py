@@ -157,7 +157,8 @@ def apply_lora(model: Any, path: str, weight: float) -> tuple[int, int]:
     from ot_gradio.training.lora import add_lora, load_lora_state_dict, public_name
     from ot_gradio.training.lora_format import load_lora_file
     from ot_gradio.training.lora_method import kohya_module_names, lora_kind, trainable_parts
-    from ot_gradio.training.lora_variants import LOKR, AdapterSpec, describe, group_layers, scale_layer
+    from ot_gradio.training.lora_variants import LOKR, OFT_2, AdapterSpec, describe, group_layers, scale_layer
+    from ot_gradio.training.oft import spec_fields
 
     file = Path(path).expanduser()
     if not file.is_file():
@@ -167,6 +168,8 @@ def apply_lora(model: Any, path: str, weight: float) -> tuple[int, int]:
         kind, dora = describe(loaded.parts)
     except ValueError as err:
         raise JobError(f"lora: {file} cannot be read as a LoRA ({err})") from None
+    if kind == OFT_2 and weight != 1:
+        raise JobError(f"lora_weight: {file.name} is an OFT v2 file, which rotates the weights and has no strength; set the weight to 1")
     matched = skipped = 0
     for part, sd in loaded.parts.items():
         layers = group_layers(sd)
@@ -191,7 +194,8 @@ def apply_lora(model: Any, path: str, weight: float) -> tuple[int, int]:
             continue
         spec = AdapterSpec(peft_type=kind, decompose=dora is not None, output_axis=dora == "output",
                            decompose_both=kind == LOKR and any("lokr_w1_a" in t for t in found.values()),
-                           use_tucker=kind == LOKR and any("lokr_t2" in t for t in found.values()))
+                           use_tucker=kind == LOKR and any("lokr_t2" in t for t in found.values()),
+                           **(spec_fields(found.values()) if kind == OFT_2 else {}))
         # one anchored alternation: exactly these layers, compiled once however many there are
         regex = "^(?:" + "|".join(re.escape(public_name(module, lkind, n)) for n in found) + ")$"
         try:

@@ -1,8 +1,8 @@
 """LoRA adapters (peft) on the SD 1.x UNet and CLIP text encoder, with OneTrainer's layer presets.
 
 The adapters are peft `LoraLayer`s, so scale = alpha / rank exactly as in kohya files and in
-OneTrainer (default rank 16, alpha 1.0); `lora_variants.py` adds DoRA, LoHa and LoKr (an
-`AdapterSpec`). `lora_format.py` writes and reads them as files.
+OneTrainer (default rank 16, alpha 1.0); `lora_variants.py` adds DoRA, LoHa, LoKr and OFT v2
+(an `AdapterSpec`; OFT in oft.py). `lora_format.py` writes and reads them as files.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from . import oft
 from .lora_variants import (
     ADAPTER_NAME,
     LORA,
+    OFT_2,
     AdapterSpec,
     adapter_parameters,
     install_decomposition,
@@ -203,6 +205,8 @@ def add_lora(
     inject_adapter_in_model(config, module, adapter_name=ADAPTER_NAME)
     if spec.peft_type == LORA and spec.decompose:
         install_decomposition(module, spec)
+    if spec.peft_type == OFT_2:
+        oft.install_oft(module, scaled=spec.oft_scaled, dropout=dropout)
 
     params: list[nn.Parameter] = []
     layers = list(lora_layers(module).values())
@@ -229,10 +233,12 @@ def lora_rank_alpha(module: nn.Module) -> tuple[int, float]:
 
 def lora_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
     """Adapter weights in peft form (detached): `<module path>.lora_A.weight` / `.lora_B.weight`
-    (+ DoRA's `.lora_magnitude_vector` or `.dora_scale`), `.hada_w1_a`..., `.lokr_w1`..."""
+    (+ DoRA's `.lora_magnitude_vector` or `.dora_scale`), `.hada_w1_a`..., `.lokr_w1`...,
+    `.oft_R.weight` (+ `.oft_R.scaled_oft`, Scaled OFT's marker)."""
     out: dict[str, torch.Tensor] = {}
     for name, layer in lora_layers(module).items():
         out.update({f"{name}.{k}": p.detach() for k, p in adapter_parameters(layer).items()})
+        out.update({f"{name}.{k}": v for k, v in oft.state_extras(layer).items()})
     return out
 
 
@@ -261,6 +267,8 @@ def load_lora_state_dict(module: nn.Module, state_dict: Mapping[str, torch.Tenso
         if not name:
             unknown.append(key)
             continue
+        if split[1] == oft.OFT_SCALED:
+            continue  # a marker, checked against oft_scaled where the file is chosen (check_start_file)
         pending.setdefault(name, {})[split[1]] = tensor
 
     targets = {name: adapter_parameters(layer) for name, layer in layers.items()}
@@ -280,6 +288,6 @@ def load_lora_state_dict(module: nn.Module, state_dict: Mapping[str, torch.Tenso
                 if tuple(target.shape) != tuple(tensor.shape):
                     raise ValueError(
                         f"LoRA {which} weight of {name} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)} "
-                        "(different rank, LoKr factor or adapter settings?)."
+                        "(different rank, LoKr factor, OFT block size or adapter settings?)."
                     )
                 target.copy_(tensor.to(device=target.device, dtype=target.dtype))

@@ -36,6 +36,7 @@ from ot_gradio.models.common import save_safetensors
 from ot_gradio.training.lora import lora_rank_alpha, lora_state_dict, text_model_prefix
 from ot_gradio.training.lora_variants import (
     DORA_IN,
+    OFT_2,
     check_layer,
     describe,
     from_kohya,
@@ -48,6 +49,7 @@ from ot_gradio.training.lora_variants import (
     split_key,
     to_kohya,
 )
+from ot_gradio.training.oft import spec_fields
 from ot_gradio.training.output_metadata import kohya_hashes
 
 KOHYA = "kohya"
@@ -272,6 +274,8 @@ def _split_layers(part: str, sd: Mapping[str, torch.Tensor]) -> dict[str, dict[s
 
 
 def _out(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if not t.is_floating_point():  # Scaled OFT's marker stays a bool, as OneTrainer writes it
+        dtype = t.dtype
     return t.detach().to(device="cpu", dtype=dtype).contiguous().clone()
 
 
@@ -288,6 +292,8 @@ def _to_kohya(
         for module_path, layer in _split_layers(part, sd).items():
             name = kohya_name(part, module_path, base_model_version, module_names.get(part))
             tensors.update({f"{name}.{k}": _out(v, dtype) for k, v in to_kohya(layer, rank, alpha).items()})
+            if layer_type(layer) == OFT_2:
+                continue  # OFT has no alpha; OneTrainer writes none
             # float32 so an alpha like 0.3 survives a bf16 file exactly; readers call .item().
             tensors[f"{name}.alpha"] = torch.tensor(float(alpha), dtype=torch.float32)
     return tensors
@@ -323,7 +329,10 @@ def _peft_adapter_metadata(parts: Mapping[str, Mapping[str, torch.Tensor]], rank
         targets = sorted(_strip_text_model(part, k) for k in layers)
         kind = layer_type(next(iter(layers.values()), {}))
         config: dict[str, Any] = {"r": rank, "target_modules": targets, "rank_pattern": {}, "alpha_pattern": {}}
-        if kind == "LORA":
+        if kind == OFT_2:  # peft's OFTConfig fields (peft has no Scaled OFT: the file's markers say it)
+            layout = spec_fields(layers.values())
+            config.update(peft_type="OFT", r=0, oft_block_size=layout["oft_block_size"], block_share=layout["oft_block_share"])
+        elif kind == "LORA":
             config.update(lora_alpha=alpha, lora_dropout=0.0, lora_bias=False,
                           use_dora=any("lora_magnitude_vector" in t for t in layers.values()))
         else:

@@ -67,7 +67,7 @@ class LoraMethod(EmbeddingSupport):
             if not path.is_file():
                 raise ValueError(f"lora_model_name: {path} does not exist; give a LoRA .safetensors file or leave it blank")
             start = load_lora_file(path, module_names=kohya_module_names(model), denoiser=model.denoiser)
-            check_start_file(spec, start.parts, path)
+            spec = check_start_file(spec, start.parts, path)
         rank, alpha = (start.rank, start.alpha) if start else (spec.rank(config), config.lora_alpha)
         dtype = output_dtype(config.lora_weight_dtype)
         groups = []

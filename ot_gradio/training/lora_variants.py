@@ -1,4 +1,4 @@
-"""LoRA's adapter variants on peft layers: DoRA, LoHa and LoKr.
+"""LoRA's adapter variants on peft layers: DoRA, LoHa, LoKr and OFT v2.
 
 - DoRA (`lora_decompose`): peft's LoRA layer (`use_dora`) with our own decomposition step, so
   OneTrainer's two choices both work: the norm over each input column (its default, LyCORIS's,
@@ -7,6 +7,8 @@
   constant for backprop.
 - LoHa / LoKr (`peft_type`): peft's LoHaConfig / LoKrConfig layers, whose parameters already carry
   LyCORIS's names (`hada_w1_a`, `lokr_w1`, ...).
+- OFT v2 (`peft_type` OFT_2): peft's OFTConfig layers with OneTrainer's forward (oft.py), whose
+  state is OneTrainer's `oft_R.weight` (+ `oft_R.scaled_oft` for Scaled OFT); no rank or alpha.
 
 In memory one layer's weights are peft's state-dict entries (`lora_A.weight`, `hada_w1_a`, ...);
 the DoRA magnitude is `lora_magnitude_vector` on the output axis (peft's shape: (out,) or
@@ -17,15 +19,18 @@ functions at the end convert one layer to and from kohya/LyCORIS entries.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import nn
 
+from . import oft
+from .oft import OFT_2, OFT_KEYS, OFT_SCALED, OFT_WEIGHT
+
 ADAPTER_NAME = "default"
 LORA, LOHA, LOKR = "LORA", "LOHA", "LOKR"
-PEFT_TYPES = (LORA, LOHA, LOKR)
+PEFT_TYPES = (LORA, LOHA, LOKR, OFT_2)
 
 LORA_KEYS = ("lora_A.weight", "lora_B.weight")
 DORA_OUT = "lora_magnitude_vector"
@@ -33,7 +38,7 @@ DORA_IN = "dora_scale"
 LOHA_KEYS = ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b", "hada_t1", "hada_t2")
 LOKR_KEYS = ("lokr_w1", "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b", "lokr_t2")
 # longest first, so `...lora_A.weight` is not mistaken for something shorter
-PARAM_NAMES = tuple(sorted(LORA_KEYS + (DORA_OUT, DORA_IN) + LOHA_KEYS + LOKR_KEYS, key=len, reverse=True))
+PARAM_NAMES = tuple(sorted(LORA_KEYS + (DORA_OUT, DORA_IN) + LOHA_KEYS + LOKR_KEYS + OFT_KEYS, key=len, reverse=True))
 
 
 @dataclass(frozen=True)
@@ -47,17 +52,22 @@ class AdapterSpec:
     decompose_both: bool = False  # LoKr
     decompose_factor: int = -1
     use_tucker: bool = False
+    oft_block_size: int = 32  # OFT v2
+    oft_block_share: bool = False
+    oft_scaled: bool = False
 
     @classmethod
     def from_config(cls, config: Any) -> AdapterSpec:
         peft_type = str(getattr(config.peft_type, "value", config.peft_type))
         if peft_type not in PEFT_TYPES:
-            raise ValueError(f"peft_type: {peft_type} is not supported yet; use LORA, LOHA or LOKR")
+            raise ValueError(f"peft_type: {peft_type} is not supported; use LORA, LOHA, LOKR or OFT_2")
         if peft_type != LORA and config.lora_decompose:
             raise ValueError(f"lora_decompose: DoRA works with peft_type LORA only, not {peft_type}; turn it off")
         factor = int(config.lokr_decompose_factor)
         if peft_type == LOKR and factor != -1 and factor < 1:
             raise ValueError(f"lokr_decompose_factor: {factor} is not a factor; use -1 (automatic) or a positive number")
+        if peft_type == OFT_2 and int(config.oft_block_size) < 1:
+            raise ValueError(f"oft_block_size: {config.oft_block_size} is not a block size; use a positive number such as 32")
         return cls(
             peft_type=peft_type,
             decompose=bool(config.lora_decompose),
@@ -66,10 +76,15 @@ class AdapterSpec:
             decompose_both=bool(config.lokr_decompose_both),
             decompose_factor=factor,
             use_tucker=bool(config.lokr_use_tucker),
+            oft_block_size=int(config.oft_block_size),
+            oft_block_share=bool(config.oft_block_share),
+            oft_scaled=bool(config.oft_scaled),
         )
 
     def rank(self, config: Any) -> int:
-        """LoKr's rank is `lokr_dim`; LoRA and LoHa use `lora_rank`."""
+        """LoKr's rank is `lokr_dim`; LoRA and LoHa use `lora_rank`; OFT has none (1: scale 1)."""
+        if self.peft_type == OFT_2:
+            return 1
         return int(config.lokr_dim if self.peft_type == LOKR else config.lora_rank)
 
 
@@ -82,6 +97,8 @@ def peft_config(spec: AdapterSpec, *, rank: int, alpha: float, dropout: float, t
             r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, init_lora_weights=True,
             use_dora=spec.decompose,
         )
+    if spec.peft_type == OFT_2:  # dropout: OFT's block dropout, set by install_variant
+        return oft.peft_config(block_size=spec.oft_block_size, block_share=spec.oft_block_share, targets=targets)
     if dropout:
         raise ValueError(
             f"dropout_probability: {spec.peft_type} layers (peft's) have no input dropout; set it to 0 or use peft_type LORA"
@@ -201,6 +218,8 @@ def is_adapter_layer(layer: nn.Module) -> bool:
 
     if isinstance(layer, LoraLayer):
         return ADAPTER_NAME in layer.lora_A
+    if oft.is_oft_layer(layer):
+        return ADAPTER_NAME in layer.oft_R
     return isinstance(layer, LycorisLayer) and ADAPTER_NAME in layer._available_adapters
 
 
@@ -214,12 +233,16 @@ def adapter_parameters(layer: nn.Module) -> dict[str, nn.Parameter]:
             magnitude = layer.lora_magnitude_vector[ADAPTER_NAME]
             out[DORA_OUT if getattr(magnitude, "output_axis", True) else DORA_IN] = magnitude.weight
         return out
+    if oft.is_oft_layer(layer):
+        return {OFT_WEIGHT: layer.oft_R[ADAPTER_NAME].weight}
     return {name: getattr(layer, name)[ADAPTER_NAME] for name in layer.adapter_layer_names if ADAPTER_NAME in getattr(layer, name)}
 
 
 def layer_rank_alpha(layer: nn.Module) -> tuple[int, float]:
     from peft.tuners.lora import LoraLayer
 
+    if oft.is_oft_layer(layer):
+        return 1, 1.0  # OFT rotates: no rank, no alpha
     alpha = layer.lora_alpha if isinstance(layer, LoraLayer) else layer.alpha
     return int(layer.r[ADAPTER_NAME]), float(alpha[ADAPTER_NAME])
 
@@ -237,6 +260,8 @@ def split_key(key: str) -> tuple[str, str] | None:
 
 def layer_type(names: Iterable[str]) -> str:
     names = set(names)
+    if names & set(OFT_KEYS):
+        return OFT_2
     if names & set(LOHA_KEYS):
         return LOHA
     if names & set(LOKR_KEYS):
@@ -248,8 +273,10 @@ def check_layer(path: str, tensors: Mapping[str, torch.Tensor]) -> str:
     """The layer's type; ValueError when its entries are not one complete adapter."""
     names = set(tensors)
     kind = layer_type(names)
-    allowed = {LORA: {*LORA_KEYS, DORA_OUT, DORA_IN}, LOHA: set(LOHA_KEYS), LOKR: set(LOKR_KEYS)}[kind]
-    if kind == LORA:
+    allowed = {LORA: {*LORA_KEYS, DORA_OUT, DORA_IN}, LOHA: set(LOHA_KEYS), LOKR: set(LOKR_KEYS), OFT_2: set(OFT_KEYS)}[kind]
+    if kind == OFT_2:
+        ok = OFT_WEIGHT in names
+    elif kind == LORA:
         ok = set(LORA_KEYS) <= names and not {DORA_OUT, DORA_IN} <= names
     elif kind == LOHA:
         ok = set(LOHA_KEYS[:4]) <= names and ({"hada_t1", "hada_t2"} <= names or not names & {"hada_t1", "hada_t2"})
@@ -298,6 +325,10 @@ def group_layers(sd: Mapping[str, torch.Tensor], what: str = "LoRA") -> dict[str
 
 def scale_layer(tensors: Mapping[str, torch.Tensor], factor: float) -> dict[str, torch.Tensor]:
     """The layer with its weight delta multiplied by `factor` (one factor matrix scaled)."""
+    if layer_type(tensors) == OFT_2:
+        if factor != 1.0:
+            raise ValueError("An OFT layer rotates the weight; it has no scale (weight or alpha) to change.")
+        return dict(tensors)
     name = next(n for n in ("lora_B.weight", "hada_w1_a", "lokr_w1", "lokr_w1_a") if n in tensors)
     t = tensors[name]
     return {**tensors, name: (t.float() * factor).to(t.dtype)}
@@ -332,14 +363,14 @@ def from_kohya(name: str, entries: Mapping[str, torch.Tensor]) -> tuple[dict[str
     matrices is returned at scale 1 (see `is_unit_scale`); the caller rescales it."""
     alpha = float(entries["alpha"].item()) if "alpha" in entries else None
     rest = {k: v for k, v in entries.items() if k != "alpha"}
-    if set(rest) & {*LOHA_KEYS, *LOKR_KEYS}:
+    if set(rest) & {*LOHA_KEYS, *LOKR_KEYS, *OFT_KEYS}:
         check_layer(name, rest)
         return rest, alpha
     extra = set(rest) - {"lora_down.weight", "lora_up.weight", "dora_scale"}
     if extra or "lora_down.weight" not in rest or "lora_up.weight" not in rest:
         raise ValueError(
             f"Unsupported LoRA layer {name!r} (entries {sorted(entries)}); supported are LoRA (lora_down/lora_up, "
-            "DoRA's dora_scale), LoHa (hada_*) and LoKr (lokr_*)."
+            "DoRA's dora_scale), LoHa (hada_*), LoKr (lokr_*) and OFT v2 (oft_R)."
         )
     down, up = rest["lora_down.weight"], rest["lora_up.weight"]
     out = {"lora_A.weight": down, "lora_B.weight": up}
@@ -364,7 +395,7 @@ def kohya_network_metadata(kind: str, dora: str | None) -> dict[str, str]:
     """sd-scripts / LyCORIS metadata naming the network the file holds (informational for loaders)."""
     import json
 
-    if kind == LORA and dora is None:
+    if (kind == LORA and dora is None) or kind == OFT_2:  # OFT v2: no LyCORIS algorithm
         return {}
     args: dict[str, str] = {"algo": {LORA: "lora", LOHA: "loha", LOKR: "lokr"}[kind]}
     if dora is not None:
@@ -388,14 +419,22 @@ def check_output_format(spec: AdapterSpec, diffusers_keys: bool) -> None:
         )
 
 
-def check_start_file(spec: AdapterSpec, parts: Mapping[str, Mapping[str, torch.Tensor]], path: Any) -> None:
-    """A LoRA to continue from must hold the adapter the config trains (ValueError naming the field)."""
+def check_start_file(spec: AdapterSpec, parts: Mapping[str, Mapping[str, torch.Tensor]], path: Any) -> AdapterSpec:
+    """A LoRA to continue from must hold the adapter the config trains (ValueError naming the field).
+    Returns the spec to continue with: an OFT v2 file's block size and sharing, as a LoRA file's
+    rank, are the file's."""
     kind, axis = describe(parts)
     if kind != spec.peft_type:
         raise ValueError(f"lora_model_name: {path} holds {kind} layers but peft_type is {spec.peft_type}; set peft_type to {kind}")
+    if kind == OFT_2:
+        scaled = any(k.endswith("." + OFT_SCALED) for sd in parts.values() for k in sd)
+        if scaled != spec.oft_scaled:
+            raise ValueError(f"lora_model_name: {path} holds {'Scaled' if scaled else 'unscaled'} OFT; turn oft_scaled {'on' if scaled else 'off'}")
+        layout = oft.spec_fields(t for sd in parts.values() for t in group_layers(sd).values())
+        return replace(spec, oft_block_size=layout["oft_block_size"], oft_block_share=layout["oft_block_share"])
     wanted = _dora_wanted(spec)
     if axis == wanted:
-        return
+        return spec
     if axis is None:
         raise ValueError(f"lora_model_name: {path} holds plain LoRA layers (no DoRA); turn lora_decompose off")
     flag = "on" if axis == "output" else "off"

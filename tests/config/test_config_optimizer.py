@@ -131,6 +131,7 @@ def test_fused_back_pass_with_gradient_accumulation_is_an_error():
 def test_lora_alpha_above_rank():
     assert any("LoRA alpha 32 is above the rank 16" in w and "alpha/rank = 2" in w for w in check(config(lora_alpha=32, lora_rank=16)))
     assert not any("LoRA alpha" in w for w in check(config(lora_alpha=16, lora_rank=16)))
+    assert not any("LoRA alpha" in w for w in check(config(lora_alpha=32, lora_rank=16, peft_type="OFT_2")))  # OFT: unused
     embedding = config(lora_alpha=32, lora_rank=16, training_method=TrainingMethod.FINE_TUNE, model_type=ModelType.STABLE_DIFFUSION_15)
     assert not any("LoRA alpha" in w for w in check(embedding))
 

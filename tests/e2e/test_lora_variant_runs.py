@@ -1,6 +1,7 @@
-"""SD 1.5 x LORA with DoRA, LoHa and LoKr: the real worker trains a few steps, and the file it
-writes rebuilds the sampled model in diffusers (DoRA with PEFT keys) or through the merge
-formulas A1111/ComfyUI apply to kohya files (tests/lora_reference.py). In-process runs show a
+"""SD 1.5 x LORA with DoRA, LoHa, LoKr and OFT v2: the real worker trains a few steps, and the file it
+writes rebuilds the sampled model in diffusers (DoRA with PEFT keys), through the merge
+formulas A1111/ComfyUI apply to kohya files (tests/lora_reference.py); OFT v2's merge and sampling
+are checked in tests/tools (test_convert_merge_variants.py, test_sample.py). In-process runs show a
 stopped run resumes from its backup to the same weights, and a run continues from the file."""
 
 import numpy as np
@@ -115,8 +116,9 @@ def _trainer(config, run, reporter, others=()):
 
 @pytest.mark.parametrize(
     "options",
-    [{"lora_decompose": True}, {"peft_type": "LOHA"}, {"peft_type": "LOKR", "lokr_dim": 2}],
-    ids=["DoRA", "LoHa", "LoKr"],
+    [{"lora_decompose": True}, {"peft_type": "LOHA"}, {"peft_type": "LOKR", "lokr_dim": 2},
+     {"peft_type": "OFT_2", "oft_block_size": 8, "oft_scaled": True}],
+    ids=["DoRA", "LoHa", "LoKr", "OFT"],
 )
 def test_resume_from_backup_and_continue_from_the_file(lora_config, tmp_path, options):
     out = tmp_path / "out" / "lora.safetensors"
@@ -133,6 +135,9 @@ def test_resume_from_backup_and_continue_from_the_file(lora_config, tmp_path, op
 
     a, b = straight.method.trainable_state(straight.model), second.method.trainable_state(second.model)
     assert a.keys() == b.keys() and len(a) > 0
+    if options.get("peft_type") == "OFT_2":  # rotations start at zero (no change); training turned them
+        moved = [bool(v.abs().max() > 0) for k, v in a.items() if k.endswith(".oft_R.weight")]
+        assert sum(moved) > 0.9 * len(moved) > 0, f"{moved.count(False)} of {len(moved)} OFT layers did not move"
     different = [k for k in a if not torch.equal(a[k], b[k])]
     assert not different, f"resumed run differs from the uninterrupted one in {different[:3]}"
 
@@ -148,7 +153,7 @@ def test_resume_from_backup_and_continue_from_the_file(lora_config, tmp_path, op
     [
         ({"lora_decompose": True, "output_model_format": "SAFETENSORS"}, "output_model_format"),
         ({"peft_type": "LOHA", "dropout_probability": 0.1}, "dropout_probability"),
-        ({"peft_type": "OFT_2"}, "peft_type"),
+        ({"peft_type": "OFT_2", "lora_decompose": True}, "lora_decompose"),
     ],
     ids=["input-axis DoRA as PEFT keys", "LoHa dropout", "OFT"],
 )

@@ -1,4 +1,4 @@
-"""`convert merge` of DoRA (both axes), LoHa and LoKr: the merged model gives the outputs the
+"""`convert merge` of DoRA (both axes), LoHa, LoKr and OFT v2: the merged model gives the outputs the
 adapted model gave in training (within 1e-5), from kohya and from PEFT files."""
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ VARIANTS = {
     "lokr": (AdapterSpec(peft_type="LOKR"), 2),
     "lokr_full": (AdapterSpec(peft_type="LOKR"), 8),  # two full factor matrices
     "lokr_tucker_both": (AdapterSpec(peft_type="LOKR", decompose_both=True, decompose_factor=8, use_tucker=True), 1),
+    # OFT v2: the layers rotated (linear W·Rᵀ, convolution W·R), as OneTrainer trains them
+    "oft": (AdapterSpec(peft_type="OFT_2", oft_block_size=8), 1),
+    "oft_scaled_shared": (AdapterSpec(peft_type="OFT_2", oft_block_size=4, oft_block_share=True, oft_scaled=True), 1),
 }
 
 

@@ -96,6 +96,23 @@ def test_lora_changes_the_image_and_weight_zero_is_the_base(tmp_path, tiny, base
     assert np.array_equal(off, base)
 
 
+def test_oft_file_changes_the_image_at_weight_one_only(tmp_path, tiny, base_image):
+    """An OFT v2 file (Scaled OFT, blocks of 8 that conv_in's 36 inputs turn into 9) is rebuilt from
+    its entries alone; it rotates the weights, so a weight other than 1 is refused, naming the field."""
+    from ot_gradio.training.lora import add_lora, lora_layers
+    from ot_gradio.training.lora_format import save_lora
+    from ot_gradio.training.lora_variants import AdapterSpec
+
+    model = _load(tiny)
+    spec = AdapterSpec(peft_type="OFT_2", oft_block_size=8, oft_scaled=True)
+    add_lora(model.unet, kind="unet", rank=1, alpha=1.0, dropout=0.0, layer_preset="full", spec=spec)
+    _randomize([layer.oft_R["default"].weight for layer in lora_layers(model.unet).values()])
+    path = save_lora(tmp_path / "oft.safetensors", unet=model.unet)
+    assert np.abs(_pixels(_sample(tmp_path, tiny, [PROMPT], "o", lora=str(path))["paths"][0]) - base_image).max() > 10
+    with pytest.raises(JobError, match="^lora_weight: .*OFT v2"):
+        _sample(tmp_path, tiny, [PROMPT], "half", lora=str(path), lora_weight=0.5)
+
+
 def test_lora_that_matches_nothing_and_missing_files_are_named(tmp_path, tiny):
     foreign = tmp_path / "foreign.safetensors"
     save_file({"lora_unet_no_such_block_proj.lora_down.weight": torch.ones(4, 8),

@@ -1,4 +1,4 @@
-"""DoRA, LoHa and LoKr on the tiny SD 1.5: training moves them, their files read back into a fresh
+"""DoRA, LoHa, LoKr and OFT v2 on the tiny SD 1.5: training moves them, their files read back into a fresh
 model with the same outputs, and the kohya files carry the weights A1111/ComfyUI rebuild (checked
 by our own implementation of their merge formulas), or load in diffusers / peft."""
 
@@ -31,6 +31,10 @@ VARIANTS = {
     # rank 8 makes both factors full matrices, which readers apply at scale 1 whatever the alpha
     "lokr_full": (AdapterSpec(peft_type="LOKR"), 8),
     "lokr_tucker_both": (AdapterSpec(peft_type="LOKR", decompose_both=True, decompose_factor=8, use_tucker=True), 1),
+    # OFT v2 (tests/training/test_oft.py): blocks of 8 (conv_in's 4·3·3 inputs take 9), and
+    # Scaled OFT with one shared block of 4 per layer
+    "oft": (AdapterSpec(peft_type="OFT_2", oft_block_size=8), 1),
+    "oft_scaled_shared": (AdapterSpec(peft_type="OFT_2", oft_block_size=4, oft_block_share=True, oft_scaled=True), 1),
 }
 
 
@@ -305,8 +309,8 @@ def test_peft_type_and_lokr_options():
 
 
 def test_settings_that_cannot_work_are_refused():
-    with pytest.raises(ValueError, match="peft_type: OFT_2"):
-        _spec(peft_type="OFT_2")
+    with pytest.raises(ValueError, match="oft_block_size"):
+        _spec(peft_type="OFT_2", oft_block_size=0)
     with pytest.raises(ValueError, match="lora_decompose"):
         _spec(peft_type="LOHA", lora_decompose=True)
     with pytest.raises(ValueError, match="lokr_decompose_factor"):

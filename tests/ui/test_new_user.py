@@ -133,6 +133,9 @@ def test_fields_that_do_not_apply_are_hidden(page):
     assert applies("learning_rate_min_factor", {**base, "learning_rate_scheduler": "COSINE"})
     assert applies("lokr_dim", {**base, "peft_type": "LOKR"}) and not applies("lora_rank", {**base, "peft_type": "LOKR"})
     assert applies("lora_decompose_output_axis", {**base, "lora_decompose": True})
+    oft = {**base, "peft_type": "OFT_2"}  # OFT v2: its block options, no rank or alpha
+    assert all(applies(p, oft) and not applies(p, base) for p in ("oft_block_size", "oft_block_share", "oft_scaled"))
+    assert not applies("lora_rank", oft) and not applies("lora_alpha", oft) and applies("dropout_probability", oft)
 
     config = page.on_page_load()[page.config_state]
     out = page.on_edit({**page.form_values(config), page.fields["multi_gpu"].component: True})
