@@ -321,7 +321,7 @@ class Page:
         preset = choices.get("preset") if choices.get("preset") in list_presets() else None
         return {**self.populate(load_ui_config(self.workspace)), self.preset: preset, self.config_path: choices.get("config_path", "")}
 
-    def on_edit(self, values: dict, evt: gr.EventData = None) -> dict:
+    def on_edit(self, values: dict, evt: gr.EventData = None) -> dict | Any:
         """The field that fired the event, applied to the session's config. Only that one: while a
         page loads, the change event of the first text box it fills in carries every other field
         still at its built-in default (FINE_TUNE, cuda, 3e-06...), and applying them all saved
@@ -330,7 +330,9 @@ class Page:
         fields = {field.path: field} if field is not None else self.fields
         config = config_from_values(fields, values, values[self.config_state])
         if field is not None and config == values[self.config_state]:
-            return {}  # the page filling the field in (a load, a preset): nothing to save or redraw
+            # the page filling the field in (a load, a preset): nothing to save or redraw (an empty
+            # dict is not "no update" to Gradio: it fails the event with a toast on the page)
+            return gr.skip()
         self.autosave(config)
         out = {self.config_state: config, self.lr_plot: lr_frame(config), self.memory: memory_markdown(config), **self.visibility(config)}
         if stale(values[self.config_state], config):  # another model's "fits" must not stay on screen
@@ -349,7 +351,7 @@ class Page:
             return {self.config_state: self.concepts.edit(values[self.config_state], values[self.concepts.selector], values)}
         chosen = [f for f in self.fields.values() if f.browser is not None and f.browser.elem_id == values[self.browser.target]]
         if not chosen:
-            return {}
+            return gr.skip()
         return self.on_edit(values, gr.EventData(chosen[0].component, None))
 
     def on_optimizer(self, values: dict) -> dict:
