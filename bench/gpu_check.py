@@ -24,8 +24,10 @@ seconds. Writes gpu_check.json and gpu_check.md to `--out` (default: a temp fold
 table, exits 1 when any run failed (its error printed), 3 when all that ran passed but the budget
 left some not started, 2 without a CUDA GPU (without --tiny).
 
-`--tiny`: the same runs through the same code with the tiny models (`tiny:<name>`) on the CPU
-at 64 px and a few steps: checks the script, makes no timing claim (the test suite runs it).
+`--tiny`: the same runs through the same code (built, saved as a diffusers folder, loaded by the
+trainer, reloaded by diffusers) with the tiny models of ot_gradio.models.tiny instead of the
+full-size ones, on the CPU at 64 px for a few steps: checks the script, makes no timing claim
+(the test suite runs it).
 """
 
 from __future__ import annotations
@@ -185,17 +187,14 @@ class MovedBytes:
 def train_run(run: Run, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import torch
 
+    from bench.gpu_check_models import full_size_model
     from ot_gradio.config.io import load_config
     from ot_gradio.training.memory_plan import plan_run
     from ot_gradio.training.offload import offloaded_bytes
     from ot_gradio.training.trainer import RunPaths, Trainer
 
-    if args.tiny:
-        base_model, resolution = f"tiny:{run.model}", 64
-    else:
-        from bench.gpu_check_models import full_size_model
-
-        base_model, resolution = str(full_size_model(run.model, args.work, args.device)), run.resolution
+    base_model = str(full_size_model(run.model, args.work, args.device, tiny=args.tiny))
+    resolution = 64 if args.tiny else run.resolution
     data = one_image_folder(work / "data", run.batch, resolution)
     steps = args.warmup + args.steps
     config = run_config(run, base_model, data, work, args.device, steps, resolution, args.lora_lr)
@@ -328,9 +327,7 @@ def lora_reload_problems(model: str, base_model: str, path: Path, device: str) -
     import diffusers
     import torch
 
-    from ot_gradio.models.tiny import is_tiny, resolve_tiny
-
-    folder = resolve_tiny(base_model).diffusers_dir if is_tiny(base_model) else Path(base_model)
+    folder = Path(base_model)
     pipeline_class = getattr(diffusers, PIPELINES[model])
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     pipe = pipeline_class.from_pretrained(str(folder), dtype=dtype, local_files_only=True,
@@ -467,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from bench._common import setup_torch
+    from bench.gpu_check_models import model_folder
 
     setup_torch(1 if args.tiny else torch.get_num_threads())
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -492,9 +490,11 @@ def main(argv: list[str] | None = None) -> int:
         free_device(torch.cuda.is_available())  # here: the error's frames (and the trainer they hold) are gone
         result["wall_s"] = time.perf_counter() - t0
         results[run.name] = result
-        if not keep_models and not args.tiny and all(r.model != run.model for r in args.runs[index + 1:]):
-            shutil.rmtree(args.work / f"{run.model}-full", ignore_errors=True)  # a full-size model takes up to 35 GB of disk
+        if not keep_models and all(r.model != run.model for r in args.runs[index + 1:]):
+            shutil.rmtree(model_folder(args.work, run.model, args.tiny), ignore_errors=True)  # a full-size model: up to 35 GB of disk
         print(f"gpu_check: {run.name}: {'; '.join(result['problems']) or 'ok'} ({result['wall_s']:.0f} s)", flush=True)
+    if not keep_models:
+        shutil.rmtree(args.work, ignore_errors=True)
     compare(results)
     for r in results.values():
         r["ok"] = not r.get("problems")

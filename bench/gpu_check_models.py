@@ -104,16 +104,42 @@ BUILDERS: dict[str, tuple[Callable[[], Any], str]] = {
 }
 
 
-def full_size_model(name: str, root: Path, device: str) -> Path:
-    """The diffusers folder of model `name` under `root`, built (on `device`) and saved once."""
+def tiny_pipeline(name: str) -> Callable[[], Any]:
+    """The tiny model of `name` (ot_gradio.models.tiny's builders), for `--tiny`: it goes through
+    the same building, saving and loading as the full-size one."""
+
+    def build():
+        import diffusers
+
+        from ot_gradio.models.tiny.flux import tiny_flux_components
+        from ot_gradio.models.tiny.sd15 import tiny_sd15_pipeline
+        from ot_gradio.models.tiny.sdxl import tiny_sdxl_pipeline
+        from ot_gradio.models.tiny.z_image import tiny_z_image_components
+
+        return {
+            "sd15": tiny_sd15_pipeline, "sdxl": tiny_sdxl_pipeline,
+            "flux": lambda: diffusers.FluxPipeline(**tiny_flux_components()),
+            "z-image": lambda: diffusers.ZImagePipeline(**tiny_z_image_components()),
+        }[name]()
+
+    return build
+
+
+def model_folder(root: Path, name: str, tiny: bool) -> Path:
+    return Path(root) / f"{name}-{'tiny' if tiny else 'full'}"
+
+
+def full_size_model(name: str, root: Path, device: str, tiny: bool = False) -> Path:
+    """The diffusers folder of model `name` under `root`, built (on `device`) and saved once;
+    with `tiny` the tiny model of the family, in float32."""
     import torch
 
     from ot_gradio.fsutil import atomic_write_dir
 
-    folder = Path(root) / f"{name}-full"
+    folder = model_folder(root, name, tiny)
     if (folder / "model_index.json").is_file():
         return folder
-    builder, dtype = BUILDERS[name]
+    builder, dtype = (tiny_pipeline(name), "float32") if tiny else BUILDERS[name]
     t0 = time.perf_counter()
     torch.manual_seed(0)
     with building_on(device, dtype):
@@ -123,6 +149,6 @@ def full_size_model(name: str, root: Path, device: str) -> Path:
     pipes.clear()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    print(f"{name}: built the full-size random model in {built:.0f} s, saved in {time.perf_counter() - t0 - built:.0f} s "
+    print(f"{name}: built the {'tiny' if tiny else 'full-size'} random model in {built:.0f} s, saved in {time.perf_counter() - t0 - built:.0f} s "
           f"({sum(f.stat().st_size for f in folder.rglob('*') if f.is_file()) / 1e9:.1f} GB)", flush=True)
     return folder
