@@ -200,6 +200,8 @@ def train_run(run: Run, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     config = run_config(run, base_model, data, work, args.device, steps, resolution, args.lora_lr)
     (work / "config.json").write_text(json.dumps(config, indent=1))
     cuda = args.device.startswith("cuda") and torch.cuda.is_available()
+    # what earlier runs left on the card (a leak shows here, and in this run's peak)
+    left_gb = torch.cuda.memory_allocated() / 1e9 if cuda else None
     report = Collect()
     trainer = Trainer(load_config(config).config, RunPaths(work / "samples", work / "backup", work / "save", None, []), report,
                       noise_fn=fixed_noise)
@@ -235,7 +237,7 @@ def train_run(run: Run, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     step_s = [b - a for a, b in zip(ends[args.warmup - 1 if args.warmup else 0:-1], ends[args.warmup or 1:], strict=True)]
     moved_per_step = [b - a for a, b in zip(moved_at[:-1], moved_at[1:], strict=True)]
     result: dict[str, Any] = {
-        "status": status, "setup_s": setup_s, "steps": len(report.losses), "timed_steps": len(step_s),
+        "status": status, "setup_s": setup_s, "left_by_earlier_runs_gb": left_gb, "steps": len(report.losses), "timed_steps": len(step_s),
         "s_per_step": statistics.median(step_s) if step_s else None,
         "peak_gb": peaks[-1] / 1e9 if peaks else None, "estimate_gb": estimate / 1e9 if estimate is not None else None,
         "gradient_checkpointing": on, "losses": report.losses,
@@ -459,6 +461,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def write_report(out: Path, args: argparse.Namespace, results: dict[str, dict[str, Any]], started: float,
+                 final: bool) -> tuple[dict[str, Any], str]:
+    """gpu_check.json and gpu_check.md in `out` (before the end: the runs so far, not compared)."""
+    for r in results.values():
+        r["ok"] = not r.get("problems")
+    report = {"machine": machine(), "tiny": args.tiny, "steps": args.steps, "warmup": args.warmup, "finished": final,
+              "total_s": time.perf_counter() - started, "runs": results}
+    (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
+    markdown = table(results)
+    (out / "gpu_check.md").write_text(f"{json.dumps(report['machine'])}\n\n{markdown}")
+    return report, markdown
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
@@ -493,16 +508,11 @@ def main(argv: list[str] | None = None) -> int:
         if not keep_models and all(r.model != run.model for r in args.runs[index + 1:]):
             shutil.rmtree(model_folder(args.work, run.model, args.tiny), ignore_errors=True)  # a full-size model: up to 35 GB of disk
         print(f"gpu_check: {run.name}: {'; '.join(result['problems']) or 'ok'} ({result['wall_s']:.0f} s)", flush=True)
+        write_report(out, args, results, started, final=False)  # a command killed at its time limit leaves what ran
     if not keep_models:
         shutil.rmtree(args.work, ignore_errors=True)
     compare(results)
-    for r in results.values():
-        r["ok"] = not r.get("problems")
-    report = {"machine": machine(), "tiny": args.tiny, "steps": args.steps, "warmup": args.warmup,
-              "total_s": time.perf_counter() - started, "runs": results}
-    (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
-    markdown = table(results)
-    (out / "gpu_check.md").write_text(f"{json.dumps(report['machine'])}\n\n{markdown}")
+    report, markdown = write_report(out, args, results, started, final=True)
     print(markdown)
     failed = [name for name, r in results.items() if not r["ok"] and not r.get("skipped")]
     skipped = [name for name, r in results.items() if r.get("skipped")]

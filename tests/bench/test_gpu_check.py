@@ -29,6 +29,7 @@ def test_tiny_runs_every_run_through_the_trainer(tmp_path):
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     report = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
     runs = report["runs"]
+    assert report["finished"] and report["tiny"]
     assert list(runs) == [r.name for r in RUNS]
     for run in RUNS:
         got = runs[run.name]
