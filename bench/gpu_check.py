@@ -219,7 +219,13 @@ def train_run(run: Run, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     peaks: list[int] = []
     moved = MovedBytes()
     moved_at: list[int] = []
-    original = [trainer._optimizer_step]  # emptied after training: the trainer must be freed before the reload
+    starts: list[float] = []
+    # emptied after training: the trainer must be freed before the reload
+    original = [trainer._optimizer_step, trainer._forward_backward]
+
+    def forward_backward(batch, accum):  # each optimizer step is one batch here (no accumulation)
+        starts.append(time.perf_counter())  # the device is idle: the last step ended synchronized
+        return original[1](batch, accum)
 
     def step_and_sync() -> None:  # time what the device did, not what was queued
         original[0]()
@@ -230,15 +236,20 @@ def train_run(run: Run, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         moved_at.append(moved.total)
 
     trainer._optimizer_step = step_and_sync
+    trainer._forward_backward = forward_backward
     try:
         status = trainer.train()
     finally:
         moved.close()
-    step_s = [b - a for a, b in zip(ends[args.warmup - 1 if args.warmup else 0:-1], ends[args.warmup or 1:], strict=True)]
+    # the step: forward, backward and optimizer; the wall: from one step's end to the next (with the
+    # data loading and, as each epoch is one step here, the epoch's bookkeeping)
+    step_s = [b - a for a, b in zip(starts[args.warmup:], ends[args.warmup:], strict=True)]
+    wall_s = [b - a for a, b in zip(ends[args.warmup - 1 if args.warmup else 0:-1], ends[args.warmup or 1:], strict=True)]
     moved_per_step = [b - a for a, b in zip(moved_at[:-1], moved_at[1:], strict=True)]
     result: dict[str, Any] = {
         "status": status, "setup_s": setup_s, "left_by_earlier_runs_gb": left_gb, "steps": len(report.losses), "timed_steps": len(step_s),
         "s_per_step": statistics.median(step_s) if step_s else None,
+        "s_per_step_wall": statistics.median(wall_s) if wall_s else None,
         "peak_gb": peaks[-1] / 1e9 if peaks else None, "estimate_gb": estimate / 1e9 if estimate is not None else None,
         "gradient_checkpointing": on, "losses": report.losses,
         "offloaded_gb": offloaded_bytes(trainer.model) / 1e9,
