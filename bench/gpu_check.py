@@ -1,6 +1,6 @@
 """One command that checks a GPU box end to end: full-size training runs through the real trainer.
 
-    python bench/gpu_check.py [--only NAME[,NAME]] [--budget-s 480] [--steps 30] [--warmup 3]
+    python bench/gpu_check.py [--only NAME[,NAME]] [--budget-s S] [--steps 30] [--warmup 3]
                               [--out DIR] [--work DIR] [--device cuda] [--tiny]
 
 Each run builds its model at full size with random weights from the published configs
@@ -449,7 +449,7 @@ def machine() -> dict[str, Any]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated run names (default: all): " + ", ".join(r.name for r in RUNS))
-    parser.add_argument("--budget-s", type=float, default=480.0, help="start no run after this many seconds")
+    parser.add_argument("--budget-s", type=float, default=float("inf"), help="start no run after this many seconds (default: no limit)")
     parser.add_argument("--steps", type=int, help="steps after the warm-up (default 30; 4 with --tiny)")
     parser.add_argument("--warmup", type=int, help="steps before the timed ones (default 3; 1 with --tiny)")
     parser.add_argument("--device", default="cuda")

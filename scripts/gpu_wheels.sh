@@ -31,13 +31,16 @@ grep -vE '^\s*(#|$)' "${REQUIREMENTS:-requirements.txt}" > "$work/req.txt"
 # A pinned package published as source only (dadaptation) cannot be resolved for another platform
 # (pip then takes wheels alone): it is built into a pure-Python wheel here first, and found there.
 mkdir -p "$DEST"
-grep -E '^[A-Za-z0-9_.-]+==' "$work/req.txt" | while read -r pin; do
-  $PIP download --quiet --no-deps "${TARGET[@]}" -d "$work/probe" "$pin" 2>/dev/null || $PIP wheel --quiet --no-deps -w "$DEST" "$pin"
-done
-rm -rf "$work/probe"
 # Resolve the whole set for the target (pip reads the packages' metadata, not the torch wheels).
-$PIP install --quiet --dry-run --ignore-installed --report "$work/report.json" --target "$work/none" \
-  "${TARGET[@]}" --find-links "$DEST" -r "$work/req.txt" 2> "$work/err.txt" || { cat "$work/err.txt" >&2; exit 1; }
+for _ in 1 2 3 4 5 6; do
+  if $PIP install --quiet --dry-run --ignore-installed --report "$work/report.json" --target "$work/none" \
+       "${TARGET[@]}" --find-links "$DEST" -r "$work/req.txt" 2> "$work/err.txt"; then
+    break
+  fi
+  missing=$(grep -oE 'No matching distribution found for [^ ]+' "$work/err.txt" | awk '{print $NF}' | head -1)
+  { [ -n "$missing" ] && $PIP wheel --quiet --no-deps -w "$DEST" "$missing"; } || { cat "$work/err.txt" >&2; exit 1; }
+done
+[ -s "$work/report.json" ] || { cat "$work/err.txt" >&2; exit 1; }
 python3 - "$work/report.json" "$SKIP" "${ONLY:-.*}" > "$work/pins.txt" <<'EOF'
 import json, re, sys
 report, skip, only = json.load(open(sys.argv[1])), re.compile(sys.argv[2]), sys.argv[3]
