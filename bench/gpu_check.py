@@ -260,6 +260,7 @@ def train_run(run: Run, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         result["peak_vs_estimate"] = result["peak_gb"] / result["estimate_gb"]
     saved = report.saved_paths[-1] if report.saved_paths else ""
     result["saved"] = saved
+    result["warnings"] = report.warnings[:20]  # what the trainer warned of (precision notes, ignored options)
     if report.samples:
         result["sample_s"], result["sample_check"] = report.samples[-1][1], image_problem(report.samples[-1][0])
     result.update(step_flops(trainer, args, result["s_per_step"]))
