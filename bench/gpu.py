@@ -43,7 +43,7 @@ from bench._common import Clock, make_images  # noqa: E402
 # Dense 16-bit tensor-core peaks from the vendors' datasheets (TFLOP/s, without sparsity, with
 # float32 accumulation where the datasheet tells them apart). Approximate: pass --peak-tflops.
 PEAK_TFLOPS = {
-    "H100 SXM": 989.0, "H100 PCIe": 756.0, "H100": 756.0, "A100": 312.0, "L40S": 362.0, "L40": 181.0,
+    "H200": 989.0, "H100 SXM": 989.0, "H100 PCIe": 756.0, "H100": 756.0, "A100": 312.0, "L40S": 362.0, "L40": 181.0,
     "L4": 121.0, "A10G": 70.0, "A10": 125.0, "A6000": 155.0, "RTX 6000 Ada": 365.0, "RTX 4090": 165.0,
     "RTX 4080": 97.0, "RTX 3090": 71.0, "RTX 3080": 59.0, "V100": 125.0, "T4": 65.0,
 }

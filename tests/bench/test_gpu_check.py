@@ -1,0 +1,68 @@
+"""bench/gpu_check.py, the GPU box's end-to-end check, kept from rotting: `--tiny` runs every run
+of it through the same code on the CPU with the tiny models (the JSON has each run, ok, with
+finite falling losses, a LoRA that reloads in diffusers, a usable sample); a run that raises is
+recorded with its error while the others go on, and the exit status says so."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_tiny_runs_every_run_through_the_trainer(tmp_path):
+    from bench.gpu_check import RUNS
+
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--tiny", "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "OT_GRADIO_TINY_DIR": str(tmp_path / "tiny"), "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)},
+    )
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    report = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    runs = report["runs"]
+    assert report["finished"] and report["tiny"]
+    assert list(runs) == [r.name for r in RUNS]
+    for run in RUNS:
+        got = runs[run.name]
+        assert got["ok"] and got["problems"] == [] and got["status"] == "done", (run.name, got)
+        losses = got["losses"]
+        assert len(losses) >= 4 and all(math.isfinite(x) for x in losses), (run.name, losses)
+        assert sum(losses[-2:]) < sum(losses[:2]), (run.name, losses)  # one fixed image, fixed noise: it must fit
+        assert got["s_per_step"] > 0 and got["estimate_gb"] > 0, (run.name, got)
+        assert got["saved"].endswith(".safetensors")
+        assert got.get("reload") == ("ok" if run.lora else None), (run.name, got.get("reload"))
+        if run.sample:
+            assert got["sample_check"] == "" and got["sample_s"] > 0, (run.name, got)
+    compared = runs["flux-lora-bf16"]["compared"]
+    assert compared["with"] == "flux-lora-nf4" and compared["nf4_first_loss_gap"] < 0.25
+    assert not list(tmp_path.glob("ot-gpu-check-*")), "the temp models and runs are deleted"
+    table = (tmp_path / "out" / "gpu_check.md").read_text()
+    assert all(f"| {r.name} | yes |" in table for r in RUNS), table
+
+
+def test_a_failing_run_is_recorded_and_the_others_go_on(tmp_path, monkeypatch, capsys):
+    import bench.gpu_check as check
+
+    def fake(run, args, work):
+        if run.name == "sd15-lora-b4":
+            raise RuntimeError("CUDA out of memory (a test's)")
+        return {"losses": [2.0, 1.0], "s_per_step": 0.5, "problems": []}
+
+    monkeypatch.setattr(check, "train_run", fake)
+    code = check.main(["--tiny", "--only", "sd15-lora-b1,sd15-lora-b4,sdxl-lora", "--out", str(tmp_path)])
+    assert code == 1
+    runs = json.loads((tmp_path / "gpu_check.json").read_text())["runs"]
+    assert [runs[n]["ok"] for n in ("sd15-lora-b1", "sd15-lora-b4", "sdxl-lora")] == [True, False, True]
+    assert "RuntimeError: CUDA out of memory" in runs["sd15-lora-b4"]["problems"][0]
+    assert "FAILED sd15-lora-b4: RuntimeError: CUDA out of memory" in capsys.readouterr().out
+    # a budget already spent starts nothing more: those runs are listed as not started (exit 3)
+    assert check.main(["--tiny", "--only", "sd15-lora-b1", "--budget-s", "-1", "--out", str(tmp_path)]) == 3
