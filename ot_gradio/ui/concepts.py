@@ -131,13 +131,16 @@ class ConceptsTab:
         outputs = self.outputs
         show = self.show
 
-        by_component = {f.component: key for key, f in self.fields.items()}
+        by_id = {f.component._id: key for key, f in self.fields.items()}  # by id: see Page.on_edit
 
         def edit(values: dict, evt: gr.EventData = None) -> dict:
             old = values[config_state]
             # only the field that fired: as the page's own edits (Page.on_edit), a text box the
             # page fills in fires its change event while the other fields still hold older values
-            key = by_component.get(getattr(evt, "target", None))
+            target = getattr(evt, "target", None)
+            key = by_id.get(getattr(target, "_id", None))
+            if target is not None and key is None:
+                return gr.skip()
             config = self.edit(old, values[self.selector], values, None if key is None else [key])
             # a renamed concept is renamed in the selector too (its choices are the names)
             choices = concept_choices(config.get("concepts", []))

@@ -193,7 +193,9 @@ class Page:
                      *self.part_groups, *self.tab_handles.values(), *self.concepts.outputs], runs_tab)
         self.browser = BrowserPanel()
         self.components = {f.component for f in fields.values()}
-        self._by_component = {f.component: f for f in fields.values()}
+        # by block id: an event's target is the session's copy of a component once an update
+        # changed its props (a field shown or hidden by the model type, the optimizer, the PEFT type)
+        self._by_id = {f.component._id: f for f in fields.values()}
         self.opt_fields = {p: f for p, f in fields.items() if p.startswith("optimizer.") and p != "optimizer.optimizer"}
         self.conditional = {p: fields[p] for p in conditional_fields() if p in fields}
         for path, f in self.conditional.items():
@@ -326,7 +328,10 @@ class Page:
         page loads, the change event of the first text box it fills in carries every other field
         still at its built-in default (FINE_TUNE, cuda, 3e-06...), and applying them all saved
         those over the workspace's config. Without an event (a test, "Use this"): every value."""
-        field = self._by_component.get(getattr(evt, "target", None))
+        target = getattr(evt, "target", None)
+        field = self._by_id.get(getattr(target, "_id", None))
+        if target is not None and field is None:  # not a field of the form: never apply the others' values
+            return gr.skip()
         fields = {field.path: field} if field is not None else self.fields
         config = config_from_values(fields, values, values[self.config_state])
         if field is not None and config == values[self.config_state]:

@@ -3,6 +3,7 @@ path fields, and tools built when a session first opens them (first page within 
 a bare Gradio app: each component and handler costs start-up time; bench/first_page.py)."""
 
 import asyncio
+import copy
 
 import gradio as gr
 
@@ -46,6 +47,14 @@ def test_an_edit_applies_only_the_field_that_fired_it(page):
     # and Gradio takes that for "no update" (an empty dict failed the event with a toast on the page)
     (edit,) = handlers(page, Page.on_edit)
     assert len(asyncio.run(page.blocks.postprocess_data(edit, nothing, None))) == len(edit.outputs)
+    # once an update changed a field's props (shown/hidden), Gradio's session holds a copy of the
+    # component (same block id) and the event names that copy: still only that field applies
+    alpha = page.fields["lora_alpha"].component
+    shown = copy.copy(alpha)
+    assert shown._id == alpha._id and shown is not alpha
+    assert page.on_edit({**stale, page.config_state: out, alpha: 2.5}, gr.EventData(shown, None))[page.config_state] == {**out, "lora_alpha": 2.5}
+    # an event from a component that is no field of the form applies nothing
+    assert page.on_edit({**stale, page.config_state: out}, gr.EventData(gr.Textbox(), None)) == gr.skip()
     changed = page.on_edit({**stale, page.config_state: out, epochs: 8}, gr.EventData(epochs, None))
     assert changed[page.config_state] == {**out, "epochs": 8}
     assert len(asyncio.run(page.blocks.postprocess_data(edit, changed, None))) == len(edit.outputs)
@@ -59,6 +68,8 @@ def test_a_concept_edit_applies_only_the_field_that_fired_it(page):
     name = fields["name"].component
     out = edit.fn({**stale, name: "cats"}, gr.EventData(name, None))[page.config_state]
     assert out["concepts"] == [{**config["concepts"][0], "name": "cats"}]
+    out = edit.fn({**stale, page.config_state: out, name: "dogs"}, gr.EventData(copy.copy(name), None))[page.config_state]  # a session copy
+    assert out["concepts"] == [{**config["concepts"][0], "name": "dogs"}]
 
 
 def test_every_path_field_uses_the_one_file_browser(page):
