@@ -53,7 +53,9 @@ FAMILIES = {
 }
 
 
-def _import_comfyui(path: Path) -> None:
+def import_comfyui(path: Path) -> None:
+    """ComfyUI's package from the source folder `path`, importable here (a torchvision stand-in
+    where it is not installed, its CPU mode on)."""
     sys.path.insert(0, str(path))
     import diffusers  # noqa: F401  (they decide on torchvision before the stand-in exists)
     import transformers  # noqa: F401
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (args.comfyui / "comfy" / "lora.py").is_file():
         parser.error(f"--comfyui: {args.comfyui} holds no comfy/lora.py; give a ComfyUI source folder")
-    _import_comfyui(args.comfyui.resolve())
+    import_comfyui(args.comfyui.resolve())
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.family or list(FAMILIES):

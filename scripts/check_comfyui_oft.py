@@ -31,23 +31,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
-def _import_comfyui(path: Path) -> None:
-    sys.path.insert(0, str(path))
-    import diffusers  # noqa: F401  (they decide on torchvision before the stand-in exists)
-    import transformers  # noqa: F401
-
-    try:
-        import torchvision  # noqa: F401
-    except ImportError:
-        stub = types.ModuleType("torchvision")
-        stub.transforms = types.ModuleType("torchvision.transforms")
-        stub.transforms.InterpolationMode = types.SimpleNamespace(BICUBIC=3, BILINEAR=2, NEAREST=0)
-        sys.modules.update({"torchvision": stub, "torchvision.transforms": stub.transforms})
-    sys.argv = [sys.argv[0], "--cpu"]
-    import comfy.options
-
-    comfy.options.enable_args_parsing()
+from scripts.check_comfyui_lora import import_comfyui  # noqa: E402
 
 
 def _node_adapter(node: Path):
@@ -118,7 +102,7 @@ def main() -> None:
     parser.add_argument("--comfyui", type=Path, required=True, help="a ComfyUI source folder")
     parser.add_argument("--node", type=Path, required=True, help="a ComfyUI-OFTv2 source folder")
     args = parser.parse_args()
-    _import_comfyui(args.comfyui)
+    import_comfyui(args.comfyui)
     logging.getLogger().setLevel(logging.ERROR)  # ComfyUI names every key it does not load
     from ot_gradio.training.lora_variants import AdapterSpec
 
