@@ -108,7 +108,7 @@ class OptimizerConfig(Section):
     beta1_warmup: int | None = opt(None, "Beta1 warmup", "Steps over which beta1 warms up.", ge=0, status=P, advanced=True)
     min_beta1: float | None = opt(None, "Min beta1", "Starting beta1 for beta1 warmup.", ge=0, lt=1, status=P, advanced=True)
     Simplified_AdEMAMix: bool = opt(False, "Simplified AdEMAMix", "Use the simplified AdEMAMix update.", advanced=True)
-    kourkoutas_beta: bool = opt(False, "Kourkoutas beta", "_ADV optimizers: adapt beta2 per layer from the gradient's behaviour (here from the first step; OneTrainer holds it over the warmup steps).", advanced=True)
+    kourkoutas_beta: bool = opt(False, "Kourkoutas beta", "_ADV optimizers: adapt beta2 per layer from the gradient's behaviour, after the learning-rate warmup (beta2 is held over its steps, as in OneTrainer).", advanced=True)
     schedulefree_c: float | None = opt(None, "Schedule-free C", "PRODIGY_PLUS_SCHEDULE_FREE: schedule-free averaging constant (0 = the original averaging).", advanced=True)
     ns_steps: int | None = opt(None, "Newton-Schulz steps", "MUON_ADV, ADAMUON_ADV: iterations of the Newton-Schulz orthogonalisation of each update (5).", ge=1, advanced=True)
     MuonWithAuxAdam: bool = opt(False, "Muon with Adam", "MUON, MUON_ADV, ADAMUON_ADV: train the weights that are not hidden-layer matrices (biases, norms, embeddings, first and last layers) with an AdamW inside the optimizer. Off: Muon trains every weight.", advanced=True)

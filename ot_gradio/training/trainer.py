@@ -25,6 +25,8 @@ import torch
 from ..config.enums import EMAMode, TimeUnit
 from ..config.families import family_info
 from ..config.io import config_to_dict
+from ..config.lr_schedules import warmup_steps
+from ..config.optimizer import SCHEDULE_FREE
 from ..config.schema import TrainConfig
 from ..data.prefetch import LoadStats, prefetched
 from ..models.common import base_module
@@ -209,11 +211,13 @@ class Trainer:
             max(1, math.ceil(self.dataset.steps_in_epoch(e) / accum)) for e in range(cfg.epochs)
         )
 
+        warmup = 0 if cfg.optimizer.optimizer in SCHEDULE_FREE else warmup_steps(cfg.learning_rate_warmup_steps, self.total_steps)
         self.optimizer = create_optimizer(optimizer_groups(self.param_groups), cfg.optimizer, self.device,
-                                          names=parameter_names(self.model.parts), model_type=cfg.model_type)
+                                          names=parameter_names(self.model.parts), model_type=cfg.model_type, warmup_steps=warmup)
         if self.dist.is_main:
             print(f"optimizer {cfg.optimizer.optimizer.value}: {self.optimizer.step_kernel}", flush=True)
-        self.optimizer = fused_back_pass(self.optimizer, optimizer_groups(self.param_groups), cfg, self.device, self.precision.scaler)
+        self.optimizer = fused_back_pass(self.optimizer, optimizer_groups(self.param_groups), cfg, self.device, self.precision.scaler,
+                                         warmup_steps=warmup)
         self.scheduler = create_scheduler(
             self.optimizer,
             cfg.learning_rate_scheduler,

@@ -82,3 +82,11 @@ def test_adaptive_adafactor_reports_its_own_learning_rate(lora_config, tmp_path)
     assert status == "done"
     lrs = [m["lr"] for m in report.metrics_seen]
     assert lrs and all(lr != 1e-3 for lr in lrs)
+
+
+def test_the_trainer_gives_kourkoutas_beta_its_warmup_in_optimizer_steps(lora_config, tmp_path):
+    data = lora_config(samples=[], epochs=2, learning_rate_warmup_steps=0.5, optimizer={"optimizer": "ADAMW_ADV", "kourkoutas_beta": True})
+    trainer = Trainer(load_config(data).config, RunPaths(tmp_path / "s", tmp_path / "b", tmp_path / "v", None, [tmp_path]), Collect())
+    trainer.setup()
+    assert trainer.total_steps > 1
+    assert trainer.optimizer.defaults["k_warmup_steps"] == round(0.5 * trainer.total_steps)

@@ -163,6 +163,15 @@ def test_settings_of_the_newer_optimizers_reach_them(name, settings, seen):
     assert {k: group[k] if k in group else getattr(optimizer, k, None) for k in seen} == seen
 
 
+@pytest.mark.parametrize("name", [O.ADAMW_ADV, O.ADOPT_ADV, O.PRODIGY_ADV])
+def test_kourkoutas_beta_is_held_over_the_runs_warmup(name):
+    """OneTrainer passes its learning-rate warmup to the adv-optm optimizers as `k_warmup_steps`."""
+    config = OptimizerConfig(optimizer=name, kourkoutas_beta=True)
+    optimizer = create_optimizer(groups(small_model(), 1e-3), config, CPU, warmup_steps=12)
+    assert optimizer.defaults["kourkoutas_beta"] is True and optimizer.defaults["k_warmup_steps"] == 12
+    assert create_optimizer(groups(small_model(), 1e-3), config, CPU).defaults["k_warmup_steps"] == 0
+
+
 def test_optimizer_bits_choose_the_implementation():
     model = small_model()
     assert type(create_optimizer(groups(model, 0.01), OptimizerConfig(optimizer=O.ADAGRAD), CPU)).__module__.startswith("torch")

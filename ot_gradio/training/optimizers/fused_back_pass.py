@@ -135,7 +135,7 @@ class ParameterSteps(torch.optim.Optimizer):
 
 
 def fused_back_pass(optimizer: torch.optim.Optimizer, param_groups: list[dict[str, Any]], config: Any, device: torch.device,
-                    scaler: Any = None) -> torch.optim.Optimizer:
+                    scaler: Any = None, warmup_steps: int = 0) -> torch.optim.Optimizer:
     """The optimizer to train with: ``optimizer`` itself, or a fused back pass over the same
     settings when ``optimizer.fused_back_pass`` is on and the chosen optimizer offers it."""
     settings = config.optimizer
@@ -151,4 +151,4 @@ def fused_back_pass(optimizer: torch.optim.Optimizer, param_groups: list[dict[st
     clip = getattr(config, "clip_grad_norm", None)
     if callable(getattr(optimizer, "step_parameter", None)):
         return ParameterSteps(optimizer, clip=clip)
-    return FusedBackPass(param_groups, lambda groups: create_optimizer(groups, settings, device), clip=clip)
+    return FusedBackPass(param_groups, lambda groups: create_optimizer(groups, settings, device, warmup_steps=warmup_steps), clip=clip)

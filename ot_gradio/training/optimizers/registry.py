@@ -84,9 +84,11 @@ def resolve_settings(optimizer_config: Any) -> dict[str, Any]:
 
 
 def create_optimizer(param_groups: list[dict[str, Any]], optimizer_config: Any, device: torch.device,
-                     names: Mapping[int, str] | None = None, model_type: Any = None) -> torch.optim.Optimizer:
+                     names: Mapping[int, str] | None = None, model_type: Any = None, warmup_steps: int = 0) -> torch.optim.Optimizer:
     """Build the configured optimizer over the trainer's param groups ({"params", "lr", "name"}).
-    The Muon optimizers split the groups by the weights' names (`parameter_names`) and the model type."""
+    The Muon optimizers split the groups by the weights' names (`parameter_names`) and the model type.
+    ``warmup_steps`` is the run's learning-rate warmup in optimizer steps: the adv-optm optimizers with
+    Kourkoutas-beta hold beta2 over it (their `k_warmup_steps`), as OneTrainer passes its warmup."""
     entry = _entry(optimizer_config)
     problems = optimizer_problems(optimizer_config)
     if problems:
@@ -94,6 +96,8 @@ def create_optimizer(param_groups: list[dict[str, Any]], optimizer_config: Any, 
     if entry.name in MUON_OPTIMIZERS:
         param_groups = split_for_muon(param_groups, optimizer_config, names, model_type)
     kwargs = resolve_settings(optimizer_config)
+    if "kourkoutas_beta" in entry.keys:
+        kwargs["k_warmup_steps"] = int(warmup_steps)
     params = [p for g in param_groups for p in g["params"]]
     kwargs, step_kernel = choose_kernels(entry.keys, kwargs, params)
     if kwargs.get("use_triton") and device.type != "cuda":
