@@ -80,3 +80,22 @@ def test_what_muon_cannot_do_names_the_field():
         build(O.MUON, muon_hidden_layers="([", muon_adam_regex=True)
     with pytest.raises(ValueError, match="optimizer.MuonWithAuxAdam: Muon cannot train the 1-D weights .* of unet, text_encoder"):
         build(O.MUON_ADV, MuonWithAuxAdam=False)
+
+
+@pytest.mark.parametrize("name", MUONS)
+def test_a_part_stopped_by_stop_training_after_keeps_its_weights_in_both_halves(name):
+    """The trainer stops a part by taking its weights' gradients away (ParamGroup.freeze): the split
+    groups are new dicts, so their learning rate stays, but neither Muon nor its AdamW (weight decay
+    on) may move a weight without a gradient."""
+    optimizer, _, _, model = build(name, weight_decay=0.1)
+    text = model["text_encoder"]
+    for p in text.parameters():
+        p.requires_grad_(False)
+    before = {n: p.detach().clone() for n, p in text.named_parameters()}
+    x = torch.randn(3, 8)
+    for _ in range(2):
+        optimizer.zero_grad(set_to_none=True)
+        (model["unet"]["down_blocks"](x).square().mean() + model["unet"]["conv_in"](torch.randn(1, 2, 5, 5)).mean()).backward()
+        optimizer.step()
+    assert all(torch.equal(before[n], p) for n, p in text.named_parameters())
+    assert not torch.equal(model["unet"]["down_blocks"].weight, parts()["unet"]["down_blocks"].weight)
