@@ -277,11 +277,12 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         latent patch (16 px) and resized back if needed. Parts keep their mode and device."""
         step = self.vae_scale_factor * int(base_module(self.transformer).config.patch_size)
         gen_h, gen_w = generation_size(height, width, step)
-        with parked_for_sampling(self.parts, device, self.denoiser):
+        with parked_for_sampling(self.parts, device, self.denoiser) as places:
             generator = torch.Generator(device="cpu").manual_seed(int(seed))
             with torch.no_grad():
                 cond = self.encode_text([prompt])
                 uncond = self.encode_text([negative_prompt or ""])
+                places.release(["text_encoder"])  # encoded: T5 leaves before the transformer runs (the pipeline has none)
                 dtype = module_dtype(self.transformer)
                 latents = self.pipeline(sampler, with_text_encoder=False)(
                     prompt_embeds=cond["encoder_hidden_states"].to(dtype),

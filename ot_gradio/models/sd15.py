@@ -282,6 +282,16 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
             raise ValueError(f"{self.model_type.value} samples from a prompt alone; it takes no {', '.join(sorted(inputs))}")
         return {}
 
+    def prompt_embeddings(self, pipe, prompt: str, negative_prompt: str, cfg_scale: float, device: torch.device) -> dict:
+        """The prompts as the pipeline's embedding inputs, encoded now (as the pipeline's own
+        `encode_prompt` would), so that the text encoders can leave before the UNet runs."""
+        inputs = self.prompt_inputs(prompt, negative_prompt)
+        if "prompt" not in inputs:  # embeddings already (SDXL)
+            return inputs
+        guided = float(cfg_scale) > 1 and pipe.unet.config.time_cond_proj_dim is None  # the pipeline's own test
+        cond, uncond = pipe.encode_prompt(inputs["prompt"], device, 1, guided, inputs["negative_prompt"], clip_skip=inputs["clip_skip"])
+        return {"prompt_embeds": cond, "negative_prompt_embeds": uncond}
+
     def prompt_inputs(self, prompt: str, negative_prompt: str = "") -> dict:
         """How the prompts reach the pipeline (SDXL passes embeddings, with a clip skip per encoder)."""
         return {
@@ -300,10 +310,13 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
         rounded up to the VAE's multiple of 8 and the image resized back if needed.
         """
         gen_h, gen_w = generation_size(height, width, self.vae_scale_factor)
-        with parked_for_sampling(self.parts, device, self.denoiser), torch.no_grad():
+        with parked_for_sampling(self.parts, device, self.denoiser) as places, torch.no_grad():
             generator = torch.Generator(device="cpu").manual_seed(int(seed))
-            image = self.pipeline(sampler)(
-                **self.prompt_inputs(prompt, negative_prompt),
+            pipe = self.pipeline(sampler)
+            prompts = self.prompt_embeddings(pipe, prompt, negative_prompt, cfg_scale, places.device)
+            places.release(self.text_encoder_names, pipe)  # encoded: the text encoders leave before the UNet runs
+            image = pipe(
+                **prompts,
                 height=gen_h,
                 width=gen_w,
                 num_inference_steps=int(steps),

@@ -1,5 +1,6 @@
 """The parts of a model are parked for sampling and put back as they were, also when sampling
-fails; a flow-matching family sends its text encoders back to RAM once the prompt is encoded."""
+fails; every family but Stable Cascade sends its text encoders back to RAM once the prompt is
+encoded, before its denoiser runs."""
 
 import pytest
 import torch
@@ -28,12 +29,14 @@ def test_sizes():
     assert exact_size(image, 64, 80) is image
 
 
-# (model type, tiny model): the flow-matching families (FlowFamily.sample)
-FLOW_FAMILIES = [("FLUX_DEV_1", "flux"), ("CHROMA_1", "chroma"), ("FLUX_2", "flux2-dev"), ("FLUX_2", "flux2-klein"), ("QWEN", "qwen-image"),
-                 ("Z_IMAGE", "z-image"), ("STABLE_DIFFUSION_3", "sd3"), ("SANA", "sana")]
+# (model type, tiny model): the flow-matching families (FlowFamily.sample), SD 1.5 / SDXL (and the
+# families built on them: SD 2, inpainting) and PixArt
+FAMILIES = [("FLUX_DEV_1", "flux"), ("CHROMA_1", "chroma"), ("FLUX_2", "flux2-dev"), ("FLUX_2", "flux2-klein"), ("QWEN", "qwen-image"),
+            ("Z_IMAGE", "z-image"), ("STABLE_DIFFUSION_3", "sd3"), ("SANA", "sana"), ("STABLE_DIFFUSION_15", "sd15"),
+            ("STABLE_DIFFUSION_XL_10_BASE", "sdxl"), ("PIXART_SIGMA", "pixart-sigma")]
 
 
-@pytest.mark.parametrize(("model_type", "tiny"), FLOW_FAMILIES)
+@pytest.mark.parametrize(("model_type", "tiny"), FAMILIES)
 def test_text_encoders_leave_before_the_denoiser_runs(tiny_dir, monkeypatch, model_type, tiny):
     """As when a run parks its text encoders in RAM (`module_device` says they wait on the meta
     device here; moves are recorded, not made): each comes to the device for the encoding and is
@@ -49,10 +52,10 @@ def test_text_encoders_leave_before_the_denoiser_runs(tiny_dir, monkeypatch, mod
     real_device = common.module_device
     parts = {id(m): n for n, m in model.parts.items()}
     monkeypatch.setattr(common, "module_device", lambda m: torch.device("meta") if parts.get(id(m)) in names else real_device(m))
-    hook = model.transformer.register_forward_pre_hook(lambda *_: events.append(("transformer", "runs")))
+    hook = getattr(model, model.denoiser).register_forward_pre_hook(lambda *_: events.append(("transformer", "runs")))
     pipes, pipeline = [], model.pipeline
     monkeypatch.setattr(model, "pipeline", lambda *a, **k: pipes.append(pipeline(*a, **k)) or pipes[-1])
-    image = model.sample("a red circle", height=32, width=32, steps=1, cfg_scale=1.0, device="cpu")
+    image = model.sample("a red circle", height=32, width=32, steps=1, cfg_scale=2.0, device="cpu")
     hook.remove()
     assert image.size == (32, 32)
     # the pipeline ran without them, so its device came from the parts on the device, not from RAM
