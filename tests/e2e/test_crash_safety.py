@@ -4,10 +4,10 @@
    and SIGKILLed there: resume always picks the newest complete backup, never the partial one, it
    loads, and the next start of the workspace removes the leftovers (never a complete backup).
 2. A real run is SIGKILLed at 4 seeded moments (two at random times of training, two inside
-   backup writes at randomly chosen steps); each next run continues from the newest complete
-   backup of the killed ones, the killed runs' leftovers are gone once it starts, and the chain
-   ends bit-identical to the uninterrupted run. tests/e2e/test_faults.py does the same with 10
-   kills at two of the writer's steps; its helpers are reused here.
+   backup writes at randomly chosen steps); the supervisor reports each kill as "crashed" with the
+   exit code and the log tail, each next run continues from the newest complete backup of the
+   killed ones, the killed runs' leftovers are gone once it starts, and the chain ends
+   bit-identical to the uninterrupted run.
 """
 
 import json
@@ -18,17 +18,40 @@ import time
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from ot_gradio.runner.rundir import RunDir, create_run
 from ot_gradio.runner.supervisor import Supervisor
 from ot_gradio.training.backup import MARKER, STEPS, Counters, complete_backups, latest_backup, read_backup, write_backup
-from tests.e2e.test_faults import _config, _final_weights, _wait_training
 
 pytestmark = pytest.mark.slow
 
 SEED = 20
 KILLS = 4
 EPOCHS = 3  # about 15 steps, a backup after each
+
+
+def _config(lora_config, **overrides):
+    return lora_config(
+        samples=[], epochs=EPOCHS, sample_after_unit="NEVER", backup_after=1, backup_after_unit="STEP",
+        rolling_backup=True, rolling_backup_count=3, backup_before_save=True, tensorboard=False, **overrides,
+    )
+
+
+def _final_weights(run):
+    backups = complete_backups(run.backup)
+    assert backups, f"no complete backup in {run.path}"
+    return load_file(str(backups[-1] / "trainable.safetensors")), backups[-1]
+
+
+def _wait_training(sup, run, timeout=240):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        state = sup.state(run)
+        if state.progress.get("phase") == "training" or state.finished:
+            return state
+        time.sleep(0.05)
+    raise AssertionError(f"run never reached training: {sup.state(run).log_tail}")
 
 
 def _held_writer_killed_at(step: str, run: RunDir, flag) -> None:
@@ -78,10 +101,6 @@ def test_a_backup_write_killed_at_each_step_resumes_from_the_newest_complete_bac
         assert "removed a leftover of an interrupted write" in new.log.read_text()
 
 
-def _chain_config(lora_config, **overrides):
-    return {**_config(lora_config, **overrides), "epochs": EPOCHS}
-
-
 def _statuses(run):
     lines = run.events.read_text().splitlines() if run.events.exists() else []
     return [e.get("message", "") for e in map(json.loads, lines) if e.get("type") == "status"]
@@ -91,12 +110,12 @@ def _leftovers(runs):
     return [p for r in runs if r.backup.is_dir() for p in r.backup.iterdir() if p.name.startswith(".") or not (p / MARKER).exists()]
 
 
-def test_four_seeded_kills_resume_from_the_newest_complete_backup_and_end_bit_identical(lora_config, tmp_path):
+def test_seeded_kills_resume_from_the_newest_complete_backup_and_end_bit_identical(lora_config, tmp_path):
     rng = random.Random(SEED)
     in_backup = dict(zip(rng.sample(range(KILLS), 2), rng.sample([s for s in STEPS if s != "backup-marked"], 2), strict=True))
 
     reference_sup = Supervisor(tmp_path / "reference")
-    reference = reference_sup.start(_chain_config(lora_config))
+    reference = reference_sup.start(_config(lora_config))
     assert reference_sup.wait(reference, timeout=600) == 0, reference.log_tail()
     expected, _ = _final_weights(reference)
     total_steps = reference_sup.state(reference).progress["total_steps"]
@@ -108,7 +127,7 @@ def test_four_seeded_kills_resume_from_the_newest_complete_backup_and_end_bit_id
         newest_before = latest_backup([r.path for r in runs])
         step = in_backup.get(kill)
         env = {"OT_GRADIO_FAULT_PAUSE": f"{step}:60", "OT_GRADIO_FAULT_PAUSE_FILE": str(tmp_path / f"where{kill}")} if step else {}
-        run = sup.start(_chain_config(lora_config, continue_last_backup=bool(runs)), env=env)
+        run = sup.start(_config(lora_config, continue_last_backup=bool(runs)), env=env)
         assert not _leftovers(runs), "the start of a run removes what the killed runs left"
         runs.append(run)
         _wait_training(sup, run)
@@ -129,12 +148,13 @@ def test_four_seeded_kills_resume_from_the_newest_complete_backup_and_end_bit_id
         if state.status == "done":
             break  # the chain reached the end before this kill
         assert state.status == "crashed" and state.exit_code == -signal.SIGKILL, (state.status, state.message)
+        assert state.log_tail is not None
         if newest_before is not None:
             # it continued from the newest complete backup of the killed runs
             assert any(f"continuing from backup {newest_before.name}" in m for m in _statuses(run)), _statuses(run)
 
     assert held == 2, "both kills inside a backup write happened"
-    final = sup.start(_chain_config(lora_config, continue_last_backup=True))
+    final = sup.start(_config(lora_config, continue_last_backup=True))
     assert not _leftovers(runs)
     newest = latest_backup([r.path for r in runs])
     runs.append(final)
