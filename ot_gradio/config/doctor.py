@@ -214,6 +214,9 @@ def errors(config: TrainConfig) -> list[str]:
     if config.multi_gpu and opt.fused_back_pass and "fused_back_pass" in optimizer_param_defaults(name):
         out.append("optimizer.fused_back_pass: it steps each weight inside the backward pass, before the other GPUs' "
                    "gradients arrive, so it cannot work with multi_gpu; turn one of them off.")
+    method_line = method_problem(config.model_type, config.training_method)
+    if method_line:
+        out.append(method_line)
     out += optimizer_problems(opt)
     out += output_format_problems(config)
     out += lora_reader_problems(config)
@@ -227,6 +230,17 @@ def errors(config: TrainConfig) -> list[str]:
     out += offload_problems(config)
     out += inpainting_sample_problems(config)
     return out
+
+
+def method_problem(model_type: Any, method: Any) -> str | None:
+    """A training method the trainer has but not for this model type (FINE_TUNE_VAE: SD 1.x/2.x
+    only, as OneTrainer; EMBEDDING: not for families without one): refused before the model loads."""
+    info = family_info(model_type)
+    method = TrainingMethod(method)
+    if info is None or not info.implemented or method not in IMPLEMENTED_METHODS or method in info.methods:
+        return None
+    choices = ", ".join(m.value for m in info.methods if m in IMPLEMENTED_METHODS)
+    return f"training_method: {method.value} is not available for model type {ModelType(model_type).value}; choose {choices}"
 
 
 def output_format_problems(config: Any) -> list[str]:

@@ -20,6 +20,8 @@ class Method:
     steps; the hooks default to doing nothing, so the trainer calls them on every method."""
 
     embeddings: Any = None  # the method's embeddings (embeddings.Embeddings), if it has any
+    # the step reads each batch's images (FINE_TUNE_VAE), so the dataset gives pixels, not cached latents
+    needs_pixels = False
 
     def setup(self, model: Any, config: Any, device: torch.device) -> list[ParamGroup]:
         """Freeze what does not train, add what does; the optimizer's parameter groups."""
@@ -35,6 +37,14 @@ class Method:
     def save(self, model: Any, config: Any, path: Path, metadata: dict[str, str]) -> Path:
         """Write the result in the config's output format; return the written path."""
         raise NotImplementedError
+
+    def training_step(self, model: Any, config: Any, device: torch.device, precision: Any,
+                      noise_fn: Any = None, dist: Any = None) -> Any:
+        """What turns a batch into the loss (`loss(batch, trained_text_parts)`): the diffusion
+        objective (diffusion.DiffusionStep) unless the method trains something else."""
+        from .diffusion import DiffusionStep  # noqa: PLC0415
+
+        return DiffusionStep(model, config, device, precision, noise_fn, caption_transform=self.transform_text, dist=dist)
 
     def transform_text(self, text: str) -> str:
         """Captions and sample prompts before tokenizing (embeddings: placeholders -> their tokens)."""

@@ -32,7 +32,7 @@ from ..data.prefetch import LoadStats, prefetched
 from ..models.common import base_module
 from .backup import Counters, write_backup
 from .device import Precision, channels_last_on_cpu, resolve_device, weight_dtype
-from .diffusion import DiffusionStep, check_quantized_parts_frozen, configure_model
+from .diffusion import check_quantized_parts_frozen, configure_model
 from .distributed import Distributed
 from .ema import EMA
 from .intervals import Every
@@ -142,10 +142,7 @@ class Trainer:
         # which frozen parts wait in RAM while the steps run (placement.py); the planner counts them there
         self.placement = Placement.for_run(self.model, cfg, self.device, self.param_groups, self.method.embeddings is not None)
         self.text_cache_off_reason = self.placement.text_cache_off_reason
-        self.diffusion = DiffusionStep(
-            self.model, cfg, self.device, self.precision, self.noise_fn,
-            caption_transform=self.method.transform_text, dist=self.dist,
-        )
+        self.diffusion = self.method.training_step(self.model, cfg, self.device, self.precision, self.noise_fn, dist=self.dist)
         # the memory planner's probe runs the denoiser on meta tensors in a thread of its own
         # while the VAE caches latents here (it draws no random numbers this thread draws)
         decision = self._start_checkpointing_decision()
@@ -188,7 +185,7 @@ class Trainer:
                 cfg.resolution,
                 self.global_batch_size,
                 aspect_ratio_bucketing=cfg.aspect_ratio_bucketing,
-                latent_caching=cfg.latent_caching,
+                latent_caching=cfg.latent_caching and not self.method.needs_pixels,
                 cache_dir=cfg.cache_dir,
                 vae_id=self.model.vae_id,
                 seed=cfg.seed,

@@ -1,0 +1,117 @@
+"""FINE_TUNE_VAE (training/vae_method.py) on the tiny SD 1.5, in this process: the decoder
+learns to reproduce the images (the reconstruction loss falls on a fixed batch), only
+`vae.decoder.*` changes in the saved model (a diffusers folder or a single file, both reloaded by
+diffusers), a backup restores the decoder, and a family OneTrainer does not offer it for is
+refused before the run, naming training_method and the model type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from ot_gradio.models.tiny.sd15 import save_tiny_sd15
+
+    return save_tiny_sd15(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    from ot_gradio.data import ensure_demo_dataset
+
+    folder = tmp_path_factory.mktemp("data") / "shapes"
+    ensure_demo_dataset(folder)
+    for extra in sorted(folder.glob("*.png"))[4:]:  # 4 images: 2 steps an epoch at batch 2
+        extra.unlink()
+        extra.with_suffix(".txt").unlink()
+    return folder
+
+
+def _config(tiny, shapes, work: Path, **overrides) -> dict:
+    config = {
+        "model_type": "STABLE_DIFFUSION_15", "training_method": "FINE_TUNE_VAE", "base_model_name": str(tiny.diffusers_dir),
+        "train_device": "cpu", "train_dtype": "FLOAT_32", "workspace_dir": str(work / "ws"), "cache_dir": str(work / "cache"),
+        "output_model_destination": str(work / "out" / "model.safetensors"), "output_model_format": "DIFFUSERS",
+        "concepts": [{"name": "c", "path": str(shapes)}], "resolution": "64", "batch_size": 2, "epochs": 3,
+        "learning_rate": 3e-3, "learning_rate_warmup_steps": 0, "samples": [], "backup_after_unit": "NEVER",
+        "backup_before_save": True, "tensorboard": False, "unet": {"gradient_checkpointing": False},
+    }
+    config.update(overrides)
+    return config
+
+
+def _trainer(config: dict, work: Path):
+    from ot_gradio.config.io import load_config
+    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
+
+    return Trainer(load_config(config).config, RunPaths(work / "s", work / "b", work / "o", None, []), Reporter())
+
+
+def _same(module: torch.nn.Module, base: torch.nn.Module) -> list[str]:
+    """Names of the weights that differ between two modules of the same layout."""
+    theirs = base.state_dict()
+    return [k for k, v in module.state_dict().items() if not torch.equal(v.float(), theirs[k].float())]
+
+
+@pytest.mark.parametrize("fmt", ["DIFFUSERS", "ORIGINAL_SINGLE_FILE"])
+def test_vae_finetune_lowers_the_reconstruction_loss_and_saves_only_the_decoder(tiny, shapes, tmp_path, fmt):
+    from diffusers import StableDiffusionPipeline
+
+    trainer = _trainer(_config(tiny, shapes, tmp_path, output_model_format=fmt), tmp_path)
+    trainer.setup()
+    assert [g.name for g in trainer.param_groups] == ["vae"]
+    batch = next(iter(trainer.dataset.epoch_batches(0)))
+    assert batch.pixels is not None and batch.latents is None  # latent caching is on, yet the step gets the images
+    with torch.no_grad():
+        before = float(trainer.diffusion.loss(batch))
+    assert trainer.train() == "done"
+    with torch.no_grad():
+        after = float(trainer.diffusion.loss(batch))
+    assert after < 0.8 * before, (before, after)
+
+    base = StableDiffusionPipeline.from_pretrained(str(tiny.diffusers_dir), safety_checker=None)
+    out = tmp_path / "out"
+    if fmt == "DIFFUSERS":
+        pipe = StableDiffusionPipeline.from_pretrained(str(out / "model"), safety_checker=None)
+    else:
+        pipe = StableDiffusionPipeline.from_single_file(str(out / "model.safetensors"), config=str(tiny.diffusers_dir),
+                                                        local_files_only=True, safety_checker=None)
+    assert _same(pipe.unet, base.unet) == [] and _same(pipe.text_encoder, base.text_encoder) == []
+    changed = _same(pipe.vae, base.vae)
+    assert changed and all(k.startswith("decoder.") for k in changed), changed
+    assert _same(pipe.vae.decoder, trainer.model.vae.decoder) == []  # the trained decoder, as trained
+
+
+def test_a_backup_restores_the_trained_decoder(tiny, shapes, tmp_path):
+    from ot_gradio.training.methods import get_method
+
+    sample = {"prompt": "a red circle", "height": 64, "width": 64, "diffusion_steps": 2}
+    trainer = _trainer(_config(tiny, shapes, tmp_path, epochs=1, samples=[sample]), tmp_path)
+    trainer.setup()
+    trainer.train()
+    assert len(list((tmp_path / "s").rglob("*.*"))) == 1  # the end of the run samples (with the trained VAE)
+    state = trainer.method.trainable_state(trainer.model)
+    assert state and all(k.startswith("vae.decoder.") for k in state)
+    fresh = _trainer(_config(tiny, shapes, tmp_path / "again", epochs=1), tmp_path / "again")
+    fresh.setup()
+    assert _same(fresh.model.vae.decoder, trainer.model.vae.decoder)  # not trained yet
+    get_method("FINE_TUNE_VAE").load_trainable_state(fresh.model, state)
+    assert _same(fresh.model.vae.decoder, trainer.model.vae.decoder) == []
+    with pytest.raises(ValueError, match="continue_last_backup"):
+        fresh.method.load_trainable_state(fresh.model, {"unet.conv_in.weight": torch.zeros(1)})
+
+
+def test_a_family_without_it_is_refused_at_the_start():
+    from ot_gradio.config.doctor import errors
+    from ot_gradio.config.io import load_config
+
+    config = load_config({"model_type": "FLUX_DEV_1", "training_method": "FINE_TUNE_VAE"}).config
+    lines = [e for e in errors(config) if e.startswith("training_method")]
+    assert lines == ["training_method: FINE_TUNE_VAE is not available for model type FLUX_DEV_1; choose LORA, FINE_TUNE, EMBEDDING"]
+    for model_type in ("STABLE_DIFFUSION_15", "STABLE_DIFFUSION_20_INPAINTING", "STABLE_DIFFUSION_21_BASE"):
+        config = load_config({"model_type": model_type, "training_method": "FINE_TUNE_VAE"}).config
+        assert not [e for e in errors(config) if e.startswith("training_method")]
