@@ -86,14 +86,20 @@ def test_vae_finetune_lowers_the_reconstruction_loss_and_saves_only_the_decoder(
     assert _same(pipe.vae.decoder, trainer.model.vae.decoder) == []  # the trained decoder, as trained
 
 
-def test_a_backup_restores_the_trained_decoder(tiny, shapes, tmp_path):
+def test_a_backup_restores_the_trained_decoder_and_validation_and_samples_run(tiny, shapes, tmp_path):
     from ot_gradio.training.methods import get_method
+    from ot_gradio.training.vae_method import VaeReconstructionStep
 
     sample = {"prompt": "a red circle", "height": 64, "width": 64, "diffusion_steps": 2}
-    trainer = _trainer(_config(tiny, shapes, tmp_path, epochs=1, samples=[sample]), tmp_path)
+    concepts = [{"name": "c", "path": str(shapes)}, {"name": "held", "path": str(shapes), "type": "VALIDATION"}]
+    trainer = _trainer(_config(tiny, shapes, tmp_path, epochs=1, samples=[sample], concepts=concepts, validation=True,
+                               validate_after=1, validate_after_unit="EPOCH"), tmp_path)
     trainer.setup()
+    before = trainer.validator.loss()
     trainer.train()
     assert len(list((tmp_path / "s").rglob("*.*"))) == 1  # the end of the run samples (with the trained VAE)
+    # the validation loss is the reconstruction loss too, on the held-out images' pixels
+    assert isinstance(trainer.validator.step, VaeReconstructionStep) and trainer.validator.loss() < before
     state = trainer.method.trainable_state(trainer.model)
     assert state and all(k.startswith("vae.decoder.") for k in state)
     fresh = _trainer(_config(tiny, shapes, tmp_path / "again", epochs=1), tmp_path / "again")
