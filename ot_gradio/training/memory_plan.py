@@ -402,7 +402,8 @@ def estimate(config: Any) -> dict[str, Any]:
         from .offload import install_offloading  # noqa: PLC0415
 
         install_offloading(model, config, device)  # as a run does: its weights in RAM are not counted on the device
-        parked = Placement.for_run(model, config, device, groups, method.embeddings is not None).parked
+        parked = Placement.for_run(model, config, device, groups, method.embeddings is not None,
+                                   step_parts=method.step_parts).parked
         text = frozenset(g.model_part for g in groups if g.model_part in model.text_encoder_names and g.trains)
         settings = {part: getattr(config, part).gradient_checkpointing for part in (model.denoiser, *sorted(text))}
         chosen, message, plan = decide_checkpointing(model, config, device, precision, groups, text, settings, parked=parked)

@@ -22,6 +22,8 @@ class Method:
     embeddings: Any = None  # the method's embeddings (embeddings.Embeddings), if it has any
     # the step reads each batch's images (FINE_TUNE_VAE), so the dataset gives pixels, not cached latents
     needs_pixels = False
+    # the model parts its training step runs, when not the usual ones (placement.py parks the others)
+    step_parts: tuple[str, ...] | None = None
 
     def setup(self, model: Any, config: Any, device: torch.device) -> list[ParamGroup]:
         """Freeze what does not train, add what does; the optimizer's parameter groups."""

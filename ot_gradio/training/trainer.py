@@ -140,7 +140,8 @@ class Trainer:
         self._set_train_modes()
         self._install_offloading()
         # which frozen parts wait in RAM while the steps run (placement.py); the planner counts them there
-        self.placement = Placement.for_run(self.model, cfg, self.device, self.param_groups, self.method.embeddings is not None)
+        self.placement = Placement.for_run(self.model, cfg, self.device, self.param_groups, self.method.embeddings is not None,
+                                            step_parts=self.method.step_parts)
         self.text_cache_off_reason = self.placement.text_cache_off_reason
         self.diffusion = self.method.training_step(self.model, cfg, self.device, self.precision, self.noise_fn, dist=self.dist)
         # the memory planner's probe runs the denoiser on meta tensors in a thread of its own
@@ -252,7 +253,7 @@ class Trainer:
     def _park_parts(self) -> None:
         """The parts no training step runs go to RAM (placement.py), after the caches are filled:
         the text cache first gets every caption the training and validation data can give."""
-        if self.placement.parks_text_encoders:
+        if self.placement.parks_text_encoders and self.diffusion.text_cache is not None:  # (a method step reading no text has none)
             sources = [(self.diffusion, self.dataset)]
             if self.validator is not None:
                 sources.append((self.validator.step, self.validator.dataset))

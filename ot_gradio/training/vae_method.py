@@ -81,6 +81,7 @@ class VaeReconstructionStep:
 @register(TrainingMethod.FINE_TUNE_VAE)
 class FineTuneVaeMethod(FineTuneMethod):
     needs_pixels = True
+    step_parts = ("vae",)  # UNet and text encoder wait in RAM, as OneTrainer keeps only the VAE on the device
 
     def setup(self, model: Any, config: Any, device: torch.device) -> list[ParamGroup]:
         problem = method_problem(config.model_type, TrainingMethod.FINE_TUNE_VAE)  # the start checks' line

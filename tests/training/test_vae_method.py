@@ -111,6 +111,20 @@ def test_a_backup_restores_the_trained_decoder_and_validation_and_samples_run(ti
         fresh.method.load_trainable_state(fresh.model, {"unet.conv_in.weight": torch.zeros(1)})
 
 
+def test_only_the_vae_stays_on_the_device(tiny, shapes, tmp_path, monkeypatch):
+    """As OneTrainer keeps only the VAE on the train device: UNet and text encoder wait in RAM
+    (placement.py; here `HOST` is the meta device and moves are recorded, not made); the UNet comes
+    for samples. With latent caching off too, since the step never runs them."""
+    from ot_gradio.training import placement
+
+    monkeypatch.setattr(placement, "HOST", torch.device("meta"))
+    monkeypatch.setattr(placement, "move", lambda module, device: None)
+    for caching in (True, False):
+        trainer = _trainer(_config(tiny, shapes, tmp_path, latent_caching=caching), tmp_path)
+        trainer.setup()
+        assert trainer.placement.parked == ["unet", "text_encoder"] and trainer.placement.for_samples() == ["unet"]
+
+
 def test_a_family_without_it_is_refused_at_the_start():
     from ot_gradio.config.doctor import errors
     from ot_gradio.config.io import load_config
