@@ -1,7 +1,7 @@
 """FINE_TUNE_VAE (training/vae_method.py) on the tiny SD 1.5, in this process: the decoder
 learns to reproduce the images (the reconstruction loss falls on a fixed batch), only
 `vae.decoder.*` changes in the saved model (a diffusers folder or a single file, both reloaded by
-diffusers), a backup restores the decoder, and a family OneTrainer does not offer it for is
+diffusers), a run continued from a backup trains on as the uninterrupted one, and a family OneTrainer does not offer it for is
 refused before the run, naming training_method and the model type."""
 
 from __future__ import annotations
@@ -44,11 +44,12 @@ def _config(tiny, shapes, work: Path, **overrides) -> dict:
     return config
 
 
-def _trainer(config: dict, work: Path):
+def _trainer(config: dict, work: Path, other_runs: tuple[Path, ...] = ()):
     from ot_gradio.config.io import load_config
     from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
 
-    return Trainer(load_config(config).config, RunPaths(work / "s", work / "b", work / "o", None, []), Reporter())
+    paths = RunPaths(work / "s", work / "backup", work / "o", None, list(other_runs))
+    return Trainer(load_config(config).config, paths, Reporter())
 
 
 def _same(module: torch.nn.Module, base: torch.nn.Module) -> list[str]:
@@ -86,29 +87,33 @@ def test_vae_finetune_lowers_the_reconstruction_loss_and_saves_only_the_decoder(
     assert _same(pipe.vae.decoder, trainer.model.vae.decoder) == []  # the trained decoder, as trained
 
 
-def test_a_backup_restores_the_trained_decoder_and_validation_and_samples_run(tiny, shapes, tmp_path):
-    from ot_gradio.training.methods import get_method
+def test_a_resumed_run_trains_as_an_uninterrupted_one_and_validation_and_samples_run(tiny, shapes, tmp_path):
+    """A run backed up after its first epoch and continued from that backup ends with the decoder
+    of the run that went on; the validation loss is the reconstruction loss on the held-out
+    pixels; the end of the run samples with the trained VAE."""
     from ot_gradio.training.vae_method import VaeReconstructionStep
 
     sample = {"prompt": "a red circle", "height": 64, "width": 64, "diffusion_steps": 2}
     concepts = [{"name": "c", "path": str(shapes)}, {"name": "held", "path": str(shapes), "type": "VALIDATION"}]
-    trainer = _trainer(_config(tiny, shapes, tmp_path, epochs=1, samples=[sample], concepts=concepts, validation=True,
-                               validate_after=1, validate_after_unit="EPOCH"), tmp_path)
-    trainer.setup()
-    before = trainer.validator.loss()
-    trainer.train()
-    assert len(list((tmp_path / "s").rglob("*.*"))) == 1  # the end of the run samples (with the trained VAE)
-    # the validation loss is the reconstruction loss too, on the held-out images' pixels
-    assert isinstance(trainer.validator.step, VaeReconstructionStep) and trainer.validator.loss() < before
-    state = trainer.method.trainable_state(trainer.model)
+    whole = _trainer(_config(tiny, shapes, tmp_path / "a", epochs=2, samples=[sample], concepts=concepts, validation=True,
+                             validate_after=1, validate_after_unit="EPOCH", backup_after=1, backup_after_unit="EPOCH",
+                             backup_before_save=False), tmp_path / "a")
+    whole.setup()
+    before = whole.validator.loss()
+    assert whole.train() == "done"
+    assert len(list((tmp_path / "a" / "s").rglob("*.*"))) == 1  # the end of the run samples (with the trained VAE)
+    assert isinstance(whole.validator.step, VaeReconstructionStep) and whole.validator.loss() < before
+    state = whole.method.trainable_state(whole.model)
     assert state and all(k.startswith("vae.decoder.") for k in state)
-    fresh = _trainer(_config(tiny, shapes, tmp_path / "again", epochs=1), tmp_path / "again")
-    fresh.setup()
-    assert _same(fresh.model.vae.decoder, trainer.model.vae.decoder)  # not trained yet
-    get_method("FINE_TUNE_VAE").load_trainable_state(fresh.model, state)
-    assert _same(fresh.model.vae.decoder, trainer.model.vae.decoder) == []
+
+    resumed = _trainer(_config(tiny, shapes, tmp_path / "b", epochs=2, continue_last_backup=True), tmp_path / "b",
+                       other_runs=(tmp_path / "a",))
+    resumed.setup()
+    assert resumed.counters.epoch == 1 and _same(resumed.model.vae.decoder, whole.model.vae.decoder)
+    assert resumed.train() == "done"
+    assert _same(resumed.model.vae.decoder, whole.model.vae.decoder) == []
     with pytest.raises(ValueError, match="continue_last_backup"):
-        fresh.method.load_trainable_state(fresh.model, {"unet.conv_in.weight": torch.zeros(1)})
+        resumed.method.load_trainable_state(resumed.model, {"unet.conv_in.weight": torch.zeros(1)})
 
 
 def test_only_the_vae_stays_on_the_device(tiny, shapes, tmp_path, monkeypatch):
