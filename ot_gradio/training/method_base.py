@@ -48,12 +48,26 @@ class Method:
 
         return DiffusionStep(model, config, device, precision, noise_fn, caption_transform=self.transform_text, dist=dist)
 
+    def sample_image(self, model: Any, sample: Any, text: Any, seed: int, device: torch.device) -> Any:
+        """One sample of the config as a PIL image (`text`: the prompt as the model reads it)."""
+        return model.sample(prompt=text(sample.prompt), negative_prompt=text(sample.negative_prompt), height=sample.height,
+                            width=sample.width, steps=sample.diffusion_steps, cfg_scale=sample.cfg_scale, seed=seed,
+                            sampler=sample.noise_scheduler, device=device, **sample_images(sample))
+
     def transform_text(self, text: str) -> str:
         """Captions and sample prompts before tokenizing (embeddings: placeholders -> their tokens)."""
         return text
 
     def after_optimizer_step(self, model: Any) -> None:
         """After every optimizer step (embeddings: preserve_embedding_norm)."""
+
+
+def sample_images(sample: Any) -> dict[str, str]:
+    """An inpainting sample's base image and mask for the family's `sample` (the doctor checked
+    the family and the files before the run); none for a text-to-image sample."""
+    if not sample.sample_inpainting:
+        return {}
+    return {"image": sample.base_image_path, "mask": sample.mask_image_path}
 
 
 METHODS: dict[TrainingMethod, type] = {}

@@ -13,19 +13,25 @@ encoder pass per step and keeps the data path as it is).
 
 Saved as FINE_TUNE saves (OneTrainer's FINE_TUNE_VAE uses the fine-tune saver): the whole model,
 a single-file checkpoint or a diffusers folder, holding the trained VAE. Backups hold the
-decoder's weights. Samples during training run the pipeline, which decodes with the trained VAE.
+decoder's weights. A sample whose prompt is an image file's path is that image encoded and decoded
+by the trained VAE (OneTrainer's VAE sampler); other samples run the pipeline, which decodes with
+the trained VAE as well.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image
 
 from ..config.doctor import method_problem
 from ..config.enums import TrainingMethod
 from ..config.parts import learning_rate_or_base
-from ..models.common import base_module, module_dtype
+from ..data.images import load_rgb
+from ..data.pixels import pixels_tensor
+from ..models.common import base_module, module_device, module_dtype
 from .distributed import Distributed
 from .finetune_method import FineTuneMethod, check_finetune_format
 from .loss import diffusion_loss
@@ -78,6 +84,20 @@ class VaeReconstructionStep:
         )
 
 
+@torch.no_grad()
+def reconstruct(vae: Any, path: Path, width: int, height: int) -> Image.Image:
+    """The image at `path`, scaled to cover width x height and centre-cropped, through `vae`."""
+    with load_rgb(path) as img:
+        scale = max(width / img.width, height / img.height)
+        size = (max(width, round(img.width * scale)), max(height, round(img.height * scale)))
+        scaled = img.resize(size, Image.Resampling.LANCZOS)
+    left, top = (scaled.width - width) // 2, (scaled.height - height) // 2
+    pixels = pixels_tensor(scaled.crop((left, top, left + width, top + height)))[None]
+    latents = vae.encode(pixels.to(module_device(vae), module_dtype(vae))).latent_dist.mean
+    out = vae.decode(latents).sample[0].float().clamp(-1, 1).add(1).mul(127.5).round().byte()
+    return Image.fromarray(out.permute(1, 2, 0).cpu().numpy())
+
+
 @register(TrainingMethod.FINE_TUNE_VAE)
 class FineTuneVaeMethod(FineTuneMethod):
     needs_pixels = True
@@ -100,6 +120,15 @@ class FineTuneVaeMethod(FineTuneMethod):
     def training_step(self, model: Any, config: Any, device: torch.device, precision: Any,
                       noise_fn: Any = None, dist: Distributed | None = None) -> VaeReconstructionStep:
         return VaeReconstructionStep(model, config, device, precision, dist)
+
+    def sample_image(self, model: Any, sample: Any, text: Any, seed: int, device: torch.device) -> Any:
+        """As OneTrainer's VAE sampler: a prompt that is an image file's path gives that image
+        encoded and decoded by the trained VAE (scaled to cover the sample's size, centre-cropped);
+        any other prompt the pipeline's image, which the trained VAE decodes too."""
+        path = Path(sample.prompt.strip()).expanduser()
+        if not sample.prompt.strip() or not path.is_file():
+            return super().sample_image(model, sample, text, seed, device)
+        return reconstruct(model.vae, path, sample.width, sample.height)
 
     def trainable_state(self, model: Any) -> dict[str, torch.Tensor]:
         decoder = base_module(model.vae).decoder

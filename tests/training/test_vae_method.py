@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -91,17 +92,26 @@ def test_a_resumed_run_trains_as_an_uninterrupted_one_and_validation_and_samples
     """A run backed up after its first epoch and continued from that backup ends with the decoder
     of the run that went on; the validation loss is the reconstruction loss on the held-out
     pixels; the end of the run samples with the trained VAE."""
-    from ot_gradio.training.vae_method import VaeReconstructionStep
+    from diffusers import StableDiffusionPipeline
+    from PIL import Image
 
-    sample = {"prompt": "a red circle", "height": 64, "width": 64, "diffusion_steps": 2}
+    from ot_gradio.training.vae_method import VaeReconstructionStep, reconstruct
+
+    image = sorted(shapes.glob("*.png"))[0]
+    samples = [{"prompt": str(image), "height": 96, "width": 64}, {"prompt": "a red circle", "height": 64, "width": 64, "diffusion_steps": 2}]
     concepts = [{"name": "c", "path": str(shapes)}, {"name": "held", "path": str(shapes), "type": "VALIDATION"}]
-    whole = _trainer(_config(tiny, shapes, tmp_path / "a", epochs=2, samples=[sample], concepts=concepts, validation=True,
+    whole = _trainer(_config(tiny, shapes, tmp_path / "a", epochs=2, samples=samples, concepts=concepts, sample_image_format="PNG", validation=True,
                              validate_after=1, validate_after_unit="EPOCH", backup_after=1, backup_after_unit="EPOCH",
                              backup_before_save=False), tmp_path / "a")
     whole.setup()
     before = whole.validator.loss()
     assert whole.train() == "done"
-    assert len(list((tmp_path / "a" / "s").rglob("*.*"))) == 1  # the end of the run samples (with the trained VAE)
+    # the end of the run samples: an image's path gives it through the trained VAE (OneTrainer's VAE sampler), a prompt the pipeline's
+    made = sorted((tmp_path / "a" / "s").rglob("*.png"))
+    assert len(made) == 2 and Image.open(made[0]).size == (64, 96) and Image.open(made[1]).size == (64, 64)
+    assert np.array_equal(np.asarray(Image.open(made[0])), np.asarray(reconstruct(whole.model.vae, image, 64, 96)))
+    base = StableDiffusionPipeline.from_pretrained(str(tiny.diffusers_dir), safety_checker=None).vae
+    assert not np.array_equal(np.asarray(Image.open(made[0])), np.asarray(reconstruct(base, image, 64, 96)))
     assert isinstance(whole.validator.step, VaeReconstructionStep) and whole.validator.loss() < before
     state = whole.method.trainable_state(whole.model)
     assert state and all(k.startswith("vae.decoder.") for k in state)
