@@ -140,6 +140,24 @@ def test_only_the_vae_stays_on_the_device(tiny, shapes, tmp_path, monkeypatch):
         assert trainer.placement.parked == ["unet", "text_encoder"] and trainer.placement.for_samples() == ["unet"]
 
 
+def test_masked_training_weights_the_images_pixels(tiny, shapes, tmp_path):
+    """With masked training the loss counts each image pixel by its mask (black = unmasked_weight),
+    at the image's own resolution: here only the right half counts."""
+    from ot_gradio.training.vae_method import VaeReconstructionStep
+
+    trainer = _trainer(_config(tiny, shapes, tmp_path, masked_training=True, unmasked_weight=0.0, unmasked_probability=0.0), tmp_path)
+    trainer.setup()
+    batch = next(iter(trainer.dataset.epoch_batches(0)))
+    step = VaeReconstructionStep(trainer.model, trainer.config, trainer.device, trainer.precision)
+    with torch.no_grad():
+        vae = trainer.model.vae
+        error = (vae.decode(vae.encode(batch.pixels).latent_dist.mean).sample - batch.pixels) ** 2
+        batch.mask = torch.ones_like(batch.pixels[:, :1])
+        assert torch.allclose(step.loss(batch), error.mean())
+        batch.mask[..., : batch.mask.shape[-1] // 2] = 0
+        assert torch.allclose(step.loss(batch), (error * batch.mask).mean())
+
+
 def test_a_family_without_it_is_refused_at_the_start():
     from ot_gradio.config.doctor import errors
     from ot_gradio.config.io import load_config
