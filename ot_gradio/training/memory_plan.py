@@ -356,7 +356,7 @@ class CheckpointingDecision:
             set_checkpointing(model.parts[part], on)
         described = ", ".join(f"{part} {'on' if on else 'off'} ({'AUTO' if part in self.auto else 'set in the config'})"
                               for part, on in chosen.items())
-        message = f"gradient checkpointing: {described}" + (f"; {reason}" if reason else "")
+        message = f"gradient checkpointing: {described or 'none (the training step runs no denoiser)'}" + (f"; {reason}" if reason else "")
         if plan is not None:
             message += f"; memory: {plan.breakdown(any(chosen[p] for p in self.auto))}"
         return chosen, message, plan
@@ -398,12 +398,14 @@ def estimate(config: Any) -> dict[str, Any]:
         model.to(device)
         configure_model(model, config, device, precision)
         method = get_method(config.training_method)
+        if method.step_parts is not None:  # the probe measures diffusion steps (the denoiser's)
+            text = f"not estimated ({config.training_method.value}: the planner measures denoiser training steps only)"
+            return {"estimated": False, "summary": text, "line": text}
         groups = method.setup(model, config, device)
         from .offload import install_offloading  # noqa: PLC0415
 
         install_offloading(model, config, device)  # as a run does: its weights in RAM are not counted on the device
-        parked = Placement.for_run(model, config, device, groups, method.embeddings is not None,
-                                   step_parts=method.step_parts).parked
+        parked = Placement.for_run(model, config, device, groups, method.embeddings is not None).parked
         text = frozenset(g.model_part for g in groups if g.model_part in model.text_encoder_names and g.trains)
         settings = {part: getattr(config, part).gradient_checkpointing for part in (model.denoiser, *sorted(text))}
         chosen, message, plan = decide_checkpointing(model, config, device, precision, groups, text, settings, parked=parked)

@@ -272,7 +272,8 @@ class Trainer:
         starts here, in a thread of its own (memory_plan.CheckpointingDecision)."""
         from .memory_plan import CheckpointingDecision  # noqa: PLC0415
 
-        parts = [self.model.denoiser, *sorted(self.trained_text_parts)]
+        # a method's own step (FINE_TUNE_VAE) runs neither: no probe of a step that never runs
+        parts = [self.model.denoiser, *sorted(self.trained_text_parts)] if self.method.step_parts is None else []
         settings = {part: getattr(self.config, part).gradient_checkpointing for part in parts}
         return CheckpointingDecision(self.model, self.config, self.device, self.precision, self.param_groups,
                                      self.trained_text_parts, settings, background=True, parked=self.placement.parked)

@@ -126,11 +126,14 @@ def test_a_resumed_run_trains_as_an_uninterrupted_one_and_validation_and_samples
         resumed.method.load_trainable_state(resumed.model, {"unet.conv_in.weight": torch.zeros(1)})
 
 
-def test_only_the_vae_stays_on_the_device(tiny, shapes, tmp_path, monkeypatch):
+def test_only_the_vae_stays_on_the_device(tiny, shapes, tmp_path, monkeypatch, capsys):
     """As OneTrainer keeps only the VAE on the train device: UNet and text encoder wait in RAM
     (placement.py; here `HOST` is the meta device and moves are recorded, not made); the UNet comes
-    for samples. With latent caching off too, since the step never runs them."""
+    for samples. With latent caching off too, since the step never runs them. The memory planner,
+    which measures denoiser steps, neither probes nor estimates such a run."""
+    from ot_gradio.config.io import load_config
     from ot_gradio.training import placement
+    from ot_gradio.training.memory_plan import estimate
 
     monkeypatch.setattr(placement, "HOST", torch.device("meta"))
     monkeypatch.setattr(placement, "move", lambda module, device: None)
@@ -138,6 +141,8 @@ def test_only_the_vae_stays_on_the_device(tiny, shapes, tmp_path, monkeypatch):
         trainer = _trainer(_config(tiny, shapes, tmp_path, latent_caching=caching), tmp_path)
         trainer.setup()
         assert trainer.placement.parked == ["unet", "text_encoder"] and trainer.placement.for_samples() == ["unet"]
+        assert "gradient checkpointing: none (the training step runs no denoiser)" in capsys.readouterr().out
+    assert estimate(load_config(_config(tiny, shapes, tmp_path)).config)["summary"].startswith("not estimated (FINE_TUNE_VAE")
 
 
 def test_masked_training_weights_the_images_pixels(tiny, shapes, tmp_path):
