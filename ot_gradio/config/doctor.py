@@ -250,7 +250,7 @@ def output_format_problems(config: Any) -> list[str]:
     if method == TrainingMethod.LORA and fmt not in KOHYA_LORA_FORMATS | DIFFUSERS_LORA_FORMATS:
         return [f"output_model_format: LoRA training writes KOHYA_LORA or COMFY_LORA (A1111, ComfyUI, Forge) or "
                 f"SAFETENSORS / DIFFUSERS_LORA (diffusers keys), not {fmt.value}; choose one of those."]
-    if method == TrainingMethod.FINE_TUNE and (fmt in LORA_FORMATS - {ModelFormat.SAFETENSORS} or fmt in (ModelFormat.CKPT, ModelFormat.INTERNAL)):
+    if method in (TrainingMethod.FINE_TUNE, TrainingMethod.FINE_TUNE_VAE) and (fmt in LORA_FORMATS - {ModelFormat.SAFETENSORS} or fmt in (ModelFormat.CKPT, ModelFormat.INTERNAL)):
         why = "holds LoRA weights" if fmt in LORA_FORMATS else "is not written by the trainer"
         return [f"output_model_format: a fine-tune is a whole model and {fmt.value} {why}; choose SAFETENSORS or "
                 "ORIGINAL_SINGLE_FILE (one .safetensors checkpoint) or DIFFUSERS (a folder)."]

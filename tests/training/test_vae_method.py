@@ -173,3 +173,6 @@ def test_a_family_without_it_is_refused_at_the_start():
     for model_type in ("STABLE_DIFFUSION_15", "STABLE_DIFFUSION_20_INPAINTING", "STABLE_DIFFUSION_21_BASE"):
         config = load_config({"model_type": model_type, "training_method": "FINE_TUNE_VAE"}).config
         assert not [e for e in errors(config) if e.startswith("training_method")]
+    # it saves the whole model, as FINE_TUNE: a LoRA format is refused before the model loads
+    config = load_config({"training_method": "FINE_TUNE_VAE", "output_model_format": "KOHYA_LORA"}).config
+    assert [e for e in errors(config) if e.startswith("output_model_format: a fine-tune is a whole model")]
