@@ -92,8 +92,8 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
     supported = implemented_model_types()
     if model_type not in supported:
         warnings.append(f"Model type {model_type.value} is not supported by the trainer yet (only {', '.join(m.value for m in supported)} for now).")
-    elif method not in IMPLEMENTED_METHODS or not supports(model_type, method):
-        warnings.append(f"Training method {method.value} is not supported by the trainer for {model_type.value} yet (only {', '.join(m.value for m in IMPLEMENTED_METHODS)} for now).")
+    elif method_problem(model_type, method):  # also one of errors(): the page says it before Start
+        warnings.append(method_problem(model_type, method))
     mismatch = base_model_mismatch(model_type.value, config.base_model_name)
     if mismatch:  # the note the page's Model tab shows
         warnings.append(mismatch)
@@ -237,7 +237,7 @@ def method_problem(model_type: Any, method: Any) -> str | None:
     only, as OneTrainer; EMBEDDING: not for families without one): refused before the model loads."""
     info = family_info(model_type)
     method = TrainingMethod(method)
-    if info is None or not info.implemented or method not in IMPLEMENTED_METHODS or method in info.methods:
+    if info is None or not info.implemented or method not in IMPLEMENTED_METHODS or supports(model_type, method):
         return None
     choices = ", ".join(m.value for m in info.methods if m in IMPLEMENTED_METHODS)
     return f"training_method: {method.value} is not available for model type {ModelType(model_type).value}; choose {choices}"
