@@ -1,8 +1,10 @@
 """The training method's contract and its registry: each method module (lora_method,
-finetune_method, embedding_method) registers its class here; training/methods.py picks one.
+finetune_method, embedding_method, vae_method) registers its class here; training/methods.py
+picks one.
 
-A method decides which weights train and how the result is saved. The trainer knows none of
-them by name."""
+A method decides which weights train and how the result is saved; by default its steps are the
+diffusion objective's (a method that trains something else, as FINE_TUNE_VAE, gives its own step,
+the parts it runs and its samples). The trainer knows none of them by name."""
 
 from __future__ import annotations
 

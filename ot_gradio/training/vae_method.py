@@ -87,7 +87,11 @@ class VaeReconstructionStep:
 @torch.no_grad()
 def reconstruct(vae: Any, path: Path, width: int, height: int) -> Image.Image:
     """The image at `path`, scaled to cover width x height and centre-cropped, through `vae`."""
-    with load_rgb(path) as img:
+    try:
+        img = load_rgb(path)
+    except Exception as exc:
+        raise ValueError(f"samples: the prompt {path} is an image file that cannot be read ({exc}); fix or replace it") from exc
+    with img:
         scale = max(width / img.width, height / img.height)
         size = (max(width, round(img.width * scale)), max(height, round(img.height * scale)))
         scaled = img.resize(size, Image.Resampling.LANCZOS)
