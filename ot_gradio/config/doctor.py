@@ -92,8 +92,8 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
     supported = implemented_model_types()
     if model_type not in supported:
         warnings.append(f"Model type {model_type.value} is not supported by the trainer yet (only {', '.join(m.value for m in supported)} for now).")
-    elif method not in IMPLEMENTED_METHODS or not supports(model_type, method):
-        warnings.append(f"Training method {method.value} is not supported by the trainer for {model_type.value} yet (only {', '.join(m.value for m in IMPLEMENTED_METHODS)} for now).")
+    elif method_problem(model_type, method):  # also one of errors(): the page says it before Start
+        warnings.append(method_problem(model_type, method))
     mismatch = base_model_mismatch(model_type.value, config.base_model_name)
     if mismatch:  # the note the page's Model tab shows
         warnings.append(mismatch)
@@ -214,6 +214,9 @@ def errors(config: TrainConfig) -> list[str]:
     if config.multi_gpu and opt.fused_back_pass and "fused_back_pass" in optimizer_param_defaults(name):
         out.append("optimizer.fused_back_pass: it steps each weight inside the backward pass, before the other GPUs' "
                    "gradients arrive, so it cannot work with multi_gpu; turn one of them off.")
+    method_line = method_problem(config.model_type, config.training_method)
+    if method_line:
+        out.append(method_line)
     out += optimizer_problems(opt)
     out += output_format_problems(config)
     out += lora_reader_problems(config)
@@ -229,6 +232,17 @@ def errors(config: TrainConfig) -> list[str]:
     return out
 
 
+def method_problem(model_type: Any, method: Any) -> str | None:
+    """A training method the trainer has but not for this model type (FINE_TUNE_VAE: SD 1.x/2.x
+    only, as OneTrainer; EMBEDDING: not for families without one): refused before the model loads."""
+    info = family_info(model_type)
+    method = TrainingMethod(method)
+    if info is None or not info.implemented or method not in IMPLEMENTED_METHODS or supports(model_type, method):
+        return None
+    choices = ", ".join(m.value for m in info.methods if m in IMPLEMENTED_METHODS)
+    return f"training_method: {method.value} is not available for model type {ModelType(model_type).value}; choose {choices}"
+
+
 def output_format_problems(config: Any) -> list[str]:
     """A training method with an output format it does not write: refused before the model loads
     (the method's own check would stop the run only after loading it)."""
@@ -236,7 +250,7 @@ def output_format_problems(config: Any) -> list[str]:
     if method == TrainingMethod.LORA and fmt not in KOHYA_LORA_FORMATS | DIFFUSERS_LORA_FORMATS:
         return [f"output_model_format: LoRA training writes KOHYA_LORA or COMFY_LORA (A1111, ComfyUI, Forge) or "
                 f"SAFETENSORS / DIFFUSERS_LORA (diffusers keys), not {fmt.value}; choose one of those."]
-    if method == TrainingMethod.FINE_TUNE and (fmt in LORA_FORMATS - {ModelFormat.SAFETENSORS} or fmt in (ModelFormat.CKPT, ModelFormat.INTERNAL)):
+    if method in (TrainingMethod.FINE_TUNE, TrainingMethod.FINE_TUNE_VAE) and (fmt in LORA_FORMATS - {ModelFormat.SAFETENSORS} or fmt in (ModelFormat.CKPT, ModelFormat.INTERNAL)):
         why = "holds LoRA weights" if fmt in LORA_FORMATS else "is not written by the trainer"
         return [f"output_model_format: a fine-tune is a whole model and {fmt.value} {why}; choose SAFETENSORS or "
                 "ORIGINAL_SINGLE_FILE (one .safetensors checkpoint) or DIFFUSERS (a folder)."]

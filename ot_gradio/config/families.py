@@ -14,7 +14,7 @@ from .family_info import ALL_METHODS, FamilyInfo, collect
 __all__ = ["ALL_METHODS", "FamilyInfo"]
 
 # the methods the trainer implements (ot_gradio/training/methods.py registers each)
-IMPLEMENTED_METHODS = (T.LORA, T.FINE_TUNE, T.EMBEDDING)
+IMPLEMENTED_METHODS = (T.LORA, T.FINE_TUNE, T.EMBEDDING, T.FINE_TUNE_VAE)
 
 FAMILIES: dict[M, FamilyInfo]
 FAMILIES, SIGNS = collect()

@@ -54,7 +54,7 @@ class SeparateModelPartConfig(ModelPartConfig):
 
 class SampleConfig(Section):
     enabled: bool = opt(True, "Enabled", "Generate this sample during training.")
-    prompt: str = opt("", "Prompt", "The prompt. For embeddings, put <embedding> where the trained token goes, or every sample looks the same.")
+    prompt: str = opt("", "Prompt", "The prompt. For embeddings, put <embedding> where the trained token goes, or every sample looks the same. FINE_TUNE_VAE: the path of an image shows it encoded and decoded by the trained VAE (as OneTrainer).")
     negative_prompt: str = opt("", "Negative prompt", "What the image should not show.")
     height: int = opt(512, "Height", "Sample height in pixels. Use the model's native resolution (512 for SD 1.5, 1024 for SDXL): at the wrong size samples come out as noise.", ge=64, le=4096)
     width: int = opt(512, "Width", "Sample width in pixels. Use the model's native resolution.", ge=64, le=4096)

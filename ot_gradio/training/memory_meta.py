@@ -165,7 +165,8 @@ def estimate_on_meta(model: Any, config: Any, free: int) -> tuple[MemoryPlan, bo
             pack_bitsandbytes(model.parts[part])
     method = get_method(config.training_method)
     groups = method.setup(model, config, META)
-    parked = Placement.for_run(model, config, target, groups, method.embeddings is not None).parked
+    parked = Placement.for_run(model, config, target, groups, method.embeddings is not None,
+                               step_parts=method.step_parts).parked
     text = frozenset(g.model_part for g in groups if g.model_part in model.text_encoder_names and g.trains)
     setting = GradientCheckpointing(getattr(config, model.denoiser).gradient_checkpointing)
     with _shape_only_text_encoders(model, text), quantized_on_meta(model.parts.values()):

@@ -356,7 +356,7 @@ class CheckpointingDecision:
             set_checkpointing(model.parts[part], on)
         described = ", ".join(f"{part} {'on' if on else 'off'} ({'AUTO' if part in self.auto else 'set in the config'})"
                               for part, on in chosen.items())
-        message = f"gradient checkpointing: {described}" + (f"; {reason}" if reason else "")
+        message = f"gradient checkpointing: {described or 'none (the training step runs no denoiser)'}" + (f"; {reason}" if reason else "")
         if plan is not None:
             message += f"; memory: {plan.breakdown(any(chosen[p] for p in self.auto))}"
         return chosen, message, plan
@@ -398,6 +398,9 @@ def estimate(config: Any) -> dict[str, Any]:
         model.to(device)
         configure_model(model, config, device, precision)
         method = get_method(config.training_method)
+        if method.step_parts is not None:  # the probe measures diffusion steps (the denoiser's)
+            text = f"not estimated ({config.training_method.value}: the planner measures denoiser training steps only)"
+            return {"estimated": False, "summary": text, "line": text}
         groups = method.setup(model, config, device)
         from .offload import install_offloading  # noqa: PLC0415
 

@@ -1,8 +1,10 @@
 """The training method's contract and its registry: each method module (lora_method,
-finetune_method, embedding_method) registers its class here; training/methods.py picks one.
+finetune_method, embedding_method, vae_method) registers its class here; training/methods.py
+picks one.
 
-A method decides which weights train and how the result is saved. The trainer knows none of
-them by name."""
+A method decides which weights train and how the result is saved; by default its steps are the
+diffusion objective's (a method that trains something else, as FINE_TUNE_VAE, gives its own step,
+the parts it runs and its samples). The trainer knows none of them by name."""
 
 from __future__ import annotations
 
@@ -20,6 +22,10 @@ class Method:
     steps; the hooks default to doing nothing, so the trainer calls them on every method."""
 
     embeddings: Any = None  # the method's embeddings (embeddings.Embeddings), if it has any
+    # the step reads each batch's images (FINE_TUNE_VAE), so the dataset gives pixels, not cached latents
+    needs_pixels = False
+    # the model parts its training step runs, when not the usual ones (placement.py parks the others)
+    step_parts: tuple[str, ...] | None = None
 
     def setup(self, model: Any, config: Any, device: torch.device) -> list[ParamGroup]:
         """Freeze what does not train, add what does; the optimizer's parameter groups."""
@@ -36,12 +42,34 @@ class Method:
         """Write the result in the config's output format; return the written path."""
         raise NotImplementedError
 
+    def training_step(self, model: Any, config: Any, device: torch.device, precision: Any,
+                      noise_fn: Any = None, dist: Any = None) -> Any:
+        """What turns a batch into the loss (`loss(batch, trained_text_parts)`): the diffusion
+        objective (diffusion.DiffusionStep) unless the method trains something else."""
+        from .diffusion import DiffusionStep  # noqa: PLC0415
+
+        return DiffusionStep(model, config, device, precision, noise_fn, caption_transform=self.transform_text, dist=dist)
+
+    def sample_image(self, model: Any, sample: Any, text: Any, seed: int, device: torch.device) -> Any:
+        """One sample of the config as a PIL image (`text`: the prompt as the model reads it)."""
+        return model.sample(prompt=text(sample.prompt), negative_prompt=text(sample.negative_prompt), height=sample.height,
+                            width=sample.width, steps=sample.diffusion_steps, cfg_scale=sample.cfg_scale, seed=seed,
+                            sampler=sample.noise_scheduler, device=device, **sample_images(sample))
+
     def transform_text(self, text: str) -> str:
         """Captions and sample prompts before tokenizing (embeddings: placeholders -> their tokens)."""
         return text
 
     def after_optimizer_step(self, model: Any) -> None:
         """After every optimizer step (embeddings: preserve_embedding_norm)."""
+
+
+def sample_images(sample: Any) -> dict[str, str]:
+    """An inpainting sample's base image and mask for the family's `sample` (the doctor checked
+    the family and the files before the run); none for a text-to-image sample."""
+    if not sample.sample_inpainting:
+        return {}
+    return {"image": sample.base_image_path, "mask": sample.mask_image_path}
 
 
 METHODS: dict[TrainingMethod, type] = {}

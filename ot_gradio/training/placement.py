@@ -14,7 +14,9 @@ Kept on the train device, as before: the denoiser; every part that trains; a par
 are INT_8 or NFLOAT_4 (bitsandbytes lays them out for the GPU when they move there, and not every
 layer moves back); a part with layer or activation offloading (offload.py places its blocks);
 an inpainting model's VAE (its steps encode a blank image); and everything when latent caching
-is off or the train device is the CPU. The memory planner counts the parked parts in RAM, not on
+is off or the train device is the CPU. A method whose step runs other parts names them
+(`Method.step_parts`; FINE_TUNE_VAE: the VAE alone), and every other frozen part waits in RAM, the
+denoiser too (it comes for samples). The memory planner counts the parked parts in RAM, not on
 the device (memory_plan.MemoryPlan.parked).
 
 `Placement.park()` moves the parked parts to the CPU; `Placement.using(parts)` brings them to the
@@ -50,28 +52,31 @@ def move(module: torch.nn.Module, device: torch.device) -> None:
 
 
 def parked_parts(model: Any, config: Any, device: torch.device, trained_parts: Iterable[str],
-                 text_cache_off_reason: str | None) -> tuple[list[str], list[str]]:
+                 text_cache_off_reason: str | None, step_parts: Iterable[str] | None = None) -> tuple[list[str], list[str]]:
     """(the parts that wait in RAM while the steps run, the frozen parts that stay on `device`
-    with why: 'text_encoder: latent caching is off'). Both empty on the CPU."""
+    with why: 'text_encoder: latent caching is off'). Both empty on the CPU. `step_parts`: the
+    parts a method's own training step runs (FINE_TUNE_VAE: the VAE alone; then the denoiser waits too)."""
     if torch.device(device).type == HOST.type:
         return [], []
     trained = set(trained_parts)
     text_parts = set(model.text_encoder_names)
     parked, kept = [], []
     for part in model.parts:
-        if part == model.denoiser or part in trained:
+        if part in trained or (part == model.denoiser and step_parts is None):
             continue
         section = getattr(config, part, None)
         reason = None
-        if not config.latent_caching:
+        if step_parts is not None:
+            reason = "the training steps run it" if part in step_parts else None
+        elif not config.latent_caching:
             reason = "latent caching is off"
         elif part in text_parts and text_cache_off_reason is not None:
             reason = f"its outputs are not cached ({text_cache_off_reason})"
         elif part not in text_parts and model.inpainting:
             reason = "an inpainting model's steps encode a blank image with it"
-        elif section is not None and DataType(section.weight_dtype) in STAY_ON_DEVICE_TYPES:
+        if reason is None and section is not None and DataType(section.weight_dtype) in STAY_ON_DEVICE_TYPES:
             reason = f"its {DataType(section.weight_dtype).value} weights cannot always move back from the device"
-        elif section is not None and (section.offload_fraction > 0 or section.activation_offloading):
+        elif reason is None and section is not None and (section.offload_fraction > 0 or section.activation_offloading):
             reason = "layer offloading places its blocks"
         if reason is None:
             parked.append(part)
@@ -95,7 +100,7 @@ class Placement:
 
     @classmethod
     def for_run(cls, model: Any, config: Any, device: torch.device, param_groups: Iterable[Any],
-                uses_embeddings: bool) -> Placement:
+                uses_embeddings: bool, step_parts: Iterable[str] | None = None) -> Placement:
         """The placement of a run whose method made `param_groups`; its `text_cache_off_reason`
         says why the text encoder outputs are not cached (None: they are)."""
         from ..data.text_cache import text_cache_problem  # noqa: PLC0415
@@ -106,7 +111,7 @@ class Placement:
                                     trained_text_parts={p for p in trained if p in model.text_encoder_names},
                                     uses_embeddings=uses_embeddings)
         trained |= {part for part, module in model.parts.items() if any(p.requires_grad for p in module.parameters())}
-        placement = cls(model, device, *parked_parts(model, config, device, trained, reason))
+        placement = cls(model, device, *parked_parts(model, config, device, trained, reason, step_parts))
         placement.text_cache_off_reason = reason
         return placement
 

@@ -7,7 +7,7 @@ losses first (a NaN loss stops the run before its weights are used)."""
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -17,14 +17,6 @@ from .optimizers import optimizer_eval_mode, optimizer_train_mode
 
 if TYPE_CHECKING:
     from .run_state import RunState
-
-
-def sample_images(sample: Any) -> dict[str, str]:
-    """An inpainting sample's base image and mask for the family's `sample` (the doctor checked
-    the family and the files before the run); none for a text-to-image sample."""
-    if not sample.sample_inpainting:
-        return {}
-    return {"image": sample.base_image_path, "mask": sample.mask_image_path}
 
 
 def sample_during_training(run: RunState) -> None:
@@ -56,18 +48,7 @@ def _sample_all(run: RunState, samples: list, ema: bool | None) -> None:
     for i, s in enumerate(samples):
         seed = random.randint(0, 2**31 - 1) if s.random_seed else s.seed
         state = torch.get_rng_state()
-        image = run.model.sample(
-            prompt=text(s.prompt),
-            negative_prompt=text(s.negative_prompt),
-            height=s.height,
-            width=s.width,
-            steps=s.diffusion_steps,
-            cfg_scale=s.cfg_scale,
-            seed=seed,
-            sampler=s.noise_scheduler,
-            device=run.device,
-            **sample_images(s),
-        )
+        image = run.method.sample_image(run.model, s, text, seed, run.device)  # the family's sample, or the method's own
         torch.set_rng_state(state)  # sampling must not change the training noise
         c = run.counters
         out = run.paths.samples / f"step{c.global_step:06d}-epoch{c.epoch}-{i}{suffix}.{fmt}"

@@ -32,7 +32,7 @@ from ..data.prefetch import LoadStats, prefetched
 from ..models.common import base_module
 from .backup import Counters, write_backup
 from .device import Precision, channels_last_on_cpu, resolve_device, weight_dtype
-from .diffusion import DiffusionStep, check_quantized_parts_frozen, configure_model
+from .diffusion import check_quantized_parts_frozen, configure_model
 from .distributed import Distributed
 from .ema import EMA
 from .intervals import Every
@@ -140,12 +140,10 @@ class Trainer:
         self._set_train_modes()
         self._install_offloading()
         # which frozen parts wait in RAM while the steps run (placement.py); the planner counts them there
-        self.placement = Placement.for_run(self.model, cfg, self.device, self.param_groups, self.method.embeddings is not None)
+        self.placement = Placement.for_run(self.model, cfg, self.device, self.param_groups, self.method.embeddings is not None,
+                                            step_parts=self.method.step_parts)
         self.text_cache_off_reason = self.placement.text_cache_off_reason
-        self.diffusion = DiffusionStep(
-            self.model, cfg, self.device, self.precision, self.noise_fn,
-            caption_transform=self.method.transform_text, dist=self.dist,
-        )
+        self.diffusion = self.method.training_step(self.model, cfg, self.device, self.precision, self.noise_fn, dist=self.dist)
         # the memory planner's probe runs the denoiser on meta tensors in a thread of its own
         # while the VAE caches latents here (it draws no random numbers this thread draws)
         decision = self._start_checkpointing_decision()
@@ -188,7 +186,7 @@ class Trainer:
                 cfg.resolution,
                 self.global_batch_size,
                 aspect_ratio_bucketing=cfg.aspect_ratio_bucketing,
-                latent_caching=cfg.latent_caching,
+                latent_caching=cfg.latent_caching and not self.method.needs_pixels,
                 cache_dir=cfg.cache_dir,
                 vae_id=self.model.vae_id,
                 seed=cfg.seed,
@@ -255,7 +253,7 @@ class Trainer:
     def _park_parts(self) -> None:
         """The parts no training step runs go to RAM (placement.py), after the caches are filled:
         the text cache first gets every caption the training and validation data can give."""
-        if self.placement.parks_text_encoders:
+        if self.placement.parks_text_encoders and self.diffusion.text_cache is not None:  # (a method step reading no text has none)
             sources = [(self.diffusion, self.dataset)]
             if self.validator is not None:
                 sources.append((self.validator.step, self.validator.dataset))
@@ -274,7 +272,8 @@ class Trainer:
         starts here, in a thread of its own (memory_plan.CheckpointingDecision)."""
         from .memory_plan import CheckpointingDecision  # noqa: PLC0415
 
-        parts = [self.model.denoiser, *sorted(self.trained_text_parts)]
+        # a method's own step (FINE_TUNE_VAE) runs neither: no probe of a step that never runs
+        parts = [self.model.denoiser, *sorted(self.trained_text_parts)] if self.method.step_parts is None else []
         settings = {part: getattr(self.config, part).gradient_checkpointing for part in parts}
         return CheckpointingDecision(self.model, self.config, self.device, self.precision, self.param_groups,
                                      self.trained_text_parts, settings, background=True, parked=self.placement.parked)

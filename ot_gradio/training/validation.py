@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..config.enums import ConceptType
-from .diffusion import DiffusionStep
 from .intervals import Every
 
 if TYPE_CHECKING:
@@ -63,7 +62,7 @@ class Validator:
             cfg.resolution,
             1,  # one image per batch: every held-out image counts, whatever its aspect bucket
             aspect_ratio_bucketing=cfg.aspect_ratio_bucketing,
-            latent_caching=cfg.latent_caching,
+            latent_caching=cfg.latent_caching and not run.method.needs_pixels,
             cache_dir=cfg.cache_dir,
             vae_id=model.vae_id,
             seed=cfg.seed,
@@ -76,7 +75,7 @@ class Validator:
             getattr(fixed, part).dropout_probability = 0.0
         fixed.unmasked_probability = 0.0
         self.draws = FixedDraws(cfg.seed)
-        self.step = DiffusionStep(model, fixed, run.device, run.precision, self.draws, caption_transform=run.method.transform_text)
+        self.step = run.method.training_step(model, fixed, run.device, run.precision, self.draws)  # its own objective
         self.step.text_cache = run.text_cache
 
     @property

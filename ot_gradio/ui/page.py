@@ -47,7 +47,19 @@ from .state import load_ui_choices, load_ui_config, preset_config, save_ui_choic
 from .tools_tab import ToolsContext, build_tools
 from .training_tab import lr_frame, memory_markdown
 from .uploads import DELETE_CACHE, bound_uploads
-from .visibility import TAB_METHODS, applies, conditional_fields, model_parts, part_field_shown, part_of, shown_parts, tab_order, tab_shown
+from .visibility import (
+    TAB_METHODS,
+    applies,
+    conditional_fields,
+    method_field_shown,
+    method_fields,
+    model_parts,
+    part_field_shown,
+    part_of,
+    shown_parts,
+    tab_order,
+    tab_shown,
+)
 
 TOP_FIELDS = ("model_type", "training_method")
 TABS = tuple((title, tab) for tab, title in TAB_TITLES.items() if tab != "concepts")  # the schema's tabs; Concepts is built on its own
@@ -200,6 +212,9 @@ class Page:
         self.conditional = {p: fields[p] for p in conditional_fields() if p in fields}
         for path, f in self.conditional.items():
             f.component.visible = applies(path, initial)
+        self.by_method = {p: fields[p] for p in method_fields() if p in fields}  # part settings one method ignores
+        for path, f in self.by_method.items():
+            f.component.visible = method_field_shown(path, method)
         self.all_outputs = [self.config_state, *self.components, self.samples.table, self.lr_plot, self.memory, self.memory_estimate.output,
                             *self._visibility_targets(), *self.concepts.outputs]
         self.edit_outputs = [self.config_state, self.lr_plot, self.memory, self.memory_estimate.output, *self._visibility_targets()]
@@ -227,7 +242,7 @@ class Page:
 
     def _visibility_targets(self) -> list:
         return [*(f.component for f in self.opt_fields.values()), *(f.component for f in self.conditional.values()), *self.part_groups,
-                *(self.tab_handles[t] for t in TAB_METHODS if t in self.tab_handles)]
+                *(self.tab_handles[t] for t in TAB_METHODS if t in self.tab_handles), *(f.component for f in self.by_method.values())]
 
     def _wire(self) -> None:
         edit_inputs = {self.config_state, *self.components}
@@ -293,6 +308,7 @@ class Page:
         out.update({acc: gr.update(visible=part in shown) for acc, part in self.part_groups.items()})
         method = config.get("training_method")
         out.update({self.tab_handles[t]: gr.update(visible=tab_shown(t, method)) for t in TAB_METHODS if t in self.tab_handles})
+        out.update({f.component: gr.update(visible=method_field_shown(p, method)) for p, f in self.by_method.items()})
         return out
 
     def populate(self, config: dict[str, Any]) -> dict:

@@ -21,6 +21,11 @@ from ..config.schema import TrainConfig
 
 # Tabs that belong to one training method (the others are shown for every method).
 TAB_METHODS: dict[str, tuple[T, ...]] = {"lora": (T.LORA,), "embedding": (T.EMBEDDING,)}
+# FINE_TUNE_VAE trains the VAE's decoder alone (training/vae_method.py): it reads these settings of
+# the VAE and none of the other parts' training settings (PART_TRAINING)
+VAE_TRAINING = ("learning_rate", "stop_training_after", "stop_training_after_unit")
+PART_TRAINING = ("train", "learning_rate", "stop_training_after", "stop_training_after_unit", "dropout_probability",
+                 "train_embedding", "gradient_checkpointing", "offload_fraction", "activation_offloading")
 
 
 @cache
@@ -55,10 +60,29 @@ def part_field_shown(path: str) -> bool:
         return True
     meta = field_meta(ModelPartConfig, path.split(".", 1)[1])  # the schema's on_frozen_part, text_encoder_only
     if part in FROZEN_PARTS:
-        return bool(meta.get("on_frozen_part"))
+        return bool(meta.get("on_frozen_part")) or (part == "vae" and path.split(".", 1)[1] in VAE_TRAINING)
     if meta.get("text_encoder_only"):
         return "text_encoder" in part
     return True
+
+
+def method_field_shown(path: str, method: str | None) -> bool:
+    """The part settings that depend on the training method: under FINE_TUNE_VAE the VAE's
+    training settings and none of the other parts'; under any other method not the VAE's."""
+    part, dot, name = path.partition(".")
+    if not dot or part not in model_parts():
+        return True
+    vae_method = method == T.FINE_TUNE_VAE.value
+    if part == "vae" and name in VAE_TRAINING:
+        return vae_method
+    return not (vae_method and part != "vae" and name in PART_TRAINING)
+
+
+@cache
+def method_fields() -> tuple[str, ...]:
+    """The fields `method_field_shown` may hide (the page updates them when the method changes)."""
+    return tuple(f.path for f in iter_fields(TrainConfig) if part_field_shown(f.path) and (
+        f.path.partition(".")[2] in PART_TRAINING and part_of(f.path) is not None and "." in f.path))
 
 
 def tab_shown(tab: str | None, method: str | None) -> bool:
@@ -76,7 +100,7 @@ def field_shown(path: str, tab: str | None, model_type: str | None, method: str 
     part = part_of(path)
     if part is not None and (part not in shown_parts(model_type) or not part_field_shown(path)):
         return False
-    return tab_shown(tab, method)
+    return tab_shown(tab, method) and method_field_shown(path, method)
 
 
 @cache

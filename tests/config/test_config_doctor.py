@@ -66,8 +66,8 @@ def test_unsupported_model_type_method_and_no_concepts():
     warnings = check(config)
     assert any("HUNYUAN_VIDEO is not supported" in w for w in warnings)
     assert any("no concepts" in w for w in warnings)
-    config = TrainConfig(model_type=ModelType.STABLE_DIFFUSION_15, training_method=TrainingMethod.FINE_TUNE_VAE)
-    assert any("FINE_TUNE_VAE is not supported" in w for w in check(config))
+    config = TrainConfig(model_type=ModelType.FLUX_DEV_1, training_method=TrainingMethod.FINE_TUNE_VAE)
+    assert "training_method: FINE_TUNE_VAE is not available for model type FLUX_DEV_1; choose LORA, FINE_TUNE, EMBEDDING" in check(config)
     config.concepts = [ConceptConfig(enabled=False)]
     assert any("Every concept is disabled" in w for w in check(config))
 

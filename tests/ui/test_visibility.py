@@ -30,7 +30,8 @@ def test_only_the_family_parts_are_shown(model_type):
     for part in model_parts():
         for path in (f"{part}.learning_rate", f"{part}.weight_dtype"):
             if part_field_shown(path):
-                assert field_shown(path, "training", model_type.value, "LORA") == (part in parts), path
+                method = "FINE_TUNE_VAE" if part == "vae" else "LORA"  # the VAE's learning rate is that method's
+                assert field_shown(path, "training", model_type.value, method) == (part in parts), path
 
 
 def test_sd_and_pixart_and_cascade():
@@ -47,9 +48,23 @@ def test_sd_and_pixart_and_cascade():
 def test_frozen_parts_show_only_how_they_load():
     assert part_field_shown("vae.weight_dtype")
     assert not part_field_shown("vae.train")
-    assert not part_field_shown("vae.learning_rate")
+    assert part_field_shown("vae.learning_rate")  # FINE_TUNE_VAE's: shown under that method only
+    assert not part_field_shown("vae.dropout_probability")
     assert not part_field_shown("decoder_vqgan.train")
     assert part_field_shown("unet.train")
+
+
+@pytest.mark.parametrize("method", list(TrainingMethod))
+def test_the_vae_settings_show_when_the_vae_trains(method):
+    """FINE_TUNE_VAE trains the VAE's decoder alone: its learning rate and stop show, and the
+    other parts' training settings (which it ignores) do not; every other method the reverse."""
+    vae = method == TrainingMethod.FINE_TUNE_VAE
+    for name in ("learning_rate", "stop_training_after", "stop_training_after_unit"):
+        assert field_shown(f"vae.{name}", "training", "STABLE_DIFFUSION_15", method.value) == vae, name
+    for path in ("unet.train", "unet.learning_rate", "text_encoder.train", "text_encoder.dropout_probability", "unet.gradient_checkpointing"):
+        assert field_shown(path, "training", "STABLE_DIFFUSION_15", method.value) != vae, path
+    assert field_shown("vae.weight_dtype", "training", "STABLE_DIFFUSION_15", method.value)
+    assert not field_shown("vae.train", "training", "STABLE_DIFFUSION_15", method.value)
 
 
 def test_caption_dropout_only_on_text_encoders():
@@ -86,6 +101,12 @@ def test_the_page_hides_parts_and_tabs(page):
     assert out[by_part["unet"]]["visible"] is True
     assert out[page.tab_handles["lora"]]["visible"] is True and out[page.tab_handles["embedding"]]["visible"] is False
     assert "vae.train" not in page.fields and "vae.weight_dtype" in page.fields
+    assert out[page.fields["vae.learning_rate"].component]["visible"] is False
+    assert out[page.fields["unet.learning_rate"].component]["visible"] is True
+    out = page.visibility({**config, "model_type": "STABLE_DIFFUSION_15", "training_method": "FINE_TUNE_VAE"})
+    assert out[page.fields["vae.learning_rate"].component]["visible"] is True
+    assert out[page.fields["unet.learning_rate"].component]["visible"] is False
+    assert out[page.fields["text_encoder.train"].component]["visible"] is False
     # editing the model type in the form applies them at once
     values = page.form_values(config)
     values[page.fields["model_type"].component] = "PIXART_ALPHA"

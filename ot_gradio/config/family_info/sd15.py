@@ -2,15 +2,17 @@
 share one pipeline and are not told apart."""
 
 from ..enums import ModelType as M
-from . import FamilyInfo, Sign
+from ..enums import TrainingMethod as T
+from . import ALL_METHODS, FamilyInfo, Sign
 from ._sizes import CLIP_L, VAE
 
 SD_PARTS = ("unet", "text_encoder", "vae")
 SD_LORA = ("StableDiffusionPipeline", ("text_encoder",))
+SD_METHODS = (*ALL_METHODS, T.FINE_TUNE_VAE)  # OneTrainer trains the VAE of SD 1.x/2.x only
 SD15_PARAMS = {"unet": 859_520_964, "text_encoder": CLIP_L, "vae": VAE}
 
 FAMILIES = {
-    M.STABLE_DIFFUSION_15: FamilyInfo(SD_PARTS, "unet", ("text_encoder",), implemented=True, diffusers_lora=SD_LORA,
+    M.STABLE_DIFFUSION_15: FamilyInfo(SD_PARTS, "unet", ("text_encoder",), implemented=True, diffusers_lora=SD_LORA, methods=SD_METHODS,
                                          preset="sd15-lora", preset_note="also *sd15-finetune* and *sd15-embedding*",
                                          params=SD15_PARAMS),
 }
