@@ -64,6 +64,14 @@ class DataType(StrEnum):
     NFLOAT_4 = "NFLOAT_4"
 
 
+# OneTrainer's weight types that are not offered here, with why and what to use instead: validation
+# says so in place of the bare list of choices. (INT_W8A8 / FLOAT_W8A8 and their _COMPRESSED forms
+# are imported as INT_8 / FLOAT_8 with a warning, config/onetrainer.py.)
+_GGUF = ("GGUF weights come from a .gguf transformer file, which is not read yet; for a small transformer use its "
+         ".safetensors file with FLOAT_8, INT_8 or NFLOAT_4")
+DATA_TYPES_NOT_OFFERED = {"GGUF": _GGUF, "GGUF_A8_FLOAT": _GGUF, "GGUF_A8_INT": _GGUF}
+
+
 class ModelFormat(StrEnum):
     DIFFUSERS = "DIFFUSERS"
     CKPT = "CKPT"

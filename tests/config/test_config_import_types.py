@@ -20,6 +20,9 @@ CASES = [
     ({"__version": 0, "embedding_model_names": [{"a": 1}]}, r"embedding.model_name: must be text"),
     ({"__version": 2, "noising_weight": 1.0, "noising_bias": "x"}, r"noising_bias: must be a number \(got 'x'\)"),
     ({"__version": 1, "min_snr_gamma": "z"}, r"loss_weight_strength: must be a number"),
+    # OneTrainer's GGUF weight types: why they are not offered and what to use, not the bare list
+    ({"unet": {"weight_dtype": "GGUF"}}, r"unet.weight_dtype: GGUF is not offered: .*\.gguf transformer file.* FLOAT_8, INT_8 or NFLOAT_4$"),
+    ({"unet": {"weight_dtype": "GGUF_A8_INT"}}, r"unet.weight_dtype: GGUF_A8_INT is not offered: "),
 ]
 
 
@@ -54,3 +57,10 @@ def test_good_values_still_convert(tmp_path):
                        "noising_weight": 0.5, "noising_bias": 0.75, "concepts": []})
     assert old.config.embedding.model_name == "e.pt"
     assert old.config.noising_bias == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize(("theirs", "ours"), [("INT_W8A8_COMPRESSED", "INT_8"), ("FLOAT_W8A8_COMPRESSED", "FLOAT_8")])
+def test_compressed_8bit_weight_types_import_as_8bit_weights_saying_what_differs(theirs, ours):
+    loaded = load_config(ot_config({"unet": {"weight_dtype": theirs}}))
+    assert loaded.config.unet.weight_dtype.value == ours
+    assert any(f"unet.weight_dtype {theirs} -> {ours}" in w and "nvCOMP" in w for w in loaded.warnings), loaded.warnings
