@@ -282,23 +282,13 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
             raise ValueError(f"{self.model_type.value} samples from a prompt alone; it takes no {', '.join(sorted(inputs))}")
         return {}
 
-    def prompt_embeddings(self, pipe, prompt: str, negative_prompt: str, cfg_scale: float, device: torch.device) -> dict:
-        """The prompts as the pipeline's embedding inputs, encoded now (as the pipeline's own
-        `encode_prompt` would), so that the text encoders can leave before the UNet runs."""
-        inputs = self.prompt_inputs(prompt, negative_prompt)
-        if "prompt" not in inputs:  # embeddings already (SDXL)
-            return inputs
-        guided = float(cfg_scale) > 1 and pipe.unet.config.time_cond_proj_dim is None  # the pipeline's own test
-        cond, uncond = pipe.encode_prompt(inputs["prompt"], device, 1, guided, inputs["negative_prompt"], clip_skip=inputs["clip_skip"])
-        return {"prompt_embeds": cond, "negative_prompt_embeds": uncond}
-
     def prompt_inputs(self, prompt: str, negative_prompt: str = "") -> dict:
-        """How the prompts reach the pipeline (SDXL passes embeddings, with a clip skip per encoder)."""
-        return {
-            "prompt": prompt,
-            "negative_prompt": negative_prompt or None,
-            "clip_skip": self.layer_skips.get("text_encoder") or None,
-        }
+        """The prompts as the pipeline's embedding inputs, made by `encode_text` as in training (its
+        clip skip included: the pipeline's own `clip_skip` reads `text_encoder.text_model`, which
+        transformers' CLIPTextModel no longer has), so that the text encoders can leave before the
+        UNet runs. SDXL adds its pooled embeddings."""
+        return {"prompt_embeds": self.encode_text([prompt])["encoder_hidden_states"],
+                "negative_prompt_embeds": self.encode_text([negative_prompt or ""])["encoder_hidden_states"]}
 
     def sample(self, prompt: str, negative_prompt: str = "", height: int = 512, width: int = 512, steps: int = 20,
                cfg_scale: float = 7.0, seed: int = 0, sampler: NoiseScheduler | str = NoiseScheduler.DDIM,
@@ -313,7 +303,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
         with parked_for_sampling(self.parts, device, self.denoiser) as places, torch.no_grad():
             generator = torch.Generator(device="cpu").manual_seed(int(seed))
             pipe = self.pipeline(sampler)
-            prompts = self.prompt_embeddings(pipe, prompt, negative_prompt, cfg_scale, places.device)
+            prompts = self.prompt_inputs(prompt, negative_prompt)
             places.release(self.text_encoder_names, pipe)  # encoded: the text encoders leave before the UNet runs
             image = pipe(
                 **prompts,

@@ -245,6 +245,10 @@ def test_clip_skip_reaches_training_and_sampling(model, monkeypatch):
         monkeypatch.setattr(diffusers.StableDiffusionPipeline, "__call__", fake_call)
         with pytest.raises(RuntimeError, match="stop here"):
             model.sample("a red circle", height=32, width=32, steps=1)
-        assert seen["clip_skip"] == 1
+        # the prompt reaches the pipeline encoded as in training (the pipeline's own clip_skip
+        # reads text_encoder.text_model, which transformers' CLIPTextModel no longer has)
+        assert torch.equal(seen["prompt_embeds"], trained_on) and "clip_skip" not in seen
+        monkeypatch.undo()
+        assert model.sample("a red circle", height=32, width=32, steps=1).size == (32, 32)  # the real pipeline, clip skip on
     finally:
         configure_model(model, config(), CPU, Precision(DataType.FLOAT_32, CPU))
