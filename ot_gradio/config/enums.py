@@ -44,6 +44,8 @@ class ModelType(StrEnum):
     KREA_2 = "KREA_2"
     ERNIE = "ERNIE"
     IDEOGRAM_4 = "IDEOGRAM_4"
+    # Not in OneTrainer (its Wan request was closed as not planned); trained here.
+    WAN_2_1 = "WAN_2_1"
 
 
 class TrainingMethod(StrEnum):

@@ -57,6 +57,15 @@ class FrameSampling:
         return {"frames": int(self.frames), "step": int(self.step), "fps": float(self.fps), "start": float(self.start)}
 
 
+def run_sampling(config: object, frame_step: int | None) -> FrameSampling | None:
+    """The run's frame sampling (`frames`, `frame_rate`, `clip_start`) for a video family
+    (`frame_step`: the model's; None: an image family, which reads no clips)."""
+    if frame_step is None:
+        return None
+    return FrameSampling(int(str(getattr(config, "frames", 25)).strip()), int(frame_step), float(getattr(config, "frame_rate", 24.0)),
+                         float(getattr(config, "clip_start", 0.0)))
+
+
 @dataclass(frozen=True)
 class ClipInfo:
     width: int

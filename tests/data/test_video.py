@@ -94,7 +94,7 @@ def test_video_dataset_batches_by_frames_and_keys_the_cache_on_sampling(tmp_path
 
     def cached(sampling):
         return build_dataset([concept], [(32, 32)], 1, latent_caching=True, cache_dir=tmp_path / "cache", vae_id="v",
-                             encode_fn=encode, frames=sampling, encode_batch_size=1)
+                             encode_fn=encode, frames=sampling)
 
     first = cached(FrameSampling(frames=9))
     assert first.cache_report.encoded == 4

@@ -30,7 +30,8 @@ def test_sizes():
 
 # (model type, tiny model): the flow-matching families (FlowFamily.sample)
 FLOW_FAMILIES = [("FLUX_DEV_1", "flux"), ("CHROMA_1", "chroma"), ("FLUX_2", "flux2-dev"), ("FLUX_2", "flux2-klein"), ("QWEN", "qwen-image"),
-                 ("Z_IMAGE", "z-image"), ("STABLE_DIFFUSION_3", "sd3"), ("SANA", "sana")]
+                 ("Z_IMAGE", "z-image"), ("STABLE_DIFFUSION_3", "sd3"), ("SANA", "sana"),
+                 ("WAN_2_1", "wan")]
 
 
 @pytest.mark.parametrize(("model_type", "tiny"), FLOW_FAMILIES)

@@ -1,0 +1,63 @@
+"""Wan 2.1 end to end on the tiny model: a LoRA trained in a worker process from a folder of three
+short generated clips and one image (with hostile clips beside them, named and skipped), that
+WanPipeline reloads with `load_lora_weights` (nothing ignored) and that changes its output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ot_gradio.config.io import config_to_dict
+from ot_gradio.config.schema import TrainConfig
+from tests.e2e.runs import local_pipeline, lora_load_problems, run_until_done, tiny_fixture
+from tests.video_clips import write_clip, write_hostile_clips
+
+pytestmark = pytest.mark.slow
+PROMPT = "a yellow square moving"
+
+tiny_wan = tiny_fixture("wan", "tiny_wan")
+
+
+def _video(pipe) -> np.ndarray:
+    return pipe(PROMPT, height=32, width=32, num_frames=5, num_inference_steps=2, guidance_scale=1.0,
+                generator=torch.Generator().manual_seed(0), output_type="np").frames[0]
+
+
+def test_lora_from_clips_and_an_image_reloads_in_the_wan_pipeline(tiny_wan, tmp_path):
+    from PIL import Image
+    from safetensors import safe_open
+
+    data = tmp_path / "clips"
+    for i in range(3):
+        write_clip(data / f"clip{i}.mp4", frames=9, seed=i)
+        (data / f"clip{i}.txt").write_text(PROMPT)
+    Image.new("RGB", (32, 32), (240, 200, 40)).save(data / "still.png")
+    (data / "still.txt").write_text("a yellow square")
+    hostile = write_hostile_clips(data)
+    config = config_to_dict(TrainConfig())
+    config.update(
+        model_type="WAN_2_1", training_method="LORA", output_model_format="DIFFUSERS_LORA",
+        base_model_name=str(tiny_wan.diffusers_dir), concepts=[{"name": "clips", "path": str(data)}],
+        output_model_destination=str(tmp_path / "out" / "lora.safetensors"), workspace_dir=str(tmp_path / "ws"),
+        cache_dir=str(tmp_path / "cache"), train_device="cpu", train_dtype="FLOAT_32", resolution="64", frames="5",
+        batch_size=1, epochs=1, learning_rate=5e-2, lora_rank=4, lora_alpha=4.0, samples=[], latent_caching=True,
+    )
+    config["transformer"]["weight_dtype"] = config["text_encoder"]["weight_dtype"] = config["vae"]["weight_dtype"] = "FLOAT_32"
+    config["text_encoder"]["train"] = False  # WanPipeline loads a LoRA into the transformer only
+    _, events = run_until_done(config, tmp_path)
+    warnings = [e["message"] for e in events if e["type"] == "warning"]
+    for path in hostile.values():
+        assert any(path.name in w for w in warnings), (path.name, warnings)
+    losses = [e["loss"] for e in events if e["type"] == "metrics" and "loss" in e]
+    assert len(losses) == 4 and all(np.isfinite(losses))  # 3 clips + 1 image, batch 1
+
+    out = tmp_path / "out" / "lora.safetensors"
+    with safe_open(str(out), "pt") as f:
+        keys = list(f.keys())
+    assert any(k.startswith("transformer.blocks.0.attn1.") for k in keys)
+    assert all(k.startswith("transformer.") for k in keys), keys  # the default layer preset: every linear layer
+    pipe = local_pipeline(tiny_wan.diffusers_dir)
+    before = _video(pipe)
+    assert lora_load_problems(pipe, out) == []
+    assert np.abs(_video(pipe) - before).max() > 1e-3
