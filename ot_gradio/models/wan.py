@@ -17,7 +17,8 @@ What Wan 2.1 is (diffusers' WanPipeline):
 - Samples here are still images (one frame) until video samples exist.
 - Loading: a hub id (Wan-AI/Wan2.1-T2V-1.3B-Diffusers), a diffusers folder or `tiny:wan`;
   single files are refused. Saving: a diffusers folder; LoRA as diffusers/PEFT keys
-  (`transformer.blocks.0.attn1.to_q.lora_A.weight`) that WanPipeline.load_lora_weights reads.
+  (`transformer.blocks.0.attn1.to_q.lora_A.weight`) that WanPipeline.load_lora_weights reads, or
+  KOHYA_LORA with the original layer names ComfyUI maps (`lora_unet_blocks_0_self_attn_q`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Wan21(TokenWindow, IdentityLoraNames, FlowFamily):
     text_encoder_description = "its UMT5 text encoder"
     default_config_repo = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
     lora_base_model_version = "wan_2_1"
+    comfy_lora_names = "wan"  # KOHYA_LORA: ComfyUI's names (models/comfy_lora_names.py)
     embedding_keys: dict[str, str] = {}
     t5_part = "text_encoder"
     patch_size = None  # the transformer config's (1, 2, 2)
