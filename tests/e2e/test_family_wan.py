@@ -24,9 +24,9 @@ def _video(pipe) -> np.ndarray:
                 generator=torch.Generator().manual_seed(0), output_type="np").frames[0]
 
 
-def test_lora_from_clips_and_an_image_reloads_in_the_wan_pipeline(tiny_wan, tmp_path):
+def _clips_and_an_image(tmp_path):
+    """Three 9-frame clips and an image, each captioned."""
     from PIL import Image
-    from safetensors import safe_open
 
     data = tmp_path / "clips"
     for i in range(3):
@@ -34,7 +34,10 @@ def test_lora_from_clips_and_an_image_reloads_in_the_wan_pipeline(tiny_wan, tmp_
         (data / f"clip{i}.txt").write_text(PROMPT)
     Image.new("RGB", (32, 32), (240, 200, 40)).save(data / "still.png")
     (data / "still.txt").write_text("a yellow square")
-    hostile = write_hostile_clips(data)
+    return data
+
+
+def _config(tiny_wan, data, tmp_path, **changes) -> dict:
     config = config_to_dict(TrainConfig())
     config.update(
         model_type="WAN_2_1", training_method="LORA", output_model_format="DIFFUSERS_LORA",
@@ -43,9 +46,18 @@ def test_lora_from_clips_and_an_image_reloads_in_the_wan_pipeline(tiny_wan, tmp_
         cache_dir=str(tmp_path / "cache"), train_device="cpu", train_dtype="FLOAT_32", resolution="64", frames="5",
         batch_size=1, epochs=1, learning_rate=5e-2, lora_rank=4, lora_alpha=4.0, samples=[], latent_caching=True,
     )
+    config.update(changes)
     config["transformer"]["weight_dtype"] = config["text_encoder"]["weight_dtype"] = config["vae"]["weight_dtype"] = "FLOAT_32"
     config["text_encoder"]["train"] = False  # WanPipeline loads a LoRA into the transformer only
-    _, events = run_until_done(config, tmp_path)
+    return config
+
+
+def test_lora_from_clips_and_an_image_reloads_in_the_wan_pipeline(tiny_wan, tmp_path):
+    from safetensors import safe_open
+
+    data = _clips_and_an_image(tmp_path)
+    hostile = write_hostile_clips(data)
+    _, events = run_until_done(_config(tiny_wan, data, tmp_path), tmp_path)
     warnings = [e["message"] for e in events if e["type"] == "warning"]
     for path in hostile.values():
         assert any(path.name in w for w in warnings), (path.name, warnings)
@@ -61,3 +73,12 @@ def test_lora_from_clips_and_an_image_reloads_in_the_wan_pipeline(tiny_wan, tmp_
     before = _video(pipe)
     assert lora_load_problems(pipe, out) == []
     assert np.abs(_video(pipe) - before).max() > 1e-3
+
+
+def test_without_the_latent_cache_clips_are_read_at_each_step_and_a_sample_is_drawn(tiny_wan, tmp_path):
+    data = _clips_and_an_image(tmp_path)
+    config = _config(tiny_wan, data, tmp_path, latent_caching=False, frame_rate=12.0, sample_after=1, sample_after_unit="EPOCH",
+                     samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}])
+    _, events = run_until_done(config, tmp_path)
+    assert len([e for e in events if e["type"] == "metrics" and "loss" in e]) == 4
+    assert [e for e in events if e["type"] == "sample"]
