@@ -159,7 +159,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None) -> Conc
             continue
         width, height, frames = size
         if clip and frames < sampling.frames:
-            _warn(scan, f"Clip {path} is short: it trains with {frames} frames instead of {sampling.frames}")
+            _warn(scan, f"Clip {path} is short: it trains with {frames} of the {sampling.frames} frames set (Frames)")
         stat = path.stat()
         captions = _captions_for(path, source, shared, scan)
         scan.items.append(
