@@ -65,6 +65,10 @@ class Wan21(TokenWindow, IdentityLoraNames, FlowFamily):
         self.noise_scheduler = flow_training_scheduler(self.scheduler)
         self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
 
+    def configure_flow(self, config) -> None:
+        """The run's token window (`text_encoder_sequence_length`; blank: 512)."""
+        self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
+
     # ---------------------------------------------------------------- video latents
 
     @property

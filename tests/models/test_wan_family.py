@@ -24,6 +24,17 @@ def test_prompts_are_encoded_as_the_pipeline_does(wan):
     torch.testing.assert_close(ours, theirs)
 
 
+def test_the_runs_token_window_is_the_one_encoded(wan):
+    from types import SimpleNamespace
+
+    wan.configure_flow(SimpleNamespace(text_encoder_sequence_length=64))
+    try:
+        assert wan.encode_text(["a cat"])["encoder_hidden_states"].shape == (1, 64, 32)
+    finally:
+        wan.configure_flow(SimpleNamespace(text_encoder_sequence_length=None))
+    assert wan.text_encoder_sequence_length == 512
+
+
 def test_an_image_is_a_one_frame_video_and_frames_fold_by_four(wan):
     image = torch.rand(1, 3, 32, 32) * 2 - 1
     one = wan.encode_images(image, sample=False)
