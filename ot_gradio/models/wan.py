@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import base_module, module_device, module_dtype
+from ot_gradio.models.common import base_module, keep_embedders_unquantized, module_device, module_dtype
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype, flow_training_scheduler
 from ot_gradio.models.registry import register_family
 
@@ -66,8 +66,11 @@ class Wan21(TokenWindow, IdentityLoraNames, FlowFamily):
         self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
 
     def configure_flow(self, config) -> None:
-        """The run's token window (`text_encoder_sequence_length`; blank: 512)."""
+        """The run's token window (`text_encoder_sequence_length`; blank: 512); the embedders stay
+        out of the quantization that follows (keep_embedders_unquantized: the time embedder casts
+        the timestep to its weights' type, which cannot be a stored 8- or 4-bit one)."""
         self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
+        keep_embedders_unquantized(self.transformer)
 
     # ---------------------------------------------------------------- video latents
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import imported, local_pipeline, lora_load_problems, run_until_done, tiny_fixture
+from tests.e2e.runs import imported, local_pipeline, lora_load_problems, losses_with_fixed_noise, run_until_done, tiny_fixture
 from tests.video_clips import write_clip, write_hostile_clips
 
 pytestmark = pytest.mark.slow
@@ -79,3 +79,16 @@ def test_without_the_latent_cache_clips_are_read_at_each_step_and_a_sample_is_dr
     _, events = run_until_done(config, tmp_path)
     assert len([e for e in events if e["type"] == "metrics" and "loss" in e]) == 4
     assert [e for e in events if e["type"] == "sample"]
+
+
+@pytest.mark.parametrize("weights", ["FLOAT_8", "NFLOAT_4"])
+def test_a_quantized_transformer_trains(tiny_wan, tmp_path, weights):
+    """In this process: the transformer stored in 8 or 4 bits (its embedders kept in the compute
+    type, as the time embedder casts the timestep to its weights' type) trains a LoRA."""
+    data = tmp_path / "two"
+    for i in range(2):
+        write_clip(data / f"clip{i}.mp4", frames=5, seed=i)
+    config = _config(tiny_wan, data, tmp_path, train_dtype="FLOAT_32")
+    config["transformer"]["weight_dtype"] = weights
+    losses = losses_with_fixed_noise(config, tmp_path)
+    assert len(losses) == 2 and all(np.isfinite(losses))
