@@ -107,6 +107,11 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool) -> tup
             duration = container.duration / 1_000_000
         period = 1.0 / sampling.fps
         target = sampling.start
+        if sampling.start > 0 and stream.time_base:  # to the keyframe before the start: no decoding from 0
+            try:
+                container.seek(int(sampling.start / stream.time_base), stream=stream, backward=True)
+            except Exception:  # noqa: BLE001, S110 (a clip that cannot seek is read from where it is)
+                pass
         try:
             for frame in container.decode(stream):
                 decoded += 1
