@@ -86,6 +86,20 @@ def z_image_map(n_layers: int, n_refiner: int) -> set[str]:
     return out
 
 
+def wan_original(n_blocks: int) -> list[str]:
+    """The Linear / Conv weights of ComfyUI's Wan 2.1 text-to-video model (comfy/ldm/wan/model.py)."""
+    keys = [f"blocks.{i}.{a}.{p}" for i in range(n_blocks) for a in ("self_attn", "cross_attn") for p in "qkvo"]
+    keys += [f"blocks.{i}.ffn.{j}" for i in range(n_blocks) for j in (0, 2)]
+    return keys + ["patch_embedding", "text_embedding.0", "text_embedding.2", "time_embedding.0", "time_embedding.2",
+                   "time_projection.1", "head.head"]
+
+
+def wan_map(n_blocks: int, umt5_blocks: int) -> set[str]:
+    """Wan: the generic names of the original weights; UMT5 (its clip named `umt5xxl`, no T5 rule):
+    only `text_encoders.umt5xxl.transformer.<key>`."""
+    return generic_unet(wan_original(n_blocks)) | {"text_encoders.umt5xxl.transformer." + k for k in t5_keys(umt5_blocks)}
+
+
 def pixart_map(depth: int, micro_conditions: bool) -> set[str]:
     """ComfyUI's PixArt map over pixart_to_diffusers: `transformer.`, `base_model.model.`, `unet.base_model.model.`."""
     paths = []

@@ -75,5 +75,14 @@ def _learns_variance(config: Config) -> bool:
 
 # the DDPM noise schedule's options: a flow-matching family (SD 3, Flux, Qwen-Image...) has none of them
 DDPM_SCHEDULE = Rule(lambda c: not is_flow_matching(c.get("model_type") or ""), ("model_type",), "the model type uses a DDPM noise schedule")
+def _takes_video(config: Config) -> bool:
+    """An unknown model type shows it."""
+    model_type = config.get("model_type")
+    info = family_info(model_type) if model_type else None
+    return info is None or info.frame_step is not None
+
+
+# the frame sampling options: only a video family reads clips (Wan)
+TAKES_VIDEO = Rule(_takes_video, ("model_type",), "the model type trains on video clips")
 # only a family whose denoiser learns its variance trains it (PixArt)
 LEARNS_VARIANCE = Rule(_learns_variance, ("model_type",), "the model type's denoiser learns its variance")

@@ -125,6 +125,7 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
         if off:
             warnings.append(f"Sample size far from {model_type.value}'s native resolution {native}x{native} for sample {', '.join(off)}: such samples come out as noise or broken images even when training goes well.")
 
+    warnings += frame_count_warnings(config)
     warnings += optimizer_warnings(config)
     warnings += offload_warnings(config)
     warnings += comfy_gap_warnings(config)
@@ -137,6 +138,18 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
 PRODIGY_FAMILY = frozenset({O.PRODIGY, O.PRODIGY_ADV, O.PRODIGY_PLUS_SCHEDULE_FREE})
 OPTIMIZERS_PAGE_LR = ('the optimizers page: "Learning Rate should be 1 and must be the same for both text encoders and unet. '
                       'Otherwise, the lora will do nothing."')
+
+
+def frame_count_warnings(config: Any) -> list[str]:
+    """A video family trains clips of step*k + 1 frames: another Frames value is cut, said here."""
+    info = family_info(config.model_type)
+    step = info.frame_step if info else None
+    frames = int(config.frames)
+    if not step or (frames - 1) % step == 0:
+        return []
+    used = (frames - 1) // step * step + 1
+    return [f"frames: {config.model_type.value} trains clips of {step}k+1 frames, so Frames {frames} trains {used}; "
+            f"set Frames to {used} or {used + step}."]
 
 
 def _trained_parts(config: TrainConfig) -> list[str]:

@@ -44,6 +44,8 @@ class ModelType(StrEnum):
     KREA_2 = "KREA_2"
     ERNIE = "ERNIE"
     IDEOGRAM_4 = "IDEOGRAM_4"
+    # Not in OneTrainer (its Wan request was closed as not planned); trained here.
+    WAN_2_1 = "WAN_2_1"
 
 
 class TrainingMethod(StrEnum):
@@ -305,4 +307,6 @@ def native_resolution(model_type: ModelType) -> int:
         return 768
     if name.startswith("STABLE_DIFFUSION_") and "XL" not in name and not name.startswith("STABLE_DIFFUSION_3"):
         return 512
+    if name == "WAN_2_1":
+        return 640  # 480x832 (the 1.3B model's size; about 632 px square)
     return 1024

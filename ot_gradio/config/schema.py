@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import field_validator
 
 from .concept import ConceptConfig
-from .conditions import DDPM_SCHEDULE, LEARNS_VARIANCE, is_, is_not, nonzero, on
+from .conditions import DDPM_SCHEDULE, LEARNS_VARIANCE, TAKES_VIDEO, is_, is_not, nonzero, on
 from .enums import (
     AttentionMechanism,
     AudioFormat,
@@ -140,7 +140,9 @@ class TrainConfig(Section):
     enable_autocast_cache: bool = opt(True, "Autocast cache", "Cache cast weights during the forward pass. Turn off if samples get noisy every few epochs (seen with ZLUDA).", tab="training", advanced=True, heading="Precision and speed")
     only_cache: bool = opt(False, "Only cache", "Fill the cache and stop without training.", tab="data", status=P, in_step=False)
     resolution: str = opt("512", "Resolution", "Training resolution, ideally the model's native one (512 for SD 1.5, 1024 for SDXL). A list like 384,448,512,576,640 trains each step at one of them, which can improve quality a lot.", tab="training", heading="Precision and speed", backup_must_match=True)
-    frames: str = opt("25", "Frames", "Video models: number of frames per training clip.", tab="training", status=P)
+    frames: str = opt("25", "Frames", "Video models: the most frames a training clip gives, cut to the form the model needs (Wan: 4k+1, like 17, 25 or 33). A shorter clip trains with the frames it has (and is named in the dataset report); images train as one frame.", tab="training", applies_when=TAKES_VIDEO, heading="Video clips", backup_must_match=True)
+    frame_rate: float = opt(24.0, "Clip frame rate", "Video models: the most frames per second taken from a clip. A faster clip drops frames by timestamp; a slower one keeps every frame (none is repeated).", gt=0, tab="training", applies_when=TAKES_VIDEO, heading="Video clips", backup_must_match=True)
+    clip_start: float = opt(0.0, "Clip start (seconds)", "Video models: seconds skipped at the start of every clip (a title card, a fade-in).", ge=0, tab="training", applies_when=TAKES_VIDEO, heading="Video clips", backup_must_match=True)
     attention_mechanism: AttentionMechanism = opt(AttentionMechanism.SDP, "Attention", "Attention implementation of the UNet. SDP (PyTorch, the default) or XFORMERS save a lot of VRAM compared to DEFAULT. XFORMERS needs the xformers package and a CUDA GPU; FLASH (SDP limited to the flash kernel) a CUDA GPU.", tab="training", heading="Precision and speed")
     mse_strength: float = opt(1.0, "MSE strength", "Weight of the mean squared error loss.", ge=0, tab="training", heading="Loss")
     mae_strength: float = opt(0.0, "MAE strength", "Weight of the mean absolute error loss.", ge=0, tab="training", heading="Loss")
@@ -268,3 +270,11 @@ class TrainConfig(Section):
 
         parse_resolutions(value)
         return value
+
+    @field_validator("frames")
+    @classmethod
+    def _check_frames(cls, value: str) -> str:
+        text = str(value).strip()
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(f"frames: '{value}' is not a whole number of frames of at least 1 (like 25)")
+        return text

@@ -15,6 +15,7 @@ from .pixels import mask_tensor, pixels_tensor
 from .planning import PreparedConcept, Sample, Variant
 from .scan import ImageItem
 from .transform import render
+from .video import read_clip
 
 
 @dataclass
@@ -53,13 +54,26 @@ class Batch:
 
 
 def render_pixels(item: ImageItem, variant: Variant) -> torch.Tensor:
+    """[3, H, W] for an image of an image family, [3, frames, H, W] for a video family's item
+    (an image: one frame); every frame of a clip is cut and augmented alike."""
+    if item.sampling is not None:
+        try:
+            frames = read_clip(item.path, item.sampling, item.frames)
+        except Exception as exc:
+            raise DataError(f"clip {item.path} could not be read any more: {exc}") from exc
+        return torch.stack([_fitted(img, variant) for img in frames], dim=1)
     try:
         img = load_rgb(item.path)
     except Exception as exc:
         raise DataError(f"image {item.path} could not be read any more: {exc}") from exc
     with img:
-        fitted = render(img, variant.crop, variant.bucket, variant.flip, angle=variant.augment.angle)
-        return pixels_tensor(fitted, variant.augment)
+        pixels = _fitted(img, variant)
+    return pixels.unsqueeze(1) if item.frames else pixels
+
+
+def _fitted(img: Image.Image, variant: Variant) -> torch.Tensor:
+    fitted = render(img, variant.crop, variant.bucket, variant.flip, angle=variant.augment.angle)
+    return pixels_tensor(fitted, variant.augment)
 
 
 def render_mask(item: ImageItem, variant: Variant) -> torch.Tensor | None:
@@ -84,8 +98,12 @@ def crop_top_left(variant: Variant) -> tuple[int, int]:
 
 
 def latent_key(cache: LatentCache, item: ImageItem, variant: Variant) -> str:
+    """A video family's items also key on their frame count and, for a clip, the frame sampling."""
+    extra = None
+    if item.frames:
+        extra = {"frames": item.frames, **({"sampling": item.sampling.key()} if item.sampling is not None else {})}
     return cache.key(
-        item.path, item.file_size, item.mtime_ns, variant.bucket, variant.crop, variant.flip, variant.resolution, variant.augment
+        item.path, item.file_size, item.mtime_ns, variant.bucket, variant.crop, variant.flip, variant.resolution, variant.augment, extra
     )
 
 

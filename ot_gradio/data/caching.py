@@ -71,8 +71,9 @@ def fill_cache(
     total = report.total + report.conditioning_total
     done = 0
     _tell(progress, done, total)
-    missing: dict[tuple[int, int], list[tuple[str, ImageItem, Variant]]] = {}
-    missing_conditioning: dict[tuple[int, int], list[tuple[str, ImageItem, Variant]]] = {}
+    # by bucket and frame count: a chunk is one tensor
+    missing: dict[tuple[tuple[int, int], int], list[tuple[str, ImageItem, Variant]]] = {}
+    missing_conditioning: dict[tuple[tuple[int, int], int], list[tuple[str, ImageItem, Variant]]] = {}
     for wanted, absent in ((needed, missing), (needed_conditioning, missing_conditioning)):
         for key, (item, variant) in wanted.items():
             if cache.has(key):
@@ -84,7 +85,7 @@ def fill_cache(
                 if done % 256 == 0:
                     _tell(progress, done, total)
             else:
-                absent.setdefault(variant.bucket, []).append((key, item, variant))
+                absent.setdefault((variant.bucket, variant.frames), []).append((key, item, variant))
     _tell(progress, done, total)
 
     step = max(1, int(encode_batch_size))

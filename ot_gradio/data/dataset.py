@@ -23,6 +23,7 @@ from .planning import EpochPlan, PreparedConcept, plan_epoch
 from .prepare import prepare_concepts
 from .seeding import Streams
 from .summary import summarize
+from .video import FrameSampling
 
 
 class EpochBatches(Sequence):
@@ -134,6 +135,7 @@ def build_dataset(
     clear_cache: bool = False,
     conditioning_fn: ConditioningFn | None = None,
     threads: int = 0,
+    frames: FrameSampling | None = None,
 ) -> TrainingDataset:
     """Scan the enabled concepts, fill the latent cache (with ``latent_caching``) and return the
     dataset. ``resolutions`` is a resolution string ("512", "384,448,512") or (h, w) pairs;
@@ -141,12 +143,14 @@ def build_dataset(
     ``clear_cache`` empties the cache first (OneTrainer's "clear cache before training");
     ``conditioning_fn(pixels, mask)`` caches the masked-image latents of images with a mask too
     (inpainting models with masked training), which the batches then carry; ``threads``: image
-    decoding and latent writing threads while caching (`dataloader_threads`)."""
+    decoding and latent writing threads while caching (`dataloader_threads`); ``frames``: a video
+    family's frame sampling (clips are items, pixels [3, frames, H, W])."""
     if batch_size < 1:
         raise DataError(f"batch size must be at least 1, not {batch_size}")
     if latent_caching and (cache_dir is None or encode_fn is None):
         raise ValueError("latent caching needs cache_dir and encode_fn")
-    prepared, warnings = prepare_concepts(concepts, resolutions, aspect_ratio_bucketing=aspect_ratio_bucketing, bucket_step=bucket_step)
+    prepared, warnings = prepare_concepts(concepts, resolutions, aspect_ratio_bucketing=aspect_ratio_bucketing, bucket_step=bucket_step,
+                                             frames=frames)
     cache = LatentCache(Path(cache_dir) / "latents", vae_id) if latent_caching else None
     dataset = TrainingDataset(prepared, int(batch_size), int(seed), cache=cache, warnings=warnings)
     first = dataset.plan(0)

@@ -38,6 +38,7 @@ class Variant:
     crop: CropBox
     flip: bool
     augment: Augment = IDENTITY
+    frames: int = 0  # the item's frame count (0: an image of an image family); batches share it
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ class PreparedConcept:
                 crop = self.cached_crop(index, resolution, variation)
                 augment = self.cached_augment(index, variation)
                 for flip in self.flips():
-                    out[Variant(resolution, bucket, crop, flip, augment)] = None
+                    out[Variant(resolution, bucket, crop, flip, augment, self.items[index].frames)] = None
         return list(out)
 
     def variant(self, index: int, resolution: Size, rngs: Streams, cached: bool, epoch: int = 0, run_seed: int = 0) -> Variant:
@@ -153,10 +154,11 @@ class PreparedConcept:
         flip = flips[0] if len(flips) == 1 else rngs["flip"].random() < 0.5
         if cached:
             variation = self.variation(index, epoch, run_seed)
-            return Variant(resolution, bucket, self.cached_crop(index, resolution, variation), flip, self.cached_augment(index, variation))
+            return Variant(resolution, bucket, self.cached_crop(index, resolution, variation), flip, self.cached_augment(index, variation),
+                           item.frames)
         jitter = rngs["crop"] if self._image_option("enable_crop_jitter") else None
         crop = choose_crop(item.width, item.height, bucket, jitter)
-        return Variant(resolution, bucket, crop, flip, self.augment.draw(rngs["augment"]))
+        return Variant(resolution, bucket, crop, flip, self.augment.draw(rngs["augment"]), item.frames)
 
     def caption(self, index: int, rngs: Streams) -> str:
         return self.text.apply(pick_line(self.items[index].captions, rngs["caption"]), rngs)
@@ -175,7 +177,7 @@ class EpochPlan:
 
 
 def plan_epoch(concepts: list[PreparedConcept], epoch: int, seed: int, batch_size: int, cached: bool) -> EpochPlan:
-    groups: dict[Size, list[Sample]] = {}
+    groups: dict[tuple[Size, int], list[Sample]] = {}  # by bucket and frame count
     count = 0
     for ci, concept in enumerate(concepts):
         rngs = Streams(seed, concept.seed, ci, epoch)
@@ -185,18 +187,18 @@ def plan_epoch(concepts: list[PreparedConcept], epoch: int, seed: int, batch_siz
             resolutions = concept.resolutions
             resolution = resolutions[0] if len(resolutions) == 1 else rngs["resolution"].choice(resolutions)
             variant = concept.variant(index, resolution, rngs, cached, epoch, seed)
-            groups.setdefault(variant.bucket, []).append(Sample(ci, index, variant, concept.caption(index, rngs)))
+            groups.setdefault((variant.bucket, variant.frames), []).append(Sample(ci, index, variant, concept.caption(index, rngs)))
             count += 1
 
     rng_batch = rng_for("batches", seed, epoch)
     batches: list[list[Sample]] = []
     dropped: dict[Size, int] = {}
-    for bucket in sorted(groups):
-        group = groups[bucket]
+    for bucket, frames in sorted(groups):
+        group = groups[bucket, frames]
         rng_batch.shuffle(group)
         full = len(group) - len(group) % batch_size
         if full < len(group):
-            dropped[bucket] = len(group) - full
+            dropped[bucket] = dropped.get(bucket, 0) + len(group) - full
         batches.extend(group[k : k + batch_size] for k in range(0, full, batch_size))
     rng_batch.shuffle(batches)
     return EpochPlan(epoch, batches, dropped, count)

@@ -15,6 +15,7 @@ from .errors import DataError
 from .planning import PreparedConcept
 from .scan import concept_label, scan_concept
 from .tags import TextAugment
+from .video import FrameSampling
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +47,11 @@ def prepare_concepts(
     *,
     aspect_ratio_bucketing: bool = True,
     bucket_step: int | None = None,
+    frames: FrameSampling | None = None,
 ) -> tuple[list[PreparedConcept], list[str]]:
     """(prepared concepts, warnings). Every problem of every concept is collected into one
-    DataError, so a user fixes them all in one go."""
+    DataError, so a user fixes them all in one go. ``frames``: a video family's frame sampling
+    (clips are training items too)."""
     default = resolution_list(resolutions)
     warnings: list[str] = []
     prepared: list[PreparedConcept] = []
@@ -66,7 +69,7 @@ def prepare_concepts(
             continue
         try:
             concept_res = concept_resolutions(concept, default)
-            scan = scan_concept(concept)
+            scan = scan_concept(concept, frames)
         except DataError as exc:
             errors.append(str(exc))
             continue

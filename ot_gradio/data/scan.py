@@ -3,7 +3,9 @@
 Only reads. Every candidate image is decoded once here, so an unreadable file is reported before
 training (one warning naming it) instead of crashing a step hours later. Hidden files and folders
 (names starting with a dot, e.g. macOS ``._photo.jpg`` companions) are ignored like other
-non-image files.
+non-image files. For a video family (``sampling`` given) clips are training items too: each is
+probed by decoding the frames it would train with (data/video.py), and images train as one-frame
+videos.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from .captions import read_captions
 from .errors import DataError
 from .images import IMAGE_EXTENSIONS, is_image_name, is_mask_name, load_mask, load_rgb, mask_path_for
+from .video import VIDEO_EXTENSIONS, ClipError, FrameSampling, is_video_name, probe_clip
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,8 @@ class ImageItem:
     mtime_ns: int
     captions: tuple[str, ...]
     mask_path: Path | None = None
+    frames: int = 0  # 0: an image of an image family; else the frames it trains with (an image: 1)
+    sampling: FrameSampling | None = None  # how a clip's frames are read (None: an image)
 
 
 @dataclass(frozen=True)
@@ -74,14 +79,16 @@ def is_regular_file(path: Path) -> bool:
         return False
 
 
-def list_image_files(folder: Path, recursive: bool, skipped: list[SkippedFile] | None = None) -> list[Path]:
-    """Image files (not masks) under ``folder``, sorted by their '/'-separated relative path.
-    Names of images that are no plain file (a pipe called fifo.png) go to ``skipped``."""
+def list_image_files(folder: Path, recursive: bool, skipped: list[SkippedFile] | None = None, clips: bool = False) -> list[Path]:
+    """Image files (not masks) under ``folder``, and clips with ``clips``, sorted by their
+    '/'-separated relative path. Names of images that are no plain file (a pipe called fifo.png)
+    go to ``skipped``."""
     found: list[tuple[str, Path]] = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if recursive else []
         for name in files:
-            if name.startswith(".") or not is_image_name(name) or is_mask_name(name):
+            wanted = is_image_name(name) or (clips and is_video_name(name))
+            if name.startswith(".") or not wanted or is_mask_name(name):
                 continue
             path = Path(root) / name
             if not is_regular_file(path):
@@ -112,8 +119,9 @@ def _resolve_prompt_file(concept: object, folder: Path) -> Path:
     return path
 
 
-def scan_concept(concept: object) -> ConceptScan:
-    """Scan one concept (a ``ConceptConfig``). Raises DataError if it has no usable image."""
+def scan_concept(concept: object, sampling: FrameSampling | None = None) -> ConceptScan:
+    """Scan one concept (a ``ConceptConfig``). Raises DataError if it has no usable image.
+    ``sampling``: the run trains a video family; clips are items too, read this way."""
     label = concept_label(concept)
     raw_path = str(getattr(concept, "path", "") or "").strip()
     if not raw_path:
@@ -122,10 +130,10 @@ def scan_concept(concept: object) -> ConceptScan:
     if not folder.is_dir():
         raise DataError(f"Concept '{label}': folder '{folder}' does not exist or is not a folder")
     not_files: list[SkippedFile] = []
-    files = list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)), not_files)
+    files = list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)), not_files, sampling is not None)
     if not files:
-        kinds = ", ".join(ext.lstrip(".") for ext in IMAGE_EXTENSIONS)
-        raise DataError(f"Concept '{label}': no images ({kinds}) in folder '{folder}'")
+        kinds = ", ".join(ext.lstrip(".") for ext in IMAGE_EXTENSIONS + (VIDEO_EXTENSIONS if sampling else ()))
+        raise DataError(f"Concept '{label}': no {'images or clips' if sampling else 'images'} ({kinds}) in folder '{folder}'")
 
     scan = ConceptScan(name=label, folder=folder.resolve(), items=[], skipped=not_files)
     for skip in not_files:
@@ -142,13 +150,16 @@ def scan_concept(concept: object) -> ConceptScan:
             shared = ("",)
 
     with ThreadPoolExecutor(max_workers=_DECODE_THREADS) as pool:
-        probes = list(pool.map(_probe, files))
+        probes = list(pool.map(lambda path: _probe(path, sampling), files))
     for path, (size, error) in zip(files, probes, strict=True):
+        clip = sampling is not None and is_video_name(path.name)
         if size is None:
             scan.skipped.append(SkippedFile(path, error))
-            _warn(scan, f"Skipping unreadable image {path}: {error}")
+            _warn(scan, f"Skipping {'clip' if clip else 'unreadable image'} {path}: {error}")
             continue
-        width, height = size
+        width, height, frames = size
+        if clip and frames < sampling.frames:
+            _warn(scan, f"Clip {path} is short: it trains with {frames} of the {sampling.frames} frames set (Frames)")
         stat = path.stat()
         captions = _captions_for(path, source, shared, scan)
         scan.items.append(
@@ -160,24 +171,30 @@ def scan_concept(concept: object) -> ConceptScan:
                 file_size=stat.st_size,
                 mtime_ns=stat.st_mtime_ns,
                 captions=captions,
-                mask_path=_mask_for(path, scan, (width, height)),
+                mask_path=None if sampling is not None else _mask_for(path, scan, (width, height)),  # no masked video training yet
+                frames=frames,
+                sampling=sampling if clip else None,
             )
         )
 
     if not scan.items:
-        raise DataError(f"Concept '{label}': none of the {len(files)} images in folder '{folder}' could be read")
+        raise DataError(f"Concept '{label}': none of the {len(files)} {'files' if sampling else 'images'} in folder '{folder}' could be read")
     if scan.uncaptioned:
         _warn(scan, f"Concept '{label}': {len(scan.uncaptioned)} image(s) have no caption text; they train with an empty caption")
     return scan
 
 
-def _probe(path: Path) -> tuple[tuple[int, int] | None, str]:
-    """(size, '') for a readable image, (None, reason) otherwise."""
+def _probe(path: Path, sampling: FrameSampling | None) -> tuple[tuple[int, int, int] | None, str]:
+    """((width, height, frames), '') for a readable image or clip (frames: 0 for an image of an
+    image family), (None, reason) otherwise."""
     try:
+        if sampling is not None and is_video_name(path.name):
+            info = probe_clip(path, sampling)
+            return (info.width, info.height, info.frames), ""
         with load_rgb(path) as img:
-            return img.size, ""
-    except Exception as exc:  # anything PIL raises means the file cannot be trained on
-        return None, _reason(exc)
+            return (*img.size, 0 if sampling is None else 1), ""
+    except Exception as exc:  # anything PIL or PyAV raises means the file cannot be trained on
+        return None, str(exc) if isinstance(exc, ClipError) else _reason(exc)
 
 
 def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: ConceptScan) -> tuple[str, ...]:

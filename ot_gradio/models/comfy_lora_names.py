@@ -14,6 +14,8 @@ ComfyUI builds one key map per loaded model (comfy/lora.py `model_lora_keys_unet
   `z_image_to_diffusers`; diffusers' Z-Image loader reads the same names.
 - PixArt: `transformer.<diffusers path>` for the layers of `pixart_to_diffusers`.
 - T5 alone (Chroma, PixArt): `lora_te1_<path>`; CLIP-L + T5 (Flux.1): `lora_te2_`.
+- Wan 2.1: only the original layout (`lora_unet_blocks_0_self_attn_q`; ComfyUI has no map from
+  diffusers' Wan names); its UMT5 as `text_encoders.umt5xxl.transformer.<path>` (the same paths).
 - Qwen2.5-VL (Qwen-Image) and Qwen3 (Z-Image): only `text_encoders.<name>.transformer.model.<path>`
   (`qwen25_7b`, `qwen3_4b`), the language model's layers.
 
@@ -96,3 +98,25 @@ def qwen_image(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
 def pixart(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
     return {"transformer": {p: "transformer." + p for p in paths.get("transformer", ())},
             "text_encoder": {p: "lora_te1_" + p.replace(".", "_") for p in paths.get("text_encoder", ())}}
+
+
+# Wan's diffusers layer names -> the original ones (diffusers' convert_wan_transformer_to_diffusers inverted)
+WAN_BLOCK = {"attn1.to_q": "self_attn.q", "attn1.to_k": "self_attn.k", "attn1.to_v": "self_attn.v", "attn1.to_out.0": "self_attn.o",
+             "attn2.to_q": "cross_attn.q", "attn2.to_k": "cross_attn.k", "attn2.to_v": "cross_attn.v", "attn2.to_out.0": "cross_attn.o",
+             "attn2.add_k_proj": "cross_attn.k_img", "attn2.add_v_proj": "cross_attn.v_img",
+             "ffn.net.0.proj": "ffn.0", "ffn.net.2": "ffn.2"}
+WAN_TOP = {"condition_embedder.time_embedder.linear_1": "time_embedding.0", "condition_embedder.time_embedder.linear_2": "time_embedding.2",
+           "condition_embedder.text_embedder.linear_1": "text_embedding.0", "condition_embedder.text_embedder.linear_2": "text_embedding.2",
+           "condition_embedder.time_proj": "time_projection.1", "proj_out": "head.head", "patch_embedding": "patch_embedding"}
+
+
+def wan_original(path: str) -> str | None:
+    """The original key of a Wan transformer layer (None: a layer the original model has not)."""
+    if (hit := _block(path, "blocks")) and hit[1] in WAN_BLOCK:
+        return f"blocks.{hit[0]}.{WAN_BLOCK[hit[1]]}"
+    return WAN_TOP.get(path)
+
+
+def wan(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
+    return {"transformer": {p: _unet(o) for p in paths.get("transformer", ()) if (o := wan_original(p))},
+            "text_encoder": {p: "text_encoders.umt5xxl.transformer." + p for p in paths.get("text_encoder", ())}}

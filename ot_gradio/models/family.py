@@ -22,6 +22,7 @@ class Family:
     inpainting = False  # the denoiser takes the masked image and the mask as input (sd_inpainting.py, Flux Fill)
     learns_variance = False  # the denoiser also predicts its variance, trained with the variational bound (PixArt)
     bucket_step: int | None = None  # image sides are multiples of this (None: the data default)
+    frame_step: int | None = None  # a video family: clips train with frame_step * k + 1 frames (None: images only)
     embedding_keys: dict[str, str] = {}  # text encoder part -> key in an embedding file ({}: no embeddings)
     lora_layer_presets: dict[str, dict[str, list[str]]] = {}  # part -> OneTrainer's layer presets ({}: SD's names)
     lora_base_model_version = "sd_v1"  # LoRA metadata, and the kohya prefixes

@@ -72,6 +72,17 @@ def unpack_latents(tokens: torch.Tensor, height: int, width: int) -> torch.Tenso
     return x.reshape(b, c, height, width)
 
 
+def flow_training_scheduler(scheduler):
+    """The FlowMatchEuler scheduler training draws t with: `scheduler` itself when it is one, else
+    one at its `flow_shift` (repos that sample with DPM-Solver or UniPC in flow mode: Sana, Wan)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    if isinstance(scheduler, FlowMatchEulerDiscreteScheduler):
+        return scheduler
+    shift = float(scheduler.config.get("flow_shift", None) or 3.0)
+    return FlowMatchEulerDiscreteScheduler(num_train_timesteps=int(scheduler.config.get("num_train_timesteps", 1000)), shift=shift)
+
+
 class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     """A flow-matching family (models/base.py): subclass it, set the attributes, write the hooks."""
 
@@ -96,6 +107,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     default_cfg_scale = 3.5
     text_encoder_description = "its text encoder"  # what a model without it is told it needs
     transformer_class_name = ""  # the diffusers transformer class (pipeline_class_name: the pipeline's)
+    pipeline_output = "images"  # the pipeline output's field with the latents (video pipelines: "frames")
 
     def __init__(self, components: Mapping):
         """The parts of a loaded pipeline; a missing text encoder or tokenizer is a ModelLoadError."""
@@ -377,7 +389,8 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
                 **prompt_inputs, **self.sampling_inputs(gen_h, gen_w, **inputs),
                 height=gen_h, width=gen_w, num_inference_steps=int(steps), generator=generator, output_type="latent",
                 **self.sample_options(),
-            ).images
+            )
+            latents = getattr(latents, self.pipeline_output)
             pixels = self.decode_sample(latents, gen_h, gen_w).float()
         from diffusers.image_processor import VaeImageProcessor
 

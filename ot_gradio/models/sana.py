@@ -36,7 +36,7 @@ import torch
 
 from ot_gradio.config.enums import ModelType
 from ot_gradio.models.common import QWEN_PRESETS, base_module, module_device, module_dtype
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype, flow_training_scheduler
 from ot_gradio.models.registry import register_family
 
 DEFAULT_SEQUENCE_LENGTH = 300
@@ -80,17 +80,8 @@ class Sana(TokenWindow, IdentityLoraNames, FlowFamily):
         super().__init__(components)
         self.tokenizer.padding_side = "right"  # as the pipeline sets it
         # `scheduler` is what samples use (DPM-Solver flow in the real repos); training draws t with FlowMatchEuler
-        self.noise_scheduler = self._flow_scheduler(self.scheduler)
+        self.noise_scheduler = flow_training_scheduler(self.scheduler)
         self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
-
-    @staticmethod
-    def _flow_scheduler(scheduler):
-        from diffusers import FlowMatchEulerDiscreteScheduler
-
-        if isinstance(scheduler, FlowMatchEulerDiscreteScheduler):
-            return scheduler
-        shift = float(scheduler.config.get("flow_shift", None) or 3.0)
-        return FlowMatchEulerDiscreteScheduler(num_train_timesteps=int(scheduler.config.get("num_train_timesteps", 1000)), shift=shift)
 
     # ---------------------------------------------------------------- loading
 

@@ -19,6 +19,7 @@ from ..data.errors import DataError
 from ..data.planning import plan_epoch
 from ..data.prepare import prepare_concepts
 from ..data.summary import summarize
+from ..data.video import run_sampling
 from .jobs import Job, JobError
 
 LIST_LIMIT = 200  # names listed per kind; the counts are always complete
@@ -46,7 +47,10 @@ def _concept_details(prepared) -> dict[str, Any]:
     heights = [i.height for i in items]
     no_caption = [i.path for i in items if not any(c.strip() for c in i.captions)]
     no_mask = [i.path for i in items if i.mask_path is None]
+    clips = [i for i in items if i.sampling is not None]
     return {
+        "clips": len(clips),  # of the items (a video family's concept); each trains with `frames`
+        "clip_frames": sum(i.frames for i in clips),
         "captions_found": len(items) - len(no_caption),
         "captions_missing": _limited(_names(no_caption, folder)),
         "masks_found": scan.mask_count,
@@ -72,6 +76,7 @@ def build_report(config: dict[str, Any], resolution: str | None = None, batch_si
     batch = max(1, int(batch_size or cfg.batch_size))
     family = FAMILIES.get(cfg.model_type)
     step = family.bucket_step if family else None
+    frames = run_sampling(cfg, family.frame_step if family else None)  # a video family: clips are items too
     concepts = [c for c in cfg.concepts if c.enabled]
     if not concepts:
         raise JobError("concepts: no enabled concept; add a concept folder in the Concepts tab")
@@ -81,7 +86,8 @@ def build_report(config: dict[str, Any], resolution: str | None = None, batch_si
         job.check()
         job.progress(index, len(concepts), f"scanning {concept.name or concept.path}")
         try:
-            found, found_warnings = prepare_concepts([concept], resolution, aspect_ratio_bucketing=cfg.aspect_ratio_bucketing, bucket_step=step)
+            found, found_warnings = prepare_concepts([concept], resolution, aspect_ratio_bucketing=cfg.aspect_ratio_bucketing, bucket_step=step,
+                                                       frames=frames)
         except DataError as err:
             if str(err).startswith("resolution:"):
                 raise JobError(str(err)) from None
@@ -131,6 +137,8 @@ def to_markdown(report: dict[str, Any]) -> str:
     for c in report["concepts"]:
         size = c["size_range"]
         lines.append(f"### {c['name']}\n`{c['folder']}`\n")
+        if c.get("clips"):
+            lines.append(f"- clips: **{c['clips']}** of them, {c['clip_frames']} frames in all")
         lines.append(f"- images: **{c['images']}**; sizes from {size['min'][0]}×{size['min'][1]} to {size['max'][0]}×{size['max'][1]}")
         lines.append(f"- captions: {c['captions_found']} found, {c['captions_missing']['count']} missing" + _more(c["captions_missing"]))
         lines.append(f"- masks: {c['masks_found']} found, {c['masks_missing']['count']} missing" + _more(c["masks_missing"]))

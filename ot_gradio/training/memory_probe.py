@@ -214,6 +214,7 @@ def _objects_restored(model: Any, modules: list[torch.nn.Module]):
 def prepare_probe(model: Any, precision: Any, config: Any, trained_text_parts: frozenset[str]) -> ProbeBatch:
     """The probe's batch at the config's batch size and largest resolution (see ProbeBatch)."""
     from ..data.batches import Batch  # noqa: PLC0415
+    from ..data.video import run_sampling  # noqa: PLC0415
     from .diffusion import DiffusionStep  # noqa: PLC0415
 
     height, width = _probe_size(config.resolution)
@@ -232,7 +233,9 @@ def prepare_probe(model: Any, precision: Any, config: Any, trained_text_parts: f
             with torch.no_grad(), precision.autocast():
                 text = _Encoded(model.encode_text(step.text_inputs(captions)))
         with on_meta(modules, precision.dtype), torch.no_grad():
-            latents = model.encode_images(torch.zeros(batch_size, 3, height, width, device=meta)).float()
+            sampling = run_sampling(config, model.frame_step)  # a video family: clips of the run's frame count
+            frames = () if sampling is None else (sampling.count(sampling.frames),)
+            latents = model.encode_images(torch.zeros(batch_size, 3, *frames, height, width, device=meta)).float()
     batch = Batch(size=(height, width), captions=captions, loss_weights=torch.ones(batch_size, device=meta),
                   image_paths=[""] * batch_size, latents=latents, original_sizes=[(height, width)] * batch_size,
                   crop_top_lefts=[(0, 0)] * batch_size)

@@ -177,6 +177,7 @@ class Trainer:
 
     def _build_dataset(self, encode_rng: torch.Generator) -> None:
         from ..data import build_dataset  # noqa: PLC0415
+        from ..data.video import run_sampling  # noqa: PLC0415
 
         cfg = self.config
         # while caching, the VAE runs channels-last on CPU (device.py); without the cache it encodes at every step as loaded
@@ -199,6 +200,7 @@ class Trainer:
                 else None,
                 progress=lambda done, total: self.report.progress(phase="caching", done=done, total=total),
                 threads=cfg.dataloader_threads,
+                frames=run_sampling(cfg, self.model.frame_step),  # a video family reads clips
             )
 
     def _setup_steps(self) -> None:

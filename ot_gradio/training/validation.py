@@ -53,6 +53,7 @@ class Validator:
 
     def __init__(self, run: RunState):
         from ..data import build_dataset  # noqa: PLC0415
+        from ..data.video import run_sampling  # noqa: PLC0415
 
         cfg, model = run.config, run.model
         self.model = model
@@ -69,6 +70,7 @@ class Validator:
             encode_fn=lambda pixels: model.encode_images(pixels, generator=torch.Generator().manual_seed(cfg.seed)),
             bucket_step=model.bucket_step,
             conditioning_fn=model.encode_conditioning if model.inpainting and cfg.masked_training else None,
+            frames=run_sampling(cfg, model.frame_step),
         )
         fixed = cfg.model_copy(deep=True)
         for part in model.text_encoder_names:

@@ -140,3 +140,14 @@ def test_the_output_format_tooltip_says_which_loader_reads_each_format():
     assert no_loader - set(DIFFUSERS_LORA_TEXT_ENCODERS) == set(names)
     assert all(name in tip for name in names.values())
     assert "for SD 1.x/2.x/SDXL also A1111, Forge and diffusers" in tip and "alpha folded into the weights" in tip
+
+
+def test_a_video_familys_frame_count_off_its_form_is_named():
+    config = good()
+    config.model_type, config.frames = ModelType.WAN_2_1, "20"
+    assert any(w.startswith("frames: WAN_2_1 trains clips of 4k+1 frames, so Frames 20 trains 17") for w in check(config))
+    config.frames = "21"
+    assert not any(w.startswith("frames:") for w in check(config))
+    config.model_type = ModelType.STABLE_DIFFUSION_15  # an image family reads no frames
+    config.frames = "20"
+    assert not any(w.startswith("frames:") for w in check(config))

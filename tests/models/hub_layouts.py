@@ -94,6 +94,10 @@ HUB_LAYOUTS: dict[str, dict] = {
         "repo": "Efficient-Large-Model/Sana_1600M_1024px_diffusers", "model_index": {"tokenizer": ["transformers", "GemmaTokenizerFast"]},
         "tokenizers": {"tokenizer": "gemma"},
     },
+    "tiny:wan": {  # inferred: umt5-xxl's tokenizer (tokenizer.json beside spiece.model); index: T5TokenizerFast as the repo's
+        "repo": "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "model_index": {"tokenizer": ["transformers", "T5TokenizerFast"]},
+        "tokenizers": {"tokenizer": "t5"},
+    },
     "tiny:qwen-image": {  # files: catalog (Qwen-Image-2512: vocab.json + merges.txt, no tokenizer.json); index: InvokeAI's copy
         "repo": "Qwen/Qwen-Image", "model_index": {}, "tokenizers": {"tokenizer": "qwen"},
     },

@@ -130,3 +130,19 @@ def test_the_page_tool_refuses_then_runs_and_draws_the_chart(dataset, tmp_path):
     assert "truncated.png" in summary and "wide.png" in summary
     assert set(chart["bucket"]) == set(build_report(_config(dataset))["concepts"][0]["buckets"]) and len(chart) == 2
     assert chart["images"].sum() == 4
+
+
+def test_a_video_familys_report_counts_clips_and_names_broken_and_short_ones(tmp_path):
+    from tests.video_clips import write_clip, write_hostile_clips
+
+    d = tmp_path / "clips"
+    write_clip(d / "long.mp4", frames=9)
+    write_clip(d / "short.mp4", frames=3)
+    _image(d / "still.png", (32, 32))
+    hostile = write_hostile_clips(d)
+    report = build_report(_config(d, model_type="WAN_2_1", frames="9"))
+    (c,) = report["concepts"]
+    assert (c["images"], c["clips"], c["clip_frames"]) == (3, 2, 9 + 1)
+    assert sorted(u["name"] for u in c["unreadable"]) == sorted(p.name for p in hostile.values())
+    assert any("short.mp4" in w and "trains with 1 of the 9 frames set" in w for w in c["warnings"])
+    assert "clips: **2**" in to_markdown(report)

@@ -9,7 +9,7 @@ import torch
 
 from tests import comfy_reference as ref
 
-FAMILIES = ("flux", "chroma", "flux2-dev", "flux2-klein", "z-image", "qwen-image", "pixart-sigma", "pixart-alpha")
+FAMILIES = ("flux", "chroma", "flux2-dev", "flux2-klein", "z-image", "qwen-image", "pixart-sigma", "pixart-alpha", "wan")
 
 
 def _model(name: str):
@@ -38,6 +38,11 @@ def _model(name: str):
         from ot_gradio.models.tiny.qwen_image import tiny_qwen_image_components
 
         return QwenImage(tiny_qwen_image_components())
+    if name == "wan":
+        from ot_gradio.models.tiny.wan import tiny_wan_components
+        from ot_gradio.models.wan import Wan21
+
+        return Wan21(tiny_wan_components())
     from ot_gradio.models.pixart import PixArtAlpha
     from ot_gradio.models.pixart_sigma import PixArtSigma
     from ot_gradio.models.tiny.pixart import tiny_pixart_components
@@ -73,6 +78,8 @@ def comfy_names(name: str, model) -> set[str]:
 
         original = layer_paths(model.transformer)  # ComfyUI's Qwen-Image model has diffusers' names
         return ref.generic_unet(original) | ref.llm_map("qwen25_7b", text_config(model.text_encoder).num_hidden_layers)
+    if name == "wan":
+        return ref.wan_map(tr.num_layers, model.text_encoder.config.num_layers)
     micro = bool(tr.use_additional_conditions) if tr.use_additional_conditions is not None else tr.sample_size == 128
     return ref.pixart_map(tr.num_layers, micro) | ref.t5_map(model.text_encoder.config.num_layers, clip_l=False)
 

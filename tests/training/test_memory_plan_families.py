@@ -20,7 +20,7 @@ FAMILIES = [
     ("STABLE_DIFFUSION_XL_10_BASE_INPAINTING", "tiny:sdxl-inpainting"), ("WUERSTCHEN_2", "tiny:wuerstchen2"),
     ("STABLE_CASCADE_1", "tiny:cascade"), ("PIXART_ALPHA", "tiny:pixart"), ("PIXART_SIGMA", "tiny:pixart-sigma"),
     ("STABLE_DIFFUSION_3", "tiny:sd3"), ("FLUX_DEV_1", "tiny:flux"), ("FLUX_FILL_DEV_1", "tiny:flux-fill"),
-    ("CHROMA_1", "tiny:chroma"), ("QWEN", "tiny:qwen-image"),
+    ("CHROMA_1", "tiny:chroma"), ("QWEN", "tiny:qwen-image"), ("WAN_2_1", "tiny:wan"),
 ]
 
 
@@ -58,3 +58,16 @@ def test_a_quantized_denoiser_is_measured(data_type, tmp_path, monkeypatch):
     config = _config(tmp_path, "FLUX_DEV_1", "tiny:flux", transformer={"train": True, "weight_dtype": data_type})
     line = memory_plan.estimate_line(config)
     assert "AUTO -> OFF" in line and "not measured" not in line and ("int8" in line or "float8" in line), line
+
+
+def test_a_video_familys_probe_runs_the_runs_frame_count(tmp_path, monkeypatch):
+    # Wan: clips of 17 frames (5 latent frames) take more activation memory than 1 frame
+    import re
+
+    monkeypatch.setattr(memory_plan, "free_memory", lambda device: 100 * GB)
+
+    def activations(frames: str) -> float:
+        line = memory_plan.estimate_line(_config(tmp_path, "WAN_2_1", "tiny:wan", frames=frames, batch_size=1))
+        return float(re.search(r"activations ([\d.]+) MB", line).group(1))
+
+    assert activations("17") > 1.5 * activations("1")

@@ -34,6 +34,7 @@ class FamilyInfo:
     implemented: bool = False       # the trainer can train it today
     inpainting: bool = False        # the denoiser takes the masked image and the mask as input
     bucket_step: int | None = None  # image sizes must be multiples of this (None: the data default)
+    frame_step: int | None = None   # a video family: clips train with frame_step * k + 1 frames (None: images only)
     schedule: str = "ddpm"          # the training objective: "ddpm" or "flow_matching" (training/schedules.py)
     learns_variance: bool = False   # the denoiser also predicts its variance, trained with the VB loss (PixArt)
     # (LoRA file layout "kohya" / "diffusers", part, why): parts no reader loads from such a file

@@ -1,0 +1,161 @@
+"""Training clips: which files are clips, and reading the frames a video family trains on (PyAV).
+
+Frame sampling, the same for every clip of a run (`FrameSampling`): from `start` seconds on,
+frames are taken at no more than `fps` per second (a faster clip drops frames by timestamp, a
+slower one keeps all its frames: nothing is repeated), up to `frames`; the count is then cut to
+the form step*k + 1 the family's VAE needs (4k+1 for Wan). A clip shorter than that trains with
+the frames it has (cut to the form), and is named in the dataset report.
+
+Hostile files never reach a step: a clip that cannot be opened, has no video stream, decodes to
+no frame, or is larger per frame than an image may be raises ClipError with the reason. Reading
+stops at the last frame needed, and at most `MAX_DECODED_FRAMES` frames are decoded per clip
+(a clip whose timestamps never advance cannot make it decode forever), so a 10,000-frame clip
+costs the frames it trains with, not its length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image
+
+from .images import MAX_PIXELS
+
+VIDEO_EXTENSIONS = (".mp4", ".webm", ".mov")
+MAX_DECODED_FRAMES = 2048
+_EPS = 1e-4
+
+
+class ClipError(ValueError):
+    """A clip that cannot be trained on; the message says why."""
+
+
+def is_video_name(name: str) -> bool:
+    return Path(name).suffix.lower() in VIDEO_EXTENSIONS
+
+
+@dataclass(frozen=True)
+class FrameSampling:
+    """How the frames of a clip are picked (the latent cache keys on all of it)."""
+
+    frames: int = 25  # the most frames a clip trains with
+    step: int = 4  # frame counts are step * k + 1 (the family's temporal VAE factor)
+    fps: float = 24.0  # the most frames per second taken from a clip
+    start: float = 0.0  # seconds skipped at the start of each clip
+
+    def __post_init__(self) -> None:
+        if self.frames < 1 or self.step < 1 or self.fps <= 0 or self.start < 0:
+            raise ValueError(f"frame sampling needs frames >= 1, fps > 0 and start >= 0, not {self}")
+
+    def count(self, available: int) -> int:
+        """Frames a clip with `available` sampled frames trains with (0: too few for any)."""
+        usable = min(int(available), int(self.frames))
+        return 0 if usable < 1 else (usable - 1) // self.step * self.step + 1
+
+    def key(self) -> dict:
+        return {"frames": int(self.frames), "step": int(self.step), "fps": float(self.fps), "start": float(self.start)}
+
+
+def run_sampling(config: object, frame_step: int | None) -> FrameSampling | None:
+    """The run's frame sampling (`frames`, `frame_rate`, `clip_start`) for a video family
+    (`frame_step`: the model's; None: an image family, which reads no clips)."""
+    if frame_step is None:
+        return None
+    return FrameSampling(int(str(getattr(config, "frames", 25)).strip()), int(frame_step), float(getattr(config, "frame_rate", 24.0)),
+                         float(getattr(config, "clip_start", 0.0)))
+
+
+@dataclass(frozen=True)
+class ClipInfo:
+    width: int
+    height: int
+    frames: int  # frames it trains with (of the form step * k + 1)
+    available: int  # frames sampling found (at most `FrameSampling.frames`)
+    duration: float  # seconds, from the container (0 when unknown)
+
+
+def _open(path: Path):
+    import av  # noqa: PLC0415 (loaded only where clips are read)
+
+    try:
+        container = av.open(str(path))
+    except Exception as exc:  # noqa: BLE001 (every PyAV error means the same: not readable)
+        raise ClipError(f"cannot be opened as a video: {_reason(exc)}") from None
+    if not container.streams.video:
+        container.close()
+        raise ClipError("has no video stream (no frames)")
+    return container
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool) -> tuple[list[Image.Image], int, int, int, float]:
+    """(the frames as RGB images when `keep`, how many were taken, width, height, duration)."""
+    container = _open(path)
+    taken: list[Image.Image] = []
+    count = width = height = decoded = 0
+    try:
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        rate = float(stream.average_rate or stream.guessed_rate or 0) or 24.0
+        duration = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else 0.0
+        if not duration and container.duration:
+            duration = container.duration / 1_000_000
+        period = 1.0 / sampling.fps
+        target = sampling.start
+        if sampling.start > 0 and stream.time_base:  # to the keyframe before the start: no decoding from 0
+            try:
+                container.seek(int(sampling.start / stream.time_base), stream=stream, backward=True)
+            except Exception:  # noqa: BLE001, S110 (a clip that cannot seek is read from where it is)
+                pass
+        try:
+            for frame in container.decode(stream):
+                decoded += 1
+                if decoded > MAX_DECODED_FRAMES:
+                    break
+                time = float(frame.pts * frame.time_base) if frame.pts is not None and frame.time_base else (decoded - 1) / rate
+                if time < target - _EPS:
+                    continue
+                if frame.width * frame.height > MAX_PIXELS // 2:
+                    raise ClipError(f"is {frame.width}x{frame.height} per frame, more than the "
+                                    f"{MAX_PIXELS // 2 / 1e6:.0f} megapixels a frame may have; downscale the clip")
+                width, height = frame.width, frame.height
+                if keep:
+                    taken.append(frame.to_image().convert("RGB"))
+                count += 1
+                if count >= limit:
+                    break
+                # the next grid time after this frame: faster clips drop frames, slower ones keep all
+                steps = int((time - sampling.start) / period + _EPS) + 1
+                target = sampling.start + steps * period
+        except ClipError:
+            raise
+        except Exception as exc:  # noqa: BLE001 (a decoding error mid-file: keep what decoded before it)
+            if not count:
+                raise ClipError(f"cannot be decoded: {_reason(exc)}") from None
+    finally:
+        container.close()
+    if not count:
+        after = f" after {sampling.start:g} s" if sampling.start else ""
+        raise ClipError(f"has no frame to train on{after} (zero frames, or too short)")
+    return taken, count, width, height, duration
+
+
+def probe_clip(path: str | Path, sampling: FrameSampling) -> ClipInfo:
+    """What a clip trains with; decodes the frames it would use (at most `sampling.frames`), so a
+    clip that fails here is skipped before training instead of failing a step."""
+    _, count, width, height, duration = _sampled(Path(path), sampling, sampling.frames, keep=False)
+    return ClipInfo(width, height, sampling.count(count), count, duration)
+
+
+def read_clip(path: str | Path, sampling: FrameSampling, frames: int) -> list[Image.Image]:
+    """The first `frames` sampled frames of a clip as RGB images; a ClipError when fewer decode."""
+    images, count, *_ = _sampled(Path(path), sampling, frames, keep=True)
+    if count < frames:
+        raise ClipError(f"gave {count} frames, fewer than the {frames} it was scanned with; was the file changed?")
+    return images
+

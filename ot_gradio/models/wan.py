@@ -1,0 +1,153 @@
+"""Wan 2.1 text-to-video: load, encode, predict, sample, save (a flow-matching family: the shared
+core in training/flow_matching.py draws t, makes the noisy input and the target
+`noise - latents`; this module maps t to the transformer and back). The first video family:
+its items are clips [3, frames, H, W] (data/video.py; images are one frame), `frame_step` 4.
+
+What Wan 2.1 is (diffusers' WanPipeline):
+- One text encoder, UMT5-XXL (`text_encoder`, a transformers UMT5EncoderModel). Each prompt is
+  cleaned as the pipeline does (its `prompt_clean`), padded to `text_encoder_sequence_length`
+  tokens (blank: 512, the pipeline's `max_sequence_length`) and encoded with its mask; the
+  hidden states past each prompt's own tokens are set to zero, as the pipeline does.
+- WanTransformer3DModel (patch (1, 2, 2)) reads latents (B, 16, F', H/8, W/8), the timestep as
+  t * 1000 (the scheduler's sigma * 1000) and predicts the flow velocity `noise - latents`.
+- The VAE is AutoencoderKLWan (causal 3D: F frames -> (F - 1) / 4 + 1 latent frames, 8x per
+  side); latents are `(z - latents_mean) / latents_std` per channel, what the pipeline inverts.
+- The repos sample with UniPC in flow mode (flow_shift 3 for 480p); training draws t with
+  FlowMatchEuler at the same shift (`noise_scheduler`).
+- Samples here are still images (one frame) until video samples exist.
+- Loading: a hub id (Wan-AI/Wan2.1-T2V-1.3B-Diffusers), a diffusers folder or `tiny:wan`;
+  single files are refused. Saving: a diffusers folder; LoRA as diffusers/PEFT keys
+  (`transformer.blocks.0.attn1.to_q.lora_A.weight`) that WanPipeline.load_lora_weights reads, or
+  KOHYA_LORA with the original layer names ComfyUI maps (`lora_unet_blocks_0_self_attn_q`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from ot_gradio.config.enums import ModelType
+from ot_gradio.models.common import base_module, keep_embedders_unquantized, module_device, module_dtype
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype, flow_training_scheduler
+from ot_gradio.models.registry import register_family
+
+DEFAULT_SEQUENCE_LENGTH = 512
+# The transformer's layer presets: self- and cross-attention and the feed-forward of each block.
+_ATTN = ["attn1.", "attn2."]
+TRANSFORMER_PRESETS = {
+    "full": [], "attn-mlp": [*_ATTN, "ffn."], "attn-only": _ATTN, "blocks": ["blocks."],
+}
+UMT5_PRESETS = {"full": [], "attn-only": ["SelfAttention."], "attn-mlp": ["SelfAttention.", "DenseReluDense."]}
+
+
+@register_family(ModelType.WAN_2_1)
+class Wan21(TokenWindow, IdentityLoraNames, FlowFamily):
+    """The family interface (models/base.py, models/flow_family.py) and the flow contract for Wan 2.1."""
+
+    family_name = "Wan 2.1"
+    text_encoder_description = "its UMT5 text encoder"
+    default_config_repo = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
+    lora_base_model_version = "wan_2_1"
+    comfy_lora_names = "wan"  # KOHYA_LORA: ComfyUI's names (models/comfy_lora_names.py)
+    embedding_keys: dict[str, str] = {}
+    t5_part = "text_encoder"
+    patch_size = None  # the transformer config's (1, 2, 2)
+    lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": UMT5_PRESETS}
+    default_sequence_length = DEFAULT_SEQUENCE_LENGTH
+    default_steps, default_cfg_scale = 30, 5.0
+    pipeline_class_name = "WanPipeline"
+    pipeline_output = "frames"
+    transformer_class_name = "WanTransformer3DModel"
+
+    def __init__(self, components: Mapping):
+        super().__init__(components)
+        self.noise_scheduler = flow_training_scheduler(self.scheduler)
+        self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
+
+    def configure_flow(self, config) -> None:
+        """The run's token window (`text_encoder_sequence_length`; blank: 512); the embedders stay
+        out of the quantization that follows (keep_embedders_unquantized: the time embedder casts
+        the timestep to its weights' type, which cannot be a stored 8- or 4-bit one)."""
+        self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
+        keep_embedders_unquantized(self.transformer)
+
+    # ---------------------------------------------------------------- video latents
+
+    @property
+    def vae_scale_factor(self) -> int:
+        return int(self.vae.config.scale_factor_spatial)
+
+    def _latent_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        config = self.vae.config
+        shape = (1, int(config.z_dim), 1, 1, 1)
+        mean = torch.tensor(config.latents_mean, device=like.device, dtype=like.dtype).view(shape)
+        std = torch.tensor(config.latents_std, device=like.device, dtype=like.dtype).view(shape)
+        return mean, std
+
+    @torch.no_grad()
+    def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Latents (B, 16, F', h, w) for pixels in [-1, 1] (B, 3, F, H, W); an image batch
+        (B, 3, H, W) is one frame. Normalised per channel with the VAE's latents_mean / _std."""
+        if pixels.ndim == 4:
+            pixels = pixels.unsqueeze(2)
+        dist = self.vae.encode(pixels.to(module_device(self.vae), module_dtype(self.vae))).latent_dist
+        latents = dist.sample(generator) if sample else dist.mode()
+        mean, std = self._latent_stats(latents)
+        return (latents - mean) / std
+
+    @torch.no_grad()
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Pixels (B, 3, F, H, W) in [-1, 1] for normalised latents (the inverse of `encode_images`)."""
+        latents = latents.to(module_device(self.vae), module_dtype(self.vae))
+        mean, std = self._latent_stats(latents)
+        return self.vae.decode(latents * std + mean).sample
+
+    def image_seq_len(self, latents: torch.Tensor) -> int:
+        _, ph, pw = base_module(self.transformer).config.patch_size
+        frames = latents.shape[2] if latents.ndim == 5 else 1
+        return frames * (latents.shape[-2] // ph) * (latents.shape[-1] // pw)
+
+    # ---------------------------------------------------------------- text
+
+    def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()):
+        """{"encoder_hidden_states": (B, window, width)}: UMT5's states with its mask, zero past
+        each prompt's tokens, exactly as WanPipeline's `_get_t5_prompt_embeds` (layer skip: an
+        earlier layer with the final norm)."""
+        from diffusers.pipelines.wan.pipeline_wan import prompt_clean
+
+        texts = [prompt_clean(str(t)) for t in (captions["text_encoder"] if isinstance(captions, Mapping) else captions)]
+        out = self.tokenizer(texts, padding="max_length", max_length=self.text_encoder_sequence_length, truncation=True,
+                             add_special_tokens=True, return_attention_mask=True, return_tensors="pt")
+        mask = out.attention_mask
+        hidden = self.t5_hidden_states("text_encoder", out.input_ids, mask, grad="text_encoder" in grad)
+        return {"encoder_hidden_states": hidden * mask.to(hidden.device).unsqueeze(-1).to(hidden.dtype)}
+
+    # ---------------------------------------------------------------- training
+
+    def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
+        """The velocity (B, C, F', h, w) for noisy latents at noise fraction `t` (B,)."""
+        transformer = self.transformer
+        device, dtype = module_device(transformer), compute_dtype(transformer)
+        timestep = (t.to(device, torch.float32) * 1000).expand(noisy.shape[0])
+        return transformer(
+            hidden_states=noisy.to(device, dtype), timestep=timestep,
+            encoder_hidden_states=conditioning["encoder_hidden_states"].to(device, dtype), return_dict=False,
+        )[0]
+
+    # ---------------------------------------------------------------- sampling
+
+    def pipeline_inputs(self, prompt: str, negative_prompt: str, cfg_scale: float) -> dict:
+        dtype = compute_dtype(self.transformer)
+        return {
+            "prompt_embeds": self.encode_text([prompt])["encoder_hidden_states"].to(dtype),
+            "negative_prompt_embeds": self.encode_text([negative_prompt or ""])["encoder_hidden_states"].to(dtype),
+            "guidance_scale": float(cfg_scale),
+        }
+
+    def sample_options(self) -> dict:
+        """A still: one frame (video samples are not written yet)."""
+        return {"max_sequence_length": self.text_encoder_sequence_length, "num_frames": 1}
+
+    def decode_sample(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        return self.decode_latents(latents)[:, :, 0]

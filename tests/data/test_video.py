@@ -1,0 +1,107 @@
+"""Clips as training items (data/video.py): frame sampling, the scan beside images, pixels with a
+frame axis, the cache key and hostile clips named and skipped. Clips are generated in tmp."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from ot_gradio.data import build_dataset, scan_concept
+from ot_gradio.data.video import MAX_DECODED_FRAMES, ClipError, FrameSampling, probe_clip, read_clip
+from tests.video_clips import write_clip, write_hostile_clips
+
+
+@pytest.mark.parametrize(("frames", "fps", "expect"), [(25, 24, 9), (5, 24, 5), (8, 24, 5), (25, 12, 5), (1, 24, 1)])
+def test_frame_sampling_counts(tmp_path, frames, fps, expect):
+    """A 9-frame 24 fps clip: the count is cut to 4k+1 and at most `frames`; 12 fps drops every
+    other frame (5 of 9)."""
+    clip = write_clip(tmp_path / "a.mp4", frames=9)
+    info = probe_clip(clip, FrameSampling(frames=frames, fps=fps))
+    assert (info.width, info.height, info.frames) == (32, 32, expect)
+    images = read_clip(clip, FrameSampling(frames=frames, fps=fps), info.frames)
+    assert len(images) == expect and images[0].size == (32, 32)
+
+
+def test_start_offset_and_dropped_frames_follow_timestamps(tmp_path):
+    clip = write_clip(tmp_path / "a.mp4", frames=9)
+    every = read_clip(clip, FrameSampling(frames=9), 9)
+    half = read_clip(clip, FrameSampling(frames=5, fps=12), 5)
+    late = read_clip(clip, FrameSampling(frames=5, start=4 / 24), 5)
+    as_tensor = [torch.tensor(list(img.getdata())) for img in every]
+    assert all(torch.equal(torch.tensor(list(img.getdata())), as_tensor[2 * i]) for i, img in enumerate(half))
+    assert all(torch.equal(torch.tensor(list(img.getdata())), as_tensor[4 + i]) for i, img in enumerate(late))
+
+
+def test_a_long_clip_decodes_only_what_it_trains_with(tmp_path):
+    """10,000 frames (417 s): 25 are read, from the start or, by seeking, from 300 s on (without
+    the seek the 7,200 frames before it would pass the cap on decoded frames)."""
+    clip = write_clip(tmp_path / "long.mp4", frames=10_000, size=(16, 16))
+    for start in (0.0, 300.0):
+        began = time.perf_counter()
+        info = probe_clip(clip, FrameSampling(frames=25, start=start))
+        assert info.frames == 25 and time.perf_counter() - began < 2.0
+    assert MAX_DECODED_FRAMES < 7_200
+
+
+def test_hostile_clips_raise_clip_errors(tmp_path):
+    for name, path in write_hostile_clips(tmp_path).items():
+        with pytest.raises(ClipError) as err:
+            probe_clip(path, FrameSampling())
+        assert str(err.value), name
+    with pytest.raises(ClipError, match="no frame"):
+        probe_clip(write_clip(tmp_path / "short.mp4", frames=3), FrameSampling(start=10.0))
+
+
+def test_clips_scan_beside_images_and_hostile_ones_are_named(tmp_path, write_image, make_concept):
+    folder = tmp_path / "concept"
+    write_clip(folder / "clip.mp4", frames=9)
+    (folder / "clip.txt").write_text("a moving square")
+    write_clip(folder / "short.webm", frames=3, codec="libvpx-vp9")
+    write_image(folder / "still.png")
+    hostile = write_hostile_clips(folder)
+    concept = make_concept(folder)
+    image_only = scan_concept(concept)
+    assert [i.relpath for i in image_only.items] == ["still.png"] and image_only.items[0].frames == 0
+    scan = scan_concept(concept, FrameSampling(frames=9))
+    items = {i.relpath: i for i in scan.items}
+    assert sorted(items) == ["clip.mp4", "short.webm", "still.png"]
+    assert (items["clip.mp4"].frames, items["short.webm"].frames, items["still.png"].frames) == (9, 1, 1)
+    assert items["clip.mp4"].captions == ("a moving square",)
+    assert items["still.png"].sampling is None and items["clip.mp4"].sampling == FrameSampling(frames=9)
+    assert sorted(s.path.name for s in scan.skipped) == sorted(p.name for p in hostile.values())
+    for path in hostile.values():
+        assert any(str(path) in w for w in scan.warnings)
+    assert any("short.webm" in w and "trains with 1 of the 9 frames set" in w for w in scan.warnings)
+
+
+def test_video_dataset_batches_by_frames_and_keys_the_cache_on_sampling(tmp_path, write_image, make_concept):
+    folder = tmp_path / "concept"
+    for i in range(2):
+        write_clip(folder / f"clip{i}.mp4", frames=9, seed=i)
+    write_clip(folder / "short.mp4", frames=5)
+    write_image(folder / "still.png")
+    concept = make_concept(folder)
+    dataset = build_dataset([concept], [(32, 32)], 1, frames=FrameSampling(frames=9))
+    shapes = sorted(tuple(b.pixels.shape) for b in dataset.epoch_batches(0))
+    assert shapes == [(1, 3, 1, 32, 32), (1, 3, 5, 32, 32), (1, 3, 9, 32, 32), (1, 3, 9, 32, 32)]
+    pairs = build_dataset([concept], [(32, 32)], 2, frames=FrameSampling(frames=9))
+    assert [tuple(b.pixels.shape) for b in pairs.epoch_batches(0)] == [(2, 3, 9, 32, 32)]
+
+    encoded: list[tuple] = []
+
+    def encode(pixels):
+        encoded.append(tuple(pixels.shape))
+        return pixels[:, :, :, ::8, ::8].mean(1, keepdim=True).repeat(1, 4, 1, 1, 1)
+
+    def cached(sampling):
+        return build_dataset([concept], [(32, 32)], 1, latent_caching=True, cache_dir=tmp_path / "cache", vae_id="v",
+                             encode_fn=encode, frames=sampling)
+
+    first = cached(FrameSampling(frames=9))
+    assert first.cache_report.encoded == 4
+    assert cached(FrameSampling(frames=9)).cache_report.encoded == 0
+    assert cached(FrameSampling(frames=9, fps=12)).cache_report.encoded == 3  # the clips again, not the image
+    latents = sorted(tuple(b.latents.shape) for b in first.epoch_batches(0))
+    assert latents == [(1, 4, 1, 4, 4), (1, 4, 5, 4, 4), (1, 4, 9, 4, 4), (1, 4, 9, 4, 4)]

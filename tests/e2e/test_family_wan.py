@@ -1,0 +1,94 @@
+"""Wan 2.1 end to end on the tiny model: a LoRA from our preset trained in a worker process from a folder of three
+short generated clips and one image (with hostile clips beside them, named and skipped), that
+WanPipeline reloads with `load_lora_weights` (nothing ignored) and that changes its output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ot_gradio.config.presets import PRESETS_DIR
+from tests.e2e.runs import imported, local_pipeline, lora_load_problems, losses_with_fixed_noise, run_until_done, tiny_fixture
+from tests.video_clips import write_clip, write_hostile_clips
+
+pytestmark = pytest.mark.slow
+PROMPT = "a yellow square moving"
+
+tiny_wan = tiny_fixture("wan", "tiny_wan")
+
+
+def _video(pipe) -> np.ndarray:
+    """The pipeline's video latents for a fixed seed (the tiny VAE's decoder flattens differences)."""
+    return pipe(PROMPT, height=32, width=32, num_frames=5, num_inference_steps=2, guidance_scale=1.0,
+                generator=torch.Generator().manual_seed(0), output_type="latent").frames.float().numpy()
+
+
+def _clips_and_an_image(tmp_path):
+    """Three 9-frame clips and an image, each captioned."""
+    from PIL import Image
+
+    data = tmp_path / "clips"
+    for i in range(3):
+        write_clip(data / f"clip{i}.mp4", frames=9, seed=i)
+        (data / f"clip{i}.txt").write_text(PROMPT)
+    Image.new("RGB", (32, 32), (240, 200, 40)).save(data / "still.png")
+    (data / "still.txt").write_text("a yellow square")
+    return data
+
+
+def _config(tiny_wan, data, tmp_path, **changes) -> dict:
+    """Our preset with only the base model, the data, the output and the run's size changed (its
+    bfloat16 transformer and UMT5 and float32 VAE kept)."""
+    config = imported(PRESETS_DIR / "wan21-lora.json", tiny_wan.diffusers_dir, data, tmp_path, "lora.safetensors",
+                      resolution="64", frames="5", frame_rate=24.0, epochs=1, learning_rate=5e-2, lora_rank=4, lora_alpha=4.0,
+                      samples=[], latent_caching=True)
+    assert (config["model_type"], config["output_model_format"], config["text_encoder"]["train"]) == ("WAN_2_1", "DIFFUSERS_LORA", False)
+    config.update(changes)
+    return config
+
+
+def test_lora_from_clips_and_an_image_reloads_in_the_wan_pipeline(tiny_wan, tmp_path):
+    from safetensors import safe_open
+
+    data = _clips_and_an_image(tmp_path)
+    hostile = write_hostile_clips(data)
+    _, events = run_until_done(_config(tiny_wan, data, tmp_path), tmp_path)
+    warnings = [e["message"] for e in events if e["type"] == "warning"]
+    for path in hostile.values():
+        assert any(path.name in w for w in warnings), (path.name, warnings)
+    losses = [e["loss"] for e in events if e["type"] == "metrics" and "loss" in e]
+    assert len(losses) == 4 and all(np.isfinite(losses))  # 3 clips + 1 image, batch 1
+
+    out = tmp_path / "out" / "lora.safetensors"
+    with safe_open(str(out), "pt") as f:
+        keys = list(f.keys())
+        assert all(f.get_tensor(k).abs().max() > 0 for k in keys if ".lora_B." in k)  # every layer trained
+    assert any(k.startswith("transformer.blocks.0.attn1.") for k in keys)
+    assert all(k.startswith("transformer.") for k in keys), keys  # the default layer preset: every linear layer
+    pipe = local_pipeline(tiny_wan.diffusers_dir)
+    before = _video(pipe)
+    assert lora_load_problems(pipe, out) == []
+    assert np.abs(_video(pipe) - before).max() > 1e-3
+
+
+def test_without_the_latent_cache_clips_are_read_at_each_step_and_a_sample_is_drawn(tiny_wan, tmp_path):
+    data = _clips_and_an_image(tmp_path)
+    config = _config(tiny_wan, data, tmp_path, latent_caching=False, frame_rate=12.0, sample_after=1, sample_after_unit="EPOCH",
+                     samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}])
+    _, events = run_until_done(config, tmp_path)
+    assert len([e for e in events if e["type"] == "metrics" and "loss" in e]) == 4
+    assert [e for e in events if e["type"] == "sample"]
+
+
+@pytest.mark.parametrize("weights", ["FLOAT_8", "NFLOAT_4"])
+def test_a_quantized_transformer_trains(tiny_wan, tmp_path, weights):
+    """In this process: the transformer stored in 8 or 4 bits (its embedders kept in the compute
+    type, as the time embedder casts the timestep to its weights' type) trains a LoRA."""
+    data = tmp_path / "two"
+    for i in range(2):
+        write_clip(data / f"clip{i}.mp4", frames=5, seed=i)
+    config = _config(tiny_wan, data, tmp_path, train_dtype="FLOAT_32")
+    config["transformer"]["weight_dtype"] = weights
+    losses = losses_with_fixed_noise(config, tmp_path)
+    assert len(losses) == 2 and all(np.isfinite(losses))

@@ -1,0 +1,57 @@
+"""What only Wan 2.1 does: its prompts are encoded exactly as WanPipeline encodes them, an image
+is a one-frame video, and its ComfyUI layer names are the original model's (diffusers' own
+converter of the original layout names each of them back to our layer)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def wan():
+    from ot_gradio.models.tiny.wan import tiny_wan_components
+    from ot_gradio.models.wan import Wan21
+
+    return Wan21(tiny_wan_components())
+
+
+def test_prompts_are_encoded_as_the_pipeline_does(wan):
+    prompts = ["a  cat &amp; a dog ", "a yellow square moving left"]
+    ours = wan.encode_text(prompts)["encoder_hidden_states"]
+    theirs, _ = wan.pipeline().encode_prompt(prompts, do_classifier_free_guidance=False, max_sequence_length=512)
+    assert ours.shape == (2, 512, 32) and torch.equal(ours[0, 12:], torch.zeros_like(ours[0, 12:]))
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_the_runs_token_window_is_the_one_encoded(wan):
+    from types import SimpleNamespace
+
+    wan.configure_flow(SimpleNamespace(text_encoder_sequence_length=64))
+    try:
+        assert wan.encode_text(["a cat"])["encoder_hidden_states"].shape == (1, 64, 32)
+    finally:
+        wan.configure_flow(SimpleNamespace(text_encoder_sequence_length=None))
+    assert wan.text_encoder_sequence_length == 512
+
+
+def test_an_image_is_a_one_frame_video_and_frames_fold_by_four(wan):
+    image = torch.rand(1, 3, 32, 32) * 2 - 1
+    one = wan.encode_images(image, sample=False)
+    assert one.shape == (1, 16, 1, 4, 4)
+    torch.testing.assert_close(one, wan.encode_images(image.unsqueeze(2), sample=False))
+    assert wan.encode_images(torch.zeros(1, 3, 9, 32, 32), sample=False).shape == (1, 16, 3, 4, 4)
+    assert wan.decode_latents(one).shape == (1, 3, 1, 32, 32)
+
+
+def test_comfyui_names_are_the_original_layout(wan):
+    from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
+
+    from ot_gradio.models.comfy_lora_names import wan_original
+    from ot_gradio.models.key_layout import layer_paths
+
+    paths = layer_paths(wan.transformer)
+    original = {wan_original(p): p for p in paths}
+    assert None not in original and len(original) == len(paths)
+    converted = convert_wan_transformer_to_diffusers({f"{o}.weight": torch.zeros(1) for o in original})
+    assert set(converted) == {f"{p}.weight" for p in paths}
