@@ -160,8 +160,11 @@ def _undo_newer_renames(data: dict[str, Any]) -> None:
         data.setdefault("latent_caching", image if image is not None else text)
     defaults = data.get("optimizer_defaults")
     for optimizer in [data.get("optimizer"), *(defaults.values() if isinstance(defaults, dict) else [])]:
-        if isinstance(optimizer, dict) and isinstance(optimizer.get("orthogonal_gradient"), str):
-            optimizer["orthogonal_gradient"] = optimizer["orthogonal_gradient"] not in ("", "disabled")
+        # a mode since adv-optm 2.5 ("disabled", "flattened", "iterative"); the adv-optm here has the
+        # flattened form only. Any other text stays, for validation to refuse by name.
+        modes = {"": False, "disabled": False, "flattened": True, "iterative": True}
+        if isinstance(optimizer, dict) and isinstance(optimizer.get("orthogonal_gradient"), str) and optimizer["orthogonal_gradient"] in modes:
+            optimizer["orthogonal_gradient"] = modes[optimizer["orthogonal_gradient"]]
 
 
 _ENUM_ALIASES = {"timestep_distribution": {"PARABOLA": "INVERTED_PARABOLA"}}

@@ -64,3 +64,14 @@ def test_compressed_8bit_weight_types_import_as_8bit_weights_saying_what_differs
     loaded = load_config(ot_config({"unet": {"weight_dtype": theirs}}))
     assert loaded.config.unet.weight_dtype.value == ours
     assert any(f"unet.weight_dtype {theirs} -> {ours}" in w and "nvCOMP" in w for w in loaded.warnings), loaded.warnings
+
+
+def test_orthogonal_gradient_modes_of_newer_onetrainer_import_and_other_text_is_refused():
+    """adv-optm 2.5 made OrthoGrad a mode ("disabled", "flattened", "iterative"); any other text is
+    refused by name, never read as on."""
+    def ortho(value):
+        return load_config(ot_config({"optimizer": {"optimizer": "ADAMW_ADV", "orthogonal_gradient": value}})).config.optimizer.orthogonal_gradient
+
+    assert [ortho(v) for v in ("disabled", "flattened", "iterative", False, True)] == [False, True, True, False, True]
+    with pytest.raises(ConfigError, match=r"optimizer.orthogonal_gradient: must be true or false \(got 'maybe'\)"):
+        ortho("maybe")
