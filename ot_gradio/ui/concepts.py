@@ -40,6 +40,21 @@ def _seconds(total: float) -> str:
     return f"{total:.1f} s" if total < 60 else f"{int(total // 60)} min {total % 60:.0f} s"
 
 
+def _clips_hint(concept: dict[str, Any]) -> str:
+    """For an image model type: whether the folder holds clips, which only a video model type reads."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from ..data.scan import list_image_files  # noqa: PLC0415
+    from ..data.video import is_video_name  # noqa: PLC0415
+
+    folder = Path(str(concept.get("path") or "")).expanduser()
+    try:
+        clips = folder.is_dir() and any(is_video_name(p.name) for p in list_image_files(folder, bool(concept.get("include_subdirectories")), clips=True))
+    except OSError:
+        return ""
+    return " It holds video clips: set Model type (Model tab) to a video model such as WAN_2_1 to train on them." if clips else ""
+
+
 def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sampling=None) -> tuple[str, list[tuple[str, int]]]:
     """Markdown statistics and (bucket, count) rows for one concept; with a video model type's
     frame `sampling` (run_frame_sampling) its clips are counted beside the images."""
@@ -51,7 +66,7 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
     try:
         scan = scan_concept(ConceptConfig(**concept), sampling)
     except (DataError, ValueError, OSError) as err:
-        return f"**Cannot read this concept:** {err}", []
+        return f"**Cannot read this concept:** {err}{_clips_hint(concept) if sampling is None else ''}", []
     items = scan.items
     if not items:
         return "No images found.", []

@@ -37,7 +37,7 @@ def test_clips_alone_are_not_no_images_for_a_video_model(tmp_path):
     # an image model type reads no clips, and says the folder has no images
     assert run_frame_sampling({"model_type": "STABLE_DIFFUSION_15"}) is None
     text, rows = concept_stats(_concept(folder), "64", True, None)
-    assert "no images" in text and rows == []
+    assert "no images" in text and "It holds video clips: set Model type (Model tab)" in text and rows == []
 
 
 def test_bad_frames_name_the_field():
