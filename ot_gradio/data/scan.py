@@ -43,6 +43,7 @@ class ImageItem:
     mask_path: Path | None = None
     frames: int = 0  # 0: an image of an image family; else the frames it trains with (an image: 1)
     sampling: FrameSampling | None = None  # how a clip's frames are read (None: an image)
+    duration: float = 0.0  # a clip's length in seconds, from its container (0: an image, or unknown)
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None) -> Conc
             scan.skipped.append(SkippedFile(path, error))
             _warn(scan, f"Skipping {'clip' if clip else 'unreadable image'} {path}: {error}")
             continue
-        width, height, frames = size
+        width, height, frames, duration = size
         if clip and frames < sampling.frames:
             _warn(scan, f"Clip {path} is short: it trains with {frames} of the {sampling.frames} frames set (Frames)")
         stat = path.stat()
@@ -174,6 +175,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None) -> Conc
                 mask_path=None if sampling is not None else _mask_for(path, scan, (width, height)),  # no masked video training yet
                 frames=frames,
                 sampling=sampling if clip else None,
+                duration=duration,
             )
         )
 
@@ -184,15 +186,15 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None) -> Conc
     return scan
 
 
-def _probe(path: Path, sampling: FrameSampling | None) -> tuple[tuple[int, int, int] | None, str]:
-    """((width, height, frames), '') for a readable image or clip (frames: 0 for an image of an
-    image family), (None, reason) otherwise."""
+def _probe(path: Path, sampling: FrameSampling | None) -> tuple[tuple[int, int, int, float] | None, str]:
+    """((width, height, frames, seconds), '') for a readable image or clip (frames: 0 for an image
+    of an image family; seconds: 0 for an image), (None, reason) otherwise."""
     try:
         if sampling is not None and is_video_name(path.name):
             info = probe_clip(path, sampling)
-            return (info.width, info.height, info.frames), ""
+            return (info.width, info.height, info.frames, info.duration), ""
         with load_rgb(path) as img:
-            return (*img.size, 0 if sampling is None else 1), ""
+            return (*img.size, 0 if sampling is None else 1, 0.0), ""
     except Exception as exc:  # anything PIL or PyAV raises means the file cannot be trained on
         return None, str(exc) if isinstance(exc, ClipError) else _reason(exc)
 

@@ -373,7 +373,8 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     def sample(self, prompt: str, negative_prompt: str = "", height: int = 1024, width: int = 1024, steps: int | None = None,
                cfg_scale: float | None = None, seed: int = 0, sampler: NoiseScheduler | str = NoiseScheduler.EULER,
                device: torch.device | str | None = None, **inputs):
-        """One image (PIL) of exactly `width` x `height`, generated at the next multiple of
+        """One image (PIL) of exactly `width` x `height` (a video family: a clip, its frames as a
+        list of such images), generated at the next multiple of
         `bucket_step` px with the model's own scheduler and shift (every sampler choice: the one
         these models ship with, as in OneTrainer); `steps` and `cfg_scale` default to the
         family's. Parts keep their mode and device. `inputs`: what `sampling_inputs` takes."""
@@ -394,8 +395,10 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
             pixels = self.decode_sample(latents, gen_h, gen_w).float()
         from diffusers.image_processor import VaeImageProcessor
 
-        image = VaeImageProcessor(vae_scale_factor=self.vae_scale_factor).postprocess(pixels.cpu(), output_type="pil")[0]
-        return exact_size(image, width, height)
+        processor = VaeImageProcessor(vae_scale_factor=self.vae_scale_factor)
+        if pixels.ndim == 5:  # a video family's clip (B, 3, F, H, W): its frames, in order
+            return [exact_size(frame, width, height) for frame in processor.postprocess(pixels[0].transpose(0, 1).cpu(), output_type="pil")]
+        return exact_size(processor.postprocess(pixels.cpu(), output_type="pil")[0], width, height)
 
     # ---------------------------------------------------------------- saving
 

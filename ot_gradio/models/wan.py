@@ -14,7 +14,8 @@ What Wan 2.1 is (diffusers' WanPipeline):
   side); latents are `(z - latents_mean) / latents_std` per channel, what the pipeline inverts.
 - The repos sample with UniPC in flow mode (flow_shift 3 for 480p); training draws t with
   FlowMatchEuler at the same shift (`noise_scheduler`).
-- Samples here are still images (one frame) until video samples exist.
+- Samples are short clips: `sample` returns the frames (PIL images) of `sample_frames` frames,
+  the run's Frames cut to 4k+1 once `configure_flow` has read the run (the sample tool: 5).
 - Loading: a hub id (Wan-AI/Wan2.1-T2V-1.3B-Diffusers), a diffusers folder or `tiny:wan`;
   single files are refused. Saving: a diffusers folder; LoRA as diffusers/PEFT keys
   (`transformer.blocks.0.attn1.to_q.lora_A.weight`) that WanPipeline.load_lora_weights reads, or
@@ -33,6 +34,7 @@ from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWin
 from ot_gradio.models.registry import register_family
 
 DEFAULT_SEQUENCE_LENGTH = 512
+SAMPLE_TOOL_FRAMES = 5  # a sample's frames outside a run (the sample tool): short, quick to make
 # The transformer's layer presets: self- and cross-attention and the feed-forward of each block.
 _ATTN = ["attn1.", "attn2."]
 TRANSFORMER_PRESETS = {
@@ -64,12 +66,18 @@ class Wan21(TokenWindow, IdentityLoraNames, FlowFamily):
         super().__init__(components)
         self.noise_scheduler = flow_training_scheduler(self.scheduler)
         self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
+        self.sample_frames = SAMPLE_TOOL_FRAMES
 
     def configure_flow(self, config) -> None:
-        """The run's token window (`text_encoder_sequence_length`; blank: 512); the embedders stay
-        out of the quantization that follows (keep_embedders_unquantized: the time embedder casts
-        the timestep to its weights' type, which cannot be a stored 8- or 4-bit one)."""
+        """The run's token window (`text_encoder_sequence_length`; blank: 512) and sample length
+        (the run's Frames, cut to 4k+1); the embedders stay out of the quantization that follows
+        (keep_embedders_unquantized: the time embedder casts the timestep to its weights' type,
+        which cannot be a stored 8- or 4-bit one)."""
+        from ot_gradio.data.video import run_sampling
+
         self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
+        sampling = run_sampling(config, self.frame_step)
+        self.sample_frames = sampling.count(sampling.frames)
         keep_embedders_unquantized(self.transformer)
 
     # ---------------------------------------------------------------- video latents
@@ -146,8 +154,10 @@ class Wan21(TokenWindow, IdentityLoraNames, FlowFamily):
         }
 
     def sample_options(self) -> dict:
-        """A still: one frame (video samples are not written yet)."""
-        return {"max_sequence_length": self.text_encoder_sequence_length, "num_frames": 1}
+        """A clip of `sample_frames` frames (4k+1: the pipeline would round any other count)."""
+        frames = (max(1, int(self.sample_frames)) - 1) // self.frame_step * self.frame_step + 1
+        return {"max_sequence_length": self.text_encoder_sequence_length, "num_frames": frames}
 
     def decode_sample(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        return self.decode_latents(latents)[:, :, 0]
+        """Pixels (B, 3, F, H, W): `sample` returns a clip's frames."""
+        return self.decode_latents(latents)

@@ -392,7 +392,13 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
                            "use a smaller size, FLOAT_16 or the CPU") from None
         except ValueError as err:  # e.g. a sampler or size this family cannot do
             raise JobError(f"prompts[{i}]: {err}") from None
-        path = save_png(image, out_dir / _file_name(i, entry), {**entry, "model": model_name})
+        if isinstance(image, list):  # a video family's clip: an .mp4 (settings in the job's result, not the file)
+            from ot_gradio.data.video import write_video
+            from ot_gradio.fsutil import atomic_write
+
+            path = atomic_write((out_dir / _file_name(i, entry)).with_suffix(".mp4"), lambda tmp, frames=image: write_video(frames, tmp))
+        else:
+            path = save_png(image, out_dir / _file_name(i, entry), {**entry, "model": model_name})
         images.append({**entry, "path": str(path)})
         job.progress(i + 1, total, f"image {i + 1}/{total} saved")
     return {"images": images, "paths": [im["path"] for im in images], "output_dir": str(out_dir),

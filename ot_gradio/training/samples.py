@@ -1,8 +1,9 @@
 """Samples during training: every enabled prompt of the config rendered with the model being
-trained, written as image files, reported as events and shown in TensorBoard. With EMA on they
-use the EMA weights, and with `non_ema_sampling` the live weights as well (file names and events
-marked 'no-ema'). Sampling leaves the training noise as it was. The trainer reads the logged
-losses first (a NaN loss stops the run before its weights are used)."""
+trained, written as image files (a video family's as .mp4 clips, played at the run's clip frame
+rate), reported as events and shown in TensorBoard. With EMA on they use the EMA weights, and
+with `non_ema_sampling` the live weights as well (file names and events marked 'no-ema').
+Sampling leaves the training noise as it was. The trainer reads the logged losses first (a NaN
+loss stops the run before its weights are used)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from ..data.video import write_video
 from ..fsutil import atomic_write
 from .optimizers import optimizer_eval_mode, optimizer_train_mode
 
@@ -41,6 +43,7 @@ def sample_during_training(run: RunState) -> None:
 def _sample_all(run: RunState, samples: list, ema: bool | None) -> None:
     fmt = str(run.config.sample_image_format).lower().replace("jpeg", "jpg")
     suffix = "-no-ema" if ema is False else ""
+    fps = float(run.config.frame_rate)  # a clip plays at the rate its training frames were taken
 
     def text(prompt: str) -> str:  # as the model reads it (the method's hook: embedding placeholders)
         return run.method.transform_text(prompt) if prompt else prompt
@@ -51,9 +54,13 @@ def _sample_all(run: RunState, samples: list, ema: bool | None) -> None:
         image = run.method.sample_image(run.model, s, text, seed, run.device)  # the family's sample, or the method's own
         torch.set_rng_state(state)  # sampling must not change the training noise
         c = run.counters
-        out = run.paths.samples / f"step{c.global_step:06d}-epoch{c.epoch}-{i}{suffix}.{fmt}"
-        atomic_write(out, lambda tmp, im=image: im.save(tmp, format="JPEG" if fmt == "jpg" else fmt.upper()), what="a sample")
+        clip = isinstance(image, list)  # a video family's sample: its frames, written as an .mp4
+        out = run.paths.samples / f"step{c.global_step:06d}-epoch{c.epoch}-{i}{suffix}.{'mp4' if clip else fmt}"
+        if clip:
+            atomic_write(out, lambda tmp, frames=image: write_video(frames, tmp, fps), what="a sample")
+        else:
+            atomic_write(out, lambda tmp, im=image: im.save(tmp, format="JPEG" if fmt == "jpg" else fmt.upper()), what="a sample")
         extra = {} if ema is None else {"ema": ema}
         run.report.sample(path=str(out), prompt=s.prompt, step=c.global_step, epoch=c.epoch, index=i, **extra)
-        if run.tensorboard is not None:
-            run.tensorboard.add_image(f"sample/{i}{suffix}", np.asarray(image), c.global_step, dataformats="HWC")
+        if run.tensorboard is not None:  # a clip: its first frame (TensorBoard's video panel needs moviepy)
+            run.tensorboard.add_image(f"sample/{i}{suffix}", np.asarray(image[0] if clip else image), c.global_step, dataformats="HWC")

@@ -1,5 +1,6 @@
 """Concepts tab: a list with add / clone / remove / enable, each concept's settings, and its
-statistics (images, captions, masks, sizes, aspect buckets). Torch-free: uses the data scan."""
+statistics (images, captions, masks, sizes, aspect buckets; for a video model type also clips,
+their frames at the run's sampling and their length). Torch-free: uses the data scan (PyAV)."""
 
 from __future__ import annotations
 
@@ -19,27 +20,72 @@ def concept_choices(concepts: list[dict[str, Any]]) -> list[tuple[str, int]]:
     return [(f"{i + 1}. {c.get('name') or c.get('path') or '(unnamed)'}{'' if c.get('enabled', True) else ' (off)'}", i) for i, c in enumerate(concepts)]
 
 
-def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool) -> tuple[str, list[tuple[str, int]]]:
-    """Markdown statistics and (bucket, count) rows for one concept."""
+def run_frame_sampling(config: dict[str, Any]):
+    """The run's frame sampling for a video model type (None: an image family); a ValueError
+    naming the field when Frames or the clip settings are not numbers."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from ..config.families import family_info  # noqa: PLC0415
+    from ..data.video import run_sampling  # noqa: PLC0415
+
+    info = family_info(config.get("model_type", ""))
+    settings = SimpleNamespace(**{k: config[k] for k in ("frames", "frame_rate", "clip_start") if k in config})
+    try:
+        return run_sampling(settings, info.frame_step if info else None)
+    except ValueError:
+        raise ValueError("Frames, Clip frame rate or Clip start (training tab, Video clips) is not a number; set e.g. 25, 24 and 0") from None
+
+
+def _seconds(total: float) -> str:
+    return f"{total:.1f} s" if total < 60 else f"{int(total // 60)} min {total % 60:.0f} s"
+
+
+def _clips_hint(concept: dict[str, Any]) -> str:
+    """For an image model type: whether the folder holds clips, which only a video model type reads."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from ..data.scan import list_image_files  # noqa: PLC0415
+    from ..data.video import is_video_name  # noqa: PLC0415
+
+    folder = Path(str(concept.get("path") or "")).expanduser()
+    try:
+        clips = folder.is_dir() and any(is_video_name(p.name) for p in list_image_files(folder, bool(concept.get("include_subdirectories")), clips=True))
+    except OSError:
+        return ""
+    return " It holds video clips: set Model type (Model tab) to a video model such as WAN_2_1 to train on them." if clips else ""
+
+
+def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sampling=None) -> tuple[str, list[tuple[str, int]]]:
+    """Markdown statistics and (bucket, count) rows for one concept; with a video model type's
+    frame `sampling` (run_frame_sampling) its clips are counted beside the images."""
     from ..config.resolution import parse_resolutions  # noqa: PLC0415
     from ..data.buckets import assign_bucket  # noqa: PLC0415
     from ..data.errors import DataError  # noqa: PLC0415
     from ..data.scan import scan_concept  # noqa: PLC0415
 
     try:
-        scan = scan_concept(ConceptConfig(**concept))
+        scan = scan_concept(ConceptConfig(**concept), sampling)
     except (DataError, ValueError, OSError) as err:
-        return f"**Cannot read this concept:** {err}", []
+        return f"**Cannot read this concept:** {err}{_clips_hint(concept) if sampling is None else ''}", []
     items = scan.items
     if not items:
         return "No images found.", []
     h, w = parse_resolutions(resolution)[0]
     buckets = Counter(assign_bucket(i.width, i.height, (h, w), enabled=bucketing) for i in items)
     sizes = sorted((i.width * i.height, i.width, i.height) for i in items)
-    lines = [
-        f"**{len(items)} images**, {len(items) - len(scan.uncaptioned)} with captions, {len(scan.uncaptioned)} without, {scan.mask_count} masks",
-        f"sizes from {sizes[0][1]}x{sizes[0][2]} to {sizes[-1][1]}x{sizes[-1][2]}",
-    ]
+    clips = [i for i in items if i.sampling is not None]
+    captioned = len(items) - len(scan.uncaptioned)
+    if sampling is None:
+        head = f"**{len(items)} images**, {captioned} with captions, {len(scan.uncaptioned)} without, {scan.mask_count} masks"
+    else:
+        head = (f"**{len(clips)} clips, {len(items) - len(clips)} images** (trained as one frame), "
+                f"{captioned} with captions, {len(scan.uncaptioned)} without")
+    lines = [head]
+    if clips:
+        lines.append(f"clips: {sum(i.frames for i in clips)} frames in all at {sampling.frames} frames, {sampling.fps:g} fps"
+                     f"{f' from {sampling.start:g} s' if sampling.start else ''} (the run's Frames); "
+                     f"{_seconds(sum(i.duration for i in clips))} of video in all")
+    lines.append(f"sizes from {sizes[0][1]}x{sizes[0][2]} to {sizes[-1][1]}x{sizes[-1][2]}")
     if scan.skipped:
         lines.append("**skipped:** " + ", ".join(f"{s.path.name} ({s.reason})" for s in scan.skipped[:20]))
     rows = [(f"{bw}x{bh}", n) for (bh, bw), n in sorted(buckets.items())]
@@ -122,7 +168,11 @@ class ConceptsTab:
             return "Select a concept.", None
         import pandas as pd  # noqa: PLC0415
 
-        text, rows = concept_stats(concepts[index], config.get("resolution", "512"), config.get("aspect_ratio_bucketing", True))
+        try:
+            sampling = run_frame_sampling(config)
+        except ValueError as err:
+            return f"**Cannot count clips:** {err}", None
+        text, rows = concept_stats(concepts[index], config.get("resolution", "512"), config.get("aspect_ratio_bucketing", True), sampling)
         return text, pd.DataFrame(rows, columns=["bucket", "images"])
 
     def wire(self, config_state: gr.State, autosave) -> None:

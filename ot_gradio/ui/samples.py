@@ -54,22 +54,27 @@ def from_rows(rows: Any, previous: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 
 SAMPLES_CSS = (".ot-samples{display:flex;flex-wrap:wrap;gap:.75em;align-items:flex-start}"
-               ".ot-samples figure{margin:0;max-width:100%}.ot-samples img{display:block;max-width:100%;height:auto}"
+               ".ot-samples figure{margin:0;max-width:100%}.ot-samples img,.ot-samples video{display:block;max-width:100%;height:auto}"
                ".ot-samples figcaption{font-size:.85em;max-width:max(12em,100%);overflow-wrap:anywhere}")
 
 
 def samples_html(samples: list[tuple[str, str]], url: Callable[[str], str | None]) -> str:
     """The run's samples (path, "step N: prompt"), newest first, each at its own size (a 64 px
     sample stays 64 px, sharp; a large one shrinks to the width) with its step and prompt under
-    it. `url` makes a sample's path a URL the page may load."""
+    it; a video family's .mp4 sample plays in place (muted, looping, with controls). `url` makes a
+    sample's path a URL the page may load."""
     if not samples:
         return ""
     figures = []
     for path, caption in samples:
         src = url(path)
-        if src:
-            figures.append(f'<figure><img src="{html.escape(src)}" alt="{html.escape(caption)}" loading="lazy">'
-                           f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+        if not src:
+            continue
+        if path.lower().endswith(".mp4"):
+            shown = f'<video src="{html.escape(src)}" title="{html.escape(caption)}" controls muted loop autoplay playsinline preload="metadata"></video>'
+        else:
+            shown = f'<img src="{html.escape(src)}" alt="{html.escape(caption)}" loading="lazy">'
+        figures.append(f"<figure>{shown}<figcaption>{html.escape(caption)}</figcaption></figure>")
     return f'<style>{SAMPLES_CSS}</style><div class="ot-samples">{"".join(figures)}</div>'
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ot_gradio.config.presets import PRESETS_DIR
+from ot_gradio.data.video import FrameSampling, probe_clip
 from tests.e2e.runs import imported, local_pipeline, lora_load_problems, losses_with_fixed_noise, run_until_done, tiny_fixture
 from tests.video_clips import write_clip, write_hostile_clips
 
@@ -78,7 +79,9 @@ def test_without_the_latent_cache_clips_are_read_at_each_step_and_a_sample_is_dr
                      samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}])
     _, events = run_until_done(config, tmp_path)
     assert len([e for e in events if e["type"] == "metrics" and "loss" in e]) == 4
-    assert [e for e in events if e["type"] == "sample"]
+    samples = [e for e in events if e["type"] == "sample"]
+    assert samples and all(e["path"].endswith(".mp4") for e in samples)  # a clip of the run's 5 frames, not a still
+    assert probe_clip(samples[-1]["path"], FrameSampling(frames=100, step=1, fps=1000.0)).available == 5
 
 
 @pytest.mark.parametrize("weights", ["FLOAT_8", "NFLOAT_4"])

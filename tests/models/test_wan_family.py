@@ -55,3 +55,47 @@ def test_comfyui_names_are_the_original_layout(wan):
     assert None not in original and len(original) == len(paths)
     converted = convert_wan_transformer_to_diffusers({f"{o}.weight": torch.zeros(1) for o in original})
     assert set(converted) == {f"{p}.weight" for p in paths}
+
+
+def test_a_training_sample_is_an_mp4_of_the_runs_frames(wan, tmp_path):
+    """With Frames 5 the trainer's sample is a clip: an .mp4 (h264) that decodes to 5 frames of
+    the sample's size, and the sample event names it."""
+    import av
+
+    from ot_gradio.config.parts import SampleConfig
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.data.video import FrameSampling, probe_clip
+    from ot_gradio.training.backup import Counters
+    from ot_gradio.training.device import Precision
+    from ot_gradio.training.distributed import Distributed
+    from ot_gradio.training.method_base import Method
+    from ot_gradio.training.run_state import Reporter, RunPaths, RunState
+    from ot_gradio.training.samples import sample_during_training
+
+    class Events(Reporter):
+        def __init__(self):
+            self.samples = []
+
+        def status(self, status, message=""):
+            pass
+
+        def sample(self, **fields):
+            self.samples.append(fields)
+
+    config = TrainConfig(model_type="WAN_2_1", frames="6", frame_rate=8.0,
+                         samples=[SampleConfig(prompt="a yellow square", width=80, height=64, diffusion_steps=2, cfg_scale=2.0)])
+    wan.configure_flow(config)
+    assert wan.sample_frames == 5  # 6 cut to 4k+1
+    weight = torch.nn.Parameter(torch.zeros(1))
+    paths = RunPaths(tmp_path / "samples", tmp_path / "backup", tmp_path / "save", None, [tmp_path])
+    run = RunState(config, paths, Events(), Distributed(), torch.device("cpu"), Precision(config.train_dtype, torch.device("cpu"), False),
+                   wan, Method(), [weight], Counters(epoch=1, epoch_step=0, global_step=3), None, optimizer=torch.optim.SGD([weight], lr=0.1))
+    sample_during_training(run)
+    [event] = run.report.samples
+    assert event["path"].endswith("step000003-epoch1-0.mp4")
+    info = probe_clip(event["path"], FrameSampling(frames=100, step=1, fps=1000.0))
+    assert (info.width, info.height, info.available) == (80, 64, 5)
+    with av.open(event["path"]) as clip:
+        assert clip.streams.video[0].codec_context.name in ("h264", "mpeg4")
+        assert float(clip.streams.video[0].average_rate) == 8.0
+    assert [p.name for p in (tmp_path / "samples").iterdir()] == ["step000003-epoch1-0.mp4"]  # no temp file left

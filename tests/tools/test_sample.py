@@ -372,3 +372,16 @@ def test_llm_encoder_families_sample_a_lora_file_and_a_run(model_type, tmp_path)
     from_file = draw("file", lora=str(lora))
     assert np.abs(from_file - plain).max() > 2
     assert np.abs(draw("run", run=str(run.path), base_model="") - from_file).max() <= 1  # the backup is the LoRA the run saves
+
+
+def test_a_video_family_samples_a_short_mp4(tmp_path):
+    """Wan 2.1 in the sample tool: a clip of 5 frames (the tool's default) written as an .mp4."""
+    from ot_gradio.data.video import FrameSampling, probe_clip
+    from ot_gradio.models.tiny import resolve_tiny
+
+    base = str(resolve_tiny("tiny:wan").diffusers_dir)
+    [path] = run_inline("sample", {"model_type": "WAN_2_1", "base_model": base, "device": "cpu", "output_dir": str(tmp_path / "out"),
+                                   "prompts": [{**PROMPT, "cfg_scale": 2.0}]})["paths"]
+    assert path.endswith("-seed1.mp4")
+    info = probe_clip(path, FrameSampling(frames=100, step=1, fps=1000.0))
+    assert (info.width, info.height, info.available) == (64, 64, 5)

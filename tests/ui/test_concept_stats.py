@@ -1,0 +1,49 @@
+"""The Concepts tab's statistics: clips counted for a video model type (frames at the run's
+sampling, length), images for an image one; no torch in the page."""
+
+from __future__ import annotations
+
+from PIL import Image
+
+from ot_gradio.ui.concepts import concept_stats, run_frame_sampling
+from tests.video_clips import write_clip
+
+
+def _concept(folder) -> dict:
+    return {"name": "clips", "path": str(folder)}
+
+
+def test_a_folder_of_clips_counts_clips_frames_and_length(tmp_path):
+    folder = tmp_path / "clips"
+    write_clip(folder / "a.mp4", frames=9)  # 9 frames at 24 fps: 0.375 s
+    write_clip(folder / "b.webm", frames=24, codec="libvpx-vp9")  # 1 s, trains with 9 at Frames 9
+    (folder / "a.txt").write_text("a moving square")
+    Image.new("RGB", (48, 32)).save(folder / "still.png")
+    config = {"model_type": "WAN_2_1", "frames": "9", "frame_rate": 24.0, "clip_start": 0.0}
+    sampling = run_frame_sampling(config)
+    assert (sampling.frames, sampling.step) == (9, 4)
+    text, rows = concept_stats(_concept(folder), "64", True, sampling)
+    assert "**2 clips, 1 images**" in text and "1 with captions, 2 without" in text
+    assert "18 frames in all at 9 frames, 24 fps" in text
+    assert "1.4 s of video in all" in text  # 0.375 + 1.0 seconds
+    assert sum(n for _, n in rows) == 3
+
+
+def test_clips_alone_are_not_no_images_for_a_video_model(tmp_path):
+    folder = tmp_path / "clips"
+    write_clip(folder / "only.mp4", frames=5)
+    text, _ = concept_stats(_concept(folder), "64", True, run_frame_sampling({"model_type": "WAN_2_1", "frames": "25"}))
+    assert text.startswith("**1 clips, 0 images**") and "5 frames in all" in text
+    # an image model type reads no clips, and says the folder has no images
+    assert run_frame_sampling({"model_type": "STABLE_DIFFUSION_15"}) is None
+    text, rows = concept_stats(_concept(folder), "64", True, None)
+    assert "no images" in text and "It holds video clips: set Model type (Model tab)" in text and rows == []
+
+
+def test_bad_frames_name_the_field():
+    try:
+        run_frame_sampling({"model_type": "WAN_2_1", "frames": "many"})
+    except ValueError as err:
+        assert "Frames" in str(err)
+    else:
+        raise AssertionError("no error for Frames 'many'")
