@@ -215,6 +215,8 @@ class Page:
         # by block id: an event's target is the session's copy of a component once an update
         # changed its props (a field shown or hidden by the model type, the optimizer, the PEFT type)
         self._by_id = {f.component._id: f for f in fields.values()}
+        # ...or by elem_id: a copy made by an update of its choices (the training method's) has an id of its own
+        self._by_elem = {f.component.elem_id: f for f in fields.values() if f.component.elem_id}
         self.opt_fields = {p: f for p, f in fields.items() if p.startswith("optimizer.") and p != "optimizer.optimizer"}
         self.conditional = {p: fields[p] for p in conditional_fields() if p in fields}
         for path, f in self.conditional.items():
@@ -255,13 +257,18 @@ class Page:
 
     def _wire(self) -> None:
         edit_inputs = {self.config_state, *self.components}
-        edited = [f for path, f in self.fields.items() if path != "optimizer.optimizer"]
+        method = self.fields["training_method"].component
+        edited = [f for path, f in self.fields.items() if path not in ("optimizer.optimizer", "training_method")]
         # One handler for all ~250 fields rather than one each: every handler costs the page's
         # start-up and its config (each lists all inputs). Each edit applies the one field that
         # fired it (on_edit), so each must run: "multiple" queues an edit made while the previous
         # one is being saved (they run in order, each on the config the one before left).
-        gr.on([edit_event(f.component) for f in edited], self.on_edit, edit_inputs, self.edit_outputs,
+        gr.on([edit_event(f.component) for f in edited], self.on_edit, edit_inputs - {method}, self.edit_outputs,
               trigger_mode="multiple", show_progress="hidden")
+        # The training method on its own: a model type change can drop the method from its choices,
+        # and the model type's second input event (a click fires two), queued with the old method
+        # among its inputs, would be refused by Gradio (a value outside the choices)
+        method.input(self.on_edit, {self.config_state, method}, self.edit_outputs, trigger_mode="multiple", show_progress="hidden")
         browsers = [f.browser for f in [*edited, *self.concepts.fields.values()] if f.browser is not None]
         concept_inputs = {self.concepts.selector, *(f.component for f in self.concepts.fields.values())}
         self.browser.wire(browsers, self.config_state, self.roots,
@@ -357,7 +364,7 @@ class Page:
         still at its built-in default (FINE_TUNE, cuda, 3e-06...), and applying them all saved
         those over the workspace's config. Without an event (a test, "Use this"): every value."""
         target = getattr(evt, "target", None)
-        field = self._by_id.get(getattr(target, "_id", None))
+        field = self._by_id.get(getattr(target, "_id", None)) or self._by_elem.get(getattr(target, "elem_id", None))
         if target is not None and field is None:  # not a field of the form: never apply the others' values
             return gr.skip()
         fields = {field.path: field} if field is not None else self.fields

@@ -222,3 +222,22 @@ def test_the_page_offers_the_types_methods_and_hides_what_fine_tune_vae_ignores(
     out = page.populate(refused)
     assert out[method]["value"] == "FINE_TUNE_VAE" and "FINE_TUNE_VAE" in out[method]["choices"]
     assert any(p.startswith("training_method: FINE_TUNE_VAE is not available for model type FLUX_DEV_1") for p in validate(refused)[1])
+
+
+def test_no_edit_but_the_methods_own_sends_the_method(page):
+    """A model type change can drop the method from the choices while a second event of the same
+    click waits in the queue: were the method among its inputs, Gradio would refuse the old one."""
+    method, model_type = page.fields["training_method"].component, page.fields["model_type"].component
+    for fn in page.blocks.fns.values():
+        if fn.fn == page.on_edit:
+            ids = {block_id for block_id, _ in fn.targets}
+            assert (method in fn.inputs) == (ids == {method._id}), ids
+            assert model_type._id not in ids or method not in fn.inputs
+    # the event of a choice update's copy of the dropdown (an id of its own) still names the field
+    import gradio as gr
+    from gradio.events import EventData
+
+    copy = gr.Dropdown(choices=["LORA", "FINE_TUNE_VAE"], elem_id=method.elem_id, render=False)
+    assert copy._id != method._id
+    values = {page.config_state: page.on_page_load()[page.config_state], method: "FINE_TUNE_VAE"}
+    assert page.on_edit(values, EventData(copy, None))[page.config_state]["training_method"] == "FINE_TUNE_VAE"
