@@ -51,6 +51,8 @@ from .visibility import (
     TAB_METHODS,
     applies,
     conditional_fields,
+    method_after_type_change,
+    method_choices,
     method_field_shown,
     method_fields,
     model_parts,
@@ -122,6 +124,7 @@ class Page:
         self.fields: dict[str, Field] = {}
         self.tab_handles: dict[str, gr.Tab] = {}
         self.part_groups: dict[gr.Accordion, str] = {}  # accordion -> its model part
+        self.method_groups: dict[gr.Accordion, list[str]] = {}  # a titled group some method ignores (Timestep distribution) -> its fields
         with gr.Blocks(title="ot_gradio", delete_cache=DELETE_CACHE) as self.blocks:
             self._build(initial)
             self._wire()
@@ -151,6 +154,7 @@ class Page:
             for path in TOP_FIELDS:
                 info = next(f for f in schema_fields() if f.path == path)
                 fields[path] = make_component(info)
+            fields["training_method"].component.choices = [(m, m) for m in method_choices(initial.get("model_type"), initial.get("training_method"))]
             fields["model_type"].component.min_width = 300  # its own line on a phone: "STABLE_DIFFUSION_XL_10_BASE" whole
             self.preset = gr.Dropdown(list_presets(), value=None, label="Preset", info="Load a preset from presets/ over the defaults.", elem_id="preset")
         with gr.Row():
@@ -176,9 +180,12 @@ class Page:
                     with gr.Column(elem_classes="ot-cols" if tab in COLUMNS else None):
                         plain = {f.path: f for f in infos if not part_of(f.path) and not f.path.startswith("optimizer.")}
                         for title, paths in group_paths(list(plain)):  # titled groups, 2-3 columns wide (ui/layout.py)
-                            with gr.Accordion(title, open=group_open(tab, title), elem_classes="ot-group") if title else contextlib.nullcontext():
+                            shown_group = not title or any(method_field_shown(p, method) for p in paths)
+                            with gr.Accordion(title, open=group_open(tab, title), elem_classes="ot-group", visible=shown_group) if title else contextlib.nullcontext() as group:
                                 with gr.Column(elem_classes="ot-grid"):
                                     fields.update(build_fields([plain[p] for p in paths]))
+                            if title and set(paths) & set(method_fields()):
+                                self.method_groups[group] = paths
                         panels.get(tab, _no_panel)(initial, infos)
                         for part in model_parts():
                             part_infos = [f for f in infos if part_of(f.path) == part and part_field_shown(f.path)]
@@ -202,17 +209,20 @@ class Page:
                     lambda: load_ui_config(self.workspace).get("workspace_dir") or self.workspace,
                     lambda path: [self.autosave(c := self.read_any(path)), self.populate(c)][1],
                     [self.config_state, *(f.component for f in self.fields.values()), self.samples.table, self.lr_plot, self.memory,
-                     *self.part_groups, *self.tab_handles.values(), *self.concepts.outputs], runs_tab)
+                     *self.part_groups, *self.method_groups, *self.tab_handles.values(), *self.concepts.outputs], runs_tab)
         self.browser = BrowserPanel()
         self.components = {f.component for f in fields.values()}
         # by block id: an event's target is the session's copy of a component once an update
         # changed its props (a field shown or hidden by the model type, the optimizer, the PEFT type)
         self._by_id = {f.component._id: f for f in fields.values()}
+        # ...or by elem_id: a copy made by an update of its choices (the training method's) has an id of its own
+        self._by_elem = {f.component.elem_id: f for f in fields.values() if f.component.elem_id}
         self.opt_fields = {p: f for p, f in fields.items() if p.startswith("optimizer.") and p != "optimizer.optimizer"}
         self.conditional = {p: fields[p] for p in conditional_fields() if p in fields}
         for path, f in self.conditional.items():
-            f.component.visible = applies(path, initial)
-        self.by_method = {p: fields[p] for p in method_fields() if p in fields}  # part settings one method ignores
+            f.component.visible = applies(path, initial) and method_field_shown(path, method)
+        # settings one method ignores (the conditional ones among them follow both rules)
+        self.by_method = {p: fields[p] for p in method_fields() if p in fields and p not in self.conditional}
         for path, f in self.by_method.items():
             f.component.visible = method_field_shown(path, method)
         self.all_outputs = [self.config_state, *self.components, self.samples.table, self.lr_plot, self.memory, self.memory_estimate.output,
@@ -242,17 +252,23 @@ class Page:
 
     def _visibility_targets(self) -> list:
         return [*(f.component for f in self.opt_fields.values()), *(f.component for f in self.conditional.values()), *self.part_groups,
-                *(self.tab_handles[t] for t in TAB_METHODS if t in self.tab_handles), *(f.component for f in self.by_method.values())]
+                *(self.tab_handles[t] for t in TAB_METHODS if t in self.tab_handles), *(f.component for f in self.by_method.values()),
+                *self.method_groups, self.fields["training_method"].component]
 
     def _wire(self) -> None:
         edit_inputs = {self.config_state, *self.components}
-        edited = [f for path, f in self.fields.items() if path != "optimizer.optimizer"]
+        method = self.fields["training_method"].component
+        edited = [f for path, f in self.fields.items() if path not in ("optimizer.optimizer", "training_method")]
         # One handler for all ~250 fields rather than one each: every handler costs the page's
         # start-up and its config (each lists all inputs). Each edit applies the one field that
         # fired it (on_edit), so each must run: "multiple" queues an edit made while the previous
         # one is being saved (they run in order, each on the config the one before left).
-        gr.on([edit_event(f.component) for f in edited], self.on_edit, edit_inputs, self.edit_outputs,
+        gr.on([edit_event(f.component) for f in edited], self.on_edit, edit_inputs - {method}, self.edit_outputs,
               trigger_mode="multiple", show_progress="hidden")
+        # The training method on its own: a model type change can drop the method from its choices,
+        # and the model type's second input event (a click fires two), queued with the old method
+        # among its inputs, would be refused by Gradio (a value outside the choices)
+        method.input(self.on_edit, {self.config_state, method}, self.edit_outputs, trigger_mode="multiple", show_progress="hidden")
         browsers = [f.browser for f in [*edited, *self.concepts.fields.values()] if f.browser is not None]
         concept_inputs = {self.concepts.selector, *(f.component for f in self.concepts.fields.values())}
         self.browser.wire(browsers, self.config_state, self.roots,
@@ -303,12 +319,15 @@ class Page:
     def visibility(self, config: dict[str, Any]) -> dict:
         keys = set(optimizer_keys(config.get("optimizer", {}).get("optimizer", "ADAMW")))
         out: dict = {f.component: gr.update(visible=p.split(".", 1)[1] in keys) for p, f in self.opt_fields.items()}
-        out.update({f.component: gr.update(visible=applies(p, config)) for p, f in self.conditional.items()})
-        shown = shown_parts(config.get("model_type"))
+        method, model_type = config.get("training_method"), config.get("model_type")
+        out.update({f.component: gr.update(visible=applies(p, config) and method_field_shown(p, method)) for p, f in self.conditional.items()})
+        shown = shown_parts(model_type)
         out.update({acc: gr.update(visible=part in shown) for acc, part in self.part_groups.items()})
-        method = config.get("training_method")
         out.update({self.tab_handles[t]: gr.update(visible=tab_shown(t, method)) for t in TAB_METHODS if t in self.tab_handles})
         out.update({f.component: gr.update(visible=method_field_shown(p, method)) for p, f in self.by_method.items()})
+        out.update({acc: gr.update(visible=any(method_field_shown(p, method) for p in paths)) for acc, paths in self.method_groups.items()})
+        # only the methods the model type offers (a value outside the choices is refused by gradio)
+        out[self.fields["training_method"].component] = gr.update(choices=method_choices(model_type, method))
         return out
 
     def populate(self, config: dict[str, Any]) -> dict:
@@ -345,17 +364,26 @@ class Page:
         still at its built-in default (FINE_TUNE, cuda, 3e-06...), and applying them all saved
         those over the workspace's config. Without an event (a test, "Use this"): every value."""
         target = getattr(evt, "target", None)
-        field = self._by_id.get(getattr(target, "_id", None))
+        field = self._by_id.get(getattr(target, "_id", None)) or self._by_elem.get(getattr(target, "elem_id", None))
         if target is not None and field is None:  # not a field of the form: never apply the others' values
             return gr.skip()
         fields = {field.path: field} if field is not None else self.fields
         config = config_from_values(fields, values, values[self.config_state])
+        switched = None
+        if config.get("model_type") != values[self.config_state].get("model_type"):
+            switched = method_after_type_change(config.get("model_type"), config.get("training_method"))
+            if switched:  # the new model type lacks the method: the first it offers, said in one line
+                gr.Info(f"Training method: {config.get('training_method')} is not available for {config.get('model_type')}; "
+                        f"switched to {switched}.")
+                config = {**config, "training_method": switched}
         if field is not None and config == values[self.config_state]:
             # the page filling the field in (a load, a preset): nothing to save or redraw (an empty
             # dict is not "no update" to Gradio: it fails the event with a toast on the page)
             return gr.skip()
         self.autosave(config)
         out = {self.config_state: config, self.lr_plot: lr_frame(config), self.memory: memory_markdown(config), **self.visibility(config)}
+        if switched:  # the dropdown's value changes with its choices, in the same update
+            out[self.fields["training_method"].component] = gr.update(choices=method_choices(config["model_type"], switched), value=switched)
         if stale(values[self.config_state], config):  # another model's "fits" must not stay on screen
             out[self.memory_estimate.output] = ESTIMATE_PROMPT
         return out

@@ -14,7 +14,7 @@ from functools import cache
 from typing import Any
 
 from ..config.enums import TrainingMethod as T
-from ..config.families import FROZEN_PARTS, family_info
+from ..config.families import FROZEN_PARTS, IMPLEMENTED_METHODS, family_info
 from ..config.fields import field_meta, iter_fields, strip_optional
 from ..config.parts import ModelPartConfig
 from ..config.schema import TrainConfig
@@ -26,6 +26,12 @@ TAB_METHODS: dict[str, tuple[T, ...]] = {"lora": (T.LORA,), "embedding": (T.EMBE
 VAE_TRAINING = ("learning_rate", "stop_training_after", "stop_training_after_unit")
 PART_TRAINING = ("train", "learning_rate", "stop_training_after", "stop_training_after_unit", "dropout_probability",
                  "train_embedding", "gradient_checkpointing", "offload_fraction", "activation_offloading")
+# ...and these options, which its step never reads: it encodes the images at every step (no latent
+# cache) and draws no timesteps nor noise, so no timestep loss weight either. The noise schedule's
+# options (zero terminal SNR, forced prediction) stay: a sample from a text prompt runs with them.
+VAE_IGNORED = ("latent_caching", "offset_noise_weight", "generalized_offset_noise", "perturbation_noise_weight",
+               "min_noising_strength", "max_noising_strength", "timestep_distribution", "noising_weight", "noising_bias",
+               "timestep_shift", "dynamic_timestep_shifting", "loss_weight_fn", "loss_weight_strength", "vb_loss_strength")
 
 
 @cache
@@ -66,9 +72,35 @@ def part_field_shown(path: str) -> bool:
     return True
 
 
+def offered_methods(model_type: str | None) -> tuple[str, ...]:
+    """The training methods the model type offers: its family's that the trainer implements, in
+    the family's order (LoRA first); every one for a model type the table does not know."""
+    info = family_info(model_type) if model_type else None
+    return tuple(m.value for m in (info.methods if info else tuple(T)) if m in IMPLEMENTED_METHODS)
+
+
+def method_choices(model_type: str | None, method: str | None) -> list[str]:
+    """The training method dropdown's choices: the offered methods, and the current one when the
+    type lacks it (a loaded config keeps it on screen, refused by the start check)."""
+    offered = list(offered_methods(model_type))
+    return offered + [method] if method and method not in offered else offered
+
+
+def method_after_type_change(model_type: str | None, method: str | None) -> str | None:
+    """The method to switch to when the model type changed to one without `method` (the first
+    offered one, LoRA where there is one); None when it keeps it."""
+    offered = offered_methods(model_type)
+    if not offered or method in offered:
+        return None
+    return T.LORA.value if T.LORA.value in offered else offered[0]
+
+
 def method_field_shown(path: str, method: str | None) -> bool:
-    """The part settings that depend on the training method: under FINE_TUNE_VAE the VAE's
-    training settings and none of the other parts'; under any other method not the VAE's."""
+    """The settings that depend on the training method: under FINE_TUNE_VAE the VAE's training
+    settings and none of the other parts', nor the options its step ignores (VAE_IGNORED); under
+    any other method not the VAE's."""
+    if path in VAE_IGNORED:
+        return method != T.FINE_TUNE_VAE.value
     part, dot, name = path.partition(".")
     if not dot or part not in model_parts():
         return True
@@ -81,7 +113,7 @@ def method_field_shown(path: str, method: str | None) -> bool:
 @cache
 def method_fields() -> tuple[str, ...]:
     """The fields `method_field_shown` may hide (the page updates them when the method changes)."""
-    return tuple(f.path for f in iter_fields(TrainConfig) if part_field_shown(f.path) and (
+    return tuple(f.path for f in iter_fields(TrainConfig) if f.path in VAE_IGNORED or part_field_shown(f.path) and (
         f.path.partition(".")[2] in PART_TRAINING and part_of(f.path) is not None and "." in f.path))
 
 

@@ -139,3 +139,105 @@ def test_the_page_hides_them_when_the_family_changes(page):
     out = page.on_edit(values)
     for path in (*DDPM_ONLY, "vb_loss_strength"):
         assert out[page.fields[path].component]["visible"] is True, path
+
+
+@pytest.mark.parametrize("model_type", list(FAMILIES))
+def test_the_method_dropdown_offers_the_model_types_methods(model_type):
+    """Only the methods the family has (FINE_TUNE_VAE: SD 1.x/2.x), the ones the start check
+    accepts, LoRA first; a type without the current method switches to LoRA."""
+    from ot_gradio.config.doctor import method_problem
+    from ot_gradio.ui.visibility import method_after_type_change, method_choices, offered_methods
+
+    offered = offered_methods(model_type.value)
+    assert offered[0] == "LORA"
+    assert ("FINE_TUNE_VAE" in offered) == model_type.value.startswith(("STABLE_DIFFUSION_15", "STABLE_DIFFUSION_20", "STABLE_DIFFUSION_21"))
+    for method in TrainingMethod:
+        if FAMILIES[model_type].implemented:
+            assert (method.value in offered) == (method_problem(model_type, method) is None), method
+        kept = method.value in offered
+        assert method_after_type_change(model_type.value, method.value) == (None if kept else "LORA")
+        assert method_choices(model_type.value, method.value) == list(offered) + ([] if kept else [method.value])
+
+
+def test_families_without_an_embedding_do_not_offer_one():
+    from ot_gradio.ui.visibility import offered_methods
+
+    assert "EMBEDDING" not in offered_methods("QWEN") and "EMBEDDING" in offered_methods("STABLE_DIFFUSION_XL_10_BASE")
+    assert "FINE_TUNE_VAE" not in offered_methods("STABLE_DIFFUSION_XL_10_BASE")
+    assert set(offered_methods(None)) == {m.value for m in TrainingMethod}  # a type the table does not know: every one
+
+
+# FINE_TUNE_VAE's step (training/vae_method.py) encodes the images at every step and draws no noise nor timesteps
+VAE_IGNORES = ("latent_caching", "offset_noise_weight", "generalized_offset_noise", "perturbation_noise_weight",
+               "timestep_distribution", "min_noising_strength", "max_noising_strength", "noising_weight", "noising_bias",
+               "timestep_shift", "dynamic_timestep_shifting", "loss_weight_fn", "loss_weight_strength", "vb_loss_strength")
+# ...and reads these (the loss, masked training, and for samples from a text prompt the schedule and clip skip)
+VAE_READS = ("mse_strength", "mae_strength", "huber_strength", "log_cosh_strength", "masked_training", "learning_rate", "resolution",
+             "train_dtype", "force_v_prediction", "rescale_noise_scheduler_to_zero_terminal_snr", "text_encoder_layer_skip",
+             "clear_cache_before_training", "aspect_ratio_bucketing")
+
+
+@pytest.mark.parametrize("method", list(TrainingMethod))
+def test_fine_tune_vae_hides_what_its_step_ignores(method):
+    vae = method == TrainingMethod.FINE_TUNE_VAE
+    for path in VAE_IGNORES:
+        assert field_shown(path, None, "STABLE_DIFFUSION_15", method.value) != vae, path
+    for path in VAE_READS:
+        assert field_shown(path, None, "STABLE_DIFFUSION_15", method.value), path
+    assert field_shown("additional_embeddings", "embedding", "STABLE_DIFFUSION_15", method.value) == (method == TrainingMethod.EMBEDDING)
+
+
+def test_the_page_offers_the_types_methods_and_hides_what_fine_tune_vae_ignores(page):
+    from gradio.events import EventData
+
+    from ot_gradio.ui.page import validate
+    from ot_gradio.ui.state import load_ui_config
+
+    method = page.fields["training_method"].component
+    config = {**page.on_page_load()[page.config_state], "model_type": "STABLE_DIFFUSION_15", "training_method": "FINE_TUNE_VAE"}
+    out = page.populate(config)
+    assert out[method]["value"] == "FINE_TUNE_VAE" and "FINE_TUNE_VAE" in out[method]["choices"]
+    for path in VAE_IGNORES:
+        assert out[page.fields[path].component]["visible"] is False, path
+    for path in ("force_v_prediction", "rescale_noise_scheduler_to_zero_terminal_snr"):  # a sample from a text prompt reads them
+        assert out[page.fields[path].component]["visible"] is True, path
+    timesteps = next(acc for acc, paths in page.method_groups.items() if "timestep_distribution" in paths)
+    assert out[timesteps]["visible"] is False
+    assert page.populate({**config, "training_method": "LORA"})[timesteps]["visible"] is True
+    # SD 2.1 has the method: kept; Flux has not: LoRA, in the same update as the choices, and saved
+    values = page.form_values(config)
+    model_type = page.fields["model_type"].component
+    values[model_type] = "STABLE_DIFFUSION_21"
+    out = page.on_edit(values, EventData(model_type, None))
+    assert out[page.config_state]["training_method"] == "FINE_TUNE_VAE" and "value" not in out[method]
+    values = page.form_values(config)
+    values[model_type] = "FLUX_DEV_1"
+    out = page.on_edit(values, EventData(model_type, None))
+    assert out[page.config_state]["training_method"] == "LORA" and out[method]["value"] == "LORA"
+    assert "FINE_TUNE_VAE" not in out[method]["choices"] and out[method]["choices"][0] == "LORA"
+    assert out[timesteps]["visible"] is True and out[page.fields["latent_caching"].component]["visible"] is True
+    assert load_ui_config(page.workspace)["training_method"] == "LORA"
+    # a loaded config whose type lacks its method: shown as it is, refused by the start check
+    refused = {**config, "model_type": "FLUX_DEV_1"}
+    out = page.populate(refused)
+    assert out[method]["value"] == "FINE_TUNE_VAE" and "FINE_TUNE_VAE" in out[method]["choices"]
+    assert any(p.startswith("training_method: FINE_TUNE_VAE is not available for model type FLUX_DEV_1") for p in validate(refused)[1])
+
+
+def test_no_edit_but_the_methods_own_sends_the_method(page):
+    """A model type change can drop the method from the choices while a second event of the same
+    click waits in the queue: were the method among its inputs, Gradio would refuse the old one."""
+    method, model_type = page.fields["training_method"].component, page.fields["model_type"].component
+    for fn in page.blocks.fns.values():
+        if fn.fn == page.on_edit:
+            ids = {block_id for block_id, _ in fn.targets}
+            assert (method in fn.inputs) == (ids == {method._id}), ids
+            assert model_type._id not in ids or method not in fn.inputs
+    # the event of a choice update's copy of the dropdown (an id of its own) still names the field
+    import gradio as gr
+    from gradio.events import EventData
+
+    copy = gr.Dropdown(choices=["LORA", "FINE_TUNE_VAE"], elem_id=method.elem_id, render=False)
+    assert copy._id != method._id
+    values = {page.config_state: page.on_page_load()[page.config_state], method: "FINE_TUNE_VAE"}
+    assert page.on_edit(values, EventData(copy, None))[page.config_state]["training_method"] == "FINE_TUNE_VAE"
