@@ -182,13 +182,15 @@ class ConceptsTab:
         show = self.show
 
         by_id = {f.component._id: key for key, f in self.fields.items()}  # by id: see Page.on_edit
+        # ...or by elem_id: a session copy that an update re-created has an id of its own
+        by_elem = {f.component.elem_id: key for key, f in self.fields.items() if f.component.elem_id}
 
         def edit(values: dict, evt: gr.EventData = None) -> dict:
             old = values[config_state]
             # only the field that fired: as the page's own edits (Page.on_edit), a text box the
             # page fills in fires its change event while the other fields still hold older values
             target = getattr(evt, "target", None)
-            key = by_id.get(getattr(target, "_id", None))
+            key = by_id.get(getattr(target, "_id", None)) or by_elem.get(getattr(target, "elem_id", None))
             if target is not None and key is None:
                 return gr.skip()
             config = self.edit(old, values[self.selector], values, None if key is None else [key])

@@ -73,6 +73,10 @@ def test_a_concept_edit_applies_only_the_field_that_fired_it(page):
     assert out["concepts"] == [{**config["concepts"][0], "name": "cats"}]
     out = edit.fn({**stale, page.config_state: out, name: "dogs"}, gr.EventData(copy.copy(name), None))[page.config_state]  # a session copy
     assert out["concepts"] == [{**config["concepts"][0], "name": "dogs"}]
+    twin = copy.copy(name)  # a copy an update re-created: an id of its own, the same elem_id
+    twin._id = 10**9
+    out = edit.fn({**stale, page.config_state: out, name: "owls"}, gr.EventData(twin, None))[page.config_state]
+    assert out["concepts"] == [{**config["concepts"][0], "name": "owls"}]
 
 
 def test_every_path_field_uses_the_one_file_browser(page):
