@@ -97,6 +97,16 @@ def base_module(module: torch.nn.Module) -> torch.nn.Module:
     return module.get_base_model() if hasattr(module, "get_base_model") else module
 
 
+def vae_latent_stats(vae: torch.nn.Module, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Wan-style VAE's per-channel `latents_mean` / `latents_std` (Wan, Qwen-Image), shaped to
+    broadcast over latents like `like` ((B, C, H, W) or (B, C, F, H, W)) and in its device and dtype."""
+    config = base_module(vae).config
+    shape = (1, int(config.z_dim), *[1] * (like.ndim - 2))
+    mean = torch.tensor(config.latents_mean, device=like.device, dtype=like.dtype).view(shape)
+    std = torch.tensor(config.latents_std, device=like.device, dtype=like.dtype).view(shape)
+    return mean, std
+
+
 def tied_aliases(state_dict: Mapping[str, torch.Tensor]) -> dict[str, str]:
     """alias key -> the first key holding the same tensor (tied weights, e.g. T5's `shared.weight`
     and `encoder.embed_tokens.weight`). safetensors refuses to write shared tensors, and the

@@ -41,6 +41,7 @@ from ot_gradio.models.common import (
     keep_embedders_unquantized,
     module_device,
     module_dtype,
+    vae_latent_stats,
     weights_fingerprint,
 )
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype, pack_latents, unpack_latents
@@ -135,11 +136,7 @@ class QwenImage(IdentityLoraNames, FlowFamily):
         return 2 ** len(base_module(self.vae).temperal_downsample)
 
     def _latent_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        config = base_module(self.vae).config
-        shape = (1, config.z_dim, 1, 1)
-        mean = torch.tensor(config.latents_mean, device=like.device, dtype=like.dtype).view(shape)
-        std = torch.tensor(config.latents_std, device=like.device, dtype=like.dtype).view(shape)
-        return mean, std
+        return vae_latent_stats(self.vae, like)
 
     @torch.no_grad()
     def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:

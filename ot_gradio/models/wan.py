@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import base_module, keep_embedders_unquantized, module_device, module_dtype
+from ot_gradio.models.common import base_module, keep_embedders_unquantized, module_device, module_dtype, vae_latent_stats
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype, flow_training_scheduler
 from ot_gradio.models.registry import register_family
 
@@ -87,11 +87,7 @@ class Wan21(TokenWindow, IdentityLoraNames, FlowFamily):
         return int(self.vae.config.scale_factor_spatial)
 
     def _latent_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        config = self.vae.config
-        shape = (1, int(config.z_dim), 1, 1, 1)
-        mean = torch.tensor(config.latents_mean, device=like.device, dtype=like.dtype).view(shape)
-        std = torch.tensor(config.latents_std, device=like.device, dtype=like.dtype).view(shape)
-        return mean, std
+        return vae_latent_stats(self.vae, like)
 
     @torch.no_grad()
     def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
