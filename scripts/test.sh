@@ -8,4 +8,4 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
   (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "note: could not install chromium; browser tests will report it" >&2
 fi
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRANSFORMERS_OFFLINE=1
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q --durations=40 "$@"

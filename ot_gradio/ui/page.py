@@ -17,6 +17,7 @@ from typing import Any
 
 import gradio as gr
 
+from ..config.base_model_match import base_model_after_type_change
 from ..config.doctor import check as doctor_check
 from ..config.families import FAMILIES
 from ..config.fields import iter_fields
@@ -227,7 +228,8 @@ class Page:
             f.component.visible = method_field_shown(path, method)
         self.all_outputs = [self.config_state, *self.components, self.samples.table, self.lr_plot, self.memory, self.memory_estimate.output,
                             *self._visibility_targets(), *self.concepts.outputs]
-        self.edit_outputs = [self.config_state, self.lr_plot, self.memory, self.memory_estimate.output, *self._visibility_targets()]
+        self.edit_outputs = [self.config_state, self.lr_plot, self.memory, self.memory_estimate.output, *self._visibility_targets(),
+                             self.fields["base_model_name"].component]
 
     def _memory_panel(self, initial: dict[str, Any], infos: list) -> None:
         self.memory = gr.Markdown(memory_markdown(initial), elem_id="memory-table")
@@ -369,13 +371,19 @@ class Page:
             return gr.skip()
         fields = {field.path: field} if field is not None else self.fields
         config = config_from_values(fields, values, values[self.config_state])
-        switched = None
+        switched = base = None
         if config.get("model_type") != values[self.config_state].get("model_type"):
             switched = method_after_type_change(config.get("model_type"), config.get("training_method"))
             if switched:  # the new model type lacks the method: the first it offers, said in one line
                 gr.Info(f"Training method: {config.get('training_method')} is not available for {config.get('model_type')}; "
                         f"switched to {switched}.")
                 config = {**config, "training_method": switched}
+            base = base_model_after_type_change(values[self.config_state].get("model_type"), config.get("model_type"),
+                                                config.get("base_model_name"))
+            if base:  # the old type's default base model would only load as the wrong family
+                gr.Info(f"Base model: {config.get('base_model_name') or 'empty'} was the default of "
+                        f"{values[self.config_state].get('model_type')}; set to {base}, the default of {config.get('model_type')}.")
+                config = {**config, "base_model_name": base}
         if field is not None and config == values[self.config_state]:
             # the page filling the field in (a load, a preset): nothing to save or redraw (an empty
             # dict is not "no update" to Gradio: it fails the event with a toast on the page)
@@ -384,6 +392,8 @@ class Page:
         out = {self.config_state: config, self.lr_plot: lr_frame(config), self.memory: memory_markdown(config), **self.visibility(config)}
         if switched:  # the dropdown's value changes with its choices, in the same update
             out[self.fields["training_method"].component] = gr.update(choices=method_choices(config["model_type"], switched), value=switched)
+        if base:
+            out[self.fields["base_model_name"].component] = gr.update(value=base)
         if stale(values[self.config_state], config):  # another model's "fits" must not stay on screen
             out[self.memory_estimate.output] = ESTIMATE_PROMPT
         return out

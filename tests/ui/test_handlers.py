@@ -216,3 +216,23 @@ def test_a_preset_loads_once_per_choice(page):
     when Tab passed through it; select fires once, on a choice."""
     (handler,) = [fn for fn in page.blocks.fns.values() if getattr(fn.fn, "__func__", None) is Page.on_preset]
     assert handler.targets == [(page.preset._id, "select")]
+
+
+def test_a_model_type_change_moves_only_a_default_base_model(page):
+    from gradio.events import EventData
+
+    from ot_gradio.ui.state import load_ui_config
+
+    model_type, base = page.fields["model_type"].component, page.fields["base_model_name"].component
+    config = {**page.on_page_load()[page.config_state], "model_type": "STABLE_DIFFUSION_15",
+              "base_model_name": "stable-diffusion-v1-5/stable-diffusion-v1-5", "training_method": "LORA"}
+    values = page.form_values(config)
+    values[model_type] = "FLUX_DEV_1"
+    out = page.on_edit(values, EventData(model_type, None))
+    assert out[page.config_state]["base_model_name"] == "black-forest-labs/FLUX.1-dev" == shown_value(out[base])
+    assert load_ui_config(page.workspace)["base_model_name"] == "black-forest-labs/FLUX.1-dev"
+    for chosen in ("/models/my-finetune.safetensors", "tiny:sd15"):  # the user's own choice stays (the warning names a mismatch)
+        values = page.form_values({**config, "base_model_name": chosen})
+        values[model_type] = "FLUX_DEV_1"
+        out = page.on_edit(values, EventData(model_type, None))
+        assert out[page.config_state]["base_model_name"] == chosen and base not in out
