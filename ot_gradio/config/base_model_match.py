@@ -66,29 +66,3 @@ def base_model_mismatch(model_type: str | None, base_model: str | None) -> str |
     return (f"Base model: '{name[:200]}' looks like {kind.name} ({how}), but the model type is {chosen.value}; "
             f"choose the model type of that model ({', '.join(m.value for m in kind.model_types)}) or a {chosen.value} base model.")
 
-
-def default_base_model(model_type: str | None) -> str | None:
-    """The base model of the model type's own preset (the one the guide names), or None."""
-    from .families import family_info  # noqa: PLC0415
-    from .presets import load_preset  # noqa: PLC0415
-
-    info = family_info(str(model_type))
-    if info is None or not info.preset:
-        return None
-    try:
-        value = load_preset(info.preset).get("base_model_name")
-    except Exception:  # noqa: BLE001 - a broken preset file only means no default to offer
-        return None
-    return value if isinstance(value, str) and value else None
-
-
-def base_model_after_type_change(old_type: str | None, new_type: str | None, base: str | None) -> str | None:
-    """The new model type's default base model when the model type changes and the base model is
-    empty or still the old type's default; None (keep it) for a base model the user chose."""
-    if old_type == new_type:
-        return None
-    name = str(base or "").strip()
-    if name and name != default_base_model(old_type):
-        return None
-    new = default_base_model(new_type)
-    return new if new and new != name else None

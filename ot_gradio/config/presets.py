@@ -7,6 +7,7 @@ from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
+from .families import family_info
 from .io import apply_overrides, load_config, read_json
 from .migrations import migrate
 from .onetrainer import is_onetrainer_config, to_our_layout
@@ -67,3 +68,27 @@ def load_config_argument(config_path: str, overrides: list[str] | None = None) -
     if overrides:
         data = apply_overrides(data, overrides)
     return load_config(data, base_dir=path.parent, source=str(path)), is_onetrainer_config(data)
+
+
+def default_base_model(model_type: str | None) -> str | None:
+    """The base model of the model type's own preset (the one the guide names), or None."""
+    info = family_info(str(model_type))
+    if info is None or not info.preset:
+        return None
+    try:
+        value = load_preset(info.preset).get("base_model_name")
+    except Exception:  # noqa: BLE001 - a broken preset file only means no default to offer
+        return None
+    return value if isinstance(value, str) and value else None
+
+
+def base_model_after_type_change(old_type: str | None, new_type: str | None, base: str | None) -> str | None:
+    """The new model type's default base model when the model type changes and the base model is
+    empty or still the old type's default; None (keep it) for a base model the user chose."""
+    if old_type == new_type:
+        return None
+    name = str(base or "").strip()
+    if name and name != default_base_model(old_type):
+        return None
+    new = default_base_model(new_type)
+    return new if new and new != name else None

@@ -1,9 +1,10 @@
-"""The caption editor's core: list a dataset's images with their captions a page at a time, edit
+"""The caption editor's core: list a dataset's images and clips with their captions a page at a time, edit
 one caption, and run bulk operations (find/replace, prefix, suffix, add/remove tags) with a
 preview and a one-step undo. Torch-free: the page and the command line import it.
 
 On disk (decisions the page and the command line share):
-- A caption is ``<stem>.txt`` next to its image; each non-empty line is one caption.
+- A caption is ``<stem>.txt`` next to its image or clip; each non-empty line is one caption. A
+  clip's thumbnail is its first frame.
 - Every write is atomic (`fsutil`) and first copies the previous caption to
   ``<image folder>/.ot_captions/backup/<stem>.txt`` (the latest previous version). The folder is
   hidden, so a dataset scan (which skips hidden folders and only pairs ``<stem>.txt`` with its
@@ -30,6 +31,7 @@ from pathlib import Path
 from ..data.captions import read_text
 from ..data.images import is_image_name
 from ..data.scan import list_image_files
+from ..data.video import is_video_name
 from ..fsutil import atomic_write, atomic_write_bytes, atomic_write_json
 
 HIDDEN_DIR = ".ot_captions"
@@ -84,8 +86,8 @@ def _replace_bytes(path: Path, data: bytes | None) -> bool:
 def write_caption(image: Path, text: str) -> bool:
     """Save one image's caption (normalised); returns False when the file already held it."""
     image = Path(image)
-    if not is_image_name(image.name):
-        raise CaptionError(f"{image.name} is not an image file")
+    if not (is_image_name(image.name) or is_video_name(image.name)):
+        raise CaptionError(f"{image.name} is not an image or clip file")
     if not image.is_file():
         raise CaptionError(f"image '{image}' does not exist")
     return _replace_bytes(caption_file(image), normalize(text).encode("utf-8"))
@@ -118,13 +120,13 @@ def _folder(folder: str | Path) -> Path:
 
 
 def list_images(folder: str | Path, recursive: bool = False) -> list[Path]:
-    """The folder's training images (masks and hidden files left out), sorted; none is opened."""
-    return list_image_files(_folder(folder), recursive)
+    """The folder's training images and clips (masks and hidden files left out), sorted; none is opened."""
+    return list_image_files(_folder(folder), recursive, clips=True)
 
 
 def page_of(folder: str | Path, page: int = 1, page_size: int = 24, recursive: bool = False) -> CaptionPage:
     root = _folder(folder)
-    images = list_image_files(root, recursive)
+    images = list_image_files(root, recursive, clips=True)
     size = max(1, int(page_size))
     pages = max(1, -(-len(images) // size))
     number = min(max(1, int(page or 1)), pages)
@@ -153,12 +155,18 @@ def thumbnail(image: Path, cache_dir: Path, size: int = THUMB_SIZE) -> Path | No
     if target.is_file():
         return target
     try:
-        with Image.open(image) as img:
-            img.draft("RGB", (size, size))  # JPEG: decode at a reduced scale, much faster
-            img.thumbnail((size, size))
-            small = to_rgb(ImageOps.exif_transpose(img) or img)
-            atomic_write(target, lambda tmp: small.save(tmp, format="JPEG", quality=85))
-    except Exception:  # any unreadable image: the grid shows it without a picture
+        if is_video_name(image.name):  # a clip: its first frame
+            from ..data.video import FrameSampling, read_clip  # noqa: PLC0415
+
+            small = read_clip(image, FrameSampling(frames=1, step=1), 1)[0]
+            small.thumbnail((size, size))
+        else:
+            with Image.open(image) as img:
+                img.draft("RGB", (size, size))  # JPEG: decode at a reduced scale, much faster
+                img.thumbnail((size, size))
+                small = to_rgb(ImageOps.exif_transpose(img) or img)
+        atomic_write(target, lambda tmp: small.save(tmp, format="JPEG", quality=85))
+    except Exception:  # any unreadable image or clip: the grid shows it without a picture
         return None
     return target
 
@@ -258,7 +266,7 @@ class Change:
 
 
 def _targets(root: Path, op: BulkOp) -> list[Path]:
-    images = list_image_files(root, op.recursive)
+    images = list_image_files(root, op.recursive, clips=True)
     if op.files is None:
         return images
     wanted = set()

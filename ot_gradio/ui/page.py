@@ -17,13 +17,12 @@ from typing import Any
 
 import gradio as gr
 
-from ..config.base_model_match import base_model_after_type_change
 from ..config.doctor import check as doctor_check
 from ..config.families import FAMILIES
 from ..config.fields import iter_fields
 from ..config.io import ConfigError, config_to_dict, load_config, read_json
 from ..config.optimizer import optimizer_keys
-from ..config.presets import list_presets
+from ..config.presets import base_model_after_type_change, list_presets
 from ..config.schema import TrainConfig
 from ..runner.jobs import JobSupervisor
 from ..runner.queue import RunQueue, SupervisorBackend

@@ -14,6 +14,7 @@ from typing import Any
 
 import gradio as gr
 
+from ..data.video import is_video_name
 from ..tools import captions as core
 from ..tools.captions import BulkOp, CaptionError, caption_file, normalize, page_of, read_caption, thumbnail
 from .tools_tab import ToolInputError, ToolsContext
@@ -51,6 +52,9 @@ def _label(name: str, caption: str, has: bool) -> str:
     return f"{name}: {text[:120]}{'…' if len(text) > 120 else ''}"
 
 
+MAX_PLAYED_CLIP = 256 * 1024**2  # a bigger clip is not copied to be played: its first frame in the grid stays
+
+
 class CaptionsTool:
     def __init__(self, ctx: ToolsContext):
         self.ctx = ctx
@@ -59,7 +63,7 @@ class CaptionsTool:
         self.view = gr.State({})
         with gr.Row():
             self.folder = gr.Textbox(initial[0] if initial else "", label=FIELD, scale=4, elem_id="captions-folder",
-                                     info="A concept's image folder; captions are the .txt files next to the images.")
+                                     info="A concept's folder; captions are the .txt files next to the images and clips (.mp4, .webm, .mov).")
             self.recursive = gr.Checkbox(False, label="Include sub-folders", scale=1)
             self.open_btn = gr.Button("Open", scale=0, elem_id="captions-open")
         self.status = gr.Markdown("", elem_id="captions-status")
@@ -74,6 +78,8 @@ class CaptionsTool:
                     self.next_page = gr.Button("Page ▶", scale=0, elem_id="captions-next-page")
             with gr.Column(scale=2):
                 self.current = gr.Textbox(label="Image", interactive=False, elem_id="captions-current")
+                # a clip plays here (the grid shows its first frame); hidden for an image
+                self.clip = gr.Video(label="Clip", interactive=False, visible=False, height=240, elem_id="captions-clip")
                 self.editor = gr.Textbox(label="Caption", lines=6, elem_id="captions-editor",
                                          info="One caption per line. Enter saves, Shift+Enter starts a new line; "
                                               "Up on the first line / Down on the last line saves and moves to the previous / next image.")
@@ -105,13 +111,13 @@ class CaptionsTool:
     # --- wiring --------------------------------------------------------------------------------
     def _wire(self) -> None:
         cfg = self.ctx.config_state
-        view_out = [self.view, self.gallery, self.page_number, self.page_info, self.selection, self.current, self.editor, self.status]
+        view_out = [self.view, self.gallery, self.page_number, self.page_info, self.selection, self.current, self.editor, self.clip, self.status]
         self.open_btn.click(self.on_open, [self.folder, self.recursive, self.selection, cfg], view_out)
         self.folder.submit(self.on_open, [self.folder, self.recursive, self.selection, cfg], view_out)
         self.page_number.submit(self.on_page, [self.view, self.page_number, self.selection, cfg], view_out)
         self.prev_page.click(self.on_prev_page, [self.view, self.selection, cfg], view_out)
         self.next_page.click(self.on_next_page, [self.view, self.selection, cfg], view_out)
-        self.gallery.select(self._gallery_select, [self.view, cfg], [self.current, self.editor, self.status])
+        self.gallery.select(self._gallery_select, [self.view, cfg], [self.current, self.editor, self.clip, self.status])
         self.save_btn.click(self.on_save, [self.view, self.current, self.editor, cfg], [self.gallery, self.editor, self.status])
         self.prev_img.click(self.on_prev_image, [self.view, self.current, self.editor, self.selection, cfg], view_out)
         self.next_img.click(self.on_next_image, [self.view, self.current, self.editor, self.selection, cfg], view_out)
@@ -142,6 +148,19 @@ class CaptionsTool:
             out.append((str(thumb), _label(item.name, item.caption, item.has_caption)))
         return out
 
+    def _clip_update(self, path: Path | None) -> dict:
+        """The clip player: shown with the clip when `path` is one, hidden otherwise. The clip is
+        played from a copy in gradio's cache (the folder was confined by the caller): the page
+        serves no dataset folder itself."""
+        try:
+            if path is not None and is_video_name(path.name) and path.stat().st_size <= MAX_PLAYED_CLIP:
+                cached = self.clip.move_resource_to_block_cache(str(path))
+                if cached:
+                    return gr.update(value=cached, visible=True)
+        except (OSError, ValueError):
+            pass
+        return gr.update(value=None, visible=False)
+
     def _placeholder(self) -> Path:
         path = self.thumbs / "unreadable.png"
         if not path.is_file():
@@ -170,6 +189,7 @@ class CaptionsTool:
         item = shown.items[pick] if shown.items and pick is not None and -len(names) <= pick < len(names) else None
         out[self.current] = item.name if item else ""
         out[self.editor] = item.caption if item else ""
+        out[self.clip] = self._clip_update(item.image if item else None)
         return out
 
     def _refused(self, err: Exception, outputs: list) -> dict:
@@ -207,9 +227,9 @@ class CaptionsTool:
             if not 0 <= int(index) < len(names):
                 raise ToolInputError("Image: that image is not on this page any more; open the folder again")
             image = self._image(root, names[int(index)])
-            return {self.current: names[int(index)], self.editor: read_caption(image), self.status: ""}
+            return {self.current: names[int(index)], self.editor: read_caption(image), self.clip: self._clip_update(image), self.status: ""}
         except (ToolInputError, CaptionError) as err:
-            return self._refused(err, [self.current, self.editor, self.status])
+            return self._refused(err, [self.current, self.editor, self.clip, self.status])
 
     def _gallery_select(self, view: dict[str, Any], config: dict[str, Any], evt: gr.SelectData) -> dict:
         return self.on_select(view, evt.index, config)
@@ -231,7 +251,7 @@ class CaptionsTool:
     def on_move(self, view: dict[str, Any], current: str, text: str, delta: int, selected: list[str] | None, config: dict[str, Any]) -> dict:
         """Save the shown caption if it was edited, then show the previous (-1) or next (+1) image,
         turning the page at its ends."""
-        outputs = [self.view, self.gallery, self.page_number, self.page_info, self.selection, self.current, self.editor, self.status]
+        outputs = [self.view, self.gallery, self.page_number, self.page_info, self.selection, self.current, self.editor, self.clip, self.status]
         try:
             root = self._root(view, config)
             message = ""

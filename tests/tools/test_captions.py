@@ -226,3 +226,26 @@ def test_ui_bulk_preview_apply_undo_and_refusals(tool, dataset, tmp_path):
     assert "refused" in tool.on_apply(bad_view, "prefix", "", "", False, "p", "folder", [], tool.config)[tool.bulk_status]
     assert "refused" in tool.on_save(view, "../outside/x.png", "hacked", tool.config)[tool.status]
     assert not (outside / "x.txt").exists()
+
+
+def test_clips_are_listed_shown_by_their_first_frame_and_captioned(tool, dataset, tmp_path):
+    from tests.video_clips import write_clip
+
+    write_clip(dataset / "walk.mp4", frames=5, size=(32, 32))
+    (dataset / "broken.webm").write_bytes(b"not a clip at all" * 50)
+    out = tool.on_open(str(dataset), False, [], tool.config)
+    names = out[tool.view]["names"]
+    assert names == ["a.png", "b.png", "broken.webm", "c.png", "d.png", "walk.mp4"]
+    thumbs = dict((label.split(":")[0], path) for path, label in out[tool.gallery])
+    with PIL.Image.open(thumbs["walk.mp4"]) as thumb:  # the clip's first frame: the bright square over dark noise
+        assert thumb.size == (32, 32) and max(thumb.convert("L").getdata()) > 150 and min(thumb.convert("L").getdata()) < 90
+    with PIL.Image.open(thumbs["broken.webm"]) as thumb:  # unreadable: the grey placeholder, no error
+        assert thumb.getpixel((0, 0)) == (200, 200, 200)
+    sel = tool.on_select(out[tool.view], names.index("walk.mp4"), tool.config)
+    assert sel[tool.current] == "walk.mp4" and sel[tool.editor] == ""
+    assert tool.on_save(out[tool.view], "walk.mp4", "a person walking", tool.config)[tool.status] == "saved walk.txt"
+    core.apply(dataset, BulkOp("add_tags", text="video", files=["walk.mp4"]))
+    assert (dataset / "walk.txt").read_text() == "a person walking, video"
+    assert sel[tool.clip]["visible"] is True and Path(sel[tool.clip]["value"]).read_bytes() == (dataset / "walk.mp4").read_bytes()
+    assert str(dataset) not in sel[tool.clip]["value"]  # played from gradio's cache, not served from the dataset
+    assert tool.on_select(out[tool.view], 0, tool.config)[tool.clip]["visible"] is False  # an image: no player
