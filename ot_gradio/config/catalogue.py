@@ -22,13 +22,11 @@ IMPLEMENTED_OPTIMIZERS: tuple[Optimizer, ...] = (
     O.LION, O.LION_8BIT, O.RMSPROP, O.RMSPROP_8BIT, O.SGD, O.SGD_8BIT, O.DADAPT_ADA_GRAD, O.DADAPT_ADAM, O.DADAPT_ADAN,
     O.DADAPT_LION, O.DADAPT_SGD, O.PRODIGY, O.ADAFACTOR, O.CAME, O.SCHEDULE_FREE_ADAMW, O.SCHEDULE_FREE_SGD, O.ADEMAMIX,
     O.ADEMAMIX_8BIT, O.ADAMW_ADV, O.ADOPT_ADV, O.LION_ADV, O.SIGNSGD_ADV, O.PRODIGY_ADV, O.PRODIGY_PLUS_SCHEDULE_FREE, O.ADOPT,
-    O.ADABELIEF, O.TIGER, O.AIDA, O.YOGI, O.MUON, O.MUON_ADV, O.ADAMUON_ADV,
+    O.ADABELIEF, O.TIGER, O.AIDA, O.YOGI, O.MUON, O.MUON_ADV, O.ADAMUON_ADV, O.CAME_8BIT,
 )
 
 # Why a OneTrainer name is refused, where there is more to say than "not implemented yet".
-NOT_AVAILABLE_BECAUSE: dict[Enum, str] = {
-    O.CAME_8BIT: "OneTrainer's own 8-bit CAME is in no package to install; CAME is the same optimizer with a 32-bit state",
-}
+NOT_AVAILABLE_BECAUSE: dict[Enum, str] = {}
 
 
 def offered(enum: type[Enum]) -> tuple[Enum, ...]:

@@ -90,7 +90,9 @@ OK_OPTIMIZER = {"optimizer", "beta1", "beta2", "eps", "weight_decay", "amsgrad",
                 # the Muon ones
                 "ns_steps", "MuonWithAuxAdam", "muon_hidden_layers", "muon_adam_regex", "muon_adam_lr", "muon_te1_adam_lr", "muon_te2_adam_lr",
                 "muon_adam_config", "rms_rescaling", "normuon_variant", "beta2_normuon", "low_rank_ortho", "ortho_rank", "accelerated_ns",
-                "approx_mars"}
+                "approx_mars",
+                # CAME_8BIT
+                "quant_block_size"}
 
 
 def test_status_of_model_part_and_optimizer_fields():

@@ -277,8 +277,10 @@ def test_stochastic_rounding_state_stays_float32_after_a_backup():
     weight.float().sum().backward()
     optimizer.step()
     again = create_optimizer([{"params": [weight], "lr": 1e-3, "name": "unet"}], config, CPU)
-    again.load_state_dict(optimizer.state_dict())
+    saved = optimizer.state_dict()
+    again.load_state_dict(saved)
     assert again.state[weight]["exp_avg"].dtype == torch.float32
+    assert torch.equal(again.state[weight]["exp_avg_sq"], saved["state"][0]["exp_avg_sq"])  # as saved, not rounded to bfloat16
     weight.float().sum().backward()
     again.step()
 

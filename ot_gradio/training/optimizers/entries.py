@@ -7,7 +7,7 @@ prodigy-plus-schedule-free; CAME, the schedule-free optimizers, ADOPT, TIGER, AI
 pytorch-optimizer, as does ADABELIEF (OneTrainer takes it from timm, which needs torchvision).
 Libraries are imported when the optimizer is built, so importing the registry stays cheap.
 The Muon ones are in muon.py (MUON: pytorch-optimizer's Muon in place of Keller Jordan's, on no
-package index). Not registered: CAME_8BIT (OneTrainer's own code, on no package index).
+package index). CAME_8BIT (OneTrainer's own code, on no package index) is ours: came8bit.py.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ...config.enums import Optimizer as O
+from .came8bit import CAME8bit
 from .muon import adv_muon, muon
 from .registry import register
 
@@ -112,6 +113,7 @@ register(O.ADAFACTOR, adafactor,
          ["clip_threshold", "decay_rate", "beta1", "weight_decay", "scale_parameter", "relative_step", "warmup_init"],
          {"eps": ("eps", "eps2")})
 register(O.CAME, lazy("pytorch_optimizer", "CAME"), {"weight_decay": "weight_decay", "eps": "eps1", "eps2": "eps2"}, BETAS3)
+register(O.CAME_8BIT, CAME8bit, ["weight_decay", "min_8bit_size", "quant_block_size"], {**BETAS3, "eps": ("eps", "eps2")})
 register(O.SCHEDULE_FREE_ADAMW, lazy("pytorch_optimizer", "ScheduleFreeAdamW"),
          ["eps", "weight_decay", "r", "weight_lr_power", "foreach"], BETAS)
 register(O.SCHEDULE_FREE_SGD, lazy("pytorch_optimizer", "ScheduleFreeSGD"), ["momentum", "weight_decay", "r", "weight_lr_power", "foreach"])

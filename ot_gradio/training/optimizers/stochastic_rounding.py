@@ -43,14 +43,22 @@ def _rounded_step(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any
             p.grad = grad
 
 
+def load_state_exactly(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any], load: Any) -> None:
+    """`load(state_dict)` (torch's load_state_dict), then the saved state tensors put back as they
+    were saved: torch casts floating state to the weight's dtype, and the float32 moments of a
+    bfloat16 weight came back rounded to bfloat16 (a resumed run drifted from an unbroken one)."""
+    load(state_dict)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    ids = [pid for group in state_dict["param_groups"] for pid in group["params"]]
+    for pid, p in zip(ids, params, strict=True):
+        for key, value in state_dict["state"].get(pid, {}).items():
+            if torch.is_tensor(value) and value.is_floating_point() and key != "step" and p in optimizer.state:
+                optimizer.state[p][key] = value.to(device=p.device, copy=True)
+
+
 def _load_state_dict_float32(self: torch.optim.Optimizer, state_dict: dict[str, Any]) -> None:
-    """torch casts loaded state to the weight's dtype; the state of bfloat16 weights stays float32 here."""
-    self._load_state_dict_before_rounding(state_dict)
-    for p, state in self.state.items():
-        if p.dtype == torch.bfloat16:
-            for key, value in state.items():
-                if torch.is_tensor(value) and value.dtype == torch.bfloat16:
-                    state[key] = value.float()
+    """The state of bfloat16 weights stays float32, exactly as saved."""
+    load_state_exactly(self, state_dict, self._load_state_dict_before_rounding)
 
 
 def enable_stochastic_rounding(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
