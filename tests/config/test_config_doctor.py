@@ -62,9 +62,9 @@ def test_sample_size_far_from_native_resolution():
 
 
 def test_unsupported_model_type_method_and_no_concepts():
-    config = TrainConfig(model_type=ModelType.HUNYUAN_VIDEO)
+    config = TrainConfig(model_type=ModelType.HI_DREAM_FULL)
     warnings = check(config)
-    assert any("HUNYUAN_VIDEO is not supported" in w for w in warnings)
+    assert any("HI_DREAM_FULL is not supported" in w for w in warnings)
     assert any("no concepts" in w for w in warnings)
     config = TrainConfig(model_type=ModelType.FLUX_DEV_1, training_method=TrainingMethod.FINE_TUNE_VAE)
     assert "training_method: FINE_TUNE_VAE is not available for model type FLUX_DEV_1; choose LORA, FINE_TUNE, EMBEDDING" in check(config)
