@@ -65,3 +65,26 @@ def test_latents_are_scaled_as_the_pipeline_unscales_them_and_an_image_is_one_fr
     torch.testing.assert_close(one, raw * hunyuan.vae.config.scaling_factor)
     assert hunyuan.encode_images(torch.zeros(1, 3, 9, 32, 32), sample=False).shape == (1, 16, 3, 4, 4)
     assert hunyuan.decode_latents(one).shape == (1, 3, 1, 32, 32)
+
+
+def test_a_kohya_file_converts_to_the_diffusers_lora_the_pipeline_loads_whole(tiny_dir, tmp_path):
+    """No other program reads HunyuanVideo's kohya layout (the doctor says so); the convert tool
+    turns it into the DIFFUSERS_LORA that HunyuanVideoPipeline loads, every layer of it."""
+    from ot_gradio.models.hunyuan_video import HunyuanVideo
+    from ot_gradio.models.tiny import resolve_tiny
+    from ot_gradio.tools.jobs import run_inline
+    from ot_gradio.training.lora import add_lora
+    from ot_gradio.training.lora_format import KOHYA, save_lora
+    from tests.e2e.runs import lora_load_problems
+
+    base = resolve_tiny("tiny:hunyuan_video").diffusers_dir
+    model = HunyuanVideo.load(str(base), offline=True)
+    add_lora(model.transformer, kind="unet", rank=4, alpha=2.0, dropout=0.0, layer_preset="full", presets=model.lora_layer_presets["transformer"])
+    layers = [name for name, _ in model.transformer.named_parameters() if "lora_B" in name]
+    kohya = save_lora(tmp_path / "kohya.safetensors", {"transformer": model.transformer}, lora_format=KOHYA,
+                      base_model_version=model.lora_base_model_version, module_names=model.lora_module_names())
+    converted = run_inline("convert", {"operation": "lora", "model_type": "HUNYUAN_VIDEO", "input": str(kohya), "base": str(base),
+                                       "output": str(tmp_path / "peft.safetensors"), "to": "diffusers"})
+    pipe = HunyuanVideo.load(str(base), offline=True).pipeline()
+    assert lora_load_problems(pipe, converted["output"]) == []
+    assert sum(1 for name, _ in pipe.transformer.named_parameters() if "lora_B" in name) == len(layers) > 0

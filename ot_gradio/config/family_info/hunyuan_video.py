@@ -12,6 +12,9 @@ FAMILIES = {
         ("transformer", "text_encoder", "text_encoder_2", "vae"), "transformer", ("text_encoder", "text_encoder_2"),
         methods=(T.LORA,), implemented=True, bucket_step=16, frame_step=4, schedule="flow_matching",  # bucket: VAE 8 x patch 2
         diffusers_lora=("HunyuanVideoPipeline", ()), text_encoder_labels=("Llama", "CLIP-L"),
+        kohya_unread=("HunyuanVideo's kohya-layout LoRA is written with diffusers' layer names, which ComfyUI does not map "
+                      "(its HunyuanVideo LoRAs fuse q, k and v into one layer) and diffusers does not read, so only this "
+                      "trainer loads it; HunyuanVideoPipeline.load_lora_weights reads DIFFUSERS_LORA"),
         preset="hunyuan-video-lora", preset_note="512 px area, 17 frames at 24 fps",
         # hunyuanvideo-community/HunyuanVideo: transformer/config.json (20 double and 40 single blocks
         # of 3072), the llava-llama-3-8b text model (32 layers of 4096, 128,320 tokens) and
