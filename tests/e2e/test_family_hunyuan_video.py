@@ -1,6 +1,6 @@
 """HunyuanVideo end to end on the tiny model: a LoRA from our preset trained in a worker process
 from a folder of three short generated clips and one image, that HunyuanVideoPipeline reloads with
-`load_lora_weights` (nothing ignored) and that changes its video."""
+`load_lora_weights` (nothing ignored) and that changes its video; the run's sample is a clip."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ot_gradio.config.presets import PRESETS_DIR
+from ot_gradio.data.video import FrameSampling, probe_clip
 from tests.e2e.runs import imported, local_pipeline, lora_load_problems, run_until_done, tiny_fixture
 from tests.video_clips import write_clip
 
@@ -37,12 +38,15 @@ def test_lora_from_clips_and_an_image_reloads_in_the_hunyuan_video_pipeline(tiny
     # our preset with only the base model, the data, the output and the run's size changed (its
     # FLOAT_8 transformer and Llama, bfloat16 CLIP and float32 VAE kept)
     config = imported(PRESETS_DIR / "hunyuan-video-lora.json", tiny_hunyuan_video.diffusers_dir, data, tmp_path, "lora.safetensors",
-                      resolution="64", frames="5", epochs=1, learning_rate=5e-2, lora_rank=4, lora_alpha=4.0, samples=[],
-                      latent_caching=True)
+                      resolution="64", frames="5", epochs=1, learning_rate=5e-2, lora_rank=4, lora_alpha=4.0, latent_caching=True,
+                      sample_after=1, sample_after_unit="EPOCH", samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}])
     assert (config["model_type"], config["output_model_format"], config["layer_filter_preset"]) == ("HUNYUAN_VIDEO", "DIFFUSERS_LORA", "blocks")
     _, events = run_until_done(config, tmp_path)
     losses = [e["loss"] for e in events if e["type"] == "metrics" and "loss" in e]
     assert len(losses) == 4 and all(np.isfinite(losses))  # 3 clips + 1 image, batch 1
+    samples = [e for e in events if e["type"] == "sample"]
+    assert samples and all(e["path"].endswith(".mp4") for e in samples)  # a clip of the run's 5 frames, not a still
+    assert probe_clip(samples[-1]["path"], FrameSampling(frames=100, step=1, fps=1000.0)).available == 5
 
     out = tmp_path / "out" / "lora.safetensors"
     with safe_open(str(out), "pt") as f:
