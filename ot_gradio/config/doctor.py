@@ -26,6 +26,7 @@ from .families import (
     DIFFUSERS_LORA_COMFY_GAPS,
     DIFFUSERS_LORA_TEXT_ENCODERS,
     IMPLEMENTED_METHODS,
+    KOHYA_LORA_UNREAD,
     TEXT_ENCODER_NAMES,
     family_info,
     implemented_model_types,
@@ -129,6 +130,7 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
     warnings += optimizer_warnings(config)
     warnings += offload_warnings(config)
     warnings += comfy_gap_warnings(config)
+    warnings += kohya_unread_warnings(config)
     changed = planned_changes(config) if include_planned else []
     if changed:
         warnings.append("These options are set but the trainer does not support them yet, so they will be ignored: " + ", ".join(changed) + ".")
@@ -321,6 +323,16 @@ def comfy_gap_warnings(config: Any) -> list[str]:
     return [f"Model → Output format {ModelFormat(config.output_model_format).value}: ComfyUI skips {config.model_type.value}'s "
             f"{gap[0]} layers in a diffusers-format LoRA (diffusers loads them); to use this LoRA in ComfyUI, "
             f"save it as COMFY_LORA, which ComfyUI loads whole."]
+
+
+def kohya_unread_warnings(config: Any) -> list[str]:
+    """A kohya-layout LoRA of a family whose kohya file no other program loads (our own tools
+    still read and convert it)."""
+    why = KOHYA_LORA_UNREAD.get(config.model_type)
+    if not why or config.training_method != TrainingMethod.LORA or ModelFormat(config.output_model_format) not in KOHYA_LORA_FORMATS:
+        return []
+    return [f"Model → Output format {ModelFormat(config.output_model_format).value}: {why}; choose DIFFUSERS_LORA "
+            f"(or convert the file afterwards with the convert tool)."]
 
 
 def offload_warnings(config: Any) -> list[str]:

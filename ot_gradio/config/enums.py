@@ -307,6 +307,8 @@ def native_resolution(model_type: ModelType) -> int:
         return 768
     if name.startswith("STABLE_DIFFUSION_") and "XL" not in name and not name.startswith("STABLE_DIFFUSION_3"):
         return 512
+    if name == "HUNYUAN_VIDEO":
+        return 720  # 544x960 (its smaller size; 720x1280 is about 960 px square)
     if name == "WAN_2_1":
         return 640  # 480x832 (the 1.3B model's size; about 632 px square)
     return 1024

@@ -26,6 +26,8 @@ DIFFUSERS_LORA_TEXT_ENCODERS: dict[M, tuple[str, tuple[str, ...]]] = {
 # Denoiser layers ComfyUI does not map from a diffusers-layout LoRA (FamilyInfo.comfy_gap)
 DIFFUSERS_LORA_COMFY_GAPS: dict[M, tuple[str, tuple[str, ...]]] = {
     m: info.comfy_gap for m, info in FAMILIES.items() if info.comfy_gap is not None}
+# Why a kohya-layout LoRA of the family loads in no other program (FamilyInfo.kohya_unread)
+KOHYA_LORA_UNREAD: dict[M, str] = {m: info.kohya_unread for m, info in FAMILIES.items() if info.kohya_unread}
 # what each family's text encoders are, for messages
 TEXT_ENCODER_NAMES: dict[M, tuple[str, ...]] = {
     m: info.text_encoder_labels for m, info in FAMILIES.items() if info.text_encoder_labels}

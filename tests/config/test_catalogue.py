@@ -51,7 +51,7 @@ def test_the_dropdowns_offer_only_what_trains():
 
     fields = {f.path: f for f in schema_fields()}
     assert fields["model_type"].choices == [m.value for m in ModelType if m in implemented_model_types()]
-    assert "HUNYUAN_VIDEO" not in fields["model_type"].choices and "FLUX_FILL_DEV_1" in fields["model_type"].choices
+    assert "HI_DREAM_FULL" not in fields["model_type"].choices and "FLUX_FILL_DEV_1" in fields["model_type"].choices
     assert fields["training_method"].choices == ["FINE_TUNE", "LORA", "EMBEDDING", "FINE_TUNE_VAE"]
     assert fields["optimizer.optimizer"].choices == [o.value for o in Optimizer if o in IMPLEMENTED_OPTIMIZERS]
     assert len(fields["optimizer.optimizer"].choices) == len(Optimizer) == 43  # every optimizer OneTrainer has
@@ -64,7 +64,7 @@ def test_the_dropdowns_offer_only_what_trains():
 
 
 @pytest.mark.parametrize(("values", "message"), [
-    ({"model_type": "HUNYUAN_VIDEO"}, "model_type: HUNYUAN_VIDEO is a OneTrainer model type this trainer does not implement yet; choose one of"),
+    ({"model_type": "HI_DREAM_FULL"}, "model_type: HI_DREAM_FULL is a OneTrainer model type this trainer does not implement yet; choose one of"),
 ])
 def test_our_config_naming_something_else_fails_to_load(values, message):
     with pytest.raises(ConfigError) as info:

@@ -62,9 +62,9 @@ def test_sample_size_far_from_native_resolution():
 
 
 def test_unsupported_model_type_method_and_no_concepts():
-    config = TrainConfig(model_type=ModelType.HUNYUAN_VIDEO)
+    config = TrainConfig(model_type=ModelType.HI_DREAM_FULL)
     warnings = check(config)
-    assert any("HUNYUAN_VIDEO is not supported" in w for w in warnings)
+    assert any("HI_DREAM_FULL is not supported" in w for w in warnings)
     assert any("no concepts" in w for w in warnings)
     config = TrainConfig(model_type=ModelType.FLUX_DEV_1, training_method=TrainingMethod.FINE_TUNE_VAE)
     assert "training_method: FINE_TUNE_VAE is not available for model type FLUX_DEV_1; choose LORA, FINE_TUNE, EMBEDDING" in check(config)
@@ -151,3 +151,11 @@ def test_a_video_familys_frame_count_off_its_form_is_named():
     config.model_type = ModelType.STABLE_DIFFUSION_15  # an image family reads no frames
     config.frames = "20"
     assert not any(w.startswith("frames:") for w in check(config))
+
+
+def test_a_hunyuan_video_kohya_lora_is_said_to_load_nowhere_else():
+    config = TrainConfig(model_type=ModelType.HUNYUAN_VIDEO, training_method="LORA", output_model_format="COMFY_LORA")
+    said = [w for w in check(config) if "only this trainer loads it" in w]
+    assert len(said) == 1 and said[0].startswith("Model → Output format COMFY_LORA: HunyuanVideo's") and "DIFFUSERS_LORA" in said[0]
+    config.output_model_format = ModelFormat.DIFFUSERS_LORA
+    assert not [w for w in check(config) if "only this trainer loads it" in w]

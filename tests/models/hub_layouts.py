@@ -98,6 +98,10 @@ HUB_LAYOUTS: dict[str, dict] = {
         "repo": "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "model_index": {"tokenizer": ["transformers", "T5TokenizerFast"]},
         "tokenizers": {"tokenizer": "t5"},
     },
+    "tiny:hunyuan_video": {  # inferred: llava-llama-3-8b's Llama 3 tokenizer (tokenizer.json, PreTrainedTokenizerFast), CLIP-L's files
+        "repo": "hunyuanvideo-community/HunyuanVideo", "model_index": {"tokenizer": ["transformers", "LlamaTokenizerFast"]},
+        "tokenizers": {"tokenizer": "llama3", "tokenizer_2": "clip"},
+    },
     "tiny:qwen-image": {  # files: catalog (Qwen-Image-2512: vocab.json + merges.txt, no tokenizer.json); index: InvokeAI's copy
         "repo": "Qwen/Qwen-Image", "model_index": {}, "tokenizers": {"tokenizer": "qwen"},
     },
@@ -243,6 +247,12 @@ def _gemma(folder: Path) -> None:
     _hub_config(folder, "GemmaTokenizer", add_bos_token=True, add_eos_token=False, padding_side="right")
 
 
+def _llama3(folder: Path) -> None:
+    """tokenizer.json, special_tokens_map.json, tokenizer_config.json (Llama 3's: PreTrainedTokenizerFast)."""
+    _hub_config(folder, "PreTrainedTokenizerFast", padding_side="right", clean_up_tokenization_spaces=True,
+                model_input_names=["input_ids", "attention_mask"])
+
+
 def _pixtral(folder: Path) -> None:
     """tokenizer.json, tokenizer_config.json (the tokenizer class the hub names, with the
     processor class), special_tokens_map.json, chat_template.jinja, processor_config.json and
@@ -258,7 +268,7 @@ def _pixtral(folder: Path) -> None:
 
 _TOKENIZER_KINDS = {
     "clip": _clip, "qwen": _qwen, "qwen-with-json": lambda f: _qwen(f, keep_json=True), "t5": _t5,
-    "t5-spm-only": lambda f: _t5(f, keep_json=False), "gemma": _gemma, "pixtral": _pixtral,
+    "t5-spm-only": lambda f: _t5(f, keep_json=False), "gemma": _gemma, "pixtral": _pixtral, "llama3": _llama3,
 }
 
 CLIP_IMAGE_PROCESSOR = {

@@ -41,6 +41,7 @@ FAMILIES = [
     Row("qwen-image", (M.QWEN,)),
     Row("sana", (M.SANA,), single_file=False),
     Row("wan", (M.WAN_2_1,), single_file=False),
+    Row("hunyuan_video", (M.HUNYUAN_VIDEO,), single_file=False),
     Row("pixart", (M.PIXART_ALPHA,), single_file=False),
     Row("pixart-sigma", (M.PIXART_SIGMA,), single_file=False),
     Row("wuerstchen2", (M.WUERSTCHEN_2,), single_file=False, folder=False),

@@ -14,6 +14,7 @@ FAMILIES = [
     ("STABLE_DIFFUSION_3", "tiny:sd3"), ("FLUX_DEV_1", "tiny:flux"), ("QWEN", "tiny:qwen-image"),
     ("Z_IMAGE", "tiny:z-image"), ("FLUX_2", "tiny:flux2-klein"), ("SANA", "tiny:sana"),
     ("WAN_2_1", "tiny:wan"),
+    ("HUNYUAN_VIDEO", "tiny:hunyuan_video"),
 ]
 
 

@@ -48,6 +48,8 @@ class FamilyInfo:
     # (denoiser layers ComfyUI does not map from a diffusers-layout LoRA, the layer presets that
     # train them): such a file is warned about (scripts/check_comfyui_lora.py measures it)
     comfy_gap: tuple[str, tuple[str, ...]] | None = None
+    # why a KOHYA_LORA / COMFY_LORA file of the family loads in no other program ("": it loads): warned about
+    kohya_unread: str = ""
     text_encoder_labels: tuple[str, ...] = ()  # what the text encoders are, for messages ("CLIP-L", "T5")
     # the preset in presets/ to start from (a LoRA at the family's native size; the guide names it
     # with the note, what to know before using it; tests/ui/test_guide.py checks it sets this model type)

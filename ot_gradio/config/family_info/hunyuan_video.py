@@ -1,0 +1,25 @@
+"""HunyuanVideo text-to-video: a Llama text encoder (its hidden states) and CLIP-L (pooled), the
+HunyuanVideo causal 3D VAE (4x in time, 8x per side) and a guidance-distilled patch (1, 2, 2)
+video transformer; LORA only for now (models/hunyuan_video.py)."""
+
+from ..enums import ModelType as M
+from ..enums import TrainingMethod as T
+from . import FamilyInfo, Sign
+from ._sizes import CLIP_L
+
+FAMILIES = {
+    M.HUNYUAN_VIDEO: FamilyInfo(
+        ("transformer", "text_encoder", "text_encoder_2", "vae"), "transformer", ("text_encoder", "text_encoder_2"),
+        methods=(T.LORA,), implemented=True, bucket_step=16, frame_step=4, schedule="flow_matching",  # bucket: VAE 8 x patch 2
+        diffusers_lora=("HunyuanVideoPipeline", ()), text_encoder_labels=("Llama", "CLIP-L"),
+        kohya_unread=("HunyuanVideo's kohya-layout LoRA is written with diffusers' layer names, which ComfyUI does not map "
+                      "(its HunyuanVideo LoRAs fuse q, k and v into one layer) and diffusers does not read, so only this "
+                      "trainer loads it; HunyuanVideoPipeline.load_lora_weights reads DIFFUSERS_LORA"),
+        preset="hunyuan-video-lora", preset_note="512 px area, 17 frames at 24 fps",
+        # hunyuanvideo-community/HunyuanVideo: transformer/config.json (20 double and 40 single blocks
+        # of 3072), the llava-llama-3-8b text model (32 layers of 4096, 128,320 tokens) and
+        # AutoencoderKLHunyuanVideo's defaults (widths 128-512, 16 latent channels)
+        params={"transformer": 12_821_012_544, "text_encoder": 7_505_186_816, "text_encoder_2": CLIP_L, "vae": 246_478_803},
+    ),
+}
+SIGN = Sign("HunyuanVideo", (M.HUNYUAN_VIDEO,), ("HunyuanVideo",), ("hunyuanvideo", "hunyuan_video", "hunyuan-video"))

@@ -1,0 +1,212 @@
+"""HunyuanVideo text-to-video: load, encode, predict, sample, save (a flow-matching family: the
+shared core in training/flow_matching.py draws t, makes the noisy input and the target
+`noise - latents`; this module maps t to the transformer and back). A video family as Wan is:
+its items are clips [3, frames, H, W] (data/video.py; images are one frame), `frame_step` 4.
+
+What HunyuanVideo is (diffusers' HunyuanVideoPipeline, OneTrainer's HunyuanVideoModel):
+- Text encoder 1, a Llama (`text_encoder`, LlamaModel): each prompt is put in the pipeline's
+  prompt template, tokenized to `crop_start` (95) + the token window (blank: 256, the
+  pipeline's `max_sequence_length`) with right padding and a mask; the third-to-last hidden
+  state is read (a layer skip reads an earlier one) and the template's first 95 tokens are
+  dropped from the states and the mask.
+- Text encoder 2, CLIP-L (`text_encoder_2`): its pooled output of 77 tokens.
+- HunyuanVideoTransformer3DModel (patch (1, 2, 2)) reads latents (B, 16, F', H/8, W/8), the
+  timestep as t * 1000 (the scheduler's sigma * 1000), the Llama states with their mask, CLIP's
+  pooled output and, being guidance-distilled, a guidance value * 1000: training feeds the
+  config's `transformer.guidance_scale` (OneTrainer's), samples their CFG scale (the
+  pipeline's default is 6). It predicts the flow velocity `noise - latents`.
+- The VAE is AutoencoderKLHunyuanVideo (causal 3D: F frames -> (F - 1) / 4 + 1 latent frames, 8x
+  per side); latents are `z * scaling_factor`, what the pipeline divides by before decoding.
+- The repo samples with FlowMatchEuler at shift 7; training draws t with the run's timestep
+  shift (our preset: 7).
+- The Llama tokenizer is read from its tokenizer.json as it is: the hub repo's model_index.json
+  names LlamaTokenizerFast, which in transformers 5 rebuilds a SentencePiece-style (Metaspace)
+  tokenizer from the file's vocabulary and splits Llama 3's words wrongly.
+- Loading: a hub id (hunyuanvideo-community/HunyuanVideo), a diffusers folder or
+  `tiny:hunyuan_video`; single files are refused. Saving: a diffusers folder; LoRA as
+  diffusers/PEFT keys (`transformer.transformer_blocks.0.attn.to_q.lora_A.weight`) that
+  HunyuanVideoPipeline.load_lora_weights reads, or KOHYA_LORA / COMFY_LORA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from ot_gradio.config.enums import ModelType
+from ot_gradio.models.common import base_module, keep_embedders_unquantized, module_device
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype
+from ot_gradio.models.registry import register_family
+
+DEFAULT_SEQUENCE_LENGTH = 256  # the pipeline's max_sequence_length: Llama tokens after the template
+CLIP_LENGTH = 77
+LLAMA_DEFAULT_SKIP = 2  # the pipeline's num_hidden_layers_to_skip: the third-to-last hidden state
+SAMPLE_TOOL_FRAMES = 5  # a sample's frames outside a run (the sample tool): short, quick to make
+# OneTrainer's BaseHunyuanVideoSetup.LAYER_PRESETS for the transformer; the text encoders' own names
+TRANSFORMER_PRESETS = {
+    "full": [], "attn-mlp": ["attn", "ff.net", "proj_mlp"], "attn-only": ["attn"], "blocks": ["transformer_block"],
+}
+LLAMA_PRESETS = {"full": [], "attn-mlp": ["self_attn.", "mlp."], "attn-only": ["self_attn."]}
+CLIP_PRESETS = {"full": [], "attn-mlp": ["self_attn", "mlp"], "attn-only": ["self_attn"]}
+
+
+def prompt_template() -> dict:
+    """The pipeline's prompt template and its crop_start (the template's tokens before the prompt)."""
+    from diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video import DEFAULT_PROMPT_TEMPLATE
+
+    return DEFAULT_PROMPT_TEMPLATE
+
+
+@register_family(ModelType.HUNYUAN_VIDEO)
+class HunyuanVideo(IdentityLoraNames, FlowFamily):
+    """The family interface (models/base.py, models/flow_family.py) and the flow contract for HunyuanVideo."""
+
+    family_name = "HunyuanVideo"
+    text_encoder_description = "its Llama and CLIP-L text encoders"
+    tokenizer_attrs = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
+    folder_parts = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler")
+    default_config_repo = "hunyuanvideo-community/HunyuanVideo"
+    lora_base_model_version = "hunyuan_video"
+    embedding_keys: dict[str, str] = {}
+    patch_size = None  # the transformer config's 2 (and patch_size_t 1)
+    lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": LLAMA_PRESETS, "text_encoder_2": CLIP_PRESETS}
+    native_resolution = 720  # 544x960 (its smaller size; 720x1280 is about 960 px square)
+    default_steps, default_cfg_scale = 30, 6.0
+    pipeline_class_name = "HunyuanVideoPipeline"
+    pipeline_output = "frames"
+    transformer_class_name = "HunyuanVideoTransformer3DModel"
+
+    def __init__(self, components: Mapping):
+        super().__init__(components)
+        self.guidance_scale = 1.0
+        self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
+        self.sample_frames = SAMPLE_TOOL_FRAMES
+
+    @classmethod
+    def _text_only_tokenizers(cls, source: str | Path, hub: Mapping) -> dict:
+        """The Llama tokenizer from its tokenizer.json as it is (see the module's notes)."""
+        from transformers import PreTrainedTokenizerFast
+
+        return {**super()._text_only_tokenizers(source, hub),
+                "tokenizer": PreTrainedTokenizerFast.from_pretrained(str(source), subfolder="tokenizer", **hub)}
+
+    # ---------------------------------------------------------------- parts and options
+
+    @property
+    def text_encoder_sequence_length(self) -> int:
+        return self._sequence_length
+
+    @text_encoder_sequence_length.setter
+    def text_encoder_sequence_length(self, length: int | None) -> None:
+        """The Llama token window after the template; the tokenizer's model_max_length follows
+        it (template included), so cached text embeddings are keyed by it."""
+        self._sequence_length = int(length or DEFAULT_SEQUENCE_LENGTH)
+        self.tokenizer.model_max_length = self._sequence_length + prompt_template()["crop_start"]
+
+    def configure_flow(self, config) -> None:
+        """The run's guidance value trained, Llama's token window (blank: 256) and sample length
+        (the run's Frames, cut to 4k+1); the embedders stay out of the quantization that follows."""
+        from ot_gradio.data.video import run_sampling
+
+        self.guidance_scale = float(config.transformer.guidance_scale)
+        self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
+        sampling = run_sampling(config, self.frame_step)
+        self.sample_frames = sampling.count(sampling.frames)
+        keep_embedders_unquantized(self.transformer)
+
+    def _layer_skip_top(self, part: str) -> int:
+        """Llama: the layers below the third-to-last one; CLIP gives its pooled output only (no skip)."""
+        if part == "text_encoder_2":
+            return 0
+        return int(base_module(self.text_encoder).config.num_hidden_layers) - LLAMA_DEFAULT_SKIP
+
+    # ---------------------------------------------------------------- video latents
+
+    @property
+    def vae_scale_factor(self) -> int:
+        return int(self.vae.config.spatial_compression_ratio)
+
+    @torch.no_grad()
+    def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Latents (B, 16, F', h, w) scaled by the VAE's scaling factor for pixels in [-1, 1]
+        (B, 3, F, H, W); an image batch (B, 3, H, W) is one frame."""
+        return super().encode_images(pixels.unsqueeze(2) if pixels.ndim == 4 else pixels, sample=sample, generator=generator)
+
+    def image_seq_len(self, latents: torch.Tensor) -> int:
+        config = base_module(self.transformer).config
+        frames = latents.shape[2] // config.patch_size_t if latents.ndim == 5 else 1
+        return frames * (latents.shape[-2] // config.patch_size) * (latents.shape[-1] // config.patch_size)
+
+    # ---------------------------------------------------------------- text
+
+    def encode_llama(self, texts: Sequence[str], grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Llama states (B, window, width) and mask (B, window), as the pipeline's
+        `_get_llama_prompt_embeds`: the template around each prompt, its first crop_start tokens dropped."""
+        template = prompt_template()
+        crop = int(template["crop_start"])
+        out = self.tokenizer([template["template"].format(t) for t in texts], max_length=self.text_encoder_sequence_length + crop,
+                             padding="max_length", truncation=True, return_attention_mask=True, return_tensors="pt")
+        device = module_device(self.text_encoder)
+        ids, mask = out.input_ids.to(device), out.attention_mask.to(device)
+        if device.type == "meta" and not grad:  # the memory probe with CLIP trained: a frozen Llama's
+            # states (its masks call .item(), which meta tensors cannot; it runs before the denoiser, under no_grad)
+            width = base_module(self.text_encoder).config.hidden_size
+            return torch.zeros(*ids.shape, width, device=device)[:, crop:], mask[:, crop:]
+        layer = LLAMA_DEFAULT_SKIP + self.layer_skips.get("text_encoder", 0) + 1
+        with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
+            hidden = self.text_encoder(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[-layer]
+        return hidden[:, crop:], mask[:, crop:]
+
+    def encode_clip_pooled(self, texts: Sequence[str], grad: bool = False) -> torch.Tensor:
+        """CLIP-L's pooled output for 77 tokens, as the pipeline's `_get_clip_prompt_embeds`."""
+        ids = self.tokenizer_2(list(texts), padding="max_length", max_length=CLIP_LENGTH, truncation=True, return_tensors="pt").input_ids
+        with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
+            return self.text_encoder_2(ids.to(module_device(self.text_encoder_2)), output_hidden_states=False).pooler_output
+
+    def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()):
+        """{"encoder_hidden_states", "attention_mask": Llama's, "pooled_projections": CLIP's};
+        `captions` is one list or one per text encoder part (caption dropout per encoder)."""
+        texts = {part: [str(t) for t in (captions[part] if isinstance(captions, Mapping) else captions)] for part in self.text_encoder_names}
+        hidden, mask = self.encode_llama(texts["text_encoder"], "text_encoder" in grad)
+        pooled = self.encode_clip_pooled(texts["text_encoder_2"], "text_encoder_2" in grad)
+        return {"encoder_hidden_states": hidden, "attention_mask": mask, "pooled_projections": pooled.to(hidden.device)}
+
+    # ---------------------------------------------------------------- training
+
+    def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
+        """The velocity (B, C, F', h, w) for noisy latents at noise fraction `t` (B,)."""
+        transformer = self.transformer
+        device, dtype = module_device(transformer), compute_dtype(transformer)
+        b = noisy.shape[0]
+        guidance = None
+        if base_module(transformer).config.guidance_embeds:
+            guidance = torch.full((b,), self.guidance_scale * 1000.0, device=device, dtype=dtype)
+        return transformer(
+            hidden_states=noisy.to(device, dtype), timestep=(t.to(device, torch.float32) * 1000).expand(b),
+            encoder_hidden_states=conditioning["encoder_hidden_states"].to(device, dtype),
+            encoder_attention_mask=conditioning["attention_mask"].to(device, dtype),
+            pooled_projections=conditioning["pooled_projections"].to(device, dtype), guidance=guidance, return_dict=False,
+        )[0]
+
+    # ---------------------------------------------------------------- sampling
+
+    def pipeline_inputs(self, prompt: str, negative_prompt: str, cfg_scale: float) -> dict:
+        """The prompt's embeddings and the distilled guidance value (the pipeline's negative prompt
+        only acts with its true CFG, which samples leave off)."""
+        cond = self.encode_text([prompt])
+        dtype = compute_dtype(self.transformer)
+        return {
+            "prompt_embeds": cond["encoder_hidden_states"].to(dtype), "prompt_attention_mask": cond["attention_mask"],
+            "pooled_prompt_embeds": cond["pooled_projections"].to(dtype), "guidance_scale": float(cfg_scale),
+        }
+
+    def sample_options(self) -> dict:
+        """A clip of `sample_frames` frames (4k+1: the pipeline would round any other count)."""
+        frames = (max(1, int(self.sample_frames)) - 1) // self.frame_step * self.frame_step + 1
+        return {"max_sequence_length": self.text_encoder_sequence_length, "num_frames": frames}
+
+    def decode_sample(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """Pixels (B, 3, F, H, W): `sample` returns a clip's frames."""
+        return self.decode_latents(latents)

@@ -1,0 +1,61 @@
+"""HunyuanVideo end to end on the tiny model: a LoRA from our preset trained in a worker process
+from a folder of three short generated clips and one image, that HunyuanVideoPipeline reloads with
+`load_lora_weights` (nothing ignored) and that changes its video; the run's sample is a clip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ot_gradio.config.presets import PRESETS_DIR
+from ot_gradio.data.video import FrameSampling, probe_clip
+from tests.e2e.runs import imported, local_pipeline, lora_load_problems, run_until_done, tiny_fixture
+from tests.video_clips import write_clip
+
+pytestmark = pytest.mark.slow
+PROMPT = "a yellow square moving"
+
+tiny_hunyuan_video = tiny_fixture("hunyuan_video", "tiny_hunyuan_video")
+
+
+def _video(pipe) -> np.ndarray:
+    """The pipeline's video latents for a fixed seed (the tiny VAE's decoder flattens differences)."""
+    return pipe(PROMPT, height=32, width=32, num_frames=5, num_inference_steps=2, guidance_scale=6.0,
+                generator=torch.Generator().manual_seed(0), output_type="latent").frames.float().numpy()
+
+
+def test_lora_from_clips_and_an_image_reloads_in_the_hunyuan_video_pipeline(tiny_hunyuan_video, tmp_path):
+    from PIL import Image
+    from safetensors import safe_open
+
+    data = tmp_path / "clips"
+    for i in range(3):
+        write_clip(data / f"clip{i}.mp4", frames=9, seed=i)
+        (data / f"clip{i}.txt").write_text(PROMPT)
+    Image.new("RGB", (32, 32), (240, 200, 40)).save(data / "still.png")
+    (data / "still.txt").write_text("a yellow square")
+    # our preset with only the base model, the data, the output and the run's size changed (its
+    # FLOAT_8 transformer and Llama, bfloat16 CLIP and float32 VAE kept)
+    config = imported(PRESETS_DIR / "hunyuan-video-lora.json", tiny_hunyuan_video.diffusers_dir, data, tmp_path, "lora.safetensors",
+                      resolution="64", frames="5", epochs=1, learning_rate=5e-2, lora_rank=4, lora_alpha=4.0, latent_caching=True,
+                      sample_after=1, sample_after_unit="EPOCH", samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}])
+    assert (config["model_type"], config["output_model_format"], config["layer_filter_preset"]) == ("HUNYUAN_VIDEO", "DIFFUSERS_LORA", "blocks")
+    _, events = run_until_done(config, tmp_path)
+    losses = [e["loss"] for e in events if e["type"] == "metrics" and "loss" in e]
+    assert len(losses) == 4 and all(np.isfinite(losses))  # 3 clips + 1 image, batch 1
+    samples = [e for e in events if e["type"] == "sample"]
+    assert samples and all(e["path"].endswith(".mp4") for e in samples)  # a clip of the run's 5 frames, not a still
+    assert probe_clip(samples[-1]["path"], FrameSampling(frames=100, step=1, fps=1000.0)).available == 5
+
+    out = tmp_path / "out" / "lora.safetensors"
+    with safe_open(str(out), "pt") as f:
+        keys = list(f.keys())
+        assert all(f.get_tensor(k).abs().max() > 0 for k in keys if ".lora_B." in k)  # every layer trained
+    assert any(k.startswith("transformer.transformer_blocks.0.attn.") for k in keys)
+    assert any(k.startswith("transformer.single_transformer_blocks.0.") for k in keys)
+    assert all(k.startswith(("transformer.transformer_blocks.", "transformer.single_transformer_blocks.")) for k in keys), keys
+    pipe = local_pipeline(tiny_hunyuan_video.diffusers_dir)
+    before = _video(pipe)
+    assert lora_load_problems(pipe, out) == []
+    assert np.abs(_video(pipe) - before).max() > 1e-3
