@@ -157,3 +157,17 @@ class Wan21(TokenWindow, IdentityLoraNames, FlowFamily):
     def decode_sample(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """Pixels (B, 3, F, H, W): `sample` returns a clip's frames."""
         return self.decode_latents(latents)
+
+
+@register_family(ModelType.WAN_2_2_TI2V_5B)
+class Wan22TI2V5B(Wan21):
+    """Wan 2.2 TI2V 5B as a text-to-video model: Wan 2.1's interface with Wan 2.2's VAE (48
+    latent channels, 16x per side, its own latents_mean/std, all read from the folder) and a
+    5B transformer of 48 channels. Its pipeline gives each latent token its own timestep
+    (`expand_timesteps`, for an image's first frame when it starts a video); text-to-video gives
+    every token the same one, so training passes the one timestep per clip, the same sum.
+    The repo samples at flow_shift 5; training draws t at the same shift."""
+
+    family_name = "Wan 2.2 TI2V 5B"
+    default_config_repo = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
+    lora_base_model_version = "wan_2_2_ti2v_5b"

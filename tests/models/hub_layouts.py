@@ -98,6 +98,10 @@ HUB_LAYOUTS: dict[str, dict] = {
         "repo": "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "model_index": {"tokenizer": ["transformers", "T5TokenizerFast"]},
         "tokenizers": {"tokenizer": "t5"},
     },
+    "tiny:wan22-5b": {  # inferred: the same umt5-xxl tokenizer; index: T5TokenizerFast, expand_timesteps true, no transformer_2
+        "repo": "Wan-AI/Wan2.2-TI2V-5B-Diffusers", "model_index": {"tokenizer": ["transformers", "T5TokenizerFast"]},
+        "tokenizers": {"tokenizer": "t5"},
+    },
     "tiny:hunyuan_video": {  # inferred: llava-llama-3-8b's Llama 3 tokenizer (tokenizer.json, PreTrainedTokenizerFast), CLIP-L's files
         "repo": "hunyuanvideo-community/HunyuanVideo", "model_index": {"tokenizer": ["transformers", "LlamaTokenizerFast"]},
         "tokenizers": {"tokenizer": "llama3", "tokenizer_2": "clip"},

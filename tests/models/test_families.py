@@ -41,6 +41,7 @@ FAMILIES = [
     Row("qwen-image", (M.QWEN,)),
     Row("sana", (M.SANA,), single_file=False),
     Row("wan", (M.WAN_2_1,), single_file=False),
+    Row("wan22-5b", (M.WAN_2_2_TI2V_5B,), single_file=False),
     Row("hunyuan_video", (M.HUNYUAN_VIDEO,), single_file=False),
     Row("pixart", (M.PIXART_ALPHA,), single_file=False),
     Row("pixart-sigma", (M.PIXART_SIGMA,), single_file=False),

@@ -25,6 +25,7 @@ MODEL_TYPES = {
     "tiny:sd35": ModelType.STABLE_DIFFUSION_35,
     "tiny:flux": ModelType.FLUX_DEV_1,
     "tiny:wan": ModelType.WAN_2_1,
+    "tiny:wan22-5b": ModelType.WAN_2_2_TI2V_5B,
     "tiny:hunyuan_video": ModelType.HUNYUAN_VIDEO,
     "tiny:flux-fill": ModelType.FLUX_FILL_DEV_1,
     "tiny:chroma": ModelType.CHROMA_1,

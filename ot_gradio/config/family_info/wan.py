@@ -1,9 +1,12 @@
-"""Wan 2.1 text-to-video: one UMT5 text encoder, Wan's 3D causal VAE (4x in time, 8x per side)
-and a patch (1, 2, 2) video transformer; LORA only for now (models/wan.py)."""
+"""Wan 2.1 and Wan 2.2 TI2V 5B text-to-video: one UMT5 text encoder, Wan's 3D causal VAE (4x in
+time; 8x per side for 2.1, 16x with 48 channels for 2.2's) and a patch (1, 2, 2) video
+transformer; LORA only for now (models/wan.py)."""
 
 from ..enums import ModelType as M
 from ..enums import TrainingMethod as T
 from . import FamilyInfo, Sign
+
+UMT5_XXL = 5_680_910_336  # google/umt5-xxl's encoder (24 layers of 4096, 256,384 tokens, embedding counted once)
 
 FAMILIES = {
     M.WAN_2_1: FamilyInfo(
@@ -13,7 +16,18 @@ FAMILIES = {
         # Wan2.1-T2V-1.3B-Diffusers: transformer/config.json (30 layers of 1536, 12 heads, FFN 8960,
         # text width 4096), the UMT5-XXL encoder (24 layers of 4096, 256,384 tokens, embedding
         # counted once) and AutoencoderKLWan's defaults (base width 96, 16 latent channels)
-        params={"transformer": 1_418_996_800, "text_encoder": 5_680_910_336, "vae": 126_892_531},
+        params={"transformer": 1_418_996_800, "text_encoder": UMT5_XXL, "vae": 126_892_531},
+    ),
+    M.WAN_2_2_TI2V_5B: FamilyInfo(
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA,),
+        implemented=True, bucket_step=32, frame_step=4, schedule="flow_matching", diffusers_lora=("WanPipeline", ()),  # bucket: VAE 16 x patch 2
+        text_encoder_labels=("UMT5",), preset="wan22-ti2v-5b-lora", preset_note="704 px area, 17 frames at 24 fps",
+        # Wan2.2-TI2V-5B-Diffusers: transformer/config.json (30 layers of 3072, 24 heads, FFN 14336,
+        # 48 channels in and out), the same UMT5-XXL, and Wan 2.2's VAE (base width 160, decoder
+        # 256, 48 latent channels, patch 2: 16x per side), counted on the meta device
+        params={"transformer": 4_999_787_712, "text_encoder": UMT5_XXL, "vae": 704_688_668},
     ),
 }
-SIGN = Sign("Wan", (M.WAN_2_1,), ("Wan",), ("wan2.1", "wan2_1", "wan-2.1", "wan_2.1"))
+# A Wan folder names WanPipeline whichever version it is: the versions are not told apart (as PixArt's)
+SIGN = Sign("Wan", (M.WAN_2_1, M.WAN_2_2_TI2V_5B), ("Wan",),
+            ("wan2.1", "wan2_1", "wan-2.1", "wan_2.1", "wan2.2", "wan2_2", "wan-2.2", "wan_2.2"))

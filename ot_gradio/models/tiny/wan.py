@@ -1,4 +1,5 @@
-"""Tiny random Wan 2.1 text-to-video (`tiny:wan`): the real classes at a fraction of the width,
+"""Tiny random Wan 2.1 text-to-video (`tiny:wan`) and Wan 2.2 TI2V 5B (`tiny:wan22-5b`: 48
+latent channels, Wan 2.2's residual VAE with patch 2, flow shift 5): the real classes at a fraction of the width,
 built in memory in well under a second and saved in the diffusers layout of
 Wan-AI/Wan2.1-T2V-1.3B-Diffusers (model_index.json names WanPipeline, UMT5EncoderModel,
 T5TokenizerFast, AutoencoderKLWan, WanTransformer3DModel and UniPCMultistepScheduler in flow
@@ -39,12 +40,12 @@ def tiny_umt5_encoder(tokenizer, seed: int = 0):
     return seeded_model(UMT5EncoderModel, config, seed)
 
 
-def tiny_wan_transformer(seed: int = 0):
+def tiny_wan_transformer(seed: int = 0, channels: int = 16):
     from diffusers import WanTransformer3DModel
 
     torch.manual_seed(seed)
     transformer = WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=16, out_channels=16,
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=channels, out_channels=channels,
         text_dim=UMT5_WIDTH, freq_dim=32, ffn_dim=32, num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
         eps=1e-6, rope_max_seq_len=32,
     )
@@ -59,21 +60,35 @@ def tiny_wan_vae(seed: int = 0):
     return AutoencoderKLWan(base_dim=4, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True])
 
 
-def tiny_wan_components(seed: int = 0) -> dict:
+def tiny_wan22_vae(seed: int = 0):
+    """Wan 2.2's VAE at base width 8: 48 latent channels, residual blocks, patch 2 (12 channels in), 16x per side."""
+    from diffusers import AutoencoderKLWan
+
+    torch.manual_seed(seed)
+    return AutoencoderKLWan(base_dim=8, decoder_base_dim=8, z_dim=48, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                            temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12,
+                            patch_size=2, scale_factor_spatial=16, latents_mean=[0.02 * (i % 7) - 0.06 for i in range(48)],
+                            latents_std=[0.8 + 0.05 * (i % 9) for i in range(48)])
+
+
+def tiny_wan_components(seed: int = 0, version: str = "2.1") -> dict:
     from diffusers import UniPCMultistepScheduler
 
     tokenizer = tiny_t5_tokenizer(DEFAULT_SEQUENCE_LENGTH)
-    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0,
+    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0 if version == "2.1" else 5.0,
                                         num_train_timesteps=1000)
-    return {"tokenizer": tokenizer, "text_encoder": tiny_umt5_encoder(tokenizer, seed), "transformer": tiny_wan_transformer(seed),
-            "vae": tiny_wan_vae(seed), "scheduler": scheduler}
+    wan22 = version == "2.2"
+    return {"tokenizer": tokenizer, "text_encoder": tiny_umt5_encoder(tokenizer, seed),
+            "transformer": tiny_wan_transformer(seed, 48 if wan22 else 16), "vae": tiny_wan22_vae(seed) if wan22 else tiny_wan_vae(seed),
+            "scheduler": scheduler}
 
 
-def _hub_model_index(folder: Path) -> None:
+def _hub_model_index(folder: Path, **extra) -> None:
     """model_index.json as the hub repo has it (the tokenizer class is T5TokenizerFast there)."""
     path = folder / "model_index.json"
     index = json.loads(path.read_text())
     index["tokenizer"] = ["transformers", "T5TokenizerFast"]
+    index.update(extra)
     path.write_text(json.dumps(index, indent=2))
 
 
@@ -83,3 +98,13 @@ def save_tiny_wan(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
     from diffusers import WanPipeline
 
     return save_tiny(root, "no-single-file", lambda: WanPipeline(**tiny_wan_components(seed)), finish_folder=_hub_model_index)
+
+
+@register_tiny("wan22-5b", TINY_WAN_VERSION)
+def save_tiny_wan22_5b(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    """The tiny Wan 2.2 TI2V 5B as a diffusers folder in Wan-AI/Wan2.2-TI2V-5B-Diffusers' layout
+    (model_index.json with `expand_timesteps` true and no `transformer_2`, as the hub has it)."""
+    from diffusers import WanPipeline
+
+    return save_tiny(root, "no-single-file", lambda: WanPipeline(**tiny_wan_components(seed, "2.2"), expand_timesteps=True),
+                     finish_folder=lambda folder: _hub_model_index(folder, boundary_ratio=None, expand_timesteps=True))
