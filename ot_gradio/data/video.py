@@ -162,6 +162,19 @@ def read_clip(path: str | Path, sampling: FrameSampling, frames: int) -> list[Im
 
 
 
+def middle_frame(path: str | Path) -> Image.Image:
+    """The frame halfway through a clip (what a captioner looks at: a first frame is often a fade
+    in); the first frame when the clip's length is unknown. A ClipError when none decodes."""
+    one = FrameSampling(frames=1, step=1)
+    duration = probe_clip(path, one).duration
+    if duration > 0:
+        try:
+            return read_clip(path, FrameSampling(frames=1, step=1, start=duration / 2), 1)[0]
+        except ClipError:
+            pass  # a container whose stated length is longer than its frames
+    return read_clip(path, one, 1)[0]
+
+
 def video_codec() -> str:
     """h264 (libx264, what browsers play in an .mp4) where the PyAV wheel has it, else mpeg4."""
     import av  # noqa: PLC0415

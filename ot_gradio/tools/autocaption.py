@@ -324,11 +324,13 @@ def check_params(params: dict[str, Any]) -> tuple[Path, str, str, str]:
 
 
 def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
-    """Caption a folder's images; returns counts and the names of the files that failed."""
+    """Caption a folder's images and clips (a clip by its middle frame); returns counts and the
+    names of the files that failed."""
     from ..data.images import load_rgb  # noqa: PLC0415
+    from ..data.video import is_video_name, middle_frame  # noqa: PLC0415
 
     folder, model, mode, path = check_params(params)
-    images = list_image_files(folder, bool(params.get("include_subfolders")))
+    images = list_image_files(folder, bool(params.get("include_subfolders")), clips=True)
     if not images:
         raise JobError(f"folder: no images in '{folder}'" + ("" if params.get("include_subfolders") else " (subfolders not included)"))
     todo = [image for image in images if not (mode == "missing" and _has_caption(image))]
@@ -349,7 +351,8 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
             name = image.relative_to(folder).as_posix()
             job.progress(done, len(todo), name)
             try:
-                caption = (prefix + captioner.caption([load_rgb(image)], initial)[0] + postfix).strip()
+                picture = middle_frame(image) if is_video_name(image.name) else load_rgb(image)
+                caption = (prefix + captioner.caption([picture], initial)[0] + postfix).strip()
                 write_caption(image, new_text(image, caption, mode))
                 result["written"] += 1
             except Exception as err:  # noqa: BLE001 - one bad image (unreadable, odd size, locked caption) must not stop the rest

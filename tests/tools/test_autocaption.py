@@ -311,3 +311,23 @@ def test_without_network_a_hub_model_is_read_from_the_cache_only_so_it_fails_at_
         run_inline("autocaption", params(dataset, model, "owner/a-model"))
     assert asked and set(asked) == {not network}
     assert len(probes) == 1 and probes[0][1] <= 5
+
+
+def test_a_clip_is_captioned_by_its_middle_frame(models, dataset):
+    """A clip that fades in from blue and is red from its middle on gets the red tags."""
+    import av
+
+    clip = dataset / "e_clip.mp4"
+    with av.open(str(clip), "w") as out:
+        stream = out.add_stream("mpeg4", rate=8)
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
+        for i in range(9):
+            colour = (10, 10, 200) if i < 3 else (200, 10, 10)
+            frame = np.full((32, 32, 3), colour, np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    result = run_inline("autocaption", params(dataset, "wd14", models["wd14"]))
+    assert (result["written"], result["failed"], result["total"]) == (4, 0, 4)
+    assert caption(dataset, "e_clip") == caption(dataset, "a_red")  # the red frames', not the first (blue) one's
