@@ -159,3 +159,13 @@ def test_a_hunyuan_video_kohya_lora_is_said_to_load_nowhere_else():
     assert len(said) == 1 and said[0].startswith("Model → Output format COMFY_LORA: HunyuanVideo's") and "DIFFUSERS_LORA" in said[0]
     config.output_model_format = ModelFormat.DIFFUSERS_LORA
     assert not [w for w in check(config) if "only this trainer loads it" in w]
+
+
+def test_a_hidream_llama_lora_in_the_kohya_layout_is_refused_before_the_run():
+    """The kohya layout has no name for HiDream's fourth text encoder: refused, not lost at the save."""
+    config = TrainConfig(model_type=ModelType.HI_DREAM_FULL, training_method="LORA", output_model_format="KOHYA_LORA")
+    assert [e for e in errors(config) if e.startswith("text_encoder_4.train:")] == [
+        "text_encoder_4.train: a HI_DREAM_FULL text_encoder_4 LoRA saved as KOHYA_LORA would load nowhere: the kohya layout has "
+        "no name for a fourth text encoder; turn off training text_encoder_4."]
+    config.text_encoder_4.train = False
+    assert not [e for e in errors(config) if "text_encoder_4" in e]
