@@ -28,7 +28,9 @@ What HiDream-I1 is (diffusers' HiDreamImagePipeline, OneTrainer's HiDreamModel):
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -64,6 +66,29 @@ def unpack_training_output(out: torch.Tensor, height: int, width: int) -> torch.
     b, c = out.shape[:2]
     x = out.reshape(b, c, height // 2, width // 2, 2, 2).permute(0, 1, 2, 4, 3, 5)
     return x.reshape(b, c, height, width)
+
+
+@contextlib.contextmanager
+def _experts_on_meta(transformer: torch.nn.Module):
+    """For the memory probe: routing picks tokens by their values, which meta tensors have not, so
+    each routed expert computes an equal share of the tokens (tokens x active / experts, the share
+    a balanced routing gives it) and the shared experts all of them: the memory of a step, not its values."""
+    from diffusers.models.transformers.transformer_hidream_image import MOEFeedForwardSwiGLU
+
+    def balanced(layer, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        share = -(-flat.shape[0] * layer.num_activated_experts // len(layer.experts))
+        routed = torch.cat([expert(flat[:share]) for expert in layer.experts])[: flat.shape[0]]
+        return routed.view(x.shape) + layer.shared_experts(x)
+
+    layers = [m for m in transformer.modules() if isinstance(m, MOEFeedForwardSwiGLU)]
+    for layer in layers:
+        layer.forward = functools.partial(balanced, layer)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward
 
 
 @register_family(ModelType.HI_DREAM_FULL)
@@ -188,7 +213,7 @@ class HiDream(IdentityLoraNames, FlowFamily):
     def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The velocity (B, 16, H, W) for noisy latents at noise fraction `t` (B,): the transformer
         reads 2x2 patches with all-ones masks (OneTrainer's input) and returns the negative velocity."""
-        transformer = self.transformer
+        transformer, module = self.transformer, base_module(self.transformer)
         device, dtype = module_device(transformer), compute_dtype(transformer)
         b, _, h, w = noisy.shape
         rows, cols = h // 2, w // 2
@@ -196,16 +221,16 @@ class HiDream(IdentityLoraNames, FlowFamily):
         ids = torch.zeros(rows, cols, 3, device=device)
         ids[..., 1] += torch.arange(rows, device=device)[:, None]
         ids[..., 2] += torch.arange(cols, device=device)[None, :]
-        out = transformer(
-            hidden_states=pack_patches(noisy.to(device, dtype)), timesteps=(t.to(device, torch.float32) * 1000).expand(b),
-            encoder_hidden_states_t5=conditioning["t5"].to(device, dtype),
-            encoder_hidden_states_llama3=conditioning["llama"].to(device, dtype).transpose(0, 1),
-            pooled_embeds=conditioning["pooled_embeds"].to(device, dtype),
-            hidden_states_masks=torch.ones(b, rows * cols, device=device, dtype=dtype),
-            img_sizes=torch.tensor([[rows, cols]], device=device).repeat(b, 1),
-            img_ids=ids.reshape(1, rows * cols, 3).repeat(b, 1, 1).to(dtype), return_dict=False,
-        )[0]
-        module = base_module(transformer)
+        with _experts_on_meta(module) if device.type == "meta" else contextlib.nullcontext():
+            out = transformer(
+                hidden_states=pack_patches(noisy.to(device, dtype)), timesteps=(t.to(device, torch.float32) * 1000).expand(b),
+                encoder_hidden_states_t5=conditioning["t5"].to(device, dtype),
+                encoder_hidden_states_llama3=conditioning["llama"].to(device, dtype).transpose(0, 1),
+                pooled_embeds=conditioning["pooled_embeds"].to(device, dtype),
+                hidden_states_masks=torch.ones(b, rows * cols, device=device, dtype=dtype),
+                img_sizes=[(rows, cols)] * b,
+                img_ids=ids.reshape(1, rows * cols, 3).repeat(b, 1, 1).to(dtype), return_dict=False,
+            )[0]
         if module.training and not module.config.force_inference_output:
             out = unpack_training_output(out, h, w)
         return -out
