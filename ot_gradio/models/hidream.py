@@ -16,7 +16,8 @@ What HiDream-I1 is (diffusers' HiDreamImagePipeline, OneTrainer's HiDreamModel):
   (B, C, tokens, 4), put back here.
 - The VAE is Flux's AutoencoderKL: latents are `(z - shift_factor) * scaling_factor`, which
   the pipeline inverts before decoding.
-- Training draws t at the scheduler's shift (the repo's FlowMatchEuler, shift 3).
+- Training draws t with the run's timestep shift (our preset: 3, the repo scheduler's); a repo
+  that samples with UniPC in flow mode (which the pipeline also takes) trains at its flow_shift.
 - HiDream-ai/HiDream-I1-Full has no Llama: its model_index.json lists text_encoder_4 and
   tokenizer_4 empty. The Llama comes from `text_encoder_4.model_name` (OneTrainer's preset:
   meta-llama/Llama-3.1-8B-Instruct), else from the base model's own text_encoder_4 folder.
@@ -39,7 +40,7 @@ import torch
 
 from ot_gradio.config.enums import ModelType
 from ot_gradio.models.common import ModelLoadError, base_module, generation_size, module_device
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype, flow_training_scheduler
 from ot_gradio.models.registry import register_family
 
 SEQUENCE_LENGTH = 128  # the pipeline's max_sequence_length, every encoder (OneTrainer's too)
@@ -115,6 +116,7 @@ class HiDream(IdentityLoraNames, FlowFamily):
     def __init__(self, components: Mapping):
         super().__init__(components)
         self.tokenizer_4.pad_token = self.tokenizer_4.eos_token  # as the pipeline sets it
+        self.noise_scheduler = flow_training_scheduler(self.scheduler)  # a repo sampling with UniPC in flow mode too
         self._sample_px = (1024, 1024)
 
     # ---------------------------------------------------------------- loading

@@ -88,3 +88,17 @@ def test_the_hub_layout_loads_with_the_llama_named_and_is_refused_without(tmp_pa
     torch.testing.assert_close(model.encode_text(["a cat"])["llama"], whole.encode_text(["a cat"])["llama"])
     with pytest.raises(ModelLoadError, match="text_encoder_4.model_name: the Llama"):
         HiDream.load(str(base), offline=True, part_models={"text_encoder_4": str(tmp_path / "nowhere")})
+
+
+def test_a_repo_sampling_with_unipc_in_flow_mode_trains_flow_matching_and_samples():
+    """The pipeline also takes UniPC in flow mode (it sets that scheduler's steps itself)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
+
+    from ot_gradio.models.hidream import HiDream
+    from ot_gradio.models.tiny.hidream import tiny_hidream_components
+
+    unipc = UniPCMultistepScheduler(use_flow_sigmas=True, prediction_type="flow_prediction", flow_shift=3.0)
+    model = HiDream({**tiny_hidream_components(), "scheduler": unipc})
+    model.transformer.eval()
+    assert isinstance(model.noise_scheduler, FlowMatchEulerDiscreteScheduler) and model.noise_scheduler.config.shift == 3.0
+    assert model.sample("a cat", height=64, width=48, steps=2).size == (48, 64)
