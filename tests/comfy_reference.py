@@ -86,6 +86,12 @@ def z_image_map(n_layers: int, n_refiner: int) -> set[str]:
     return out
 
 
+def hidream_map(original: list[str]) -> set[str]:
+    """HiDream (comfy/lora.py): the generic names and SimpleTuner's `transformer.<key>` and
+    `lycoris_<key _>` per weight of its model, whose layer names are diffusers' (comfy/ldm/hidream/model.py)."""
+    return generic_unet(original) | {"transformer." + k for k in original} | {"lycoris_" + _flat(k) for k in original}
+
+
 def wan_original(n_blocks: int) -> list[str]:
     """The Linear / Conv weights of ComfyUI's Wan 2.1 text-to-video model (comfy/ldm/wan/model.py)."""
     keys = [f"blocks.{i}.{a}.{p}" for i in range(n_blocks) for a in ("self_attn", "cross_attn") for p in "qkvo"]

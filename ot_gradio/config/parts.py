@@ -12,7 +12,7 @@ from .optimizer import OptimizerConfig
 
 __all__ = [
     "CLOUD_DEFAULTS", "EmbeddingConfig", "ModelPartConfig", "OptimizerConfig", "QuantizationConfig",
-    "SampleConfig", "SecretsConfig", "SeparateModelPartConfig", "TransformerPartConfig", "VaePartConfig",
+    "LlamaPartConfig", "SampleConfig", "SecretsConfig", "SeparateModelPartConfig", "TransformerPartConfig", "VaePartConfig",
 ]
 
 
@@ -43,6 +43,12 @@ class VaePartConfig(ModelPartConfig):
     """The VAE, which (as OneTrainer's) may come from a model of its own, e.g. SDXL's fp16-fix VAE."""
 
     model_name: str = opt("", "VAE model", "Load the VAE from here instead of the base model, e.g. madebyollin/sdxl-vae-fp16-fix (SDXL in half precision without black images) or a fine-tuned VAE: a Hugging Face id, a diffusers VAE folder, or a VAE .safetensors/.ckpt file (diffusers or original key names). It must be a VAE for this base model (same latent channels). Cached latents are remade for it. Blank = the base model's VAE.", on_frozen_part=True)
+
+
+class LlamaPartConfig(ModelPartConfig):
+    """HiDream's fourth text encoder, Llama 3.1, which its repos ship without (OneTrainer's text_encoder_4 model name)."""
+
+    model_name: str = opt("", "Llama model", "HiDream: where its Llama 3.1 text encoder and tokenizer come from, a Hugging Face id or a folder (OneTrainer's preset: meta-llama/Llama-3.1-8B-Instruct, gated: accept its license and set the access token). HiDream-ai's repos ship without it. Blank = the base model's text_encoder_4 folder.", on_frozen_part=True)
 
 
 class SeparateModelPartConfig(ModelPartConfig):

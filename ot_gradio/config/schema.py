@@ -38,6 +38,7 @@ from .fields import PLANNED, Section, opt
 from .parts import (
     CLOUD_DEFAULTS,
     EmbeddingConfig,
+    LlamaPartConfig,
     ModelPartConfig,
     OptimizerConfig,
     QuantizationConfig,
@@ -60,6 +61,10 @@ LOKR = is_("peft_type", "LOKR", default="LORA")  # LoKr uses its dimension inste
 OFT = is_("peft_type", "OFT_2", default="LORA")  # OFT v2 rotates: no rank, no alpha
 EMA_ON = is_not("ema", "OFF", default="OFF")
 MASKED = on("masked_training")
+
+
+def _llama() -> LlamaPartConfig:
+    return LlamaPartConfig(**_text_encoder().model_dump())
 
 
 def _part(**overrides: Any) -> ModelPartConfig:
@@ -183,7 +188,7 @@ class TrainConfig(Section):
     text_encoder_2_sequence_length: int | None = opt(77, "Text encoder 2 sequence length", "Tokens the second text encoder reads (Flux: T5's tokens; blank = 512, the pipeline's default).", ge=1, tab="training", advanced=True)
     text_encoder_3: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 3", tooltip="SD 3 / 3.5: the third text encoder (T5 XXL).", tab="training")
     text_encoder_3_layer_skip: int = opt(0, "Clip skip 3", "Skip the last N layers of T5 (SD 3), its final norm applied.", ge=0, tab="training")
-    text_encoder_4: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 4", tooltip="Models with a fourth text encoder (HiDream): its settings.", tab="training", status=P)
+    text_encoder_4: LlamaPartConfig = opt(default_factory=_llama, label="Text encoder 4", tooltip="HiDream: the fourth text encoder (Llama 3.1) and where it comes from.", tab="training")
     text_encoder_4_layer_skip: int = opt(0, "Clip skip 4", "Skip the last N layers of the fourth text encoder.", ge=0, tab="training", status=P)
     vae: VaePartConfig = opt(default_factory=lambda: VaePartConfig(train=False), label="VAE", tooltip="VAE settings. Keep it at FLOAT_32 (or BFLOAT_16) to avoid black samples.", tab="training")
     effnet_encoder: SeparateModelPartConfig = opt(default_factory=SeparateModelPartConfig, label="EffNet encoder", tooltip="Würstchen / Stable Cascade: the EfficientNet image encoder that turns training images into the prior's latents.", tab="training")

@@ -100,14 +100,15 @@ def folder_family_problem(config: Any, name: str) -> str | None:
     except ConfigError as err:
         return f"{err}; the base model folder's model_index.json must be the one its download came with"
     from_base = [p for p in (info.denoiser, *info.text_encoders) if not str(getattr(getattr(config, p, None), "model_name", "") or "").strip()]
-    missing = [p for p in from_base if p not in data]
+    missing = [p for p in from_base if not (data.get(p) or [None])[0]]  # an empty entry ([null, null]) ships no such part
     if not missing:
         return None
+    own = [p for p in missing if field_meta(type(getattr(config, p)), "model_name").get("status") != PLANNED]
     kind = str(data.get("_class_name") or "a pipeline of unknown class")
     model_type = str(getattr(config.model_type, "value", config.model_type))
     return (f"base_model_name: {_shown(name)} holds {kind} (its model_index.json), which has no {' and no '.join(missing)}; "
             f"model type {model_type} loads those from the base model. Choose a {model_type} model or the model type "
-            "that matches this folder")
+            "that matches this folder" + "".join(f", or set {p}.model_name to a model of its own" for p in own))
 
 
 def concept_problems(config: Any) -> list[str]:

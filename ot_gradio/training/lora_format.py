@@ -68,8 +68,9 @@ _KOHYA_READ_PREFIX = {
 }
 # Würstchen 2 / Stable Cascade: `lora_prior_unet_` and `lora_prior_te_`, as OneTrainer writes and ComfyUI reads them.
 _PRIOR_VERSIONS = ("wuerstchen", "stable_cascade")
-# Qwen-Image's transformer is written `lora_unet_` (ComfyUI's generic rule and diffusers' Qwen converter read that)
-_TRANSFORMER_AS_UNET_VERSIONS = ("qwen_image",)
+# Qwen-Image's and HiDream's transformers are written `lora_unet_` (ComfyUI's generic rule reads that for
+# both, their ComfyUI models having diffusers' layer names; diffusers' Qwen converter too)
+_TRANSFORMER_AS_UNET_VERSIONS = ("qwen_image", "hidream")
 _TEXT_PARTS = ("text_encoder", "text_encoder_2", "text_encoder_3")
 # text-encoder paths not put under `text_model.` (T5's `encoder.block.N...` never had that wrapper)
 _OUTSIDE_TEXT_MODEL = ("text_model.", "text_projection", "encoder.block.")

@@ -21,11 +21,11 @@ def test_planned_options_are_listed_in_one_message():
     config.force_circular_padding = True
     config.debug_mode = True
     config.concepts[0].image.enable_random_circular_mask_shrink = True
-    config.text_encoder_4.train = False
+    config.unconditional_transformer.train = True
     config.embedding.is_output_embedding = True
     warnings = check(config)
     assert len(warnings) == 1
-    for path in ("force_circular_padding", "debug_mode", "concepts[0].image.enable_random_circular_mask_shrink", "text_encoder_4.train", "embedding.is_output_embedding"):
+    for path in ("force_circular_padding", "debug_mode", "concepts[0].image.enable_random_circular_mask_shrink", "unconditional_transformer.train", "embedding.is_output_embedding"):
         assert path in warnings[0]
     assert planned_changes(good()) == []
 
@@ -62,9 +62,9 @@ def test_sample_size_far_from_native_resolution():
 
 
 def test_unsupported_model_type_method_and_no_concepts():
-    config = TrainConfig(model_type=ModelType.HI_DREAM_FULL)
+    config = TrainConfig(model_type=ModelType.ANIMA)
     warnings = check(config)
-    assert any("HI_DREAM_FULL is not supported" in w for w in warnings)
+    assert any("ANIMA is not supported" in w for w in warnings)
     assert any("no concepts" in w for w in warnings)
     config = TrainConfig(model_type=ModelType.FLUX_DEV_1, training_method=TrainingMethod.FINE_TUNE_VAE)
     assert "training_method: FINE_TUNE_VAE is not available for model type FLUX_DEV_1; choose LORA, FINE_TUNE, EMBEDDING" in check(config)
@@ -159,3 +159,13 @@ def test_a_hunyuan_video_kohya_lora_is_said_to_load_nowhere_else():
     assert len(said) == 1 and said[0].startswith("Model → Output format COMFY_LORA: HunyuanVideo's") and "DIFFUSERS_LORA" in said[0]
     config.output_model_format = ModelFormat.DIFFUSERS_LORA
     assert not [w for w in check(config) if "only this trainer loads it" in w]
+
+
+def test_a_hidream_llama_lora_in_the_kohya_layout_is_refused_before_the_run():
+    """The kohya layout has no name for HiDream's fourth text encoder: refused, not lost at the save."""
+    config = TrainConfig(model_type=ModelType.HI_DREAM_FULL, training_method="LORA", output_model_format="KOHYA_LORA")
+    assert [e for e in errors(config) if e.startswith("text_encoder_4.train:")] == [
+        "text_encoder_4.train: a HI_DREAM_FULL text_encoder_4 LoRA saved as KOHYA_LORA would load nowhere: the kohya layout has "
+        "no name for a fourth text encoder; turn off training text_encoder_4."]
+    config.text_encoder_4.train = False
+    assert not [e for e in errors(config) if "text_encoder_4" in e]

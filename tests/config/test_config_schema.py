@@ -62,7 +62,7 @@ def test_iter_fields_describes_fields():
     assert by_path["text_encoder.stop_training_after"].default == 30
     assert by_path["unet.stop_training_after"].default is None
     # a PLANNED group makes everything in it PLANNED
-    assert by_path["text_encoder_4.train"].status == PLANNED
+    assert by_path["unconditional_transformer.train"].status == PLANNED
     assert by_path["text_encoder_2.train"].status != PLANNED  # SDXL
     assert by_path["embedding.is_output_embedding"].status == PLANNED
     assert by_path["embedding.placeholder"].status != PLANNED
@@ -104,16 +104,16 @@ def test_status_of_model_part_and_optimizer_fields():
 
 def test_new_model_parts_are_planned_and_core_ones_are_not():
     by_path = {f.path: f for f in iter_fields(TrainConfig)}
-    for name in ("text_encoder_4", "unconditional_transformer", "cloud", "quantization.svd_dtype"):
+    for name in ("unconditional_transformer", "cloud", "quantization.svd_dtype"):
         assert by_path[name].status == PLANNED, name
     for name in ("unet", "text_encoder", "text_encoder_2", "vae", "optimizer", "concepts", "samples", "seed", "lora_rank", "embedding",
                  "additional_embeddings", "embedding_learning_rate", "preserve_embedding_norm", "embedding_weight_dtype",
                  "bundle_additional_embeddings", "text_encoder_3", "quantization", "quantization.layer_filter",
-                 "prior", "effnet_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan", "transformer"):
+                 "prior", "effnet_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan", "transformer", "text_encoder_4"):
         assert by_path[name].status != PLANNED, name
-    # Würstchen / Stable Cascade load these parts from models of their own, every family its VAE
-    # (as OneTrainer); other parts cannot yet
-    for name in ("prior", "decoder", "effnet_encoder", "vae"):
+    # Würstchen / Stable Cascade load these parts from models of their own, every family its VAE,
+    # HiDream its Llama (as OneTrainer); other parts cannot yet
+    for name in ("prior", "decoder", "effnet_encoder", "vae", "text_encoder_4"):
         assert by_path[f"{name}.model_name"].status != PLANNED, name
     for name in ("unet", "decoder_vqgan", "decoder_text_encoder"):
         assert by_path[f"{name}.model_name"].status == PLANNED, name

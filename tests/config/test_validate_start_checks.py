@@ -55,6 +55,10 @@ CASES = [
     ("output under /proc", {"output_model_destination": "/proc/ot-gradio/model.safetensors"}, "output_model_destination: cannot write to /proc"),
     ("base folder of another family", {"model_type": "FLUX_DEV_1", "base_model_name": "./sd15"},
      "base_model_name: ./sd15 holds StableDiffusionPipeline (its model_index.json), which has no transformer and no text_encoder_2"),
+    ("HiDream's hub folder, no Llama named", {"model_type": "HI_DREAM_FULL", "base_model_name": "./hidream", "text_encoder_4": {"train": False}},
+     "base_model_name: ./hidream holds HiDreamImagePipeline (its model_index.json), which has no text_encoder_4; model type "
+     "HI_DREAM_FULL loads those from the base model. Choose a HI_DREAM_FULL model or the model type that matches this folder, "
+     "or set text_encoder_4.model_name to a model of its own"),
     ("base folder index not UTF-8", {"model_type": "FLUX_DEV_1", "base_model_name": "./broken"},
      "base_model_name: broken/model_index.json: is not UTF-8 text"),
 ]
@@ -67,11 +71,16 @@ SD15_INDEX = {
 }
 
 
+HIDREAM_PARTS = {"_class_name": "HiDreamImagePipeline", **{p: ["x", "y"] for p in ("transformer", "text_encoder", "text_encoder_2", "text_encoder_3")}}
+
+
 @pytest.mark.parametrize(("name", "values", "message"), CASES, ids=[c[0] for c in CASES])
 def test_validate_and_train_refuse_at_the_start(folder, capsys, name, values, message):
     (folder / "afile").write_text("x")
     (folder / "sd15").mkdir()
     (folder / "sd15" / "model_index.json").write_text(json.dumps(SD15_INDEX))
+    (folder / "hidream").mkdir()  # HiDream-ai's repos list the Llama empty
+    (folder / "hidream" / "model_index.json").write_text(json.dumps({**HIDREAM_PARTS, "text_encoder_4": [None, None]}))
     (folder / "broken").mkdir()
     (folder / "broken" / "model_index.json").write_bytes(b'{"_class_name": "Flux\xffPipeline"}')
     config = demo(folder, **values)

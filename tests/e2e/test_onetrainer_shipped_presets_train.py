@@ -30,7 +30,7 @@ TINY = {
     "STABLE_DIFFUSION_XL_10_BASE_INPAINTING": "sdxl-inpainting", "WUERSTCHEN_2": "wuerstchen2", "STABLE_CASCADE_1": "cascade",
     "PIXART_ALPHA": "pixart", "PIXART_SIGMA": "pixart-sigma", "STABLE_DIFFUSION_3": "sd3", "FLUX_DEV_1": "flux",
     "CHROMA_1": "chroma", "FLUX_2": "flux2-klein", "QWEN": "qwen-image", "Z_IMAGE": "z-image", "SANA": "sana",
-    "HUNYUAN_VIDEO": "hunyuan_video",
+    "HUNYUAN_VIDEO": "hunyuan_video", "HI_DREAM_FULL": "hidream",
 }
 
 
@@ -82,6 +82,10 @@ def pointed_at(path: Path, tiny_models, batches, tmp_path: Path) -> dict:
     if config["model_type"] == "STABLE_CASCADE_1":  # the preset says "TODO: MANUALLY DOWNLOAD EFFNET WEIGHTS"
         config["decoder"]["model_name"] = str(base.parent / "decoder")
         config["effnet_encoder"]["model_name"] = str(base.parent / "decoder" / "effnet_encoder.safetensors")
+    if config["text_encoder_4"]["model_name"]:  # HiDream's Llama 3.1, a repo of its own: model and tokenizer files together
+        for part in ("text_encoder_4", "tokenizer_4"):
+            shutil.copytree(base / part, tmp_path / "llama", dirs_exist_ok=True)
+        config["text_encoder_4"]["model_name"] = str(tmp_path / "llama")
     if config["transformer"]["model_name"]:  # the DeTurbo presets' hub file address, read from the hub cache offline
         cache = hub_cached(tmp_path / "hub", config["transformer"]["model_name"], next(base.parent.glob("*transformer.safetensors")))
         config.update(huggingface_cache_dir=str(cache), offline_mode=True)

@@ -15,6 +15,7 @@ FAMILIES = [
     ("Z_IMAGE", "tiny:z-image"), ("FLUX_2", "tiny:flux2-klein"), ("SANA", "tiny:sana"),
     ("WAN_2_1", "tiny:wan"),
     ("HUNYUAN_VIDEO", "tiny:hunyuan_video"),
+    ("HI_DREAM_FULL", "tiny:hidream"),
 ]
 
 

@@ -9,7 +9,7 @@ import torch
 
 from tests import comfy_reference as ref
 
-FAMILIES = ("flux", "chroma", "flux2-dev", "flux2-klein", "z-image", "qwen-image", "pixart-sigma", "pixart-alpha", "wan")
+FAMILIES = ("flux", "chroma", "flux2-dev", "flux2-klein", "z-image", "qwen-image", "pixart-sigma", "pixart-alpha", "wan", "hidream")
 
 
 def _model(name: str):
@@ -33,6 +33,11 @@ def _model(name: str):
         from ot_gradio.models.z_image import ZImage
 
         return ZImage(tiny_z_image_components())
+    if name == "hidream":
+        from ot_gradio.models.hidream import HiDream
+        from ot_gradio.models.tiny.hidream import tiny_hidream_components
+
+        return HiDream(tiny_hidream_components())
     if name == "qwen-image":
         from ot_gradio.models.qwen_image import QwenImage
         from ot_gradio.models.tiny.qwen_image import tiny_qwen_image_components
@@ -78,6 +83,10 @@ def comfy_names(name: str, model) -> set[str]:
 
         original = layer_paths(model.transformer)  # ComfyUI's Qwen-Image model has diffusers' names
         return ref.generic_unet(original) | ref.llm_map("qwen25_7b", text_config(model.text_encoder).num_hidden_layers)
+    if name == "hidream":
+        from ot_gradio.models.key_layout import layer_paths
+
+        return ref.hidream_map(layer_paths(model.transformer))  # ComfyUI's HiDream model has diffusers' names
     if name == "wan":
         return ref.wan_map(tr.num_layers, model.text_encoder.config.num_layers)
     micro = bool(tr.use_additional_conditions) if tr.use_additional_conditions is not None else tr.sample_size == 128
@@ -88,7 +97,7 @@ def _train_full(model) -> dict:
     from ot_gradio.training.lora import add_lora
 
     parts = {model.denoiser: "unet"}
-    if not type(model).__name__.startswith("Flux2"):  # Flux.2 trains its transformer only
+    if not type(model).__name__.startswith(("Flux2", "HiDream")):  # Flux.2 and HiDream: the transformer only
         parts.update({te: "text_encoder" for te in model.text_encoder_names})
     presets = model.lora_layer_presets
     gen = torch.Generator().manual_seed(0)
@@ -182,3 +191,18 @@ def test_files_written_with_the_earlier_names_still_read_back(tmp_path):
     loaded = load_lora_file(path, module_names=model.lora_module_names(), denoiser=model.denoiser)
     for part, module in parts.items():
         assert loaded.parts[part].keys() == lora_state_dict(module).keys()
+
+
+def test_comfyui_maps_every_layer_of_a_hidream_diffusers_lora(tmp_path):
+    """HiDream's DIFFUSERS_LORA (what HiDreamImagePipeline loads) is also SimpleTuner's layout,
+    `transformer.<layer>`, which ComfyUI maps for HiDream: the one file serves both."""
+    from safetensors import safe_open
+
+    from ot_gradio.training.lora_format import DIFFUSERS, save_lora
+
+    model = _model("hidream")
+    parts = _train_full(model)
+    path = save_lora(tmp_path / "d.safetensors", parts, base_model_version=model.lora_base_model_version, lora_format=DIFFUSERS)
+    with safe_open(str(path), "pt") as f:
+        layers = {k.split(".lora_")[0] for k in f.keys()}
+    assert layers and not sorted(layers - comfy_names("hidream", model))

@@ -22,6 +22,7 @@ FAMILIES = [
     ("STABLE_DIFFUSION_3", "tiny:sd3"), ("FLUX_DEV_1", "tiny:flux"), ("FLUX_FILL_DEV_1", "tiny:flux-fill"),
     ("CHROMA_1", "tiny:chroma"), ("QWEN", "tiny:qwen-image"), ("WAN_2_1", "tiny:wan"),
     ("WAN_2_2_TI2V_5B", "tiny:wan22-5b"), ("HUNYUAN_VIDEO", "tiny:hunyuan_video"),
+    ("HI_DREAM_FULL", "tiny:hidream"),
 ]
 
 
