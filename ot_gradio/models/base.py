@@ -38,7 +38,6 @@ class ModelFamily(Protocol):
     """One loaded model of a family (the class attributes are the family's facts)."""
 
     model_type: ClassVar[Any]  # the ModelType it is registered for
-    native_resolution: ClassVar[int]
     denoiser: ClassVar[str]  # the part that predicts noise: "unet", "prior", "transformer"
     text_encoder_names: ClassVar[tuple[str, ...]]  # text encoder parts in order
     inpainting: ClassVar[bool]  # then also `encode_conditioning(pixels, mask)` and `batch.latent_mask` in `predict`

@@ -134,7 +134,6 @@ class CascadeFamily(Family):
     """The family interface (models/base.py) for a prior trained on EffNet latents; subclasses
     give the networks, the text conditioning and the latent scaling."""
 
-    native_resolution = 1024
     denoiser = "prior"
     text_encoder_names = ("text_encoder",)
     # parts used in every training step; the decoder parts stay on the CPU until sampling

@@ -90,7 +90,6 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     family_name = ""  # the model's name in messages ("Flux.1", "Z-Image")
     schedule_kind = "flow_matching"  # the trainer's flow core (training/flow_matching.py) draws t and the target
     prediction_type = "flow"
-    native_resolution = 1024
     denoiser = "transformer"
     text_encoder_names: tuple[str, ...] = ("text_encoder",)  # text encoder parts, in order
     tokenizer_attrs: dict[str, str] = {"text_encoder": "tokenizer"}  # text encoder part -> its tokenizer attribute/folder

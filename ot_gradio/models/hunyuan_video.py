@@ -72,7 +72,6 @@ class HunyuanVideo(IdentityLoraNames, FlowFamily):
     embedding_keys: dict[str, str] = {}
     patch_size = None  # the transformer config's 2 (and patch_size_t 1)
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": LLAMA_PRESETS, "text_encoder_2": CLIP_PRESETS}
-    native_resolution = 720  # 544x960 (its smaller size; 720x1280 is about 960 px square)
     default_steps, default_cfg_scale = 30, 6.0
     pipeline_class_name = "HunyuanVideoPipeline"
     pipeline_output = "frames"

@@ -60,7 +60,6 @@ DEFAULT_SEQUENCE_LENGTH = 120
 class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
     """The family interface (models/base.py) for PixArt-α 512 and 1024-MS."""
 
-    native_resolution = 1024
     lora_base_model_version = "pixart_alpha"
     pipeline_class_name = "PixArtAlphaPipeline"
     display_name = "PixArt-α"

@@ -67,7 +67,6 @@ def make_sampling_scheduler(sampler: NoiseScheduler | str, scheduler_config: Map
 class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     """The family interface every model family implements (see models/base.py for the list)."""
 
-    native_resolution = 512
     tokenizer_folders = {"text_encoder": "tokenizer"}  # text encoder part -> its tokenizer's folder
     # where the configs of a single file come from when no local diffusers folder is given
     default_config_repo = "stable-diffusion-v1-5/stable-diffusion-v1-5"

@@ -24,7 +24,6 @@ from ot_gradio.models.sd15 import StableDiffusion15
 class StableDiffusion2(StableDiffusion15):
     """What every SD 2.x family shares (registered only through its subclasses)."""
 
-    native_resolution = 512
     # the prediction type of a single file of this model type
     single_file_prediction_type = "epsilon"
 
@@ -54,7 +53,6 @@ class StableDiffusion2(StableDiffusion15):
 class StableDiffusion2V(StableDiffusion2):
     """The 768 px v-prediction models (registered only through their subclasses)."""
 
-    native_resolution = 768
     single_file_prediction_type = "v_prediction"
 
 

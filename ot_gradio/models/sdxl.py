@@ -41,7 +41,6 @@ TOKENIZERS = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
 
 @register_family(ModelType.STABLE_DIFFUSION_XL_10_BASE)
 class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
-    native_resolution = 1024
     tokenizer_folders = tokenizer_attrs = TOKENIZERS
     default_config_repo = "stabilityai/stable-diffusion-xl-base-1.0"
     modelspec_architecture = "stable-diffusion-xl-v1-base"

@@ -168,4 +168,3 @@ def test_save_single_file_reloads(sd15, tiny_sd15_paths, tmp_path):
     path = sd15.save_single_file(tmp_path / "model.safetensors", dtype="FLOAT_32")
     reloaded = StableDiffusion15.load(str(path), offline=True, config_dir=str(tiny_sd15_paths.diffusers_dir))
     assert _same_model(sd15, reloaded)
-    assert sd15.native_resolution == 512

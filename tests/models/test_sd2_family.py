@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from ot_gradio.config.enums import ModelType, NoiseScheduler
+from ot_gradio.config.enums import ModelType, NoiseScheduler, native_resolution
 from ot_gradio.config.families import family_info, supports
 from ot_gradio.models.registry import get_family
 from ot_gradio.models.sd2 import StableDiffusion20, StableDiffusion20Base, StableDiffusion21, StableDiffusion21Base
@@ -48,7 +48,7 @@ def _same_weights(a, b) -> bool:
 )
 def test_each_type_is_registered_and_implemented(model_type, cls, repo, resolution, prediction):
     assert get_family(model_type) is cls and cls.model_type == model_type
-    assert cls.default_config_repo == repo and cls.native_resolution == resolution
+    assert cls.default_config_repo == repo and native_resolution(model_type) == resolution
     assert cls.single_file_prediction_type == prediction
     info = family_info(model_type)
     assert info.implemented and info.parts == ("unet", "text_encoder", "vae") and supports(model_type, "LORA")

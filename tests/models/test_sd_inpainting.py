@@ -72,7 +72,7 @@ def _mask(n=2, size=64):
 def test_types_load_from_folder_and_single_file(model_type, cls, repo, lora_version, inpaint_paths, library_warnings):
     from diffusers import StableDiffusionInpaintPipeline
 
-    assert get_family(model_type) is cls and cls.default_config_repo == repo and cls.native_resolution == 512
+    assert get_family(model_type) is cls and cls.default_config_repo == repo
     info = family_info(model_type)
     assert info.implemented and info.inpainting
     paths = inpaint_paths[model_type]

@@ -52,7 +52,7 @@ def test_tiny_model_has_sdxl_s_parts(sdxl):
     """Loading by name, by folder, from the single file: tests/models/test_families.py."""
     assert set(sdxl.parts) == {"unet", "text_encoder", "text_encoder_2", "vae"}
     assert type(sdxl.text_encoder_2).__name__ == "CLIPTextModelWithProjection"
-    assert type(sdxl.noise_scheduler).__name__ == "DDPMScheduler" and sdxl.native_resolution == 1024
+    assert type(sdxl.noise_scheduler).__name__ == "DDPMScheduler"
 
 
 def test_dtypes_per_part(tiny_sdxl_paths):
