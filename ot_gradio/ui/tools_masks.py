@@ -70,13 +70,18 @@ class MasksTool:
     def _wire(self) -> None:
         cfg = self.ctx.config_state
         shown = [self.image, self.editor, self.overlay, self.status]
-        self.open.click(self.on_open, [self.folder, cfg], [self.opened, self.folder, *shown])
-        self.folder.submit(self.on_open, [self.folder, cfg], [self.opened, self.folder, *shown])
-        self.image.input(self.on_select, [self.image, self.opened, cfg], shown)
-        self.prev.click(lambda *a: self.on_step(-1, *a), [self.image, self.opened, cfg], shown)
-        self.next.click(lambda *a: self.on_step(1, *a), [self.image, self.opened, cfg], shown)
-        self.fill.click(lambda *a: self.on_fill(True, *a), [self.image, self.opened, cfg], [self.editor, self.overlay, self.status])
-        self.clear.click(lambda *a: self.on_fill(False, *a), [self.image, self.opened, cfg], [self.editor, self.overlay, self.status])
+        # An event's progress goes to the status line, never to the editor: gradio's page sends
+        # the progress state of every event (the run bar polls each second) to each component
+        # that was ever a progress target, and the editor answers each by uploading its image
+        # and layers again: several uploads a second that made each brush move take seconds.
+        quiet = {"show_progress_on": [self.status]}
+        self.open.click(self.on_open, [self.folder, cfg], [self.opened, self.folder, *shown], **quiet)
+        self.folder.submit(self.on_open, [self.folder, cfg], [self.opened, self.folder, *shown], **quiet)
+        self.image.input(self.on_select, [self.image, self.opened, cfg], shown, **quiet)
+        self.prev.click(lambda *a: self.on_step(-1, *a), [self.image, self.opened, cfg], shown, **quiet)
+        self.next.click(lambda *a: self.on_step(1, *a), [self.image, self.opened, cfg], shown, **quiet)
+        self.fill.click(lambda *a: self.on_fill(True, *a), [self.image, self.opened, cfg], [self.editor, self.overlay, self.status], **quiet)
+        self.clear.click(lambda *a: self.on_fill(False, *a), [self.image, self.opened, cfg], [self.editor, self.overlay, self.status], **quiet)
         self.preview.click(self.on_preview, [self.editor, self.image, self.opened, cfg], [self.overlay, self.status])
         self.save.click(self.on_save, [self.editor, self.image, self.opened, cfg], [self.image, self.overlay, self.status])
 

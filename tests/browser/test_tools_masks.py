@@ -52,11 +52,14 @@ def test_paint_stroke_saves_mask_at_image_size(app, browser_page):
     y = rect["y"] + rect["height"] * 0.5
     page.mouse.move(rect["x"] + rect["width"] * 0.3, y)
     page.wait_for_timeout(300)
+    uploads = []  # the editor's image and layers sent to the server: only by Save, never while painting
+    page.on("request", lambda r: uploads.append(r.url) if "/gradio_api/upload" in r.url else None)
     page.mouse.down()
     for i in range(1, 5):
         page.mouse.move(rect["x"] + rect["width"] * (0.3 + 0.1 * i), y)
     page.mouse.up()
-    page.wait_for_timeout(2000)
+    page.wait_for_timeout(2000)  # the run bar polls each second: its events must not make the editor upload
+    assert uploads == [], f"{len(uploads)} uploads while painting one stroke"
     page.screenshot(path=str(app["cwd"] / "stroke.png"))
 
     page.locator("#mask-save").click()
