@@ -227,8 +227,7 @@ class Page:
             f.component.visible = method_field_shown(path, method)
         self.all_outputs = [self.config_state, *self.components, self.samples.table, self.lr_plot, self.memory, self.memory_estimate.output,
                             *self._visibility_targets(), *self.concepts.outputs]
-        self.edit_outputs = [self.config_state, self.lr_plot, self.memory, self.memory_estimate.output, *self._visibility_targets(),
-                             self.fields["base_model_name"].component]
+        self.edit_outputs = [self.config_state, self.lr_plot, self.memory, self.memory_estimate.output, *self._visibility_targets()]
 
     def _memory_panel(self, initial: dict[str, Any], infos: list) -> None:
         self.memory = gr.Markdown(memory_markdown(initial), elem_id="memory-table")
@@ -259,7 +258,8 @@ class Page:
     def _wire(self) -> None:
         edit_inputs = {self.config_state, *self.components}
         method = self.fields["training_method"].component
-        edited = [f for path, f in self.fields.items() if path not in ("optimizer.optimizer", "training_method")]
+        model_type = self.fields["model_type"].component
+        edited = [f for path, f in self.fields.items() if path not in ("optimizer.optimizer", "training_method", "model_type")]
         # One handler for all ~250 fields rather than one each: every handler costs the page's
         # start-up and its config (each lists all inputs). Each edit applies the one field that
         # fired it (on_edit), so each must run: "multiple" queues an edit made while the previous
@@ -270,6 +270,12 @@ class Page:
         # and the model type's second input event (a click fires two), queued with the old method
         # among its inputs, would be refused by Gradio (a value outside the choices)
         method.input(self.on_edit, {self.config_state, method}, self.edit_outputs, trigger_mode="multiple", show_progress="hidden")
+        # The model type on its own too: its edit may also fill in the base model (the old type's
+        # default becomes the new type's). Only this event writes that field: among the outputs of
+        # every field's edit, a preset load (whose updates fire each text field's change) kept the
+        # page busy for seconds
+        model_type.input(self.on_edit, edit_inputs - {method}, [*self.edit_outputs, self.fields["base_model_name"].component],
+                         trigger_mode="multiple", show_progress="hidden")
         browsers = [f.browser for f in [*edited, *self.concepts.fields.values()] if f.browser is not None]
         concept_inputs = {self.concepts.selector, *(f.component for f in self.concepts.fields.values())}
         self.browser.wire(browsers, self.config_state, self.roots,

@@ -96,8 +96,10 @@ def test_pasted_values_are_saved_and_a_folder_of_images_is_listed(module_app, pa
     page.keyboard.press("Escape")
     box(page, "preset").click()
     page.get_by_role("option", name="sd15-lora", exact=True).click()
-    wait_for(lambda: "Preset sd15-lora loaded" in toasts(page), "the preset's toast")
-    shown = [toasts(page)]  # watched for 2 s: a second toast would appear within it; a slow page may close the first
+    seen = []  # the toasts as first seen: the page is busy for seconds after a preset fills every
+    # field (one read took 8 s on 2 cores), so the 10 s toast may be gone by the next read
+    wait_for(lambda: seen.append(toasts(page)) or "Preset sd15-lora loaded" in seen[-1], "the preset's toast")
+    shown = [seen[-1]]  # watched for 2 s more: a second toast would appear within it
     for _ in range(10):
         page.wait_for_timeout(200)
         shown.append(toasts(page))
