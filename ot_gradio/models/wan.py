@@ -29,12 +29,12 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import base_module, keep_embedders_unquantized, module_device, module_dtype, vae_latent_stats
+from ot_gradio.models.common import base_module, module_device, module_dtype, vae_latent_stats
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype, flow_training_scheduler
 from ot_gradio.models.registry import register_family
+from ot_gradio.models.video_family import VideoSampling
 
 DEFAULT_SEQUENCE_LENGTH = 512
-SAMPLE_TOOL_FRAMES = 5  # a sample's frames outside a run (the sample tool): short, quick to make
 # The transformer's layer presets: self- and cross-attention and the feed-forward of each block.
 _ATTN = ["attn1.", "attn2."]
 TRANSFORMER_PRESETS = {
@@ -44,7 +44,7 @@ UMT5_PRESETS = {"full": [], "attn-only": ["SelfAttention."], "attn-mlp": ["SelfA
 
 
 @register_family(ModelType.WAN_2_1)
-class Wan21(TokenWindow, IdentityLoraNames, FlowFamily):
+class Wan21(VideoSampling, TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Wan 2.1."""
 
     family_name = "Wan 2.1"
@@ -59,26 +59,18 @@ class Wan21(TokenWindow, IdentityLoraNames, FlowFamily):
     default_sequence_length = DEFAULT_SEQUENCE_LENGTH
     default_steps, default_cfg_scale = 30, 5.0
     pipeline_class_name = "WanPipeline"
-    pipeline_output = "frames"
     transformer_class_name = "WanTransformer3DModel"
 
     def __init__(self, components: Mapping):
         super().__init__(components)
         self.noise_scheduler = flow_training_scheduler(self.scheduler)
         self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
-        self.sample_frames = SAMPLE_TOOL_FRAMES
 
     def configure_flow(self, config) -> None:
-        """The run's token window (`text_encoder_sequence_length`; blank: 512) and sample length
-        (the run's Frames, cut to 4k+1); the embedders stay out of the quantization that follows
-        (keep_embedders_unquantized: the time embedder casts the timestep to its weights' type,
-        which cannot be a stored 8- or 4-bit one)."""
-        from ot_gradio.data.video import run_sampling
-
+        """The run's token window (`text_encoder_sequence_length`; blank: 512), then the video
+        families' sample length (VideoSampling)."""
         self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
-        sampling = run_sampling(config, self.frame_step)
-        self.sample_frames = sampling.count(sampling.frames)
-        keep_embedders_unquantized(self.transformer)
+        super().configure_flow(config)
 
     # ---------------------------------------------------------------- video latents
 
@@ -149,14 +141,6 @@ class Wan21(TokenWindow, IdentityLoraNames, FlowFamily):
             "guidance_scale": float(cfg_scale),
         }
 
-    def sample_options(self) -> dict:
-        """A clip of `sample_frames` frames (4k+1: the pipeline would round any other count)."""
-        frames = (max(1, int(self.sample_frames)) - 1) // self.frame_step * self.frame_step + 1
-        return {"max_sequence_length": self.text_encoder_sequence_length, "num_frames": frames}
-
-    def decode_sample(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        """Pixels (B, 3, F, H, W): `sample` returns a clip's frames."""
-        return self.decode_latents(latents)
 
 
 @register_family(ModelType.WAN_2_2_TI2V_5B)

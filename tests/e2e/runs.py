@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ot_gradio.runner.supervisor import Supervisor
@@ -150,3 +151,12 @@ def lora_load_problems(pipe, path, libraries=("diffusers", "peft"), must_log: bo
     # loop) while the file loads, which says nothing about the file
     ignored = (DeprecationWarning, FutureWarning, ResourceWarning)
     return problems + [str(w.message) for w in caught if not issubclass(w.category, ignored)]
+
+
+def video_latents(pipe, prompt: str, guidance_scale: float) -> np.ndarray:
+    """A video pipeline's latents for a fixed seed (5 frames of 32 px, 2 steps: the tiny VAEs'
+    decoders flatten differences, so LoRA effects are compared before decoding)."""
+    import torch
+
+    return pipe(prompt, height=32, width=32, num_frames=5, num_inference_steps=2, guidance_scale=guidance_scale,
+                generator=torch.Generator().manual_seed(0), output_type="latent").frames.float().numpy()
