@@ -20,6 +20,7 @@ What Wan 2.1 is (diffusers' WanPipeline):
   single files are refused. Saving: a diffusers folder; LoRA as diffusers/PEFT keys
   (`transformer.blocks.0.attn1.to_q.lora_A.weight`) that WanPipeline.load_lora_weights reads, or
   KOHYA_LORA with the original layer names ComfyUI maps (`lora_unet_blocks_0_self_attn_q`).
+- Wan 2.2 T2V A14B (Wan22T2VA14B) is Wan 2.1's layout twice: two experts, one per noise range.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import base_module, module_device, module_dtype, vae_latent_stats
+from ot_gradio.config.enums import Expert, ModelType
+from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype, vae_latent_stats
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype, flow_training_scheduler
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.video_family import VideoSampling
@@ -60,9 +61,13 @@ class Wan21(VideoSampling, TokenWindow, IdentityLoraNames, FlowFamily):
     default_steps, default_cfg_scale = 30, 5.0
     pipeline_class_name = "WanPipeline"
     transformer_class_name = "WanTransformer3DModel"
+    two_experts = False  # Wan 2.2 A14B: a second transformer, `transformer_2`, for low noise
 
     def __init__(self, components: Mapping):
         super().__init__(components)
+        if components.get("transformer_2") is not None and not self.two_experts:
+            raise ModelLoadError(f"The model has two transformers (a Wan 2.2 A14B model), not one as {self.family_name}; "
+                                 "pick the model type WAN_2_2_T2V_A14B.")
         self.noise_scheduler = flow_training_scheduler(self.scheduler)
         self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
 
@@ -155,3 +160,70 @@ class Wan22TI2V5B(Wan21):
     family_name = "Wan 2.2 TI2V 5B"
     default_config_repo = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
     lora_base_model_version = "wan_2_2_ti2v_5b"
+
+
+@register_family(ModelType.WAN_2_2_T2V_A14B)
+class Wan22T2VA14B(Wan21):
+    """Wan 2.2 T2V A14B: Wan 2.1's interface and VAE with two transformers of 14B, `transformer`
+    for high noise (t >= the folder's boundary_ratio, 0.875: a sample's first steps) and
+    `transformer_2` for the rest. A run trains one of them (`trained_expert`), on its own range
+    of t only (training/flow_matching.py), as musubi-tuner, diffusion-pipe and DiffSynth train
+    one LoRA per expert; that expert is the `transformer` part (LoRA, quantization, device,
+    memory table), the other waits on the CPU until a sample, where both run as the pipeline runs
+    them. A LoRA file has `transformer.` keys either way: WanPipeline.load_lora_weights loads a
+    LOW_NOISE one into `transformer_2` with load_into_transformer_2=True."""
+
+    family_name = "Wan 2.2 T2V A14B"
+    default_config_repo = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
+    lora_base_model_version = "wan_2_2_t2v_a14b"
+    two_experts = True
+
+    def __init__(self, components: Mapping, boundary_ratio: float = 0.875):
+        super().__init__(components)
+        if components.get("transformer_2") is None:
+            raise ModelLoadError("The model has no transformer_2 (the low-noise expert): it is not Wan 2.2 A14B. "
+                                 "Pick WAN_2_1 or WAN_2_2_TI2V_5B for a one-transformer Wan model.")
+        self.experts = {Expert.HIGH_NOISE: components["transformer"], Expert.LOW_NOISE: components["transformer_2"]}
+        self.boundary_ratio = float(boundary_ratio)
+        self.choose_expert(Expert.HIGH_NOISE)
+
+    @classmethod
+    def _from_pipeline(cls, pipe):
+        return cls(pipe.components, pipe.config.get("boundary_ratio") or 0.875)
+
+    @classmethod
+    def _pipeline_from(cls, source, dtype, hub: Mapping, **parts):
+        """Both experts load in the transformer's dtype."""
+        return super()._pipeline_from(source, {**dtype, "transformer_2": dtype.get("transformer", dtype["default"])}, hub, **parts)
+
+    def choose_expert(self, expert: Expert | str) -> None:
+        """`expert` becomes the `transformer` part, trained on its range of t; the other is frozen."""
+        self.trained_expert = Expert(expert)
+        high = self.trained_expert == Expert.HIGH_NOISE
+        self.transformer = self.experts[self.trained_expert]
+        self.idle_expert = self.experts[Expert.LOW_NOISE if high else Expert.HIGH_NOISE]
+        self.idle_expert.requires_grad_(False)
+        self.timestep_range = (self.boundary_ratio, 1.0) if high else (0.0, self.boundary_ratio)
+
+    def configure_flow(self, config) -> None:
+        """The run's expert (`trained_expert`), before Wan 2.1's options (its embedders kept unquantized)."""
+        self.choose_expert(getattr(config, "trained_expert", Expert.HIGH_NOISE))
+        super().configure_flow(config)
+
+    def pipeline(self):
+        """WanPipeline with both experts in their places (the trained one with its LoRA) and the boundary."""
+        pipe = super().pipeline()
+        trained, idle = base_module(self.transformer), base_module(self.idle_expert)
+        high, low = (trained, idle) if self.trained_expert == Expert.HIGH_NOISE else (idle, trained)
+        pipe.register_modules(transformer=high, transformer_2=low)
+        pipe.register_to_config(boundary_ratio=self.boundary_ratio)
+        return pipe
+
+    def sample(self, *args, device: torch.device | str | None = None, **kwargs):
+        """A clip from both experts: the idle one joins the sampling device for the sample only."""
+        home = module_device(self.idle_expert)
+        self.idle_expert.to(device if device is not None else module_device(self.transformer))
+        try:
+            return super().sample(*args, device=device, **kwargs)
+        finally:
+            self.idle_expert.to(home)

@@ -122,10 +122,11 @@ def falls(losses: list[float], factor: float) -> bool:
     return sum(losses[-3:]) / 3 < factor * sum(losses[:3]) / 3
 
 
-def lora_load_problems(pipe, path, libraries=("diffusers", "peft"), must_log: bool = False) -> list[str]:
+def lora_load_problems(pipe, path, libraries=("diffusers", "peft"), must_log: bool = False, **load) -> list[str]:
     """The warnings these libraries (their loggers) and Python give while `pipe.load_lora_weights(path)`
     (unexpected or missing keys); an empty list means the file loaded cleanly. `must_log`: diffusers
-    must have logged something (INFO is let through), which shows the capture works."""
+    must have logged something (INFO is let through), which shows the capture works. `load`: more
+    keywords of load_lora_weights (load_into_transformer_2)."""
     import logging
     import warnings
 
@@ -140,7 +141,7 @@ def lora_load_problems(pipe, path, libraries=("diffusers", "peft"), must_log: bo
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            pipe.load_lora_weights(str(path))
+            pipe.load_lora_weights(str(path), **load)
     finally:
         for lg, level in zip(loggers, levels, strict=True):
             lg.removeHandler(handler)

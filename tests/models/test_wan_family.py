@@ -99,3 +99,38 @@ def test_a_training_sample_is_an_mp4_of_the_runs_frames(wan, tmp_path):
         assert clip.streams.video[0].codec_context.name in ("h264", "mpeg4")
         assert float(clip.streams.video[0].average_rate) == 8.0
     assert [p.name for p in (tmp_path / "samples").iterdir()] == ["step000003-epoch1-0.mp4"]  # no temp file left
+
+
+@pytest.mark.parametrize("expert", ["HIGH_NOISE", "LOW_NOISE"])
+def test_wan22_a14b_draws_t_in_its_experts_range_only_and_samples_with_both(expert):
+    """The trained expert is the transformer part; t is drawn only where the pipeline runs it
+    (t * 1000 >= 875 for HIGH_NOISE, below for LOW_NOISE), spread over that range; the pipeline
+    has it in its own place and the other expert in the other."""
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.models.tiny.wan import tiny_wan_components, tiny_wan_transformer
+    from ot_gradio.models.wan import Wan22T2VA14B
+    from ot_gradio.training.flow_matching import FlowMatchingSchedule
+
+    model = Wan22T2VA14B({**tiny_wan_components(), "transformer_2": tiny_wan_transformer(1)})
+    config = TrainConfig(model_type="WAN_2_2_T2V_A14B", trained_expert=expert, timestep_distribution="LOGIT_NORMAL", frames="5")
+    model.configure_flow(config)
+    high = expert == "HIGH_NOISE"
+    t = FlowMatchingSchedule(model, config, torch.device("cpu")).draw_timesteps(torch.zeros(1, 16, 1, 4, 4), 4000)
+    assert bool(((t * 1000 >= 875) == high).all()) and bool((t > 0).all() and (t <= 1).all())
+    assert float(t.max() - t.min()) > (0.1 if high else 0.7)
+    pipe = model.pipeline()
+    assert pipe.config.boundary_ratio == 0.875
+    assert (pipe.transformer if high else pipe.transformer_2) is model.transformer
+    assert (pipe.transformer_2 if high else pipe.transformer) is model.idle_expert is not model.transformer
+    assert not any(p.requires_grad for p in model.idle_expert.parameters())
+
+
+def test_a_two_expert_folder_is_refused_as_a_one_transformer_wan_and_the_reverse():
+    from ot_gradio.models.common import ModelLoadError
+    from ot_gradio.models.tiny.wan import tiny_wan_components, tiny_wan_transformer
+    from ot_gradio.models.wan import Wan21, Wan22T2VA14B
+
+    with pytest.raises(ModelLoadError, match="pick the model type WAN_2_2_T2V_A14B"):
+        Wan21({**tiny_wan_components(), "transformer_2": tiny_wan_transformer(1)})
+    with pytest.raises(ModelLoadError, match="no transformer_2"):
+        Wan22T2VA14B({**tiny_wan_components(), "transformer_2": None})
