@@ -197,8 +197,10 @@ class Wan22T2VA14B(Wan21):
         return super()._pipeline_from(source, {**dtype, "transformer_2": dtype.get("transformer", dtype["default"])}, hub, **parts)
 
     def choose_expert(self, expert: Expert | str) -> None:
-        """`expert` becomes the `transformer` part, trained on its range of t; the other is frozen."""
+        """`expert` becomes the `transformer` part, trained on its range of t; the other is frozen.
+        A LoRA file's header names it (ss_base_model_version `wan_2_2_t2v_a14b_low_noise`)."""
         self.trained_expert = Expert(expert)
+        self.lora_base_model_version = f"{type(self).lora_base_model_version}_{self.trained_expert.value.lower()}"
         high = self.trained_expert == Expert.HIGH_NOISE
         self.transformer = self.experts[self.trained_expert]
         self.idle_expert = self.experts[Expert.LOW_NOISE if high else Expert.HIGH_NOISE]

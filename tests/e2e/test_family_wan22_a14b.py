@@ -68,6 +68,7 @@ def test_a_low_noise_expert_lora_trains_in_its_range_and_loads_into_transformer_
     with safe_open(str(out), "pt") as f:
         keys = list(f.keys())
         assert all(f.get_tensor(k).abs().max() > 0 for k in keys if ".lora_B." in k)
+        assert f.metadata()["ss_base_model_version"] == "wan_2_2_t2v_a14b_low_noise"  # the header names the expert
     assert keys and all(k.startswith("transformer.blocks.") for k in keys), keys
     pipe = local_pipeline(tiny_wan22_a14b.diffusers_dir)
     before = video_latents(pipe, PROMPT, guidance_scale=1.0)
