@@ -222,10 +222,24 @@ class Wan22T2VA14B(Wan21):
         return pipe
 
     def sample(self, *args, device: torch.device | str | None = None, **kwargs):
-        """A clip from both experts: the idle one joins the sampling device for the sample only."""
+        """A clip from both experts, one on the sampling device at a time: as the pipeline turns
+        to an expert, it comes to the device and the other goes where the idle one waits (the
+        CPU), so a sample holds one expert's weights there, not two; the trained expert is put
+        back afterwards (parked_for_sampling)."""
+        target = torch.device(device) if device is not None else module_device(self.transformer)
         home = module_device(self.idle_expert)
-        self.idle_expert.to(device if device is not None else module_device(self.transformer))
+        experts = (base_module(self.transformer), self.idle_expert)
+
+        def take_turn(expert, _args):
+            for other in experts:
+                if other is not expert:
+                    other.to(home)
+            expert.to(target)
+
+        hooks = [expert.register_forward_pre_hook(take_turn) for expert in experts]
         try:
             return super().sample(*args, device=device, **kwargs)
         finally:
+            for hook in hooks:
+                hook.remove()
             self.idle_expert.to(home)

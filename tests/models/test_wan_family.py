@@ -134,3 +134,26 @@ def test_a_two_expert_folder_is_refused_as_a_one_transformer_wan_and_the_reverse
         Wan21({**tiny_wan_components(), "transformer_2": tiny_wan_transformer(1)})
     with pytest.raises(ModelLoadError, match="no transformer_2"):
         Wan22T2VA14B({**tiny_wan_components(), "transformer_2": None})
+
+
+def test_wan22_a14b_samples_with_one_expert_on_the_device_at_a_time():
+    """Each expert is sent to the sampling device as the pipeline turns to it, the other sent home
+    first (on the CPU both places are one: the order of the moves is what is checked)."""
+    from ot_gradio.models.tiny.wan import tiny_wan_components, tiny_wan_transformer
+    from ot_gradio.models.wan import Wan22T2VA14B
+
+    model = Wan22T2VA14B({**tiny_wan_components(), "transformer_2": tiny_wan_transformer(1)})
+    events = []
+    for name, expert in (("high", model.transformer), ("low", model.idle_expert)):
+        move = expert.to
+        expert.to = lambda *a, name=name, move=move, **k: events.append(f"move {name}") or move(*a, **k)
+        expert.register_forward_hook(lambda *_, name=name: events.append(f"run {name}"))
+    frames = model.sample("a cat", height=32, width=32, steps=2, device="cpu")
+    assert len(frames) == 5
+    runs = [i for i, e in enumerate(events) if e.startswith("run")]
+    assert {events[i] for i in runs} == {"run high", "run low"}
+    for i in runs:
+        this = events[i].split()[1]
+        other = "low" if this == "high" else "high"
+        assert events[i - 2: i] == [f"move {other}", f"move {this}"], events[max(0, i - 3): i + 1]
+    assert not model.transformer._forward_pre_hooks and not model.idle_expert._forward_pre_hooks
