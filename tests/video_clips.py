@@ -49,3 +49,15 @@ def write_hostile_clips(folder: Path) -> dict[str, Path]:
         stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
         out.start_encoding()
     return {"truncated": truncated, "garbage": garbage, "empty": empty}
+
+
+def write_clips_and_an_image(folder: Path, prompt: str) -> Path:
+    """Three 9-frame clips captioned `prompt` and one yellow image, the video families' e2e data."""
+    from PIL import Image
+
+    for i in range(3):
+        write_clip(folder / f"clip{i}.mp4", frames=9, seed=i)
+        (folder / f"clip{i}.txt").write_text(prompt)
+    Image.new("RGB", (32, 32), (240, 200, 40)).save(folder / "still.png")
+    (folder / "still.txt").write_text("a yellow square")
+    return folder

@@ -47,6 +47,15 @@ class ModelType(StrEnum):
     # Not in OneTrainer (its Wan request was closed as not planned); trained here.
     WAN_2_1 = "WAN_2_1"
     WAN_2_2_TI2V_5B = "WAN_2_2_TI2V_5B"
+    WAN_2_2_T2V_A14B = "WAN_2_2_T2V_A14B"
+
+
+class Expert(StrEnum):
+    """Which transformer of a two-expert model (Wan 2.2 A14B) a run trains: the one for high noise
+    (the first steps of a sample, t >= its boundary) or the one for low noise (the rest)."""
+
+    HIGH_NOISE = "HIGH_NOISE"
+    LOW_NOISE = "LOW_NOISE"
 
 
 class TrainingMethod(StrEnum):
@@ -314,4 +323,6 @@ def native_resolution(model_type: ModelType) -> int:
         return 640  # 480x832 (the 1.3B model's size; about 632 px square)
     if name == "WAN_2_2_TI2V_5B":
         return 960  # 704x1280 (about 950 px square)
+    if name == "WAN_2_2_T2V_A14B":
+        return 640  # 480x832 (its smaller size; 720x1280 is about 960 px square)
     return 1024

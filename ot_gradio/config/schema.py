@@ -20,6 +20,7 @@ from .enums import (
     ConfigPart,
     DataType,
     EMAMode,
+    Expert,
     GradientReducePrecision,
     ImageFormat,
     LearningRateScaler,
@@ -148,6 +149,7 @@ class TrainConfig(Section):
     frames: str = opt("25", "Frames", "Video models: the most frames a training clip gives, cut to the form the model needs (Wan: 4k+1, like 17, 25 or 33). A shorter clip trains with the frames it has (and is named in the dataset report); images train as one frame. Samples during training are clips of this many frames.", tab="training", applies_when=TAKES_VIDEO, heading="Video clips", backup_must_match=True)
     frame_rate: float = opt(24.0, "Clip frame rate", "Video models: the most frames per second taken from a clip. A faster clip drops frames by timestamp; a slower one keeps every frame (none is repeated).", gt=0, tab="training", applies_when=TAKES_VIDEO, heading="Video clips", backup_must_match=True)
     clip_start: float = opt(0.0, "Clip start (seconds)", "Video models: seconds skipped at the start of every clip (a title card, a fade-in).", ge=0, tab="training", applies_when=TAKES_VIDEO, heading="Video clips", backup_must_match=True)
+    trained_expert: Expert = opt(Expert.HIGH_NOISE, "Trained expert", "Wan 2.2 A14B: which of its two transformers this run trains, each on its own noise range only (the model's boundary_ratio, 0.875): HIGH_NOISE (the first steps: layout, motion) or LOW_NOISE (the rest: detail). Train one LoRA per expert in two runs; the LOW_NOISE one loads with load_into_transformer_2=True.", tab="training", applies_when=is_("model_type", "WAN_2_2_T2V_A14B"), heading="Video clips", backup_must_match=True)
     attention_mechanism: AttentionMechanism = opt(AttentionMechanism.SDP, "Attention", "Attention implementation of the UNet. SDP (PyTorch, the default) or XFORMERS save a lot of VRAM compared to DEFAULT. XFORMERS needs the xformers package and a CUDA GPU; FLASH (SDP limited to the flash kernel) a CUDA GPU.", tab="training", heading="Precision and speed")
     mse_strength: float = opt(1.0, "MSE strength", "Weight of the mean squared error loss.", ge=0, tab="training", heading="Loss")
     mae_strength: float = opt(0.0, "MAE strength", "Weight of the mean absolute error loss.", ge=0, tab="training", heading="Loss")

@@ -23,6 +23,8 @@ class Family:
     learns_variance = False  # the denoiser also predicts its variance, trained with the variational bound (PixArt)
     bucket_step: int | None = None  # image sides are multiples of this (None: the data default)
     frame_step: int | None = None  # a video family: clips train with frame_step * k + 1 frames (None: images only)
+    # the noise fractions t a flow family trains, [low, high) (Wan 2.2 A14B: its trained expert's range)
+    timestep_range: tuple[float, float] = (0.0, 1.0)
     embedding_keys: dict[str, str] = {}  # text encoder part -> key in an embedding file ({}: no embeddings)
     lora_layer_presets: dict[str, dict[str, list[str]]] = {}  # part -> OneTrainer's layer presets ({}: SD's names)
     lora_base_model_version = "sd_v1"  # LoRA metadata, and the kohya prefixes

@@ -36,14 +36,14 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import base_module, keep_embedders_unquantized, module_device
+from ot_gradio.models.common import base_module, module_device
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype
 from ot_gradio.models.registry import register_family
+from ot_gradio.models.video_family import VideoSampling
 
 DEFAULT_SEQUENCE_LENGTH = 256  # the pipeline's max_sequence_length: Llama tokens after the template
 CLIP_LENGTH = 77
 LLAMA_DEFAULT_SKIP = 2  # the pipeline's num_hidden_layers_to_skip: the third-to-last hidden state
-SAMPLE_TOOL_FRAMES = 5  # a sample's frames outside a run (the sample tool): short, quick to make
 # OneTrainer's BaseHunyuanVideoSetup.LAYER_PRESETS for the transformer; the text encoders' own names
 TRANSFORMER_PRESETS = {
     "full": [], "attn-mlp": ["attn", "ff.net", "proj_mlp"], "attn-only": ["attn"], "blocks": ["transformer_block"],
@@ -60,7 +60,7 @@ def prompt_template() -> dict:
 
 
 @register_family(ModelType.HUNYUAN_VIDEO)
-class HunyuanVideo(IdentityLoraNames, FlowFamily):
+class HunyuanVideo(VideoSampling, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for HunyuanVideo."""
 
     family_name = "HunyuanVideo"
@@ -74,14 +74,12 @@ class HunyuanVideo(IdentityLoraNames, FlowFamily):
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": LLAMA_PRESETS, "text_encoder_2": CLIP_PRESETS}
     default_steps, default_cfg_scale = 30, 6.0
     pipeline_class_name = "HunyuanVideoPipeline"
-    pipeline_output = "frames"
     transformer_class_name = "HunyuanVideoTransformer3DModel"
 
     def __init__(self, components: Mapping):
         super().__init__(components)
         self.guidance_scale = 1.0
         self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
-        self.sample_frames = SAMPLE_TOOL_FRAMES
 
     @classmethod
     def _text_only_tokenizers(cls, source: str | Path, hub: Mapping) -> dict:
@@ -105,15 +103,11 @@ class HunyuanVideo(IdentityLoraNames, FlowFamily):
         self.tokenizer.model_max_length = self._sequence_length + prompt_template()["crop_start"]
 
     def configure_flow(self, config) -> None:
-        """The run's guidance value trained, Llama's token window (blank: 256) and sample length
-        (the run's Frames, cut to 4k+1); the embedders stay out of the quantization that follows."""
-        from ot_gradio.data.video import run_sampling
-
+        """The run's guidance value trained and Llama's token window (blank: 256), then the video
+        families' sample length (VideoSampling)."""
         self.guidance_scale = float(config.transformer.guidance_scale)
         self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
-        sampling = run_sampling(config, self.frame_step)
-        self.sample_frames = sampling.count(sampling.frames)
-        keep_embedders_unquantized(self.transformer)
+        super().configure_flow(config)
 
     def _layer_skip_top(self, part: str) -> int:
         """Llama: the layers below the third-to-last one; CLIP gives its pooled output only (no skip)."""
@@ -200,12 +194,3 @@ class HunyuanVideo(IdentityLoraNames, FlowFamily):
             "prompt_embeds": cond["encoder_hidden_states"].to(dtype), "prompt_attention_mask": cond["attention_mask"],
             "pooled_prompt_embeds": cond["pooled_projections"].to(dtype), "guidance_scale": float(cfg_scale),
         }
-
-    def sample_options(self) -> dict:
-        """A clip of `sample_frames` frames (4k+1: the pipeline would round any other count)."""
-        frames = (max(1, int(self.sample_frames)) - 1) // self.frame_step * self.frame_step + 1
-        return {"max_sequence_length": self.text_encoder_sequence_length, "num_frames": frames}
-
-    def decode_sample(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        """Pixels (B, 3, F, H, W): `sample` returns a clip's frames."""
-        return self.decode_latents(latents)

@@ -20,6 +20,7 @@ What Wan 2.1 is (diffusers' WanPipeline):
   single files are refused. Saving: a diffusers folder; LoRA as diffusers/PEFT keys
   (`transformer.blocks.0.attn1.to_q.lora_A.weight`) that WanPipeline.load_lora_weights reads, or
   KOHYA_LORA with the original layer names ComfyUI maps (`lora_unet_blocks_0_self_attn_q`).
+- Wan 2.2 T2V A14B (Wan22T2VA14B) is Wan 2.1's layout twice: two experts, one per noise range.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import base_module, keep_embedders_unquantized, module_device, module_dtype, vae_latent_stats
+from ot_gradio.config.enums import Expert, ModelType
+from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype, vae_latent_stats
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype, flow_training_scheduler
 from ot_gradio.models.registry import register_family
+from ot_gradio.models.video_family import VideoSampling
 
 DEFAULT_SEQUENCE_LENGTH = 512
-SAMPLE_TOOL_FRAMES = 5  # a sample's frames outside a run (the sample tool): short, quick to make
 # The transformer's layer presets: self- and cross-attention and the feed-forward of each block.
 _ATTN = ["attn1.", "attn2."]
 TRANSFORMER_PRESETS = {
@@ -44,7 +45,7 @@ UMT5_PRESETS = {"full": [], "attn-only": ["SelfAttention."], "attn-mlp": ["SelfA
 
 
 @register_family(ModelType.WAN_2_1)
-class Wan21(TokenWindow, IdentityLoraNames, FlowFamily):
+class Wan21(VideoSampling, TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Wan 2.1."""
 
     family_name = "Wan 2.1"
@@ -59,26 +60,22 @@ class Wan21(TokenWindow, IdentityLoraNames, FlowFamily):
     default_sequence_length = DEFAULT_SEQUENCE_LENGTH
     default_steps, default_cfg_scale = 30, 5.0
     pipeline_class_name = "WanPipeline"
-    pipeline_output = "frames"
     transformer_class_name = "WanTransformer3DModel"
+    two_experts = False  # Wan 2.2 A14B: a second transformer, `transformer_2`, for low noise
 
     def __init__(self, components: Mapping):
         super().__init__(components)
+        if components.get("transformer_2") is not None and not self.two_experts:
+            raise ModelLoadError(f"The model has two transformers (a Wan 2.2 A14B model), not one as {self.family_name}; "
+                                 "pick the model type WAN_2_2_T2V_A14B.")
         self.noise_scheduler = flow_training_scheduler(self.scheduler)
         self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
-        self.sample_frames = SAMPLE_TOOL_FRAMES
 
     def configure_flow(self, config) -> None:
-        """The run's token window (`text_encoder_sequence_length`; blank: 512) and sample length
-        (the run's Frames, cut to 4k+1); the embedders stay out of the quantization that follows
-        (keep_embedders_unquantized: the time embedder casts the timestep to its weights' type,
-        which cannot be a stored 8- or 4-bit one)."""
-        from ot_gradio.data.video import run_sampling
-
+        """The run's token window (`text_encoder_sequence_length`; blank: 512), then the video
+        families' sample length (VideoSampling)."""
         self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
-        sampling = run_sampling(config, self.frame_step)
-        self.sample_frames = sampling.count(sampling.frames)
-        keep_embedders_unquantized(self.transformer)
+        super().configure_flow(config)
 
     # ---------------------------------------------------------------- video latents
 
@@ -149,14 +146,6 @@ class Wan21(TokenWindow, IdentityLoraNames, FlowFamily):
             "guidance_scale": float(cfg_scale),
         }
 
-    def sample_options(self) -> dict:
-        """A clip of `sample_frames` frames (4k+1: the pipeline would round any other count)."""
-        frames = (max(1, int(self.sample_frames)) - 1) // self.frame_step * self.frame_step + 1
-        return {"max_sequence_length": self.text_encoder_sequence_length, "num_frames": frames}
-
-    def decode_sample(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        """Pixels (B, 3, F, H, W): `sample` returns a clip's frames."""
-        return self.decode_latents(latents)
 
 
 @register_family(ModelType.WAN_2_2_TI2V_5B)
@@ -171,3 +160,86 @@ class Wan22TI2V5B(Wan21):
     family_name = "Wan 2.2 TI2V 5B"
     default_config_repo = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
     lora_base_model_version = "wan_2_2_ti2v_5b"
+
+
+@register_family(ModelType.WAN_2_2_T2V_A14B)
+class Wan22T2VA14B(Wan21):
+    """Wan 2.2 T2V A14B: Wan 2.1's interface and VAE with two transformers of 14B, `transformer`
+    for high noise (t >= the folder's boundary_ratio, 0.875: a sample's first steps) and
+    `transformer_2` for the rest. A run trains one of them (`trained_expert`), on its own range
+    of t only (training/flow_matching.py), as musubi-tuner, diffusion-pipe and DiffSynth train
+    one LoRA per expert; that expert is the `transformer` part (LoRA, quantization, device,
+    memory table), the other waits on the CPU until a sample, where both run as the pipeline runs
+    them. A LoRA file has `transformer.` keys either way: WanPipeline.load_lora_weights loads a
+    LOW_NOISE one into `transformer_2` with load_into_transformer_2=True."""
+
+    family_name = "Wan 2.2 T2V A14B"
+    default_config_repo = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
+    lora_base_model_version = "wan_2_2_t2v_a14b"
+    two_experts = True
+
+    def __init__(self, components: Mapping, boundary_ratio: float = 0.875):
+        super().__init__(components)
+        if components.get("transformer_2") is None:
+            raise ModelLoadError("The model has no transformer_2 (the low-noise expert): it is not Wan 2.2 A14B. "
+                                 "Pick WAN_2_1 or WAN_2_2_TI2V_5B for a one-transformer Wan model.")
+        self.experts = {Expert.HIGH_NOISE: components["transformer"], Expert.LOW_NOISE: components["transformer_2"]}
+        self.boundary_ratio = float(boundary_ratio)
+        self.choose_expert(Expert.HIGH_NOISE)
+
+    @classmethod
+    def _from_pipeline(cls, pipe):
+        return cls(pipe.components, pipe.config.get("boundary_ratio") or 0.875)
+
+    @classmethod
+    def _pipeline_from(cls, source, dtype, hub: Mapping, **parts):
+        """Both experts load in the transformer's dtype."""
+        return super()._pipeline_from(source, {**dtype, "transformer_2": dtype.get("transformer", dtype["default"])}, hub, **parts)
+
+    def choose_expert(self, expert: Expert | str) -> None:
+        """`expert` becomes the `transformer` part, trained on its range of t; the other is frozen.
+        A LoRA file's header names it (ss_base_model_version `wan_2_2_t2v_a14b_low_noise`)."""
+        self.trained_expert = Expert(expert)
+        self.lora_base_model_version = f"{type(self).lora_base_model_version}_{self.trained_expert.value.lower()}"
+        high = self.trained_expert == Expert.HIGH_NOISE
+        self.transformer = self.experts[self.trained_expert]
+        self.idle_expert = self.experts[Expert.LOW_NOISE if high else Expert.HIGH_NOISE]
+        self.idle_expert.requires_grad_(False)
+        self.timestep_range = (self.boundary_ratio, 1.0) if high else (0.0, self.boundary_ratio)
+
+    def configure_flow(self, config) -> None:
+        """The run's expert (`trained_expert`), before Wan 2.1's options (its embedders kept unquantized)."""
+        self.choose_expert(getattr(config, "trained_expert", Expert.HIGH_NOISE))
+        super().configure_flow(config)
+
+    def pipeline(self):
+        """WanPipeline with both experts in their places (the trained one with its LoRA) and the boundary."""
+        pipe = super().pipeline()
+        trained, idle = base_module(self.transformer), base_module(self.idle_expert)
+        high, low = (trained, idle) if self.trained_expert == Expert.HIGH_NOISE else (idle, trained)
+        pipe.register_modules(transformer=high, transformer_2=low)
+        pipe.register_to_config(boundary_ratio=self.boundary_ratio)
+        return pipe
+
+    def sample(self, *args, device: torch.device | str | None = None, **kwargs):
+        """A clip from both experts, one on the sampling device at a time: as the pipeline turns
+        to an expert, it comes to the device and the other goes where the idle one waits (the
+        CPU), so a sample holds one expert's weights there, not two; the trained expert is put
+        back afterwards (parked_for_sampling)."""
+        target = torch.device(device) if device is not None else module_device(self.transformer)
+        home = module_device(self.idle_expert)
+        experts = (base_module(self.transformer), self.idle_expert)
+
+        def take_turn(expert, _args):
+            for other in experts:
+                if other is not expert:
+                    other.to(home)
+            expert.to(target)
+
+        hooks = [expert.register_forward_pre_hook(take_turn) for expert in experts]
+        try:
+            return super().sample(*args, device=device, **kwargs)
+        finally:
+            for hook in hooks:
+                hook.remove()
+            self.idle_expert.to(home)

@@ -12,6 +12,10 @@ models/base.py).
   linearly with the image's token count from `base_shift` at `base_image_seq_len` to `max_shift`
   at `max_image_seq_len` (the scheduler config's values), and s = e^mu. Two shifts compose into
   one whose s is their product, so both options together act as s = timestep_shift * e^mu.
+- A model that trains part of the noise range (`timestep_range`: Wan 2.2 A14B's expert, the
+  range diffusion-pipe's min_t / max_t and musubi-tuner's min / max timestep give one expert)
+  gets the drawn t mapped linearly into it, so the distribution keeps its shape; t stays below
+  an upper bound under 1 (from there the other expert takes over).
 - Loss weights: CONSTANT, or SIGMA (the loss times t, as OneTrainer does). The SNR-based ones
   (P2, MIN_SNR_GAMMA, DEBIASED_ESTIMATION), generalized offset noise (built from DDPM betas) and
   the prediction-type and zero-terminal-SNR options have no meaning here and are refused before
@@ -52,6 +56,14 @@ def t_from_index(index: torch.Tensor, num_train_timesteps: int = NUM_TRAIN_TIMES
     return (index.float() + 1) / num_train_timesteps
 
 
+def in_range(t: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """t in (0, 1] mapped linearly into [low, high), or into (low, 1] where high is 1."""
+    if (low, high) == (0.0, 1.0):
+        return t
+    t = low + (high - low) * t
+    return t if high >= 1.0 else t.clamp(max=high - 1e-4)
+
+
 class FlowMatchingSchedule:
     """Timesteps, noisy input, target and loss weights of a flow-matching family."""
 
@@ -76,7 +88,7 @@ class FlowMatchingSchedule:
             max_strength=c.max_noising_strength, weight=c.noising_weight, bias=c.noising_bias,
             shift=self.shift(latents), device=self.device,
         )
-        return t_from_index(index)
+        return in_range(t_from_index(index), *self.model.timestep_range)
 
     def from_fixed(self, timesteps: torch.Tensor) -> torch.Tensor:
         """Tests fix timesteps as indices in [0, 1000); floats are taken as t already."""

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ot_gradio.runner.supervisor import Supervisor
@@ -121,10 +122,11 @@ def falls(losses: list[float], factor: float) -> bool:
     return sum(losses[-3:]) / 3 < factor * sum(losses[:3]) / 3
 
 
-def lora_load_problems(pipe, path, libraries=("diffusers", "peft"), must_log: bool = False) -> list[str]:
+def lora_load_problems(pipe, path, libraries=("diffusers", "peft"), must_log: bool = False, **load) -> list[str]:
     """The warnings these libraries (their loggers) and Python give while `pipe.load_lora_weights(path)`
     (unexpected or missing keys); an empty list means the file loaded cleanly. `must_log`: diffusers
-    must have logged something (INFO is let through), which shows the capture works."""
+    must have logged something (INFO is let through), which shows the capture works. `load`: more
+    keywords of load_lora_weights (load_into_transformer_2)."""
     import logging
     import warnings
 
@@ -139,7 +141,7 @@ def lora_load_problems(pipe, path, libraries=("diffusers", "peft"), must_log: bo
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            pipe.load_lora_weights(str(path))
+            pipe.load_lora_weights(str(path), **load)
     finally:
         for lg, level in zip(loggers, levels, strict=True):
             lg.removeHandler(handler)
@@ -150,3 +152,12 @@ def lora_load_problems(pipe, path, libraries=("diffusers", "peft"), must_log: bo
     # loop) while the file loads, which says nothing about the file
     ignored = (DeprecationWarning, FutureWarning, ResourceWarning)
     return problems + [str(w.message) for w in caught if not issubclass(w.category, ignored)]
+
+
+def video_latents(pipe, prompt: str, guidance_scale: float) -> np.ndarray:
+    """A video pipeline's latents for a fixed seed (5 frames of 32 px, 2 steps: the tiny VAEs'
+    decoders flatten differences, so LoRA effects are compared before decoding)."""
+    import torch
+
+    return pipe(prompt, height=32, width=32, num_frames=5, num_inference_steps=2, guidance_scale=guidance_scale,
+                generator=torch.Generator().manual_seed(0), output_type="latent").frames.float().numpy()

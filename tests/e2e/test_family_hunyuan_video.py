@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from ot_gradio.config.presets import PRESETS_DIR
 from ot_gradio.data.video import FrameSampling, probe_clip
-from tests.e2e.runs import imported, local_pipeline, lora_load_problems, run_until_done, tiny_fixture
-from tests.video_clips import write_clip
+from tests.e2e.runs import imported, local_pipeline, lora_load_problems, run_until_done, tiny_fixture, video_latents
+from tests.video_clips import write_clips_and_an_image
 
 pytestmark = pytest.mark.slow
 PROMPT = "a yellow square moving"
@@ -20,21 +19,13 @@ tiny_hunyuan_video = tiny_fixture("hunyuan_video", "tiny_hunyuan_video")
 
 
 def _video(pipe) -> np.ndarray:
-    """The pipeline's video latents for a fixed seed (the tiny VAE's decoder flattens differences)."""
-    return pipe(PROMPT, height=32, width=32, num_frames=5, num_inference_steps=2, guidance_scale=6.0,
-                generator=torch.Generator().manual_seed(0), output_type="latent").frames.float().numpy()
+    return video_latents(pipe, PROMPT, guidance_scale=6.0)
 
 
 def test_lora_from_clips_and_an_image_reloads_in_the_hunyuan_video_pipeline(tiny_hunyuan_video, tmp_path):
-    from PIL import Image
     from safetensors import safe_open
 
-    data = tmp_path / "clips"
-    for i in range(3):
-        write_clip(data / f"clip{i}.mp4", frames=9, seed=i)
-        (data / f"clip{i}.txt").write_text(PROMPT)
-    Image.new("RGB", (32, 32), (240, 200, 40)).save(data / "still.png")
-    (data / "still.txt").write_text("a yellow square")
+    data = write_clips_and_an_image(tmp_path / "clips", PROMPT)
     # our preset with only the base model, the data, the output and the run's size changed (its
     # FLOAT_8 transformer and Llama, bfloat16 CLIP and float32 VAE kept)
     config = imported(PRESETS_DIR / "hunyuan-video-lora.json", tiny_hunyuan_video.diffusers_dir, data, tmp_path, "lora.safetensors",

@@ -26,6 +26,7 @@ MODEL_TYPES = {
     "tiny:flux": ModelType.FLUX_DEV_1,
     "tiny:wan": ModelType.WAN_2_1,
     "tiny:wan22-5b": ModelType.WAN_2_2_TI2V_5B,
+    "tiny:wan22-a14b": ModelType.WAN_2_2_T2V_A14B,
     "tiny:hunyuan_video": ModelType.HUNYUAN_VIDEO,
     "tiny:flux-fill": ModelType.FLUX_FILL_DEV_1,
     "tiny:chroma": ModelType.CHROMA_1,

@@ -99,3 +99,61 @@ def test_a_training_sample_is_an_mp4_of_the_runs_frames(wan, tmp_path):
         assert clip.streams.video[0].codec_context.name in ("h264", "mpeg4")
         assert float(clip.streams.video[0].average_rate) == 8.0
     assert [p.name for p in (tmp_path / "samples").iterdir()] == ["step000003-epoch1-0.mp4"]  # no temp file left
+
+
+@pytest.mark.parametrize("expert", ["HIGH_NOISE", "LOW_NOISE"])
+def test_wan22_a14b_draws_t_in_its_experts_range_only_and_samples_with_both(expert):
+    """The trained expert is the transformer part; t is drawn only where the pipeline runs it
+    (t * 1000 >= 875 for HIGH_NOISE, below for LOW_NOISE), spread over that range; the pipeline
+    has it in its own place and the other expert in the other."""
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.models.tiny.wan import tiny_wan_components, tiny_wan_transformer
+    from ot_gradio.models.wan import Wan22T2VA14B
+    from ot_gradio.training.flow_matching import FlowMatchingSchedule
+
+    model = Wan22T2VA14B({**tiny_wan_components(), "transformer_2": tiny_wan_transformer(1)})
+    config = TrainConfig(model_type="WAN_2_2_T2V_A14B", trained_expert=expert, timestep_distribution="LOGIT_NORMAL", frames="5")
+    model.configure_flow(config)
+    high = expert == "HIGH_NOISE"
+    t = FlowMatchingSchedule(model, config, torch.device("cpu")).draw_timesteps(torch.zeros(1, 16, 1, 4, 4), 4000)
+    assert bool(((t * 1000 >= 875) == high).all()) and bool((t > 0).all() and (t <= 1).all())
+    assert float(t.max() - t.min()) > (0.1 if high else 0.7)
+    pipe = model.pipeline()
+    assert pipe.config.boundary_ratio == 0.875
+    assert (pipe.transformer if high else pipe.transformer_2) is model.transformer
+    assert (pipe.transformer_2 if high else pipe.transformer) is model.idle_expert is not model.transformer
+    assert not any(p.requires_grad for p in model.idle_expert.parameters())
+
+
+def test_a_two_expert_folder_is_refused_as_a_one_transformer_wan_and_the_reverse():
+    from ot_gradio.models.common import ModelLoadError
+    from ot_gradio.models.tiny.wan import tiny_wan_components, tiny_wan_transformer
+    from ot_gradio.models.wan import Wan21, Wan22T2VA14B
+
+    with pytest.raises(ModelLoadError, match="pick the model type WAN_2_2_T2V_A14B"):
+        Wan21({**tiny_wan_components(), "transformer_2": tiny_wan_transformer(1)})
+    with pytest.raises(ModelLoadError, match="no transformer_2"):
+        Wan22T2VA14B({**tiny_wan_components(), "transformer_2": None})
+
+
+def test_wan22_a14b_samples_with_one_expert_on_the_device_at_a_time():
+    """Each expert is sent to the sampling device as the pipeline turns to it, the other sent home
+    first (on the CPU both places are one: the order of the moves is what is checked)."""
+    from ot_gradio.models.tiny.wan import tiny_wan_components, tiny_wan_transformer
+    from ot_gradio.models.wan import Wan22T2VA14B
+
+    model = Wan22T2VA14B({**tiny_wan_components(), "transformer_2": tiny_wan_transformer(1)})
+    events = []
+    for name, expert in (("high", model.transformer), ("low", model.idle_expert)):
+        move = expert.to
+        expert.to = lambda *a, name=name, move=move, **k: events.append(f"move {name}") or move(*a, **k)
+        expert.register_forward_hook(lambda *_, name=name: events.append(f"run {name}"))
+    frames = model.sample("a cat", height=32, width=32, steps=2, device="cpu")
+    assert len(frames) == 5
+    runs = [i for i, e in enumerate(events) if e.startswith("run")]
+    assert {events[i] for i in runs} == {"run high", "run low"}
+    for i in runs:
+        this = events[i].split()[1]
+        other = "low" if this == "high" else "high"
+        assert events[i - 2: i] == [f"move {other}", f"move {this}"], events[max(0, i - 3): i + 1]
+    assert not model.transformer._forward_pre_hooks and not model.idle_expert._forward_pre_hooks

@@ -10,6 +10,7 @@ import torch
 from tests import comfy_reference as ref
 
 FAMILIES = ("flux", "chroma", "flux2-dev", "flux2-klein", "z-image", "qwen-image", "pixart-sigma", "pixart-alpha", "wan", "hidream")
+FAMILIES += ("wan22-a14b",)  # its low-noise expert: ComfyUI loads each A14B expert as a Wan 2.1 t2v model (comfy/model_detection.py)
 
 
 def _model(name: str):
@@ -48,6 +49,13 @@ def _model(name: str):
         from ot_gradio.models.wan import Wan21
 
         return Wan21(tiny_wan_components())
+    if name == "wan22-a14b":
+        from ot_gradio.models.tiny.wan import tiny_wan_components, tiny_wan_transformer
+        from ot_gradio.models.wan import Wan22T2VA14B
+
+        model = Wan22T2VA14B({**tiny_wan_components(), "transformer_2": tiny_wan_transformer(1)})
+        model.choose_expert("LOW_NOISE")
+        return model
     from ot_gradio.models.pixart import PixArtAlpha
     from ot_gradio.models.pixart_sigma import PixArtSigma
     from ot_gradio.models.tiny.pixart import tiny_pixart_components
@@ -87,7 +95,7 @@ def comfy_names(name: str, model) -> set[str]:
         from ot_gradio.models.key_layout import layer_paths
 
         return ref.hidream_map(layer_paths(model.transformer))  # ComfyUI's HiDream model has diffusers' names
-    if name == "wan":
+    if name in ("wan", "wan22-a14b"):
         return ref.wan_map(tr.num_layers, model.text_encoder.config.num_layers)
     micro = bool(tr.use_additional_conditions) if tr.use_additional_conditions is not None else tr.sample_size == 128
     return ref.pixart_map(tr.num_layers, micro) | ref.t5_map(model.text_encoder.config.num_layers, clip_l=False)

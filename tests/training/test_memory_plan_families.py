@@ -23,6 +23,7 @@ FAMILIES = [
     ("CHROMA_1", "tiny:chroma"), ("QWEN", "tiny:qwen-image"), ("WAN_2_1", "tiny:wan"),
     ("WAN_2_2_TI2V_5B", "tiny:wan22-5b"), ("HUNYUAN_VIDEO", "tiny:hunyuan_video"),
     ("HI_DREAM_FULL", "tiny:hidream"),
+    ("WAN_2_2_T2V_A14B", "tiny:wan22-a14b"),
 ]
 
 

@@ -1,6 +1,7 @@
-"""Wan 2.1 and Wan 2.2 TI2V 5B text-to-video: one UMT5 text encoder, Wan's 3D causal VAE (4x in
-time; 8x per side for 2.1, 16x with 48 channels for 2.2's) and a patch (1, 2, 2) video
-transformer; LORA only for now (models/wan.py)."""
+"""Wan 2.1, Wan 2.2 TI2V 5B and Wan 2.2 T2V A14B text-to-video: one UMT5 text encoder, Wan's 3D
+causal VAE (4x in time; 8x per side for 2.1 and A14B, 16x with 48 channels for the 5B's) and a patch
+(1, 2, 2) video transformer (A14B: two, one per noise range, a run trains one); LORA only for now
+(models/wan.py)."""
 
 from ..enums import ModelType as M
 from ..enums import TrainingMethod as T
@@ -27,7 +28,16 @@ FAMILIES = {
         # 256, 48 latent channels, patch 2: 16x per side), counted on the meta device
         params={"transformer": 4_999_787_712, "text_encoder": UMT5_XXL, "vae": 704_688_668},
     ),
+    M.WAN_2_2_T2V_A14B: FamilyInfo(
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA,),
+        implemented=True, bucket_step=16, frame_step=4, schedule="flow_matching", diffusers_lora=("WanPipeline", ()),  # bucket: VAE 8 x patch 2
+        text_encoder_labels=("UMT5",), preset="wan22-t2v-a14b-lora", preset_note="640 px area, 17 frames at 16 fps, the high-noise expert",
+        # Wan2.2-T2V-A14B-Diffusers: the transformer part is the expert a run trains (each: 40 layers
+        # of 5120, 40 heads, FFN 13824, counted on the meta device); the other one waits on the CPU
+        # until a sample. The same UMT5-XXL and Wan 2.1's VAE
+        params={"transformer": 14_288_491_584, "text_encoder": UMT5_XXL, "vae": 126_892_531},
+    ),
 }
 # A Wan folder names WanPipeline whichever version it is: the versions are not told apart (as PixArt's)
-SIGN = Sign("Wan", (M.WAN_2_1, M.WAN_2_2_TI2V_5B), ("Wan",),
+SIGN = Sign("Wan", (M.WAN_2_1, M.WAN_2_2_TI2V_5B, M.WAN_2_2_T2V_A14B), ("Wan",),
             ("wan2.1", "wan2_1", "wan-2.1", "wan_2.1", "wan2.2", "wan2_2", "wan-2.2", "wan_2.2"))

@@ -1,5 +1,6 @@
-"""Tiny random Wan 2.1 text-to-video (`tiny:wan`) and Wan 2.2 TI2V 5B (`tiny:wan22-5b`: 48
-latent channels, Wan 2.2's residual VAE with patch 2, flow shift 5): the real classes at a fraction of the width,
+"""Tiny random Wan 2.1 text-to-video (`tiny:wan`), Wan 2.2 TI2V 5B (`tiny:wan22-5b`: 48
+latent channels, Wan 2.2's residual VAE with patch 2, flow shift 5) and Wan 2.2 T2V A14B
+(`tiny:wan22-a14b`: Wan 2.1's parts with a second transformer, boundary_ratio 0.875): the real classes at a fraction of the width,
 built in memory in well under a second and saved in the diffusers layout of
 Wan-AI/Wan2.1-T2V-1.3B-Diffusers (model_index.json names WanPipeline, UMT5EncoderModel,
 T5TokenizerFast, AutoencoderKLWan, WanTransformer3DModel and UniPCMultistepScheduler in flow
@@ -108,3 +109,17 @@ def save_tiny_wan22_5b(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths
 
     return save_tiny(root, "no-single-file", lambda: WanPipeline(**tiny_wan_components(seed, "2.2"), expand_timesteps=True),
                      finish_folder=lambda folder: _hub_model_index(folder, boundary_ratio=None, expand_timesteps=True))
+
+
+@register_tiny("wan22-a14b", TINY_WAN_VERSION)
+def save_tiny_wan22_a14b(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    """The tiny Wan 2.2 T2V A14B as a diffusers folder in Wan-AI/Wan2.2-T2V-A14B-Diffusers' layout:
+    Wan 2.1's parts, `transformer_2` (the low-noise expert, its own weights) and boundary_ratio
+    0.875 in model_index.json."""
+    from diffusers import WanPipeline
+
+    def build():
+        return WanPipeline(**tiny_wan_components(seed), transformer_2=tiny_wan_transformer(seed + 1), boundary_ratio=0.875)
+
+    return save_tiny(root, "no-single-file", build,
+                     finish_folder=lambda folder: _hub_model_index(folder, boundary_ratio=0.875, expand_timesteps=False))
