@@ -73,6 +73,22 @@ def imported(preset, model_dir, data, tmp_path, out, **changes) -> dict:
     return config
 
 
+def clips_and_an_image(tmp_path, prompt: str, frames: int = 9):
+    """A folder of three generated clips of `frames` frames captioned `prompt` and one still
+    image: the video families' end-to-end dataset."""
+    from PIL import Image
+
+    from tests.video_clips import write_clip
+
+    data = tmp_path / "clips"
+    for i in range(3):
+        write_clip(data / f"clip{i}.mp4", frames=frames, seed=i)
+        (data / f"clip{i}.txt").write_text(prompt)
+    Image.new("RGB", (32, 32), (240, 200, 40)).save(data / "still.png")
+    (data / "still.txt").write_text("a yellow square")
+    return data
+
+
 def one_image(shapes, tmp_path):
     """A folder holding the red circle of the shapes dataset alone (for the loss-falls tests)."""
     import shutil

@@ -10,8 +10,7 @@ import torch
 
 from ot_gradio.config.presets import PRESETS_DIR
 from ot_gradio.data.video import FrameSampling, probe_clip
-from tests.e2e.runs import imported, local_pipeline, lora_load_problems, run_until_done, tiny_fixture
-from tests.video_clips import write_clip
+from tests.e2e.runs import clips_and_an_image, imported, local_pipeline, lora_load_problems, run_until_done, tiny_fixture
 
 pytestmark = pytest.mark.slow
 PROMPT = "a yellow square moving"
@@ -26,15 +25,9 @@ def _video(pipe) -> np.ndarray:
 
 
 def test_lora_from_clips_and_an_image_reloads_in_the_hunyuan_video_pipeline(tiny_hunyuan_video, tmp_path):
-    from PIL import Image
     from safetensors import safe_open
 
-    data = tmp_path / "clips"
-    for i in range(3):
-        write_clip(data / f"clip{i}.mp4", frames=9, seed=i)
-        (data / f"clip{i}.txt").write_text(PROMPT)
-    Image.new("RGB", (32, 32), (240, 200, 40)).save(data / "still.png")
-    (data / "still.txt").write_text("a yellow square")
+    data = clips_and_an_image(tmp_path, PROMPT)
     # our preset with only the base model, the data, the output and the run's size changed (its
     # FLOAT_8 transformer and Llama, bfloat16 CLIP and float32 VAE kept)
     config = imported(PRESETS_DIR / "hunyuan-video-lora.json", tiny_hunyuan_video.diffusers_dir, data, tmp_path, "lora.safetensors",

@@ -10,7 +10,15 @@ import torch
 
 from ot_gradio.config.presets import PRESETS_DIR
 from ot_gradio.data.video import FrameSampling, probe_clip
-from tests.e2e.runs import imported, local_pipeline, lora_load_problems, losses_with_fixed_noise, run_until_done, tiny_fixture
+from tests.e2e.runs import (
+    clips_and_an_image,
+    imported,
+    local_pipeline,
+    lora_load_problems,
+    losses_with_fixed_noise,
+    run_until_done,
+    tiny_fixture,
+)
 from tests.video_clips import write_clip, write_hostile_clips
 
 pytestmark = pytest.mark.slow
@@ -23,19 +31,6 @@ def _video(pipe) -> np.ndarray:
     """The pipeline's video latents for a fixed seed (the tiny VAE's decoder flattens differences)."""
     return pipe(PROMPT, height=32, width=32, num_frames=5, num_inference_steps=2, guidance_scale=1.0,
                 generator=torch.Generator().manual_seed(0), output_type="latent").frames.float().numpy()
-
-
-def _clips_and_an_image(tmp_path):
-    """Three 9-frame clips and an image, each captioned."""
-    from PIL import Image
-
-    data = tmp_path / "clips"
-    for i in range(3):
-        write_clip(data / f"clip{i}.mp4", frames=9, seed=i)
-        (data / f"clip{i}.txt").write_text(PROMPT)
-    Image.new("RGB", (32, 32), (240, 200, 40)).save(data / "still.png")
-    (data / "still.txt").write_text("a yellow square")
-    return data
 
 
 def _config(tiny_wan, data, tmp_path, **changes) -> dict:
@@ -52,7 +47,7 @@ def _config(tiny_wan, data, tmp_path, **changes) -> dict:
 def test_lora_from_clips_and_an_image_reloads_in_the_wan_pipeline(tiny_wan, tmp_path):
     from safetensors import safe_open
 
-    data = _clips_and_an_image(tmp_path)
+    data = clips_and_an_image(tmp_path, PROMPT)
     hostile = write_hostile_clips(data)
     _, events = run_until_done(_config(tiny_wan, data, tmp_path), tmp_path)
     warnings = [e["message"] for e in events if e["type"] == "warning"]
@@ -74,7 +69,7 @@ def test_lora_from_clips_and_an_image_reloads_in_the_wan_pipeline(tiny_wan, tmp_
 
 
 def test_without_the_latent_cache_clips_are_read_at_each_step_and_a_sample_is_drawn(tiny_wan, tmp_path):
-    data = _clips_and_an_image(tmp_path)
+    data = clips_and_an_image(tmp_path, PROMPT)
     config = _config(tiny_wan, data, tmp_path, latent_caching=False, frame_rate=12.0, sample_after=1, sample_after_unit="EPOCH",
                      samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}])
     _, events = run_until_done(config, tmp_path)
