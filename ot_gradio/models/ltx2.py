@@ -111,6 +111,12 @@ class LTX2(IdentityLoraNames, FlowFamily):
         self.frame_rate = float(sampling.fps)
         keep_embedders_unquantized(self.transformer)
 
+    def to(self, device):
+        """Every part and the connectors to `device` (the audio VAE and vocoder never run)."""
+        super().to(device)
+        self.connectors.to(device)
+        return self
+
     def _layer_skip_top(self, part: str) -> int:
         """None: the connectors read every Gemma layer."""
         return 0
@@ -236,6 +242,7 @@ class LTX2(IdentityLoraNames, FlowFamily):
         """Gemma's states for the prompt and the negative prompt (the pipeline runs the connectors)."""
         states, mask = self.encode_gemma([prompt])
         negative, negative_mask = self.encode_gemma([negative_prompt or ""])
+        self.connectors.to(states.device)  # the pipeline connects them where they are
         return {"prompt_embeds": states, "prompt_attention_mask": mask, "negative_prompt_embeds": negative,
                 "negative_prompt_attention_mask": negative_mask, "guidance_scale": float(cfg_scale)}
 
