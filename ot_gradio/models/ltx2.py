@@ -49,7 +49,9 @@ _VIDEO_ATTN = [".attn1.", ".attn2.", ".audio_to_video_attn."]
 TRANSFORMER_PRESETS = {
     "full": [], "attn-mlp": [*_VIDEO_ATTN, ".ff."], "attn-only": _VIDEO_ATTN, "blocks": ["transformer_blocks."],
 }
-GEMMA_PRESETS = {"full": [], "attn-mlp": ["self_attn.", "mlp."], "attn-only": ["self_attn."]}
+# Gemma's language model only ("full"): its vision tower never runs on a prompt (the attention
+# presets' names are the tower's too; its layers then get LoRA that stays at zero)
+GEMMA_PRESETS = {"full": ["language_model."], "attn-mlp": ["self_attn.", "mlp."], "attn-only": ["self_attn."]}
 
 
 @register_family(ModelType.LTX_2)

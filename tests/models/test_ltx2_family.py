@@ -69,3 +69,10 @@ def test_the_audio_stream_reads_noised_zeros_for_the_clips_duration(ltx2):
     finally:
         ltx2.configure_flow(SimpleNamespace(text_encoder_sequence_length=None, frames="9", frame_rate=24.0, clip_start=0.0))
     assert ltx2.text_encoder_sequence_length == 1024
+
+
+def test_a_full_gemma_lora_leaves_out_the_vision_tower(ltx2):
+    from ot_gradio.training.lora import select_lora_targets
+
+    names = select_lora_targets(ltx2.text_encoder, kind="text_encoder", layer_preset="full", presets=ltx2.lora_layer_presets["text_encoder"])
+    assert names and all(".language_model." in f".{n}" for n in names)
