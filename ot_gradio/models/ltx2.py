@@ -73,8 +73,8 @@ class LTX2(IdentityLoraNames, FlowFamily):
 
     def __init__(self, components: Mapping):
         super().__init__(components)
-        for part in EXTRA_PARTS:
-            setattr(self, part, components[part])
+        for part in EXTRA_PARTS:  # frozen: no optimizer sees them
+            setattr(self, part, components[part].requires_grad_(False).eval())
         self.frame_rate = 24.0
         self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
         self.sample_frames = SAMPLE_TOOL_FRAMES

@@ -76,3 +76,12 @@ def test_a_full_gemma_lora_leaves_out_the_vision_tower(ltx2):
 
     names = select_lora_targets(ltx2.text_encoder, kind="text_encoder", layer_preset="full", presets=ltx2.lora_layer_presets["text_encoder"])
     assert names and all(".language_model." in f".{n}" for n in names)
+
+
+def test_the_connectors_are_frozen_and_follow_the_model():
+    from ot_gradio.models.ltx2 import LTX2
+    from ot_gradio.models.tiny.ltx2 import tiny_ltx2_components
+
+    model = LTX2(tiny_ltx2_components())
+    assert not any(p.requires_grad for p in model.connectors.parameters())
+    assert {p.device.type for p in model.to("meta").connectors.parameters()} == {"meta"}
