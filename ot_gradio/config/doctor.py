@@ -284,9 +284,9 @@ def lora_reader_problems(config: Any) -> list[str]:
     for where, part, why in info.lora_unread:
         if where != layout or not getattr(getattr(config, part, None), "train", False):
             continue
-        other = "KOHYA_LORA" if layout == "diffusers" else "SAFETENSORS"
+        other = "KOHYA_LORA" if layout == "diffusers" else "DIFFUSERS_LORA"
         elsewhere = any(w != layout and p == part for w, p, _ in info.lora_unread) or (
-            layout == "kohya" and part not in DIFFUSERS_LORA_TEXT_ENCODERS.get(config.model_type, ("", (part,)))[1])
+            layout == "kohya" and part in info.text_encoders and part not in DIFFUSERS_LORA_TEXT_ENCODERS.get(config.model_type, ("", (part,)))[1])
         fix = f"turn off training {part}" if elsewhere else f"save as {other}, or turn off training {part}"
         out.append(f"{part}.train: a {config.model_type.value} {part} LoRA saved as {fmt.value} would load nowhere: {why}; {fix}.")
     return out

@@ -48,6 +48,7 @@ class ModelType(StrEnum):
     WAN_2_1 = "WAN_2_1"
     WAN_2_2_TI2V_5B = "WAN_2_2_TI2V_5B"
     WAN_2_2_T2V_A14B = "WAN_2_2_T2V_A14B"
+    LTX_2 = "LTX_2"
 
 
 class Expert(StrEnum):
@@ -321,6 +322,8 @@ def native_resolution(model_type: ModelType) -> int:
         return 720  # 544x960 (its smaller size; 720x1280 is about 960 px square)
     if name == "WAN_2_1":
         return 640  # 480x832 (the 1.3B model's size; about 632 px square)
+    if name == "LTX_2":
+        return 640  # 512x768, the pipeline's default size (about 627 px square)
     if name == "WAN_2_2_TI2V_5B":
         return 960  # 704x1280 (about 950 px square)
     if name == "WAN_2_2_T2V_A14B":

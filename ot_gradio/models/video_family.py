@@ -1,4 +1,4 @@
-"""What the video families (Wan, HunyuanVideo) share on top of the flow core: a sample is a
+"""What the video families (Wan, HunyuanVideo, LTX-2) share on top of the flow core: a sample is a
 clip of `sample_frames` frames, the run's Frames cut to `frame_step` * k + 1 once
 `configure_flow` has read the run (outside a run, the sample tool: SAMPLE_TOOL_FRAMES), and the
 pipeline's output is its `frames`."""

@@ -1,5 +1,7 @@
 """Warnings before a run."""
 
+import pytest
+
 from ot_gradio.config.concept import ConceptConfig
 from ot_gradio.config.doctor import check, errors, planned_changes
 from ot_gradio.config.enums import ModelFormat, ModelType, TrainingMethod
@@ -159,6 +161,17 @@ def test_a_hunyuan_video_kohya_lora_is_said_to_load_nowhere_else():
     assert len(said) == 1 and said[0].startswith("Model → Output format COMFY_LORA: HunyuanVideo's") and "DIFFUSERS_LORA" in said[0]
     config.output_model_format = ModelFormat.DIFFUSERS_LORA
     assert not [w for w in check(config) if "only this trainer loads it" in w]
+
+
+@pytest.mark.parametrize("fmt", ["KOHYA_LORA", "COMFY_LORA"])
+def test_an_ltx2_lora_in_the_kohya_layout_is_refused_before_the_run(fmt):
+    config = TrainConfig(model_type=ModelType.LTX_2, training_method="LORA", output_model_format=fmt)
+    assert [e for e in errors(config) if e.startswith("transformer.train:")] == [
+        f"transformer.train: a LTX_2 transformer LoRA saved as {fmt} would load nowhere: ComfyUI has no LTX-2 model to map "
+        "its names to and diffusers reads no kohya LTX-2 file (LTX2Pipeline.load_lora_weights reads DIFFUSERS_LORA); "
+        "save as DIFFUSERS_LORA, or turn off training transformer."]
+    config.output_model_format = ModelFormat.DIFFUSERS_LORA
+    assert not [e for e in errors(config) if e.startswith("transformer.train:")]
 
 
 def test_a_hidream_llama_lora_in_the_kohya_layout_is_refused_before_the_run():

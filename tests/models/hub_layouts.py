@@ -110,6 +110,10 @@ HUB_LAYOUTS: dict[str, dict] = {
         "repo": "hunyuanvideo-community/HunyuanVideo", "model_index": {"tokenizer": ["transformers", "LlamaTokenizerFast"]},
         "tokenizers": {"tokenizer": "llama3", "tokenizer_2": "clip"},
     },
+    "tiny:ltx2": {  # inferred: Gemma 3's tokenizer (tokenizer.json and tokenizer.model); index: GemmaTokenizerFast
+        "repo": "Lightricks/LTX-2", "model_index": {"tokenizer": ["transformers", "GemmaTokenizerFast"]},
+        "tokenizers": {"tokenizer": "gemma"},
+    },
     "tiny:qwen-image": {  # files: catalog (Qwen-Image-2512: vocab.json + merges.txt, no tokenizer.json); index: InvokeAI's copy
         "repo": "Qwen/Qwen-Image", "model_index": {}, "tokenizers": {"tokenizer": "qwen"},
     },

@@ -15,6 +15,7 @@ FAMILIES = [
     ("Z_IMAGE", "tiny:z-image"), ("FLUX_2", "tiny:flux2-klein"), ("SANA", "tiny:sana"),
     ("WAN_2_1", "tiny:wan"),
     ("HUNYUAN_VIDEO", "tiny:hunyuan_video"),
+    ("LTX_2", "tiny:ltx2"),
     ("HI_DREAM_FULL", "tiny:hidream"),
 ]
 
