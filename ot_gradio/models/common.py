@@ -97,14 +97,34 @@ def base_module(module: torch.nn.Module) -> torch.nn.Module:
     return module.get_base_model() if hasattr(module, "get_base_model") else module
 
 
-def vae_latent_stats(vae: torch.nn.Module, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """A Wan-style VAE's per-channel `latents_mean` / `latents_std` (Wan, Qwen-Image), shaped to
-    broadcast over latents like `like` ((B, C, H, W) or (B, C, F, H, W)) and in its device and dtype."""
+def _wan_vae_stats(vae: torch.nn.Module, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Wan-style VAE's per-channel `latents_mean` / `latents_std`, shaped to broadcast over
+    (B, C, F, H, W) latents like `like`, in its device and dtype."""
     config = base_module(vae).config
-    shape = (1, int(config.z_dim), *[1] * (like.ndim - 2))
+    shape = (1, int(config.z_dim), 1, 1, 1)
     mean = torch.tensor(config.latents_mean, device=like.device, dtype=like.dtype).view(shape)
     std = torch.tensor(config.latents_std, device=like.device, dtype=like.dtype).view(shape)
     return mean, std
+
+
+@torch.no_grad()
+def wan_vae_encode(vae: torch.nn.Module, pixels: torch.Tensor, *, sample: bool = True,
+                   generator: torch.Generator | None = None) -> torch.Tensor:
+    """Latents (B, C, F', h, w) of a Wan-style VAE (Wan, Qwen-Image) for pixels (B, 3, F, H, W)
+    in [-1, 1], normalised per channel with its `latents_mean` / `latents_std`: a sample of the
+    distribution by default (as OneTrainer), its mean with `sample=False`."""
+    dist = vae.encode(pixels.to(module_device(vae), module_dtype(vae))).latent_dist
+    latents = dist.sample(generator) if sample else dist.mode()
+    mean, std = _wan_vae_stats(vae, latents)
+    return (latents - mean) / std
+
+
+@torch.no_grad()
+def wan_vae_decode(vae: torch.nn.Module, latents: torch.Tensor) -> torch.Tensor:
+    """Pixels (B, 3, F, H, W) in [-1, 1] for latents `wan_vae_encode` normalised."""
+    latents = latents.to(module_device(vae), module_dtype(vae))
+    mean, std = _wan_vae_stats(vae, latents)
+    return vae.decode(latents * std + mean).sample
 
 
 def tied_aliases(state_dict: Mapping[str, torch.Tensor]) -> dict[str, str]:

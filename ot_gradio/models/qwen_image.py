@@ -40,8 +40,8 @@ from ot_gradio.models.common import (
     base_module,
     keep_embedders_unquantized,
     module_device,
-    module_dtype,
-    vae_latent_stats,
+    wan_vae_decode,
+    wan_vae_encode,
     weights_fingerprint,
 )
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype, pack_latents, unpack_latents
@@ -134,24 +134,14 @@ class QwenImage(IdentityLoraNames, FlowFamily):
     def vae_scale_factor(self) -> int:
         return 2 ** len(base_module(self.vae).temperal_downsample)
 
-    def _latent_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return vae_latent_stats(self.vae, like)
-
-    @torch.no_grad()
     def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
         """Normalised latents (B, C, H/8, W/8) for pixels in [-1, 1]: a sample of the VAE's
         distribution by default (as OneTrainer), its mean with `sample=False`."""
-        dist = self.vae.encode(pixels.to(module_device(self.vae), module_dtype(self.vae)).unsqueeze(2)).latent_dist
-        latents = (dist.sample(generator) if sample else dist.mean).squeeze(2)
-        mean, std = self._latent_stats(latents)
-        return (latents - mean) / std
+        return wan_vae_encode(self.vae, pixels.unsqueeze(2), sample=sample, generator=generator).squeeze(2)
 
-    @torch.no_grad()
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
         """Pixels in [-1, 1] for normalised latents (the inverse of `encode_images`)."""
-        latents = latents.to(module_device(self.vae), module_dtype(self.vae))
-        mean, std = self._latent_stats(latents)
-        return self.vae.decode((latents * std + mean).unsqueeze(2)).sample.squeeze(2)
+        return wan_vae_decode(self.vae, latents.unsqueeze(2)).squeeze(2)
 
     # ---------------------------------------------------------------- parts and options
 

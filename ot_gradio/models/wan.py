@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ot_gradio.config.enums import Expert, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype, vae_latent_stats
+from ot_gradio.models.common import ModelLoadError, base_module, module_device, wan_vae_decode, wan_vae_encode
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype, flow_training_scheduler
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.video_family import VideoSampling
@@ -83,26 +83,14 @@ class Wan21(VideoSampling, TokenWindow, IdentityLoraNames, FlowFamily):
     def vae_scale_factor(self) -> int:
         return int(self.vae.config.scale_factor_spatial)
 
-    def _latent_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return vae_latent_stats(self.vae, like)
-
-    @torch.no_grad()
     def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
         """Latents (B, 16, F', h, w) for pixels in [-1, 1] (B, 3, F, H, W); an image batch
         (B, 3, H, W) is one frame. Normalised per channel with the VAE's latents_mean / _std."""
-        if pixels.ndim == 4:
-            pixels = pixels.unsqueeze(2)
-        dist = self.vae.encode(pixels.to(module_device(self.vae), module_dtype(self.vae))).latent_dist
-        latents = dist.sample(generator) if sample else dist.mode()
-        mean, std = self._latent_stats(latents)
-        return (latents - mean) / std
+        return wan_vae_encode(self.vae, pixels.unsqueeze(2) if pixels.ndim == 4 else pixels, sample=sample, generator=generator)
 
-    @torch.no_grad()
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
         """Pixels (B, 3, F, H, W) in [-1, 1] for normalised latents (the inverse of `encode_images`)."""
-        latents = latents.to(module_device(self.vae), module_dtype(self.vae))
-        mean, std = self._latent_stats(latents)
-        return self.vae.decode(latents * std + mean).sample
+        return wan_vae_decode(self.vae, latents)
 
     def image_seq_len(self, latents: torch.Tensor) -> int:
         _, ph, pw = base_module(self.transformer).config.patch_size
