@@ -114,7 +114,7 @@ class BrowserPanel:
         event = self.use.click(use, {self.target, self.folder, self.entries, config_state, *fields}, [*fields, self.sidebar, self.message],
                                show_progress="hidden")
         if then is not None:
-            event.then(*then, show_progress="hidden")
+            event.then(*then, show_progress="hidden", show_progress_on=[self.message])
 
 
 class PathBrowser:

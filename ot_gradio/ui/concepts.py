@@ -11,6 +11,7 @@ from typing import Any
 import gradio as gr
 
 from ..config.concept import ConceptConfig
+from . import edit_log
 from .form import Field, build_fields, config_from_values, edit_event, schema_fields, values_from_config
 
 GROUPS = (("General", ""), ("Image augmentation", "image."), ("Text", "text."))
@@ -111,6 +112,9 @@ class ConceptsTab:
             self.stats = gr.Markdown("")
             self.buckets = gr.BarPlot(x="bucket", y="images", title="Aspect buckets", height=220)
         self.outputs = [self.selector, *(f.component for f in self.fields.values())]
+        # the fields' edits, logged in the browser with the concept selected (ui/edit_log.py)
+        self.log, self.applied = edit_log.build("concept-edit-log")
+        self.inputs = [self.selector, self.log, self.applied]  # what Start reads of this tab
         self.autosave = lambda config: None
 
     def show(self, config: dict[str, Any], index: int | None) -> dict:
@@ -121,13 +125,23 @@ class ConceptsTab:
         return {self.selector: gr.update(choices=concept_choices(concepts), value=index), **values}
 
     def apply(self, config: dict[str, Any], values: dict) -> dict[str, Any]:
-        """The config with the selected concept as the form shows it."""
+        """The config with the selected concept as the form shows it: the fields' values among
+        `values` (tests pass them), then the logged edits not yet applied."""
         index = values.get(self.selector)
         concepts = config.get("concepts", [])
-        if index is None or not (0 <= index < len(concepts)):
-            return config
-        config = copy.deepcopy(config)
-        config["concepts"][index] = config_from_values(self.fields, values, concepts[index])
+        if index is not None and 0 <= index < len(concepts):
+            config = copy.deepcopy(config)
+            config["concepts"][index] = config_from_values(self.fields, values, concepts[index])
+        return self.apply_log(config, edit_log.pending(values.get(self.log), values.get(self.applied)))
+
+    def apply_log(self, config: dict[str, Any], entries: list) -> dict[str, Any]:
+        """Logged edits `(seq, field, value, concept index)`, each to the concept it was made on."""
+        for _, key, value, *index in entries:
+            concepts = config.get("concepts", [])
+            if key in self.fields and index and isinstance(index[0], int) and 0 <= index[0] < len(concepts):
+                config = copy.deepcopy(config)
+                field = self.fields[key]
+                config["concepts"][index[0]] = config_from_values({key: field}, {field.component: value}, concepts[index[0]])
         return config
 
     # --- handlers: plain values in, (config, selected index) out -------------------------------
@@ -177,34 +191,33 @@ class ConceptsTab:
 
     def wire(self, config_state: gr.State, autosave) -> None:
         self.autosave = autosave
-        comps = [f.component for f in self.fields.values()]
         outputs = self.outputs
         show = self.show
 
-        by_id = {f.component._id: key for key, f in self.fields.items()}  # by id: see Page.on_edit
-        # ...or by elem_id: a session copy that an update re-created has an id of its own
-        by_elem = {f.component.elem_id: key for key, f in self.fields.items() if f.component.elem_id}
-
-        def edit(values: dict, evt: gr.EventData = None) -> dict:
-            old = values[config_state]
-            # only the field that fired: as the page's own edits (Page.on_edit), a text box the
-            # page fills in fires its change event while the other fields still hold older values
-            target = getattr(evt, "target", None)
-            key = by_id.get(getattr(target, "_id", None)) or by_elem.get(getattr(target, "elem_id", None))
-            if target is not None and key is None:
+        def edit(values: dict) -> dict:
+            new = edit_log.pending(values[self.log], values[self.applied])
+            if not new:
                 return gr.skip()
-            config = self.edit(old, values[self.selector], values, None if key is None else [key])
+            old = values[config_state]
+            config = self.apply_log(old, new)
+            done = {self.applied: new[-1][0]}
+            if config == old:  # the page filling the fields in (a concept shown): nothing to save
+                return done
+            self.autosave(config)
             # a renamed concept is renamed in the selector too (its choices are the names)
             choices = concept_choices(config.get("concepts", []))
             same = choices == concept_choices(old.get("concepts", []))
-            return {config_state: config, self.selector: gr.update() if same else gr.update(choices=choices)}
+            return {config_state: config, self.selector: gr.update() if same else gr.update(choices=choices), **done}
 
         self.selector.input(show, [config_state, self.selector], outputs)
-        # One handler for every field (not one per field: each handler costs the page load a
-        # few ms and lists all ~40 inputs in the page's config). "multiple": an edit made while
-        # the previous one is saved runs after it; each applies its own field, so none is dropped.
-        gr.on([edit_event(comp) for comp in comps], edit, {config_state, self.selector, *comps}, [config_state, self.selector],
-              trigger_mode="multiple", show_progress="hidden")
+        # Each field's edit is logged in the browser with the selected concept (no server round
+        # trip); one handler applies the log's new entries. "multiple": an edit made while the
+        # previous one is saved runs after it, so none is dropped.
+        for key, f in self.fields.items():
+            edit_event(f.component)(None, [f.component, self.selector], self.log, js=edit_log.relay_js(key, "concepts", indexed=True),
+                                    queue=False, trigger_mode="multiple", show_progress="hidden")
+        self.log.change(edit, {config_state, self.log, self.applied}, [config_state, self.selector, self.applied],
+                        trigger_mode="multiple", show_progress="hidden", show_progress_on=[self.selector])
         # One handler per button, returning the config with the selector's new choices *and*
         # value: setting the value first (to an index the old choices lack) made gradio refuse it
         # ("Value: 2 is not in the list of choices") and mark every field of the tab as failed.

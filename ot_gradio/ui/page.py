@@ -29,6 +29,7 @@ from ..runner.queue import RunQueue, SupervisorBackend
 from ..runner.startcheck import concept_folder_problems, start_problems
 from ..runner.supervisor import Supervisor
 from ..runner.tensorboard import TensorBoard, settings
+from . import edit_log
 from .api import API_NAMES, QueueApi, register_api
 from .browser import BrowserPanel
 from .concepts import ConceptsTab
@@ -128,6 +129,13 @@ class Page:
         with gr.Blocks(title="ot_gradio", delete_cache=DELETE_CACHE) as self.blocks:
             self._build(initial)
             self._wire()
+        # Every handler that writes the session's config runs one at a time: a field's edit and a
+        # concept's (or a preset's) run at once each read the config before the other saved, and
+        # the later write dropped the earlier edit. Gradio reads a State input when the event runs
+        # (not when it was sent), so each sees the one before it. They take milliseconds.
+        for fn in self.blocks.fns.values():
+            if fn.fn is not None and self.config_state in fn.outputs:
+                fn.concurrency_id, fn.concurrency_limit = "config", 1
         bound_uploads(self.blocks)  # uploads: at most UPLOADS_TOTAL_BYTES kept (uploads.py)
         # The handlers are the page's, not an API: left public, gradio documents each of them
         # with its ~150 inputs inside every page load (11+ MB of HTML) and records their inputs
@@ -145,6 +153,7 @@ class Page:
     def _build(self, initial: dict[str, Any]) -> None:
         fields = self.fields
         self.config_state = gr.State(initial)
+        self.edit_log, self.edits_applied = edit_log.build()
         self.monitor = Monitor(self.workspace, self.supervisor, self.tensorboard)
         self.monitor.build_bar()  # first on the page: in view on every tab and on a phone, sticky when scrolling
         self.queue_panel = QueuePanel(self.queue, self._config_of, validate)
@@ -256,51 +265,61 @@ class Page:
                 *self.method_groups, self.fields["training_method"].component]
 
     def _wire(self) -> None:
-        edit_inputs = {self.config_state, *self.components}
         method = self.fields["training_method"].component
         model_type = self.fields["model_type"].component
-        edited = [f for path, f in self.fields.items() if path not in ("optimizer.optimizer", "training_method", "model_type")]
-        # One handler for all ~250 fields rather than one each: every handler costs the page's
-        # start-up and its config (each lists all inputs). Each edit applies the one field that
-        # fired it (on_edit), so each must run: "multiple" queues an edit made while the previous
-        # one is being saved (they run in order, each on the config the one before left).
-        gr.on([edit_event(f.component) for f in edited], self.on_edit, edit_inputs - {method}, self.edit_outputs,
-              trigger_mode="multiple", show_progress="hidden")
+        edited = {path: f for path, f in self.fields.items() if path not in ("optimizer.optimizer", "training_method", "model_type")}
+        # Progress goes on one component, never on the outputs: Gradio's page keeps every component
+        # that was ever an event's progress target (or input: ui/edit_log.py), and refreshes all of
+        # them on each status message of any event (the run bar polls each second).
+        quiet = {"show_progress": "hidden", "show_progress_on": [self.memory]}
+        # Each field's edit appends its value to the edit log in the browser (no server round trip);
+        # one server handler applies the log's new entries, in order, each edit the field that made
+        # it ("multiple": an edit made while the previous one is being saved is queued, not dropped).
+        for path, f in edited.items():
+            edit_event(f.component)(None, [f.component], self.edit_log, js=edit_log.relay_js(path, "form"),
+                                    queue=False, trigger_mode="multiple", show_progress="hidden")
+        log_inputs = {self.config_state, self.edit_log, self.edits_applied}
+        self.edit_log.change(self.on_edit_log, log_inputs, [*self.edit_outputs, self.edits_applied], trigger_mode="multiple", **quiet)
         # The training method on its own: a model type change can drop the method from its choices,
         # and the model type's second input event (a click fires two), queued with the old method
         # among its inputs, would be refused by Gradio (a value outside the choices)
-        method.input(self.on_edit, {self.config_state, method}, self.edit_outputs, trigger_mode="multiple", show_progress="hidden")
+        method.input(self.on_edit, {self.config_state, method}, self.edit_outputs, trigger_mode="multiple", **quiet)
         # The model type on its own too: its edit may also fill in the base model (the old type's
         # default becomes the new type's). Only this event writes that field: among the outputs of
         # every field's edit, a preset load (whose updates fire each text field's change) kept the
         # page busy for seconds
-        model_type.input(self.on_edit, edit_inputs - {method}, [*self.edit_outputs, self.fields["base_model_name"].component],
-                         trigger_mode="multiple", show_progress="hidden")
-        browsers = [f.browser for f in [*edited, *self.concepts.fields.values()] if f.browser is not None]
+        model_type.input(self.on_edit, {self.config_state, model_type}, [*self.edit_outputs, self.fields["base_model_name"].component],
+                         trigger_mode="multiple", **quiet)
+        browsers = [f.browser for f in [*edited.values(), *self.concepts.fields.values()] if f.browser is not None]
         concept_inputs = {self.concepts.selector, *(f.component for f in self.concepts.fields.values())}
         self.browser.wire(browsers, self.config_state, self.roots,
-                          then=(self.on_browsed, {self.browser.target, *edit_inputs, *concept_inputs}, self.edit_outputs))
-        self.fields["optimizer.optimizer"].component.input(self.on_optimizer, edit_inputs, self.all_outputs)
-        self.load_defaults.click(self.on_load_defaults, self.config_state, self.all_outputs)
+                          then=(self.on_browsed, {self.browser.target, self.config_state, *(b.field for b in browsers), *concept_inputs},
+                                self.edit_outputs))
+        optimizer = self.fields["optimizer.optimizer"].component
+        optimizer.input(self.on_optimizer, {self.config_state, optimizer}, self.all_outputs, show_progress_on=[optimizer])
+        self.load_defaults.click(self.on_load_defaults, self.config_state, self.all_outputs, show_progress_on=[self.load_defaults])
         # select, not input: a Dropdown's input fires twice per click on an option (two loads, two
         # toasts) and again when Tab passes through it (a reload of the preset over the user's edits)
-        self.preset.select(self.on_preset, [self.preset, self.config_state], self.all_outputs)
-        self.load_btn.click(self.on_load, [self.config_path, self.config_state], self.all_outputs)
-        self.upload.upload(self.on_upload, self.upload, self.all_outputs)
+        self.preset.select(self.on_preset, [self.preset, self.config_state], self.all_outputs, show_progress_on=[self.preset])
+        self.load_btn.click(self.on_load, [self.config_path, self.config_state], self.all_outputs, show_progress_on=[self.load_btn])
+        self.upload.upload(self.on_upload, self.upload, self.all_outputs, show_progress_on=[self.upload])
         self.save_btn.click(self.on_save, [self.config_path, self.config_state], None)
         self.export.click(self.on_export, self.config_state, self.export)
         self.concepts.wire(self.config_state, self.autosave)
         self.samples.wire(self.config_state, self.autosave)
         self.monitor.wire()
-        start_inputs = {self.config_state, self.monitor.run_id, *self.components, *self.concepts.outputs}
+        start_inputs = {*log_inputs, self.monitor.run_id, *self.concepts.inputs}
         self.monitor.start.click(self.on_start, start_inputs, [self.monitor.run_id, self.monitor.problems])
         # a refused Start's list follows the edits (a fixed problem leaves it), on any field's or concept's edit
         self.config_state.change(self.on_recheck, [self.config_state, self.monitor.problems], self.monitor.problems,
                                  trigger_mode="always_last", show_progress="hidden")
-        self.memory_estimate.wire(self.on_estimate_memory, edit_inputs)
+        self.memory_estimate.wire(self.on_estimate_memory, log_inputs)
         self.queue_panel.wire(start_inputs)
         register_api(QueueApi(self.queue, self.supervisor, validate))
-        self.blocks.load(self.on_page_load, None, [*self.all_outputs, self.preset, self.config_path])
+        # window.otPageLoaded: the saved config is on the page (the browser tests wait for it; an
+        # edit made before would be overwritten by the load)
+        self.blocks.load(self.on_page_load, None, [*self.all_outputs, self.preset, self.config_path],
+                         show_progress_on=[self.preset]).then(None, js="() => { window.otPageLoaded = true; }")
 
     # --- helpers --------------------------------------------------------------------------------
     def roots(self, config: dict[str, Any] | None = None) -> list[Path]:
@@ -393,15 +412,44 @@ class Page:
             # the page filling the field in (a load, a preset): nothing to save or redraw (an empty
             # dict is not "no update" to Gradio: it fails the event with a toast on the page)
             return gr.skip()
-        self.autosave(config)
-        out = {self.config_state: config, self.lr_plot: lr_frame(config), self.memory: memory_markdown(config), **self.visibility(config)}
+        out = self._edited(values[self.config_state], config)
         if switched:  # the dropdown's value changes with its choices, in the same update
             out[self.fields["training_method"].component] = gr.update(choices=method_choices(config["model_type"], switched), value=switched)
         if base:
             out[self.fields["base_model_name"].component] = gr.update(value=base)
-        if stale(values[self.config_state], config):  # another model's "fits" must not stay on screen
+        return out
+
+    def _edited(self, before: dict[str, Any], config: dict[str, Any]) -> dict:
+        """An edited config saved, and what it changes on the page."""
+        self.autosave(config)
+        out = {self.config_state: config, self.lr_plot: lr_frame(config), self.memory: memory_markdown(config), **self.visibility(config)}
+        if stale(before, config):  # another model's "fits" must not stay on screen
             out[self.memory_estimate.output] = ESTIMATE_PROMPT
         return out
+
+    def on_edit_log(self, values: dict) -> dict | Any:
+        """The edit log's new entries applied to the session's config, oldest first: each the one
+        field that made it (ui/edit_log.py). The page filling fields in (a load, a preset) logs the
+        values the config already has: nothing to save or redraw then."""
+        new = edit_log.pending(values[self.edit_log], values[self.edits_applied])
+        if not new:
+            return gr.skip()
+        before = values[self.config_state]
+        config = self._apply_log(before, new)
+        done = {self.edits_applied: new[-1][0]}
+        return done if config == before else {**self._edited(before, config), **done}
+
+    def _apply_log(self, config: dict[str, Any], entries: list) -> dict[str, Any]:
+        for _, path, value, *_ in entries:
+            if path in self.fields and path not in ("model_type", "training_method", "optimizer.optimizer"):
+                config = config_from_values({path: self.fields[path]}, {self.fields[path].component: value}, config)
+        return config
+
+    def _form_config(self, values: dict) -> dict[str, Any]:
+        """The config the form shows right now: the session's, the fields' values among `values`
+        (tests pass them), then the edits still on their way (the log's entries not yet applied)."""
+        config = config_from_values(self.fields, values, values[self.config_state])
+        return self._apply_log(config, edit_log.pending(values.get(self.edit_log), values.get(self.edits_applied)))
 
     def on_recheck(self, config: dict[str, Any], shown: str):
         """The problem list again after an edit, while a refused Start's list is shown."""
@@ -523,10 +571,10 @@ class Page:
         return str(out)
 
     def on_estimate_memory(self, values: dict) -> str:  # the config on the form, estimated in a child process
-        return estimate_markdown(config_from_values(self.fields, values, values[self.config_state]))
+        return estimate_markdown(self._form_config(values))
 
     def _config_of(self, values: dict) -> dict:  # the config Start would use
-        return self.concepts.apply(config_from_values(self.fields, values, values[self.config_state]), values)
+        return self.concepts.apply(self._form_config(values), values)
 
     def _prepare_start(self, valid: dict) -> None:  # what Start does before starting
         from ..data.demo import ensure_demo_concepts  # noqa: PLC0415
@@ -536,8 +584,7 @@ class Page:
     def on_start(self, values: dict) -> dict:
         """Builds the config from what the form shows right now (an edit still in flight
         cannot be lost), validates all of it, and only then starts the worker."""
-        config = config_from_values(self.fields, values, values[self.config_state])
-        config = self.concepts.apply(config, values)
+        config = self.concepts.apply(self._form_config(values), values)
         with self._start_lock:  # two quick clicks must not start two runs
             for run in self.supervisor.active_runs():
                 raise gr.Error(f"A run is already active ({run.run_id}); stop it first.")

@@ -166,7 +166,7 @@ class RunsTab:
         self.compare_btn.click(self.compare, self.selected, [self.compare_plot, self.differing, self.gallery])
         self.delete_btn.click(self.delete, [self.selected, self.confirm], [self.message, self.table, self.selected, self.confirm])
         if self.load_outputs:
-            self.load_btn.click(self.load_config, self.selected, self.load_outputs)
+            self.load_btn.click(self.load_config, self.selected, self.load_outputs, show_progress_on=[self.load_btn])
 
 
 def build_runs_tab(workspace_fn: Callable[[], str | Path], load_config_fn: Callable[[str], Any] | None = None,

@@ -81,8 +81,11 @@ class ToolsContext:
 def _build_on_first_open(openers: list, build: Callable[[ToolsContext], Any], ctx: ToolsContext) -> None:
     """Build a tool the first time one of `openers` (tab select events) fires in a session."""
     opened = gr.State(False)
+    # One at a time: the Tools tab and its first sub-tab both open the first tool, and their two
+    # events run at once each saw the State still False, each changed it, and the tool was built
+    # twice; the second build put the text a user had typed meanwhile back to its first value.
     for opener in openers:
-        opener(lambda: True, None, opened, show_progress="hidden")
+        opener(lambda: True, None, opened, show_progress="hidden", concurrency_id=f"open-tool-{opened._id}", concurrency_limit=1)
 
     @gr.render(inputs=[opened, ctx.config_state], triggers=[opened.change], show_progress="hidden")
     def _tool(is_open: bool, config: dict[str, Any]) -> None:

@@ -28,3 +28,10 @@ def wait_for(check, what, timeout=60):
             return
         time.sleep(0.3)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def open_page(page, url):
+    """The page at `url`, once its load has put the saved config in the form (window.otPageLoaded,
+    ui/page.py): an edit typed before that would be overwritten by the load's values."""
+    page.goto(url)
+    page.wait_for_function("window.otPageLoaded === true")

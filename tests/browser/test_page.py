@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser.page_helpers import open_page
+
 pytestmark = pytest.mark.browser
 
 
@@ -40,7 +42,7 @@ def wait_text(page, selector, pattern, timeout=120):
 
 def test_demo_lora_from_the_page(app, browser_page):
     page = browser_page
-    page.goto(app["url"])
+    open_page(page, app["url"])
     choose(page, "preset", "demo")
     page.wait_for_timeout(1500)
     open_tab(page, "General")
@@ -95,7 +97,7 @@ def test_demo_lora_from_the_page(app, browser_page):
 
 def test_bad_values_are_named_and_nothing_starts(app, browser_page):
     page = browser_page
-    page.goto(app["url"])
+    open_page(page, app["url"])
     choose(page, "preset", "demo")
     page.wait_for_timeout(1500)
     open_tab(page, "Training")
@@ -127,7 +129,7 @@ def test_guide_file_browser_and_fields_by_model_type(app, browser_page):
     page = browser_page
     cwd = Path(app["cwd"]).resolve()
     (cwd / "my-images" / "cats").mkdir(parents=True)
-    page.goto(app["url"])
+    open_page(page, app["url"])
 
     # the guide's Concepts step opens the Concepts tab
     page.locator("#guide-step-4").click()

@@ -6,7 +6,7 @@ import json
 import pytest
 from PIL import Image
 
-from tests.browser.page_helpers import box, wait_for
+from tests.browser.page_helpers import box, open_page, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -52,7 +52,7 @@ def test_pasted_values_are_saved_and_a_folder_of_images_is_listed(module_app, pa
     images.mkdir(exist_ok=True)
     for i in range(8):
         Image.new("RGB", (32, 32), (30 * i, 0, 0)).save(images / f"cat{i}.png")
-    page.goto(module_app["url"])
+    open_page(page, module_app["url"])
     page.get_by_role("tab", name="Concepts", exact=True).click()
     wait_for(lambda: box(page, "concept-select").input_value() == "1. demo", "the demo concept")
 

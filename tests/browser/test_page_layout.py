@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser.page_helpers import open_page
+
 pytestmark = pytest.mark.browser
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -17,7 +19,7 @@ MAX_HEIGHT_TRAINING = 2150
 
 
 def _open(page, url):
-    page.goto(url)
+    open_page(page, url)
     page.wait_for_selector("#start")
     page.wait_for_selector("#f-model_type")
 

@@ -11,24 +11,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.browser.page_helpers import box, wait_for
+from tests.browser.page_helpers import box, open_page, open_tab, type_into, wait_for
 
 pytestmark = pytest.mark.browser
-
-
-def type_into(page, elem_id, text):
-    """Typed as a user types (fill() does not always reach gradio's input event)."""
-    field = box(page, elem_id)
-    field.click()
-    field.press("Control+a")
-    field.press("Delete")
-    field.press_sequentially(text)
-    field.press("Tab")
-
-
-def open_tab(page, name):
-    page.keyboard.press("Escape")  # a dropdown the last Tab focused is open and may cover the tab bar (fields sit in a grid)
-    page.get_by_role("tab", name=name, exact=True).click()
 
 
 def ui_config(app):
@@ -51,7 +36,7 @@ def test_add_a_concept_then_use_its_folder(module_app, module_page, tmp_path):
     images.mkdir()  # (a folder outside every root is trained on, never browsed: tests/ui/test_security_paths.py)
     for name, colour in (("a.png", "red"), ("b.png", "blue")):
         Image.new("RGB", (32, 32), colour).save(images / name)
-    page.goto(module_app["url"])
+    open_page(page, module_app["url"])
     open_tab(page, "Concepts")
     page.locator("#concept-add").click()
     selector = box(page, "concept-select")
@@ -104,7 +89,7 @@ def test_live_run_in_the_workspace_with_a_chart_that_draws(module_app, module_pa
     their size; the charts are not redrawn while nothing changes."""
     page = module_page
     workspace = module_app["workspace"]
-    page.goto(module_app["url"])
+    open_page(page, module_app["url"])
     open_tab(page, "General")
     wait_for(lambda: box(page, "f-workspace_dir").input_value() == str(workspace / "demo"), "the workspace in the General tab")
     open_tab(page, "Sampling")
@@ -151,7 +136,7 @@ def test_refused_start_names_every_field_and_shows_no_old_run(module_app, module
     """Batch size 0 and a missing concept folder are both listed by field, no
     nameless toast; the previous run's numbers are not left under the problems."""
     page = module_page
-    page.goto(module_app["url"])
+    open_page(page, module_app["url"])
     open_tab(page, "Run")
     wait_for(lambda: re.search(r"stopped|done", page.locator("#run-status").inner_text()), "the previous run to be shown")
     open_tab(page, "Training")

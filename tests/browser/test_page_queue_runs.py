@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.page_helpers import box, open_tab, type_into, wait_for
+from tests.browser.page_helpers import box, open_page, open_tab, type_into, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -136,7 +136,7 @@ def test_queue_survives_an_app_restart(shared, page):
     for image in sorted(shapes.glob("*.png"))[:2]:
         for f in (image, image.with_suffix(".txt")):
             (held / f.name).write_bytes(f.read_bytes())
-    page.goto(shared["app"]["url"])
+    open_page(page, shared["app"]["url"])
     choose(page, "preset", "demo")
     page.wait_for_timeout(1500)
     workspace_dir = box(page, "f-workspace_dir")  # the demo lands in <workspace>/demo
@@ -163,7 +163,7 @@ def test_queue_survives_an_app_restart(shared, page):
     second = page.context.browser.new_page(viewport={"width": 1600, "height": 1000})
     second.set_default_timeout(60_000)
     try:
-        second.goto(shared["app"]["url"])
+        open_page(second, shared["app"]["url"])
         open_tab(second, "General")
         wait_for(lambda: box(second, "f-workspace_dir").input_value().endswith("demo"), "the second tab")
         second.locator("#f-validation input[type=checkbox]").check()
@@ -194,7 +194,7 @@ def test_queue_survives_an_app_restart(shared, page):
     assert [e["state"] for e in queue_entries(shared)] == ["running", "waiting"]
 
     shared["app"] = start_app(shared["cwd"], shared["workspace"])
-    page.goto(shared["app"]["url"])
+    open_page(page, shared["app"]["url"])
     page.wait_for_selector("#queue-length")
     # the restarted page follows the queue's runs in its run bar (the first, still running or just done)
     bar = page.locator("#run-bar-status")
@@ -224,7 +224,7 @@ def test_queue_survives_an_app_restart(shared, page):
 def test_runs_tab_lists_and_compares_the_two_runs(shared, page):
     runs = shared.get("runs")
     assert runs, "needs the runs of test_queue_survives_an_app_restart"
-    page.goto(shared["app"]["url"])
+    open_page(page, shared["app"]["url"])
     page.wait_for_selector("#queue-length")
     open_tab(page, "Runs")  # opening the tab lists the runs
     table = page.locator("#runs-table")
@@ -256,7 +256,7 @@ def test_validation_concept_draws_a_validation_curve_on_the_run_tab(shared, page
     validation = [e for e in events(str(shared["workspace"] / "demo" / "runs" / runs[1])) if e.get("type") == "validation"]
     steps = [e["global_step"] for e in validation]
     assert len(steps) >= 2 and steps == sorted(steps), validation  # every step of the second run
-    page.goto(shared["app"]["url"])
+    open_page(page, shared["app"]["url"])
     open_tab(page, "Run")  # shows the workspace's last run: the second
     wait_for(lambda: "validation" in legend(page, "loss-plot"), "the validation series in the loss chart")
     assert set(legend(page, "loss-plot")) == {"loss", "smoothed", "validation"}

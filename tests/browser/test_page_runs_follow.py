@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from ot_gradio.runner.rundir import EventWriter, create_run
-from tests.browser.page_helpers import box, open_tab, type_into, wait_for
+from tests.browser.page_helpers import box, open_page, open_tab, type_into, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -86,7 +86,7 @@ def test_open_pages_follow_a_run_they_did_not_start(standins, module_app, module
     try:
         for page in pages:
             page.set_default_timeout(60_000)
-            page.goto(module_app["url"])
+            open_page(page, module_app["url"])
         for page in pages:
             wait_for(lambda p=page: "stopped" in bar(p), "the pages to show the stopped run")
         queued, writer = fake_run(module_app, standins, alive=True, events=[("status", {"status": "training"}), training(4, 12)])
@@ -110,7 +110,7 @@ def test_every_event_reaches_every_open_page_after_a_reload_too(standins, module
     try:
         for page in pages:
             page.set_default_timeout(60_000)
-            page.goto(module_app["url"])
+            open_page(page, module_app["url"])
             open_tab(page, "Run")
         for page in pages:
             wait_for(lambda p=page: "smoothed" in legend(p), "the loss chart to be drawn")
@@ -141,7 +141,7 @@ def test_a_failed_run_says_why_in_the_bar_and_start_refuses_an_empty_folder(stan
     reason = "Concept 'demo': no images (png, jpg, webp) in folder '/data/cats'"
     fake_run(module_app, standins, alive=False, events=[("status", {"status": "error", "message": reason})],
              log="Traceback (most recent call last):\n  File \"prepare.py\", line 70\nDataError: " + reason + "\n")
-    page.goto(module_app["url"])
+    open_page(page, module_app["url"])
     wait_for(lambda: "no images" in bar(page), "the bar to say why the run failed")
     assert "error" in bar(page) and "Traceback" not in bar(page)
     open_tab(page, "Run")
@@ -171,7 +171,7 @@ def test_queued_runs_never_share_an_output_file(standins, module_app, module_pag
     models.mkdir(parents=True, exist_ok=True)
     (models / "demo-lora.safetensors").write_bytes(b"an earlier run's model")
     _, writer = fake_run(module_app, standins, alive=True, events=[("status", {"status": "training"}), training(1, 9)])  # the queue waits
-    page.goto(module_app["url"])
+    open_page(page, module_app["url"])
     open_tab(page, "Concepts")  # the last test left an empty folder in the saved config: the demo's again
     type_into(page, "concept-concepts-path", str(module_app["workspace"] / "demo-data" / "shapes"))
     page.wait_for_timeout(1500)

@@ -7,7 +7,7 @@ import json
 import pytest
 from PIL import Image
 
-from tests.browser.page_helpers import box, open_tab, type_into, wait_for
+from tests.browser.page_helpers import box, open_page, open_tab, type_into, wait_for
 from tests.video_clips import write_clip
 
 pytestmark = pytest.mark.browser
@@ -43,7 +43,7 @@ def test_clip_folder_trains_from_the_page_and_a_video_sample_plays(module_app, m
     }
     path = cwd / "wan-clips.json"
     path.write_text(json.dumps(config))
-    page.goto(module_app["url"])
+    open_page(page, module_app["url"])
     type_into(page, "config-path", str(path))
     page.get_by_role("button", name="Load", exact=True).click()
     wait_for(lambda: box(page, "f-model_type").input_value() == "WAN_2_1", "the config to load")

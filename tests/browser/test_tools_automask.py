@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.browser.page_helpers import open_page
+
 pytestmark = pytest.mark.browser
 
 
@@ -36,7 +38,7 @@ def test_preview_then_start_by_colour(app, browser_page):
     image.paste((255, 0, 0), (10, 10, 40, 30))
     image.save(folder / "a.png")
 
-    page.goto(app["url"])
+    open_page(page, app["url"])
     page.get_by_role("tab", name="Tools", exact=True).click()
     page.get_by_role("tab", name="Auto mask", exact=True).click()
     box = page.locator("#automask-folder input").first

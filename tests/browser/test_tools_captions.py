@@ -6,7 +6,7 @@ import re
 import pytest
 from PIL import Image
 
-from tests.browser.page_helpers import wait_for
+from tests.browser.page_helpers import open_page, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -20,7 +20,7 @@ def test_type_caption_and_press_enter(app, browser_page):
     (folder / "b.txt").write_text("a blue square")
 
     page.set_default_timeout(120_000)  # a busy machine hydrates the page slowly
-    page.goto(app["url"])
+    open_page(page, app["url"])
     page.get_by_role("tab", name="Tools", exact=True).click()
     page.get_by_role("tab", name="Captions", exact=True).click()
     page.locator("#captions-folder textarea, #captions-folder input").first.fill(str(folder))

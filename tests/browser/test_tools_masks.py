@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.browser.page_helpers import open_page
+
 pytestmark = pytest.mark.browser
 
 IMAGE_W, IMAGE_H = 1200, 600  # larger than the editor's 640 px high box: the canvas is drawn scaled
@@ -33,7 +35,7 @@ def test_paint_stroke_saves_mask_at_image_size(app, browser_page):
     Image.new("RGB", (64, 64), "gray").save(folder / "b.jpg")
 
     page.set_default_timeout(120_000)  # a busy machine draws the 1200x600 editor canvas slowly (a click waited > 30 s in CI)
-    page.goto(app["url"])
+    open_page(page, app["url"])
     page.get_by_role("tab", name="Tools", exact=True).click()
     page.get_by_role("tab", name="Masks", exact=True).click()
     box = page.locator("#masks-folder textarea, #masks-folder input").first

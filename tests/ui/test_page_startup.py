@@ -15,28 +15,75 @@ def handlers(page, method):
     return [fn for fn in page.blocks.fns.values() if getattr(fn.fn, "__func__", None) is method]
 
 
+def relays(page):
+    """The fields' browser-side edit events: no server handler, the edit log their one output."""
+    return [fn for fn in page.blocks.fns.values() if fn.fn is None and fn.outputs == [page.edit_log]]
+
+
 def test_one_handler_saves_every_field_and_an_edit_made_while_saving_is_not_dropped(page):
-    # one for every field but the training method and the model type, which have their own
-    # (tests/ui/test_visibility.py says why for the method; the model type's also fills in the base model)
-    edit, *own = sorted(handlers(page, Page.on_edit), key=lambda fn: -len(fn.targets))
-    method_id, type_id = page.fields["training_method"].component._id, page.fields["model_type"].component._id
-    [method] = [fn for fn in own if fn.targets == [(method_id, "input")]]
-    [model_type] = [fn for fn in own if fn.targets == [(type_id, "input")]]
-    # "once" (gradio's default for .input) ignores an edit made while the previous one is saved,
-    # "always_last" keeps only the newest pending one: each edit applies its own field, so each runs
-    assert edit.trigger_mode == method.trigger_mode == model_type.trigger_mode == "multiple" and len(own) == 2
-    fields = {f.component._id for p, f in page.fields.items() if p not in ("optimizer.optimizer", "training_method", "model_type")}
-    assert {block for block, _ in edit.targets} == fields
+    # every field but the optimizer, the training method and the model type (their own handlers:
+    # tests/ui/test_visibility.py says why for the method; the model type's also fills in the base
+    # model) logs its edits in the browser, and one server handler applies the log
+    fields = {p: f for p, f in page.fields.items() if p not in ("optimizer.optimizer", "training_method", "model_type")}
+    logged = relays(page)
+    assert sorted(b for fn in logged for b, _ in fn.targets) == sorted(f.component._id for f in fields.values())
+    for fn in logged:  # each its own field's value and path, in the browser, never queued
+        (field,) = [(p, f) for p, f in fields.items() if fn.targets[0][0] == f.component._id]
+        assert fn.inputs == [field[1].component] and f'"{field[0]}"' in fn.js and not fn.queue
+        # "once" (gradio's default for .input) would drop an edit made right after another
+        assert fn.trigger_mode == "multiple"
+    (apply,) = handlers(page, Page.on_edit_log)
+    assert apply.targets == [(page.edit_log._id, "change")] and apply.trigger_mode == "multiple"
+    # the few inputs are the point: Gradio's page refreshes every input of an event that ran on
+    # each status message of any event (ui/edit_log.py)
+    assert set(apply.inputs) == {page.config_state, page.edit_log, page.edits_applied}
+    method, model_type = (page.fields[p].component for p in ("training_method", "model_type"))
+    [own_method] = [fn for fn in handlers(page, Page.on_edit) if fn.targets == [(method._id, "input")]]
+    [own_type] = [fn for fn in handlers(page, Page.on_edit) if fn.targets == [(model_type._id, "input")]]
+    assert own_method.trigger_mode == own_type.trigger_mode == "multiple"
+    assert set(own_method.inputs) == {page.config_state, method} and set(own_type.inputs) == {page.config_state, model_type}
     # only the model type's edit writes the base model: as an output of every field's edit it kept
     # the page busy for seconds after a preset load (each text field's change fires an edit)
     base = page.fields["base_model_name"].component
-    assert base in model_type.outputs and base not in edit.outputs
-    # a text box is saved on change: its input event fires on keys only, not on a paste
-    texts = {f.component._id for f in page.fields.values() if isinstance(f.component, gr.Textbox)}
-    assert {block for block, event in edit.targets if event == "change"} == texts & fields
-    concept = [fn for fn in page.blocks.fns.values() if fn.outputs == [page.config_state, page.concepts.selector] and len(fn.targets) > 10]
-    assert len(concept) == 1 and concept[0].trigger_mode == "multiple"
-    assert {b for b, _ in concept[0].targets} == {f.component._id for f in page.concepts.fields.values()}
+    assert base in own_type.outputs and base not in apply.outputs
+    # a text box is logged on change: its input event fires on keys only, not on a paste
+    texts = {f.component._id for f in fields.values() if isinstance(f.component, gr.Textbox)}
+    assert {b for fn in logged for b, event in fn.targets if event == "change"} == texts
+    # no server handler takes every field as inputs: Start, Add to queue and the estimate read the log
+    for fn in page.blocks.fns.values():
+        if fn.fn is not None:
+            assert len([b for b in fn.inputs if b in page.components]) <= 20, fn.name
+    # the concept fields' edits too, each with the concept selected when it was made
+    concepts = page.concepts
+    logged = [fn for fn in page.blocks.fns.values() if fn.fn is None and fn.outputs == [concepts.log]]
+    assert sorted(b for fn in logged for b, _ in fn.targets) == sorted(f.component._id for f in concepts.fields.values())
+    assert all(fn.inputs[1:] == [concepts.selector] and fn.trigger_mode == "multiple" for fn in logged)
+    # the handlers that write the session's config run one at a time (two at once: the later
+    # write dropped the earlier's edit)
+    writers = [fn for fn in page.blocks.fns.values() if fn.fn is not None and page.config_state in fn.outputs]
+    assert len(writers) > 10 and {(fn.concurrency_id, fn.concurrency_limit) for fn in writers} == {("config", 1)}
+    (apply,) = [fn for fn in page.blocks.fns.values() if fn.targets == [(concepts.log._id, "change")]]
+    assert set(apply.inputs) == {page.config_state, concepts.log, concepts.applied} and apply.trigger_mode == "multiple"
+
+
+def test_the_edit_log_applies_each_new_entry_once_in_order_and_start_reads_one_still_on_its_way(page):
+    config = page.on_page_load()[page.config_state]
+    log = '[[1, "epochs", 7], [2, "lora_alpha", 2.5], [3, "epochs", 9]]'
+    out = page.on_edit_log({page.config_state: config, page.edit_log: log, page.edits_applied: 0})
+    assert out[page.config_state] == {**config, "epochs": 9, "lora_alpha": 2.5} and out[page.edits_applied] == 3
+    assert page.on_page_load()[page.config_state] == out[page.config_state]  # saved
+    # entries already applied are not applied again (a preset may have changed the field since)
+    later = {**out[page.config_state], "epochs": 4}
+    assert page.on_edit_log({page.config_state: later, page.edit_log: log, page.edits_applied: 3}) == gr.skip()
+    # the page filling a field in logs the value the config has: nothing saved or redrawn
+    same = page.on_edit_log({page.config_state: later, page.edit_log: log[:-1] + ', [4, "epochs", 4]]', page.edits_applied: 3})
+    assert same == {page.edits_applied: 4}
+    # a field that is not the form's, and a log that is not ours, apply nothing
+    assert page.on_edit_log({page.config_state: later, page.edit_log: '[[5, "nope", 1]]', page.edits_applied: 4}) == {page.edits_applied: 5}
+    assert page.on_edit_log({page.config_state: later, page.edit_log: "{oops", page.edits_applied: 4}) == gr.skip()
+    # Start (and Add to queue, the estimate) read an edit the server has not applied yet
+    values = {page.config_state: later, page.edit_log: '[[5, "epochs", 11]]', page.edits_applied: 4}
+    assert page._form_config(values)["epochs"] == 11 and page._config_of(values)["epochs"] == 11
 
 
 def test_an_edit_applies_only_the_field_that_fired_it(page):
@@ -70,20 +117,23 @@ def test_an_edit_applies_only_the_field_that_fired_it(page):
     assert len(asyncio.run(page.blocks.postprocess_data(edit, changed, None))) == len(edit.outputs)
 
 
-def test_a_concept_edit_applies_only_the_field_that_fired_it(page):
+def test_a_concept_edit_applies_to_the_concept_it_was_made_on(page):
     config = page.on_page_load()[page.config_state]
-    (edit,) = [fn for fn in page.blocks.fns.values() if fn.outputs == [page.config_state, page.concepts.selector] and len(fn.targets) > 10]
-    fields = page.concepts.fields
-    stale = {page.config_state: config, page.concepts.selector: 0, **{f.component: f.component.value for f in fields.values()}}
-    name = fields["name"].component
-    out = edit.fn({**stale, name: "cats"}, gr.EventData(name, None))[page.config_state]
-    assert out["concepts"] == [{**config["concepts"][0], "name": "cats"}]
-    out = edit.fn({**stale, page.config_state: out, name: "dogs"}, gr.EventData(copy.copy(name), None))[page.config_state]  # a session copy
-    assert out["concepts"] == [{**config["concepts"][0], "name": "dogs"}]
-    twin = copy.copy(name)  # a copy an update re-created: an id of its own, the same elem_id
-    twin._id = 10**9
-    out = edit.fn({**stale, page.config_state: out, name: "owls"}, gr.EventData(twin, None))[page.config_state]
-    assert out["concepts"] == [{**config["concepts"][0], "name": "owls"}]
+    concepts = page.concepts
+    config, _ = concepts.add(config, 0)  # a second concept
+    (edit,) = [fn for fn in page.blocks.fns.values() if fn.targets == [(concepts.log._id, "change")]]
+    log = '[[1, "name", "cats", 0], [2, "name", "dogs", 1], [3, "nope", 1, 0], [4, "name", "owls", 7]]'
+    out = edit.fn({page.config_state: config, concepts.log: log, concepts.applied: 0})
+    assert [c["name"] for c in out[page.config_state]["concepts"]] == ["cats", "dogs"] and out[concepts.applied] == 4
+    assert out[concepts.selector]["choices"] == [("1. cats", 0), ("2. dogs", 1)]  # renamed in the selector too
+    # applied once: a later change of the name is not undone by the same entries
+    renamed = copy.deepcopy(out[page.config_state])
+    renamed["concepts"][0]["name"] = "birds"
+    assert edit.fn({page.config_state: renamed, concepts.log: log, concepts.applied: 4}) == gr.skip()
+    # Start reads an edit still on its way
+    values = {page.config_state: renamed, page.edit_log: "", page.edits_applied: 0, concepts.selector: 0,
+              concepts.log: log[:-1] + ', [5, "name", "bats", 0]]', concepts.applied: 4}
+    assert [c["name"] for c in page._config_of(values)["concepts"]] == ["bats", "dogs"]
 
 
 def test_every_path_field_uses_the_one_file_browser(page):
@@ -133,5 +183,11 @@ def test_start_up_size_budget(page):
     # The training method's edits have their own handler (its choices follow the model type).
     # HiDream's Text encoder 4 group (its Llama model field with its handler) is real now, not planned.
     # The model type's edits have their own handler too (it may fill in the base model).
+    # The fields' edits are logged in the browser (ui/edit_log.py): one event each, with no server
+    # handler; each edit log (the form's, the concepts') adds a hidden text box and a State.
     # Wan 2.2 A14B's Trained expert is one more field.
-    assert len(page.blocks.blocks) <= 731 and len(page.blocks.fns) <= 85
+    server = [fn for fn in page.blocks.fns.values() if fn.fn is not None]
+    assert len(page.blocks.blocks) <= 736 and len(server) <= 85
+    concept_relays = [fn for fn in page.blocks.fns.values() if fn.fn is None and fn.outputs == [page.concepts.log]]
+    loaded = [fn for fn in page.blocks.fns.values() if fn.fn is None and "otPageLoaded" in (fn.js or "")]
+    assert len(page.blocks.fns) - len(server) == len(relays(page)) + len(concept_relays) + len(loaded) and len(loaded) == 1
