@@ -4,7 +4,8 @@
 
 Starts `python app.py` from `--root` (default: this checkout; give another checkout to compare
 before / after), opens the page in Chromium (Debian's, headless, as the browser tests do), waits
-for it to load and settle, then for `--seconds` measures:
+for it to load, edits one field (Epochs) as every user does, lets it settle, then for
+`--seconds` measures:
 - the main thread's busy share: Chrome's TaskDuration over the wall time (1.0 = a core taken);
 - how many components Gradio's page refreshes on each status message of any event (its
   `loading_stati.current`, read through a logging breakpoint in Gradio's own bundle). Every
@@ -81,7 +82,14 @@ def one_round(root: Path, seconds: float) -> tuple[float, int]:
             page.on("console", lambda m: counts.append(int(m.text.split()[1])) if m.text.startswith("REFRESHED ") else None)
             page.goto(url)
             page.wait_for_selector("text=Start", timeout=120_000)
-            page.wait_for_timeout(8000)  # the page's load events and the first polls
+            page.wait_for_timeout(5000)  # the page's load events and the first polls
+            page.get_by_role("tab", name="Training", exact=True).click()
+            epochs = page.locator("#f-epochs input").first  # one edit, as every user makes
+            epochs.click()
+            epochs.press("Control+a")
+            epochs.press_sequentially("3")
+            epochs.press("Tab")
+            page.wait_for_timeout(5000)
 
             def busy() -> float:
                 return next(m["value"] for m in cdp.send("Performance.getMetrics")["metrics"] if m["name"] == "TaskDuration")
