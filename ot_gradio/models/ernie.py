@@ -15,19 +15,25 @@ What ERNIE-Image is (Baidu's; diffusers' ErnieImagePipeline, OneTrainer's ERNIE)
   timestep as t * 1000 and predicts the velocity `noise - latents`.
 - The VAE is Flux.2's (AutoencoderKLFlux2): latents cut into 2x2 patches and normalised by its
   batch norm (family_parts.Flux2VaeLatents), with the epsilon the pipeline decodes with (1e-5).
-- Loading: a hub id, a diffusers folder or `tiny:ernie`. Saving: a diffusers folder.
+- Loading: a hub id, a diffusers folder, `tiny:ernie`, or a transformer file (diffusers' names,
+  bare or under `model.diffusion_model.` as ComfyUI's files have them; diffusers' from_single_file)
+  with the other parts from a diffusers folder (the config folder) or the hub repo. Saving: a
+  diffusers folder, or the transformer alone under diffusers' names, as OneTrainer writes it.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import torch
 
-from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import module_device
+from ot_gradio.config.enums import DataType, ModelType
+from ot_gradio.models.common import cast_state_dict, module_device
 from ot_gradio.models.family_parts import Flux2VaeLatents
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
+from ot_gradio.models.key_layout import save_tensors
 from ot_gradio.models.registry import register_family
 
 # OneTrainer's ERNIE layer presets (BaseErnieSetup.LAYER_PRESETS)
@@ -43,6 +49,8 @@ class Ernie(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     default_config_repo = "baidu/ERNIE-Image"
     lora_base_model_version = "ernie_image"
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
+    transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
+    single_file_layout = "original"  # diffusers' names, through diffusers' from_single_file
     patch_size = 1  # the latents are patchified already (128 channels at 1/16)
     bn_eps = 1e-5  # ErnieImagePipeline denormalises with 1e-5, not the VAE config's value
     default_sequence_length = 512  # OneTrainer's PROMPT_MAX_LENGTH
@@ -123,3 +131,11 @@ class Ernie(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
         if cfg_scale > 1:
             inputs["negative_prompt_embeds"] = self.prompt_list(self.encode_text([negative_prompt or ""]), dtype)
         return inputs
+
+    # ---------------------------------------------------------------- saving
+
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
+        """The transformer alone under diffusers' names (OneTrainer's ORIGINAL_TRANSFORMER file;
+        from_single_file reads it back); the text encoder and VAE are the base model's."""
+        weights, dtype, header = self.transformer_file_contents(dtype, "ernie-image", metadata)
+        return save_tensors(path, cast_state_dict(weights, dtype), header)

@@ -76,3 +76,17 @@ def test_a_hub_folder_with_the_prompt_enhancer_loads_without_it(tiny_dir, tmp_pa
     model = Ernie.load(str(folder), offline=True)
     assert model.pipeline().pe is None
     assert model.sample(PROMPTS[0], height=32, width=32, steps=1).size == (32, 32)
+
+
+def test_the_transformer_file_is_read_back_by_from_single_file(ernie, tiny_dir, tmp_path):
+    """ORIGINAL_TRANSFORMER: the transformer alone under diffusers' names, as OneTrainer writes it."""
+    from diffusers import ErnieImageTransformer2DModel
+
+    from ot_gradio.models.tiny import resolve_tiny
+
+    path = ernie.save_single_file(tmp_path / "ernie.safetensors", torch.bfloat16)
+    again = ErnieImageTransformer2DModel.from_single_file(str(path), config=str(resolve_tiny("tiny:ernie").diffusers_dir),
+                                                          subfolder="transformer", local_files_only=True, torch_dtype=torch.bfloat16)
+    ours = ernie.transformer.state_dict()
+    assert again.state_dict().keys() == ours.keys()
+    assert all(torch.equal(v, ours[k].to(torch.bfloat16)) for k, v in again.state_dict().items())

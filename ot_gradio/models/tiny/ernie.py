@@ -1,6 +1,6 @@
 """Tiny random ERNIE-Image (`tiny:ernie`): the real classes at a fraction of the width, built in
 memory in about a second and saved in the diffusers layout, so tests go through the real loading
-code.
+code (and the transformer alone, as a single file).
 
 - Text encoder: a bare Mistral3Model (as the real repo's `text_encoder`) with 3 text layers of
   width 16 and a one-layer Pixtral vision tower prompts never use; tiny/flux2.py's byte-level
@@ -22,7 +22,7 @@ from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny
 from ot_gradio.models.tiny.flux import visible_output
 from ot_gradio.models.tiny.flux2 import LATENT_CHANNELS, TEXT_WIDTH, tiny_flux2_vae, tiny_mistral3_encoder, tiny_mistral_tokenizer
 
-TINY_ERNIE_VERSION = 1
+TINY_ERNIE_VERSION = 2
 
 
 def tiny_ernie_tokenizer():
@@ -64,5 +64,9 @@ def tiny_ernie_components(seed: int = 0) -> dict:
 def save_tiny_ernie(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
     from diffusers import ErnieImagePipeline
 
-    # ERNIE-Image loads from diffusers folders only
-    return save_tiny(root, "no-single-file.safetensors", lambda: ErnieImagePipeline(**tiny_ernie_components(seed)))
+    from ot_gradio.models.key_layout import save_tensors
+
+    def transformer_file(path, pipe) -> None:  # the transformer alone, as ComfyUI's ERNIE-Image files name it
+        save_tensors(path, {f"model.diffusion_model.{k}": v for k, v in pipe.transformer.state_dict().items()}, {})
+
+    return save_tiny(root, "ernie-image.safetensors", lambda: ErnieImagePipeline(**tiny_ernie_components(seed)), transformer_file)
