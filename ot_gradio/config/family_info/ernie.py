@@ -13,11 +13,12 @@ FAMILIES = {
         lora_unread=(("kohya", "transformer", "ComfyUI has no ERNIE-Image model to map its names to and diffusers reads "
                       "no kohya ERNIE-Image file (ErnieImagePipeline.load_lora_weights reads DIFFUSERS_LORA)"),),
         text_encoder_labels=("Mistral3",), preset="ernie-lora", preset_note="FLOAT_8 transformer and text encoder",
-        # baidu/ERNIE-Image: the model card's 8 B transformer (its config was not at hand to count);
-        # the text encoder is Ministral 3B's Mistral3Model (26 text layers of 3072, 32 x 128 heads,
-        # 8 KV heads, 9216 wide MLP, 131,072 tokens: 3.43 B) with its Pixtral vision tower (~0.4 B);
-        # the VAE is Flux.2's AutoencoderKLFlux2
-        params={"transformer": 8_000_000_000, "text_encoder": 3_830_000_000, "vae": 84_046_115},
+        # baidu/ERNIE-Image, counted on the meta device: its transformer/config.json (36 layers of
+        # 4096, 32 heads, 12288 wide MLP, text width 3072); the text encoder, Ministral 3B's
+        # Mistral3Model (26 text layers of 3072, 32 x 128 heads, 8 KV heads, 9216 wide MLP, 131,072
+        # tokens: 3.43 B) with a default Pixtral vision tower and projector (the repo's vision config
+        # was not at hand); the VAE is Flux.2's AutoencoderKLFlux2
+        params={"transformer": 8_033_490_048, "text_encoder": 3_849_274_368, "vae": 84_046_115},
     ),
 }
 SIGN = Sign("ERNIE-Image", (M.ERNIE,), ("ErnieImage",), ("ernie-image", "ernie_image", "ernie"))
