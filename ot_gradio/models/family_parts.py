@@ -207,6 +207,41 @@ class KlVaeLatents:
         return self.vae.decode(latents.to(module_device(self.vae), module_dtype(self.vae))).sample
 
 
+
+class Flux2VaeLatents(KlVaeLatents):
+    """AutoencoderKLFlux2's latents as Flux.2 and ERNIE-Image train on them: the 32-channel latents
+    cut into 2x2 patches (128 channels at 1/16 of the image side) and normalised by the VAE's
+    batch-norm statistics. `bn_eps`: the epsilon of that normalisation (None: the VAE config's;
+    ErnieImagePipeline decodes with 1e-5 whatever the config says)."""
+
+    bn_eps: float | None = None
+
+    def _bn_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        bn = self.vae.bn
+        eps = self.vae.config.batch_norm_eps if self.bn_eps is None else self.bn_eps
+        mean = bn.running_mean.view(1, -1, 1, 1).to(like.device, like.dtype)
+        return mean, torch.sqrt(bn.running_var.view(1, -1, 1, 1) + eps).to(like.device, like.dtype)
+
+    @torch.no_grad()
+    def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Patchified, normalised latents (B, 128, H/16, W/16) for pixels in [-1, 1]; a sample of
+        the latent distribution by default (OneTrainer's), its mean with sample=False."""
+        from diffusers import Flux2Pipeline
+
+        dist = self.vae.encode(pixels.to(module_device(self.vae), module_dtype(self.vae))).latent_dist
+        latents = Flux2Pipeline._patchify_latents(dist.sample(generator) if sample else dist.mean)
+        mean, std = self._bn_stats(latents)
+        return (latents - mean) / std
+
+    @torch.no_grad()
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Pixels in [-1, 1] for latents of `encode_images`."""
+        from diffusers import Flux2Pipeline
+
+        latents = latents.to(module_device(self.vae), module_dtype(self.vae))
+        mean, std = self._bn_stats(latents)
+        return self.vae.decode(Flux2Pipeline._unpatchify_latents(latents * std + mean)).sample
+
 class DdpmNoise:
     """A DDPM noise schedule: `self.scheduler` (the sampling scheduler) and `self.noise_scheduler`
     (the DDPMScheduler training adds noise with), with `self.schedule_overrides` saved with the model."""

@@ -302,8 +302,10 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
 
     def _layer_skip_top(self, part: str) -> int:
         """The largest skip of `part`: its layer count for the T5 part, one less for the others
-        (which read their second-to-last layer, or their last with the final norm)."""
+        (which read their second-to-last layer, or their last with the final norm). A multimodal
+        encoder's layers are its text model's."""
         config = base_module(getattr(self, part)).config
+        config = getattr(config, "text_config", None) or config
         layers = int(getattr(config, "num_hidden_layers", None) or config.num_layers)
         return layers if part == self.t5_part else layers - 1
 

@@ -37,6 +37,7 @@ import torch
 
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype
+from ot_gradio.models.family_parts import Flux2VaeLatents
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
 from ot_gradio.models.registry import register_family
 
@@ -48,12 +49,6 @@ TRANSFORMER_PRESETS = {
     "full": [], "attn-mlp": ["attn", "ff.linear", "ff_context.linear"], "attn-only": ["attn"], "blocks": ["transformer_block"],
 }
 LLM_PRESETS = {"full": [], "attn-mlp": ["self_attn", "mlp"], "attn-only": ["self_attn"], "blocks": ["layers."]}
-
-
-def _bn_stats(vae, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    mean = vae.bn.running_mean.view(1, -1, 1, 1).to(like.device, like.dtype)
-    std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + vae.config.batch_norm_eps).to(like.device, like.dtype)
-    return mean, std
 
 
 def latent_ids(latents: torch.Tensor) -> torch.Tensor:
@@ -71,7 +66,7 @@ def text_ids(hidden: torch.Tensor) -> torch.Tensor:
 
 
 @register_family(ModelType.FLUX_2)
-class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
+class Flux2(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Flux.2 dev and Klein."""
 
     family_name = "Flux.2"
@@ -156,28 +151,6 @@ class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
             else:
                 hidden = Flux2KleinPipeline._get_qwen3_prompt_embeds(encoder, self.tokenizer, texts, **common)
         return {"encoder_hidden_states": hidden}
-
-    # ---------------------------------------------------------------- latents
-
-    @torch.no_grad()
-    def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Patchified, batch-norm-normalised latents (B, 128, H/16, W/16) for pixels in [-1, 1];
-        a sample of the latent distribution by default (OneTrainer's), its mean with sample=False."""
-        from diffusers import Flux2Pipeline
-
-        dist = self.vae.encode(pixels.to(module_device(self.vae), module_dtype(self.vae))).latent_dist
-        latents = Flux2Pipeline._patchify_latents(dist.sample(generator) if sample else dist.mean)
-        mean, std = _bn_stats(self.vae, latents)
-        return (latents - mean) / std
-
-    @torch.no_grad()
-    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        """Pixels in [-1, 1] for latents of `encode_images`."""
-        from diffusers import Flux2Pipeline
-
-        latents = latents.to(module_device(self.vae), module_dtype(self.vae))
-        mean, std = _bn_stats(self.vae, latents)
-        return self.vae.decode(Flux2Pipeline._unpatchify_latents(latents * std + mean)).sample
 
     # ---------------------------------------------------------------- training
 

@@ -114,6 +114,12 @@ HUB_LAYOUTS: dict[str, dict] = {
         "repo": "Lightricks/LTX-2", "model_index": {"tokenizer": ["transformers", "GemmaTokenizerFast"]},
         "tokenizers": {"tokenizer": "gemma"},
     },
+    "tiny:ernie": {  # files: a duplicate of baidu/ERNIE-Image (tokenizer.json + tokenizer_config.json); index: the repo's
+        "repo": "baidu/ERNIE-Image",
+        "model_index": {"_diffusers_version": "0.36.0", "tokenizer": ["transformers", "TokenizersBackend"],
+                        "pe": ["transformers", "Ministral3ForCausalLM"], "pe_tokenizer": ["transformers", "TokenizersBackend"]},
+        "tokenizers": {"tokenizer": "tokenizers-backend"}, "extras": ("pe",),
+    },
     "tiny:qwen-image": {  # files: catalog (Qwen-Image-2512: vocab.json + merges.txt, no tokenizer.json); index: InvokeAI's copy
         "repo": "Qwen/Qwen-Image", "model_index": {}, "tokenizers": {"tokenizer": "qwen"},
     },
@@ -278,9 +284,32 @@ def _pixtral(folder: Path) -> None:
     _write_json(folder / "preprocessor_config.json", PIXTRAL_IMAGE_PROCESSOR)
 
 
+def _tokenizers_backend(folder: Path) -> None:
+    """tokenizer.json, tokenizer_config.json as transformers 5 writes it (`backend`, TokenizersBackend;
+    ERNIE-Image's names the Pixtral processor it came from)."""
+    config = _read_json(folder / "tokenizer_config.json")
+    _write_json(folder / "tokenizer_config.json", {
+        **_special_tokens(config), "add_prefix_space": None, "backend": "tokenizers", "clean_up_tokenization_spaces": False,
+        "is_local": True, "legacy": True, "model_max_length": 2048, "processor_class": "PixtralProcessor",
+        "tokenizer_class": "TokenizersBackend", "use_default_system_prompt": False,
+    })
+
+
+def _save_prompt_enhancer(dest: Path) -> None:
+    """ERNIE-Image's prompt enhancer folders (pe: a Ministral3ForCausalLM, pe_tokenizer), the model as
+    a config with no weights: a loader that reads it fails, so loading must leave it alone."""
+    from transformers import Ministral3Config
+
+    (dest / "pe").mkdir()
+    Ministral3Config(vocab_size=300, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                     num_key_value_heads=1, head_dim=8).save_pretrained(dest / "pe")
+    shutil.copytree(dest / "tokenizer", dest / "pe_tokenizer")
+
+
 _TOKENIZER_KINDS = {
     "clip": _clip, "qwen": _qwen, "qwen-with-json": lambda f: _qwen(f, keep_json=True), "t5": _t5,
     "t5-spm-only": lambda f: _t5(f, keep_json=False), "gemma": _gemma, "pixtral": _pixtral, "llama3": _llama3,
+    "tokenizers-backend": _tokenizers_backend,
 }
 
 CLIP_IMAGE_PROCESSOR = {
@@ -323,6 +352,8 @@ def _rewrite(dest: Path, layout: dict) -> None:
         _write_json(dest / "feature_extractor" / "preprocessor_config.json", CLIP_IMAGE_PROCESSOR)
     if "safety_checker" in extras:
         _save_safety_checker(dest / "safety_checker")
+    if "pe" in extras:
+        _save_prompt_enhancer(dest)
     if "image_encoder" in extras:
         _save_image_encoder(dest / "image_encoder")
     if layout.get("scheduler"):

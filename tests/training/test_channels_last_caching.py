@@ -17,6 +17,7 @@ FAMILIES = [
     ("HUNYUAN_VIDEO", "tiny:hunyuan_video"),
     ("LTX_2", "tiny:ltx2"),
     ("HI_DREAM_FULL", "tiny:hidream"),
+    ("ERNIE", "tiny:ernie"),
 ]
 
 

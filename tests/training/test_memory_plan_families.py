@@ -24,6 +24,7 @@ FAMILIES = [
     ("WAN_2_2_TI2V_5B", "tiny:wan22-5b"), ("HUNYUAN_VIDEO", "tiny:hunyuan_video"), ("LTX_2", "tiny:ltx2"),
     ("HI_DREAM_FULL", "tiny:hidream"),
     ("WAN_2_2_T2V_A14B", "tiny:wan22-a14b"),
+    ("ERNIE", "tiny:ernie"),
 ]
 
 

@@ -64,18 +64,22 @@ def tiny_mistral_tokenizer(model_max_length: int = 512):
     return tokenizer
 
 
-def tiny_mistral3_encoder(tokenizer, seed: int = 0):
-    from transformers import Mistral3Config, Mistral3ForConditionalGeneration, MistralConfig, PixtralVisionConfig
+def tiny_mistral3_encoder(tokenizer, seed: int = 0, *, layers: int = 30, head: bool = True):
+    """A Mistral3 with `layers` text layers: Mistral3ForConditionalGeneration (Flux.2 dev's) or,
+    without `head`, the bare Mistral3Model (ERNIE-Image's)."""
+    import transformers
+    from transformers import Mistral3Config, MistralConfig, PixtralVisionConfig
 
     torch.manual_seed(seed)
     text = MistralConfig(
-        vocab_size=len(tokenizer), hidden_size=TEXT_WIDTH, intermediate_size=32, num_hidden_layers=30, num_attention_heads=2,
+        vocab_size=len(tokenizer), hidden_size=TEXT_WIDTH, intermediate_size=32, num_hidden_layers=layers, num_attention_heads=2,
         num_key_value_heads=1, head_dim=8, max_position_embeddings=1024, pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
     )
     vision = PixtralVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, head_dim=8,
                                  image_size=64, patch_size=16)
-    return Mistral3ForConditionalGeneration(
+    model_class = transformers.Mistral3ForConditionalGeneration if head else transformers.Mistral3Model
+    return model_class(
         Mistral3Config(text_config=text, vision_config=vision, image_token_index=tokenizer.convert_tokens_to_ids("[IMG]"),
                        spatial_merge_size=1, vision_feature_layer=-1)
     )
