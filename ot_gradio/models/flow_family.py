@@ -40,6 +40,9 @@ from ot_gradio.models.common import (
     plain_state_dict,
     save_diffusers_folder,
     torch_dtype,
+    wan_vae_decode,
+    wan_vae_encode,
+    weights_fingerprint,
 )
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import CheckedLayerSkips, HubLoading, KlVaeLatents, sentencepiece_files_readable
@@ -70,6 +73,51 @@ def unpack_latents(tokens: torch.Tensor, height: int, width: int) -> torch.Tenso
     c = d // 4
     x = tokens.view(b, height // 2, width // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5)
     return x.reshape(b, c, height, width)
+
+
+def trim_to_longest(conditioning: Mapping, device=None, dtype=None, keep_mask: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Prompt embeddings held as a window (`encoder_hidden_states`, each prompt's tokens first,
+    `attention_mask` marking them) cut to the batch's longest prompt, and the mask (None when
+    every token counts, unless `keep_mask`): what the Qwen-Image and Krea 2 pipelines feed."""
+    hidden, mask = conditioning["encoder_hidden_states"], conditioning["attention_mask"].bool()
+    if mask.device.type == "meta":  # the memory planner's probe: the whole window, the longest a caption can be
+        return hidden.to(device, dtype), mask.to(device).long()
+    longest = int(mask.sum(dim=1).max())
+    everything = bool(mask[:, :longest].all())
+    hidden, mask = hidden[:, :longest].to(device, dtype), mask[:, :longest].to(device)
+    return hidden, (None if everything and not keep_mask else mask.long())
+
+
+class WanImageLatents:
+    """Images through a Wan-style video VAE one frame at a time (Qwen-Image's AutoencoderKLQwenImage,
+    which Krea 2 shares): latents normalised per channel (common.wan_vae_encode), a pipeline's
+    latent output packed in 2x2 patches (`decode_sample`)."""
+
+    vae: torch.nn.Module
+
+    @property
+    def vae_id(self) -> str:
+        if getattr(self, "_vae_id", None) is None:
+            self._vae_id = "qwen-image-vae-" + weights_fingerprint(self.vae)
+        return self._vae_id
+
+    @property
+    def vae_scale_factor(self) -> int:
+        return 2 ** len(base_module(self.vae).temperal_downsample)
+
+    def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Normalised latents (B, C, H/8, W/8) for pixels in [-1, 1]: a sample of the VAE's
+        distribution by default (as OneTrainer), its mean with `sample=False`."""
+        return wan_vae_encode(self.vae, pixels.unsqueeze(2), sample=sample, generator=generator).squeeze(2)
+
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Pixels in [-1, 1] for normalised latents (the inverse of `encode_images`)."""
+        return wan_vae_decode(self.vae, latents.unsqueeze(2)).squeeze(2)
+
+    def decode_sample(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """The pipeline's packed latents (B, tokens, 4C) unpacked and decoded."""
+        factor = self.vae_scale_factor
+        return self.decode_latents(unpack_latents(latents, height // factor, width // factor))
 
 
 def flow_training_scheduler(scheduler):
