@@ -155,6 +155,10 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     text_encoder_description = "its text encoder"  # what a model without it is told it needs
     transformer_class_name = ""  # the diffusers transformer class (pipeline_class_name: the pipeline's)
     pipeline_output = "images"  # the pipeline output's field with the latents (video pipelines: "frames")
+    # the loaded pipeline's own config values (model_index.json) a pipeline built for sampling or
+    # saving is given back (Krea 2: the text encoder layers it reads)
+    pipeline_config_keys: tuple[str, ...] = ()
+    pipeline_config: Mapping[str, object] = {}  # their values, set by `_from_pipeline`
 
     def __init__(self, components: Mapping):
         """The parts of a loaded pipeline; a missing text encoder or tokenizer is a ModelLoadError."""
@@ -212,8 +216,11 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
 
     @classmethod
     def _from_pipeline(cls, pipe):
-        """The family around a loaded pipeline (Flux.2 also reads the pipeline's config)."""
-        return cls(pipe.components)
+        """The family around a loaded pipeline, keeping its `pipeline_config_keys` (Flux.2 also
+        reads the pipeline's config)."""
+        model = cls(pipe.components)
+        model.pipeline_config = {key: pipe.config[key] for key in cls.pipeline_config_keys if key in pipe.config}
+        return model
 
     @classmethod
     def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir, transformer_file: Path | None = None):
@@ -393,7 +400,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         components = {part: base_module(module) for part, module in self.parts.items()}
         components.update({attr: self.tokenizers[part] for part, attr in self.tokenizer_attrs.items()})
         scheduler = type(self.scheduler).from_config(self.scheduler.config)
-        pipe = self._pipeline_class()(scheduler=scheduler, **components)
+        pipe = self._pipeline_class()(scheduler=scheduler, **components, **self.pipeline_config)
         pipe.set_progress_bar_config(disable=True)
         return pipe
 

@@ -39,7 +39,9 @@ from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import (
     base_module,
     keep_embedders_unquantized,
+    language_model_config,
     module_device,
+    vl_language_model_presets,
 )
 from ot_gradio.models.flow_family import (
     FlowFamily,
@@ -61,20 +63,6 @@ PROMPT_TEMPLATE = (
 TEMPLATE_TOKENS = 34
 # OneTrainer's BaseQwenSetup layer presets for the transformer
 TRANSFORMER_PRESETS = {"full": [], "attn-mlp": ["attn", "img_mlp", "txt_mlp"], "attn-only": ["attn"], "blocks": ["transformer_block"]}
-
-
-def text_encoder_presets(n_layers: int) -> dict[str, list[str]]:
-    """The language model's layers only (the vision tower and lm_head are never run for prompts)."""
-    layers = [f"language_model.layers.{i}." for i in range(n_layers)]
-    return {
-        "full": ["language_model.layers."], "attn-mlp": ["language_model.layers."],
-        "attn-only": [f"{layer}self_attn." for layer in layers], "blocks": ["language_model.layers."],
-    }
-
-
-def text_config(encoder: torch.nn.Module):
-    config = base_module(encoder).config
-    return getattr(config, "text_config", config)
 
 
 def save_transformer_file(path: str | os.PathLike, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None,
@@ -131,11 +119,11 @@ class QwenImage(WanImageLatents, IdentityLoraNames, FlowFamily):
 
     @property
     def lora_layer_presets(self) -> dict[str, dict[str, list[str]]]:
-        return {"transformer": TRANSFORMER_PRESETS, "text_encoder": text_encoder_presets(int(text_config(self.text_encoder).num_hidden_layers))}
+        return {"transformer": TRANSFORMER_PRESETS, "text_encoder": vl_language_model_presets(int(language_model_config(self.text_encoder).num_hidden_layers))}
 
     def _layer_skip_top(self, part: str) -> int:
         """The pipeline reads the last layer; a skip goes back up to the first."""
-        return int(text_config(self.text_encoder).num_hidden_layers) - 1
+        return int(language_model_config(self.text_encoder).num_hidden_layers) - 1
 
     def configure_flow(self, config) -> None:
         """The run's token window; the embedders diffusers keeps in the compute type stay out of
