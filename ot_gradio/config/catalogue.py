@@ -58,7 +58,7 @@ _CHECKED = (
 def model_type_problem(value: Any) -> str | None:
     """The line `unavailable` gives for a OneTrainer model type the trainer does not implement,
     read from raw config data: such a config is refused with this line alone, whatever else in it
-    the schema would question (OneTrainer's Krea 2 presets name an attention of its own)."""
+    the schema would question (a preset of a model type not trained here may name options of its own)."""
     if not isinstance(value, str) or value not in ModelType.__members__ or ModelType(value) in offered(ModelType):
         return None
     return (f"model_type: {value} is a OneTrainer model type this trainer does not implement yet; "

@@ -167,7 +167,9 @@ def _undo_newer_renames(data: dict[str, Any]) -> None:
             optimizer["orthogonal_gradient"] = modes[optimizer["orthogonal_gradient"]]
 
 
-_ENUM_ALIASES = {"timestep_distribution": {"PARABOLA": "INVERTED_PARABOLA"}}
+# CUDNN (OneTrainer's Krea 2 presets): PyTorch's scaled-dot-product attention held to its cuDNN
+# kernel; SDP lets PyTorch pick that kernel (or another) itself
+_ENUM_ALIASES = {"timestep_distribution": {"PARABOLA": "INVERTED_PARABOLA"}, "attention_mechanism": {"CUDNN": "SDP"}}
 
 
 def _fix_enum_values(data: dict[str, Any]) -> None:

@@ -125,6 +125,38 @@ def text_key(encoder_id: str, text: str | Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()
 
 
+_WINDOW = "ot_gradio.window"  # the token window of an entry stored without its padding rows
+
+
+def _trimmed(entry: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+    """One caption's output without its padding rows, where that loses nothing: a bool
+    `attention_mask` that marks a prefix of the window, and every tensor with a row per token
+    zero past it (the LLM-encoded families keep their prompts this way; a Krea 2 window of 512
+    tokens x 12 layers x 2560 is 31 MB in bfloat16, its prompt a few). Else `entry` as it is."""
+    mask = entry.get("attention_mask")
+    if mask is None or mask.dtype != torch.bool or mask.ndim != 1:
+        return entry
+    window, kept = mask.shape[0], int(mask.sum())
+    if kept in (0, window) or not bool(mask[:kept].all()):
+        return entry
+    rows = [k for k, v in entry.items() if v.ndim >= 1 and v.shape[0] == window]
+    if any(v.ndim >= 1 and v.shape[0] == kept for k, v in entry.items() if k not in rows):
+        return entry  # another tensor of that length would be read back as a trimmed one
+    if any(bool(entry[k][kept:].any()) for k in rows if k != "attention_mask"):
+        return entry
+    return {**{k: v[:kept] if k in rows else v for k, v in entry.items()}, _WINDOW: torch.tensor(window)}
+
+
+def _padded(entry: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inverse of `_trimmed`: the rows past the prompt back as zeros (False in the mask)."""
+    window = entry.pop(_WINDOW, None)
+    if window is None:
+        return entry
+    kept, window = entry["attention_mask"].shape[0], int(window)
+    return {k: torch.cat([v, v.new_zeros((window - kept, *v.shape[1:]))]) if v.ndim >= 1 and v.shape[0] == kept else v
+            for k, v in entry.items()}
+
+
 class TextEmbeddingCache:
     """A folder of text encoder outputs for one text encoder identity. Counters: ``hits`` and
     ``misses`` (samples looked up), ``encoded`` (texts encoded now, each once), ``encode_calls``."""
@@ -145,7 +177,7 @@ class TextEmbeddingCache:
     def _read(self, key: str) -> dict[str, torch.Tensor] | None:
         path = self.path_for(key)
         try:
-            return st_load(path.read_bytes())
+            return _padded(st_load(path.read_bytes()))
         except FileNotFoundError:
             return None
         except Exception as exc:  # a damaged file is encoded again
@@ -153,7 +185,7 @@ class TextEmbeddingCache:
             return None
 
     def _write(self, key: str, tensors: Mapping[str, torch.Tensor]) -> None:
-        data = st_save({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()},
+        data = st_save({k: v.detach().to("cpu").contiguous() for k, v in _trimmed(tensors).items()},
                        metadata={"encoder_id": self.encoder_id})
         replace_write_bytes(self.path_for(key), data)
 

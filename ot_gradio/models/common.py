@@ -97,6 +97,22 @@ def base_module(module: torch.nn.Module) -> torch.nn.Module:
     return module.get_base_model() if hasattr(module, "get_base_model") else module
 
 
+def vl_language_model_presets(n_layers: int) -> dict[str, list[str]]:
+    """Layer presets of a vision-language text encoder (Qwen2.5-VL, Qwen3-VL): its language
+    model's layers only (the vision tower and any lm_head are never run for prompts)."""
+    layers = [f"language_model.layers.{i}." for i in range(n_layers)]
+    return {
+        "full": ["language_model.layers."], "attn-mlp": ["language_model.layers."],
+        "attn-only": [f"{layer}self_attn." for layer in layers], "blocks": ["language_model.layers."],
+    }
+
+
+def language_model_config(encoder: torch.nn.Module):
+    """The text config of a vision-language encoder (the model's own config for a plain LLM)."""
+    config = base_module(encoder).config
+    return getattr(config, "text_config", config)
+
+
 def _wan_vae_stats(vae: torch.nn.Module, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A Wan-style VAE's per-channel `latents_mean` / `latents_std`, shaped to broadcast over
     (B, C, F, H, W) latents like `like`, in its device and dtype."""

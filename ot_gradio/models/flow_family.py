@@ -40,6 +40,9 @@ from ot_gradio.models.common import (
     plain_state_dict,
     save_diffusers_folder,
     torch_dtype,
+    wan_vae_decode,
+    wan_vae_encode,
+    weights_fingerprint,
 )
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import CheckedLayerSkips, HubLoading, KlVaeLatents, sentencepiece_files_readable
@@ -70,6 +73,51 @@ def unpack_latents(tokens: torch.Tensor, height: int, width: int) -> torch.Tenso
     c = d // 4
     x = tokens.view(b, height // 2, width // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5)
     return x.reshape(b, c, height, width)
+
+
+def trim_to_longest(conditioning: Mapping, device=None, dtype=None, keep_mask: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Prompt embeddings held as a window (`encoder_hidden_states`, each prompt's tokens first,
+    `attention_mask` marking them) cut to the batch's longest prompt, and the mask (None when
+    every token counts, unless `keep_mask`): what the Qwen-Image and Krea 2 pipelines feed."""
+    hidden, mask = conditioning["encoder_hidden_states"], conditioning["attention_mask"].bool()
+    if mask.device.type == "meta":  # the memory planner's probe: the whole window, the longest a caption can be
+        return hidden.to(device, dtype), mask.to(device).long()
+    longest = int(mask.sum(dim=1).max())
+    everything = bool(mask[:, :longest].all())
+    hidden, mask = hidden[:, :longest].to(device, dtype), mask[:, :longest].to(device)
+    return hidden, (None if everything and not keep_mask else mask.long())
+
+
+class WanImageLatents:
+    """Images through a Wan-style video VAE one frame at a time (Qwen-Image's AutoencoderKLQwenImage,
+    which Krea 2 shares): latents normalised per channel (common.wan_vae_encode), a pipeline's
+    latent output packed in 2x2 patches (`decode_sample`)."""
+
+    vae: torch.nn.Module
+
+    @property
+    def vae_id(self) -> str:
+        if getattr(self, "_vae_id", None) is None:
+            self._vae_id = "qwen-image-vae-" + weights_fingerprint(self.vae)
+        return self._vae_id
+
+    @property
+    def vae_scale_factor(self) -> int:
+        return 2 ** len(base_module(self.vae).temperal_downsample)
+
+    def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Normalised latents (B, C, H/8, W/8) for pixels in [-1, 1]: a sample of the VAE's
+        distribution by default (as OneTrainer), its mean with `sample=False`."""
+        return wan_vae_encode(self.vae, pixels.unsqueeze(2), sample=sample, generator=generator).squeeze(2)
+
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Pixels in [-1, 1] for normalised latents (the inverse of `encode_images`)."""
+        return wan_vae_decode(self.vae, latents.unsqueeze(2)).squeeze(2)
+
+    def decode_sample(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """The pipeline's packed latents (B, tokens, 4C) unpacked and decoded."""
+        factor = self.vae_scale_factor
+        return self.decode_latents(unpack_latents(latents, height // factor, width // factor))
 
 
 def flow_training_scheduler(scheduler):
@@ -107,6 +155,10 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     text_encoder_description = "its text encoder"  # what a model without it is told it needs
     transformer_class_name = ""  # the diffusers transformer class (pipeline_class_name: the pipeline's)
     pipeline_output = "images"  # the pipeline output's field with the latents (video pipelines: "frames")
+    # the loaded pipeline's own config values (model_index.json) a pipeline built for sampling or
+    # saving is given back (Krea 2: the text encoder layers it reads)
+    pipeline_config_keys: tuple[str, ...] = ()
+    pipeline_config: Mapping[str, object] = {}  # their values, set by `_from_pipeline`
 
     def __init__(self, components: Mapping):
         """The parts of a loaded pipeline; a missing text encoder or tokenizer is a ModelLoadError."""
@@ -164,8 +216,11 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
 
     @classmethod
     def _from_pipeline(cls, pipe):
-        """The family around a loaded pipeline (Flux.2 also reads the pipeline's config)."""
-        return cls(pipe.components)
+        """The family around a loaded pipeline, keeping its `pipeline_config_keys` (Flux.2 also
+        reads the pipeline's config)."""
+        model = cls(pipe.components)
+        model.pipeline_config = {key: pipe.config[key] for key in cls.pipeline_config_keys if key in pipe.config}
+        return model
 
     @classmethod
     def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir, transformer_file: Path | None = None):
@@ -347,7 +402,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         components = {part: base_module(module) for part, module in self.parts.items()}
         components.update({attr: self.tokenizers[part] for part, attr in self.tokenizer_attrs.items()})
         scheduler = type(self.scheduler).from_config(self.scheduler.config)
-        pipe = self._pipeline_class()(scheduler=scheduler, **components)
+        pipe = self._pipeline_class()(scheduler=scheduler, **components, **self.pipeline_config)
         pipe.set_progress_bar_config(disable=True)
         return pipe
 

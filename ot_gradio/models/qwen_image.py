@@ -39,12 +39,19 @@ from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import (
     base_module,
     keep_embedders_unquantized,
+    language_model_config,
     module_device,
-    wan_vae_decode,
-    wan_vae_encode,
-    weights_fingerprint,
+    vl_language_model_presets,
 )
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype, pack_latents, unpack_latents
+from ot_gradio.models.flow_family import (
+    FlowFamily,
+    IdentityLoraNames,
+    WanImageLatents,
+    compute_dtype,
+    pack_latents,
+    trim_to_longest,
+    unpack_latents,
+)
 from ot_gradio.models.registry import register_family
 
 DEFAULT_SEQUENCE_LENGTH = 512
@@ -56,20 +63,6 @@ PROMPT_TEMPLATE = (
 TEMPLATE_TOKENS = 34
 # OneTrainer's BaseQwenSetup layer presets for the transformer
 TRANSFORMER_PRESETS = {"full": [], "attn-mlp": ["attn", "img_mlp", "txt_mlp"], "attn-only": ["attn"], "blocks": ["transformer_block"]}
-
-
-def text_encoder_presets(n_layers: int) -> dict[str, list[str]]:
-    """The language model's layers only (the vision tower and lm_head are never run for prompts)."""
-    layers = [f"language_model.layers.{i}." for i in range(n_layers)]
-    return {
-        "full": ["language_model.layers."], "attn-mlp": ["language_model.layers."],
-        "attn-only": [f"{layer}self_attn." for layer in layers], "blocks": ["language_model.layers."],
-    }
-
-
-def text_config(encoder: torch.nn.Module):
-    config = base_module(encoder).config
-    return getattr(config, "text_config", config)
 
 
 def save_transformer_file(path: str | os.PathLike, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None,
@@ -106,7 +99,7 @@ def comfy_lora_targets(transformer: torch.nn.Module, lora_keys: Sequence[str]) -
 
 
 @register_family(ModelType.QWEN)
-class QwenImage(IdentityLoraNames, FlowFamily):
+class QwenImage(WanImageLatents, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Qwen-Image."""
 
     family_name = "Qwen-Image"
@@ -122,36 +115,15 @@ class QwenImage(IdentityLoraNames, FlowFamily):
     pipeline_class_name = "QwenImagePipeline"
     transformer_class_name = "QwenImageTransformer2DModel"
 
-    # ---------------------------------------------------------------- the VAE (one frame of a video VAE)
-
-    @property
-    def vae_id(self) -> str:
-        if getattr(self, "_vae_id", None) is None:
-            self._vae_id = "qwen-image-vae-" + weights_fingerprint(self.vae)
-        return self._vae_id
-
-    @property
-    def vae_scale_factor(self) -> int:
-        return 2 ** len(base_module(self.vae).temperal_downsample)
-
-    def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Normalised latents (B, C, H/8, W/8) for pixels in [-1, 1]: a sample of the VAE's
-        distribution by default (as OneTrainer), its mean with `sample=False`."""
-        return wan_vae_encode(self.vae, pixels.unsqueeze(2), sample=sample, generator=generator).squeeze(2)
-
-    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        """Pixels in [-1, 1] for normalised latents (the inverse of `encode_images`)."""
-        return wan_vae_decode(self.vae, latents.unsqueeze(2)).squeeze(2)
-
     # ---------------------------------------------------------------- parts and options
 
     @property
     def lora_layer_presets(self) -> dict[str, dict[str, list[str]]]:
-        return {"transformer": TRANSFORMER_PRESETS, "text_encoder": text_encoder_presets(int(text_config(self.text_encoder).num_hidden_layers))}
+        return {"transformer": TRANSFORMER_PRESETS, "text_encoder": vl_language_model_presets(int(language_model_config(self.text_encoder).num_hidden_layers))}
 
     def _layer_skip_top(self, part: str) -> int:
         """The pipeline reads the last layer; a skip goes back up to the first."""
-        return int(text_config(self.text_encoder).num_hidden_layers) - 1
+        return int(language_model_config(self.text_encoder).num_hidden_layers) - 1
 
     def configure_flow(self, config) -> None:
         """The run's token window; the embedders diffusers keeps in the compute type stay out of
@@ -199,17 +171,7 @@ class QwenImage(IdentityLoraNames, FlowFamily):
             hidden = hidden * kept.unsqueeze(-1).to(hidden.dtype)
         return {"encoder_hidden_states": hidden, "attention_mask": kept}
 
-    @staticmethod
-    def trimmed(conditioning: Mapping, device=None, dtype=None, keep_mask: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The batch's embeddings cut to its longest prompt, and the mask (None when every token
-        counts, as the pipeline passes it to the transformer, unless `keep_mask`)."""
-        hidden, mask = conditioning["encoder_hidden_states"], conditioning["attention_mask"].bool()
-        if mask.device.type == "meta":  # the memory planner's probe: the whole window, the longest a caption can be
-            return hidden.to(device, dtype), mask.to(device).long()
-        longest = int(mask.sum(dim=1).max())
-        everything = bool(mask[:, :longest].all())
-        hidden, mask = hidden[:, :longest].to(device, dtype), mask[:, :longest].to(device)
-        return hidden, (None if everything and not keep_mask else mask.long())
+    trimmed = staticmethod(trim_to_longest)
 
     # ---------------------------------------------------------------- training
 
@@ -244,11 +206,6 @@ class QwenImage(IdentityLoraNames, FlowFamily):
 
     def sample_options(self) -> dict:
         return {"max_sequence_length": self.text_encoder_sequence_length}
-
-    def decode_sample(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        """The pipeline's packed latents (B, tokens, 4C) unpacked and decoded."""
-        factor = self.vae_scale_factor
-        return self.decode_latents(unpack_latents(latents, height // factor, width // factor))
 
     # ---------------------------------------------------------------- saving
 

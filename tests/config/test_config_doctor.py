@@ -164,11 +164,12 @@ def test_a_hunyuan_video_kohya_lora_is_said_to_load_nowhere_else():
 
 
 @pytest.mark.parametrize("fmt", ["KOHYA_LORA", "COMFY_LORA"])
-def test_an_ltx2_lora_in_the_kohya_layout_is_refused_before_the_run(fmt):
-    config = TrainConfig(model_type=ModelType.LTX_2, training_method="LORA", output_model_format=fmt)
+@pytest.mark.parametrize(("model_type", "model", "pipeline"), [("LTX_2", "LTX-2", "LTX2Pipeline"), ("KREA_2", "Krea 2", "Krea2Pipeline")])
+def test_a_lora_in_the_kohya_layout_of_a_model_comfyui_lacks_is_refused_before_the_run(fmt, model_type, model, pipeline):
+    config = TrainConfig(model_type=model_type, training_method="LORA", output_model_format=fmt)
     assert [e for e in errors(config) if e.startswith("transformer.train:")] == [
-        f"transformer.train: a LTX_2 transformer LoRA saved as {fmt} would load nowhere: ComfyUI has no LTX-2 model to map "
-        "its names to and diffusers reads no kohya LTX-2 file (LTX2Pipeline.load_lora_weights reads DIFFUSERS_LORA); "
+        f"transformer.train: a {model_type} transformer LoRA saved as {fmt} would load nowhere: ComfyUI has no {model} model to map "
+        f"its names to and diffusers reads no kohya {model} file ({pipeline}.load_lora_weights reads DIFFUSERS_LORA); "
         "save as DIFFUSERS_LORA, or turn off training transformer."]
     config.output_model_format = ModelFormat.DIFFUSERS_LORA
     assert not [e for e in errors(config) if e.startswith("transformer.train:")]

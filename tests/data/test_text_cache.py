@@ -50,6 +50,31 @@ def test_hits_misses_and_duplicates(tmp_path):
     assert enc.calls == 0 and later.hits == 3
 
 
+def windowed(texts, padding: float = 0.0):
+    """An LLM family's output: each caption's tokens first in a window of 8, a bool mask marking
+    them, the rows past them `padding` (0: as Qwen-Image, Z-Image and Krea 2 keep them)."""
+    rows = texts["text_encoder"] if isinstance(texts, dict) else texts
+    mask = torch.stack([torch.arange(8) < len(t) for t in rows])
+    hidden = torch.randn(len(rows), 8, 2, 3)
+    hidden = torch.where(mask[:, :, None, None], hidden, torch.full_like(hidden, padding))
+    return {"encoder_hidden_states": hidden, "attention_mask": mask, "pooled": torch.randn(len(rows), 5)}
+
+
+@pytest.mark.parametrize(("padding", "stored_rows"), [(0.0, 3), (0.5, 8)])
+def test_a_window_is_stored_without_its_padding_only_where_it_is_zero(tmp_path, padding, stored_rows):
+    from safetensors.torch import load_file
+
+    cache = TextEmbeddingCache(tmp_path, "enc")
+    made = []
+    out = cache.encode(["abc", "abcdef"], lambda texts: made.append(windowed(texts, padding)) or made[-1])
+    stored = load_file(cache.path_for(text_key("enc", "abc")))
+    assert stored["encoder_hidden_states"].shape == (stored_rows, 2, 3) and stored["attention_mask"].shape == (stored_rows,)
+    again = TextEmbeddingCache(tmp_path, "enc").encode(["abcdef", "abc"], windowed)
+    for name in out:
+        assert torch.equal(again[name][1], made[0][name][0]) and torch.equal(again[name][0], made[1][name][0]), name
+        assert torch.equal(out[name], torch.cat([made[0][name], made[1][name]])), name
+
+
 def test_other_encoder_or_text_misses(tmp_path):
     assert text_key("enc-a", "a cat") == text_key("enc-a", "a cat")
     assert text_key("enc-a", "a cat") != text_key("enc-b", "a cat")

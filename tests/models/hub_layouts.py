@@ -123,6 +123,10 @@ HUB_LAYOUTS: dict[str, dict] = {
     "tiny:qwen-image": {  # files: catalog (Qwen-Image-2512: vocab.json + merges.txt, no tokenizer.json); index: InvokeAI's copy
         "repo": "Qwen/Qwen-Image", "model_index": {}, "tokenizers": {"tokenizer": "qwen"},
     },
+    "tiny:krea2": {  # inferred (no file list of the repo seen): Qwen3-VL-4B's tokenizer files (vocab.json, merges.txt, tokenizer.json); index: Qwen2TokenizerFast
+        "repo": "krea/Krea-2-Raw", "model_index": {"tokenizer": ["transformers", "Qwen2TokenizerFast"]},
+        "tokenizers": {"tokenizer": "qwen-with-json"},
+    },
     "tiny:z-image": {  # files: catalog (tokenizer.json, vocab.json, merges.txt); index: a copy of the repo's
         "repo": "Tongyi-MAI/Z-Image-Turbo", "model_index": {}, "tokenizers": {"tokenizer": "qwen-with-json"},
     },

@@ -39,6 +39,7 @@ FAMILIES = [
     Row("flux2-klein", (M.FLUX_2,), single_file=False),
     Row("z-image", (M.Z_IMAGE,)),
     Row("qwen-image", (M.QWEN,)),
+    Row("krea2", (M.KREA_2,)),
     Row("sana", (M.SANA,), single_file=False),
     Row("wan", (M.WAN_2_1,), single_file=False),
     Row("wan22-5b", (M.WAN_2_2_TI2V_5B,), single_file=False),

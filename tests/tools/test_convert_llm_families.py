@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from ot_gradio.tools.jobs import JobError, run_inline
 
-FAMILIES = {"Z_IMAGE": "tiny:z-image", "FLUX_2": "tiny:flux2-klein", "QWEN": "tiny:qwen-image", "SANA": "tiny:sana"}
+FAMILIES = {"Z_IMAGE": "tiny:z-image", "FLUX_2": "tiny:flux2-klein", "QWEN": "tiny:qwen-image", "KREA_2": "tiny:krea2", "SANA": "tiny:sana"}
 
 
 def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:

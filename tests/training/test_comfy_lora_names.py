@@ -86,11 +86,11 @@ def comfy_names(name: str, model) -> set[str]:
     if name == "z-image":
         return ref.z_image_map(tr.n_layers, tr.n_refiner_layers) | ref.llm_map("qwen3_4b", model.text_encoder.config.num_hidden_layers)
     if name == "qwen-image":
+        from ot_gradio.models.common import language_model_config
         from ot_gradio.models.key_layout import layer_paths
-        from ot_gradio.models.qwen_image import text_config
 
         original = layer_paths(model.transformer)  # ComfyUI's Qwen-Image model has diffusers' names
-        return ref.generic_unet(original) | ref.llm_map("qwen25_7b", text_config(model.text_encoder).num_hidden_layers)
+        return ref.generic_unet(original) | ref.llm_map("qwen25_7b", language_model_config(model.text_encoder).num_hidden_layers)
     if name == "hidream":
         from ot_gradio.models.key_layout import layer_paths
 
