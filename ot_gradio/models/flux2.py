@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype
+from ot_gradio.models.common import ModelLoadError, base_module, batch_norm_stats, module_device, module_dtype
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
 from ot_gradio.models.registry import register_family
 
@@ -48,12 +48,6 @@ TRANSFORMER_PRESETS = {
     "full": [], "attn-mlp": ["attn", "ff.linear", "ff_context.linear"], "attn-only": ["attn"], "blocks": ["transformer_block"],
 }
 LLM_PRESETS = {"full": [], "attn-mlp": ["self_attn", "mlp"], "attn-only": ["self_attn"], "blocks": ["layers."]}
-
-
-def _bn_stats(vae, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    mean = vae.bn.running_mean.view(1, -1, 1, 1).to(like.device, like.dtype)
-    std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + vae.config.batch_norm_eps).to(like.device, like.dtype)
-    return mean, std
 
 
 def latent_ids(latents: torch.Tensor) -> torch.Tensor:
@@ -167,7 +161,7 @@ class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
 
         dist = self.vae.encode(pixels.to(module_device(self.vae), module_dtype(self.vae))).latent_dist
         latents = Flux2Pipeline._patchify_latents(dist.sample(generator) if sample else dist.mean)
-        mean, std = _bn_stats(self.vae, latents)
+        mean, std = batch_norm_stats(self.vae, latents)
         return (latents - mean) / std
 
     @torch.no_grad()
@@ -176,7 +170,7 @@ class Flux2(TokenWindow, IdentityLoraNames, FlowFamily):
         from diffusers import Flux2Pipeline
 
         latents = latents.to(module_device(self.vae), module_dtype(self.vae))
-        mean, std = _bn_stats(self.vae, latents)
+        mean, std = batch_norm_stats(self.vae, latents)
         return self.vae.decode(Flux2Pipeline._unpatchify_latents(latents * std + mean)).sample
 
     # ---------------------------------------------------------------- training
