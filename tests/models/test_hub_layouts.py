@@ -29,6 +29,7 @@ MODEL_TYPES = {
     "tiny:wan22-a14b": ModelType.WAN_2_2_T2V_A14B,
     "tiny:hunyuan_video": ModelType.HUNYUAN_VIDEO,
     "tiny:ltx2": ModelType.LTX_2,
+    "tiny:ideogram4": ModelType.IDEOGRAM_4,
     "tiny:flux-fill": ModelType.FLUX_FILL_DEV_1,
     "tiny:chroma": ModelType.CHROMA_1,
     "tiny:pixart": ModelType.PIXART_ALPHA,
