@@ -18,6 +18,8 @@ What Ideogram 4 is (diffusers' Ideogram4Pipeline, OneTrainer's IDEOGRAM_4):
 - Latents: AutoencoderKLFlux2's 32 channels cut into 2x2 patches (128 channels at 1/16 of the
   side, in the pipeline's order: row, column, channel) and normalised by the VAE's batch-norm
   statistics, as the pipeline denormalises them.
+- `dynamic_timestep_shifting` is the pipeline's resolution-aware shift (e^mu = sqrt(pixels / 512^2),
+  OneTrainer's), not the scheduler config's linear rule.
 - Asymmetric CFG: a second transformer, `unconditional_transformer`, denoises the image tokens
   alone with zero text features; a sample blends the two, v = g * v_cond + (1 - g) * v_uncond.
   As in OneTrainer only `transformer` is trained (LoRA keys `transformer.*`, which
@@ -30,6 +32,7 @@ What Ideogram 4 is (diffusers' Ideogram4Pipeline, OneTrainer's IDEOGRAM_4):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -135,16 +138,18 @@ class Ideogram4(TokenWindow, IdentityLoraNames, FlowFamily):
         self._layer_skips = {}
 
     def configure_flow(self, config) -> None:
-        """The run's token window; the text encoder stays frozen and the resolution shift is not
-        the scheduler's (both refused); the embedders are kept out of quantization."""
+        """The run's token window; the text encoder stays frozen (refused); the embedders are kept
+        out of quantization."""
         if config.text_encoder.train:
             raise ValueError("text_encoder.train: Ideogram 4 trains the transformer only (as OneTrainer; "
                              "Ideogram4Pipeline loads transformer LoRAs only); turn it off")
-        if config.dynamic_timestep_shifting:
-            raise ValueError("dynamic_timestep_shifting: Ideogram 4's resolution shift (its pipeline's log rule) is not "
-                             "done here yet; turn it off and set timestep_shift")
         self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
         keep_embedders_unquantized(self.transformer)
+
+    def resolution_shift(self, latents: torch.Tensor) -> float:
+        """The pipeline's resolution-aware shift (its `_resolution_aware_mu` from 512 x 512, as
+        OneTrainer's `calculate_timestep_shift`): e^mu = sqrt(pixels / 512^2), a token being 16 x 16 px."""
+        return math.sqrt(latents.shape[-2] * latents.shape[-1] * 256 / 512**2)
 
     # ---------------------------------------------------------------- text
 
