@@ -344,6 +344,31 @@ def parked_for_sampling(parts: Mapping[str, torch.nn.Module], device: torch.devi
             m.train(was_training[name])
 
 
+@contextlib.contextmanager
+def turns_on_device(active: torch.nn.Module, waiting: torch.nn.Module, target: torch.device) -> Iterator[None]:
+    """`active` (a part on the sampling device) and `waiting` (a frozen module kept elsewhere,
+    its home: where it is now) take turns on `target` during a sample: before either's forward it
+    comes to `target` and the other goes to the home, so the device holds one of them, not both
+    (Wan 2.2 A14B's experts, Ideogram 4's two transformers). Afterwards `waiting` is home again;
+    `active` is where its last turn left it (parked_for_sampling puts parts back)."""
+    home = module_device(waiting)
+    pair = (active, waiting)
+
+    def take_turn(module, _args):
+        for other in pair:
+            if other is not module:
+                other.to(home)
+        module.to(target)
+
+    hooks = [module.register_forward_pre_hook(take_turn) for module in pair]
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+        waiting.to(home)
+
+
 def generation_size(height: int, width: int, step: int) -> tuple[int, int]:
     """(height, width) rounded up to a multiple of `step` (what the latent grid needs)."""
     return -(-int(height) // step) * step, -(-int(width) // step) * step

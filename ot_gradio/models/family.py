@@ -45,6 +45,11 @@ class Family:
         """A saved model file's header: its modelspec architecture, the model type, then `metadata`."""
         return {"modelspec.architecture": architecture, "ot_gradio.model_type": self.model_type.value, **(metadata or {})}
 
+    def resolution_shift(self, latents: Any) -> float | None:
+        """The shift e^mu of `dynamic_timestep_shifting` for these latents where the family has a
+        rule of its own (Ideogram 4's); None: the scheduler config's rule (training/flow_matching.py)."""
+        return None
+
     def lora_module_names(self) -> dict[str, dict[str, str]]:
         """Part -> {module path: the name kohya files use}: renames for kohya LoRA keys ({}: none)."""
         return {}

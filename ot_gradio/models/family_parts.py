@@ -209,7 +209,7 @@ class KlVaeLatents:
 
 
 class Flux2VaeLatents(KlVaeLatents):
-    """AutoencoderKLFlux2's latents as Flux.2 and ERNIE-Image train on them: the 32-channel latents
+    """AutoencoderKLFlux2's latents as Flux.2, ERNIE-Image and Ideogram 4 train on them: the 32-channel latents
     cut into 2x2 patches (128 channels at 1/16 of the image side) and normalised by the VAE's
     batch-norm statistics. `bn_eps`: the epsilon of that normalisation (None: the VAE config's;
     ErnieImagePipeline decodes with 1e-5 whatever the config says)."""
@@ -226,21 +226,31 @@ class Flux2VaeLatents(KlVaeLatents):
     def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
         """Patchified, normalised latents (B, 128, H/16, W/16) for pixels in [-1, 1]; a sample of
         the latent distribution by default (OneTrainer's), its mean with sample=False."""
-        from diffusers import Flux2Pipeline
-
         dist = self.vae.encode(pixels.to(module_device(self.vae), module_dtype(self.vae))).latent_dist
-        latents = Flux2Pipeline._patchify_latents(dist.sample(generator) if sample else dist.mean)
+        latents = self.patchify(dist.sample(generator) if sample else dist.mean)
         mean, std = self._bn_stats(latents)
         return (latents - mean) / std
 
     @torch.no_grad()
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
         """Pixels in [-1, 1] for latents of `encode_images`."""
-        from diffusers import Flux2Pipeline
-
         latents = latents.to(module_device(self.vae), module_dtype(self.vae))
         mean, std = self._bn_stats(latents)
-        return self.vae.decode(Flux2Pipeline._unpatchify_latents(latents * std + mean)).sample
+        return self.vae.decode(self.unpatchify(latents * std + mean)).sample
+
+    @staticmethod
+    def patchify(latents: torch.Tensor) -> torch.Tensor:
+        """(B, 32, H, W) -> (B, 128, H/2, W/2), in Flux2Pipeline's channel order (channel, patch row, patch column)."""
+        from diffusers import Flux2Pipeline
+
+        return Flux2Pipeline._patchify_latents(latents)
+
+    @staticmethod
+    def unpatchify(latents: torch.Tensor) -> torch.Tensor:
+        from diffusers import Flux2Pipeline
+
+        return Flux2Pipeline._unpatchify_latents(latents)
+
 
 class DdpmNoise:
     """A DDPM noise schedule: `self.scheduler` (the sampling scheduler) and `self.noise_scheduler`

@@ -464,6 +464,11 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         self.check_plain_parts()
         return plain_state_dict(self.transformer, "transformer"), torch_dtype(dtype), self.file_metadata(architecture, metadata)
 
+    @property
+    def saved_parts(self) -> dict[str, torch.nn.Module]:
+        """The modules a diffusers folder holds: the parts (Ideogram 4 adds its frozen unconditional transformer)."""
+        return self.parts
+
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
         """A diffusers folder (the pipeline's from_pretrained loads it), written atomically."""
 
@@ -473,7 +478,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
             self.scheduler.save_pretrained(tmp / "scheduler")
             self.pipeline().save_config(tmp)
 
-        return save_diffusers_folder(directory, self.parts, dtype, write_rest)
+        return save_diffusers_folder(directory, self.saved_parts, dtype, write_rest)
 
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The model as one file; refused unless the family writes a single-file layout."""

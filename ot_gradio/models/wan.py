@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ot_gradio.config.enums import Expert, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, module_device, wan_vae_decode, wan_vae_encode
+from ot_gradio.models.common import ModelLoadError, base_module, module_device, turns_on_device, wan_vae_decode, wan_vae_encode
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype, flow_training_scheduler
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.video_family import VideoSampling
@@ -215,19 +215,5 @@ class Wan22T2VA14B(Wan21):
         CPU), so a sample holds one expert's weights there, not two; the trained expert is put
         back afterwards (parked_for_sampling)."""
         target = torch.device(device) if device is not None else module_device(self.transformer)
-        home = module_device(self.idle_expert)
-        experts = (base_module(self.transformer), self.idle_expert)
-
-        def take_turn(expert, _args):
-            for other in experts:
-                if other is not expert:
-                    other.to(home)
-            expert.to(target)
-
-        hooks = [expert.register_forward_pre_hook(take_turn) for expert in experts]
-        try:
+        with turns_on_device(base_module(self.transformer), self.idle_expert, target):
             return super().sample(*args, device=device, **kwargs)
-        finally:
-            for hook in hooks:
-                hook.remove()
-            self.idle_expert.to(home)

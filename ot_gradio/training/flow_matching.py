@@ -78,7 +78,8 @@ class FlowMatchingSchedule:
     def shift(self, latents: torch.Tensor) -> float:
         shift = float(self.config.timestep_shift)
         if self.config.dynamic_timestep_shifting:
-            shift *= resolution_shift(self.model.image_seq_len(latents), self.scheduler_config)
+            own = self.model.resolution_shift(latents)
+            shift *= own if own is not None else resolution_shift(self.model.image_seq_len(latents), self.scheduler_config)
         return shift
 
     def draw_timesteps(self, latents: torch.Tensor, count: int) -> torch.Tensor:

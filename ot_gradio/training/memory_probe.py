@@ -128,24 +128,6 @@ def _flash_attention_on_meta():
         F.scaled_dot_product_attention = original
 
 
-class _AutocastTakingMeta(torch.autocast):
-    """torch.autocast reading the meta device as the CPU: torch refuses autocast on meta, and some
-    models turn it off on their inputs' device (diffusers' ERNIE-Image rope)."""
-
-    def __init__(self, device_type: str, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
-        super().__init__("cpu" if device_type == "meta" else device_type, *args, **kwargs)
-
-
-@contextmanager
-def _autocast_taking_meta():
-    original = torch.autocast
-    torch.autocast = _AutocastTakingMeta
-    try:
-        yield
-    finally:
-        torch.autocast = original
-
-
 @contextmanager
 def quantized_on_meta(modules: Iterable[torch.nn.Module]):
     """bitsandbytes' 4- and 8-bit layers on meta inputs: their forward needs the quantization state
@@ -265,6 +247,26 @@ def prepare_probe(model: Any, precision: Any, config: Any, trained_text_parts: f
     return ProbeBatch(batch, text, (model.denoiser, *encoders), start)
 
 
+@contextmanager
+def _autocast_guards_on_meta():
+    """Models that turn autocast off around a computation name their tensors' device type, which
+    torch.autocast refuses for "meta" (Ideogram 4's and ERNIE-Image's rotary embeddings); on meta nothing is computed,
+    so for the probe such a guard is a disabled CPU one."""
+    original = torch.autocast
+
+    class MetaSafe(original):
+        def __init__(self, device_type: str, *args: Any, **kwargs: Any) -> None:
+            if device_type == "meta":
+                device_type, kwargs["enabled"] = "cpu", False
+            super().__init__(device_type, *args, **kwargs)
+
+    torch.autocast = MetaSafe
+    try:
+        yield
+    finally:
+        torch.autocast = original
+
+
 def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: frozenset[str],
                  trained: list[torch.Tensor], probe: ProbeBatch | None = None) -> int:
     """Peak live bytes of one training step (forward, loss, backward) at the config's batch size
@@ -279,7 +281,7 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
     params = [p for p in trained if p.requires_grad]
     modules = [model.parts[name] for name in probe.swapped]
     with _objects_restored(model, modules), on_meta(modules, precision.dtype) as stand_ins, \
-            _flash_attention_on_meta(), _autocast_taking_meta(), quantized_on_meta(modules), LiveBytes() as live:
+            _flash_attention_on_meta(), _autocast_guards_on_meta(), quantized_on_meta(modules), LiveBytes() as live:
         live.live = live.peak = probe.start_bytes  # the step starts from its batch
         loss = step.loss(probe.batch, trained_text_parts)
         meta_params = [stand_ins[id(p)] for p in params if id(p) in stand_ins]

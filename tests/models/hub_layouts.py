@@ -120,6 +120,10 @@ HUB_LAYOUTS: dict[str, dict] = {
                         "pe": ["transformers", "Ministral3ForCausalLM"], "pe_tokenizer": ["transformers", "TokenizersBackend"]},
         "tokenizers": {"tokenizer": "tokenizers-backend"}, "extras": ("pe",),
     },
+    "tiny:ideogram4": {  # inferred: Qwen3-VL's tokenizer files (tokenizer.json, vocab.json, merges.txt); index: Qwen2TokenizerFast
+        "repo": "CalamitousFelicitousness/Ideogram-4-bf16-Diffusers", "model_index": {"tokenizer": ["transformers", "Qwen2TokenizerFast"]},
+        "tokenizers": {"tokenizer": "qwen-with-json"},
+    },
     "tiny:qwen-image": {  # files: catalog (Qwen-Image-2512: vocab.json + merges.txt, no tokenizer.json); index: InvokeAI's copy
         "repo": "Qwen/Qwen-Image", "model_index": {}, "tokenizers": {"tokenizer": "qwen"},
     },

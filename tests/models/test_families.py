@@ -47,6 +47,7 @@ FAMILIES = [
     Row("hunyuan_video", (M.HUNYUAN_VIDEO,), single_file=False),
     Row("ltx2", (M.LTX_2,), single_file=False),
     Row("ernie", (M.ERNIE,)),
+    Row("ideogram4", (M.IDEOGRAM_4,), single_file=False),
     Row("hidream", (M.HI_DREAM_FULL,), single_file=False),
     Row("pixart", (M.PIXART_ALPHA,), single_file=False),
     Row("pixart-sigma", (M.PIXART_SIGMA,), single_file=False),

@@ -30,6 +30,7 @@ MODEL_TYPES = {
     "tiny:hunyuan_video": ModelType.HUNYUAN_VIDEO,
     "tiny:ltx2": ModelType.LTX_2,
     "tiny:ernie": ModelType.ERNIE,
+    "tiny:ideogram4": ModelType.IDEOGRAM_4,
     "tiny:flux-fill": ModelType.FLUX_FILL_DEV_1,
     "tiny:chroma": ModelType.CHROMA_1,
     "tiny:pixart": ModelType.PIXART_ALPHA,

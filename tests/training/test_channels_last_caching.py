@@ -16,6 +16,7 @@ FAMILIES = [
     ("WAN_2_1", "tiny:wan"),
     ("HUNYUAN_VIDEO", "tiny:hunyuan_video"),
     ("LTX_2", "tiny:ltx2"),
+    ("IDEOGRAM_4", "tiny:ideogram4"),
     ("HI_DREAM_FULL", "tiny:hidream"),
     ("ERNIE", "tiny:ernie"),
 ]

@@ -1,0 +1,24 @@
+"""Ideogram 4: a Qwen3-VL text encoder, Flux.2's VAE and two transformers (the trained one and a
+frozen unconditional one for its asymmetric CFG); LORA and FINE_TUNE, as OneTrainer (models/ideogram4.py)."""
+
+from ..enums import ModelType as M
+from ..enums import TrainingMethod as T
+from . import FamilyInfo, Sign
+
+FAMILIES = {
+    M.IDEOGRAM_4: FamilyInfo(
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
+        implemented=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("Ideogram4Pipeline", ()),  # bucket: VAE 8 x patch 2
+        text_encoder_labels=("Qwen3-VL",),
+        # no kohya-layout reader: diffusers reads its own keys or ai-toolkit's fused-qkv `diffusion_model.` ones
+        lora_unread=(("kohya", "transformer", "no program maps kohya Ideogram 4 names (Ideogram4Pipeline.load_lora_weights "
+                      "reads DIFFUSERS_LORA)"),),
+        preset="ideogram4-lora", preset_note="512 px, FLOAT_8 transformer and Qwen3-VL",
+        # ideogram-ai/ideogram-v4, counted on the meta device: Ideogram4Transformer2DModel's defaults
+        # (34 layers of 18 x 256, text features 13 x 4096; the unconditional transformer is as large and
+        # waits on the CPU until a sample), Qwen3-VL 8B as Qwen3VLModel (36 text layers of 4096, the
+        # vision tower) and AutoencoderKLFlux2
+        params={"transformer": 9_279_288_448, "text_encoder": 8_144_793_840, "vae": 84_046_115},
+    ),
+}
+SIGN = Sign("Ideogram 4", (M.IDEOGRAM_4,), ("Ideogram4",), ("ideogram",))

@@ -1,0 +1,263 @@
+"""Ideogram 4: load, encode, predict, sample, save (a flow-matching family: the shared core in
+training/flow_matching.py draws t, makes the noisy input and the target `noise - latents`; this
+module maps t to the transformer and back).
+
+What Ideogram 4 is (diffusers' Ideogram4Pipeline, OneTrainer's IDEOGRAM_4):
+- Text: a Qwen3-VL model (`text_encoder`, Qwen3VLModel; its vision tower never runs). Each prompt
+  is one user turn of the chat template with the generation prompt, tokenized alone (no special
+  tokens added) and cut to `text_encoder_sequence_length` tokens (blank: 2048, the pipeline's
+  `max_sequence_length`). The hidden states of 13 decoder layers (0, 3, ..., 33, 35) are
+  interleaved into the width (the pipeline's own `_get_text_encoder_hidden_states`, stacked as it
+  stacks them). `encode_text` keeps each prompt's tokens first and zeros after them with a mask,
+  so the text cache stores the prompt's rows only; `predict` packs them as the pipeline does.
+- The transformer (Ideogram4Transformer2DModel) reads one packed sequence per sample:
+  [left padding][text][image tokens], with 3-axis positions, segment ids and a per-token role
+  (the pipeline's `_prepare_ids`); the text block is the batch's longest prompt (padding is
+  masked out by the segment ids, so its length changes nothing). It reads t as the fraction of
+  signal (1 - t) and predicts `latents - noise`; `predict` returns its negation.
+- Latents: AutoencoderKLFlux2's 32 channels cut into 2x2 patches (128 channels at 1/16 of the
+  side, in the pipeline's order: row, column, channel) and normalised by the VAE's batch-norm
+  statistics, as the pipeline denormalises them.
+- `dynamic_timestep_shifting` is the pipeline's resolution-aware shift (e^mu = sqrt(pixels / 512^2),
+  OneTrainer's), not the scheduler config's linear rule.
+- Asymmetric CFG: a second transformer, `unconditional_transformer`, denoises the image tokens
+  alone with zero text features; a sample blends the two, v = g * v_cond + (1 - g) * v_uncond.
+  As in OneTrainer only `transformer` is trained (LoRA keys `transformer.*`, which
+  Ideogram4Pipeline.load_lora_weights reads); the unconditional one is frozen, waits on the CPU
+  and joins only for samples, taking turns with the trained one on the sampling device (as Wan
+  2.2 A14B's experts do).
+- Loading: a hub id, a diffusers folder or `tiny:ideogram4`; single files are refused. Saving:
+  a diffusers folder with both transformers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from ot_gradio.config.enums import ModelType
+from ot_gradio.models.common import (
+    ModelLoadError,
+    base_module,
+    keep_embedders_unquantized,
+    module_device,
+    turns_on_device,
+)
+from ot_gradio.models.family_parts import Flux2VaeLatents
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
+from ot_gradio.models.registry import register_family
+
+DEFAULT_SEQUENCE_LENGTH = 2048  # the pipeline's max_sequence_length and OneTrainer's PROMPT_MAX_LENGTH
+PATCH = 2
+# OneTrainer's Ideogram layer presets
+TRANSFORMER_PRESETS = {"full": [], "attn-mlp": ["attention", "feed_forward"], "attn-only": ["attention"], "blocks": ["layers"]}
+
+
+def patchify(latents: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) VAE latents -> (B, 4C, H/2, W/2), each patch's channels in the pipeline's
+    order (patch row, patch column, channel)."""
+    b, c, h, w = latents.shape
+    x = latents.view(b, c, h // PATCH, PATCH, w // PATCH, PATCH).permute(0, 3, 5, 1, 2, 4)
+    return x.reshape(b, PATCH * PATCH * c, h // PATCH, w // PATCH)
+
+
+def unpatchify(latents: torch.Tensor) -> torch.Tensor:
+    """The inverse of `patchify`."""
+    b, cp, gh, gw = latents.shape
+    c = cp // (PATCH * PATCH)
+    x = latents.view(b, PATCH, PATCH, c, gh, gw).permute(0, 3, 4, 1, 5, 2)
+    return x.reshape(b, c, gh * PATCH, gw * PATCH)
+
+
+def packed_text(conditioning: Mapping, grid_h: int, grid_w: int, device, dtype):
+    """The pipeline's `encode_prompt` output for our encoding: (text features over the packed
+    sequence, position ids, segment ids, role), the text block as long as the longest prompt,
+    each prompt at its end (left padding)."""
+    from diffusers import Ideogram4Pipeline
+
+    hidden, mask = conditioning["encoder_hidden_states"], conditioning["attention_mask"].bool()
+    lengths = [int(n) for n in mask.sum(dim=1).tolist()]
+    block = max(lengths)
+    b, _, width = hidden.shape
+    features = torch.zeros(b, block + grid_h * grid_w, width, device=device, dtype=dtype)
+    for i, n in enumerate(lengths):
+        features[i, block - n:block] = hidden[i, :n].to(device, dtype)
+    return (features, *Ideogram4Pipeline._prepare_ids(lengths, grid_h, grid_w, block, device))
+
+
+@register_family(ModelType.IDEOGRAM_4)
+class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
+    """The family interface (models/base.py, models/flow_family.py) and the flow contract for Ideogram 4."""
+
+    family_name = "Ideogram 4"
+    text_encoder_description = "its Qwen3-VL text encoder"
+    default_config_repo = "ideogram-ai/ideogram-v4"
+    lora_base_model_version = "ideogram_4"
+    embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
+    patch_size = 1  # the latents are patchified already (128 channels at 1/16)
+    default_sequence_length = DEFAULT_SEQUENCE_LENGTH
+    default_steps, default_cfg_scale = 48, 7.0  # the pipeline's recommended steps and main guidance
+    lora_layer_presets = {"transformer": TRANSFORMER_PRESETS}
+    pipeline_class_name = "Ideogram4Pipeline"
+    transformer_class_name = "Ideogram4Transformer2DModel"
+    folder_parts = ("transformer", "unconditional_transformer", "text_encoder", "tokenizer", "vae", "scheduler")
+
+    def __init__(self, components: Mapping):
+        super().__init__(components)
+        if components.get("unconditional_transformer") is None:
+            raise ModelLoadError("The model has no unconditional_transformer; Ideogram 4 samples with it (its asymmetric "
+                                 "CFG). Pick a complete Ideogram 4 model.")
+        self.unconditional_transformer = components["unconditional_transformer"]
+        self.unconditional_transformer.requires_grad_(False).eval()
+
+    @classmethod
+    def _pipeline_from(cls, source, dtype, hub: Mapping, **parts):
+        """The unconditional transformer loads in the transformer's dtype; the prompt enhancer head is not loaded."""
+        dtype = {**dtype, "unconditional_transformer": dtype.get("transformer", dtype["default"])}
+        return super()._pipeline_from(source, dtype, hub, prompt_enhancer_head=None, **parts)
+
+    @property
+    def saved_parts(self) -> dict[str, torch.nn.Module]:
+        return {**self.parts, "unconditional_transformer": self.unconditional_transformer}
+
+    # ---------------------------------------------------------------- parts and options
+
+    @property
+    def layer_skips(self) -> dict[str, int]:
+        return self._layer_skips
+
+    @layer_skips.setter
+    def layer_skips(self, skips: Mapping[str, int]) -> None:
+        """Refused: the pipeline reads 13 fixed hidden layers, and so does training."""
+        bad = [part for part, skip in dict(skips).items() if int(skip or 0)]
+        if bad:
+            raise ValueError(f"{bad[0]}_layer_skip: Ideogram 4 reads 13 fixed hidden layers of its text encoder; set it to 0")
+        self._layer_skips = {}
+
+    def configure_flow(self, config) -> None:
+        """The run's token window; the text encoder stays frozen (refused); the embedders are kept
+        out of quantization."""
+        if config.text_encoder.train:
+            raise ValueError("text_encoder.train: Ideogram 4 trains the transformer only (as OneTrainer; "
+                             "Ideogram4Pipeline loads transformer LoRAs only); turn it off")
+        self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
+        keep_embedders_unquantized(self.transformer)
+
+    def resolution_shift(self, latents: torch.Tensor) -> float:
+        """The pipeline's resolution-aware shift (its `_resolution_aware_mu` from 512 x 512, as
+        OneTrainer's `calculate_timestep_shift`): e^mu = sqrt(pixels / 512^2), a token being 16 x 16 px."""
+        return math.sqrt(latents.shape[-2] * latents.shape[-1] * 256 / 512**2)
+
+    # ---------------------------------------------------------------- text
+
+    def token_ids(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids, mask) of each prompt's chat turn, its tokens first, cut to the window."""
+        window = self.text_encoder_sequence_length
+        ids = torch.zeros(len(texts), window, dtype=torch.long)
+        mask = torch.zeros(len(texts), window, dtype=torch.long)
+        for i, text in enumerate(texts):
+            messages = [{"role": "user", "content": [{"type": "text", "text": text}]}]
+            chat = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            tokens = self.tokenizer(chat, return_tensors="pt", add_special_tokens=False).input_ids[0][:window]
+            ids[i, :len(tokens)], mask[i, :len(tokens)] = tokens, 1
+        return ids, mask
+
+    @staticmethod
+    def tapped_states(encoder, ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+        """The outputs of the decoder layers the pipeline taps (its `_get_text_encoder_hidden_states`),
+        through the encoder's own forward (so the memory planner's shape-only encoder stands in):
+        the hidden states it returns, but the last layer's, which it returns after the final norm,
+        is taken from that layer itself."""
+        from diffusers.pipelines.ideogram4.pipeline_ideogram4 import QWEN3_VL_ACTIVATION_LAYERS
+
+        layers = encoder.language_model.layers
+        if len(layers) <= max(QWEN3_VL_ACTIVATION_LAYERS):
+            raise ModelLoadError(f"The text encoder has {len(layers)} layers; Ideogram 4 reads hidden states up to layer "
+                                 f"{max(QWEN3_VL_ACTIVATION_LAYERS)}.")
+        final = len(layers) - 1
+        captured = []
+        hook = layers[final].register_forward_hook(lambda _m, _i, out: captured.append(out[0] if isinstance(out, tuple) else out))
+        try:
+            hidden = encoder(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        finally:
+            hook.remove()
+        return [captured[0] if i == final and captured else hidden[i + 1] for i in QWEN3_VL_ACTIVATION_LAYERS]
+
+    def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()):
+        """{"encoder_hidden_states": (B, window, 13 x width), zero past each prompt's tokens,
+        "attention_mask": (B, window) bool}: the pipeline's text features, each prompt first."""
+        texts = list(captions["text_encoder"] if isinstance(captions, Mapping) else captions)
+        encoder = base_module(self.text_encoder)
+        ids, mask = self.token_ids(texts)
+        used = max(int(mask.sum(dim=1).max()), 1)  # the encoder is causal: the rows past the longest prompt change nothing
+        device = module_device(encoder)
+        ids_used, mask_used = ids[:, :used].to(device), mask[:, :used].to(device)
+        with torch.set_grad_enabled("text_encoder" in grad and torch.is_grad_enabled()):
+            states = self.tapped_states(encoder, ids_used, mask_used)
+            hidden = torch.stack(states, dim=0).permute(1, 2, 3, 0).reshape(len(texts), used, -1)
+            hidden = hidden * mask_used.unsqueeze(-1).to(hidden.dtype)
+        hidden = torch.nn.functional.pad(hidden, (0, 0, 0, self.text_encoder_sequence_length - used))
+        return {"encoder_hidden_states": hidden, "attention_mask": mask.to(device).bool()}
+
+    # ---------------------------------------------------------------- latents (Flux2VaeLatents, in the pipeline's patch order)
+
+    patchify = staticmethod(patchify)
+    unpatchify = staticmethod(unpatchify)
+
+    # ---------------------------------------------------------------- training
+
+    def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
+        """The velocity (B, 128, h, w) for noisy latents at noise fraction `t` (B,): the packed
+        sequence with zero latents over the text block, the timestep as 1 - t, the output negated."""
+        transformer = self.transformer
+        device, dtype = module_device(transformer), compute_dtype(transformer)
+        b, c, h, w = noisy.shape
+        features, positions, segments, roles = packed_text(conditioning, h, w, device, dtype)
+        block = features.shape[1] - h * w
+        tokens = noisy.to(device, dtype).flatten(2).transpose(1, 2)
+        hidden = torch.cat([tokens.new_zeros(b, block, c), tokens], dim=1)
+        out = transformer(
+            hidden_states=hidden, timestep=(1 - t.to(device, torch.float32)).expand(b).to(dtype), encoder_hidden_states=features,
+            position_ids=positions, segment_ids=segments, indicator=roles, return_dict=False,
+        )[0]
+        return -out[:, block:].transpose(1, 2).reshape(b, c, h, w)
+
+    # ---------------------------------------------------------------- sampling
+
+    def pipeline(self):
+        """Ideogram4Pipeline with both transformers; its prompt encoding reads ours (`pipeline_inputs`)."""
+        from diffusers import Ideogram4Pipeline
+
+        components = {part: base_module(module) for part, module in self.saved_parts.items()}
+        scheduler = type(self.scheduler).from_config(self.scheduler.config)
+        pipe = Ideogram4Pipeline(scheduler=scheduler, tokenizer=self.tokenizer, **components)
+        pipe.set_progress_bar_config(disable=True)
+        pipe.encode_prompt = self._encoded_prompt
+        return pipe
+
+    def _encoded_prompt(self, prompt, grid_h: int, grid_w: int, max_sequence_length: int, device):
+        """The pipeline's `encode_prompt` for a prompt encoded already: the pipeline takes no
+        prompt embeddings, so `pipeline_inputs` hands it our encoding as the prompt."""
+        (conditioning,) = prompt
+        return packed_text(conditioning, grid_h, grid_w, device, torch.float32)
+
+    def pipeline_inputs(self, prompt: str, negative_prompt: str, cfg_scale: float) -> dict:
+        """Our encoding as the prompt (the window the run trained with), a constant guidance
+        scale; no negative prompt (the unconditional transformer reads no text)."""
+        conditioning = self.encode_text([prompt])
+        return {"prompt": [conditioning], "max_sequence_length": int(conditioning["attention_mask"].sum()),
+                "guidance_scale": float(cfg_scale), "guidance_schedule": None}
+
+    def decode_sample(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """The pipeline hands back its packed, normalised tokens (B, h*w, 128)."""
+        b, _, c = latents.shape
+        return self.decode_latents(latents.transpose(1, 2).reshape(b, c, height // self.bucket_step, width // self.bucket_step))
+
+    def sample(self, *args, device: torch.device | str | None = None, **kwargs):
+        """An image from both transformers, one on the sampling device at a time (the
+        unconditional one comes from the CPU for its turns and goes back after the sample)."""
+        target = torch.device(device) if device is not None else module_device(self.transformer)
+        with turns_on_device(base_module(self.transformer), self.unconditional_transformer, target):
+            return super().sample(*args, device=device, **kwargs)

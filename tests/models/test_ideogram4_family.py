@@ -1,0 +1,112 @@
+"""What only Ideogram 4 does: its prompts are encoded exactly as Ideogram4Pipeline encodes them
+(13 tapped Qwen3-VL layers, the packed [left pad][text][image] ids), predict is the pipeline's
+transformer call negated, latents are patchified and normalised as the pipeline undoes them, the
+resolution shift is the pipeline's, and the frozen unconditional transformer stays off the
+device until a sample, is saved with the model, and never trains."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def ideogram():
+    from ot_gradio.models.ideogram4 import Ideogram4
+    from ot_gradio.models.tiny.ideogram4 import tiny_ideogram4_components
+
+    model = Ideogram4(tiny_ideogram4_components())
+    model.text_encoder_sequence_length = 64
+    return model
+
+
+def _pipeline(model):
+    """A plain Ideogram4Pipeline over the model's parts (its own encode_prompt, not ours)."""
+    from diffusers import Ideogram4Pipeline
+
+    return Ideogram4Pipeline(scheduler=model.scheduler, tokenizer=model.tokenizer, **model.saved_parts)
+
+
+PROMPTS = ["a red circle", "  two blue squares, one above the other "]
+
+
+def test_prompts_are_encoded_and_packed_as_the_pipeline_does(ideogram):
+    from ot_gradio.models.ideogram4 import packed_text
+
+    ours = ideogram.encode_text(PROMPTS)
+    assert ours["encoder_hidden_states"].shape == (2, 64, 13 * 16)
+    lengths = ours["attention_mask"].sum(dim=1)
+    assert ours["attention_mask"][:, 0].all() and not ours["encoder_hidden_states"][0, int(lengths[0]):].any()  # prompt rows first
+    reference = _pipeline(ideogram).encode_prompt(PROMPTS, 3, 2, 64, torch.device("cpu"))
+    block = int(lengths.max())
+    packed = packed_text(ours, 3, 2, "cpu", torch.float32)
+    torch.testing.assert_close(packed[0], reference[0][:, 64 - block:])
+    for mine, theirs in zip(packed[1:], reference[1:], strict=True):  # positions, segments, roles
+        assert torch.equal(mine, theirs[:, 64 - block:])
+
+
+def test_predict_is_the_pipelines_transformer_call_negated(ideogram):
+    conditioning = ideogram.encode_text(PROMPTS)
+    features, positions, segments, roles = _pipeline(ideogram).encode_prompt(PROMPTS, 3, 2, 64, torch.device("cpu"))
+    latents, t = torch.randn(2, 32, 3, 2), torch.tensor([0.25, 0.8])
+    tokens = latents.flatten(2).transpose(1, 2)
+    with torch.no_grad():
+        out = ideogram.transformer(hidden_states=torch.cat([torch.zeros(2, 64, 32), tokens], dim=1), timestep=1 - t,
+                                   encoder_hidden_states=features, position_ids=positions, segment_ids=segments, indicator=roles,
+                                   return_dict=False)[0][:, 64:]
+        ours = ideogram.predict(latents, t, conditioning)
+    torch.testing.assert_close(ours, -out.transpose(1, 2).reshape(2, 32, 3, 2))
+
+
+def test_latents_are_normalised_as_the_pipeline_denormalises_them(ideogram):
+    pixels = torch.rand(1, 3, 48, 32) * 2 - 1
+    latents = ideogram.encode_images(pixels, sample=False)
+    assert latents.shape == (1, 32, 3, 2)
+    raw = ideogram.vae.encode(pixels).latent_dist.mean
+    vae = ideogram.vae
+    tokens = latents.flatten(2).transpose(1, 2)  # the pipeline's decode tail
+    z = tokens * torch.sqrt(vae.bn.running_var + vae.config.batch_norm_eps).view(1, 1, -1) + vae.bn.running_mean.view(1, 1, -1)
+    z = z.view(1, 3, 2, 2, 2, 8).permute(0, 5, 1, 3, 2, 4).reshape(1, 8, 6, 4)
+    torch.testing.assert_close(z, raw)
+    assert ideogram.decode_latents(latents).shape == (1, 3, 48, 32)
+
+
+def test_the_resolution_shift_is_the_pipelines(ideogram):
+    from diffusers.pipelines.ideogram4.pipeline_ideogram4 import _resolution_aware_mu
+
+    from ot_gradio.training.flow_matching import FlowMatchingSchedule
+
+    latents = torch.zeros(1, 128, 64, 48)  # 1024 x 768 px
+    expected = math.exp(_resolution_aware_mu(1024, 768, 0.0))
+    assert ideogram.resolution_shift(latents) == pytest.approx(expected)
+    config = SimpleNamespace(timestep_shift=2.0, dynamic_timestep_shifting=True)
+    assert FlowMatchingSchedule(ideogram, config, torch.device("cpu")).shift(latents) == pytest.approx(2.0 * expected)
+
+
+def test_the_unconditional_transformer_waits_off_the_device_is_saved_and_never_trains(ideogram, tmp_path):
+    from diffusers import Ideogram4Pipeline
+
+    uncond = ideogram.unconditional_transformer
+    # not a part: the trainer's placement, quantization and LoRA never reach it
+    assert "unconditional_transformer" not in ideogram.parts and not any(p.requires_grad for p in uncond.parameters())
+    seen = []
+    hook = uncond.register_forward_hook(lambda *_: seen.append(1))
+    try:
+        image = ideogram.sample("a red circle", height=32, width=48, steps=2, cfg_scale=3.0)
+    finally:
+        hook.remove()
+    assert image.size == (48, 32) and len(seen) == 2 and next(uncond.parameters()).device.type == "cpu"
+    ideogram.save_diffusers(tmp_path / "saved", "FLOAT_32")
+    again = Ideogram4Pipeline.from_pretrained(str(tmp_path / "saved"), local_files_only=True)
+    assert all(torch.equal(a, b) for a, b in zip(again.unconditional_transformer.state_dict().values(), uncond.state_dict().values(),
+                                                 strict=True))
+
+
+def test_text_encoder_training_and_layer_skips_are_refused(ideogram):
+    with pytest.raises(ValueError, match="trains the transformer only"):
+        ideogram.configure_flow(SimpleNamespace(text_encoder=SimpleNamespace(train=True)))
+    with pytest.raises(ValueError, match="13 fixed hidden layers"):
+        ideogram.layer_skips = {"text_encoder": 1}
