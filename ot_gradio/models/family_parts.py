@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ot_gradio.models.common import ModelLoadError, module_device, module_dtype, weights_fingerprint
+from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype, vae_latent_stats, weights_fingerprint
 
 
 @contextlib.contextmanager
@@ -50,6 +50,7 @@ class HubLoading:
 
     default_config_repo: str  # the hub repo whose component configs a single file is read with
     pipeline_class_name: str  # the diffusers pipeline class that loads and samples the family
+    folder_index = "model_index.json"  # what marks a diffusers folder of the family (a modular pipeline's: modular_model_index.json)
 
     @classmethod
     def _pipeline_class(cls):
@@ -85,10 +86,10 @@ class HubLoading:
         path = Path(name).expanduser()
         if not path.is_dir():
             return None
-        if not (path / "model_index.json").is_file():
+        if not (path / cls.folder_index).is_file():
             raise ModelLoadError(
-                f"The folder '{name}' is not a diffusers model (it has no model_index.json). "
-                f"Pick the folder that holds model_index.json{alternative}."
+                f"The folder '{name}' is not a diffusers model (it has no {cls.folder_index}). "
+                f"Pick the folder that holds {cls.folder_index}{alternative}."
             )
         return cls._guarded(
             name,
@@ -205,6 +206,43 @@ class KlVaeLatents:
         shift = getattr(self.vae.config, "shift_factor", None) or 0.0
         latents = latents / self.vae.config.scaling_factor + shift
         return self.vae.decode(latents.to(module_device(self.vae), module_dtype(self.vae))).sample
+
+
+class FrameVaeLatents:
+    """AutoencoderKLQwenImage (the Wan-style video VAE) used one frame at a time, as Qwen-Image and
+    Anima do: an image is (B, C, 1, H, W) to it, its latents are normalised per channel with
+    `latents_mean` / `latents_std`; the family sees (B, C, H/8, W/8)."""
+
+    vae: torch.nn.Module
+
+    @property
+    def vae_id(self) -> str:
+        if getattr(self, "_vae_id", None) is None:
+            self._vae_id = "qwen-image-vae-" + weights_fingerprint(self.vae)
+        return self._vae_id
+
+    @property
+    def vae_scale_factor(self) -> int:
+        return 2 ** len(base_module(self.vae).temperal_downsample)
+
+    def _latent_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return vae_latent_stats(self.vae, like)
+
+    @torch.no_grad()
+    def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Normalised latents (B, C, H/8, W/8) for pixels in [-1, 1]: a sample of the VAE's
+        distribution by default (as OneTrainer), its mean with `sample=False`."""
+        dist = self.vae.encode(pixels.to(module_device(self.vae), module_dtype(self.vae)).unsqueeze(2)).latent_dist
+        latents = (dist.sample(generator) if sample else dist.mean).squeeze(2)
+        mean, std = self._latent_stats(latents)
+        return (latents - mean) / std
+
+    @torch.no_grad()
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Pixels in [-1, 1] for normalised latents (the inverse of `encode_images`)."""
+        latents = latents.to(module_device(self.vae), module_dtype(self.vae))
+        mean, std = self._latent_stats(latents)
+        return self.vae.decode((latents * std + mean).unsqueeze(2)).sample.squeeze(2)
 
 
 class DdpmNoise:

@@ -40,10 +40,8 @@ from ot_gradio.models.common import (
     base_module,
     keep_embedders_unquantized,
     module_device,
-    module_dtype,
-    vae_latent_stats,
-    weights_fingerprint,
 )
+from ot_gradio.models.family_parts import FrameVaeLatents
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype, pack_latents, unpack_latents
 from ot_gradio.models.registry import register_family
 
@@ -106,7 +104,7 @@ def comfy_lora_targets(transformer: torch.nn.Module, lora_keys: Sequence[str]) -
 
 
 @register_family(ModelType.QWEN)
-class QwenImage(IdentityLoraNames, FlowFamily):
+class QwenImage(FrameVaeLatents, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Qwen-Image."""
 
     family_name = "Qwen-Image"
@@ -121,37 +119,6 @@ class QwenImage(IdentityLoraNames, FlowFamily):
 
     pipeline_class_name = "QwenImagePipeline"
     transformer_class_name = "QwenImageTransformer2DModel"
-
-    # ---------------------------------------------------------------- the VAE (one frame of a video VAE)
-
-    @property
-    def vae_id(self) -> str:
-        if getattr(self, "_vae_id", None) is None:
-            self._vae_id = "qwen-image-vae-" + weights_fingerprint(self.vae)
-        return self._vae_id
-
-    @property
-    def vae_scale_factor(self) -> int:
-        return 2 ** len(base_module(self.vae).temperal_downsample)
-
-    def _latent_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return vae_latent_stats(self.vae, like)
-
-    @torch.no_grad()
-    def encode_images(self, pixels: torch.Tensor, *, sample: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Normalised latents (B, C, H/8, W/8) for pixels in [-1, 1]: a sample of the VAE's
-        distribution by default (as OneTrainer), its mean with `sample=False`."""
-        dist = self.vae.encode(pixels.to(module_device(self.vae), module_dtype(self.vae)).unsqueeze(2)).latent_dist
-        latents = (dist.sample(generator) if sample else dist.mean).squeeze(2)
-        mean, std = self._latent_stats(latents)
-        return (latents - mean) / std
-
-    @torch.no_grad()
-    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        """Pixels in [-1, 1] for normalised latents (the inverse of `encode_images`)."""
-        latents = latents.to(module_device(self.vae), module_dtype(self.vae))
-        mean, std = self._latent_stats(latents)
-        return self.vae.decode((latents * std + mean).unsqueeze(2)).sample.squeeze(2)
 
     # ---------------------------------------------------------------- parts and options
 
