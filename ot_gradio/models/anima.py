@@ -20,10 +20,11 @@ What Anima is (diffusers' modular AnimaAutoBlocks / AnimaModularPipeline, OneTra
 - The scheduler is FlowMatchEuler at the repo's shift; the core reads its config. Sampling runs
   diffusers' own Anima blocks after the text step (input, latents, timesteps, denoise loop with
   its CFG guider) on our conditioning.
-- Loading: a hub id, a folder in the repo's modular layout (`modular_model_index.json`), or
+- Loading: a hub id, a folder in the repo's modular layout (`modular_model_index.json`), the original
+  checkpoint (`net.` keys, diffusers' Cosmos converter; the other parts from a config folder), or
   `tiny:anima`; each part from its subfolder, as OneTrainer reads them. Saving: LoRA files (diffusers
   keys for AnimaModularPipeline's load_lora_weights; kohya keys on the DiT names ComfyUI uses), or a
-  folder in the same modular layout.
+  folder in the same modular layout, or the original checkpoint (ORIGINAL_TRANSFORMER, as OneTrainer writes it).
 - diffusers' Cosmos transformer resizes the padding mask with torchvision, which this install has
   not: `torchvision_free_cosmos` gives it the same nearest-neighbour resize in torch.
 """
@@ -47,6 +48,9 @@ from ot_gradio.models.registry import register_family
 MAX_SEQUENCE_LENGTH = 512  # the pipeline's max_sequence_length and the adapter's min_sequence_length
 # OneTrainer's BaseAnimaSetup layer presets (CosmosTransformerBlock: attn1 self, attn2 cross, ff)
 TRANSFORMER_PRESETS = {"full": [], "attn-mlp": ["attn1", "attn2", "ff"], "attn-only": ["attn1", "attn2"], "blocks": ["transformer_block"]}
+# the DiT's names of the transformer's norms (its linear layers: models/comfy_lora_names.anima_original)
+DIT_NORMS = {"attn1.norm_q": "self_attn.q_norm", "attn1.norm_k": "self_attn.k_norm", "attn2.norm_q": "cross_attn.q_norm",
+             "attn2.norm_k": "cross_attn.k_norm"}
 # what the pipeline runs after its text step (AnimaCoreDenoiseStep without text_conditioning)
 DENOISE_BLOCKS = ("input", "prepare_latents", "set_timesteps", "denoise")
 
@@ -67,27 +71,41 @@ def torchvision_free_cosmos() -> None:
                                                     InterpolationMode=SimpleNamespace(NEAREST="nearest"))
 
 
-class AnimaDenoise:
-    """diffusers' Anima blocks after the text step, called like a pipeline: our conditioning in
-    (`prompt_embeds`, `negative_prompt_embeds`, `guidance_scale`), latents (B, C, 1, H, W) out."""
+class AnimaPipeline:
+    """diffusers' AnimaModularPipeline (AnimaAutoBlocks) holding the model's parts: its LoRA
+    loader, components and attributes are the pipeline's. Called like a pipeline with our
+    conditioning (`prompt_embeds`, `negative_prompt_embeds`, `guidance_scale`), it runs the
+    pipeline's blocks after its text step (they read no prompt) and returns latents (B, C, 1, H, W)."""
 
     def __init__(self, components: Mapping):
+        from diffusers import AnimaAutoBlocks
+
+        self.full = AnimaAutoBlocks().init_pipeline()
+        self.full.update_components(**components)
+        self.full.set_progress_bar_config(disable=True)
+        self.released: set[str] = set()
+
+    def __getattr__(self, name: str):
+        if name in self.__dict__.get("released", ()):
+            return None
+        return getattr(self.__dict__["full"], name)
+
+    def register_modules(self, **modules) -> None:
+        """Parts set to None leave: the denoising blocks never read the text parts."""
+        self.released.update(name for name, module in modules.items() if module is None)
+
+    def __call__(self, *, guidance_scale: float, output_type: str = "latent", **inputs):
         from diffusers import ClassifierFreeGuidance
         from diffusers.modular_pipelines.anima.modular_blocks_anima import AnimaCoreDenoiseStep
         from diffusers.modular_pipelines.modular_pipeline import SequentialPipelineBlocks
 
         core = AnimaCoreDenoiseStep()
-        blocks = SequentialPipelineBlocks.from_blocks_dict({name: core.sub_blocks[name] for name in DENOISE_BLOCKS})
-        self.pipe = blocks.init_pipeline()
-        self.pipe.update_components(**components)
-        self.guider = ClassifierFreeGuidance
-
-    def register_modules(self, **modules) -> None:
-        """The text parts leave: the blocks never read them."""
-
-    def __call__(self, *, guidance_scale: float, output_type: str = "latent", **inputs):
-        self.pipe.update_components(guider=self.guider(guidance_scale=float(guidance_scale)))
-        return SimpleNamespace(images=self.pipe(**inputs, output="latents"))
+        denoise = SequentialPipelineBlocks.from_blocks_dict({name: core.sub_blocks[name] for name in DENOISE_BLOCKS}).init_pipeline()
+        denoise.update_components(transformer=self.full.transformer, scheduler=self.full.scheduler,
+                                  guider=ClassifierFreeGuidance(guidance_scale=float(guidance_scale)))
+        denoise.vae = self.full.vae  # not a component of these blocks, but their latent size reads it (without: 8 px a latent)
+        denoise.set_progress_bar_config(disable=True)
+        return SimpleNamespace(images=denoise(**inputs, output="latents"))
 
 
 @register_family(ModelType.ANIMA)
@@ -100,6 +118,8 @@ class Anima(FrameVaeLatents, IdentityLoraNames, FlowFamily):
     lora_base_model_version = "anima"
     comfy_lora_names = "anima"  # KOHYA_LORA: the DiT's names, as OneTrainer and ComfyUI (models/comfy_lora_names.py)
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
+    transformer_file = True  # save_single_file writes the original checkpoint (ORIGINAL_TRANSFORMER, as OneTrainer)
+    single_file_layout = "original"  # that file, through diffusers' Cosmos converter (its llm_adapter: the config folder's)
     folder_index = "modular_model_index.json"
     folder_parts = ("transformer", "text_encoder", "text_conditioner", "tokenizer", "t5_tokenizer", "vae", "scheduler")
     pipeline_class_name = "AnimaModularPipeline"
@@ -216,10 +236,10 @@ class Anima(FrameVaeLatents, IdentityLoraNames, FlowFamily):
     # ---------------------------------------------------------------- sampling
 
     def pipeline(self):
-        """diffusers' Anima denoising blocks sharing this model's (possibly adapter-wrapped) transformer."""
-        scheduler = type(self.scheduler).from_config(self.scheduler.config)
-        pipe = AnimaDenoise({"transformer": base_module(self.transformer), "scheduler": scheduler})
-        return pipe
+        """diffusers' Anima pipeline sharing this model's (possibly adapter-wrapped) parts."""
+        components = {part: base_module(module) for part, module in self.parts.items()}
+        return AnimaPipeline({**components, "text_conditioner": self.text_conditioner, "tokenizer": self.tokenizer,
+                              "t5_tokenizer": self.t5_tokenizer, "scheduler": type(self.scheduler).from_config(self.scheduler.config)})
 
     def pipeline_inputs(self, prompt: str, negative_prompt: str, cfg_scale: float) -> dict:
         """Our conditioning and the pipeline's CFG guider (on above 1, with the negative prompt)."""
@@ -234,6 +254,17 @@ class Anima(FrameVaeLatents, IdentityLoraNames, FlowFamily):
         return self.decode_latents(latents.squeeze(2))
 
     # ---------------------------------------------------------------- saving
+
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
+        """The original checkpoint, as OneTrainer's ORIGINAL_TRANSFORMER and the published file: the
+        DiT under `net.` and the adapter under `net.llm_adapter.` (its keys are diffusers' already)."""
+        from ot_gradio.models.common import cast_state_dict
+        from ot_gradio.models.key_layout import save_tensors
+
+        state, dt, header = self.transformer_file_contents(dtype, "anima", metadata)
+        tensors = {"net." + dit_key(k): v for k, v in state.items()}
+        tensors |= {"net.llm_adapter." + k: v for k, v in self.text_conditioner.state_dict().items()}
+        return save_tensors(path, {k: v.contiguous() for k, v in cast_state_dict(tensors, dt).items()}, header)
 
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
         """A folder in the repo's modular layout (every part, the adapter, both tokenizers, the
@@ -250,6 +281,22 @@ class Anima(FrameVaeLatents, IdentityLoraNames, FlowFamily):
                                                        "scheduler": self.scheduler}, diffusers.__version__)
 
         return save_diffusers_folder(directory, parts, dtype, write_rest)
+
+
+def dit_key(key: str) -> str:
+    """The original DiT key of a CosmosTransformer3DModel weight of Anima."""
+    from ot_gradio.models.comfy_lora_names import anima_original
+
+    layer, _, leaf = key.rpartition(".")
+    if (original := anima_original(layer)) is not None:
+        return f"{original}.{leaf}"
+    if layer == "time_embed.norm":
+        return f"t_embedding_norm.{leaf}"
+    head, _, index_rest = layer.partition(".")
+    index, _, rest = index_rest.partition(".")
+    if head == "transformer_blocks" and rest in DIT_NORMS:
+        return f"blocks.{index}.{DIT_NORMS[rest]}.{leaf}"
+    raise ValueError(f"Anima's transformer has a weight {key!r} the original checkpoint has no name for")
 
 
 def write_modular_index(folder: Path, final: Path, components: Mapping, version: str) -> None:

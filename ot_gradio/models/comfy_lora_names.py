@@ -145,7 +145,7 @@ def anima_original(path: str) -> str | None:
 
 
 def anima(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
-    """The transformer as OneTrainer's KOHYA_LORA / COMFY_LORA writes it (`lora_unet_` + the DiT key);
-    ComfyUI's Qwen3 0.6B as `text_encoders.qwen3_06b.transformer.model.<path>`."""
-    return {"transformer": {p: _unet(o) for p in paths.get("transformer", ()) if (o := anima_original(p))},
-            "text_encoder": {p: "text_encoders.qwen3_06b.transformer.model." + p for p in paths.get("text_encoder", ())}}
+    """The transformer as OneTrainer's KOHYA_LORA / COMFY_LORA writes it (`lora_unet_` + the DiT key;
+    diffusers' Anima loader reads the same keys under `diffusion_model.`). No text encoder: OneTrainer
+    trains Anima's transformer only, and a kohya text encoder is refused (config/family_info/anima.py)."""
+    return {"transformer": {p: _unet(o) for p in paths.get("transformer", ()) if (o := anima_original(p))}}

@@ -121,9 +121,9 @@ class HubLoading:
         """Where a single file's component configs come from: `config_dir`, which must be a
         diffusers folder (of `model`, the message says), else the default config repo or, offline,
         its cached snapshot."""
-        if config_dir and not (Path(config_dir).expanduser() / "model_index.json").is_file():
+        if config_dir and not (Path(config_dir).expanduser() / cls.folder_index).is_file():
             raise ModelLoadError(
-                f"The config folder '{config_dir}' is not a diffusers model (no model_index.json); "
+                f"The config folder '{config_dir}' is not a diffusers model (no {cls.folder_index}); "
                 f"point it to a diffusers folder of {model}."
             )
         if config_dir:

@@ -35,6 +35,7 @@ MODEL_TYPES = {
     "tiny:pixart-sigma": ModelType.PIXART_SIGMA,
     "tiny:sana": ModelType.SANA,
     "tiny:qwen-image": ModelType.QWEN,
+    "tiny:anima": ModelType.ANIMA,
     "tiny:z-image": ModelType.Z_IMAGE,
     "tiny:flux2-klein": ModelType.FLUX_2,
     "tiny:flux2-dev": ModelType.FLUX_2,

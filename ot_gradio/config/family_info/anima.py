@@ -9,7 +9,9 @@ FAMILIES = {
     M.ANIMA: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
         implemented=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("AnimaModularPipeline", ()),
-        text_encoder_labels=("Qwen3",), preset="anima-lora", preset_note="FLOAT_8 transformer and Qwen3",
+        text_encoder_labels=("Qwen3",),
+        lora_unread=(("kohya", "text_encoder", "OneTrainer trains Anima's transformer only and no ComfyUI name for its Qwen3 is "
+                      "checked here"),), preset="anima-lora", preset_note="FLOAT_8 transformer and Qwen3",
         # circlestone-labs/Anima-Base-v1.0-Diffusers: CosmosTransformer3DModel of 28 blocks of
         # 16 x 128 (Cosmos-Predict2 2B, no learnable position embedding); Qwen3-0.6B as Qwen3Model
         # (28 layers of 1024, embeddings tied) plus the AnimaTextConditioner (6 blocks of 1024,

@@ -25,7 +25,7 @@ from ot_gradio.models.tiny.pixart import tiny_t5_tokenizer
 from ot_gradio.models.tiny.qwen_image import tiny_qwen_image_vae
 from ot_gradio.models.tiny.z_image import QWEN_WIDTH, tiny_qwen3_encoder, tiny_qwen_tokenizer
 
-TINY_ANIMA_VERSION = 1
+TINY_ANIMA_VERSION = 2
 TEXT_WIDTH = 32  # the conditioner's output and the transformer's text_embed_dim (real: 1024)
 
 
@@ -76,8 +76,8 @@ def tiny_anima_pipeline(seed: int = 0):
 
 @register_tiny("anima", TINY_ANIMA_VERSION)
 def save_tiny_anima(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
-    """The tiny Anima as a modular diffusers folder (no single file: the family loads folders),
-    its modular_model_index.json naming the folder (diffusers writes the temporary one it saved in)."""
+    """The tiny Anima as a modular diffusers folder, its modular_model_index.json naming the folder
+    (diffusers writes the temporary one it saved in), and as the original checkpoint (DiT and adapter under `net.`)."""
     from pathlib import Path
 
     final = Path(root) / "diffusers"
@@ -90,5 +90,10 @@ def save_tiny_anima(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
                 entry[2]["pretrained_model_name_or_path"] = str(final.resolve())
         index_file.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
 
-    return save_tiny(root, "anima-tiny-transformer.safetensors", lambda: tiny_anima_pipeline(seed), finish_folder=repoint,
-                     index_file="modular_model_index.json")
+    def write_single(path: Path, pipe) -> None:
+        from ot_gradio.models.anima import Anima
+
+        Anima(pipe.components).save_single_file(path, None, {"ot_gradio.tiny": "anima"})
+
+    return save_tiny(root, "anima-tiny-transformer.safetensors", lambda: tiny_anima_pipeline(seed), write_single,
+                     finish_folder=repoint, index_file="modular_model_index.json")
