@@ -208,13 +208,26 @@ class Anima(FrameVaeLatents, IdentityLoraNames, FlowFamily):
         with torch.set_grad_enabled("text_encoder" in grad and torch.is_grad_enabled()):
             hidden = self.text_encoder(input_ids=ids, attention_mask=mask, output_hidden_states=False).last_hidden_state
             hidden = hidden * mask.to(hidden).unsqueeze(-1)
-            conditioner = self.text_conditioner
-            weight = next(conditioner.parameters())
-            if (weight.device, weight.dtype) != (hidden.device, hidden.dtype):  # it follows the text encoder
-                conditioner.to(hidden.device, hidden.dtype)
+            conditioner = self._conditioner_at(hidden.device, hidden.dtype)
             out = conditioner(source_hidden_states=hidden, target_input_ids=t5_ids, target_attention_mask=t5_mask,
                               source_attention_mask=mask)
         return {"encoder_hidden_states": out}
+
+    def _conditioner_at(self, device: torch.device, dtype: torch.dtype | None = None) -> torch.nn.Module:
+        """The adapter on `device` (in `dtype`): it follows the text encoder, which the trainer
+        moves as a part (the adapter is not one: no config section, no LoRA, kept out of quantization)."""
+        conditioner = self.text_conditioner
+        weight = next(conditioner.parameters())
+        if device.type == "meta" and weight.device.type != "meta":  # a memory probe's stand-in: real weights stay real
+            return conditioner
+        if weight.device != device or (dtype is not None and weight.dtype != dtype):
+            conditioner.to(device, dtype)
+        return conditioner
+
+    @property
+    def text_cache_modules(self) -> tuple[torch.nn.Module, ...]:
+        """What turns text into conditioning besides the text encoder: the adapter (its weights key the text cache)."""
+        return (self.text_conditioner,)
 
     # ---------------------------------------------------------------- training
 
@@ -222,6 +235,7 @@ class Anima(FrameVaeLatents, IdentityLoraNames, FlowFamily):
         """The velocity (B, C, H, W) for noisy latents at noise fraction `t` (B,)."""
         transformer = self.transformer
         device, dtype = module_device(transformer), compute_dtype(transformer)
+        self._conditioner_at(module_device(self.text_encoder))  # back in RAM once the text encoder waits there
         b, _, h, w = noisy.shape
         factor = self.vae_scale_factor
         out = transformer(

@@ -96,3 +96,19 @@ def test_fine_tune_folder_loads_in_our_family_and_in_diffusers(anima, tmp_path):
     pipe = ModularPipeline.from_pretrained(str(folder), local_files_only=True)
     pipe.load_components(torch_dtype=torch.float32)
     assert type(pipe).__name__ == "AnimaModularPipeline" and pipe.text_conditioner is not None and pipe.t5_tokenizer is not None
+
+
+def test_the_text_cache_is_keyed_by_the_llm_adapter_too(anima):
+    """Anima versions may share Qwen3 and differ in the adapter, whose output is what is cached."""
+    from ot_gradio.data.text_cache import text_encoder_id
+
+    before = text_encoder_id(anima)
+    weight = anima.text_conditioner.out_proj.weight
+    kept = weight.detach().clone()
+    with torch.no_grad():
+        weight.add_(1.0)
+        try:
+            assert text_encoder_id(anima) != before
+        finally:
+            weight.copy_(kept)
+    assert text_encoder_id(anima) == before
