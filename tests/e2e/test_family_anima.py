@@ -1,7 +1,8 @@
 """Anima end to end on the tiny model: a LoRA trained by `python -m ot_gradio train` from our
 preset (FLOAT_8 transformer and Qwen3, attn1/attn2/ff layers, DIFFUSERS_LORA), loaded by diffusers'
 own modular Anima pipeline (AnimaAutoBlocks from the folder's modular_model_index.json) with
-`load_lora_weights`, nothing ignored, and its image changes."""
+`load_lora_weights`, nothing ignored, and its image changes; and the flow-matching loss through
+Anima's predict falls with fixed noise and timesteps."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 from safetensors import safe_open
 
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import imported, lora_load_problems, tiny_fixture, train_from_cli
+from tests.e2e.runs import falls, imported, lora_load_problems, losses_with_fixed_noise, one_image, tiny_fixture, train_from_cli
 
 pytestmark = pytest.mark.slow
 PROMPT = "a red circle"
@@ -56,3 +57,13 @@ def test_lora_from_our_preset_trains_from_the_cli_and_loads_in_the_anima_pipelin
     assert np.array_equal(anima_image(anima_pipeline(tiny_anima.diffusers_dir)), before)  # the same image twice
     assert lora_load_problems(pipe, path) == []
     assert np.abs(anima_image(pipe) - before).max() > 1e-5
+
+
+def test_lora_loss_falls_with_fixed_noise_and_timesteps(tiny_anima, shapes, tmp_path):
+    """The flow-matching objective through Anima's predict learns: one image, fixed noise and t."""
+    config = imported(PRESETS_DIR / "anima-lora.json", tiny_anima.diffusers_dir, one_image(shapes, tmp_path), tmp_path,
+                      "lora.safetensors", resolution="64", epochs=25, batch_size=1, learning_rate=8e-2, lora_alpha=16.0,
+                      layer_filter_preset="full", train_dtype="FLOAT_32", samples=[],
+                      transformer={"train": True, "weight_dtype": "FLOAT_32"})
+    losses = losses_with_fixed_noise(config, tmp_path)
+    assert len(losses) == 25 and falls(losses, 0.8), " ".join(f"{x:.3f}" for x in losses)
