@@ -112,3 +112,29 @@ def test_the_text_cache_is_keyed_by_the_llm_adapter_too(anima):
         finally:
             weight.copy_(kept)
     assert text_encoder_id(anima) == before
+
+
+def test_the_original_checkpoint_is_a_transformer_file_of_its_own(anima, tiny_dir, tmp_path):
+    """ORIGINAL_TRANSFORMER's file (DiT and adapter under `net.`) as `transformer.model_name`: its
+    transformer replaces the base model's, the other parts (the adapter too) stay the base model's."""
+    from safetensors import safe_open
+
+    from ot_gradio.models.anima import Anima
+    from ot_gradio.models.tiny import resolve_tiny
+
+    with torch.no_grad():
+        anima.transformer.proj_out.weight.mul_(2.0)
+    try:
+        path = anima.save_single_file(tmp_path / "anima.safetensors", None)
+    finally:
+        with torch.no_grad():
+            anima.transformer.proj_out.weight.div_(2.0)
+    with safe_open(str(path), "pt") as f:
+        keys = set(f.keys())
+    assert "net.final_layer.linear.weight" in keys and "net.blocks.0.self_attn.q_norm.weight" in keys
+    assert "net.llm_adapter.out_proj.weight" in keys and not [k for k in keys if not k.startswith("net.")]
+    base = resolve_tiny("tiny:anima").diffusers_dir
+    model = Anima.load(str(base), offline=True, part_models={"transformer": str(path)})
+    plain = Anima.load(str(base), offline=True)
+    torch.testing.assert_close(model.transformer.proj_out.weight, plain.transformer.proj_out.weight * 2)
+    assert torch.equal(model.transformer.transformer_blocks[0].attn1.to_q.weight, plain.transformer.transformer_blocks[0].attn1.to_q.weight)
