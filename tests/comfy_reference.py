@@ -106,6 +106,24 @@ def wan_map(n_blocks: int, umt5_blocks: int) -> set[str]:
     return generic_unet(wan_original(n_blocks)) | {"text_encoders.umt5xxl.transformer." + k for k in t5_keys(umt5_blocks)}
 
 
+def anima_original(n_blocks: int) -> list[str]:
+    """The linear weights of Anima's DiT (Cosmos-Predict2's MiniTrainDIT, ComfyUI's comfy/ldm/cosmos/predict2.py),
+    the checkpoint's `net.` wrapper stripped as ComfyUI loads it; the llm_adapter is not trained."""
+    keys = ["x_embedder.proj.1", "t_embedder.1.linear_1", "t_embedder.1.linear_2", "final_layer.linear",
+            "final_layer.adaln_modulation.1", "final_layer.adaln_modulation.2"]
+    for i in range(n_blocks):
+        b = f"blocks.{i}"
+        keys += [f"{b}.{attn}.{p}" for attn in ("self_attn", "cross_attn") for p in ("q_proj", "k_proj", "v_proj", "output_proj")]
+        keys += [f"{b}.adaln_modulation_{m}.{j}" for m in ("self_attn", "cross_attn", "mlp") for j in (1, 2)]
+        keys += [f"{b}.mlp.layer1", f"{b}.mlp.layer2"]
+    return keys
+
+
+def anima_map(transformer) -> set[str]:
+    """Anima: the generic names of the DiT's weights."""
+    return generic_unet(anima_original(transformer.config.num_layers))
+
+
 def pixart_map(depth: int, micro_conditions: bool) -> set[str]:
     """ComfyUI's PixArt map over pixart_to_diffusers: `transformer.`, `base_model.model.`, `unet.base_model.model.`."""
     paths = []

@@ -1,6 +1,6 @@
 """Does the base model look like the chosen model type? A cheap, torch-free look, for the page to
 say so while the user edits (loading the model to find out takes minutes): a local diffusers
-folder names its pipeline in model_index.json (`_class_name`); a single file, a hub id or a
+folder names its pipeline in model_index.json (a modular one: modular_model_index.json) (`_class_name`); a single file, a hub id or a
 `tiny:` model is judged by its name. Only a clear sign of another family is reported: a name
 that says nothing (model.safetensors, my-finetune) passes, and SD 1.5 and SD 2.x share one
 pipeline, so they are not told apart. The signs are in the families' descriptions (config/family_info)."""
@@ -29,14 +29,18 @@ def _by_name(name: str) -> Sign | None:
     return max(found, key=lambda f: f[:3])[3] if found else None
 
 
-def _pipeline_class(folder: Path) -> str | None:
-    try:
-        if not (folder / "model_index.json").is_file() or (folder / "model_index.json").stat().st_size > 1_000_000:
+def _pipeline_class(folder: Path) -> tuple[str, str] | None:
+    """The folder's index file and the pipeline class it names: model_index.json, else a modular
+    pipeline's (Anima) modular_model_index.json."""
+    for index in (folder / "model_index.json", folder / "modular_model_index.json"):
+        try:
+            if not index.is_file() or index.stat().st_size > 1_000_000:
+                continue
+            value = json.loads(index.read_text(encoding="utf-8")).get("_class_name")
+        except (OSError, ValueError, AttributeError):
             return None
-        value = json.loads((folder / "model_index.json").read_text(encoding="utf-8")).get("_class_name")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return value if isinstance(value, str) else None
+        return (index.name, value) if isinstance(value, str) else None
+    return None
 
 
 def base_model_mismatch(model_type: str | None, base_model: str | None) -> str | None:
@@ -55,10 +59,11 @@ def base_model_mismatch(model_type: str | None, base_model: str | None) -> str |
     except (OSError, ValueError):
         folder = False
     if folder:
-        cls = _pipeline_class(path)
-        if cls is None:
+        found = _pipeline_class(path)
+        if found is None:
             return None  # not a diffusers folder: the pre-run check says so
-        how, kind = f"model_index.json names {cls}", _by_class(cls)
+        index, cls = found
+        how, kind = f"{index} names {cls}", _by_class(cls)
     else:
         kind = _by_name(name.removeprefix("tiny:") if name.startswith("tiny:") else Path(name).name or name)
     if kind is None or chosen in kind.model_types:

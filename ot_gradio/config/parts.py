@@ -36,7 +36,7 @@ class ModelPartConfig(Section):
 class TransformerPartConfig(ModelPartConfig):
     """The denoising transformer, which (as OneTrainer's) may come from a file of its own."""
 
-    model_name: str = opt("", "Transformer file", "Load the transformer from this file instead of the base model (the base model's other parts and configs are kept): a .safetensors file, or a Hugging Face file address such as OneTrainer's DeTurbo presets give (https://huggingface.co/<owner>/<repo>/blob/main/<file>; downloaded once, read from the hub cache offline). Flux.1, Flux Fill, Chroma, Flux.2, Qwen-Image, Z-Image and Sana. Blank = from the base model.")
+    model_name: str = opt("", "Transformer file", "Load the transformer from this file instead of the base model (the base model's other parts and configs are kept): a .safetensors file, or a Hugging Face file address such as OneTrainer's DeTurbo presets give (https://huggingface.co/<owner>/<repo>/blob/main/<file>; downloaded once, read from the hub cache offline). Flux.1, Flux Fill, Chroma, Flux.2, Qwen-Image, Z-Image, Anima and Sana. Blank = from the base model.")
 
 
 class VaePartConfig(ModelPartConfig):

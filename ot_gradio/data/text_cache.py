@@ -116,6 +116,8 @@ def text_encoder_id(model: Any, autocast_dtype: torch.dtype | None = None, extra
     h.update(json.dumps(about, sort_keys=True, default=str).encode())
     for part in model.text_encoder_names:
         _fingerprint(model.parts[part], h)
+    for module in getattr(model, "text_cache_modules", ()):  # other modules of the text side (Anima's LLM adapter)
+        _fingerprint(module, h)
     return "text-" + h.hexdigest()[:24]
 
 

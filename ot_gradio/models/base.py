@@ -52,6 +52,7 @@ class ModelFamily(Protocol):
     # set per run by the trainer (training/diffusion.configure_model); used in training and sampling
     layer_skips: dict[str, int]  # clip skip per text encoder part
     text_encoder_sequence_length: int | None  # the T5 / LLM token window (None: the family's default)
+    text_cache_modules: tuple[Any, ...]  # text-side modules besides the text encoders (keys of the text cache)
 
     @classmethod
     def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,

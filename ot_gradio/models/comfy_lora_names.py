@@ -120,3 +120,32 @@ def wan_original(path: str) -> str | None:
 def wan(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
     return {"transformer": {p: _unet(o) for p in paths.get("transformer", ()) if (o := wan_original(p))},
             "text_encoder": {p: "text_encoders.umt5xxl.transformer." + p for p in paths.get("text_encoder", ())}}
+
+
+# Anima's diffusers layer names -> its DiT's (diffusers' _convert_non_diffusers_anima_lora_to_diffusers
+# inverted; OneTrainer's AnimaModel._diffusers_to_dit): the keys ComfyUI's Anima model has under
+# `diffusion_model.`, the checkpoint's `net.` wrapper stripped
+ANIMA_BLOCK = {"norm1.linear_1": "adaln_modulation_self_attn.1", "norm1.linear_2": "adaln_modulation_self_attn.2",
+               "norm2.linear_1": "adaln_modulation_cross_attn.1", "norm2.linear_2": "adaln_modulation_cross_attn.2",
+               "norm3.linear_1": "adaln_modulation_mlp.1", "norm3.linear_2": "adaln_modulation_mlp.2",
+               "attn1.to_q": "self_attn.q_proj", "attn1.to_k": "self_attn.k_proj", "attn1.to_v": "self_attn.v_proj",
+               "attn1.to_out.0": "self_attn.output_proj", "attn2.to_q": "cross_attn.q_proj", "attn2.to_k": "cross_attn.k_proj",
+               "attn2.to_v": "cross_attn.v_proj", "attn2.to_out.0": "cross_attn.output_proj",
+               "ff.net.0.proj": "mlp.layer1", "ff.net.2": "mlp.layer2"}
+ANIMA_TOP = {"patch_embed.proj": "x_embedder.proj.1", "time_embed.t_embedder.linear_1": "t_embedder.1.linear_1",
+             "time_embed.t_embedder.linear_2": "t_embedder.1.linear_2", "norm_out.linear_1": "final_layer.adaln_modulation.1",
+             "norm_out.linear_2": "final_layer.adaln_modulation.2", "proj_out": "final_layer.linear"}
+
+
+def anima_original(path: str) -> str | None:
+    """The DiT key of an Anima transformer layer (None: a layer the original model has not)."""
+    if (hit := _block(path, "transformer_blocks")) and hit[1] in ANIMA_BLOCK:
+        return f"blocks.{hit[0]}.{ANIMA_BLOCK[hit[1]]}"
+    return ANIMA_TOP.get(path)
+
+
+def anima(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
+    """The transformer as OneTrainer's KOHYA_LORA / COMFY_LORA writes it (`lora_unet_` + the DiT key;
+    diffusers' Anima loader reads the same keys under `diffusion_model.`). No text encoder: OneTrainer
+    trains Anima's transformer only, and a kohya text encoder is refused (config/family_info/anima.py)."""
+    return {"transformer": {p: _unet(o) for p in paths.get("transformer", ()) if (o := anima_original(p))}}

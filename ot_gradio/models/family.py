@@ -33,6 +33,8 @@ class Family:
     # the T5 / LLM token window, set per run from the config (None: the family's default); families
     # without such an encoder never read it
     text_encoder_sequence_length: int | None = None
+    # modules of the text side besides the text encoder parts (Anima's LLM adapter): their weights key the text cache
+    text_cache_modules: tuple[Any, ...] = ()
 
     def check_plain_parts(self) -> None:
         """A ValueError where a part still holds LoRA layers: full models are saved without them."""

@@ -50,6 +50,7 @@ class HubLoading:
 
     default_config_repo: str  # the hub repo whose component configs a single file is read with
     pipeline_class_name: str  # the diffusers pipeline class that loads and samples the family
+    folder_index = "model_index.json"  # what marks a diffusers folder of the family (a modular pipeline's: modular_model_index.json)
 
     @classmethod
     def _pipeline_class(cls):
@@ -85,10 +86,10 @@ class HubLoading:
         path = Path(name).expanduser()
         if not path.is_dir():
             return None
-        if not (path / "model_index.json").is_file():
+        if not (path / cls.folder_index).is_file():
             raise ModelLoadError(
-                f"The folder '{name}' is not a diffusers model (it has no model_index.json). "
-                f"Pick the folder that holds model_index.json{alternative}."
+                f"The folder '{name}' is not a diffusers model (it has no {cls.folder_index}). "
+                f"Pick the folder that holds {cls.folder_index}{alternative}."
             )
         return cls._guarded(
             name,
@@ -120,9 +121,9 @@ class HubLoading:
         """Where a single file's component configs come from: `config_dir`, which must be a
         diffusers folder (of `model`, the message says), else the default config repo or, offline,
         its cached snapshot."""
-        if config_dir and not (Path(config_dir).expanduser() / "model_index.json").is_file():
+        if config_dir and not (Path(config_dir).expanduser() / cls.folder_index).is_file():
             raise ModelLoadError(
-                f"The config folder '{config_dir}' is not a diffusers model (no model_index.json); "
+                f"The config folder '{config_dir}' is not a diffusers model (no {cls.folder_index}); "
                 f"point it to a diffusers folder of {model}."
             )
         if config_dir:

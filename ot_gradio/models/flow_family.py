@@ -239,7 +239,8 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
                 "or a transformer .safetensors file."
             )
         pipe = cls._tiny_or_folder(name, lambda folder: pipeline(folder, {"local_files_only": True}),
-                                   cls.model_type.value, ", ".join(cls.folder_parts), ", or a transformer .safetensors file")
+                                   cls.model_type.value, ", ".join(cls.folder_parts),
+                                   ", or a transformer .safetensors file" if cls.single_file_layout else "")
         if pipe is not None:
             return pipe
         path = Path(name).expanduser()

@@ -64,9 +64,9 @@ def test_sample_size_far_from_native_resolution():
 
 
 def test_unsupported_model_type_method_and_no_concepts():
-    config = TrainConfig(model_type=ModelType.ANIMA)
+    config = TrainConfig(model_type=ModelType.STABLE_DIFFUSION_20_DEPTH)
     warnings = check(config)
-    assert any("ANIMA is not supported" in w for w in warnings)
+    assert any("STABLE_DIFFUSION_20_DEPTH is not supported" in w for w in warnings)
     assert any("no concepts" in w for w in warnings)
     config = TrainConfig(model_type=ModelType.FLUX_DEV_1, training_method=TrainingMethod.FINE_TUNE_VAE)
     assert "training_method: FINE_TUNE_VAE is not available for model type FLUX_DEV_1; choose LORA, FINE_TUNE, EMBEDDING" in check(config)

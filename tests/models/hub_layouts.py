@@ -131,6 +131,10 @@ HUB_LAYOUTS: dict[str, dict] = {
         "repo": "krea/Krea-2-Raw", "model_index": {"tokenizer": ["transformers", "Qwen2TokenizerFast"]},
         "tokenizers": {"tokenizer": "qwen-with-json"},
     },
+    "tiny:anima": {  # inferred: Qwen3-0.6B's files (tokenizer.json, vocab.json, merges.txt), T5's; a modular index
+        "repo": "circlestone-labs/Anima-Base-v1.0-Diffusers", "index": "modular_model_index.json", "model_index": {},
+        "tokenizers": {"tokenizer": "qwen-with-json"}, "other_tokenizers": {"t5_tokenizer": "t5"},
+    },
     "tiny:z-image": {  # files: catalog (tokenizer.json, vocab.json, merges.txt); index: a copy of the repo's
         "repo": "Tongyi-MAI/Z-Image-Turbo", "model_index": {}, "tokenizers": {"tokenizer": "qwen-with-json"},
     },
@@ -352,7 +356,7 @@ def _save_image_encoder(folder: Path) -> None:
 
 
 def _rewrite(dest: Path, layout: dict) -> None:
-    for folder, kind in layout["tokenizers"].items():
+    for folder, kind in {**layout["tokenizers"], **layout.get("other_tokenizers", {})}.items():
         _TOKENIZER_KINDS[kind](dest / folder)
     extras = layout.get("extras", ())
     if "feature_extractor" in extras:
@@ -367,8 +371,8 @@ def _rewrite(dest: Path, layout: dict) -> None:
     if layout.get("scheduler"):
         config = _read_json(dest / "scheduler" / "scheduler_config.json")
         _write_json(dest / "scheduler" / "scheduler_config.json", {**config, "_class_name": layout["scheduler"]})
-    index = _read_json(dest / "model_index.json")
-    _write_json(dest / "model_index.json", {**index, **layout["model_index"]})
+    index_file = dest / layout.get("index", "model_index.json")
+    _write_json(index_file, {**_read_json(index_file), **layout["model_index"]})
 
 
 def save_hub_layout(tiny_folder: str | Path, name: str, dest: str | Path) -> Path:

@@ -40,6 +40,7 @@ FAMILIES = [
     Row("z-image", (M.Z_IMAGE,)),
     Row("qwen-image", (M.QWEN,)),
     Row("krea2", (M.KREA_2,)),
+    Row("anima", (M.ANIMA,)),
     Row("sana", (M.SANA,), single_file=False),
     Row("wan", (M.WAN_2_1,), single_file=False),
     Row("wan22-5b", (M.WAN_2_2_TI2V_5B,), single_file=False),
@@ -83,9 +84,9 @@ def test_tiny_model_is_small_and_loads_through_the_real_loaders(row, tiny_dir, t
     assert sum(p.numel() for module in by_name.parts.values() for p in module.parameters()) < row.most_params
     if row.single_file:  # the denoiser from the file, the rest from the config folder: all as the folder has them
         assert_same_parts(by_name, family.load(str(paths.single_file), config_dir=str(paths.diffusers_dir), offline=True))
-        with pytest.raises(ModelLoadError, match=r"config folder .* \(no model_index.json\); point it to a diffusers folder"):
+        with pytest.raises(ModelLoadError, match=r"config folder .* \(no (modular_)?model_index.json\); point it to a diffusers folder"):
             family.load(str(paths.single_file), config_dir=str(tmp_path), offline=True)
     elif row.folder:
         assert_same_parts(by_name, family.load(str(paths.diffusers_dir), offline=True))
-    with pytest.raises(ModelLoadError, match=r"not a diffusers model \(.*no model_index.json\)"):
+    with pytest.raises(ModelLoadError, match=r"not a diffusers model \(.*no (modular_)?model_index.json\)"):
         family.load(str(tmp_path), offline=True)

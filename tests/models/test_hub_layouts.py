@@ -38,6 +38,7 @@ MODEL_TYPES = {
     "tiny:sana": ModelType.SANA,
     "tiny:qwen-image": ModelType.QWEN,
     "tiny:krea2": ModelType.KREA_2,
+    "tiny:anima": ModelType.ANIMA,
     "tiny:z-image": ModelType.Z_IMAGE,
     "tiny:flux2-klein": ModelType.FLUX_2,
     "tiny:flux2-dev": ModelType.FLUX_2,

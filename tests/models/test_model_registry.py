@@ -16,7 +16,7 @@ def test_sd15_is_registered():
     assert ModelType.STABLE_DIFFUSION_15 in supported_model_types()
 
 
-@pytest.mark.parametrize("model_type", ["NOT_A_MODEL", "ANIMA"])
+@pytest.mark.parametrize("model_type", ["NOT_A_MODEL", "STABLE_DIFFUSION_20_DEPTH"])
 def test_unsupported_type_names_the_supported_ones(model_type):
     with pytest.raises(UnsupportedModelTypeError, match="STABLE_DIFFUSION_15") as info:
         get_family(model_type)
@@ -40,8 +40,8 @@ def test_a_family_class_does_not_declare_what_its_description_says(monkeypatch):
     monkeypatch.setattr(registry, "_FAMILIES", {})
     with pytest.raises(ValueError, match="Own declares bucket_step: these come from its description"):
         register_family(ModelType.SANA)(type("Own", (), {"bucket_step": 32}))
-    with pytest.raises(ValueError, match="ANIMA has no description in config/family_info"):
-        register_family(ModelType.ANIMA)(type("Undescribed", (), {}))
+    with pytest.raises(ValueError, match="STABLE_DIFFUSION_20_DEPTH has no description in config/family_info"):
+        register_family(ModelType.STABLE_DIFFUSION_20_DEPTH)(type("Undescribed", (), {}))
     with pytest.raises(ValueError, match="described differently"):
         register_family(ModelType.SANA, ModelType.STABLE_DIFFUSION_15)(type("Two", (), {}))
 

@@ -1,5 +1,5 @@
 """The convert tool for the families with language-model text encoders: Z-Image,
-Flux.2 and Qwen-Image write the transformer alone as their single file and read it back with the
+Flux.2, Qwen-Image and Anima (with its LLM adapter) write the transformer alone as their single file and read it back with the
 other parts from the config folder, losslessly; Sana, which has no single file here, is refused
 naming why; LoRA keys converted either way are exactly what the trainer writes in that format."""
 
@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from ot_gradio.tools.jobs import JobError, run_inline
 
-FAMILIES = {"Z_IMAGE": "tiny:z-image", "FLUX_2": "tiny:flux2-klein", "QWEN": "tiny:qwen-image", "KREA_2": "tiny:krea2", "SANA": "tiny:sana"}
+FAMILIES = {"Z_IMAGE": "tiny:z-image", "FLUX_2": "tiny:flux2-klein", "QWEN": "tiny:qwen-image", "KREA_2": "tiny:krea2", "SANA": "tiny:sana", "ANIMA": "tiny:anima"}
 
 
 def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:

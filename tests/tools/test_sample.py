@@ -336,12 +336,13 @@ def test_new_families_sample_a_lora_a_run_and_an_embedding(model_type, tmp_path)
 
 # ---------------------------------------------------------------- the families with language-model text encoders
 
-LLM_FAMILIES = {"Z_IMAGE": "tiny:z-image", "FLUX_2": "tiny:flux2-klein", "SANA": "tiny:sana", "QWEN": "tiny:qwen-image"}
+LLM_FAMILIES = {"Z_IMAGE": "tiny:z-image", "FLUX_2": "tiny:flux2-klein", "SANA": "tiny:sana", "QWEN": "tiny:qwen-image",
+                "ANIMA": "tiny:anima"}
 
 
 @pytest.mark.parametrize("model_type", LLM_FAMILIES)
 def test_llm_encoder_families_sample_a_lora_file_and_a_run(model_type, tmp_path):
-    """Z-Image, Flux.2 Klein, Sana and Qwen-Image in the sample tool: a kohya LoRA file and the
+    """Z-Image, Flux.2 Klein, Sana, Qwen-Image and Anima in the sample tool: a kohya LoRA file and the
     run's backup it was saved from draw the same image, unlike the base model."""
     from ot_gradio.config.io import config_to_dict, load_config
     from ot_gradio.models.registry import get_family

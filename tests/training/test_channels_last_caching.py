@@ -11,7 +11,7 @@ from ot_gradio.training.device import channels_last_on_cpu
 
 FAMILIES = [
     ("STABLE_DIFFUSION_15", "tiny:sd15"), ("STABLE_DIFFUSION_XL_10_BASE", "tiny:sdxl"), ("PIXART_SIGMA", "tiny:pixart-sigma"),
-    ("STABLE_DIFFUSION_3", "tiny:sd3"), ("FLUX_DEV_1", "tiny:flux"), ("QWEN", "tiny:qwen-image"), ("KREA_2", "tiny:krea2"),
+    ("STABLE_DIFFUSION_3", "tiny:sd3"), ("FLUX_DEV_1", "tiny:flux"), ("QWEN", "tiny:qwen-image"), ("KREA_2", "tiny:krea2"), ("ANIMA", "tiny:anima"),
     ("Z_IMAGE", "tiny:z-image"), ("FLUX_2", "tiny:flux2-klein"), ("SANA", "tiny:sana"),
     ("WAN_2_1", "tiny:wan"),
     ("HUNYUAN_VIDEO", "tiny:hunyuan_video"),

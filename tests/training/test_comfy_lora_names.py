@@ -10,6 +10,7 @@ import torch
 from tests import comfy_reference as ref
 
 FAMILIES = ("flux", "chroma", "flux2-dev", "flux2-klein", "z-image", "qwen-image", "pixart-sigma", "pixart-alpha", "wan", "hidream")
+FAMILIES += ("anima",)  # transformer only (OneTrainer trains no Anima text encoder; a kohya one is refused)
 FAMILIES += ("wan22-a14b",)  # its low-noise expert: ComfyUI loads each A14B expert as a Wan 2.1 t2v model (comfy/model_detection.py)
 
 
@@ -44,6 +45,11 @@ def _model(name: str):
         from ot_gradio.models.tiny.qwen_image import tiny_qwen_image_components
 
         return QwenImage(tiny_qwen_image_components())
+    if name == "anima":
+        from ot_gradio.models.anima import Anima
+        from ot_gradio.models.tiny.anima import tiny_anima_components
+
+        return Anima(tiny_anima_components())
     if name == "wan":
         from ot_gradio.models.tiny.wan import tiny_wan_components
         from ot_gradio.models.wan import Wan21
@@ -95,6 +101,8 @@ def comfy_names(name: str, model) -> set[str]:
         from ot_gradio.models.key_layout import layer_paths
 
         return ref.hidream_map(layer_paths(model.transformer))  # ComfyUI's HiDream model has diffusers' names
+    if name == "anima":
+        return ref.anima_map(model.transformer)
     if name in ("wan", "wan22-a14b"):
         return ref.wan_map(tr.num_layers, model.text_encoder.config.num_layers)
     micro = bool(tr.use_additional_conditions) if tr.use_additional_conditions is not None else tr.sample_size == 128
@@ -105,7 +113,7 @@ def _train_full(model) -> dict:
     from ot_gradio.training.lora import add_lora
 
     parts = {model.denoiser: "unet"}
-    if not type(model).__name__.startswith(("Flux2", "HiDream")):  # Flux.2 and HiDream: the transformer only
+    if not type(model).__name__.startswith(("Flux2", "HiDream", "Anima")):  # Flux.2, HiDream and Anima: the transformer only
         parts.update({te: "text_encoder" for te in model.text_encoder_names})
     presets = model.lora_layer_presets
     gen = torch.Generator().manual_seed(0)

@@ -20,7 +20,7 @@ FAMILIES = [
     ("STABLE_DIFFUSION_XL_10_BASE_INPAINTING", "tiny:sdxl-inpainting"), ("WUERSTCHEN_2", "tiny:wuerstchen2"),
     ("STABLE_CASCADE_1", "tiny:cascade"), ("PIXART_ALPHA", "tiny:pixart"), ("PIXART_SIGMA", "tiny:pixart-sigma"),
     ("STABLE_DIFFUSION_3", "tiny:sd3"), ("FLUX_DEV_1", "tiny:flux"), ("FLUX_FILL_DEV_1", "tiny:flux-fill"),
-    ("CHROMA_1", "tiny:chroma"), ("QWEN", "tiny:qwen-image"), ("KREA_2", "tiny:krea2"), ("WAN_2_1", "tiny:wan"),
+    ("CHROMA_1", "tiny:chroma"), ("QWEN", "tiny:qwen-image"), ("KREA_2", "tiny:krea2"), ("ANIMA", "tiny:anima"), ("WAN_2_1", "tiny:wan"),
     ("WAN_2_2_TI2V_5B", "tiny:wan22-5b"), ("HUNYUAN_VIDEO", "tiny:hunyuan_video"), ("LTX_2", "tiny:ltx2"), ("IDEOGRAM_4", "tiny:ideogram4"),
     ("HI_DREAM_FULL", "tiny:hidream"),
     ("WAN_2_2_T2V_A14B", "tiny:wan22-a14b"),

@@ -28,7 +28,7 @@ def test_table_follows_the_weight_dtypes():
     table = memory_markdown(config)
     assert "| unet | 2,567 M | FLOAT_16 | 4.78 GB |" in table
     assert "| text_encoder_2 | 695 M | FLOAT_32 | 2.59 GB |" in table
-    assert "No parameter counts" in memory_markdown({"model_type": "ANIMA"})
+    assert "No parameter counts" in memory_markdown({"model_type": "STABLE_DIFFUSION_20_DEPTH"})
 
 
 @pytest.mark.parametrize(("model_type", "base", "family"), [
@@ -41,12 +41,19 @@ def test_table_follows_the_weight_dtypes():
     ("STABLE_DIFFUSION_21", "tiny:sd15", None),  # SD 1.5 and 2.x share a pipeline: not told apart
     ("STABLE_DIFFUSION_XL_10_BASE", "/models/juggernaut_v9.safetensors", None),  # a name that says nothing
     ("STABLE_DIFFUSION_3", "folder", None),
+    ("QWEN", "modular folder", "Anima"),  # a modular pipeline's folder: its modular_model_index.json
+    ("ANIMA", "modular folder", None),
+    ("WAN_2_2_T2V_A14B", "Wan-AI/Wan2.2-Animate-14B", None),  # "anima" inside another word is no sign of Anima
 ])
 def test_a_base_model_of_another_family_is_named_above_the_table(tmp_path, model_type, base, family):
     if base == "folder":
         base = str(tmp_path / "my-model")
         (tmp_path / "my-model").mkdir()
         (tmp_path / "my-model" / "model_index.json").write_text('{"_class_name": "StableDiffusion3Pipeline"}')
+    if base == "modular folder":
+        base = str(tmp_path / "anima")
+        (tmp_path / "anima").mkdir()
+        (tmp_path / "anima" / "modular_model_index.json").write_text('{"_class_name": "AnimaModularPipeline"}')
     text = memory_markdown({"model_type": model_type, "base_model_name": base})
     assert ("looks like" in text) == (family is not None), text
     if family:

@@ -75,7 +75,7 @@ def test_caption_dropout_only_on_text_encoders():
 
 
 def test_unknown_model_type_shows_every_part():
-    assert shown_parts(ModelType.ANIMA.value) == model_parts()
+    assert shown_parts(ModelType.STABLE_DIFFUSION_20_DEPTH.value) == model_parts()
     assert shown_parts(None) == model_parts()
 
 

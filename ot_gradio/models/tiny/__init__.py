@@ -37,16 +37,17 @@ def register_tiny(name: str, version: int = 1):
 
 def save_tiny(root: str | os.PathLike, file_name: str, build: Callable[[], Any],
               write_single: Callable[[Path, Any], None] | None = None,
-              finish_folder: Callable[[Path], None] | None = None) -> TinyModelPaths:
+              finish_folder: Callable[[Path], None] | None = None, index_file: str = "model_index.json") -> TinyModelPaths:
     """Save the pipeline `build()` returns under `root` as a diffusers folder (then changed by
     `finish_folder(folder)`) and, with `write_single(path, pipe)`, as the single file `file_name`
     (without: the family loads only from folders). Each is written atomically, so one that exists
-    is complete and reused (a cache)."""
+    is complete and reused (a cache). `index_file`: the folder's index (a modular pipeline's is
+    modular_model_index.json)."""
     from ot_gradio.fsutil import atomic_write_dir
 
     root = Path(root)
     paths = TinyModelPaths(root / "diffusers", root / file_name)
-    has_folder = (paths.diffusers_dir / "model_index.json").is_file()
+    has_folder = (paths.diffusers_dir / index_file).is_file()
     has_single = write_single is None or paths.single_file.is_file()
     if has_folder and has_single:
         return paths
@@ -54,7 +55,7 @@ def save_tiny(root: str | os.PathLike, file_name: str, build: Callable[[], Any],
     if not has_folder:
 
         def write(tmp: Path) -> None:
-            pipe.save_pretrained(tmp, safe_serialization=True)
+            pipe.save_pretrained(str(tmp), safe_serialization=True)
             if finish_folder is not None:
                 finish_folder(tmp)
 
