@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ot_gradio.models.tiny import TinyModelPaths, resolve_tiny
@@ -56,7 +58,7 @@ class _Pipe:
         built.append(self)
 
     def save_pretrained(self, folder, safe_serialization):
-        (folder / "model_index.json").write_text("{}")
+        (Path(folder) / "model_index.json").write_text("{}")
 
 
 def test_save_tiny_builds_once_and_completes_a_partial_cache(tmp_path):
