@@ -166,12 +166,52 @@ def without_aliases(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.T
 
 
 def plain_state_dict(module: torch.nn.Module, name: str) -> dict[str, torch.Tensor]:
-    """The weights of a part without adapters and without tied aliases; an error if LoRA layers
-    are still in it."""
-    state_dict = base_module(module).state_dict()
+    """The weights of a part without adapters and without tied aliases, its quantized layers
+    (FLOAT_8 / INT_8 / NFLOAT_4) as plain float32 weights; an error if LoRA layers are still in it."""
+    root = base_module(module)
+    state_dict = root.state_dict()
     if any(".base_layer." in k or ".lora_" in k for k in state_dict):
         raise ValueError(f"The {name} still has LoRA layers in it; merge or remove them before saving the full model.")
-    return without_aliases(state_dict)
+    return without_aliases(dequantized(root, state_dict))
+
+
+def _dense_weight(layer: torch.nn.Module) -> torch.Tensor | None:
+    """A quantized Linear layer's weight as float32 (None: the layer is not quantized)."""
+    if callable(getattr(layer, "dequantized_weight", None)):  # our FLOAT_8 layer (training/quantize.py)
+        return layer.dequantized_weight(torch.float32)
+    kind = type(layer).__name__
+    weight = getattr(layer, "weight", None)
+    if kind == "Linear8bitLt" and weight is not None and weight.dtype == torch.int8:
+        scale = getattr(weight, "SCB", None)
+        if scale is None:
+            scale = layer.state.SCB
+        return weight.data.float() * scale.float().unsqueeze(1) / 127.0
+    if kind == "Linear4bit" and getattr(weight, "quant_state", None) is not None:
+        import bitsandbytes.functional as bnbf
+
+        return bnbf.dequantize_4bit(weight.data, weight.quant_state).float()
+    return None
+
+
+def float_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """`module.state_dict()` with its quantized layers as float32 weights (`dequantized`)."""
+    return dequantized(module, module.state_dict())
+
+
+def dequantized(root: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`state_dict` of `root` with each quantized Linear layer's entries (its 8-bit or packed
+    4-bit weight and the scales beside it) replaced by the float32 weight they stand for: the
+    layout the model class loads. A part quantized for training (its weight_dtype) is saved whole."""
+    out = dict(state_dict)
+    for prefix, layer in root.named_modules():
+        weight = _dense_weight(layer)
+        if weight is None:
+            continue
+        p = f"{prefix}." if prefix else ""
+        for key in [k for k in out if k.startswith(p) and k != p + "bias"]:
+            del out[key]
+        out[p + "weight"] = weight.detach()
+    return out
 
 
 def weights_fingerprint(module: torch.nn.Module, extra: str = "") -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType
-from ot_gradio.models.common import cast_state_dict, torch_dtype
+from ot_gradio.models.common import cast_state_dict, float_state_dict, torch_dtype
 from ot_gradio.models.key_layout import save_tensors
 
 UNET_PREFIX = "model.diffusion_model."
@@ -243,8 +243,8 @@ def original_checkpoint(unet: torch.nn.Module, vae: torch.nn.Module, text_encode
     each text encoder's original-layout weights under its prefix (`text_encoders`: prefix ->
     a function giving them), float tensors cast to `dtype`."""
     dt = None if dtype is None else torch_dtype(dtype)
-    result = {UNET_PREFIX + k: v for k, v in unet_to_original(unet.state_dict(), unet.config).items()}
-    result.update({VAE_PREFIX + k: v for k, v in vae_to_original(vae.state_dict(), vae.config).items()})
+    result = {UNET_PREFIX + k: v for k, v in unet_to_original(float_state_dict(unet), unet.config).items()}
+    result.update({VAE_PREFIX + k: v for k, v in vae_to_original(float_state_dict(vae), vae.config).items()})
     for prefix, weights in text_encoders.items():
         result.update({prefix + k: v for k, v in weights().items()})
     return cast_state_dict(result, dt)
@@ -254,9 +254,9 @@ def to_original_state_dict(unet: torch.nn.Module, vae: torch.nn.Module, text_enc
                            dtype: DataType | torch.dtype | None = None) -> dict[str, torch.Tensor]:
     """The whole model as one original-layout state dict, float tensors cast to `dtype`."""
     if is_open_clip(text_encoder.config):
-        text = {OPEN_CLIP_PREFIX: lambda: open_clip_to_original(text_encoder.state_dict())}
+        text = {OPEN_CLIP_PREFIX: lambda: open_clip_to_original(float_state_dict(text_encoder))}
     else:
-        text = {CLIP_PREFIX: lambda: clip_to_original(text_encoder.state_dict())}
+        text = {CLIP_PREFIX: lambda: clip_to_original(float_state_dict(text_encoder))}
     return original_checkpoint(unet, vae, text, dtype)
 
 

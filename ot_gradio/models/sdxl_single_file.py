@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType
+from ot_gradio.models.common import float_state_dict
 from ot_gradio.models.key_layout import save_tensors
 from ot_gradio.models.sd_single_file import (
     clip_to_original,
@@ -53,8 +54,8 @@ def open_clip_g_to_original(state_dict: Mapping[str, torch.Tensor]) -> dict[str,
 def sdxl_to_original_state_dict(unet: torch.nn.Module, vae: torch.nn.Module, text_encoder: torch.nn.Module,
                                 text_encoder_2: torch.nn.Module, dtype: DataType | torch.dtype | None = None) -> dict[str, torch.Tensor]:
     """The whole SDXL model as one original-layout state dict, float tensors cast to `dtype`."""
-    text = {CLIP_L_PREFIX: lambda: clip_to_original(text_encoder.state_dict()),
-            OPEN_CLIP_G_PREFIX: lambda: open_clip_g_to_original(text_encoder_2.state_dict())}
+    text = {CLIP_L_PREFIX: lambda: clip_to_original(float_state_dict(text_encoder)),
+            OPEN_CLIP_G_PREFIX: lambda: open_clip_g_to_original(float_state_dict(text_encoder_2))}
     return original_checkpoint(unet, vae, text, dtype)
 
 
