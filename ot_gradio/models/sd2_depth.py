@@ -34,6 +34,30 @@ class StableDiffusion20Depth(StableDiffusion2):
     _pipeline_load_kwargs: dict = {}
 
     @classmethod
+    def _single_file_pipeline(cls):
+        from diffusers import StableDiffusionPipeline
+
+        return StableDiffusionPipeline, StableDiffusion2._pipeline_load_kwargs
+
+    @classmethod
+    def _load_single_file(cls, path, *, cache_dir, offline, token, config_dir):
+        """A single file holds the UNet, VAE and text encoder; the depth estimator and its feature
+        extractor come from where the component configs come from (`config_dir` or the hub repo)."""
+        from diffusers import StableDiffusionDepth2ImgPipeline
+        from transformers import DPTForDepthEstimation, DPTImageProcessor
+
+        pipe = super()._load_single_file(path, cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir)
+        source = cls._single_file_config(config_dir, cache_dir=cache_dir, offline=offline, model="the same model type")
+        where = {"cache_dir": cache_dir, "token": token, "local_files_only": offline or bool(config_dir)}
+
+        def depth_parts():
+            return (DPTForDepthEstimation.from_pretrained(source, subfolder="depth_estimator", **where),
+                    DPTImageProcessor.from_pretrained(source, subfolder="feature_extractor", **where))
+
+        estimator, extractor = cls._guarded(str(path), depth_parts, f"The depth estimator comes from '{source}' (its depth_estimator folder).")
+        return StableDiffusionDepth2ImgPipeline.from_pipe(pipe, depth_estimator=estimator, feature_extractor=extractor)
+
+    @classmethod
     def _from_pipeline(cls, pipe):
         model = super()._from_pipeline(pipe)
         model.depth_estimator, model.feature_extractor = pipe.depth_estimator, pipe.feature_extractor
