@@ -8,8 +8,10 @@ With latent caching it is computed once per image variant and cached beside the 
 data/batches.py, kind "depth"); without it, each step computes it from the batch's pixels.
 
 The depth estimator and its feature extractor are loaded with the pipeline and saved with a
-diffusers folder; they are not trained (not parts). Samples are text-to-image through the depth
-pipeline with a flat depth map (a blank image, strength 1), as a prompt alone gives no depth.
+diffusers folder; they are not trained (not parts): the estimator waits in RAM and runs where the
+VAE is only while it computes depth maps. Samples are text-to-image through the depth
+pipeline from a blank image (strength 1) with a fixed depth ramp (top far, bottom near), as a
+prompt alone gives no depth and a flat map cannot be scaled to [-1, 1].
 """
 
 from __future__ import annotations
@@ -80,11 +82,11 @@ class StableDiffusion20Depth(StableDiffusion2):
         return pipe
 
     def sampling_inputs(self, height: int, width: int, **inputs) -> dict:
-        """Text-to-image: a blank image drawn over entirely (strength 1) with a flat depth map."""
+        """Text-to-image: a blank image drawn over entirely (strength 1) with a top-to-bottom depth ramp."""
         super().sampling_inputs(height, width, **inputs)
-        step = self.vae_scale_factor
-        return {"image": torch.zeros(1, 3, height, width), "strength": 1.0,
-                "depth_map": torch.linspace(0.0, 1.0, (height // step) * (width // step)).reshape(1, height // step, width // step)}
+        rows, cols = height // self.vae_scale_factor, width // self.vae_scale_factor
+        ramp = torch.linspace(0.0, 1.0, rows)[:, None].expand(rows, cols)  # DPT's output: larger is nearer
+        return {"image": torch.zeros(1, 3, height, width), "strength": 1.0, "depth_map": ramp[None].clone()}
 
     def save_diffusers(self, directory, dtype):
         """The SD folder plus the depth estimator and feature extractor the depth pipeline loads."""
@@ -108,9 +110,13 @@ class StableDiffusion20Depth(StableDiffusion2):
         height, width = pixels.shape[-2:]
         images = ((pixels.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
         values = self.feature_extractor(images=list(np.ascontiguousarray(images)), return_tensors="pt").pixel_values
-        estimator = self.depth_estimator
-        device = module_device(estimator)
-        depth = estimator(values.to(device, next(estimator.parameters()).dtype)).predicted_depth.float()
+        estimator, device = self.depth_estimator, module_device(self.vae)
+        home = module_device(estimator)
+        estimator.to(device)  # it runs where the VAE encodes (the GPU while caching), then goes back
+        try:
+            depth = estimator(values.to(device, next(estimator.parameters()).dtype)).predicted_depth.float()
+        finally:
+            estimator.to(home)
         step = self.vae_scale_factor
         depth = torch.nn.functional.interpolate(depth.unsqueeze(1), size=(height // step, width // step), mode="bicubic", align_corners=False)
         low, high = depth.amin(dim=(1, 2, 3), keepdim=True), depth.amax(dim=(1, 2, 3), keepdim=True)
