@@ -33,6 +33,7 @@ class StableDiffusion20Depth(StableDiffusion2):
     unet_in_channels = 4 + DEPTH_CHANNELS
     pipeline_class_name = "StableDiffusionDepth2ImgPipeline"
     conditioning_kind = "depth"
+    modelspec_architecture = "stable-diffusion-v2-depth"  # as OneTrainer's sd_2.0_depth model spec
     _pipeline_load_kwargs: dict = {}
 
     @classmethod

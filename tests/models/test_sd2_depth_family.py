@@ -21,6 +21,13 @@ def _pixels(n=2, height=64, width=48):
     return torch.rand(n, 3, height, width) * 2 - 1
 
 
+def test_file_metadata_names_the_depth_model(depth_model):
+    from ot_gradio.training.output_metadata import architecture
+
+    assert (depth_model.prediction_type, depth_model.lora_base_model_version) == ("epsilon", "sd_v2")
+    assert architecture(depth_model, "lora") == "stable-diffusion-v2-depth/lora"  # OneTrainer's model spec
+
+
 def test_prompts_are_encoded_as_the_depth_pipeline_encodes_them(depth_model):
     pipe = depth_model.pipeline()
     ours = depth_model.encode_text(["a red circle"])["encoder_hidden_states"]
