@@ -241,7 +241,7 @@ def prepare_probe(model: Any, precision: Any, config: Any, trained_text_parts: f
                   crop_top_lefts=[(0, 0)] * batch_size)
     if model.inpainting:
         batch.conditioning_latents = torch.zeros_like(latents)
-    elif model.caches_conditioning(False):  # a depth model: its depth maps (B, 1, h, w)
+    elif model.conditioning_kind == "depth":  # its depth maps (B, 1, h, w)
         batch.conditioning_latents = torch.zeros_like(latents[:, :1])
     start = latents.nbytes + batch.loss_weights.nbytes + (0 if batch.conditioning_latents is None else batch.conditioning_latents.nbytes)
     # a trained text encoder runs in the step, and then so do the frozen ones (no embeddings cached)

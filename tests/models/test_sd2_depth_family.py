@@ -67,3 +67,13 @@ def test_every_image_has_a_depth_map_key_apart_from_masked_images():
     variant = SimpleNamespace(bucket=(8, 8), crop=None, flip=False, resolution=8, augment=None)
     assert conditioning_key(cache, item, variant) is None  # no mask, no masked image
     assert conditioning_key(cache, item, variant, "depth") == (("a.png", 1, 1, (8, 8), None, False, 8, None), {"depth": "estimated"})
+
+
+def test_a_saved_diffusers_folder_loads_in_the_depth_pipeline_with_its_estimator(depth_model, tmp_path):
+    from diffusers import StableDiffusionDepth2ImgPipeline
+
+    depth_model.save_diffusers(tmp_path / "saved", None)
+    pipe = StableDiffusionDepth2ImgPipeline.from_pretrained(str(tmp_path / "saved"), local_files_only=True)
+    saved, ours = pipe.depth_estimator.state_dict(), depth_model.depth_estimator.state_dict()
+    assert saved.keys() == ours.keys() and all(torch.equal(saved[k], ours[k]) for k in ours)
+    assert pipe.unet.config.in_channels == 5 and pipe.feature_extractor.size == depth_model.feature_extractor.size
