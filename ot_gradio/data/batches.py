@@ -107,9 +107,13 @@ def latent_key(cache: LatentCache, item: ImageItem, variant: Variant) -> str:
     )
 
 
-def conditioning_key(cache: LatentCache, item: ImageItem, variant: Variant) -> str | None:
-    """The cache key of an image's masked-image latents (inpainting models), None without a mask
-    file: the image's variant plus the mask file, so an edited mask is encoded again."""
+def conditioning_key(cache: LatentCache, item: ImageItem, variant: Variant, kind: str = "masked_image") -> str | None:
+    """The cache key of an image's conditioning of `kind`: "masked_image" (inpainting models),
+    None without a mask file: the image's variant plus the mask file, so an edited mask is
+    encoded again; "depth" (depth models): every image's variant has its depth map."""
+    if kind == "depth":
+        return cache.key(item.path, item.file_size, item.mtime_ns, variant.bucket, variant.crop, variant.flip, variant.resolution,
+                         variant.augment, extra={"depth": "estimated"})
     if item.mask_path is None:
         return None
     try:
@@ -123,9 +127,10 @@ def conditioning_key(cache: LatentCache, item: ImageItem, variant: Variant) -> s
 
 
 def make_batch(
-    samples: list[Sample], concepts: list[PreparedConcept], cache: LatentCache | None, conditioning: bool = False
+    samples: list[Sample], concepts: list[PreparedConcept], cache: LatentCache | None, conditioning: str = ""
 ) -> Batch:
-    """``conditioning``: load the cached masked-image latents too (inpainting models)."""
+    """``conditioning``: the kind of cached conditioning to load too ("masked_image" for inpainting
+    models, "depth" for depth models; "": none)."""
     items = [concepts[s.concept].items[s.item] for s in samples]
     height, width = samples[0].variant.bucket
     masks = [render_mask(item, s.variant) for item, s in zip(items, samples, strict=True)]
@@ -144,7 +149,7 @@ def make_batch(
     if cache is not None:
         batch.latents = torch.stack([cache.load(latent_key(cache, item, s.variant)) for item, s in zip(items, samples, strict=True)])
         if conditioning:
-            keys = [conditioning_key(cache, item, s.variant) for item, s in zip(items, samples, strict=True)]
+            keys = [conditioning_key(cache, item, s.variant, conditioning) for item, s in zip(items, samples, strict=True)]
             batch.conditioning_latents = torch.stack(
                 [cache.load(k) if k else torch.zeros_like(latent) for k, latent in zip(keys, batch.latents, strict=True)]
             )

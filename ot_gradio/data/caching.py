@@ -54,8 +54,10 @@ def fill_cache(
     progress: ProgressFn | None = None,
     conditioning_fn: ConditioningFn | None = None,
     threads: int = 0,
+    conditioning_kind: str = "masked_image",
 ) -> CacheReport:
-    """``conditioning_fn``: cache the masked-image latents of every variant with a mask file too.
+    """``conditioning_fn``: cache the masked-image latents of every variant with a mask file too
+    (``conditioning_kind`` "depth": the depth map of every variant, from its pixels).
     ``threads``: decode images in that many threads and write latents in one more (0: all here)."""
     needed: dict[str, tuple[ImageItem, Variant]] = {}
     needed_conditioning: dict[str, tuple[ImageItem, Variant]] = {}
@@ -63,7 +65,7 @@ def fill_cache(
         for index, item in enumerate(concept.items):
             for variant in concept.cached_variants(index):
                 needed.setdefault(latent_key(cache, item, variant), (item, variant))
-                key = conditioning_key(cache, item, variant) if conditioning_fn is not None else None
+                key = conditioning_key(cache, item, variant, conditioning_kind) if conditioning_fn is not None else None
                 if key is not None:
                     needed_conditioning.setdefault(key, (item, variant))
 
@@ -99,7 +101,7 @@ def fill_cache(
             cache.put(key, latent)
 
     try:
-        for index, (pixels, masks) in prefetched(_Rendered(chunks), threads=threads):
+        for index, (pixels, masks) in prefetched(_Rendered(chunks, conditioning_kind == "masked_image"), threads=threads):
             chunk, conditioning = chunks[index]
             with torch.no_grad():
                 latents = conditioning_fn(pixels, masks) if conditioning else encode_fn(pixels)
@@ -128,10 +130,10 @@ def fill_cache(
 
 
 class _Rendered:
-    """Chunk ``i``'s pixels (and masks, for a conditioning chunk), decoded when asked for."""
+    """Chunk ``i``'s pixels (and masks, for a conditioning chunk `with_masks`), decoded when asked for."""
 
-    def __init__(self, chunks: list[tuple[Chunk, bool]]):
-        self.chunks = chunks
+    def __init__(self, chunks: list[tuple[Chunk, bool]], with_masks: bool = True):
+        self.chunks, self.with_masks = chunks, with_masks
 
     def __len__(self) -> int:
         return len(self.chunks)
@@ -139,7 +141,7 @@ class _Rendered:
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         chunk, conditioning = self.chunks[index]
         pixels = torch.stack([render_pixels(item, variant) for _, item, variant in chunk])
-        masks = torch.stack([render_mask(item, variant) for _, item, variant in chunk]) if conditioning else None
+        masks = torch.stack([render_mask(item, variant) for _, item, variant in chunk]) if conditioning and self.with_masks else None
         return pixels, masks
 
 

@@ -63,7 +63,7 @@ class TrainingDataset:
     seed: int
     cache: LatentCache | None = None
     cache_report: CacheReport | None = None
-    cached_conditioning: bool = False  # the cache holds masked-image latents (inpainting models)
+    cached_conditioning: str = ""  # the kind of conditioning the cache holds too ("masked_image", "depth"; "": none)
     warnings: list[str] = field(default_factory=list)
     _steps: dict[int, int] = field(default_factory=dict, repr=False)
 
@@ -134,6 +134,7 @@ def build_dataset(
     progress: ProgressFn | None = None,
     clear_cache: bool = False,
     conditioning_fn: ConditioningFn | None = None,
+    conditioning_kind: str = "masked_image",
     threads: int = 0,
     frames: FrameSampling | None = None,
 ) -> TrainingDataset:
@@ -142,7 +143,8 @@ def build_dataset(
     latents are stored under ``<cache_dir>/latents``; ``progress(done, total)`` reports caching;
     ``clear_cache`` empties the cache first (OneTrainer's "clear cache before training");
     ``conditioning_fn(pixels, mask)`` caches the masked-image latents of images with a mask too
-    (inpainting models with masked training), which the batches then carry; ``threads``: image
+    (inpainting models with masked training; ``conditioning_kind`` "depth": every image's depth map),
+    which the batches then carry; ``threads``: image
     decoding and latent writing threads while caching (`dataloader_threads`); ``frames``: a video
     family's frame sampling (clips are items, pixels [3, frames, H, W])."""
     if batch_size < 1:
@@ -163,6 +165,6 @@ def build_dataset(
     if cache is not None:
         if clear_cache:
             cache.clear()
-        dataset.cache_report = fill_cache(prepared, cache, encode_fn, encode_batch_size, progress, conditioning_fn, threads)
-        dataset.cached_conditioning = conditioning_fn is not None
+        dataset.cache_report = fill_cache(prepared, cache, encode_fn, encode_batch_size, progress, conditioning_fn, threads, conditioning_kind)
+        dataset.cached_conditioning = conditioning_kind if conditioning_fn is not None else ""
     return dataset

@@ -35,6 +35,13 @@ class Family:
     text_encoder_sequence_length: int | None = None
     # modules of the text side besides the text encoder parts (Anima's LLM adapter): their weights key the text cache
     text_cache_modules: tuple[Any, ...] = ()
+    # what `encode_conditioning` makes, as the latent cache keys it: "masked_image" (inpainting) or "depth"
+    conditioning_kind = "masked_image"
+
+    def caches_conditioning(self, masked_training: bool) -> bool:
+        """Whether the latent cache holds `encode_conditioning`'s output too: an inpainting model's
+        masked images with masked training (a depth model: every image's depth map)."""
+        return self.inpainting and masked_training
 
     def check_plain_parts(self) -> None:
         """A ValueError where a part still holds LoRA layers: full models are saved without them."""

@@ -173,8 +173,14 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
         return cls._guarded(name, from_hub, hint)
 
     @classmethod
+    def _single_file_pipeline(cls):
+        """The pipeline class that reads a single file, and its loading keyword arguments (SD 2
+        depth: the plain pipeline, as the depth pipeline has no `from_single_file`)."""
+        return cls._pipeline_class(), cls._pipeline_load_kwargs
+
+    @classmethod
     def _load_single_file(cls, path: Path, *, cache_dir, offline, token, config_dir):
-        StableDiffusionPipeline = cls._pipeline_class()
+        StableDiffusionPipeline, load_kwargs = cls._single_file_pipeline()
 
         config = cls._single_file_config(config_dir, cache_dir=cache_dir, offline=offline, model="the same model type")
 
@@ -185,7 +191,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
                 cache_dir=cache_dir,
                 token=token,
                 local_files_only=offline or bool(config_dir),
-                **cls._pipeline_load_kwargs,
+                **load_kwargs,
             )
 
         hint = (

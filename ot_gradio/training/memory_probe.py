@@ -241,7 +241,9 @@ def prepare_probe(model: Any, precision: Any, config: Any, trained_text_parts: f
                   crop_top_lefts=[(0, 0)] * batch_size)
     if model.inpainting:
         batch.conditioning_latents = torch.zeros_like(latents)
-    start = latents.nbytes * (2 if model.inpainting else 1) + batch.loss_weights.nbytes
+    elif model.conditioning_kind == "depth":  # its depth maps (B, 1, h, w)
+        batch.conditioning_latents = torch.zeros_like(latents[:, :1])
+    start = latents.nbytes + batch.loss_weights.nbytes + (0 if batch.conditioning_latents is None else batch.conditioning_latents.nbytes)
     # a trained text encoder runs in the step, and then so do the frozen ones (no embeddings cached)
     encoders = tuple(name for name in model.text_encoder_names if name in model.parts) if trained_text_parts else ()
     return ProbeBatch(batch, text, (model.denoiser, *encoders), start)

@@ -194,10 +194,9 @@ class Trainer:
                 encode_fn=lambda pixels: self.model.encode_images(layout(pixels), generator=encode_rng).contiguous(),
                 clear_cache=cfg.clear_cache_before_training and self.dist.is_main,
                 bucket_step=self.model.bucket_step,  # sizes the denoiser needs (PixArt: patch x VAE = 16 px)
-                # inpainting models with masked training: the masked images' latents are cached too
-                conditioning_fn=self.model.encode_conditioning
-                if self.model.inpainting and cfg.masked_training
-                else None,
+                # inpainting models with masked training: the masked images' latents are cached too (depth models: depth maps)
+                conditioning_fn=self.model.encode_conditioning if self.model.caches_conditioning(cfg.masked_training) else None,
+                conditioning_kind=self.model.conditioning_kind,
                 progress=lambda done, total: self.report.progress(phase="caching", done=done, total=total),
                 threads=cfg.dataloader_threads,
                 frames=run_sampling(cfg, self.model.frame_step),  # a video family reads clips

@@ -69,7 +69,8 @@ class Validator:
             seed=cfg.seed,
             encode_fn=lambda pixels: model.encode_images(pixels, generator=torch.Generator().manual_seed(cfg.seed)),
             bucket_step=model.bucket_step,
-            conditioning_fn=model.encode_conditioning if model.inpainting and cfg.masked_training else None,
+            conditioning_fn=model.encode_conditioning if model.caches_conditioning(cfg.masked_training) else None,
+            conditioning_kind=model.conditioning_kind,
             frames=run_sampling(cfg, model.frame_step),
         )
         fixed = cfg.model_copy(deep=True)

@@ -51,7 +51,7 @@ def test_the_dropdowns_offer_only_what_trains():
 
     fields = {f.path: f for f in schema_fields()}
     assert fields["model_type"].choices == [m.value for m in ModelType if m in implemented_model_types()]
-    assert "STABLE_DIFFUSION_20_DEPTH" not in fields["model_type"].choices and "FLUX_FILL_DEV_1" in fields["model_type"].choices
+    assert fields["model_type"].choices == [m.value for m in ModelType]  # every OneTrainer model type trains
     assert fields["training_method"].choices == ["FINE_TUNE", "LORA", "EMBEDDING", "FINE_TUNE_VAE"]
     assert fields["optimizer.optimizer"].choices == [o.value for o in Optimizer if o in IMPLEMENTED_OPTIMIZERS]
     assert len(fields["optimizer.optimizer"].choices) == len(Optimizer) == 43  # every optimizer OneTrainer has
@@ -64,7 +64,7 @@ def test_the_dropdowns_offer_only_what_trains():
 
 
 @pytest.mark.parametrize(("values", "message"), [
-    ({"model_type": "STABLE_DIFFUSION_20_DEPTH"}, "model_type: STABLE_DIFFUSION_20_DEPTH is a OneTrainer model type this trainer does not implement yet; choose one of"),
+    ({"model_type": "NOT_A_MODEL"}, "model_type: must be one of STABLE_DIFFUSION_15, "),
 ])
 def test_our_config_naming_something_else_fails_to_load(values, message):
     with pytest.raises(ConfigError) as info:
@@ -75,10 +75,10 @@ def test_our_config_naming_something_else_fails_to_load(values, message):
 def test_an_imported_onetrainer_config_naming_something_else_fails(tmp_path):
     preset = json.loads((ROOT / "tests" / "config" / "data" / "onetrainer-presets" / "sd-1.5-LoRA.json").read_text())
     path = tmp_path / "ot.json"
-    path.write_text(json.dumps({**preset, "model_type": "STABLE_DIFFUSION_20_DEPTH", "optimizer": {"optimizer": "CAME_8BIT"}}))
+    path.write_text(json.dumps({**preset, "model_type": "NOT_A_MODEL", "optimizer": {"optimizer": "CAME_8BIT"}}))
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert [e.split(":")[0] for e in info.value.errors] == ["model_type"] and "STABLE_DIFFUSION_20_DEPTH" in info.value.errors[0]
+    assert [e.split(":")[0] for e in info.value.errors] == ["model_type"] and "NOT_A_MODEL" in info.value.errors[0]
     # remembered settings of other optimizers (OneTrainer's UI state) are no reason to refuse
     path.write_text(json.dumps({**preset, "optimizer_defaults": {"MUON": {"optimizer": "MUON"}}}))
     assert load_config(path).config.model_type == ModelType.STABLE_DIFFUSION_15

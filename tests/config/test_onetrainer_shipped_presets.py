@@ -106,15 +106,15 @@ def test_a_shipped_preset_whose_output_we_do_not_write_is_refused_before_the_run
         assert errors(config) == [] and problems == []
 
 
-def test_validate_refuses_a_model_type_we_do_not_train_with_one_line_and_no_traceback(capsys, tmp_path):
-    """OneTrainer ships no SD 2.0 depth preset: its SD 2.0 one with the depth model type."""
+def test_validate_refuses_an_unknown_model_type_with_one_line_and_no_traceback(capsys, tmp_path):
+    """OneTrainer's SD 2.0 preset naming a model type that does not exist (every OneTrainer one trains)."""
     from ot_gradio.cli import main
 
     preset = next((PRESETS / "SD2.0").glob("*.json"))
     raw = json.loads(preset.read_text())
-    path = tmp_path / "depth.json"
-    path.write_text(json.dumps({**raw, "model_type": "STABLE_DIFFUSION_20_DEPTH"}))
+    path = tmp_path / "unknown.json"
+    path.write_text(json.dumps({**raw, "model_type": "NOT_A_MODEL"}))
     assert main(["validate", "--config", str(path)]) == 2
     out = capsys.readouterr()
     assert out.out == "" and out.err.count("\n") == 1
-    assert out.err.startswith("error: model_type: STABLE_DIFFUSION_20_DEPTH is a OneTrainer model type this trainer does not implement yet")
+    assert out.err.startswith("error: model_type: must be one of STABLE_DIFFUSION_15, ") and "NOT_A_MODEL" in out.err

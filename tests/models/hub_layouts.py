@@ -52,6 +52,11 @@ HUB_LAYOUTS: dict[str, dict] = {
                         "safety_checker": [None, None], "requires_safety_checker": False},
         "tokenizers": {"tokenizer": "clip"}, "extras": ("feature_extractor",), "scheduler": "PNDMScheduler",
     },
+    "tiny:sd2-depth": {  # inferred: SD 2 base's layout with the DPT depth estimator and its image processor, no safety checker
+        "repo": "stabilityai/stable-diffusion-2-depth",
+        "model_index": {"_diffusers_version": "0.8.0", "scheduler": ["diffusers", "PNDMScheduler"]},
+        "tokenizers": {"tokenizer": "clip"}, "scheduler": "PNDMScheduler",
+    },
     "tiny:sdxl": {  # files: catalog (fp16 variant names aside)
         "repo": "stabilityai/stable-diffusion-xl-base-1.0", "model_index": {"_diffusers_version": "0.19.0.dev0"},
         "tokenizers": {"tokenizer": "clip", "tokenizer_2": "clip"},

@@ -28,6 +28,7 @@ FAMILIES = [
     Row("sd2", (M.STABLE_DIFFUSION_21, M.STABLE_DIFFUSION_20)),
     Row("sd2-base", (M.STABLE_DIFFUSION_21_BASE, M.STABLE_DIFFUSION_20_BASE)),
     Row("sd2-inpainting", (M.STABLE_DIFFUSION_20_INPAINTING,)),
+    Row("sd2-depth", (M.STABLE_DIFFUSION_20_DEPTH,)),
     Row("sdxl", (M.STABLE_DIFFUSION_XL_10_BASE,), most_params=1_100_000),
     Row("sdxl-inpainting", (M.STABLE_DIFFUSION_XL_10_BASE_INPAINTING,), most_params=1_100_000),
     Row("sd3", (M.STABLE_DIFFUSION_3,)),

@@ -17,6 +17,7 @@ MODEL_TYPES = {
     "tiny:sd2": ModelType.STABLE_DIFFUSION_21,
     "tiny:sd2-base": ModelType.STABLE_DIFFUSION_20_BASE,
     "tiny:sd2-inpainting": ModelType.STABLE_DIFFUSION_20_INPAINTING,
+    "tiny:sd2-depth": ModelType.STABLE_DIFFUSION_20_DEPTH,
     "sd35-large": ModelType.STABLE_DIFFUSION_35,
     "chroma1-base": ModelType.CHROMA_1,
     "tiny:sdxl": ModelType.STABLE_DIFFUSION_XL_10_BASE,

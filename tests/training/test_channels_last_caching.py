@@ -19,6 +19,7 @@ FAMILIES = [
     ("IDEOGRAM_4", "tiny:ideogram4"),
     ("HI_DREAM_FULL", "tiny:hidream"),
     ("ERNIE", "tiny:ernie"),
+    ("STABLE_DIFFUSION_20_DEPTH", "tiny:sd2-depth"),
 ]
 
 

@@ -16,7 +16,7 @@ GB = 1024**3
 
 FAMILIES = [
     ("STABLE_DIFFUSION_15", "tiny:sd15"), ("STABLE_DIFFUSION_15_INPAINTING", "tiny:sd15-inpainting"),
-    ("STABLE_DIFFUSION_21", "tiny:sd2"), ("STABLE_DIFFUSION_XL_10_BASE", "tiny:sdxl"),
+    ("STABLE_DIFFUSION_21", "tiny:sd2"), ("STABLE_DIFFUSION_20_DEPTH", "tiny:sd2-depth"), ("STABLE_DIFFUSION_XL_10_BASE", "tiny:sdxl"),
     ("STABLE_DIFFUSION_XL_10_BASE_INPAINTING", "tiny:sdxl-inpainting"), ("WUERSTCHEN_2", "tiny:wuerstchen2"),
     ("STABLE_CASCADE_1", "tiny:cascade"), ("PIXART_ALPHA", "tiny:pixart"), ("PIXART_SIGMA", "tiny:pixart-sigma"),
     ("STABLE_DIFFUSION_3", "tiny:sd3"), ("FLUX_DEV_1", "tiny:flux"), ("FLUX_FILL_DEV_1", "tiny:flux-fill"),

@@ -19,7 +19,7 @@ FAMILIES = {
 SIGN = Sign(
     "Stable Diffusion 1.x/2.x",
     (M.STABLE_DIFFUSION_15, M.STABLE_DIFFUSION_15_INPAINTING, M.STABLE_DIFFUSION_20, M.STABLE_DIFFUSION_20_BASE,
-     M.STABLE_DIFFUSION_20_INPAINTING, M.STABLE_DIFFUSION_21, M.STABLE_DIFFUSION_21_BASE),
-    ("StableDiffusionPipeline", "StableDiffusionInpaintPipeline"),
+     M.STABLE_DIFFUSION_20_INPAINTING, M.STABLE_DIFFUSION_20_DEPTH, M.STABLE_DIFFUSION_21, M.STABLE_DIFFUSION_21_BASE),
+    ("StableDiffusionPipeline", "StableDiffusionInpaintPipeline", "StableDiffusionDepth2ImgPipeline"),
     ("sd15", "sd2", "sd-v1", "sd_v1", "v1-5", "stable-diffusion-v1", "stable-diffusion-2", "stable-diffusion-inpainting"),
 )

@@ -1,0 +1,15 @@
+"""Stable Diffusion 2.0 depth (models/sd2_depth.py)."""
+
+from ..enums import ModelType as M
+from . import FamilyInfo
+from .sd2 import SD2_PARAMS
+from .sd15 import SD_METHODS, SD_PARTS
+
+# the UNet's conv_in takes one more input channel (the depth map): 320 * 1 * 3 * 3 weights
+FAMILIES = {
+    M.STABLE_DIFFUSION_20_DEPTH: FamilyInfo(
+        SD_PARTS, "unet", ("text_encoder",), implemented=True, methods=SD_METHODS,
+        diffusers_lora=("StableDiffusionDepth2ImgPipeline", ("text_encoder",)), preset="sd20-depth-lora",
+        preset_note="512 px; depth maps from the model's DPT depth estimator, cached with the latents",
+        params={**SD2_PARAMS, "unet": SD2_PARAMS["unet"] + 320 * 9}),
+}
