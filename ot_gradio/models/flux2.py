@@ -107,17 +107,10 @@ class Flux2(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     def has_guidance(self) -> bool:
         return bool(base_module(self.transformer).config.guidance_embeds)
 
-    @property
-    def layer_skips(self) -> dict[str, int]:
-        return self._layer_skips
-
-    @layer_skips.setter
-    def layer_skips(self, skips: Mapping[str, int]) -> None:
-        """Refused: the pipelines read three fixed hidden layers, and so does training."""
-        bad = [part for part, skip in dict(skips).items() if int(skip or 0)]
-        if bad:
-            raise ValueError(f"{bad[0]}_layer_skip: Flux.2 reads three fixed hidden layers of its text encoder; set it to 0")
-        self._layer_skips = {}
+    def _check_layer_skip(self, part: str, skip: int) -> None:
+        """Refused: the pipeline reads three fixed hidden layers, and so does training."""
+        if skip:
+            raise ValueError(f"{part}_layer_skip: Flux.2 reads three fixed hidden layers of its text encoder; set it to 0")
 
     def configure_flow(self, config) -> None:
         """The run's guidance value (dev only: Klein has no guidance embedding) and token window.

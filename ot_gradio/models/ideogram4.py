@@ -124,17 +124,10 @@ class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
 
     # ---------------------------------------------------------------- parts and options
 
-    @property
-    def layer_skips(self) -> dict[str, int]:
-        return self._layer_skips
-
-    @layer_skips.setter
-    def layer_skips(self, skips: Mapping[str, int]) -> None:
+    def _check_layer_skip(self, part: str, skip: int) -> None:
         """Refused: the pipeline reads 13 fixed hidden layers, and so does training."""
-        bad = [part for part, skip in dict(skips).items() if int(skip or 0)]
-        if bad:
-            raise ValueError(f"{bad[0]}_layer_skip: Ideogram 4 reads 13 fixed hidden layers of its text encoder; set it to 0")
-        self._layer_skips = {}
+        if skip:
+            raise ValueError(f"{part}_layer_skip: Ideogram 4 reads 13 fixed hidden layers of its text encoder; set it to 0")
 
     def configure_flow(self, config) -> None:
         """The run's token window; the text encoder stays frozen (refused); the embedders are kept
