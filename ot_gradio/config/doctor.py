@@ -269,6 +269,11 @@ def output_format_problems(config: Any) -> list[str]:
         why = "holds LoRA weights" if fmt in LORA_FORMATS else "is not written by the trainer"
         return [f"output_model_format: a fine-tune is a whole model and {fmt.value} {why}; choose SAFETENSORS or "
                 "ORIGINAL_SINGLE_FILE (one .safetensors checkpoint) or DIFFUSERS (a folder)."]
+    info = family_info(config.model_type)
+    if (method in (TrainingMethod.FINE_TUNE, TrainingMethod.FINE_TUNE_VAE) and info is not None and not info.transformer_file
+            and fmt in (ModelFormat.ORIGINAL_TRANSFORMER, ModelFormat.COMFY_TRANSFORMER)):
+        return [f"output_model_format: {fmt.value} is the transformer alone, which {ModelType(config.model_type).value} does not "
+                "write; choose SAFETENSORS or ORIGINAL_SINGLE_FILE (one .safetensors checkpoint) or DIFFUSERS (a folder)."]
     return []
 
 

@@ -49,7 +49,6 @@ class Ernie(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     default_config_repo = "baidu/ERNIE-Image"
     lora_base_model_version = "ernie_image"
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
-    transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
     single_file_layout = "original"  # diffusers' names, through diffusers' from_single_file
     patch_size = 1  # the latents are patchified already (128 channels at 1/16)
     bn_eps = 1e-5  # ErnieImagePipeline denormalises with 1e-5, not the VAE config's value

@@ -29,7 +29,7 @@ class Family:
     lora_layer_presets: dict[str, dict[str, list[str]]] = {}  # part -> OneTrainer's layer presets ({}: SD's names)
     lora_base_model_version = "sd_v1"  # LoRA metadata, and the kohya prefixes
     modelspec_architecture: str | None = None  # the single file's modelspec.architecture (None: by model type)
-    transformer_file = False  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
+    transformer_file = False  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER); from the description
     # the T5 / LLM token window, set per run from the config (None: the family's default); families
     # without such an encoder never read it
     text_encoder_sequence_length: int | None = None

@@ -72,7 +72,6 @@ class FluxDev1(FlowFamily):
     default_config_repo = "black-forest-labs/FLUX.1-dev"
     # kohya's ss_base_model_version for Flux.1 (sd-scripts' "flux1")
     lora_base_model_version = "flux1"
-    transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "t5"}  # OneTrainer's keys
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": CLIP_PRESETS, "text_encoder_2": T5_PRESETS}
     t5_part = "text_encoder_2"

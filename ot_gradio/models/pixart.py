@@ -65,7 +65,6 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
     display_name = "PixArt-α"
     hub_example = "PixArt-alpha/PixArt-XL-2-1024-MS"
     architecture = "pixart-alpha"  # modelspec.architecture of the transformer file
-    transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
     # tokens T5 reads when `text_encoder_sequence_length` is unset (the pipeline's default)
     default_sequence_length = DEFAULT_SEQUENCE_LENGTH
     # the key of T5's vectors in embedding files and LoRA bundles, as OneTrainer writes them

@@ -108,7 +108,6 @@ class QwenImage(WanImageLatents, IdentityLoraNames, FlowFamily):
     lora_base_model_version = "qwen_image"
     comfy_lora_names = "qwen_image"  # the text encoder as ComfyUI names it (models/comfy_lora_names.py)
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
-    transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
     single_file_layout = "diffusers"  # the published transformer file keeps diffusers' names
     default_steps, default_cfg_scale = 30, 4.0
 

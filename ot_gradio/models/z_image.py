@@ -61,7 +61,6 @@ class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
     lora_base_model_version = "z_image"
     comfy_lora_names = "z_image"  # LoRA layer names ComfyUI and diffusers read (models/comfy_lora_names.py)
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
-    transformer_file = True  # save_single_file writes the transformer alone (ORIGINAL_TRANSFORMER)
     single_file_layout = "original"  # the transformer file people download, through diffusers' converter
     default_sequence_length = DEFAULT_SEQUENCE_LENGTH
     default_steps, default_cfg_scale = 8, 0.0

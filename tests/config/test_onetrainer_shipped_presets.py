@@ -96,14 +96,17 @@ def test_the_remembered_optimizer_settings_fill_the_optimizer_as_onetrainer_load
 @pytest.mark.parametrize("path", sorted(p for p in ALL if p.parent.name in OUTPUT_REFUSED), ids=preset_id)
 def test_a_shipped_preset_whose_output_we_do_not_write_is_refused_before_the_run_naming_diffusers_lora(path, tmp_path):
     """Ideogram 4's LoRA presets write COMFY_LORA (kohya names with a fused q/k/v, which we do not
-    write): refused before the run in one line that names DIFFUSERS_LORA; its fine-tunes pass."""
+    write): refused before the run in one line that names DIFFUSERS_LORA; its fine-tunes write
+    ORIGINAL_TRANSFORMER (we write no Ideogram 4 transformer file, and nothing reads one): refused
+    before the run too, naming the formats a fine-tune can take."""
     data = pointed_at(path, tmp_path)
     config = load_config(data).config
     problems = start_problems(config, data)
+    assert errors(config) == problems and len(problems) == 1
     if config.training_method.value == "LORA":
-        assert errors(config) == problems and len(problems) == 1 and "COMFY_LORA" in problems[0] and "DIFFUSERS_LORA" in problems[0]
+        assert "COMFY_LORA" in problems[0] and "DIFFUSERS_LORA" in problems[0]
     else:
-        assert errors(config) == [] and problems == []
+        assert "ORIGINAL_TRANSFORMER is the transformer alone" in problems[0] and "DIFFUSERS" in problems[0]
 
 
 def test_validate_refuses_an_unknown_model_type_with_one_line_and_no_traceback(capsys, tmp_path):

@@ -37,6 +37,7 @@ class FamilyInfo:
     frame_step: int | None = None   # a video family: clips train with frame_step * k + 1 frames (None: images only)
     schedule: str = "ddpm"          # the training objective: "ddpm" or "flow_matching" (training/schedules.py)
     learns_variance: bool = False   # the denoiser also predicts its variance, trained with the VB loss (PixArt)
+    transformer_file: bool = False  # a fine-tune's single file is the transformer alone (ORIGINAL_TRANSFORMER / COMFY_TRANSFORMER)
     # (LoRA file layout "kohya" / "diffusers", part, why): parts no reader loads from such a file
     # (refused); a diffusers-layout text encoder of a family with a diffusers LoRA loader is
     # decided by `diffusers_lora` instead
