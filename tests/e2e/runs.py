@@ -161,3 +161,25 @@ def video_latents(pipe, prompt: str, guidance_scale: float) -> np.ndarray:
 
     return pipe(prompt, height=32, width=32, num_frames=5, num_inference_steps=2, guidance_scale=guidance_scale,
                 generator=torch.Generator().manual_seed(0), output_type="latent").frames.float().numpy()
+
+
+def clip_run(config, tmp_path, frames: int | None = None) -> tuple[list[dict], list[str]]:
+    """A LoRA run on tests/video_clips.write_clips_and_an_image's folder (three clips and an image,
+    batch 1) to tmp_path/out/lora.safetensors: four finite losses; with `frames`, its samples are
+    .mp4 clips of that many frames (not stills); every LoRA layer of the file trained. Returns the
+    run's events and the file's keys."""
+    from safetensors import safe_open
+
+    from ot_gradio.data.video import FrameSampling, probe_clip
+
+    _, events = run_until_done(config, tmp_path)
+    losses = [e["loss"] for e in events if e["type"] == "metrics" and "loss" in e]
+    assert len(losses) == 4 and all(np.isfinite(losses)), losses
+    if frames is not None:
+        samples = [e for e in events if e["type"] == "sample"]
+        assert samples and all(e["path"].endswith(".mp4") for e in samples)
+        assert probe_clip(samples[-1]["path"], FrameSampling(frames=100, step=1, fps=1000.0)).available == frames
+    with safe_open(str(Path(tmp_path) / "out" / "lora.safetensors"), "pt") as f:
+        keys = list(f.keys())
+        assert all(f.get_tensor(k).abs().max() > 0 for k in keys if ".lora_B." in k)  # every layer trained
+    return events, keys

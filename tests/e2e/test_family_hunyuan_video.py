@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from ot_gradio.config.presets import PRESETS_DIR
-from ot_gradio.data.video import FrameSampling, probe_clip
-from tests.e2e.runs import imported, local_pipeline, lora_load_problems, run_until_done, tiny_fixture, video_latents
+from tests.e2e.runs import clip_run, imported, local_pipeline, lora_load_problems, tiny_fixture, video_latents
 from tests.video_clips import write_clips_and_an_image
 
 pytestmark = pytest.mark.slow
@@ -23,8 +22,6 @@ def _video(pipe) -> np.ndarray:
 
 
 def test_lora_from_clips_and_an_image_reloads_in_the_hunyuan_video_pipeline(tiny_hunyuan_video, tmp_path):
-    from safetensors import safe_open
-
     data = write_clips_and_an_image(tmp_path / "clips", PROMPT)
     # our preset with only the base model, the data, the output and the run's size changed (its
     # FLOAT_8 transformer and Llama, bfloat16 CLIP and float32 VAE kept)
@@ -32,21 +29,11 @@ def test_lora_from_clips_and_an_image_reloads_in_the_hunyuan_video_pipeline(tiny
                       resolution="64", frames="5", epochs=1, learning_rate=5e-2, lora_rank=4, lora_alpha=4.0, latent_caching=True,
                       sample_after=1, sample_after_unit="EPOCH", samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}])
     assert (config["model_type"], config["output_model_format"], config["layer_filter_preset"]) == ("HUNYUAN_VIDEO", "DIFFUSERS_LORA", "blocks")
-    _, events = run_until_done(config, tmp_path)
-    losses = [e["loss"] for e in events if e["type"] == "metrics" and "loss" in e]
-    assert len(losses) == 4 and all(np.isfinite(losses))  # 3 clips + 1 image, batch 1
-    samples = [e for e in events if e["type"] == "sample"]
-    assert samples and all(e["path"].endswith(".mp4") for e in samples)  # a clip of the run's 5 frames, not a still
-    assert probe_clip(samples[-1]["path"], FrameSampling(frames=100, step=1, fps=1000.0)).available == 5
-
-    out = tmp_path / "out" / "lora.safetensors"
-    with safe_open(str(out), "pt") as f:
-        keys = list(f.keys())
-        assert all(f.get_tensor(k).abs().max() > 0 for k in keys if ".lora_B." in k)  # every layer trained
+    _, keys = clip_run(config, tmp_path, frames=5)  # the samples are clips of the run's 5 frames
     assert any(k.startswith("transformer.transformer_blocks.0.attn.") for k in keys)
     assert any(k.startswith("transformer.single_transformer_blocks.0.") for k in keys)
     assert all(k.startswith(("transformer.transformer_blocks.", "transformer.single_transformer_blocks.")) for k in keys), keys
     pipe = local_pipeline(tiny_hunyuan_video.diffusers_dir)
     before = _video(pipe)
-    assert lora_load_problems(pipe, out) == []
+    assert lora_load_problems(pipe, tmp_path / "out" / "lora.safetensors") == []
     assert np.abs(_video(pipe) - before).max() > 1e-3

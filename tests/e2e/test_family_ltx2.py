@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from ot_gradio.config.presets import PRESETS_DIR
-from ot_gradio.data.video import FrameSampling, probe_clip
-from tests.e2e.runs import imported, local_pipeline, lora_load_problems, run_until_done, tiny_fixture
+from tests.e2e.runs import clip_run, imported, local_pipeline, lora_load_problems, tiny_fixture
 from tests.video_clips import write_clips_and_an_image
 
 pytestmark = pytest.mark.slow
@@ -28,8 +27,6 @@ def _video(pipe) -> np.ndarray:
 
 
 def test_lora_from_clips_and_an_image_reloads_in_the_ltx2_pipeline(tiny_ltx2, tmp_path):
-    from safetensors import safe_open
-
     data = write_clips_and_an_image(tmp_path / "clips", PROMPT)
     # our preset with only the base model, the data, the output and the run's size and token
     # window changed (its FLOAT_8 transformer and Gemma and bfloat16 VAE kept)
@@ -38,21 +35,11 @@ def test_lora_from_clips_and_an_image_reloads_in_the_ltx2_pipeline(tiny_ltx2, tm
                       text_encoder_sequence_length=64, sample_after=1, sample_after_unit="EPOCH",
                       samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}])
     assert (config["model_type"], config["output_model_format"], config["layer_filter_preset"]) == ("LTX_2", "DIFFUSERS_LORA", "attn-mlp")
-    _, events = run_until_done(config, tmp_path)
-    losses = [e["loss"] for e in events if e["type"] == "metrics" and "loss" in e]
-    assert len(losses) == 4 and all(np.isfinite(losses))  # 3 clips + 1 image, batch 1
-    samples = [e for e in events if e["type"] == "sample"]
-    assert samples and all(e["path"].endswith(".mp4") for e in samples)  # a clip of the run's 9 frames, not a still
-    assert probe_clip(samples[-1]["path"], FrameSampling(frames=100, step=1, fps=1000.0)).available == 9
-
-    out = tmp_path / "out" / "lora.safetensors"
-    with safe_open(str(out), "pt") as f:
-        keys = list(f.keys())
-        assert all(f.get_tensor(k).abs().max() > 0 for k in keys if ".lora_B." in k)  # every layer trained
+    _, keys = clip_run(config, tmp_path, frames=9)  # the samples are clips of the run's 9 frames
     layers = {k.split(".lora_")[0].split(".", 3)[-1] for k in keys}  # the video layers of each block, no audio one
     assert {"attn1.to_q", "attn2.to_k", "audio_to_video_attn.to_v", "ff.net.2"} <= layers, sorted(layers)
     assert not [k for k in keys if "audio_attn" in k or "audio_ff" in k or "video_to_audio" in k]
     pipe = local_pipeline(tiny_ltx2.diffusers_dir)
     before = _video(pipe)
-    assert lora_load_problems(pipe, out) == []
+    assert lora_load_problems(pipe, tmp_path / "out" / "lora.safetensors") == []
     assert np.abs(_video(pipe) - before).max() > 1e-3
