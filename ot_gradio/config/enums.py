@@ -26,7 +26,6 @@ class ModelType(StrEnum):
     WUERSTCHEN_2 = "WUERSTCHEN_2"
     STABLE_CASCADE_1 = "STABLE_CASCADE_1"
     PIXART_ALPHA = "PIXART_ALPHA"
-    # Known to OneTrainer, so their configs import; the trainer does not support them yet.
     STABLE_DIFFUSION_20_DEPTH = "STABLE_DIFFUSION_20_DEPTH"
     STABLE_DIFFUSION_3 = "STABLE_DIFFUSION_3"
     STABLE_DIFFUSION_35 = "STABLE_DIFFUSION_35"

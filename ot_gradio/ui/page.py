@@ -3,7 +3,8 @@
 Gradio only: no torch, diffusers or trainer imports. Handlers take and return whole config
 dicts (kept in a gr.State and in the workspace, so a reload loses nothing); training runs in a
 worker process through the supervisor. The handlers are methods of `Page`, so tests call them
-directly with the values the page would send."""
+directly with the values the page would send. The edit handlers are in page_edits.py, the config
+files' (preset, Load, Import, Save, Export) in page_files.py."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ import gradio as gr
 from ..config.doctor import check as doctor_check
 from ..config.families import FAMILIES
 from ..config.fields import iter_fields
-from ..config.io import ConfigError, config_to_dict, load_config, read_json
+from ..config.io import ConfigError, config_to_dict, load_config
 from ..config.optimizer import optimizer_keys
-from ..config.presets import base_model_after_type_change, list_presets
+from ..config.presets import list_presets
 from ..config.schema import TrainConfig
 from ..runner.jobs import JobSupervisor
 from ..runner.queue import RunQueue, SupervisorBackend
@@ -33,18 +34,18 @@ from . import edit_log
 from .api import API_NAMES, QueueApi, register_api
 from .browser import BrowserPanel
 from .concepts import ConceptsTab
-from .form import Field, build_fields, config_from_values, edit_event, make_component, schema_fields, values_from_config
+from .form import Field, build_fields, edit_event, make_component, schema_fields, values_from_config
 from .guide import TABS_ID, build_guide
 from .layout import COLUMNS, OPTIMIZER_SETTINGS, TAB_TITLES, group_open, group_paths
 from .memory_estimate import PROMPT as ESTIMATE_PROMPT
-from .memory_estimate import MemoryEstimate, estimate_markdown, stale  # the planner's estimate, in a child process
+from .memory_estimate import MemoryEstimate, estimate_markdown  # the planner's estimate, in a child process
 from .monitor import REFUSED, Monitor
-from .paths import PathRefused, allowed_roots
-from .paths import check as confine
+from .page_edits import EditHandlers
+from .page_files import ConfigFiles
 from .problems import problems_markdown, rechecked
 from .queue_panel import QueuePanel
 from .samples import SamplesTab, to_rows
-from .state import load_ui_choices, load_ui_config, preset_config, save_ui_choice, save_ui_config
+from .state import load_ui_choices, load_ui_config, save_ui_config
 from .tools_tab import ToolsContext, build_tools
 from .training_tab import lr_frame, memory_markdown
 from .uploads import DELETE_CACHE, bound_uploads
@@ -52,7 +53,6 @@ from .visibility import (
     TAB_METHODS,
     applies,
     conditional_fields,
-    method_after_type_change,
     method_choices,
     method_field_shown,
     method_fields,
@@ -110,7 +110,7 @@ def validate(config: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], 
     return valid, start_problems(loaded.config, valid), loaded.warnings + doctor_check(loaded.config)
 
 
-class Page:
+class Page(EditHandlers, ConfigFiles):
     def __init__(self, workspace: Path, roots: Iterable[str | os.PathLike] = ()):
         self.workspace = Path(workspace)
         self.workspace.mkdir(parents=True, exist_ok=True)
@@ -322,22 +322,6 @@ class Page:
                          show_progress_on=[self.preset]).then(None, js="() => { window.otPageLoaded = true; }")
 
     # --- helpers --------------------------------------------------------------------------------
-    def roots(self, config: dict[str, Any] | None = None) -> list[Path]:
-        """Folders the page may list, read and write: the workspace and the launcher's roots,
-        fixed at start-up. `config` (the form's) adds nothing: a concept folder is training's."""
-        return allowed_roots(self.workspace, self.extra_roots)
-
-    def confined(self, field: str, path: str, roots: list[Path]) -> Path:
-        """`path` resolved (symlinks followed) if inside `roots`; else a gr.Error naming the path
-        and the folders allowed. paths.check is the one confinement check of the page."""
-        try:
-            return confine(path, roots)
-        except PathRefused as err:
-            raise gr.Error(f"{field}: {err}") from None
-
-    def write_roots(self) -> list[Path]:
-        """Where the page writes config files: the same roots (never a hidden or secret file)."""
-        return self.roots()
 
     def autosave(self, config: dict[str, Any]) -> None:
         save_ui_config(self.workspace, config)
@@ -384,191 +368,11 @@ class Page:
         preset = choices.get("preset") if choices.get("preset") in list_presets() else None
         return {**self.populate(load_ui_config(self.workspace)), self.preset: preset, self.config_path: choices.get("config_path", "")}
 
-    def on_edit(self, values: dict, evt: gr.EventData = None) -> dict | Any:
-        """The field that fired the event, applied to the session's config. Only that one: while a
-        page loads, the change event of the first text box it fills in carries every other field
-        still at its built-in default (FINE_TUNE, cuda, 3e-06...), and applying them all saved
-        those over the workspace's config. Without an event (a test, "Use this"): every value."""
-        target = getattr(evt, "target", None)
-        field = self._by_id.get(getattr(target, "_id", None)) or self._by_elem.get(getattr(target, "elem_id", None))
-        if target is not None and field is None:  # not a field of the form: never apply the others' values
-            return gr.skip()
-        fields = {field.path: field} if field is not None else self.fields
-        config = config_from_values(fields, values, values[self.config_state])
-        switched = base = None
-        if config.get("model_type") != values[self.config_state].get("model_type"):
-            switched = method_after_type_change(config.get("model_type"), config.get("training_method"))
-            if switched:  # the new model type lacks the method: the first it offers, said in one line
-                gr.Info(f"Training method: {config.get('training_method')} is not available for {config.get('model_type')}; "
-                        f"switched to {switched}.")
-                config = {**config, "training_method": switched}
-            base = base_model_after_type_change(values[self.config_state].get("model_type"), config.get("model_type"),
-                                                config.get("base_model_name"))
-            if base:  # the old type's default base model would only load as the wrong family
-                gr.Info(f"Base model: {config.get('base_model_name') or 'empty'} was the default of "
-                        f"{values[self.config_state].get('model_type')}; set to {base}, the default of {config.get('model_type')}.")
-                config = {**config, "base_model_name": base}
-        if field is not None and config == values[self.config_state]:
-            # the page filling the field in (a load, a preset): nothing to save or redraw (an empty
-            # dict is not "no update" to Gradio: it fails the event with a toast on the page)
-            return gr.skip()
-        out = self._edited(values[self.config_state], config)
-        if switched:  # the dropdown's value changes with its choices, in the same update
-            out[self.fields["training_method"].component] = gr.update(choices=method_choices(config["model_type"], switched), value=switched)
-        if base:
-            out[self.fields["base_model_name"].component] = gr.update(value=base)
-        return out
-
-    def _edited(self, before: dict[str, Any], config: dict[str, Any]) -> dict:
-        """An edited config saved, and what it changes on the page."""
-        self.autosave(config)
-        out = {self.config_state: config, self.lr_plot: lr_frame(config), self.memory: memory_markdown(config), **self.visibility(config)}
-        if stale(before, config):  # another model's "fits" must not stay on screen
-            out[self.memory_estimate.output] = ESTIMATE_PROMPT
-        return out
-
-    def on_edit_log(self, values: dict) -> dict | Any:
-        """The edit log's new entries applied to the session's config, oldest first: each the one
-        field that made it (ui/edit_log.py). The page filling fields in (a load, a preset) logs the
-        values the config already has: nothing to save or redraw then."""
-        new = edit_log.pending(values[self.edit_log], values[self.edits_applied])
-        if not new:
-            return gr.skip()
-        before = values[self.config_state]
-        config = self._apply_log(before, new)
-        done = {self.edits_applied: new[-1][0]}
-        return done if config == before else {**self._edited(before, config), **done}
-
-    def _apply_log(self, config: dict[str, Any], entries: list) -> dict[str, Any]:
-        for _, path, value, *_ in entries:
-            if path in self.fields and path not in ("model_type", "training_method", "optimizer.optimizer"):
-                config = config_from_values({path: self.fields[path]}, {self.fields[path].component: value}, config)
-        return config
-
-    def _form_config(self, values: dict) -> dict[str, Any]:
-        """The config the form shows right now: the session's, the fields' values among `values`
-        (tests pass them), then the edits still on their way (the log's entries not yet applied)."""
-        config = config_from_values(self.fields, values, values[self.config_state])
-        return self._apply_log(config, edit_log.pending(values.get(self.edit_log), values.get(self.edits_applied)))
-
     def on_recheck(self, config: dict[str, Any], shown: str):
         """The problem list again after an edit, while a refused Start's list is shown."""
         if rechecked(shown, []) is None:
             return gr.skip()
         return rechecked(shown, validate(config)[1], config)
-
-    def on_browsed(self, values: dict) -> dict:
-        """After "Use this" in the file browser: the edit of the field it filled in."""
-        if values[self.browser.target].startswith("concept-"):
-            return {self.config_state: self.concepts.edit(values[self.config_state], values[self.concepts.selector], values)}
-        chosen = [f for f in self.fields.values() if f.browser is not None and f.browser.elem_id == values[self.browser.target]]
-        if not chosen:
-            return gr.skip()
-        return self.on_edit(values, gr.EventData(chosen[0].component, None))
-
-    def on_optimizer(self, values: dict) -> dict:
-        """Switching optimizer keeps the old one's settings and restores the new one's last ones."""
-        from ..config.optimizer import optimizer_param_defaults  # noqa: PLC0415
-
-        config = copy.deepcopy(values[self.config_state])
-        old = config.get("optimizer", {})
-        remembered = config.setdefault("optimizer_defaults", {})
-        if old.get("optimizer"):
-            remembered[old["optimizer"]] = old
-        new_name = values[self.fields["optimizer.optimizer"].component]
-        base = remembered.get(new_name) or {**{k: None for k in old}, **optimizer_param_defaults(new_name)}
-        config["optimizer"] = {**old, **{k: v for k, v in base.items() if k in old}, "optimizer": new_name}
-        self.autosave(config)
-        return self.populate(config)
-
-    def on_load_defaults(self, config: dict[str, Any]) -> dict:
-        from ..config.optimizer import optimizer_param_defaults  # noqa: PLC0415
-
-        config = copy.deepcopy(config)
-        name = config["optimizer"]["optimizer"]
-        config["optimizer"] = {**config["optimizer"], **{k: v for k, v in optimizer_param_defaults(name).items() if k in config["optimizer"]}}
-        self.autosave(config)
-        return self.populate(config)
-
-    def on_preset(self, name: str, current: dict[str, Any] | None = None) -> dict:
-        """The preset over the defaults; the concepts and sample prompts on screen (`current`)
-        are kept unless the preset brings its own (a preset is settings, the images are the user's)."""
-        if not name:
-            raise gr.Error("Choose a preset first.")
-        from ..config.presets import PRESETS_DIR, resolve_preset_path  # noqa: PLC0415
-
-        found = resolve_preset_path(name)
-        if found is None:
-            raise gr.Error(f"Preset: {name!r} not found (available: {', '.join(list_presets()) or 'none'})")
-        self.confined("Preset", str(found), [PRESETS_DIR])
-        config = preset_config(name, self.workspace)
-        from ..config.presets import load_preset  # noqa: PLC0415
-
-        overlay = load_preset(name)
-        kept = [key for key in ("concepts", "samples") if key not in overlay and (current or {}).get(key)]
-        config.update({key: copy.deepcopy(current[key]) for key in kept})
-        replaced = [key for key in ("concepts", "samples") if key in overlay and (current or {}).get(key) not in (None, [], overlay[key])]
-        self.autosave(config)
-        save_ui_choice(self.workspace, preset=name)
-        gr.Info(f"Preset {name} loaded" + (f"; your {' and '.join(kept)} are kept" if kept else "")
-                + (f"; its {' and '.join(replaced)} replace yours" if replaced else "") + ".")
-        return self.loaded(config)
-
-    def read_any(self, path: str | Path) -> dict[str, Any]:
-        """A config file already confined by the caller."""
-        p = Path(path)
-        if not p.is_file():
-            raise gr.Error(f"Config file: {p} does not exist.")
-        try:
-            loaded = load_config(read_json(p), base_dir=p.parent, source=str(p))
-        except ConfigError as err:
-            raise gr.Error(f"Config file {p.name}: {err}") from None
-        for warning in loaded.warnings:
-            gr.Warning(warning)
-        return config_to_dict(loaded.config)
-
-    def on_load(self, path: str, config: dict[str, Any] | None = None) -> dict:
-        """Reads a config file inside the page's folders (those of `config`, the one on screen)."""
-        if not str(path or "").strip():
-            raise gr.Error("Config file: enter the path of a config JSON to load.")
-        config = self.read_any(self.confined("Config file", path, self.roots(config or {})))
-        self.autosave(config)
-        save_ui_choice(self.workspace, config_path=path.strip())
-        return self.loaded(config)
-
-    def on_upload(self, file) -> dict:
-        """An imported file: gradio puts uploads in its upload folder; nothing else is read."""
-        from gradio.utils import get_upload_folder  # noqa: PLC0415
-
-        name = file if isinstance(file, str) else getattr(file, "name", "")
-        upload_root = Path(get_upload_folder()).resolve()
-        config = self.read_any(self.confined("Import file", str(name or ""), [upload_root, *self.roots()]))
-        self.autosave(config)
-        return self.loaded(config)
-
-    def on_save(self, path: str, config: dict[str, Any]) -> None:
-        """Writes the config as JSON, only to a .json file inside the workspace or the launcher's
-        folders (never over a dotfile, a key or a script elsewhere)."""
-        if not str(path or "").strip():
-            raise gr.Error("Config file: enter a path to save to.")
-        target = self.confined("Config file", path, self.write_roots())
-        if target.suffix.lower() != ".json" or target.is_dir():
-            raise gr.Error(f"Config file: {path.strip()} must name a .json file (e.g. {self.workspace / 'configs' / 'my-config.json'}).")
-        from ..fsutil import atomic_write_json  # noqa: PLC0415
-
-        try:
-            atomic_write_json(target, config, indent=2)
-        except OSError as err:
-            raise gr.Error(f"Config file: could not write {target}: {err.strerror or err}") from None
-        save_ui_choice(self.workspace, config_path=path.strip())
-        gr.Info(f"Saved {target}")
-
-    def on_export(self, config: dict[str, Any]) -> str:
-        from ..fsutil import atomic_write_json  # noqa: PLC0415
-
-        out = self.workspace / "exports" / "config.json"
-        atomic_write_json(out, config, indent=2)
-        return str(out)
 
     def on_estimate_memory(self, values: dict) -> str:  # the config on the form, estimated in a child process
         return estimate_markdown(self._form_config(values))
