@@ -12,6 +12,7 @@ import gradio as gr
 
 from ..config.concept import ConceptConfig
 from . import edit_log
+from .charts import bucket_chart
 from .form import Field, build_fields, config_from_values, edit_event, schema_fields, values_from_config
 
 GROUPS = (("General", ""), ("Image augmentation", "image."), ("Text", "text."))
@@ -187,7 +188,7 @@ class ConceptsTab:
         except ValueError as err:
             return f"**Cannot count clips:** {err}", None
         text, rows = concept_stats(concepts[index], config.get("resolution", "512"), config.get("aspect_ratio_bucketing", True), sampling)
-        return text, pd.DataFrame(rows, columns=["bucket", "images"])
+        return text, bucket_chart(pd.DataFrame(rows, columns=["bucket", "images"]))
 
     def wire(self, config_state: gr.State, autosave) -> None:
         self.autosave = autosave

@@ -13,6 +13,7 @@ import gradio as gr
 from ..runner.rundir import RunDir
 from ..runner.supervisor import RunState, Supervisor
 from ..runner.tensorboard import TensorBoard
+from .charts import step_chart
 from .samples import samples_html
 
 
@@ -218,25 +219,31 @@ class Monitor:
     def render(self, run_id: str) -> tuple[Any, ...]:
         """The poll: the whole state of the run on screen, rebuilt from all its events, so a
         tick that is skipped or arrives late loses nothing."""
+        return self._render(run_id)[0]
+
+    def _render(self, run_id: str) -> tuple[tuple[Any, ...], int | None]:
+        """render()'s outputs, and the run's total steps when it has said them."""
         if run_id == REFUSED and not self.supervisor.active_runs():  # no earlier run's numbers under the problems
             return (run_id, "Nothing started: fix the problems above and press Start again.", "", loss_frame(None), lr_frame(None), [],
-                    self.tensorboard.status_markdown(), "", "**Nothing started**: fix the problems listed here")
+                    self.tensorboard.status_markdown(), "", "**Nothing started**: fix the problems listed here"), None
         run_id = self.followed(run_id)
         if not run_id:
             return (run_id, "No run yet.", "", loss_frame(None), lr_frame(None), [], self.tensorboard.status_markdown(), "",
-                    bar_markdown(None))
+                    bar_markdown(None)), None
         self.supervisor.check_stop_timeouts()
         run = self.run_dir(run_id)
         state = self.supervisor.state(run)
         link = self.tensorboard.sync(self.run_config(run), run.path, state.alive)
         gallery = [(s["path"], f"step {s.get('step')}: {s.get('prompt', '')}") for s in reversed(state.samples[-24:])]
+        total = state.progress.get("total_steps")
         return (run_id, status_markdown(state), progress_html(state), loss_frame(state, state.validation, bool(self.run_config(run).get("validation"))), lr_frame(state),
-                gallery, link, state.log_tail, bar_markdown(state))
+                gallery, link, state.log_tail, bar_markdown(state)), total if isinstance(total, int) else None
 
     def poll(self, run_id: str, shown: str) -> tuple[Any, ...]:
         """The timer's render: charts and samples are sent only when they changed. Sent every
         second, each chart was drawn anew every second (it blinked during a whole run)."""
-        out = list(self.render(run_id))
+        rendered, total = self._render(run_id)
+        out = list(rendered)
         losses, lrs, gallery = out[3], out[4], out[5]
         # No points: the chart is cleared (None), never sent an empty frame. Gradio's chart fixes
         # its axis types and its series colours when it is first drawn and later only swaps the
@@ -249,7 +256,8 @@ class Monitor:
         key = json.dumps([out[0], len(losses), losses.tail(2).to_json(), len(lrs), lrs.tail(1).to_json(), [g[0] for g in shown_samples]])
         if key == shown:
             out[3] = out[4] = out[5] = gr.skip()
-        else:
+        else:  # both step axes from 0 to the run's length: whole steps, the same scale on both
+            out[3], out[4] = step_chart(out[3], total), step_chart(out[4], total)
             out[5] = samples_html(shown_samples, self.sample_url)
         return (*out, key)
 

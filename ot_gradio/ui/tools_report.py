@@ -7,6 +7,7 @@ from typing import Any
 import gradio as gr
 
 from ..tools.report import bucket_rows, to_markdown
+from .charts import bucket_chart
 from .job_panel import JobPanel
 
 
@@ -51,4 +52,4 @@ class ReportTool:
     def render(self, result: dict[str, Any] | None) -> tuple:
         if not result:
             return "", bucket_frame(None)
-        return to_markdown(result), bucket_frame(result)
+        return to_markdown(result), bucket_chart(bucket_frame(result))

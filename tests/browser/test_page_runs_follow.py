@@ -126,6 +126,8 @@ def test_every_event_reaches_every_open_page_after_a_reload_too(standins, module
         for i, page in enumerate(pages):
             wait_for(lambda p=page: sorted(line_points(p)) == [2, 3, 3], f"page {i + 1}'s chart to draw the validation loss", timeout=30)
             assert set(legend(page)) == {"loss", "smoothed", "validation"}
+            ticks = page.locator('#loss-plot g.role-axis[aria-label^="X-axis"] .role-axis-label text').evaluate_all("es => es.map(e => e.textContent)")
+            assert ticks and all(t.replace(",", "").isdigit() for t in ticks), ticks  # whole steps (3 steps were ticked 1.0, 1.5...)
             wait_for(lambda p=page: p.locator("#sample-gallery img").count() == 1, f"page {i + 1}'s gallery to show the sample", timeout=30)
             assert "a red circle" in page.locator("#sample-gallery").inner_text()
         end(standins, writer, "done")

@@ -15,6 +15,7 @@ from ot_gradio.cli import main as cli_main
 from ot_gradio.runner.jobs import JobSupervisor
 from ot_gradio.tools.jobs import Job, JobCancelled, JobError, run_inline
 from ot_gradio.tools.report import build_report, to_markdown
+from ot_gradio.ui.charts import bucket_order
 from ot_gradio.ui.tools_tab import ToolsContext
 
 
@@ -126,7 +127,9 @@ def test_the_page_tool_refuses_then_runs_and_draws_the_chart(dataset, tmp_path):
         if not out[3].active or time.time() > deadline:
             break
         time.sleep(0.2)
-    summary, chart = out[-2:]
+    summary, update = out[-2:]
+    chart = update["value"]
+    assert update["sort"] == bucket_order(list(chart["bucket"]))  # the bars in aspect order, not as text
     assert "truncated.png" in summary and "wide.png" in summary
     assert set(chart["bucket"]) == set(build_report(_config(dataset))["concepts"][0]["buckets"]) and len(chart) == 2
     assert chart["images"].sum() == 4

@@ -73,16 +73,16 @@ def test_a_validating_run_has_its_validation_series_from_the_first_draw(monitor,
     events = EventWriter(run)
     events.emit("metrics", global_step=1, loss=0.5)
     first = monitor.poll(str(run.path), "")
-    assert list(first[3]["series"]) == ["loss", "smoothed", "validation"]
-    assert first[3]["loss"].isna().tolist() == [False, False, True]  # a blank point: nothing drawn
+    assert list(first[3]["value"]["series"]) == ["loss", "smoothed", "validation"]
+    assert first[3]["value"]["loss"].isna().tolist() == [False, False, True]  # a blank point: nothing drawn
     events.emit("validation", global_step=2, loss=0.4)  # read by every poll, of every page, after a reload too
     second = monitor.poll(str(run.path), first[-1])
-    assert second[3][second[3]["series"] == "validation"]["loss"].tolist() == [0.4]
+    assert second[3]["value"][second[3]["value"]["series"] == "validation"]["loss"].tolist() == [0.4]
     procs[0].kill()  # the validating run ended: the page shown the next run follows that one alone
     procs[0].wait()
     plain = live_run(tmp_path, procs)  # no validation: no such series
     EventWriter(plain).emit("metrics", global_step=1, loss=0.5)
-    assert "validation" not in set(monitor.poll(str(plain.path), "")[3]["series"])
+    assert "validation" not in set(monitor.poll(str(plain.path), "")[3]["value"]["series"])
 
 
 def test_a_sample_the_page_could_not_load_is_sent_again(monitor, tmp_path, procs, monkeypatch):

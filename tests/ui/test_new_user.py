@@ -79,15 +79,18 @@ def test_the_live_charts_are_numeric_and_only_sent_when_they_change(page, tmp_pa
     assert out[3] is None and out[4] is None  # no points: nothing drawn, not an empty frame
     for step in (1, 2, 3):
         writer.emit("metrics", global_step=step, loss=1.0 / step, lr=0.001)
+    writer.emit("progress", global_step=3, total_steps=400)
     out = page.monitor.poll(str(run.path), out[-1])
-    plotted = page.monitor.loss_plot.postprocess(out[3])
+    plotted = page.monitor.loss_plot.postprocess(out[3]["value"])
     assert plotted.datatypes == {"step": "quantitative", "loss": "quantitative", "series": "nominal"}
-    assert page.monitor.lr_plot.postprocess(out[4]).datatypes == {"step": "quantitative", "lr": "quantitative"}
+    assert page.monitor.lr_plot.postprocess(out[4]["value"]).datatypes == {"step": "quantitative", "lr": "quantitative"}
+    # three steps on an axis of the run's 400: whole-step ticks (3 steps were ticked 1.0, 1.5, 2.0...)
+    assert out[3]["x_lim"] == out[4]["x_lim"] == [0, 400]
     again = page.monitor.poll(str(run.path), out[-1])
     assert again[-1] == out[-1]
     assert list(again[3:6]) == [gr.skip()] * 3  # unchanged: the charts and samples stay as drawn
     writer.emit("metrics", global_step=4, loss=0.2, lr=0.001)
-    assert len(page.monitor.poll(str(run.path), out[-1])[3]) == 8  # changed: sent again
+    assert len(page.monitor.poll(str(run.path), out[-1])[3]["value"]) == 8  # changed: sent again
     writer.close()
 
 
