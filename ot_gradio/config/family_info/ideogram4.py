@@ -10,10 +10,8 @@ FAMILIES = {
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
         implemented=True, transformer_file=True, bucket_step=16, schedule="flow_matching",  # bucket: VAE 8 x patch 2
         diffusers_lora=("Ideogram4Pipeline", ()), text_encoder_labels=("Qwen3-VL",),
-        # KOHYA_LORA / COMFY_LORA: OneTrainer's names (models/comfy_lora_names.py), which OneTrainer and our tools read
-        kohya_unread=("ComfyUI has no Ideogram 4 model (it maps no Ideogram 4 LoRA names) and Ideogram4Pipeline reads "
-                      "DIFFUSERS_LORA; the file holds OneTrainer's names (q, k and v as one fused attention.qkv layer), "
-                      "which OneTrainer and this trainer's tools read"),
+        # KOHYA_LORA / COMFY_LORA: OneTrainer's names, q/k/v as one fused layer (models/comfy_lora_names.py); diffusers'
+        # Ideogram4Pipeline.load_lora_weights reads them for the blocks' layers (OneTrainer's attn-mlp / blocks presets)
         preset="ideogram4-lora", preset_note="512 px, FLOAT_8 transformer and Qwen3-VL",
         # ideogram-ai/ideogram-v4, counted on the meta device: Ideogram4Transformer2DModel's defaults
         # (34 layers of 18 x 256, text features 13 x 4096; the unconditional transformer is as large and
