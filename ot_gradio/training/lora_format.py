@@ -34,7 +34,7 @@ from ot_gradio.config.resolution import parse_resolutions
 from ot_gradio.models.comfy_lora_names import is_full_name
 from ot_gradio.models.common import save_safetensors
 from ot_gradio.training.lora import lora_rank_alpha, lora_state_dict, text_model_prefix
-from ot_gradio.training.lora_fusion import fuse_layers, split_layer
+from ot_gradio.training.lora_fusion import check_whole_groups, fuse_layers, fused_groups, split_layer
 from ot_gradio.training.lora_variants import (
     DORA_IN,
     OFT_2,
@@ -305,22 +305,15 @@ def _kohya_layers(part: str, layers: Mapping[str, dict[str, torch.Tensor]], base
                   names: Mapping[str, str]) -> dict[str, tuple[dict[str, torch.Tensor], int]]:
     """kohya layer name -> (peft-form layer, how many layers it fuses): the layers one name is
     given to (an original fused q/k/v) are one layer on the fused weight (training/lora_fusion.py)."""
+    check_whole_groups(names, layers)
     groups: dict[str, list[str]] = {}
     for path in layers:
         groups.setdefault(kohya_name(part, path, base_model_version, names), []).append(path)
-    fused: dict[str, list[str]] = {}
-    for path, new in names.items():
-        fused.setdefault(new, []).append(path)
+    fused = fused_groups(names)
     out = {}
     for name, paths in groups.items():
         members = fused.get(name, paths)
-        if len(members) == 1:
-            out[name] = (layers[paths[0]], 1)
-            continue
-        if sorted(paths) != sorted(members):
-            raise ValueError(f"LoRA layer {name!r} is one fused weight of {', '.join(members)}; train all of them or none "
-                             f"(trained: {', '.join(paths)}), or save as DIFFUSERS_LORA")
-        out[name] = (fuse_layers(name, [layers[p] for p in members]), len(members))
+        out[name] = (layers[paths[0]], 1) if len(members) == 1 else (fuse_layers(name, [layers[p] for p in members]), len(members))
     return out
 
 

@@ -16,7 +16,7 @@ its rows of the up and the whole down, at the file's rank.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 
@@ -73,3 +73,21 @@ def split_layer(name: str, tensors: Mapping[str, torch.Tensor], alpha: float | N
             layer[DORA_OUT] = tensors[DORA_OUT][i * rows:(i + 1) * rows]
         out.append(({k: v.contiguous() for k, v in layer.items()}, layer_alpha))
     return out
+
+
+def fused_groups(names: Mapping[str, str]) -> dict[str, list[str]]:
+    """Layer name -> the module paths given it, in order: more than one is a fused weight."""
+    out: dict[str, list[str]] = {}
+    for path, new in names.items():
+        out.setdefault(new, []).append(path)
+    return out
+
+
+def check_whole_groups(names: Mapping[str, str], trained: Iterable[str]) -> None:
+    """A fused weight's layers are trained all or none (a fused layer covers all its rows)."""
+    trained = set(trained)
+    for name, members in fused_groups(names).items():
+        if len(members) > 1 and trained & set(members) and not set(members) <= trained:
+            raise ValueError(f"LoRA layer {name!r} is one fused weight of {', '.join(members)}; train all of them or none "
+                             f"(trained: {', '.join(m for m in members if m in trained)}; see layer_filter), or save as "
+                             "DIFFUSERS_LORA")

@@ -64,3 +64,30 @@ def test_a_fused_weight_trained_on_only_some_of_its_layers_is_refused(tmp_path):
     q = {f"b.attention.to_q.{k}": v for k, v in _members()[0].items()}
     with pytest.raises(ValueError, match=r"one fused weight of b\.attention\.to_q, b\.attention\.to_k, b\.attention\.to_v; train all"):
         save_lora_parts(tmp_path / "k.safetensors", {"transformer": q}, 2, 1.0, lora_format=KOHYA, module_names=names)
+
+
+@pytest.mark.parametrize(("settings", "said"), [
+    ({"peft_type": "LOHA"}, "LOHA's do not"), ({"lora_decompose": True}, "DoRA (lora_decompose)'s do not"),
+])
+def test_an_adapter_that_does_not_fuse_is_refused_before_the_run_for_the_fused_formats(settings, said):
+    from ot_gradio.config.doctor import errors
+    from ot_gradio.config.io import load_config
+
+    base = {"model_type": "IDEOGRAM_4", "training_method": "LORA", **settings}
+    problems = [p for p in errors(load_config({**base, "output_model_format": "COMFY_LORA"}).config) if "fused qkv" in p]
+    assert len(problems) == 1 and said in problems[0] and problems[0].endswith("or save as DIFFUSERS_LORA")
+    assert not [p for p in errors(load_config({**base, "output_model_format": "DIFFUSERS_LORA"}).config) if "fused qkv" in p]
+    assert not [p for p in errors(load_config({"model_type": "IDEOGRAM_4", "training_method": "LORA",
+                                               "output_model_format": "COMFY_LORA"}).config) if "fused qkv" in p]
+
+
+def test_a_layer_filter_that_takes_part_of_a_fused_weight_is_refused_before_the_first_step():
+    from ot_gradio.config.io import load_config
+    from ot_gradio.models.ideogram4 import Ideogram4
+    from ot_gradio.models.tiny.ideogram4 import tiny_ideogram4_components
+    from ot_gradio.training.methods import get_method
+
+    cfg = load_config({"model_type": "IDEOGRAM_4", "training_method": "LORA", "output_model_format": "COMFY_LORA",
+                       "layer_filter_preset": "custom", "layer_filter": "to_q,to_out"}).config
+    with pytest.raises(ValueError, match=r"'diffusion_model\.layers\.0\.attention\.qkv' is one fused weight.*trained: layers\.0\.attention\.to_q;"):
+        get_method(cfg.training_method).setup(Ideogram4(tiny_ideogram4_components()), cfg, torch.device("cpu"))

@@ -8,7 +8,7 @@ from . import FamilyInfo, Sign
 FAMILIES = {
     M.IDEOGRAM_4: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, bucket_step=16, schedule="flow_matching",  # bucket: VAE 8 x patch 2
+        implemented=True, transformer_file=True, lora_fused_qkv=True, bucket_step=16, schedule="flow_matching",  # bucket: VAE 8 x patch 2
         diffusers_lora=("Ideogram4Pipeline", ()), text_encoder_labels=("Qwen3-VL",),
         # KOHYA_LORA / COMFY_LORA: OneTrainer's names, q/k/v as one fused layer (models/comfy_lora_names.py); diffusers'
         # Ideogram4Pipeline.load_lora_weights reads them for the blocks' layers (OneTrainer's attn-mlp / blocks presets)
