@@ -253,7 +253,8 @@ class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
 
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The trained transformer alone in the original names (OneTrainer's ORIGINAL_TRANSFORMER
-        file; nothing loads it back as Ideogram 4, OneTrainer and diffusers included)."""
+        file; OneTrainer refuses single files for Ideogram 4 and diffusers' from_single_file has no
+        Ideogram 4 mapping, so nothing here loads it back)."""
         from ot_gradio.models.comfy_lora_names import IDEOGRAM4_RENAMES
         from ot_gradio.models.key_layout import fused_original, save_tensors
 
