@@ -235,9 +235,7 @@ def errors(config: TrainConfig) -> list[str]:
     out += optimizer_problems(opt)
     out += output_format_problems(config)
     out += lora_reader_problems(config)
-    dora = dora_format_problem(config)
-    if dora:
-        out.append(dora)
+    out += [p for p in (dora_format_problem(config), fused_lora_problem(config)) if p]
     if is_flow_matching(config.model_type):
         out += flow_matching_conflicts(config)
     out += fill_mask_problems(config)
@@ -373,6 +371,20 @@ def dora_format_problem(config: Any) -> str | None:
                 "load_lora_weights applies as trained), or turn lora_decompose_output_axis off for a KOHYA_LORA file "
                 "(input-axis DoRA, OneTrainer's default, which those loaders read)")
     return None
+
+
+def fused_lora_problem(config: Any) -> str | None:
+    """A family whose KOHYA_LORA / COMFY_LORA write q, k and v as one layer on the fused qkv
+    (`lora_fused_qkv`): only a plain LoRA's three deltas are one such layer exactly."""
+    info = family_info(config.model_type)
+    kind = str(getattr(config.peft_type, "value", config.peft_type))
+    if (info is None or not info.lora_fused_qkv or config.training_method != TrainingMethod.LORA
+            or ModelFormat(config.output_model_format) not in KOHYA_LORA_FORMATS or (kind == "LORA" and not config.lora_decompose)):
+        return None
+    what = "DoRA (lora_decompose)" if kind == "LORA" else kind
+    return (f"peft_type: {ModelFormat(config.output_model_format).value} writes {ModelType(config.model_type).value}'s q, k and v "
+            f"as one layer on the fused qkv weight: a plain LoRA's three deltas make one such layer exactly, {what}'s do not; "
+            "train a plain LoRA (peft_type LORA, lora_decompose off), or save as DIFFUSERS_LORA")
 
 
 def diffusers_text_encoder_problems(config: Any) -> list[str]:

@@ -13,6 +13,9 @@ ComfyUI builds one key map per loaded model (comfy/lora.py `model_lora_keys_unet
 - Z-Image (ComfyUI's Lumina2 model): `diffusion_model.<diffusers path>` for the layers of
   `z_image_to_diffusers`; diffusers' Z-Image loader reads the same names.
 - PixArt: `transformer.<diffusers path>` for the layers of `pixart_to_diffusers`.
+- Ideogram 4: `diffusion_model.<original key>` (OneTrainer's COMFY_LORA names): the original layout
+  is diffusers' but for `attention.to_out.0` (`attention.o`) and q, k, v fused into `attention.qkv`;
+  the three layers named `attention.qkv` are written as one fused layer (training/lora_fusion.py).
 - T5 alone (Chroma, PixArt): `lora_te1_<path>`; CLIP-L + T5 (Flux.1): `lora_te2_`.
 - Wan 2.1: only the original layout (`lora_unet_blocks_0_self_attn_q`; ComfyUI has no map from
   diffusers' Wan names); its UMT5 as `text_encoders.umt5xxl.transformer.<path>` (the same paths).
@@ -28,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ot_gradio.models.flux2_names import ORIGINAL_NAMED_DOUBLE, ORIGINAL_NAMED_SINGLE, ORIGINAL_NAMED_TOP
+from ot_gradio.models.key_layout import fused_qkv_name
 
 # a rename that starts so is the whole layer name in the file, not a module path under the part's prefix
 FULL_NAME_PREFIXES = ("lora_unet_", "lora_transformer_", "lora_te", "lycoris_", "transformer.", "diffusion_model.",
@@ -149,3 +153,13 @@ def anima(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
     diffusers' Anima loader reads the same keys under `diffusion_model.`). No text encoder: OneTrainer
     trains Anima's transformer only, and a kohya text encoder is refused (config/family_info/anima.py)."""
     return {"transformer": {p: _unet(o) for p in paths.get("transformer", ()) if (o := anima_original(p))}}
+
+
+# Ideogram 4's original names, q/k/v aside (OneTrainer's IdeogramModel.diffusers_to_original)
+IDEOGRAM4_RENAMES = ((".attention.to_out.0", ".attention.o"),)
+
+
+def ideogram4(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
+    """The transformer under ComfyUI's `diffusion_model.` + original key, q/k/v all `attention.qkv`
+    (one fused layer). No text encoder: Ideogram 4 trains its transformer only."""
+    return {"transformer": {p: "diffusion_model." + fused_qkv_name(p, IDEOGRAM4_RENAMES) for p in paths.get("transformer", ())}}

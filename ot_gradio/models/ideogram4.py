@@ -26,18 +26,24 @@ What Ideogram 4 is (diffusers' Ideogram4Pipeline, OneTrainer's IDEOGRAM_4):
   Ideogram4Pipeline.load_lora_weights reads); the unconditional one is frozen, waits on the CPU
   and joins only for samples, taking turns with the trained one on the sampling device (as Wan
   2.2 A14B's experts do).
-- Loading: a hub id, a diffusers folder or `tiny:ideogram4`; single files are refused. Saving:
-  a diffusers folder with both transformers.
+- Loading: a hub id, a diffusers folder or `tiny:ideogram4`; single files are refused (as
+  OneTrainer). Saving: a diffusers folder with both transformers, or (ORIGINAL_TRANSFORMER /
+  COMFY_TRANSFORMER) the trained transformer alone in the original names, OneTrainer's file: q, k
+  and v concatenated into `attention.qkv`, `attention.to_out.0` named `attention.o`, the rest as in
+  diffusers. KOHYA_LORA / COMFY_LORA files name layers so too, under `diffusion_model.`, the q/k/v
+  layers written as one layer on the fused `qkv` (models/comfy_lora_names.py).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import torch
 
-from ot_gradio.config.enums import ModelType
+from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import (
     ModelLoadError,
     base_module,
@@ -95,6 +101,8 @@ class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     text_encoder_description = "its Qwen3-VL text encoder"
     default_config_repo = "ideogram-ai/ideogram-v4"
     lora_base_model_version = "ideogram_4"
+    modelspec_architecture = "Ideogram"  # OneTrainer's model spec
+    comfy_lora_names = "ideogram4"  # KOHYA_LORA / COMFY_LORA: OneTrainer's names, q/k/v fused (models/comfy_lora_names.py)
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     patch_size = 1  # the latents are patchified already (128 channels at 1/16)
     default_sequence_length = DEFAULT_SEQUENCE_LENGTH
@@ -242,6 +250,16 @@ class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
         conditioning = self.encode_text([prompt])
         return {"prompt": [conditioning], "max_sequence_length": int(conditioning["attention_mask"].sum()),
                 "guidance_scale": float(cfg_scale), "guidance_schedule": None}
+
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
+        """The trained transformer alone in the original names (OneTrainer's ORIGINAL_TRANSFORMER
+        file; OneTrainer refuses single files for Ideogram 4 and diffusers' from_single_file has no
+        Ideogram 4 mapping, so nothing here loads it back)."""
+        from ot_gradio.models.comfy_lora_names import IDEOGRAM4_RENAMES
+        from ot_gradio.models.key_layout import fused_original, save_tensors
+
+        state_dict, dtype, header = self.transformer_file_contents(dtype, self.modelspec_architecture, metadata)
+        return save_tensors(path, fused_original(state_dict, IDEOGRAM4_RENAMES, dtype), header)
 
     def decode_sample(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """The pipeline hands back its packed, normalised tokens (B, h*w, 128)."""

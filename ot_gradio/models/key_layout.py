@@ -3,13 +3,15 @@
 
 A `Place` names the original key, the rows of it a diffusers weight fills (fused q/k/v) and
 whether its two halves are swapped; `to_layout` builds the original state dict from the places a
-family's map gives (models/flux_keys.py, flux2_keys.py, z_image_keys.py).
+family's map gives (models/flux_keys.py, flux2_keys.py, z_image_keys.py). Families whose
+original layout fuses an attention's q, k and v into one `attention.qkv` and renames a few other
+keys (Z-Image, Ideogram 4) share `fused_qkv_name` / `fused_qkv_layout` / `fused_original`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -104,3 +106,47 @@ def save_tensors(path: str | os.PathLike, tensors: Mapping[str, torch.Tensor], m
     path = Path(path)
     save_safetensors(dict(tensors), path, {"format": "pt", **metadata})
     return path
+
+
+QKV = ("to_q", "to_k", "to_v")
+Renames = Sequence[tuple[str, str]]
+
+
+def fused_qkv_name(path: str, renames: Renames) -> str:
+    """The original name of diffusers key or module `path`: `<block>.attention.to_q/k/v[.param]` ->
+    `<block>.attention.qkv[.param]`; otherwise each (a, b) of `renames` replaces a with b (an `a`
+    that starts with a dot anywhere, any other only at the start)."""
+    head, dot, param = path.rpartition(".")
+    for module, suffix in ((path, ""), (head, dot + param)):
+        block, _, last = module.rpartition(".")
+        if last in QKV and block.endswith(".attention"):
+            return f"{block}.qkv{suffix}"
+    for a, b in renames:
+        path = path.replace(a, b) if path.startswith(a) or a.startswith(".") else path
+    return path
+
+
+def fused_qkv_layout(state_dict: Mapping[str, torch.Tensor], renames: Renames) -> dict[str, Place]:
+    """diffusers key -> its Place in an original layout of fused q/k/v (their rows of `attention.qkv`,
+    q then k then v) and `renames` for the other keys."""
+    out: dict[str, Place] = {}
+    for key in state_dict:
+        module, _, param = key.rpartition(".")
+        block, _, last = module.rpartition(".")
+        if last in QKV and block.endswith(".attention"):
+            rows = [state_dict[f"{block}.{n}.{param}"].shape[0] for n in QKV]
+            i = QKV.index(last)
+            out[key] = Place(f"{block}.qkv.{param}", sum(rows[:i]), rows[i])
+        else:
+            out[key] = Place(fused_qkv_name(key, renames))
+    return out
+
+
+def fused_original(state_dict: Mapping[str, torch.Tensor], renames: Renames, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """A diffusers transformer state dict in the original layout of `fused_qkv_layout` (q, k, v concatenated)."""
+    pieces: dict[str, list[tuple[int, torch.Tensor]]] = {}
+    for key, place in fused_qkv_layout(state_dict, renames).items():
+        t = state_dict[key].detach()
+        t = t.to("cpu", dtype if dtype is not None and t.is_floating_point() else t.dtype)
+        pieces.setdefault(place.key, []).append((place.start or 0, t))
+    return {k: torch.cat([t for _, t in sorted(p, key=lambda x: x[0])]).contiguous() for k, p in pieces.items()}

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ot_gradio.models.key_layout import Place, lora_layer, save_tensors
+from ot_gradio.models.key_layout import Place, fused_original, fused_qkv_layout, lora_layer, save_tensors
 
 _RENAMES = (
     ("all_x_embedder.2-1.", "x_embedder."),
@@ -30,36 +30,16 @@ _RENAMES = (
     (".attention.norm_q.", ".attention.q_norm."),
     (".attention.norm_k.", ".attention.k_norm."),
 )
-_QKV = ("to_q", "to_k", "to_v")
 
 
 def original_layout(state_dict: Mapping[str, torch.Tensor]) -> dict[str, Place]:
     """diffusers key -> its Place in the original layout (q/k/v: their rows of the fused qkv)."""
-    out: dict[str, Place] = {}
-    for key in state_dict:
-        module, _, param = key.rpartition(".")
-        last = module.rpartition(".")[2]
-        if last in _QKV and module.endswith(f".attention.{last}"):
-            block = module.removesuffix(f".{last}")
-            rows = [state_dict[f"{block}.{n}.{param}"].shape[0] for n in _QKV]
-            i = _QKV.index(last)
-            out[key] = Place(f"{block}.qkv.{param}", sum(rows[:i]), rows[i])
-            continue
-        name = key
-        for a, b in _RENAMES:
-            name = name.replace(a, b) if name.startswith(a) or a.startswith(".") else name
-        out[key] = Place(name)
-    return out
+    return fused_qkv_layout(state_dict, _RENAMES)
 
 
 def to_original(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
     """The diffusers transformer state dict in the original layout (q, k, v fused)."""
-    pieces: dict[str, list[tuple[int, torch.Tensor]]] = {}
-    for key, place in original_layout(state_dict).items():
-        t = state_dict[key].detach()
-        t = t.to("cpu", dtype if dtype is not None and t.is_floating_point() else t.dtype)
-        pieces.setdefault(place.key, []).append((place.start or 0, t))
-    return {k: torch.cat([t for _, t in sorted(p, key=lambda x: x[0])]).contiguous() for k, p in pieces.items()}
+    return fused_original(state_dict, _RENAMES, dtype)
 
 
 def save_original_transformer(path: str | os.PathLike, state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None,

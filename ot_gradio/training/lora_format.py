@@ -34,6 +34,7 @@ from ot_gradio.config.resolution import parse_resolutions
 from ot_gradio.models.comfy_lora_names import is_full_name
 from ot_gradio.models.common import save_safetensors
 from ot_gradio.training.lora import lora_rank_alpha, lora_state_dict, text_model_prefix
+from ot_gradio.training.lora_fusion import check_whole_groups, fuse_layers, fused_groups, split_layer
 from ot_gradio.training.lora_variants import (
     DORA_IN,
     OFT_2,
@@ -81,6 +82,7 @@ _DIFFUSERS_METADATA_KEY = "lora_adapter_metadata"
 # the adapter metadata; both then apply what was trained. This key keeps the trained alpha, so our
 # reader can undo the fold and a continued run trains at the same alpha.
 FOLDED_ALPHA_KEY = "ot_gradio_folded_alpha"
+COMFY_PREFIX = "diffusion_model."  # ComfyUI's name of the denoiser's original keys
 _DORA_FILE_NAMES = {"lora_magnitude_vector": "lora_magnitude_vector.weight"}
 
 # Multi-word names in SD UNet / CLIP / PixArt / T5 module paths, to turn kohya's `_`-joined names back into
@@ -290,14 +292,29 @@ def _to_kohya(
 ) -> dict:
     tensors: dict[str, torch.Tensor] = {}
     for part, sd in parts.items():
-        for module_path, layer in _split_layers(part, sd).items():
-            name = kohya_name(part, module_path, base_model_version, module_names.get(part))
-            tensors.update({f"{name}.{k}": _out(v, dtype) for k, v in to_kohya(layer, rank, alpha).items()})
+        for name, (layer, count) in _kohya_layers(part, _split_layers(part, sd), base_model_version, module_names.get(part) or {}).items():
+            tensors.update({f"{name}.{k}": _out(v, dtype) for k, v in to_kohya(layer, rank * count, alpha * count).items()})
             if layer_type(layer) == OFT_2:
                 continue  # OFT has no alpha; OneTrainer writes none
             # float32 so an alpha like 0.3 survives a bf16 file exactly; readers call .item().
-            tensors[f"{name}.alpha"] = torch.tensor(float(alpha), dtype=torch.float32)
+            tensors[f"{name}.alpha"] = torch.tensor(float(alpha * count), dtype=torch.float32)
     return tensors
+
+
+def _kohya_layers(part: str, layers: Mapping[str, dict[str, torch.Tensor]], base_model_version: str,
+                  names: Mapping[str, str]) -> dict[str, tuple[dict[str, torch.Tensor], int]]:
+    """kohya layer name -> (peft-form layer, how many layers it fuses): the layers one name is
+    given to (an original fused q/k/v) are one layer on the fused weight (training/lora_fusion.py)."""
+    check_whole_groups(names, layers)
+    groups: dict[str, list[str]] = {}
+    for path in layers:
+        groups.setdefault(kohya_name(part, path, base_model_version, names), []).append(path)
+    fused = fused_groups(names)
+    out = {}
+    for name, paths in groups.items():
+        members = fused.get(name, paths)
+        out[name] = (layers[paths[0]], 1) if len(members) == 1 else (fuse_layers(name, [layers[p] for p in members]), len(members))
+    return out
 
 
 def _to_diffusers(parts: Mapping[str, Mapping[str, torch.Tensor]], dtype: torch.dtype, scale: float) -> dict:
@@ -423,6 +440,11 @@ def load_lora_file(
     # a family whose kohya names are whole module paths (PixArt's `transformer.…`) shares them with
     # its diffusers layout: peft's lora_A / lora_B entries tell the diffusers layout apart
     peft_entries = any(k.endswith((".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector")) for k in tensors)
+    if peft_entries and all(k.startswith(COMFY_PREFIX) and _full_layer(k, full) for k in tensors):
+        # OneTrainer's COMFY_LORA: ComfyUI's `diffusion_model.` names with peft's lora_A / lora_B entries
+        tensors = {k.replace(".lora_A.weight", ".lora_down.weight").replace(".lora_B.weight", ".lora_up.weight"): v
+                   for k, v in tensors.items()}
+        peft_entries = False
     if not peft_entries and all(k.startswith("lora_") or _full_layer(k, full) for k in tensors):
         layers = _layers_from_kohya(tensors, module_names or {}, denoiser)
     elif all(k.split(".", 1)[0] in _KOHYA_PREFIX for k in tensors):
@@ -454,7 +476,9 @@ def _layers_from_kohya(
     for name, entries in names.items():
         peft_form, alpha = from_kohya(name, entries)
         if name in full:
-            layers[full[name]] = (peft_form, alpha, True)
+            members = full[name]
+            split = split_layer(name, peft_form, alpha, len(members)) if len(members) > 1 else [(peft_form, alpha)]
+            layers.update({member: (t, a, True) for member, (t, a) in zip(members, split, strict=True)})
             continue
         prefix = next((p for p in _KOHYA_READ_PREFIX if name.startswith(p)), None)
         if prefix is None:
@@ -467,12 +491,21 @@ def _layers_from_kohya(
     return layers
 
 
-def _full_names(module_names: Mapping[str, Mapping[str, str]]) -> dict[str, tuple[str, str]]:
-    """Whole layer names among the renames (models/comfy_lora_names.py) -> (part, module path)."""
-    return {new: (part, path) for part, names in module_names.items() for path, new in names.items() if is_full_name(new)}
+def _full_names(module_names: Mapping[str, Mapping[str, str]]) -> dict[str, list[tuple[str, str]]]:
+    """Whole layer names among the renames (models/comfy_lora_names.py) -> the (part, module path)
+    it names: several for a fused q/k/v, in their order."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for part, names in module_names.items():
+        for path, new in names.items():
+            if is_full_name(new):
+                out.setdefault(new, []).append((part, path))
+    # ComfyUI reads `lora_unet_<original key with _>` as `diffusion_model.<original key>` (OneTrainer's KOHYA_LORA)
+    aliases = {"lora_unet_" + new.removeprefix(COMFY_PREFIX).replace(".", "_"): members
+               for new, members in out.items() if new.startswith(COMFY_PREFIX)}
+    return {**aliases, **out}
 
 
-def _full_layer(key: str, full: Mapping[str, tuple[str, str]]) -> str | None:
+def _full_layer(key: str, full: Mapping[str, object]) -> str | None:
     """The whole layer name `key` is an entry of (dotted names hold dots themselves), or None."""
     i = key.find(".")
     while i != -1:

@@ -31,6 +31,7 @@ TINY = {
     "PIXART_ALPHA": "pixart", "PIXART_SIGMA": "pixart-sigma", "STABLE_DIFFUSION_3": "sd3", "FLUX_DEV_1": "flux",
     "CHROMA_1": "chroma", "FLUX_2": "flux2-klein", "QWEN": "qwen-image", "KREA_2": "krea2", "Z_IMAGE": "z-image", "SANA": "sana",
     "HUNYUAN_VIDEO": "hunyuan_video", "HI_DREAM_FULL": "hidream", "ERNIE": "ernie", "ANIMA": "anima",
+    "IDEOGRAM_4": "ideogram4",
 }
 
 

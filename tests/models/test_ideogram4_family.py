@@ -1,8 +1,9 @@
 """What only Ideogram 4 does: its prompts are encoded exactly as Ideogram4Pipeline encodes them
 (13 tapped Qwen3-VL layers, the packed [left pad][text][image] ids), predict is the pipeline's
 transformer call negated, latents are patchified and normalised as the pipeline undoes them, the
-resolution shift is the pipeline's, and the frozen unconditional transformer stays off the
-device until a sample, is saved with the model, and never trains."""
+resolution shift is the pipeline's, the frozen unconditional transformer stays off the
+device until a sample, is saved with the model, and never trains; the transformer file and the
+KOHYA_LORA / COMFY_LORA files are OneTrainer's (original names, q/k/v fused)."""
 
 from __future__ import annotations
 
@@ -110,3 +111,73 @@ def test_text_encoder_training_and_layer_skips_are_refused(ideogram):
         ideogram.configure_flow(SimpleNamespace(text_encoder=SimpleNamespace(train=True)))
     with pytest.raises(ValueError, match="13 fixed hidden layers"):
         ideogram.layer_skips = {"text_encoder": 1}
+
+
+def _original(path: str) -> str:
+    """OneTrainer's original name of a diffusers Ideogram 4 key or layer (its IdeogramModel: q, k, v
+    fused into `attention.qkv`, `attention.to_out.0` is `attention.o`, the rest diffusers')."""
+    for n in ("to_q", "to_k", "to_v"):
+        path = path.replace(f".attention.{n}", ".attention.qkv")
+    return path.replace(".attention.to_out.0", ".attention.o")
+
+
+def test_the_transformer_file_is_the_trained_transformer_in_onetrainers_original_names(ideogram, tmp_path):
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    path = ideogram.save_single_file(tmp_path / "t.safetensors", "BFLOAT_16")
+    saved, weights = load_file(str(path)), ideogram.transformer.state_dict()
+    assert set(saved) == {_original(k) for k in weights}
+    for i in range(len(ideogram.transformer.layers)):
+        a = f"layers.{i}.attention"
+        qkv = torch.cat([weights[f"{a}.to_{n}.weight"] for n in "qkv"]).to(torch.bfloat16)
+        assert torch.equal(saved[f"{a}.qkv.weight"], qkv) and torch.equal(saved[f"{a}.o.weight"], weights[f"{a}.to_out.0.weight"].bfloat16())
+    assert all(torch.equal(saved[k], v.bfloat16()) for k, v in weights.items() if _original(k) == k)
+    with safe_open(str(path), "pt") as f:
+        assert f.metadata()["modelspec.architecture"] == "Ideogram"
+
+
+def _layer_entry(key: str) -> tuple[str, str]:
+    """`a.b.lora_up.weight` -> ("a.b", ".lora_up.weight"); `a.b.alpha` -> ("a.b", ".alpha")."""
+    layer = key.rsplit(".", 2 if key.endswith(".weight") else 1)[0]
+    return layer, key[len(layer):]
+
+
+def test_kohya_and_comfy_lora_files_hold_onetrainers_names_with_one_exact_fused_qkv_layer(tmp_path):
+    """Every layer is `diffusion_model.` + its original name; the q/k/v layers are one layer on the
+    fused qkv whose delta is theirs stacked; the file reads back to what was trained, and so does
+    it with OneTrainer's other spellings (KOHYA_LORA's `lora_unet_`, COMFY_LORA's lora_A / lora_B)."""
+    from safetensors.torch import load_file, save_file
+
+    from ot_gradio.models.ideogram4 import Ideogram4
+    from ot_gradio.models.tiny.ideogram4 import tiny_ideogram4_components
+    from ot_gradio.training.lora import add_lora, lora_state_dict
+    from ot_gradio.training.lora_format import KOHYA, load_lora_file, save_lora
+
+    model = Ideogram4(tiny_ideogram4_components())
+    add_lora(model.transformer, kind="unet", rank=2, alpha=1.0, dropout=0.0, layer_preset="full",
+             presets=model.lora_layer_presets["transformer"])
+    gen = torch.Generator().manual_seed(0)
+    for p in model.transformer.parameters():
+        if p.requires_grad:
+            p.data = torch.randn(p.shape, generator=gen)
+    trained, names = lora_state_dict(model.transformer), model.lora_module_names()
+    path = save_lora(tmp_path / "k.safetensors", {"transformer": model.transformer}, base_model_version="ideogram_4",
+                     lora_format=KOHYA, module_names=names)
+    saved = load_file(str(path))
+    layers = {k.removesuffix(".lora_A.weight") for k in trained if k.endswith(".lora_A.weight")}
+    assert {_layer_entry(k)[0] for k in saved} == {"diffusion_model." + _original(p) for p in layers}
+    a = "diffusion_model.layers.0.attention.qkv"
+    assert saved[f"{a}.lora_down.weight"].shape == (6, 32) and saved[f"{a}.alpha"].item() == 3.0
+    fused = saved[f"{a}.lora_up.weight"] @ saved[f"{a}.lora_down.weight"] * (3.0 / 6)
+    split = [trained[f"layers.0.attention.to_{n}.lora_B.weight"] @ trained[f"layers.0.attention.to_{n}.lora_A.weight"] * 0.5 for n in "qkv"]
+    torch.testing.assert_close(fused, torch.cat(split), rtol=0, atol=1e-6)
+
+    kohya = {"lora_unet_" + layer.removeprefix("diffusion_model.").replace(".", "_") + entry: v
+             for k, v in saved.items() for layer, entry in [_layer_entry(k)]}
+    comfy = {k.replace(".lora_down.", ".lora_A.").replace(".lora_up.", ".lora_B."): v for k, v in saved.items()}
+    for i, spelling in enumerate((saved, kohya, comfy)):
+        save_file(spelling, str(tmp_path / f"{i}.safetensors"))
+        loaded = load_lora_file(tmp_path / f"{i}.safetensors", module_names=names, denoiser="transformer")
+        assert (loaded.rank, loaded.alpha) == (2, 1.0) and loaded.parts["transformer"].keys() == trained.keys()
+        assert all(torch.equal(loaded.parts["transformer"][k], trained[k]) for k in trained)

@@ -80,11 +80,12 @@ def test_a_transformer_file_that_cannot_be_had_is_one_clear_line_before_loading(
         ZImage.load("tiny:z-image", offline=True, cache_dir=str(tmp_path), part_models={"transformer": value})
 
 
-@pytest.mark.parametrize("family", ["sd3", "pixart"])
+@pytest.mark.parametrize("family", ["sd3", "pixart", "ideogram4"])  # Ideogram 4 writes one (OneTrainer's), which nothing reads
 def test_a_family_that_reads_no_transformer_file_says_so(family):
+    from ot_gradio.models.ideogram4 import Ideogram4
     from ot_gradio.models.pixart import PixArtAlpha
     from ot_gradio.models.sd3 import StableDiffusion3
 
-    cls = {"sd3": StableDiffusion3, "pixart": PixArtAlpha}[family]
+    cls = {"sd3": StableDiffusion3, "pixart": PixArtAlpha, "ideogram4": Ideogram4}[family]
     with pytest.raises(ModelLoadError, match=r"^transformer\.model_name: .*base model only; leave it blank"):
         cls.load(f"tiny:{family}", part_models={"transformer": "t.safetensors"})

@@ -96,3 +96,45 @@ def test_merge_reads_our_own_kohya_files_with_the_text_encoder(model_type, tmp_p
     merged = dict(get_family(model_type).load(str(tmp_path / "merged")).text_encoder.named_modules())
     for name, weight in expected.items():
         torch.testing.assert_close(merged[name].weight, weight, rtol=1e-5, atol=1e-6)
+
+
+# families whose KOHYA_LORA / COMFY_LORA write q, k and v as one layer on the fused qkv (training/lora_fusion.py)
+FUSED_QKV = {"IDEOGRAM_4": "tiny:ideogram4"}
+
+
+@pytest.mark.parametrize("model_type", FUSED_QKV)
+def test_a_fused_qkv_comfy_lora_merges_and_converts_as_its_diffusers_twin(model_type, tmp_path):
+    """The COMFY_LORA file (q/k/v fused) and the DIFFUSERS_LORA file of one LoRA: merge puts the
+    same weights into the base model, and each converts into the other exactly."""
+    from ot_gradio.config.enums import ModelFormat
+    from ot_gradio.config.io import load_config
+    from ot_gradio.models.registry import get_family
+    from ot_gradio.models.tiny import resolve_tiny
+    from ot_gradio.training.methods import get_method
+
+    base = resolve_tiny(FUSED_QKV[model_type]).diffusers_dir
+    cfg = load_config({"model_type": model_type, "training_method": "LORA", "base_model_name": str(base), "lora_rank": 4,
+                       "lora_alpha": 2, "layer_filter_preset": "full", "text_encoder": {"train": False}}).config
+    model, method = get_family(model_type).load(str(base)), get_method(cfg.training_method)
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in (p for g in method.setup(model, cfg, torch.device("cpu")) for p in g.params):
+            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+    files = {fmt: method.save(model, cfg.model_copy(update={"output_model_format": ModelFormat(fmt)}), tmp_path / f"{fmt}.safetensors", {})
+             for fmt in ("COMFY_LORA", "DIFFUSERS_LORA")}
+    assert any(".qkv." in k for k in load_file(str(files["COMFY_LORA"])))
+    merged = {}
+    for fmt, path in files.items():
+        result = run_inline("convert", {"operation": "merge", "model_type": model_type, "base": str(base), "lora": str(path),
+                                        "output": str(tmp_path / f"merged-{fmt}"), "format": "diffusers", "dtype": "float32"})
+        merged[fmt] = _transformer(tmp_path / f"merged-{fmt}")
+        assert result["layers"] == len(load_file(str(files["DIFFUSERS_LORA"]))) // 2  # every q, k and v layer found in the fused one
+    original = _transformer(base)
+    assert merged["COMFY_LORA"].keys() == merged["DIFFUSERS_LORA"].keys() == original.keys()
+    assert all(not torch.equal(merged["COMFY_LORA"][k], original[k]) for k in original if ".attention.to_" in k)
+    for key, weight in merged["DIFFUSERS_LORA"].items():
+        torch.testing.assert_close(merged["COMFY_LORA"][key], weight, rtol=1e-6, atol=1e-6)
+    for source, target, to in (("COMFY_LORA", "DIFFUSERS_LORA", "diffusers"), ("DIFFUSERS_LORA", "COMFY_LORA", "kohya")):
+        out = run_inline("convert", {"operation": "lora", "model_type": model_type, "input": str(files[source]), "base": str(base),
+                                     "output": str(tmp_path / f"to-{to}.safetensors"), "to": to})
+        _same(load_file(out["output"]), load_file(str(files[target])))

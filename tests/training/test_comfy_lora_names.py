@@ -50,6 +50,11 @@ def _model(name: str):
         from ot_gradio.models.tiny.anima import tiny_anima_components
 
         return Anima(tiny_anima_components())
+    if name == "ideogram4":
+        from ot_gradio.models.ideogram4 import Ideogram4
+        from ot_gradio.models.tiny.ideogram4 import tiny_ideogram4_components
+
+        return Ideogram4(tiny_ideogram4_components())
     if name == "wan":
         from ot_gradio.models.tiny.wan import tiny_wan_components
         from ot_gradio.models.wan import Wan21
@@ -156,6 +161,9 @@ def test_every_kohya_layer_name_is_one_comfyui_maps_and_reads_back(name, tmp_pat
 # the other ones; Z-Image and Qwen-Image every transformer layer)
 DIFFUSERS_READS = [("z-image", "full", ()), ("qwen-image", "full", ()), ("flux", "attn-only", ("text_encoder",)),
                    ("chroma", "attn-only", ())]
+# Ideogram 4 (ComfyUI has none): diffusers' converter reads OneTrainer's names, the fused qkv split, in the
+# blocks only (OneTrainer's attn-mlp and blocks presets)
+DIFFUSERS_READS += [("ideogram4", "attn-mlp", ()), ("ideogram4", "blocks", ())]
 
 
 @pytest.mark.parametrize(("name", "preset", "text_encoders"), DIFFUSERS_READS)

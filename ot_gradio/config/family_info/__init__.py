@@ -49,6 +49,9 @@ class FamilyInfo:
     # (denoiser layers ComfyUI does not map from a diffusers-layout LoRA, the layer presets that
     # train them): such a file is warned about (scripts/check_comfyui_lora.py measures it)
     comfy_gap: tuple[str, tuple[str, ...]] | None = None
+    # KOHYA_LORA / COMFY_LORA write q, k and v as one layer on the original fused qkv (training/lora_fusion.py):
+    # plain LoRA only (another adapter is refused before the run for those formats)
+    lora_fused_qkv: bool = False
     # why a KOHYA_LORA / COMFY_LORA file of the family loads in no other program ("": it loads): warned about
     kohya_unread: str = ""
     text_encoder_labels: tuple[str, ...] = ()  # what the text encoders are, for messages ("CLIP-L", "T5")

@@ -8,11 +8,10 @@ from . import FamilyInfo, Sign
 FAMILIES = {
     M.IDEOGRAM_4: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("Ideogram4Pipeline", ()),  # bucket: VAE 8 x patch 2
-        text_encoder_labels=("Qwen3-VL",),
-        # no kohya-layout reader: diffusers reads its own keys or ai-toolkit's fused-qkv `diffusion_model.` ones
-        lora_unread=(("kohya", "transformer", "no program maps kohya Ideogram 4 names (Ideogram4Pipeline.load_lora_weights "
-                      "reads DIFFUSERS_LORA)"),),
+        implemented=True, transformer_file=True, lora_fused_qkv=True, bucket_step=16, schedule="flow_matching",  # bucket: VAE 8 x patch 2
+        diffusers_lora=("Ideogram4Pipeline", ()), text_encoder_labels=("Qwen3-VL",),
+        # KOHYA_LORA / COMFY_LORA: OneTrainer's names, q/k/v as one fused layer (models/comfy_lora_names.py); diffusers'
+        # Ideogram4Pipeline.load_lora_weights reads them for the blocks' layers (OneTrainer's attn-mlp / blocks presets)
         preset="ideogram4-lora", preset_note="512 px, FLOAT_8 transformer and Qwen3-VL",
         # ideogram-ai/ideogram-v4, counted on the meta device: Ideogram4Transformer2DModel's defaults
         # (34 layers of 18 x 256, text features 13 x 4096; the unconditional transformer is as large and

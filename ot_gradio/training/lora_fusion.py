@@ -1,0 +1,93 @@
+"""LoRA layers on q, k and v written as one layer on the original model's fused `qkv` (what
+OneTrainer's KOHYA_LORA / COMFY_LORA files hold for the families whose original layout fuses them:
+Ideogram 4), and read back.
+
+We train one adapter per diffusers Linear; their concatenated delta is exactly one LoRA on the
+fused weight: its down (A) the three downs stacked, its up (B) the three ups block-diagonal, so
+rank and alpha grow by the number of members and alpha / rank, hence every row of the delta, is
+unchanged. DoRA on the output axis fuses as exactly (a magnitude and a norm per output row); DoRA
+on the input axis, LoHa, LoKr and OFT do not, and are refused.
+
+Reading splits the fused up by rows into equal member widths (q, k and v are as wide in every
+family that fuses them). A block-diagonal up (our own files) gives each member its own block, so
+the rank comes back; any other (OneTrainer trains one adapter on the fused layer) gives each member
+its rows of the up and the whole down, at the file's rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import torch
+
+from ot_gradio.training.lora_variants import DORA_OUT, LORA_KEYS
+
+_DOWN, _UP = LORA_KEYS
+
+
+def _plain_or_output_dora(name: str, tensors: Mapping[str, torch.Tensor]) -> None:
+    if set(tensors) - {_DOWN, _UP, DORA_OUT}:
+        raise ValueError(f"LoRA layer {name!r} is written on the fused q/k/v weight, which takes a LoRA or a DoRA on the "
+                         f"output axis only (got {sorted(tensors)}); train LoRA, or save as DIFFUSERS_LORA")
+
+
+def fuse_layers(name: str, members: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """One peft-form layer (rank x len(members); write it at alpha x len(members)) whose delta is
+    the members' deltas stacked by rows, in order."""
+    for layer in members:
+        _plain_or_output_dora(name, layer)
+    if len({DORA_OUT in layer for layer in members}) > 1:
+        raise ValueError(f"LoRA layer {name!r}: its q, k and v layers are not all DoRA or all LoRA")
+    ups = [layer[_UP].float() for layer in members]
+    dtype = members[0][_UP].dtype
+    out = {_DOWN: torch.cat([layer[_DOWN] for layer in members]),
+           _UP: torch.block_diag(*[u.flatten(1) for u in ups]).reshape(sum(u.shape[0] for u in ups), -1, *ups[0].shape[2:]).to(dtype)}
+    if DORA_OUT in members[0]:
+        out[DORA_OUT] = torch.cat([layer[DORA_OUT] for layer in members])
+    return out
+
+
+def split_layer(name: str, tensors: Mapping[str, torch.Tensor], alpha: float | None, count: int
+                ) -> list[tuple[dict[str, torch.Tensor], float | None]]:
+    """The `count` member layers (each with its alpha) of fused layer `name`, as `fuse_layers`
+    describes; their deltas at alpha / rank are the fused delta's row blocks."""
+    _plain_or_output_dora(name, tensors)
+    down, up = tensors[_DOWN], tensors[_UP]
+    rank = down.shape[0]
+    if up.shape[0] % count:
+        raise ValueError(f"LoRA layer {name!r}: its {up.shape[0]} output rows do not split into {count} equal q/k/v parts")
+    rows = up.shape[0] // count
+    blocks = [up[i * rows:(i + 1) * rows] for i in range(count)]
+    alpha = float(rank) if alpha is None else alpha
+    width = rank // count
+    diagonal = rank % count == 0 and all(
+        not torch.any(b[:, :i * width]) and not torch.any(b[:, (i + 1) * width:]) for i, b in enumerate(blocks))
+    out = []
+    for i, block in enumerate(blocks):
+        if diagonal:
+            layer = {_DOWN: down[i * width:(i + 1) * width], _UP: block[:, i * width:(i + 1) * width]}
+            layer_alpha = alpha / count  # the same alpha / rank at a rank count times smaller
+        else:
+            layer, layer_alpha = {_DOWN: down, _UP: block}, alpha
+        if DORA_OUT in tensors:
+            layer[DORA_OUT] = tensors[DORA_OUT][i * rows:(i + 1) * rows]
+        out.append(({k: v.contiguous() for k, v in layer.items()}, layer_alpha))
+    return out
+
+
+def fused_groups(names: Mapping[str, str]) -> dict[str, list[str]]:
+    """Layer name -> the module paths given it, in order: more than one is a fused weight."""
+    out: dict[str, list[str]] = {}
+    for path, new in names.items():
+        out.setdefault(new, []).append(path)
+    return out
+
+
+def check_whole_groups(names: Mapping[str, str], trained: Iterable[str]) -> None:
+    """A fused weight's layers are trained all or none (a fused layer covers all its rows)."""
+    trained = set(trained)
+    for name, members in fused_groups(names).items():
+        if len(members) > 1 and trained & set(members) and not set(members) <= trained:
+            raise ValueError(f"LoRA layer {name!r} is one fused weight of {', '.join(members)}; train all of them or none "
+                             f"(trained: {', '.join(m for m in members if m in trained)}; see layer_filter), or save as "
+                             "DIFFUSERS_LORA")

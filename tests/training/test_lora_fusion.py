@@ -1,0 +1,93 @@
+"""LoRA layers on q, k and v written as one layer on the fused qkv weight (training/lora_fusion.py):
+the fused layer's delta is exactly the three deltas stacked, and reading splits it back, our
+block-diagonal layers to their own rank and OneTrainer's fused-trained ones at theirs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ot_gradio.training.lora_fusion import fuse_layers, split_layer
+
+
+def _members(rank: int = 2, width: int = 8, dora: bool = False, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(3):
+        layer = {"lora_A.weight": torch.randn(rank, width, generator=gen), "lora_B.weight": torch.randn(width, rank, generator=gen)}
+        if dora:
+            layer["lora_magnitude_vector"] = torch.rand(width, generator=gen) + 0.5
+        out.append(layer)
+    return out
+
+
+def _delta(layer, alpha: float) -> torch.Tensor:
+    a, b = layer["lora_A.weight"], layer["lora_B.weight"]
+    return b @ a * (alpha / a.shape[0])
+
+
+@pytest.mark.parametrize("dora", [False, True], ids=["lora", "dora-output-axis"])
+def test_the_fused_layer_is_the_three_deltas_stacked_and_splits_back_to_them(dora):
+    members = _members(dora=dora)
+    fused = fuse_layers("qkv", members)
+    assert fused["lora_A.weight"].shape == (6, 8) and fused["lora_B.weight"].shape == (24, 6)
+    torch.testing.assert_close(_delta(fused, 3 * 0.5), torch.cat([_delta(m, 0.5) for m in members]), rtol=0, atol=1e-6)
+    if dora:
+        assert torch.equal(fused["lora_magnitude_vector"], torch.cat([m["lora_magnitude_vector"] for m in members]))
+    back = split_layer("qkv", fused, 3 * 0.5, 3)
+    for (layer, alpha), member in zip(back, members, strict=True):
+        assert alpha == 0.5 and layer.keys() == member.keys()
+        assert all(torch.equal(layer[k], member[k]) for k in member)
+
+
+def test_a_layer_trained_fused_splits_into_its_row_blocks_at_its_rank():
+    """OneTrainer trains one adapter on the fused weight: each member gets its rows of the up and the whole down."""
+    gen = torch.Generator().manual_seed(1)
+    fused = {"lora_A.weight": torch.randn(4, 8, generator=gen), "lora_B.weight": torch.randn(24, 4, generator=gen)}
+    back = split_layer("qkv", fused, 2.0, 3)
+    assert [(layer["lora_A.weight"].shape[0], alpha) for layer, alpha in back] == [(4, 2.0)] * 3
+    torch.testing.assert_close(torch.cat([_delta(layer, alpha) for layer, alpha in back]), _delta(fused, 2.0), rtol=0, atol=0)
+
+
+def test_what_does_not_fuse_exactly_is_refused_naming_the_way_out():
+    loha = {"hada_w1_a": torch.zeros(8, 2), "hada_w1_b": torch.zeros(2, 8), "hada_w2_a": torch.zeros(8, 2), "hada_w2_b": torch.zeros(2, 8)}
+    with pytest.raises(ValueError, match="'qkv' is written on the fused q/k/v weight.*DIFFUSERS_LORA"):
+        fuse_layers("qkv", [loha] * 3)
+    with pytest.raises(ValueError, match="'qkv': its 25 output rows do not split into 3"):
+        split_layer("qkv", {"lora_A.weight": torch.zeros(3, 8), "lora_B.weight": torch.zeros(25, 3)}, None, 3)
+
+
+def test_a_fused_weight_trained_on_only_some_of_its_layers_is_refused(tmp_path):
+    from ot_gradio.training.lora_format import KOHYA, save_lora_parts
+
+    names = {"transformer": {f"b.attention.{n}": "diffusion_model.b.attention.qkv" for n in ("to_q", "to_k", "to_v")}}
+    q = {f"b.attention.to_q.{k}": v for k, v in _members()[0].items()}
+    with pytest.raises(ValueError, match=r"one fused weight of b\.attention\.to_q, b\.attention\.to_k, b\.attention\.to_v; train all"):
+        save_lora_parts(tmp_path / "k.safetensors", {"transformer": q}, 2, 1.0, lora_format=KOHYA, module_names=names)
+
+
+@pytest.mark.parametrize(("settings", "said"), [
+    ({"peft_type": "LOHA"}, "LOHA's do not"), ({"lora_decompose": True}, "DoRA (lora_decompose)'s do not"),
+])
+def test_an_adapter_that_does_not_fuse_is_refused_before_the_run_for_the_fused_formats(settings, said):
+    from ot_gradio.config.doctor import errors
+    from ot_gradio.config.io import load_config
+
+    base = {"model_type": "IDEOGRAM_4", "training_method": "LORA", **settings}
+    problems = [p for p in errors(load_config({**base, "output_model_format": "COMFY_LORA"}).config) if "fused qkv" in p]
+    assert len(problems) == 1 and said in problems[0] and problems[0].endswith("or save as DIFFUSERS_LORA")
+    assert not [p for p in errors(load_config({**base, "output_model_format": "DIFFUSERS_LORA"}).config) if "fused qkv" in p]
+    assert not [p for p in errors(load_config({"model_type": "IDEOGRAM_4", "training_method": "LORA",
+                                               "output_model_format": "COMFY_LORA"}).config) if "fused qkv" in p]
+
+
+def test_a_layer_filter_that_takes_part_of_a_fused_weight_is_refused_before_the_first_step():
+    from ot_gradio.config.io import load_config
+    from ot_gradio.models.ideogram4 import Ideogram4
+    from ot_gradio.models.tiny.ideogram4 import tiny_ideogram4_components
+    from ot_gradio.training.methods import get_method
+
+    cfg = load_config({"model_type": "IDEOGRAM_4", "training_method": "LORA", "output_model_format": "COMFY_LORA",
+                       "layer_filter_preset": "custom", "layer_filter": "to_q,to_out"}).config
+    with pytest.raises(ValueError, match=r"'diffusion_model\.layers\.0\.attention\.qkv' is one fused weight.*trained: layers\.0\.attention\.to_q;"):
+        get_method(cfg.training_method).setup(Ideogram4(tiny_ideogram4_components()), cfg, torch.device("cpu"))
