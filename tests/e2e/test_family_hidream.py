@@ -55,3 +55,26 @@ def test_lora_from_our_preset_reloads_in_the_hidream_pipeline(tiny_hidream, shap
     before = _latents(pipe)
     assert lora_load_problems(pipe, out) == []
     assert np.abs(_latents(pipe) - before).max() > 1e-3
+
+
+def test_fine_tune_saves_a_folder_the_hidream_pipeline_loads(tiny_hidream, shapes, tmp_path):
+    """OneTrainer's HiDream FINE_TUNE: the transformer trained, the whole model saved as a
+    diffusers folder that HiDreamImagePipeline.from_pretrained loads, its transformer changed."""
+    from diffusers import HiDreamImageTransformer2DModel
+
+    llama = tmp_path / "llama"
+    for part in ("text_encoder_4", "tokenizer_4"):
+        shutil.copytree(tiny_hidream.diffusers_dir / part, llama, dirs_exist_ok=True)
+    config = imported(PRESETS_DIR / "hidream-lora.json", tiny_hidream.diffusers_dir, shapes, tmp_path, "model", resolution="64",
+                      epochs=1, batch_size=2, learning_rate=1e-3, training_method="FINE_TUNE", output_model_format="DIFFUSERS",
+                      output_dtype="FLOAT_32", train_dtype="FLOAT_32", optimizer={"optimizer": "ADAMW"}, samples=[],
+                      transformer={"train": True, "weight_dtype": "FLOAT_32"})
+    config["text_encoder_4"]["model_name"] = str(llama)
+    run_until_done(config, tmp_path)
+    out = tmp_path / "out" / "model"
+    tuned = HiDreamImageTransformer2DModel.from_pretrained(str(out), subfolder="transformer").state_dict()
+    base = HiDreamImageTransformer2DModel.from_pretrained(str(tiny_hidream.diffusers_dir), subfolder="transformer").state_dict()
+    assert tuned.keys() == base.keys()
+    assert [k for k in tuned if not torch.equal(tuned[k], base[k])]
+    pipe = local_pipeline(out)
+    assert _latents(pipe).shape[0] == 1

@@ -1,6 +1,5 @@
 """HiDream-I1 Full: CLIP-L and CLIP-G (pooled), T5 and Llama 3.1 (the hidden states of every
-layer), Flux's 16-channel VAE and a mixture-of-experts transformer; LORA only for now
-(models/hidream.py)."""
+layer), Flux's 16-channel VAE and a mixture-of-experts transformer; LORA and FINE_TUNE (models/hidream.py)."""
 
 from ..enums import ModelType as M
 from ..enums import TrainingMethod as T
@@ -13,7 +12,7 @@ FAMILIES = {
     M.HI_DREAM_FULL: FamilyInfo(
         ("transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "text_encoder_4", "vae"), "transformer",
         ("text_encoder", "text_encoder_2", "text_encoder_3", "text_encoder_4"),
-        methods=(T.LORA,), implemented=True, bucket_step=16, schedule="flow_matching",  # bucket: VAE 8 x patch 2
+        methods=(T.LORA, T.FINE_TUNE), implemented=True, bucket_step=16, schedule="flow_matching",  # bucket: VAE 8 x patch 2
         diffusers_lora=("HiDreamImagePipeline", ()),
         lora_unread=(("kohya", "text_encoder_4", "the kohya layout has no name for a fourth text encoder"),), text_encoder_labels=("CLIP-L", "CLIP-G", "T5", "Llama 3.1"),
         preset="hidream-lora", preset_note="512 px; Llama 3.1 8B Instruct from text_encoder_4's model (gated: accept its license)",
