@@ -86,9 +86,11 @@ def module_device(module: torch.nn.Module) -> torch.device:
 
 
 def cast_parts(parts: Mapping[str, torch.nn.Module], dtypes: Mapping[str, torch.dtype]) -> None:
-    """Each part cast to its dtype in `dtypes`, unless it is in that dtype already."""
+    """Each part cast to its dtype in `dtypes`, unless its floating-point weights are in it already
+    (a GGUF transformer's quantized weights are bytes, its other weights loaded in its dtype)."""
     for part, module in parts.items():
-        if module_dtype(module) != dtypes[part]:
+        floating = next((p.dtype for p in module.parameters() if p.is_floating_point()), dtypes[part])
+        if floating != dtypes[part]:
             module.to(dtype=dtypes[part])
 
 
@@ -443,6 +445,16 @@ def inpainting_images(height: int, width: int, image=None, mask=None) -> dict:
 
 
 _HUB_FILE_URL = re.compile(r"https?://(?:www\.)?huggingface\.co/([^/?#]+/[^/?#]+)/(?:blob|resolve)/([^/?#]+)/([^?#]+)")
+
+
+def gguf_options(path: Path, dtype: torch.dtype) -> dict:
+    """diffusers' `from_single_file` keywords for a transformer file: a .gguf file (weight_dtype
+    GGUF) keeps its quantized Linear weights, dequantized per forward into `dtype`."""
+    if path.suffix.lower() != ".gguf":
+        return {}
+    from diffusers import GGUFQuantizationConfig
+
+    return {"quantization_config": GGUFQuantizationConfig(compute_dtype=dtype)}
 
 
 def part_file(value: str, field: str, *, cache_dir: str | None, offline: bool, token: str | None) -> Path:

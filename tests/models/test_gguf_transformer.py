@@ -1,0 +1,53 @@
+"""weight_dtype GGUF: the transformer from a .gguf file (transformer.model_name) through
+diffusers' single-file GGUF loader, its Linear weights kept in their Q8_0 blocks and dequantized
+per forward; a family whose loader does not read .gguf files says so before loading."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ot_gradio.models.common import ModelLoadError
+from ot_gradio.models.flux import FluxDev1
+from ot_gradio.models.z_image import ZImage
+from tests.models.gguf_files import Q8_BLOCK, q8_quantizable, write_gguf
+
+
+@pytest.fixture(scope="module")
+def gguf_file(tiny_dir, tmp_path_factory):
+    """The tiny Z-Image's transformer as a .gguf file in the original layout, and the weights of
+    the same file unquantized (as the .safetensors it was written from loads)."""
+    folder = tmp_path_factory.mktemp("gguf")
+    original = ZImage.load("tiny:z-image", offline=True).save_single_file(folder / "t.safetensors", None)
+    weights = load_file(str(original))
+    assert sum(q8_quantizable(k, v) for k, v in weights.items()) > 10
+    loaded = ZImage.load("tiny:z-image", offline=True, part_models={"transformer": str(original)}).transformer.state_dict()
+    return write_gguf(weights, folder / "t.gguf", "z_image"), loaded
+
+
+def test_the_gguf_transformer_keeps_q8_0_blocks_within_their_rounding(gguf_file):
+    from diffusers.quantizers.gguf.utils import GGUFLinear, GGUFParameter, dequantize_gguf_tensor
+
+    path, weights = gguf_file
+    model = ZImage.load("tiny:z-image", offline=True, part_models={"transformer": str(path)})
+    layers = {name: m for name, m in model.transformer.named_modules() if isinstance(m, torch.nn.Linear)}
+    quantized = {name: m for name, m in layers.items() if isinstance(m.weight, GGUFParameter) and m.weight.dtype == torch.uint8}
+    assert len(quantized) > 10 and all(isinstance(m, GGUFLinear) for m in quantized.values())
+    for name, layer in quantized.items():
+        original = weights[f"{name}.weight"]
+        got = dequantize_gguf_tensor(layer.weight).float()
+        assert got.shape == original.shape and not torch.equal(got, original)
+        # Q8_0: each block of 32 is int8 times one float16 scale (block max / 127): off by half a
+        # step, plus float16 roundings of the scale and of the product (up to 127 x 2^-11 of a step each)
+        blocks = original.reshape(-1, Q8_BLOCK)
+        step = blocks.abs().amax(dim=1, keepdim=True) / 127
+        assert ((got.reshape(-1, Q8_BLOCK) - blocks).abs() <= step * (0.5 + 2 * 127 / 2048) + 1e-8).all(), name
+    # the rest (norms, biases, pad tokens) as the file stores them, in float32
+    plain = {k: v for k, v in model.transformer.state_dict().items() if not isinstance(v, GGUFParameter)}
+    assert plain and all(v.dtype == torch.float32 and torch.equal(v, weights[k]) for k, v in plain.items())
+
+
+def test_a_family_without_gguf_loading_refuses_the_file_before_loading(gguf_file):
+    with pytest.raises(ModelLoadError, match=r"^transformer\.model_name: Flux\.1 does not read \.gguf transformer files"):
+        FluxDev1.load("tiny:flux-never-built", offline=True, part_models={"transformer": str(gguf_file[0])})
