@@ -48,6 +48,28 @@ def test_the_gguf_transformer_keeps_q8_0_blocks_within_their_rounding(gguf_file)
     assert plain and all(v.dtype == torch.float32 and torch.equal(v, weights[k]) for k, v in plain.items())
 
 
+@pytest.mark.parametrize(("model_type", "tiny"), [("QWEN", "qwen-image"), ("FLUX_2", "flux2-dev"), ("KREA_2", "krea2"),
+                                                 ("ERNIE", "ernie"), ("ANIMA", "anima")])
+def test_the_other_gguf_families_load_their_transformer_file_as_gguf(tiny_dir, tmp_path, model_type, tiny):
+    """Each family described `gguf` (Z-Image above): its transformer file, written as GGUF, loads
+    with diffusers' GGUF layers, the Q8_0 weights kept as bytes."""
+    from diffusers.quantizers.gguf.utils import GGUFLinear, GGUFParameter
+
+    from ot_gradio.config.gguf import GGUF_MODEL_TYPES
+    from ot_gradio.models.registry import get_family
+
+    family = get_family(model_type)
+    assert family.gguf_transformer and model_type in GGUF_MODEL_TYPES
+    weights = load_file(str(family.load(f"tiny:{tiny}", offline=True).save_single_file(tmp_path / "t.safetensors", None)))
+    quantizable = sum(q8_quantizable(k, v) for k, v in weights.items())
+    model = family.load(f"tiny:{tiny}", offline=True, part_models={"transformer": str(write_gguf(weights, tmp_path / "t.gguf", tiny))})
+    kept = [m for m in model.transformer.modules() if isinstance(m, GGUFLinear) and isinstance(m.weight, GGUFParameter)
+            and m.weight.dtype == torch.uint8]
+    # not one count: a fused weight of the file splits into several layers, and Anima's file also
+    # holds its LLM adapter, which comes from the config folder
+    assert quantizable and kept
+
+
 def test_a_family_without_gguf_loading_refuses_the_file_before_loading(gguf_file):
     with pytest.raises(ModelLoadError, match=r"^transformer\.model_name: Flux\.1 does not read \.gguf transformer files"):
         FluxDev1.load("tiny:flux-never-built", offline=True, part_models={"transformer": str(gguf_file[0])})
