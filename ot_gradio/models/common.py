@@ -457,6 +457,42 @@ def gguf_options(path: Path, dtype: torch.dtype) -> dict:
     return {"quantization_config": GGUFQuantizationConfig(compute_dtype=dtype)}
 
 
+def read_transformer_file(path: Path) -> dict[str, torch.Tensor]:
+    """A transformer file's tensors: a .safetensors file's, or a .gguf file's (its quantized
+    weights as diffusers' GGUFParameter bytes, row slices of them still whole rows of blocks)."""
+    if path.suffix.lower() == ".gguf":
+        from diffusers.models.model_loading_utils import load_gguf_checkpoint
+
+        return load_gguf_checkpoint(str(path))
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def assign_converted_weights(module: torch.nn.Module, weights: Mapping[str, torch.Tensor], dtype: torch.dtype) -> None:
+    """`weights` (converted by a family's own key converter, from `read_transformer_file`) put into
+    `module` built on the meta device: floating weights in `dtype`; where the file was GGUF, the
+    Linear layers of its quantized weights become diffusers' GGUF layers computing in `dtype`
+    (their weights keep the file's byte shape, which load_state_dict would refuse)."""
+    from diffusers.quantizers.gguf.utils import GGUFParameter, _replace_with_gguf_linear
+
+    weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
+    if not any(isinstance(v, GGUFParameter) for v in weights.values()):
+        module.load_state_dict(weights, strict=True, assign=True)
+        return
+    _replace_with_gguf_linear(module, dtype, weights)
+    missing = set(module.state_dict()) ^ set(weights)
+    if missing:
+        raise ValueError(f"the converted weights do not match the transformer: {sorted(missing)[:3]}")
+    for key, value in weights.items():
+        owner, _, name = key.rpartition(".")
+        target = module.get_submodule(owner)
+        if name in target._parameters:
+            target._parameters[name] = value if isinstance(value, torch.nn.Parameter) else torch.nn.Parameter(value, requires_grad=False)
+        else:
+            target._buffers[name] = value
+
+
 def part_file(value: str, field: str, *, cache_dir: str | None, offline: bool, token: str | None) -> Path:
     """The local file a part's own model name points at (OneTrainer's per-part `model_name`): a
     file, or a Hugging Face file address (https://huggingface.co/<owner>/<repo>/blob/<revision>/<file>,

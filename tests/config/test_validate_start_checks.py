@@ -72,8 +72,8 @@ CASES = [
      "transformer.weight_dtype: transformer.model_name is a .gguf file, which loads as GGUF; set GGUF, not BFLOAT_16"),
     ("GGUF text encoder", {**Z_IMAGE, "transformer": GGUF, "text_encoder": {"train": False, "weight_dtype": "GGUF"}},
      "text_encoder.weight_dtype: GGUF is the transformer's weight type"),
-    ("GGUF of a family without it", {"model_type": "FLUX_DEV_1", "base_model_name": "owner/flux", "transformer": GGUF},
-     "transformer.weight_dtype: FLUX_DEV_1 does not load .gguf transformer files (GGUF is offered for FLUX_2, QWEN, Z_IMAGE, "),
+    ("GGUF of a family without it", {"model_type": "SANA", "base_model_name": "owner/sana", "text_encoder": {"train": False}, "transformer": GGUF},
+     "transformer.weight_dtype: SANA does not load .gguf transformer files (GGUF is offered for FLUX_DEV_1, FLUX_2, "),
 ]
 # model_index.json of the hub's SD 1.5 folder (stable-diffusion-v1-5/stable-diffusion-v1-5), as downloaded
 SD15_INDEX = {

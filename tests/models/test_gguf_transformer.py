@@ -1,6 +1,7 @@
-"""weight_dtype GGUF: the transformer from a .gguf file (transformer.model_name) through
-diffusers' single-file GGUF loader, its Linear weights kept in their Q8_0 blocks and dequantized
-per forward; a family whose loader does not read .gguf files says so before loading."""
+"""weight_dtype GGUF: the transformer from a .gguf file (transformer.model_name), its Linear
+weights kept in their Q8_0 blocks as diffusers' GGUF layers and dequantized per forward, read by
+diffusers' single-file loader (Z-Image and most families) or by the family's own key converter
+(Flux.1, Chroma); a family that reads no .gguf file says so before loading."""
 
 from __future__ import annotations
 
@@ -9,28 +10,29 @@ import torch
 from safetensors.torch import load_file
 
 from ot_gradio.models.common import ModelLoadError
-from ot_gradio.models.flux import FluxDev1
-from ot_gradio.models.z_image import ZImage
+from ot_gradio.models.registry import get_family
+from ot_gradio.models.sana import Sana
 from tests.models.gguf_files import Q8_BLOCK, q8_quantizable, write_gguf
 
 
-@pytest.fixture(scope="module")
-def gguf_file(tiny_dir, tmp_path_factory):
-    """The tiny Z-Image's transformer as a .gguf file in the original layout, and the weights of
+@pytest.fixture(scope="module", params=[("Z_IMAGE", "z-image"), ("FLUX_DEV_1", "flux")], ids=["diffusers-loader", "own-converter"])
+def gguf_file(request, tiny_dir, tmp_path_factory):
+    """A tiny transformer as a .gguf file in its original layout, the family and the weights of
     the same file unquantized (as the .safetensors it was written from loads)."""
-    folder = tmp_path_factory.mktemp("gguf")
-    original = ZImage.load("tiny:z-image", offline=True).save_single_file(folder / "t.safetensors", None)
+    model_type, tiny = request.param
+    family, folder = get_family(model_type), tmp_path_factory.mktemp("gguf")
+    original = family.load(f"tiny:{tiny}", offline=True).save_single_file(folder / "t.safetensors", None)
     weights = load_file(str(original))
     assert sum(q8_quantizable(k, v) for k, v in weights.items()) > 10
-    loaded = ZImage.load("tiny:z-image", offline=True, part_models={"transformer": str(original)}).transformer.state_dict()
-    return write_gguf(weights, folder / "t.gguf", "z_image"), loaded
+    loaded = family.load(f"tiny:{tiny}", offline=True, part_models={"transformer": str(original)}).transformer.state_dict()
+    return family, tiny, write_gguf(weights, folder / "t.gguf", tiny), loaded
 
 
 def test_the_gguf_transformer_keeps_q8_0_blocks_within_their_rounding(gguf_file):
     from diffusers.quantizers.gguf.utils import GGUFLinear, GGUFParameter, dequantize_gguf_tensor
 
-    path, weights = gguf_file
-    model = ZImage.load("tiny:z-image", offline=True, part_models={"transformer": str(path)})
+    family, tiny, path, weights = gguf_file
+    model = family.load(f"tiny:{tiny}", offline=True, part_models={"transformer": str(path)})
     layers = {name: m for name, m in model.transformer.named_modules() if isinstance(m, torch.nn.Linear)}
     quantized = {name: m for name, m in layers.items() if isinstance(m.weight, GGUFParameter) and m.weight.dtype == torch.uint8}
     assert len(quantized) > 10 and all(isinstance(m, GGUFLinear) for m in quantized.values())
@@ -49,14 +51,13 @@ def test_the_gguf_transformer_keeps_q8_0_blocks_within_their_rounding(gguf_file)
 
 
 @pytest.mark.parametrize(("model_type", "tiny"), [("QWEN", "qwen-image"), ("FLUX_2", "flux2-dev"), ("KREA_2", "krea2"),
-                                                 ("ERNIE", "ernie"), ("ANIMA", "anima")])
+                                                 ("ERNIE", "ernie"), ("ANIMA", "anima"), ("CHROMA_1", "chroma")])
 def test_the_other_gguf_families_load_their_transformer_file_as_gguf(tiny_dir, tmp_path, model_type, tiny):
-    """Each family described `gguf` (Z-Image above): its transformer file, written as GGUF, loads
+    """Each family described `gguf` (Z-Image and Flux.1 above): its transformer file, written as GGUF, loads
     with diffusers' GGUF layers, the Q8_0 weights kept as bytes."""
     from diffusers.quantizers.gguf.utils import GGUFLinear, GGUFParameter
 
     from ot_gradio.config.gguf import GGUF_MODEL_TYPES
-    from ot_gradio.models.registry import get_family
 
     family = get_family(model_type)
     assert family.gguf_transformer and model_type in GGUF_MODEL_TYPES
@@ -70,6 +71,7 @@ def test_the_other_gguf_families_load_their_transformer_file_as_gguf(tiny_dir, t
     assert quantizable and kept
 
 
-def test_a_family_without_gguf_loading_refuses_the_file_before_loading(gguf_file):
-    with pytest.raises(ModelLoadError, match=r"^transformer\.model_name: Flux\.1 does not read \.gguf transformer files"):
-        FluxDev1.load("tiny:flux-never-built", offline=True, part_models={"transformer": str(gguf_file[0])})
+def test_a_family_without_gguf_loading_refuses_the_file_before_loading(tmp_path):
+    (tmp_path / "t.gguf").write_bytes(b"GGUF")
+    with pytest.raises(ModelLoadError, match=r"^transformer\.model_name: Sana does not read \.gguf transformer files"):
+        Sana.load("tiny:never-built", offline=True, part_models={"transformer": str(tmp_path / "t.gguf")})
