@@ -72,6 +72,10 @@ CASES = [
      "transformer.weight_dtype: transformer.model_name is a .gguf file, which loads as GGUF; set GGUF, not BFLOAT_16"),
     ("GGUF text encoder", {**Z_IMAGE, "transformer": GGUF, "text_encoder": {"train": False, "weight_dtype": "GGUF"}},
      "text_encoder.weight_dtype: GGUF is the transformer's weight type"),
+    ("GGUF under LoHa", {**Z_IMAGE, "transformer": GGUF, "peft_type": "LOHA"},
+     "peft_type: LOHA computes with the transformer's own weights, which GGUF keeps in quantized blocks"),
+    ("GGUF under DoRA", {**Z_IMAGE, "transformer": GGUF, "lora_decompose": True, "lora_decompose_output_axis": True},
+     "lora_decompose: DoRA computes with the transformer's own weights"),
     ("GGUF of a family without it", {"model_type": "SANA", "base_model_name": "owner/sana", "text_encoder": {"train": False}, "transformer": GGUF},
      "transformer.weight_dtype: SANA does not load .gguf transformer files (GGUF is offered for FLUX_DEV_1, FLUX_2, "),
 ]
