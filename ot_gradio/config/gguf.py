@@ -1,6 +1,7 @@
 """GGUF transformer weights (OneTrainer's weight type GGUF): the transformer comes from a .gguf
 file given as transformer.model_name and keeps its quantized weights, frozen under a LoRA, for
-the families whose description says `gguf` (their .gguf files load into diffusers' GGUF layers). What a run cannot start with is refused here, before the model loads."""
+the families whose description says `gguf` (their .gguf files load into diffusers' GGUF layers).
+What a run cannot start with is refused here, before the model loads."""
 
 from __future__ import annotations
 
