@@ -36,6 +36,7 @@ from .families import (
 )
 from .fields import PLANNED, field_meta, nested_section
 from .flow_options import flow_matching_conflicts
+from .gguf import gguf_problems
 from .optimizer import (
     ADAPTIVE_LR,
     SCHEDULE_FREE,
@@ -242,6 +243,7 @@ def errors(config: TrainConfig) -> list[str]:
     out += diffusers_text_encoder_problems(config)
     out += offload_problems(config)
     out += inpainting_sample_problems(config)
+    out += gguf_problems(config)
     return out
 
 

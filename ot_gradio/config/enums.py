@@ -74,14 +74,15 @@ class DataType(StrEnum):
     TFLOAT_32 = "TFLOAT_32"
     INT_8 = "INT_8"
     NFLOAT_4 = "NFLOAT_4"
+    GGUF = "GGUF"  # the transformer's weights as a .gguf transformer.model_name stores them (models/common.py gguf_options)
 
 
 # OneTrainer's weight types that are not offered here, with why and what to use instead: validation
-# says so in place of the bare list of choices. (INT_W8A8 / FLOAT_W8A8 and their _COMPRESSED forms
-# are imported as INT_8 / FLOAT_8 with a warning, config/onetrainer.py.)
-_GGUF = ("GGUF weights come from a .gguf transformer file, which is not read yet; for a small transformer use its "
-         ".safetensors file with FLOAT_8, INT_8 or NFLOAT_4")
-DATA_TYPES_NOT_OFFERED = {"GGUF": _GGUF, "GGUF_A8_FLOAT": _GGUF, "GGUF_A8_INT": _GGUF}
+# says so in place of the bare list of choices. (In a OneTrainer config INT_W8A8 / FLOAT_W8A8 and
+# their _COMPRESSED forms are imported as INT_8 / FLOAT_8, GGUF_A8_FLOAT / GGUF_A8_INT as GGUF,
+# with a warning, config/onetrainer.py.)
+_GGUF_A8 = "its 8-bit activation kernels are not supported; use GGUF, the same .gguf weights with the matmuls in the train data type"
+DATA_TYPES_NOT_OFFERED = {"GGUF_A8_FLOAT": _GGUF_A8, "GGUF_A8_INT": _GGUF_A8}
 
 
 class ModelFormat(StrEnum):

@@ -100,8 +100,10 @@ def _int8_activation_types(data: dict[str, Any]) -> list[str]:
     """OneTrainer's INT_W8A8 / FLOAT_W8A8 (8-bit weights and 8-bit matmuls, flux2-LoRA-16GB's
     transformer) are trained as INT_8 / FLOAT_8: the same 8-bit weights, the matmuls in the train
     data type. Their _COMPRESSED forms (the same, with the weights also compressed by NVIDIA's
-    nvCOMP on the GPU) too, uncompressed. Said once, naming the parts."""
-    swaps = {"INT_W8A8": "INT_8", "FLOAT_W8A8": "FLOAT_8", "INT_W8A8_COMPRESSED": "INT_8", "FLOAT_W8A8_COMPRESSED": "FLOAT_8"}
+    nvCOMP on the GPU) too, uncompressed. GGUF_A8_FLOAT / GGUF_A8_INT (a .gguf transformer with
+    its activations requantized to 8 bits) are trained as GGUF. Said once, naming the parts."""
+    swaps = {"INT_W8A8": "INT_8", "FLOAT_W8A8": "FLOAT_8", "INT_W8A8_COMPRESSED": "INT_8", "FLOAT_W8A8_COMPRESSED": "FLOAT_8",
+             "GGUF_A8_FLOAT": "GGUF", "GGUF_A8_INT": "GGUF"}
     changed = []
     for name in PARTS:
         part = data.get(name)
@@ -112,8 +114,9 @@ def _int8_activation_types(data: dict[str, Any]) -> list[str]:
     if not changed:
         return []
     compressed = " (and not compressed: nvCOMP weight compression is not supported)" if any("_COMPRESSED" in c for c in changed) else ""
-    return [f"{'; '.join(changed)}: the weights are stored in 8 bits as OneTrainer does{compressed}, but the matmuls run in the "
-            "train data type (8-bit activations are not supported), so a step is not faster than with the 8-bit weight type."]
+    stored = "as the .gguf file stores them" if all("GGUF" in c for c in changed) else f"as OneTrainer does{compressed}"
+    return [f"{'; '.join(changed)}: the weights are stored {stored}, but the matmuls run in the "
+            "train data type (8-bit activations are not supported), so a step is not faster than with the plain weight type."]
 
 
 def _number(value: Any) -> bool:

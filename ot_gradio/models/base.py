@@ -45,6 +45,7 @@ class ModelFamily(Protocol):
     learns_variance: ClassVar[bool]
     bucket_step: ClassVar[int | None]  # image sides are multiples of this (None: the data default)
     transformer_file: ClassVar[bool]  # `save_single_file` writes the transformer alone
+    gguf_transformer: ClassVar[bool]  # a .gguf transformer.model_name loads (weight_dtype GGUF)
     embedding_keys: ClassVar[dict[str, str]]  # text encoder part -> its key in an A1111 embedding file
     lora_layer_presets: ClassVar[dict[str, dict[str, list[str]]]]
     lora_base_model_version: ClassVar[str]  # LoRA metadata ("sd_v1", "sdxl_base_v1-0"); picks kohya prefixes

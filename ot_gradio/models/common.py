@@ -86,9 +86,11 @@ def module_device(module: torch.nn.Module) -> torch.device:
 
 
 def cast_parts(parts: Mapping[str, torch.nn.Module], dtypes: Mapping[str, torch.dtype]) -> None:
-    """Each part cast to its dtype in `dtypes`, unless it is in that dtype already."""
+    """Each part cast to its dtype in `dtypes`, unless its floating-point weights are in it already
+    (a GGUF transformer's quantized weights are bytes, its other weights loaded in its dtype)."""
     for part, module in parts.items():
-        if module_dtype(module) != dtypes[part]:
+        floating = next((p.dtype for p in module.parameters() if p.is_floating_point()), dtypes[part])
+        if floating != dtypes[part]:
             module.to(dtype=dtypes[part])
 
 
@@ -443,6 +445,52 @@ def inpainting_images(height: int, width: int, image=None, mask=None) -> dict:
 
 
 _HUB_FILE_URL = re.compile(r"https?://(?:www\.)?huggingface\.co/([^/?#]+/[^/?#]+)/(?:blob|resolve)/([^/?#]+)/([^?#]+)")
+
+
+def gguf_options(path: Path, dtype: torch.dtype) -> dict:
+    """diffusers' `from_single_file` keywords for a transformer file: a .gguf file (weight_dtype
+    GGUF) keeps its quantized Linear weights, dequantized per forward into `dtype`."""
+    if path.suffix.lower() != ".gguf":
+        return {}
+    from diffusers import GGUFQuantizationConfig
+
+    return {"quantization_config": GGUFQuantizationConfig(compute_dtype=dtype)}
+
+
+def read_transformer_file(path: Path) -> dict[str, torch.Tensor]:
+    """A transformer file's tensors: a .safetensors file's, or a .gguf file's (its quantized
+    weights as diffusers' GGUFParameter bytes, row slices of them still whole rows of blocks)."""
+    if path.suffix.lower() == ".gguf":
+        from diffusers.models.model_loading_utils import load_gguf_checkpoint
+
+        return load_gguf_checkpoint(str(path))
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def assign_converted_weights(module: torch.nn.Module, weights: Mapping[str, torch.Tensor], dtype: torch.dtype) -> None:
+    """`weights` (converted by a family's own key converter, from `read_transformer_file`) put into
+    `module` built on the meta device: floating weights in `dtype`; where the file was GGUF, the
+    Linear layers of its quantized weights become diffusers' GGUF layers computing in `dtype`
+    (their weights keep the file's byte shape, which load_state_dict would refuse)."""
+    from diffusers.quantizers.gguf.utils import GGUFParameter, _replace_with_gguf_linear
+
+    weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
+    if not any(isinstance(v, GGUFParameter) for v in weights.values()):
+        module.load_state_dict(weights, strict=True, assign=True)
+        return
+    _replace_with_gguf_linear(module, dtype, weights)
+    missing = set(module.state_dict()) ^ set(weights)
+    if missing:
+        raise ValueError(f"the converted weights do not match the transformer: {sorted(missing)[:3]}")
+    for key, value in weights.items():
+        owner, _, name = key.rpartition(".")
+        target = module.get_submodule(owner)
+        if name in target._parameters:
+            target._parameters[name] = value if isinstance(value, torch.nn.Parameter) else torch.nn.Parameter(value, requires_grad=False)
+        else:
+            target._buffers[name] = value
 
 
 def part_file(value: str, field: str, *, cache_dir: str | None, offline: bool, token: str | None) -> Path:

@@ -32,6 +32,7 @@ from ot_gradio.models.common import (
     cast_parts,
     exact_size,
     generation_size,
+    gguf_options,
     module_device,
     no_fp16_autocast,
     parked_for_sampling,
@@ -203,6 +204,9 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
                 raise ModelLoadError(f"transformer.model_name: {cls.family_name} loads its transformer from the base model only; "
                                      "leave it blank.")
             extra["transformer_file"] = part_file(override, "transformer.model_name", cache_dir=cache_dir, offline=offline, token=token)
+            if extra["transformer_file"].suffix.lower() == ".gguf" and not cls.gguf_transformer:
+                raise ModelLoadError(f"transformer.model_name: {cls.family_name} does not read .gguf transformer files; give a "
+                                     ".safetensors file (FLOAT_8, INT_8 or NFLOAT_4 quantize it).")
         with sentencepiece_files_readable():
             pipe = cls._load_pipeline(name, cache_dir=cache_dir, offline=offline, token=token, dtype=per_part,
                                       config_dir=config_dir, **extra)
@@ -319,8 +323,10 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     @classmethod
     def _single_file_transformer(cls, path: Path, config: str, hub: Mapping, dtype: torch.dtype):
         """The transformer of a single file in `dtype` (default: diffusers' `from_single_file`
-        converter, with the transformer config of `config`)."""
-        return cls._transformer_class().from_single_file(str(path), config=config, subfolder="transformer", torch_dtype=dtype, **hub)
+        converter, with the transformer config of `config`); a .gguf file keeps its quantized
+        Linear weights (diffusers' GGUF layers, computing in `dtype`)."""
+        return cls._transformer_class().from_single_file(str(path), config=config, subfolder="transformer", torch_dtype=dtype,
+                                                         **gguf_options(path, dtype), **hub)
 
     # ---------------------------------------------------------------- parts and options
 

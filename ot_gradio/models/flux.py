@@ -29,7 +29,14 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import base_module, module_device, plain_state_dict, torch_dtype
+from ot_gradio.models.common import (
+    assign_converted_weights,
+    base_module,
+    module_device,
+    plain_state_dict,
+    read_transformer_file,
+    torch_dtype,
+)
 from ot_gradio.models.flow_family import FlowFamily, compute_dtype, pack_latents, unpack_latents
 from ot_gradio.models.registry import register_family
 
@@ -92,17 +99,15 @@ class FluxDev1(FlowFamily):
 
     @classmethod
     def _single_file_transformer(cls, path: Path, config: str, hub: Mapping, dtype: torch.dtype):
-        """The BFL transformer file, converted by models/flux_keys.py (diffusers'
-        `from_single_file` converter assumes the full 3072 width)."""
-        from safetensors.torch import load_file
-
+        """The BFL transformer file (.safetensors, or .gguf with its quantized weights kept),
+        converted by models/flux_keys.py (diffusers' `from_single_file` converter assumes the full
+        3072 width)."""
         from ot_gradio.models.flux_keys import from_bfl
 
         Transformer = cls._transformer_class()
         with torch.device("meta"):  # no float32 copy of a 12B model before the weights arrive
             transformer = Transformer.from_config(Transformer.load_config(config, subfolder="transformer", **hub))
-        weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in from_bfl(transformer, load_file(str(path)), cls.family_name).items()}
-        transformer.load_state_dict(weights, strict=True, assign=True)
+        assign_converted_weights(transformer, from_bfl(transformer, read_transformer_file(path), cls.family_name), dtype)
         return transformer
 
     # ---------------------------------------------------------------- parts and options

@@ -37,13 +37,14 @@ def weight_dtype(data_type: DataType, device: torch.device, compute_dtype: torch
     """The torch type a part is loaded in. Half types are used on accelerators; on CPU they are
     slow or unsupported for convolutions, so weights stay float32 there. The quantized types
     (FLOAT_8, INT_8, NFLOAT_4, see quantize.py) load the part in the compute type (the train
-    dtype's, else float32) and quantize its Linear layers afterwards."""
+    dtype's, else float32) and quantize its Linear layers afterwards; GGUF loads the .gguf file's
+    quantized Linear weights as they are and its other weights in the compute type."""
     data_type = DataType(data_type)
-    if data_type in QUANTIZED_TYPES:
+    if data_type in QUANTIZED_TYPES or data_type == DataType.GGUF:
         return compute_dtype if compute_dtype is not None and device.type != "cpu" else torch.float32
     dtype = TORCH_DTYPES.get(data_type)
     if dtype is None:
-        raise ValueError(f"weight data type {data_type} is not supported; use FLOAT_32, FLOAT_16, BFLOAT_16, FLOAT_8, INT_8 or NFLOAT_4")
+        raise ValueError(f"weight data type {data_type} is not supported; use FLOAT_32, FLOAT_16, BFLOAT_16, FLOAT_8, INT_8, NFLOAT_4 or GGUF")
     if device.type == "cpu":
         return torch.float32
     return dtype

@@ -393,8 +393,10 @@ def estimate(config: Any) -> dict[str, Any]:
         precision = Precision(config.train_dtype, device, config.enable_autocast_cache)
         parts = family_info(config.model_type).parts
         dtypes = {part: weight_dtype(getattr(config, part).weight_dtype, device, precision.dtype) for part in parts}
+        # the parts' own files as the run loads them (a GGUF transformer counts its quantized bytes)
         model = get_family(config.model_type).load(config.base_model_name, cache_dir=config.huggingface_cache_dir or None,
-                                                   offline=config.offline_mode, dtypes=dtypes)
+                                                   offline=config.offline_mode, dtypes=dtypes,
+                                                   part_models={part: getattr(config, part).model_name for part in parts})
         model.to(device)
         configure_model(model, config, device, precision)
         method = get_method(config.training_method)

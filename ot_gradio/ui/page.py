@@ -62,6 +62,7 @@ from .visibility import (
     shown_parts,
     tab_order,
     tab_shown,
+    transformer_weight_dtype_choices,
 )
 
 TOP_FIELDS = ("model_type", "training_method")
@@ -262,7 +263,7 @@ class Page(EditHandlers, ConfigFiles):
     def _visibility_targets(self) -> list:
         return [*(f.component for f in self.opt_fields.values()), *(f.component for f in self.conditional.values()), *self.part_groups,
                 *(self.tab_handles[t] for t in TAB_METHODS if t in self.tab_handles), *(f.component for f in self.by_method.values()),
-                *self.method_groups, self.fields["training_method"].component]
+                *self.method_groups, self.fields["training_method"].component, self.fields["transformer.weight_dtype"].component]
 
     def _wire(self) -> None:
         method = self.fields["training_method"].component
@@ -338,6 +339,9 @@ class Page(EditHandlers, ConfigFiles):
         out.update({acc: gr.update(visible=any(method_field_shown(p, method) for p in paths)) for acc, paths in self.method_groups.items()})
         # only the methods the model type offers (a value outside the choices is refused by gradio)
         out[self.fields["training_method"].component] = gr.update(choices=method_choices(model_type, method))
+        weights = (config.get("transformer") or {}).get("weight_dtype")
+        weight_dtype = self.fields["transformer.weight_dtype"].component  # GGUF for the families that read .gguf files
+        out[weight_dtype] = {**out.get(weight_dtype, {}), **gr.update(choices=transformer_weight_dtype_choices(model_type, weights))}
         return out
 
     def populate(self, config: dict[str, Any]) -> dict:

@@ -31,8 +31,16 @@ def _weights_table(config: dict[str, Any]) -> str:
     rows = ["| part | parameters | weight dtype | memory |", "|---|---|---|---|"]
     total = 0.0
     for part, n in counts.items():
-        dtype = (config.get(part) or {}).get("weight_dtype", "FLOAT_32")
-        gb = n * BYTES.get(dtype, 4) / 1024**3
+        section = config.get(part) or {}
+        dtype = section.get("weight_dtype", "FLOAT_32")
+        if dtype == "GGUF":  # the .gguf file's quantized weights, as they load
+            gguf = Path(str(section.get("model_name") or "")).expanduser()
+            if not gguf.is_file():
+                rows.append(f"| {part} | {n / 1e6:,.0f} M | {dtype} | the .gguf file's size (give a local transformer file) |")
+                continue
+            gb = gguf.stat().st_size / 1024**3
+        else:
+            gb = n * BYTES.get(dtype, 4) / 1024**3
         total += gb
         rows.append(f"| {part} | {n / 1e6:,.0f} M | {dtype} | {gb:.2f} GB |")
     rows.append(f"| **total** | | | **{total:.2f} GB** |")

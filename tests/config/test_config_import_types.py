@@ -20,9 +20,6 @@ CASES = [
     ({"__version": 0, "embedding_model_names": [{"a": 1}]}, r"embedding.model_name: must be text"),
     ({"__version": 2, "noising_weight": 1.0, "noising_bias": "x"}, r"noising_bias: must be a number \(got 'x'\)"),
     ({"__version": 1, "min_snr_gamma": "z"}, r"loss_weight_strength: must be a number"),
-    # OneTrainer's GGUF weight types: why they are not offered and what to use, not the bare list
-    ({"unet": {"weight_dtype": "GGUF"}}, r"unet.weight_dtype: GGUF is not offered: .*\.gguf transformer file.* FLOAT_8, INT_8 or NFLOAT_4$"),
-    ({"unet": {"weight_dtype": "GGUF_A8_INT"}}, r"unet.weight_dtype: GGUF_A8_INT is not offered: "),
 ]
 
 
@@ -75,3 +72,26 @@ def test_orthogonal_gradient_modes_of_newer_onetrainer_import_and_other_text_is_
     assert [ortho(v) for v in ("disabled", "flattened", "iterative", False, True)] == [False, True, True, False, True]
     with pytest.raises(ConfigError, match=r"optimizer.orthogonal_gradient: must be true or false \(got 'maybe'\)"):
         ortho("maybe")
+
+
+@pytest.mark.parametrize("theirs", ["GGUF", "GGUF_A8_FLOAT", "GGUF_A8_INT"])
+def test_gguf_weight_types_import_as_gguf_saying_what_differs(theirs):
+    """OneTrainer's GGUF presets (a .gguf transformer file under a LoRA) import; the A8 forms,
+    whose 8-bit activation kernels are not used here, as GGUF with one line saying so."""
+    from ot_gradio.config.doctor import errors
+
+    loaded = load_config(ot_config({"model_type": "Z_IMAGE", "training_method": "LORA", "text_encoder": {"train": False},
+                                    "transformer": {"weight_dtype": theirs, "model_name": "z_image-Q8_0.gguf"}}))
+    assert loaded.config.transformer.weight_dtype.value == "GGUF"
+    said = [w for w in loaded.warnings if "weight_dtype" in w]
+    if theirs == "GGUF":
+        assert not said, loaded.warnings
+    else:
+        assert len(said) == 1 and f"transformer.weight_dtype {theirs} -> GGUF" in said[0] and "8-bit activations are not supported" in said[0]
+    assert not [e for e in errors(loaded.config) if "GGUF" in e or "gguf" in e]
+
+
+def test_our_own_config_names_the_a8_gguf_types_as_not_offered():
+    with pytest.raises(ConfigError, match=r"^transformer.weight_dtype: GGUF_A8_INT is not offered: its 8-bit activation kernels are "
+                                          r"not supported; use GGUF"):
+        load_config({"config_version": 1, "model_type": "Z_IMAGE", "transformer": {"weight_dtype": "GGUF_A8_INT"}})

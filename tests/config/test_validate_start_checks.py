@@ -34,6 +34,8 @@ def demo(folder, **values) -> str:
     return str(path)
 
 
+Z_IMAGE = {"model_type": "Z_IMAGE", "base_model_name": "owner/z-image", "output_model_format": "DIFFUSERS_LORA", "text_encoder": {"train": False}}
+GGUF = {"weight_dtype": "GGUF", "model_name": "t.gguf"}
 CASES = [
     ("base_model_name", {"base_model_name": ""}, "base_model_name: empty; enter a Hugging Face id"),
     ("missing base model file", {"base_model_name": "models/none.safetensors"}, "base_model_name: models/none.safetensors does not exist"),
@@ -61,6 +63,21 @@ CASES = [
      "or set text_encoder_4.model_name to a model of its own"),
     ("base folder index not UTF-8", {"model_type": "FLUX_DEV_1", "base_model_name": "./broken"},
      "base_model_name: broken/model_index.json: is not UTF-8 text"),
+    # GGUF transformer weights (config/gguf.py): a LoRA on a .gguf transformer file of a family that reads one
+    ("GGUF fine-tune", {**Z_IMAGE, "training_method": "FINE_TUNE", "output_model_format": "SAFETENSORS", "transformer": GGUF},
+     "transformer.train: GGUF weights cannot be trained"),
+    ("GGUF without a .gguf file", {**Z_IMAGE, "transformer": {"weight_dtype": "GGUF"}},
+     "transformer.model_name: GGUF weights (transformer.weight_dtype) come from a .gguf transformer file"),
+    ("a .gguf file without GGUF", {**Z_IMAGE, "transformer": {"model_name": "t.gguf", "weight_dtype": "BFLOAT_16"}},
+     "transformer.weight_dtype: transformer.model_name is a .gguf file, which loads as GGUF; set GGUF, not BFLOAT_16"),
+    ("GGUF text encoder", {**Z_IMAGE, "transformer": GGUF, "text_encoder": {"train": False, "weight_dtype": "GGUF"}},
+     "text_encoder.weight_dtype: GGUF is the transformer's weight type"),
+    ("GGUF under LoHa", {**Z_IMAGE, "transformer": GGUF, "peft_type": "LOHA"},
+     "peft_type: LOHA computes with the transformer's own weights, which GGUF keeps in quantized blocks"),
+    ("GGUF under DoRA", {**Z_IMAGE, "transformer": GGUF, "lora_decompose": True, "lora_decompose_output_axis": True},
+     "lora_decompose: DoRA computes with the transformer's own weights"),
+    ("GGUF of a family without it", {"model_type": "SANA", "base_model_name": "owner/sana", "text_encoder": {"train": False}, "transformer": GGUF},
+     "transformer.weight_dtype: SANA does not load .gguf transformer files (GGUF is offered for FLUX_DEV_1, FLUX_2, "),
 ]
 # model_index.json of the hub's SD 1.5 folder (stable-diffusion-v1-5/stable-diffusion-v1-5), as downloaded
 SD15_INDEX = {

@@ -102,9 +102,15 @@ def test_onetrainer_flux_preset_trains_with_nf4_parts_from_the_command_line(tiny
 
 
 def test_our_flux_preset_trains_and_samples_through_the_worker(tiny_flux, shapes, tmp_path):
+    """Our preset with the transformer from a Q8_0 .gguf file of it (weight_dtype GGUF, the BFL
+    names read by our own key converter; the NF4 transformer is the test above's)."""
+    from safetensors.torch import load_file
+
     from ot_gradio.config.io import config_to_dict
     from ot_gradio.config.presets import apply_preset, load_preset
     from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.models.flux import FluxDev1
+    from tests.models.gguf_files import write_gguf
 
     config = apply_preset(config_to_dict(TrainConfig()), load_preset("flux-dev-1-lora"))
     config.update(
@@ -116,6 +122,8 @@ def test_our_flux_preset_trains_and_samples_through_the_worker(tiny_flux, shapes
     )
     config["text_encoder"]["train"] = True  # CLIP-L's LoRA goes into the file as `text_encoder.*`
     config["text_encoder"]["weight_dtype"] = "FLOAT_32"
+    original = FluxDev1.load(str(tiny_flux.diffusers_dir)).save_single_file(tmp_path / "t.safetensors", None)
+    config["transformer"].update(weight_dtype="GGUF", model_name=str(write_gguf(load_file(str(original)), tmp_path / "t.gguf", "flux")))
     run, events = run_until_done(config, tmp_path)
     samples = [e for e in events if e["type"] == "sample"]
     from PIL import Image

@@ -12,6 +12,7 @@ import functools
 import pytest
 import torch
 
+from ot_gradio.config.catalogue import offered as page_offers
 from ot_gradio.config.enums import DataType
 from ot_gradio.config.schema import TrainConfig
 from ot_gradio.data.batches import Batch
@@ -56,7 +57,9 @@ PARTS = [
 
 
 def test_the_page_offers_these_quantized_types():
-    offered = {t for t in DataType if t not in (DataType.NONE, DataType.FLOAT_32, DataType.FLOAT_16, DataType.BFLOAT_16,
+    """Every weight type the page offers a part beyond the float ones is quantized here (GGUF, the
+    transformer's from a .gguf file, is offered per family: tests/models/test_gguf_transformer.py)."""
+    offered = {t for t in page_offers(DataType) if t not in (DataType.NONE, DataType.FLOAT_32, DataType.FLOAT_16, DataType.BFLOAT_16,
                                                 DataType.TFLOAT_32)}
     assert offered == set(QUANTIZED)
 

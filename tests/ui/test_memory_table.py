@@ -59,3 +59,13 @@ def test_a_base_model_of_another_family_is_named_above_the_table(tmp_path, model
     if family:
         assert f"looks like {family}" in text and model_type in text.split("\n")[0]
     assert "| **total** |" in text
+
+
+def test_a_gguf_transformer_counts_its_files_bytes(tmp_path):
+    gguf = tmp_path / "z.gguf"
+    with gguf.open("wb") as f:
+        f.truncate(3 * 1024**3)  # sparse: its size without the bytes
+    table = memory_markdown({"model_type": "Z_IMAGE", "transformer": {"weight_dtype": "GGUF", "model_name": str(gguf)}})
+    assert "| transformer | 6,155 M | GGUF | 3.00 GB |" in table
+    table = memory_markdown({"model_type": "Z_IMAGE", "transformer": {"weight_dtype": "GGUF", "model_name": "elsewhere.gguf"}})
+    assert "| transformer | 6,155 M | GGUF | the .gguf file's size (give a local transformer file) |" in table

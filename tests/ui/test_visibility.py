@@ -222,6 +222,14 @@ def test_the_page_offers_the_types_methods_and_hides_what_fine_tune_vae_ignores(
     out = page.populate(refused)
     assert out[method]["value"] == "FINE_TUNE_VAE" and "FINE_TUNE_VAE" in out[method]["choices"]
     assert any(p.startswith("training_method: FINE_TUNE_VAE is not available for model type FLUX_DEV_1") for p in validate(refused)[1])
+    # GGUF: offered for the transformer of a family that reads .gguf files (the choices follow the model type)
+    weights = page.fields["transformer.weight_dtype"].component
+    gguf = {**config, "model_type": "Z_IMAGE", "training_method": "LORA", "transformer": {"weight_dtype": "GGUF", "model_name": "z.gguf"}}
+    out = page.populate(gguf)
+    assert out[weights]["value"] == "GGUF" and "GGUF" in out[weights]["choices"]
+    values = page.form_values({**gguf, "transformer": {"weight_dtype": "FLOAT_8"}})
+    values[model_type] = "STABLE_DIFFUSION_15"
+    assert "GGUF" not in page.on_edit(values, EventData(model_type, None))[weights]["choices"]
 
 
 def test_no_edit_but_the_methods_own_sends_the_method(page):
@@ -241,3 +249,20 @@ def test_no_edit_but_the_methods_own_sends_the_method(page):
     assert copy._id != method._id
     values = {page.config_state: page.on_page_load()[page.config_state], method: "FINE_TUNE_VAE"}
     assert page.on_edit(values, EventData(copy, None))[page.config_state]["training_method"] == "FINE_TUNE_VAE"
+
+
+def test_gguf_is_offered_for_the_transformer_of_the_families_that_read_gguf_files_only():
+    from ot_gradio.config.fields import iter_fields
+    from ot_gradio.config.gguf import GGUF_MODEL_TYPES
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.ui.visibility import transformer_weight_dtype_choices
+
+    assert {m.value for m in GGUF_MODEL_TYPES} == {"FLUX_DEV_1", "CHROMA_1", "FLUX_2", "QWEN", "Z_IMAGE", "KREA_2", "ERNIE", "ANIMA"}
+    for model_type in FAMILIES:
+        choices = transformer_weight_dtype_choices(model_type.value, "FLOAT_8")
+        assert ("GGUF" in choices) == (model_type in GGUF_MODEL_TYPES) and "FLOAT_8" in choices
+    assert transformer_weight_dtype_choices("HUNYUAN_VIDEO", "GGUF")[-1] == "GGUF"  # a loaded config keeps it, refused at the start
+    # every other data type dropdown (the parts' weight types, train and output data types) leaves it out
+    assert not [f.path for f in iter_fields(TrainConfig) if f.choices and "GGUF" in f.choices]
+    assert "GGUF" in next(f.tooltip for f in iter_fields(TrainConfig) if f.path == "transformer.weight_dtype")
+

@@ -38,6 +38,10 @@ class FamilyInfo:
     schedule: str = "ddpm"          # the training objective: "ddpm" or "flow_matching" (training/schedules.py)
     learns_variance: bool = False   # the denoiser also predicts its variance, trained with the VB loss (PixArt)
     transformer_file: bool = False  # a fine-tune's single file is the transformer alone (ORIGINAL_TRANSFORMER / COMFY_TRANSFORMER)
+    # the transformer loads from a .gguf transformer.model_name (weight_dtype GGUF) into diffusers'
+    # GGUF layers (through diffusers' single-file loader, or the family's own key converter: Flux.1,
+    # Chroma), as OneTrainer reads it for this family
+    gguf: bool = False
     # (LoRA file layout "kohya" / "diffusers", part, why): parts no reader loads from such a file
     # (refused); a diffusers-layout text encoder of a family with a diffusers LoRA loader is
     # decided by `diffusers_lora` instead

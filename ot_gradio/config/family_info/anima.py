@@ -8,7 +8,7 @@ from . import FamilyInfo, Sign
 FAMILIES = {
     M.ANIMA: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("AnimaModularPipeline", ()),
+        implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("AnimaModularPipeline", ()),
         text_encoder_labels=("Qwen3",),
         lora_unread=(("kohya", "text_encoder", "OneTrainer trains Anima's transformer only and no ComfyUI name for its Qwen3 is "
                       "checked here"),), preset="anima-lora", preset_note="FLOAT_8 transformer and Qwen3",

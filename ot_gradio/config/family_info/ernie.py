@@ -8,7 +8,7 @@ from . import FamilyInfo, Sign
 FAMILIES = {
     M.ERNIE: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("ErnieImagePipeline", ()),
+        implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("ErnieImagePipeline", ()),
         # ComfyUI (its October 2025 source) has no ERNIE-Image model, so no key map: a kohya-layout file is refused
         lora_unread=(("kohya", "transformer", "ComfyUI has no ERNIE-Image model to map its names to and diffusers reads "
                       "no kohya ERNIE-Image file (ErnieImagePipeline.load_lora_weights reads DIFFUSERS_LORA)"),),

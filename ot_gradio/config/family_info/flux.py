@@ -9,7 +9,7 @@ FLUX_PARTS, FLUX_TES = ("transformer", "text_encoder", "text_encoder_2", "vae"),
 
 FAMILIES = {
     M.FLUX_DEV_1: FamilyInfo(
-        FLUX_PARTS, "transformer", FLUX_TES, implemented=True, transformer_file=True, bucket_step=16, schedule="flow_matching",  # bucket step: VAE 8 x patch 2
+        FLUX_PARTS, "transformer", FLUX_TES, implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching",  # bucket step: VAE 8 x patch 2
         diffusers_lora=("FluxPipeline", ("text_encoder",)), text_encoder_labels=("CLIP-L", "T5"),
         preset="flux-dev-1-lora", preset_note="NF4 transformer and T5: fits a 16 GB card",
         # black-forest-labs/FLUX.1-dev transformer/config.json: 19 + 38 blocks of width 3072 with the

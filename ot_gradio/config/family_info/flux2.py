@@ -8,7 +8,7 @@ from . import FamilyInfo, Sign
 FAMILIES = {
     M.FLUX_2: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("Flux2Pipeline", ()),
+        implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("Flux2Pipeline", ()),
         comfy_gap=("modulation, feed-forward, single blocks' fused projections and time/guidance embedder",
                    ("full", "attn-mlp", "attn-only", "blocks", "custom")),
         text_encoder_labels=("Mistral / Qwen3",),

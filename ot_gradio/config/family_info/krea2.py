@@ -8,7 +8,7 @@ from . import FamilyInfo, Sign
 FAMILIES = {
     M.KREA_2: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("Krea2Pipeline", ()),
+        implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("Krea2Pipeline", ()),
         # ComfyUI (its October 2025 source) has no Krea 2 model, so no key map: a kohya-layout file is refused
         lora_unread=(("kohya", "transformer", "ComfyUI has no Krea 2 model to map its names to and diffusers reads "
                       "no kohya Krea 2 file (Krea2Pipeline.load_lora_weights reads DIFFUSERS_LORA)"),),

@@ -7,7 +7,7 @@ from . import FamilyInfo, Sign
 FAMILIES = {
     M.QWEN: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("QwenImagePipeline", ()),
+        implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("QwenImagePipeline", ()),
         text_encoder_labels=("Qwen2.5-VL",), preset="qwen-image-lora",
         preset_note="FLOAT_8 transformer and text encoder, part of the transformer offloaded to RAM",
         # Qwen/Qwen-Image (QwenImageTransformer2DModel's defaults, 60 blocks of 24 x 128),

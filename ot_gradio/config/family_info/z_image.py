@@ -8,7 +8,7 @@ from ._sizes import VAE16
 FAMILIES = {
     M.Z_IMAGE: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("ZImagePipeline", ()),
+        implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("ZImagePipeline", ()),
         text_encoder_labels=("Qwen3",), preset="z-image-lora", preset_note="FLOAT_8 transformer and Qwen3",
         # Z-Image / Z-Image-Turbo (Tongyi-MAI, transformer/config.json: S3-DiT of 30 layers of width
         # 3840 with 2 noise and 2 context refiner layers, 30 heads, caption width 2560); text encoder

@@ -1,0 +1,77 @@
+"""weight_dtype GGUF: the transformer from a .gguf file (transformer.model_name), its Linear
+weights kept in their Q8_0 blocks as diffusers' GGUF layers and dequantized per forward, read by
+diffusers' single-file loader (Z-Image and most families) or by the family's own key converter
+(Flux.1, Chroma); a family that reads no .gguf file says so before loading."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ot_gradio.models.common import ModelLoadError
+from ot_gradio.models.registry import get_family
+from ot_gradio.models.sana import Sana
+from tests.models.gguf_files import Q8_BLOCK, q8_quantizable, write_gguf
+
+
+@pytest.fixture(scope="module", params=[("Z_IMAGE", "z-image"), ("FLUX_DEV_1", "flux")], ids=["diffusers-loader", "own-converter"])
+def gguf_file(request, tiny_dir, tmp_path_factory):
+    """A tiny transformer as a .gguf file in its original layout, the family and the weights of
+    the same file unquantized (as the .safetensors it was written from loads)."""
+    model_type, tiny = request.param
+    family, folder = get_family(model_type), tmp_path_factory.mktemp("gguf")
+    original = family.load(f"tiny:{tiny}", offline=True).save_single_file(folder / "t.safetensors", None)
+    weights = load_file(str(original))
+    assert sum(q8_quantizable(k, v) for k, v in weights.items()) > 10
+    loaded = family.load(f"tiny:{tiny}", offline=True, part_models={"transformer": str(original)}).transformer.state_dict()
+    return family, tiny, write_gguf(weights, folder / "t.gguf", tiny), loaded
+
+
+def test_the_gguf_transformer_keeps_q8_0_blocks_within_their_rounding(gguf_file):
+    from diffusers.quantizers.gguf.utils import GGUFLinear, GGUFParameter, dequantize_gguf_tensor
+
+    family, tiny, path, weights = gguf_file
+    model = family.load(f"tiny:{tiny}", offline=True, part_models={"transformer": str(path)})
+    layers = {name: m for name, m in model.transformer.named_modules() if isinstance(m, torch.nn.Linear)}
+    quantized = {name: m for name, m in layers.items() if isinstance(m.weight, GGUFParameter) and m.weight.dtype == torch.uint8}
+    assert len(quantized) > 10 and all(isinstance(m, GGUFLinear) for m in quantized.values())
+    for name, layer in quantized.items():
+        original = weights[f"{name}.weight"]
+        got = dequantize_gguf_tensor(layer.weight).float()
+        assert got.shape == original.shape and not torch.equal(got, original)
+        # Q8_0: each block of 32 is int8 times one float16 scale (block max / 127): off by half a
+        # step, plus float16 roundings of the scale and of the product (up to 127 x 2^-11 of a step each)
+        blocks = original.reshape(-1, Q8_BLOCK)
+        step = blocks.abs().amax(dim=1, keepdim=True) / 127
+        assert ((got.reshape(-1, Q8_BLOCK) - blocks).abs() <= step * (0.5 + 2 * 127 / 2048) + 1e-8).all(), name
+    # the rest (norms, biases, pad tokens) as the file stores them, in float32
+    plain = {k: v for k, v in model.transformer.state_dict().items() if not isinstance(v, GGUFParameter)}
+    assert plain and all(v.dtype == torch.float32 and torch.equal(v, weights[k]) for k, v in plain.items())
+
+
+@pytest.mark.parametrize(("model_type", "tiny"), [("QWEN", "qwen-image"), ("FLUX_2", "flux2-dev"), ("KREA_2", "krea2"),
+                                                 ("ERNIE", "ernie"), ("ANIMA", "anima"), ("CHROMA_1", "chroma")])
+def test_the_other_gguf_families_load_their_transformer_file_as_gguf(tiny_dir, tmp_path, model_type, tiny):
+    """Each family described `gguf` (Z-Image and Flux.1 above): its transformer file, written as GGUF, loads
+    with diffusers' GGUF layers, the Q8_0 weights kept as bytes."""
+    from diffusers.quantizers.gguf.utils import GGUFLinear, GGUFParameter
+
+    from ot_gradio.config.gguf import GGUF_MODEL_TYPES
+
+    family = get_family(model_type)
+    assert family.gguf_transformer and model_type in GGUF_MODEL_TYPES
+    weights = load_file(str(family.load(f"tiny:{tiny}", offline=True).save_single_file(tmp_path / "t.safetensors", None)))
+    quantizable = sum(q8_quantizable(k, v) for k, v in weights.items())
+    model = family.load(f"tiny:{tiny}", offline=True, part_models={"transformer": str(write_gguf(weights, tmp_path / "t.gguf", tiny))})
+    kept = [m for m in model.transformer.modules() if isinstance(m, GGUFLinear) and isinstance(m.weight, GGUFParameter)
+            and m.weight.dtype == torch.uint8]
+    # not one count: a fused weight of the file splits into several layers, and Anima's file also
+    # holds its LLM adapter, which comes from the config folder
+    assert quantizable and kept
+
+
+def test_a_family_without_gguf_loading_refuses_the_file_before_loading(tmp_path):
+    (tmp_path / "t.gguf").write_bytes(b"GGUF")
+    with pytest.raises(ModelLoadError, match=r"^transformer\.model_name: Sana does not read \.gguf transformer files"):
+        Sana.load("tiny:never-built", offline=True, part_models={"transformer": str(tmp_path / "t.gguf")})
