@@ -195,6 +195,13 @@ class Wan22T2VA14B(Wan21):
         self.idle_expert.requires_grad_(False)
         self.timestep_range = (self.boundary_ratio, 1.0) if high else (0.0, self.boundary_ratio)
 
+    @property
+    def saved_parts(self) -> dict[str, torch.nn.Module]:
+        """A fine-tune's folder is the whole model: both experts, each in its place."""
+        high = self.trained_expert == Expert.HIGH_NOISE
+        trained, idle = self.transformer, self.idle_expert
+        return {**self.parts, "transformer": trained if high else idle, "transformer_2": idle if high else trained}
+
     def configure_flow(self, config) -> None:
         """The run's expert (`trained_expert`), before Wan 2.1's options (its embedders kept unquantized)."""
         self.choose_expert(getattr(config, "trained_expert", Expert.HIGH_NOISE))

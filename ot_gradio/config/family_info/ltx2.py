@@ -1,6 +1,6 @@
 """LTX-2 text-to-video: a Gemma 3 text encoder with text connectors, the LTX-2 causal 3D VAE
 (8x in time, 32x per side) and a joint audio + video transformer trained on video alone; LORA
-only for now (models/ltx2.py)."""
+and FINE_TUNE (models/ltx2.py)."""
 
 from ..enums import ModelType as M
 from ..enums import TrainingMethod as T
@@ -8,7 +8,7 @@ from . import FamilyInfo, Sign
 
 FAMILIES = {
     M.LTX_2: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA,),
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
         implemented=True, bucket_step=32, frame_step=8, schedule="flow_matching",  # bucket: VAE 32 x patch 1
         diffusers_lora=("LTX2Pipeline", ()), text_encoder_labels=("Gemma 3",),
         # ComfyUI (its October 2025 source) has no LTX-2 model, so no key map: a kohya-layout file is refused

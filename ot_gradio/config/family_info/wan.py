@@ -1,6 +1,6 @@
 """Wan 2.1, Wan 2.2 TI2V 5B and Wan 2.2 T2V A14B text-to-video: one UMT5 text encoder, Wan's 3D
 causal VAE (4x in time; 8x per side for 2.1 and A14B, 16x with 48 channels for the 5B's) and a patch
-(1, 2, 2) video transformer (A14B: two, one per noise range, a run trains one); LORA only for now
+(1, 2, 2) video transformer (A14B: two, one per noise range, a run trains one); LORA and FINE_TUNE
 (models/wan.py)."""
 
 from ..enums import ModelType as M
@@ -11,7 +11,7 @@ UMT5_XXL = 5_680_910_336  # google/umt5-xxl's encoder (24 layers of 4096, 256,38
 
 FAMILIES = {
     M.WAN_2_1: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA,),
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
         implemented=True, bucket_step=16, frame_step=4, schedule="flow_matching", diffusers_lora=("WanPipeline", ()),  # bucket: VAE 8 x patch 2
         text_encoder_labels=("UMT5",), preset="wan21-lora", preset_note="640 px area, 17 frames at 16 fps",
         # Wan2.1-T2V-1.3B-Diffusers: transformer/config.json (30 layers of 1536, 12 heads, FFN 8960,
@@ -20,7 +20,7 @@ FAMILIES = {
         params={"transformer": 1_418_996_800, "text_encoder": UMT5_XXL, "vae": 126_892_531},
     ),
     M.WAN_2_2_TI2V_5B: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA,),
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
         implemented=True, bucket_step=32, frame_step=4, schedule="flow_matching", diffusers_lora=("WanPipeline", ()),  # bucket: VAE 16 x patch 2
         text_encoder_labels=("UMT5",), preset="wan22-ti2v-5b-lora", preset_note="704 px area, 17 frames at 24 fps",
         # Wan2.2-TI2V-5B-Diffusers: transformer/config.json (30 layers of 3072, 24 heads, FFN 14336,
@@ -29,7 +29,7 @@ FAMILIES = {
         params={"transformer": 4_999_787_712, "text_encoder": UMT5_XXL, "vae": 704_688_668},
     ),
     M.WAN_2_2_T2V_A14B: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA,),
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
         implemented=True, bucket_step=16, frame_step=4, schedule="flow_matching", diffusers_lora=("WanPipeline", ()),  # bucket: VAE 8 x patch 2
         text_encoder_labels=("UMT5",), preset="wan22-t2v-a14b-lora", preset_note="640 px area, 17 frames at 16 fps, the high-noise expert",
         # Wan2.2-T2V-A14B-Diffusers: the transformer part is the expert a run trains (each: 40 layers
