@@ -37,6 +37,14 @@ class Family:
     text_cache_modules: tuple[Any, ...] = ()
     # what `encode_conditioning` makes, as the latent cache keys it: "masked_image" (inpainting) or "depth"
     conditioning_kind = "masked_image"
+    # frozen modules that are not config parts but stay on the device with the parts (LTX-2's text
+    # connectors): the memory plan counts their weights (the description's extra_params, "device")
+    resident_modules: tuple[str, ...] = ()
+
+    @property
+    def resident(self) -> dict[str, Any]:
+        """The parts and the resident modules: every weight on the device while the steps run."""
+        return {**self.parts, **{name: getattr(self, name) for name in self.resident_modules}}
 
     def caches_conditioning(self, masked_training: bool) -> bool:
         """Whether the latent cache holds `encode_conditioning`'s output too: an inpainting model's

@@ -62,6 +62,7 @@ class LTX2(VideoSampling, IdentityLoraNames, FlowFamily):
     family_name = "LTX-2"
     text_encoder_description = "its Gemma 3 text encoder"
     folder_parts = ("transformer", "text_encoder", "tokenizer", "connectors", "vae", "audio_vae", "vocoder", "scheduler")
+    resident_modules = ("connectors",)  # on the device with the parts (to()), counted by the memory plan
     default_config_repo = "Lightricks/LTX-2"
     lora_base_model_version = "ltx_2"
     embedding_keys: dict[str, str] = {}

@@ -192,9 +192,11 @@ def optimizer_state_per_weight(optimizer_config: Any, dtype: torch.dtype) -> tup
 
 
 def part_weights(model: Any) -> dict[str, tuple[str, int]]:
+    """(dtypes, bytes) of each part and resident module (LTX-2's connectors: models/family.py)."""
     out: dict[str, tuple[str, int]] = {}
     seen: set[int] = set()
-    for name, module in model.parts.items():
+    modules = getattr(model, "resident", None) or model.parts
+    for name, module in modules.items():
         size, dtypes = 0, set()
         for t in [*module.parameters(), *module.buffers()]:
             key = t.untyped_storage()._cdata if t.device.type != "meta" else id(t)

@@ -12,9 +12,10 @@ from typing import Any
 from ..config.base_model_match import base_model_mismatch
 from ..config.enums import LearningRateScheduler
 from ..config.lr_schedules import lr_curve
-from ..config.param_counts import PARAMS
+from ..config.param_counts import EXTRA_PARAMS, PARAMS
 
 BYTES = {"FLOAT_32": 4, "TFLOAT_32": 4, "FLOAT_16": 2, "BFLOAT_16": 2, "FLOAT_8": 1, "INT_8": 1, "NFLOAT_4": 0.5}
+LOADED_UNQUANTIZED = {"FLOAT_8", "INT_8", "NFLOAT_4"}  # a module loaded like such a part is not quantized with it
 
 
 def memory_markdown(config: dict[str, Any]) -> str:
@@ -43,7 +44,18 @@ def _weights_table(config: dict[str, Any]) -> str:
             gb = n * BYTES.get(dtype, 4) / 1024**3
         total += gb
         rows.append(f"| {part} | {n / 1e6:,.0f} M | {dtype} | {gb:.2f} GB |")
-    rows.append(f"| **total** | | | **{total:.2f} GB** |")
+    in_ram = 0.0
+    for name, (like, n, where) in EXTRA_PARAMS.get(str(config.get("model_type", "")), {}).items():
+        dtype = (config.get(like) or {}).get("weight_dtype", "FLOAT_32")
+        if dtype not in BYTES or dtype in LOADED_UNQUANTIZED:  # not quantized itself: loads in the compute type
+            dtype = str(config.get("train_dtype") or "FLOAT_32")
+        gb = n * BYTES.get(dtype, 4) / 1024**3
+        if where == "RAM":
+            in_ram += gb
+        else:
+            total += gb
+        rows.append(f"| {name} ({'waits in RAM' if where == 'RAM' else 'frozen, with ' + like}) | {n / 1e6:,.0f} M | {dtype} | {gb:.2f} GB |")
+    rows.append(f"| **total** | | | **{total:.2f} GB**{f' + {in_ram:.2f} GB in RAM' if in_ram else ''} |")
     return "Weights alone (activations, optimizer state and LoRA come on top):\n\n" + "\n".join(rows)
 
 

@@ -75,3 +75,10 @@ def test_a_video_familys_probe_runs_the_runs_frame_count(tmp_path, monkeypatch):
         return float(re.search(r"activations ([\d.]+) MB", line).group(1))
 
     assert activations("17") > 1.5 * activations("1")
+
+
+def test_ltx2s_text_connectors_are_counted_on_the_device(tmp_path, monkeypatch):
+    """The connectors are not a config part but stay on the device with the parts."""
+    monkeypatch.setattr(memory_plan, "free_memory", lambda device: 100 * GB)
+    line = memory_plan.estimate_line(_config(tmp_path, "LTX_2", "tiny:ltx2"))
+    assert "connectors" in line, line

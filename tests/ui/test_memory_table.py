@@ -31,6 +31,20 @@ def test_table_follows_the_weight_dtypes():
     assert "No parameter counts" in memory_markdown({"model_type": "NOT_A_MODEL"})
 
 
+def test_frozen_modules_beside_the_parts_are_counted_where_they_wait():
+    """LTX-2's text connectors (1.43 B, in Gemma's type, on the device) were missing from the
+    table; Wan 2.2 A14B's other expert and Ideogram 4's unconditional transformer wait in RAM."""
+    ltx2 = memory_markdown({"model_type": "LTX_2", "train_dtype": "BFLOAT_16", "text_encoder": {"weight_dtype": "FLOAT_8"},
+                            "transformer": {"weight_dtype": "FLOAT_8"}, "vae": {"weight_dtype": "BFLOAT_16"}})
+    assert "| connectors (frozen, with text_encoder) | 1,431 M | BFLOAT_16 | 2.67 GB |" in ltx2  # not quantized with Gemma
+    assert "**33.89 GB**" in ltx2 and "in RAM" not in ltx2
+    a14b = memory_markdown({"model_type": "WAN_2_2_T2V_A14B", "train_dtype": "BFLOAT_16", "transformer": {"weight_dtype": "BFLOAT_16"},
+                            "text_encoder": {"weight_dtype": "BFLOAT_16"}, "vae": {"weight_dtype": "FLOAT_32"}})
+    assert "| other expert (waits in RAM) | 14,288 M | BFLOAT_16 | 26.61 GB |" in a14b
+    assert "+ 26.61 GB in RAM" in a14b
+    assert "unconditional_transformer (waits in RAM)" in memory_markdown({"model_type": "IDEOGRAM_4"})
+
+
 @pytest.mark.parametrize(("model_type", "base", "family"), [
     ("STABLE_DIFFUSION_15", "tiny:flux", "Flux.1"),
     ("STABLE_DIFFUSION_15", "black-forest-labs/FLUX.1-dev", "Flux.1"),

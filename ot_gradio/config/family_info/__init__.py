@@ -65,6 +65,10 @@ class FamilyInfo:
     preset_note: str = ""
     # parameters per part at the published size (the Model tab's memory table; shared sizes in _sizes.py)
     params: Mapping[str, int] = field(default_factory=dict, hash=False)
+    # frozen modules loaded beside the parts, not config parts: name -> (the part whose weight type
+    # they load in (a quantized part's: its compute type, they are not quantized), parameters,
+    # where they wait while the steps run: "device" beside the parts or "RAM")
+    extra_params: Mapping[str, tuple[str, int, str]] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)

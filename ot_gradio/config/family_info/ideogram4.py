@@ -18,6 +18,7 @@ FAMILIES = {
         # waits on the CPU until a sample), Qwen3-VL 8B as Qwen3VLModel (36 text layers of 4096, the
         # vision tower) and AutoencoderKLFlux2
         params={"transformer": 9_279_288_448, "text_encoder": 8_144_793_840, "vae": 84_046_115},
+        extra_params={"unconditional_transformer": ("transformer", 9_279_288_448, "RAM")},
     ),
 }
 SIGN = Sign("Ideogram 4", (M.IDEOGRAM_4,), ("Ideogram4",), ("ideogram",))

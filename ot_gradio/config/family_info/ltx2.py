@@ -19,6 +19,10 @@ FAMILIES = {
         # 2.0 model: 48 blocks, video 32 x 128, audio 32 x 64), Gemma 3 12B (text 48 layers of
         # 3840, SigLIP vision tower; lm_head tied) and AutoencoderKLLTX2Video's defaults
         params={"transformer": 18_876_174_592, "text_encoder": 12_202_563_392, "vae": 1_222_479_601},
+        # LTX2TextConnectors' defaults (video and audio connectors of 2 layers of 30 x 128, 128
+        # registers each, Gemma's 49 layers projected in), counted on the meta device: they run
+        # beside Gemma, in its type, and stay on the device with the parts
+        extra_params={"connectors": ("text_encoder", 1_431_475_200, "device")},
     ),
 }
 SIGN = Sign("LTX-2", (M.LTX_2,), ("LTX2",), ("ltx-2", "ltx2", "ltx_2"))

@@ -36,6 +36,7 @@ FAMILIES = {
         # of 5120, 40 heads, FFN 13824, counted on the meta device); the other one waits on the CPU
         # until a sample. The same UMT5-XXL and Wan 2.1's VAE
         params={"transformer": 14_288_491_584, "text_encoder": UMT5_XXL, "vae": 126_892_531},
+        extra_params={"other expert": ("transformer", 14_288_491_584, "RAM")},
     ),
 }
 # A Wan folder names WanPipeline whichever version it is: the versions are not told apart (as PixArt's)
