@@ -104,7 +104,8 @@ class HiDream(IdentityLoraNames, FlowFamily):
                     "tokenizer_3", "vae", "scheduler")
     default_config_repo = "HiDream-ai/HiDream-I1-Full"
     lora_base_model_version = "hidream"
-    embedding_keys: dict[str, str] = {}
+    # OneTrainer's keys (its HiDreamEmbeddingSaver)
+    embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "clip_g", "text_encoder_3": "t5", "text_encoder_4": "llama"}
     patch_size = None  # the transformer config's 2
     t5_part = T5_PART
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": CLIP_PRESETS, "text_encoder_2": CLIP_PRESETS,

@@ -78,3 +78,35 @@ def test_fine_tune_saves_a_folder_the_hidream_pipeline_loads(tiny_hidream, shape
     assert [k for k in tuned if not torch.equal(tuned[k], base[k])]
     pipe = local_pipeline(out)
     assert _latents(pipe).shape[0] == 1
+
+
+def test_embedding_trains_new_tokens_in_all_four_text_encoders(tiny_hidream, shapes, tmp_path):
+    """OneTrainer's HiDream EMBEDDING: new tokens in CLIP-L, CLIP-G, T5 and the Llama train; the
+    file holds OneTrainer's keys (clip_l, clip_g, t5, llama); a sample with the embedding runs."""
+    from safetensors.torch import load_file
+
+    llama = tmp_path / "llama"
+    for part in ("text_encoder_4", "tokenizer_4"):
+        shutil.copytree(tiny_hidream.diffusers_dir / part, llama, dirs_exist_ok=True)
+    data = tmp_path / "two"
+    data.mkdir()
+    for stem in ("01-red-circle", "02-blue-square"):
+        shutil.copy(shapes / f"{stem}.png", data)
+        (data / f"{stem}.txt").write_text("a photo of <embedding>, " + (shapes / f"{stem}.txt").read_text())
+    config = imported(PRESETS_DIR / "hidream-lora.json", tiny_hidream.diffusers_dir, data, tmp_path, "emb.safetensors", resolution="64",
+                      epochs=1, batch_size=1, learning_rate=0.05, train_dtype="FLOAT_32", training_method="EMBEDDING",
+                      output_model_format="SAFETENSORS", embedding={"token_count": 2, "initial_embedding_text": "circle"},
+                      samples=[{"prompt": "a photo of <embedding>", "height": 64, "width": 64, "diffusion_steps": 2}],
+                      sample_after=1, sample_after_unit="EPOCH")
+    config["text_encoder_4"]["model_name"] = str(llama)
+    _, events = run_until_done(config, tmp_path)
+    vectors = load_file(str(tmp_path / "out" / "emb.safetensors"))
+    assert sorted(vectors) == ["clip_g", "clip_l", "llama", "t5"]
+    assert all(v.shape[0] == 2 for v in vectors.values())
+    from ot_gradio.models.hidream import HiDream
+
+    model = HiDream.load(str(tiny_hidream.diffusers_dir), part_models={"text_encoder_4": str(llama)})
+    ids = model.tokenizers["text_encoder_4"]("circle", add_special_tokens=False).input_ids[:2]
+    start = model.text_encoder_4.get_input_embeddings().weight[ids].detach().float()
+    assert start.shape == vectors["llama"].shape and not torch.allclose(vectors["llama"].float(), start)
+    assert [e for e in events if e["type"] == "sample"]
