@@ -2,7 +2,6 @@
 layer), Flux's 16-channel VAE and a mixture-of-experts transformer; LORA, FINE_TUNE and EMBEDDING, as OneTrainer (models/hidream.py)."""
 
 from ..enums import ModelType as M
-from ..enums import TrainingMethod as T
 from . import ALL_METHODS, FamilyInfo, Sign
 from ._sizes import CLIP_G, CLIP_L_PROJ, T5_XXL, VAE16
 
