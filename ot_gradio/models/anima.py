@@ -116,7 +116,6 @@ class Anima(WanImageLatents, IdentityLoraNames, FlowFamily):
     default_config_repo = "circlestone-labs/Anima-Base-v1.0-Diffusers"
     lora_base_model_version = "anima"
     comfy_lora_names = "anima"  # KOHYA_LORA: the DiT's names, as OneTrainer and ComfyUI (models/comfy_lora_names.py)
-    embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     single_file_layout = "original"  # that file, through diffusers' Cosmos converter (its llm_adapter: the config folder's)
     folder_index = "modular_model_index.json"
     folder_parts = ("transformer", "text_encoder", "text_conditioner", "tokenizer", "t5_tokenizer", "vae", "scheduler")

@@ -48,7 +48,6 @@ class Ernie(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     text_encoder_description = "its Mistral3 text encoder"
     default_config_repo = "baidu/ERNIE-Image"
     lora_base_model_version = "ernie_image"
-    embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     single_file_layout = "original"  # diffusers' names, through diffusers' from_single_file
     patch_size = 1  # the latents are patchified already (128 channels at 1/16)
     bn_eps = 1e-5  # ErnieImagePipeline denormalises with 1e-5, not the VAE config's value

@@ -74,7 +74,6 @@ class Flux2(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     default_config_repo = "black-forest-labs/FLUX.2-dev"
     lora_base_model_version = "flux2"
     comfy_lora_names = "flux2"  # layers ComfyUI's Flux map lacks, by original name (models/comfy_lora_names.py)
-    embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     single_file_layout = "bfl"  # BFL-layout transformer files, through diffusers' converter
     patch_size = 1  # the latents are patchified already (128 channels at 1/16)
     default_sequence_length = DEFAULT_SEQUENCE_LENGTH  # the pipelines' window, system message included

@@ -103,7 +103,6 @@ class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     lora_base_model_version = "ideogram_4"
     modelspec_architecture = "Ideogram"  # OneTrainer's model spec
     comfy_lora_names = "ideogram4"  # KOHYA_LORA / COMFY_LORA: OneTrainer's names, q/k/v fused (models/comfy_lora_names.py)
-    embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     patch_size = 1  # the latents are patchified already (128 channels at 1/16)
     default_sequence_length = DEFAULT_SEQUENCE_LENGTH
     default_steps, default_cfg_scale = 48, 7.0  # the pipeline's recommended steps and main guidance

@@ -67,7 +67,6 @@ class Krea2(WanImageLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     text_encoder_description = "its Qwen3-VL text encoder"
     default_config_repo = "krea/Krea-2-Raw"
     lora_base_model_version = "krea2"
-    embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     single_file_layout = "original"  # the native raw.safetensors, through diffusers' converter
     default_sequence_length = 512
     default_steps, default_cfg_scale = 28, 4.5

@@ -65,7 +65,6 @@ class LTX2(VideoSampling, IdentityLoraNames, FlowFamily):
     resident_modules = ("connectors",)  # on the device with the parts (to()), counted by the memory plan
     default_config_repo = "Lightricks/LTX-2"
     lora_base_model_version = "ltx_2"
-    embedding_keys: dict[str, str] = {}
     patch_size = None  # the transformer config's 1 (and patch_size_t 1)
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": GEMMA_PRESETS}
     default_steps, default_cfg_scale = 40, 4.0

@@ -36,6 +36,19 @@ def test_the_family_class_has_the_facts_of_its_description(model_type):
         info.parts, info.denoiser, info.text_encoders, info.bucket_step, info.schedule, info.inpainting)
 
 
+@pytest.mark.parametrize("model_type", [t for t, info in FAMILIES.items() if info.implemented])
+def test_a_family_has_embedding_keys_exactly_when_it_offers_embeddings(model_type):
+    """The EMBEDDING method saves one vector per text encoder under its key: a family that offers
+    it names a key for every text encoder; one that does not names none."""
+    from ot_gradio.config.enums import TrainingMethod
+
+    cls, info = get_family(model_type), FAMILIES[model_type]
+    if TrainingMethod.EMBEDDING in info.methods:
+        assert set(cls.embedding_keys) == set(info.text_encoders), cls.embedding_keys
+    else:
+        assert cls.embedding_keys == {}
+
+
 def test_a_family_class_does_not_declare_what_its_description_says(monkeypatch):
     monkeypatch.setattr(registry, "_FAMILIES", {})
     with pytest.raises(ValueError, match="Own declares bucket_step: these come from its description"):
