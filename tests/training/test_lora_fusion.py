@@ -115,13 +115,24 @@ def test_an_adapter_that_does_not_fuse_is_refused_before_the_run_for_the_fused_f
                                                "output_model_format": "COMFY_LORA"}).config) if "fused qkv" in p]
 
 
-def test_a_layer_filter_that_takes_part_of_a_fused_weight_is_refused_before_the_first_step():
+# model type, layer filter settings, what is refused
+PARTIAL = [("IDEOGRAM_4", {"layer_filter_preset": "custom", "layer_filter": "to_q,to_out"},
+            r"'diffusion_model\.layers\.0\.attention\.qkv' is one fused weight.*trained: layers\.0\.attention\.to_q;"),
+           ("HUNYUAN_VIDEO", {"layer_filter_preset": "attn-only"},  # the single blocks' q, k, v without their MLP input
+            r"'diffusion_model\.single_blocks\.0\.linear1' is one fused weight of .*proj_mlp; train all")]
+
+
+@pytest.mark.parametrize(("model_type", "layers", "refused"), PARTIAL, ids=[p[0] for p in PARTIAL])
+def test_a_layer_filter_that_takes_part_of_a_fused_weight_is_refused_before_the_first_step(model_type, layers, refused):
     from ot_gradio.config.io import load_config
+    from ot_gradio.models.hunyuan_video import HunyuanVideo
     from ot_gradio.models.ideogram4 import Ideogram4
+    from ot_gradio.models.tiny.hunyuan_video import tiny_hunyuan_video_components
     from ot_gradio.models.tiny.ideogram4 import tiny_ideogram4_components
     from ot_gradio.training.methods import get_method
 
-    cfg = load_config({"model_type": "IDEOGRAM_4", "training_method": "LORA", "output_model_format": "COMFY_LORA",
-                       "layer_filter_preset": "custom", "layer_filter": "to_q,to_out"}).config
-    with pytest.raises(ValueError, match=r"'diffusion_model\.layers\.0\.attention\.qkv' is one fused weight.*trained: layers\.0\.attention\.to_q;"):
-        get_method(cfg.training_method).setup(Ideogram4(tiny_ideogram4_components()), cfg, torch.device("cpu"))
+    cfg = load_config({"model_type": model_type, "training_method": "LORA", "output_model_format": "COMFY_LORA", **layers,
+                       "text_encoder": {"train": False}, "text_encoder_2": {"train": False}}).config
+    model = Ideogram4(tiny_ideogram4_components()) if model_type == "IDEOGRAM_4" else HunyuanVideo(tiny_hunyuan_video_components())
+    with pytest.raises(ValueError, match=refused):
+        get_method(cfg.training_method).setup(model, cfg, torch.device("cpu"))
