@@ -53,7 +53,7 @@ class LayerName(str):
 
 def layer_rows(name: str) -> tuple[tuple[int, ...] | None, bool]:
     """(widths, swap) of a layer name: (None, False) for a plain one."""
-    return getattr(name, "widths", None), getattr(name, "swap", False)
+    return (name.widths, name.swap) if isinstance(name, LayerName) else (None, False)
 
 
 LORA_SUFFIXES = (".lora_A.weight", ".lora_B.weight", ".lora_down.weight", ".lora_up.weight", ".alpha",
