@@ -197,6 +197,24 @@ HUNYUAN_TOP = {"context_embedder.time_text_embed.timestep_embedder.linear_1": "t
                "time_text_embed.guidance_embedder.linear_2": "guidance_in.out_layer",
                "norm_out.linear": "final_layer.adaLN_modulation.1", "proj_out": "final_layer.linear"}
 HUNYUAN_SWAPPED = ("norm_out.linear",)  # the original's (scale, shift) is diffusers' (shift, scale)
+# OneTrainer's spelling of those keys (HunyuanVideoModel.diffusers_to_original: the original repository's,
+# which ComfyUI also maps in the blocks), read back as the same layers
+HUNYUAN_ONETRAINER_RENAMES = (("_mod.lin.", "_mod.linear."), ("_attn.qkv.", "_attn_qkv."), ("_attn.proj.", "_attn_proj."),
+                              ("mlp.0.", "mlp.fc1."), ("mlp.2.", "mlp.fc2."), (".modulation.lin.", ".modulation.linear."))
+HUNYUAN_ONETRAINER_TOP = {"time_in.in_layer": "time_in.mlp.0", "time_in.out_layer": "time_in.mlp.2",
+                          "guidance_in.in_layer": "guidance_in.mlp.0", "guidance_in.out_layer": "guidance_in.mlp.2",
+                          "txt_in.t_embedder.in_layer": "txt_in.t_embedder.mlp.0", "txt_in.t_embedder.out_layer": "txt_in.t_embedder.mlp.2",
+                          "txt_in.c_embedder.in_layer": "txt_in.c_embedder.linear_1", "txt_in.c_embedder.out_layer": "txt_in.c_embedder.linear_2"}
+
+
+def hunyuan_video_onetrainer(original: str) -> str:
+    """OneTrainer's name of a key of ComfyUI's HunyuanVideo model."""
+    if original in HUNYUAN_ONETRAINER_TOP:
+        return HUNYUAN_ONETRAINER_TOP[original]
+    key = original + "."
+    for a, b in HUNYUAN_ONETRAINER_RENAMES:
+        key = key.replace(a, b)
+    return key[:-1]
 
 
 def hunyuan_video_original(path: str) -> str | None:
@@ -212,7 +230,8 @@ def hunyuan_video_original(path: str) -> str | None:
 
 def hunyuan_video(transformer: nn.Module, paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
     """The transformer under ComfyUI's `diffusion_model.` + its key, fused weights as one layer each
-    with the members' widths read from `transformer` (LayerName), `norm_out.linear` swapped; the
+    with the members' widths read from `transformer` (LayerName), `norm_out.linear` swapped, OneTrainer's
+    spelling read too; the
     text encoders (`paths`, CLIP's without `text_model.`) under ComfyUI's generic
     `text_encoders.<key>` of its HunyuanVideoClipModel (`llama.transformer.model.`, `clip_l.transformer.text_model.`)."""
     text = {"text_encoder": {p: "text_encoders.llama.transformer.model." + p for p in paths.get("text_encoder", ())},
@@ -222,7 +241,8 @@ def hunyuan_video(transformer: nn.Module, paths: Mapping[str, Iterable[str]]) ->
     for name, members in fused_groups(names).items():
         members.sort(key=_row_order)  # the fused weight's row order (q, k, v, MLP), not the modules' (add_k_proj first)
         widths = [_out_features(transformer.get_submodule(p)) for p in members] if len(members) > 1 else None
-        layer = LayerName(name, widths, swap=len(members) == 1 and members[0] in HUNYUAN_SWAPPED)
+        alias = "diffusion_model." + hunyuan_video_onetrainer(name.removeprefix("diffusion_model."))
+        layer = LayerName(name, widths, swap=len(members) == 1 and members[0] in HUNYUAN_SWAPPED, aliases=(alias,))
         out.update(dict.fromkeys(members, layer))
     return {"transformer": out, **{part: names for part, names in text.items() if names}}
 

@@ -36,14 +36,17 @@ class LayerName(str):
     that also says how its rows lie in the original weight: `widths`, the row counts of the module
     paths given this name, in order (a fused weight of unequal parts, HunyuanVideo's `linear1` of
     q, k, v and the MLP; None: equal parts), and `swap` (the original's two halves exchanged, as
-    `final_layer.adaLN_modulation.1`'s shift and scale). It is the plain name everywhere else."""
+    `final_layer.adaLN_modulation.1`'s shift and scale); `aliases`, other programs' spellings of the
+    same layer that reading accepts (OneTrainer's). It is the plain name everywhere else."""
 
     widths: tuple[int, ...] | None
     swap: bool
+    aliases: tuple[str, ...]
 
-    def __new__(cls, text: str, widths: Sequence[int] | None = None, swap: bool = False) -> LayerName:
+    def __new__(cls, text: str, widths: Sequence[int] | None = None, swap: bool = False, aliases: Sequence[str] = ()) -> LayerName:
         out = super().__new__(cls, text)
         out.widths, out.swap = (tuple(int(w) for w in widths) if widths is not None else None), bool(swap)
+        out.aliases = tuple(a for a in aliases if a != text)
         return out
 
     def spelled(self, text: str) -> LayerName:

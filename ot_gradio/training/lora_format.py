@@ -503,7 +503,8 @@ def _full_names(module_names: Mapping[str, Mapping[str, str]]) -> dict[str, list
     for part, names in module_names.items():
         for path, new in names.items():
             if is_full_name(new):
-                out.setdefault(new, []).append((part, path))
+                for spelling in (new, *(new.spelled(a) for a in new.aliases)) if isinstance(new, LayerName) else (new,):
+                    out.setdefault(spelling, []).append((part, path))
     # ComfyUI reads `lora_unet_<original key with _>` as `diffusion_model.<original key>` (OneTrainer's KOHYA_LORA)
     aliases = {_spelled(new, "lora_unet_" + new.removeprefix(COMFY_PREFIX).replace(".", "_")): members
                for new, members in out.items() if new.startswith(COMFY_PREFIX)}

@@ -270,3 +270,58 @@ def test_hunyuan_video_comfy_file_applied_as_comfyui_does_is_the_diffusers_file(
         if swap:
             expected = torch.cat(expected.chunk(2)[::-1])
         torch.testing.assert_close(theirs[key], expected, rtol=1e-5, atol=1e-5, msg=key)
+
+
+def _onetrainer_hunyuan_names(double: int, single: int, refiner: int) -> dict[str, str]:
+    """ComfyUI's HunyuanVideo keys -> OneTrainer's (HunyuanVideoModel.diffusers_to_original, fusion_groups)."""
+    out = {"txt_in.input_embedder": "txt_in.input_embedder", "final_layer.linear": "final_layer.linear",
+           "final_layer.adaLN_modulation.1": "final_layer.adaLN_modulation.1", "vector_in.in_layer": "vector_in.in_layer",
+           "vector_in.out_layer": "vector_in.out_layer", "time_in.in_layer": "time_in.mlp.0", "time_in.out_layer": "time_in.mlp.2",
+           "guidance_in.in_layer": "guidance_in.mlp.0", "guidance_in.out_layer": "guidance_in.mlp.2",
+           "txt_in.t_embedder.in_layer": "txt_in.t_embedder.mlp.0", "txt_in.t_embedder.out_layer": "txt_in.t_embedder.mlp.2",
+           "txt_in.c_embedder.in_layer": "txt_in.c_embedder.linear_1", "txt_in.c_embedder.out_layer": "txt_in.c_embedder.linear_2"}
+    for i in range(refiner):
+        b = f"txt_in.individual_token_refiner.blocks.{i}"
+        out |= {f"{b}.{a}": f"{b}.{o}" for a, o in (("self_attn.qkv", "self_attn_qkv"), ("self_attn.proj", "self_attn_proj"),
+                                                    ("mlp.0", "mlp.fc1"), ("mlp.2", "mlp.fc2"), ("adaLN_modulation.1", "adaLN_modulation.1"))}
+    for i in range(double):
+        b = f"double_blocks.{i}"
+        for s in ("img", "txt"):
+            out |= {f"{b}.{s}_{a}": f"{b}.{s}_{o}" for a, o in (("attn.qkv", "attn_qkv"), ("attn.proj", "attn_proj"), ("mlp.0", "mlp.fc1"),
+                                                                ("mlp.2", "mlp.fc2"), ("mod.lin", "mod.linear"))}
+    for i in range(single):
+        b = f"single_blocks.{i}"
+        out |= {f"{b}.linear1": f"{b}.linear1", f"{b}.linear2": f"{b}.linear2", f"{b}.modulation.lin": f"{b}.modulation.linear"}
+    return out
+
+
+@pytest.mark.parametrize("entries", ["peft", "kohya"])
+def test_a_hunyuan_video_lora_in_onetrainers_names_reads_back(entries, tmp_path):
+    """OneTrainer's COMFY_LORA (`diffusion_model.double_blocks.0.img_attn_qkv.lora_A.weight`) and KOHYA_LORA
+    (`lora_unet_double_blocks_0_img_mlp_fc1.lora_down.weight`) spellings of our file read back to the same layers."""
+    from safetensors.torch import load_file, save_file
+
+    from ot_gradio.training.lora import lora_state_dict
+    from ot_gradio.training.lora_format import KOHYA, load_lora_file, save_lora
+
+    model = _model("hunyuan-video")
+    parts = {"transformer": _train_full(model)["transformer"]}
+    ours = load_file(str(save_lora(tmp_path / "c.safetensors", parts, base_model_version=model.lora_base_model_version,
+                                   lora_format=KOHYA, module_names=model.lora_module_names())))
+    tr = model.transformer.config
+    names = _onetrainer_hunyuan_names(tr.num_layers, tr.num_single_layers, tr.num_refiner_layers)
+    theirs = {}
+    for key, value in ours.items():
+        layer, _, entry = key.removeprefix("diffusion_model.").rpartition(".lora_") if ".lora_" in key else (
+            key.removeprefix("diffusion_model.").removesuffix(".alpha"), "", "alpha")
+        name = names[layer]
+        if entries == "peft":
+            entry = {"down.weight": "lora_A.weight", "up.weight": "lora_B.weight"}.get(entry, entry)
+            theirs[f"diffusion_model.{name}.{entry}"] = value
+        else:
+            theirs[f"lora_unet_{name.replace('.', '_')}.{entry if entry == 'alpha' else 'lora_' + entry}"] = value
+    save_file(theirs, str(tmp_path / "ot.safetensors"))
+    loaded = load_lora_file(tmp_path / "ot.safetensors", module_names=model.lora_module_names(), denoiser=model.denoiser)
+    expected = lora_state_dict(parts["transformer"])
+    assert loaded.parts["transformer"].keys() == expected.keys()
+    assert all(torch.equal(loaded.parts["transformer"][k], expected[k]) for k in expected)
