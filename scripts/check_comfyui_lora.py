@@ -12,6 +12,8 @@ meta device), patches with `load_lora` and `calculate_weight` as its ModelPatche
 patched transformer weights are compared with our own `convert merge` of the same file. Printed per
 family and format: layers in the file, layers ComfyUI skipped (named), transformer weights ComfyUI
 patched / we merged, max |ComfyUI - ours| (inf: a weight we merged that ComfyUI left alone).
+HunyuanVideo, which has no original single file here, is compared with its DIFFUSERS_LORA file's
+deltas instead (`check_hunyuan_video`).
 
 ComfyUI needs `einops`; ComfyUI's model modules import torchvision at import time, so a
 stand-in module is installed when torchvision is missing (nothing here runs it).
@@ -205,10 +207,63 @@ def check(name: str, fmt: str, work: Path) -> dict:
             "weights_patched": len(theirs), "weights_merged": len(changed)}
 
 
+def check_hunyuan_video(fmt: str, work: Path) -> dict:
+    """HunyuanVideo (no original single file of ours to patch): ComfyUI's HunyuanVideo model over zero
+    original weights, shaped as tests/comfy_reference.py `hunyuan_video_rows` gives them, is patched
+    with our file and compared with the DIFFUSERS_LORA file's deltas stacked as diffusers' converter
+    splits those weights (q/k/v and the single blocks' MLP input fused; final_layer's halves swapped).
+    Text-encoder layers are checked against ComfyUI's HunyuanVideoClipModel map."""
+    import comfy.lora
+    import comfy.lora_convert
+    import comfy.model_base
+    import comfy.utils
+    from safetensors.torch import load_file
+
+    from ot_gradio.models.common import base_module
+    from ot_gradio.models.hunyuan_video import HunyuanVideo
+    from ot_gradio.models.tiny.hunyuan_video import tiny_hunyuan_video_components
+    from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, save_lora
+    from tests.comfy_reference import hunyuan_video_rows
+
+    model = HunyuanVideo(tiny_hunyuan_video_components())
+    parts = _train_full(model)
+    tr, modules = model.transformer.config, dict(base_module(model.transformer).named_modules())
+    rows = hunyuan_video_rows(tr.num_layers, tr.num_single_layers, tr.num_refiner_layers)
+    shape = {k: getattr(modules[p], "base_layer", modules[p]).weight.shape for k, (ps, _) in rows.items() for p in ps[:1]}
+    weights = {f"{k}.weight": torch.zeros(sum(getattr(modules[p], "base_layer", modules[p]).weight.shape[0] for p in ps), shape[k][1])
+               for k, (ps, _) in rows.items()}
+    comfy_model = comfy.model_base.HunyuanVideo.__new__(comfy.model_base.HunyuanVideo)
+    torch.nn.Module.__init__(comfy_model)
+    sd = {"diffusion_model." + k: v for k, v in weights.items()}
+    comfy_model.state_dict = lambda *a, **k: sd
+    comfy_model.model_config = types.SimpleNamespace(unet_config={})
+    unet_map = comfy.lora.model_lora_keys_unet(comfy_model, {})
+    from comfy.text_encoders.hunyuan_video import HunyuanVideoClipModel
+
+    with torch.device("meta"):
+        text_map = comfy.lora.model_lora_keys_clip(HunyuanVideoClipModel(device="meta"), {})
+    lora = save_lora(work / f"hunyuan-{fmt}.safetensors", parts, module_names=model.lora_module_names(),
+                     base_model_version=model.lora_base_model_version, lora_format=KOHYA if fmt == "kohya" else DIFFUSERS)
+    file = comfy.lora_convert.convert_lora(comfy.utils.load_torch_file(str(lora), safe_load=True))
+    layers = {_layer(k) for k in file}
+    skipped = sorted(layers - set(unet_map) - set(text_map))
+    logging.disable(logging.WARNING)
+    theirs = _patched(comfy.lora.load_lora(file, unet_map), weights)
+    logging.disable(logging.NOTSET)
+    peft = load_file(str(save_lora(work / "hunyuan-peft.safetensors", {"transformer": parts["transformer"]}, lora_format=DIFFUSERS)))
+    diff = 0.0
+    for key, (paths, swap) in rows.items():
+        delta = torch.cat([peft[f"transformer.{p}.lora_B.weight"] @ peft[f"transformer.{p}.lora_A.weight"] for p in paths])
+        delta = torch.cat(delta.chunk(2)[::-1]) if swap else delta
+        diff = max(diff, float((theirs[f"{key}.weight"] - delta).abs().max()) if f"{key}.weight" in theirs else float("inf"))
+    return {"family": "hunyuan-video", "format": fmt, "layers": len(layers), "skipped": skipped, "max_diff": diff,
+            "weights_patched": len(theirs), "weights_merged": len(rows)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--comfyui", required=True, type=Path, help="a ComfyUI source folder (holding comfy/lora.py)")
-    parser.add_argument("--family", action="append", choices=sorted(FAMILIES), help="default: all")
+    parser.add_argument("--family", action="append", choices=sorted([*FAMILIES, "hunyuan-video"]), help="default: all")
     parser.add_argument("--format", action="append", choices=("kohya", "diffusers"), help="default: both")
     args = parser.parse_args(argv)
     if not (args.comfyui / "comfy" / "lora.py").is_file():
@@ -216,10 +271,13 @@ def main(argv: list[str] | None = None) -> int:
     import_comfyui(args.comfyui.resolve())
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.family or list(FAMILIES):
+        for name in args.family or [*FAMILIES, "hunyuan-video"]:
             for fmt in args.format or ("kohya", "diffusers"):
+                if name == "hunyuan-video" and fmt == "diffusers":
+                    print(f"{name:13} {fmt:9} not checked: ComfyUI maps no diffusers names for HunyuanVideo (use COMFY_LORA)")
+                    continue
                 torch.manual_seed(0)
-                r = check(name, fmt, Path(tmp))
+                r = check_hunyuan_video(fmt, Path(tmp)) if name == "hunyuan-video" else check(name, fmt, Path(tmp))
                 if "error" in r:
                     print(f"{name:13} {fmt:9} {r['error']}")
                     continue

@@ -1,6 +1,6 @@
 """The LoRA layer names ComfyUI maps for a model, written by us from its source (comfy/lora.py
 `model_lora_keys_unet` / `model_lora_keys_clip`, comfy/utils.py `flux_to_diffusers`,
-`z_image_to_diffusers`, `pixart_to_diffusers`, its Flux / Flux.2 / Chroma / Lumina2 / PixArt model
+`z_image_to_diffusers`, `pixart_to_diffusers`, its Flux / Flux.2 / Chroma / Lumina2 / PixArt / HunyuanVideo model
 and text encoder classes), so tests can check our files without ComfyUI. The rules are checked
 against ComfyUI's own code by scripts/check_comfyui_lora.py.
 
@@ -147,6 +147,12 @@ def clip_l_map(n_layers: int) -> set[str]:
     return {f"{p}text_model_encoder_layers_{i}_{n}" for p in ("lora_te_", "lora_te1_") for i in range(n_layers) for n in names}
 
 
+def clip_l_generic(name: str, n_layers: int) -> set[str]:
+    """A CLIP-L text encoder's generic `text_encoders.<name>.transformer.text_model.encoder.layers.N.<layer>` names."""
+    names = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj", "mlp.fc1", "mlp.fc2")
+    return {f"text_encoders.{name}.transformer.text_model.encoder.layers.{i}.{n}" for i in range(n_layers) for n in names}
+
+
 def t5_keys(n_blocks: int) -> list[str]:
     """ComfyUI's T5 encoder weights (comfy/text_encoders/t5.py, gated feed-forward)."""
     attn = [f"encoder.block.{i}.layer.0.SelfAttention.{p}" for i in range(n_blocks) for p in "qkvo"]
@@ -172,3 +178,64 @@ def llm_map(name: str, n_layers: int) -> set[str]:
     keys = [f"model.layers.{i}.self_attn.{p}_proj" for i in range(n_layers) for p in "qkvo"]
     keys += [f"model.layers.{i}.mlp.{p}_proj" for i in range(n_layers) for p in ("gate", "up", "down")]
     return {f"text_encoders.{name}.transformer.{k}" for k in keys}
+
+
+def hunyuan_video_original(double: int, single: int, refiner: int, guidance: bool) -> list[str]:
+    """The Linear weights of ComfyUI's HunyuanVideo model (comfy/ldm/hunyuan_video/model.py: Flux's
+    double and single blocks, the token refiner `txt_in`; `img_in.proj` is a Conv3d, which LoRA does not train)."""
+    keys = ["txt_in.input_embedder", "final_layer.linear", "final_layer.adaLN_modulation.1"]
+    keys += [f"{e}.{k}" for e in ("time_in", "vector_in", "txt_in.t_embedder", "txt_in.c_embedder") + (("guidance_in",) if guidance else ())
+             for k in ("in_layer", "out_layer")]
+    for i in range(refiner):
+        b = f"txt_in.individual_token_refiner.blocks.{i}"
+        keys += [f"{b}.{k}" for k in ("adaLN_modulation.1", "self_attn.qkv", "self_attn.proj", "mlp.0", "mlp.2")]
+    for i in range(double):
+        keys += [f"double_blocks.{i}.{s}_{k}" for s in ("img", "txt") for k in ("mod.lin", "attn.qkv", "attn.proj", "mlp.0", "mlp.2")]
+    for i in range(single):
+        keys += [f"single_blocks.{i}.{k}" for k in ("linear1", "linear2", "modulation.lin")]
+    return keys
+
+
+def hunyuan_video_map(double: int, single: int, refiner: int, guidance: bool) -> set[str]:
+    """model_lora_keys_unet for HunyuanVideo: the generic names and diffusion-pipe's `transformer.` /
+    `diffusion_model.` + the key with its renames (`img_attn.qkv` -> `img_attn_qkv`, `mlp.0` -> `mlp.fc1`, ...)."""
+    out = generic_unet(keys := hunyuan_video_original(double, single, refiner, guidance))
+    for key in keys:
+        k = f"diffusion_model.{key}.weight"
+        k = k.replace("_mod.lin.", "_mod.linear.").replace("_attn.qkv.", "_attn_qkv.").replace("_attn.proj.", "_attn_proj.")
+        k = k.replace("mlp.0.", "mlp.fc1.").replace("mlp.2.", "mlp.fc2.").replace(".modulation.lin.", ".modulation.linear.")
+        k = k[len("diffusion_model."):-len(".weight")]
+        out |= {"transformer." + k, "diffusion_model." + k}
+    return out
+
+
+def hunyuan_video_rows(double: int, single: int, refiner: int) -> dict[str, tuple[list[str], bool]]:
+    """Each original weight (hunyuan_video_original) -> (the diffusers layers whose rows it stacks, in
+    order; whether its two halves are swapped), as diffusers' scripts/convert_hunyuan_video_to_diffusers.py
+    splits it (`final_layer.adaLN_modulation.1` through its scale/shift swap)."""
+    out = {"txt_in.input_embedder": (["context_embedder.proj_in"], False),
+           "final_layer.linear": (["proj_out"], False), "final_layer.adaLN_modulation.1": (["norm_out.linear"], True)}
+    for original, diffusers in (("time_in", "time_text_embed.timestep_embedder"), ("vector_in", "time_text_embed.text_embedder"),
+                                ("guidance_in", "time_text_embed.guidance_embedder"),
+                                ("txt_in.t_embedder", "context_embedder.time_text_embed.timestep_embedder"),
+                                ("txt_in.c_embedder", "context_embedder.time_text_embed.text_embedder")):
+        out |= {f"{original}.in_layer": ([f"{diffusers}.linear_1"], False), f"{original}.out_layer": ([f"{diffusers}.linear_2"], False)}
+    for i in range(refiner):
+        o, d = f"txt_in.individual_token_refiner.blocks.{i}", f"context_embedder.token_refiner.refiner_blocks.{i}"
+        out |= {f"{o}.adaLN_modulation.1": ([f"{d}.norm_out.linear"], False),
+                f"{o}.self_attn.qkv": ([f"{d}.attn.to_q", f"{d}.attn.to_k", f"{d}.attn.to_v"], False),
+                f"{o}.self_attn.proj": ([f"{d}.attn.to_out.0"], False), f"{o}.mlp.0": ([f"{d}.ff.net.0.proj"], False),
+                f"{o}.mlp.2": ([f"{d}.ff.net.2"], False)}
+    for i in range(double):
+        o, d = f"double_blocks.{i}", f"transformer_blocks.{i}"
+        out |= {f"{o}.img_mod.lin": ([f"{d}.norm1.linear"], False), f"{o}.txt_mod.lin": ([f"{d}.norm1_context.linear"], False),
+                f"{o}.img_attn.qkv": ([f"{d}.attn.to_q", f"{d}.attn.to_k", f"{d}.attn.to_v"], False),
+                f"{o}.txt_attn.qkv": ([f"{d}.attn.add_q_proj", f"{d}.attn.add_k_proj", f"{d}.attn.add_v_proj"], False),
+                f"{o}.img_attn.proj": ([f"{d}.attn.to_out.0"], False), f"{o}.txt_attn.proj": ([f"{d}.attn.to_add_out"], False),
+                f"{o}.img_mlp.0": ([f"{d}.ff.net.0.proj"], False), f"{o}.img_mlp.2": ([f"{d}.ff.net.2"], False),
+                f"{o}.txt_mlp.0": ([f"{d}.ff_context.net.0.proj"], False), f"{o}.txt_mlp.2": ([f"{d}.ff_context.net.2"], False)}
+    for i in range(single):
+        o, d = f"single_blocks.{i}", f"single_transformer_blocks.{i}"
+        out |= {f"{o}.linear1": ([f"{d}.attn.to_q", f"{d}.attn.to_k", f"{d}.attn.to_v", f"{d}.proj_mlp"], False),
+                f"{o}.linear2": ([f"{d}.proj_out"], False), f"{o}.modulation.lin": ([f"{d}.norm.linear"], False)}
+    return out

@@ -16,6 +16,10 @@ ComfyUI builds one key map per loaded model (comfy/lora.py `model_lora_keys_unet
 - Ideogram 4: `diffusion_model.<original key>` (OneTrainer's COMFY_LORA names): the original layout
   is diffusers' but for `attention.to_out.0` (`attention.o`) and q, k, v fused into `attention.qkv`;
   the three layers named `attention.qkv` are written as one fused layer (training/lora_fusion.py).
+- HunyuanVideo: `diffusion_model.<original key>`, q/k/v (and the single blocks' MLP input, wider)
+  one fused layer each (`img_attn.qkv`, `linear1`), `norm_out.linear` as `final_layer.adaLN_modulation.1`
+  with its halves swapped; Llama and CLIP-L as `text_encoders.llama.transformer.model.<path>`,
+  `text_encoders.clip_l.transformer.text_model.<path>`.
 - T5 alone (Chroma, PixArt): `lora_te1_<path>`; CLIP-L + T5 (Flux.1): `lora_te2_`.
 - Wan 2.1: only the original layout (`lora_unet_blocks_0_self_attn_q`; ComfyUI has no map from
   diffusers' Wan names); its UMT5 as `text_encoders.umt5xxl.transformer.<path>` (the same paths).
@@ -30,8 +34,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from torch import nn
+
 from ot_gradio.models.flux2_names import ORIGINAL_NAMED_DOUBLE, ORIGINAL_NAMED_SINGLE, ORIGINAL_NAMED_TOP
-from ot_gradio.models.key_layout import fused_qkv_name
+from ot_gradio.models.key_layout import LayerName, fused_qkv_name, layer_paths
+from ot_gradio.training.lora_fusion import fused_groups
 
 # a rename that starts so is the whole layer name in the file, not a module path under the part's prefix
 FULL_NAME_PREFIXES = ("lora_unet_", "lora_transformer_", "lora_te", "lycoris_", "transformer.", "diffusion_model.",
@@ -163,3 +170,90 @@ def ideogram4(paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
     """The transformer under ComfyUI's `diffusion_model.` + original key, q/k/v all `attention.qkv`
     (one fused layer). No text encoder: Ideogram 4 trains its transformer only."""
     return {"transformer": {p: "diffusion_model." + fused_qkv_name(p, IDEOGRAM4_RENAMES) for p in paths.get("transformer", ())}}
+
+
+# HunyuanVideo's diffusers layer names -> ComfyUI's (comfy/ldm/hunyuan_video/model.py, whose double and
+# single blocks are Flux's; OneTrainer's HunyuanVideoModel.diffusers_to_original spells the same layers
+# as the original repository does, which ComfyUI also maps). Several paths to one name are one fused
+# weight, in this order: q, k, v (and the single blocks' MLP input, wider, in `linear1`).
+HUNYUAN_REFINER = {"attn.to_q": "self_attn.qkv", "attn.to_k": "self_attn.qkv", "attn.to_v": "self_attn.qkv",
+                   "attn.to_out.0": "self_attn.proj", "ff.net.0.proj": "mlp.0", "ff.net.2": "mlp.2",
+                   "norm_out.linear": "adaLN_modulation.1"}
+HUNYUAN_DOUBLE = {"attn.to_q": "img_attn.qkv", "attn.to_k": "img_attn.qkv", "attn.to_v": "img_attn.qkv",
+                  "attn.add_q_proj": "txt_attn.qkv", "attn.add_k_proj": "txt_attn.qkv", "attn.add_v_proj": "txt_attn.qkv",
+                  "attn.to_out.0": "img_attn.proj", "attn.to_add_out": "txt_attn.proj", "norm1.linear": "img_mod.lin",
+                  "norm1_context.linear": "txt_mod.lin", "ff.net.0.proj": "img_mlp.0", "ff.net.2": "img_mlp.2",
+                  "ff_context.net.0.proj": "txt_mlp.0", "ff_context.net.2": "txt_mlp.2"}
+HUNYUAN_SINGLE = {"attn.to_q": "linear1", "attn.to_k": "linear1", "attn.to_v": "linear1", "proj_mlp": "linear1",
+                  "proj_out": "linear2", "norm.linear": "modulation.lin"}
+HUNYUAN_TOP = {"context_embedder.time_text_embed.timestep_embedder.linear_1": "txt_in.t_embedder.in_layer",
+               "context_embedder.time_text_embed.timestep_embedder.linear_2": "txt_in.t_embedder.out_layer",
+               "context_embedder.time_text_embed.text_embedder.linear_1": "txt_in.c_embedder.in_layer",
+               "context_embedder.time_text_embed.text_embedder.linear_2": "txt_in.c_embedder.out_layer",
+               "context_embedder.proj_in": "txt_in.input_embedder",
+               "time_text_embed.timestep_embedder.linear_1": "time_in.in_layer", "time_text_embed.timestep_embedder.linear_2": "time_in.out_layer",
+               "time_text_embed.text_embedder.linear_1": "vector_in.in_layer", "time_text_embed.text_embedder.linear_2": "vector_in.out_layer",
+               "time_text_embed.guidance_embedder.linear_1": "guidance_in.in_layer",
+               "time_text_embed.guidance_embedder.linear_2": "guidance_in.out_layer",
+               "norm_out.linear": "final_layer.adaLN_modulation.1", "proj_out": "final_layer.linear"}
+HUNYUAN_SWAPPED = ("norm_out.linear",)  # the original's (scale, shift) is diffusers' (shift, scale)
+# OneTrainer's spelling of those keys (HunyuanVideoModel.diffusers_to_original: the original repository's,
+# which ComfyUI also maps in the blocks), read back as the same layers
+HUNYUAN_ONETRAINER_RENAMES = (("_mod.lin.", "_mod.linear."), ("_attn.qkv.", "_attn_qkv."), ("_attn.proj.", "_attn_proj."),
+                              ("mlp.0.", "mlp.fc1."), ("mlp.2.", "mlp.fc2."), (".modulation.lin.", ".modulation.linear."))
+HUNYUAN_ONETRAINER_TOP = {"time_in.in_layer": "time_in.mlp.0", "time_in.out_layer": "time_in.mlp.2",
+                          "guidance_in.in_layer": "guidance_in.mlp.0", "guidance_in.out_layer": "guidance_in.mlp.2",
+                          "txt_in.t_embedder.in_layer": "txt_in.t_embedder.mlp.0", "txt_in.t_embedder.out_layer": "txt_in.t_embedder.mlp.2",
+                          "txt_in.c_embedder.in_layer": "txt_in.c_embedder.linear_1", "txt_in.c_embedder.out_layer": "txt_in.c_embedder.linear_2"}
+
+
+def hunyuan_video_onetrainer(original: str) -> str:
+    """OneTrainer's name of a key of ComfyUI's HunyuanVideo model."""
+    if original in HUNYUAN_ONETRAINER_TOP:
+        return HUNYUAN_ONETRAINER_TOP[original]
+    key = original + "."
+    for a, b in HUNYUAN_ONETRAINER_RENAMES:
+        key = key.replace(a, b)
+    return key[:-1]
+
+
+def hunyuan_video_original(path: str) -> str | None:
+    """The key ComfyUI's HunyuanVideo model gives a diffusers layer (None: a layer it has not)."""
+    if (hit := _block(path, "context_embedder.token_refiner.refiner_blocks")) and hit[1] in HUNYUAN_REFINER:
+        return f"txt_in.individual_token_refiner.blocks.{hit[0]}.{HUNYUAN_REFINER[hit[1]]}"
+    if (hit := _block(path, "transformer_blocks")) and hit[1] in HUNYUAN_DOUBLE:
+        return f"double_blocks.{hit[0]}.{HUNYUAN_DOUBLE[hit[1]]}"
+    if (hit := _block(path, "single_transformer_blocks")) and hit[1] in HUNYUAN_SINGLE:
+        return f"single_blocks.{hit[0]}.{HUNYUAN_SINGLE[hit[1]]}"
+    return HUNYUAN_TOP.get(path)
+
+
+def hunyuan_video(transformer: nn.Module, paths: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
+    """The transformer under ComfyUI's `diffusion_model.` + its key, fused weights as one layer each
+    with the members' widths read from `transformer` (LayerName), `norm_out.linear` swapped, OneTrainer's
+    spelling read too; the
+    text encoders (`paths`, CLIP's without `text_model.`) under ComfyUI's generic
+    `text_encoders.<key>` of its HunyuanVideoClipModel (`llama.transformer.model.`, `clip_l.transformer.text_model.`)."""
+    text = {"text_encoder": {p: "text_encoders.llama.transformer.model." + p for p in paths.get("text_encoder", ())},
+            "text_encoder_2": {p: "text_encoders.clip_l.transformer.text_model." + p for p in paths.get("text_encoder_2", ())}}
+    names = {p: "diffusion_model." + o for p in layer_paths(transformer) if (o := hunyuan_video_original(p))}
+    out: dict[str, str] = {}
+    for name, members in fused_groups(names).items():
+        members.sort(key=_row_order)  # the fused weight's row order (q, k, v, MLP), not the modules' (add_k_proj first)
+        widths = [_out_features(transformer.get_submodule(p)) for p in members] if len(members) > 1 else None
+        alias = "diffusion_model." + hunyuan_video_onetrainer(name.removeprefix("diffusion_model."))
+        layer = LayerName(name, widths, swap=len(members) == 1 and members[0] in HUNYUAN_SWAPPED, aliases=(alias,))
+        out.update(dict.fromkeys(members, layer))
+    return {"transformer": out, **{part: names for part, names in text.items() if names}}
+
+
+def _row_order(path: str) -> int:
+    for blocks, table in (("context_embedder.token_refiner.refiner_blocks", HUNYUAN_REFINER), ("transformer_blocks", HUNYUAN_DOUBLE),
+                          ("single_transformer_blocks", HUNYUAN_SINGLE)):
+        if (hit := _block(path, blocks)) and hit[1] in table:
+            return list(table).index(hit[1])
+    return 0
+
+
+def _out_features(module: nn.Module) -> int:
+    return int(getattr(module, "base_layer", module).weight.shape[0])

@@ -25,7 +25,9 @@ What HunyuanVideo is (diffusers' HunyuanVideoPipeline, OneTrainer's HunyuanVideo
 - Loading: a hub id (hunyuanvideo-community/HunyuanVideo), a diffusers folder or
   `tiny:hunyuan_video`; single files are refused. Saving: a diffusers folder; LoRA as
   diffusers/PEFT keys (`transformer.transformer_blocks.0.attn.to_q.lora_A.weight`) that
-  HunyuanVideoPipeline.load_lora_weights reads, or KOHYA_LORA / COMFY_LORA.
+  HunyuanVideoPipeline.load_lora_weights reads, or KOHYA_LORA / COMFY_LORA in ComfyUI's names
+  (`diffusion_model.double_blocks.0.img_attn.qkv`), q, k, v (and the single blocks' MLP input)
+  written as one layer on the fused weight (training/lora_fusion.py).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import torch
 
 from ot_gradio.config.enums import ModelType
 from ot_gradio.models.common import base_module, module_device
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype
+from ot_gradio.models.flow_family import FlowFamily, compute_dtype
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.video_family import VideoSampling
 
@@ -60,7 +62,7 @@ def prompt_template() -> dict:
 
 
 @register_family(ModelType.HUNYUAN_VIDEO)
-class HunyuanVideo(VideoSampling, IdentityLoraNames, FlowFamily):
+class HunyuanVideo(VideoSampling, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for HunyuanVideo."""
 
     family_name = "HunyuanVideo"
@@ -80,6 +82,16 @@ class HunyuanVideo(VideoSampling, IdentityLoraNames, FlowFamily):
         super().__init__(components)
         self.guidance_scale = 1.0
         self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
+
+    def lora_module_names(self) -> dict[str, dict[str, str]]:
+        """KOHYA_LORA / COMFY_LORA name every layer as ComfyUI's HunyuanVideo model and text encoders
+        do, the transformer's fused weights as one layer each (models/comfy_lora_names.py `hunyuan_video`)."""
+        from ot_gradio.models.comfy_lora_names import hunyuan_video
+        from ot_gradio.models.key_layout import layer_paths
+
+        paths = {part: [p.removeprefix("text_model.") for p in layer_paths(base_module(getattr(self, part)))]
+                 for part in ("text_encoder", "text_encoder_2")}  # save_lora drops CLIP's `text_model.`
+        return hunyuan_video(base_module(self.transformer), paths)
 
     @classmethod
     def _text_only_tokenizers(cls, source: str | Path, hub: Mapping) -> dict:

@@ -31,6 +31,34 @@ class Place(NamedTuple):
     swap: bool = False
 
 
+class LayerName(str):
+    """A LoRA layer name in a KOHYA_LORA / COMFY_LORA file (a value of a family's `lora_module_names()`)
+    that also says how its rows lie in the original weight: `widths`, the row counts of the module
+    paths given this name, in order (a fused weight of unequal parts, HunyuanVideo's `linear1` of
+    q, k, v and the MLP; None: equal parts), and `swap` (the original's two halves exchanged, as
+    `final_layer.adaLN_modulation.1`'s shift and scale); `aliases`, other programs' spellings of the
+    same layer that reading accepts (OneTrainer's). It is the plain name everywhere else."""
+
+    widths: tuple[int, ...] | None
+    swap: bool
+    aliases: tuple[str, ...]
+
+    def __new__(cls, text: str, widths: Sequence[int] | None = None, swap: bool = False, aliases: Sequence[str] = ()) -> LayerName:
+        out = super().__new__(cls, text)
+        out.widths, out.swap = (tuple(int(w) for w in widths) if widths is not None else None), bool(swap)
+        out.aliases = tuple(a for a in aliases if a != text)
+        return out
+
+    def spelled(self, text: str) -> LayerName:
+        """Another spelling of this layer's name with the same rows."""
+        return LayerName(text, self.widths, self.swap)
+
+
+def layer_rows(name: str) -> tuple[tuple[int, ...] | None, bool]:
+    """(widths, swap) of a layer name: (None, False) for a plain one."""
+    return (name.widths, name.swap) if isinstance(name, LayerName) else (None, False)
+
+
 LORA_SUFFIXES = (".lora_A.weight", ".lora_B.weight", ".lora_down.weight", ".lora_up.weight", ".alpha",
                  ".lora_magnitude_vector.weight", ".dora_scale")
 

@@ -33,8 +33,9 @@ from torch import nn
 from ot_gradio.config.resolution import parse_resolutions
 from ot_gradio.models.comfy_lora_names import is_full_name
 from ot_gradio.models.common import save_safetensors
+from ot_gradio.models.key_layout import LayerName, layer_rows
 from ot_gradio.training.lora import lora_rank_alpha, lora_state_dict, text_model_prefix
-from ot_gradio.training.lora_fusion import check_whole_groups, fuse_layers, fused_groups, split_layer
+from ot_gradio.training.lora_fusion import check_whole_groups, fuse_layers, fused_groups, split_layer, swap_halves
 from ot_gradio.training.lora_variants import (
     DORA_IN,
     OFT_2,
@@ -313,7 +314,8 @@ def _kohya_layers(part: str, layers: Mapping[str, dict[str, torch.Tensor]], base
     out = {}
     for name, paths in groups.items():
         members = fused.get(name, paths)
-        out[name] = (layers[paths[0]], 1) if len(members) == 1 else (fuse_layers(name, [layers[p] for p in members]), len(members))
+        layer, count = (layers[paths[0]], 1) if len(members) == 1 else (fuse_layers(name, [layers[p] for p in members]), len(members))
+        out[name] = (swap_halves(name, layer) if layer_rows(name)[1] else layer, count)
     return out
 
 
@@ -468,6 +470,7 @@ def _layers_from_kohya(
         for part, names in module_names.items() for path, new in names.items()
     }
     full = _full_names(module_names)
+    spelled = {str(name): name for name in full}  # the names with their rows (models/key_layout.py LayerName)
     names: dict[str, dict[str, torch.Tensor]] = {}
     for key, tensor in tensors.items():
         name = _full_layer(key, full) or key.partition(".")[0]
@@ -477,7 +480,9 @@ def _layers_from_kohya(
         peft_form, alpha = from_kohya(name, entries)
         if name in full:
             members = full[name]
-            split = split_layer(name, peft_form, alpha, len(members)) if len(members) > 1 else [(peft_form, alpha)]
+            widths, swap = layer_rows(spelled.get(name, name))
+            peft_form = swap_halves(name, peft_form) if swap else peft_form
+            split = split_layer(name, peft_form, alpha, len(members), widths) if len(members) > 1 else [(peft_form, alpha)]
             layers.update({member: (t, a, True) for member, (t, a) in zip(members, split, strict=True)})
             continue
         prefix = next((p for p in _KOHYA_READ_PREFIX if name.startswith(p)), None)
@@ -498,11 +503,16 @@ def _full_names(module_names: Mapping[str, Mapping[str, str]]) -> dict[str, list
     for part, names in module_names.items():
         for path, new in names.items():
             if is_full_name(new):
-                out.setdefault(new, []).append((part, path))
+                for spelling in (new, *(new.spelled(a) for a in new.aliases)) if isinstance(new, LayerName) else (new,):
+                    out.setdefault(spelling, []).append((part, path))
     # ComfyUI reads `lora_unet_<original key with _>` as `diffusion_model.<original key>` (OneTrainer's KOHYA_LORA)
-    aliases = {"lora_unet_" + new.removeprefix(COMFY_PREFIX).replace(".", "_"): members
+    aliases = {_spelled(new, "lora_unet_" + new.removeprefix(COMFY_PREFIX).replace(".", "_")): members
                for new, members in out.items() if new.startswith(COMFY_PREFIX)}
     return {**aliases, **out}
+
+
+def _spelled(name: str, text: str) -> str:
+    return name.spelled(text) if isinstance(name, LayerName) else text
 
 
 def _full_layer(key: str, full: Mapping[str, object]) -> str | None:

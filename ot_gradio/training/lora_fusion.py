@@ -8,8 +8,8 @@ rank and alpha grow by the number of members and alpha / rank, hence every row o
 unchanged. DoRA on the output axis fuses as exactly (a magnitude and a norm per output row); DoRA
 on the input axis, LoHa, LoKr and OFT do not, and are refused.
 
-Reading splits the fused up by rows into equal member widths (q, k and v are as wide in every
-family that fuses them). A block-diagonal up (our own files) gives each member its own block, so
+Reading splits the fused up by rows into the members' widths (the model's: HunyuanVideo's
+single-block `linear1` fuses q, k, v and its wider MLP input; equal parts where none are given). A block-diagonal up (our own files) gives each member its own block, so
 the rank comes back; any other (OneTrainer trains one adapter on the fused layer) gives each member
 its rows of the up and the whole down, at the file's rank.
 """
@@ -25,9 +25,9 @@ from ot_gradio.training.lora_variants import DORA_OUT, LORA_KEYS
 _DOWN, _UP = LORA_KEYS
 
 
-def _plain_or_output_dora(name: str, tensors: Mapping[str, torch.Tensor]) -> None:
+def _plain_or_output_dora(name: str, tensors: Mapping[str, torch.Tensor], what: str = "the fused q/k/v weight") -> None:
     if set(tensors) - {_DOWN, _UP, DORA_OUT}:
-        raise ValueError(f"LoRA layer {name!r} is written on the fused q/k/v weight, which takes a LoRA or a DoRA on the "
+        raise ValueError(f"LoRA layer {name!r} is written on {what}, which takes a LoRA or a DoRA on the "
                          f"output axis only (got {sorted(tensors)}); train LoRA, or save as DIFFUSERS_LORA")
 
 
@@ -47,17 +47,23 @@ def fuse_layers(name: str, members: Sequence[Mapping[str, torch.Tensor]]) -> dic
     return out
 
 
-def split_layer(name: str, tensors: Mapping[str, torch.Tensor], alpha: float | None, count: int
-                ) -> list[tuple[dict[str, torch.Tensor], float | None]]:
+def split_layer(name: str, tensors: Mapping[str, torch.Tensor], alpha: float | None, count: int,
+                widths: Sequence[int] | None = None) -> list[tuple[dict[str, torch.Tensor], float | None]]:
     """The `count` member layers (each with its alpha) of fused layer `name`, as `fuse_layers`
-    describes; their deltas at alpha / rank are the fused delta's row blocks."""
+    describes; their deltas at alpha / rank are the fused delta's row blocks, `widths` rows each
+    (the members' output widths, from the model; None: equal parts)."""
     _plain_or_output_dora(name, tensors)
     down, up = tensors[_DOWN], tensors[_UP]
     rank = down.shape[0]
-    if up.shape[0] % count:
-        raise ValueError(f"LoRA layer {name!r}: its {up.shape[0]} output rows do not split into {count} equal q/k/v parts")
-    rows = up.shape[0] // count
-    blocks = [up[i * rows:(i + 1) * rows] for i in range(count)]
+    if widths is None:
+        if up.shape[0] % count:
+            raise ValueError(f"LoRA layer {name!r}: its {up.shape[0]} output rows do not split into {count} equal parts")
+        widths = [up.shape[0] // count] * count
+    if len(widths) != count or sum(widths) != up.shape[0]:
+        raise ValueError(f"LoRA layer {name!r}: its {up.shape[0]} output rows are not the model's {count} parts of "
+                         f"{', '.join(map(str, widths))} rows (a LoRA of another model?)")
+    starts = [sum(widths[:i]) for i in range(count)]
+    blocks = [up[s:s + w] for s, w in zip(starts, widths, strict=True)]
     alpha = float(rank) if alpha is None else alpha
     width = rank // count
     diagonal = rank % count == 0 and all(
@@ -70,9 +76,24 @@ def split_layer(name: str, tensors: Mapping[str, torch.Tensor], alpha: float | N
         else:
             layer, layer_alpha = {_DOWN: down, _UP: block}, alpha
         if DORA_OUT in tensors:
-            layer[DORA_OUT] = tensors[DORA_OUT][i * rows:(i + 1) * rows]
+            layer[DORA_OUT] = tensors[DORA_OUT][starts[i]:starts[i] + widths[i]]
         out.append(({k: v.contiguous() for k, v in layer.items()}, layer_alpha))
     return out
+
+
+def swap_halves(name: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The layer whose delta is `tensors`' with its two halves of rows exchanged (a weight the
+    original model keeps as (scale, shift) where diffusers keeps (shift, scale)): its up's rows
+    (and an output-axis DoRA's magnitudes) swapped; it is its own inverse."""
+    _plain_or_output_dora(name, tensors, "a weight whose halves the original model swaps")
+
+    def swap(t: torch.Tensor) -> torch.Tensor:
+        if t.shape[0] % 2:
+            raise ValueError(f"LoRA layer {name!r}: {t.shape[0]} output rows have no two halves to swap")
+        a, b = t.chunk(2, dim=0)
+        return torch.cat([b, a]).contiguous()
+
+    return {k: swap(v) if k in (_UP, DORA_OUT) else v for k, v in tensors.items()}
 
 
 def fused_groups(names: Mapping[str, str]) -> dict[str, list[str]]:

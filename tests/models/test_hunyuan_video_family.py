@@ -68,8 +68,8 @@ def test_latents_are_scaled_as_the_pipeline_unscales_them_and_an_image_is_one_fr
 
 
 def test_a_kohya_file_converts_to_the_diffusers_lora_the_pipeline_loads_whole(tiny_dir, tmp_path):
-    """No other program reads HunyuanVideo's kohya layout (the doctor says so); the convert tool
-    turns it into the DIFFUSERS_LORA that HunyuanVideoPipeline loads, every layer of it."""
+    """Diffusers does not read HunyuanVideo's kohya layout (ComfyUI's names, q/k/v fused); the convert
+    tool turns it into the DIFFUSERS_LORA that HunyuanVideoPipeline loads, every layer of it."""
     from ot_gradio.models.hunyuan_video import HunyuanVideo
     from ot_gradio.models.tiny import resolve_tiny
     from ot_gradio.tools.jobs import run_inline

@@ -99,7 +99,7 @@ def test_merge_reads_our_own_kohya_files_with_the_text_encoder(model_type, tmp_p
 
 
 # families whose KOHYA_LORA / COMFY_LORA write q, k and v as one layer on the fused qkv (training/lora_fusion.py)
-FUSED_QKV = {"IDEOGRAM_4": "tiny:ideogram4"}
+FUSED_QKV = {"IDEOGRAM_4": "tiny:ideogram4", "HUNYUAN_VIDEO": "tiny:hunyuan_video"}
 
 
 @pytest.mark.parametrize("model_type", FUSED_QKV)
@@ -131,7 +131,8 @@ def test_a_fused_qkv_comfy_lora_merges_and_converts_as_its_diffusers_twin(model_
         assert result["layers"] == len(load_file(str(files["DIFFUSERS_LORA"]))) // 2  # every q, k and v layer found in the fused one
     original = _transformer(base)
     assert merged["COMFY_LORA"].keys() == merged["DIFFUSERS_LORA"].keys() == original.keys()
-    assert all(not torch.equal(merged["COMFY_LORA"][k], original[k]) for k in original if ".attention.to_" in k)
+    qkv = [k for k in original if k.endswith(".weight") and any(f".{n}." in k for n in ("to_q", "to_k", "to_v", "add_q_proj", "proj_mlp"))]
+    assert qkv and all(not torch.equal(merged["COMFY_LORA"][k], original[k]) for k in qkv)
     for key, weight in merged["DIFFUSERS_LORA"].items():
         torch.testing.assert_close(merged["COMFY_LORA"][key], weight, rtol=1e-6, atol=1e-6)
     for source, target, to in (("COMFY_LORA", "DIFFUSERS_LORA", "diffusers"), ("DIFFUSERS_LORA", "COMFY_LORA", "kohya")):

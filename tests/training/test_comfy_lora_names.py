@@ -11,6 +11,7 @@ from tests import comfy_reference as ref
 
 FAMILIES = ("flux", "chroma", "flux2-dev", "flux2-klein", "z-image", "qwen-image", "pixart-sigma", "pixart-alpha", "wan", "hidream")
 FAMILIES += ("anima",)  # transformer only (OneTrainer trains no Anima text encoder; a kohya one is refused)
+FAMILIES += ("hunyuan-video",)  # q/k/v (and the single blocks' MLP input) one fused layer each; Llama and CLIP-L
 FAMILIES += ("wan22-a14b",)  # its low-noise expert: ComfyUI loads each A14B expert as a Wan 2.1 t2v model (comfy/model_detection.py)
 
 
@@ -55,6 +56,11 @@ def _model(name: str):
         from ot_gradio.models.tiny.ideogram4 import tiny_ideogram4_components
 
         return Ideogram4(tiny_ideogram4_components())
+    if name == "hunyuan-video":
+        from ot_gradio.models.hunyuan_video import HunyuanVideo
+        from ot_gradio.models.tiny.hunyuan_video import tiny_hunyuan_video_components
+
+        return HunyuanVideo(tiny_hunyuan_video_components())
     if name == "wan":
         from ot_gradio.models.tiny.wan import tiny_wan_components
         from ot_gradio.models.wan import Wan21
@@ -108,6 +114,10 @@ def comfy_names(name: str, model) -> set[str]:
         return ref.hidream_map(layer_paths(model.transformer))  # ComfyUI's HiDream model has diffusers' names
     if name == "anima":
         return ref.anima_map(model.transformer)
+    if name == "hunyuan-video":
+        return (ref.hunyuan_video_map(tr.num_layers, tr.num_single_layers, tr.num_refiner_layers, bool(tr.guidance_embeds))
+                | ref.llm_map("llama", model.text_encoder.config.num_hidden_layers)
+                | ref.clip_l_generic("clip_l", model.text_encoder_2.config.num_hidden_layers))
     if name in ("wan", "wan22-a14b"):
         return ref.wan_map(tr.num_layers, model.text_encoder.config.num_layers)
     micro = bool(tr.use_additional_conditions) if tr.use_additional_conditions is not None else tr.sample_size == 128
@@ -145,7 +155,8 @@ def test_every_kohya_layer_name_is_one_comfyui_maps_and_reads_back(name, tmp_pat
     with safe_open(str(path), "pt") as f:
         keys = list(f.keys())
     layers = {k.rsplit(".", 2)[0] if k.endswith(".weight") else k.rsplit(".", 1)[0] for k in keys}
-    assert len(layers) == sum(len(lora_state_dict(m)) // 2 for m in parts.values())
+    trained = {(part, k.rsplit(".lora_", 1)[0]) for part, m in parts.items() for k in lora_state_dict(m)}
+    assert len(layers) == len({names.get(part, {}).get(path, (part, path)) for part, path in trained})  # fused layers are one
     dropped = sorted(layers - comfy_names(name, model))
     assert not dropped, f"{len(dropped)} of {len(layers)} layers ComfyUI would skip: {dropped[:4]}"
 
@@ -230,3 +241,87 @@ def test_comfyui_maps_every_layer_of_a_hidream_diffusers_lora(tmp_path):
     with safe_open(str(path), "pt") as f:
         layers = {k.split(".lora_")[0] for k in f.keys()}
     assert layers and not sorted(layers - comfy_names("hidream", model))
+
+
+def test_hunyuan_video_comfy_file_applied_as_comfyui_does_is_the_diffusers_file(tmp_path):
+    """Each layer of our COMFY_LORA file, applied to its original weight as ComfyUI's calculate_weight
+    does (up @ down * alpha / rank), is exactly the DIFFUSERS_LORA file's deltas stacked into that
+    weight as diffusers' converter splits it (fused q/k/v and the wider MLP input; the final
+    modulation's halves swapped); every original weight is patched, none dropped."""
+    from safetensors.torch import load_file
+
+    from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, save_lora
+
+    model = _model("hunyuan-video")
+    parts = _train_full(model)
+    comfy = load_file(str(save_lora(tmp_path / "c.safetensors", parts, base_model_version=model.lora_base_model_version,
+                                    lora_format=KOHYA, module_names=model.lora_module_names())))
+    peft = load_file(str(save_lora(tmp_path / "d.safetensors", parts, lora_format=DIFFUSERS)))  # alpha / rank folded into lora_B
+    theirs = {}
+    for key in {k.rsplit(".", 2)[0] for k in comfy if k.endswith(".lora_down.weight") and k.startswith("diffusion_model.")}:
+        down, up = comfy[f"{key}.lora_down.weight"], comfy[f"{key}.lora_up.weight"]
+        theirs[key.removeprefix("diffusion_model.")] = up @ down * (comfy[f"{key}.alpha"].item() / down.shape[0])
+    tr = model.transformer.config
+    rows = ref.hunyuan_video_rows(tr.num_layers, tr.num_single_layers, tr.num_refiner_layers)
+    assert theirs.keys() == set(ref.hunyuan_video_original(tr.num_layers, tr.num_single_layers, tr.num_refiner_layers, True)) == rows.keys()
+    for key, (layers, swap) in rows.items():
+        deltas = [peft[f"transformer.{p}.lora_B.weight"] @ peft[f"transformer.{p}.lora_A.weight"] for p in layers]
+        expected = torch.cat(deltas)
+        if swap:
+            expected = torch.cat(expected.chunk(2)[::-1])
+        torch.testing.assert_close(theirs[key], expected, rtol=1e-5, atol=1e-5, msg=key)
+
+
+def _onetrainer_hunyuan_names(double: int, single: int, refiner: int) -> dict[str, str]:
+    """ComfyUI's HunyuanVideo keys -> OneTrainer's (HunyuanVideoModel.diffusers_to_original, fusion_groups)."""
+    out = {"txt_in.input_embedder": "txt_in.input_embedder", "final_layer.linear": "final_layer.linear",
+           "final_layer.adaLN_modulation.1": "final_layer.adaLN_modulation.1", "vector_in.in_layer": "vector_in.in_layer",
+           "vector_in.out_layer": "vector_in.out_layer", "time_in.in_layer": "time_in.mlp.0", "time_in.out_layer": "time_in.mlp.2",
+           "guidance_in.in_layer": "guidance_in.mlp.0", "guidance_in.out_layer": "guidance_in.mlp.2",
+           "txt_in.t_embedder.in_layer": "txt_in.t_embedder.mlp.0", "txt_in.t_embedder.out_layer": "txt_in.t_embedder.mlp.2",
+           "txt_in.c_embedder.in_layer": "txt_in.c_embedder.linear_1", "txt_in.c_embedder.out_layer": "txt_in.c_embedder.linear_2"}
+    for i in range(refiner):
+        b = f"txt_in.individual_token_refiner.blocks.{i}"
+        out |= {f"{b}.{a}": f"{b}.{o}" for a, o in (("self_attn.qkv", "self_attn_qkv"), ("self_attn.proj", "self_attn_proj"),
+                                                    ("mlp.0", "mlp.fc1"), ("mlp.2", "mlp.fc2"), ("adaLN_modulation.1", "adaLN_modulation.1"))}
+    for i in range(double):
+        b = f"double_blocks.{i}"
+        for s in ("img", "txt"):
+            out |= {f"{b}.{s}_{a}": f"{b}.{s}_{o}" for a, o in (("attn.qkv", "attn_qkv"), ("attn.proj", "attn_proj"), ("mlp.0", "mlp.fc1"),
+                                                                ("mlp.2", "mlp.fc2"), ("mod.lin", "mod.linear"))}
+    for i in range(single):
+        b = f"single_blocks.{i}"
+        out |= {f"{b}.linear1": f"{b}.linear1", f"{b}.linear2": f"{b}.linear2", f"{b}.modulation.lin": f"{b}.modulation.linear"}
+    return out
+
+
+@pytest.mark.parametrize("entries", ["peft", "kohya"])
+def test_a_hunyuan_video_lora_in_onetrainers_names_reads_back(entries, tmp_path):
+    """OneTrainer's COMFY_LORA (`diffusion_model.double_blocks.0.img_attn_qkv.lora_A.weight`) and KOHYA_LORA
+    (`lora_unet_double_blocks_0_img_mlp_fc1.lora_down.weight`) spellings of our file read back to the same layers."""
+    from safetensors.torch import load_file, save_file
+
+    from ot_gradio.training.lora import lora_state_dict
+    from ot_gradio.training.lora_format import KOHYA, load_lora_file, save_lora
+
+    model = _model("hunyuan-video")
+    parts = {"transformer": _train_full(model)["transformer"]}
+    ours = load_file(str(save_lora(tmp_path / "c.safetensors", parts, base_model_version=model.lora_base_model_version,
+                                   lora_format=KOHYA, module_names=model.lora_module_names())))
+    tr = model.transformer.config
+    names = _onetrainer_hunyuan_names(tr.num_layers, tr.num_single_layers, tr.num_refiner_layers)
+    theirs = {}
+    for key, value in ours.items():
+        layer, _, entry = key.removeprefix("diffusion_model.").rpartition(".lora_") if ".lora_" in key else (
+            key.removeprefix("diffusion_model.").removesuffix(".alpha"), "", "alpha")
+        name = names[layer]
+        if entries == "peft":
+            entry = {"down.weight": "lora_A.weight", "up.weight": "lora_B.weight"}.get(entry, entry)
+            theirs[f"diffusion_model.{name}.{entry}"] = value
+        else:
+            theirs[f"lora_unet_{name.replace('.', '_')}.{entry if entry == 'alpha' else 'lora_' + entry}"] = value
+    save_file(theirs, str(tmp_path / "ot.safetensors"))
+    loaded = load_lora_file(tmp_path / "ot.safetensors", module_names=model.lora_module_names(), denoiser=model.denoiser)
+    expected = lora_state_dict(parts["transformer"])
+    assert loaded.parts["transformer"].keys() == expected.keys()
+    assert all(torch.equal(loaded.parts["transformer"][k], expected[k]) for k in expected)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ot_gradio.training.lora_fusion import fuse_layers, split_layer
+from ot_gradio.training.lora_fusion import fuse_layers, split_layer, swap_halves
 
 
 def _members(rank: int = 2, width: int = 8, dora: bool = False, seed: int = 0) -> list[dict[str, torch.Tensor]]:
@@ -49,6 +49,39 @@ def test_a_layer_trained_fused_splits_into_its_row_blocks_at_its_rank():
     torch.testing.assert_close(torch.cat([_delta(layer, alpha) for layer, alpha in back]), _delta(fused, 2.0), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("trained_fused", [False, True], ids=["ours", "trained-fused"])
+def test_members_of_unequal_widths_split_back_by_the_models_widths(trained_fused):
+    """HunyuanVideo's single-block linear1 is q, k, v (8 rows each) and the MLP input (16): fused
+    and split by those widths, exactly, whether block-diagonal (ours) or one adapter (OneTrainer's)."""
+    gen = torch.Generator().manual_seed(2)
+    widths = (8, 8, 8, 16)
+    members = [{"lora_A.weight": torch.randn(2, 8, generator=gen), "lora_B.weight": torch.randn(w, 2, generator=gen)} for w in widths]
+    fused = fuse_layers("linear1", members)
+    if trained_fused:
+        fused = {"lora_A.weight": torch.randn(8, 8, generator=gen), "lora_B.weight": torch.randn(40, 8, generator=gen)}
+    assert fused["lora_B.weight"].shape == (40, 8)
+    back = split_layer("linear1", fused, 4 * 0.5, 4, widths)
+    torch.testing.assert_close(torch.cat([_delta(layer, alpha) for layer, alpha in back]), _delta(fused, 4 * 0.5), rtol=0, atol=1e-6)
+    assert [layer["lora_B.weight"].shape[0] for layer, _ in back] == list(widths)
+    if not trained_fused:
+        assert all(alpha == 0.5 and all(torch.equal(layer[k], m[k]) for k in m) for (layer, alpha), m in zip(back, members, strict=True))
+    with pytest.raises(ValueError, match=r"its 40 output rows are not the model's 4 parts of 8, 8, 8, 8 rows"):
+        split_layer("linear1", fused, 2.0, 4, (8, 8, 8, 8))
+
+
+def test_a_swapped_layer_swaps_the_halves_of_its_delta_and_back():
+    gen = torch.Generator().manual_seed(3)
+    layer = {"lora_A.weight": torch.randn(2, 8, generator=gen), "lora_B.weight": torch.randn(12, 2, generator=gen),
+             "lora_magnitude_vector": torch.rand(12, generator=gen)}
+    swapped = swap_halves("final", layer)
+    delta = _delta(layer, 1.0)
+    assert torch.equal(_delta(swapped, 1.0), torch.cat([delta[6:], delta[:6]]))
+    assert torch.equal(swapped["lora_magnitude_vector"], torch.cat([layer["lora_magnitude_vector"][6:], layer["lora_magnitude_vector"][:6]]))
+    assert all(torch.equal(v, layer[k]) for k, v in swap_halves("final", swapped).items())
+    with pytest.raises(ValueError, match="'final' is written on a weight whose halves the original model swaps"):
+        swap_halves("final", {"hada_w1_a": torch.zeros(8, 2)})
+
+
 def test_what_does_not_fuse_exactly_is_refused_naming_the_way_out():
     loha = {"hada_w1_a": torch.zeros(8, 2), "hada_w1_b": torch.zeros(2, 8), "hada_w2_a": torch.zeros(8, 2), "hada_w2_b": torch.zeros(2, 8)}
     with pytest.raises(ValueError, match="'qkv' is written on the fused q/k/v weight.*DIFFUSERS_LORA"):
@@ -66,28 +99,40 @@ def test_a_fused_weight_trained_on_only_some_of_its_layers_is_refused(tmp_path):
         save_lora_parts(tmp_path / "k.safetensors", {"transformer": q}, 2, 1.0, lora_format=KOHYA, module_names=names)
 
 
+@pytest.mark.parametrize("model_type", ["IDEOGRAM_4", "HUNYUAN_VIDEO"])
 @pytest.mark.parametrize(("settings", "said"), [
     ({"peft_type": "LOHA"}, "LOHA's do not"), ({"lora_decompose": True}, "DoRA (lora_decompose)'s do not"),
 ])
-def test_an_adapter_that_does_not_fuse_is_refused_before_the_run_for_the_fused_formats(settings, said):
+def test_an_adapter_that_does_not_fuse_is_refused_before_the_run_for_the_fused_formats(settings, said, model_type):
     from ot_gradio.config.doctor import errors
     from ot_gradio.config.io import load_config
 
-    base = {"model_type": "IDEOGRAM_4", "training_method": "LORA", **settings}
+    base = {"model_type": model_type, "training_method": "LORA", **settings}
     problems = [p for p in errors(load_config({**base, "output_model_format": "COMFY_LORA"}).config) if "fused qkv" in p]
     assert len(problems) == 1 and said in problems[0] and problems[0].endswith("or save as DIFFUSERS_LORA")
     assert not [p for p in errors(load_config({**base, "output_model_format": "DIFFUSERS_LORA"}).config) if "fused qkv" in p]
-    assert not [p for p in errors(load_config({"model_type": "IDEOGRAM_4", "training_method": "LORA",
+    assert not [p for p in errors(load_config({"model_type": model_type, "training_method": "LORA",
                                                "output_model_format": "COMFY_LORA"}).config) if "fused qkv" in p]
 
 
-def test_a_layer_filter_that_takes_part_of_a_fused_weight_is_refused_before_the_first_step():
+# model type, layer filter settings, what is refused
+PARTIAL = [("IDEOGRAM_4", {"layer_filter_preset": "custom", "layer_filter": "to_q,to_out"},
+            r"'diffusion_model\.layers\.0\.attention\.qkv' is one fused weight.*trained: layers\.0\.attention\.to_q;"),
+           ("HUNYUAN_VIDEO", {"layer_filter_preset": "attn-only"},  # the single blocks' q, k, v without their MLP input
+            r"'diffusion_model\.single_blocks\.0\.linear1' is one fused weight of .*proj_mlp; train all")]
+
+
+@pytest.mark.parametrize(("model_type", "layers", "refused"), PARTIAL, ids=[p[0] for p in PARTIAL])
+def test_a_layer_filter_that_takes_part_of_a_fused_weight_is_refused_before_the_first_step(model_type, layers, refused):
     from ot_gradio.config.io import load_config
+    from ot_gradio.models.hunyuan_video import HunyuanVideo
     from ot_gradio.models.ideogram4 import Ideogram4
+    from ot_gradio.models.tiny.hunyuan_video import tiny_hunyuan_video_components
     from ot_gradio.models.tiny.ideogram4 import tiny_ideogram4_components
     from ot_gradio.training.methods import get_method
 
-    cfg = load_config({"model_type": "IDEOGRAM_4", "training_method": "LORA", "output_model_format": "COMFY_LORA",
-                       "layer_filter_preset": "custom", "layer_filter": "to_q,to_out"}).config
-    with pytest.raises(ValueError, match=r"'diffusion_model\.layers\.0\.attention\.qkv' is one fused weight.*trained: layers\.0\.attention\.to_q;"):
-        get_method(cfg.training_method).setup(Ideogram4(tiny_ideogram4_components()), cfg, torch.device("cpu"))
+    cfg = load_config({"model_type": model_type, "training_method": "LORA", "output_model_format": "COMFY_LORA", **layers,
+                       "text_encoder": {"train": False}, "text_encoder_2": {"train": False}}).config
+    model = Ideogram4(tiny_ideogram4_components()) if model_type == "IDEOGRAM_4" else HunyuanVideo(tiny_hunyuan_video_components())
+    with pytest.raises(ValueError, match=refused):
+        get_method(cfg.training_method).setup(model, cfg, torch.device("cpu"))

@@ -1,6 +1,7 @@
 """HunyuanVideo text-to-video: a Llama text encoder (its hidden states) and CLIP-L (pooled), the
 HunyuanVideo causal 3D VAE (4x in time, 8x per side) and a guidance-distilled patch (1, 2, 2)
-video transformer; LORA only for now (models/hunyuan_video.py)."""
+video transformer; LORA only for now (models/hunyuan_video.py). Its KOHYA_LORA / COMFY_LORA hold ComfyUI's
+names, q/k/v fused (models/comfy_lora_names.py)."""
 
 from ..enums import ModelType as M
 from ..enums import TrainingMethod as T
@@ -12,9 +13,9 @@ FAMILIES = {
         ("transformer", "text_encoder", "text_encoder_2", "vae"), "transformer", ("text_encoder", "text_encoder_2"),
         methods=(T.LORA,), implemented=True, bucket_step=16, frame_step=4, schedule="flow_matching",  # bucket: VAE 8 x patch 2
         diffusers_lora=("HunyuanVideoPipeline", ()), text_encoder_labels=("Llama", "CLIP-L"),
-        kohya_unread=("HunyuanVideo's kohya-layout LoRA is written with diffusers' layer names, which ComfyUI does not map "
-                      "(its HunyuanVideo LoRAs fuse q, k and v into one layer) and diffusers does not read, so only this "
-                      "trainer loads it; HunyuanVideoPipeline.load_lora_weights reads DIFFUSERS_LORA"),
+        # KOHYA_LORA / COMFY_LORA: ComfyUI's names, q/k/v (and the single blocks' MLP input) one fused layer each
+        # (models/comfy_lora_names.py hunyuan_video)
+        lora_fused_qkv=True,
         preset="hunyuan-video-lora", preset_note="512 px area, 17 frames at 24 fps",
         # hunyuanvideo-community/HunyuanVideo: transformer/config.json (20 double and 40 single blocks
         # of 3072), the llava-llama-3-8b text model (32 layers of 4096, 128,320 tokens) and
