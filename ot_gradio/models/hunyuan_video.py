@@ -71,7 +71,7 @@ class HunyuanVideo(VideoSampling, FlowFamily):
     folder_parts = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler")
     default_config_repo = "hunyuanvideo-community/HunyuanVideo"
     lora_base_model_version = "hunyuan_video"
-    embedding_keys: dict[str, str] = {}
+    embedding_keys = {"text_encoder": "llama", "text_encoder_2": "clip_l"}  # OneTrainer's (its HunyuanVideoEmbeddingSaver)
     patch_size = None  # the transformer config's 2 (and patch_size_t 1)
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": LLAMA_PRESETS, "text_encoder_2": CLIP_PRESETS}
     default_steps, default_cfg_scale = 30, 6.0

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import clip_run, imported, local_pipeline, lora_load_problems, tiny_fixture, video_latents
+from tests.e2e.runs import clip_run, imported, local_pipeline, lora_load_problems, run_until_done, tiny_fixture, video_latents
 from tests.video_clips import write_clips_and_an_image
 
 pytestmark = pytest.mark.slow
@@ -37,3 +38,26 @@ def test_lora_from_clips_and_an_image_reloads_in_the_hunyuan_video_pipeline(tiny
     before = _video(pipe)
     assert lora_load_problems(pipe, tmp_path / "out" / "lora.safetensors") == []
     assert np.abs(_video(pipe) - before).max() > 1e-3
+
+
+def test_embedding_from_clips_trains_new_tokens_in_the_llama_and_clip(tiny_hunyuan_video, tmp_path):
+    """OneTrainer's HunyuanVideo EMBEDDING: new tokens in the Llama and CLIP-L train on clips; the
+    file holds OneTrainer's keys (llama, clip_l); a sample with the embedding is a clip."""
+    from safetensors.torch import load_file
+
+    from ot_gradio.models.hunyuan_video import HunyuanVideo
+
+    data = write_clips_and_an_image(tmp_path / "clips", "a photo of <embedding>, " + PROMPT)
+    config = imported(PRESETS_DIR / "hunyuan-video-lora.json", tiny_hunyuan_video.diffusers_dir, data, tmp_path, "emb.safetensors",
+                      resolution="64", frames="5", epochs=1, learning_rate=0.05, train_dtype="FLOAT_32", training_method="EMBEDDING",
+                      output_model_format="SAFETENSORS", embedding={"token_count": 2, "initial_embedding_text": "square"},
+                      samples=[{"prompt": "a photo of <embedding>", "height": 64, "width": 64, "diffusion_steps": 2}],
+                      sample_after=1, sample_after_unit="EPOCH")
+    _, events = run_until_done(config, tmp_path)
+    vectors = load_file(str(tmp_path / "out" / "emb.safetensors"))
+    assert sorted(vectors) == ["clip_l", "llama"] and all(v.shape[0] == 2 for v in vectors.values())
+    model = HunyuanVideo.load(str(tiny_hunyuan_video.diffusers_dir))
+    ids = model.tokenizers["text_encoder"]("square", add_special_tokens=False).input_ids[:2]
+    start = model.text_encoder.get_input_embeddings().weight[ids].detach().float()
+    assert start.shape == vectors["llama"].shape and not torch.allclose(vectors["llama"].float(), start)
+    assert [e for e in events if e["type"] == "sample" and e["path"].endswith(".mp4")]

@@ -1,6 +1,6 @@
-"""FINE_TUNE of the video families beyond OneTrainer (Wan 2.1, Wan 2.2 TI2V 5B and T2V A14B,
-LTX-2) on their tiny models: our preset switched to FINE_TUNE, trained in a worker process on three
-clips and an image; the saved diffusers folder loads in the family's own pipeline, its trained
+"""FINE_TUNE of the video families (Wan 2.1, Wan 2.2 TI2V 5B and T2V A14B, LTX-2, which OneTrainer
+lacks, and HunyuanVideo, as OneTrainer fine-tunes it) on their tiny models: our preset switched to
+FINE_TUNE, trained in a worker process on three clips and an image; the saved diffusers folder loads in the family's own pipeline, its trained
 transformer changed (for A14B the trained expert only) and every other part as it was."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ CASES = {
     "WAN_2_2_TI2V_5B": ("wan22-5b", "wan22-ti2v-5b-lora.json", "5", {}, "transformer", None),
     "WAN_2_2_T2V_A14B": ("wan22-a14b", "wan22-t2v-a14b-lora.json", "5", {"trained_expert": "LOW_NOISE"}, "transformer_2", "transformer"),
     "LTX_2": ("ltx2", "ltx2-lora.json", "9", {"text_encoder_sequence_length": 64}, "transformer", None),
+    "HUNYUAN_VIDEO": ("hunyuan_video", "hunyuan-video-lora.json", "5", {}, "transformer", None),  # OneTrainer's FINE_TUNE
 }
 
 
