@@ -25,13 +25,24 @@ What Wan 2.1 is (diffusers' WanPipeline):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import torch
 
-from ot_gradio.config.enums import Expert, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, module_device, turns_on_device, wan_vae_decode, wan_vae_encode
+from ot_gradio.config.enums import DataType, Expert, ModelType
+from ot_gradio.models.common import (
+    ModelLoadError,
+    base_module,
+    cast_state_dict,
+    module_device,
+    turns_on_device,
+    wan_vae_decode,
+    wan_vae_encode,
+)
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype, flow_training_scheduler
+from ot_gradio.models.key_layout import save_tensors
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.video_family import VideoSampling
 
@@ -53,7 +64,7 @@ class Wan21(VideoSampling, TokenWindow, IdentityLoraNames, FlowFamily):
     default_config_repo = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
     lora_base_model_version = "wan_2_1"
     comfy_lora_names = "wan"  # KOHYA_LORA: ComfyUI's names (models/comfy_lora_names.py)
-    embedding_keys: dict[str, str] = {}
+    single_file_layout = "original"  # Wan-AI's transformer files (ComfyUI's), through diffusers' converter; written by wan_keys.py
     t5_part = "text_encoder"
     patch_size = None  # the transformer config's (1, 2, 2)
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": UMT5_PRESETS}
@@ -70,6 +81,14 @@ class Wan21(VideoSampling, TokenWindow, IdentityLoraNames, FlowFamily):
                                  "pick the model type WAN_2_2_T2V_A14B.")
         self.noise_scheduler = flow_training_scheduler(self.scheduler)
         self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
+
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
+        """The transformer alone in the original layout (ORIGINAL_TRANSFORMER / COMFY_TRANSFORMER: the
+        file ComfyUI loads and `from_single_file` reads back); the text encoder and VAE are the base model's."""
+        from ot_gradio.models.wan_keys import original_state_dict
+
+        weights, dtype, header = self.transformer_file_contents(dtype, self.lora_base_model_version, metadata)
+        return save_tensors(path, original_state_dict(cast_state_dict(weights, dtype)), header)
 
     def configure_flow(self, config) -> None:
         """The run's token window (`text_encoder_sequence_length`; blank: 512), then the video
@@ -162,6 +181,7 @@ class Wan22T2VA14B(Wan21):
     LOW_NOISE one into `transformer_2` with load_into_transformer_2=True."""
 
     family_name = "Wan 2.2 T2V A14B"
+    single_file_layout = None  # two experts: a transformer file would not say which one it is
     default_config_repo = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
     lora_base_model_version = "wan_2_2_t2v_a14b"
     two_experts = True

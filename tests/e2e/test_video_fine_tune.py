@@ -56,3 +56,22 @@ def test_a_video_fine_tune_saves_a_folder_its_pipeline_loads(model_type, tmp_pat
         assert saved.keys() == original.keys() and all(torch.equal(saved[k].float(), original[k].float()) for k in saved), part
     pipe = local_pipeline(out)
     assert type(pipe).__name__ == type(local_pipeline(tiny.diffusers_dir)).__name__
+
+
+def test_a_wan_fine_tune_saves_the_transformer_file_comfyui_loads(tmp_path):
+    """ORIGINAL_TRANSFORMER: the fine-tuned transformer alone in Wan-AI's names, read back as
+    `transformer.model_name` over the base model."""
+    from ot_gradio.models.tiny import all_tiny_models
+    from ot_gradio.models.wan import Wan21
+
+    tiny = all_tiny_models()["tiny:wan"][1](tmp_path / "tiny")
+    data = write_clips_and_an_image(tmp_path / "clips", PROMPT)
+    config = imported(PRESETS_DIR / "wan21-lora.json", tiny.diffusers_dir, data, tmp_path, "wan.safetensors", resolution="64",
+                      frames="5", epochs=1, learning_rate=1e-3, training_method="FINE_TUNE", output_model_format="ORIGINAL_TRANSFORMER",
+                      output_dtype="FLOAT_32", train_dtype="FLOAT_32", optimizer={"optimizer": "ADAMW"}, samples=[], latent_caching=True)
+    config["transformer"] = {**config["transformer"], "train": True, "weight_dtype": "FLOAT_32"}
+    run_until_done(config, tmp_path)
+    out = tmp_path / "out" / "wan.safetensors"
+    tuned = Wan21.load(str(tiny.diffusers_dir), part_models={"transformer": str(out)}).transformer.state_dict()
+    base = _weights(tiny.diffusers_dir, "transformer")
+    assert tuned.keys() == base.keys() and [k for k in tuned if not torch.equal(tuned[k], base[k])]

@@ -80,12 +80,14 @@ def test_a_transformer_file_that_cannot_be_had_is_one_clear_line_before_loading(
         ZImage.load("tiny:z-image", offline=True, cache_dir=str(tmp_path), part_models={"transformer": value})
 
 
-@pytest.mark.parametrize("family", ["sd3", "pixart", "ideogram4"])  # Ideogram 4 writes one (OneTrainer's), which nothing reads
+# Ideogram 4 writes one (OneTrainer's), which nothing reads; a Wan 2.2 A14B file would not say which expert it is
+@pytest.mark.parametrize("family", ["sd3", "pixart", "ideogram4", "wan22-a14b"])
 def test_a_family_that_reads_no_transformer_file_says_so(family):
     from ot_gradio.models.ideogram4 import Ideogram4
     from ot_gradio.models.pixart import PixArtAlpha
     from ot_gradio.models.sd3 import StableDiffusion3
+    from ot_gradio.models.wan import Wan22T2VA14B
 
-    cls = {"sd3": StableDiffusion3, "pixart": PixArtAlpha, "ideogram4": Ideogram4}[family]
+    cls = {"sd3": StableDiffusion3, "pixart": PixArtAlpha, "ideogram4": Ideogram4, "wan22-a14b": Wan22T2VA14B}[family]
     with pytest.raises(ModelLoadError, match=r"^transformer\.model_name: .*base model only; leave it blank"):
         cls.load(f"tiny:{family}", part_models={"transformer": "t.safetensors"})

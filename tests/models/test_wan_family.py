@@ -157,3 +157,27 @@ def test_wan22_a14b_samples_with_one_expert_on_the_device_at_a_time():
         other = "low" if this == "high" else "high"
         assert events[i - 2: i] == [f"move {other}", f"move {this}"], events[max(0, i - 3): i + 1]
     assert not model.transformer._forward_pre_hooks and not model.idle_expert._forward_pre_hooks
+
+
+@pytest.mark.parametrize("tiny", ["wan", "wan22-5b"])
+def test_the_transformer_file_is_the_original_layout_read_back_by_diffusers(tiny, tmp_path):
+    """ORIGINAL_TRANSFORMER writes Wan-AI's names (the file ComfyUI loads): diffusers' own converter
+    of that layout gives back every weight exactly, and the file loads as `transformer.model_name`."""
+    from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
+    from safetensors.torch import load_file
+
+    from ot_gradio.models.tiny import all_tiny_models
+    from ot_gradio.models.wan import Wan21
+
+    saved = all_tiny_models()[f"tiny:{tiny}"][1](tmp_path / "base")
+    model = Wan21.load(str(saved.diffusers_dir))
+    with torch.no_grad():  # a changed weight, to see it come back from the file
+        model.transformer.blocks[0].attn1.to_q.weight.add_(1.0)
+    file = model.save_single_file(tmp_path / "wan.safetensors", torch.float32)
+    original = load_file(str(file))
+    assert "head.modulation" in original and "blocks.0.self_attn.q.weight" in original and "blocks.0.norm3.weight" in original
+    ours = model.transformer.state_dict()
+    back = convert_wan_transformer_to_diffusers(dict(original))
+    assert back.keys() == ours.keys() and all(torch.equal(back[k], ours[k]) for k in ours)
+    reloaded = Wan21.load(str(saved.diffusers_dir), part_models={"transformer": str(file)}).transformer.state_dict()
+    assert all(torch.equal(reloaded[k], ours[k]) for k in ours)

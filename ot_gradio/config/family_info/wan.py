@@ -12,7 +12,7 @@ UMT5_XXL = 5_680_910_336  # google/umt5-xxl's encoder (24 layers of 4096, 256,38
 FAMILIES = {
     M.WAN_2_1: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, bucket_step=16, frame_step=4, schedule="flow_matching", diffusers_lora=("WanPipeline", ()),  # bucket: VAE 8 x patch 2
+        implemented=True, transformer_file=True, gguf=True, bucket_step=16, frame_step=4, schedule="flow_matching", diffusers_lora=("WanPipeline", ()),  # bucket: VAE 8 x patch 2
         text_encoder_labels=("UMT5",), preset="wan21-lora", preset_note="640 px area, 17 frames at 16 fps",
         # Wan2.1-T2V-1.3B-Diffusers: transformer/config.json (30 layers of 1536, 12 heads, FFN 8960,
         # text width 4096), the UMT5-XXL encoder (24 layers of 4096, 256,384 tokens, embedding
@@ -21,7 +21,7 @@ FAMILIES = {
     ),
     M.WAN_2_2_TI2V_5B: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, bucket_step=32, frame_step=4, schedule="flow_matching", diffusers_lora=("WanPipeline", ()),  # bucket: VAE 16 x patch 2
+        implemented=True, transformer_file=True, gguf=True, bucket_step=32, frame_step=4, schedule="flow_matching", diffusers_lora=("WanPipeline", ()),  # bucket: VAE 16 x patch 2
         text_encoder_labels=("UMT5",), preset="wan22-ti2v-5b-lora", preset_note="704 px area, 17 frames at 24 fps",
         # Wan2.2-TI2V-5B-Diffusers: transformer/config.json (30 layers of 3072, 24 heads, FFN 14336,
         # 48 channels in and out), the same UMT5-XXL, and Wan 2.2's VAE (base width 160, decoder
