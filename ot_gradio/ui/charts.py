@@ -27,11 +27,17 @@ def bucket_order(names: list[str]) -> list[str]:
     return sorted(dict.fromkeys(names), key=key)
 
 
+MIN_COUNT_SPAN = 5  # an image-count axis reaches at least this: whole-image ticks on a short chart
+
+
 def bucket_chart(frame) -> Any:
-    """A bucket bar chart's update: its rows, the bars in aspect order."""
+    """A bucket bar chart's update: its rows, the bars in aspect order, the count axis from 0 (the
+    chart's own axis started at the smallest count, so a bucket of one image drew no bar) to at
+    least MIN_COUNT_SPAN images (not ticked 1.5, 2.5)."""
     if frame is None or not len(frame):
         return frame
-    return gr.update(value=frame, sort=bucket_order(list(frame["bucket"])))
+    tallest = int(frame.groupby("bucket")["images"].sum().max())  # the report stacks its concepts' bars
+    return gr.update(value=frame, sort=bucket_order(list(frame["bucket"])), y_lim=[0, max(MIN_COUNT_SPAN, tallest)])
 
 
 def step_span(last_step: float | None, total_steps: int | None) -> int:

@@ -111,7 +111,7 @@ class ConceptsTab:
         with gr.Accordion("Statistics", open=True):
             self.refresh = gr.Button("Refresh statistics", elem_id="concept-stats-refresh")
             self.stats = gr.Markdown("")
-            self.buckets = gr.BarPlot(x="bucket", y="images", title="Aspect buckets", height=220)
+            self.buckets = gr.BarPlot(x="bucket", y="images", title="Aspect buckets", height=220, elem_id="concept-buckets")
         self.outputs = [self.selector, *(f.component for f in self.fields.values())]
         # the fields' edits, logged in the browser with the concept selected (ui/edit_log.py)
         self.log, self.applied = edit_log.build("concept-edit-log")

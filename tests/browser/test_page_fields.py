@@ -60,6 +60,10 @@ def test_pasted_values_are_saved_and_a_folder_of_images_is_listed(module_app, pa
     wait_for(lambda: concept(module_app).get("path") == str(images), "the pasted folder to be saved")
     page.locator("#concept-stats-refresh").click()
     wait_for(lambda: "8 images" in page.locator("#tab-concepts").inner_text(), "the statistics of the pasted folder")
+    ticks = '#concept-buckets g.role-axis[aria-label^="Y-axis"] .role-axis-label text'
+    wait_for(lambda: page.locator(ticks).count() > 1, "the bucket chart's count axis")
+    counts = page.locator(ticks).evaluate_all("es => es.map(e => e.textContent)")
+    assert counts[0] == "0" and all(c.isdigit() for c in counts), counts  # from 0, whole images (it began at the smallest count)
 
     paste(page, "concept-concepts-name", "mycat")
     wait_for(lambda: concept(module_app).get("name") == "mycat", "the pasted name to be saved")

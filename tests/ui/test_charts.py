@@ -11,6 +11,9 @@ def test_buckets_run_from_the_tallest_to_the_widest_not_as_text():
     frame = pd.DataFrame({"bucket": ["640x384", "512x512", "640x384"], "concept": ["a", "a", "b"], "images": [1, 2, 3]})
     update = bucket_chart(frame)
     assert update["sort"] == ["512x512", "640x384"] and update["value"] is frame
+    assert update["y_lim"] == [0, 5]  # from 0: a bucket of one image has a bar; whole-image ticks
+    many = pd.DataFrame({"bucket": ["512x512", "512x512"], "concept": ["a", "b"], "images": [7, 4]})
+    assert bucket_chart(many)["y_lim"] == [0, 11]  # the report's bars stack the concepts
 
 
 def test_a_step_axis_spans_the_run_and_at_least_ten_steps():
