@@ -13,6 +13,7 @@ import gradio as gr
 
 from ..runner import history
 from ..runner.rundir import RunDir, runs_root
+from .charts import step_chart
 from .monitor import numeric_frame
 
 MAX_COMPARED = 4
@@ -103,7 +104,7 @@ class RunsTab:
         # the button downloads the value it holds when clicked: it gets the file here (a copy in
         # gradio's cache, served whatever folder the model is in)
         button = gr.update(value=self.output.move_resource_to_block_cache(output), visible=True) if output else gr.update(value=None, visible=False)
-        return (losses, lrs, run.log_tail(80), json.dumps(config, indent=2), note, self.cached(self.gallery, samples),
+        return (step_chart(losses), step_chart(lrs), run.log_tail(80), json.dumps(config, indent=2), note, self.cached(self.gallery, samples),
                 gr.update(open=True), button)
 
     def output_path(self, run: RunDir, config: dict[str, Any]) -> str | None:
@@ -138,7 +139,7 @@ class RunsTab:
         differing = [[path, " | ".join(f"{n}: {v}" for n, v in zip(selected, values, strict=False))]
                      for path, values in data["differing"].items()]
         gallery = [(path, f"{run} · step {step} · {prompt}") for prompt, step, items in data["samples"] for run, path in items]
-        return frame, differing, self.cached(self.gallery, gallery)
+        return step_chart(frame), differing, self.cached(self.gallery, gallery)
 
     def load_config(self, selected: list[str] | None):
         run = self._first(selected)

@@ -54,6 +54,8 @@ def test_refresh_lists_runs_newest_first(runs):
 def test_open_gives_float_charts_log_config_samples_and_a_confined_output(runs):
     tab, ws, _, _, elsewhere = runs
     losses, lrs, log, config, note, samples, details, button = tab.open(["run-one", "run-two"])
+    assert losses["x_lim"] == lrs["x_lim"] == [0, 50]  # a 2-step run: whole-step ticks (charts.step_chart)
+    losses, lrs = losses["value"], lrs["value"]
     assert details["open"] is True  # the log, config and output are shown
     assert [caption for _, caption in samples] == ["run-one · step 2 · a dog"]
     assert Image.open(samples[0][0]).getpixel((0, 0)) == (255, 0, 0)  # run-one's own sample
@@ -80,6 +82,7 @@ def test_open_gives_float_charts_log_config_samples_and_a_confined_output(runs):
 def test_compare_overlays_lists_differences_and_shows_samples_side_by_side(runs):
     tab, *_ = runs
     frame, differing, gallery = tab.compare(["run-one", "run-two"])
+    frame = frame["value"]
     assert str(frame["step"].dtype) == "float64" and str(frame["loss"].dtype) == "float64"
     assert sorted(set(frame["run"])) == ["run-one", "run-two"] and len(frame) == 5
     fields = dict(differing)
