@@ -37,8 +37,7 @@ from collections.abc import Iterable, Mapping
 from torch import nn
 
 from ot_gradio.models.flux2_names import ORIGINAL_NAMED_DOUBLE, ORIGINAL_NAMED_SINGLE, ORIGINAL_NAMED_TOP
-from ot_gradio.models.key_layout import LayerName, fused_qkv_name, layer_paths
-from ot_gradio.training.lora_fusion import fused_groups
+from ot_gradio.models.key_layout import LayerName, fused_groups, fused_qkv_name, layer_paths
 
 # a rename that starts so is the whole layer name in the file, not a module path under the part's prefix
 FULL_NAME_PREFIXES = ("lora_unet_", "lora_transformer_", "lora_te", "lycoris_", "transformer.", "diffusion_model.",

@@ -54,6 +54,14 @@ class LayerName(str):
         return LayerName(text, self.widths, self.swap)
 
 
+def fused_groups(names: Mapping[str, str]) -> dict[str, list[str]]:
+    """Layer name -> the module paths given it, in order: more than one is a fused weight."""
+    out: dict[str, list[str]] = {}
+    for path, new in names.items():
+        out.setdefault(new, []).append(path)
+    return out
+
+
 def layer_rows(name: str) -> tuple[tuple[int, ...] | None, bool]:
     """(widths, swap) of a layer name: (None, False) for a plain one."""
     return (name.widths, name.swap) if isinstance(name, LayerName) else (None, False)

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 
+from ot_gradio.models.key_layout import fused_groups
 from ot_gradio.training.lora_variants import DORA_OUT, LORA_KEYS
 
 _DOWN, _UP = LORA_KEYS
@@ -94,14 +95,6 @@ def swap_halves(name: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, tor
         return torch.cat([b, a]).contiguous()
 
     return {k: swap(v) if k in (_UP, DORA_OUT) else v for k, v in tensors.items()}
-
-
-def fused_groups(names: Mapping[str, str]) -> dict[str, list[str]]:
-    """Layer name -> the module paths given it, in order: more than one is a fused weight."""
-    out: dict[str, list[str]] = {}
-    for path, new in names.items():
-        out.setdefault(new, []).append(path)
-    return out
 
 
 def check_whole_groups(names: Mapping[str, str], trained: Iterable[str]) -> None:
