@@ -243,6 +243,7 @@ def errors(config: TrainConfig) -> list[str]:
     out += diffusers_text_encoder_problems(config)
     out += offload_problems(config)
     out += inpainting_sample_problems(config)
+    out += control_sample_problems(config)
     out += gguf_problems(config)
     return out
 
@@ -450,6 +451,22 @@ def inpainting_sample_problems(config: Any) -> list[str]:
                 out.append(f"samples[{i}].{key}: empty; an inpainting sample needs a base image and a mask (white = repaint).")
             elif not _is_file(value):
                 out.append(f"samples[{i}].{key}: file '{value[:300]}' does not exist.")
+    return out
+
+
+def control_sample_problems(config: Any) -> list[str]:
+    """`samples[i].control_image`: only an image-editing family reads one, and it must be a file."""
+    info = family_info(config.model_type)
+    out = []
+    for i, sample in enumerate(config.samples or []):
+        value = str(getattr(sample, "control_image", "") or "").strip()
+        if not value or not getattr(sample, "enabled", True):
+            continue
+        if info is None or not info.control_image:
+            out.append(f"samples[{i}].control_image: {config.model_type.value} samples from a prompt alone; clear it, "
+                       "or train an image-editing model type (QWEN_IMAGE_EDIT).")
+        elif not _is_file(value):
+            out.append(f"samples[{i}].control_image: file '{value[:300]}' does not exist.")
     return out
 
 
