@@ -7,8 +7,10 @@ saving; this one what the control image changes, as diffusers' QwenImageEditPipe
   turn), the image pad expanded to one token per 2x2 merged vision patch (what Qwen2VLProcessor
   does: `VisionPromptProcessor` here, as transformers' processor needs torchvision for its video
   side), the image's pixels through the vision tower, the last hidden state kept (a layer skip
-  goes further back) and each prompt's first 64 tokens dropped. The embeddings depend on the
-  image, so they are never cached by caption (data/text_cache.py: text_cache_problem).
+  goes further back) and each prompt's first 64 tokens dropped; as in the pipeline, nothing is cut
+  to a token window (`text_encoder_sequence_length` is not applied to these prompts). The
+  embeddings depend on the image, so they are never cached by caption (data/text_cache.py:
+  text_cache_problem).
 - The control image's VAE latents (the mean, as the pipeline's `argmax`) are packed like the
   noisy ones and put after them along the sequence; `img_shapes` lists both; the transformer's
   output is cut back to the noisy tokens, so the loss sees only those.

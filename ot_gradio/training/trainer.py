@@ -200,9 +200,9 @@ class Trainer:
                 progress=lambda done, total: self.report.progress(phase="caching", done=done, total=total),
                 threads=cfg.dataloader_threads,
                 frames=run_sampling(cfg, self.model.frame_step),  # a video family reads clips
-                control=getattr(self.model, "control_image", False),  # an image-conditioned family trains on (image, -control image) pairs
+                control=self.model.control_image,  # an image-conditioned family trains on (image, -control image) pairs
             )
-        if getattr(self.model, "control_image", False):  # samples without a control image of their own edit the first pair's
+        if self.model.control_image:  # samples without a control image of their own edit the first pair's
             self.model.default_control_image = str(self.dataset.concepts[0].items[0].control_path)
 
     def _setup_steps(self) -> None:
