@@ -50,6 +50,8 @@ from .schema import TrainConfig
 from .validation import join_path
 
 MASK_GLOB = "*-masklabel.png"  # a concept image's mask file (data/scan.py)
+# an image-editing family's control image beside its image (data/images.py CONTROL_SUFFIX, IMAGE_EXTENSIONS)
+CONTROL_GLOBS = tuple(f"*-control{ext}" for ext in (".png", ".jpg", ".jpeg", ".webp", ".bmp"))
 
 
 def planned_changes(config: BaseModel, default: BaseModel | None = None, prefix: str = "", planned: bool = False) -> list[str]:
@@ -240,6 +242,7 @@ def errors(config: TrainConfig) -> list[str]:
     if is_flow_matching(config.model_type):
         out += flow_matching_conflicts(config)
     out += fill_mask_problems(config)
+    out += control_pair_problems(config)
     out += diffusers_text_encoder_problems(config)
     out += offload_problems(config)
     out += inpainting_sample_problems(config)
@@ -430,6 +433,21 @@ def fill_mask_problems(config: Any) -> list[str]:
     if folders and not any(next(iter(f.rglob(MASK_GLOB) if sub else f.glob(MASK_GLOB)), None) for f, sub in folders):
         return ["concepts: no image of the enabled concepts has a '<name>-masklabel.png' mask, so FLUX_FILL_DEV_1 would "
                 "only see blank images to fill; make masks (white = fill) with the Masks tool, or train FLUX_DEV_1."]
+    return []
+
+
+def control_pair_problems(config: Any) -> list[str]:
+    """An image-editing family trains on (image, `<name>-control.<ext>`) pairs: a run whose enabled
+    concept folders hold no control image at all is refused (an image without one is skipped, with
+    a warning, when the data is read)."""
+    info = family_info(config.model_type)
+    if info is None or not info.control_image:
+        return []
+    folders = [(Path(c.path).expanduser(), c.include_subdirectories) for c in config.concepts if c.enabled and c.path]
+    folders = [(f, sub) for f, sub in folders if f.is_dir()]
+    if folders and not any(next(iter(f.rglob(g) if sub else f.glob(g)), None) for f, sub in folders for g in CONTROL_GLOBS):
+        return [f"concepts: no image of the enabled concepts has a control image; {config.model_type.value} trains on pairs: put "
+                "the source image as '<name>-control.png' beside each edited '<name>.png'."]
     return []
 
 

@@ -1,7 +1,7 @@
 """The Qwen-Image-Edit family on the tiny model: the prompt read with its control image exactly as
 QwenImageEditPipeline encodes it, predict (control latents after the noisy ones, output cut back)
 reproducing the pipeline's denoising, a sample equal to the pipeline's edit, and what is checked
-before a run (a sample's control image; no text cache)."""
+before a run (a control image somewhere in the concepts, a sample's control image; no text cache)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_a_sample_is_the_pipelines_edit_and_needs_a_control_image(edit, tmp_path
         edit.sample(PROMPT, height=32, width=32, steps=1)
 
 
-def test_control_images_of_samples_are_checked_before_the_run_and_the_text_cache_is_off(tmp_path):
+def test_pairs_and_sample_control_images_are_checked_before_the_run_and_the_text_cache_is_off(tmp_path):
     from ot_gradio.config.doctor import errors
     from ot_gradio.config.validation import validate
     from ot_gradio.data.text_cache import text_cache_problem
@@ -80,6 +80,13 @@ def test_control_images_of_samples_are_checked_before_the_run_and_the_text_cache
     assert f"samples[0].control_image: file '{tmp_path / 'missing.png'}' does not exist." in found
     plain = errors(validate({"model_type": "QWEN", "samples": [sample]}))
     assert any(p.startswith("samples[0].control_image: QWEN samples from a prompt alone") for p in plain)
+    (tmp_path / "data").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "data" / "a.png")
+    concepts = [{"name": "c", "path": str(tmp_path / "data")}]
+    assert any(p.startswith("concepts: no image of the enabled concepts has a control image")
+               for p in errors(validate({"model_type": "QWEN_IMAGE_EDIT", "concepts": concepts})))
+    Image.new("RGB", (8, 8)).save(tmp_path / "data" / "a-control.jpg")
+    assert not [p for p in errors(validate({"model_type": "QWEN_IMAGE_EDIT", "concepts": concepts})) if "control image" in p]
     ok = {"latent_caching": True, "trained_text_parts": set(), "uses_embeddings": False, "concepts": []}
     assert text_cache_problem(**ok) is None
     assert "control image" in text_cache_problem(**ok, reads_images=True)
