@@ -56,5 +56,5 @@ def save_tiny_qwen_image_edit(root: str | os.PathLike, seed: int = 0) -> TinyMod
     from diffusers import QwenImageEditPipeline
 
     components = {**tiny_qwen_image_components(seed), "vae": tiny_qwen_image_edit_vae(seed)}
-    return save_tiny(root, "unused.safetensors", lambda: QwenImageEditPipeline(processor=None, **components), None,
+    return save_tiny(root, "no-single-file", lambda: QwenImageEditPipeline(processor=None, **components), None,
                      lambda folder: _write_processor(folder, components["tokenizer"]))
