@@ -171,7 +171,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
         width, height, frames, duration = size
         if clip and frames < sampling.frames:
             _warn(scan, f"Clip {path} is short: it trains with {frames} of the {sampling.frames} frames set (Frames)")
-        control_path = control_path_for(path) if control else None
+        control_path = _control_for(path, scan, (width, height)) if control else None
         if control and control_path is None:
             scan.unpaired.append(path)
             continue
@@ -187,7 +187,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
                 mtime_ns=stat.st_mtime_ns,
                 captions=captions,
                 mask_path=None if sampling is not None else _mask_for(path, scan, (width, height)),  # no masked video training yet
-                control_path=None if control_path is None else control_path.resolve(),
+                control_path=control_path,
                 frames=frames,
                 sampling=sampling if clip else None,
                 duration=duration,
@@ -257,6 +257,24 @@ def _mask_for(path: Path, scan: ConceptScan, image_size: tuple[int, int]) -> Pat
             "the image. Repaint it at the image's size if the masked area looks shifted.",
         )
     return mask.resolve()
+
+
+def _control_for(path: Path, scan: ConceptScan, image_size: tuple[int, int]) -> Path | None:
+    """The image's readable control image (None: none, or unreadable, said in a warning); one of
+    another shape is stretched onto its image's, which a warning says."""
+    control = control_path_for(path)
+    if control is None:
+        return None
+    try:
+        with load_rgb(control) as img:
+            size = img.size
+    except Exception as exc:
+        _warn(scan, f"Ignoring unreadable control image {control}: {_reason(exc)}")
+        return None
+    if abs(size[0] * image_size[1] - size[1] * image_size[0]) > 0.01 * size[1] * image_size[1]:
+        _warn(scan, f"Control image {control} is {size[0]}x{size[1]} but its image is {image_size[0]}x{image_size[1]}; it is "
+                    "stretched to the image's shape. Crop it like the image if the pair should line up.")
+    return control.resolve()
 
 
 def _warn(scan: ConceptScan, message: str) -> None:

@@ -195,13 +195,20 @@ def test_control_images_pair_with_their_images_and_unpaired_images_are_named(tmp
     write_image(folder / "dog.jpg", 16, 16)
     write_image(folder / "dog-control.png", 16, 16)
     write_image(folder / "lonely.png", 16, 16)
+    write_image(folder / "wide.png", 32, 16)
+    write_image(folder / "wide-control.png", 16, 16)  # another shape: stretched, said
+    (folder / "broken.png").write_bytes((folder / "cat.png").read_bytes())
+    (folder / "broken-control.png").write_bytes(b"not an image")
     with caplog.at_level(logging.WARNING):
         scan = scan_concept(make_concept(folder), control=True)
-    assert [(i.relpath, i.control_path.name) for i in scan.items] == [("cat.png", "cat-control.jpg"), ("dog.jpg", "dog-control.png")]
-    assert scan.pair_count == 2 and [p.name for p in scan.unpaired] == ["lonely.png"]
-    assert [w for w in scan.warnings if "lonely.png" in w and "without a control image" in w]
-    assert [i.relpath for i in scan_concept(make_concept(folder)).items] == [
-        "cat-control.jpg", "cat.png", "dog-control.png", "dog.jpg", "lonely.png"]
+    assert [(i.relpath, i.control_path.name) for i in scan.items] == [
+        ("cat.png", "cat-control.jpg"), ("dog.jpg", "dog-control.png"), ("wide.png", "wide-control.png")]
+    assert scan.pair_count == 3 and [p.name for p in scan.unpaired] == ["broken.png", "lonely.png"]
+    assert [w for w in scan.warnings if "broken.png, lonely.png" in w and "without a control image" in w]
+    assert [w for w in scan.warnings if "unreadable control image" in w and "broken-control.png" in w]
+    assert [w for w in scan.warnings if "wide-control.png is 16x16" in w and "stretched" in w]
+    assert not [w for w in scan.warnings if "cat-control" in w]  # 20x20 beside 16x16: the same shape
+    assert len(scan_concept(make_concept(folder)).items) == 8  # another model type: every readable file is an image
     alone = tmp_path / "alone"
     write_image(alone / "a.png", 16, 16)
     with pytest.raises(DataError, match=r"no image .* has its control image .*a\.png"):
