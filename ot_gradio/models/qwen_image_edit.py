@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import module_device
+from ot_gradio.models.common import ModelLoadError, module_device
 from ot_gradio.models.flow_family import compute_dtype, pack_latents, unpack_latents
 from ot_gradio.models.qwen_image import QwenImage
 from ot_gradio.models.registry import register_family
@@ -95,6 +95,19 @@ class QwenImageEdit(QwenImage):
     default_control_image: str | None = None  # the trainer sets the first training pair's control image
 
     # ---------------------------------------------------------------- loading
+
+    @classmethod
+    def _pipeline_from(cls, source, dtype, hub: Mapping, **parts):
+        """QwenImageEditPipeline's folder; Qwen-Image-Edit-2509 / 2511 (QwenImageEditPlusPipeline:
+        another prompt template, several input images) is refused, as it would train wrongly."""
+        from diffusers import DiffusionPipeline
+
+        name = DiffusionPipeline.load_config(str(source), **hub).get("_class_name", "")
+        if name != cls.pipeline_class_name:
+            raise ModelLoadError(f"'{source}' is a {name} model; QWEN_IMAGE_EDIT trains Qwen-Image-Edit (QwenImageEditPipeline) "
+                                 "models only (the Edit Plus models, 2509 and 2511, read their images with another prompt "
+                                 "template); pick the model type that matches it.")
+        return super()._pipeline_from(source, dtype, hub, **parts)
 
     @classmethod
     def _text_only_tokenizers(cls, source, hub: Mapping) -> dict:

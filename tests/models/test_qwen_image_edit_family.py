@@ -90,3 +90,18 @@ def test_pairs_and_sample_control_images_are_checked_before_the_run_and_the_text
     ok = {"latent_caching": True, "trained_text_parts": set(), "uses_embeddings": False, "concepts": []}
     assert text_cache_problem(**ok) is None
     assert "control image" in text_cache_problem(**ok, reads_images=True)
+
+
+def test_an_edit_plus_model_is_refused(tiny_edit_paths, tmp_path):
+    """Qwen-Image-Edit-2509 / 2511 (QwenImageEditPlusPipeline) read images with another template."""
+    import json
+    import shutil
+
+    from ot_gradio.models.common import ModelLoadError
+
+    folder = tmp_path / "plus"
+    shutil.copytree(tiny_edit_paths.diffusers_dir, folder)
+    index = json.loads((folder / "model_index.json").read_text())
+    (folder / "model_index.json").write_text(json.dumps({**index, "_class_name": "QwenImageEditPlusPipeline"}))
+    with pytest.raises(ModelLoadError, match="QwenImageEditPlusPipeline model; QWEN_IMAGE_EDIT trains Qwen-Image-Edit"):
+        QwenImageEdit.load(str(folder), offline=True)
