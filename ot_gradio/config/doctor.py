@@ -50,6 +50,8 @@ from .schema import TrainConfig
 from .validation import join_path
 
 MASK_GLOB = "*-masklabel.png"  # a concept image's mask file (data/scan.py)
+# an image-editing family's control image beside its image (data/images.py CONTROL_SUFFIX, IMAGE_EXTENSIONS)
+CONTROL_GLOBS = tuple(f"*-control{ext}" for ext in (".png", ".jpg", ".jpeg", ".webp", ".bmp"))
 
 
 def planned_changes(config: BaseModel, default: BaseModel | None = None, prefix: str = "", planned: bool = False) -> list[str]:
@@ -240,9 +242,11 @@ def errors(config: TrainConfig) -> list[str]:
     if is_flow_matching(config.model_type):
         out += flow_matching_conflicts(config)
     out += fill_mask_problems(config)
+    out += control_pair_problems(config)
     out += diffusers_text_encoder_problems(config)
     out += offload_problems(config)
     out += inpainting_sample_problems(config)
+    out += control_sample_problems(config)
     out += gguf_problems(config)
     return out
 
@@ -432,6 +436,21 @@ def fill_mask_problems(config: Any) -> list[str]:
     return []
 
 
+def control_pair_problems(config: Any) -> list[str]:
+    """An image-editing family trains on (image, `<name>-control.<ext>`) pairs: a run whose enabled
+    concept folders hold no control image at all is refused (an image without one is skipped, with
+    a warning, when the data is read)."""
+    info = family_info(config.model_type)
+    if info is None or not info.control_image:
+        return []
+    folders = [(Path(c.path).expanduser(), c.include_subdirectories) for c in config.concepts if c.enabled and c.path]
+    folders = [(f, sub) for f, sub in folders if f.is_dir()]
+    if folders and not any(next(iter(f.rglob(g) if sub else f.glob(g)), None) for f, sub in folders for g in CONTROL_GLOBS):
+        return [f"concepts: no image of the enabled concepts has a control image; {config.model_type.value} trains on pairs: put "
+                "the source image as '<name>-control.png' beside each edited '<name>.png'."]
+    return []
+
+
 def inpainting_sample_problems(config: Any) -> list[str]:
     """`samples[i].sample_inpainting`: only an inpainting family can inpaint, and it needs both
     files (white in the mask = repaint)."""
@@ -450,6 +469,22 @@ def inpainting_sample_problems(config: Any) -> list[str]:
                 out.append(f"samples[{i}].{key}: empty; an inpainting sample needs a base image and a mask (white = repaint).")
             elif not _is_file(value):
                 out.append(f"samples[{i}].{key}: file '{value[:300]}' does not exist.")
+    return out
+
+
+def control_sample_problems(config: Any) -> list[str]:
+    """`samples[i].control_image`: only an image-editing family reads one, and it must be a file."""
+    info = family_info(config.model_type)
+    out = []
+    for i, sample in enumerate(config.samples or []):
+        value = str(getattr(sample, "control_image", "") or "").strip()
+        if not value or not getattr(sample, "enabled", True):
+            continue
+        if info is None or not info.control_image:
+            out.append(f"samples[{i}].control_image: {config.model_type.value} samples from a prompt alone; clear it, "
+                       "or train an image-editing model type (QWEN_IMAGE_EDIT).")
+        elif not _is_file(value):
+            out.append(f"samples[{i}].control_image: file '{value[:300]}' does not exist.")
     return out
 
 

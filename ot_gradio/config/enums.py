@@ -48,6 +48,8 @@ class ModelType(StrEnum):
     WAN_2_2_TI2V_5B = "WAN_2_2_TI2V_5B"
     WAN_2_2_T2V_A14B = "WAN_2_2_T2V_A14B"
     LTX_2 = "LTX_2"
+    # Not in OneTrainer (its users ask for it: issues #1035, #1665): image-conditioned editing, trained here.
+    QWEN_IMAGE_EDIT = "QWEN_IMAGE_EDIT"
 
 
 class Expert(StrEnum):

@@ -29,6 +29,9 @@ class Batch:
         has a mask; samples without a mask get an all-ones mask when another one has one.
     conditioning_latents: inpainting models with latent caching and masked training: [B, 4, h, w]
         cached latents of each masked image (zeros for a sample without a mask file).
+    control_pixels: image-conditioned families (Qwen-Image-Edit): float32 [B, 3, height, width] in
+        [-1, 1], each sample's `-control` image cut, mirrored and colour-augmented like its image
+        (with latent caching, `conditioning_latents` holds its latents too).
     latent_mask: inpainting models: [B, 1, h, w], the mask the training step trains this batch
         with (it sets it; None = the whole image), which the model also takes as input.
     original_sizes: (height, width) of each sample's image as loaded (EXIF orientation applied);
@@ -45,6 +48,7 @@ class Batch:
     pixels: torch.Tensor | None = None
     mask: torch.Tensor | None = None
     conditioning_latents: torch.Tensor | None = None
+    control_pixels: torch.Tensor | None = None
     latent_mask: torch.Tensor | None = None
     original_sizes: list[Size] | None = None
     crop_top_lefts: list[tuple[int, int]] | None = None
@@ -89,6 +93,18 @@ def render_mask(item: ImageItem, variant: Variant) -> torch.Tensor | None:
         return mask_tensor(render(mask, variant.crop, variant.bucket, variant.flip, Image.Resampling.BILINEAR, variant.augment.angle))
 
 
+def render_control(item: ImageItem, variant: Variant) -> torch.Tensor | None:
+    """The `-control` image as its image's pixels (its own size mapped onto the image's, as a mask)."""
+    if item.control_path is None:
+        return None
+    try:
+        img = load_rgb(item.control_path)
+    except Exception as exc:
+        raise DataError(f"control image {item.control_path} could not be read any more: {exc}") from exc
+    with img:
+        return _fitted(img, variant)
+
+
 def crop_top_left(variant: Variant) -> tuple[int, int]:
     """(top, left) of the window the model sees, in the scaled image it was cut from; a
     mirrored sample's left is counted from the mirrored image's left edge."""
@@ -110,19 +126,28 @@ def latent_key(cache: LatentCache, item: ImageItem, variant: Variant) -> str:
 def conditioning_key(cache: LatentCache, item: ImageItem, variant: Variant, kind: str = "masked_image") -> str | None:
     """The cache key of an image's conditioning of `kind`: "masked_image" (inpainting models),
     None without a mask file: the image's variant plus the mask file, so an edited mask is
-    encoded again; "depth" (depth models): every image's variant has its depth map."""
+    encoded again; "depth" (depth models): every image's variant has its depth map; "control"
+    (image-conditioned families): the variant plus the control file."""
+    if kind == "control":
+        return _with_file(cache, item, variant, "control", item.control_path)
     if kind == "depth":
         return cache.key(item.path, item.file_size, item.mtime_ns, variant.bucket, variant.crop, variant.flip, variant.resolution,
                          variant.augment, extra={"depth": "estimated"})
-    if item.mask_path is None:
+    return _with_file(cache, item, variant, "masked_image", item.mask_path)
+
+
+def _with_file(cache: LatentCache, item: ImageItem, variant: Variant, kind: str, path) -> str | None:
+    """The variant's key with a second file (a mask, a control image) in it: editing that file
+    encodes again. None without the file."""
+    if path is None:
         return None
     try:
-        stat = item.mask_path.stat()
+        stat = path.stat()
     except OSError as exc:
-        raise DataError(f"mask {item.mask_path} could not be read any more: {exc}") from exc
+        raise DataError(f"{kind.replace('_', ' ')} file {path} could not be read any more: {exc}") from exc
     return cache.key(
         item.path, item.file_size, item.mtime_ns, variant.bucket, variant.crop, variant.flip, variant.resolution, variant.augment,
-        extra={"masked_image": [str(item.mask_path), stat.st_size, stat.st_mtime_ns]},
+        extra={kind: [str(path), stat.st_size, stat.st_mtime_ns]},
     )
 
 
@@ -146,6 +171,8 @@ def make_batch(
         original_sizes=[(item.height, item.width) for item in items],
         crop_top_lefts=[crop_top_left(s.variant) for s in samples],
     )
+    if any(item.control_path is not None for item in items):  # the text encoder reads them even with latent caching
+        batch.control_pixels = torch.stack([render_control(item, s.variant) for item, s in zip(items, samples, strict=True)])
     if cache is not None:
         batch.latents = torch.stack([cache.load(latent_key(cache, item, s.variant)) for item, s in zip(items, samples, strict=True)])
         if conditioning:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .batches import conditioning_key, latent_key, render_mask, render_pixels
+from .batches import conditioning_key, latent_key, render_control, render_mask, render_pixels
 from .errors import DataError
 from .latent_cache import LatentCache
 from .planning import PreparedConcept, Variant
@@ -57,7 +57,8 @@ def fill_cache(
     conditioning_kind: str = "masked_image",
 ) -> CacheReport:
     """``conditioning_fn``: cache the masked-image latents of every variant with a mask file too
-    (``conditioning_kind`` "depth": the depth map of every variant, from its pixels).
+    (``conditioning_kind`` "depth": the depth map of every variant, from its pixels; "control":
+    the latents of each variant's control image, `conditioning_fn(control pixels, None)`).
     ``threads``: decode images in that many threads and write latents in one more (0: all here)."""
     needed: dict[str, tuple[ImageItem, Variant]] = {}
     needed_conditioning: dict[str, tuple[ImageItem, Variant]] = {}
@@ -101,7 +102,7 @@ def fill_cache(
             cache.put(key, latent)
 
     try:
-        for index, (pixels, masks) in prefetched(_Rendered(chunks, conditioning_kind == "masked_image"), threads=threads):
+        for index, (pixels, masks) in prefetched(_Rendered(chunks, conditioning_kind), threads=threads):
             chunk, conditioning = chunks[index]
             with torch.no_grad():
                 latents = conditioning_fn(pixels, masks) if conditioning else encode_fn(pixels)
@@ -130,18 +131,21 @@ def fill_cache(
 
 
 class _Rendered:
-    """Chunk ``i``'s pixels (and masks, for a conditioning chunk `with_masks`), decoded when asked for."""
+    """Chunk ``i``'s pixels (and masks, for a conditioning chunk of kind "masked_image"; a "control"
+    chunk's pixels are the control images), decoded when asked for."""
 
-    def __init__(self, chunks: list[tuple[Chunk, bool]], with_masks: bool = True):
-        self.chunks, self.with_masks = chunks, with_masks
+    def __init__(self, chunks: list[tuple[Chunk, bool]], kind: str = "masked_image"):
+        self.chunks, self.kind = chunks, kind
 
     def __len__(self) -> int:
         return len(self.chunks)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         chunk, conditioning = self.chunks[index]
-        pixels = torch.stack([render_pixels(item, variant) for _, item, variant in chunk])
-        masks = torch.stack([render_mask(item, variant) for _, item, variant in chunk]) if conditioning and self.with_masks else None
+        render = render_control if conditioning and self.kind == "control" else render_pixels
+        pixels = torch.stack([render(item, variant) for _, item, variant in chunk])
+        with_masks = conditioning and self.kind == "masked_image"
+        masks = torch.stack([render_mask(item, variant) for _, item, variant in chunk]) if with_masks else None
         return pixels, masks
 
 

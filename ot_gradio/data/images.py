@@ -27,6 +27,8 @@ MAX_PIXELS = 2 * 89_478_485
 PAGE_MAX_PIXELS = 36_000_000
 Image.MAX_IMAGE_PIXELS = MAX_PIXELS // 2
 MASK_SUFFIX = "-masklabel"
+# an image-conditioned family's source image beside each training image (`cat.png` + `cat-control.png`)
+CONTROL_SUFFIX = "-control"
 BACKGROUND = (255, 255, 255)
 
 _HIGH_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
@@ -38,6 +40,20 @@ def is_image_name(name: str) -> bool:
 
 def is_mask_name(name: str) -> bool:
     return Path(name).stem.lower().endswith(MASK_SUFFIX)
+
+
+def is_control_name(name: str) -> bool:
+    return is_image_name(name) and Path(name).stem.lower().endswith(CONTROL_SUFFIX)
+
+
+def control_path_for(image_path: Path) -> Path | None:
+    """``cat.jpg`` -> ``cat-control.<any image extension>`` beside it, the first that exists (None: none)."""
+    for ext in IMAGE_EXTENSIONS:
+        for suffix in (ext, ext.upper()):
+            path = image_path.with_name(image_path.stem + CONTROL_SUFFIX + suffix)
+            if path.is_file():
+                return path
+    return None
 
 
 def mask_path_for(image_path: Path) -> Path:

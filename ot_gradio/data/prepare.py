@@ -48,10 +48,11 @@ def prepare_concepts(
     aspect_ratio_bucketing: bool = True,
     bucket_step: int | None = None,
     frames: FrameSampling | None = None,
+    control: bool = False,
 ) -> tuple[list[PreparedConcept], list[str]]:
     """(prepared concepts, warnings). Every problem of every concept is collected into one
     DataError, so a user fixes them all in one go. ``frames``: a video family's frame sampling
-    (clips are training items too)."""
+    (clips are training items too); ``control``: each image pairs with its `-control` image (data/scan.py)."""
     default = resolution_list(resolutions)
     warnings: list[str] = []
     prepared: list[PreparedConcept] = []
@@ -69,7 +70,7 @@ def prepare_concepts(
             continue
         try:
             concept_res = concept_resolutions(concept, default)
-            scan = scan_concept(concept, frames)
+            scan = scan_concept(concept, frames, control)
         except DataError as exc:
             errors.append(str(exc))
             continue

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .captions import read_captions
 from .errors import DataError
-from .images import IMAGE_EXTENSIONS, is_image_name, is_mask_name, load_mask, load_rgb, mask_path_for
+from .images import IMAGE_EXTENSIONS, control_path_for, is_control_name, is_image_name, is_mask_name, load_mask, load_rgb, mask_path_for
 from .video import VIDEO_EXTENSIONS, ClipError, FrameSampling, is_video_name, probe_clip
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,7 @@ class ImageItem:
     mtime_ns: int
     captions: tuple[str, ...]
     mask_path: Path | None = None
+    control_path: Path | None = None  # an image-conditioned family's `<stem>-control` image (FamilyInfo.control_image)
     frames: int = 0  # 0: an image of an image family; else the frames it trains with (an image: 1)
     sampling: FrameSampling | None = None  # how a clip's frames are read (None: an image)
     duration: float = 0.0  # a clip's length in seconds, from its container (0: an image, or unknown)
@@ -61,9 +62,15 @@ class ConceptScan:
     uncaptioned: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
+    unpaired: list[Path] = field(default_factory=list)  # images without their control image (skipped)
+
     @property
     def mask_count(self) -> int:
         return sum(1 for item in self.items if item.mask_path is not None)
+
+    @property
+    def pair_count(self) -> int:
+        return sum(1 for item in self.items if item.control_path is not None)
 
 
 def concept_label(concept: object) -> str:
@@ -80,16 +87,17 @@ def is_regular_file(path: Path) -> bool:
         return False
 
 
-def list_image_files(folder: Path, recursive: bool, skipped: list[SkippedFile] | None = None, clips: bool = False) -> list[Path]:
-    """Image files (not masks) under ``folder``, and clips with ``clips``, sorted by their
-    '/'-separated relative path. Names of images that are no plain file (a pipe called fifo.png)
-    go to ``skipped``."""
+def list_image_files(folder: Path, recursive: bool, skipped: list[SkippedFile] | None = None, clips: bool = False,
+                     control: bool = False) -> list[Path]:
+    """Image files (not masks; with ``control`` not `-control` images either) under ``folder``,
+    and clips with ``clips``, sorted by their '/'-separated relative path. Names of images that
+    are no plain file (a pipe called fifo.png) go to ``skipped``."""
     found: list[tuple[str, Path]] = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if recursive else []
         for name in files:
             wanted = is_image_name(name) or (clips and is_video_name(name))
-            if name.startswith(".") or not wanted or is_mask_name(name):
+            if name.startswith(".") or not wanted or is_mask_name(name) or (control and is_control_name(name)):
                 continue
             path = Path(root) / name
             if not is_regular_file(path):
@@ -120,9 +128,11 @@ def _resolve_prompt_file(concept: object, folder: Path) -> Path:
     return path
 
 
-def scan_concept(concept: object, sampling: FrameSampling | None = None) -> ConceptScan:
+def scan_concept(concept: object, sampling: FrameSampling | None = None, control: bool = False) -> ConceptScan:
     """Scan one concept (a ``ConceptConfig``). Raises DataError if it has no usable image.
-    ``sampling``: the run trains a video family; clips are items too, read this way."""
+    ``sampling``: the run trains a video family; clips are items too, read this way.
+    ``control``: an image-conditioned family; each image trains with its `<stem>-control` image,
+    an image without one is skipped (one warning names them all), none with one is a DataError."""
     label = concept_label(concept)
     raw_path = str(getattr(concept, "path", "") or "").strip()
     if not raw_path:
@@ -131,7 +141,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None) -> Conc
     if not folder.is_dir():
         raise DataError(f"Concept '{label}': folder '{folder}' does not exist or is not a folder")
     not_files: list[SkippedFile] = []
-    files = list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)), not_files, sampling is not None)
+    files = list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)), not_files, sampling is not None, control)
     if not files:
         kinds = ", ".join(ext.lstrip(".") for ext in IMAGE_EXTENSIONS + (VIDEO_EXTENSIONS if sampling else ()))
         raise DataError(f"Concept '{label}': no {'images or clips' if sampling else 'images'} ({kinds}) in folder '{folder}'")
@@ -161,6 +171,10 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None) -> Conc
         width, height, frames, duration = size
         if clip and frames < sampling.frames:
             _warn(scan, f"Clip {path} is short: it trains with {frames} of the {sampling.frames} frames set (Frames)")
+        control_path = _control_for(path, scan, (width, height)) if control else None
+        if control and control_path is None:
+            scan.unpaired.append(path)
+            continue
         stat = path.stat()
         captions = _captions_for(path, source, shared, scan)
         scan.items.append(
@@ -173,12 +187,19 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None) -> Conc
                 mtime_ns=stat.st_mtime_ns,
                 captions=captions,
                 mask_path=None if sampling is not None else _mask_for(path, scan, (width, height)),  # no masked video training yet
+                control_path=control_path,
                 frames=frames,
                 sampling=sampling if clip else None,
                 duration=duration,
             )
         )
 
+    if scan.unpaired:
+        names = ", ".join(p.name for p in scan.unpaired[:10]) + (f" and {len(scan.unpaired) - 10} more" if len(scan.unpaired) > 10 else "")
+        if not scan.items:
+            raise DataError(f"Concept '{label}': no image in folder '{folder}' has its control image (`<name>-control.png` "
+                            f"beside `<name>.png`); this model type trains on such pairs ({names})")
+        _warn(scan, f"Concept '{label}': {len(scan.unpaired)} image(s) without a control image (`<name>-control.<ext>`) are skipped: {names}")
     if not scan.items:
         raise DataError(f"Concept '{label}': none of the {len(files)} {'files' if sampling else 'images'} in folder '{folder}' could be read")
     if scan.uncaptioned:
@@ -236,6 +257,24 @@ def _mask_for(path: Path, scan: ConceptScan, image_size: tuple[int, int]) -> Pat
             "the image. Repaint it at the image's size if the masked area looks shifted.",
         )
     return mask.resolve()
+
+
+def _control_for(path: Path, scan: ConceptScan, image_size: tuple[int, int]) -> Path | None:
+    """The image's readable control image (None: none, or unreadable, said in a warning); one of
+    another shape is stretched onto its image's, which a warning says."""
+    control = control_path_for(path)
+    if control is None:
+        return None
+    try:
+        with load_rgb(control) as img:
+            size = img.size
+    except Exception as exc:
+        _warn(scan, f"Ignoring unreadable control image {control}: {_reason(exc)}")
+        return None
+    if abs(size[0] * image_size[1] - size[1] * image_size[0]) > 0.01 * size[1] * image_size[1]:
+        _warn(scan, f"Control image {control} is {size[0]}x{size[1]} but its image is {image_size[0]}x{image_size[1]}; it is "
+                    "stretched to the image's shape. Crop it like the image if the pair should line up.")
+    return control.resolve()
 
 
 def _warn(scan: ConceptScan, message: str) -> None:

@@ -65,8 +65,12 @@ def random_caption_options(concepts: Iterable[Any]) -> list[str]:
 
 
 def text_cache_problem(*, latent_caching: bool, trained_text_parts: Iterable[str], uses_embeddings: bool,
-                       concepts: Iterable[Any]) -> str | None:
-    """Why text encoder outputs cannot be cached for this run, or None when they can."""
+                       concepts: Iterable[Any], reads_images: bool = False) -> str | None:
+    """Why text encoder outputs cannot be cached for this run, or None when they can.
+    ``reads_images``: the text encoder reads each sample's control image with its caption
+    (Qwen-Image-Edit), so a caption alone does not key its output."""
+    if reads_images:
+        return "the text encoder reads each image's control image with its caption"
     if not latent_caching:
         return "latent caching is off"
     trained = sorted(trained_text_parts)

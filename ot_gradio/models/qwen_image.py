@@ -195,13 +195,17 @@ class QwenImage(WanImageLatents, IdentityLoraNames, FlowFamily):
     def pipeline_inputs(self, prompt: str, negative_prompt: str, cfg_scale: float) -> dict:
         """The prompt's embeddings and the pipeline's true CFG (on above 1, with the negative prompt)."""
         dtype = compute_dtype(self.transformer)
-        hidden, mask = self.trimmed(self.encode_text([prompt]), dtype=dtype, keep_mask=True)
+        hidden, mask = self.trimmed(self.prompt_embeddings([prompt]), dtype=dtype, keep_mask=True)
         inputs = {"prompt_embeds": hidden, "prompt_embeds_mask": mask, "true_cfg_scale": float(cfg_scale)}
         if cfg_scale > 1:
             inputs["negative_prompt_embeds"], inputs["negative_prompt_embeds_mask"] = self.trimmed(
-                self.encode_text([negative_prompt or ""]), dtype=dtype, keep_mask=True
+                self.prompt_embeddings([negative_prompt or ""]), dtype=dtype, keep_mask=True
             )
         return inputs
+
+    def prompt_embeddings(self, texts: Sequence[str]) -> dict:
+        """A sample's `encode_text` (Qwen-Image-Edit: with the sample's control image)."""
+        return self.encode_text(texts)
 
     def sample_options(self) -> dict:
         return {"max_sequence_length": self.text_encoder_sequence_length}

@@ -29,7 +29,8 @@ class UnsupportedModelTypeError(ValueError):
 # class attribute -> the description's field it is read from
 DESCRIBED = {"part_names": "parts", "denoiser": "denoiser", "text_encoder_names": "text_encoders",
              "bucket_step": "bucket_step", "schedule_kind": "schedule", "inpainting": "inpainting", "frame_step": "frame_step",
-             "transformer_file": "transformer_file", "gguf_transformer": "gguf"}
+             "transformer_file": "transformer_file", "gguf_transformer": "gguf",
+             "control_image": "control_image"}
 
 
 def _describe(cls: type, model_types: tuple[ModelType, ...]) -> None:

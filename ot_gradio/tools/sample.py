@@ -65,6 +65,7 @@ def prompt_entries(params: dict[str, Any]) -> list[dict[str, Any]]:
             "seed": seed,
             "sampler": sampler,
             **_inpainting_files(entry, where),
+            **_control_file(entry, where),
         })
     if not entries:
         raise JobError("prompts: give at least one prompt")
@@ -83,6 +84,14 @@ def _inpainting_files(entry: dict[str, Any], where: str) -> dict[str, str]:
         if not Path(value).expanduser().is_file():
             raise JobError(f"{where}.{key}: file '{value[:300]}' does not exist")
     return files
+
+
+def _control_file(entry: dict[str, Any], where: str) -> dict[str, str]:
+    """An image-editing model's control image (the image the sample edits), checked to be a file."""
+    value = str(entry.get("control_image") or "").strip()
+    if value and not Path(value).expanduser().is_file():
+        raise JobError(f"{where}.control_image: file '{value[:300]}' does not exist")
+    return {"control_image": value} if value else {}
 
 
 def resolve_run(run: str, workspace: str | None) -> Path:
@@ -386,7 +395,8 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
                                  height=entry["height"], width=entry["width"], steps=entry["steps"],
                                  cfg_scale=entry["cfg_scale"], seed=entry["seed"], sampler=entry["sampler"], device=device,
                                  **({"image": entry["base_image_path"], "mask": entry["mask_image_path"]}
-                                    if "base_image_path" in entry else {}))
+                                    if "base_image_path" in entry else {}),
+                                 **({"control_image": entry["control_image"]} if "control_image" in entry else {}))
         except torch.OutOfMemoryError:
             raise JobError(f"prompts[{i}]: out of memory at {entry['width']}x{entry['height']}; "
                            "use a smaller size, FLOAT_16 or the CPU") from None

@@ -191,7 +191,8 @@ class DiffusionStep:
             if self.text_cache is not None:
                 conditioning = self.text_cache.encode(texts, model.encode_text, self.device)
             else:
-                conditioning = model.encode_text(texts, grad=trained_text_parts)
+                control = {"control": batch.control_pixels} if model.control_image else {}  # read with the prompt (Qwen-Image-Edit)
+                conditioning = model.encode_text(texts, grad=trained_text_parts, **control)
             if self.vb is None:
                 pred = model.predict(noisy, timesteps, conditioning, batch)
             else:

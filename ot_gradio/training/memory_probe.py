@@ -239,7 +239,7 @@ def prepare_probe(model: Any, precision: Any, config: Any, trained_text_parts: f
     batch = Batch(size=(height, width), captions=captions, loss_weights=torch.ones(batch_size, device=meta),
                   image_paths=[""] * batch_size, latents=latents, original_sizes=[(height, width)] * batch_size,
                   crop_top_lefts=[(0, 0)] * batch_size)
-    if model.inpainting:
+    if model.inpainting or model.conditioning_kind == "control":  # the masked image's / control image's latents
         batch.conditioning_latents = torch.zeros_like(latents)
     elif model.conditioning_kind == "depth":  # its depth maps (B, 1, h, w)
         batch.conditioning_latents = torch.zeros_like(latents[:, :1])

@@ -66,10 +66,12 @@ class Method:
 
 def sample_images(sample: Any) -> dict[str, str]:
     """An inpainting sample's base image and mask for the family's `sample` (the doctor checked
-    the family and the files before the run); none for a text-to-image sample."""
+    the family and the files before the run), an editing sample's control image; none for a
+    text-to-image sample."""
+    images = {"control_image": sample.control_image} if sample.control_image else {}
     if not sample.sample_inpainting:
-        return {}
-    return {"image": sample.base_image_path, "mask": sample.mask_image_path}
+        return images
+    return {"image": sample.base_image_path, "mask": sample.mask_image_path, **images}
 
 
 METHODS: dict[TrainingMethod, type] = {}

@@ -109,7 +109,7 @@ class Placement:
         # the trainer's test (its trained_text_parts); a part holding any weight that takes gradients stays too
         reason = text_cache_problem(latent_caching=config.latent_caching, concepts=config.concepts,
                                     trained_text_parts={p for p in trained if p in model.text_encoder_names},
-                                    uses_embeddings=uses_embeddings)
+                                    uses_embeddings=uses_embeddings, reads_images=model.control_image)
         trained |= {part for part, module in model.parts.items() if any(p.requires_grad for p in module.parameters())}
         placement = cls(model, device, *parked_parts(model, config, device, trained, reason, step_parts))
         placement.text_cache_off_reason = reason

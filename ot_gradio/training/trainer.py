@@ -200,7 +200,10 @@ class Trainer:
                 progress=lambda done, total: self.report.progress(phase="caching", done=done, total=total),
                 threads=cfg.dataloader_threads,
                 frames=run_sampling(cfg, self.model.frame_step),  # a video family reads clips
+                control=self.model.control_image,  # an image-conditioned family trains on (image, -control image) pairs
             )
+        if self.model.control_image:  # samples without a control image of their own edit the first pair's
+            self.model.default_control_image = str(self.dataset.concepts[0].items[0].control_path)
 
     def _setup_steps(self) -> None:
         """Step counts, optimizer, scheduler, intervals, TensorBoard and the resume."""

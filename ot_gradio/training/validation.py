@@ -72,6 +72,7 @@ class Validator:
             conditioning_fn=model.encode_conditioning if model.caches_conditioning(cfg.masked_training) else None,
             conditioning_kind=model.conditioning_kind,
             frames=run_sampling(cfg, model.frame_step),
+            control=model.control_image,
         )
         fixed = cfg.model_copy(deep=True)
         for part in model.text_encoder_names:

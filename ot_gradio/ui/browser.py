@@ -32,6 +32,7 @@ PATH_KINDS = {
     "concepts[].text.prompt_path": FILE,
     "samples[].base_image_path": FILE,
     "samples[].mask_image_path": FILE,
+    "samples[].control_image": FILE,
 }
 
 

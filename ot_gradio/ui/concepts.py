@@ -1,6 +1,7 @@
 """Concepts tab: a list with add / clone / remove / enable, each concept's settings, and its
 statistics (images, captions, masks, sizes, aspect buckets; for a video model type also clips,
-their frames at the run's sampling and their length). Torch-free: uses the data scan (PyAV)."""
+their frames at the run's sampling and their length; for an image-editing model type the
+(image, `-control` image) pairs and the images without a control image). Torch-free: uses the data scan (PyAV)."""
 
 from __future__ import annotations
 
@@ -57,16 +58,18 @@ def _clips_hint(concept: dict[str, Any]) -> str:
     return " It holds video clips: set Model type (Model tab) to a video model such as WAN_2_1 to train on them." if clips else ""
 
 
-def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sampling=None) -> tuple[str, list[tuple[str, int]]]:
+def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sampling=None,
+                  control: bool = False) -> tuple[str, list[tuple[str, int]]]:
     """Markdown statistics and (bucket, count) rows for one concept; with a video model type's
-    frame `sampling` (run_frame_sampling) its clips are counted beside the images."""
+    frame `sampling` (run_frame_sampling) its clips are counted beside the images; with `control`
+    (an image-editing model type) the pairs, and the images without a control image, named."""
     from ..config.resolution import parse_resolutions  # noqa: PLC0415
     from ..data.buckets import assign_bucket  # noqa: PLC0415
     from ..data.errors import DataError  # noqa: PLC0415
     from ..data.scan import scan_concept  # noqa: PLC0415
 
     try:
-        scan = scan_concept(ConceptConfig(**concept), sampling)
+        scan = scan_concept(ConceptConfig(**concept), sampling, control)
     except (DataError, ValueError, OSError) as err:
         return f"**Cannot read this concept:** {err}{_clips_hint(concept) if sampling is None else ''}", []
     items = scan.items
@@ -77,7 +80,10 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
     sizes = sorted((i.width * i.height, i.width, i.height) for i in items)
     clips = [i for i in items if i.sampling is not None]
     captioned = len(items) - len(scan.uncaptioned)
-    if sampling is None:
+    if control:
+        head = (f"**{scan.pair_count} pairs**, {len(scan.unpaired)} images without a control image (`<name>-control.<ext>`; "
+                f"skipped), {captioned} with captions, {len(scan.uncaptioned)} without, {scan.mask_count} masks")
+    elif sampling is None:
         head = f"**{len(items)} images**, {captioned} with captions, {len(scan.uncaptioned)} without, {scan.mask_count} masks"
     else:
         head = (f"**{len(clips)} clips, {len(items) - len(clips)} images** (trained as one frame), "
@@ -88,6 +94,9 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
                      f"{f' from {sampling.start:g} s' if sampling.start else ''} (the run's Frames); "
                      f"{_seconds(sum(i.duration for i in clips))} of video in all")
     lines.append(f"sizes from {sizes[0][1]}x{sizes[0][2]} to {sizes[-1][1]}x{sizes[-1][2]}")
+    if scan.unpaired:
+        lines.append("**without a control image:** " + ", ".join(p.name for p in scan.unpaired[:20])
+                     + (f" and {len(scan.unpaired) - 20} more" if len(scan.unpaired) > 20 else ""))
     if scan.skipped:
         lines.append("**skipped:** " + ", ".join(f"{s.path.name} ({s.reason})" for s in scan.skipped[:20]))
     rows = [(f"{bw}x{bh}", n) for (bh, bw), n in sorted(buckets.items())]
@@ -187,7 +196,11 @@ class ConceptsTab:
             sampling = run_frame_sampling(config)
         except ValueError as err:
             return f"**Cannot count clips:** {err}", None
-        text, rows = concept_stats(concepts[index], config.get("resolution", "512"), config.get("aspect_ratio_bucketing", True), sampling)
+        from ..config.families import family_info  # noqa: PLC0415
+
+        info = family_info(config.get("model_type", ""))
+        text, rows = concept_stats(concepts[index], config.get("resolution", "512"), config.get("aspect_ratio_bucketing", True), sampling,
+                                   control=bool(info and info.control_image))
         return text, bucket_chart(pd.DataFrame(rows, columns=["bucket", "images"]))
 
     def wire(self, config_state: gr.State, autosave) -> None:

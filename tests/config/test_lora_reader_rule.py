@@ -11,6 +11,7 @@ CASES = [  # model type, trained text encoder part, refused formats, accepted fo
     ("CHROMA_1", "text_encoder", ("SAFETENSORS", "DIFFUSERS_LORA"), ("KOHYA_LORA", "COMFY_LORA")),
     ("PIXART_SIGMA", "text_encoder", ("SAFETENSORS",), ("KOHYA_LORA",)),
     ("QWEN", "text_encoder", ("DIFFUSERS_LORA",), ("COMFY_LORA",)),
+    ("QWEN_IMAGE_EDIT", "text_encoder", ("DIFFUSERS_LORA",), ("COMFY_LORA",)),
     ("Z_IMAGE", "text_encoder", ("SAFETENSORS",), ("KOHYA_LORA",)),
     ("STABLE_DIFFUSION_35", "text_encoder_3", ("SAFETENSORS",), ("KOHYA_LORA",)),
     ("SANA", "text_encoder", ("SAFETENSORS", "KOHYA_LORA"), ()),

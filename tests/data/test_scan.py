@@ -183,3 +183,57 @@ def test_a_huge_caption_file_is_read_only_in_part(tmp_path, write_image, make_co
     scan = scan_concept(make_concept(folder))
     assert scan.items[0].captions[0] == "a cat" and sum(map(len, scan.items[0].captions)) <= MAX_CAPTION_BYTES
     assert any("cat.txt: larger than 1024 KB" in w for w in scan.warnings)
+
+
+def test_control_images_pair_with_their_images_and_unpaired_images_are_named(tmp_path, write_image, make_concept, caplog):
+    """An image-conditioned family (Qwen-Image-Edit): `<stem>-control.<ext>` pairs with `<stem>.*`
+    and is no training image itself; an image without one is skipped, named in one warning; a
+    folder without any pair is refused. Other families keep `-control` files as images."""
+    folder = tmp_path / "c"
+    write_image(folder / "cat.png", 16, 16)
+    write_image(folder / "cat-control.jpg", 20, 20, colour=(0, 0, 200))
+    write_image(folder / "dog.jpg", 16, 16)
+    write_image(folder / "dog-control.png", 16, 16)
+    write_image(folder / "lonely.png", 16, 16)
+    write_image(folder / "wide.png", 32, 16)
+    write_image(folder / "wide-control.png", 16, 16)  # another shape: stretched, said
+    (folder / "broken.png").write_bytes((folder / "cat.png").read_bytes())
+    (folder / "broken-control.png").write_bytes(b"not an image")
+    with caplog.at_level(logging.WARNING):
+        scan = scan_concept(make_concept(folder), control=True)
+    assert [(i.relpath, i.control_path.name) for i in scan.items] == [
+        ("cat.png", "cat-control.jpg"), ("dog.jpg", "dog-control.png"), ("wide.png", "wide-control.png")]
+    assert scan.pair_count == 3 and [p.name for p in scan.unpaired] == ["broken.png", "lonely.png"]
+    assert [w for w in scan.warnings if "broken.png, lonely.png" in w and "without a control image" in w]
+    assert [w for w in scan.warnings if "unreadable control image" in w and "broken-control.png" in w]
+    assert [w for w in scan.warnings if "wide-control.png is 16x16" in w and "stretched" in w]
+    assert not [w for w in scan.warnings if "cat-control" in w]  # 20x20 beside 16x16: the same shape
+    assert len(scan_concept(make_concept(folder)).items) == 8  # another model type: every readable file is an image
+    alone = tmp_path / "alone"
+    write_image(alone / "a.png", 16, 16)
+    with pytest.raises(DataError, match=r"no image .* has its control image .*a\.png"):
+        scan_concept(make_concept(alone), control=True)
+
+
+def test_a_batch_carries_each_control_image_cut_like_its_image_and_its_cached_latents(tmp_path, write_image, make_concept, encoder):
+    """The control image (another size) is cut to its image's bucket and crop; with latent caching
+    its latents are cached (kind "control") and loaded with the image's."""
+    import torch
+
+    from ot_gradio.data import build_dataset
+    from ot_gradio.data.batches import render_control, render_pixels
+
+    folder = tmp_path / "c"
+    write_image(folder / "a.png", 128, 64)
+    write_image(folder / "a-control.png", 256, 128, colour=(0, 200, 0))
+    dataset = build_dataset([make_concept(folder)], "64", 1, latent_caching=True, cache_dir=tmp_path / "cache", vae_id="v",
+                            encode_fn=encoder, conditioning_fn=lambda pixels, _: encoder(pixels), conditioning_kind="control",
+                            control=True)
+    assert dataset.cache_report.conditioning_total == dataset.cache_report.conditioning_encoded == dataset.cache_report.total
+    batch = next(iter(dataset.epoch_batches(0)))
+    sample = dataset.plan(0).batches[0][0]
+    item = dataset.concepts[0].items[0]
+    control = render_control(item, sample.variant)
+    assert batch.control_pixels.shape == batch.latents.shape[:1] + render_pixels(item, sample.variant).shape
+    assert torch.equal(batch.control_pixels[0], control) and float(control[1].mean()) > float(control[0].mean())  # green
+    torch.testing.assert_close(batch.conditioning_latents[0], encoder(control[None])[0])

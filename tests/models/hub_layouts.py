@@ -132,6 +132,10 @@ HUB_LAYOUTS: dict[str, dict] = {
     "tiny:qwen-image": {  # files: catalog (Qwen-Image-2512: vocab.json + merges.txt, no tokenizer.json); index: InvokeAI's copy
         "repo": "Qwen/Qwen-Image", "model_index": {}, "tokenizers": {"tokenizer": "qwen"},
     },
+    "tiny:qwen-image-edit": {  # inferred: Qwen-Image's tokenizer files, and its Qwen2VLProcessor folder (preprocessor_config.json, the tokenizer's files)
+        "repo": "Qwen/Qwen-Image-Edit", "model_index": {"processor": ["transformers", "Qwen2VLProcessor"]},
+        "tokenizers": {"tokenizer": "qwen"}, "other_tokenizers": {"processor": "qwen"},
+    },
     "tiny:krea2": {  # inferred (no file list of the repo seen): Qwen3-VL-4B's tokenizer files (vocab.json, merges.txt, tokenizer.json); index: Qwen2TokenizerFast
         "repo": "krea/Krea-2-Raw", "model_index": {"tokenizer": ["transformers", "Qwen2TokenizerFast"]},
         "tokenizers": {"tokenizer": "qwen-with-json"},

@@ -4,6 +4,7 @@ encoded, before its denoiser runs."""
 
 import pytest
 import torch
+from PIL import Image
 
 from ot_gradio.models import common
 from ot_gradio.models.common import exact_size, generation_size, parked_for_sampling
@@ -34,11 +35,12 @@ def test_sizes():
 FAMILIES = [("FLUX_DEV_1", "flux"), ("CHROMA_1", "chroma"), ("FLUX_2", "flux2-dev"), ("FLUX_2", "flux2-klein"), ("QWEN", "qwen-image"), ("KREA_2", "krea2"), ("ANIMA", "anima"),
             ("Z_IMAGE", "z-image"), ("STABLE_DIFFUSION_3", "sd3"), ("SANA", "sana"), ("WAN_2_1", "wan"), ("WAN_2_2_TI2V_5B", "wan22-5b"), ("HUNYUAN_VIDEO", "hunyuan_video"), ("LTX_2", "ltx2"), ("IDEOGRAM_4", "ideogram4"), ("HI_DREAM_FULL", "hidream"), ("STABLE_DIFFUSION_15", "sd15"),
             ("STABLE_DIFFUSION_XL_10_BASE", "sdxl"), ("PIXART_SIGMA", "pixart-sigma"),
-            ("WAN_2_2_T2V_A14B", "wan22-a14b"), ("ERNIE", "ernie"), ("STABLE_DIFFUSION_20_DEPTH", "sd2-depth")]
+            ("WAN_2_2_T2V_A14B", "wan22-a14b"), ("ERNIE", "ernie"), ("STABLE_DIFFUSION_20_DEPTH", "sd2-depth"),
+            ("QWEN_IMAGE_EDIT", "qwen-image-edit")]
 
 
 @pytest.mark.parametrize(("model_type", "tiny"), FAMILIES)
-def test_text_encoders_leave_before_the_denoiser_runs(tiny_dir, monkeypatch, model_type, tiny):
+def test_text_encoders_leave_before_the_denoiser_runs(tiny_dir, tmp_path, monkeypatch, model_type, tiny):
     """As when a run parks its text encoders in RAM (`module_device` says they wait on the meta
     device here; moves are recorded, not made): each comes to the device for the encoding and is
     sent back before the transformer's first call, and the pipeline, without them, still makes
@@ -56,6 +58,9 @@ def test_text_encoders_leave_before_the_denoiser_runs(tiny_dir, monkeypatch, mod
     hook = getattr(model, model.denoiser).register_forward_pre_hook(lambda *_: events.append(("transformer", "runs")))
     pipes, pipeline = [], model.pipeline
     monkeypatch.setattr(model, "pipeline", lambda *a, **k: pipes.append(pipeline(*a, **k)) or pipes[-1])
+    if model.control_image:  # an editing family's sample edits an image (the Qwen2.5-VL encoder reads it too)
+        Image.new("RGB", (40, 24), (200, 30, 30)).save(tmp_path / "control.png")
+        model.default_control_image = str(tmp_path / "control.png")
     image = model.sample("a red circle", height=32, width=32, steps=1, cfg_scale=2.0, device="cpu")
     hook.remove()
     assert all(frame.size == (32, 32) for frame in (image if model.frame_step else [image]))  # a video family: a clip's frames

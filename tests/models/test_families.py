@@ -40,6 +40,7 @@ FAMILIES = [
     Row("flux2-klein", (M.FLUX_2,), single_file=False),
     Row("z-image", (M.Z_IMAGE,)),
     Row("qwen-image", (M.QWEN,)),
+    Row("qwen-image-edit", (M.QWEN_IMAGE_EDIT,), single_file=False),
     Row("krea2", (M.KREA_2,)),
     Row("anima", (M.ANIMA,)),
     Row("sana", (M.SANA,), single_file=False),

@@ -38,6 +38,7 @@ MODEL_TYPES = {
     "tiny:pixart-sigma": ModelType.PIXART_SIGMA,
     "tiny:sana": ModelType.SANA,
     "tiny:qwen-image": ModelType.QWEN,
+    "tiny:qwen-image-edit": ModelType.QWEN_IMAGE_EDIT,
     "tiny:krea2": ModelType.KREA_2,
     "tiny:anima": ModelType.ANIMA,
     "tiny:z-image": ModelType.Z_IMAGE,

@@ -12,6 +12,7 @@ from tests import comfy_reference as ref
 FAMILIES = ("flux", "chroma", "flux2-dev", "flux2-klein", "z-image", "qwen-image", "pixart-sigma", "pixart-alpha", "wan", "hidream")
 FAMILIES += ("anima",)  # transformer only (OneTrainer trains no Anima text encoder; a kohya one is refused)
 FAMILIES += ("hunyuan-video",)  # q/k/v (and the single blocks' MLP input) one fused layer each; Llama and CLIP-L
+FAMILIES += ("qwen-image-edit",)  # Qwen-Image's transformer and Qwen2.5-VL: ComfyUI reads it as a Qwen-Image model
 FAMILIES += ("wan22-a14b",)  # its low-noise expert: ComfyUI loads each A14B expert as a Wan 2.1 t2v model (comfy/model_detection.py)
 
 
@@ -46,6 +47,11 @@ def _model(name: str):
         from ot_gradio.models.tiny.qwen_image import tiny_qwen_image_components
 
         return QwenImage(tiny_qwen_image_components())
+    if name == "qwen-image-edit":
+        from ot_gradio.models.qwen_image_edit import QwenImageEdit
+        from ot_gradio.models.tiny.qwen_image import tiny_qwen_image_components
+
+        return QwenImageEdit(tiny_qwen_image_components())
     if name == "anima":
         from ot_gradio.models.anima import Anima
         from ot_gradio.models.tiny.anima import tiny_anima_components
@@ -102,7 +108,7 @@ def comfy_names(name: str, model) -> set[str]:
         return names
     if name == "z-image":
         return ref.z_image_map(tr.n_layers, tr.n_refiner_layers) | ref.llm_map("qwen3_4b", model.text_encoder.config.num_hidden_layers)
-    if name == "qwen-image":
+    if name in ("qwen-image", "qwen-image-edit"):
         from ot_gradio.models.common import language_model_config
         from ot_gradio.models.key_layout import layer_paths
 

@@ -24,7 +24,7 @@ FAMILIES = [
     ("WAN_2_2_TI2V_5B", "tiny:wan22-5b"), ("HUNYUAN_VIDEO", "tiny:hunyuan_video"), ("LTX_2", "tiny:ltx2"), ("IDEOGRAM_4", "tiny:ideogram4"),
     ("HI_DREAM_FULL", "tiny:hidream"),
     ("WAN_2_2_T2V_A14B", "tiny:wan22-a14b"),
-    ("ERNIE", "tiny:ernie"),
+    ("ERNIE", "tiny:ernie"), ("QWEN_IMAGE_EDIT", "tiny:qwen-image-edit"),
 ]
 
 

@@ -33,6 +33,9 @@ class FamilyInfo:
     methods: tuple[T, ...] = ALL_METHODS
     implemented: bool = False       # the trainer can train it today
     inpainting: bool = False        # the denoiser takes the masked image and the mask as input
+    # each training image has its source image beside it (`cat.png` + `cat-control.png`) that the
+    # model is conditioned on (image editing: Qwen-Image-Edit); images without one are skipped
+    control_image: bool = False
     bucket_step: int | None = None  # image sizes must be multiples of this (None: the data default)
     frame_step: int | None = None   # a video family: clips train with frame_step * k + 1 frames (None: images only)
     schedule: str = "ddpm"          # the training objective: "ddpm" or "flow_matching" (training/schedules.py)
