@@ -3,7 +3,8 @@ e.g. `hunyuan_video_720_cfgdistill_bf16.safetensors`, and city96's GGUF files): 
 `convert_hunyuan_video_transformer_to_diffusers` reads, written from diffusers' names. The layers
 are named by comfy_lora_names.py's HunyuanVideo tables (the original repository's spelling of
 ComfyUI's names); q, k, v (and the single blocks' MLP input) are one fused weight each, and the
-final modulation keeps (scale, shift) where diffusers keeps (shift, scale)."""
+final modulation keeps (scale, shift) where diffusers keeps (shift, scale). Read back: those
+names, or ComfyUI's spelling of them (a model ComfyUI saved), through diffusers' converter."""
 
 from __future__ import annotations
 
@@ -28,7 +29,10 @@ _OTHER = (
     (re.compile(r"^context_embedder\.token_refiner\.refiner_blocks\.(\d+)\.(norm[12])$"), r"txt_in.individual_token_refiner.blocks.\1.\2"),
     (re.compile(r"^x_embedder\.proj$"), "img_in.proj"),
 )
-_COMFY_PREFIXES = ("model.diffusion_model.", "diffusion_model.")
+_PREFIXES = ("model.diffusion_model.", "model.model.", "diffusion_model.")  # ComfyUI's saved models and LoRA-style keys
+# ComfyUI's own spelling (the names its HunyuanVideo model has, in a file ComfyUI saved) of the norms
+_COMFY_NORMS = (("_attn.norm.query_norm.scale", "_attn_q_norm.weight"), ("_attn.norm.key_norm.scale", "_attn_k_norm.weight"),
+                (".norm.query_norm.scale", ".q_norm.weight"), (".norm.key_norm.scale", ".k_norm.weight"))
 
 
 def original_module(path: str) -> str:
@@ -56,16 +60,31 @@ def original_state_dict(state_dict: Mapping[str, torch.Tensor]) -> dict[str, tor
     return out
 
 
+def from_comfy_spelling(key: str) -> str:
+    """The original repository's name of a key as ComfyUI's HunyuanVideo model spells it
+    (`img_attn.qkv`, `img_mod.lin`, `img_attn.norm.query_norm.scale`, `time_in.in_layer`)."""
+    for comfy, original in _COMFY_NORMS:
+        if key.endswith(comfy):
+            return key[: -len(comfy)] + original
+    module, _, param = key.rpartition(".")
+    return f"{hunyuan_video_onetrainer(module)}.{param}"
+
+
 def diffusers_state_dict(original: Mapping[str, torch.Tensor], hidden_size: int) -> dict[str, torch.Tensor]:
-    """An original-layout state dict (bare or under ComfyUI's `model.diffusion_model.`) in diffusers'
-    names: diffusers' own converter, but the single blocks' `linear1` split here at the model's
-    `hidden_size` (the converter assumes the full model's 3072)."""
+    """An original-layout state dict (the original repository's names or ComfyUI's, bare or under
+    a ComfyUI prefix) in diffusers' names: diffusers' own converter, but the single blocks' `linear1`
+    split here at the model's `hidden_size` (the converter assumes the full model's 3072)."""
     from diffusers.loaders.single_file_utils import convert_hunyuan_video_transformer_to_diffusers
 
-    rest, linear1 = {}, {}
+    bare = {}
     for key, tensor in original.items():
-        for prefix in _COMFY_PREFIXES:
+        for prefix in _PREFIXES:
             key = key.removeprefix(prefix)
+        bare[key] = tensor
+    if any("_mod.lin." in k or ".modulation.lin." in k for k in bare):  # every block has one: ComfyUI's spelling
+        bare = {from_comfy_spelling(k): v for k, v in bare.items()}
+    rest, linear1 = {}, {}
+    for key, tensor in bare.items():
         (linear1 if re.match(r"^single_blocks\.\d+\.linear1\.", key) else rest)[key] = tensor
     out = convert_hunyuan_video_transformer_to_diffusers(rest)
     for key, tensor in linear1.items():

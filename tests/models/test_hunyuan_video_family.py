@@ -94,12 +94,15 @@ def test_the_transformer_file_is_the_original_layout_read_back_by_diffusers(tiny
     """ORIGINAL_TRANSFORMER writes Tencent's names (the file ComfyUI loads): diffusers' own converter
     of that layout gives back every weight exactly (the single blocks' `linear1` it can split only at
     the full model's width 3072: there, the file's rows are q, k, v and the MLP input in that order),
-    and the file loads as `transformer.model_name`."""
+    and the file loads as `transformer.model_name`, in ComfyUI's own spelling too; one that lacks a
+    weight is refused, naming it."""
     from diffusers.loaders.single_file_utils import convert_hunyuan_video_transformer_to_diffusers
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file, save_file
 
+    from ot_gradio.models.common import ModelLoadError
     from ot_gradio.models.hunyuan_video import HunyuanVideo
     from ot_gradio.models.tiny import resolve_tiny
+    from tests.comfy_reference import hunyuan_video_comfy_key
 
     base = resolve_tiny("tiny:hunyuan_video").diffusers_dir
     model = HunyuanVideo.load(str(base), offline=True)
@@ -123,3 +126,13 @@ def test_the_transformer_file_is_the_original_layout_read_back_by_diffusers(tiny
     assert back.keys() == ours.keys()
     reloaded = HunyuanVideo.load(str(base), offline=True, part_models={"transformer": str(file)}).transformer.state_dict()
     assert reloaded.keys() == ours.keys() and all(torch.equal(reloaded[k], ours[k]) for k in ours)
+    # the same weights as a model ComfyUI saved them: its spelling (img_attn.qkv, norm.query_norm.scale), its prefix
+    comfy = {"model.diffusion_model." + hunyuan_video_comfy_key(k): v for k, v in load_file(str(file)).items()}
+    assert "model.diffusion_model.double_blocks.0.img_attn.norm.query_norm.scale" in comfy
+    save_file(comfy, str(tmp_path / "comfy.safetensors"))
+    reloaded = HunyuanVideo.load(str(base), offline=True, part_models={"transformer": str(tmp_path / "comfy.safetensors")})
+    assert all(torch.equal(reloaded.transformer.state_dict()[k], ours[k]) for k in ours)
+    without = {k: v for k, v in load_file(str(file)).items() if k != "double_blocks.0.img_attn_qkv.bias"}
+    save_file(without, str(tmp_path / "short.safetensors"))
+    with pytest.raises(ModelLoadError, match=r"The transformer file has no \['transformer_blocks\.0\.attn\.to_k\.bias'"):
+        HunyuanVideo.load(str(base), offline=True, part_models={"transformer": str(tmp_path / "short.safetensors")})
