@@ -196,6 +196,19 @@ def hunyuan_video_original(double: int, single: int, refiner: int, guidance: boo
     return keys
 
 
+def hunyuan_video_comfy_key(key: str) -> str:
+    """ComfyUI's name of an original HunyuanVideo checkpoint key (comfy/supported_models.py HunyuanVideo
+    `process_unet_state_dict`: what ComfyUI renames on load, and the names a model it saves has)."""
+    for a, b in (("txt_in.t_embedder.mlp.0.", "txt_in.t_embedder.in_layer."), ("txt_in.t_embedder.mlp.2.", "txt_in.t_embedder.out_layer."),
+                 ("txt_in.c_embedder.linear_1.", "txt_in.c_embedder.in_layer."), ("txt_in.c_embedder.linear_2.", "txt_in.c_embedder.out_layer."),
+                 ("_mod.linear.", "_mod.lin."), ("_attn_qkv.", "_attn.qkv."), ("mlp.fc1.", "mlp.0."), ("mlp.fc2.", "mlp.2."),
+                 ("_attn_q_norm.weight", "_attn.norm.query_norm.scale"), ("_attn_k_norm.weight", "_attn.norm.key_norm.scale"),
+                 (".q_norm.weight", ".norm.query_norm.scale"), (".k_norm.weight", ".norm.key_norm.scale"), ("_attn_proj.", "_attn.proj."),
+                 (".modulation.linear.", ".modulation.lin."), ("_in.mlp.2.", "_in.out_layer."), ("_in.mlp.0.", "_in.in_layer.")):
+        key = key.replace(a, b)
+    return key
+
+
 def hunyuan_video_map(double: int, single: int, refiner: int, guidance: bool) -> set[str]:
     """model_lora_keys_unet for HunyuanVideo: the generic names and diffusion-pipe's `transformer.` /
     `diffusion_model.` + the key with its renames (`img_attn.qkv` -> `img_attn_qkv`, `mlp.0` -> `mlp.fc1`, ...)."""

@@ -238,7 +238,7 @@ def hunyuan_video(transformer: nn.Module, paths: Mapping[str, Iterable[str]]) ->
     names = {p: "diffusion_model." + o for p in layer_paths(transformer) if (o := hunyuan_video_original(p))}
     out: dict[str, str] = {}
     for name, members in fused_groups(names).items():
-        members.sort(key=_row_order)  # the fused weight's row order (q, k, v, MLP), not the modules' (add_k_proj first)
+        members.sort(key=hunyuan_video_row_order)  # the fused weight's row order (q, k, v, MLP), not the modules' (add_k_proj first)
         widths = [_out_features(transformer.get_submodule(p)) for p in members] if len(members) > 1 else None
         alias = "diffusion_model." + hunyuan_video_onetrainer(name.removeprefix("diffusion_model."))
         layer = LayerName(name, widths, swap=len(members) == 1 and members[0] in HUNYUAN_SWAPPED, aliases=(alias,))
@@ -246,7 +246,8 @@ def hunyuan_video(transformer: nn.Module, paths: Mapping[str, Iterable[str]]) ->
     return {"transformer": out, **{part: names for part, names in text.items() if names}}
 
 
-def _row_order(path: str) -> int:
+def hunyuan_video_row_order(path: str) -> int:
+    """Where a layer's rows sit in its fused weight of the original layout (q, k, v, then the MLP input)."""
     for blocks, table in (("context_embedder.token_refiner.refiner_blocks", HUNYUAN_REFINER), ("transformer_blocks", HUNYUAN_DOUBLE),
                           ("single_transformer_blocks", HUNYUAN_SINGLE)):
         if (hit := _block(path, blocks)) and hit[1] in table:

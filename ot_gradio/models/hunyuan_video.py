@@ -23,7 +23,10 @@ What HunyuanVideo is (diffusers' HunyuanVideoPipeline, OneTrainer's HunyuanVideo
   names LlamaTokenizerFast, which in transformers 5 rebuilds a SentencePiece-style (Metaspace)
   tokenizer from the file's vocabulary and splits Llama 3's words wrongly.
 - Loading: a hub id (hunyuanvideo-community/HunyuanVideo), a diffusers folder or
-  `tiny:hunyuan_video`; single files are refused. Saving: a diffusers folder; LoRA as
+  `tiny:hunyuan_video`, or a transformer file in the original layout (Tencent's names, the file
+  ComfyUI loads, or a .gguf of it) as the base model or `transformer.model_name`, the other parts
+  from the base model (models/hunyuan_video_keys.py). Saving: a diffusers folder or that
+  transformer file (ORIGINAL_TRANSFORMER / COMFY_TRANSFORMER); LoRA as
   diffusers/PEFT keys (`transformer.transformer_blocks.0.attn.to_q.lora_A.weight`) that
   HunyuanVideoPipeline.load_lora_weights reads, or KOHYA_LORA / COMFY_LORA in ComfyUI's names
   (`diffusion_model.double_blocks.0.img_attn.qkv`), q, k, v (and the single blocks' MLP input)
@@ -32,14 +35,16 @@ What HunyuanVideo is (diffusers' HunyuanVideoPipeline, OneTrainer's HunyuanVideo
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
 
-from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import base_module, module_device
+from ot_gradio.config.enums import DataType, ModelType
+from ot_gradio.models.common import assign_converted_weights, base_module, cast_state_dict, module_device, read_transformer_file
 from ot_gradio.models.flow_family import FlowFamily, compute_dtype
+from ot_gradio.models.key_layout import save_tensors
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.video_family import VideoSampling
 
@@ -77,6 +82,7 @@ class HunyuanVideo(VideoSampling, FlowFamily):
     default_steps, default_cfg_scale = 30, 6.0
     pipeline_class_name = "HunyuanVideoPipeline"
     transformer_class_name = "HunyuanVideoTransformer3DModel"
+    single_file_layout = "original"  # Tencent's transformer files (ComfyUI's), read and written by hunyuan_video_keys.py
 
     def __init__(self, components: Mapping):
         super().__init__(components)
@@ -92,6 +98,34 @@ class HunyuanVideo(VideoSampling, FlowFamily):
         paths = {part: [p.removeprefix("text_model.") for p in layer_paths(base_module(getattr(self, part)))]
                  for part in ("text_encoder", "text_encoder_2")}  # save_lora drops CLIP's `text_model.`
         return hunyuan_video(base_module(self.transformer), paths)
+
+    @classmethod
+    def _single_file_transformer(cls, path: Path, config: str, hub: Mapping, dtype: torch.dtype):
+        """The original-layout transformer file (.safetensors, or .gguf with its quantized weights
+        kept) through diffusers' converter, the single blocks' fused `linear1` split at the config's
+        width (the converter assumes the full model's 3072; models/hunyuan_video_keys.py)."""
+        from ot_gradio.models.hunyuan_video_keys import diffusers_state_dict
+
+        Transformer = cls._transformer_class()
+        with torch.device("meta"):  # no float32 copy of a 13B model before the weights arrive
+            transformer = Transformer.from_config(Transformer.load_config(config, subfolder="transformer", **hub))
+        hidden = transformer.config.num_attention_heads * transformer.config.attention_head_dim
+        weights, expected = diffusers_state_dict(read_transformer_file(path), hidden), transformer.state_dict().keys()
+        lacking, extra = sorted(expected - weights.keys()), sorted(weights.keys() - expected)
+        if lacking or extra:
+            what = f"has no {lacking[:3]}" if lacking else f"has keys a HunyuanVideo transformer has not: {extra[:3]}"
+            raise ValueError(f"The transformer file {what} (diffusers' names); is it a HunyuanVideo transformer of this size, "
+                             "in the original layout?")
+        assign_converted_weights(transformer, weights, dtype)
+        return transformer
+
+    def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
+        """The transformer alone in the original layout (ORIGINAL_TRANSFORMER / COMFY_TRANSFORMER: the
+        file ComfyUI loads; diffusers' converter reads it back); the text encoders and VAE are the base model's."""
+        from ot_gradio.models.hunyuan_video_keys import original_state_dict
+
+        weights, dtype, header = self.transformer_file_contents(dtype, self.lora_base_model_version, metadata)
+        return save_tensors(path, original_state_dict(cast_state_dict(weights, dtype)), header)
 
     @classmethod
     def _text_only_tokenizers(cls, source: str | Path, hub: Mapping) -> dict:

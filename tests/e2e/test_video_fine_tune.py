@@ -1,7 +1,8 @@
 """FINE_TUNE of the video families (Wan 2.1, Wan 2.2 TI2V 5B and T2V A14B, LTX-2, which OneTrainer
 lacks, and HunyuanVideo, as OneTrainer fine-tunes it) on their tiny models: our preset switched to
 FINE_TUNE, trained in a worker process on three clips and an image; the saved diffusers folder loads in the family's own pipeline, its trained
-transformer changed (for A14B the trained expert only) and every other part as it was."""
+transformer changed (for A14B the trained expert only) and every other part as it was; Wan 2.1 and HunyuanVideo
+also save the transformer alone in its original layout, read back over the base model."""
 
 from __future__ import annotations
 
@@ -58,20 +59,23 @@ def test_a_video_fine_tune_saves_a_folder_its_pipeline_loads(model_type, tmp_pat
     assert type(pipe).__name__ == type(local_pipeline(tiny.diffusers_dir)).__name__
 
 
-def test_a_wan_fine_tune_saves_the_transformer_file_comfyui_loads(tmp_path):
-    """ORIGINAL_TRANSFORMER: the fine-tuned transformer alone in Wan-AI's names, read back as
-    `transformer.model_name` over the base model."""
+@pytest.mark.parametrize("model_type", ["WAN_2_1", "HUNYUAN_VIDEO"])
+def test_a_video_fine_tune_saves_the_transformer_file_comfyui_loads(model_type, tmp_path):
+    """ORIGINAL_TRANSFORMER: the fine-tuned transformer alone in the original names (Wan-AI's,
+    Tencent's), read back as `transformer.model_name` over the base model."""
+    from ot_gradio.models.registry import get_family
     from ot_gradio.models.tiny import all_tiny_models
-    from ot_gradio.models.wan import Wan21
 
-    tiny = all_tiny_models()["tiny:wan"][1](tmp_path / "tiny")
+    tiny_name, preset, frames, changes, _, _ = CASES[model_type]
+    tiny = all_tiny_models()[f"tiny:{tiny_name}"][1](tmp_path / "tiny")
     data = write_clips_and_an_image(tmp_path / "clips", PROMPT)
-    config = imported(PRESETS_DIR / "wan21-lora.json", tiny.diffusers_dir, data, tmp_path, "wan.safetensors", resolution="64",
-                      frames="5", epochs=1, learning_rate=1e-3, training_method="FINE_TUNE", output_model_format="ORIGINAL_TRANSFORMER",
-                      output_dtype="FLOAT_32", train_dtype="FLOAT_32", optimizer={"optimizer": "ADAMW"}, samples=[], latent_caching=True)
+    config = imported(PRESETS_DIR / preset, tiny.diffusers_dir, data, tmp_path, "model.safetensors", resolution="64", frames=frames,
+                      epochs=1, learning_rate=1e-3, training_method="FINE_TUNE", output_model_format="ORIGINAL_TRANSFORMER",
+                      output_dtype="FLOAT_32", train_dtype="FLOAT_32", optimizer={"optimizer": "ADAMW"}, samples=[], latent_caching=True,
+                      **changes)
     config["transformer"] = {**config["transformer"], "train": True, "weight_dtype": "FLOAT_32"}
     run_until_done(config, tmp_path)
-    out = tmp_path / "out" / "wan.safetensors"
-    tuned = Wan21.load(str(tiny.diffusers_dir), part_models={"transformer": str(out)}).transformer.state_dict()
+    out = tmp_path / "out" / "model.safetensors"
+    tuned = get_family(model_type).load(str(tiny.diffusers_dir), part_models={"transformer": str(out)}).transformer.state_dict()
     base = _weights(tiny.diffusers_dir, "transformer")
     assert tuned.keys() == base.keys() and [k for k in tuned if not torch.equal(tuned[k], base[k])]

@@ -51,7 +51,8 @@ def test_the_gguf_transformer_keeps_q8_0_blocks_within_their_rounding(gguf_file)
 
 
 @pytest.mark.parametrize(("model_type", "tiny"), [("QWEN", "qwen-image"), ("FLUX_2", "flux2-dev"), ("KREA_2", "krea2"),
-                                                 ("ERNIE", "ernie"), ("ANIMA", "anima"), ("CHROMA_1", "chroma"), ("WAN_2_1", "wan")])
+                                                 ("ERNIE", "ernie"), ("ANIMA", "anima"), ("CHROMA_1", "chroma"), ("WAN_2_1", "wan"),
+                                                 ("HUNYUAN_VIDEO", "hunyuan_video")])
 def test_the_other_gguf_families_load_their_transformer_file_as_gguf(tiny_dir, tmp_path, model_type, tiny):
     """Each family described `gguf` (Z-Image and Flux.1 above): its transformer file, written as GGUF, loads
     with diffusers' GGUF layers, the Q8_0 weights kept as bytes."""
@@ -75,3 +76,29 @@ def test_a_family_without_gguf_loading_refuses_the_file_before_loading(tmp_path)
     (tmp_path / "t.gguf").write_bytes(b"GGUF")
     with pytest.raises(ModelLoadError, match=r"^transformer\.model_name: Sana does not read \.gguf transformer files"):
         Sana.load("tiny:never-built", offline=True, part_models={"transformer": str(tmp_path / "t.gguf")})
+
+
+def test_hunyuan_videos_fused_gguf_weights_split_into_whole_quantized_rows(tmp_path):
+    """HunyuanVideo's fused weights (q/k/v, the single blocks' linear1 with the MLP input) as Q8_0
+    bytes split per layer (the tiny transformer's 24 wide rows are too short to quantize): each
+    layer keeps its own rows, still Q8_0, dequantized within the rounding."""
+    from diffusers.quantizers.gguf.utils import GGUFParameter, dequantize_gguf_tensor
+
+    from ot_gradio.models.common import read_transformer_file
+    from ot_gradio.models.hunyuan_video_keys import diffusers_state_dict
+
+    hidden, mlp = 32, 64
+    torch.manual_seed(0)
+    original = {"single_blocks.0.linear1.weight": torch.randn(3 * hidden + mlp, hidden),
+                "double_blocks.0.img_attn_qkv.weight": torch.randn(3 * hidden, hidden)}
+    weights = diffusers_state_dict(read_transformer_file(write_gguf(original, tmp_path / "t.gguf", "hunyuan_video")), hidden)
+    rows = {"single_transformer_blocks.0.attn.to_q.weight": original["single_blocks.0.linear1.weight"][:hidden],
+            "single_transformer_blocks.0.attn.to_v.weight": original["single_blocks.0.linear1.weight"][2 * hidden: 3 * hidden],
+            "single_transformer_blocks.0.proj_mlp.weight": original["single_blocks.0.linear1.weight"][3 * hidden:],
+            "transformer_blocks.0.attn.to_k.weight": original["double_blocks.0.img_attn_qkv.weight"][hidden: 2 * hidden]}
+    assert len(weights) == 7 and rows.keys() <= weights.keys()
+    for key, expected in rows.items():
+        got = weights[key]
+        assert isinstance(got, GGUFParameter) and got.dtype == torch.uint8, key
+        step = expected.abs().amax(dim=1, keepdim=True) / 127  # one block per row: the rows' own scales
+        assert ((dequantize_gguf_tensor(got).float() - expected).abs() <= step * (0.5 + 2 * 127 / 2048) + 1e-8).all(), key

@@ -88,3 +88,51 @@ def test_a_kohya_file_converts_to_the_diffusers_lora_the_pipeline_loads_whole(ti
     pipe = HunyuanVideo.load(str(base), offline=True).pipeline()
     assert lora_load_problems(pipe, converted["output"]) == []
     assert sum(1 for name, _ in pipe.transformer.named_parameters() if "lora_B" in name) == len(layers) > 0
+
+
+def test_the_transformer_file_is_the_original_layout_read_back_by_diffusers(tiny_dir, tmp_path):
+    """ORIGINAL_TRANSFORMER writes Tencent's names (the file ComfyUI loads): diffusers' own converter
+    of that layout gives back every weight exactly (the single blocks' `linear1` it can split only at
+    the full model's width 3072: there, the file's rows are q, k, v and the MLP input in that order),
+    and the file loads as `transformer.model_name`, in ComfyUI's own spelling too; one that lacks a
+    weight is refused, naming it."""
+    from diffusers.loaders.single_file_utils import convert_hunyuan_video_transformer_to_diffusers
+    from safetensors.torch import load_file, save_file
+
+    from ot_gradio.models.common import ModelLoadError
+    from ot_gradio.models.hunyuan_video import HunyuanVideo
+    from ot_gradio.models.tiny import resolve_tiny
+    from tests.comfy_reference import hunyuan_video_comfy_key
+
+    base = resolve_tiny("tiny:hunyuan_video").diffusers_dir
+    model = HunyuanVideo.load(str(base), offline=True)
+    with torch.no_grad():  # changed weights, to see them come back from the file
+        model.transformer.transformer_blocks[0].attn.add_k_proj.weight.add_(1.0)
+        model.transformer.single_transformer_blocks[0].attn.to_v.bias.add_(1.0)
+    file = model.save_single_file(tmp_path / "hunyuan.safetensors", torch.float32)
+    original = load_file(str(file))
+    assert {"double_blocks.0.img_attn_qkv.weight", "double_blocks.0.txt_attn_qkv.weight", "single_blocks.0.linear1.weight",
+            "txt_in.individual_token_refiner.blocks.0.self_attn_qkv.weight", "final_layer.adaLN_modulation.1.weight",
+            "img_in.proj.weight", "double_blocks.0.img_attn_q_norm.weight"} <= original.keys()
+    ours = model.transformer.state_dict()
+    linear1 = {k: original.pop(k) for k in list(original) if k.startswith("single_blocks.") and ".linear1." in k}
+    back = convert_hunyuan_video_transformer_to_diffusers(dict(original))
+    assert all(torch.equal(back[k], ours[k]) for k in back)
+    for key, fused in linear1.items():
+        block, _, param = key.replace("single_blocks", "single_transformer_blocks").rpartition(".linear1.")
+        rows = [ours[f"{block}.{m}.{param}"] for m in ("attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp")]
+        assert torch.equal(fused, torch.cat(rows))
+        back.update(dict.fromkeys((f"{block}.{m}.{param}" for m in ("attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp")), None))
+    assert back.keys() == ours.keys()
+    reloaded = HunyuanVideo.load(str(base), offline=True, part_models={"transformer": str(file)}).transformer.state_dict()
+    assert reloaded.keys() == ours.keys() and all(torch.equal(reloaded[k], ours[k]) for k in ours)
+    # the same weights as a model ComfyUI saved them: its spelling (img_attn.qkv, norm.query_norm.scale), its prefix
+    comfy = {"model.diffusion_model." + hunyuan_video_comfy_key(k): v for k, v in load_file(str(file)).items()}
+    assert "model.diffusion_model.double_blocks.0.img_attn.norm.query_norm.scale" in comfy
+    save_file(comfy, str(tmp_path / "comfy.safetensors"))
+    reloaded = HunyuanVideo.load(str(base), offline=True, part_models={"transformer": str(tmp_path / "comfy.safetensors")})
+    assert all(torch.equal(reloaded.transformer.state_dict()[k], ours[k]) for k in ours)
+    without = {k: v for k, v in load_file(str(file)).items() if k != "double_blocks.0.img_attn_qkv.bias"}
+    save_file(without, str(tmp_path / "short.safetensors"))
+    with pytest.raises(ModelLoadError, match=r"The transformer file has no \['transformer_blocks\.0\.attn\.to_k\.bias'"):
+        HunyuanVideo.load(str(base), offline=True, part_models={"transformer": str(tmp_path / "short.safetensors")})

@@ -258,11 +258,11 @@ def test_gguf_is_offered_for_the_transformer_of_the_families_that_read_gguf_file
     from ot_gradio.ui.visibility import transformer_weight_dtype_choices
 
     assert {m.value for m in GGUF_MODEL_TYPES} == {"FLUX_DEV_1", "CHROMA_1", "FLUX_2", "QWEN", "Z_IMAGE", "KREA_2", "ERNIE", "ANIMA",
-                                                   "WAN_2_1", "WAN_2_2_TI2V_5B"}
+                                                   "WAN_2_1", "WAN_2_2_TI2V_5B", "HUNYUAN_VIDEO"}
     for model_type in FAMILIES:
         choices = transformer_weight_dtype_choices(model_type.value, "FLOAT_8")
         assert ("GGUF" in choices) == (model_type in GGUF_MODEL_TYPES) and "FLOAT_8" in choices
-    assert transformer_weight_dtype_choices("HUNYUAN_VIDEO", "GGUF")[-1] == "GGUF"  # a loaded config keeps it, refused at the start
+    assert transformer_weight_dtype_choices("LTX_2", "GGUF")[-1] == "GGUF"  # a loaded config keeps it, refused at the start
     # every other data type dropdown (the parts' weight types, train and output data types) leaves it out
     assert not [f.path for f in iter_fields(TrainConfig) if f.choices and "GGUF" in f.choices]
     assert "GGUF" in next(f.tooltip for f in iter_fields(TrainConfig) if f.path == "transformer.weight_dtype")

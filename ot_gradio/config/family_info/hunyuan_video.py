@@ -1,7 +1,8 @@
 """HunyuanVideo text-to-video: a Llama text encoder (its hidden states) and CLIP-L (pooled), the
 HunyuanVideo causal 3D VAE (4x in time, 8x per side) and a guidance-distilled patch (1, 2, 2)
 video transformer; LORA, FINE_TUNE and EMBEDDING, as OneTrainer (models/hunyuan_video.py). Its KOHYA_LORA / COMFY_LORA hold ComfyUI's
-names, q/k/v fused (models/comfy_lora_names.py)."""
+names, q/k/v fused (models/comfy_lora_names.py); its transformer file (read, GGUF too, and written) has the
+original layout ComfyUI loads (models/hunyuan_video_keys.py)."""
 
 from ..enums import ModelType as M
 from . import FamilyInfo, Sign
@@ -10,7 +11,7 @@ from ._sizes import CLIP_L
 FAMILIES = {
     M.HUNYUAN_VIDEO: FamilyInfo(
         ("transformer", "text_encoder", "text_encoder_2", "vae"), "transformer", ("text_encoder", "text_encoder_2"),
-        implemented=True, bucket_step=16, frame_step=4, schedule="flow_matching",  # bucket: VAE 8 x patch 2
+        implemented=True, transformer_file=True, gguf=True, bucket_step=16, frame_step=4, schedule="flow_matching",  # bucket: VAE 8 x patch 2
         diffusers_lora=("HunyuanVideoPipeline", ()), text_encoder_labels=("Llama", "CLIP-L"),
         # KOHYA_LORA / COMFY_LORA: ComfyUI's names, q/k/v (and the single blocks' MLP input) one fused layer each
         # (models/comfy_lora_names.py hunyuan_video)
