@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from PIL import Image
 
 from .buckets import Size
 from .errors import DataError
-from .images import load_mask, load_rgb
+from .images import load_depth, load_mask, load_rgb
 from .latent_cache import LatentCache
 from .pixels import mask_tensor, pixels_tensor
 from .planning import PreparedConcept, Sample, Variant
@@ -32,6 +33,10 @@ class Batch:
     control_pixels: image-conditioned families (Qwen-Image-Edit): float32 [B, 3, height, width] in
         [-1, 1], each sample's `-control` image cut, mirrored and colour-augmented like its image
         (with latent caching, `conditioning_latents` holds its latents too).
+    depth_maps: depth models without latent caching, when a sample has a `-depth` map: float32
+        [B, 1, height, width] in [0, 1] (white = near), each cut and mirrored like its image; NaN
+        for a sample without one (its depth map is estimated). With latent caching the
+        normalised maps are `conditioning_latents`.
     latent_mask: inpainting models: [B, 1, h, w], the mask the training step trains this batch
         with (it sets it; None = the whole image), which the model also takes as input.
     original_sizes: (height, width) of each sample's image as loaded (EXIF orientation applied);
@@ -49,6 +54,7 @@ class Batch:
     mask: torch.Tensor | None = None
     conditioning_latents: torch.Tensor | None = None
     control_pixels: torch.Tensor | None = None
+    depth_maps: torch.Tensor | None = None
     latent_mask: torch.Tensor | None = None
     original_sizes: list[Size] | None = None
     crop_top_lefts: list[tuple[int, int]] | None = None
@@ -105,6 +111,30 @@ def render_control(item: ImageItem, variant: Variant) -> torch.Tensor | None:
         return _fitted(img, variant)
 
 
+def render_depth(item: ImageItem, variant: Variant) -> torch.Tensor | None:
+    """The `-depth` map [1, H, W] in [0, 1], resized, cut, mirrored and rotated exactly like its image
+    (its own size mapped onto the image's, as a mask); None without one."""
+    if item.depth_path is None:
+        return None
+    try:
+        img = load_depth(item.depth_path)
+    except Exception as exc:
+        raise DataError(f"depth map {item.depth_path} could not be read any more: {exc}") from exc
+    with img:
+        fitted = render(img, variant.crop, variant.bucket, variant.flip, angle=variant.augment.angle)
+    return torch.from_numpy(np.asarray(fitted, dtype=np.float32).copy()).unsqueeze(0)
+
+
+def depth_maps(items: list[ImageItem], variants: list[Variant]) -> torch.Tensor | None:
+    """[B, 1, H, W]: each item's rendered `-depth` map, NaN where it has none (its map is estimated);
+    None when no item has one."""
+    if all(item.depth_path is None for item in items):
+        return None
+    maps = [render_depth(item, variant) for item, variant in zip(items, variants, strict=True)]
+    height, width = variants[0].bucket
+    return torch.stack([m if m is not None else torch.full((1, height, width), float("nan")) for m in maps])
+
+
 def crop_top_left(variant: Variant) -> tuple[int, int]:
     """(top, left) of the window the model sees, in the scaled image it was cut from; a
     mirrored sample's left is counted from the mirrored image's left edge."""
@@ -126,18 +156,21 @@ def latent_key(cache: LatentCache, item: ImageItem, variant: Variant) -> str:
 def conditioning_key(cache: LatentCache, item: ImageItem, variant: Variant, kind: str = "masked_image") -> str | None:
     """The cache key of an image's conditioning of `kind`: "masked_image" (inpainting models),
     None without a mask file: the image's variant plus the mask file, so an edited mask is
-    encoded again; "depth" (depth models): every image's variant has its depth map; "control"
-    (image-conditioned families): the variant plus the control file."""
+    encoded again; "depth" (depth models): every image's variant has its depth map, with the
+    `-depth` file where there is one (else the estimator's); "control" (image-conditioned
+    families): the variant plus the control file."""
     if kind == "control":
         return _with_file(cache, item, variant, "control", item.control_path)
     if kind == "depth":
+        if item.depth_path is not None:
+            return _with_file(cache, item, variant, "depth", item.depth_path)
         return cache.key(item.path, item.file_size, item.mtime_ns, variant.bucket, variant.crop, variant.flip, variant.resolution,
                          variant.augment, extra={"depth": "estimated"})
     return _with_file(cache, item, variant, "masked_image", item.mask_path)
 
 
 def _with_file(cache: LatentCache, item: ImageItem, variant: Variant, kind: str, path) -> str | None:
-    """The variant's key with a second file (a mask, a control image) in it: editing that file
+    """The variant's key with a second file (a mask, a control image, a depth map) in it: editing that file
     encodes again. None without the file."""
     if path is None:
         return None
@@ -182,4 +215,5 @@ def make_batch(
             )
     else:
         batch.pixels = torch.stack([render_pixels(item, s.variant) for item, s in zip(items, samples, strict=True)])
+        batch.depth_maps = depth_maps(items, [s.variant for s in samples])  # a depth model's step reads them beside the pixels
     return batch

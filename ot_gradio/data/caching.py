@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .batches import conditioning_key, latent_key, render_control, render_mask, render_pixels
+from .batches import conditioning_key, depth_maps, latent_key, render_control, render_mask, render_pixels
 from .errors import DataError
 from .latent_cache import LatentCache
 from .planning import PreparedConcept, Variant
@@ -28,7 +28,8 @@ from .prefetch import prefetched
 from .scan import ImageItem
 
 EncodeFn = Callable[[torch.Tensor], torch.Tensor]
-# (pixels [B, 3, H, W] in [-1, 1], mask [B, 1, H, W]) -> masked-image latents (inpainting models)
+# (pixels [B, 3, H, W] in [-1, 1], mask [B, 1, H, W]) -> masked-image latents (inpainting models);
+# depth models: (pixels, the `-depth` maps [B, 1, H, W] with NaN rows, or None) -> depth maps at latent size
 ConditioningFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 ProgressFn = Callable[[int, int], None]
 Chunk = list[tuple[str, ImageItem, Variant]]  # (cache key, image, variant), one bucket
@@ -57,7 +58,8 @@ def fill_cache(
     conditioning_kind: str = "masked_image",
 ) -> CacheReport:
     """``conditioning_fn``: cache the masked-image latents of every variant with a mask file too
-    (``conditioning_kind`` "depth": the depth map of every variant, from its pixels; "control":
+    (``conditioning_kind`` "depth": the depth map of every variant, `conditioning_fn(pixels, its
+    `-depth` maps or None)`, NaN rows to estimate; "control":
     the latents of each variant's control image, `conditioning_fn(control pixels, None)`).
     ``threads``: decode images in that many threads and write latents in one more (0: all here)."""
     needed: dict[str, tuple[ImageItem, Variant]] = {}
@@ -131,7 +133,8 @@ def fill_cache(
 
 
 class _Rendered:
-    """Chunk ``i``'s pixels (and masks, for a conditioning chunk of kind "masked_image"; a "control"
+    """Chunk ``i``'s pixels (and masks, for a conditioning chunk of kind "masked_image"; the `-depth`
+    maps in their place for one of kind "depth" (data/batches.py depth_maps); a "control"
     chunk's pixels are the control images), decoded when asked for."""
 
     def __init__(self, chunks: list[tuple[Chunk, bool]], kind: str = "masked_image"):
@@ -146,6 +149,8 @@ class _Rendered:
         pixels = torch.stack([render(item, variant) for _, item, variant in chunk])
         with_masks = conditioning and self.kind == "masked_image"
         masks = torch.stack([render_mask(item, variant) for _, item, variant in chunk]) if with_masks else None
+        if conditioning and self.kind == "depth":
+            masks = depth_maps([item for _, item, _ in chunk], [variant for _, _, variant in chunk])
         return pixels, masks
 
 

@@ -29,6 +29,8 @@ Image.MAX_IMAGE_PIXELS = MAX_PIXELS // 2
 MASK_SUFFIX = "-masklabel"
 # an image-conditioned family's source image beside each training image (`cat.png` + `cat-control.png`)
 CONTROL_SUFFIX = "-control"
+# a depth model's depth map beside a training image (`cat.png` + `cat-depth.png`): grey, white = near
+DEPTH_SUFFIX = "-depth"
 BACKGROUND = (255, 255, 255)
 
 _HIGH_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
@@ -42,18 +44,27 @@ def is_mask_name(name: str) -> bool:
     return Path(name).stem.lower().endswith(MASK_SUFFIX)
 
 
-def is_control_name(name: str) -> bool:
-    return is_image_name(name) and Path(name).stem.lower().endswith(CONTROL_SUFFIX)
+def is_companion_name(name: str, suffix: str) -> bool:
+    """An image named `<stem><suffix>.<ext>`: a file that goes with another image (`-control`, `-depth`)."""
+    return is_image_name(name) and Path(name).stem.lower().endswith(suffix)
 
 
-def control_path_for(image_path: Path) -> Path | None:
-    """``cat.jpg`` -> ``cat-control.<any image extension>`` beside it, the first that exists (None: none)."""
+def companion_path_for(image_path: Path, suffix: str) -> Path | None:
+    """``cat.jpg`` -> ``cat<suffix>.<any image extension>`` beside it, the first that exists (None: none)."""
     for ext in IMAGE_EXTENSIONS:
-        for suffix in (ext, ext.upper()):
-            path = image_path.with_name(image_path.stem + CONTROL_SUFFIX + suffix)
+        for case in (ext, ext.upper()):
+            path = image_path.with_name(image_path.stem + suffix + case)
             if path.is_file():
                 return path
     return None
+
+
+def is_control_name(name: str) -> bool:
+    return is_companion_name(name, CONTROL_SUFFIX)
+
+
+def is_depth_name(name: str) -> bool:
+    return is_companion_name(name, DEPTH_SUFFIX)
 
 
 def mask_path_for(image_path: Path) -> Path:
@@ -61,15 +72,18 @@ def mask_path_for(image_path: Path) -> Path:
     return image_path.with_name(image_path.stem + MASK_SUFFIX + ".png")
 
 
+def _high_bit_top(img: Image.Image, arr: np.ndarray) -> float:
+    """The value that is white in a high-bit image: 1 (a float image within [0, 1]), 65535 or 255."""
+    if img.mode == "F" and arr.size and float(arr.max()) <= 1.0:
+        return 1.0
+    if img.mode.startswith("I;16") or (arr.size and float(arr.max()) > 255):
+        return 65535.0
+    return 255.0
+
+
 def _high_bit_to_l(img: Image.Image) -> Image.Image:
     arr = np.asarray(img, dtype=np.float64)
-    if img.mode == "F" and arr.size and float(arr.max()) <= 1.0:
-        top = 1.0
-    elif img.mode.startswith("I;16") or (arr.size and float(arr.max()) > 255):
-        top = 65535.0
-    else:
-        top = 255.0
-    out = np.clip(arr * (255.0 / top) + 0.5, 0, 255).astype(np.uint8)
+    out = np.clip(arr * (255.0 / _high_bit_top(img, arr)) + 0.5, 0, 255).astype(np.uint8)
     return Image.fromarray(out, "L")
 
 
@@ -136,6 +150,17 @@ def load_rgb(path: Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
 def load_mask(path: Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
     """A mask as 8-bit greyscale: white = train on this pixel, black = ignore it."""
     return to_rgb(_open_decoded(Path(path), max_pixels)).convert("L")
+
+
+def load_depth(path: Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """A depth map as 32-bit float greyscale (PIL mode "F") in [0, 1] of its bit depth's range, so
+    a 16-bit map keeps its steps; colour maps are read as their luminance."""
+    img = _open_decoded(Path(path), max_pixels)
+    if img.mode in _HIGH_BIT_MODES:
+        arr = np.asarray(img, dtype=np.float64)
+        return Image.fromarray((arr / _high_bit_top(img, arr)).astype(np.float32), "F")
+    arr = np.asarray(to_rgb(img).convert("L"), dtype=np.float32) / 255.0
+    return Image.fromarray(arr, "F")
 
 
 def limit_page_images() -> None:

@@ -49,10 +49,12 @@ def prepare_concepts(
     bucket_step: int | None = None,
     frames: FrameSampling | None = None,
     control: bool = False,
+    depth: bool = False,
 ) -> tuple[list[PreparedConcept], list[str]]:
     """(prepared concepts, warnings). Every problem of every concept is collected into one
     DataError, so a user fixes them all in one go. ``frames``: a video family's frame sampling
-    (clips are training items too); ``control``: each image pairs with its `-control` image (data/scan.py)."""
+    (clips are training items too); ``control``: each image pairs with its `-control` image; ``depth``:
+    an image's `-depth` map is its depth map (data/scan.py)."""
     default = resolution_list(resolutions)
     warnings: list[str] = []
     prepared: list[PreparedConcept] = []
@@ -70,7 +72,7 @@ def prepare_concepts(
             continue
         try:
             concept_res = concept_resolutions(concept, default)
-            scan = scan_concept(concept, frames, control)
+            scan = scan_concept(concept, frames, control, depth)
         except DataError as exc:
             errors.append(str(exc))
             continue

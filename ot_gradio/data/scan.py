@@ -19,7 +19,20 @@ from pathlib import Path
 
 from .captions import read_captions
 from .errors import DataError
-from .images import IMAGE_EXTENSIONS, control_path_for, is_control_name, is_image_name, is_mask_name, load_mask, load_rgb, mask_path_for
+from .images import (
+    CONTROL_SUFFIX,
+    DEPTH_SUFFIX,
+    IMAGE_EXTENSIONS,
+    companion_path_for,
+    is_control_name,
+    is_depth_name,
+    is_image_name,
+    is_mask_name,
+    load_depth,
+    load_mask,
+    load_rgb,
+    mask_path_for,
+)
 from .video import VIDEO_EXTENSIONS, ClipError, FrameSampling, is_video_name, probe_clip
 
 log = logging.getLogger(__name__)
@@ -42,6 +55,7 @@ class ImageItem:
     captions: tuple[str, ...]
     mask_path: Path | None = None
     control_path: Path | None = None  # an image-conditioned family's `<stem>-control` image (FamilyInfo.control_image)
+    depth_path: Path | None = None  # a depth model's `<stem>-depth` map (FamilyInfo.depth_maps; None: estimated)
     frames: int = 0  # 0: an image of an image family; else the frames it trains with (an image: 1)
     sampling: FrameSampling | None = None  # how a clip's frames are read (None: an image)
     duration: float = 0.0  # a clip's length in seconds, from its container (0: an image, or unknown)
@@ -72,6 +86,10 @@ class ConceptScan:
     def pair_count(self) -> int:
         return sum(1 for item in self.items if item.control_path is not None)
 
+    @property
+    def depth_count(self) -> int:
+        return sum(1 for item in self.items if item.depth_path is not None)
+
 
 def concept_label(concept: object) -> str:
     name = str(getattr(concept, "name", "") or "").strip()
@@ -88,8 +106,9 @@ def is_regular_file(path: Path) -> bool:
 
 
 def list_image_files(folder: Path, recursive: bool, skipped: list[SkippedFile] | None = None, clips: bool = False,
-                     control: bool = False) -> list[Path]:
-    """Image files (not masks; with ``control`` not `-control` images either) under ``folder``,
+                     control: bool = False, depth: bool = False) -> list[Path]:
+    """Image files (not masks; with ``control`` not `-control` images, with ``depth`` not `-depth`
+    maps either) under ``folder``,
     and clips with ``clips``, sorted by their '/'-separated relative path. Names of images that
     are no plain file (a pipe called fifo.png) go to ``skipped``."""
     found: list[tuple[str, Path]] = []
@@ -97,7 +116,8 @@ def list_image_files(folder: Path, recursive: bool, skipped: list[SkippedFile] |
         dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if recursive else []
         for name in files:
             wanted = is_image_name(name) or (clips and is_video_name(name))
-            if name.startswith(".") or not wanted or is_mask_name(name) or (control and is_control_name(name)):
+            companion = (control and is_control_name(name)) or (depth and is_depth_name(name))
+            if name.startswith(".") or not wanted or is_mask_name(name) or companion:
                 continue
             path = Path(root) / name
             if not is_regular_file(path):
@@ -128,11 +148,12 @@ def _resolve_prompt_file(concept: object, folder: Path) -> Path:
     return path
 
 
-def scan_concept(concept: object, sampling: FrameSampling | None = None, control: bool = False) -> ConceptScan:
+def scan_concept(concept: object, sampling: FrameSampling | None = None, control: bool = False, depth: bool = False) -> ConceptScan:
     """Scan one concept (a ``ConceptConfig``). Raises DataError if it has no usable image.
     ``sampling``: the run trains a video family; clips are items too, read this way.
     ``control``: an image-conditioned family; each image trains with its `<stem>-control` image,
-    an image without one is skipped (one warning names them all), none with one is a DataError."""
+    an image without one is skipped (one warning names them all), none with one is a DataError.
+    ``depth``: a depth model; an image's `<stem>-depth` map is its depth map (one without is estimated)."""
     label = concept_label(concept)
     raw_path = str(getattr(concept, "path", "") or "").strip()
     if not raw_path:
@@ -141,7 +162,8 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     if not folder.is_dir():
         raise DataError(f"Concept '{label}': folder '{folder}' does not exist or is not a folder")
     not_files: list[SkippedFile] = []
-    files = list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)), not_files, sampling is not None, control)
+    files = list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)), not_files, sampling is not None, control,
+                             depth)
     if not files:
         kinds = ", ".join(ext.lstrip(".") for ext in IMAGE_EXTENSIONS + (VIDEO_EXTENSIONS if sampling else ()))
         raise DataError(f"Concept '{label}': no {'images or clips' if sampling else 'images'} ({kinds}) in folder '{folder}'")
@@ -171,7 +193,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
         width, height, frames, duration = size
         if clip and frames < sampling.frames:
             _warn(scan, f"Clip {path} is short: it trains with {frames} of the {sampling.frames} frames set (Frames)")
-        control_path = _control_for(path, scan, (width, height)) if control else None
+        control_path = _companion_for(path, CONTROL_SUFFIX, "control image", load_rgb, scan, (width, height)) if control else None
         if control and control_path is None:
             scan.unpaired.append(path)
             continue
@@ -188,6 +210,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
                 captions=captions,
                 mask_path=None if sampling is not None else _mask_for(path, scan, (width, height)),  # no masked video training yet
                 control_path=control_path,
+                depth_path=_companion_for(path, DEPTH_SUFFIX, "depth map", load_depth, scan, (width, height)) if depth else None,
                 frames=frames,
                 sampling=sampling if clip else None,
                 duration=duration,
@@ -259,22 +282,23 @@ def _mask_for(path: Path, scan: ConceptScan, image_size: tuple[int, int]) -> Pat
     return mask.resolve()
 
 
-def _control_for(path: Path, scan: ConceptScan, image_size: tuple[int, int]) -> Path | None:
-    """The image's readable control image (None: none, or unreadable, said in a warning); one of
-    another shape is stretched onto its image's, which a warning says."""
-    control = control_path_for(path)
-    if control is None:
+def _companion_for(path: Path, suffix: str, what: str, load, scan: ConceptScan, image_size: tuple[int, int]) -> Path | None:
+    """The image's readable `<stem><suffix>` file (a control image, a depth map; None: none, or
+    unreadable, said in a warning); one of another shape is stretched onto its image's, which a
+    warning says."""
+    found = companion_path_for(path, suffix)
+    if found is None:
         return None
     try:
-        with load_rgb(control) as img:
+        with load(found) as img:
             size = img.size
     except Exception as exc:
-        _warn(scan, f"Ignoring unreadable control image {control}: {_reason(exc)}")
+        _warn(scan, f"Ignoring unreadable {what} {found}: {_reason(exc)}")
         return None
     if abs(size[0] * image_size[1] - size[1] * image_size[0]) > 0.01 * size[1] * image_size[1]:
-        _warn(scan, f"Control image {control} is {size[0]}x{size[1]} but its image is {image_size[0]}x{image_size[1]}; it is "
+        _warn(scan, f"{what.capitalize()} {found} is {size[0]}x{size[1]} but its image is {image_size[0]}x{image_size[1]}; it is "
                     "stretched to the image's shape. Crop it like the image if the pair should line up.")
-    return control.resolve()
+    return found.resolve()
 
 
 def _warn(scan: ConceptScan, message: str) -> None:

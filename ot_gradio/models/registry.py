@@ -30,7 +30,7 @@ class UnsupportedModelTypeError(ValueError):
 DESCRIBED = {"part_names": "parts", "denoiser": "denoiser", "text_encoder_names": "text_encoders",
              "bucket_step": "bucket_step", "schedule_kind": "schedule", "inpainting": "inpainting", "frame_step": "frame_step",
              "transformer_file": "transformer_file", "gguf_transformer": "gguf",
-             "control_image": "control_image"}
+             "control_image": "control_image", "depth_maps": "depth_maps"}
 
 
 def _describe(cls: type, model_types: tuple[ModelType, ...]) -> None:

@@ -4,8 +4,12 @@ Input, as diffusers' StableDiffusionDepth2ImgPipeline and OneTrainer feed it: th
 (4) and the image's depth map at latent size (1). The depth map is what the pipeline's
 `prepare_depth_map` makes: the model's DPT depth estimator run on the image as its feature
 extractor prepares it, resized bicubically to the latent size and scaled per image to [-1, 1].
+An image's depth map is `<name>-depth.<ext>` beside it where there is one (grey, any bit depth,
+white = near: DPT's output), cut and mirrored like the image, then resized and scaled the same way
+(`prepare_depth_map` given a `depth_map`); images without one get the estimator's.
 With latent caching it is computed once per image variant and cached beside the latents (see
-data/batches.py, kind "depth"); without it, each step computes it from the batch's pixels.
+data/batches.py, kind "depth"; the key holds the `-depth` file); without it, each step computes
+it from the batch's pixels and depth maps.
 
 The depth estimator and its feature extractor are loaded with the pipeline and saved with a
 diffusers folder; they are not trained (not parts): the estimator waits in RAM and runs where the
@@ -105,34 +109,54 @@ class StableDiffusion20Depth(StableDiffusion2):
     # ---------------------------------------------------------------- training inputs
 
     @torch.no_grad()
-    def encode_conditioning(self, pixels: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def encode_conditioning(self, pixels: torch.Tensor, depth_maps: torch.Tensor | None = None) -> torch.Tensor:
         """Depth maps (B, 1, h, w) in [-1, 1] at latent size for pixels in [-1, 1] (B, 3, H, W),
-        as the depth pipeline's `prepare_depth_map` makes them from the same images."""
-        height, width = pixels.shape[-2:]
+        as the depth pipeline's `prepare_depth_map` makes them: from `depth_maps` (B, 1, H, W), the
+        images' `-depth` maps (data/batches.py), where given (a NaN row: none), else estimated from
+        the pixels."""
+        size, step = pixels.shape[-2:], self.vae_scale_factor
+        given = torch.zeros(len(pixels), dtype=torch.bool) if depth_maps is None else ~depth_maps.flatten(1).isnan().any(1).cpu()
+        out = torch.empty(len(pixels), DEPTH_CHANNELS, size[0] // step, size[1] // step, device=module_device(self.vae))
+        if given.any():
+            out[given.to(out.device)] = self.depth_at_latent_size(depth_maps[given.to(depth_maps.device), 0].to(out.device), size)
+        if not given.all():
+            out[~given.to(out.device)] = self.depth_at_latent_size(self._estimate_depth(pixels[~given.to(pixels.device)]), size)
+        return out
+
+    def depth_at_latent_size(self, depth: torch.Tensor, size) -> torch.Tensor:
+        """Depth maps (B, H', W') of any size -> (B, 1, h, w) at the latent size of images of `size`
+        (H, W), scaled per image to [-1, 1]: `prepare_depth_map`'s bicubic resize and min-max
+        normalisation (a flat map, which it would make NaN, is -1)."""
+        height, width = size
+        step = self.vae_scale_factor
+        depth = torch.nn.functional.interpolate(depth.float().unsqueeze(1), size=(height // step, width // step), mode="bicubic",
+                                                align_corners=False)
+        low, high = depth.amin(dim=(1, 2, 3), keepdim=True), depth.amax(dim=(1, 2, 3), keepdim=True)
+        return 2.0 * (depth - low) / (high - low).clamp_min(torch.finfo(torch.float32).tiny) - 1.0
+
+    def _estimate_depth(self, pixels: torch.Tensor) -> torch.Tensor:
+        """The DPT estimator's depth (B, H', W') for pixels in [-1, 1] (B, 3, H, W), fed as the
+        feature extractor prepares the images."""
         images = ((pixels.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
         values = self.feature_extractor(images=list(np.ascontiguousarray(images)), return_tensors="pt").pixel_values
         estimator, device = self.depth_estimator, module_device(self.vae)
         home = module_device(estimator)
         estimator.to(device)  # it runs where the VAE encodes (the GPU while caching), then goes back
         try:
-            depth = estimator(values.to(device, next(estimator.parameters()).dtype)).predicted_depth.float()
+            return estimator(values.to(device, next(estimator.parameters()).dtype)).predicted_depth.float()
         finally:
             estimator.to(home)
-        step = self.vae_scale_factor
-        depth = torch.nn.functional.interpolate(depth.unsqueeze(1), size=(height // step, width // step), mode="bicubic", align_corners=False)
-        low, high = depth.amin(dim=(1, 2, 3), keepdim=True), depth.amax(dim=(1, 2, 3), keepdim=True)
-        return 2.0 * (depth - low) / (high - low) - 1.0
 
     def conditioning_input(self, noisy_latents: torch.Tensor, batch=None) -> torch.Tensor:
         """The depth maps that go beside the noisy latents: cached (`batch.conditioning_latents`)
-        or computed from `batch.pixels`."""
+        or made from `batch.depth_maps` (the `-depth` files) and, where those have none, `batch.pixels`."""
         depth = getattr(batch, "conditioning_latents", None)
         if depth is None:
             pixels = getattr(batch, "pixels", None)
             if pixels is None:
                 raise ValueError("a depth model's step needs the cached depth maps or the pixels; "
                                  "turn latent caching off and on again to rebuild the cache")
-            depth = self.encode_conditioning(pixels)
+            depth = self.encode_conditioning(pixels, getattr(batch, "depth_maps", None))
         n, _, h, w = noisy_latents.shape
         if tuple(depth.shape) != (n, DEPTH_CHANNELS, h, w):
             raise ValueError(f"the depth map has shape {tuple(depth.shape)}; expected {(n, DEPTH_CHANNELS, h, w)}")

@@ -86,8 +86,10 @@ def build_report(config: dict[str, Any], resolution: str | None = None, batch_si
         job.check()
         job.progress(index, len(concepts), f"scanning {concept.name or concept.path}")
         try:
+            # as training finds them: an editing model's pairs, a depth model's `-depth` maps (not images)
             found, found_warnings = prepare_concepts([concept], resolution, aspect_ratio_bucketing=cfg.aspect_ratio_bucketing, bucket_step=step,
-                                                       frames=frames)
+                                                       frames=frames, control=bool(family and family.control_image),
+                                                       depth=bool(family and family.depth_maps))
         except DataError as err:
             if str(err).startswith("resolution:"):
                 raise JobError(str(err)) from None
@@ -104,6 +106,8 @@ def build_report(config: dict[str, Any], resolution: str | None = None, batch_si
         summary = summarize(prepared, plan, batch)
         for row, concept in zip(summary["concepts"], prepared, strict=True):
             row.update(_concept_details(concept))
+            if family and family.depth_maps:  # the others are estimated by the model
+                row["depth_maps_found"] = concept.scan.depth_count
             row["never_trained"] = [{**n, "name": _names([Path(n["path"])], concept.scan.folder)[0]} for n in row["never_trained"]]
         report.update(concepts=summary["concepts"], never_trained=summary["never_trained"],
                       steps_per_epoch=summary["steps_per_epoch"], samples_per_epoch=summary["samples_per_epoch"],
@@ -142,6 +146,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines.append(f"- images: **{c['images']}**; sizes from {size['min'][0]}×{size['min'][1]} to {size['max'][0]}×{size['max'][1]}")
         lines.append(f"- captions: {c['captions_found']} found, {c['captions_missing']['count']} missing" + _more(c["captions_missing"]))
         lines.append(f"- masks: {c['masks_found']} found, {c['masks_missing']['count']} missing" + _more(c["masks_missing"]))
+        if "depth_maps_found" in c:
+            lines.append(f"- depth maps: {c['depth_maps_found']} beside their images, {c['images'] - c['depth_maps_found']} estimated")
         if c["unreadable"]:
             lines.append(f"- **unreadable files ({len(c['unreadable'])})**, not trained:")
             lines += [f"  - `{u['name']}`: {u['reason']}" for u in c["unreadable"][:LIST_LIMIT]]

@@ -201,6 +201,7 @@ class Trainer:
                 threads=cfg.dataloader_threads,
                 frames=run_sampling(cfg, self.model.frame_step),  # a video family reads clips
                 control=self.model.control_image,  # an image-conditioned family trains on (image, -control image) pairs
+                depth=self.model.depth_maps,  # a depth model reads an image's -depth map where there is one
             )
         if self.model.control_image:  # samples without a control image of their own edit the first pair's
             self.model.default_control_image = str(self.dataset.concepts[0].items[0].control_path)

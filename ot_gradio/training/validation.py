@@ -73,6 +73,7 @@ class Validator:
             conditioning_kind=model.conditioning_kind,
             frames=run_sampling(cfg, model.frame_step),
             control=model.control_image,
+            depth=model.depth_maps,
         )
         fixed = cfg.model_copy(deep=True)
         for part in model.text_encoder_names:

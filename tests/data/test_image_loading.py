@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ot_gradio.data.images import load_mask, load_rgb, mask_path_for, to_rgb
+from ot_gradio.data.images import load_depth, load_mask, load_rgb, mask_path_for, to_rgb
 
 
 def test_alpha_is_composited_onto_white(tmp_path: Path):
@@ -84,3 +84,16 @@ def test_mask_path_and_mask_mode(tmp_path: Path):
     Image.new("RGB", (4, 4), (255, 255, 255)).save(tmp_path / "m.png")
     mask = load_mask(tmp_path / "m.png")
     assert mask.mode == "L" and mask.getpixel((0, 0)) == 255
+
+
+def test_depth_maps_load_as_floats_in_0_1_keeping_16_bit_steps(tmp_path: Path):
+    """A `-depth` map of any bit depth: 8-bit grey, 16-bit grey (its steps kept, not cut to 8 bits), colour (luminance)."""
+    ramp16 = np.array([[0, 1, 65534, 65535]], dtype=np.uint16)
+    Image.fromarray(ramp16).save(tmp_path / "d16.png")
+    Image.fromarray(np.array([[0, 51, 255]], dtype=np.uint8), "L").save(tmp_path / "d8.png")
+    Image.new("RGB", (2, 1), (255, 255, 255)).save(tmp_path / "rgb.png")
+    got16 = np.asarray(load_depth(tmp_path / "d16.png"))
+    assert load_depth(tmp_path / "d16.png").mode == "F" and got16[0, 1] > 0 and got16[0, 2] < 1
+    np.testing.assert_allclose(got16, ramp16 / 65535, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(load_depth(tmp_path / "d8.png")), [[0, 0.2, 1]], atol=1e-7)
+    np.testing.assert_allclose(np.asarray(load_depth(tmp_path / "rgb.png")), [[1, 1]], atol=1e-7)

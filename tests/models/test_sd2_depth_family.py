@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -63,7 +64,7 @@ def test_every_image_has_a_depth_map_key_apart_from_masked_images():
     from ot_gradio.data.batches import conditioning_key
 
     cache = SimpleNamespace(key=lambda *args, extra=None: (args, extra))
-    item = SimpleNamespace(path="a.png", file_size=1, mtime_ns=1, mask_path=None)
+    item = SimpleNamespace(path="a.png", file_size=1, mtime_ns=1, mask_path=None, depth_path=None)
     variant = SimpleNamespace(bucket=(8, 8), crop=None, flip=False, resolution=8, augment=None)
     assert conditioning_key(cache, item, variant) is None  # no mask, no masked image
     assert conditioning_key(cache, item, variant, "depth") == (("a.png", 1, 1, (8, 8), None, False, 8, None), {"depth": "estimated"})
@@ -77,3 +78,66 @@ def test_a_saved_diffusers_folder_loads_in_the_depth_pipeline_with_its_estimator
     saved, ours = pipe.depth_estimator.state_dict(), depth_model.depth_estimator.state_dict()
     assert saved.keys() == ours.keys() and all(torch.equal(saved[k], ours[k]) for k in ours)
     assert pipe.unet.config.in_channels == 5 and pipe.feature_extractor.size == depth_model.feature_extractor.size
+
+
+def _depth_folder(tmp_path):
+    """a.png with a 16-bit depth map of twice its size beside it (white = near on the left), b.png without."""
+    folder = tmp_path / "c"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for name in ("a.png", "b.png"):
+        Image.fromarray(rng.integers(0, 255, (64, 96, 3), dtype=np.uint8)).save(folder / name)
+    Image.fromarray(np.tile(np.linspace(65535, 0, 192), (128, 1)).astype(np.uint16)).save(folder / "a-depth.png")
+    return folder
+
+
+def test_a_depth_file_beside_an_image_is_its_depth_map_cached_or_not(depth_model, tmp_path):
+    """`a-depth.png` is a's depth map (not a training image), cut like a and made what the pipeline's
+    `prepare_depth_map` makes of a given map; b's is estimated. Cached (its key holds the file:
+    editing it encodes again) or made in the step from the batch."""
+    import os
+
+    from ot_gradio.config.concept import ConceptConfig
+    from ot_gradio.data import build_dataset
+    from ot_gradio.data.batches import conditioning_key, render_depth, render_pixels
+    from ot_gradio.data.scan import scan_concept
+
+    folder = _depth_folder(tmp_path)
+    concept = ConceptConfig(path=str(folder), name="c")
+    assert len(scan_concept(concept).items) == 3  # another model type: `-depth` files are images
+    pipe = depth_model.pipeline()
+
+    def build(caching):
+        return build_dataset([concept], "64", 1, latent_caching=caching, cache_dir=tmp_path / "cache", vae_id="v",
+                             encode_fn=lambda p: torch.nn.functional.avg_pool2d(p, 8), conditioning_fn=depth_model.encode_conditioning,
+                             conditioning_kind="depth", depth=True)
+
+    def expected(item, variant):
+        pixels = render_pixels(item, variant)[None]
+        if item.depth_path is None:
+            return depth_model.encode_conditioning(pixels)
+        given = render_depth(item, variant)
+        return pipe.prepare_depth_map(pixels, given, 1, False, torch.float32, torch.device("cpu"))
+
+    cached, stepped = build(True), build(False)
+    items = cached.concepts[0].items
+    assert [(i.relpath, i.depth_path and i.depth_path.name) for i in items] == [("a.png", "a-depth.png"), ("b.png", None)]
+    assert cached.concepts[0].scan.depth_count == 1
+    noisy = {}
+    for dataset in (cached, stepped):
+        for batch, samples in zip(dataset.epoch_batches(0), dataset.plan(0).batches, strict=True):
+            item = dataset.concepts[0].items[samples[0].item]
+            want = expected(item, samples[0].variant)
+            noisy.setdefault(item.relpath, torch.zeros(1, 4, *want.shape[-2:]))
+            got = depth_model.conditioning_input(noisy[item.relpath], batch)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+            if item.depth_path is not None:
+                assert got[0, 0, :, 0].min() > 0.9 and got[0, 0, :, -1].max() < -0.9  # near (white) on the left
+                assert not torch.allclose(got, depth_model.encode_conditioning(render_pixels(item, samples[0].variant)[None]), atol=0.1)
+    (a, variant), = {(items[0], s.variant) for b in cached.plan(0).batches for s in b if s.item == 0}
+    before = conditioning_key(cached.cache, a, variant, "depth")
+    Image.fromarray(np.tile(np.linspace(0, 65535, 192), (128, 1)).astype(np.uint16)).save(folder / "a-depth.png")
+    os.utime(folder / "a-depth.png", ns=(1, 1))
+    again = build(True)
+    assert conditioning_key(again.cache, again.concepts[0].items[0], variant, "depth") != before
+    assert (again.cache_report.conditioning_hits, again.cache_report.conditioning_encoded) == (1, 1)  # b's is kept

@@ -149,3 +149,13 @@ def test_a_video_familys_report_counts_clips_and_names_broken_and_short_ones(tmp
     assert sorted(u["name"] for u in c["unreadable"]) == sorted(p.name for p in hostile.values())
     assert any("short.mp4" in w and "trains with 1 of the 9 frames set" in w for w in c["warnings"])
     assert "clips: **2**" in to_markdown(report)
+
+
+def test_a_depth_models_report_counts_depth_maps_and_no_depth_map_as_an_image(dataset):
+    _image(dataset / "sq2-depth.png", (64, 64), (255, 255, 255))
+    report = build_report(_config(dataset, model_type="STABLE_DIFFUSION_20_DEPTH"))
+    (c,) = report["concepts"]
+    assert (c["images"], c["depth_maps_found"]) == (4, 1)
+    assert "depth maps: 1 beside their images, 3 estimated" in to_markdown(report)
+    (other,) = build_report(_config(dataset))["concepts"]
+    assert other["images"] == 5 and "depth_maps_found" not in other  # another model type: an image

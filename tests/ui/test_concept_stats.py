@@ -58,3 +58,14 @@ def test_an_editing_model_type_counts_pairs_and_names_images_without_a_control_i
     assert text.startswith("**2 pairs**, 1 images without a control image") and "**without a control image:** c.png" in text
     assert sum(n for _, n in rows) == 2
     assert concept_stats(_concept(folder), "64", True, None)[0].startswith("**5 images**")  # another model type: all are images
+
+
+def test_a_depth_model_type_counts_the_depth_maps_beside_images_and_those_it_estimates(tmp_path):
+    folder = tmp_path / "depth"
+    folder.mkdir()
+    for name in ("a.png", "a-depth.png", "b.jpg", "c.png"):
+        Image.new("RGB", (64, 64)).save(folder / name)
+    text, rows = concept_stats(_concept(folder), "64", True, None, depth=True)
+    assert text.startswith("**3 images**") and "1 images with a depth map beside them (`<name>-depth.<ext>`), 2 estimated" in text
+    assert sum(n for _, n in rows) == 3
+    assert "depth map" not in concept_stats(_concept(folder), "64", True, None)[0]  # another model type: 4 images

@@ -36,6 +36,9 @@ class FamilyInfo:
     # each training image has its source image beside it (`cat.png` + `cat-control.png`) that the
     # model is conditioned on (image editing: Qwen-Image-Edit); images without one are skipped
     control_image: bool = False
+    # an image may have its depth map beside it (`cat.png` + `cat-depth.png`, grey, white = near),
+    # which the model is conditioned on instead of its depth estimator's (SD 2 depth)
+    depth_maps: bool = False
     bucket_step: int | None = None  # image sizes must be multiples of this (None: the data default)
     frame_step: int | None = None   # a video family: clips train with frame_step * k + 1 frames (None: images only)
     schedule: str = "ddpm"          # the training objective: "ddpm" or "flow_matching" (training/schedules.py)

@@ -10,6 +10,11 @@ FAMILIES = {
     M.STABLE_DIFFUSION_20_DEPTH: FamilyInfo(
         SD_PARTS, "unet", ("text_encoder",), implemented=True, methods=SD_METHODS,
         diffusers_lora=("StableDiffusionDepth2ImgPipeline", ("text_encoder",)), preset="sd20-depth-lora",
-        preset_note="512 px; depth maps from the model's DPT depth estimator, cached with the latents",
-        params={**SD2_PARAMS, "unet": SD2_PARAMS["unet"] + 320 * 9}),
+        preset_note="512 px; an image's depth map is `<name>-depth.png` beside it or else the model's DPT depth estimator's, "
+                    "cached with the latents",
+        depth_maps=True,
+        params={**SD2_PARAMS, "unet": SD2_PARAMS["unet"] + 320 * 9},
+        # DPT-Hybrid (Intel/dpt-hybrid-midas): 122,377,985 parameters, loaded as its files hold (float32);
+        # it waits in RAM and visits the VAE's device only to estimate depth maps (caching, or each step without it)
+        extra_params={"depth_estimator": ("vae", 122_377_985, "RAM")}),
 }
