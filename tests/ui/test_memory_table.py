@@ -85,3 +85,18 @@ def test_a_gguf_transformer_counts_its_files_bytes(tmp_path):
     assert "| transformer | 6,155 M | GGUF | 3.00 GB |" in table
     table = memory_markdown({"model_type": "Z_IMAGE", "transformer": {"weight_dtype": "GGUF", "model_name": "elsewhere.gguf"}})
     assert "| transformer | 6,155 M | GGUF | the .gguf file's size (give a local transformer file) |" in table
+
+
+def test_the_step_estimate_counts_training_images_not_their_companion_files(tmp_path):
+    """An editing model's `-control` and a depth model's `-depth` images go with a training image;
+    the Training tab's steps per epoch counted them as images of their own."""
+    from PIL import Image
+
+    from ot_gradio.ui.training_tab import steps_per_epoch
+
+    for name in ("a.png", "a-control.png", "b.png", "b-control.jpg", "c.png", "c-depth.png", "c-masklabel.png"):
+        Image.new("RGB", (8, 8)).save(tmp_path / name)
+    config = {"concepts": [{"path": str(tmp_path)}], "batch_size": 1}
+    assert steps_per_epoch({**config, "model_type": "QWEN_IMAGE_EDIT"}) == 4  # a, b, c, c-depth
+    assert steps_per_epoch({**config, "model_type": "STABLE_DIFFUSION_20_DEPTH"}) == 5  # a, a-control, b, b-control, c
+    assert steps_per_epoch({**config, "model_type": "STABLE_DIFFUSION_15"}) == 6  # every image but the mask
