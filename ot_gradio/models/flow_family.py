@@ -483,9 +483,14 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
             for part, attr in self.tokenizer_attrs.items():
                 self.tokenizers[part].save_pretrained(tmp / attr)
             self.scheduler.save_pretrained(tmp / "scheduler")
+            self.save_other_files(tmp)
             self.pipeline().save_config(tmp)
 
         return save_diffusers_folder(directory, self.saved_parts, dtype, write_rest)
+
+    def save_other_files(self, folder: Path) -> None:
+        """What else a diffusers folder of the family holds besides its parts, tokenizers and
+        scheduler (Qwen-Image-Edit's processor)."""
 
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The model as one file; refused unless the family writes a single-file layout."""

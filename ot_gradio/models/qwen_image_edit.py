@@ -125,6 +125,13 @@ class QwenImageEdit(QwenImage):
         model.pipeline_config = {"processor": pipe.processor}  # given back to the pipeline built for samples
         return model
 
+    def save_other_files(self, folder: Path) -> None:
+        """The processor folder (image processor and tokenizer files, as the hub's) the folder's
+        model_index names, so a fine-tune's folder loads as its base did."""
+        processor = self.pipeline_config["processor"]
+        processor.image_processor.save_pretrained(folder / "processor")
+        processor.tokenizer.save_pretrained(folder / "processor")
+
     def caches_conditioning(self, masked_training: bool) -> bool:
         return True  # every training image has its control image
 

@@ -64,3 +64,23 @@ def test_preset_trains_on_pairs_a_lora_that_changes_the_edit_pipeline(tiny_edit,
     assert lora_load_problems(pipe, tmp_path / "out" / "lora.safetensors") == []
     after = pipeline_image(pipe, image=control, prompt=PROMPT, true_cfg_scale=1.0)
     assert np.abs(after - before).max() > 1e-6  # the same pipeline draws the same image bit for bit
+
+
+def test_fine_tune_saves_a_folder_that_loads_as_its_base_did(tiny_edit, shapes, tmp_path):
+    """FINE_TUNE: the transformer trained on the pairs, the whole model saved as a diffusers folder
+    with its processor (image processor and tokenizer files), which our loader reads back."""
+    import torch
+    from diffusers import QwenImageTransformer2DModel
+
+    from ot_gradio.models.qwen_image_edit import QwenImageEdit
+
+    config = imported(PRESET, tiny_edit.diffusers_dir, pairs(shapes, tmp_path), tmp_path, "model", resolution="64", epochs=1,
+                      learning_rate=1e-3, training_method="FINE_TUNE", output_model_format="DIFFUSERS", output_dtype="FLOAT_32",
+                      train_dtype="FLOAT_32", optimizer={"optimizer": "ADAMW"}, samples=[],
+                      transformer={"train": True, "weight_dtype": "FLOAT_32"})
+    run_until_done(config, tmp_path)
+    out = tmp_path / "out" / "model"
+    assert {"preprocessor_config.json", "tokenizer.json"} <= {p.name for p in (out / "processor").iterdir()}
+    tuned = QwenImageEdit.load(str(out)).transformer.state_dict()
+    base = QwenImageTransformer2DModel.from_pretrained(str(tiny_edit.diffusers_dir), subfolder="transformer").state_dict()
+    assert tuned.keys() == base.keys() and [k for k in tuned if not torch.equal(tuned[k], base[k])]
