@@ -52,6 +52,7 @@ def test_the_gguf_transformer_keeps_q8_0_blocks_within_their_rounding(gguf_file)
 
 @pytest.mark.parametrize(("model_type", "tiny"), [("QWEN", "qwen-image"), ("FLUX_2", "flux2-dev"), ("KREA_2", "krea2"),
                                                  ("ERNIE", "ernie"), ("ANIMA", "anima"), ("CHROMA_1", "chroma"), ("WAN_2_1", "wan"),
+                                                 ("QWEN_IMAGE_EDIT", "qwen-image-edit"),
                                                  ("HUNYUAN_VIDEO", "hunyuan_video")])
 def test_the_other_gguf_families_load_their_transformer_file_as_gguf(tiny_dir, tmp_path, model_type, tiny):
     """Each family described `gguf` (Z-Image and Flux.1 above): its transformer file, written as GGUF, loads

@@ -258,7 +258,7 @@ def test_gguf_is_offered_for_the_transformer_of_the_families_that_read_gguf_file
     from ot_gradio.ui.visibility import transformer_weight_dtype_choices
 
     assert {m.value for m in GGUF_MODEL_TYPES} == {"FLUX_DEV_1", "CHROMA_1", "FLUX_2", "QWEN", "Z_IMAGE", "KREA_2", "ERNIE", "ANIMA",
-                                                   "WAN_2_1", "WAN_2_2_TI2V_5B", "HUNYUAN_VIDEO"}
+                                                   "WAN_2_1", "WAN_2_2_TI2V_5B", "HUNYUAN_VIDEO", "QWEN_IMAGE_EDIT"}
     for model_type in FAMILIES:
         choices = transformer_weight_dtype_choices(model_type.value, "FLOAT_8")
         assert ("GGUF" in choices) == (model_type in GGUF_MODEL_TYPES) and "FLOAT_8" in choices

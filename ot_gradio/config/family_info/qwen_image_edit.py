@@ -10,7 +10,7 @@ from .qwen_image import FAMILIES as QWEN
 FAMILIES = {
     M.QWEN_IMAGE_EDIT: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, bucket_step=16, schedule="flow_matching", control_image=True,
+        implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching", control_image=True,
         diffusers_lora=("QwenImageEditPipeline", ()), text_encoder_labels=("Qwen2.5-VL",), preset="qwen-image-edit-lora",
         preset_note="needs pairs: `<name>-control.png` (the source image) beside each `<name>.png` (the edited one); "
                     "FLOAT_8 transformer and text encoder",
