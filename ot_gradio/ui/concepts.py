@@ -82,7 +82,9 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
     clips = [i for i in items if i.sampling is not None]
     captioned = len(items) - len(scan.uncaptioned)
     if control:
-        head = (f"**{scan.pair_count} pairs**, {len(scan.unpaired)} images without a control image (`<name>-control.<ext>`; "
+        unpaired = len(scan.unpaired)
+        head = (f"**{scan.pair_count} pair{'s' * (scan.pair_count != 1)}**, {unpaired} image{'s' * (unpaired != 1)} without a control "
+                "image (`<name>-control.<ext>`; "
                 f"skipped), {captioned} with captions, {len(scan.uncaptioned)} without, {scan.mask_count} masks")
     elif sampling is None:
         head = f"**{len(items)} images**, {captioned} with captions, {len(scan.uncaptioned)} without, {scan.mask_count} masks"

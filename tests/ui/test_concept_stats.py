@@ -55,7 +55,7 @@ def test_an_editing_model_type_counts_pairs_and_names_images_without_a_control_i
     for name in ("a.png", "a-control.png", "b.jpg", "b-control.jpg", "c.png"):
         Image.new("RGB", (64, 64)).save(folder / name)
     text, rows = concept_stats(_concept(folder), "64", True, None, control=True)
-    assert text.startswith("**2 pairs**, 1 images without a control image") and "**without a control image:** c.png" in text
+    assert text.startswith("**2 pairs**, 1 image without a control image") and "**without a control image:** c.png" in text
     assert sum(n for _, n in rows) == 2
     assert concept_stats(_concept(folder), "64", True, None)[0].startswith("**5 images**")  # another model type: all are images
 
