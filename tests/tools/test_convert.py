@@ -11,6 +11,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from ot_gradio.tools.jobs import JobError, run_inline
+from tests.tools.lora_files import random_lora_files
 
 SD15 = "STABLE_DIFFUSION_15"
 SDXL = "STABLE_DIFFUSION_XL_10_BASE"
@@ -332,10 +333,6 @@ def test_new_families_convert_checkpoints_and_lora_keys(model_type, tmp_path):
     writes in that format."""
     import importlib
 
-    from ot_gradio.config.enums import ModelFormat
-    from ot_gradio.config.io import load_config
-    from ot_gradio.models.registry import get_family
-    from ot_gradio.training.methods import get_method
 
     module, builder = NEW_FAMILIES[model_type]
     base = getattr(importlib.import_module(module), builder)(tmp_path / "tiny").diffusers_dir
@@ -356,15 +353,7 @@ def test_new_families_convert_checkpoints_and_lora_keys(model_type, tmp_path):
 
     # PixArt's T5 LoRA has no diffusers-layout reader, so it is refused in that layout (config/doctor.py)
     frozen_t5 = {"text_encoder": {"train": False}} if model_type == "PIXART_SIGMA" else {}
-    cfg = load_config({"model_type": model_type, "training_method": "LORA", "base_model_name": str(base), "lora_rank": 4,
-                       "lora_alpha": 2, **frozen_t5}).config
-    model, method = get_family(model_type).load(str(base)), get_method(cfg.training_method)
-    gen = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for p in (p for g in method.setup(model, cfg, torch.device("cpu")) for p in g.params):
-            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
-    files = {fmt: method.save(model, cfg.model_copy(update={"output_model_format": ModelFormat(fmt)}), tmp_path / f"{fmt}.safetensors", {})
-             for fmt in ("KOHYA_LORA", "SAFETENSORS")}
+    files = random_lora_files(model_type, base, ("KOHYA_LORA", "SAFETENSORS"), tmp_path, **frozen_t5)
     for source, target, to in (("KOHYA_LORA", "SAFETENSORS", "diffusers"), ("SAFETENSORS", "KOHYA_LORA", "kohya")):
         out = run_inline("convert", {"operation": "lora", "model_type": model_type, "input": str(files[source]), "base": str(base),
                                      "output": str(tmp_path / f"to-{to}.safetensors"), "to": to})

@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from ot_gradio.tools.jobs import JobError, run_inline
+from tests.tools.lora_files import random_lora_files
 
 FAMILIES = {"Z_IMAGE": "tiny:z-image", "FLUX_2": "tiny:flux2-klein", "QWEN": "tiny:qwen-image", "KREA_2": "tiny:krea2", "SANA": "tiny:sana", "ANIMA": "tiny:anima"}
 
@@ -28,11 +29,7 @@ def _transformer(folder: Path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_llm_encoder_families_convert_checkpoints_and_lora_keys(model_type, tmp_path):
-    from ot_gradio.config.enums import ModelFormat
-    from ot_gradio.config.io import load_config
-    from ot_gradio.models.registry import get_family
     from ot_gradio.models.tiny import resolve_tiny
-    from ot_gradio.training.methods import get_method
 
     base = resolve_tiny(FAMILIES[model_type]).diffusers_dir
     single = {"operation": "checkpoint", "model_type": model_type, "input": str(base), "output": str(tmp_path / "m.safetensors")}
@@ -47,15 +44,8 @@ def test_llm_encoder_families_convert_checkpoints_and_lora_keys(model_type, tmp_
         run_inline("convert", back)
         _same(_transformer(tmp_path / "back"), _transformer(base))
 
-    cfg = load_config({"model_type": model_type, "training_method": "LORA", "base_model_name": str(base), "lora_rank": 4,
-                       "lora_alpha": 2, "layer_filter_preset": "full", "text_encoder": {"train": False}}).config
-    model, method = get_family(model_type).load(str(base)), get_method(cfg.training_method)
-    gen = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for p in (p for g in method.setup(model, cfg, torch.device("cpu")) for p in g.params):
-            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
-    files = {fmt: method.save(model, cfg.model_copy(update={"output_model_format": ModelFormat(fmt)}), tmp_path / f"{fmt}.safetensors", {})
-             for fmt in ("KOHYA_LORA", "SAFETENSORS")}
+    files = random_lora_files(model_type, base, ("KOHYA_LORA", "SAFETENSORS"), tmp_path, layer_filter_preset="full",
+                              text_encoder={"train": False})
     for source, target, to in (("KOHYA_LORA", "SAFETENSORS", "diffusers"), ("SAFETENSORS", "KOHYA_LORA", "kohya")):
         out = run_inline("convert", {"operation": "lora", "model_type": model_type, "input": str(files[source]), "base": str(base),
                                      "output": str(tmp_path / f"to-{to}.safetensors"), "to": to})
@@ -106,22 +96,11 @@ FUSED_QKV = {"IDEOGRAM_4": "tiny:ideogram4", "HUNYUAN_VIDEO": "tiny:hunyuan_vide
 def test_a_fused_qkv_comfy_lora_merges_and_converts_as_its_diffusers_twin(model_type, tmp_path):
     """The COMFY_LORA file (q/k/v fused) and the DIFFUSERS_LORA file of one LoRA: merge puts the
     same weights into the base model, and each converts into the other exactly."""
-    from ot_gradio.config.enums import ModelFormat
-    from ot_gradio.config.io import load_config
-    from ot_gradio.models.registry import get_family
     from ot_gradio.models.tiny import resolve_tiny
-    from ot_gradio.training.methods import get_method
 
     base = resolve_tiny(FUSED_QKV[model_type]).diffusers_dir
-    cfg = load_config({"model_type": model_type, "training_method": "LORA", "base_model_name": str(base), "lora_rank": 4,
-                       "lora_alpha": 2, "layer_filter_preset": "full", "text_encoder": {"train": False}}).config
-    model, method = get_family(model_type).load(str(base)), get_method(cfg.training_method)
-    gen = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for p in (p for g in method.setup(model, cfg, torch.device("cpu")) for p in g.params):
-            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
-    files = {fmt: method.save(model, cfg.model_copy(update={"output_model_format": ModelFormat(fmt)}), tmp_path / f"{fmt}.safetensors", {})
-             for fmt in ("COMFY_LORA", "DIFFUSERS_LORA")}
+    files = random_lora_files(model_type, base, ("COMFY_LORA", "DIFFUSERS_LORA"), tmp_path, layer_filter_preset="full",
+                              text_encoder={"train": False})
     assert any(".qkv." in k for k in load_file(str(files["COMFY_LORA"])))
     merged = {}
     for fmt, path in files.items():
