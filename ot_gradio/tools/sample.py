@@ -131,8 +131,6 @@ def _dtypes(family: Any, model_type: str, dtype: str | None, device: Any) -> dic
 def load_base(model_type: str, base_model: str, device: Any, dtype: str | None, extra: dict | None = None, move: bool = True) -> Any:
     """The family's own loader; load problems become a JobError naming what to fetch or fix.
     `move`: on `device` (else in RAM still, for the caller to quantize parts before moving it)."""
-    import inspect
-
     from ot_gradio.models.common import ModelLoadError
     from ot_gradio.models.registry import UnsupportedModelTypeError, get_family
 
@@ -145,9 +143,8 @@ def load_base(model_type: str, base_model: str, device: Any, dtype: str | None, 
     extra = dict(extra or {})
     kwargs = {"dtypes": _dtypes(family, model_type, dtype, device), "offline": bool(extra.get("offline")),
               "cache_dir": extra.get("cache_dir") or None, "token": extra.get("token") or None}
-    accepted = inspect.signature(family.load).parameters
     for key in ("part_models", "config_dir"):  # parts from models of their own; a single file's component configs
-        if extra.get(key) and key in accepted:
+        if extra.get(key):  # every family's load takes both (models/base.ModelFamily; tests/models/test_model_registry.py)
             kwargs[key] = extra[key]
     try:
         model = family.load(str(base_model).strip(), **kwargs)
