@@ -18,6 +18,14 @@ saving; this one what the control image changes, as diffusers' QwenImageEditPipe
   cached beside the image's (latent cache kind "control"). Samples: `control_image` of the sample
   entry, else the first training pair's control image; as in the pipeline, it is resized to about
   one megapixel for the VAE and the text encoder.
+
+Qwen-Image-Edit-2509 and -2511 (QwenImageEditPlusPipeline in their model_index.json) load as
+`QwenImageEditPlus`, picked from the folder: their prompt names the image ("Picture 1: " and the
+image pad, in the user turn before the prompt) and the text encoder reads it resized to about
+384 x 384 pixels (the pipeline's CONDITION_IMAGE_SIZE), in training and samples alike; the VAE
+side is Qwen-Image-Edit's. (2511's transformer config `zero_cond_t` gives the control tokens
+timestep 0: the transformer does that itself from `img_shapes`.) One control image per
+training image: the Plus pipelines' several input images are not trained.
 """
 
 from __future__ import annotations
@@ -41,9 +49,12 @@ EDIT_TEMPLATE = (
     "requirements while maintaining consistency with the original input where appropriate.<|im_end|>\n<|im_start|>user\n"
     "<|vision_start|><|image_pad|><|vision_end|>{}<|im_end|>\n<|im_start|>assistant\n"
 )
-EDIT_DROP_TOKENS = 64
+# QwenImageEditPlusPipeline's: the same system turn; the user turn names the (one) image before the prompt
+PLUS_TEMPLATE = EDIT_TEMPLATE.replace("<|vision_start|>", "Picture 1: <|vision_start|>", 1)
+EDIT_DROP_TOKENS = 64  # both pipelines' prompt_template_encode_start_idx
 IMAGE_TOKEN = "<|image_pad|>"
 SAMPLE_AREA = 1024 * 1024  # the pipeline sizes its control image to about this many pixels
+PLUS_VISION_AREA = 384 * 384  # QwenImageEditPlusPipeline's CONDITION_IMAGE_SIZE: the text encoder's image
 
 
 class VisionPromptProcessor:
@@ -69,12 +80,19 @@ class VisionPromptProcessor:
         return BatchFeature({**tokens, **data})
 
 
-def sample_size(width: int, height: int) -> tuple[int, int]:
-    """(width, height) the pipeline resizes a control image to: about a megapixel, multiples of 32
-    (diffusers' calculate_dimensions)."""
+def sample_size(width: int, height: int, area: int = SAMPLE_AREA) -> tuple[int, int]:
+    """(width, height) the pipeline resizes a control image to: about `area` pixels (a megapixel),
+    multiples of 32 (diffusers' calculate_dimensions)."""
     ratio = width / height
-    w = math.sqrt(SAMPLE_AREA * ratio)
+    w = math.sqrt(area * ratio)
     return round(w / 32) * 32, round(w / ratio / 32) * 32
+
+
+def resized(image, area: int):
+    """`image` (PIL) at about `area` pixels, as the pipelines' image processor resizes (LANCZOS)."""
+    from PIL import Image
+
+    return image.resize(sample_size(*image.size, area), resample=Image.Resampling.LANCZOS)
 
 
 def to_pil(pixels: torch.Tensor) -> list:
@@ -93,21 +111,23 @@ class QwenImageEdit(QwenImage):
     pipeline_class_name = "QwenImageEditPipeline"
     conditioning_kind = "control"  # the latent cache holds each variant's control latents (data/batches.py)
     default_control_image: str | None = None  # the trainer sets the first training pair's control image
+    prompt_template = EDIT_TEMPLATE
+    vision_area: int | None = None  # the text encoder's image resized to about this many pixels (None: as given)
 
     # ---------------------------------------------------------------- loading
 
     @classmethod
     def _pipeline_from(cls, source, dtype, hub: Mapping, **parts):
-        """QwenImageEditPipeline's folder; Qwen-Image-Edit-2509 / 2511 (QwenImageEditPlusPipeline:
-        another prompt template, several input images) is refused, as it would train wrongly."""
+        """The folder's pipeline: QwenImageEditPipeline's, or QwenImageEditPlusPipeline's (2509 /
+        2511) loaded as such; another pipeline's folder is refused."""
         from diffusers import DiffusionPipeline
 
         name = DiffusionPipeline.load_config(str(source), **hub).get("_class_name", "")
-        if name != cls.pipeline_class_name:
-            raise ModelLoadError(f"'{source}' is a {name} model; QWEN_IMAGE_EDIT trains Qwen-Image-Edit (QwenImageEditPipeline) "
-                                 "models only (the Edit Plus models, 2509 and 2511, read their images with another prompt "
-                                 "template); pick the model type that matches it.")
-        return super()._pipeline_from(source, dtype, hub, **parts)
+        variant = next((c for c in (QwenImageEdit, QwenImageEditPlus) if c.pipeline_class_name == name), None)
+        if variant is None:
+            raise ModelLoadError(f"'{source}' is a {name} model; QWEN_IMAGE_EDIT trains Qwen-Image-Edit models (QwenImageEditPipeline, "
+                                 "or QwenImageEditPlusPipeline: 2509, 2511); pick the model type that matches it.")
+        return super(QwenImageEdit, variant)._pipeline_from(source, dtype, hub, **parts)
 
     @classmethod
     def _text_only_tokenizers(cls, source, hub: Mapping) -> dict:
@@ -121,7 +141,8 @@ class QwenImageEdit(QwenImage):
 
     @classmethod
     def _from_pipeline(cls, pipe):
-        model = super()._from_pipeline(pipe)
+        variant = QwenImageEditPlus if type(pipe).__name__ == QwenImageEditPlus.pipeline_class_name else QwenImageEdit
+        model = super(QwenImageEdit, variant)._from_pipeline(pipe)
         model.pipeline_config = {"processor": pipe.processor}  # given back to the pipeline built for samples
         return model
 
@@ -151,8 +172,10 @@ class QwenImageEdit(QwenImage):
         if control is None:
             control = torch.zeros(len(texts), 3, 512, 512)
         images = to_pil(control) if isinstance(control, torch.Tensor) else list(control)
+        if self.vision_area:
+            images = [resized(image, self.vision_area) for image in images]
         processor = self.pipeline_config["processor"]
-        inputs = processor(text=[EDIT_TEMPLATE.format(t) for t in texts], images=images, padding=True, return_tensors="pt")
+        inputs = processor(text=[self.prompt_template.format(t) for t in texts], images=images, padding=True, return_tensors="pt")
         device = module_device(self.text_encoder)
         mask = inputs["attention_mask"].to(device).bool()
         with torch.set_grad_enabled("text_encoder" in grad and torch.is_grad_enabled()):
@@ -211,15 +234,28 @@ class QwenImageEdit(QwenImage):
         source = control_image if control_image not in (None, "") else self.default_control_image
         if source is None:
             raise ValueError("Qwen-Image-Edit samples edit an image: give the sample a control image (control_image)")
-        image = load_rgb(Path(source)) if isinstance(source, (str, Path)) else source.convert("RGB")
-        self._sample_image = image.resize(sample_size(*image.size), resample=3)  # LANCZOS, as the pipeline's resize
+        self._sample_image = load_rgb(Path(source)) if isinstance(source, (str, Path)) else source.convert("RGB")
         try:
             return super().sample(prompt, *args, **kwargs)
         finally:
             self._sample_image = None
 
     def prompt_embeddings(self, texts: Sequence[str]) -> dict:
-        return self.encode_text(texts, control=[self._sample_image] * len(texts))
+        """The prompt read with the sample's image at the size the pipeline gives its text encoder
+        (about a megapixel; Plus: `vision_area`, which encode_text resizes to)."""
+        image = self._sample_image if self.vision_area else resized(self._sample_image, SAMPLE_AREA)
+        return self.encode_text(texts, control=[image] * len(texts))
 
     def sampling_inputs(self, height: int, width: int, **inputs) -> dict:
         return {"image": self._sample_image, **super().sampling_inputs(height, width, **inputs)}
+
+
+class QwenImageEditPlus(QwenImageEdit):
+    """Qwen-Image-Edit-2509 / 2511, which QWEN_IMAGE_EDIT loads when the folder names
+    QwenImageEditPlusPipeline (not registered: the model type is the same)."""
+
+    family_name = "Qwen-Image-Edit Plus"
+    default_config_repo = "Qwen/Qwen-Image-Edit-2509"
+    pipeline_class_name = "QwenImageEditPlusPipeline"
+    prompt_template = PLUS_TEMPLATE
+    vision_area = PLUS_VISION_AREA

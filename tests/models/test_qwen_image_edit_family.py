@@ -12,11 +12,12 @@ import pytest
 import torch
 from PIL import Image
 
-from ot_gradio.models.qwen_image_edit import QwenImageEdit, sample_size
+from ot_gradio.models.qwen_image_edit import EDIT_TEMPLATE, QwenImageEdit, sample_size
 from tests.models.family_checks import family_fixtures
 
 PROMPT = "make the circle blue"
 tiny_edit_paths, edit = family_fixtures("qwen-image-edit", QwenImageEdit, "tiny_edit_paths", "edit")
+tiny_plus_paths, plus = family_fixtures("qwen-image-edit-plus", QwenImageEdit, "tiny_plus_paths", "plus")
 
 
 def _control() -> Image.Image:
@@ -24,19 +25,24 @@ def _control() -> Image.Image:
     return Image.fromarray(rng.integers(0, 255, (40, 56, 3), dtype=np.uint8))  # 56 x 40: the pipeline resizes it to ~1 MP
 
 
-def test_prompt_with_its_control_image_and_predict_reproduce_the_pipeline(edit):
+@pytest.mark.parametrize("variant", ["edit", "plus"])
+def test_prompt_with_its_control_image_and_predict_reproduce_the_pipeline(variant, request):
+    """Qwen-Image-Edit, and Edit Plus (2511: `zero_cond_t`), whose text encoder sees the image at
+    about 384 x 384 pixels (the pipeline's condition size)."""
     from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit import calculate_shift
 
     from ot_gradio.data.pixels import pixels_tensor
     from ot_gradio.models.flow_family import pack_latents, unpack_latents
 
+    edit = request.getfixturevalue(variant)
     pipe = edit.pipeline()
     image = _control()
     resized = image.resize(sample_size(*image.size), resample=Image.Resampling.LANCZOS)
     assert resized.size == (1216, 864)  # diffusers' calculate_dimensions(1024 * 1024, 56 / 40)
+    condition = image.resize((448, 320), resample=Image.Resampling.LANCZOS)  # calculate_dimensions(384 * 384, 56 / 40)
     with torch.no_grad():
-        theirs, theirs_mask = pipe.encode_prompt(PROMPT, image=resized, device="cpu")
-        hidden, mask = edit.trimmed(edit.encode_text([PROMPT], control=[resized]))
+        theirs, theirs_mask = pipe.encode_prompt(PROMPT, image=resized if variant == "edit" else [condition], device="cpu")
+        hidden, mask = edit.trimmed(edit.encode_text([PROMPT], control=[resized if variant == "edit" else image]))
     assert theirs_mask is None and mask is None
     torch.testing.assert_close(hidden, theirs)
 
@@ -92,16 +98,38 @@ def test_pairs_and_sample_control_images_are_checked_before_the_run_and_the_text
     assert "control image" in text_cache_problem(**ok, reads_images=True)
 
 
-def test_an_edit_plus_model_is_refused(tiny_edit_paths, tmp_path):
-    """Qwen-Image-Edit-2509 / 2511 (QwenImageEditPlusPipeline) read images with another template."""
+def test_edit_plus_loads_as_such_and_a_sample_is_its_pipelines_edit(plus, tmp_path):
+    """A QwenImageEditPlusPipeline folder (2509 / 2511) loads as QwenImageEditPlus, whose prompt
+    names "Picture 1" (another reading than Qwen-Image-Edit's), and samples its pipeline's edit."""
+    from ot_gradio.models.qwen_image_edit import QwenImageEditPlus
+
+    assert type(plus) is QwenImageEditPlus and plus.transformer.config.zero_cond_t
+    pipe = plus.pipeline()
+    assert type(pipe).__name__ == "QwenImageEditPlusPipeline"
+    image = _control()
+    with torch.no_grad():
+        hidden, _ = plus.trimmed(plus.encode_text([PROMPT], control=[image]))
+        plus.prompt_template = EDIT_TEMPLATE
+        edit_reading, _ = plus.trimmed(plus.encode_text([PROMPT], control=[image]))
+        del plus.prompt_template
+    assert edit_reading.shape[1] < hidden.shape[1]
+
+    image.save(tmp_path / "c.png")
+    ours = plus.sample(PROMPT, height=32, width=48, steps=2, cfg_scale=1.0, seed=5, control_image=str(tmp_path / "c.png"))
+    theirs = pipe(image=image, prompt=PROMPT, true_cfg_scale=1.0, height=32, width=48, num_inference_steps=2,
+                  generator=torch.Generator().manual_seed(5)).images[0]
+    assert np.abs(np.asarray(ours, dtype=np.int16) - np.asarray(theirs, dtype=np.int16)).max() <= 1
+
+
+def test_another_pipelines_folder_is_refused(tiny_edit_paths, tmp_path):
     import json
     import shutil
 
     from ot_gradio.models.common import ModelLoadError
 
-    folder = tmp_path / "plus"
+    folder = tmp_path / "other"
     shutil.copytree(tiny_edit_paths.diffusers_dir, folder)
     index = json.loads((folder / "model_index.json").read_text())
-    (folder / "model_index.json").write_text(json.dumps({**index, "_class_name": "QwenImageEditPlusPipeline"}))
-    with pytest.raises(ModelLoadError, match="QwenImageEditPlusPipeline model; QWEN_IMAGE_EDIT trains Qwen-Image-Edit"):
+    (folder / "model_index.json").write_text(json.dumps({**index, "_class_name": "QwenImageEditInpaintPipeline"}))
+    with pytest.raises(ModelLoadError, match="QwenImageEditInpaintPipeline model; QWEN_IMAGE_EDIT trains Qwen-Image-Edit models"):
         QwenImageEdit.load(str(folder), offline=True)

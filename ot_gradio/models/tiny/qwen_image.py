@@ -66,13 +66,14 @@ def tiny_qwen_vl_encoder(tokenizer, seed: int = 0):
     )
 
 
-def tiny_qwen_image_transformer(seed: int = 0):
+def tiny_qwen_image_transformer(seed: int = 0, **config):
+    """`config`: more of the transformer's config (Qwen-Image-Edit-2511's `zero_cond_t`)."""
     from diffusers import QwenImageTransformer2DModel
 
     torch.manual_seed(seed)
     transformer = QwenImageTransformer2DModel(
         patch_size=2, in_channels=16, out_channels=4, num_layers=2, attention_head_dim=8, num_attention_heads=2,
-        joint_attention_dim=TEXT_WIDTH, axes_dims_rope=(2, 2, 4),
+        joint_attention_dim=TEXT_WIDTH, axes_dims_rope=(2, 2, 4), **config,
     )
     visible_output(transformer.proj_out)
     return transformer

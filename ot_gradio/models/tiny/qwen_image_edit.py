@@ -7,6 +7,9 @@ lists `processor`, a Qwen2VLProcessor folder: its image processor config and the
   ~16 k), so a control image gives at most 16 vision tokens.
 - VAE: AutoencoderKLQwenImage downsampling 8x as the real one (the pipeline resizes its control
   image to about a megapixel: 8x keeps that at 4096 tokens), 4 latent channels of width 8.
+
+`tiny:qwen-image-edit-plus` is the same as a QwenImageEditPlusPipeline folder (Qwen-Image-Edit-
+2511's: its transformer has `zero_cond_t`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny
-from ot_gradio.models.tiny.qwen_image import tiny_qwen_image_components
+from ot_gradio.models.tiny.qwen_image import tiny_qwen_image_components, tiny_qwen_image_transformer
 
 TINY_QWEN_IMAGE_EDIT_VERSION = 1
 PATCH_PIXELS = 28 * 28  # one merged 2x2 patch of 14 px
@@ -57,4 +60,15 @@ def save_tiny_qwen_image_edit(root: str | os.PathLike, seed: int = 0) -> TinyMod
 
     components = {**tiny_qwen_image_components(seed), "vae": tiny_qwen_image_edit_vae(seed)}
     return save_tiny(root, "no-single-file", lambda: QwenImageEditPipeline(processor=None, **components), None,
+                     lambda folder: _write_processor(folder, components["tokenizer"]))
+
+
+@register_tiny("qwen-image-edit-plus", TINY_QWEN_IMAGE_EDIT_VERSION)
+def save_tiny_qwen_image_edit_plus(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    """The tiny Qwen-Image-Edit-2511 (QwenImageEditPlusPipeline, `zero_cond_t`) as a diffusers folder."""
+    from diffusers import QwenImageEditPlusPipeline
+
+    components = {**tiny_qwen_image_components(seed), "vae": tiny_qwen_image_edit_vae(seed),
+                  "transformer": tiny_qwen_image_transformer(seed, zero_cond_t=True)}
+    return save_tiny(root, "no-single-file", lambda: QwenImageEditPlusPipeline(processor=None, **components), None,
                      lambda folder: _write_processor(folder, components["tokenizer"]))
