@@ -3,8 +3,6 @@ frame axis, the cache key and hostile clips named and skipped. Clips are generat
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -39,9 +37,7 @@ def test_a_long_clip_decodes_only_what_it_trains_with(tmp_path):
     the seek the 7,200 frames before it would pass the cap on decoded frames)."""
     clip = write_clip(tmp_path / "long.mp4", frames=10_000, size=(16, 16))
     for start in (0.0, 300.0):
-        began = time.perf_counter()
-        info = probe_clip(clip, FrameSampling(frames=25, start=start))
-        assert info.frames == 25 and time.perf_counter() - began < 2.0
+        assert probe_clip(clip, FrameSampling(frames=25, start=start)).frames == 25
     assert MAX_DECODED_FRAMES < 7_200
 
 
