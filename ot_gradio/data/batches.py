@@ -63,20 +63,21 @@ class Batch:
         return len(self.captions)
 
 
+def _reread(what: str, path, load, *args):
+    """`load(path, *args)`: a file the scan read; one that cannot be read now is a DataError."""
+    try:
+        return load(path, *args)
+    except Exception as exc:
+        raise DataError(f"{what} {path} could not be read any more: {exc}") from exc
+
+
 def render_pixels(item: ImageItem, variant: Variant) -> torch.Tensor:
     """[3, H, W] for an image of an image family, [3, frames, H, W] for a video family's item
     (an image: one frame); every frame of a clip is cut and augmented alike."""
     if item.sampling is not None:
-        try:
-            frames = read_clip(item.path, item.sampling, item.frames)
-        except Exception as exc:
-            raise DataError(f"clip {item.path} could not be read any more: {exc}") from exc
+        frames = _reread("clip", item.path, read_clip, item.sampling, item.frames)
         return torch.stack([_fitted(img, variant) for img in frames], dim=1)
-    try:
-        img = load_rgb(item.path)
-    except Exception as exc:
-        raise DataError(f"image {item.path} could not be read any more: {exc}") from exc
-    with img:
+    with _reread("image", item.path, load_rgb) as img:
         pixels = _fitted(img, variant)
     return pixels.unsqueeze(1) if item.frames else pixels
 
@@ -91,11 +92,7 @@ def render_mask(item: ImageItem, variant: Variant) -> torch.Tensor | None:
     image's); colour changes do not apply to it."""
     if item.mask_path is None:
         return None
-    try:
-        mask = load_mask(item.mask_path)
-    except Exception as exc:
-        raise DataError(f"mask {item.mask_path} could not be read any more: {exc}") from exc
-    with mask:
+    with _reread("mask", item.mask_path, load_mask) as mask:
         return mask_tensor(render(mask, variant.crop, variant.bucket, variant.flip, Image.Resampling.BILINEAR, variant.augment.angle))
 
 
@@ -103,11 +100,7 @@ def render_control(item: ImageItem, variant: Variant) -> torch.Tensor | None:
     """The `-control` image as its image's pixels (its own size mapped onto the image's, as a mask)."""
     if item.control_path is None:
         return None
-    try:
-        img = load_rgb(item.control_path)
-    except Exception as exc:
-        raise DataError(f"control image {item.control_path} could not be read any more: {exc}") from exc
-    with img:
+    with _reread("control image", item.control_path, load_rgb) as img:
         return _fitted(img, variant)
 
 
@@ -116,11 +109,7 @@ def render_depth(item: ImageItem, variant: Variant) -> torch.Tensor | None:
     (its own size mapped onto the image's, as a mask); None without one."""
     if item.depth_path is None:
         return None
-    try:
-        img = load_depth(item.depth_path)
-    except Exception as exc:
-        raise DataError(f"depth map {item.depth_path} could not be read any more: {exc}") from exc
-    with img:
+    with _reread("depth map", item.depth_path, load_depth) as img:
         fitted = render(img, variant.crop, variant.bucket, variant.flip, angle=variant.augment.angle)
     return torch.from_numpy(np.asarray(fitted, dtype=np.float32).copy()).unsqueeze(0)
 

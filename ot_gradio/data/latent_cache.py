@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -31,18 +30,13 @@ from ot_gradio.fsutil import atomic_write_bytes
 
 from .augment import Augment
 from .buckets import Size
+from .cache_files import clear_entries, entry_path
 from .errors import DataError
 from .transform import CropBox
 
 log = logging.getLogger(__name__)
 
 PIXEL_PIPELINE_VERSION = 1
-_KEY = re.compile(r"^[0-9a-f]{64}$")
-
-
-def _is_temp(name: str) -> bool:
-    """A temp file a crashed `put` left: `.<key>.safetensors.*.tmp` (older versions: `.tmp-*`)."""
-    return name.startswith(".tmp-") or (name.startswith(".") and name.endswith(".tmp"))
 
 
 def cache_key(
@@ -103,9 +97,7 @@ class LatentCache:
         return cache_key(path, file_size, mtime_ns, bucket, crop, flip, resolution, self.vae_id, augment, extra)
 
     def path_for(self, key: str) -> Path:
-        if not _KEY.match(key):
-            raise ValueError(f"not a cache key: {key!r}")
-        return self.cache_dir / key[:2] / f"{key}.safetensors"
+        return entry_path(self.cache_dir, key)
 
     def _valid(self, path: Path) -> bool:
         try:
@@ -157,14 +149,4 @@ class LatentCache:
 
     def clear(self) -> int:
         """Delete the cached latents (only files this class writes); returns how many."""
-        removed = 0
-        if not self.cache_dir.is_dir():
-            return 0
-        for sub in self.cache_dir.iterdir():
-            if not (sub.is_dir() and re.fullmatch(r"[0-9a-f]{2}", sub.name)):
-                continue
-            for file in sub.iterdir():
-                if (file.suffix == ".safetensors" and _KEY.match(file.stem)) or _is_temp(file.name):
-                    file.unlink(missing_ok=True)
-                    removed += file.suffix == ".safetensors"
-        return removed
+        return clear_entries(self.cache_dir)

@@ -263,15 +263,21 @@ def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: Concep
     return lines
 
 
+def _readable_size(found: Path, load, what: str, scan: ConceptScan) -> tuple[int, int] | None:
+    """The size of the image's companion file `found` (a mask, a control image, a depth map) as
+    `load` opens it; None, said in a warning, when it cannot be read."""
+    try:
+        with load(found) as img:
+            return img.size
+    except Exception as exc:
+        _warn(scan, f"Ignoring unreadable {what} {found}: {_reason(exc)}")
+        return None
+
+
 def _mask_for(path: Path, scan: ConceptScan, image_size: tuple[int, int]) -> Path | None:
     mask = mask_path_for(path)
-    if not mask.is_file():
-        return None
-    try:
-        with load_mask(mask) as img:
-            size = img.size
-    except Exception as exc:
-        _warn(scan, f"Ignoring unreadable mask {mask}: {_reason(exc)}")
+    size = _readable_size(mask, load_mask, "mask", scan) if mask.is_file() else None
+    if size is None:
         return None
     if size != image_size:
         _warn(
@@ -287,13 +293,8 @@ def _companion_for(path: Path, suffix: str, what: str, load, scan: ConceptScan, 
     unreadable, said in a warning); one of another shape is stretched onto its image's, which a
     warning says."""
     found = companion_path_for(path, suffix)
-    if found is None:
-        return None
-    try:
-        with load(found) as img:
-            size = img.size
-    except Exception as exc:
-        _warn(scan, f"Ignoring unreadable {what} {found}: {_reason(exc)}")
+    size = None if found is None else _readable_size(found, load, what, scan)
+    if size is None:
         return None
     if abs(size[0] * image_size[1] - size[1] * image_size[0]) > 0.01 * size[1] * image_size[1]:
         _warn(scan, f"{what.capitalize()} {found} is {size[0]}x{size[1]} but its image is {image_size[0]}x{image_size[1]}; it is "

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,11 +34,11 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from ..fsutil import replace_write_bytes
+from .cache_files import clear_entries, entry_path
 
 log = logging.getLogger(__name__)
 
 TEXT_CACHE_VERSION = 1
-_KEY = re.compile(r"^[0-9a-f]{64}$")
 # caption options that make a new text nearly every epoch
 RANDOM_TEXT_OPTIONS = (
     ("enable_tag_shuffling", None),
@@ -176,9 +175,7 @@ class TextEmbeddingCache:
         self.encode_calls = 0
 
     def path_for(self, key: str) -> Path:
-        if not _KEY.match(key):
-            raise ValueError(f"not a cache key: {key!r}")
-        return self.cache_dir / key[:2] / f"{key}.safetensors"
+        return entry_path(self.cache_dir, key)
 
     def _read(self, key: str) -> dict[str, torch.Tensor] | None:
         path = self.path_for(key)
@@ -260,16 +257,4 @@ class TextEmbeddingCache:
 
     def clear(self) -> int:
         """Delete the cached entries (only files this class writes); returns how many."""
-        removed = 0
-        if not self.cache_dir.is_dir():
-            return 0
-        for sub in self.cache_dir.iterdir():
-            if not (sub.is_dir() and re.fullmatch(r"[0-9a-f]{2}", sub.name)):
-                continue
-            for file in sub.iterdir():
-                if file.suffix == ".safetensors" and _KEY.match(file.stem):
-                    file.unlink(missing_ok=True)
-                    removed += 1
-                elif file.name.startswith(".") and file.name.endswith(".tmp"):
-                    file.unlink(missing_ok=True)
-        return removed
+        return clear_entries(self.cache_dir)

@@ -111,10 +111,7 @@ class AnimaPipeline:
 class Anima(WanImageLatents, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Anima."""
 
-    family_name = "Anima"
     text_encoder_description = "its Qwen3 text encoder, LLM adapter (text_conditioner) and T5 tokenizer"
-    default_config_repo = "circlestone-labs/Anima-Base-v1.0-Diffusers"
-    lora_base_model_version = "anima"
     comfy_lora_names = "anima"  # KOHYA_LORA: the DiT's names, as OneTrainer and ComfyUI (models/comfy_lora_names.py)
     single_file_layout = "original"  # that file, through diffusers' Cosmos converter (its llm_adapter: the config folder's)
     folder_index = "modular_model_index.json"

@@ -25,12 +25,8 @@ from ot_gradio.models.registry import register_family
 
 @register_family(ModelType.CHROMA_1)
 class Chroma1(FluxDev1):
-    family_name = "Chroma"
-    text_encoder_description = "its T5 text encoder"
     tokenizer_attrs = {"text_encoder": "tokenizer"}
     folder_parts = ("transformer", "text_encoder", "tokenizer", "vae", "scheduler")
-    default_config_repo = "lodestones/Chroma1-HD"
-    lora_base_model_version = "chroma"
     embedding_keys = {"text_encoder": "t5"}
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": T5_PRESETS}
     t5_part = "text_encoder"

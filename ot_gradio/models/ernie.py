@@ -44,10 +44,6 @@ TRANSFORMER_PRESETS = {"full": [], "attn-mlp": ["self_attention", "mlp"], "attn-
 class Ernie(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for ERNIE-Image."""
 
-    family_name = "ERNIE-Image"
-    text_encoder_description = "its Mistral3 text encoder"
-    default_config_repo = "baidu/ERNIE-Image"
-    lora_base_model_version = "ernie_image"
     single_file_layout = "original"  # diffusers' names, through diffusers' from_single_file
     patch_size = 1  # the latents are patchified already (128 channels at 1/16)
     bn_eps = 1e-5  # ErnieImagePipeline denormalises with 1e-5, not the VAE config's value

@@ -136,15 +136,18 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     """A flow-matching family (models/base.py): subclass it, set the attributes, write the hooks."""
 
     model_type: ModelType
-    family_name = ""  # the model's name in messages ("Flux.1", "Z-Image")
+    # the model's name in messages ("Flux.1", "Z-Image"), the hub repo of configs (and missing parts)
+    # for a single file and kohya's ss_base_model_version: from the description (config/family_info)
+    family_name = ""
     schedule_kind = "flow_matching"  # the trainer's flow core (training/flow_matching.py) draws t and the target
     prediction_type = "flow"
     denoiser = "transformer"
     text_encoder_names: tuple[str, ...] = ("text_encoder",)  # text encoder parts, in order
     tokenizer_attrs: dict[str, str] = {"text_encoder": "tokenizer"}  # text encoder part -> its tokenizer attribute/folder
     folder_parts: tuple[str, ...] = ("transformer", "text_encoder", "tokenizer", "vae", "scheduler")  # for messages
-    default_config_repo = ""  # the hub repo of configs (and missing parts) for a single file
+    default_config_repo = ""
     lora_base_model_version = ""
+    text_encoder_labels: tuple[str, ...] = ()  # from the description: what the text encoders are ("Qwen3")
     embedding_keys: dict[str, str] = {}  # text encoder part -> key in an embedding file ({}: no EMBEDDING method)
     bucket_step = 16  # image sides are multiples of this (VAE factor x patch)
     patch_size: int | None = 2  # latent pixels per image token side (None: the transformer config's patch_size)
@@ -153,13 +156,20 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     single_file_suffixes: tuple[str, ...] = SINGLE_FILE_SUFFIXES  # what a single file may end in
     default_steps = 20  # `sample` defaults
     default_cfg_scale = 3.5
-    text_encoder_description = "its text encoder"  # what a model without it is told it needs
     transformer_class_name = ""  # the diffusers transformer class (pipeline_class_name: the pipeline's)
     pipeline_output = "images"  # the pipeline output's field with the latents (video pipelines: "frames")
     # the loaded pipeline's own config values (model_index.json) a pipeline built for sampling or
     # saving is given back (Krea 2: the text encoder layers it reads)
     pipeline_config_keys: tuple[str, ...] = ()
     pipeline_config: Mapping[str, object] = {}  # their values, set by `_from_pipeline`
+
+    @property
+    def text_encoder_description(self) -> str:
+        """What a model without its text encoder is told it needs, from the description's labels
+        ("its Qwen3 text encoder"); a family whose labels say too little states it instead."""
+        *others, last = self.text_encoder_labels or ("",)
+        named = f"{', '.join(others)} and {last}" if others else last
+        return " ".join(filter(None, ("its", named, "text encoders" if others else "text encoder")))
 
     def __init__(self, components: Mapping):
         """The parts of a loaded pipeline; a missing text encoder or tokenizer is a ModelLoadError."""

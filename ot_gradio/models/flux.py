@@ -72,13 +72,8 @@ def latent_image_ids(height: int, width: int, device, dtype) -> torch.Tensor:
 class FluxDev1(FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Flux.1 dev."""
 
-    family_name = "Flux.1"
-    text_encoder_description = "CLIP-L and T5"
     tokenizer_attrs = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
     folder_parts = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler")
-    default_config_repo = "black-forest-labs/FLUX.1-dev"
-    # kohya's ss_base_model_version for Flux.1 (sd-scripts' "flux1")
-    lora_base_model_version = "flux1"
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "t5"}  # OneTrainer's keys
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": CLIP_PRESETS, "text_encoder_2": T5_PRESETS}
     t5_part = "text_encoder_2"

@@ -69,10 +69,7 @@ def text_ids(hidden: torch.Tensor) -> torch.Tensor:
 class Flux2(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Flux.2 dev and Klein."""
 
-    family_name = "Flux.2"
     text_encoder_description = "its Mistral3 (dev) or Qwen3 (Klein) text encoder"
-    default_config_repo = "black-forest-labs/FLUX.2-dev"
-    lora_base_model_version = "flux2"
     comfy_lora_names = "flux2"  # layers ComfyUI's Flux map lacks, by original name (models/comfy_lora_names.py)
     single_file_layout = "bfl"  # BFL-layout transformer files, through diffusers' converter
     patch_size = 1  # the latents are patchified already (128 channels at 1/16)

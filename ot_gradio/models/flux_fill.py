@@ -48,8 +48,6 @@ def transformer_in_channels(latent_channels: int, scale: int) -> int:
 
 @register_family(ModelType.FLUX_FILL_DEV_1)
 class FluxFillDev1(FluxDev1):
-    family_name = "Flux.1 Fill"
-    default_config_repo = "black-forest-labs/FLUX.1-Fill-dev"
     modelspec_architecture = "flux-1-dev/fill"  # the transformer alone in BFL's layout (`flux1-fill-dev.safetensors`)
 
     # the masked image's latents, and those of a blank image, as for the SD inpainting models

@@ -96,14 +96,11 @@ def _experts_on_meta(transformer: torch.nn.Module):
 class HiDream(IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for HiDream-I1 Full."""
 
-    family_name = "HiDream"
     text_encoder_description = "its CLIP-L, CLIP-G, T5 and Llama 3.1 text encoders (the Llama: set Text encoder 4's model)"
     tokenizer_attrs = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2", "text_encoder_3": "tokenizer_3",
                        "text_encoder_4": "tokenizer_4"}
     folder_parts = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "text_encoder_3",
                     "tokenizer_3", "vae", "scheduler")
-    default_config_repo = "HiDream-ai/HiDream-I1-Full"
-    lora_base_model_version = "hidream"
     # OneTrainer's keys (its HiDreamEmbeddingSaver)
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "clip_g", "text_encoder_3": "t5", "text_encoder_4": "llama"}
     patch_size = None  # the transformer config's 2

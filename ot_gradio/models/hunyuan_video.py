@@ -70,12 +70,8 @@ def prompt_template() -> dict:
 class HunyuanVideo(VideoSampling, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for HunyuanVideo."""
 
-    family_name = "HunyuanVideo"
-    text_encoder_description = "its Llama and CLIP-L text encoders"
     tokenizer_attrs = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
     folder_parts = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler")
-    default_config_repo = "hunyuanvideo-community/HunyuanVideo"
-    lora_base_model_version = "hunyuan_video"
     embedding_keys = {"text_encoder": "llama", "text_encoder_2": "clip_l"}  # OneTrainer's (its HunyuanVideoEmbeddingSaver)
     patch_size = None  # the transformer config's 2 (and patch_size_t 1)
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": LLAMA_PRESETS, "text_encoder_2": CLIP_PRESETS}

@@ -97,10 +97,6 @@ def packed_text(conditioning: Mapping, grid_h: int, grid_w: int, device, dtype):
 class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Ideogram 4."""
 
-    family_name = "Ideogram 4"
-    text_encoder_description = "its Qwen3-VL text encoder"
-    default_config_repo = "ideogram-ai/ideogram-v4"
-    lora_base_model_version = "ideogram_4"
     modelspec_architecture = "Ideogram"  # OneTrainer's model spec
     comfy_lora_names = "ideogram4"  # KOHYA_LORA / COMFY_LORA: OneTrainer's names, q/k/v fused (models/comfy_lora_names.py)
     patch_size = 1  # the latents are patchified already (128 channels at 1/16)

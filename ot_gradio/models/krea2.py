@@ -63,10 +63,6 @@ TRANSFORMER_PRESETS = {"full": [], "attn-mlp": ["attn", "ff"], "attn-only": ["at
 class Krea2(WanImageLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Krea 2."""
 
-    family_name = "Krea 2"
-    text_encoder_description = "its Qwen3-VL text encoder"
-    default_config_repo = "krea/Krea-2-Raw"
-    lora_base_model_version = "krea2"
     single_file_layout = "original"  # the native raw.safetensors, through diffusers' converter
     default_sequence_length = 512
     default_steps, default_cfg_scale = 28, 4.5

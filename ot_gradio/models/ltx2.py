@@ -59,12 +59,8 @@ GEMMA_PRESETS = {"full": ["language_model."], "attn-mlp": ["self_attn.", "mlp."]
 class LTX2(VideoSampling, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for LTX-2."""
 
-    family_name = "LTX-2"
-    text_encoder_description = "its Gemma 3 text encoder"
     folder_parts = ("transformer", "text_encoder", "tokenizer", "connectors", "vae", "audio_vae", "vocoder", "scheduler")
     resident_modules = ("connectors",)  # on the device with the parts (to()), counted by the memory plan
-    default_config_repo = "Lightricks/LTX-2"
-    lora_base_model_version = "ltx_2"
     patch_size = None  # the transformer config's 1 (and patch_size_t 1)
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": GEMMA_PRESETS}
     default_steps, default_cfg_scale = 40, 4.0

@@ -60,10 +60,7 @@ DEFAULT_SEQUENCE_LENGTH = 120
 class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
     """The family interface (models/base.py) for PixArt-α 512 and 1024-MS."""
 
-    lora_base_model_version = "pixart_alpha"
     pipeline_class_name = "PixArtAlphaPipeline"
-    display_name = "PixArt-α"
-    hub_example = "PixArt-alpha/PixArt-XL-2-1024-MS"
     architecture = "pixart-alpha"  # modelspec.architecture of the transformer file
     # tokens T5 reads when `text_encoder_sequence_length` is unset (the pipeline's default)
     default_sequence_length = DEFAULT_SEQUENCE_LENGTH
@@ -110,7 +107,7 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
     @classmethod
     def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype):
         pipeline_class = cls._pipeline_class()  # PixArtSigmaPipeline for Σ
-        label, example = cls.display_name, cls.hub_example
+        label, example = cls.family_name, cls.default_config_repo
 
         if not name:
             raise ModelLoadError(f"No base model given. Enter a Hugging Face id or a diffusers folder of {label}.")

@@ -22,9 +22,6 @@ SIGMA_SEQUENCE_LENGTH = 300
 
 @register_family(ModelType.PIXART_SIGMA)
 class PixArtSigma(PixArtAlpha):
-    lora_base_model_version = "pixart_sigma"
     pipeline_class_name = "PixArtSigmaPipeline"
-    display_name = "PixArt-Σ"
-    hub_example = "PixArt-alpha/PixArt-Sigma-XL-2-1024-MS"
     architecture = "pixart-sigma"
     default_sequence_length = SIGMA_SEQUENCE_LENGTH

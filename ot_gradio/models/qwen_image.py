@@ -102,10 +102,6 @@ def comfy_lora_targets(transformer: torch.nn.Module, lora_keys: Sequence[str]) -
 class QwenImage(WanImageLatents, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Qwen-Image."""
 
-    family_name = "Qwen-Image"
-    text_encoder_description = "its Qwen2.5-VL text encoder"
-    default_config_repo = "Qwen/Qwen-Image"
-    lora_base_model_version = "qwen_image"
     comfy_lora_names = "qwen_image"  # the text encoder as ComfyUI names it (models/comfy_lora_names.py)
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     single_file_layout = "diffusers"  # the published transformer file keeps diffusers' names

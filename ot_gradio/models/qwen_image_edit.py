@@ -105,9 +105,6 @@ def to_pil(pixels: torch.Tensor) -> list:
 
 @register_family(ModelType.QWEN_IMAGE_EDIT)
 class QwenImageEdit(QwenImage):
-    family_name = "Qwen-Image-Edit"
-    default_config_repo = "Qwen/Qwen-Image-Edit"
-    lora_base_model_version = "qwen_image_edit"
     pipeline_class_name = "QwenImageEditPipeline"
     conditioning_kind = "control"  # the latent cache holds each variant's control latents (data/batches.py)
     default_control_image: str | None = None  # the trainer sets the first training pair's control image

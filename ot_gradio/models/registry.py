@@ -3,7 +3,7 @@
 A family module registers itself with `@register_family(ModelType.X, ...)`. Every module of this
 package is imported on the first lookup, so adding a family is adding one file (and its
 torch-free description, config/family_info/<family>.py). Registering gives the class the facts of
-its description (DESCRIBED), which the class therefore does not declare itself.
+its description (DESCRIBED, DESCRIBED_IF_GIVEN), which the class therefore does not declare itself.
 """
 
 from __future__ import annotations
@@ -30,23 +30,33 @@ class UnsupportedModelTypeError(ValueError):
 DESCRIBED = {"part_names": "parts", "denoiser": "denoiser", "text_encoder_names": "text_encoders",
              "bucket_step": "bucket_step", "schedule_kind": "schedule", "inpainting": "inpainting", "frame_step": "frame_step",
              "transformer_file": "transformer_file", "gguf_transformer": "gguf",
-             "control_image": "control_image", "depth_maps": "depth_maps"}
+             "control_image": "control_image", "depth_maps": "depth_maps", "text_encoder_labels": "text_encoder_labels"}
+# class attribute -> the description's field it is read from where the description gives it (not
+# ""); where it does not, the class states it itself or keeps its base class's (SD 2's computed version)
+DESCRIBED_IF_GIVEN = {"family_name": "name", "default_config_repo": "hub_repo", "lora_base_model_version": "lora_version"}
+
+
+def _facts(info) -> tuple[tuple[str, object], ...]:
+    """The class attributes a description gives: every DESCRIBED one, and the DESCRIBED_IF_GIVEN ones it fills."""
+    given = tuple((attr, getattr(info, field)) for attr, field in DESCRIBED_IF_GIVEN.items() if getattr(info, field))
+    return tuple((attr, getattr(info, field)) for attr, field in DESCRIBED.items()) + given
 
 
 def _describe(cls: type, model_types: tuple[ModelType, ...]) -> None:
-    """Sets the DESCRIBED attributes of `cls` from the description of its model types; a class
+    """Sets the attributes of `cls` that the description of its model types gives (_facts); a class
     that declares one itself, or model types described differently, is an error."""
-    own = sorted(set(DESCRIBED) & set(vars(cls)))
-    if own:
-        raise ValueError(f"{cls.__name__} declares {', '.join(own)}: these come from its description in config/family_info.")
     infos = {model_type: family_info(model_type) for model_type in model_types}
     missing = [m.value for m, info in infos.items() if info is None]
     if missing:
         raise ValueError(f"{', '.join(missing)} has no description in config/family_info; add one before registering {cls.__name__}.")
-    facts = {tuple((attr, getattr(info, field)) for attr, field in DESCRIBED.items()) for info in infos.values()}
+    facts = {_facts(info) for info in infos.values()}
     if len(facts) > 1:
         raise ValueError(f"{cls.__name__} handles model types described differently ({', '.join(m.value for m in infos)}).")
-    for attr, value in facts.pop():
+    given = facts.pop()
+    own = sorted({attr for attr, _ in given} & set(vars(cls)))
+    if own:
+        raise ValueError(f"{cls.__name__} declares {', '.join(own)}: these come from its description in config/family_info.")
+    for attr, value in given:
         setattr(cls, attr, value)
 
 

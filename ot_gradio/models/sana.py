@@ -64,10 +64,6 @@ TRANSFORMER_PRESETS = {
 class Sana(TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Sana."""
 
-    family_name = "Sana"
-    text_encoder_description = "its Gemma 2 text encoder"
-    default_config_repo = "Efficient-Large-Model/Sana_1600M_1024px_diffusers"
-    lora_base_model_version = "sana"
     embedding_keys = {"text_encoder": "gemma"}  # OneTrainer's key (its SanaEmbeddingSaver)
     patch_size = None  # the transformer config's
     single_file_layout = "original"  # Sana's own checkpoint, read by diffusers' converter; not written

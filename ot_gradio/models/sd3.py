@@ -55,12 +55,9 @@ T5_PRESETS = {"full": [], "attn-mlp": ["SelfAttention", "DenseReluDense"], "attn
 class StableDiffusion3(FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Stable Diffusion 3."""
 
-    family_name = "SD 3"
     text_encoder_description = "CLIP-L, CLIP-G and T5 (a single file: with a complete diffusers folder as the config folder)"
     tokenizer_attrs = TOKENIZERS
     tokenizer_folders = TOKENIZERS
-    default_config_repo = "stabilityai/stable-diffusion-3-medium-diffusers"
-    lora_base_model_version = "sd3"
     modelspec_architecture = "stable-diffusion-v3-medium"  # SAI model spec, in saved files' headers
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "clip_g", "text_encoder_3": "t5"}  # OneTrainer's
     patch_size = None  # the transformer config's (it patches itself)
@@ -224,10 +221,6 @@ class StableDiffusion3(FlowFamily):
 class StableDiffusion35(StableDiffusion3):
     """SD 3.5 Large / Medium / Large Turbo: the same family; the transformer's config carries the
     q/k norms and Medium's dual attention layers."""
-
-    family_name = "SD 3.5"
-    default_config_repo = "stabilityai/stable-diffusion-3.5-large"
-    lora_base_model_version = "sd3.5"
 
     @property
     def modelspec_architecture(self) -> str:

@@ -59,10 +59,6 @@ UMT5_PRESETS = {"full": [], "attn-only": ["SelfAttention."], "attn-mlp": ["SelfA
 class Wan21(VideoSampling, TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Wan 2.1."""
 
-    family_name = "Wan 2.1"
-    text_encoder_description = "its UMT5 text encoder"
-    default_config_repo = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
-    lora_base_model_version = "wan_2_1"
     comfy_lora_names = "wan"  # KOHYA_LORA: ComfyUI's names (models/comfy_lora_names.py)
     single_file_layout = "original"  # Wan-AI's transformer files (ComfyUI's), through diffusers' converter; written by wan_keys.py
     t5_part = "text_encoder"
@@ -164,10 +160,6 @@ class Wan22TI2V5B(Wan21):
     every token the same one, so training passes the one timestep per clip, the same sum.
     The repo samples at flow_shift 5; training draws t at the same shift."""
 
-    family_name = "Wan 2.2 TI2V 5B"
-    default_config_repo = "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
-    lora_base_model_version = "wan_2_2_ti2v_5b"
-
 
 @register_family(ModelType.WAN_2_2_T2V_A14B)
 class Wan22T2VA14B(Wan21):
@@ -180,10 +172,7 @@ class Wan22T2VA14B(Wan21):
     them. A LoRA file has `transformer.` keys either way: WanPipeline.load_lora_weights loads a
     LOW_NOISE one into `transformer_2` with load_into_transformer_2=True."""
 
-    family_name = "Wan 2.2 T2V A14B"
     single_file_layout = None  # two experts: a transformer file would not say which one it is
-    default_config_repo = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
-    lora_base_model_version = "wan_2_2_t2v_a14b"
     two_experts = True
 
     def __init__(self, components: Mapping, boundary_ratio: float = 0.875):

@@ -55,10 +55,6 @@ def transformer_presets(n_layers: int) -> dict[str, list[str]]:
 class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Z-Image."""
 
-    family_name = "Z-Image"
-    text_encoder_description = "its Qwen3 text encoder"
-    default_config_repo = "Tongyi-MAI/Z-Image"
-    lora_base_model_version = "z_image"
     comfy_lora_names = "z_image"  # LoRA layer names ComfyUI and diffusers read (models/comfy_lora_names.py)
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)
     single_file_layout = "original"  # the transformer file people download, through diffusers' converter

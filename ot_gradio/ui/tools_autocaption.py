@@ -14,7 +14,7 @@ import gradio as gr
 
 from ..tools.autocaption import CAPTIONERS, MODES, looks_local
 from .job_panel import JobPanel
-from .tools_tab import ToolInputError, ToolsContext
+from .tools_tab import ToolInputError, ToolsContext, launch_checked
 
 MODE_LABELS = {"replace": "replace all", "missing": "create if absent", "add": "add as new line"}
 
@@ -28,11 +28,7 @@ class AutoCaptionTool:
         self.ctx = ctx
         gr.Markdown("Write `<image>.txt` captions automatically. A caption that is replaced or added to is first backed up "
                     "to `.ot_captions/backup/` next to it (the caption editor's backups).")
-        with gr.Row():
-            folders = ctx.concept_folders(ctx.config)
-            self.folder = gr.Dropdown(label="Folder", choices=folders, allow_custom_value=True, value=folders[0] if folders else "", scale=3,
-                                      info="a concept folder, or type a path", elem_id="autocaption-folder")
-            self.subfolders = gr.Checkbox(label="Include subfolders", value=False, elem_id="autocaption-subfolders")
+        self.folder, self.subfolders = ctx.folder_picker("autocaption")
         with gr.Row():
             self.model = gr.Dropdown(label="Model", choices=[(cls.label, name) for name, cls in CAPTIONERS.items()], value="blip",
                                      elem_id="autocaption-model")
@@ -59,11 +55,6 @@ class AutoCaptionTool:
                        self.prefix, self.postfix, self.general, self.character, ctx.config_state}
         self.start_button.click(self.on_start, self.inputs, self.panel.launch_outputs)
         self.model.change(self.on_model, [self.model], [self.threshold_row, self.model_path])
-        ctx.config_state.change(self.folder_choices, [ctx.config_state, self.folder], [self.folder])
-
-    def folder_choices(self, config: dict[str, Any], current: str) -> dict[str, Any]:
-        folders = self.ctx.concept_folders(config)
-        return gr.update(choices=folders, value=current or (folders[0] if folders else ""))
 
     @staticmethod
     def on_model(model: str) -> tuple:
@@ -92,11 +83,7 @@ class AutoCaptionTool:
         }
 
     def on_start(self, values: dict[Any, Any]) -> tuple:
-        try:
-            params = self.params(values)
-        except ToolInputError as err:
-            return self.panel.refused(str(err))
-        return self.panel.launch("autocaption", params)
+        return launch_checked(self.panel, "autocaption", lambda: self.params(values))
 
     @staticmethod
     def render_result(result: dict[str, Any] | None) -> tuple:

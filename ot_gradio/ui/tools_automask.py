@@ -15,7 +15,7 @@ import gradio as gr
 
 from ..tools.automask import CLIPSEG_HUB_ID, MASKERS, MODES, U2NET_FILE, JobError, parse_options
 from .job_panel import JobPanel
-from .tools_tab import ToolInputError, ToolsContext
+from .tools_tab import ToolInputError, ToolsContext, launch_checked
 
 MODE_LABELS = {
     "fill": "create if absent", "replace": "replace all", "add": "add", "subtract": "subtract", "blend": "blend",
@@ -28,11 +28,7 @@ class AutoMaskTool:
         self.ctx = ctx
         gr.Markdown("Make `<image>-masklabel.png` masks automatically (white = train on it). "
                     "A mask that is overwritten is kept as `<mask>.bak`. Preview first: it writes nothing in the dataset.")
-        with gr.Row():
-            folders = ctx.concept_folders(ctx.config)
-            self.folder = gr.Dropdown(label="Folder", choices=folders, allow_custom_value=True, value=folders[0] if folders else "", scale=3,
-                                      info="a concept folder, or type a path", elem_id="automask-folder")
-            self.subfolders = gr.Checkbox(label="Include subfolders", value=False, elem_id="automask-subfolders")
+        self.folder, self.subfolders = ctx.folder_picker("automask")
         with gr.Row():
             self.model = gr.Dropdown(label="Model", choices=[(spec.label, name) for name, spec in MASKERS.items()],
                                      value="clipseg", elem_id="automask-model")
@@ -67,11 +63,6 @@ class AutoMaskTool:
                        ctx.config_state}
         self.preview_button.click(self.on_preview, self.inputs, self.panel.launch_outputs)
         self.start_button.click(self.on_start, self.inputs, self.panel.launch_outputs)
-        ctx.config_state.change(self.folder_choices, [ctx.config_state, self.folder], [self.folder])
-
-    def folder_choices(self, config: dict[str, Any], current: str) -> dict[str, Any]:
-        folders = self.ctx.concept_folders(config)
-        return gr.update(choices=folders, value=current or (folders[0] if folders else ""))
 
     def params(self, values: dict[Any, Any]) -> dict[str, Any]:
         """Form values -> job params, with every path checked against the page's folders.
@@ -96,19 +87,11 @@ class AutoMaskTool:
         return params
 
     def on_preview(self, values: dict[Any, Any]) -> tuple:
-        try:
-            params = self.params(values)
-        except ToolInputError as err:
-            return self.panel.refused(str(err))
         out_dir = self.ctx.workspace / "previews" / "automask" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        return self.panel.launch("automask", {**params, "preview": True, "preview_dir": str(out_dir)})
+        return launch_checked(self.panel, "automask", lambda: {**self.params(values), "preview": True, "preview_dir": str(out_dir)})
 
     def on_start(self, values: dict[Any, Any]) -> tuple:
-        try:
-            params = self.params(values)
-        except ToolInputError as err:
-            return self.panel.refused(str(err))
-        return self.panel.launch("automask", params)
+        return launch_checked(self.panel, "automask", lambda: self.params(values))
 
     @staticmethod
     def render_result(result: dict[str, Any] | None) -> tuple:

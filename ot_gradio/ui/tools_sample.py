@@ -15,7 +15,7 @@ from ..config.families import implemented_model_types
 from ..fsutil import BACKUP_MARKER
 from ..runner.rundir import list_runs
 from .job_panel import JobPanel
-from .tools_tab import ToolInputError, ToolsContext
+from .tools_tab import ToolInputError, ToolsContext, launch_checked
 
 NO_RUN = ""
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -94,11 +94,7 @@ class SampleTool:
         return gr.update(value=config.get("model_type")), gr.update(value=config.get("base_model_name") or "")
 
     def on_generate(self, values: dict[Any, Any]) -> tuple:
-        try:
-            params = self.params(values)
-        except ToolInputError as err:
-            return self.panel.refused(str(err))
-        return self.panel.launch("sample", params)
+        return launch_checked(self.panel, "sample", lambda: self.params(values))
 
     def params(self, values: dict[Any, Any]) -> dict[str, Any]:
         """The job's parameters from the form; a ToolInputError names the field that is wrong."""

@@ -77,6 +77,32 @@ class ToolsContext:
     def concept_folders(config: dict[str, Any]) -> list[str]:
         return [str(c.get("path")) for c in (config or {}).get("concepts") or [] if str(c.get("path") or "").strip()]
 
+    def folder_picker(self, key: str) -> tuple[gr.Dropdown, gr.Checkbox]:
+        """A folder tool's first row (elem ids `<key>-folder`, `<key>-subfolders`): the folder, one
+        of the session's concept folders (the first at start, the choices following the concepts)
+        or a typed path, and "Include subfolders"."""
+        with gr.Row():
+            folders = self.concept_folders(self.config)
+            folder = gr.Dropdown(label="Folder", choices=folders, allow_custom_value=True, value=folders[0] if folders else "", scale=3,
+                                 info="a concept folder, or type a path", elem_id=f"{key}-folder")
+            subfolders = gr.Checkbox(label="Include subfolders", value=False, elem_id=f"{key}-subfolders")
+        self.config_state.change(self.folder_choices, [self.config_state, folder], [folder])
+        return folder, subfolders
+
+    def folder_choices(self, config: dict[str, Any], current: str) -> dict[str, Any]:
+        folders = self.concept_folders(config)
+        return gr.update(choices=folders, value=current or (folders[0] if folders else ""))
+
+
+def launch_checked(panel, name: str, params: Callable[[], dict[str, Any]]) -> tuple:
+    """A tool's start: the job `name` with `params()` on its JobPanel, or, when a field is not
+    usable (the ToolInputError `params` raises), the panel's refusal naming it; nothing starts."""
+    try:
+        checked = params()
+    except ToolInputError as err:
+        return panel.refused(str(err))
+    return panel.launch(name, checked)
+
 
 def _build_on_first_open(openers: list, build: Callable[[ToolsContext], Any], ctx: ToolsContext) -> None:
     """Build a tool the first time one of `openers` (tab select events) fires in a session."""

@@ -77,8 +77,10 @@ def test_clear_removes_only_cache_files(tmp_path):
     (tmp_path / "00" / "notes.txt").write_text("mine")
     crashed = tmp_path / "01" / f".{'01' * 32}.safetensors.abc123.tmp"  # left by a crash mid-put
     crashed.write_bytes(b"half")
+    legacy = tmp_path / "02" / ".tmp-abc.safetensors"  # an older version's temp file: removed, not counted
+    legacy.write_bytes(b"half")
     assert cache.clear() == 3
-    assert not crashed.exists()
+    assert not crashed.exists() and not legacy.exists()
     assert (tmp_path / "keep.txt").exists() and (tmp_path / "00" / "notes.txt").exists()
 
 

@@ -237,3 +237,10 @@ def test_a_batch_carries_each_control_image_cut_like_its_image_and_its_cached_la
     assert batch.control_pixels.shape == batch.latents.shape[:1] + render_pixels(item, sample.variant).shape
     assert torch.equal(batch.control_pixels[0], control) and float(control[1].mean()) > float(control[0].mean())  # green
     torch.testing.assert_close(batch.conditioning_latents[0], encoder(control[None])[0])
+    # a file the scan read and that is gone since is a DataError naming it
+    (folder / "a-control.png").unlink()
+    with pytest.raises(DataError, match=r"control image .*a-control\.png could not be read any more"):
+        render_control(item, sample.variant)
+    (folder / "a.png").unlink()
+    with pytest.raises(DataError, match=r"image .*a\.png could not be read any more"):
+        render_pixels(item, sample.variant)

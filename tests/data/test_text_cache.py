@@ -104,7 +104,9 @@ def test_damaged_file_is_encoded_again_and_clear(tmp_path):
     cache.path_for(text_key("enc", "a cat")).write_bytes(b"\0" * 10)
     cache.encode(["a cat"], enc)
     assert enc.calls == 2
-    assert cache.clear() == 1
+    crashed = cache.path_for(text_key("enc", "a cat")).with_name(".x.safetensors.abc123.tmp")  # left by a crash mid-write
+    crashed.write_bytes(b"half")
+    assert cache.clear() == 1 and not crashed.exists()
     cache.encode(["a cat"], enc)
     assert enc.calls == 3
 

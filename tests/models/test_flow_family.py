@@ -26,6 +26,10 @@ def test_every_flow_family_is_one_subclass_with_its_own_name():
     assert all(issubclass(f, FlowFamily) and f.schedule_kind == "flow_matching" for f in families)
     names = [f.family_name for f in families]
     assert all(names) and len(set(names)) == len(names)
+    # what a model without its text encoders is told it needs: from the description's labels, unless the family says more
+    described = {t: FlowFamily.text_encoder_description.fget(get_family(t)) for t in (ModelType.Z_IMAGE, ModelType.HUNYUAN_VIDEO)}
+    assert described == {ModelType.Z_IMAGE: "its Qwen3 text encoder", ModelType.HUNYUAN_VIDEO: "its Llama and CLIP-L text encoders"}
+    assert "Mistral3 (dev) or Qwen3 (Klein)" in get_family(ModelType.FLUX_2).text_encoder_description
 
 
 def test_loading_refuses_what_it_cannot_load_with_what_to_do(tmp_path, z_paths, tiny_dir):

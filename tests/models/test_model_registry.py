@@ -58,6 +58,14 @@ def test_a_family_class_does_not_declare_what_its_description_says(monkeypatch):
         register_family(ModelType.ERNIE)(type("Undescribed", (), {}))
     with pytest.raises(ValueError, match="described differently"):
         register_family(ModelType.SANA, ModelType.STABLE_DIFFUSION_15)(type("Two", (), {}))
+    # the name, hub repo and LoRA version: from a description that gives them (Sana's), else the class's own (SD 1.5's)
+    with pytest.raises(ValueError, match="Named declares family_name: these come from its description"):
+        register_family(ModelType.SANA)(type("Named", (), {"family_name": "Sana"}))
+    sana = register_family(ModelType.SANA)(type("Sana", (), {}))
+    assert (sana.family_name, sana.default_config_repo, sana.lora_base_model_version) == (
+        "Sana", "Efficient-Large-Model/Sana_1600M_1024px_diffusers", "sana")
+    own = register_family(ModelType.STABLE_DIFFUSION_15)(type("Own", (), {"default_config_repo": "mine", "lora_base_model_version": "v"}))
+    assert (own.default_config_repo, own.lora_base_model_version, hasattr(own, "family_name")) == ("mine", "v", False)
 
 
 INSTANCE_ONLY = {"layer_skips"}  # set in every family's __init__

@@ -65,6 +65,12 @@ class FamilyInfo:
     # why a KOHYA_LORA / COMFY_LORA file of the family loads in no other program ("": it loads): warned about
     kohya_unread: str = ""
     text_encoder_labels: tuple[str, ...] = ()  # what the text encoders are, for messages ("CLIP-L", "T5")
+    # the family's name in messages ("Qwen-Image"), its hub repo (the example messages give, and the
+    # configs a single file is read with) and kohya's ss_base_model_version in its LoRA files ("qwen_image");
+    # "": the family class states them (SD 1.x/2.x, SDXL, Stable Cascade: computed or from a base class)
+    name: str = ""
+    hub_repo: str = ""
+    lora_version: str = ""
     # the preset in presets/ to start from (a LoRA at the family's native size; the guide names it
     # with the note, what to know before using it; tests/ui/test_guide.py checks it sets this model type)
     preset: str = ""
@@ -75,6 +81,23 @@ class FamilyInfo:
     # they load in (a quantized part's: its compute type, they are not quantized), parameters,
     # where they wait while the steps run: "device" beside the parts or "RAM")
     extra_params: Mapping[str, tuple[str, int, str]] = field(default_factory=dict, hash=False)
+
+
+def flow_transformer(pipeline: str, *, comfy_model: bool = True, **facts) -> FamilyInfo:
+    """The description of a flow-matching family with one transformer, one text encoder and a VAE,
+    trained by LORA and FINE_TUNE, whose transformer also loads from its own file or a GGUF, in
+    sizes of 16 px, and whose diffusers `pipeline` loads a LoRA into the transformer only (Qwen-Image,
+    Z-Image, Krea 2, ERNIE-Image, Wan, ...): `facts` are what the family changes or adds.
+    `comfy_model=False`: ComfyUI has no model of the family (its October 2025 source), so no key
+    map, and the pipeline reads DIFFUSERS_LORA only: a kohya-layout file of the transformer is refused."""
+    common = dict(parts=("transformer", "text_encoder", "vae"), denoiser="transformer", text_encoders=("text_encoder",),
+                  methods=(T.LORA, T.FINE_TUNE), implemented=True, transformer_file=True, gguf=True, bucket_step=16,
+                  schedule="flow_matching", diffusers_lora=(pipeline, ()))
+    if not comfy_model:
+        model = facts["name"]
+        common["lora_unread"] = (("kohya", "transformer", f"ComfyUI has no {model} model to map its names to and diffusers "
+                                  f"reads no kohya {model} file ({pipeline}.load_lora_weights reads DIFFUSERS_LORA)"),)
+    return FamilyInfo(**(common | facts))
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,11 @@
 FINE_TUNE of the Cosmos transformer, as OneTrainer (models/anima.py)."""
 
 from ..enums import ModelType as M
-from ..enums import TrainingMethod as T
-from . import FamilyInfo, Sign
+from . import Sign, flow_transformer
 
 FAMILIES = {
-    M.ANIMA: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("AnimaModularPipeline", ()),
+    M.ANIMA: flow_transformer(
+        "AnimaModularPipeline", name="Anima", hub_repo="circlestone-labs/Anima-Base-v1.0-Diffusers", lora_version="anima",
         text_encoder_labels=("Qwen3",),
         lora_unread=(("kohya", "text_encoder", "OneTrainer trains Anima's transformer only and no ComfyUI name for its Qwen3 is "
                       "checked here"),), preset="anima-lora", preset_note="FLOAT_8 transformer and Qwen3",

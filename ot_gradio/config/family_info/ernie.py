@@ -2,16 +2,11 @@
 LORA and FINE_TUNE of the transformer, as OneTrainer (models/ernie.py)."""
 
 from ..enums import ModelType as M
-from ..enums import TrainingMethod as T
-from . import FamilyInfo, Sign
+from . import Sign, flow_transformer
 
 FAMILIES = {
-    M.ERNIE: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("ErnieImagePipeline", ()),
-        # ComfyUI (its October 2025 source) has no ERNIE-Image model, so no key map: a kohya-layout file is refused
-        lora_unread=(("kohya", "transformer", "ComfyUI has no ERNIE-Image model to map its names to and diffusers reads "
-                      "no kohya ERNIE-Image file (ErnieImagePipeline.load_lora_weights reads DIFFUSERS_LORA)"),),
+    M.ERNIE: flow_transformer(
+        "ErnieImagePipeline", name="ERNIE-Image", hub_repo="baidu/ERNIE-Image", lora_version="ernie_image", comfy_model=False,
         text_encoder_labels=("Mistral3",), preset="ernie-lora", preset_note="FLOAT_8 transformer and text encoder",
         # baidu/ERNIE-Image, counted on the meta device: its transformer/config.json (36 layers of
         # 4096, 32 heads, 12288 wide MLP, text width 3072); the text encoder, Ministral 3B's

@@ -11,6 +11,8 @@ FAMILIES = {
     M.FLUX_DEV_1: FamilyInfo(
         FLUX_PARTS, "transformer", FLUX_TES, implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching",  # bucket step: VAE 8 x patch 2
         diffusers_lora=("FluxPipeline", ("text_encoder",)), text_encoder_labels=("CLIP-L", "T5"),
+        # lora_version: kohya's ss_base_model_version for Flux.1 (sd-scripts' "flux1")
+        name="Flux.1", hub_repo="black-forest-labs/FLUX.1-dev", lora_version="flux1",
         preset="flux-dev-1-lora", preset_note="NF4 transformer and T5: fits a 16 GB card",
         # black-forest-labs/FLUX.1-dev transformer/config.json: 19 + 38 blocks of width 3072 with the
         # guidance embedder; a VAE of 16 latent channels

@@ -2,13 +2,11 @@
 (models/flux2.py). ComfyUI maps no diffusers name of Flux.2's own layers."""
 
 from ..enums import ModelType as M
-from ..enums import TrainingMethod as T
-from . import FamilyInfo, Sign
+from . import Sign, flow_transformer
 
 FAMILIES = {
-    M.FLUX_2: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("Flux2Pipeline", ()),
+    M.FLUX_2: flow_transformer(
+        "Flux2Pipeline", name="Flux.2", hub_repo="black-forest-labs/FLUX.2-dev", lora_version="flux2",
         comfy_gap=("modulation, feed-forward, single blocks' fused projections and time/guidance embedder",
                    ("full", "attn-mlp", "attn-only", "blocks", "custom")),
         text_encoder_labels=("Mistral / Qwen3",),

@@ -8,6 +8,7 @@ FAMILIES = {
     M.FLUX_FILL_DEV_1: FamilyInfo(
         FLUX_PARTS, "transformer", FLUX_TES, implemented=True, transformer_file=True, inpainting=True, bucket_step=16, schedule="flow_matching",
         diffusers_lora=("FluxFillPipeline", ("text_encoder",)), text_encoder_labels=("CLIP-L", "T5"), preset="flux-fill-dev-1-lora",
+        name="Flux.1 Fill", hub_repo="black-forest-labs/FLUX.1-Fill-dev", lora_version="flux1",
         preset_note="**needs masks**: masked training is on; put a `<name>-masklabel.png` next to the images "
                     "(white = fill; the Masks tool makes them): a run without masks is refused",
         params={"transformer": 11_902_391_360, **FLUX_ENCODERS},  # Flux.1 dev with 384 input channels

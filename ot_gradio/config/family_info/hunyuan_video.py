@@ -13,6 +13,7 @@ FAMILIES = {
         ("transformer", "text_encoder", "text_encoder_2", "vae"), "transformer", ("text_encoder", "text_encoder_2"),
         implemented=True, transformer_file=True, gguf=True, bucket_step=16, frame_step=4, schedule="flow_matching",  # bucket: VAE 8 x patch 2
         diffusers_lora=("HunyuanVideoPipeline", ()), text_encoder_labels=("Llama", "CLIP-L"),
+        name="HunyuanVideo", hub_repo="hunyuanvideo-community/HunyuanVideo", lora_version="hunyuan_video",
         # KOHYA_LORA / COMFY_LORA: ComfyUI's names, q/k/v (and the single blocks' MLP input) one fused layer each
         # (models/comfy_lora_names.py hunyuan_video)
         lora_fused_qkv=True,

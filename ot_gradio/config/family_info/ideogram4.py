@@ -2,14 +2,12 @@
 frozen unconditional one for its asymmetric CFG); LORA and FINE_TUNE, as OneTrainer (models/ideogram4.py)."""
 
 from ..enums import ModelType as M
-from ..enums import TrainingMethod as T
-from . import FamilyInfo, Sign
+from . import Sign, flow_transformer
 
 FAMILIES = {
-    M.IDEOGRAM_4: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, lora_fused_qkv=True, bucket_step=16, schedule="flow_matching",  # bucket: VAE 8 x patch 2
-        diffusers_lora=("Ideogram4Pipeline", ()), text_encoder_labels=("Qwen3-VL",),
+    M.IDEOGRAM_4: flow_transformer(
+        "Ideogram4Pipeline", name="Ideogram 4", hub_repo="ideogram-ai/ideogram-v4", lora_version="ideogram_4",
+        gguf=False, lora_fused_qkv=True, text_encoder_labels=("Qwen3-VL",),  # bucket step 16: VAE 8 x patch 2
         # KOHYA_LORA / COMFY_LORA: OneTrainer's names, q/k/v as one fused layer (models/comfy_lora_names.py); diffusers'
         # Ideogram4Pipeline.load_lora_weights reads them for the blocks' layers (OneTrainer's attn-mlp / blocks presets)
         preset="ideogram4-lora", preset_note="512 px, FLOAT_8 transformer and Qwen3-VL",

@@ -2,16 +2,11 @@
 at a time; LORA and FINE_TUNE, as OneTrainer (models/krea2.py)."""
 
 from ..enums import ModelType as M
-from ..enums import TrainingMethod as T
-from . import FamilyInfo, Sign
+from . import Sign, flow_transformer
 
 FAMILIES = {
-    M.KREA_2: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("Krea2Pipeline", ()),
-        # ComfyUI (its October 2025 source) has no Krea 2 model, so no key map: a kohya-layout file is refused
-        lora_unread=(("kohya", "transformer", "ComfyUI has no Krea 2 model to map its names to and diffusers reads "
-                      "no kohya Krea 2 file (Krea2Pipeline.load_lora_weights reads DIFFUSERS_LORA)"),),
+    M.KREA_2: flow_transformer(
+        "Krea2Pipeline", name="Krea 2", hub_repo="krea/Krea-2-Raw", lora_version="krea2", comfy_model=False,
         text_encoder_labels=("Qwen3-VL",), preset="krea2-lora", preset_note="FLOAT_8 transformer and Qwen3-VL",
         # krea/Krea-2-Raw, counted on the meta device: Krea2Transformer2DModel's defaults (28 blocks
         # of 48 x 128, text fusion of 2 + 2 blocks), Qwen3-VL-4B as Qwen3VLModel (36 layers of

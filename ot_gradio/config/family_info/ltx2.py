@@ -3,17 +3,12 @@
 and FINE_TUNE (models/ltx2.py)."""
 
 from ..enums import ModelType as M
-from ..enums import TrainingMethod as T
-from . import FamilyInfo, Sign
+from . import Sign, flow_transformer
 
 FAMILIES = {
-    M.LTX_2: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, bucket_step=32, frame_step=8, schedule="flow_matching",  # bucket: VAE 32 x patch 1
-        diffusers_lora=("LTX2Pipeline", ()), text_encoder_labels=("Gemma 3",),
-        # ComfyUI (its October 2025 source) has no LTX-2 model, so no key map: a kohya-layout file is refused
-        lora_unread=(("kohya", "transformer", "ComfyUI has no LTX-2 model to map its names to and diffusers reads "
-                      "no kohya LTX-2 file (LTX2Pipeline.load_lora_weights reads DIFFUSERS_LORA)"),),
+    M.LTX_2: flow_transformer(
+        "LTX2Pipeline", name="LTX-2", hub_repo="Lightricks/LTX-2", lora_version="ltx_2", comfy_model=False,
+        transformer_file=False, gguf=False, bucket_step=32, frame_step=8, text_encoder_labels=("Gemma 3",),  # bucket: VAE 32 x patch 1
         preset="ltx2-lora", preset_note="640 px area, 25 frames at 24 fps",
         # Lightricks/LTX-2, counted on the meta device: LTX2VideoTransformer3DModel's defaults (the
         # 2.0 model: 48 blocks, video 32 x 128, audio 32 x 64), Gemma 3 12B (text 48 layers of

@@ -1,13 +1,11 @@
 """Qwen-Image: one Qwen2.5-VL text encoder, a video VAE used one frame at a time (models/qwen_image.py)."""
 
 from ..enums import ModelType as M
-from ..enums import TrainingMethod as T
-from . import FamilyInfo, Sign
+from . import Sign, flow_transformer
 
 FAMILIES = {
-    M.QWEN: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("QwenImagePipeline", ()),
+    M.QWEN: flow_transformer(
+        "QwenImagePipeline", name="Qwen-Image", hub_repo="Qwen/Qwen-Image", lora_version="qwen_image",
         text_encoder_labels=("Qwen2.5-VL",), preset="qwen-image-lora",
         preset_note="FLOAT_8 transformer and text encoder, part of the transformer offloaded to RAM",
         # Qwen/Qwen-Image (QwenImageTransformer2DModel's defaults, 60 blocks of 24 x 128),

@@ -3,15 +3,13 @@ image reaches both the Qwen2.5-VL text encoder (with the prompt) and the transfo
 after the noisy ones) (models/qwen_image_edit.py). Not in OneTrainer."""
 
 from ..enums import ModelType as M
-from ..enums import TrainingMethod as T
-from . import FamilyInfo, Sign
+from . import Sign, flow_transformer
 from .qwen_image import FAMILIES as QWEN
 
 FAMILIES = {
-    M.QWEN_IMAGE_EDIT: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching", control_image=True,
-        diffusers_lora=("QwenImageEditPipeline", ()), text_encoder_labels=("Qwen2.5-VL",), preset="qwen-image-edit-lora",
+    M.QWEN_IMAGE_EDIT: flow_transformer(
+        "QwenImageEditPipeline", name="Qwen-Image-Edit", hub_repo="Qwen/Qwen-Image-Edit", lora_version="qwen_image_edit",
+        control_image=True, text_encoder_labels=("Qwen2.5-VL",), preset="qwen-image-edit-lora",
         preset_note="needs pairs: `<name>-control.png` (the source image) beside each `<name>.png` (the edited one); "
                     "FLOAT_8 transformer and text encoder",
         # Qwen/Qwen-Image-Edit: Qwen-Image's transformer, Qwen2.5-VL 7B and VAE at the same sizes

@@ -1,15 +1,14 @@
 """Sana: one Gemma 2 text encoder, the DC-AE (32x) and a patch-1 transformer (models/sana.py)."""
 
 from ..enums import ModelType as M
-from ..enums import TrainingMethod as T
-from . import FamilyInfo, Sign
+from . import ALL_METHODS, Sign, flow_transformer
 
 FAMILIES = {
-    M.SANA: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE, T.EMBEDDING),
-        implemented=True, bucket_step=32, schedule="flow_matching",  # bucket step: DC-AE 32 x patch 1
+    M.SANA: flow_transformer(
+        "SanaPipeline", name="Sana", hub_repo="Efficient-Large-Model/Sana_1600M_1024px_diffusers", lora_version="sana",
+        methods=ALL_METHODS, transformer_file=False, gguf=False, bucket_step=32,  # bucket step: DC-AE 32 x patch 1
         lora_unread=(("kohya", "text_encoder", "ComfyUI has no Sana model and diffusers reads no kohya Sana file"),),
-        diffusers_lora=("SanaPipeline", ()), text_encoder_labels=("Gemma 2",), preset="sana-lora", preset_note="1024 px",
+        text_encoder_labels=("Gemma 2",), preset="sana-lora", preset_note="1024 px",
         # Sana 1600M 1024px: SanaTransformer2DModel's defaults (20 blocks of 2240, the published
         # transformer/config.json), Gemma 2 2B (google/gemma-2-2b-it's config, as Gemma2Model) and
         # the DC-AE f32c32 of mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers

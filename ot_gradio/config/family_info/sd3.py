@@ -18,8 +18,10 @@ FAMILIES = {
     # stabilityai/stable-diffusion-3(.5) transformer/config.json: SD 3 medium 24 MMDiT blocks of 1536,
     # SD 3.5 large 38 blocks of 2432 with RMS q/k norms; a VAE of 16 latent channels
     M.STABLE_DIFFUSION_3: replace(_SD3, preset="sd3-lora", preset_note="KOHYA_LORA for ComfyUI",
-                                  params={"transformer": 2_028_328_000, **_ENCODERS}),
+                                  params={"transformer": 2_028_328_000, **_ENCODERS},
+                                  name="SD 3", hub_repo="stabilityai/stable-diffusion-3-medium-diffusers", lora_version="sd3"),
     M.STABLE_DIFFUSION_35: replace(_SD3, preset="sd35-lora", preset_note="SD 3.5 Medium; set the base model for Large",
-                                   params={"transformer": 8_056_627_520, **_ENCODERS}),
+                                   params={"transformer": 8_056_627_520, **_ENCODERS},
+                                   name="SD 3.5", hub_repo="stabilityai/stable-diffusion-3.5-large", lora_version="sd3.5"),
 }
 SIGN = Sign("Stable Diffusion 3", tuple(FAMILIES), ("StableDiffusion3",), ("sd3", "sd3.5", "sd35", "stable-diffusion-3"))

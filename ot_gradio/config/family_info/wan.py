@@ -4,33 +4,32 @@ causal VAE (4x in time; 8x per side for 2.1 and A14B, 16x with 48 channels for t
 (models/wan.py)."""
 
 from ..enums import ModelType as M
-from ..enums import TrainingMethod as T
-from . import FamilyInfo, Sign
+from . import Sign, flow_transformer
 
 UMT5_XXL = 5_680_910_336  # google/umt5-xxl's encoder (24 layers of 4096, 256,384 tokens, embedding counted once)
 
 FAMILIES = {
-    M.WAN_2_1: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, gguf=True, bucket_step=16, frame_step=4, schedule="flow_matching", diffusers_lora=("WanPipeline", ()),  # bucket: VAE 8 x patch 2
+    M.WAN_2_1: flow_transformer(
+        "WanPipeline", name="Wan 2.1", hub_repo="Wan-AI/Wan2.1-T2V-1.3B-Diffusers", lora_version="wan_2_1",
+        frame_step=4,  # bucket step 16: VAE 8 x patch 2
         text_encoder_labels=("UMT5",), preset="wan21-lora", preset_note="640 px area, 17 frames at 16 fps",
         # Wan2.1-T2V-1.3B-Diffusers: transformer/config.json (30 layers of 1536, 12 heads, FFN 8960,
         # text width 4096), the UMT5-XXL encoder (24 layers of 4096, 256,384 tokens, embedding
         # counted once) and AutoencoderKLWan's defaults (base width 96, 16 latent channels)
         params={"transformer": 1_418_996_800, "text_encoder": UMT5_XXL, "vae": 126_892_531},
     ),
-    M.WAN_2_2_TI2V_5B: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, gguf=True, bucket_step=32, frame_step=4, schedule="flow_matching", diffusers_lora=("WanPipeline", ()),  # bucket: VAE 16 x patch 2
+    M.WAN_2_2_TI2V_5B: flow_transformer(
+        "WanPipeline", name="Wan 2.2 TI2V 5B", hub_repo="Wan-AI/Wan2.2-TI2V-5B-Diffusers", lora_version="wan_2_2_ti2v_5b",
+        bucket_step=32, frame_step=4,  # bucket: VAE 16 x patch 2
         text_encoder_labels=("UMT5",), preset="wan22-ti2v-5b-lora", preset_note="704 px area, 17 frames at 24 fps",
         # Wan2.2-TI2V-5B-Diffusers: transformer/config.json (30 layers of 3072, 24 heads, FFN 14336,
         # 48 channels in and out), the same UMT5-XXL, and Wan 2.2's VAE (base width 160, decoder
         # 256, 48 latent channels, patch 2: 16x per side), counted on the meta device
         params={"transformer": 4_999_787_712, "text_encoder": UMT5_XXL, "vae": 704_688_668},
     ),
-    M.WAN_2_2_T2V_A14B: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, bucket_step=16, frame_step=4, schedule="flow_matching", diffusers_lora=("WanPipeline", ()),  # bucket: VAE 8 x patch 2
+    M.WAN_2_2_T2V_A14B: flow_transformer(
+        "WanPipeline", name="Wan 2.2 T2V A14B", hub_repo="Wan-AI/Wan2.2-T2V-A14B-Diffusers", lora_version="wan_2_2_t2v_a14b",
+        transformer_file=False, gguf=False, frame_step=4,  # bucket step 16: VAE 8 x patch 2
         text_encoder_labels=("UMT5",), preset="wan22-t2v-a14b-lora", preset_note="640 px area, 17 frames at 16 fps, the high-noise expert",
         # Wan2.2-T2V-A14B-Diffusers: the transformer part is the expert a run trains (each: 40 layers
         # of 5120, 40 heads, FFN 13824, counted on the meta device); the other one waits on the CPU

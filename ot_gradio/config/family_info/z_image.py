@@ -1,14 +1,12 @@
 """Z-Image: one Qwen3 text encoder; FINE_TUNE and LORA, as OneTrainer (models/z_image.py)."""
 
 from ..enums import ModelType as M
-from ..enums import TrainingMethod as T
-from . import FamilyInfo, Sign
+from . import Sign, flow_transformer
 from ._sizes import VAE16
 
 FAMILIES = {
-    M.Z_IMAGE: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), methods=(T.LORA, T.FINE_TUNE),
-        implemented=True, transformer_file=True, gguf=True, bucket_step=16, schedule="flow_matching", diffusers_lora=("ZImagePipeline", ()),
+    M.Z_IMAGE: flow_transformer(
+        "ZImagePipeline", name="Z-Image", hub_repo="Tongyi-MAI/Z-Image", lora_version="z_image",
         text_encoder_labels=("Qwen3",), preset="z-image-lora", preset_note="FLOAT_8 transformer and Qwen3",
         # Z-Image / Z-Image-Turbo (Tongyi-MAI, transformer/config.json: S3-DiT of 30 layers of width
         # 3840 with 2 noise and 2 context refiner layers, 30 heads, caption width 2560); text encoder

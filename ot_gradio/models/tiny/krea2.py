@@ -19,9 +19,9 @@ import os
 
 import torch
 
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny, seeded_model
 from ot_gradio.models.tiny.flux import visible_output
-from ot_gradio.models.tiny.qwen_image import TEXT_WIDTH, VISION_TOKENS, tiny_qwen_image_vae, tiny_qwen_vl_tokenizer
+from ot_gradio.models.tiny.qwen_image import TEXT_WIDTH, tiny_qwen_vl_components, tiny_vl_text_config, vision_token_ids
 
 TINY_KREA2_VERSION = 1
 SELECT_LAYERS = (1, 2, 3, 4)
@@ -33,24 +33,11 @@ SCHEDULER = dict(num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=True,
 def tiny_qwen3_vl_encoder(tokenizer, seed: int = 0):
     from transformers import Qwen3VLConfig, Qwen3VLModel
 
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in VISION_TOKENS}
-    pad = tokenizer.pad_token_id
-    torch.manual_seed(seed)
-    return Qwen3VLModel(
-        Qwen3VLConfig(
-            text_config=dict(
-                vocab_size=len(tokenizer), hidden_size=TEXT_WIDTH, intermediate_size=64, num_hidden_layers=len(SELECT_LAYERS),
-                num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=2048,
-                rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [2, 3, 3],
-                                 "mrope_interleaved": True},
-                bos_token_id=pad, eos_token_id=pad, pad_token_id=pad,
-            ),
-            vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=TEXT_WIDTH,
-                               patch_size=16, deepstack_visual_indexes=[0], num_position_embeddings=16),
-            vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
-            image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        )
-    )
+    rope = {"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [2, 3, 3], "mrope_interleaved": True}
+    text = tiny_vl_text_config(tokenizer, len(SELECT_LAYERS), rope_parameters=rope)
+    vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=TEXT_WIDTH,
+                  patch_size=16, deepstack_visual_indexes=[0], num_position_embeddings=16)
+    return seeded_model(Qwen3VLModel, Qwen3VLConfig(text_config=text, vision_config=vision, **vision_token_ids(tokenizer)), seed)
 
 
 def tiny_krea2_transformer(seed: int = 0):
@@ -68,16 +55,7 @@ def tiny_krea2_transformer(seed: int = 0):
 
 
 def tiny_krea2_components(seed: int = 0) -> dict:
-    from diffusers import FlowMatchEulerDiscreteScheduler
-
-    tokenizer = tiny_qwen_vl_tokenizer()
-    return {
-        "tokenizer": tokenizer,
-        "text_encoder": tiny_qwen3_vl_encoder(tokenizer, seed),
-        "transformer": tiny_krea2_transformer(seed),
-        "vae": tiny_qwen_image_vae(seed),
-        "scheduler": FlowMatchEulerDiscreteScheduler(**SCHEDULER),
-    }
+    return tiny_qwen_vl_components(tiny_qwen3_vl_encoder, tiny_krea2_transformer, SCHEDULER, seed)
 
 
 @register_tiny("krea2", TINY_KREA2_VERSION)

@@ -15,10 +15,11 @@ the single file ComfyUI and `from_single_file` read), so tests go through the re
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
 
-from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny
+from ot_gradio.models.tiny import TinyModelPaths, register_tiny, save_tiny, seeded_model
 from ot_gradio.models.tiny.flux import visible_output
 
 TINY_QWEN_IMAGE_VERSION = 1
@@ -42,28 +43,31 @@ def tiny_qwen_vl_tokenizer():
     return tokenizer
 
 
+def tiny_vl_text_config(tokenizer, layers: int, **rope) -> dict:
+    """The text model of a tiny Qwen VL encoder (Qwen-Image's Qwen2.5-VL, Krea 2's Qwen3-VL) on
+    `tokenizer`: `layers` layers of TEXT_WIDTH, 2 heads of 16, its pad token as bos / eos / pad;
+    `rope`: the version's rope settings (and other text options)."""
+    pad = tokenizer.pad_token_id
+    return dict(vocab_size=len(tokenizer), hidden_size=TEXT_WIDTH, intermediate_size=64, num_hidden_layers=layers,
+                num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=2048,
+                bos_token_id=pad, eos_token_id=pad, pad_token_id=pad, **rope)
+
+
+def vision_token_ids(tokenizer) -> dict:
+    """A Qwen VL config's ids of the vision markers (VISION_TOKENS) in `tokenizer`."""
+    start, end, image, video = (tokenizer.convert_tokens_to_ids(t) for t in VISION_TOKENS)
+    return dict(vision_start_token_id=start, vision_end_token_id=end, image_token_id=image, video_token_id=video)
+
+
 def tiny_qwen_vl_encoder(tokenizer, seed: int = 0):
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in VISION_TOKENS}
-    pad = tokenizer.pad_token_id
-    torch.manual_seed(seed)
-    return Qwen2_5_VLForConditionalGeneration(
-        Qwen2_5_VLConfig(
-            text_config=dict(
-                vocab_size=len(tokenizer), hidden_size=TEXT_WIDTH, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=2048,
-                rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, rope_theta=1_000_000.0,
-                bos_token_id=pad, eos_token_id=pad, pad_token_id=pad, tie_word_embeddings=True,
-            ),
-            vision_config=dict(
-                depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=TEXT_WIDTH, patch_size=14,
-                spatial_merge_size=2, temporal_patch_size=2, fullatt_block_indexes=[0],
-            ),
-            vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
-            image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"], tie_word_embeddings=True,
-        )
-    )
+    text = tiny_vl_text_config(tokenizer, 2, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, rope_theta=1_000_000.0,
+                               tie_word_embeddings=True)
+    vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=TEXT_WIDTH, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2, fullatt_block_indexes=[0])
+    config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **vision_token_ids(tokenizer))
+    return seeded_model(Qwen2_5_VLForConditionalGeneration, config, seed)
 
 
 def tiny_qwen_image_transformer(seed: int = 0, **config):
@@ -89,17 +93,19 @@ def tiny_qwen_image_vae(seed: int = 0):
     )
 
 
-def tiny_qwen_image_components(seed: int = 0) -> dict:
+def tiny_qwen_vl_components(text_encoder: Callable, transformer: Callable, scheduler: dict, seed: int = 0) -> dict:
+    """The parts of a pipeline on the tiny Qwen VL tokenizer and Qwen-Image VAE (Qwen-Image, Krea 2):
+    the family's `text_encoder(tokenizer, seed)` and `transformer(seed)`, and a
+    FlowMatchEulerDiscreteScheduler of the `scheduler` config."""
     from diffusers import FlowMatchEulerDiscreteScheduler
 
     tokenizer = tiny_qwen_vl_tokenizer()
-    return {
-        "tokenizer": tokenizer,
-        "text_encoder": tiny_qwen_vl_encoder(tokenizer, seed),
-        "transformer": tiny_qwen_image_transformer(seed),
-        "vae": tiny_qwen_image_vae(seed),
-        "scheduler": FlowMatchEulerDiscreteScheduler(**SCHEDULER),
-    }
+    return {"tokenizer": tokenizer, "text_encoder": text_encoder(tokenizer, seed), "transformer": transformer(seed),
+            "vae": tiny_qwen_image_vae(seed), "scheduler": FlowMatchEulerDiscreteScheduler(**scheduler)}
+
+
+def tiny_qwen_image_components(seed: int = 0) -> dict:
+    return tiny_qwen_vl_components(tiny_qwen_vl_encoder, tiny_qwen_image_transformer, SCHEDULER, seed)
 
 
 @register_tiny("qwen-image", TINY_QWEN_IMAGE_VERSION)
