@@ -53,7 +53,7 @@ def test_a_trained_text_encoder_runs_in_the_probe_with_the_frozen_one(tmp_path, 
     assert "text_encoder off (AUTO)" in line and "not measured" not in line, line
 
 
-@pytest.mark.parametrize("data_type", ["NFLOAT_4", "INT_8", "FLOAT_8"])
+@pytest.mark.parametrize("data_type", ["NFLOAT_4", "INT_8", "FLOAT_8", "INT_W8A8", "FLOAT_W8A8"])
 def test_a_quantized_denoiser_is_measured(data_type, tmp_path, monkeypatch):
     # bitsandbytes' layers need a quantization state their meta stand-ins have not: the probe runs
     # them as the linear layer they compute (OneTrainer's Flux preset: an NF4 transformer); the
