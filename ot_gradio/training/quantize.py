@@ -14,7 +14,7 @@ denoiser those `quantization.layer_filter` names, every one when it is blank); t
   quantizes the activations per token (row) and multiplies the codes with `torch._int_mm` /
   `torch._scaled_mm`; the backward does the same with the gradient for the input's gradient (what
   a LoRA on top needs). Faster than the plain types where the device has 8-bit matmul units
-  (NVIDIA: int8 from Turing, float8 from Ada / Hopper). Built in, no extra package. Where the
+  (NVIDIA: int8 on most recent cards, float8 from Ada / Hopper). Built in, no extra package. Where the
   device cannot run the kernel (`w8a8_kernel_problem`: a float8 matmul on an older card, MPS),
   for inputs of 16 rows or fewer, and on a GPU for layer widths the kernels refuse (not
   multiples of 8 for int8, 16 for float8), a layer computes as FLOAT_8 does, with its weight
@@ -161,7 +161,7 @@ class LinearW8A8(RowScaledLinear):
             raise
         except RuntimeError as exc:  # a kernel the probe let through refused this layer: the expanded weight from now on
             self.kernel = False
-            _say_fallback_once(self.weight.dtype, x.device, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            _say_fallback_once(self.weight.dtype, x.device, _first_line(exc))
             return super().forward(x)
         if self.bias is not None:
             y = y + self.bias.to(dtype)
@@ -169,6 +169,10 @@ class LinearW8A8(RowScaledLinear):
 
 
 _FALLBACKS_SAID: set[torch.dtype] = set()
+
+
+def _first_line(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
 def _say_fallback_once(code: torch.dtype, device: torch.device, why: str) -> None:
@@ -191,7 +195,7 @@ def _probe(code: torch.dtype, device: torch.device) -> str | None:
         mm_8bit(a, a.t())  # the forward's layout
         mm_8bit(a, a)  # the backward's
     except Exception as exc:  # noqa: BLE001 (any refusal: the layers then compute the plain way)
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return _first_line(exc)
     return None
 
 
