@@ -18,7 +18,8 @@ fine-tune (Adafactor, fused back pass, EMA on the GPU), SDXL LoRA 1024 px with a
 dev LoRA 512 px (NF4 transformer and T5, the flux-dev-1-lora preset) with a sample, the same with
 a BFLOAT_16 transformer (its losses compared with NF4's on the same fixed batch), Z-Image LoRA
 with a FLOAT_8 transformer with and without `offload_fraction` 0.5 + activation offloading (step
-time of both, bytes moved to the card per step). Each run is tried on its own: a failure is
+time of both, bytes moved to the card per step), and with INT_W8A8 / FLOAT_W8A8 transformers (8-bit
+matmuls; step time and losses against FLOAT_8's). Each run is tried on its own: a failure is
 recorded with its error and the next run starts; `--budget-s` starts no run after that many
 seconds. Writes gpu_check.json and gpu_check.md to `--out` (default: a temp folder), prints the
 table, exits 1 when any run failed (its error printed), 3 when all that ran passed but the budget
@@ -82,6 +83,13 @@ RUNS = [
         changes={"transformer": {"offload_fraction": 0.5, "activation_offloading": True}}),
     Run("z-image-lora-fp8", "z-image", "z-image-lora", 512,
         changes={"transformer": {"offload_fraction": 0.0, "activation_offloading": False}}, compare_with="z-image-lora-fp8-offload"),
+    # 8-bit matmuls (torch._int_mm / torch._scaled_mm) against FLOAT_8's expanded weights: speed and loss on the same batch
+    Run("z-image-lora-int-w8a8", "z-image", "z-image-lora", 512,
+        changes={"transformer": {"weight_dtype": "INT_W8A8", "offload_fraction": 0.0, "activation_offloading": False}},
+        compare_with="z-image-lora-fp8"),
+    Run("z-image-lora-float-w8a8", "z-image", "z-image-lora", 512,
+        changes={"transformer": {"weight_dtype": "FLOAT_W8A8", "offload_fraction": 0.0, "activation_offloading": False}},
+        compare_with="z-image-lora-fp8"),
 ]
 PIPELINES = {"sd15": "StableDiffusionPipeline", "sdxl": "StableDiffusionXLPipeline", "flux": "FluxPipeline", "z-image": "ZImagePipeline"}
 # the parts a LoRA of the run does not touch are not loaded for the reload check (a full-size T5 costs 10 GB)

@@ -36,7 +36,7 @@ def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, 
     """A OneTrainer config or preset -> our config, with one warning listing what is not supported."""
     warnings: list[str] = []
     data = to_our_layout(data)
-    warnings += _int8_activation_types(data)
+    warnings += _weight_types_changed(data)
     for key, file_key in (("concepts", "concept_file_name"), ("samples", "sample_definition_file_name")):
         if data.get(key) is None and (key in data or file_key in data):
             items, warning = _read_list_file(data.get(file_key), file_key, base_dir)
@@ -96,27 +96,28 @@ def _remembered_optimizer_settings(data: dict[str, Any]) -> None:
         data["optimizer"] = {**{k: v for k, v in remembered.items() if k in OptimizerConfig.model_fields}, **optimizer}
 
 
-def _int8_activation_types(data: dict[str, Any]) -> list[str]:
-    """OneTrainer's INT_W8A8 / FLOAT_W8A8 (8-bit weights and 8-bit matmuls, flux2-LoRA-16GB's
-    transformer) are trained as INT_8 / FLOAT_8: the same 8-bit weights, the matmuls in the train
-    data type. Their _COMPRESSED forms (the same, with the weights also compressed by NVIDIA's
-    nvCOMP on the GPU) too, uncompressed. GGUF_A8_FLOAT / GGUF_A8_INT (a .gguf transformer with
-    its activations requantized to 8 bits) are trained as GGUF. Said once, naming the parts."""
-    swaps = {"INT_W8A8": "INT_8", "FLOAT_W8A8": "FLOAT_8", "INT_W8A8_COMPRESSED": "INT_8", "FLOAT_W8A8_COMPRESSED": "FLOAT_8",
-             "GGUF_A8_FLOAT": "GGUF", "GGUF_A8_INT": "GGUF"}
-    changed = []
+def _weight_types_changed(data: dict[str, Any]) -> list[str]:
+    """OneTrainer's weight types read as the nearest one here, said once per kind, naming the
+    parts. INT_W8A8_COMPRESSED / FLOAT_W8A8_COMPRESSED (8-bit weights and matmuls, the weights
+    also compressed by NVIDIA's nvCOMP on the GPU) are trained as INT_W8A8 / FLOAT_W8A8,
+    uncompressed. GGUF_A8_FLOAT / GGUF_A8_INT (a .gguf transformer with its activations
+    requantized to 8 bits) are trained as GGUF."""
+    swaps = {"INT_W8A8_COMPRESSED": "INT_W8A8", "FLOAT_W8A8_COMPRESSED": "FLOAT_W8A8", "GGUF_A8_FLOAT": "GGUF", "GGUF_A8_INT": "GGUF"}
+    changed: dict[bool, list[str]] = {True: [], False: []}  # GGUF or not
     for name in PARTS:
         part = data.get(name)
         if isinstance(part, dict) and isinstance(part.get("weight_dtype"), str) and part["weight_dtype"] in swaps:
             old = part["weight_dtype"]
             part["weight_dtype"] = swaps[old]
-            changed.append(f"{name}.weight_dtype {old} -> {swaps[old]}")
-    if not changed:
-        return []
-    compressed = " (and not compressed: nvCOMP weight compression is not supported)" if any("_COMPRESSED" in c for c in changed) else ""
-    stored = "as the .gguf file stores them" if all("GGUF" in c for c in changed) else f"as OneTrainer does{compressed}"
-    return [f"{'; '.join(changed)}: the weights are stored {stored}, but the matmuls run in the "
-            "train data type (8-bit activations are not supported), so a step is not faster than with the plain weight type."]
+            changed[old.startswith("GGUF")].append(f"{name}.weight_dtype {old} -> {swaps[old]}")
+    out = []
+    if changed[False]:
+        out.append(f"{'; '.join(changed[False])}: the same 8-bit weights and 8-bit matmuls, but not compressed (nvCOMP weight "
+                   "compression is not supported), so the weights take their full 8 bits of memory.")
+    if changed[True]:
+        out.append(f"{'; '.join(changed[True])}: the weights are stored as the .gguf file stores them, but the matmuls run in the "
+                   "train data type (8-bit activations are not supported), so a step is not faster than with the plain weight type.")
+    return out
 
 
 def _number(value: Any) -> bool:

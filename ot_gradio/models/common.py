@@ -169,7 +169,7 @@ def without_aliases(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.T
 
 def plain_state_dict(module: torch.nn.Module, name: str) -> dict[str, torch.Tensor]:
     """The weights of a part without adapters and without tied aliases, its quantized layers
-    (FLOAT_8 / INT_8 / NFLOAT_4) as plain float32 weights; an error if LoRA layers are still in it."""
+    (FLOAT_8 / INT_8 / NFLOAT_4 / INT_W8A8 / FLOAT_W8A8) as plain float32 weights; an error if LoRA layers are still in it."""
     root = base_module(module)
     state_dict = root.state_dict()
     if any(".base_layer." in k or ".lora_" in k for k in state_dict):
@@ -179,7 +179,7 @@ def plain_state_dict(module: torch.nn.Module, name: str) -> dict[str, torch.Tens
 
 def _dense_weight(layer: torch.nn.Module) -> torch.Tensor | None:
     """A quantized Linear layer's weight as float32 (None: the layer is not quantized)."""
-    if callable(getattr(layer, "dequantized_weight", None)):  # our FLOAT_8 layer (training/quantize.py)
+    if callable(getattr(layer, "dequantized_weight", None)):  # our FLOAT_8 / W8A8 layers (training/quantize.py)
         return layer.dequantized_weight(torch.float32)
     kind = type(layer).__name__
     weight = getattr(layer, "weight", None)

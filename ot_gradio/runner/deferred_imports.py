@@ -78,7 +78,7 @@ def is_loaded(name: str) -> bool:
     return module is not None and not isinstance(module, _Deferred)
 
 
-BNB_WEIGHT_TYPES = ("INT_8", "NFLOAT_4")  # the weight data types training/quantize.py builds from bitsandbytes layers
+BNB_WEIGHT_TYPES = ("INT_8", "NFLOAT_4")  # the weight data types training/quantize.py builds from bitsandbytes layers (not the W8A8 ones)
 
 
 def needs_bnb_layers(config: Any) -> bool:

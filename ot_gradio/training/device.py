@@ -30,13 +30,19 @@ def resolve_device(name: str) -> tuple[torch.device, str | None]:
     return device, None
 
 
-QUANTIZED_TYPES = (DataType.FLOAT_8, DataType.INT_8, DataType.NFLOAT_4)
+QUANTIZED_TYPES = (DataType.FLOAT_8, DataType.INT_8, DataType.NFLOAT_4, DataType.INT_W8A8, DataType.FLOAT_W8A8)
+
+
+def quantized_part_trained(part: str, data_type: DataType) -> str:
+    """The refusal of a method that trains a quantized part itself (only adapters can train on it)."""
+    return (f"{part}.weight_dtype: {DataType(data_type).value} weights cannot be trained; this method trains the {part} "
+            "itself, so use FLOAT_32, FLOAT_16 or BFLOAT_16 for it")
 
 
 def weight_dtype(data_type: DataType, device: torch.device, compute_dtype: torch.dtype | None = None) -> torch.dtype:
     """The torch type a part is loaded in. Half types are used on accelerators; on CPU they are
     slow or unsupported for convolutions, so weights stay float32 there. The quantized types
-    (FLOAT_8, INT_8, NFLOAT_4, see quantize.py) load the part in the compute type (the train
+    (FLOAT_8, INT_8, NFLOAT_4, INT_W8A8, FLOAT_W8A8, see quantize.py) load the part in the compute type (the train
     dtype's, else float32) and quantize its Linear layers afterwards; GGUF loads the .gguf file's
     quantized Linear weights as they are and its other weights in the compute type."""
     data_type = DataType(data_type)
@@ -44,7 +50,7 @@ def weight_dtype(data_type: DataType, device: torch.device, compute_dtype: torch
         return compute_dtype if compute_dtype is not None and device.type != "cpu" else torch.float32
     dtype = TORCH_DTYPES.get(data_type)
     if dtype is None:
-        raise ValueError(f"weight data type {data_type} is not supported; use FLOAT_32, FLOAT_16, BFLOAT_16, FLOAT_8, INT_8, NFLOAT_4 or GGUF")
+        raise ValueError(f"weight data type {data_type} is not supported; use FLOAT_32, FLOAT_16, BFLOAT_16, FLOAT_8, INT_8, NFLOAT_4, INT_W8A8, FLOAT_W8A8 or GGUF")
     if device.type == "cpu":
         return torch.float32
     return dtype

@@ -6,8 +6,9 @@ Model options (applied once, before the training method adds its weights):
   scheduler for training and of every sampler; `rescale_noise_scheduler_to_zero_terminal_snr`
   rescales the betas to zero terminal SNR for both (see the family's `configure_noise_schedule`).
 - `attention_mechanism` picks the UNet's attention implementation (`set_attention`).
-- A part's `weight_dtype` of FLOAT_8, INT_8 or NFLOAT_4 quantizes its Linear layers (quantize.py); in the
-  denoiser only those `quantization.layer_filter` names (all when blank).
+- A part's `weight_dtype` of FLOAT_8, INT_8, NFLOAT_4, INT_W8A8 or FLOAT_W8A8 quantizes its Linear layers
+  (quantize.py); in the denoiser only those `quantization.layer_filter` names (all when blank). A W8A8
+  type the device cannot multiply in 8 bits is said once, in the warnings.
 - `text_encoder_sequence_length` is how many tokens a T5 text encoder reads (PixArt).
 
 A step (`DiffusionStep.loss`): latents (cached, or encoded now) -> timesteps from the timestep
@@ -32,11 +33,11 @@ import torch
 
 from ..config.enums import DataType
 from ..config.flow_options import flow_matching_conflicts
-from .device import QUANTIZED_TYPES, Precision
+from .device import QUANTIZED_TYPES, Precision, quantized_part_trained
 from .distributed import Distributed
 from .loss import diffusion_loss
 from .masking import training_mask
-from .quantize import quantization_filter, quantize_linear_layers
+from .quantize import W8A8_CODES, quantization_filter, quantize_linear_layers, w8a8_kernel_problem
 from .schedules import make_schedule, schedule_kind
 from .vb_loss import VariationalBound
 
@@ -85,6 +86,9 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
             # the layer filter names the denoiser's layers (OneTrainer's presets: "transformer_block", "layers")
             include = quantization_filter(config) if part == model.denoiser else None
             quantize_linear_layers(getattr(model, part), data_type, device, precision.dtype or torch.float32, part, include=include)
+            problem = w8a8_kernel_problem(data_type, device) if data_type in W8A8_CODES else None
+            if problem is not None and problem not in warnings:
+                warnings.append(problem)
     return warnings
 
 
@@ -95,10 +99,7 @@ def check_quantized_parts_frozen(model: Any, config: Any) -> None:
         if DataType(getattr(config, part).weight_dtype) not in QUANTIZED_TYPES:
             continue
         if any(p.requires_grad and p.dtype in stored for p in getattr(model, part).parameters()):
-            raise ValueError(
-                f"{part}.weight_dtype: {getattr(config, part).weight_dtype.value} weights cannot be trained; this method trains "
-                f"the {part} itself, so use FLOAT_32, FLOAT_16 or BFLOAT_16 for it"
-            )
+            raise ValueError(quantized_part_trained(part, getattr(config, part).weight_dtype))
 
 
 class DiffusionStep:

@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from ..config.enums import ModelFormat, TrainingMethod
+from ..config.enums import DataType, ModelFormat, TrainingMethod
 from ..config.parts import learning_rate_or_base
 from ..models.common import base_module, tied_aliases, without_aliases
-from .device import output_dtype
+from .device import QUANTIZED_TYPES, output_dtype, quantized_part_trained
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
 from .method_base import register
@@ -60,6 +60,8 @@ class FineTuneMethod(EmbeddingSupport):
             part_cfg = getattr(config, part)
             if not part_cfg.train:
                 continue
+            if DataType(part_cfg.weight_dtype) in QUANTIZED_TYPES:  # int8 codes cannot even be asked for a gradient
+                raise ValueError(quantized_part_trained(part, part_cfg.weight_dtype))
             self.trained_parts.append(part)
             module = model.parts[part]
             module.requires_grad_(True)

@@ -78,13 +78,14 @@ class LiveBytes(TorchDispatchMode):
 @contextmanager
 def on_meta(modules: Iterable[torch.nn.Module], dtype: torch.dtype | None = None):
     """Every parameter and buffer of `modules` replaced by a meta tensor of the same shape (in
-    `dtype` when given, for floating ones: the autocast type, which meta tensors do not follow),
-    put back afterwards. Yields {id(real parameter): its stand-in}."""
+    `dtype` when given, for floating ones: the autocast type, which meta tensors do not follow;
+    float8 weight codes stay float8, as the layers that hold them read them), put back afterwards.
+    Yields {id(real parameter): its stand-in}."""
     saved: list[tuple[dict, str, torch.Tensor]] = []
     stand_ins: dict[int, torch.Tensor] = {}  # id of the real parameter -> its meta stand-in
 
     def meta(t: torch.Tensor) -> torch.Tensor:
-        cast = dtype if dtype is not None and t.is_floating_point() else t.dtype
+        cast = dtype if dtype is not None and t.is_floating_point() and t.element_size() > 1 else t.dtype
         return torch.empty(t.shape, dtype=cast, device="meta")
 
     try:

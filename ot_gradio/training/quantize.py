@@ -1,23 +1,36 @@
 """Weight data types of 8 bits and less for frozen model parts (a part's `weight_dtype`).
 
-FLOAT_8, INT_8 and NFLOAT_4 quantize the Linear layers of the part (in the denoiser those
-`quantization.layer_filter` names, every one when it is blank); the other layers
+FLOAT_8, INT_8, NFLOAT_4, INT_W8A8 and FLOAT_W8A8 quantize the Linear layers of the part (in the
+denoiser those `quantization.layer_filter` names, every one when it is blank); the other layers
 (convolutions, norms, embeddings) stay in the train data type on a GPU, float32 on the CPU.
-They work on any device: the point is memory, and the weights are expanded to the compute type
-layer by layer in the forward pass.
 
 - FLOAT_8: weights stored as float8 (e4m3) with one scale per output row; built in, no extra
-  package.
+  package. The weights are expanded to the compute type layer by layer in the forward pass: the
+  point is memory.
 - INT_8: bitsandbytes LLM.int8 linear layers.
 - NFLOAT_4: bitsandbytes 4-bit NormalFloat (QLoRA) linear layers.
+- INT_W8A8 / FLOAT_W8A8 (OneTrainer's): the weights as int8 / float8 with one scale per output
+  row (OneTrainer keeps one scale per tensor), and the matmuls in 8 bits too: each forward
+  quantizes the activations per token (row) and multiplies the codes with `torch._int_mm` /
+  `torch._scaled_mm`; the backward does the same with the gradient for the input's gradient (what
+  a LoRA on top needs). Faster than the plain types where the device has 8-bit matmul units
+  (NVIDIA: int8 on most recent cards, float8 from Ada / Hopper). Built in, no extra package. Where the
+  device cannot run the kernel (`w8a8_kernel_problem`: a float8 matmul on an older card, MPS),
+  for inputs of 16 rows or fewer, and on a GPU for layer widths the kernels refuse (not
+  multiples of 8 for int8, 16 for float8), a layer computes as FLOAT_8 does, with its weight
+  expanded. On the CPU torch runs both kernels, and the layers use them: int8 there is faster
+  than the float matmul, float8 slower (emulated); the type is meant for GPUs.
 
 Only frozen weights can be stored this way: LoRA trains adapters on top of them (peft handles the
-bitsandbytes layers natively), but a part trained in full must use FLOAT_32, FLOAT_16 or BFLOAT_16.
+bitsandbytes layers natively, ours are nn.Linear subclasses), but a part trained in full must use
+FLOAT_32, FLOAT_16 or BFLOAT_16.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import re
 from collections.abc import Callable
 from typing import Any
@@ -27,24 +40,71 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config.enums import DataType
+from .device import QUANTIZED_TYPES
 from .lora import parse_layer_filter
 
-QUANTIZED = (DataType.FLOAT_8, DataType.INT_8, DataType.NFLOAT_4)
+log = logging.getLogger(__name__)
+
+QUANTIZED = QUANTIZED_TYPES
 FP8 = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(FP8).max)
+W8A8_CODES = {DataType.INT_W8A8: torch.int8, DataType.FLOAT_W8A8: FP8}  # the 8-bit type of weights and activations
+CODE_MAX = {torch.int8: 127.0, FP8: FP8_MAX}
+KERNEL_MIN_ROWS = 17  # fewer rows compute with the expanded weight (CUDA's int8 kernel needs more than 16)
+BNB_TYPES = (DataType.INT_8, DataType.NFLOAT_4)
 
 
-class LinearFp8(nn.Linear):
-    """A Linear layer whose weight is float8 with a float32 scale per output row."""
+def quantize_rows(t: torch.Tensor, code: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """`t` (rows, columns) as 8-bit codes of type `code` (int8 rounded to nearest, or float8 e4m3)
+    with one float32 scale per row, (rows, 1): the row's largest magnitude maps to the code's."""
+    t = t.float()
+    limit = CODE_MAX[code]
+    scale = (t.abs().amax(dim=1, keepdim=True) / limit).clamp(min=1e-12)
+    scaled = (t / scale).clamp(-limit, limit)
+    codes = scaled.round().to(torch.int8) if code == torch.int8 else scaled.to(code)
+    return codes.contiguous(), scale
+
+
+def mm_8bit(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a (m, k) @ b (k, n) of 8-bit codes of one type, as float32: int8 summed exactly in int32
+    (`torch._int_mm`), float8 by `torch._scaled_mm` (which wants `b` column-major)."""
+    if a.dtype == torch.int8:
+        return torch._int_mm(a, b).float()
+    if b.stride(0) != 1:
+        b = b.t().contiguous().t()
+    one = torch.ones((), device=a.device)
+    return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.float32)
+
+
+class _W8A8Matmul(torch.autograd.Function):
+    """x @ W.T with x quantized per row and W the 8-bit codes with a scale per output row; the
+    input's gradient in 8 bits the same way (the weight's scale folded into the gradient, whose
+    rows are then quantized). No gradient for the weight: it is frozen."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+        ctx.save_for_backward(weight, weight_scale)
+        codes, x_scale = quantize_rows(x, weight.dtype)
+        return mm_8bit(codes, weight.t()).mul_(x_scale).mul_(weight_scale.t()).to(out_dtype)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
+        weight, weight_scale = ctx.saved_tensors
+        codes, g_scale = quantize_rows(grad.float() * weight_scale.t(), weight.dtype)
+        return mm_8bit(codes, weight).mul_(g_scale).to(grad.dtype), None, None, None
+
+
+class RowScaledLinear(nn.Linear):
+    """A Linear layer whose weight is 8-bit codes with a float32 scale per output row; it
+    computes with the weight expanded to the input's type (the autocast type under autocast)."""
 
     weight_scale: torch.Tensor
 
     @classmethod
-    def convert(cls, layer: nn.Linear) -> LinearFp8:
+    def convert(cls, layer: nn.Linear, code: torch.dtype = FP8) -> RowScaledLinear:
         with torch.no_grad():
-            w = layer.weight.detach().float()
-            scale = (w.abs().amax(dim=1, keepdim=True) / FP8_MAX).clamp(min=1e-12)
-            layer.weight = nn.Parameter((w / scale).to(FP8), requires_grad=False)
+            codes, scale = quantize_rows(layer.weight.detach(), code)
+            layer.weight = nn.Parameter(codes, requires_grad=False)
         layer.__class__ = cls
         layer.register_buffer("weight_scale", scale)
         return layer
@@ -52,11 +112,102 @@ class LinearFp8(nn.Linear):
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
         return (self.weight.to(torch.float32) * self.weight_scale).to(dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def matmul_dtype(self, x: torch.Tensor) -> torch.dtype:  # (not `compute_dtype`: peft reads that name as a dtype)
         autocast = x.device.type != "meta" and torch.is_autocast_enabled(x.device.type)  # meta: the planner's probe
-        dtype = torch.get_autocast_dtype(x.device.type) if autocast else x.dtype
+        return torch.get_autocast_dtype(x.device.type) if autocast else x.dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = self.matmul_dtype(x)
         bias = self.bias.to(dtype) if self.bias is not None else None
         return F.linear(x.to(dtype), self.dequantized_weight(dtype), bias)
+
+
+class LinearFp8(RowScaledLinear):
+    """FLOAT_8: float8 (e4m3) weight codes, matmuls in the compute type."""
+
+
+class LinearW8A8(RowScaledLinear):
+    """INT_W8A8 / FLOAT_W8A8: int8 or float8 weight codes and 8-bit matmuls (see the module's
+    docstring). `kernel` is off where the device cannot run the 8-bit matmul: then, as for small
+    inputs, the layer computes as LinearFp8 does."""
+
+    kernel: bool
+
+    @classmethod
+    def convert(cls, layer: nn.Linear, code: torch.dtype = FP8, kernel: bool = True) -> LinearW8A8:
+        new = super().convert(layer, code)
+        new.kernel = kernel
+        return new
+
+    def _kernel_takes(self, x: torch.Tensor) -> bool:
+        if not self.kernel or x.shape[0] < KERNEL_MIN_ROWS:
+            return False
+        if x.device.type == "cpu":
+            return True
+        multiple = 8 if self.weight.dtype == torch.int8 else 16  # the GPU kernels' layout rules
+        return self.in_features % multiple == 0 and self.out_features % multiple == 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight.requires_grad:
+            raise ValueError("INT_W8A8 / FLOAT_W8A8 weights cannot be trained; train a LoRA on them, or use FLOAT_32, "
+                             "FLOAT_16 or BFLOAT_16 for a part trained in full")
+        rows = x.reshape(-1, x.shape[-1])
+        if not self._kernel_takes(rows):
+            return super().forward(x)
+        dtype = self.matmul_dtype(x)
+        try:
+            y = _W8A8Matmul.apply(rows, self.weight, self.weight_scale, dtype)
+        except torch.OutOfMemoryError:
+            raise
+        except RuntimeError as exc:  # a kernel the probe let through refused this layer: the expanded weight from now on
+            self.kernel = False
+            _say_fallback_once(self.weight.dtype, x.device, _first_line(exc))
+            return super().forward(x)
+        if self.bias is not None:
+            y = y + self.bias.to(dtype)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+_FALLBACKS_SAID: set[torch.dtype] = set()
+
+
+def _first_line(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def _say_fallback_once(code: torch.dtype, device: torch.device, why: str) -> None:
+    if code not in _FALLBACKS_SAID:
+        _FALLBACKS_SAID.add(code)
+        log.warning("%s", fallback_message(code, device, why))
+
+
+def fallback_message(code: torch.dtype, device: torch.device, why: str) -> str:
+    name = "INT_W8A8" if code == torch.int8 else "FLOAT_W8A8"
+    return (f"{name}: {device} cannot run its 8-bit matmul ({why}); those layers compute with the weight expanded "
+            f"to the train data type instead, as {'INT_8' if code == torch.int8 else 'FLOAT_8'} does (the same memory, "
+            "no 8-bit speed-up)")
+
+
+@functools.cache
+def _probe(code: torch.dtype, device: torch.device) -> str | None:
+    try:
+        a, _ = quantize_rows(torch.ones(32, 32, device=device), code)
+        mm_8bit(a, a.t())  # the forward's layout
+        mm_8bit(a, a)  # the backward's
+    except Exception as exc:  # noqa: BLE001 (any refusal: the layers then compute the plain way)
+        return _first_line(exc)
+    return None
+
+
+def w8a8_kernel_problem(data_type: DataType, device: torch.device) -> str | None:
+    """Why `device` cannot run the 8-bit matmul of `data_type` (INT_W8A8 / FLOAT_W8A8), as the
+    warning for the run's log; None when it can. Tried once per device and type, with a product
+    in each layout the layer uses (a model planned on the meta device is taken to run it)."""
+    code = W8A8_CODES[DataType(data_type)]
+    if device.type == "meta":
+        return None
+    why = _probe(code, device)
+    return None if why is None else fallback_message(code, device, why)
 
 
 def _bnb_linear(layer: nn.Linear, data_type: DataType, compute_dtype: torch.dtype) -> nn.Module:
@@ -105,13 +256,13 @@ def quantize_linear_layers(module: nn.Module, data_type: DataType, device: torch
     data_type = DataType(data_type)
     if data_type not in QUANTIZED:
         raise ValueError(f"{part}.weight_dtype: {data_type.value} is not a quantized type")
-    if data_type != DataType.FLOAT_8:
+    if data_type in BNB_TYPES:
         try:
             import bitsandbytes  # noqa: F401
         except Exception as exc:
             raise ValueError(
                 f"{part}.weight_dtype: {data_type.value} needs the bitsandbytes package, which could not be loaded ({exc}); "
-                "install bitsandbytes or use FLOAT_8"
+                "install bitsandbytes or use FLOAT_8 / FLOAT_W8A8"
             ) from None
     # (layers a family keeps in its compute dtype are plain-Linear subclasses, skipped here: Z-Image's embedders)
     # the layers the model keeps in float32 stay as they are: T5 casts its feed-forward's input to
@@ -124,9 +275,13 @@ def quantize_linear_layers(module: nn.Module, data_type: DataType, device: torch
         if not targets:
             raise ValueError(f"quantization.layer_filter: matches no layer of {part}; check the names, or leave it blank "
                              "to quantize every Linear layer")
+    kernel = data_type in W8A8_CODES and w8a8_kernel_problem(data_type, device) is None
     for name, layer in targets:
         if data_type == DataType.FLOAT_8:
             LinearFp8.convert(layer)
+            continue
+        if data_type in W8A8_CODES:
+            LinearW8A8.convert(layer, W8A8_CODES[data_type], kernel)
             continue
         parent_name, _, child_name = name.rpartition(".")
         parent = module.get_submodule(parent_name) if parent_name else module

@@ -120,7 +120,7 @@ class Trainer:
         # models are built on first use), and the run must not depend on whether that happened
         seed_everything(cfg.seed)
         try:
-            # FLOAT_8 / INT_8 / NFLOAT_4 parts are converted while still in RAM and reach the card
+            # quantized parts (FLOAT_8, INT_8, W8A8...) are converted while still in RAM and reach the card
             # already small: moved first, a Flux transformer would sit there whole (24 GB in bf16)
             for warning in configure_model(self.model, cfg, self.device, self.precision):
                 self.report.warning(warning)

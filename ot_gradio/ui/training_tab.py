@@ -14,8 +14,9 @@ from ..config.enums import LearningRateScheduler
 from ..config.lr_schedules import lr_curve
 from ..config.param_counts import EXTRA_PARAMS, PARAMS
 
-BYTES = {"FLOAT_32": 4, "TFLOAT_32": 4, "FLOAT_16": 2, "BFLOAT_16": 2, "FLOAT_8": 1, "INT_8": 1, "NFLOAT_4": 0.5}
-LOADED_UNQUANTIZED = {"FLOAT_8", "INT_8", "NFLOAT_4"}  # a module loaded like such a part is not quantized with it
+BYTES = {"FLOAT_32": 4, "TFLOAT_32": 4, "FLOAT_16": 2, "BFLOAT_16": 2, "FLOAT_8": 1, "INT_8": 1, "NFLOAT_4": 0.5,
+         "INT_W8A8": 1, "FLOAT_W8A8": 1}
+LOADED_UNQUANTIZED = {"FLOAT_8", "INT_8", "NFLOAT_4", "INT_W8A8", "FLOAT_W8A8"}  # a module loaded like such a part is not quantized with it
 
 
 def memory_markdown(config: dict[str, Any]) -> str:

@@ -56,11 +56,20 @@ def test_good_values_still_convert(tmp_path):
     assert old.config.noising_bias == pytest.approx(0.25)
 
 
-@pytest.mark.parametrize(("theirs", "ours"), [("INT_W8A8_COMPRESSED", "INT_8"), ("FLOAT_W8A8_COMPRESSED", "FLOAT_8")])
-def test_compressed_8bit_weight_types_import_as_8bit_weights_saying_what_differs(theirs, ours):
+@pytest.mark.parametrize("theirs", ["INT_W8A8", "FLOAT_W8A8"])
+def test_w8a8_weight_types_import_as_they_are(theirs):
     loaded = load_config(ot_config({"unet": {"weight_dtype": theirs}}))
-    assert loaded.config.unet.weight_dtype.value == ours
-    assert any(f"unet.weight_dtype {theirs} -> {ours}" in w and "nvCOMP" in w for w in loaded.warnings), loaded.warnings
+    assert loaded.config.unet.weight_dtype.value == theirs
+    assert not [w for w in loaded.warnings if "weight_dtype" in w], loaded.warnings
+
+
+@pytest.mark.parametrize(("theirs", "ours"), [("INT_W8A8_COMPRESSED", "INT_W8A8"), ("FLOAT_W8A8_COMPRESSED", "FLOAT_W8A8")])
+def test_compressed_w8a8_weight_types_import_uncompressed_saying_so_once(theirs, ours):
+    loaded = load_config(ot_config({"unet": {"weight_dtype": theirs}, "text_encoder": {"weight_dtype": theirs}}))
+    assert loaded.config.unet.weight_dtype.value == ours and loaded.config.text_encoder.weight_dtype.value == ours
+    said = [w for w in loaded.warnings if "weight_dtype" in w]
+    assert len(said) == 1 and f"unet.weight_dtype {theirs} -> {ours}; text_encoder.weight_dtype {theirs} -> {ours}" in said[0], said
+    assert "nvCOMP weight compression is not supported" in said[0]
 
 
 def test_orthogonal_gradient_modes_of_newer_onetrainer_import_and_other_text_is_refused():

@@ -50,7 +50,7 @@ def test_a_shipped_preset_of_a_model_type_we_train_passes_every_check_before_the
     ignored = [w for w in loaded.warnings if "(kept, but ignored)" in w]
     assert [w.rpartition(": ")[2] for w in ignored] == ([IGNORED[path.parent.name] + "."] if path.parent.name in IGNORED else [])
     warnings = [w for w in loaded.warnings if w not in ignored]
-    assert not [w for w in warnings if "dropped" in w or "weight_dtype" in w and "INT_W8A8" not in w], loaded.warnings
+    assert not [w for w in warnings if "dropped" in w or "weight_dtype" in w], loaded.warnings  # INT_W8A8 too: imported as it is
     data = pointed_at(path, tmp_path)
     config = load_config(data).config
     assert errors(config) == []
@@ -84,6 +84,20 @@ def test_the_top_level_weight_dtype_is_ignored_as_onetrainer_ignores_it():
     assert c.model_fields_set.isdisjoint({"weight_dtype"})
     none_part = load_config({**raw, "text_encoder": {"train": False, "weight_dtype": "NONE"}}).config
     assert none_part.text_encoder.weight_dtype == "BFLOAT_16"
+
+
+def test_the_presets_with_8_bit_matmuls_keep_their_weight_types():
+    """OneTrainer's INT_W8A8 parts (Flux 2, Z-Image, Krea 2, ERNIE, Ideogram 4, Anima LoRA presets)
+    import as INT_W8A8: the same 8-bit weights and 8-bit matmuls here (training/quantize.py)."""
+    kept = []
+    for path in ALL:
+        raw = json.loads(path.read_text())
+        config = load_config(path).config
+        for part, section in raw.items():
+            if isinstance(section, dict) and section.get("weight_dtype") == "INT_W8A8":
+                assert getattr(config, part).weight_dtype == "INT_W8A8", (preset_id(path), part)
+                kept.append(preset_id(path))
+    assert len(kept) == 11 and "Flux 2/flux2 LoRA 16GB" in kept
 
 
 def test_the_remembered_optimizer_settings_fill_the_optimizer_as_onetrainer_loads_them():

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ot_gradio.training.quantize import LinearW8A8
 from tests.config.test_onetrainer_shipped_presets import PRESETS, TRAINED, preset_id
 from tests.models.test_transformer_file import hub_cached
 
@@ -141,6 +142,9 @@ def test_a_shipped_preset_trains_one_step_on_a_tiny_model(path, tiny_models, bat
     denoiser = trainer.model.parts[trainer.model.denoiser]
     denoiser = denoiser.get_base_model() if hasattr(denoiser, "get_base_model") else denoiser
     assert (denoiser._compiled_call_impl is not None) is config["compile"]
+    for part, module in trainer.model.parts.items():  # the INT_W8A8 presets multiply in 8 bits (on the CPU too)
+        if config[part]["weight_dtype"] in ("INT_W8A8", "FLOAT_W8A8"):
+            assert any(isinstance(m, LinearW8A8) and m.kernel for m in module.modules()), part
 
 
 def test_the_8gb_preset_with_compile_and_offloading_compiles_block_by_block_as_on_a_gpu(

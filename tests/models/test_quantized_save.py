@@ -1,4 +1,4 @@
-"""A part quantized for training (its weight_dtype FLOAT_8 / INT_8 / NFLOAT_4) is saved as the
+"""A part quantized for training (its weight_dtype FLOAT_8 / INT_8 / NFLOAT_4 / INT_W8A8 / FLOAT_W8A8) is saved as the
 float weights it stands for: the layout the model class loads, never the 8-bit codes and scales."""
 
 import pytest
@@ -9,9 +9,9 @@ from ot_gradio.config.enums import DataType
 from ot_gradio.models.common import plain_state_dict, save_diffusers_folder
 from ot_gradio.training.quantize import quantize_linear_layers
 
-# the worst error of each type over the largest weight (FLOAT_8's 3-bit mantissa per row scale;
-# NFLOAT_4: 16 levels per block of 64)
-TOLERANCE = {DataType.FLOAT_8: 0.07, DataType.INT_8: 0.01, DataType.NFLOAT_4: 0.2}
+# the worst error of each type over the largest weight (float8's 3-bit mantissa: 1/16, per row scale;
+# int8: half of 1/127 of the row's largest; NFLOAT_4: 16 levels per block of 64)
+TOLERANCE = {DataType.FLOAT_8: 0.07, DataType.INT_8: 0.01, DataType.NFLOAT_4: 0.2, DataType.INT_W8A8: 0.01, DataType.FLOAT_W8A8: 0.07}
 
 
 @pytest.mark.parametrize("data_type", list(TOLERANCE), ids=lambda d: d.value)

@@ -53,13 +53,14 @@ def test_a_trained_text_encoder_runs_in_the_probe_with_the_frozen_one(tmp_path, 
     assert "text_encoder off (AUTO)" in line and "not measured" not in line, line
 
 
-@pytest.mark.parametrize("data_type", ["NFLOAT_4", "INT_8", "FLOAT_8"])
+@pytest.mark.parametrize("data_type", ["NFLOAT_4", "INT_8", "FLOAT_8", "INT_W8A8", "FLOAT_W8A8"])
 def test_a_quantized_denoiser_is_measured(data_type, tmp_path, monkeypatch):
     # bitsandbytes' layers need a quantization state their meta stand-ins have not: the probe runs
     # them as the linear layer they compute (OneTrainer's Flux preset: an NF4 transformer); the
     # float8 layers ask for autocast on the inputs' device, which meta is not (Qwen, Z-Image, Chroma)
     monkeypatch.setattr(memory_plan, "free_memory", lambda device: 100 * GB)
-    config = _config(tmp_path, "FLUX_DEV_1", "tiny:flux", transformer={"train": True, "weight_dtype": data_type})
+    # (in BFLOAT_16: the probe's stand-ins take the autocast type, but float8 codes stay float8 for the W8A8 layers)
+    config = _config(tmp_path, "FLUX_DEV_1", "tiny:flux", transformer={"train": True, "weight_dtype": data_type}, train_dtype="BFLOAT_16")
     line = memory_plan.estimate_line(config)
     assert "AUTO -> OFF" in line and "not measured" not in line and ("int8" in line or "float8" in line), line
 

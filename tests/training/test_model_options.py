@@ -137,7 +137,7 @@ def test_weight_dtypes_on_cpu_and_gpu():
     assert weight_dtype(DataType.FLOAT_8, CPU, torch.bfloat16) == torch.float32
 
 
-@pytest.mark.parametrize("data_type", [DataType.FLOAT_8, DataType.INT_8, DataType.NFLOAT_4])
+@pytest.mark.parametrize("data_type", [DataType.FLOAT_8, DataType.INT_8, DataType.NFLOAT_4, DataType.INT_W8A8, DataType.FLOAT_W8A8])
 def test_quantized_unet_still_predicts_and_lora_trains_on_top(data_type):
     from ot_gradio.training.lora import add_lora
 
@@ -172,6 +172,18 @@ def test_a_quantized_part_that_trains_itself_is_refused():
     model.text_encoder.requires_grad_(True)
     with pytest.raises(ValueError, match="text_encoder.weight_dtype"):
         check_quantized_parts_frozen(model, cfg)
+
+
+@pytest.mark.parametrize("data_type", ["FLOAT_8", "INT_W8A8"])
+def test_a_fine_tune_of_a_quantized_part_is_refused_by_name(data_type):
+    """Before any weight is asked for a gradient (int8 codes cannot be: torch would raise its own error)."""
+    from ot_gradio.training.methods import get_method
+
+    model = tiny_model()
+    cfg = config(training_method="FINE_TUNE", output_model_format="DIFFUSERS", text_encoder={"weight_dtype": data_type})
+    configure_model(model, cfg, CPU, Precision(DataType.FLOAT_32, CPU))
+    with pytest.raises(ValueError, match=f"^text_encoder.weight_dtype: {data_type} weights cannot be trained"):
+        get_method("FINE_TUNE").setup(model, cfg, CPU)
 
 
 # --- a training step wires the options ---------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Every quantized weight type the page offers for a part (FLOAT_8, INT_8, NFLOAT_4) on every
+"""Every quantized weight type the page offers for a part (FLOAT_8, INT_8, NFLOAT_4, INT_W8A8, FLOAT_W8A8) on every
 kind of part a LoRA trains on top of (a UNet, a transformer, CLIP, T5, a Qwen3 language model):
 the training step through the real path (configure_model, the LORA method's setup, DiffusionStep's
 loss, backward) on a tiny model on the CPU gives finite, non-zero gradients for the LoRA weights
@@ -19,7 +19,7 @@ from ot_gradio.data.batches import Batch
 from ot_gradio.training.device import Precision
 from ot_gradio.training.diffusion import DiffusionStep, check_quantized_parts_frozen, configure_model
 from ot_gradio.training.methods import get_method
-from ot_gradio.training.quantize import QUANTIZED
+from ot_gradio.training.quantize import QUANTIZED, w8a8_kernel_problem
 
 CPU = torch.device("cpu")
 STORED = (torch.float8_e4m3fn, torch.int8, torch.uint8)
@@ -102,8 +102,15 @@ def _reached_in_float32(model_type, build, part) -> frozenset[str]:
 
 @pytest.mark.parametrize("data_type", [t.value for t in QUANTIZED])
 @pytest.mark.parametrize("model_type, build, part, kind", PARTS, ids=[p[3] for p in PARTS])
-def test_lora_on_a_quantized_part_gets_gradients_and_the_part_none(model_type, build, part, kind, data_type):
+def test_lora_on_a_quantized_part_gets_gradients_and_the_part_none(model_type, build, part, kind, data_type, monkeypatch):
+    kernel = {"INT_W8A8": "_int_mm", "FLOAT_W8A8": "_scaled_mm"}.get(data_type)
+    calls = []
+    if kernel:  # the W8A8 types multiply in 8 bits (on the CPU too); the device's probe made before counting
+        assert w8a8_kernel_problem(DataType(data_type), CPU) is None
+        original = getattr(torch, kernel)
+        monkeypatch.setattr(torch, kernel, lambda *a, **k: calls.append(1) or original(*a, **k))
     lora, frozen, loss = _step(model_type, build, part, data_type)
+    assert bool(calls) == bool(kernel), kind
     assert frozen, f"{kind}: no weight stored in {data_type}"
     assert lora and all(p.requires_grad and p.dtype == torch.float32 for p in lora.values())
     assert torch.isfinite(loss)

@@ -29,6 +29,8 @@ def test_table_follows_the_weight_dtypes():
     assert "| unet | 2,567 M | FLOAT_16 | 4.78 GB |" in table
     assert "| text_encoder_2 | 695 M | FLOAT_32 | 2.59 GB |" in table
     assert "No parameter counts" in memory_markdown({"model_type": "NOT_A_MODEL"})
+    for eight_bit in ("FLOAT_8", "INT_W8A8", "FLOAT_W8A8"):  # one byte per weight
+        assert f"| unet | 2,567 M | {eight_bit} | 2.39 GB |" in memory_markdown({**config, "unet": {"weight_dtype": eight_bit}})
 
 
 def test_frozen_modules_beside_the_parts_are_counted_where_they_wait():
