@@ -24,6 +24,7 @@ from .lora_variants import (
     is_adapter_layer,
     layer_rank_alpha,
     peft_config,
+    peft_dora_placeholders,
     split_key,
 )
 
@@ -202,7 +203,8 @@ def add_lora(
     )
     config = peft_config(spec, rank=rank, alpha=alpha, dropout=dropout, targets=targets)
     module.requires_grad_(False)
-    inject_adapter_in_model(config, module, adapter_name=ADAPTER_NAME)
+    with peft_dora_placeholders():
+        inject_adapter_in_model(config, module, adapter_name=ADAPTER_NAME)
     if spec.peft_type == LORA and spec.decompose:
         install_decomposition(module, spec)
     if spec.peft_type == OFT_2:

@@ -18,6 +18,7 @@ functions at the end convert one layer to and from kohya/LyCORIS entries.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -26,6 +27,7 @@ import torch
 from torch import nn
 
 from . import oft
+from .float_weight import float_weight, input_dtype
 from .oft import OFT_2, OFT_KEYS, OFT_SCALED, OFT_WEIGHT
 
 ADAPTER_NAME = "default"
@@ -176,9 +178,9 @@ class DecomposedVariant:
         lora_a, lora_b = module.lora_A[active_adapter], module.lora_B[active_adapter]
         dropout, scaling = module.lora_dropout[active_adapter], module.scaling[active_adapter]
         magnitude = module.lora_magnitude_vector[active_adapter]
-        weight = base.weight
+        weight = float_weight(base)  # a quantized base's real weights (its codes are not)
         delta = (lora_b.weight.flatten(1) @ lora_a.weight.flatten(1)).reshape(weight.shape)
-        factor = magnitude.factor(weight.float() + scaling * delta.float()).to(x.dtype)
+        factor = magnitude.factor(weight + scaling * delta.float()).to(x.dtype)
         view = (1, -1, *[1] * (weight.dim() - 2)) if weight.dim() > 2 else (-1,)
         factor = factor.reshape(view)
         reuse = isinstance(dropout, nn.Identity) or not module.training
@@ -186,10 +188,30 @@ class DecomposedVariant:
             x = dropout(x)
         if magnitude.output_axis:
             bias = base.bias.reshape(view) if base.bias is not None else 0.0
-            plain = (result if reuse else base(x.to(weight.dtype))) - bias
+            plain = (result if reuse else base(x.to(input_dtype(base, x)))) - bias
             return factor * (plain + lora_b(lora_a(x)) * scaling) + bias
         scaled = x * factor
-        return base(scaled.to(weight.dtype)) + lora_b(lora_a(scaled)) * scaling
+        return base(scaled.to(input_dtype(base, scaled))) + lora_b(lora_a(scaled)) * scaling
+
+
+def _magnitude_placeholder(self: nn.Module, **_: Any) -> None:
+    self.weight = nn.Parameter(torch.empty(0), requires_grad=False)
+
+
+@contextlib.contextmanager
+def peft_dora_placeholders():
+    """While peft injects DoRA layers, its magnitude (the base weight's norms) is not computed:
+    install_decomposition puts ours in its place right after, from the real weights. (peft's own
+    reads a quantized layer's codes as the weight: float8 ones fail to multiply on the CPU, int8
+    ones give norms in code units; and it would dequantize every layer once for nothing.)"""
+    from peft.tuners.lora import dora
+
+    original = dora.DoraLinearLayer.update_layer
+    dora.DoraLinearLayer.update_layer = _magnitude_placeholder
+    try:
+        yield
+    finally:
+        dora.DoraLinearLayer.update_layer = original
 
 
 def install_decomposition(module: nn.Module, spec: AdapterSpec) -> None:
@@ -202,10 +224,11 @@ def install_decomposition(module: nn.Module, spec: AdapterSpec) -> None:
         base = layer.get_base_layer()
         if getattr(base, "groups", 1) != 1:
             raise ValueError("DoRA on grouped convolutions is not supported.")
-        a = layer.lora_A[ADAPTER_NAME].weight
+        # float32 (add_lora casts the adapter to the train type): peft made the adapter in the base
+        # weight's type, which for FLOAT_8 is float8, and norms rounded there change the model at step 0
         layer.lora_magnitude_vector[ADAPTER_NAME] = DecomposedMagnitude(
-            base.weight, output_axis=spec.output_axis, epsilon=spec.norm_epsilon, dtype=a.dtype
-        ).to(a.device)
+            float_weight(base), output_axis=spec.output_axis, epsilon=spec.norm_epsilon, dtype=torch.float32
+        ).to(layer.lora_A[ADAPTER_NAME].weight.device)
         layer.lora_variant[ADAPTER_NAME] = DecomposedVariant
 
 

@@ -119,3 +119,47 @@ def test_lora_on_a_quantized_part_gets_gradients_and_the_part_none(model_type, b
     assert all(torch.isfinite(lora[name].grad).all() for name in reached), kind
     assert any(lora[name].grad.abs().sum() > 0 for name in reached), kind
     assert all(p.grad is None and not p.requires_grad for p in frozen), kind
+
+
+@pytest.mark.parametrize("data_type", [t.value for t in QUANTIZED])
+def test_dora_on_a_quantized_part_reads_its_real_weights(data_type):
+    """DoRA computes with the base weight itself (its norms, and the direction under the LoRA):
+    on a quantized part it reads the weights the layer computes with, not the stored codes (raw,
+    float8 codes fail to multiply on the CPU, int8 ones give norms ~100x too large, NF4's packed
+    bytes have another shape)."""
+    from ot_gradio.training.float_weight import float_weight
+
+    def clip_dora(weight_dtype):
+        torch.manual_seed(0)
+        model = _sd15()
+        config = TrainConfig.model_validate({
+            "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA", "lora_rank": 2, "lora_decompose": True,
+            "output_model_format": "KOHYA_LORA", "unet": {"train": False}, "text_encoder": {"train": True, "weight_dtype": weight_dtype}})
+        configure_model(model, config, CPU, Precision(DataType.FLOAT_32, CPU))
+        get_method("LORA").setup(model, config, CPU)
+        layers = {n: m for n, m in model.text_encoder.named_modules() if hasattr(m, "lora_magnitude_vector") and m.lora_magnitude_vector}
+        return model, config, layers
+
+    _, _, plain = clip_dora("FLOAT_32")
+    model, config, layers = clip_dora(data_type)
+    assert layers.keys() == plain.keys() and layers
+    for name, layer in layers.items():
+        base = layer.get_base_layer()
+        assert base.weight.dtype in STORED
+        real = float_weight(base)
+        assert real.shape == plain[name].get_base_layer().weight.shape
+        x = torch.randn(24, base.in_features)
+        with torch.no_grad():  # the layer's own forward computes with these weights (W8A8: its activations rounded too)
+            theirs, ours = base(x), torch.nn.functional.linear(x, real, base.bias)
+        assert (theirs - ours).norm() <= 0.05 * ours.norm(), name  # (float8 activations: 3 mantissa bits)
+        magnitude, plain_magnitude = (m.lora_magnitude_vector["default"].weight.reshape(-1) for m in (layer, plain[name]))
+        torch.testing.assert_close(magnitude, real.norm(dim=0))  # input axis (the default): each column's norm
+        ratio = magnitude / plain_magnitude  # the same weights' norms up to their rounding (codes: ~100x, or no shape)
+        assert ratio.min() > 0.67 and ratio.max() < 1.5, name
+    latents = model.encode_images(torch.zeros(2, 3, 64, 64), sample=False).detach()
+    batch = Batch(size=(64, 64), captions=["a red circle", "a blue square"], loss_weights=torch.ones(2),
+                  image_paths=["0.png", "1.png"], latents=latents, original_sizes=[(64, 64)] * 2, crop_top_lefts=[(0, 0)] * 2)
+    loss = DiffusionStep(model, config, CPU, Precision(DataType.FLOAT_32, CPU)).loss(batch, frozenset({"text_encoder"}))
+    loss.backward()
+    magnitudes = [m.lora_magnitude_vector["default"].weight for m in layers.values()]
+    assert torch.isfinite(loss) and any(p.grad is not None and p.grad.abs().sum() > 0 for p in magnitudes)
