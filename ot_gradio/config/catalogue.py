@@ -13,7 +13,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from .enums import DataType, ModelType, Optimizer, TrainingMethod
+from .enums import GGUF_TYPES, DataType, ModelType, Optimizer, TrainingMethod
 from .enums import Optimizer as O
 from .families import IMPLEMENTED_METHODS, implemented_model_types
 
@@ -31,11 +31,11 @@ NOT_AVAILABLE_BECAUSE: dict[Enum, str] = {}
 
 def offered(enum: type[Enum]) -> tuple[Enum, ...]:
     """The members of `enum` a user can pick: the implemented ones for model types, training
-    methods and optimizers, the data types but GGUF (the transformer's weight type dropdown adds it
-    for the families that read .gguf files, ui/visibility.py), every member of any other enum (in
-    the enum's order)."""
+    methods and optimizers, the data types but the GGUF ones (the transformer's weight type dropdown
+    adds them for the families that read .gguf files, ui/visibility.py), every member of any other
+    enum (in the enum's order)."""
     if enum is DataType:
-        return tuple(m for m in enum if m != DataType.GGUF)
+        return tuple(m for m in enum if m not in GGUF_TYPES)
     if enum is ModelType:
         implemented = set(implemented_model_types())
     elif enum is TrainingMethod:

@@ -79,14 +79,14 @@ class DataType(StrEnum):
     INT_W8A8 = "INT_W8A8"  # 8-bit weights and 8-bit matmuls (training/quantize.py LinearW8A8)
     FLOAT_W8A8 = "FLOAT_W8A8"
     GGUF = "GGUF"  # the transformer's weights as a .gguf transformer.model_name stores them (models/common.py gguf_options)
+    # the same .gguf weights, each forward's matmuls in 8 bits: the weight dequantized and requantized per
+    # row, the activations per token (training/quantize.py), as OneTrainer's GGUF A8 float / int
+    GGUF_A8_FLOAT = "GGUF_A8_FLOAT"
+    GGUF_A8_INT = "GGUF_A8_INT"
 
 
-# OneTrainer's weight types that are not offered here, with why and what to use instead: validation
-# says so in place of the bare list of choices. (In a OneTrainer config the _COMPRESSED forms of
-# INT_W8A8 / FLOAT_W8A8 are imported uncompressed, GGUF_A8_FLOAT / GGUF_A8_INT as GGUF, with a
-# warning, config/onetrainer.py.)
-_GGUF_A8 = "its 8-bit activation kernels are not supported; use GGUF, the same .gguf weights with the matmuls in the train data type"
-DATA_TYPES_NOT_OFFERED = {"GGUF_A8_FLOAT": _GGUF_A8, "GGUF_A8_INT": _GGUF_A8}
+# the weight types that read a .gguf transformer file (config/gguf.py)
+GGUF_TYPES = (DataType.GGUF, DataType.GGUF_A8_FLOAT, DataType.GGUF_A8_INT)
 
 
 class ModelFormat(StrEnum):

@@ -100,24 +100,19 @@ def _weight_types_changed(data: dict[str, Any]) -> list[str]:
     """OneTrainer's weight types read as the nearest one here, said once per kind, naming the
     parts. INT_W8A8_COMPRESSED / FLOAT_W8A8_COMPRESSED (8-bit weights and matmuls, the weights
     also compressed by NVIDIA's nvCOMP on the GPU) are trained as INT_W8A8 / FLOAT_W8A8,
-    uncompressed. GGUF_A8_FLOAT / GGUF_A8_INT (a .gguf transformer with its activations
-    requantized to 8 bits) are trained as GGUF."""
-    swaps = {"INT_W8A8_COMPRESSED": "INT_W8A8", "FLOAT_W8A8_COMPRESSED": "FLOAT_W8A8", "GGUF_A8_FLOAT": "GGUF", "GGUF_A8_INT": "GGUF"}
-    changed: dict[bool, list[str]] = {True: [], False: []}  # GGUF or not
+    uncompressed."""
+    swaps = {"INT_W8A8_COMPRESSED": "INT_W8A8", "FLOAT_W8A8_COMPRESSED": "FLOAT_W8A8"}
+    changed = []
     for name in PARTS:
         part = data.get(name)
         if isinstance(part, dict) and isinstance(part.get("weight_dtype"), str) and part["weight_dtype"] in swaps:
             old = part["weight_dtype"]
             part["weight_dtype"] = swaps[old]
-            changed[old.startswith("GGUF")].append(f"{name}.weight_dtype {old} -> {swaps[old]}")
-    out = []
-    if changed[False]:
-        out.append(f"{'; '.join(changed[False])}: the same 8-bit weights and 8-bit matmuls, but not compressed (nvCOMP weight "
-                   "compression is not supported), so the weights take their full 8 bits of memory.")
-    if changed[True]:
-        out.append(f"{'; '.join(changed[True])}: the weights are stored as the .gguf file stores them, but the matmuls run in the "
-                   "train data type (8-bit activations are not supported), so a step is not faster than with the plain weight type.")
-    return out
+            changed.append(f"{name}.weight_dtype {old} -> {swaps[old]}")
+    if not changed:
+        return []
+    return [f"{'; '.join(changed)}: the same 8-bit weights and 8-bit matmuls, but not compressed (nvCOMP weight "
+            "compression is not supported), so the weights take their full 8 bits of memory."]
 
 
 def _number(value: Any) -> bool:

@@ -10,7 +10,6 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from .catalogue import model_type_problem, unavailable
-from .enums import DATA_TYPES_NOT_OFFERED, DataType
 from .fields import enum_of, nested_section, strip_optional
 from .schema import TrainConfig
 
@@ -151,8 +150,7 @@ def _what_is_allowed(e: dict[str, Any], annotation: Any) -> str:
     enum = enum_of(annotation)
     if kind == "enum" or (enum is not None and kind in ("string_type", "literal_error")):
         names = [m.value for m in enum] if enum else re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
-        why = DATA_TYPES_NOT_OFFERED.get(value) if enum is DataType and isinstance(value, str) else None
-        return f"{value} is not offered: {why}" if why else f"must be one of {', '.join(names)}" + _got(value)
+        return f"must be one of {', '.join(names)}" + _got(value)
     bounds = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"),
               "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
     if kind in bounds:

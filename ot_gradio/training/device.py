@@ -6,7 +6,7 @@ import contextlib
 
 import torch
 
-from ..config.enums import DataType
+from ..config.enums import GGUF_TYPES, DataType
 
 TORCH_DTYPES = {
     DataType.FLOAT_32: torch.float32,
@@ -46,11 +46,11 @@ def weight_dtype(data_type: DataType, device: torch.device, compute_dtype: torch
     dtype's, else float32) and quantize its Linear layers afterwards; GGUF loads the .gguf file's
     quantized Linear weights as they are and its other weights in the compute type."""
     data_type = DataType(data_type)
-    if data_type in QUANTIZED_TYPES or data_type == DataType.GGUF:
+    if data_type in QUANTIZED_TYPES or data_type in GGUF_TYPES:
         return compute_dtype if compute_dtype is not None and device.type != "cpu" else torch.float32
     dtype = TORCH_DTYPES.get(data_type)
     if dtype is None:
-        raise ValueError(f"weight data type {data_type} is not supported; use FLOAT_32, FLOAT_16, BFLOAT_16, FLOAT_8, INT_8, NFLOAT_4, INT_W8A8, FLOAT_W8A8 or GGUF")
+        raise ValueError(f"weight data type {data_type} is not supported; use FLOAT_32, FLOAT_16, BFLOAT_16, FLOAT_8, INT_8, NFLOAT_4, INT_W8A8, FLOAT_W8A8 or a GGUF type")
     if device.type == "cpu":
         return torch.float32
     return dtype

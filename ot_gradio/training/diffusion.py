@@ -37,7 +37,7 @@ from .device import QUANTIZED_TYPES, Precision, quantized_part_trained
 from .distributed import Distributed
 from .loss import diffusion_loss
 from .masking import training_mask
-from .quantize import W8A8_CODES, quantization_filter, quantize_linear_layers, w8a8_kernel_problem
+from .quantize import GGUF_A8_CODES, W8A8_CODES, gguf_a8_layers, quantization_filter, quantize_linear_layers, w8a8_kernel_problem
 from .schedules import make_schedule, schedule_kind
 from .vb_loss import VariationalBound
 
@@ -88,6 +88,13 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
             quantize_linear_layers(getattr(model, part), data_type, device, precision.dtype or torch.float32, part, include=include)
             problem = w8a8_kernel_problem(data_type, device) if data_type in W8A8_CODES else None
             if problem is not None and problem not in warnings:
+                warnings.append(problem)
+        elif data_type in GGUF_A8_CODES and device.type != "meta":  # the .gguf file's GGUF layers: their matmuls in 8 bits
+            count, problem = gguf_a8_layers(getattr(model, part), data_type, device)
+            if not count:
+                problem = (f"{part}.weight_dtype: {data_type.value} runs the quantized layers of the .gguf file in 8 bits, and "
+                           f"{part}.model_name holds none (F32 / F16 / BF16 weights only): it trains as GGUF")
+            if problem is not None:
                 warnings.append(problem)
     return warnings
 

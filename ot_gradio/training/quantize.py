@@ -76,6 +76,17 @@ def mm_8bit(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.float32)
 
 
+def kernel_takes(rows: torch.Tensor, code: torch.dtype, in_features: int, out_features: int) -> bool:
+    """The 8-bit matmul of `code` takes these input rows (enough of them) and, on a GPU, this
+    layer's widths (the kernels' layout rules: multiples of 8 for int8, 16 for float8)."""
+    if rows.shape[0] < KERNEL_MIN_ROWS:
+        return False
+    if rows.device.type == "cpu":
+        return True
+    multiple = 8 if code == torch.int8 else 16
+    return in_features % multiple == 0 and out_features % multiple == 0
+
+
 class _W8A8Matmul(torch.autograd.Function):
     """x @ W.T with x quantized per row and W the 8-bit codes with a scale per output row; the
     input's gradient in 8 bits the same way (the weight's scale folded into the gradient, whose
@@ -140,12 +151,7 @@ class LinearW8A8(RowScaledLinear):
         return new
 
     def _kernel_takes(self, x: torch.Tensor) -> bool:
-        if not self.kernel or x.shape[0] < KERNEL_MIN_ROWS:
-            return False
-        if x.device.type == "cpu":
-            return True
-        multiple = 8 if self.weight.dtype == torch.int8 else 16  # the GPU kernels' layout rules
-        return self.in_features % multiple == 0 and self.out_features % multiple == 0
+        return self.kernel and kernel_takes(x, self.weight.dtype, self.in_features, self.out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.weight.requires_grad:
@@ -168,6 +174,51 @@ class LinearW8A8(RowScaledLinear):
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
+GGUF_A8_CODES = {DataType.GGUF_A8_INT: torch.int8, DataType.GGUF_A8_FLOAT: FP8}
+
+
+@functools.cache
+def _gguf_a8_linear() -> type:
+    """diffusers' GGUF Linear layer whose matmuls run in 8 bits (GGUF_A8_INT / GGUF_A8_FLOAT, as
+    OneTrainer's): each forward dequantizes the .gguf weight, requantizes it to 8-bit codes with a
+    scale per output row and multiplies them with the activations quantized per token, as the
+    W8A8 layers do (the backward too). Where the 8-bit matmul does not apply (few rows, widths the
+    GPU kernel refuses, a device without it) it computes as GGUF does."""
+    from diffusers.quantizers.gguf.utils import GGUFLinear, dequantize_gguf_tensor
+
+    class GGUFLinearA8(GGUFLinear):
+        code: torch.dtype
+        kernel: bool
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            rows = x.reshape(-1, x.shape[-1])
+            if not (self.kernel and kernel_takes(rows, self.code, self.in_features, self.out_features)):
+                return super().forward(x)
+            dtype = self.compute_dtype or x.dtype
+            codes, scale = quantize_rows(dequantize_gguf_tensor(self.weight.detach()), self.code)
+            y = _W8A8Matmul.apply(rows, codes, scale, dtype)
+            if self.bias is not None:
+                y = y + self.bias.to(dtype)
+            return y.reshape(*x.shape[:-1], self.out_features)
+
+    return GGUFLinearA8
+
+
+def gguf_a8_layers(module: nn.Module, data_type: DataType, device: torch.device) -> tuple[int, str | None]:
+    """Turn the GGUF Linear layers of `module` holding quantized .gguf weights (not its F32 / F16 /
+    BF16 ones, which have nothing to requantize) into GGUF_A8 layers of `data_type`; returns how many
+    and, where `device` cannot run the 8-bit matmul, the warning for the run (they then compute as GGUF)."""
+    from diffusers.quantizers.gguf.utils import UNQUANTIZED_TYPES, GGUFLinear
+
+    code = GGUF_A8_CODES[DataType(data_type)]
+    why = None if device.type == "meta" else _probe(code, device)
+    layers = [m for m in module.modules() if type(m) is GGUFLinear and m.weight.quant_type not in UNQUANTIZED_TYPES]
+    for layer in layers:
+        layer.__class__ = _gguf_a8_linear()
+        layer.code, layer.kernel = code, why is None
+    return len(layers), None if why is None else fallback_message(code, device, why, DataType(data_type).value, "GGUF")
+
+
 _FALLBACKS_SAID: set[torch.dtype] = set()
 
 
@@ -181,11 +232,13 @@ def _say_fallback_once(code: torch.dtype, device: torch.device, why: str) -> Non
         log.warning("%s", fallback_message(code, device, why))
 
 
-def fallback_message(code: torch.dtype, device: torch.device, why: str) -> str:
-    name = "INT_W8A8" if code == torch.int8 else "FLOAT_W8A8"
+def fallback_message(code: torch.dtype, device: torch.device, why: str, name: str = "", plain: str = "") -> str:
+    """The warning for a device without the 8-bit matmul of `code`: `name`, the weight type
+    (INT_W8A8 / FLOAT_W8A8 by default), then computes as `plain` does (INT_8 / FLOAT_8)."""
+    name = name or ("INT_W8A8" if code == torch.int8 else "FLOAT_W8A8")
+    plain = plain or ("INT_8" if code == torch.int8 else "FLOAT_8")
     return (f"{name}: {device} cannot run its 8-bit matmul ({why}); those layers compute with the weight expanded "
-            f"to the train data type instead, as {'INT_8' if code == torch.int8 else 'FLOAT_8'} does (the same memory, "
-            "no 8-bit speed-up)")
+            f"to the train data type instead, as {plain} does (the same memory, no 8-bit speed-up)")
 
 
 @functools.cache

@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from ..config.base_model_match import base_model_mismatch
-from ..config.enums import LearningRateScheduler
+from ..config.enums import GGUF_TYPES, LearningRateScheduler
 from ..config.lr_schedules import lr_curve
 from ..config.param_counts import EXTRA_PARAMS, PARAMS
 
 BYTES = {"FLOAT_32": 4, "TFLOAT_32": 4, "FLOAT_16": 2, "BFLOAT_16": 2, "FLOAT_8": 1, "INT_8": 1, "NFLOAT_4": 0.5,
          "INT_W8A8": 1, "FLOAT_W8A8": 1}
+GGUF_NAMES = {t.value for t in GGUF_TYPES}
 LOADED_UNQUANTIZED = {"FLOAT_8", "INT_8", "NFLOAT_4", "INT_W8A8", "FLOAT_W8A8"}  # a module loaded like such a part is not quantized with it
 
 
@@ -35,7 +36,7 @@ def _weights_table(config: dict[str, Any]) -> str:
     for part, n in counts.items():
         section = config.get(part) or {}
         dtype = section.get("weight_dtype", "FLOAT_32")
-        if dtype == "GGUF":  # the .gguf file's quantized weights, as they load
+        if dtype in GGUF_NAMES:  # the .gguf file's quantized weights, as they load
             gguf = Path(str(section.get("model_name") or "")).expanduser()
             if not gguf.is_file():
                 rows.append(f"| {part} | {n / 1e6:,.0f} M | {dtype} | the .gguf file's size (give a local transformer file) |")

@@ -14,7 +14,7 @@ from functools import cache
 from typing import Any
 
 from ..config.catalogue import offered_values
-from ..config.enums import DataType
+from ..config.enums import GGUF_TYPES, DataType
 from ..config.enums import TrainingMethod as T
 from ..config.families import FROZEN_PARTS, IMPLEMENTED_METHODS, family_info
 from ..config.fields import field_meta, iter_fields, strip_optional
@@ -89,10 +89,10 @@ def method_choices(model_type: str | None, method: str | None) -> list[str]:
 
 
 def transformer_weight_dtype_choices(model_type: str | None, current: str | None) -> list[str]:
-    """The transformer's weight type dropdown: GGUF only for a family that reads .gguf transformer
-    files, and the current value when the type lacks it (kept on screen, refused by the start check)."""
+    """The transformer's weight type dropdown: the GGUF types only for a family that reads .gguf
+    transformer files, and the current value when the type lacks it (kept on screen, refused by the start check)."""
     info = family_info(model_type) if model_type else None
-    offered = offered_values(DataType) + ([DataType.GGUF.value] if info is not None and info.gguf else [])
+    offered = offered_values(DataType) + ([t.value for t in GGUF_TYPES] if info is not None and info.gguf else [])
     return offered + [current] if current and current not in offered else offered
 
 

@@ -84,23 +84,21 @@ def test_orthogonal_gradient_modes_of_newer_onetrainer_import_and_other_text_is_
 
 
 @pytest.mark.parametrize("theirs", ["GGUF", "GGUF_A8_FLOAT", "GGUF_A8_INT"])
-def test_gguf_weight_types_import_as_gguf_saying_what_differs(theirs):
-    """OneTrainer's GGUF presets (a .gguf transformer file under a LoRA) import; the A8 forms,
-    whose 8-bit activation kernels are not used here, as GGUF with one line saying so."""
+def test_gguf_weight_types_import_unchanged(theirs):
+    """OneTrainer's GGUF presets (a .gguf transformer file under a LoRA) import as they are, the A8
+    forms too (their 8-bit matmuls: tests/models/test_gguf_transformer.py); without the file, or on
+    another part, each is refused by name."""
     from ot_gradio.config.doctor import errors
 
     loaded = load_config(ot_config({"model_type": "Z_IMAGE", "training_method": "LORA", "text_encoder": {"train": False},
                                     "transformer": {"weight_dtype": theirs, "model_name": "z_image-Q8_0.gguf"}}))
-    assert loaded.config.transformer.weight_dtype.value == "GGUF"
-    said = [w for w in loaded.warnings if "weight_dtype" in w]
-    if theirs == "GGUF":
-        assert not said, loaded.warnings
-    else:
-        assert len(said) == 1 and f"transformer.weight_dtype {theirs} -> GGUF" in said[0] and "8-bit activations are not supported" in said[0]
+    assert loaded.config.transformer.weight_dtype.value == theirs
+    assert not [w for w in loaded.warnings if "weight_dtype" in w], loaded.warnings
     assert not [e for e in errors(loaded.config) if "GGUF" in e or "gguf" in e]
-
-
-def test_our_own_config_names_the_a8_gguf_types_as_not_offered():
-    with pytest.raises(ConfigError, match=r"^transformer.weight_dtype: GGUF_A8_INT is not offered: its 8-bit activation kernels are "
-                                          r"not supported; use GGUF"):
-        load_config({"config_version": 1, "model_type": "Z_IMAGE", "transformer": {"weight_dtype": "GGUF_A8_INT"}})
+    no_file = load_config({"config_version": 1, "model_type": "Z_IMAGE", "training_method": "LORA", "transformer": {"weight_dtype": theirs},
+                           "text_encoder": {"weight_dtype": theirs}}).config
+    assert [e for e in errors(no_file) if "GGUF" in e] == [
+        f"text_encoder.weight_dtype: {theirs} is a weight type of the transformer (from a .gguf transformer file); choose another one "
+        "for the text_encoder",
+        f"transformer.model_name: {theirs} weights (transformer.weight_dtype) come from a .gguf transformer file; give its path or "
+        "Hugging Face file address here, or choose another weight type."]

@@ -77,9 +77,10 @@ def test_onetrainer_z_image_lora_preset_trains_and_reloads_in_the_pipeline(tiny_
 
 
 def test_lora_from_our_preset_with_a_sample(tiny_z, shapes, tmp_path):
-    """Our preset with the transformer from a Q8_0 .gguf file of it (weight_dtype GGUF, through
-    diffusers' single-file loader; the FLOAT_8 transformer is OneTrainer's preset's above), sampled
-    through it with the LoRA; the LoRA loads into the plain pipeline."""
+    """Our preset with the transformer from a Q8_0 .gguf file of it (weight_dtype GGUF_A8_INT: read
+    as GGUF through diffusers' single-file loader, the matmuls in 8 bits; plain GGUF: the Flux.1
+    e2e test; the FLOAT_8 transformer is OneTrainer's preset's above), sampled through it with the
+    LoRA; the LoRA loads into the plain pipeline."""
     from safetensors.torch import load_file
 
     from ot_gradio.models.z_image import ZImage
@@ -89,7 +90,7 @@ def test_lora_from_our_preset_with_a_sample(tiny_z, shapes, tmp_path):
                      learning_rate=1e-2, samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}],
                      sample_after=1, sample_after_unit="EPOCH")
     original = ZImage.load(str(tiny_z.diffusers_dir)).save_single_file(tmp_path / "t.safetensors", None)
-    config["transformer"].update(weight_dtype="GGUF", model_name=str(write_gguf(load_file(str(original)), tmp_path / "t.gguf", "z_image")))
+    config["transformer"].update(weight_dtype="GGUF_A8_INT", model_name=str(write_gguf(load_file(str(original)), tmp_path / "t.gguf", "z_image")))
     _, events = run_until_done(config, tmp_path)
     assert [e for e in events if e["type"] == "sample"]
     _check_lora(tiny_z, tmp_path / "out" / "lora.safetensors", 1e-5)  # the tiny VAE shrinks latent changes
