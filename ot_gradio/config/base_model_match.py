@@ -69,5 +69,5 @@ def base_model_mismatch(model_type: str | None, base_model: str | None) -> str |
     if kind is None or chosen in kind.model_types:
         return None
     return (f"Base model: '{name[:200]}' looks like {kind.name} ({how}), but the model type is {chosen.value}; "
-            f"choose the model type of that model ({', '.join(m.value for m in kind.model_types)}) or a {chosen.value} base model.")
+            f"choose the model type of that model ({', '.join(m.value for m in kind.model_types)}) or a base model of type {chosen.value}.")
 

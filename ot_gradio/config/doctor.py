@@ -55,10 +55,11 @@ MASK_GLOB = "*-masklabel.png"  # a concept image's mask file (data/scan.py)
 CONTROL_GLOBS = tuple(f"*-control{ext}" for ext in (".png", ".jpg", ".jpeg", ".webp", ".bmp"))
 
 
-def planned_changes(config: BaseModel, default: BaseModel | None = None, prefix: str = "", planned: bool = False) -> list[str]:
-    """Paths of options the trainer does not act on yet (PLANNED, or inside a PLANNED group) whose
-    value differs from the default. Defaults of nested groups are the parent's defaults; an
-    optimizer parameter also counts as unchanged at that optimizer's own default."""
+def planned_changes(config: BaseModel, default: BaseModel | None = None, prefix: str = "", planned: bool = False,
+                    acted_on: tuple[str, ...] = ()) -> list[str]:
+    """Paths of options the trainer does not act on yet (PLANNED, or inside a PLANNED group but
+    for its `acted_on` fields) whose value differs from the default. Defaults of nested groups are
+    the parent's defaults; an optimizer parameter also counts as unchanged at that optimizer's own default."""
     default = default if default is not None else type(config)()
     own = optimizer_param_defaults(config.optimizer) if isinstance(config, OptimizerConfig) else {}
     out: list[str] = []
@@ -66,12 +67,12 @@ def planned_changes(config: BaseModel, default: BaseModel | None = None, prefix:
         meta = field_meta(type(config), name)
         if meta.get("compat"):
             continue
-        is_planned = planned or meta.get("status") == PLANNED
+        is_planned = (planned and name not in acted_on) or meta.get("status") == PLANNED
         path = join_path(prefix, name)
         value, default_value = getattr(config, name), getattr(default, name)
         kind, cls = nested_section(info.annotation)
         if kind == "section" and isinstance(value, BaseModel):
-            out += planned_changes(value, default_value, path, is_planned)
+            out += planned_changes(value, default_value, path, is_planned, meta.get("acted_on", ()))
         elif kind == "list" and not is_planned:
             for i, item in enumerate(value or []):
                 out += planned_changes(item, cls(), join_path(path, i))

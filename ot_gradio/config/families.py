@@ -32,9 +32,9 @@ KOHYA_LORA_UNREAD: dict[M, str] = {m: info.kohya_unread for m, info in FAMILIES.
 TEXT_ENCODER_NAMES: dict[M, tuple[str, ...]] = {
     m: info.text_encoder_labels for m, info in FAMILIES.items() if info.text_encoder_labels}
 
-# Parts that never train in any supported method (image encoders/decoders); the page shows only
-# their data type.
-FROZEN_PARTS = ("vae", "effnet_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan")
+# Parts that never train in any supported method (image encoders/decoders, Ideogram 4's
+# unconditional transformer); the page shows only their data type.
+FROZEN_PARTS = ("vae", "effnet_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan", "unconditional_transformer")
 
 
 def family_info(model_type: M | str) -> FamilyInfo | None:

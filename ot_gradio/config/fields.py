@@ -50,6 +50,7 @@ def opt(
     backup_must_match: bool = False,
     on_frozen_part: bool = False,
     text_encoder_only: bool = False,
+    acted_on: tuple[str, ...] = (),
 ) -> Any:
     """``compat=True`` marks OneTrainer bookkeeping kept so its configs round-trip (file names,
     remembered optimizer settings, ids): never reported as an unsupported option.
@@ -63,8 +64,11 @@ def opt(
     reach the training step (the memory probe's result is reused across it); ``backup_must_match``
     for a setting a backup must share with the run that continues it. A model part's setting:
     ``on_frozen_part`` also shown for a part that only loads and encodes (VAE, VQGAN...);
-    ``text_encoder_only`` shown only for text encoders."""
+    ``text_encoder_only`` shown only for text encoders. A PLANNED group's ``acted_on``: the names of
+    its fields the trainer does act on (the rest are planned)."""
     extra: dict[str, Any] = {"label": label, "tooltip": tooltip, "status": status}
+    if acted_on:
+        extra["acted_on"] = tuple(acted_on)
     if tab:
         extra["tab"] = tab
     if applies_when is not None:
@@ -259,7 +263,7 @@ def _bounds(info: Any) -> dict[str, float]:
 
 
 def iter_fields(model_cls: type[BaseModel], prefix: str = "", *, defaults: BaseModel | None = None,
-                tab: str | None = None, planned: bool = False) -> Iterator[FieldInfo]:
+                tab: str | None = None, planned: bool = False, acted_on: tuple[str, ...] = ()) -> Iterator[FieldInfo]:
     """Every option of ``model_cls`` and of the groups nested in it, depth first, in schema order.
 
     Defaults of nested groups are the parent's (e.g. ``text_encoder.stop_training_after`` is 30,
@@ -268,7 +272,7 @@ def iter_fields(model_cls: type[BaseModel], prefix: str = "", *, defaults: BaseM
     for name, info in model_cls.model_fields.items():
         meta = field_meta(model_cls, name)
         path = f"{prefix}{name}"
-        is_planned = planned or meta.get("status") == PLANNED
+        is_planned = (planned and name not in acted_on) or meta.get("status") == PLANNED
         field_tab = meta.get("tab") or tab
         kind, cls = nested_section(info.annotation)
         enum = enum_of(info.annotation)
@@ -284,6 +288,7 @@ def iter_fields(model_cls: type[BaseModel], prefix: str = "", *, defaults: BaseM
             backup_must_match=bool(meta.get("backup_must_match")),
         )
         if kind == "section":
-            yield from iter_fields(cls, f"{path}.", defaults=default, tab=field_tab, planned=is_planned)
+            yield from iter_fields(cls, f"{path}.", defaults=default, tab=field_tab, planned=is_planned,
+                                   acted_on=meta.get("acted_on", ()))
         elif kind == "list":
             yield from iter_fields(cls, f"{path}[].", defaults=cls(), tab=field_tab, planned=is_planned)

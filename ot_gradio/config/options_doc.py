@@ -101,12 +101,20 @@ def render() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def _part_status(part: FieldInfo, fields: list[FieldInfo]) -> str:
+    """", planned" for a planned part, naming the fields of it the trainer acts on all the same."""
+    if part.status != PLANNED:
+        return ""
+    acted = [f.path.split(".", 1)[1] for f in fields if f.path.startswith(part.path + ".") and f.status != PLANNED]
+    return ", planned" + (f" but for {', '.join(f'`{a}`' for a in acted)}" if acted else "")
+
+
 def _parts_section(fields: list[FieldInfo], parts: list[FieldInfo]) -> list[str]:
     out = [
         "## Model parts (Training tab)", "",
         "Each part of the model has its own group of these options; the page shows only the parts of",
         "the chosen model type. The parts: " + ", ".join(
-            f"`{p.path}` ({_cell(p.label)}{', planned' if p.status == PLANNED else ''})" for p in parts) + ".",
+            f"`{p.path}` ({_cell(p.label)}{_part_status(p, fields)})" for p in parts) + ".",
         "The table gives the `unet` part's defaults (keys written `<part>.key`); the other parts' own",
         "defaults follow it.", "", *TABLE_HEAD,
     ]

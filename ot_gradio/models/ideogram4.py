@@ -133,13 +133,14 @@ class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
             raise ValueError(f"{part}_layer_skip: Ideogram 4 reads 13 fixed hidden layers of its text encoder; set it to 0")
 
     def configure_flow(self, config) -> None:
-        """The run's token window; the text encoder stays frozen (refused); the embedders are kept
-        out of quantization."""
+        """The run's token window; the text encoder stays frozen (refused); the embedders of both
+        transformers are kept out of quantization."""
         if config.text_encoder.train:
             raise ValueError("text_encoder.train: Ideogram 4 trains the transformer only (as OneTrainer; "
                              "Ideogram4Pipeline loads transformer LoRAs only); turn it off")
         self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
         keep_embedders_unquantized(self.transformer)
+        keep_embedders_unquantized(self.unconditional_transformer)  # quantized in its own weight type too
 
     def resolution_shift(self, latents: torch.Tensor) -> float:
         """The pipeline's resolution-aware shift (its `_resolution_aware_mu` from 512 x 512, as

@@ -32,12 +32,21 @@ from typing import Any
 import torch
 
 from ..config.enums import DataType
+from ..config.families import family_info
 from ..config.flow_options import flow_matching_conflicts
 from .device import QUANTIZED_TYPES, Precision, quantized_part_trained
 from .distributed import Distributed
 from .loss import diffusion_loss
 from .masking import training_mask
-from .quantize import GGUF_A8_CODES, W8A8_CODES, gguf_a8_layers, quantization_filter, quantize_linear_layers, w8a8_kernel_problem
+from .quantize import (
+    BNB_TYPES,
+    GGUF_A8_CODES,
+    W8A8_CODES,
+    gguf_a8_layers,
+    quantization_filter,
+    quantize_linear_layers,
+    w8a8_kernel_problem,
+)
 from .schedules import make_schedule, schedule_kind
 from .vb_loss import VariationalBound
 
@@ -96,6 +105,32 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
                            f"{part}.model_name holds none (F32 / F16 / BF16 weights only): it trains as GGUF")
             if problem is not None:
                 warnings.append(problem)
+    warnings += quantize_waiting_modules(model, config, device, precision)
+    return warnings
+
+
+def quantize_waiting_modules(model: Any, config: Any, device: torch.device, precision: Precision) -> list[str]:
+    """The frozen modules beside the parts that have a config section of their own (Ideogram 4's
+    `unconditional_transformer`, the description's extra_params) in their section's weight type:
+    quantized where they wait (RAM), they take turns on the device for samples. bitsandbytes'
+    types are stored as FLOAT_8 there (their weights cannot move back from the GPU reliably: the
+    same 8 bits a weight as INT_8, twice NFLOAT_4's); returns the warnings."""
+    info = family_info(config.model_type)
+    names = [n for n in (info.extra_params if info is not None else {}) if n in type(config).model_fields and hasattr(model, n)]
+    warnings = []
+    for name in names:
+        module, data_type = getattr(model, name), DataType(getattr(config, name).weight_dtype)
+        if data_type in BNB_TYPES:
+            warnings.append(f"{name}.weight_dtype: {data_type.value} is stored as FLOAT_8 for the {name}, which waits in RAM and "
+                            "takes turns on the GPU for samples (bitsandbytes weights cannot move back from the GPU reliably)")
+            data_type = DataType.FLOAT_8
+        if data_type not in QUANTIZED_TYPES:
+            continue
+        home = next(module.parameters()).device
+        quantize_linear_layers(module, data_type, home, precision.dtype or torch.float32, name)
+        problem = w8a8_kernel_problem(data_type, device) if data_type in W8A8_CODES else None
+        if problem is not None and problem not in warnings:
+            warnings.append(problem)
     return warnings
 
 

@@ -300,6 +300,21 @@ def quantization_filter(config: Any) -> Callable[[str], bool] | None:
     return lambda name: any(e in name for e in entries)
 
 
+def _dtype_source(module: nn.Module) -> nn.Module | None:
+    """The layer whose weight diffusers (and transformers) read as the model's `dtype` (its first
+    floating parameter, past `_keep_in_fp32_modules`): the pipelines cast their inputs to that type, so
+    float8 codes there would make every input float8 (Ideogram 4's first layer is a Linear). That
+    layer stays in the compute type."""
+    if not isinstance(getattr(type(module), "dtype", None), property):  # not a diffusers / transformers model
+        return None
+    keep = getattr(module, "_keep_in_fp32_modules", None) or ()
+    for name, param in module.named_parameters():
+        if param.is_floating_point() and not any(k in name for k in keep):
+            owner = module.get_submodule(name.rpartition(".")[0]) if "." in name else module
+            return owner if type(owner) is nn.Linear else None
+    return None
+
+
 def quantize_linear_layers(module: nn.Module, data_type: DataType, device: torch.device, compute_dtype: torch.dtype, part: str,
                            include: Callable[[str], bool] | None = None) -> int:
     """Quantize the Linear layers of `module` in place (those `include(name)` accepts; all when
@@ -328,6 +343,9 @@ def quantize_linear_layers(module: nn.Module, data_type: DataType, device: torch
         if not targets:
             raise ValueError(f"quantization.layer_filter: matches no layer of {part}; check the names, or leave it blank "
                              "to quantize every Linear layer")
+    if data_type in (DataType.FLOAT_8, DataType.FLOAT_W8A8):
+        first = _dtype_source(module)
+        targets = [(name, child) for name, child in targets if child is not first]
     kernel = data_type in W8A8_CODES and w8a8_kernel_problem(data_type, device) is None
     for name, layer in targets:
         if data_type == DataType.FLOAT_8:

@@ -48,9 +48,13 @@ def _weights_table(config: dict[str, Any]) -> str:
         rows.append(f"| {part} | {n / 1e6:,.0f} M | {dtype} | {gb:.2f} GB |")
     in_ram = 0.0
     for name, (like, n, where) in EXTRA_PARAMS.get(str(config.get("model_type", "")), {}).items():
-        dtype = (config.get(like) or {}).get("weight_dtype", "FLOAT_32")
-        if dtype not in BYTES or dtype in LOADED_UNQUANTIZED:  # not quantized itself: loads in the compute type
-            dtype = str(config.get("train_dtype") or "FLOAT_32")
+        own = config.get(name)  # a module with a section of its own (Ideogram 4's unconditional transformer) is in its type
+        if isinstance(own, dict) and own.get("weight_dtype") in LOADED_UNQUANTIZED:
+            dtype = "FLOAT_8" if own["weight_dtype"] in ("INT_8", "NFLOAT_4") else own["weight_dtype"]  # training/diffusion.py
+        else:
+            dtype = (config.get(like) or {}).get("weight_dtype", "FLOAT_32")
+            if dtype not in BYTES or dtype in LOADED_UNQUANTIZED:  # not quantized itself: loads in the compute type
+                dtype = str(config.get("train_dtype") or "FLOAT_32")
         gb = n * BYTES.get(dtype, 4) / 1024**3
         if where == "RAM":
             in_ram += gb

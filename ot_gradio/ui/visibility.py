@@ -55,9 +55,10 @@ def part_of(path: str) -> str | None:
 
 
 def shown_parts(model_type: str | None) -> tuple[str, ...]:
-    """The parts of the chosen family; every part for a model type the table does not know."""
+    """The parts of the chosen family, and its frozen modules with a section of their own (Ideogram
+    4's unconditional transformer); every part for a model type the table does not know."""
     info = family_info(model_type) if model_type else None
-    return info.parts if info else model_parts()
+    return info.parts + tuple(n for n in info.extra_params if n in model_parts()) if info else model_parts()
 
 
 def part_field_shown(path: str) -> bool:

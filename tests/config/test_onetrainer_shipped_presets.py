@@ -18,9 +18,6 @@ from ot_gradio.runner.startcheck import start_problems
 PRESETS = Path(__file__).parent / "data" / "onetrainer-training-presets"
 ALL = sorted(PRESETS.glob("*/*.json"))
 TRAINED = ALL  # every model type OneTrainer ships a preset for, each preset's output format written as OneTrainer writes it
-# settings a preset gives that are kept but not applied (said in one warning on import): Ideogram 4's frozen
-# unconditional transformer loads in the transformer's weight type and always waits on the CPU
-IGNORED = {"Ideogram 4": "unconditional_transformer.weight_dtype, unconditional_transformer.offload_fraction"}
 
 
 def preset_id(path: Path) -> str:
@@ -48,7 +45,7 @@ def test_the_fixtures_are_every_preset_onetrainer_ships():
 def test_a_shipped_preset_of_a_model_type_we_train_passes_every_check_before_the_run(path, tmp_path):
     loaded = load_config(path)
     ignored = [w for w in loaded.warnings if "(kept, but ignored)" in w]
-    assert [w.rpartition(": ")[2] for w in ignored] == ([IGNORED[path.parent.name] + "."] if path.parent.name in IGNORED else [])
+    assert ignored == []  # every setting applied (Ideogram 4's unconditional transformer: its weight type, waiting in RAM)
     warnings = [w for w in loaded.warnings if w not in ignored]
     assert not [w for w in warnings if "dropped" in w or "weight_dtype" in w], loaded.warnings  # INT_W8A8 too: imported as it is
     data = pointed_at(path, tmp_path)
@@ -56,8 +53,7 @@ def test_a_shipped_preset_of_a_model_type_we_train_passes_every_check_before_the
     assert errors(config) == []
     assert start_problems(config, data) == []
     offload = [w for w in check(config) if "offload" in w and "will be ignored" not in w]
-    assert [w.rpartition(": ")[2] for w in check(config) if "will be ignored" in w] == (
-        [IGNORED[path.parent.name] + "."] if path.parent.name in IGNORED else [])  # the same, said again before the run
+    assert [w for w in check(config) if "will be ignored" in w] == []  # nor before the run
     fine_tune_offload = config.training_method.value == "FINE_TUNE" and config.transformer.offload_fraction > 0
     assert len(offload) == fine_tune_offload  # one warning: that fraction is not applied (offload.py)
 
