@@ -36,7 +36,8 @@ class ModelPartConfig(Section):
 class TransformerPartConfig(ModelPartConfig):
     """The denoising transformer, which (as OneTrainer's) may come from a file of its own."""
 
-    model_name: str = opt("", "Transformer file", "Load the transformer from this file instead of the base model (the base model's other parts and configs are kept): a .safetensors file, or a Hugging Face file address such as OneTrainer's DeTurbo presets give (https://huggingface.co/<owner>/<repo>/blob/main/<file>; downloaded once, read from the hub cache offline). Flux.1, Flux Fill, Chroma, Flux.2, Qwen-Image, Qwen-Image-Edit, Z-Image, Krea 2, ERNIE, Anima, Sana, Wan 2.1, Wan 2.2 TI2V 5B and HunyuanVideo. A .gguf file (Flux.1, Chroma, Flux.2, Qwen-Image, Qwen-Image-Edit, Z-Image, Krea 2, ERNIE, Anima, Wan 2.1, Wan 2.2 TI2V 5B, HunyuanVideo) loads with the weight data type GGUF, for a LoRA. Blank = from the base model.")
+    model_name: str = opt("", "Transformer file", "Load the transformer from this file instead of the base model, whose other parts and configs are kept: a .safetensors file, a .gguf file (weight data type GGUF, for a LoRA), or a Hugging Face file address as OneTrainer's DeTurbo presets give (https://huggingface.co/<owner>/<repo>/blob/main/<file>: downloaded once, then read from the hub cache). A family that reads no such file says so before the run (the README's family table lists them). Blank = from the base model.")
+
 
 
 class VaePartConfig(ModelPartConfig):
