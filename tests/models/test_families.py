@@ -41,6 +41,7 @@ FAMILIES = [
     Row("z-image", (M.Z_IMAGE,)),
     Row("qwen-image", (M.QWEN,)),
     Row("qwen-image-edit", (M.QWEN_IMAGE_EDIT,), single_file=False),
+    Row("qwen-image-edit-plus", (M.QWEN_IMAGE_EDIT,), single_file=False),  # Qwen-Image-Edit-2511: QwenImageEditPlusPipeline
     Row("krea2", (M.KREA_2,)),
     Row("anima", (M.ANIMA,)),
     Row("sana", (M.SANA,), single_file=False),
