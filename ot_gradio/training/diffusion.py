@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ..config.enums import DataType
+from ..config.enums import STORED_WHILE_WAITING, DataType
 from ..config.families import family_info
 from ..config.flow_options import flow_matching_conflicts
 from .device import QUANTIZED_TYPES, Precision, quantized_part_trained
@@ -39,7 +39,6 @@ from .distributed import Distributed
 from .loss import diffusion_loss
 from .masking import training_mask
 from .quantize import (
-    BNB_TYPES,
     GGUF_A8_CODES,
     W8A8_CODES,
     gguf_a8_layers,
@@ -112,18 +111,18 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
 def quantize_waiting_modules(model: Any, config: Any, device: torch.device, precision: Precision) -> list[str]:
     """The frozen modules beside the parts that have a config section of their own (Ideogram 4's
     `unconditional_transformer`, the description's extra_params) in their section's weight type:
-    quantized where they wait (RAM), they take turns on the device for samples. bitsandbytes'
-    types are stored as FLOAT_8 there (their weights cannot move back from the GPU reliably: the
-    same 8 bits a weight as INT_8, twice NFLOAT_4's); returns the warnings."""
+    quantized where they wait (RAM), they take turns on the device for samples; bitsandbytes'
+    types are stored as STORED_WHILE_WAITING says. Returns the warnings."""
     info = family_info(config.model_type)
     names = [n for n in (info.extra_params if info is not None else {}) if n in type(config).model_fields and hasattr(model, n)]
     warnings = []
     for name in names:
         module, data_type = getattr(model, name), DataType(getattr(config, name).weight_dtype)
-        if data_type in BNB_TYPES:
-            warnings.append(f"{name}.weight_dtype: {data_type.value} is stored as FLOAT_8 for the {name}, which waits in RAM and "
-                            "takes turns on the GPU for samples (bitsandbytes weights cannot move back from the GPU reliably)")
-            data_type = DataType.FLOAT_8
+        if data_type in STORED_WHILE_WAITING:
+            stored = STORED_WHILE_WAITING[data_type]
+            warnings.append(f"{name}.weight_dtype: {data_type.value} is stored as {stored.value} for the {name}, which waits in RAM "
+                            "and takes turns on the GPU for samples (bitsandbytes weights cannot move back from the GPU reliably)")
+            data_type = stored
         if data_type not in QUANTIZED_TYPES:
             continue
         home = next(module.parameters()).device
