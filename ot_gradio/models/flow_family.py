@@ -459,6 +459,10 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
             prompt_inputs = self.pipeline_inputs(prompt, negative_prompt, cfg_scale)
             pipe = self.pipeline()
             places.release(self.text_encoder_names, pipe)  # encoded: the text encoders leave before the denoiser runs
+            if int(steps) == 1 and getattr(pipe.scheduler.config, "shift_terminal", None):
+                # one step's only sigma is 1: stretching the schedule to end at shift_terminal divides
+                # 0 by 0 in diffusers' scheduler (Qwen-Image, LTX-2: a NaN, all-black image); the one step is 1 -> 0
+                pipe.scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config, shift_terminal=None)
             latents = pipe(
                 **prompt_inputs, **self.sampling_inputs(gen_h, gen_w, **inputs),
                 height=gen_h, width=gen_w, num_inference_steps=int(steps), generator=generator, output_type="latent",
