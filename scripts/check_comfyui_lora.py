@@ -52,6 +52,10 @@ FAMILIES = {
                      ("comfy.text_encoders.pixart_t5", "PixArtT5XXL")),
     "pixart-alpha": ("ot_gradio.models.pixart", "PixArtAlpha", ("ot_gradio.models.tiny.pixart", "tiny_pixart_components", ()),
                      ("comfy.text_encoders.pixart_t5", "PixArtT5XXL")),
+    "wan": ("ot_gradio.models.wan", "Wan21", ("ot_gradio.models.tiny.wan", "tiny_wan_components", ()),
+            ("comfy.text_encoders.wan", "WanT5Model")),
+    # its transformer only: OneTrainer trains no Anima text encoder, and a kohya one is refused
+    "anima": ("ot_gradio.models.anima", "Anima", ("ot_gradio.models.tiny.anima", "tiny_anima_components", ()), None),
 }
 
 
@@ -82,11 +86,11 @@ def _build(name: str):
     return family(**components) if name.startswith("pixart") else family(components)
 
 
-def _train_full(model, seed: int = 0) -> dict:
+def _train_full(model, seed: int = 0, text_encoders: bool = True) -> dict:
     from ot_gradio.training.lora import add_lora
 
     parts = {model.denoiser: "unet"}
-    if not type(model).__name__.startswith("Flux2"):  # Flux.2 trains its transformer only
+    if text_encoders:  # (Flux.2 and Anima train their transformer only)
         parts.update({te: "text_encoder" for te in model.text_encoder_names})
     gen = torch.Generator().manual_seed(seed)
     for part, kind in parts.items():
@@ -127,10 +131,20 @@ COMFY_MODELS = {
     "pixart": ("PixArt", lambda c: {"depth": c.num_layers, "hidden_size": c.num_attention_heads * c.attention_head_dim}),
     "z-image": ("Lumina2", lambda c: {"n_layers": c.n_layers, "dim": c.dim, "n_refiner_layers": c.n_refiner_layers}),
     "qwen-image": ("QwenImage", lambda c: {}),
+    "wan": ("WAN21", lambda c: {}),  # (its keys are the original ones: ComfyUI's generic map)
+    "anima": ("CosmosPredict2", lambda c: {}),  # Anima's DiT is Cosmos Predict2's, as ComfyUI detects it
 }
 COMFY_MODELS.update({"chroma": ("Chroma", COMFY_MODELS["flux"][1]), "flux2-dev": ("Flux2", COMFY_MODELS["flux"][1]),
                      "flux2-klein": ("Flux2", COMFY_MODELS["flux"][1]), "pixart-sigma": COMFY_MODELS["pixart"],
                      "pixart-alpha": COMFY_MODELS["pixart"]})
+
+
+def _diffusion_model_keys(path: Path) -> dict:
+    """The transformer's weights of our single file under the names ComfyUI's model holds them
+    (it drops a checkpoint's `model.diffusion_model.` and a Cosmos-style `net.` prefix on load)."""
+    from safetensors.torch import load_file
+
+    return {k.removeprefix("model.diffusion_model.").removeprefix("net."): v for k, v in load_file(str(path)).items()}
 
 
 def _comfy_model(name: str, transformer_config, weights: dict):
@@ -170,7 +184,6 @@ def check(name: str, fmt: str, work: Path) -> dict:
     import comfy.lora
     import comfy.lora_convert
     import comfy.utils
-    from safetensors.torch import load_file
 
     from ot_gradio.tools.convert import merge_into
     from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
@@ -179,8 +192,8 @@ def check(name: str, fmt: str, work: Path) -> dict:
     model = _build(name)
     base = work / f"{name}-base.safetensors"
     model.save_single_file(base, None)
-    weights = {k.removeprefix("model.diffusion_model."): v for k, v in load_file(str(base)).items()}
-    parts = _train_full(model)
+    weights = _diffusion_model_keys(base)
+    parts = _train_full(model, text_encoders=FAMILIES[name][3] is not None)
     lora = save_lora(work / f"{name}-{fmt}.safetensors", parts, module_names=model.lora_module_names(),
                      base_model_version=model.lora_base_model_version, lora_format=KOHYA if fmt == "kohya" else DIFFUSERS)
     comfy_model = _comfy_model(name, model.transformer.config, weights)
@@ -199,7 +212,7 @@ def check(name: str, fmt: str, work: Path) -> dict:
     merge_into(ours_model, loaded.parts, loaded.rank, loaded.alpha, 1.0)
     merged = work / f"{name}-{fmt}-merged.safetensors"
     ours_model.save_single_file(merged, None)
-    ours = {k.removeprefix("model.diffusion_model."): v for k, v in load_file(str(merged)).items()}
+    ours = _diffusion_model_keys(merged)
     changed = {k for k, v in ours.items() if not torch.equal(v, weights[k])}  # what our merge moved
     diff = max((float((theirs[k] - ours[k].float()).abs().max()) if k in theirs else float("inf") for k in changed),
                default=float("nan"))

@@ -1,5 +1,5 @@
 """Anima end to end on the tiny model: a LoRA trained by `python -m ot_gradio train` from our
-preset (FLOAT_8 transformer and Qwen3, attn1/attn2/ff layers, DIFFUSERS_LORA), loaded by diffusers'
+preset (FLOAT_8 transformer and Qwen3, attn1/attn2/ff layers) saved as DIFFUSERS_LORA, loaded by diffusers'
 own modular Anima pipeline (AnimaAutoBlocks from the folder's modular_model_index.json) with
 `load_lora_weights`, nothing ignored, and its image changes; and the flow-matching loss through
 Anima's predict falls with fixed noise and timesteps."""
@@ -43,6 +43,8 @@ def anima_image(pipe) -> np.ndarray:
 def test_lora_from_our_preset_trains_from_the_cli_and_loads_in_the_anima_pipeline(tiny_anima, shapes, tmp_path):
     config = imported(PRESETS_DIR / "anima-lora.json", tiny_anima.diffusers_dir, shapes, tmp_path, "lora.safetensors",
                       resolution="64", epochs=2, learning_rate=1e-2)
+    assert config["output_model_format"] == "KOHYA_LORA"  # as OneTrainer's preset (ComfyUI's layout); diffusers' pipeline reads:
+    config["output_model_format"] = "DIFFUSERS_LORA"
     train_from_cli(config, tmp_path)
     path = tmp_path / "out" / "lora.safetensors"
     with safe_open(str(path), "pt") as f:

@@ -29,7 +29,8 @@ def test_lora_from_clips_and_an_image_reloads_in_the_hunyuan_video_pipeline(tiny
     config = imported(PRESETS_DIR / "hunyuan-video-lora.json", tiny_hunyuan_video.diffusers_dir, data, tmp_path, "lora.safetensors",
                       resolution="64", frames="5", epochs=1, learning_rate=5e-2, lora_rank=4, lora_alpha=4.0, latent_caching=True,
                       sample_after=1, sample_after_unit="EPOCH", samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}])
-    assert (config["model_type"], config["output_model_format"], config["layer_filter_preset"]) == ("HUNYUAN_VIDEO", "DIFFUSERS_LORA", "blocks")
+    assert (config["model_type"], config["output_model_format"], config["layer_filter_preset"]) == ("HUNYUAN_VIDEO", "COMFY_LORA", "blocks")
+    config["output_model_format"] = "DIFFUSERS_LORA"  # the layout diffusers' pipeline loads (ComfyUI's: test_comfy_lora_names.py)
     _, keys = clip_run(config, tmp_path, frames=5)  # the samples are clips of the run's 5 frames
     assert any(k.startswith("transformer.transformer_blocks.0.attn.") for k in keys)
     assert any(k.startswith("transformer.single_transformer_blocks.0.") for k in keys)

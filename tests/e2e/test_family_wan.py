@@ -37,7 +37,7 @@ def _config(tiny_wan, data, tmp_path, **changes) -> dict:
     config = imported(PRESETS_DIR / "wan21-lora.json", tiny_wan.diffusers_dir, data, tmp_path, "lora.safetensors",
                       resolution="64", frames="5", frame_rate=24.0, epochs=1, learning_rate=5e-2, lora_rank=4, lora_alpha=4.0,
                       samples=[], latent_caching=True)
-    assert (config["model_type"], config["output_model_format"], config["text_encoder"]["train"]) == ("WAN_2_1", "DIFFUSERS_LORA", False)
+    assert (config["model_type"], config["output_model_format"], config["text_encoder"]["train"]) == ("WAN_2_1", "COMFY_LORA", False)
     config.update(changes)
     return config
 
@@ -49,8 +49,10 @@ def test_lora_from_clips_and_an_image_reloads_in_the_wan_pipeline(tiny_wan, tmp_
     warnings = [e["message"] for e in events if e["type"] == "warning"]
     for path in hostile.values():
         assert any(path.name in w for w in warnings), (path.name, warnings)
-    assert any(k.startswith("transformer.blocks.0.attn1.") for k in keys)
-    assert all(k.startswith("transformer.") for k in keys), keys  # the default layer preset: every linear layer
+    # the preset's COMFY_LORA file: Wan's original names (what ComfyUI maps), its blocks' layers only
+    # (attn-mlp), which diffusers' converter for such files reads too
+    assert any(k.startswith("lora_unet_blocks_0_self_attn_q.") for k in keys)
+    assert all(k.startswith("lora_unet_blocks_") for k in keys), keys
     pipe = local_pipeline(tiny_wan.diffusers_dir)
     before = _video(pipe)
     assert lora_load_problems(pipe, tmp_path / "out" / "lora.safetensors") == []

@@ -32,7 +32,8 @@ def test_a_low_noise_expert_lora_trains_in_its_range_and_loads_into_transformer_
                       lora_alpha=4.0, latent_caching=True, sample_after=1, sample_after_unit="EPOCH",
                       samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}],
                       timestep_shift=20.0)  # most draws would fall in the high-noise range but for the expert's range
-    assert (config["model_type"], config["output_model_format"]) == ("WAN_2_2_T2V_A14B", "DIFFUSERS_LORA")
+    assert (config["model_type"], config["output_model_format"]) == ("WAN_2_2_T2V_A14B", "COMFY_LORA")
+    config["output_model_format"] = "DIFFUSERS_LORA"  # the expert's layers loaded into the pipeline's transformer_2
     seen_t, sampled = [], []
     predict, sample = Wan22T2VA14B.predict, Wan22T2VA14B.sample
     monkeypatch.setattr(Wan22T2VA14B, "predict", lambda self, noisy, t, *a, **k: seen_t.append(t.clone()) or predict(self, noisy, t, *a, **k))

@@ -17,6 +17,7 @@ FAMILIES = {
         # KOHYA_LORA / COMFY_LORA: ComfyUI's names, q/k/v (and the single blocks' MLP input) one fused layer each
         # (models/comfy_lora_names.py hunyuan_video)
         lora_fused_qkv=True,
+        comfy_gap=("transformer", ("full", "attn-mlp", "attn-only", "blocks", "custom")),  # ComfyUI maps its original names only
         preset="hunyuan-video-lora", preset_note="512 px area, 17 frames at 24 fps",
         # hunyuanvideo-community/HunyuanVideo: transformer/config.json (20 double and 40 single blocks
         # of 3072), the llava-llama-3-8b text model (32 layers of 4096, 128,320 tokens) and

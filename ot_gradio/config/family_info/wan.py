@@ -7,12 +7,14 @@ from ..enums import ModelType as M
 from . import Sign, flow_transformer
 
 UMT5_XXL = 5_680_910_336  # google/umt5-xxl's encoder (24 layers of 4096, 256,384 tokens, embedding counted once)
+# ComfyUI maps Wan's original layer names only (scripts/check_comfyui_lora.py): a diffusers-layout file loads nothing there
+COMFY_GAP = ("transformer", ("full", "attn-mlp", "attn-only", "blocks", "custom"))
 
 FAMILIES = {
     M.WAN_2_1: flow_transformer(
         "WanPipeline", name="Wan 2.1", hub_repo="Wan-AI/Wan2.1-T2V-1.3B-Diffusers", lora_version="wan_2_1",
         frame_step=4,  # bucket step 16: VAE 8 x patch 2
-        text_encoder_labels=("UMT5",), preset="wan21-lora", preset_note="640 px area, 17 frames at 16 fps",
+        text_encoder_labels=("UMT5",), comfy_gap=COMFY_GAP, preset="wan21-lora", preset_note="640 px area, 17 frames at 16 fps",
         # Wan2.1-T2V-1.3B-Diffusers: transformer/config.json (30 layers of 1536, 12 heads, FFN 8960,
         # text width 4096), the UMT5-XXL encoder (24 layers of 4096, 256,384 tokens, embedding
         # counted once) and AutoencoderKLWan's defaults (base width 96, 16 latent channels)
@@ -21,7 +23,7 @@ FAMILIES = {
     M.WAN_2_2_TI2V_5B: flow_transformer(
         "WanPipeline", name="Wan 2.2 TI2V 5B", hub_repo="Wan-AI/Wan2.2-TI2V-5B-Diffusers", lora_version="wan_2_2_ti2v_5b",
         bucket_step=32, frame_step=4,  # bucket: VAE 16 x patch 2
-        text_encoder_labels=("UMT5",), preset="wan22-ti2v-5b-lora", preset_note="704 px area, 17 frames at 24 fps",
+        text_encoder_labels=("UMT5",), comfy_gap=COMFY_GAP, preset="wan22-ti2v-5b-lora", preset_note="704 px area, 17 frames at 24 fps",
         # Wan2.2-TI2V-5B-Diffusers: transformer/config.json (30 layers of 3072, 24 heads, FFN 14336,
         # 48 channels in and out), the same UMT5-XXL, and Wan 2.2's VAE (base width 160, decoder
         # 256, 48 latent channels, patch 2: 16x per side), counted on the meta device
@@ -30,7 +32,7 @@ FAMILIES = {
     M.WAN_2_2_T2V_A14B: flow_transformer(
         "WanPipeline", name="Wan 2.2 T2V A14B", hub_repo="Wan-AI/Wan2.2-T2V-A14B-Diffusers", lora_version="wan_2_2_t2v_a14b",
         transformer_file=False, gguf=False, frame_step=4,  # bucket step 16: VAE 8 x patch 2
-        text_encoder_labels=("UMT5",), preset="wan22-t2v-a14b-lora", preset_note="640 px area, 17 frames at 16 fps, the high-noise expert",
+        text_encoder_labels=("UMT5",), comfy_gap=COMFY_GAP, preset="wan22-t2v-a14b-lora", preset_note="640 px area, 17 frames at 16 fps, the high-noise expert",
         # Wan2.2-T2V-A14B-Diffusers: the transformer part is the expert a run trains (each: 40 layers
         # of 5120, 40 heads, FFN 13824, counted on the meta device); the other one waits on the CPU
         # until a sample. The same UMT5-XXL and Wan 2.1's VAE
