@@ -1,10 +1,11 @@
 """Load our KOHYA_LORA / DIFFUSERS_LORA files with ComfyUI's own code and compare with our merge.
 
     python scripts/check_comfyui_lora.py --comfyui /path/to/ComfyUI [--family flux ...] [--format kohya ...]
+        [--layer-preset attn-only]
 
 ComfyUI's source is imported from the given folder (never part of this repository). For each
-family a tiny model is built, every layer (`full`, text encoders where the family trains them)
-gets a random LoRA, and the file is written as training writes it. ComfyUI then loads the
+family a tiny model is built, every layer (`full`, or the layers `--layer-preset` takes; text
+encoders where the family trains them) gets a random LoRA, and the file is written as training writes it. ComfyUI then loads the
 transformer file we write (ORIGINAL_TRANSFORMER), maps the
 LoRA with `comfy.lora.model_lora_keys_unet` (over its model class holding our tiny transformer's
 original-layout weights) and `model_lora_keys_clip` (its text encoders built at full size on the
@@ -62,6 +63,8 @@ FAMILIES = {
 def import_comfyui(path: Path) -> None:
     """ComfyUI's package from the source folder `path`, importable here (a torchvision stand-in
     where it is not installed, its CPU mode on)."""
+    import tests.comfy_reference  # noqa: F401  (first: ComfyUI's own `tests` package would hide ours)
+
     sys.path.insert(0, str(path))
     import diffusers  # noqa: F401  (they decide on torchvision before the stand-in exists)
     import transformers  # noqa: F401
@@ -86,7 +89,7 @@ def _build(name: str):
     return family(**components) if name.startswith("pixart") else family(components)
 
 
-def _train_full(model, seed: int = 0, text_encoders: bool = True) -> dict:
+def _train_full(model, seed: int = 0, preset: str = "full", text_encoders: bool = True) -> dict:
     from ot_gradio.training.lora import add_lora
 
     parts = {model.denoiser: "unet"}
@@ -94,7 +97,7 @@ def _train_full(model, seed: int = 0, text_encoders: bool = True) -> dict:
         parts.update({te: "text_encoder" for te in model.text_encoder_names})
     gen = torch.Generator().manual_seed(seed)
     for part, kind in parts.items():
-        add_lora(getattr(model, part), kind=kind, rank=4, alpha=1.0, dropout=0.0, layer_preset="full",
+        add_lora(getattr(model, part), kind=kind, rank=4, alpha=1.0, dropout=0.0, layer_preset=preset,
                  presets=model.lora_layer_presets.get(part))
         for p in getattr(model, part).parameters():
             if p.requires_grad:
@@ -180,7 +183,7 @@ def _patched(patches: dict, weights: dict) -> dict:
     return out
 
 
-def check(name: str, fmt: str, work: Path) -> dict:
+def check(name: str, fmt: str, work: Path, preset: str = "full") -> dict:
     import comfy.lora
     import comfy.lora_convert
     import comfy.utils
@@ -193,7 +196,7 @@ def check(name: str, fmt: str, work: Path) -> dict:
     base = work / f"{name}-base.safetensors"
     model.save_single_file(base, None)
     weights = _diffusion_model_keys(base)
-    parts = _train_full(model, text_encoders=FAMILIES[name][3] is not None)
+    parts = _train_full(model, preset=preset, text_encoders=FAMILIES[name][3] is not None)
     lora = save_lora(work / f"{name}-{fmt}.safetensors", parts, module_names=model.lora_module_names(),
                      base_model_version=model.lora_base_model_version, lora_format=KOHYA if fmt == "kohya" else DIFFUSERS)
     comfy_model = _comfy_model(name, model.transformer.config, weights)
@@ -220,11 +223,12 @@ def check(name: str, fmt: str, work: Path) -> dict:
             "weights_patched": len(theirs), "weights_merged": len(changed)}
 
 
-def check_hunyuan_video(fmt: str, work: Path) -> dict:
+def check_hunyuan_video(fmt: str, work: Path, preset: str = "full") -> dict:
     """HunyuanVideo (no original single file of ours to patch): ComfyUI's HunyuanVideo model over zero
     original weights, shaped as tests/comfy_reference.py `hunyuan_video_rows` gives them, is patched
     with our file and compared with the DIFFUSERS_LORA file's deltas stacked as diffusers' converter
-    splits those weights (q/k/v and the single blocks' MLP input fused; final_layer's halves swapped).
+    splits those weights (q/k/v and the single blocks' MLP input fused; final_layer's halves swapped;
+    zero rows for a layer `preset` leaves out of a fused weight, and a weight of none left alone).
     Text-encoder layers are checked against ComfyUI's HunyuanVideoClipModel map."""
     import comfy.lora
     import comfy.lora_convert
@@ -239,7 +243,7 @@ def check_hunyuan_video(fmt: str, work: Path) -> dict:
     from tests.comfy_reference import hunyuan_video_rows
 
     model = HunyuanVideo(tiny_hunyuan_video_components())
-    parts = _train_full(model)
+    parts = _train_full(model, preset=preset)
     tr, modules = model.transformer.config, dict(base_module(model.transformer).named_modules())
     rows = hunyuan_video_rows(tr.num_layers, tr.num_single_layers, tr.num_refiner_layers)
     shape = {k: getattr(modules[p], "base_layer", modules[p]).weight.shape for k, (ps, _) in rows.items() for p in ps[:1]}
@@ -264,13 +268,18 @@ def check_hunyuan_video(fmt: str, work: Path) -> dict:
     theirs = _patched(comfy.lora.load_lora(file, unet_map), weights)
     logging.disable(logging.NOTSET)
     peft = load_file(str(save_lora(work / "hunyuan-peft.safetensors", {"transformer": parts["transformer"]}, lora_format=DIFFUSERS)))
-    diff = 0.0
+    diff, trained = 0.0, 0
     for key, (paths, swap) in rows.items():
-        delta = torch.cat([peft[f"transformer.{p}.lora_B.weight"] @ peft[f"transformer.{p}.lora_A.weight"] for p in paths])
+        deltas = [peft[f"transformer.{p}.lora_B.weight"] @ peft[f"transformer.{p}.lora_A.weight"]
+                  if f"transformer.{p}.lora_B.weight" in peft else torch.zeros(getattr(modules[p], "base_layer", modules[p]).weight.shape)
+                  for p in paths]
+        delta = torch.cat(deltas)
         delta = torch.cat(delta.chunk(2)[::-1]) if swap else delta
-        diff = max(diff, float((theirs[f"{key}.weight"] - delta).abs().max()) if f"{key}.weight" in theirs else float("inf"))
+        trained += any(f"transformer.{p}.lora_B.weight" in peft for p in paths)
+        patched = theirs.get(f"{key}.weight", weights[f"{key}.weight"])  # not patched: the zero weight stays
+        diff = max(diff, float((patched - delta).abs().max()))
     return {"family": "hunyuan-video", "format": fmt, "layers": len(layers), "skipped": skipped, "max_diff": diff,
-            "weights_patched": len(theirs), "weights_merged": len(rows)}
+            "weights_patched": len(theirs), "weights_merged": trained}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--comfyui", required=True, type=Path, help="a ComfyUI source folder (holding comfy/lora.py)")
     parser.add_argument("--family", action="append", choices=sorted([*FAMILIES, "hunyuan-video"]), help="default: all")
     parser.add_argument("--format", action="append", choices=("kohya", "diffusers"), help="default: both")
+    parser.add_argument("--layer-preset", default="full",
+                        help="the layers trained (a preset of the family's layer_filter_preset, e.g. attn-only); default: full")
     args = parser.parse_args(argv)
     if not (args.comfyui / "comfy" / "lora.py").is_file():
         parser.error(f"--comfyui: {args.comfyui} holds no comfy/lora.py; give a ComfyUI source folder")
@@ -290,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{name:13} {fmt:9} not checked: ComfyUI maps no diffusers names for HunyuanVideo (use COMFY_LORA)")
                     continue
                 torch.manual_seed(0)
-                r = check_hunyuan_video(fmt, Path(tmp)) if name == "hunyuan-video" else check(name, fmt, Path(tmp))
+                preset = args.layer_preset
+                r = check_hunyuan_video(fmt, Path(tmp), preset) if name == "hunyuan-video" else check(name, fmt, Path(tmp), preset)
                 if "error" in r:
                     print(f"{name:13} {fmt:9} {r['error']}")
                     continue

@@ -384,7 +384,9 @@ def dora_format_problem(config: Any) -> str | None:
 
 def fused_lora_problem(config: Any) -> str | None:
     """A family whose KOHYA_LORA / COMFY_LORA write q, k and v as one layer on the fused qkv
-    (`lora_fused_qkv`): only a plain LoRA's three deltas are one such layer exactly."""
+    (`lora_fused_qkv`): only a plain LoRA's three deltas are one such layer exactly (those of a layer
+    filter that trains part of the fused weight too, the rest zero rows); whatever the layer filter,
+    another adapter does not fuse, so it is refused here, before the model loads."""
     info = family_info(config.model_type)
     kind = str(getattr(config.peft_type, "value", config.peft_type))
     if (info is None or not info.lora_fused_qkv or config.training_method != TrainingMethod.LORA

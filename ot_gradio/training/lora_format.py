@@ -33,9 +33,9 @@ from torch import nn
 from ot_gradio.config.resolution import parse_resolutions
 from ot_gradio.models.comfy_lora_names import is_full_name
 from ot_gradio.models.common import save_safetensors
-from ot_gradio.models.key_layout import LayerName, layer_rows
+from ot_gradio.models.key_layout import LayerName, fused_groups, layer_rows
 from ot_gradio.training.lora import lora_rank_alpha, lora_state_dict, text_model_prefix
-from ot_gradio.training.lora_fusion import check_whole_groups, fuse_layers, fused_groups, split_layer, swap_halves
+from ot_gradio.training.lora_fusion import fuse_layers, split_layer, swap_halves
 from ot_gradio.training.lora_variants import (
     DORA_IN,
     OFT_2,
@@ -305,8 +305,8 @@ def _to_kohya(
 def _kohya_layers(part: str, layers: Mapping[str, dict[str, torch.Tensor]], base_model_version: str,
                   names: Mapping[str, str]) -> dict[str, tuple[dict[str, torch.Tensor], int]]:
     """kohya layer name -> (peft-form layer, how many layers it fuses): the layers one name is
-    given to (an original fused q/k/v) are one layer on the fused weight (training/lora_fusion.py)."""
-    check_whole_groups(names, layers)
+    given to (an original fused q/k/v) are one layer on the fused weight (training/lora_fusion.py),
+    the ones not trained zero blocks in it."""
     groups: dict[str, list[str]] = {}
     for path in layers:
         groups.setdefault(kohya_name(part, path, base_model_version, names), []).append(path)
@@ -314,7 +314,8 @@ def _kohya_layers(part: str, layers: Mapping[str, dict[str, torch.Tensor]], base
     out = {}
     for name, paths in groups.items():
         members = fused.get(name, paths)
-        layer, count = (layers[paths[0]], 1) if len(members) == 1 else (fuse_layers(name, [layers[p] for p in members]), len(members))
+        layer, count = (layers[paths[0]], 1) if len(members) == 1 else (
+            fuse_layers(name, [layers.get(p) for p in members], layer_rows(name)[0]), len(members))
         out[name] = (swap_halves(name, layer) if layer_rows(name)[1] else layer, count)
     return out
 
@@ -483,7 +484,9 @@ def _layers_from_kohya(
             widths, swap = layer_rows(spelled.get(name, name))
             peft_form = swap_halves(name, peft_form) if swap else peft_form
             split = split_layer(name, peft_form, alpha, len(members), widths) if len(members) > 1 else [(peft_form, alpha)]
-            layers.update({member: (t, a, True) for member, (t, a) in zip(members, split, strict=True)})
+            for member, got in zip(members, split, strict=True):
+                if got is not None:  # None: a member our writer filled with zeros (not trained)
+                    layers[member] = (*got, True)
             continue
         prefix = next((p for p in _KOHYA_READ_PREFIX if name.startswith(p)), None)
         if prefix is None:

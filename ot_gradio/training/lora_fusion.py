@@ -1,26 +1,30 @@
 """LoRA layers on q, k and v written as one layer on the original model's fused `qkv` (what
 OneTrainer's KOHYA_LORA / COMFY_LORA files hold for the families whose original layout fuses them:
-Ideogram 4), and read back.
+Ideogram 4, HunyuanVideo), and read back.
 
 We train one adapter per diffusers Linear; their concatenated delta is exactly one LoRA on the
 fused weight: its down (A) the three downs stacked, its up (B) the three ups block-diagonal, so
 rank and alpha grow by the number of members and alpha / rank, hence every row of the delta, is
-unchanged. DoRA on the output axis fuses as exactly (a magnitude and a norm per output row); DoRA
-on the input axis, LoHa, LoKr and OFT do not, and are refused.
+unchanged. A member the layer filter did not train is a zero block at the same rank (zero down
+rows, zero up rows), so the fused delta is zero on its rows and reading drops it again. DoRA on
+the output axis fuses as exactly (a magnitude and a norm per output row), but not in part (the
+other rows' magnitudes would be the base weight's norms); DoRA on the input axis, LoHa, LoKr and
+OFT do not fuse, and are refused.
 
 Reading splits the fused up by rows into the members' widths (the model's: HunyuanVideo's
-single-block `linear1` fuses q, k, v and its wider MLP input; equal parts where none are given). A block-diagonal up (our own files) gives each member its own block, so
-the rank comes back; any other (OneTrainer trains one adapter on the fused layer) gives each member
-its rows of the up and the whole down, at the file's rank.
+single-block `linear1` fuses q, k, v and its wider MLP input; equal parts where none are given).
+A block-diagonal up (our own files) gives each member its own block, so the rank comes back (a
+member whose down rows and block are all zero was not trained: dropped); any other (OneTrainer
+trains one adapter on the fused layer) gives each member its rows of the up and the whole down,
+at the file's rank.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
-from ot_gradio.models.key_layout import fused_groups
 from ot_gradio.training.lora_variants import DORA_OUT, LORA_KEYS
 
 _DOWN, _UP = LORA_KEYS
@@ -32,27 +36,40 @@ def _plain_or_output_dora(name: str, tensors: Mapping[str, torch.Tensor], what: 
                          f"output axis only (got {sorted(tensors)}); train LoRA, or save as DIFFUSERS_LORA")
 
 
-def fuse_layers(name: str, members: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def fuse_layers(name: str, members: Sequence[Mapping[str, torch.Tensor] | None],
+                widths: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
     """One peft-form layer (rank x len(members); write it at alpha x len(members)) whose delta is
-    the members' deltas stacked by rows, in order."""
-    for layer in members:
+    the members' deltas stacked by rows, in order. A member not trained (None: the layer filter
+    took part of the fused weight) is a zero block at the same rank, its down rows zero too (so
+    reading drops it again), `widths[i]` rows (None: as wide as the others); alpha / rank stays."""
+    trained = [layer for layer in members if layer is not None]
+    for layer in trained:
         _plain_or_output_dora(name, layer)
-    if len({DORA_OUT in layer for layer in members}) > 1:
+    if len({DORA_OUT in layer for layer in trained}) > 1:
         raise ValueError(f"LoRA layer {name!r}: its q, k and v layers are not all DoRA or all LoRA")
-    ups = [layer[_UP].float() for layer in members]
-    dtype = members[0][_UP].dtype
-    out = {_DOWN: torch.cat([layer[_DOWN] for layer in members]),
-           _UP: torch.block_diag(*[u.flatten(1) for u in ups]).reshape(sum(u.shape[0] for u in ups), -1, *ups[0].shape[2:]).to(dtype)}
-    if DORA_OUT in members[0]:
-        out[DORA_OUT] = torch.cat([layer[DORA_OUT] for layer in members])
+    if DORA_OUT in trained[0] and len(trained) < len(members):
+        raise ValueError(f"LoRA layer {name!r} is one fused weight whose layers are trained only in part: DoRA would need the "
+                         "base weight's norms for the rest; train all of them (see layer_filter), a plain LoRA, or save as "
+                         "DIFFUSERS_LORA")
+    down, up = trained[0][_DOWN], trained[0][_UP]
+    if widths is not None and len(widths) != len(members):
+        raise ValueError(f"LoRA layer {name!r}: {len(members)} layers but {len(widths)} widths")
+    downs = [layer[_DOWN] if layer is not None else torch.zeros_like(down) for layer in members]
+    ups = [(layer[_UP] if layer is not None else up.new_zeros(up.shape[0] if widths is None else widths[i], *up.shape[1:])).float()
+           for i, layer in enumerate(members)]
+    out = {_DOWN: torch.cat(downs),
+           _UP: torch.block_diag(*[u.flatten(1) for u in ups]).reshape(sum(u.shape[0] for u in ups), -1, *ups[0].shape[2:]).to(up.dtype)}
+    if DORA_OUT in trained[0]:
+        out[DORA_OUT] = torch.cat([layer[DORA_OUT] for layer in trained])
     return out
 
 
 def split_layer(name: str, tensors: Mapping[str, torch.Tensor], alpha: float | None, count: int,
-                widths: Sequence[int] | None = None) -> list[tuple[dict[str, torch.Tensor], float | None]]:
+                widths: Sequence[int] | None = None) -> list[tuple[dict[str, torch.Tensor], float | None] | None]:
     """The `count` member layers (each with its alpha) of fused layer `name`, as `fuse_layers`
     describes; their deltas at alpha / rank are the fused delta's row blocks, `widths` rows each
-    (the members' output widths, from the model; None: equal parts)."""
+    (the members' output widths, from the model; None: equal parts). A block-diagonal member whose
+    down and up are all zero was not trained (`fuse_layers`' zero block): None."""
     _plain_or_output_dora(name, tensors)
     down, up = tensors[_DOWN], tensors[_UP]
     rank = down.shape[0]
@@ -69,11 +86,14 @@ def split_layer(name: str, tensors: Mapping[str, torch.Tensor], alpha: float | N
     width = rank // count
     diagonal = rank % count == 0 and all(
         not torch.any(b[:, :i * width]) and not torch.any(b[:, (i + 1) * width:]) for i, b in enumerate(blocks))
-    out = []
+    out: list[tuple[dict[str, torch.Tensor], float | None] | None] = []
     for i, block in enumerate(blocks):
         if diagonal:
             layer = {_DOWN: down[i * width:(i + 1) * width], _UP: block[:, i * width:(i + 1) * width]}
             layer_alpha = alpha / count  # the same alpha / rank at a rank count times smaller
+            if DORA_OUT not in tensors and not torch.any(layer[_DOWN]) and not torch.any(layer[_UP]):
+                out.append(None)
+                continue
         else:
             layer, layer_alpha = {_DOWN: down, _UP: block}, alpha
         if DORA_OUT in tensors:
@@ -95,13 +115,3 @@ def swap_halves(name: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, tor
         return torch.cat([b, a]).contiguous()
 
     return {k: swap(v) if k in (_UP, DORA_OUT) else v for k, v in tensors.items()}
-
-
-def check_whole_groups(names: Mapping[str, str], trained: Iterable[str]) -> None:
-    """A fused weight's layers are trained all or none (a fused layer covers all its rows)."""
-    trained = set(trained)
-    for name, members in fused_groups(names).items():
-        if len(members) > 1 and trained & set(members) and not set(members) <= trained:
-            raise ValueError(f"LoRA layer {name!r} is one fused weight of {', '.join(members)}; train all of them or none "
-                             f"(trained: {', '.join(m for m in members if m in trained)}; see layer_filter), or save as "
-                             "DIFFUSERS_LORA")

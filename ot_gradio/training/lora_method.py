@@ -16,9 +16,8 @@ from ..config.parts import learning_rate_or_base
 from .device import output_dtype
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
-from .lora import add_lora, has_lora, load_lora_state_dict, lora_layers, lora_state_dict
+from .lora import add_lora, has_lora, load_lora_state_dict, lora_state_dict
 from .lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
-from .lora_fusion import check_whole_groups
 from .lora_variants import AdapterSpec, check_output_format, check_start_file
 from .method_base import register
 from .output_metadata import largest_resolution, model_metadata
@@ -98,10 +97,6 @@ class LoraMethod(EmbeddingSupport):
                 load_lora_state_dict(getattr(model, part), start.parts[part], kind=kind)
             getattr(model, part).to(device)
             groups.append(ParamGroup(name=part, params=params, lr=learning_rate_or_base(part_cfg.learning_rate, config.learning_rate)))
-        if lora_file_format(config.output_model_format) == KOHYA:  # a fused q/k/v weight's layers train all or none
-            for part, names in kohya_module_names(model).items():
-                if has_lora(getattr(model, part)):
-                    check_whole_groups(names, lora_layers(getattr(model, part)))
         return groups + self.setup_embeddings(model, config, device)
 
     def trainable_state(self, model: Any) -> dict[str, torch.Tensor]:

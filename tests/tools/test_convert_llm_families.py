@@ -92,16 +92,18 @@ def test_merge_reads_our_own_kohya_files_with_the_text_encoder(model_type, tmp_p
 FUSED_QKV = {"IDEOGRAM_4": "tiny:ideogram4", "HUNYUAN_VIDEO": "tiny:hunyuan_video"}
 
 
-@pytest.mark.parametrize("model_type", FUSED_QKV)
-def test_a_fused_qkv_comfy_lora_merges_and_converts_as_its_diffusers_twin(model_type, tmp_path):
+@pytest.mark.parametrize(("model_type", "preset"), [*((m, "full") for m in FUSED_QKV), ("HUNYUAN_VIDEO", "attn-only")])
+def test_a_fused_qkv_comfy_lora_merges_and_converts_as_its_diffusers_twin(model_type, preset, tmp_path):
     """The COMFY_LORA file (q/k/v fused) and the DIFFUSERS_LORA file of one LoRA: merge puts the
-    same weights into the base model, and each converts into the other exactly."""
+    same weights into the base model, and each converts into the other exactly; also when the
+    layer filter trains part of a fused weight (attn-only: linear1 without its MLP input)."""
     from ot_gradio.models.tiny import resolve_tiny
 
     base = resolve_tiny(FUSED_QKV[model_type]).diffusers_dir
-    files = random_lora_files(model_type, base, ("COMFY_LORA", "DIFFUSERS_LORA"), tmp_path, layer_filter_preset="full",
+    files = random_lora_files(model_type, base, ("COMFY_LORA", "DIFFUSERS_LORA"), tmp_path, layer_filter_preset=preset,
                               text_encoder={"train": False})
-    assert any(".qkv." in k for k in load_file(str(files["COMFY_LORA"])))
+    assert any(".qkv." in k or ".linear1." in k for k in load_file(str(files["COMFY_LORA"])))
+    trained = {k.split(".lora_")[0].removeprefix("transformer.") + ".weight" for k in load_file(str(files["DIFFUSERS_LORA"]))}
     merged = {}
     for fmt, path in files.items():
         result = run_inline("convert", {"operation": "merge", "model_type": model_type, "base": str(base), "lora": str(path),
@@ -111,7 +113,8 @@ def test_a_fused_qkv_comfy_lora_merges_and_converts_as_its_diffusers_twin(model_
     original = _transformer(base)
     assert merged["COMFY_LORA"].keys() == merged["DIFFUSERS_LORA"].keys() == original.keys()
     qkv = [k for k in original if k.endswith(".weight") and any(f".{n}." in k for n in ("to_q", "to_k", "to_v", "add_q_proj", "proj_mlp"))]
-    assert qkv and all(not torch.equal(merged["COMFY_LORA"][k], original[k]) for k in qkv)
+    assert qkv and all(torch.equal(merged["COMFY_LORA"][k], original[k]) != (k in trained) for k in qkv)
+    assert preset == "full" or any(k not in trained for k in qkv)  # some fused weight trained in part
     for key, weight in merged["DIFFUSERS_LORA"].items():
         torch.testing.assert_close(merged["COMFY_LORA"][key], weight, rtol=1e-6, atol=1e-6)
     for source, target, to in (("COMFY_LORA", "DIFFUSERS_LORA", "diffusers"), ("DIFFUSERS_LORA", "COMFY_LORA", "kohya")):

@@ -130,31 +130,40 @@ def comfy_names(name: str, model) -> set[str]:
     return ref.pixart_map(tr.num_layers, micro) | ref.t5_map(model.text_encoder.config.num_layers, clip_l=False)
 
 
-def _train_full(model) -> dict:
+def _train_full(model, preset: str = "full", layer_filter: str = "") -> dict:
+    """LoRA on the layers `preset` (custom: `layer_filter`, the transformer's only) selects, random weights."""
     from ot_gradio.training.lora import add_lora
 
     parts = {model.denoiser: "unet"}
-    if not type(model).__name__.startswith(("Flux2", "HiDream", "Anima")):  # Flux.2, HiDream and Anima: the transformer only
+    if not type(model).__name__.startswith(("Flux2", "HiDream", "Anima", "Ideogram")):  # these: the transformer only
         parts.update({te: "text_encoder" for te in model.text_encoder_names})
     presets = model.lora_layer_presets
     gen = torch.Generator().manual_seed(0)
     for part, kind in parts.items():
-        add_lora(getattr(model, part), kind=kind, rank=2, alpha=1.0, dropout=0.0, layer_preset="full", presets=presets.get(part))
+        custom = kind == "unet" or preset != "custom"
+        add_lora(getattr(model, part), kind=kind, rank=2, alpha=1.0, dropout=0.0, layer_preset=preset if custom else "full",
+                 layer_filter=layer_filter if kind == "unet" else "", presets=presets.get(part))
         for p in getattr(model, part).parameters():
             if p.requires_grad:
                 p.data = torch.randn(p.shape, generator=gen)
     return {part: getattr(model, part) for part in parts}
 
 
-@pytest.mark.parametrize("name", FAMILIES)
-def test_every_kohya_layer_name_is_one_comfyui_maps_and_reads_back(name, tmp_path):
+# a layer filter that trains part of a fused weight (the single blocks' linear1 without its MLP input):
+# written as the fused layer with zero blocks, read back as the layers trained
+PARTIAL_FUSED = [("hunyuan-video", "attn-only", "")]
+
+
+@pytest.mark.parametrize(("name", "preset"), [(f, "full") for f in FAMILIES] + [p[:2] for p in PARTIAL_FUSED],
+                         ids=list(FAMILIES) + [f"{p[0]}-{p[1]}" for p in PARTIAL_FUSED])
+def test_every_kohya_layer_name_is_one_comfyui_maps_and_reads_back(name, preset, tmp_path):
     from safetensors import safe_open
 
     from ot_gradio.training.lora import lora_state_dict
     from ot_gradio.training.lora_format import KOHYA, load_lora_file, save_lora
 
     model = _model(name)
-    parts = _train_full(model)
+    parts = _train_full(model, preset)
     names = model.lora_module_names()
     path = save_lora(tmp_path / "k.safetensors", parts, base_model_version=model.lora_base_model_version, lora_format=KOHYA,
                      module_names=names)
@@ -249,33 +258,60 @@ def test_comfyui_maps_every_layer_of_a_hidream_diffusers_lora(tmp_path):
     assert layers and not sorted(layers - comfy_names("hidream", model))
 
 
-def test_hunyuan_video_comfy_file_applied_as_comfyui_does_is_the_diffusers_file(tmp_path):
+def _ideogram4_rows(num_layers: int) -> dict[str, tuple[list[str], bool]]:
+    """Ideogram 4's fused weights: each block's `attention.qkv` stacks q, k and v (OneTrainer's IdeogramModel)."""
+    return {f"layers.{i}.attention.qkv": ([f"layers.{i}.attention.{n}" for n in ("to_q", "to_k", "to_v")], False)
+            for i in range(num_layers)}
+
+
+# family, preset, custom layer filter: full, and layer filters that train part of fused weights
+APPLIED = [("hunyuan-video", "full", ""), ("hunyuan-video", "attn-only", ""), ("ideogram4", "custom", "attention.to_q,attention.to_k")]
+
+
+@pytest.mark.parametrize(("name", "preset", "layer_filter"), APPLIED, ids=[f"{a}-{b}" for a, b, _ in APPLIED])
+def test_a_fused_comfy_file_applied_as_comfyui_does_is_the_diffusers_file(name, preset, layer_filter, tmp_path):
     """Each layer of our COMFY_LORA file, applied to its original weight as ComfyUI's calculate_weight
     does (up @ down * alpha / rank), is exactly the DIFFUSERS_LORA file's deltas stacked into that
     weight as diffusers' converter splits it (fused q/k/v and the wider MLP input; the final
-    modulation's halves swapped); every original weight is patched, none dropped."""
+    modulation's halves swapped), zero rows for a layer the filter left out; every original weight
+    with a trained layer is patched, none dropped, and the file reads back as the trained layers."""
     from safetensors.torch import load_file
 
-    from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, save_lora
+    from ot_gradio.training.lora import lora_state_dict
+    from ot_gradio.training.lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
 
-    model = _model("hunyuan-video")
-    parts = _train_full(model)
-    comfy = load_file(str(save_lora(tmp_path / "c.safetensors", parts, base_model_version=model.lora_base_model_version,
-                                    lora_format=KOHYA, module_names=model.lora_module_names())))
+    model = _model(name)
+    parts = _train_full(model, preset, layer_filter)
+    path = save_lora(tmp_path / "c.safetensors", parts, base_model_version=model.lora_base_model_version,
+                     lora_format=KOHYA, module_names=model.lora_module_names())
+    comfy = load_file(str(path))
     peft = load_file(str(save_lora(tmp_path / "d.safetensors", parts, lora_format=DIFFUSERS)))  # alpha / rank folded into lora_B
     theirs = {}
     for key in {k.rsplit(".", 2)[0] for k in comfy if k.endswith(".lora_down.weight") and k.startswith("diffusion_model.")}:
         down, up = comfy[f"{key}.lora_down.weight"], comfy[f"{key}.lora_up.weight"]
         theirs[key.removeprefix("diffusion_model.")] = up @ down * (comfy[f"{key}.alpha"].item() / down.shape[0])
     tr = model.transformer.config
-    rows = ref.hunyuan_video_rows(tr.num_layers, tr.num_single_layers, tr.num_refiner_layers)
-    assert theirs.keys() == set(ref.hunyuan_video_original(tr.num_layers, tr.num_single_layers, tr.num_refiner_layers, True)) == rows.keys()
-    for key, (layers, swap) in rows.items():
-        deltas = [peft[f"transformer.{p}.lora_B.weight"] @ peft[f"transformer.{p}.lora_A.weight"] for p in layers]
+    if name == "hunyuan-video":
+        rows = ref.hunyuan_video_rows(tr.num_layers, tr.num_single_layers, tr.num_refiner_layers)
+        assert set(ref.hunyuan_video_original(tr.num_layers, tr.num_single_layers, tr.num_refiner_layers, True)) == rows.keys()
+    else:
+        rows = _ideogram4_rows(tr.num_layers)
+    trained = {k.rsplit(".lora_", 1)[0].removeprefix("transformer.") for k in peft if k.startswith("transformer.")}
+    assert theirs.keys() == {key for key, (layers, _) in rows.items() if trained & set(layers)}
+    assert preset == "full" or any(not set(rows[key][0]) <= trained for key in theirs)  # some fused weight trained in part
+    for key in theirs:
+        layers, swap = rows[key]
+        deltas = [peft[f"transformer.{p}.lora_B.weight"] @ peft[f"transformer.{p}.lora_A.weight"] if p in trained
+                  else torch.zeros(model.transformer.get_submodule(p).weight.shape) for p in layers]
         expected = torch.cat(deltas)
         if swap:
             expected = torch.cat(expected.chunk(2)[::-1])
         torch.testing.assert_close(theirs[key], expected, rtol=1e-5, atol=1e-5, msg=key)
+    loaded = load_lora_file(path, module_names=model.lora_module_names(), denoiser=model.denoiser)
+    for part, module in parts.items():
+        expected = lora_state_dict(module)
+        assert loaded.parts[part].keys() == expected.keys()
+        assert all(torch.equal(loaded.parts[part][k], expected[k]) for k in expected)
 
 
 def _onetrainer_hunyuan_names(double: int, single: int, refiner: int) -> dict[str, str]:

@@ -90,13 +90,52 @@ def test_what_does_not_fuse_exactly_is_refused_naming_the_way_out():
         split_layer("qkv", {"lora_A.weight": torch.zeros(3, 8), "lora_B.weight": torch.zeros(25, 3)}, None, 3)
 
 
-def test_a_fused_weight_trained_on_only_some_of_its_layers_is_refused(tmp_path):
-    from ot_gradio.training.lora_format import KOHYA, save_lora_parts
+@pytest.mark.parametrize(("missing", "widths"), [((1,), None), ((3,), (8, 8, 8, 16))], ids=["k-of-qkv", "mlp-of-linear1"])
+def test_a_fused_weight_trained_in_part_is_the_trained_deltas_and_zeros_and_reads_back_as_them(missing, widths):
+    """The members the layer filter left out are zero blocks at the same rank: the delta at
+    alpha x count (alpha / rank unchanged) is the trained deltas and zero rows; reading drops them."""
+    gen = torch.Generator().manual_seed(4)
+    widths_or_equal = widths or (8, 8, 8)
+    members = [None if i in missing else {"lora_A.weight": torch.randn(2, 8, generator=gen), "lora_B.weight": torch.randn(w, 2, generator=gen)}
+               for i, w in enumerate(widths_or_equal)]
+    members[0]["lora_B.weight"].zero_()  # a trained layer's up may be all zero (saved before the first step): it stays
+    fused = fuse_layers("qkv", members, widths)
+    count = len(members)
+    assert fused["lora_A.weight"].shape == (2 * count, 8) and fused["lora_B.weight"].shape == (sum(widths_or_equal), 2 * count)
+    expected = torch.cat([torch.zeros(w, 8) if m is None else _delta(m, 0.5) for m, w in zip(members, widths_or_equal, strict=True)])
+    torch.testing.assert_close(_delta(fused, count * 0.5), expected, rtol=0, atol=1e-6)
+    back = split_layer("qkv", fused, count * 0.5, count, widths)
+    assert [got is None for got in back] == [m is None for m in members]
+    for got, member in zip(back, members, strict=True):
+        if member is not None:
+            assert got[1] == 0.5 and all(torch.equal(got[0][k], member[k]) for k in member)
+
+
+def test_a_fused_weight_trained_in_part_is_refused_for_dora_and_read_whole_when_not_block_diagonal():
+    members = _members(dora=True)
+    with pytest.raises(ValueError, match="'qkv' is one fused weight whose layers are trained only in part: DoRA would need"):
+        fuse_layers("qkv", [members[0], None, members[2]])
+    gen = torch.Generator().manual_seed(5)  # OneTrainer's one adapter on the fused weight, rows of k zero: every member kept
+    fused = {"lora_A.weight": torch.randn(3, 8, generator=gen), "lora_B.weight": torch.randn(24, 3, generator=gen)}
+    fused["lora_B.weight"][8:16] = 0
+    assert all(got is not None for got in split_layer("qkv", fused, 3.0, 3))
+
+
+def test_a_fused_weight_trained_in_part_writes_one_layer_and_reads_back_the_trained_ones(tmp_path):
+    from safetensors.torch import load_file
+
+    from ot_gradio.training.lora_format import KOHYA, load_lora_file, save_lora_parts
 
     names = {"transformer": {f"b.attention.{n}": "diffusion_model.b.attention.qkv" for n in ("to_q", "to_k", "to_v")}}
-    q = {f"b.attention.to_q.{k}": v for k, v in _members()[0].items()}
-    with pytest.raises(ValueError, match=r"one fused weight of b\.attention\.to_q, b\.attention\.to_k, b\.attention\.to_v; train all"):
-        save_lora_parts(tmp_path / "k.safetensors", {"transformer": q}, 2, 1.0, lora_format=KOHYA, module_names=names)
+    trained = _members()
+    qv = {f"b.attention.{n}.{k}": v for n, m in (("to_q", trained[0]), ("to_v", trained[2])) for k, v in m.items()}
+    path = save_lora_parts(tmp_path / "k.safetensors", {"transformer": qv}, 2, 1.0, lora_format=KOHYA, module_names=names)
+    file = load_file(str(path))
+    assert sorted(file) == [f"diffusion_model.b.attention.qkv.{k}" for k in ("alpha", "lora_down.weight", "lora_up.weight")]
+    assert file["diffusion_model.b.attention.qkv.alpha"].item() == 3.0 and file["diffusion_model.b.attention.qkv.lora_down.weight"].shape[0] == 6
+    loaded = load_lora_file(path, module_names=names)
+    assert (loaded.rank, loaded.alpha) == (2, 1.0) and loaded.parts["transformer"].keys() == qv.keys()
+    assert all(torch.equal(loaded.parts["transformer"][k], v) for k, v in qv.items())
 
 
 @pytest.mark.parametrize("model_type", ["IDEOGRAM_4", "HUNYUAN_VIDEO"])
@@ -113,26 +152,43 @@ def test_an_adapter_that_does_not_fuse_is_refused_before_the_run_for_the_fused_f
     assert not [p for p in errors(load_config({**base, "output_model_format": "DIFFUSERS_LORA"}).config) if "fused qkv" in p]
     assert not [p for p in errors(load_config({"model_type": model_type, "training_method": "LORA",
                                                "output_model_format": "COMFY_LORA"}).config) if "fused qkv" in p]
+    # a layer filter that trains part of a fused weight: refused the same (no filter would let it fuse), before the run
+    partial = [p for p in errors(load_config({**base, "output_model_format": "COMFY_LORA", "layer_filter_preset": "attn-only"}).config)
+               if "fused qkv" in p]
+    assert partial == problems
 
 
-# model type, layer filter settings, what is refused
-PARTIAL = [("IDEOGRAM_4", {"layer_filter_preset": "custom", "layer_filter": "to_q,to_out"},
-            r"'diffusion_model\.layers\.0\.attention\.qkv' is one fused weight.*trained: layers\.0\.attention\.to_q;"),
+# model type, layer filter settings that train part of a fused weight, a fused layer written with zero blocks
+PARTIAL = [("IDEOGRAM_4", {"layer_filter_preset": "custom", "layer_filter": "to_q,to_out"}, "diffusion_model.layers.0.attention.qkv"),
            ("HUNYUAN_VIDEO", {"layer_filter_preset": "attn-only"},  # the single blocks' q, k, v without their MLP input
-            r"'diffusion_model\.single_blocks\.0\.linear1' is one fused weight of .*proj_mlp; train all")]
+            "diffusion_model.single_blocks.0.linear1")]
 
 
-@pytest.mark.parametrize(("model_type", "layers", "refused"), PARTIAL, ids=[p[0] for p in PARTIAL])
-def test_a_layer_filter_that_takes_part_of_a_fused_weight_is_refused_before_the_first_step(model_type, layers, refused):
+@pytest.mark.parametrize(("model_type", "layers", "fused"), PARTIAL, ids=[p[0] for p in PARTIAL])
+def test_a_layer_filter_that_takes_part_of_a_fused_weight_trains_and_saves_the_layers_it_took(model_type, layers, fused, tmp_path):
+    from safetensors import safe_open
+
+    from ot_gradio.config.doctor import errors
     from ot_gradio.config.io import load_config
     from ot_gradio.models.hunyuan_video import HunyuanVideo
     from ot_gradio.models.ideogram4 import Ideogram4
     from ot_gradio.models.tiny.hunyuan_video import tiny_hunyuan_video_components
     from ot_gradio.models.tiny.ideogram4 import tiny_ideogram4_components
+    from ot_gradio.training.lora import lora_state_dict
+    from ot_gradio.training.lora_format import load_lora_file
+    from ot_gradio.training.lora_method import kohya_module_names
     from ot_gradio.training.methods import get_method
 
     cfg = load_config({"model_type": model_type, "training_method": "LORA", "output_model_format": "COMFY_LORA", **layers,
                        "text_encoder": {"train": False}, "text_encoder_2": {"train": False}}).config
+    assert not [p for p in errors(cfg) if "fused" in p]
     model = Ideogram4(tiny_ideogram4_components()) if model_type == "IDEOGRAM_4" else HunyuanVideo(tiny_hunyuan_video_components())
-    with pytest.raises(ValueError, match=refused):
-        get_method(cfg.training_method).setup(model, cfg, torch.device("cpu"))
+    method = get_method(cfg.training_method)
+    method.setup(model, cfg, torch.device("cpu"))
+    path = method.save(model, cfg, tmp_path / "partial.safetensors", {})
+    with safe_open(str(path), "pt") as f:
+        assert f"{fused}.lora_down.weight" in f.keys()
+    loaded = load_lora_file(path, module_names=kohya_module_names(model), denoiser=model.denoiser)
+    expected = lora_state_dict(model.transformer)
+    assert loaded.parts.keys() == {"transformer"} and loaded.parts["transformer"].keys() == expected.keys()
+    assert all(torch.equal(loaded.parts["transformer"][k], v) for k, v in expected.items())
