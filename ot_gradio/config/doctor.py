@@ -15,7 +15,6 @@ from .enums import (
     DIFFUSERS_LORA_FORMATS,
     KOHYA_LORA_FORMATS,
     LORA_FORMATS,
-    DataType,
     LearningRateScheduler,
     ModelFormat,
     ModelType,
@@ -246,7 +245,6 @@ def errors(config: TrainConfig) -> list[str]:
     out += fill_mask_problems(config)
     out += control_pair_problems(config)
     out += diffusers_text_encoder_problems(config)
-    out += packed_weight_adapter_problems(config)
     out += offload_problems(config)
     out += inpainting_sample_problems(config)
     out += control_sample_problems(config)
@@ -396,20 +394,6 @@ def fused_lora_problem(config: Any) -> str | None:
     return (f"peft_type: {ModelFormat(config.output_model_format).value} writes {ModelType(config.model_type).value}'s q, k and v "
             f"as one layer on the fused qkv weight: a plain LoRA's three deltas make one such layer exactly, {what}'s do not; "
             "train a plain LoRA (peft_type LORA, lora_decompose off), or save as DIFFUSERS_LORA")
-
-
-def packed_weight_adapter_problems(config: Any) -> list[str]:
-    """LoHa / LoKr on a NFLOAT_4 part: peft's layers shape their delta like the base weight, which
-    bitsandbytes keeps packed (two 4-bit codes a byte), so the first step fails: refused before
-    the run, naming the part."""
-    info = family_info(config.model_type)
-    kind = str(getattr(config.peft_type, "value", config.peft_type))
-    if info is None or config.training_method != TrainingMethod.LORA or kind not in ("LOHA", "LOKR"):
-        return []
-    return [f"{part}.weight_dtype: {kind} cannot train on NFLOAT_4 weights (bitsandbytes keeps them packed, two 4-bit codes a "
-            f"byte, and {kind} layers take the weight's shape); use FLOAT_8, INT_8 or INT_W8A8 for the {part}, or a plain LoRA "
-            "(peft_type LORA) or OFT_2" for part in info.parts
-            if getattr(config, part).train and DataType(getattr(config, part).weight_dtype) == DataType.NFLOAT_4]
 
 
 def diffusers_text_encoder_problems(config: Any) -> list[str]:

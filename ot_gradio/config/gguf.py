@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .enums import GGUF_TYPES, DataType, ModelType, PeftType, TrainingMethod
+from .enums import GGUF_TYPES, DataType, ModelType, TrainingMethod
 from .families import FAMILIES, family_info
 
 GGUF_MODEL_TYPES = tuple(m for m, info in FAMILIES.items() if info.gguf)
@@ -46,11 +46,4 @@ def gguf_problems(config: Any) -> list[str]:
     if config.training_method == TrainingMethod.FINE_TUNE and part.train:
         out.append(f"transformer.train: {kind} weights cannot be trained (a fine-tune would train them); train a LoRA on them, or "
                    "turn off training the transformer, or fine-tune a .safetensors transformer.")
-    if config.training_method == TrainingMethod.LORA and part.train:
-        # these adapters compute with the layer's own weight, which a GGUF layer keeps as blocks of bytes
-        reads = ("peft_type", config.peft_type.value) if config.peft_type in (PeftType.LOHA, PeftType.LOKR) else (
-            ("lora_decompose", "DoRA") if config.peft_type == PeftType.LORA and config.lora_decompose else None)
-        if reads:
-            out.append(f"{reads[0]}: {reads[1]} computes with the transformer's own weights, which {kind} keeps in quantized blocks; "
-                       "train a plain LoRA or OFT_2 on them, or use a .safetensors transformer.")
     return out

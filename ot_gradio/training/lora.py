@@ -16,15 +16,18 @@ from torch import nn
 from . import oft
 from .lora_variants import (
     ADAPTER_NAME,
+    LOHA,
+    LOKR,
     LORA,
     OFT_2,
     AdapterSpec,
     adapter_parameters,
     install_decomposition,
+    install_real_shape_deltas,
     is_adapter_layer,
     layer_rank_alpha,
     peft_config,
-    peft_dora_placeholders,
+    peft_injection,
     split_key,
 )
 
@@ -203,8 +206,10 @@ def add_lora(
     )
     config = peft_config(spec, rank=rank, alpha=alpha, dropout=dropout, targets=targets)
     module.requires_grad_(False)
-    with peft_dora_placeholders():
+    with peft_injection():
         inject_adapter_in_model(config, module, adapter_name=ADAPTER_NAME)
+    if spec.peft_type in (LOHA, LOKR):
+        install_real_shape_deltas(module)
     if spec.peft_type == LORA and spec.decompose:
         install_decomposition(module, spec)
     if spec.peft_type == OFT_2:

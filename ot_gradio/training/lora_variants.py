@@ -198,20 +198,73 @@ def _magnitude_placeholder(self: nn.Module, **_: Any) -> None:
     self.weight = nn.Parameter(torch.empty(0), requires_grad=False)
 
 
+def real_shape(base: nn.Module) -> tuple[int, ...] | None:
+    """A Linear layer's weight shape (out, in) when its stored weight has another one (GGUF's rows
+    of quantized blocks, NF4's packed bytes), else None: peft's LoHa / LoKr take the stored shape."""
+    if not isinstance(base, nn.Linear):
+        return None
+    shape = (base.out_features, base.in_features)
+    return shape if tuple(base.weight.shape) != shape else None
+
+
+def _loha_factors_in_real_shape(original):
+    def create(self: nn.Module, adapter_name: str, r: int, shape: tuple[int, ...]) -> None:
+        original(self, adapter_name, r, real_shape(self.get_base_layer()) or shape)
+
+    return create
+
+
 @contextlib.contextmanager
-def peft_dora_placeholders():
-    """While peft injects DoRA layers, its magnitude (the base weight's norms) is not computed:
-    install_decomposition puts ours in its place right after, from the real weights. (peft's own
+def peft_injection():
+    """While peft injects layers: its DoRA magnitude (the base weight's norms) is not computed, as
+    install_decomposition puts ours in its place right after, from the real weights (peft's own
     reads a quantized layer's codes as the weight: float8 ones fail to multiply on the CPU, int8
-    ones give norms in code units; and it would dequantize every layer once for nothing.)"""
+    ones give norms in code units; and it would dequantize every layer once for nothing); and its
+    LoHa factors are sized from the layer's real shape, not its stored one."""
+    from peft.tuners.loha.layer import LoHaLayer
     from peft.tuners.lora import dora
 
-    original = dora.DoraLinearLayer.update_layer
+    originals = dora.DoraLinearLayer.update_layer, LoHaLayer.create_adapter_parameters
     dora.DoraLinearLayer.update_layer = _magnitude_placeholder
+    LoHaLayer.create_adapter_parameters = _loha_factors_in_real_shape(originals[1])
     try:
         yield
     finally:
-        dora.DoraLinearLayer.update_layer = original
+        dora.DoraLinearLayer.update_layer, LoHaLayer.create_adapter_parameters = originals
+
+
+def _delta_in_real_shape(self: nn.Module, adapter_name: str, *, apply_rank_dropout: bool = False) -> torch.Tensor:
+    """A Linear LoHa / LoKr layer's delta (out, in), as peft's get_delta_weight computes it before
+    reshaping it to the stored weight's shape. (No rank dropout: our configs leave it at 0.)"""
+    if apply_rank_dropout:
+        raise ValueError("rank dropout is not supported on a quantized layer")
+    scale = self.scaling[adapter_name]
+    if adapter_name in getattr(self, "hada_w1_a", {}):
+        from peft.tuners.loha.layer import make_weight
+
+        factors = (getattr(self, f"hada_{name}")[adapter_name] for name in ("w1_a", "w1_b", "w2_a", "w2_b"))
+        return make_weight(*factors, scale=torch.tensor(scale))
+    from peft.tuners.lokr.layer import make_kron
+
+    def factor(i: int) -> torch.Tensor:
+        whole = getattr(self, f"lokr_w{i}")
+        if adapter_name in whole:
+            return whole[adapter_name]
+        return getattr(self, f"lokr_w{i}_a")[adapter_name] @ getattr(self, f"lokr_w{i}_b")[adapter_name]
+
+    return make_kron(factor(1), factor(2), scale)
+
+
+def install_real_shape_deltas(module: nn.Module) -> None:
+    """LoHa / LoKr layers over a weight stored in another shape (GGUF, NF4) compute their delta in
+    the layer's real shape; peft's reshape to the stored shape fails."""
+    import types
+
+    from peft.tuners.lycoris_utils import LycorisLayer
+
+    for layer in module.modules():
+        if isinstance(layer, LycorisLayer) and real_shape(layer.get_base_layer()):
+            layer.get_delta_weight = types.MethodType(_delta_in_real_shape, layer)
 
 
 def install_decomposition(module: nn.Module, spec: AdapterSpec) -> None:

@@ -72,10 +72,6 @@ CASES = [
      "transformer.weight_dtype: transformer.model_name is a .gguf file, which loads as GGUF; set GGUF (or GGUF_A8_INT / GGUF_A8_FLOAT), not BFLOAT_16"),
     ("GGUF text encoder", {**Z_IMAGE, "transformer": GGUF, "text_encoder": {"train": False, "weight_dtype": "GGUF"}},
      "text_encoder.weight_dtype: GGUF is a weight type of the transformer"),
-    ("GGUF under LoHa", {**Z_IMAGE, "transformer": GGUF, "peft_type": "LOHA"},
-     "peft_type: LOHA computes with the transformer's own weights, which GGUF keeps in quantized blocks"),
-    ("GGUF under DoRA", {**Z_IMAGE, "transformer": GGUF, "lora_decompose": True, "lora_decompose_output_axis": True},
-     "lora_decompose: DoRA computes with the transformer's own weights"),
     ("GGUF of a family without it", {"model_type": "SANA", "base_model_name": "owner/sana", "text_encoder": {"train": False}, "transformer": GGUF},
      "transformer.weight_dtype: SANA does not load .gguf transformer files (GGUF is offered for FLUX_DEV_1, FLUX_2, "),
 ]
@@ -117,6 +113,15 @@ def test_the_demo_and_a_good_config_are_ok(folder, capsys):
     assert "ok: config is valid and can start here" in capsys.readouterr().out
     config = demo(folder, concepts=[{"name": "x", "path": "images"}], base_model_name="owner/model",
                   output_model_destination=f"out/{'n' * (NAME_MAX - 14 - 15 - 12)}.safetensors")
+    assert cli_main(["validate", "--config", config]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("adapter", [{"peft_type": "LOHA"}, {"peft_type": "LOKR"}, {"lora_decompose": True, "lora_decompose_output_axis": True}],
+                         ids=["LoHa", "LoKr", "DoRA"])
+def test_loha_lokr_and_dora_on_a_gguf_transformer_can_start(folder, capsys, adapter):
+    """They compute with the layer's real weights (dequantized from its blocks): not refused
+    (tests/models/test_gguf_transformer.py trains them)."""
+    config = demo(folder, **Z_IMAGE, transformer=GGUF, **adapter, concepts=[{"name": "x", "path": "images"}])
     assert cli_main(["validate", "--config", config]) == 0, capsys.readouterr().err
 
 

@@ -5,6 +5,9 @@ diffusers' single-file loader (Z-Image and most families) or by the family's own
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -147,3 +150,117 @@ def test_gguf_a8_runs_the_quantized_layers_matmuls_in_8_bits(gguf_file, data_typ
         assert (y.detach() - y_gguf).norm() <= bound_y * y_gguf.norm(), name
         assert (grad - grad_gguf).norm() <= bound_grad * grad_gguf.norm(), name
     assert len(calls) == 2 * len(quantized)  # one 8-bit matmul forward, one backward, each layer
+
+
+ADAPTERS = {"DoRA": {"lora_decompose": True}, "LoHa": {"peft_type": "LOHA"}, "LoKr": {"peft_type": "LOKR"}}
+
+
+def _adapter_step(family, tiny, transformer, adapter, weight_dtype):
+    """`adapter` on the transformer loaded from `transformer` (a .gguf or .safetensors file) through the
+    run's path (configure_model, the LORA method's setup), one loss and its backward: (model, config,
+    {adapter parameter name: parameter}, loss)."""
+    from ot_gradio.config.enums import DataType
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.data.batches import Batch
+    from ot_gradio.training.device import Precision
+    from ot_gradio.training.diffusion import DiffusionStep, configure_model
+    from ot_gradio.training.methods import get_method
+
+    cpu, precision = torch.device("cpu"), Precision(DataType.FLOAT_32, torch.device("cpu"))
+    torch.manual_seed(0)
+    model = family.load(f"tiny:{tiny}", offline=True, part_models={"transformer": str(transformer)})
+    config = TrainConfig.model_validate({
+        "model_type": family.model_type.value, "training_method": "LORA", "lora_rank": 2, "lora_alpha": 2.0,
+        "output_model_format": "KOHYA_LORA", **adapter, **{p: {"train": False} for p in model.text_encoder_names},
+        "transformer": {"train": True, "weight_dtype": weight_dtype, "model_name": str(transformer)}})
+    configure_model(model, config, cpu, precision)
+    trained = {id(p) for g in get_method("LORA").setup(model, config, cpu) for p in g.params}
+    params = {n: p for n, p in model.transformer.named_parameters() if id(p) in trained}
+    with torch.no_grad():  # one factor of each starts at zero, which leaves the others without a gradient
+        for name, p in params.items():
+            if not name.endswith("lora_magnitude_vector.default.weight"):
+                p.add_(torch.randn_like(p) * 0.02)
+    latents = model.encode_images(torch.zeros(2, 3, 64, 64), sample=False).detach()
+    batch = Batch(size=(64, 64), captions=["a red circle", "a blue square"], loss_weights=torch.ones(2), image_paths=["0.png", "1.png"],
+                  latents=latents, original_sizes=[(64, 64)] * 2, crop_top_lefts=[(0, 0)] * 2)
+    loss = DiffusionStep(model, config, cpu, precision).loss(batch, frozenset())
+    loss.backward()
+    return model, config, params, loss
+
+
+def _saved(model, config, path):
+    from ot_gradio.training.methods import get_method
+
+    return load_file(str(get_method("LORA").save(model, config, path, {})))
+
+
+@pytest.mark.parametrize("weight_dtype", ["GGUF", "GGUF_A8_INT"])
+@pytest.mark.parametrize("adapter", ADAPTERS.values(), ids=ADAPTERS.keys())
+def test_dora_loha_and_lokr_train_on_the_gguf_transformer(gguf_file, adapter, weight_dtype, tmp_path, monkeypatch):
+    """They compute with the layer's weights (DoRA's norms, LoHa's / LoKr's delta in the weight's
+    shape): on GGUF layers, the real weights and shape (dequantized), not the stored blocks of
+    bytes. The adapter trains, the GGUF weights get no gradient and stay bytes, no dequantized
+    weight outlives the step, and the saved file is the one the same adapter on the .safetensors
+    transformer writes."""
+    from diffusers.quantizers.gguf.utils import GGUFParameter
+
+    from ot_gradio.training import lora_variants
+    from ot_gradio.training.float_weight import float_weight
+    from ot_gradio.training.lora import lora_layers
+
+    family, tiny, path, _ = gguf_file
+    dequantized = []
+
+    def recorded(layer):  # the copies made from quantized weights (a plain one is the layer's own tensor)
+        weight = float_weight(layer)
+        if weight.data_ptr() != layer.weight.data_ptr():
+            dequantized.append(weakref.ref(weight))
+        return weight
+
+    monkeypatch.setattr(lora_variants, "float_weight", recorded)
+    model, config, params, loss = _adapter_step(family, tiny, path, adapter, weight_dtype)
+    gc.collect()
+    assert bool(dequantized) == ("lora_decompose" in adapter) and all(w() is None for w in dequantized)
+    assert torch.isfinite(loss) and params
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in params.values())
+    assert sum(p.grad.abs().sum() for p in params.values()) > 0
+    blocks = [p for p in model.transformer.parameters() if isinstance(p, GGUFParameter) and p.dtype == torch.uint8]
+    assert len(blocks) > 10 and all(p.grad is None and not p.requires_grad for p in blocks)
+    layers = lora_layers(model.transformer)
+    under = {name: layer.get_base_layer() for name, layer in layers.items()}
+    assert any(isinstance(base.weight, GGUFParameter) and base.weight.dtype == torch.uint8 for base in under.values())
+    if "lora_decompose" in adapter:
+        for name, layer in layers.items():  # the input axis (the default): each column's norm
+            magnitude = layer.lora_magnitude_vector["default"].weight.detach().reshape(-1)
+            torch.testing.assert_close(magnitude, float_weight(under[name]).norm(dim=0))
+    else:
+        for name, layer in layers.items():
+            assert layer.get_delta_weight("default").shape == (under[name].out_features, under[name].in_features), name
+    gguf = _saved(model, config, tmp_path / "gguf.safetensors")
+    plain = _saved(*_adapter_step(family, tiny, path.with_suffix(".safetensors"), adapter, "FLOAT_32")[:2], tmp_path / "plain.safetensors")
+    assert {k: v.shape for k, v in gguf.items()} == {k: v.shape for k, v in plain.items()}
+
+
+def test_a_loha_trained_on_the_gguf_transformer_merges_into_the_safetensors_one(gguf_file, tmp_path):
+    """`convert merge`'s merge of the saved LoHa into the .safetensors transformer: its layers change
+    by the delta the GGUF layers trained with, every other weight stays as it was."""
+    from ot_gradio.tools.convert import merge_into
+    from ot_gradio.training.lora import lora_layers
+    from ot_gradio.training.lora_format import load_lora_file
+
+    family, tiny, path, _ = gguf_file
+    model, config, _, _ = _adapter_step(family, tiny, path, ADAPTERS["LoHa"], "GGUF")
+    assert _saved(model, config, tmp_path / "loha.safetensors")
+    base = family.load(f"tiny:{tiny}", offline=True, part_models={"transformer": str(path.with_suffix(".safetensors"))})
+    before = {k: v.clone() for k, v in base.transformer.state_dict().items()}
+    lora = load_lora_file(str(tmp_path / "loha.safetensors"), base.lora_module_names(), base.denoiser)
+    layers = lora_layers(model.transformer)
+    assert merge_into(base, lora.parts, lora.rank, lora.alpha, 1.0) == (len(layers), len(layers))
+    after = base.transformer.state_dict()
+    assert all(torch.isfinite(v).all() for v in after.values() if v.is_floating_point())
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed == {f"{name}.weight" for name in layers}
+    with torch.no_grad():
+        for name, layer in layers.items():
+            torch.testing.assert_close(after[f"{name}.weight"] - before[f"{name}.weight"], layer.get_delta_weight("default"),
+                                       atol=1e-6, rtol=1e-4)

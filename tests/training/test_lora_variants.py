@@ -330,3 +330,23 @@ def test_a_file_of_another_variant_is_refused(tmp_path):
     with pytest.raises(ValueError, match="lora_decompose_output_axis off"):
         check_start_file(_spec(lora_decompose=True, lora_decompose_output_axis=True), dora, path)
     check_start_file(_spec(lora_decompose=True), dora, path)
+
+
+@pytest.mark.parametrize("variant", ["loha", "lokr", "lokr_full", "lokr_tucker_both"])  # (Linear: w1 as a product)
+def test_the_real_shape_delta_is_peft_s_on_a_plain_linear_layer(variant):
+    """The delta LoHa / LoKr layers over GGUF or NF4 weights compute (lora_variants._delta_in_real_shape,
+    whose trained factors peft cannot reshape to the stored bytes) is the one peft computes on a plain layer."""
+    from ot_gradio.training.lora_variants import _delta_in_real_shape
+
+    spec, rank = VARIANTS[variant]
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(32, 48), nn.Linear(48, 16))
+    add_lora(net, kind="unet", rank=rank, alpha=ALPHA, dropout=0.0, layer_preset="full", spec=spec)
+    layers = lora_layers(net)
+    assert len(layers) == 2
+    for layer in layers.values():
+        with torch.no_grad():
+            for p in layer.parameters():
+                if p.requires_grad:
+                    p.normal_()
+        torch.testing.assert_close(_delta_in_real_shape(layer, "default"), layer.get_delta_weight("default"))

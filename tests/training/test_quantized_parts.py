@@ -64,14 +64,14 @@ def test_the_page_offers_these_quantized_types():
     assert offered == set(QUANTIZED)
 
 
-def _step(model_type, build, part, data_type):
-    """One training step of a LoRA on `part` stored in `data_type`: (the part, {LoRA name: its
-    parameter}, the part's weights stored in 8 or 4 bits, the loss)."""
+def _step(model_type, build, part, data_type, **adapter):
+    """One training step of a LoRA (or `adapter`'s variant) on `part` stored in `data_type`: ({LoRA
+    name: its parameter}, the part's weights stored in 8 or 4 bits, the loss)."""
     torch.manual_seed(0)
     model = build()
     other_text = {p: {"train": False} for p in model.text_encoder_names if p != part}
     config = TrainConfig.model_validate({
-        "model_type": model_type, "training_method": "LORA", "lora_rank": 2, "lora_alpha": 2.0,
+        "model_type": model_type, "training_method": "LORA", "lora_rank": 2, "lora_alpha": 2.0, **adapter,
         model.denoiser: {"train": part == model.denoiser}, **other_text,
         part: {"train": True, "weight_dtype": data_type},
     })
@@ -89,14 +89,14 @@ def _step(model_type, build, part, data_type):
                   image_paths=["0.png", "1.png"], latents=latents, original_sizes=[(64, 64)] * 2, crop_top_lefts=[(0, 0)] * 2)
     loss = DiffusionStep(model, config, CPU, precision).loss(batch, frozenset({part} & set(model.text_encoder_names)))
     loss.backward()
-    return lora, frozen, loss
+    return lora, frozen, loss, model
 
 
 @functools.cache
 def _reached_in_float32(model_type, build, part) -> frozenset[str]:
     """The LoRA weights a step reaches with the part in FLOAT_32 (e.g. Z-Image reads Qwen3's
     second-to-last layer, so the last layer's LoRA gets no gradient in any type)."""
-    lora, _, _ = _step(model_type, build, part, "FLOAT_32")
+    lora, _, _, _ = _step(model_type, build, part, "FLOAT_32")
     return frozenset(name for name, p in lora.items() if p.grad is not None)
 
 
@@ -109,7 +109,7 @@ def test_lora_on_a_quantized_part_gets_gradients_and_the_part_none(model_type, b
         assert w8a8_kernel_problem(DataType(data_type), CPU) is None
         original = getattr(torch, kernel)
         monkeypatch.setattr(torch, kernel, lambda *a, **k: calls.append(1) or original(*a, **k))
-    lora, frozen, loss = _step(model_type, build, part, data_type)
+    lora, frozen, loss, _ = _step(model_type, build, part, data_type)
     assert bool(calls) == bool(kernel), kind
     assert frozen, f"{kind}: no weight stored in {data_type}"
     assert lora and all(p.requires_grad and p.dtype == torch.float32 for p in lora.values())
@@ -163,3 +163,21 @@ def test_dora_on_a_quantized_part_reads_its_real_weights(data_type):
     loss.backward()
     magnitudes = [m.lora_magnitude_vector["default"].weight for m in layers.values()]
     assert torch.isfinite(loss) and any(p.grad is not None and p.grad.abs().sum() > 0 for p in magnitudes)
+
+
+@pytest.mark.parametrize("peft_type", ["LOHA", "LOKR"])
+def test_loha_and_lokr_on_nf4_take_the_layers_real_shape(peft_type):
+    """bitsandbytes keeps NFLOAT_4 weights packed (two 4-bit codes a byte, one column): LoHa's factors
+    and both adapters' delta take the layer's (out, in), not that stored shape."""
+    from ot_gradio.training.lora import lora_layers
+
+    lora, frozen, loss, model = _step("STABLE_DIFFUSION_15", _sd15, "text_encoder", "NFLOAT_4", peft_type=peft_type)
+    assert frozen and all(p.grad is None and not p.requires_grad for p in frozen)
+    assert torch.isfinite(loss) and lora
+    reached = [p.grad for p in lora.values() if p.grad is not None]
+    assert reached and all(torch.isfinite(g).all() for g in reached) and any(g.abs().sum() > 0 for g in reached)
+    layers = lora_layers(model.text_encoder)
+    for name, layer in layers.items():
+        base = layer.get_base_layer()
+        assert type(base.weight).__name__ == "Params4bit" and base.weight.shape[1] == 1, name
+        assert layer.get_delta_weight("default").shape == (base.out_features, base.in_features), name
