@@ -6,8 +6,9 @@
 ComfyUI's source is imported from the given folder (never part of this repository). For each
 family a tiny model is built, every layer (`full`, or the layers `--layer-preset` takes; text
 encoders where the family trains them) gets a random LoRA, and the file is written as training writes it. ComfyUI then loads the
-transformer file we write (ORIGINAL_TRANSFORMER), maps the
-LoRA with `comfy.lora.model_lora_keys_unet` (over its model class holding our tiny transformer's
+transformer file we write (ORIGINAL_TRANSFORMER; SD 1.5 / SDXL: the checkpoint's UNet, its config
+detected by ComfyUI's model_detection), maps the
+LoRA with `comfy.lora.model_lora_keys_unet` (over its model class holding our tiny denoiser's
 original-layout weights) and `model_lora_keys_clip` (its text encoders built at full size on the
 meta device), patches with `load_lora` and `calculate_weight` as its ModelPatcher does, and the
 patched transformer weights are compared with our own `convert merge` of the same file. Printed per
@@ -55,6 +56,11 @@ FAMILIES = {
                      ("comfy.text_encoders.pixart_t5", "PixArtT5XXL")),
     "wan": ("ot_gradio.models.wan", "Wan21", ("ot_gradio.models.tiny.wan", "tiny_wan_components", ()),
             ("comfy.text_encoders.wan", "WanT5Model")),
+    # the UNet families: kohya's names of diffusers' UNet paths, mapped through ComfyUI's unet_to_diffusers
+    "sd15": ("ot_gradio.models.sd15", "StableDiffusion15", ("ot_gradio.models.tiny.sd15", "tiny_sd15_components", ()),
+             ("comfy.sd1_clip", "SD1ClipModel")),
+    "sdxl": ("ot_gradio.models.sdxl", "StableDiffusionXL", ("ot_gradio.models.tiny.sdxl", "tiny_sdxl_components", ()),
+             ("comfy.sdxl_clip", "SDXLClipModel")),
     # its transformer only: OneTrainer trains no Anima text encoder, and a kohya one is refused
     "anima": ("ot_gradio.models.anima", "Anima", ("ot_gradio.models.tiny.anima", "tiny_anima_components", ()), None),
 }
@@ -86,7 +92,7 @@ def _build(name: str):
     module, cls, (tiny_module, tiny_fn, args), _ = FAMILIES[name]
     components = getattr(importlib.import_module(tiny_module), tiny_fn)(*args)
     family = getattr(importlib.import_module(module), cls)
-    return family(**components) if name.startswith("pixart") else family(components)
+    return family(**components) if name.startswith(("pixart", "sd")) else family(components)
 
 
 def _train_full(model, seed: int = 0, preset: str = "full", text_encoders: bool = True) -> dict:
@@ -135,7 +141,8 @@ COMFY_MODELS = {
     "z-image": ("Lumina2", lambda c: {"n_layers": c.n_layers, "dim": c.dim, "n_refiner_layers": c.n_refiner_layers}),
     "qwen-image": ("QwenImage", lambda c: {}),
     "wan": ("WAN21", lambda c: {}),  # (its keys are the original ones: ComfyUI's generic map)
-    "anima": ("CosmosPredict2", lambda c: {}),  # Anima's DiT is Cosmos Predict2's, as ComfyUI detects it
+    "anima": ("CosmosPredict2", lambda c: {}),
+    "sd15": ("BaseModel", None), "sdxl": ("SDXL", None),  # (None: the UNet's config as ComfyUI detects it from the file)  # Anima's DiT is Cosmos Predict2's, as ComfyUI detects it
 }
 COMFY_MODELS.update({"chroma": ("Chroma", COMFY_MODELS["flux"][1]), "flux2-dev": ("Flux2", COMFY_MODELS["flux"][1]),
                      "flux2-klein": ("Flux2", COMFY_MODELS["flux"][1]), "pixart-sigma": COMFY_MODELS["pixart"],
@@ -143,11 +150,15 @@ COMFY_MODELS.update({"chroma": ("Chroma", COMFY_MODELS["flux"][1]), "flux2-dev":
 
 
 def _diffusion_model_keys(path: Path) -> dict:
-    """The transformer's weights of our single file under the names ComfyUI's model holds them
-    (it drops a checkpoint's `model.diffusion_model.` and a Cosmos-style `net.` prefix on load)."""
+    """The denoiser's weights of our single file under the names ComfyUI's model holds them (it
+    drops a checkpoint's `model.diffusion_model.` and a Cosmos-style `net.` prefix on load; a whole
+    checkpoint's text encoders and VAE are left out)."""
     from safetensors.torch import load_file
 
-    return {k.removeprefix("model.diffusion_model.").removeprefix("net."): v for k, v in load_file(str(path)).items()}
+    tensors = load_file(str(path))
+    if any(k.startswith("model.diffusion_model.") for k in tensors):  # a whole checkpoint: its UNet / transformer
+        return {k.removeprefix("model.diffusion_model."): v for k, v in tensors.items() if k.startswith("model.diffusion_model.")}
+    return {k.removeprefix("net."): v for k, v in tensors.items()}
 
 
 def _comfy_model(name: str, transformer_config, weights: dict):
@@ -155,6 +166,7 @@ def _comfy_model(name: str, transformer_config, weights: dict):
     read `state_dict()` and `model_config.unet_config` only). Flux.2 falls back to ComfyUI's Flux
     class where this ComfyUI has no Flux2 (the newer one derives from it)."""
     import comfy.model_base
+    import comfy.model_detection
 
     cls_name, config = COMFY_MODELS[name]
     cls = getattr(comfy.model_base, cls_name, None) or (comfy.model_base.Flux if cls_name == "Flux2" else None)
@@ -164,7 +176,8 @@ def _comfy_model(name: str, transformer_config, weights: dict):
     model = cls.__new__(cls)
     torch.nn.Module.__init__(model)
     model.state_dict = lambda *a, **k: sd
-    model.model_config = types.SimpleNamespace(unet_config=config(transformer_config))
+    unet_config = comfy.model_detection.detect_unet_config(weights, "") if config is None else config(transformer_config)
+    model.model_config = types.SimpleNamespace(unet_config=unet_config)
     return model
 
 
@@ -199,7 +212,7 @@ def check(name: str, fmt: str, work: Path, preset: str = "full") -> dict:
     parts = _train_full(model, preset=preset, text_encoders=FAMILIES[name][3] is not None)
     lora = save_lora(work / f"{name}-{fmt}.safetensors", parts, module_names=model.lora_module_names(),
                      base_model_version=model.lora_base_model_version, lora_format=KOHYA if fmt == "kohya" else DIFFUSERS)
-    comfy_model = _comfy_model(name, model.transformer.config, weights)
+    comfy_model = _comfy_model(name, getattr(model, model.denoiser).config, weights)
     if comfy_model is None:
         return {"family": name, "format": fmt, "error": "this ComfyUI has no model class for it"}
     unet_map = comfy.lora.model_lora_keys_unet(comfy_model, {})

@@ -9,10 +9,13 @@ from ._sizes import CLIP_L, VAE
 SD_PARTS = ("unet", "text_encoder", "vae")
 SD_LORA = ("StableDiffusionPipeline", ("text_encoder",))
 SD_METHODS = (*ALL_METHODS, T.FINE_TUNE_VAE)  # OneTrainer trains the VAE of SD 1.x/2.x only
+# ComfyUI maps a diffusers-layout UNet LoRA's attention layers only in diffusers' old attention-processor names
+# (`attn1.processor.to_q`), not PEFT's (`attn1.to_q`): it skips them (scripts/check_comfyui_lora.py, October 2025)
+SD_COMFY_GAP = ("attention (`attn1`, `attn2`)", ("full", "attn-mlp", "attn-only", "custom"))
 SD15_PARAMS = {"unet": 859_520_964, "text_encoder": CLIP_L, "vae": VAE}
 
 FAMILIES = {
-    M.STABLE_DIFFUSION_15: FamilyInfo(SD_PARTS, "unet", ("text_encoder",), implemented=True, diffusers_lora=SD_LORA, methods=SD_METHODS,
+    M.STABLE_DIFFUSION_15: FamilyInfo(SD_PARTS, "unet", ("text_encoder",), implemented=True, diffusers_lora=SD_LORA, methods=SD_METHODS, comfy_gap=SD_COMFY_GAP,
                                          preset="sd15-lora", preset_note="also *sd15-finetune* and *sd15-embedding*",
                                          params=SD15_PARAMS),
 }
