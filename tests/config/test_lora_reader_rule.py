@@ -37,9 +37,10 @@ def test_a_part_no_reader_loads_is_refused_by_format(model_type, part, refused, 
 @pytest.mark.parametrize(("model_type", "preset", "warned"), [
     ("CHROMA_1", "full", True), ("CHROMA_1", "attn-only", False), ("FLUX_2", "attn-only", True), ("FLUX_DEV_1", "full", False),
     ("WAN_2_1", "attn-mlp", True), ("ANIMA", "attn-mlp", True), ("HUNYUAN_VIDEO", "blocks", True),  # ComfyUI: original names only
+    ("STABLE_DIFFUSION_15", "attn-only", True), ("STABLE_DIFFUSION_XL_10_BASE", "full", True),  # attention: old processor names only
 ])
 def test_a_diffusers_file_comfyui_loads_in_part_is_warned_about(model_type, preset, warned):
-    """Chroma's guidance layer, Flux.2's own layers, every layer of Wan, Anima and HunyuanVideo: diffusers loads them from a diffusers-layout
+    """Chroma's guidance layer, Flux.2's own layers, every layer of Wan, Anima and HunyuanVideo, SD's attention: diffusers loads them from a diffusers-layout
     file, ComfyUI skips them (scripts/check_comfyui_lora.py); the KOHYA/COMFY layout is not warned."""
     from ot_gradio.config.doctor import check
 
