@@ -61,6 +61,8 @@ FAMILIES = {
              ("comfy.sd1_clip", "SD1ClipModel")),
     "sdxl": ("ot_gradio.models.sdxl", "StableDiffusionXL", ("ot_gradio.models.tiny.sdxl", "tiny_sdxl_components", ()),
              ("comfy.sdxl_clip", "SDXLClipModel")),
+    "sd3": ("ot_gradio.models.sd3", "StableDiffusion3", ("ot_gradio.models.tiny.sd3", "tiny_sd3_components", ()),
+            ("comfy.text_encoders.sd3_clip", "SD3ClipModel")),
     # its transformer only: OneTrainer trains no Anima text encoder, and a kohya one is refused
     "anima": ("ot_gradio.models.anima", "Anima", ("ot_gradio.models.tiny.anima", "tiny_anima_components", ()), None),
 }
@@ -92,7 +94,13 @@ def _build(name: str):
     module, cls, (tiny_module, tiny_fn, args), _ = FAMILIES[name]
     components = getattr(importlib.import_module(tiny_module), tiny_fn)(*args)
     family = getattr(importlib.import_module(module), cls)
-    return family(**components) if name.startswith(("pixart", "sd")) else family(components)
+    if name == "sd3":  # ComfyUI's SD 3 map takes the width as 64 x depth, depth the block count: 2 blocks 128 wide
+        from diffusers import SD3Transformer2DModel
+
+        tiny = components["transformer"].config
+        assert tiny.num_layers == 2 and tiny.num_attention_heads == 2
+        components["transformer"] = SD3Transformer2DModel(**{**tiny, "attention_head_dim": 64, "caption_projection_dim": 128})
+    return family(**components) if name.startswith(("pixart", "sd1", "sdxl")) else family(components)
 
 
 def _train_full(model, seed: int = 0, preset: str = "full", text_encoders: bool = True) -> dict:
@@ -142,7 +150,8 @@ COMFY_MODELS = {
     "qwen-image": ("QwenImage", lambda c: {}),
     "wan": ("WAN21", lambda c: {}),  # (its keys are the original ones: ComfyUI's generic map)
     "anima": ("CosmosPredict2", lambda c: {}),
-    "sd15": ("BaseModel", None), "sdxl": ("SDXL", None),  # (None: the UNet's config as ComfyUI detects it from the file)  # Anima's DiT is Cosmos Predict2's, as ComfyUI detects it
+    "sd15": ("BaseModel", None), "sdxl": ("SDXL", None),
+    "sd3": ("SD3", lambda c: {"depth": c.num_attention_heads * c.attention_head_dim // 64}),  # (None: the UNet's config as ComfyUI detects it from the file)  # Anima's DiT is Cosmos Predict2's, as ComfyUI detects it
 }
 COMFY_MODELS.update({"chroma": ("Chroma", COMFY_MODELS["flux"][1]), "flux2-dev": ("Flux2", COMFY_MODELS["flux"][1]),
                      "flux2-klein": ("Flux2", COMFY_MODELS["flux"][1]), "pixart-sigma": COMFY_MODELS["pixart"],
