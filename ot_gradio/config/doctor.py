@@ -244,6 +244,7 @@ def errors(config: TrainConfig) -> list[str]:
         out += flow_matching_conflicts(config)
     out += fill_mask_problems(config)
     out += control_pair_problems(config)
+    out += circular_padding_problems(config)
     out += diffusers_text_encoder_problems(config)
     out += offload_problems(config)
     out += inpainting_sample_problems(config)
@@ -452,6 +453,16 @@ def control_pair_problems(config: Any) -> list[str]:
         return [f"concepts: no image of the enabled concepts has a control image; {config.model_type.value} trains on pairs: put "
                 "the source image as '<name>-control.png' beside each edited '<name>.png'."]
     return []
+
+
+def circular_padding_problems(config: Any) -> list[str]:
+    """force_circular_padding is done for the families OneTrainer does it for (their description's
+    `circular_padding` parts); for another one a run that asks for it is refused."""
+    info = family_info(config.model_type)
+    if not config.force_circular_padding or (info is not None and info.circular_padding):
+        return []
+    return [f"force_circular_padding: circular padding is done for Stable Diffusion 1.x/2.x, SDXL, Würstchen and Stable Cascade "
+            f"(as in OneTrainer), not for {config.model_type.value}; turn it off."]
 
 
 def inpainting_sample_problems(config: Any) -> list[str]:

@@ -10,6 +10,10 @@ Model options (applied once, before the training method adds its weights):
   (quantize.py); in the denoiser only those `quantization.layer_filter` names (all when blank). A W8A8
   type the device cannot multiply in 8 bits is said once, in the warnings.
 - `text_encoder_sequence_length` is how many tokens a T5 text encoder reads (PixArt).
+- `force_circular_padding` pads every convolution of the family's `circular_padding` parts
+  circularly (SD 1.x/2.x and SDXL: UNet and VAE; Würstchen and Cascade: prior, decoder and its VQGAN),
+  for training and sampling, so samples tile seamlessly; a LoRA's down convolution pads as its base
+  layer (lora.py). The doctor refuses it for the other families.
 
 A step (`DiffusionStep.loss`): latents (cached, or encoded now) -> timesteps from the timestep
 distribution of the family's schedule (schedules.py: DDPM, or flow matching) -> noise with offset / generalized offset / input perturbation (noise.py) -> the
@@ -105,7 +109,21 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
             if problem is not None:
                 warnings.append(problem)
     warnings += quantize_waiting_modules(model, config, device, precision)
+    if config.force_circular_padding:
+        info = family_info(config.model_type)
+        if info is None or not info.circular_padding:
+            raise ValueError(f"force_circular_padding: not done for {config.model_type.value}; turn it off")
+        for part in info.circular_padding:
+            circular_padding(getattr(model, part))
     return warnings
+
+
+def circular_padding(module: torch.nn.Module) -> None:
+    """Every Conv2d of `module` wraps around its edges instead of padding with zeros (OneTrainer's
+    force_circular_padding): what leaves one side comes in at the other, so an image tiles."""
+    for layer in module.modules():
+        if isinstance(layer, torch.nn.Conv2d):
+            layer.padding_mode = "circular"
 
 
 def quantize_waiting_modules(model: Any, config: Any, device: torch.device, precision: Precision) -> list[str]:

@@ -224,7 +224,19 @@ def add_lora(
             p.requires_grad_(True)
             params.append(p)
     install_lora_forward(layers)  # plain LoRA layers: the same sum in fewer operations (lora_forward.py)
+    _pad_like_base(layers)
     return params
+
+
+def _pad_like_base(layers: list[nn.Module]) -> None:
+    """A LoRA down convolution pads as its base convolution does (circular with force_circular_padding),
+    so the adapter's output tiles as the base layer's does."""
+    for layer in layers:
+        base = getattr(layer, "base_layer", None)
+        if isinstance(base, nn.Conv2d) and base.padding_mode != "zeros":
+            for down in getattr(layer, "lora_A", {}).values():
+                if isinstance(down, nn.Conv2d):
+                    down.padding_mode = base.padding_mode
 
 
 def lora_rank_alpha(module: nn.Module) -> tuple[int, float]:

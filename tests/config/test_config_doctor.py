@@ -20,16 +20,27 @@ def test_a_supported_lora_config_has_no_warnings():
 
 def test_planned_options_are_listed_in_one_message():
     config = good()
-    config.force_circular_padding = True
+    config.prevent_overwrites = True
     config.debug_mode = True
-    config.concepts[0].image.enable_random_circular_mask_shrink = True
+    config.concepts[0].text_variations = 2
     config.unconditional_transformer.train = True
     config.embedding.is_output_embedding = True
     warnings = check(config)
     assert len(warnings) == 1
-    for path in ("force_circular_padding", "debug_mode", "concepts[0].image.enable_random_circular_mask_shrink", "unconditional_transformer.train", "embedding.is_output_embedding"):
+    for path in ("prevent_overwrites", "debug_mode", "concepts[0].text_variations", "unconditional_transformer.train", "embedding.is_output_embedding"):
         assert path in warnings[0]
     assert planned_changes(good()) == []
+
+
+def test_circular_padding_only_for_the_families_that_do_it():
+    config = good()
+    config.force_circular_padding = True
+    assert check(config) == [] and errors(config) == []
+    for model_type in (ModelType.STABLE_DIFFUSION_XL_10_BASE, ModelType.STABLE_DIFFUSION_20_INPAINTING, ModelType.STABLE_CASCADE_1):
+        config.model_type = model_type
+        assert not any("force_circular_padding" in e for e in errors(config))
+    config.model_type = ModelType.FLUX_DEV_1
+    assert any(e.startswith("force_circular_padding: ") and "FLUX_DEV_1" in e for e in errors(config))
 
 
 def test_lora_with_a_whole_model_format():

@@ -264,3 +264,41 @@ def test_clip_skip_reaches_training_and_sampling(model, monkeypatch):
         assert model.sample("a red circle", height=32, width=32, steps=1).size == (32, 32)  # the real pipeline, clip skip on
     finally:
         configure_model(model, config(), CPU, Precision(DataType.FLOAT_32, CPU))
+
+
+# --- circular padding --------------------------------------------------------------------------
+
+
+def test_circular_padding_tiles_training_sampling_and_the_lora(tmp_path):
+    """With circular padding the UNet commutes with a wrap-around shift of the latents (what makes
+    samples tile), its LoRA's down convolutions pad alike, sampling runs and the LoRA saves as usual."""
+    from safetensors import safe_open
+
+    from ot_gradio.training.lora_variants import ADAPTER_NAME
+    from ot_gradio.training.methods import get_method
+
+    def lora_keys(model, cfg, name):
+        method = get_method("LORA")
+        method.setup(model, cfg, CPU)
+        with safe_open(str(method.save(model, cfg, tmp_path / name, {})), framework="pt") as f:
+            return set(f.keys())
+
+    x, t, hidden = torch.randn(1, 4, 16, 16), torch.tensor([300]), torch.randn(1, 77, 32)
+    shifted = x.roll(8, dims=-1)  # the tiny UNet halves the latents once: a shift by 8 stays on its grid
+    plain, model = tiny_model(), tiny_model()
+    lora = {"training_method": "LORA", "output_model_format": "KOHYA_LORA", "lora_rank": 2}
+    configure_model(plain, config(**lora), CPU, Precision(DataType.FLOAT_32, CPU))
+    cfg = config(force_circular_padding=True, **lora)
+    configure_model(model, cfg, CPU, Precision(DataType.FLOAT_32, CPU))
+    for part in ("unet", "vae"):
+        convs = [m for m in getattr(model, part).modules() if isinstance(m, torch.nn.Conv2d)]
+        assert convs and all(m.padding_mode == "circular" for m in convs)
+    with torch.no_grad():
+        tiled = model.predict(shifted, t, hidden) - model.predict(x, t, hidden).roll(8, dims=-1)
+        cut = plain.predict(shifted, t, hidden) - plain.predict(x, t, hidden).roll(8, dims=-1)
+    assert tiled.abs().max() < 1e-4 < cut.abs().max()
+
+    assert lora_keys(model, cfg, "circular.safetensors") == lora_keys(plain, config(**lora), "plain.safetensors")
+    downs = [m.lora_A[ADAPTER_NAME] for m in model.unet.modules() if isinstance(getattr(m, "base_layer", None), torch.nn.Conv2d)]
+    assert downs and all(d.padding_mode == "circular" for d in downs)
+    assert model.sample("a cat", height=64, width=64, steps=2).size == (64, 64)

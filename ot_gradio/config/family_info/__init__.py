@@ -77,6 +77,9 @@ class FamilyInfo:
     preset_note: str = ""
     # parameters per part at the published size (the Model tab's memory table; shared sizes in _sizes.py)
     params: Mapping[str, int] = field(default_factory=dict, hash=False)
+    # parts whose convolutions pad circularly with force_circular_padding, so samples tile (OneTrainer's
+    # model setups); (): the option is refused for the family
+    circular_padding: tuple[str, ...] = ()
     # frozen modules loaded beside the parts, not config parts: name -> (the part whose weight type
     # they load in (a quantized part's: its compute type, they are not quantized), parameters,
     # where they wait while the steps run: "device" beside the parts or "RAM")

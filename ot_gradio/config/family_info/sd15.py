@@ -12,10 +12,12 @@ SD_METHODS = (*ALL_METHODS, T.FINE_TUNE_VAE)  # OneTrainer trains the VAE of SD 
 # ComfyUI maps a diffusers-layout UNet LoRA's attention layers only in diffusers' old attention-processor names
 # (`attn1.processor.to_q`), not PEFT's (`attn1.to_q`): it skips them (scripts/check_comfyui_lora.py, October 2025)
 SD_COMFY_GAP = ("attention (`attn1`, `attn2`)", ("full", "attn-mlp", "attn-only", "custom"))
+# the parts OneTrainer pads circularly (BaseStableDiffusionSetup / BaseStableDiffusionXLSetup): samples tile
+SD_CIRCULAR = ("unet", "vae")
 SD15_PARAMS = {"unet": 859_520_964, "text_encoder": CLIP_L, "vae": VAE}
 
 FAMILIES = {
-    M.STABLE_DIFFUSION_15: FamilyInfo(SD_PARTS, "unet", ("text_encoder",), implemented=True, diffusers_lora=SD_LORA, methods=SD_METHODS, comfy_gap=SD_COMFY_GAP,
+    M.STABLE_DIFFUSION_15: FamilyInfo(SD_PARTS, "unet", ("text_encoder",), implemented=True, diffusers_lora=SD_LORA, methods=SD_METHODS, comfy_gap=SD_COMFY_GAP, circular_padding=SD_CIRCULAR,
                                          preset="sd15-lora", preset_note="also *sd15-finetune* and *sd15-embedding*",
                                          params=SD15_PARAMS),
 }
