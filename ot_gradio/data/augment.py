@@ -16,23 +16,28 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from .mask_augment import MaskDraw
+
 
 @dataclass(frozen=True)
 class Augment:
-    """One draw: the rotation in degrees (counter-clockwise) and the colour factors."""
+    """One draw: the rotation in degrees (counter-clockwise), the colour factors and, with masked
+    training, the mask augmentations' draw (mask_augment.py), which comes first."""
 
     angle: float = 0.0
     brightness: float = 1.0
     contrast: float = 1.0
     saturation: float = 1.0
     hue: float = 0.0
+    mask: MaskDraw | None = None
 
     @property
     def identity(self) -> bool:
         return self == IDENTITY
 
-    def key(self) -> list[float]:
-        return [self.angle, self.brightness, self.contrast, self.saturation, self.hue]
+    def key(self) -> list:
+        values = [self.angle, self.brightness, self.contrast, self.saturation, self.hue]
+        return values if self.mask is None else [*values, self.mask.key()]
 
 
 IDENTITY = Augment()

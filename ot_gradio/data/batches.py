@@ -12,6 +12,7 @@ from .buckets import Size
 from .errors import DataError
 from .images import load_depth, load_mask, load_rgb
 from .latent_cache import LatentCache
+from .mask_augment import rotate_crop, shrink_mask
 from .pixels import mask_tensor, pixels_tensor
 from .planning import PreparedConcept, Sample, Variant
 from .scan import ImageItem
@@ -39,8 +40,8 @@ class Batch:
         normalised maps are `conditioning_latents`.
     latent_mask: inpainting models: [B, 1, h, w], the mask the training step trains this batch
         with (it sets it; None = the whole image), which the model also takes as input.
-    original_sizes: (height, width) of each sample's image as loaded (EXIF orientation applied);
-        SDXL's size conditioning.
+    original_sizes: (height, width) of each sample's image as loaded (EXIF orientation applied), or of
+        its mask rotate-and-crop cut; SDXL's size conditioning.
     crop_top_lefts: (top, left) of each sample's crop window in its image scaled to cover the
         bucket, counted from the mirrored edge when the sample is flipped; SDXL's crop conditioning.
     """
@@ -78,8 +79,19 @@ def render_pixels(item: ImageItem, variant: Variant) -> torch.Tensor:
         frames = _reread("clip", item.path, read_clip, item.sampling, item.frames)
         return torch.stack([_fitted(img, variant) for img in frames], dim=1)
     with _reread("image", item.path, load_rgb) as img:
-        pixels = _fitted(img, variant)
+        pixels = _fitted(_cut(img, item, variant), variant)
     return pixels.unsqueeze(1) if item.frames else pixels
+
+
+def _cut(img: Image.Image, item: ImageItem, variant: Variant, shrink: bool = False) -> Image.Image:
+    """The image, or a file that goes with it (mapped onto the image's size first), after the mask
+    augmentations (mask_augment.py): the mask's `shrink` to its disc, the rotate-and-crop cut."""
+    draw = variant.augment.mask
+    if draw is None:
+        return img
+    if img.size != (item.width, item.height):
+        img = img.resize((item.width, item.height), Image.Resampling.BILINEAR)
+    return rotate_crop(shrink_mask(img, draw) if shrink else img, draw)
 
 
 def _fitted(img: Image.Image, variant: Variant) -> torch.Tensor:
@@ -93,7 +105,8 @@ def render_mask(item: ImageItem, variant: Variant) -> torch.Tensor | None:
     if item.mask_path is None:
         return None
     with _reread("mask", item.mask_path, load_mask) as mask:
-        return mask_tensor(render(mask, variant.crop, variant.bucket, variant.flip, Image.Resampling.BILINEAR, variant.augment.angle))
+        cut = _cut(mask, item, variant, shrink=True)
+        return mask_tensor(render(cut, variant.crop, variant.bucket, variant.flip, Image.Resampling.BILINEAR, variant.augment.angle))
 
 
 def render_control(item: ImageItem, variant: Variant) -> torch.Tensor | None:
@@ -101,7 +114,7 @@ def render_control(item: ImageItem, variant: Variant) -> torch.Tensor | None:
     if item.control_path is None:
         return None
     with _reread("control image", item.control_path, load_rgb) as img:
-        return _fitted(img, variant)
+        return _fitted(_cut(img, item, variant), variant)
 
 
 def render_depth(item: ImageItem, variant: Variant) -> torch.Tensor | None:
@@ -110,7 +123,7 @@ def render_depth(item: ImageItem, variant: Variant) -> torch.Tensor | None:
     if item.depth_path is None:
         return None
     with _reread("depth map", item.depth_path, load_depth) as img:
-        fitted = render(img, variant.crop, variant.bucket, variant.flip, angle=variant.augment.angle)
+        fitted = render(_cut(img, item, variant), variant.crop, variant.bucket, variant.flip, angle=variant.augment.angle)
     return torch.from_numpy(np.asarray(fitted, dtype=np.float32).copy()).unsqueeze(0)
 
 
@@ -122,6 +135,13 @@ def depth_maps(items: list[ImageItem], variants: list[Variant]) -> torch.Tensor 
     maps = [render_depth(item, variant) for item, variant in zip(items, variants, strict=True)]
     height, width = variants[0].bucket
     return torch.stack([m if m is not None else torch.full((1, height, width), float("nan")) for m in maps])
+
+
+def original_size(item: ImageItem, variant: Variant) -> Size:
+    """(height, width) of the image the sample was cut from: the image, or its mask rotate-and-crop cut."""
+    draw = variant.augment.mask
+    width, height = (item.width, item.height) if draw is None else draw.size(item.width, item.height)
+    return height, width
 
 
 def crop_top_left(variant: Variant) -> tuple[int, int]:
@@ -190,7 +210,7 @@ def make_batch(
         loss_weights=torch.tensor([concepts[s.concept].loss_weight for s in samples], dtype=torch.float32),
         image_paths=[str(item.path) for item in items],
         mask=mask,
-        original_sizes=[(item.height, item.width) for item in items],
+        original_sizes=[original_size(item, s.variant) for item, s in zip(items, samples, strict=True)],
         crop_top_lefts=[crop_top_left(s.variant) for s in samples],
     )
     if any(item.control_path is not None for item in items):  # the text encoder reads them even with latent caching

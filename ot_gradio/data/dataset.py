@@ -139,6 +139,7 @@ def build_dataset(
     frames: FrameSampling | None = None,
     control: bool = False,
     depth: bool = False,
+    masked_training: bool = False,
 ) -> TrainingDataset:
     """Scan the enabled concepts, fill the latent cache (with ``latent_caching``) and return the
     dataset. ``resolutions`` is a resolution string ("512", "384,448,512") or (h, w) pairs;
@@ -150,13 +151,14 @@ def build_dataset(
     decoding and latent writing threads while caching (`dataloader_threads`); ``frames``: a video
     family's frame sampling (clips are items, pixels [3, frames, H, W]); ``control``: an
     image-conditioned family (each image with its `-control` image, batches carry both); ``depth``:
-    a depth model (an image's `-depth` map is its depth map, data/scan.py)."""
+    a depth model (an image's `-depth` map is its depth map, data/scan.py); ``masked_training``: the
+    concepts' mask augmentations apply (mask_augment.py)."""
     if batch_size < 1:
         raise DataError(f"batch size must be at least 1, not {batch_size}")
     if latent_caching and (cache_dir is None or encode_fn is None):
         raise ValueError("latent caching needs cache_dir and encode_fn")
     prepared, warnings = prepare_concepts(concepts, resolutions, aspect_ratio_bucketing=aspect_ratio_bucketing, bucket_step=bucket_step,
-                                             frames=frames, control=control, depth=depth)
+                                             frames=frames, control=control, depth=depth, masked_training=masked_training)
     cache = LatentCache(Path(cache_dir) / "latents", vae_id) if latent_caching else None
     dataset = TrainingDataset(prepared, int(batch_size), int(seed), cache=cache, warnings=warnings)
     first = dataset.plan(0)

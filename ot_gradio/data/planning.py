@@ -13,16 +13,21 @@ rotation and colour change. A cached latent cannot be re-augmented, so with cach
 time (seeded by the concept seed, not the run seed, so a new run reuses the cache); an epoch takes
 one variation per image, each image cycling through all of them in its own seeded order. Random flip is the
 exception: both flip states of every variation are cached, so the flip stays a per-epoch coin toss.
+With masked training the mask augmentations (mask_augment.py) are drawn first, from a stream of their
+own; a rotate-and-crop cut is what is bucketed and cropped, as in OneTrainer.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from .augment import IDENTITY, Augment, AugmentSettings
 from .balancing import epoch_indices
 from .buckets import Size, assign_bucket
 from .captions import pick_line
+from .mask_augment import MaskAugmentSettings, MaskDraw, mask_grid
 from .scan import ConceptScan, ImageItem
 from .seeding import Streams, rng_for
 from .tags import TextAugment
@@ -59,12 +64,17 @@ class PreparedConcept:
     bucketing: bool = True
     bucket_step: int | None = None
     text: TextAugment = field(default_factory=TextAugment)
+    masked: bool = False  # masked training: the mask augmentations apply
     augment: AugmentSettings = field(init=False, repr=False)
+    mask_augment: MaskAugmentSettings = field(init=False, repr=False)
     _buckets: dict[tuple[int, Size], Size] = field(default_factory=dict, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self.augment = AugmentSettings.from_config(getattr(self.config, "image", None))
+        image = getattr(self.config, "image", None)
+        self.augment = AugmentSettings.from_config(image)
+        smallest = min((side for size in self.resolutions for side in size), default=512)
+        self.mask_augment = MaskAugmentSettings.from_config(image, self.masked, smallest)
 
     @property
     def items(self) -> list[ImageItem]:
@@ -82,19 +92,44 @@ class PreparedConcept:
     def variations(self) -> int:
         """Distinct cached variants per image and flip; 1 when nothing random would tell them apart."""
         if "variations" not in self._memo:
-            random = self._image_option("enable_crop_jitter") or self.augment.random
+            random = self._image_option("enable_crop_jitter") or self.augment.random or (
+                self.mask_augment.active and self.scan.mask_count > 0)
             self._memo["variations"] = max(1, int(getattr(self.config, "image_variations", 1))) if random else 1
         return self._memo["variations"]
 
     def _image_option(self, name: str) -> bool:
         return bool(getattr(getattr(self.config, "image", None), name, False))
 
-    def bucket(self, index: int, resolution: Size) -> Size:
-        key = (index, resolution)
+    def bucket(self, index: int, resolution: Size, draw: MaskDraw | None = None) -> Size:
+        """The bucket of the image, or of its rotate-and-crop cut when `draw` has one."""
+        width, height = self.size(index, draw)
+        key = (index, resolution) if draw is None or draw.box is None else (index, resolution, width, height)
         if key not in self._buckets:
-            item = self.items[index]
-            self._buckets[key] = assign_bucket(item.width, item.height, resolution, enabled=self.bucketing, step=self.bucket_step)
+            self._buckets[key] = assign_bucket(width, height, resolution, enabled=self.bucketing, step=self.bucket_step)
         return self._buckets[key]
+
+    def size(self, index: int, draw: MaskDraw | None = None) -> tuple[int, int]:
+        """(width, height) of the image as it is bucketed: its rotate-and-crop cut, if any."""
+        item = self.items[index]
+        return (item.width, item.height) if draw is None else draw.size(item.width, item.height)
+
+    def mask_draw(self, index: int, streams: Callable[[str], random.Random]) -> MaskDraw | None:
+        """The mask augmentations' draw for an image with a mask file (None: none apply), from the
+        streams "mask shrink" and "mask crop"."""
+        item = self.items[index]
+        if not self.mask_augment.active or item.mask_path is None:
+            return None
+        key = ("mask grid", index)
+        if key not in self._memo:
+            self._memo[key] = mask_grid(item.mask_path, item.width, item.height)
+        return self.mask_augment.draw(self._memo[key], item.width, item.height, streams("mask shrink"), streams("mask crop"))
+
+    def cached_mask_draw(self, index: int, variation: int) -> MaskDraw | None:
+        key = ("mask", index, variation)
+        if key not in self._memo:
+            relpath = self.items[index].relpath
+            self._memo[key] = self.mask_draw(index, lambda name: rng_for(name, self.seed, relpath, variation))
+        return self._memo[key]
 
     def flips(self) -> tuple[bool, ...]:
         """Flip states an epoch can use: a random flip wins over a fixed one, as in OneTrainer."""
@@ -113,13 +148,16 @@ class PreparedConcept:
             if self._image_option("enable_crop_jitter"):
                 parts = (self.seed, item.relpath, resolution) + ((variation,) if variation else ())
                 rng = rng_for("crop", *parts)
-            self._memo[key] = choose_crop(item.width, item.height, self.bucket(index, resolution), rng)
+            draw = self.cached_mask_draw(index, variation)
+            self._memo[key] = choose_crop(*self.size(index, draw), self.bucket(index, resolution, draw), rng)
         return self._memo[key]
 
     def cached_augment(self, index: int, variation: int) -> Augment:
         key = ("augment", index, variation)
         if key not in self._memo:
-            self._memo[key] = self.augment.draw(rng_for("augment", self.seed, self.items[index].relpath, variation))
+            augment = self.augment.draw(rng_for("augment", self.seed, self.items[index].relpath, variation))
+            draw = self.cached_mask_draw(index, variation)
+            self._memo[key] = augment if draw is None else replace(augment, mask=draw)
         return self._memo[key]
 
     def variation(self, index: int, epoch: int, run_seed: int) -> int:
@@ -139,8 +177,8 @@ class PreparedConcept:
         """Every variant of one image any epoch can ask for with latent caching on."""
         out: dict[Variant, None] = {}
         for resolution in self.resolutions:
-            bucket = self.bucket(index, resolution)
             for variation in range(self.variations):
+                bucket = self.bucket(index, resolution, self.cached_mask_draw(index, variation))
                 crop = self.cached_crop(index, resolution, variation)
                 augment = self.cached_augment(index, variation)
                 for flip in self.flips():
@@ -149,16 +187,19 @@ class PreparedConcept:
 
     def variant(self, index: int, resolution: Size, rngs: Streams, cached: bool, epoch: int = 0, run_seed: int = 0) -> Variant:
         item = self.items[index]
-        bucket = self.bucket(index, resolution)
         flips = self.flips()
         flip = flips[0] if len(flips) == 1 else rngs["flip"].random() < 0.5
         if cached:
             variation = self.variation(index, epoch, run_seed)
+            bucket = self.bucket(index, resolution, self.cached_mask_draw(index, variation))
             return Variant(resolution, bucket, self.cached_crop(index, resolution, variation), flip, self.cached_augment(index, variation),
                            item.frames)
+        draw = self.mask_draw(index, rngs.__getitem__)
+        bucket = self.bucket(index, resolution, draw)
         jitter = rngs["crop"] if self._image_option("enable_crop_jitter") else None
-        crop = choose_crop(item.width, item.height, bucket, jitter)
-        return Variant(resolution, bucket, crop, flip, self.augment.draw(rngs["augment"]), item.frames)
+        crop = choose_crop(*self.size(index, draw), bucket, jitter)
+        augment = self.augment.draw(rngs["augment"])
+        return Variant(resolution, bucket, crop, flip, augment if draw is None else replace(augment, mask=draw), item.frames)
 
     def caption(self, index: int, rngs: Streams) -> str:
         return self.text.apply(pick_line(self.items[index].captions, rngs["caption"]), rngs)

@@ -50,11 +50,13 @@ def prepare_concepts(
     frames: FrameSampling | None = None,
     control: bool = False,
     depth: bool = False,
+    masked_training: bool = False,
 ) -> tuple[list[PreparedConcept], list[str]]:
     """(prepared concepts, warnings). Every problem of every concept is collected into one
     DataError, so a user fixes them all in one go. ``frames``: a video family's frame sampling
     (clips are training items too); ``control``: each image pairs with its `-control` image; ``depth``:
-    an image's `-depth` map is its depth map (data/scan.py)."""
+    an image's `-depth` map is its depth map (data/scan.py); ``masked_training``: the concepts' mask
+    augmentations apply (mask_augment.py)."""
     default = resolution_list(resolutions)
     warnings: list[str] = []
     prepared: list[PreparedConcept] = []
@@ -82,7 +84,7 @@ def prepare_concepts(
             errors.append(f"Concept '{label}': {exc}")
             continue
         warnings.extend(scan.warnings)
-        prepared.append(PreparedConcept(concept, scan, concept_res, aspect_ratio_bucketing, bucket_step, text))
+        prepared.append(PreparedConcept(concept, scan, concept_res, aspect_ratio_bucketing, bucket_step, text, masked_training))
     if errors:
         raise DataError("\n".join(errors))
     if not prepared:

@@ -109,10 +109,12 @@ def dataset_summary(
     latent_caching: bool = False,
     seed: int = 42,
     bucket_step: int | None = None,
+    masked_training: bool = False,
 ) -> dict:
     """The summary ``TrainingDataset.summary()`` gives, without building a dataset or importing
     torch: for the page, before training. Raises DataError like ``build_dataset``, except that a
     batch size larger than every bucket is shown (0 steps) instead of raised."""
-    prepared, warnings = prepare_concepts(concepts, resolutions, aspect_ratio_bucketing=aspect_ratio_bucketing, bucket_step=bucket_step)
+    prepared, warnings = prepare_concepts(concepts, resolutions, aspect_ratio_bucketing=aspect_ratio_bucketing, bucket_step=bucket_step,
+                                          masked_training=masked_training)
     plan = plan_epoch(prepared, 0, int(seed), max(1, int(batch_size)), cached=latent_caching)
     return summarize(prepared, plan, max(1, int(batch_size)), warnings=warnings)

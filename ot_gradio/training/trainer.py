@@ -202,6 +202,7 @@ class Trainer:
                 frames=run_sampling(cfg, self.model.frame_step),  # a video family reads clips
                 control=self.model.control_image,  # an image-conditioned family trains on (image, -control image) pairs
                 depth=self.model.depth_maps,  # a depth model reads an image's -depth map where there is one
+                masked_training=cfg.masked_training,  # the concepts' mask augmentations apply
             )
         if self.model.control_image:  # samples without a control image of their own edit the first pair's
             self.model.default_control_image = str(self.dataset.concepts[0].items[0].control_path)

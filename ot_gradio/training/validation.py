@@ -74,6 +74,7 @@ class Validator:
             frames=run_sampling(cfg, model.frame_step),
             control=model.control_image,
             depth=model.depth_maps,
+            masked_training=cfg.masked_training,
         )
         fixed = cfg.model_copy(deep=True)
         for part in model.text_encoder_names:

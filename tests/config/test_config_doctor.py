@@ -35,6 +35,8 @@ def test_planned_options_are_listed_in_one_message():
 def test_circular_padding_only_for_the_families_that_do_it():
     config = good()
     config.force_circular_padding = True
+    config.concepts[0].image.enable_random_circular_mask_shrink = True  # no longer planned: no warning
+    config.concepts[0].image.enable_random_mask_rotate_crop = True
     assert check(config) == [] and errors(config) == []
     for model_type in (ModelType.STABLE_DIFFUSION_XL_10_BASE, ModelType.STABLE_DIFFUSION_20_INPAINTING, ModelType.STABLE_CASCADE_1):
         config.model_type = model_type

@@ -302,3 +302,24 @@ def test_circular_padding_tiles_training_sampling_and_the_lora(tmp_path):
     downs = [m.lora_A[ADAPTER_NAME] for m in model.unet.modules() if isinstance(getattr(m, "base_layer", None), torch.nn.Conv2d)]
     assert downs and all(d.padding_mode == "circular" for d in downs)
     assert model.sample("a cat", height=64, width=64, steps=2).size == (64, 64)
+
+
+def test_masked_step_with_the_mask_augmentations(model, tmp_path):
+    """A masked-training step on a batch whose masks were shrunk, turned and cut (data/mask_augment.py)."""
+    from PIL import Image
+
+    from ot_gradio.config.concept import ConceptConfig
+    from ot_gradio.data import build_dataset
+
+    for name in ("a", "b"):
+        Image.new("RGB", (160, 96), (20, 60, 200)).save(tmp_path / f"{name}.png")
+        mask = Image.new("L", (160, 96), 0)
+        mask.paste(255, (100, 20, 140, 60))
+        mask.save(tmp_path / f"{name}-masklabel.png")
+    image = {"enable_random_circular_mask_shrink": True, "enable_random_mask_rotate_crop": True}
+    concept = ConceptConfig(name="c", path=str(tmp_path), image=image)
+    batch = build_dataset([concept], "64", 2, masked_training=True, aspect_ratio_bucketing=False).epoch_batches(0)[0]
+    assert batch.pixels.shape == (2, 3, 64, 64) and 0.05 < batch.mask.mean() < 0.95
+    cfg = config(masked_training=True, unmasked_weight=0.0, unmasked_probability=0.0)
+    loss = DiffusionStep(model, cfg, CPU, Precision(DataType.FLOAT_32, CPU), fixed()).loss(batch)
+    assert torch.isfinite(loss) and loss.item() > 0
