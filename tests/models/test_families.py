@@ -8,8 +8,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import pytest
+import torch
 
 from ot_gradio.config.enums import ModelType as M
+from ot_gradio.config.families import family_info
 from ot_gradio.models.common import ModelLoadError
 from tests.models.family_checks import assert_same_parts
 
@@ -85,6 +87,8 @@ def test_tiny_model_is_small_and_loads_through_the_real_loaders(row, tiny_dir, t
     family, paths = _family(row), resolve_tiny(f"tiny:{row.tiny}")
     by_name = family.load(f"tiny:{row.tiny}", offline=True)
     assert sum(p.numel() for module in by_name.parts.values() for p in module.parameters()) < row.most_params
+    for part in family_info(row.model_types[0]).circular_padding:  # force_circular_padding's parts: parts with convolutions
+        assert any(isinstance(m, torch.nn.Conv2d) for m in by_name.parts[part].modules()), part
     if row.single_file:  # the denoiser from the file, the rest from the config folder: all as the folder has them
         assert_same_parts(by_name, family.load(str(paths.single_file), config_dir=str(paths.diffusers_dir), offline=True))
         with pytest.raises(ModelLoadError, match=r"config folder .* \(no (modular_)?model_index.json\); point it to a diffusers folder"):
