@@ -1,9 +1,9 @@
 """Latents on disk, keyed by content, so a cached latent is reused across epochs and runs.
 
 The key is a sha256 over everything that changes the latent: the file (absolute path, size,
-mtime), what was cut out of it (resolution, bucket, crop window, flip), the rotation and colour
-changes baked into it (only when there are any, so a cache made before augmentation existed stays
-valid), the VAE (``vae_id``, from the caller) and ``PIXEL_PIPELINE_VERSION`` (bumped when image
+mtime), what was cut out of it (resolution, bucket, crop window, flip), the rotation, colour and
+mask augmentation draws baked into it (only when there are any, so a cache made before
+augmentation existed stays valid), the VAE (``vae_id``, from the caller) and ``PIXEL_PIPELINE_VERSION`` (bumped when image
 loading or resizing changes), and for tensors other than an image's own latent what else went
 into them (``extra``: the mask file of an inpainting model's masked image). Editing or touching an
 image changes its key; adding an image adds keys; changing an augmentation setting changes the

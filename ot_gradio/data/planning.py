@@ -1,6 +1,7 @@
 """Epoch planning: which image, at which size, crop, flip, rotation, colour and caption, in which batch.
 
-Planning touches no pixels, so a whole epoch (or every epoch, for the step count) is cheap to plan.
+Planning touches no pixels (with masked training's mask augmentations on: each mask once, scaled
+down, mask_augment.py), so a whole epoch (or every epoch, for the step count) is cheap to plan.
 Per epoch: each concept contributes its balanced samples; each sample gets a random resolution from
 its concept's list; samples are grouped by bucket size (so a batch is uniform), shuffled, cut into
 batches, and the batch order is shuffled. The remainder of a bucket that cannot fill a batch is
