@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..config.enums import ConceptType
+from .diffusion import DiffusionStep, loss_scale
 from .intervals import Every
 
 if TYPE_CHECKING:
@@ -81,6 +82,8 @@ class Validator:
         fixed.unmasked_probability = 0.0
         self.draws = FixedDraws(cfg.seed)
         self.step = run.method.training_step(model, fixed, run.device, run.precision, self.draws)  # its own objective
+        if isinstance(self.step, DiffusionStep):  # `loss_scaler` as in training (GLOBAL_*: the run's GPUs)
+            self.step.loss_scale = loss_scale(cfg, run.dist.world)
         self.step.text_cache = run.text_cache
 
     @property
