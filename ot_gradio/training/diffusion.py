@@ -32,12 +32,12 @@ from typing import Any
 
 import torch
 
-from ..config.enums import STORED_WHILE_WAITING, DataType, LossScaler
+from ..config.enums import STORED_WHILE_WAITING, DataType
 from ..config.families import family_info
 from ..config.flow_options import flow_matching_conflicts
 from .device import QUANTIZED_TYPES, Precision, quantized_part_trained
 from .distributed import Distributed
-from .loss import diffusion_loss
+from .loss import diffusion_loss, loss_scale
 from .masking import training_mask
 from .quantize import (
     GGUF_A8_CODES,
@@ -142,12 +142,6 @@ def check_quantized_parts_frozen(model: Any, config: Any) -> None:
             continue
         if any(p.requires_grad and p.dtype in stored for p in getattr(model, part).parameters()):
             raise ValueError(quantized_part_trained(part, getattr(config, part).weight_dtype))
-
-
-def loss_scale(config: Any, processes: int = 1) -> int:
-    """`loss_scaler`: what the loss is multiplied by (batch size per process, accumulation steps,
-    both; GLOBAL_* also the processes)."""
-    return LossScaler(config.loss_scaler).scale(config.batch_size, config.gradient_accumulation_steps, processes)
 
 
 class DiffusionStep:
