@@ -15,6 +15,7 @@ from .enums import (
     DIFFUSERS_LORA_FORMATS,
     KOHYA_LORA_FORMATS,
     LORA_FORMATS,
+    LearningRateScaler,
     LearningRateScheduler,
     ModelFormat,
     ModelType,
@@ -180,6 +181,9 @@ def optimizer_warnings(config: TrainConfig) -> list[str]:
             why = OPTIMIZERS_PAGE_LR if name in PRODIGY_FAMILY else "it multiplies its own estimate by the learning rate"
             out.append(f"{name.value} finds its own step size, so set every learning rate to 1 (now: {now}); {why} "
                        "To make it learn faster or slower, change the D coefficient (d_coef) instead.")
+        if config.learning_rate_scaler != LearningRateScaler.NONE:
+            out.append(f"{name.value} finds its own step size, but learning_rate_scaler {config.learning_rate_scaler.value} multiplies "
+                       "its learning rates by the square root of the batch size or accumulation steps; set it to NONE.")
     if warmup > 0 and name not in SCHEDULE_FREE and scheduler != LearningRateScheduler.ADAFACTOR:
         if scheduler == LearningRateScheduler.REX:
             out.append(f"Warmup ({_fmt(warmup)}) with the REX scheduler: REX is meant to run with no warmup, from the full "
@@ -250,7 +254,20 @@ def errors(config: TrainConfig) -> list[str]:
     out += inpainting_sample_problems(config)
     out += control_sample_problems(config)
     out += gguf_problems(config)
+    if problem := only_cache_problem(config):
+        out.append(problem)
     return out
+
+
+def only_cache_problem(config: Any) -> str | None:
+    """`only_cache` with nothing to cache: refused before the run (the trainer checks it again)."""
+    if not config.only_cache:
+        return None
+    if TrainingMethod(config.training_method) == TrainingMethod.FINE_TUNE_VAE:
+        return "only_cache: FINE_TUNE_VAE trains on the images' pixels and caches nothing; turn only_cache off"
+    if not config.latent_caching:
+        return "only_cache: latent_caching is off, so there is nothing to cache; turn latent_caching on or only_cache off"
+    return None
 
 
 def method_problem(model_type: Any, method: Any) -> str | None:

@@ -220,7 +220,17 @@ class LossWeight(StrEnum):
     SIGMA = "SIGMA"
 
 
-class LossScaler(StrEnum):
+class BatchScaler(StrEnum):
+    """What `loss_scaler` and `learning_rate_scaler` multiply by (OneTrainer's `get_scale`): the
+    batch size per process, the accumulation steps, or both; GLOBAL_* also the processes (GPUs)."""
+
+    def scale(self, batch_size: int, accumulation_steps: int, processes: int = 1) -> int:
+        batch = batch_size * (processes if self.value.startswith("GLOBAL_") else 1)
+        return {"NONE": 1, "BATCH": batch, "GLOBAL_BATCH": batch, "GRADIENT_ACCUMULATION": accumulation_steps,
+                "BOTH": batch * accumulation_steps, "GLOBAL_BOTH": batch * accumulation_steps}[self.value]
+
+
+class LossScaler(BatchScaler):
     NONE = "NONE"
     BATCH = "BATCH"
     GLOBAL_BATCH = "GLOBAL_BATCH"
@@ -229,7 +239,7 @@ class LossScaler(StrEnum):
     GLOBAL_BOTH = "GLOBAL_BOTH"
 
 
-class LearningRateScaler(StrEnum):
+class LearningRateScaler(BatchScaler):
     NONE = "NONE"
     BATCH = "BATCH"
     GLOBAL_BATCH = "GLOBAL_BATCH"

@@ -2,7 +2,7 @@
 `validate`, `train` and the page's Start all call (`start_problems`): the config's own (the
 doctor's errors: settings that cannot train together) and what the run needs from this machine
 (the base model and concept folders exist and hold images, the output can be written under a name
-the file system takes, no NUL bytes, a known layer preset), which the trainer would otherwise fail
+the file system takes and, with `prevent_overwrites`, is not there yet, no NUL bytes, a known layer preset), which the trainer would otherwise fail
 on, some only at the final save, after the whole run trained.
 
 Each problem is one line `field: what is wrong; what to do`. No torch: `validate` stays fast and
@@ -244,6 +244,9 @@ def output_problems(config: Any, workspace: Path) -> list[str]:
         problem = writable_problem("output_model_destination", dest.parent)
         if problem:
             out.append(problem)
+    if config.prevent_overwrites and _exists(dest):  # OneTrainer flags an existing output path and will not start
+        out.append(f"output_model_destination: {_shown(text)} already exists and prevent_overwrites is on; choose another "
+                   "name, move the old model away, or turn prevent_overwrites off")
     problem = writable_problem("workspace_dir", workspace)
     if problem:
         out.append(problem)

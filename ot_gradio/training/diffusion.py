@@ -19,7 +19,8 @@ A step (`DiffusionStep.loss`): latents (cached, or encoded now) -> timesteps fro
 distribution of the family's schedule (schedules.py: DDPM, or flow matching) -> noise with offset / generalized offset / input perturbation (noise.py) -> the
 prediction under autocast -> the loss of loss.py with the latent mask of masked training
 (masking.py), the concepts' loss weights and the timestep loss weight; a model that learns its
-variance (PixArt) adds `vb_loss_strength` x the variational bound (vb_loss.py). Captions are replaced
+variance (PixArt) adds `vb_loss_strength` x the variational bound (vb_loss.py); the whole times the
+`loss_scaler`'s batch / accumulation factor (`loss_scale`), as OneTrainer scales it. Captions are replaced
 by an empty one with the text encoder's `dropout_probability` (per sample; with several text
 encoders, per encoder with each one's own probability, as OneTrainer drops them), so the model also
 learns the unconditioned image that classifier-free guidance starts from. (OneTrainer zeroes the
@@ -40,7 +41,7 @@ from ..config.families import family_info
 from ..config.flow_options import flow_matching_conflicts
 from .device import QUANTIZED_TYPES, Precision, quantized_part_trained
 from .distributed import Distributed
-from .loss import diffusion_loss
+from .loss import diffusion_loss, loss_scale
 from .masking import training_mask
 from .quantize import (
     GGUF_A8_CODES,
@@ -175,6 +176,7 @@ class DiffusionStep:
         self.device = device
         self.precision = precision
         self.noise_fn = noise_fn  # tests pass fixed (noise, timesteps) here
+        self.loss_scale = loss_scale(config, self.dist.world)
         # the trainer sets a TextEmbeddingCache (data/text_cache.py) when no text encoder trains
         self.text_cache = None
         # the family's objective: DDPM (epsilon / v) or flow matching (schedules.py)
@@ -260,7 +262,7 @@ class DiffusionStep:
         target = self.schedule.target(latents, target_noise, timesteps)
         extra = None if self.vb is None else c.vb_loss_strength * self.vb(latents, noisy, timesteps, pred, variance)
         weights = self.schedule.loss_weights(timesteps)
-        return diffusion_loss(
+        return self.loss_scale * diffusion_loss(
             pred,
             target,
             mse_strength=c.mse_strength,

@@ -21,14 +21,18 @@ trains with, so forced v-prediction and zero terminal SNR are taken into account
 - DEBIASED_ESTIMATION (Yu et al. 2023): 1 / sqrt(SNR) (SNR + 1 for v-prediction), SNR clipped at
   1000 as kohya and OneTrainer do.
 - SIGMA: flow-matching models only; refused here.
+
+A step's loss is then multiplied by `loss_scale` (`loss_scaler`), as OneTrainer multiplies it.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
-from ..config.enums import LossWeight
+from ..config.enums import LossScaler, LossWeight
 
 _TINY_SNR = 1e-8  # zero terminal SNR makes the last SNR exactly 0
 
@@ -96,6 +100,12 @@ def timestep_loss_weight(
         weight = weight + 1.0 if v_prediction else weight.clamp(min=_TINY_SNR)
         return torch.rsqrt(weight)
     raise ValueError(f"loss_weight_fn: {fn.value} is for flow-matching models; use CONSTANT, P2, MIN_SNR_GAMMA or DEBIASED_ESTIMATION")
+
+
+def loss_scale(config: Any, processes: int = 1) -> int:
+    """`loss_scaler`: what a step's loss is multiplied by, as OneTrainer scales it (the batch size
+    per process, the accumulation steps or both; GLOBAL_* also the processes)."""
+    return LossScaler(config.loss_scaler).scale(config.batch_size, config.gradient_accumulation_steps, processes)
 
 
 def diffusion_loss(

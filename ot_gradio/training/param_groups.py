@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..config.enums import TimeUnit
+from ..config.enums import LearningRateScaler, TimeUnit
 
 
 @dataclass(eq=False)
@@ -52,6 +52,15 @@ class ParamGroup:
         self.lr = 0.0
         if self._optimizer_group is not None:
             self._optimizer_group["lr"] = 0.0
+
+
+def scale_learning_rates(groups: list[ParamGroup], config: Any, processes: int = 1) -> None:
+    """`learning_rate_scaler`: every group's learning rate times the square root of the batch
+    size, the accumulation steps or both (GLOBAL_*: also the processes), as OneTrainer scales
+    its parameter groups. Before the optimizer is made: it keeps the groups' dicts."""
+    factor = LearningRateScaler(config.learning_rate_scaler).scale(config.batch_size, config.gradient_accumulation_steps, processes) ** 0.5
+    for group in groups:
+        group.lr *= factor
 
 
 def optimizer_groups(groups: list[ParamGroup]) -> list[dict[str, Any]]:

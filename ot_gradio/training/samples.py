@@ -1,6 +1,7 @@
 """Samples during training: every enabled prompt of the config rendered with the model being
 trained, written as image files (a video family's as .mp4 clips, played at the run's clip frame
-rate), reported as events and shown in TensorBoard. With EMA on they use the EMA weights, and
+rate), reported as events and, with `samples_to_tensorboard`, shown in TensorBoard (images only, one
+series per prompt index). With EMA on they use the EMA weights, and
 with `non_ema_sampling` the live weights as well (file names and events marked 'no-ema').
 Sampling leaves the training noise as it was. The trainer reads the logged losses first (a NaN
 loss stops the run before its weights are used)."""
@@ -62,5 +63,5 @@ def _sample_all(run: RunState, samples: list, ema: bool | None) -> None:
             atomic_write(out, lambda tmp, im=image: im.save(tmp, format="JPEG" if fmt == "jpg" else fmt.upper()), what="a sample")
         extra = {} if ema is None else {"ema": ema}
         run.report.sample(path=str(out), prompt=s.prompt, step=c.global_step, epoch=c.epoch, index=i, **extra)
-        if run.tensorboard is not None:  # a clip: its first frame (TensorBoard's video panel needs moviepy)
-            run.tensorboard.add_image(f"sample/{i}{suffix}", np.asarray(image[0] if clip else image), c.global_step, dataformats="HWC")
+        if run.tensorboard is not None and run.config.samples_to_tensorboard and not clip:  # as OneTrainer: images only
+            run.tensorboard.add_image(f"sample/{i}{suffix}", np.asarray(image), c.global_step, dataformats="HWC")

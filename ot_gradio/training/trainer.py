@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ..config.doctor import only_cache_problem
 from ..config.enums import EMAMode, TimeUnit
 from ..config.families import family_info
 from ..config.io import config_to_dict
@@ -38,7 +39,7 @@ from .ema import EMA
 from .intervals import Every
 from .methods import get_method
 from .optimizers import create_optimizer, fused_back_pass, optimizer_eval_mode, optimizer_train_mode, parameter_names
-from .param_groups import all_params, optimizer_groups
+from .param_groups import all_params, optimizer_groups, scale_learning_rates
 from .placement import Placement, fill_text_cache
 from .preflight import TrainingError, check_concepts, check_writable
 from .resume import resume_from_latest_backup
@@ -84,6 +85,8 @@ class Trainer:
         from ..models.registry import get_family  # noqa: PLC0415
 
         cfg = self.config
+        if problem := only_cache_problem(cfg):
+            raise TrainingError(problem)
         check_concepts(cfg)
         check_writable(cfg, self.paths.backup)
         self.device, warning = resolve_device(cfg.train_device)
@@ -127,6 +130,7 @@ class Trainer:
             self.model.to(self.device)
             self.method = get_method(cfg.training_method)
             self.param_groups = self.method.setup(self.model, cfg, self.device)
+            scale_learning_rates(self.param_groups, cfg, self.dist.world)
             check_quantized_parts_frozen(self.model, cfg)
         except ValueError as e:
             raise TrainingError(str(e)) from e
@@ -146,7 +150,7 @@ class Trainer:
         self.diffusion = self.method.training_step(self.model, cfg, self.device, self.precision, self.noise_fn, dist=self.dist)
         # the memory planner's probe runs the denoiser on meta tensors in a thread of its own
         # while the VAE caches latents here (it draws no random numbers this thread draws)
-        decision = self._start_checkpointing_decision()
+        decision = None if cfg.only_cache else self._start_checkpointing_decision()  # only_cache: no step to plan
         self.report.status("caching", "scanning concepts and caching latents")
         # Encoding samples the latent distribution with its own generator, so the training noise
         # does not depend on how much of the cache was already filled.
@@ -159,7 +163,10 @@ class Trainer:
                 self._build_dataset(encode_rng)
                 self._setup_text_cache()
         finally:
-            decision.wait()
+            if decision is not None:
+                decision.wait()
+        if cfg.only_cache:  # train() fills the text cache and ends the run
+            return
         self._finish_checkpointing_decision(decision)
         if cfg.compile:
             self._compile_denoiser()
@@ -350,6 +357,8 @@ class Trainer:
     def train(self) -> str:
         """Run to the end or to a stop request. Returns 'done' or 'stopped'."""
         cfg = self.config
+        if cfg.only_cache:
+            return self._only_cache()
         self.report.status("training", "")
         self.losses.start(self.counters.global_step, cfg.epochs, self.steps_per_epoch, self.total_steps, self._tb)
         accum = cfg.gradient_accumulation_steps
@@ -381,6 +390,24 @@ class Trainer:
                 self._stop_parts_if_due()
                 self._after_epoch()
         return self._finish()
+
+    def _only_cache(self) -> str:
+        """`only_cache`: setup filled the latent cache; here the text cache gets every caption a
+        step can ask for (when it is on), then the run ends as done: no step, no model written."""
+        texts = 0
+        for warning in self.dataset.warnings:
+            self.report.warning(warning)
+        if self.diffusion.text_cache is not None:
+            with self.dist.main_first(), self.precision.autocast():
+                texts = fill_text_cache(self.diffusion.text_cache, self.model.encode_text, [(self.diffusion, self.dataset)])
+        report = self.dataset.cache_report
+        message = (f"only_cache: cache filled in {self.config.cache_dir} ({report.encoded} latent(s) encoded, {report.hits} already "
+                   f"there; {texts} caption(s) encoded); no training, no model written")
+        print(message, flush=True)
+        self.report.status("done", message)
+        self.dist.barrier()
+        self.dist.close()
+        return "done"
 
     def _forward_backward(self, batch: Any, accum: int) -> float | torch.Tensor:
         """The step's loss: read now (a float, checked before the backward pass), or with

@@ -34,7 +34,7 @@ from ..data.pixels import pixels_tensor
 from ..models.common import base_module, module_device, module_dtype
 from .distributed import Distributed
 from .finetune_method import FineTuneMethod, check_finetune_format
-from .loss import diffusion_loss
+from .loss import diffusion_loss, loss_scale
 from .masking import training_mask
 from .method_base import register
 from .param_groups import ParamGroup
@@ -54,6 +54,7 @@ class VaeReconstructionStep:
         self.device = device
         self.precision = precision
         self.dist = dist or Distributed()
+        self.loss_scale = loss_scale(config, self.dist.world)  # `loss_scaler`: OneTrainer scales the VAE's loss too
 
     def text_variants(self, caption: str) -> list[str]:
         return []
@@ -75,7 +76,7 @@ class VaeReconstructionStep:
         if c.masked_training:
             mask = training_mask(batch.mask, image.shape[-2:], unmasked_probability=c.unmasked_probability,
                                  device=self.device, rand=self.rand)
-        return diffusion_loss(
+        return self.loss_scale * diffusion_loss(
             predicted, image,
             mse_strength=c.mse_strength, mae_strength=c.mae_strength, huber_strength=c.huber_strength,
             huber_delta=c.huber_delta, log_cosh_strength=c.log_cosh_strength,

@@ -17,6 +17,7 @@ import torch
 
 from ..config.enums import ConceptType
 from .intervals import Every
+from .loss import loss_scale
 
 if TYPE_CHECKING:
     from .run_state import RunState
@@ -82,6 +83,7 @@ class Validator:
         fixed.unmasked_probability = 0.0
         self.draws = FixedDraws(cfg.seed)
         self.step = run.method.training_step(model, fixed, run.device, run.precision, self.draws)  # its own objective
+        self.step.loss_scale = loss_scale(cfg, run.dist.world)  # `loss_scaler` as in training (GLOBAL_*: the run's GPUs)
         self.step.text_cache = run.text_cache
 
     @property

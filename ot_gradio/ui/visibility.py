@@ -29,11 +29,13 @@ VAE_TRAINING = ("learning_rate", "stop_training_after", "stop_training_after_uni
 PART_TRAINING = ("train", "learning_rate", "stop_training_after", "stop_training_after_unit", "dropout_probability",
                  "train_embedding", "gradient_checkpointing", "offload_fraction", "activation_offloading")
 # ...and these options, which its step never reads: it encodes the images at every step (no latent
-# cache) and draws no timesteps nor noise, so no timestep loss weight either. The noise schedule's
+# cache, so nothing for only_cache) and draws no timesteps nor noise, so no timestep loss weight
+# either. The noise schedule's
 # options (zero terminal SNR, forced prediction) stay: a sample from a text prompt runs with them.
 VAE_IGNORED = ("latent_caching", "offset_noise_weight", "generalized_offset_noise", "perturbation_noise_weight",
                "min_noising_strength", "max_noising_strength", "timestep_distribution", "noising_weight", "noising_bias",
-               "timestep_shift", "dynamic_timestep_shifting", "loss_weight_fn", "loss_weight_strength", "vb_loss_strength")
+               "timestep_shift", "dynamic_timestep_shifting", "loss_weight_fn", "loss_weight_strength", "vb_loss_strength",
+               "only_cache")
 
 
 @cache

@@ -83,6 +83,8 @@ def test_prodigy_learning_rates_must_be_one_and_equal():
     cfg.text_encoder.train = False  # only the parts that train count
     cfg.learning_rate, cfg.text_encoder.learning_rate = 1.0, 0.5
     assert not any("PRODIGY" in w and "learning rate" in w for w in check(cfg))
+    cfg.learning_rate_scaler = "BOTH"  # its learning rates are then sqrt(batch x accumulation), not 1
+    assert any("learning_rate_scaler BOTH multiplies its learning rates" in w and "set it to NONE" in w for w in check(cfg))
 
 
 def test_warmup_with_rex_or_prodigy():

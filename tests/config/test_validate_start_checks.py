@@ -50,6 +50,9 @@ CASES = [
     ("NUL in a path", {"cache_dir": "cache\0x"}, "cache_dir: contains a NUL character"),
     ("NUL in a concept", {"concepts": [{"name": "x", "path": "images\0"}]}, "concepts[0].path: contains a NUL character"),
     ("output under a file", {"output_model_destination": "afile/model.safetensors"}, "output_model_destination: "),
+    ("prevent_overwrites, output there", {"prevent_overwrites": True, "output_model_destination": "old.safetensors"},
+     "output_model_destination: old.safetensors already exists and prevent_overwrites is on"),
+    ("only_cache without latent caching", {"only_cache": True, "latent_caching": False}, "only_cache: latent_caching is off"),
     ("base model path too long", {"base_model_name": "/" + "m/" * 3000 + "x.safetensors"}, "base_model_name: /m/m"),
     ("workspace name too long", {"workspace_dir": "w" * 5000}, "workspace_dir: www"),
     ("output path too long", {"output_model_destination": "/" + "o/" * 3000 + "x.safetensors"}, "output_model_destination: the path is longer"),
@@ -90,6 +93,7 @@ HIDREAM_PARTS = {"_class_name": "HiDreamImagePipeline", **{p: ["x", "y"] for p i
 @pytest.mark.parametrize(("name", "values", "message"), CASES, ids=[c[0] for c in CASES])
 def test_validate_and_train_refuse_at_the_start(folder, capsys, name, values, message):
     (folder / "afile").write_text("x")
+    (folder / "old.safetensors").write_text("an earlier run's model")
     (folder / "sd15").mkdir()
     (folder / "sd15" / "model_index.json").write_text(json.dumps(SD15_INDEX))
     (folder / "hidream").mkdir()  # HiDream-ai's repos list the Llama empty
@@ -112,7 +116,7 @@ def test_the_demo_and_a_good_config_are_ok(folder, capsys):
     assert cli_main(["validate", "--config", "demo"]) == 0
     assert "ok: config is valid and can start here" in capsys.readouterr().out
     config = demo(folder, concepts=[{"name": "x", "path": "images"}], base_model_name="owner/model",
-                  output_model_destination=f"out/{'n' * (NAME_MAX - 14 - 15 - 12)}.safetensors")
+                  output_model_destination=f"out/{'n' * (NAME_MAX - 14 - 15 - 12)}.safetensors", prevent_overwrites=True)
     assert cli_main(["validate", "--config", config]) == 0, capsys.readouterr().err
 
 

@@ -226,6 +226,20 @@ def test_loss_weight_function_in_a_step(model):
     assert weighted.item() == pytest.approx(plain.item() * min(ac / (1 - ac), 1.0) / (ac / (1 - ac)), rel=1e-5)
 
 
+@pytest.mark.parametrize(("scaler", "processes", "factor"), [("NONE", 1, 1), ("BATCH", 1, 2), ("GRADIENT_ACCUMULATION", 1, 3),
+                                                           ("BOTH", 1, 6), ("GLOBAL_BATCH", 4, 8), ("GLOBAL_BOTH", 4, 24)])
+def test_loss_scaler_multiplies_the_step_loss(model, scaler, processes, factor):
+    from ot_gradio.training.distributed import Distributed
+
+    sizes = {"batch_size": 2, "gradient_accumulation_steps": 3}
+    with torch.no_grad():
+        plain = DiffusionStep(model, config(**sizes), CPU, Precision(DataType.FLOAT_32, CPU), fixed()).loss(batch())
+        step = DiffusionStep(model, config(loss_scaler=scaler, **sizes), CPU, Precision(DataType.FLOAT_32, CPU), fixed(),
+                             dist=Distributed(world=processes))
+        scaled = step.loss(batch())
+    assert scaled.item() == pytest.approx(plain.item() * factor, rel=1e-6)
+
+
 def test_step_draws_timesteps_and_perturbed_noise_from_the_config(model):
     cfg = config(
         min_noising_strength=0.25, max_noising_strength=0.5, timestep_distribution="SIGMOID", noising_weight=20.0,

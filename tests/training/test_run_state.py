@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from PIL import Image
 
@@ -83,6 +84,32 @@ def test_samples_with_ema_and_live_weights_from_the_run_state(tmp_path):
     samples = [fields for kind, fields in run.report.events if kind == "sample"]
     assert [(s["ema"], s["step"], s["epoch"]) for s in samples] == [(True, 7, 1), (False, 7, 1)]
     assert run.tensorboard.images == [("sample/0", 7), ("sample/0-no-ema", 7)]
+
+
+class Clips(Model):
+    def sample(self, **kwargs):
+        return [super().sample(**kwargs)] * 2  # a video family's sample: its frames
+
+
+@pytest.mark.parametrize(("model", "to_tensorboard", "tags"), [(Model, True, ["sample/0", "sample/1"]), (Model, False, []), (Clips, True, [])])
+def test_samples_to_tensorboard_writes_image_samples_to_the_event_file(tmp_path, model, to_tensorboard, tags):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    prompts = [SampleConfig(prompt=p, width=96, height=64) for p in ("a cat", "a dog")]
+    writer = SummaryWriter(str(tmp_path / "tb"))
+    weight = torch.nn.Parameter(torch.tensor([1.0]))
+    run = _run(tmp_path, TrainConfig(samples=prompts, samples_to_tensorboard=to_tensorboard), weight, None, tensorboard=writer)
+    run.model = model(weight)
+    sample_during_training(run)
+    writer.close()
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"images": 0})
+    events.Reload()
+    assert sorted(events.Tags()["images"]) == tags
+    for tag in tags:
+        (image,) = events.Images(tag)
+        assert (image.step, image.width, image.height) == (7, 96, 64)
+    assert len([kind for kind, _ in run.report.events if kind == "sample"]) == 2  # the files and events either way
 
 
 def test_resume_returns_the_counters_and_a_fresh_ema(tmp_path):

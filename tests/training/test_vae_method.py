@@ -148,6 +148,7 @@ def test_only_the_vae_stays_on_the_device(tiny, shapes, tmp_path, monkeypatch, c
 def test_masked_training_weights_the_images_pixels(tiny, shapes, tmp_path):
     """With masked training the loss counts each image pixel by its mask (black = unmasked_weight),
     at the image's own resolution: here only the right half counts."""
+    from ot_gradio.config.enums import LossScaler
     from ot_gradio.training.vae_method import VaeReconstructionStep
 
     trainer = _trainer(_config(tiny, shapes, tmp_path, masked_training=True, unmasked_weight=0.0, unmasked_probability=0.0), tmp_path)
@@ -161,6 +162,9 @@ def test_masked_training_weights_the_images_pixels(tiny, shapes, tmp_path):
         assert torch.allclose(step.loss(batch), error.mean())
         batch.mask[..., : batch.mask.shape[-1] // 2] = 0
         assert torch.allclose(step.loss(batch), (error * batch.mask).mean())
+        tripled = trainer.config.model_copy(update={"loss_scaler": LossScaler.GRADIENT_ACCUMULATION, "gradient_accumulation_steps": 3})
+        scaled = VaeReconstructionStep(trainer.model, tripled, trainer.device, trainer.precision)
+        assert torch.allclose(scaled.loss(batch), 3 * step.loss(batch))  # loss_scaler: OneTrainer scales the VAE's loss too
 
 
 def test_a_family_without_it_is_refused_at_the_start():

@@ -172,7 +172,8 @@ def test_families_without_an_embedding_do_not_offer_one():
 # FINE_TUNE_VAE's step (training/vae_method.py) encodes the images at every step and draws no noise nor timesteps
 VAE_IGNORES = ("latent_caching", "offset_noise_weight", "generalized_offset_noise", "perturbation_noise_weight",
                "timestep_distribution", "min_noising_strength", "max_noising_strength", "noising_weight", "noising_bias",
-               "timestep_shift", "dynamic_timestep_shifting", "loss_weight_fn", "loss_weight_strength", "vb_loss_strength")
+               "timestep_shift", "dynamic_timestep_shifting", "loss_weight_fn", "loss_weight_strength", "vb_loss_strength",
+               "only_cache")
 # ...and reads these (the loss, masked training, and for samples from a text prompt the schedule and clip skip)
 VAE_READS = ("mse_strength", "mae_strength", "huber_strength", "log_cosh_strength", "masked_training", "learning_rate", "resolution",
              "train_dtype", "force_v_prediction", "rescale_noise_scheduler_to_zero_terminal_snr", "text_encoder_layer_skip",
