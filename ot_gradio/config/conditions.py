@@ -66,23 +66,23 @@ def nonzero(name: str) -> Rule:
     return Rule(lambda c: _nonzero(c.get(name)), (name,), f"{name} is not 0")
 
 
-def _learns_variance(config: Config) -> bool:
-    """An unknown model type shows it."""
-    model_type = config.get("model_type")
-    info = family_info(model_type) if model_type else None
-    return info is None or info.learns_variance
+def family_rule(says: Callable[[Any], Any], what: str) -> Rule:
+    """A rule on the model type's description (config/family_info): true where `says(info)` is;
+    an unknown or unset model type shows the field."""
+
+    def test(config: Config) -> bool:
+        model_type = config.get("model_type")
+        info = family_info(model_type) if model_type else None
+        return info is None or bool(says(info))
+
+    return Rule(test, ("model_type",), what)
 
 
 # the DDPM noise schedule's options: a flow-matching family (SD 3, Flux, Qwen-Image...) has none of them
 DDPM_SCHEDULE = Rule(lambda c: not is_flow_matching(c.get("model_type") or ""), ("model_type",), "the model type uses a DDPM noise schedule")
-def _takes_video(config: Config) -> bool:
-    """An unknown model type shows it."""
-    model_type = config.get("model_type")
-    info = family_info(model_type) if model_type else None
-    return info is None or info.frame_step is not None
-
-
 # the frame sampling options: only a video family reads clips (Wan)
-TAKES_VIDEO = Rule(_takes_video, ("model_type",), "the model type trains on video clips")
+TAKES_VIDEO = family_rule(lambda info: info.frame_step is not None, "the model type trains on video clips")
+# circular padding: the UNet families and Würstchen / Stable Cascade (their convolutions, as OneTrainer)
+PADS_CIRCULARLY = family_rule(lambda info: info.circular_padding, "the model type's convolutions can pad circularly")
 # only a family whose denoiser learns its variance trains it (PixArt)
-LEARNS_VARIANCE = Rule(_learns_variance, ("model_type",), "the model type's denoiser learns its variance")
+LEARNS_VARIANCE = family_rule(lambda info: info.learns_variance, "the model type's denoiser learns its variance")

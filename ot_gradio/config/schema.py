@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import field_validator
 
 from .concept import ConceptConfig
-from .conditions import DDPM_SCHEDULE, LEARNS_VARIANCE, TAKES_VIDEO, is_, is_not, nonzero, on
+from .conditions import DDPM_SCHEDULE, LEARNS_VARIANCE, PADS_CIRCULARLY, TAKES_VIDEO, is_, is_not, nonzero, on
 from .enums import (
     AttentionMechanism,
     AudioFormat,
@@ -116,7 +116,7 @@ class TrainConfig(Section):
     output_model_format: ModelFormat = opt(ModelFormat.SAFETENSORS, "Output format", "LoRA: KOHYA_LORA / COMFY_LORA (kohya keys, an alpha per layer) for ComfyUI, and for SD 1.x/2.x/SDXL also A1111, Forge and diffusers (other families' diffusers pipelines read them in part, e.g. Flux's attention layers and Wan's blocks, or not at all); SAFETENSORS / DIFFUSERS_LORA (diffusers/PEFT keys, alpha folded into the weights) for the family's diffusers pipeline (PixArt, Würstchen and Stable Cascade have no LoRA loader: load with peft) and, for most families, ComfyUI (not Wan, HunyuanVideo or Anima: warned); a text-encoder LoRA the pipeline cannot load is refused. The README lists what loads where per family. Fine-tune: SAFETENSORS/ORIGINAL_SINGLE_FILE (one checkpoint file) or DIFFUSERS (a folder). Embedding: SAFETENSORS (A1111 embedding file).", tab="model", in_step=False)
     output_model_destination: str = opt("models/model.safetensors", "Output file", "Where the trained model is written (a file, or a folder for DIFFUSERS).", tab="model", in_step=False)
     async_offloading: bool = opt(True, "Async offloading", "Layer offloading on CUDA: copy offloaded weights to the GPU without waiting (non-blocking, from pinned memory); off = blocking copies.", tab="model", advanced=True)
-    force_circular_padding: bool = opt(False, "Circular padding", "Convolutions of the UNet/prior and the VAE/decoder wrap around the image's edges instead of padding with zeros, in training and sampling, so samples tile seamlessly (textures). SD 1.x/2.x, SDXL, Würstchen and Stable Cascade only.", tab="model")
+    force_circular_padding: bool = opt(False, "Circular padding", "Convolutions of the UNet/prior and the VAE/decoder wrap around the image's edges instead of padding with zeros, in training and sampling, so samples tile seamlessly (textures). SD 1.x/2.x, SDXL, Würstchen and Stable Cascade only.", tab="model", applies_when=PADS_CIRCULARLY)
     compile: bool = opt(False, "Compile", "Compile the denoiser (UNet or transformer) with torch.compile: the first steps wait minutes while it compiles (and sampling compiles once more), later steps run faster on a GPU. No gain on a CPU, where compiling the benchmark UNet took 17 minutes. Needs a C++ compiler (Triton on NVIDIA GPUs).", tab="model")
     quantization: QuantizationConfig = opt(default_factory=QuantizationConfig, label="Quantization", tooltip="Which layers are quantized when a part is loaded in 8 bits or less.", tab="model")
 

@@ -20,14 +20,14 @@ def test_a_supported_lora_config_has_no_warnings():
 
 def test_planned_options_are_listed_in_one_message():
     config = good()
-    config.prevent_overwrites = True
+    config.masked_prior_preservation_weight = 0.5
     config.debug_mode = True
     config.concepts[0].text_variations = 2
     config.unconditional_transformer.train = True
     config.embedding.is_output_embedding = True
     warnings = check(config)
     assert len(warnings) == 1
-    for path in ("prevent_overwrites", "debug_mode", "concepts[0].text_variations", "unconditional_transformer.train", "embedding.is_output_embedding"):
+    for path in ("masked_prior_preservation_weight", "debug_mode", "concepts[0].text_variations", "unconditional_transformer.train", "embedding.is_output_embedding"):
         assert path in warnings[0]
     assert planned_changes(good()) == []
 
