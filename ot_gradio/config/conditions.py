@@ -84,5 +84,7 @@ DDPM_SCHEDULE = Rule(lambda c: not is_flow_matching(c.get("model_type") or ""), 
 TAKES_VIDEO = family_rule(lambda info: info.frame_step is not None, "the model type trains on video clips")
 # circular padding: the UNet families and Würstchen / Stable Cascade (their convolutions, as OneTrainer)
 PADS_CIRCULARLY = family_rule(lambda info: info.circular_padding, "the model type's convolutions can pad circularly")
+# transformer.attention_mask: the families whose padding tokens' prompt embeddings OneTrainer zeroes (Flux.1, SD 3, HiDream)
+ZEROES_PADDING = family_rule(lambda info: info.zeroes_padding, "the model type can zero the prompt embeddings of padding tokens")
 # only a family whose denoiser learns its variance trains it (PixArt)
 LEARNS_VARIANCE = family_rule(lambda info: info.learns_variance, "the model type's denoiser learns its variance")

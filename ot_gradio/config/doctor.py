@@ -249,6 +249,7 @@ def errors(config: TrainConfig) -> list[str]:
     out += fill_mask_problems(config)
     out += control_pair_problems(config)
     out += circular_padding_problems(config)
+    out += padding_mask_problems(config)
     out += diffusers_text_encoder_problems(config)
     out += offload_problems(config)
     out += inpainting_sample_problems(config)
@@ -480,6 +481,20 @@ def circular_padding_problems(config: Any) -> list[str]:
         return []
     return [f"force_circular_padding: circular padding is done for Stable Diffusion 1.x/2.x, SDXL, Würstchen and Stable Cascade "
             f"(as in OneTrainer), not for {config.model_type.value}; turn it off."]
+
+
+def padding_mask_problems(config: Any) -> list[str]:
+    """transformer.attention_mask and a sample's transformer_attention_mask are read by the families
+    OneTrainer reads them for (their description's `zeroes_padding`); another one's run that asks
+    for either is refused."""
+    info = family_info(config.model_type)
+    if info is not None and info.zeroes_padding:
+        return []
+    fields = ["transformer.attention_mask"] if config.transformer.attention_mask else []
+    fields += [f"samples[{i}].transformer_attention_mask" for i, s in enumerate(config.samples)
+               if s.enabled and s.transformer_attention_mask]
+    return [f"{field}: the prompt embeddings' padding tokens are zeroed for Flux.1, Flux.1 Fill, SD 3 / 3.5 and HiDream "
+            f"(as in OneTrainer), not for {config.model_type.value}; turn it off." for field in fields]
 
 
 def inpainting_sample_problems(config: Any) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from .conditions import ZEROES_PADDING
 from .enums import DataType, GradientCheckpointing, NoiseScheduler, TimeUnit
 from .fields import PLANNED, Section, opt
 from .optimizer import OptimizerConfig
@@ -36,6 +37,7 @@ class ModelPartConfig(Section):
 class TransformerPartConfig(ModelPartConfig):
     """The denoising transformer, which (as OneTrainer's) may come from a file of its own."""
 
+    attention_mask: bool = opt(False, "Attention mask", "Flux.1, SD 3 / 3.5 and HiDream (as OneTrainer): zero the prompt embeddings of the padding tokens (the text encoders' outputs times their token mask) before the transformer reads them, in training and in samples, so the padding carries no text (OneTrainer's name: the attention itself is not masked). These models were trained without it; changing it re-encodes cached text. Other model types are refused.", applies_when=ZEROES_PADDING)
     model_name: str = opt("", "Transformer file", "Load the transformer from this file instead of the base model, whose other parts and configs are kept: a .safetensors file, a .gguf file (weight data type GGUF, for a LoRA), or a Hugging Face file address as OneTrainer's DeTurbo presets give (https://huggingface.co/<owner>/<repo>/blob/main/<file>: downloaded once, then read from the hub cache). A family that reads no such file says so before the run (the README's family table lists them). Blank = from the base model.")
 
 
@@ -78,7 +80,7 @@ class SampleConfig(Section):
     text_encoder_2_sequence_length: int | None = opt(None, "Text encoder 2 sequence length", "Tokens the second text encoder reads. Blank = the training setting.", ge=1, status=PLANNED)
     text_encoder_3_layer_skip: int = opt(0, "Clip skip 3", "Skip the last N layers of the third text encoder.", ge=0, status=PLANNED)
     text_encoder_4_layer_skip: int = opt(0, "Clip skip 4", "Skip the last N layers of the fourth text encoder.", ge=0, status=PLANNED)
-    transformer_attention_mask: bool = opt(False, "Transformer attention mask", "Mask padding tokens in the transformer's attention.", status=PLANNED)
+    transformer_attention_mask: bool = opt(False, "Transformer attention mask", "Flux.1, SD 3 / 3.5 and HiDream: zero the prompt embeddings of this sample's padding tokens (and the negative prompt's), as the transformer's attention mask does in training. A run with the transformer's attention mask on does it for every sample, as OneTrainer. Other model types are refused.", applies_when=ZEROES_PADDING)
     force_last_timestep: bool = opt(False, "Force last timestep", "Always include the last timestep (for zero terminal SNR models).", status=PLANNED)
     sample_inpainting: bool = opt(False, "Inpainting sample", "Inpainting models (SD inpainting, Flux Fill): repaint the base image inside the mask instead of drawing from the prompt alone. Needs both files; refused before the run for other model types.")
     base_image_path: str = opt("", "Base image", "Inpainting samples: the image to repaint, resized to the sample's width and height.")

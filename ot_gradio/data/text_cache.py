@@ -5,7 +5,7 @@ no text encoder (nor embedding) trains. Here the trainer turns this cache on und
 conditions (see `text_cache_problem`), and the key is the exact text each encoder reads (after
 caption dropout and the training method's text hook) plus the identity of everything that turns
 text into the conditioning: the model type, each text encoder's config, weight fingerprint and
-dtypes, the tokenizers, clip skip, sequence length and the autocast type. Caption dropout (an
+dtypes, the tokenizers, clip skip, sequence length, the autocast type and the padding mask. Caption dropout (an
 empty caption) and several captions per image therefore just add entries, and the cached output
 is the very tensor the encoder would return for that text. Tag shuffling, tag dropout and
 capitalisation randomisation make a new caption almost every epoch, which would fill the disk
@@ -101,7 +101,8 @@ def _fingerprint(module: torch.nn.Module, h: Any) -> None:
 
 def text_encoder_id(model: Any, autocast_dtype: torch.dtype | None = None, extra: Mapping | None = None) -> str:
     """Identity of how `model` turns text into conditioning: a different text encoder, tokenizer,
-    clip skip, sequence length or autocast type never reuses an entry."""
+    clip skip, sequence length, autocast type or padding mask (transformer.attention_mask) never
+    reuses an entry."""
     h = hashlib.sha256()
     tokenizers = getattr(model, "tokenizers", {}) or {}
     about = {
@@ -116,6 +117,8 @@ def text_encoder_id(model: Any, autocast_dtype: torch.dtype | None = None, extra
         "extra": dict(extra or {}),
         "version": TEXT_CACHE_VERSION,
     }
+    if getattr(model, "mask_padding_tokens", False):  # transformer.attention_mask: zeroed padding (absent when off: older keys stay)
+        about["padding_zeroed"] = True
     h.update(json.dumps(about, sort_keys=True, default=str).encode())
     for part in model.text_encoder_names:
         _fingerprint(model.parts[part], h)

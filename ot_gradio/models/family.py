@@ -35,6 +35,10 @@ class Family:
     # the T5 / LLM token window, set per run from the config (None: the family's default); families
     # without such an encoder never read it
     text_encoder_sequence_length: int | None = None
+    # transformer.attention_mask (OneTrainer's): the prompt embeddings of padding tokens are zeroed,
+    # set per run from the config and per sample by its transformer_attention_mask; the families
+    # OneTrainer does it for read it (Flux.1, SD 3, HiDream: the description's `masks_padding_tokens`)
+    mask_padding_tokens = False
     # modules of the text side besides the text encoder parts (Anima's LLM adapter): their weights key the text cache
     text_cache_modules: tuple[Any, ...] = ()
     # what `encode_conditioning` makes, as the latent cache keys it: "masked_image" (inpainting) or "depth"

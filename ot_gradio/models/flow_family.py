@@ -404,6 +404,16 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
             out = encoder(ids.to(device), output_hidden_states=True, **mask)
             return base_module(encoder).encoder.final_layer_norm(out.hidden_states[-(skip + 1)])
 
+    def padding_zeroed(self, hidden: torch.Tensor, mask: torch.Tensor, token_dim: int = 1) -> torch.Tensor:
+        """`hidden` with its padding tokens' rows zeroed when `mask_padding_tokens` is on (OneTrainer's
+        transformer.attention_mask: the encoder output times its token mask), else as it is.
+        `mask` is the tokenizer's (B, tokens); `token_dim` is the token axis of `hidden`."""
+        if not self.mask_padding_tokens:
+            return hidden
+        shape = [1] * hidden.ndim
+        shape[0], shape[token_dim] = mask.shape
+        return hidden * mask.to(hidden.device, hidden.dtype).view(shape)
+
     def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()):
         """The conditioning dict `predict` reads; gradients flow through the parts in `grad`."""
         raise NotImplementedError

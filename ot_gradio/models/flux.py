@@ -125,9 +125,10 @@ class FluxDev1(FlowFamily):
 
     def encode_t5(self, texts: Sequence[str], grad: bool = False) -> torch.Tensor:
         """T5 hidden states (B, tokens, width); a layer skip takes an earlier layer with T5's final
-        norm applied (OneTrainer's encode_t5). Padding is not masked, as Flux was trained."""
-        ids, _ = self._tokens(self.t5_part, texts, self.t5_sequence_length)
-        return self.t5_hidden_states(self.t5_part, ids, grad=grad)
+        norm applied (OneTrainer's encode_t5). T5 reads no padding mask, as Flux was trained; with
+        `mask_padding_tokens` the padding tokens' outputs are zeroed (transformer.attention_mask)."""
+        ids, mask = self._tokens(self.t5_part, texts, self.t5_sequence_length)
+        return self.padding_zeroed(self.t5_hidden_states(self.t5_part, ids, grad=grad), mask)
 
     def encode_clip_pooled(self, texts: Sequence[str], grad: bool = False) -> torch.Tensor:
         """CLIP-L's pooled output: the final hidden state at the first end-of-text token (found

@@ -183,7 +183,8 @@ class HiDream(IdentityLoraNames, FlowFamily):
 
     def encode_llama(self, texts: Sequence[str], grad: bool = False) -> torch.Tensor:
         """Llama's hidden states after each layer (B, layers, tokens, width), as the pipeline's
-        `_get_llama3_prompt_embeds` (which stacks them layers first)."""
+        `_get_llama3_prompt_embeds` (which stacks them layers first); with `mask_padding_tokens` the
+        padding tokens' states are zeroed, as T5's (OneTrainer's transformer.attention_mask)."""
         encoder = self.text_encoder_4
         ids, mask = self._tokens(LLAMA_PART, texts)
         device = module_device(encoder)
@@ -194,7 +195,7 @@ class HiDream(IdentityLoraNames, FlowFamily):
         masks = {} if device.type == "meta" else {"attention_mask": mask.to(device)}
         with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
             hidden = encoder(ids.to(device), output_hidden_states=True, **masks).hidden_states[1:]
-        return torch.stack(hidden, dim=1)
+        return self.padding_zeroed(torch.stack(hidden, dim=1), mask, token_dim=2)
 
     def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()):
         """{"pooled_embeds": CLIP-L | CLIP-G, "t5": T5's states, "llama": Llama's (B, layers, tokens,
@@ -203,7 +204,7 @@ class HiDream(IdentityLoraNames, FlowFamily):
         pooled = [self.encode_clip_pooled(part, texts[part], part in grad) for part in CLIP_PARTS]
         ids, mask = self._tokens(T5_PART, texts[T5_PART])
         on_meta = module_device(self.text_encoder_3).type == "meta"  # the probe: as for Llama, no padding mask
-        t5 = self.t5_hidden_states(T5_PART, ids, None if on_meta else mask, grad=T5_PART in grad)
+        t5 = self.padding_zeroed(self.t5_hidden_states(T5_PART, ids, None if on_meta else mask, grad=T5_PART in grad), mask)
         llama = self.encode_llama(texts[LLAMA_PART], LLAMA_PART in grad)
         device = t5.device
         return {"pooled_embeds": torch.cat([p.to(device) for p in pooled], dim=-1), "t5": t5, "llama": llama.to(device)}

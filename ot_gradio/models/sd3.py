@@ -8,7 +8,8 @@ What SD 3 is (diffusers' StableDiffusion3Pipeline, OneTrainer's StableDiffusion3
   T5's tokens along the sequence; the pooled input is both CLIP projections side by side. Clip
   skip counts from that second-to-last layer per CLIP (as SDXL); T5's skip takes an earlier layer
   with T5's final norm. T5 reads 77 tokens (OneTrainer's length; `text_encoder_3_sequence_length`
-  when the config has it), in training and in samples alike, with no padding mask, as trained.
+  when the config has it), in training and in samples alike, with no padding mask, as trained;
+  with transformer.attention_mask the three outputs' padding tokens are zeroed (OneTrainer's).
 - The denoiser is an MMDiT (`SD3Transformer2DModel`, patch 2) that reads timestep t * 1000 and
   predicts the velocity `noise - latents` in the (B, 16, H, W) latent layout (it patches itself).
 - The VAE has 16 latent channels; latents are normalised with its `shift_factor` and
@@ -130,21 +131,22 @@ class StableDiffusion3(FlowFamily):
         """(hidden states of the second-to-last layer minus the skip, projected pooled output at
         the first end-of-text token, found from the tokenizer so added embedding tokens never move it)."""
         tokenizer, encoder = self.tokenizers[part], getattr(self, part)
-        ids = tokenizer(
+        tokens = tokenizer(
             list(texts), padding="max_length", max_length=tokenizer.model_max_length, truncation=True, return_tensors="pt"
-        ).input_ids.to(module_device(encoder))
+        )
+        ids = tokens.input_ids.to(module_device(encoder))
         with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
             out = encoder(ids, output_hidden_states=True)
             hidden = out.hidden_states[-(2 + self.layer_skips.get(part, 0))]
             pooled = StableDiffusionXL._pooled(encoder, out.last_hidden_state, ids, tokenizer.eos_token_id)
-        return hidden, pooled
+        return self.padding_zeroed(hidden, tokens.attention_mask), pooled
 
     def _encode_t5(self, texts: Sequence[str], grad: bool) -> torch.Tensor:
-        ids = self.tokenizer_3(
+        tokens = self.tokenizer_3(
             list(texts), padding="max_length", max_length=self.t5_sequence_length, truncation=True,
             add_special_tokens=True, return_tensors="pt",
-        ).input_ids
-        return self.t5_hidden_states(T5_PART, ids, grad=grad)
+        )
+        return self.padding_zeroed(self.t5_hidden_states(T5_PART, tokens.input_ids, grad=grad), tokens.attention_mask)
 
     def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()):
         """{"encoder_hidden_states": CLIP-L | CLIP-G padded to T5's width, then T5's tokens;

@@ -93,6 +93,7 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
         part: getattr(config, f"{part}_layer_skip", 0) or 0 for part in model.text_encoder_names
     }
     model.text_encoder_sequence_length = config.text_encoder_sequence_length  # read by the T5 / LLM families
+    model.mask_padding_tokens = bool(config.transformer.attention_mask)  # read by Flux.1, SD 3, HiDream (the doctor refuses it elsewhere)
     for part in model_parts(model):
         data_type = DataType(getattr(config, part).weight_dtype)
         if data_type in QUANTIZED_TYPES:

@@ -8,6 +8,8 @@ the parts it runs and its samples). The trainer knows none of them by name."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +53,13 @@ class Method:
         return DiffusionStep(model, config, device, precision, noise_fn, caption_transform=self.transform_text, dist=dist)
 
     def sample_image(self, model: Any, sample: Any, text: Any, seed: int, device: torch.device) -> Any:
-        """One sample of the config as a PIL image (`text`: the prompt as the model reads it)."""
-        return model.sample(prompt=text(sample.prompt), negative_prompt=text(sample.negative_prompt), height=sample.height,
-                            width=sample.width, steps=sample.diffusion_steps, cfg_scale=sample.cfg_scale, seed=seed,
-                            sampler=sample.noise_scheduler, device=device, **sample_images(sample))
+        """One sample of the config as a PIL image (`text`: the prompt as the model reads it). The
+        prompt's padding tokens are zeroed with the sample's transformer_attention_mask, or when the
+        run trains with them zeroed (OneTrainer's samples take the training setting)."""
+        with padding_zeroed(model, sample.transformer_attention_mask):
+            return model.sample(prompt=text(sample.prompt), negative_prompt=text(sample.negative_prompt), height=sample.height,
+                                width=sample.width, steps=sample.diffusion_steps, cfg_scale=sample.cfg_scale, seed=seed,
+                                sampler=sample.noise_scheduler, device=device, **sample_images(sample))
 
     def transform_text(self, text: str) -> str:
         """Captions and sample prompts before tokenizing (embeddings: placeholders -> their tokens)."""
@@ -62,6 +67,21 @@ class Method:
 
     def after_optimizer_step(self, model: Any) -> None:
         """After every optimizer step (embeddings: preserve_embedding_norm)."""
+
+
+@contextmanager
+def padding_zeroed(model: Any, on: bool) -> Iterator[None]:
+    """A sample's transformer_attention_mask: the family zeroes the prompt's padding tokens while
+    it samples (the doctor refused the option for a family that does not), then the run's setting
+    is back. Off: the run's setting as it is."""
+    if not on:
+        yield
+        return
+    trained, model.mask_padding_tokens = model.mask_padding_tokens, True
+    try:
+        yield
+    finally:
+        model.mask_padding_tokens = trained
 
 
 def sample_images(sample: Any) -> dict[str, str]:

@@ -45,6 +45,23 @@ def test_circular_padding_only_for_the_families_that_do_it():
     assert any(e.startswith("force_circular_padding: ") and "FLUX_DEV_1" in e for e in errors(config))
 
 
+def test_padding_mask_only_for_the_families_that_read_it():
+    config = good()
+    config.transformer.attention_mask = True
+    config.samples = [SampleConfig(prompt="a"), SampleConfig(prompt="b", transformer_attention_mask=True),
+                      SampleConfig(prompt="c", transformer_attention_mask=True, enabled=False)]
+    for model_type in (ModelType.FLUX_DEV_1, ModelType.FLUX_FILL_DEV_1, ModelType.STABLE_DIFFUSION_35, ModelType.HI_DREAM_FULL):
+        config.model_type = model_type
+        assert not any("attention_mask" in e for e in errors(config)) and planned_changes(config) == []
+    config.model_type = ModelType.STABLE_DIFFUSION_XL_10_BASE
+    refused = [e for e in errors(config) if "attention_mask" in e]
+    assert [e.split(":")[0] for e in refused] == ["transformer.attention_mask", "samples[1].transformer_attention_mask"]
+    assert all("STABLE_DIFFUSION_XL_10_BASE" in e and "Flux.1" in e and "HiDream" in e for e in refused)
+    config.transformer.attention_mask = False
+    config.samples[1].transformer_attention_mask = False
+    assert not any("attention_mask" in e for e in errors(config))
+
+
 def test_lora_with_a_whole_model_format():
     config = good()
     config.output_model_format = ModelFormat.DIFFUSERS

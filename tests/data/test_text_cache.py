@@ -129,6 +129,8 @@ def test_encoder_id_changes_with_what_changes_the_output():
     assert base != text_encoder_id(_model(layer_skips={"text_encoder": 1}))
     assert base != text_encoder_id(_model(), torch.bfloat16)
     assert base != text_encoder_id(_model(text_encoder_sequence_length=77))
+    assert base != text_encoder_id(_model(mask_padding_tokens=True))  # transformer.attention_mask zeroes the padding
+    assert base == text_encoder_id(_model(mask_padding_tokens=False))  # off: the entries of earlier runs stay valid
     changed = _model()
     with torch.no_grad():
         changed.parts["text_encoder"].weight[3, 3] += 1.0

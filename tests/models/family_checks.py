@@ -78,3 +78,47 @@ def assert_sample_uses_cfg_and_the_negative_prompt(family, prompt: str, plain_cf
     assert np.abs(np.asarray(plain, float) - np.asarray(cfg, float)).max() > 0
     assert np.abs(np.asarray(cfg, float) - np.asarray(negative, float)).max() > 0
     family.transformer.eval()
+
+
+def assert_padding_mask_reaches_training_and_samples(model, latent_shape, tmp_path, size: int = 64, cfg_scale: float = 3.5) -> None:
+    """transformer.attention_mask on a family that reads it (Flux.1, SD 3, HiDream), set as a run
+    sets it (configure_model): a training step's loss changes, the text cache keys it (a masked run
+    gets masked entries, never the unmasked ones of an earlier run), and a sample's
+    transformer_attention_mask changes the image of the same seed. `model` is left with the option off."""
+    from ot_gradio.config.parts import SampleConfig
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.data.batches import Batch
+    from ot_gradio.data.text_cache import TextEmbeddingCache, text_encoder_id
+    from ot_gradio.training.device import Precision
+    from ot_gradio.training.diffusion import DiffusionStep, configure_model
+    from ot_gradio.training.method_base import Method
+
+    cpu, b = torch.device("cpu"), latent_shape[0]
+    precision = Precision("FLOAT_32", cpu)
+    latents = torch.randn(latent_shape, generator=torch.Generator().manual_seed(0))
+    noise = torch.randn(latent_shape, generator=torch.Generator().manual_seed(1))
+    index = torch.tensor([500] * b)
+    batch = Batch(size=(size, size), captions=["a red cube"] * b, loss_weights=torch.ones(b), image_paths=["x"] * b, latents=latents)
+    cache_ids, losses = {}, {}
+    for on in (False, True):
+        config = TrainConfig.model_validate({"model_type": model.model_type, "concepts": [], "samples": []})
+        config.transformer.attention_mask = on
+        configure_model(model, config, cpu, precision)
+        assert model.mask_padding_tokens is on
+        step = DiffusionStep(model, config, cpu, precision, noise_fn=lambda lat: (noise, index))
+        with torch.no_grad():
+            direct = step.loss(batch)
+            cache_ids[on] = text_encoder_id(model, precision.dtype)
+            step.text_cache = TextEmbeddingCache(tmp_path, cache_ids[on])  # one folder: the off run's entries are there
+            cached = step.loss(batch)
+        assert step.text_cache.encoded == 1 and step.text_cache.hits == 0  # never the other setting's entry
+        torch.testing.assert_close(cached, direct)
+        losses[on] = direct
+    assert cache_ids[False] != cache_ids[True]
+    assert not torch.allclose(losses[False], losses[True])
+    model.mask_padding_tokens = False
+    images = [Method().sample_image(model, SampleConfig(prompt="a red cube", height=size, width=size, diffusion_steps=2,
+                                                        cfg_scale=cfg_scale, transformer_attention_mask=on),
+                                    lambda text: text, 1, cpu) for on in (False, False, True)]
+    assert images[0].tobytes() == images[1].tobytes() and images[0].tobytes() != images[2].tobytes()
+    assert model.mask_padding_tokens is False  # the sample's setting does not outlive it

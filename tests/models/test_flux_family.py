@@ -109,6 +109,23 @@ def test_configure_flow_reads_guidance_and_t5_window(fresh):
     assert fresh.t5_sequence_length == 512
 
 
+def test_attention_mask_zeroes_t5_padding_in_training_and_samples(fresh, tmp_path):
+    from tests.models.family_checks import assert_padding_mask_reaches_training_and_samples
+
+    fresh.t5_sequence_length = 32  # a short window with padding: configure_flow sets it back per run
+    prompts = ["a red cube", "a small red cube on a table"]
+    off = fresh.encode_text(prompts)
+    fresh.mask_padding_tokens = True
+    on = fresh.encode_text(prompts)
+    mask = fresh._tokens("text_encoder_2", prompts, 32)[1]
+    assert 0 < int(mask[0].sum()) < int(mask[1].sum()) < 32
+    torch.testing.assert_close(on["encoder_hidden_states"], off["encoder_hidden_states"] * mask[:, :, None])
+    assert not off["encoder_hidden_states"][0, int(mask[0].sum()):].eq(0).all()  # T5 gives padding a value of its own
+    torch.testing.assert_close(on["pooled_projections"], off["pooled_projections"])  # CLIP-L's pooled output is not masked
+    fresh.mask_padding_tokens = False
+    assert_padding_mask_reaches_training_and_samples(fresh, (1, 16, 8, 8), tmp_path)
+
+
 def test_sample_matches_the_pipeline_and_restores_parts(flux):
     flux.transformer.train()
     a = flux.sample("a red cube", height=48, width=64, steps=2, cfg_scale=3.5, seed=1)

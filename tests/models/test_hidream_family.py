@@ -34,6 +34,26 @@ def test_prompts_are_encoded_as_the_pipeline_does(hidream):
     torch.testing.assert_close(ours["pooled_embeds"], pooled)
 
 
+def test_attention_mask_zeroes_the_padding_of_t5_and_llama(tmp_path):
+    from ot_gradio.models.hidream import HiDream
+    from ot_gradio.models.tiny.hidream import tiny_hidream_components
+    from tests.models.family_checks import assert_padding_mask_reaches_training_and_samples
+
+    model = HiDream(tiny_hidream_components())
+    model.transformer.eval()
+    prompts = ["a", "a red circle"]
+    off = model.encode_text(prompts)
+    model.mask_padding_tokens = True
+    on = model.encode_text(prompts)
+    t5_mask, llama_mask = model._tokens("text_encoder_3", prompts)[1], model._tokens("text_encoder_4", prompts)[1]
+    assert 0 < int(t5_mask[0].sum()) < int(t5_mask[1].sum()) < t5_mask.shape[1] and int(llama_mask[0].sum()) < llama_mask.shape[1]
+    torch.testing.assert_close(on["t5"], off["t5"] * t5_mask[:, :, None])
+    torch.testing.assert_close(on["llama"], off["llama"] * llama_mask[:, None, :, None])
+    torch.testing.assert_close(on["pooled_embeds"], off["pooled_embeds"])
+    model.mask_padding_tokens = False
+    assert_padding_mask_reaches_training_and_samples(model, (1, 16, 8, 8), tmp_path, cfg_scale=4.0)
+
+
 def test_the_velocity_is_the_negated_output_in_training_and_in_samples(hidream):
     cond = hidream.encode_text(["a cat", "a dog"])
     latents, t = torch.randn(2, 16, 4, 4), torch.tensor([0.3, 0.6])

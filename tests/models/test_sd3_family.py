@@ -48,6 +48,29 @@ def test_encode_text_is_what_the_pipeline_feeds_the_transformer(sd3):
     torch.testing.assert_close(per_encoder["pooled_projections"][:, 32:], cond["pooled_projections"][:, 32:])
 
 
+def test_attention_mask_zeroes_the_padding_of_all_three_encoders(tiny_sd3_paths, tmp_path):
+    from tests.models.family_checks import assert_padding_mask_reaches_training_and_samples
+
+    model = StableDiffusion3.load(str(tiny_sd3_paths.diffusers_dir), offline=True)
+    prompts = ["a", PROMPT]
+    off = model.encode_text(prompts)
+    model.mask_padding_tokens = True
+    on = model.encode_text(prompts)
+    masks = [model.tokenizers[part](prompts, padding="max_length", max_length=77, truncation=True, return_tensors="pt").attention_mask
+             for part in ("text_encoder", "text_encoder_2", "text_encoder_3")]
+    assert all(0 < int(m[0].sum()) < int(m[1].sum()) < 77 for m in masks)
+    w1, w2 = model.text_encoder.config.hidden_size, model.text_encoder_2.config.hidden_size
+    expected = off["encoder_hidden_states"].clone()
+    expected[:, :77, :w1] *= masks[0][:, :, None]
+    expected[:, :77, w1:w1 + w2] *= masks[1][:, :, None]
+    expected[:, 77:] *= masks[2][:, :, None]
+    assert not torch.equal(expected, off["encoder_hidden_states"])
+    torch.testing.assert_close(on["encoder_hidden_states"], expected)
+    torch.testing.assert_close(on["pooled_projections"], off["pooled_projections"])
+    model.mask_padding_tokens = False
+    assert_padding_mask_reaches_training_and_samples(model, (1, 16, 8, 8), tmp_path, cfg_scale=4.0)
+
+
 def test_predict_latents_and_the_flow_options(sd3):
     pixels = torch.rand(2, 3, 64, 48) * 2 - 1
     raw = sd3.vae.encode(pixels).latent_dist.mean

@@ -122,13 +122,17 @@ DDPM_ONLY = ("rescale_noise_scheduler_to_zero_terminal_snr", "force_v_prediction
 def test_noise_schedule_options_only_where_they_apply(model_type):
     """Zero terminal SNR and forced v-/epsilon-prediction are DDPM options: hidden for the
     flow-matching families (SD 3, Flux, Qwen-Image...); the VB loss only where the denoiser
-    learns its variance (PixArt)."""
+    learns its variance (PixArt); the transformer's attention mask only for Flux.1, SD 3 and HiDream."""
     from ot_gradio.ui.visibility import applies
 
     config = {"model_type": model_type.value}
     flow = FAMILIES[model_type].schedule == "flow_matching"
     assert all(applies(path, config) != flow for path in DDPM_ONLY), model_type
     assert applies("vb_loss_strength", config) == model_type.value.startswith("PIXART")
+    # the padding mask: where OneTrainer reads it (its model setups and samplers)
+    masks = model_type.value in ("FLUX_DEV_1", "FLUX_FILL_DEV_1", "STABLE_DIFFUSION_3", "STABLE_DIFFUSION_35", "HI_DREAM_FULL")
+    assert applies("transformer.attention_mask", config) == masks
+    assert applies("samples[].transformer_attention_mask", config) == masks
 
 
 def test_the_page_hides_them_when_the_family_changes(page):

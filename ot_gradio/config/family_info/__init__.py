@@ -43,6 +43,9 @@ class FamilyInfo:
     frame_step: int | None = None   # a video family: clips train with frame_step * k + 1 frames (None: images only)
     schedule: str = "ddpm"          # the training objective: "ddpm" or "flow_matching" (training/schedules.py)
     learns_variance: bool = False   # the denoiser also predicts its variance, trained with the VB loss (PixArt)
+    # transformer.attention_mask and a sample's transformer_attention_mask zero the prompt embeddings of
+    # padding tokens (OneTrainer reads them for Flux.1 (and Fill), SD 3 / 3.5 and HiDream only)
+    zeroes_padding: bool = False
     transformer_file: bool = False  # a fine-tune's single file is the transformer alone (ORIGINAL_TRANSFORMER / COMFY_TRANSFORMER)
     # the transformer loads from a .gguf transformer.model_name (weight_dtype GGUF) into diffusers'
     # GGUF layers (through diffusers' single-file loader, or the family's own key converter: Flux.1,

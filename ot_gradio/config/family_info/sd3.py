@@ -8,7 +8,7 @@ from ._sizes import CLIP_G, CLIP_L_PROJ, T5_XXL, VAE16
 
 _SD3 = FamilyInfo(
     ("transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "vae"), "transformer",
-    ("text_encoder", "text_encoder_2", "text_encoder_3"), implemented=True, bucket_step=16, schedule="flow_matching",
+    ("text_encoder", "text_encoder_2", "text_encoder_3"), implemented=True, bucket_step=16, schedule="flow_matching", zeroes_padding=True,
     diffusers_lora=("StableDiffusion3Pipeline", ("text_encoder", "text_encoder_2")),
     text_encoder_labels=("CLIP-L", "CLIP-G", "T5"),
 )
