@@ -81,6 +81,7 @@ class Validator:
         for part in model.text_encoder_names:
             getattr(fixed, part).dropout_probability = 0.0
         fixed.unmasked_probability = 0.0
+        fixed.masked_prior_preservation_weight = 0.0  # as OneTrainer's validation: no prior prediction
         self.draws = FixedDraws(cfg.seed)
         self.step = run.method.training_step(model, fixed, run.device, run.precision, self.draws)  # its own objective
         self.step.loss_scale = loss_scale(cfg, run.dist.world)  # `loss_scaler` as in training (GLOBAL_*: the run's GPUs)
