@@ -51,7 +51,7 @@ class ConceptTextConfig(Section):
 
 class ConceptConfig(Section):
     name: str = opt("", "Name", "A name for this concept, shown in the list and the statistics.")
-    path: str = opt("", "Folder", "Folder with the training images (png, jpg, jpeg, webp, bmp). Files ending in -masklabel.png are masks, .txt files captions; for QWEN_IMAGE_EDIT <name>-control images and for STABLE_DIFFUSION_20_DEPTH <name>-depth maps go with their images; everything else is ignored.")
+    path: str = opt("", "Folder", "Folder with the training images (png, jpg, jpeg, webp, bmp). Files ending in -masklabel.png are masks, .txt files captions; for QWEN_IMAGE_EDIT <name>-control images and for STABLE_DIFFUSION_20_DEPTH <name>-depth maps go with their images, <name>-condlabel images are inpainting conditioning images (Custom conditioning image); everything else is ignored.")
     enabled: bool = opt(True, "Enabled", "Disabled concepts are kept in the config but not trained.")
     seed: int = opt(0, "Seed", "Seed for this concept's random choices. With latent caching it alone draws the cached variations (crops, rotations, colours), so a new run seed reuses the cache.")
     type: ConceptType = opt(ConceptType.STANDARD, "Type", "STANDARD trains on the images. VALIDATION holds them out: never trained, their loss is computed when Validation is on (General tab). PRIOR_PREDICTION is not supported yet.")

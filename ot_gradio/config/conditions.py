@@ -88,3 +88,5 @@ PADS_CIRCULARLY = family_rule(lambda info: info.circular_padding, "the model typ
 ZEROES_PADDING = family_rule(lambda info: info.zeroes_padding, "the model type can zero the prompt embeddings of padding tokens")
 # only a family whose denoiser learns its variance trains it (PixArt)
 LEARNS_VARIANCE = family_rule(lambda info: info.learns_variance, "the model type's denoiser learns its variance")
+# an inpainting family takes a conditioning image beside the noisy latents (SD 1.5/2.0/SDXL inpainting, Flux Fill)
+INPAINTS = family_rule(lambda info: info.inpainting, "the model type is an inpainting model")

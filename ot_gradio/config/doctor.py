@@ -250,6 +250,7 @@ def errors(config: TrainConfig) -> list[str]:
     out += control_pair_problems(config)
     out += circular_padding_problems(config)
     out += padding_mask_problems(config)
+    out += masked_option_problems(config)
     out += diffusers_text_encoder_problems(config)
     out += offload_problems(config)
     out += inpainting_sample_problems(config)
@@ -495,6 +496,24 @@ def padding_mask_problems(config: Any) -> list[str]:
                if s.enabled and s.transformer_attention_mask]
     return [f"{field}: the prompt embeddings' padding tokens are zeroed for Flux.1, Flux.1 Fill, SD 3 / 3.5 and HiDream "
             f"(as in OneTrainer), not for {config.model_type.value}; turn it off." for field in fields]
+
+
+def masked_option_problems(config: Any) -> list[str]:
+    """masked_prior_preservation_weight needs masked training and a LoRA (its base model is the
+    LoRA turned off); custom_conditioning_image an inpainting model (its input is the conditioning image)."""
+    out = []
+    if config.masked_prior_preservation_weight > 0:
+        if not config.masked_training:
+            out.append("masked_prior_preservation_weight: it works outside the mask of masked training; turn masked_training on, "
+                       "or set it to 0.")
+        if TrainingMethod(config.training_method) != TrainingMethod.LORA:
+            out.append(f"masked_prior_preservation_weight: the base model it pulls towards is the model with the LoRA turned off, "
+                       f"so it needs training_method LORA, not {TrainingMethod(config.training_method).value}; set it to 0.")
+    info = family_info(config.model_type)
+    if config.custom_conditioning_image and (info is None or not info.inpainting):
+        out.append(f"custom_conditioning_image: {config.model_type.value} is not an inpainting model (it takes no conditioning "
+                   "image); turn it off, or train an inpainting model type.")
+    return out
 
 
 def inpainting_sample_problems(config: Any) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import field_validator
 
 from .concept import ConceptConfig
-from .conditions import DDPM_SCHEDULE, LEARNS_VARIANCE, PADS_CIRCULARLY, TAKES_VIDEO, is_, is_not, nonzero, on
+from .conditions import DDPM_SCHEDULE, INPAINTS, LEARNS_VARIANCE, PADS_CIRCULARLY, TAKES_VIDEO, is_, is_not, nonzero, on
 from .enums import (
     AttentionMechanism,
     AudioFormat,
@@ -203,8 +203,8 @@ class TrainConfig(Section):
     unmasked_probability: float = opt(0.1, "Unmasked probability", "Share of samples trained on the whole image instead of the mask (0 to 1); with batch size 1, the share of steps.", ge=0, le=1, tab="training", applies_when=MASKED, heading="Masked training")
     unmasked_weight: float = opt(0.1, "Unmasked weight", "Loss weight of the area outside the mask (0 to 1).", ge=0, le=1, tab="training", applies_when=MASKED, heading="Masked training")
     normalize_masked_area_loss: bool = opt(False, "Normalize masked area loss", "Scale the loss by the mask's area. Use when masked areas are small compared to the image (e.g. jewellery); with larger masks it mostly raises the loss.", tab="training", applies_when=MASKED, heading="Masked training")
-    masked_prior_preservation_weight: float = opt(0.0, "Masked prior preservation", "Outside the mask, pull predictions towards the base model's with this weight.", ge=0, tab="training", status=P)
-    custom_conditioning_image: bool = opt(False, "Custom conditioning image", "Inpainting models: use a '<name>-condlabel' image as the conditioning image instead of the masked image.", tab="training", status=P)
+    masked_prior_preservation_weight: float = opt(0.0, "Masked prior preservation", "LoRA: outside the mask, also pull the prediction towards the base model's (the LoRA turned off) with this weight; 0 = off.", ge=0, tab="training", applies_when=MASKED & is_("training_method", "LORA", default="FINE_TUNE"), heading="Masked training")
+    custom_conditioning_image: bool = opt(False, "Custom conditioning image", "Inpainting models: an image's '<name>-condlabel' image (beside it) is its conditioning image instead of the masked image, e.g. to learn object removal; images without one keep the masked image.", tab="training", applies_when=INPAINTS, heading="Masked training")
 
     # --- LoRA / layer filter -----------------------------------------------------------------
     layer_filter: str = opt("", "Layer filter", "Comma-separated parts of module names that get LoRA (custom preset).", tab="lora")

@@ -38,6 +38,12 @@ class Batch:
         [B, 1, height, width] in [0, 1] (white = near), each cut and mirrored like its image; NaN
         for a sample without one (its depth map is estimated). With latent caching the
         normalised maps are `conditioning_latents`.
+    custom_conditioning: inpainting models with custom_conditioning_image, when a sample has a
+        `-condlabel` image: bool [B], the samples whose conditioning image it is (their
+        `conditioning_latents` are its latents; no mask is applied to it).
+    condlabel_pixels: the same without latent caching: float32 [B, 3, height, width] in [-1, 1],
+        each `-condlabel` image cut, mirrored and colour-augmented like its image (zeros for a
+        sample without one).
     latent_mask: inpainting models: [B, 1, h, w], the mask the training step trains this batch
         with (it sets it; None = the whole image), which the model also takes as input.
     original_sizes: (height, width) of each sample's image as loaded (EXIF orientation applied), or of
@@ -57,6 +63,8 @@ class Batch:
     control_pixels: torch.Tensor | None = None
     depth_maps: torch.Tensor | None = None
     latent_mask: torch.Tensor | None = None
+    custom_conditioning: torch.Tensor | None = None
+    condlabel_pixels: torch.Tensor | None = None
     original_sizes: list[Size] | None = None
     crop_top_lefts: list[tuple[int, int]] | None = None
 
@@ -117,6 +125,23 @@ def render_control(item: ImageItem, variant: Variant) -> torch.Tensor | None:
         return _fitted(_cut(img, item, variant), variant)
 
 
+def render_condlabel(item: ImageItem, variant: Variant) -> torch.Tensor | None:
+    """The `-condlabel` image as its image's pixels (its own size mapped onto the image's, as a mask)."""
+    if item.condlabel_path is None:
+        return None
+    with _reread("conditioning image", item.condlabel_path, load_rgb) as img:
+        return _fitted(_cut(img, item, variant), variant)
+
+
+def masked_image_input(item: ImageItem, variant: Variant) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(pixels, mask) that `encode_conditioning` makes an inpainting model's conditioning image of:
+    the image and its mask, or its `-condlabel` image with a black mask (taken as it is)."""
+    custom = render_condlabel(item, variant)
+    if custom is not None:
+        return custom, torch.zeros_like(custom[:1])
+    return render_pixels(item, variant), render_mask(item, variant)
+
+
 def render_depth(item: ImageItem, variant: Variant) -> torch.Tensor | None:
     """The `-depth` map [1, H, W] in [0, 1], resized, cut, mirrored and rotated exactly like its image
     (its own size mapped onto the image's, as a mask); None without one."""
@@ -167,7 +192,8 @@ def conditioning_key(cache: LatentCache, item: ImageItem, variant: Variant, kind
     None without a mask file: the image's variant plus the mask file, so an edited mask is
     encoded again; "depth" (depth models): every image's variant has its depth map, with the
     `-depth` file where there is one (else the estimator's); "control" (image-conditioned
-    families): the variant plus the control file."""
+    families): the variant plus the control file. An inpainting image with a `-condlabel` image
+    (custom_conditioning_image) keys on that file instead of its mask."""
     if kind == "control":
         return _with_file(cache, item, variant, "control", item.control_path)
     if kind == "depth":
@@ -175,6 +201,8 @@ def conditioning_key(cache: LatentCache, item: ImageItem, variant: Variant, kind
             return _with_file(cache, item, variant, "depth", item.depth_path)
         return cache.key(item.path, item.file_size, item.mtime_ns, variant.bucket, variant.crop, variant.flip, variant.resolution,
                          variant.augment, extra={"depth": "estimated"})
+    if item.condlabel_path is not None:
+        return _with_file(cache, item, variant, "condlabel", item.condlabel_path)
     return _with_file(cache, item, variant, "masked_image", item.mask_path)
 
 
@@ -215,6 +243,11 @@ def make_batch(
     )
     if any(item.control_path is not None for item in items):  # the text encoder reads them even with latent caching
         batch.control_pixels = torch.stack([render_control(item, s.variant) for item, s in zip(items, samples, strict=True)])
+    if any(item.condlabel_path is not None for item in items):
+        batch.custom_conditioning = torch.tensor([item.condlabel_path is not None for item in items])
+        if cache is None:
+            custom = [render_condlabel(item, s.variant) for item, s in zip(items, samples, strict=True)]
+            batch.condlabel_pixels = torch.stack([c if c is not None else torch.zeros(3, height, width) for c in custom])
     if cache is not None:
         batch.latents = torch.stack([cache.load(latent_key(cache, item, s.variant)) for item, s in zip(items, samples, strict=True)])
         if conditioning:

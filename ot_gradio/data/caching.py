@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .batches import conditioning_key, depth_maps, latent_key, render_control, render_mask, render_pixels
+from .batches import conditioning_key, depth_maps, latent_key, masked_image_input, render_control, render_pixels
 from .errors import DataError
 from .latent_cache import LatentCache
 from .planning import PreparedConcept, Variant
@@ -57,7 +57,8 @@ def fill_cache(
     threads: int = 0,
     conditioning_kind: str = "masked_image",
 ) -> CacheReport:
-    """``conditioning_fn``: cache the masked-image latents of every variant with a mask file too
+    """``conditioning_fn``: cache the masked-image latents of every variant with a mask file too (its
+    `-condlabel` image's where it has one, custom_conditioning_image)
     (``conditioning_kind`` "depth": the depth map of every variant, `conditioning_fn(pixels, its
     `-depth` maps or None)`, NaN rows to estimate; "control":
     the latents of each variant's control image, `conditioning_fn(control pixels, None)`).
@@ -145,10 +146,12 @@ class _Rendered:
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         chunk, conditioning = self.chunks[index]
+        if conditioning and self.kind == "masked_image":  # each image and mask, or its -condlabel image
+            pairs = [masked_image_input(item, variant) for _, item, variant in chunk]
+            return torch.stack([p for p, _ in pairs]), torch.stack([m for _, m in pairs])
         render = render_control if conditioning and self.kind == "control" else render_pixels
         pixels = torch.stack([render(item, variant) for _, item, variant in chunk])
-        with_masks = conditioning and self.kind == "masked_image"
-        masks = torch.stack([render_mask(item, variant) for _, item, variant in chunk]) if with_masks else None
+        masks = None
         if conditioning and self.kind == "depth":
             masks = depth_maps([item for _, item, _ in chunk], [variant for _, _, variant in chunk])
         return pixels, masks

@@ -140,6 +140,7 @@ def build_dataset(
     control: bool = False,
     depth: bool = False,
     masked_training: bool = False,
+    condlabel: bool = False,
 ) -> TrainingDataset:
     """Scan the enabled concepts, fill the latent cache (with ``latent_caching``) and return the
     dataset. ``resolutions`` is a resolution string ("512", "384,448,512") or (h, w) pairs;
@@ -152,13 +153,15 @@ def build_dataset(
     family's frame sampling (clips are items, pixels [3, frames, H, W]); ``control``: an
     image-conditioned family (each image with its `-control` image, batches carry both); ``depth``:
     a depth model (an image's `-depth` map is its depth map, data/scan.py); ``masked_training``: the
-    concepts' mask augmentations apply (mask_augment.py)."""
+    concepts' mask augmentations apply (mask_augment.py); ``condlabel``: an inpainting model's
+    `-condlabel` images are the conditioning images of their images (custom_conditioning_image)."""
     if batch_size < 1:
         raise DataError(f"batch size must be at least 1, not {batch_size}")
     if latent_caching and (cache_dir is None or encode_fn is None):
         raise ValueError("latent caching needs cache_dir and encode_fn")
     prepared, warnings = prepare_concepts(concepts, resolutions, aspect_ratio_bucketing=aspect_ratio_bucketing, bucket_step=bucket_step,
-                                             frames=frames, control=control, depth=depth, masked_training=masked_training)
+                                             frames=frames, control=control, depth=depth, masked_training=masked_training,
+                                             condlabel=condlabel)
     cache = LatentCache(Path(cache_dir) / "latents", vae_id) if latent_caching else None
     dataset = TrainingDataset(prepared, int(batch_size), int(seed), cache=cache, warnings=warnings)
     first = dataset.plan(0)

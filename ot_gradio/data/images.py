@@ -31,6 +31,9 @@ MASK_SUFFIX = "-masklabel"
 CONTROL_SUFFIX = "-control"
 # a depth model's depth map beside a training image (`cat.png` + `cat-depth.png`): grey, white = near
 DEPTH_SUFFIX = "-depth"
+# an inpainting model's own conditioning image beside a training image (custom_conditioning_image),
+# used instead of the masked image; never a training image itself, as in OneTrainer
+CONDLABEL_SUFFIX = "-condlabel"
 BACKGROUND = (255, 255, 255)
 
 _HIGH_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
@@ -57,6 +60,10 @@ def companion_path_for(image_path: Path, suffix: str) -> Path | None:
             if path.is_file():
                 return path
     return None
+
+
+def is_condlabel_name(name: str) -> bool:
+    return is_companion_name(name, CONDLABEL_SUFFIX)
 
 
 def is_control_name(name: str) -> bool:

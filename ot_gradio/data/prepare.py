@@ -51,12 +51,14 @@ def prepare_concepts(
     control: bool = False,
     depth: bool = False,
     masked_training: bool = False,
+    condlabel: bool = False,
 ) -> tuple[list[PreparedConcept], list[str]]:
     """(prepared concepts, warnings). Every problem of every concept is collected into one
     DataError, so a user fixes them all in one go. ``frames``: a video family's frame sampling
     (clips are training items too); ``control``: each image pairs with its `-control` image; ``depth``:
     an image's `-depth` map is its depth map (data/scan.py); ``masked_training``: the concepts' mask
-    augmentations apply (mask_augment.py)."""
+    augmentations apply (mask_augment.py); ``condlabel``: an image's `-condlabel` image is its
+    conditioning image (custom_conditioning_image)."""
     default = resolution_list(resolutions)
     warnings: list[str] = []
     prepared: list[PreparedConcept] = []
@@ -74,7 +76,7 @@ def prepare_concepts(
             continue
         try:
             concept_res = concept_resolutions(concept, default)
-            scan = scan_concept(concept, frames, control, depth)
+            scan = scan_concept(concept, frames, control, depth, condlabel)
         except DataError as exc:
             errors.append(str(exc))
             continue

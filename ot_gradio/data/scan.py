@@ -20,10 +20,12 @@ from pathlib import Path
 from .captions import read_captions
 from .errors import DataError
 from .images import (
+    CONDLABEL_SUFFIX,
     CONTROL_SUFFIX,
     DEPTH_SUFFIX,
     IMAGE_EXTENSIONS,
     companion_path_for,
+    is_condlabel_name,
     is_control_name,
     is_depth_name,
     is_image_name,
@@ -56,6 +58,7 @@ class ImageItem:
     mask_path: Path | None = None
     control_path: Path | None = None  # an image-conditioned family's `<stem>-control` image (FamilyInfo.control_image)
     depth_path: Path | None = None  # a depth model's `<stem>-depth` map (FamilyInfo.depth_maps; None: estimated)
+    condlabel_path: Path | None = None  # an inpainting model's `<stem>-condlabel` image (custom_conditioning_image)
     frames: int = 0  # 0: an image of an image family; else the frames it trains with (an image: 1)
     sampling: FrameSampling | None = None  # how a clip's frames are read (None: an image)
     duration: float = 0.0  # a clip's length in seconds, from its container (0: an image, or unknown)
@@ -107,7 +110,7 @@ def is_regular_file(path: Path) -> bool:
 
 def list_image_files(folder: Path, recursive: bool, skipped: list[SkippedFile] | None = None, clips: bool = False,
                      control: bool = False, depth: bool = False) -> list[Path]:
-    """Image files (not masks; with ``control`` not `-control` images, with ``depth`` not `-depth`
+    """Image files (not masks nor `-condlabel` images; with ``control`` not `-control` images, with ``depth`` not `-depth`
     maps either) under ``folder``,
     and clips with ``clips``, sorted by their '/'-separated relative path. Names of images that
     are no plain file (a pipe called fifo.png) go to ``skipped``."""
@@ -117,7 +120,7 @@ def list_image_files(folder: Path, recursive: bool, skipped: list[SkippedFile] |
         for name in files:
             wanted = is_image_name(name) or (clips and is_video_name(name))
             companion = (control and is_control_name(name)) or (depth and is_depth_name(name))
-            if name.startswith(".") or not wanted or is_mask_name(name) or companion:
+            if name.startswith(".") or not wanted or is_mask_name(name) or is_condlabel_name(name) or companion:
                 continue
             path = Path(root) / name
             if not is_regular_file(path):
@@ -148,12 +151,15 @@ def _resolve_prompt_file(concept: object, folder: Path) -> Path:
     return path
 
 
-def scan_concept(concept: object, sampling: FrameSampling | None = None, control: bool = False, depth: bool = False) -> ConceptScan:
+def scan_concept(concept: object, sampling: FrameSampling | None = None, control: bool = False, depth: bool = False,
+                 condlabel: bool = False) -> ConceptScan:
     """Scan one concept (a ``ConceptConfig``). Raises DataError if it has no usable image.
     ``sampling``: the run trains a video family; clips are items too, read this way.
     ``control``: an image-conditioned family; each image trains with its `<stem>-control` image,
     an image without one is skipped (one warning names them all), none with one is a DataError.
-    ``depth``: a depth model; an image's `<stem>-depth` map is its depth map (one without is estimated)."""
+    ``depth``: a depth model; an image's `<stem>-depth` map is its depth map (one without is estimated).
+    ``condlabel``: an inpainting model with custom_conditioning_image; an image's `<stem>-condlabel`
+    image is its conditioning image (one without keeps the masked image)."""
     label = concept_label(concept)
     raw_path = str(getattr(concept, "path", "") or "").strip()
     if not raw_path:
@@ -211,6 +217,8 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
                 mask_path=None if sampling is not None else _mask_for(path, scan, (width, height)),  # no masked video training yet
                 control_path=control_path,
                 depth_path=_companion_for(path, DEPTH_SUFFIX, "depth map", load_depth, scan, (width, height)) if depth else None,
+                condlabel_path=_companion_for(path, CONDLABEL_SUFFIX, "conditioning image", load_rgb, scan, (width, height))
+                if condlabel else None,
                 frames=frames,
                 sampling=sampling if clip else None,
                 duration=duration,

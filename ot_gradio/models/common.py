@@ -421,6 +421,34 @@ def exact_size(image, width: int, height: int):
     return image if image.size == (int(width), int(height)) else image.resize((int(width), int(height)))
 
 
+def conditioning_image_latents(model: Any, batch: Any, blank: torch.Tensor, whole: torch.Tensor) -> torch.Tensor:
+    """An inpainting family's conditioning-image latents [B, C, h, w]: a sample's `-condlabel`
+    image where it has one (custom_conditioning_image, `batch.custom_conditioning`), else its
+    masked image, `blank` where its latent mask is all white (`whole`, bool [B]); cached
+    (`batch.conditioning_latents`) or encoded now from `batch.pixels` / `batch.condlabel_pixels`."""
+    device = blank.device
+    custom = getattr(batch, "custom_conditioning", None)
+    custom = torch.zeros_like(whole) if custom is None else custom.to(whole.device)
+    use_blank = whole & ~custom
+    # on meta tensors (the memory planner's probe) the masks cannot be read: the masked path holds more
+    if use_blank.device.type != "meta" and bool(use_blank.all()):
+        return blank
+    latents = getattr(batch, "conditioning_latents", None)
+    if latents is None:
+        pixels, mask = getattr(batch, "pixels", None), getattr(batch, "mask", None)
+        if pixels is None:
+            raise ValueError("an inpainting step has masks but neither cached masked-image latents nor pixels; "
+                             "turn latent caching off and on again to rebuild the cache")
+        condlabel = getattr(batch, "condlabel_pixels", None)
+        if condlabel is not None:  # those samples' own image, with nothing masked
+            rows = custom.to(pixels.device)[:, None, None, None]
+            pixels = torch.where(rows, condlabel.to(pixels.device, pixels.dtype), pixels)
+            mask = torch.ones_like(pixels[:, :1]) if mask is None else mask.to(pixels.device, torch.float32)
+            mask = torch.where(rows, torch.zeros_like(mask), mask)
+        latents = model.encode_conditioning(pixels, mask)
+    return torch.where(use_blank.to(device)[:, None, None, None], blank, latents.to(device, torch.float32))
+
+
 def inpainting_images(height: int, width: int, image=None, mask=None) -> dict:
     """The inpainting pipelines' `image`, `mask_image` and `strength` for a sample: the image to
     inpaint and its mask (white = repaint), as PIL images or file paths, resized to the sample's

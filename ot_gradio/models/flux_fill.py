@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, inpainting_images, module_dtype
+from ot_gradio.models.common import ModelLoadError, base_module, conditioning_image_latents, inpainting_images, module_dtype
 from ot_gradio.models.flux import FluxDev1
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd_inpainting import InpaintingMixin
@@ -79,24 +79,19 @@ class FluxFillDev1(FluxDev1):
         blank = self.blank_latents(h, w).to(device).expand(n, -1, -1, -1)
         white = torch.ones(n, scale * scale, h, w, device=device)
         latent_mask = getattr(batch, "latent_mask", None)
+        if latent_mask is None and getattr(batch, "custom_conditioning", None) is None:
+            return torch.cat([blank, white], dim=1)
         if latent_mask is None:
-            return torch.cat([blank, white], dim=1)
-        whole = (latent_mask.flatten(1).amin(dim=1) >= 1.0).to(device)[:, None, None, None]
+            whole = torch.ones(n, dtype=torch.bool, device=device)
+        else:
+            whole = (latent_mask.flatten(1).amin(dim=1) >= 1.0).to(device)
+        latents = conditioning_image_latents(self, batch, blank, whole)  # a -condlabel image with custom_conditioning_image
         if bool(whole.all()):
-            return torch.cat([blank, white], dim=1)
+            return torch.cat([latents, white], dim=1)
         pixel_mask = batch.mask.to(device, torch.float32)
         if tuple(pixel_mask.shape) != (n, 1, h * scale, w * scale):
             raise ValueError(f"the Fill mask has shape {tuple(pixel_mask.shape)}; expected {(n, 1, h * scale, w * scale)}")
-        latents = getattr(batch, "conditioning_latents", None)
-        if latents is None:
-            if getattr(batch, "pixels", None) is None:
-                raise ValueError(
-                    "a Fill step has masks but neither cached masked-image latents nor pixels; "
-                    "turn latent caching off and on again to rebuild the cache"
-                )
-            latents = self.encode_conditioning(batch.pixels, batch.mask)
-        latents = torch.where(whole, blank, latents.to(device, torch.float32))
-        return torch.cat([latents, torch.where(whole, white, fold_mask(pixel_mask, scale))], dim=1)
+        return torch.cat([latents, torch.where(whole[:, None, None, None], white, fold_mask(pixel_mask, scale))], dim=1)
 
     def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         extra = self.fill_inputs(noisy, batch).to(noisy.dtype)

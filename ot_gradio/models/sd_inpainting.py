@@ -11,6 +11,8 @@ image (4). What training feeds them is what OneTrainer does:
 - With `unmasked_probability`, a sample trains on the whole image: its mask becomes all white
   and its masked image blank. Here any sample whose latent mask is all white gets the latents
   of a blank image, which is what a white mask makes of any image.
+With custom_conditioning_image, an image's `-condlabel` image (data/scan.py) is its conditioning
+image instead of the masked image, taken as it is (also for a sample trained on the whole image).
 With latent caching, the masked images' latents are cached beside the image latents (see
 data/batches.py); without it they are encoded each step from the batch's pixels and mask.
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import inpainting_images
+from ot_gradio.models.common import conditioning_image_latents, inpainting_images
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd2 import StableDiffusion2
 from ot_gradio.models.sd15 import StableDiffusion15
@@ -95,20 +97,7 @@ class InpaintingMixin:
             raise ValueError(f"the inpainting mask has shape {tuple(mask.shape)}; expected {(n, MASK_CHANNELS, h, w)}")
         blank = self.blank_latents(h, w).to(device).expand(n, -1, -1, -1)
         whole = mask.flatten(1).amin(dim=1) >= 1.0
-        # on meta tensors (the memory planner's probe) the masks cannot be read: the masked path holds more
-        if whole.device.type != "meta" and bool(whole.all()):
-            return torch.cat([mask, blank], dim=1)
-        latents = getattr(batch, "conditioning_latents", None)
-        if latents is None:
-            pixels = getattr(batch, "pixels", None)
-            if pixels is None:
-                raise ValueError(
-                    "an inpainting step has masks but neither cached masked-image latents nor pixels; "
-                    "turn latent caching off and on again to rebuild the cache"
-                )
-            latents = self.encode_conditioning(pixels, getattr(batch, "mask", None))
-        latents = latents.to(device, torch.float32)
-        return torch.cat([mask, torch.where(whole[:, None, None, None], blank, latents)], dim=1)
+        return torch.cat([mask, conditioning_image_latents(self, batch, blank, whole)], dim=1)
 
     def predict(self, noisy_latents: torch.Tensor, timesteps: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The UNet's output for the noisy latents with the mask and masked-image latents beside them."""

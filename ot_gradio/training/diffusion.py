@@ -18,7 +18,8 @@ Model options (applied once, before the training method adds its weights):
 A step (`DiffusionStep.loss`): latents (cached, or encoded now) -> timesteps from the timestep
 distribution of the family's schedule (schedules.py: DDPM, or flow matching) -> noise with offset / generalized offset / input perturbation (noise.py) -> the
 prediction under autocast -> the loss of loss.py with the latent mask of masked training
-(masking.py), the concepts' loss weights and the timestep loss weight; a model that learns its
+(masking.py; with `masked_prior_preservation_weight`, also pulled outside the mask towards the
+prediction of the method's base model, the LoRA turned off), the concepts' loss weights and the timestep loss weight; a model that learns its
 variance (PixArt) adds `vb_loss_strength` x the variational bound (vb_loss.py); the whole times the
 `loss_scaler`'s batch / accumulation factor (`loss_scale`), as OneTrainer scales it. Captions are replaced
 by an empty one with the text encoder's `dropout_probability` (per sample; with several text
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -167,8 +169,11 @@ class DiffusionStep:
     def __init__(
         self, model: Any, config: Any, device: torch.device, precision: Precision, noise_fn: Callable | None = None,
         caption_transform: Callable[[str], str] | None = None, dist: Distributed | None = None,
+        prior_model: Callable[[], AbstractContextManager] | None = None,
     ):
         self.model = model
+        # masked prior preservation: the method's base model (LoRA: turned off), predicting the prior
+        self.prior_model = prior_model if config.masked_training and config.masked_prior_preservation_weight > 0 else None
         # multi-GPU: per-sample draws are made for the global batch, this process keeps its rows
         self.dist = dist or Distributed()
         # the method's text hook (embeddings: placeholders -> their tokens), before caption dropout
@@ -254,8 +259,10 @@ class DiffusionStep:
             if self.text_cache is not None:
                 conditioning = self.text_cache.encode(texts, model.encode_text, self.device)
             else:
-                control = {"control": batch.control_pixels} if model.control_image else {}  # read with the prompt (Qwen-Image-Edit)
-                conditioning = model.encode_text(texts, grad=trained_text_parts, **control)
+                conditioning = self.encode_text(texts, batch, trained_text_parts)
+            prior = None
+            if self.prior_model is not None and mask is not None:
+                prior = self.prior_prediction(noisy, timesteps, texts, conditioning, batch, trained_text_parts)
             if self.vb is None:
                 pred = model.predict(noisy, timesteps, conditioning, batch)
             else:
@@ -277,4 +284,20 @@ class DiffusionStep:
             normalize_masked_area_loss=c.normalize_masked_area_loss,
             timestep_weights=weights,
             extra_loss=extra,
+            prior=prior,
+            prior_weight=c.masked_prior_preservation_weight,
         )
+
+    def encode_text(self, texts: Any, batch: Any, grad: frozenset[str] | set[str]) -> Any:
+        control = {"control": batch.control_pixels} if self.model.control_image else {}  # read with the prompt (Qwen-Image-Edit)
+        return self.model.encode_text(texts, grad=grad, **control)
+
+    @torch.no_grad()
+    def prior_prediction(self, noisy: torch.Tensor, timesteps: torch.Tensor, texts: Any, conditioning: Any, batch: Any,
+                         trained_text_parts: frozenset[str] | set[str]) -> torch.Tensor:
+        """The base model's prediction for the same inputs (masked prior preservation), without
+        gradient; a trained text encoder encodes the captions again without its LoRA."""
+        with self.prior_model():
+            if trained_text_parts and self.text_cache is None:
+                conditioning = self.encode_text(texts, batch, frozenset())
+            return self.model.predict(noisy, timesteps, conditioning, batch).detach()

@@ -7,8 +7,9 @@ OneTrainer (default rank 16, alpha 1.0); `lora_variants.py` adds DoRA, LoHa, LoK
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -164,6 +165,22 @@ def lora_layers(module: nn.Module) -> dict[str, nn.Module]:
 
 def has_lora(module: nn.Module) -> bool:
     return bool(lora_layers(module))
+
+
+@contextlib.contextmanager
+def adapters_disabled(modules: Iterable[nn.Module]) -> Iterator[None]:
+    """The modules as they were before their adapters were added (masked prior preservation's
+    base model). Only peft's switch is flipped: the adapters' `requires_grad` stays as it is,
+    which peft's `enable_adapters` would change."""
+    layers = [layer for module in modules for layer in lora_layers(module).values()]
+    before = [layer._disable_adapters for layer in layers]
+    for layer in layers:
+        layer._disable_adapters = True
+    try:
+        yield
+    finally:
+        for layer, state in zip(layers, before, strict=True):
+            layer._disable_adapters = state
 
 
 def add_lora(

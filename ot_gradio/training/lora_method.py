@@ -5,6 +5,8 @@ The header (kohya keys, model spec, the config as `include_train_config` asks) i
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from ..config.parts import learning_rate_or_base
 from .device import output_dtype
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
-from .lora import add_lora, has_lora, load_lora_state_dict, lora_state_dict
+from .lora import adapters_disabled, add_lora, has_lora, load_lora_state_dict, lora_state_dict
 from .lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
 from .lora_variants import AdapterSpec, check_output_format, check_start_file
 from .method_base import register
@@ -98,6 +100,10 @@ class LoraMethod(EmbeddingSupport):
             getattr(model, part).to(device)
             groups.append(ParamGroup(name=part, params=params, lr=learning_rate_or_base(part_cfg.learning_rate, config.learning_rate)))
         return groups + self.setup_embeddings(model, config, device)
+
+    def base_model(self, model: Any) -> Callable[[], AbstractContextManager]:
+        """The LoRA turned off, as OneTrainer's prior model (embeddings stay)."""
+        return lambda: adapters_disabled(getattr(model, part) for part in trainable_parts(model))
 
     def trainable_state(self, model: Any) -> dict[str, torch.Tensor]:
         state = {}

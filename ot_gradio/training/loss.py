@@ -9,6 +9,12 @@ a black mask pixel still counts `unmasked_weight` (0 = not at all); `normalize_m
 divides by the mean of that clamped mask, so a small mask is not learnt more weakly than a big
 one.
 
+`masked_prior_preservation_weight` (LoRA): outside the mask the prediction is also pulled towards
+the base model's (the LoRA turned off): the same loss against that prediction, times
+(1 - the clamped mask) and the weight, normalized by the mean of (1 - the clamped mask) with
+`normalize_masked_area_loss`, as OneTrainer's masked_losses_with_prior (a sample with no
+outside area gets no such term).
+
 Then per sample: the mean over its elements, times its concept's loss weight, times the timestep
 weight of `loss_weight_fn` (SNR = alphas_cumprod / (1 - alphas_cumprod) of the scheduler the model
 trains with, so forced v-prediction and zero terminal SNR are taken into account):
@@ -71,6 +77,16 @@ def apply_mask(loss: torch.Tensor, mask: torch.Tensor, unmasked_weight: float, n
     return loss
 
 
+def prior_preservation(loss: torch.Tensor, mask: torch.Tensor, unmasked_weight: float, normalize: bool, weight: float) -> torch.Tensor:
+    """The loss to the base model's prediction, counted where `apply_mask` does not: times
+    (1 - the clamped mask) and `weight`."""
+    outside = 1.0 - torch.clamp(mask.to(loss.device, loss.dtype), unmasked_weight, 1.0)
+    loss = loss * outside * weight
+    if normalize:  # where nothing is outside, the loss is already 0
+        loss = loss / outside.mean(dim=tuple(range(1, outside.ndim)), keepdim=True).clamp(min=1e-8)
+    return loss
+
+
 def signal_to_noise(alphas_cumprod: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
     ac = alphas_cumprod.to(torch.float64).to(timesteps.device)[timesteps.long()]
     return (ac / (1.0 - ac)).float()
@@ -123,23 +139,24 @@ def diffusion_loss(
     normalize_masked_area_loss: bool = False,
     timestep_weights: torch.Tensor | None = None,
     extra_loss: torch.Tensor | None = None,
+    prior: torch.Tensor | None = None,
+    prior_weight: float = 0.0,
 ) -> torch.Tensor:
     """Mean over the batch of each sample's weighted loss. Computed in float32. `extra_loss` is
     a per-element term shaped like `pred` (the variational bound of models that learn their
-    variance), masked and weighted like the rest, as OneTrainer adds it."""
-    loss = elementwise_loss(
-        pred,
-        target,
-        mse_strength=mse_strength,
-        mae_strength=mae_strength,
-        huber_strength=huber_strength,
-        huber_delta=huber_delta,
-        log_cosh_strength=log_cosh_strength,
-    )
+    variance), masked and weighted like the rest, as OneTrainer adds it. `prior`: the base
+    model's prediction, which the prediction is pulled towards outside the mask with
+    `prior_weight` (masked prior preservation; needs `mask`)."""
+    strengths = dict(mse_strength=mse_strength, mae_strength=mae_strength, huber_strength=huber_strength, huber_delta=huber_delta,
+                     log_cosh_strength=log_cosh_strength)
+    loss = elementwise_loss(pred, target, **strengths)
     if extra_loss is not None:
         loss = loss + extra_loss.float()
     if mask is not None:
         loss = apply_mask(loss, mask, unmasked_weight, normalize_masked_area_loss)
+        if prior is not None and prior_weight:
+            loss = loss + prior_preservation(elementwise_loss(pred, prior.detach(), **strengths), mask, unmasked_weight,
+                                             normalize_masked_area_loss, prior_weight)
     per_sample = loss.mean(dim=tuple(range(1, loss.ndim)))
     if sample_weights is not None:
         per_sample = per_sample * sample_weights.to(per_sample.device, per_sample.dtype)

@@ -13,6 +13,7 @@ mask file train on the whole image. How much the black area still counts is the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -43,3 +44,16 @@ def training_mask(
         whole = rand(out.shape[0]) < unmasked_probability
         out[whole.to(device)] = 1.0
     return out
+
+
+def conditions_on_images(config: Any) -> bool:
+    """Whether an inpainting model's conditioning images come from the data (the masked images of
+    masked training, or `-condlabel` images with custom_conditioning_image), so the latent cache
+    holds them too; without either every sample's is blank."""
+    return bool(config.masked_training or config.custom_conditioning_image)
+
+
+def condlabel_images(config: Any, model: Any) -> bool:
+    """custom_conditioning_image on an inpainting model: an image's `-condlabel` image is its
+    conditioning image (the doctor refuses the option for the other families)."""
+    return bool(config.custom_conditioning_image and model.inpainting)

@@ -8,8 +8,8 @@ the parts it runs and its samples). The trainer knows none of them by name."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,19 @@ class Method:
         objective (diffusion.DiffusionStep) unless the method trains something else."""
         from .diffusion import DiffusionStep  # noqa: PLC0415
 
-        return DiffusionStep(model, config, device, precision, noise_fn, caption_transform=self.transform_text, dist=dist)
+        prior = None
+        if config.masked_training and config.masked_prior_preservation_weight > 0:
+            prior = self.base_model(model)
+            if prior is None:
+                raise ValueError(f"masked_prior_preservation_weight: the {config.training_method.value} method has no base model to "
+                                 "preserve (LORA has: the LoRA turned off); set it to 0 or train a LORA")
+        return DiffusionStep(model, config, device, precision, noise_fn, caption_transform=self.transform_text, dist=dist,
+                             prior_model=prior)
+
+    def base_model(self, model: Any) -> Callable[[], AbstractContextManager] | None:
+        """What makes `model` predict as the base model, without what this method trains (a new
+        context each call); None: the method has none (masked prior preservation needs one)."""
+        return None
 
     def sample_image(self, model: Any, sample: Any, text: Any, seed: int, device: torch.device) -> Any:
         """One sample of the config as a PIL image (`text`: the prompt as the model reads it). The

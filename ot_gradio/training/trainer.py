@@ -37,6 +37,7 @@ from .diffusion import check_quantized_parts_frozen, configure_model
 from .distributed import Distributed
 from .ema import EMA
 from .intervals import Every
+from .masking import conditions_on_images, condlabel_images
 from .methods import get_method
 from .optimizers import create_optimizer, fused_back_pass, optimizer_eval_mode, optimizer_train_mode, parameter_names
 from .param_groups import all_params, optimizer_groups, scale_learning_rates
@@ -201,8 +202,9 @@ class Trainer:
                 encode_fn=lambda pixels: self.model.encode_images(layout(pixels), generator=encode_rng).contiguous(),
                 clear_cache=cfg.clear_cache_before_training and self.dist.is_main,
                 bucket_step=self.model.bucket_step,  # sizes the denoiser needs (PixArt: patch x VAE = 16 px)
-                # inpainting models with masked training: the masked images' latents are cached too (depth models: depth maps)
-                conditioning_fn=self.model.encode_conditioning if self.model.caches_conditioning(cfg.masked_training) else None,
+                # inpainting models with masked training or -condlabel images: the conditioning images' latents are cached
+                # too (depth models: depth maps)
+                conditioning_fn=self.model.encode_conditioning if self.model.caches_conditioning(conditions_on_images(cfg)) else None,
                 conditioning_kind=self.model.conditioning_kind,
                 progress=lambda done, total: self.report.progress(phase="caching", done=done, total=total),
                 threads=cfg.dataloader_threads,
@@ -210,6 +212,7 @@ class Trainer:
                 control=self.model.control_image,  # an image-conditioned family trains on (image, -control image) pairs
                 depth=self.model.depth_maps,  # a depth model reads an image's -depth map where there is one
                 masked_training=cfg.masked_training,  # the concepts' mask augmentations apply
+                condlabel=condlabel_images(cfg, self.model),  # custom_conditioning_image: an image's -condlabel image
             )
         if self.model.control_image:  # samples without a control image of their own edit the first pair's
             self.model.default_control_image = str(self.dataset.concepts[0].items[0].control_path)

@@ -18,6 +18,7 @@ import torch
 from ..config.enums import ConceptType
 from .intervals import Every
 from .loss import loss_scale
+from .masking import conditions_on_images, condlabel_images
 
 if TYPE_CHECKING:
     from .run_state import RunState
@@ -70,17 +71,19 @@ class Validator:
             seed=cfg.seed,
             encode_fn=lambda pixels: model.encode_images(pixels, generator=torch.Generator().manual_seed(cfg.seed)),
             bucket_step=model.bucket_step,
-            conditioning_fn=model.encode_conditioning if model.caches_conditioning(cfg.masked_training) else None,
+            conditioning_fn=model.encode_conditioning if model.caches_conditioning(conditions_on_images(cfg)) else None,
             conditioning_kind=model.conditioning_kind,
             frames=run_sampling(cfg, model.frame_step),
             control=model.control_image,
             depth=model.depth_maps,
             masked_training=cfg.masked_training,
+            condlabel=condlabel_images(cfg, model),
         )
         fixed = cfg.model_copy(deep=True)
         for part in model.text_encoder_names:
             getattr(fixed, part).dropout_probability = 0.0
         fixed.unmasked_probability = 0.0
+        fixed.masked_prior_preservation_weight = 0.0  # as OneTrainer's validation: no prior prediction
         self.draws = FixedDraws(cfg.seed)
         self.step = run.method.training_step(model, fixed, run.device, run.precision, self.draws)  # its own objective
         self.step.loss_scale = loss_scale(cfg, run.dist.world)  # `loss_scaler` as in training (GLOBAL_*: the run's GPUs)

@@ -20,16 +20,35 @@ def test_a_supported_lora_config_has_no_warnings():
 
 def test_planned_options_are_listed_in_one_message():
     config = good()
-    config.masked_prior_preservation_weight = 0.5
+    config.debug_dir = "elsewhere"
     config.debug_mode = True
     config.concepts[0].text_variations = 2
     config.unconditional_transformer.train = True
     config.embedding.is_output_embedding = True
     warnings = check(config)
     assert len(warnings) == 1
-    for path in ("masked_prior_preservation_weight", "debug_mode", "concepts[0].text_variations", "unconditional_transformer.train", "embedding.is_output_embedding"):
+    for path in ("debug_dir", "debug_mode", "concepts[0].text_variations", "unconditional_transformer.train", "embedding.is_output_embedding"):
         assert path in warnings[0]
     assert planned_changes(good()) == []
+
+
+def test_masked_prior_preservation_and_custom_conditioning_are_refused_where_they_cannot_work():
+    config = good()
+    config.masked_prior_preservation_weight = 0.5
+    assert [e.split(":")[0] for e in errors(config)] == ["masked_prior_preservation_weight"]
+    assert "masked_training" in errors(config)[0]
+    config.masked_training = True
+    assert check(config) == [] and errors(config) == []
+    config.training_method = TrainingMethod.FINE_TUNE
+    config.output_model_format = ModelFormat.SAFETENSORS
+    assert any(e.startswith("masked_prior_preservation_weight: ") and "LORA" in e for e in errors(config))
+
+    config = good()
+    config.custom_conditioning_image = True
+    assert any(e.startswith("custom_conditioning_image: ") and "STABLE_DIFFUSION_15" in e for e in errors(config))
+    for model_type in (ModelType.STABLE_DIFFUSION_15_INPAINTING, ModelType.STABLE_DIFFUSION_XL_10_BASE_INPAINTING):
+        config.model_type = model_type
+        assert not any("custom_conditioning_image" in e for e in errors(config) + check(config))
 
 
 def test_circular_padding_only_for_the_families_that_do_it():

@@ -84,6 +84,18 @@ def test_training_inputs_are_the_pipelines(model):
     assert torch.equal(blank[:, 16:], torch.ones(2, 64, 8, 8))
     torch.testing.assert_close(blank[:, :16], model.encode_conditioning(torch.zeros(2, 3, 64, 64), None))
 
+    # custom_conditioning_image: sample 0's -condlabel image (not masked) replaces its masked image, even with a white mask
+    condlabel = torch.rand(2, 3, 64, 64, generator=g) * 2 - 1
+    custom = SimpleNamespace(latent_mask=batch.latent_mask, mask=mask, pixels=pixels, conditioning_latents=None,
+                             custom_conditioning=torch.tensor([True, False]), condlabel_pixels=condlabel)
+    got = model.fill_inputs(noisy, custom)
+    torch.testing.assert_close(got[:1, :16], model.encode_conditioning(condlabel[:1], torch.zeros(1, 1, 64, 64)), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[1:], model.fill_inputs(noisy, batch)[1:], atol=1e-5, rtol=1e-5)
+    whole.custom_conditioning, whole.condlabel_pixels = torch.tensor([True, False]), condlabel
+    got = model.fill_inputs(noisy, whole)
+    torch.testing.assert_close(got[:1, :16], model.encode_conditioning(condlabel[:1], torch.zeros(1, 1, 64, 64)), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[1:], blank[1:])
+
 
 def test_samples_fill_the_given_image_and_mask(model, tmp_path):
     red = Image.new("RGB", (64, 64), (220, 20, 20))

@@ -237,6 +237,61 @@ def test_masked_image_latents_are_cached_and_keyed_by_the_mask(sd15i, tmp_path):
     assert build().cache_report.conditioning_encoded == 1
 
 
+def test_condlabel_image_is_the_conditioning_image_where_there_is_one(sd15i, tmp_path):
+    """custom_conditioning_image: "a" has a `-condlabel` image, which the UNet gets (as it is, not
+    masked) instead of its masked image; "b" has none and keeps its masked image. Cached or not;
+    the cache keys "a" by its condlabel file."""
+    from ot_gradio.data import build_dataset
+
+    folder = tmp_path / "data"
+    concept = _concept(folder)
+    (folder / "a-masklabel.png").rename(folder / "b-masklabel.png")  # "b" has the mask now, "a" a condlabel image
+    Image.new("RGB", (64, 64), (30, 200, 30)).save(folder / "a-condlabel.png")
+    encode = lambda px: sd15i.encode_images(px, sample=False)  # noqa: E731
+
+    def build(caching, condlabel=True):
+        return build_dataset([concept], "64", 2, latent_caching=caching, cache_dir=tmp_path / "cache", vae_id=sd15i.vae_id,
+                             encode_fn=encode, conditioning_fn=sd15i.encode_conditioning, condlabel=condlabel)
+
+    def colour(rgb):
+        return (torch.tensor(rgb, dtype=torch.float32) / 127.5 - 1).view(1, 3, 1, 1).expand(1, 3, 64, 64)
+
+    def unet_inputs(batch, **options):
+        seen, handle = _unet_inputs(sd15i)
+        try:
+            with torch.no_grad():
+                _step(sd15i, unmasked_probability=0.0, custom_conditioning_image=True, **options).loss(batch)
+        finally:
+            handle.remove()
+        return seen[0]
+
+    left = torch.zeros(1, 1, 64, 64)
+    left[..., :32] = 1.0
+    green = sd15i.encode_images(colour((30, 200, 30)), sample=False)[0]  # "a"'s condlabel image, nothing masked
+    blue_masked = sd15i.encode_conditioning(colour((30, 30, 200)), left)[0]
+    assert not torch.allclose(green, sd15i.encode_conditioning(colour((200, 30, 30)), torch.zeros(1, 1, 64, 64))[0], atol=1e-3)
+    plain = build(False, condlabel=False)
+    assert sum(len(c.items) for c in plain.concepts) == 2  # a -condlabel image is never a training image
+    assert plain.epoch_batches(0)[0].custom_conditioning is None
+    for caching in (False, True):
+        batch = build(caching).epoch_batches(0)[0]
+        a = batch.image_paths.index(str((folder / "a.png").resolve()))
+        assert batch.custom_conditioning.tolist() == [i == a for i in range(2)]
+        got = unet_inputs(batch, masked_training=True)
+        assert torch.allclose(got[a, 5:], green, atol=1e-4), caching
+        assert torch.allclose(got[1 - a, 5:], blue_masked, atol=1e-4), caching
+        off = unet_inputs(batch, masked_training=False)  # no masked training: the whole image, yet "a" keeps its condlabel image
+        assert torch.allclose(off[a, 5:], green, atol=1e-4)
+        assert torch.allclose(off[1 - a, 5:], sd15i.blank_latents(8, 8)[0])
+
+    # the cache: "b"'s masked image is shared, "a" is keyed by its condlabel file, not by having none
+    (tmp_path / "cache").rename(tmp_path / "old-cache")
+    without = build(True, condlabel=False).cache_report
+    assert (without.conditioning_total, without.conditioning_encoded) == (1, 1)
+    report = build(True).cache_report
+    assert (report.conditioning_total, report.conditioning_hits, report.conditioning_encoded) == (2, 1, 1)
+
+
 # ------------------------------------------------------------------ sampling
 
 

@@ -144,3 +144,22 @@ def test_unmasked_probability_trains_that_share_on_the_whole_image():
     assert training_mask(None, (2, 2), unmasked_probability=0.5, device=torch.device("cpu")) is None
     never = training_mask(mask[:100], (2, 2), unmasked_probability=0.0, device=torch.device("cpu"))
     assert never.sum().item() == 0
+
+
+def test_prior_preservation_counts_outside_the_clamped_mask_and_normalizes():
+    pred, target = _pair()
+    prior = torch.zeros_like(pred)
+    mask = torch.zeros(2, 1, 8, 8)
+    mask[0, :, :, :2] = 1.0  # sample 0: a quarter white; sample 1: all white (nothing outside)
+    mask[1] = 1.0
+    clamped = mask.clamp(0.1, 1.0)
+    outside = 1 - clamped
+    kw = dict(mask=mask, unmasked_weight=0.1, prior=prior, prior_weight=0.5)
+    plain = ((pred - target) ** 2 * clamped).mean(dim=(1, 2, 3)) + 0.5 * (pred**2 * outside).mean(dim=(1, 2, 3))
+    assert diffusion_loss(pred, target, **kw).item() == pytest.approx(plain.mean().item(), rel=1e-5)
+    norm = ((pred - target) ** 2 * clamped).mean(dim=(1, 2, 3)) / clamped.mean(dim=(1, 2, 3))
+    norm[0] += 0.5 * (pred[0] ** 2 * outside[0]).mean() / outside[0].mean()
+    out = diffusion_loss(pred, target, normalize_masked_area_loss=True, **kw)
+    assert torch.isfinite(out) and out.item() == pytest.approx(norm.mean().item(), rel=1e-5)
+    assert diffusion_loss(pred, target, mask=mask, unmasked_weight=0.1, prior=prior).item() == pytest.approx(
+        ((pred - target) ** 2 * clamped).mean().item(), rel=1e-5)  # weight 0: no prior term

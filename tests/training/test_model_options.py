@@ -217,6 +217,65 @@ def test_masked_training_in_a_step(model):
     assert whole.item() == pytest.approx(full.item(), rel=1e-6)
 
 
+def test_masked_prior_preservation_pulls_towards_the_lora_off_prediction():
+    """weight w: the masked loss plus w x the MSE to the base model's (LoRA off) prediction outside
+    the mask, computed here with a copy of the model taken before the LoRA; no gradient through it."""
+    import copy
+
+    from ot_gradio.training.methods import get_method
+
+    model = tiny_model()
+    base = copy.deepcopy(model)
+    w = 0.7
+    cfg = config(training_method="LORA", text_encoder={"train": False}, masked_training=True, unmasked_weight=0.0,
+                 unmasked_probability=0.0, masked_prior_preservation_weight=w)
+    method = get_method("LORA")
+    params = [p for group in method.setup(model, cfg, CPU) for p in group.params]
+    for p in params:  # lora_B starts at zero: make the LoRA change the prediction
+        torch.nn.init.normal_(p, std=0.05)
+    mask = torch.zeros(2, 1, 64, 64)
+    mask[:, :, :, :32] = 1.0  # left half white: outside the mask is the right half of the 8x8 latents
+    fp32 = Precision(DataType.FLOAT_32, CPU)
+
+    def step_loss(weight):
+        model.unet.zero_grad()
+        step = method.training_step(model, cfg.model_copy(update={"masked_prior_preservation_weight": weight}), CPU, fp32, fixed())
+        loss = step.loss(batch(mask=mask))
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in params]
+
+    today, _ = step_loss(0.0)
+    loss, grads = step_loss(w)
+    assert all(p.requires_grad for p in params)  # turning the LoRA off for the prior leaves it trainable
+
+    b = batch(mask=mask)
+    noise, t = fixed()(b.latents)
+    noisy = model.add_noise(b.latents, noise, t)
+    cond = model.encode_text(b.captions)
+    with torch.no_grad():
+        prior = base.predict(noisy, t, base.encode_text(b.captions))
+        off_by_hand = torch.nn.functional.mse_loss(model.predict(noisy, t, cond), model.prediction_target(b.latents, noise, t))
+    model.unet.zero_grad()
+    pred = model.predict(noisy, t, cond)
+    masked = ((pred - model.prediction_target(b.latents, noise, t)) ** 2 * mask[:, :, ::8, ::8]).mean()
+    expected = masked + w * ((pred - prior) ** 2 * (1 - mask[:, :, ::8, ::8])).mean()
+    expected.backward()
+    assert not torch.allclose(prior, pred.detach(), atol=1e-3)  # the LoRA changes the prediction
+    assert today.item() == pytest.approx(masked.item(), rel=1e-5)  # weight 0: today's masked loss
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert loss.item() > today.item() and off_by_hand.item() > 0
+    for got, p in zip(grads, params, strict=True):  # the prior is a constant: same gradients as the hand-made loss
+        assert torch.allclose(got, p.grad, rtol=1e-4, atol=1e-7)
+
+
+def test_masked_prior_preservation_needs_a_base_model():
+    from ot_gradio.training.methods import get_method
+
+    cfg = config(training_method="FINE_TUNE", masked_training=True, masked_prior_preservation_weight=0.5)
+    with pytest.raises(ValueError, match="^masked_prior_preservation_weight:"):
+        get_method("FINE_TUNE").training_step(tiny_model(), cfg, CPU, Precision(DataType.FLOAT_32, CPU))
+
+
 def test_loss_weight_function_in_a_step(model):
     with torch.no_grad():
         plain = DiffusionStep(model, config(), CPU, Precision(DataType.FLOAT_32, CPU), fixed(20)).loss(batch())
