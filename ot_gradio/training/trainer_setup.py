@@ -1,0 +1,323 @@
+"""The run's set-up, before the first step: the device and precision, the model and its
+training method, offloading, the memory planner's checkpointing decision, the dataset with its
+latent and text caches, the parts parked in RAM, then the optimizer, scheduler, intervals,
+TensorBoard and the resume. `Trainer` (trainer.py) inherits it and runs the steps.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ..config.doctor import only_cache_problem
+from ..config.enums import EMAMode
+from ..config.families import family_info
+from ..config.lr_schedules import warmup_steps
+from ..config.optimizer import SCHEDULE_FREE
+from ..models.common import base_module
+from .device import Precision, channels_last_on_cpu, resolve_device, weight_dtype
+from .diffusion import check_quantized_parts_frozen, configure_model
+from .distributed import Distributed
+from .ema import EMA
+from .intervals import Every
+from .masking import conditions_on_images, condlabel_images
+from .methods import get_method
+from .optimizers import create_optimizer, fused_back_pass, parameter_names
+from .param_groups import all_params, optimizer_groups, scale_learning_rates
+from .placement import Placement, fill_text_cache
+from .preflight import TrainingError, check_concepts, check_writable
+from .resume import resume_from_latest_backup
+from .schedulers import create_scheduler
+from .validation import setup_validation
+
+if TYPE_CHECKING:
+    from ..models.base import ModelFamily
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+class TrainerSetup:
+    """The set-up half of `Trainer`: its attributes are the trainer's (trainer.py's __init__)."""
+
+    def setup(self) -> None:
+        from ..models.registry import get_family  # noqa: PLC0415
+
+        cfg = self.config
+        if problem := only_cache_problem(cfg):
+            raise TrainingError(problem)
+        check_concepts(cfg)
+        check_writable(cfg, self.paths.backup)
+        self.device, warning = resolve_device(cfg.train_device)
+        if warning:
+            self.report.warning(warning)
+        self.dist = Distributed.from_env(self.device.type)
+        if self.dist.active and self.device.type == "cuda":  # one GPU per process, in CUDA_VISIBLE_DEVICES order
+            self.device = torch.device("cuda", self.dist.local_rank)
+            torch.cuda.set_device(self.device)
+        if self.dist.active and cfg.optimizer.fused_back_pass:
+            raise TrainingError("optimizer.fused_back_pass: it steps each weight inside the backward pass, before the "
+                                "gradients of the other GPUs arrive; turn it off for multi-GPU training")
+        self.precision = Precision(cfg.train_dtype, self.device, cfg.enable_autocast_cache)
+        self.defer_loss_reads = self.device.type != "cpu" and not self.dist.active
+        if self.precision.note:
+            self.report.warning(self.precision.note)
+
+        self.report.status("loading", f"loading {cfg.base_model_name}")
+        family = get_family(cfg.model_type)
+        dtypes = {
+            part: weight_dtype(getattr(cfg, part).weight_dtype, self.device, self.precision.dtype)
+            for part in family_info(cfg.model_type).parts
+        }
+        with self.dist.main_first():  # multi-GPU: one process downloads (or builds) the model, then the others load it
+            self.model: ModelFamily = family.load(
+                cfg.base_model_name,
+                cache_dir=cfg.huggingface_cache_dir or None,
+                offline=cfg.offline_mode,
+                token=cfg.secrets.huggingface_token or None,
+                dtypes=dtypes,
+                part_models={part: getattr(cfg, part).model_name for part in family_info(cfg.model_type).parts},
+            )
+        # seeded after loading: building or converting a model may draw random numbers (the tiny
+        # models are built on first use), and the run must not depend on whether that happened
+        seed_everything(cfg.seed)
+        try:
+            # quantized parts (FLOAT_8, INT_8, W8A8...) are converted while still in RAM and reach the card
+            # already small: moved first, a Flux transformer would sit there whole (24 GB in bf16)
+            for warning in configure_model(self.model, cfg, self.device, self.precision):
+                self.report.warning(warning)
+            self.model.to(self.device)
+            self.method = get_method(cfg.training_method)
+            self.param_groups = self.method.setup(self.model, cfg, self.device)
+            scale_learning_rates(self.param_groups, cfg, self.dist.world)
+            check_quantized_parts_frozen(self.model, cfg)
+        except ValueError as e:
+            raise TrainingError(str(e)) from e
+        if not any(g.trains for g in self.param_groups):
+            raise TrainingError(
+                "nothing to train: enable training for "
+                + " or ".join(part.replace("_", " ") for part in (self.model.denoiser, *self.model.text_encoder_names))
+            )
+        self.trained_params = all_params(self.param_groups)
+        self.dist.broadcast_parameters(self.trained_params)  # every process starts from the same weights
+        self._set_train_modes()
+        self._install_offloading()
+        # which frozen parts wait in RAM while the steps run (placement.py); the planner counts them there
+        self.placement = Placement.for_run(self.model, cfg, self.device, self.param_groups, self.method.embeddings is not None,
+                                            step_parts=self.method.step_parts)
+        self.text_cache_off_reason = self.placement.text_cache_off_reason
+        self.diffusion = self.method.training_step(self.model, cfg, self.device, self.precision, self.noise_fn, dist=self.dist)
+        # the memory planner's probe runs the denoiser on meta tensors in a thread of its own
+        # while the VAE caches latents here (it draws no random numbers this thread draws)
+        decision = None if cfg.only_cache else self._start_checkpointing_decision()  # only_cache: no step to plan
+        self.report.status("caching", "scanning concepts and caching latents")
+        # Encoding samples the latent distribution with its own generator, so the training noise
+        # does not depend on how much of the cache was already filled.
+        encode_rng = torch.Generator().manual_seed(cfg.seed)
+        # every process plans the same global batches of batch_size x processes and trains its slice;
+        # the main process fills the caches first, the others then read them
+        self.global_batch_size = cfg.batch_size * self.dist.world
+        try:
+            with self.dist.main_first():
+                self._build_dataset(encode_rng)
+                self._setup_text_cache()
+        finally:
+            if decision is not None:
+                decision.wait()
+        if cfg.only_cache:  # train() fills the text cache and ends the run
+            return
+        self._finish_checkpointing_decision(decision)
+        if cfg.compile:
+            self._compile_denoiser()
+        self.ema = None
+        if cfg.ema != EMAMode.OFF:
+            ema_device = self.device if cfg.ema == EMAMode.GPU else torch.device("cpu")
+            self.ema = EMA(self.trained_params, cfg.ema_decay, cfg.ema_update_step_interval, ema_device)
+        for warning in self.dataset.warnings:
+            self.report.warning(warning)
+        self._warn_never_trained()
+        self.validator = setup_validation(self._run_state())  # validation.py: held-out images' loss, when on
+        self._park_parts()
+        self.steps_per_epoch = self.dataset.steps_per_epoch
+        self._setup_steps()
+
+    def _build_dataset(self, encode_rng: torch.Generator) -> None:
+        from ..data import build_dataset  # noqa: PLC0415
+        from ..data.video import run_sampling  # noqa: PLC0415
+
+        cfg = self.config
+        # while caching, the VAE runs channels-last on CPU (device.py); without the cache it encodes at every step as loaded
+        with channels_last_on_cpu(self.model.parts.get("vae") if cfg.latent_caching else None, self.device) as layout:
+            self.dataset = build_dataset(
+                cfg.concepts,
+                cfg.resolution,
+                self.global_batch_size,
+                aspect_ratio_bucketing=cfg.aspect_ratio_bucketing,
+                latent_caching=cfg.latent_caching and not self.method.needs_pixels,
+                cache_dir=cfg.cache_dir,
+                vae_id=self.model.vae_id,
+                seed=cfg.seed,
+                encode_fn=lambda pixels: self.model.encode_images(layout(pixels), generator=encode_rng).contiguous(),
+                clear_cache=cfg.clear_cache_before_training and self.dist.is_main,
+                bucket_step=self.model.bucket_step,  # sizes the denoiser needs (PixArt: patch x VAE = 16 px)
+                # inpainting models with masked training or -condlabel images: the conditioning images' latents are cached
+                # too (depth models: depth maps)
+                conditioning_fn=self.model.encode_conditioning if self.model.caches_conditioning(conditions_on_images(cfg)) else None,
+                conditioning_kind=self.model.conditioning_kind,
+                progress=lambda done, total: self.report.progress(phase="caching", done=done, total=total),
+                threads=cfg.dataloader_threads,
+                frames=run_sampling(cfg, self.model.frame_step),  # a video family reads clips
+                control=self.model.control_image,  # an image-conditioned family trains on (image, -control image) pairs
+                depth=self.model.depth_maps,  # a depth model reads an image's -depth map where there is one
+                masked_training=cfg.masked_training,  # the concepts' mask augmentations apply
+                condlabel=condlabel_images(cfg, self.model),  # custom_conditioning_image: an image's -condlabel image
+            )
+        if self.model.control_image:  # samples without a control image of their own edit the first pair's
+            self.model.default_control_image = str(self.dataset.concepts[0].items[0].control_path)
+
+    def _setup_steps(self) -> None:
+        """Step counts, optimizer, scheduler, intervals, TensorBoard and the resume."""
+        cfg = self.config
+        accum = cfg.gradient_accumulation_steps
+        self.total_steps = sum(
+            max(1, math.ceil(self.dataset.steps_in_epoch(e) / accum)) for e in range(cfg.epochs)
+        )
+
+        warmup = 0 if cfg.optimizer.optimizer in SCHEDULE_FREE else warmup_steps(cfg.learning_rate_warmup_steps, self.total_steps)
+        self.optimizer = create_optimizer(optimizer_groups(self.param_groups), cfg.optimizer, self.device,
+                                          names=parameter_names(self.model.parts), model_type=cfg.model_type, warmup_steps=warmup)
+        if self.dist.is_main:
+            print(f"optimizer {cfg.optimizer.optimizer.value}: {self.optimizer.step_kernel}", flush=True)
+        self.optimizer = fused_back_pass(self.optimizer, optimizer_groups(self.param_groups), cfg, self.device, self.precision.scaler,
+                                         warmup_steps=warmup)
+        self.scheduler = create_scheduler(
+            self.optimizer,
+            cfg.learning_rate_scheduler,
+            self.total_steps,
+            cfg.learning_rate_warmup_steps,
+            cfg.learning_rate_cycles,
+            cfg.learning_rate_min_factor,
+            config=cfg, steps_per_epoch=self.steps_per_epoch,
+        )
+        self.sample_every = Every(cfg.sample_after, cfg.sample_after_unit, cfg.sample_skip_first)
+        self.backup_every = Every(cfg.backup_after, cfg.backup_after_unit)
+        self.save_every = Every(cfg.save_every, cfg.save_every_unit, cfg.save_skip_first)
+        if cfg.tensorboard and self.paths.tensorboard is not None and self.dist.is_main:
+            from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415
+
+            self._tb = SummaryWriter(str(self.paths.tensorboard))
+        if cfg.continue_last_backup and (resumed := resume_from_latest_backup(self._run_state())) is not None:
+            self.counters, self.ema = resumed.counters, resumed.ema
+        self._stop_parts_if_due()
+        self.dist.sync_random_state()  # multi-GPU: every process draws the main process's numbers from here on
+
+    def _setup_text_cache(self) -> None:
+        """With latent caching on and no text encoder (nor embedding) training, text encoder
+        outputs are cached by caption as OneTrainer does (data/text_cache.py says when not)."""
+        from ..data.text_cache import TextEmbeddingCache, text_encoder_id  # noqa: PLC0415
+
+        cfg = self.config
+        if self.text_cache_off_reason is not None:  # placement.py asked text_cache_problem
+            return
+        cache = TextEmbeddingCache(Path(cfg.cache_dir) / "text", text_encoder_id(self.model, self.precision.dtype))
+        if cfg.clear_cache_before_training and self.dist.is_main:
+            cache.clear()
+        self.diffusion.text_cache = cache
+
+    def _park_parts(self) -> None:
+        """The parts no training step runs go to RAM (placement.py), after the caches are filled:
+        the text cache first gets every caption the training and validation data can give."""
+        if self.placement.parks_text_encoders and self.diffusion.text_cache is not None:  # (a method step reading no text has none)
+            sources = [(self.diffusion, self.dataset)]
+            if self.validator is not None:
+                sources.append((self.validator.step, self.validator.dataset))
+            with self.dist.main_first(), self.precision.autocast():
+                encoded = fill_text_cache(self.diffusion.text_cache, self.model.encode_text, sources)
+            print(f"text cache: {encoded} caption(s) encoded before the text encoders leave {self.device}", flush=True)
+        self.placement.park()
+        if message := self.placement.message():
+            print(message, flush=True)
+            self.report.status("caching", message)
+
+    def _start_checkpointing_decision(self) -> Any:
+        """Gradient checkpointing per part: the denoiser always (it runs every step), a text encoder
+        only while it trains (a frozen one keeps no activations anyway). ON/OFF as set; AUTO (the
+        default) asks the memory planner: on only when the run would not fit without it. Its probe
+        starts here, in a thread of its own (memory_plan.CheckpointingDecision)."""
+        from .memory_plan import CheckpointingDecision  # noqa: PLC0415
+
+        # a method's own step (FINE_TUNE_VAE) runs neither: no probe of a step that never runs
+        parts = [self.model.denoiser, *sorted(self.trained_text_parts)] if self.method.step_parts is None else []
+        settings = {part: getattr(self.config, part).gradient_checkpointing for part in parts}
+        return CheckpointingDecision(self.model, self.config, self.device, self.precision, self.param_groups,
+                                     self.trained_text_parts, settings, background=True, parked=self.placement.parked)
+
+    def _finish_checkpointing_decision(self, decision: Any) -> None:
+        """Checkpointing as decided; the log (stdout) and the events say what was chosen and why."""
+        self.checkpointing, message, self.memory_plan = decision.finish()
+        print(message, flush=True)
+        self.report.status("caching", message)
+
+    def _install_offloading(self) -> None:
+        """The parts' `offload_fraction` / `activation_offloading` (offload.py): installed after the
+        method's layers exist (only frozen weights are offloaded); the log and events say what."""
+        from .offload import install_offloading  # noqa: PLC0415
+
+        self.layer_offload, message = install_offloading(self.model, self.config, self.device)
+        if message:
+            print(message, flush=True)
+            self.report.status("loading", message)
+
+    def _compile_denoiser(self) -> None:
+        """`compile`: torch.compile the denoiser in place (`nn.Module.compile`), after the method
+        added its LoRA layers or embeddings. The module, its parameters and its state-dict keys
+        stay as they are, so saving, backups and EMA see the same weights; it compiles during the
+        first steps, and again for new shapes (another bucket, sampling). With offloading on the
+        denoiser it is compiled block by block instead (offload.compile_blocks)."""
+        from .offload import compile_blocks  # noqa: PLC0415
+
+        module = self.model.parts[self.model.denoiser]
+        module = base_module(module)
+        offload = next((o for o in self.layer_offload if o.part == self.model.denoiser), None)
+        if offload is None or not (offload.blocks or offload.activations):
+            module.compile()
+            return
+        message = compile_blocks(module, offload)
+        print(message, flush=True)
+        self.report.status("caching", message)
+
+    def _set_train_modes(self) -> None:
+        """Parts with trained weights in train mode (dropout, checkpointing), the rest in eval."""
+        trained = {id(p) for p in self.trained_params if p.requires_grad}
+        for module in self.model.parts.values():
+            module.train(any(id(p) in trained for p in module.parameters()))
+        # a group's model part is where its weights live (an embedding's is its text encoder);
+        # gradients must flow through that encoder
+        self.trained_text_parts = frozenset(
+            g.model_part for g in self.param_groups if g.model_part in self.model.text_encoder_names and g.trains
+        )
+
+    def _warn_never_trained(self) -> None:
+        """Images whose aspect bucket can never fill a batch are never trained: say which."""
+        summary = self.dataset.summary(self.global_batch_size)
+        lost = [item["path"] for concept in summary["concepts"] for item in concept["never_trained"]]
+        if lost:
+            shown = ", ".join(Path(p).name for p in lost[:20]) + (f" and {len(lost) - 20} more" if len(lost) > 20 else "")
+            self.report.warning(
+                f"{len(lost)} image(s) will never be trained because their aspect bucket cannot fill a batch of "
+                f"{self._batch_words()}: {shown}. Lower the batch size, add images of that shape, or crop them."
+            )
+
+    def _batch_words(self) -> str:
+        size = self.config.batch_size
+        if not self.dist.active:
+            return f"batch_size={size}"
+        return f"batch_size={size} x {self.dist.world} processes = {self.global_batch_size}"
