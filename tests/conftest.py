@@ -33,3 +33,24 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """The tiny SD 1.5, saved once a session (`.diffusers_dir`, `.single_file`); tests read it, never write it."""
+    from ot_gradio.models.tiny.sd15 import save_tiny_sd15
+
+    return save_tiny_sd15(tmp_path_factory.mktemp("tiny-sd15"))
+
+
+@pytest.fixture(scope="session")
+def four_shapes(tmp_path_factory):
+    """Four square images of the demo set with their captions: 2 steps an epoch at batch 2."""
+    from ot_gradio.data import ensure_demo_dataset
+
+    folder = tmp_path_factory.mktemp("data") / "four-shapes"
+    ensure_demo_dataset(folder)
+    for extra in sorted(folder.glob("*.png"))[4:]:
+        extra.unlink()
+        extra.with_suffix(".txt").unlink()
+    return folder

@@ -3,13 +3,6 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
-    from ot_gradio.models.tiny.sd15 import save_tiny_sd15
-
-    return save_tiny_sd15(tmp_path_factory.mktemp("tiny-sd15"))
-
-
-@pytest.fixture(scope="session")
 def shapes(tmp_path_factory):
     from ot_gradio.data import ensure_demo_dataset
 

@@ -17,22 +17,13 @@ from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from ot_gradio.models.tiny.sd15 import save_tiny_sd15
-
-    return save_tiny_sd15(tmp_path_factory.mktemp("tiny")).diffusers_dir
+def tiny(tiny_model):
+    return tiny_model.diffusers_dir
 
 
 @pytest.fixture(scope="module")
-def shapes(tmp_path_factory):
-    from ot_gradio.data import ensure_demo_dataset
-
-    folder = tmp_path_factory.mktemp("data") / "shapes"
-    ensure_demo_dataset(folder)
-    for extra in sorted(folder.glob("*.png"))[4:]:  # 4 square images
-        extra.unlink()
-        extra.with_suffix(".txt").unlink()
-    return folder
+def shapes(four_shapes):
+    return four_shapes
 
 
 class Events(Reporter):

@@ -14,22 +14,13 @@ import torch
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from ot_gradio.models.tiny.sd15 import save_tiny_sd15
-
-    return save_tiny_sd15(tmp_path_factory.mktemp("tiny"))
+def tiny(tiny_model):
+    return tiny_model
 
 
 @pytest.fixture(scope="module")
-def shapes(tmp_path_factory):
-    from ot_gradio.data import ensure_demo_dataset
-
-    folder = tmp_path_factory.mktemp("data") / "shapes"
-    ensure_demo_dataset(folder)
-    for extra in sorted(folder.glob("*.png"))[4:]:  # 4 images: 2 steps an epoch at batch 2
-        extra.unlink()
-        extra.with_suffix(".txt").unlink()
-    return folder
+def shapes(four_shapes):
+    return four_shapes
 
 
 def _config(tiny, shapes, work: Path, **overrides) -> dict:
