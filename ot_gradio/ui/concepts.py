@@ -59,18 +59,19 @@ def _clips_hint(concept: dict[str, Any]) -> str:
 
 
 def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sampling=None,
-                  control: bool = False, depth: bool = False) -> tuple[str, list[tuple[str, int]]]:
+                  control: bool = False, depth: bool = False, condlabel: bool = False) -> tuple[str, list[tuple[str, int]]]:
     """Markdown statistics and (bucket, count) rows for one concept; with a video model type's
     frame `sampling` (run_frame_sampling) its clips are counted beside the images; with `control`
     (an image-editing model type) the pairs, and the images without a control image, named; with
-    `depth` (a depth model type) how many images have their depth map beside them."""
+    `depth` (a depth model type) how many images have their depth map beside them; with `condlabel`
+    (an inpainting model with custom_conditioning_image) how many have a `-condlabel` image."""
     from ..config.resolution import parse_resolutions  # noqa: PLC0415
     from ..data.buckets import assign_bucket  # noqa: PLC0415
     from ..data.errors import DataError  # noqa: PLC0415
     from ..data.scan import scan_concept  # noqa: PLC0415
 
     try:
-        scan = scan_concept(ConceptConfig(**concept), sampling, control, depth)
+        scan = scan_concept(ConceptConfig(**concept), sampling, control, depth, condlabel)
     except (DataError, ValueError, OSError) as err:
         return f"**Cannot read this concept:** {err}{_clips_hint(concept) if sampling is None else ''}", []
     items = scan.items
@@ -95,6 +96,10 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
     if depth:
         lines.append(f"{scan.depth_count} images with a depth map beside them (`<name>-depth.<ext>`), "
                      f"{len(items) - scan.depth_count} estimated (the model's depth estimator)")
+    if condlabel:
+        labelled = sum(1 for item in items if item.condlabel_path is not None)
+        lines.append(f"{labelled} images with a conditioning image beside them (`<name>-condlabel.<ext>`), "
+                     f"{len(items) - labelled} conditioned on their masked image")
     if clips:
         lines.append(f"clips: {sum(i.frames for i in clips)} frames in all at {sampling.frames} frames, {sampling.fps:g} fps"
                      f"{f' from {sampling.start:g} s' if sampling.start else ''} (the run's Frames); "
@@ -206,7 +211,8 @@ class ConceptsTab:
 
         info = family_info(config.get("model_type", ""))
         text, rows = concept_stats(concepts[index], config.get("resolution", "512"), config.get("aspect_ratio_bucketing", True), sampling,
-                                   control=bool(info and info.control_image), depth=bool(info and info.depth_maps))
+                                   control=bool(info and info.control_image), depth=bool(info and info.depth_maps),
+                                   condlabel=bool(info and info.inpainting and config.get("custom_conditioning_image")))
         return text, bucket_chart(pd.DataFrame(rows, columns=["bucket", "images"]))
 
     def wire(self, config_state: gr.State, autosave) -> None:

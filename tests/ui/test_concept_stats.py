@@ -69,3 +69,19 @@ def test_a_depth_model_type_counts_the_depth_maps_beside_images_and_those_it_est
     assert text.startswith("**3 images**") and "1 images with a depth map beside them (`<name>-depth.<ext>`), 2 estimated" in text
     assert sum(n for _, n in rows) == 3
     assert "depth map" not in concept_stats(_concept(folder), "64", True, None)[0]  # another model type: 4 images
+
+
+def test_an_inpainting_model_with_custom_conditioning_images_counts_the_condlabel_images(tmp_path):
+    from ot_gradio.ui.concepts import ConceptsTab
+
+    folder = tmp_path / "inpaint"
+    folder.mkdir()
+    for name in ("a.png", "a-condlabel.png", "b.png", "c.jpg", "c-condlabel.png"):
+        Image.new("RGB", (64, 64)).save(folder / name)
+    config = {"model_type": "STABLE_DIFFUSION_15_INPAINTING", "custom_conditioning_image": True, "concepts": [_concept(folder)]}
+    text, _ = ConceptsTab.statistics(None, config, 0)  # the page's handler: the model type and the option pick the count
+    assert text.startswith("**3 images**")
+    assert "2 images with a conditioning image beside them (`<name>-condlabel.<ext>`), 1 conditioned on their masked image" in text
+    for other in ({**config, "custom_conditioning_image": False}, {**config, "model_type": "STABLE_DIFFUSION_15"}):
+        text, _ = ConceptsTab.statistics(None, other, 0)
+        assert text.startswith("**3 images**") and "condlabel" not in text  # the option is off, or the model does not inpaint
