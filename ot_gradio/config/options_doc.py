@@ -8,6 +8,7 @@ once, with each part's own defaults where they differ.
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Any
 
@@ -18,6 +19,7 @@ from .schema import TrainConfig
 
 TAB_ORDER = ["general", "model", "data", "concepts", "training", "sampling", "backup", "lora", "embedding"]
 TAB_TITLES = {"lora": "LoRA"}
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 HEADER = """# Options
 
@@ -28,8 +30,10 @@ Key names and defaults are OneTrainer's, so its configs and presets load unchang
 
 *Planned* options are kept so that OneTrainer's configs load, but the trainer does not act on
 them yet: a config that sets one gets a warning, and the page does not show them. *Advanced*
-options are folded away on the page. `concepts[].x` is an option of each concept and
-`samples[].x` of each sample; bounds are inclusive unless written with < or >.
+options are folded away on the page. Options *not on the page* are OneTrainer bookkeeping kept so
+that its files load, or settings OneTrainer itself replaces with another (its tooltip says
+which). `concepts[].x` is an option of each concept and `samples[].x` of each sample; bounds are
+inclusive unless written with < or >.
 """
 
 
@@ -44,6 +48,8 @@ def _value(value: Any) -> str:
         return "none"
     if isinstance(value, BaseModel):
         return ""
+    if isinstance(value, str) and UUID.fullmatch(value):
+        return "a new id"  # made afresh for each config (an embedding's uuid)
     if isinstance(value, str):
         return f'`"{value}"`' if value else '`""`'
     if isinstance(value, (list, dict)) and not value:
@@ -66,6 +72,8 @@ def _notes(info: FieldInfo) -> str:
         notes.append("*planned*")
     if info.advanced:
         notes.append("*advanced*")
+    if info.compat:
+        notes.append("*not on the page*")
     return " ".join(notes)
 
 
@@ -83,7 +91,7 @@ def _is_part(info: FieldInfo) -> bool:
 
 
 def render() -> str:
-    fields = [f for f in iter_fields(TrainConfig) if not f.compat]
+    fields = list(iter_fields(TrainConfig))
     parts = [f for f in fields if _is_part(f)]
     part_prefixes = tuple(f"{p.path}." for p in parts)
     by_tab: dict[str, list[FieldInfo]] = {}

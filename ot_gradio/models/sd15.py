@@ -6,6 +6,7 @@ attributes, so it never needs to know which family it trains.
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,10 @@ from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd_single_file import save_original_single_file
 from ot_gradio.models.vae_override import apply_vae_override
+
+# Samples of a zero-terminal-SNR run: classifier-free guidance rescaled by this factor (Lin et al.
+# 2023, section 3.4; OneTrainer's cfg_rescale for such runs), else the images come out overexposed.
+ZERO_SNR_GUIDANCE_RESCALE = 0.7
 
 # sampler -> (diffusers scheduler class name, overrides of the model's scheduler config)
 SAMPLERS: dict[NoiseScheduler, tuple[str, dict]] = {
@@ -295,6 +300,18 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
         return {"prompt_embeds": self.encode_text([prompt])["encoder_hidden_states"],
                 "negative_prompt_embeds": self.encode_text([negative_prompt or ""])["encoder_hidden_states"]}
 
+    def guidance_rescale(self, pipe) -> dict:
+        """With the noise schedule rescaled to zero terminal SNR (its sampler's 'trailing' spacing
+        starts at the last timestep, OneTrainer's force_last_timestep), guidance is rescaled by
+        `ZERO_SNR_GUIDANCE_RESCALE`, as OneTrainer samples such runs. The pipelines that take it:
+        SD 1.x / 2.x and SDXL from a prompt, SDXL inpainting; diffusers' SD inpainting and depth
+        pipelines have no such input and sample without it."""
+        if not self.schedule_overrides.get("rescale_betas_zero_snr"):
+            return {}
+        if "guidance_rescale" not in inspect.signature(pipe.__call__).parameters:
+            return {}
+        return {"guidance_rescale": ZERO_SNR_GUIDANCE_RESCALE}
+
     def sample(self, prompt: str, negative_prompt: str = "", height: int = 512, width: int = 512, steps: int = 20,
                cfg_scale: float = 7.0, seed: int = 0, sampler: NoiseScheduler | str = NoiseScheduler.DDIM,
                device: torch.device | str | None = None, **inputs):
@@ -318,6 +335,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
                 guidance_scale=float(cfg_scale),
                 generator=generator,
                 output_type="pil",
+                **self.guidance_rescale(pipe),
                 **self.sampling_inputs(gen_h, gen_w, **inputs),
             ).images[0]
         return exact_size(image, width, height)

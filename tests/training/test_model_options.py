@@ -88,6 +88,32 @@ def test_zero_terminal_snr_for_training_and_sampling():
         assert image.size == (64, 64)
 
 
+def test_zero_terminal_snr_samples_rescale_the_guidance(monkeypatch):
+    """As OneTrainer samples a zero-terminal-SNR run (cfg_rescale 0.7): diffusers' rescale runs with
+    0.7, and the image differs from the one without it. Another run's samples are not rescaled."""
+    from diffusers.pipelines.stable_diffusion import pipeline_stable_diffusion
+
+    from ot_gradio.models import sd15
+
+    seen = []
+    original = pipeline_stable_diffusion.rescale_noise_cfg
+    monkeypatch.setattr(pipeline_stable_diffusion, "rescale_noise_cfg",
+                        lambda cfg, text, guidance_rescale=0.0: seen.append(guidance_rescale) or original(cfg, text, guidance_rescale))
+    model = tiny_model()
+    configure_model(model, config(rescale_noise_scheduler_to_zero_terminal_snr=True, force_v_prediction=True), CPU, Precision(DataType.FLOAT_32, CPU))
+    model.unet.conv_out.weight.data.normal_(std=0.5, generator=torch.Generator().manual_seed(0))  # a prediction with some spread
+
+    def pixels():
+        image = model.sample("a red circle", negative_prompt="blue", height=64, width=64, steps=3, cfg_scale=7.0, sampler="DDIM", device=CPU)
+        return torch.tensor(list(image.getdata()), dtype=torch.float32)
+
+    rescaled = pixels()
+    assert seen and set(seen) == {sd15.ZERO_SNR_GUIDANCE_RESCALE}
+    monkeypatch.setattr(sd15, "ZERO_SNR_GUIDANCE_RESCALE", 0.0)
+    assert (pixels() - rescaled).abs().max() > 1  # the rescale changes the image
+    assert tiny_model().guidance_rescale(tiny_model().pipeline()) == {}  # no zero terminal SNR: no rescale
+
+
 # --- attention and precision -------------------------------------------------------------------
 
 
