@@ -44,6 +44,7 @@ class ModelFamily(Protocol):
     depth_maps: ClassVar[bool]  # a `-depth` image beside an image is its depth map (the batch's depth_maps, `encode_conditioning`)
     control_image: ClassVar[bool]  # trains on (image, `-control` image) pairs: `encode_text(..., control=)` reads them (Qwen-Image-Edit)
     conditioning_kind: ClassVar[str]  # what `encode_conditioning` makes for the latent cache ("masked_image", "depth")
+    decodes_latents: ClassVar[bool]  # `decode_latents` is a VAE's (debug_mode decodes each step's latents with it)
     learns_variance: ClassVar[bool]
     bucket_step: ClassVar[int | None]  # image sides are multiples of this (None: the data default)
     transformer_file: ClassVar[bool]  # `save_single_file` writes the transformer alone

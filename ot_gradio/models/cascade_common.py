@@ -143,6 +143,7 @@ class CascadeFamily(Family):
     timestep_scale = 1.0
     timestep_offset = 0.001
     decoder_steps = 10
+    decodes_latents = False  # the decoder (stage B) is a diffusion model: debug_mode writes no images
     hub_example = ""
     family_name = ""  # the model's name in messages
     decoder_default = ""  # the decoder model of a blank decoder.model_name (with a hub prior)

@@ -43,6 +43,9 @@ class Family:
     text_cache_modules: tuple[Any, ...] = ()
     # what `encode_conditioning` makes, as the latent cache keys it: "masked_image" (inpainting) or "depth"
     conditioning_kind = "masked_image"
+    # debug_mode decodes a step's latents with `decode_latents` (training/debug_output.py); False
+    # where that is a diffusion model rather than a VAE (Würstchen, Stable Cascade)
+    decodes_latents = True
     # frozen modules that are not config parts but stay on the device with the parts (LTX-2's text
     # connectors): the memory plan counts their weights (the description's extra_params, "device")
     resident_modules: tuple[str, ...] = ()

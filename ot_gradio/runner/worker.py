@@ -234,6 +234,7 @@ def _train(run: RunDir, reporter: EventReporter, noise_fn, log: RunLog) -> int:
         save=run.save,
         tensorboard=run.tensorboard,
         other_runs=[r.path for r in list_runs(workspace)],
+        run=run.path,
     )
     trainer = Trainer(config, paths, reporter, noise_fn=noise_fn)
     previous = signal.getsignal(signal.SIGINT)

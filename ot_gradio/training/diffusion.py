@@ -26,7 +26,8 @@ by an empty one with the text encoder's `dropout_probability` (per sample; with 
 encoders, per encoder with each one's own probability, as OneTrainer drops them), so the model also
 learns the unconditioned image that classifier-free guidance starts from. (OneTrainer zeroes the
 text encoder's output instead; an empty caption is what sampling uses as the unconditioned
-prompt.)
+prompt.) With `debug_mode`, the step hands its latents, mask and captions to the trainer's
+debug writer (debug_output.py) before the prediction.
 """
 
 from __future__ import annotations
@@ -185,6 +186,7 @@ class DiffusionStep:
         self.loss_scale = loss_scale(config, self.dist.world)
         # the trainer sets a TextEmbeddingCache (data/text_cache.py) when no text encoder trains
         self.text_cache = None
+        self.debug: Callable[..., None] | None = None  # the trainer sets debug_output.DebugWriter with debug_mode on
         # the family's objective: DDPM (epsilon / v) or flow matching (schedules.py)
         self.schedule = make_schedule(model, config, device)
         # models that learn their variance (PixArt) train it with the variational bound
@@ -254,8 +256,10 @@ class DiffusionStep:
                                  device=self.device, rand=self.rand)
         if model.inpainting:
             batch.latent_mask = mask  # an inpainting model takes the mask the loss uses as input
+        texts = self.text_inputs(batch.captions)
+        if self.debug is not None:  # debug_mode: what this step trains on, as files (debug_output.py)
+            self.debug(batch, latents, mask, texts)
         with self.precision.autocast():
-            texts = self.text_inputs(batch.captions)
             if self.text_cache is not None:
                 conditioning = self.text_cache.encode(texts, model.encode_text, self.device)
             else:

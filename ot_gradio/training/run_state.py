@@ -46,6 +46,7 @@ class RunPaths:
     save: Path
     tensorboard: Path | None
     other_runs: list[Path]  # earlier runs of the same workspace, for "continue from last backup"
+    run: Path | None = None  # the run's folder (a relative debug_dir is in it); None: the samples folder's parent
 
 
 @dataclass

@@ -20,6 +20,7 @@ from ..config.families import family_info
 from ..config.lr_schedules import warmup_steps
 from ..config.optimizer import SCHEDULE_FREE
 from ..models.common import base_module
+from .debug_output import debug_writer
 from .device import Precision, channels_last_on_cpu, resolve_device, weight_dtype
 from .diffusion import check_quantized_parts_frozen, configure_model
 from .distributed import Distributed
@@ -146,6 +147,7 @@ class TrainerSetup:
         self._warn_never_trained()
         self.validator = setup_validation(self._run_state())  # validation.py: held-out images' loss, when on
         self._park_parts()
+        self.diffusion.debug = debug_writer(self._run_state(), self.placement, lambda: self.counters.global_step + 1)  # debug_mode
         self.steps_per_epoch = self.dataset.steps_per_epoch
         self._setup_steps()
 

@@ -28,7 +28,7 @@ def shapes(four_shapes):
 
 class Events(Reporter):
     def __init__(self):
-        self.statuses, self.losses, self.saved = [], [], []
+        self.statuses, self.losses, self.saved_paths = [], [], []
 
     def status(self, status, message=""):
         self.statuses.append((status, message))
@@ -37,7 +37,7 @@ class Events(Reporter):
         self.losses.append(fields["loss"])
 
     def saved(self, path, kind="model"):
-        self.saved.append(path)
+        self.saved_paths.append(path)
 
 
 def _trainer(tiny: Path, data: Path, work: Path, **overrides) -> tuple[Trainer, Events]:
@@ -77,7 +77,7 @@ def test_only_cache_fills_the_caches_and_ends_without_training(tiny, shapes, tmp
     assert events.statuses[-1][0] == "done" and "only_cache: cache filled" in events.statuses[-1][1]
     assert "4 latent(s) encoded" in events.statuses[-1][1] and "caption(s) encoded" in events.statuses[-1][1]
     assert "training" not in [s for s, _ in events.statuses]
-    assert trainer.optimizer is None and events.losses == [] and events.saved == []
+    assert trainer.optimizer is None and events.losses == [] and events.saved_paths == []
     assert list((tmp_path / "out").iterdir()) == []  # (the folder is made when the run checks it can write there)
     assert len(list((tmp_path / "cache" / "latents").rglob("*.safetensors"))) >= 4
     assert any((tmp_path / "cache" / "text").rglob("*.safetensors"))
