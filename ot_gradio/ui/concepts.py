@@ -58,13 +58,15 @@ def _clips_hint(concept: dict[str, Any]) -> str:
     return " It holds video clips: set Model type (Model tab) to a video model such as WAN_2_1 to train on them." if clips else ""
 
 
-def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sampling=None,
-                  control: bool = False, depth: bool = False, condlabel: bool = False) -> tuple[str, list[tuple[str, int]]]:
+def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sampling=None, control: bool = False,
+                  depth: bool = False, condlabel: bool = False, masked: bool = False) -> tuple[str, list[tuple[str, int]]]:
     """Markdown statistics and (bucket, count) rows for one concept; with a video model type's
     frame `sampling` (run_frame_sampling) its clips are counted beside the images; with `control`
     (an image-editing model type) the pairs, and the images without a control image, named; with
     `depth` (a depth model type) how many images have their depth map beside them; with `condlabel`
-    (an inpainting model with custom_conditioning_image) how many have a `-condlabel` image."""
+    (an inpainting model with custom_conditioning_image) how many have a `-condlabel` image. With
+    `masked` (masked training) and the concept's random mask rotate and crop, an image with a mask
+    is bucketed by the cut around its mask, as the run's first variation cuts it (planning.py)."""
     from ..config.resolution import parse_resolutions  # noqa: PLC0415
     from ..data.buckets import assign_bucket  # noqa: PLC0415
     from ..data.errors import DataError  # noqa: PLC0415
@@ -78,7 +80,8 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
     if not items:
         return "No images found.", []
     h, w = parse_resolutions(resolution)[0]
-    buckets = Counter(assign_bucket(i.width, i.height, (h, w), enabled=bucketing) for i in items)
+    cut = _rotate_crop_sizes(concept, scan, parse_resolutions(resolution), masked)
+    buckets = Counter(assign_bucket(*cut.get(n, (i.width, i.height)), (h, w), enabled=bucketing) for n, i in enumerate(items))
     sizes = sorted((i.width * i.height, i.width, i.height) for i in items)
     clips = [i for i in items if i.sampling is not None]
     captioned = len(items) - len(scan.uncaptioned)
@@ -96,6 +99,9 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
     if depth:
         lines.append(f"{scan.depth_count} images with a depth map beside them (`<name>-depth.<ext>`), "
                      f"{len(items) - scan.depth_count} estimated (the model's depth estimator)")
+    if cut:
+        lines.append(f"{len(cut)} images bucketed by the cut around their mask (Random mask rotate and crop; each image "
+                     "variation and epoch cuts anew, so the buckets below are the first variation's)")
     if condlabel:
         labelled = sum(1 for item in items if item.condlabel_path is not None)
         lines.append(f"{labelled} images with a conditioning image beside them (`<name>-condlabel.<ext>`), "
@@ -112,6 +118,18 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
         lines.append("**skipped:** " + ", ".join(f"{s.path.name} ({s.reason})" for s in scan.skipped[:20]))
     rows = [(f"{bw}x{bh}", n) for (bh, bw), n in sorted(buckets.items())]
     return "\n\n".join(lines), rows
+
+
+def _rotate_crop_sizes(concept: dict[str, Any], scan, resolutions, masked: bool) -> dict[int, tuple[int, int]]:
+    """{item index: (width, height) of its rotate-and-crop cut} for the images with a mask, when the
+    run cuts them (masked training and the concept's option); empty otherwise."""
+    from ..data.planning import PreparedConcept  # noqa: PLC0415
+
+    prepared = PreparedConcept(config=ConceptConfig(**concept), scan=scan, resolutions=resolutions, masked=masked)
+    if not prepared.mask_augment.rotate_crop:
+        return {}
+    draws = {n: prepared.cached_mask_draw(n, 0) for n, item in enumerate(scan.items) if item.mask_path is not None}
+    return {n: prepared.size(n, draw) for n, draw in draws.items() if draw is not None and draw.box is not None}
 
 
 class ConceptsTab:
@@ -212,7 +230,8 @@ class ConceptsTab:
         info = family_info(config.get("model_type", ""))
         text, rows = concept_stats(concepts[index], config.get("resolution", "512"), config.get("aspect_ratio_bucketing", True), sampling,
                                    control=bool(info and info.control_image), depth=bool(info and info.depth_maps),
-                                   condlabel=bool(info and info.inpainting and config.get("custom_conditioning_image")))
+                                   condlabel=bool(info and info.inpainting and config.get("custom_conditioning_image")),
+                                   masked=bool(config.get("masked_training")))
         return text, bucket_chart(pd.DataFrame(rows, columns=["bucket", "images"]))
 
     def wire(self, config_state: gr.State, autosave) -> None:

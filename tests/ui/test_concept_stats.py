@@ -85,3 +85,30 @@ def test_an_inpainting_model_with_custom_conditioning_images_counts_the_condlabe
     for other in ({**config, "custom_conditioning_image": False}, {**config, "model_type": "STABLE_DIFFUSION_15"}):
         text, _ = ConceptsTab.statistics(None, other, 0)
         assert text.startswith("**3 images**") and "condlabel" not in text  # the option is off, or the model does not inpaint
+
+
+def test_rotate_and_crop_buckets_the_cut_around_each_mask_as_the_run_does(tmp_path):
+    """A wide image whose mask is a small square: the run buckets the cut around the mask (near
+    square), not the wide image; the page's chart shows the same bucket as the run's plan."""
+    from ot_gradio.config.concept import ConceptConfig
+    from ot_gradio.config.resolution import parse_resolutions
+    from ot_gradio.data.planning import PreparedConcept
+    from ot_gradio.data.scan import scan_concept
+
+    folder = tmp_path / "masked"
+    folder.mkdir()
+    Image.new("RGB", (256, 64), "red").save(folder / "wide.png")
+    mask = Image.new("L", (256, 64))
+    mask.paste(255, (100, 16, 132, 48))
+    mask.save(folder / "wide-masklabel.png")
+    Image.new("RGB", (64, 64)).save(folder / "plain.png")  # no mask: bucketed whole
+    concept = {**_concept(folder), "image": {"enable_random_mask_rotate_crop": True}}
+    text, rows = concept_stats(concept, "64", True, None, masked=True)
+    assert "1 images bucketed by the cut around their mask" in text
+    scan = scan_concept(ConceptConfig(**concept))
+    plan = PreparedConcept(config=ConceptConfig(**concept), scan=scan, resolutions=parse_resolutions("64"), masked=True)
+    index = next(n for n, item in enumerate(scan.items) if item.path.name == "wide.png")
+    bh, bw = plan.bucket(index, (64, 64), plan.cached_mask_draw(index, 0))
+    assert (f"{bw}x{bh}", 1) in rows and bw / bh < 2  # the cut's bucket, not the 4:1 image's
+    whole, whole_rows = concept_stats(concept, "64", True, None, masked=False)  # masked training off: whole images
+    assert "cut around" not in whole and whole_rows != rows
