@@ -189,9 +189,11 @@ def test_start_up_size_budget(page):
     # weight type another (its group, shown for that family). Eight OneTrainer options became real
     # (circular padding, the two mask augmentations, the learning rate and loss scalers, only cache,
     # samples to TensorBoard, prevent overwrites): eight fields, no handler; then the transformer's
-    # attention mask, masked prior preservation and the custom conditioning image: three more.
+    # attention mask, masked prior preservation and the custom conditioning image: three more; SVDQuant's
+    # data type, rank and cache folder (beside the quantization layer filter): six blocks (the folder is a path
+    # field: its row, Browse button and form) and the folder's Browse handler.
     server = [fn for fn in page.blocks.fns.values() if fn.fn is not None]
-    assert len(page.blocks.blocks) <= 755 and len(server) <= 85
+    assert len(page.blocks.blocks) <= 757 and len(server) <= 86
     concept_relays = [fn for fn in page.blocks.fns.values() if fn.fn is None and fn.outputs == [page.concepts.log]]
     loaded = [fn for fn in page.blocks.fns.values() if fn.fn is None and "otPageLoaded" in (fn.js or "")]
     assert len(page.blocks.fns) - len(server) == len(relays(page)) + len(concept_relays) + len(loaded) and len(loaded) == 1
