@@ -21,6 +21,9 @@ denoiser those `quantization.layer_filter` names, every one when it is blank); t
   expanded. On the CPU torch runs both kernels, and the layers use them: int8 there is faster
   than the float matmul, float8 slower (emulated); the type is meant for GPUs.
 
+With `quantization.svd_dtype` (SVDQuant, svd_quant.py) each of these layers keeps a frozen low-rank
+part of its weight unquantized and quantizes only the rest.
+
 Only frozen weights can be stored this way: LoRA trains adapters on top of them (peft handles the
 bitsandbytes layers natively, ours are nn.Linear subclasses), but a part trained in full must use
 FLOAT_32, FLOAT_16 or BFLOAT_16.
