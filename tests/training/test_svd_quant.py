@@ -13,7 +13,7 @@ from torch.nn import functional as F
 
 from ot_gradio.config.doctor import check, errors
 from ot_gradio.config.schema import TrainConfig
-from ot_gradio.training.quantize import QUANTIZED, quantize_linear_layers
+from ot_gradio.training.quantize import FP8, QUANTIZED, quantize_linear_layers, quantize_rows
 from ot_gradio.training.svd_quant import SvdSpec, svd_spec
 
 CPU = torch.device("cpu")
@@ -174,3 +174,36 @@ def test_lora_on_an_svd_quantized_unet_trains_through_the_trainer(tmp_path):
     assert moved, "no LoRA weight moved: the adapters got no gradient"
     saved = load_file(str(out))
     assert saved and not [k for k in saved if "svd" in k]
+
+
+def test_configure_model_corrects_the_layers_the_filter_quantizes_and_dora_reads_them():
+    """Through the run's setup: the unet's filtered layers (and only they) are quantized with
+    factors of the config's rank and type; DoRA's magnitudes are the norms of the weight with them."""
+    from ot_gradio.models.sd15 import StableDiffusion15
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_components
+    from ot_gradio.training.device import Precision
+    from ot_gradio.training.diffusion import configure_model
+    from ot_gradio.training.float_weight import float_weight
+    from ot_gradio.training.methods import get_method
+
+    torch.manual_seed(0)
+    model = StableDiffusion15(**tiny_sd15_components())
+    before = {n: m.weight.detach().clone() for n, m in model.unet.named_modules() if type(m) is nn.Linear}
+    config = TrainConfig.model_validate({
+        "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA", "lora_rank": 2, "lora_decompose": True, "output_model_format": "KOHYA_LORA",
+        "text_encoder": {"train": False}, "unet": {"train": True, "weight_dtype": "FLOAT_8"},
+        "quantization": {"layer_filter": "to_q", "svd_dtype": "FLOAT_16", "svd_rank": 8}})
+    configure_model(model, config, CPU, Precision("FLOAT_32", CPU))
+    corrected = {n: m for n, m in model.unet.named_modules() if hasattr(m, "svd_up")}
+    assert corrected and set(corrected) == {n for n in before if n.endswith("to_q")}
+    assert all(m.svd_up.dtype == torch.float16 and m.svd_down.shape[0] == 8 for m in corrected.values())
+    get_method("LORA").setup(model, config, CPU)
+    ours = plain = 0.0
+    for name, base in corrected.items():
+        layer = model.unet.get_submodule(name.rpartition(".")[0]).to_q
+        magnitude = layer.lora_magnitude_vector["default"].weight.reshape(-1)
+        torch.testing.assert_close(magnitude, float_weight(base).norm(dim=0))
+        codes, scale = quantize_rows(before[name], FP8)  # the same weight in FLOAT_8 without SVD
+        ours += float((magnitude - before[name].norm(dim=0)).norm())
+        plain += float(((codes.float() * scale).norm(dim=0) - before[name].norm(dim=0)).norm())
+    assert ours < 0.5 * plain, (ours, plain)
