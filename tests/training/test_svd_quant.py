@@ -79,16 +79,28 @@ def test_full_weight_readers_include_the_low_rank_part(data_type):
     assert errors[True] < 0.3 * errors[False], errors
 
 
-def test_the_memory_planner_counts_the_factors():
-    from ot_gradio.training.memory_plan import part_weights
+def test_the_meta_planner_runs_the_low_rank_term_and_counts_its_bytes():
+    """OneTrainer's Flux LoRA preset (NF4 transformer and T5) planned on the meta device, with SVDQuant."""
+    from ot_gradio.config.io import load_config
+    from ot_gradio.models.registry import get_family
+    from ot_gradio.models.tiny.flux import tiny_flux_components
+    from ot_gradio.training.memory_meta import estimate_on_meta
 
-    def planned(svd):
-        with torch.device("meta"):
-            model = nn.Sequential(nn.Linear(IN, OUT), nn.Linear(OUT, OUT))
-        quantize_linear_layers(model, "FLOAT_8", torch.device("meta"), torch.float32, "unet", svd=svd)
-        return part_weights(type("M", (), {"parts": {"unet": model}})())["unet"][1]
-
-    assert planned(SvdSpec(torch.bfloat16, 16)) - planned(None) == ((IN + OUT) + (OUT + OUT)) * 16 * 2
+    preset = Path(__file__).resolve().parents[1] / "config/data/onetrainer-training-presets/Flux Dev.1/#flux LoRA.json"
+    plans = {}
+    for svd in ("NONE", "BFLOAT_16"):
+        config = load_config(preset).config.model_copy(update={"quantization": TrainConfig().quantization.model_copy(
+            update={"svd_dtype": svd, "svd_rank": 4})})
+        components = tiny_flux_components()
+        for value in components.values():
+            if isinstance(value, nn.Module):
+                value.to("meta")
+        model = get_family("FLUX_DEV_1")(components)
+        plans[svd], _ = estimate_on_meta(model, config, 16 * 1024**3)
+        assert not plans[svd].probe_error
+    factors = sum((m.svd_up.numel() + m.svd_down.numel()) * 2 for m in model.transformer.modules() if hasattr(m, "svd_up"))
+    assert factors > 0
+    assert plans["BFLOAT_16"].weights["transformer"][1] - plans["NONE"].weights["transformer"][1] == factors
 
 
 def test_the_cache_serves_later_runs_and_other_ranks(tmp_path, monkeypatch):
