@@ -48,6 +48,7 @@ from .optimizer import (
 )
 from .parts import learning_rate_or_base
 from .schema import TrainConfig
+from .svd_quant import svd_problems, svd_warnings
 from .validation import join_path
 
 MASK_GLOB = "*-masklabel.png"  # a concept image's mask file (data/scan.py)
@@ -136,6 +137,7 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
     warnings += offload_warnings(config)
     warnings += comfy_gap_warnings(config)
     warnings += kohya_unread_warnings(config)
+    warnings += svd_warnings(config)
     changed = planned_changes(config) if include_planned else []
     if changed:
         warnings.append("These options are set but the trainer does not support them yet, so they will be ignored: " + ", ".join(changed) + ".")
@@ -256,6 +258,7 @@ def errors(config: TrainConfig) -> list[str]:
     out += inpainting_sample_problems(config)
     out += control_sample_problems(config)
     out += gguf_problems(config)
+    out += svd_problems(config)
     if problem := only_cache_problem(config):
         out.append(problem)
     return out

@@ -85,6 +85,8 @@ class DataType(StrEnum):
     GGUF_A8_INT = "GGUF_A8_INT"
 
 
+# the weight types that quantize a part's Linear layers when it loads (training/quantize.py)
+QUANTIZED_TYPES = (DataType.FLOAT_8, DataType.INT_8, DataType.NFLOAT_4, DataType.INT_W8A8, DataType.FLOAT_W8A8)
 # the weight types that read a .gguf transformer file (config/gguf.py)
 GGUF_TYPES = (DataType.GGUF, DataType.GGUF_A8_FLOAT, DataType.GGUF_A8_INT)
 # what a frozen module that waits in RAM and takes turns on the GPU (Ideogram 4's unconditional

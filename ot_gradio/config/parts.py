@@ -106,9 +106,9 @@ class QuantizationConfig(Section):
     layer_filter: str = opt("", "Quantization layer filter", "Which of the denoiser's Linear layers a FLOAT_8 / INT_8 / NFLOAT_4 / INT_W8A8 / FLOAT_W8A8 weight type quantizes: comma-separated parts of module names (e.g. transformer_block for Flux's blocks, layers for Z-Image's). Blank = every Linear layer. Text encoders always quantize every Linear layer.")
     layer_filter_preset: str = opt("full", "Quantization layer preset", "OneTrainer's name for the filter it fills in (full = blank filter); the filter above is what decides.")
     layer_filter_regex: bool = opt(False, "Filter is regex", "Treat the quantization layer filter as regular expressions.")
-    svd_dtype: DataType = opt(DataType.NONE, "SVD data type", "Keep a low-rank (SVD) correction of quantized weights in this data type. NONE = no correction.", status=PLANNED)
-    svd_rank: int = opt(16, "SVD rank", "Rank of the low-rank correction of quantized weights.", ge=1, status=PLANNED)
-    cache_dir: str | None = opt(None, "Quantization cache folder", "Where quantized weights are cached. Blank = no cache.", status=PLANNED)
+    svd_dtype: DataType = opt(DataType.NONE, "SVD data type", "SVDQuant (OneTrainer's): each quantized Linear layer keeps its weight's largest singular directions (a frozen low-rank part, SVD rank of them) in this data type and quantizes only the rest, so the quantization error is smaller. Costs (in+out)*rank*bytes per layer of memory and one SVD per layer when the model loads, on the train GPU (on a CPU a 3072x3072 layer takes seconds to tens of seconds; the SVD cache folder saves it next time). NONE = off. Not for GGUF weights.", choices=["NONE", "FLOAT_32", "FLOAT_16", "BFLOAT_16"])
+    svd_rank: int = opt(16, "SVD rank", "How many singular directions of each quantized weight SVDQuant keeps unquantized: higher = smaller error, more memory.", ge=1)
+    cache_dir: str | None = opt(None, "SVD cache folder", "Where SVDQuant keeps each weight's SVD (as .safetensors, keyed by a SHA-256 of the weight, at least rank 128), so a later run with a rank up to that skips it. A relative path is taken from the folder the app was started in. Blank = no cache.")
 
 
 # OneTrainer's cloud settings (rent a GPU box and train there). Kept as a dict until supported.

@@ -178,7 +178,16 @@ def plain_state_dict(module: torch.nn.Module, name: str) -> dict[str, torch.Tens
 
 
 def _dense_weight(layer: torch.nn.Module) -> torch.Tensor | None:
-    """A quantized Linear layer's weight as float32 (None: the layer is not quantized)."""
+    """A quantized Linear layer's weight as float32 (None: the layer is not quantized), with the
+    low-rank part SVDQuant keeps beside it (its `svd_up` @ `svd_down`, training/svd_quant.py) added."""
+    weight = _dequantized_weight(layer)
+    up, down = getattr(layer, "svd_up", None), getattr(layer, "svd_down", None)
+    if weight is None or not isinstance(up, torch.Tensor) or not isinstance(down, torch.Tensor):
+        return weight
+    return weight + up.float() @ down.float()
+
+
+def _dequantized_weight(layer: torch.nn.Module) -> torch.Tensor | None:
     if callable(getattr(layer, "dequantized_weight", None)):  # our FLOAT_8 / W8A8 layers (training/quantize.py)
         return layer.dequantized_weight(torch.float32)
     kind = type(layer).__name__

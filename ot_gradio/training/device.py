@@ -6,7 +6,7 @@ import contextlib
 
 import torch
 
-from ..config.enums import GGUF_TYPES, DataType
+from ..config.enums import GGUF_TYPES, QUANTIZED_TYPES, DataType
 
 TORCH_DTYPES = {
     DataType.FLOAT_32: torch.float32,
@@ -28,9 +28,6 @@ def resolve_device(name: str) -> tuple[torch.device, str | None]:
     if device.type == "mps" and not torch.backends.mps.is_available():
         return torch.device("cpu"), f"train_device: {name} is not available on this machine; training on cpu (slow)"
     return device, None
-
-
-QUANTIZED_TYPES = (DataType.FLOAT_8, DataType.INT_8, DataType.NFLOAT_4, DataType.INT_W8A8, DataType.FLOAT_W8A8)
 
 
 def quantized_part_trained(part: str, data_type: DataType) -> str:

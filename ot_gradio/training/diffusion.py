@@ -42,6 +42,7 @@ import torch
 from ..config.enums import STORED_WHILE_WAITING, DataType
 from ..config.families import family_info
 from ..config.flow_options import flow_matching_conflicts
+from ..config.svd_quant import svd_problems
 from .device import QUANTIZED_TYPES, Precision, quantized_part_trained
 from .distributed import Distributed
 from .loss import diffusion_loss, loss_scale
@@ -55,6 +56,7 @@ from .quantize import (
     w8a8_kernel_problem,
 )
 from .schedules import make_schedule, schedule_kind
+from .svd_quant import svd_spec
 from .vb_loss import VariationalBound
 
 
@@ -76,6 +78,8 @@ def prediction_override(config: Any) -> str | None:
 def configure_model(model: Any, config: Any, device: torch.device, precision: Precision) -> list[str]:
     """Apply the model options of the config; returns warnings for the user."""
     warnings = []
+    if problems := svd_problems(config):  # (the page refuses them before Start too)
+        raise ValueError("; ".join(problems))
     if schedule_kind(model) == "flow_matching":
         problems = flow_matching_conflicts(config)
         if problems:
@@ -102,7 +106,8 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
         if data_type in QUANTIZED_TYPES:
             # the layer filter names the denoiser's layers (OneTrainer's presets: "transformer_block", "layers")
             include = quantization_filter(config) if part == model.denoiser else None
-            quantize_linear_layers(getattr(model, part), data_type, device, precision.dtype or torch.float32, part, include=include)
+            quantize_linear_layers(getattr(model, part), data_type, device, precision.dtype or torch.float32, part, include=include,
+                                   svd=svd_spec(config))
             problem = w8a8_kernel_problem(data_type, device) if data_type in W8A8_CODES else None
             if problem is not None and problem not in warnings:
                 warnings.append(problem)
@@ -149,7 +154,7 @@ def quantize_waiting_modules(model: Any, config: Any, device: torch.device, prec
         if data_type not in QUANTIZED_TYPES:
             continue
         home = next(module.parameters()).device
-        quantize_linear_layers(module, data_type, home, precision.dtype or torch.float32, name)
+        quantize_linear_layers(module, data_type, home, precision.dtype or torch.float32, name, svd=svd_spec(config))
         problem = w8a8_kernel_problem(data_type, device) if data_type in W8A8_CODES else None
         if problem is not None and problem not in warnings:
             warnings.append(problem)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .svd_quant import low_rank_weight
+
 PLAIN = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
@@ -20,7 +22,15 @@ def is_stored_plain(layer: nn.Module) -> bool:
 
 def float_weight(layer: nn.Module, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """`layer`'s weight in `dtype`, with its real values and shape: the layer's own tensor when it
-    is stored plain (no copy when the type matches), else dequantized (a new tensor)."""
+    is stored plain (no copy when the type matches), else dequantized (a new tensor), with its
+    SVDQuant low-rank part added back where it has one."""
+    low_rank = low_rank_weight(layer)
+    if low_rank is not None:
+        return (_stored_weight(layer, torch.float32) + low_rank).to(dtype)
+    return _stored_weight(layer, dtype)
+
+
+def _stored_weight(layer: nn.Module, dtype: torch.dtype) -> torch.Tensor:
     if is_stored_plain(layer):
         return layer.weight.to(dtype)
     if hasattr(layer, "dequantized_weight"):  # ours: FLOAT_8, INT_W8A8, FLOAT_W8A8

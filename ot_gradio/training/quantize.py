@@ -21,6 +21,9 @@ denoiser those `quantization.layer_filter` names, every one when it is blank); t
   expanded. On the CPU torch runs both kernels, and the layers use them: int8 there is faster
   than the float matmul, float8 slower (emulated); the type is meant for GPUs.
 
+With `quantization.svd_dtype` (SVDQuant, svd_quant.py) each of these layers keeps a frozen low-rank
+part of its weight unquantized and quantizes only the rest.
+
 Only frozen weights can be stored this way: LoRA trains adapters on top of them (peft handles the
 bitsandbytes layers natively, ours are nn.Linear subclasses), but a part trained in full must use
 FLOAT_32, FLOAT_16 or BFLOAT_16.
@@ -42,6 +45,7 @@ from torch.nn import functional as F
 from ..config.enums import DataType
 from .device import QUANTIZED_TYPES
 from .lora import parse_layer_filter
+from .svd_quant import SvdSpec, attach_low_rank, split_low_rank
 
 log = logging.getLogger(__name__)
 
@@ -316,9 +320,10 @@ def _dtype_source(module: nn.Module) -> nn.Module | None:
 
 
 def quantize_linear_layers(module: nn.Module, data_type: DataType, device: torch.device, compute_dtype: torch.dtype, part: str,
-                           include: Callable[[str], bool] | None = None) -> int:
+                           include: Callable[[str], bool] | None = None, svd: SvdSpec | None = None) -> int:
     """Quantize the Linear layers of `module` in place (those `include(name)` accepts; all when
-    None) and move it to `device`; returns how many.
+    None) and move it to `device`; returns how many. With `svd` each keeps a low-rank part of its
+    weight unquantized (SVDQuant, svd_quant.py).
     ValueError (naming `part`) if the type needs bitsandbytes and it cannot be used, or if the
     filter matches no layer of the part."""
     data_type = DataType(data_type)
@@ -348,14 +353,16 @@ def quantize_linear_layers(module: nn.Module, data_type: DataType, device: torch
         targets = [(name, child) for name, child in targets if child is not first]
     kernel = data_type in W8A8_CODES and w8a8_kernel_problem(data_type, device) is None
     for name, layer in targets:
+        factors = split_low_rank(layer, svd, device) if svd is not None else None
         if data_type == DataType.FLOAT_8:
-            LinearFp8.convert(layer)
-            continue
-        if data_type in W8A8_CODES:
-            LinearW8A8.convert(layer, W8A8_CODES[data_type], kernel)
-            continue
-        parent_name, _, child_name = name.rpartition(".")
-        parent = module.get_submodule(parent_name) if parent_name else module
-        setattr(parent, child_name, _bnb_linear(layer, data_type, compute_dtype))
+            new = LinearFp8.convert(layer)
+        elif data_type in W8A8_CODES:
+            new = LinearW8A8.convert(layer, W8A8_CODES[data_type], kernel)
+        else:
+            parent_name, _, child_name = name.rpartition(".")
+            new = _bnb_linear(layer, data_type, compute_dtype)
+            setattr(module.get_submodule(parent_name) if parent_name else module, child_name, new)
+        if factors is not None:
+            attach_low_rank(new, *factors)
     module.to(device)  # bitsandbytes quantizes when its weights are moved
     return len(targets)

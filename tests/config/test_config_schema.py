@@ -104,11 +104,12 @@ def test_status_of_model_part_and_optimizer_fields():
 
 def test_new_model_parts_are_planned_and_core_ones_are_not():
     by_path = {f.path: f for f in iter_fields(TrainConfig)}
-    for name in ("unconditional_transformer", "cloud", "quantization.svd_dtype"):
+    for name in ("unconditional_transformer", "cloud"):
         assert by_path[name].status == PLANNED, name
     for name in ("unet", "text_encoder", "text_encoder_2", "vae", "optimizer", "concepts", "samples", "seed", "lora_rank", "embedding",
                  "additional_embeddings", "embedding_learning_rate", "preserve_embedding_norm", "embedding_weight_dtype",
                  "bundle_additional_embeddings", "text_encoder_3", "quantization", "quantization.layer_filter",
+                 "quantization.svd_dtype", "quantization.svd_rank", "quantization.cache_dir",
                  "prior", "effnet_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan", "transformer", "text_encoder_4"):
         assert by_path[name].status != PLANNED, name
     # Würstchen / Stable Cascade load these parts from models of their own, every family its VAE,
