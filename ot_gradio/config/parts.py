@@ -99,7 +99,7 @@ class EmbeddingConfig(Section):
     stop_training_after_unit: TimeUnit = opt(TimeUnit.NEVER, "Stop training unit", "Unit for 'stop training after'.")
     token_count: int | None = opt(1, "Token count", "How many tokens the embedding uses. More tokens can hold more detail but overfit sooner. Blank = as many as the initial text has.", ge=1, le=75)
     initial_embedding_text: str = opt("*", "Initial text", "Text whose embedding is the starting point, e.g. a word close to the concept ('woman', 'dog'). '*' = a neutral start.")
-    is_output_embedding: bool = opt(False, "Output embedding", "Train the embedding on the text encoder's output instead of its input.", status=PLANNED)
+    is_output_embedding: bool = opt(False, "Output embedding", "Learn the embedding on the text encoder's output instead of its input (OneTrainer's output embedding): its tokens enter the prompt as zeros, and the encoder's output at them (after clip skip) is replaced by trained float32 vectors (the embedding weight data type is not used for them), which start as the encoder's output for the initial text. Applies to the encoder sequences the model reads: CLIP in SD 1.x/2.x, SDXL, SD 3, Würstchen and Stable Cascade; T5 in PixArt, Flux, Chroma, SD 3 and HiDream; Gemma in Sana; Llama in HunyuanVideo. The other encoders (the CLIPs of Flux, HiDream and HunyuanVideo, which give only a pooled vector, and HiDream's Llama, as in OneTrainer) read the initial text, frozen. Saved as '<key>_out' keys that only OneTrainer and this trainer read, not A1111, Forge or ComfyUI. A base embedding file with such keys continues as an output embedding.")
 
 
 class QuantizationConfig(Section):

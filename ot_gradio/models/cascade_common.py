@@ -152,6 +152,8 @@ class CascadeFamily(Family):
     prior_pipeline_keys: tuple[str, ...] = ("resolution_multiple",)  # what the prior pipeline's config keeps
     # A1111-style embedding file key of the prior's text encoder (a CLIP ViT-bigG, as SDXL's second)
     embedding_keys = {"text_encoder": "clip_g"}
+    output_embedding_parts = ("text_encoder",)
+    prompt_key = "prompt_embeds"  # the conditioning's text sequence (`_conditioning`)
 
     def __init__(self, *, tokenizer, text_encoder, prior, scheduler, prior_pipeline_config, decoder, decoder_vqgan,
                  decoder_scheduler, decoder_pipeline_config, effnet_encoder, decoder_tokenizer=None, decoder_text_encoder=None):
@@ -317,7 +319,10 @@ class CascadeFamily(Family):
             out = self.text_encoder(
                 tokens.input_ids.to(device), attention_mask=tokens.attention_mask.to(device), output_hidden_states=True
             )
-            return self._conditioning(out, self.layer_skips.get("text_encoder", 0))
+            conditioning = self._conditioning(out, self.layer_skips.get("text_encoder", 0))
+            key = self.prompt_key
+            conditioning[key] = self.output_embedded("text_encoder", tokens.input_ids, conditioning[key])
+            return conditioning
 
     def _conditioning(self, text_encoder_output, layer_skip: int) -> dict[str, torch.Tensor]:
         raise NotImplementedError

@@ -28,6 +28,7 @@ class Chroma1(FluxDev1):
     tokenizer_attrs = {"text_encoder": "tokenizer"}
     folder_parts = ("transformer", "text_encoder", "tokenizer", "vae", "scheduler")
     embedding_keys = {"text_encoder": "t5"}
+    output_embedding_parts = ("text_encoder",)
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": T5_PRESETS}
     t5_part = "text_encoder"
     t5_length_option = "text_encoder_sequence_length"

@@ -28,6 +28,12 @@ class Family:
     # the noise fractions t a flow family trains, [low, high) (Wan 2.2 A14B: its trained expert's range)
     timestep_range: tuple[float, float] = (0.0, 1.0)
     embedding_keys: dict[str, str] = {}  # text encoder part -> key in an embedding file ({}: no embeddings)
+    # the text encoder parts whose output sequence the prompt embedding is made of: encode_text
+    # passes it through `output_embedded`, where output embeddings replace their tokens' rows
+    # (a part only pooled, as Flux's CLIP-L, is not one: there an output embedding is its initial text)
+    output_embedding_parts: tuple[str, ...] = ()
+    # set per run by training/embeddings.Embeddings: (part, input ids, hidden) -> hidden
+    output_embeddings: Any = None
     lora_layer_presets: dict[str, dict[str, list[str]]] = {}  # part -> OneTrainer's layer presets ({}: SD's names)
     lora_base_model_version = "sd_v1"  # LoRA metadata, and the kohya prefixes
     modelspec_architecture: str | None = None  # the single file's modelspec.architecture (None: by model type)
@@ -49,6 +55,11 @@ class Family:
     # frozen modules that are not config parts but stay on the device with the parts (LTX-2's text
     # connectors): the memory plan counts their weights (the description's extra_params, "device")
     resident_modules: tuple[str, ...] = ()
+
+    def output_embedded(self, part: str, input_ids: Any, hidden: Any) -> Any:
+        """A text encoder's output sequence (B, tokens, width) for `input_ids` (B, tokens), the
+        output embeddings' rows put in (training/output_embeddings.py); as it is without them."""
+        return hidden if self.output_embeddings is None else self.output_embeddings(part, input_ids, hidden)
 
     @property
     def resident(self) -> dict[str, Any]:

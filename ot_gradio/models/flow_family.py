@@ -400,9 +400,11 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         skip = self.layer_skips.get(part, 0)
         with torch.set_grad_enabled(grad and torch.is_grad_enabled()), no_fp16_autocast(device):
             if skip <= 0:
-                return encoder(ids.to(device), **mask)[0]
-            out = encoder(ids.to(device), output_hidden_states=True, **mask)
-            return base_module(encoder).encoder.final_layer_norm(out.hidden_states[-(skip + 1)])
+                hidden = encoder(ids.to(device), **mask)[0]
+            else:
+                out = encoder(ids.to(device), output_hidden_states=True, **mask)
+                hidden = base_module(encoder).encoder.final_layer_norm(out.hidden_states[-(skip + 1)])
+            return self.output_embedded(part, ids, hidden)
 
     def padding_zeroed(self, hidden: torch.Tensor, mask: torch.Tensor, token_dim: int = 1) -> torch.Tensor:
         """`hidden` with its padding tokens' rows zeroed when `mask_padding_tokens` is on (OneTrainer's

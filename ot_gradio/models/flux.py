@@ -75,6 +75,7 @@ class FluxDev1(FlowFamily):
     tokenizer_attrs = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
     folder_parts = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler")
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "t5"}  # OneTrainer's keys
+    output_embedding_parts = ("text_encoder_2",)  # CLIP-L gives only its pooled output
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": CLIP_PRESETS, "text_encoder_2": T5_PRESETS}
     t5_part = "text_encoder_2"
     t5_length_option = "text_encoder_2_sequence_length"  # the config option of T5's token window

@@ -103,6 +103,8 @@ class HiDream(IdentityLoraNames, FlowFamily):
                     "tokenizer_3", "vae", "scheduler")
     # OneTrainer's keys (its HiDreamEmbeddingSaver)
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "clip_g", "text_encoder_3": "t5", "text_encoder_4": "llama"}
+    # T5 only, as OneTrainer: the CLIPs give pooled outputs, Llama every layer's states
+    output_embedding_parts = ("text_encoder_3",)
     patch_size = None  # the transformer config's 2
     t5_part = T5_PART
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": CLIP_PRESETS, "text_encoder_2": CLIP_PRESETS,

@@ -73,6 +73,7 @@ class HunyuanVideo(VideoSampling, FlowFamily):
     tokenizer_attrs = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
     folder_parts = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler")
     embedding_keys = {"text_encoder": "llama", "text_encoder_2": "clip_l"}  # OneTrainer's (its HunyuanVideoEmbeddingSaver)
+    output_embedding_parts = ("text_encoder",)  # CLIP-L gives only its pooled output
     patch_size = None  # the transformer config's 2 (and patch_size_t 1)
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": LLAMA_PRESETS, "text_encoder_2": CLIP_PRESETS}
     default_steps, default_cfg_scale = 30, 6.0
@@ -192,6 +193,7 @@ class HunyuanVideo(VideoSampling, FlowFamily):
         layer = LLAMA_DEFAULT_SKIP + self.layer_skips.get("text_encoder", 0) + 1
         with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
             hidden = self.text_encoder(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[-layer]
+            hidden = self.output_embedded("text_encoder", ids, hidden)
         return hidden[:, crop:], mask[:, crop:]
 
     def encode_clip_pooled(self, texts: Sequence[str], grad: bool = False) -> torch.Tensor:

@@ -66,6 +66,7 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
     default_sequence_length = DEFAULT_SEQUENCE_LENGTH
     # the key of T5's vectors in embedding files and LoRA bundles, as OneTrainer writes them
     embedding_keys = {"text_encoder": "t5"}
+    output_embedding_parts = ("text_encoder",)
     # aspect buckets in multiples of 16 px (VAE 8 x patch 2), OneTrainer's quantization for PixArt
     # OneTrainer's BasePixArtAlphaSetup.LAYER_PRESETS for the transformer; T5's own names for
     # the text encoder (every T5 projection is a Linear: q, k, v, o, wi_0, wi_1, wo)
@@ -196,9 +197,11 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         with no_fp16_autocast(device):
             if layer_skip <= 0:
-                return self.text_encoder(input_ids, attention_mask=attention_mask)[0]
-            out = self.text_encoder(input_ids, attention_mask=attention_mask, output_hidden_states=True)
-            return base_module(self.text_encoder).encoder.final_layer_norm(out.hidden_states[-(layer_skip + 1)])
+                hidden = self.text_encoder(input_ids, attention_mask=attention_mask)[0]
+            else:
+                out = self.text_encoder(input_ids, attention_mask=attention_mask, output_hidden_states=True)
+                hidden = base_module(self.text_encoder).encoder.final_layer_norm(out.hidden_states[-(layer_skip + 1)])
+        return self.output_embedded("text_encoder", input_ids, hidden)
 
     def encode_text(self, captions: Sequence[str], grad: frozenset[str] | set[str] = frozenset()) -> dict[str, torch.Tensor]:
         """{"encoder_hidden_states", "encoder_attention_mask"} for a batch of captions; gradients

@@ -65,6 +65,7 @@ class Sana(TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Sana."""
 
     embedding_keys = {"text_encoder": "gemma"}  # OneTrainer's key (its SanaEmbeddingSaver)
+    output_embedding_parts = ("text_encoder",)
     patch_size = None  # the transformer config's
     single_file_layout = "original"  # Sana's own checkpoint, read by diffusers' converter; not written
     single_file_suffixes = (".safetensors", ".pth", ".pt")  # the published checkpoints are .pth
@@ -144,6 +145,7 @@ class Sana(TokenWindow, IdentityLoraNames, FlowFamily):
             else:
                 states = encoder(ids, attention_mask=mask, output_hidden_states=True).hidden_states
                 hidden = base_module(encoder).norm(states[-(skip + 1)])
+            hidden = self.output_embedded("text_encoder", ids, hidden)
         if instruction:
             keep = torch.tensor([0, *range(window - length + 1, window)], device=device)
             hidden, mask = hidden[:, keep], mask[:, keep]

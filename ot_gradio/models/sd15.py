@@ -79,6 +79,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     modelspec_architecture = "stable-diffusion-v1"
     # text encoder part -> key of its vectors in an A1111 embedding file
     embedding_keys = {"text_encoder": "emb_params"}
+    output_embedding_parts = ("text_encoder",)
     unet_in_channels = 4  # what the UNet takes (SD 2, SDXL and the inpainting models check it when loading)
     single_file_writer = staticmethod(save_original_single_file)  # (path, unet, vae, *text encoders, dtype, metadata)
 
@@ -234,12 +235,12 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
         """
         input_ids = input_ids.to(module_device(self.text_encoder))
         if layer_skip <= 0:
-            return self.text_encoder(input_ids)[0]
+            return self.output_embedded("text_encoder", input_ids, self.text_encoder(input_ids)[0])
         out = self.text_encoder(input_ids, output_hidden_states=True)
         hidden = out.hidden_states[-(layer_skip + 1)]
         base = base_module(self.text_encoder)
         final_norm = getattr(base, "final_layer_norm", None) or base.text_model.final_layer_norm
-        return final_norm(hidden)
+        return self.output_embedded("text_encoder", input_ids, final_norm(hidden))
 
     def encode_text(self, captions: Sequence[str], grad: frozenset[str] | set[str] = frozenset()) -> dict[str, torch.Tensor]:
         """The denoiser's text conditioning for a batch of captions. Gradients flow through the

@@ -61,6 +61,7 @@ class StableDiffusion3(FlowFamily):
     tokenizer_folders = TOKENIZERS
     modelspec_architecture = "stable-diffusion-v3-medium"  # SAI model spec, in saved files' headers
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "clip_g", "text_encoder_3": "t5"}  # OneTrainer's
+    output_embedding_parts = ("text_encoder", "text_encoder_2", "text_encoder_3")
     patch_size = None  # the transformer config's (it patches itself)
     t5_part = T5_PART
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": CLIP_PRESETS,
@@ -137,7 +138,7 @@ class StableDiffusion3(FlowFamily):
         ids = tokens.input_ids.to(module_device(encoder))
         with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
             out = encoder(ids, output_hidden_states=True)
-            hidden = out.hidden_states[-(2 + self.layer_skips.get(part, 0))]
+            hidden = self.output_embedded(part, ids, out.hidden_states[-(2 + self.layer_skips.get(part, 0))])
             pooled = StableDiffusionXL._pooled(encoder, out.last_hidden_state, ids, tokenizer.eos_token_id)
         return self.padding_zeroed(hidden, tokens.attention_mask), pooled
 

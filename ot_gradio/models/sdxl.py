@@ -48,6 +48,7 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
     single_file_writer = staticmethod(save_sdxl_single_file)  # the original SDXL layout (sdxl_single_file.py)
     # A1111 / OneTrainer SDXL embedding files hold one tensor per encoder
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "clip_g"}
+    output_embedding_parts = ("text_encoder", "text_encoder_2")
     _pipeline_load_kwargs: dict = {}
 
     def __init__(self, tokenizer, tokenizer_2, text_encoder, text_encoder_2, vae, unet, scheduler, *, force_zeros_for_empty_prompt: bool = True):
@@ -112,7 +113,7 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
             ).input_ids.to(module_device(encoder))
             with torch.set_grad_enabled(part in grad and torch.is_grad_enabled()):
                 out = encoder(ids, output_hidden_states=True)
-                hidden.append(out.hidden_states[-(2 + self.layer_skips.get(part, 0))])
+                hidden.append(self.output_embedded(part, ids, out.hidden_states[-(2 + self.layer_skips.get(part, 0))]))
                 if part == "text_encoder_2":
                     pooled = self._pooled(encoder, out.last_hidden_state, ids, tokenizer.eos_token_id)
         device = hidden[0].device

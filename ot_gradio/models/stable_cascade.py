@@ -88,6 +88,7 @@ def diffusers_classes():
 @register_family(ModelType.STABLE_CASCADE_1)
 class StableCascade(CascadeFamily):
     lora_base_model_version = "stable_cascade_v1"
+    prompt_key = "clip_text"
     lora_layer_presets = {"prior": LORA_PRESETS}
     # timestep_scale 1.0 (r = t + 0.001) and 10 decoder steps: CascadeFamily's defaults
     hub_example = "stabilityai/stable-cascade-prior"

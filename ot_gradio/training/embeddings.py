@@ -20,6 +20,11 @@ Files (what A1111, Forge, ComfyUI and diffusers read)
   otherwise.
 Reading also takes OneTrainer's `emp_params`, A1111 `.pt` files (`string_to_param`) and
 diffusers' single-token files.
+
+Output embeddings (output_embeddings.py) keep their output vectors under `<key>_out` in place of
+`<key>` (`emp_params_out` for SD 1.x/2.x and `bundle_emb.<placeholder>.clip_l_out` in a LoRA, as
+OneTrainer writes them); only OneTrainer and this trainer read them. A file with such keys
+continues as an output embedding.
 """
 
 from __future__ import annotations
@@ -42,12 +47,14 @@ from ..config.enums import TimeUnit
 from ..config.parts import learning_rate_or_base
 from ..models.common import base_module
 from .method_base import Method
+from .output_embeddings import OutputVectors, initial_output_vectors, original_std, output_width, rescale
 from .param_groups import ParamGroup
 
 SINGLE_KEY = "emb_params"
 # keys other tools write for a single text encoder's vectors
 _SINGLE_ALIASES = ("emb_params", "emp_params", "clip_l")
 BUNDLE_PREFIX = "bundle_emb."
+OUT_SUFFIX = "_out"
 
 
 class TokenEmbedding(nn.Embedding):
@@ -88,6 +95,12 @@ class Embedding:
     tokens: list[str]
     vectors: dict[str, torch.Tensor]  # text encoder part -> [tokens, width] (nn.Parameter)
     initial: dict[str, torch.Tensor] = field(default_factory=dict)
+    # an output embedding's: part -> [tokens, output width] float32 (nn.Parameter), its starting
+    # values and their mean row deviation (preserve_embedding_norm); {} for an input embedding
+    outputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    initial_outputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    output_stds: dict[str, float] = field(default_factory=dict)
+    first_ids: dict[str, int] = field(default_factory=dict)  # part -> the token id of its first token
 
     @property
     def placeholder(self) -> str:
@@ -99,7 +112,11 @@ class Embedding:
 
     @property
     def trains(self) -> bool:
-        return any(v.requires_grad for v in self.vectors.values())
+        return any(v.requires_grad for v in self.trained_vectors().values())
+
+    def trained_vectors(self) -> dict[str, torch.Tensor]:
+        """Per text encoder part the tensor that learns: the output vectors where there are some."""
+        return {**self.vectors, **self.outputs}
 
     @property
     def name(self) -> str:
@@ -142,8 +159,24 @@ def initial_vectors(tokenizer: Any, matrix: torch.Tensor, text: str, token_count
     return matrix[torch.tensor(ids, device=matrix.device)].detach().clone()
 
 
+def output_key(key: str) -> str:
+    """The key of a part's output vectors in an embedding file (OneTrainer's, with its
+    `emp_params_out` for SD 1.x/2.x)."""
+    return ("emp_params" if key == SINGLE_KEY else key) + OUT_SUFFIX
+
+
+def bundle_output_key(name: str, key: str) -> str:
+    """The key of an embedding's output vectors inside a LoRA file (OneTrainer's)."""
+    return f"{BUNDLE_PREFIX}{name}." + ("clip_l" if key == SINGLE_KEY else key) + OUT_SUFFIX
+
+
 def read_embedding_file(path: str | Path, keys: Mapping[str, str], widths: Mapping[str, int], field: str) -> dict[str, torch.Tensor]:
-    """The vectors of an embedding file per text encoder part ([tokens, width] each)."""
+    """The (input) vectors of an embedding file per text encoder part ([tokens, width] each)."""
+    return input_vectors(load_embedding_tensors(path, field), keys, widths, path, field)
+
+
+def load_embedding_tensors(path: str | Path, field: str) -> dict[str, torch.Tensor]:
+    """Every tensor of an embedding file by its key (an A1111 `.pt`: its one vector as `string_to_param`)."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise ValueError(f"{field}.model_name: {path} does not exist; give an embedding .safetensors (or .pt) file, or leave it blank")
@@ -159,7 +192,38 @@ def read_embedding_file(path: str | Path, keys: Mapping[str, str], widths: Mappi
     params = data.get("string_to_param")
     if isinstance(params, Mapping) and params:  # A1111 .pt
         data = {"string_to_param": next(iter(params.values()))}
-    tensors = {k: v for k, v in data.items() if isinstance(v, torch.Tensor)}
+    return {k: v for k, v in data.items() if isinstance(v, torch.Tensor)}
+
+
+def output_vectors(tensors: Mapping[str, torch.Tensor], keys: Mapping[str, str], widths: Mapping[str, int],
+                   path: str | Path, field: str) -> dict[str, torch.Tensor]:
+    """An output embedding file's output vectors (float32) for the parts in `widths` (the
+    family's output_embedding_parts); {} for a file of input vectors."""
+    out = {}
+    for part, key in keys.items():
+        found = tensors.get(output_key(key), tensors.get(key + OUT_SUFFIX))
+        if found is None:
+            continue
+        if part not in widths:
+            raise ValueError(
+                f"{field}.model_name: {path} has output vectors for the {part.replace('_', ' ')} (key '{output_key(key)}'), "
+                f"but this model type takes them for the {', '.join(p.replace('_', ' ') for p in widths) or 'no text encoder'} "
+                "only: it was made for another model type"
+            )
+        found = found.detach().float()
+        if found.ndim != 2 or found.shape[1] != widths[part]:
+            raise ValueError(
+                f"{field}.model_name: {path} has output vectors of shape {tuple(found.shape)}, but the "
+                f"{part.replace('_', ' ')}'s output needs width {widths[part]}: it was made for another model type"
+            )
+        out[part] = found
+    return out
+
+
+def input_vectors(tensors: Mapping[str, torch.Tensor], keys: Mapping[str, str], widths: Mapping[str, int],
+                  path: str | Path, field: str) -> dict[str, torch.Tensor]:
+    """An embedding file's input vectors for the parts in `keys`."""
+    tensors = {k: v for k, v in tensors.items() if not k.endswith(OUT_SUFFIX)}
     out: dict[str, torch.Tensor] = {}
     for part, key in keys.items():
         found = tensors.get(key)
@@ -214,6 +278,9 @@ class Embeddings:
             self.modules[part] = module
             rows = module.weight[: module.first_new_id].detach().float()
             self.median_norms[part] = float(rows.norm(dim=1).median())
+        self.output_parts = [p for p in model.text_encoder_names if p in model.output_embedding_parts]
+        self.hook = OutputVectors(self.items)
+        model.output_embeddings = self.hook
 
     # --- adding -----------------------------------------------------------------------------
     def add(self, settings: Any, *, field: str, train: bool, train_parts: frozenset[str] | set[str]) -> Embedding:
@@ -228,18 +295,36 @@ class Embeddings:
             if other.placeholder == settings.placeholder:
                 raise ValueError(f"{field}.placeholder: {other.field} uses '{settings.placeholder}' too; give each embedding its own placeholder")
         parts = list(self.model.text_encoder_names)
+        outputs: dict[str, torch.Tensor] = {}
         if settings.model_name:
             widths = {p: self.modules[p].embedding_dim for p in parts}
-            start = read_embedding_file(settings.model_name, self.keys, widths, field)
+            tensors = load_embedding_tensors(settings.model_name, field)
+            outputs = output_vectors(tensors, self.keys, {p: output_width(self.model, p) for p in self.output_parts}, settings.model_name, field)
+            if settings.is_output_embedding and not outputs:
+                raise ValueError(
+                    f"{field}.is_output_embedding: {settings.model_name} holds input vectors (no "
+                    f"'{output_key(self.keys[self.output_parts[0]])}' key); turn Output embedding off to continue it, "
+                    "or leave Base embedding blank to start a new output embedding"
+                )
+            keys = {p: k for p, k in self.keys.items() if p not in outputs}
+            start = input_vectors(tensors, keys, widths, settings.model_name, field) if keys else {}
+            counts = {int(v.shape[0]) for v in (*start.values(), *outputs.values())}
+            if len(counts) > 1:
+                raise ValueError(f"{field}.model_name: {settings.model_name} has a different token count per text encoder")
+            start |= {part: torch.zeros(min(counts), widths[part]) for part in outputs}
         else:
             start, count = {}, settings.token_count
             for part in parts:
                 module = self.modules[part]
                 start[part] = initial_vectors(self.tokenizers[part], module.weight[: module.first_new_id], settings.initial_embedding_text, count)
                 count = start[part].shape[0]
+        output = bool(outputs) or bool(settings.is_output_embedding)
+        if output and not self.output_parts:
+            raise ValueError(f"{field}.is_output_embedding: the {type(self.model).__name__} family has no text encoder output to put it in; turn it off")
         count = int(start[parts[0]].shape[0])
         tokens = [f"<{settings.uuid}_{i}>" for i in range(count)]
         vectors: dict[str, torch.Tensor] = {}
+        first_ids: dict[str, int] = {}
         for part in parts:
             module, tokenizer = self.modules[part], self.tokenizers[part]
             if any(t in tokenizer.get_vocab() for t in tokens):
@@ -249,17 +334,34 @@ class Embeddings:
             ids = tokenizer.convert_tokens_to_ids(tokens)
             if ids != list(range(first, first + count)):
                 raise RuntimeError(f"the {part} tokenizer gave the new tokens ids {ids}, expected {first}..{first + count - 1}")
-            vector = nn.Parameter(start[part].to(self.device, self.dtype), requires_grad=bool(train and part in train_parts))
+            vector = nn.Parameter(start[part].to(self.device, self.dtype), requires_grad=bool(train and part in train_parts and not output))
             module.vectors.append(vector)
             vectors[part] = vector
-        embedding = Embedding(settings, field, tokens, vectors, {p: v.detach().cpu().clone() for p, v in start.items()})
+            first_ids[part] = first
+        embedding = Embedding(settings, field, tokens, vectors, {p: v.detach().cpu().clone() for p, v in start.items()}, first_ids=first_ids)
+        if output:
+            self._make_output(embedding, outputs, train=bool(train), train_parts=train_parts)
         self.items.append(embedding)
         return embedding
+
+    def _make_output(self, embedding: Embedding, outputs: dict[str, torch.Tensor], *, train: bool, train_parts: frozenset[str] | set[str]) -> None:
+        """An output embedding's output vectors: from its file, or the encoders' output for its
+        initial text (read while its input vectors are still the initial text's); then the input
+        vectors of those parts become zeros."""
+        if not outputs:
+            outputs = initial_output_vectors(self.model, self.hook, embedding, self.output_parts)
+        for part, start in outputs.items():
+            embedding.vectors[part].data.zero_()
+            embedding.initial[part] = torch.zeros_like(embedding.initial[part])
+            embedding.initial_outputs[part] = start.detach().cpu().clone()
+            embedding.output_stds[part] = original_std(start)
+            embedding.outputs[part] = nn.Parameter(start.to(self.device, torch.float32), requires_grad=train and part in train_parts)
 
     def uninstall(self) -> None:
         """Put the original input embeddings back (the tokenizers keep the added tokens)."""
         for part, module in self.modules.items():
             base_module(self.model.parts[part]).set_input_embeddings(module.original)
+        self.model.output_embeddings = None
 
     # --- training ---------------------------------------------------------------------------
     def expand(self, text: str) -> str:
@@ -276,7 +378,7 @@ class Embeddings:
         groups = []
         several = len(self.modules) > 1
         for embedding in self.items:
-            for part, vector in embedding.vectors.items():
+            for part, vector in embedding.trained_vectors().items():
                 if not vector.requires_grad:
                     continue
                 s = embedding.settings
@@ -290,11 +392,15 @@ class Embeddings:
     @torch.no_grad()
     def normalize(self) -> None:
         """`preserve_embedding_norm`: trained vectors back to the median length of the text
-        encoder's own token embeddings (as OneTrainer does after each optimizer step)."""
+        encoder's own token embeddings, trained output vectors back to their starting mean row
+        deviation (as OneTrainer does after each optimizer step)."""
         for embedding in self.items:
             for part, vector in embedding.vectors.items():
                 if vector.requires_grad:
                     vector.copy_(F.normalize(vector.float(), dim=-1).mul_(self.median_norms[part]).to(vector.dtype))
+            for part, vector in embedding.outputs.items():
+                if vector.requires_grad:
+                    rescale(vector, embedding.output_stds[part])
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Backup keys `embedding.<position>.<uuid>.<part>` (position 0 = the EMBEDDING method's,
@@ -302,6 +408,9 @@ class Embeddings:
         return {
             f"embedding.{i}.{e.settings.uuid}.{part}": v.detach()
             for i, e in enumerate(self.items) for part, v in e.vectors.items()
+        } | {
+            f"embedding.{i}.{e.settings.uuid}.{part}{OUT_SUFFIX}": v.detach()
+            for i, e in enumerate(self.items) for part, v in e.outputs.items()
         }
 
     @torch.no_grad()
@@ -315,7 +424,8 @@ class Embeddings:
             if len(parts) == 4 and parts[0] == "embedding":
                 by_position[(parts[1], parts[3])] = by_uuid[(parts[2], parts[3])] = tensor
         for i, embedding in enumerate(self.items):
-            for part, vector in embedding.vectors.items():
+            stored = {**embedding.vectors, **{p + OUT_SUFFIX: v for p, v in embedding.outputs.items()}}
+            for part, vector in stored.items():
                 found = by_uuid.get((embedding.settings.uuid, part))
                 if found is None:
                     found = by_position.get((str(i), part))
@@ -329,8 +439,18 @@ class Embeddings:
                 vector.copy_(found.to(vector.device, vector.dtype))
 
     # --- files ------------------------------------------------------------------------------
-    def file_tensors(self, embedding: Embedding, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-        return {self.keys[part]: v.detach().to("cpu", dtype).contiguous().clone() for part, v in embedding.vectors.items()}
+    def file_tensors(self, embedding: Embedding, dtype: torch.dtype, *, bundle_name: str | None = None) -> dict[str, torch.Tensor]:
+        """The embedding's tensors by their key in its file (`bundle_name`: in a LoRA file): the
+        output vectors of the parts that have them, else the input vectors."""
+        out = {}
+        for part, v in embedding.trained_vectors().items():
+            key = self.keys[part]
+            if part in embedding.outputs:
+                key = output_key(key) if bundle_name is None else bundle_output_key(bundle_name, key)
+            elif bundle_name is not None:
+                key = bundle_key(bundle_name, key)
+            out[key] = v.detach().to("cpu", dtype).contiguous().clone()
+        return out
 
     def save(self, embedding: Embedding, path: str | Path, dtype: torch.dtype, metadata: Mapping[str, str] | None = None) -> Path:
         """One embedding as an A1111 `.safetensors` file, atomically."""
@@ -357,8 +477,7 @@ class Embeddings:
         """The embeddings' vectors under the keys of embeddings bundled in a LoRA file."""
         out: dict[str, torch.Tensor] = {}
         for embedding in embeddings:
-            for key, tensor in self.file_tensors(embedding, dtype).items():
-                out[bundle_key(embedding.bundle_name, key)] = tensor
+            out.update(self.file_tensors(embedding, dtype, bundle_name=embedding.bundle_name))
         return out
 
     @contextmanager
