@@ -131,4 +131,6 @@ class ModelFamily(Protocol):
 #   makes the noisy input and the target.
 # - embeddings (training/embeddings.py): every text encoder has transformers'
 #   `get_input_embeddings()` / `set_input_embeddings()` and looks its input ids up through that
-#   module, in training and in `sample`; `embedding_keys` {} means no embeddings.
+#   module, in training and in `sample`; `embedding_keys` {} means no embeddings. Output embeddings:
+#   `encode_text` passes the output sequence of each part in `output_embedding_parts` (after the
+#   clip-skip layer and final norm) through `output_embedded(part, input_ids, hidden)` (family.py).

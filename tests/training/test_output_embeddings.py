@@ -78,6 +78,10 @@ def test_training_moves_only_the_output_vectors():
     assert not torch.equal(main.outputs["text_encoder"].detach(), main.initial_outputs["text_encoder"])
     assert torch.count_nonzero(main.vectors["text_encoder"]) == 0
     assert all(torch.equal(before[n], p) for part in model.parts.values() for n, p in part.named_parameters())
+    resumed = EmbeddingMethod()  # a backup holds the output vectors too
+    resumed.setup(tiny_model(), config(embedding=main.settings.model_dump()), CPU)
+    resumed.load_trainable_state(None, method.trainable_state(None))
+    assert torch.equal(resumed.main.outputs["text_encoder"].detach(), main.outputs["text_encoder"].detach())
 
 
 def test_preserve_embedding_norm_keeps_the_output_deviation():
@@ -146,6 +150,39 @@ def test_lora_bundles_output_vectors_under_onetrainers_key():
     assert set(tensors) == {bundle_output_key("<t>", "emb_params")} == {"bundle_emb.<t>.clip_l_out"}
 
 
+def test_pixart_trains_its_t5_output_vectors(tmp_path):
+    from types import SimpleNamespace
+
+    from ot_gradio.models.pixart import PixArtAlpha
+    from ot_gradio.models.tiny.pixart import tiny_pixart_components
+    from ot_gradio.training.device import Precision
+    from ot_gradio.training.diffusion import DiffusionStep
+    from ot_gradio.training.param_groups import optimizer_groups
+
+    model = PixArtAlpha(**tiny_pixart_components())
+    t5 = {k: v.clone() for k, v in model.text_encoder.state_dict().items()}
+    cfg = config(model_type="PIXART_ALPHA", embedding={"placeholder": "<shape>", "token_count": 2, "is_output_embedding": True})
+    method = EmbeddingMethod()
+    groups = method.setup(model, cfg, CPU)
+    vector = method.main.outputs["text_encoder"]
+    assert [p for g in groups for p in g.params] == [vector] and vector.shape == (2, model.text_encoder.config.d_model)
+    optimizer = torch.optim.AdamW(optimizer_groups(groups))
+    step = DiffusionStep(model, cfg, CPU, Precision("FLOAT_32", CPU), caption_transform=method.transform_text)
+    batch = SimpleNamespace(latents=torch.randn(2, 4, 8, 8), pixels=None, mask=None, size=(64, 64),
+                            captions=["a <shape>", "<shape> on white"], loss_weights=torch.ones(2))
+    for _ in range(2):
+        loss = step.loss(batch, frozenset(g.model_part for g in groups))
+        assert torch.isfinite(loss)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert not torch.equal(vector.detach(), method.main.initial_outputs["text_encoder"])
+    assert torch.count_nonzero(method.main.vectors["text_encoder"]) == 0
+    assert all(torch.equal(t5[k], v) for k, v in model.text_encoder.state_dict().items())
+    saved = load_file(str(method.save(model, cfg, tmp_path / "shape.safetensors", {})))
+    assert set(saved) == {"t5_out"} and torch.equal(saved["t5_out"], vector.detach())
+
+
 # --- every family with embeddings ------------------------------------------------------------
 
 FAMILIES = {  # tiny model -> (module, class)
@@ -194,6 +231,8 @@ def test_each_family_puts_the_output_vectors_into_its_prompt_embedding(tiny, tin
         else:  # only pooled: the initial text's input vectors, frozen (as OneTrainer)
             assert torch.equal(embedding.vectors[part].detach(), embedding.initial[part].to(embedding.vectors[part].dtype))
             assert not embedding.vectors[part].requires_grad
+    if tiny == "flux":  # OneTrainer's Flux file: CLIP-L's input vectors, T5's output vectors
+        assert set(embeddings.file_tensors(embedding, torch.float32)) == {"clip_l", "t5_out"}
     randomize(embedding)
     seen = {}
 
