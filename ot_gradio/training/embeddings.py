@@ -197,21 +197,16 @@ def load_embedding_tensors(path: str | Path, field: str) -> dict[str, torch.Tens
 
 def output_vectors(tensors: Mapping[str, torch.Tensor], keys: Mapping[str, str], widths: Mapping[str, int],
                    path: str | Path, field: str) -> dict[str, torch.Tensor]:
-    """An output embedding file's output vectors (float32) for the parts in `widths` (the
-    family's output_embedding_parts); {} for a file of input vectors."""
+    """An output embedding file's output vectors (float32) per part; {} for a file of input
+    vectors. `widths`: those of the family's output_embedding_parts; a part outside them may have
+    some too (OneTrainer writes HiDream's Llama ones, which it does not apply either)."""
     out = {}
     for part, key in keys.items():
         found = tensors.get(output_key(key), tensors.get(key + OUT_SUFFIX))
         if found is None:
             continue
-        if part not in widths:
-            raise ValueError(
-                f"{field}.model_name: {path} has output vectors for the {part.replace('_', ' ')} (key '{output_key(key)}'), "
-                f"but this model type takes them for the {', '.join(p.replace('_', ' ') for p in widths) or 'no text encoder'} "
-                "only: it was made for another model type"
-            )
         found = found.detach().float()
-        if found.ndim != 2 or found.shape[1] != widths[part]:
+        if found.ndim != 2 or found.shape[1] != widths.get(part, found.shape[-1]):
             raise ValueError(
                 f"{field}.model_name: {path} has output vectors of shape {tuple(found.shape)}, but the "
                 f"{part.replace('_', ' ')}'s output needs width {widths[part]}: it was made for another model type"
@@ -311,7 +306,9 @@ class Embeddings:
             counts = {int(v.shape[0]) for v in (*start.values(), *outputs.values())}
             if len(counts) > 1:
                 raise ValueError(f"{field}.model_name: {settings.model_name} has a different token count per text encoder")
+            # zero input vectors where the file has output ones (those of a part not read unused, as OneTrainer)
             start |= {part: torch.zeros(min(counts), widths[part]) for part in outputs}
+            outputs = {p: v for p, v in outputs.items() if p in self.output_parts}
         else:
             start, count = {}, settings.token_count
             for part in parts:

@@ -218,7 +218,7 @@ def test_every_family_with_embeddings_is_covered():
 
 
 @pytest.mark.parametrize("tiny", list(FAMILIES))
-def test_each_family_puts_the_output_vectors_into_its_prompt_embedding(tiny, tiny_models):
+def test_each_family_puts_the_output_vectors_into_its_prompt_embedding(tiny, tiny_models, tmp_path):
     import importlib
 
     module, name = FAMILIES[tiny]
@@ -233,6 +233,15 @@ def test_each_family_puts_the_output_vectors_into_its_prompt_embedding(tiny, tin
             assert not embedding.vectors[part].requires_grad
     if tiny == "flux":  # OneTrainer's Flux file: CLIP-L's input vectors, T5's output vectors
         assert set(embeddings.file_tensors(embedding, torch.float32)) == {"clip_l", "t5_out"}
+    if tiny == "hidream":  # OneTrainer's HiDream file has Llama output vectors it does not apply: read, unused
+        from safetensors.torch import save_file
+
+        tensors = embeddings.file_tensors(embedding, torch.float32)
+        save_file({**tensors, "llama_out": torch.ones(1, 3)}, str(tmp_path / "hd.safetensors"))
+        again = type(model).load(f"tiny:{tiny}", offline=True)
+        _, read = output_embedding(again, model_name=str(tmp_path / "hd.safetensors"))
+        assert set(read.outputs) == {"text_encoder_3"} and torch.equal(read.outputs["text_encoder_3"].detach(), tensors["t5_out"])
+        assert torch.count_nonzero(read.vectors["text_encoder_4"]) == 0
     randomize(embedding)
     seen = {}
 
