@@ -192,3 +192,16 @@ def test_the_config_switches_reach_lokr_layers_only():
     # DoRA takes the full weight, so with it the vec trick is not installed
     m, _ = _lokr(lokr_decompose=True, lokr_vec_trick=True)
     assert vars(lora_layers(m)["lin"])["forward"].__func__.__name__ == "_decomposed_forward"
+
+
+def test_the_doctor_names_what_loaders_do_with_lokr_dora():
+    from ot_gradio.config.doctor import check, errors
+
+    def config(**options):
+        return TrainConfig(training_method="LORA", peft_type="LOKR", lokr_weight_decompose=True, **options)
+
+    assert any(e.startswith("output_model_format: SAFETENSORS") for e in errors(config(output_model_format="SAFETENSORS")))
+    assert not any(e.startswith("output_model_format") for e in errors(config(output_model_format="KOHYA_LORA")))
+    said = [w for w in check(config(output_model_format="KOHYA_LORA")) if w.startswith("lokr_dora_on_output")]
+    assert len(said) == 1 and "ComfyUI" in said[0]
+    assert not [w for w in check(config(output_model_format="KOHYA_LORA", lokr_dora_on_output=False)) if "lokr_" in w]

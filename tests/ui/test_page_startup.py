@@ -191,8 +191,9 @@ def test_start_up_size_budget(page):
     # samples to TensorBoard, prevent overwrites): eight fields, no handler; then the transformer's
     # attention mask, masked prior preservation and the custom conditioning image: three more. Debug mode
     # and its folder are real now (General tab, advanced): the folder's Browse button, one block and its handler.
+    # OneTrainer's four LoKr switches (weight decompose, DoRA on output, full matrix, vec trick): four fields.
     server = [fn for fn in page.blocks.fns.values() if fn.fn is not None]
-    assert len(page.blocks.blocks) <= 756 and len(server) <= 86
+    assert len(page.blocks.blocks) <= 760 and len(server) <= 86
     concept_relays = [fn for fn in page.blocks.fns.values() if fn.fn is None and fn.outputs == [page.concepts.log]]
     loaded = [fn for fn in page.blocks.fns.values() if fn.fn is None and "otPageLoaded" in (fn.js or "")]
     assert len(page.blocks.fns) - len(server) == len(relays(page)) + len(concept_relays) + len(loaded) and len(loaded) == 1
