@@ -238,7 +238,7 @@ class TrainConfig(Section):
     lokr_use_tucker: bool = opt(False, "LoKr Tucker", "LoKr: use Tucker decomposition for conv layers.", tab="lora", advanced=True, applies_when=LOKR)
     lokr_weight_decompose: bool = opt(False, "LoKr weight decompose", "LoKr: DoRA on each LoKr layer: a trained magnitude (started at the base weight's norms) times the adapted weight divided by its norm. Saved as KOHYA_LORA with dora_scale; peft/diffusers keys have no form for it.", tab="lora", advanced=True, applies_when=LOKR)
     lokr_dora_on_output: bool = opt(True, "LoKr DoRA on output", "LoKr DoRA: take the norm over each output row (OneTrainer's default; LyCORIS applies it as trained, ComfyUI does not) instead of each input column (which ComfyUI applies as trained).", tab="lora", advanced=True, applies_when=LOKR & on("lokr_weight_decompose"))
-    lokr_full_matrix: bool = opt(False, "LoKr full matrix", "LoKr: train the second Kronecker factor as one full matrix (lokr_w2) instead of a product of rank LoKr dimension, whatever the dimension.", tab="lora", advanced=True, applies_when=LOKR)
+    lokr_full_matrix: bool = opt(False, "LoKr full matrix", "LoKr: train the second Kronecker factor as one full matrix (lokr_w2) instead of a product of two matrices of rank LoKr dimension, whatever that dimension is.", tab="lora", advanced=True, applies_when=LOKR)
     lokr_vec_trick: bool = opt(True, "LoKr vec trick", "LoKr: Linear layers apply the two factors to the input one after the other instead of building the full Kronecker matrix: the same result in less memory. Not used with LoKr weight decompose, which needs the full weight.", tab="lora", advanced=True, applies_when=LOKR)
 
     # --- Optimizer ---------------------------------------------------------------------------
