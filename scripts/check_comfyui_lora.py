@@ -1,7 +1,7 @@
 """Load our KOHYA_LORA / DIFFUSERS_LORA files with ComfyUI's own code and compare with our merge.
 
     python scripts/check_comfyui_lora.py --comfyui /path/to/ComfyUI [--family flux ...] [--format kohya ...]
-        [--layer-preset attn-only]
+        [--layer-preset attn-only] [--adapter lokr-dora-in ...]
 
 ComfyUI's source is imported from the given folder (never part of this repository). For each
 family a tiny model is built, every layer (`full`, or the layers `--layer-preset` takes; text
@@ -103,8 +103,19 @@ def _build(name: str):
     return family(**components) if name.startswith(("pixart", "sd1", "sdxl")) else family(components)
 
 
-def _train_full(model, seed: int = 0, preset: str = "full", text_encoders: bool = True) -> dict:
+# --adapter: what every layer gets (OneTrainer's LoKr switches: DoRA on LoKr on either axis, a whole w2)
+ADAPTERS = {
+    "lora": {},
+    "lokr": {"peft_type": "LOKR"},
+    "lokr-dora-in": {"peft_type": "LOKR", "lokr_decompose": True, "lokr_dora_output": False},
+    "lokr-dora-out": {"peft_type": "LOKR", "lokr_decompose": True},
+    "lokr-full": {"peft_type": "LOKR", "lokr_full_matrix": True},
+}
+
+
+def _train_full(model, seed: int = 0, preset: str = "full", text_encoders: bool = True, adapter: str = "lora") -> dict:
     from ot_gradio.training.lora import add_lora
+    from ot_gradio.training.lora_variants import AdapterSpec
 
     parts = {model.denoiser: "unet"}
     if text_encoders:  # (Flux.2 and Anima train their transformer only)
@@ -112,7 +123,7 @@ def _train_full(model, seed: int = 0, preset: str = "full", text_encoders: bool 
     gen = torch.Generator().manual_seed(seed)
     for part, kind in parts.items():
         add_lora(getattr(model, part), kind=kind, rank=4, alpha=1.0, dropout=0.0, layer_preset=preset,
-                 presets=model.lora_layer_presets.get(part))
+                 presets=model.lora_layer_presets.get(part), spec=AdapterSpec(**ADAPTERS[adapter]))
         for p in getattr(model, part).parameters():
             if p.requires_grad:
                 p.data = torch.randn(p.shape, generator=gen) * 0.05
@@ -120,7 +131,8 @@ def _train_full(model, seed: int = 0, preset: str = "full", text_encoders: bool 
 
 
 def _layer(key: str) -> str:
-    for suffix in (".lora_down.weight", ".lora_up.weight", ".lora_A.weight", ".lora_B.weight", ".alpha", ".dora_scale"):
+    lokr = (".lokr_w1", ".lokr_w1_a", ".lokr_w1_b", ".lokr_w2", ".lokr_w2_a", ".lokr_w2_b", ".lokr_t2")
+    for suffix in (".lora_down.weight", ".lora_up.weight", ".lora_A.weight", ".lora_B.weight", ".alpha", ".dora_scale", *lokr):
         if key.endswith(suffix):
             return key[: -len(suffix)]
     return key
@@ -205,7 +217,7 @@ def _patched(patches: dict, weights: dict) -> dict:
     return out
 
 
-def check(name: str, fmt: str, work: Path, preset: str = "full") -> dict:
+def check(name: str, fmt: str, work: Path, preset: str = "full", adapter: str = "lora") -> dict:
     import comfy.lora
     import comfy.lora_convert
     import comfy.utils
@@ -218,7 +230,7 @@ def check(name: str, fmt: str, work: Path, preset: str = "full") -> dict:
     base = work / f"{name}-base.safetensors"
     model.save_single_file(base, None)
     weights = _diffusion_model_keys(base)
-    parts = _train_full(model, preset=preset, text_encoders=FAMILIES[name][3] is not None)
+    parts = _train_full(model, preset=preset, text_encoders=FAMILIES[name][3] is not None, adapter=adapter)
     lora = save_lora(work / f"{name}-{fmt}.safetensors", parts, module_names=model.lora_module_names(),
                      base_model_version=model.lora_base_model_version, lora_format=KOHYA if fmt == "kohya" else DIFFUSERS)
     comfy_model = _comfy_model(name, getattr(model, model.denoiser).config, weights)
@@ -311,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", action="append", choices=("kohya", "diffusers"), help="default: both")
     parser.add_argument("--layer-preset", default="full",
                         help="the layers trained (a preset of the family's layer_filter_preset, e.g. attn-only); default: full")
+    parser.add_argument("--adapter", default="lora", choices=sorted(ADAPTERS),
+                        help="the adapter every layer gets (not with hunyuan-video); default: lora")
     args = parser.parse_args(argv)
     if not (args.comfyui / "comfy" / "lora.py").is_file():
         parser.error(f"--comfyui: {args.comfyui} holds no comfy/lora.py; give a ComfyUI source folder")
@@ -319,12 +333,18 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.family or [*FAMILIES, "hunyuan-video"]:
             for fmt in args.format or ("kohya", "diffusers"):
+                if fmt == "diffusers" and ADAPTERS[args.adapter].get("lokr_decompose"):
+                    print(f"{name:13} {fmt:9} not checked: DoRA on LoKr has no diffusers/PEFT form")
+                    continue
                 if name == "hunyuan-video" and fmt == "diffusers":
                     print(f"{name:13} {fmt:9} not checked: ComfyUI maps no diffusers names for HunyuanVideo (use COMFY_LORA)")
                     continue
                 torch.manual_seed(0)
                 preset = args.layer_preset
-                r = check_hunyuan_video(fmt, Path(tmp), preset) if name == "hunyuan-video" else check(name, fmt, Path(tmp), preset)
+                if name == "hunyuan-video":
+                    r = check_hunyuan_video(fmt, Path(tmp), preset)
+                else:
+                    r = check(name, fmt, Path(tmp), preset, args.adapter)
                 if "error" in r:
                     print(f"{name:13} {fmt:9} {r['error']}")
                     continue

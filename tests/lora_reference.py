@@ -7,7 +7,7 @@ their documented formulas, so tests can check our files without those programs:
   (out, 1, ...) (LyCORIS; ComfyUI takes that norm of W alone, so it differs there)
 - LoHa: W + (w1a @ w1b) * (w2a @ w2b) * alpha / rank (Tucker: t1/t2 rebuilt with w*a, w*b)
 - LoKr: W + kron(w1, w2) * alpha / rank, each factor whole or a @ b (w2 Tucker-rebuilt), scale 1
-  when both factors are whole matrices
+  when both factors are whole matrices; with a dora_scale, DoRA's step as above on that sum
 
 and what ComfyUI does with a diffusers/PEFT-named file (`<part>.<module path>.lora_A.weight` /
 `lora_B.weight`, `hada_*`, `lokr_*`): the same formulas, with alpha only from a `<layer>.alpha`
@@ -43,15 +43,7 @@ def _reference_weight(weight, e):
     if "lora_down.weight" in e:
         down, up = e["lora_down.weight"].float(), e["lora_up.weight"].float()
         diff = (up.flatten(1) @ down.flatten(1)).reshape(w.shape) * (alpha / down.shape[0])
-        if "dora_scale" not in e:
-            return w + diff
-        merged = w + diff
-        scale = e["dora_scale"].float()
-        if scale.shape[0] == w.shape[0]:  # LyCORIS output axis: norm of each merged output row
-            norm = merged.reshape(w.shape[0], -1).norm(dim=1).reshape(-1, *[1] * (w.dim() - 1))
-        else:  # input axis (A1111's only one): norm of each merged input column
-            norm = merged.transpose(0, 1).reshape(w.shape[1], -1).norm(dim=1).reshape(1, -1, *[1] * (w.dim() - 2))
-        return merged * scale / (norm + torch.finfo(torch.float32).eps)
+        return _decomposed(w + diff, e)
     if "hada_w1_a" in e:
         f = {k: v.float() for k, v in e.items()}
         if "hada_t1" in e:
@@ -73,7 +65,19 @@ def _reference_weight(weight, e):
     scale = alpha / dim if dim is not None else 1.0
     if w2.dim() == 4:
         w1 = w1[:, :, None, None]
-    return w + torch.kron(w1, w2.contiguous()).reshape(w.shape) * scale
+    return _decomposed(w + torch.kron(w1, w2.contiguous()).reshape(w.shape) * scale, e)
+
+
+def _decomposed(merged, e):
+    """DoRA (LoRA or LoKr, LyCORIS's formula) when the layer has a dora_scale; else `merged` as it is."""
+    if "dora_scale" not in e:
+        return merged
+    scale, shape = e["dora_scale"].float(), merged.shape
+    if scale.shape[0] == shape[0]:  # LyCORIS output axis: norm of each merged output row
+        norm = merged.reshape(shape[0], -1).norm(dim=1).reshape(-1, *[1] * (merged.dim() - 1))
+    else:  # input axis (A1111's only one): norm of each merged input column
+        norm = merged.transpose(0, 1).reshape(shape[1], -1).norm(dim=1).reshape(1, -1, *[1] * (merged.dim() - 2))
+    return merged * scale / (norm + torch.finfo(torch.float32).eps)
 
 
 def merge_kohya_reference(pipe, tensors) -> int:

@@ -138,6 +138,7 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
     warnings += comfy_gap_warnings(config)
     warnings += kohya_unread_warnings(config)
     warnings += svd_warnings(config)
+    warnings += lokr_dora_warnings(config)
     changed = planned_changes(config) if include_planned else []
     if changed:
         warnings.append("These options are set but the trainer does not support them yet, so they will be ignored: " + ", ".join(changed) + ".")
@@ -293,6 +294,10 @@ def output_format_problems(config: Any) -> list[str]:
     if method == TrainingMethod.LORA and fmt not in KOHYA_LORA_FORMATS | DIFFUSERS_LORA_FORMATS:
         return [f"output_model_format: LoRA training writes KOHYA_LORA or COMFY_LORA (A1111, ComfyUI, Forge) or "
                 f"SAFETENSORS / DIFFUSERS_LORA (diffusers keys), not {fmt.value}; choose one of those."]
+    if (method == TrainingMethod.LORA and fmt in DIFFUSERS_LORA_FORMATS and config.lokr_weight_decompose
+            and str(getattr(config.peft_type, "value", config.peft_type)) == "LOKR"):
+        return [f"output_model_format: {fmt.value} writes diffusers/PEFT keys, and peft's LoKr layers have no DoRA; save as "
+                "KOHYA_LORA (LyCORIS keys with dora_scale), or turn lokr_weight_decompose off"]
     if method in (TrainingMethod.FINE_TUNE, TrainingMethod.FINE_TUNE_VAE) and (fmt in LORA_FORMATS - {ModelFormat.SAFETENSORS} or fmt in (ModelFormat.CKPT, ModelFormat.INTERNAL)):
         why = "holds LoRA weights" if fmt in LORA_FORMATS else "is not written by the trainer"
         return [f"output_model_format: a fine-tune is a whole model and {fmt.value} {why}; choose SAFETENSORS or "
@@ -366,6 +371,18 @@ def kohya_unread_warnings(config: Any) -> list[str]:
         return []
     return [f"Model → Output format {ModelFormat(config.output_model_format).value}: {why}; choose DIFFUSERS_LORA "
             f"(or convert the file afterwards with the convert tool)."]
+
+
+def lokr_dora_warnings(config: Any) -> list[str]:
+    """DoRA on LoKr on the output axis: LyCORIS applies the file as trained; ComfyUI's output-axis
+    path takes the norm of the base weight instead of the adapted one (on random layers the weights
+    came out off by 8-50% of the change), and no other file form holds it."""
+    if (config.training_method != TrainingMethod.LORA or str(getattr(config.peft_type, "value", config.peft_type)) != "LOKR"
+            or not config.lokr_weight_decompose or not config.lokr_dora_on_output):
+        return []
+    return ["lokr_dora_on_output: ComfyUI applies a LoKr DoRA file decomposed on the output axis differently from how it "
+            "trained (it normalizes by the base weight alone); LyCORIS applies it as trained. Turn lokr_dora_on_output off "
+            "for a file ComfyUI applies as trained."]
 
 
 def offload_warnings(config: Any) -> list[str]:

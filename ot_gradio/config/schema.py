@@ -236,10 +236,10 @@ class TrainConfig(Section):
     lokr_decompose_both: bool = opt(False, "LoKr decompose both", "LoKr: decompose both Kronecker factors.", tab="lora", advanced=True, applies_when=LOKR)
     lokr_decompose_factor: int = opt(-1, "LoKr factor", "LoKr: factor for splitting dimensions (-1 = automatic).", tab="lora", advanced=True, applies_when=LOKR)
     lokr_use_tucker: bool = opt(False, "LoKr Tucker", "LoKr: use Tucker decomposition for conv layers.", tab="lora", advanced=True, applies_when=LOKR)
-    lokr_weight_decompose: bool = opt(False, "LoKr weight decompose", "LoKr: DoRA-style weight decomposition.", tab="lora", status=P, advanced=True)
-    lokr_dora_on_output: bool = opt(True, "LoKr DoRA on output", "LoKr: apply the decomposition on the output axis.", tab="lora", status=P, advanced=True)
-    lokr_full_matrix: bool = opt(False, "LoKr full matrix", "LoKr: train a full matrix instead of a low-rank one.", tab="lora", status=P, advanced=True)
-    lokr_vec_trick: bool = opt(True, "LoKr vec trick", "LoKr: compute with the vec trick to save memory.", tab="lora", status=P, advanced=True)
+    lokr_weight_decompose: bool = opt(False, "LoKr weight decompose", "LoKr: DoRA on each LoKr layer: a trained magnitude (started at the base weight's norms) times the adapted weight divided by its norm. Saved as KOHYA_LORA with dora_scale; peft/diffusers keys have no form for it.", tab="lora", advanced=True, applies_when=LOKR)
+    lokr_dora_on_output: bool = opt(True, "LoKr DoRA on output", "LoKr DoRA: take the norm over each output row (OneTrainer's default; LyCORIS applies it as trained, ComfyUI does not) instead of each input column (which ComfyUI applies as trained).", tab="lora", advanced=True, applies_when=LOKR & on("lokr_weight_decompose"))
+    lokr_full_matrix: bool = opt(False, "LoKr full matrix", "LoKr: train the second Kronecker factor as one full matrix (lokr_w2) instead of a product of two matrices of rank LoKr dimension, whatever that dimension is.", tab="lora", advanced=True, applies_when=LOKR)
+    lokr_vec_trick: bool = opt(True, "LoKr vec trick", "LoKr: Linear layers apply the two factors to the input one after the other instead of building the full Kronecker matrix: the same result in less memory. Not used with LoKr weight decompose, which needs the full weight.", tab="lora", advanced=True, applies_when=LOKR)
 
     # --- Optimizer ---------------------------------------------------------------------------
     optimizer: OptimizerConfig = opt(default_factory=OptimizerConfig, label="Optimizer", tooltip="Optimizer and its settings. The defaults are the optimizer's own and often not the best for diffusion models.", tab="training", in_step=False)

@@ -198,9 +198,12 @@ def apply_lora(model: Any, path: str, weight: float) -> tuple[int, int]:
                 found[target] = scale_layer(tensors, float(weight)) if weight != 1 else tensors
         if not found:
             continue
-        spec = AdapterSpec(peft_type=kind, decompose=dora is not None, output_axis=dora == "output",
-                           decompose_both=kind == LOKR and any("lokr_w1_a" in t for t in found.values()),
-                           use_tucker=kind == LOKR and any("lokr_t2" in t for t in found.values()),
+        lokr = kind == LOKR
+        spec = AdapterSpec(peft_type=kind, decompose=dora is not None and not lokr, output_axis=dora == "output",
+                           decompose_both=lokr and any("lokr_w1_a" in t for t in found.values()),
+                           use_tucker=lokr and any("lokr_t2" in t for t in found.values()),
+                           lokr_decompose=lokr and dora is not None, lokr_dora_output=dora == "output",
+                           lokr_full_matrix=lokr and all("lokr_w2" in t for t in found.values()),
                            **(spec_fields(found.values()) if kind == OFT_2 else {}))
         # one anchored alternation: exactly these layers, compiled once however many there are
         regex = "^(?:" + "|".join(re.escape(public_name(module, lkind, n)) for n in found) + ")$"

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from . import oft
+from .lokr_switches import install_lokr_switches, lokr_injection
 from .lora_variants import (
     ADAPTER_NAME,
     LOHA,
@@ -223,10 +224,12 @@ def add_lora(
     )
     config = peft_config(spec, rank=rank, alpha=alpha, dropout=dropout, targets=targets)
     module.requires_grad_(False)
-    with peft_injection():
+    with peft_injection(), lokr_injection(spec):
         inject_adapter_in_model(config, module, adapter_name=ADAPTER_NAME)
     if spec.peft_type in (LOHA, LOKR):
         install_real_shape_deltas(module)
+    if spec.peft_type == LOKR:
+        install_lokr_switches(module, spec)
     if spec.peft_type == LORA and spec.decompose:
         install_decomposition(module, spec)
     if spec.peft_type == OFT_2:

@@ -38,6 +38,8 @@ from ot_gradio.training.lora import lora_rank_alpha, lora_state_dict, text_model
 from ot_gradio.training.lora_fusion import fuse_layers, split_layer, swap_halves
 from ot_gradio.training.lora_variants import (
     DORA_IN,
+    DORA_OUT,
+    LOKR,
     OFT_2,
     check_layer,
     describe,
@@ -326,6 +328,9 @@ def _to_diffusers(parts: Mapping[str, Mapping[str, torch.Tensor]], dtype: torch.
     for part, sd in parts.items():
         for module_path, layer in _split_layers(part, sd).items():
             layer = scale_layer({k: v.float() for k, v in layer.items()}, scale) if scale != 1.0 else layer
+            if layer_type(layer) == LOKR and (DORA_IN in layer or DORA_OUT in layer):
+                raise ValueError("LoKr with DoRA (lokr_weight_decompose) has no diffusers/PEFT form: peft's LoKr layers "
+                                 "have no magnitude. Save it as KOHYA_LORA (LyCORIS keys with dora_scale).")
             if DORA_IN in layer:
                 raise ValueError(
                     "DoRA decomposed on the input axis cannot be written with diffusers/PEFT keys: peft and diffusers "
@@ -456,7 +461,11 @@ def load_lora_file(
         sample = [k for k in tensors if not k.startswith(("lora_", "unet.", "text_encoder"))][:3]
         raise ValueError(f"{path} is neither a kohya nor a diffusers LoRA (keys like {sample}).")
     default_rank = int(metadata["ss_network_dim"]) if metadata.get("ss_network_dim", "").isdigit() else None
-    return _fold_alphas(layers, default_rank)
+    try:
+        default_alpha = float(metadata["ss_network_alpha"]) if "ss_network_alpha" in metadata else None
+    except ValueError:
+        default_alpha = None
+    return _fold_alphas(layers, default_rank, default_alpha)
 
 
 # (part, module path) -> (peft-form tensors, alpha or None, read from a kohya file)
@@ -558,7 +567,7 @@ def _layers_from_diffusers(tensors: Mapping[str, torch.Tensor], metadata: Mappin
     return layers
 
 
-def _fold_alphas(layers: _Layers, default_rank: int | None = None) -> LoadedLora:
+def _fold_alphas(layers: _Layers, default_rank: int | None = None, default_alpha: float | None = None) -> LoadedLora:
     ranks = Counter(r for tensors, _, _ in layers.values() if (r := layer_rank(tensors)) is not None)
     if len(ranks) > 1:
         raise ValueError(f"LoRA layers have different ranks {sorted(ranks)}; only one rank is supported.")
@@ -566,7 +575,8 @@ def _fold_alphas(layers: _Layers, default_rank: int | None = None) -> LoadedLora
     rank = next(iter(ranks)) if ranks else int(default_rank or 1)
     scaled = [(t, a) for t, a, kohya in layers.values() if not (kohya and is_unit_scale(t))]
     alphas = Counter(float(rank) if a is None else a for _, a in scaled)
-    alpha = alphas.most_common(1)[0][0] if alphas else float(rank)
+    # a file of whole-matrix LoKr layers only: the writer's alpha (ss_network_alpha), so w1 reads back as trained
+    alpha = alphas.most_common(1)[0][0] if alphas else float(default_alpha if default_alpha and default_alpha > 0 else rank)
 
     parts: dict[str, dict[str, torch.Tensor]] = {}
     for (part, path), (tensors, layer_alpha, kohya) in layers.items():

@@ -6,7 +6,8 @@
   without an epsilon added to the norm. As in the paper, peft and OneTrainer, the norm is a
   constant for backprop.
 - LoHa / LoKr (`peft_type`): peft's LoHaConfig / LoKrConfig layers, whose parameters already carry
-  LyCORIS's names (`hada_w1_a`, `lokr_w1`, ...).
+  LyCORIS's names (`hada_w1_a`, `lokr_w1`, ...); OneTrainer's LoKr switches (DoRA on LoKr, a whole
+  w2, the vec trick) are in lokr_switches.py.
 - OFT v2 (`peft_type` OFT_2): peft's OFTConfig layers with OneTrainer's forward (oft.py), whose
   state is OneTrainer's `oft_R.weight` (+ `oft_R.scaled_oft` for Scaled OFT); no rank or alpha.
 
@@ -39,6 +40,7 @@ DORA_OUT = "lora_magnitude_vector"
 DORA_IN = "dora_scale"
 LOHA_KEYS = ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b", "hada_t1", "hada_t2")
 LOKR_KEYS = ("lokr_w1", "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b", "lokr_t2")
+LOKR_MAGNITUDE = "lokr_magnitude"  # a DoRA-LoKr layer's ModuleDict of DecomposedMagnitude (lokr_switches.py)
 # longest first, so `...lora_A.weight` is not mistaken for something shorter
 PARAM_NAMES = tuple(sorted(LORA_KEYS + (DORA_OUT, DORA_IN) + LOHA_KEYS + LOKR_KEYS + OFT_KEYS, key=len, reverse=True))
 
@@ -54,6 +56,10 @@ class AdapterSpec:
     decompose_both: bool = False  # LoKr
     decompose_factor: int = -1
     use_tucker: bool = False
+    lokr_decompose: bool = False  # DoRA on LoKr (lokr_switches.py)
+    lokr_dora_output: bool = True
+    lokr_full_matrix: bool = False
+    lokr_vec_trick: bool = False
     oft_block_size: int = 32  # OFT v2
     oft_block_share: bool = False
     oft_scaled: bool = False
@@ -78,6 +84,10 @@ class AdapterSpec:
             decompose_both=bool(config.lokr_decompose_both),
             decompose_factor=factor,
             use_tucker=bool(config.lokr_use_tucker),
+            lokr_decompose=peft_type == LOKR and bool(config.lokr_weight_decompose),
+            lokr_dora_output=bool(config.lokr_dora_on_output),
+            lokr_full_matrix=peft_type == LOKR and bool(config.lokr_full_matrix),
+            lokr_vec_trick=peft_type == LOKR and bool(config.lokr_vec_trick),
             oft_block_size=int(config.oft_block_size),
             oft_block_share=bool(config.oft_block_share),
             oft_scaled=bool(config.oft_scaled),
@@ -311,7 +321,11 @@ def adapter_parameters(layer: nn.Module) -> dict[str, nn.Parameter]:
         return out
     if oft.is_oft_layer(layer):
         return {OFT_WEIGHT: layer.oft_R[ADAPTER_NAME].weight}
-    return {name: getattr(layer, name)[ADAPTER_NAME] for name in layer.adapter_layer_names if ADAPTER_NAME in getattr(layer, name)}
+    out = {name: getattr(layer, name)[ADAPTER_NAME] for name in layer.adapter_layer_names if ADAPTER_NAME in getattr(layer, name)}
+    magnitudes = getattr(layer, LOKR_MAGNITUDE, {})
+    if ADAPTER_NAME in magnitudes:
+        out[DORA_OUT if magnitudes[ADAPTER_NAME].output_axis else DORA_IN] = magnitudes[ADAPTER_NAME].weight
+    return out
 
 
 def layer_rank_alpha(layer: nn.Module) -> tuple[int, float]:
@@ -349,7 +363,8 @@ def check_layer(path: str, tensors: Mapping[str, torch.Tensor]) -> str:
     """The layer's type; ValueError when its entries are not one complete adapter."""
     names = set(tensors)
     kind = layer_type(names)
-    allowed = {LORA: {*LORA_KEYS, DORA_OUT, DORA_IN}, LOHA: set(LOHA_KEYS), LOKR: set(LOKR_KEYS), OFT_2: set(OFT_KEYS)}[kind]
+    allowed = {LORA: {*LORA_KEYS, DORA_OUT, DORA_IN}, LOHA: set(LOHA_KEYS), LOKR: {*LOKR_KEYS, DORA_OUT, DORA_IN},
+               OFT_2: set(OFT_KEYS)}[kind]
     if kind == OFT_2:
         ok = OFT_WEIGHT in names
     elif kind == LORA:
@@ -359,7 +374,7 @@ def check_layer(path: str, tensors: Mapping[str, torch.Tensor]) -> str:
     else:
         w1 = ("lokr_w1" in names) != ({"lokr_w1_a", "lokr_w1_b"} <= names)
         w2 = ("lokr_w2" in names) != ({"lokr_w2_a", "lokr_w2_b"} <= names)
-        ok = w1 and w2 and ("lokr_t2" not in names or "lokr_w2_a" in names)
+        ok = w1 and w2 and ("lokr_t2" not in names or "lokr_w2_a" in names) and not {DORA_OUT, DORA_IN} <= names
     if not ok or names - allowed:
         raise ValueError(f"Incomplete or mixed adapter weights for layer {path!r}: {sorted(names)}.")
     return kind
@@ -429,6 +444,11 @@ def to_kohya(tensors: Mapping[str, torch.Tensor], rank: int, alpha: float) -> di
             out["dora_scale"] = tensors[DORA_IN]
         return out
     out = dict(tensors)
+    if DORA_OUT in out:  # DoRA on LoKr, output axis: LyCORIS's (out, 1[, 1, 1])
+        magnitude = out.pop(DORA_OUT)
+        out["dora_scale"] = magnitude.reshape(magnitude.numel(), *[1] * max(magnitude.dim() - 1, 1))
+    elif DORA_IN in out:
+        out["dora_scale"] = out.pop(DORA_IN)
     if is_unit_scale(tensors):  # readers ignore alpha here, so peft's alpha / rank goes into w1
         out["lokr_w1"] = (tensors["lokr_w1"].float() * (alpha / rank)).to(tensors["lokr_w1"].dtype)
     return out
@@ -440,6 +460,8 @@ def from_kohya(name: str, entries: Mapping[str, torch.Tensor]) -> tuple[dict[str
     alpha = float(entries["alpha"].item()) if "alpha" in entries else None
     rest = {k: v for k, v in entries.items() if k != "alpha"}
     if set(rest) & {*LOHA_KEYS, *LOKR_KEYS, *OFT_KEYS}:
+        if "dora_scale" in rest and layer_type(rest) == LOKR:
+            rest.update(_lokr_dora_from_kohya(name, rest.pop("dora_scale"), rest))
         check_layer(name, rest)
         return rest, alpha
     extra = set(rest) - {"lora_down.weight", "lora_up.weight", "dora_scale"}
@@ -467,6 +489,23 @@ def _dora_from_kohya(name: str, scale: torch.Tensor, down: torch.Tensor, up: tor
     )
 
 
+def _lokr_dora_from_kohya(name: str, scale: torch.Tensor, t: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A LoKr layer's `dora_scale`: (out, 1[, 1, 1]) on the output axis, (1, in[, 1, 1]) on the input axis."""
+    rows = t["lokr_w1"].shape[0] if "lokr_w1" in t else t.get("lokr_w1_a", scale).shape[0]
+    if "lokr_w2" in t:
+        rows *= t["lokr_w2"].shape[0]
+    elif "lokr_w2_a" in t:
+        rows *= t["lokr_w2_a"].shape[1 if "lokr_t2" in t else 0]
+    if scale.dim() >= 2 and scale.shape[0] == rows and scale.shape[1:].numel() == 1 and rows != 1:
+        return {DORA_OUT: scale.reshape(-1) if scale.dim() == 2 else scale.reshape(1, rows, *scale.shape[2:])}
+    if scale.dim() >= 2 and scale.shape[0] == 1:
+        return {DORA_IN: scale}
+    raise ValueError(
+        f"Unsupported DoRA scale of LoKr layer {name!r}: shape {tuple(scale.shape)}; expected ({rows}, 1, ...) "
+        "(output axis) or (1, in, ...) (input axis), as LyCORIS writes it."
+    )
+
+
 def kohya_network_metadata(kind: str, dora: str | None) -> dict[str, str]:
     """sd-scripts / LyCORIS metadata naming the network the file holds (informational for loaders)."""
     import json
@@ -483,11 +522,18 @@ def kohya_network_metadata(kind: str, dora: str | None) -> dict[str, str]:
 
 
 def _dora_wanted(spec: AdapterSpec) -> str | None:
+    if spec.peft_type == LOKR and spec.lokr_decompose:
+        return "output" if spec.lokr_dora_output else "input"
     return ("output" if spec.output_axis else "input") if spec.peft_type == LORA and spec.decompose else None
 
 
 def check_output_format(spec: AdapterSpec, diffusers_keys: bool) -> None:
     """Input-axis DoRA has no diffusers/PEFT form (peft decomposes on the output axis)."""
+    if diffusers_keys and spec.peft_type == LOKR and spec.lokr_decompose:
+        raise ValueError(
+            "output_model_format: SAFETENSORS writes diffusers/PEFT keys, and peft's LoKr layers have no DoRA; save as "
+            "KOHYA_LORA (LyCORIS keys with dora_scale), or turn lokr_weight_decompose off"
+        )
     if diffusers_keys and _dora_wanted(spec) == "input":
         raise ValueError(
             "output_model_format: SAFETENSORS writes diffusers/PEFT keys, and peft/diffusers take DoRA's norm on the "
@@ -511,9 +557,10 @@ def check_start_file(spec: AdapterSpec, parts: Mapping[str, Mapping[str, torch.T
     wanted = _dora_wanted(spec)
     if axis == wanted:
         return spec
+    switch, axis_switch = ("lokr_weight_decompose", "lokr_dora_on_output") if kind == LOKR else ("lora_decompose", "lora_decompose_output_axis")
     if axis is None:
-        raise ValueError(f"lora_model_name: {path} holds plain LoRA layers (no DoRA); turn lora_decompose off")
+        raise ValueError(f"lora_model_name: {path} holds {kind} layers without DoRA; turn {switch} off")
     flag = "on" if axis == "output" else "off"
     if wanted is None:
-        raise ValueError(f"lora_model_name: {path} holds DoRA layers; turn lora_decompose on (lora_decompose_output_axis {flag})")
-    raise ValueError(f"lora_model_name: {path} holds DoRA decomposed on the {axis} axis; turn lora_decompose_output_axis {flag}")
+        raise ValueError(f"lora_model_name: {path} holds DoRA layers; turn {switch} on ({axis_switch} {flag})")
+    raise ValueError(f"lora_model_name: {path} holds DoRA decomposed on the {axis} axis; turn {axis_switch} {flag}")

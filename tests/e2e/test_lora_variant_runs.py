@@ -78,8 +78,13 @@ def test_dora_with_peft_keys_loads_in_diffusers(lora_config, tiny_model, tmp_pat
             {"lora_unet_up_blocks_0_resnets_0_conv1.lokr_t2": (1, 1, 3, 3), "lora_unet_up_blocks_0_resnets_0_conv1.lokr_w1_a": (8, 1),
              "lora_unet_up_blocks_0_resnets_0_conv1.lokr_w2_a": (1, 4)},
         ),
+        # OneTrainer's LoKr switches: DoRA on LoKr (output axis, its default: LyCORIS's formula), w2 whole at dim 1
+        (
+            {"peft_type": "LOKR", "lokr_dim": 1, "lokr_weight_decompose": True, "lokr_full_matrix": True},
+            {"lora_unet_up_blocks_0_resnets_0_conv1.dora_scale": (32, 1, 1, 1), "lora_unet_up_blocks_0_resnets_0_conv1.lokr_w2": (8, 8, 3, 3)},
+        ),
     ],
-    ids=["DoRA", "LoHa", "LoKr"],
+    ids=["DoRA", "LoHa", "LoKr", "LoKr-switches"],
 )
 def test_kohya_file_rebuilds_the_sampled_model(lora_config, tiny_model, tmp_path, options, expect):
     out, sample = _variant_run(lora_config, tmp_path, output_model_format="KOHYA_LORA", **options)
@@ -117,8 +122,9 @@ def _trainer(config, run, reporter, others=()):
 @pytest.mark.parametrize(
     "options",
     [{"lora_decompose": True}, {"peft_type": "LOHA"}, {"peft_type": "LOKR", "lokr_dim": 2},
+     {"peft_type": "LOKR", "lokr_dim": 2, "lokr_weight_decompose": True, "lokr_dora_on_output": False, "lokr_full_matrix": True},
      {"peft_type": "OFT_2", "oft_block_size": 8, "oft_scaled": True}],
-    ids=["DoRA", "LoHa", "LoKr", "OFT"],
+    ids=["DoRA", "LoHa", "LoKr", "LoKr-switches", "OFT"],
 )
 def test_resume_from_backup_and_continue_from_the_file(lora_config, tmp_path, options):
     out = tmp_path / "out" / "lora.safetensors"

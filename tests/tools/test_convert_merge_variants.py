@@ -22,6 +22,9 @@ VARIANTS = {
     "lokr": (AdapterSpec(peft_type="LOKR"), 2),
     "lokr_full": (AdapterSpec(peft_type="LOKR"), 8),  # two full factor matrices
     "lokr_tucker_both": (AdapterSpec(peft_type="LOKR", decompose_both=True, decompose_factor=8, use_tucker=True), 1),
+    # OneTrainer's LoKr switches: DoRA on LoKr on each axis, w2 one whole matrix
+    "lokr_dora_out_full": (AdapterSpec(peft_type="LOKR", lokr_decompose=True, lokr_full_matrix=True), 1),
+    "lokr_dora_in": (AdapterSpec(peft_type="LOKR", lokr_decompose=True, lokr_dora_output=False), 2),
     # OFT v2: the layers rotated (linear W·Rᵀ, convolution W·R), as OneTrainer trains them
     "oft": (AdapterSpec(peft_type="OFT_2", oft_block_size=8), 1),
     "oft_scaled_shared": (AdapterSpec(peft_type="OFT_2", oft_block_size=4, oft_block_share=True, oft_scaled=True), 1),
@@ -85,7 +88,8 @@ def test_merge_gives_what_training_applied(variant, tiny, tmp_path):
     spec, rank = VARIANTS[variant]
     pipe = _adapted(spec, rank)
     trained = _outputs(pipe.unet, pipe.text_encoder)
-    formats = ["kohya"] + ([] if variant == "dora_in" else ["diffusers"])  # input-axis DoRA has no PEFT form
+    # input-axis DoRA and DoRA on LoKr have no PEFT form
+    formats = ["kohya"] + ([] if variant == "dora_in" or variant.startswith("lokr_dora") else ["diffusers"])
     for fmt in formats:
         lora = save_lora(tmp_path / f"{fmt}.safetensors", unet=pipe.unet, text_encoder=pipe.text_encoder, lora_format=fmt)
         result, (text, noise) = _merged_outputs(tiny, lora, tmp_path / f"merged-{fmt}")

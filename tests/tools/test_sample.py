@@ -113,6 +113,28 @@ def test_oft_file_changes_the_image_at_weight_one_only(tmp_path, tiny, base_imag
         _sample(tmp_path, tiny, [PROMPT], "half", lora=str(path), lora_weight=0.5)
 
 
+def test_lokr_dora_full_matrix_file_is_put_back_as_trained(tmp_path, tiny):
+    """A LoKr file with OneTrainer's switches (DoRA's dora_scale, whole w2) is rebuilt from its
+    entries: the sampled UNet computes what the trained one did."""
+    from ot_gradio.tools.sample import apply_lora
+    from ot_gradio.training.lora import add_lora, lora_state_dict
+    from ot_gradio.training.lora_format import save_lora
+    from ot_gradio.training.lora_variants import AdapterSpec
+
+    model = _load(tiny)
+    spec = AdapterSpec(peft_type="LOKR", lokr_decompose=True, lokr_dora_output=False, lokr_full_matrix=True)
+    add_lora(model.unet, kind="unet", rank=1, alpha=1.0, dropout=0.0, layer_preset="full", spec=spec)
+    _randomize([t for k, t in lora_state_dict(model.unet).items() if ".lokr_" in k])
+    path = save_lora(tmp_path / "lokr.safetensors", unet=model.unet)
+    fresh = _load(tiny)
+    assert apply_lora(fresh, str(path), 1.0)[0] > 0
+    g = torch.Generator().manual_seed(0)
+    latents, hidden = torch.randn(1, 4, 8, 8, generator=g), torch.randn(1, 77, 32, generator=g)
+    with torch.no_grad():
+        ours, theirs = (m.unet(latents, torch.tensor([500]), encoder_hidden_states=hidden).sample for m in (model, fresh))
+    torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-4)
+
+
 def test_lora_that_matches_nothing_and_missing_files_are_named(tmp_path, tiny):
     foreign = tmp_path / "foreign.safetensors"
     save_file({"lora_unet_no_such_block_proj.lora_down.weight": torch.ones(4, 8),

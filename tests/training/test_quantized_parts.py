@@ -181,3 +181,28 @@ def test_loha_and_lokr_on_nf4_take_the_layers_real_shape(peft_type):
         base = layer.get_base_layer()
         assert type(base.weight).__name__ == "Params4bit" and base.weight.shape[1] == 1, name
         assert layer.get_delta_weight("default").shape == (base.out_features, base.in_features), name
+
+
+
+def test_dora_lokr_on_nf4_decomposes_the_real_weights():
+    """DoRA on LoKr (lokr_weight_decompose) over packed NF4 weights: the layer computes
+    magnitude * (W + delta) / ||W + delta|| with W the dequantized weight (not the packed bytes),
+    and the step reaches the magnitude."""
+    from ot_gradio.training.float_weight import float_weight
+    from ot_gradio.training.lokr_switches import lokr_factors
+    from ot_gradio.training.lora import lora_layers
+    from ot_gradio.training.lora_variants import adapter_parameters
+
+    lora, _, loss, model = _step("STABLE_DIFFUSION_15", _sd15, "text_encoder", "NFLOAT_4", peft_type="LOKR",
+                                 lokr_weight_decompose=True, output_model_format="KOHYA_LORA")
+    assert torch.isfinite(loss) and lora
+    for name, layer in lora_layers(model.text_encoder).items():
+        base, magnitude = layer.get_base_layer(), adapter_parameters(layer)["lora_magnitude_vector"]
+        x = torch.randn(3, base.in_features, generator=torch.Generator().manual_seed(0))
+        assert type(base.weight).__name__ == "Params4bit" and base.weight.shape[1] == 1, name
+        assert magnitude.grad is not None and magnitude.grad.abs().sum() > 0, name
+        w1, w2 = lokr_factors(layer)
+        merged = float_weight(base) + layer.scaling["default"] * torch.kron(w1, w2)
+        weight = magnitude[:, None] * merged / (merged.norm(dim=1, keepdim=True) + torch.finfo(torch.float32).eps)
+        with torch.no_grad():
+            torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, weight, base.bias), rtol=1e-4, atol=1e-5, msg=name)

@@ -1,0 +1,128 @@
+"""OneTrainer's LoKr switches on peft's LoKr layers.
+
+- `lokr_full_matrix`: w2 is one whole matrix (`lokr_w2`) whatever `lokr_dim` is (peft picks a
+  product w2_a @ w2_b when the rank is under half the factor's sides).
+- `lokr_weight_decompose` (+ `lokr_dora_on_output`): DoRA on a LoKr layer. Its magnitude starts at
+  the base weight's norms (per output row or per input column) and the layer computes
+  magnitude * (W + s·kron(w1, w2)) / ||W + s·kron(w1, w2)||, the norm a constant for backprop
+  (as OneTrainer and LyCORIS). The magnitude is the layer's `lora_magnitude_vector` (output axis)
+  or `dora_scale` (input axis), the names and shapes plain DoRA layers use (lora_variants.py).
+- `lokr_vec_trick`: a Linear layer without DoRA applies its two factors to the input one after
+  the other (x as (..., in_m, in_n): y = w1 · X · w2ᵀ) instead of building kron(w1, w2), so the
+  full (out, in) delta never exists: the same sum in less memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .float_weight import float_weight
+from .lora_variants import ADAPTER_NAME, LOKR_MAGNITUDE, AdapterSpec, DecomposedMagnitude
+
+
+@contextlib.contextmanager
+def lokr_injection(spec: AdapterSpec):
+    """While peft injects LoKr layers with `lokr_full_matrix`: w2 is created whole (and so is
+    not a Tucker product), then initialized as peft does a whole w2 (w1 zero, w2 Kaiming)."""
+    if not spec.lokr_full_matrix:
+        yield
+        return
+    from peft.tuners.lokr.layer import LoKrLayer
+
+    original = LoKrLayer.create_adapter_parameters
+
+    def create(self, adapter_name, r, shape, use_w1, use_w2, use_effective_conv2d):
+        original(self, adapter_name, r, shape, use_w1, True, False)
+
+    LoKrLayer.create_adapter_parameters = create
+    try:
+        yield
+    finally:
+        LoKrLayer.create_adapter_parameters = original
+
+
+def lokr_factors(layer: nn.Module, adapter_name: str = ADAPTER_NAME) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w1, w2) of a LoKr layer, each whole or rebuilt from its product (w2 also from its Tucker core)."""
+    from peft.tuners.lokr.layer import make_weight_cp
+
+    if adapter_name in layer.lokr_w1:
+        w1 = layer.lokr_w1[adapter_name]
+    else:
+        w1 = layer.lokr_w1_a[adapter_name] @ layer.lokr_w1_b[adapter_name]
+    if adapter_name in layer.lokr_w2:
+        w2 = layer.lokr_w2[adapter_name]
+    elif adapter_name in layer.lokr_t2:
+        w2 = make_weight_cp(layer.lokr_t2[adapter_name], layer.lokr_w2_a[adapter_name], layer.lokr_w2_b[adapter_name])
+    else:
+        w2 = layer.lokr_w2_a[adapter_name] @ layer.lokr_w2_b[adapter_name]
+    return w1, w2
+
+
+def vec_trick_delta(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, scale: float) -> torch.Tensor:
+    """x @ (scale · kron(w1, w2))ᵀ without the kron: w1 (out_l, in_m), w2 (out_k, in_n), x (..., in_m·in_n)
+    -> (..., out_l·out_k), the row and column order of torch.kron (peft's make_kron, LyCORIS)."""
+    lead = x.shape[:-1]
+    dtype = torch.promote_types(x.dtype, w1.dtype)
+    grid = x.to(dtype).reshape(*lead, w1.shape[1], w2.shape[1])
+    out = torch.einsum("...mn,lm,kn->...lk", grid, w1.to(dtype), w2.to(dtype))
+    return out.reshape(*lead, w1.shape[0] * w2.shape[0]) * scale
+
+
+def _adapter_on(layer: nn.Module) -> bool:
+    return not layer.disable_adapters and not layer.merged and ADAPTER_NAME in layer.active_adapters
+
+
+def _vec_trick_forward(self: nn.Module, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    if not _adapter_on(self):
+        return type(self).forward(self, x, *args, **kwargs)
+    w1, w2 = lokr_factors(self)
+    result = self.get_base_layer()(x, *args, **kwargs)
+    return (result + vec_trick_delta(x, w1, w2, self.scaling[ADAPTER_NAME])).to(x.dtype)
+
+
+def decomposed_weight(layer: nn.Module) -> torch.Tensor:
+    """The DoRA-LoKr layer's weight (float32): magnitude * (W + delta) / ||W + delta||, norm detached."""
+    magnitude = getattr(layer, LOKR_MAGNITUDE)[ADAPTER_NAME]
+    weight = float_weight(layer.get_base_layer())  # a quantized base's real weights
+    merged = weight + layer.get_delta_weight(ADAPTER_NAME).float().reshape(weight.shape)
+    factor = magnitude.factor(merged)
+    view = (-1, *[1] * (weight.dim() - 1)) if magnitude.output_axis else (1, -1, *[1] * (weight.dim() - 2))
+    return merged * factor.reshape(view)
+
+
+def _decomposed_forward(self: nn.Module, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    if not _adapter_on(self):
+        return type(self).forward(self, x, *args, **kwargs)
+    base = self.get_base_layer()
+    weight = decomposed_weight(self).to(x.dtype)
+    bias = base.bias.to(x.dtype) if base.bias is not None else None
+    if isinstance(base, nn.Linear):
+        return F.linear(x, weight, bias)
+    return base._conv_forward(x, weight, bias)  # Conv1d / Conv2d: the base's stride, padding and padding mode
+
+
+def install_lokr_switches(module: nn.Module, spec: AdapterSpec) -> None:
+    """DoRA or the vec trick on every LoKr layer of `module`, as `spec` asks."""
+    from peft.tuners.lokr.layer import LoKrLayer
+
+    for layer in module.modules():
+        if not isinstance(layer, LoKrLayer) or ADAPTER_NAME not in layer._available_adapters:
+            continue
+        base = layer.get_base_layer()
+        if spec.lokr_decompose:
+            if getattr(base, "groups", 1) != 1:
+                raise ValueError("lokr_weight_decompose: DoRA on grouped convolutions is not supported; turn it off")
+            device = lokr_factors(layer)[0].device
+            magnitude = DecomposedMagnitude(float_weight(base), output_axis=spec.lokr_dora_output, epsilon=True,
+                                            dtype=torch.float32).to(device)
+            setattr(layer, LOKR_MAGNITUDE, nn.ModuleDict({ADAPTER_NAME: magnitude}))
+            layer.forward = types.MethodType(_decomposed_forward, layer)
+        elif spec.lokr_vec_trick and isinstance(base, nn.Linear):
+            layer.forward = types.MethodType(_vec_trick_forward, layer)
+
