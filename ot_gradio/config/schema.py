@@ -191,7 +191,7 @@ class TrainConfig(Section):
     text_encoder_3: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 3", tooltip="SD 3 / 3.5: the third text encoder (T5 XXL).", tab="training")
     text_encoder_3_layer_skip: int = opt(0, "Clip skip 3", "Skip the last N layers of T5 (SD 3), its final norm applied.", ge=0, tab="training")
     text_encoder_4: LlamaPartConfig = opt(default_factory=_llama, label="Text encoder 4", tooltip="HiDream: the fourth text encoder (Llama 3.1) and where it comes from.", tab="training")
-    text_encoder_4_layer_skip: int = opt(0, "Clip skip 4", "Skip the last N layers of the fourth text encoder.", ge=0, tab="training", status=P)
+    text_encoder_4_layer_skip: int = opt(0, "Clip skip 4", "OneTrainer keeps this key, but none of its models reads it (HiDream's transformer takes Llama's layers as they are); nor does this trainer. Kept so that OneTrainer's configs load; not shown.", ge=0, tab="training", compat=True)
     vae: VaePartConfig = opt(default_factory=lambda: VaePartConfig(train=False), label="VAE", tooltip="VAE settings. Keep it at FLOAT_32 (or BFLOAT_16) to avoid black samples.", tab="training")
     effnet_encoder: SeparateModelPartConfig = opt(default_factory=SeparateModelPartConfig, label="EffNet encoder", tooltip="Würstchen / Stable Cascade: the EfficientNet image encoder that turns training images into the prior's latents.", tab="training")
     decoder: SeparateModelPartConfig = opt(default_factory=SeparateModelPartConfig, label="Decoder", tooltip="Würstchen / Stable Cascade: the decoder (stage B) that turns the prior's latents into an image for samples.", tab="training")

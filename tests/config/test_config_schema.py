@@ -70,7 +70,8 @@ def test_iter_fields_describes_fields():
 
 
 OK_PART = {"include", "train", "learning_rate", "weight_dtype", "gradient_checkpointing", "stop_training_after", "stop_training_after_unit",
-           "dropout_probability", "train_embedding", "guidance_scale", "offload_fraction", "activation_offloading"}
+           "dropout_probability", "train_embedding", "guidance_scale", "offload_fraction", "activation_offloading",
+           "attention_mask"}  # kept, not shown: OneTrainer reads only the transformer's (its own, acted-on field)
 OK_OPTIMIZER = {"optimizer", "beta1", "beta2", "eps", "weight_decay", "amsgrad", "foreach", "fused", "maximize", "momentum",
                 "dampening", "nesterov", "alpha", "centered", "lr_decay", "initial_accumulator_value", "capturable", "differentiable",
                 # bitsandbytes, D-Adaptation, Prodigy, Adafactor, schedule-free, Lion; two settings act around the optimizer
@@ -98,6 +99,7 @@ OK_OPTIMIZER = {"optimizer", "beta1", "beta2", "eps", "weight_decay", "amsgrad",
 def test_status_of_model_part_and_optimizer_fields():
     part = {f.path for f in iter_fields(ModelPartConfig) if f.status != PLANNED}
     assert part == OK_PART
+    assert next(f for f in iter_fields(ModelPartConfig) if f.path == "attention_mask").compat
     optimizer = {f.path for f in iter_fields(OptimizerConfig) if f.status != PLANNED}
     assert optimizer == OK_OPTIMIZER
 
