@@ -18,7 +18,7 @@ __all__ = [
 
 
 class ModelPartConfig(Section):
-    model_name: str = opt("", "Override model", "Load this part from another model (hub id, folder or file), e.g. a VAE fine-tune. Blank = from the base model.", status=PLANNED, on_frozen_part=True)
+    model_name: str = opt("", "Override model", "OneTrainer keeps this key for every part but loads only the prior, transformer, EffNet encoder, decoder, VAE and HiDream's Llama from another model (those parts show it); so does this trainer. Kept so that OneTrainer's configs load; not shown.", compat=True, on_frozen_part=True)
     include: bool = opt(True, "Include", "Load this part at all. Turning a text encoder off saves memory on models that can work without it.")
     train: bool = opt(True, "Train", "Train this part. For LoRA: attach LoRA layers to it. The VAE is only trained by FINE_TUNE_VAE.")
     stop_training_after: int | None = opt(None, "Stop training after", "Freeze this part after this many units (see the unit), e.g. stop the text encoder after 30 epochs while the UNet goes on. Blank = never.", ge=0)
@@ -68,7 +68,7 @@ class SampleConfig(Section):
     height: int = opt(512, "Height", "Sample height in pixels. Use the model's native resolution (512 for SD 1.5, 1024 for SDXL): at the wrong size samples come out as noise.", ge=64, le=4096)
     width: int = opt(512, "Width", "Sample width in pixels. Use the model's native resolution.", ge=64, le=4096)
     frames: int = opt(1, "Frames", "Video models: number of frames to generate.", ge=1, status=PLANNED)
-    length: float = opt(10.0, "Length", "Audio/video models: length in seconds.", ge=0, status=PLANNED)
+    length: float = opt(10.0, "Length", "OneTrainer's length in seconds of an audio sample; none of its models makes audio, and none here does. Kept so that OneTrainer's sample lists load; not shown.", ge=0, compat=True)
     seed: int = opt(42, "Seed", "Noise seed; keep it fixed to compare samples across the run.")
     random_seed: bool = opt(False, "Random seed", "Use a new seed each time instead of the fixed seed.")
     diffusion_steps: int = opt(20, "Steps", "Denoising steps.", ge=1, le=1000)

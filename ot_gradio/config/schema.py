@@ -253,7 +253,7 @@ class TrainConfig(Section):
     sample_skip_first: int = opt(0, "Skip first", "Do not sample during the first N units.", ge=0, tab="sampling", in_step=False)
     sample_image_format: ImageFormat = opt(ImageFormat.JPG, "Sample image format", "File format of sample images: JPG (small) or PNG (lossless).", tab="sampling", in_step=False)
     sample_video_format: VideoFormat = opt(VideoFormat.MP4, "Sample video format", "Video models: file format of sample videos.", tab="sampling", status=P, in_step=False)
-    sample_audio_format: AudioFormat = opt(AudioFormat.MP3, "Sample audio format", "Audio models: file format of sample audio.", tab="sampling", status=P, in_step=False)
+    sample_audio_format: AudioFormat = opt(AudioFormat.MP3, "Sample audio format", "OneTrainer's file format of audio samples; none of its models makes audio (it writes none), and none here does. Kept so that OneTrainer's configs load; not shown.", tab="sampling", compat=True, in_step=False)
     samples_to_tensorboard: bool = opt(True, "Samples to TensorBoard", "With TensorBoard on, also write sample images to its log (video samples are not).", tab="sampling", in_step=False)
     non_ema_sampling: bool = opt(True, "Non-EMA sampling", "With EMA on, also sample with the non-EMA weights.", tab="sampling")
 
