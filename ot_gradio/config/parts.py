@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from .conditions import ZEROES_PADDING
+from .conditions import TAKES_VIDEO, ZEROES_PADDING
 from .enums import DataType, GradientCheckpointing, NoiseScheduler, TimeUnit
 from .fields import PLANNED, Section, opt
 from .optimizer import OptimizerConfig
@@ -67,7 +67,7 @@ class SampleConfig(Section):
     negative_prompt: str = opt("", "Negative prompt", "What the image should not show.")
     height: int = opt(512, "Height", "Sample height in pixels. Use the model's native resolution (512 for SD 1.5, 1024 for SDXL): at the wrong size samples come out as noise.", ge=64, le=4096)
     width: int = opt(512, "Width", "Sample width in pixels. Use the model's native resolution.", ge=64, le=4096)
-    frames: int = opt(1, "Frames", "Video models: number of frames to generate.", ge=1, status=PLANNED)
+    frames: int = opt(1, "Frames", "Video models: this sample's clip length in frames, cut to the form the model needs (Wan, HunyuanVideo: 4k+1; LTX-2: 8k+1), as OneTrainer's HunyuanVideo sampler takes it. 1 = the run's Frames (Training tab), so a sample list from OneTrainer, whose default is 1, samples clips of the training length here.", ge=1, applies_when=TAKES_VIDEO)
     length: float = opt(10.0, "Length", "OneTrainer's length in seconds of an audio sample; none of its models makes audio, and none here does. Kept so that OneTrainer's sample lists load; not shown.", ge=0, compat=True)
     seed: int = opt(42, "Seed", "Noise seed; keep it fixed to compare samples across the run.")
     random_seed: bool = opt(False, "Random seed", "Use a new seed each time instead of the fixed seed.")

@@ -68,7 +68,7 @@ class Method:
         """One sample of the config as a PIL image (`text`: the prompt as the model reads it). The
         prompt's padding tokens are zeroed with the sample's transformer_attention_mask, or when the
         run trains with them zeroed (OneTrainer's samples take the training setting)."""
-        with padding_zeroed(model, sample.transformer_attention_mask):
+        with padding_zeroed(model, sample.transformer_attention_mask), clip_length(model, sample.frames):
             return model.sample(prompt=text(sample.prompt), negative_prompt=text(sample.negative_prompt), height=sample.height,
                                 width=sample.width, steps=sample.diffusion_steps, cfg_scale=sample.cfg_scale, seed=seed,
                                 sampler=sample.noise_scheduler, device=device, **sample_images(sample))
@@ -94,6 +94,21 @@ def padding_zeroed(model: Any, on: bool) -> Iterator[None]:
         yield
     finally:
         model.mask_padding_tokens = trained
+
+
+@contextmanager
+def clip_length(model: Any, frames: int) -> Iterator[None]:
+    """A video family's sample of `frames` frames (the family cuts it to frame_step * k + 1) while
+    it samples, then the run's length again; 1 (OneTrainer's default) keeps the run's Frames. An
+    image family has no clip length."""
+    if int(frames) <= 1 or not hasattr(model, "sample_frames"):
+        yield
+        return
+    run_frames, model.sample_frames = model.sample_frames, int(frames)
+    try:
+        yield
+    finally:
+        model.sample_frames = run_frames
 
 
 def sample_images(sample: Any) -> dict[str, str]:

@@ -83,7 +83,8 @@ def test_a_training_sample_is_an_mp4_of_the_runs_frames(wan, tmp_path):
             self.samples.append(fields)
 
     config = TrainConfig(model_type="WAN_2_1", frames="6", frame_rate=8.0,
-                         samples=[SampleConfig(prompt="a yellow square", width=80, height=64, diffusion_steps=2, cfg_scale=2.0)])
+                         samples=[SampleConfig(prompt="a yellow square", width=80, height=64, diffusion_steps=2, cfg_scale=2.0),
+                                  SampleConfig(prompt="a yellow square", width=80, height=64, diffusion_steps=2, cfg_scale=2.0, frames=10)])
     wan.configure_flow(config)
     assert wan.sample_frames == 5  # 6 cut to 4k+1
     weight = torch.nn.Parameter(torch.zeros(1))
@@ -91,14 +92,17 @@ def test_a_training_sample_is_an_mp4_of_the_runs_frames(wan, tmp_path):
     run = RunState(config, paths, Events(), Distributed(), torch.device("cpu"), Precision(config.train_dtype, torch.device("cpu"), False),
                    wan, Method(), [weight], Counters(epoch=1, epoch_step=0, global_step=3), None, optimizer=torch.optim.SGD([weight], lr=0.1))
     sample_during_training(run)
-    [event] = run.report.samples
+    event, longer = run.report.samples
     assert event["path"].endswith("step000003-epoch1-0.mp4")
     info = probe_clip(event["path"], FrameSampling(frames=100, step=1, fps=1000.0))
     assert (info.width, info.height, info.available) == (80, 64, 5)
+    # a sample's own Frames (10, cut to 4k+1 = 9) for that sample only; its Frames 1 (the default) is the run's
+    assert probe_clip(longer["path"], FrameSampling(frames=100, step=1, fps=1000.0)).available == 9
+    assert wan.sample_frames == 5
     with av.open(event["path"]) as clip:
         assert clip.streams.video[0].codec_context.name in ("h264", "mpeg4")
         assert float(clip.streams.video[0].average_rate) == 8.0
-    assert [p.name for p in (tmp_path / "samples").iterdir()] == ["step000003-epoch1-0.mp4"]  # no temp file left
+    assert sorted(p.name for p in (tmp_path / "samples").iterdir()) == ["step000003-epoch1-0.mp4", "step000003-epoch1-1.mp4"]  # no temp file
 
 
 @pytest.mark.parametrize("expert", ["HIGH_NOISE", "LOW_NOISE"])
