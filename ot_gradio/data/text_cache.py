@@ -89,8 +89,12 @@ def _fingerprint(module: torch.nn.Module, h: Any) -> None:
     if config is not None:
         data = config.to_dict() if hasattr(config, "to_dict") else dict(config)
         h.update(json.dumps(data, sort_keys=True, default=str).encode())
+    state = dict(module.state_dict())
+    # SVDQuant's factors are non-persistent buffers (training/svd_quant.py): another rank or factor
+    # type changes the encoder's output, so they key it too (absent without SVDQuant: older keys stay)
+    state.update({name: b for name, b in module.named_buffers() if name.rsplit(".", 1)[-1] in ("svd_up", "svd_down")})
     with torch.no_grad():
-        for name, tensor in sorted(module.state_dict().items()):
+        for name, tensor in sorted(state.items()):
             flat = tensor.detach().flatten()
             h.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
             if flat.numel():

@@ -63,6 +63,26 @@ def test_factors_are_stored_in_the_svd_dtype_and_the_rank_is_capped():
     assert layer.svd_up.shape == (OUT, OUT) and layer.svd_down.shape == (OUT, IN)  # min(out, in) directions at most
 
 
+def test_the_factors_key_cached_text_encoder_outputs():
+    """Another SVD rank or factor type changes what a quantized text encoder outputs, so its text
+    cache entries are not reused (data/text_cache.py fingerprints the factors)."""
+    from ot_gradio.data.text_cache import text_encoder_id
+
+    def encoder_id(svd: SvdSpec | None, factor: float = 1.0) -> str:
+        torch.manual_seed(0)  # the bias
+        layer = _quantized("FLOAT_8", svd)
+        if factor != 1.0:  # the same quantized weight, other factors
+            layer.svd_up.mul_(factor)
+        model = type("M", (), {})()
+        model.text_encoder_names, model.parts = ["text_encoder"], {"text_encoder": nn.Sequential(layer)}
+        return text_encoder_id(model)
+
+    ids = [encoder_id(svd) for svd in (None, SvdSpec(torch.bfloat16, 4), SvdSpec(torch.bfloat16, 8), SvdSpec(torch.float16, 8))]
+    assert len(set(ids)) == 4, ids
+    assert encoder_id(SvdSpec(torch.float16, 8)) == ids[3]  # the same settings reuse their entries
+    assert encoder_id(SvdSpec(torch.float16, 8), factor=2.0) != ids[3]  # the factors themselves are keyed
+
+
 @pytest.mark.parametrize("data_type", ["FLOAT_8", "INT_8", "NFLOAT_4"])
 def test_full_weight_readers_include_the_low_rank_part(data_type):
     """DoRA's norms (float_weight) and a quantized part saved whole (plain_state_dict) read ~W."""
