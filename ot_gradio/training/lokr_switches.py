@@ -10,6 +10,13 @@
 - `lokr_vec_trick`: a Linear layer without DoRA applies its two factors to the input one after
   the other (x as (..., in_m, in_n): y = w1 · X · w2ᵀ) instead of building kron(w1, w2), so the
   full (out, in) delta never exists: the same sum in less memory.
+
+A layer whose two factors are both whole matrices (always with `lokr_full_matrix`, and wherever
+`lokr_dim` is at least half a factor's larger side) trains at scale 1, not alpha / rank: OneTrainer
+sets such a layer's alpha to its rank, and LyCORIS and ComfyUI apply its file at scale 1. peft
+scales every layer by alpha / rank, so `install_lokr_switches` sets these layers' `scaling` to 1,
+and `nominal_factor` converts their w1 to and from the peft form (every layer at alpha / rank)
+that files are written from and read into.
 """
 
 from __future__ import annotations
@@ -107,13 +114,30 @@ def _decomposed_forward(self: nn.Module, x: torch.Tensor, *args: Any, **kwargs: 
     return base._conv_forward(x, weight, bias)  # Conv1d / Conv2d: the base's stride, padding and padding mode
 
 
+def is_whole_pair(layer: nn.Module) -> bool:
+    """A LoKr layer whose w1 and w2 are both whole matrices."""
+    return ADAPTER_NAME in getattr(layer, "lokr_w1", {}) and ADAPTER_NAME in getattr(layer, "lokr_w2", {})
+
+
+def nominal_factor(layer: nn.Module) -> float:
+    """What a layer's live w1 is multiplied by to give its peft form (scale alpha / rank): 1 but
+    for a whole-pair LoKr layer, which trains at scale 1 (its w1 live = peft form · alpha / rank)."""
+    if not is_whole_pair(layer):
+        return 1.0
+    nominal = float(layer.alpha[ADAPTER_NAME]) / int(layer.r[ADAPTER_NAME])
+    return float(layer.scaling[ADAPTER_NAME]) / nominal
+
+
 def install_lokr_switches(module: nn.Module, spec: AdapterSpec) -> None:
-    """DoRA or the vec trick on every LoKr layer of `module`, as `spec` asks."""
+    """Scale 1 on whole-pair LoKr layers, and DoRA or the vec trick on every LoKr layer of
+    `module`, as `spec` asks."""
     from peft.tuners.lokr.layer import LoKrLayer
 
     for layer in module.modules():
         if not isinstance(layer, LoKrLayer) or ADAPTER_NAME not in layer._available_adapters:
             continue
+        if is_whole_pair(layer):
+            layer.scaling[ADAPTER_NAME] = 1.0  # as OneTrainer (alpha = rank) and every reader of the file
         base = layer.get_base_layer()
         if spec.lokr_decompose:
             if getattr(base, "groups", 1) != 1:

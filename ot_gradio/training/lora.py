@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from . import oft
-from .lokr_switches import install_lokr_switches, lokr_injection
+from .lokr_switches import install_lokr_switches, lokr_injection, nominal_factor
 from .lora_variants import (
     ADAPTER_NAME,
     LOHA,
@@ -276,7 +276,10 @@ def lora_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
     `.oft_R.weight` (+ `.oft_R.scaled_oft`, Scaled OFT's marker)."""
     out: dict[str, torch.Tensor] = {}
     for name, layer in lora_layers(module).items():
-        out.update({f"{name}.{k}": p.detach() for k, p in adapter_parameters(layer).items()})
+        tensors = {k: p.detach() for k, p in adapter_parameters(layer).items()}
+        if (factor := nominal_factor(layer)) != 1.0:  # a whole-pair LoKr layer trains at scale 1
+            tensors["lokr_w1"] = tensors["lokr_w1"].float() * factor  # float32: the way back is exact
+        out.update({f"{name}.{k}": t for k, t in tensors.items()})
         out.update({f"{name}.{k}": v for k, v in oft.state_extras(layer).items()})
     return out
 
@@ -320,6 +323,8 @@ def load_lora_state_dict(module: nn.Module, state_dict: Mapping[str, torch.Tenso
         )
     with torch.no_grad():
         for name, tensors in pending.items():
+            if (factor := nominal_factor(layers[name])) != 1.0 and "lokr_w1" in tensors:
+                tensors = {**tensors, "lokr_w1": tensors["lokr_w1"].float() / factor}  # peft form -> the live scale 1
             for which, tensor in tensors.items():
                 target = targets[name].get(which)
                 if target is None:

@@ -35,9 +35,14 @@ def _lokr(rank=2, alpha=1.0, randomize=True, **switches):
     add_lora(m, kind="unet", rank=rank, alpha=alpha, dropout=0.0, layer_preset="full", spec=AdapterSpec(peft_type="LOKR", **switches))
     if randomize:  # factors (w1 starts at zero) and magnitudes away from their start
         with torch.no_grad():
-            for name, p in lora_state_dict(m).items():
+            for name, p in _params(m).items():
                 p.mul_(1.3) if "lokr_" not in name else p.add_(0.3 * torch.randn(p.shape, generator=G))
     return m, base
+
+
+def _params(m):
+    """The live adapter parameters (lora_state_dict gives the peft form: a copy where it differs)."""
+    return {f"{n}.{k}": p for n, layer in lora_layers(m).items() for k, p in adapter_parameters(layer).items()}
 
 
 def _kron(layer):
@@ -58,7 +63,8 @@ def test_dora_lokr_forward_is_the_formula_with_a_constant_norm(output):
     magnitude = adapter_parameters(lora_layers(m)["lin"])["lora_magnitude_vector" if output else "dora_scale"]
     for name, x, op in (("lin", X, F.linear), ("conv", XC, lambda x, w, b: F.conv2d(x, w, b, padding=1))):
         layer = lora_layers(m)[name]
-        merged = base[f"{name}.weight"] + 0.5 * _kron(layer)  # scale alpha / rank = 1 / 2
+        # lin: alpha / rank = 1 / 2; conv's factors (4x2, 4x4) are both whole at rank 2: scale 1
+        merged = base[f"{name}.weight"] + {"lin": 0.5, "conv": 1.0}[name] * _kron(layer)
         mag = state[f"{name}.lora_magnitude_vector" if output else f"{name}.dora_scale"]
         mag = mag.reshape(-1, *[1] * (merged.dim() - 1)) if output else mag
         expected = op(x, mag * merged / (_axis_norm(merged, output).detach() + EPS), base[f"{name}.bias"])
@@ -131,23 +137,31 @@ def test_dora_lokr_file_has_dora_scale_and_reloads_equal(output, tmp_path):
         save_lora(tmp_path / "d.safetensors", unet=m, lora_format="diffusers")
 
 
-def test_full_matrix_trains_w2_whole_and_saves_it_at_the_trained_scale(tmp_path):
+def test_full_matrix_trains_two_whole_factors_at_scale_one_as_onetrainer(tmp_path):
     low, _ = _lokr(rank=1, randomize=False)
     assert "lin.lokr_w2_a" in lora_state_dict(low) and "lin.lokr_w2" not in lora_state_dict(low)
     m, base = _lokr(rank=1, alpha=4.0, randomize=False, lokr_full_matrix=True)
-    state = lora_state_dict(m)
-    assert {k: tuple(v.shape) for k, v in state.items()} == {
+    params = _params(m)
+    assert {k: tuple(v.shape) for k, v in params.items()} == {
         "lin.lokr_w1": (6, 4), "lin.lokr_w2": (8, 8), "conv.lokr_w1": (4, 2), "conv.lokr_w2": (4, 4, 3, 3)}
-    assert state["lin.lokr_w1"].abs().max() == 0 and state["lin.lokr_w2"].abs().max() > 0  # starts as no change
+    assert params["lin.lokr_w1"].abs().max() == 0 and params["lin.lokr_w2"].abs().max() > 0  # starts as no change
     with torch.no_grad():
-        state["lin.lokr_w1"].normal_(generator=G)
-    trained = base["lin.weight"] + 4.0 * torch.kron(state["lin.lokr_w1"], state["lin.lokr_w2"])  # peft: alpha / rank
+        params["lin.lokr_w1"].normal_(generator=G)
+    w1, w2 = params["lin.lokr_w1"].detach().clone(), params["lin.lokr_w2"].detach()
+    # scale 1 whatever alpha / rank: OneTrainer sets such a layer's alpha to its rank, and readers apply it so
+    trained = base["lin.weight"] + torch.kron(w1, w2)
     torch.testing.assert_close(m.lin(X), F.linear(X, trained, base["lin.bias"]), rtol=1e-5, atol=1e-5)
-    tensors = load_file(str(save_lora(tmp_path / "f.safetensors", unet=m, lora_format="kohya")))
+    torch.testing.assert_close(lora_state_dict(m)["lin.lokr_w1"], w1 / 4.0)  # the peft form: every layer at alpha / rank
+    path = save_lora(tmp_path / "f.safetensors", unet=m, lora_format="kohya")
+    tensors = load_file(str(path))
     entries = {k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith("lora_unet_lin.")}
     assert set(entries) == {"lokr_w1", "lokr_w2", "alpha"}
-    # readers (ComfyUI, LyCORIS) apply two whole factors at scale 1: the file carries alpha / rank in w1
+    torch.testing.assert_close(entries["lokr_w1"], w1)  # the trained factor, as readers apply it
     torch.testing.assert_close(_reference_weight(base["lin.weight"], entries), trained)
+    fresh, _ = _lokr(rank=1, alpha=4.0, randomize=False, lokr_full_matrix=True)
+    load_lora_state_dict(fresh, load_lora_file(path).parts["unet"], kind="unet")  # a continued run
+    torch.testing.assert_close(_params(fresh)["lin.lokr_w1"], w1)
+    torch.testing.assert_close(fresh.lin(X), m.lin(X))
 
 
 def test_vec_trick_equals_the_kron_product_without_building_it(monkeypatch):
