@@ -252,7 +252,7 @@ class TrainConfig(Section):
     sample_after_unit: TimeUnit = opt(TimeUnit.MINUTE, "Sample unit", "Unit for 'sample after': STEP, EPOCH, SECOND, MINUTE, HOUR, or NEVER.", tab="sampling", in_step=False)
     sample_skip_first: int = opt(0, "Skip first", "Do not sample during the first N units.", ge=0, tab="sampling", in_step=False)
     sample_image_format: ImageFormat = opt(ImageFormat.JPG, "Sample image format", "File format of sample images: JPG (small) or PNG (lossless).", tab="sampling", in_step=False)
-    sample_video_format: VideoFormat = opt(VideoFormat.MP4, "Sample video format", "Video models: file format of sample videos.", tab="sampling", status=P, in_step=False)
+    sample_video_format: VideoFormat = opt(VideoFormat.MP4, "Sample video format", "Video models: how samples during training are written: MP4 (played on the page, at the run's Clip frame rate), or a folder of PNG or JPG frames per sample (0000.png, 0001.png, ...; the page shows the first frame).", tab="sampling", in_step=False, applies_when=TAKES_VIDEO)
     sample_audio_format: AudioFormat = opt(AudioFormat.MP3, "Sample audio format", "OneTrainer's file format of audio samples; none of its models makes audio (it writes none), and none here does. Kept so that OneTrainer's configs load; not shown.", tab="sampling", compat=True, in_step=False)
     samples_to_tensorboard: bool = opt(True, "Samples to TensorBoard", "With TensorBoard on, also write sample images to its log (video samples are not).", tab="sampling", in_step=False)
     non_ema_sampling: bool = opt(True, "Non-EMA sampling", "With EMA on, also sample with the non-EMA weights.", tab="sampling")

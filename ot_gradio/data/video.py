@@ -206,3 +206,28 @@ def write_video(frames: list[Image.Image], path: str | Path, fps: float = 16.0) 
         for packet in stream.encode():
             out.mux(packet)
     return Path(path)
+
+
+def write_frames(frames: list[Image.Image], folder: str | Path, image_format: str) -> Path:
+    """`frames` as an image sequence, `folder`/0000.png, 0001.png, ... (`image_format` "png" or
+    "jpg"), written into a temp folder beside it and renamed into place, so a reader never sees
+    half a sequence; an existing folder of that name is replaced. Returns the first frame's path."""
+    import shutil  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    if not frames:
+        raise ValueError("a video sample needs at least one frame")
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        for i, image in enumerate(frames):
+            image.convert("RGB").save(tmp / f"{i:04d}.{image_format}", format="JPEG" if image_format == "jpg" else "PNG")
+        if folder.exists():
+            shutil.rmtree(folder)
+        tmp.chmod(0o755)
+        tmp.replace(folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder / f"0000.{image_format}"

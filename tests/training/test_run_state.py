@@ -112,6 +112,27 @@ def test_samples_to_tensorboard_writes_image_samples_to_the_event_file(tmp_path,
     assert len([kind for kind, _ in run.report.events if kind == "sample"]) == 2  # the files and events either way
 
 
+@pytest.mark.parametrize(("video_format", "suffix"), [("PNG_IMAGE_SEQUENCE", "png"), ("JPG_IMAGE_SEQUENCE", "jpg")])
+def test_a_clip_sample_as_an_image_sequence(tmp_path, video_format, suffix):
+    """sample_video_format: a video sample becomes a folder of its frames; the event names the first."""
+    from PIL import Image as PILImage
+
+    weight = torch.nn.Parameter(torch.tensor([1.0]))
+    config = TrainConfig(samples=[SampleConfig(prompt="a cat", width=96, height=64)], sample_video_format=video_format)
+    run = _run(tmp_path, config, weight, None)
+    run.model = Clips(weight)
+    sample_during_training(run)
+    assert [p.name for p in (tmp_path / "samples").iterdir()] == ["step000007-epoch1-0"]  # no temp folder
+    folder = tmp_path / "samples" / "step000007-epoch1-0"
+    assert sorted(p.name for p in folder.iterdir()) == [f"0000.{suffix}", f"0001.{suffix}"]
+    with PILImage.open(folder / f"0001.{suffix}") as frame:
+        assert (frame.format, frame.size) == ("PNG" if suffix == "png" else "JPEG", (96, 64))
+    (event,) = [fields for kind, fields in run.report.events if kind == "sample"]
+    assert event["path"] == str(folder / f"0000.{suffix}")
+    sample_during_training(run)  # the same step again (a resumed run) replaces the folder
+    assert sorted(p.name for p in (tmp_path / "samples").iterdir()) == ["step000007-epoch1-0"]
+
+
 def test_resume_returns_the_counters_and_a_fresh_ema(tmp_path):
     """A backup made without EMA, continued with EMA on: the run gets the backup's counters and an
     EMA of the backup's weights; the state it was given is left as it was."""
