@@ -15,6 +15,7 @@ from .enums import (
     DIFFUSERS_LORA_FORMATS,
     KOHYA_LORA_FORMATS,
     LORA_FORMATS,
+    DataType,
     LearningRateScaler,
     LearningRateScheduler,
     ModelFormat,
@@ -260,6 +261,8 @@ def errors(config: TrainConfig) -> list[str]:
     out += control_sample_problems(config)
     out += gguf_problems(config)
     out += svd_problems(config)
+    if DataType(config.fallback_train_dtype) not in (DataType.BFLOAT_16, DataType.FLOAT_32):
+        out.append(f"fallback_train_dtype: {DataType(config.fallback_train_dtype).value} is not a fallback type; use BFLOAT_16 or FLOAT_32")
     if problem := only_cache_problem(config):
         out.append(problem)
     return out

@@ -110,6 +110,7 @@ class AnimaPipeline:
 @register_family(ModelType.ANIMA)
 class Anima(WanImageLatents, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Anima."""
+    fp16_unstable = ("text_encoder",)  # T5 / the LLM overflows in float16
 
     text_encoder_description = "its Qwen3 text encoder, LLM adapter (text_conditioner) and T5 tokenizer"
     comfy_lora_names = "anima"  # KOHYA_LORA: the DiT's names, as OneTrainer and ComfyUI (models/comfy_lora_names.py)

@@ -25,6 +25,7 @@ from ot_gradio.models.registry import register_family
 
 @register_family(ModelType.CHROMA_1)
 class Chroma1(FluxDev1):
+    fp16_unstable = ("text_encoder",)  # T5 / the LLM overflows in float16
     tokenizer_attrs = {"text_encoder": "tokenizer"}
     folder_parts = ("transformer", "text_encoder", "tokenizer", "vae", "scheduler")
     embedding_keys = {"text_encoder": "t5"}

@@ -246,17 +246,6 @@ def save_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dic
     atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
 
 
-def no_fp16_autocast(device: torch.device):
-    """T5 overflows in float16, so it runs outside a float16 autocast (bfloat16 is fine), as
-    OneTrainer's fallback for the text encoder does."""
-    kind = device.type
-    if kind == "meta":  # the memory planner's probe: autocast has no meta device (and follows the train device's)
-        return contextlib.nullcontext()
-    if torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.float16:
-        return torch.autocast(kind, enabled=False)
-    return contextlib.nullcontext()
-
-
 def flash_attention_processor():
     """SDP attention that may only use the flash kernel (fails loudly where it cannot)."""
     from diffusers.models.attention_processor import AttnProcessor2_0

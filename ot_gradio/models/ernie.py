@@ -43,6 +43,7 @@ TRANSFORMER_PRESETS = {"full": [], "attn-mlp": ["self_attention", "mlp"], "attn-
 @register_family(ModelType.ERNIE)
 class Ernie(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for ERNIE-Image."""
+    fp16_unstable = ("text_encoder",)  # T5 / the LLM overflows in float16
 
     single_file_layout = "original"  # diffusers' names, through diffusers' from_single_file
     patch_size = 1  # the latents are patchified already (128 channels at 1/16)

@@ -32,6 +32,9 @@ class Family:
     # passes it through `output_embedded`, where output embeddings replace their tokens' rows
     # (a part only pooled, as Flux's CLIP-L, is not one: there an output embedding is its initial text)
     output_embedding_parts: tuple[str, ...] = ()
+    # parts that overflow in float16: while training in float16 they run at fallback_train_dtype
+    # (training/fp16_fallback.py), as OneTrainer's setups run them
+    fp16_unstable: tuple[str, ...] = ()
     # set per run by training/embeddings.Embeddings: (part, input ids, hidden) -> hidden
     output_embeddings: Any = None
     lora_layer_presets: dict[str, dict[str, list[str]]] = {}  # part -> OneTrainer's layer presets ({}: SD's names)

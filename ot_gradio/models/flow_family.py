@@ -34,7 +34,6 @@ from ot_gradio.models.common import (
     generation_size,
     gguf_options,
     module_device,
-    no_fp16_autocast,
     parked_for_sampling,
     part_dtypes,
     part_file,
@@ -393,12 +392,13 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     def t5_hidden_states(self, part: str, ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                          grad: bool = False) -> torch.Tensor:
         """The T5 part's hidden states for token `ids`; a layer skip takes an earlier layer with
-        T5's final norm applied (OneTrainer's encode_t5). T5 runs outside a float16 autocast."""
+        T5's final norm applied (OneTrainer's encode_t5). In a float16 run T5 runs at the fallback train
+        type (`fp16_unstable`, training/fp16_fallback.py)."""
         encoder = getattr(self, part)
         device = module_device(encoder)
         mask = {} if attention_mask is None else {"attention_mask": attention_mask.to(device)}
         skip = self.layer_skips.get(part, 0)
-        with torch.set_grad_enabled(grad and torch.is_grad_enabled()), no_fp16_autocast(device):
+        with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
             if skip <= 0:
                 hidden = encoder(ids.to(device), **mask)[0]
             else:

@@ -71,6 +71,7 @@ def latent_image_ids(height: int, width: int, device, dtype) -> torch.Tensor:
 @register_family(ModelType.FLUX_DEV_1)
 class FluxDev1(FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Flux.1 dev."""
+    fp16_unstable = ("text_encoder_2",)  # T5 overflows in float16
 
     tokenizer_attrs = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
     folder_parts = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler")

@@ -68,6 +68,7 @@ def text_ids(hidden: torch.Tensor) -> torch.Tensor:
 @register_family(ModelType.FLUX_2)
 class Flux2(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Flux.2 dev and Klein."""
+    fp16_unstable = ("text_encoder",)  # T5 / the LLM overflows in float16
 
     text_encoder_description = "its Mistral3 (dev) or Qwen3 (Klein) text encoder"
     comfy_lora_names = "flux2"  # layers ComfyUI's Flux map lacks, by original name (models/comfy_lora_names.py)

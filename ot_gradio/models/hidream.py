@@ -95,6 +95,7 @@ def _experts_on_meta(transformer: torch.nn.Module):
 @register_family(ModelType.HI_DREAM_FULL)
 class HiDream(IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for HiDream-I1 Full."""
+    fp16_unstable = ("transformer", "text_encoder_3")  # as OneTrainer
 
     text_encoder_description = "its CLIP-L, CLIP-G, T5 and Llama 3.1 text encoders (the Llama: set Text encoder 4's model)"
     tokenizer_attrs = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2", "text_encoder_3": "tokenizer_3",

@@ -69,6 +69,7 @@ def prompt_template() -> dict:
 @register_family(ModelType.HUNYUAN_VIDEO)
 class HunyuanVideo(VideoSampling, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for HunyuanVideo."""
+    fp16_unstable = ("transformer",)  # as OneTrainer
 
     tokenizer_attrs = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2"}
     folder_parts = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler")

@@ -96,6 +96,7 @@ def packed_text(conditioning: Mapping, grid_h: int, grid_w: int, device, dtype):
 @register_family(ModelType.IDEOGRAM_4)
 class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Ideogram 4."""
+    fp16_unstable = ("text_encoder",)  # T5 / the LLM overflows in float16
 
     modelspec_architecture = "Ideogram"  # OneTrainer's model spec
     comfy_lora_names = "ideogram4"  # KOHYA_LORA / COMFY_LORA: OneTrainer's names, q/k/v fused (models/comfy_lora_names.py)

@@ -62,6 +62,7 @@ TRANSFORMER_PRESETS = {"full": [], "attn-mlp": ["attn", "ff"], "attn-only": ["at
 @register_family(ModelType.KREA_2)
 class Krea2(WanImageLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Krea 2."""
+    fp16_unstable = ("text_encoder",)  # T5 / the LLM overflows in float16
 
     single_file_layout = "original"  # the native raw.safetensors, through diffusers' converter
     default_sequence_length = 512

@@ -58,6 +58,7 @@ GEMMA_PRESETS = {"full": ["language_model."], "attn-mlp": ["self_attn.", "mlp."]
 @register_family(ModelType.LTX_2)
 class LTX2(VideoSampling, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for LTX-2."""
+    fp16_unstable = ("text_encoder",)  # T5 / the LLM overflows in float16
 
     folder_parts = ("transformer", "text_encoder", "tokenizer", "connectors", "vae", "audio_vae", "vocoder", "scheduler")
     resident_modules = ("connectors",)  # on the device with the parts (to()), counted by the memory plan

@@ -39,7 +39,6 @@ from ot_gradio.models.common import (
     generation_size,
     module_device,
     module_dtype,
-    no_fp16_autocast,
     parked_for_sampling,
     part_dtypes,
     plain_state_dict,
@@ -59,6 +58,7 @@ DEFAULT_SEQUENCE_LENGTH = 120
 @register_family(ModelType.PIXART_ALPHA)
 class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
     """The family interface (models/base.py) for PixArt-α 512 and 1024-MS."""
+    fp16_unstable = ("text_encoder",)  # T5 / the LLM overflows in float16
 
     pipeline_class_name = "PixArtAlphaPipeline"
     architecture = "pixart-alpha"  # modelspec.architecture of the transformer file
@@ -195,12 +195,11 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         with T5's final layer norm applied (OneTrainer's encode_t5)."""
         device = module_device(self.text_encoder)
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        with no_fp16_autocast(device):
-            if layer_skip <= 0:
-                hidden = self.text_encoder(input_ids, attention_mask=attention_mask)[0]
-            else:
-                out = self.text_encoder(input_ids, attention_mask=attention_mask, output_hidden_states=True)
-                hidden = base_module(self.text_encoder).encoder.final_layer_norm(out.hidden_states[-(layer_skip + 1)])
+        if layer_skip <= 0:  # (a float16 run: T5 at the fallback train type, `fp16_unstable`)
+            hidden = self.text_encoder(input_ids, attention_mask=attention_mask)[0]
+        else:
+            out = self.text_encoder(input_ids, attention_mask=attention_mask, output_hidden_states=True)
+            hidden = base_module(self.text_encoder).encoder.final_layer_norm(out.hidden_states[-(layer_skip + 1)])
         return self.output_embedded("text_encoder", input_ids, hidden)
 
     def encode_text(self, captions: Sequence[str], grad: frozenset[str] | set[str] = frozenset()) -> dict[str, torch.Tensor]:

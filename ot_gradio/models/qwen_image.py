@@ -101,6 +101,7 @@ def comfy_lora_targets(transformer: torch.nn.Module, lora_keys: Sequence[str]) -
 @register_family(ModelType.QWEN)
 class QwenImage(WanImageLatents, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Qwen-Image."""
+    fp16_unstable = ("text_encoder",)  # T5 / the LLM overflows in float16
 
     comfy_lora_names = "qwen_image"  # the text encoder as ComfyUI names it (models/comfy_lora_names.py)
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)

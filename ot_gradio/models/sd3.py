@@ -55,6 +55,7 @@ T5_PRESETS = {"full": [], "attn-mlp": ["SelfAttention", "DenseReluDense"], "attn
 @register_family(ModelType.STABLE_DIFFUSION_3)
 class StableDiffusion3(FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Stable Diffusion 3."""
+    fp16_unstable = ("text_encoder_3",)  # T5 overflows in float16
 
     text_encoder_description = "CLIP-L, CLIP-G and T5 (a single file: with a complete diffusers folder as the config folder)"
     tokenizer_attrs = TOKENIZERS

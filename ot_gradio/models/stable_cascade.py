@@ -87,6 +87,7 @@ def diffusers_classes():
 
 @register_family(ModelType.STABLE_CASCADE_1)
 class StableCascade(CascadeFamily):
+    fp16_unstable = ("prior",)  # as OneTrainer (not Würstchen 2's)
     lora_base_model_version = "stable_cascade_v1"
     prompt_key = "clip_text"
     lora_layer_presets = {"prior": LORA_PRESETS}

@@ -58,6 +58,7 @@ UMT5_PRESETS = {"full": [], "attn-only": ["SelfAttention."], "attn-mlp": ["SelfA
 @register_family(ModelType.WAN_2_1)
 class Wan21(VideoSampling, TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Wan 2.1."""
+    fp16_unstable = ("text_encoder",)  # T5 / the LLM overflows in float16
 
     comfy_lora_names = "wan"  # KOHYA_LORA: ComfyUI's names (models/comfy_lora_names.py)
     single_file_layout = "original"  # Wan-AI's transformer files (ComfyUI's), through diffusers' converter; written by wan_keys.py

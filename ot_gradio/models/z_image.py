@@ -54,6 +54,7 @@ def transformer_presets(n_layers: int) -> dict[str, list[str]]:
 @register_family(ModelType.Z_IMAGE)
 class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Z-Image."""
+    fp16_unstable = ("text_encoder",)  # T5 / the LLM overflows in float16
 
     comfy_lora_names = "z_image"  # LoRA layer names ComfyUI and diffusers read (models/comfy_lora_names.py)
     embedding_keys: dict[str, str] = {}  # no EMBEDDING method (as OneTrainer)

@@ -45,6 +45,7 @@ from ..config.flow_options import flow_matching_conflicts
 from ..config.svd_quant import svd_problems
 from .device import QUANTIZED_TYPES, Precision, quantized_part_trained
 from .distributed import Distributed
+from .fp16_fallback import install_fp16_fallback, load_dtype
 from .loss import diffusion_loss, loss_scale
 from .masking import training_mask
 from .quantize import (
@@ -106,8 +107,8 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
         if data_type in QUANTIZED_TYPES:
             # the layer filter names the denoiser's layers (OneTrainer's presets: "transformer_block", "layers")
             include = quantization_filter(config) if part == model.denoiser else None
-            quantize_linear_layers(getattr(model, part), data_type, device, precision.dtype or torch.float32, part, include=include,
-                                   svd=svd_spec(config))
+            compute = load_dtype(part, model, precision.dtype, config.fallback_train_dtype) or torch.float32
+            quantize_linear_layers(getattr(model, part), data_type, device, compute, part, include=include, svd=svd_spec(config))
             problem = w8a8_kernel_problem(data_type, device) if data_type in W8A8_CODES else None
             if problem is not None and problem not in warnings:
                 warnings.append(problem)
@@ -119,6 +120,7 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
             if problem is not None:
                 warnings.append(problem)
     warnings += quantize_waiting_modules(model, config, device, precision)
+    install_fp16_fallback(model, config.fallback_train_dtype)  # T5 / LLMs at the fallback type in a float16 run
     if config.force_circular_padding:
         info = family_info(config.model_type)
         if info is None or not info.circular_padding:

@@ -31,6 +31,7 @@ from torch import nn
 
 from ..config.enums import DataType, GradientCheckpointing
 from .device import Precision, weight_dtype
+from .fp16_fallback import load_dtype
 from .memory_plan import MemoryPlan, plan_run
 from .memory_probe import quantized_on_meta
 
@@ -158,7 +159,8 @@ def estimate_on_meta(model: Any, config: Any, free: int) -> tuple[MemoryPlan, bo
     target = torch.device(config.train_device)
     precision = Precision(config.train_dtype, target, config.enable_autocast_cache)
     for part, module in model.parts.items():
-        module.to(dtype=weight_dtype(getattr(config, part).weight_dtype, target, precision.dtype))
+        module.to(dtype=weight_dtype(getattr(config, part).weight_dtype, target,
+                                     load_dtype(part, model, precision.dtype, config.fallback_train_dtype)))
     configure_model(model, config, META, precision)
     for part in model.parts:
         if DataType(getattr(config, part).weight_dtype) in (DataType.NFLOAT_4, DataType.INT_8):

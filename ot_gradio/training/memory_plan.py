@@ -387,6 +387,7 @@ def estimate(config: Any) -> dict[str, Any]:
     from ..models.registry import get_family  # noqa: PLC0415
     from .device import Precision, resolve_device, weight_dtype  # noqa: PLC0415
     from .diffusion import configure_model  # noqa: PLC0415
+    from .fp16_fallback import load_dtype  # noqa: PLC0415
     from .methods import get_method  # noqa: PLC0415
     from .placement import Placement  # noqa: PLC0415
 
@@ -394,9 +395,11 @@ def estimate(config: Any) -> dict[str, Any]:
         device, _ = resolve_device(config.train_device)
         precision = Precision(config.train_dtype, device, config.enable_autocast_cache)
         parts = family_info(config.model_type).parts
-        dtypes = {part: weight_dtype(getattr(config, part).weight_dtype, device, precision.dtype) for part in parts}
+        family = get_family(config.model_type)
+        dtypes = {part: weight_dtype(getattr(config, part).weight_dtype, device,
+                                     load_dtype(part, family, precision.dtype, config.fallback_train_dtype)) for part in parts}
         # the parts' own files as the run loads them (a GGUF transformer counts its quantized bytes)
-        model = get_family(config.model_type).load(config.base_model_name, cache_dir=config.huggingface_cache_dir or None,
+        model = family.load(config.base_model_name, cache_dir=config.huggingface_cache_dir or None,
                                                    offline=config.offline_mode, dtypes=dtypes,
                                                    part_models={part: getattr(config, part).model_name for part in parts})
         model.to(device)

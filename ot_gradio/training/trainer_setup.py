@@ -25,6 +25,7 @@ from .device import Precision, channels_last_on_cpu, resolve_device, weight_dtyp
 from .diffusion import check_quantized_parts_frozen, configure_model
 from .distributed import Distributed
 from .ema import EMA
+from .fp16_fallback import load_dtype
 from .intervals import Every
 from .masking import conditions_on_images, condlabel_images
 from .methods import get_method
@@ -75,7 +76,8 @@ class TrainerSetup:
         self.report.status("loading", f"loading {cfg.base_model_name}")
         family = get_family(cfg.model_type)
         dtypes = {
-            part: weight_dtype(getattr(cfg, part).weight_dtype, self.device, self.precision.dtype)
+            part: weight_dtype(getattr(cfg, part).weight_dtype, self.device,
+                               load_dtype(part, family, self.precision.dtype, cfg.fallback_train_dtype))
             for part in family_info(cfg.model_type).parts
         }
         with self.dist.main_first():  # multi-GPU: one process downloads (or builds) the model, then the others load it
