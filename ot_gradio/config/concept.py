@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .enums import BalancingStrategy, ConceptType, PromptSource
-from .fields import PLANNED, Section, opt
+from .fields import Section, opt
 
 
 class ConceptImageConfig(Section):
@@ -57,7 +57,7 @@ class ConceptConfig(Section):
     type: ConceptType = opt(ConceptType.STANDARD, "Type", "STANDARD trains on the images. VALIDATION holds them out: never trained, their loss is computed when Validation is on (General tab). PRIOR_PREDICTION is not supported yet.")
     include_subdirectories: bool = opt(False, "Include subfolders", "Also take images from subfolders of the concept folder.")
     image_variations: int = opt(1, "Image variations", "With latent caching: how many augmented versions (crop jitter, rotation, colour) of each image to encode; each epoch uses one, cycling through all. More gives variety at the cost of caching time and disk. Without caching every epoch is augmented afresh.", ge=1)
-    text_variations: int = opt(1, "Text variations", "How many caption variations to cache per image when the text encoder output is cached. Not used here: with latent caching on and no text encoder training, text encoder outputs are cached per exact caption, and not at all while tag shuffling, tag dropout or capitalisation randomisation is on, so captions are augmented afresh every epoch.", ge=1, status=PLANNED)
+    text_variations: int = opt(1, "Text variations", "With tag shuffling, tag dropout or capitalisation randomisation on: 1 draws each image's caption afresh every epoch, and then no text encoder output is cached; N > 1 makes each image's caption one of N fixed draws (a different one each epoch, in a seeded order), so with latent caching on and the text encoders frozen their outputs are cached (N per image, faster steps, less variety), as OneTrainer's text variations.", ge=1)
     balancing: float = opt(1.0, "Balancing", "REPEATS: how many times each image is shown per epoch (0.5 = half of the images each epoch). SAMPLES: how many images of this concept an epoch has.", gt=0)
     balancing_strategy: BalancingStrategy = opt(BalancingStrategy.REPEATS, "Balancing strategy", "REPEATS multiplies the image count; SAMPLES sets it.")
     loss_weight: float = opt(1.0, "Loss weight", "Multiplies this concept's loss; raise it to make a small concept count more.", ge=0)

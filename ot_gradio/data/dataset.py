@@ -95,11 +95,15 @@ class TrainingDataset:
 
     def captions(self) -> list[str]:
         """Every caption an epoch can give, each once: each caption line of each image after its
-        concept's text options. Exact when those options draw nothing at random (as when the text
-        encoder outputs are cached); with tag shuffling or dropout on, a sample's caption is one
-        draw of many and this lists one draw per line."""
+        concept's text options. Exact when those options draw nothing at random or the concept has
+        text variations (as when the text encoder outputs are cached); otherwise, with tag
+        shuffling or dropout on, a sample's caption is one draw of many and this lists one draw per line."""
         out: dict[str, None] = {}
         for ci, concept in enumerate(self.concepts):
+            if count := concept.text_variations:  # exact: every variant any epoch draws
+                for index in range(len(concept.items)):
+                    out.update((concept.caption_variant(index, v, self.seed), None) for v in range(count))
+                continue
             rngs = Streams(self.seed, concept.seed, ci, 0)
             for item in concept.items:
                 for line in item.captions or ("",):

@@ -164,15 +164,32 @@ class PreparedConcept:
     def variation(self, index: int, epoch: int, run_seed: int) -> int:
         """The cached variation an epoch uses: each image walks its own seeded order of all
         variations, one per epoch, so every variation is used once per ``variations`` epochs."""
-        count = self.variations
-        if count == 1:
+        return self._walk("variation", index, epoch, run_seed, self.variations)
+
+    def _walk(self, kind: str, index: int, epoch: int, run_seed: int, count: int) -> int:
+        if count <= 1:
             return 0
-        key = ("order", index, run_seed)
+        key = (kind, index, run_seed)
         if key not in self._memo:
             order = list(range(count))
-            rng_for("variation", run_seed, self.seed, self.items[index].relpath).shuffle(order)
+            rng_for(kind, run_seed, self.seed, self.items[index].relpath).shuffle(order)
             self._memo[key] = order
         return self._memo[key][epoch % count]
+
+    @property
+    def text_variations(self) -> int:
+        """OneTrainer's text_variations: when this concept's captions are drawn at random (tag
+        shuffling, tag dropout, capitalisation), each image's caption is one of this many fixed
+        draws, a different one each epoch in a seeded order, so their text encoder outputs can be
+        cached (data/text_cache.py). 0 when the concept asks for 1 (a fresh draw every epoch) or
+        draws nothing at random."""
+        count = int(getattr(self.config, "text_variations", 1) or 1)
+        return count if count > 1 and self.text.random else 0
+
+    def caption_variant(self, index: int, variation: int, run_seed: int) -> str:
+        """The image's caption in text variation `variation`: the same text whenever it is asked for."""
+        rngs = Streams("text-variation", run_seed, self.seed, self.items[index].relpath, variation)
+        return self.text.apply(pick_line(self.items[index].captions, rngs["caption"]), rngs)
 
     def cached_variants(self, index: int) -> list[Variant]:
         """Every variant of one image any epoch can ask for with latent caching on."""
@@ -202,7 +219,9 @@ class PreparedConcept:
         augment = self.augment.draw(rngs["augment"])
         return Variant(resolution, bucket, crop, flip, augment if draw is None else replace(augment, mask=draw), item.frames)
 
-    def caption(self, index: int, rngs: Streams) -> str:
+    def caption(self, index: int, rngs: Streams, epoch: int = 0, run_seed: int = 0) -> str:
+        if count := self.text_variations:
+            return self.caption_variant(index, self._walk("text-variation", index, epoch, run_seed, count), run_seed)
         return self.text.apply(pick_line(self.items[index].captions, rngs["caption"]), rngs)
 
 
@@ -229,7 +248,7 @@ def plan_epoch(concepts: list[PreparedConcept], epoch: int, seed: int, batch_siz
             resolutions = concept.resolutions
             resolution = resolutions[0] if len(resolutions) == 1 else rngs["resolution"].choice(resolutions)
             variant = concept.variant(index, resolution, rngs, cached, epoch, seed)
-            groups.setdefault((variant.bucket, variant.frames), []).append(Sample(ci, index, variant, concept.caption(index, rngs)))
+            groups.setdefault((variant.bucket, variant.frames), []).append(Sample(ci, index, variant, concept.caption(index, rngs, epoch, seed)))
             count += 1
 
     rng_batch = rng_for("batches", seed, epoch)

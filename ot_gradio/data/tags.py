@@ -147,6 +147,12 @@ class TextAugment:
         return augment
 
     @property
+    def random(self) -> bool:
+        """The caption differs from draw to draw (shuffling, dropout or capitalisation at random)."""
+        return bool(self.shuffle or (self.dropout_mode and self.dropout_probability > 0)
+                    or (self.caps_modes and self.caps_probability > 0))
+
+    @property
     def active(self) -> bool:
         return bool(self.shuffle or self.dropout_mode or self.caps_modes or self.lowercase)
 

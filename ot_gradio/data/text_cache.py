@@ -50,10 +50,11 @@ Texts = Sequence[str] | Mapping[str, Sequence[str]]
 
 
 def random_caption_options(concepts: Iterable[Any]) -> list[str]:
-    """'<concept>: <option>' for each enabled concept whose captions change at random per epoch."""
+    """'<concept>: <option>' for each enabled concept whose captions change at random per epoch
+    (not one with text variations: its captions are that many fixed draws, data/planning.py)."""
     found = []
     for concept in concepts:
-        if not getattr(concept, "enabled", True):
+        if not getattr(concept, "enabled", True) or int(getattr(concept, "text_variations", 1) or 1) > 1:
             continue
         text = getattr(concept, "text", None)
         for switch, probability in RANDOM_TEXT_OPTIONS:
@@ -79,7 +80,8 @@ def text_cache_problem(*, latent_caching: bool, trained_text_parts: Iterable[str
         return "the run uses embeddings (their vectors live in the text encoder)"
     random = random_caption_options(concepts)
     if random:
-        return "captions change at random every epoch (" + "; ".join(random) + ")"
+        return ("captions change at random every epoch (" + "; ".join(random) + "; a concept's Text variations above 1 "
+                "makes them that many fixed draws, which are cached)")
     return None
 
 

@@ -20,13 +20,13 @@ def test_a_supported_lora_config_has_no_warnings():
 
 def test_planned_options_are_listed_in_one_message():
     config = good()
-    config.concepts[0].text_variations = 2
+    config.optimizer.block_wise = True
     config.unconditional_transformer.train = True
     config.embedding.is_output_embedding = True  # acted on (training/output_embeddings.py)
     config.debug_mode, config.debug_dir = True, "elsewhere"  # acted on (training/debug_output.py)
     warnings = check(config)
     assert len(warnings) == 1
-    for path in ("concepts[0].text_variations", "unconditional_transformer.train"):
+    for path in ("optimizer.block_wise", "unconditional_transformer.train"):
         assert path in warnings[0]
     assert "debug" not in warnings[0] and "is_output_embedding" not in warnings[0]
     assert planned_changes(good()) == []

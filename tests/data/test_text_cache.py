@@ -152,6 +152,40 @@ def test_when_the_cache_is_off(tmp_path):
     assert "tag_dropout_enable" in text_cache_problem(**{**ok, "concepts": [dropout]})
     disabled = ConceptConfig(path=str(tmp_path), name="x", enabled=False, text={"enable_tag_shuffling": True})
     assert text_cache_problem(**{**ok, "concepts": [plain, disabled]}) is None
+    varied = ConceptConfig(path=str(tmp_path), name="v", text_variations=3, text={"enable_tag_shuffling": True})
+    assert text_cache_problem(**{**ok, "concepts": [plain, varied]}) is None  # three fixed draws per image: cached
+    assert "Text variations" in text_cache_problem(**{**ok, "concepts": [varied, shuffled]})
+
+
+def test_text_variations_make_each_caption_one_of_n_fixed_draws(tmp_path):
+    """text_variations N: each image's shuffled caption is one of N draws, each used once per N
+    epochs, the same in every build; dataset.captions() lists exactly those (what the cache is
+    filled with before the text encoders leave the GPU)."""
+    from ot_gradio.data.dataset import build_dataset
+    from tests.data.conftest import _write_image
+
+    for i in range(3):
+        _write_image(tmp_path / "c" / f"{i}.png", 64, 64, colour=(60 * i, 90, 120))
+        (tmp_path / "c" / f"{i}.txt").write_text(f"shape {i}, red, round, small, centered, plain, flat\n")
+
+    def captions(variations: int, seed: int = 3) -> tuple[dict, list]:
+        concept = ConceptConfig(path=str(tmp_path / "c"), name="c", text_variations=variations,
+                                text={"enable_tag_shuffling": True, "keep_tags_count": 1})
+        dataset = build_dataset([concept], "64", 1, seed=seed)
+        seen = {}
+        for epoch in range(6):
+            for sample in (s for batch in dataset.plan(epoch).batches for s in batch):
+                seen.setdefault(sample.item, []).append(sample.caption)
+        return seen, dataset.captions()
+
+    seen, listed = captions(3)
+    for draws in seen.values():
+        assert len(set(draws[:3])) == 3 and draws[3:] == draws[:3]  # three draws, each once per three epochs
+    assert sorted(listed) == sorted({c for draws in seen.values() for c in draws})
+    assert captions(3) == (seen, listed)  # the same draws in every build
+    assert captions(3, seed=4)[0] != seen  # another run seed: other draws
+    fresh, _ = captions(1)
+    assert all(len(set(draws)) > 3 for draws in fresh.values())  # 1: a fresh draw every epoch
 
 
 # --- the trainer ---------------------------------------------------------------------------
@@ -226,6 +260,25 @@ def test_trainer_encodes_each_caption_once(tiny, captioned, tmp_path):
     plain, calls, plain_losses = _run(tiny, captioned, tmp_path / "b", no_text_cache=True)
     assert len(calls) == 6  # every step: 3 steps x 2 epochs
     assert plain_losses == pytest.approx(cached_losses, rel=1e-5)
+
+
+def test_text_variations_cache_shuffled_captions(tiny, captioned, tmp_path):
+    """Tag shuffling with text variations 2: the text encoder runs in the first two epochs only
+    (each image's two draws), the rest read the cache; with 1 the cache is off."""
+    import shutil
+
+    data = tmp_path / "tags"
+    shutil.copytree(captioned, data)
+    for i, text in enumerate(sorted(data.glob("*.txt"))):
+        text.write_text(f"shape {i}, red, blue, round, square, small, large, plain\n")
+    shuffled = [{"name": "c", "path": str(data), "text_variations": 2, "text": {"enable_tag_shuffling": True}}]
+    trainer, calls, losses = _run(tiny, data, tmp_path / "a", epochs=4, concepts=shuffled)
+    assert trainer.diffusion.text_cache is not None and trainer.text_cache_off_reason is None
+    assert calls and set(calls) <= {0, 1} and len(losses) == 12
+    assert 6 < trainer.diffusion.text_cache.encoded <= 12  # six images, two draws each
+    once = [{**shuffled[0], "text_variations": 1}]
+    plain, _, _ = _run(tiny, data, tmp_path / "b", epochs=1, concepts=once)
+    assert plain.diffusion.text_cache is None and "enable_tag_shuffling" in plain.text_cache_off_reason
 
 
 def test_trained_text_encoder_is_not_cached(tiny, captioned, tmp_path):
