@@ -115,6 +115,11 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
     elif not any(c.enabled for c in config.concepts):
         warnings.append("Every concept is disabled: enable at least one concept to train on.")
 
+    sdxl = model_type in (ModelType.STABLE_DIFFUSION_XL_10_BASE, ModelType.STABLE_DIFFUSION_XL_10_BASE_INPAINTING)
+    if sdxl and DataType(config.vae.weight_dtype) == DataType.FLOAT_16 and not config.vae.model_name:
+        warnings.append("vae.weight_dtype: SDXL's own VAE overflows in FLOAT_16 (NaN latents, black samples); keep it at FLOAT_32 "
+                        "or BFLOAT_16, or set the VAE model to madebyollin/sdxl-vae-fp16-fix, which is made for FLOAT_16.")
+
     fmt = config.output_model_format  # a method with a format it cannot write is in errors()
     if method == TrainingMethod.EMBEDDING and fmt != ModelFormat.SAFETENSORS:
         warnings.append(f"Embedding training with output format {fmt.value}: an embedding is saved as SAFETENSORS (the A1111 embedding file A1111, ComfyUI and diffusers read); choose SAFETENSORS.")

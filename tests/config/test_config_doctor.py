@@ -246,3 +246,16 @@ def test_loha_and_lokr_on_nf4_weights_are_not_refused(peft_type):
     config = TrainConfig.model_validate({"model_type": "STABLE_DIFFUSION_15", "training_method": "LORA", "peft_type": peft_type,
                                          "text_encoder": {"train": True, "weight_dtype": "NFLOAT_4"}})
     assert [e for e in errors(config) if e.startswith("text_encoder.weight_dtype")] == []
+
+
+def test_an_sdxl_vae_in_float16_is_warned_about_unless_it_is_the_fp16_fix():
+    config = good()
+    config.model_type = "STABLE_DIFFUSION_XL_10_BASE"
+    assert not [w for w in check(config) if w.startswith("vae.weight_dtype")]  # FLOAT_32, the default
+    config.vae.weight_dtype = "FLOAT_16"
+    (line,) = [w for w in check(config) if w.startswith("vae.weight_dtype")]
+    assert "sdxl-vae-fp16-fix" in line
+    config.vae.model_name = "madebyollin/sdxl-vae-fp16-fix"
+    assert not [w for w in check(config) if w.startswith("vae.weight_dtype")]
+    config.model_type, config.vae.model_name = "STABLE_DIFFUSION_15", ""  # SD 1.5's VAE is fine in float16
+    assert not [w for w in check(config) if w.startswith("vae.weight_dtype")]
