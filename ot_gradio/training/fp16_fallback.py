@@ -38,6 +38,15 @@ def load_dtype(part: str, family: Any, compute: torch.dtype | None, fallback: Da
     return compute
 
 
+def part_load_dtypes(config: Any, family: Any, parts: Any, device: torch.device, compute: torch.dtype | None) -> dict[str, torch.dtype]:
+    """{part: the torch type it loads in} for a run of `config` computing in `compute` (device.weight_dtype,
+    with the fallback type as an fp16-unstable quantized part's compute type)."""
+    from .device import weight_dtype
+
+    return {part: weight_dtype(getattr(config, part).weight_dtype, device,
+                               load_dtype(part, family, compute, config.fallback_train_dtype)) for part in parts}
+
+
 def fallback_autocast(fallback: torch.dtype):
     """The context an fp16-unstable part runs in: the fallback type in place of an active float16 autocast."""
     for kind in _DEVICE_TYPES:

@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .float_weight import float_weight
-from .lora_variants import ADAPTER_NAME, LOKR_MAGNITUDE, AdapterSpec, DecomposedMagnitude
+from .lora_variants import ADAPTER_NAME, LOKR_MAGNITUDE, AdapterSpec, DecomposedMagnitude, adapter_parameters, is_unit_scale
 
 
 @contextlib.contextmanager
@@ -115,8 +115,8 @@ def _decomposed_forward(self: nn.Module, x: torch.Tensor, *args: Any, **kwargs: 
 
 
 def is_whole_pair(layer: nn.Module) -> bool:
-    """A LoKr layer whose w1 and w2 are both whole matrices."""
-    return ADAPTER_NAME in getattr(layer, "lokr_w1", {}) and ADAPTER_NAME in getattr(layer, "lokr_w2", {})
+    """A LoKr layer whose w1 and w2 are both whole matrices (`is_unit_scale` of its parameters)."""
+    return is_unit_scale(adapter_parameters(layer))
 
 
 def nominal_factor(layer: nn.Module) -> float:

@@ -30,8 +30,8 @@ import torch
 from torch import nn
 
 from ..config.enums import DataType, GradientCheckpointing
-from .device import Precision, weight_dtype
-from .fp16_fallback import load_dtype
+from .device import Precision
+from .fp16_fallback import part_load_dtypes
 from .memory_plan import MemoryPlan, plan_run
 from .memory_probe import quantized_on_meta
 
@@ -158,9 +158,9 @@ def estimate_on_meta(model: Any, config: Any, free: int) -> tuple[MemoryPlan, bo
 
     target = torch.device(config.train_device)
     precision = Precision(config.train_dtype, target, config.enable_autocast_cache)
+    dtypes = part_load_dtypes(config, model, model.parts, target, precision.dtype)
     for part, module in model.parts.items():
-        module.to(dtype=weight_dtype(getattr(config, part).weight_dtype, target,
-                                     load_dtype(part, model, precision.dtype, config.fallback_train_dtype)))
+        module.to(dtype=dtypes[part])
     configure_model(model, config, META, precision)
     for part in model.parts:
         if DataType(getattr(config, part).weight_dtype) in (DataType.NFLOAT_4, DataType.INT_8):

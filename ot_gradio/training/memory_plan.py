@@ -385,9 +385,9 @@ def estimate(config: Any) -> dict[str, Any]:
     loaded here gives 'not estimated' and why."""
     from ..config.families import family_info  # noqa: PLC0415
     from ..models.registry import get_family  # noqa: PLC0415
-    from .device import Precision, resolve_device, weight_dtype  # noqa: PLC0415
+    from .device import Precision, resolve_device  # noqa: PLC0415
     from .diffusion import configure_model  # noqa: PLC0415
-    from .fp16_fallback import load_dtype  # noqa: PLC0415
+    from .fp16_fallback import part_load_dtypes  # noqa: PLC0415
     from .methods import get_method  # noqa: PLC0415
     from .placement import Placement  # noqa: PLC0415
 
@@ -396,8 +396,7 @@ def estimate(config: Any) -> dict[str, Any]:
         precision = Precision(config.train_dtype, device, config.enable_autocast_cache)
         parts = family_info(config.model_type).parts
         family = get_family(config.model_type)
-        dtypes = {part: weight_dtype(getattr(config, part).weight_dtype, device,
-                                     load_dtype(part, family, precision.dtype, config.fallback_train_dtype)) for part in parts}
+        dtypes = part_load_dtypes(config, family, parts, device, precision.dtype)
         # the parts' own files as the run loads them (a GGUF transformer counts its quantized bytes)
         model = family.load(config.base_model_name, cache_dir=config.huggingface_cache_dir or None,
                                                    offline=config.offline_mode, dtypes=dtypes,

@@ -21,11 +21,11 @@ from ..config.lr_schedules import warmup_steps
 from ..config.optimizer import SCHEDULE_FREE
 from ..models.common import base_module
 from .debug_output import debug_writer
-from .device import Precision, channels_last_on_cpu, resolve_device, weight_dtype
+from .device import Precision, channels_last_on_cpu, resolve_device
 from .diffusion import check_quantized_parts_frozen, configure_model
 from .distributed import Distributed
 from .ema import EMA
-from .fp16_fallback import load_dtype
+from .fp16_fallback import part_load_dtypes
 from .intervals import Every
 from .masking import conditions_on_images, condlabel_images
 from .methods import get_method
@@ -75,11 +75,7 @@ class TrainerSetup:
 
         self.report.status("loading", f"loading {cfg.base_model_name}")
         family = get_family(cfg.model_type)
-        dtypes = {
-            part: weight_dtype(getattr(cfg, part).weight_dtype, self.device,
-                               load_dtype(part, family, self.precision.dtype, cfg.fallback_train_dtype))
-            for part in family_info(cfg.model_type).parts
-        }
+        dtypes = part_load_dtypes(cfg, family, family_info(cfg.model_type).parts, self.device, self.precision.dtype)
         with self.dist.main_first():  # multi-GPU: one process downloads (or builds) the model, then the others load it
             self.model: ModelFamily = family.load(
                 cfg.base_model_name,
