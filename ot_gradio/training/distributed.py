@@ -172,26 +172,45 @@ class Distributed:
         for p in live:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        precision = GradientReducePrecision(precision)
-        wide = precision in (GradientReducePrecision.FLOAT_32, GradientReducePrecision.FLOAT_32_STOCHASTIC)
-        stochastic = precision in (GradientReducePrecision.FLOAT_32_STOCHASTIC, GradientReducePrecision.WEIGHT_DTYPE_STOCHASTIC)
         for grads in _buckets([p.grad for p in live], bucket_mb * 2**20 if fused else 0):
-            dtype = torch.float32 if wide else grads[0].dtype
-            flat = torch.cat([g.reshape(-1).to(dtype) for g in grads])
+            flat = pack(grads, precision)
             torch.distributed.all_reduce(flat)
-            flat.div_(self.world)
-            offset = 0
-            for g in grads:
-                part = flat[offset:offset + g.numel()].view_as(g)
-                offset += g.numel()
-                if stochastic and g.dtype == torch.bfloat16 and part.dtype == torch.float32:
-                    copy_stochastic_(g, part.contiguous())
-                else:
-                    g.copy_(part)
+            unpack(flat.div_(self.world), grads, precision)
 
     def close(self) -> None:
         if self.active and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+def reduce_dtype(precision: GradientReducePrecision | str, dtype: torch.dtype) -> torch.dtype:
+    """The type gradients of `dtype` are added up in: float32, or their own (WEIGHT_DTYPE*)."""
+    wide = GradientReducePrecision(precision) in (GradientReducePrecision.FLOAT_32, GradientReducePrecision.FLOAT_32_STOCHASTIC)
+    return torch.float32 if wide else dtype
+
+
+def pack(grads: list[torch.Tensor | None], precision: GradientReducePrecision | str, like: list[torch.Tensor] | None = None,
+         extra: torch.Tensor | None = None) -> torch.Tensor:
+    """One flat tensor of the gradients in the type they are added up in; a missing gradient (None)
+    is zeros shaped as its weight in `like`; `extra` (already in that type) goes at the end."""
+    first = next(g for g in (*grads, *(like or [])) if g is not None)
+    dtype = reduce_dtype(precision, first.dtype)
+    parts = [(g if g is not None else torch.zeros_like(like[i])).reshape(-1).to(dtype) for i, g in enumerate(grads)]
+    return torch.cat(parts if extra is None else [*parts, extra])
+
+
+def unpack(flat: torch.Tensor, grads: list[torch.Tensor], precision: GradientReducePrecision | str) -> None:
+    """Copy a reduced flat tensor back into the gradients (stochastically rounded into bfloat16
+    ones for the _STOCHASTIC precisions)."""
+    stochastic = GradientReducePrecision(precision) in (GradientReducePrecision.FLOAT_32_STOCHASTIC,
+                                                        GradientReducePrecision.WEIGHT_DTYPE_STOCHASTIC)
+    offset = 0
+    for g in grads:
+        part = flat[offset:offset + g.numel()].view_as(g)
+        offset += g.numel()
+        if stochastic and g.dtype == torch.bfloat16 and part.dtype == torch.float32:
+            copy_stochastic_(g, part.contiguous())
+        else:
+            g.copy_(part)
 
 
 def _buckets(grads: list[torch.Tensor], limit_bytes: int) -> Iterator[list[torch.Tensor]]:

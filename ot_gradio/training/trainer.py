@@ -24,6 +24,7 @@ from ..config.enums import TimeUnit
 from ..config.io import config_to_dict
 from ..config.schema import TrainConfig
 from ..data.prefetch import LoadStats, prefetched
+from .async_reduce import AsyncGradientReducer
 from .backup import Counters, write_backup
 from .distributed import Distributed
 from .optimizers import optimizer_eval_mode, optimizer_train_mode
@@ -54,6 +55,7 @@ class Trainer(TrainerSetup):
         self.scheduler: Any = None
         self.data_stats = LoadStats()  # time the loop waited for batches
         self.dist = Distributed()  # setup joins the other processes of a multi-GPU run
+        self.async_reduce: AsyncGradientReducer | None = None  # multi-GPU with async_gradient_reduce
         # Each step's loss is read from the device at once, or with `defer_loss_reads` (GPUs; not
         # with several processes, which average each step's loss anyway) later (`_read_losses`).
         self.defer_loss_reads = False
@@ -76,9 +78,12 @@ class Trainer(TrainerSetup):
             # the next batches load in `dataloader_threads` threads while this one trains (data/prefetch.py)
             for index, batch in prefetched(batches, self.counters.epoch_step, cfg.dataloader_threads, stats=self.data_stats):
                 images += len(batch.image_paths)
+                steps = (index + 1) % accum == 0 or index + 1 == len(batches)  # this backward pass ends in an optimizer step
+                if steps and self.async_reduce is not None:
+                    self.async_reduce.arm(all_params(self.param_groups, trained_only=True))
                 loss = self._forward_backward(batch, accum)
                 self.counters.epoch_step = index + 1
-                if self.counters.epoch_step % accum == 0 or self.counters.epoch_step == len(batches):
+                if steps:
                     self._optimizer_step()
                     self.counters.global_step += 1
                     self._stop_parts_if_due()
@@ -135,7 +140,10 @@ class Trainer(TrainerSetup):
     def _optimizer_step(self) -> None:
         params = all_params(self.param_groups, trained_only=True)
         cfg = self.config
-        self.dist.reduce_gradients(params, cfg.gradient_reduce_precision, cfg.fused_gradient_reduce, cfg.async_gradient_reduce_buffer)
+        if self.async_reduce is not None:
+            self.async_reduce.finish()  # the buckets started during the backward pass
+        else:
+            self.dist.reduce_gradients(params, cfg.gradient_reduce_precision, cfg.fused_gradient_reduce, cfg.async_gradient_reduce_buffer)
         scaler = self.precision.scaler
         if scaler is not None:
             scaler.unscale_(self.optimizer)

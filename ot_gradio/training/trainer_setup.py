@@ -20,6 +20,7 @@ from ..config.families import family_info
 from ..config.lr_schedules import warmup_steps
 from ..config.optimizer import SCHEDULE_FREE
 from ..models.common import base_module
+from .async_reduce import AsyncGradientReducer
 from .debug_output import debug_writer
 from .device import Precision, channels_last_on_cpu, resolve_device
 from .diffusion import check_quantized_parts_frozen, configure_model
@@ -107,6 +108,9 @@ class TrainerSetup:
             )
         self.trained_params = all_params(self.param_groups)
         self.dist.broadcast_parameters(self.trained_params)  # every process starts from the same weights
+        if self.dist.active and cfg.async_gradient_reduce:
+            self.async_reduce = AsyncGradientReducer(self.dist, cfg.gradient_reduce_precision, cfg.fused_gradient_reduce,
+                                                     cfg.async_gradient_reduce_buffer)
         self._set_train_modes()
         self._install_offloading()
         # which frozen parts wait in RAM while the steps run (placement.py); the planner counts them there

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from ot_gradio.training.async_reduce import AsyncGradientReducer
 from ot_gradio.training.distributed import Distributed
 
 
@@ -28,6 +29,7 @@ def main(out: Path) -> None:
         result[name] = {"a": a.grad.tolist(), "b": b.grad.tolist(), "only": only_rank1.grad.tolist(),
                         "frozen": frozen.grad, "half_dtype": str(half.grad.dtype)}
     result["calls"] = reduce_calls(dist)
+    result["async"] = async_cases(dist)
     result["mean"] = dist.mean(float(rank + 1), torch.device("cpu"))
     result["broadcast"] = sorted(dist.broadcast({"stop"} if rank == 0 else set()))
     w = torch.nn.Parameter(torch.full((2,), float(rank)))
@@ -62,6 +64,66 @@ def reduce_calls(dist: Distributed) -> dict:
     finally:
         torch.distributed.all_reduce = real
     return out
+
+
+def async_cases(dist: Distributed) -> dict:
+    """Gradients reduced during real backward passes by AsyncGradientReducer, against the same
+    gradients reduced after the pass by reduce_gradients."""
+    rank = dist.rank
+    out = {}
+    for name, fused, accum in (("fused", True, 1), ("per-weight", False, 1), ("accumulated", False, 2)):
+        torch.manual_seed(0)
+        first, second = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+        only_rank1, unused = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+        # buckets go in reverse order: second's weights first, then first's, only_rank1's, unused's
+        params = [*unused.parameters(), *only_rank1.parameters(), *first.parameters(), *second.parameters()]
+        reducer = AsyncGradientReducer(dist, "FLOAT_32", fused, 1)
+        local = _backward(rank, reducer, params, first, second, only_rank1, accum)
+        reducer.finish()
+        got = [p.grad for p in params]
+        for p, g in zip(params, local, strict=True):
+            p.grad = g
+        dist.reduce_gradients(params, "FLOAT_32", fused, 1)
+        out[name] = {"diffs": [None if a is None or b is None else float((a - b).abs().max())
+                               for a, b in zip(got, [p.grad for p in params], strict=True)],
+                     "started_in_backward": reducer.started_in_backward,
+                     "none": [i for i, g in enumerate(got) if g is None],
+                     "expected_none": [i for i, p in enumerate(params) if p.grad is None]}
+        reducer.close()
+    # a gradient that grows after its bucket was sent is an error, not a silently wrong mean
+    torch.manual_seed(0)
+    first, second, only_rank1 = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    params = [*only_rank1.parameters(), *first.parameters(), *second.parameters()]
+    reducer = AsyncGradientReducer(dist, "FLOAT_32", False, 1)
+    _backward(rank, reducer, params, first, second, only_rank1, 1)
+    try:
+        reducer._on_gradient(second.weight)  # as autograd would after a second accumulation
+        out["late_error"] = None
+    except RuntimeError as e:
+        out["late_error"] = str(e)
+    reducer.finish()  # the collectives still match across the processes
+    reducer.close()
+    return out
+
+
+def _backward(rank, reducer, params, first, second, only_rank1, accum):
+    """`accum` backward passes, armed before the last, and the gradients they make without a reduce
+    (the same passes run first unarmed: an armed pass writes means back while it runs)."""
+    local = None
+    for armed in (False, True):
+        torch.manual_seed(rank + 1)
+        for p in params:
+            p.grad = None
+        for micro in range(accum):
+            if armed and micro == accum - 1:
+                reducer.arm(params)
+            x = torch.randn(3, 4)
+            # the two processes finish their weights in different orders, and one has an extra layer
+            y = second(first(x)) if rank == 0 else only_rank1(first(second(x)))
+            y.square().mean().backward()
+        if not armed:
+            local = [None if p.grad is None else p.grad.clone() for p in params]
+    return local
 
 
 if __name__ == "__main__":

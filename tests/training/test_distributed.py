@@ -138,6 +138,14 @@ def test_gradients_are_averaged_across_two_gloo_processes(tmp_path):
         assert calls["unfused"] == [[300_000, "torch.float32"]] * 2  # fused_gradient_reduce off: one per weight
         assert calls["bf16_weight_dtype"] == [[600_000, "torch.bfloat16"]]  # WEIGHT_DTYPE adds up in bf16
         assert calls["bf16_float32"] == [[600_000, "torch.float32"]]  # FLOAT_32 widens first
+        late = got["async"].pop("late_error")
+        assert late.startswith("async_gradient_reduce: a trained weight received more gradient after it was sent") and "General tab" in late
+        for case, r in got["async"].items():  # reduced during the backward pass = reduced after it
+            assert r["none"] == r["expected_none"] == [0, 1], (case, r)  # the layer no process used keeps no gradient
+            # per weight, each process starts the buckets its backward pass completed (in order) before finish;
+            # process 1 starts 6, more than IN_FLIGHT (4): its first buckets are written back during the pass
+            assert r["started_in_backward"] == (0 if case == "fused" else 4 if rank == 0 else 6), (case, r)
+            assert all(d == 0.0 for d in r["diffs"] if d is not None), (case, r)
         assert got["mean"] == 1.5
         assert got["broadcast"] == ["stop"]  # the main process's requests reach every process
         assert got["weights"] == [0.0, 0.0]  # everyone starts from the main process's weights
