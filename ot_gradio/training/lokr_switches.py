@@ -36,7 +36,7 @@ from .lora_variants import ADAPTER_NAME, LOKR_MAGNITUDE, AdapterSpec, Decomposed
 @contextlib.contextmanager
 def lokr_injection(spec: AdapterSpec):
     """While peft injects LoKr layers with `lokr_full_matrix`: w2 is created whole (and so is
-    not a Tucker product), then initialized as peft does a whole w2 (w1 zero, w2 Kaiming)."""
+    not a Tucker product), then initialized as LyCORIS does a whole w2 (w1 Kaiming, w2 zero)."""
     if not spec.lokr_full_matrix:
         yield
         return

@@ -24,6 +24,7 @@ from .lora_variants import (
     OFT_2,
     AdapterSpec,
     adapter_parameters,
+    init_loha_like_lycoris,
     install_decomposition,
     install_real_shape_deltas,
     is_adapter_layer,
@@ -201,8 +202,8 @@ def add_lora(
     """Wrap the selected layers of `module` with LoRA (or `spec`'s variant) and freeze everything else.
 
     Down (A) weights start Kaiming-uniform and up (B) weights at zero (LoHa/LoKr: one factor at
-    zero; DoRA: magnitude = the base weight's norms), so the model is unchanged until the first
-    step. Returns the trainable adapter parameters (in `dtype`).
+    zero, as LyCORIS and OneTrainer start them; DoRA: magnitude = the base weight's norms), so the
+    model is unchanged until the first step. Returns the trainable adapter parameters (in `dtype`).
     """
     from peft import inject_adapter_in_model
 
@@ -228,6 +229,8 @@ def add_lora(
         inject_adapter_in_model(config, module, adapter_name=ADAPTER_NAME)
     if spec.peft_type in (LOHA, LOKR):
         install_real_shape_deltas(module)
+    if spec.peft_type == LOHA:
+        init_loha_like_lycoris(module)
     if spec.peft_type == LOKR:
         install_lokr_switches(module, spec)
     if spec.peft_type == LORA and spec.decompose:

@@ -118,11 +118,13 @@ def peft_config(spec: AdapterSpec, *, rank: int, alpha: float, dropout: float, t
     if spec.peft_type == LOHA:
         from peft import LoHaConfig
 
-        return LoHaConfig(r=rank, alpha=alpha, target_modules=targets, init_weights=True)
+        return LoHaConfig(r=rank, alpha=alpha, target_modules=targets, init_weights=True)  # init_loha_like_lycoris after
     from peft import LoKrConfig
 
+    # "lycoris": w1 (or w1_a, w1_b) Kaiming, w2 (or w2_b) zero, as OneTrainer and LyCORIS start a
+    # LoKr; peft's own default is the other way round (w1 zero), which trains differently at first
     return LoKrConfig(
-        r=rank, alpha=alpha, target_modules=targets, init_weights=True, decompose_both=spec.decompose_both,
+        r=rank, alpha=alpha, target_modules=targets, init_weights="lycoris", decompose_both=spec.decompose_both,
         decompose_factor=spec.decompose_factor, use_effective_conv2d=spec.use_tucker,
     )
 
@@ -275,6 +277,22 @@ def install_real_shape_deltas(module: nn.Module) -> None:
     for layer in module.modules():
         if isinstance(layer, LycorisLayer) and real_shape(layer.get_base_layer()):
             layer.get_delta_weight = types.MethodType(_delta_in_real_shape, layer)
+
+
+def init_loha_like_lycoris(module: nn.Module) -> None:
+    """Start every LoHa layer as LyCORIS and OneTrainer do: w1_a normal with std 0.1, w1_b and
+    w2_b standard normal, w2_a zero (the delta is zero). peft starts them Kaiming-uniform, which
+    makes the first factor's product (and so each step's change of the delta) about two orders
+    of magnitude smaller: a OneTrainer LoHa config's learning rate would hardly move it."""
+    from peft.tuners.loha.layer import LoHaLayer
+
+    with torch.no_grad():
+        for layer in module.modules():
+            if isinstance(layer, LoHaLayer) and ADAPTER_NAME in layer.hada_w1_a:
+                layer.hada_w1_a[ADAPTER_NAME].normal_(std=0.1)
+                layer.hada_w1_b[ADAPTER_NAME].normal_(std=1.0)
+                layer.hada_w2_a[ADAPTER_NAME].zero_()
+                layer.hada_w2_b[ADAPTER_NAME].normal_(std=1.0)
 
 
 def install_decomposition(module: nn.Module, spec: AdapterSpec) -> None:

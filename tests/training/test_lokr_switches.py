@@ -144,9 +144,10 @@ def test_full_matrix_trains_two_whole_factors_at_scale_one_as_onetrainer(tmp_pat
     params = _params(m)
     assert {k: tuple(v.shape) for k, v in params.items()} == {
         "lin.lokr_w1": (6, 4), "lin.lokr_w2": (8, 8), "conv.lokr_w1": (4, 2), "conv.lokr_w2": (4, 4, 3, 3)}
-    assert params["lin.lokr_w1"].abs().max() == 0 and params["lin.lokr_w2"].abs().max() > 0  # starts as no change
+    # starts as no change, as OneTrainer starts it: w1 Kaiming, w2 zero
+    assert params["lin.lokr_w1"].abs().max() > 0 and params["lin.lokr_w2"].abs().max() == 0
     with torch.no_grad():
-        params["lin.lokr_w1"].normal_(generator=G)
+        params["lin.lokr_w2"].normal_(generator=G)
     w1, w2 = params["lin.lokr_w1"].detach().clone(), params["lin.lokr_w2"].detach()
     # scale 1 whatever alpha / rank: OneTrainer sets such a layer's alpha to its rank, and readers apply it so
     trained = base["lin.weight"] + torch.kron(w1, w2)

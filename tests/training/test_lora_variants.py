@@ -17,7 +17,7 @@ from torch import nn
 from ot_gradio.config.schema import TrainConfig
 from ot_gradio.training.lora import add_lora, load_lora_state_dict, lora_layers, lora_rank_alpha, lora_state_dict
 from ot_gradio.training.lora_format import load_lora_file, read_lora_metadata, save_lora
-from ot_gradio.training.lora_variants import AdapterSpec, check_output_format, check_start_file
+from ot_gradio.training.lora_variants import ADAPTER_NAME, AdapterSpec, check_output_format, check_start_file
 from tests.lora_reference import merge_kohya_reference
 
 ALPHA = 1.0
@@ -306,6 +306,37 @@ def test_peft_type_and_lokr_options():
     assert set(lokr) == {"lokr_w1_a", "lokr_w1_b", "lokr_w2_a", "lokr_w2_b"}
     lokr, _ = shapes(peft_type="LOKR", lokr_dim=1, lokr_use_tucker=True)
     assert lokr == {"lokr_w1": (4, 4), "lokr_t2": (1, 1, 3, 3), "lokr_w2_a": (1, 4), "lokr_w2_b": (1, 4)}
+
+
+@pytest.mark.parametrize("options", [{"peft_type": "LOHA"}, {"peft_type": "LOKR", "lokr_dim": 2}, {"peft_type": "LOKR", "lokr_dim": 2, "lokr_decompose_both": True},
+                                     {"peft_type": "LOKR", "lokr_dim": 2, "lokr_use_tucker": True}, {"peft_type": "LOKR", "lokr_dim": 2, "lokr_full_matrix": True}])
+def test_loha_and_lokr_start_as_lycoris_and_onetrainer_start_them(options):
+    """LoHa: w1_a normal std 0.1, w1_b and w2_b standard normal, w2_a zero; LoKr: w1 (or its
+    factors) Kaiming, w2 (or w2_b) zero; Tucker core Kaiming. peft starts LoHa Kaiming (each step
+    then moves the delta about 150x less at the same learning rate) and LoKr with w1 zero."""
+    torch.manual_seed(0)
+    pipe = _pipeline()
+    config = TrainConfig(lora_rank=16, **options)
+    spec = _spec(**options)
+    add_lora(pipe.unet, kind="unet", rank=spec.rank(config), alpha=1.0, dropout=0.0, layer_preset="full", spec=spec)
+    state = lora_state_dict(pipe.unet)
+    by_name: dict[str, list[torch.Tensor]] = {}
+    for key, value in state.items():
+        by_name.setdefault(key.rsplit(".", 1)[-1], []).append(value.float().flatten())
+    values = {name: torch.cat(v) for name, v in by_name.items()}
+    zero = {"hada_w2_a"} if options["peft_type"] == "LOHA" else {"lokr_w2", "lokr_w2_b"}
+    for name, v in values.items():
+        if name in zero:
+            assert not v.any(), name
+        else:
+            assert v.std() > 0.01, name
+    if options["peft_type"] == "LOHA":
+        assert values["hada_w1_a"].std() == pytest.approx(0.1, rel=0.1)
+        assert values["hada_w1_b"].std() == pytest.approx(1.0, rel=0.1) and values["hada_w2_b"].std() == pytest.approx(1.0, rel=0.1)
+    else:
+        assert zero & set(values) and ({"lokr_w1"} & set(values) or {"lokr_w1_a", "lokr_w1_b"} <= set(values))
+    layer = next(iter(lora_layers(pipe.unet).values()))
+    assert not layer.get_delta_weight(ADAPTER_NAME).any()  # the model is unchanged at step 0
 
 
 def test_settings_that_cannot_work_are_refused():
