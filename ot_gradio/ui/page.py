@@ -77,6 +77,7 @@ CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1
        ".ot-cols>.ot-wide{column-span:all}.ot-cols .ot-grid{gap:8px}"  # the denoiser's settings across the whole width (ui/layout.py)
        ".ot-grid>.form{display:contents!important}"  # gradio wraps runs of fields in one .form: its fields are the grid's items
        "@media (min-width:700px){.ot-grid>.row:has(button[id$=-browse]){grid-column:span 2}}"  # a path and its Browse: two cells
+       ".row:has(>button[id$=-browse]):has(>.form:empty){display:none!important}"  # a hidden path field takes its Browse along
        # the run bar stays in view on every tab
        "#ot-run-bar{position:sticky;top:0;z-index:50}.ot-run-row{flex-wrap:wrap!important;align-items:center}"
        ".ot-run-text{flex:1 1 240px!important;min-width:0!important}.ot-wrap{flex-wrap:wrap!important}"

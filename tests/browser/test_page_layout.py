@@ -68,6 +68,10 @@ def test_run_bar_on_every_tab_and_no_tab_taller_than_two_screens(module_app, mod
         assert _in_viewport(page, "#stop") and _in_viewport(page, "#run-bar-status"), name
         assert _in_viewport(page, "#queue-length") and _queue_length_in_bar(page), f"the queue's length is not in the run bar on the {name} tab"
         heights[name] = page.evaluate("document.documentElement.scrollHeight")
+        orphans = page.evaluate("""() => [...document.querySelectorAll('button[id$=-browse]')].filter(b => b.offsetParent !== null)
+            .filter(b => { const f = document.getElementById(b.id.slice(0, -'-browse'.length)); return !f || f.offsetParent === null; })
+            .map(b => b.id)""")
+        assert not orphans, f"Browse buttons without their path field on the {name} tab: {orphans}"
         page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")  # sticky: still there at the bottom
         page.wait_for_timeout(300)
         assert _in_viewport(page, "#start"), f"Start scrolled away on the {name} tab"
