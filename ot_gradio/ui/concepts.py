@@ -136,7 +136,7 @@ class ConceptsTab:
     def __init__(self):
         infos = schema_fields("concepts[].")
         self.fields: dict[str, Field] = {}
-        with gr.Row():
+        with gr.Row(elem_classes="ot-tools"):
             self.selector = gr.Dropdown(label="Concept", choices=[], value=None, interactive=True, elem_id="concept-select", scale=3)
             self.add_button = gr.Button("Add", elem_id="concept-add", scale=0)
             self.clone = gr.Button("Clone", elem_id="concept-clone", scale=0)

@@ -87,7 +87,9 @@ CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1
        "#ot-run-bar [data-testid=status-tracker]{display:none!important}"  # no poll's timer ("0.6s") flashing in the bar's text
        "@media (max-width:600px){.gradio-container{padding:4px!important}#sample-gallery img{max-width:100%;height:auto}"
        "#problems{max-height:2.75em;overflow-y:auto}"  # a phone: a refused Start's list scrolls, the sticky bar stays < 1/4 screen
-       "#f-model_type input{font-size:.85em}}"  # and the longest model type is read whole
+       "#f-model_type input{font-size:.85em}"
+       ".ot-tools{flex-direction:row!important;flex-wrap:wrap!important}.ot-tools>*{flex:1 1 100%!important}"  # its buttons
+       ".ot-tools>button{flex:1 1 40%!important;min-width:0!important}}"  # two a line, not one  # and the longest model type is read whole
        "body{overflow-x:clip}.gradio-container{overflow:visible!important}")  # clip, not hidden: a scroll box stops the bar sticking
 
 
@@ -169,7 +171,7 @@ class Page(EditHandlers, ConfigFiles):
             fields["training_method"].component.choices = [(m, m) for m in method_choices(initial.get("model_type"), initial.get("training_method"))]
             fields["model_type"].component.min_width = 300  # its own line on a phone: "STABLE_DIFFUSION_XL_10_BASE" whole
             self.preset = gr.Dropdown(list_presets(), value=None, label="Preset", info="Load a preset from presets/ over the defaults.", elem_id="preset")
-        with gr.Row():
+        with gr.Row(elem_classes="ot-tools"):
             self.config_path = gr.Textbox(label="Config file", info="Path of a config JSON (ours or OneTrainer's) to load, or to save to.", scale=3, elem_id="config-path")
             self.load_btn = gr.Button("Load", scale=0)
             self.save_btn = gr.Button("Save", scale=0)
