@@ -39,6 +39,9 @@ RUNS = [
     ("Z-Image/#z-image LoRA 16GB.json", 16),
     ("Chroma/#chroma LoRA 8GB.json", 8),
     ("Chroma/#chroma LoRA 16GB.json", 16),
+    # SD 1.5 names no card either: 8 GB, the smallest many of its users train on
+    ("SD1.5/#sd 1.5 LoRA.json", 8),
+    ("SD1.5/#sd 1.5 embedding.json", 8),
 ]
 
 CLIP_L = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
@@ -80,6 +83,13 @@ def chroma() -> dict:
             "vae": AutoencoderKL(**FLUX_VAE)}
 
 
+def sd15() -> dict:
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+
+    from bench.gpu import SD15_UNET
+    return {"unet": UNet2DConditionModel(**SD15_UNET), "text_encoder": _clip(CLIP_L), "vae": AutoencoderKL(**SD_VAE)}
+
+
 def sdxl() -> dict:
     from diffusers import AutoencoderKL, UNet2DConditionModel
 
@@ -114,9 +124,9 @@ def z_image() -> dict:
             "vae": AutoencoderKL(**FLUX_VAE)}
 
 
-BUILDERS = {"FLUX_DEV_1": flux, "CHROMA_1": chroma, "STABLE_DIFFUSION_XL_10_BASE": sdxl, "QWEN": qwen_image, "Z_IMAGE": z_image}
+BUILDERS = {"FLUX_DEV_1": flux, "CHROMA_1": chroma, "STABLE_DIFFUSION_15": sd15, "STABLE_DIFFUSION_XL_10_BASE": sdxl, "QWEN": qwen_image, "Z_IMAGE": z_image}
 # the tiny model's tokenizers and scheduler (built on the CPU; its modules are replaced)
-TINY = {"FLUX_DEV_1": "flux", "CHROMA_1": "chroma", "STABLE_DIFFUSION_XL_10_BASE": "sdxl", "QWEN": "qwen_image", "Z_IMAGE": "z_image"}
+TINY = {"FLUX_DEV_1": "flux", "CHROMA_1": "chroma", "STABLE_DIFFUSION_15": "sd15", "STABLE_DIFFUSION_XL_10_BASE": "sdxl", "QWEN": "qwen_image", "Z_IMAGE": "z_image"}
 
 
 def build_on_meta(model_type: str):

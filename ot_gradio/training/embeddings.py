@@ -57,6 +57,11 @@ BUNDLE_PREFIX = "bundle_emb."
 OUT_SUFFIX = "_out"
 
 
+def _host_copy(t: torch.Tensor) -> torch.Tensor:
+    """A detached CPU copy (a meta one for the memory planner's model on the meta device)."""
+    return t.detach().to("meta" if t.is_meta else "cpu", copy=True)
+
+
 class TokenEmbedding(nn.Embedding):
     """A text encoder's input embedding that also knows the embeddings' tokens.
 
@@ -272,7 +277,8 @@ class Embeddings:
             encoder.set_input_embeddings(module)
             self.modules[part] = module
             rows = module.weight[: module.first_new_id].detach().float()
-            self.median_norms[part] = float(rows.norm(dim=1).median())
+            # (a model on the meta device, which the memory planner builds, has no values to read)
+            self.median_norms[part] = 1.0 if rows.is_meta else float(rows.norm(dim=1).median())
         self.output_parts = [p for p in model.text_encoder_names if p in model.output_embedding_parts]
         self.hook = OutputVectors(self.items)
         model.output_embeddings = self.hook
@@ -335,7 +341,7 @@ class Embeddings:
             module.vectors.append(vector)
             vectors[part] = vector
             first_ids[part] = first
-        embedding = Embedding(settings, field, tokens, vectors, {p: v.detach().cpu().clone() for p, v in start.items()}, first_ids=first_ids)
+        embedding = Embedding(settings, field, tokens, vectors, {p: _host_copy(v) for p, v in start.items()}, first_ids=first_ids)
         if output:
             self._make_output(embedding, outputs, train=bool(train), train_parts=train_parts)
         self.items.append(embedding)
@@ -350,7 +356,7 @@ class Embeddings:
         for part, start in outputs.items():
             embedding.vectors[part].data.zero_()
             embedding.initial[part] = torch.zeros_like(embedding.initial[part])
-            embedding.initial_outputs[part] = start.detach().cpu().clone()
+            embedding.initial_outputs[part] = _host_copy(start)
             embedding.output_stds[part] = original_std(start)
             embedding.outputs[part] = nn.Parameter(start.to(self.device, torch.float32), requires_grad=train and part in train_parts)
 

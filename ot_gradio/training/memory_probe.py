@@ -284,12 +284,43 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
     params = [p for p in trained if p.requires_grad]
     modules = [model.parts[name] for name in probe.swapped]
     with _objects_restored(model, modules), on_meta(modules, precision.dtype) as stand_ins, \
+            _vectors_on_meta(model, modules, stand_ins), \
             _flash_attention_on_meta(), _autocast_guards_on_meta(), quantized_on_meta(modules), LiveBytes() as live:
         live.live = live.peak = probe.start_bytes  # the step starts from its batch
         loss = step.loss(probe.batch, trained_text_parts)
-        meta_params = [stand_ins[id(p)] for p in params if id(p) in stand_ins]
-        torch.autograd.grad(loss, meta_params, allow_unused=True)
+        torch.autograd.grad(loss, [stand_ins[id(p)] for p in params if id(p) in stand_ins], allow_unused=True)
     return live.peak
+
+
+@contextmanager
+def _vectors_on_meta(model: Any, modules: list[torch.nn.Module], stand_ins: dict[int, torch.Tensor]):
+    """Embedding vectors (held as plain tensors by the text encoders' input embeddings and by the
+    output-embedding hook, not as module parameters) replaced by meta stand-ins for the probe, so
+    the backward pass reaches them; added to `stand_ins`, put back afterwards."""
+    from .embeddings import TokenEmbedding  # noqa: PLC0415
+    from .output_embeddings import OutputVectors  # noqa: PLC0415
+
+    def stand_in(v: torch.Tensor) -> torch.Tensor:
+        if id(v) not in stand_ins:
+            stand_ins[id(v)] = torch.nn.Parameter(torch.empty(v.shape, dtype=v.dtype, device="meta"), requires_grad=v.requires_grad)
+        return stand_ins[id(v)]
+
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        for root in modules:
+            for module in root.modules():
+                if isinstance(module, TokenEmbedding) and module.vectors:
+                    saved.append((module, "vectors", module.vectors))
+                    module.vectors = [stand_in(v) for v in module.vectors]
+        hook = getattr(model, "output_embeddings", None)
+        for embedding in hook.embeddings if isinstance(hook, OutputVectors) else ():
+            if embedding.outputs:
+                saved.append((embedding, "outputs", embedding.outputs))
+                embedding.outputs = {part: stand_in(v) for part, v in embedding.outputs.items()}
+        yield
+    finally:
+        for holder, name, value in reversed(saved):
+            setattr(holder, name, value)
 
 
 @contextmanager

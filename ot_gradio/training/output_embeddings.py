@@ -76,6 +76,9 @@ def initial_output_vectors(model: Any, hook: OutputVectors, embedding: Any, part
         if part not in captured:
             raise RuntimeError(f"the {type(model).__name__} family did not pass the {part}'s output through output_embedded")
         ids, hidden = captured[part]
+        if hidden.is_meta:  # the memory planner's model on the meta device: the shape is all there is
+            out[part] = torch.empty(count, hidden.shape[-1], device="meta")
+            continue
         offset = ids[0].to(hidden.device) - embedding.first_ids[part]
         rows = hidden[0][(offset >= 0) & (offset < count)].float()
         if rows.shape[0] != count:
@@ -86,8 +89,9 @@ def initial_output_vectors(model: Any, hook: OutputVectors, embedding: Any, part
 
 def original_std(vector: torch.Tensor) -> float:
     """What `preserve_embedding_norm` keeps for output vectors (OneTrainer's
-    original_output_vector_std): the mean over tokens of each row's standard deviation."""
-    return float(vector.detach().float().std(dim=1).mean())
+    original_output_vector_std): the mean over tokens of each row's standard deviation (1 for
+    the memory planner's meta vectors, which have no values)."""
+    return 1.0 if vector.is_meta else float(vector.detach().float().std(dim=1).mean())
 
 
 @torch.no_grad()

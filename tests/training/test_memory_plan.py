@@ -163,6 +163,25 @@ def test_activations_grow_with_batch_and_resolution(tiny_model, shapes, tmp_path
     assert all(p.device.type == "cpu" for p in trainer.model.parts["unet"].parameters())
 
 
+@pytest.mark.parametrize("output", [False, True])
+def test_an_embedding_run_is_planned(tiny_model, shapes, tmp_path, output):
+    """The trained vectors are plain tensors outside the modules (the input embedding's and the
+    output hook's): the probe gives them meta stand-ins and the backward pass reaches them."""
+    data = config(tiny_model, shapes, tmp_path, training_method="EMBEDDING", unet={"train": False},
+                  embedding={"placeholder": "<shape>", "token_count": 2, "initial_embedding_text": "a shape",
+                             "is_output_embedding": output},
+                  output_model_destination=str(tmp_path / "out" / "emb.safetensors"))
+    trainer, _ = setup_trainer(data, tmp_path)
+    vectors = [p for g in trainer.param_groups for p in g.params if p.requires_grad]
+    plan = memory_plan.plan_run(trainer.model, trainer.config, trainer.device, trainer.precision,
+                                trainer.param_groups, trainer.trained_text_parts, ["text_encoder"], measure=(False,))
+    assert not plan.probe_error and plan.activations(False) > 0, plan.probe_error
+    assert vectors and all(v.device.type == "cpu" for v in vectors)  # the probe put them back
+    hook = trainer.model.output_embeddings
+    held = [v for e in (hook.embeddings if hook else []) for v in e.outputs.values()]
+    assert all(v.device.type == "cpu" for v in held) and bool(held) == output
+
+
 # --- the estimate against a real run ----------------------------------------------------------------
 
 RUN = textwrap.dedent("""
