@@ -110,6 +110,7 @@ ADAPTERS = {
     "lokr-dora-in": {"peft_type": "LOKR", "lokr_decompose": True, "lokr_dora_output": False},
     "lokr-dora-out": {"peft_type": "LOKR", "lokr_decompose": True},
     "lokr-full": {"peft_type": "LOKR", "lokr_full_matrix": True},
+    "loha": {"peft_type": "LOHA"},
 }
 
 
@@ -131,7 +132,8 @@ def _train_full(model, seed: int = 0, preset: str = "full", text_encoders: bool 
 
 
 def _layer(key: str) -> str:
-    lokr = (".lokr_w1", ".lokr_w1_a", ".lokr_w1_b", ".lokr_w2", ".lokr_w2_a", ".lokr_w2_b", ".lokr_t2")
+    lokr = (".lokr_w1", ".lokr_w1_a", ".lokr_w1_b", ".lokr_w2", ".lokr_w2_a", ".lokr_w2_b", ".lokr_t2",
+            ".hada_w1_a", ".hada_w1_b", ".hada_w2_a", ".hada_w2_b", ".hada_t1", ".hada_t2")
     for suffix in (".lora_down.weight", ".lora_up.weight", ".lora_A.weight", ".lora_B.weight", ".alpha", ".dora_scale", *lokr):
         if key.endswith(suffix):
             return key[: -len(suffix)]
