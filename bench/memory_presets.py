@@ -39,6 +39,10 @@ RUNS = [
     ("Z-Image/#z-image LoRA 16GB.json", 16),
     ("Chroma/#chroma LoRA 8GB.json", 8),
     ("Chroma/#chroma LoRA 16GB.json", 16),
+    # fine-tunes: Adafactor with the fused back pass, and trained weights offloaded
+    ("Z-Image/#z-image Finetune 16GB.json", 16),
+    ("Chroma/#chroma Finetune 16GB.json", 16),
+    ("QwenImage/#qwen Finetune 24GB.json", 24),
     # SD 1.5 names no card either: 8 GB, the smallest many of its users train on
     ("SD1.5/#sd 1.5 LoRA.json", 8),
     ("SD1.5/#sd 1.5 embedding.json", 8),

@@ -43,6 +43,7 @@ from .optimizer import (
     ADAPTIVE_LR,
     SCHEDULE_FREE,
     OptimizerConfig,
+    fused_back_pass_on,
     optimizer_ignored,
     optimizer_param_defaults,
     optimizer_problems,
@@ -394,19 +395,20 @@ def lokr_dora_warnings(config: Any) -> list[str]:
 
 
 def offload_warnings(config: Any) -> list[str]:
-    """Layer offloading that will not act (OneTrainer's fine-tune presets set it; the run goes on
-    without it). With `compile`, the trainer compiles the blocks that stay on the device one by
-    one, as OneTrainer does, so that pair needs no word here."""
-    if config.training_method != TrainingMethod.FINE_TUNE:
+    """Layer offloading that will not act: a fine-tune's offload fraction without the fused back
+    pass (OneTrainer's fine-tune presets set both; the run goes on without offloading). With
+    `compile`, the trainer compiles the blocks that stay on the device one by one, as OneTrainer
+    does, so that pair needs no word here."""
+    if config.training_method != TrainingMethod.FINE_TUNE or fused_back_pass_on(config):
         return []
     out = []
     for part in trainable_parts(config.model_type):
         section = getattr(config, part, None)
         fraction = getattr(section, "offload_fraction", 0) or 0
         if fraction > 0 and section.train:
-            out.append(f"{part}.offload_fraction {fraction:g} is not applied: FINE_TUNE trains every weight of the {part} and "
-                       f"layer offloading moves only frozen weights to RAM (OneTrainer also moves trained ones), so the whole "
-                       f"{part} stays on the GPU; train a LoRA, or lower its weight data type, if it does not fit.")
+            out.append(f"{part}.offload_fraction {fraction:g} is not applied: FINE_TUNE trains every weight of the {part}, and "
+                       f"trained weights move to RAM only with the fused back pass (as in OneTrainer), so the whole {part} "
+                       f"stays on the GPU; turn on optimizer.fused_back_pass (Adafactor, Adam(W), ...) or train a LoRA.")
     return out
 
 

@@ -154,6 +154,13 @@ def optimizer_param_defaults(optimizer: Optimizer | str) -> dict[str, Any]:
     return {**_defaults_table().get(name, {}), **WORKING_DEFAULTS.get(name, {})}
 
 
+def fused_back_pass_on(config: Any) -> bool:
+    """Whether the run steps each weight inside the backward pass: `optimizer.fused_back_pass` on
+    for an optimizer that offers it."""
+    settings = config.optimizer
+    return bool(settings.fused_back_pass) and "fused_back_pass" in optimizer_param_defaults(settings.optimizer)
+
+
 # Optimizers that keep an average of the weights: the trainer switches them to it for sampling and
 # saving, and (as OneTrainer does) runs them with a constant learning rate and no warmup.
 SCHEDULE_FREE = frozenset({O.SCHEDULE_FREE_ADAMW, O.SCHEDULE_FREE_SGD, O.PRODIGY_PLUS_SCHEDULE_FREE})

@@ -61,10 +61,12 @@ def pack_bitsandbytes(module: nn.Module) -> int:
 
 
 def offloaded_bytes_planned(model: Any, config: Any) -> int:
-    """Bytes of the frozen weights layer offloading would keep in RAM (offload.install_offloading
-    picks the last `offload_fraction` of each part's blocks), counted without moving anything."""
-    from .offload import find_blocks  # noqa: PLC0415
+    """Bytes of the weights layer offloading would keep in RAM (offload.install_offloading picks
+    the last `offload_fraction` of each part's blocks; their frozen weights, and with the fused
+    back pass their trained ones too), counted without moving anything."""
+    from .offload import find_blocks, offloads_trained_weights  # noqa: PLC0415
 
+    trained = offloads_trained_weights(config)
     total = 0
     for part in (model.denoiser, *model.text_encoder_names):
         part_config = getattr(config, part, None)
@@ -74,8 +76,8 @@ def offloaded_bytes_planned(model: Any, config: Any) -> int:
         count = min(len(blocks), math.ceil(part_config.offload_fraction * len(blocks)))
         for block in blocks[len(blocks) - count:]:
             tensors = [*block.parameters(), *block.buffers()]
-            if any(not t.requires_grad for t in block.parameters()):
-                total += sum(t.numel() * t.element_size() for t in tensors if not t.requires_grad)
+            if trained or any(not t.requires_grad for t in block.parameters()):
+                total += sum(t.numel() * t.element_size() for t in tensors if trained or not t.requires_grad)
     return total
 
 

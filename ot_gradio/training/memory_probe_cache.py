@@ -71,6 +71,7 @@ def _without_ids(value: Any) -> Any:
 
 def probe_key(model: Any, config: Any, precision: Any, trained_text_parts: frozenset[str], checkpointing: dict[str, bool]) -> str:
     from ..config.io import config_to_dict  # noqa: PLC0415
+    from ..config.optimizer import fused_back_pass_on  # noqa: PLC0415
 
     settings = _without_ids({k: v for k, v in config_to_dict(config).items() if k not in NOT_IN_STEP})
     h = hashlib.sha256()
@@ -78,6 +79,7 @@ def probe_key(model: Any, config: Any, precision: Any, trained_text_parts: froze
     h.update(json.dumps(settings, sort_keys=True, default=str).encode())
     h.update(f"precision {getattr(precision, 'dtype', None)} {getattr(precision, 'device', None)} "
              f"{getattr(precision, 'autocast_cache', None)} text {sorted(trained_text_parts)}\n".encode())
+    h.update(f"fused back pass {fused_back_pass_on(config)}\n".encode())  # (the optimizer is not in the step's settings)
     _model_structure(model, checkpointing, h)
     return h.hexdigest()
 

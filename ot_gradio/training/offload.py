@@ -70,19 +70,28 @@ def _plain(t: torch.Tensor) -> bool:
 
 
 class OffloadedBlock:
-    """One block's frozen tensors: their RAM copies, moved in before the forward and dropped after."""
+    """One block's tensors: their RAM copies, moved in before the forward and dropped after.
+
+    With `trained` (a fine-tune with the fused back pass) its trained weights are offloaded too:
+    in the backward pass's recomputation they stay on the device until their gradient has been
+    used by the optimizer's step inside the backward pass (`return_trained`, a hook after the
+    step's), which copies the stepped weight back into its RAM copy. A trained weight left on the
+    device (no gradient reached it) is copied back at its block's next forward instead."""
 
     def __init__(self, block: nn.Module, train_device: torch.device, offload_device: torch.device,
-                 mover: Mover, pin: bool) -> None:
+                 mover: Mover, pin: bool, trained: bool = False) -> None:
         self.block, self.train_device, self.mover = block, train_device, mover
         self.entries: list[list] = []  # [table, name, the tensor in the table, its RAM copy]
+        self.trained: dict[int, list] = {}  # id of a trained weight -> its entry
+        self.dirty: set[int] = set()  # trained weights on the device whose values may differ from RAM
         self.skipped = 0
         self.nbytes = 0
         self.loads = 0
+        self._forwarding = False
         for module in block.modules():
-            for table, trained_ok in ((module._parameters, False), (module._buffers, True)):
+            for table, is_parameter in ((module._parameters, True), (module._buffers, False)):
                 for name, t in list(table.items()):
-                    if t is None or (not trained_ok and t.requires_grad):
+                    if t is None or (is_parameter and t.requires_grad and not trained):
                         continue
                     if not _plain(t):
                         self.skipped += 1
@@ -91,6 +100,8 @@ class OffloadedBlock:
                     if pin and copy.device.type == "cpu":
                         copy = copy.pin_memory()
                     self.entries.append([table, name, t, copy])
+                    if is_parameter and t.requires_grad:
+                        self.trained[id(t)] = self.entries[-1]
                     self.nbytes += t.numel() * t.element_size()
         self.unload()
         self.forward = block.forward
@@ -109,22 +120,51 @@ class OffloadedBlock:
     def load(self) -> None:
         self.loads += 1
         for entry in self.entries:
+            if id(entry[2]) in self.dirty:  # a trained weight still on the device holds its newest values
+                continue
             self._set(entry, self.mover(entry[3], self.train_device))
 
-    def unload(self) -> None:
+    def unload(self, keep_trained: bool = False) -> None:
+        """Point the tensors back at their RAM copies. `keep_trained` (the backward pass's
+        recomputation): trained weights stay on the device for their gradient and step."""
         for entry in self.entries:
+            key = id(entry[2])
+            if key in self.trained and (keep_trained and entry[2].requires_grad):
+                self.dirty.add(key)
+                continue
+            if key in self.dirty:
+                self._copy_back(entry)
             self._set(entry, entry[3])
+
+    def _copy_back(self, entry: list) -> None:
+        with torch.no_grad():
+            entry[3].copy_(entry[2].data)
+        self.dirty.discard(id(entry[2]))
+
+    def return_trained(self, p: torch.Tensor) -> None:
+        """After a trained weight's step in the backward pass: its new values to RAM, and the
+        device copy dropped."""
+        entry = self.trained.get(id(p))
+        if entry is None or id(p) not in self.dirty:
+            return
+        self._copy_back(entry)
+        self._set(entry, entry[3])
 
     def _call(self, *args: Any, **kwargs: Any) -> Any:
         self.load()
         try:
             return self.forward(*args, **kwargs)
         finally:
-            self.unload()
+            # a call with gradients on that is not `run`'s own is the backward pass recomputing the block
+            self.unload(keep_trained=torch.is_grad_enabled() and not self._forwarding)
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         if torch.is_grad_enabled():
-            return checkpoint(self._call, *args, use_reentrant=False, **kwargs)
+            self._forwarding = True
+            try:
+                return checkpoint(self._call, *args, use_reentrant=False, **kwargs)
+            finally:
+                self._forwarding = False
         return self._call(*args, **kwargs)
 
 
@@ -139,20 +179,41 @@ class PartOffload:
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self.blocks)
 
+    def return_trained_after_steps(self) -> int:
+        """Hooks that send each offloaded trained weight back to RAM after its step in the
+        backward pass; call after the fused back pass's optimizer registered its own hooks
+        (hooks run in the order they were registered). Returns how many weights got one."""
+        count = 0
+        for block in self.blocks:
+            for entry in block.trained.values():
+                entry[2].register_post_accumulate_grad_hook(block.return_trained)
+                count += 1
+        return count
+
     def describe(self) -> str:
         from .memory_probe import gb  # noqa: PLC0415
 
         skipped = sum(b.skipped for b in self.blocks)
-        text = (f"{self.part}: {len(self.blocks)} of {self.n_blocks} blocks' frozen weights ({gb(self.nbytes)}) kept in RAM, "
+        trained = any(b.trained for b in self.blocks)
+        kind = "weights (trained ones too: each goes back to RAM after its step in the fused back pass)" if trained else "frozen weights"
+        text = (f"{self.part}: {len(self.blocks)} of {self.n_blocks} blocks' {kind} ({gb(self.nbytes)}) kept in RAM, "
                 f"moved in for each forward; these blocks run under activation checkpointing (non-reentrant)")
         if self.asked > len(self.blocks):
             text += (f"; {self.asked - len(self.blocks)} of the {self.asked} blocks the fraction names stay on the device: "
-                     "every weight of them trains, and layer offloading moves frozen weights only")
+                     "every weight of them trains, and without the fused back pass layer offloading moves frozen weights only")
         if skipped:
             text += f"; {skipped} quantized tensors stay on the device"
         if self.activations:
             text += "; saved activations kept in RAM"
         return text
+
+
+def offloads_trained_weights(config: Any) -> bool:
+    """Trained weights are offloaded too when the fused back pass steps each one inside the
+    backward pass (OneTrainer's condition): no gradient or step waits for a weight in RAM."""
+    from ..config.optimizer import fused_back_pass_on  # noqa: PLC0415
+
+    return fused_back_pass_on(config)
 
 
 def default_mover(non_blocking: bool) -> Mover:
@@ -191,13 +252,14 @@ def install_offloading(model: Any, config: Any, device: torch.device, *, mover: 
     mover = mover or default_mover(is_async and cuda)
     offload_device = offload_device or torch.device("cpu")
     done: list[PartOffload] = []
+    trained = offloads_trained_weights(config)
     for part, part_config in asked.items():
         module = model.parts[part]
         blocks = find_blocks(module) if part_config.offload_fraction > 0 else []
         count = min(len(blocks), math.ceil(part_config.offload_fraction * len(blocks)))
-        # only frozen weights move: a block whose every weight trains (FINE_TUNE) stays on the device
-        chosen = [b for b in blocks[len(blocks) - count:] if any(not p.requires_grad for p in b.parameters())]
-        offloaded = [OffloadedBlock(b, device, offload_device, mover, pin=cuda) for b in chosen]
+        # without the fused back pass only frozen weights move: a block whose every weight trains stays on the device
+        chosen = [b for b in blocks[len(blocks) - count:] if trained or any(not p.requires_grad for p in b.parameters())]
+        offloaded = [OffloadedBlock(b, device, offload_device, mover, pin=cuda, trained=trained) for b in chosen]
         if part_config.activation_offloading:
             _wrap_activations(module, pin=cuda)
         done.append(PartOffload(part, len(blocks), offloaded, part_config.activation_offloading, asked=count))
@@ -228,4 +290,5 @@ def offloaded_bytes(model: Any) -> int:
     return sum(d.nbytes for d in getattr(model, "layer_offload", []) or [])
 
 
-__all__ = ["BLOCK_LISTS", "OffloadedBlock", "PartOffload", "compile_blocks", "find_blocks", "install_offloading", "offloaded_bytes"]
+__all__ = ["BLOCK_LISTS", "OffloadedBlock", "PartOffload", "compile_blocks", "find_blocks", "install_offloading", "offloaded_bytes",
+           "offloads_trained_weights"]

@@ -202,6 +202,8 @@ class TrainerSetup:
             print(f"optimizer {cfg.optimizer.optimizer.value}: {self.optimizer.step_kernel}", flush=True)
         self.optimizer = fused_back_pass(self.optimizer, optimizer_groups(self.param_groups), cfg, self.device, self.precision.scaler,
                                          warmup_steps=warmup)
+        for offload in self.layer_offload:  # offloaded trained weights go back to RAM after their fused step
+            offload.return_trained_after_steps()
         self.scheduler = create_scheduler(
             self.optimizer,
             cfg.learning_rate_scheduler,

@@ -4,6 +4,7 @@ CUDA transfers (pinned, non-blocking copies) are not tested here: there is no GP
 
 import copy
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -42,9 +43,10 @@ class Part:
 
 
 class Config:
-    def __init__(self, fraction: float, activations: bool = False) -> None:
+    def __init__(self, fraction: float, activations: bool = False, fused_back_pass: bool = False) -> None:
         self.transformer = Part(fraction, activations)
         self.async_offloading = True
+        self.optimizer = SimpleNamespace(optimizer="ADAFACTOR", fused_back_pass=fused_back_pass)
 
 
 class Model:
@@ -250,6 +252,56 @@ def test_qwen_preset_like_lora_run_offloads_through_the_trainer(shapes, tmp_path
     assert (tmp_path / "out" / "lora.safetensors").exists()
 
 
+def test_onetrainer_z_image_finetune_preset_offloads_trained_weights_through_the_trainer(shapes, tmp_path, monkeypatch):
+    """OneTrainer's "#z-image Finetune 16GB" imported unchanged (Adafactor with the fused back
+    pass, transformer.offload_fraction 0.1) on tiny Z-Image, through the real trainer with the
+    install forced on CPU (a cloning mover: each load is a separate copy, as on a GPU): the trained
+    weights of the offloaded block move, and the run trains exactly as without offloading."""
+    from pathlib import Path
+
+    from ot_gradio.config.doctor import check, errors
+    from ot_gradio.config.io import config_to_dict, load_config
+    from ot_gradio.training import offload
+    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
+
+    preset = Path(__file__).resolve().parents[1] / "config/data/onetrainer-training-presets/Z-Image/#z-image Finetune 16GB.json"
+    imported = load_config(preset).config
+    assert imported.optimizer.fused_back_pass and imported.transformer.offload_fraction == 0.1
+    assert not [w for w in check(imported) if "offload" in w]
+
+    def run(name: str, fraction: float):
+        config = config_to_dict(imported)
+        config.update(base_model_name="tiny:z-image", concepts=[{"name": "shapes", "path": str(shapes)}], train_dtype="FLOAT_32",
+                      output_model_destination=str(tmp_path / name / "model.safetensors"), workspace_dir=str(tmp_path / name / "ws"),
+                      cache_dir=str(tmp_path / name / "cache"), train_device="cpu", resolution="64", epochs=1, batch_size=2,
+                      samples=[], sample_after_unit="NEVER", backup_after_unit="NEVER", seed=3, compile=False)  # (compile with offloading: tested below)
+        config["transformer"].update(offload_fraction=fraction, weight_dtype="FLOAT_32")
+        config["text_encoder"].update(weight_dtype="FLOAT_32")
+        loaded = load_config(config).config
+        assert errors(loaded) == [], errors(loaded)
+        trainer = Trainer(loaded, RunPaths(tmp_path / name / "s", tmp_path / name / "b", tmp_path / name / "o", None, []), Reporter())
+        trainer.setup()
+        assert trainer.train() == "done"
+        return trainer
+
+    real = offload.install_offloading
+    monkeypatch.setattr(offload, "install_offloading",
+                        lambda model, cfg, device, **kw: real(model, cfg, device, mover=lambda t, d: t.clone(), force=True))
+    moved = run("offloaded", 0.1)
+    (part,) = moved.layer_offload
+    assert len(part.blocks) == 1 and all(b.trained for b in part.blocks)
+    assert part.blocks[0].loads >= 2 and not part.blocks[0].dirty  # each weight went back to RAM after its step
+    monkeypatch.setattr(offload, "install_offloading", real)
+    plain = run("plain", 0.0)
+    weights, reference = moved.model.transformer.state_dict(), plain.model.transformer.state_dict()
+    block = dict(moved.model.transformer.named_modules())
+    prefix = next(name for name, m in block.items() if m is part.blocks[0].block) + "."
+    assert any(k.startswith(prefix) for k in reference)
+    for key, value in reference.items():
+        assert torch.allclose(weights[key], value, atol=1e-6), key  # the offloaded block's weights trained as the rest
+    assert all(e[2].data_ptr() == e[3].data_ptr() for e in part.blocks[0].trained.values())  # and wait in RAM
+
+
 def test_doctor_refuses_offloading_that_cannot_work_and_warns_where_it_does_nothing():
     """Offloading a part that has no blocks to move is refused. A fine-tune's offload fraction
     (OneTrainer's fine-tune presets) and compile with offloading (its 8 GB presets) train: the
@@ -269,7 +321,10 @@ def test_doctor_refuses_offloading_that_cannot_work_and_warns_where_it_does_noth
     fine_tune = config(method="FINE_TUNE", transformer={"offload_fraction": 0.1})
     assert errors(fine_tune) == []
     (warning,) = [w for w in check(fine_tune) if "offload" in w]
-    assert warning.startswith("transformer.offload_fraction 0.1 is not applied: FINE_TUNE")
+    assert warning.startswith("transformer.offload_fraction 0.1 is not applied: FINE_TUNE") and "fused_back_pass" in warning
+    fused = config(method="FINE_TUNE", transformer={"offload_fraction": 0.1}, learning_rate_scheduler="ADAFACTOR",
+                   optimizer={"optimizer": "ADAFACTOR", "fused_back_pass": True})
+    assert errors(fused) == [] and not [w for w in check(fused) if "offload" in w]  # OneTrainer's fine-tune presets
     (vae,) = offload_problems(config(vae={"offload_fraction": 0.5}))
     assert vae.startswith("vae.offload_fraction:")
 
@@ -280,6 +335,55 @@ def test_a_fine_tuned_part_offloads_nothing_and_says_so():
     assert done[0].blocks == [] and done[0].asked == 2
     assert "0 of 4 blocks" in message and "2 of the 2 blocks the fraction names stay on the device" in message
     assert all("forward" not in vars(b) for b in denoiser.transformer_blocks)  # nothing wrapped, nothing checkpointed
+
+
+def _fused(denoiser: nn.Module):
+    from ot_gradio.training.optimizers.fused_back_pass import FusedBackPass
+
+    groups = [{"params": list(denoiser.parameters()), "lr": 1e-2, "name": "transformer"}]
+    return FusedBackPass(groups, lambda g: torch.optim.AdamW(g, lr=1e-2))
+
+
+@pytest.mark.parametrize("hooks", [True, False])
+def test_a_fine_tune_with_the_fused_back_pass_offloads_its_trained_weights_and_trains_the_same(hooks):
+    """OneTrainer's fine-tune presets (Qwen, Flux.2, Chroma, Z-Image...: Adafactor with the fused
+    back pass and an offload fraction): every weight of the offloaded blocks lives in RAM, comes in
+    for the forward and the recomputation, is stepped there inside the backward pass and goes back
+    to RAM with its new values. The mover clones, as a copy to another device would, so a stepped
+    weight not copied back would train from stale values. Without the return hooks (hooks=False)
+    the weights wait on the device and are copied back at the next forward: still the same run."""
+    torch.manual_seed(0)
+    reference = Denoiser(depth=4)  # every weight trains
+    offloaded = copy.deepcopy(reference)
+    ref_opt = _fused(reference)
+    done, message = install_offloading(Model(offloaded), Config(0.5, fused_back_pass=True), torch.device("cpu"),
+                                       mover=lambda t, device: t.clone(), force=True)
+    blocks = done[0].blocks
+    assert [b.block for b in blocks] == list(offloaded.transformer_blocks[-2:])
+    assert all(len(b.trained) == 3 for b in blocks)  # linear weight and bias, lora weight
+    assert "trained ones too" in message
+    opt = _fused(offloaded)
+    if hooks:
+        assert done[0].return_trained_after_steps() == 6
+    for step in range(3):
+        x = torch.randn(4, 8)
+        loss_ref = reference(x).pow(2).mean()
+        loss_ref.backward()
+        ref_opt.step()
+        loss = offloaded(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        assert torch.allclose(loss, loss_ref, atol=1e-6), step
+        if hooks:  # every stepped weight went back to RAM inside the backward pass
+            assert all(not b.dirty for b in blocks)
+            assert all(entry[2].data_ptr() == entry[3].data_ptr() for b in blocks for entry in b.trained.values())
+        else:
+            assert all(len(b.dirty) == 3 for b in blocks)
+    with torch.no_grad():
+        out, out_ref = offloaded(x), reference(x)
+    assert torch.allclose(out, out_ref, atol=1e-6)
+    for (name, p), p_ref in zip(offloaded.named_parameters(), reference.parameters(), strict=True):
+        assert torch.allclose(p, p_ref, atol=1e-6), name
 
 
 @pytest.mark.parametrize("activations", [False, True])

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ...config.optimizer import optimizer_param_defaults
+from ...config.optimizer import fused_back_pass_on
 from .registry import create_optimizer
 
 
@@ -139,7 +139,7 @@ def fused_back_pass(optimizer: torch.optim.Optimizer, param_groups: list[dict[st
     """The optimizer to train with: ``optimizer`` itself, or a fused back pass over the same
     settings when ``optimizer.fused_back_pass`` is on and the chosen optimizer offers it."""
     settings = config.optimizer
-    if not settings.fused_back_pass or "fused_back_pass" not in optimizer_param_defaults(settings.optimizer):
+    if not fused_back_pass_on(config):
         return optimizer
     if config.gradient_accumulation_steps > 1:
         raise ValueError(f"optimizer.fused_back_pass: it steps the optimizer in every backward pass, so it cannot accumulate "
