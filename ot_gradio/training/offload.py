@@ -107,9 +107,14 @@ class OffloadedBlock:
         self.forward = block.forward
         block.forward = self.run  # instance attribute: nn.Module.__call__ finds it
 
+    @staticmethod
+    def _live(entry: list) -> bool:
+        """False while the table holds another tensor (the memory planner's meta probe swapped it)."""
+        return entry[0].get(entry[1]) is entry[2]
+
     def _set(self, entry: list, value: torch.Tensor) -> None:
         table, name, current, _copy = entry
-        if table.get(name) is not current:  # swapped out (the memory planner's meta probe): leave it
+        if not self._live(entry):  # swapped out: leave it
             return
         if isinstance(current, nn.Parameter):
             current.data = value
@@ -120,7 +125,7 @@ class OffloadedBlock:
     def load(self) -> None:
         self.loads += 1
         for entry in self.entries:
-            if id(entry[2]) in self.dirty:  # a trained weight still on the device holds its newest values
+            if id(entry[2]) in self.dirty or not self._live(entry):  # a trained weight still on the device holds its newest values
                 continue
             self._set(entry, self.mover(entry[3], self.train_device))
 
@@ -129,6 +134,8 @@ class OffloadedBlock:
         recomputation): trained weights stay on the device for their gradient and step."""
         for entry in self.entries:
             key = id(entry[2])
+            if not self._live(entry):
+                continue
             if key in self.trained and (keep_trained and entry[2].requires_grad):
                 self.dirty.add(key)
                 continue
@@ -145,7 +152,7 @@ class OffloadedBlock:
         """After a trained weight's step in the backward pass: its new values to RAM, and the
         device copy dropped."""
         entry = self.trained.get(id(p))
-        if entry is None or id(p) not in self.dirty:
+        if entry is None or id(p) not in self.dirty or not self._live(entry):
             return
         self._copy_back(entry)
         self._set(entry, entry[3])

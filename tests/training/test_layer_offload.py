@@ -365,6 +365,13 @@ def test_a_fine_tune_with_the_fused_back_pass_offloads_its_trained_weights_and_t
     opt = _fused(offloaded)
     if hooks:
         assert done[0].return_trained_after_steps() == 6
+    # the memory planner's probe runs the step on meta stand-ins first: nothing of it may stick
+    from ot_gradio.training.memory_probe import on_meta
+
+    with on_meta([offloaded]) as stand_ins:
+        probe = offloaded(torch.empty(4, 8, device="meta")).pow(2).mean()
+        torch.autograd.grad(probe, list(stand_ins.values()))
+    assert all(not b.dirty for b in blocks) and all(p.device.type == "cpu" for p in offloaded.parameters())
     for step in range(3):
         x = torch.randn(4, 8)
         loss_ref = reference(x).pow(2).mean()
