@@ -443,3 +443,15 @@ def test_memory_plan_counts_offloaded_weights_in_ram_not_on_the_device():
     plan = MemoryPlan("cuda:0", {"transformer": ("float32", 10_000)}, 0, 0, "", 0, offloaded=offloaded_bytes(model))
     assert plan.weight_bytes == 10_000 - 2 * per_block
     assert "offloaded to RAM" in plan.breakdown(True)
+
+
+def test_a_resumed_optimizer_state_follows_its_offloaded_weight_to_the_device():
+    """Resuming loads an offloaded weight's optimizer state next to the weight, in RAM; the fused
+    back pass steps the weight on the GPU, so its state moves there first (step counts stay)."""
+    from ot_gradio.training.optimizers.fused_back_pass import state_follows_weight
+
+    weight = nn.Parameter(torch.zeros(4, 4, device="meta"))  # stands for the device
+    state = {"step": torch.tensor(3.0), "exp_avg_sq_row": torch.ones(4), "exp_avg": torch.zeros(4, 4)}
+    state_follows_weight(state, weight)
+    assert state["exp_avg_sq_row"].device.type == state["exp_avg"].device.type == "meta"
+    assert state["step"].device.type == "cpu"

@@ -25,6 +25,17 @@ from ...config.optimizer import fused_back_pass_on
 from .registry import create_optimizer
 
 
+def state_follows_weight(state: dict[str, Any] | None, p: torch.Tensor) -> None:
+    """Move a weight's optimizer state to the weight's device where it is elsewhere: a weight that
+    layer offloading keeps in RAM is stepped on the GPU, but a resumed backup's state was loaded
+    next to it in RAM. Scalars (a step count) stay where the optimizer keeps them."""
+    if not state:
+        return
+    for key, value in state.items():
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.device != p.device:
+            state[key] = value.to(p.device)
+
+
 class FusedBackPass(torch.optim.Optimizer):
     """Steps happen in the backward pass; ``step()`` itself does nothing."""
 
@@ -47,6 +58,7 @@ class FusedBackPass(torch.optim.Optimizer):
         sub.param_groups[0]["lr"] = group["lr"]
         if self._clip:
             torch.nn.utils.clip_grad_norm_(p, self._clip)
+        state_follows_weight(sub.state.get(p), p)
         sub.step()
         p.grad = None
 
@@ -105,6 +117,7 @@ class ParameterSteps(torch.optim.Optimizer):
     def _step_weight(self, p: torch.Tensor, g: int, i: int) -> None:
         if self._clip:
             torch.nn.utils.clip_grad_norm_(p, self._clip)
+        state_follows_weight(self.optimizer.state.get(p), p)
         self.optimizer.step_parameter(p, self.optimizer.param_groups[g], i)  # looked up now: loading a backup replaces the groups
         p.grad = None
 
