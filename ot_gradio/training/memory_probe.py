@@ -42,7 +42,9 @@ def gb(n: int | float) -> str:
 
 class LiveBytes(TorchDispatchMode):
     """Follows every tensor storage the ops create until it is freed: `peak` is the largest sum
-    of live bytes (meta tensors have sizes but no memory, so this works without any)."""
+    of live bytes (meta tensors have sizes but no memory, so this works without any). A view or an
+    in-place result of a tensor made before (a weight's transpose in a linear layer) is not a new
+    storage and is not counted."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -57,12 +59,17 @@ class LiveBytes(TorchDispatchMode):
             out = fast(*args)
         if out is None:
             out = func(*args, **(kwargs or {}))
+        inputs = None
         for t in tree_flatten(out)[0]:
             if not isinstance(t, torch.Tensor):
                 continue
             storage = t.untyped_storage()
             key = storage._cdata
             if key in self._sizes:
+                continue
+            if inputs is None:
+                inputs = {a.untyped_storage()._cdata for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)}
+            if key in inputs:  # a view or in-place result of a tensor made before the probe
                 continue
             size = storage.nbytes()
             self._sizes[key] = size
@@ -295,8 +302,7 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
 
 def _backward(loss: torch.Tensor, params: list[torch.Tensor], fused: bool) -> None:
     """The probe's backward pass. With the fused back pass each gradient is stepped and freed as
-    soon as it is complete, so the step never holds them all: the probe drops each one then.
-    (`LiveBytes` still sees some of those frees late, so this peak is an upper bound.)"""
+    soon as it is complete, so the step never holds them all: the probe drops each one then."""
     if not fused:
         torch.autograd.grad(loss, params, allow_unused=True)
         return

@@ -185,7 +185,8 @@ def test_an_embedding_run_is_planned(tiny_model, shapes, tmp_path, output):
 def test_the_probe_frees_each_gradient_with_the_fused_back_pass():
     """With the fused back pass a fine-tune never holds all its weights' gradients at once: the
     probe's backward pass drops each one when it is complete (weights of 64 MB here, activations
-    of a few KB). The probe still counts some freed gradients (an upper bound), but far fewer."""
+    of a few KB): one 16 MB gradient at a time instead of all four. The weights' transposes in the
+    backward pass are views of weights made before the probe, not new memory."""
     def peak(fused: bool) -> int:
         layers = [torch.nn.Parameter(torch.empty(2048, 2048, device="meta")) for _ in range(4)]  # 16 MB each
         with memory_probe.LiveBytes() as live:
@@ -196,7 +197,7 @@ def test_the_probe_frees_each_gradient_with_the_fused_back_pass():
         return live.peak
 
     held, fused = peak(False), peak(True)
-    assert held >= 64 * 2**20 and fused < 0.7 * held, (held, fused)
+    assert 64 * 2**20 <= held < 70 * 2**20 and 16 * 2**20 <= fused < 20 * 2**20, (held, fused)
 
 
 # --- the estimate against a real run ----------------------------------------------------------------
