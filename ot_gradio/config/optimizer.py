@@ -62,7 +62,7 @@ class OptimizerConfig(Section):
     nesterov: bool = opt(False, "Nesterov", "Use Nesterov momentum.")
     no_prox: bool = opt(False, "No prox", "DADAPT_ADAN: do not use the proximal update for weight decay.", advanced=True)
     optim_bits: int | None = opt(None, "Optimizer bits", "bitsandbytes optimizers (ADAGRAD, LAMB, LARS, RMSPROP, AdEMAMix): bits of the optimizer state, 32 or 8 (8 saves memory at some cost in quality).", ge=1, le=32, advanced=True)
-    percentile_clipping: int | None = opt(None, "Percentile clipping", "8-bit optimizers: clip gradients at this percentile of recent gradient norms (100 = off). bitsandbytes 0.50 dropped this option.", ge=1, le=100, status=P, advanced=True)
+    percentile_clipping: int | None = opt(None, "Percentile clipping", "bitsandbytes' optimizers (8-bit ones, LAMB, LARS, Adagrad, RMSprop): scale each weight's gradient down to this percentile of its last 100 gradient norms when above it (5: the 5th smallest); 100 = off. Done here, as bitsandbytes 0.50 dropped it.", ge=1, le=100, advanced=True)
     r: float | None = opt(None, "r", "Schedule-free optimizers: polynomial weighting power of the averaged iterate. AIDA: the power of its AdaNorm (0.95).", ge=0, advanced=True)
     relative_step: bool = opt(False, "Relative step", "Adafactor: compute its own time-dependent learning rate and ignore the learning rate set here. Use with the ADAFACTOR scheduler; it sets a learning rate too high for a fine-tune. Must be off to use Adafactor as a low-memory AdamW.")
     safeguard_warmup: bool = opt(False, "Safeguard warmup", "Prodigy / D-Adaptation: avoid problems during the warmup stage. Often better on for short runs.")

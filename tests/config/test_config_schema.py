@@ -79,7 +79,7 @@ OK_OPTIMIZER = {"optimizer", "beta1", "beta1_warmup", "min_beta1", "beta2", "eps
                 "adam_w_mode", "beta3", "bias_correction", "clip_threshold", "d0", "d_coef", "decay_rate", "decouple", "eps2",
                 "fsdp_in_use", "growth_rate", "is_paged", "log_every", "max_unorm", "min_8bit_size", "no_prox", "optim_bits", "r",
                 "relative_step", "safeguard_warmup", "scale_parameter", "use_bias_correction", "use_triton", "warmup_init",
-                "weight_lr_power", "slice_p", "stochastic_rounding", "fused_back_pass",
+                "weight_lr_power", "slice_p", "stochastic_rounding", "fused_back_pass", "percentile_clipping",
                 # pytorch-optimizer's ADOPT, ADABELIEF, TIGER, AIDA, YOGI
                 "decoupled_decay", "fixed_decay", "rectify", "degenerated_to_sgd", "k", "xi", "n_sma_threshold", "ams_bound", "adanorm",
                 "adam_debias", "cautious", "initial_accumulator",

@@ -19,6 +19,7 @@ from ...config.muon_layers import MUON_OPTIMIZERS
 from ...config.optimizer import effective_settings, optimizer_problems
 from .kernels import choose_kernels
 from .muon import split_for_muon
+from .percentile_clipping import enable_percentile_clipping
 from .stochastic_rounding import enable_stochastic_rounding
 from .trust_ratio import unit_trust_ratio_for_zero_weights
 
@@ -34,13 +35,13 @@ class OptimizerEntry:
 OPTIMIZERS: dict[O, OptimizerEntry] = {}
 
 # Keys of the defaults table that are not constructor arguments: the trainer acts on the first two
-# itself; the next three exist in OneTrainer's libraries but not in the ones installed here; the
-# Muon ones choose the param groups.
+# and on percentile clipping itself; block-wise and cautious exist in OneTrainer's libraries but
+# not in the ones installed here; the Muon ones choose the param groups.
 NOT_CONSTRUCTOR_ARGS = {
     "stochastic_rounding": "applied around the step for bfloat16 weights (stochastic_rounding.py)",
     "fused_back_pass": "the trainer steps per weight in the backward pass (fused_back_pass.py)",
     "block_wise": "bitsandbytes 0.50 always quantizes block-wise",
-    "percentile_clipping": "bitsandbytes 0.50 dropped percentile clipping",
+    "percentile_clipping": "applied before the step (percentile_clipping.py): bitsandbytes 0.50 dropped it",
     "use_cautious": "pytorch-optimizer's CAME has no cautious variant",
     **dict.fromkeys(("MuonWithAuxAdam", "muon_hidden_layers", "muon_adam_regex", "muon_adam_lr", "muon_te1_adam_lr",
                      "muon_te2_adam_lr"), "the Muon optimizers' split of the weights into Muon and AdamW groups (muon.py)"),
@@ -109,6 +110,7 @@ def create_optimizer(param_groups: list[dict[str, Any]], optimizer_config: Any, 
     rounds_itself = "stochastic_rounding" in entry.keys  # adv-optm, Prodigy Plus: the library rounds
     if settings.get("stochastic_rounding") and not rounds_itself and any(p.dtype == torch.bfloat16 for p in params):
         enable_stochastic_rounding(optimizer)
+    enable_percentile_clipping(optimizer, settings.get("percentile_clipping"))  # (None for optimizers without it)
     return optimizer
 
 
