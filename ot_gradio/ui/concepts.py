@@ -143,7 +143,7 @@ class ConceptsTab:
             self.remove_button = gr.Button("Remove", variant="stop", elem_id="concept-remove", scale=0)
         for title, prefix in GROUPS:
             group = [i for i in infos if i.path.startswith("concepts[]." + prefix) and (prefix or i.path.count(".") == 1)]
-            with gr.Accordion(title, open=not prefix):
+            with gr.Accordion(title, open=not prefix), gr.Column(elem_classes="ot-grid"):  # 2-3 fields a line on a wide screen
                 for path, f in build_fields(group, "concept").items():
                     self.fields[path[len("concepts[]."):]] = f
         with gr.Accordion("Statistics", open=True):

@@ -12,9 +12,9 @@ pytestmark = pytest.mark.browser
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 TABS = ("Start here", "General", "Model", "Data", "Training", "Sampling", "Backup", "LoRA", "Concepts", "Run", "Tools", "Runs")
-# about two screens of 1000 px (plus the header and the run bar); the Concepts tab's General group,
-# one field a row, is the tallest at ~2,320 px since a concept's Text variations became real
-MAX_HEIGHT = 2350
+# about two screens of 1000 px (plus the header and the run bar); the tallest is the Model tab at
+# ~2,040 px (the Concepts tab was ~2,320 px with one field a row; in the grid it is ~1,710)
+MAX_HEIGHT = 2150
 # The Training tab was 7,477 px at first and 3,341 px with its groups in 4 columns; in 6
 # columns, with the denoiser's settings across the width, it is ~2,000 px.
 MAX_HEIGHT_TRAINING = 2150
