@@ -237,14 +237,14 @@ def errors(config: TrainConfig) -> list[str]:
         if "." not in path.strip("."):
             out.append(f"custom_learning_rate_scheduler: the CUSTOM scheduler needs a class path in the form module.Class "
                        f"(e.g. torch.optim.lr_scheduler.StepLR), not {path!r}.")
-    if opt.fused_back_pass and "fused_back_pass" in optimizer_param_defaults(name) and config.gradient_accumulation_steps > 1:
+    if fused_back_pass_on(config) and config.gradient_accumulation_steps > 1:
         out.append(f"optimizer.fused_back_pass: it steps the optimizer in every backward pass, so it cannot work with "
                    f"gradient_accumulation_steps {config.gradient_accumulation_steps}; set accumulation to 1 or turn it off.")
     try:
         parse_device_indexes(config.device_indexes)
     except ValueError as err:
         out.append(str(err))
-    if config.multi_gpu and opt.fused_back_pass and "fused_back_pass" in optimizer_param_defaults(name):
+    if config.multi_gpu and fused_back_pass_on(config):
         out.append("optimizer.fused_back_pass: it steps each weight inside the backward pass, before the other GPUs' "
                    "gradients arrive, so it cannot work with multi_gpu; turn one of them off.")
     method_line = method_problem(config.model_type, config.training_method)
