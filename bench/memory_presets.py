@@ -164,16 +164,9 @@ def run(relative: str, card_gb: int) -> dict:
     start = time.perf_counter()
     plan, on = estimate_on_meta(model, config, card_gb * GiB)
     part = lambda name: getattr(config, name)  # noqa: E731
-    # OneTrainer keeps only the trained parts on the card while it trains from cached latents and
-    # text (modelSetup/*Setup.setup_train_device); ours parks the same parts (training/placement.py)
-    # except those with bitsandbytes weights, which the estimate counts on the card
-    trained = {p for p in model.text_encoder_names if p in model.parts and part(p).train}
-    kept_off = sum(size for name, (_, size) in plan.weights.items()
-                   if name != model.denoiser and name not in trained and config.latent_caching and not part(name).offload_fraction)
-    kept_off -= plan.parked_bytes  # already not counted in the estimate
     return {
         "preset": path.stem, "card_gb": card_gb, "checkpointing": on, "seconds": round(time.perf_counter() - start, 1),
-        "peak": plan.peak(on), "ot_placement": None if plan.peak(on) is None else plan.peak(on) - kept_off, "weights": plan.weight_bytes, "offloaded": plan.offloaded, "gradients": plan.gradients,
+        "peak": plan.peak(on), "weights": plan.weight_bytes, "offloaded": plan.offloaded, "gradients": plan.gradients,
         "optimizer": plan.optimizer_state, "activations": plan.activations(on), "fits": plan.fits(on),
         "breakdown": plan.breakdown(on), "probe_error": plan.probe_error, "parked": plan.parked,
         "settings": f"{config.resolution} px, batch {config.batch_size}, " + ", ".join(
@@ -189,14 +182,13 @@ def gb(n: int | None) -> str:
 
 def table(rows: list[dict]) -> str:
     lines = ["| preset | settings as imported | card | estimate (GiB) | weights on the card | offloaded to RAM | gradients | "
-             "optimizer state | activations | fits at 90 % | without the frozen text encoders and VAE (OneTrainer's placement) |",
+             "optimizer state | activations | in RAM while the steps run | fits at 90 % |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         fits = "not measured: " + r["probe_error"] if r["peak"] is None else ("yes" if r["fits"] else "**no**")
         lines.append(f"| {r['preset']} | {r['settings']}, checkpointing {'on' if r['checkpointing'] else 'off'} | {r['card_gb']} GB "
                      f"| {gb(r['peak'])} | {gb(r['weights'])} | {gb(r['offloaded'])} | {gb(r['gradients'])} | "
-                     f"{gb(r['optimizer'])} | {gb(r['activations'])} | {fits} | {gb(r['ot_placement'])}"
-                     f"{'' if r['ot_placement'] is None else (' (fits)' if r['ot_placement'] <= 0.9 * r['card_gb'] * GiB else ' (does not fit)')} |")
+                     f"{gb(r['optimizer'])} | {gb(r['activations'])} | {', '.join(r['parked']) or '-'} | {fits} |")
     return "\n".join(lines)
 
 

@@ -140,7 +140,8 @@ class MemoryPlan:
         acts = self.activations(checkpointing)
         ram = f", {gb(self.offloaded)} of them offloaded to RAM, not counted here" if self.offloaded else ""
         if self.parked:
-            ram += (f", {' and '.join(self.parked)} ({gb(self.parked_bytes)}) in RAM while the steps run "
+            names = " and ".join([", ".join(self.parked[:-1]), self.parked[-1]] if len(self.parked) > 1 else self.parked)
+            ram += (f", {names} ({gb(self.parked_bytes)}) in RAM while the steps run "
                     "(on the device for samples), not counted here")
         return (f"weights {gb(self.weight_bytes)} ({parts}{ram}); gradients {gb(self.gradients)}; optimizer state "
                 f"{gb(self.optimizer_state)} ({self.optimizer_note}); activations "

@@ -115,17 +115,25 @@ def on_meta(modules: Iterable[torch.nn.Module], dtype: torch.dtype | None = None
 
 
 @contextmanager
-def _flash_attention_on_meta():
+def _flash_attention_on_meta(dtype: torch.dtype | None = None):
     """On meta tensors torch's attention takes the math path, which keeps the full attention
-    matrix; the devices train with a flash / memory-efficient kernel that keeps only the output
-    and its log-sum-exp. Route it to the CPU flash kernel's meta function for the probe."""
+    matrix (in float32); the devices train with a flash / memory-efficient kernel that keeps only
+    the output and its log-sum-exp. Route it to the CPU flash kernel's meta function for the
+    probe, with the inputs in `dtype` (the autocast type: a GPU's autocast runs attention in it),
+    also for diffusers' attention dispatch, which passes `enable_gqa`."""
     import torch.nn.functional as F  # noqa: PLC0415
 
     original = F.scaled_dot_product_attention
 
-    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kw):  # noqa: ANN001
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, **kw):  # noqa: ANN001
         if query.device.type != "meta" or kw:
-            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
+            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                            enable_gqa=enable_gqa, **kw)
+        if enable_gqa and key.shape[-3] != query.shape[-3]:  # grouped-query attention: the kernel takes equal heads
+            groups = query.shape[-3] // key.shape[-3]
+            key, value = key.repeat_interleave(groups, -3), value.repeat_interleave(groups, -3)
+        if dtype is not None:
+            query, key, value = (t.to(dtype) if t.is_floating_point() else t for t in (query, key, value))
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
 
@@ -293,7 +301,7 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
     modules = [model.parts[name] for name in probe.swapped]
     with _objects_restored(model, modules), on_meta(modules, precision.dtype) as stand_ins, \
             _vectors_on_meta(model, modules, stand_ins), \
-            _flash_attention_on_meta(), _autocast_guards_on_meta(), quantized_on_meta(modules), LiveBytes() as live:
+            _flash_attention_on_meta(precision.dtype), _autocast_guards_on_meta(), quantized_on_meta(modules), LiveBytes() as live:
         live.live = live.peak = probe.start_bytes  # the step starts from its batch
         loss = step.loss(probe.batch, trained_text_parts)
         _backward(loss, [stand_ins[id(p)] for p in params if id(p) in stand_ins], fused_back_pass_on(config))

@@ -10,9 +10,8 @@ cache holds every caption the data can give: the trainer fills it for all of the
 parks the encoders. A caption the cache still misses is encoded where the encoder is (the
 families run a text encoder on its own device), so it costs time, never the run.
 
-Kept on the train device, as before: the denoiser; every part that trains; a part whose weights
-are INT_8 or NFLOAT_4 (bitsandbytes lays them out for the GPU when they move there, and not every
-layer moves back); a part with layer or activation offloading (offload.py places its blocks);
+Kept on the train device, as before: the denoiser; every part that trains; a part with layer or
+activation offloading (offload.py places its blocks);
 an inpainting model's VAE (its steps encode a blank image); and everything when latent caching
 is off or the train device is the CPU. A method whose step runs other parts names them
 (`Method.step_parts`; FINE_TUNE_VAE: the VAE alone), and every other frozen part waits in RAM, the
@@ -21,7 +20,11 @@ the device (memory_plan.MemoryPlan.parked).
 
 `Placement.park()` moves the parked parts to the CPU; `Placement.using(parts)` brings them to the
 train device for a block (sampling) and back afterwards. Moves go through `move`, so a test can
-see them without a GPU.
+see them without a GPU. bitsandbytes' INT_8 and NFLOAT_4 parts are parked too (a Flux NF4 T5:
+4.1 GB), as OneTrainer parks them: they are quantized on the device before they are parked, a
+4-bit weight's quantization state moves with it, and `move` makes an 8-bit layer's state follow
+its weight (bitsandbytes keeps the int8 weight and its row scales outside the parameter, where a
+module's `.to` does not reach).
 
 While samples are made, the parked VAE waits on the device (`for_samples`); a parked text
 encoder stays in RAM, and each sample brings it to the device for the prompt's encoding alone:
@@ -40,15 +43,31 @@ from typing import Any
 
 import torch
 
-from ..config.enums import DataType
-
 HOST = torch.device("cpu")  # where parked parts wait (OneTrainer's temp_device)
-# bitsandbytes weights: packed for the GPU when moved there; moving them back is not supported for every layer
-STAY_ON_DEVICE_TYPES = (DataType.INT_8, DataType.NFLOAT_4)
 
 
 def move(module: torch.nn.Module, device: torch.device) -> None:
     module.to(device)
+    int8_states_follow(module, device)
+
+
+def int8_states_follow(module: torch.nn.Module, device: torch.device) -> None:
+    """bitsandbytes' 8-bit layers hold their int8 weight and its row scales beside the parameter
+    (`weight.CB` / `weight.SCB` until the first forward, the layer's `state` after it), and a
+    module's `.to` moves only the parameter's data (Linear8bitLt.to, which moves the state, runs
+    only when called on the layer itself): point them at the moved weight and move the scales."""
+    for layer in module.modules():
+        if type(layer).__name__ != "Linear8bitLt":
+            continue
+        weight, state = layer.weight, layer.state
+        if getattr(weight, "CB", None) is not None:
+            weight.CB = weight.data
+        if getattr(weight, "SCB", None) is not None:
+            weight.SCB = weight.SCB.to(device)
+        if state.CB is not None:
+            state.CB = weight.data
+        if state.SCB is not None:
+            state.SCB = state.SCB.to(device)
 
 
 def parked_parts(model: Any, config: Any, device: torch.device, trained_parts: Iterable[str],
@@ -74,9 +93,7 @@ def parked_parts(model: Any, config: Any, device: torch.device, trained_parts: I
             reason = f"its outputs are not cached ({text_cache_off_reason})"
         elif part not in text_parts and model.inpainting:
             reason = "an inpainting model's steps encode a blank image with it"
-        if reason is None and section is not None and DataType(section.weight_dtype) in STAY_ON_DEVICE_TYPES:
-            reason = f"its {DataType(section.weight_dtype).value} weights cannot always move back from the device"
-        elif reason is None and section is not None and (section.offload_fraction > 0 or section.activation_offloading):
+        if reason is None and section is not None and (section.offload_fraction > 0 or section.activation_offloading):
             reason = "layer offloading places its blocks"
         if reason is None:
             parked.append(part)

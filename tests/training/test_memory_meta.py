@@ -49,11 +49,11 @@ def test_the_flux_preset_nf4_parts_are_counted_as_stored():
     absmax = sum(b.nbytes for name, b in model.transformer.named_buffers() if name.endswith("meta_absmax"))
     assert absmax == pytest.approx(linear / 64, rel=0.01) and size > packed + absmax  # a byte per 64 weights
     assert plan.gradients > 0 and plan.optimizer_state > plan.gradients  # AdamW: two states of the LoRA weights
-    # latents and text cached: CLIP and the VAE wait in RAM (training/placement.py), the NF4 T5 stays on the card
-    assert config.latent_caching and plan.parked == ["text_encoder", "vae"]
-    frozen = plan.weights["text_encoder"][1] + plan.weights["vae"][1]
+    # latents and text cached: CLIP, the NF4 T5 and the VAE wait in RAM (training/placement.py)
+    assert config.latent_caching and plan.parked == ["text_encoder", "text_encoder_2", "vae"]
+    frozen = plan.weights["text_encoder"][1] + plan.weights["text_encoder_2"][1] + plan.weights["vae"][1]
     assert frozen > 0 and plan.weight_bytes == sum(b for _, b in plan.weights.values()) - frozen
-    assert "text_encoder and vae" in plan.breakdown(on) and "in RAM while the steps run" in plan.breakdown(on)
+    assert "text_encoder, text_encoder_2 and vae" in plan.breakdown(on) and "in RAM while the steps run" in plan.breakdown(on)
 
 
 def test_layer_offloading_is_counted_without_moving():

@@ -200,6 +200,28 @@ def test_the_probe_frees_each_gradient_with_the_fused_back_pass():
     assert 64 * 2**20 <= held < 70 * 2**20 and 16 * 2**20 <= fused < 20 * 2**20, (held, fused)
 
 
+@pytest.mark.parametrize("call", ["torch", "diffusers"])
+def test_the_probe_counts_attention_as_a_gpu_kernel_runs_it(call):
+    """A GPU trains with a flash / memory-efficient attention kernel that never holds the
+    (batch, heads, tokens, tokens) score matrix; on meta tensors torch takes the math path, which
+    holds it in float32, several times over in the backward pass. The probe routes attention to a
+    flash kernel's shapes, also when diffusers' attention dispatch calls it (Flux, Chroma,
+    Qwen-Image, ...: it passes `enable_gqa`, which the probe once sent down the math path), with
+    the inputs in the autocast type. 4096 tokens, 8 heads: scores of 512 MiB in float32."""
+    from diffusers.models.attention_dispatch import dispatch_attention_fn
+
+    q, k, v = (torch.nn.Parameter(torch.empty(1, 4096, 8, 64, device="meta")) for _ in range(3))  # (B, N, H, D), float32
+    with memory_probe._flash_attention_on_meta(torch.bfloat16), memory_probe.LiveBytes() as live:
+        if call == "torch":
+            out = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)))
+        else:
+            out = dispatch_attention_fn(q, k, v)
+        assert out.dtype == torch.bfloat16
+        torch.autograd.grad(out.float().sum(), [q, k, v])
+    scores = 4096 * 4096 * 8 * 4
+    assert live.peak < scores / 8, live.peak / 2**20
+
+
 # --- the estimate against a real run ----------------------------------------------------------------
 
 RUN = textwrap.dedent("""

@@ -122,7 +122,8 @@ def _config(latent_caching: bool = True, **sections):
     ({"reason": "captions change at random"}, ["vae"], ["text_encoder: its outputs are not cached (captions change",
                                                         "text_encoder_2: its outputs are not cached"]),
     ({"trained": {"text_encoder"}}, ["text_encoder_2", "vae"], []),
-    ({"text_encoder_2": {"weight_dtype": "NFLOAT_4"}}, ["text_encoder", "vae"], ["text_encoder_2: its NFLOAT_4 weights"]),
+    ({"text_encoder_2": {"weight_dtype": "NFLOAT_4"}}, ["text_encoder", "text_encoder_2", "vae"], []),  # bitsandbytes' too
+    ({"text_encoder": {"weight_dtype": "INT_8"}}, ["text_encoder", "text_encoder_2", "vae"], []),
     ({"text_encoder": {"weight_dtype": "FLOAT_8"}}, ["text_encoder", "text_encoder_2", "vae"], []),
     ({"text_encoder": {"offload_fraction": 0.5}}, ["text_encoder_2", "vae"], ["text_encoder: layer offloading"]),
     ({"inpainting": True}, ["text_encoder", "text_encoder_2"], ["vae: an inpainting model"]),
@@ -136,6 +137,30 @@ def test_which_parts_wait_in_ram(case, parked, kept):
     got_parked, got_kept = placement.parked_parts(model, config, device, trained, reason)
     assert got_parked == parked
     assert len(got_kept) == len(kept) and all(k.startswith(want) for k, want in zip(got_kept, kept, strict=True))
+
+
+@pytest.mark.parametrize("forwarded", [False, True])
+def test_an_int8_layer_keeps_its_quantized_weight_when_its_part_moves(forwarded):
+    """bitsandbytes' 8-bit layer keeps its int8 weight and row scales beside the parameter
+    (`weight.CB` before its first forward, `state.CB` after). A part's move (Module.to) gives the
+    parameter new data on the other device and leaves those behind: `move` points them at the
+    moved weight. No GPU here: a copy of the data stands for the move Module.to makes between the
+    CPU and a GPU (it assigns the parameter's data), then `move` to the CPU runs what follows it."""
+    from ot_gradio.config.enums import DataType
+    from ot_gradio.training.quantize import _bnb_linear
+
+    torch.manual_seed(0)
+    layer = _bnb_linear(torch.nn.Linear(64, 32), DataType.INT_8, torch.float32).to("cpu")
+    x = torch.randn(3, 64)
+    before = layer(x) if forwarded else None
+    layer.weight.data = layer.weight.data.clone()  # what Module.to does to the parameter on a real move
+    placement.move(layer, torch.device("cpu"))
+    held = layer.state.CB if forwarded else layer.weight.CB
+    assert held.data_ptr() == layer.weight.data_ptr()
+    after = layer(x)
+    assert layer.state.CB.data_ptr() == layer.weight.data_ptr()
+    if forwarded:
+        torch.testing.assert_close(after, before)
 
 
 def test_the_filled_text_cache_holds_every_text_a_step_can_ask_for(tmp_path):
