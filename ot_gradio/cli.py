@@ -124,8 +124,8 @@ class _Console:
         kind = event.get("type")
         if kind == "progress" and event.get("phase") == "training":
             if self.bar is None:
-                self.bar = tqdm(total=event["total_steps"], unit="step", dynamic_ncols=True, file=sys.stderr)
-                self.bar.n = event["global_step"] - 1
+                # the first event is where training starts (a resumed run: its backup's step)
+                self.bar = tqdm(total=event["total_steps"], initial=event["global_step"], unit="step", dynamic_ncols=True, file=sys.stderr)
             self.bar.update(event["global_step"] - self.bar.n)
             self.bar.set_description(f"epoch {event['epoch']}/{event['epochs']}")
         elif kind == "metrics" and self.bar is not None:

@@ -53,10 +53,17 @@ class LossLog:
         self.tb = None
         self.epochs = self.steps_per_epoch = self.total_steps = 0
 
-    def start(self, global_step: int, epochs: int, steps_per_epoch: int, total_steps: int, tb: Any = None) -> None:
+    def start(self, global_step: int, epochs: int, steps_per_epoch: int, total_steps: int, tb: Any = None,
+              epoch: int = 0, epoch_step: int = 0) -> None:
+        """Training starts at `global_step` (`epoch`, 0-based, and `epoch_step`: where a resumed run
+        continues). Its position is reported at once: a run resumed from a backup of its last step
+        makes no step, and the page would otherwise show the caching phase as its last progress."""
         self.started = self.last_read = time.monotonic()
         self.steps_at_start, self.smoothed = global_step, None
         self.epochs, self.steps_per_epoch, self.total_steps, self.tb = epochs, steps_per_epoch, total_steps, tb
+        self.report.progress(phase="training", epoch=min(epoch + 1, epochs), epochs=epochs, step=epoch_step,
+                             steps_per_epoch=steps_per_epoch, global_step=global_step, total_steps=total_steps,
+                             it_s=None, eta_s=None)
 
     def add(self, entry: StepLog) -> None:
         self.unread.append(entry)

@@ -68,7 +68,8 @@ class Trainer(TrainerSetup):
         if cfg.only_cache:
             return self._only_cache()
         self.report.status("training", "")
-        self.losses.start(self.counters.global_step, cfg.epochs, self.steps_per_epoch, self.total_steps, self._tb)
+        self.losses.start(self.counters.global_step, cfg.epochs, self.steps_per_epoch, self.total_steps, self._tb,
+                          epoch=self.counters.epoch, epoch_step=self.counters.epoch_step)
         accum = cfg.gradient_accumulation_steps
         optimizer_train_mode(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)

@@ -44,7 +44,9 @@ def status_markdown(state: RunState | None) -> str:
     lines = [f"**{state.status}** {reason_line(state.message, 1000) if failed else state.message}".strip()]
     if p.get("phase") == "training":
         eta = None if state.finished else p.get("eta_s")  # a stopped run has no time left
-        lines.append(f"{p.get('it_s', 0)} it/s" + (f" · ETA {eta:.0f} s" if eta is not None else ""))
+        rate = p.get("it_s")  # None until the first step (a resumed run reports where it starts)
+        if rate is not None:
+            lines.append(f"{rate} it/s" + (f" · ETA {eta:.0f} s" if eta is not None else ""))
     if state.losses:
         lines.append(f"loss {state.losses[-1][1]:.4f}")
     if state.saved:
