@@ -44,6 +44,9 @@ RUNS = [
     ("Chroma/#chroma Finetune 16GB.json", 16),
     ("QwenImage/#qwen Finetune 24GB.json", 24),
     # SD 1.5 names no card either: 8 GB, the smallest many of its users train on
+    # Flux.2 klein base 9B (Qwen3-8B): INT_W8A8 transformer, FLOAT_8 text encoder, compile on
+    ("Flux 2/#flux2 LoRA 8GB.json", 8),
+    ("Flux 2/#flux2 LoRA 16GB.json", 16),
     ("SD1.5/#sd 1.5 LoRA.json", 8),
     ("SD1.5/#sd 1.5 embedding.json", 8),
 ]
@@ -128,9 +131,22 @@ def z_image() -> dict:
             "vae": AutoencoderKL(**FLUX_VAE)}
 
 
-BUILDERS = {"FLUX_DEV_1": flux, "CHROMA_1": chroma, "STABLE_DIFFUSION_15": sd15, "STABLE_DIFFUSION_XL_10_BASE": sdxl, "QWEN": qwen_image, "Z_IMAGE": z_image}
+def flux2_klein_9b() -> dict:
+    from diffusers import AutoencoderKLFlux2, Flux2Transformer2DModel
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    # black-forest-labs/FLUX.2-klein-base-9B: 8 double and 24 single blocks of 32 x 128, Qwen3-8B's three
+    # hidden states (3 x 4096) as its text input, no guidance embedder; Qwen3-8B; the Flux.2 VAE's defaults
+    transformer = Flux2Transformer2DModel(num_layers=8, num_single_layers=24, num_attention_heads=32, attention_head_dim=128,
+                                          joint_attention_dim=12288, guidance_embeds=False)
+    encoder = Qwen3ForCausalLM(Qwen3Config(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                                           num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False))
+    return {"transformer": transformer, "text_encoder": encoder, "vae": AutoencoderKLFlux2()}
+
+
+BUILDERS = {"FLUX_2": flux2_klein_9b, "FLUX_DEV_1": flux, "CHROMA_1": chroma, "STABLE_DIFFUSION_15": sd15, "STABLE_DIFFUSION_XL_10_BASE": sdxl, "QWEN": qwen_image, "Z_IMAGE": z_image}
 # the tiny model's tokenizers and scheduler (built on the CPU; its modules are replaced)
-TINY = {"FLUX_DEV_1": "flux", "CHROMA_1": "chroma", "STABLE_DIFFUSION_15": "sd15", "STABLE_DIFFUSION_XL_10_BASE": "sdxl", "QWEN": "qwen_image", "Z_IMAGE": "z_image"}
+TINY = {"FLUX_2": ("flux2", "klein"), "FLUX_DEV_1": "flux", "CHROMA_1": "chroma", "STABLE_DIFFUSION_15": "sd15", "STABLE_DIFFUSION_XL_10_BASE": "sdxl", "QWEN": "qwen_image", "Z_IMAGE": "z_image"}
 
 
 def build_on_meta(model_type: str):
@@ -142,13 +158,14 @@ def build_on_meta(model_type: str):
     from ot_gradio.config.families import family_info
     from ot_gradio.models.registry import get_family
 
-    name = TINY[model_type]
-    components = getattr(importlib.import_module(f"ot_gradio.models.tiny.{name}"), f"tiny_{name}_components")()
+    name, *args = (TINY[model_type],) if isinstance(TINY[model_type], str) else TINY[model_type]
+    components = getattr(importlib.import_module(f"ot_gradio.models.tiny.{name}"), f"tiny_{name}_components")(*args)
     with torch.device("meta"):
         components.update(BUILDERS[model_type]())
     family = get_family(model_type)  # the SD families take the parts as keywords, the flow families a mapping
     model = family(**components) if model_type.startswith("STABLE_DIFFUSION") else family(components)
-    published = family_info(model_type).params
+    # FLUX_2's family counts are Flux.2 dev's; the klein 9B presets are checked against the VAE's alone
+    published = {"vae": family_info(model_type).params["vae"]} if model_type == "FLUX_2" else family_info(model_type).params
     counts = {part: (sum(p.numel() for p in module.parameters()), published.get(part)) for part, module in model.parts.items()}
     return model, counts
 
