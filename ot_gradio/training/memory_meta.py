@@ -60,17 +60,18 @@ def pack_bitsandbytes(module: nn.Module) -> int:
     return packed
 
 
-def offloaded_bytes_planned(model: Any, config: Any) -> int:
+def offloaded_bytes_planned(model: Any, config: Any, parked: Any = ()) -> int:
     """Bytes of the weights layer offloading would keep in RAM (offload.install_offloading picks
     the last `offload_fraction` of each part's blocks; their frozen weights, and with the fused
-    back pass their trained ones too), counted without moving anything."""
+    back pass their trained ones too), counted without moving anything; not those of the
+    `parked` parts, which wait in RAM whole while the steps run."""
     from .offload import find_blocks, offloads_trained_weights  # noqa: PLC0415
 
     trained = offloads_trained_weights(config)
     total = 0
     for part in (model.denoiser, *model.text_encoder_names):
         part_config = getattr(config, part, None)
-        if part not in model.parts or part_config is None or part_config.offload_fraction <= 0:
+        if part not in model.parts or part in parked or part_config is None or part_config.offload_fraction <= 0:
             continue
         blocks = find_blocks(model.parts[part])
         count = min(len(blocks), math.ceil(part_config.offload_fraction * len(blocks)))
@@ -177,6 +178,6 @@ def estimate_on_meta(model: Any, config: Any, free: int) -> tuple[MemoryPlan, bo
         plan = plan_run(model, config, META, precision, groups, text, [model.denoiser], measure=(False, True),
                         free_fn=lambda _device: free, parked=parked)
     plan.device = f"{target.type} (planned on meta)"
-    plan.offloaded = offloaded_bytes_planned(model, config)
+    plan.offloaded = offloaded_bytes_planned(model, config, parked)
     on = setting == GradientCheckpointing.ON or (setting == GradientCheckpointing.AUTO and not plan.fits(False))
     return plan, on

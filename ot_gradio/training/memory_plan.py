@@ -263,7 +263,7 @@ def start_plan(model: Any, config: Any, device: torch.device, precision: Any, pa
     if device.type != "cpu":  # layer offloading: those weights are in RAM (on CPU all of them are)
         from .offload import offloaded_bytes  # noqa: PLC0415
 
-        plan.offloaded = offloaded_bytes(model)
+        plan.offloaded = offloaded_bytes(model, parked=plan.parked)  # a parked part is in RAM whole
     parts = [p for p in checkpoint_parts if p in model.parts]
     before = {p: _is_checkpointing(model.parts[p]) for p in parts}
 

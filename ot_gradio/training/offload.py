@@ -69,6 +69,13 @@ def _plain(t: torch.Tensor) -> bool:
     return type(t) in (torch.Tensor, nn.Parameter)
 
 
+def _input_device(args: tuple, kwargs: dict) -> torch.device | None:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return None
+
+
 class OffloadedBlock:
     """One block's tensors: their RAM copies, moved in before the forward and dropped after.
 
@@ -158,6 +165,9 @@ class OffloadedBlock:
         self._set(entry, entry[3])
 
     def _call(self, *args: Any, **kwargs: Any) -> Any:
+        if self.train_device.type != "cpu" and _input_device(args, kwargs) == torch.device("cpu"):
+            # its part waits in RAM (placement.py; a caption the text cache missed): the RAM copies serve
+            return self.forward(*args, **kwargs)
         self.load()
         try:
             return self.forward(*args, **kwargs)
@@ -292,10 +302,23 @@ def compile_blocks(module: nn.Module, offload: PartOffload) -> str:
     return text
 
 
-def offloaded_bytes(model: Any) -> int:
-    """Bytes of frozen weights kept in RAM instead of on the train device (for the memory planner)."""
-    return sum(d.nbytes for d in getattr(model, "layer_offload", []) or [])
+def offloaded_bytes(model: Any, parked: Any = ()) -> int:
+    """Bytes of frozen weights kept in RAM instead of on the train device (for the memory planner);
+    `parked`: parts that wait in RAM whole while the steps run (placement.py), counted there."""
+    return sum(d.nbytes for d in getattr(model, "layer_offload", []) or [] if d.part not in parked)
+
+
+def offloaded_entries(module: nn.Module) -> list[tuple[OffloadedBlock, list]]:
+    """The offloaded tensors of `module`'s blocks, as (block, entry): outside a block's forward
+    each points at its RAM copy."""
+    out = []
+    for sub in module.modules():
+        block = getattr(sub.__dict__.get("forward"), "__self__", None)
+        if isinstance(block, OffloadedBlock):
+            out += [(block, entry) for entry in block.entries if block._live(entry)]
+    return out
 
 
 __all__ = ["BLOCK_LISTS", "OffloadedBlock", "PartOffload", "compile_blocks", "find_blocks", "install_offloading", "offloaded_bytes",
+           "offloaded_entries",
            "offloads_trained_weights"]

@@ -10,8 +10,7 @@ cache holds every caption the data can give: the trainer fills it for all of the
 parks the encoders. A caption the cache still misses is encoded where the encoder is (the
 families run a text encoder on its own device), so it costs time, never the run.
 
-Kept on the train device, as before: the denoiser; every part that trains; a part with layer or
-activation offloading (offload.py places its blocks);
+Kept on the train device, as before: the denoiser; every part that trains;
 an inpainting model's VAE (its steps encode a blank image); and everything when latent caching
 is off or the train device is the CPU. A method whose step runs other parts names them
 (`Method.step_parts`; FINE_TUNE_VAE: the VAE alone), and every other frozen part waits in RAM, the
@@ -24,7 +23,9 @@ see them without a GPU. bitsandbytes' INT_8 and NFLOAT_4 parts are parked too (a
 4.1 GB), as OneTrainer parks them: they are quantized on the device before they are parked, a
 4-bit weight's quantization state moves with it, and `move` makes an 8-bit layer's state follow
 its weight (bitsandbytes keeps the int8 weight and its row scales outside the parameter, where a
-module's `.to` does not reach).
+module's `.to` does not reach). A frozen part with layer offloading waits in RAM as well (Flux.2
+klein's Qwen3-8B in OneTrainer's 8 GB preset): its offloaded blocks never leave RAM with it
+(`offloaded_tensors_stay`), so a sample brings only the rest, and the blocks come one at a time.
 
 While samples are made, the parked VAE waits on the device (`for_samples`); a parked text
 encoder stays in RAM, and each sample brings it to the device for the prompt's encoding alone:
@@ -47,8 +48,31 @@ HOST = torch.device("cpu")  # where parked parts wait (OneTrainer's temp_device)
 
 
 def move(module: torch.nn.Module, device: torch.device) -> None:
-    module.to(device)
+    with offloaded_tensors_stay(module):
+        module.to(device)
     int8_states_follow(module, device)
+
+
+@contextlib.contextmanager
+def offloaded_tensors_stay(module: torch.nn.Module) -> Iterator[None]:
+    """A part with layer offloading (offload.py) moves without its offloaded blocks' tensors: they
+    stay in RAM and come to the device one block at a time, in the block's forward. (They are
+    taken out of their modules' tables while the part moves, and put back in their places.)"""
+    from .offload import offloaded_entries  # noqa: PLC0415
+
+    tables: dict[int, tuple[dict, list[str]]] = {}
+    held: dict[tuple[int, str], torch.Tensor] = {}
+    for _block, entry in offloaded_entries(module):
+        table, name = entry[0], entry[1]
+        tables.setdefault(id(table), (table, list(table)))
+        held[(id(table), name)] = table.pop(name)
+    try:
+        yield
+    finally:
+        for key, (table, order) in tables.items():
+            items = {name: held.get((key, name), table.get(name)) for name in order}
+            table.clear()
+            table.update(items)
 
 
 def int8_states_follow(module: torch.nn.Module, device: torch.device) -> None:
@@ -83,7 +107,6 @@ def parked_parts(model: Any, config: Any, device: torch.device, trained_parts: I
     for part in model.parts:
         if part in trained or (part == model.denoiser and step_parts is None):
             continue
-        section = getattr(config, part, None)
         reason = None
         if step_parts is not None:
             reason = "the training steps run it" if part in step_parts else None
@@ -93,8 +116,6 @@ def parked_parts(model: Any, config: Any, device: torch.device, trained_parts: I
             reason = f"its outputs are not cached ({text_cache_off_reason})"
         elif part not in text_parts and model.inpainting:
             reason = "an inpainting model's steps encode a blank image with it"
-        if reason is None and section is not None and (section.offload_fraction > 0 or section.activation_offloading):
-            reason = "layer offloading places its blocks"
         if reason is None:
             parked.append(part)
         else:

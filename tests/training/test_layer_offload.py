@@ -455,3 +455,53 @@ def test_a_resumed_optimizer_state_follows_its_offloaded_weight_to_the_device():
     state_follows_weight(state, weight)
     assert state["exp_avg_sq_row"].device.type == state["exp_avg"].device.type == "meta"
     assert state["step"].device.type == "cpu"
+
+
+def test_a_parked_part_moves_without_its_offloaded_blocks():
+    """A frozen part with layer offloading waits in RAM while the steps run (placement.py) and
+    comes to the device for samples without its offloaded blocks: `placement.move` leaves their
+    tensors in RAM (here a dtype change stands for the device move: the tensors it reaches change
+    type), keeps every module's parameter order, and the blocks still bring their weights in for
+    their forward."""
+    from ot_gradio.training import placement
+
+    denoiser = Denoiser()
+    for p in denoiser.parameters():
+        p.requires_grad_(False)
+    x = torch.randn(3, 8)
+    expected = denoiser(x)
+    done, _ = install_offloading(Model(denoiser), Config(0.5), torch.device("cpu"), mover=Recorder(), force=True)
+    offloaded = {id(b.block) for b in done[0].blocks}
+    order = [name for name, _ in denoiser.named_parameters()] + [name for name, _ in denoiser.named_buffers()]
+    with placement.offloaded_tensors_stay(denoiser):
+        denoiser.to(torch.float64)
+    assert [name for name, _ in denoiser.named_parameters()] + [name for name, _ in denoiser.named_buffers()] == order
+    for block in denoiser.transformer_blocks:
+        kinds = {t.dtype for t in [*block.parameters(), *block.buffers()]}
+        assert kinds == ({torch.float32} if id(block) in offloaded else {torch.float64})
+    with placement.offloaded_tensors_stay(denoiser):
+        denoiser.to(torch.float32)
+    torch.testing.assert_close(denoiser(x), expected)
+
+
+def test_a_parked_offloaded_block_runs_from_ram_when_its_input_is_there():
+    """A caption the text cache missed is encoded where its parked encoder is, in RAM: an offloaded
+    block whose input is on the CPU runs with its RAM copies and moves nothing to the device."""
+    from ot_gradio.training.offload import OffloadedBlock
+
+    block = Block(8)
+    for p in block.parameters():
+        p.requires_grad_(False)
+    x = torch.randn(2, 8)
+    expected = block(x)
+    moves = []
+
+    def mover(t, device):
+        moves.append(device.type)
+        return t.clone()
+
+    OffloadedBlock(block, torch.device("cuda"), torch.device("cpu"), mover, pin=False)
+    moves.clear()
+    with torch.no_grad():
+        torch.testing.assert_close(block(x), expected)
+    assert moves == []
