@@ -89,10 +89,6 @@ class DataType(StrEnum):
 QUANTIZED_TYPES = (DataType.FLOAT_8, DataType.INT_8, DataType.NFLOAT_4, DataType.INT_W8A8, DataType.FLOAT_W8A8)
 # the weight types that read a .gguf transformer file (config/gguf.py)
 GGUF_TYPES = (DataType.GGUF, DataType.GGUF_A8_FLOAT, DataType.GGUF_A8_INT)
-# what a frozen module that waits in RAM and takes turns on the GPU (Ideogram 4's unconditional
-# transformer) is stored in for its section's weight type, where that differs: bitsandbytes'
-# weights cannot move back from the GPU reliably (training/diffusion.py, the memory table)
-STORED_WHILE_WAITING = {DataType.INT_8: DataType.FLOAT_8, DataType.NFLOAT_4: DataType.FLOAT_8}
 
 
 class ModelFormat(StrEnum):

@@ -384,21 +384,49 @@ def parked_for_sampling(parts: Mapping[str, torch.nn.Module], device: torch.devi
             m.train(was_training[name])
 
 
+def int8_states_follow(module: torch.nn.Module, device: torch.device) -> None:
+    """bitsandbytes' 8-bit layers hold their int8 weight and its row scales beside the parameter
+    (`weight.CB` / `weight.SCB` until the first forward, the layer's `state` after it), and a
+    module's `.to` moves only the parameter's data (Linear8bitLt.to, which moves the state, runs
+    only when called on the layer itself): point them at the moved weight and move the scales."""
+    for layer in module.modules():
+        if type(layer).__name__ != "Linear8bitLt":
+            continue
+        weight, state = layer.weight, layer.state
+        if getattr(weight, "CB", None) is not None:
+            weight.CB = weight.data
+        if getattr(weight, "SCB", None) is not None:
+            weight.SCB = weight.SCB.to(device)
+        if state.CB is not None:
+            state.CB = weight.data
+        if state.SCB is not None:
+            state.SCB = state.SCB.to(device)
+
+
+def move_module(module: torch.nn.Module, device: torch.device) -> None:
+    """`module` to `device`, bitsandbytes' quantized layers with it: a 4-bit weight's quantization
+    state moves with its parameter, an 8-bit layer's int8 weight and row scales are made to follow
+    (`int8_states_follow`)."""
+    module.to(device)
+    int8_states_follow(module, device)
+
+
 @contextlib.contextmanager
 def turns_on_device(active: torch.nn.Module, waiting: torch.nn.Module, target: torch.device) -> Iterator[None]:
     """`active` (a part on the sampling device) and `waiting` (a frozen module kept elsewhere,
     its home: where it is now) take turns on `target` during a sample: before either's forward it
     comes to `target` and the other goes to the home, so the device holds one of them, not both
-    (Wan 2.2 A14B's experts, Ideogram 4's two transformers). Afterwards `waiting` is home again;
-    `active` is where its last turn left it (parked_for_sampling puts parts back)."""
+    (Wan 2.2 A14B's experts, Ideogram 4's two transformers). Moves go through `move_module`, so a
+    bitsandbytes-quantized module comes quantized. Afterwards `waiting` is home again; `active` is
+    where its last turn left it (parked_for_sampling puts parts back)."""
     home = module_device(waiting)
     pair = (active, waiting)
 
     def take_turn(module, _args):
         for other in pair:
             if other is not module:
-                other.to(home)
-        module.to(target)
+                move_module(other, home)
+        move_module(module, target)
 
     hooks = [module.register_forward_pre_hook(take_turn) for module in pair]
     try:
@@ -406,7 +434,7 @@ def turns_on_device(active: torch.nn.Module, waiting: torch.nn.Module, target: t
     finally:
         for hook in hooks:
             hook.remove()
-        waiting.to(home)
+        move_module(waiting, home)
 
 
 def generation_size(height: int, width: int, step: int) -> tuple[int, int]:

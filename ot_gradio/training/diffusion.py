@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from ..config.enums import STORED_WHILE_WAITING, DataType
+from ..config.enums import DataType
 from ..config.families import family_info
 from ..config.flow_options import flow_matching_conflicts
 from ..config.svd_quant import svd_problems
@@ -141,18 +141,13 @@ def circular_padding(module: torch.nn.Module) -> None:
 def quantize_waiting_modules(model: Any, config: Any, device: torch.device, precision: Precision) -> list[str]:
     """The frozen modules beside the parts that have a config section of their own (Ideogram 4's
     `unconditional_transformer`, the description's extra_params) in their section's weight type:
-    quantized where they wait (RAM), they take turns on the device for samples; bitsandbytes'
-    types are stored as STORED_WHILE_WAITING says. Returns the warnings."""
+    quantized where they wait (RAM), they take turns on the device for samples (bitsandbytes'
+    layers move with their quantized weights: models/common.move_module). Returns the warnings."""
     info = family_info(config.model_type)
     names = [n for n in (info.extra_params if info is not None else {}) if n in type(config).model_fields and hasattr(model, n)]
     warnings = []
     for name in names:
         module, data_type = getattr(model, name), DataType(getattr(config, name).weight_dtype)
-        if data_type in STORED_WHILE_WAITING:
-            stored = STORED_WHILE_WAITING[data_type]
-            warnings.append(f"{name}.weight_dtype: {data_type.value} is stored as {stored.value} for the {name}, which waits in RAM "
-                            "and takes turns on the GPU for samples (bitsandbytes weights cannot move back from the GPU reliably)")
-            data_type = stored
         if data_type not in QUANTIZED_TYPES:
             continue
         home = next(module.parameters()).device

@@ -44,13 +44,14 @@ from typing import Any
 
 import torch
 
+from ..models.common import move_module
+
 HOST = torch.device("cpu")  # where parked parts wait (OneTrainer's temp_device)
 
 
 def move(module: torch.nn.Module, device: torch.device) -> None:
     with offloaded_tensors_stay(module):
-        module.to(device)
-    int8_states_follow(module, device)
+        move_module(module, device)
 
 
 @contextlib.contextmanager
@@ -73,25 +74,6 @@ def offloaded_tensors_stay(module: torch.nn.Module) -> Iterator[None]:
             items = {name: held.get((key, name), table.get(name)) for name in order}
             table.clear()
             table.update(items)
-
-
-def int8_states_follow(module: torch.nn.Module, device: torch.device) -> None:
-    """bitsandbytes' 8-bit layers hold their int8 weight and its row scales beside the parameter
-    (`weight.CB` / `weight.SCB` until the first forward, the layer's `state` after it), and a
-    module's `.to` moves only the parameter's data (Linear8bitLt.to, which moves the state, runs
-    only when called on the layer itself): point them at the moved weight and move the scales."""
-    for layer in module.modules():
-        if type(layer).__name__ != "Linear8bitLt":
-            continue
-        weight, state = layer.weight, layer.state
-        if getattr(weight, "CB", None) is not None:
-            weight.CB = weight.data
-        if getattr(weight, "SCB", None) is not None:
-            weight.SCB = weight.SCB.to(device)
-        if state.CB is not None:
-            state.CB = weight.data
-        if state.SCB is not None:
-            state.SCB = state.SCB.to(device)
 
 
 def parked_parts(model: Any, config: Any, device: torch.device, trained_parts: Iterable[str],

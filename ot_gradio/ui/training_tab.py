@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from ..config.base_model_match import base_model_mismatch
-from ..config.enums import GGUF_TYPES, STORED_WHILE_WAITING, LearningRateScheduler
+from ..config.enums import GGUF_TYPES, LearningRateScheduler
 from ..config.lr_schedules import lr_curve
 from ..config.param_counts import EXTRA_PARAMS, PARAMS
 
 BYTES = {"FLOAT_32": 4, "TFLOAT_32": 4, "FLOAT_16": 2, "BFLOAT_16": 2, "FLOAT_8": 1, "INT_8": 1, "NFLOAT_4": 0.5,
          "INT_W8A8": 1, "FLOAT_W8A8": 1}
 GGUF_NAMES = {t.value for t in GGUF_TYPES}
-WAITING_NAMES = {t.value: s.value for t, s in STORED_WHILE_WAITING.items()}
 LOADED_UNQUANTIZED = {"FLOAT_8", "INT_8", "NFLOAT_4", "INT_W8A8", "FLOAT_W8A8"}  # a module loaded like such a part is not quantized with it
 
 
@@ -51,7 +50,7 @@ def _weights_table(config: dict[str, Any]) -> str:
     for name, (like, n, where) in EXTRA_PARAMS.get(str(config.get("model_type", "")), {}).items():
         own = config.get(name)  # a module with a section of its own (Ideogram 4's unconditional transformer) is in its type
         if isinstance(own, dict) and own.get("weight_dtype") in LOADED_UNQUANTIZED:
-            dtype = WAITING_NAMES.get(own["weight_dtype"], own["weight_dtype"])
+            dtype = own["weight_dtype"]
         else:
             dtype = (config.get(like) or {}).get("weight_dtype", "FLOAT_32")
             if dtype not in BYTES or dtype in LOADED_UNQUANTIZED:  # not quantized itself: loads in the compute type

@@ -164,6 +164,40 @@ def test_an_int8_layer_keeps_its_quantized_weight_when_its_part_moves(forwarded)
         torch.testing.assert_close(after, before)
 
 
+def test_modules_taking_turns_on_the_device_keep_their_int8_weights():
+    """Ideogram 4's unconditional transformer (INT_8 in RAM) and the trained one take turns on the
+    sampling device (models/common.turns_on_device): each turn's move leaves an 8-bit layer's int8
+    weight at the moved parameter. As above, a copy of the data before each turn stands for the
+    move to a GPU."""
+    from ot_gradio.config.enums import DataType
+    from ot_gradio.models.common import turns_on_device
+    from ot_gradio.training.quantize import _bnb_linear
+
+    torch.manual_seed(0)
+    active = torch.nn.Linear(64, 64)
+    layer = _bnb_linear(torch.nn.Linear(64, 32), DataType.INT_8, torch.float32).to("cpu")
+    waiting = torch.nn.Sequential(layer)  # a model: its `.to` does not reach the layer's own
+    x = torch.randn(3, 64)
+    want = waiting(x)
+
+    def moved_by_the_gpu(_module, _args):
+        layer.weight.data = layer.weight.data.clone()
+
+    checks = []
+    hooks = [waiting.register_forward_pre_hook(moved_by_the_gpu),
+             # (before the layer's forward, which points its weight back at the int8 data it held)
+             layer.register_forward_pre_hook(lambda *_: checks.append(layer.state.CB.data_ptr() == layer.weight.data_ptr()))]
+    try:
+        with turns_on_device(active, waiting, torch.device("cpu")):
+            for _ in range(2):
+                active(x)
+                torch.testing.assert_close(waiting(x), want)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert checks == [True, True]
+
+
 def test_the_filled_text_cache_holds_every_text_a_step_can_ask_for(tmp_path):
     """Two text encoders, caption dropout on the second: the step asks for the caption for both,
     or the caption and an empty one; each is in the cache after `fill_text_cache`."""
