@@ -22,10 +22,11 @@ would slow the first epoch).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,16 @@ def _padded(entry: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             for k, v in entry.items()}
 
 
+
+@contextlib.contextmanager
+def _no_autocast() -> Iterator[None]:
+    """Autocast off on every device type where it is on, for the block."""
+    with contextlib.ExitStack() as stack:
+        for kind in ("cuda", "cpu", "xpu", "mps"):
+            if torch.is_autocast_enabled(kind):
+                stack.enter_context(torch.autocast(kind, enabled=False))
+        yield
+
 class TextEmbeddingCache:
     """A folder of text encoder outputs for one text encoder identity. Counters: ``hits`` and
     ``misses`` (samples looked up), ``encoded`` (texts encoded now, each once), ``encode_calls``."""
@@ -189,7 +200,8 @@ class TextEmbeddingCache:
     def _read(self, key: str) -> dict[str, torch.Tensor] | None:
         path = self.path_for(key)
         try:
-            return _padded(st_load(path.read_bytes()))
+            with _no_autocast():  # (padding a bfloat16 entry back to its window under a float16 autocast)
+                return _padded(st_load(path.read_bytes()))
         except FileNotFoundError:
             return None
         except Exception as exc:  # a damaged file is encoded again
@@ -240,8 +252,11 @@ class TextEmbeddingCache:
                 if keys[j] == keys[i]:
                     found[j] = entry
         names = list(found[0])
-        return {name: torch.stack([found[i][name] for i in range(count)]).to(device) if device is not None
-                else torch.stack([found[i][name] for i in range(count)]) for name in names}
+        # not under the run's autocast: a float16 one refuses to stack the bfloat16 outputs of a
+        # text encoder at the fallback type (training/fp16_fallback.py); the rows share one type
+        with _no_autocast():
+            stacked = {name: torch.stack([found[i][name] for i in range(count)]) for name in names}
+        return {name: value.to(device) for name, value in stacked.items()} if device is not None else stacked
 
     def fill(self, texts: Iterable[str | Mapping[str, str]], encode_fn: Callable[[Texts], Mapping[str, torch.Tensor]]) -> int:
         """Encode and store each of `texts` the cache has no file for (one sample's text each: a

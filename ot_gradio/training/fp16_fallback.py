@@ -3,8 +3,13 @@ encoders, HiDream's and HunyuanVideo's transformers, Stable Cascade's prior: eac
 `fp16_unstable`) run at the fallback type while the run trains in float16.
 
 - BFLOAT_16 (the default): such a part runs under a bfloat16 autocast instead of the float16 one.
-- FLOAT_32: it runs with autocast off, so in its weights' own type (a quantized part's other
-  weights and compute in float32, see `load_dtype`).
+- FLOAT_32: on CUDA it runs under a float32 autocast (OneTrainer's: half-precision weights cast
+  up op by op); on the other backends, which have no float32 autocast, with autocast off, so in
+  its weights' own type (float32 on a CPU; a quantized part's other weights and compute in
+  float32, see `load_dtype`).
+
+Float16 tensors that enter such a part come in at the fallback type, and when it is the family's
+only text encoder the family's whole `encode_text` runs at it (`install_fp16_fallback`).
 
 A quantized fp16-unstable part also loads its unquantized weights (norms, embeddings) in the
 fallback type, as OneTrainer's loaders do. Training in any other type leaves these parts alone.
@@ -13,6 +18,7 @@ fallback type, as OneTrainer's loaders do. Training in any other type leaves the
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 import torch
@@ -47,21 +53,70 @@ def part_load_dtypes(config: Any, family: Any, parts: Any, device: torch.device,
                                load_dtype(part, family, compute, config.fallback_train_dtype)) for part in parts}
 
 
-def fallback_autocast(fallback: torch.dtype):
-    """The context an fp16-unstable part runs in: the fallback type in place of an active float16 autocast."""
+def _float16_autocast() -> str | None:
+    """The device type whose float16 autocast is active (None: none is)."""
     for kind in _DEVICE_TYPES:
         if torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.float16:
-            if fallback == torch.float32:
-                return torch.autocast(kind, enabled=False)
-            # no cast cache: it is keyed by tensor, not type, and may hold a float16 copy from the outer autocast
-            return torch.autocast(kind, dtype=fallback, cache_enabled=False)
-    return contextlib.nullcontext()
+            return kind
+    return None
+
+
+def fallback_autocast(fallback: torch.dtype):
+    """The context an fp16-unstable part runs in: the fallback type in place of an active float16
+    autocast. FLOAT_32 is an autocast to float32 on CUDA, as OneTrainer's (half-precision weights
+    are cast up op by op); the other backends have no float32 autocast, so there it turns autocast
+    off (a CPU loads every part in float32)."""
+    kind = _float16_autocast()
+    if kind is None:
+        return contextlib.nullcontext()
+    if fallback == torch.float32 and kind != "cuda":
+        return torch.autocast(kind, enabled=False)
+    # no cast cache: it is keyed by tensor, not type, and may hold a float16 copy from the outer autocast
+    return torch.autocast(kind, dtype=fallback, cache_enabled=False)
+
+
+def _float16_at(fallback: torch.dtype, value: Any) -> Any:
+    """`value` with its float16 tensors (in lists, tuples and dicts too) in `fallback`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(fallback) if value.dtype == torch.float16 else value
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(_float16_at(fallback, v) for v in value)
+    if type(value) is dict:
+        return {k: _float16_at(fallback, v) for k, v in value.items()}
+    return value
+
+
+def _inputs_at(fallback: torch.dtype, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """`args` and `kwargs` with their float16 tensors in `fallback` when the fallback region is an
+    autocast (not where it turns autocast off): autocast refuses to concatenate or stack float16
+    tensors in a bfloat16 region (a float16 run's latents and timesteps entering Stable Cascade's prior)."""
+    kind = _float16_autocast()
+    if kind is None or (fallback == torch.float32 and kind != "cuda"):
+        return args, kwargs
+    return _float16_at(fallback, args), _float16_at(fallback, kwargs)
+
+
+def _at_fallback(function: Any, owner: Any) -> Any:
+    """`function` run at `owner._fp16_fallback` (read at each call) under a float16 autocast."""
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        fallback = owner._fp16_fallback
+        args, kwargs = _inputs_at(fallback, args, kwargs)
+        with fallback_autocast(fallback):
+            return function(*args, **kwargs)
+
+    return run
 
 
 def install_fp16_fallback(model: Any, fallback: DataType | str) -> list[str]:
     """Run each of `model`'s fp16-unstable parts at `fallback` under a float16 autocast (its forward
-    wrapped, whatever forward it had); returns the parts it applies to. Called again, it only
-    changes the type."""
+    wrapped, whatever forward it had; float16 inputs come in at the fallback type). When every
+    text encoder of the family is one of them (its T5 or LLM alone), the family's whole
+    `encode_text` runs so too, as OneTrainer's text encoding runs in that encoder's autocast
+    context: the encoder's bfloat16 hidden states are stacked, concatenated and masked there,
+    which a float16 autocast refuses. (Flux, SD 3 and HiDream keep their CLIP encoders in the
+    run's float16.) Returns the parts it applies to. Called again, it only changes the type."""
     from ..models.common import base_module
 
     dtype = fallback_dtype(fallback)
@@ -72,13 +127,12 @@ def install_fp16_fallback(model: Any, fallback: DataType | str) -> list[str]:
             continue
         module = base_module(module)
         if not hasattr(module, "_fp16_fallback"):
-            original = module.forward
-
-            def forward(*args: Any, _module: torch.nn.Module = module, _original: Any = original, **kwargs: Any) -> Any:
-                with fallback_autocast(_module._fp16_fallback):
-                    return _original(*args, **kwargs)
-
-            module.forward = forward
+            module.forward = _at_fallback(module.forward, module)
         module._fp16_fallback = dtype
         done.append(part)
+    text_encoders = set(getattr(model, "text_encoder_names", ()))
+    if text_encoders and text_encoders <= set(done) and hasattr(model, "encode_text"):
+        if not hasattr(model, "_fp16_fallback"):
+            model.encode_text = _at_fallback(model.encode_text, model)
+        model._fp16_fallback = dtype
     return done

@@ -100,3 +100,79 @@ def test_a_familys_prompt_encoding_runs_its_unstable_part_at_the_fallback_type(m
     with torch.no_grad(), torch.autocast(**FP16):
         model.encode_text(["a cat"])
     assert seen and set(seen) == {torch.bfloat16}  # under the fallback's autocast, not the run's float16
+
+
+def test_float16_inputs_enter_an_unstable_part_at_the_fallback_type():
+    """A float16 run's latents entering a part at the bfloat16 fallback (Stable Cascade's prior with
+    float16 weights): autocast refuses to concatenate float16 tensors in a bfloat16 region, so they
+    come in at the fallback type; a FLOAT_32 fallback on the CPU (autocast off) leaves them alone."""
+
+    class Prior(nn.Module):
+        fp16_unstable = ("prior",)
+
+        def forward(self, x, extra=None):
+            return torch.cat([x, extra["t"]], dim=1)
+
+    model = Model()
+    model.prior = Prior()
+    model.fp16_unstable = ("prior",)
+    x = torch.ones(2, 3, dtype=torch.float16)
+    install_fp16_fallback(model, "BFLOAT_16")
+    with torch.autocast(**FP16):
+        assert model.prior(x, extra={"t": x}).dtype == torch.bfloat16
+    assert model.prior(x, extra={"t": x}).dtype == torch.float16  # no autocast: no change
+    install_fp16_fallback(model, "FLOAT_32")
+    with torch.autocast(**FP16):
+        assert model.prior(x, extra={"t": x}).dtype == torch.float16
+
+
+def test_a_float32_fallback_is_a_float32_autocast_on_cuda():
+    """OneTrainer's FLOAT_32 fallback on CUDA: an autocast to float32, which casts half-precision
+    weights up op by op (autocast off would compute them in float16, where they overflow). No GPU
+    here: the float16 autocast is switched on for CUDA by its flag, and the context is read."""
+    from ot_gradio.training.fp16_fallback import fallback_autocast
+
+    was = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+    torch.set_autocast_enabled("cuda", True)
+    torch.set_autocast_dtype("cuda", torch.float16)
+    try:
+        with pytest.warns(UserWarning, match="CUDA is not available"):  # (what a CPU-only torch says of any CUDA autocast)
+            region = fallback_autocast(torch.float32)
+            bf16 = fallback_autocast(torch.bfloat16)
+        assert isinstance(region, torch.autocast) and (region.device, region.fast_dtype) == ("cuda", torch.float32)
+        assert (bf16.device, bf16.fast_dtype) == ("cuda", torch.bfloat16)
+    finally:
+        torch.set_autocast_enabled("cuda", was[0])
+        torch.set_autocast_dtype("cuda", was[1])
+    with torch.autocast(**FP16):
+        cpu_off = fallback_autocast(torch.float32)
+    assert (cpu_off.device, cpu_off._enabled) == ("cpu", False)
+
+
+# the families whose text encoding stacks or concatenates an LLM's hidden states: a float16 run with
+# their weights in bfloat16 (as a GPU loads them; a CPU loads float32) failed there before the family's
+# whole encode_text ran at the fallback type ("Unexpected floating ScalarType in at::autocast::prioritize")
+@pytest.mark.parametrize(("model_type", "tiny"), [(ModelType.FLUX_2, "flux2-klein"), (ModelType.KREA_2, "krea2"),
+                                                  (ModelType.IDEOGRAM_4, "ideogram4"), (ModelType.LTX_2, "ltx2")])
+def test_a_float16_run_encodes_text_with_bfloat16_weights(model_type, tiny, tiny_models, tmp_path):
+    from ot_gradio.data.text_cache import TextEmbeddingCache
+    from ot_gradio.training.device import Precision
+    from ot_gradio.training.diffusion import configure_model
+
+    model = get_family(model_type).load(f"tiny:{tiny}", offline=True)
+    config = TrainConfig(model_type=model_type)
+    config.text_encoder.train = False
+    configure_model(model, config, torch.device("cpu"), Precision("FLOAT_32", torch.device("cpu")))
+    for module in model.parts.values():
+        module.to(torch.bfloat16)
+    cache = TextEmbeddingCache(tmp_path, "fallback-test")
+    with torch.no_grad(), torch.autocast(**FP16):
+        direct = model.encode_text(["a cat", "a red circle"])
+        cached = cache.encode(["a cat", "a red circle"], model.encode_text)
+        again = cache.encode(["a red circle", "a cat"], model.encode_text)  # read back from the files
+    assert cache.encode_calls == 2 and cache.hits == 2
+    for name, value in direct.items():
+        if value.is_floating_point():
+            assert torch.isfinite(value.float()).all(), name
+            torch.testing.assert_close(cached[name], value, msg=name)
+            torch.testing.assert_close(again[name].flip(0), value, msg=name)
