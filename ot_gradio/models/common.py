@@ -365,6 +365,55 @@ class SamplingParts:
         return names
 
 
+def floats_in(value: Any, dtype: torch.dtype) -> Any:
+    """`value` with its floating tensors in `dtype`: a tensor, a tuple of them, a diffusers output
+    (its fields set in place) or a distribution object (DiagonalGaussianDistribution: its tensor
+    attributes set in place)."""
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if type(value) is tuple:
+        return tuple(floats_in(v, dtype) for v in value)
+    if isinstance(value, Mapping):
+        for key in list(value.keys()):
+            value[key] = floats_in(value[key], dtype)
+        return value
+    for key, item in list(vars(value).items()) if hasattr(value, "__dict__") else ():
+        if isinstance(item, torch.Tensor) and item.is_floating_point():
+            setattr(value, key, item.to(dtype))
+    return value
+
+
+@contextlib.contextmanager
+def vae_in_callers_dtype(vae: torch.nn.Module | None) -> Iterator[None]:
+    """While the block runs, `vae.decode` and `vae.encode` compute in the VAE's own weight type and
+    answer in their caller's: diffusers' pipelines assume one type for every part, handing the VAE
+    latents (SD 1.x / 2.x) or a control image (SD 2 depth, Qwen-Image-Edit) in the denoiser's or
+    the prompt's type and the encoded image on to the denoiser, outside autocast; the presets (ours
+    and OneTrainer's) load a half-precision denoiser beside a FLOAT_32 VAE on a GPU (a CPU loads
+    both in float32, where the types always agree)."""
+    names = [n for n in ("decode", "encode") if vae is not None and callable(getattr(vae, n, None)) and n not in vars(vae)]
+    if not names:
+        yield
+        return
+    dtype = module_dtype(vae)
+
+    def in_callers_dtype(original):
+        def run(value, *args, **kwargs):
+            caller = value.dtype if isinstance(value, torch.Tensor) and value.is_floating_point() else dtype
+            out = original(value.to(dtype) if caller != dtype else value, *args, **kwargs)
+            return floats_in(out, caller) if caller != dtype else out
+
+        return run
+
+    for name in names:
+        setattr(vae, name, in_callers_dtype(getattr(vae, name)))
+    try:
+        yield
+    finally:
+        for name in names:
+            delattr(vae, name)
+
+
 @contextlib.contextmanager
 def parked_for_sampling(parts: Mapping[str, torch.nn.Module], device: torch.device | str | None, main: str) -> Iterator[SamplingParts]:
     """Every part in eval mode on the sampling device (`device`, or the `main` part's), for a
@@ -377,7 +426,8 @@ def parked_for_sampling(parts: Mapping[str, torch.nn.Module], device: torch.devi
         for m in parts.values():
             m.eval()
             m.to(target)
-        yield SamplingParts(parts, devices, target)
+        with vae_in_callers_dtype(parts.get("vae")):
+            yield SamplingParts(parts, devices, target)
     finally:
         for name, m in parts.items():
             m.to(devices[name])

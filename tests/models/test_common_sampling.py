@@ -73,3 +73,25 @@ def test_text_encoders_leave_before_the_denoiser_runs(tiny_dir, tmp_path, monkey
     for name in names:
         assert events.index((name, "cpu")) < first_step  # on the device for the encoding
         assert events.index((name, "meta"), events.index((name, "cpu"))) < first_step, events  # and back where it waited
+
+
+@pytest.mark.parametrize(("model_type", "tiny"), FAMILIES)
+def test_a_sample_with_the_parts_in_the_types_a_gpu_loads_them_in(tiny_dir, tmp_path, model_type, tiny):
+    """The presets load the denoiser and the text encoders in a half type and most VAEs in FLOAT_32
+    (OneTrainer's and our SD presets: a FLOAT_16 UNet beside a FLOAT_32 VAE); a GPU loads them so,
+    a CPU all in float32. Samples run outside autocast: each part must get its inputs in its type
+    (diffusers' SD pipelines hand the VAE the latents in the UNet's type)."""
+    from ot_gradio.models.registry import get_family
+
+    model = get_family(model_type).load(f"tiny:{tiny}", offline=True)
+    # the parts and what loads with them in their type (Ideogram 4's unconditional transformer, LTX-2's connectors)
+    modules = {**model.parts, **getattr(model, "saved_parts", {}), **{n: getattr(model, n) for n in getattr(model, "resident_modules", ())}}
+    for name, module in modules.items():
+        if name != "vae":
+            module.to(torch.bfloat16)
+    if model.control_image:
+        Image.new("RGB", (40, 24), (200, 30, 30)).save(tmp_path / "control.png")
+        model.default_control_image = str(tmp_path / "control.png")
+    image = model.sample("a red circle", height=32, width=32, steps=1, cfg_scale=2.0, device="cpu")
+    frames = image if model.frame_step else [image]
+    assert all(frame.size == (32, 32) and len(set(frame.getdata())) > 1 for frame in frames)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -92,6 +93,21 @@ def test_training_math(model):
 def test_sample_has_the_asked_size(model):
     image = model.sample("a red circle", negative_prompt="blue", height=96, width=64, steps=2, cfg_scale=3.0, seed=1)
     assert image.size == (64, 96)
+
+
+def test_a_sample_with_the_parts_in_the_types_a_gpu_loads_them_in(tiny):
+    """Our preset and OneTrainer's load the prior and the text encoder in BFLOAT_16 and the decoder
+    in FLOAT_32 (a CPU loads all in float32): the decoder pipeline hands the decoder the prompt's
+    pooled bfloat16 embedding, outside autocast."""
+    from ot_gradio.models.stable_cascade import StableCascade
+
+    model = StableCascade.load("tiny:cascade", offline=True)
+    model.prior.to(torch.bfloat16)
+    model.text_encoder.to(torch.bfloat16)
+    image = model.sample("a red circle", height=64, width=64, steps=2, cfg_scale=3.0, seed=1)
+    assert image.size == (64, 64) and np.asarray(image).std() > 0
+    pixels = model.decode_latents(torch.zeros(1, 16, 2, 2, dtype=torch.bfloat16), "a red circle", steps=1)
+    assert pixels.shape[:2] == (1, 3) and torch.isfinite(pixels).all()
 
 
 def test_single_file_is_the_original_stage_c_layout(model, tiny, tmp_path):
