@@ -85,6 +85,17 @@ def module_device(module: torch.nn.Module) -> torch.device:
     return next(module.parameters()).device
 
 
+def input_dtype(module: torch.nn.Module) -> torch.dtype:
+    """The type a part's floating inputs are given in: the autocast's where one is on for its
+    device (OneTrainer gives them in the train data type), else its weights' type. (Under a float16
+    autocast, bfloat16 weights' type would make the UNet concatenate a bfloat16 tensor, which
+    autocast refuses: OneTrainer's SDXL fine-tune preset, FLOAT_16 with BFLOAT_16 weights.)"""
+    kind = module_device(module).type
+    if torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind):  # (not on "meta": the memory probe)
+        return torch.get_autocast_dtype(kind)
+    return module_dtype(module)
+
+
 def cast_parts(parts: Mapping[str, torch.nn.Module], dtypes: Mapping[str, torch.dtype]) -> None:
     """Each part cast to its dtype in `dtypes`, unless its floating-point weights are in it already
     (a GGUF transformer's quantized weights are bytes, its other weights loaded in its dtype)."""
@@ -395,10 +406,10 @@ def vae_in_callers_dtype(vae: torch.nn.Module | None) -> Iterator[None]:
     if not names:
         yield
         return
-    dtype = module_dtype(vae)
 
     def in_callers_dtype(original):
         def run(value, *args, **kwargs):
+            dtype = module_dtype(vae)  # (at the call: a family may cast its VAE for an encoding of its own)
             caller = value.dtype if isinstance(value, torch.Tensor) and value.is_floating_point() else dtype
             out = original(value.to(dtype) if caller != dtype else value, *args, **kwargs)
             return floats_in(out, caller) if caller != dtype else out

@@ -22,8 +22,8 @@ from ot_gradio.models.common import (
     base_module,
     exact_size,
     generation_size,
+    input_dtype,
     module_device,
-    module_dtype,
     parked_for_sampling,
     part_dtypes,
     save_diffusers_folder,
@@ -256,7 +256,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
         `conditioning` is what `encode_text` returned (or the hidden states themselves);
         `batch` (data.batches.Batch) carries what other families need besides (sizes, masks)."""
         hidden = conditioning["encoder_hidden_states"] if isinstance(conditioning, Mapping) else conditioning
-        device, dtype = module_device(self.unet), module_dtype(self.unet)
+        device, dtype = module_device(self.unet), input_dtype(self.unet)
         return self.unet(
             noisy_latents.to(device, dtype),
             timesteps.to(device),

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ot_gradio.config.enums import ModelType, NoiseScheduler
-from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype
+from ot_gradio.models.common import ModelLoadError, base_module, input_dtype, module_device
 from ot_gradio.models.family_parts import CheckedLayerSkips
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import (
@@ -148,7 +148,7 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
     def predict(self, noisy_latents: torch.Tensor, timesteps: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The UNet's output for `conditioning` (what `encode_text` returned), with the size and
         crop conditioning of `batch` (data.batches.Batch)."""
-        device, dtype = module_device(self.unet), module_dtype(self.unet)
+        device, dtype = module_device(self.unet), input_dtype(self.unet)
         time_ids = self.time_ids(batch, noisy_latents.shape[0], tuple(noisy_latents.shape[-2:]))
         return self.unet(
             noisy_latents.to(device, dtype),

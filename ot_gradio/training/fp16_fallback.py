@@ -77,8 +77,8 @@ def fallback_autocast(fallback: torch.dtype):
 
 def _float16_at(fallback: torch.dtype, value: Any) -> Any:
     """`value` with its float16 tensors (in lists, tuples and dicts too) in `fallback`."""
-    if isinstance(value, torch.Tensor):
-        return value.to(fallback) if value.dtype == torch.float16 else value
+    if isinstance(value, torch.Tensor):  # (not on meta: the memory probe gives every weight the run's one type)
+        return value.to(fallback) if value.dtype == torch.float16 and value.device.type != "meta" else value
     if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
         return type(value)(_float16_at(fallback, v) for v in value)
     if type(value) is dict:

@@ -53,6 +53,11 @@ class LiveBytes(TorchDispatchMode):
         self._sizes: dict[int, int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == "meta" and args[0].dtype == torch.bool:
+            # a mask's "all set?" test (transformers' attention masks ask `padding_mask.all()`, a CLIP
+            # text encoder trained in the step): answered yes, as for unpadded prompts; other values
+            # a meta tensor cannot give still fail the probe
+            return True
         fast = FAST_META.get(func)
         out = None
         if fast is not None and not kwargs and args[0].device.type == "meta":  # meta_shapes.py: no Python decomposition

@@ -1,8 +1,11 @@
 """Every preset OneTrainer ships for a model type we train (tests/config/data/onetrainer-training-presets,
-stored unchanged) imported unchanged and trained for one step on the family's tiny model, in this
-process: only the base model (and Würstchen's / Stable Cascade's decoder and EffNet models), the
-dataset, the output and the run's size (64 px, one epoch of one batch) are set. The presets' own
-data types, quantization, optimizers, layer filters, offloading and compile stay as shipped.
+stored unchanged), and each of our own presets (presets/), imported unchanged and trained for one
+step on the family's tiny model, in this process, then one sample made: only the base model (and Würstchen's / Stable Cascade's decoder and
+EffNet models), the dataset, the output, the run's size (64 px, one epoch of one batch) and the
+sample are set. The presets' own data types, quantization, optimizers, layer filters, offloading
+and compile stay as shipped, and the parts load in their data types and FLOAT_16 computes in
+float16, as on a GPU (tests/gpu_types.py: a CPU run loads all in float32, where the types of the
+parts always agree).
 
 torch.compile runs with dynamo's "eager" backend (dynamo traces the model and runs its graphs,
 without inductor's C++ build, which takes minutes on a CPU); offloading has nothing to move on the
@@ -18,9 +21,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 
 from ot_gradio.training.quantize import LinearW8A8
 from tests.config.test_onetrainer_shipped_presets import PRESETS, TRAINED, preset_id
+from tests.gpu_types import as_on_a_gpu
 from tests.models.test_transformer_file import hub_cached
 
 pytestmark = pytest.mark.slow
@@ -33,7 +38,14 @@ TINY = {
     "CHROMA_1": "chroma", "FLUX_2": "flux2-klein", "QWEN": "qwen-image", "KREA_2": "krea2", "Z_IMAGE": "z-image", "SANA": "sana",
     "HUNYUAN_VIDEO": "hunyuan_video", "HI_DREAM_FULL": "hidream", "ERNIE": "ernie", "ANIMA": "anima",
     "IDEOGRAM_4": "ideogram4",
+    # the other model types of our own presets
+    "STABLE_DIFFUSION_20": "sd2", "STABLE_DIFFUSION_20_BASE": "sd2-base", "STABLE_DIFFUSION_21_BASE": "sd2-base",
+    "STABLE_DIFFUSION_20_DEPTH": "sd2-depth", "STABLE_DIFFUSION_35": "sd35", "FLUX_FILL_DEV_1": "flux-fill",
+    "QWEN_IMAGE_EDIT": "qwen-image-edit", "WAN_2_1": "wan", "WAN_2_2_TI2V_5B": "wan22-5b", "WAN_2_2_T2V_A14B": "wan22-a14b",
+    "LTX_2": "ltx2",
 }
+COMPANIONS = {"QWEN_IMAGE_EDIT": "control", "FLUX_FILL_DEV_1": "masklabel"}  # the files beside each image these models train on
+OURS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("*.json"))
 
 
 @pytest.fixture(scope="session")
@@ -58,15 +70,21 @@ def batches(shapes, tmp_path_factory):
     """batch size -> a folder of that many copies of one image (one bucket: one batch, one step)."""
     root, made = tmp_path_factory.mktemp("preset-batches"), {}
 
-    def get(size: int) -> Path:
-        if size not in made:
-            folder = root / str(size)
+    def get(size: int, companion: str = "") -> Path:
+        """`companion`: each image with that file beside it: `control` (an editing model's pairs:
+        another image) or `masklabel` (a fill model's masks: all white, all filled)."""
+        if (size, companion) not in made:
+            folder = root / f"{size}-{companion}"
             folder.mkdir()
             for i in range(size):
                 for suffix in (".png", ".txt"):
                     shutil.copy(shapes / f"01-red-circle{suffix}", folder / f"{i:02d}{suffix}")
-            made[size] = folder
-        return made[size]
+                if companion == "control":
+                    shutil.copy(shapes / "02-blue-square.png", folder / f"{i:02d}-control.png")
+                elif companion == "masklabel":
+                    Image.new("RGB", (64, 64), (255, 255, 255)).save(folder / f"{i:02d}-masklabel.png")
+            made[(size, companion)] = folder
+        return made[(size, companion)]
 
     return get
 
@@ -76,9 +94,12 @@ def pointed_at(path: Path, tiny_models, batches, tmp_path: Path) -> dict:
 
     config = config_to_dict(load_config(path).config)
     base = tiny_models(config["model_type"])
-    config.update(base_model_name=str(base), concepts=[{"name": "c", "path": str(batches(config["batch_size"]))}],
+    data = batches(config["batch_size"], COMPANIONS.get(config["model_type"], ""))
+    config.update(base_model_name=str(base), concepts=[{"name": "c", "path": str(data)}],
                   output_model_destination=str(tmp_path / "out" / "model"), workspace_dir=str(tmp_path / "ws"),
-                  cache_dir=str(tmp_path / "cache"), train_device="cpu", resolution="64", epochs=1)
+                  cache_dir=str(tmp_path / "cache"), train_device="cpu", resolution="64", epochs=1,
+                  samples=[{"prompt": "a red circle", "height": 64, "width": 64, "diffusion_steps": 2}],
+                  sample_after=1, sample_after_unit="EPOCH")
     if config["model_type"] == "WUERSTCHEN_2":
         config["decoder"]["model_name"], config["effnet_encoder"]["model_name"] = str(base.parent / "decoder"), str(base.parent / "effnet")
     if config["model_type"] == "STABLE_CASCADE_1":  # the preset says "TODO: MANUALLY DOWNLOAD EFFNET WEIGHTS"
@@ -124,14 +145,15 @@ def train(config: dict, tmp_path: Path, report: Collect):
 
 @pytest.fixture(scope="module")
 def eager_compile():
-    """For the whole module, so that dynamo traces each family's blocks once, not once per preset."""
-    with pytest.MonkeyPatch.context() as patch:
+    """For the whole module, so that dynamo traces each family's blocks once, not once per preset;
+    the parts in their data types, as on a GPU."""
+    with pytest.MonkeyPatch.context() as patch, as_on_a_gpu():
         patch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
         yield
     torch._dynamo.reset()  # later tests start without this module's compiled code
 
 
-@pytest.mark.parametrize("path", TRAINED, ids=preset_id)
+@pytest.mark.parametrize("path", TRAINED + OURS, ids=lambda p: preset_id(p) if p in TRAINED else f"ours/{p.stem}")
 def test_a_shipped_preset_trains_one_step_on_a_tiny_model(path, tiny_models, batches, tmp_path, eager_compile):
     config = pointed_at(path, tiny_models, batches, tmp_path)
     report = Collect()
@@ -139,6 +161,8 @@ def test_a_shipped_preset_trains_one_step_on_a_tiny_model(path, tiny_models, bat
     assert status == "done"
     assert len(report.losses) == 1 and math.isfinite(report.losses[0])
     assert [p.name for p in (tmp_path / "out").iterdir()]  # the trained model or LoRA, however its format names it
+    assert [p for p in (tmp_path / "run" / "samples").rglob("*") if p.is_file()]  # the sample, made with the parts' own types
+    assert trainer.memory_plan.probe_error == ""  # the memory planner measured the step (in the run's types too)
     denoiser = trainer.model.parts[trainer.model.denoiser]
     denoiser = denoiser.get_base_model() if hasattr(denoiser, "get_base_model") else denoiser
     assert (denoiser._compiled_call_impl is not None) is config["compile"]
