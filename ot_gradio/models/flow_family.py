@@ -30,11 +30,8 @@ from ot_gradio.models.common import (
     ModelLoadError,
     base_module,
     cast_parts,
-    exact_size,
-    generation_size,
     gguf_options,
     module_device,
-    parked_for_sampling,
     part_dtypes,
     part_file,
     plain_state_dict,
@@ -46,6 +43,7 @@ from ot_gradio.models.common import (
 )
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import CheckedLayerSkips, HubLoading, KlVaeLatents, sentencepiece_files_readable
+from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_for_sampling
 from ot_gradio.models.vae_override import apply_vae_override
 
 

@@ -39,9 +39,10 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, generation_size, module_device
+from ot_gradio.models.common import ModelLoadError, base_module, module_device
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype, flow_training_scheduler
 from ot_gradio.models.registry import register_family
+from ot_gradio.models.sampling_parts import generation_size
 
 SEQUENCE_LENGTH = 128  # the pipeline's max_sequence_length, every encoder (OneTrainer's too)
 CLIP_PARTS = ("text_encoder", "text_encoder_2")

@@ -35,11 +35,8 @@ from ot_gradio.models.common import (
     ModelLoadError,
     base_module,
     cast_parts,
-    exact_size,
-    generation_size,
     module_device,
     module_dtype,
-    parked_for_sampling,
     part_dtypes,
     plain_state_dict,
     save_diffusers_folder,
@@ -49,6 +46,7 @@ from ot_gradio.models.common import (
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents, sentencepiece_files_readable
 from ot_gradio.models.registry import register_family
+from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_for_sampling
 from ot_gradio.models.sd15 import make_sampling_scheduler
 from ot_gradio.models.vae_override import apply_vae_override
 

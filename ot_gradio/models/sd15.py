@@ -20,11 +20,8 @@ from ot_gradio.models.common import (
     SINGLE_FILE_SUFFIXES,
     ModelLoadError,
     base_module,
-    exact_size,
-    generation_size,
     input_dtype,
     module_device,
-    parked_for_sampling,
     part_dtypes,
     save_diffusers_folder,
     set_classic_attention,
@@ -32,6 +29,7 @@ from ot_gradio.models.common import (
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents
 from ot_gradio.models.registry import register_family
+from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_for_sampling
 from ot_gradio.models.sd_single_file import save_original_single_file
 from ot_gradio.models.vae_override import apply_vae_override
 

@@ -30,7 +30,7 @@ klein's Qwen3-8B in OneTrainer's 8 GB preset): its offloaded blocks never leave 
 While samples are made, the parked VAE waits on the device (`for_samples`); a parked text
 encoder stays in RAM, and each sample brings it to the device for the prompt's encoding alone:
 the flow-matching families (Flux, Chroma, Flux.2, Qwen-Image, Z-Image, SD 3, Sana) send it back
-before the denoiser runs (models/common.SamplingParts.release), as OneTrainer samples one part at
+before the denoiser runs (models/sampling_parts.SamplingParts.release), as OneTrainer samples one part at
 a time; the others (SD 1.x/2.x/XL, whose text encoders are small, PixArt, Würstchen/Cascade) keep
 it beside the denoiser until the image is made. A sample's peak can still be higher than a training step's, which is what the
 memory planner estimates.
@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from ..models.common import move_module
+from ..models.sampling_parts import move_module
 
 HOST = torch.device("cpu")  # where parked parts wait (OneTrainer's temp_device)
 

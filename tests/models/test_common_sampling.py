@@ -1,4 +1,4 @@
-"""The parts of a model are parked for sampling and put back as they were, also when sampling
+"""The parts of a model (models/sampling_parts.py) are parked for sampling and put back as they were, also when sampling
 fails; every family but Stable Cascade sends its text encoders back to RAM once the prompt is
 encoded, before its denoiser runs."""
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 from PIL import Image
 
-from ot_gradio.models import common
-from ot_gradio.models.common import exact_size, generation_size, parked_for_sampling
+from ot_gradio.models import sampling_parts
+from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_for_sampling
 
 
 def test_parts_are_put_back_after_a_failed_sample():
@@ -52,9 +52,9 @@ def test_text_encoders_leave_before_the_denoiser_runs(tiny_dir, tmp_path, monkey
     events = []
     for name, module in model.parts.items():
         monkeypatch.setattr(module, "to", lambda device, name=name, module=module: (events.append((name, torch.device(device).type)), module)[1])
-    real_device = common.module_device
+    real_device = sampling_parts.module_device
     parts = {id(m): n for n, m in model.parts.items()}
-    monkeypatch.setattr(common, "module_device", lambda m: torch.device("meta") if parts.get(id(m)) in names else real_device(m))
+    monkeypatch.setattr(sampling_parts, "module_device", lambda m: torch.device("meta") if parts.get(id(m)) in names else real_device(m))
     hook = getattr(model, model.denoiser).register_forward_pre_hook(lambda *_: events.append(("transformer", "runs")))
     pipes, pipeline = [], model.pipeline
     monkeypatch.setattr(model, "pipeline", lambda *a, **k: pipes.append(pipeline(*a, **k)) or pipes[-1])

@@ -166,11 +166,11 @@ def test_an_int8_layer_keeps_its_quantized_weight_when_its_part_moves(forwarded)
 
 def test_modules_taking_turns_on_the_device_keep_their_int8_weights():
     """Ideogram 4's unconditional transformer (INT_8 in RAM) and the trained one take turns on the
-    sampling device (models/common.turns_on_device): each turn's move leaves an 8-bit layer's int8
+    sampling device (models/sampling_parts.turns_on_device): each turn's move leaves an 8-bit layer's int8
     weight at the moved parameter. As above, a copy of the data before each turn stands for the
     move to a GPU."""
     from ot_gradio.config.enums import DataType
-    from ot_gradio.models.common import turns_on_device
+    from ot_gradio.models.sampling_parts import turns_on_device
     from ot_gradio.training.quantize import _bnb_linear
 
     torch.manual_seed(0)

@@ -1,0 +1,168 @@
+"""The parts of a model around a sample: parked on the sampling device and put back
+(`parked_for_sampling`, `SamplingParts.release`), the VAE answering in its caller's type
+(`vae_in_callers_dtype`), a frozen module taking turns with a part on the device
+(`turns_on_device`, moving bitsandbytes layers with `move_module`), and the image's size
+(`generation_size`, `exact_size`)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+
+from ot_gradio.models.common import module_device, module_dtype
+
+
+class SamplingParts:
+    """The parts of one sample and where each was before it (`homes`); `device`: where it runs."""
+
+    def __init__(self, parts: Mapping[str, torch.nn.Module], homes: Mapping[str, torch.device], device: torch.device):
+        self.parts, self.homes, self.device = parts, homes, device
+
+    def release(self, names: Iterable[str], pipe: Any = None) -> list[str]:
+        """Parts `names` back where they were before the sample (RAM, for the parts a run keeps
+        there) once their work is done, e.g. the text encoders once the prompt is encoded, so that
+        the denoiser and the VAE run without them beside (OneTrainer samples one part at a time).
+        `pipe`, the diffusers pipeline that runs next, then goes without them (it is given the
+        prompt's embeddings): diffusers takes a pipeline's device from its first module in name
+        order, which would be a text encoder left in RAM. Returns the parts moved."""
+        names = [n for n in names if n in self.parts and self.homes[n] != self.device]
+        for name in names:
+            self.parts[name].to(self.homes[name])
+        if names and pipe is not None:
+            pipe.register_modules(**dict.fromkeys(names))
+        return names
+
+
+def floats_in(value: Any, dtype: torch.dtype) -> Any:
+    """`value` with its floating tensors in `dtype`: a tensor, a tuple of them, a diffusers output
+    (its fields set in place) or a distribution object (DiagonalGaussianDistribution: its tensor
+    attributes set in place)."""
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if type(value) is tuple:
+        return tuple(floats_in(v, dtype) for v in value)
+    if isinstance(value, Mapping):
+        for key in list(value.keys()):
+            value[key] = floats_in(value[key], dtype)
+        return value
+    for key, item in list(vars(value).items()) if hasattr(value, "__dict__") else ():
+        if isinstance(item, torch.Tensor) and item.is_floating_point():
+            setattr(value, key, item.to(dtype))
+    return value
+
+
+@contextlib.contextmanager
+def vae_in_callers_dtype(vae: torch.nn.Module | None) -> Iterator[None]:
+    """While the block runs, `vae.decode` and `vae.encode` compute in the VAE's own weight type and
+    answer in their caller's: diffusers' pipelines assume one type for every part, handing the VAE
+    latents (SD 1.x / 2.x) or a control image (SD 2 depth, Qwen-Image-Edit) in the denoiser's or
+    the prompt's type and the encoded image on to the denoiser, outside autocast; the presets (ours
+    and OneTrainer's) load a half-precision denoiser beside a FLOAT_32 VAE on a GPU (a CPU loads
+    both in float32, where the types always agree)."""
+    names = [n for n in ("decode", "encode") if vae is not None and callable(getattr(vae, n, None)) and n not in vars(vae)]
+    if not names:
+        yield
+        return
+
+    def in_callers_dtype(original):
+        def run(value, *args, **kwargs):
+            dtype = module_dtype(vae)  # (at the call: a family may cast its VAE for an encoding of its own)
+            caller = value.dtype if isinstance(value, torch.Tensor) and value.is_floating_point() else dtype
+            out = original(value.to(dtype) if caller != dtype else value, *args, **kwargs)
+            return floats_in(out, caller) if caller != dtype else out
+
+        return run
+
+    for name in names:
+        setattr(vae, name, in_callers_dtype(getattr(vae, name)))
+    try:
+        yield
+    finally:
+        for name in names:
+            delattr(vae, name)
+
+
+@contextlib.contextmanager
+def parked_for_sampling(parts: Mapping[str, torch.nn.Module], device: torch.device | str | None, main: str) -> Iterator[SamplingParts]:
+    """Every part in eval mode on the sampling device (`device`, or the `main` part's), for a
+    sample in the middle of training; each part's device and train mode are put back afterwards,
+    also when sampling fails. Yields the SamplingParts (its `device`: the sampling device)."""
+    was_training = {name: m.training for name, m in parts.items()}
+    devices = {name: module_device(m) for name, m in parts.items()}
+    target = torch.device(device) if device is not None else devices[main]
+    try:
+        for m in parts.values():
+            m.eval()
+            m.to(target)
+        with vae_in_callers_dtype(parts.get("vae")):
+            yield SamplingParts(parts, devices, target)
+    finally:
+        for name, m in parts.items():
+            m.to(devices[name])
+            m.train(was_training[name])
+
+
+def int8_states_follow(module: torch.nn.Module, device: torch.device) -> None:
+    """bitsandbytes' 8-bit layers hold their int8 weight and its row scales beside the parameter
+    (`weight.CB` / `weight.SCB` until the first forward, the layer's `state` after it), and a
+    module's `.to` moves only the parameter's data (Linear8bitLt.to, which moves the state, runs
+    only when called on the layer itself): point them at the moved weight and move the scales."""
+    for layer in module.modules():
+        if type(layer).__name__ != "Linear8bitLt":
+            continue
+        weight, state = layer.weight, layer.state
+        if getattr(weight, "CB", None) is not None:
+            weight.CB = weight.data
+        if getattr(weight, "SCB", None) is not None:
+            weight.SCB = weight.SCB.to(device)
+        if state.CB is not None:
+            state.CB = weight.data
+        if state.SCB is not None:
+            state.SCB = state.SCB.to(device)
+
+
+def move_module(module: torch.nn.Module, device: torch.device) -> None:
+    """`module` to `device`, bitsandbytes' quantized layers with it: a 4-bit weight's quantization
+    state moves with its parameter, an 8-bit layer's int8 weight and row scales are made to follow
+    (`int8_states_follow`)."""
+    module.to(device)
+    int8_states_follow(module, device)
+
+
+@contextlib.contextmanager
+def turns_on_device(active: torch.nn.Module, waiting: torch.nn.Module, target: torch.device) -> Iterator[None]:
+    """`active` (a part on the sampling device) and `waiting` (a frozen module kept elsewhere,
+    its home: where it is now) take turns on `target` during a sample: before either's forward it
+    comes to `target` and the other goes to the home, so the device holds one of them, not both
+    (Wan 2.2 A14B's experts, Ideogram 4's two transformers). Moves go through `move_module`, so a
+    bitsandbytes-quantized module comes quantized. Afterwards `waiting` is home again; `active` is
+    where its last turn left it (parked_for_sampling puts parts back)."""
+    home = module_device(waiting)
+    pair = (active, waiting)
+
+    def take_turn(module, _args):
+        for other in pair:
+            if other is not module:
+                move_module(other, home)
+        move_module(module, target)
+
+    hooks = [module.register_forward_pre_hook(take_turn) for module in pair]
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+        move_module(waiting, home)
+
+
+def generation_size(height: int, width: int, step: int) -> tuple[int, int]:
+    """(height, width) rounded up to a multiple of `step` (what the latent grid needs)."""
+    return -(-int(height) // step) * step, -(-int(width) // step) * step
+
+
+def exact_size(image, width: int, height: int):
+    """The image at exactly the asked size (generated at `generation_size`, resized back if that differs)."""
+    return image if image.size == (int(width), int(height)) else image.resize((int(width), int(height)))
