@@ -40,8 +40,8 @@ from types import SimpleNamespace
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import QWEN_PRESETS, ModelLoadError, base_module, module_device, save_diffusers_folder
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, WanImageLatents, compute_dtype
+from ot_gradio.models.common import QWEN_PRESETS, ModelLoadError, base_module, compute_dtype, module_device, save_diffusers_folder
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, WanImageLatents
 from ot_gradio.models.registry import register_family
 
 MAX_SEQUENCE_LENGTH = 512  # the pipeline's max_sequence_length and the adapter's min_sequence_length

@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.flux import T5_PRESETS, TRANSFORMER_PRESETS, FluxDev1, compute_dtype
+from ot_gradio.models.common import compute_dtype
+from ot_gradio.models.flux import T5_PRESETS, TRANSFORMER_PRESETS, FluxDev1
 from ot_gradio.models.registry import register_family
 
 

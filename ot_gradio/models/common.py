@@ -76,8 +76,36 @@ def cast_state_dict(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype |
 # ---------------------------------------------------------------- modules of a loaded family
 
 
+def kept_in_float32(module: torch.nn.Module) -> Callable[[str], bool]:
+    """Whether a parameter or buffer name of `module` is in one of the modules its class keeps in
+    float32 (diffusers' and transformers' `_keep_in_fp32_modules`: Wan's rotary tables, time
+    embedder and norms), matched by name component as diffusers' loader matches them."""
+    keep = tuple(getattr(base_module(module), "_keep_in_fp32_modules", None) or ())
+    return lambda name: bool(keep) and any(k in name.split(".") for k in keep)
+
+
 def module_dtype(module: torch.nn.Module) -> torch.dtype:
-    return next(module.parameters()).dtype
+    """The type of a part's weights: its first parameter's, past the modules it keeps in float32
+    (as diffusers' `dtype` reads it)."""
+    kept = kept_in_float32(module)
+    first = None
+    for name, p in module.named_parameters():
+        if not kept(name):
+            return p.dtype
+        first = first or p.dtype
+    return first if first is not None else next(module.parameters()).dtype
+
+
+def compute_dtype(module: torch.nn.Module) -> torch.dtype:
+    """The dtype a part computes in: its first floating-point weight that is not a stored
+    8-bit one (NF4/INT8 layers hold uint8/int8 weights, FLOAT_8 float8; their inputs are not), past
+    the modules it keeps in float32 (`kept_in_float32`)."""
+    stored = (torch.float8_e4m3fn, torch.float8_e5m2)
+    kept = kept_in_float32(module)
+    for name, p in module.named_parameters():
+        if p.is_floating_point() and p.dtype not in stored and not kept(name):
+            return p.dtype
+    return torch.float32
 
 
 def module_device(module: torch.nn.Module) -> torch.device:
@@ -95,13 +123,27 @@ def input_dtype(module: torch.nn.Module) -> torch.dtype:
     return module_dtype(module)
 
 
+def cast_part(module: torch.nn.Module, dtype: torch.dtype) -> None:
+    """`module`'s floating weights and buffers cast to `dtype`, but for those its class keeps in
+    float32 (`kept_in_float32`), which stay in float32 as the loaders keep them: diffusers' for any
+    type, transformers' in float16."""
+    kept = kept_in_float32(module)
+    module.to(dtype=dtype)
+    if type(base_module(module)).__module__.startswith("diffusers") or dtype == torch.float16:
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+            if tensor.is_floating_point() and kept(name):
+                tensor.data = tensor.data.float()
+
+
 def cast_parts(parts: Mapping[str, torch.nn.Module], dtypes: Mapping[str, torch.dtype]) -> None:
-    """Each part cast to its dtype in `dtypes`, unless its floating-point weights are in it already
-    (a GGUF transformer's quantized weights are bytes, its other weights loaded in its dtype)."""
+    """Each part cast to its dtype in `dtypes` (`cast_part`), unless its floating-point weights are
+    in it already (a GGUF transformer's quantized weights are bytes, its other weights loaded in
+    its dtype; the weights it keeps in float32 are not looked at: Wan's first parameter is one)."""
     for part, module in parts.items():
-        floating = next((p.dtype for p in module.parameters() if p.is_floating_point()), dtypes[part])
+        kept = kept_in_float32(module)
+        floating = next((p.dtype for name, p in module.named_parameters() if p.is_floating_point() and not kept(name)), dtypes[part])
         if floating != dtypes[part]:
-            module.to(dtype=dtypes[part])
+            cast_part(module, dtypes[part])
 
 
 def base_module(module: torch.nn.Module) -> torch.nn.Module:

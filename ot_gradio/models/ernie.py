@@ -30,9 +30,9 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import cast_state_dict, module_device
+from ot_gradio.models.common import cast_state_dict, compute_dtype, module_device
 from ot_gradio.models.family_parts import Flux2VaeLatents
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow
 from ot_gradio.models.key_layout import save_tensors
 from ot_gradio.models.registry import register_family
 

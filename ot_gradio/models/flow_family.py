@@ -47,16 +47,6 @@ from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_
 from ot_gradio.models.vae_override import apply_vae_override
 
 
-def compute_dtype(module: torch.nn.Module) -> torch.dtype:
-    """The dtype a part computes in: its first floating-point weight that is not a stored
-    8-bit one (NF4/INT8 layers hold uint8/int8 weights, FLOAT_8 float8; their inputs are not)."""
-    stored = (torch.float8_e4m3fn, torch.float8_e5m2)
-    for p in module.parameters():
-        if p.is_floating_point() and p.dtype not in stored:
-            return p.dtype
-    return torch.float32
-
-
 # latents <-> tokens, for the transformers that patchify 2x2 outside the model (Flux.1, Qwen-Image)
 def pack_latents(latents: torch.Tensor) -> torch.Tensor:
     """(B, C, H, W) -> (B, H/2 * W/2, C * 4): one token per 2x2 patch, row by row."""

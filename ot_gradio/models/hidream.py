@@ -39,8 +39,8 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, module_device
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype, flow_training_scheduler
+from ot_gradio.models.common import ModelLoadError, base_module, compute_dtype, module_device
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, flow_training_scheduler
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sampling_parts import generation_size
 

@@ -44,9 +44,9 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, keep_embedders_unquantized, module_device
+from ot_gradio.models.common import ModelLoadError, base_module, compute_dtype, keep_embedders_unquantized, module_device
 from ot_gradio.models.family_parts import Flux2VaeLatents
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sampling_parts import turns_on_device
 

@@ -34,13 +34,18 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import keep_embedders_unquantized, language_model_config, module_device, vl_language_model_presets
+from ot_gradio.models.common import (
+    compute_dtype,
+    keep_embedders_unquantized,
+    language_model_config,
+    module_device,
+    vl_language_model_presets,
+)
 from ot_gradio.models.flow_family import (
     FlowFamily,
     IdentityLoraNames,
     TokenWindow,
     WanImageLatents,
-    compute_dtype,
     pack_latents,
     trim_to_longest,
     unpack_latents,

@@ -36,8 +36,8 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import base_module, module_device, module_dtype
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, compute_dtype
+from ot_gradio.models.common import base_module, compute_dtype, module_device, module_dtype
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.video_family import VideoSampling
 

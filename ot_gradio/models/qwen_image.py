@@ -38,6 +38,7 @@ import torch
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import (
     base_module,
+    compute_dtype,
     keep_embedders_unquantized,
     language_model_config,
     module_device,
@@ -47,7 +48,6 @@ from ot_gradio.models.flow_family import (
     FlowFamily,
     IdentityLoraNames,
     WanImageLatents,
-    compute_dtype,
     pack_latents,
     trim_to_longest,
     unpack_latents,

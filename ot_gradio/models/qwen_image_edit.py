@@ -37,8 +37,8 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import ModelLoadError, module_device
-from ot_gradio.models.flow_family import compute_dtype, pack_latents, unpack_latents
+from ot_gradio.models.common import ModelLoadError, compute_dtype, module_device
+from ot_gradio.models.flow_family import pack_latents, unpack_latents
 from ot_gradio.models.qwen_image import QwenImage
 from ot_gradio.models.registry import register_family
 

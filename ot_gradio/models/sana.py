@@ -35,8 +35,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import QWEN_PRESETS, base_module, module_device, module_dtype
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype, flow_training_scheduler
+from ot_gradio.models.common import QWEN_PRESETS, base_module, compute_dtype, module_device, module_dtype
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, flow_training_scheduler
 from ot_gradio.models.registry import register_family
 
 DEFAULT_SEQUENCE_LENGTH = 300

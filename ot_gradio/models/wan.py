@@ -32,8 +32,16 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, Expert, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, cast_state_dict, module_device, wan_vae_decode, wan_vae_encode
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype, flow_training_scheduler
+from ot_gradio.models.common import (
+    ModelLoadError,
+    base_module,
+    cast_state_dict,
+    compute_dtype,
+    module_device,
+    wan_vae_decode,
+    wan_vae_encode,
+)
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, flow_training_scheduler
 from ot_gradio.models.key_layout import save_tensors
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sampling_parts import turns_on_device

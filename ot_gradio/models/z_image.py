@@ -36,8 +36,8 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import QWEN_PRESETS, base_module, keep_embedders_unquantized, module_device
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, compute_dtype
+from ot_gradio.models.common import QWEN_PRESETS, base_module, compute_dtype, keep_embedders_unquantized, module_device
+from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow
 from ot_gradio.models.registry import register_family
 
 DEFAULT_SEQUENCE_LENGTH = 512

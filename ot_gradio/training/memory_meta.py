@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from ..config.enums import DataType, GradientCheckpointing
+from ..models.common import cast_part
 from .device import Precision
 from .fp16_fallback import part_load_dtypes
 from .memory_plan import MemoryPlan, plan_run
@@ -163,7 +164,7 @@ def estimate_on_meta(model: Any, config: Any, free: int) -> tuple[MemoryPlan, bo
     precision = Precision(config.train_dtype, target, config.enable_autocast_cache)
     dtypes = part_load_dtypes(config, model, model.parts, target, precision.dtype)
     for part, module in model.parts.items():
-        module.to(dtype=dtypes[part])
+        cast_part(module, dtypes[part])  # (what the part keeps in float32 stays there, as in a real load)
     configure_model(model, config, META, precision)
     for part in model.parts:
         if DataType(getattr(config, part).weight_dtype) in (DataType.NFLOAT_4, DataType.INT_8):

@@ -185,3 +185,32 @@ def test_the_transformer_file_is_the_original_layout_read_back_by_diffusers(tiny
     assert back.keys() == ours.keys() and all(torch.equal(back[k], ours[k]) for k in ours)
     reloaded = Wan21.load(str(saved.diffusers_dir), part_models={"transformer": str(file)}).transformer.state_dict()
     assert all(torch.equal(reloaded[k], ours[k]) for k in ours)
+
+
+def test_what_the_transformer_keeps_in_float32_stays_there_and_a_float16_run_predicts():
+    """diffusers keeps Wan's rotary tables, time embedder, modulation table and norms in float32
+    (`_keep_in_fp32_modules`) when it loads the rest in bfloat16, and so must the load and a cast
+    (`cast_parts` took the first parameter, the float32 modulation table, for the whole part's type
+    and cast all of it). A FLOAT_16 run with the BFLOAT_16 transformer of the presets then predicts:
+    a float16 autocast refuses to concatenate the bfloat16 rotary tables."""
+    from ot_gradio.models.common import cast_parts, compute_dtype, module_dtype
+    from ot_gradio.models.wan import Wan21
+
+    def kept(module):
+        return {n: t.dtype for n, t in [*module.named_parameters(), *module.named_buffers()]
+                if t.is_floating_point() and {"rope", "time_embedder", "scale_shift_table", "norm2"} & set(n.split("."))}
+
+    loaded = Wan21.load("tiny:wan", dtypes={"transformer": torch.bfloat16})
+    cast = Wan21.load("tiny:wan")
+    cast_parts(cast.parts, {**{p: torch.float32 for p in cast.parts}, "transformer": torch.bfloat16})
+    for model in (loaded, cast):
+        transformer = model.transformer
+        assert {"rope.freqs_cos", "time_embedder.linear_1.weight"} <= {n.partition("condition_embedder.")[2] or n for n in kept(transformer)}
+        assert set(kept(transformer).values()) == {torch.float32}
+        assert transformer.patch_embedding.weight.dtype == torch.bfloat16
+        assert module_dtype(transformer) == compute_dtype(transformer) == torch.bfloat16
+    noisy = torch.randn(1, loaded.transformer.config.in_channels, 1, 4, 4)
+    conditioning = {"encoder_hidden_states": torch.randn(1, 8, loaded.transformer.config.text_dim)}
+    with torch.autocast("cpu", dtype=torch.float16):
+        out = loaded.predict(noisy, torch.tensor([0.5]), conditioning)
+    assert out.shape == noisy.shape and torch.isfinite(out).all()
