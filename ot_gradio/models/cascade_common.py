@@ -24,10 +24,9 @@ replaces the prior network only. Blank ones default to the hub models of the fam
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -46,6 +45,7 @@ from ot_gradio.models.common import (
     weights_fingerprint,
 )
 from ot_gradio.models.family import Family
+from ot_gradio.models.sampling_parts import denoiser_in_its_dtype
 from ot_gradio.models.tiny import is_tiny, resolve_tiny
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -364,7 +364,7 @@ class CascadeFamily(Family):
         """Pixels in [-1, 1] for prior latents: the decoder (stage B) diffuses them into VQGAN
         latents, which the VQGAN decodes. Not exact like a VAE: stage B is a diffusion model."""
         generator = torch.Generator(device="cpu").manual_seed(int(seed))
-        with self._sampling_parts(module_device(self.prior)), self._decoder_reads_its_dtype():
+        with self._sampling_parts(module_device(self.prior)), denoiser_in_its_dtype(self.decoder):
             images = self._decoder_pipeline()(
                 image_embeddings=self.unscale_latents(latents.float()).to(module_device(self.decoder), module_dtype(self.decoder)),
                 prompt=[prompt] * latents.shape[0],
@@ -409,26 +409,6 @@ class CascadeFamily(Family):
         )
         pipe.set_progress_bar_config(disable=True)
         return pipe
-
-    @contextlib.contextmanager
-    def _decoder_reads_its_dtype(self) -> Iterator[None]:
-        """The decoder's floating inputs cast to its weights' type while the block runs: the
-        decoder pipeline hands it the text encoder's pooled prompt in the text encoder's type
-        (Stable Cascade's CLIP in bfloat16 beside a float32 decoder, as OneTrainer's preset loads
-        them on a GPU), and samples run outside autocast."""
-        dtype = module_dtype(self.decoder)
-
-        def cast(value):
-            return value.to(dtype) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
-
-        def inputs(_module, args, kwargs):
-            return tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
-
-        handle = self.decoder.register_forward_pre_hook(inputs, with_kwargs=True)
-        try:
-            yield
-        finally:
-            handle.remove()
 
     def _decoder_pipeline(self):
         """Stage B and the VQGAN; the decoder reads the prompt with its own text encoder
@@ -489,7 +469,7 @@ class CascadeFamily(Family):
                 height=int(height), width=int(width), num_inference_steps=int(steps), guidance_scale=float(cfg_scale),
                 generator=generator, output_type="pt", **self._prior_call_kwargs(cond, uncond),
             ).image_embeddings
-            with self._decoder_reads_its_dtype():
+            with denoiser_in_its_dtype(self.decoder):
                 image = self._decoder_pipeline()(
                     image_embeddings=embeddings.to(target, module_dtype(self.decoder)),
                     prompt=prompt,

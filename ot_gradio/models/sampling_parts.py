@@ -1,6 +1,6 @@
 """The parts of a model around a sample: parked on the sampling device and put back
 (`parked_for_sampling`, `SamplingParts.release`), the VAE answering in its caller's type
-(`vae_in_callers_dtype`), a frozen module taking turns with a part on the device
+(`vae_in_callers_dtype`), the denoiser taking its inputs in its own (`denoiser_in_its_dtype`), a frozen module taking turns with a part on the device
 (`turns_on_device`, moving bitsandbytes layers with `move_module`), and the image's size
 (`generation_size`, `exact_size`)."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ot_gradio.models.common import module_device, module_dtype
+from ot_gradio.models.common import base_module, compute_dtype, module_device, module_dtype
 
 
 class SamplingParts:
@@ -37,13 +37,13 @@ class SamplingParts:
 
 
 def floats_in(value: Any, dtype: torch.dtype) -> Any:
-    """`value` with its floating tensors in `dtype`: a tensor, a tuple of them, a diffusers output
+    """`value` with its floating tensors in `dtype`: a tensor, a tuple or list of them, a diffusers output
     (its fields set in place) or a distribution object (DiagonalGaussianDistribution: its tensor
     attributes set in place)."""
     if isinstance(value, torch.Tensor):
         return value.to(dtype) if value.is_floating_point() else value
-    if type(value) is tuple:
-        return tuple(floats_in(v, dtype) for v in value)
+    if type(value) in (tuple, list):
+        return type(value)(floats_in(v, dtype) for v in value)
     if isinstance(value, Mapping):
         for key in list(value.keys()):
             value[key] = floats_in(value[key], dtype)
@@ -85,10 +85,67 @@ def vae_in_callers_dtype(vae: torch.nn.Module | None) -> Iterator[None]:
             delattr(vae, name)
 
 
+def _states(value: Any) -> Iterator[torch.Tensor]:
+    """The floating tensors of two or more dimensions in `value` (in lists, tuples and dicts too):
+    a denoiser's latents and prompt states, not its timesteps, sigmas or guidance (one per item)."""
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() and value.ndim >= 2:
+            yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _states(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _states(v)
+
+
+def _states_in(value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() and value.ndim >= 2 else value
+    if type(value) in (list, tuple):
+        return type(value)(_states_in(v, dtype) for v in value)
+    if type(value) is dict:
+        return {k: _states_in(v, dtype) for k, v in value.items()}
+    return value
+
+
+@contextlib.contextmanager
+def denoiser_in_its_dtype(denoiser: torch.nn.Module) -> Iterator[None]:
+    """While the block runs, latents and prompt states (`_states`) that reach `denoiser` in another
+    type than its compute type come in that type, and its answer goes back in the first one's type:
+    a pipeline hands the denoiser the prompt encoder's output as it is and the latents in a type of
+    its choosing (LTX-2's: the Gemma states' type, its connectors' output in theirs), outside
+    autocast; a run in float16 loads quantized or fp16-unstable parts beside it in other types.
+    Inputs already in its type pass as they are (no hook does anything then)."""
+    module, callers = base_module(denoiser), []
+
+    def before(_module, args, kwargs):
+        dtype = compute_dtype(module)
+        states = [*_states(args), *_states(kwargs)]
+        if all(s.dtype == dtype for s in states):
+            callers.append(None)
+            return None
+        callers.append(states[0].dtype)
+        return _states_in(args, dtype), _states_in(kwargs, dtype)
+
+    def after(_module, _args, _kwargs, output):
+        caller = callers.pop()
+        return floats_in(output, caller) if caller is not None else None
+
+    handles = [module.register_forward_pre_hook(before, with_kwargs=True),
+               module.register_forward_hook(after, with_kwargs=True)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 @contextlib.contextmanager
 def parked_for_sampling(parts: Mapping[str, torch.nn.Module], device: torch.device | str | None, main: str) -> Iterator[SamplingParts]:
     """Every part in eval mode on the sampling device (`device`, or the `main` part's), for a
-    sample in the middle of training; each part's device and train mode are put back afterwards,
+    sample in the middle of training, the VAE answering in its caller's type and the `main` part
+    (the denoiser) taking its inputs in its own; each part's device and train mode are put back afterwards,
     also when sampling fails. Yields the SamplingParts (its `device`: the sampling device)."""
     was_training = {name: m.training for name, m in parts.items()}
     devices = {name: module_device(m) for name, m in parts.items()}
@@ -97,7 +154,7 @@ def parked_for_sampling(parts: Mapping[str, torch.nn.Module], device: torch.devi
         for m in parts.values():
             m.eval()
             m.to(target)
-        with vae_in_callers_dtype(parts.get("vae")):
+        with vae_in_callers_dtype(parts.get("vae")), denoiser_in_its_dtype(parts[main]):
             yield SamplingParts(parts, devices, target)
     finally:
         for name, m in parts.items():

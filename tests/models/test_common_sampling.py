@@ -77,21 +77,53 @@ def test_text_encoders_leave_before_the_denoiser_runs(tiny_dir, tmp_path, monkey
 
 @pytest.mark.parametrize(("model_type", "tiny"), FAMILIES)
 def test_a_sample_with_the_parts_in_the_types_a_gpu_loads_them_in(tiny_dir, tmp_path, model_type, tiny):
-    """The presets load the denoiser and the text encoders in a half type and most VAEs in FLOAT_32
-    (OneTrainer's and our SD presets: a FLOAT_16 UNet beside a FLOAT_32 VAE); a GPU loads them so,
-    a CPU all in float32. Samples run outside autocast: each part must get its inputs in its type
-    (diffusers' SD pipelines hand the VAE the latents in the UNet's type)."""
+    """The presets load the denoiser and the text encoders in half types and most VAEs in FLOAT_32
+    (a FLOAT_16 UNet beside a FLOAT_32 VAE; in a FLOAT_16 run the T5 / LLM text encoders and
+    LTX-2's connectors at the bfloat16 fallback beside a float16 denoiser); a GPU loads them so, a
+    CPU all in float32. Samples run outside autocast: each part must get its inputs in its type
+    (diffusers' SD pipelines hand the VAE the latents in the UNet's type, the denoiser the prompt
+    in the text encoder's)."""
     from ot_gradio.models.registry import get_family
 
     model = get_family(model_type).load(f"tiny:{tiny}", offline=True)
     # the parts and what loads with them in their type (Ideogram 4's unconditional transformer, LTX-2's connectors)
     modules = {**model.parts, **getattr(model, "saved_parts", {}), **{n: getattr(model, n) for n in getattr(model, "resident_modules", ())}}
+    denoisers = {model.denoiser, "transformer_2", "unconditional_transformer"}
     for name, module in modules.items():
         if name != "vae":
-            module.to(torch.bfloat16)
+            module.to(torch.float16 if name in denoisers else torch.bfloat16)
     if model.control_image:
         Image.new("RGB", (40, 24), (200, 30, 30)).save(tmp_path / "control.png")
         model.default_control_image = str(tmp_path / "control.png")
     image = model.sample("a red circle", height=32, width=32, steps=1, cfg_scale=2.0, device="cpu")
     frames = image if model.frame_step else [image]
     assert all(frame.size == (32, 32) and len(set(frame.getdata())) > 1 for frame in frames)
+
+
+def test_the_denoiser_takes_its_inputs_in_its_type_and_answers_in_the_callers():
+    """Outside autocast a pipeline hands the denoiser the prompt states in the encoder's type and
+    the latents in one of its choosing; the denoiser gets them (not its timesteps) in its type and
+    answers in the latents' type, and nothing is hooked afterwards."""
+    from ot_gradio.models.sampling_parts import denoiser_in_its_dtype
+
+    seen = []
+
+    class Denoiser(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4).half()
+
+        def forward(self, hidden_states, timestep, encoder_hidden_states=None, extra=()):
+            seen.append((hidden_states.dtype, timestep.dtype, encoder_hidden_states.dtype, [e.dtype for e in extra]))
+            return (self.proj(hidden_states + encoder_hidden_states),)
+
+    denoiser = Denoiser()
+    latents, t, states = torch.randn(1, 2, 4), torch.tensor([999.5]), torch.randn(1, 2, 4, dtype=torch.bfloat16)
+    with denoiser_in_its_dtype(denoiser):
+        (out,) = denoiser(latents, t, encoder_hidden_states=states, extra=[torch.randn(1, 3)])
+        (same,) = denoiser(latents.half(), t, encoder_hidden_states=states.half())
+    assert seen[0] == (torch.float16, torch.float32, torch.float16, [torch.float16])
+    assert out.dtype == torch.float32 and same.dtype == torch.float16
+    assert not denoiser._forward_pre_hooks and not denoiser._forward_hooks
+    with pytest.raises(RuntimeError):  # (as a pipeline would call it without: the types differ)
+        denoiser(latents, t, encoder_hidden_states=states)
