@@ -61,12 +61,16 @@ def _float16_autocast() -> str | None:
     return None
 
 
-def fallback_autocast(fallback: torch.dtype):
+_UNSET = object()
+
+
+def fallback_autocast(fallback: torch.dtype, kind: Any = _UNSET):
     """The context an fp16-unstable part runs in: the fallback type in place of an active float16
-    autocast. FLOAT_32 is an autocast to float32 on CUDA, as OneTrainer's (half-precision weights
-    are cast up op by op); the other backends have no float32 autocast, so there it turns autocast
-    off (a CPU loads every part in float32)."""
-    kind = _float16_autocast()
+    autocast (`kind`: its device type, None for none; looked up when not given). FLOAT_32 is an
+    autocast to float32 on CUDA, as OneTrainer's (half-precision weights are cast up op by op); the
+    other backends have no float32 autocast, so there it turns autocast off (a CPU loads every part
+    in float32)."""
+    kind = _float16_autocast() if kind is _UNSET else kind
     if kind is None:
         return contextlib.nullcontext()
     if fallback == torch.float32 and kind != "cuda":
@@ -86,11 +90,11 @@ def _float16_at(fallback: torch.dtype, value: Any) -> Any:
     return value
 
 
-def _inputs_at(fallback: torch.dtype, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def _inputs_at(fallback: torch.dtype, kind: str | None, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """`args` and `kwargs` with their float16 tensors in `fallback` when the fallback region is an
-    autocast (not where it turns autocast off): autocast refuses to concatenate or stack float16
-    tensors in a bfloat16 region (a float16 run's latents and timesteps entering Stable Cascade's prior)."""
-    kind = _float16_autocast()
+    autocast (not where it turns autocast off; `kind`: the float16 autocast's device type): autocast
+    refuses to concatenate or stack float16 tensors in a bfloat16 region (a float16 run's latents
+    and timesteps entering Stable Cascade's prior)."""
     if kind is None or (fallback == torch.float32 and kind != "cuda"):
         return args, kwargs
     return _float16_at(fallback, args), _float16_at(fallback, kwargs)
@@ -101,9 +105,9 @@ def _at_fallback(function: Any, owner: Any) -> Any:
 
     @functools.wraps(function)
     def run(*args: Any, **kwargs: Any) -> Any:
-        fallback = owner._fp16_fallback
-        args, kwargs = _inputs_at(fallback, args, kwargs)
-        with fallback_autocast(fallback):
+        fallback, kind = owner._fp16_fallback, _float16_autocast()
+        args, kwargs = _inputs_at(fallback, kind, args, kwargs)
+        with fallback_autocast(fallback, kind):
             return function(*args, **kwargs)
 
     return run
