@@ -40,7 +40,15 @@ from types import SimpleNamespace
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import QWEN_PRESETS, ModelLoadError, base_module, compute_dtype, module_device, save_diffusers_folder
+from ot_gradio.models.common import (
+    QWEN_PRESETS,
+    ModelLoadError,
+    base_module,
+    compute_dtype,
+    input_dtype,
+    module_device,
+    save_diffusers_folder,
+)
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, WanImageLatents
 from ot_gradio.models.registry import register_family
 
@@ -229,7 +237,7 @@ class Anima(WanImageLatents, IdentityLoraNames, FlowFamily):
     def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The velocity (B, C, H, W) for noisy latents at noise fraction `t` (B,)."""
         transformer = self.transformer
-        device, dtype = module_device(transformer), compute_dtype(transformer)
+        device, dtype = module_device(transformer), input_dtype(transformer)
         self._conditioner_at(module_device(self.text_encoder))  # back in RAM once the text encoder waits there
         b, _, h, w = noisy.shape
         factor = self.vae_scale_factor

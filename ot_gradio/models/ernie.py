@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import cast_state_dict, compute_dtype, module_device
+from ot_gradio.models.common import cast_state_dict, compute_dtype, input_dtype, module_device
 from ot_gradio.models.family_parts import Flux2VaeLatents
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow
 from ot_gradio.models.key_layout import save_tensors
@@ -109,7 +109,7 @@ class Ernie(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The velocity (B, 128, h, w) for noisy latents at noise fraction `t` (B,)."""
         transformer = self.transformer
-        device, dtype = module_device(transformer), compute_dtype(transformer)
+        device, dtype = module_device(transformer), input_dtype(transformer)
         text, lens = self.text_batch(conditioning, device, dtype)
         b = noisy.shape[0]
         return transformer(

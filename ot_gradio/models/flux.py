@@ -33,6 +33,7 @@ from ot_gradio.models.common import (
     assign_converted_weights,
     base_module,
     compute_dtype,
+    input_dtype,
     module_device,
     plain_state_dict,
     read_transformer_file,
@@ -166,7 +167,7 @@ class FluxDev1(FlowFamily):
         """The velocity (B, C, H, W) for noisy latents at noise fraction `t` (B,), in the
         transformer's dtype."""
         transformer = self.transformer
-        device, dtype = module_device(transformer), compute_dtype(transformer)
+        device, dtype = module_device(transformer), input_dtype(transformer)
         b, _, h, w = noisy.shape
         hidden = conditioning["encoder_hidden_states"].to(device, dtype)
         out = transformer(

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, compute_dtype, module_device, module_dtype
+from ot_gradio.models.common import ModelLoadError, base_module, compute_dtype, input_dtype, module_device, module_dtype
 from ot_gradio.models.family_parts import Flux2VaeLatents
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow
 from ot_gradio.models.registry import register_family
@@ -146,7 +146,7 @@ class Flux2(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The velocity (B, 128, h, w) for noisy latents at noise fraction `t` (B,)."""
         transformer = self.transformer
-        device, dtype = module_device(transformer), compute_dtype(transformer)
+        device, dtype = module_device(transformer), input_dtype(transformer)
         b, c, h, w = noisy.shape
         hidden = conditioning["encoder_hidden_states"].to(device, dtype)
         noisy = noisy.to(device, dtype)

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, compute_dtype, module_device
+from ot_gradio.models.common import ModelLoadError, base_module, compute_dtype, input_dtype, module_device
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, flow_training_scheduler
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sampling_parts import generation_size
@@ -219,7 +219,7 @@ class HiDream(IdentityLoraNames, FlowFamily):
         """The velocity (B, 16, H, W) for noisy latents at noise fraction `t` (B,): the transformer
         reads 2x2 patches with all-ones masks (OneTrainer's input) and returns the negative velocity."""
         transformer, module = self.transformer, base_module(self.transformer)
-        device, dtype = module_device(transformer), compute_dtype(transformer)
+        device, dtype = module_device(transformer), input_dtype(transformer)
         b, _, h, w = noisy.shape
         rows, cols = h // 2, w // 2
         self._route_experts_for_training(torch.is_grad_enabled())

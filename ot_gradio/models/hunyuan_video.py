@@ -47,6 +47,7 @@ from ot_gradio.models.common import (
     base_module,
     cast_state_dict,
     compute_dtype,
+    input_dtype,
     module_device,
     read_transformer_file,
 )
@@ -223,7 +224,7 @@ class HunyuanVideo(VideoSampling, FlowFamily):
     def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The velocity (B, C, F', h, w) for noisy latents at noise fraction `t` (B,)."""
         transformer = self.transformer
-        device, dtype = module_device(transformer), compute_dtype(transformer)
+        device, dtype = module_device(transformer), input_dtype(transformer)
         b = noisy.shape[0]
         guidance = None
         if base_module(transformer).config.guidance_embeds:

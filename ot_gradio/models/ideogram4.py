@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, compute_dtype, keep_embedders_unquantized, module_device
+from ot_gradio.models.common import ModelLoadError, base_module, input_dtype, keep_embedders_unquantized, module_device
 from ot_gradio.models.family_parts import Flux2VaeLatents
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow
 from ot_gradio.models.registry import register_family
@@ -205,7 +205,7 @@ class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
         """The velocity (B, 128, h, w) for noisy latents at noise fraction `t` (B,): the packed
         sequence with zero latents over the text block, the timestep as 1 - t, the output negated."""
         transformer = self.transformer
-        device, dtype = module_device(transformer), compute_dtype(transformer)
+        device, dtype = module_device(transformer), input_dtype(transformer)
         b, c, h, w = noisy.shape
         features, positions, segments, roles = packed_text(conditioning, h, w, device, dtype)
         block = features.shape[1] - h * w

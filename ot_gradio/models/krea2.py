@@ -36,6 +36,7 @@ import torch
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import (
     compute_dtype,
+    input_dtype,
     keep_embedders_unquantized,
     language_model_config,
     module_device,
@@ -130,7 +131,7 @@ class Krea2(WanImageLatents, TokenWindow, IdentityLoraNames, FlowFamily):
         from diffusers import Krea2Pipeline
 
         transformer = self.transformer
-        device, dtype = module_device(transformer), compute_dtype(transformer)
+        device, dtype = module_device(transformer), input_dtype(transformer)
         b, _, h, w = noisy.shape
         hidden, mask = trim_to_longest(conditioning, device, dtype)
         out = transformer(

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import base_module, compute_dtype, module_device, module_dtype
+from ot_gradio.models.common import base_module, input_dtype, module_device, module_dtype
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.video_family import VideoSampling
@@ -204,7 +204,7 @@ class LTX2(VideoSampling, IdentityLoraNames, FlowFamily):
 
         transformer = self.transformer
         config = base_module(transformer).config
-        device, dtype = module_device(transformer), compute_dtype(transformer)
+        device, dtype = module_device(transformer), input_dtype(transformer)
         b, _, frames, height, width = noisy.shape
         sigma = t.to(device, torch.float32).expand(b)
         audio_length = self._audio_length(frames)

@@ -35,6 +35,7 @@ from ot_gradio.models.common import (
     ModelLoadError,
     base_module,
     cast_parts,
+    input_dtype,
     module_device,
     module_dtype,
     part_dtypes,
@@ -223,7 +224,7 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         if not isinstance(conditioning, Mapping):
             raise TypeError("PixArt's conditioning is what encode_text returns (hidden states and their attention mask).")
         transformer = self.transformer
-        device, dtype = module_device(transformer), module_dtype(transformer)
+        device, dtype = module_device(transformer), input_dtype(transformer)
         size = getattr(batch, "size", None)
         if size:
             height, width = size

@@ -39,6 +39,7 @@ from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import (
     base_module,
     compute_dtype,
+    input_dtype,
     keep_embedders_unquantized,
     language_model_config,
     module_device,
@@ -174,7 +175,7 @@ class QwenImage(WanImageLatents, IdentityLoraNames, FlowFamily):
     def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The velocity (B, C, H, W) for noisy latents at noise fraction `t` (B,)."""
         transformer = self.transformer
-        device, dtype = module_device(transformer), compute_dtype(transformer)
+        device, dtype = module_device(transformer), input_dtype(transformer)
         b, _, h, w = noisy.shape
         hidden, mask = self.trimmed(conditioning, device, dtype)
         out = transformer(

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import ModelLoadError, compute_dtype, module_device
+from ot_gradio.models.common import ModelLoadError, input_dtype, module_device
 from ot_gradio.models.flow_family import pack_latents, unpack_latents
 from ot_gradio.models.qwen_image import QwenImage
 from ot_gradio.models.registry import register_family
@@ -206,7 +206,7 @@ class QwenImageEdit(QwenImage):
         """The velocity (B, C, H, W) of the noisy latents, the control latents after them in the
         sequence; the output's control tokens are dropped."""
         transformer = self.transformer
-        device, dtype = module_device(transformer), compute_dtype(transformer)
+        device, dtype = module_device(transformer), input_dtype(transformer)
         b, _, h, w = noisy.shape
         control = self.control_latents(batch, noisy).to(device, dtype)
         ch, cw = control.shape[-2:]

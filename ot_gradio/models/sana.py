@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import QWEN_PRESETS, base_module, compute_dtype, module_device, module_dtype
+from ot_gradio.models.common import QWEN_PRESETS, base_module, compute_dtype, input_dtype, module_device, module_dtype
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, flow_training_scheduler
 from ot_gradio.models.registry import register_family
 
@@ -158,7 +158,7 @@ class Sana(TokenWindow, IdentityLoraNames, FlowFamily):
         """The velocity (B, C, H, W) for noisy latents at noise fraction `t` (B,); the transformer
         reads the timestep as t * 1000 * timestep_scale."""
         transformer = self.transformer
-        device, dtype = module_device(transformer), compute_dtype(transformer)
+        device, dtype = module_device(transformer), input_dtype(transformer)
         config = base_module(transformer).config
         b = noisy.shape[0]
         timestep = (t.to(device, torch.float32) * 1000 * float(config.timestep_scale)).expand(b)

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, module_device, module_dtype
+from ot_gradio.models.common import ModelLoadError, base_module, input_dtype, module_device, module_dtype
 from ot_gradio.models.flow_family import FlowFamily
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import StableDiffusion15
@@ -171,7 +171,7 @@ class StableDiffusion3(FlowFamily):
     def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The velocity (B, 16, H, W) for noisy latents at noise fraction `t` (B,), in the
         transformer's dtype; the transformer reads the timestep as t * 1000."""
-        device, dtype = module_device(self.transformer), module_dtype(self.transformer)
+        device, dtype = module_device(self.transformer), input_dtype(self.transformer)
         b = noisy.shape[0]
         return self.transformer(
             hidden_states=noisy.to(device, dtype),

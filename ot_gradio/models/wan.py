@@ -37,6 +37,7 @@ from ot_gradio.models.common import (
     base_module,
     cast_state_dict,
     compute_dtype,
+    input_dtype,
     module_device,
     wan_vae_decode,
     wan_vae_encode,
@@ -134,7 +135,7 @@ class Wan21(VideoSampling, TokenWindow, IdentityLoraNames, FlowFamily):
     def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The velocity (B, C, F', h, w) for noisy latents at noise fraction `t` (B,)."""
         transformer = self.transformer
-        device, dtype = module_device(transformer), compute_dtype(transformer)
+        device, dtype = module_device(transformer), input_dtype(transformer)
         timestep = (t.to(device, torch.float32) * 1000).expand(noisy.shape[0])
         return transformer(
             hidden_states=noisy.to(device, dtype), timestep=timestep,

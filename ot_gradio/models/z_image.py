@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import QWEN_PRESETS, base_module, compute_dtype, keep_embedders_unquantized, module_device
+from ot_gradio.models.common import QWEN_PRESETS, base_module, compute_dtype, input_dtype, keep_embedders_unquantized, module_device
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow
 from ot_gradio.models.registry import register_family
 
@@ -120,7 +120,7 @@ class ZImage(TokenWindow, IdentityLoraNames, FlowFamily):
         """The velocity (B, C, H, W) for noisy latents at noise fraction `t` (B,): the transformer
         reads each sample as (C, 1, H, W) with timestep 1 - t and predicts latents - noise."""
         transformer = self.transformer
-        device, dtype = module_device(transformer), compute_dtype(transformer)
+        device, dtype = module_device(transformer), input_dtype(transformer)
         b = noisy.shape[0]
         out = transformer(
             list(noisy.to(device, dtype).unsqueeze(2).unbind(0)),

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ..config.enums import DataType
+from .preflight import TrainingError
 
 FALLBACK_DTYPES = {DataType.BFLOAT_16: torch.bfloat16, DataType.FLOAT_32: torch.float32}
 _DEVICE_TYPES = ("cuda", "cpu", "xpu", "mps")
@@ -140,3 +141,24 @@ def install_fp16_fallback(model: Any, fallback: DataType | str) -> list[str]:
             model.encode_text = _at_fallback(model.encode_text, model)
         model._fp16_fallback = dtype
     return done
+
+
+_MIXED = "at::autocast::prioritize"  # torch's words when a float16 autocast meets a bfloat16 tensor in a cat / stack
+
+
+def mixed_half_types(exc: BaseException, config: Any, family: Any) -> TrainingError | None:
+    """What to tell the user when a float16 run's step fails mixing bfloat16 into float16 (`exc`
+    says so; None otherwise): the parts that load in BFLOAT_16 outside the fallback. Some models
+    use their weights outside autocast (diffusers' RMS norms cast their input to the weight's
+    type), and a float16 autocast refuses to concatenate the bfloat16 tensors that makes
+    (Qwen-Image's, Anima's and Ideogram 4's transformers, stored in BFLOAT_16 in a FLOAT_16 run)."""
+    if _MIXED not in str(exc) or DataType(config.train_dtype) != DataType.FLOAT_16:
+        return None
+    unstable = set(getattr(family, "fp16_unstable", ()))
+    parts = [p for p in family.parts if p not in unstable and DataType(getattr(config, p).weight_dtype) == DataType.BFLOAT_16]
+    if not parts:
+        return None
+    fields = ", ".join(f"{p}.weight_dtype" for p in parts)
+    return TrainingError(f"train_dtype FLOAT_16 with {fields} BFLOAT_16: this model mixes those bfloat16 weights into its "
+                      f"float16 computation, which float16 autocast refuses. Set {fields} to FLOAT_16, or train_dtype to "
+                      "BFLOAT_16 (a card without bfloat16: FLOAT_16 for both).")

@@ -27,6 +27,7 @@ from ..data.prefetch import LoadStats, prefetched
 from .async_reduce import AsyncGradientReducer
 from .backup import Counters, write_backup
 from .distributed import Distributed
+from .fp16_fallback import mixed_half_types
 from .optimizers import optimizer_eval_mode, optimizer_train_mode
 from .param_groups import all_params
 from .placement import fill_text_cache
@@ -124,6 +125,15 @@ class Trainer(TrainerSetup):
     def _forward_backward(self, batch: Any, accum: int) -> float | torch.Tensor:
         """The step's loss: read now (a float, checked before the backward pass), or with
         `defer_loss_reads` left on the device (checked when `_read_losses` reads it)."""
+        try:
+            return self._loss_and_backward(batch, accum)
+        except RuntimeError as exc:
+            told = mixed_half_types(exc, self.config, self.model)
+            if told is None:
+                raise
+            raise told from exc
+
+    def _loss_and_backward(self, batch: Any, accum: int) -> float | torch.Tensor:
         loss = self.diffusion.loss(batch, self.trained_text_parts)
         value: float | torch.Tensor = loss.detach()
         if not self.defer_loss_reads:

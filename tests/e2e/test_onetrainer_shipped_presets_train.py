@@ -171,6 +171,29 @@ def test_a_shipped_preset_trains_one_step_on_a_tiny_model(path, tiny_models, bat
             assert any(isinstance(m, LinearW8A8) and m.kernel for m in module.modules()), part
 
 
+
+@pytest.mark.parametrize(("preset", "trains"), [("Chroma/#chroma Finetune 16GB.json", True), ("Z-Image/#z-image Finetune 16GB.json", True),
+                                                ("QwenImage/#qwen Finetune 16GB.json", False)])
+def test_a_bfloat16_fine_tune_preset_in_a_float16_run_trains_or_says_which_fields_to_change(
+        preset, trains, tiny_models, batches, tmp_path, eager_compile):
+    """A card without bfloat16 runs OneTrainer's fine-tune presets (BFLOAT_16 transformer) with
+    train_dtype FLOAT_16. The transformer gets its inputs in the autocast's type, as OneTrainer gives
+    them in the train type (in the weights' bfloat16, Chroma and Z-Image concatenated them under
+    the float16 autocast, which it refuses); where the model itself makes bfloat16 tensors from its
+    weights (Qwen-Image's RMS norms), the run stops with the fields to change, not torch's words."""
+    from ot_gradio.training.preflight import TrainingError
+
+    config = pointed_at(PRESETS / preset, tiny_models, batches, tmp_path)
+    assert config["train_dtype"] == "BFLOAT_16" and config["transformer"]["weight_dtype"] == "BFLOAT_16"
+    config["train_dtype"] = "FLOAT_16"
+    report = Collect()
+    if trains:
+        assert train(config, tmp_path, report)[1] == "done" and math.isfinite(report.losses[0])
+    else:
+        with pytest.raises(TrainingError, match=r"train_dtype FLOAT_16 with transformer.weight_dtype BFLOAT_16: .* Set "
+                                                r"transformer.weight_dtype to FLOAT_16, or train_dtype to BFLOAT_16"):
+            train(config, tmp_path, report)
+
 def test_the_8gb_preset_with_compile_and_offloading_compiles_block_by_block_as_on_a_gpu(
         tiny_models, batches, tmp_path, eager_compile, monkeypatch):
     """z-image LoRA 8GB: compile with transformer.offload_fraction 0.6. Offloading is forced in
