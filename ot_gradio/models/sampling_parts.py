@@ -62,7 +62,8 @@ def vae_in_callers_dtype(vae: torch.nn.Module | None) -> Iterator[None]:
     the prompt's type and the encoded image on to the denoiser, outside autocast; the presets (ours
     and OneTrainer's) load a half-precision denoiser beside a FLOAT_32 VAE on a GPU (a CPU loads
     both in float32, where the types always agree)."""
-    names = [n for n in ("decode", "encode") if vae is not None and callable(getattr(vae, n, None)) and n not in vars(vae)]
+    names = [n for n in ("decode", "encode") if vae is not None and callable(getattr(vae, n, None))
+             and not getattr(getattr(vae, n), "_in_callers_dtype", False)]  # (not twice: a sample inside a sample)
     if not names:
         yield
         return
@@ -74,15 +75,20 @@ def vae_in_callers_dtype(vae: torch.nn.Module | None) -> Iterator[None]:
             out = original(value.to(dtype) if caller != dtype else value, *args, **kwargs)
             return floats_in(out, caller) if caller != dtype else out
 
+        run._in_callers_dtype = True
         return run
 
+    before = {n: vars(vae)[n] for n in names if n in vars(vae)}  # a wrapper of the instance's own (the fp16 fallback's)
     for name in names:
         setattr(vae, name, in_callers_dtype(getattr(vae, name)))
     try:
         yield
     finally:
         for name in names:
-            delattr(vae, name)
+            if name in before:
+                setattr(vae, name, before[name])
+            else:
+                delattr(vae, name)
 
 
 def _states(value: Any) -> Iterator[torch.Tensor]:

@@ -63,7 +63,7 @@ TRANSFORMER_PRESETS = {
 @register_family(ModelType.SANA)
 class Sana(TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Sana."""
-    fp16_unstable = ("text_encoder",)  # T5 / the LLM overflows in float16
+    fp16_unstable = ("text_encoder", "vae")  # as OneTrainer: the LLM and the DC-AE overflow in float16
 
     embedding_keys = {"text_encoder": "gemma"}  # OneTrainer's key (its SanaEmbeddingSaver)
     output_embedding_parts = ("text_encoder",)

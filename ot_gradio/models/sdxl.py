@@ -50,6 +50,7 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "clip_g"}
     output_embedding_parts = ("text_encoder", "text_encoder_2")
     _pipeline_load_kwargs: dict = {}
+    fp16_unstable = ("vae",)  # as OneTrainer: the SDXL VAE overflows in float16
 
     def __init__(self, tokenizer, tokenizer_2, text_encoder, text_encoder_2, vae, unet, scheduler, *, force_zeros_for_empty_prompt: bool = True):
         self.tokenizer_2 = tokenizer_2

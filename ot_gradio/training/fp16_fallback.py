@@ -121,7 +121,9 @@ def install_fp16_fallback(model: Any, fallback: DataType | str) -> list[str]:
     `encode_text` runs so too, as OneTrainer's text encoding runs in that encoder's autocast
     context: the encoder's bfloat16 hidden states are stacked, concatenated and masked there,
     which a float16 autocast refuses. (Flux, SD 3 and HiDream keep their CLIP encoders in the
-    run's float16.) Returns the parts it applies to. Called again, it only changes the type."""
+    run's float16.) A VAE's `encode` and `decode` run at the fallback type too (SDXL's and Sana's
+    VAE, which a run without latent caching calls inside the step). Returns the parts it applies
+    to. Called again, it only changes the type."""
     from ..models.common import base_module
 
     dtype = fallback_dtype(fallback)
@@ -132,7 +134,8 @@ def install_fp16_fallback(model: Any, fallback: DataType | str) -> list[str]:
             continue
         module = base_module(module)
         if not hasattr(module, "_fp16_fallback"):
-            module.forward = _at_fallback(module.forward, module)
+            for name in ("forward", "encode", "decode") if part == "vae" else ("forward",):
+                setattr(module, name, _at_fallback(getattr(module, name), module))
         module._fp16_fallback = dtype
         done.append(part)
     text_encoders = set(getattr(model, "text_encoder_names", ()))

@@ -54,7 +54,8 @@ def test_an_unstable_part_runs_at_the_fallback_type_in_a_float16_run(fallback, d
 def test_the_unstable_parts_are_onetrainers_and_load_at_the_fallback_type_when_quantized():
     expected = {ModelType.FLUX_DEV_1: ("text_encoder_2",), ModelType.STABLE_DIFFUSION_3: ("text_encoder_3",),
                 ModelType.HI_DREAM_FULL: ("transformer", "text_encoder_3"), ModelType.STABLE_CASCADE_1: ("prior",),
-                ModelType.QWEN: ("text_encoder",), ModelType.STABLE_DIFFUSION_XL_10_BASE: (), ModelType.WUERSTCHEN_2: ()}
+                ModelType.QWEN: ("text_encoder",), ModelType.STABLE_DIFFUSION_XL_10_BASE: ("vae",),
+                ModelType.SANA: ("text_encoder", "vae"), ModelType.STABLE_DIFFUSION_15: (), ModelType.WUERSTCHEN_2: ()}
     for model_type, parts in expected.items():
         assert get_family(model_type).fp16_unstable == parts, model_type
     for model_type in ModelType:  # every name is a part of its family
@@ -101,6 +102,30 @@ def test_a_familys_prompt_encoding_runs_its_unstable_part_at_the_fallback_type(m
         model.encode_text(["a cat"])
     assert seen and set(seen) == {torch.bfloat16}  # under the fallback's autocast, not the run's float16
 
+
+
+@pytest.mark.parametrize(("model_type", "tiny"), [(ModelType.STABLE_DIFFUSION_XL_10_BASE, "sdxl"), (ModelType.SANA, "sana")])
+def test_the_vae_encodes_and_decodes_at_the_fallback_type_in_a_float16_step(model_type, tiny, tiny_models):
+    """As OneTrainer's vae_autocast_context: SDXL's and Sana's VAE overflow in float16, and a run
+    without latent caching encodes inside the step's float16 autocast. A sample afterwards wraps
+    and unwraps the VAE for its own types and leaves the fallback in place."""
+    from ot_gradio.models.common import base_module
+    from ot_gradio.training.device import Precision
+    from ot_gradio.training.diffusion import configure_model
+
+    model = get_family(model_type).load(f"tiny:{tiny}", offline=True)
+    configure_model(model, TrainConfig(model_type=model_type), torch.device("cpu"), Precision("FLOAT_32", torch.device("cpu")))
+    vae = base_module(model.vae)
+    seen = []
+    for layer in vae.modules():
+        if isinstance(layer, nn.Conv2d):
+            layer.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    with torch.no_grad(), torch.autocast(**FP16):
+        model.decode_latents(model.encode_images(torch.zeros(1, 3, 64, 64)))
+    assert len(seen) > 2 and set(seen) == {torch.bfloat16}
+    wrapped = vae.decode, vae.encode
+    model.sample("a cat", height=32, width=32, steps=1, device="cpu")
+    assert (vae.decode, vae.encode) == wrapped
 
 def test_float16_inputs_enter_an_unstable_part_at_the_fallback_type():
     """A float16 run's latents entering a part at the bfloat16 fallback (Stable Cascade's prior with
