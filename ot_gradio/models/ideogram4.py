@@ -48,7 +48,7 @@ from ot_gradio.models.common import ModelLoadError, base_module, input_dtype, ke
 from ot_gradio.models.family_parts import Flux2VaeLatents
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.sampling_parts import turns_on_device
+from ot_gradio.models.sampling_parts import denoiser_in_its_dtype, turns_on_device
 
 DEFAULT_SEQUENCE_LENGTH = 2048  # the pipeline's max_sequence_length and OneTrainer's PROMPT_MAX_LENGTH
 PATCH = 2
@@ -262,5 +262,6 @@ class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
         """An image from both transformers, one on the sampling device at a time (the
         unconditional one comes from the CPU for its turns and goes back after the sample)."""
         target = torch.device(device) if device is not None else module_device(self.transformer)
-        with turns_on_device(base_module(self.transformer), self.unconditional_transformer, target):
+        with turns_on_device(base_module(self.transformer), self.unconditional_transformer, target), \
+                denoiser_in_its_dtype(self.unconditional_transformer):  # (the pipeline gives it inputs in the transformer's type)
             return super().sample(*args, device=device, **kwargs)

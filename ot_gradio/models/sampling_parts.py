@@ -91,48 +91,58 @@ def vae_in_callers_dtype(vae: torch.nn.Module | None) -> Iterator[None]:
                 delattr(vae, name)
 
 
-def _states(value: Any) -> Iterator[torch.Tensor]:
-    """The floating tensors of two or more dimensions in `value` (in lists, tuples and dicts too):
-    a denoiser's latents and prompt states, not its timesteps, sigmas or guidance (one per item)."""
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _cast(value: torch.Tensor) -> bool:
+    """Whether a denoiser input is one to bring to its type: latents and prompt states (floating,
+    two or more dimensions), and timesteps or guidance in a half type (a pipeline casts them to the
+    other transformer's type: Ideogram 4's); float32 timesteps keep their precision."""
+    return value.is_floating_point() and (value.ndim >= 2 or value.dtype in _HALF)
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    """The tensors to bring to the denoiser's type in `value` (in lists, tuples and dicts too)."""
     if isinstance(value, torch.Tensor):
-        if value.is_floating_point() and value.ndim >= 2:
+        if _cast(value):
             yield value
     elif isinstance(value, (list, tuple)):
         for v in value:
-            yield from _states(v)
+            yield from _tensors(v)
     elif isinstance(value, dict):
         for v in value.values():
-            yield from _states(v)
+            yield from _tensors(v)
 
 
-def _states_in(value: Any, dtype: torch.dtype) -> Any:
+def _tensors_in(value: Any, dtype: torch.dtype) -> Any:
     if isinstance(value, torch.Tensor):
-        return value.to(dtype) if value.is_floating_point() and value.ndim >= 2 else value
+        return value.to(dtype) if _cast(value) else value
     if type(value) in (list, tuple):
-        return type(value)(_states_in(v, dtype) for v in value)
+        return type(value)(_tensors_in(v, dtype) for v in value)
     if type(value) is dict:
-        return {k: _states_in(v, dtype) for k, v in value.items()}
+        return {k: _tensors_in(v, dtype) for k, v in value.items()}
     return value
 
 
 @contextlib.contextmanager
 def denoiser_in_its_dtype(denoiser: torch.nn.Module) -> Iterator[None]:
-    """While the block runs, latents and prompt states (`_states`) that reach `denoiser` in another
-    type than its compute type come in that type, and its answer goes back in the first one's type:
-    a pipeline hands the denoiser the prompt encoder's output as it is and the latents in a type of
-    its choosing (LTX-2's: the Gemma states' type, its connectors' output in theirs), outside
-    autocast; a run in float16 loads quantized or fp16-unstable parts beside it in other types.
-    Inputs already in its type pass as they are (no hook does anything then)."""
+    """While the block runs, the inputs that reach `denoiser` in another type than its compute type
+    (`_cast`: latents, prompt states, half-type timesteps) come in that type, and its answer goes back
+    in the first latents' or states' type: a pipeline hands the denoiser the prompt encoder's output
+    as it is and the latents in a type of its choosing (LTX-2's: the Gemma states' type, its
+    connectors' output in theirs), outside autocast; a run in float16 loads quantized or
+    fp16-unstable parts beside it in other types. Inputs already in its type pass as they are (no
+    hook does anything then)."""
     module, callers = base_module(denoiser), []
 
     def before(_module, args, kwargs):
         dtype = compute_dtype(module)
-        states = [*_states(args), *_states(kwargs)]
-        if all(s.dtype == dtype for s in states):
+        tensors = [*_tensors(args), *_tensors(kwargs)]
+        if all(t.dtype == dtype for t in tensors):
             callers.append(None)
             return None
-        callers.append(states[0].dtype)
-        return _states_in(args, dtype), _states_in(kwargs, dtype)
+        callers.append(next((t.dtype for t in tensors if t.ndim >= 2), dtype))
+        return _tensors_in(args, dtype), _tensors_in(kwargs, dtype)
 
     def after(_module, _args, _kwargs, output):
         caller = callers.pop()

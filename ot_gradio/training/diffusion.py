@@ -54,6 +54,7 @@ from .quantize import (
     gguf_a8_layers,
     quantization_filter,
     quantize_linear_layers,
+    rest_in,
     w8a8_kernel_problem,
 )
 from .schedules import make_schedule, schedule_kind
@@ -152,6 +153,7 @@ def quantize_waiting_modules(model: Any, config: Any, device: torch.device, prec
             continue
         home = next(module.parameters()).device
         quantize_linear_layers(module, data_type, home, precision.dtype or torch.float32, name, svd=svd_spec(config))
+        rest_in(module, precision.dtype or torch.float32)
         problem = w8a8_kernel_problem(data_type, device) if data_type in W8A8_CODES else None
         if problem is not None and problem not in warnings:
             warnings.append(problem)

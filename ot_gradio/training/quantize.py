@@ -366,3 +366,21 @@ def quantize_linear_layers(module: nn.Module, data_type: DataType, device: torch
             attach_low_rank(new, *factors)
     module.to(device)  # bitsandbytes quantizes when its weights are moved
     return len(targets)
+
+
+def rest_in(module: nn.Module, dtype: torch.dtype) -> None:
+    """The floating weights of `module` outside its quantized layers in `dtype`, the type those
+    layers compute in, as OneTrainer loads a quantized part's other weights in it (a module
+    quantized after it loaded in another part's type: Ideogram 4's unconditional transformer,
+    loaded in the transformer's BFLOAT_16, NFLOAT_4 in a FLOAT_32 run, normed in bfloat16 what
+    its quantized layers computed in float32); what the module keeps in float32 stays."""
+    from ..models.common import kept_in_float32  # noqa: PLC0415
+
+    kept = kept_in_float32(module)
+    for name, layer in module.named_modules():
+        if isinstance(layer, RowScaledLinear) or type(layer).__module__.startswith("bitsandbytes"):
+            continue  # (its scales stay float32; its bias is in dtype already)
+        for key, param in layer.named_parameters(recurse=False):
+            if param.is_floating_point() and param.dtype not in (FP8, torch.float8_e5m2) and param.dtype != dtype \
+                    and not kept(f"{name}.{key}" if name else key):
+                param.data = param.data.to(dtype)

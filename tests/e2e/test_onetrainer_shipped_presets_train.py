@@ -172,23 +172,28 @@ def test_a_shipped_preset_trains_one_step_on_a_tiny_model(path, tiny_models, bat
 
 
 
-@pytest.mark.parametrize(("preset", "trains"), [("Chroma/#chroma Finetune 16GB.json", True), ("Z-Image/#z-image Finetune 16GB.json", True),
-                                                ("QwenImage/#qwen Finetune 16GB.json", False)])
-def test_a_bfloat16_fine_tune_preset_in_a_float16_run_trains_or_says_which_fields_to_change(
-        preset, trains, tiny_models, batches, tmp_path, eager_compile):
-    """A card without bfloat16 runs OneTrainer's fine-tune presets (BFLOAT_16 transformer) with
-    train_dtype FLOAT_16. The transformer gets its inputs in the autocast's type, as OneTrainer gives
-    them in the train type (in the weights' bfloat16, Chroma and Z-Image concatenated them under
-    the float16 autocast, which it refuses); where the model itself makes bfloat16 tensors from its
-    weights (Qwen-Image's RMS norms), the run stops with the fields to change, not torch's words."""
+@pytest.mark.parametrize(("preset", "train_dtype", "trains"), [
+    ("Chroma/#chroma Finetune 16GB.json", "FLOAT_16", True), ("Z-Image/#z-image Finetune 16GB.json", "FLOAT_16", True),
+    ("QwenImage/#qwen Finetune 16GB.json", "FLOAT_16", False), ("Ideogram 4/#ideogram Finetune 16GB.json", "FLOAT_32", True)])
+def test_a_bfloat16_fine_tune_preset_in_another_train_type_trains_or_says_which_fields_to_change(
+        preset, train_dtype, trains, tiny_models, batches, tmp_path, eager_compile):
+    """OneTrainer's fine-tune presets (BFLOAT_16 transformer) with another train_dtype. FLOAT_16, as
+    on a card without bfloat16: the transformer gets its inputs in the autocast's type, as OneTrainer
+    gives them in the train type (in the weights' bfloat16, Chroma and Z-Image concatenated them
+    under the float16 autocast, which it refuses); where the model itself makes bfloat16 tensors
+    from its weights (Qwen-Image's RMS norms), the run stops with the fields to change, not torch's
+    words. FLOAT_32: Ideogram 4's NFLOAT_4 unconditional transformer, loaded in the transformer's
+    bfloat16, has its other weights in the float32 its quantized layers compute in (its sample
+    failed)."""
     from ot_gradio.training.preflight import TrainingError
 
     config = pointed_at(PRESETS / preset, tiny_models, batches, tmp_path)
     assert config["train_dtype"] == "BFLOAT_16" and config["transformer"]["weight_dtype"] == "BFLOAT_16"
-    config["train_dtype"] = "FLOAT_16"
+    config["train_dtype"] = train_dtype
     report = Collect()
     if trains:
         assert train(config, tmp_path, report)[1] == "done" and math.isfinite(report.losses[0])
+        assert [p for p in (tmp_path / "run" / "samples").rglob("*") if p.is_file()]
     else:
         with pytest.raises(TrainingError, match=r"train_dtype FLOAT_16 with transformer.weight_dtype BFLOAT_16: .* Set "
                                                 r"transformer.weight_dtype to FLOAT_16, or train_dtype to BFLOAT_16"):

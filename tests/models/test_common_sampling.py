@@ -102,8 +102,9 @@ def test_a_sample_with_the_parts_in_the_types_a_gpu_loads_them_in(tiny_dir, tmp_
 
 def test_the_denoiser_takes_its_inputs_in_its_type_and_answers_in_the_callers():
     """Outside autocast a pipeline hands the denoiser the prompt states in the encoder's type and
-    the latents in one of its choosing; the denoiser gets them (not its timesteps) in its type and
-    answers in the latents' type, and nothing is hooked afterwards."""
+    the latents in one of its choosing; the denoiser gets them in its type (and half-type
+    timesteps; float32 ones keep their precision) and answers in the latents' type, and nothing is
+    hooked afterwards."""
     from ot_gradio.models.sampling_parts import denoiser_in_its_dtype
 
     seen = []
@@ -122,7 +123,9 @@ def test_the_denoiser_takes_its_inputs_in_its_type_and_answers_in_the_callers():
     with denoiser_in_its_dtype(denoiser):
         (out,) = denoiser(latents, t, encoder_hidden_states=states, extra=[torch.randn(1, 3)])
         (same,) = denoiser(latents.half(), t, encoder_hidden_states=states.half())
+        denoiser(latents.half(), t.bfloat16(), encoder_hidden_states=states.half())  # (Ideogram 4's: the other transformer's type)
     assert seen[0] == (torch.float16, torch.float32, torch.float16, [torch.float16])
+    assert seen[2][1] == torch.float16
     assert out.dtype == torch.float32 and same.dtype == torch.float16
     assert not denoiser._forward_pre_hooks and not denoiser._forward_hooks
     with pytest.raises(RuntimeError):  # (as a pipeline would call it without: the types differ)
