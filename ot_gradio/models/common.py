@@ -116,8 +116,8 @@ def input_dtype(module: torch.nn.Module) -> torch.dtype:
     """The type a part's floating inputs are given in when it trains: the autocast's where one is
     on for its device (OneTrainer gives them in the train data type), else its compute type. (Under
     a float16 autocast, bfloat16 weights' type would make the denoiser concatenate bfloat16 tensors,
-    which autocast refuses: OneTrainer's SDXL, Chroma, Qwen-Image, Z-Image and Ideogram 4 fine-tune
-    presets in a FLOAT_16 run.)"""
+    which autocast refuses: OneTrainer's SDXL, Chroma and Z-Image fine-tune presets in a FLOAT_16
+    run.)"""
     kind = module_device(module).type
     if torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind):  # (not on "meta": the memory probe)
         return torch.get_autocast_dtype(kind)

@@ -1,8 +1,8 @@
 """The parts of a model around a sample: parked on the sampling device and put back
 (`parked_for_sampling`, `SamplingParts.release`), the VAE answering in its caller's type
-(`vae_in_callers_dtype`), the denoiser taking its inputs in its own (`denoiser_in_its_dtype`), a frozen module taking turns with a part on the device
-(`turns_on_device`, moving bitsandbytes layers with `move_module`), and the image's size
-(`generation_size`, `exact_size`)."""
+(`vae_in_callers_dtype`), the denoiser taking its inputs in its own (`denoiser_in_its_dtype`), a
+frozen module taking turns with a part on the device (`turns_on_device`, moving bitsandbytes
+layers with `move_module`), and the image's size (`generation_size`, `exact_size`)."""
 
 from __future__ import annotations
 
@@ -161,8 +161,8 @@ def denoiser_in_its_dtype(denoiser: torch.nn.Module) -> Iterator[None]:
 def parked_for_sampling(parts: Mapping[str, torch.nn.Module], device: torch.device | str | None, main: str) -> Iterator[SamplingParts]:
     """Every part in eval mode on the sampling device (`device`, or the `main` part's), for a
     sample in the middle of training, the VAE answering in its caller's type and the `main` part
-    (the denoiser) taking its inputs in its own; each part's device and train mode are put back afterwards,
-    also when sampling fails. Yields the SamplingParts (its `device`: the sampling device)."""
+    (the denoiser) taking its inputs in its own; each part's device and train mode are put back
+    afterwards, also when sampling fails. Yields the SamplingParts (its `device`: the sampling device)."""
     was_training = {name: m.training for name, m in parts.items()}
     devices = {name: module_device(m) for name, m in parts.items()}
     target = torch.device(device) if device is not None else devices[main]
