@@ -73,6 +73,17 @@ def cast_state_dict(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype |
     return out
 
 
+def map_tensors(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """`value` with each tensor `t` in it (in lists, tuples and dicts too) replaced by `fn(t)`."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if type(value) in (list, tuple):
+        return type(value)(map_tensors(v, fn) for v in value)
+    if type(value) is dict:
+        return {k: map_tensors(v, fn) for k, v in value.items()}
+    return value
+
+
 # ---------------------------------------------------------------- modules of a loaded family
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ot_gradio.models.common import base_module, compute_dtype, module_device, module_dtype
+from ot_gradio.models.common import base_module, compute_dtype, map_tensors, module_device, module_dtype
 
 
 class SamplingParts:
@@ -114,16 +114,6 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
             yield from _tensors(v)
 
 
-def _tensors_in(value: Any, dtype: torch.dtype) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(dtype) if _cast(value) else value
-    if type(value) in (list, tuple):
-        return type(value)(_tensors_in(v, dtype) for v in value)
-    if type(value) is dict:
-        return {k: _tensors_in(v, dtype) for k, v in value.items()}
-    return value
-
-
 @contextlib.contextmanager
 def denoiser_in_its_dtype(denoiser: torch.nn.Module) -> Iterator[None]:
     """While the block runs, the inputs that reach `denoiser` in another type than its compute type
@@ -142,7 +132,11 @@ def denoiser_in_its_dtype(denoiser: torch.nn.Module) -> Iterator[None]:
             callers.append(None)
             return None
         callers.append(next((t.dtype for t in tensors if t.ndim >= 2), dtype))
-        return _tensors_in(args, dtype), _tensors_in(kwargs, dtype)
+
+        def cast(t: torch.Tensor) -> torch.Tensor:
+            return t.to(dtype) if _cast(t) else t
+
+        return map_tensors(args, cast), map_tensors(kwargs, cast)
 
     def after(_module, _args, _kwargs, output):
         caller = callers.pop()

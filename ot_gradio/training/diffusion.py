@@ -151,9 +151,9 @@ def quantize_waiting_modules(model: Any, config: Any, device: torch.device, prec
         module, data_type = getattr(model, name), DataType(getattr(config, name).weight_dtype)
         if data_type not in QUANTIZED_TYPES:
             continue
-        home = next(module.parameters()).device
-        quantize_linear_layers(module, data_type, home, precision.dtype or torch.float32, name, svd=svd_spec(config))
-        rest_in(module, precision.dtype or torch.float32)
+        home, compute = next(module.parameters()).device, precision.dtype or torch.float32
+        quantize_linear_layers(module, data_type, home, compute, name, svd=svd_spec(config))
+        rest_in(module, compute)
         problem = w8a8_kernel_problem(data_type, device) if data_type in W8A8_CODES else None
         if problem is not None and problem not in warnings:
             warnings.append(problem)

@@ -82,13 +82,10 @@ def fallback_autocast(fallback: torch.dtype, kind: Any = _UNSET):
 
 def _float16_at(fallback: torch.dtype, value: Any) -> Any:
     """`value` with its float16 tensors (in lists, tuples and dicts too) in `fallback`."""
-    if isinstance(value, torch.Tensor):  # (not on meta: the memory probe gives every weight the run's one type)
-        return value.to(fallback) if value.dtype == torch.float16 and value.device.type != "meta" else value
-    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
-        return type(value)(_float16_at(fallback, v) for v in value)
-    if type(value) is dict:
-        return {k: _float16_at(fallback, v) for k, v in value.items()}
-    return value
+    from ..models.common import map_tensors
+
+    # (not on meta: the memory probe gives every weight the run's one type)
+    return map_tensors(value, lambda t: t.to(fallback) if t.dtype == torch.float16 and t.device.type != "meta" else t)
 
 
 def _inputs_at(fallback: torch.dtype, kind: str | None, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
