@@ -49,6 +49,7 @@ from .optimizer import (
     optimizer_problems,
 )
 from .parts import learning_rate_or_base
+from .prior import prior_problems
 from .schema import TrainConfig
 from .svd_quant import svd_problems, svd_warnings
 from .validation import join_path
@@ -529,16 +530,9 @@ def padding_mask_problems(config: Any) -> list[str]:
 
 
 def masked_option_problems(config: Any) -> list[str]:
-    """masked_prior_preservation_weight needs masked training and a LoRA (its base model is the
-    LoRA turned off); custom_conditioning_image an inpainting model (its input is the conditioning image)."""
-    out = []
-    if config.masked_prior_preservation_weight > 0:
-        if not config.masked_training:
-            out.append("masked_prior_preservation_weight: it works outside the mask of masked training; turn masked_training on, "
-                       "or set it to 0.")
-        if TrainingMethod(config.training_method) != TrainingMethod.LORA:
-            out.append(f"masked_prior_preservation_weight: the base model it pulls towards is the model with the LoRA turned off, "
-                       f"so it needs training_method LORA, not {TrainingMethod(config.training_method).value}; set it to 0.")
+    """What trains towards the base model (masked prior preservation, PRIOR_PREDICTION concepts:
+    config/prior.py); custom_conditioning_image needs an inpainting model (its input is the conditioning image)."""
+    out = prior_problems(config)
     info = family_info(config.model_type)
     if config.custom_conditioning_image and (info is None or not info.inpainting):
         out.append(f"custom_conditioning_image: {config.model_type.value} is not an inpainting model (it takes no conditioning "

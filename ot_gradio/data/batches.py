@@ -50,6 +50,8 @@ class Batch:
         its mask rotate-and-crop cut; SDXL's size conditioning.
     crop_top_lefts: (top, left) of each sample's crop window in its image scaled to cover the
         bucket, counted from the mirrored edge when the sample is flipped; SDXL's crop conditioning.
+    prior_prediction: bool [B], the samples of PRIOR_PREDICTION concepts, whose target is the base
+        model's prediction (training/diffusion.py); None when the batch has none.
     """
 
     size: Size
@@ -67,6 +69,7 @@ class Batch:
     condlabel_pixels: torch.Tensor | None = None
     original_sizes: list[Size] | None = None
     crop_top_lefts: list[tuple[int, int]] | None = None
+    prior_prediction: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.captions)
@@ -241,6 +244,8 @@ def make_batch(
         original_sizes=[original_size(item, s.variant) for item, s in zip(items, samples, strict=True)],
         crop_top_lefts=[crop_top_left(s.variant) for s in samples],
     )
+    if any(concepts[s.concept].prior_prediction for s in samples):
+        batch.prior_prediction = torch.tensor([concepts[s.concept].prior_prediction for s in samples])
     if any(item.control_path is not None for item in items):  # the text encoder reads them even with latent caching
         batch.control_pixels = torch.stack([render_control(item, s.variant) for item, s in zip(items, samples, strict=True)])
     if any(item.condlabel_path is not None for item in items):

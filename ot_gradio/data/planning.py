@@ -90,6 +90,11 @@ class PreparedConcept:
         return float(getattr(self.config, "loss_weight", 1.0))
 
     @property
+    def prior_prediction(self) -> bool:
+        """A PRIOR_PREDICTION concept: its images train towards the base model's prediction."""
+        return str(getattr(self.config, "type", "STANDARD")) == "PRIOR_PREDICTION"
+
+    @property
     def variations(self) -> int:
         """Distinct cached variants per image and flip; 1 when nothing random would tell them apart."""
         if "variations" not in self._memo:

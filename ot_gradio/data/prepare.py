@@ -70,7 +70,7 @@ def prepare_concepts(
         kind = str(getattr(concept, "type", "STANDARD"))
         if kind == "VALIDATION":
             continue  # held out: never trained (training/validation.py computes its loss)
-        if kind != "STANDARD":
+        if kind not in ("STANDARD", "PRIOR_PREDICTION"):  # PRIOR_PREDICTION: trained, with the base model's target (diffusion.py)
             warnings.append(f"Concept '{label}' is a {kind} concept, which is not supported yet; it is not trained")
             log.warning(warnings[-1])
             continue

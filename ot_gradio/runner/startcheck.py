@@ -138,7 +138,7 @@ def concept_problems(config: Any) -> list[str]:
 def _read_by_run(config: Any, concept: Any) -> bool:
     """Does the run read this concept's images (data/prepare.py, training/validation.py)?"""
     kind = str(getattr(concept.type, "value", concept.type))
-    return kind == "STANDARD" or (kind == "VALIDATION" and bool(getattr(config, "validation", False)))
+    return kind in ("STANDARD", "PRIOR_PREDICTION") or (kind == "VALIDATION" and bool(getattr(config, "validation", False)))
 
 
 def _has_image(folder: Path, recursive: bool) -> bool:

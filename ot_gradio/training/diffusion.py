@@ -19,7 +19,10 @@ A step (`DiffusionStep.loss`): latents (cached, or encoded now) -> timesteps fro
 distribution of the family's schedule (schedules.py: DDPM, or flow matching) -> noise with offset / generalized offset / input perturbation (noise.py) -> the
 prediction under autocast -> the loss of loss.py with the latent mask of masked training
 (masking.py; with `masked_prior_preservation_weight`, also pulled outside the mask towards the
-prediction of the method's base model, the LoRA turned off), the concepts' loss weights and the timestep loss weight; a model that learns its
+prediction of the method's base model, the LoRA turned off), the concepts' loss weights and the timestep loss weight.
+The samples of PRIOR_PREDICTION concepts take that base model's prediction as their target (as
+OneTrainer: it predicts the whole batch, with the same noise, timesteps and conditioning, without
+gradient, and the loss is computed as for any other sample). A model that learns its
 variance (PixArt) adds `vb_loss_strength` x the variational bound (vb_loss.py); the whole times the
 `loss_scaler`'s batch / accumulation factor (`loss_scale`), as OneTrainer scales it. Captions are replaced
 by an empty one with the text encoder's `dropout_probability` (per sample; with several text
@@ -177,8 +180,9 @@ class DiffusionStep:
         prior_model: Callable[[], AbstractContextManager] | None = None,
     ):
         self.model = model
-        # masked prior preservation: the method's base model (LoRA: turned off), predicting the prior
-        self.prior_model = prior_model if config.masked_training and config.masked_prior_preservation_weight > 0 else None
+        # the method's base model (LoRA: turned off), for masked prior preservation and PRIOR_PREDICTION concepts
+        self.prior_model = prior_model
+        self.preserve = config.masked_training and config.masked_prior_preservation_weight > 0
         # multi-GPU: per-sample draws are made for the global batch, this process keeps its rows
         self.dist = dist or Distributed()
         # the method's text hook (embeddings: placeholders -> their tokens), before caption dropout
@@ -269,13 +273,16 @@ class DiffusionStep:
             else:
                 conditioning = self.encode_text(texts, batch, trained_text_parts)
             prior = None
-            if self.prior_model is not None and mask is not None:
+            rows = batch.prior_prediction if batch.prior_prediction is not None and batch.prior_prediction.any() else None
+            if self.prior_model is not None and ((self.preserve and mask is not None) or rows is not None):
                 prior = self.prior_prediction(noisy, timesteps, texts, conditioning, batch, trained_text_parts)
             if self.vb is None:
                 pred = model.predict(noisy, timesteps, conditioning, batch)
             else:
                 pred, variance = model.predict(noisy, timesteps, conditioning, batch, variance=True)
         target = self.schedule.target(latents, target_noise, timesteps)
+        if rows is not None:  # PRIOR_PREDICTION samples: the base model's prediction is the target
+            target = prior_targets(target, prior, rows)
         extra = None if self.vb is None else c.vb_loss_strength * self.vb(latents, noisy, timesteps, pred, variance)
         weights = self.schedule.loss_weights(timesteps)
         return self.loss_scale * diffusion_loss(
@@ -292,7 +299,7 @@ class DiffusionStep:
             normalize_masked_area_loss=c.normalize_masked_area_loss,
             timestep_weights=weights,
             extra_loss=extra,
-            prior=prior,
+            prior=prior if self.preserve else None,
             prior_weight=c.masked_prior_preservation_weight,
         )
 
@@ -309,3 +316,12 @@ class DiffusionStep:
             if trained_text_parts and self.text_cache is None:
                 conditioning = self.encode_text(texts, batch, frozenset())
             return self.model.predict(noisy, timesteps, conditioning, batch).detach()
+
+
+def prior_targets(target: torch.Tensor, prior: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor:
+    """`target` with the rows of PRIOR_PREDICTION samples replaced by the base model's prediction."""
+    if prior is None:
+        raise ValueError("concepts[].type: a PRIOR_PREDICTION concept needs the method's base model (a LoRA turned off); "
+                         "train a LORA, or set the concept's type to STANDARD")
+    keep = rows.to(target.device).view(-1, *([1] * (target.dim() - 1)))
+    return torch.where(keep, prior.to(target.dtype), target)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..config.enums import TrainingMethod
+from ..config.prior import base_model_fields
 from .param_groups import ParamGroup
 
 
@@ -51,11 +52,11 @@ class Method:
         from .diffusion import DiffusionStep  # noqa: PLC0415
 
         prior = None
-        if config.masked_training and config.masked_prior_preservation_weight > 0:
+        if fields := base_model_fields(config):  # masked prior preservation, PRIOR_PREDICTION concepts
             prior = self.base_model(model)
             if prior is None:
-                raise ValueError(f"masked_prior_preservation_weight: the {config.training_method.value} method has no base model to "
-                                 "preserve (LORA has: the LoRA turned off); set it to 0 or train a LORA")
+                raise ValueError(f"{fields[0]}: the {config.training_method.value} method has no base model to predict with "
+                                 "(LORA has: the LoRA turned off); train a LORA, or turn the option off")
         return DiffusionStep(model, config, device, precision, noise_fn, caption_transform=self.transform_text, dist=dist,
                              prior_model=prior)
 

@@ -43,6 +43,15 @@ def test_masked_prior_preservation_and_custom_conditioning_are_refused_where_the
     config.output_model_format = ModelFormat.SAFETENSORS
     assert any(e.startswith("masked_prior_preservation_weight: ") and "LORA" in e for e in errors(config))
 
+    config = good()  # a PRIOR_PREDICTION concept: a LoRA's (the LoRA turned off is the base model)
+    config.concepts.append(ConceptConfig(name="reg", path="data/reg", type="PRIOR_PREDICTION"))
+    assert check(config) == [] and errors(config) == []
+    config.concepts.append(ConceptConfig(name="off", path="data/off", type="PRIOR_PREDICTION", enabled=False))
+    config.training_method, config.output_model_format = TrainingMethod.FINE_TUNE, ModelFormat.SAFETENSORS
+    assert [e for e in errors(config) if "PRIOR_PREDICTION" in e] == [
+        "concepts[1].type: a PRIOR_PREDICTION concept trains towards the base model's prediction (the model with the LoRA "
+        "turned off, as in OneTrainer), so it needs training_method LORA, not FINE_TUNE; set its type to STANDARD or train a LORA."]
+
     config = good()
     config.custom_conditioning_image = True
     assert any(e.startswith("custom_conditioning_image: ") and "STABLE_DIFFUSION_15" in e for e in errors(config))

@@ -130,6 +130,26 @@ def test_samples_strategy_and_loss_weights(tmp_path, write_image, make_concept):
     assert len(by_folder["b"]) == 3 and set(by_folder["b"]) == {3.0}
 
 
+def test_prior_prediction_concepts_are_trained_and_their_samples_marked(tmp_path, write_image, make_concept):
+    """A PRIOR_PREDICTION concept's images are in the epoch like a STANDARD one's (they used to be left
+    out with a warning); the batch marks its samples, whose target the step replaces."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for i in range(4):
+        write_image(a / f"{i}.png", 32, 32)
+        write_image(b / f"{i}.png", 32, 32)
+    dataset = build_dataset([make_concept(a), make_concept(b, type="PRIOR_PREDICTION")], "64", 4, seed=3)
+    assert not any("not supported" in w for w in dataset.warnings)
+    rows, mixed = {}, False
+    for batch in _all_batches(dataset, 0):
+        flags = [False] * len(batch) if batch.prior_prediction is None else batch.prior_prediction.tolist()
+        mixed |= len(set(flags)) == 2
+        rows.update({Path(path).parent.name + Path(path).name: flag for path, flag in zip(batch.image_paths, flags, strict=True)})
+    assert len(rows) == 8 and all(flag == name.startswith("b") for name, flag in rows.items())
+    assert mixed  # a batch holds samples of both concepts
+    only_standard = build_dataset([make_concept(a)], "64", 4)
+    assert all(batch.prior_prediction is None for batch in _all_batches(only_standard, 0))
+
+
 def test_masks_follow_image_crop_and_flip(tmp_path, make_concept):
     folder = tmp_path / "c"
     folder.mkdir()

@@ -176,6 +176,28 @@ def test_masked_training_with_latent_caching(lora_config, shapes, tmp_path):
     assert not getattr(text_encoder, "is_gradient_checkpointing", False)  # the frozen text encoder is not checkpointed
 
 
+def test_a_prior_prediction_concept_trains_towards_the_base_model(lora_config, shapes, tmp_path):
+    """Only a PRIOR_PREDICTION concept, with the text encoder's LoRA trained and latent caching on:
+    the target is the prediction with the LoRA turned off, which a new LoRA (up weights zero) gives
+    exactly, so every loss is 0 and no up weight moves. Against the images' own targets it is not."""
+    data = lora_config(
+        concepts=[{"name": "reg", "path": str(two_images(shapes, tmp_path / "reg")), "type": "PRIOR_PREDICTION"}],
+        batch_size=1, epochs=2, latent_caching=True, samples=[],
+    )
+    report = Watch()
+    trainer, status = run(data, tmp_path / "run", report)
+    assert status == "done" and len(report.losses) == 4
+    assert all(loss == 0.0 for loss in report.losses)
+    assert trainer.trained_text_parts  # the prior re-encoded the captions with the text encoder's LoRA off
+    ups = [v for k, v in trainer.method.trainable_state(trainer.model).items() if "lora_B" in k]
+    assert ups and all(v.abs().max() == 0 for v in ups)
+    batch = trainer.dataset.epoch_batches(0)[0]
+    assert batch.prior_prediction.tolist() == [True]
+    batch.prior_prediction = None  # the same batch with its own target
+    with torch.no_grad():
+        assert trainer.diffusion.loss(batch, trainer.trained_text_parts).item() > 0
+
+
 def test_compile_compiles_the_denoiser_in_place_and_trains_the_same(lora_config, shapes, tmp_path, monkeypatch, request):
     """`compile`: the UNet is compiled in place (same module, same keys in the saved LoRA) and a
     run trains as without it. torch.compile runs with dynamo's "eager" backend here: dynamo

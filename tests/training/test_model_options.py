@@ -294,11 +294,57 @@ def test_masked_prior_preservation_pulls_towards_the_lora_off_prediction():
         assert torch.allclose(got, p.grad, rtol=1e-4, atol=1e-7)
 
 
+def test_prior_prediction_samples_train_towards_the_lora_off_prediction():
+    """A batch with a PRIOR_PREDICTION sample (row 0) and a STANDARD one: row 0's target is the
+    prediction of the model taken before the LoRA, for the same noise, timestep and caption; row 1
+    keeps its own target; no gradient flows through the prior. A batch without the mark: today's loss."""
+    import copy
+
+    from ot_gradio.training.methods import get_method
+
+    model = tiny_model()
+    base = copy.deepcopy(model)
+    cfg = config(training_method="LORA", text_encoder={"train": False},
+                 concepts=[{"path": "a"}, {"path": "b", "type": "PRIOR_PREDICTION"}])
+    method = get_method("LORA")
+    params = [p for group in method.setup(model, cfg, CPU) for p in group.params]
+    for p in params:  # lora_B starts at zero: make the LoRA change the prediction
+        torch.nn.init.normal_(p, std=0.05)
+    step = method.training_step(model, cfg, CPU, Precision(DataType.FLOAT_32, CPU), fixed())
+    plain = step.loss(batch()).item()
+    marked = batch()
+    marked.prior_prediction = torch.tensor([True, False])
+    model.unet.zero_grad()
+    loss = step.loss(marked)
+    loss.backward()
+    grads = [p.grad.clone() for p in params]
+    assert all(p.requires_grad for p in params)  # turning the LoRA off for the prior leaves it trainable
+
+    b = batch()
+    noise, t = fixed()(b.latents)
+    noisy = model.add_noise(b.latents, noise, t)
+    with torch.no_grad():
+        prior = base.predict(noisy, t, base.encode_text(b.captions))
+    target = model.prediction_target(b.latents, noise, t)
+    model.unet.zero_grad()
+    pred = model.predict(noisy, t, model.encode_text(b.captions))
+    expected = torch.cat([(pred[:1] - prior[:1]) ** 2, (pred[1:] - target[1:]) ** 2]).mean()
+    expected.backward()
+    assert not torch.allclose(prior, pred.detach(), atol=1e-3)  # the LoRA changes the prediction
+    assert plain == pytest.approx(torch.nn.functional.mse_loss(pred, target).item(), rel=1e-5)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5) and loss.item() < plain
+    for got, p in zip(grads, params, strict=True):  # the prior is a constant: same gradients as the hand-made loss
+        assert torch.allclose(got, p.grad, rtol=1e-4, atol=1e-7)
+
+
 def test_masked_prior_preservation_needs_a_base_model():
     from ot_gradio.training.methods import get_method
 
     cfg = config(training_method="FINE_TUNE", masked_training=True, masked_prior_preservation_weight=0.5)
     with pytest.raises(ValueError, match="^masked_prior_preservation_weight:"):
+        get_method("FINE_TUNE").training_step(tiny_model(), cfg, CPU, Precision(DataType.FLOAT_32, CPU))
+    cfg = config(training_method="FINE_TUNE", concepts=[{"path": "a", "type": "PRIOR_PREDICTION"}])
+    with pytest.raises(ValueError, match=r"^concepts\[0\].type:"):
         get_method("FINE_TUNE").training_step(tiny_model(), cfg, CPU, Precision(DataType.FLOAT_32, CPU))
 
 
