@@ -273,7 +273,8 @@ class DiffusionStep:
             else:
                 conditioning = self.encode_text(texts, batch, trained_text_parts)
             prior = None
-            rows = batch.prior_prediction if batch.prior_prediction is not None and batch.prior_prediction.any() else None
+            rows = getattr(batch, "prior_prediction", None)  # PRIOR_PREDICTION samples (a Batch's field)
+            rows = rows if rows is not None and rows.any() else None
             if self.prior_model is not None and ((self.preserve and mask is not None) or rows is not None):
                 prior = self.prior_prediction(noisy, timesteps, texts, conditioning, batch, trained_text_parts)
             if self.vb is None:
