@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .attention import attention_problems, attention_warnings
 from .base_model_match import base_model_mismatch
 from .catalogue import offered
 from .devices import parse_device_indexes
@@ -146,6 +147,7 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
     warnings += comfy_gap_warnings(config)
     warnings += kohya_unread_warnings(config)
     warnings += svd_warnings(config)
+    warnings += attention_warnings(config)
     warnings += lokr_dora_warnings(config)
     changed = planned_changes(config) if include_planned else []
     if changed:
@@ -262,6 +264,7 @@ def errors(config: TrainConfig) -> list[str]:
     out += circular_padding_problems(config)
     out += padding_mask_problems(config)
     out += masked_option_problems(config)
+    out += attention_problems(config)
     out += diffusers_text_encoder_problems(config)
     out += offload_problems(config)
     out += inpainting_sample_problems(config)

@@ -260,6 +260,7 @@ class AttentionMechanism(StrEnum):
     XFORMERS = "XFORMERS"
     SDP = "SDP"
     FLASH = "FLASH"
+    FLEX = "FLEX"  # PyTorch's FlexAttention, a diffusers attention backend (models/attention.py)
 
 
 class NoiseScheduler(StrEnum):

@@ -13,6 +13,7 @@ from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
+from .attention import imported_attention
 from .doctor import planned_changes
 from .enums import Optimizer
 from .json_file import MAX_LIST_ITEMS, read_json
@@ -37,6 +38,7 @@ def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, 
     warnings: list[str] = []
     data = to_our_layout(data)
     warnings += _weight_types_changed(data)
+    warnings += imported_attention(data)
     for key, file_key in (("concepts", "concept_file_name"), ("samples", "sample_definition_file_name")):
         if data.get(key) is None and (key in data or file_key in data):
             items, warning = _read_list_file(data.get(file_key), file_key, base_dir)

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from ot_gradio.config.enums import DataType, NoiseScheduler
+from ot_gradio.models.attention import classic_processor
 from ot_gradio.models.cascade_loading import Loader, Source, load_effnet, resolve_source
 from ot_gradio.models.common import (
     ModelLoadError,
@@ -94,35 +95,11 @@ class ContinuousSchedule:
 
 
 def set_prior_attention(prior: torch.nn.Module, mechanism, device: torch.device | str | None) -> None:
-    """DEFAULT, SDP, XFORMERS or FLASH for every attention layer of the prior (as OneTrainer)."""
-    from diffusers.models.attention_processor import Attention, AttnProcessor, AttnProcessor2_0, XFormersAttnProcessor
+    """DEFAULT, SDP, XFORMERS or FLASH for every attention layer of the prior (as OneTrainer;
+    models/attention.py)."""
+    from diffusers.models.attention_processor import Attention
 
-    mechanism = str(getattr(mechanism, "value", mechanism)).upper()
-    on_cuda = torch.device(device).type == "cuda" if device is not None else module_device(prior).type == "cuda"
-    if mechanism == "DEFAULT":
-        make = AttnProcessor
-    elif mechanism == "SDP":
-        make = AttnProcessor2_0
-    elif mechanism == "XFORMERS":
-        import importlib.util
-
-        if importlib.util.find_spec("xformers") is None or not on_cuda:
-            raise ValueError("attention_mechanism: XFORMERS needs the xformers package and a CUDA GPU; use SDP")
-        make = XFormersAttnProcessor
-    elif mechanism == "FLASH":
-        if not on_cuda:
-            raise ValueError("attention_mechanism: FLASH needs a CUDA GPU; use SDP (it picks flash attention itself where it can)")
-
-        class FlashAttnProcessor(AttnProcessor2_0):
-            def __call__(self, *args, **kwargs):
-                from torch.nn.attention import SDPBackend, sdpa_kernel
-
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    return super().__call__(*args, **kwargs)
-
-        make = FlashAttnProcessor
-    else:
-        raise ValueError(f"attention_mechanism: unknown value {mechanism!r}; use SDP, DEFAULT, XFORMERS or FLASH")
+    make = classic_processor(mechanism, torch.device(device).type if device is not None else module_device(prior).type)
     for module in prior.modules():
         if isinstance(module, Attention):
             module.set_processor(make())

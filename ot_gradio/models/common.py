@@ -310,52 +310,6 @@ def save_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dic
     atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
 
 
-def flash_attention_processor():
-    """SDP attention that may only use the flash kernel (fails loudly where it cannot)."""
-    from diffusers.models.attention_processor import AttnProcessor2_0
-
-    class FlashAttnProcessor(AttnProcessor2_0):
-        def __call__(self, *args, **kwargs):
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                return super().__call__(*args, **kwargs)
-
-    return FlashAttnProcessor()
-
-
-def set_classic_attention(module: torch.nn.Module, mechanism, device: torch.device | str | None = None) -> None:
-    """The attention of a UNet or DiT with diffusers' classic processors (SD, PixArt): DEFAULT
-    (the classic processor), SDP (PyTorch's scaled-dot-product attention, the default), XFORMERS
-    (the xformers package and a CUDA GPU) or FLASH (SDP's flash kernel; CUDA GPU, half types).
-    `device`: where training runs (None: where the module is)."""
-    from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
-
-    mechanism = str(getattr(mechanism, "value", mechanism)).upper()
-    module = base_module(module)
-    on_cuda = torch.device(device).type == "cuda" if device is not None else module_device(module).type == "cuda"
-    if mechanism == "DEFAULT":
-        module.set_attn_processor(AttnProcessor())
-    elif mechanism == "SDP":
-        module.set_attn_processor(AttnProcessor2_0())
-    elif mechanism == "XFORMERS":
-        import importlib.util
-
-        if importlib.util.find_spec("xformers") is None or not on_cuda:
-            raise ValueError(
-                "attention_mechanism: XFORMERS needs the xformers package and a CUDA GPU"
-                + ("" if on_cuda else " (training is not on cuda)")
-                + "; use SDP, which saves about as much memory"
-            )
-        module.enable_xformers_memory_efficient_attention()
-    elif mechanism == "FLASH":
-        if not on_cuda:
-            raise ValueError("attention_mechanism: FLASH needs a CUDA GPU; use SDP (it picks flash attention itself where it can)")
-        module.set_attn_processor(flash_attention_processor())
-    else:
-        raise ValueError(f"attention_mechanism: unknown value {mechanism!r}; use SDP, DEFAULT, XFORMERS or FLASH")
-
-
 class FullPrecisionLinear(torch.nn.Linear):
     """A Linear layer the quantizer leaves alone (training/quantize.py converts plain nn.Linear
     only): Z-Image's timestep embedder casts its input to its first weight's dtype, which would

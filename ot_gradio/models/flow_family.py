@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
+from ot_gradio.models.attention import reaches_attention_backends
 from ot_gradio.models.common import (
     HUB_ID,
     SINGLE_FILE_SUFFIXES,
@@ -341,18 +342,34 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
 
     def set_attention(self, mechanism: str, device: torch.device | str | None = None) -> None:
         """SDP (PyTorch's scaled-dot-product attention; DEFAULT is the same here: these transformers
-        have no classic processor), XFORMERS or FLASH (CUDA only, diffusers' backends)."""
+        have no classic processor), XFORMERS, FLASH or FLEX (PyTorch's FlexAttention; CUDA only,
+        it has no backward pass on the CPU), diffusers' attention backends, on every transformer the family samples with (Wan 2.2 A14B's
+        idle expert, Ideogram 4's unconditional one). A transformer whose processors call PyTorch's
+        attention themselves (SD 3, HiDream) takes SDP only: another one is refused, not ignored."""
         mechanism = str(getattr(mechanism, "value", mechanism)).upper()
-        transformer = base_module(self.transformer)
-        on_cuda = torch.device(device).type == "cuda" if device is not None else module_device(transformer).type == "cuda"
+        transformers = [base_module(m) for m in self.attention_modules()]
+        where = torch.device(device).type if device is not None else module_device(transformers[0]).type
         if mechanism in ("DEFAULT", "SDP"):
-            transformer.set_attention_backend("native")
-        elif mechanism in ("XFORMERS", "FLASH"):
-            if not on_cuda:
+            backend = "native"
+        elif mechanism in ("XFORMERS", "FLASH", "FLEX"):
+            if not all(reaches_attention_backends(t) for t in transformers):
+                raise ValueError(f"attention_mechanism: {mechanism} does not reach {self.family_name}'s attention (its attention "
+                                 "processors call PyTorch's scaled-dot-product attention themselves, not diffusers' attention "
+                                 "backends); use SDP")
+            if where not in ("cuda", "meta"):  # (PyTorch's FlexAttention has no backward pass on the CPU)
                 raise ValueError(f"attention_mechanism: {mechanism} needs a CUDA GPU; use SDP")
-            transformer.set_attention_backend("xformers" if mechanism == "XFORMERS" else "_native_flash")
+            # the memory planner's meta run counts a fused kernel (FLEX compiled, memory_probe.py)
+            backend = {"XFORMERS": "xformers", "FLASH": "_native_flash", "FLEX": "flex"}[mechanism] if where != "meta" else "native"
         else:
-            raise ValueError(f"attention_mechanism: unknown value {mechanism!r}; use SDP, DEFAULT, XFORMERS or FLASH")
+            raise ValueError(f"attention_mechanism: unknown value {mechanism!r}; use SDP, DEFAULT, XFORMERS, FLASH or FLEX")
+        for transformer in transformers:
+            transformer.set_attention_backend(backend)
+
+    def attention_modules(self) -> list[torch.nn.Module]:
+        """The transformers whose attention `attention_mechanism` sets: the denoiser, and those
+        that sample beside it."""
+        others = (getattr(self, "idle_expert", None), getattr(self, "unconditional_transformer", None))
+        return [self.transformer, *(m for m in others if m is not None)]
 
     def _check_layer_skip(self, part: str, skip: int) -> None:
         top = self._layer_skip_top(part)

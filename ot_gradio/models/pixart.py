@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
+from ot_gradio.models.attention import set_classic_attention
 from ot_gradio.models.common import (
     HUB_ID,
     ModelLoadError,
@@ -41,7 +42,6 @@ from ot_gradio.models.common import (
     part_dtypes,
     plain_state_dict,
     save_diffusers_folder,
-    set_classic_attention,
     torch_dtype,
 )
 from ot_gradio.models.family import Family
@@ -166,7 +166,7 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         )
 
     def set_attention(self, mechanism: str, device: torch.device | str | None = None) -> None:
-        """The transformer's attention (models/common.set_classic_attention)."""
+        """The transformer's attention (models/attention.py)."""
         set_classic_attention(self.transformer, mechanism, device)
 
     # ---------------------------------------------------------------- training

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType, NoiseScheduler
+from ot_gradio.models.attention import set_classic_attention
 from ot_gradio.models.common import (
     HUB_ID,
     SINGLE_FILE_SUFFIXES,
@@ -24,7 +25,6 @@ from ot_gradio.models.common import (
     module_device,
     part_dtypes,
     save_diffusers_folder,
-    set_classic_attention,
 )
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents
@@ -209,7 +209,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     # ---------------------------------------------------------------- parts
 
     def set_attention(self, mechanism: str, device: torch.device | str | None = None) -> None:
-        """The UNet's attention (models/common.set_classic_attention)."""
+        """The UNet's attention (models/attention.py)."""
         set_classic_attention(self.unet, mechanism, device)
 
     # ---------------------------------------------------------------- training

@@ -267,7 +267,7 @@ def load_run(run_dir: Path, device: Any, dtype: str | None, job: Job) -> tuple[A
         raise JobError(f"run: the config of backup {found} cannot be read ({err})") from None
     # as the trainer loads it: parts that come from models of their own, the run's cache and offline setting
     parts = {part: getattr(cfg, part).model_name for part in family_info(cfg.model_type).parts}
-    if device.type != "cuda":  # a run trained with XFORMERS/FLASH attention still samples elsewhere
+    if device.type != "cuda":  # a run trained with XFORMERS/FLASH/FLEX attention still samples elsewhere
         cfg = cfg.model_copy(update={"attention_mechanism": "SDP"})
     model = load_base(cfg.model_type.value, cfg.base_model_name, device, dtype,
                       {"offline": cfg.offline_mode, "cache_dir": cfg.huggingface_cache_dir, "part_models": parts}, move=False)

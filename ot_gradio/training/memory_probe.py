@@ -144,9 +144,33 @@ def _flash_attention_on_meta(dtype: torch.dtype | None = None):
 
     F.scaled_dot_product_attention = sdpa
     try:
-        yield
+        with _flex_as_native_on_meta():
+            yield
     finally:
         F.scaled_dot_product_attention = original
+
+
+@contextmanager
+def _flex_as_native_on_meta():
+    """attention_mechanism FLEX: diffusers' FlexAttention backend on meta tensors would build block
+    masks and score the whole matrix, where the run (compiled) has a fused kernel; the probe counts
+    it as the native backend, which the patch above makes the flash kernel."""
+    from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry  # noqa: PLC0415
+
+    backends = _AttentionBackendRegistry._backends
+    flex, native = backends.get(AttentionBackendName.FLEX), backends.get(AttentionBackendName.NATIVE)
+    if flex is None or native is None:
+        yield
+        return
+
+    def flex_or_native(**kwargs):
+        return (native if kwargs["query"].device.type == "meta" else flex)(**kwargs)
+
+    backends[AttentionBackendName.FLEX] = flex_or_native
+    try:
+        yield
+    finally:
+        backends[AttentionBackendName.FLEX] = flex
 
 
 @contextmanager

@@ -52,6 +52,7 @@ from .uploads import DELETE_CACHE, bound_uploads
 from .visibility import (
     TAB_METHODS,
     applies,
+    attention_choices,
     conditional_fields,
     method_choices,
     method_field_shown,
@@ -267,7 +268,8 @@ class Page(EditHandlers, ConfigFiles):
     def _visibility_targets(self) -> list:
         return [*(f.component for f in self.opt_fields.values()), *(f.component for f in self.conditional.values()), *self.part_groups,
                 *(self.tab_handles[t] for t in TAB_METHODS if t in self.tab_handles), *(f.component for f in self.by_method.values()),
-                *self.method_groups, self.fields["training_method"].component, self.fields["transformer.weight_dtype"].component]
+                *self.method_groups, self.fields["training_method"].component, self.fields["transformer.weight_dtype"].component,
+                self.fields["attention_mechanism"].component]
 
     def _wire(self) -> None:
         method = self.fields["training_method"].component
@@ -346,6 +348,8 @@ class Page(EditHandlers, ConfigFiles):
         weights = (config.get("transformer") or {}).get("weight_dtype")
         weight_dtype = self.fields["transformer.weight_dtype"].component  # GGUF for the families that read .gguf files
         out[weight_dtype] = {**out.get(weight_dtype, {}), **gr.update(choices=transformer_weight_dtype_choices(model_type, weights))}
+        attention = self.fields["attention_mechanism"].component  # what reaches the model type's attention
+        out[attention] = {**out.get(attention, {}), **gr.update(choices=attention_choices(model_type, config.get("attention_mechanism")))}
         return out
 
     def populate(self, config: dict[str, Any]) -> dict:

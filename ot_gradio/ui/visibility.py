@@ -14,7 +14,7 @@ from functools import cache
 from typing import Any
 
 from ..config.catalogue import offered_values
-from ..config.enums import GGUF_TYPES, DataType
+from ..config.enums import GGUF_TYPES, AttentionMechanism, DataType
 from ..config.enums import TrainingMethod as T
 from ..config.families import FROZEN_PARTS, IMPLEMENTED_METHODS, family_info
 from ..config.fields import field_meta, iter_fields, strip_optional
@@ -96,6 +96,15 @@ def transformer_weight_dtype_choices(model_type: str | None, current: str | None
     transformer files, and the current value when the type lacks it (kept on screen, refused by the start check)."""
     info = family_info(model_type) if model_type else None
     offered = offered_values(DataType) + ([t.value for t in GGUF_TYPES] if info is not None and info.gguf else [])
+    return offered + [current] if current and current not in offered else offered
+
+
+def attention_choices(model_type: str | None, current: str | None) -> list[str]:
+    """The attention dropdown: the mechanisms that reach the model type's attention (its
+    description's `attention`; every one for a type the table does not know), and the current
+    value when the type lacks it (kept on screen, refused by the start check)."""
+    info = family_info(model_type) if model_type else None
+    offered = list(info.attention) if info is not None else offered_values(AttentionMechanism)
     return offered + [current] if current and current not in offered else offered
 
 

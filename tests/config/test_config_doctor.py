@@ -32,6 +32,26 @@ def test_planned_options_are_listed_in_one_message():
     assert planned_changes(good()) == []
 
 
+def test_an_attention_mechanism_that_does_not_reach_the_model_is_refused_and_flex_wants_compile():
+    from ot_gradio.config.enums import AttentionMechanism
+
+    config = good()
+    config.attention_mechanism = AttentionMechanism.FLEX
+    assert errors(config) == ["attention_mechanism: FLEX does not reach STABLE_DIFFUSION_15's attention, which takes SDP, DEFAULT, "
+                              "XFORMERS, FLASH; choose one of these (SDP is the default)."]
+    config.model_type, config.base_model_name = ModelType.FLUX_DEV_1, ""
+    assert not [e for e in errors(config) if e.startswith("attention_mechanism")]
+    assert [w for w in check(config) if w.startswith("attention_mechanism")] == [
+        "attention_mechanism: FLEX is a fused kernel only when the denoiser is compiled; with compile off it computes the whole "
+        "attention matrix (slow, and much more memory than SDP). Turn compile on (Model tab), or use SDP."]
+    config.compile = True
+    assert not [w for w in check(config) if w.startswith("attention_mechanism")]
+    config.model_type, config.attention_mechanism = ModelType.STABLE_DIFFUSION_3, AttentionMechanism.FLASH
+    assert [e for e in errors(config) if e.startswith("attention_mechanism")] == [
+        "attention_mechanism: FLASH does not reach STABLE_DIFFUSION_3's attention, which takes SDP, DEFAULT; choose one of these "
+        "(SDP is the default)."]
+
+
 def test_masked_prior_preservation_and_custom_conditioning_are_refused_where_they_cannot_work():
     config = good()
     config.masked_prior_preservation_weight = 0.5

@@ -72,6 +72,21 @@ def test_compressed_w8a8_weight_types_import_uncompressed_saying_so_once(theirs,
     assert "nvCOMP weight compression is not supported" in said[0]
 
 
+@pytest.mark.parametrize(("model_type", "theirs", "ours"), [
+    ("FLUX_DEV_1", "FLEX", "FLEX"), ("WAN_2_1", "FLASH", "FLASH"), ("KREA_2", "CUDNN", "SDP"), ("STABLE_DIFFUSION_15", "FLASH", "FLASH"),
+    ("STABLE_DIFFUSION_15", "FLEX", "SDP"), ("STABLE_DIFFUSION_3", "FLASH", "SDP"), ("HI_DREAM_FULL", "FLEX", "SDP")])
+def test_attention_mechanisms_of_newer_onetrainer_import_as_they_run(model_type, theirs, ours):
+    """OneTrainer 12 added FLEX (and CUDNN, which is SDP); it sets diffusers' attention backend,
+    which the classic UNet processors and SD 3's / HiDream's own ignore: there its FLEX / FLASH ran
+    as SDP, and imports so, said once. Where the mechanism reaches the attention it stays."""
+    loaded = load_config(ot_config({"model_type": model_type, "attention_mechanism": theirs}))
+    assert loaded.config.attention_mechanism.value == ours
+    said = [w for w in loaded.warnings if "attention_mechanism" in w]
+    changed = theirs != ours and theirs != "CUDNN"
+    assert said == ([f"attention_mechanism {theirs} -> SDP: {model_type}'s attention does not go through diffusers' attention backends, "
+                     f"so OneTrainer's {theirs} ran as SDP there too."] if changed else []), said
+
+
 def test_orthogonal_gradient_modes_of_newer_onetrainer_import_and_other_text_is_refused():
     """adv-optm 2.5 made OrthoGrad a mode ("disabled", "flattened", "iterative"); any other text is
     refused by name, never read as on."""

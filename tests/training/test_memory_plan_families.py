@@ -65,6 +65,30 @@ def test_a_quantized_denoiser_is_measured(data_type, tmp_path, monkeypatch):
     assert "AUTO -> OFF" in line and "not measured" not in line and ("int8" in line or "float8" in line), line
 
 
+@pytest.mark.parametrize("model_type, base", [("CHROMA_1", "tiny:chroma"), ("ANIMA", "tiny:anima")])
+def test_flex_attention_is_measured_as_the_fused_kernel_it_compiles_to(model_type, base, tmp_path, monkeypatch):
+    # FlexAttention on meta tensors would build block masks (Chroma's prompt mask) and score the whole
+    # matrix; the probe counts it as SDP's kernel, whose backend Anima's processors take from diffusers' active one
+    import re
+
+    from ot_gradio.models.flow_family import FlowFamily
+
+    monkeypatch.setattr(memory_plan, "free_memory", lambda device: 100 * GB)
+    set_attention = FlowFamily.set_attention  # FLEX trains on a GPU only: the run here is checked as one
+    monkeypatch.setattr(FlowFamily, "set_attention", lambda self, mechanism, device=None: set_attention(self, mechanism, "cuda"))
+
+    def activations(mechanism: str) -> str:
+        line = memory_plan.estimate_line(_config(tmp_path, model_type, base, attention_mechanism=mechanism, resolution="128"))
+        return re.search(r"activations ([\d.]+) MB", line).group(1)
+
+    try:
+        assert activations("FLEX") == activations("SDP")
+    finally:
+        from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+        _AttentionBackendRegistry.set_active_backend("native")
+
+
 def test_a_video_familys_probe_runs_the_runs_frame_count(tmp_path, monkeypatch):
     # Wan: clips of 17 frames (5 latent frames) take more activation memory than 1 frame (at 128 px, where
     # the tokens' activations outweigh the tiny model's fixed ones)

@@ -274,3 +274,12 @@ def test_gguf_is_offered_for_the_transformer_of_the_families_that_read_gguf_file
     assert not [f.path for f in iter_fields(TrainConfig) if f.choices and "GGUF" in f.choices]
     assert "GGUF" in next(f.tooltip for f in iter_fields(TrainConfig) if f.path == "transformer.weight_dtype")
 
+
+def test_the_attention_dropdown_offers_what_reaches_the_model_types_attention():
+    from ot_gradio.config.enums import AttentionMechanism
+    from ot_gradio.ui.visibility import attention_choices
+
+    assert attention_choices("FLUX_DEV_1", "SDP") == ["SDP", "DEFAULT", "XFORMERS", "FLASH", "FLEX"]
+    assert attention_choices("STABLE_DIFFUSION_15", "SDP") == ["SDP", "DEFAULT", "XFORMERS", "FLASH"]
+    assert attention_choices("STABLE_DIFFUSION_3", "FLASH") == ["SDP", "DEFAULT", "FLASH"]  # a loaded config keeps it, refused at the start
+    assert set(attention_choices(None, None)) == {m.value for m in AttentionMechanism}

@@ -23,6 +23,12 @@ from ..enums import ModelType as M
 from ..enums import TrainingMethod as T
 
 ALL_METHODS = (T.LORA, T.FINE_TUNE, T.EMBEDDING)
+# the attention_mechanism values that reach a denoiser's attention (models/attention.py): diffusers'
+# classic processors; processors that call diffusers' attention backends (also FLEX); processors
+# that call PyTorch's attention themselves (SD 3, HiDream, Sana's linear attention: DEFAULT is SDP there)
+CLASSIC_ATTENTION = ("SDP", "DEFAULT", "XFORMERS", "FLASH")
+BACKEND_ATTENTION = (*CLASSIC_ATTENTION, "FLEX")
+SDP_ATTENTION = ("SDP", "DEFAULT")
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ class FamilyInfo:
     # they load in (a quantized part's: its compute type, they are not quantized), parameters,
     # where they wait while the steps run: "device" beside the parts or "RAM")
     extra_params: Mapping[str, tuple[str, int, str]] = field(default_factory=dict, hash=False)
+    attention: tuple[str, ...] = CLASSIC_ATTENTION  # the attention_mechanism values that reach the denoiser
 
 
 def flow_transformer(pipeline: str, *, comfy_model: bool = True, **facts) -> FamilyInfo:
@@ -98,7 +105,7 @@ def flow_transformer(pipeline: str, *, comfy_model: bool = True, **facts) -> Fam
     map, and the pipeline reads DIFFUSERS_LORA only: a kohya-layout file of the transformer is refused."""
     common = dict(parts=("transformer", "text_encoder", "vae"), denoiser="transformer", text_encoders=("text_encoder",),
                   methods=(T.LORA, T.FINE_TUNE), implemented=True, transformer_file=True, gguf=True, bucket_step=16,
-                  schedule="flow_matching", diffusers_lora=(pipeline, ()))
+                  schedule="flow_matching", diffusers_lora=(pipeline, ()), attention=BACKEND_ATTENTION)
     if not comfy_model:
         model = facts["name"]
         common["lora_unread"] = (("kohya", "transformer", f"ComfyUI has no {model} model to map its names to and diffusers "

@@ -2,13 +2,13 @@
 transformer, so no text encoder loads; ComfyUI maps no diffusers name of the guidance layer."""
 
 from ..enums import ModelType as M
-from . import FamilyInfo, Sign
+from . import BACKEND_ATTENTION, FamilyInfo, Sign
 from ._sizes import T5_XXL, VAE16
 
 FAMILIES = {
     M.CHROMA_1: FamilyInfo(
         ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, transformer_file=True, gguf=True, bucket_step=16,
-        schedule="flow_matching", diffusers_lora=("ChromaPipeline", ()), name="Chroma", hub_repo="lodestones/Chroma1-HD", lora_version="chroma",
+        schedule="flow_matching", attention=BACKEND_ATTENTION, diffusers_lora=("ChromaPipeline", ()), name="Chroma", hub_repo="lodestones/Chroma1-HD", lora_version="chroma",
         comfy_gap=("distilled_guidance_layer", ("full", "custom")), text_encoder_labels=("T5",),
         preset="chroma-lora", preset_note="FLOAT_8 transformer",
         # lodestones/Chroma: Flux.1's blocks without per-block modulation plus its approximator

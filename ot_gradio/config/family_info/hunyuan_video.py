@@ -5,13 +5,13 @@ names, q/k/v fused (models/comfy_lora_names.py); its transformer file (read, GGU
 original layout ComfyUI loads (models/hunyuan_video_keys.py)."""
 
 from ..enums import ModelType as M
-from . import FamilyInfo, Sign
+from . import BACKEND_ATTENTION, FamilyInfo, Sign
 from ._sizes import CLIP_L
 
 FAMILIES = {
     M.HUNYUAN_VIDEO: FamilyInfo(
         ("transformer", "text_encoder", "text_encoder_2", "vae"), "transformer", ("text_encoder", "text_encoder_2"),
-        implemented=True, transformer_file=True, gguf=True, bucket_step=16, frame_step=4, schedule="flow_matching",  # bucket: VAE 8 x patch 2
+        implemented=True, transformer_file=True, gguf=True, bucket_step=16, frame_step=4, schedule="flow_matching", attention=BACKEND_ATTENTION,  # bucket: VAE 8 x patch 2
         diffusers_lora=("HunyuanVideoPipeline", ()), text_encoder_labels=("Llama", "CLIP-L"),
         name="HunyuanVideo", hub_repo="hunyuanvideo-community/HunyuanVideo", lora_version="hunyuan_video",
         # KOHYA_LORA / COMFY_LORA: ComfyUI's names, q/k/v (and the single blocks' MLP input) one fused layer each

@@ -3,12 +3,12 @@
 from dataclasses import replace
 
 from ..enums import ModelType as M
-from . import FamilyInfo, Sign
+from . import SDP_ATTENTION, FamilyInfo, Sign
 from ._sizes import CLIP_G, CLIP_L_PROJ, T5_XXL, VAE16
 
 _SD3 = FamilyInfo(
     ("transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "vae"), "transformer",
-    ("text_encoder", "text_encoder_2", "text_encoder_3"), implemented=True, bucket_step=16, schedule="flow_matching", zeroes_padding=True,
+    ("text_encoder", "text_encoder_2", "text_encoder_3"), implemented=True, bucket_step=16, schedule="flow_matching", zeroes_padding=True, attention=SDP_ATTENTION,
     diffusers_lora=("StableDiffusion3Pipeline", ("text_encoder", "text_encoder_2")),
     text_encoder_labels=("CLIP-L", "CLIP-G", "T5"),
 )
