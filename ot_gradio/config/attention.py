@@ -15,13 +15,21 @@ def _name(value: Any) -> str:
     return str(getattr(value, "value", value))
 
 
+# the mechanisms that run on a CUDA GPU only (FLEX: PyTorch's FlexAttention has no backward pass elsewhere)
+CUDA_ONLY = ("XFORMERS", "FLASH", "FLEX")
+
+
 def attention_problems(config: Any) -> list[str]:
     info = family_info(config.model_type)
     mechanism = _name(config.attention_mechanism)
-    if info is None or mechanism in info.attention:
-        return []
-    return [f"attention_mechanism: {mechanism} does not reach {_name(config.model_type)}'s attention, which takes "
-            f"{', '.join(info.attention)}; choose one of these (SDP is the default)."]
+    if info is not None and mechanism not in info.attention:
+        return [f"attention_mechanism: {mechanism} does not reach {_name(config.model_type)}'s attention, which takes "
+                f"{', '.join(info.attention)}; choose one of these (SDP is the default)."]
+    device = str(config.train_device).strip().lower()
+    if mechanism in CUDA_ONLY and not device.startswith("cuda"):
+        return [f"attention_mechanism: {mechanism} needs a CUDA GPU and train_device is {device or 'empty'}; use SDP, "
+                "or train on cuda."]
+    return []
 
 
 def attention_warnings(config: Any) -> list[str]:

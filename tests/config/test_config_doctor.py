@@ -46,6 +46,11 @@ def test_an_attention_mechanism_that_does_not_reach_the_model_is_refused_and_fle
         "attention matrix (slow, and much more memory than SDP). Turn compile on (Model tab), or use SDP."]
     config.compile = True
     assert not [w for w in check(config) if w.startswith("attention_mechanism")]
+    config.train_device = "cpu"  # refused before the model loads, not after
+    assert [e for e in errors(config) if e.startswith("attention_mechanism")] == [
+        "attention_mechanism: FLEX needs a CUDA GPU and train_device is cpu; use SDP, or train on cuda."]
+    config.train_device = "cuda:1"
+    assert not [e for e in errors(config) if e.startswith("attention_mechanism")]
     config.model_type, config.attention_mechanism = ModelType.STABLE_DIFFUSION_3, AttentionMechanism.FLASH
     assert [e for e in errors(config) if e.startswith("attention_mechanism")] == [
         "attention_mechanism: FLASH does not reach STABLE_DIFFUSION_3's attention, which takes SDP, DEFAULT; choose one of these "
