@@ -84,11 +84,17 @@ def offered_methods(model_type: str | None) -> tuple[str, ...]:
     return tuple(m.value for m in (info.methods if info else tuple(T)) if m in IMPLEMENTED_METHODS)
 
 
+def with_current(offered: list[str], current: str | None) -> list[str]:
+    """A dropdown's choices: the offered ones, and the current value when they lack it (a loaded
+    config keeps it on screen, refused by the start check; gradio refuses a value outside the choices)."""
+    return offered + [current] if current and current not in offered else offered
+
+
 def method_choices(model_type: str | None, method: str | None) -> list[str]:
     """The training method dropdown's choices: the offered methods, and the current one when the
     type lacks it (a loaded config keeps it on screen, refused by the start check)."""
     offered = list(offered_methods(model_type))
-    return offered + [method] if method and method not in offered else offered
+    return with_current(offered, method)
 
 
 def transformer_weight_dtype_choices(model_type: str | None, current: str | None) -> list[str]:
@@ -96,7 +102,7 @@ def transformer_weight_dtype_choices(model_type: str | None, current: str | None
     transformer files, and the current value when the type lacks it (kept on screen, refused by the start check)."""
     info = family_info(model_type) if model_type else None
     offered = offered_values(DataType) + ([t.value for t in GGUF_TYPES] if info is not None and info.gguf else [])
-    return offered + [current] if current and current not in offered else offered
+    return with_current(offered, current)
 
 
 def attention_choices(model_type: str | None, current: str | None) -> list[str]:
@@ -105,7 +111,7 @@ def attention_choices(model_type: str | None, current: str | None) -> list[str]:
     value when the type lacks it (kept on screen, refused by the start check)."""
     info = family_info(model_type) if model_type else None
     offered = list(info.attention) if info is not None else offered_values(AttentionMechanism)
-    return offered + [current] if current and current not in offered else offered
+    return with_current(offered, current)
 
 
 def method_after_type_change(model_type: str | None, method: str | None) -> str | None:
