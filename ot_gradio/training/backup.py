@@ -3,7 +3,9 @@ looks complete.
 
 A backup is a folder `backup/<time>-step<N>/` with `trainable.safetensors` (the trained weights),
 `state.pt` (optimizer, scheduler, grad scaler, RNG states, counters), `config.json`, and a
-`COMPLETE` marker written last. It is assembled under a temporary name and renamed into place;
+`COMPLETE` marker written last. `state.pt` is read with torch's weights-only unpickler (tensors,
+numbers, strings and numpy's random state), so a backup put in a workspace by someone else cannot
+run code when the run resumes from it. It is assembled under a temporary name and renamed into place;
 a folder without the marker is never picked for resume, and the next run started in the
 workspace removes it (runner/rundir.py `remove_leftovers`).
 
@@ -172,6 +174,22 @@ def latest_backup(run_dirs: list[Path]) -> Path | None:
     return max(candidates, key=lambda p: (p / MARKER).stat().st_mtime)
 
 
+def _load_state(file: Path) -> dict[str, Any]:
+    """The optimizer, scheduler and RNG states, unpickled weights-only; numpy's random state is the
+    one kind of array allowed beside tensors."""
+    import pickle  # noqa: PLC0415
+
+    core = getattr(np, "_core", None) or np.core  # numpy 2 / numpy 1
+    allowed = [np.ndarray, np.dtype, type(np.dtype(np.uint32)), core.multiarray._reconstruct]  # MT19937 keys
+    with torch.serialization.safe_globals(allowed):
+        try:
+            return torch.load(file, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as err:
+            raise ValueError(f"backup {file.parent}: state.pt holds objects other than tensors, numbers and strings, which "
+                             "this trainer never writes, and loading them could run code; it was not loaded. Move that "
+                             "backup folder out of the workspace to start the run without it.") from err
+
+
 @dataclass
 class LoadedBackup:
     path: Path
@@ -185,7 +203,7 @@ def read_backup(path: Path) -> LoadedBackup:
     path = Path(path)
     if not (path / MARKER).exists():
         raise ValueError(f"backup {path} is incomplete (no {MARKER} marker); it cannot be resumed")
-    state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+    state = _load_state(path / "state.pt")
     return LoadedBackup(
         path=path,
         trainable=load_file(str(path / "trainable.safetensors")),

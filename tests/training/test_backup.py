@@ -172,3 +172,21 @@ def test_a_real_full_disk_torch_save_safetensors_and_the_marker(small_disk):
     with pytest.raises(fsutil.DiskFullError, match=r"^disk full: could not write the file .*lora.safetensors \(.* free\)"):
         fsutil.atomic_write(target, lambda tmp: save_file({"w": torch.ones(2**20)}, str(tmp)))  # 4 MB
     assert not target.exists() and sorted(p.name for p in small_disk.iterdir()) == ["backup"]
+
+
+class _RunsCode:
+    def __reduce__(self):  # what a planted state.pt does: call anything when unpickled
+        import pathlib  # noqa: PLC0415
+
+        return (pathlib.Path.touch, (pathlib.Path(_RunsCode.flag),))
+
+
+def test_a_state_file_that_would_run_code_is_refused_and_runs_nothing(tmp_path):
+    root = tmp_path / "run" / "backup"
+    path = write_backup(root, {"w": torch.ones(1)}, {"optimizer": {"x": 1}}, {}, Counters(global_step=1))
+    assert read_backup(path).state["rng"]["numpy"][0] == "MT19937"  # our own file, numpy state and all, loads
+    _RunsCode.flag = str(tmp_path / "ran")
+    torch.save({"counters": Counters().as_dict(), "payload": _RunsCode()}, path / "state.pt")
+    with pytest.raises(ValueError, match=r"state\.pt holds objects other than tensors.*not loaded"):
+        read_backup(path)
+    assert not (tmp_path / "ran").exists()
