@@ -40,6 +40,7 @@ from .families import (
 from .fields import PLANNED, field_meta, nested_section
 from .flow_options import flow_matching_conflicts
 from .gguf import gguf_problems
+from .media_files import IMAGE_EXTENSIONS
 from .optimizer import (
     ADAPTIVE_LR,
     SCHEDULE_FREE,
@@ -56,8 +57,8 @@ from .svd_quant import svd_problems, svd_warnings
 from .validation import join_path
 
 MASK_GLOB = "*-masklabel.png"  # a concept image's mask file (data/scan.py)
-# an image-editing family's control image beside its image (data/images.py CONTROL_SUFFIX, IMAGE_EXTENSIONS)
-CONTROL_GLOBS = tuple(f"*-control{ext}" for ext in (".png", ".jpg", ".jpeg", ".webp", ".bmp"))
+# an image-editing family's control image beside its image (data/images.py CONTROL_SUFFIX)
+CONTROL_GLOBS = tuple(f"*-control{e}" for ext in IMAGE_EXTENSIONS for e in (ext, ext.upper()))
 
 
 def planned_changes(config: BaseModel, default: BaseModel | None = None, prefix: str = "", planned: bool = False,

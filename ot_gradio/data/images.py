@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+from ..config.media_files import IMAGE_EXTENSIONS
+
 # Pixel limits, set on purpose: training opens what PIL itself opens (its refusal threshold, about
 # 13,400 x 13,400); the page (mask editor, previews) at most about 6,000 x 6,000, since it holds
 # several copies of an image and sends it to the browser (a 9400x9400 PNG of 257 KB took 2.2 GB).

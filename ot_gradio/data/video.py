@@ -21,9 +21,9 @@ from pathlib import Path
 
 from PIL import Image
 
+from ..config.media_files import VIDEO_EXTENSIONS
 from .images import MAX_PIXELS
 
-VIDEO_EXTENSIONS = (".mp4", ".webm", ".mov")
 MAX_DECODED_FRAMES = 2048
 _EPS = 1e-4
 
@@ -107,6 +107,10 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool) -> tup
         if not duration and container.duration:
             duration = container.duration / 1_000_000
         period = 1.0 / sampling.fps
+        # Containers round timestamps to their tick (WebM, MKV, FLV, WMV: 1 ms, so frame 2 of a 24 fps
+        # clip is at 0.083 s, before the grid's 0.0833 s): a frame up to one tick early is on time.
+        tick = float(stream.time_base) if stream.time_base else 0.0
+        early = max(_EPS, min(tick, period / 8))
         target = sampling.start
         if sampling.start > 0 and stream.time_base:  # to the keyframe before the start: no decoding from 0
             try:
@@ -119,7 +123,7 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool) -> tup
                 if decoded > MAX_DECODED_FRAMES:
                     break
                 time = float(frame.pts * frame.time_base) if frame.pts is not None and frame.time_base else (decoded - 1) / rate
-                if time < target - _EPS:
+                if time < target - early:
                     continue
                 if frame.width * frame.height > MAX_PIXELS // 2:
                     raise ClipError(f"is {frame.width}x{frame.height} per frame, more than the "
@@ -131,7 +135,7 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool) -> tup
                 if count >= limit:
                     break
                 # the next grid time after this frame: faster clips drop frames, slower ones keep all
-                steps = int((time - sampling.start) / period + _EPS) + 1
+                steps = int((time - sampling.start + early) / period) + 1
                 target = sampling.start + steps * period
         except ClipError:
             raise

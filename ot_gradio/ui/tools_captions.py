@@ -14,7 +14,6 @@ from typing import Any
 
 import gradio as gr
 
-from ..data.video import is_video_name
 from ..tools import captions as core
 from ..tools.captions import BulkOp, CaptionError, caption_file, normalize, page_of, read_caption, thumbnail
 from .tools_tab import ToolInputError, ToolsContext
@@ -53,6 +52,8 @@ def _label(name: str, caption: str, has: bool) -> str:
 
 
 MAX_PLAYED_CLIP = 256 * 1024**2  # a bigger clip is not copied to be played: its first frame in the grid stays
+# containers a browser plays; other clips (.mkv, .avi, ...) are shown by their first frame in the grid only
+PLAYED_CLIPS = (".mp4", ".m4v", ".webm", ".mov")
 
 
 class CaptionsTool:
@@ -63,7 +64,7 @@ class CaptionsTool:
         self.view = gr.State({})
         with gr.Row():
             self.folder = gr.Textbox(initial[0] if initial else "", label=FIELD, scale=4, elem_id="captions-folder",
-                                     info="A concept's folder; captions are the .txt files next to the images and clips (.mp4, .webm, .mov).")
+                                     info="A concept's folder; captions are the .txt files next to the images and clips.")
             self.recursive = gr.Checkbox(False, label="Include sub-folders", scale=1)
             self.open_btn = gr.Button("Open", scale=0, elem_id="captions-open")
         self.status = gr.Markdown("", elem_id="captions-status")
@@ -153,7 +154,7 @@ class CaptionsTool:
         played from a copy in gradio's cache (the folder was confined by the caller): the page
         serves no dataset folder itself."""
         try:
-            if path is not None and is_video_name(path.name) and path.stat().st_size <= MAX_PLAYED_CLIP:
+            if path is not None and path.suffix.lower() in PLAYED_CLIPS and path.stat().st_size <= MAX_PLAYED_CLIP:
                 cached = self.clip.move_resource_to_block_cache(str(path))
                 if cached:
                     return gr.update(value=cached, visible=True)

@@ -244,3 +244,22 @@ def test_a_batch_carries_each_control_image_cut_like_its_image_and_its_cached_la
     (folder / "a.png").unlink()
     with pytest.raises(DataError, match=r"image .*a\.png could not be read any more"):
         render_pixels(item, sample.variant)
+
+
+def test_onetrainers_tiff_and_avif_images_train_and_decode(tmp_path, make_concept):
+    """A folder made for OneTrainer trains with every image it trained with there (tif, tiff, avif too)."""
+    folder = tmp_path / "c"
+    folder.mkdir()
+    colour = (200, 40, 90)
+    Image.new("RGB", (24, 16), colour).save(folder / "a.tif", compression="tiff_lzw")
+    Image.new("RGB", (24, 16), colour).save(folder / "b.TIFF")
+    Image.new("RGB", (24, 16), colour).save(folder / "c.avif", quality=95)
+    Image.new("RGBA", (24, 16), (0, 0, 0, 0)).save(folder / "d.tiff")  # transparent: white, as any other image
+    scan = scan_concept(make_concept(folder))
+    assert [i.relpath for i in scan.items] == ["a.tif", "b.TIFF", "c.avif", "d.tiff"]
+    from ot_gradio.data.images import load_rgb
+
+    for item, want in zip(scan.items, [colour, colour, colour, (255, 255, 255)], strict=True):
+        img = load_rgb(folder / item.relpath)
+        assert img.size == (24, 16) and img.mode == "RGB"
+        assert max(abs(a - b) for a, b in zip(img.getpixel((12, 8)), want, strict=True)) <= 6, item.relpath

@@ -11,19 +11,22 @@ from ot_gradio.data.video import MAX_DECODED_FRAMES, ClipError, FrameSampling, p
 from tests.video_clips import write_clip, write_hostile_clips
 
 
+@pytest.mark.parametrize(("name", "codec"), [("a.mp4", "mpeg4"), ("a.webm", "libvpx-vp9"), ("a.mkv", "mpeg4")])
 @pytest.mark.parametrize(("frames", "fps", "expect"), [(25, 24, 9), (5, 24, 5), (8, 24, 5), (25, 12, 5), (1, 24, 1)])
-def test_frame_sampling_counts(tmp_path, frames, fps, expect):
+def test_frame_sampling_counts(tmp_path, frames, fps, expect, name, codec):
     """A 9-frame 24 fps clip: the count is cut to 4k+1 and at most `frames`; 12 fps drops every
-    other frame (5 of 9)."""
-    clip = write_clip(tmp_path / "a.mp4", frames=9)
+    other frame (5 of 9). WebM and MKV store times in whole milliseconds (frame 2 at 0.083 s, not
+    0.0833 s): no frame is lost to that rounding."""
+    clip = write_clip(tmp_path / name, frames=9, codec=codec)
     info = probe_clip(clip, FrameSampling(frames=frames, fps=fps))
     assert (info.width, info.height, info.frames) == (32, 32, expect)
     images = read_clip(clip, FrameSampling(frames=frames, fps=fps), info.frames)
     assert len(images) == expect and images[0].size == (32, 32)
 
 
-def test_start_offset_and_dropped_frames_follow_timestamps(tmp_path):
-    clip = write_clip(tmp_path / "a.mp4", frames=9)
+@pytest.mark.parametrize(("name", "codec"), [("a.mp4", "mpeg4"), ("a.webm", "libvpx-vp9")])
+def test_start_offset_and_dropped_frames_follow_timestamps(tmp_path, name, codec):
+    clip = write_clip(tmp_path / name, frames=9, codec=codec)
     every = read_clip(clip, FrameSampling(frames=9), 9)
     half = read_clip(clip, FrameSampling(frames=5, fps=12), 5)
     late = read_clip(clip, FrameSampling(frames=5, start=4 / 24), 5)
@@ -101,3 +104,14 @@ def test_video_dataset_batches_by_frames_and_keys_the_cache_on_sampling(tmp_path
     assert cached(FrameSampling(frames=9, fps=12)).cache_report.encoded == 3  # the clips again, not the image
     latents = sorted(tuple(b.latents.shape) for b in first.epoch_batches(0))
     assert latents == [(1, 4, 1, 4, 4), (1, 4, 5, 4, 4), (1, 4, 9, 4, 4), (1, 4, 9, 4, 4)]
+
+
+def test_clips_in_onetrainers_other_containers_scan_and_decode(tmp_path, make_concept):
+    folder = tmp_path / "concept"
+    for name, codec in [("a.mkv", "libvpx-vp9"), ("b.avi", "mpeg4"), ("c.m4v", "mpeg4"), ("d.flv", "flv"), ("e.WMV", "wmv2")]:
+        write_clip(folder / name, frames=5, codec=codec)
+    write_clip(folder / "f.mpeg", frames=5, fps=25, codec="mpeg1video")  # MPEG-1 has no 24 fps
+    scan = scan_concept(make_concept(folder), FrameSampling(frames=5))
+    assert [(i.relpath, i.frames) for i in scan.items] == [(n, 5) for n in ("a.mkv", "b.avi", "c.m4v", "d.flv", "e.WMV", "f.mpeg")]
+    assert not scan.skipped
+    assert [im.size for im in read_clip(folder / "e.WMV", FrameSampling(frames=5), 5)] == [(32, 32)] * 5

@@ -72,3 +72,16 @@ def test_the_masks_folder_follows_the_concepts_when_its_tab_is_shown(page, tmp_p
     typed.mkdir()
     assert masks.on_shown(str(typed), config) == gr.skip()  # what the user typed stays
     assert masks.on_shown(str(now), config) == gr.skip()
+
+
+def test_the_caption_tool_plays_the_clips_a_browser_plays_and_shows_the_others_by_their_frame(tmp_path):
+    from ot_gradio.ui.tools_captions import CaptionsTool
+
+    with gr.Blocks():
+        ctx = ToolsContext(tmp_path / "ws", JobSupervisor(tmp_path / "ws"), gr.State({}), lambda c: [tmp_path])
+        tool = CaptionsTool(ctx)
+    for name, played in [("a.mp4", True), ("b.WEBM", True), ("c.mkv", False), ("d.avi", False), ("e.png", False)]:
+        (tmp_path / name).write_bytes(b"x")
+        update = tool._clip_update(tmp_path / name)
+        assert update["visible"] is played, name
+        assert (update["value"] is not None) is played, name
