@@ -55,7 +55,10 @@ class FrameSampling:
         return 0 if usable < 1 else (usable - 1) // self.step * self.step + 1
 
     def key(self) -> dict:
-        return {"frames": int(self.frames), "step": int(self.step), "fps": float(self.fps), "start": float(self.start)}
+        # "picking" 2: frames up to one container tick early are taken (1 lost every third frame of
+        # a 24 fps WebM / MKV clip), so latents cached from those picks are made again
+        return {"frames": int(self.frames), "step": int(self.step), "fps": float(self.fps), "start": float(self.start),
+                "picking": 2}
 
 
 def run_sampling(config: object, frame_step: int | None) -> FrameSampling | None:
