@@ -9,8 +9,10 @@ import numpy as np
 
 
 def write_clip(path: Path, frames: int = 9, fps: int = 24, size: tuple[int, int] = (32, 32), codec: str = "mpeg4",
-               seed: int = 0) -> Path:
-    """A clip of `frames` frames of `size` (width, height): a bright square moving across noise."""
+               seed: int = 0, rotation: int = 0) -> Path:
+    """A clip of `frames` frames of `size` (width, height): a bright square moving across noise.
+    `rotation`: a display matrix turning it that many degrees counter-clockwise (a phone's
+    portrait clip: -90)."""
     import av
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -20,6 +22,8 @@ def write_clip(path: Path, frames: int = 9, fps: int = 24, size: tuple[int, int]
     with av.open(str(path), "w") as out:
         stream = out.add_stream(codec, rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        if rotation:
+            stream.set_display_rotation(rotation)
         for i in range(frames):
             arr = base.copy()
             x = (i * 3) % max(1, width - 8)

@@ -6,6 +6,9 @@ slower one keeps all its frames: nothing is repeated), up to `frames`; the count
 the form step*k + 1 the family's VAE needs (4k+1 for Wan). A clip shorter than that trains with
 the frames it has (cut to the form), and is named in the dataset report.
 
+A clip with a display rotation (a phone's portrait clip, stored landscape) is turned upright, as
+players show it and as images' EXIF orientation is applied.
+
 Hostile files never reach a step: a clip that cannot be opened, has no video stream, decodes to
 no frame, or is larger per frame than an image may be raises ClipError with the reason. Reading
 stops at the last frame needed, and at most `MAX_DECODED_FRAMES` frames are decoded per clip
@@ -56,7 +59,8 @@ class FrameSampling:
 
     def key(self) -> dict:
         # "picking" 2: frames up to one container tick early are taken (1 lost every third frame of
-        # a 24 fps WebM / MKV clip), so latents cached from those picks are made again
+        # a 24 fps WebM / MKV clip) and turned upright by the clip's display matrix, so latents
+        # cached from the earlier frames are made again
         return {"frames": int(self.frames), "step": int(self.step), "fps": float(self.fps), "start": float(self.start),
                 "picking": 2}
 
@@ -97,6 +101,22 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _quarter_turns(frame) -> int:
+    """Counter-clockwise quarter turns that show a frame upright: a phone's portrait clip is stored
+    landscape with a display matrix (rotation -90) that players apply, as images' EXIF orientation."""
+    try:
+        degrees = float(frame.rotation or 0)
+    except Exception:  # noqa: BLE001 (a malformed display matrix: shown as stored)
+        return 0
+    return round(degrees / 90) % 4
+
+
+def _upright(image: Image.Image, turns: int) -> Image.Image:
+    if not turns:
+        return image
+    return image.transpose((Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_180, Image.Transpose.ROTATE_270)[turns - 1])
+
+
 def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool) -> tuple[list[Image.Image], int, int, int, float]:
     """(the frames as RGB images when `keep`, how many were taken, width, height, duration)."""
     container = _open(path)
@@ -131,9 +151,10 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool) -> tup
                 if frame.width * frame.height > MAX_PIXELS // 2:
                     raise ClipError(f"is {frame.width}x{frame.height} per frame, more than the "
                                     f"{MAX_PIXELS // 2 / 1e6:.0f} megapixels a frame may have; downscale the clip")
-                width, height = frame.width, frame.height
+                turn = _quarter_turns(frame)
+                width, height = (frame.height, frame.width) if turn % 2 else (frame.width, frame.height)
                 if keep:
-                    taken.append(frame.to_image().convert("RGB"))
+                    taken.append(_upright(frame.to_image().convert("RGB"), turn))
                 count += 1
                 if count >= limit:
                     break

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from PIL import Image
 
 from ot_gradio.data import build_dataset, scan_concept
 from ot_gradio.data.video import MAX_DECODED_FRAMES, ClipError, FrameSampling, probe_clip, read_clip
@@ -115,3 +116,20 @@ def test_clips_in_onetrainers_other_containers_scan_and_decode(tmp_path, make_co
     assert [(i.relpath, i.frames) for i in scan.items] == [(n, 5) for n in ("a.mkv", "b.avi", "c.m4v", "d.flv", "e.WMV", "f.mpeg")]
     assert not scan.skipped
     assert [im.size for im in read_clip(folder / "e.WMV", FrameSampling(frames=5), 5)] == [(32, 32)] * 5
+
+
+@pytest.mark.parametrize(("rotation", "turn"), [(-90, Image.Transpose.ROTATE_270), (90, Image.Transpose.ROTATE_90),
+                                                (180, Image.Transpose.ROTATE_180)])
+def test_a_clips_display_rotation_is_applied_as_players_do(tmp_path, make_concept, rotation, turn):
+    """A phone's portrait clip is stored landscape with a display matrix (-90: a quarter turn
+    clockwise); it trains upright, as players show it, and its bucket is portrait."""
+    stored = write_clip(tmp_path / "stored.mp4", frames=5, size=(48, 32))
+    phone = write_clip(tmp_path / "c" / "phone.mp4", frames=5, size=(48, 32), rotation=rotation)
+    sampling = FrameSampling(frames=5)
+    upright = (32, 48) if rotation % 180 else (48, 32)
+    info = probe_clip(phone, sampling)
+    assert (info.width, info.height) == upright
+    assert [(i.width, i.height) for i in scan_concept(make_concept(tmp_path / "c"), sampling).items] == [upright]
+    for plain, turned in zip(read_clip(stored, sampling, 5), read_clip(phone, sampling, 5), strict=True):
+        assert turned.size == upright
+        assert list(plain.transpose(turn).getdata()) == list(turned.getdata())
