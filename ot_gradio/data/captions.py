@@ -7,6 +7,7 @@ dropout, capitalisation and shuffling of the chosen line are in ``tags``.
 
 from __future__ import annotations
 
+import codecs
 import random
 from pathlib import Path
 
@@ -14,14 +15,17 @@ MAX_CAPTION_BYTES = 1024 * 1024  # a caption file far larger than any caption is
 
 
 def read_text(path: Path) -> tuple[str, str | None]:
-    """Return (text, warning). UTF-8 (with or without BOM) first; files saved by old Windows
-    editors are often latin-1, which always decodes, so it is the fallback and earns a warning."""
+    """Return (text, warning). UTF-8 (with or without BOM) first; UTF-16 with its BOM (Notepad's
+    "Unicode"); files saved by old Windows editors are often latin-1, which always decodes, so it
+    is the fallback and earns a warning."""
     with open(path, "rb") as fh:
         data = fh.read(MAX_CAPTION_BYTES + 1)
     cut = None
     if len(data) > MAX_CAPTION_BYTES:
         data = data[:MAX_CAPTION_BYTES]
         cut = f"{path}: larger than {MAX_CAPTION_BYTES // 1024} KB; only its beginning is read"
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16", errors="replace"), cut
     try:
         return data.decode("utf-8-sig"), cut
     except UnicodeDecodeError as err:

@@ -120,12 +120,16 @@ def test_latin1_caption_falls_back_with_warning(tmp_path, write_image, make_conc
     write_image(folder / "b.png", 16, 16)
     (folder / "a.txt").write_bytes("caf\u00e9 cr\u00e8me".encode("latin-1"))
     (folder / "b.txt").write_bytes("\ufeffna\u00efve".encode())
+    for name, codec in (("c", "utf-16-le"), ("d", "utf-16-be")):  # Notepad's "Unicode" and "Unicode big endian"
+        write_image(folder / f"{name}.png", 16, 16)
+        (folder / f"{name}.txt").write_bytes("\ufeffna\u00efve\r\nsecond".encode(codec))
     with caplog.at_level(logging.WARNING, logger="ot_gradio.data.scan"):  # cli_report quiets ot_gradio.data in-process
         scan = scan_concept(make_concept(folder))
     assert scan.items[0].captions == ("caf\u00e9 cr\u00e8me",)
     assert scan.items[1].captions == ("na\u00efve",)
+    assert scan.items[2].captions == scan.items[3].captions == ("na\u00efve", "second")
     assert any("a.txt" in w and "latin-1" in w for w in scan.warnings)
-    assert not any("b.txt" in w for w in scan.warnings)
+    assert not any(n in w for w in scan.warnings for n in ("b.txt", "c.txt", "d.txt"))
 
 
 def test_concept_and_filename_prompt_sources(tmp_path, write_image, make_concept):
