@@ -117,6 +117,10 @@ def concept_problems(config: Any) -> list[str]:
         return ["concepts: there is no concept; add a folder of training images"]
     if not enabled:
         return [f"concepts[{i}].enabled: off, as every concept is; turn one on" for i in range(len(config.concepts))][:1]
+    from ..config.families import family_info  # noqa: PLC0415
+
+    info = family_info(config.model_type)
+    clips = info is not None and info.frame_step is not None  # a video family trains on clips as well
     out = []
     for i, concept in enabled:
         path = Path(concept.path).expanduser()
@@ -126,10 +130,11 @@ def concept_problems(config: Any) -> list[str]:
             out.append(f"concepts[{i}].path: empty; choose the folder of this concept's images")
         elif not _is_dir(path):
             out.append(f"concepts[{i}].path: folder {_shown(concept.path)} does not exist; fix the path")
-        elif _read_by_run(config, concept) and not _has_image(path, bool(concept.include_subdirectories)):
+        elif _read_by_run(config, concept) and not _has_image(path, bool(concept.include_subdirectories), clips):
             where = "or its subfolders" if concept.include_subdirectories else "(subfolders are not read: turn on Include subfolders)"
-            out.append(f"concepts[{i}].path: folder {_shown(concept.path)} has no images {where}; "
-                       "choose the folder that holds the images (.png, .jpg, .webp ...)")
+            what = "images or clips" if clips else "images"
+            out.append(f"concepts[{i}].path: folder {_shown(concept.path)} has no {what} {where}; "
+                       f"choose the folder that holds the {what} (.png, .jpg, .webp{', .mp4, .webm' if clips else ''} ...)")
         else:
             out += _prompt_file_problems(i, concept, path)
     return out
@@ -141,15 +146,19 @@ def _read_by_run(config: Any, concept: Any) -> bool:
     return kind in ("STANDARD", "PRIOR_PREDICTION") or (kind == "VALIDATION" and bool(getattr(config, "validation", False)))
 
 
-def _has_image(folder: Path, recursive: bool) -> bool:
-    """Any image the data scan would take (data/scan.py's rule), stopping at the first: an empty
-    folder failed the run after its model had loaded, with a traceback on the page."""
+def _has_image(folder: Path, recursive: bool, clips: bool = False) -> bool:
+    """Any image (with `clips`, or clip) the data scan would take (data/scan.py's rule), stopping at
+    the first: an empty folder failed the run after its model had loaded, with a traceback on the page."""
     from ..data.images import is_image_name, is_mask_name  # noqa: PLC0415
+    from ..data.video import is_video_name  # noqa: PLC0415
+
+    def taken(name: str) -> bool:
+        return (is_image_name(name) and not is_mask_name(name)) or (clips and is_video_name(name))
 
     try:
         for _root, dirs, files in os.walk(folder):
             dirs[:] = [d for d in dirs if not d.startswith(".")] if recursive else []
-            if any(not n.startswith(".") and is_image_name(n) and not is_mask_name(n) for n in files):
+            if any(not n.startswith(".") and taken(n) for n in files):
                 return True
     except (OSError, ValueError):
         return True  # unreadable here: the scan names the file

@@ -65,17 +65,19 @@ def _weights_table(config: dict[str, Any]) -> str:
     return "Weights alone (activations, optimizer state and LoRA come on top):\n\n" + "\n".join(rows)
 
 
-def _count_images(folder: str, subfolders: bool, companions: tuple[str, ...] = ()) -> int:
-    """Training images in `folder`: not masks, nor the model type's companion files (`companions`:
-    an editing model's `-control`, a depth model's `-depth` images)."""
+def _count_images(folder: str, subfolders: bool, companions: tuple[str, ...] = (), clips: bool = False) -> int:
+    """Training images in `folder` (with `clips`, a video model's, clips too): not masks, nor the model
+    type's companion files (`companions`: an editing model's `-control`, a depth model's `-depth` images)."""
     from ..data.images import is_companion_name, is_image_name, is_mask_name  # noqa: PLC0415
+    from ..data.video import is_video_name  # noqa: PLC0415
 
     path = Path(folder)
     if not path.is_dir():
         return 0
     walker = os.walk(path) if subfolders else [(str(path), [], os.listdir(path))]
     return sum(1 for _, _, files in walker for f in files
-               if is_image_name(f) and not is_mask_name(f) and not any(is_companion_name(f, c) for c in companions))
+               if (is_image_name(f) and not is_mask_name(f) and not any(is_companion_name(f, c) for c in companions))
+               or (clips and is_video_name(f)))
 
 
 def _companions(model_type: Any) -> tuple[str, ...]:
@@ -87,13 +89,21 @@ def _companions(model_type: Any) -> tuple[str, ...]:
         ((DEPTH_SUFFIX,) if info is not None and info.depth_maps else ())
 
 
+def _takes_clips(model_type: Any) -> bool:
+    from ..config.families import FAMILIES  # noqa: PLC0415
+
+    info = next((i for m, i in FAMILIES.items() if m.value == str(model_type or "")), None)
+    return info is not None and info.frame_step is not None
+
+
 def steps_per_epoch(config: dict[str, Any]) -> int:
     """An estimate from the image counts; the trainer's exact number also drops incomplete buckets."""
     images = 0.0
     for c in config.get("concepts", []):
         if not c.get("enabled", True):
             continue
-        n = _count_images(c.get("path", ""), c.get("include_subdirectories", False), _companions(config.get("model_type")))
+        n = _count_images(c.get("path", ""), c.get("include_subdirectories", False), _companions(config.get("model_type")),
+                          _takes_clips(config.get("model_type")))
         if c.get("balancing_strategy") == "SAMPLES":
             images += c.get("balancing", 1.0)
         else:

@@ -112,3 +112,20 @@ def test_rotate_and_crop_buckets_the_cut_around_each_mask_as_the_run_does(tmp_pa
     assert (f"{bw}x{bh}", 1) in rows and bw / bh < 2  # the cut's bucket, not the 4:1 image's
     whole, whole_rows = concept_stats(concept, "64", True, None, masked=False)  # masked training off: whole images
     assert "cut around" not in whole and whole_rows != rows
+
+
+def test_start_takes_a_folder_of_clips_alone_for_a_video_model(tmp_path):
+    """The start check refused a video model's folder of clips as having no images."""
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.runner.startcheck import concept_problems
+
+    (tmp_path / "clips").mkdir()
+    (tmp_path / "clips" / "only.mkv").write_bytes(b"x")  # the check goes by names, as the scan does
+    (tmp_path / "empty").mkdir()
+
+    def problems(model_type, folder):
+        return concept_problems(TrainConfig.model_validate({"model_type": model_type, "concepts": [{"path": str(tmp_path / folder)}]}))
+
+    assert problems("WAN_2_1", "clips") == problems("HUNYUAN_VIDEO", "clips") == []
+    assert "has no images (" in problems("STABLE_DIFFUSION_15", "clips")[0]
+    assert "has no images or clips (" in problems("WAN_2_1", "empty")[0]

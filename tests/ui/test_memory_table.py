@@ -102,3 +102,7 @@ def test_the_step_estimate_counts_training_images_not_their_companion_files(tmp_
     assert steps_per_epoch({**config, "model_type": "QWEN_IMAGE_EDIT"}) == 4  # a, b, c, c-depth
     assert steps_per_epoch({**config, "model_type": "STABLE_DIFFUSION_20_DEPTH"}) == 5  # a, a-control, b, b-control, c
     assert steps_per_epoch({**config, "model_type": "STABLE_DIFFUSION_15"}) == 6  # every image but the mask
+    (tmp_path / "clip.mp4").write_bytes(b"x")
+    (tmp_path / "clip.mkv").write_bytes(b"x")
+    assert steps_per_epoch({**config, "model_type": "WAN_2_1"}) == 8  # a video model's clips are items too
+    assert steps_per_epoch({**config, "model_type": "STABLE_DIFFUSION_15"}) == 6
