@@ -262,6 +262,8 @@ class DiffusionStep:
         if c.masked_training:
             mask = training_mask(batch.mask, latents.shape[-2:], unmasked_probability=c.unmasked_probability,
                                  device=self.device, rand=self.rand)
+            if mask is not None and latents.ndim == 5:  # video latents [B, C, F, h, w]: one mask for every frame
+                mask = mask.unsqueeze(2)
         if model.inpainting:
             batch.latent_mask = mask  # an inpainting model takes the mask the loss uses as input
         texts = self.text_inputs(batch.captions)

@@ -133,3 +133,18 @@ def test_a_clips_display_rotation_is_applied_as_players_do(tmp_path, make_concep
     for plain, turned in zip(read_clip(stored, sampling, 5), read_clip(phone, sampling, 5), strict=True):
         assert turned.size == upright
         assert list(plain.transpose(turn).getdata()) == list(turned.getdata())
+
+
+def test_a_clips_mask_is_read_for_masked_training(tmp_path, make_concept):
+    """`clip-masklabel.png` beside `clip.mp4` is the clip's mask (for every frame), cut like its frames."""
+    folder = tmp_path / "c"
+    write_clip(folder / "clip.mp4", frames=5, size=(32, 32))
+    mask = Image.new("L", (32, 32), 0)
+    mask.paste(255, (0, 0, 16, 32))
+    mask.save(folder / "clip-masklabel.png")
+    scan = scan_concept(make_concept(folder), FrameSampling(frames=5))
+    assert scan.items[0].mask_path == (folder / "clip-masklabel.png").resolve()
+    dataset = build_dataset([make_concept(folder)], [(32, 32)], 1, frames=FrameSampling(frames=5))
+    batch = next(iter(dataset.epoch_batches(0)))
+    assert tuple(batch.pixels.shape) == (1, 3, 5, 32, 32) and tuple(batch.mask.shape) == (1, 1, 32, 32)
+    assert batch.mask[0, 0, :, :16].min() == 1.0 and batch.mask[0, 0, :, 16:].max() == 0.0

@@ -214,3 +214,33 @@ def test_what_the_transformer_keeps_in_float32_stays_there_and_a_float16_run_pre
     with torch.autocast("cpu", dtype=torch.float16):
         out = loaded.predict(noisy, torch.tensor([0.5]), conditioning)
     assert out.shape == noisy.shape and torch.isfinite(out).all()
+
+
+def test_masked_training_masks_every_frame_of_a_clip(wan):
+    """A clip's mask (its `-masklabel.png`, [B, 1, H, W]) holds for each latent frame: black
+    everywhere learns nothing, half white learns less than no mask."""
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.data.batches import Batch
+    from ot_gradio.training.device import Precision
+    from ot_gradio.training.diffusion import DiffusionStep
+
+    cpu = torch.device("cpu")
+    latents = torch.randn(2, 16, 3, 4, 4, generator=torch.Generator().manual_seed(0))
+    noise = torch.randn(latents.shape, generator=torch.Generator().manual_seed(1))
+    mask = torch.zeros(2, 1, 32, 32)
+    mask[1, :, :, :16] = 1.0
+
+    def loss(mask, **values) -> float:
+        config = TrainConfig.model_validate({"model_type": "WAN_2_1", "concepts": [], "samples": [], **values})
+        step = DiffusionStep(wan, config, cpu, Precision("FLOAT_32", cpu), noise_fn=lambda lat: (noise[: len(lat)], torch.tensor([500] * len(lat))))
+        n = len(mask) if mask is not None else 2
+        batch = Batch(size=(32, 32), captions=["a yellow square"] * n, loss_weights=torch.ones(n), image_paths=["clip.mp4"] * n,
+                      latents=latents[:n], mask=mask)
+        with torch.no_grad():
+            return step.loss(batch).item()
+
+    masked = {"masked_training": True, "unmasked_weight": 0.0, "unmasked_probability": 0.0}
+    full = loss(None)
+    assert loss(mask[:1], **masked) == 0.0
+    assert 0 < loss(mask, **masked) < full
+    assert loss(mask, **{**masked, "unmasked_probability": 1.0}) == pytest.approx(full, rel=1e-6)
