@@ -88,7 +88,7 @@ def render_pixels(item: ImageItem, variant: Variant) -> torch.Tensor:
     (an image: one frame); every frame of a clip is cut and augmented alike."""
     if item.sampling is not None:
         frames = _reread("clip", item.path, read_clip, item.sampling, item.frames)
-        return torch.stack([_fitted(img, variant) for img in frames], dim=1)
+        return torch.stack([_fitted(_cut(img, item, variant), variant) for img in frames], dim=1)
     with _reread("image", item.path, load_rgb) as img:
         pixels = _fitted(_cut(img, item, variant), variant)
     return pixels.unsqueeze(1) if item.frames else pixels

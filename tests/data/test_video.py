@@ -148,3 +148,36 @@ def test_a_clips_mask_is_read_for_masked_training(tmp_path, make_concept):
     batch = next(iter(dataset.epoch_batches(0)))
     assert tuple(batch.pixels.shape) == (1, 3, 5, 32, 32) and tuple(batch.mask.shape) == (1, 1, 32, 32)
     assert batch.mask[0, 0, :, :16].min() == 1.0 and batch.mask[0, 0, :, 16:].max() == 0.0
+
+
+def test_a_clips_frames_are_cut_with_its_mask_by_the_mask_augmentations(tmp_path):
+    """Random mask rotate and crop turns and cuts each frame of a clip as it does its mask, so the
+    mask stays on what it covers."""
+    import av
+    import numpy as np
+
+    from ot_gradio.config.concept import ConceptConfig
+
+    folder = tmp_path / "c"
+    folder.mkdir()
+    with av.open(str(folder / "clip.mp4"), "w") as out:  # a white box on black, where the mask is white
+        stream = out.add_stream("mpeg4", rate=24)
+        stream.width, stream.height, stream.pix_fmt = 160, 96, "yuv420p"
+        frame = np.zeros((96, 160, 3), np.uint8)
+        frame[20:60, 100:140] = 255
+        for _ in range(5):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    mask = Image.new("L", (160, 96), 0)
+    mask.paste(255, (100, 20, 140, 60))
+    mask.save(folder / "clip-masklabel.png")
+    concept = ConceptConfig(name="c", path=str(folder), image={"enable_random_mask_rotate_crop": True})
+    batch = build_dataset([concept], "64", 1, masked_training=True, aspect_ratio_bucketing=False,
+                          frames=FrameSampling(frames=5)).epoch_batches(0)[0]
+    assert tuple(batch.pixels.shape) == (1, 3, 5, 64, 64)
+    inside = batch.mask[0, 0] > 0.9
+    bright = batch.pixels[0].mean(dim=(0, 1)) > 0.5  # [-1, 1] pixels, every frame alike
+    assert 0.05 < inside.float().mean() < 0.95
+    assert (inside == bright).float().mean() > 0.95
