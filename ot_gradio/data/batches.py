@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -17,7 +18,9 @@ from .pixels import mask_tensor, pixels_tensor
 from .planning import PreparedConcept, Sample, Variant
 from .scan import ImageItem
 from .transform import render
-from .video import read_clip
+from .video import ClipError, read_clip
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -87,11 +90,29 @@ def render_pixels(item: ImageItem, variant: Variant) -> torch.Tensor:
     """[3, H, W] for an image of an image family, [3, frames, H, W] for a video family's item
     (an image: one frame); every frame of a clip is cut and augmented alike."""
     if item.sampling is not None:
-        frames = _reread("clip", item.path, read_clip, item.sampling, item.frames)
+        frames = _clip_frames(item, variant)
         return torch.stack([_fitted(_cut(img, item, variant), variant) for img in frames], dim=1)
     with _reread("image", item.path, load_rgb) as img:
         pixels = _fitted(_cut(img, item, variant), variant)
     return pixels.unsqueeze(1) if item.frames else pixels
+
+
+def _clip_frames(item: ImageItem, variant: Variant) -> list[Image.Image]:
+    """The frames of the variant's window; a moved window that the clip does not hold in full (its
+    stated length was longer than its frames) is read from the run's clip start instead, said once."""
+    if variant.clip_offset:
+        moved = replace(item.sampling, start=item.sampling.start + variant.clip_offset)
+        try:
+            return read_clip(item.path, moved, item.frames)
+        except ClipError as err:
+            if item.path not in _SHORT_CLIPS:
+                _SHORT_CLIPS.add(item.path)
+                log.warning("Clip %s: the window at %.2f s %s; it trains with its first frames instead", item.path,
+                            moved.start, err)
+    return _reread("clip", item.path, read_clip, item.sampling, item.frames)
+
+
+_SHORT_CLIPS: set = set()  # clips whose moved window fell short (warned once per process)
 
 
 def _cut(img: Image.Image, item: ImageItem, variant: Variant, shrink: bool = False) -> Image.Image:
@@ -185,6 +206,8 @@ def latent_key(cache: LatentCache, item: ImageItem, variant: Variant) -> str:
     extra = None
     if item.frames:
         extra = {"frames": item.frames, **({"sampling": item.sampling.key()} if item.sampling is not None else {})}
+        if variant.clip_offset:  # a random clip window's start (absent at 0: the first window keys as before)
+            extra["clip_offset"] = variant.clip_offset
     return cache.key(
         item.path, item.file_size, item.mtime_ns, variant.bucket, variant.crop, variant.flip, variant.resolution, variant.augment, extra
     )

@@ -45,6 +45,7 @@ class Variant:
     flip: bool
     augment: Augment = IDENTITY
     frames: int = 0  # the item's frame count (0: an image of an image family); batches share it
+    clip_offset: float = 0.0  # a clip's window starts this many seconds after the run's clip start (random clip window)
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ class PreparedConcept:
         """Distinct cached variants per image and flip; 1 when nothing random would tell them apart."""
         if "variations" not in self._memo:
             random = self._image_option("enable_crop_jitter") or self.augment.random or (
-                self.mask_augment.active and self.scan.mask_count > 0)
+                self.mask_augment.active and self.scan.mask_count > 0) or any(self._window_moves(i) for i in range(len(self.items)))
             self._memo["variations"] = max(1, int(getattr(self.config, "image_variations", 1))) if random else 1
         return self._memo["variations"]
 
@@ -158,6 +159,18 @@ class PreparedConcept:
             self._memo[key] = choose_crop(*self.size(index, draw), self.bucket(index, resolution, draw), rng)
         return self._memo[key]
 
+    def _window_moves(self, index: int) -> bool:
+        item = self.items[index]
+        return item.sampling is not None and item.sampling.random_window and item.slack > 0
+
+    def clip_offset(self, index: int, rng: random.Random) -> float:
+        """Where a clip's window starts in one draw, in seconds after the run's clip start (0: an
+        image, a clip with nothing to spare, or the random clip window off); millisecond steps."""
+        return round(rng.random() * self.items[index].slack, 3) if self._window_moves(index) else 0.0
+
+    def cached_clip_offset(self, index: int, variation: int) -> float:
+        return self.clip_offset(index, rng_for("clip window", self.seed, self.items[index].relpath, variation))
+
     def cached_augment(self, index: int, variation: int) -> Augment:
         key = ("augment", index, variation)
         if key not in self._memo:
@@ -204,8 +217,9 @@ class PreparedConcept:
                 bucket = self.bucket(index, resolution, self.cached_mask_draw(index, variation))
                 crop = self.cached_crop(index, resolution, variation)
                 augment = self.cached_augment(index, variation)
+                offset = self.cached_clip_offset(index, variation)
                 for flip in self.flips():
-                    out[Variant(resolution, bucket, crop, flip, augment, self.items[index].frames)] = None
+                    out[Variant(resolution, bucket, crop, flip, augment, self.items[index].frames, offset)] = None
         return list(out)
 
     def variant(self, index: int, resolution: Size, rngs: Streams, cached: bool, epoch: int = 0, run_seed: int = 0) -> Variant:
@@ -216,13 +230,14 @@ class PreparedConcept:
             variation = self.variation(index, epoch, run_seed)
             bucket = self.bucket(index, resolution, self.cached_mask_draw(index, variation))
             return Variant(resolution, bucket, self.cached_crop(index, resolution, variation), flip, self.cached_augment(index, variation),
-                           item.frames)
+                           item.frames, self.cached_clip_offset(index, variation))
         draw = self.mask_draw(index, rngs.__getitem__)
         bucket = self.bucket(index, resolution, draw)
         jitter = rngs["crop"] if self._image_option("enable_crop_jitter") else None
         crop = choose_crop(*self.size(index, draw), bucket, jitter)
         augment = self.augment.draw(rngs["augment"])
-        return Variant(resolution, bucket, crop, flip, augment if draw is None else replace(augment, mask=draw), item.frames)
+        offset = self.clip_offset(index, rngs["clip window"]) if self._window_moves(index) else 0.0
+        return Variant(resolution, bucket, crop, flip, augment if draw is None else replace(augment, mask=draw), item.frames, offset)
 
     def caption(self, index: int, rngs: Streams, epoch: int = 0, run_seed: int = 0) -> str:
         if count := self.text_variations:

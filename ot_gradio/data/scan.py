@@ -62,6 +62,7 @@ class ImageItem:
     frames: int = 0  # 0: an image of an image family; else the frames it trains with (an image: 1)
     sampling: FrameSampling | None = None  # how a clip's frames are read (None: an image)
     duration: float = 0.0  # a clip's length in seconds, from its container (0: an image, or unknown)
+    slack: float = 0.0  # seconds a clip's window of `frames` frames can start later (the random clip window)
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
             scan.skipped.append(SkippedFile(path, error))
             _warn(scan, f"Skipping {'clip' if clip else 'unreadable image'} {path}: {error}")
             continue
-        width, height, frames, duration = size
+        width, height, frames, duration, slack = size
         if clip and frames < sampling.frames:
             _warn(scan, f"Clip {path} is short: it trains with {frames} of the {sampling.frames} frames set (Frames)")
         control_path = _companion_for(path, CONTROL_SUFFIX, "control image", load_rgb, scan, (width, height)) if control else None
@@ -222,6 +223,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
                 frames=frames,
                 sampling=sampling if clip else None,
                 duration=duration,
+                slack=slack,
             )
         )
 
@@ -238,15 +240,15 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     return scan
 
 
-def _probe(path: Path, sampling: FrameSampling | None) -> tuple[tuple[int, int, int, float] | None, str]:
-    """((width, height, frames, seconds), '') for a readable image or clip (frames: 0 for an image
-    of an image family; seconds: 0 for an image), (None, reason) otherwise."""
+def _probe(path: Path, sampling: FrameSampling | None) -> tuple[tuple[int, int, int, float, float] | None, str]:
+    """((width, height, frames, seconds, slack), '') for a readable image or clip (frames: 0 for an
+    image of an image family; seconds and slack: 0 for an image), (None, reason) otherwise."""
     try:
         if sampling is not None and is_video_name(path.name):
             info = probe_clip(path, sampling)
-            return (info.width, info.height, info.frames, info.duration), ""
+            return (info.width, info.height, info.frames, info.duration, info.slack), ""
         with load_rgb(path) as img:
-            return (*img.size, 0 if sampling is None else 1, 0.0), ""
+            return (*img.size, 0 if sampling is None else 1, 0.0, 0.0), ""
     except Exception as exc:  # anything PIL or PyAV raises means the file cannot be trained on
         return None, str(exc) if isinstance(exc, ClipError) else _reason(exc)
 

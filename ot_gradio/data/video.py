@@ -47,6 +47,9 @@ class FrameSampling:
     step: int = 4  # frame counts are step * k + 1 (the family's temporal VAE factor)
     fps: float = 24.0  # the most frames per second taken from a clip
     start: float = 0.0  # seconds skipped at the start of each clip
+    # each variation of a longer clip trains a window starting at a random time after `start` (OneTrainer's
+    # way); False: always the first frames after `start`. Not in `key()`: a moved window keys on its offset.
+    random_window: bool = False
 
     def __post_init__(self) -> None:
         if self.frames < 1 or self.step < 1 or self.fps <= 0 or self.start < 0:
@@ -71,7 +74,7 @@ def run_sampling(config: object, frame_step: int | None) -> FrameSampling | None
     if frame_step is None:
         return None
     return FrameSampling(int(str(getattr(config, "frames", 25)).strip()), int(frame_step), float(getattr(config, "frame_rate", 24.0)),
-                         float(getattr(config, "clip_start", 0.0)))
+                         float(getattr(config, "clip_start", 0.0)), bool(getattr(config, "random_clip_window", False)))
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class ClipInfo:
     frames: int  # frames it trains with (of the form step * k + 1)
     available: int  # frames sampling found (at most `FrameSampling.frames`)
     duration: float  # seconds, from the container (0 when unknown)
+    slack: float = 0.0  # seconds the window of `frames` frames can move later and still fit in the clip
 
 
 def _open(path: Path):
@@ -117,10 +121,13 @@ def _upright(image: Image.Image, turns: int) -> Image.Image:
     return image.transpose((Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_180, Image.Transpose.ROTATE_270)[turns - 1])
 
 
-def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool) -> tuple[list[Image.Image], int, int, int, float]:
-    """(the frames as RGB images when `keep`, how many were taken, width, height, duration)."""
+def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
+             ) -> tuple[list[Image.Image], int, int, int, float, list[float]]:
+    """(the frames as RGB images when `keep`, how many were taken, width, height, duration, the
+    taken frames' times in seconds from the clip's first timestamp)."""
     container = _open(path)
     taken: list[Image.Image] = []
+    times: list[float] = []
     count = width = height = decoded = 0
     try:
         stream = container.streams.video[0]
@@ -129,6 +136,7 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool) -> tup
         duration = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else 0.0
         if not duration and container.duration:
             duration = container.duration / 1_000_000
+        origin = float(stream.start_time * stream.time_base) if stream.start_time is not None and stream.time_base else 0.0
         period = 1.0 / sampling.fps
         # Containers round timestamps to their tick (WebM, MKV, FLV, WMV: 1 ms, so frame 2 of a 24 fps
         # clip is at 0.083 s, before the grid's 0.0833 s): a frame up to one tick early is on time.
@@ -155,6 +163,7 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool) -> tup
                 width, height = (frame.height, frame.width) if turn % 2 else (frame.width, frame.height)
                 if keep:
                     taken.append(_upright(frame.to_image().convert("RGB"), turn))
+                times.append(time - origin)
                 count += 1
                 if count >= limit:
                     break
@@ -171,14 +180,24 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool) -> tup
     if not count:
         after = f" after {sampling.start:g} s" if sampling.start else ""
         raise ClipError(f"has no frame to train on{after} (zero frames, or too short)")
-    return taken, count, width, height, duration
+    return taken, count, width, height, duration, times
 
 
 def probe_clip(path: str | Path, sampling: FrameSampling) -> ClipInfo:
     """What a clip trains with; decodes the frames it would use (at most `sampling.frames`), so a
     clip that fails here is skipped before training instead of failing a step."""
-    _, count, width, height, duration = _sampled(Path(path), sampling, sampling.frames, keep=False)
-    return ClipInfo(width, height, sampling.count(count), count, duration)
+    _, count, width, height, duration, times = _sampled(Path(path), sampling, sampling.frames, keep=False)
+    frames = sampling.count(count)
+    return ClipInfo(width, height, frames, count, duration, _slack(times[:frames], duration, sampling))
+
+
+def _slack(times: list[float], duration: float, sampling: FrameSampling) -> float:
+    """How much later than its first frame a window with frames at `times` could start and still
+    end one frame interval before the clip's stated end (0: unknown length, or nothing to spare)."""
+    if not times or duration <= 0:
+        return 0.0
+    interval = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 1.0 / sampling.fps
+    return max(0.0, round(duration - interval - times[-1], 3))
 
 
 def read_clip(path: str | Path, sampling: FrameSampling, frames: int) -> list[Image.Image]:

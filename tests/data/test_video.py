@@ -181,3 +181,81 @@ def test_a_clips_frames_are_cut_with_its_mask_by_the_mask_augmentations(tmp_path
     bright = batch.pixels[0].mean(dim=(0, 1)) > 0.5  # [-1, 1] pixels, every frame alike
     assert 0.05 < inside.float().mean() < 0.95
     assert (inside == bright).float().mean() > 0.95
+
+
+def _frames_at(clip, start, frames=5):
+    return torch.stack([torch.tensor(list(img.getdata()), dtype=torch.float32) for img in
+                        read_clip(clip, FrameSampling(frames=frames, start=start), frames)])
+
+
+def _batch_frames(batch):
+    """A one-clip batch's frames as read_clip gives them (pixels back to 0..255, [frames, H*W, 3])."""
+    pixels = (batch.pixels[0] + 1) * 127.5  # [3, F, H, W]
+    return pixels.permute(1, 2, 3, 0).reshape(pixels.shape[1], -1, 3)
+
+
+def test_the_random_clip_window_moves_over_a_long_clip_as_onetrainer_does(tmp_path, make_concept):
+    """A 2 s clip trained at 5 frames: each epoch (no latent cache) trains a window starting at a
+    random time that still fits; off, it is always the first 5 frames."""
+    clip = write_clip(tmp_path / "c" / "long.mp4", frames=48)  # 2 s at 24 fps, the square moves each frame
+    info = probe_clip(clip, FrameSampling(frames=5))
+    assert info.duration == pytest.approx(2.0, abs=0.05) and info.slack == pytest.approx(2.0 - 1 / 24 - 4 / 24, abs=0.01)
+    concept = make_concept(tmp_path / "c")
+    moving = build_dataset([concept], [(32, 32)], 1, frames=FrameSampling(frames=5, random_window=True))
+    offsets = [moving.plan(epoch).batches[0][0].variant.clip_offset for epoch in range(6)]
+    assert len(set(offsets)) == 6 and all(0 <= o <= info.slack for o in offsets)
+    batch = moving.epoch_batches(2)[0]
+    assert torch.allclose(_batch_frames(batch), _frames_at(clip, offsets[2]), atol=1.5)  # the frames of that window
+    assert not torch.allclose(_batch_frames(batch), _frames_at(clip, 0.0), atol=1.5)
+    fixed = build_dataset([concept], [(32, 32)], 1, frames=FrameSampling(frames=5))
+    assert {fixed.plan(epoch).batches[0][0].variant.clip_offset for epoch in range(3)} == {0.0}
+
+
+def test_with_the_latent_cache_each_variation_keeps_its_window(tmp_path, make_concept):
+    write_clip(tmp_path / "c" / "long.mp4", frames=48)
+    write_clip(tmp_path / "c" / "short.mp4", frames=5)  # no time to spare: its one window
+    encoded: list = []
+
+    def encode(pixels):
+        encoded.append(pixels.shape[0])
+        return pixels[:, :, :, ::8, ::8].mean(1, keepdim=True).repeat(1, 4, 1, 1, 1)
+
+    def cached(variations):
+        concept = make_concept(tmp_path / "c", image_variations=variations)
+        return build_dataset([concept], [(32, 32)], 1, latent_caching=True, cache_dir=tmp_path / "cache", vae_id="v", encode_fn=encode,
+                             frames=FrameSampling(frames=5, random_window=True))
+
+    one = cached(1)
+    assert one.cache_report.encoded == 2
+    windows = {s.variant.clip_offset for epoch in range(4) for b in one.plan(epoch).batches for s in b if s.item == 0}
+    assert len(windows) == 1 and windows.pop() > 0  # one random window, kept every epoch
+    three = cached(3)
+    assert (three.cache_report.total, three.cache_report.encoded) == (4, 2)  # two more windows of the long clip
+    long_windows = {s.variant.clip_offset for epoch in range(3) for b in three.plan(epoch).batches for s in b if s.item == 0}
+    assert len(long_windows) == 3
+
+
+def test_a_window_the_clip_does_not_hold_trains_its_first_frames(tmp_path, make_concept, caplog):
+    """A container that states a longer length than its frames: the moved window falls short, and
+    the clip trains its first frames, said once in the log."""
+    import logging
+
+    clip = write_clip(tmp_path / "c" / "a.mp4", frames=9)
+    dataset = build_dataset([make_concept(tmp_path / "c")], [(32, 32)], 1, frames=FrameSampling(frames=5, random_window=True))
+    from dataclasses import replace
+
+    items = dataset.concepts[0].scan.items
+    items[0] = replace(items[0], slack=60.0)  # as if it said 60 s more
+    with caplog.at_level(logging.WARNING, logger="ot_gradio.data.batches"):
+        batch = dataset.epoch_batches(0)[0]
+    assert batch.pixels.shape[2] == 5
+    assert torch.allclose(_batch_frames(batch), _frames_at(clip, 0.0), atol=1.5)
+    assert any("a.mp4" in r.message and "its first frames instead" in r.message for r in caplog.records)
+
+
+def test_the_runs_random_clip_window_setting_reaches_the_sampling():
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.data.video import run_sampling
+
+    assert run_sampling(TrainConfig(model_type="WAN_2_1"), 4).random_window is True  # OneTrainer's way, by default
+    assert run_sampling(TrainConfig(model_type="WAN_2_1", random_clip_window=False), 4).random_window is False
