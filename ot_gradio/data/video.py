@@ -222,6 +222,18 @@ def middle_frame(path: str | Path) -> Image.Image:
     return read_clip(path, one, 1)[0]
 
 
+def still_image(path: str | Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """An image as RGB, or a clip's first frame (what a clip's mask is painted on: the mask holds
+    for each of its frames); ImageTooLargeError above `max_pixels`, ClipError for an unreadable clip."""
+    from .images import check_pixels, load_rgb  # noqa: PLC0415
+
+    if not is_video_name(Path(path).name):
+        return load_rgb(Path(path), max_pixels)
+    frame = read_clip(path, FrameSampling(frames=1, step=1), 1)[0]
+    check_pixels(frame.size, str(path), max_pixels)
+    return frame
+
+
 def video_codec() -> str:
     """h264 (libx264, what browsers play in an .mp4) where the PyAV wheel has it, else mpeg4."""
     import av  # noqa: PLC0415

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from ..data.images import load_mask, load_rgb, mask_path_for
+from ..data.images import load_mask, mask_path_for
 from ..data.scan import list_image_files
+from ..data.video import still_image
 from ..fsutil import atomic_write, atomic_write_bytes
 from .automask_models import (  # noqa: F401 - the maskers, re-exported for the page and tests
     CLIPSEG_HUB_ID,
@@ -192,7 +193,7 @@ class Masking:
 
     def make(self, image_path: Path) -> tuple[Image.Image, Image.Image | None]:
         """(image, new mask) or (image, None) when fill mode leaves an existing mask alone."""
-        image = load_rgb(image_path)
+        image = still_image(image_path)  # a clip: its first frame; the mask holds for each frame
         old = self.existing(image_path, image.size)
         if self.opts.mode == "fill" and old is not None:
             return image, None
@@ -223,7 +224,7 @@ class PreviewItem:
 
 
 def _images(opts: MaskOptions) -> list[Path]:
-    files = list_image_files(opts.folder, opts.include_subfolders)
+    files = list_image_files(opts.folder, opts.include_subfolders, clips=True)
     if not files:
         raise JobError(f"Folder: no images in {opts.folder}" + ("" if opts.include_subfolders else " (subfolders not included)"))
     return files

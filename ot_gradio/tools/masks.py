@@ -1,4 +1,5 @@
 """Painted masks: the image editor's layers <-> `<image>-masklabel.png` (white = train, black = ignore).
+A clip's mask is painted on its first frame and holds for each of its frames (`clip-masklabel.png`).
 
 Torch-free (PIL + numpy) so the page can call it directly. Decisions:
 - The mask is the union of the painted (non-transparent) pixels of every editor layer; colour does
@@ -27,11 +28,11 @@ from ..data.images import (
     is_image_name,
     is_mask_name,
     load_mask,
-    load_rgb,
     mask_path_for,
     open_image,
 )
 from ..data.scan import is_regular_file
+from ..data.video import is_video_name, still_image
 from ..fsutil import atomic_write, atomic_write_bytes
 
 __all__ = [
@@ -56,15 +57,16 @@ def backup_path_for(mask_path: Path) -> Path:
 
 
 def list_images(folder: Path) -> list[Path]:
-    """Training images directly in `folder` (no masks, no hidden files), sorted by name."""
-    names = sorted(n for n in os.listdir(folder) if not n.startswith(".") and is_image_name(n) and not is_mask_name(n))
+    """Training images and clips directly in `folder` (no masks, no hidden files), sorted by name."""
+    names = sorted(n for n in os.listdir(folder)
+                   if not n.startswith(".") and ((is_image_name(n) and not is_mask_name(n)) or is_video_name(n)))
     return [folder / n for n in names if is_regular_file(folder / n)]  # not a pipe named like an image
 
 
 def _page_image(image_path: Path) -> Image.Image:
-    """The image as RGB, within the page's pixel limit (MaskError naming it otherwise)."""
+    """The image (a clip: its first frame) as RGB, within the page's pixel limit (MaskError naming it otherwise)."""
     try:
-        return load_rgb(image_path, PAGE_MAX_PIXELS)
+        return still_image(image_path, PAGE_MAX_PIXELS)
     except ImageTooLargeError as err:
         raise MaskError(f"{err}, or paint its mask in an image editor") from None
 
@@ -186,7 +188,7 @@ def editor_value(image_path: Path, mask: Image.Image | None = None) -> dict[str,
     existing mask if None) as a tinted, semi-transparent overlay, so it is both visible and editable."""
     image_path = Path(image_path)
     try:
-        background = load_rgb(image_path, PAGE_MAX_PIXELS)
+        background = still_image(image_path, PAGE_MAX_PIXELS)
     except Exception as exc:
         raise MaskError(f"cannot open image '{image_path.name}': {exc}") from None
     size = background.size

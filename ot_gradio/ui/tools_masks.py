@@ -48,7 +48,7 @@ class MasksTool:
         with gr.Row():
             self.prev = gr.Button("◀ Previous", scale=0, elem_id="masks-prev")
             self.image = gr.Dropdown([], value=None, label="Image", scale=4, elem_id="masks-image", filterable=True,
-                                     info=f"Images of the folder; '{HAS_MASK.strip(' ·')}' marks those that have a mask.")
+                                     info=f"Images and clips of the folder (a clip on its first frame); '{HAS_MASK.strip(' ·')}' marks those that have a mask.")
             self.next = gr.Button("Next ▶", scale=0, elem_id="masks-next")
         with gr.Row():
             with gr.Column(scale=3):

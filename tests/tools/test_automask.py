@@ -293,3 +293,13 @@ def test_ui_refuses_bad_fields_and_previews_through_a_job(tmp_path):
     paths = [path for path, _ in gallery["value"]]
     assert len(paths) == 1 and paths[0].startswith(str(tmp_path / "ws")) and "nothing written" in message
     assert not mask_path_for(data / "a.png").exists()
+
+
+def test_a_clip_is_masked_on_its_first_frame(tmp_path):
+    from tests.video_clips import write_clip
+
+    clip = write_clip(tmp_path / "walk.mp4", frames=5, size=(64, 48))  # frame 0: a yellow square at x 0-8, y 12-20
+    run_inline("automask", colour_params(tmp_path, colour="#f0c828", threshold=0.25))
+    mask = read_mask(clip) > 127
+    assert mask.shape == (48, 64)
+    assert mask[13:19, 1:7].mean() > 0.9 and mask[24:, 16:].mean() < 0.02

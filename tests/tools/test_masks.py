@@ -220,3 +220,25 @@ def test_failed_write_keeps_the_old_mask(image, monkeypatch):
         save_mask(image, Image.new("L", (W, H), 0))
     assert mask_path_for(image).read_bytes() == before
     assert not [p.name for p in image.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_a_clips_mask_is_painted_on_its_first_frame_at_its_upright_size(tmp_path):
+    """A portrait phone clip (stored 48x32, turned -90) is listed, opened on its first frame at
+    32x48, and its mask saved as `clip-masklabel.png`, which the scan takes as the clip's mask."""
+    from ot_gradio.data.video import FrameSampling, read_clip
+    from ot_gradio.tools.masks import image_size, list_images
+    from tests.video_clips import write_clip
+
+    folder = tmp_path / "clips"
+    clip = write_clip(folder / "walk.mp4", frames=5, size=(48, 32), rotation=-90)
+    Image.new("RGB", (16, 16)).save(folder / "still.png")
+    assert [p.name for p in list_images(folder)] == ["still.png", "walk.mp4"]
+    assert image_size(clip) == (32, 48)
+    value = editor_value(clip)
+    first = np.asarray(read_clip(clip, FrameSampling(frames=1, step=1), 1)[0])
+    assert np.array_equal(value["background"], first)
+    mask = mask_from_editor({"background": None, "layers": [stroke_layer(32, 48, (0, 0, 16, 48))], "composite": None}, (32, 48))
+    assert save_mask(clip, mask) == folder / "walk-masklabel.png"
+    scan = scan_concept(SimpleNamespace(name="c", path=str(folder), include_subdirectories=False,
+                                        text=SimpleNamespace(prompt_source="sample")), FrameSampling(frames=5))
+    assert {i.relpath: i.mask_path for i in scan.items}["walk.mp4"] == folder / "walk-masklabel.png"
