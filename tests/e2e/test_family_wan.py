@@ -17,6 +17,7 @@ from tests.e2e.runs import (
     losses_with_fixed_noise,
     run_until_done,
     tiny_fixture,
+    train_from_cli,
     video_latents,
 )
 from tests.video_clips import write_clip, write_clips_and_an_image, write_hostile_clips
@@ -81,3 +82,26 @@ def test_a_quantized_transformer_trains(tiny_wan, tmp_path, weights):
     config["transformer"]["weight_dtype"] = weights
     losses = losses_with_fixed_noise(config, tmp_path)
     assert len(losses) == 2 and all(np.isfinite(losses))
+
+
+def test_a_folder_of_clips_alone_trains_masked_from_the_cli_with_moving_windows(tiny_wan, tmp_path):
+    """What a video user brings: a folder of clips only (no image), one of them with a painted mask
+    and longer than Frames (its window moves: the random clip window, on by default), trained
+    headless. The start check takes the folder, and the long clip's steps train with its mask."""
+    from PIL import Image
+    from safetensors.torch import load_file
+
+    data = tmp_path / "clips"
+    write_clip(data / "long.mp4", frames=48, seed=1)  # 2 s: its 5-frame window can move
+    write_clip(data / "short.webm", frames=5, codec="libvpx-vp9")
+    for name in ("long", "short"):
+        (data / f"{name}.txt").write_text(PROMPT)
+    mask = Image.new("L", (32, 32), 0)
+    mask.paste(255, (0, 0, 16, 32))
+    mask.save(data / "long-masklabel.png")
+    config = _config(tiny_wan, data, tmp_path, masked_training=True, unmasked_weight=0.0, epochs=2, debug_mode=True,
+                     debug_dir=str(tmp_path / "debug"))
+    train_from_cli(config, tmp_path)
+    assert any(k.startswith("lora_unet_blocks_0_") for k in load_file(str(tmp_path / "out" / "lora.safetensors")))
+    masks = [p.name for p in (tmp_path / "debug").rglob("*-mask.png")]
+    assert any("long" in name for name in masks), masks
