@@ -29,6 +29,7 @@ from ot_gradio.config.enums import ModelType, NoiseScheduler
 from ot_gradio.models.common import ModelLoadError, base_module, input_dtype, module_device
 from ot_gradio.models.family_parts import CheckedLayerSkips
 from ot_gradio.models.registry import register_family
+from ot_gradio.models.schedule_markers import marked_scheduler, markers_for, read_markers
 from ot_gradio.models.sd15 import (
     StableDiffusion15,
     make_sampling_scheduler,
@@ -86,6 +87,20 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
             pipe.scheduler,
             force_zeros_for_empty_prompt=pipe.config.get("force_zeros_for_empty_prompt", True),
         )
+
+    @classmethod
+    def _load_single_file(cls, path, **kwargs):
+        """ComfyUI's `v_pred` / `ztsnr` markers of a v-prediction checkpoint set its schedule."""
+        pipe = super()._load_single_file(path, **kwargs)
+        pipe.scheduler = marked_scheduler(pipe.scheduler, read_markers(path))
+        return pipe
+
+    def save_single_file(self, path, dtype, metadata=None):
+        """The original SDXL layout, marked `v_pred` (and `ztsnr`) when the model trained so, as ComfyUI marks it."""
+        self.check_plain_parts()
+        modules = [base_module(getattr(self, part)) for part in ("unet", "vae", *self.text_encoder_names)]
+        return save_sdxl_single_file(path, *modules, dtype=dtype, metadata=self.file_metadata(self.modelspec_architecture, metadata),
+                                     markers=markers_for(self.noise_scheduler.config))
 
     def _check_layer_skip(self, part: str, skip: int) -> None:
         layers = int(base_module(getattr(self, part)).config.num_hidden_layers)

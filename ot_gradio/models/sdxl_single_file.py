@@ -61,9 +61,11 @@ def sdxl_to_original_state_dict(unet: torch.nn.Module, vae: torch.nn.Module, tex
 
 def save_sdxl_single_file(path: str | os.PathLike, unet: torch.nn.Module, vae: torch.nn.Module, text_encoder: torch.nn.Module,
                           text_encoder_2: torch.nn.Module, dtype: DataType | torch.dtype | None = None,
-                          metadata: Mapping[str, str] | None = None) -> Path:
-    """Write an original-layout SDXL `.safetensors` checkpoint atomically."""
-    return save_tensors(path, sdxl_to_original_state_dict(unet, vae, text_encoder, text_encoder_2, dtype), metadata or {})
+                          metadata: Mapping[str, str] | None = None, markers: Mapping[str, torch.Tensor] | None = None) -> Path:
+    """Write an original-layout SDXL `.safetensors` checkpoint atomically; `markers`: ComfyUI's
+    schedule markers (models/schedule_markers.py) beside the weights."""
+    state = sdxl_to_original_state_dict(unet, vae, text_encoder, text_encoder_2, dtype)
+    return save_tensors(path, {**state, **(markers or {})}, metadata or {})
 
 
 def unet_module_names(unet: torch.nn.Module) -> dict[str, str]:

@@ -232,6 +232,34 @@ def test_save_diffusers_and_single_file_reload(sdxl, tiny_sdxl_paths, tmp_path):
     assert _same_model(sdxl, StableDiffusionXL.load(str(path), offline=True, config_dir=str(tiny_sdxl_paths.diffusers_dir)))
 
 
+def test_comfyuis_v_pred_markers_are_read_and_written(sdxl, tiny_sdxl_paths, tmp_path):
+    """A v-prediction SDXL checkpoint (NoobAI-XL V-pred) carries ComfyUI's empty `v_pred` and
+    `ztsnr` tensors: it loads as v-prediction with the zero-terminal-SNR schedule (it trained as
+    epsilon before), and saving it, or an epsilon model trained with force_v_prediction, writes them
+    back, which ComfyUI's `"v_pred" in state_dict` test reads."""
+    from safetensors.torch import load_file, save_file
+
+    from ot_gradio.training.device import Precision as P
+    from ot_gradio.training.diffusion import configure_model
+
+    marked = tmp_path / "noob-vpred.safetensors"
+    save_file({**load_file(str(tiny_sdxl_paths.single_file)), "v_pred": torch.tensor([]), "ztsnr": torch.tensor([])}, str(marked))
+    model = StableDiffusionXL.load(str(marked), offline=True, config_dir=str(tiny_sdxl_paths.diffusers_dir))
+    assert model.prediction_type == "v_prediction"
+    assert model.noise_scheduler.alphas_cumprod[-1].item() == pytest.approx(0.0, abs=1e-12)  # zero terminal SNR
+    assert model.pipeline("EULER").scheduler.config.prediction_type == "v_prediction"
+    plain = StableDiffusionXL.load(str(tiny_sdxl_paths.single_file), offline=True, config_dir=str(tiny_sdxl_paths.diffusers_dir))
+    assert plain.prediction_type == "epsilon" and plain.noise_scheduler.alphas_cumprod[-1].item() > 1e-4
+    with safe_open(str(model.save_single_file(tmp_path / "again.safetensors", DataType.FLOAT_32)), "pt") as f:
+        assert {"v_pred", "ztsnr"} <= set(f.keys())
+    with safe_open(str(plain.save_single_file(tmp_path / "eps.safetensors", DataType.FLOAT_32)), "pt") as f:
+        assert not {"v_pred", "ztsnr"} & set(f.keys())
+    configure_model(plain, _config(force_v_prediction=True), CPU, P(DataType.FLOAT_32, CPU))
+    with safe_open(str(plain.save_single_file(tmp_path / "forced.safetensors", DataType.FLOAT_32)), "pt") as f:
+        keys = set(f.keys())
+    assert "v_pred" in keys and "ztsnr" not in keys
+
+
 def test_save_diffusers_half(sdxl, tmp_path):
     sdxl.save_diffusers(tmp_path / "half", DataType.FLOAT_16)
     with safe_open(str(tmp_path / "half" / "text_encoder_2" / "model.safetensors"), "pt") as f:
