@@ -7,3 +7,7 @@ from __future__ import annotations
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".avif")
 # clips, for the video families (read with PyAV, whose FFmpeg opens all of these containers)
 VIDEO_EXTENSIONS = (".mp4", ".webm", ".mov", ".mkv", ".avi", ".m4v", ".mpeg", ".flv", ".wmv")
+# Picture files that are not read (OneTrainer does not read them either): named in the dataset's
+# warnings, so photos that silently did not train (an iPhone's .heic) are found
+UNREAD_IMAGE_EXTENSIONS = (".heic", ".heif", ".gif", ".jxl", ".jp2", ".tga", ".psd", ".exr", ".dng", ".cr2", ".cr3", ".nef",
+                           ".arw", ".raf", ".orf", ".rw2", ".svg", ".ico")

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config.media_files import UNREAD_IMAGE_EXTENSIONS
 from .captions import read_captions
 from .errors import DataError
 from .images import (
@@ -110,17 +111,20 @@ def is_regular_file(path: Path) -> bool:
 
 
 def list_image_files(folder: Path, recursive: bool, skipped: list[SkippedFile] | None = None, clips: bool = False,
-                     control: bool = False, depth: bool = False) -> list[Path]:
+                     control: bool = False, depth: bool = False, unread: list[Path] | None = None) -> list[Path]:
     """Image files (not masks nor `-condlabel` images; with ``control`` not `-control` images, with ``depth`` not `-depth`
     maps either) under ``folder``,
     and clips with ``clips``, sorted by their '/'-separated relative path. Names of images that
-    are no plain file (a pipe called fifo.png) go to ``skipped``."""
+    are no plain file (a pipe called fifo.png) go to ``skipped``; pictures in a format that is not read
+    (UNREAD_IMAGE_EXTENSIONS: .heic, .gif, ...) to ``unread``."""
     found: list[tuple[str, Path]] = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if recursive else []
         for name in files:
             wanted = is_image_name(name) or (clips and is_video_name(name))
             companion = (control and is_control_name(name)) or (depth and is_depth_name(name))
+            if unread is not None and not name.startswith(".") and Path(name).suffix.lower() in UNREAD_IMAGE_EXTENSIONS:
+                unread.append(Path(root) / name)
             if name.startswith(".") or not wanted or is_mask_name(name) or is_condlabel_name(name) or companion:
                 continue
             path = Path(root) / name
@@ -169,13 +173,18 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     if not folder.is_dir():
         raise DataError(f"Concept '{label}': folder '{folder}' does not exist or is not a folder")
     not_files: list[SkippedFile] = []
+    unread: list[Path] = []
     files = list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)), not_files, sampling is not None, control,
-                             depth)
+                             depth, unread)
+    unread_note = _unread_note(unread)
     if not files:
         kinds = ", ".join(ext.lstrip(".") for ext in IMAGE_EXTENSIONS + (VIDEO_EXTENSIONS if sampling else ()))
-        raise DataError(f"Concept '{label}': no {'images or clips' if sampling else 'images'} ({kinds}) in folder '{folder}'")
+        raise DataError(f"Concept '{label}': no {'images or clips' if sampling else 'images'} ({kinds}) in folder '{folder}'"
+                        + (f"; {unread_note}" if unread_note else ""))
 
     scan = ConceptScan(name=label, folder=folder.resolve(), items=[], skipped=not_files)
+    if unread_note:
+        _warn(scan, f"Concept '{label}': {unread_note}")
     for skip in not_files:
         scan.warnings.append(f"Skipping {skip.path}: {skip.reason}")
     source = str(getattr(concept.text, "prompt_source", "sample"))
@@ -310,6 +319,18 @@ def _companion_for(path: Path, suffix: str, what: str, load, scan: ConceptScan, 
         _warn(scan, f"{what.capitalize()} {found} is {size[0]}x{size[1]} but its image is {image_size[0]}x{image_size[1]}; it is "
                     "stretched to the image's shape. Crop it like the image if the pair should line up.")
     return found.resolve()
+
+
+def _unread_note(unread: list[Path]) -> str:
+    """'2 .heic, 1 .gif file(s) are in a format that is not read (IMG_1.heic, ...); convert them to PNG or JPG' ('' for none)."""
+    if not unread:
+        return ""
+    counts: dict[str, int] = {}
+    for path in unread:
+        counts[path.suffix.lower()] = counts.get(path.suffix.lower(), 0) + 1
+    kinds = ", ".join(f"{n} {ext}" for ext, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    names = ", ".join(p.name for p in sorted(unread)[:5]) + (", ..." if len(unread) > 5 else "")
+    return f"{kinds} file(s) are in a format that is not read ({names}); convert them to PNG or JPG to train on them"
 
 
 def _warn(scan: ConceptScan, message: str) -> None:

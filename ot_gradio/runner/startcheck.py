@@ -133,8 +133,10 @@ def concept_problems(config: Any) -> list[str]:
         elif _read_by_run(config, concept) and not _has_image(path, bool(concept.include_subdirectories), clips):
             where = "or its subfolders" if concept.include_subdirectories else "(subfolders are not read: turn on Include subfolders)"
             what = "images or clips" if clips else "images"
-            out.append(f"concepts[{i}].path: folder {_shown(concept.path)} has no {what} {where}; "
-                       f"choose the folder that holds the {what} (.png, .jpg, .webp{', .mp4, .webm' if clips else ''} ...)")
+            unread = _unread_kinds(path, bool(concept.include_subdirectories))
+            fix = (f"it holds {', '.join(unread)} files, a format that is not read: convert them to PNG or JPG" if unread else
+                   f"choose the folder that holds the {what} (.png, .jpg, .webp{', .mp4, .webm' if clips else ''} ...)")
+            out.append(f"concepts[{i}].path: folder {_shown(concept.path)} has no {what} {where}; {fix}")
         else:
             out += _prompt_file_problems(i, concept, path)
     return out
@@ -163,6 +165,20 @@ def _has_image(folder: Path, recursive: bool, clips: bool = False) -> bool:
     except (OSError, ValueError):
         return True  # unreadable here: the scan names the file
     return False
+
+
+def _unread_kinds(folder: Path, recursive: bool) -> list[str]:
+    """The extensions of the pictures in `folder` that are not read (.heic, .gif, ...), sorted."""
+    from ..config.media_files import UNREAD_IMAGE_EXTENSIONS  # noqa: PLC0415
+
+    found: set[str] = set()
+    try:
+        for _root, dirs, files in os.walk(folder):
+            dirs[:] = [d for d in dirs if not d.startswith(".")] if recursive else []
+            found.update(Path(n).suffix.lower() for n in files if Path(n).suffix.lower() in UNREAD_IMAGE_EXTENSIONS)
+    except (OSError, ValueError):
+        return []
+    return sorted(found)
 
 
 def _prompt_file_problems(i: int, concept: Any, folder: Path) -> list[str]:

@@ -267,3 +267,20 @@ def test_onetrainers_tiff_and_avif_images_train_and_decode(tmp_path, make_concep
         img = load_rgb(folder / item.relpath)
         assert img.size == (24, 16) and img.mode == "RGB"
         assert max(abs(a - b) for a, b in zip(img.getpixel((12, 8)), want, strict=True)) <= 6, item.relpath
+
+
+def test_photos_in_a_format_that_is_not_read_are_named(tmp_path, write_image, make_concept):
+    """An iPhone's .heic photos beside JPEGs did not train, without a word."""
+    folder = tmp_path / "c"
+    write_image(folder / "a.jpg", 16, 16)
+    for name in ("IMG_0001.HEIC", "IMG_0002.heic", "anim.gif"):
+        (folder / name).write_bytes(b"x")
+    scan = scan_concept(make_concept(folder))
+    assert [i.relpath for i in scan.items] == ["a.jpg"]
+    assert any("2 .heic, 1 .gif file(s) are in a format that is not read (IMG_0001.HEIC, IMG_0002.heic, anim.gif)" in w
+               and "convert them to PNG or JPG" in w for w in scan.warnings), scan.warnings
+    only = tmp_path / "only"
+    (only).mkdir()
+    (only / "IMG_0003.heic").write_bytes(b"x")
+    with pytest.raises(DataError, match=r"no images .* in folder .*; 1 \.heic file\(s\) are in a format that is not read"):
+        scan_concept(make_concept(only))

@@ -129,3 +129,14 @@ def test_start_takes_a_folder_of_clips_alone_for_a_video_model(tmp_path):
     assert problems("WAN_2_1", "clips") == problems("HUNYUAN_VIDEO", "clips") == []
     assert "has no images (" in problems("STABLE_DIFFUSION_15", "clips")[0]
     assert "has no images or clips (" in problems("WAN_2_1", "empty")[0]
+
+
+def test_start_names_photos_in_a_format_that_is_not_read(tmp_path):
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.runner.startcheck import concept_problems
+
+    (tmp_path / "iphone").mkdir()
+    (tmp_path / "iphone" / "IMG_0001.HEIC").write_bytes(b"x")
+    config = TrainConfig.model_validate({"concepts": [{"path": str(tmp_path / "iphone")}]})
+    assert concept_problems(config)[0].endswith("has no images (subfolders are not read: turn on Include subfolders); it holds .heic "
+                                                "files, a format that is not read: convert them to PNG or JPG")
