@@ -199,8 +199,11 @@ def model_metadata(
         "modelspec.resolution": f"{w}x{h}",
     }
     if arch.startswith("stable-diffusion"):
-        v = str(model.lora_base_model_version).endswith("_v")
+        # the schedule it trained with: SD 2.x 768, a v_pred-marked SDXL file, or force_v_prediction
+        v = getattr(model, "prediction_type", None) == "v_prediction" or str(model.lora_base_model_version).endswith("_v")
         meta["modelspec.prediction_type"] = "v" if v else "epsilon"
+        if v:
+            meta["ss_v_parameterization"] = "True"  # kohya's key (sd-scripts' --v_parameterization)
     phrases = [p for p in trigger_phrases if p]
     if phrases:
         meta["modelspec.trigger_phrase"] = ", ".join(phrases)

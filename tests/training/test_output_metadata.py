@@ -115,6 +115,15 @@ def test_diffusers_layout_checkpoint_and_v_prediction():
     assert meta["modelspec.title"].startswith("Checkpoint@")
 
 
+def test_a_v_prediction_sdxl_lora_says_so():
+    """A LoRA of a v-prediction SDXL model (NoobAI-XL V-pred, or force_v_prediction) was labelled epsilon."""
+    vpred = SimpleNamespace(**vars(SDXL), prediction_type="v_prediction")
+    meta = model_metadata(_config(), vpred, kind="lora")
+    assert meta["modelspec.prediction_type"] == "v" and meta["ss_v_parameterization"] == "True"
+    plain = model_metadata(_config(), SimpleNamespace(**vars(SDXL), prediction_type="epsilon"), kind="lora")
+    assert plain["modelspec.prediction_type"] == "epsilon" and "ss_v_parameterization" not in plain
+
+
 def _kohya_hashes_of(path):
     """kohya's recipe, written out from its description: serialize the file's tensors with only the
     `ss_*` metadata; model hash = SHA-256 of what follows the 8-byte length and the JSON header;
