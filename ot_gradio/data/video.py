@@ -122,9 +122,9 @@ def _upright(image: Image.Image, turns: int) -> Image.Image:
 
 
 def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
-             ) -> tuple[list[Image.Image], int, int, int, float, list[float]]:
+             ) -> tuple[list[Image.Image], int, int, int, float, list[float], float]:
     """(the frames as RGB images when `keep`, how many were taken, width, height, duration, the
-    taken frames' times in seconds from the clip's first timestamp)."""
+    taken frames' times in seconds as the container stamps them, the clip's end time)."""
     container = _open(path)
     taken: list[Image.Image] = []
     times: list[float] = []
@@ -163,7 +163,7 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
                 width, height = (frame.height, frame.width) if turn % 2 else (frame.width, frame.height)
                 if keep:
                     taken.append(_upright(frame.to_image().convert("RGB"), turn))
-                times.append(time - origin)
+                times.append(time)
                 count += 1
                 if count >= limit:
                     break
@@ -180,24 +180,24 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
     if not count:
         after = f" after {sampling.start:g} s" if sampling.start else ""
         raise ClipError(f"has no frame to train on{after} (zero frames, or too short)")
-    return taken, count, width, height, duration, times
+    return taken, count, width, height, duration, times, origin + duration
 
 
 def probe_clip(path: str | Path, sampling: FrameSampling) -> ClipInfo:
     """What a clip trains with; decodes the frames it would use (at most `sampling.frames`), so a
     clip that fails here is skipped before training instead of failing a step."""
-    _, count, width, height, duration, times = _sampled(Path(path), sampling, sampling.frames, keep=False)
+    _, count, width, height, duration, times, end = _sampled(Path(path), sampling, sampling.frames, keep=False)
     frames = sampling.count(count)
-    return ClipInfo(width, height, frames, count, duration, _slack(times[:frames], duration, sampling))
+    return ClipInfo(width, height, frames, count, duration, _slack(times[:frames], end if duration > 0 else 0.0, sampling))
 
 
-def _slack(times: list[float], duration: float, sampling: FrameSampling) -> float:
-    """How much later than its first frame a window with frames at `times` could start and still
-    end one frame interval before the clip's stated end (0: unknown length, or nothing to spare)."""
-    if not times or duration <= 0:
+def _slack(times: list[float], end: float, sampling: FrameSampling) -> float:
+    """How much later a window with frames at `times` could start and still end one frame interval
+    before the clip's stated `end`, on the same clock as the times (0: unknown length, or nothing to spare)."""
+    if not times or end <= 0:
         return 0.0
     interval = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 1.0 / sampling.fps
-    return max(0.0, round(duration - interval - times[-1], 3))
+    return max(0.0, round(end - interval - times[-1], 3))
 
 
 def read_clip(path: str | Path, sampling: FrameSampling, frames: int) -> list[Image.Image]:
