@@ -17,6 +17,9 @@ from typing import Any
 import torch
 
 V_PRED, ZTSNR = "v_pred", "ztsnr"
+# ComfyUI's marks of an SDXL-shaped model on an EDM schedule: Playground v2.5 (`edm_mean`, `edm_std`),
+# CosXL (`edm_vpred.sigma_max`). Training here uses the DDPM schedule, so they are refused by name.
+EDM_KEYS = ("edm_mean", "edm_std", "edm_vpred.sigma_max", "edm_vpred.sigma_min")
 
 
 def read_markers(path: str | Path) -> frozenset[str]:
@@ -31,7 +34,18 @@ def read_markers(path: str | Path) -> frozenset[str]:
             keys = set(f.keys())
     except Exception:  # noqa: BLE001 (the loader names a broken file itself)
         return frozenset()
-    return frozenset(k for k in (V_PRED, ZTSNR) if k in keys)
+    return frozenset(k for k in (V_PRED, ZTSNR, *EDM_KEYS) if k in keys)
+
+
+def edm_problem(name: str, markers: frozenset[str], scheduler: object) -> str | None:
+    """Why `name` cannot train here when it is an EDM model (by its file's markers or its
+    diffusers scheduler, e.g. Playground v2.5's EDMDPMSolverMultistepScheduler); None otherwise."""
+    edm = sorted(markers & set(EDM_KEYS))
+    if not edm and not type(scheduler).__name__.startswith("EDM"):
+        return None
+    why = f"its file holds {', '.join(edm)}" if edm else f"its scheduler is {type(scheduler).__name__}"
+    return (f"'{name}' is an EDM model (Playground v2.5, CosXL: {why}); SDXL trains here on the DDPM schedule "
+            "(epsilon or v-prediction), which would not fit it. Pick an SDXL model on the usual schedule.")
 
 
 def marked_scheduler(scheduler: Any, markers: frozenset[str]) -> Any:

@@ -29,7 +29,7 @@ from ot_gradio.config.enums import ModelType, NoiseScheduler
 from ot_gradio.models.common import ModelLoadError, base_module, input_dtype, module_device
 from ot_gradio.models.family_parts import CheckedLayerSkips
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.schedule_markers import marked_scheduler, markers_for, read_markers
+from ot_gradio.models.schedule_markers import edm_problem, marked_scheduler, markers_for, read_markers
 from ot_gradio.models.sd15 import (
     StableDiffusion15,
     make_sampling_scheduler,
@@ -73,6 +73,9 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
                 f"'{name}' is not an SDXL model (it has no {', '.join(missing) or 'size conditioning'}); "
                 "pick the model type that matches it, or an SDXL model."
             )
+        problem = edm_problem(name, frozenset(), pipe.scheduler)  # a diffusers folder's scheduler (a single file: _load_single_file)
+        if problem:
+            raise ModelLoadError(problem)
         return cls._checked_unet_channels(name, pipe)
 
     @classmethod
@@ -92,7 +95,11 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
     def _load_single_file(cls, path, **kwargs):
         """ComfyUI's `v_pred` / `ztsnr` markers of a v-prediction checkpoint set its schedule."""
         pipe = super()._load_single_file(path, **kwargs)
-        pipe.scheduler = marked_scheduler(pipe.scheduler, read_markers(path))
+        markers = read_markers(path)
+        problem = edm_problem(str(path), markers, pipe.scheduler)
+        if problem:
+            raise ModelLoadError(problem)
+        pipe.scheduler = marked_scheduler(pipe.scheduler, markers)
         return pipe
 
     def save_single_file(self, path, dtype, metadata=None):

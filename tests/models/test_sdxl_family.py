@@ -260,6 +260,29 @@ def test_comfyuis_v_pred_markers_are_read_and_written(sdxl, tiny_sdxl_paths, tmp
     assert "v_pred" in keys and "ztsnr" not in keys
 
 
+def test_edm_models_are_refused_by_name(tiny_sdxl_paths, tmp_path):
+    """Playground v2.5 (a file with `edm_mean` / `edm_std`, or a folder with an EDM scheduler)
+    would train on the wrong schedule: refused, saying why."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    marked = tmp_path / "playground.safetensors"
+    save_file({**load_file(str(tiny_sdxl_paths.single_file)), "edm_mean": torch.zeros(1, 4, 1, 1), "edm_std": torch.ones(1, 4, 1, 1)},
+              str(marked))
+    with pytest.raises(ModelLoadError, match=r"is an EDM model .*its file holds edm_mean, edm_std"):
+        StableDiffusionXL.load(str(marked), offline=True, config_dir=str(tiny_sdxl_paths.diffusers_dir))
+    folder = shutil.copytree(tiny_sdxl_paths.diffusers_dir, tmp_path / "playground")
+    from diffusers import EDMDPMSolverMultistepScheduler
+
+    EDMDPMSolverMultistepScheduler().save_pretrained(folder / "scheduler")  # Playground v2.5's scheduler
+    index = json.loads((folder / "model_index.json").read_text())
+    (folder / "model_index.json").write_text(json.dumps({**index, "scheduler": ["diffusers", "EDMDPMSolverMultistepScheduler"]}))
+    with pytest.raises(ModelLoadError, match=r"its scheduler is EDMDPMSolverMultistepScheduler"):
+        StableDiffusionXL.load(str(folder), offline=True)
+
+
 def test_save_diffusers_half(sdxl, tmp_path):
     sdxl.save_diffusers(tmp_path / "half", DataType.FLOAT_16)
     with safe_open(str(tmp_path / "half" / "text_encoder_2" / "model.safetensors"), "pt") as f:
