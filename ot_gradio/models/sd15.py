@@ -347,7 +347,12 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
         written by `single_file_writer` from the UNet, the VAE and the text encoders."""
         self.check_plain_parts()
         modules = [base_module(getattr(self, part)) for part in ("unet", "vae", *self.text_encoder_names)]
-        return self.single_file_writer(path, *modules, dtype=dtype, metadata=self.file_metadata(self.modelspec_architecture, metadata))
+        return self.single_file_writer(path, *modules, dtype=dtype, metadata=self.file_metadata(self.modelspec_architecture, metadata),
+                                       **self.single_file_extras())
+
+    def single_file_extras(self) -> dict:
+        """More keyword arguments for `single_file_writer` (SDXL: ComfyUI's schedule markers)."""
+        return {}
 
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
         """A diffusers folder, written to a temp folder next to `directory` and then swapped in.

@@ -102,12 +102,9 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
         pipe.scheduler = marked_scheduler(pipe.scheduler, markers)
         return pipe
 
-    def save_single_file(self, path, dtype, metadata=None):
-        """The original SDXL layout, marked `v_pred` (and `ztsnr`) when the model trained so, as ComfyUI marks it."""
-        self.check_plain_parts()
-        modules = [base_module(getattr(self, part)) for part in ("unet", "vae", *self.text_encoder_names)]
-        return save_sdxl_single_file(path, *modules, dtype=dtype, metadata=self.file_metadata(self.modelspec_architecture, metadata),
-                                     markers=markers_for(self.noise_scheduler.config))
+    def single_file_extras(self) -> dict:
+        """A single file is marked `v_pred` (and `ztsnr`) when the model trained so, as ComfyUI marks it."""
+        return {"markers": markers_for(self.noise_scheduler.config)}
 
     def _check_layer_skip(self, part: str, skip: int) -> None:
         layers = int(base_module(getattr(self, part)).config.num_hidden_layers)

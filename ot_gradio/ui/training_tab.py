@@ -80,30 +80,28 @@ def _count_images(folder: str, subfolders: bool, companions: tuple[str, ...] = (
                or (clips and is_video_name(f)))
 
 
-def _companions(model_type: Any) -> tuple[str, ...]:
+def _family_info(model_type: Any):
     from ..config.families import FAMILIES  # noqa: PLC0415
+
+    return next((i for m, i in FAMILIES.items() if m.value == str(model_type or "")), None)
+
+
+def _companions(info: Any) -> tuple[str, ...]:
     from ..data.images import CONTROL_SUFFIX, DEPTH_SUFFIX  # noqa: PLC0415
 
-    info = next((i for m, i in FAMILIES.items() if m.value == str(model_type or "")), None)
     return ((CONTROL_SUFFIX,) if info is not None and info.control_image else ()) + \
         ((DEPTH_SUFFIX,) if info is not None and info.depth_maps else ())
-
-
-def _takes_clips(model_type: Any) -> bool:
-    from ..config.families import FAMILIES  # noqa: PLC0415
-
-    info = next((i for m, i in FAMILIES.items() if m.value == str(model_type or "")), None)
-    return info is not None and info.frame_step is not None
 
 
 def steps_per_epoch(config: dict[str, Any]) -> int:
     """An estimate from the image counts; the trainer's exact number also drops incomplete buckets."""
     images = 0.0
+    info = _family_info(config.get("model_type"))
+    companions, clips = _companions(info), info is not None and info.frame_step is not None  # a video model reads clips too
     for c in config.get("concepts", []):
         if not c.get("enabled", True):
             continue
-        n = _count_images(c.get("path", ""), c.get("include_subdirectories", False), _companions(config.get("model_type")),
-                          _takes_clips(config.get("model_type")))
+        n = _count_images(c.get("path", ""), c.get("include_subdirectories", False), companions, clips)
         if c.get("balancing_strategy") == "SAMPLES":
             images += c.get("balancing", 1.0)
         else:
