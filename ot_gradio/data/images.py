@@ -7,6 +7,8 @@ Decisions, so every model sees the same pixels:
   would expose whatever colour the editor left under the transparent pixels (often black).
 - 16-bit and 32-bit greyscale is scaled to 8 bits (PIL's own conversion clips it to white).
 - CMYK, YCbCr, palette and other modes go through PIL's conversion to RGB (no ICC handling).
+- HEIC / HEIF (an iPhone's photos) open through pillow-heif's PIL plugin, registered on import
+  here, with the container's rotation applied as it decodes (its EXIF orientation then reads 1).
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
-from ..config.media_files import IMAGE_EXTENSIONS
+from ..config.media_files import HEIF_EXTENSIONS, IMAGE_EXTENSIONS
+
+try:  # in requirements.txt; a box set up with only what a GPU check needs may lack it
+    import pillow_heif
+except ImportError:
+    pillow_heif = None
+else:
+    pillow_heif.register_heif_opener()
 
 # Pixel limits, set on purpose: training opens what PIL itself opens (its refusal threshold, about
 # 13,400 x 13,400); the page (mask editor, previews) at most about 6,000 x 6,000, since it holds
@@ -129,6 +138,12 @@ def open_image(source: Any, name: str, max_pixels: int = MAX_PIXELS) -> Image.Im
     """Image.open with the pixel limit checked from the header, before anything is decoded."""
     try:
         img = Image.open(source)
+    except Image.UnidentifiedImageError:
+        if pillow_heif is None and Path(name).suffix.lower() in HEIF_EXTENSIONS:
+            raise Image.UnidentifiedImageError(
+                f"{name}: HEIC / HEIF photos are read with pillow-heif, which is not installed here: "
+                "pip install -r requirements.txt") from None
+        raise
     except Image.DecompressionBombError as err:  # PIL's own limit, met before ours: its text names the pixels
         found = re.search(r"\((\d+) pixels\)", str(err))
         size = f"{int(found.group(1)) / 1e6:.0f} megapixels" if found else "the image"

@@ -270,17 +270,62 @@ def test_onetrainers_tiff_and_avif_images_train_and_decode(tmp_path, make_concep
 
 
 def test_photos_in_a_format_that_is_not_read_are_named(tmp_path, write_image, make_concept):
-    """An iPhone's .heic photos beside JPEGs did not train, without a word."""
+    """Pictures that are not read (an animated GIF, a JPEG XL) beside JPEGs did not train, without a word."""
     folder = tmp_path / "c"
     write_image(folder / "a.jpg", 16, 16)
-    for name in ("IMG_0001.HEIC", "IMG_0002.heic", "anim.gif"):
+    for name in ("IMG_0001.JXL", "IMG_0002.jxl", "anim.gif"):
         (folder / name).write_bytes(b"x")
     scan = scan_concept(make_concept(folder))
     assert [i.relpath for i in scan.items] == ["a.jpg"]
-    assert any("2 .heic, 1 .gif file(s) are in a format that is not read (IMG_0001.HEIC, IMG_0002.heic, anim.gif)" in w
+    assert any("2 .jxl, 1 .gif file(s) are in a format that is not read (IMG_0001.JXL, IMG_0002.jxl, anim.gif)" in w
                and "convert them to PNG or JPG" in w for w in scan.warnings), scan.warnings
     only = tmp_path / "only"
     (only).mkdir()
-    (only / "IMG_0003.heic").write_bytes(b"x")
-    with pytest.raises(DataError, match=r"no images .* in folder .*; 1 \.heic file\(s\) are in a format that is not read"):
+    (only / "IMG_0003.jxl").write_bytes(b"x")
+    with pytest.raises(DataError, match=r"no images .* in folder .*; 1 \.jxl file\(s\) are in a format that is not read"):
         scan_concept(make_concept(only))
+
+
+def _iphone_photo(path, size=(48, 32), orientation=6):
+    """A HEIC photo as an iPhone writes one: the sensor's landscape pixels (left third blue, the rest red) and a
+    rotation (EXIF orientation 6: turn 90 degrees clockwise to view), which pillow-heif stores in the container."""
+    image = Image.new("RGB", size, (200, 30, 40))
+    image.paste((20, 40, 210), (0, 0, size[0] // 3, size[1]))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    image.save(path, quality=95, exif=exif.tobytes())
+
+
+def test_iphone_heic_photos_train_upright(tmp_path, make_concept):
+    """An iPhone's HEIC photos were named as unread and did not train: they are read now, turned upright."""
+    folder = tmp_path / "c"
+    folder.mkdir()
+    _iphone_photo(folder / "IMG_0001.HEIC")
+    _iphone_photo(folder / "IMG_0002.heif", orientation=1)
+    for stem in ("IMG_0001", "IMG_0002"):
+        (folder / f"{stem}.txt").write_text("a red car", encoding="utf-8")
+    scan = scan_concept(make_concept(folder))
+    assert [i.relpath for i in scan.items] == ["IMG_0001.HEIC", "IMG_0002.heif"]
+    assert not scan.warnings, scan.warnings
+    by_name = {i.relpath: i for i in scan.items}
+    assert (by_name["IMG_0001.HEIC"].width, by_name["IMG_0001.HEIC"].height) == (32, 48)  # portrait, as viewers show it
+    assert by_name["IMG_0001.HEIC"].captions == ("a red car",)
+    from ot_gradio.data.images import load_rgb
+
+    upright = load_rgb(folder / "IMG_0001.HEIC")
+    assert upright.size == (32, 48) and upright.mode == "RGB"
+    top, bottom = upright.getpixel((16, 2)), upright.getpixel((16, 45))  # the blue third is on top once turned
+    assert top[2] > 150 > top[0] and bottom[0] > 150 > bottom[2], (top, bottom)
+    assert load_rgb(folder / "IMG_0002.heif").size == (48, 32)
+
+
+def test_without_pillow_heif_a_heic_photo_says_what_to_install(tmp_path, monkeypatch):
+    from ot_gradio.data import images
+
+    _iphone_photo(tmp_path / "IMG_0001.heic")
+    monkeypatch.setattr(images, "pillow_heif", None)
+    monkeypatch.setattr(Image, "OPEN", {k: v for k, v in Image.OPEN.items() if k != "HEIF"})  # as if never registered
+    monkeypatch.setattr(Image, "ID", [k for k in Image.ID if k != "HEIF"])
+    with pytest.raises(Image.UnidentifiedImageError, match=r"IMG_0001\.heic: HEIC / HEIF photos are read with pillow-heif.*"
+                                                              r"pip install -r requirements\.txt"):
+        images.load_rgb(tmp_path / "IMG_0001.heic")

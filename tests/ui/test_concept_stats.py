@@ -136,7 +136,7 @@ def test_start_names_photos_in_a_format_that_is_not_read(tmp_path):
     from ot_gradio.runner.startcheck import concept_problems
 
     (tmp_path / "iphone").mkdir()
-    (tmp_path / "iphone" / "IMG_0001.HEIC").write_bytes(b"x")
+    (tmp_path / "iphone" / "IMG_0001.JXL").write_bytes(b"x")
     config = TrainConfig.model_validate({"concepts": [{"path": str(tmp_path / "iphone")}]})
-    assert concept_problems(config)[0].endswith("has no images (subfolders are not read: turn on Include subfolders); it holds .heic "
+    assert concept_problems(config)[0].endswith("has no images (subfolders are not read: turn on Include subfolders); it holds .jxl "
                                                 "files, a format that is not read: convert them to PNG or JPG")
