@@ -566,16 +566,16 @@ def inpainting_sample_problems(config: Any) -> list[str]:
 
 
 def control_sample_problems(config: Any) -> list[str]:
-    """`samples[i].control_image`: only an image-editing family reads one, and it must be a file."""
+    """`samples[i].control_image`: only an image-editing or image-to-video family reads one, and it must be a file."""
     info = family_info(config.model_type)
     out = []
     for i, sample in enumerate(config.samples or []):
         value = str(getattr(sample, "control_image", "") or "").strip()
         if not value or not getattr(sample, "enabled", True):
             continue
-        if info is None or not info.control_image:
+        if info is None or not (info.control_image or info.image_to_video):
             out.append(f"samples[{i}].control_image: {config.model_type.value} samples from a prompt alone; clear it, "
-                       "or train an image-editing model type (QWEN_IMAGE_EDIT).")
+                       "or train an image-editing (QWEN_IMAGE_EDIT) or image-to-video (WAN_2_2_I2V_A14B) model type.")
         elif not _is_file(value):
             out.append(f"samples[{i}].control_image: file '{value[:300]}' does not exist.")
     return out

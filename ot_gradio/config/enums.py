@@ -47,6 +47,7 @@ class ModelType(StrEnum):
     WAN_2_1 = "WAN_2_1"
     WAN_2_2_TI2V_5B = "WAN_2_2_TI2V_5B"
     WAN_2_2_T2V_A14B = "WAN_2_2_T2V_A14B"
+    WAN_2_2_I2V_A14B = "WAN_2_2_I2V_A14B"
     LTX_2 = "LTX_2"
     # Not in OneTrainer (its users ask for it: issues #1035, #1665): image-conditioned editing, trained here.
     QWEN_IMAGE_EDIT = "QWEN_IMAGE_EDIT"
@@ -343,6 +344,6 @@ def native_resolution(model_type: ModelType) -> int:
         return 640  # 512x768, the pipeline's default size (about 627 px square)
     if name == "WAN_2_2_TI2V_5B":
         return 960  # 704x1280 (about 950 px square)
-    if name == "WAN_2_2_T2V_A14B":
+    if name in ("WAN_2_2_T2V_A14B", "WAN_2_2_I2V_A14B"):
         return 640  # 480x832 (its smaller size; 720x1280 is about 960 px square)
     return 1024

@@ -201,13 +201,16 @@ def crop_top_left(variant: Variant) -> tuple[int, int]:
     return crop.top, left
 
 
-def latent_key(cache: LatentCache, item: ImageItem, variant: Variant) -> str:
-    """A video family's items also key on their frame count and, for a clip, the frame sampling."""
+def latent_key(cache: LatentCache, item: ImageItem, variant: Variant, kind: str = "") -> str:
+    """A video family's items also key on their frame count and, for a clip, the frame sampling;
+    `kind` names another tensor made of the same pixels (a conditioning of every variant)."""
     extra = None
     if item.frames:
         extra = {"frames": item.frames, **({"sampling": item.sampling.key()} if item.sampling is not None else {})}
         if variant.clip_offset:  # a random clip window's start (absent at 0: the first window keys as before)
             extra["clip_offset"] = variant.clip_offset
+    if kind:
+        extra = {**(extra or {}), "kind": kind}
     return cache.key(
         item.path, item.file_size, item.mtime_ns, variant.bucket, variant.crop, variant.flip, variant.resolution, variant.augment, extra
     )
@@ -219,7 +222,10 @@ def conditioning_key(cache: LatentCache, item: ImageItem, variant: Variant, kind
     encoded again; "depth" (depth models): every image's variant has its depth map, with the
     `-depth` file where there is one (else the estimator's); "control" (image-conditioned
     families): the variant plus the control file. An inpainting image with a `-condlabel` image
-    (custom_conditioning_image) keys on that file instead of its mask."""
+    (custom_conditioning_image) keys on that file instead of its mask; "first_frame" (image-to-video
+    families): every variant, the latents of its first frame."""
+    if kind == "first_frame":
+        return latent_key(cache, item, variant, "first_frame")
     if kind == "control":
         return _with_file(cache, item, variant, "control", item.control_path)
     if kind == "depth":

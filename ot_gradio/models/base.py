@@ -42,6 +42,7 @@ class ModelFamily(Protocol):
     text_encoder_names: ClassVar[tuple[str, ...]]  # text encoder parts in order
     inpainting: ClassVar[bool]  # then also `encode_conditioning(pixels, mask)` and `batch.latent_mask` in `predict`
     depth_maps: ClassVar[bool]  # a `-depth` image beside an image is its depth map (the batch's depth_maps, `encode_conditioning`)
+    image_to_video: ClassVar[bool]  # `encode_conditioning(pixels)`: a clip's first frame, read beside the noisy latents
     control_image: ClassVar[bool]  # trains on (image, `-control` image) pairs: `encode_text(..., control=)` reads them (Qwen-Image-Edit)
     conditioning_kind: ClassVar[str]  # what `encode_conditioning` makes for the latent cache ("masked_image", "depth")
     decodes_latents: ClassVar[bool]  # `decode_latents` is a VAE's (debug_mode decodes each step's latents with it)

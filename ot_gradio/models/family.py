@@ -22,6 +22,7 @@ class Family:
     inpainting = False  # the denoiser takes the masked image and the mask as input (sd_inpainting.py, Flux Fill)
     control_image = False  # trains on (image, `-control` image) pairs; the batch's control_pixels reach encode_text (Qwen-Image-Edit)
     depth_maps = False  # a `-depth` image beside an image is its depth map (SD 2 depth); from the description
+    image_to_video = False  # the denoiser reads each clip's first frame; a sample starts from an image (Wan 2.2 I2V)
     learns_variance = False  # the denoiser also predicts its variance, trained with the variational bound (PixArt)
     bucket_step: int | None = None  # image sides are multiples of this (None: the data default)
     frame_step: int | None = None  # a video family: clips train with frame_step * k + 1 frames (None: images only)

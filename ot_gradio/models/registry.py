@@ -30,7 +30,7 @@ class UnsupportedModelTypeError(ValueError):
 DESCRIBED = {"part_names": "parts", "denoiser": "denoiser", "text_encoder_names": "text_encoders",
              "bucket_step": "bucket_step", "schedule_kind": "schedule", "inpainting": "inpainting", "frame_step": "frame_step",
              "transformer_file": "transformer_file", "gguf_transformer": "gguf",
-             "control_image": "control_image", "depth_maps": "depth_maps", "text_encoder_labels": "text_encoder_labels"}
+             "control_image": "control_image", "depth_maps": "depth_maps", "image_to_video": "image_to_video", "text_encoder_labels": "text_encoder_labels"}
 # class attribute -> the description's field it is read from where the description gives it (not
 # ""); where it does not, the class states it itself or keeps its base class's (SD 2's computed version)
 DESCRIBED_IF_GIVEN = {"family_name": "name", "default_config_repo": "hub_repo", "lora_base_model_version": "lora_version"}

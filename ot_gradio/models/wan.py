@@ -20,7 +20,8 @@ What Wan 2.1 is (diffusers' WanPipeline):
   single files are refused. Saving: a diffusers folder; LoRA as diffusers/PEFT keys
   (`transformer.blocks.0.attn1.to_q.lora_A.weight`) that WanPipeline.load_lora_weights reads, or
   KOHYA_LORA with the original layer names ComfyUI maps (`lora_unet_blocks_0_self_attn_q`).
-- Wan 2.2 T2V A14B (Wan22T2VA14B) is Wan 2.1's layout twice: two experts, one per noise range.
+- Wan 2.2 T2V A14B (Wan22T2VA14B) is Wan 2.1's layout twice: two experts, one per noise range;
+  Wan 2.2 I2V A14B (models/wan_i2v.py) the same with each clip's first frame read beside the noise.
 """
 
 from __future__ import annotations
@@ -77,7 +78,11 @@ class Wan21(VideoSampling, TokenWindow, IdentityLoraNames, FlowFamily):
         super().__init__(components)
         if components.get("transformer_2") is not None and not self.two_experts:
             raise ModelLoadError(f"The model has two transformers (a Wan 2.2 A14B model), not one as {self.family_name}; "
-                                 "pick the model type WAN_2_2_T2V_A14B.")
+                                 "pick the model type WAN_2_2_T2V_A14B (WAN_2_2_I2V_A14B for the image-to-video one).")
+        config = base_module(components["transformer"]).config
+        if config.in_channels != config.out_channels and not self.image_to_video:
+            raise ModelLoadError(f"The transformer reads {config.in_channels} channels for {config.out_channels} it predicts: an "
+                                 f"image-to-video Wan model, not {self.family_name}; pick the model type WAN_2_2_I2V_A14B.")
         self.noise_scheduler = flow_training_scheduler(self.scheduler)
         self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
 

@@ -186,6 +186,8 @@ class TrainerSetup:
             )
         if self.model.control_image:  # samples without a control image of their own edit the first pair's
             self.model.default_control_image = str(self.dataset.concepts[0].items[0].control_path)
+        if self.model.image_to_video:  # samples without an image of their own start from the first clip's first frame
+            self.model.default_control_image = str(self.dataset.concepts[0].items[0].path)
 
     def _setup_steps(self) -> None:
         """Step counts, optimizer, scheduler, intervals, TensorBoard and the resume."""

@@ -154,13 +154,14 @@ def lora_load_problems(pipe, path, libraries=("diffusers", "peft"), must_log: bo
     return problems + [str(w.message) for w in caught if not issubclass(w.category, ignored)]
 
 
-def video_latents(pipe, prompt: str, guidance_scale: float) -> np.ndarray:
+def video_latents(pipe, prompt: str | None, guidance_scale: float, **inputs) -> np.ndarray:
     """A video pipeline's latents for a fixed seed (5 frames of 32 px, 2 steps: the tiny VAEs'
-    decoders flatten differences, so LoRA effects are compared before decoding)."""
+    decoders flatten differences, so LoRA effects are compared before decoding); `inputs`: the
+    pipeline's others (an image-to-video one's `image`; `prompt_embeds` for a None prompt)."""
     import torch
 
-    return pipe(prompt, height=32, width=32, num_frames=5, num_inference_steps=2, guidance_scale=guidance_scale,
-                generator=torch.Generator().manual_seed(0), output_type="latent").frames.float().numpy()
+    return pipe(prompt=prompt, height=32, width=32, num_frames=5, num_inference_steps=2, guidance_scale=guidance_scale,
+                generator=torch.Generator().manual_seed(0), output_type="latent", **inputs).frames.float().numpy()
 
 
 def clip_run(config, tmp_path, frames: int | None = None) -> tuple[list[dict], list[str]]:

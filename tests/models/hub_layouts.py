@@ -111,6 +111,10 @@ HUB_LAYOUTS: dict[str, dict] = {
         "repo": "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "model_index": {"tokenizer": ["transformers", "T5TokenizerFast"]},
         "tokenizers": {"tokenizer": "t5"},
     },
+    "tiny:wan22-i2v-a14b": {  # inferred: the same umt5-xxl tokenizer; index: WanImageToVideoPipeline, null image encoder and processor
+        "repo": "Wan-AI/Wan2.2-I2V-A14B-Diffusers", "model_index": {"tokenizer": ["transformers", "T5TokenizerFast"]},
+        "tokenizers": {"tokenizer": "t5"},
+    },
     "tiny:hunyuan_video": {  # inferred: llava-llama-3-8b's Llama 3 tokenizer (tokenizer.json, PreTrainedTokenizerFast), CLIP-L's files
         "repo": "hunyuanvideo-community/HunyuanVideo", "model_index": {"tokenizer": ["transformers", "LlamaTokenizerFast"]},
         "tokenizers": {"tokenizer": "llama3", "tokenizer_2": "clip"},

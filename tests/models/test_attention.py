@@ -36,7 +36,7 @@ def test_flex_reaches_the_attention_the_description_says_it_does(tiny_dir, tmp_p
     try:
         model.set_attention("FLEX", "cuda")  # (for a run on a GPU: the device is only checked; the sample runs on the CPU)
         # every transformer that samples takes it (Wan 2.2 A14B's idle expert, Ideogram 4's unconditional one)
-        assert len(modules) == 1 + (model_type in ("WAN_2_2_T2V_A14B", "IDEOGRAM_4"))
+        assert len(modules) == 1 + (model_type in ("WAN_2_2_T2V_A14B", "WAN_2_2_I2V_A14B", "IDEOGRAM_4"))
         assert all(p._attention_backend == "flex" for m in modules for p in processors(m))
         sample_with_flex(model, tmp_path)
     finally:
@@ -45,7 +45,7 @@ def test_flex_reaches_the_attention_the_description_says_it_does(tiny_dir, tmp_p
 
 
 def sample_with_flex(model, tmp_path) -> None:
-    if model.control_image:
+    if model.control_image or model.image_to_video:
         Image.new("RGB", (40, 24), (200, 30, 30)).save(tmp_path / "control.png")
         model.default_control_image = str(tmp_path / "control.png")
     image = model.sample("a red circle", height=32, width=32, steps=1, cfg_scale=2.0, device="cpu")

@@ -35,7 +35,7 @@ def test_sizes():
 FAMILIES = [("FLUX_DEV_1", "flux"), ("CHROMA_1", "chroma"), ("FLUX_2", "flux2-dev"), ("FLUX_2", "flux2-klein"), ("QWEN", "qwen-image"), ("KREA_2", "krea2"), ("ANIMA", "anima"),
             ("Z_IMAGE", "z-image"), ("STABLE_DIFFUSION_3", "sd3"), ("SANA", "sana"), ("WAN_2_1", "wan"), ("WAN_2_2_TI2V_5B", "wan22-5b"), ("HUNYUAN_VIDEO", "hunyuan_video"), ("LTX_2", "ltx2"), ("IDEOGRAM_4", "ideogram4"), ("HI_DREAM_FULL", "hidream"), ("STABLE_DIFFUSION_15", "sd15"),
             ("STABLE_DIFFUSION_XL_10_BASE", "sdxl"), ("PIXART_SIGMA", "pixart-sigma"),
-            ("WAN_2_2_T2V_A14B", "wan22-a14b"), ("ERNIE", "ernie"), ("STABLE_DIFFUSION_20_DEPTH", "sd2-depth"),
+            ("WAN_2_2_T2V_A14B", "wan22-a14b"), ("WAN_2_2_I2V_A14B", "wan22-i2v-a14b"), ("ERNIE", "ernie"), ("STABLE_DIFFUSION_20_DEPTH", "sd2-depth"),
             ("QWEN_IMAGE_EDIT", "qwen-image-edit")]
 
 
@@ -58,7 +58,7 @@ def test_text_encoders_leave_before_the_denoiser_runs(tiny_dir, tmp_path, monkey
     hook = getattr(model, model.denoiser).register_forward_pre_hook(lambda *_: events.append(("transformer", "runs")))
     pipes, pipeline = [], model.pipeline
     monkeypatch.setattr(model, "pipeline", lambda *a, **k: pipes.append(pipeline(*a, **k)) or pipes[-1])
-    if model.control_image:  # an editing family's sample edits an image (the Qwen2.5-VL encoder reads it too)
+    if model.control_image or model.image_to_video:  # an editing (image-to-video) family's sample edits an image (the Qwen2.5-VL encoder reads it too)
         Image.new("RGB", (40, 24), (200, 30, 30)).save(tmp_path / "control.png")
         model.default_control_image = str(tmp_path / "control.png")
     image = model.sample("a red circle", height=32, width=32, steps=1, cfg_scale=2.0, device="cpu")
@@ -92,7 +92,7 @@ def test_a_sample_with_the_parts_in_the_types_a_gpu_loads_them_in(tiny_dir, tmp_
     for name, module in modules.items():
         if name != "vae":
             module.to(torch.float16 if name in denoisers else torch.bfloat16)
-    if model.control_image:
+    if model.control_image or model.image_to_video:
         Image.new("RGB", (40, 24), (200, 30, 30)).save(tmp_path / "control.png")
         model.default_control_image = str(tmp_path / "control.png")
     image = model.sample("a red circle", height=32, width=32, steps=1, cfg_scale=2.0, device="cpu")

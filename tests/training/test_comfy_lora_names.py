@@ -14,6 +14,7 @@ FAMILIES += ("anima",)  # transformer only (OneTrainer trains no Anima text enco
 FAMILIES += ("hunyuan-video",)  # q/k/v (and the single blocks' MLP input) one fused layer each; Llama and CLIP-L
 FAMILIES += ("qwen-image-edit",)  # Qwen-Image's transformer and Qwen2.5-VL: ComfyUI reads it as a Qwen-Image model
 FAMILIES += ("wan22-a14b",)  # its low-noise expert: ComfyUI loads each A14B expert as a Wan 2.1 t2v model (comfy/model_detection.py)
+FAMILIES += ("wan22-i2v-a14b",)  # 36 channels in, no image embedding: the t2v blocks' names (comfy/model_detection.py)
 
 
 def _model(name: str):
@@ -79,6 +80,11 @@ def _model(name: str):
         model = Wan22T2VA14B({**tiny_wan_components(), "transformer_2": tiny_wan_transformer(1)})
         model.choose_expert("LOW_NOISE")
         return model
+    if name == "wan22-i2v-a14b":
+        from ot_gradio.models.tiny.wan import tiny_wan_i2v_components
+        from ot_gradio.models.wan_i2v import Wan22I2VA14B
+
+        return Wan22I2VA14B(tiny_wan_i2v_components())
     from ot_gradio.models.pixart import PixArtAlpha
     from ot_gradio.models.pixart_sigma import PixArtSigma
     from ot_gradio.models.tiny.pixart import tiny_pixart_components
@@ -124,7 +130,7 @@ def comfy_names(name: str, model) -> set[str]:
         return (ref.hunyuan_video_map(tr.num_layers, tr.num_single_layers, tr.num_refiner_layers, bool(tr.guidance_embeds))
                 | ref.llm_map("llama", model.text_encoder.config.num_hidden_layers)
                 | ref.clip_l_generic("clip_l", model.text_encoder_2.config.num_hidden_layers))
-    if name in ("wan", "wan22-a14b"):
+    if name in ("wan", "wan22-a14b", "wan22-i2v-a14b"):
         return ref.wan_map(tr.num_layers, model.text_encoder.config.num_layers)
     micro = bool(tr.use_additional_conditions) if tr.use_additional_conditions is not None else tr.sample_size == 128
     return ref.pixart_map(tr.num_layers, micro) | ref.t5_map(model.text_encoder.config.num_layers, clip_l=False)

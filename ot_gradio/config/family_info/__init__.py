@@ -45,6 +45,10 @@ class FamilyInfo:
     # an image may have its depth map beside it (`cat.png` + `cat-depth.png`, grey, white = near),
     # which the model is conditioned on instead of its depth estimator's (SD 2 depth)
     depth_maps: bool = False
+    # image-to-video: the denoiser reads each clip's first frame (its latents and a mask beside the
+    # noisy ones), and a sample starts from an image (samples[].control_image; blank: the first
+    # frame of the first training clip)
+    image_to_video: bool = False
     bucket_step: int | None = None  # image sizes must be multiples of this (None: the data default)
     frame_step: int | None = None   # a video family: clips train with frame_step * k + 1 frames (None: images only)
     schedule: str = "ddpm"          # the training objective: "ddpm" or "flow_matching" (training/schedules.py)

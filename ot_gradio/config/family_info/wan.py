@@ -1,7 +1,7 @@
-"""Wan 2.1, Wan 2.2 TI2V 5B and Wan 2.2 T2V A14B text-to-video: one UMT5 text encoder, Wan's 3D
-causal VAE (4x in time; 8x per side for 2.1 and A14B, 16x with 48 channels for the 5B's) and a patch
-(1, 2, 2) video transformer (A14B: two, one per noise range, a run trains one); LORA and FINE_TUNE
-(models/wan.py)."""
+"""Wan 2.1, Wan 2.2 TI2V 5B and Wan 2.2 T2V A14B text-to-video, and Wan 2.2 I2V A14B image-to-video:
+one UMT5 text encoder, Wan's 3D causal VAE (4x in time; 8x per side for 2.1 and A14B, 16x with 48
+channels for the 5B's) and a patch (1, 2, 2) video transformer (A14B: two, one per noise range, a run
+trains one); LORA and FINE_TUNE (models/wan.py, models/wan_i2v.py)."""
 
 from ..enums import ModelType as M
 from . import Sign, flow_transformer
@@ -39,7 +39,17 @@ FAMILIES = {
         params={"transformer": 14_288_491_584, "text_encoder": UMT5_XXL, "vae": 126_892_531},
         extra_params={"other expert": ("transformer", 14_288_491_584, "RAM")},
     ),
+    M.WAN_2_2_I2V_A14B: flow_transformer(
+        "WanImageToVideoPipeline", name="Wan 2.2 I2V A14B", hub_repo="Wan-AI/Wan2.2-I2V-A14B-Diffusers",
+        lora_version="wan_2_2_i2v_a14b", transformer_file=False, gguf=False, frame_step=4, image_to_video=True,
+        text_encoder_labels=("UMT5",), comfy_gap=COMFY_GAP, preset="wan22-i2v-a14b-lora",
+        preset_note="640 px area, 17 frames at 16 fps, the high-noise expert; each clip's first frame is the image it starts from",
+        # Wan2.2-I2V-A14B-Diffusers: T2V A14B's experts with 36 input channels (the noisy latents, a
+        # 4-channel first-frame mask and the first frame's latents), the same UMT5-XXL and VAE
+        params={"transformer": 14_288_901_184, "text_encoder": UMT5_XXL, "vae": 126_892_531},
+        extra_params={"other expert": ("transformer", 14_288_901_184, "RAM")},
+    ),
 }
 # A Wan folder names WanPipeline whichever version it is: the versions are not told apart (as PixArt's)
-SIGN = Sign("Wan", (M.WAN_2_1, M.WAN_2_2_TI2V_5B, M.WAN_2_2_T2V_A14B), ("Wan",),
+SIGN = Sign("Wan", (M.WAN_2_1, M.WAN_2_2_TI2V_5B, M.WAN_2_2_T2V_A14B, M.WAN_2_2_I2V_A14B), ("Wan",),
             ("wan2.1", "wan2_1", "wan-2.1", "wan_2.1", "wan2.2", "wan2_2", "wan-2.2", "wan_2.2"))

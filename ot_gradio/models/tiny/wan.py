@@ -1,6 +1,7 @@
 """Tiny random Wan 2.1 text-to-video (`tiny:wan`), Wan 2.2 TI2V 5B (`tiny:wan22-5b`: 48
 latent channels, Wan 2.2's residual VAE with patch 2, flow shift 5) and Wan 2.2 T2V A14B
-(`tiny:wan22-a14b`: Wan 2.1's parts with a second transformer, boundary_ratio 0.875): the real classes at a fraction of the width,
+(`tiny:wan22-a14b`: Wan 2.1's parts with a second transformer, boundary_ratio 0.875) and Wan 2.2 I2V A14B
+(`tiny:wan22-i2v-a14b`: the same with 36-channel transformers, boundary_ratio 0.9): the real classes at a fraction of the width,
 built in memory in well under a second and saved in the diffusers layout of
 Wan-AI/Wan2.1-T2V-1.3B-Diffusers (model_index.json names WanPipeline, UMT5EncoderModel,
 T5TokenizerFast, AutoencoderKLWan, WanTransformer3DModel and UniPCMultistepScheduler in flow
@@ -41,12 +42,13 @@ def tiny_umt5_encoder(tokenizer, seed: int = 0):
     return seeded_model(UMT5EncoderModel, config, seed)
 
 
-def tiny_wan_transformer(seed: int = 0, channels: int = 16):
+def tiny_wan_transformer(seed: int = 0, channels: int = 16, in_channels: int | None = None):
+    """`in_channels`: an image-to-video transformer's (the noisy latents, a 4-channel mask and the first frame's latents: 36)."""
     from diffusers import WanTransformer3DModel
 
     torch.manual_seed(seed)
     transformer = WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=channels, out_channels=channels,
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=in_channels or channels, out_channels=channels,
         text_dim=UMT5_WIDTH, freq_dim=32, ffn_dim=32, num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
         eps=1e-6, rope_max_seq_len=32,
     )
@@ -82,6 +84,12 @@ def tiny_wan_components(seed: int = 0, version: str = "2.1") -> dict:
     return {"tokenizer": tokenizer, "text_encoder": tiny_umt5_encoder(tokenizer, seed),
             "transformer": tiny_wan_transformer(seed, 48 if wan22 else 16), "vae": tiny_wan22_vae(seed) if wan22 else tiny_wan_vae(seed),
             "scheduler": scheduler}
+
+
+def tiny_wan_i2v_components(seed: int = 0) -> dict:
+    """Wan 2.2 I2V A14B's parts: Wan 2.1's with two 36-channel transformers (the second: the low-noise expert)."""
+    return {**tiny_wan_components(seed), "transformer": tiny_wan_transformer(seed, in_channels=36),
+            "transformer_2": tiny_wan_transformer(seed + 1, in_channels=36)}
 
 
 def _hub_model_index(folder: Path, **extra) -> None:
@@ -123,3 +131,14 @@ def save_tiny_wan22_a14b(root: str | os.PathLike, seed: int = 0) -> TinyModelPat
 
     return save_tiny(root, "no-single-file", build,
                      finish_folder=lambda folder: _hub_model_index(folder, boundary_ratio=0.875, expand_timesteps=False))
+
+
+@register_tiny("wan22-i2v-a14b", TINY_WAN_VERSION)
+def save_tiny_wan22_i2v_a14b(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    """The tiny Wan 2.2 I2V A14B as a diffusers folder in Wan-AI/Wan2.2-I2V-A14B-Diffusers' layout:
+    WanImageToVideoPipeline with two 36-channel transformers, no image encoder nor image processor
+    (null in model_index.json, as the hub has them) and boundary_ratio 0.9."""
+    from diffusers import WanImageToVideoPipeline
+
+    return save_tiny(root, "no-single-file", lambda: WanImageToVideoPipeline(**tiny_wan_i2v_components(seed), boundary_ratio=0.9),
+                     finish_folder=lambda folder: _hub_model_index(folder, boundary_ratio=0.9, expand_timesteps=False))
