@@ -22,6 +22,8 @@ COLUMNS = (
     ("diffusion_steps", "steps", "number"),
     ("cfg_scale", "CFG", "number"),
     ("noise_scheduler", "sampler", "str"),
+    # the image an image-editing sample edits / an image-to-video sample starts from (a path; blank: the first training one)
+    ("control_image", "control image", "str"),
 )
 
 
@@ -82,11 +84,13 @@ class SamplesTab:
     def __init__(self):
         gr.Markdown(
             "One row per sample prompt. Samplers: " + ", ".join(s.value for s in NoiseScheduler) +
-            ". Use the model's native size (512 for SD 1.5); for embeddings put `<embedding>` in the prompt."
+            ". Use the model's native size (512 for SD 1.5); for embeddings put `<embedding>` in the prompt. "
+            "*control image*: the path of the image a QWEN_IMAGE_EDIT sample edits, or that a WAN_2_2_I2V_A14B sample "
+            "starts from (an image or a clip's first frame); blank: the first training pair's / clip's."
         )
         self.table = gr.Dataframe(
             headers=[label for _, label, _ in COLUMNS],
-            datatype=["bool", "str", "str", "number", "number", "number", "number", "number", "str"],
+            datatype=[kind for _, _, kind in COLUMNS],
             column_count=(len(COLUMNS), "fixed"),
             row_count=(1, "dynamic"),
             interactive=True,
