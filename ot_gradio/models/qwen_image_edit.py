@@ -41,6 +41,7 @@ from ot_gradio.models.common import ModelLoadError, input_dtype, module_device
 from ot_gradio.models.flow_family import pack_latents, unpack_latents
 from ot_gradio.models.qwen_image import QwenImage
 from ot_gradio.models.registry import register_family
+from ot_gradio.models.sampling_parts import sample_image
 
 # QwenImageEditPipeline's prompt_template_encode and prompt_template_encode_start_idx
 EDIT_TEMPLATE = (
@@ -226,16 +227,8 @@ class QwenImageEdit(QwenImage):
 
     def sample(self, prompt: str, *args, control_image=None, **kwargs):
         """A sample edits `control_image` (a path or PIL image; None: the first training pair's)."""
-        from ot_gradio.data.images import load_rgb
-
-        source = control_image if control_image not in (None, "") else self.default_control_image
-        if source is None:
-            raise ValueError("Qwen-Image-Edit samples edit an image: give the sample a control image (control_image)")
-        self._sample_image = load_rgb(Path(source)) if isinstance(source, (str, Path)) else source.convert("RGB")
-        try:
+        with sample_image(self, control_image, "Qwen-Image-Edit samples edit an image: give the sample a control image (control_image)"):
             return super().sample(prompt, *args, **kwargs)
-        finally:
-            self._sample_image = None
 
     def prompt_embeddings(self, texts: Sequence[str]) -> dict:
         """The prompt read with the sample's image at the size the pipeline gives its text encoder

@@ -233,3 +233,22 @@ def generation_size(height: int, width: int, step: int) -> tuple[int, int]:
 def exact_size(image, width: int, height: int):
     """The image at exactly the asked size (generated at `generation_size`, resized back if that differs)."""
     return image if image.size == (int(width), int(height)) else image.resize((int(width), int(height)))
+
+
+@contextlib.contextmanager
+def sample_image(model, given, needed: str) -> Iterator[None]:
+    """`model._sample_image` for the sample drawn inside: `given` (a path to an image or a clip,
+    whose first frame is taken, or a PIL image), blank: `model.default_control_image` (the
+    trainer sets the first training pair's / clip's); a ValueError saying `needed` without either."""
+    from pathlib import Path
+
+    from ot_gradio.data.video import still_image
+
+    source = given if given not in (None, "") else model.default_control_image
+    if source is None:
+        raise ValueError(needed)
+    model._sample_image = still_image(Path(source)) if isinstance(source, (str, Path)) else source.convert("RGB")
+    try:
+        yield
+    finally:
+        model._sample_image = None

@@ -20,13 +20,13 @@ pipeline sends none.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
 import torch
 
 from ot_gradio.config.enums import ModelType
 from ot_gradio.models.common import ModelLoadError, base_module, input_dtype, module_device
 from ot_gradio.models.registry import register_family
+from ot_gradio.models.sampling_parts import sample_image
 from ot_gradio.models.wan import Wan22T2VA14B
 
 MASK_CHANNELS = 4  # the pipeline's mask: the VAE's 4 frames per latent frame, as channels
@@ -105,16 +105,8 @@ class Wan22I2VA14B(Wan22T2VA14B):
     def sample(self, prompt: str, *args, control_image=None, **kwargs):
         """A clip that starts from `control_image` (a path to an image or clip, or a PIL image;
         None: the first frame of the first training clip)."""
-        from ot_gradio.data.video import still_image
-
-        source = control_image if control_image not in (None, "") else self.default_control_image
-        if source is None:
-            raise ValueError("Wan 2.2 I2V samples start from an image: give the sample one (control_image)")
-        self._sample_image = still_image(Path(source)) if isinstance(source, (str, Path)) else source.convert("RGB")
-        try:
+        with sample_image(self, control_image, "Wan 2.2 I2V samples start from an image: give the sample one (control_image)"):
             return super().sample(prompt, *args, **kwargs)
-        finally:
-            self._sample_image = None
 
     def sampling_inputs(self, height: int, width: int, **inputs) -> dict:
         """The start image cut to the sample's aspect ratio and scaled to its size (the pipeline
