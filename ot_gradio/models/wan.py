@@ -81,8 +81,10 @@ class Wan21(VideoSampling, TokenWindow, IdentityLoraNames, FlowFamily):
                                  "pick the model type WAN_2_2_T2V_A14B (WAN_2_2_I2V_A14B for the image-to-video one).")
         config = base_module(components["transformer"]).config
         if config.in_channels != config.out_channels and not self.image_to_video:
+            which = ("a Wan 2.1 I2V model (CLIP image embeddings), which is not trained here" if config.get("image_dim") is not None
+                     else "pick the model type WAN_2_2_I2V_A14B")
             raise ModelLoadError(f"The transformer reads {config.in_channels} channels for {config.out_channels} it predicts: an "
-                                 f"image-to-video Wan model, not {self.family_name}; pick the model type WAN_2_2_I2V_A14B.")
+                                 f"image-to-video Wan model, not {self.family_name}; {which}.")
         self.noise_scheduler = flow_training_scheduler(self.scheduler)
         self.text_encoder_sequence_length = DEFAULT_SEQUENCE_LENGTH
 

@@ -88,10 +88,16 @@ def test_a_sample_starts_from_the_image_given_fitted_to_its_size_else_the_first_
 def test_a_text_to_video_folder_is_refused_as_image_to_video_and_the_reverse():
     from ot_gradio.models.common import ModelLoadError
     from ot_gradio.models.tiny.wan import tiny_wan_components, tiny_wan_i2v_components, tiny_wan_transformer
-    from ot_gradio.models.wan import Wan22T2VA14B
+    from ot_gradio.models.wan import Wan21, Wan22T2VA14B
     from ot_gradio.models.wan_i2v import Wan22I2VA14B
 
     with pytest.raises(ModelLoadError, match="a text-to-video Wan model.*pick WAN_2_2_T2V_A14B"):
         Wan22I2VA14B({**tiny_wan_components(), "transformer_2": tiny_wan_transformer(1)})
     with pytest.raises(ModelLoadError, match="image-to-video Wan model.*pick the model type WAN_2_2_I2V_A14B"):
         Wan22T2VA14B(tiny_wan_i2v_components())
+    wan21_i2v = tiny_wan_transformer(0, in_channels=36)
+    wan21_i2v.register_to_config(image_dim=32)  # Wan 2.1 I2V's CLIP image embeddings: trained by nothing here
+    with pytest.raises(ModelLoadError, match="a Wan 2.1 I2V model .*not trained here"):
+        Wan21({**tiny_wan_components(), "transformer": wan21_i2v})
+    with pytest.raises(ModelLoadError, match="a Wan 2.1 I2V model, which is not trained here"):
+        Wan22I2VA14B({**tiny_wan_components(), "transformer": wan21_i2v, "transformer_2": wan21_i2v})

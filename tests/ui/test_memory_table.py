@@ -62,6 +62,13 @@ def test_frozen_modules_beside_the_parts_are_counted_where_they_wait():
     ("QWEN", "modular folder", "Anima"),  # a modular pipeline's folder: its modular_model_index.json
     ("ANIMA", "modular folder", None),
     ("WAN_2_2_T2V_A14B", "Wan-AI/Wan2.2-Animate-14B", None),  # "anima" inside another word is no sign of Anima
+    # text- and image-to-video Wan are told apart before tens of GB download and the loader refuses them
+    ("WAN_2_2_T2V_A14B", "Wan-AI/Wan2.2-I2V-A14B-Diffusers", "Wan 2.2 image-to-video"),
+    ("WAN_2_2_I2V_A14B", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "Wan text-to-video"),
+    ("WAN_2_2_I2V_A14B", "i2v folder", None),
+    ("WAN_2_1", "i2v folder", "Wan 2.2 image-to-video"),
+    ("WAN_2_2_I2V_A14B", "Wan-AI/Wan2.2-I2V-A14B-Diffusers", None),
+    ("WAN_2_1", "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", None),  # Wan 2.1 I2V: the loader names it (nothing trains it)
 ])
 def test_a_base_model_of_another_family_is_named_above_the_table(tmp_path, model_type, base, family):
     if base == "folder":
@@ -72,6 +79,10 @@ def test_a_base_model_of_another_family_is_named_above_the_table(tmp_path, model
         base = str(tmp_path / "anima")
         (tmp_path / "anima").mkdir()
         (tmp_path / "anima" / "modular_model_index.json").write_text('{"_class_name": "AnimaModularPipeline"}')
+    if base == "i2v folder":
+        base = str(tmp_path / "i2v")
+        (tmp_path / "i2v").mkdir()
+        (tmp_path / "i2v" / "model_index.json").write_text('{"_class_name": "WanImageToVideoPipeline"}')
     text = memory_markdown({"model_type": model_type, "base_model_name": base})
     assert ("looks like" in text) == (family is not None), text
     if family:

@@ -1,6 +1,6 @@
 """The torch-free description of each model family: one module here per family module in
 ot_gradio/models (the same file name), holding `FAMILIES = {ModelType: FamilyInfo(...)}` and,
-where the family is the one people name, `SIGN = Sign(...)` for the base-model check.
+where the family is the one people name, `SIGN = Sign(...)` (or a tuple of them) for the base-model check.
 
 Why here and not beside the family module in models/: the config layer is the lowest one and
 imports nothing above it, yet config/families.py, the doctor and the page read these facts
@@ -146,6 +146,6 @@ def collect() -> tuple[dict[M, FamilyInfo], tuple[Sign, ...]]:
             if model_type in owner:
                 raise ValueError(f"{model_type.value} is described in both {owner[model_type]} and {module.__name__}.")
             families[model_type], owner[model_type] = info, module.__name__
-        if getattr(module, "SIGN", None) is not None:
-            signs.append(module.SIGN)
+        sign = getattr(module, "SIGN", None)  # one Sign, or a tuple of them (Wan's text- and image-to-video)
+        signs.extend(sign if isinstance(sign, tuple) else () if sign is None else (sign,))
     return {m: families[m] for m in M if m in families}, tuple(signs)

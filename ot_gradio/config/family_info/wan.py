@@ -50,6 +50,15 @@ FAMILIES = {
         extra_params={"other expert": ("transformer", 14_288_901_184, "RAM")},
     ),
 }
-# A Wan folder names WanPipeline whichever version it is: the versions are not told apart (as PixArt's)
-SIGN = Sign("Wan", (M.WAN_2_1, M.WAN_2_2_TI2V_5B, M.WAN_2_2_T2V_A14B, M.WAN_2_2_I2V_A14B), ("Wan",),
-            ("wan2.1", "wan2_1", "wan-2.1", "wan_2.1", "wan2.2", "wan2_2", "wan-2.2", "wan_2.2"))
+# A text-to-video Wan folder names WanPipeline whichever version it is: those versions are not told
+# apart (as PixArt's). An image-to-video one names WanImageToVideoPipeline, and its hub names say
+# I2V (Wan-AI/Wan2.2-I2V-A14B-Diffusers): picked under a text-to-video type (or the reverse), the
+# page says so before a download of tens of GB ends in the loader's refusal. Wan 2.1 I2V, which
+# nothing here trains, is not named a sign of Wan 2.2 I2V.
+SIGN = (
+    Sign("Wan text-to-video", (M.WAN_2_1, M.WAN_2_2_TI2V_5B, M.WAN_2_2_T2V_A14B), ("Wan",),
+         ("wan2.1", "wan2_1", "wan-2.1", "wan_2.1", "wan2.2", "wan2_2", "wan-2.2", "wan_2.2")),
+    Sign("Wan 2.2 image-to-video", (M.WAN_2_2_I2V_A14B,), ("WanImageToVideo",),
+         ("wan2.2-i2v", "wan2_2-i2v", "wan2.2_i2v", "wan2_2_i2v", "wan-2.2-i2v", "wan_2.2_i2v", "wan22-i2v", "wan22_i2v", "i2v-a14b",
+          "i2v_a14b")),
+)
