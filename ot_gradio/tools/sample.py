@@ -87,7 +87,7 @@ def _inpainting_files(entry: dict[str, Any], where: str) -> dict[str, str]:
 
 
 def _control_file(entry: dict[str, Any], where: str) -> dict[str, str]:
-    """An image-editing model's control image (the image the sample edits), checked to be a file."""
+    """An image-editing model's control image (the image the sample edits; image-to-video: the one it starts from), checked to be a file."""
     value = str(entry.get("control_image") or "").strip()
     if value and not Path(value).expanduser().is_file():
         raise JobError(f"{where}.control_image: file '{value[:300]}' does not exist")

@@ -11,7 +11,7 @@ from typing import Any
 import gradio as gr
 
 from ..config.enums import NoiseScheduler
-from ..config.families import implemented_model_types
+from ..config.families import family_info, implemented_model_types
 from ..fsutil import BACKUP_MARKER
 from ..runner.rundir import list_runs
 from .job_panel import JobPanel
@@ -66,6 +66,9 @@ class SampleTool:
         self.prompts = gr.Textbox("\n".join(s["prompt"] for s in samples), lines=4, label="Prompts (one per line)",
                                   info="starts with the training config's sample prompts", elem_id="tool-sample-prompts")
         self.negative = gr.Textbox(first.get("negative_prompt") or "", label="Negative prompt", elem_id="tool-sample-negative")
+        self.control = gr.Textbox(first.get("control_image") or "", label="Control image",
+                                  info="QWEN_IMAGE_EDIT: the image every prompt edits; WAN_2_2_I2V_A14B: the image (or a clip's first "
+                                  "frame) the video starts from", elem_id="tool-sample-control")
         with gr.Row():
             self.width = gr.Number(first.get("width") or 512, label="Width", precision=0, minimum=16, maximum=4096, elem_id="tool-sample-width")
             self.height = gr.Number(first.get("height") or 512, label="Height", precision=0, minimum=16, maximum=4096, elem_id="tool-sample-height")
@@ -78,7 +81,7 @@ class SampleTool:
         self.gallery = gr.Gallery(interactive=False, label="Images", columns=4, elem_id="tool-sample-gallery")
         self.panel = JobPanel(ctx.jobs, "tool-sample", self.render_result, [self.gallery])
         self.inputs = {ctx.config_state, self.model_type, self.base_model, self.lora, self.lora_weight, self.embedding, self.token,
-                       self.run, self.prompts, self.negative, self.width, self.height, self.steps, self.cfg, self.seed, self.sampler}
+                       self.run, self.prompts, self.negative, self.control, self.width, self.height, self.steps, self.cfg, self.seed, self.sampler}
         self.generate.click(self.on_generate, self.inputs, self.panel.launch_outputs)
         self.refresh.click(self.on_refresh, None, self.run)
         self.from_config.click(self.on_from_config, ctx.config_state, [self.model_type, self.base_model])
@@ -132,6 +135,13 @@ class SampleTool:
             "seed": self._number(values.get(self.seed), "Seed", int, 42, -1),
             "sampler": str(values.get(self.sampler) or "DDIM"),
         }
+        control = str(values.get(self.control) or "").strip()
+        if control:
+            info = family_info(params["model_type"])
+            if info is None or not (info.control_image or info.image_to_video):
+                raise ToolInputError(f"Control image: {params['model_type']} samples from a prompt alone; clear it, or pick an "
+                                     "image-editing (QWEN_IMAGE_EDIT) or image-to-video (WAN_2_2_I2V_A14B) model type")
+            shared["control_image"] = str(self.ctx.file("Control image", control, config))
         params["prompts"] = [{**shared, "prompt": line} for line in lines]
         return params
 

@@ -271,7 +271,7 @@ def test_form_checks_fields_and_lists_runs_with_a_backup(tmp_path, tiny):
         tool = SampleTool(ToolsContext(workspace, JobSupervisor(workspace), state, lambda c: [tmp_path, tiny.diffusers_dir.parent], config=config))
     values = {state: config, tool.model_type: "STABLE_DIFFUSION_15", tool.base_model: str(tiny.diffusers_dir), tool.lora: "",
               tool.lora_weight: 0.5, tool.embedding: "", tool.token: "", tool.run: "", tool.prompts: "a cat\n\n a dog ",
-              tool.negative: "blurry", tool.width: 64, tool.height: 64, tool.steps: 2, tool.cfg: 7, tool.seed: 5, tool.sampler: "EULER"}
+              tool.negative: "blurry", tool.control: "", tool.width: 64, tool.height: 64, tool.steps: 2, tool.cfg: 7, tool.seed: 5, tool.sampler: "EULER"}
     params = tool.params(values)
     assert [p["prompt"] for p in params["prompts"]] == ["a cat", "a dog"] and params["prompts"][0]["sampler"] == "EULER"
     assert params["base_model"] == str(tiny.diffusers_dir) and "lora" not in params
@@ -288,6 +288,14 @@ def test_form_checks_fields_and_lists_runs_with_a_backup(tmp_path, tiny):
     with pytest.raises(ToolInputError, match="Run"):
         tool.params({**values, tool.run: str(no_backup.path)})
     assert tool.on_generate({**values, tool.prompts: ""})[2].startswith("**not started** Prompts")
+    # the control image: a file inside the page's folders, for the model types that read one only
+    (tmp_path / "start.png").write_bytes(b"png")
+    with pytest.raises(ToolInputError, match="Control image: STABLE_DIFFUSION_15 samples from a prompt alone"):
+        tool.params({**values, tool.control: str(tmp_path / "start.png")})
+    i2v = tool.params({**values, tool.model_type: "WAN_2_2_I2V_A14B", tool.control: str(tmp_path / "start.png")})
+    assert all(p["control_image"] == str(tmp_path / "start.png") for p in i2v["prompts"])
+    with pytest.raises(ToolInputError, match="Control image"):
+        tool.params({**values, tool.model_type: "QWEN_IMAGE_EDIT", tool.control: "/etc/passwd"})
     gallery, = tool.render_result({"images": [{"path": "/x/a.png", "prompt": "a cat", "seed": 5}]})
     assert gallery == [("/x/a.png", "a cat (seed 5)")]
 
@@ -397,14 +405,20 @@ def test_llm_encoder_families_sample_a_lora_file_and_a_run(model_type, tmp_path)
     assert np.abs(draw("run", run=str(run.path), base_model="") - from_file).max() <= 1  # the backup is the LoRA the run saves
 
 
-def test_a_video_family_samples_a_short_mp4(tmp_path):
-    """Wan 2.1 in the sample tool: a clip of 5 frames (the tool's default) written as an .mp4."""
+@pytest.mark.parametrize(("model_type", "tiny"), [("WAN_2_1", "wan"), ("WAN_2_2_I2V_A14B", "wan22-i2v-a14b")])
+def test_a_video_family_samples_a_short_mp4(tmp_path, model_type, tiny):
+    """Wan 2.1 in the sample tool: a clip of 5 frames (the tool's default) written as an .mp4; Wan 2.2
+    I2V's starts from the control image given."""
     from ot_gradio.data.video import FrameSampling, probe_clip
     from ot_gradio.models.tiny import resolve_tiny
 
-    base = str(resolve_tiny("tiny:wan").diffusers_dir)
-    [path] = run_inline("sample", {"model_type": "WAN_2_1", "base_model": base, "device": "cpu", "output_dir": str(tmp_path / "out"),
-                                   "prompts": [{**PROMPT, "cfg_scale": 2.0}]})["paths"]
+    base = str(resolve_tiny(f"tiny:{tiny}").diffusers_dir)
+    start = {}
+    if model_type == "WAN_2_2_I2V_A14B":
+        Image.new("RGB", (80, 48), (240, 200, 40)).save(tmp_path / "start.png")
+        start = {"control_image": str(tmp_path / "start.png")}
+    [path] = run_inline("sample", {"model_type": model_type, "base_model": base, "device": "cpu", "output_dir": str(tmp_path / "out"),
+                                   "prompts": [{**PROMPT, "cfg_scale": 2.0, **start}]})["paths"]
     assert path.endswith("-seed1.mp4")
     info = probe_clip(path, FrameSampling(frames=100, step=1, fps=1000.0))
     assert (info.width, info.height, info.available) == (64, 64, 5)
