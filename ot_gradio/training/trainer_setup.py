@@ -188,6 +188,11 @@ class TrainerSetup:
             self.model.default_control_image = str(self.dataset.concepts[0].items[0].control_path)
         if self.model.image_to_video:  # samples without an image of their own start from the first clip's first frame
             self.model.default_control_image = str(self.dataset.concepts[0].items[0].path)
+            stills = sum(item.sampling is None for concept in self.dataset.concepts for item in concept.items)
+            if stills:
+                self.dataset.warnings.append(
+                    f"{stills} image(s) train as one-frame clips that start from themselves: an image-to-video model learns "
+                    "little from them beyond copying the start. Train on clips; a look or a character shows in clips too.")
 
     def _setup_steps(self) -> None:
         """Step counts, optimizer, scheduler, intervals, TensorBoard and the resume."""

@@ -39,9 +39,11 @@ def test_an_i2v_lora_trains_on_first_frames_samples_from_the_first_clip_and_load
         getattr(batch, "conditioning_latents", None)) or predict(self, noisy, t, c, batch))
     monkeypatch.setattr(Wan22I2VA14B, "sampling_inputs", lambda self, *a, **k: starts.append(self._sample_image) or fitted(self, *a, **k))
 
+    warned = []
+
     class Quiet(Reporter):
         def warning(self, message):
-            pass
+            warned.append(message)
 
     run = tmp_path / "run"
     trainer = Trainer(load_config(config).config, RunPaths(run / "samples", run / "backup", run / "save", None, []), Quiet())
@@ -52,6 +54,7 @@ def test_an_i2v_lora_trains_on_first_frames_samples_from_the_first_clip_and_load
     first_clip = sorted(p for p in data.iterdir() if p.suffix == ".mp4")[0]
     assert starts and np.array_equal(np.asarray(starts[0]), np.asarray(still_image(first_clip)))
     assert list((run / "samples").rglob("*.mp4"))
+    assert [w for w in warned if w.startswith("1 image(s) train as one-frame clips that start from themselves")], warned
 
     out = tmp_path / "out" / "lora.safetensors"
     with safe_open(str(out), "pt") as f:
