@@ -74,6 +74,25 @@ def imported(preset, model_dir, data, tmp_path, out, **changes) -> dict:
     return config
 
 
+def train_in_process(config: dict, tmp_path):
+    """`config` trained by a Trainer in this process (samples, backups and saves under tmp_path/run),
+    to the end; returns the trainer and the run's warnings."""
+    from ot_gradio.config.io import load_config
+    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
+
+    warned: list[str] = []
+
+    class Noted(Reporter):
+        def warning(self, message):
+            warned.append(message)
+
+    run = tmp_path / "run"
+    trainer = Trainer(load_config(config).config, RunPaths(run / "samples", run / "backup", run / "save", None, []), Noted())
+    trainer.setup()
+    assert trainer.train() == "done"
+    return trainer, warned
+
+
 def one_image(shapes, tmp_path):
     """A folder holding the red circle of the shapes dataset alone (for the loss-falls tests)."""
     import shutil

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import imported, local_pipeline, lora_load_problems, tiny_fixture, video_latents
+from tests.e2e.runs import imported, local_pipeline, lora_load_problems, tiny_fixture, train_in_process, video_latents
 from tests.video_clips import write_clips_and_an_image
 
 pytestmark = pytest.mark.slow
@@ -22,9 +22,7 @@ tiny_wan22_a14b = tiny_fixture("wan22-a14b", "tiny_wan22_a14b")
 def test_a_low_noise_expert_lora_trains_in_its_range_and_loads_into_transformer_2(tiny_wan22_a14b, tmp_path, monkeypatch):
     from safetensors import safe_open
 
-    from ot_gradio.config.io import load_config
     from ot_gradio.models.wan import Wan22T2VA14B
-    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
 
     data = write_clips_and_an_image(tmp_path / "clips", PROMPT)
     config = imported(PRESETS_DIR / "wan22-t2v-a14b-lora.json", tiny_wan22_a14b.diffusers_dir, data, tmp_path, "lora.safetensors",
@@ -49,14 +47,7 @@ def test_a_low_noise_expert_lora_trains_in_its_range_and_loads_into_transformer_
 
     monkeypatch.setattr(Wan22T2VA14B, "sample", sample_and_note)
 
-    class Quiet(Reporter):
-        def warning(self, message):
-            pass
-
-    run = tmp_path / "run"
-    trainer = Trainer(load_config(config).config, RunPaths(run / "samples", run / "backup", run / "save", None, []), Quiet())
-    trainer.setup()
-    assert trainer.train() == "done"
+    trainer, _ = train_in_process(config, tmp_path)
     t = torch.cat([t for t in seen_t if t.device.type != "meta"])  # not the memory planner's probe
     assert len(t) == 4 and bool((t * 1000 < 875).all())  # 3 clips + 1 image, each in the low-noise range only
     assert {"high", "low"} <= set(sampled)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ot_gradio.config.presets import PRESETS_DIR
-from tests.e2e.runs import imported, local_pipeline, lora_load_problems, tiny_fixture, video_latents
+from tests.e2e.runs import imported, local_pipeline, lora_load_problems, tiny_fixture, train_in_process, video_latents
 from tests.video_clips import write_clips_and_an_image
 
 pytestmark = pytest.mark.slow
@@ -22,10 +22,8 @@ def test_an_i2v_lora_trains_on_first_frames_samples_from_the_first_clip_and_load
     from PIL import Image
     from safetensors import safe_open
 
-    from ot_gradio.config.io import load_config
     from ot_gradio.data.video import still_image
     from ot_gradio.models.wan_i2v import Wan22I2VA14B
-    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
 
     data = write_clips_and_an_image(tmp_path / "clips", PROMPT)
     config = imported(PRESETS_DIR / "wan22-i2v-a14b-lora.json", tiny_wan22_i2v.diffusers_dir, data, tmp_path, "lora.safetensors",
@@ -39,21 +37,12 @@ def test_an_i2v_lora_trains_on_first_frames_samples_from_the_first_clip_and_load
         getattr(batch, "conditioning_latents", None)) or predict(self, noisy, t, c, batch))
     monkeypatch.setattr(Wan22I2VA14B, "sampling_inputs", lambda self, *a, **k: starts.append(self._sample_image) or fitted(self, *a, **k))
 
-    warned = []
-
-    class Quiet(Reporter):
-        def warning(self, message):
-            warned.append(message)
-
-    run = tmp_path / "run"
-    trainer = Trainer(load_config(config).config, RunPaths(run / "samples", run / "backup", run / "save", None, []), Quiet())
-    trainer.setup()
-    assert trainer.train() == "done"
+    trainer, warned = train_in_process(config, tmp_path)
     cached = [f for f in firsts if f is not None]
     assert len(cached) == 4 and all(f.shape[1] == 16 and f.abs().sum() > 0 for f in cached)  # 3 clips and the image, from the cache
     first_clip = sorted(p for p in data.iterdir() if p.suffix == ".mp4")[0]
     assert starts and np.array_equal(np.asarray(starts[0]), np.asarray(still_image(first_clip)))
-    assert list((run / "samples").rglob("*.mp4"))
+    assert list((tmp_path / "run" / "samples").rglob("*.mp4"))
     assert [w for w in warned if w.startswith("1 image(s) train as one-frame clips that start from themselves")], warned
 
     out = tmp_path / "out" / "lora.safetensors"
