@@ -99,9 +99,14 @@ def test_bad_values_are_named_and_nothing_starts(app, browser_page):
     page = browser_page
     open_page(page, app["url"])
     choose(page, "preset", "demo")
-    page.wait_for_timeout(1500)
+    # the preset is loaded (and saved) before the edits: a load that ended after them would undo them
+    ui = app["workspace"] / "ui-config.json"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (ui.is_file() and json.loads(ui.read_text()).get("workspace_dir", "").endswith("demo")):
+        time.sleep(0.3)
     open_tab(page, "Training")
     lr = field(page, "f-learning_rate")
+    assert lr.input_value() == "0.001"
     lr.fill("abc")
     lr.press("Tab")
     page.wait_for_timeout(1000)

@@ -3,8 +3,8 @@
 1. The backup writer is held at each of its steps (backup.STEPS, through OT_GRADIO_FAULT_PAUSE)
    and SIGKILLed there: resume always picks the newest complete backup, never the partial one, it
    loads, and the next start of the workspace removes the leftovers (never a complete backup).
-2. A real run is SIGKILLed at 4 seeded moments (two at random times of training, two inside
-   backup writes at randomly chosen steps); the supervisor reports each kill as "crashed" with the
+2. A real run is SIGKILLed at 4 seeded moments (two at random times of training once the run
+   has written a backup, two inside backup writes at randomly chosen steps); the supervisor reports each kill as "crashed" with the
    exit code and the log tail, each next run continues from the newest complete backup of the
    killed ones, the killed runs' leftovers are gone once it starts, and the chain ends
    bit-identical to the uninterrupted run.
@@ -142,6 +142,12 @@ def test_seeded_kills_resume_from_the_newest_complete_backup_and_end_bit_identic
                 time.sleep(0.02)
             held += flag.exists()
         else:
+            # a random moment once the run has written a backup of its own: on a slow or busy
+            # machine a fixed moment could come before any, and the chain would never move on
+            end = time.monotonic() + 240
+            while latest_backup([run.path]) is None and not sup.state(run).finished:
+                assert time.monotonic() < end, "the run never wrote a backup"
+                time.sleep(0.02)
             time.sleep(rng.uniform(0.2, 1.5))
         pid = sup._pid(run)
         if pid is not None:
