@@ -1,5 +1,6 @@
 """Shared test setup: the repository on sys.path, no network, no telemetry, and one torch
-thread for tiny models (they are dominated by thread start-up and contention)."""
+thread for tiny models (they are dominated by thread start-up and contention), in the test
+process and the processes it starts."""
 
 import os
 import sys
@@ -14,6 +15,9 @@ if str(ROOT) not in sys.path:
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+# one torch thread in every process the tests start too (training workers, the CLI, the app):
+# scripts/test.sh runs a pytest worker per core, so a second thread per process only contends
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # as in the worker processes: bitsandbytes and onnxruntime load when first used, so every test of
 # 8-bit optimizers, quantized parts and the WD14 tagger also checks that the deferral hands over
