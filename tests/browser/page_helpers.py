@@ -1,6 +1,8 @@
 """Small Playwright helpers the browser tests share."""
 
+import json
 import time
+from pathlib import Path
 
 
 def box(page, elem_id):
@@ -35,3 +37,18 @@ def open_page(page, url):
     ui/page.py): an edit typed before that would be overwritten by the load's values."""
     page.goto(url)
     page.wait_for_function("window.otPageLoaded === true")
+
+
+def wait_for_preset(workspace, preset_workspace_dir="demo", timeout=60):
+    """Once a preset is chosen: wait until the page has loaded and saved it (its workspace folder
+    in <workspace>/ui-config.json). An edit typed while the load is still on its way is undone by
+    it (a busy machine takes seconds)."""
+    path = Path(workspace) / "ui-config.json"
+
+    def saved():
+        try:
+            return json.loads(path.read_text()).get("workspace_dir", "").endswith(preset_workspace_dir)
+        except (OSError, ValueError):
+            return False
+
+    wait_for(saved, f"the preset (workspace folder ...{preset_workspace_dir}) to be loaded and saved", timeout)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.page_helpers import open_page
+from tests.browser.page_helpers import open_page, wait_for_preset
 
 pytestmark = pytest.mark.browser
 
@@ -44,7 +44,7 @@ def test_demo_lora_from_the_page(app, browser_page):
     page = browser_page
     open_page(page, app["url"])
     choose(page, "preset", "demo")
-    page.wait_for_timeout(1500)
+    wait_for_preset(app["workspace"])
     open_tab(page, "General")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -99,11 +99,7 @@ def test_bad_values_are_named_and_nothing_starts(app, browser_page):
     page = browser_page
     open_page(page, app["url"])
     choose(page, "preset", "demo")
-    # the preset is loaded (and saved) before the edits: a load that ended after them would undo them
-    ui = app["workspace"] / "ui-config.json"
-    deadline = time.time() + 60
-    while time.time() < deadline and not (ui.is_file() and json.loads(ui.read_text()).get("workspace_dir", "").endswith("demo")):
-        time.sleep(0.3)
+    wait_for_preset(app["workspace"])
     open_tab(page, "Training")
     lr = field(page, "f-learning_rate")
     assert lr.input_value() == "0.001"
