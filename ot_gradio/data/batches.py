@@ -55,6 +55,9 @@ class Batch:
         bucket, counted from the mirrored edge when the sample is flipped; SDXL's crop conditioning.
     prior_prediction: bool [B], the samples of PRIOR_PREDICTION concepts, whose target is the base
         model's prediction (training/diffusion.py); None when the batch has none.
+    given_first_frame: bool [B], the clips that start from their own first frame this step, given
+        clean (training/first_frame.py: a model with an image_to_video_share); set by the training
+        step for the model's `predict`; None: none.
     """
 
     size: Size
@@ -73,6 +76,7 @@ class Batch:
     original_sizes: list[Size] | None = None
     crop_top_lefts: list[tuple[int, int]] | None = None
     prior_prediction: torch.Tensor | None = None
+    given_first_frame: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.captions)

@@ -252,3 +252,13 @@ def sample_image(model, given, needed: str) -> Iterator[None]:
         yield
     finally:
         model._sample_image = None
+
+
+def start_image_input(model, height: int, width: int) -> dict:
+    """{"image": `model._sample_image` cut to the sample's aspect ratio and scaled to its size}
+    (an image-to-video pipeline would stretch it); {} where the sample has none."""
+    from PIL import Image, ImageOps
+
+    if model._sample_image is None:
+        return {}
+    return {"image": ImageOps.fit(model._sample_image, (int(width), int(height)), Image.Resampling.LANCZOS)}

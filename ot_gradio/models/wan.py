@@ -21,7 +21,8 @@ What Wan 2.1 is (diffusers' WanPipeline):
   (`transformer.blocks.0.attn1.to_q.lora_A.weight`) that WanPipeline.load_lora_weights reads, or
   KOHYA_LORA with the original layer names ComfyUI maps (`lora_unet_blocks_0_self_attn_q`).
 - Wan 2.2 T2V A14B (Wan22T2VA14B) is Wan 2.1's layout twice: two experts, one per noise range;
-  Wan 2.2 I2V A14B (models/wan_i2v.py) the same with each clip's first frame read beside the noise.
+  Wan 2.2 I2V A14B (models/wan_i2v.py) the same with each clip's first frame read beside the noise;
+  Wan 2.2 TI2V 5B (models/wan_ti2v.py) one transformer that does both, text- and image-to-video.
 """
 
 from __future__ import annotations
@@ -143,11 +144,16 @@ class Wan21(VideoSampling, TokenWindow, IdentityLoraNames, FlowFamily):
         """The velocity (B, C, F', h, w) for noisy latents at noise fraction `t` (B,)."""
         transformer = self.transformer
         device, dtype = module_device(transformer), input_dtype(transformer)
-        timestep = (t.to(device, torch.float32) * 1000).expand(noisy.shape[0])
+        timestep = self.transformer_timestep(noisy, (t.to(device, torch.float32) * 1000).expand(noisy.shape[0]), batch)
         return transformer(
             hidden_states=noisy.to(device, dtype), timestep=timestep,
             encoder_hidden_states=conditioning["encoder_hidden_states"].to(device, dtype), return_dict=False,
         )[0]
+
+    def transformer_timestep(self, noisy: torch.Tensor, timestep: torch.Tensor, batch=None) -> torch.Tensor:
+        """The transformer's timestep input: one per clip (B,) here (Wan 2.2 TI2V 5B: one per token
+        for a clip that starts from its given first frame)."""
+        return timestep
 
     # ---------------------------------------------------------------- sampling
 
@@ -159,16 +165,6 @@ class Wan21(VideoSampling, TokenWindow, IdentityLoraNames, FlowFamily):
             "guidance_scale": float(cfg_scale),
         }
 
-
-
-@register_family(ModelType.WAN_2_2_TI2V_5B)
-class Wan22TI2V5B(Wan21):
-    """Wan 2.2 TI2V 5B as a text-to-video model: Wan 2.1's interface with Wan 2.2's VAE (48
-    latent channels, 16x per side, its own latents_mean/std, all read from the folder) and a
-    5B transformer of 48 channels. Its pipeline gives each latent token its own timestep
-    (`expand_timesteps`, for an image's first frame when it starts a video); text-to-video gives
-    every token the same one, so training passes the one timestep per clip, the same sum.
-    The repo samples at flow_shift 5; training draws t at the same shift."""
 
 
 @register_family(ModelType.WAN_2_2_T2V_A14B)

@@ -26,7 +26,7 @@ import torch
 from ot_gradio.config.enums import ModelType
 from ot_gradio.models.common import ModelLoadError, base_module, input_dtype, module_device
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.sampling_parts import sample_image
+from ot_gradio.models.sampling_parts import sample_image, start_image_input
 from ot_gradio.models.wan import Wan22T2VA14B
 
 MASK_CHANNELS = 4  # the pipeline's mask: the VAE's 4 frames per latent frame, as channels
@@ -111,7 +111,4 @@ class Wan22I2VA14B(Wan22T2VA14B):
     def sampling_inputs(self, height: int, width: int, **inputs) -> dict:
         """The start image cut to the sample's aspect ratio and scaled to its size (the pipeline
         would stretch it)."""
-        from PIL import Image, ImageOps
-
-        image = ImageOps.fit(self._sample_image, (width, height), Image.Resampling.LANCZOS)
-        return {"image": image, **super().sampling_inputs(height, width, **inputs)}
+        return {**start_image_input(self, height, width), **super().sampling_inputs(height, width, **inputs)}

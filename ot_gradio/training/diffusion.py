@@ -22,7 +22,9 @@ prediction under autocast -> the loss of loss.py with the latent mask of masked 
 prediction of the method's base model, the LoRA turned off), the concepts' loss weights and the timestep loss weight.
 The samples of PRIOR_PREDICTION concepts take that base model's prediction as their target (as
 OneTrainer: it predicts the whole batch, with the same noise, timesteps and conditioning, without
-gradient, and the loss is computed as for any other sample). A model that learns its
+gradient, and the loss is computed as for any other sample). A model with an
+`image_to_video_share` (Wan 2.2 TI2V 5B) starts that share of its clips from their clean first
+frame, left out of their loss (first_frame.py). A model that learns its
 variance (PixArt) adds `vb_loss_strength` x the variational bound (vb_loss.py); the whole times the
 `loss_scaler`'s batch / accumulation factor (`loss_scale`), as OneTrainer scales it. Captions are replaced
 by an empty one with the text encoder's `dropout_probability` (per sample; with several text
@@ -48,6 +50,7 @@ from ..config.flow_options import flow_matching_conflicts
 from ..config.svd_quant import svd_problems
 from .device import QUANTIZED_TYPES, Precision, quantized_part_trained
 from .distributed import Distributed
+from .first_frame import draw_given, with_first_frame, without_first_frame
 from .fp16_fallback import install_fp16_fallback, load_dtype
 from .loss import diffusion_loss, loss_scale
 from .masking import training_mask
@@ -191,6 +194,8 @@ class DiffusionStep:
         self.device = device
         self.precision = precision
         self.noise_fn = noise_fn  # tests pass fixed (noise, timesteps) here
+        # the share of clips that start from their first frame (first_frame.py); None: the model's. The memory probe's 1: its worst case
+        self.first_frame_share: float | None = None
         self.loss_scale = loss_scale(config, self.dist.world)
         # the trainer sets a TextEmbeddingCache (data/text_cache.py) when no text encoder trains
         self.text_cache = None
@@ -258,6 +263,11 @@ class DiffusionStep:
                 latents = model.encode_images(batch.pixels.to(self.device)).float()
         timesteps, input_noise, target_noise = self.noise(latents)
         noisy = self.schedule.noisy(latents, input_noise, timesteps)
+        # image-to-video steps of a text-to-video model (first_frame.py): these clips start from their clean first frame
+        share = model.image_to_video_share if self.first_frame_share is None else self.first_frame_share
+        batch.given_first_frame = given = draw_given(latents, share, self.rand)
+        if given is not None:
+            noisy = with_first_frame(noisy, model.given_first_frame(batch, latents), given)
         mask = None
         if c.masked_training:
             mask = training_mask(batch.mask, latents.shape[-2:], unmasked_probability=c.unmasked_probability,
@@ -286,6 +296,10 @@ class DiffusionStep:
         target = self.schedule.target(latents, target_noise, timesteps)
         if rows is not None:  # PRIOR_PREDICTION samples: the base model's prediction is the target
             target = prior_targets(target, prior, rows)
+        sample_weights = batch.loss_weights
+        if given is not None:  # their first frame was given, not predicted: out of the loss
+            target, sample_weights = without_first_frame(pred, target, given, sample_weights)
+            prior = None if prior is None else with_first_frame(prior, pred[:, :, :1].detach(), given)
         extra = None if self.vb is None else c.vb_loss_strength * self.vb(latents, noisy, timesteps, pred, variance)
         weights = self.schedule.loss_weights(timesteps)
         return self.loss_scale * diffusion_loss(
@@ -296,7 +310,7 @@ class DiffusionStep:
             huber_strength=c.huber_strength,
             huber_delta=c.huber_delta,
             log_cosh_strength=c.log_cosh_strength,
-            sample_weights=batch.loss_weights,
+            sample_weights=sample_weights,
             mask=mask,
             unmasked_weight=c.unmasked_weight,
             normalize_masked_area_loss=c.normalize_masked_area_loss,

@@ -324,6 +324,8 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
 
     probe = probe or prepare_probe(model, precision, config, trained_text_parts)
     step = DiffusionStep(model, config, torch.device("meta"), precision)
+    if model.image_to_video_share > 0:  # the step where every clip starts from its first frame: per-token timesteps
+        step.first_frame_share = 1.0
     if probe.text is not None:
         step.text_cache = probe.text
     params = [p for p in trained if p.requires_grad]

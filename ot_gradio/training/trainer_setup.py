@@ -186,8 +186,14 @@ class TrainerSetup:
             )
         if self.model.control_image:  # samples without a control image of their own edit the first pair's
             self.model.default_control_image = str(self.dataset.concepts[0].items[0].control_path)
-        if self.model.image_to_video:  # samples without an image of their own start from the first clip's first frame
+        share = self.model.image_to_video_share  # a text-to-video model's image-to-video clips (Wan 2.2 TI2V 5B)
+        if self.model.image_to_video or share >= 1:  # samples without an image of their own start from the first clip's first frame
             self.model.default_control_image = str(self.dataset.concepts[0].items[0].path)
+        if share > 0 and all(item.sampling is None for concept in self.dataset.concepts for item in concept.items):
+            self.dataset.warnings.append(
+                f"image_to_video_share is {share:g} but every training item is an image: images train text-to-video only "
+                "(nothing follows their one frame). Add clips to train image-to-video.")
+        if self.model.image_to_video:
             stills = sum(item.sampling is None for concept in self.dataset.concepts for item in concept.items)
             if stills:
                 self.dataset.warnings.append(

@@ -3,8 +3,9 @@ trained, computed every `validate_after` `validate_after_unit` when `validation`
 
 The number must be comparable across steps and across runs, so everything random in a training
 step is fixed here: each validation image gets its own noise and timestep, drawn from generators
-seeded by the run's seed and the image's place in the (seeded, epoch-0) order; caption dropout
-and the unmasked-probability draw are off; dropout layers are in eval mode. It runs under
+seeded by the run's seed and the image's place in the (seeded, epoch-0) order, and so is every
+other draw of the step (which clips start from their first frame, image_to_video_share); caption
+dropout and the unmasked-probability draw are off; dropout layers are in eval mode. It runs under
 no_grad on the live weights, and leaves the training RNG untouched, so a run with validation
 trains exactly the same steps as one without.
 """
@@ -104,6 +105,7 @@ class Validator:
             try:
                 for index, batch in enumerate(self.dataset.epoch_batches(0)):
                     self.draws.batch_index = index
+                    torch.manual_seed(self.draws.seed + _SEED_OFFSET + index)  # the step's other draws (image-to-video clips)
                     n = len(batch.image_paths)
                     total += float(self.step.loss(batch, frozenset())) * n
                     count += n

@@ -49,6 +49,9 @@ class FamilyInfo:
     # noisy ones), and a sample starts from an image (samples[].control_image; blank: the first
     # frame of the first training clip)
     image_to_video: bool = False
+    # text and image to video (Wan 2.2 TI2V 5B): samples from a prompt alone or, given a control
+    # image, from that image; trains image-to-video on `image_to_video_share` of its clips
+    text_image_to_video: bool = False
     bucket_step: int | None = None  # image sizes must be multiples of this (None: the data default)
     frame_step: int | None = None   # a video family: clips train with frame_step * k + 1 frames (None: images only)
     schedule: str = "ddpm"          # the training objective: "ddpm" or "flow_matching" (training/schedules.py)
@@ -98,6 +101,11 @@ class FamilyInfo:
     # where they wait while the steps run: "device" beside the parts or "RAM")
     extra_params: Mapping[str, tuple[str, int, str]] = field(default_factory=dict, hash=False)
     attention: tuple[str, ...] = CLASSIC_ATTENTION  # the attention_mechanism values that reach the denoiser
+
+    @property
+    def reads_sample_image(self) -> bool:
+        """A sample may name an image it edits or starts from (samples[].control_image)."""
+        return self.control_image or self.image_to_video or self.text_image_to_video
 
 
 def flow_transformer(pipeline: str, *, comfy_model: bool = True, **facts) -> FamilyInfo:

@@ -1,7 +1,7 @@
-"""Wan 2.1, Wan 2.2 TI2V 5B and Wan 2.2 T2V A14B text-to-video, and Wan 2.2 I2V A14B image-to-video:
+"""Wan 2.1 and Wan 2.2 T2V A14B text-to-video, Wan 2.2 I2V A14B image-to-video and Wan 2.2 TI2V 5B, both:
 one UMT5 text encoder, Wan's 3D causal VAE (4x in time; 8x per side for 2.1 and A14B, 16x with 48
 channels for the 5B's) and a patch (1, 2, 2) video transformer (A14B: two, one per noise range, a run
-trains one); LORA and FINE_TUNE (models/wan.py, models/wan_i2v.py)."""
+trains one); LORA and FINE_TUNE (models/wan.py, models/wan_i2v.py, models/wan_ti2v.py)."""
 
 from ..enums import ModelType as M
 from . import Sign, flow_transformer
@@ -22,8 +22,8 @@ FAMILIES = {
     ),
     M.WAN_2_2_TI2V_5B: flow_transformer(
         "WanPipeline", name="Wan 2.2 TI2V 5B", hub_repo="Wan-AI/Wan2.2-TI2V-5B-Diffusers", lora_version="wan_2_2_ti2v_5b",
-        bucket_step=32, frame_step=4,  # bucket: VAE 16 x patch 2
-        text_encoder_labels=("UMT5",), comfy_gap=COMFY_GAP, preset="wan22-ti2v-5b-lora", preset_note="704 px area, 17 frames at 24 fps",
+        bucket_step=32, frame_step=4, text_image_to_video=True,  # bucket: VAE 16 x patch 2
+        text_encoder_labels=("UMT5",), comfy_gap=COMFY_GAP, preset="wan22-ti2v-5b-lora", preset_note="704 px area, 17 frames at 24 fps; half the clips start from their first frame (image-to-video), half from the prompt",
         # Wan2.2-TI2V-5B-Diffusers: transformer/config.json (30 layers of 3072, 24 heads, FFN 14336,
         # 48 channels in and out), the same UMT5-XXL, and Wan 2.2's VAE (base width 160, decoder
         # 256, 48 latent channels, patch 2: 16x per side), counted on the meta device
