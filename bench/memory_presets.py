@@ -49,6 +49,10 @@ RUNS = [
     ("Flux 2/#flux2 LoRA 16GB.json", 16),
     ("SD1.5/#sd 1.5 LoRA.json", 8),
     ("SD1.5/#sd 1.5 embedding.json", 8),
+    # our Wan 2.2 TI2V 5B preset (OneTrainer has no Wan): half its clips image-to-video (per-token
+    # timesteps: the planner measures that step), and the same run text-to-video only
+    ("presets/wan22-ti2v-5b-lora.json", 24),
+    ("presets/wan22-ti2v-5b-lora.json", 24, {"image_to_video_share": 0.0}),
 ]
 
 CLIP_L = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
@@ -144,9 +148,28 @@ def flux2_klein_9b() -> dict:
     return {"transformer": transformer, "text_encoder": encoder, "vae": AutoencoderKLFlux2()}
 
 
-BUILDERS = {"FLUX_2": flux2_klein_9b, "FLUX_DEV_1": flux, "CHROMA_1": chroma, "STABLE_DIFFUSION_15": sd15, "STABLE_DIFFUSION_XL_10_BASE": sdxl, "QWEN": qwen_image, "Z_IMAGE": z_image}
+def wan22_ti2v_5b() -> dict:
+    from diffusers import AutoencoderKLWan, WanTransformer3DModel
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    # Wan-AI/Wan2.2-TI2V-5B-Diffusers: transformer/config.json, google/umt5-xxl's encoder and Wan 2.2's
+    # VAE (the config's base width 160, decoder 256, 48 channels, patch 2)
+    transformer = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=24, attention_head_dim=128, in_channels=48,
+                                        out_channels=48, text_dim=4096, freq_dim=256, ffn_dim=14336, num_layers=30, cross_attn_norm=True,
+                                        qk_norm="rms_norm_across_heads", eps=1e-6)
+    encoder = UMT5EncoderModel(UMT5Config(vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
+                                          relative_attention_num_buckets=32, feed_forward_proj="gated-gelu", dropout_rate=0.0))
+    vae = AutoencoderKLWan(base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
+                           temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12, patch_size=2,
+                           scale_factor_spatial=16, latents_mean=[0.0] * 48, latents_std=[1.0] * 48)
+    return {"transformer": transformer, "text_encoder": encoder, "vae": vae}
+
+
+BUILDERS = {"FLUX_2": flux2_klein_9b, "FLUX_DEV_1": flux, "CHROMA_1": chroma, "STABLE_DIFFUSION_15": sd15, "STABLE_DIFFUSION_XL_10_BASE": sdxl, "QWEN": qwen_image, "Z_IMAGE": z_image,
+            "WAN_2_2_TI2V_5B": wan22_ti2v_5b}
 # the tiny model's tokenizers and scheduler (built on the CPU; its modules are replaced)
-TINY = {"FLUX_2": ("flux2", "klein"), "FLUX_DEV_1": "flux", "CHROMA_1": "chroma", "STABLE_DIFFUSION_15": "sd15", "STABLE_DIFFUSION_XL_10_BASE": "sdxl", "QWEN": "qwen_image", "Z_IMAGE": "z_image"}
+TINY = {"FLUX_2": ("flux2", "klein"), "FLUX_DEV_1": "flux", "CHROMA_1": "chroma", "STABLE_DIFFUSION_15": "sd15", "STABLE_DIFFUSION_XL_10_BASE": "sdxl", "QWEN": "qwen_image", "Z_IMAGE": "z_image",
+        "WAN_2_2_TI2V_5B": ("wan", 0, "2.2")}
 
 
 def build_on_meta(model_type: str):
@@ -170,19 +193,20 @@ def build_on_meta(model_type: str):
     return model, counts
 
 
-def run(relative: str, card_gb: int) -> dict:
+def run(relative: str, card_gb: int, changes: dict | None = None) -> dict:
+    """`relative`: a file of OneTrainer's presets, or one of ours (presets/...); `changes`: set after the import."""
     from ot_gradio.config.io import load_config
     from ot_gradio.training.memory_meta import estimate_on_meta
 
-    path = PRESETS / relative
+    path = ROOT / relative if relative.startswith("presets/") else PRESETS / relative
     loaded = load_config(path)
-    config = loaded.config
+    config = loaded.config.model_copy(update=changes or {})
     model, counts = build_on_meta(config.model_type)
     start = time.perf_counter()
     plan, on = estimate_on_meta(model, config, card_gb * GiB)
     part = lambda name: getattr(config, name)  # noqa: E731
     return {
-        "preset": path.stem, "card_gb": card_gb, "checkpointing": on, "seconds": round(time.perf_counter() - start, 1),
+        "preset": path.stem + "".join(f" ({k} {v})" for k, v in (changes or {}).items()), "card_gb": card_gb, "checkpointing": on, "seconds": round(time.perf_counter() - start, 1),
         "peak": plan.peak(on), "weights": plan.weight_bytes, "offloaded": plan.offloaded, "gradients": plan.gradients,
         "optimizer": plan.optimizer_state, "activations": plan.activations(on), "fits": plan.fits(on),
         "breakdown": plan.breakdown(on), "probe_error": plan.probe_error, "parked": plan.parked,
@@ -215,10 +239,10 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args()
     rows = []
-    for relative, card in RUNS:
+    for relative, card, *changes in RUNS:
         if args.preset and not any(re.search(re.escape(s), relative, re.I) for s in args.preset):
             continue
-        row = run(relative, card)
+        row = run(relative, card, *changes)
         for part, (built, published) in row["params"].items():
             if published and abs(built - published) > 0.01 * published:
                 print(f"warning: {row['preset']}: {part} built with {built:,} parameters, published {published:,}", file=sys.stderr)
