@@ -159,3 +159,18 @@ def test_a_sample_starts_from_its_control_image_else_from_the_prompt(ti2v, tmp_p
     finally:
         del ti2v.pipeline
         ti2v.default_control_image = None
+
+
+def test_the_pre_run_check_takes_a_samples_control_image_and_the_share_is_a_fraction(tmp_path):
+    from pydantic import ValidationError
+
+    from ot_gradio.config.doctor import errors
+    from ot_gradio.config.validation import validate
+
+    sample = {"prompt": "x", "control_image": str(tmp_path / "missing.png")}
+    found = errors(validate({"model_type": "WAN_2_2_TI2V_5B", "samples": [sample]}))
+    assert f"samples[0].control_image: file '{tmp_path / 'missing.png'}' does not exist." in found
+    (tmp_path / "missing.png").write_bytes(b"png")
+    assert not [e for e in errors(validate({"model_type": "WAN_2_2_TI2V_5B", "samples": [sample]})) if "control_image" in e]
+    with pytest.raises((ValidationError, ValueError), match="image_to_video_share"):
+        validate({"model_type": "WAN_2_2_TI2V_5B", "image_to_video_share": 1.5})
