@@ -24,7 +24,7 @@ class Family:
     depth_maps = False  # a `-depth` image beside an image is its depth map (SD 2 depth); from the description
     image_to_video = False  # the denoiser reads each clip's first frame; a sample starts from an image (Wan 2.2 I2V)
     # the fraction of training clips that start from their own first frame, given clean (Wan 2.2 TI2V 5B's
-    # `image_to_video_share`, set per run; training/first_frame.py); 0: none
+    # and LTX-2's `image_to_video_share`, set per run; models/start_frame.py, training/first_frame.py); 0: none
     image_to_video_share = 0.0
     learns_variance = False  # the denoiser also predicts its variance, trained with the variational bound (PixArt)
     bucket_step: int | None = None  # image sides are multiples of this (None: the data default)

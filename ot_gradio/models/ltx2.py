@@ -1,4 +1,4 @@
-"""LTX-2 text-to-video: load, encode, predict, sample, save (a flow-matching family: the shared
+"""LTX-2 text-to-video and image-to-video: load, encode, predict, sample, save (a flow-matching family: the shared
 core in training/flow_matching.py draws t, makes the noisy input and the target
 `noise - latents`; this module maps t to the transformer and back). A video family as Wan is:
 its items are clips [3, frames, H, W] (data/video.py; images are one frame), `frame_step` 8.
@@ -19,6 +19,9 @@ What LTX-2 is (diffusers' LTX2Pipeline):
 - The VAE is AutoencoderKLLTX2Video (causal 3D: F frames -> (F - 1) / 8 + 1 latent frames, 32x
   per side); latents are `(z - latents_mean) * scaling_factor / latents_std` per channel, what
   the pipeline inverts before decoding.
+- Image-to-video (LTX2ImageToVideoPipeline) is the same model with its first latent frame given
+  clean at timestep 0 (models/start_frame.py, as Wan 2.2 TI2V 5B): `image_to_video_share` of the
+  training clips start so, and a sample with a control image starts from it.
 - Samples are short clips without audio (the pipeline's audio latents are dropped, the vocoder
   never runs): LTX-2.0's guidance, CFG alone (no STG, modality or rescale terms).
 - Loading: a hub id (Lightricks/LTX-2), a diffusers folder or `tiny:ltx2`; single files are
@@ -39,6 +42,7 @@ from ot_gradio.config.enums import ModelType
 from ot_gradio.models.common import base_module, input_dtype, module_device, module_dtype
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames
 from ot_gradio.models.registry import register_family
+from ot_gradio.models.start_frame import StartFromFirstFrame
 from ot_gradio.models.video_family import VideoSampling
 
 DEFAULT_SEQUENCE_LENGTH = 1024  # the pipeline's max_sequence_length
@@ -56,7 +60,7 @@ GEMMA_PRESETS = {"full": ["language_model."], "attn-mlp": ["self_attn.", "mlp."]
 
 
 @register_family(ModelType.LTX_2)
-class LTX2(VideoSampling, IdentityLoraNames, FlowFamily):
+class LTX2(StartFromFirstFrame, VideoSampling, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for LTX-2."""
     fp16_unstable = ("text_encoder",)  # T5 / the LLM overflows in float16
 
@@ -199,7 +203,8 @@ class LTX2(VideoSampling, IdentityLoraNames, FlowFamily):
 
     def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The velocity (B, C, F', h, w) for noisy latents at noise fraction `t` (B,); the audio
-        stream reads zero latents noised at the same t (its prediction is dropped)."""
+        stream reads zero latents noised at the same t (its prediction is dropped). A clip that
+        starts from its given first frame has timestep 0 on that frame's tokens (start_frame.py)."""
         from diffusers import LTX2Pipeline
 
         transformer = self.transformer
@@ -215,7 +220,9 @@ class LTX2(VideoSampling, IdentityLoraNames, FlowFamily):
             hidden_states=packed, audio_hidden_states=audio.to(dtype),
             encoder_hidden_states=conditioning["encoder_hidden_states"].to(device, dtype),
             audio_encoder_hidden_states=conditioning["audio_encoder_hidden_states"].to(device, dtype),
-            timestep=sigma * 1000, sigma=sigma * 1000, encoder_attention_mask=mask, audio_encoder_attention_mask=mask,
+            timestep=self.per_token_timesteps(sigma * 1000, batch, frames // config.patch_size_t, height // config.patch_size,
+                                              width // config.patch_size),
+            audio_timestep=sigma * 1000, sigma=sigma * 1000, encoder_attention_mask=mask, audio_encoder_attention_mask=mask,
             num_frames=frames, height=height, width=width, fps=self.frame_rate, audio_num_frames=audio_length,
             use_cross_timestep=False, return_dict=False,
         )[0]
@@ -225,12 +232,14 @@ class LTX2(VideoSampling, IdentityLoraNames, FlowFamily):
     # ---------------------------------------------------------------- sampling
 
     def pipeline(self):
-        """LTX2Pipeline sharing this model's parts, the connectors, audio VAE and vocoder."""
-        from diffusers import LTX2Pipeline
+        """LTX2Pipeline sharing this model's parts, the connectors, audio VAE and vocoder
+        (LTX2ImageToVideoPipeline for a sample that starts from an image)."""
+        from diffusers import LTX2ImageToVideoPipeline, LTX2Pipeline
 
         components = {part: base_module(module) for part, module in self.parts.items()}
         components.update({part: getattr(self, part) for part in EXTRA_PARTS}, tokenizer=self.tokenizer)
-        pipe = LTX2Pipeline(scheduler=type(self.scheduler).from_config(self.scheduler.config), **components)
+        kind = LTX2Pipeline if self._sample_image is None else LTX2ImageToVideoPipeline
+        pipe = kind(scheduler=type(self.scheduler).from_config(self.scheduler.config), **components)
         pipe.set_progress_bar_config(disable=True)
         return pipe
 

@@ -23,7 +23,7 @@ prediction of the method's base model, the LoRA turned off), the concepts' loss 
 The samples of PRIOR_PREDICTION concepts take that base model's prediction as their target (as
 OneTrainer: it predicts the whole batch, with the same noise, timesteps and conditioning, without
 gradient, and the loss is computed as for any other sample). A model with an
-`image_to_video_share` (Wan 2.2 TI2V 5B) starts that share of its clips from their clean first
+`image_to_video_share` (Wan 2.2 TI2V 5B, LTX-2) starts that share of its clips from their clean first
 frame, left out of their loss (first_frame.py). A model that learns its
 variance (PixArt) adds `vb_loss_strength` x the variational bound (vb_loss.py); the whole times the
 `loss_scaler`'s batch / accumulation factor (`loss_scale`), as OneTrainer scales it. Captions are replaced

@@ -1,5 +1,5 @@
-"""Image-to-video steps of a model that trains text-to-video too (Wan 2.2 TI2V 5B,
-`image_to_video_share`; models/wan_ti2v.py), shared by the training step (diffusion.py):
+"""Image-to-video steps of a model that trains text-to-video too (Wan 2.2 TI2V 5B and LTX-2,
+`image_to_video_share`; models/start_frame.py), shared by the training step (diffusion.py):
 
 - Which clips of the batch start from their first frame: each with probability `share`, drawn
   from the step's per-sample draws (so every GPU of a run draws its part of one global batch); a

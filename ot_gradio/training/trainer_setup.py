@@ -186,7 +186,7 @@ class TrainerSetup:
             )
         if self.model.control_image:  # samples without a control image of their own edit the first pair's
             self.model.default_control_image = str(self.dataset.concepts[0].items[0].control_path)
-        share = self.model.image_to_video_share  # a text-to-video model's image-to-video clips (Wan 2.2 TI2V 5B)
+        share = self.model.image_to_video_share  # a text-to-video model's image-to-video clips (Wan 2.2 TI2V 5B, LTX-2)
         if self.model.image_to_video or share >= 1:  # samples without an image of their own start from the first clip's first frame
             self.model.default_control_image = str(self.dataset.concepts[0].items[0].path)
         if share > 0 and all(item.sampling is None for concept in self.dataset.concepts for item in concept.items):

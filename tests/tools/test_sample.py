@@ -292,7 +292,7 @@ def test_form_checks_fields_and_lists_runs_with_a_backup(tmp_path, tiny):
     (tmp_path / "start.png").write_bytes(b"png")
     with pytest.raises(ToolInputError, match="Control image: STABLE_DIFFUSION_15 samples from a prompt alone"):
         tool.params({**values, tool.control: str(tmp_path / "start.png")})
-    for model_type in ("WAN_2_2_I2V_A14B", "WAN_2_2_TI2V_5B"):  # TI2V 5B: image-to-video when given one
+    for model_type in ("WAN_2_2_I2V_A14B", "WAN_2_2_TI2V_5B", "LTX_2"):  # TI2V 5B and LTX-2: image-to-video when given one
         i2v = tool.params({**values, tool.model_type: model_type, tool.control: str(tmp_path / "start.png")})
         assert all(p["control_image"] == str(tmp_path / "start.png") for p in i2v["prompts"])
     with pytest.raises(ToolInputError, match="Control image"):

@@ -49,8 +49,8 @@ class FamilyInfo:
     # noisy ones), and a sample starts from an image (samples[].control_image; blank: the first
     # frame of the first training clip)
     image_to_video: bool = False
-    # text and image to video (Wan 2.2 TI2V 5B): samples from a prompt alone or, given a control
-    # image, from that image; trains image-to-video on `image_to_video_share` of its clips
+    # text and image to video with one model (Wan 2.2 TI2V 5B, LTX-2): samples from a prompt alone or,
+    # given a control image, from that image; trains image-to-video on `image_to_video_share` of its clips
     text_image_to_video: bool = False
     bucket_step: int | None = None  # image sizes must be multiples of this (None: the data default)
     frame_step: int | None = None   # a video family: clips train with frame_step * k + 1 frames (None: images only)

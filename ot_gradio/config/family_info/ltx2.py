@@ -1,4 +1,4 @@
-"""LTX-2 text-to-video: a Gemma 3 text encoder with text connectors, the LTX-2 causal 3D VAE
+"""LTX-2 text-to-video and image-to-video (one model): a Gemma 3 text encoder with text connectors, the LTX-2 causal 3D VAE
 (8x in time, 32x per side) and a joint audio + video transformer trained on video alone; LORA
 and FINE_TUNE (models/ltx2.py)."""
 
@@ -9,7 +9,8 @@ FAMILIES = {
     M.LTX_2: flow_transformer(
         "LTX2Pipeline", name="LTX-2", hub_repo="Lightricks/LTX-2", lora_version="ltx_2", comfy_model=False,
         transformer_file=False, gguf=False, bucket_step=32, frame_step=8, text_encoder_labels=("Gemma 3",),  # bucket: VAE 32 x patch 1
-        preset="ltx2-lora", preset_note="640 px area, 25 frames at 24 fps",
+        text_image_to_video=True, preset="ltx2-lora",
+        preset_note="640 px area, 25 frames at 24 fps; half the clips start from their first frame (image-to-video), half from the prompt",
         # Lightricks/LTX-2, counted on the meta device: LTX2VideoTransformer3DModel's defaults (the
         # 2.0 model: 48 blocks, video 32 x 128, audio 32 x 64), Gemma 3 12B (text 48 layers of
         # 3840, SigLIP vision tower; lm_head tied) and AutoencoderKLLTX2Video's defaults
