@@ -390,6 +390,17 @@ def conditioning_image_latents(model: Any, batch: Any, blank: torch.Tensor, whol
     return torch.where(use_blank.to(device)[:, None, None, None], blank, latents.to(device, torch.float32))
 
 
+def first_frame_conditioning(model: Any, batch: Any, stand_in: torch.Tensor) -> torch.Tensor:
+    """An image-to-video family's first-frame latents: cached (`batch.conditioning_latents`), else
+    encoded now from `batch.pixels` by `model.encode_conditioning`; without either (the memory
+    planner's probe) `stand_in`."""
+    cached = getattr(batch, "conditioning_latents", None)
+    if cached is not None:
+        return cached
+    pixels = getattr(batch, "pixels", None)
+    return stand_in if pixels is None else model.encode_conditioning(pixels)
+
+
 def inpainting_images(height: int, width: int, image=None, mask=None) -> dict:
     """The inpainting pipelines' `image`, `mask_image` and `strength` for a sample: the image to
     inpaint and its mask (white = repaint), as PIL images or file paths, resized to the sample's

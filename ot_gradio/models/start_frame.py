@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from ot_gradio.models.common import first_frame_conditioning
 from ot_gradio.models.sampling_parts import sample_image, start_image_input
 
 
@@ -50,13 +51,7 @@ class StartFromFirstFrame:
     def given_first_frame(self, batch, latents: torch.Tensor) -> torch.Tensor:
         """The clean first latent frame (B, C, 1, h, w) a clip starts from: cached, else encoded
         from the batch's pixels; without either (the memory planner's probe) the clip's own."""
-        cached = getattr(batch, "conditioning_latents", None)
-        if cached is not None:
-            return cached
-        pixels = getattr(batch, "pixels", None)
-        if pixels is not None:
-            return self.encode_conditioning(pixels)
-        return latents[:, :, :1]
+        return first_frame_conditioning(self, batch, latents[:, :, :1])
 
     @staticmethod
     def per_token_timesteps(timestep: torch.Tensor, batch, frames: int, height: int, width: int) -> torch.Tensor:

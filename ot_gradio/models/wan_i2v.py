@@ -24,7 +24,7 @@ from collections.abc import Mapping
 import torch
 
 from ot_gradio.config.enums import ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, input_dtype, module_device
+from ot_gradio.models.common import ModelLoadError, base_module, first_frame_conditioning, input_dtype, module_device
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sampling_parts import sample_image, start_image_input
 from ot_gradio.models.wan import Wan22T2VA14B
@@ -85,13 +85,7 @@ class Wan22I2VA14B(Wan22T2VA14B):
     def first_frame_latents(self, batch, noisy: torch.Tensor) -> torch.Tensor:
         """The batch's first-frame latents: cached, else encoded from its pixels; without either (the
         memory planner's probe) zeros of the noisy latents' size stand in."""
-        cached = getattr(batch, "conditioning_latents", None)
-        if cached is not None:
-            return cached
-        pixels = getattr(batch, "pixels", None)
-        if pixels is not None:
-            return self.encode_conditioning(pixels)
-        return torch.zeros_like(noisy)
+        return first_frame_conditioning(self, batch, torch.zeros_like(noisy))
 
     def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The velocity (B, 16, F', h, w) of the noisy latents, read with the first-frame mask and latents."""

@@ -85,3 +85,33 @@ def test_clips_train_from_their_first_frames_samples_start_from_the_first_clip_a
     before = video(pipe, trainer.model, image)
     assert lora_load_problems(pipe, tmp_path / "out" / "lora.safetensors") == []
     assert np.abs(video(pipe, trainer.model, image) - before).max() > 1e-3
+
+
+def test_images_alone_are_told_they_train_text_to_video_and_validation_draws_the_same_clips_each_time(tiny_wan22_5b, tmp_path,
+                                                                                                      monkeypatch):
+    import shutil
+
+    from ot_gradio.models.wan_ti2v import Wan22TI2V5B
+
+    data = write_clips_and_an_image(tmp_path / "clips", PROMPT)
+    images = tmp_path / "images"
+    images.mkdir()
+    for name in ("still.png", "still.txt"):
+        shutil.move(data / name, images / name)
+    config = imported(PRESETS_DIR / "wan22-ti2v-5b-lora.json", tiny_wan22_5b.diffusers_dir, images, tmp_path, "lora.safetensors",
+                      resolution="64", frames="5", epochs=3, lora_rank=4, latent_caching=True, validation=True, validate_after=1,
+                      validate_after_unit="EPOCH")
+    config["concepts"].append({"name": "held", "path": str(data), "type": "VALIDATION"})
+    assert config["image_to_video_share"] == 0.5  # the preset's
+    # the held-out clips: about half of them start from their first frame, the same ones at every validation
+    drawn = []
+    predict = Wan22TI2V5B.predict
+    monkeypatch.setattr(Wan22TI2V5B, "predict", lambda self, noisy, t, c, batch=None: drawn.append(
+        (batch.image_paths[0], batch.given_first_frame is not None)) or predict(self, noisy, t, c, batch))
+    _, warned = train_in_process(config, tmp_path)
+    assert [w for w in warned if w.startswith("image_to_video_share is 0.5 but every training item is an image")], warned
+    clips = [d for d in drawn if d[0].endswith(".mp4")]
+    runs = [sorted(clips[i:i + 3]) for i in range(0, len(clips), 3)]
+    assert len(runs) == 3 and runs[0] == runs[1] == runs[2], runs
+    assert {given for _, given in runs[0]} == {True, False}  # both kinds among them
+    assert [d for d in drawn if d[0].endswith(".png")] and not [d for d in drawn if d[0].endswith(".png") and d[1]]  # the image: never
