@@ -116,7 +116,7 @@ def list_image_files(folder: Path, recursive: bool, skipped: list[SkippedFile] |
     maps either) under ``folder``,
     and clips with ``clips``, sorted by their '/'-separated relative path. Names of images that
     are no plain file (a pipe called fifo.png) go to ``skipped``; pictures in a format that is not read
-    (UNREAD_IMAGE_EXTENSIONS: .heic, .gif, ...) to ``unread``."""
+    (UNREAD_IMAGE_EXTENSIONS: .jxl, .psd, ...) to ``unread``."""
     found: list[tuple[str, Path]] = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if recursive else []
@@ -322,7 +322,7 @@ def _companion_for(path: Path, suffix: str, what: str, load, scan: ConceptScan, 
 
 
 def _unread_note(unread: list[Path]) -> str:
-    """'2 .heic, 1 .gif file(s) are in a format that is not read (IMG_1.heic, ...); convert them to PNG or JPG' ('' for none)."""
+    """'2 .jxl, 1 .psd file(s) are in a format that is not read (IMG_1.jxl, ...); convert them to PNG or JPG' ('' for none)."""
     if not unread:
         return ""
     counts: dict[str, int] = {}

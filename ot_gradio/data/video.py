@@ -125,6 +125,8 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
              ) -> tuple[list[Image.Image], int, int, int, float, list[float], float]:
     """(the frames as RGB images when `keep`, how many were taken, width, height, duration, the
     taken frames' times in seconds as the container stamps them, the clip's end time)."""
+    from .images import to_rgb  # noqa: PLC0415
+
     container = _open(path)
     taken: list[Image.Image] = []
     times: list[float] = []
@@ -162,7 +164,7 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
                 turn = _quarter_turns(frame)
                 width, height = (frame.height, frame.width) if turn % 2 else (frame.width, frame.height)
                 if keep:
-                    taken.append(_upright(frame.to_image().convert("RGB"), turn))
+                    taken.append(_upright(to_rgb(frame.to_image()), turn))  # a GIF's transparency: on white, as images
                 times.append(time)
                 count += 1
                 if count >= limit:

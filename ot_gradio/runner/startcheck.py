@@ -168,7 +168,7 @@ def _has_image(folder: Path, recursive: bool, clips: bool = False) -> bool:
 
 
 def _unread_kinds(folder: Path, recursive: bool) -> list[str]:
-    """The extensions of the pictures in `folder` that are not read (.heic, .gif, ...), sorted."""
+    """The extensions of the pictures in `folder` that are not read (.jxl, .psd, ...), sorted."""
     from ..config.media_files import UNREAD_IMAGE_EXTENSIONS  # noqa: PLC0415
 
     found: set[str] = set()

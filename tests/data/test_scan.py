@@ -270,14 +270,14 @@ def test_onetrainers_tiff_and_avif_images_train_and_decode(tmp_path, make_concep
 
 
 def test_photos_in_a_format_that_is_not_read_are_named(tmp_path, write_image, make_concept):
-    """Pictures that are not read (an animated GIF, a JPEG XL) beside JPEGs did not train, without a word."""
+    """Pictures that are not read (a Photoshop file, a JPEG XL) beside JPEGs did not train, without a word."""
     folder = tmp_path / "c"
     write_image(folder / "a.jpg", 16, 16)
-    for name in ("IMG_0001.JXL", "IMG_0002.jxl", "anim.gif"):
+    for name in ("IMG_0001.JXL", "IMG_0002.jxl", "layers.psd"):
         (folder / name).write_bytes(b"x")
     scan = scan_concept(make_concept(folder))
     assert [i.relpath for i in scan.items] == ["a.jpg"]
-    assert any("2 .jxl, 1 .gif file(s) are in a format that is not read (IMG_0001.JXL, IMG_0002.jxl, anim.gif)" in w
+    assert any("2 .jxl, 1 .psd file(s) are in a format that is not read (IMG_0001.JXL, IMG_0002.jxl, layers.psd)" in w
                and "convert them to PNG or JPG" in w for w in scan.warnings), scan.warnings
     only = tmp_path / "only"
     (only).mkdir()

@@ -259,3 +259,45 @@ def test_the_runs_random_clip_window_setting_reaches_the_sampling():
 
     assert run_sampling(TrainConfig(model_type="WAN_2_1"), 4).random_window is True  # OneTrainer's way, by default
     assert run_sampling(TrainConfig(model_type="WAN_2_1", random_clip_window=False), 4).random_window is False
+
+
+def _animated_gif(path, colours, delays, transparent_corner=False):
+    """A GIF of one frame per colour, each shown for its delay (ms); with `transparent_corner` its
+    top-left pixel is transparent in every frame."""
+    frames = []
+    for colour in colours:
+        frame = Image.new("RGBA", (32, 32), (*colour, 255))
+        if transparent_corner:
+            frame.putpixel((0, 0), (0, 0, 0, 0))
+        frames.append(frame)
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=list(delays), loop=0, disposal=2)
+    return path
+
+
+def test_a_gif_is_an_image_for_an_image_model_and_a_clip_for_a_video_model(tmp_path, make_concept):
+    """GIFs were named as unread; a folder of them (pixel art, loops) trains: its first frame as an
+    image, or every frame at its own time as a clip. Transparency is on white, as images'."""
+    from ot_gradio.data.images import load_rgb
+
+    folder = tmp_path / "gifs"
+    folder.mkdir()
+    red, green, blue = (250, 0, 0), (0, 250, 0), (0, 0, 250)
+    _animated_gif(folder / "loop.gif", [red, green, blue] * 2, [100] * 6, transparent_corner=True)
+    (folder / "loop.txt").write_text("a colour loop")
+    concept = make_concept(folder)
+    as_image = scan_concept(concept)
+    assert [(i.relpath, i.frames, i.captions) for i in as_image.items] == [("loop.gif", 0, ("a colour loop",))]
+    assert not as_image.warnings
+    image = load_rgb(folder / "loop.gif")
+    assert image.size == (32, 32) and image.getpixel((16, 16))[0] > 240 and image.getpixel((0, 0)) == (255, 255, 255)
+
+    def colours(frames):
+        return [max(range(3), key=lambda c, f=f: f.getpixel((16, 16))[c]) for f in frames]
+
+    sampling = FrameSampling(frames=5, step=4, fps=10.0)
+    as_clip = scan_concept(concept, sampling)
+    assert [(i.relpath, i.frames) for i in as_clip.items] == [("loop.gif", 5)]  # 6 frames at 10 fps, cut to 4k+1
+    frames = read_clip(folder / "loop.gif", sampling, 5)
+    assert colours(frames) == [0, 1, 2, 0, 1] and frames[0].getpixel((0, 0)) == (255, 255, 255)  # transparency on white
+    # each frame at its own time: at 5 fps every other one (0, 0.2, 0.4 s)
+    assert colours(read_clip(folder / "loop.gif", FrameSampling(frames=3, step=2, fps=5.0), 3)) == [0, 2, 1]
