@@ -307,9 +307,15 @@ class Page(EditHandlers, ConfigFiles):
         self.load_defaults.click(self.on_load_defaults, self.config_state, self.all_outputs, show_progress_on=[self.load_defaults])
         # select, not input: a Dropdown's input fires twice per click on an option (two loads, two
         # toasts) and again when Tab passes through it (a reload of the preset over the user's edits)
-        self.preset.select(self.on_preset, [self.preset, self.config_state], self.all_outputs, show_progress_on=[self.preset])
-        self.load_btn.click(self.on_load, [self.config_path, self.config_state], self.all_outputs, show_progress_on=[self.load_btn])
-        self.upload.upload(self.on_upload, self.upload, self.all_outputs, show_progress_on=[self.upload])
+        # window.otConfigLoads counts the loads the page has shown (a preset, a file): until it
+        # grows, a load is still on its way and overwrites what is typed meanwhile (the browser
+        # tests wait for it; the server saving the load is not yet the page showing it)
+        shown = "() => { window.otConfigLoads = (window.otConfigLoads || 0) + 1; }"
+        self.preset.select(self.on_preset, [self.preset, self.config_state], self.all_outputs,
+                           show_progress_on=[self.preset]).then(None, js=shown)
+        self.load_btn.click(self.on_load, [self.config_path, self.config_state], self.all_outputs,
+                            show_progress_on=[self.load_btn]).then(None, js=shown)
+        self.upload.upload(self.on_upload, self.upload, self.all_outputs, show_progress_on=[self.upload]).then(None, js=shown)
         self.save_btn.click(self.on_save, [self.config_path, self.config_state], None)
         self.export.click(self.on_export, self.config_state, self.export)
         self.concepts.wire(self.config_state, self.autosave)

@@ -39,10 +39,12 @@ def open_page(page, url):
     page.wait_for_function("window.otPageLoaded === true")
 
 
-def wait_for_preset(workspace, preset_workspace_dir="demo", timeout=60):
-    """Once a preset is chosen: wait until the page has loaded and saved it (its workspace folder
-    in <workspace>/ui-config.json). An edit typed while the load is still on its way is undone by
-    it (a busy machine takes seconds)."""
+def wait_for_preset(page, workspace, preset_workspace_dir="demo", timeout=60):
+    """Once a preset is chosen: wait until the server has loaded and saved it (its workspace folder
+    in <workspace>/ui-config.json) and the page shows it (window.otConfigLoads, ui/page.py). An
+    edit typed while the load is still on its way is undone by it (a busy machine takes seconds),
+    and the saved file alone does not say the page has it: the page starts with the demo preset,
+    so the file may name the demo before the chosen preset's values reach the browser."""
     path = Path(workspace) / "ui-config.json"
 
     def saved():
@@ -52,3 +54,4 @@ def wait_for_preset(workspace, preset_workspace_dir="demo", timeout=60):
             return False
 
     wait_for(saved, f"the preset (workspace folder ...{preset_workspace_dir}) to be loaded and saved", timeout)
+    page.wait_for_function("(window.otConfigLoads || 0) >= 1", timeout=timeout * 1000)

@@ -44,7 +44,7 @@ def test_demo_lora_from_the_page(app, browser_page):
     page = browser_page
     open_page(page, app["url"])
     choose(page, "preset", "demo")
-    wait_for_preset(app["workspace"])
+    wait_for_preset(page, app["workspace"])
     open_tab(page, "General")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -99,7 +99,7 @@ def test_bad_values_are_named_and_nothing_starts(app, browser_page):
     page = browser_page
     open_page(page, app["url"])
     choose(page, "preset", "demo")
-    wait_for_preset(app["workspace"])
+    wait_for_preset(page, app["workspace"])
     open_tab(page, "Training")
     lr = field(page, "f-learning_rate")
     assert lr.input_value() == "0.001"

@@ -138,7 +138,7 @@ def test_queue_survives_an_app_restart(shared, page):
             (held / f.name).write_bytes(f.read_bytes())
     open_page(page, shared["app"]["url"])
     choose(page, "preset", "demo")
-    wait_for_preset(shared["workspace"])
+    wait_for_preset(page, shared["workspace"])
     workspace_dir = box(page, "f-workspace_dir")  # the demo lands in <workspace>/demo
     # a held-out concept in both runs (a VALIDATION concept is never trained; it is read only with Validation on)
     open_tab(page, "Concepts")

@@ -205,4 +205,6 @@ def test_start_up_size_budget(page):
     assert len(page.blocks.blocks) <= 777 and len(server) <= 87
     concept_relays = [fn for fn in page.blocks.fns.values() if fn.fn is None and fn.outputs == [page.concepts.log]]
     loaded = [fn for fn in page.blocks.fns.values() if fn.fn is None and "otPageLoaded" in (fn.js or "")]
-    assert len(page.blocks.fns) - len(server) == len(relays(page)) + len(concept_relays) + len(loaded) and len(loaded) == 1
+    shown = [fn for fn in page.blocks.fns.values() if fn.fn is None and "otConfigLoads" in (fn.js or "")]
+    assert len(page.blocks.fns) - len(server) == len(relays(page)) + len(concept_relays) + len(loaded) + len(shown)
+    assert len(loaded) == 1 and len(shown) == 3  # a preset, a loaded file, an uploaded file
