@@ -53,6 +53,8 @@ RUNS = [
     # timesteps: the planner measures that step), and the same run text-to-video only
     ("presets/wan22-ti2v-5b-lora.json", 24),
     ("presets/wan22-ti2v-5b-lora.json", 24, {"image_to_video_share": 0.0}),
+    # our Wan 2.1 I2V 14B preset (FLOAT_8 transformer; 16.4B with its image keys and values)
+    ("presets/wan21-i2v-14b-lora.json", 24),
 ]
 
 CLIP_L = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
@@ -150,26 +152,46 @@ def flux2_klein_9b() -> dict:
 
 def wan22_ti2v_5b() -> dict:
     from diffusers import AutoencoderKLWan, WanTransformer3DModel
-    from transformers import UMT5Config, UMT5EncoderModel
 
     # Wan-AI/Wan2.2-TI2V-5B-Diffusers: transformer/config.json, google/umt5-xxl's encoder and Wan 2.2's
     # VAE (the config's base width 160, decoder 256, 48 channels, patch 2)
     transformer = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=24, attention_head_dim=128, in_channels=48,
                                         out_channels=48, text_dim=4096, freq_dim=256, ffn_dim=14336, num_layers=30, cross_attn_norm=True,
                                         qk_norm="rms_norm_across_heads", eps=1e-6)
-    encoder = UMT5EncoderModel(UMT5Config(vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
-                                          relative_attention_num_buckets=32, feed_forward_proj="gated-gelu", dropout_rate=0.0))
+    encoder = umt5_xxl()
     vae = AutoencoderKLWan(base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
                            temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12, patch_size=2,
                            scale_factor_spatial=16, latents_mean=[0.0] * 48, latents_std=[1.0] * 48)
     return {"transformer": transformer, "text_encoder": encoder, "vae": vae}
 
 
+def wan21_i2v_14b() -> dict:
+    from diffusers import AutoencoderKLWan, WanTransformer3DModel
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    # Wan-AI/Wan2.1-I2V-14B-480P-Diffusers: transformer/config.json (36 channels in, image_dim 1280, each
+    # block's image keys and values), the same UMT5-XXL, Wan 2.1's VAE (its defaults) and CLIP ViT-H/14's vision tower
+    transformer = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=40, attention_head_dim=128, in_channels=36,
+                                        out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=13824, num_layers=40, cross_attn_norm=True,
+                                        qk_norm="rms_norm_across_heads", eps=1e-6, image_dim=1280, added_kv_proj_dim=5120, rope_max_seq_len=1024)
+    encoder = CLIPVisionModel(CLIPVisionConfig(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=16,
+                                               patch_size=14, image_size=224, hidden_act="gelu", layer_norm_eps=1e-5, projection_dim=1024))
+    return {"transformer": transformer, "text_encoder": umt5_xxl(), "vae": AutoencoderKLWan(), "image_encoder": encoder,
+            "image_processor": CLIPImageProcessor(size={"shortest_edge": 224}, crop_size={"height": 224, "width": 224}, resample=3)}
+
+
+def umt5_xxl():
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    return UMT5EncoderModel(UMT5Config(vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
+                                       relative_attention_num_buckets=32, feed_forward_proj="gated-gelu", dropout_rate=0.0))
+
+
 BUILDERS = {"FLUX_2": flux2_klein_9b, "FLUX_DEV_1": flux, "CHROMA_1": chroma, "STABLE_DIFFUSION_15": sd15, "STABLE_DIFFUSION_XL_10_BASE": sdxl, "QWEN": qwen_image, "Z_IMAGE": z_image,
-            "WAN_2_2_TI2V_5B": wan22_ti2v_5b}
+            "WAN_2_2_TI2V_5B": wan22_ti2v_5b, "WAN_2_1_I2V": wan21_i2v_14b}
 # the tiny model's tokenizers and scheduler (built on the CPU; its modules are replaced)
 TINY = {"FLUX_2": ("flux2", "klein"), "FLUX_DEV_1": "flux", "CHROMA_1": "chroma", "STABLE_DIFFUSION_15": "sd15", "STABLE_DIFFUSION_XL_10_BASE": "sdxl", "QWEN": "qwen_image", "Z_IMAGE": "z_image",
-        "WAN_2_2_TI2V_5B": ("wan", 0, "2.2")}
+        "WAN_2_2_TI2V_5B": ("wan", 0, "2.2"), "WAN_2_1_I2V": "wan"}
 
 
 def build_on_meta(model_type: str):

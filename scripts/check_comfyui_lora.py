@@ -59,6 +59,9 @@ FAMILIES = {
     # Wan 2.2 I2V A14B's trained (high-noise) expert: 36 channels in, no image embedding
     "wan22-i2v": ("ot_gradio.models.wan_i2v", "Wan22I2VA14B", ("ot_gradio.models.tiny.wan", "tiny_wan_i2v_components", ()),
                   ("comfy.text_encoders.wan", "WanT5Model")),
+    # Wan 2.1 I2V: the image keys and values of each block and the image projection beside the t2v names
+    "wan21-i2v": ("ot_gradio.models.wan21_i2v", "Wan21I2V", ("ot_gradio.models.tiny.wan", "tiny_wan21_i2v_components", ()),
+                  ("comfy.text_encoders.wan", "WanT5Model")),
     # the UNet families: kohya's names of diffusers' UNet paths, mapped through ComfyUI's unet_to_diffusers
     "sd15": ("ot_gradio.models.sd15", "StableDiffusion15", ("ot_gradio.models.tiny.sd15", "tiny_sd15_components", ()),
              ("comfy.sd1_clip", "SD1ClipModel")),
@@ -167,6 +170,7 @@ COMFY_MODELS = {
     "qwen-image": ("QwenImage", lambda c: {}),
     "wan": ("WAN21", lambda c: {}),  # (its keys are the original ones: ComfyUI's generic map)
     "wan22-i2v": ("WAN21", lambda c: {}),  # ComfyUI detects a 36-channel Wan without img_emb as its WAN21 (model_type t2v)
+    "wan21-i2v": ("WAN21", lambda c: {}),  # with img_emb: its WAN21 with model_type i2v
     "anima": ("CosmosPredict2", lambda c: {}),
     "sd15": ("BaseModel", None), "sdxl": ("SDXL", None),
     "sd3": ("SD3", lambda c: {"depth": c.num_attention_heads * c.attention_head_dim // 64}),  # (None: the UNet's config as ComfyUI detects it from the file)  # Anima's DiT is Cosmos Predict2's, as ComfyUI detects it

@@ -92,18 +92,21 @@ def hidream_map(original: list[str]) -> set[str]:
     return generic_unet(original) | {"transformer." + k for k in original} | {"lycoris_" + _flat(k) for k in original}
 
 
-def wan_original(n_blocks: int) -> list[str]:
-    """The Linear / Conv weights of ComfyUI's Wan 2.1 text-to-video model (comfy/ldm/wan/model.py)."""
+def wan_original(n_blocks: int, i2v: bool = False) -> list[str]:
+    """The Linear / Conv weights of ComfyUI's Wan 2.1 model (comfy/ldm/wan/model.py): text-to-video,
+    or with `i2v` its image-to-video one (WanI2VCrossAttention's k_img / v_img, MLPProj's two linears)."""
     keys = [f"blocks.{i}.{a}.{p}" for i in range(n_blocks) for a in ("self_attn", "cross_attn") for p in "qkvo"]
     keys += [f"blocks.{i}.ffn.{j}" for i in range(n_blocks) for j in (0, 2)]
+    if i2v:
+        keys += [f"blocks.{i}.cross_attn.{p}_img" for i in range(n_blocks) for p in "kv"] + ["img_emb.proj.1", "img_emb.proj.3"]
     return keys + ["patch_embedding", "text_embedding.0", "text_embedding.2", "time_embedding.0", "time_embedding.2",
                    "time_projection.1", "head.head"]
 
 
-def wan_map(n_blocks: int, umt5_blocks: int) -> set[str]:
+def wan_map(n_blocks: int, umt5_blocks: int, i2v: bool = False) -> set[str]:
     """Wan: the generic names of the original weights; UMT5 (its clip named `umt5xxl`, no T5 rule):
     only `text_encoders.umt5xxl.transformer.<key>`."""
-    return generic_unet(wan_original(n_blocks)) | {"text_encoders.umt5xxl.transformer." + k for k in t5_keys(umt5_blocks)}
+    return generic_unet(wan_original(n_blocks, i2v)) | {"text_encoders.umt5xxl.transformer." + k for k in t5_keys(umt5_blocks)}
 
 
 def anima_original(n_blocks: int) -> list[str]:

@@ -16,9 +16,16 @@ from .family_info import Sign
 
 
 def _by_class(name: str) -> Sign | None:
-    """The sign with the longest pipeline-class prefix of `name` ("StableDiffusionXL" over "StableDiffusion")."""
+    """The sign with the longest pipeline-class prefix of `name` ("StableDiffusionXL" over "StableDiffusion");
+    signs whose prefixes tie (Wan 2.1 I2V and Wan 2.2 I2V A14B: one pipeline class) as one sign of all their types."""
     found = [(len(p), sign) for sign in SIGNS for p in sign.class_prefixes if name.startswith(p)]
-    return max(found, key=lambda f: f[0])[1] if found else None
+    if not found:
+        return None
+    longest = max(length for length, _ in found)
+    tied = [sign for length, sign in found if length == longest]
+    if len(tied) == 1:
+        return tied[0]
+    return Sign(" or ".join(s.name for s in tied), tuple(m for s in tied for m in s.model_types), (), ())
 
 
 def _by_name(name: str) -> Sign | None:

@@ -575,7 +575,7 @@ def control_sample_problems(config: Any) -> list[str]:
             continue
         if info is None or not info.reads_sample_image:
             out.append(f"samples[{i}].control_image: {config.model_type.value} samples from a prompt alone; clear it, "
-                       "or train an image-editing (QWEN_IMAGE_EDIT) or image-to-video (WAN_2_2_I2V_A14B, WAN_2_2_TI2V_5B, LTX_2) model type.")
+                       "or train an image-editing (QWEN_IMAGE_EDIT) or image-to-video (WAN_2_1_I2V, WAN_2_2_I2V_A14B, WAN_2_2_TI2V_5B, LTX_2) model type.")
         elif not _is_file(value):
             out.append(f"samples[{i}].control_image: file '{value[:300]}' does not exist.")
     return out

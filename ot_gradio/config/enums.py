@@ -45,6 +45,7 @@ class ModelType(StrEnum):
     IDEOGRAM_4 = "IDEOGRAM_4"
     # Not in OneTrainer (its Wan request was closed as not planned); trained here.
     WAN_2_1 = "WAN_2_1"
+    WAN_2_1_I2V = "WAN_2_1_I2V"
     WAN_2_2_TI2V_5B = "WAN_2_2_TI2V_5B"
     WAN_2_2_T2V_A14B = "WAN_2_2_T2V_A14B"
     WAN_2_2_I2V_A14B = "WAN_2_2_I2V_A14B"

@@ -85,7 +85,7 @@ class SampleConfig(Section):
     sample_inpainting: bool = opt(False, "Inpainting sample", "Inpainting models (SD inpainting, Flux Fill): repaint the base image inside the mask instead of drawing from the prompt alone. Needs both files; refused before the run for other model types.")
     base_image_path: str = opt("", "Base image", "Inpainting samples: the image to repaint, resized to the sample's width and height.")
     mask_image_path: str = opt("", "Mask image", "Inpainting samples: the mask, white = repaint, black = keep; resized like the base image.")
-    control_image: str = opt("", "Control image", "Image-editing models (QWEN_IMAGE_EDIT): the image the sample edits (blank: the control image of the first training pair). Image-to-video (WAN_2_2_I2V_A14B, WAN_2_2_TI2V_5B, LTX_2): the image or clip whose first frame the sample starts from (blank: the first training clip's; WAN_2_2_TI2V_5B and LTX_2: a text-to-video sample, unless Image-to-video share is 1).")
+    control_image: str = opt("", "Control image", "Image-editing models (QWEN_IMAGE_EDIT): the image the sample edits (blank: the control image of the first training pair). Image-to-video (WAN_2_1_I2V, WAN_2_2_I2V_A14B, WAN_2_2_TI2V_5B, LTX_2): the image or clip whose first frame the sample starts from (blank: the first training clip's; WAN_2_2_TI2V_5B and LTX_2: a text-to-video sample, unless Image-to-video share is 1).")
 
 
 class EmbeddingConfig(Section):

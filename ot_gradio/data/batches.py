@@ -55,6 +55,8 @@ class Batch:
         bucket, counted from the mirrored edge when the sample is flipped; SDXL's crop conditioning.
     prior_prediction: bool [B], the samples of PRIOR_PREDICTION concepts, whose target is the base
         model's prediction (training/diffusion.py); None when the batch has none.
+    image_embeds: Wan 2.1 I2V with latent caching: [B, tokens, width], the CLIP image embeddings
+        of each clip's first frame, cached beside its first-frame latents (`conditioning_latents`).
     given_first_frame: bool [B], the clips that start from their own first frame this step, given
         clean (training/first_frame.py: a model with an image_to_video_share); set by the training
         step for the model's `predict`; None: none.
@@ -77,6 +79,7 @@ class Batch:
     crop_top_lefts: list[tuple[int, int]] | None = None
     prior_prediction: torch.Tensor | None = None
     given_first_frame: torch.Tensor | None = None
+    image_embeds: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.captions)
@@ -227,9 +230,10 @@ def conditioning_key(cache: LatentCache, item: ImageItem, variant: Variant, kind
     `-depth` file where there is one (else the estimator's); "control" (image-conditioned
     families): the variant plus the control file. An inpainting image with a `-condlabel` image
     (custom_conditioning_image) keys on that file instead of its mask; "first_frame" (image-to-video
-    families): every variant, the latents of its first frame."""
-    if kind == "first_frame":
-        return latent_key(cache, item, variant, "first_frame")
+    families): every variant, the latents of its first frame ("first_frame_clip": with its CLIP
+    image embeddings, Wan 2.1 I2V)."""
+    if kind in ("first_frame", "first_frame_clip"):
+        return latent_key(cache, item, variant, kind)
     if kind == "control":
         return _with_file(cache, item, variant, "control", item.control_path)
     if kind == "depth":
@@ -290,9 +294,14 @@ def make_batch(
         batch.latents = torch.stack([cache.load(latent_key(cache, item, s.variant)) for item, s in zip(items, samples, strict=True)])
         if conditioning:
             keys = [conditioning_key(cache, item, s.variant, conditioning) for item, s in zip(items, samples, strict=True)]
-            batch.conditioning_latents = torch.stack(
-                [cache.load(k) if k else torch.zeros_like(latent) for k, latent in zip(keys, batch.latents, strict=True)]
-            )
+            if conditioning == "first_frame_clip":  # every variant has both: its first frame's latents and CLIP embeddings
+                entries = [cache.load_all(k) for k in keys]
+                batch.conditioning_latents = torch.stack([e["latent"] for e in entries])
+                batch.image_embeds = torch.stack([e["image_embeds"] for e in entries])
+            else:
+                batch.conditioning_latents = torch.stack(
+                    [cache.load(k) if k else torch.zeros_like(latent) for k, latent in zip(keys, batch.latents, strict=True)]
+                )
     else:
         batch.pixels = torch.stack([render_pixels(item, s.variant) for item, s in zip(items, samples, strict=True)])
         batch.depth_maps = depth_maps(items, [s.variant for s in samples])  # a depth model's step reads them beside the pixels

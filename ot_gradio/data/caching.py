@@ -14,7 +14,7 @@ and is raised here; latents already written stay valid (each file is written ato
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -30,7 +30,8 @@ from .scan import ImageItem
 EncodeFn = Callable[[torch.Tensor], torch.Tensor]
 # (pixels [B, 3, H, W] in [-1, 1], mask [B, 1, H, W]) -> masked-image latents (inpainting models);
 # depth models: (pixels, the `-depth` maps [B, 1, H, W] with NaN rows, or None) -> depth maps at latent size
-ConditioningFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# (a Wan 2.1 I2V clip's: {"latent": first-frame latents, "image_embeds": its CLIP embeddings}, one file per variant)
+ConditioningFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor | Mapping[str, torch.Tensor]]
 ProgressFn = Callable[[int, int], None]
 Chunk = list[tuple[str, ImageItem, Variant]]  # (cache key, image, variant), one bucket
 _WRITES_AHEAD = 4
@@ -100,17 +101,18 @@ def fill_cache(
     writes: deque[Future] = deque()
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ot-cache-write") if threads > 0 else None
 
-    def store(chunk: Chunk, latents: torch.Tensor) -> None:
-        for (key, _, _), latent in zip(chunk, latents, strict=True):
-            cache.put(key, latent)
+    def store(chunk: Chunk, latents: torch.Tensor | Mapping[str, torch.Tensor]) -> None:
+        for index, (key, _, _) in enumerate(chunk):
+            cache.put(key, {name: t[index] for name, t in latents.items()} if isinstance(latents, Mapping) else latents[index])
 
     try:
         for index, (pixels, masks) in prefetched(_Rendered(chunks, conditioning_kind), threads=threads):
             chunk, conditioning = chunks[index]
             with torch.no_grad():
                 latents = conditioning_fn(pixels, masks) if conditioning else encode_fn(pixels)
-            if not isinstance(latents, torch.Tensor) or latents.shape[0] != len(chunk):
-                got = tuple(latents.shape) if isinstance(latents, torch.Tensor) else type(latents).__name__
+            parts = list(latents.values()) if isinstance(latents, Mapping) and conditioning else [latents]
+            if not parts or any(not isinstance(t, torch.Tensor) or t.shape[0] != len(chunk) for t in parts):
+                got = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in parts]
                 raise DataError(f"encode_fn returned {got} for {len(chunk)} images; expected a tensor with one latent per image")
             if writer is None:
                 store(chunk, latents)

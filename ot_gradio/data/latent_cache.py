@@ -131,18 +131,31 @@ class LatentCache:
             raise DataError(f"cached latent {self.path_for(key)} is missing or unreadable; was the cache folder cleared during training?")
         return tensor
 
-    def _read(self, key: str) -> torch.Tensor | None:
+    def load_all(self, key: str) -> dict[str, torch.Tensor]:
+        """Every tensor of an entry `put` stored as several (a Wan 2.1 I2V clip's first-frame
+        latents, "latent", and its CLIP image embeddings); raises DataError if gone."""
+        tensors = self._read(key, whole=True)
+        if tensors is None:
+            raise DataError(f"cached latent {self.path_for(key)} is missing or unreadable; was the cache folder cleared during training?")
+        return tensors
+
+    def _read(self, key: str, whole: bool = False):
         path = self.path_for(key)
         try:
-            return st_load(path.read_bytes())["latent"]
+            tensors = st_load(path.read_bytes())
+            return tensors if whole else tensors["latent"]
         except FileNotFoundError:
             return None
         except Exception as exc:
             log.warning("Ignoring unreadable cache file %s: %s", path, exc)
             return None
 
-    def put(self, key: str, tensor: torch.Tensor) -> Path:
-        data = st_save({"latent": tensor.detach().to("cpu").contiguous()}, metadata={"vae_id": self.vae_id})
+    def put(self, key: str, tensor: torch.Tensor | Mapping[str, torch.Tensor]) -> Path:
+        """One latent, or several tensors of one variant in one file (their names; "latent" among them)."""
+        tensors = dict(tensor) if isinstance(tensor, Mapping) else {"latent": tensor}
+        if "latent" not in tensors:
+            raise ValueError(f"a cache entry holds a 'latent'; got {sorted(tensors)}")
+        data = st_save({name: t.detach().to("cpu").contiguous() for name, t in tensors.items()}, metadata={"vae_id": self.vae_id})
         path = atomic_write_bytes(self.path_for(key), data, what="a cached latent (the cache needs room for every image)")
         self.encodes += 1
         return path

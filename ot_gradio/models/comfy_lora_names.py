@@ -117,7 +117,9 @@ WAN_BLOCK = {"attn1.to_q": "self_attn.q", "attn1.to_k": "self_attn.k", "attn1.to
              "ffn.net.0.proj": "ffn.0", "ffn.net.2": "ffn.2"}
 WAN_TOP = {"condition_embedder.time_embedder.linear_1": "time_embedding.0", "condition_embedder.time_embedder.linear_2": "time_embedding.2",
            "condition_embedder.text_embedder.linear_1": "text_embedding.0", "condition_embedder.text_embedder.linear_2": "text_embedding.2",
-           "condition_embedder.time_proj": "time_projection.1", "proj_out": "head.head", "patch_embedding": "patch_embedding"}
+           "condition_embedder.time_proj": "time_projection.1", "proj_out": "head.head", "patch_embedding": "patch_embedding",
+           # Wan 2.1 I2V's projection of the CLIP image embeddings
+           "condition_embedder.image_embedder.ff.net.0.proj": "img_emb.proj.1", "condition_embedder.image_embedder.ff.net.2": "img_emb.proj.3"}
 
 
 def wan_original(path: str) -> str | None:

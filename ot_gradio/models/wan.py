@@ -82,8 +82,8 @@ class Wan21(VideoSampling, TokenWindow, IdentityLoraNames, FlowFamily):
                                  "pick the model type WAN_2_2_T2V_A14B (WAN_2_2_I2V_A14B for the image-to-video one).")
         config = base_module(components["transformer"]).config
         if config.in_channels != config.out_channels and not self.image_to_video:
-            which = ("a Wan 2.1 I2V model (CLIP image embeddings), which is not trained here" if config.get("image_dim") is not None
-                     else "pick the model type WAN_2_2_I2V_A14B")
+            which = ("pick the model type WAN_2_1_I2V (a Wan 2.1 I2V model: it reads CLIP image embeddings)"
+                     if config.get("image_dim") is not None else "pick the model type WAN_2_2_I2V_A14B")
             raise ModelLoadError(f"The transformer reads {config.in_channels} channels for {config.out_channels} it predicts: an "
                                  f"image-to-video Wan model, not {self.family_name}; {which}.")
         self.noise_scheduler = flow_training_scheduler(self.scheduler)
@@ -145,9 +145,11 @@ class Wan21(VideoSampling, TokenWindow, IdentityLoraNames, FlowFamily):
         transformer = self.transformer
         device, dtype = module_device(transformer), input_dtype(transformer)
         timestep = self.transformer_timestep(noisy, (t.to(device, torch.float32) * 1000).expand(noisy.shape[0]), batch)
+        image = conditioning.get("encoder_hidden_states_image")  # Wan 2.1 I2V: the first frame's CLIP embeddings
         return transformer(
             hidden_states=noisy.to(device, dtype), timestep=timestep,
-            encoder_hidden_states=conditioning["encoder_hidden_states"].to(device, dtype), return_dict=False,
+            encoder_hidden_states=conditioning["encoder_hidden_states"].to(device, dtype),
+            encoder_hidden_states_image=None if image is None else image.to(device, dtype), return_dict=False,
         )[0]
 
     def transformer_timestep(self, noisy: torch.Tensor, timestep: torch.Tensor, batch=None) -> torch.Tensor:

@@ -13,8 +13,8 @@ WanImageToVideoPipeline gives it (its `prepare_latents`):
 
 Samples start from `control_image` of the sample entry (a path or PIL image, fitted to the
 sample's size: cut to its aspect ratio, then scaled), blank: the first frame of the first
-training clip. Wan 2.2 I2V has no CLIP image encoder (Wan 2.1 I2V's `image_embeds`): the
-pipeline sends none.
+training clip. Wan 2.2 I2V has no CLIP image encoder: the pipeline sends no `image_embeds`
+(Wan 2.1 I2V, models/wan21_i2v.py, reads them too; `WanFirstFrame` is what both share).
 """
 
 from __future__ import annotations
@@ -32,32 +32,30 @@ from ot_gradio.models.wan import Wan22T2VA14B
 MASK_CHANNELS = 4  # the pipeline's mask: the VAE's 4 frames per latent frame, as channels
 
 
-@register_family(ModelType.WAN_2_2_I2V_A14B)
-class Wan22I2VA14B(Wan22T2VA14B):
-    """The family interface for Wan 2.2 I2V A14B (see the module's text)."""
+class WanFirstFrame:
+    """What Wan's image-to-video transformers share (Wan 2.2 I2V A14B here, Wan 2.1 I2V in
+    models/wan21_i2v.py): 36 channels in, the first frame's latents and mask beside the noise, a
+    sample that starts from an image. Listed before the text-to-video class it extends."""
 
     pipeline_class_name = "WanImageToVideoPipeline"
     conditioning_kind = "first_frame"  # the latent cache holds each variant's first-frame latents (data/batches.py)
     default_control_image: str | None = None  # the trainer sets the first training clip
+    clip_image_embeds = False  # Wan 2.1 I2V: the transformer also reads the first frame's CLIP image embeddings
+    _sample_image = None  # the start image of the sample being made (sampling_parts.sample_image)
 
-    def __init__(self, components: Mapping, boundary_ratio: float = 0.9):
+    def _check_image_to_video(self, components: Mapping) -> None:
         for part in ("transformer", "transformer_2"):
             module = components.get(part)
             config = None if module is None else base_module(module).config
             if config is not None and config.in_channels != 2 * config.out_channels + MASK_CHANNELS:
                 raise ModelLoadError(
                     f"The {part} reads {config.in_channels} channels for {config.out_channels}: a text-to-video Wan model, "
-                    f"not Wan 2.2 I2V A14B (it reads {2 * config.out_channels + MASK_CHANNELS}); pick WAN_2_2_T2V_A14B, "
+                    f"not {self.family_name} (it reads {2 * config.out_channels + MASK_CHANNELS}); pick WAN_2_2_T2V_A14B, "
                     "WAN_2_1 or WAN_2_2_TI2V_5B.")
-            if config is not None and config.get("image_dim") is not None:
-                raise ModelLoadError("The transformer reads CLIP image embeddings: a Wan 2.1 I2V model, which is not trained "
-                                     "here; Wan 2.2 I2V A14B (Wan-AI/Wan2.2-I2V-A14B-Diffusers) is.")
-        super().__init__(components, boundary_ratio)
-        self._sample_image = None
-
-    @classmethod
-    def _from_pipeline(cls, pipe):
-        return cls(pipe.components, pipe.config.get("boundary_ratio") or 0.9)
+            if config is not None and (config.get("image_dim") is not None) != self.clip_image_embeds:
+                raise ModelLoadError(
+                    "The transformer reads CLIP image embeddings: a Wan 2.1 I2V model; pick WAN_2_1_I2V." if config.get("image_dim")
+                    else "The transformer reads no CLIP image embeddings: a Wan 2.2 I2V A14B model; pick WAN_2_2_I2V_A14B.")
 
     # ---------------------------------------------------------------- the first frame
 
@@ -82,17 +80,19 @@ class Wan22I2VA14B(Wan22T2VA14B):
         mask[:, :, 0] = 1
         return mask
 
-    def first_frame_latents(self, batch, noisy: torch.Tensor) -> torch.Tensor:
-        """The batch's first-frame latents: cached, else encoded from its pixels; without either (the
-        memory planner's probe) zeros of the noisy latents' size stand in."""
-        return first_frame_conditioning(self, batch, torch.zeros_like(noisy))
+    def first_frame_inputs(self, batch, noisy: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """The batch's first-frame latents (cached, else encoded from its pixels; without either, the
+        memory planner's probe, zeros of the noisy latents' size stand in) and what else the
+        transformer reads of the first frame, by its keyword (Wan 2.1 I2V: the CLIP embeddings)."""
+        return first_frame_conditioning(self, batch, torch.zeros_like(noisy)), {}
 
     def predict(self, noisy: torch.Tensor, t: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The velocity (B, 16, F', h, w) of the noisy latents, read with the first-frame mask and latents."""
         device, dtype = module_device(self.transformer), input_dtype(self.transformer)
-        first = self.first_frame_latents(batch, noisy).to(device, dtype)
+        first, more = self.first_frame_inputs(batch, noisy)
         noisy = noisy.to(device, dtype)
-        return super().predict(torch.cat([noisy, self.first_frame_mask(noisy), first], dim=1), t, conditioning, batch)
+        inputs = torch.cat([noisy, self.first_frame_mask(noisy), first.to(device, dtype)], dim=1)
+        return super().predict(inputs, t, {**conditioning, **more}, batch)
 
     # ---------------------------------------------------------------- sampling
 
@@ -106,3 +106,16 @@ class Wan22I2VA14B(Wan22T2VA14B):
         """The start image cut to the sample's aspect ratio and scaled to its size (the pipeline
         would stretch it)."""
         return {**start_image_input(self, height, width), **super().sampling_inputs(height, width, **inputs)}
+
+
+@register_family(ModelType.WAN_2_2_I2V_A14B)
+class Wan22I2VA14B(WanFirstFrame, Wan22T2VA14B):
+    """The family interface for Wan 2.2 I2V A14B (see the module's text)."""
+
+    def __init__(self, components: Mapping, boundary_ratio: float = 0.9):
+        self._check_image_to_video(components)
+        super().__init__(components, boundary_ratio)
+
+    @classmethod
+    def _from_pipeline(cls, pipe):
+        return cls(pipe.components, pipe.config.get("boundary_ratio") or 0.9)

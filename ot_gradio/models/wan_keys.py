@@ -1,6 +1,6 @@
 """Wan's transformer in its original layout (Wan-AI's checkpoints, the files ComfyUI loads): the
 names diffusers' `convert_wan_transformer_to_diffusers` reads, written from diffusers' names. The
-text-to-video models (Wan 2.1, Wan 2.2 TI2V 5B) only; diffusers reads such a file back through
+one-transformer models (Wan 2.1, Wan 2.1 I2V, Wan 2.2 TI2V 5B) only; diffusers reads such a file back through
 `from_single_file` (tests/models/test_wan_family.py checks the round trip with its converter)."""
 
 from __future__ import annotations
@@ -22,6 +22,11 @@ RENAMES = (
     (".add_k_proj.", ".k_img."), (".add_v_proj.", ".v_img."), (".norm_added_k.", ".norm_k_img."),
     (".ffn.net.0.proj.", ".ffn.0."), (".ffn.net.2.", ".ffn.2."),
     ("proj_out.", "head.head."),
+    # Wan 2.1 I2V's projection of the CLIP image embeddings
+    ("condition_embedder.image_embedder.norm1.", "img_emb.proj.0."),
+    ("condition_embedder.image_embedder.ff.net.0.proj.", "img_emb.proj.1."),
+    ("condition_embedder.image_embedder.ff.net.2.", "img_emb.proj.3."),
+    ("condition_embedder.image_embedder.norm2.", "img_emb.proj.4."),
 )
 _NORM = re.compile(r"^(blocks\.\d+\.)norm([23])\.")  # diffusers' norm2 is the original norm3 and the other way round
 

@@ -85,7 +85,7 @@ class SamplesTab:
         gr.Markdown(
             "One row per sample prompt. Samplers: " + ", ".join(s.value for s in NoiseScheduler) +
             ". Use the model's native size (512 for SD 1.5); for embeddings put `<embedding>` in the prompt. "
-            "*control image*: the path of the image a QWEN_IMAGE_EDIT sample edits, or that a WAN_2_2_I2V_A14B, "
+            "*control image*: the path of the image a QWEN_IMAGE_EDIT sample edits, or that a WAN_2_1_I2V, WAN_2_2_I2V_A14B, "
             "WAN_2_2_TI2V_5B or LTX_2 sample starts from (an image or a clip's first frame); blank: the first training pair's / "
             "clip's (WAN_2_2_TI2V_5B and LTX_2: a text-to-video sample, unless Image-to-video share is 1)."
         )

@@ -67,7 +67,7 @@ class SampleTool:
                                   info="starts with the training config's sample prompts", elem_id="tool-sample-prompts")
         self.negative = gr.Textbox(first.get("negative_prompt") or "", label="Negative prompt", elem_id="tool-sample-negative")
         self.control = gr.Textbox(first.get("control_image") or "", label="Control image",
-                                  info="QWEN_IMAGE_EDIT: the image every prompt edits; WAN_2_2_I2V_A14B, WAN_2_2_TI2V_5B and LTX_2: the image "
+                                  info="QWEN_IMAGE_EDIT: the image every prompt edits; WAN_2_1_I2V, WAN_2_2_I2V_A14B, WAN_2_2_TI2V_5B and LTX_2: the image "
                                   "(or a clip's first frame) the video starts from (TI2V 5B and LTX-2: blank samples from the prompt alone)", elem_id="tool-sample-control")
         with gr.Row():
             self.width = gr.Number(first.get("width") or 512, label="Width", precision=0, minimum=16, maximum=4096, elem_id="tool-sample-width")
@@ -140,7 +140,7 @@ class SampleTool:
             info = family_info(params["model_type"])
             if info is None or not info.reads_sample_image:
                 raise ToolInputError(f"Control image: {params['model_type']} samples from a prompt alone; clear it, or pick an "
-                                     "image-editing (QWEN_IMAGE_EDIT) or image-to-video (WAN_2_2_I2V_A14B, WAN_2_2_TI2V_5B, LTX_2) model type")
+                                     "image-editing (QWEN_IMAGE_EDIT) or image-to-video (WAN_2_1_I2V, WAN_2_2_I2V_A14B, WAN_2_2_TI2V_5B, LTX_2) model type")
             shared["control_image"] = str(self.ctx.file("Control image", control, config))
         params["prompts"] = [{**shared, "prompt": line} for line in lines]
         return params

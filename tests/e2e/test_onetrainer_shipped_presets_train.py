@@ -41,7 +41,7 @@ TINY = {
     # the other model types of our own presets
     "STABLE_DIFFUSION_20": "sd2", "STABLE_DIFFUSION_20_BASE": "sd2-base", "STABLE_DIFFUSION_21_BASE": "sd2-base",
     "STABLE_DIFFUSION_20_DEPTH": "sd2-depth", "STABLE_DIFFUSION_35": "sd35", "FLUX_FILL_DEV_1": "flux-fill",
-    "QWEN_IMAGE_EDIT": "qwen-image-edit", "WAN_2_1": "wan", "WAN_2_2_TI2V_5B": "wan22-5b", "WAN_2_2_T2V_A14B": "wan22-a14b", "WAN_2_2_I2V_A14B": "wan22-i2v-a14b",
+    "QWEN_IMAGE_EDIT": "qwen-image-edit", "WAN_2_1": "wan", "WAN_2_2_TI2V_5B": "wan22-5b", "WAN_2_2_T2V_A14B": "wan22-a14b", "WAN_2_2_I2V_A14B": "wan22-i2v-a14b", "WAN_2_1_I2V": "wan21-i2v",
     "LTX_2": "ltx2",
 }
 COMPANIONS = {"QWEN_IMAGE_EDIT": "control", "FLUX_FILL_DEV_1": "masklabel"}  # the files beside each image these models train on

@@ -115,6 +115,10 @@ HUB_LAYOUTS: dict[str, dict] = {
         "repo": "Wan-AI/Wan2.2-I2V-A14B-Diffusers", "model_index": {"tokenizer": ["transformers", "T5TokenizerFast"]},
         "tokenizers": {"tokenizer": "t5"},
     },
+    "tiny:wan21-i2v": {  # inferred: the same umt5-xxl tokenizer; index: WanImageToVideoPipeline, CLIPVisionModel, CLIPImageProcessor
+        "repo": "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", "model_index": {"tokenizer": ["transformers", "T5TokenizerFast"]},
+        "tokenizers": {"tokenizer": "t5"},
+    },
     "tiny:hunyuan_video": {  # inferred: llava-llama-3-8b's Llama 3 tokenizer (tokenizer.json, PreTrainedTokenizerFast), CLIP-L's files
         "repo": "hunyuanvideo-community/HunyuanVideo", "model_index": {"tokenizer": ["transformers", "LlamaTokenizerFast"]},
         "tokenizers": {"tokenizer": "llama3", "tokenizer_2": "clip"},

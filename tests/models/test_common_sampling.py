@@ -35,7 +35,7 @@ def test_sizes():
 FAMILIES = [("FLUX_DEV_1", "flux"), ("CHROMA_1", "chroma"), ("FLUX_2", "flux2-dev"), ("FLUX_2", "flux2-klein"), ("QWEN", "qwen-image"), ("KREA_2", "krea2"), ("ANIMA", "anima"),
             ("Z_IMAGE", "z-image"), ("STABLE_DIFFUSION_3", "sd3"), ("SANA", "sana"), ("WAN_2_1", "wan"), ("WAN_2_2_TI2V_5B", "wan22-5b"), ("HUNYUAN_VIDEO", "hunyuan_video"), ("LTX_2", "ltx2"), ("IDEOGRAM_4", "ideogram4"), ("HI_DREAM_FULL", "hidream"), ("STABLE_DIFFUSION_15", "sd15"),
             ("STABLE_DIFFUSION_XL_10_BASE", "sdxl"), ("PIXART_SIGMA", "pixart-sigma"),
-            ("WAN_2_2_T2V_A14B", "wan22-a14b"), ("WAN_2_2_I2V_A14B", "wan22-i2v-a14b"), ("ERNIE", "ernie"), ("STABLE_DIFFUSION_20_DEPTH", "sd2-depth"),
+            ("WAN_2_2_T2V_A14B", "wan22-a14b"), ("WAN_2_2_I2V_A14B", "wan22-i2v-a14b"), ("WAN_2_1_I2V", "wan21-i2v"), ("ERNIE", "ernie"), ("STABLE_DIFFUSION_20_DEPTH", "sd2-depth"),
             ("QWEN_IMAGE_EDIT", "qwen-image-edit")]
 
 

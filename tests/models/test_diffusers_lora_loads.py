@@ -13,7 +13,7 @@ from tests.e2e.runs import lora_load_problems
 FAMILIES = {"FLUX_DEV_1": "tiny:flux", "CHROMA_1": "tiny:chroma", "Z_IMAGE": "tiny:z-image", "QWEN": "tiny:qwen-image", "KREA_2": "tiny:krea2", "ANIMA": "tiny:anima",
             "SANA": "tiny:sana", "FLUX_2": "tiny:flux2-klein", "WAN_2_1": "tiny:wan", "WAN_2_2_TI2V_5B": "tiny:wan22-5b",
             "HUNYUAN_VIDEO": "tiny:hunyuan_video", "LTX_2": "tiny:ltx2", "IDEOGRAM_4": "tiny:ideogram4", "HI_DREAM_FULL": "tiny:hidream",
-            "WAN_2_2_T2V_A14B": "tiny:wan22-a14b", "WAN_2_2_I2V_A14B": "tiny:wan22-i2v-a14b", "ERNIE": "tiny:ernie", "QWEN_IMAGE_EDIT": "tiny:qwen-image-edit",
+            "WAN_2_2_T2V_A14B": "tiny:wan22-a14b", "WAN_2_2_I2V_A14B": "tiny:wan22-i2v-a14b", "WAN_2_1_I2V": "tiny:wan21-i2v", "ERNIE": "tiny:ernie", "QWEN_IMAGE_EDIT": "tiny:qwen-image-edit",
             "STABLE_DIFFUSION_20_DEPTH": "tiny:sd2-depth"}
 
 

@@ -51,6 +51,7 @@ FAMILIES = [
     Row("wan22-5b", (M.WAN_2_2_TI2V_5B,), single_file=False),
     Row("wan22-a14b", (M.WAN_2_2_T2V_A14B,), single_file=False),
     Row("wan22-i2v-a14b", (M.WAN_2_2_I2V_A14B,), single_file=False),
+    Row("wan21-i2v", (M.WAN_2_1_I2V,), single_file=False),
     Row("hunyuan_video", (M.HUNYUAN_VIDEO,), single_file=False),
     Row("ltx2", (M.LTX_2,), single_file=False),
     Row("ernie", (M.ERNIE,)),

@@ -29,6 +29,7 @@ MODEL_TYPES = {
     "tiny:wan22-5b": ModelType.WAN_2_2_TI2V_5B,
     "tiny:wan22-a14b": ModelType.WAN_2_2_T2V_A14B,
     "tiny:wan22-i2v-a14b": ModelType.WAN_2_2_I2V_A14B,
+    "tiny:wan21-i2v": ModelType.WAN_2_1_I2V,
     "tiny:hunyuan_video": ModelType.HUNYUAN_VIDEO,
     "tiny:ltx2": ModelType.LTX_2,
     "tiny:ernie": ModelType.ERNIE,

@@ -31,7 +31,7 @@ TINY_NAMES = {
     "sd15", "sd15-inpainting", "sd2", "sd2-base", "sd2-inpainting", "sd2-depth", "sdxl", "sdxl-inpainting", "sd3", "sd35", "flux",
     "flux-fill", "chroma", "flux2-dev", "flux2-klein", "z-image", "qwen-image", "krea2", "anima", "sana", "pixart", "pixart-sigma",
     "wuerstchen2", "cascade", "wan", "wan22-5b", "hunyuan_video", "ltx2", "hidream", "ideogram4",
-    "wan22-a14b", "wan22-i2v-a14b", "ernie", "qwen-image-edit", "qwen-image-edit-plus",
+    "wan22-a14b", "wan22-i2v-a14b", "wan21-i2v", "ernie", "qwen-image-edit", "qwen-image-edit-plus",
 }
 
 

@@ -44,13 +44,17 @@ def test_an_image_is_a_one_frame_video_and_frames_fold_by_four(wan):
     assert wan.decode_latents(one).shape == (1, 3, 1, 32, 32)
 
 
-def test_comfyui_names_are_the_original_layout(wan):
+@pytest.mark.parametrize("i2v", [False, True], ids=["t2v", "wan21-i2v"])
+def test_comfyui_names_are_the_original_layout(wan, i2v):
     from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
 
     from ot_gradio.models.comfy_lora_names import wan_original
     from ot_gradio.models.key_layout import layer_paths
+    from ot_gradio.models.tiny.wan import tiny_wan_transformer
 
-    paths = layer_paths(wan.transformer)
+    transformer = tiny_wan_transformer(0, in_channels=36, image_dim=32, added_kv_proj_dim=24) if i2v else wan.transformer
+    paths = layer_paths(transformer)
+    assert any("image_embedder" in p for p in paths) == i2v
     original = {wan_original(p): p for p in paths}
     assert None not in original and len(original) == len(paths)
     converted = convert_wan_transformer_to_diffusers({f"{o}.weight": torch.zeros(1) for o in original})
@@ -163,16 +167,19 @@ def test_wan22_a14b_samples_with_one_expert_on_the_device_at_a_time():
     assert not model.transformer._forward_pre_hooks and not model.idle_expert._forward_pre_hooks
 
 
-@pytest.mark.parametrize("tiny", ["wan", "wan22-5b"])
+@pytest.mark.parametrize("tiny", ["wan", "wan22-5b", "wan21-i2v"])
 def test_the_transformer_file_is_the_original_layout_read_back_by_diffusers(tiny, tmp_path):
     """ORIGINAL_TRANSFORMER writes Wan-AI's names (the file ComfyUI loads): diffusers' own converter
-    of that layout gives back every weight exactly, and the file loads as `transformer.model_name`."""
+    of that layout gives back every weight exactly (Wan 2.1 I2V's image projection and image keys
+    and values too), and the file loads as `transformer.model_name`."""
     from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
     from safetensors.torch import load_file
 
+    from ot_gradio.config.enums import ModelType
+    from ot_gradio.models.registry import get_family
     from ot_gradio.models.tiny import all_tiny_models
-    from ot_gradio.models.wan import Wan21
 
+    Wan21 = get_family({"wan": ModelType.WAN_2_1, "wan22-5b": ModelType.WAN_2_2_TI2V_5B, "wan21-i2v": ModelType.WAN_2_1_I2V}[tiny])
     saved = all_tiny_models()[f"tiny:{tiny}"][1](tmp_path / "base")
     model = Wan21.load(str(saved.diffusers_dir))
     with torch.no_grad():  # a changed weight, to see it come back from the file
@@ -180,6 +187,9 @@ def test_the_transformer_file_is_the_original_layout_read_back_by_diffusers(tiny
     file = model.save_single_file(tmp_path / "wan.safetensors", torch.float32)
     original = load_file(str(file))
     assert "head.modulation" in original and "blocks.0.self_attn.q.weight" in original and "blocks.0.norm3.weight" in original
+    if tiny == "wan21-i2v":
+        assert {"img_emb.proj.0.weight", "img_emb.proj.1.weight", "img_emb.proj.3.weight", "img_emb.proj.4.weight",
+                "blocks.0.cross_attn.k_img.weight", "blocks.0.cross_attn.norm_k_img.weight"} <= original.keys()
     ours = model.transformer.state_dict()
     back = convert_wan_transformer_to_diffusers(dict(original))
     assert back.keys() == ours.keys() and all(torch.equal(back[k], ours[k]) for k in ours)

@@ -15,6 +15,7 @@ FAMILIES += ("hunyuan-video",)  # q/k/v (and the single blocks' MLP input) one f
 FAMILIES += ("qwen-image-edit",)  # Qwen-Image's transformer and Qwen2.5-VL: ComfyUI reads it as a Qwen-Image model
 FAMILIES += ("wan22-a14b",)  # its low-noise expert: ComfyUI loads each A14B expert as a Wan 2.1 t2v model (comfy/model_detection.py)
 FAMILIES += ("wan22-i2v-a14b",)  # 36 channels in, no image embedding: the t2v blocks' names (comfy/model_detection.py)
+FAMILIES += ("wan21-i2v",)  # ComfyUI's Wan 2.1 i2v model: the image keys and values of each block, the image projection
 
 
 def _model(name: str):
@@ -85,6 +86,11 @@ def _model(name: str):
         from ot_gradio.models.wan_i2v import Wan22I2VA14B
 
         return Wan22I2VA14B(tiny_wan_i2v_components())
+    if name == "wan21-i2v":
+        from ot_gradio.models.tiny.wan import tiny_wan21_i2v_components
+        from ot_gradio.models.wan21_i2v import Wan21I2V
+
+        return Wan21I2V(tiny_wan21_i2v_components())
     from ot_gradio.models.pixart import PixArtAlpha
     from ot_gradio.models.pixart_sigma import PixArtSigma
     from ot_gradio.models.tiny.pixart import tiny_pixart_components
@@ -130,8 +136,8 @@ def comfy_names(name: str, model) -> set[str]:
         return (ref.hunyuan_video_map(tr.num_layers, tr.num_single_layers, tr.num_refiner_layers, bool(tr.guidance_embeds))
                 | ref.llm_map("llama", model.text_encoder.config.num_hidden_layers)
                 | ref.clip_l_generic("clip_l", model.text_encoder_2.config.num_hidden_layers))
-    if name in ("wan", "wan22-a14b", "wan22-i2v-a14b"):
-        return ref.wan_map(tr.num_layers, model.text_encoder.config.num_layers)
+    if name in ("wan", "wan22-a14b", "wan22-i2v-a14b", "wan21-i2v"):
+        return ref.wan_map(tr.num_layers, model.text_encoder.config.num_layers, i2v=name == "wan21-i2v")
     micro = bool(tr.use_additional_conditions) if tr.use_additional_conditions is not None else tr.sample_size == 128
     return ref.pixart_map(tr.num_layers, micro) | ref.t5_map(model.text_encoder.config.num_layers, clip_l=False)
 
@@ -196,6 +202,8 @@ DIFFUSERS_READS = [("z-image", "full", ()), ("qwen-image", "full", ()), ("flux",
 # Ideogram 4 (ComfyUI has none): diffusers' converter reads OneTrainer's names, the fused qkv split, in the
 # blocks only (OneTrainer's attn-mlp and blocks presets)
 DIFFUSERS_READS += [("ideogram4", "attn-mlp", ()), ("ideogram4", "blocks", ())]
+# Wan 2.1 I2V: diffusers' Wan converter reads the original names, the image keys and values among them
+DIFFUSERS_READS += [("wan21-i2v", "attn-mlp", ())]
 
 
 @pytest.mark.parametrize(("name", "preset", "text_encoders"), DIFFUSERS_READS)

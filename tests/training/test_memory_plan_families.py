@@ -23,7 +23,7 @@ FAMILIES = [
     ("CHROMA_1", "tiny:chroma"), ("QWEN", "tiny:qwen-image"), ("KREA_2", "tiny:krea2"), ("ANIMA", "tiny:anima"), ("WAN_2_1", "tiny:wan"),
     ("WAN_2_2_TI2V_5B", "tiny:wan22-5b"), ("HUNYUAN_VIDEO", "tiny:hunyuan_video"), ("LTX_2", "tiny:ltx2"), ("IDEOGRAM_4", "tiny:ideogram4"),
     ("HI_DREAM_FULL", "tiny:hidream"),
-    ("WAN_2_2_T2V_A14B", "tiny:wan22-a14b"), ("WAN_2_2_I2V_A14B", "tiny:wan22-i2v-a14b"),
+    ("WAN_2_2_T2V_A14B", "tiny:wan22-a14b"), ("WAN_2_2_I2V_A14B", "tiny:wan22-i2v-a14b"), ("WAN_2_1_I2V", "tiny:wan21-i2v"),
     ("ERNIE", "tiny:ernie"), ("QWEN_IMAGE_EDIT", "tiny:qwen-image-edit"),
 ]
 

@@ -66,9 +66,13 @@ def test_frozen_modules_beside_the_parts_are_counted_where_they_wait():
     ("WAN_2_2_T2V_A14B", "Wan-AI/Wan2.2-I2V-A14B-Diffusers", "Wan 2.2 image-to-video"),
     ("WAN_2_2_I2V_A14B", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", "Wan text-to-video"),
     ("WAN_2_2_I2V_A14B", "i2v folder", None),
-    ("WAN_2_1", "i2v folder", "Wan 2.2 image-to-video"),
+    ("WAN_2_1", "i2v folder", "Wan 2.1 image-to-video or Wan 2.2 image-to-video"),  # one pipeline class: either I2V type
+    ("WAN_2_1_I2V", "i2v folder", None),
     ("WAN_2_2_I2V_A14B", "Wan-AI/Wan2.2-I2V-A14B-Diffusers", None),
-    ("WAN_2_1", "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", None),  # Wan 2.1 I2V: the loader names it (nothing trains it)
+    ("WAN_2_1", "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", "Wan 2.1 image-to-video"),
+    ("WAN_2_2_I2V_A14B", "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", "Wan 2.1 image-to-video"),
+    ("WAN_2_1_I2V", "/models/wan2.2_i2v_high_noise_14B_fp16.safetensors", "Wan 2.2 image-to-video"),
+    ("WAN_2_1_I2V", "/models/wan2.1_i2v_480p_14B_bf16.safetensors", None),
 ])
 def test_a_base_model_of_another_family_is_named_above_the_table(tmp_path, model_type, base, family):
     if base == "folder":

@@ -1,7 +1,8 @@
 """Tiny random Wan 2.1 text-to-video (`tiny:wan`), Wan 2.2 TI2V 5B (`tiny:wan22-5b`: 48
 latent channels, Wan 2.2's residual VAE with patch 2, flow shift 5) and Wan 2.2 T2V A14B
 (`tiny:wan22-a14b`: Wan 2.1's parts with a second transformer, boundary_ratio 0.875) and Wan 2.2 I2V A14B
-(`tiny:wan22-i2v-a14b`: the same with 36-channel transformers, boundary_ratio 0.9): the real classes at a fraction of the width,
+(`tiny:wan22-i2v-a14b`: the same with 36-channel transformers, boundary_ratio 0.9) and Wan 2.1 I2V
+(`tiny:wan21-i2v`: one 36-channel transformer reading a 2-layer CLIP vision tower's embeddings): the real classes at a fraction of the width,
 built in memory in well under a second and saved in the diffusers layout of
 Wan-AI/Wan2.1-T2V-1.3B-Diffusers (model_index.json names WanPipeline, UMT5EncoderModel,
 T5TokenizerFast, AutoencoderKLWan, WanTransformer3DModel and UniPCMultistepScheduler in flow
@@ -29,6 +30,7 @@ from ot_gradio.models.wan import DEFAULT_SEQUENCE_LENGTH
 
 TINY_WAN_VERSION = 1
 UMT5_WIDTH = 32
+CLIP_WIDTH = 32  # the tiny CLIP vision tower's width, Wan 2.1 I2V's image_dim (the real one: 1280)
 
 
 def tiny_umt5_encoder(tokenizer, seed: int = 0):
@@ -42,15 +44,16 @@ def tiny_umt5_encoder(tokenizer, seed: int = 0):
     return seeded_model(UMT5EncoderModel, config, seed)
 
 
-def tiny_wan_transformer(seed: int = 0, channels: int = 16, in_channels: int | None = None):
-    """`in_channels`: an image-to-video transformer's (the noisy latents, a 4-channel mask and the first frame's latents: 36)."""
+def tiny_wan_transformer(seed: int = 0, channels: int = 16, in_channels: int | None = None, **image):
+    """`in_channels`: an image-to-video transformer's (the noisy latents, a 4-channel mask and the first frame's latents: 36);
+    `image`: Wan 2.1 I2V's `image_dim` and `added_kv_proj_dim` (the CLIP embeddings' width, the attention's)."""
     from diffusers import WanTransformer3DModel
 
     torch.manual_seed(seed)
     transformer = WanTransformer3DModel(
         patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=in_channels or channels, out_channels=channels,
         text_dim=UMT5_WIDTH, freq_dim=32, ffn_dim=32, num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
-        eps=1e-6, rope_max_seq_len=32,
+        eps=1e-6, rope_max_seq_len=32, **image,
     )
     visible_output(transformer.proj_out)
     return transformer
@@ -90,6 +93,28 @@ def tiny_wan_i2v_components(seed: int = 0) -> dict:
     """Wan 2.2 I2V A14B's parts: Wan 2.1's with two 36-channel transformers (the second: the low-noise expert)."""
     return {**tiny_wan_components(seed), "transformer": tiny_wan_transformer(seed, in_channels=36),
             "transformer_2": tiny_wan_transformer(seed + 1, in_channels=36)}
+
+
+def tiny_clip_vision(seed: int = 0, width: int = CLIP_WIDTH):
+    """CLIP's vision tower at 28 px in patches of 14 (5 tokens: 4 patches and the class token),
+    two layers (the pipeline reads the first's output, the penultimate), with its image processor
+    as Wan-AI/Wan2.1-I2V-14B-480P-Diffusers' (bicubic to 224 then a centre cut, OpenAI's mean
+    and std) at 28 px."""
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    config = CLIPVisionConfig(hidden_size=width, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, patch_size=14,
+                              image_size=28, hidden_act="gelu", layer_norm_eps=1e-5, projection_dim=16)
+    processor = CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28}, resample=3,
+                                   image_mean=[0.48145466, 0.4578275, 0.40821073], image_std=[0.26862954, 0.26130258, 0.27577711])
+    return seeded_model(CLIPVisionModel, config, seed), processor
+
+
+def tiny_wan21_i2v_components(seed: int = 0, image_dim: int = CLIP_WIDTH) -> dict:
+    """Wan 2.1 I2V's parts: Wan 2.1's with a 36-channel transformer that reads CLIP image
+    embeddings of width `image_dim` (ComfyUI's model: 1280), the CLIP vision tower and its processor."""
+    encoder, processor = tiny_clip_vision(seed, image_dim)
+    transformer = tiny_wan_transformer(seed, in_channels=36, image_dim=image_dim, added_kv_proj_dim=24)
+    return {**tiny_wan_components(seed), "transformer": transformer, "image_encoder": encoder, "image_processor": processor}
 
 
 def _hub_model_index(folder: Path, **extra) -> None:
@@ -142,3 +167,14 @@ def save_tiny_wan22_i2v_a14b(root: str | os.PathLike, seed: int = 0) -> TinyMode
 
     return save_tiny(root, "no-single-file", lambda: WanImageToVideoPipeline(**tiny_wan_i2v_components(seed), boundary_ratio=0.9),
                      finish_folder=lambda folder: _hub_model_index(folder, boundary_ratio=0.9, expand_timesteps=False))
+
+
+@register_tiny("wan21-i2v", TINY_WAN_VERSION)
+def save_tiny_wan21_i2v(root: str | os.PathLike, seed: int = 0) -> TinyModelPaths:
+    """The tiny Wan 2.1 I2V as a diffusers folder in Wan-AI/Wan2.1-I2V-14B-480P-Diffusers' layout:
+    WanImageToVideoPipeline with one 36-channel transformer, the CLIP image encoder and its
+    processor, no transformer_2 and no boundary_ratio."""
+    from diffusers import WanImageToVideoPipeline
+
+    return save_tiny(root, "no-single-file", lambda: WanImageToVideoPipeline(**tiny_wan21_i2v_components(seed)),
+                     finish_folder=lambda folder: _hub_model_index(folder, boundary_ratio=None, expand_timesteps=False))
