@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .enums import LossWeight
+from .enums import LossWeight, ModelType
 
 FLOW_LOSS_WEIGHTS = (LossWeight.CONSTANT, LossWeight.SIGMA)
 
@@ -27,4 +27,8 @@ def flow_matching_conflicts(config: Any) -> list[str]:
     if config.rescale_noise_scheduler_to_zero_terminal_snr:
         problems.append("rescale_noise_scheduler_to_zero_terminal_snr: a flow-matching schedule already ends at pure "
                         "noise; turn it off")
+    window = config.text_encoder_sequence_length
+    if config.model_type == ModelType.WAN_2_1_I2V and window not in (None, 512):  # (models/wan21_i2v.py refuses it too)
+        problems.append(f"text_encoder_sequence_length: WAN_2_1_I2V reads exactly 512 text tokens (its transformer tells the "
+                        f"image tokens from the text by that count), not {window}; set 512 or leave it blank")
     return problems

@@ -85,6 +85,18 @@ def test_masked_prior_preservation_and_custom_conditioning_are_refused_where_the
         assert not any("custom_conditioning_image" in e for e in errors(config) + check(config))
 
 
+def test_wan21_i2v_reads_512_text_tokens_and_no_other_window():
+    config = good()
+    config.model_type, config.training_method = ModelType.WAN_2_1_I2V, TrainingMethod.LORA
+    config.text_encoder_sequence_length = 256
+    assert any(e.startswith("text_encoder_sequence_length: WAN_2_1_I2V reads exactly 512") for e in errors(config))
+    for window in (512, None):
+        config.text_encoder_sequence_length = window
+        assert not any("text_encoder_sequence_length" in e for e in errors(config))
+    config.model_type, config.text_encoder_sequence_length = ModelType.WAN_2_1, 256  # Wan 2.1 T2V reads any window
+    assert not any("text_encoder_sequence_length" in e for e in errors(config))
+
+
 def test_circular_padding_only_for_the_families_that_do_it():
     config = good()
     config.force_circular_padding = True
