@@ -82,6 +82,8 @@ def family_rule(says: Callable[[Any], Any], what: str) -> Rule:
 DDPM_SCHEDULE = Rule(lambda c: not is_flow_matching(c.get("model_type") or ""), ("model_type",), "the model type uses a DDPM noise schedule")
 # the frame sampling options: only a video family reads clips (Wan)
 TAKES_VIDEO = family_rule(lambda info: info.frame_step is not None, "the model type trains on video clips")
+# text_encoder_sequence_length: the families whose T5 / language-model encoder reads a window of it
+READS_TOKEN_WINDOW = family_rule(lambda info: info.token_window is not None, "the model type's text encoder reads that token window")
 # circular padding: the UNet families and Würstchen / Stable Cascade (their convolutions, as OneTrainer)
 PADS_CIRCULARLY = family_rule(lambda info: info.circular_padding, "the model type's convolutions can pad circularly")
 # transformer.attention_mask: the families whose padding tokens' prompt embeddings OneTrainer zeroes (Flux.1, SD 3, HiDream)

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import field_validator
 
 from .concept import ConceptConfig
-from .conditions import DDPM_SCHEDULE, INPAINTS, LEARNS_VARIANCE, PADS_CIRCULARLY, TAKES_VIDEO, is_, is_not, nonzero, on
+from .conditions import DDPM_SCHEDULE, INPAINTS, LEARNS_VARIANCE, PADS_CIRCULARLY, READS_TOKEN_WINDOW, TAKES_VIDEO, is_, is_not, nonzero, on
 from .enums import (
     AttentionMechanism,
     AudioFormat,
@@ -186,7 +186,7 @@ class TrainConfig(Section):
     unconditional_transformer: ModelPartConfig = opt(default_factory=lambda: _part(train=False, gradient_checkpointing=False, activation_offloading=False, offload_fraction=1.0), label="Unconditional transformer", tooltip="Ideogram 4's unconditional transformer (its asymmetric CFG in samples): frozen, it waits in RAM (offload fraction 1) and takes turns on the GPU with the transformer while a sample is made. Its weight data type is acted on: a quantized type (NFLOAT_4 as in OneTrainer's presets, INT_8, FLOAT_8, INT_W8A8, FLOAT_W8A8) stores it so in RAM, and it moves to the GPU quantized; the other settings are not.", tab="training", status=P, acted_on=("weight_dtype",))
     text_encoder: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder", tooltip="Text encoder settings. Its learning rate replaces the base learning rate when set. By default it trains for the first 30 epochs only.", tab="training")
     text_encoder_layer_skip: int = opt(0, "Clip skip", "Skip the last N layers of the text encoder, in training and in samples (clip skip 1 = the second-to-last layer, as anime models built on NovelAI use).", ge=0, le=11, tab="training")
-    text_encoder_sequence_length: int | None = opt(512, "Text encoder sequence length", "Tokens the T5 text encoder reads (PixArt), in training and in samples; longer captions are cut. Padding is masked, so a longer window only costs time. Blank = 120, what PixArt-α was trained with.", ge=1, tab="training", advanced=True)
+    text_encoder_sequence_length: int | None = opt(512, "Text encoder sequence length", "Tokens the text encoder (T5 or a language model) reads, in training and in samples; longer captions are cut. Padding is masked, so a longer window only costs time. Blank = the model's own window: PixArt-α 120, PixArt-Σ and Sana 300, HunyuanVideo 256, LTX-2 1024, Ideogram 4 2048, the others 512. WAN_2_1_I2V reads exactly 512.", ge=1, tab="training", advanced=True, applies_when=READS_TOKEN_WINDOW)
     text_encoder_2: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 2", tooltip="SDXL: the second text encoder (OpenCLIP ViT-G). It is said to work better with natural language, the first one with tags. Its caption dropout is drawn separately from the first encoder's.", tab="training")
     text_encoder_2_layer_skip: int = opt(0, "Clip skip 2", "Skip the last N layers of the second text encoder, in training and in samples (SDXL counts from its second-to-last layer, as it always reads that one).", ge=0, tab="training")
     text_encoder_2_sequence_length: int | None = opt(77, "Text encoder 2 sequence length", "Tokens the second text encoder reads (Flux: T5's tokens; blank = 512, the pipeline's default).", ge=1, tab="training", advanced=True)

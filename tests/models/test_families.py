@@ -64,6 +64,21 @@ FAMILIES = [
 ]
 
 
+def blank_token_window(model, model_type) -> int | None:
+    """The window a run with a blank text_encoder_sequence_length encodes with: set as the trainer
+    sets it (training/diffusion.py, then a flow family's configure_flow), read where the family keeps it."""
+    from ot_gradio.config.schema import TrainConfig
+
+    model.text_encoder_sequence_length = None
+    if hasattr(model, "configure_flow"):
+        config = TrainConfig(model_type=model_type, text_encoder_sequence_length=None)
+        for part in model.text_encoder_names:
+            getattr(config, part).train = False
+        model.configure_flow(config)
+    return next((getattr(model, a) for a in ("t5_sequence_length", "sequence_length", "text_encoder_sequence_length")
+                 if getattr(model, a, None) is not None), None)
+
+
 def _family(row: Row) -> type:
     from ot_gradio.models.registry import get_family
 
@@ -91,6 +106,9 @@ def test_tiny_model_is_small_and_loads_through_the_real_loaders(row, tiny_dir, t
     assert sum(p.numel() for module in by_name.parts.values() for p in module.parameters()) < row.most_params
     for part in family_info(row.model_types[0]).circular_padding:  # force_circular_padding's parts: parts with convolutions
         assert any(isinstance(m, torch.nn.Conv2d) for m in by_name.parts[part].modules()), part
+    window = family_info(row.model_types[0]).token_window  # what the page says a blank text_encoder_sequence_length reads
+    if window is not None:
+        assert blank_token_window(by_name, row.model_types[0]) == window
     if row.single_file:  # the denoiser from the file, the rest from the config folder: all as the folder has them
         assert_same_parts(by_name, family.load(str(paths.single_file), config_dir=str(paths.diffusers_dir), offline=True))
         with pytest.raises(ModelLoadError, match=r"config folder .* \(no (modular_)?model_index.json\); point it to a diffusers folder"):

@@ -133,6 +133,12 @@ def test_noise_schedule_options_only_where_they_apply(model_type):
     masks = model_type.value in ("FLUX_DEV_1", "FLUX_FILL_DEV_1", "STABLE_DIFFUSION_3", "STABLE_DIFFUSION_35", "HI_DREAM_FULL")
     assert applies("transformer.attention_mask", config) == masks
     assert applies("samples[].transformer_attention_mask", config) == masks
+    # the text window: the families whose T5 / language model reads it (not CLIP's 77, Flux.1's and SD 3's own T5
+    # options, HiDream's encoders, nor Qwen-Image-Edit's prompts read with the image)
+    reads = FAMILIES[model_type].token_window is not None
+    assert applies("text_encoder_sequence_length", config) == reads
+    assert reads == (model_type.value.startswith(("PIXART", "WAN", "FLUX_2", "SANA", "HUNYUAN", "CHROMA", "Z_IMAGE", "ANIMA",
+                                                  "KREA", "ERNIE", "IDEOGRAM", "LTX")) or model_type.value == "QWEN")
 
 
 def test_the_page_hides_them_when_the_family_changes(page):

@@ -101,6 +101,9 @@ class FamilyInfo:
     # where they wait while the steps run: "device" beside the parts or "RAM")
     extra_params: Mapping[str, tuple[str, int, str]] = field(default_factory=dict, hash=False)
     attention: tuple[str, ...] = CLASSIC_ATTENTION  # the attention_mechanism values that reach the denoiser
+    # the tokens text_encoder_sequence_length means when blank (the family's pipeline's window);
+    # None: the family reads no such window (CLIP's 77, or a window of its own option)
+    token_window: int | None = None
 
     @property
     def reads_sample_image(self) -> bool:

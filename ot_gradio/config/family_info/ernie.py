@@ -6,7 +6,7 @@ from . import Sign, flow_transformer
 
 FAMILIES = {
     M.ERNIE: flow_transformer(
-        "ErnieImagePipeline", name="ERNIE-Image", hub_repo="baidu/ERNIE-Image", lora_version="ernie_image", comfy_model=False,
+        "ErnieImagePipeline", token_window=512, name="ERNIE-Image", hub_repo="baidu/ERNIE-Image", lora_version="ernie_image", comfy_model=False,
         text_encoder_labels=("Mistral3",), preset="ernie-lora", preset_note="FLOAT_8 transformer and text encoder",
         # baidu/ERNIE-Image, counted on the meta device: its transformer/config.json (36 layers of
         # 4096, 32 heads, 12288 wide MLP, text width 3072); the text encoder, Ministral 3B's

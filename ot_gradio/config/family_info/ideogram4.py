@@ -6,7 +6,7 @@ from . import Sign, flow_transformer
 
 FAMILIES = {
     M.IDEOGRAM_4: flow_transformer(
-        "Ideogram4Pipeline", name="Ideogram 4", hub_repo="ideogram-ai/ideogram-v4", lora_version="ideogram_4",
+        "Ideogram4Pipeline", token_window=2048, name="Ideogram 4", hub_repo="ideogram-ai/ideogram-v4", lora_version="ideogram_4",
         gguf=False, lora_fused_qkv=True, text_encoder_labels=("Qwen3-VL",),  # bucket step 16: VAE 8 x patch 2
         # KOHYA_LORA / COMFY_LORA: OneTrainer's names, q/k/v as one fused layer (models/comfy_lora_names.py); diffusers'
         # Ideogram4Pipeline.load_lora_weights reads them for the blocks' layers (OneTrainer's attn-mlp / blocks presets)

@@ -6,7 +6,7 @@ from . import Sign, flow_transformer
 
 FAMILIES = {
     M.KREA_2: flow_transformer(
-        "Krea2Pipeline", name="Krea 2", hub_repo="krea/Krea-2-Raw", lora_version="krea2", comfy_model=False,
+        "Krea2Pipeline", token_window=512, name="Krea 2", hub_repo="krea/Krea-2-Raw", lora_version="krea2", comfy_model=False,
         text_encoder_labels=("Qwen3-VL",), preset="krea2-lora", preset_note="FLOAT_8 transformer and Qwen3-VL",
         # krea/Krea-2-Raw, counted on the meta device: Krea2Transformer2DModel's defaults (28 blocks
         # of 48 x 128, text fusion of 2 + 2 blocks), Qwen3-VL-4B as Qwen3VLModel (36 layers of

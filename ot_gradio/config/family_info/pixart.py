@@ -15,7 +15,7 @@ PIXART = FamilyInfo(
 
 # PixArt-α XL/2 1024: 28 blocks of width 1152 with the resolution/aspect embedders; T5 v1.1 XXL
 # encoder; the SD VAE
-FAMILIES = {M.PIXART_ALPHA: replace(PIXART, preset="pixart-alpha-lora", preset_note="120 T5 tokens",
+FAMILIES = {M.PIXART_ALPHA: replace(PIXART, token_window=120, preset="pixart-alpha-lora", preset_note="120 T5 tokens",
                                     params={"transformer": 611_349_152, "text_encoder": T5_XXL, "vae": VAE},
                                     name="PixArt-α", hub_repo="PixArt-alpha/PixArt-XL-2-1024-MS", lora_version="pixart_alpha")}
 SIGN = Sign("PixArt", (M.PIXART_ALPHA, M.PIXART_SIGMA), ("PixArt",), ("pixart",))
