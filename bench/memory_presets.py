@@ -55,6 +55,8 @@ RUNS = [
     ("presets/wan22-ti2v-5b-lora.json", 24, {"image_to_video_share": 0.0}),
     # our Wan 2.1 I2V 14B preset (FLOAT_8 transformer; 16.4B with its image keys and values)
     ("presets/wan21-i2v-14b-lora.json", 24),
+    # our LTX-2 preset (FLOAT_8 transformer of 18.9B and Gemma 3 12B): half its clips image-to-video
+    ("presets/ltx2-lora.json", 24),
 ]
 
 CLIP_L = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
@@ -180,6 +182,24 @@ def wan21_i2v_14b() -> dict:
             "image_processor": CLIPImageProcessor(size={"shortest_edge": 224}, crop_size={"height": 224, "width": 224}, resample=3)}
 
 
+def ltx2() -> dict:
+    import torch
+    from diffusers import AutoencoderKLLTX2Audio, AutoencoderKLLTX2Video, LTX2VideoTransformer3DModel
+    from diffusers.pipelines.ltx2 import LTX2TextConnectors
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+
+    # Lightricks/LTX-2: the transformer's, connectors' and VAEs' defaults (the 2.0 model), Gemma 3 12B
+    # (text: 48 layers of 3840, 16 heads, 8 key/value heads of 256; SigLIP's vision tower)
+    text = dict(vocab_size=262208, hidden_size=3840, intermediate_size=15360, num_hidden_layers=48, num_attention_heads=16,
+                num_key_value_heads=8, head_dim=256)
+    vision = dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16, image_size=896, patch_size=14)
+    gemma = Gemma3ForConditionalGeneration(Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=256))
+    # the connectors load in the text encoder's compute type (models/ltx2.py), bfloat16 for a FLOAT_8 one
+    return {"transformer": LTX2VideoTransformer3DModel(), "text_encoder": gemma, "connectors": LTX2TextConnectors().to(torch.bfloat16),
+            "vae": AutoencoderKLLTX2Video(), "audio_vae": AutoencoderKLLTX2Audio(), "vocoder": LTX2Vocoder()}
+
+
 def umt5_xxl():
     from transformers import UMT5Config, UMT5EncoderModel
 
@@ -188,10 +208,10 @@ def umt5_xxl():
 
 
 BUILDERS = {"FLUX_2": flux2_klein_9b, "FLUX_DEV_1": flux, "CHROMA_1": chroma, "STABLE_DIFFUSION_15": sd15, "STABLE_DIFFUSION_XL_10_BASE": sdxl, "QWEN": qwen_image, "Z_IMAGE": z_image,
-            "WAN_2_2_TI2V_5B": wan22_ti2v_5b, "WAN_2_1_I2V": wan21_i2v_14b}
+            "WAN_2_2_TI2V_5B": wan22_ti2v_5b, "WAN_2_1_I2V": wan21_i2v_14b, "LTX_2": ltx2}
 # the tiny model's tokenizers and scheduler (built on the CPU; its modules are replaced)
 TINY = {"FLUX_2": ("flux2", "klein"), "FLUX_DEV_1": "flux", "CHROMA_1": "chroma", "STABLE_DIFFUSION_15": "sd15", "STABLE_DIFFUSION_XL_10_BASE": "sdxl", "QWEN": "qwen_image", "Z_IMAGE": "z_image",
-        "WAN_2_2_TI2V_5B": ("wan", 0, "2.2"), "WAN_2_1_I2V": "wan"}
+        "WAN_2_2_TI2V_5B": ("wan", 0, "2.2"), "WAN_2_1_I2V": "wan", "LTX_2": "ltx2"}
 
 
 def build_on_meta(model_type: str):

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from ..config.enums import DataType, GradientCheckpointing
+from ..config.families import family_info
 from ..models.common import cast_part
 from .device import Precision
 from .fp16_fallback import part_load_dtypes
@@ -144,12 +145,28 @@ def _shape_only_text_encoders(model: Any, trained: frozenset[str]) -> Iterator[N
                                           *module._parameters.items()])
         on_meta = kind == "clip_text_model" or text is None  # T5 with a mask cannot run there either
         module.forward = _OnMeta(module.forward) if on_meta else _ShapeOnly(text.hidden_size, text.num_hidden_layers)
+    beside = _beside_text_encoders(model, trained)
+    for module in beside:  # LTX-2's connectors: run on meta for the shapes, left where they are (their CPU inputs' device)
+        module.to = lambda *_a, _module=module, **_k: _module
+        module.forward = _OnMeta(module.forward)
     try:
         yield
     finally:
         for module, parameters in saved:
             del module.forward
             module._parameters = parameters
+        for module in beside:
+            del module.to, module.forward
+
+
+def _beside_text_encoders(model: Any, trained: frozenset[str]) -> list[nn.Module]:
+    """The modules a family runs on a frozen text encoder's output, on the parts' device (its
+    description's extra_params kept on the "device" for a text encoder part: LTX-2's connectors)."""
+    info = family_info(getattr(model, "model_type", None)) if getattr(model, "model_type", None) else None
+    extra = info.extra_params if info is not None else {}
+    return [module for name, (part, _, where) in extra.items()
+            if where == "device" and part in model.text_encoder_names and part not in trained
+            and isinstance(module := getattr(model, name, None), nn.Module)]
 
 
 def estimate_on_meta(model: Any, config: Any, free: int) -> tuple[MemoryPlan, bool]:

@@ -23,7 +23,7 @@ GiB = 1024**3
 def _on_meta(model_type: str):
     from ot_gradio.models.registry import get_family
 
-    name = {"FLUX_DEV_1": "flux", "QWEN": "qwen_image", "Z_IMAGE": "z_image", "CHROMA_1": "chroma"}[model_type]
+    name = {"FLUX_DEV_1": "flux", "QWEN": "qwen_image", "Z_IMAGE": "z_image", "CHROMA_1": "chroma", "LTX_2": "ltx2"}[model_type]
     module = __import__(f"ot_gradio.models.tiny.{name}", fromlist=["x"])
     components = getattr(module, f"tiny_{name}_components")()
     for value in components.values():
@@ -85,3 +85,15 @@ def test_a_language_model_or_masked_t5_encoder_gives_the_probe_its_embeddings(mo
     assert plan.parked == ["text_encoder", "vae"]
     assert plan.weight_bytes == sum(b for _, b in plan.weights.values()) - plan.offloaded - frozen
     assert "forward" not in vars(model.text_encoder) and "planner_device" not in dict(model.text_encoder.named_parameters())
+
+
+def test_ltx2s_connectors_run_beside_the_frozen_gemma_in_the_probe():
+    """LTX-2's text connectors (not a part: run on Gemma's states, kept on the device) give the probe
+    the transformer's text states; they stay on meta and are counted on the card."""
+    config = load_config(Path(__file__).resolve().parents[2] / "presets/ltx2-lora.json").config
+    model = _on_meta("LTX_2")
+    plan, on = estimate_on_meta(model, config, 24 * GiB)
+    assert not plan.probe_error and plan.activations(on) > 0
+    assert "connectors" in plan.weights and "connectors" not in plan.parked
+    assert all(p.device.type == "meta" for p in model.connectors.parameters())
+    assert "forward" not in vars(model.connectors) and "to" not in vars(model.connectors)

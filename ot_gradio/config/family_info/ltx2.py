@@ -10,7 +10,8 @@ FAMILIES = {
         "LTX2Pipeline", token_window=1024, name="LTX-2", hub_repo="Lightricks/LTX-2", lora_version="ltx_2", comfy_model=False,
         transformer_file=False, gguf=False, bucket_step=32, frame_step=8, text_encoder_labels=("Gemma 3",),  # bucket: VAE 32 x patch 1
         text_image_to_video=True, preset="ltx2-lora",
-        preset_note="640 px area, 25 frames at 24 fps; half the clips start from their first frame (image-to-video), half from the prompt",
+        preset_note="640 px area, 25 frames at 24 fps, FLOAT_8 transformer with 30 % of its blocks offloaded (24 GB cards); "
+                    "half the clips start from their first frame (image-to-video), half from the prompt",
         # Lightricks/LTX-2, counted on the meta device: LTX2VideoTransformer3DModel's defaults (the
         # 2.0 model: 48 blocks, video 32 x 128, audio 32 x 64), Gemma 3 12B (text 48 layers of
         # 3840, SigLIP vision tower; lm_head tied) and AutoencoderKLLTX2Video's defaults
