@@ -99,7 +99,7 @@ class WanFirstFrame:
     def sample(self, prompt: str, *args, control_image=None, **kwargs):
         """A clip that starts from `control_image` (a path to an image or clip, or a PIL image;
         None: the first frame of the first training clip)."""
-        with sample_image(self, control_image, "Wan 2.2 I2V samples start from an image: give the sample one (control_image)"):
+        with sample_image(self, control_image, f"{self.family_name} samples start from an image: give the sample one (control_image)"):
             return super().sample(prompt, *args, **kwargs)
 
     def sampling_inputs(self, height: int, width: int, **inputs) -> dict:

@@ -119,3 +119,5 @@ def test_a_sample_encodes_the_start_image_it_is_given(i2v):
         del i2v.pipeline
     assert len(frames) == 5 and given and given[0].size == (32, 32)  # the start image, cut to the sample's size
     assert np.asarray(given[0])[..., 0].min() > 200
+    with pytest.raises(ValueError, match="^Wan 2.1 I2V samples start from an image"):  # none given, no training clip
+        i2v.sample("a cat", height=32, width=32, steps=1)
