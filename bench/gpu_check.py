@@ -1,6 +1,6 @@
 """One command that checks a GPU box end to end: full-size training runs through the real trainer.
 
-    python bench/gpu_check.py [--only NAME[,NAME]] [--budget-s S] [--steps 30] [--warmup 3]
+    python bench/gpu_check.py [--only NAME[,NAME]] [--budget-s S] [--steps 30] [--warmup 3] [--profile NAME[,NAME]]
                               [--out DIR] [--work DIR] [--device cuda] [--tiny]
 
 Each run builds its model at full size with random weights from the published configs
@@ -73,14 +73,18 @@ class Run:
 RUNS = [
     Run("sd15-lora-b1", "sd15", "sd15-lora", 512),
     Run("sd15-lora-b4", "sd15", "sd15-lora", 512, batch=4),
+    # BFLOAT_16: the fused back pass cannot unscale FLOAT_16 gradients (the doctor says so)
     Run("sd15-finetune", "sd15", "sd15-finetune", 512, lora=False, changes={
-        "optimizer": {"optimizer": "ADAFACTOR", "fused_back_pass": True}, "ema": "GPU", "learning_rate": 1e-5}),
+        "optimizer": {"optimizer": "ADAFACTOR", "fused_back_pass": True}, "ema": "GPU", "learning_rate": 1e-5,
+        "train_dtype": "BFLOAT_16"}),
     Run("sdxl-lora", "sdxl", "sdxl-lora", 1024, sample=True),
     Run("flux-lora-nf4", "flux", "flux-dev-1-lora", 512, sample=True),
     Run("flux-lora-bf16", "flux", "flux-dev-1-lora", 512, changes={"transformer": {"weight_dtype": "BFLOAT_16"}},
         compare_with="flux-lora-nf4"),
+    # gradient checkpointing ON as on the small cards offloading is for (AUTO turns it off on a big one):
+    # the offloaded blocks' own checkpointing then runs inside diffusers' per-block one
     Run("z-image-lora-fp8-offload", "z-image", "z-image-lora", 512,
-        changes={"transformer": {"offload_fraction": 0.5, "activation_offloading": True}}),
+        changes={"transformer": {"offload_fraction": 0.5, "activation_offloading": True, "gradient_checkpointing": "ON"}}),
     Run("z-image-lora-fp8", "z-image", "z-image-lora", 512,
         changes={"transformer": {"offload_fraction": 0.0, "activation_offloading": False}}, compare_with="z-image-lora-fp8-offload"),
     # 8-bit matmuls (torch._int_mm / torch._scaled_mm) against FLOAT_8's expanded weights: speed and loss on the same batch
@@ -94,6 +98,7 @@ RUNS = [
 PIPELINES = {"sd15": "StableDiffusionPipeline", "sdxl": "StableDiffusionXLPipeline", "flux": "FluxPipeline", "z-image": "ZImagePipeline"}
 # the parts a LoRA of the run does not touch are not loaded for the reload check (a full-size T5 costs 10 GB)
 UNUSED_FOR_RELOAD = {"flux": ("text_encoder", "text_encoder_2", "vae"), "z-image": ("text_encoder", "vae")}
+PROFILE_STEPS = 3  # --profile: steps after the timed ones under torch.profiler (not in the timings)
 NF4_LOSS_TOLERANCE = 0.25  # NF4's first loss within 25 % of BFLOAT_16's on the same batch and weights
 
 
@@ -204,7 +209,8 @@ def train_run(run: Run, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     base_model = str(full_size_model(run.model, args.work, args.device, tiny=args.tiny))
     resolution = 64 if args.tiny else run.resolution
     data = one_image_folder(work / "data", run.batch, resolution)
-    steps = args.warmup + args.steps
+    profiled = run.name in args.profile
+    steps = args.warmup + args.steps + (PROFILE_STEPS if profiled else 0)
     config = run_config(run, base_model, data, work, args.device, steps, resolution, args.lora_lr)
     (work / "config.json").write_text(json.dumps(config, indent=1))
     cuda = args.device.startswith("cuda") and torch.cuda.is_available()
@@ -231,7 +237,12 @@ def train_run(run: Run, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     # emptied after training: the trainer must be freed before the reload
     original = [trainer._optimizer_step, trainer._forward_backward]
 
+    profiler: list[Any] = []
+
     def forward_backward(batch, accum):  # each optimizer step is one batch here (no accumulation)
+        if profiled and len(starts) == args.warmup + args.steps:  # after the timed steps
+            profiler.append(torch.profiler.profile(activities=profile_activities(cuda)))
+            profiler[0].__enter__()
         starts.append(time.perf_counter())  # the device is idle: the last step ended synchronized
         return original[1](batch, accum)
 
@@ -242,6 +253,8 @@ def train_run(run: Run, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             peaks.append(torch.cuda.max_memory_allocated())
         ends.append(time.perf_counter())
         moved_at.append(moved.total)
+        if profiler and len(ends) == steps:
+            profiler[0].__exit__(None, None, None)
 
     trainer._optimizer_step = step_and_sync
     trainer._forward_backward = forward_backward
@@ -251,8 +264,9 @@ def train_run(run: Run, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         moved.close()
     # the step: forward, backward and optimizer; the wall: from one step's end to the next (with the
     # data loading and, as each epoch is one step here, the epoch's bookkeeping)
-    step_s = [b - a for a, b in zip(starts[args.warmup:], ends[args.warmup:], strict=True)]
-    wall_s = [b - a for a, b in zip(ends[args.warmup - 1 if args.warmup else 0:-1], ends[args.warmup or 1:], strict=True)]
+    timed = args.warmup + args.steps
+    step_s = [b - a for a, b in zip(starts[args.warmup:timed], ends[args.warmup:timed], strict=True)]
+    wall_s = [b - a for a, b in zip(ends[args.warmup - 1 if args.warmup else 0:timed - 1], ends[args.warmup or 1:timed], strict=True)]
     moved_per_step = [b - a for a, b in zip(moved_at[:-1], moved_at[1:], strict=True)]
     result: dict[str, Any] = {
         "status": status, "setup_s": setup_s, "left_by_earlier_runs_gb": left_gb, "steps": len(report.losses), "timed_steps": len(step_s),
@@ -264,6 +278,8 @@ def train_run(run: Run, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "moved_gb_per_step": statistics.median(moved_per_step) / 1e9 if moved_per_step and moved.total else 0.0,
     }
     result["images_per_s"] = run.batch / result["s_per_step"] if result["s_per_step"] else None
+    if profiler:
+        result["profile"] = write_profile(profiler[0], args.out / f"profile-{run.name}.txt", PROFILE_STEPS)
     if result["peak_gb"] and result["estimate_gb"]:
         result["peak_vs_estimate"] = result["peak_gb"] / result["estimate_gb"]
     saved = report.saved_paths[-1] if report.saved_paths else ""
@@ -317,6 +333,25 @@ def step_flops(trainer, args: argparse.Namespace, s_per_step: float | None) -> d
     if peak and s_per_step:
         out["mfu"] = flops / s_per_step / 1e12 / peak
     return out
+
+
+def profile_activities(cuda: bool) -> list[Any]:
+    import torch
+
+    return [torch.profiler.ProfilerActivity.CPU, *([torch.profiler.ProfilerActivity.CUDA] if cuda else [])]
+
+
+def write_profile(profiler: Any, path: Path, steps: int) -> dict[str, Any]:
+    """The profiled steps' operators by their own CPU time into `path`; returns per step: the CPU
+    time in operators, the GPU kernels' time and how many kernels and copies were launched (a
+    step bound by launching shows many launches and a GPU idle most of the step)."""
+    events = profiler.key_averages()
+    path.write_text(events.table(sort_by="self_cpu_time_total", row_limit=60, max_name_column_width=70))
+    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync"))
+    device_us = sum(getattr(e, "self_device_time_total", 0) or 0 for e in events)
+    cpu_us = sum(e.self_cpu_time_total for e in events)
+    return {"launches_per_step": launches / steps, "gpu_busy_ms_per_step": device_us / 1e3 / steps,
+            "cpu_op_ms_per_step": cpu_us / 1e3 / steps, "file": path.name}
 
 
 def falls(losses: list[float]) -> bool:
@@ -463,6 +498,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, help="steps before the timed ones (default 3; 1 with --tiny)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--lora-lr", type=float, help="the LoRA runs' learning rate (default 1e-3; 1e-2 with --tiny)")
+    parser.add_argument("--profile", default="", help="comma-separated run names to profile: 3 more steps after the timed ones "
+                                                      "under torch.profiler, their operators written to --out as profile-NAME.txt")
     parser.add_argument("--tiny", action="store_true", help="tiny models on the CPU: checks the script, no timing claim")
     parser.add_argument("--out", type=Path, help="where gpu_check.json and gpu_check.md go (default: a temp folder)")
     parser.add_argument("--work", type=Path, help="models, data and runs (default: a temp folder; full-size models are "
@@ -475,9 +512,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.warmup = args.warmup if args.warmup is not None else (1 if args.tiny else 3)
     known = {r.name for r in RUNS}
     args.runs = [r for r in RUNS if not args.only or r.name in args.only.split(",")]
-    unknown = [n for n in args.only.split(",") if n and n not in known]
+    args.profile = {n for n in args.profile.split(",") if n}
+    unknown = [n for n in [*args.only.split(","), *args.profile] if n and n not in known]
     if unknown:
-        parser.error(f"--only: unknown run(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        parser.error(f"--only / --profile: unknown run(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     return args
 
 
@@ -507,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     keep_models = args.work is not None
     args.work = args.work or Path(tempfile.mkdtemp(prefix="ot-gpu-check-"))
-    out = args.out or Path(tempfile.mkdtemp(prefix="ot-gpu-check-out-"))
+    out = args.out = args.out or Path(tempfile.mkdtemp(prefix="ot-gpu-check-out-"))
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}

@@ -51,13 +51,22 @@ def _sum(result: torch.Tensor, lora: torch.Tensor, scaling: float) -> torch.Tens
     return (result + lora * scaling).to(result.dtype)  # peft's order, then its cast back
 
 
+def _cast_input(self: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """peft's cast of the input to the adapter's type, left out under autocast: the product casts
+    its inputs to the autocast type anyway, so the cast there (and its backward) only adds two
+    copies per layer (on a GPU, SD 1.5's UNet at batch 1 launches about 5,000 kernels a step and
+    waits on their launching, not on the matrix products; docs/PERFORMANCE.md §17)."""
+    if x.dtype == dtype or not self.cast_input_dtype_enabled or torch.is_autocast_enabled(x.device.type):
+        return x
+    return x.to(dtype)
+
+
 def _linear_forward(self: nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     if _general(self, args, kwargs):
         return type(self).forward(self, x, *args, **kwargs)
     result = self.base_layer(x)
     a = self.lora_A[ADAPTER_NAME].weight
-    if x.dtype != a.dtype and self.cast_input_dtype_enabled:
-        x = x.to(a.dtype)
+    x = _cast_input(self, x, a.dtype)
     return _sum(result, F.linear(F.linear(x, a), self.lora_B[ADAPTER_NAME].weight), self.scaling[ADAPTER_NAME])
 
 
@@ -66,8 +75,7 @@ def _conv_forward(self: nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.Te
         return type(self).forward(self, x, *args, **kwargs)
     result = self.base_layer(x)
     down, up = self.lora_A[ADAPTER_NAME], self.lora_B[ADAPTER_NAME]
-    if x.dtype != down.weight.dtype and self.cast_input_dtype_enabled:
-        x = x.to(down.weight.dtype)
+    x = _cast_input(self, x, down.weight.dtype)
     lora = up._conv_forward(down._conv_forward(x, down.weight, down.bias), up.weight, up.bias)
     return _sum(result, lora, self.scaling[ADAPTER_NAME])
 

@@ -79,21 +79,32 @@ def _input_device(args: tuple, kwargs: dict) -> torch.device | None:
 class OffloadedBlock:
     """One block's tensors: their RAM copies, moved in before the forward and dropped after.
 
-    With `trained` (a fine-tune with the fused back pass) its trained weights are offloaded too:
-    in the backward pass's recomputation they stay on the device until their gradient has been
-    used by the optimizer's step inside the backward pass (`return_trained`, a hook after the
-    step's), which copies the stepped weight back into its RAM copy. A trained weight left on the
-    device (no gradient reached it) is copied back at its block's next forward instead."""
+    A frozen tensor's device copy is a new object put in its module's table for the call (a
+    frozen parameter as a new `nn.Parameter` that does not train), and the RAM one goes back
+    after it. Autograd saves a frozen weight as the object itself (a norm's weight in a product),
+    so the backward pass's recomputation must leave it on the device until the block's backward
+    has used it: a fresh object does, and is freed with the saved tensors; swapping `.data` of the
+    one parameter would move a saved weight back to RAM under the backward (on a GPU,
+    torch.utils.checkpoint refuses it: "Recomputed values ... have different metadata").
+
+    With `trained` (a fine-tune with the fused back pass) its trained weights are offloaded too,
+    and keep their identity (the optimizer holds them): their `.data` moves. In the backward
+    pass's recomputation they stay on the device until their gradient has been used by the
+    optimizer's step inside the backward pass (`return_trained`, a hook after the step's), which
+    copies the stepped weight back into its RAM copy. A trained weight left on the device (no
+    gradient reached it) is copied back at its block's next forward instead."""
 
     def __init__(self, block: nn.Module, train_device: torch.device, offload_device: torch.device,
                  mover: Mover, pin: bool, trained: bool = False) -> None:
         self.block, self.train_device, self.mover = block, train_device, mover
-        self.entries: list[list] = []  # [table, name, the tensor in the table, its RAM copy]
+        # [table, name, the tensor the table holds between calls, its RAM copy, the device copy in the table during a call]
+        self.entries: list[list] = []
         self.trained: dict[int, list] = {}  # id of a trained weight -> its entry
         self.dirty: set[int] = set()  # trained weights on the device whose values may differ from RAM
         self.skipped = 0
         self.nbytes = 0
         self.loads = 0
+        self.bypassed = 0  # calls served from RAM (input in RAM, no gradients)
         self._forwarding = False
         for module in block.modules():
             for table, is_parameter in ((module._parameters, True), (module._buffers, False)):
@@ -106,49 +117,51 @@ class OffloadedBlock:
                     copy = mover(t.detach(), offload_device)
                     if pin and copy.device.type == "cpu":
                         copy = copy.pin_memory()
-                    self.entries.append([table, name, t, copy])
+                    self.entries.append([table, name, t, copy, None])
                     if is_parameter and t.requires_grad:
                         self.trained[id(t)] = self.entries[-1]
                     self.nbytes += t.numel() * t.element_size()
-        self.unload()
+                    if isinstance(t, nn.Parameter):  # from now on it holds the RAM copy
+                        t.data = copy
+                    else:
+                        table[name] = self.entries[-1][2] = copy
         self.forward = block.forward
         block.forward = self.run  # instance attribute: nn.Module.__call__ finds it
 
     @staticmethod
     def _live(entry: list) -> bool:
         """False while the table holds another tensor (the memory planner's meta probe swapped it)."""
-        return entry[0].get(entry[1]) is entry[2]
-
-    def _set(self, entry: list, value: torch.Tensor) -> None:
-        table, name, current, _copy = entry
-        if not self._live(entry):  # swapped out: leave it
-            return
-        if isinstance(current, nn.Parameter):
-            current.data = value
-        else:  # a buffer: the table holds the tensor itself
-            table[name] = value
-            entry[2] = value
+        held = entry[0].get(entry[1])
+        return held is entry[2] or (entry[4] is not None and held is entry[4])
 
     def load(self) -> None:
         self.loads += 1
         for entry in self.entries:
-            if id(entry[2]) in self.dirty or not self._live(entry):  # a trained weight still on the device holds its newest values
+            table, name, tensor, copy, _ = entry
+            if id(tensor) in self.dirty or not self._live(entry):  # a trained weight still on the device holds its newest values
                 continue
-            self._set(entry, self.mover(entry[3], self.train_device))
+            value = self.mover(copy, self.train_device)
+            if id(tensor) in self.trained:
+                tensor.data = value
+            else:
+                entry[4] = table[name] = nn.Parameter(value, requires_grad=False) if isinstance(tensor, nn.Parameter) else value
 
     def unload(self, keep_trained: bool = False) -> None:
-        """Point the tensors back at their RAM copies. `keep_trained` (the backward pass's
+        """Put the RAM copies back in the tables. `keep_trained` (the backward pass's
         recomputation): trained weights stay on the device for their gradient and step."""
         for entry in self.entries:
             key = id(entry[2])
             if not self._live(entry):
                 continue
-            if key in self.trained and (keep_trained and entry[2].requires_grad):
-                self.dirty.add(key)
-                continue
-            if key in self.dirty:
-                self._copy_back(entry)
-            self._set(entry, entry[3])
+            if key in self.trained:
+                if keep_trained and entry[2].requires_grad:
+                    self.dirty.add(key)
+                    continue
+                if key in self.dirty:
+                    self._copy_back(entry)
+                entry[2].data = entry[3]
+            else:
+                entry[0][entry[1]], entry[4] = entry[2], None
 
     def _copy_back(self, entry: list) -> None:
         with torch.no_grad():
@@ -162,11 +175,15 @@ class OffloadedBlock:
         if entry is None or id(p) not in self.dirty or not self._live(entry):
             return
         self._copy_back(entry)
-        self._set(entry, entry[3])
+        entry[2].data = entry[3]
 
     def _call(self, *args: Any, **kwargs: Any) -> Any:
-        if self.train_device.type != "cpu" and _input_device(args, kwargs) == torch.device("cpu"):
-            # its part waits in RAM (placement.py; a caption the text cache missed): the RAM copies serve
+        if (not torch.is_grad_enabled() and self.train_device.type != "cpu"
+                and _input_device(args, kwargs) == torch.device("cpu")):
+            # its part waits in RAM (placement.py; a caption the text cache missed): the RAM copies
+            # serve. Never with gradients on: a parked part is frozen, and a training forward or the
+            # backward pass's recomputation must run on the weights it was saved with
+            self.bypassed += 1
             return self.forward(*args, **kwargs)
         self.load()
         try:
@@ -240,11 +257,29 @@ def default_mover(non_blocking: bool) -> Mover:
     return move
 
 
+def _drop_on_meta(t: torch.Tensor) -> Any:
+    return (t.shape, t.dtype, t.stride()) if t.device.type == "meta" else t
+
+
+def _restore_on_meta(packed: Any) -> torch.Tensor:
+    if isinstance(packed, torch.Tensor):
+        return packed
+    shape, dtype, stride = packed
+    return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+
+
 def _wrap_activations(module: nn.Module, pin: bool) -> None:
     forward = module.forward
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        context = torch.autograd.graph.save_on_cpu(pin_memory=pin) if torch.is_grad_enabled() else nullcontext()
+        if not torch.is_grad_enabled():
+            context = nullcontext()
+        elif _input_device(args, kwargs) == torch.device("meta"):
+            # the memory planner's probe: a saved meta tensor cannot be copied to RAM; dropping it
+            # shows the probe what keeping it in RAM leaves on the device
+            context = torch.autograd.graph.saved_tensors_hooks(_drop_on_meta, _restore_on_meta)
+        else:
+            context = torch.autograd.graph.save_on_cpu(pin_memory=pin)
         with context:
             return forward(*args, **kwargs)
 

@@ -22,7 +22,7 @@ def test_tiny_runs_every_run_through_the_trainer(tmp_path):
     from bench.gpu_check import RUNS
 
     out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--tiny", "--out", str(tmp_path / "out")],
+        [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--tiny", "--out", str(tmp_path / "out"), "--profile", "sd15-lora-b1"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
         env={**os.environ, "OT_GRADIO_TINY_DIR": str(tmp_path / "tiny"), "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)},
     )
@@ -42,6 +42,9 @@ def test_tiny_runs_every_run_through_the_trainer(tmp_path):
         assert got.get("reload") == ("ok" if run.lora else None), (run.name, got.get("reload"))
         if run.sample:
             assert got["sample_check"] == "" and got["sample_s"] > 0, (run.name, got)
+    profile = runs["sd15-lora-b1"]["profile"]  # 3 steps after the timed ones, under torch.profiler
+    assert profile["cpu_op_ms_per_step"] > 0 and "aten::" in (tmp_path / "out" / profile["file"]).read_text()
+    assert len(runs["sd15-lora-b1"]["losses"]) == len(runs["sd15-lora-b4"]["losses"]) + 3 and "profile" not in runs["sd15-lora-b4"]
     compared = runs["flux-lora-bf16"]["compared"]
     assert compared["with"] == "flux-lora-nf4" and compared["nf4_first_loss_gap"] < 0.25
     assert not list(tmp_path.glob("ot-gpu-check-*")), "the temp models and runs are deleted"

@@ -107,6 +107,83 @@ def test_offloaded_blocks_give_the_same_loss_and_gradients():
     assert len(moved_in) == 3 * 3 + 3 * 3 * 2  # the RAM copies at install, then 3 tensors x 3 blocks x 2 loads
 
 
+class NormBlock(nn.Module):
+    """A frozen weight that autograd saves as it is (an RMS norm's weight in a product), beside
+    a trained adapter: Z-Image's and Flux's blocks have such norms."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm_weight = nn.Parameter(torch.rand(width) + 0.5)
+        self.linear = nn.Linear(width, width)
+        self.lora = nn.Linear(width, width, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.norm_weight
+        return torch.tanh(self.linear(h) + self.lora(h)) + x
+
+
+class NormDenoiser(Denoiser):
+    def __init__(self, width: int = 8, depth: int = 4, outer_checkpoint: bool = False) -> None:
+        super().__init__(width, 0)
+        self.transformer_blocks = nn.ModuleList(NormBlock(width) for _ in range(depth))
+        self.outer_checkpoint = outer_checkpoint
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.proj_in(x)
+        for block in self.transformer_blocks:  # diffusers' per-block gradient checkpointing when asked
+            x = torch.utils.checkpoint.checkpoint(block.__call__, x, use_reentrant=False) if self.outer_checkpoint else block(x)
+        return x
+
+
+@pytest.mark.parametrize("outer_checkpoint", [False, True])
+@pytest.mark.parametrize("activations", [False, True])
+def test_a_saved_frozen_weight_stays_on_the_device_through_the_recomputed_backward(outer_checkpoint, activations):
+    """On a GPU the RAM copies and the device copies differ in device; here in dtype (RAM float64,
+    "device" float32), which torch.utils.checkpoint checks the same way. A frozen weight that
+    autograd saves itself must keep the device copy's type until the block's backward has used it:
+    swapping the one parameter's `.data` back to RAM after the recomputation made checkpoint
+    refuse the step ("Recomputed values ... have different metadata"; Z-Image with offloading on
+    an H200), with and without diffusers' own checkpointing around the block."""
+    torch.manual_seed(0)
+    reference = _frozen(NormDenoiser(outer_checkpoint=outer_checkpoint))
+    offloaded = copy.deepcopy(reference)
+    x = torch.randn(4, 8)
+    loss_ref, grads_ref = _loss_and_grads(reference, x)
+
+    def mover(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+        return t.to(torch.float64) if device.type == "meta" else t.to(torch.float32)
+
+    (part,), _ = install_offloading(Model(offloaded), Config(0.5, activations=activations), torch.device("cpu"), mover=mover,
+                                   offload_device=torch.device("meta"), force=True)
+    assert len(part.blocks) == 2 and all(e[3].dtype == torch.float64 for b in part.blocks for e in b.entries)
+    for _ in range(2):
+        offloaded.zero_grad(set_to_none=True)
+        loss, grads = _loss_and_grads(offloaded, x)
+        assert torch.allclose(loss, loss_ref, atol=1e-6)
+        assert grads.keys() == grads_ref.keys()
+        assert all(torch.allclose(grads[n], grads_ref[n], atol=1e-5) for n in grads)
+    # between calls the modules hold the RAM copies again: nothing of the offloaded blocks stays on the "device"
+    assert all(b.block.norm_weight.dtype == b.block.linear.weight.dtype == torch.float64 for b in part.blocks)
+    assert all(b.block.lora.weight.dtype == torch.float32 for b in part.blocks)
+
+
+def test_the_memory_probe_runs_a_part_with_activation_offloading():
+    """The planner's meta probe through a part whose saved activations go to RAM: meta tensors
+    cannot be copied there (the probe failed: "Cannot copy out of meta tensor"), so on meta they
+    are dropped, which shows the probe the device without them."""
+    from ot_gradio.training.memory_probe import on_meta
+
+    torch.manual_seed(0)
+    denoiser = _frozen(Denoiser(depth=4))
+    install_offloading(Model(denoiser), Config(0.5, activations=True), torch.device("cpu"), mover=Recorder(), force=True)
+    with on_meta([denoiser]):
+        out = denoiser(torch.empty(2, 8, device="meta", requires_grad=True))
+        assert out.device.type == "meta"
+        out.sum().backward()
+    loss, grads = _loss_and_grads(denoiser, torch.randn(2, 8))  # and the real weights are back, training
+    assert torch.isfinite(loss) and grads
+
+
 def test_checkpointing_is_forced_on_for_offloaded_blocks_only():
     torch.manual_seed(0)
     denoiser = _frozen(Denoiser(depth=4))

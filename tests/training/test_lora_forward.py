@@ -138,3 +138,40 @@ def test_under_bfloat16_autocast_as_training_on_a_gpu_runs():
     for g, r in zip(grads, ref_grads, strict=True):
         assert g.dtype == r.dtype == torch.float32
         torch.testing.assert_close(g, r)
+
+
+def test_a_16_bit_model_with_float32_lora_under_autocast_casts_less_than_peft():
+    """SD 1.5's preset on a GPU: the UNet in 16 bits, the LoRA weights in float32, autocast in 16
+    bits. peft casts each layer's input up to float32 and autocast casts it back down for the
+    product; the shorter forward leaves the first cast out: the same values and gradients, and
+    per layer two copies fewer (a forward and its backward), which a GPU step bound by launching
+    kernels pays for."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Copies(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += func is torch.ops.aten._to_copy.default
+            return func(*args, **(kwargs or {}))
+
+    unet, _ = _with_lora()
+    for p in unet.parameters():
+        if not p.requires_grad:
+            p.data = p.data.to(torch.bfloat16)
+    reference = _peft_forward(unet)
+    counts = []
+    results = []
+    for model in (unet, reference):
+        with torch.autocast("cpu", dtype=torch.bfloat16), Copies() as copies:
+            results.append(_step(model, _trained(model)))
+        counts.append(copies.count)
+    (out, grads), (ref_out, ref_grads) = results
+    assert out.dtype == ref_out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, ref_out)
+    for g, r in zip(grads, ref_grads, strict=True):
+        assert g.dtype == r.dtype == torch.float32
+        torch.testing.assert_close(g, r)
+    assert counts[0] <= counts[1] - 2 * len(lora_layers(unet)), counts
