@@ -18,7 +18,7 @@ import types
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from ..models.common import base_module
+from .meta_autocast import autocast_on_meta, emulates_autocast
 from .meta_shapes import FAST as FAST_META
 
 GB = 1e9  # memory figures are shown in GB (MB below 0.1 GB)
@@ -177,8 +178,11 @@ def _flex_as_native_on_meta():
 def quantized_on_meta(modules: Iterable[torch.nn.Module]):
     """bitsandbytes' 4- and 8-bit layers on meta inputs: their forward needs the quantization state
     that moving the weights to a GPU makes, which a meta stand-in has not. There they run as what
-    they compute in training: the weight expanded to the input's type for the product (a
-    temporary the step's peak holds), then a plain linear layer. Other inputs take their own path."""
+    they compute in training: the weight expanded to the compute type for the product, a
+    temporary of the forward and again of the backward (bitsandbytes saves its packed weight, not
+    the expanded one: kept for every layer it made a Flux NF4 estimate 30 GB where an H200 measured
+    16.5), and the result in the input's type, as bitsandbytes returns it. Other inputs take their
+    own path."""
     saved = []
     for root in modules:
         for layer in root.modules():
@@ -199,14 +203,27 @@ def quantized_on_meta(modules: Iterable[torch.nn.Module]):
 def _meta_linear(layer: torch.nn.Linear, forward: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     if x.device.type != "meta":
         return forward(x, *args, **kwargs)
-    import torch.nn.functional as F  # noqa: PLC0415
-
     dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
     if not dtype.is_floating_point:
         dtype = x.dtype
-    weight = torch.empty(layer.out_features, layer.in_features, dtype=dtype, device="meta")
-    bias = None if layer.bias is None else torch.empty(layer.out_features, dtype=dtype, device="meta")
-    return F.linear(x.to(dtype), weight, bias)
+    return _TransientWeightLinear.apply(x.to(dtype), layer.out_features, layer.bias is not None).to(x.dtype)
+
+
+class _TransientWeightLinear(torch.autograd.Function):
+    """A quantized layer's product on meta: the expanded weight made for the forward and again for
+    the backward, saved by neither (the frozen weight has no gradient)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, out_features: int, bias: bool) -> torch.Tensor:  # noqa: ANN001
+        import torch.nn.functional as F  # noqa: PLC0415
+
+        ctx.shape = (out_features, x.shape[-1])
+        weight = torch.empty(ctx.shape, dtype=x.dtype, device="meta")
+        return F.linear(x, weight, torch.empty(out_features, dtype=x.dtype, device="meta") if bias else None)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # noqa: ANN001, ANN205
+        return grad @ torch.empty(ctx.shape, dtype=grad.dtype, device="meta"), None, None
 
 
 def set_checkpointing(module: torch.nn.Module, on: bool) -> None:
@@ -330,9 +347,12 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
         step.text_cache = probe.text
     params = [p for p in trained if p.requires_grad]
     modules = [model.parts[name] for name in probe.swapped]
-    with _objects_restored(model, modules), on_meta(modules, precision.dtype) as stand_ins, \
+    # under CUDA autocast the weights keep their own types and the casts are autocast's (meta_autocast.py)
+    autocast = autocast_on_meta(precision.dtype) if emulates_autocast(precision) else nullcontext()
+    with _objects_restored(model, modules), on_meta(modules, None if emulates_autocast(precision) else precision.dtype) as stand_ins, \
             _vectors_on_meta(model, modules, stand_ins), \
-            _flash_attention_on_meta(precision.dtype), _autocast_guards_on_meta(), quantized_on_meta(modules), LiveBytes() as live:
+            _flash_attention_on_meta(precision.dtype), _autocast_guards_on_meta(), quantized_on_meta(modules), LiveBytes() as live, \
+            autocast:
         live.live = live.peak = probe.start_bytes  # the step starts from its batch
         loss = step.loss(probe.batch, trained_text_parts)
         _backward(loss, [stand_ins[id(p)] for p in params if id(p) in stand_ins], fused_back_pass_on(config))

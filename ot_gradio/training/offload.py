@@ -257,27 +257,15 @@ def default_mover(non_blocking: bool) -> Mover:
     return move
 
 
-def _drop_on_meta(t: torch.Tensor) -> Any:
-    return (t.shape, t.dtype, t.stride()) if t.device.type == "meta" else t
-
-
-def _restore_on_meta(packed: Any) -> torch.Tensor:
-    if isinstance(packed, torch.Tensor):
-        return packed
-    shape, dtype, stride = packed
-    return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
-
-
 def _wrap_activations(module: nn.Module, pin: bool) -> None:
     forward = module.forward
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() or _input_device(args, kwargs) == torch.device("meta"):
+            # (the memory planner's probe runs on meta tensors, which cannot be copied to RAM: it
+            # counts the saved activations on the device, an upper bound, as an H200 showed that
+            # dropping them undercounts the step: 4.6 GB estimated, 10.6 GB measured)
             context = nullcontext()
-        elif _input_device(args, kwargs) == torch.device("meta"):
-            # the memory planner's probe: a saved meta tensor cannot be copied to RAM; dropping it
-            # shows the probe what keeping it in RAM leaves on the device
-            context = torch.autograd.graph.saved_tensors_hooks(_drop_on_meta, _restore_on_meta)
         else:
             context = torch.autograd.graph.save_on_cpu(pin_memory=pin)
         with context:

@@ -175,3 +175,14 @@ def test_a_16_bit_model_with_float32_lora_under_autocast_casts_less_than_peft():
         assert g.dtype == r.dtype == torch.float32
         torch.testing.assert_close(g, r)
     assert counts[0] <= counts[1] - 2 * len(lora_layers(unet)), counts
+
+
+def test_meta_inputs_in_another_type_than_the_lora_run():
+    """The memory planner's probe runs the layers on meta tensors, which have no autocast to ask
+    about ("unknown device type for autocast"): the input is cast as peft casts it."""
+    unet, _ = _with_lora()
+    layer = next(layer for layer in lora_layers(unet).values() if isinstance(layer.get_base_layer(), nn.Linear))
+    base = layer.get_base_layer()
+    x = torch.empty(2, base.in_features, device="meta", dtype=torch.bfloat16)
+    layer.to("meta")
+    assert layer(x).shape == (2, base.out_features)
