@@ -175,21 +175,22 @@ def _flex_as_native_on_meta():
 
 
 @contextmanager
-def quantized_on_meta(modules: Iterable[torch.nn.Module]):
+def quantized_on_meta(modules: Iterable[torch.nn.Module], autocast: torch.dtype | None = None):
     """bitsandbytes' 4- and 8-bit layers on meta inputs: their forward needs the quantization state
     that moving the weights to a GPU makes, which a meta stand-in has not. There they run as what
     they compute in training: the weight expanded to the compute type for the product, a
     temporary of the forward and again of the backward (bitsandbytes saves its packed weight, not
     the expanded one: kept for every layer it made a Flux NF4 estimate 30 GB where an H200 measured
-    16.5), and the result in the input's type, as bitsandbytes returns it. Other inputs take their
-    own path."""
+    16.5), the result in the autocast type (quantize._bnb_forward casts the input to it, as
+    autocast does for a linear layer; `autocast`: that type where the probe follows CUDA autocast
+    on meta, meta_autocast.py). Other inputs take their own path."""
     saved = []
     for root in modules:
         for layer in root.modules():
             if type(layer).__name__ not in ("Linear4bit", "Linear8bitLt") or not isinstance(layer, torch.nn.Linear):
                 continue
             saved.append((layer, layer.__dict__.get("forward")))
-            layer.forward = functools.partial(_meta_linear, layer, layer.forward)
+            layer.forward = functools.partial(_meta_linear, layer, layer.forward, autocast)
     try:
         yield
     finally:
@@ -200,13 +201,14 @@ def quantized_on_meta(modules: Iterable[torch.nn.Module]):
                 layer.forward = forward
 
 
-def _meta_linear(layer: torch.nn.Linear, forward: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+def _meta_linear(layer: torch.nn.Linear, forward: Any, autocast: torch.dtype | None, x: torch.Tensor, *args: Any,
+                 **kwargs: Any) -> torch.Tensor:
     if x.device.type != "meta":
         return forward(x, *args, **kwargs)
-    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
-    if not dtype.is_floating_point:
+    dtype = autocast or (torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype)
+    if not dtype.is_floating_point or not x.is_floating_point():
         dtype = x.dtype
-    return _TransientWeightLinear.apply(x.to(dtype), layer.out_features, layer.bias is not None).to(x.dtype)
+    return _TransientWeightLinear.apply(x.to(dtype), layer.out_features, layer.bias is not None)
 
 
 class _TransientWeightLinear(torch.autograd.Function):
@@ -351,7 +353,7 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
     autocast = autocast_on_meta(precision.dtype) if emulates_autocast(precision) else nullcontext()
     with _objects_restored(model, modules), on_meta(modules, None if emulates_autocast(precision) else precision.dtype) as stand_ins, \
             _vectors_on_meta(model, modules, stand_ins), \
-            _flash_attention_on_meta(precision.dtype), _autocast_guards_on_meta(), quantized_on_meta(modules), LiveBytes() as live, \
+            _flash_attention_on_meta(precision.dtype), _autocast_guards_on_meta(), quantized_on_meta(modules, precision.dtype if emulates_autocast(precision) else None), LiveBytes() as live, \
             autocast:
         live.live = live.peak = probe.start_bytes  # the step starts from its batch
         loss = step.loss(probe.batch, trained_text_parts)

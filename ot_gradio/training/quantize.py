@@ -35,6 +35,7 @@ import contextlib
 import functools
 import logging
 import re
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -286,7 +287,19 @@ def _bnb_linear(layer: nn.Linear, data_type: DataType, compute_dtype: torch.dtyp
             new.weight = bnb.nn.Int8Params(weight, requires_grad=False, has_fp16_weights=False)
     if layer.bias is not None:
         new.bias = nn.Parameter(host(layer.bias.detach().to(compute_dtype)), requires_grad=False)
+    new.forward = types.MethodType(_bnb_forward, new)  # an instance attribute: nn.Module.__call__ finds it
     return new
+
+
+def _bnb_forward(self: nn.Module, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """bitsandbytes' layer as autocast runs a linear layer: the input in the autocast type, so the
+    output is too. bitsandbytes computes in its compute type and returns its input's type, which
+    after autocast's float32 norms kept much of a Flux NF4 step in float32 (its activations 1.5x
+    BFLOAT_16's on an H200, docs/PERFORMANCE.md section 17). The product is the same: bitsandbytes
+    casts the input to its compute type first either way."""
+    if x.is_floating_point() and x.device.type != "meta" and torch.is_autocast_enabled(x.device.type):
+        x = x.to(torch.get_autocast_dtype(x.device.type))
+    return type(self).forward(self, x, *args, **kwargs)
 
 
 def quantization_filter(config: Any) -> Callable[[str], bool] | None:

@@ -63,8 +63,27 @@ def test_a_quantized_layer_on_meta_saves_no_expanded_weight():
     with LiveBytes() as live:
         h = x
         for layer in layers:
-            h = _meta_linear(layer, None, h)
+            h = _meta_linear(layer, None, None, h)
         h.float().sum().backward()
     one_weight = 1024 * 1024 * 2
     assert h.dtype == torch.bfloat16 and x.grad is not None
     assert live.peak < 2 * one_weight  # one layer's expanded weight at a time, not eight
+
+
+def test_a_bitsandbytes_layer_returns_the_autocast_type_as_a_linear_layer_does():
+    """bitsandbytes returns its input's type: after autocast's float32 norms a Flux NF4 step stayed
+    in float32 (activations 1.5x BFLOAT_16's on an H200). The layer now takes its input in the
+    autocast type, as autocast gives a linear layer: the same product, the output in bfloat16."""
+    from ot_gradio.config.enums import DataType
+    from ot_gradio.training.quantize import _bnb_linear
+
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(64, 32)
+    layer = _bnb_linear(plain, DataType.NFLOAT_4, torch.bfloat16).to("cpu")  # bitsandbytes quantizes on the move
+    x = torch.randn(3, 64)  # float32, as a float32 norm leaves it
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(x)
+        theirs = type(layer).forward(layer, x)  # bitsandbytes' own forward
+    assert out.dtype == torch.bfloat16 and theirs.dtype == torch.float32
+    torch.testing.assert_close(out.float(), theirs)
+    assert layer(x).dtype == torch.float32  # without autocast: as before
