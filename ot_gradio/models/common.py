@@ -129,10 +129,15 @@ def input_dtype(module: torch.nn.Module) -> torch.dtype:
     a float16 autocast, bfloat16 weights' type would make the denoiser concatenate bfloat16 tensors,
     which autocast refuses: OneTrainer's SDXL, Chroma and Z-Image fine-tune presets in a FLOAT_16
     run.)"""
-    kind = module_device(module).type
-    if torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind):  # (not on "meta": the memory probe)
+    return autocast_dtype(module_device(module).type) or compute_dtype(module)
+
+
+def autocast_dtype(kind: str) -> torch.dtype | None:
+    """The type autocast computes in on devices of `kind` where one is on, else None (always on
+    "meta", which torch has no autocast for: the memory planner's probe)."""
+    if torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind):
         return torch.get_autocast_dtype(kind)
-    return compute_dtype(module)
+    return None
 
 
 def cast_part(module: torch.nn.Module, dtype: torch.dtype) -> None:

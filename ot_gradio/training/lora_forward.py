@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..models.common import autocast_dtype
 from .lora_variants import ADAPTER_NAME
 
 _ACTIVE = [ADAPTER_NAME]
@@ -56,17 +57,9 @@ def _cast_input(self: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> torch.T
     its inputs to the autocast type anyway, so the cast there (and its backward) only adds two
     copies per layer (on a GPU, SD 1.5's UNet at batch 1 launches about 5,000 kernels a step and
     waits on their launching, not on the matrix products; docs/PERFORMANCE.md §17)."""
-    if x.dtype == dtype or not self.cast_input_dtype_enabled or _autocast_on(x.device.type):
+    if x.dtype == dtype or not self.cast_input_dtype_enabled or autocast_dtype(x.device.type) is not None:
         return x
     return x.to(dtype)
-
-
-def _autocast_on(device_type: str) -> bool:
-    """Whether autocast acts on tensors of `device_type` (never on meta ones, which torch has no autocast for)."""
-    try:
-        return torch.is_autocast_enabled(device_type)
-    except RuntimeError:  # "unknown device type for autocast": the memory planner's meta probe
-        return False
 
 
 def _linear_forward(self: nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:

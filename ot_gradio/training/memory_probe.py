@@ -350,11 +350,11 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
     params = [p for p in trained if p.requires_grad]
     modules = [model.parts[name] for name in probe.swapped]
     # under CUDA autocast the weights keep their own types and the casts are autocast's (meta_autocast.py)
-    autocast = autocast_on_meta(precision.dtype) if emulates_autocast(precision) else nullcontext()
-    with _objects_restored(model, modules), on_meta(modules, None if emulates_autocast(precision) else precision.dtype) as stand_ins, \
+    emulated = precision.dtype if emulates_autocast(precision) else None
+    with _objects_restored(model, modules), on_meta(modules, None if emulated else precision.dtype) as stand_ins, \
             _vectors_on_meta(model, modules, stand_ins), \
-            _flash_attention_on_meta(precision.dtype), _autocast_guards_on_meta(), quantized_on_meta(modules, precision.dtype if emulates_autocast(precision) else None), LiveBytes() as live, \
-            autocast:
+            _flash_attention_on_meta(precision.dtype), _autocast_guards_on_meta(), quantized_on_meta(modules, emulated), LiveBytes() as live, \
+            autocast_on_meta(emulated) if emulated else nullcontext():
         live.live = live.peak = probe.start_bytes  # the step starts from its batch
         loss = step.loss(probe.batch, trained_text_parts)
         _backward(loss, [stand_ins[id(p)] for p in params if id(p) in stand_ins], fused_back_pass_on(config))

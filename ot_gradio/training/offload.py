@@ -104,7 +104,6 @@ class OffloadedBlock:
         self.skipped = 0
         self.nbytes = 0
         self.loads = 0
-        self.bypassed = 0  # calls served from RAM (input in RAM, no gradients)
         self._forwarding = False
         for module in block.modules():
             for table, is_parameter in ((module._parameters, True), (module._buffers, False)):
@@ -183,7 +182,6 @@ class OffloadedBlock:
             # its part waits in RAM (placement.py; a caption the text cache missed): the RAM copies
             # serve. Never with gradients on: a parked part is frozen, and a training forward or the
             # backward pass's recomputation must run on the weights it was saved with
-            self.bypassed += 1
             return self.forward(*args, **kwargs)
         self.load()
         try:
@@ -263,8 +261,7 @@ def _wrap_activations(module: nn.Module, pin: bool) -> None:
     def run(*args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled() or _input_device(args, kwargs) == torch.device("meta"):
             # (the memory planner's probe runs on meta tensors, which cannot be copied to RAM: it
-            # counts the saved activations on the device, an upper bound, as an H200 showed that
-            # dropping them undercounts the step: 4.6 GB estimated, 10.6 GB measured)
+            # counts the saved activations on the device, an upper bound)
             context = nullcontext()
         else:
             context = torch.autograd.graph.save_on_cpu(pin_memory=pin)

@@ -44,6 +44,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config.enums import DataType
+from ..models.common import autocast_dtype
 from .device import QUANTIZED_TYPES
 from .lora import parse_layer_filter
 from .svd_quant import SvdSpec, attach_low_rank, split_low_rank
@@ -129,8 +130,7 @@ class RowScaledLinear(nn.Linear):
         return (self.weight.to(torch.float32) * self.weight_scale).to(dtype)
 
     def matmul_dtype(self, x: torch.Tensor) -> torch.dtype:  # (not `compute_dtype`: peft reads that name as a dtype)
-        autocast = x.device.type != "meta" and torch.is_autocast_enabled(x.device.type)  # meta: the planner's probe
-        return torch.get_autocast_dtype(x.device.type) if autocast else x.dtype
+        return autocast_dtype(x.device.type) or x.dtype  # (none on meta: the planner's probe)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = self.matmul_dtype(x)
@@ -297,8 +297,9 @@ def _bnb_forward(self: nn.Module, x: torch.Tensor, *args: Any, **kwargs: Any) ->
     after autocast's float32 norms kept much of a Flux NF4 step in float32 (its activations 1.5x
     BFLOAT_16's on an H200, docs/PERFORMANCE.md section 17). The product is the same: bitsandbytes
     casts the input to its compute type first either way."""
-    if x.is_floating_point() and x.device.type != "meta" and torch.is_autocast_enabled(x.device.type):
-        x = x.to(torch.get_autocast_dtype(x.device.type))
+    dtype = autocast_dtype(x.device.type)
+    if dtype is not None and x.is_floating_point():
+        x = x.to(dtype)
     return type(self).forward(self, x, *args, **kwargs)
 
 
