@@ -28,6 +28,7 @@ from .async_reduce import AsyncGradientReducer
 from .backup import Counters, write_backup
 from .distributed import Distributed
 from .fp16_fallback import mixed_half_types
+from .lora_forward import step_casts
 from .optimizers import optimizer_eval_mode, optimizer_train_mode
 from .param_groups import all_params
 from .placement import fill_text_cache
@@ -61,6 +62,7 @@ class Trainer(TrainerSetup):
         # with several processes, which average each step's loss anyway) later (`_read_losses`).
         self.defer_loss_reads = False
         self.losses = LossLog(reporter)
+        self.cast_once: list[torch.nn.Module] = []  # LoRA layers whose weights a step casts once (setup)
 
     # --- the loop ---------------------------------------------------------------------------
     def train(self) -> str:
@@ -134,6 +136,10 @@ class Trainer(TrainerSetup):
             raise told from exc
 
     def _loss_and_backward(self, batch: Any, accum: int) -> float | torch.Tensor:
+        with step_casts(self.cast_once, self.precision.dtype, self.device):  # lora_forward.py: LoRA weights cast once a step
+            return self._loss_and_backward_cast(batch, accum)
+
+    def _loss_and_backward_cast(self, batch: Any, accum: int) -> float | torch.Tensor:
         loss = self.diffusion.loss(batch, self.trained_text_parts)
         value: float | torch.Tensor = loss.detach()
         if not self.defer_loss_reads:

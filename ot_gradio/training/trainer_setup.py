@@ -28,6 +28,7 @@ from .distributed import Distributed
 from .ema import EMA
 from .fp16_fallback import part_load_dtypes
 from .intervals import Every
+from .lora_forward import cast_once_layers
 from .masking import conditions_on_images, condlabel_images
 from .methods import get_method
 from .optimizers import create_optimizer, fused_back_pass, parameter_names
@@ -140,6 +141,9 @@ class TrainerSetup:
         self._finish_checkpointing_decision(decision)
         if cfg.compile:
             self._compile_denoiser()
+        # LoRA weights cast once a step (lora_forward.step_casts); not under compile, which fuses
+        # the casts itself, nor across processes, whose gradient hooks start reducing during the backward
+        self.cast_once = [] if cfg.compile or self.dist.active else cast_once_layers(list(self.model.parts.values()))
         self.ema = None
         if cfg.ema != EMAMode.OFF:
             ema_device = self.device if cfg.ema == EMAMode.GPU else torch.device("cpu")

@@ -4,6 +4,7 @@ adapters are turned off, merged or given extra arguments."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import pytest
@@ -186,3 +187,130 @@ def test_meta_inputs_in_another_type_than_the_lora_run():
     x = torch.empty(2, base.in_features, device="meta", dtype=torch.bfloat16)
     layer.to("meta")
     assert layer(x).shape == (2, base.out_features)
+
+
+class _Ops:
+    """Counts the operators a step runs (what a GPU launches, views aside)."""
+
+    VIEWS = frozenset({"view", "_unsafe_view", "t", "transpose", "reshape", "as_strided", "expand", "permute", "unsqueeze",
+                       "squeeze", "slice", "select", "detach", "alias", "split", "split_with_sizes", "unbind", "_reshape_alias"})
+
+    def __init__(self):
+        from collections import Counter
+
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counts = self.counts = Counter()
+        views = self.VIEWS
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                name = func.overloadpacket.__name__
+                if name not in views:
+                    counts[name] += 1
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 3.0])  # scaling 0.25 (a power of two) and 0.75
+def test_weights_cast_once_a_step_compute_what_peft_computes(alpha):
+    """`step_casts` in float32: the down weights scaled once, the up product and the sum in one
+    addmm; the same outputs and gradients as peft's forward."""
+    from ot_gradio.training.lora_forward import cast_once_layers, step_casts
+
+    unet, _ = _with_lora()
+    for layer in lora_layers(unet).values():
+        layer.set_scale("default", 1.0)  # peft's scaling = alpha / rank, as add_lora made it with alpha 1
+        layer.scaling["default"] *= alpha
+    reference = _peft_forward(unet)
+    layers = cast_once_layers([unet])
+    assert len(layers) == len(lora_layers(unet))
+    with step_casts(layers, torch.float32, torch.device("cpu")):
+        out, grads = _step(unet, _trained(unet))
+    ref_out, ref_grads = _step(reference, _trained(reference))
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-6)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-7)
+
+
+def test_under_autocast_each_weight_is_cast_once_and_the_step_is_as_exact():
+    """SD 1.5's preset on a GPU (16-bit UNet, float32 LoRA, 16-bit autocast; bfloat16 on the CPU):
+    without `step_casts` autocast copies each LoRA weight per call and its gradient back (four
+    copies a layer) and the scaling is a multiplication of its own; with it, a few operations cast
+    them all. Against a float32 step of the same model, the gradients are as close as peft's."""
+    from ot_gradio.training.lora_forward import cast_once_layers, step_casts
+
+    unet, _ = _with_lora()
+    reference = _peft_forward(unet)
+    truth_out, truth = _step(reference, _trained(reference))
+    for model in (unet, reference):
+        for p in model.parameters():
+            if not p.requires_grad:
+                p.data = p.data.to(torch.bfloat16)
+    layers = cast_once_layers([unet])
+    results, counts = [], []
+    for model, casts in ((unet, lambda: step_casts(layers, torch.bfloat16, torch.device("cpu"))), (unet, contextlib.nullcontext),
+                         (reference, contextlib.nullcontext)):
+        with torch.autocast("cpu", dtype=torch.bfloat16), _Ops() as ops, casts():
+            results.append(_step(model, _trained(model)))
+        counts.append(ops.counts)
+    once, each, peft = counts
+    # the UNet's own casts (time embedding, norms) are in both; `step_casts` adds two (there and back)
+    assert each["_to_copy"] - once["_to_copy"] >= 4 * len(layers) - 2, (once["_to_copy"], each["_to_copy"])
+    assert sum(once.values()) <= sum(each.values()) - 5 * len(layers), (sum(once.values()), sum(each.values()))
+
+    def error(result):
+        out, grads = result
+        assert out.dtype == torch.bfloat16 and all(g.dtype == torch.float32 for g in grads)
+        squared = sum(float((g - t).square().sum()) for g, t in zip(grads, truth, strict=True))
+        return (squared / sum(float(t.square().sum()) for t in truth)) ** 0.5, float((out.float() - truth_out).abs().max())
+
+    (grad_once, out_once), (_, _), (grad_peft, out_peft) = map(error, results)
+    assert grad_once < 1.5 * grad_peft and out_once < 1.5 * out_peft, (grad_once, grad_peft, out_once, out_peft)
+
+
+def test_weights_not_run_in_the_step_get_no_gradient_and_other_autocast_types_read_the_weights():
+    """A layer the step does not run keeps grad None (an optimizer then leaves it alone, weight
+    decay included); a layer run with autocast off (fp16_fallback) reads its float32 weights."""
+    from ot_gradio.training.lora_forward import cast_once_layers, step_casts
+
+    unet, _ = _with_lora()
+    layers = [layer for layer in lora_layers(unet).values() if isinstance(layer.get_base_layer(), nn.Linear)]
+    run, skipped, off = layers[0], layers[1], layers[2]
+    x = torch.randn(3, run.get_base_layer().in_features)
+    x_off = torch.randn(3, off.get_base_layer().in_features)
+    with step_casts(cast_once_layers([unet]), torch.bfloat16, torch.device("cpu")):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = run(x)
+            with torch.autocast("cpu", enabled=False):
+                y_off = off(x_off)
+        assert y.dtype == torch.bfloat16 and y_off.dtype == torch.float32
+        (y.float().sum() + y_off.sum()).backward()
+    for layer, got in ((run, True), (skipped, False), (off, True)):
+        for p in (layer.lora_A["default"].weight, layer.lora_B["default"].weight):
+            assert (p.grad is not None) == got
+    expected = off.lora_A["default"].weight.detach().clone().requires_grad_(True)
+    ((x_off @ expected.t()) @ off.lora_B["default"].weight.detach().t() * off.scaling["default"]).sum().backward()
+    torch.testing.assert_close(off.lora_A["default"].weight.grad, expected.grad)
+
+
+def test_a_weight_on_cuda_0_is_on_the_trainers_cuda_device():
+    """The trainer's device is "cuda"; its weights report "cuda:0" (`!=` says they differ: on an
+    H200 that left the casts per layer)."""
+    from ot_gradio.training.lora_forward import on_device
+
+    class OnCard:
+        def __init__(self, device):
+            self.device = torch.device(device)
+
+    assert on_device(OnCard("cuda:0"), torch.device("cuda")) and on_device(OnCard("cuda:1"), torch.device("cuda:1"))
+    assert not on_device(OnCard("cuda:1"), torch.device("cuda:0")) and not on_device(OnCard("cpu"), torch.device("cuda"))
+    assert on_device(torch.zeros(1), torch.device("cpu"))
