@@ -28,6 +28,7 @@ import torch
 
 from ..config.enums import GradientReducePrecision
 from .distributed import Distributed, _buckets, pack, reduce_dtype, unpack
+from .weak_hooks import weak_hook
 
 # Buckets whose all-reduce may run at once (each holds a float32 or weight-type copy of its gradients).
 IN_FLIGHT = 4
@@ -74,7 +75,7 @@ class AsyncGradientReducer:
         self._bucket_of = {p: i for i, bucket in enumerate(self._buckets) for p in bucket}
         for p in params:
             if p not in self._hooks:
-                self._hooks[p] = p.register_post_accumulate_grad_hook(self._on_gradient)
+                self._hooks[p] = p.register_post_accumulate_grad_hook(weak_hook(self._on_gradient))
 
     def _on_gradient(self, p: torch.Tensor) -> None:
         if not self._armed or p not in self._bucket_of:

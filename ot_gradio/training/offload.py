@@ -40,6 +40,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..models.common import base_module
+from .weak_hooks import weak_hook
 
 BLOCK_LISTS = ("transformer_blocks", "single_transformer_blocks", "joint_blocks", "blocks", "layers", "block",
                "down_blocks", "up_blocks", "noise_refiner", "context_refiner", "h", "layer")
@@ -218,7 +219,7 @@ class PartOffload:
         count = 0
         for block in self.blocks:
             for entry in block.trained.values():
-                entry[2].register_post_accumulate_grad_hook(block.return_trained)
+                entry[2].register_post_accumulate_grad_hook(weak_hook(block.return_trained))
                 count += 1
         return count
 

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ...config.optimizer import fused_back_pass_on
+from ..weak_hooks import weak_hook
 from .registry import create_optimizer
 
 
@@ -51,7 +52,7 @@ class FusedBackPass(torch.optim.Optimizer):
                     continue
                 sub = make([{"params": [p], "lr": group["lr"], "name": group.get("name", "")}])
                 self._per_weight[p] = (sub, group)
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._step_weight))
+                self._hooks.append(p.register_post_accumulate_grad_hook(weak_hook(self._step_weight)))
 
     def _step_weight(self, p: torch.Tensor) -> None:
         sub, group = self._per_weight[p]
@@ -111,7 +112,7 @@ class ParameterSteps(torch.optim.Optimizer):
         self.param_groups = optimizer.param_groups
         self.state = optimizer.state
         self._clip = clip
-        self._hooks = [p.register_post_accumulate_grad_hook(lambda p, g=g, i=i: self._step_weight(p, g, i))
+        self._hooks = [p.register_post_accumulate_grad_hook(weak_hook(self._step_weight, g, i))
                        for g, group in enumerate(self.param_groups) for i, p in enumerate(group["params"]) if p.requires_grad]
 
     def _step_weight(self, p: torch.Tensor, g: int, i: int) -> None:
