@@ -38,9 +38,11 @@ class EMA:
         if (step + 1) % self.update_interval:
             return False
         keep = 1.0 - self.current_decay(step)
-        for ema, p in zip(self.weights, params, strict=True):
-            if p.requires_grad:
-                ema.add_((p.detach().to(ema.device, ema.dtype) - ema) * keep)
+        pairs = [(ema, p.detach()) for ema, p in zip(self.weights, params, strict=True) if p.requires_grad]
+        if pairs:  # ema + keep * (p - ema) for all of them in a few kernels (a GPU step launches one per weight otherwise)
+            emas = [ema for ema, _ in pairs]
+            live = [p if (p.device, p.dtype) == (ema.device, ema.dtype) else p.to(ema.device, ema.dtype) for ema, p in pairs]
+            torch._foreach_lerp_(emas, live, keep)
         return True
 
     @torch.no_grad()

@@ -75,3 +75,30 @@ def test_state_round_trip_and_mismatch():
     assert all(torch.equal(x, y) for x, y in zip(ema.weights, other.weights, strict=True))
     with pytest.raises(ValueError, match="EMA"):
         EMA(_params(0.0), decay=0.99).load_state_dict(ema.state_dict())
+
+
+def test_one_update_for_all_weights_in_any_type():
+    """The update runs as one foreach operation (a GPU fine-tune launched three kernels per weight),
+    with half weights cast to the float32 average first; values as the per-weight formula."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    params = [torch.nn.Parameter(torch.randn(5, 3)) for _ in range(6)] + [torch.nn.Parameter(torch.randn(4, dtype=torch.bfloat16))]
+    ema = EMA(params, decay=0.9)
+    before = [w.clone() for w in ema.weights]
+    with torch.no_grad():
+        for p in params:
+            p.add_(1.0)
+    with Ops() as ops:
+        ema.step(params, 100)
+    assert ops.names.count("_foreach_lerp_") == 1 and ops.names.count("_to_copy") == 1, ops.names
+    for w, old, p in zip(ema.weights, before, params, strict=True):
+        torch.testing.assert_close(w, old + 0.1 * (p.detach().float() - old))
