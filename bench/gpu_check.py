@@ -39,6 +39,7 @@ import json
 import math
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -497,6 +498,24 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def run_in_child(run: Run, args: argparse.Namespace) -> dict[str, Any]:
+    """`run` in a process of its own (`--isolate`): a CUDA error such as an illegal memory access
+    ends the CUDA context of its process, and with it every later run of that process. The child
+    writes its result under `--out`/runs/NAME; the models stay in `--work` for the next runs."""
+    folder = args.out / "runs" / run.name
+    command = [sys.executable, str(Path(__file__).resolve()), "--only", run.name, "--out", str(folder), "--work", str(args.work),
+               "--device", args.device, "--steps", str(args.steps), "--warmup", str(args.warmup), "--lora-lr", str(args.lora_lr),
+               "--in-process", *(["--tiny"] if args.tiny else []), *(["--profile", run.name] if run.name in args.profile else [])]
+    code = subprocess.run(command, check=False).returncode
+    try:
+        result = json.loads((folder / "gpu_check.json").read_text())["runs"][run.name]
+    except (OSError, KeyError, ValueError):
+        return {"problems": [f"its process ended with exit status {code} before writing a result (its output is above)"]}
+    if result.get("profile"):
+        result["profile"]["file"] = f"runs/{run.name}/{result['profile']['file']}"
+    return result
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated run names (default: all): " + ", ".join(r.name for r in RUNS))
@@ -508,6 +527,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", default="", help="comma-separated run names to profile: 3 more steps after the timed ones "
                                                       "under torch.profiler, their operators written to --out as profile-NAME.txt")
     parser.add_argument("--tiny", action="store_true", help="tiny models on the CPU: checks the script, no timing claim")
+    isolation = parser.add_mutually_exclusive_group()
+    isolation.add_argument("--isolate", action="store_true", default=None,
+                           help="each run in a process of its own (the default on a GPU with several runs: a CUDA error "
+                                "ends its process's CUDA context, and would end every later run with it)")
+    isolation.add_argument("--in-process", dest="isolate", action="store_false", help="all runs in this process (the default with --tiny)")
     parser.add_argument("--out", type=Path, help="where gpu_check.json and gpu_check.md go (default: a temp folder)")
     parser.add_argument("--work", type=Path, help="models, data and runs (default: a temp folder; full-size models are "
                                                   "deleted after their last run unless this is given)")
@@ -519,6 +543,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.warmup = args.warmup if args.warmup is not None else (1 if args.tiny else 3)
     known = {r.name for r in RUNS}
     args.runs = [r for r in RUNS if not args.only or r.name in args.only.split(",")]
+    if args.isolate is None:
+        args.isolate = not args.tiny and len(args.runs) > 1
     args.profile = {n for n in args.profile.split(",") if n}
     unknown = [n for n in [*args.only.split(","), *args.profile] if n and n not in known]
     if unknown:
@@ -562,12 +588,15 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"gpu_check: {run.name} ...", flush=True)
         t0 = time.perf_counter()
-        try:
-            result = train_run(run, args, args.work / "runs" / run.name)
-        except Exception as err:  # noqa: BLE001 - recorded; the next run starts
-            traceback.print_exc()
-            result = {"problems": [f"{type(err).__name__}: {str(err)[:1000]}"], "error": traceback.format_exc()[-4000:]}
-        free_device(torch.cuda.is_available())  # here: the error's frames (and the trainer they hold) are gone
+        if args.isolate:
+            result = run_in_child(run, args)
+        else:
+            try:
+                result = train_run(run, args, args.work / "runs" / run.name)
+            except Exception as err:  # noqa: BLE001 - recorded; the next run starts
+                traceback.print_exc()
+                result = {"problems": [f"{type(err).__name__}: {str(err)[:1000]}"], "error": traceback.format_exc()[-4000:]}
+            free_device(torch.cuda.is_available())  # here: the error's frames (and the trainer they hold) are gone
         result["wall_s"] = time.perf_counter() - t0
         results[run.name] = result
         if not keep_models and all(r.model != run.model for r in args.runs[index + 1:]):

@@ -69,3 +69,35 @@ def test_a_failing_run_is_recorded_and_the_others_go_on(tmp_path, monkeypatch, c
     assert "FAILED sd15-lora-b4: RuntimeError: CUDA out of memory" in capsys.readouterr().out
     # a budget already spent starts nothing more: those runs are listed as not started (exit 3)
     assert check.main(["--tiny", "--only", "sd15-lora-b1", "--budget-s", "-1", "--out", str(tmp_path)]) == 3
+
+
+def test_isolated_runs_survive_a_run_whose_process_dies(tmp_path, monkeypatch):
+    """On a GPU each run has a process of its own (`--isolate`, the default there): an illegal
+    memory access ends the CUDA context of its process; the run is recorded as failed with the
+    process's exit status and the next run starts in a new process."""
+    import bench.gpu_check as check
+
+    assert check.parse_args([]).isolate and not check.parse_args(["--tiny"]).isolate
+    assert not check.parse_args(["--only", "sd15-lora-b1"]).isolate and not check.parse_args(["--in-process"]).isolate
+    commands = []
+
+    def fake_run(command, check=False):  # noqa: ARG001 - subprocess.run's signature
+        commands.append(command)
+        name, out = command[command.index("--only") + 1], Path(command[command.index("--out") + 1])
+        if name == "sd15-lora-b4":
+            return subprocess.CompletedProcess(command, -6)  # died before writing its result
+        out.mkdir(parents=True, exist_ok=True)
+        result = {"losses": [2.0, 1.0], "s_per_step": 0.5, "problems": [], "profile": {"file": f"profile-{name}.txt"}}
+        (out / "gpu_check.json").write_text(json.dumps({"runs": {name: result}}))
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(check.subprocess, "run", fake_run)
+    code = check.main(["--tiny", "--isolate", "--only", "sd15-lora-b1,sd15-lora-b4,sdxl-lora", "--profile", "sd15-lora-b1",
+                       "--out", str(tmp_path)])
+    assert code == 1
+    runs = json.loads((tmp_path / "gpu_check.json").read_text())["runs"]
+    assert [runs[n]["ok"] for n in ("sd15-lora-b1", "sd15-lora-b4", "sdxl-lora")] == [True, False, True]
+    assert "exit status -6" in runs["sd15-lora-b4"]["problems"][0]
+    assert runs["sd15-lora-b1"]["profile"]["file"] == "runs/sd15-lora-b1/profile-sd15-lora-b1.txt"
+    assert [c[c.index("--only") + 1] for c in commands] == ["sd15-lora-b1", "sd15-lora-b4", "sdxl-lora"]
+    assert all("--in-process" in c and "--tiny" in c for c in commands) and ("--profile" in commands[0]) and "--profile" not in commands[1]
