@@ -19,7 +19,9 @@ all together, with each down weight multiplied by its layer's scaling: autocast 
 cast each of them on each call, and their gradients back, four copies per layer (about 1,100
 kernel launches a step for SD 1.5's 282 layers); and with the scaling in the down weight the up
 product and the sum are one `addmm`. The layers read those copies while the step lasts; the
-gradients come back to the float32 weights through one operation too (`_CastOnce`).
+gradients come back to the float32 weights through one operation too (`_CastOnce`). A float32
+input (after autocast's float32 norms) is cast once for the base and the adapter products
+(`_autocast_input`), where autocast would cast it for each.
 """
 
 from __future__ import annotations
@@ -82,9 +84,22 @@ def _step_weights(self: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch
     return weights
 
 
+def _autocast_input(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The input cast to the autocast type once, for the base product and the adapter's both:
+    autocast would cast it for each of them (two copies, and two casts of its gradient back); a
+    float32 input is what follows every float32 norm (a transformer block's attention and
+    feed-forward, a ResNet's convolutions). Only before a plain Linear / Conv2d, whose product
+    autocast casts the same way; a quantized base layer takes its input as it comes."""
+    dtype = autocast_dtype(x.device.type)
+    if dtype is None or x.dtype == dtype or not x.is_floating_point() or type(self.base_layer) not in (nn.Linear, nn.Conv2d):
+        return x
+    return x.to(dtype)
+
+
 def _linear_forward(self: nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     if _general(self, args, kwargs):
         return type(self).forward(self, x, *args, **kwargs)
+    x = _autocast_input(self, x)
     result = self.base_layer(x)
     cast = _step_weights(self, x)
     if cast is not None:  # the scaling is in the down weight: the up product and the sum in one addmm
@@ -98,6 +113,7 @@ def _linear_forward(self: nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.
 def _conv_forward(self: nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     if _general(self, args, kwargs):
         return type(self).forward(self, x, *args, **kwargs)
+    x = _autocast_input(self, x)
     result = self.base_layer(x)
     down, up = self.lora_A[ADAPTER_NAME], self.lora_B[ADAPTER_NAME]
     cast = _step_weights(self, x)

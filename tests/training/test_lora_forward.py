@@ -314,3 +314,44 @@ def test_a_weight_on_cuda_0_is_on_the_trainers_cuda_device():
     assert on_device(OnCard("cuda:0"), torch.device("cuda")) and on_device(OnCard("cuda:1"), torch.device("cuda:1"))
     assert not on_device(OnCard("cuda:1"), torch.device("cuda:0")) and not on_device(OnCard("cpu"), torch.device("cuda"))
     assert on_device(torch.zeros(1), torch.device("cpu"))
+
+
+@pytest.mark.parametrize("kind", [nn.Linear, nn.Conv2d])
+def test_a_float32_input_is_cast_once_for_the_base_and_the_adapter(kind):
+    """After a float32 norm (autocast runs norms in float32 on a GPU) the input of a LoRA layer is
+    float32: autocast would cast it for the base product and again for the adapter's, and both
+    gradients back; cast once, the output is the same and two copies of it fewer are made."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    unet, _ = _with_lora()
+    layer = next(layer for layer in lora_layers(unet).values() if type(layer.get_base_layer()) is kind)
+    base = layer.get_base_layer()
+    for p in base.parameters():
+        p.data = p.data.to(torch.bfloat16)
+    reference = copy.deepcopy(layer)
+    reference.__dict__.pop("forward", None)  # peft's forward
+    shape = (2, 5, base.in_features) if kind is nn.Linear else (2, base.in_channels, 6, 6)
+
+    class InputCopies(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._to_copy.default and tuple(args[0].shape) == shape:
+                self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    outputs, counts = [], []
+    for module in (layer, reference):
+        leaf = torch.randn(shape, generator=torch.Generator().manual_seed(3), requires_grad=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16), InputCopies() as copies:
+            x = leaf * 1.0  # an activation (autocast keeps the casts of leaf tensors that train for the pass)
+            y = module(x)
+            y.float().square().sum().backward()
+        outputs.append((y, leaf.grad))
+        counts.append(copies.count)
+    (y, grad), (ref_y, ref_grad) = outputs
+    torch.testing.assert_close(y, ref_y)
+    torch.testing.assert_close(grad, ref_grad, rtol=2e-2, atol=1e-3)  # the two gradients are summed in bfloat16 now
+    assert counts[0] == 2 and counts[1] >= 4, counts  # the input down and its gradient up, once each
