@@ -36,6 +36,7 @@ from torch import nn
 
 from ..models.common import autocast_dtype
 from .lora_variants import ADAPTER_NAME
+from .meta_autocast import emulated_dtype
 
 _ACTIVE = [ADAPTER_NAME]
 # id(layer) -> (down weight times scaling, up weight), in the step's autocast type (`step_casts`)
@@ -65,12 +66,18 @@ def _sum(result: torch.Tensor, lora: torch.Tensor, scaling: float) -> torch.Tens
     return (result + lora * scaling).to(result.dtype)  # peft's order, then its cast back
 
 
+def _autocast_type(x: torch.Tensor) -> torch.dtype | None:
+    """The type autocast computes `x`'s products in, if on; for meta tensors (the memory planner's
+    probe), the type its emulation of CUDA autocast casts to (meta_autocast.py)."""
+    return emulated_dtype() if x.is_meta else autocast_dtype(x.device.type)
+
+
 def _cast_input(self: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """peft's cast of the input to the adapter's type, left out under autocast: the product casts
     its inputs to the autocast type anyway, so the cast there (and its backward) only adds two
     copies per layer (on a GPU, SD 1.5's UNet at batch 1 launches about 5,000 kernels a step and
     waits on their launching, not on the matrix products; docs/PERFORMANCE.md §17)."""
-    if x.dtype == dtype or not self.cast_input_dtype_enabled or autocast_dtype(x.device.type) is not None:
+    if x.dtype == dtype or not self.cast_input_dtype_enabled or _autocast_type(x) is not None:
         return x
     return x.to(dtype)
 
@@ -79,7 +86,7 @@ def _step_weights(self: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch
     """This step's cast weights (`step_casts`), where the call computes in their type (not in a
     part run with autocast off or in another type, fp16_fallback.py)."""
     weights = _STEP.get(id(self)) if _STEP else None
-    if weights is None or weights[0].dtype != (autocast_dtype(x.device.type) or x.dtype):
+    if weights is None or weights[0].dtype != (_autocast_type(x) or x.dtype):
         return None
     return weights
 
@@ -90,7 +97,7 @@ def _autocast_input(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     float32 input is what follows every float32 norm (a transformer block's attention and
     feed-forward, a ResNet's convolutions). Only before a plain Linear / Conv2d, whose product
     autocast casts the same way; a quantized base layer takes its input as it comes."""
-    dtype = autocast_dtype(x.device.type)
+    dtype = _autocast_type(x)
     if dtype is None or x.dtype == dtype or not x.is_floating_point() or type(self.base_layer) not in (nn.Linear, nn.Conv2d):
         return x
     return x.to(dtype)

@@ -56,11 +56,21 @@ def _casting(original: Callable, dtype: torch.dtype) -> Callable:
     return as_under_autocast
 
 
+_ON: list[torch.dtype] = []  # the type of the emulation in force (autocast_on_meta), innermost last
+
+
+def emulated_dtype() -> torch.dtype | None:
+    """The 16-bit type `autocast_on_meta` casts meta tensors to while it is on, else None (for code
+    that casts as autocast would, e.g. lora_forward's input cast)."""
+    return _ON[-1] if _ON else None
+
+
 @contextmanager
 def autocast_on_meta(dtype: torch.dtype) -> Iterator[None]:
     """While on, the functions above cast their floating meta tensors as CUDA autocast to `dtype`
     would; put back afterwards."""
     replaced: list[tuple[Any, str, Any]] = []
+    _ON.append(dtype)
     try:
         for names, target in ((LOWER_PRECISION, dtype), (FLOAT32, torch.float32)):
             for owner, name in names:
@@ -69,6 +79,7 @@ def autocast_on_meta(dtype: torch.dtype) -> Iterator[None]:
                 setattr(owner, name, _casting(original, target))
         yield
     finally:
+        _ON.pop()
         for owner, name, original in reversed(replaced):
             setattr(owner, name, original)
 
@@ -78,4 +89,4 @@ def emulates_autocast(precision: Any) -> bool:
     return precision.dtype is not None and precision.device.type == "cuda"
 
 
-__all__ = ["FLOAT32", "LOWER_PRECISION", "autocast_on_meta", "emulates_autocast"]
+__all__ = ["FLOAT32", "LOWER_PRECISION", "autocast_on_meta", "emulated_dtype", "emulates_autocast"]

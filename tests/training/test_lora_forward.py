@@ -355,3 +355,33 @@ def test_a_float32_input_is_cast_once_for_the_base_and_the_adapter(kind):
     torch.testing.assert_close(y, ref_y)
     torch.testing.assert_close(grad, ref_grad, rtol=2e-2, atol=1e-3)  # the two gradients are summed in bfloat16 now
     assert counts[0] == 2 and counts[1] >= 4, counts  # the input down and its gradient up, once each
+
+
+def test_the_memory_probe_sees_the_input_cast_as_training_on_a_gpu_does():
+    """On meta, under the probe's emulation of CUDA autocast (meta_autocast.py), a float32 input is
+    cast once for both products and a 16-bit one is not cast up to the adapter's float32: the copies
+    the probe counts are those a GPU step makes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ot_gradio.training.meta_autocast import autocast_on_meta
+
+    unet, _ = _with_lora()
+    layer = next(layer for layer in lora_layers(unet).values() if type(layer.get_base_layer()) is nn.Linear)
+    layer.to("meta")
+
+    class Copies(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.dtypes = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._to_copy.default and tuple(args[0].shape) == (3, features):  # the input's, not the weights
+                self.dtypes.append((args[0].dtype, kwargs.get("dtype")))
+            return func(*args, **(kwargs or {}))
+
+    features = layer.get_base_layer().in_features
+    for dtype, expected in ((torch.float32, [(torch.float32, torch.bfloat16)]), (torch.bfloat16, [])):
+        x = torch.empty(3, features, device="meta", dtype=dtype)
+        with autocast_on_meta(torch.bfloat16), Copies() as copies:
+            y = layer(x)
+        assert y.dtype == torch.bfloat16 and copies.dtypes == expected, (dtype, copies.dtypes)
