@@ -385,3 +385,64 @@ def test_the_memory_probe_sees_the_input_cast_as_training_on_a_gpu_does():
         with autocast_on_meta(torch.bfloat16), Copies() as copies:
             y = layer(x)
         assert y.dtype == torch.bfloat16 and copies.dtypes == expected, (dtype, copies.dtypes)
+
+
+def test_a_training_run_with_the_weights_cast_once_trains_as_one_without(tiny_model, four_shapes, tmp_path, monkeypatch):
+    """Through the trainer, in bfloat16 with the text encoder's LoRA training too and gradient
+    checkpointing on (the backward recomputes blocks that read the step's cast weights): the same
+    losses and LoRA weights as the same run with each layer casting its own, within bfloat16's
+    rounding."""
+    from safetensors.torch import load_file
+
+    from ot_gradio.config.io import load_config
+    from ot_gradio.training import lora_forward
+    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
+
+    class Losses(Reporter):
+        def __init__(self):
+            self.losses = []
+
+        def metrics(self, **fields):
+            self.losses.append(fields["loss"])
+
+    casts = []
+    apply = lora_forward._CastOnce.apply
+    monkeypatch.setattr(lora_forward._CastOnce, "apply", lambda *a: casts.append(len(a) - 2) or apply(*a))
+    results = []
+    for once in (True, False):
+        work = tmp_path / str(once)
+        config = {
+            "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA", "base_model_name": str(tiny_model.diffusers_dir),
+            "train_device": "cpu", "train_dtype": "BFLOAT_16", "workspace_dir": str(work / "ws"), "cache_dir": str(work / "cache"),
+            "output_model_destination": str(work / "out" / "lora.safetensors"), "concepts": [{"name": "c", "path": str(four_shapes)}],
+            "resolution": "64", "batch_size": 2, "epochs": 2, "learning_rate": 1e-3, "learning_rate_warmup_steps": 0,
+            "lora_rank": 4, "lora_alpha": 1, "layer_filter_preset": "full", "text_encoder": {"train": True},
+            "unet": {"train": True, "gradient_checkpointing": "ON"}, "samples": [],
+            "backup_after_unit": "NEVER",
+            "backup_before_save": False, "tensorboard": False,
+        }
+        report = Losses()
+        trainer = Trainer(load_config(config).config, RunPaths(work / "s", work / "b", work / "o", None, []), report)
+        trainer.setup()
+        assert len(trainer.cast_once) > 100
+        layers = len(trainer.cast_once)
+        if not once:
+            trainer.cast_once = []
+        before = len(casts)
+        assert trainer.train() == "done"
+        assert (len(casts) > before) == once  # one cast of every trained LoRA weight per step
+        results.append((report.losses, load_file(str(work / "out" / "lora.safetensors"))))
+    assert len(casts) == 4 and all(n == 2 * layers for n in casts), (casts, layers)  # every step, every layer's two weights
+    (losses, weights), (ref_losses, ref_weights) = results
+    assert len(losses) == len(ref_losses) == 4
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=3e-2, atol=1e-3)
+    assert weights.keys() == ref_weights.keys()
+    ups = [k for k in weights if "lora_up" in k or "lora_B" in k]
+    assert ups and sum(bool(weights[k].abs().max() > 0) for k in ups) > 0.9 * len(ups)  # up weights start at zero: trained
+    # AdamW's first steps move a weight by about the learning rate whatever its gradient's size, so
+    # a rounding flip of a tiny gradient shows: compared over all the trained weights together
+    for kind in ("lora_A", "lora_B"):
+        keys = [k for k in weights if kind in k]
+        diff = sum(float((weights[k].float() - ref_weights[k].float()).square().sum()) for k in keys) ** 0.5
+        size = sum(float(ref_weights[k].float().square().sum()) for k in keys) ** 0.5
+        assert diff < 0.05 * size, (kind, diff / size)
