@@ -155,12 +155,11 @@ class _CastOnce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, dtype: torch.dtype, scaled: list[tuple[list[int], float]], *weights: torch.Tensor):
         ctx.set_materialize_grads(False)
-        ctx.shapes = [w.shape for w in weights]
-        ctx.scaled = scaled
+        ctx.shapes, ctx.scaled = [w.shape for w in weights], scaled
+        sizes = [w.numel() for w in weights]
         flat = torch.cat([w.detach().reshape(-1) for w in weights])
-        _scale(flat.split([w.numel() for w in weights]), scaled)
-        cast = flat.to(dtype)
-        return tuple(part.view(shape) for part, shape in zip(cast.split([w.numel() for w in weights]), ctx.shapes, strict=True))
+        _scale(flat.split(sizes), scaled)
+        return tuple(part.view(shape) for part, shape in zip(flat.to(dtype).split(sizes), ctx.shapes, strict=True))
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor | None):
