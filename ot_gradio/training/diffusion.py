@@ -48,6 +48,7 @@ from ..config.enums import DataType
 from ..config.families import family_info
 from ..config.flow_options import flow_matching_conflicts
 from ..config.svd_quant import svd_problems
+from ..models.attention import keep_cudnn_attention_off
 from .device import QUANTIZED_TYPES, Precision, quantized_part_trained
 from .distributed import Distributed
 from .first_frame import draw_given, with_first_frame, without_first_frame
@@ -104,6 +105,7 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
             "last timestep (pure noise); turn on force_v_prediction"
         )
     model.set_attention(config.attention_mechanism, device)
+    keep_cudnn_attention_off(device)
     model.layer_skips = {
         part: getattr(config, f"{part}_layer_skip", 0) or 0 for part in model.text_encoder_names
     }

@@ -468,3 +468,20 @@ def test_masked_step_with_the_mask_augmentations(model, tmp_path):
     cfg = config(masked_training=True, unmasked_weight=0.0, unmasked_probability=0.0)
     loss = DiffusionStep(model, cfg, CPU, Precision(DataType.FLOAT_32, CPU), fixed()).loss(batch)
     assert torch.isfinite(loss) and loss.item() > 0
+
+
+def test_a_cuda_run_keeps_cudnn_attention_out_of_sdp():
+    """On CUDA the run's process takes PyTorch's cuDNN attention kernel out of SDP's choice (its
+    backward failed in a Flux step on an H200: models/attention.keep_cudnn_attention_off); a CPU
+    run leaves the flag as it is."""
+    previous = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        configure_model(tiny_model(), config(), CPU, Precision(DataType.FLOAT_32, CPU))
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        cuda = torch.device("cuda")  # nothing moves there: configure_model only sets the model's options
+        configure_model(tiny_model(), config(), cuda, Precision(DataType.FLOAT_32, cuda))
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(previous)
