@@ -1,7 +1,7 @@
 """One command that checks a GPU box end to end: full-size training runs through the real trainer.
 
     python bench/gpu_check.py [--only NAME[,NAME]] [--budget-s S] [--steps 30] [--warmup 3] [--profile NAME[,NAME]]
-                              [--out DIR] [--work DIR] [--device cuda] [--tiny]
+                              [--out DIR] [--work DIR] [--device cuda] [--tiny | --shallow] [--set KEY=VALUE ...]
 
 Each run builds its model at full size with random weights from the published configs
 (bench/gpu_check_models.py: nothing is downloaded), trains it through the Trainer with a config
@@ -29,6 +29,16 @@ left some not started, 2 without a CUDA GPU (without --tiny).
 trainer, reloaded by diffusers) with the tiny models of ot_gradio.models.tiny instead of the
 full-size ones, on the CPU at 64 px for a few steps: checks the script, makes no timing claim
 (the test suite runs it).
+
+`--shallow`: the full-width models with two blocks of each kind (bench/gpu_check_models.py
+SHALLOW): every layer shape and kernel of the full model, built and quantized in a fraction of
+the time, for a first look on a GPU or a failure's traceback (run it with CUDA_LAUNCH_BLOCKING=1
+to have the failing kernel's call in it). Its step times and peaks are not the full model's.
+
+`--set KEY=VALUE` (repeatable): a config option of every run chosen, over the run's own, to tell
+which setting a failure follows: `--set transformer.gradient_checkpointing=ON`. KEY is the option's
+name in the saved config (a dotted path into a section); VALUE is read as JSON where it parses
+(1e-4, true, "ON"), else as the string.
 """
 
 from __future__ import annotations
@@ -144,8 +154,37 @@ def fixed_noise(latents):
     return noise.expand(latents.shape).contiguous(), torch.full((latents.shape[0],), FIXED_TIMESTEP)
 
 
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """`--set` items as nested changes: ["transformer.gradient_checkpointing=ON"] ->
+    {"transformer": {"gradient_checkpointing": "ON"}}."""
+    changes: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {item!r}: write KEY=VALUE, e.g. transformer.gradient_checkpointing=ON")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        *sections, name = key.split(".")
+        target = changes
+        for section in sections:
+            target = target.setdefault(section, {})
+        target[name] = value
+    return changes
+
+
+def merge(config: dict[str, Any], changes: dict[str, Any]) -> None:
+    """`changes` over `config`, sections merged key by key."""
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            merge(config[key], value)
+        else:
+            config[key] = value
+
+
 def run_config(run: Run, base_model: str, data: Path, work: Path, device: str, steps: int, resolution: int,
-               lora_lr: float) -> dict[str, Any]:
+               lora_lr: float, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Our preset for the family with the run's changes, on one fixed image (`batch` copies of it,
     so one epoch is one step) for `steps` epochs; no backups, samples only where the run asks.
     A LoRA trains at `lora_lr` (the learning rate changes no step's cost; the presets' 3e-4 with
@@ -155,8 +194,7 @@ def run_config(run: Run, base_model: str, data: Path, work: Path, device: str, s
     from ot_gradio.config.schema import TrainConfig
 
     config = apply_preset(config_to_dict(TrainConfig()), load_preset(run.preset))
-    for key, value in run.changes.items():
-        config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) else value
+    merge(config, run.changes)
     suffix = Path(config["output_model_destination"]).suffix or ".safetensors"
     config.update(
         base_model_name=base_model, train_device=device, resolution=str(resolution), batch_size=run.batch, epochs=steps,
@@ -167,6 +205,7 @@ def run_config(run: Run, base_model: str, data: Path, work: Path, device: str, s
         samples=[{"prompt": "a red circle on a light background", "height": resolution, "width": resolution,
                   "diffusion_steps": 20 if device != "cpu" else 2, "cfg_scale": 3.5}] if run.sample else [],
     )
+    merge(config, overrides or {})
     return config
 
 
@@ -210,12 +249,12 @@ def train_run(run: Run, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from ot_gradio.training.offload import offloaded_bytes
     from ot_gradio.training.trainer import RunPaths, Trainer
 
-    base_model = str(full_size_model(run.model, args.work, args.device, tiny=args.tiny))
+    base_model = str(full_size_model(run.model, args.work, args.device, tiny=args.tiny, shallow=args.shallow))
     resolution = 64 if args.tiny else run.resolution
     data = one_image_folder(work / "data", run.batch, resolution)
     profiled = run.name in args.profile
     steps = args.warmup + args.steps + (PROFILE_STEPS if profiled else 0)
-    config = run_config(run, base_model, data, work, args.device, steps, resolution, args.lora_lr)
+    config = run_config(run, base_model, data, work, args.device, steps, resolution, args.lora_lr, parse_set(args.set))
     (work / "config.json").write_text(json.dumps(config, indent=1))
     cuda = args.device.startswith("cuda") and torch.cuda.is_available()
     # what earlier runs left on the card (a leak shows here, and in this run's peak)
@@ -423,7 +462,8 @@ def run_in_child(run: Run, args: argparse.Namespace) -> dict[str, Any]:
     folder = args.out / "runs" / run.name
     command = [sys.executable, str(Path(__file__).resolve()), "--only", run.name, "--out", str(folder), "--work", str(args.work),
                "--device", args.device, "--steps", str(args.steps), "--warmup", str(args.warmup), "--lora-lr", str(args.lora_lr),
-               "--in-process", *(["--tiny"] if args.tiny else []), *(["--profile", run.name] if run.name in args.profile else [])]
+               "--in-process", *(["--tiny"] if args.tiny else []), *(["--shallow"] if args.shallow else []),
+               *(["--profile", run.name] if run.name in args.profile else []), *(f"--set={item}" for item in args.set)]
     code = subprocess.run(command, check=False).returncode
     try:
         result = json.loads((folder / "gpu_check.json").read_text())["runs"][run.name]
@@ -444,7 +484,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lora-lr", type=float, help="the LoRA runs' learning rate (default 1e-3; 1e-2 with --tiny)")
     parser.add_argument("--profile", default="", help="comma-separated run names to profile: 3 more steps after the timed ones "
                                                       "under torch.profiler, their operators written to --out as profile-NAME.txt")
-    parser.add_argument("--tiny", action="store_true", help="tiny models on the CPU: checks the script, no timing claim")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--tiny", action="store_true", help="tiny models on the CPU: checks the script, no timing claim")
+    size.add_argument("--shallow", action="store_true", help="full-width models with two blocks of each kind: every layer shape "
+                                                             "and kernel of the full model in a fraction of the time (figures not comparable)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config option of every run, over the run's own (repeatable): transformer.gradient_checkpointing=ON")
     isolation = parser.add_mutually_exclusive_group()
     isolation.add_argument("--isolate", action="store_true", default=None,
                            help="each run in a process of its own (the default on a GPU with several runs: a CUDA error "
@@ -467,6 +512,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [n for n in [*args.only.split(","), *args.profile] if n and n not in known]
     if unknown:
         parser.error(f"--only / --profile: unknown run(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    try:
+        parse_set(args.set)
+    except ValueError as err:
+        parser.error(str(err))
     return args
 
 
@@ -505,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         result["wall_s"] = time.perf_counter() - t0
         results[run.name] = result
         if not keep_models and all(r.model != run.model for r in args.runs[index + 1:]):
-            shutil.rmtree(model_folder(args.work, run.model, args.tiny), ignore_errors=True)  # a full-size model: up to 35 GB of disk
+            shutil.rmtree(model_folder(args.work, run.model, args.tiny, args.shallow), ignore_errors=True)  # a full-size model: up to 35 GB of disk
         print(f"gpu_check: {run.name}: {'; '.join(result['problems']) or 'ok'} ({result['wall_s']:.0f} s)", flush=True)
         write_report(out, args, results, started, final=False)  # a command killed at its time limit leaves what ran
     if not keep_models:

@@ -12,6 +12,11 @@ text encoder's embedding table (they do: a few hundred ids).
   embedding), T5 v1.1 XXL encoder (24 layers, 4096 wide), CLIP ViT-L, the 16-channel Flux VAE.
 - Z-Image: ZImageTransformer2DModel (30 layers, 3840 wide: diffusers' defaults are the published
   config), Qwen3-4B as the text encoder, the Flux VAE.
+
+`shallow`: the same models with two blocks of each kind (SHALLOW below) at full width: every layer
+shape, and so every kernel and quantization path, of the full model, built, saved and quantized
+in a fraction of the time (a first look on a GPU, or a failure's traceback; step times and peaks
+are not the full model's). SD 1.5 and SDXL build in seconds and stay whole.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ QWEN3_4B = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num
                 num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
                 tie_word_embeddings=True)
 
+# gpu_check --shallow: the transformers' and text encoders' depths (the widths stay the published ones)
+SHALLOW = {"flux": 2, "t5": 2, "z-image": 2, "qwen3": 2}
+
 
 @contextlib.contextmanager
 def building_on(device: str, dtype_name: str) -> Iterator[None]:
@@ -57,37 +65,41 @@ def building_on(device: str, dtype_name: str) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def flux_pipeline():
+def flux_pipeline(shallow: bool = False):
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
     from ot_gradio.models.tiny.pixart import tiny_t5_tokenizer
     from ot_gradio.models.tiny.sd15 import tiny_clip_tokenizer
 
+    transformer = {**FLUX_TRANSFORMER, **({"num_layers": SHALLOW["flux"], "num_single_layers": SHALLOW["flux"]} if shallow else {})}
+    t5 = {**T5_XXL, **({"num_layers": SHALLOW["t5"]} if shallow else {})}
     return FluxPipeline(
         scheduler=FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER), vae=AutoencoderKL(**FLUX_VAE),
         text_encoder=CLIPTextModel(CLIPTextConfig(**CLIP_L)), tokenizer=tiny_clip_tokenizer(),
-        text_encoder_2=T5EncoderModel(T5Config(**T5_XXL)), tokenizer_2=tiny_t5_tokenizer(model_max_length=512),
-        transformer=FluxTransformer2DModel(**FLUX_TRANSFORMER),
+        text_encoder_2=T5EncoderModel(T5Config(**t5)), tokenizer_2=tiny_t5_tokenizer(model_max_length=512),
+        transformer=FluxTransformer2DModel(**transformer),
     )
 
 
-def z_image_pipeline():
+def z_image_pipeline(shallow: bool = False):
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, ZImagePipeline, ZImageTransformer2DModel
     from transformers import Qwen3Config, Qwen3Model
 
     from ot_gradio.models.tiny.z_image import tiny_qwen_tokenizer
 
     tokenizer = tiny_qwen_tokenizer()
+    transformer = {**Z_IMAGE_TRANSFORMER, **({"n_layers": SHALLOW["z-image"]} if shallow else {})}
+    qwen = {**QWEN3_4B, **({"num_hidden_layers": SHALLOW["qwen3"]} if shallow else {})}
     return ZImagePipeline(
         scheduler=FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=False),
-        vae=AutoencoderKL(**FLUX_VAE), text_encoder=Qwen3Model(Qwen3Config(**QWEN3_4B, pad_token_id=tokenizer.pad_token_id)),
-        tokenizer=tokenizer, transformer=ZImageTransformer2DModel(**Z_IMAGE_TRANSFORMER),
+        vae=AutoencoderKL(**FLUX_VAE), text_encoder=Qwen3Model(Qwen3Config(**qwen, pad_token_id=tokenizer.pad_token_id)),
+        tokenizer=tokenizer, transformer=ZImageTransformer2DModel(**transformer),
     )
 
 
-def sd_pipeline(family: str) -> Callable[[], Any]:
-    def build():
+def sd_pipeline(family: str) -> Callable[..., Any]:
+    def build(shallow: bool = False):  # (built whole: seconds)
         from bench.gpu import build_pipeline
 
         return build_pipeline(family)
@@ -96,7 +108,7 @@ def sd_pipeline(family: str) -> Callable[[], Any]:
 
 
 # model name in gpu_check's runs -> (builder, dtype it is saved in)
-BUILDERS: dict[str, tuple[Callable[[], Any], str]] = {
+BUILDERS: dict[str, tuple[Callable[..., Any], str]] = {
     "sd15": (sd_pipeline("sd15"), "float16"),
     "sdxl": (sd_pipeline("sdxl"), "float16"),
     "flux": (flux_pipeline, "bfloat16"),
@@ -125,30 +137,31 @@ def tiny_pipeline(name: str) -> Callable[[], Any]:
     return build
 
 
-def model_folder(root: Path, name: str, tiny: bool) -> Path:
-    return Path(root) / f"{name}-{'tiny' if tiny else 'full'}"
+def model_folder(root: Path, name: str, tiny: bool, shallow: bool = False) -> Path:
+    return Path(root) / f"{name}-{'tiny' if tiny else 'shallow' if shallow and name in SHALLOW else 'full'}"
 
 
-def full_size_model(name: str, root: Path, device: str, tiny: bool = False) -> Path:
+def full_size_model(name: str, root: Path, device: str, tiny: bool = False, shallow: bool = False) -> Path:
     """The diffusers folder of model `name` under `root`, built (on `device`) and saved once;
-    with `tiny` the tiny model of the family, in float32."""
+    with `tiny` the tiny model of the family, in float32; with `shallow` two blocks of each kind
+    (SHALLOW)."""
     import torch
 
     from ot_gradio.fsutil import atomic_write_dir
 
-    folder = model_folder(root, name, tiny)
+    folder = model_folder(root, name, tiny, shallow)
     if (folder / "model_index.json").is_file():
         return folder
     builder, dtype = (tiny_pipeline(name), "float32") if tiny else BUILDERS[name]
     t0 = time.perf_counter()
     torch.manual_seed(0)
     with building_on(device, dtype):
-        pipes = [builder()]
+        pipes = [builder() if tiny else builder(shallow=shallow)]
     built = time.perf_counter() - t0
     atomic_write_dir(folder, lambda tmp: pipes[0].save_pretrained(tmp, safe_serialization=True))
     pipes.clear()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    print(f"{name}: built the {'tiny' if tiny else 'full-size'} random model in {built:.0f} s, saved in {time.perf_counter() - t0 - built:.0f} s "
+    print(f"{name}: built the {folder.name.rsplit('-', 1)[1]} random model in {built:.0f} s, saved in {time.perf_counter() - t0 - built:.0f} s "
           f"({sum(f.stat().st_size for f in folder.rglob('*') if f.is_file()) / 1e9:.1f} GB)", flush=True)
     return folder

@@ -105,9 +105,12 @@ def write_report(out: Path, args: argparse.Namespace, results: dict[str, dict[st
     """gpu_check.json and gpu_check.md in `out` (before the end: the runs so far, not compared)."""
     for r in results.values():
         r["ok"] = not r.get("problems")
-    report = {"machine": machine(), "tiny": args.tiny, "steps": args.steps, "warmup": args.warmup, "finished": final,
+    report = {"machine": machine(), "tiny": args.tiny, "shallow": getattr(args, "shallow", False), "set": getattr(args, "set", []),
+              "steps": args.steps, "warmup": args.warmup, "finished": final,
               "total_s": time.perf_counter() - started, "runs": results}
     (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
     markdown = table(results)
-    (out / "gpu_check.md").write_text(f"{json.dumps(report['machine'])}\n\n{markdown}")
+    size = " (shallow models: two blocks of each kind, figures not the full model's)" if report["shallow"] else ""
+    size += f" (--set {' '.join(report['set'])})" if report["set"] else ""
+    (out / "gpu_check.md").write_text(f"{json.dumps(report['machine'])}{size}\n\n{markdown}")
     return report, markdown

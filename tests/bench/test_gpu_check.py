@@ -101,3 +101,53 @@ def test_isolated_runs_survive_a_run_whose_process_dies(tmp_path, monkeypatch):
     assert runs["sd15-lora-b1"]["profile"]["file"] == "runs/sd15-lora-b1/profile-sd15-lora-b1.txt"
     assert [c[c.index("--only") + 1] for c in commands] == ["sd15-lora-b1", "sd15-lora-b4", "sdxl-lora"]
     assert all("--in-process" in c and "--tiny" in c for c in commands) and ("--profile" in commands[0]) and "--profile" not in commands[1]
+
+
+def test_set_changes_every_run_and_reaches_the_isolated_children(tmp_path):
+    """`--set KEY=VALUE` (to tell which setting a GPU failure follows) goes over the run's preset
+    and its own changes, nested by the dotted key, JSON values parsed; the children of `--isolate`
+    get it too; a malformed item is refused by name."""
+    import bench.gpu_check as check
+
+    assert check.parse_set(["transformer.gradient_checkpointing=ON", "learning_rate=1e-4", "ema=GPU", "transformer.train=false"]) == {
+        "transformer": {"gradient_checkpointing": "ON", "train": False}, "learning_rate": 1e-4, "ema": "GPU"}
+    run = next(r for r in check.RUNS if r.name == "z-image-lora-fp8-offload")
+    config = check.run_config(run, "base", tmp_path, tmp_path, "cpu", 2, 64, 1e-3, check.parse_set(["transformer.offload_fraction=0.25"]))
+    assert config["transformer"]["offload_fraction"] == 0.25  # over the run's own 0.5
+    assert config["transformer"]["activation_offloading"] is True and config["transformer"]["weight_dtype"] == "FLOAT_8"  # kept
+    with pytest.raises(SystemExit):
+        check.parse_args(["--set", "transformer.gradient_checkpointing"])
+    args = check.parse_args(["--tiny", "--set", "transformer.gradient_checkpointing=ON", "--out", str(tmp_path)])
+    commands = []
+
+    def fake_run(command, check=False):  # noqa: ARG001 - subprocess.run's signature
+        commands.append(command)
+        return subprocess.CompletedProcess(command, 1)
+
+    check.subprocess.run, original = fake_run, check.subprocess.run
+    try:
+        check.run_in_child(check.RUNS[0], args)
+    finally:
+        check.subprocess.run = original
+    assert "--set=transformer.gradient_checkpointing=ON" in commands[0]
+    assert check.parse_args(commands[0][2:]).set == ["transformer.gradient_checkpointing=ON"]
+
+
+def test_shallow_models_keep_every_layer_shape_with_two_blocks():
+    """`--shallow`: Flux and Z-Image with two blocks of each kind at the published widths (every
+    layer shape of the full model), in a folder of their own; SD stays whole."""
+    import torch
+
+    from bench.gpu_check_models import FLUX_TRANSFORMER, flux_pipeline, model_folder
+
+    with torch.device("meta"):
+        pipe = flux_pipeline(shallow=True)
+    transformer, t5 = pipe.transformer, pipe.text_encoder_2
+    assert len(transformer.transformer_blocks) == 2 and len(transformer.single_transformer_blocks) == 2
+    assert transformer.config.num_attention_heads * transformer.config.attention_head_dim == 3072 == transformer.inner_dim
+    assert transformer.config.joint_attention_dim == FLUX_TRANSFORMER["joint_attention_dim"]
+    assert t5.config.num_layers == 2 and t5.config.d_model == 4096 and t5.config.d_ff == 10240
+    full = {(m.in_features, m.out_features) for m in transformer.modules() if isinstance(m, torch.nn.Linear)}
+    assert {(3072, 18432), (15360, 3072), (3072, 9216), (4096, 3072), (64, 3072)} <= full
+    assert model_folder(Path("w"), "flux", False, shallow=True).name == "flux-shallow"
+    assert model_folder(Path("w"), "sd15", False, shallow=True).name == "sd15-full"
