@@ -134,10 +134,21 @@ def input_dtype(module: torch.nn.Module) -> torch.dtype:
 
 def autocast_dtype(kind: str) -> torch.dtype | None:
     """The type autocast computes in on devices of `kind` where one is on, else None (always on
-    "meta", which torch has no autocast for: the memory planner's probe)."""
-    if torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind):
+    "meta", which torch has no autocast for: the memory planner's probe). Whether a device type
+    has autocast is asked once per type (`_AUTOCAST_AVAILABLE`): a compiled step reads this in
+    every LoRA layer, and torch 2.11's dynamo cannot trace `torch.amp.is_autocast_available` (a
+    graph break in each layer, whose resumed halves then recompiled per layer shape until dynamo's
+    recompile limit sent the UNet back to eager on an H200)."""
+    available = _AUTOCAST_AVAILABLE.get(kind)
+    if available is None:
+        available = _AUTOCAST_AVAILABLE[kind] = torch.amp.is_autocast_available(kind)
+    if available and torch.is_autocast_enabled(kind):
         return torch.get_autocast_dtype(kind)
     return None
+
+
+# device type -> whether torch has autocast for it (asked before any step is compiled)
+_AUTOCAST_AVAILABLE: dict[str, bool] = {kind: torch.amp.is_autocast_available(kind) for kind in ("cpu", "cuda", "meta")}
 
 
 def cast_part(module: torch.nn.Module, dtype: torch.dtype) -> None:

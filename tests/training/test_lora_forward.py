@@ -141,6 +141,29 @@ def test_under_bfloat16_autocast_as_training_on_a_gpu_runs():
         torch.testing.assert_close(g, r)
 
 
+def test_a_compiled_step_asks_no_untraceable_autocast_question(monkeypatch):
+    """`compile`: each LoRA layer asks which type autocast computes in; torch 2.11's dynamo cannot
+    trace `torch.amp.is_autocast_available` (on an H200 a graph break in every layer, whose resumed
+    halves recompiled per layer shape until the recompile limit left the UNet eager). Asked once
+    per device type, before any step; the step then compiles as one graph."""
+    unet, params = _with_lora()
+
+    def untraceable(kind):
+        raise AssertionError(f"torch.amp.is_autocast_available({kind!r}) asked during a step")
+
+    monkeypatch.setattr(torch.amp, "is_autocast_available", untraceable)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, grads = _step(unet, params)
+    assert out.dtype == torch.bfloat16 and all(torch.isfinite(g).all() for g in grads) and any(g.abs().sum() > 0 for g in grads)
+    monkeypatch.undo()
+    torch._dynamo.reset()
+    compiled = torch.compile(unet, backend="eager", fullgraph=True)  # a graph break fails here
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        latents, t, text = _inputs(unet)
+        assert compiled(latents, t, text).sample.dtype == torch.bfloat16
+    torch._dynamo.reset()
+
+
 def test_a_16_bit_model_with_float32_lora_under_autocast_casts_less_than_peft():
     """SD 1.5's preset on a GPU: the UNet in 16 bits, the LoRA weights in float32, autocast in 16
     bits. peft casts each layer's input up to float32 and autocast casts it back down for the
