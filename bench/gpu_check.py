@@ -469,8 +469,8 @@ def run_in_child(run: Run, args: argparse.Namespace) -> dict[str, Any]:
         result = json.loads((folder / "gpu_check.json").read_text())["runs"][run.name]
     except (OSError, KeyError, ValueError):
         return {"problems": [f"its process ended with exit status {code} before writing a result (its output is above)"]}
-    if result.get("profile"):
-        result["profile"]["file"] = f"runs/{run.name}/{result['profile']['file']}"
+    if result.get("profile"):  # beside gpu_check.json, where the run's own folder is too deep for some copiers
+        shutil.copy(folder / result["profile"]["file"], args.out / result["profile"]["file"])
     return result
 
 

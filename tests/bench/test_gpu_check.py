@@ -88,6 +88,7 @@ def test_isolated_runs_survive_a_run_whose_process_dies(tmp_path, monkeypatch):
             return subprocess.CompletedProcess(command, -6)  # died before writing its result
         out.mkdir(parents=True, exist_ok=True)
         result = {"losses": [2.0, 1.0], "s_per_step": 0.5, "problems": [], "profile": {"file": f"profile-{name}.txt"}}
+        (out / f"profile-{name}.txt").write_text("aten::mm")
         (out / "gpu_check.json").write_text(json.dumps({"runs": {name: result}}))
         return subprocess.CompletedProcess(command, 0)
 
@@ -98,7 +99,8 @@ def test_isolated_runs_survive_a_run_whose_process_dies(tmp_path, monkeypatch):
     runs = json.loads((tmp_path / "gpu_check.json").read_text())["runs"]
     assert [runs[n]["ok"] for n in ("sd15-lora-b1", "sd15-lora-b4", "sdxl-lora")] == [True, False, True]
     assert "exit status -6" in runs["sd15-lora-b4"]["problems"][0]
-    assert runs["sd15-lora-b1"]["profile"]["file"] == "runs/sd15-lora-b1/profile-sd15-lora-b1.txt"
+    assert runs["sd15-lora-b1"]["profile"]["file"] == "profile-sd15-lora-b1.txt"
+    assert (tmp_path / "profile-sd15-lora-b1.txt").read_text() == "aten::mm"  # beside gpu_check.json
     assert [c[c.index("--only") + 1] for c in commands] == ["sd15-lora-b1", "sd15-lora-b4", "sdxl-lora"]
     assert all("--in-process" in c and "--tiny" in c for c in commands) and ("--profile" in commands[0]) and "--profile" not in commands[1]
 
