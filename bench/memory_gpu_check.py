@@ -7,11 +7,10 @@ Each run of the GPU check (docs/GPU_CHECK.md) is built again at full size on the
 and the check's settings (512 px, 1024 for SDXL, batch 1 or 4), and the planner estimates it for a
 CUDA card as large as the H200 (`estimate_on_meta`, what `python -m ot_gradio estimate-memory`
 runs). The table puts the estimate beside `torch.cuda.max_memory_allocated` of the steps measured
-on an NVIDIA H200 (docs/PERFORMANCE.md sections 17 and 17b; the peaks are written below, they
-cannot be measured here: SD 1.5 and the offloading run from 17b, with the LoRA weights cast once a
-step; the others from 17). None was measured after LoRA layers began casting a float32 input once
-for both products, which lowers the estimates by the copy it saves (that the peaks fall as much is
-not measured). Takes 2-20 s a run on 2 CPU cores.
+on an NVIDIA H200 (docs/PERFORMANCE.md sections 17, 17b and 17c; the peaks are written below, they
+cannot be measured here: SD 1.5 LoRA batch 1, the fine-tune, SDXL and Flux NF4 from 17c, on the
+code with a LoRA layer's float32 input cast once for both products and cuDNN attention off; the
+offloading run and SD 1.5 batch 4 from 17b; the others from 17). Takes 2-20 s a run on 2 CPU cores.
 """
 
 from __future__ import annotations
@@ -31,12 +30,12 @@ import bench._common  # noqa: E402,F401  (sets the offline environment)
 CARD_GB = 150  # the H200 as torch reports it: AUTO then leaves checkpointing off, as it did there
 # run: (preset, resolution, batch, changes to the config's sections, peak GB measured on the H200)
 RUNS: dict[str, tuple[str, str, int, dict[str, Any], float]] = {
-    "sd15-lora-b1": ("sd15-lora", "512", 1, {}, 3.495),
+    "sd15-lora-b1": ("sd15-lora", "512", 1, {}, 3.474),
     "sd15-lora-b4": ("sd15-lora", "512", 4, {}, 7.417),
     "sd15-finetune": ("sd15-finetune", "512", 1, {"train_dtype": "BFLOAT_16", "ema": "GPU",
-                                                   "optimizer": {"optimizer": "ADAFACTOR", "fused_back_pass": True}}, 13.127),
-    "sdxl-lora": ("sdxl-lora", "1024", 1, {}, 14.831),
-    "flux-lora-nf4": ("flux-dev-1-lora", "512", 1, {}, 16.543),
+                                                   "optimizer": {"optimizer": "ADAFACTOR", "fused_back_pass": True}}, 13.121),
+    "sdxl-lora": ("sdxl-lora", "1024", 1, {}, 14.377),
+    "flux-lora-nf4": ("flux-dev-1-lora", "512", 1, {}, 14.071),
     "flux-lora-bf16": ("flux-dev-1-lora", "512", 1, {"transformer": {"weight_dtype": "BFLOAT_16"}}, 31.665),
     "z-image-lora-fp8": ("z-image-lora", "512", 1, {}, 27.26),
     "z-image-lora-int-w8a8": ("z-image-lora", "512", 1, {"transformer": {"weight_dtype": "INT_W8A8"}}, 16.627),
