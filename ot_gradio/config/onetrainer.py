@@ -169,7 +169,8 @@ def _undo_newer_renames(data: dict[str, Any]) -> None:
 
 
 # CUDNN (OneTrainer's Krea 2 presets): PyTorch's scaled-dot-product attention held to its cuDNN
-# kernel; SDP lets PyTorch pick that kernel (or another) itself
+# kernel; SDP lets PyTorch pick another (the trainer keeps cuDNN's out on CUDA: its backward returned
+# wrong gradients on an H200, models/attention.keep_cudnn_attention_off)
 _ENUM_ALIASES = {"timestep_distribution": {"PARABOLA": "INVERTED_PARABOLA"}, "attention_mechanism": {"CUDNN": "SDP"}}
 
 
