@@ -71,7 +71,7 @@ def check(m: int, k: int, n: int, input_dtype, device, grad: bool = True) -> str
 
     torch.manual_seed(0)
     plain = torch.nn.Linear(k, n, bias=True)
-    layer = _bnb_linear(plain, DataType.NFLOAT_4, torch.bfloat16).to(device)
+    layer = _bnb_linear(plain, DataType.NFLOAT_4, torch.bfloat16, device).to(device)  # as quantize_linear_layers makes it
     weight = layer.weight
     from bitsandbytes.functional import dequantize_4bit
 
