@@ -19,6 +19,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench._compare import relative_problems  # noqa: E402
 
 TOLERANCE = 0.02  # relative error against the float32 math kernel
 
@@ -58,16 +65,8 @@ def check(backend, make, device, dtype) -> str:
     with sdpa_kernel(SDPBackend.MATH):
         ref = F.scaled_dot_product_attention(*reference)
     (ref * upstream).sum().backward()
-    problems = []
-    for name, got, want in (("output", out, ref), *((f"d{n}", i.grad, r.grad) for n, i, r in zip(names, inputs, reference, strict=False))):
-        got = got.float()
-        if not torch.isfinite(got).all():
-            problems.append(f"{name} not finite")
-            continue
-        error = ((got - want).norm() / want.norm().clamp_min(1e-12)).item()
-        if error > TOLERANCE:
-            problems.append(f"{name} {error:.3g} from the math kernel's")
-    return "; ".join(problems)
+    pairs = [("output", out, ref), *((f"d{n}", i.grad, r.grad) for n, i, r in zip(names, inputs, reference, strict=False))]
+    return "; ".join(relative_problems(pairs, TOLERANCE, "the math kernel's"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import bench._common  # noqa: E402,F401  (the offline environment)
+from bench._compare import relative_problems  # noqa: E402
 
 T5_XXL_PRODUCTS = [(512, 4096, 4096, "t5 attention"), (512, 4096, 10240, "t5 wi_0 / wi_1"), (512, 10240, 4096, "t5 wo")]
 TOLERANCE = 0.02  # relative error (norm of the difference / norm of the reference), bfloat16 products of the same weight
@@ -87,15 +88,7 @@ def check(m: int, k: int, n: int, input_dtype, device, grad: bool = True) -> str
         (out.float() * upstream.float()).sum().backward()
         (ref.float() * upstream.float()).sum().backward()
         pairs.append(("input gradient", x.grad, x_ref.grad))
-    problems = []
-    for what, got, want in pairs:
-        got, want = got.float(), want.float()
-        if not torch.isfinite(got).all():
-            problems.append(f"{what} not finite")
-            continue
-        error = ((got - want).norm() / want.norm().clamp_min(1e-12)).item()
-        if error > TOLERANCE:
-            problems.append(f"{what} {error:.3g} from the dequantized product's")
+    problems = relative_problems(pairs, TOLERANCE, "the dequantized product's")
     if out.dtype != torch.bfloat16:
         problems.append(f"output {out.dtype}, not the autocast type")
     return "; ".join(problems)
