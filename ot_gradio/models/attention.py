@@ -27,19 +27,17 @@ def mechanism_name(mechanism) -> str:
     return str(getattr(mechanism, "value", mechanism)).upper()
 
 
-def keep_cudnn_attention_off(device) -> bool:
-    """PyTorch's cuDNN attention kernel out of SDP's choice for this process, on a CUDA device;
-    returns whether it was turned off. On an H200 (torch 2.11, CUDA 13) SDP chose it for a Flux.1
+def keep_cudnn_attention_off(device) -> None:
+    """PyTorch's cuDNN attention kernel out of SDP's choice for this process, on a CUDA device.
+    On an H200 (torch 2.11, CUDA 13) SDP chose it for a Flux.1
     step in bfloat16 and its backward failed ("mha_graph.execute(...).is_good()" with
     CUDA_LAUNCH_BLOCKING=1; otherwise NaN losses or an illegal memory access a few kernels later),
     a known class of cuDNN attention faults (pytorch/pytorch#134001, #190321). SDP then takes its
     flash or memory-efficient kernel, which compute the same attention (bench/attention_kernel_check.py
     checks each kernel on a box). The flag is process-wide, set by `configure_model` in the training
-process, which is ours (its samples then take the same kernels)."""
-    if torch.device(device).type != "cuda":
-        return False
-    torch.backends.cuda.enable_cudnn_sdp(False)
-    return True
+    process, which is ours (its samples then take the same kernels)."""
+    if torch.device(device).type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 def flash_attention_processor():

@@ -25,7 +25,9 @@ reserved). `free_memory` is the one place that reads it; tests replace it.
 
 from __future__ import annotations
 
+import math
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,9 +181,7 @@ def _probes(shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], float]]:
     dimension), whose states are extrapolated to all rows: the states optimizers keep are affine
     in the rows (full: rows x the rest; factored over the last two dimensions: rows + columns;
     a step count: constant), so two points give the line exactly."""
-    numel = 1
-    for d in shape:
-        numel *= d
+    numel = math.prod(shape)
     if numel <= PROBE_NUMEL or not shape:
         return [(shape, 1.0)]
     rest = numel // shape[0]
@@ -201,9 +201,7 @@ def optimizer_state_bytes(optimizer_config: Any, trained: list[torch.Tensor]) ->
     name = str(getattr(optimizer_config, "optimizer", "optimizer"))
     numel = sum(p.numel() for p in trained)
     dtype = trained[0].dtype if trained else torch.float32
-    counts: dict[tuple[int, ...], int] = {}
-    for p in trained:
-        counts[tuple(p.shape)] = counts.get(tuple(p.shape), 0) + 1
+    counts = Counter(tuple(p.shape) for p in trained)
     if not counts:
         return 0, f"{name}: nothing trained"
     generator = torch.Generator().manual_seed(0)
@@ -226,8 +224,7 @@ def optimizer_state_bytes(optimizer_config: Any, trained: list[torch.Tensor]) ->
                     size += value.untyped_storage().nbytes()
             total += size * factor
     except Exception as err:  # noqa: BLE001 - e.g. a GPU-only kernel; the estimate goes on
-        element = torch.tensor([], dtype=dtype).element_size()
-        return 2 * element * numel, f"{name}: not measured on CPU ({type(err).__name__}), counted as Adam's two states"
+        return 2 * trained[0].element_size() * numel, f"{name}: not measured on CPU ({type(err).__name__}), counted as Adam's two states"
     return int(total), f"{name}: {total / max(numel, 1):.1f} bytes per weight, measured"
 
 
