@@ -107,14 +107,55 @@ def _linear_forward(self: nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.
     if _general(self, args, kwargs):
         return type(self).forward(self, x, *args, **kwargs)
     x = _autocast_input(self, x)
-    result = self.base_layer(x)
     cast = _step_weights(self, x)
     if cast is not None:  # the scaling is in the down weight: the up product and the sum in one addmm
+        base = self.base_layer
+        if _one_node(base, x, cast[0]):
+            return _LoraLinear.apply(x, base.weight, base.bias, *cast)
+        result = base(x)
         down = F.linear(x, cast[0])
         return torch.addmm(result.reshape(-1, result.shape[-1]), down.reshape(-1, down.shape[-1]), cast[1].t()).view(result.shape)
+    result = self.base_layer(x)
     a = self.lora_A[ADAPTER_NAME].weight
     x = _cast_input(self, x, a.dtype)
     return _sum(result, F.linear(F.linear(x, a), self.lora_B[ADAPTER_NAME].weight), self.scaling[ADAPTER_NAME])
+
+
+def _one_node(base: nn.Module, x: torch.Tensor, down: torch.Tensor) -> bool:
+    """`_LoraLinear` computes the layer: a plain frozen Linear whose weights, input and cast LoRA
+    weights are of one type (its backward runs without autocast, so nothing may need casting)."""
+    if type(base) is not nn.Linear or base.weight.requires_grad or base.weight.dtype != x.dtype or down.dtype != x.dtype:
+        return False
+    return base.bias is None or (not base.bias.requires_grad and base.bias.dtype == x.dtype)
+
+
+class _LoraLinear(torch.autograd.Function):
+    """A LoRA Linear in a training step, as one autograd node: `x W^T + b + (x D^T) U^T` with the
+    step's cast weights (`step_casts`: D already times the scaling). Autograd would make a node
+    for each product and view (about eight a layer) and sum the input's two gradients in an
+    operation of its own; here the backward is four products, the input's gradient one `mm` and
+    one `addmm`. A small-batch step on a GPU waits on the CPU that launches its kernels
+    (docs/PERFORMANCE.md §17), so each node and operation fewer is time. It keeps the tensors
+    autograd keeps: the input, the down product and the weights."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, down, up):
+        flat = x.reshape(-1, x.shape[-1])
+        low = flat @ down.t()
+        base = flat @ weight.t() if bias is None else torch.addmm(bias, flat, weight.t())
+        ctx.save_for_backward(flat, low, weight, down, up)
+        ctx.input_shape = x.shape
+        return torch.addmm(base, low, up.t()).view(*x.shape[:-1], up.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        flat, low, weight, down, up = ctx.saved_tensors
+        grad = grad.reshape(-1, grad.shape[-1])
+        grad_low = grad @ up
+        grad_x = torch.addmm(grad @ weight, grad_low, down).view(ctx.input_shape) if ctx.needs_input_grad[0] else None
+        grad_down = grad_low.t() @ flat if ctx.needs_input_grad[3] else None
+        grad_up = grad.t() @ low if ctx.needs_input_grad[4] else None
+        return grad_x, None, None, grad_down, grad_up
 
 
 def _conv_forward(self: nn.Module, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from bench.step_operators import OperatorCount  # counts the operators a step runs (what a GPU launches, views aside)
 from ot_gradio.training.lora import add_lora, lora_layers
 from ot_gradio.training.lora_forward import install_lora_forward
 from ot_gradio.training.lora_variants import AdapterSpec
@@ -212,37 +213,6 @@ def test_meta_inputs_in_another_type_than_the_lora_run():
     assert layer(x).shape == (2, base.out_features)
 
 
-class _Ops:
-    """Counts the operators a step runs (what a GPU launches, views aside)."""
-
-    VIEWS = frozenset({"view", "_unsafe_view", "t", "transpose", "reshape", "as_strided", "expand", "permute", "unsqueeze",
-                       "squeeze", "slice", "select", "detach", "alias", "split", "split_with_sizes", "unbind", "_reshape_alias"})
-
-    def __init__(self):
-        from collections import Counter
-
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        counts = self.counts = Counter()
-        views = self.VIEWS
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                name = func.overloadpacket.__name__
-                if name not in views:
-                    counts[name] += 1
-                return func(*args, **(kwargs or {}))
-
-        self.mode = Mode()
-
-    def __enter__(self):
-        self.mode.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.mode.__exit__(*exc)
-
-
 @pytest.mark.parametrize("alpha", [1.0, 3.0])  # scaling 0.25 (a power of two) and 0.75
 def test_weights_cast_once_a_step_compute_what_peft_computes(alpha):
     """`step_casts` in float32: the down weights scaled once, the up product and the sum in one
@@ -282,7 +252,7 @@ def test_under_autocast_each_weight_is_cast_once_and_the_step_is_as_exact():
     results, counts = [], []
     for model, casts in ((unet, lambda: step_casts(layers, torch.bfloat16, torch.device("cpu"))), (unet, contextlib.nullcontext),
                          (reference, contextlib.nullcontext)):
-        with torch.autocast("cpu", dtype=torch.bfloat16), _Ops() as ops, casts():
+        with torch.autocast("cpu", dtype=torch.bfloat16), OperatorCount() as ops, casts():
             results.append(_step(model, _trained(model)))
         counts.append(ops.counts)
     once, each, peft = counts
@@ -469,3 +439,96 @@ def test_a_training_run_with_the_weights_cast_once_trains_as_one_without(tiny_mo
         diff = sum(float((weights[k].float() - ref_weights[k].float()).square().sum()) for k in keys) ** 0.5
         size = sum(float(ref_weights[k].float().square().sum()) for k in keys) ** 0.5
         assert diff < 0.05 * size, (kind, diff / size)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_linear_lora_layer_in_a_step_is_one_autograd_node(dtype, monkeypatch):
+    """In a step (`step_casts`), a LoRA Linear whose base weights, input and cast LoRA weights are
+    of one type is one autograd node (`_LoraLinear`): the same output, the same gradients (float32)
+    or as close to a float32 step as before (bfloat16, whose sum of the input's two gradients is
+    now inside one product), and per layer one operation fewer (that sum)."""
+    from ot_gradio.training import lora_forward
+    from ot_gradio.training.lora_forward import cast_once_layers, step_casts
+
+    unet, _ = _with_lora()
+    reference = _peft_forward(unet)
+    truth_out, truth = _step(reference, _trained(reference))
+    for p in unet.parameters():
+        if not p.requires_grad:
+            p.data = p.data.to(dtype)
+    layers = cast_once_layers([unet])
+    linear = [layer for layer in layers if type(layer.get_base_layer()) is nn.Linear]
+    autocast = torch.autocast("cpu", dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
+    results, counts, nodes = [], [], []
+    one_node, apply = lora_forward._one_node, lora_forward._LoraLinear.apply
+    inputs_that_train = []  # the sum of the input's two gradients is left out where there is one
+    monkeypatch.setattr(lora_forward._LoraLinear, "apply", lambda x, *a: inputs_that_train.append(x.requires_grad) or apply(x, *a))
+    for fused in (True, False):
+        monkeypatch.setattr(lora_forward, "_one_node", one_node if fused else lambda *a: False)
+        with autocast, OperatorCount() as ops, step_casts(layers, dtype, torch.device("cpu")):
+            latents, t, text = _inputs(unet)
+            out = unet(latents, t, text).sample
+            nodes.append(_node_names(out.grad_fn))
+            out.float().square().mean().backward()
+        params = _trained(unet)
+        results.append((out.detach(), [p.grad.clone() for p in params]))
+        for p in params:
+            p.grad = None
+        counts.append(ops.counts)
+    (out, grads), (ref_out, ref_grads) = results
+    assert nodes[0]["_LoraLinearBackward"] == len(linear) and "_LoraLinearBackward" not in nodes[1], nodes[0]
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=0)
+    if dtype == torch.float32:
+        for g, r in zip(grads, ref_grads, strict=True):
+            torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-7)
+    else:
+        def error(gs):
+            return sum(float((g - t).square().sum()) for g, t in zip(gs, truth, strict=True)) ** 0.5
+
+        assert error(grads) < 1.2 * error(ref_grads), (error(grads), error(ref_grads))
+    fused_counts, plain_counts = counts
+    summed = sum(inputs_that_train)
+    assert len(inputs_that_train) == len(linear) and summed > len(linear) / 2
+    assert plain_counts["add"] - fused_counts["add"] == summed, (fused_counts["add"], plain_counts["add"], summed)
+    assert sum(fused_counts.values()) == sum(plain_counts.values()) - summed
+    assert truth_out.shape == out.shape
+
+
+def test_the_one_node_layer_leaves_what_it_cannot_compute_to_the_products():
+    """A base weight of another type than the input (autocast would cast it; the backward runs
+    without autocast), a base weight or bias that trains, or a base layer that is not exactly
+    nn.Linear (a quantized one): not one node."""
+    from ot_gradio.training.lora_forward import _one_node
+
+    x = torch.randn(2, 8, dtype=torch.bfloat16)
+    down = torch.randn(4, 8, dtype=torch.bfloat16)
+
+    def base(dtype=torch.bfloat16, train_weight=False, train_bias=False, bias=True, cls=nn.Linear):
+        layer = cls(8, 6, bias=bias).to(dtype)
+        layer.weight.requires_grad_(train_weight)
+        if bias:
+            layer.bias.requires_grad_(train_bias)
+        return layer
+
+    class Quantized(nn.Linear):
+        pass
+
+    assert _one_node(base(), x, down) and _one_node(base(bias=False), x, down)
+    assert not _one_node(base(torch.float32), x, down)
+    assert not _one_node(base(), x, down.float())
+    assert not _one_node(base(train_weight=True), x, down) and not _one_node(base(train_bias=True), x, down)
+    assert not _one_node(base(cls=Quantized), x, down)
+
+
+def _node_names(fn):
+    from collections import Counter
+
+    seen, names, stack = set(), Counter(), [fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names[type(node).__name__] += 1
+        stack.extend(next_fn for next_fn, _ in node.next_functions)
+    return names
