@@ -31,6 +31,7 @@ from .intervals import Every
 from .lora_forward import cast_once_layers
 from .masking import conditions_on_images, condlabel_images
 from .methods import get_method
+from .norm_casts import affine_norms
 from .optimizers import create_optimizer, fused_back_pass, parameter_names
 from .param_groups import all_params, optimizer_groups, scale_learning_rates
 from .placement import Placement, fill_text_cache
@@ -144,6 +145,7 @@ class TrainerSetup:
         # LoRA weights cast once a step (lora_forward.step_casts); not under compile, which fuses
         # the casts itself, nor across processes, whose gradient hooks start reducing during the backward
         self.cast_once = [] if cfg.compile or self.dist.active else cast_once_layers(list(self.model.parts.values()))
+        self.norms32 = [] if cfg.compile or self.dist.active else affine_norms(list(self.model.parts.values()))  # norm_casts.py
         self.ema = None
         if cfg.ema != EMAMode.OFF:
             ema_device = self.device if cfg.ema == EMAMode.GPU else torch.device("cpu")

@@ -1,0 +1,83 @@
+"""Frozen 16-bit norm weights cast to float32 once a training step, not at every call.
+
+CUDA's autocast runs layer and group norms in float32: at each call it casts the input, the
+weight and the bias up. A frozen weight's cast is not kept between calls (autocast keeps only
+those of weights that train), so SD 1.5's UNet and text encoder in 16 bits make about 260 such
+copies a step, each a kernel launch; a small-batch step on a fast card waits on the CPU that
+launches its kernels (docs/PERFORMANCE.md §17). While a step lasts (`float32_norms`), those norms
+read float32 copies of their weights made once for all of them (a concatenation and one cast per
+weight type): the same numbers (a 16-bit number is exactly a float32 one), nothing left to cast.
+
+Only modules of exactly `nn.LayerNorm` / `nn.GroupNorm` (their forward is one F.layer_norm /
+F.group_norm call), with 16-bit weights that do not train, on the step's device, and only where
+autocast is on for the call (else the module's own forward: a 16-bit input beside float32
+weights is what autocast, or a CPU kernel, takes, not every GPU kernel). Samples and saving,
+outside the step, see the modules as they are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..models.common import autocast_dtype
+from .lora_forward import on_device
+
+NORMS = (nn.LayerNorm, nn.GroupNorm)
+HALF = (torch.float16, torch.bfloat16)
+DEVICES = ("cuda", "cpu")  # whose norms take a float32 weight beside what autocast gives them
+
+
+def affine_norms(modules: list[nn.Module]) -> list[nn.Module]:
+    """The layer and group norms of `modules` (exactly those classes) that have a weight."""
+    return [m for module in modules for m in module.modules() if type(m) in NORMS and isinstance(m.weight, torch.Tensor)]
+
+
+def _frozen_half(norm: nn.Module, device: torch.device) -> bool:
+    if "forward" in norm.__dict__:  # another wrapper's forward: left alone
+        return False
+    tensors = [t for t in (norm.weight, norm.bias) if t is not None]
+    return all(t.dtype in HALF and not t.requires_grad and on_device(t, device) for t in tensors)
+
+
+def _forward(self: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    if autocast_dtype(x.device.type) is None:  # autocast off here (a part run without it): as the module is
+        return type(self).forward(self, x)
+    if type(self) is nn.LayerNorm:
+        return F.layer_norm(x, self.normalized_shape, weight, bias, self.eps)
+    return F.group_norm(x, self.num_groups, weight, bias, self.eps)
+
+
+@contextlib.contextmanager
+def float32_norms(norms: list[nn.Module], dtype: torch.dtype | None, device: torch.device) -> Iterator[None]:
+    """While the block lasts (a training step's forward and backward, recomputed blocks included),
+    the frozen 16-bit ones of `norms` compute with float32 copies of their weights made here. Nothing
+    is done without an autocast `dtype` or on other devices than CUDA and the CPU."""
+    device = torch.device(device)
+    if dtype is None or device.type not in DEVICES:
+        yield
+        return
+    chosen = [norm for norm in norms if _frozen_half(norm, device)]
+    groups: dict[torch.dtype, list[torch.Tensor]] = {}
+    for norm in chosen:
+        for t in (norm.weight, norm.bias):
+            if t is not None:
+                groups.setdefault(t.dtype, []).append(t)
+    copies: dict[int, torch.Tensor] = {}
+    for tensors in groups.values():
+        flat = torch.cat([t.detach().reshape(-1) for t in tensors]).float()
+        for t, part in zip(tensors, flat.split([t.numel() for t in tensors]), strict=True):
+            copies[id(t)] = part.view(t.shape)
+    for norm in chosen:
+        bias = copies[id(norm.bias)] if norm.bias is not None else None
+        norm.forward = types.MethodType(lambda self, x, w=copies[id(norm.weight)], b=bias: _forward(self, w, b, x), norm)
+    try:
+        yield
+    finally:
+        for norm in chosen:
+            norm.__dict__.pop("forward", None)
