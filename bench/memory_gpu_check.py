@@ -10,7 +10,10 @@ runs). The table puts the estimate beside `torch.cuda.max_memory_allocated` of t
 on an NVIDIA H200 (docs/PERFORMANCE.md sections 17, 17b and 17c; the peaks are written below, they
 cannot be measured here: SD 1.5 LoRA batch 1, the fine-tune, SDXL and Flux NF4 from 17c, on the
 code with a LoRA layer's float32 input cast once for both products and cuDNN attention off; the
-offloading run and SD 1.5 batch 4 from 17b; the others from 17). Takes 2-20 s a run on 2 CPU cores.
+offloading run and SD 1.5 batch 4 from 17b; the others from 17). Since section 17d a FLOAT_16 run's
+frozen norms compute in float16 and keep less (SD 1.5 and SDXL LoRA: estimates 9-17 % lower):
+their peaks here are of the code before, until a GPU measures them again. Takes 2-20 s a run on 2
+CPU cores.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from torch.utils._pytree import tree_flatten
 from ..models.common import base_module
 from .meta_autocast import autocast_on_meta, emulates_autocast
 from .meta_shapes import FAST as FAST_META
+from .norm_casts import affine_norms, step_norms
 
 GB = 1e9  # memory figures are shown in GB (MB below 0.1 GB)
 
@@ -354,7 +355,8 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
     with _objects_restored(model, modules), on_meta(modules, None if emulated else precision.dtype) as stand_ins, \
             _vectors_on_meta(model, modules, stand_ins), \
             _flash_attention_on_meta(precision.dtype), _autocast_guards_on_meta(), quantized_on_meta(modules, emulated), LiveBytes() as live, \
-            autocast_on_meta(emulated) if emulated else nullcontext():
+            autocast_on_meta(emulated) if emulated else nullcontext(), \
+            step_norms([] if config.compile else affine_norms(modules), emulated, torch.device("meta")):  # as the step runs them
         live.live = live.peak = probe.start_bytes  # the step starts from its batch
         loss = step.loss(probe.batch, trained_text_parts)
         _backward(loss, [stand_ins[id(p)] for p in params if id(p) in stand_ins], fused_back_pass_on(config))

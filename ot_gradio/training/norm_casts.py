@@ -1,18 +1,28 @@
-"""Frozen 16-bit norm weights cast to float32 once a training step, not at every call.
+"""Frozen 16-bit layer and group norms in a training step: no casts at every call.
 
-CUDA's autocast runs layer and group norms in float32: at each call it casts the input, the
-weight and the bias up. A frozen weight's cast is not kept between calls (autocast keeps only
-those of weights that train), so SD 1.5's UNet and text encoder in 16 bits make about 260 such
-copies a step, each a kernel launch; a small-batch step on a fast card waits on the CPU that
-launches its kernels (docs/PERFORMANCE.md §17). While a step lasts (`float32_norms`), those norms
-read float32 copies of their weights made once for all of them (a concatenation and one cast per
-weight type): the same numbers (a 16-bit number is exactly a float32 one), nothing left to cast.
+CUDA's autocast runs layer and group norms in float32: at each call it casts the input, the weight
+and the bias up, and the next product casts the float32 output back down (and the backward pass
+casts both gradients). A frozen weight's cast is not even kept between calls (autocast keeps only
+those of weights that train): SD 1.5's UNet and text encoder in float16 make about 800 such
+copies a step, each a kernel launch, and a small-batch step on a fast card waits on the CPU that
+launches its kernels (docs/PERFORMANCE.md §17). While a step lasts (`step_norms`):
+
+- in a FLOAT_16 run, a norm whose input comes in float16, its weights' type, runs in float16 with
+  autocast off for the call, as diffusers' float16 inference runs them: the kernels (CUDA's and the
+  CPU's) still accumulate the mean and variance in float32; only the output is rounded to float16,
+  which the next product would do anyway. No copies at all. On the tiny UNet the LoRA gradients'
+  error against a float32 step grows from 0.196 % to 0.207 % (tests/training/test_norm_casts.py);
+- otherwise (bfloat16, whose 8-bit mantissa makes that rounding cost more, or a float32 input), the
+  norm reads float32 copies of its weights made once for all of them (a concatenation and one cast
+  per weight type): the same numbers as autocast's casts (a 16-bit number is exactly a float32 one),
+  bit for bit, without the weights' copies.
 
 Only modules of exactly `nn.LayerNorm` / `nn.GroupNorm` (their forward is one F.layer_norm /
 F.group_norm call), with 16-bit weights that do not train, on the step's device, and only where
 autocast is on for the call (else the module's own forward: a 16-bit input beside float32
 weights is what autocast, or a CPU kernel, takes, not every GPU kernel). Samples and saving,
-outside the step, see the modules as they are.
+outside the step, see the modules as they are. The memory planner's probe runs its meta step so
+too (memory_probe.py): the float16 outputs are what autograd keeps.
 """
 
 from __future__ import annotations
@@ -27,10 +37,11 @@ from torch import nn
 
 from ..models.common import autocast_dtype
 from .lora_forward import on_device
+from .meta_autocast import emulated_dtype
 
 NORMS = (nn.LayerNorm, nn.GroupNorm)
 HALF = (torch.float16, torch.bfloat16)
-DEVICES = ("cuda", "cpu")  # whose norms take a float32 weight beside what autocast gives them
+DEVICES = ("cuda", "cpu", "meta")  # whose norms take a float32 weight beside what autocast gives them (meta: the planner's probe)
 
 
 def affine_norms(modules: list[nn.Module]) -> list[nn.Module]:
@@ -46,18 +57,35 @@ def _frozen_half(norm: nn.Module, device: torch.device) -> bool:
 
 
 def _forward(self: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
-    if autocast_dtype(x.device.type) is None:  # autocast off here (a part run without it): as the module is
+    kind = x.device.type
+    autocast = emulated_dtype() if x.is_meta else autocast_dtype(kind)
+    if autocast is None:  # autocast off here (a part run without it): as the module is
         return type(self).forward(self, x)
+    if autocast == x.dtype == self.weight.dtype == torch.float16 and (self.bias is None or self.bias.dtype == torch.float16):
+        # float16 in, float16 weights: no casts
+        if x.is_meta:  # the memory planner's probe: past its emulation of autocast's float32 norms
+            return _native(self, x)
+        with torch.autocast(kind, enabled=False):
+            return type(self).forward(self, x)
     if type(self) is nn.LayerNorm:
         return F.layer_norm(x, self.normalized_shape, weight, bias, self.eps)
     return F.group_norm(x, self.num_groups, weight, bias, self.eps)
 
 
+def _native(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The norm's own operator, which meta_autocast.py's emulation does not replace."""
+    if type(self) is nn.LayerNorm:
+        return torch.native_layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)[0]
+    n, c = x.shape[0], x.shape[1]
+    return torch.native_group_norm(x, self.weight, self.bias, n, c, x[0, 0].numel(), self.num_groups, self.eps)[0]
+
+
 @contextlib.contextmanager
-def float32_norms(norms: list[nn.Module], dtype: torch.dtype | None, device: torch.device) -> Iterator[None]:
+def step_norms(norms: list[nn.Module], dtype: torch.dtype | None, device: torch.device) -> Iterator[None]:
     """While the block lasts (a training step's forward and backward, recomputed blocks included),
-    the frozen 16-bit ones of `norms` compute with float32 copies of their weights made here. Nothing
-    is done without an autocast `dtype` or on other devices than CUDA and the CPU."""
+    the frozen 16-bit ones of `norms` compute as the module's notes say: in float16 where all is
+    float16, else with float32 copies of their weights made here. Nothing is done without an
+    autocast `dtype` or on other devices than CUDA and the CPU."""
     device = torch.device(device)
     if dtype is None or device.type not in DEVICES:
         yield

@@ -29,7 +29,7 @@ from .backup import Counters, write_backup
 from .distributed import Distributed
 from .fp16_fallback import mixed_half_types
 from .lora_forward import step_casts
-from .norm_casts import float32_norms
+from .norm_casts import step_norms
 from .optimizers import optimizer_eval_mode, optimizer_train_mode
 from .param_groups import all_params
 from .placement import fill_text_cache
@@ -64,7 +64,7 @@ class Trainer(TrainerSetup):
         self.defer_loss_reads = False
         self.losses = LossLog(reporter)
         self.cast_once: list[torch.nn.Module] = []  # LoRA layers whose weights a step casts once (setup)
-        self.norms32: list[torch.nn.Module] = []  # norms whose frozen 16-bit weights a step casts once (setup)
+        self.frozen_norms: list[torch.nn.Module] = []  # layer and group norms a step runs without casts where frozen (norm_casts.py)
 
     # --- the loop ---------------------------------------------------------------------------
     def train(self) -> str:
@@ -138,8 +138,8 @@ class Trainer(TrainerSetup):
             raise told from exc
 
     def _loss_and_backward(self, batch: Any, accum: int) -> float | torch.Tensor:
-        # LoRA weights (lora_forward.py) and frozen 16-bit norm weights (norm_casts.py) cast once a step
-        with step_casts(self.cast_once, self.precision.dtype, self.device), float32_norms(self.norms32, self.precision.dtype, self.device):
+        # LoRA weights (lora_forward.py) and frozen 16-bit norms (norm_casts.py): no casts at each call
+        with step_casts(self.cast_once, self.precision.dtype, self.device), step_norms(self.frozen_norms, self.precision.dtype, self.device):
             return self._loss_and_backward_cast(batch, accum)
 
     def _loss_and_backward_cast(self, batch: Any, accum: int) -> float | torch.Tensor:

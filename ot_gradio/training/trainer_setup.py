@@ -145,7 +145,7 @@ class TrainerSetup:
         # LoRA weights cast once a step (lora_forward.step_casts); not under compile, which fuses
         # the casts itself, nor across processes, whose gradient hooks start reducing during the backward
         self.cast_once = [] if cfg.compile or self.dist.active else cast_once_layers(list(self.model.parts.values()))
-        self.norms32 = [] if cfg.compile or self.dist.active else affine_norms(list(self.model.parts.values()))  # norm_casts.py
+        self.frozen_norms = [] if cfg.compile or self.dist.active else affine_norms(list(self.model.parts.values()))  # norm_casts.py
         self.ema = None
         if cfg.ema != EMAMode.OFF:
             ema_device = self.device if cfg.ema == EMAMode.GPU else torch.device("cpu")

@@ -1,8 +1,8 @@
 """bench/step_operators.py: what SD 1.5's LoRA step launches on a GPU, counted on the CPU with the
 GPU's data types and SD 1.5's every layer (32-64 channels wide). A small-batch GPU step waits on
 launching its kernels, so the count is its cost there: it must not grow back. Before the LoRA
-Linear became one autograd node and frozen norm weights were cast once a step the count was
-4,592 operators, 914 of them casts."""
+Linear became one autograd node and frozen 16-bit norms stopped casting (norm_casts.py) the count
+was 4,592 operators, 914 of them casts; now 3,459 and 9."""
 
 from __future__ import annotations
 
@@ -22,4 +22,4 @@ def test_sd15_lora_step_launches_at_most_what_it_did(tmp_path):
     # the whole UNet and text encoder ran forward and backward
     assert counts["native_group_norm"] == 61 and counts["native_layer_norm_backward"] > 60
     assert counts["_fused_adamw_"] >= 1
-    assert result["operators"] <= 4150 and result["casts"] <= 660, (result["operators"], result["casts"])
+    assert result["operators"] <= 3500 and result["casts"] <= 20, (result["operators"], result["casts"])

@@ -97,3 +97,32 @@ def test_ltx2s_connectors_run_beside_the_frozen_gemma_in_the_probe():
     assert "connectors" in plan.weights and "connectors" not in plan.parked
     assert all(p.device.type == "meta" for p in model.connectors.parameters())
     assert "forward" not in vars(model.connectors) and "to" not in vars(model.connectors)
+
+
+def test_the_probe_runs_frozen_float16_norms_as_a_float16_step_does(monkeypatch, tmp_path):
+    """Our SD 1.5 LoRA preset (FLOAT_16) on a CUDA card: the probe's meta step runs the frozen
+    norms in float16 as the trainer's step does (norm_casts.py), so it counts float16 activations
+    where autocast's float32 norms would keep float32 ones: fewer bytes than with them."""
+    from ot_gradio.config.io import config_to_dict
+    from ot_gradio.config.presets import apply_preset, load_preset
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.models.registry import get_family
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_components
+    from ot_gradio.training import memory_probe
+
+    data = apply_preset(config_to_dict(TrainConfig()), load_preset("sd15-lora"))
+    data.update(train_device="cuda", resolution="64", batch_size=2, concepts=[], workspace_dir=str(tmp_path / "ws"))
+
+    def activations() -> int:
+        config = load_config({**data, "cache_dir": str(tmp_path / str(len(list(tmp_path.iterdir()))))}).config  # no probe reused
+        components = tiny_sd15_components()
+        for value in components.values():
+            if isinstance(value, torch.nn.Module):
+                value.to("meta")
+        plan, on = estimate_on_meta(get_family("STABLE_DIFFUSION_15")(**components), config, 16 * GiB)
+        assert not plan.probe_error
+        return plan.activations(on)
+
+    half = activations()
+    monkeypatch.setattr(memory_probe, "affine_norms", lambda modules: [])  # autocast's float32 norms
+    assert half < 0.9 * activations()
