@@ -3,7 +3,7 @@
 CUDA's autocast runs layer and group norms in float32: at each call it casts the input, the weight
 and the bias up, and the next product casts the float32 output back down (and the backward pass
 casts both gradients). A frozen weight's cast is not even kept between calls (autocast keeps only
-those of weights that train): SD 1.5's UNet and text encoder in float16 make about 800 such
+those of weights that train): SD 1.5's UNet and text encoder in float16 make about 900 such
 copies a step, each a kernel launch, and a small-batch step on a fast card waits on the CPU that
 launches its kernels (docs/PERFORMANCE.md §17). While a step lasts (`step_norms`):
 
@@ -85,7 +85,7 @@ def step_norms(norms: list[nn.Module], dtype: torch.dtype | None, device: torch.
     """While the block lasts (a training step's forward and backward, recomputed blocks included),
     the frozen 16-bit ones of `norms` compute as the module's notes say: in float16 where all is
     float16, else with float32 copies of their weights made here. Nothing is done without an
-    autocast `dtype` or on other devices than CUDA and the CPU."""
+    autocast `dtype` or on other devices than CUDA, the CPU and meta (the planner's probe)."""
     device = torch.device(device)
     if dtype is None or device.type not in DEVICES:
         yield
