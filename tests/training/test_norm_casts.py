@@ -4,6 +4,7 @@ outside the step."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -166,7 +167,8 @@ def test_the_memory_probe_runs_its_meta_step_as_the_step_runs_the_norms():
     assert bf16_type == torch.float32 and abs(bf16 - bf16_autocast) < 0.001 * bf16_autocast  # the weights' copies aside
 
 
-def test_a_float16_run_trains_as_with_autocasts_float32_norms(tiny_model, four_shapes, tmp_path):
+@pytest.mark.parametrize("checkpointing", ["OFF", "ON"])  # ON: the backward recomputes blocks, norms included
+def test_a_float16_run_trains_as_with_autocasts_float32_norms(tiny_model, four_shapes, tmp_path, checkpointing):
     """Through the trainer, as on a GPU (FLOAT_16, the UNet and text encoder in float16, their
     LoRA training), with the same noise and timestep every step: the loss falls, and the losses
     are those of the same run with autocast's float32 norms within float16's rounding."""
@@ -193,7 +195,7 @@ def test_a_float16_run_trains_as_with_autocasts_float32_norms(tiny_model, four_s
             "output_model_destination": str(work / "out" / "lora.safetensors"), "concepts": [{"name": "c", "path": str(four_shapes)}],
             "resolution": "64", "batch_size": 4, "epochs": 6, "learning_rate": 3e-3, "learning_rate_warmup_steps": 0,
             "lora_rank": 4, "lora_alpha": 4, "layer_filter_preset": "full", "text_encoder": {"train": True, "weight_dtype": "FLOAT_16"},
-            "unet": {"weight_dtype": "FLOAT_16"}, "samples": [], "backup_after_unit": "NEVER", "tensorboard": False,
+            "unet": {"weight_dtype": "FLOAT_16", "gradient_checkpointing": checkpointing}, "samples": [], "backup_after_unit": "NEVER", "tensorboard": False,
         }
         report = Losses()
         with as_on_a_gpu():
@@ -201,6 +203,7 @@ def test_a_float16_run_trains_as_with_autocasts_float32_norms(tiny_model, four_s
                               noise_fn=fixed_noise)
             trainer.setup()
             assert trainer.precision.dtype == torch.float16 and len(trainer.frozen_norms) > 50
+            assert trainer.checkpointing.get(trainer.model.denoiser, False) == (checkpointing == "ON")
             if not half:
                 trainer.frozen_norms = []
             assert trainer.train() == "done"
