@@ -389,14 +389,8 @@ def test_a_training_run_with_the_weights_cast_once_trains_as_one_without(tiny_mo
 
     from ot_gradio.config.io import load_config
     from ot_gradio.training import lora_forward
-    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
-
-    class Losses(Reporter):
-        def __init__(self):
-            self.losses = []
-
-        def metrics(self, **fields):
-            self.losses.append(fields["loss"])
+    from ot_gradio.training.trainer import RunPaths, Trainer
+    from tests.trainer_runs import Losses, tiny_sd15_lora_config
 
     casts = []
     apply = lora_forward._CastOnce.apply
@@ -404,16 +398,9 @@ def test_a_training_run_with_the_weights_cast_once_trains_as_one_without(tiny_mo
     results = []
     for once in (True, False):
         work = tmp_path / str(once)
-        config = {
-            "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA", "base_model_name": str(tiny_model.diffusers_dir),
-            "train_device": "cpu", "train_dtype": "BFLOAT_16", "workspace_dir": str(work / "ws"), "cache_dir": str(work / "cache"),
-            "output_model_destination": str(work / "out" / "lora.safetensors"), "concepts": [{"name": "c", "path": str(four_shapes)}],
-            "resolution": "64", "batch_size": 2, "epochs": 2, "learning_rate": 1e-3, "learning_rate_warmup_steps": 0,
-            "lora_rank": 4, "lora_alpha": 1, "layer_filter_preset": "full", "text_encoder": {"train": True},
-            "unet": {"train": True, "gradient_checkpointing": "ON"}, "samples": [],
-            "backup_after_unit": "NEVER",
-            "backup_before_save": False, "tensorboard": False,
-        }
+        config = tiny_sd15_lora_config(
+            tiny_model, four_shapes, work, train_dtype="BFLOAT_16", batch_size=2, epochs=2, learning_rate=1e-3, lora_alpha=1,
+            text_encoder={"train": True}, unet={"train": True, "gradient_checkpointing": "ON"}, backup_before_save=False)
         report = Losses()
         trainer = Trainer(load_config(config).config, RunPaths(work / "s", work / "b", work / "o", None, []), report)
         trainer.setup()

@@ -172,31 +172,17 @@ def test_a_float16_run_trains_as_with_autocasts_float32_norms(tiny_model, four_s
     """Through the trainer, as on a GPU (FLOAT_16, the UNet and text encoder in float16, their
     LoRA training), with the same noise and timestep every step: the loss falls, and the losses
     are those of the same run with autocast's float32 norms within float16's rounding."""
+    from bench.gpu_check import fixed_noise
     from ot_gradio.config.io import load_config
-    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
-
-    class Losses(Reporter):
-        def __init__(self):
-            self.losses = []
-
-        def metrics(self, **fields):
-            self.losses.append(fields["loss"])
-
-    def fixed_noise(latents):
-        noise = torch.randn((1, *latents.shape[1:]), generator=torch.Generator().manual_seed(3))
-        return noise.expand(latents.shape).contiguous(), torch.full((latents.shape[0],), 500)
+    from ot_gradio.training.trainer import RunPaths, Trainer
+    from tests.trainer_runs import Losses, tiny_sd15_lora_config
 
     runs = []
     for half in (True, False):
         work = tmp_path / str(half)
-        config = {
-            "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA", "base_model_name": str(tiny_model.diffusers_dir),
-            "train_device": "cpu", "train_dtype": "FLOAT_16", "workspace_dir": str(work / "ws"), "cache_dir": str(work / "cache"),
-            "output_model_destination": str(work / "out" / "lora.safetensors"), "concepts": [{"name": "c", "path": str(four_shapes)}],
-            "resolution": "64", "batch_size": 4, "epochs": 6, "learning_rate": 3e-3, "learning_rate_warmup_steps": 0,
-            "lora_rank": 4, "lora_alpha": 4, "layer_filter_preset": "full", "text_encoder": {"train": True, "weight_dtype": "FLOAT_16"},
-            "unet": {"weight_dtype": "FLOAT_16", "gradient_checkpointing": checkpointing}, "samples": [], "backup_after_unit": "NEVER", "tensorboard": False,
-        }
+        config = tiny_sd15_lora_config(
+            tiny_model, four_shapes, work, train_dtype="FLOAT_16", batch_size=4, epochs=6, learning_rate=3e-3, lora_alpha=4,
+            text_encoder={"train": True, "weight_dtype": "FLOAT_16"}, unet={"weight_dtype": "FLOAT_16", "gradient_checkpointing": checkpointing})
         report = Losses()
         with as_on_a_gpu():
             trainer = Trainer(load_config(config).config, RunPaths(work / "s", work / "b", work / "o", None, []), report,
