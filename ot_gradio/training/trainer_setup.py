@@ -38,6 +38,7 @@ from .placement import Placement, fill_text_cache
 from .preflight import TrainingError, check_concepts, check_writable
 from .resume import resume_from_latest_backup
 from .schedulers import create_scheduler
+from .unit_scales import skip_unit_divisions
 from .validation import setup_validation
 
 if TYPE_CHECKING:
@@ -146,6 +147,8 @@ class TrainerSetup:
         # the casts itself, nor across processes, whose gradient hooks start reducing during the backward
         self.cast_once = [] if cfg.compile or self.dist.active else cast_once_layers(list(self.model.parts.values()))
         self.frozen_norms = [] if cfg.compile or self.dist.active else affine_norms(list(self.model.parts.values()))  # norm_casts.py
+        if not cfg.compile:
+            skip_unit_divisions(list(self.model.parts.values()))  # ResNet and attention outputs divided by 1.0: unit_scales.py
         self.ema = None
         if cfg.ema != EMAMode.OFF:
             ema_device = self.device if cfg.ema == EMAMode.GPU else torch.device("cpu")

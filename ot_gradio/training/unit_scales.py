@@ -1,0 +1,57 @@
+"""Divisions by one out of the training process's steps.
+
+diffusers' ResNet blocks end with `(input + hidden) / self.output_scale_factor` and its attention
+processors with `hidden / attn.rescale_output_factor`; both are 1.0 in every model we train (SD
+1.x/2.x, SDXL, their VAEs, PixArt, Würstchen / Cascade). A tensor divided by a float is a kernel
+forward and another backward, even by one: 108 of the 3,459 operators of a SD 1.5 LoRA step, and a
+small-batch step on a fast card waits on the CPU that launches its kernels (docs/PERFORMANCE.md §17).
+
+`skip_unit_divisions` sets those attributes, where they are 1.0, to `UNIT`: one, for which
+`tensor / UNIT` is the tensor itself (no kernel, no autograd node) and anything else divides as by
+1.0. The same numbers bit for bit (x / 1.0 is x in every floating type), forward and backward; the
+models' configs, which saving writes, are not touched. Not under `compile` (the trainer leaves the
+step as it is there: the compiler drops such divisions itself).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+ATTRIBUTES = ("output_scale_factor", "rescale_output_factor")
+
+
+class _Unit:
+    """The number one, where dividing a tensor by it gives the tensor back."""
+
+    def __rtruediv__(self, other):
+        return other if isinstance(other, torch.Tensor) else other / 1.0
+
+    def __float__(self) -> float:
+        return 1.0
+
+    def __eq__(self, other: object) -> bool:
+        return other == 1.0
+
+    def __hash__(self) -> int:
+        return hash(1.0)
+
+    def __repr__(self) -> str:
+        return "1.0"
+
+
+UNIT = _Unit()
+
+
+def skip_unit_divisions(modules: list[nn.Module]) -> int:
+    """Every `output_scale_factor` / `rescale_output_factor` of 1.0 in `modules` becomes `UNIT`.
+    Returns how many."""
+    count = 0
+    for module in modules:
+        for sub in module.modules():
+            for name in ATTRIBUTES:
+                value = getattr(sub, name, None)
+                if type(value) in (float, int) and value == 1.0:
+                    setattr(sub, name, UNIT)
+                    count += 1
+    return count
