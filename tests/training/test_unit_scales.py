@@ -51,3 +51,11 @@ def test_only_factors_of_one_are_replaced():
     block.rescale_output_factor = 1.0
     assert skip_unit_divisions([block]) == 1
     assert block.output_scale_factor == 2.0 and block.rescale_output_factor is UNIT
+
+
+def test_other_operations_take_unit_as_one():
+    """PyTorch hands `UNIT` every operation it is an argument of (`__torch_function__`): only a
+    division by it is skipped; anything else computes with 1.0."""
+    x = torch.randn(3, requires_grad=True)
+    assert torch.div(x, UNIT) is x and x.div(UNIT) is x
+    assert torch.equal(x * UNIT, x) and (x * UNIT) is not x and torch.equal(torch.add(x, UNIT), x + 1.0)
