@@ -33,6 +33,8 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._utils import _flatten_dense_tensors as flatten_dense_tensors
+from torch._utils import _unflatten_dense_tensors as unflatten_dense_tensors
 
 from ..models.common import autocast_dtype
 from .lora_variants import ADAPTER_NAME
@@ -190,43 +192,52 @@ def install_lora_forward(layers: list[nn.Module]) -> int:
 class _CastOnce(torch.autograd.Function):
     """Float32 weights in, their copies in `dtype` out, the down weights multiplied by their
     layer's scaling, in a few kernels for all of them (a concatenation, a multiplication per
-    distinct scaling, one cast); the gradients back the same way. Gradients that did not come
+    distinct scaling on its stretch of the weights, one cast); the gradients back the same way.
+    `scaled`: (first, end, scaling) stretches of `weights` by index. Gradients that did not come
     (a layer not run this step) stay None, as they would without it."""
 
     @staticmethod
-    def forward(ctx, dtype: torch.dtype, scaled: list[tuple[list[int], float]], *weights: torch.Tensor):
+    def forward(ctx, dtype: torch.dtype, scaled: list[tuple[int, int, float]], *weights: torch.Tensor):
         ctx.set_materialize_grads(False)
-        ctx.shapes, ctx.scaled = [w.shape for w in weights], scaled
-        sizes = [w.numel() for w in weights]
-        flat = torch.cat([w.detach().reshape(-1) for w in weights])
-        _scale(flat.split(sizes), scaled)
-        return tuple(part.view(shape) for part, shape in zip(flat.to(dtype).split(sizes), ctx.shapes, strict=True))
+        ctx.scaled, ctx.sizes = scaled, [w.numel() for w in weights]
+        flat = flatten_dense_tensors(weights)  # one loop in C++, where a view per weight in Python cost more than the kernels
+        _scale(flat, ctx.sizes, scaled)
+        return tuple(unflatten_dense_tensors(flat.to(dtype), weights))
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor | None):
         came = [i for i, g in enumerate(grads) if g is not None]
         out: list[torch.Tensor | None] = [None] * len(grads)
-        if came:
-            flat = torch.cat([grads[i].reshape(-1) for i in came]).float()
-            parts = dict(zip(came, flat.split([ctx.shapes[i].numel() for i in came]), strict=True))
-            _scale(parts, [([i for i in idx if i in parts], s) for idx, s in ctx.scaled])
-            for i, part in parts.items():
-                out[i] = part.view(ctx.shapes[i])
+        if not came:
+            return None, None, *out
+        given = [grads[i] for i in came]
+        flat = flatten_dense_tensors(given).float()
+        if len(came) == len(grads):
+            _scale(flat, ctx.sizes, ctx.scaled)
+        else:  # some layers did not run: the stretches by the gradients that came
+            parts = dict(zip(came, flat.split([ctx.sizes[i] for i in came]), strict=True))
+            for first, end, scaling in ctx.scaled:
+                if scaling != 1.0 and (some := [parts[i] for i in range(first, end) if i in parts]):
+                    torch._foreach_mul_(some, scaling)
+        for i, part in zip(came, unflatten_dense_tensors(flat, given), strict=True):
+            out[i] = part
         return None, None, *out
 
 
-def _scale(parts, scaled: list[tuple[list[int], float]]) -> None:
-    for indices, scaling in scaled:
-        if indices and scaling != 1.0:
-            torch._foreach_mul_([parts[i] for i in indices], scaling)
+def _scale(flat: torch.Tensor, sizes: list[int], scaled: list[tuple[int, int, float]]) -> None:
+    """Each stretch of `flat` (the weights of `sizes` one after the other) times its scaling."""
+    for first, end, scaling in scaled:
+        if scaling != 1.0 and end > first:
+            start = sum(sizes[:first])
+            flat[start:start + sum(sizes[first:end])].mul_(scaling)
 
 
-def on_device(t: torch.Tensor, device: torch.device) -> bool:
-    """`t` is on `device`, where "cuda" (a trainer's device) means the current card: a weight there
+def on_device(t: torch.Tensor | torch.device, device: torch.device) -> bool:
+    """`t` (a tensor, or its device) is on `device`, where "cuda" (a trainer's device) means the current card: a weight there
     is on "cuda:0", which `!=` tells apart from "cuda" (on an H200 that left every step casting
     per layer)."""
-    device = torch.device(device)
-    return t.device.type == device.type and (device.index is None or t.device.index in (None, device.index))
+    device, where = torch.device(device), t if isinstance(t, torch.device) else t.device
+    return where.type == device.type and (device.index is None or where.index in (None, device.index))
 
 
 def cast_once_layers(modules: list[nn.Module]) -> list[nn.Module]:
@@ -235,22 +246,36 @@ def cast_once_layers(modules: list[nn.Module]) -> list[nn.Module]:
             if getattr(m.__dict__.get("forward"), "__func__", None) in (_linear_forward, _conv_forward)]
 
 
+def _adapter_weights(layer: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """`layer.lora_A[ADAPTER_NAME].weight` and its `lora_B`'s, read from the modules' tables (a
+    step reads them for every layer: nn.Module's attribute lookup cost more than the step's casts)."""
+    modules = layer._modules
+    return modules["lora_A"]._modules[ADAPTER_NAME]._parameters["weight"], modules["lora_B"]._modules[ADAPTER_NAME]._parameters["weight"]
+
+
 @contextlib.contextmanager
 def step_casts(layers: list[nn.Module], dtype: torch.dtype | None, device: torch.device) -> Iterator[None]:
     """While the block lasts (a training step's forward and backward), `layers` that train read
     their weights cast to `dtype` once (`_CastOnce`). Nothing is done without a `dtype` or where
     the weights are not all float32 on `device` (layer offloading moves some to RAM)."""
-    layers = [layer for layer in layers if not _general(layer, (), {})
-              and layer.lora_A[ADAPTER_NAME].weight.requires_grad and layer.lora_B[ADAPTER_NAME].weight.requires_grad]
-    weights = [w for layer in layers for w in (layer.lora_A[ADAPTER_NAME].weight, layer.lora_B[ADAPTER_NAME].weight)]
-    if dtype is None or not weights or any(w.dtype != torch.float32 or not on_device(w, device) for w in weights):
+    pairs = [(layer, *_adapter_weights(layer)) for layer in layers if not _general(layer, (), {})]
+    # the down weights, those of one scaling side by side, then the up weights
+    pairs = sorted([p for p in pairs if p[1].requires_grad and p[2].requires_grad], key=lambda p: float(p[0].scaling[ADAPTER_NAME]))
+    weights = [p[1] for p in pairs] + [p[2] for p in pairs]
+    if dtype is None or not weights or any(t != torch.float32 or not on_device(d, device)
+                                           for t, d in {(w.dtype, w.device) for w in weights}):
         yield
         return
-    by_scaling: dict[float, list[int]] = {}
-    for i, layer in enumerate(layers):
-        by_scaling.setdefault(float(layer.scaling[ADAPTER_NAME]), []).append(2 * i)
-    cast = _CastOnce.apply(dtype, [(indices, s) for s, indices in by_scaling.items()], *weights)
-    _STEP.update({id(layer): (cast[2 * i], cast[2 * i + 1]) for i, layer in enumerate(layers)})
+    scaled: list[tuple[int, int, float]] = []
+    for i, (layer, _, _) in enumerate(pairs):
+        scaling = float(layer.scaling[ADAPTER_NAME])
+        if scaled and scaled[-1][2] == scaling:
+            scaled[-1] = (scaled[-1][0], i + 1, scaling)
+        else:
+            scaled.append((i, i + 1, scaling))
+    cast = _CastOnce.apply(dtype, scaled, *weights)
+    n = len(pairs)
+    _STEP.update({id(p[0]): (cast[i], cast[n + i]) for i, p in enumerate(pairs)})
     try:
         yield
     finally:

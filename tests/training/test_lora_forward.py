@@ -295,6 +295,37 @@ def test_weights_not_run_in_the_step_get_no_gradient_and_other_autocast_types_re
     torch.testing.assert_close(off.lora_A["default"].weight.grad, expected.grad)
 
 
+def test_layers_of_several_scalings_some_not_run_get_what_peft_gives():
+    """`step_casts` lays the down weights out by scaling (one multiplication a scaling) and sends
+    back only the gradients that came: layers of two scalings, some run and some not, get peft's
+    gradients, and the others none."""
+    from ot_gradio.training.lora_forward import cast_once_layers, step_casts
+
+    unet, _ = _with_lora()
+    reference = _peft_forward(unet)
+    for model in (unet, reference):
+        for i, layer in enumerate(lora_layers(model).values()):
+            layer.scaling["default"] *= 3.0 if i % 2 else 1.0
+    linear = [name for name, layer in lora_layers(unet).items() if isinstance(layer.get_base_layer(), nn.Linear)]
+    run = linear[:4]  # two of each scaling
+    results = []
+    for model in (unet, reference):
+        layers = lora_layers(model)
+        x = torch.randn(3, layers[run[0]].get_base_layer().in_features, generator=torch.Generator().manual_seed(3))
+        casts = step_casts(cast_once_layers([model]), torch.float32, torch.device("cpu")) if model is unet else contextlib.nullcontext()
+        with casts:
+            sum(layers[name](x if layers[name].in_features == x.shape[1] else x[:, :1].expand(3, layers[name].in_features)).square().sum()
+                for name in run).backward()
+        results.append({name: (layer.lora_A["default"].weight.grad, layer.lora_B["default"].weight.grad) for name, layer in layers.items()})
+    ours, theirs = results
+    for name in ours:
+        if name in run:
+            for g, r in zip(ours[name], theirs[name], strict=True):
+                torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
+        else:
+            assert ours[name] == (None, None)
+
+
 def test_a_weight_on_cuda_0_is_on_the_trainers_cuda_device():
     """The trainer's device is "cuda"; its weights report "cuda:0" (`!=` says they differ: on an
     H200 that left the casts per layer)."""
