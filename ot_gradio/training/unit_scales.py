@@ -7,9 +7,10 @@ forward and another backward, even by one: 108 of the 3,459 operators of a SD 1.
 small-batch step on a fast card waits on the CPU that launches its kernels (docs/PERFORMANCE.md §17).
 
 `skip_unit_divisions` sets those attributes, where they are 1.0, to `UNIT`: one, for which
-`tensor / UNIT` is the tensor itself (no kernel, no autograd node: 0.7 us of Python where the
-division cost 2.5 us forward on this CPU, before its backward and a GPU's launch) and any other
-operation computes with 1.0. On the tiny SD 1.5 UNet's LoRA step in float32 (54 divisions) the
+`tensor / UNIT` is the tensor itself (no kernel, no autograd node: 0.85 us of Python where the
+division cost 2.5 us forward on this CPU, before its backward and a GPU's launch); any other tensor
+operation computes with 1.0, and as a float subclass it is 1.0 to Python's arithmetic, copying and
+pickling. On the tiny SD 1.5 UNet's LoRA step in float32 (54 divisions) the
 CPU's step time falls from 48.9 to 47.5 ms (best of 300). The same numbers bit for bit (x / 1.0 is x in every floating type), forward and backward; the
 models' configs, which saving writes, are not touched. Not under `compile` (the trainer leaves the
 step as it is there: the compiler drops such divisions itself).
@@ -23,37 +24,22 @@ from torch import nn
 ATTRIBUTES = ("output_scale_factor", "rescale_output_factor")
 
 
-class _Unit:
-    """The number one, where dividing a tensor by it gives the tensor back. PyTorch hands an
-    operation with an argument that has `__torch_function__` to it (checked in C++: well under a
-    microsecond, where a division by 1.0 costs a kernel and its backward, and where a
-    `__rtruediv__` alone would cost PyTorch a caught TypeError, 13 us); any other operation is run
-    with 1.0 in its place."""
+class _Unit(float):
+    """1.0, where dividing a tensor by it gives the tensor back. PyTorch hands an operation with an
+    argument that has `__torch_function__` to it (checked in C++: under a microsecond, where a
+    division by 1.0 costs a kernel and its backward; answering through `__rtruediv__` instead would
+    cost PyTorch a caught TypeError, 13 us); any other tensor operation runs with 1.0 in its place,
+    and Python's own arithmetic sees a float."""
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         if func in _DIVISIONS and len(args) == 2 and isinstance(args[1], cls) and not kwargs:
             return args[0]
-        return func(*(1.0 if isinstance(a, cls) else a for a in args), **(kwargs or {}))
-
-    def __rtruediv__(self, other):
-        return other / 1.0
-
-    def __float__(self) -> float:
-        return 1.0
-
-    def __eq__(self, other: object) -> bool:
-        return other == 1.0
-
-    def __hash__(self) -> int:
-        return hash(1.0)
-
-    def __repr__(self) -> str:
-        return "1.0"
+        return func(*(float(a) if isinstance(a, cls) else a for a in args), **(kwargs or {}))
 
 
 _DIVISIONS = frozenset({torch.Tensor.div, torch.div, torch.true_divide, torch.Tensor.true_divide})
-UNIT = _Unit()
+UNIT = _Unit(1.0)
 
 
 def skip_unit_divisions(modules: list[nn.Module]) -> int:

@@ -38,9 +38,13 @@ def test_a_unet_step_is_the_same_without_its_divisions_by_one():
 
 
 def test_unit_is_one_to_everything_but_a_tensor():
+    import pickle
+
     x = torch.randn(3)
     assert x / UNIT is x
-    assert 3.0 / UNIT == 3.0 and float(UNIT) == 1.0 and UNIT == 1.0 and 1 == UNIT
+    assert 3.0 / UNIT == 3.0 and float(UNIT) == 1.0 and UNIT == 1.0 and 1 == UNIT and UNIT * 2 == 2.0 and UNIT + 1 == 2.0
+    for other in (copy.deepcopy(UNIT), pickle.loads(pickle.dumps(UNIT))):
+        assert other == 1.0 and x / other is x
 
 
 def test_only_factors_of_one_are_replaced():
