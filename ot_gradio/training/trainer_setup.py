@@ -145,10 +145,11 @@ class TrainerSetup:
             self._compile_denoiser()
         # LoRA weights cast once a step (lora_forward.step_casts); not under compile, which fuses
         # the casts itself, nor across processes, whose gradient hooks start reducing during the backward
-        self.cast_once = [] if cfg.compile or self.dist.active else cast_once_layers(list(self.model.parts.values()))
-        self.frozen_norms = [] if cfg.compile or self.dist.active else affine_norms(list(self.model.parts.values()))  # norm_casts.py
+        parts = list(self.model.parts.values())
+        self.cast_once = [] if cfg.compile or self.dist.active else cast_once_layers(parts)
+        self.frozen_norms = [] if cfg.compile or self.dist.active else affine_norms(parts)  # norm_casts.py
         if not cfg.compile:
-            skip_unit_divisions(list(self.model.parts.values()))  # ResNet and attention outputs divided by 1.0: unit_scales.py
+            skip_unit_divisions(parts)  # ResNet and attention outputs divided by 1.0: unit_scales.py
         self.ema = None
         if cfg.ema != EMAMode.OFF:
             ema_device = self.device if cfg.ema == EMAMode.GPU else torch.device("cpu")

@@ -10,10 +10,10 @@ small-batch step on a fast card waits on the CPU that launches its kernels (docs
 `tensor / UNIT` is the tensor itself (no kernel, no autograd node: 0.85 us of Python where the
 division cost 2.5 us forward on this CPU, before its backward and a GPU's launch); any other tensor
 operation computes with 1.0, and as a float subclass it is 1.0 to Python's arithmetic, copying and
-pickling. On the tiny SD 1.5 UNet's LoRA step in float32 (54 divisions) the
-CPU's step time falls from 48.9 to 47.5 ms (best of 300). The same numbers bit for bit (x / 1.0 is x in every floating type), forward and backward; the
-models' configs, which saving writes, are not touched. Not under `compile` (the trainer leaves the
-step as it is there: the compiler drops such divisions itself).
+pickling. On the tiny SD 1.5 UNet's LoRA step in float32 (54 divisions) the CPU's step time falls
+from 48.9 to 47.5 ms (best of 300). The same numbers bit for bit (x / 1.0 is x in every floating
+type), forward and backward; the models' configs, which saving writes, are not touched. Not under
+`compile` (the trainer leaves the step as it is there: the compiler drops such divisions itself).
 """
 
 from __future__ import annotations
