@@ -282,3 +282,41 @@ class TextEmbeddingCache:
     def clear(self) -> int:
         """Delete the cached entries (only files this class writes); returns how many."""
         return clear_entries(self.cache_dir)
+
+
+class MemoryTextCache(TextEmbeddingCache):
+    """Text encoder outputs kept in RAM by caption for the rest of one run, written nowhere: the
+    trainer's cache once every text encoder has stopped training mid-run (`stop_training_after`:
+    OneTrainer's presets train the text encoder for the first 30 of 100 epochs). From then on
+    their weights, LoRA included, no longer change, so an output is the same at every step, but it
+    holds this run's trained weights and is no use to another run. Entries up to `limit_bytes`;
+    past that the encoder runs for the captions not kept, as before."""
+
+    def __init__(self, encoder_id: str, limit_bytes: int):
+        super().__init__(Path(), encoder_id)
+        self.entries: dict[str, dict[str, torch.Tensor]] = {}
+        self.bytes = 0
+        self.limit_bytes = limit_bytes
+
+    def _read(self, key: str) -> dict[str, torch.Tensor] | None:
+        entry = self.entries.get(key)
+        if entry is None:
+            return None
+        with _no_autocast():
+            return _padded(dict(entry))
+
+    def _write(self, key: str, tensors: Mapping[str, torch.Tensor]) -> None:
+        entry = {k: v.detach().to("cpu", copy=True) for k, v in _trimmed(tensors).items()}
+        size = sum(v.numel() * v.element_size() for v in entry.values())
+        if self.bytes + size <= self.limit_bytes:
+            self.entries[key] = entry
+            self.bytes += size
+
+    def fill(self, texts: Iterable[str | Mapping[str, str]], encode_fn: Callable[[Texts], Mapping[str, torch.Tensor]]) -> int:
+        raise NotImplementedError("a run's in-memory text cache fills as the steps ask")
+
+    def clear(self) -> int:
+        count = len(self.entries)
+        self.entries.clear()
+        self.bytes = 0
+        return count

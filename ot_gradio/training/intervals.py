@@ -6,7 +6,7 @@ import time
 
 from ..config.enums import TimeUnit
 
-_SECONDS = {TimeUnit.SECOND: 1.0, TimeUnit.MINUTE: 60.0, TimeUnit.HOUR: 3600.0}
+SECONDS_PER_UNIT = {TimeUnit.SECOND: 1.0, TimeUnit.MINUTE: 60.0, TimeUnit.HOUR: 3600.0}
 
 
 class Every:
@@ -34,9 +34,9 @@ class Every:
             return True
         if self.unit == TimeUnit.STEP:
             return global_step > 0 and global_step % self.n == 0 and global_step > self.skip_first * self.n
-        if self.unit in _SECONDS:
+        if self.unit in SECONDS_PER_UNIT:
             now = self.clock()
-            period = self.n * _SECONDS[self.unit]
+            period = self.n * SECONDS_PER_UNIT[self.unit]
             if now - self.last >= period and now - self.start >= period * (self.skip_first + 1):
                 self.last = now
                 return True

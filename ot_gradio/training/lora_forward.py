@@ -200,9 +200,7 @@ class _CastOnce(torch.autograd.Function):
     def forward(ctx, dtype: torch.dtype, scaled: list[tuple[int, int, float]], *weights: torch.Tensor):
         ctx.set_materialize_grads(False)
         ctx.scaled, ctx.sizes = scaled, [w.numel() for w in weights]
-        flat = flatten_dense_tensors(weights)  # one loop in C++, where a view per weight in Python cost more than the kernels
-        _scale(flat, ctx.sizes, scaled)
-        return tuple(unflatten_dense_tensors(flat.to(dtype), weights))
+        return _cast_all(dtype, scaled, ctx.sizes, weights)
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor | None):
@@ -222,6 +220,16 @@ class _CastOnce(torch.autograd.Function):
         for i, part in zip(came, unflatten_dense_tensors(flat, given), strict=True):
             out[i] = part
         return None, None, *out
+
+
+def _cast_all(dtype: torch.dtype, scaled: list[tuple[int, int, float]], sizes: list[int],
+              weights: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """`weights` in `dtype`, the `scaled` stretches times their scaling: one concatenation (a loop in
+    C++, where a view per weight in Python cost more than the kernels), a multiplication a scaling,
+    one cast."""
+    flat = flatten_dense_tensors(weights)
+    _scale(flat, sizes, scaled)
+    return tuple(unflatten_dense_tensors(flat.to(dtype), weights))
 
 
 def _scale(flat: torch.Tensor, sizes: list[int], scaled: list[tuple[int, int, float]]) -> None:
@@ -253,19 +261,23 @@ def _adapter_weights(layer: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     return modules["lora_A"]._modules[ADAPTER_NAME]._parameters["weight"], modules["lora_B"]._modules[ADAPTER_NAME]._parameters["weight"]
 
 
-@contextlib.contextmanager
-def step_casts(layers: list[nn.Module], dtype: torch.dtype | None, device: torch.device) -> Iterator[None]:
-    """While the block lasts (a training step's forward and backward), `layers` that train read
-    their weights cast to `dtype` once (`_CastOnce`). Nothing is done without a `dtype` or where
-    the weights are not all float32 on `device` (layer offloading moves some to RAM)."""
-    pairs = [(layer, *_adapter_weights(layer)) for layer in layers if not _general(layer, (), {})]
+def _cast_frozen(dtype: torch.dtype, scaled: list[tuple[int, int, float]], *weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """`_CastOnce` for weights that do not train (a text encoder past its `stop_training_after`):
+    the same copies, no autograd node."""
+    with torch.no_grad():
+        return _cast_all(dtype, scaled, [w.numel() for w in weights], weights)
+
+
+def _cast_group(pairs: list[tuple[nn.Module, torch.Tensor, torch.Tensor]], dtype: torch.dtype, device: torch.device,
+                cast) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """id(layer) -> its (down times scaling, up) weights in `dtype`, made by `cast` for all of `pairs`
+    at once; nothing where the weights are not all float32 on `device` (layer offloading moves
+    some to RAM)."""
     # the down weights, those of one scaling side by side, then the up weights
-    pairs = sorted([p for p in pairs if p[1].requires_grad and p[2].requires_grad], key=lambda p: float(p[0].scaling[ADAPTER_NAME]))
+    pairs = sorted(pairs, key=lambda p: float(p[0].scaling[ADAPTER_NAME]))
     weights = [p[1] for p in pairs] + [p[2] for p in pairs]
-    if dtype is None or not weights or any(t != torch.float32 or not on_device(d, device)
-                                           for t, d in {(w.dtype, w.device) for w in weights}):
-        yield
-        return
+    if not weights or any(t != torch.float32 or not on_device(d, device) for t, d in {(w.dtype, w.device) for w in weights}):
+        return {}
     scaled: list[tuple[int, int, float]] = []
     for i, (layer, _, _) in enumerate(pairs):
         scaling = float(layer.scaling[ADAPTER_NAME])
@@ -273,9 +285,22 @@ def step_casts(layers: list[nn.Module], dtype: torch.dtype | None, device: torch
             scaled[-1] = (scaled[-1][0], i + 1, scaling)
         else:
             scaled.append((i, i + 1, scaling))
-    cast = _CastOnce.apply(dtype, scaled, *weights)
+    out = cast(dtype, scaled, *weights)
     n = len(pairs)
-    _STEP.update({id(p[0]): (cast[i], cast[n + i]) for i, p in enumerate(pairs)})
+    return {id(p[0]): (out[i], out[n + i]) for i, p in enumerate(pairs)}
+
+
+@contextlib.contextmanager
+def step_casts(layers: list[nn.Module], dtype: torch.dtype | None, device: torch.device) -> Iterator[None]:
+    """While the block lasts (a training step's forward and backward), `layers` read their weights
+    cast to `dtype` once: those that train through `_CastOnce` (their gradients come back through
+    it), the frozen ones (a text encoder that stopped training while its captions are not cached)
+    without autograd, where autocast would cast them at every call. Nothing is done without a
+    `dtype`."""
+    if dtype is not None:
+        pairs = [(layer, *_adapter_weights(layer)) for layer in layers if not _general(layer, (), {})]
+        _STEP.update(_cast_group([p for p in pairs if p[1].requires_grad and p[2].requires_grad], dtype, device, _CastOnce.apply))
+        _STEP.update(_cast_group([p for p in pairs if not p[1].requires_grad and not p[2].requires_grad], dtype, device, _cast_frozen))
     try:
         yield
     finally:

@@ -28,6 +28,7 @@ from .async_reduce import AsyncGradientReducer
 from .backup import Counters, write_backup
 from .distributed import Distributed
 from .fp16_fallback import mixed_half_types
+from .intervals import SECONDS_PER_UNIT
 from .lora_forward import step_casts
 from .norm_casts import step_norms
 from .optimizers import optimizer_eval_mode, optimizer_train_mode
@@ -63,6 +64,7 @@ class Trainer(TrainerSetup):
         # with several processes, which average each step's loss anyway) later (`_read_losses`).
         self.defer_loss_reads = False
         self.losses = LossLog(reporter)
+        self.train_started: float | None = None  # time.monotonic() when the steps began (train)
         self.cast_once: list[torch.nn.Module] = []  # LoRA layers whose weights a step casts once (setup)
         self.frozen_norms: list[torch.nn.Module] = []  # layer and group norms a step runs without casts where frozen (norm_casts.py)
 
@@ -76,6 +78,7 @@ class Trainer(TrainerSetup):
         self.losses.start(self.counters.global_step, cfg.epochs, self.steps_per_epoch, self.total_steps, self._tb,
                           epoch=self.counters.epoch, epoch_step=self.counters.epoch_step)
         accum = cfg.gradient_accumulation_steps
+        self.train_started = time.monotonic()  # stop_training_after in seconds, minutes or hours counts from here
         optimizer_train_mode(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
         while self.counters.epoch < cfg.epochs and not self.stop_requested:
@@ -182,22 +185,32 @@ class Trainer(TrainerSetup):
 
     def _stop_parts_if_due(self) -> None:
         """Freeze parts whose `stop_training_after` is reached: checked after each optimizer step
-        and each finished epoch, so 'after N' means exactly N steps or epochs of training."""
+        and each finished epoch, so 'after N' means exactly N steps or epochs of training; in
+        seconds, minutes or hours, the training time of this process (as OneTrainer counts it;
+        the main process decides for all); ALWAYS freezes the part before the first step."""
         stopped = False
         for group in self.param_groups:
             after, unit = group.stop_training_after, group.stop_training_after_unit  # an embedding's own setting
             if group.stop_training_after_unit is None:  # else the config section of the part
                 part = getattr(self.config, group.name, None)
                 after, unit = (part.stop_training_after, part.stop_training_after_unit) if part is not None else (None, None)
-            if after is None or group.frozen:
+            if group.frozen or unit is None or (after is None and TimeUnit(unit) != TimeUnit.ALWAYS):
                 continue
-            done = {TimeUnit.STEP: self.counters.global_step, TimeUnit.EPOCH: self.counters.epoch}.get(TimeUnit(unit))
-            if done is not None and done >= after:
+            unit = TimeUnit(unit)
+            if unit in SECONDS_PER_UNIT:
+                trained_s = 0.0 if self.train_started is None else time.monotonic() - self.train_started
+                due = self.dist.broadcast(trained_s >= after * SECONDS_PER_UNIT[unit])
+            else:
+                done = {TimeUnit.STEP: self.counters.global_step, TimeUnit.EPOCH: self.counters.epoch}.get(unit)
+                due = unit == TimeUnit.ALWAYS or (done is not None and done >= after)
+            if due:
                 group.freeze()
                 stopped = True
-                self.report.warning(f"{group.name}: stopped training after {after} {TimeUnit(unit).value.lower()}s")
+                self.report.warning(f"{group.name}: not trained (stop training unit ALWAYS)" if unit == TimeUnit.ALWAYS
+                                    else f"{group.name}: stopped training after {after} {unit.value.lower()}s")
         if stopped:
             self._set_train_modes()
+            self._cache_frozen_text()
 
     def _step_log(self, loss: float | torch.Tensor, image_paths: list[str]) -> StepLog:
         """What an optimizer step logs, taken when it ends (the loss may still be on the device)."""

@@ -44,6 +44,9 @@ from .validation import setup_validation
 if TYPE_CHECKING:
     from ..models.base import ModelFamily
 
+# the most RAM the text encoders' outputs take once they stop training mid-run (a quarter of the free RAM when less)
+MEMORY_TEXT_CACHE_BYTES = 4 * 2**30
+
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
@@ -260,6 +263,31 @@ class TrainerSetup:
         if cfg.clear_cache_before_training and self.dist.is_main:
             cache.clear()
         self.diffusion.text_cache = cache
+
+    def _cache_frozen_text(self) -> None:
+        """Every text encoder has stopped training (`stop_training_after`) in a run that could not
+        cache their outputs while they trained: from now on each caption's output is kept in RAM
+        (data/text_cache.MemoryTextCache) where the captions allow a cache at all (text_cache_problem),
+        and the encoders run once per caption, not at every step. Their LoRA layers leave the step's
+        casts, as they no longer run in a step."""
+        from ..data.text_cache import MemoryTextCache, text_cache_problem  # noqa: PLC0415
+        from .memory_plan import free_memory  # noqa: PLC0415
+
+        step = self.diffusion
+        if getattr(step, "text_cache", True) is not None or self.trained_text_parts or not self.model.text_encoder_names:
+            return  # cached already, a step reading no text, an encoder still training, or none
+        cfg = self.config
+        if text_cache_problem(latent_caching=cfg.latent_caching, trained_text_parts=(), concepts=cfg.concepts,
+                              uses_embeddings=self.method.embeddings is not None, reads_images=self.model.control_image):
+            return
+        ram = free_memory(torch.device("cpu"))
+        step.text_cache = MemoryTextCache("frozen in this run", min(MEMORY_TEXT_CACHE_BYTES, (ram or MEMORY_TEXT_CACHE_BYTES) // 4))
+        if getattr(self, "validator", None) is not None:
+            self.validator.step.text_cache = step.text_cache
+        encoders = {id(m) for part in self.model.text_encoder_names if part in self.model.parts for m in self.model.parts[part].modules()}
+        self.cast_once = [layer for layer in self.cast_once if id(layer) not in encoders]
+        print(f"text cache: the text encoders no longer train; their outputs are kept in RAM by caption for the rest of the run "
+              f"(up to {step.text_cache.limit_bytes / 2**30:.1f} GiB)", flush=True)
 
     def _park_parts(self) -> None:
         """The parts no training step runs go to RAM (placement.py), after the caches are filled:

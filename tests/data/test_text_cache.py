@@ -285,3 +285,29 @@ def test_trained_text_encoder_is_not_cached(tiny, captioned, tmp_path):
     trainer, calls, _ = _run(tiny, captioned, tmp_path, text_encoder={"train": True}, epochs=1)
     assert trainer.diffusion.text_cache is None and "text_encoder trains" in trainer.text_cache_off_reason
     assert not (tmp_path / "cache" / "text").exists()
+
+
+def test_a_text_encoder_that_stops_training_is_cached_in_ram_from_then_on(tiny, captioned, tmp_path, monkeypatch):
+    """OneTrainer's presets train the text encoder for the first 30 epochs only. From the epoch it
+    stops, each caption is encoded once more (with the LoRA it trained) and kept in RAM, and the
+    steps read it there: the same losses as a run that runs the frozen encoder at every step, and
+    nothing written to the cache folder. Captions that change at random every epoch are not kept."""
+    from ot_gradio.data.text_cache import MemoryTextCache
+    from ot_gradio.training.trainer import Trainer
+
+    stop = {"train": True, "stop_training_after": 1, "stop_training_after_unit": "EPOCH"}
+    trainer, calls, losses = _run(tiny, captioned, tmp_path / "a", text_encoder=stop, epochs=3)
+    cache = trainer.diffusion.text_cache
+    assert isinstance(cache, MemoryTextCache) and cache.encoded == 6 and len(losses) == 9
+    # epoch 1 trains it (3 steps of 2 captions), epoch 2 encodes each caption once, epoch 3 reads them all
+    assert (calls.count(0), calls.count(1), calls.count(2)) == (3, 6, 0), calls
+    assert not (tmp_path / "a" / "cache" / "text").exists() and trainer.cast_once and all(
+        id(layer) not in {id(m) for m in trainer.model.text_encoder.modules()} for layer in trainer.cast_once)
+    with monkeypatch.context() as m:
+        m.setattr(Trainer, "_cache_frozen_text", lambda self: None)
+        plain, calls, plain_losses = _run(tiny, captioned, tmp_path / "b", text_encoder=stop, epochs=3)
+    assert plain.diffusion.text_cache is None and (calls.count(1), calls.count(2)) == (3, 3)
+    assert plain_losses == pytest.approx(losses, rel=1e-5)
+    shuffled = [{"name": "c", "path": str(captioned), "text": {"enable_tag_shuffling": True}}]
+    random_text, calls, _ = _run(tiny, captioned, tmp_path / "c", text_encoder=stop, epochs=2, concepts=shuffled)
+    assert random_text.diffusion.text_cache is None and calls.count(1) == 3

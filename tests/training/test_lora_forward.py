@@ -326,6 +326,43 @@ def test_layers_of_several_scalings_some_not_run_get_what_peft_gives():
             assert ours[name] == (None, None)
 
 
+def test_frozen_lora_weights_are_cast_once_a_step_too():
+    """A text encoder past its `stop_training_after` keeps its LoRA, frozen, and runs without
+    gradients at every step while its captions cannot be cached: `step_casts` casts those weights
+    once a step as well (no autograd node), where autocast copied both of them at every call. In
+    float32 the frozen layers compute peft's outputs and the layers still training get peft's
+    gradients; under a 16-bit autocast the frozen calls copy no weight."""
+    from ot_gradio.training.lora_forward import cast_once_layers, step_casts
+
+    unet, _ = _with_lora()
+    reference = _peft_forward(unet)
+    for model in (unet, reference):  # the down blocks' LoRA stops training, the rest trains on
+        for name, p in model.named_parameters():
+            if p.requires_grad and name.startswith("down_blocks."):
+                p.requires_grad_(False)
+    frozen = [layer for name, layer in lora_layers(unet).items() if name.startswith("down_blocks.")]
+    assert frozen and len(frozen) < len(lora_layers(unet))
+    layers = cast_once_layers([unet])
+    with step_casts(layers, torch.float32, torch.device("cpu")):
+        out, grads = _step(unet, _trained(unet))
+    ref_out, ref_grads = _step(reference, _trained(reference))
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-6)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-7)
+    assert all(p.grad is None for layer in frozen for p in layer.parameters())
+
+    for p in unet.parameters():  # the whole model frozen, run as a stopped text encoder runs
+        p.requires_grad_(False)
+    outputs, copies = [], []
+    for casts in (lambda: step_casts(layers, torch.bfloat16, torch.device("cpu")), contextlib.nullcontext):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), OperatorCount() as ops, casts():
+            outputs.append(unet(*_inputs(unet)).sample.float())
+        copies.append(ops.counts["_to_copy"])
+    once, each = copies
+    assert once <= each - 2 * len(layers) + 1, (once, each)  # one cast for all, where each call cast both weights
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=0.05, atol=0.02)
+
+
 def test_a_weight_on_cuda_0_is_on_the_trainers_cuda_device():
     """The trainer's device is "cuda"; its weights report "cuda:0" (`!=` says they differ: on an
     H200 that left the casts per layer)."""
