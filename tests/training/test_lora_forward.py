@@ -213,11 +213,23 @@ def test_meta_inputs_in_another_type_than_the_lora_run():
     assert layer(x).shape == (2, base.out_features)
 
 
+def _float32_casts_step_as_peft(unet, reference, layers):
+    """A step of `unet` under float32 `step_casts` of `layers` computes `reference`'s (peft's) outputs and gradients."""
+    from ot_gradio.training.lora_forward import step_casts
+
+    with step_casts(layers, torch.float32, torch.device("cpu")):
+        out, grads = _step(unet, _trained(unet))
+    ref_out, ref_grads = _step(reference, _trained(reference))
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-6)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-7)
+
+
 @pytest.mark.parametrize("alpha", [1.0, 3.0])  # scaling 0.25 (a power of two) and 0.75
 def test_weights_cast_once_a_step_compute_what_peft_computes(alpha):
     """`step_casts` in float32: the down weights scaled once, the up product and the sum in one
     addmm; the same outputs and gradients as peft's forward."""
-    from ot_gradio.training.lora_forward import cast_once_layers, step_casts
+    from ot_gradio.training.lora_forward import cast_once_layers
 
     unet, _ = _with_lora()
     for layer in lora_layers(unet).values():
@@ -226,12 +238,7 @@ def test_weights_cast_once_a_step_compute_what_peft_computes(alpha):
     reference = _peft_forward(unet)
     layers = cast_once_layers([unet])
     assert len(layers) == len(lora_layers(unet))
-    with step_casts(layers, torch.float32, torch.device("cpu")):
-        out, grads = _step(unet, _trained(unet))
-    ref_out, ref_grads = _step(reference, _trained(reference))
-    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-6)
-    for g, r in zip(grads, ref_grads, strict=True):
-        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-7)
+    _float32_casts_step_as_peft(unet, reference, layers)
 
 
 def test_under_autocast_each_weight_is_cast_once_and_the_step_is_as_exact():
@@ -343,12 +350,7 @@ def test_frozen_lora_weights_are_cast_once_a_step_too():
     frozen = [layer for name, layer in lora_layers(unet).items() if name.startswith("down_blocks.")]
     assert frozen and len(frozen) < len(lora_layers(unet))
     layers = cast_once_layers([unet])
-    with step_casts(layers, torch.float32, torch.device("cpu")):
-        out, grads = _step(unet, _trained(unet))
-    ref_out, ref_grads = _step(reference, _trained(reference))
-    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-6)
-    for g, r in zip(grads, ref_grads, strict=True):
-        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-7)
+    _float32_casts_step_as_peft(unet, reference, layers)
     assert all(p.grad is None for layer in frozen for p in layer.parameters())
 
     for p in unet.parameters():  # the whole model frozen, run as a stopped text encoder runs
