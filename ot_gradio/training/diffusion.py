@@ -201,6 +201,7 @@ class DiffusionStep:
         self.loss_scale = loss_scale(config, self.dist.world)
         # the trainer sets a TextEmbeddingCache (data/text_cache.py) when no text encoder trains
         self.text_cache = None
+        self._adapted_text: bool | None = None  # prior_prediction: a text encoder has LoRA layers
         self.debug: Callable[..., None] | None = None  # the trainer sets debug_output.DebugWriter with debug_mode on
         # the family's objective: DDPM (epsilon / v) or flow matching (schedules.py)
         self.schedule = make_schedule(model, config, device)
@@ -290,7 +291,7 @@ class DiffusionStep:
             rows = getattr(batch, "prior_prediction", None)  # PRIOR_PREDICTION samples (a Batch's field)
             rows = rows if rows is not None and rows.any() else None
             if self.prior_model is not None and ((self.preserve and mask is not None) or rows is not None):
-                prior = self.prior_prediction(noisy, timesteps, texts, conditioning, batch, trained_text_parts)
+                prior = self.prior_prediction(noisy, timesteps, texts, conditioning, batch)
             if self.vb is None:
                 pred = model.predict(noisy, timesteps, conditioning, batch)
             else:
@@ -327,14 +328,23 @@ class DiffusionStep:
         return self.model.encode_text(texts, grad=grad, **control)
 
     @torch.no_grad()
-    def prior_prediction(self, noisy: torch.Tensor, timesteps: torch.Tensor, texts: Any, conditioning: Any, batch: Any,
-                         trained_text_parts: frozenset[str] | set[str]) -> torch.Tensor:
+    def prior_prediction(self, noisy: torch.Tensor, timesteps: torch.Tensor, texts: Any, conditioning: Any, batch: Any) -> torch.Tensor:
         """The base model's prediction for the same inputs (masked prior preservation), without
-        gradient; a trained text encoder encodes the captions again without its LoRA."""
+        gradient; a text encoder with a LoRA, training or stopped (its outputs then cached or not),
+        encodes the captions again without it, as OneTrainer's prior model does."""
         with self.prior_model():
-            if trained_text_parts and self.text_cache is None:
+            if self._text_encoder_adapted():
                 conditioning = self.encode_text(texts, batch, frozenset())
             return self.model.predict(noisy, timesteps, conditioning, batch).detach()
+
+    def _text_encoder_adapted(self) -> bool:
+        """A text encoder of the model carries LoRA layers (asked once: they stay for the run)."""
+        if self._adapted_text is None:
+            from .lora import has_lora  # noqa: PLC0415
+
+            parts = self.model.parts
+            self._adapted_text = any(has_lora(parts[p]) for p in self.model.text_encoder_names if p in parts)
+        return self._adapted_text
 
 
 def prior_targets(target: torch.Tensor, prior: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor:

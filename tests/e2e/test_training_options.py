@@ -196,6 +196,22 @@ def test_a_prior_prediction_concept_trains_towards_the_base_model(lora_config, s
     batch.prior_prediction = None  # the same batch with its own target
     with torch.no_grad():
         assert trainer.diffusion.loss(batch, trainer.trained_text_parts).item() > 0
+    # the text encoder stopped (its LoRA frozen, its outputs cached in RAM): the prior still encodes without its
+    # LoRA, so with the UNet's LoRA at zero the prediction differs from the prior by the text encoder's LoRA alone
+    from ot_gradio.data.text_cache import MemoryTextCache
+
+    for group in trainer.param_groups:
+        if group.name == "text_encoder":
+            group.freeze()
+    text_ups = [p for name, p in trainer.model.text_encoder.named_parameters() if "lora_B" in name]
+    with torch.no_grad():
+        for p in text_ups:
+            p.normal_(0.0, 0.5)
+    batch.prior_prediction = torch.tensor([True])
+    for cache in (None, MemoryTextCache("a test's", 2**20)):
+        trainer.diffusion.text_cache = cache
+        with torch.no_grad():
+            assert trainer.diffusion.loss(batch, frozenset()).item() > 0
 
 
 def test_compile_compiles_the_denoiser_in_place_and_trains_the_same(lora_config, shapes, tmp_path, monkeypatch, request):
