@@ -183,6 +183,14 @@ class Trainer(TrainerSetup):
         if self.ema is not None:
             self.ema.step(self.trained_params, self.counters.global_step)
 
+    def _stop_rule(self, group: Any) -> tuple[int | None, TimeUnit | None]:
+        """A group's `stop_training_after` and its unit: an embedding's own, else its part's section."""
+        after, unit = group.stop_training_after, group.stop_training_after_unit
+        if unit is None:
+            part = getattr(self.config, group.name, None)
+            after, unit = (part.stop_training_after, part.stop_training_after_unit) if part is not None else (None, None)
+        return after, None if unit is None else TimeUnit(unit)
+
     def _stop_parts_if_due(self) -> None:
         """Freeze parts whose `stop_training_after` is reached: checked after each optimizer step
         and each finished epoch, so 'after N' means exactly N steps or epochs of training; in
@@ -190,13 +198,9 @@ class Trainer(TrainerSetup):
         the main process decides for all); ALWAYS freezes the part before the first step."""
         stopped = False
         for group in self.param_groups:
-            after, unit = group.stop_training_after, group.stop_training_after_unit  # an embedding's own setting
-            if group.stop_training_after_unit is None:  # else the config section of the part
-                part = getattr(self.config, group.name, None)
-                after, unit = (part.stop_training_after, part.stop_training_after_unit) if part is not None else (None, None)
-            if group.frozen or unit is None or (after is None and TimeUnit(unit) != TimeUnit.ALWAYS):
+            after, unit = self._stop_rule(group)
+            if group.frozen or unit is None or (after is None and unit != TimeUnit.ALWAYS):
                 continue
-            unit = TimeUnit(unit)
             if unit in SECONDS_PER_UNIT:
                 trained_s = 0.0 if self.train_started is None else time.monotonic() - self.train_started
                 due = self.dist.broadcast(trained_s >= after * SECONDS_PER_UNIT[unit])

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..config.doctor import only_cache_problem
-from ..config.enums import EMAMode
+from ..config.enums import EMAMode, TimeUnit
 from ..config.families import family_info
 from ..config.lr_schedules import warmup_steps
 from ..config.optimizer import SCHEDULE_FREE
@@ -112,6 +112,10 @@ class TrainerSetup:
                 "nothing to train: enable training for "
                 + " or ".join(part.replace("_", " ") for part in (self.model.denoiser, *self.model.text_encoder_names))
             )
+        if all(self._stop_rule(g)[1] == TimeUnit.ALWAYS for g in self.param_groups if g.trains):
+            raise TrainingError("nothing to train: every part that trains has its 'Stop training unit' "
+                                f"(stop_training_after_unit) at ALWAYS, which freezes it before the first step: "
+                                f"set another unit for {', '.join(sorted({g.name for g in self.param_groups if g.trains}))}")
         self.trained_params = all_params(self.param_groups)
         self.dist.broadcast_parameters(self.trained_params)  # every process starts from the same weights
         if self.dist.active and cfg.async_gradient_reduce:
