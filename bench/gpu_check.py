@@ -86,7 +86,8 @@ RUNS = [
     Run("sd15-lora-b1", "sd15", "sd15-lora", 512),
     Run("sd15-lora-b4", "sd15", "sd15-lora", 512, batch=4),
     # the steps after the text encoder stops training (the preset's epochs 31 to 100): its outputs kept in RAM by caption
-    Run("sd15-lora-b1-te-stopped", "sd15", "sd15-lora", 512, changes={"text_encoder": {"stop_training_after": 0}}),
+    Run("sd15-lora-b1-te-stopped", "sd15", "sd15-lora", 512,
+        changes={"text_encoder": {"stop_training_after": 1, "stop_training_after_unit": "STEP"}}),
     # BFLOAT_16: the fused back pass cannot unscale FLOAT_16 gradients (the doctor says so)
     Run("sd15-finetune", "sd15", "sd15-finetune", 512, lora=False, changes={
         "optimizer": {"optimizer": "ADAFACTOR", "fused_back_pass": True}, "ema": "GPU", "learning_rate": 1e-5,

@@ -117,6 +117,9 @@ class TrainerSetup:
                                 f"(stop_training_after_unit) at ALWAYS, which freezes it before the first step: "
                                 f"set another unit for {', '.join(sorted({g.name for g in self.param_groups if g.trains}))}")
         self.trained_params = all_params(self.param_groups)
+        # a part due to stop before the first step (ALWAYS, or after 0) is frozen now, so that what follows (the text
+        # cache, which parts wait in RAM, the memory plan) sees it frozen; a resumed run's later stops come after the resume
+        self._stop_parts_if_due()
         self.dist.broadcast_parameters(self.trained_params)  # every process starts from the same weights
         if self.dist.active and cfg.async_gradient_reduce:
             self.async_reduce = AsyncGradientReducer(self.dist, cfg.gradient_reduce_precision, cfg.fused_gradient_reduce,
@@ -154,6 +157,8 @@ class TrainerSetup:
         # the casts itself, nor across processes, whose gradient hooks start reducing during the backward
         parts = list(self.model.parts.values())
         self.cast_once = [] if cfg.compile or self.dist.active else cast_once_layers(parts)
+        if getattr(self.diffusion, "text_cache", None) is not None:
+            self._drop_text_encoder_casts()  # no step runs them
         self.frozen_norms = [] if cfg.compile or self.dist.active else affine_norms(parts)  # norm_casts.py
         if not cfg.compile:
             skip_unit_divisions(parts)  # ResNet and attention outputs divided by 1.0: unit_scales.py
@@ -277,7 +282,7 @@ class TrainerSetup:
         from ..data.text_cache import MemoryTextCache, text_cache_problem  # noqa: PLC0415
         from .memory_plan import free_memory  # noqa: PLC0415
 
-        step = self.diffusion
+        step = getattr(self, "diffusion", None)  # (none yet when a part is frozen before the first step)
         if getattr(step, "text_cache", True) is not None or self.trained_text_parts or not self.model.text_encoder_names:
             return  # cached already, a step reading no text, an encoder still training, or none
         cfg = self.config
@@ -288,10 +293,15 @@ class TrainerSetup:
         step.text_cache = MemoryTextCache("frozen in this run", min(MEMORY_TEXT_CACHE_BYTES, (ram or MEMORY_TEXT_CACHE_BYTES) // 4))
         if getattr(self, "validator", None) is not None:
             self.validator.step.text_cache = step.text_cache
-        encoders = {id(m) for part in self.model.text_encoder_names if part in self.model.parts for m in self.model.parts[part].modules()}
-        self.cast_once = [layer for layer in self.cast_once if id(layer) not in encoders]
+        self._drop_text_encoder_casts()
         print(f"text cache: the text encoders no longer train; their outputs are kept in RAM by caption for the rest of the run "
               f"(up to {step.text_cache.limit_bytes / 2**30:.1f} GiB)", flush=True)
+
+    def _drop_text_encoder_casts(self) -> None:
+        """The text encoders' LoRA layers out of the step's casts (lora_forward.step_casts): their
+        outputs are cached, so no step runs them."""
+        encoders = {id(m) for part in self.model.text_encoder_names if part in self.model.parts for m in self.model.parts[part].modules()}
+        self.cast_once = [layer for layer in self.cast_once if id(layer) not in encoders]
 
     def _park_parts(self) -> None:
         """The parts no training step runs go to RAM (placement.py), after the caches are filled:

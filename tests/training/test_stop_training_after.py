@@ -94,5 +94,8 @@ def test_a_run_whose_every_trained_part_is_always_frozen_is_refused(tiny_model, 
             with pytest.raises(TrainingError, match="stop_training_after_unit"):
                 trainer.setup()
         else:
-            trainer.setup()
-            assert not trainer.trained_text_parts and trainer.train() == "done"
+            trainer.setup()  # frozen before the rest of setup: its outputs cached on disk as a text encoder that never trains
+            assert not trainer.trained_text_parts and trainer.text_cache_off_reason is None and trainer.diffusion.text_cache is not None
+            encoder = {id(m) for m in trainer.model.text_encoder.modules()}
+            assert trainer.cast_once and not any(id(layer) in encoder for layer in trainer.cast_once)  # no step runs it
+            assert trainer.train() == "done"
