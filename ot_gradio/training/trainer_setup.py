@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..config.doctor import only_cache_problem
-from ..config.enums import EMAMode, TimeUnit
+from ..config.enums import EMAMode
 from ..config.families import family_info
 from ..config.lr_schedules import warmup_steps
 from ..config.optimizer import SCHEDULE_FREE
@@ -112,14 +112,14 @@ class TrainerSetup:
                 "nothing to train: enable training for "
                 + " or ".join(part.replace("_", " ") for part in (self.model.denoiser, *self.model.text_encoder_names))
             )
-        if all(self._stop_rule(g)[1] == TimeUnit.ALWAYS for g in self.param_groups if g.trains):
-            raise TrainingError("nothing to train: every part that trains has its 'Stop training unit' "
-                                f"(stop_training_after_unit) at ALWAYS, which freezes it before the first step: "
-                                f"set another unit for {', '.join(sorted({g.name for g in self.param_groups if g.trains}))}")
         self.trained_params = all_params(self.param_groups)
         # a part due to stop before the first step (ALWAYS, or after 0) is frozen now, so that what follows (the text
         # cache, which parts wait in RAM, the memory plan) sees it frozen; a resumed run's later stops come after the resume
+        trained = sorted(g.name for g in self.param_groups if g.trains)
         self._stop_parts_if_due()
+        if not any(g.trains for g in self.param_groups):
+            raise TrainingError(f"nothing to train: {', '.join(trained)} would stop training before the first step "
+                                "(stop_training_after 0, or stop_training_after_unit ALWAYS); set a later stop")
         self.dist.broadcast_parameters(self.trained_params)  # every process starts from the same weights
         if self.dist.active and cfg.async_gradient_reduce:
             self.async_reduce = AsyncGradientReducer(self.dist, cfg.gradient_reduce_precision, cfg.fused_gradient_reduce,

@@ -75,17 +75,19 @@ def test_steps_and_epochs_stop_exactly_after_n():
         assert trainer.param_groups[0].frozen
 
 
-def test_a_run_whose_every_trained_part_is_always_frozen_is_refused(tiny_model, four_shapes, tmp_path):
-    """ALWAYS on every part that trains leaves nothing to train: refused in setup, naming the field,
-    as a run with every part's training off is (a run of ALWAYS on the text encoder alone trains)."""
+def test_a_run_whose_every_trained_part_stops_before_the_first_step_is_refused(tiny_model, four_shapes, tmp_path):
+    """ALWAYS, or a stop after 0, on every part that trains leaves nothing to train: refused in
+    setup, naming the fields, as a run with every part's training off is (a run of ALWAYS on the
+    text encoder alone trains, set up as one that does not train it)."""
     from ot_gradio.config.io import load_config
     from ot_gradio.training.preflight import TrainingError
     from ot_gradio.training.trainer import RunPaths, Trainer
     from tests.trainer_runs import Losses, tiny_sd15_lora_config
 
-    always = {"stop_training_after_unit": "ALWAYS"}
+    always, at_once = {"stop_training_after_unit": "ALWAYS"}, {"stop_training_after": 0, "stop_training_after_unit": "STEP"}
     for name, changes, refused in (("both", {"text_encoder": {"train": True, **always}, "unet": always}, True),
                                    ("unet", {"text_encoder": {"train": False}, "unet": always}, True),
+                                   ("now", {"text_encoder": {"train": True, **at_once}, "unet": always}, True),
                                    ("text", {"text_encoder": {"train": True, **always}}, False)):
         work = tmp_path / name
         config = tiny_sd15_lora_config(tiny_model, four_shapes, work, epochs=1, batch_size=4, **changes)
