@@ -283,8 +283,9 @@ class TrainerSetup:
         from .memory_plan import free_memory  # noqa: PLC0415
 
         step = getattr(self, "diffusion", None)  # (none yet when a part is frozen before the first step)
-        if getattr(step, "text_cache", True) is not None or self.trained_text_parts or not self.model.text_encoder_names:
-            return  # cached already, a step reading no text, an encoder still training, or none
+        if (getattr(step, "text_cache", True) is not None or self.trained_text_parts
+                or not any(g.model_part in self.model.text_encoder_names for g in self.param_groups)):
+            return  # cached already, a step reading no text, an encoder still training, or none has trained
         cfg = self.config
         if text_cache_problem(latent_caching=cfg.latent_caching, trained_text_parts=(), concepts=cfg.concepts,
                               uses_embeddings=self.method.embeddings is not None, reads_images=self.model.control_image):
