@@ -197,6 +197,9 @@ class TextEmbeddingCache:
     def path_for(self, key: str) -> Path:
         return entry_path(self.cache_dir, key)
 
+    def _has(self, key: str) -> bool:
+        return self.path_for(key).exists()
+
     def _read(self, key: str) -> dict[str, torch.Tensor] | None:
         path = self.path_for(key)
         try:
@@ -266,7 +269,7 @@ class TextEmbeddingCache:
         done = 0
         for text in texts:
             key = text_key(self.encoder_id, text)
-            if self.path_for(key).exists():
+            if self._has(key):
                 continue
             one: Texts = {p: [t] for p, t in text.items()} if isinstance(text, Mapping) else [text]
             with torch.no_grad():
@@ -312,8 +315,8 @@ class MemoryTextCache(TextEmbeddingCache):
             self.entries[key] = entry
             self.bytes += size
 
-    def fill(self, texts: Iterable[str | Mapping[str, str]], encode_fn: Callable[[Texts], Mapping[str, torch.Tensor]]) -> int:
-        raise NotImplementedError("a run's in-memory text cache fills as the steps ask")
+    def _has(self, key: str) -> bool:
+        return key in self.entries
 
     def clear(self) -> int:
         count = len(self.entries)

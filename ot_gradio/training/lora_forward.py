@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -269,7 +269,7 @@ def _cast_frozen(dtype: torch.dtype, scaled: list[tuple[int, int, float]], *weig
 
 
 def _cast_group(pairs: list[tuple[nn.Module, torch.Tensor, torch.Tensor]], dtype: torch.dtype, device: torch.device,
-                cast) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+                cast: Callable[..., tuple[torch.Tensor, ...]]) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     """id(layer) -> its (down times scaling, up) weights in `dtype`, made by `cast` for all of `pairs`
     at once; nothing where the weights are not all float32 on `device` (layer offloading moves
     some to RAM)."""

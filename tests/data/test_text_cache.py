@@ -30,6 +30,21 @@ class FakeEncoder:
         return {"encoder_hidden_states": out, "text_embeds": out[:, 0, :1].clone()}
 
 
+def test_the_memory_cache_keeps_what_its_limit_allows_and_writes_nothing(tmp_path, monkeypatch):
+    from ot_gradio.data.text_cache import MemoryTextCache
+
+    monkeypatch.chdir(tmp_path)
+    enc = FakeEncoder()
+    entry_bytes = 3 * 2 * 4 + 1 * 4  # encoder_hidden_states [3, 2] and text_embeds [1], float32
+    cache = MemoryTextCache("run", limit_bytes=2 * entry_bytes)
+    assert cache.fill(["a cat", "a dog", "a cow"], enc) == 3 and cache.fill(["a cat", "a dog"], enc) == 0
+    assert len(cache.entries) == 2 and cache.bytes == 2 * entry_bytes  # the third was past the limit
+    out = cache.encode(["a dog", "a cow", "a cat"], enc)
+    assert enc.texts == ["a cat", "a dog", "a cow", "a cow"]  # only the one not kept is encoded again
+    torch.testing.assert_close(out["encoder_hidden_states"], enc(["a dog", "a cow", "a cat"])["encoder_hidden_states"])
+    assert list(tmp_path.iterdir()) == [] and cache.clear() == 2 and cache.bytes == 0
+
+
 def test_hits_misses_and_duplicates(tmp_path):
     cache = TextEmbeddingCache(tmp_path, "enc-a")
     enc = FakeEncoder()
