@@ -1,4 +1,4 @@
-"""The `device_indexes` setting: which GPUs a multi-GPU run uses (one training process each)."""
+"""Device settings read without torch: `device_indexes` (which GPUs a multi-GPU run uses, one training process each) and `temp_device` (where the parts a step does not run wait)."""
 
 from __future__ import annotations
 
@@ -31,3 +31,27 @@ def parse_device_indexes(text: str) -> list[int]:
             raise ValueError(f"device_indexes: GPU {piece} is listed twice in {text!r}; list each GPU once")
         out.append(int(piece))
     return out
+
+
+def _device_parts(name: str) -> tuple[str, str]:
+    """"cuda:1" -> ("cuda", "1"); "cuda" -> ("cuda", "")."""
+    kind, _, index = str(name or "").strip().lower().partition(":")
+    return kind, index
+
+
+def parks_in_ram(temp_device: str) -> bool:
+    """`temp_device` cpu (or blank): the parts a step does not run wait in RAM; otherwise they stay
+    on the train device (temp_device_problem refuses any other device)."""
+    return _device_parts(temp_device)[0] in ("", "cpu")
+
+
+def temp_device_problem(temp_device: str, train_device: str) -> str | None:
+    """`temp_device` names RAM (cpu) or the train device; any other device is refused, naming the field."""
+    if parks_in_ram(temp_device):
+        return None
+    kind, index = _device_parts(temp_device)
+    train_kind, train_index = _device_parts(train_device)
+    if kind == train_kind and (not index or index == train_index or (not train_index and index == "0")):
+        return None
+    return (f"temp_device: {temp_device!r} is neither cpu nor the train device ({train_device or 'empty'}); parts a step "
+            "does not run wait in RAM (cpu) or stay on the train device (the same name as train_device)")

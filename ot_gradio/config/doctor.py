@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from .attention import attention_problems, attention_warnings
 from .base_model_match import base_model_mismatch
 from .catalogue import offered
-from .devices import parse_device_indexes
+from .devices import parse_device_indexes, temp_device_problem
 from .enums import (
     DIFFUSERS_LORA_FORMATS,
     KOHYA_LORA_FORMATS,
@@ -244,6 +244,8 @@ def errors(config: TrainConfig) -> list[str]:
     if fused_back_pass_on(config) and config.gradient_accumulation_steps > 1:
         out.append(f"optimizer.fused_back_pass: it steps the optimizer in every backward pass, so it cannot work with "
                    f"gradient_accumulation_steps {config.gradient_accumulation_steps}; set accumulation to 1 or turn it off.")
+    if problem := temp_device_problem(config.temp_device, config.train_device):
+        out.append(problem)
     try:
         parse_device_indexes(config.device_indexes)
     except ValueError as err:

@@ -108,7 +108,7 @@ class TrainConfig(Section):
     async_gradient_reduce_buffer: int = opt(100, "Reduce bucket size (MB)", "Multi-GPU with fused gradient reduce: the size of one bucket of gradients sent together.", ge=1, tab="general", advanced=True, applies_when=MULTI_GPU & on("fused_gradient_reduce"))
     dataloader_threads: int = opt(2, "Data loader threads", "Worker threads that load and augment images.", ge=0, le=64, tab="general", in_step=False)
     train_device: str = opt("cuda", "Train device", "Device to train on: cuda, cuda:1, mps or cpu. Falls back to cpu with a warning if the device is missing.", tab="general")
-    temp_device: str = opt("cpu", "Temp device", "Where parts not in use are parked.", tab="general")
+    temp_device: str = opt("cpu", "Temp device", "Where parts a step does not run wait: cpu = in RAM; the train device (cuda) = kept there, no moves, more VRAM.", tab="general")
 
     # --- Model -------------------------------------------------------------------------------
     base_model_name: str = opt("stable-diffusion-v1-5/stable-diffusion-v1-5", "Base model", "A hub id (e.g. stable-diffusion-v1-5/stable-diffusion-v1-5), a local diffusers folder, or a .safetensors/.ckpt file. Offline: tiny:sd15, tiny:sdxl, tiny:sd3, tiny:flux, tiny:qwen-image... (one per family: tiny random models built here, for trying the trainer; they learn nothing useful).", tab="model", backup_must_match=True)

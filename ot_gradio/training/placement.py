@@ -1,6 +1,6 @@
 """Where the model's parts wait while the training steps run: the parts a step does not run stay
-in RAM, and come to the train device only for what needs them (OneTrainer keeps them on its
-`temp_device` the same way).
+in RAM, and come to the train device only for what needs them, as OneTrainer keeps them on its
+`temp_device` (cpu); a temp_device that names the train device keeps every part there (nothing moves).
 
 With latent caching on, a step reads its image latents from the cache, so the VAE (every image
 part: the VAE, Würstchen's EfficientNet encoder and decoders) does not run; with the text encoder
@@ -44,9 +44,10 @@ from typing import Any
 
 import torch
 
+from ..config.devices import parks_in_ram
 from ..models.sampling_parts import move_module
 
-HOST = torch.device("cpu")  # where parked parts wait (OneTrainer's temp_device)
+HOST = torch.device("cpu")  # where parked parts wait (temp_device cpu; with the train device's name nothing is parked)
 
 
 def move(module: torch.nn.Module, device: torch.device) -> None:
@@ -98,6 +99,8 @@ def parked_parts(model: Any, config: Any, device: torch.device, trained_parts: I
             reason = f"its outputs are not cached ({text_cache_off_reason})"
         elif part not in text_parts and model.inpainting:
             reason = "an inpainting model's steps encode a blank image with it"
+        if reason is None and not parks_in_ram(config.temp_device):
+            reason = f"temp_device is {config.temp_device}"
         if reason is None:
             parked.append(part)
         else:

@@ -305,3 +305,16 @@ def test_an_sdxl_vae_in_float16_is_warned_about_unless_it_is_the_fp16_fix():
     assert not [w for w in check(config) if w.startswith("vae.weight_dtype")]
     config.model_type, config.vae.model_name = "STABLE_DIFFUSION_15", ""  # SD 1.5's VAE is fine in float16
     assert not [w for w in check(config) if w.startswith("vae.weight_dtype")]
+
+
+@pytest.mark.parametrize("temp, train, refused", [
+    ("cpu", "cuda", False), ("", "cuda", False), ("CPU", "cuda:1", False),
+    ("cuda", "cuda", False), ("cuda", "cuda:1", False), ("cuda:0", "cuda", False), ("cuda:1", "cuda:1", False),
+    ("cuda:1", "cuda", True), ("cuda:0", "cuda:1", True), ("mps", "cuda", True), ("gpu", "cuda", True),
+])
+def test_temp_device_is_ram_or_the_train_device(temp, train, refused):
+    config = good()
+    config.temp_device, config.train_device = temp, train
+    problems = [e for e in errors(config) if e.startswith("temp_device")]
+    assert bool(problems) == refused
+    assert not problems or f"neither cpu nor the train device ({train})" in problems[0]

@@ -108,11 +108,11 @@ def _model(inpainting: bool = False):
                            inpainting=inpainting)
 
 
-def _config(latent_caching: bool = True, **sections):
+def _config(latent_caching: bool = True, temp_device: str = "cpu", **sections):
     part = lambda **k: SimpleNamespace(**{"weight_dtype": "FLOAT_32", "offload_fraction": 0.0,  # noqa: E731
                                           "activation_offloading": False, **k})
     names = ("unet", "text_encoder", "text_encoder_2", "vae")
-    return SimpleNamespace(latent_caching=latent_caching, **{n: part(**sections.get(n, {})) for n in names})
+    return SimpleNamespace(latent_caching=latent_caching, temp_device=temp_device, **{n: part(**sections.get(n, {})) for n in names})
 
 
 @pytest.mark.parametrize("case, parked, kept", [
@@ -128,13 +128,17 @@ def _config(latent_caching: bool = True, **sections):
     # with layer offloading too: its offloaded blocks stay in RAM when it comes for samples (test_layer_offload.py)
     ({"text_encoder": {"offload_fraction": 0.5}}, ["text_encoder", "text_encoder_2", "vae"], []),
     ({"inpainting": True}, ["text_encoder", "text_encoder_2"], ["vae: an inpainting model"]),
+    # temp_device naming the train device: nothing waits in RAM (OneTrainer's temp_device), each part says why
+    ({"temp_device": "cuda"}, [], ["text_encoder: temp_device is cuda", "text_encoder_2: temp_device", "vae: temp_device"]),
+    ({"temp_device": "cuda", "inpainting": True}, [], ["text_encoder: temp_device", "text_encoder_2: temp_device",
+                                                       "vae: an inpainting model"]),
 ])
 def test_which_parts_wait_in_ram(case, parked, kept):
     case = dict(case)
     model = _model(case.pop("inpainting", False))
     device = torch.device(case.pop("device", "cuda"))
     trained, reason = case.pop("trained", set()), case.pop("reason", None)
-    config = _config(case.pop("latent_caching", True), **case)
+    config = _config(case.pop("latent_caching", True), case.pop("temp_device", "cpu"), **case)
     got_parked, got_kept = placement.parked_parts(model, config, device, trained, reason)
     assert got_parked == parked
     assert len(got_kept) == len(kept) and all(k.startswith(want) for k, want in zip(got_kept, kept, strict=True))
