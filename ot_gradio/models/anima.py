@@ -51,6 +51,7 @@ from ot_gradio.models.common import (
 )
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, WanImageLatents
 from ot_gradio.models.registry import register_family
+from ot_gradio.models.weight_variants import local_variant
 
 MAX_SEQUENCE_LENGTH = 512  # the pipeline's max_sequence_length and the adapter's min_sequence_length
 # OneTrainer's BaseAnimaSetup layer presets (CosmosTransformerBlock: attn1 self, attn2 cross, ff)
@@ -150,10 +151,12 @@ class Anima(WanImageLatents, IdentityLoraNames, FlowFamily):
         source, default = str(source), dtype.get("default", torch.float32)
         models = {"transformer": CosmosTransformer3DModel, "text_encoder": transformers.Qwen3Model,
                   "text_conditioner": AnimaTextConditioner, "vae": AutoencoderKLQwenImage}
+        parts.pop("variant", None)  # each part's own, below (weight_variants)
         loaded = dict(parts)
         for name, model_class in models.items():
             if name not in loaded:
-                loaded[name] = model_class.from_pretrained(source, subfolder=name, dtype=dtype.get(name, default), **hub)
+                loaded[name] = model_class.from_pretrained(source, subfolder=name, dtype=dtype.get(name, default), **hub,
+                                                           **local_variant(source, name))
         loaded["tokenizer"] = transformers.Qwen2Tokenizer.from_pretrained(source, subfolder="tokenizer", **hub)
         loaded["t5_tokenizer"] = transformers.AutoTokenizer.from_pretrained(source, subfolder="t5_tokenizer", **hub)
         loaded["scheduler"] = FlowMatchEulerDiscreteScheduler.from_pretrained(source, subfolder="scheduler", **hub)

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.models.common import ModelLoadError, module_device, module_dtype, weights_fingerprint
+from ot_gradio.models.weight_variants import variant_keywords
 
 
 @contextlib.contextmanager
@@ -72,9 +73,11 @@ class HubLoading:
 
     @classmethod
     def _tiny_or_folder(cls, name: str, load, label: str, parts: str, alternative: str = ""):
-        """`load(folder)` for a `tiny:` name (built on first use) or a local diffusers folder; None
-        when `name` is neither (a file or a hub id, which the family loads its own way). A folder
-        without model_index.json, or whose parts fail to load, says what to pick instead."""
+        """`load(folder, keywords)` for a `tiny:` name (built on first use) or a local diffusers
+        folder; None when `name` is neither (a file or a hub id, which the family loads its own
+        way). `keywords`: from_pretrained's `variant` where the folder's parts hold only variant
+        weights (models/weight_variants.py), else none. A folder without model_index.json, or
+        whose parts fail to load, says what to pick instead."""
         from ot_gradio.models.tiny import is_tiny, resolve_tiny
 
         if is_tiny(name):
@@ -82,7 +85,7 @@ class HubLoading:
                 folder = resolve_tiny(name).diffusers_dir
             except ValueError as e:
                 raise ModelLoadError(str(e)) from e
-            return load(folder)
+            return load(folder, {})
         path = Path(name).expanduser()
         if not path.is_dir():
             return None
@@ -91,9 +94,10 @@ class HubLoading:
                 f"The folder '{name}' is not a diffusers model (it has no {cls.folder_index}). "
                 f"Pick the folder that holds {cls.folder_index}{alternative}."
             )
+        keywords = variant_keywords(path)
         return cls._guarded(
             name,
-            lambda: load(path),
+            lambda: load(path, keywords),
             f"The folder looks like a diffusers model but a part failed to load; check that it is a complete {label} model "
             f"({parts}).",
         )

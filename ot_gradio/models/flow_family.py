@@ -46,6 +46,7 @@ from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import CheckedLayerSkips, HubLoading, KlVaeLatents, sentencepiece_files_readable
 from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_for_sampling
 from ot_gradio.models.vae_override import apply_vae_override
+from ot_gradio.models.weight_variants import local_variant
 
 
 # latents <-> tokens, for the transformers that patchify 2x2 outside the model (Flux.1, Qwen-Image)
@@ -229,18 +230,18 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         """The pipeline from whatever `name` is, with the transformer from `transformer_file` when
         given; errors the user can fix say what to do."""
 
-        def pipeline(source: str | Path, hub: Mapping):
+        def pipeline(source: str | Path, hub: Mapping, variant: Mapping):
             if transformer_file is None:
-                return cls._pipeline_from(source, dtype, hub)
+                return cls._pipeline_from(source, dtype, hub, **variant)
             transformer = cls._single_file_transformer(transformer_file, str(source), hub, dtype["transformer"])
-            return cls._pipeline_from(source, dtype, hub, transformer=transformer)
+            return cls._pipeline_from(source, dtype, hub, transformer=transformer, **variant)
 
         if not name:
             raise ModelLoadError(
                 f"No base model given. Enter a Hugging Face id (like '{cls.default_config_repo}'), a diffusers folder "
                 "or a transformer .safetensors file."
             )
-        pipe = cls._tiny_or_folder(name, lambda folder: pipeline(folder, {"local_files_only": True}),
+        pipe = cls._tiny_or_folder(name, lambda folder, kw: pipeline(folder, {"local_files_only": True}, kw),
                                    cls.model_type.value, ", ".join(cls.folder_parts),
                                    ", or a transformer .safetensors file" if cls.single_file_layout else "")
         if pipe is not None:
@@ -274,7 +275,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
             else "Check the id, your network and, for gated models like FLUX.1-dev, accept the license on the hub and set the access token."
         )
         return cls._guarded(
-            name, lambda: pipeline(name, {"cache_dir": cache_dir, "token": token, "local_files_only": offline}), hint
+            name, lambda: pipeline(name, {"cache_dir": cache_dir, "token": token, "local_files_only": offline}, {}), hint
         )
 
     @classmethod
@@ -305,7 +306,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
 
         def load():
             transformer = cls._single_file_transformer(path, config, hub, dtype["transformer"])
-            return cls._pipeline_from(config, dtype, hub, transformer=transformer)
+            return cls._pipeline_from(config, dtype, hub, transformer=transformer, **local_variant(config))
 
         return cls._guarded(str(path), load, cls._single_file_hint(config_dir))
 

@@ -43,6 +43,7 @@ from ot_gradio.models.common import ModelLoadError, base_module, compute_dtype, 
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, flow_training_scheduler
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sampling_parts import generation_size
+from ot_gradio.models.weight_variants import variant_keywords
 
 SEQUENCE_LENGTH = 128  # the pipeline's max_sequence_length, every encoder (OneTrainer's too)
 CLIP_PARTS = ("text_encoder", "text_encoder_2")
@@ -147,8 +148,9 @@ class HiDream(IdentityLoraNames, FlowFamily):
             path = Path(llama).expanduser()
             src, where = (str(path), {"local_files_only": True}) if path.is_dir() else \
                 (llama, {"cache_dir": cache_dir, "token": token, "local_files_only": offline})
+            weights = variant_keywords(path, part=True) if path.is_dir() else {}
             try:
-                parts["text_encoder_4"] = LlamaForCausalLM.from_pretrained(src, dtype=dtype.get(LLAMA_PART, dtype["default"]), **where)
+                parts["text_encoder_4"] = LlamaForCausalLM.from_pretrained(src, dtype=dtype.get(LLAMA_PART, dtype["default"]), **where, **weights)
                 parts["tokenizer_4"] = PreTrainedTokenizerFast.from_pretrained(src, **where)
             except (OSError, ValueError) as exc:
                 raise ModelLoadError(f"text_encoder_4.model_name: the Llama '{llama}' could not be loaded ({exc}). Give a "

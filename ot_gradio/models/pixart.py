@@ -111,7 +111,7 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
 
         if not name:
             raise ModelLoadError(f"No base model given. Enter a Hugging Face id or a diffusers folder of {label}.")
-        pipe = cls._tiny_or_folder(name, lambda folder: pipeline_class.from_pretrained(folder, local_files_only=True, dtype=dtype),
+        pipe = cls._tiny_or_folder(name, lambda folder, kw: pipeline_class.from_pretrained(folder, local_files_only=True, dtype=dtype, **kw),
                                    label, "transformer, text_encoder, tokenizer, vae, scheduler")
         if pipe is not None:
             return pipe

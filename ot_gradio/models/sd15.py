@@ -138,7 +138,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
         if not name:
             raise ModelLoadError("No base model given. Enter a Hugging Face id, a diffusers folder or a .safetensors file.")
         no_safety = dict(cls._pipeline_load_kwargs)
-        pipe = cls._tiny_or_folder(name, lambda folder: StableDiffusionPipeline.from_pretrained(folder, local_files_only=True, **no_safety),
+        pipe = cls._tiny_or_folder(name, lambda folder, kw: StableDiffusionPipeline.from_pretrained(folder, local_files_only=True, **no_safety, **kw),
                                    "Stable Diffusion", "unet, vae, text_encoder, tokenizer, scheduler", ", or a .safetensors file")
         if pipe is not None:
             return pipe

@@ -27,6 +27,7 @@ from ot_gradio.config.enums import ModelType
 from ot_gradio.models.common import base_module, module_device
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd2 import StableDiffusion2
+from ot_gradio.models.weight_variants import local_variant
 
 DEPTH_CHANNELS = 1
 
@@ -58,7 +59,8 @@ class StableDiffusion20Depth(StableDiffusion2):
         where = {"cache_dir": cache_dir, "token": token, "local_files_only": offline or bool(config_dir)}
 
         def depth_parts():
-            return (DPTForDepthEstimation.from_pretrained(source, subfolder="depth_estimator", **where),
+            return (DPTForDepthEstimation.from_pretrained(source, subfolder="depth_estimator", **where,
+                                                          **local_variant(source, "depth_estimator")),
                     DPTImageProcessor.from_pretrained(source, subfolder="feature_extractor", **where))
 
         estimator, extractor = cls._guarded(str(path), depth_parts, f"The depth estimator comes from '{source}' (its depth_estimator folder).")

@@ -40,6 +40,7 @@ from ot_gradio.models.flow_family import FlowFamily
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import StableDiffusion15
 from ot_gradio.models.sdxl import StableDiffusionXL
+from ot_gradio.models.weight_variants import local_variant
 
 T5_PART = "text_encoder_3"
 CLIP_PARTS = ("text_encoder", "text_encoder_2")
@@ -111,7 +112,7 @@ class StableDiffusion3(FlowFamily):
 
             transformer = SD3Transformer2DModel.from_single_file(str(path), config=config, subfolder="transformer", **hub)
             vae = AutoencoderKL.from_single_file(str(path), config=config, subfolder="vae", **hub)
-            return cls._pipeline_class().from_pretrained(config, transformer=transformer, vae=vae, **hub)
+            return cls._pipeline_class().from_pretrained(config, transformer=transformer, vae=vae, **hub, **local_variant(config))
 
         return cls._guarded(str(path), load, cls._single_file_hint(config_dir, "text encoders"))
 

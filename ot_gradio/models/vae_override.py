@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from .common import HUB_ID, ModelLoadError, part_file
+from .weight_variants import variant_keywords
 
 FIELD = "vae.model_name"
 _FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin")
@@ -52,7 +53,7 @@ def _from_folder(cls, path: Path):
         folder = path if sub is None else path / sub
         if (folder / "config.json").is_file():
             try:
-                return cls.from_pretrained(str(path), subfolder=sub, local_files_only=True)
+                return cls.from_pretrained(str(path), subfolder=sub, local_files_only=True, **variant_keywords(folder, part=True))
             except Exception as e:  # a config of another VAE class, missing or broken weights
                 raise ModelLoadError(f"{FIELD}: {folder} could not be loaded as a {cls.__name__} ({_first_line(e)}).") from e
     raise ModelLoadError(f"{FIELD}: {path} has no config.json (nor vae/config.json); give a diffusers VAE folder or a VAE "

@@ -1,0 +1,95 @@
+"""A diffusers folder downloaded with only the half-precision copies of its weights
+(`*.fp16.safetensors`) loads as the whole folder does (models/weight_variants.py): through each loading path (the SD pipeline, PixArt's, the
+flow-matching families', Anima's part by part, HiDream's Llama, Stable Cascade's, a VAE folder)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from ot_gradio.models.common import ModelLoadError
+from ot_gradio.models.weight_variants import folder_variant, part_variant
+
+_PLAIN = re.compile(r"^(diffusion_pytorch_model|model)(-\d+-of-\d+)?\.safetensors$")
+
+
+def variant_copy(source: Path, target: Path, variant: str = "fp16", keep: tuple[str, ...] = ()) -> Path:
+    """`source` with every weights file renamed to its `variant` copy (sharded: the index too), as the
+    hub names them, except in the parts `keep`."""
+    shutil.copytree(source, target)
+    for file in sorted(target.rglob("*")):
+        if file.parent.name in keep:
+            continue
+        match = _PLAIN.match(file.name)
+        if match:
+            file.rename(file.with_name(f"{match[1]}.{variant}{match[2] or ''}.safetensors"))
+        elif file.name.endswith(".safetensors.index.json"):
+            file.rename(file.with_name(file.name.replace(".index.json", f".index.{variant}.json")))
+    return target
+
+
+FAMILIES = [
+    ("STABLE_DIFFUSION_15", "sd15"), ("STABLE_DIFFUSION_20_DEPTH", "sd2-depth"), ("PIXART_SIGMA", "pixart-sigma"),
+    ("FLUX_DEV_1", "flux"), ("ANIMA", "anima"), ("HI_DREAM_FULL", "hidream"), ("STABLE_CASCADE_1", "cascade"),
+]
+
+
+@pytest.mark.parametrize("model_type, tiny", FAMILIES, ids=[f for f, _ in FAMILIES])
+def test_a_folder_of_fp16_copies_loads_as_the_whole_folder(model_type, tiny, tmp_path):
+    from ot_gradio.models.registry import get_family
+    from ot_gradio.models.tiny import resolve_tiny
+
+    family = get_family(model_type)
+    source = resolve_tiny(f"tiny:{tiny}").diffusers_dir
+    cascade = tiny == "cascade"  # a prior folder beside its decoder's, named by part_models
+    copies = variant_copy(source.parent if cascade else source, tmp_path / "fp16-only") / (source.name if cascade else "")
+    assert not list(copies.rglob("diffusion_pytorch_model.safetensors")) and folder_variant(copies) == "fp16"
+
+    def load(folder: Path):
+        decoder = {"part_models": {"decoder": str(folder.parent / "decoder")}} if cascade else {}
+        return family.load(str(folder), offline=True, **decoder)
+
+    expected, got = load(source), load(copies)
+    assert got.parts.keys() == expected.parts.keys()
+    for part, module in expected.parts.items():
+        a, b = module.state_dict(), got.parts[part].state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), part
+
+
+def test_the_variant_is_named_only_where_a_part_lacks_plain_weights(tmp_path):
+    from ot_gradio.models.tiny import resolve_tiny
+
+    source = resolve_tiny("tiny:sd15").diffusers_dir
+    assert folder_variant(source) is None and part_variant(source / "unet") is None
+    both = variant_copy(source, tmp_path / "both")
+    for part in ("unet", "vae", "text_encoder"):  # the hub's usual layout: the plain file beside the copy
+        shutil.copy(source / part / next(f.name for f in (source / part).iterdir() if f.suffix == ".safetensors"), both / part)
+    assert folder_variant(both) is None  # plain weights win, as diffusers loads them without a variant
+    mixed = variant_copy(source, tmp_path / "mixed", keep=("vae",))  # diffusers takes the VAE's plain weights
+    assert folder_variant(mixed) == "fp16" and part_variant(mixed / "vae") is None
+    odd = variant_copy(source, tmp_path / "odd", keep=("vae",))
+    variant_copy(source / "vae", tmp_path / "vae-bf16", "bf16")
+    shutil.rmtree(odd / "vae")
+    shutil.copytree(tmp_path / "vae-bf16", odd / "vae")
+    with pytest.raises(ModelLoadError, match=r"different variants \(text_encoder: fp16, unet: fp16, vae: bf16\)"):
+        folder_variant(odd)
+    # the safety checker a SD 1.5 folder may hold is never loaded, so its files choose nothing
+    (mixed / "safety_checker").mkdir()
+    (mixed / "safety_checker" / "model.bf16.safetensors").write_bytes(b"")
+    assert folder_variant(mixed) == "fp16"
+
+
+def test_a_vae_folder_of_fp16_copies_loads_as_the_vae_override(tmp_path):
+    from ot_gradio.models.tiny import resolve_tiny
+    from ot_gradio.models.vae_override import load_vae_override
+
+    source = resolve_tiny("tiny:sd15").diffusers_dir / "vae"
+    from diffusers import AutoencoderKL
+
+    base = AutoencoderKL.from_pretrained(str(source))
+    vae = load_vae_override(str(variant_copy(source, tmp_path / "vae")), base, cache_dir=None, offline=True, token=None)
+    assert all(torch.equal(a, b) for a, b in zip(base.state_dict().values(), vae.state_dict().values(), strict=True))
