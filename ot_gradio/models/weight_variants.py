@@ -2,7 +2,8 @@
 
 A hub repo often holds each part's weights twice: `diffusion_pytorch_model.safetensors` and a
 half-precision copy `diffusion_pytorch_model.fp16.safetensors` (transformers: `model.fp16.safetensors`;
-sharded: `...fp16-00001-of-00002.safetensors` with `...safetensors.index.fp16.json`). A folder
+sharded: `...fp16-00001-of-00002.safetensors` with `...safetensors.index.fp16.json`, or in the
+older naming `...-00001-of-00002.fp16.safetensors` with `...safetensors.fp16.index.json`). A folder
 downloaded with only the copies (the usual way to save half the disk and download time) loads in diffusers and transformers only when the variant is
 named: without it they look for the plain file and fail. The loaders name it where a part has
 no plain weights; diffusers then takes the plain weights of the parts that have no copy.
@@ -17,8 +18,13 @@ from pathlib import Path
 from ot_gradio.models.common import ModelLoadError
 
 _STEM = r"(?:diffusion_pytorch_model|model|pytorch_model)"
-_WEIGHTS = re.compile(rf"^{_STEM}(?:\.(?P<variant>\w+))?(?:-\d+-of-\d+)?\.(?:safetensors|bin)$")
-_INDEX = re.compile(rf"^{_STEM}\.(?:safetensors|bin)\.index(?:\.(?P<variant>\w+))?\.json$")
+_SHARD = r"-\d{5}-of-\d{5}"
+_NAMES = [re.compile(pattern) for pattern in (
+    rf"^{_STEM}(?:\.(?P<variant>\w+))?(?:{_SHARD})?\.(?:safetensors|bin)$",  # model.fp16-00001-of-00002.safetensors
+    rf"^{_STEM}{_SHARD}\.(?P<variant>\w+)\.(?:safetensors|bin)$",  # the older model-00001-of-00002.fp16.safetensors
+    rf"^{_STEM}\.(?:safetensors|bin)\.index(?:\.(?P<variant>\w+))?\.json$",  # model.safetensors.index.fp16.json
+    rf"^{_STEM}\.(?:safetensors|bin)\.(?P<variant>\w+)\.index\.json$",  # the older model.safetensors.fp16.index.json
+)]
 # parts a pipeline folder may list that the loaders never load (SD 1.x loads without its safety checker)
 NOT_LOADED = frozenset({"safety_checker", "feature_extractor"})
 
@@ -29,7 +35,7 @@ def part_variant(folder: str | Path) -> str | None:
     folder = Path(folder)
     plain, variants = False, set()
     for file in folder.iterdir() if folder.is_dir() else ():
-        match = _WEIGHTS.match(file.name) or _INDEX.match(file.name)
+        match = next((m for pattern in _NAMES if (m := pattern.match(file.name))), None)
         if match is None:
             continue
         if match["variant"]:

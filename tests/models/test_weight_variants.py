@@ -1,6 +1,7 @@
 """A diffusers folder downloaded with only the half-precision copies of its weights
-(`*.fp16.safetensors`) loads as the whole folder does (models/weight_variants.py): through each loading path (the SD pipeline, PixArt's, the
-flow-matching families', Anima's part by part, HiDream's Llama, Stable Cascade's, a VAE folder)."""
+(`*.fp16.safetensors`) loads as the whole folder does (models/weight_variants.py), through each
+loading path: the SD pipeline, PixArt's, the flow-matching families', Anima's part by part,
+HiDream's Llama, Stable Cascade's, a VAE folder."""
 
 from __future__ import annotations
 
@@ -93,3 +94,19 @@ def test_a_vae_folder_of_fp16_copies_loads_as_the_vae_override(tmp_path):
     base = AutoencoderKL.from_pretrained(str(source))
     vae = load_vae_override(str(variant_copy(source, tmp_path / "vae")), base, cache_dir=None, offline=True, token=None)
     assert all(torch.equal(a, b) for a, b in zip(base.state_dict().values(), vae.state_dict().values(), strict=True))
+
+
+@pytest.mark.parametrize("names, variant", [
+    (["diffusion_pytorch_model.fp16.safetensors", "config.json"], "fp16"),
+    (["model.bf16-00001-of-00002.safetensors", "model.bf16-00002-of-00002.safetensors", "model.safetensors.index.bf16.json"], "bf16"),
+    (["model-00001-of-00002.fp16.safetensors", "model.safetensors.fp16.index.json"], "fp16"),  # diffusers' older names
+    (["diffusion_pytorch_model.fp16.bin"], "fp16"),
+    (["diffusion_pytorch_model-00001-of-00002.safetensors", "diffusion_pytorch_model.fp16-00001-of-00002.safetensors"], None),
+    (["diffusion_pytorch_model.bin", "diffusion_pytorch_model.fp16.safetensors"], None),  # plain weights load without one
+    (["model.safetensors.index.json", "model.fp16.safetensors"], None),
+    (["tokenizer.json", "vocab.json", "merges.txt"], None),
+])
+def test_the_part_variant_by_file_names(names, variant, tmp_path):
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    assert part_variant(tmp_path) == variant
