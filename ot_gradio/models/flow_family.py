@@ -46,7 +46,7 @@ from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import CheckedLayerSkips, HubLoading, KlVaeLatents, sentencepiece_files_readable
 from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_for_sampling
 from ot_gradio.models.vae_override import apply_vae_override
-from ot_gradio.models.weight_variants import local_variant
+from ot_gradio.models.weight_variants import hub_variant, local_variant
 
 
 # latents <-> tokens, for the transformers that patchify 2x2 outside the model (Flux.1, Qwen-Image)
@@ -275,7 +275,8 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
             else "Check the id, your network and, for gated models like FLUX.1-dev, accept the license on the hub and set the access token."
         )
         return cls._guarded(
-            name, lambda: pipeline(name, {"cache_dir": cache_dir, "token": token, "local_files_only": offline}, {}), hint
+            name, lambda: pipeline(name, {"cache_dir": cache_dir, "token": token, "local_files_only": offline},
+                                         hub_variant(name, cache_dir=cache_dir, token=token, offline=offline)), hint
         )
 
     @classmethod

@@ -50,6 +50,7 @@ from ot_gradio.models.registry import register_family
 from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_for_sampling
 from ot_gradio.models.sd15 import make_sampling_scheduler
 from ot_gradio.models.vae_override import apply_vae_override
+from ot_gradio.models.weight_variants import hub_variant
 
 DEFAULT_SEQUENCE_LENGTH = 120
 
@@ -138,7 +139,8 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
         return cls._guarded(
             name,
             lambda: pipeline_class.from_pretrained(
-                name, cache_dir=cache_dir, token=token, local_files_only=offline, dtype=dtype
+                name, cache_dir=cache_dir, token=token, local_files_only=offline, dtype=dtype,
+                **hub_variant(name, cache_dir=cache_dir, token=token, offline=offline),
             ),
             hint,
         )

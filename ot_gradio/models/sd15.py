@@ -32,6 +32,7 @@ from ot_gradio.models.registry import register_family
 from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_for_sampling
 from ot_gradio.models.sd_single_file import save_original_single_file
 from ot_gradio.models.vae_override import apply_vae_override
+from ot_gradio.models.weight_variants import hub_variant
 
 # Samples of a zero-terminal-SNR run: classifier-free guidance rescaled by this factor (Lin et al.
 # 2023, section 3.4; OneTrainer's cfg_rescale for such runs), else the images come out overexposed.
@@ -164,7 +165,8 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
 
         def from_hub():
             return StableDiffusionPipeline.from_pretrained(
-                name, cache_dir=cache_dir, token=token, local_files_only=offline, **no_safety
+                name, cache_dir=cache_dir, token=token, local_files_only=offline, **no_safety,
+                **hub_variant(name, cache_dir=cache_dir, token=token, offline=offline),
             )
 
         hint = (

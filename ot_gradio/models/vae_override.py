@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from .common import HUB_ID, ModelLoadError, part_file
-from .weight_variants import variant_keywords
+from .weight_variants import hub_variant, variant_keywords
 
 FIELD = "vae.model_name"
 _FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin")
@@ -64,7 +64,8 @@ def _from_hub(cls, repo: str, *, cache_dir, offline, token):
     errors = []
     for sub in (None, "vae"):  # a VAE repo, or a pipeline repo with its VAE in vae/
         try:
-            return cls.from_pretrained(repo, subfolder=sub, cache_dir=cache_dir, token=token, local_files_only=offline)
+            return cls.from_pretrained(repo, subfolder=sub, cache_dir=cache_dir, token=token, local_files_only=offline,
+                                       **hub_variant(repo, sub or "", cache_dir=cache_dir, token=token, offline=offline))
         except Exception as e:  # not there, offline and not cached, no network, gated
             errors.append(_first_line(e))
     hint = ("offline mode is on and it is not in the local Hugging Face cache; turn offline mode off to download it once"

@@ -110,3 +110,65 @@ def test_the_part_variant_by_file_names(names, variant, tmp_path):
     for name in names:
         (tmp_path / name).write_bytes(b"")
     assert part_variant(tmp_path) == variant
+
+
+def hub_cache(cache: Path, repo: str, snapshot: Path) -> Path:
+    """`snapshot` as the cached download of the hub repo `repo` in the Hugging Face cache `cache`."""
+    root = cache / f"models--{repo.replace('/', '--')}"
+    (root / "refs").mkdir(parents=True)
+    (root / "refs" / "main").write_text("0" * 40)
+    shutil.copytree(snapshot, root / "snapshots" / ("0" * 40))
+    return root
+
+
+HUB = [("STABLE_DIFFUSION_15", "sd15"), ("PIXART_SIGMA", "pixart-sigma"), ("FLUX_DEV_1", "flux")]
+
+
+@pytest.mark.parametrize("model_type, tiny", HUB, ids=[f for f, _ in HUB])
+def test_a_cached_hub_repo_of_fp16_copies_loads_offline(model_type, tiny, tmp_path):
+    from ot_gradio.models.registry import get_family
+    from ot_gradio.models.tiny import resolve_tiny
+    from ot_gradio.models.weight_variants import hub_variant
+
+    family = get_family(model_type)
+    source = resolve_tiny(f"tiny:{tiny}").diffusers_dir
+    hub_cache(tmp_path / "hf", "someone/fp16-only", variant_copy(source, tmp_path / "copies"))
+    assert hub_variant("someone/fp16-only", cache_dir=str(tmp_path / "hf"), offline=True) == {"variant": "fp16"}
+    got = family.load("someone/fp16-only", cache_dir=str(tmp_path / "hf"), offline=True)
+    expected = family.load(str(source), offline=True)
+    for part, module in expected.parts.items():
+        assert all(torch.equal(a, b) for a, b in zip(module.state_dict().values(), got.parts[part].state_dict().values(),
+                                                      strict=True)), part
+
+
+def test_a_hub_repo_s_file_list_names_the_variant(monkeypatch):
+    import huggingface_hub
+
+    from ot_gradio.models import weight_variants
+
+    listings = {
+        "a/fp16-only": ["model_index.json", "unet/config.json", "unet/diffusion_pytorch_model.fp16.safetensors",
+                        "vae/diffusion_pytorch_model.fp16.safetensors", "text_encoder/model.fp16.safetensors",
+                        "tokenizer/vocab.json", "safety_checker/model.safetensors"],
+        "a/both": ["unet/diffusion_pytorch_model.safetensors", "unet/diffusion_pytorch_model.fp16.safetensors",
+                   "sd_xl_base_1.0.safetensors"],
+        "a/vae": ["config.json", "diffusion_pytorch_model.bf16.safetensors"],
+    }
+    asked = []
+
+    def listing(repo, token=None):
+        asked.append(repo)
+        if repo not in listings:
+            raise OSError("not found")
+        return listings[repo]
+
+    monkeypatch.setattr(huggingface_hub, "list_repo_files", listing)
+    weight_variants._repo_files.cache_clear()
+    assert weight_variants.hub_variant("a/fp16-only") == {"variant": "fp16"}
+    assert weight_variants.hub_variant("a/fp16-only", "unet") == {"variant": "fp16"}
+    assert weight_variants.hub_variant("a/fp16-only", "tokenizer") == {}
+    assert weight_variants.hub_variant("a/both") == {}
+    assert weight_variants.hub_variant("a/vae", "") == {"variant": "bf16"}
+    assert weight_variants.hub_variant("a/missing") == {}  # diffusers' own error names the repo
+    assert asked.count("a/fp16-only") == 1  # one request a repo
+    weight_variants._repo_files.cache_clear()
