@@ -279,12 +279,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", nargs="*", default=[], help="only presets whose file name contains one of these")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a top-level option over every preset's own, e.g. temp_device=cuda")
     args = parser.parse_args()
+    overrides = {}
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            parser.error(f"--set {item!r}: write KEY=VALUE")
+        try:
+            overrides[key] = json.loads(raw)
+        except ValueError:
+            overrides[key] = raw
     rows = []
     for relative, card, *changes in RUNS:
         if args.preset and not any(re.search(re.escape(s), relative, re.I) for s in args.preset):
             continue
-        row = run(relative, card, *changes)
+        row = run(relative, card, {**(changes[0] if changes else {}), **overrides} or None)
         for part, (built, published) in row["params"].items():
             if published and abs(built - published) > 0.01 * published:
                 print(f"warning: {row['preset']}: {part} built with {built:,} parameters, published {published:,}", file=sys.stderr)
