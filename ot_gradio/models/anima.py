@@ -51,7 +51,7 @@ from ot_gradio.models.common import (
 )
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, WanImageLatents
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.weight_variants import local_variant
+from ot_gradio.models.weight_variants import part_keywords
 
 MAX_SEQUENCE_LENGTH = 512  # the pipeline's max_sequence_length and the adapter's min_sequence_length
 # OneTrainer's BaseAnimaSetup layer presets (CosmosTransformerBlock: attn1 self, attn2 cross, ff)
@@ -156,7 +156,7 @@ class Anima(WanImageLatents, IdentityLoraNames, FlowFamily):
         for name, model_class in models.items():
             if name not in loaded:
                 loaded[name] = model_class.from_pretrained(source, subfolder=name, dtype=dtype.get(name, default), **hub,
-                                                           **local_variant(source, name))
+                                                           **part_keywords(source, name, hub))
         loaded["tokenizer"] = transformers.Qwen2Tokenizer.from_pretrained(source, subfolder="tokenizer", **hub)
         loaded["t5_tokenizer"] = transformers.AutoTokenizer.from_pretrained(source, subfolder="t5_tokenizer", **hub)
         loaded["scheduler"] = FlowMatchEulerDiscreteScheduler.from_pretrained(source, subfolder="scheduler", **hub)

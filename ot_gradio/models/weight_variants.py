@@ -135,3 +135,13 @@ def local_variant(source: str | Path, part: str | None = None) -> dict[str, str]
     if not Path(source).is_dir():
         return {}
     return variant_keywords(Path(source) / part, part=True) if part else variant_keywords(source)
+
+
+def part_keywords(source: str | Path, part: str, hub: Mapping) -> dict[str, str]:
+    """from_pretrained's `variant` for the part `part` of `source`, a local folder or a hub repo
+    (`hub`: the loading keywords cache_dir, token, local_files_only), for loaders that load the
+    parts one by one."""
+    if Path(source).is_dir():
+        return local_variant(source, part)
+    return hub_variant(str(source), part, cache_dir=hub.get("cache_dir"), token=hub.get("token"),
+                       offline=bool(hub.get("local_files_only")))

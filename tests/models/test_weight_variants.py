@@ -170,5 +170,7 @@ def test_a_hub_repo_s_file_list_names_the_variant(monkeypatch):
     assert weight_variants.hub_variant("a/both") == {}
     assert weight_variants.hub_variant("a/vae", "") == {"variant": "bf16"}
     assert weight_variants.hub_variant("a/missing") == {}  # diffusers' own error names the repo
+    # Anima loads part by part with the pipeline's hub keywords
+    assert weight_variants.part_keywords("a/fp16-only", "vae", {"cache_dir": None, "local_files_only": False}) == {"variant": "fp16"}
     assert asked.count("a/fp16-only") == 1  # one request a repo
     weight_variants._repo_files.cache_clear()
