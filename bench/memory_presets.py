@@ -282,15 +282,11 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a top-level option over every preset's own, e.g. temp_device=cuda")
     args = parser.parse_args()
-    overrides = {}
-    for item in args.set:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            parser.error(f"--set {item!r}: write KEY=VALUE")
-        try:
-            overrides[key] = json.loads(raw)
-        except ValueError:
-            overrides[key] = raw
+    from bench.gpu_check import parse_set
+
+    overrides = parse_set(args.set)
+    if any(isinstance(value, dict) for value in overrides.values()):
+        parser.error("--set: top-level options only (temp_device=cuda), not a section's")
     rows = []
     for relative, card, *changes in RUNS:
         if args.preset and not any(re.search(re.escape(s), relative, re.I) for s in args.preset):

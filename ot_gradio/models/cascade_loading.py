@@ -14,7 +14,7 @@ import torch
 
 from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.effnet import EfficientNetEncoder, load_effnet_state_dict
-from ot_gradio.models.weight_variants import hub_variant, variant_keywords
+from ot_gradio.models.weight_variants import part_keywords
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(/[\w.-]+)?")
 
@@ -84,8 +84,8 @@ class Loader:
                 token=self.token,
                 local_files_only=self.offline or source.local,
                 **kwargs,
-                **(variant_keywords(Path(source.root) / (subfolder or ""), part=True) if source.local else
-                   hub_variant(source.root, subfolder or "", cache_dir=self.cache_dir, token=self.token, offline=self.offline)),
+                **part_keywords(source.root, subfolder or "", {"cache_dir": self.cache_dir, "token": self.token,
+                                                               "local_files_only": self.offline}),
             )
         except Exception as e:  # diffusers, transformers and the hub raise many kinds
             where = f"{source.root}" + (f"/{subfolder}" if subfolder else "")

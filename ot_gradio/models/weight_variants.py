@@ -103,10 +103,11 @@ def hub_variant(repo: str, part: str | None = None, *, cache_dir: str | None = N
         from huggingface_hub import snapshot_download
 
         try:
-            folder = Path(snapshot_download(repo, cache_dir=cache_dir, local_files_only=True))
+            return local_variant(snapshot_download(repo, cache_dir=cache_dir, local_files_only=True), part)
+        except ModelLoadError:
+            raise
         except Exception:  # not cached: diffusers names it
             return {}
-        return variant_keywords(folder) if part is None else variant_keywords(folder / part, part=True)
     try:
         names = _repo_files(repo, token)
     except Exception:  # no network, a gated repo without access, a wrong id: diffusers says which
@@ -130,17 +131,17 @@ def variant_keywords(folder: str | Path, *, part: bool = False) -> dict[str, str
 
 
 def local_variant(source: str | Path, part: str | None = None) -> dict[str, str]:
-    """`variant_keywords` of `source` (its subfolder `part`, or the whole pipeline folder) when it
-    is a local folder; {} for a hub id, whose files diffusers chooses."""
+    """`variant_keywords` of `source` (its subfolder `part`, "" for its top level as one part, or
+    None for the whole pipeline folder) when it is a local folder; {} for a hub id."""
     if not Path(source).is_dir():
         return {}
-    return variant_keywords(Path(source) / part, part=True) if part else variant_keywords(source)
+    return variant_keywords(source) if part is None else variant_keywords(Path(source) / part, part=True)
 
 
 def part_keywords(source: str | Path, part: str, hub: Mapping) -> dict[str, str]:
-    """from_pretrained's `variant` for the part `part` of `source`, a local folder or a hub repo
-    (`hub`: the loading keywords cache_dir, token, local_files_only), for loaders that load the
-    parts one by one."""
+    """from_pretrained's `variant` for the part `part` ("": the top level) of `source`, a local
+    folder or a hub repo (`hub`: the loading keywords cache_dir, token, local_files_only), for
+    loaders that load the parts one by one."""
     if Path(source).is_dir():
         return local_variant(source, part)
     return hub_variant(str(source), part, cache_dir=hub.get("cache_dir"), token=hub.get("token"),
