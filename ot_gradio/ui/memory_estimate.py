@@ -105,6 +105,10 @@ class MemoryEstimate:
     def build(self) -> None:
         self.button = gr.Button("Estimate memory", size="sm", elem_id="memory-estimate-button")
         self.output = gr.Markdown(PROMPT, elem_id="memory-estimate")
+        self.config = gr.State(None)  # the config on the form when the button was pressed
 
-    def wire(self, handler: Callable[[dict], str], inputs: set) -> None:
-        self.button.click(handler, inputs, self.output, show_progress="full")
+    def wire(self, read: Callable[[dict], dict], inputs: set) -> None:
+        """`read` takes the config on the form (quick: it runs in turn with the edits, ui/page.py);
+        the estimate of it follows on its own, so the minutes a model takes to load hold up no edit."""
+        self.button.click(read, inputs, self.config, show_progress="hidden").then(
+            lambda config: estimate_markdown(config), self.config, self.output, show_progress="full")

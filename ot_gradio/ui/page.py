@@ -38,7 +38,7 @@ from .form import Field, build_fields, edit_event, make_component, schema_fields
 from .guide import TABS_ID, build_guide
 from .layout import COLUMNS, OPTIMIZER_SETTINGS, TAB_TITLES, group_open, group_paths
 from .memory_estimate import PROMPT as ESTIMATE_PROMPT
-from .memory_estimate import MemoryEstimate, estimate_markdown  # the planner's estimate, in a child process
+from .memory_estimate import MemoryEstimate  # the planner's estimate, in a child process
 from .monitor import REFUSED, Monitor
 from .page_edits import EditHandlers
 from .page_files import ConfigFiles
@@ -139,8 +139,17 @@ class Page(EditHandlers, ConfigFiles):
         # concept's (or a preset's) run at once each read the config before the other saved, and
         # the later write dropped the earlier edit. Gradio reads a State input when the event runs
         # (not when it was sent), so each sees the one before it. They take milliseconds.
+        # So does each handler that reads the config with an edit log's applied count (Start, Add
+        # to queue, the estimate): Gradio reads an event's inputs one by one, awaiting between
+        # them, so an edit saved in between gave Start the config before it and the count after
+        # it, and Start ran without the edit (a run started on the folder just replaced). And each
+        # that fills fields in from the config (a concept shown): a field filled in is logged as an
+        # edit, so one filled in from the config before an edit's save would undo the edit.
+        counts = {self.edits_applied, self.concepts.applied}
+        logged = {f.component for f in [*self.fields.values(), *self.concepts.fields.values()]}
         for fn in self.blocks.fns.values():
-            if fn.fn is not None and self.config_state in fn.outputs:
+            reads = self.config_state in fn.inputs
+            if fn.fn is not None and (self.config_state in fn.outputs or reads and (counts | logged) & {*fn.inputs, *fn.outputs}):
                 fn.concurrency_id, fn.concurrency_limit = "config", 1
         bound_uploads(self.blocks)  # uploads: at most UPLOADS_TOTAL_BYTES kept (uploads.py)
         # The handlers are the page's, not an API: left public, gradio documents each of them
@@ -392,8 +401,8 @@ class Page(EditHandlers, ConfigFiles):
             return gr.skip()
         return rechecked(shown, validate(config)[1], config)
 
-    def on_estimate_memory(self, values: dict) -> str:  # the config on the form, estimated in a child process
-        return estimate_markdown(self._form_config(values))
+    def on_estimate_memory(self, values: dict) -> dict:  # the config on the form, for the estimate (ui/memory_estimate.py)
+        return self._form_config(values)
 
     def _config_of(self, values: dict) -> dict:  # the config Start would use
         return self.concepts.apply(self._form_config(values), values)

@@ -92,16 +92,19 @@ def test_the_command_answers_bad_input_with_json(stdin):
 def test_the_model_tab_has_the_button_and_the_handler_uses_the_form(page, monkeypatch):
     (handler,) = [fn for fn in page.blocks.fns.values() if getattr(fn.fn, "__func__", None) is Page.on_estimate_memory]
     assert [b for b, event in handler.targets] == [page.memory_estimate.button._id]
-    assert handler.outputs == [page.memory_estimate.output]
+    assert handler.outputs == [page.memory_estimate.config]
+    # the estimate itself (a model load: minutes) follows on its own, outside the edits' turn
+    (estimate,) = [fn for fn in page.blocks.fns.values() if fn.outputs == [page.memory_estimate.output]]
+    assert estimate.inputs == [page.memory_estimate.config] and estimate.concurrency_id != handler.concurrency_id == "config"
     model_tab = page.tab_handles["model"]
     assert page.memory_estimate.button in _descendants(model_tab) and page.memory_estimate.output in _descendants(model_tab)
 
     seen = []
-    monkeypatch.setattr(page_module(), "estimate_markdown", lambda config: seen.append(config) or "estimated")
+    monkeypatch.setattr(memory_estimate, "estimate_markdown", lambda config: seen.append(config) or "estimated")
     config = page.on_page_load()[page.config_state]
     values = page.form_values(config)
     values[page.fields["batch_size"].component] = 3  # edited on the form, not yet in the state
-    assert page.on_estimate_memory(values) == "estimated"
+    assert estimate.fn(page.on_estimate_memory(values)) == "estimated"
     assert seen[0]["batch_size"] == 3
 
 
