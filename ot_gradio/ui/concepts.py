@@ -141,16 +141,22 @@ class ConceptsTab:
             self.add_button = gr.Button("Add", elem_id="concept-add", scale=0)
             self.clone = gr.Button("Clone", elem_id="concept-clone", scale=0)
             self.remove_button = gr.Button("Remove", variant="stop", elem_id="concept-remove", scale=0)
+        # with no concept there are no fields to edit (an edit would belong to no concept): a note instead
+        self.empty = gr.Markdown("**No concept yet.** Press **Add** for one: a folder of training images and their captions.",
+                                 visible=False, elem_id="concept-none")
+        self.groups: list[gr.Accordion] = []
         for title, prefix in GROUPS:
             group = [i for i in infos if i.path.startswith("concepts[]." + prefix) and (prefix or i.path.count(".") == 1)]
-            with gr.Accordion(title, open=not prefix), gr.Column(elem_classes="ot-grid"):  # 2-3 fields a line on a wide screen
+            with gr.Accordion(title, open=not prefix) as accordion, gr.Column(elem_classes="ot-grid"):  # 2-3 fields a line on a wide screen
                 for path, f in build_fields(group, "concept").items():
                     self.fields[path[len("concepts[]."):]] = f
-        with gr.Accordion("Statistics", open=True):
+            self.groups.append(accordion)
+        with gr.Accordion("Statistics", open=True) as accordion:
+            self.groups.append(accordion)
             self.refresh = gr.Button("Refresh statistics", elem_id="concept-stats-refresh")
             self.stats = gr.Markdown("")
             self.buckets = gr.BarPlot(x="bucket", y="images", title="Aspect buckets", height=220, elem_id="concept-buckets")
-        self.outputs = [self.selector, *(f.component for f in self.fields.values())]
+        self.outputs = [self.selector, *(f.component for f in self.fields.values()), self.empty, *self.groups]
         # the fields' edits, logged in the browser with the concept selected (ui/edit_log.py)
         self.log, self.applied = edit_log.build("concept-edit-log")
         self.inputs = [self.selector, self.log, self.applied]  # what Start reads of this tab
@@ -161,7 +167,8 @@ class ConceptsTab:
         if index is None or not (0 <= index < len(concepts)):
             index = 0 if concepts else None
         values = values_from_config(self.fields, concepts[index]) if index is not None else {}
-        return {self.selector: gr.update(choices=concept_choices(concepts), value=index), **values}
+        return {self.selector: gr.update(choices=concept_choices(concepts), value=index), **values,
+                self.empty: gr.update(visible=index is None), **{group: gr.update(visible=index is not None) for group in self.groups}}
 
     def apply(self, config: dict[str, Any], values: dict) -> dict[str, Any]:
         """The config with the selected concept as the form shows it: the fields' values among

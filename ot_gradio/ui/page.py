@@ -385,8 +385,9 @@ class Page(EditHandlers, ConfigFiles):
         """What the page sends for `config` (tests call handlers with it)."""
         shown = self.concepts.show(config, 0)
         selector = shown.pop(self.concepts.selector)
+        concept_values = {f.component: shown[f.component] for f in self.concepts.fields.values() if f.component in shown}
         return {self.config_state: config, self.monitor.run_id: run_id, **values_from_config(self.fields, config),
-                **shown, self.concepts.selector: selector.get("value") if isinstance(selector, dict) else selector}
+                **concept_values, self.concepts.selector: selector.get("value") if isinstance(selector, dict) else selector}
 
     # --- handlers -------------------------------------------------------------------------------
     def on_page_load(self) -> dict:

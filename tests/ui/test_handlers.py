@@ -164,6 +164,12 @@ def test_concepts_add_clone_remove(page):
     config, index = tab.remove(config, 0)
     assert config["concepts"] == [] and index is None
     assert json.loads((page.workspace / UI_CONFIG).read_text())["concepts"] == []  # autosaved
+    # with none left, the fields (the last one's values, an edit of which belonged to no concept) give way to a note
+    shown = tab.show(config, index)
+    assert shown[tab.empty]["visible"] is True and all(shown[g]["visible"] is False for g in tab.groups)
+    assert len(tab.groups) == 4 and set(tab.groups) <= set(tab.outputs)
+    shown = tab.show(tab.add(config, None)[0], 0)
+    assert shown[tab.empty]["visible"] is False and all(shown[g]["visible"] is True for g in tab.groups)
 
 
 def test_the_problem_list_follows_the_edits_after_a_refused_start(page, fake_start):
