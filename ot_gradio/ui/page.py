@@ -325,8 +325,11 @@ class Page(EditHandlers, ConfigFiles):
         self.load_btn.click(self.on_load, [self.config_path, self.config_state], self.all_outputs,
                             show_progress_on=[self.load_btn]).then(None, js=shown)
         self.upload.upload(self.on_upload, self.upload, self.all_outputs, show_progress_on=[self.upload]).then(None, js=shown)
-        self.save_btn.click(self.on_save, [self.config_path, self.config_state], None)
-        self.export.click(self.on_export, self.config_state, self.export)
+        # Save and Export write the config Start would use: with the edits still on their way (a
+        # value typed just before the click was missing from the file)
+        form = {*log_inputs, *self.concepts.inputs}
+        self.save_btn.click(lambda values: self.on_save(values[self.config_path], self._config_of(values)), {self.config_path, *form}, None)
+        self.export.click(lambda values: self.on_export(self._config_of(values)), form, self.export)
         self.concepts.wire(self.config_state, self.autosave)
         self.samples.wire(self.config_state, self.autosave)
         self.monitor.wire()

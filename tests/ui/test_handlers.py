@@ -94,6 +94,22 @@ def test_save_and_load_a_config_file(page, tmp_path):
     assert Path(page.on_export(config)).is_file()
 
 
+def test_save_and_export_write_the_edits_still_on_their_way(page, tmp_path):
+    """A value typed just before Save was missing from the file: Save read the session's config,
+    which the edit's save had not reached yet."""
+    (save,) = [fn for fn in page.blocks.fns.values() if fn.targets == [(page.save_btn._id, "click")]]
+    (export,) = [fn for fn in page.blocks.fns.values() if fn.targets == [(page.export._id, "click")]]
+    values = page.form_values(page.on_page_load()[page.config_state])
+    values.update({page.edit_log: '[[1, "lora_rank", 11]]', page.edits_applied: 0, page.concepts.log: '[[1, "name", "cats", 0]]',
+                   page.concepts.applied: 0, page.config_path: str(tmp_path / "mine.json")})
+    save.fn(values)
+    saved = json.loads((tmp_path / "mine.json").read_text())
+    assert saved["lora_rank"] == 11 and saved["concepts"][0]["name"] == "cats"
+    exported = json.loads(Path(export.fn(values)).read_text())
+    assert exported["lora_rank"] == 11 and exported["concepts"][0]["name"] == "cats"
+    assert {(fn.concurrency_id, fn.concurrency_limit) for fn in (save, export)} == {("config", 1)}  # in turn with the edits' saves
+
+
 def test_onetrainer_import(page, tmp_path):
     folder = tmp_path / "ot"
     shutil.copytree(ONETRAINER_FULL, folder)
