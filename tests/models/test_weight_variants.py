@@ -141,6 +141,51 @@ def test_a_cached_hub_repo_of_fp16_copies_loads_offline(model_type, tiny, tmp_pa
                                                       strict=True)), part
 
 
+HUB_LOAD = """
+import json, sys, torch
+from ot_gradio.models.registry import get_family
+result = {}
+for model_type, repo, local in json.loads(sys.argv[1]):
+    family = get_family(model_type)
+    got, expected = family.load(repo, cache_dir=sys.argv[2], offline=False), family.load(local, offline=True)
+    result[model_type] = {part: all(torch.equal(a, b) for a, b in zip(module.state_dict().values(),
+                                                                       got.parts[part].state_dict().values(), strict=True))
+                          for part, module in expected.parts.items()}
+print("RESULT " + json.dumps(result))
+"""
+
+
+def test_a_hub_repo_of_fp16_copies_downloads_and_loads(tmp_path):
+    """Through huggingface_hub's and diffusers' own download code, from a local stand-in for the
+    hub (tests/fake_hub.py): the repo's file list names the variant, and only its copies are fetched."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from ot_gradio.models.tiny import resolve_tiny
+    from tests.fake_hub import FakeHub
+
+    repos, jobs = {}, []
+    for model_type, tiny in HUB:
+        source = resolve_tiny(f"tiny:{tiny}").diffusers_dir
+        repos[f"someone/{tiny}-fp16"] = variant_copy(source, tmp_path / tiny)
+        jobs.append((model_type, f"someone/{tiny}-fp16", str(source)))
+    with FakeHub(repos) as hub:
+        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0",
+               "HF_HOME": str(tmp_path / "home"), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        out = subprocess.run([sys.executable, "-c", HUB_LOAD, json.dumps(jobs), str(tmp_path / "cache")], env=env,
+                             capture_output=True, text=True, timeout=600)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, out.stderr[-3000:]
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    assert {t: all(parts.values()) and bool(parts) for t, parts in result.items()} == {t: True for t, _ in HUB}, result
+    fetched = {path.split("/resolve/", 1)[1].split("/", 1)[1] for method, path in hub.requests if method == "GET" and "/resolve/" in path}
+    weights = {name for name in fetched if name.endswith(".safetensors")}
+    assert weights and all(".fp16." in name for name in weights), weights
+    assert any(path.startswith("/api/models/someone/sd15-fp16/tree/") for _, path in hub.requests)  # the file list asked
+
+
 def test_a_hub_repo_s_file_list_names_the_variant(monkeypatch):
     import huggingface_hub
 
