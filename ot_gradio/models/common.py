@@ -17,6 +17,8 @@ from typing import Any
 import torch
 
 from ot_gradio.config.enums import DataType
+from ot_gradio.config.hub_files import EXAMPLE as HUB_FILE_EXAMPLE
+from ot_gradio.config.hub_files import hub_file_address, is_web_address
 from ot_gradio.fsutil import atomic_write, atomic_write_dir
 
 
@@ -440,9 +442,6 @@ def inpainting_images(height: int, width: int, image=None, mask=None) -> dict:
     return {"image": loaded[0], "mask_image": loaded[1], "strength": 1.0}
 
 
-_HUB_FILE_URL = re.compile(r"https?://(?:www\.)?huggingface\.co/([^/?#]+/[^/?#]+)/(?:blob|resolve)/([^/?#]+)/([^?#]+)")
-
-
 def gguf_options(path: Path, dtype: torch.dtype) -> dict:
     """diffusers' `from_single_file` keywords for a transformer file: a .gguf file (weight_dtype
     GGUF) keeps its quantized Linear weights, dequantized per forward into `dtype`."""
@@ -497,17 +496,30 @@ def part_file(value: str, field: str, *, cache_dir: str | None, offline: bool, t
     path = Path(value).expanduser()
     if path.is_file():
         return path
-    hub = _HUB_FILE_URL.fullmatch(value.strip())
+    hub = hub_file_address(value)
     if hub is None:
-        if value.startswith(("http://", "https://")):
+        if is_web_address(value):
             raise ModelLoadError(f"{field}: {value} is a web address but not of a Hugging Face file; download the file and "
                                  "give its path instead.")
         raise ModelLoadError(f"{field}: {value} does not exist; give a .safetensors file or a Hugging Face file address "
-                             "(https://huggingface.co/<owner>/<repo>/blob/main/<file>), or leave it blank.")
+                             f"({HUB_FILE_EXAMPLE}), or leave it blank.")
+    return hub_file(value, hub, field, cache_dir=cache_dir, offline=offline, token=token)
+
+
+def base_model_source(name: str, *, cache_dir: str | None, offline: bool, token: str | None) -> str:
+    """What a family's `load` takes for the base model `name`: `name` itself, or for a Hugging Face
+    file address (a single-file checkpoint on the hub, as diffusers' from_single_file takes one)
+    the file it downloads to, once, in the hub cache (offline: read from it)."""
+    hub = hub_file_address(name)
+    return name if hub is None else str(hub_file(name.strip(), hub, "base_model_name", cache_dir=cache_dir, offline=offline, token=token))
+
+
+def hub_file(value: str, hub: tuple[str, str, str], field: str, *, cache_dir: str | None, offline: bool, token: str | None) -> Path:
+    """The file at the Hugging Face file address `value` ((repo, revision, file): `hub`), from the hub cache."""
     from huggingface_hub import constants, hf_hub_download
 
     offline = offline or bool(constants.HF_HUB_OFFLINE)
-    repo, revision, filename = hub.groups()
+    repo, revision, filename = hub
     try:
         return Path(hf_hub_download(repo, filename, revision=revision, cache_dir=cache_dir, token=token, local_files_only=offline))
     except Exception as e:  # offline and not cached, no network, gated, missing: each ends in the same advice

@@ -21,6 +21,8 @@ from typing import Any
 
 from ..config.doctor import errors
 from ..config.fields import PLANNED, field_meta
+from ..config.hub_files import EXAMPLE as HUB_FILE_EXAMPLE
+from ..config.hub_files import hub_file_address, is_web_address
 from ..config.schema import TrainConfig
 
 NAME_MAX = 255  # bytes in one file name on ext4, xfs, btrfs, NTFS, APFS
@@ -66,7 +68,8 @@ def model_problems(config: Any) -> list[str]:
     out = []
     name = (config.base_model_name or "").strip()
     if not name:
-        out.append("base_model_name: empty; enter a Hugging Face id (owner/name), a diffusers folder or a .safetensors file")
+        out.append("base_model_name: empty; enter a Hugging Face id (owner/name), a diffusers folder, a .safetensors file "
+                   "or a Hugging Face file address")
     names = [("base_model_name", name)]
     for part in type(config).model_fields:
         sub = getattr(config, part, None)
@@ -76,8 +79,11 @@ def model_problems(config: Any) -> list[str]:
                 and field_meta(type(sub), "model_name").get("status") != PLANNED):
             names.append((f"{part}.model_name", sub.model_name.strip()))
     for field, value in names:
-        if (value and not value.startswith(("tiny:", "http://", "https://")) and looks_like_local_path(value)
-                and not _exists(Path(value).expanduser())):
+        if is_web_address(value):  # a Hugging Face file address downloads; no other site's does
+            if hub_file_address(value) is None:
+                out.append(f"{field}: {_shown(value)} is a web address but not of a Hugging Face file ({HUB_FILE_EXAMPLE}); "
+                           "download the file and give its path")
+        elif value and not value.startswith("tiny:") and looks_like_local_path(value) and not _exists(Path(value).expanduser()):
             out.append(f"{field}: {_shown(value)} does not exist; give an existing diffusers folder or model file, or a Hugging Face id")
     problem = folder_family_problem(config, name)
     return out + ([problem] if problem else [])

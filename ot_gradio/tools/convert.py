@@ -132,13 +132,14 @@ def _offline(params: Mapping[str, Any]) -> bool:
 
 def _load_model(family: type, params: Mapping[str, Any], field: str, source: str):
     """The family's real loader; `config` is the diffusers folder a single file takes its configs from."""
-    from ot_gradio.models.common import ModelLoadError
+    from ot_gradio.models.common import ModelLoadError, base_model_source
 
     config = str(params.get("config") or "").strip() or None
     if config and not Path(config).expanduser().is_dir():
         raise JobError(f"config: folder '{config}' was not found")
     try:
-        return family.load(source, offline=_offline(params), config_dir=config, cache_dir=params.get("cache_dir") or None)
+        hub = {"offline": _offline(params), "cache_dir": params.get("cache_dir") or None}
+        return family.load(base_model_source(source, token=None, **hub), config_dir=config, **hub)
     except ModelLoadError as err:
         raise JobError(f"{field}: {err}") from None
 

@@ -131,7 +131,7 @@ def _dtypes(family: Any, model_type: str, dtype: str | None, device: Any) -> dic
 def load_base(model_type: str, base_model: str, device: Any, dtype: str | None, extra: dict | None = None, move: bool = True) -> Any:
     """The family's own loader; load problems become a JobError naming what to fetch or fix.
     `move`: on `device` (else in RAM still, for the caller to quantize parts before moving it)."""
-    from ot_gradio.models.common import ModelLoadError
+    from ot_gradio.models.common import ModelLoadError, base_model_source
     from ot_gradio.models.registry import UnsupportedModelTypeError, get_family
 
     try:
@@ -147,7 +147,8 @@ def load_base(model_type: str, base_model: str, device: Any, dtype: str | None, 
         if extra.get(key):  # every family's load takes both (models/base.ModelFamily; tests/models/test_model_registry.py)
             kwargs[key] = extra[key]
     try:
-        model = family.load(str(base_model).strip(), **kwargs)
+        source = base_model_source(str(base_model).strip(), cache_dir=kwargs["cache_dir"], offline=kwargs["offline"], token=kwargs["token"])
+        model = family.load(source, **kwargs)
     except ModelLoadError as err:
         raise JobError(f"base_model: {err}") from None
     return model.to(device) if move else model

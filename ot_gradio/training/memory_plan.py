@@ -420,6 +420,7 @@ def estimate(config: Any) -> dict[str, Any]:
     "line": the summary with the choice and the breakdown}. Never raises: a model that cannot be
     loaded here gives 'not estimated' and why."""
     from ..config.families import family_info  # noqa: PLC0415
+    from ..models.common import base_model_source  # noqa: PLC0415
     from ..models.registry import get_family  # noqa: PLC0415
     from .device import Precision, resolve_device  # noqa: PLC0415
     from .diffusion import configure_model  # noqa: PLC0415
@@ -434,9 +435,10 @@ def estimate(config: Any) -> dict[str, Any]:
         family = get_family(config.model_type)
         dtypes = part_load_dtypes(config, family, parts, device, precision.dtype)
         # the parts' own files as the run loads them (a GGUF transformer counts its quantized bytes)
-        model = family.load(config.base_model_name, cache_dir=config.huggingface_cache_dir or None,
-                                                   offline=config.offline_mode, dtypes=dtypes,
-                                                   part_models={part: getattr(config, part).model_name for part in parts})
+        hub = {"cache_dir": config.huggingface_cache_dir or None, "offline": config.offline_mode,
+               "token": config.secrets.huggingface_token or None}
+        model = family.load(base_model_source(config.base_model_name, **hub), dtypes=dtypes, **hub,
+                            part_models={part: getattr(config, part).model_name for part in parts})
         model.to(device)
         configure_model(model, config, device, precision)
         method = get_method(config.training_method)

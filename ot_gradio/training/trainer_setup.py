@@ -19,7 +19,7 @@ from ..config.enums import EMAMode
 from ..config.families import family_info
 from ..config.lr_schedules import warmup_steps
 from ..config.optimizer import SCHEDULE_FREE
-from ..models.common import base_module
+from ..models.common import base_model_source, base_module
 from .async_reduce import AsyncGradientReducer
 from .debug_output import debug_writer
 from .device import Precision, channels_last_on_cpu, resolve_device
@@ -84,11 +84,11 @@ class TrainerSetup:
         family = get_family(cfg.model_type)
         dtypes = part_load_dtypes(cfg, family, family_info(cfg.model_type).parts, self.device, self.precision.dtype)
         with self.dist.main_first():  # multi-GPU: one process downloads (or builds) the model, then the others load it
+            hub = {"cache_dir": cfg.huggingface_cache_dir or None, "offline": cfg.offline_mode,
+                   "token": cfg.secrets.huggingface_token or None}
             self.model: ModelFamily = family.load(
-                cfg.base_model_name,
-                cache_dir=cfg.huggingface_cache_dir or None,
-                offline=cfg.offline_mode,
-                token=cfg.secrets.huggingface_token or None,
+                base_model_source(cfg.base_model_name, **hub),  # a Hugging Face file address: its file, downloaded
+                **hub,
                 dtypes=dtypes,
                 part_models={part: getattr(cfg, part).model_name for part in family_info(cfg.model_type).parts},
             )

@@ -1,0 +1,21 @@
+"""Hugging Face file addresses (https://huggingface.co/<owner>/<repo>/blob/<revision>/<file>),
+which a base model and a part's own model name take for one file on the hub (a single-file
+checkpoint; OneTrainer's DeTurbo presets give a transformer so). Torch-free: the start checks
+read it in the page's process."""
+
+from __future__ import annotations
+
+import re
+
+_HUB_FILE_URL = re.compile(r"https?://(?:www\.)?huggingface\.co/([^/?#]+/[^/?#]+)/(?:blob|resolve)/([^/?#]+)/([^?#]+)")
+EXAMPLE = "https://huggingface.co/<owner>/<repo>/blob/main/<file>"
+
+
+def hub_file_address(value: str) -> tuple[str, str, str] | None:
+    """(repo, revision, file) of a Hugging Face file address, None for anything else."""
+    match = _HUB_FILE_URL.fullmatch(str(value or "").strip())
+    return (match[1], match[2], match[3]) if match else None
+
+
+def is_web_address(value: str) -> bool:
+    return str(value or "").strip().lower().startswith(("http://", "https://"))

@@ -1,0 +1,45 @@
+"""A base model given as a Hugging Face file address (a single-file checkpoint on the hub, as
+Pony or Illustrious are shared) trains: the file downloads once into the hub cache, its component
+configs come from the family's default config repo, both through huggingface_hub's and diffusers'
+own download code from a local stand-in for the hub (tests/fake_hub.py)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ot_gradio.models.registry import get_family
+from tests.fake_hub import FakeHub
+
+ROOT = Path(__file__).resolve().parents[2]
+ADDRESS = "https://huggingface.co/someone/checkpoints/blob/main/my-sd15-model.safetensors"
+
+
+def test_a_hub_file_address_as_base_model_downloads_and_trains(tmp_path, tiny_model, lora_config):
+    family = get_family("STABLE_DIFFUSION_15")
+    shutil.copy(tiny_model.single_file, (tmp_path / "repo").mkdir() or tmp_path / "repo" / "my-sd15-model.safetensors")
+    repos = {"someone/checkpoints": tmp_path / "repo", family.default_config_repo: tiny_model.diffusers_dir}
+    config = lora_config(base_model_name=ADDRESS, huggingface_cache_dir=str(tmp_path / "hf"), epochs=1, samples=[])
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    with FakeHub(repos) as hub:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0",
+               "HF_HOME": str(tmp_path / "home")}
+        out = subprocess.run([sys.executable, "-m", "ot_gradio", "train", "--config", str(tmp_path / "c.json")], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert Path(config["output_model_destination"]).is_file()
+    fetched = {path for method, path in hub.requests if method == "GET" and "/resolve/" in path}
+    assert any(path.endswith("/my-sd15-model.safetensors") for path in fetched)
+    assert any(path.startswith(f"/{family.default_config_repo}/resolve/") for path in fetched)  # the configs
+    cached = list((tmp_path / "hf").rglob("my-sd15-model.safetensors"))
+    assert cached and cached[0].read_bytes() == tiny_model.single_file.read_bytes()
+
+
+def test_a_web_address_of_another_site_is_named_before_the_run(tmp_path, lora_config):
+    config = lora_config(base_model_name="https://civitai.com/api/download/models/12345")
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    out = subprocess.run([sys.executable, "-m", "ot_gradio", "train", "--config", str(tmp_path / "c.json")], cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "base_model_name" in out.stderr and "not of a Hugging Face file" in out.stderr, out.stderr[-2000:]
