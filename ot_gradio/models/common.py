@@ -18,7 +18,7 @@ import torch
 
 from ot_gradio.config.enums import DataType
 from ot_gradio.config.hub_files import EXAMPLE as HUB_FILE_EXAMPLE
-from ot_gradio.config.hub_files import hub_file_address, is_web_address
+from ot_gradio.config.hub_files import hub_file_address, hub_repo_address, is_web_address
 from ot_gradio.fsutil import atomic_write, atomic_write_dir
 
 
@@ -509,9 +509,12 @@ def part_file(value: str, field: str, *, cache_dir: str | None, offline: bool, t
 def base_model_source(name: str, *, cache_dir: str | None, offline: bool, token: str | None) -> str:
     """What a family's `load` takes for the base model `name`: `name` itself, or for a Hugging Face
     file address (a single-file checkpoint on the hub, as diffusers' from_single_file takes one)
-    the file it downloads to, once, in the hub cache (offline: read from it)."""
+    the file it downloads to, once, in the hub cache (offline: read from it); for a repo's page
+    address (https://huggingface.co/<owner>/<repo>) the repo's id."""
     hub = hub_file_address(name)
-    return name if hub is None else str(hub_file(name.strip(), hub, "base_model_name", cache_dir=cache_dir, offline=offline, token=token))
+    if hub is None:
+        return hub_repo_address(name) or name  # a repo's page address: its id
+    return str(hub_file(name.strip(), hub, "base_model_name", cache_dir=cache_dir, offline=offline, token=token))
 
 
 def hub_file(value: str, hub: tuple[str, str, str], field: str, *, cache_dir: str | None, offline: bool, token: str | None) -> Path:

@@ -22,7 +22,7 @@ from typing import Any
 from ..config.doctor import errors
 from ..config.fields import PLANNED, field_meta
 from ..config.hub_files import EXAMPLE as HUB_FILE_EXAMPLE
-from ..config.hub_files import hub_file_address, is_web_address
+from ..config.hub_files import hub_file_address, hub_repo_address, is_web_address
 from ..config.schema import TrainConfig
 
 NAME_MAX = 255  # bytes in one file name on ext4, xfs, btrfs, NTFS, APFS
@@ -79,8 +79,8 @@ def model_problems(config: Any) -> list[str]:
                 and field_meta(type(sub), "model_name").get("status") != PLANNED):
             names.append((f"{part}.model_name", sub.model_name.strip()))
     for field, value in names:
-        if is_web_address(value):  # a Hugging Face file address downloads; no other site's does
-            if hub_file_address(value) is None:
+        if is_web_address(value):  # a Hugging Face file (or, for the base model, repo) address downloads; no other site's does
+            if hub_file_address(value) is None and not (field == "base_model_name" and hub_repo_address(value)):
                 out.append(f"{field}: {_shown(value)} is a web address but not of a Hugging Face file ({HUB_FILE_EXAMPLE}); "
                            "download the file and give its path")
         elif value and not value.startswith("tiny:") and looks_like_local_path(value) and not _exists(Path(value).expanduser()):
