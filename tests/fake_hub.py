@@ -5,7 +5,8 @@ can load a hub id through huggingface_hub's and diffusers' real download code wi
 It answers what a model download asks: the repo's info (`/api/models/<repo>[/revision/<rev>]`),
 its file tree (`/api/models/<repo>/tree/<rev>[/<path>]`) and each file (`HEAD`/`GET
 /<repo>/resolve/<rev>/<path>`, with the commit and ETag headers the client checks); every request
-is recorded in `requests`. Anything else is a 404."""
+is recorded in `requests`. A gated repo's files come only with its token, as the hub answers a
+user not granted access (401, `GatedRepo`; its info and file list stay public). Anything else is a 404."""
 
 from __future__ import annotations
 
@@ -20,9 +21,12 @@ COMMIT = "1" * 40
 
 
 class FakeHub:
-    def __init__(self, repos: dict[str, Path]):
+    def __init__(self, repos: dict[str, Path], gated: dict[str, str] | None = None):
+        """`gated`: repo -> the token it answers (as `Authorization: Bearer <token>`); without it, 401."""
         self.repos = {name: Path(folder) for name, folder in repos.items()}
+        self.gated = dict(gated or {})
         self.requests: list[tuple[str, str]] = []
+        self.refused: list[tuple[str, str]] = []  # requests to a gated repo without its token
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -60,6 +64,11 @@ class FakeHub:
     def _answer(self, handler: BaseHTTPRequestHandler, body: bool) -> None:
         path = unquote(urlsplit(handler.path).path)
         self.requests.append((handler.command, path))
+        repo, rest = self._repo_and_rest(path.lstrip("/"))  # a file: as on the hub, a gated repo's info and file list are public
+        if repo in self.gated and rest.startswith("resolve/") and handler.headers.get("Authorization") != f"Bearer {self.gated[repo]}":
+            self.refused.append((handler.command, path))
+            message = json.dumps({"error": f"Access to model {repo} is restricted. You must have access to it and be authenticated."})
+            return self._send(handler, 401, message.encode(), body, {"X-Error-Code": "GatedRepo", "X-Error-Message": "gated"})
         if path.startswith("/api/models/"):
             repo, rest = self._repo_and_rest(path[len("/api/models/"):])
             if repo is None:

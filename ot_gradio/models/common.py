@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import torch
 
@@ -506,6 +507,28 @@ def part_file(value: str, field: str, *, cache_dir: str | None, offline: bool, t
     return hub_file(value, hub, field, cache_dir=cache_dir, offline=offline, token=token)
 
 
+def gated_repo(error: BaseException) -> str | None:
+    """The hub repo a download was refused for because it is gated (the account has not accepted
+    its terms, or no token was given), from `error`'s chain; None for any other failure."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if type(error).__name__ == "GatedRepoError":  # huggingface_hub's, however a loader wrapped it
+            path = urlsplit(str(getattr(getattr(error, "response", None), "url", "") or "")).path
+            found = re.match(r"/(?:api/models/)?([^/]+/[^/]+)/", path)
+            return found[1] if found else ""
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def gated_message(repo: str) -> str:
+    """What to do about a gated hub repo (`repo` "" when unknown)."""
+    page = f"https://huggingface.co/{repo}" if repo else "the model's page on huggingface.co"
+    return (f"the Hugging Face repo {repo + ' ' if repo else ''}is gated: signed in on huggingface.co, open {page} and "
+            "accept its terms, then give a read token of that account as General → Hugging Face token (if a token is "
+            "set, its account has no access to the repo yet)")
+
+
 def base_model_source(name: str, *, cache_dir: str | None, offline: bool, token: str | None) -> str:
     """What a family's `load` takes for the base model `name`: `name` itself, or for a Hugging Face
     file address (a single-file checkpoint on the hub, as diffusers' from_single_file takes one)
@@ -526,6 +549,8 @@ def hub_file(value: str, hub: tuple[str, str, str], field: str, *, cache_dir: st
     try:
         return Path(hf_hub_download(repo, filename, revision=revision, cache_dir=cache_dir, token=token, local_files_only=offline))
     except Exception as e:  # offline and not cached, no network, gated, missing: each ends in the same advice
+        if gated_repo(e) is not None:
+            raise ModelLoadError(f"{field}: could not download {value}: {gated_message(gated_repo(e) or repo)}.") from e
         if offline:
             raise ModelLoadError(
                 f"{field}: {value} is not in the local Hugging Face cache{f' ({cache_dir})' if cache_dir else ''} and offline "

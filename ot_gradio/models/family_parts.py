@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ot_gradio.models.common import ModelLoadError, module_device, module_dtype, weights_fingerprint
+from ot_gradio.models.common import ModelLoadError, gated_message, gated_repo, module_device, module_dtype, weights_fingerprint
 from ot_gradio.models.weight_variants import variant_keywords
 
 
@@ -68,6 +68,9 @@ class HubLoading:
         except ModelLoadError:
             raise
         except Exception as e:  # diffusers, transformers and the hub raise many kinds
+            repo = gated_repo(e)
+            if repo is not None:  # the commonest first-run failure of Flux.1-dev and SD 3: its own words
+                raise ModelLoadError(f"Could not load base model '{name}': {gated_message(repo)}.") from e
             detail = str(e).strip().rstrip(".")
             raise ModelLoadError(f"Could not load base model '{name}'. {hint} (Details: {detail}.)") from e
 

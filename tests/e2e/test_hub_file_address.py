@@ -18,18 +18,21 @@ ADDRESS = "https://huggingface.co/someone/checkpoints/blob/main/my-sd15-model.sa
 
 
 def test_a_hub_file_address_as_base_model_downloads_and_trains(tmp_path, tiny_model, lora_config):
+    """Both repos gated, as Flux.1-dev's is: the config's token reaches every download (it is moved
+    to the workspace's secrets.json, the worker reads it from there)."""
     family = get_family("STABLE_DIFFUSION_15")
     shutil.copy(tiny_model.single_file, (tmp_path / "repo").mkdir() or tmp_path / "repo" / "my-sd15-model.safetensors")
     repos = {"someone/checkpoints": tmp_path / "repo", family.default_config_repo: tiny_model.diffusers_dir}
-    config = lora_config(base_model_name=ADDRESS, huggingface_cache_dir=str(tmp_path / "hf"), epochs=1, samples=[])
+    config = lora_config(base_model_name=ADDRESS, huggingface_cache_dir=str(tmp_path / "hf"), epochs=1, samples=[],
+                         secrets={"huggingface_token": "hf_granted"})
     (tmp_path / "c.json").write_text(json.dumps(config))
-    with FakeHub(repos) as hub:
+    with FakeHub(repos, gated=dict.fromkeys(repos, "hf_granted")) as hub:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0",
                "HF_HOME": str(tmp_path / "home")}
         out = subprocess.run([sys.executable, "-m", "ot_gradio", "train", "--config", str(tmp_path / "c.json")], cwd=tmp_path,
                              env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert Path(config["output_model_destination"]).is_file()
+    assert Path(config["output_model_destination"]).is_file() and hub.refused == []
     fetched = {path for method, path in hub.requests if method == "GET" and "/resolve/" in path}
     assert any(path.endswith("/my-sd15-model.safetensors") for path in fetched)
     assert any(path.startswith(f"/{family.default_config_repo}/resolve/") for path in fetched)  # the configs
