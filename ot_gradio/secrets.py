@@ -3,7 +3,9 @@
 model metadata and logs get the config without its `secrets` section (config_to_dict drops it).
 
 The worker reads the token from here when a run starts; a config that arrives with a token in it
-(a OneTrainer config, a hand-written file) has it moved here by `take_secrets`. Torch-free.
+(a OneTrainer config, a hand-written file) has it moved here by `take_secrets`. The page stores the
+token typed on it here (`store_config_token`, by its autosave) and its supervisor copies it into
+the workspace of each run it starts elsewhere (`share_secrets`). Torch-free.
 """
 
 from __future__ import annotations
@@ -90,3 +92,23 @@ def apply_secrets(config: Any, workspace: str | os.PathLike) -> None:
     stored = read_secrets(workspace)
     if stored.get("huggingface_token") and not config.secrets.huggingface_token:
         config.secrets.huggingface_token = stored["huggingface_token"]
+
+
+def store_config_token(config: dict[str, Any], workspace: str | os.PathLike) -> dict[str, Any]:
+    """`config` (the page's) without its `secrets` section, whose token, when the section is there,
+    becomes the workspace's stored one ("" removes it): the page's autosave never writes it."""
+    config = dict(config)
+    section = config.pop("secrets", None)
+    token = section.get("huggingface_token") if isinstance(section, dict) else None
+    if isinstance(token, str) and token.strip() != read_secrets(workspace).get("huggingface_token", ""):
+        write_secrets(workspace, huggingface_token=token.strip())
+    return config
+
+
+def share_secrets(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """The tokens stored in workspace `source` (the page's) into workspace `target` (a run's
+    elsewhere, whose worker reads its own file); a token `target` holds already is replaced."""
+    stored = read_secrets(source)
+    held = read_secrets(target)
+    if Path(source).resolve() != Path(target).resolve() and any(held.get(key) != value for key, value in stored.items()):
+        write_secrets(target, **stored)

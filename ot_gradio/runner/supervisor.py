@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..secrets import share_secrets
 from .launch import start_child, worker_command
 from .rundir import FINAL_STATUSES, RunDir, create_run, list_runs
 
@@ -115,6 +116,7 @@ class Supervisor:
         workspace = (Path(workspace) if workspace else self.workspace).resolve()
         if workspace.resolve() not in [w.resolve() for w in self.workspaces]:
             self.workspaces.append(workspace)
+        share_secrets(self.workspace, workspace)  # the worker reads the run workspace's file: the page's token there too
         run = create_run(workspace, config)
         if notes:
             with open(run.events, "a", encoding="utf-8") as fh:  # before the worker writes: the first lines

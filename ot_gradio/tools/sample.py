@@ -250,7 +250,7 @@ def _embedding_placeholder(file: Path) -> str:
         return (f.metadata() or {}).get("ot_gradio.placeholder", "")
 
 
-def load_run(run_dir: Path, device: Any, dtype: str | None, job: Job) -> tuple[Any, Any, dict]:
+def load_run(run_dir: Path, device: Any, dtype: str | None, job: Job, token: str | None = None) -> tuple[Any, Any, dict]:
     """The run's base model with its last backup's trained state, set up as resume does it."""
     from ot_gradio.config.families import family_info
     from ot_gradio.config.io import ConfigError, load_config
@@ -271,7 +271,8 @@ def load_run(run_dir: Path, device: Any, dtype: str | None, job: Job) -> tuple[A
     if device.type != "cuda":  # a run trained with XFORMERS/FLASH/FLEX attention still samples elsewhere
         cfg = cfg.model_copy(update={"attention_mechanism": "SDP"})
     model = load_base(cfg.model_type.value, cfg.base_model_name, device, dtype,
-                      {"offline": cfg.offline_mode, "cache_dir": cfg.huggingface_cache_dir, "part_models": parts}, move=False)
+                      {"offline": cfg.offline_mode, "cache_dir": cfg.huggingface_cache_dir, "part_models": parts, "token": token},
+                      move=False)
     try:
         configure_model(model, cfg, device, Precision("FLOAT_32", device))  # quantized parts converted in RAM, as in training
         model.to(device)
@@ -350,14 +351,17 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
     total = len(entries)
     job.progress(0, total, "loading the model")
     method, embeddings, info = None, None, {}
+    from ot_gradio.secrets import read_secrets
+
+    token = read_secrets(workspace).get("huggingface_token") if workspace else None  # the page's, for a gated base model
     if run:
-        model, method, info = load_run(resolve_run(run, workspace), device, params.get("dtype"), job)
+        model, method, info = load_run(resolve_run(run, workspace), device, params.get("dtype"), job, token)
         model_name = f"{info['base_model']} + {Path(info['backup']).name}"
     else:
         model_type = str(params.get("model_type") or "STABLE_DIFFUSION_15")
         base = str(params.get("base_model") or "")
         model = load_base(model_type, base, device, params.get("dtype"), {
-            "config_dir": str(params.get("config_dir") or "").strip(), "cache_dir": params.get("cache_dir"),
+            "config_dir": str(params.get("config_dir") or "").strip(), "cache_dir": params.get("cache_dir"), "token": token,
             "offline": bool(params.get("offline", os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")))})
         model_name = base
     if lora:

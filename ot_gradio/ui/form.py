@@ -87,7 +87,8 @@ def make_component(info: FieldInfo, elem_prefix: str = "f") -> Field:
         text = "" if default is None else str(default)
         kind = path_kind(info.path)
         if kind is None:
-            return Field(info, gr.Textbox(value=text, placeholder="blank = default" if nullable else None, **kw), nullable)
+            secret = {"type": "password"} if info.path.startswith("secrets.") else {}  # a token is never shown on the page
+            return Field(info, gr.Textbox(value=text, placeholder="blank = default" if nullable else None, **secret, **kw), nullable)
         with gr.Row(equal_height=True):
             comp = gr.Textbox(value=text, placeholder="blank = default" if nullable else None, scale=5, **kw)
             browser = PathBrowser(kind, elem_id, comp, label)

@@ -30,6 +30,7 @@ from ..runner.queue import RunQueue, SupervisorBackend
 from ..runner.startcheck import concept_folder_problems, start_problems
 from ..runner.supervisor import Supervisor
 from ..runner.tensorboard import TensorBoard, settings
+from ..secrets import store_config_token
 from . import edit_log
 from .api import API_NAMES, QueueApi, register_api
 from .browser import BrowserPanel
@@ -408,8 +409,12 @@ class Page(EditHandlers, ConfigFiles):
     def on_estimate_memory(self, values: dict) -> dict:  # the config on the form, for the estimate (ui/memory_estimate.py)
         return self._form_config(values)
 
-    def _config_of(self, values: dict) -> dict:  # the config Start would use
-        return self.concepts.apply(self._form_config(values), values)
+    def _config_of(self, values: dict) -> dict:
+        """The config Start would use; a hub token typed just before (its save still on the way)
+        is stored as the autosave stores it, in the workspace's secrets.json, for the run's worker."""
+        config = self.concepts.apply(self._form_config(values), values)
+        store_config_token(config, self.workspace)
+        return config
 
     def _prepare_start(self, valid: dict) -> None:  # what Start does before starting
         from ..data.demo import ensure_demo_concepts  # noqa: PLC0415
@@ -419,7 +424,7 @@ class Page(EditHandlers, ConfigFiles):
     def on_start(self, values: dict) -> dict:
         """Builds the config from what the form shows right now (an edit still in flight
         cannot be lost), validates all of it, and only then starts the worker."""
-        config = self.concepts.apply(self._form_config(values), values)
+        config = self._config_of(values)
         with self._start_lock:  # two quick clicks must not start two runs
             for run in self.supervisor.active_runs():
                 raise gr.Error(f"A run is already active ({run.run_id}); stop it first.")

@@ -13,6 +13,7 @@ from ..config.io import ConfigError, config_to_dict, load_config, read_json
 from ..config.presets import apply_preset, load_preset
 from ..config.schema import TrainConfig
 from ..fsutil import atomic_write_json
+from ..secrets import read_secrets, store_config_token
 
 UI_CONFIG = "ui-config.json"
 log = logging.getLogger(__name__)
@@ -64,7 +65,9 @@ def load_ui_config(workspace: Path) -> dict[str, Any]:
     path = Path(workspace) / UI_CONFIG
     if path.exists():
         try:
-            return config_to_dict(load_config(read_json(path)).config)
+            config = config_to_dict(load_config(read_json(path)).config)
+            token = read_secrets(workspace).get("huggingface_token")
+            return {**config, "secrets": {"huggingface_token": token}} if token else config  # shown masked
         except (ConfigError, ValueError, OSError, RecursionError) as err:
             _move_aside(path, err)  # the page starts with the demo; the user's runs are untouched
     try:
@@ -92,7 +95,9 @@ def _move_aside(path: Path, err: Exception) -> None:
 
 
 def save_ui_config(workspace: Path, config: dict[str, Any]) -> None:
-    atomic_write_json(Path(workspace) / UI_CONFIG, config, indent=2)
+    """The page's config, for the next visit; its hub token goes to the workspace's owner-only
+    secrets.json, never into this file (ot_gradio/secrets.py)."""
+    atomic_write_json(Path(workspace) / UI_CONFIG, store_config_token(config, workspace), indent=2)
 
 
 UI_CHOICES = "ui-choices.json"  # the top bar's Preset and Config file, beside the config

@@ -1,0 +1,56 @@
+"""The hub token typed on the page (General → Hugging Face token): kept in the workspace's
+owner-only secrets.json, never in the autosaved config; shown masked; and given to the runs the
+page starts, in their own workspace too (the worker reads the token from its run's workspace).
+Before, the page autosaved it into ui-config.json and Start dropped it: a gated model never loaded."""
+
+import json
+import stat
+import subprocess
+import sys
+
+from ot_gradio.runner import supervisor as supervisor_module
+from ot_gradio.secrets import read_secrets, secrets_path
+from ot_gradio.ui.state import UI_CONFIG
+
+TOKEN = "hf_PAGETOKEN1234567890"
+
+
+def test_the_page_token_is_stored_apart_masked_and_reaches_the_run(page, tmp_path, monkeypatch):
+    field = page.fields["secrets.huggingface_token"].component
+    assert field.type == "password"
+    config = page.on_page_load()[page.config_state]
+    out = page.on_edit_log({page.config_state: config, page.edit_log: json.dumps([[1, "secrets.huggingface_token", TOKEN]]),
+                            page.edits_applied: 0})
+    assert TOKEN not in (page.workspace / UI_CONFIG).read_text()
+    assert read_secrets(page.workspace) == {"huggingface_token": TOKEN}
+    assert stat.S_IMODE(secrets_path(page.workspace).stat().st_mode) == 0o600
+    assert page.on_page_load()[page.config_state]["secrets"]["huggingface_token"] == TOKEN  # a reload shows it (masked)
+
+    # Start, the run in a workspace of its own: its worker finds the token there, and no run file holds it
+    started = []
+
+    def child(command, log, env=None):
+        started.append(command)
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+    monkeypatch.setattr(supervisor_module, "start_child", child)
+    elsewhere = tmp_path / "elsewhere"
+    values = page.form_values({**out[page.config_state], "workspace_dir": str(elsewhere)})
+    try:
+        run_id = page.on_start(values)[page.monitor.run_id]
+        assert started and read_secrets(elsewhere) == {"huggingface_token": TOKEN}
+        assert not any(TOKEN.encode() in p.read_bytes() for p in elsewhere.rglob("*") if p.is_file() and p.name != "secrets.json")
+        assert str(elsewhere) in run_id
+    finally:
+        for proc in page.supervisor._procs.values():
+            proc.kill()
+
+
+def test_a_token_typed_just_before_start_is_stored_and_clearing_it_removes_it(page):
+    config = page.on_page_load()[page.config_state]
+    values = page.form_values(config)
+    values.update({page.edit_log: json.dumps([[1, "secrets.huggingface_token", TOKEN]]), page.edits_applied: 0})
+    page._config_of(values)  # what Start, Add to queue, Save and Export read: the edit still on its way
+    assert read_secrets(page.workspace) == {"huggingface_token": TOKEN}
+    page.on_edit_log({page.config_state: config, page.edit_log: json.dumps([[1, "secrets.huggingface_token", ""]]), page.edits_applied: 0})
+    assert read_secrets(page.workspace) == {}
