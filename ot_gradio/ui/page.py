@@ -30,7 +30,7 @@ from ..runner.queue import RunQueue, SupervisorBackend
 from ..runner.startcheck import concept_folder_problems, start_problems
 from ..runner.supervisor import Supervisor
 from ..runner.tensorboard import TensorBoard, settings
-from ..secrets import store_config_token
+from ..secrets import read_secrets, store_config_token
 from . import edit_log
 from .api import API_NAMES, QueueApi, register_api
 from .browser import BrowserPanel
@@ -372,6 +372,11 @@ class Page(EditHandlers, ConfigFiles):
         return out
 
     def populate(self, config: dict[str, Any]) -> dict:
+        # the stored hub token stays on the form (masked) whatever is loaded: configs never carry it,
+        # and an empty field would be saved as "remove it"
+        token = read_secrets(self.workspace).get("huggingface_token")
+        if token and not (config.get("secrets") or {}).get("huggingface_token"):
+            config = {**config, "secrets": {**(config.get("secrets") or {}), "huggingface_token": token}}
         out = {self.config_state: config, **values_from_config(self.fields, config)}
         for comp, update in self.visibility(config).items():  # a field both shown or hidden and filled in
             out[comp] = {**update, "value": out[comp]} if comp in out else update

@@ -13,7 +13,7 @@ from ..config.io import ConfigError, config_to_dict, load_config, read_json
 from ..config.presets import apply_preset, load_preset
 from ..config.schema import TrainConfig
 from ..fsutil import atomic_write_json
-from ..secrets import read_secrets, store_config_token
+from ..secrets import store_config_token
 
 UI_CONFIG = "ui-config.json"
 log = logging.getLogger(__name__)
@@ -65,9 +65,7 @@ def load_ui_config(workspace: Path) -> dict[str, Any]:
     path = Path(workspace) / UI_CONFIG
     if path.exists():
         try:
-            config = config_to_dict(load_config(read_json(path)).config)
-            token = read_secrets(workspace).get("huggingface_token")
-            return {**config, "secrets": {"huggingface_token": token}} if token else config  # shown masked
+            return config_to_dict(load_config(read_json(path)).config)
         except (ConfigError, ValueError, OSError, RecursionError) as err:
             _move_aside(path, err)  # the page starts with the demo; the user's runs are untouched
     try:

@@ -25,6 +25,10 @@ def test_the_page_token_is_stored_apart_masked_and_reaches_the_run(page, tmp_pat
     assert read_secrets(page.workspace) == {"huggingface_token": TOKEN}
     assert stat.S_IMODE(secrets_path(page.workspace).stat().st_mode) == 0o600
     assert page.on_page_load()[page.config_state]["secrets"]["huggingface_token"] == TOKEN  # a reload shows it (masked)
+    # a preset (configs never carry the token) keeps it on the form: an empty field would be saved as "remove it"
+    loaded = page.on_preset("demo")
+    assert loaded[page.config_state]["secrets"]["huggingface_token"] == TOKEN and loaded[field] == TOKEN
+    assert read_secrets(page.workspace) == {"huggingface_token": TOKEN}
 
     # Start, the run in a workspace of its own: its worker finds the token there, and no run file holds it
     started = []
