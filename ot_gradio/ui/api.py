@@ -15,6 +15,7 @@ import gradio as gr
 from ..config.io import ConfigError
 from ..config.json_file import parse_json_text
 from ..runner.queue import RunQueue
+from ..secrets import take_secrets
 
 Validate = Callable[[dict[str, Any]], tuple[dict[str, Any] | None, list[str], list[str]]]
 
@@ -33,10 +34,12 @@ class QueueApi:
             return {"problems": [f"{exc}; send the config as a JSON object"]}
         if not isinstance(config, dict):
             return {"problems": ["config_json: must be a JSON object (a OneTrainer/ot_gradio config)"]}
+        # a token in the config goes where the page keeps it (the runs get it from there), as the CLI does
+        moved = take_secrets(config, self.supervisor.workspace)
         valid, problems, _warnings = self.validate(config)
         if problems or valid is None:
             return {"problems": problems or ["config: refused"]}
-        return {"id": self.queue.add(valid)}
+        return {"id": self.queue.add(valid), **({"warnings": moved} if moved else {})}
 
     def start(self, config_json: str = "") -> dict[str, Any]:
         """Queue the given config (if any) and wake the queue runner."""

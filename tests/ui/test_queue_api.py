@@ -53,6 +53,7 @@ def validate(config):
 
 def make(tmp_path):
     sup = FakeSupervisor()
+    sup.workspace = tmp_path
     backend = FakeBackend(sup)
     return QueueApi(RunQueue(tmp_path, backend), sup, validate), sup, backend
 
@@ -66,6 +67,11 @@ def test_queue_config_refuses_bad_configs_and_queues_good_ones(tmp_path):
     result = api.queue_config(json.dumps({"name": "a"}))
     assert [e["id"] for e in api.queue.list()] == [result["id"]]
     assert backend.started == []  # queuing alone does not start
+    # a token in a queued config goes to the workspace's secrets file, as the CLI moves it, never into the queue
+    result = api.queue_config(json.dumps({"name": "b", "secrets": {"huggingface_token": "hf_APITOKEN"}}))
+    assert "secrets.huggingface_token: moved" in result["warnings"][0]
+    assert json.loads((tmp_path / "secrets.json").read_text()) == {"huggingface_token": "hf_APITOKEN"}
+    assert not any("hf_APITOKEN" in p.read_text() for p in tmp_path.rglob("*.json") if p.name != "secrets.json")
 
 
 def test_start_status_stop(tmp_path):
