@@ -423,3 +423,23 @@ def test_a_video_family_samples_a_short_mp4(tmp_path, model_type, tiny):
     assert path.endswith("-seed1.mp4")
     info = probe_clip(path, FrameSampling(frames=100, step=1, fps=1000.0))
     assert (info.width, info.height, info.available) == (64, 64, 5)
+
+
+def test_the_workspace_token_reaches_the_base_model_load(tmp_path, monkeypatch):
+    """A gated base model (Flux.1-dev) sampled from the Tools tab: the token the page keeps in the
+    workspace's secrets.json is handed to the loader (it was not: only training read it)."""
+    from ot_gradio.secrets import write_secrets
+    from ot_gradio.tools import sample
+
+    write_secrets(tmp_path, huggingface_token="hf_SAMPLETOKEN")
+    seen = {}
+
+    def load(model_type, base_model, device, dtype, extra=None, move=True):
+        seen.update(extra or {})
+        raise JobError("stop here")
+
+    monkeypatch.setattr(sample, "load_base", load)
+    with pytest.raises(JobError, match="stop here"):
+        sample.run_job({"workspace": str(tmp_path), "base_model": "someone/gated", "prompts": [{"prompt": "a"}], "device": "cpu"},
+                       Job())
+    assert seen["token"] == "hf_SAMPLETOKEN"
