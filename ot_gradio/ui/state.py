@@ -13,7 +13,7 @@ from ..config.io import ConfigError, config_to_dict, load_config, read_json
 from ..config.presets import apply_preset, load_preset
 from ..config.schema import TrainConfig
 from ..fsutil import atomic_write_json
-from ..secrets import store_config_token
+from ..secrets import store_config_token, take_secrets
 
 UI_CONFIG = "ui-config.json"
 log = logging.getLogger(__name__)
@@ -65,7 +65,11 @@ def load_ui_config(workspace: Path) -> dict[str, Any]:
     path = Path(workspace) / UI_CONFIG
     if path.exists():
         try:
-            return config_to_dict(load_config(read_json(path)).config)
+            data = read_json(path)
+            if isinstance(data, dict) and take_secrets(data, workspace):  # a token an older version autosaved here
+                data.pop("secrets", None)
+                atomic_write_json(path, data, indent=2)
+            return config_to_dict(load_config(data).config)
         except (ConfigError, ValueError, OSError, RecursionError) as err:
             _move_aside(path, err)  # the page starts with the demo; the user's runs are untouched
     try:

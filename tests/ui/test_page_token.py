@@ -58,3 +58,11 @@ def test_a_token_typed_just_before_start_is_stored_and_clearing_it_removes_it(pa
     assert read_secrets(page.workspace) == {"huggingface_token": TOKEN}
     page.on_edit_log({page.config_state: config, page.edit_log: json.dumps([[1, "secrets.huggingface_token", ""]]), page.edits_applied: 0})
     assert read_secrets(page.workspace) == {}
+
+
+def test_a_token_an_older_version_autosaved_moves_out_of_the_config(tmp_path):
+    from ot_gradio.ui.state import load_ui_config
+
+    (tmp_path / UI_CONFIG).write_text(json.dumps({"learning_rate": 0.002, "secrets": {"huggingface_token": TOKEN}}))
+    assert load_ui_config(tmp_path)["learning_rate"] == 0.002
+    assert TOKEN not in (tmp_path / UI_CONFIG).read_text() and read_secrets(tmp_path) == {"huggingface_token": TOKEN}
