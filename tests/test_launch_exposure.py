@@ -40,4 +40,4 @@ def test_upload_limit_must_be_positive(tmp_path, capsys):
 
     assert main(["--max-upload-mb", "0", "--workspace", str(tmp_path)]) == 2
     assert "--max-upload-mb" in capsys.readouterr().err
-    assert build_parser().parse_args([]).max_upload_mb == 100.0
+    assert build_parser().parse_args([]).max_upload_mb == 1024.0

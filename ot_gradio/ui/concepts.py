@@ -5,8 +5,10 @@ their frames at the run's sampling and their length; for an image-editing model 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -21,6 +23,28 @@ GROUPS = (("General", ""), ("Image augmentation", "image."), ("Text", "text."))
 
 def concept_choices(concepts: list[dict[str, Any]]) -> list[tuple[str, int]]:
     return [(f"{i + 1}. {c.get('name') or c.get('path') or '(unnamed)'}{'' if c.get('enabled', True) else ' (off)'}", i) for i, c in enumerate(concepts)]
+
+
+def _shown_folder(folder: Path, workspace: Path) -> str:
+    """The folder as the note names it: inside the workspace, relative to it."""
+    try:
+        return str(folder.resolve().relative_to(Path(workspace).resolve()))
+    except ValueError:
+        return str(folder)
+
+
+def _forget_uploads(files: list[str] | None) -> None:
+    """Delete gradio's cached copies of uploaded files once they are in the dataset (an upload
+    of a whole dataset would otherwise stay on disk twice); only files in gradio's upload cache."""
+    from gradio.utils import get_upload_folder  # noqa: PLC0415
+
+    cache = Path(get_upload_folder()).resolve()
+    for name in files or []:
+        path = Path(name).resolve()
+        if cache in path.parents:
+            with contextlib.suppress(OSError):
+                path.unlink()
+                path.parent.rmdir()  # gradio's one folder per upload, now empty
 
 
 def run_frame_sampling(config: dict[str, Any]):
@@ -45,8 +69,6 @@ def _seconds(total: float) -> str:
 
 def _clips_hint(concept: dict[str, Any]) -> str:
     """For an image model type: whether the folder holds clips, which only a video model type reads."""
-    from pathlib import Path  # noqa: PLC0415
-
     from ..data.scan import list_image_files  # noqa: PLC0415
     from ..data.video import is_video_name  # noqa: PLC0415
 
@@ -133,7 +155,8 @@ def _rotate_crop_sizes(concept: dict[str, Any], scan, resolutions, masked: bool)
 
 
 class ConceptsTab:
-    def __init__(self):
+    def __init__(self, workspace: Path | None = None):
+        self.workspace = Path(workspace) if workspace is not None else Path.cwd()
         infos = schema_fields("concepts[].")
         self.fields: dict[str, Field] = {}
         with gr.Row(elem_classes="ot-tools"):
@@ -150,6 +173,9 @@ class ConceptsTab:
             with gr.Accordion(title, open=not prefix) as accordion, gr.Column(elem_classes="ot-grid"):  # 2-3 fields a line on a wide screen
                 for path, f in build_fields(group, "concept").items():
                     self.fields[path[len("concepts[]."):]] = f
+            if not prefix:
+                with accordion:
+                    self._build_upload()
             self.groups.append(accordion)
         with gr.Accordion("Statistics", open=True) as accordion:
             self.groups.append(accordion)
@@ -161,6 +187,61 @@ class ConceptsTab:
         self.log, self.applied = edit_log.build("concept-edit-log")
         self.inputs = [self.selector, self.log, self.applied]  # what Start reads of this tab
         self.autosave = lambda config: None
+
+    def _build_upload(self) -> None:
+        """Images, captions and .zip archives sent from the browser into the concept's folder
+        (tools/dataset_upload.py): how a share link's or Colab's user gets a dataset there."""
+        from ..config.media_files import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS  # noqa: PLC0415
+
+        with gr.Row(elem_classes="ot-upload"):  # on a phone the note goes under the button (page.CSS)
+            self.upload_button = gr.UploadButton(
+                "Upload images…", file_count="multiple", file_types=[*IMAGE_EXTENSIONS, *VIDEO_EXTENSIONS, ".txt", ".zip"],
+                elem_id="concept-upload", scale=0, min_width=200)
+            self.upload_note = gr.Markdown(
+                "From this computer into the machine that trains: images with their `.txt` captions (and masks), "
+                "or a .zip of the folder. They go in the workspace's `datasets/<concept name>` folder, which becomes "
+                "this concept's *Folder*.", elem_id="concept-upload-note")
+
+    def upload(self, config: dict[str, Any], index: int | None, log: str | None, applied: int | None,
+               files: list[str] | None) -> tuple[dict[str, Any], int | None, str, dict[str, Any]]:
+        """Adds uploaded `files` to the selected concept's upload folder and makes it the concept's
+        folder. Returns (config, the edit log's applied count, the note, the folder fields' new
+        values by key). The log's pending edits are applied first: a folder typed just before is
+        replaced, not restored by its edit afterwards."""
+        from ..tools.dataset_upload import UploadError, add_uploads, summary, upload_folder  # noqa: PLC0415
+
+        new = edit_log.pending(log, applied)
+        config, applied = self.apply_log(config, new), (new[-1][0] if new else applied)
+        concepts = config.get("concepts", [])
+        if index is None or not (0 <= index < len(concepts)):
+            return config, applied, "Add a concept first (**Add**), then upload its images.", {}
+        if not files:
+            return config, applied, "No file arrived.", {}
+        concept = concepts[index]
+        try:
+            folder = upload_folder(self.workspace, str(concept.get("path") or ""), str(concept.get("name") or ""))
+            existed = folder.exists()
+            result = add_uploads([Path(f) for f in files], folder)
+        except (UploadError, OSError) as err:
+            return config, applied, f"**Nothing was added:** {err}", {}
+        finally:
+            _forget_uploads(files)
+        shown = _shown_folder(folder, self.workspace)
+        if not result.written and not result.same:
+            if not existed:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            return config, applied, summary(result, shown) + "\n\nThe concept's folder is unchanged.", {}
+        config = copy.deepcopy(config)
+        changed = {"path": str(folder)}
+        if result.in_subfolders:
+            changed["include_subdirectories"] = True
+        config["concepts"][index] = {**concepts[index], **changed}
+        self.autosave(config)
+        note = summary(result, shown)
+        if result.in_subfolders and not concept.get("include_subdirectories"):
+            note += "\n\nSome images are in subfolders: *Include subfolders* is now on."
+        return config, applied, note, changed
 
     def show(self, config: dict[str, Any], index: int | None) -> dict:
         concepts = config.get("concepts", [])
@@ -282,3 +363,15 @@ class ConceptsTab:
         self.clone.click(lambda c, i: after(*self.add(c, i, True)), [config_state, self.selector], listed)
         self.remove_button.click(lambda c, i: after(*self.remove(c, i)), [config_state, self.selector], listed)
         self.refresh.click(self.statistics, [config_state, self.selector], [self.stats, self.buckets])
+
+        def upload(config: dict[str, Any], index: int | None, log: str | None, applied: int | None, files) -> dict:
+            config, applied, note, changed = self.upload(config, index, log, applied, files)
+            out = {config_state: config, self.applied: applied, self.upload_note: note, self.upload_button: None,
+                   **{self.fields[key].component: value for key, value in changed.items()}}
+            if changed:
+                out[self.stats], out[self.buckets] = self.statistics(config, index)
+            return out
+
+        changeable = [self.fields["path"].component, self.fields["include_subdirectories"].component]
+        self.upload_button.upload(upload, [config_state, self.selector, self.log, self.applied, self.upload_button],
+                                  [config_state, self.applied, self.upload_note, self.upload_button, *changeable, self.stats, self.buckets])

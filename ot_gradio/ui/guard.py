@@ -321,7 +321,8 @@ class RequestGuard:
         return False
 
     def too_large(self) -> str:
-        return f"Request too large: the page accepts at most {self.max_body / 1024 / 1024:.1f} MB in one request (--max-upload-mb)."
+        return (f"Request too large: the page accepts at most {self.max_body / 1024 / 1024:.1f} MB in one request. Upload fewer "
+                "files at a time, or start the app with a larger --max-upload-mb.")
 
     def _counted(self, receive):
         seen = 0

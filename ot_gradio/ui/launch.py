@@ -41,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--browse-root", action="append", default=[], metavar="DIR",
                    help="a folder the page may browse, read, write and show images from, besides the workspace and the current folder, "
                         "e.g. where your datasets are (repeatable); a concept folder typed in the page is trained on but not browsed")
-    p.add_argument("--max-upload-mb", type=float, default=100.0,
-                   help="largest upload the page accepts in one request (all its files together), in MB (default 100; config imports and images are far smaller)")
+    p.add_argument("--max-upload-mb", type=float, default=1024.0,
+                   help="largest upload the page accepts in one request (all its files together: a dataset's images "
+                        "or its .zip), in MB (default 1024); with --auth only a logged-in browser may upload")
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="a host name the page answers to besides its address and localhost, e.g. a reverse proxy's (repeatable); "
                         "requests naming another host are refused (DNS rebinding)")

@@ -86,7 +86,8 @@ CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1
        "#ot-run-bar-extra:empty{display:none}"
        "#ot-run-bar-extra{flex:0 0 auto!important;width:auto!important;flex-wrap:nowrap!important;align-items:center}"  # the queue's
        "#queue-add{white-space:nowrap}#queue-length{flex:0 0 9.5em!important;width:9.5em!important;min-width:0!important;white-space:nowrap}"  # length, whole
-       "#ot-run-bar [data-testid=status-tracker]{display:none!important}"  # no poll's timer ("0.6s") flashing in the bar's text
+       "#ot-run-bar [data-testid=status-tracker]{display:none!important}"
+       ".ot-upload{flex-wrap:wrap!important;align-items:center}.ot-upload>#concept-upload-note{flex:1 1 280px!important;min-width:0!important}"  # no poll's timer ("0.6s") flashing in the bar's text
        "@media (max-width:600px){.gradio-container{padding:4px!important}#sample-gallery img{max-width:100%;height:auto}"
        "#problems{max-height:2.75em;overflow-y:auto}"  # a phone: a refused Start's list scrolls, the sticky bar stays < 1/4 screen
        "#f-model_type input{font-size:.85em}"
@@ -222,7 +223,7 @@ class Page(EditHandlers, ConfigFiles):
                                 self.part_groups[acc] = part
                     closing.get(tab, _no_panel)(initial, infos)
             with gr.Tab("Concepts", id="concepts", elem_id="tab-concepts"):
-                self.concepts = ConceptsTab()
+                self.concepts = ConceptsTab(self.workspace)
             with gr.Tab("Run", id="run", elem_id="tab-run"):
                 self.monitor.build_run_tab()
                 self.queue_panel.build_table()

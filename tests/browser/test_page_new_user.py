@@ -6,6 +6,7 @@ test_live_run is the "previous run" test_refused_start must not show."""
 
 import json
 import re
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,43 @@ def test_add_a_concept_then_use_its_folder(module_app, module_page, tmp_path):
     open_tab(page, "Concepts")
     page.locator("#concept-remove").click()
     wait_for(lambda: selector.input_value() == "1. demo", "the demo concept to be selected")
+    wait_for(lambda: len(ui_config(module_app)["concepts"]) == 1, "the concept to be removed")
+
+
+def test_upload_images_from_this_computer_into_a_concept(module_app, module_page, tmp_path):
+    """A share link's user has the images on their laptop: Upload images sends them (and a .zip)
+    into the workspace's datasets folder, which becomes the concept's folder on the form and in
+    the config, and its statistics are shown."""
+    page = module_page
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    Image.new("RGB", (32, 32), "red").save(laptop / "a.png")
+    (laptop / "a.txt").write_text("a red square")
+    with zipfile.ZipFile(laptop / "more.zip", "w") as archive:
+        for name, colour in (("b.png", "green"), ("c.png", "blue")):
+            image = laptop / name
+            Image.new("RGB", (32, 32), colour).save(image)
+            archive.write(image, f"more/{name}")
+    open_page(page, module_app["url"])
+    open_tab(page, "Concepts")
+    page.locator("#concept-add").click()
+    selector = box(page, "concept-select")
+    wait_for(lambda: selector.input_value() == "2. concept 2", "the new concept to be selected")
+    page.locator("#concept-upload").locator("xpath=..").locator("input[type=file]").set_input_files(
+        [str(laptop / "a.png"), str(laptop / "a.txt"), str(laptop / "more.zip")])
+    folder = (module_app["workspace"] / "datasets" / "concept_2").resolve()
+    wait_for(lambda: [c.get("path") for c in ui_config(module_app).get("concepts", [])][-1:] == [str(folder)],
+             "the uploaded folder to become the concept's")
+    assert sorted(p.name for p in folder.iterdir()) == ["a.png", "a.txt", "b.png", "c.png"]
+    wait_for(lambda: box(page, "concept-concepts-path").input_value() == str(folder), "the form to show the folder")
+    wait_for(lambda: "Added to datasets/concept_2: 3 images, 1 caption." in page.locator("#concept-upload-note").inner_text(),
+             "the upload's note")
+    wait_for(lambda: "3" in page.locator("#tab-concepts").inner_text() and "Cannot read" not in page.locator("#tab-concepts").inner_text(),
+             "the statistics of the uploaded images")
+    assert page.locator("#tab-concepts .error").count() == 0
+    page.wait_for_timeout(1500)  # the folder field's own change event reaches the server and keeps the folder
+    assert ui_config(module_app)["concepts"][-1]["path"] == str(folder)
+    page.locator("#concept-remove").click()  # the next tests train the config's concepts
     wait_for(lambda: len(ui_config(module_app)["concepts"]) == 1, "the concept to be removed")
 
 

@@ -1,0 +1,345 @@
+"""Training files uploaded through the page into a concept's folder (Concepts tab, *Upload images*).
+
+A user of a share link (a rented GPU box) or of Colab has the images on their own computer, not
+on the machine that trains; the page takes them, loose or in .zip archives, and writes them
+into a folder of the workspace (`datasets/<concept name>`), which becomes the concept's folder.
+Torch-free: the page imports it. Decisions:
+
+- Kept: what a concept reads (images, clips, `.txt` captions; masks and `-control` / `-depth` /
+  `-condlabel` images go by their names). Anything else (a PDF, a .DS_Store, macOS's `__MACOSX`
+  folder, hidden files, an archive inside an archive) is skipped and named.
+- A .zip is read member by member: no member is written outside the folder (absolute paths and
+  `..` are refused), one top folder holding everything is dropped (zipping `mycat/` gives the
+  files of `mycat`), subfolders are kept. What it unpacks to is counted as it is written, and the
+  upload stops before the disk's last GiB.
+- Nothing is lost: every file is written whole (temp file, then renamed) and none is overwritten.
+  A file already in the folder with the same bytes is skipped (uploading again adds nothing); an
+  image whose name is taken by another picture goes in with its caption, mask and companions
+  under the next free name (`1.png` -> `1-2.png`, `1-2.txt`); a caption that replaces a different
+  one keeps the previous version in `.ot_captions/backup/`, as the caption editor does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import shutil
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+from ..config.media_files import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
+from ..data.images import CONDLABEL_SUFFIX, CONTROL_SUFFIX, DEPTH_SUFFIX, MASK_SUFFIX
+from ..fsutil import DiskFullError, atomic_write, atomic_write_bytes, free_bytes, human_bytes
+from .captions import backup_file
+
+DATASETS = "datasets"  # the workspace's folder of uploaded datasets
+CAPTION_EXT = ".txt"
+KEPT_EXTENSIONS = frozenset((*IMAGE_EXTENSIONS, *VIDEO_EXTENSIONS, CAPTION_EXT))
+COMPANION_SUFFIXES = (MASK_SUFFIX, CONTROL_SUFFIX, DEPTH_SUFFIX, CONDLABEL_SUFFIX)
+JUNK_NAMES = frozenset({"__macosx", "thumbs.db", "desktop.ini"})
+MAX_MEMBERS = 100_000  # files in one archive
+DISK_RESERVE = 1024 ** 3  # an upload stops before the disk's last GiB
+MAX_NAMES = 8  # file names listed in a summary line
+
+
+class UploadError(ValueError):
+    """Something the user can fix: an unreadable archive, a full disk."""
+
+
+@dataclass
+class Incoming:
+    """One file to add: its path in the dataset ('/'-separated) and how to read it."""
+
+    rel: PurePosixPath
+    open: Callable[[], IO[bytes]]
+    source: str  # the upload it came from (an archive's name, or "" for loose files)
+
+
+@dataclass
+class UploadResult:
+    folder: Path
+    written: list[str] = field(default_factory=list)  # dataset paths written
+    same: list[str] = field(default_factory=list)  # already in the folder with the same bytes
+    renamed: list[tuple[str, str]] = field(default_factory=list)  # (uploaded name, name written) of taken names
+    captions_replaced: list[str] = field(default_factory=list)  # previous version in .ot_captions/backup
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (name, why)
+    clutter: int = 0  # hidden files and operating-system clutter (__MACOSX, .DS_Store, Thumbs.db), not named
+    stopped: str = ""  # why the upload stopped before its end ("" = it did not)
+
+    def count(self, kind: str) -> int:
+        """Written files of one kind: "image", "clip", "caption", "mask" or "companion"."""
+        return sum(1 for rel in self.written if file_kind(rel) == kind)
+
+    @property
+    def in_subfolders(self) -> bool:
+        return any("/" in rel and file_kind(rel) in ("image", "clip") for rel in [*self.written, *self.same])
+
+
+def file_kind(name: str) -> str:
+    """"caption", "mask", "companion", "image", "clip", "archive", "unread" (a picture training
+    does not read: JPEG XL, PSD, RAW) or "other"."""
+    path = PurePosixPath(name)
+    ext = path.suffix.lower()
+    if ext == CAPTION_EXT:
+        return "caption"
+    if ext in IMAGE_EXTENSIONS or ext in VIDEO_EXTENSIONS:
+        companion = _companion_suffix(path.stem)
+        if companion == MASK_SUFFIX:
+            return "mask"
+        if companion:
+            return "companion"
+        return "image" if ext in IMAGE_EXTENSIONS else "clip"
+    if ext == ".zip":
+        return "archive"
+    return "unread" if ext in UNREAD_IMAGE_EXTENSIONS else "other"
+
+
+def _companion_suffix(stem: str) -> str:
+    low = stem.lower()
+    return next((s for s in COMPANION_SUFFIXES if low.endswith(s) and len(low) > len(s)), "")
+
+
+def _group_key(rel: PurePosixPath) -> tuple[str, str]:
+    """(folder, base name) shared by an image and its caption, mask and companions."""
+    stem = rel.stem
+    suffix = _companion_suffix(stem)
+    return str(rel.parent), stem[: len(stem) - len(suffix)] if suffix else stem
+
+
+def _renamed(rel: PurePosixPath, base: str, new_base: str) -> PurePosixPath:
+    return rel.with_name(new_base + rel.stem[len(base):] + rel.suffix)
+
+
+def safe_rel(name: str) -> PurePosixPath | str:
+    """A member or file name as a path inside the dataset, or why it is not taken."""
+    if "\x00" in name:
+        return "a name with a NUL character"
+    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        return "an absolute path"
+    if ".." in parts:
+        return "a path leaving the folder ('..')"
+    if not parts:
+        return "no file name"
+    if any(p.lower() in JUNK_NAMES for p in parts):
+        return "operating-system clutter"
+    if any(p.startswith(".") for p in parts):
+        return "a hidden file"
+    return PurePosixPath(*parts)
+
+
+# --- reading the uploads ------------------------------------------------------------------------
+CLUTTER = ("operating-system clutter", "a hidden file")  # skipped without being named
+
+
+def _archive_members(path: Path, result: UploadResult, stack: contextlib.ExitStack) -> Iterator[Incoming]:
+    try:
+        archive = stack.enter_context(zipfile.ZipFile(path))
+    except (zipfile.BadZipFile, OSError) as err:
+        raise UploadError(f"{path.name} is not a readable .zip archive ({err}); nothing of it was added") from None
+    infos = [i for i in archive.infolist() if not i.is_dir()]
+    if len(infos) > MAX_MEMBERS:
+        raise UploadError(f"{path.name} holds {len(infos):,} files, more than the {MAX_MEMBERS:,} an upload takes; split it")
+    named: list[tuple[zipfile.ZipInfo, PurePosixPath]] = []
+    for info in infos:
+        rel = safe_rel(info.filename)
+        if isinstance(rel, str):
+            _skip(result, f"{path.name}: {info.filename}", rel)
+        else:
+            named.append((info, rel))
+    # one top folder holding everything (a zipped folder): its files go in the dataset's top
+    strip = len({rel.parts[0] for _, rel in named}) == 1 and all(len(rel.parts) > 1 for _, rel in named)
+    for info, rel in named:
+        yield Incoming(PurePosixPath(*rel.parts[1:]) if strip else rel, lambda info=info: archive.open(info), path.name)
+
+
+def _skip(result: UploadResult, name: str, why: str) -> None:
+    if why in CLUTTER:
+        result.clutter += 1
+    else:
+        result.skipped.append((name, why))
+
+
+def incoming_files(uploads: list[Path], result: UploadResult, stack: contextlib.ExitStack) -> Iterator[Incoming]:
+    """The files of `uploads` (loose files keep their name; archives give their members, read
+    while `stack` is open), with the ones training does not read skipped into `result`."""
+    for upload in uploads:
+        upload = Path(upload)
+        if file_kind(upload.name) == "archive":
+            members = _archive_members(upload, result, stack)
+        else:
+            rel = safe_rel(upload.name)
+            if isinstance(rel, str):
+                _skip(result, upload.name, rel)
+                continue
+            members = iter([Incoming(rel, lambda upload=upload: upload.open("rb"), "")])
+        for item in members:
+            kind = file_kind(item.rel.name)
+            where = f"{item.source}: {item.rel}" if item.source else str(item.rel)
+            if kind == "archive":
+                result.skipped.append((where, "an archive inside an archive (upload it on its own)"))
+            elif kind == "unread":
+                result.skipped.append((where, "a picture format training does not read (save it as PNG or JPG)"))
+            elif kind == "other":
+                result.skipped.append((where, "not a training file"))
+            else:
+                yield item
+
+
+# --- writing ----------------------------------------------------------------------------------
+class _Budget:
+    """Bytes the upload may still write: the disk's free space above DISK_RESERVE."""
+
+    def __init__(self, folder: Path):
+        free = free_bytes(folder)
+        self.left = None if free is None else free - DISK_RESERVE
+        self.folder = folder
+
+    def full(self, name: str, needed: int) -> DiskFullError:
+        return DiskFullError(self.folder / name, free_bytes(self.folder), needed, "the uploaded file", at_least=True,
+                             hint=f" (an upload leaves {human_bytes(DISK_RESERVE)} free)")
+
+    def take(self, n: int, name: str) -> None:
+        if self.left is not None:
+            if n > self.left:
+                raise self.full(name, n)
+            self.left -= n
+
+
+def _digest(stream: IO[bytes], limit: int | None = None, name: str = "", budget: _Budget | None = None) -> tuple[str, int]:
+    """(sha256, size) of a stream read to its end; past `limit` bytes (an archive member that
+    unpacks to more than the disk can take) the disk is full."""
+    h, n = hashlib.sha256(), 0
+    with stream:
+        while chunk := stream.read(1 << 20):
+            h.update(chunk)
+            n += len(chunk)
+            if limit is not None and n > limit and budget is not None:
+                raise budget.full(name, n)
+    return h.hexdigest(), n
+
+
+def _copy(item: Incoming, target: Path, size: int, budget: _Budget) -> None:
+    budget.take(size, str(item.rel))
+
+    def write(tmp: Path) -> None:
+        with item.open() as src, tmp.open("wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+
+    atomic_write(target, write, needed=size, what="the uploaded file")
+
+
+def add_uploads(uploads: list[Path], folder: Path) -> UploadResult:
+    """Adds the training files of `uploads` (files and .zip archives) to `folder` (made if
+    missing); see the module's notes for what is kept, skipped and renamed. An unreadable
+    archive raises UploadError before anything is written."""
+    folder = Path(folder)
+    result = UploadResult(folder)
+    with contextlib.ExitStack() as stack:
+        groups: dict[tuple[str, str, str], list[Incoming]] = {}
+        for item in incoming_files(uploads, result, stack):
+            groups.setdefault((item.source, *_group_key(item.rel)), []).append(item)
+        folder.mkdir(parents=True, exist_ok=True)
+        budget = _Budget(folder)
+        try:
+            for (_, _, base), items in groups.items():
+                _add_group(items, base, folder, result, budget)
+        except DiskFullError as err:
+            result.stopped = str(err)
+    return result
+
+
+def _add_group(items: list[Incoming], base: str, folder: Path, result: UploadResult, budget: _Budget) -> None:
+    """An image with its caption, mask and companions (or a caption alone): under its own name
+    unless another picture holds it, then under the first free one."""
+    digests = {id(item): _digest(item.open(), budget.left, str(item.rel), budget) for item in items}
+
+    def state(rel: PurePosixPath, item: Incoming) -> str:
+        target = folder / rel
+        if not target.exists():
+            return "free"
+        if not target.is_file():
+            return "taken"
+        same = target.stat().st_size == digests[id(item)][1] and _digest(target.open("rb")) == digests[id(item)]
+        return "same" if same else "taken"
+
+    media = [item for item in items if file_kind(item.rel.name) != "caption"]
+    new_base = base
+    for n in range(1, 10_000):
+        new_base = base if n == 1 else f"{base}-{n}"
+        if all(state(_renamed(item.rel, base, new_base), item) != "taken" for item in media):
+            break
+    for item in items:
+        rel = _renamed(item.rel, base, new_base)
+        now = state(rel, item)
+        if now == "same":
+            result.same.append(str(rel))
+            continue
+        target = folder / rel
+        if now == "taken":  # only a caption gets here: replaced, the previous one kept
+            if not target.is_file():
+                result.skipped.append((str(item.rel), f"a folder named {rel.name} is in the way"))
+                continue
+            atomic_write_bytes(backup_file(target), target.read_bytes())
+            result.captions_replaced.append(str(rel))
+        if new_base != base:
+            result.renamed.append((str(item.rel), str(rel)))
+        _copy(item, target, digests[id(item)][1], budget)
+        result.written.append(str(rel))
+
+
+# --- the folder and the summary -----------------------------------------------------------------
+def folder_name(name: str) -> str:
+    """A concept's name as a folder name: letters, digits, '-', '_' and '.' (others as '_')."""
+    cleaned = re.sub(r"[^\w.-]+", "_", name.strip(), flags=re.UNICODE).strip("._")
+    return cleaned[:80] or "concept"
+
+
+def upload_folder(workspace: Path, concept_path: str, concept_name: str) -> Path:
+    """Where a concept's uploads go: its folder when that is already one of the workspace's
+    uploaded datasets, else a new folder `datasets/<name>` (`<name>-2`, ... when taken)."""
+    root = (Path(workspace) / DATASETS).resolve()
+    if concept_path:
+        current = Path(concept_path).expanduser()
+        current = (Path(workspace) / current if not current.is_absolute() else current).resolve()
+        if current.parent == root or root in current.parents:
+            return current
+    base = folder_name(concept_name)
+    for n in range(1, 10_000):
+        candidate = root / (base if n == 1 else f"{base}-{n}")
+        if not candidate.exists() or (candidate.is_dir() and not any(candidate.iterdir())):
+            return candidate
+    raise UploadError(f"no free folder name for '{base}' in {root}")
+
+
+def _names(items: list[str]) -> str:
+    shown = ", ".join(f"`{n}`" for n in items[:MAX_NAMES])
+    return shown + (f" and {len(items) - MAX_NAMES} more" if len(items) > MAX_NAMES else "")
+
+
+def summary(result: UploadResult, shown_folder: str) -> str:
+    """The upload's outcome as the page shows it (Markdown)."""
+    counts = [(result.count(k), k) for k in ("image", "clip", "caption", "mask", "companion")]
+    added = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for n, kind in counts if n)
+    lines = [f"**Added to `{shown_folder}`:** {added or 'no new file'}."]
+    if result.same:
+        lines.append(f"Already there with the same content, not added again: {len(result.same)} file(s).")
+    if result.renamed:
+        lines.append("Names taken by another picture, added under a new name: "
+                     + _names([f"{a} → {b}" for a, b in result.renamed]).replace("`", "") + ".")
+    if result.captions_replaced:
+        lines.append(f"Captions replaced (the previous ones are in `.ot_captions/backup`): {_names(result.captions_replaced)}.")
+    if result.clutter:
+        lines.append(f"Skipped {result.clutter} hidden or operating-system file(s) (`__MACOSX`, `.DS_Store`, ...).")
+    if result.skipped:
+        by_reason: dict[str, list[str]] = {}
+        for name, why in result.skipped:
+            by_reason.setdefault(why, []).append(name)
+        lines.extend(f"Skipped, {why}: {_names(names)}." for why, names in by_reason.items())
+    if result.stopped:
+        lines.append(f"**Stopped before the end:** {result.stopped}. The files listed as added are complete.")
+    return "\n\n".join(lines)
