@@ -26,6 +26,7 @@ import hashlib
 import re
 import shutil
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -256,7 +257,13 @@ def add_uploads(uploads: list[Path], folder: Path) -> UploadResult:
 def _add_group(items: list[Incoming], base: str, folder: Path, result: UploadResult, budget: _Budget) -> None:
     """An image with its caption, mask and companions (or a caption alone): under its own name
     unless another picture holds it, then under the first free one."""
-    digests = {id(item): _digest(item.open(), budget.left, str(item.rel), budget) for item in items}
+    try:
+        digests = {id(item): _digest(item.open(), budget.left, str(item.rel), budget) for item in items}
+    except DiskFullError:
+        raise
+    except (OSError, EOFError, RuntimeError, zipfile.BadZipFile, zlib.error) as err:  # a damaged or encrypted member
+        result.skipped.extend((f"{item.source}: {item.rel}" if item.source else str(item.rel), f"unreadable ({err})") for item in items)
+        return
 
     def state(rel: PurePosixPath, item: Incoming) -> str:
         target = folder / rel
@@ -304,8 +311,7 @@ def upload_folder(workspace: Path, concept_path: str, concept_name: str) -> Path
     uploaded datasets, else a new folder `datasets/<name>` (`<name>-2`, ... when taken)."""
     root = (Path(workspace) / DATASETS).resolve()
     if concept_path:
-        current = Path(concept_path).expanduser()
-        current = (Path(workspace) / current if not current.is_absolute() else current).resolve()
+        current = Path(concept_path).expanduser().resolve()  # relative: to the working folder, as training reads it
         if current.parent == root or root in current.parents:
             return current
     base = folder_name(concept_name)

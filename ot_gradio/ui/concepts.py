@@ -212,6 +212,8 @@ class ConceptsTab:
 
         new = edit_log.pending(log, applied)
         config, applied = self.apply_log(config, new), (new[-1][0] if new else applied)
+        if new:  # applied here, so saved here (the edit handler will not apply them again)
+            self.autosave(config)
         concepts = config.get("concepts", [])
         if index is None or not (0 <= index < len(concepts)):
             return config, applied, "Add a concept first (**Add**), then upload its images.", {}
@@ -222,8 +224,10 @@ class ConceptsTab:
             folder = upload_folder(self.workspace, str(concept.get("path") or ""), str(concept.get("name") or ""))
             existed = folder.exists()
             result = add_uploads([Path(f) for f in files], folder)
-        except (UploadError, OSError) as err:
+        except UploadError as err:
             return config, applied, f"**Nothing was added:** {err}", {}
+        except OSError as err:
+            return config, applied, f"**The upload failed:** {err}. The concept's folder is unchanged.", {}
         finally:
             _forget_uploads(files)
         shown = _shown_folder(folder, self.workspace)

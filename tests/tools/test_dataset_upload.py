@@ -95,6 +95,17 @@ def test_a_new_caption_for_an_image_already_there_replaces_it_with_a_backup(tmp_
     assert result.captions_replaced == ["cat.txt"] and not result.renamed
 
 
+def test_a_damaged_member_is_named_and_the_others_are_added(tmp_path):
+    archive = zipped(tmp_path / "set.zip", {"a.png": png(), "b.png": b"B" * 4000, "b.txt": "b"})
+    raw = bytearray(archive.read_bytes())
+    raw[raw.find(b"B" * 4000) + 2000] ^= 0xFF  # a byte of b.png's stored data: its CRC no longer matches
+    archive.write_bytes(bytes(raw))
+    result = add_uploads([archive], tmp_path / "data")
+    assert set(files_in(tmp_path / "data")) == {"a.png"}
+    reasons = dict(result.skipped)
+    assert reasons["set.zip: b.png"].startswith("unreadable") and reasons["set.zip: b.txt"].startswith("unreadable")
+
+
 def test_a_bad_archive_adds_nothing_and_says_which(tmp_path):
     up = tmp_path / "up"
     with pytest.raises(UploadError, match="broken.zip is not a readable .zip"):

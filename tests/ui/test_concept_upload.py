@@ -51,8 +51,11 @@ def test_an_upload_of_nothing_readable_leaves_the_concept_as_it_was(page, tmp_pa
     before = config["concepts"][0]["path"]
     (tmp_path / "notes.pdf").write_bytes(b"%PDF")
     (tmp_path / "broken.zip").write_bytes(b"not a zip")
-    config, _, note, changed = page.concepts.upload(config, 0, None, 0, [str(tmp_path / "notes.pdf")])
+    # a name typed just before: applied and saved with the upload's turn, though nothing was added
+    log = json.dumps([[1, "name", "renamed", 0]])
+    config, applied, note, changed = page.concepts.upload(config, 0, log, 0, [str(tmp_path / "notes.pdf")])
     assert not changed and config["concepts"][0]["path"] == before and "unchanged" in note and "`notes.pdf`" in note
+    assert applied == 1 and load_ui_config(page.workspace)["concepts"][0]["name"] == "renamed"
     assert not (page.workspace / "datasets").exists() or not any((page.workspace / "datasets").iterdir())
     config, _, note, changed = page.concepts.upload(config, 0, None, 0, [str(tmp_path / "broken.zip")])
     assert not changed and "Nothing was added" in note and "broken.zip" in note
