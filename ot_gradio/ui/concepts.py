@@ -19,6 +19,9 @@ from .charts import bucket_chart
 from .form import Field, build_fields, config_from_values, edit_event, schema_fields, values_from_config
 
 GROUPS = (("General", ""), ("Image augmentation", "image."), ("Text", "text."))
+UPLOAD_NOTE = ("From this computer into the machine that trains: images with their `.txt` captions (and masks), "
+               "or a .zip of the folder. They go in the workspace's `datasets/<concept name>` folder, which becomes "
+               "this concept's *Folder*.")
 
 
 def concept_choices(concepts: list[dict[str, Any]]) -> list[tuple[str, int]]:
@@ -182,7 +185,7 @@ class ConceptsTab:
             self.refresh = gr.Button("Refresh statistics", elem_id="concept-stats-refresh")
             self.stats = gr.Markdown("")
             self.buckets = gr.BarPlot(x="bucket", y="images", title="Aspect buckets", height=220, elem_id="concept-buckets")
-        self.outputs = [self.selector, *(f.component for f in self.fields.values()), self.empty, *self.groups]
+        self.outputs = [self.selector, *(f.component for f in self.fields.values()), self.empty, self.upload_note, *self.groups]
         # the fields' edits, logged in the browser with the concept selected (ui/edit_log.py)
         self.log, self.applied = edit_log.build("concept-edit-log")
         self.inputs = [self.selector, self.log, self.applied]  # what Start reads of this tab
@@ -197,10 +200,7 @@ class ConceptsTab:
             self.upload_button = gr.UploadButton(
                 "Upload images…", file_count="multiple", file_types=[*IMAGE_EXTENSIONS, *VIDEO_EXTENSIONS, ".txt", ".zip"],
                 elem_id="concept-upload", scale=0, min_width=200)
-            self.upload_note = gr.Markdown(
-                "From this computer into the machine that trains: images with their `.txt` captions (and masks), "
-                "or a .zip of the folder. They go in the workspace's `datasets/<concept name>` folder, which becomes "
-                "this concept's *Folder*.", elem_id="concept-upload-note")
+            self.upload_note = gr.Markdown(UPLOAD_NOTE, elem_id="concept-upload-note")
 
     def upload(self, config: dict[str, Any], index: int | None, log: str | None, applied: int | None,
                files: list[str] | None) -> tuple[dict[str, Any], int | None, str, dict[str, Any]]:
@@ -253,7 +253,7 @@ class ConceptsTab:
             index = 0 if concepts else None
         values = values_from_config(self.fields, concepts[index]) if index is not None else {}
         return {self.selector: gr.update(choices=concept_choices(concepts), value=index), **values,
-                self.empty: gr.update(visible=index is None), **{group: gr.update(visible=index is not None) for group in self.groups}}
+                self.empty: gr.update(visible=index is None), self.upload_note: UPLOAD_NOTE, **{group: gr.update(visible=index is not None) for group in self.groups}}
 
     def apply(self, config: dict[str, Any], values: dict) -> dict[str, Any]:
         """The config with the selected concept as the form shows it: the fields' values among

@@ -60,8 +60,9 @@ STEPS: tuple[tuple[str, tuple[Step, ...]], ...] = (
     ("Prepare the training", (
         Step("Concepts",
              "Add a folder of images per concept. Captions come from a `.txt` file next to each image (one caption "
-             "per line, one picked at random per epoch). *Refresh statistics* checks every image is found and how "
-             "they fall into aspect buckets.",
+             "per line, one picked at random per epoch). Images on your own computer while the page trains on another "
+             "machine (a share link, Colab): *Upload images…* sends them, or a .zip of the folder. *Refresh statistics* "
+             "checks every image is found and how they fall into aspect buckets.",
              "concepts", "Open Concepts"),
         Step("Samples",
              "Prompts rendered while training, at the model's native size (512 for SD 1.5, 1024 for SDXL).",

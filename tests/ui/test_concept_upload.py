@@ -7,6 +7,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from ot_gradio.ui.concepts import UPLOAD_NOTE
 from ot_gradio.ui.state import load_ui_config
 
 
@@ -44,6 +45,8 @@ def test_uploaded_images_become_the_concepts_folder_and_a_pending_folder_edit_do
     (up / "c.png").write_bytes(png((0, 0, 255)))
     config, _, note, changed = page.concepts.upload(config, index, log, applied, [str(up / "c.png")])
     assert changed["path"] == str(folder) and (folder / "c.png").is_file() and "1 image." in note
+    # another concept shown: the note is the button's description again, not this upload's outcome
+    assert page.concepts.show(config, 0)[page.concepts.upload_note] == UPLOAD_NOTE
 
 
 def test_an_upload_of_nothing_readable_leaves_the_concept_as_it_was(page, tmp_path):
