@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -28,11 +29,13 @@ class EventReporter:
         self.writer = EventWriter(run)
         self.echo = echo
         self.extra_requests: set[str] = set()
+        self._lock = threading.Lock()  # news also comes from helper threads (a download's progress)
 
     def _emit(self, type: str, **fields: Any) -> None:
-        event = self.writer.emit(type, **fields)
-        if self.echo is not None:
-            self.echo(event)
+        with self._lock:
+            event = self.writer.emit(type, **fields)
+            if self.echo is not None:
+                self.echo(event)
 
     def status(self, status: str, message: str = "") -> None:
         self._emit("status", status=status, message=message)

@@ -6,6 +6,7 @@ TensorBoard and the resume. `Trainer` (trainer.py) inherits it and runs the step
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from pathlib import Path
@@ -86,12 +87,13 @@ class TrainerSetup:
         with self.dist.main_first():  # multi-GPU: one process downloads (or builds) the model, then the others load it
             hub = {"cache_dir": cfg.huggingface_cache_dir or None, "offline": cfg.offline_mode,
                    "token": cfg.secrets.huggingface_token or None}
-            self.model: ModelFamily = family.load(
-                base_model_source(cfg.base_model_name, **hub),  # a Hugging Face file address: its file, downloaded
-                **hub,
-                dtypes=dtypes,
-                part_models={part: getattr(cfg, part).model_name for part in family_info(cfg.model_type).parts},
-            )
+            with self._download_watch(cfg, hub):
+                self.model: ModelFamily = family.load(
+                    base_model_source(cfg.base_model_name, **hub),  # a Hugging Face file address: its file, downloaded
+                    **hub,
+                    dtypes=dtypes,
+                    part_models={part: getattr(cfg, part).model_name for part in family_info(cfg.model_type).parts},
+                )
         # seeded after loading: building or converting a model may draw random numbers (the tiny
         # models are built on first use), and the run must not depend on whether that happened
         seed_everything(cfg.seed)
@@ -331,6 +333,18 @@ class TrainerSetup:
         settings = {part: getattr(self.config, part).gradient_checkpointing for part in parts}
         return CheckpointingDecision(self.model, self.config, self.device, self.precision, self.param_groups,
                                      self.trained_text_parts, settings, background=True, parked=self.placement.parked)
+
+    def _download_watch(self, cfg: Any, hub: dict[str, Any]) -> contextlib.AbstractContextManager:
+        """While the model loads, what it downloads into the hub cache as the run's status (download_watch.py):
+        on the main process, when downloads are allowed."""
+        from huggingface_hub import constants  # noqa: PLC0415
+
+        from ..models.download_watch import DownloadWatch, hub_cache_folder  # noqa: PLC0415
+
+        if not self.dist.is_main or hub["offline"] or constants.HF_HUB_OFFLINE:
+            return contextlib.nullcontext()
+        return DownloadWatch(lambda message: self.report.status("loading", message), cfg.base_model_name,
+                             hub_cache_folder(hub["cache_dir"]))
 
     def _finish_checkpointing_decision(self, decision: Any) -> None:
         """Checkpointing as decided; the log (stdout) and the events say what was chosen and why."""

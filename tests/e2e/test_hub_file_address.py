@@ -38,6 +38,10 @@ def test_a_hub_file_address_as_base_model_downloads_and_trains(tmp_path, tiny_mo
     assert any(path.startswith(f"/{family.default_config_repo}/resolve/") for path in fetched)  # the configs
     cached = list((tmp_path / "hf").rglob("my-sd15-model.safetensors"))
     assert cached and cached[0].read_bytes() == tiny_model.single_file.read_bytes()
+    # the run said what it downloaded while loading (the page shows the status; models/download_watch.py)
+    statuses = [json.loads(line) for events in Path(config["workspace_dir"]).rglob("events.jsonl") for line in events.read_text().splitlines()]
+    said = [e["message"] for e in statuses if e.get("type") == "status" and e.get("status") == "loading"]
+    assert any(m.startswith(f"loading {ADDRESS}: downloaded ") for m in said), said
 
 
 def test_a_web_address_of_another_site_is_named_before_the_run(tmp_path, lora_config):
