@@ -6,7 +6,7 @@ minutes with nothing moving, and a new user on a rented box took the run for hun
 model loads, `DownloadWatch` looks every few seconds at how many bytes the hub cache holds (its
 files and the `.incomplete` ones being written, by huggingface_hub's HTTP or Xet download; links
 not followed) and, when that grew, reports it as the run's status: "loading <model>: 3.2 GB
-downloaded (45.0 MB/s)". A load that downloads nothing reports nothing. Torch-free.
+downloaded, 45.0 MB/s" (the run bar shows its short form). A load that downloads nothing reports nothing. Torch-free.
 """
 
 from __future__ import annotations
@@ -48,9 +48,10 @@ def hub_cache_folder(cache_dir: str | None) -> Path:
 
 class DownloadWatch:
     """A context manager around a model's load: every `every` seconds the cache's growth since the
-    start goes to `report` as a status message; on leaving, the total, when there was one."""
+    start goes to `report(message, detail)` (detail: the short form the run bar shows); on leaving,
+    the total, when there was one (no detail: the download is over)."""
 
-    def __init__(self, report: Callable[[str], None], label: str, folder: str | os.PathLike, every: float = EVERY_S,
+    def __init__(self, report: Callable[[str, str], None], label: str, folder: str | os.PathLike, every: float = EVERY_S,
                  clock: Callable[[], float] = time.monotonic):
         self.report, self.label, self.folder, self.every, self.clock = report, label, Path(folder), every, clock
         self._stop = threading.Event()
@@ -73,7 +74,7 @@ class DownloadWatch:
         grown = cache_bytes(self.folder) - self.start_bytes
         if grown > 0 and exc[0] is None:
             took = max(self.clock() - self.started, 1e-6)
-            self.report(f"loading {self.label}: downloaded {human_bytes(grown)} in {took:.0f} s")
+            self.report(f"loading {self.label}: downloaded {human_bytes(grown)} in {took:.0f} s", "")
 
     def _watch(self) -> None:
         previous_time = self.clock()
@@ -81,6 +82,6 @@ class DownloadWatch:
             now_bytes, now = cache_bytes(self.folder), self.clock()
             if now_bytes > self.last_bytes:
                 rate = (now_bytes - self.last_bytes) / max(now - previous_time, 1e-6)
-                self.report(f"loading {self.label}: {human_bytes(now_bytes - self.start_bytes)} downloaded "
-                            f"({human_bytes(int(rate))}/s)")
+                detail = f"{human_bytes(now_bytes - self.start_bytes)} downloaded, {human_bytes(int(rate))}/s"
+                self.report(f"loading {self.label}: {detail}", detail)
             self.last_bytes, previous_time = max(now_bytes, self.last_bytes), now

@@ -31,6 +31,7 @@ class RunState:
     run_id: str
     status: str = "starting"
     message: str = ""
+    download: str = ""  # while a model loads: what it has downloaded ("3.2 GB downloaded, 45.0 MB/s"), for the run bar
     progress: dict[str, Any] = field(default_factory=dict)
     losses: list[tuple[int, float]] = field(default_factory=list)
     lrs: list[tuple[int, float]] = field(default_factory=list)
@@ -49,6 +50,7 @@ class RunState:
         if kind == "status":
             self.status = event.get("status", self.status)
             self.message = event.get("message", "")
+            self.download = str(event.get("download") or "")
         elif kind == "progress":
             self.progress = {k: v for k, v in event.items() if k not in ("type", "time")}
         elif kind == "metrics":

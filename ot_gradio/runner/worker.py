@@ -37,8 +37,8 @@ class EventReporter:
             if self.echo is not None:
                 self.echo(event)
 
-    def status(self, status: str, message: str = "") -> None:
-        self._emit("status", status=status, message=message)
+    def status(self, status: str, message: str = "", **extra: Any) -> None:
+        self._emit("status", status=status, message=message, **extra)
 
     def warning(self, message: str) -> None:
         self._emit("warning", message=message)

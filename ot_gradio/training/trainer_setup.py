@@ -343,7 +343,7 @@ class TrainerSetup:
 
         if not self.dist.is_main or hub["offline"] or constants.HF_HUB_OFFLINE:
             return contextlib.nullcontext()
-        return DownloadWatch(lambda message: self.report.status("loading", message), cfg.base_model_name,
+        return DownloadWatch(lambda message, detail: self.report.status("loading", message, download=detail), cfg.base_model_name,
                              hub_cache_folder(hub["cache_dir"]))
 
     def _finish_checkpointing_decision(self, decision: Any) -> None:

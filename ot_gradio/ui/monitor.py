@@ -121,6 +121,8 @@ def bar_markdown(state: RunState | None) -> str:
     parts = [f"**{state.status}**"]
     if state.status in ("error", "crashed") and state.message.strip():
         parts.append(reason_line(state.message))  # the traceback stays behind the Run tab's "details" fold
+    if state.status == "loading" and state.download:
+        parts.append(reason_line(state.download, 60))  # a first run's minutes of download, seen from every tab
     if p.get("phase") == "training":
         parts.append(f"step {p.get('global_step', 0)}/{p.get('total_steps', '?')}")
         if p.get("eta_s") is not None and not state.finished:  # no ETA once stopped, done or failed

@@ -19,21 +19,22 @@ def test_the_cache_is_measured_once_per_file_and_growth_is_reported_while_it_hap
     said, ticks = [], []
     tick = threading.Event()
 
-    def report(message):
-        said.append(message)
+    def report(message, detail):
+        said.append((message, detail))
         ticks.append(1)
         tick.set()
 
     with DownloadWatch(report, "a/b", cache, every=0.05):
         (blobs / "new.incomplete").write_bytes(b"y" * 3 * 1024 * 1024)  # a download under way
         assert tick.wait(10)
-    assert said[0].startswith("loading a/b: 3.0 MB downloaded (") and said[0].endswith("/s)")
-    assert said[-1].startswith("loading a/b: downloaded 3.0 MB in ")
+    message, detail = said[0]
+    assert message == f"loading a/b: {detail}" and detail.startswith("3.0 MB downloaded, ") and detail.endswith("/s")
+    assert said[-1][0].startswith("loading a/b: downloaded 3.0 MB in ") and said[-1][1] == ""  # over: the bar drops it
 
 
 def test_a_load_that_downloads_nothing_says_nothing(tmp_path):
     (tmp_path / "f").write_bytes(b"1")
     said = []
-    with DownloadWatch(said.append, "local", tmp_path, every=0.01):
+    with DownloadWatch(lambda *args: said.append(args), "local", tmp_path, every=0.01):
         threading.Event().wait(0.1)
     assert said == []

@@ -63,6 +63,15 @@ def test_the_run_bar_shows_status_step_eta_and_smoothed_loss():
     assert "loss 0.9000 (smoothed)" in line  # 0.9 * 1.0 + 0.1 * 0.0
 
 
+def test_the_run_bar_shows_a_first_runs_download_while_the_model_loads():
+    state = RunState("r")
+    state.apply({"type": "status", "status": "loading", "message": "loading big/model: 3.2 GB downloaded, 45.0 MB/s",
+                 "download": "3.2 GB downloaded, 45.0 MB/s"})
+    assert bar_markdown(state) == "**loading** · 3.2 GB downloaded, 45.0 MB/s"
+    state.apply({"type": "status", "status": "loading", "message": "loading big/model: downloaded 6.9 GB in 150 s"})
+    assert bar_markdown(state) == "**loading**"
+
+
 def test_a_stopped_run_shows_no_eta():
     """After Stop the last progress event still holds an ETA; the bar and the Run tab drop it."""
     from ot_gradio.ui.monitor import status_markdown
