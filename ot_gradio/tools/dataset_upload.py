@@ -6,7 +6,8 @@ into a folder of the workspace (`datasets/<concept name>`), which becomes the co
 Torch-free: the page imports it. Decisions:
 
 - Kept: what a concept reads (images, clips, `.txt` captions; masks and `-control` / `-depth` /
-  `-condlabel` images go by their names). Anything else (a PDF, a .DS_Store, macOS's `__MACOSX`
+  `-condlabel` images go by their names). Names are written as training looks for them: a
+  caption's `.TXT` as `.txt` beside `IMG_1.JPG`, a mask's `-MaskLabel.PNG` as `-masklabel.png`. Anything else (a PDF, a .DS_Store, macOS's `__MACOSX`
   folder, hidden files, an archive inside an archive) is skipped and named.
 - A .zip is read member by member: no member is written outside the folder (absolute paths and
   `..` are refused), one top folder holding everything is dropped (zipping `mycat/` gives the
@@ -115,6 +116,19 @@ def _renamed(rel: PurePosixPath, base: str, new_base: str) -> PurePosixPath:
     return rel.with_name(new_base + rel.stem[len(base):] + rel.suffix)
 
 
+def _as_training_reads(rel: PurePosixPath, kind: str) -> PurePosixPath:
+    """The name training looks for: a caption's `.TXT` as `.txt` (beside `IMG_1.JPG` it reads
+    `IMG_1.txt`), a mask's or companion's suffix in lower case and a mask's `.PNG` as `.png`
+    (`IMG_1-masklabel.png`)."""
+    if kind == "caption":
+        return rel.with_suffix(CAPTION_EXT)
+    if kind in ("mask", "companion"):
+        suffix = _companion_suffix(rel.stem)
+        ext = rel.suffix.lower() if suffix == MASK_SUFFIX else rel.suffix
+        return rel.with_name(rel.stem[: len(rel.stem) - len(suffix)] + suffix + ext)
+    return rel
+
+
 def safe_rel(name: str) -> PurePosixPath | str:
     """A member or file name as a path inside the dataset, or why it is not taken."""
     if "\x00" in name:
@@ -188,6 +202,7 @@ def incoming_files(uploads: list[Path], result: UploadResult, stack: contextlib.
             elif kind == "other":
                 result.skipped.append((where, "not a training file"))
             else:
+                item.rel = _as_training_reads(item.rel, kind)
                 yield item
 
 

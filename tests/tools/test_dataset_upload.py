@@ -51,6 +51,18 @@ def test_loose_files_keep_their_names_and_what_training_does_not_read_is_named(t
     assert all(p.is_file() for p in sources)  # the uploads themselves are only read
 
 
+def test_a_camera_s_upper_case_names_are_read_and_the_caption_is_found_by_training(tmp_path):
+    from ot_gradio.config.concept import ConceptConfig
+    from ot_gradio.data.scan import scan_concept
+
+    up = tmp_path / "up"
+    add_uploads([write(up, "IMG_1.JPG", png()), write(up, "IMG_1.TXT", "a photo"), write(up, "IMG_1-MaskLabel.PNG", png((255,) * 3))],
+                tmp_path / "data")
+    assert set(files_in(tmp_path / "data")) == {"IMG_1.JPG", "IMG_1.txt", "IMG_1-masklabel.png"}
+    (item,) = scan_concept(ConceptConfig(name="c", path=str(tmp_path / "data"))).items
+    assert item.captions == ("a photo",) and item.mask_path == tmp_path / "data" / "IMG_1-masklabel.png"
+
+
 def test_a_zipped_folder_unpacks_into_the_dataset_safely(tmp_path):
     archive = zipped(tmp_path / "mycat.zip", {
         "mycat/1.png": png(), "mycat/1.txt": "one", "mycat/poses/2.webp": png((1, 2, 3)),
