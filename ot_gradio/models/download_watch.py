@@ -11,6 +11,7 @@ downloaded, 45.0 MB/s" (the run bar shows its short form). A load that downloads
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -51,9 +52,10 @@ class DownloadWatch:
     start goes to `report(message, detail)` (detail: the short form the run bar shows); on leaving,
     the total, when there was one (no detail: the download is over)."""
 
-    def __init__(self, report: Callable[[str, str], None], label: str, folder: str | os.PathLike, every: float = EVERY_S,
+    def __init__(self, report: Callable[[str, str], None], label: str, folder: str | os.PathLike, every: float | None = None,
                  clock: Callable[[], float] = time.monotonic):
-        self.report, self.label, self.folder, self.every, self.clock = report, label, Path(folder), every, clock
+        self.report, self.label, self.folder, self.clock = report, label, Path(folder), clock
+        self.every = EVERY_S if every is None else every
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.start_bytes = 0
@@ -85,3 +87,14 @@ class DownloadWatch:
                 detail = f"{human_bytes(now_bytes - self.start_bytes)} downloaded, {human_bytes(int(rate))}/s"
                 self.report(f"loading {self.label}: {detail}", detail)
             self.last_bytes, previous_time = max(now_bytes, self.last_bytes), now
+
+
+def watch_downloads(report: Callable[[str, str], None], label: str, cache_dir: str | None,
+                    offline: bool = False) -> contextlib.AbstractContextManager:
+    """A DownloadWatch of the hub cache a load uses, or nothing to watch when it may not download
+    (offline mode, the config's or huggingface_hub's)."""
+    from huggingface_hub import constants  # noqa: PLC0415
+
+    if offline or constants.HF_HUB_OFFLINE:
+        return contextlib.nullcontext()
+    return DownloadWatch(report, label, hub_cache_folder(cache_dir))

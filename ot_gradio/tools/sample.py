@@ -354,16 +354,22 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
     from ot_gradio.secrets import read_secrets
 
     token = read_secrets(workspace).get("huggingface_token") if workspace else None  # the page's, for a gated base model
-    if run:
-        model, method, info = load_run(resolve_run(run, workspace), device, params.get("dtype"), job, token)
-        model_name = f"{info['base_model']} + {Path(info['backup']).name}"
-    else:
-        model_type = str(params.get("model_type") or "STABLE_DIFFUSION_15")
-        base = str(params.get("base_model") or "")
-        model = load_base(model_type, base, device, params.get("dtype"), {
-            "config_dir": str(params.get("config_dir") or "").strip(), "cache_dir": params.get("cache_dir"), "token": token,
-            "offline": bool(params.get("offline", os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")))})
-        model_name = base
+    offline = bool(params.get("offline", os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")))
+    from ot_gradio.models.download_watch import watch_downloads
+
+    # a base model not yet in the hub cache downloads here: the job's progress says how much has arrived
+    with watch_downloads(lambda message, detail: job.progress(0, total, message), run or str(params.get("base_model") or ""),
+                         params.get("cache_dir"), offline):
+        if run:
+            model, method, info = load_run(resolve_run(run, workspace), device, params.get("dtype"), job, token)
+            model_name = f"{info['base_model']} + {Path(info['backup']).name}"
+        else:
+            model_type = str(params.get("model_type") or "STABLE_DIFFUSION_15")
+            base = str(params.get("base_model") or "")
+            model = load_base(model_type, base, device, params.get("dtype"), {
+                "config_dir": str(params.get("config_dir") or "").strip(), "cache_dir": params.get("cache_dir"), "token": token,
+                "offline": offline})
+            model_name = base
     if lora:
         weight = params.get("lora_weight")
         try:

@@ -337,14 +337,12 @@ class TrainerSetup:
     def _download_watch(self, cfg: Any, hub: dict[str, Any]) -> contextlib.AbstractContextManager:
         """While the model loads, what it downloads into the hub cache as the run's status (download_watch.py):
         on the main process, when downloads are allowed."""
-        from huggingface_hub import constants  # noqa: PLC0415
+        from ..models.download_watch import watch_downloads  # noqa: PLC0415
 
-        from ..models.download_watch import DownloadWatch, hub_cache_folder  # noqa: PLC0415
-
-        if not self.dist.is_main or hub["offline"] or constants.HF_HUB_OFFLINE:
+        if not self.dist.is_main:
             return contextlib.nullcontext()
-        return DownloadWatch(lambda message, detail: self.report.status("loading", message, download=detail), cfg.base_model_name,
-                             hub_cache_folder(hub["cache_dir"]))
+        return watch_downloads(lambda message, detail: self.report.status("loading", message, download=detail),
+                               cfg.base_model_name, hub["cache_dir"], hub["offline"])
 
     def _finish_checkpointing_decision(self, decision: Any) -> None:
         """Checkpointing as decided; the log (stdout) and the events say what was chosen and why."""

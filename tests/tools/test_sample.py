@@ -443,3 +443,29 @@ def test_the_workspace_token_reaches_the_base_model_load(tmp_path, monkeypatch):
         sample.run_job({"workspace": str(tmp_path), "base_model": "someone/gated", "prompts": [{"prompt": "a"}], "device": "cpu"},
                        Job())
     assert seen["token"] == "hf_SAMPLETOKEN"
+
+
+def test_a_base_model_that_downloads_says_how_much_has_arrived(tmp_path, monkeypatch):
+    """Tools → Sample with a base model not yet in the hub cache: the job's progress reports the
+    download while the model loads (models/download_watch.py), as a training run's status does."""
+    import time
+
+    from ot_gradio.models import download_watch
+    from ot_gradio.tools import sample
+
+    monkeypatch.setattr(download_watch, "EVERY_S", 0.05)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+
+    def downloading(model_type, base, device, dtype, extra):
+        (tmp_path / "hf" / "blob.incomplete").write_bytes(b"x" * 2 * 1024 * 1024)
+        time.sleep(0.5)
+        raise JobError("stopped here: the test loads no model")
+
+    monkeypatch.setattr(sample, "load_base", downloading)
+    (tmp_path / "hf").mkdir()
+    said = []
+    with pytest.raises(JobError, match="stopped here"):
+        run_inline("sample", {"base_model": "someone/model", "device": "cpu", "cache_dir": str(tmp_path / "hf"), "prompts": ["x"],
+                              "output_dir": str(tmp_path / "out")}, Job(on_progress=lambda done, total, message: said.append(message)))
+    assert any(m.startswith("loading someone/model: 2.0 MB downloaded, ") for m in said), said
