@@ -6,13 +6,15 @@ minutes with nothing moving, and a new user on a rented box took the run for hun
 model loads, `DownloadWatch` looks every few seconds at how many bytes the hub cache holds (its
 files and the `.incomplete` ones being written, by huggingface_hub's HTTP or Xet download; links
 not followed) and, when that grew, reports it as the run's status: "loading <model>: 3.2 GB
-downloaded, 45.0 MB/s" (the run bar shows its short form). A load that downloads nothing reports nothing. Torch-free.
+downloaded, 45.0 MB/s" (the run bar shows its short form). A load that downloads nothing reports
+nothing. Torch-free.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +35,7 @@ def cache_bytes(folder: str | os.PathLike) -> int:
                 info = os.lstat(os.path.join(root, name))
             except OSError:
                 continue  # renamed (an .incomplete file finished) or removed between the listing and here
-            if not os.path.islink(os.path.join(root, name)):
+            if not stat.S_ISLNK(info.st_mode):
                 total += info.st_size
     return total
 

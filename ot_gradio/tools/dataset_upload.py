@@ -7,8 +7,9 @@ Torch-free: the page imports it. Decisions:
 
 - Kept: what a concept reads (images, clips, `.txt` captions; masks and `-control` / `-depth` /
   `-condlabel` images go by their names). Names are written as training looks for them: a
-  caption's `.TXT` as `.txt` beside `IMG_1.JPG`, a mask's `-MaskLabel.PNG` as `-masklabel.png`. Anything else (a PDF, a .DS_Store, macOS's `__MACOSX`
-  folder, hidden files, an archive inside an archive) is skipped and named.
+  caption's `.TXT` as `.txt` beside `IMG_1.JPG`, a mask's `-MaskLabel.PNG` as `-masklabel.png`.
+  Anything else (a PDF, an archive inside an archive) is skipped and named; hidden files and
+  operating-system clutter (.DS_Store, macOS's `__MACOSX` folder) are skipped and counted.
 - A .zip is read member by member: no member is written outside the folder (absolute paths and
   `..` are refused), one top folder holding everything is dropped (zipping `mycat/` gives the
   files of `mycat`), subfolders are kept. What it unpacks to is counted as it is written, and the
@@ -40,7 +41,6 @@ from .captions import backup_file
 
 DATASETS = "datasets"  # the workspace's folder of uploaded datasets
 CAPTION_EXT = ".txt"
-KEPT_EXTENSIONS = frozenset((*IMAGE_EXTENSIONS, *VIDEO_EXTENSIONS, CAPTION_EXT))
 COMPANION_SUFFIXES = (MASK_SUFFIX, CONTROL_SUFFIX, DEPTH_SUFFIX, CONDLABEL_SUFFIX)
 JUNK_NAMES = frozenset({"__macosx", "thumbs.db", "desktop.ini"})
 MAX_MEMBERS = 100_000  # files in one archive
@@ -49,7 +49,7 @@ MAX_NAMES = 8  # file names listed in a summary line
 
 
 class UploadError(ValueError):
-    """Something the user can fix: an unreadable archive, a full disk."""
+    """Something the user can fix before anything is written: an unreadable archive, one of too many files."""
 
 
 @dataclass
@@ -105,11 +105,15 @@ def _companion_suffix(stem: str) -> str:
     return next((s for s in COMPANION_SUFFIXES if low.endswith(s) and len(low) > len(s)), "")
 
 
+def _split_companion(stem: str) -> tuple[str, str]:
+    """(base name, companion suffix in lower case or ""): `cat-MaskLabel` -> ("cat", "-masklabel")."""
+    suffix = _companion_suffix(stem)
+    return stem[: len(stem) - len(suffix)], suffix
+
+
 def _group_key(rel: PurePosixPath) -> tuple[str, str]:
     """(folder, base name) shared by an image and its caption, mask and companions."""
-    stem = rel.stem
-    suffix = _companion_suffix(stem)
-    return str(rel.parent), stem[: len(stem) - len(suffix)] if suffix else stem
+    return str(rel.parent), _split_companion(rel.stem)[0]
 
 
 def _renamed(rel: PurePosixPath, base: str, new_base: str) -> PurePosixPath:
@@ -123,9 +127,8 @@ def _as_training_reads(rel: PurePosixPath, kind: str) -> PurePosixPath:
     if kind == "caption":
         return rel.with_suffix(CAPTION_EXT)
     if kind in ("mask", "companion"):
-        suffix = _companion_suffix(rel.stem)
-        ext = rel.suffix.lower() if suffix == MASK_SUFFIX else rel.suffix
-        return rel.with_name(rel.stem[: len(rel.stem) - len(suffix)] + suffix + ext)
+        base, suffix = _split_companion(rel.stem)
+        return rel.with_name(base + suffix + (rel.suffix.lower() if suffix == MASK_SUFFIX else rel.suffix))
     return rel
 
 
@@ -226,15 +229,15 @@ class _Budget:
             self.left -= n
 
 
-def _digest(stream: IO[bytes], limit: int | None = None, name: str = "", budget: _Budget | None = None) -> tuple[str, int]:
-    """(sha256, size) of a stream read to its end; past `limit` bytes (an archive member that
-    unpacks to more than the disk can take) the disk is full."""
+def _digest(stream: IO[bytes], budget: _Budget | None = None, name: str = "") -> tuple[str, int]:
+    """(sha256, size) of a stream read to its end; past what `budget` has left (an archive member
+    that unpacks to more than the disk can take) the disk is full."""
     h, n = hashlib.sha256(), 0
     with stream:
         while chunk := stream.read(1 << 20):
             h.update(chunk)
             n += len(chunk)
-            if limit is not None and n > limit and budget is not None:
+            if budget is not None and budget.left is not None and n > budget.left:
                 raise budget.full(name, n)
     return h.hexdigest(), n
 
@@ -273,7 +276,7 @@ def _add_group(items: list[Incoming], base: str, folder: Path, result: UploadRes
     """An image with its caption, mask and companions (or a caption alone): under its own name
     unless another picture holds it, then under the first free one."""
     try:
-        digests = {id(item): _digest(item.open(), budget.left, str(item.rel), budget) for item in items}
+        digests = {id(item): _digest(item.open(), budget, str(item.rel)) for item in items}
     except DiskFullError:
         raise
     except (OSError, EOFError, RuntimeError, zipfile.BadZipFile, zlib.error) as err:  # a damaged or encrypted member

@@ -17,6 +17,7 @@ from ..config.concept import ConceptConfig
 from . import edit_log
 from .charts import bucket_chart
 from .form import Field, build_fields, config_from_values, edit_event, schema_fields, values_from_config
+from .uploads import forget_uploads
 
 GROUPS = (("General", ""), ("Image augmentation", "image."), ("Text", "text."))
 UPLOAD_NOTE = ("From this computer into the machine that trains: images with their `.txt` captions (and masks), "
@@ -34,20 +35,6 @@ def _shown_folder(folder: Path, workspace: Path) -> str:
         return str(folder.resolve().relative_to(Path(workspace).resolve()))
     except ValueError:
         return str(folder)
-
-
-def _forget_uploads(files: list[str] | None) -> None:
-    """Delete gradio's cached copies of uploaded files once they are in the dataset (an upload
-    of a whole dataset would otherwise stay on disk twice); only files in gradio's upload cache."""
-    from gradio.utils import get_upload_folder  # noqa: PLC0415
-
-    cache = Path(get_upload_folder()).resolve()
-    for name in files or []:
-        path = Path(name).resolve()
-        if cache in path.parents:
-            with contextlib.suppress(OSError):
-                path.unlink()
-                path.parent.rmdir()  # gradio's one folder per upload, now empty
 
 
 def run_frame_sampling(config: dict[str, Any]):
@@ -229,7 +216,7 @@ class ConceptsTab:
         except OSError as err:
             return config, applied, f"**The upload failed:** {err}. The concept's folder is unchanged.", {}
         finally:
-            _forget_uploads(files)
+            forget_uploads(files)
         shown = _shown_folder(folder, self.workspace)
         if not result.written and not result.same:
             if not existed:

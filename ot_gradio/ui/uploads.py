@@ -49,17 +49,11 @@ class CappedUploads(set):
                 break
             if name in keep:
                 continue
-            try:
-                os.remove(name)
-            except OSError:
+            if not _remove(name):
                 continue
             self.discard(name)
             total -= size
             removed.append(name)
-            try:
-                Path(name).parent.rmdir()  # gradio's one folder per upload, now empty
-            except OSError:
-                pass
         if removed:
             log.info("removed %d old uploads (the page keeps at most %d MB of them)", len(removed), self.cap // 2**20)
         return removed
@@ -72,3 +66,27 @@ def bound_uploads(blocks: Any, cap: int = UPLOADS_TOTAL_BYTES) -> None:
     capped = CappedUploads(old, cap)
     blocks.upload_file_set = capped
     blocks.temp_file_sets = [capped if s is old else s for s in blocks.temp_file_sets]
+
+
+def _remove(name: str | os.PathLike) -> bool:
+    """Delete one of gradio's uploads and its folder (gradio's one folder per upload, then empty)."""
+    try:
+        os.remove(name)
+    except OSError:
+        return False
+    try:
+        Path(name).parent.rmdir()
+    except OSError:
+        pass
+    return True
+
+
+def forget_uploads(files: Iterable[str | os.PathLike] | None) -> None:
+    """Delete gradio's cached copies of uploads a handler has taken in (a whole dataset would
+    otherwise stay on disk twice); only files inside gradio's upload cache."""
+    from gradio.utils import get_upload_folder  # noqa: PLC0415
+
+    cache = Path(get_upload_folder()).resolve()
+    for name in files or []:
+        if cache in Path(name).resolve().parents:
+            _remove(name)
