@@ -18,7 +18,7 @@ from typing import Any
 from .fsutil import fsync_dir
 
 SECRETS_FILE = "secrets.json"
-SECRET_KEYS = ("huggingface_token",)
+SECRET_KEYS = ("huggingface_token", "civitai_token")
 
 
 def secrets_path(workspace: str | os.PathLike) -> Path:
@@ -90,18 +90,21 @@ def take_secrets(config: dict[str, Any], workspace: str | os.PathLike) -> list[s
 def apply_secrets(config: Any, workspace: str | os.PathLike) -> None:
     """Fill a loaded TrainConfig's secrets from the workspace's file (a token already set wins)."""
     stored = read_secrets(workspace)
-    if stored.get("huggingface_token") and not config.secrets.huggingface_token:
-        config.secrets.huggingface_token = stored["huggingface_token"]
+    for key in SECRET_KEYS:
+        if stored.get(key) and not getattr(config.secrets, key):
+            setattr(config.secrets, key, stored[key])
 
 
 def store_config_token(config: dict[str, Any], workspace: str | os.PathLike) -> dict[str, Any]:
-    """`config` (the page's) without its `secrets` section, whose token, when the section is there,
-    becomes the workspace's stored one ("" removes it): the page's autosave never writes it."""
+    """`config` (the page's) without its `secrets` section, whose tokens, when the section is there,
+    become the workspace's stored ones ("" removes one): the page's autosave never writes them."""
     config = dict(config)
     section = config.pop("secrets", None)
-    token = section.get("huggingface_token") if isinstance(section, dict) else None
-    if isinstance(token, str) and token.strip() != read_secrets(workspace).get("huggingface_token", ""):
-        write_secrets(workspace, huggingface_token=token.strip())
+    stored = read_secrets(workspace)
+    changed = {key: token.strip() for key in SECRET_KEYS
+               if isinstance(section, dict) and isinstance(token := section.get(key), str) and token.strip() != stored.get(key, "")}
+    if changed:
+        write_secrets(workspace, **changed)
     return config
 
 

@@ -38,14 +38,14 @@ class TransformerPartConfig(ModelPartConfig):
     """The denoising transformer, which (as OneTrainer's) may come from a file of its own."""
 
     attention_mask: bool = opt(False, "Attention mask", "Flux.1, SD 3 / 3.5 and HiDream (as OneTrainer): zero the prompt embeddings of the padding tokens (the text encoders' outputs times their token mask) before the transformer reads them, in training and in samples, so the padding carries no text (OneTrainer's name: the attention itself is not masked). These models were trained without it; changing it re-encodes cached text. Other model types are refused.", applies_when=ZEROES_PADDING)
-    model_name: str = opt("", "Transformer file", "Load the transformer from this file instead of the base model, whose other parts and configs are kept: a .safetensors file, a .gguf file (weight data type GGUF, for a LoRA), or a Hugging Face file address as OneTrainer's DeTurbo presets give (https://huggingface.co/<owner>/<repo>/blob/main/<file>: downloaded once, then read from the hub cache). A family that reads no such file says so before the run (the README's family table lists them). Blank = from the base model.")
+    model_name: str = opt("", "Transformer file", "Load the transformer from this file instead of the base model, whose other parts and configs are kept: a .safetensors file, a .gguf file (weight data type GGUF, for a LoRA), a Hugging Face file address as OneTrainer's DeTurbo presets give (https://huggingface.co/<owner>/<repo>/blob/main/<file>: downloaded once, then read from the hub cache), or a Civitai model's address (https://civitai.com/models/<id>?modelVersionId=<version>, with General → Civitai API key). A family that reads no such file says so before the run (the README's family table lists them). Blank = from the base model.")
 
 
 
 class VaePartConfig(ModelPartConfig):
     """The VAE, which (as OneTrainer's) may come from a model of its own, e.g. SDXL's fp16-fix VAE."""
 
-    model_name: str = opt("", "VAE model", "Load the VAE from here instead of the base model, e.g. madebyollin/sdxl-vae-fp16-fix (SDXL in half precision without black images) or a fine-tuned VAE: a Hugging Face id, a diffusers VAE folder, or a VAE .safetensors/.ckpt file (diffusers or original key names). It must be a VAE for this base model (same latent channels). Cached latents are remade for it. Blank = the base model's VAE.", on_frozen_part=True)
+    model_name: str = opt("", "VAE model", "Load the VAE from here instead of the base model, e.g. madebyollin/sdxl-vae-fp16-fix (SDXL in half precision without black images) or a fine-tuned VAE: a Hugging Face id, a diffusers VAE folder, a VAE .safetensors/.ckpt file (diffusers or original key names), or a Civitai VAE's address. It must be a VAE for this base model (same latent channels). Cached latents are remade for it. Blank = the base model's VAE.", on_frozen_part=True)
 
 
 class LlamaPartConfig(ModelPartConfig):
@@ -126,6 +126,7 @@ CLOUD_DEFAULTS: dict[str, Any] = {
 
 class SecretsConfig(Section):
     huggingface_token: str = opt("", "Hugging Face token", "Token for gated or private models on the hub. Kept in the workspace's secrets.json (owner-only), never in configs, backups or models.", tab="general")
+    civitai_token: str = opt("", "Civitai API key", "For a base model given as a Civitai address (https://civitai.com/models/<id>?modelVersionId=<version>): Civitai asks for a key to download. Create one at civitai.com → Account settings → API Keys. Kept in the workspace's secrets.json (owner-only), never in configs, backups or models. CIVITAI_TOKEN in the environment works too.", tab="general")
     cloud: dict[str, Any] = opt(default_factory=dict, label="Cloud secrets", tooltip="OneTrainer's cloud credentials (API key, host, user). Stored in the config file: do not share that file.", tab="general", status=PLANNED)
 
 

@@ -17,15 +17,12 @@ from urllib.parse import urlsplit
 
 import torch
 
+from ot_gradio.config.civitai import civitai_address
 from ot_gradio.config.enums import DataType
 from ot_gradio.config.hub_files import EXAMPLE as HUB_FILE_EXAMPLE
 from ot_gradio.config.hub_files import hub_file_address, hub_repo_address, is_web_address
 from ot_gradio.fsutil import atomic_write, atomic_write_dir
-
-
-class ModelLoadError(RuntimeError):
-    """A base model could not be loaded; the message says which value was wrong and what to do."""
-
+from ot_gradio.models.errors import ModelLoadError  # noqa: F401  (re-exported: every family raises it)
 
 SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt")
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # `org/name` on the hub
@@ -493,15 +490,19 @@ def part_file(value: str, field: str, *, cache_dir: str | None, offline: bool, t
     """The local file a part's own model name points at (OneTrainer's per-part `model_name`): a
     file, or a Hugging Face file address (https://huggingface.co/<owner>/<repo>/blob/<revision>/<file>,
     as OneTrainer's DeTurbo presets give) downloaded once into the hub cache, or read from it
-    offline. Anything else is a ModelLoadError naming `field` and what to do."""
+    offline, or a Civitai model's address (its file, the same way). Anything else is a ModelLoadError naming `field` and what to do."""
     path = Path(value).expanduser()
     if path.is_file():
         return path
     hub = hub_file_address(value)
+    if hub is None and civitai_address(value) is not None:
+        from .civitai_download import civitai_file  # noqa: PLC0415
+
+        return civitai_file(value.strip(), field, cache_dir=cache_dir, offline=offline)
     if hub is None:
         if is_web_address(value):
-            raise ModelLoadError(f"{field}: {value} is a web address but not of a Hugging Face file; download the file and "
-                                 "give its path instead.")
+            raise ModelLoadError(f"{field}: {value} is a web address but not of a Hugging Face file or a Civitai model; "
+                                 "download the file and give its path instead.")
         raise ModelLoadError(f"{field}: {value} does not exist; give a .safetensors file or a Hugging Face file address "
                              f"({HUB_FILE_EXAMPLE}), or leave it blank.")
     return hub_file(value, hub, field, cache_dir=cache_dir, offline=offline, token=token)
@@ -529,12 +530,19 @@ def gated_message(repo: str) -> str:
             "set, its account has no access to the repo yet)")
 
 
-def base_model_source(name: str, *, cache_dir: str | None, offline: bool, token: str | None) -> str:
+def base_model_source(name: str, *, cache_dir: str | None, offline: bool, token: str | None,
+                      model_type: str | None = None) -> str:
     """What a family's `load` takes for the base model `name`: `name` itself, or for a Hugging Face
     file address (a single-file checkpoint on the hub, as diffusers' from_single_file takes one)
     the file it downloads to, once, in the hub cache (offline: read from it); for a repo's page
-    address (https://huggingface.co/<owner>/<repo>) the repo's id."""
+    address (https://huggingface.co/<owner>/<repo>) the repo's id; for a Civitai model's address
+    its file, downloaded once (models/civitai_download.py; a version made for another model than
+    `model_type` is refused before it downloads)."""
     hub = hub_file_address(name)
+    if hub is None and civitai_address(name) is not None:
+        from .civitai_download import civitai_file  # noqa: PLC0415
+
+        return str(civitai_file(name.strip(), "base_model_name", cache_dir=cache_dir, offline=offline, model_type=model_type))
     if hub is None:
         return hub_repo_address(name) or name  # a repo's page address: its id
     return str(hub_file(name.strip(), hub, "base_model_name", cache_dir=cache_dir, offline=offline, token=token))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from ..config.civitai import civitai_address
 from .common import HUB_ID, ModelLoadError, part_file
 from .weight_variants import hub_variant, variant_keywords
 
@@ -37,7 +38,7 @@ def load_vae_override(value: str, base_vae: torch.nn.Module, *, cache_dir: str |
     path = Path(value).expanduser()
     if path.is_dir():
         vae = _from_folder(cls, path)
-    elif path.is_file() or value.startswith(("http://", "https://")):
+    elif path.is_file() or value.startswith(("http://", "https://")) or civitai_address(value) is not None:
         vae = _from_file(cls, part_file(value, FIELD, cache_dir=cache_dir, offline=offline, token=token), base_vae)
     elif HUB_ID.fullmatch(value) and not value.startswith((".", "/", "~")):
         vae = _from_hub(cls, value, cache_dir=cache_dir, offline=offline, token=token)

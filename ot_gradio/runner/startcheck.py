@@ -19,6 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..config.civitai import EXAMPLE as CIVITAI_EXAMPLE
+from ..config.civitai import address_problem as civitai_problem
+from ..config.civitai import is_civitai, redacted
 from ..config.doctor import errors
 from ..config.fields import PLANNED, field_meta
 from ..config.hub_files import EXAMPLE as HUB_FILE_EXAMPLE
@@ -79,10 +82,13 @@ def model_problems(config: Any) -> list[str]:
                 and field_meta(type(sub), "model_name").get("status") != PLANNED):
             names.append((f"{part}.model_name", sub.model_name.strip()))
     for field, value in names:
-        if is_web_address(value):  # a Hugging Face file (or, for the base model, repo) address downloads; no other site's does
+        if is_civitai(value):  # a Civitai model's address downloads its file (models/civitai_download.py)
+            if problem := civitai_problem(value):
+                out.append(f"{field}: {_shown(redacted(value))} {problem}")
+        elif is_web_address(value):  # a Hugging Face file (or, for the base model, repo) address downloads; no other site's does
             if hub_file_address(value) is None and not (field == "base_model_name" and hub_repo_address(value)):
-                out.append(f"{field}: {_shown(value)} is a web address but not of a Hugging Face file ({HUB_FILE_EXAMPLE}); "
-                           "download the file and give its path")
+                out.append(f"{field}: {_shown(value)} is a web address but not of a Hugging Face file ({HUB_FILE_EXAMPLE}) "
+                           f"or a Civitai model ({CIVITAI_EXAMPLE}); download the file and give its path")
         elif value and not value.startswith("tiny:") and looks_like_local_path(value) and not _exists(Path(value).expanduser()):
             out.append(f"{field}: {_shown(value)} does not exist; give an existing diffusers folder or model file, or a Hugging Face id")
     problem = folder_family_problem(config, name)

@@ -147,7 +147,8 @@ def load_base(model_type: str, base_model: str, device: Any, dtype: str | None, 
         if extra.get(key):  # every family's load takes both (models/base.ModelFamily; tests/models/test_model_registry.py)
             kwargs[key] = extra[key]
     try:
-        source = base_model_source(str(base_model).strip(), cache_dir=kwargs["cache_dir"], offline=kwargs["offline"], token=kwargs["token"])
+        source = base_model_source(str(base_model).strip(), cache_dir=kwargs["cache_dir"], offline=kwargs["offline"],
+                                   token=kwargs["token"], model_type=model_type)
         model = family.load(source, **kwargs)
     except ModelLoadError as err:
         raise JobError(f"base_model: {err}") from None
@@ -353,7 +354,11 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
     method, embeddings, info = None, None, {}
     from ot_gradio.secrets import read_secrets
 
-    token = read_secrets(workspace).get("huggingface_token") if workspace else None  # the page's, for a gated base model
+    stored = read_secrets(workspace) if workspace else {}
+    token = stored.get("huggingface_token")  # the page's, for a gated base model
+    from ot_gradio.models.civitai_download import use_token
+
+    use_token(stored.get("civitai_token"))  # and for a base model on Civitai
     offline = bool(params.get("offline", os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")))
     from ot_gradio.models.download_watch import watch_downloads
 

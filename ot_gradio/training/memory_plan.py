@@ -420,6 +420,7 @@ def estimate(config: Any) -> dict[str, Any]:
     "line": the summary with the choice and the breakdown}. Never raises: a model that cannot be
     loaded here gives 'not estimated' and why."""
     from ..config.families import family_info  # noqa: PLC0415
+    from ..models.civitai_download import use_token as use_civitai_token  # noqa: PLC0415
     from ..models.common import base_model_source  # noqa: PLC0415
     from ..models.registry import get_family  # noqa: PLC0415
     from .device import Precision, resolve_device  # noqa: PLC0415
@@ -437,7 +438,8 @@ def estimate(config: Any) -> dict[str, Any]:
         # the parts' own files as the run loads them (a GGUF transformer counts its quantized bytes)
         hub = {"cache_dir": config.huggingface_cache_dir or None, "offline": config.offline_mode,
                "token": config.secrets.huggingface_token or None}
-        model = family.load(base_model_source(config.base_model_name, **hub), dtypes=dtypes, **hub,
+        use_civitai_token(config.secrets.civitai_token)
+        model = family.load(base_model_source(config.base_model_name, **hub, model_type=config.model_type.value), dtypes=dtypes, **hub,
                             part_models={part: getattr(config, part).model_name for part in parts})
         model.to(device)
         configure_model(model, config, device, precision)

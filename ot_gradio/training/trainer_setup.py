@@ -20,6 +20,7 @@ from ..config.enums import EMAMode
 from ..config.families import family_info
 from ..config.lr_schedules import warmup_steps
 from ..config.optimizer import SCHEDULE_FREE
+from ..models.civitai_download import use_token as use_civitai_token
 from ..models.common import base_model_source, base_module
 from .async_reduce import AsyncGradientReducer
 from .debug_output import debug_writer
@@ -87,9 +88,11 @@ class TrainerSetup:
         with self.dist.main_first():  # multi-GPU: one process downloads (or builds) the model, then the others load it
             hub = {"cache_dir": cfg.huggingface_cache_dir or None, "offline": cfg.offline_mode,
                    "token": cfg.secrets.huggingface_token or None}
+            use_civitai_token(cfg.secrets.civitai_token)  # a Civitai address downloads with the run's key
             with self._download_watch(cfg, hub):
                 self.model: ModelFamily = family.load(
-                    base_model_source(cfg.base_model_name, **hub),  # a Hugging Face file address: its file, downloaded
+                    # a Hugging Face file or Civitai address: its file, downloaded
+                    base_model_source(cfg.base_model_name, **hub, model_type=cfg.model_type.value),
                     **hub,
                     dtypes=dtypes,
                     part_models={part: getattr(cfg, part).model_name for part in family_info(cfg.model_type).parts},

@@ -373,11 +373,12 @@ class Page(EditHandlers, ConfigFiles):
         return out
 
     def populate(self, config: dict[str, Any]) -> dict:
-        # the stored hub token stays on the form (masked) whatever is loaded: configs never carry it,
+        # the stored tokens stay on the form (masked) whatever is loaded: configs never carry them,
         # and an empty field would be saved as "remove it"
-        token = read_secrets(self.workspace).get("huggingface_token")
-        if token and not (config.get("secrets") or {}).get("huggingface_token"):
-            config = {**config, "secrets": {**(config.get("secrets") or {}), "huggingface_token": token}}
+        held = config.get("secrets") or {}
+        stored = {key: token for key, token in read_secrets(self.workspace).items() if token and not held.get(key)}
+        if stored:
+            config = {**config, "secrets": {**held, **stored}}
         out = {self.config_state: config, **values_from_config(self.fields, config)}
         for comp, update in self.visibility(config).items():  # a field both shown or hidden and filled in
             out[comp] = {**update, "value": out[comp]} if comp in out else update

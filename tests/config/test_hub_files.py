@@ -29,8 +29,8 @@ def test_the_start_check_takes_hub_addresses_and_names_other_sites():
 
     assert problems("https://huggingface.co/a/b/blob/main/x.safetensors") == []
     assert problems("https://huggingface.co/a/b") == []
-    (problem,) = problems("https://civitai.com/api/download/models/1")
-    assert "not of a Hugging Face file" in problem and "download the file and give its path" in problem
+    (problem,) = problems("https://example.com/files/model.safetensors")
+    assert "not of a Hugging Face file" in problem and "or a Civitai model" in problem and "download the file and give its path" in problem
     # a part's own model takes a file address, not a repo's page
     config = TrainConfig(transformer={"model_name": "https://huggingface.co/a/b"}, model_type="FLUX_DEV_1")
     assert any(p.startswith("transformer.model_name") for p in model_problems(config))

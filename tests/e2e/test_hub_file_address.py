@@ -45,8 +45,38 @@ def test_a_hub_file_address_as_base_model_downloads_and_trains(tmp_path, tiny_mo
 
 
 def test_a_web_address_of_another_site_is_named_before_the_run(tmp_path, lora_config):
-    config = lora_config(base_model_name="https://civitai.com/api/download/models/12345")
+    config = lora_config(base_model_name="https://example.com/files/model.safetensors")
     (tmp_path / "c.json").write_text(json.dumps(config))
     out = subprocess.run([sys.executable, "-m", "ot_gradio", "train", "--config", str(tmp_path / "c.json")], cwd=tmp_path,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "base_model_name" in out.stderr and "not of a Hugging Face file" in out.stderr, out.stderr[-2000:]
+
+
+def test_a_civitai_model_as_base_model_downloads_with_the_key_and_trains(tmp_path, tiny_model, lora_config):
+    """Pony, Illustrious and most SDXL merges are shared on Civitai: its page address trains. The
+    key given in the config goes to the workspace's secrets.json and from there to the download."""
+    from tests.fake_civitai import FakeCivitai, Version
+
+    family = get_family("STABLE_DIFFUSION_15")
+    config = lora_config(base_model_name="https://civitai.com/models/4384/dreamshaper", huggingface_cache_dir=str(tmp_path / "hf"),
+                         epochs=1, samples=[], secrets={"civitai_token": "civitai-key"})
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    version = Version(128713, 4384, {"dreamshaper_8.safetensors": tiny_model.single_file})
+    with FakeHub({family.default_config_repo: tiny_model.diffusers_dir}) as hub, FakeCivitai([version], key="civitai-key") as civitai:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0",
+               "HF_HOME": str(tmp_path / "home"), "CIVITAI_ENDPOINT": civitai.url}
+        out = subprocess.run([sys.executable, "-m", "ot_gradio", "train", "--config", str(tmp_path / "c.json")], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert Path(config["output_model_destination"]).is_file()
+    assert [auth for _, path, auth, _ in civitai.requests if path.startswith("/api/download/")] == ["Bearer civitai-key"]
+    cached = tmp_path / "hf" / "civitai" / "128713" / "dreamshaper_8.safetensors"
+    assert cached.read_bytes() == tiny_model.single_file.read_bytes()
+    statuses = [json.loads(line) for events in Path(config["workspace_dir"]).rglob("events.jsonl") for line in events.read_text().splitlines()]
+    said = [e["message"] for e in statuses if e.get("type") == "status" and e.get("status") == "loading"]
+    assert any(m.startswith(f"loading {config['base_model_name']}: downloaded ") for m in said), said  # the page shows it
+    files = [*Path(config["workspace_dir"]).rglob("*"), Path(config["output_model_destination"])]
+    assert any(p.name == "secrets.json" for p in files)
+    for file in files:  # the key only in secrets.json: not in the run's config, events, backups or the model
+        if file.is_file() and file.name != "secrets.json":
+            assert b"civitai-key" not in file.read_bytes(), file

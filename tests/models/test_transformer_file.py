@@ -72,9 +72,10 @@ def test_a_local_transformer_file_replaces_the_base_models(other_transformer):
 
 @pytest.mark.parametrize(("value", "said"), [
     (URL, r"^transformer\.model_name: https://huggingface\.co/ostris/\S+ is not in the local Hugging Face cache .*offline"),
-    ("https://example.com/t.safetensors", r"^transformer\.model_name: .* not of a Hugging Face file; download the file"),
+    ("https://example.com/t.safetensors", r"^transformer\.model_name: .* not of a Hugging Face file or a Civitai model; download the file"),
+    ("https://civitai.com/models/1?modelVersionId=2", r"^transformer\.model_name: \S+ has not been downloaded to .* offline mode is on"),
     ("/nowhere/t.safetensors", r"^transformer\.model_name: /nowhere/t\.safetensors does not exist"),
-], ids=["hub-address-offline-not-cached", "other-address", "missing-file"])
+], ids=["hub-address-offline-not-cached", "other-address", "civitai-offline-not-downloaded", "missing-file"])
 def test_a_transformer_file_that_cannot_be_had_is_one_clear_line_before_loading(value, said, tmp_path):
     with pytest.raises(ModelLoadError, match=said):
         ZImage.load("tiny:z-image", offline=True, cache_dir=str(tmp_path), part_models={"transformer": value})

@@ -66,3 +66,20 @@ def test_a_token_an_older_version_autosaved_moves_out_of_the_config(tmp_path):
     (tmp_path / UI_CONFIG).write_text(json.dumps({"learning_rate": 0.002, "secrets": {"huggingface_token": TOKEN}}))
     assert load_ui_config(tmp_path)["learning_rate"] == 0.002
     assert TOKEN not in (tmp_path / UI_CONFIG).read_text() and read_secrets(tmp_path) == {"huggingface_token": TOKEN}
+
+
+def test_the_civitai_key_is_kept_beside_the_hub_token(page):
+    """General → Civitai API key (for a base model on Civitai) is kept as the hub token is: masked,
+    in secrets.json only, on the form after a reload or a preset, and set or cleared on its own."""
+    key = "0123456789abcdef0123456789abcdef"
+    assert page.fields["secrets.civitai_token"].component.type == "password"
+    config = page.on_page_load()[page.config_state]
+    edits = [[1, "secrets.huggingface_token", TOKEN], [2, "secrets.civitai_token", key]]
+    page.on_edit_log({page.config_state: config, page.edit_log: json.dumps(edits), page.edits_applied: 0})
+    assert read_secrets(page.workspace) == {"huggingface_token": TOKEN, "civitai_token": key}
+    assert key not in (page.workspace / UI_CONFIG).read_text()
+    loaded = page.on_preset("demo")
+    assert loaded[page.config_state]["secrets"] == {**loaded[page.config_state]["secrets"], "huggingface_token": TOKEN, "civitai_token": key}
+    config = page.on_page_load()[page.config_state]
+    page.on_edit_log({page.config_state: config, page.edit_log: json.dumps([[1, "secrets.civitai_token", ""]]), page.edits_applied: 0})
+    assert read_secrets(page.workspace) == {"huggingface_token": TOKEN}
