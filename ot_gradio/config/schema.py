@@ -88,7 +88,7 @@ class TrainConfig(Section):
     debug_dir: str = opt("debug", "Debug folder", "Where debug mode writes: a relative path is a folder inside the run's folder (runs/<run-id>/debug by default) and may not leave it with '..'; an absolute path is used as it is.", tab="general", advanced=True, in_step=False, applies_when=on("debug_mode"))
     workspace_dir: str = opt("workspace/run", "Workspace folder", "Where runs keep their samples, backups, logs and TensorBoard files.", tab="general", in_step=False)
     cache_dir: str = opt("workspace-cache/run", "Cache folder", "Where cached latents are stored. Reused between runs of the same data.", tab="general", in_step=False)
-    huggingface_cache_dir: str = opt("", "Hub cache folder", "Where hub downloads are cached. Blank = the Hugging Face default.", tab="model", in_step=False)
+    huggingface_cache_dir: str = opt("", "Hub cache folder", "Where hub downloads are cached, and Civitai downloads in its civitai folder. Blank = the Hugging Face default (~/.cache/huggingface/hub, or HF_HOME/hub).", tab="model", in_step=False)
     offline_mode: bool = opt(False, "Offline", "Never contact the hub: use only local files and the hub cache.", tab="model", in_step=False)
     tensorboard: bool = opt(True, "TensorBoard", "Write loss, learning rate and samples for TensorBoard.", tab="general", in_step=False)
     tensorboard_expose: bool = opt(False, "Expose TensorBoard", "Let other machines on the network open TensorBoard.", tab="general", in_step=False)

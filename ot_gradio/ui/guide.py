@@ -50,8 +50,9 @@ STEPS: tuple[tuple[str, tuple[Step, ...]], ...] = (
              "model", "Open Model", ("Presets per model type", presets_table())),
         Step("Base model",
              "Which model to start from: a hub id such as `stable-diffusion-v1-5/stable-diffusion-v1-5`, a local "
-             "diffusers folder or a `.safetensors` file (*Browse* picks one). Models derived from a base (Pony, "
-             "SDXL Lightning) train with their base's settings.",
+             "diffusers folder or a `.safetensors` file (*Browse* picks one), or a model's page address on Hugging "
+             "Face or Civitai (downloaded once; Civitai wants *General → Civitai API key*). Models derived from a base "
+             "(Pony, Illustrious, SDXL Lightning) train with their base's settings.",
              "model", "Open Model"),
         Step("Workspace folders",
              "Where runs keep samples, backups, logs and TensorBoard files, and where latents are cached.",
