@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-TOOL_COMMANDS = ("caption", "mask", "convert", "sample", "report")
+TOOL_COMMANDS = ("caption", "mask", "video", "convert", "sample", "report")
 
 
 def _loaded(args: argparse.Namespace) -> tuple[Any, bool] | None:

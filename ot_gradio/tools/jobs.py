@@ -23,6 +23,7 @@ JOBS: dict[str, str] = {
     "convert": "ot_gradio.tools.convert:run_job",
     "sample": "ot_gradio.tools.sample:run_job",
     "report": "ot_gradio.tools.report:run_job",
+    "video": "ot_gradio.tools.video_extract:run_job",
 }
 
 

@@ -92,7 +92,8 @@ CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1
        "#problems{max-height:2.75em;overflow-y:auto}"  # a phone: a refused Start's list scrolls, the sticky bar stays < 1/4 screen
        "#f-model_type input{font-size:.85em}"
        ".ot-tools{flex-direction:row!important;flex-wrap:wrap!important}.ot-tools>*{flex:1 1 100%!important}"  # its buttons
-       ".ot-tools>button{flex:1 1 40%!important;min-width:0!important}}"  # two a line, not one  # and the longest model type is read whole
+       ".ot-tools>button{flex:1 1 40%!important;min-width:0!important}"  # two a line, not one
+       ".ot-wrap,.ot-wrap>.form{flex-wrap:wrap!important}.ot-wrap>*,.ot-wrap>.form>*{flex:1 1 100%!important}}"  # a tool's row: one field a line  # and the longest model type is read whole
        "body{overflow-x:clip}.gradio-container{overflow:visible!important}")  # clip, not hidden: a scroll box stops the bar sticking
 
 

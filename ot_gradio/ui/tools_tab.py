@@ -25,6 +25,7 @@ TOOLS = (
     ("Auto caption", "tools_autocaption", "AutoCaptionTool"),
     ("Masks", "tools_masks", "MasksTool"),
     ("Auto mask", "tools_automask", "AutoMaskTool"),
+    ("Video", "tools_video", "VideoTool"),
     ("Dataset report", "tools_report", "ReportTool"),
     ("Convert", "tools_convert", "ConvertTool"),
     ("Sample", "tools_sample", "SampleTool"),
