@@ -4,7 +4,6 @@ and missing, sizes, buckets, images never trained; in the worker process and fro
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import gradio as gr
@@ -17,6 +16,7 @@ from ot_gradio.tools.jobs import Job, JobCancelled, JobError, run_inline
 from ot_gradio.tools.report import build_report, to_markdown
 from ot_gradio.ui.charts import bucket_order
 from ot_gradio.ui.tools_tab import ToolsContext
+from tests.tools.panel_wait import poll_to_end
 
 
 def _image(path: Path, size, colour=(200, 30, 30)):
@@ -121,12 +121,7 @@ def test_the_page_tool_refuses_then_runs_and_draws_the_chart(dataset, tmp_path):
     assert outside[0] == "" and "concepts[0].path" in outside[2] and "outside" in outside[2]
     job_id, *_ = tool.start(_config(dataset), "64", 2)
     assert job_id
-    deadline = time.time() + 120
-    while True:
-        out = tool.panel.poll(job_id)
-        if not out[3].active or time.time() > deadline:
-            break
-        time.sleep(0.2)
+    out = poll_to_end(tool.panel, job_id)
     summary, update = out[-2:]
     chart = update["value"]
     assert update["sort"] == bucket_order(list(chart["bucket"]))  # the bars in aspect order, not as text

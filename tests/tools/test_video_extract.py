@@ -155,13 +155,12 @@ def test_bad_input_is_named(two_scenes, tmp_path):
 def test_the_page_tool_checks_the_form_then_runs_in_the_worker(two_scenes, tmp_path):
     """Tools → Video: paths outside the page's folders and bad times are named before anything
     starts; a run through the job worker makes the clips and shows them."""
-    import time
-
     import gradio as gr
 
     from ot_gradio.runner.jobs import JobSupervisor
     from ot_gradio.ui.tools_tab import ToolsContext
     from ot_gradio.ui.tools_video import VideoTool
+    from tests.tools.panel_wait import poll_to_end
 
     concept = tmp_path / "ws" / "datasets" / "film"
     concept.mkdir(parents=True)
@@ -183,12 +182,7 @@ def test_the_page_tool_checks_the_form_then_runs_in_the_worker(two_scenes, tmp_p
     assert refused[0] == "" and "To: 'soon' is no time" in refused[2]
     job_id, *_ = tool.on_start(form)
     assert job_id
-    deadline = time.time() + 120
-    while True:
-        out = tool.panel.poll(job_id)
-        if not out[3].active or time.time() > deadline:
-            break
-        time.sleep(0.2)
+    out = poll_to_end(tool.panel, job_id)
     summary, gallery = out[-2:]
     assert summary.startswith("**2 clips** from 1 video into") and "cuts found: 1" in summary, summary
     assert [name for _, name in gallery["value"]] == ["holiday_film_0001.mp4", "holiday_film_0002.mp4"]
