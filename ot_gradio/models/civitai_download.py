@@ -104,6 +104,19 @@ def civitai_file(value: str, field: str, *, cache_dir: str | None, offline: bool
                                             "baseModel": version.get("baseModel")})
 
 
+def unpinned_version_note(value: str, source: str) -> str | None:
+    """For a model's page address without a version: which version `source` (its downloaded file)
+    is, and how to pin it, since the next start takes whatever version is newest then (a resume
+    would go on from other weights than it trained on)."""
+    address = civitai_address(value)
+    if address is None or address.version_id is not None or address.model_id is None:
+        return None
+    version = Path(source).parent.name
+    return (f"base_model_name: {value} names no version, so this run trains on the newest, {version} "
+            f"({Path(source).name}); a later start takes whatever is newest then. To keep this one (a resume must go on "
+            f"from the same weights), give https://civitai.com/models/{address.model_id}?modelVersionId={version}")
+
+
 class _Unreachable(Exception):
     pass
 

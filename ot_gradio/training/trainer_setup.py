@@ -20,6 +20,7 @@ from ..config.enums import EMAMode
 from ..config.families import family_info
 from ..config.lr_schedules import warmup_steps
 from ..config.optimizer import SCHEDULE_FREE
+from ..models.civitai_download import unpinned_version_note
 from ..models.civitai_download import use_token as use_civitai_token
 from ..models.common import base_model_source, base_module
 from .async_reduce import AsyncGradientReducer
@@ -90,13 +91,16 @@ class TrainerSetup:
                    "token": cfg.secrets.huggingface_token or None}
             use_civitai_token(cfg.secrets.civitai_token)  # a Civitai address downloads with the run's key
             with self._download_watch(cfg, hub):
+                # a Hugging Face file or Civitai address: its file, downloaded
+                source = base_model_source(cfg.base_model_name, **hub, model_type=cfg.model_type.value)
                 self.model: ModelFamily = family.load(
-                    # a Hugging Face file or Civitai address: its file, downloaded
-                    base_model_source(cfg.base_model_name, **hub, model_type=cfg.model_type.value),
+                    source,
                     **hub,
                     dtypes=dtypes,
                     part_models={part: getattr(cfg, part).model_name for part in family_info(cfg.model_type).parts},
                 )
+        if self.dist.is_main and (note := unpinned_version_note(cfg.base_model_name, source)):
+            self.report.warning(note)
         # seeded after loading: building or converting a model may draw random numbers (the tiny
         # models are built on first use), and the run must not depend on whether that happened
         seed_everything(cfg.seed)

@@ -75,6 +75,9 @@ def test_a_civitai_model_as_base_model_downloads_with_the_key_and_trains(tmp_pat
     statuses = [json.loads(line) for events in Path(config["workspace_dir"]).rglob("events.jsonl") for line in events.read_text().splitlines()]
     said = [e["message"] for e in statuses if e.get("type") == "status" and e.get("status") == "loading"]
     assert any(m.startswith(f"loading {config['base_model_name']}: downloaded ") for m in said), said  # the page shows it
+    warned = [e["message"] for e in statuses if e.get("type") == "warning"]
+    assert any("names no version, so this run trains on the newest, 128713" in w and "?modelVersionId=128713" in w
+               for w in warned), warned  # the page's address without a version: how to keep this one
     files = [*Path(config["workspace_dir"]).rglob("*"), Path(config["output_model_destination"])]
     assert any(p.name == "secrets.json" for p in files)
     for file in files:  # the key only in secrets.json: not in the run's config, events, backups or the model

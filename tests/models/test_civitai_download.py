@@ -99,6 +99,9 @@ def test_a_model_page_downloads_its_newest_version_once_and_offline_after(site, 
     meta = json.loads((tmp_path / "hf" / "civitai" / "11" / "model-fp16.safetensors.civitai.json").read_text())
     assert meta["sha256"] == hashlib.sha256(site.files["model-fp16.safetensors"].read_bytes()).hexdigest() and meta["baseModel"] == "SD 1.5"
     assert not list((tmp_path / "hf" / "civitai").rglob("*.part"))
+    note = civitai_download.unpinned_version_note("https://civitai.com/models/1/some-model", path)
+    assert "the newest, 11 (model-fp16.safetensors)" in note and "https://civitai.com/models/1?modelVersionId=11" in note
+    assert civitai_download.unpinned_version_note("https://civitai.com/models/1?modelVersionId=11", path) is None
 
     assert load("https://civitai.com/models/1?modelVersionId=11", tmp_path / "hf") == path
     assert len(site.downloads()) == 1  # known: not fetched again
