@@ -73,7 +73,7 @@ def _existing(params: Mapping[str, Any], field: str, *, hub_id_ok: bool = False)
     path = Path(value).expanduser()
     if path.exists():
         return str(path.resolve())
-    if hub_id_ok and _looks_like_hub_id(value):
+    if hub_id_ok and is_model_address(value):
         return value
     raise JobError(f"{field}: '{value}' was not found (no such file or folder)")
 
@@ -81,6 +81,15 @@ def _existing(params: Mapping[str, Any], field: str, *, hub_id_ok: bool = False)
 def _looks_like_hub_id(value: str) -> bool:
     parts = value.split("/")
     return len(parts) == 2 and all(parts) and not value.startswith((".", "~")) and not value.endswith(".safetensors")
+
+
+def is_model_address(value: str) -> bool:
+    """A model that downloads: a Hugging Face id, file or repo page address, or a Civitai model's address."""
+    from ot_gradio.config.civitai import civitai_address
+    from ot_gradio.config.hub_files import hub_file_address, hub_repo_address
+
+    return (_looks_like_hub_id(value) or hub_file_address(value) is not None or hub_repo_address(value) is not None
+            or civitai_address(value) is not None)
 
 
 def _output(params: Mapping[str, Any], field: str, *inputs: str) -> Path:
@@ -137,9 +146,15 @@ def _load_model(family: type, params: Mapping[str, Any], field: str, source: str
     config = str(params.get("config") or "").strip() or None
     if config and not Path(config).expanduser().is_dir():
         raise JobError(f"config: folder '{config}' was not found")
+    from ot_gradio.models.civitai_download import use_token
+    from ot_gradio.secrets import read_secrets
+
+    stored = read_secrets(params["workspace"]) if params.get("workspace") else {}  # the page's tokens
+    use_token(stored.get("civitai_token"))
     try:
-        hub = {"offline": _offline(params), "cache_dir": params.get("cache_dir") or None}
-        return family.load(base_model_source(source, token=None, **hub), config_dir=config, **hub)
+        hub = {"offline": _offline(params), "cache_dir": params.get("cache_dir") or None, "token": stored.get("huggingface_token") or None}
+        source = base_model_source(source, model_type=str(params.get("model_type") or "") or None, **hub)
+        return family.load(source, config_dir=config, **hub)
     except ModelLoadError as err:
         raise JobError(f"{field}: {err}") from None
 

@@ -8,7 +8,9 @@ from typing import Any
 
 import gradio as gr
 
+from ..config.civitai import civitai_address
 from ..config.families import implemented_model_types
+from ..config.hub_files import hub_file_address, hub_repo_address
 from .job_panel import JobPanel
 from .tools_tab import ToolInputError
 
@@ -29,7 +31,10 @@ HELP = {
 
 
 def _looks_like_hub_id(value: str) -> bool:
+    """A Hugging Face id, or an address of a model that downloads (Hugging Face, Civitai)."""
     parts = value.strip().split("/")
+    if hub_file_address(value) is not None or hub_repo_address(value) is not None or civitai_address(value) is not None:
+        return True
     return (len(parts) == 2 and all(parts) and not value.strip().startswith((".", "~", "/"))
             and not value.strip().lower().endswith((".safetensors", ".ckpt")))
 
@@ -109,6 +114,7 @@ class ConvertTool:
         if "config" in shown and str(form.get("config") or "").strip():
             params["config"] = str(self.ctx.folder("Config folder", str(form["config"]), config))
         params["output"] = str(self.ctx.output("Output", str(form.get("output") or ""), config))
+        params["workspace"] = str(self.ctx.workspace)  # a model that downloads does so with the page's tokens
         if "fmt" in shown:
             params["format"], params["dtype"] = form.get("fmt") or "single", form.get("dtype") or "float32"
         if "to" in shown:

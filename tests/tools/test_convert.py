@@ -114,6 +114,25 @@ def test_folder_to_single_file_and_back_is_lossless(tiny, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["back", "model.safetensors"]  # no temp files left
 
 
+def test_a_civitai_checkpoint_converts_with_the_pages_key(tiny, tmp_path, monkeypatch):
+    """Convert takes a base model's download address too, with the key the page stored."""
+    from ot_gradio.models import civitai_download
+    from ot_gradio.secrets import write_secrets
+    from tests.fake_civitai import FakeCivitai, Version
+
+    write_secrets(tmp_path / "ws", civitai_token="civitai-key")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    with FakeCivitai([Version(6, 5, {"m.safetensors": tiny.single_file})], key="civitai-key") as site:
+        monkeypatch.setenv("CIVITAI_ENDPOINT", site.url)
+        out = run_inline("convert", {"operation": "checkpoint", "model_type": SD15, "input": "https://civitai.com/models/5?modelVersionId=6",
+                                     "config": str(tiny.diffusers_dir), "output": str(tmp_path / "back"), "offline": False,
+                                     "cache_dir": str(tmp_path / "hf"), "workspace": str(tmp_path / "ws")})
+    civitai_download.use_token(None)
+    assert out["format"] == "diffusers"
+    for part, tensors in _folder_tensors(tiny.diffusers_dir).items():
+        _assert_equal(_folder_tensors(tmp_path / "back")[part], tensors)
+
+
 def test_float16_output_is_the_halved_original(tiny, tmp_path):
     run_inline("convert", {"operation": "checkpoint", "model_type": SD15, "input": str(tiny.diffusers_dir),
                            "output": str(tmp_path / "half"), "format": "diffusers", "dtype": "float16"})
@@ -296,7 +315,8 @@ def test_page_form_builds_params_and_refuses_outside_paths(tiny, kohya_lora, tmp
     form = {"operation": "merge", "model_type": SD15, "base": str(tiny.diffusers_dir), "lora": str(kohya_lora),
             "output": str(tmp_path / "merged.safetensors"), "fmt": "single", "dtype": "float16", "weight": 0.5, "input": "ignored"}
     assert tool.params({}, form) == {"operation": "merge", "model_type": SD15, "base": str(tiny.diffusers_dir), "lora": str(kohya_lora),
-                                     "output": str(tmp_path / "merged.safetensors"), "format": "single", "dtype": "float16", "weight": 0.5}
+                                     "output": str(tmp_path / "merged.safetensors"), "format": "single", "dtype": "float16", "weight": 0.5,
+                                     "workspace": str(tmp_path / "ws")}
     with pytest.raises(ToolInputError, match="^Output: .*outside"):
         tool.params({}, {**form, "output": "/etc/merged.safetensors"})
     refused = tool.start({}, {**form, "lora": str(tmp_path / "gone.safetensors")})
@@ -304,7 +324,11 @@ def test_page_form_builds_params_and_refuses_outside_paths(tiny, kohya_lora, tmp
     lora = tool.params({}, {"operation": "LoRA", "model_type": SD15, "input": str(kohya_lora), "output": str(tmp_path / "p.safetensors"),
                             "to": "diffusers"})
     assert lora == {"operation": "lora", "model_type": SD15, "input": str(kohya_lora), "output": str(tmp_path / "p.safetensors"),
-                    "to": "diffusers"}
+                    "to": "diffusers", "workspace": str(tmp_path / "ws")}
+    # a model that downloads: a Civitai or Hugging Face address passes as it is (the job downloads it)
+    civitai = "https://civitai.com/models/4384?modelVersionId=128713"
+    assert tool.params({}, {**form, "base": civitai})["base"] == civitai
+    assert tool.params({}, {**form, "base": "https://huggingface.co/a/b/blob/main/m.safetensors"})["base"].startswith("https://")
     assert "merged.safetensors" in tool.render({"output": str(tmp_path / "merged.safetensors"), "size_bytes": 3 * 2**20})[0]
 
 
