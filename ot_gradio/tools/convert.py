@@ -85,11 +85,9 @@ def _looks_like_hub_id(value: str) -> bool:
 
 def is_model_address(value: str) -> bool:
     """A model that downloads: a Hugging Face id, file or repo page address, or a Civitai model's address."""
-    from ot_gradio.config.civitai import civitai_address
-    from ot_gradio.config.hub_files import hub_file_address, hub_repo_address
+    from ot_gradio.config.hub_files import downloads_model
 
-    return (_looks_like_hub_id(value) or hub_file_address(value) is not None or hub_repo_address(value) is not None
-            or civitai_address(value) is not None)
+    return _looks_like_hub_id(value) or downloads_model(value)
 
 
 def _output(params: Mapping[str, Any], field: str, *inputs: str) -> Path:

@@ -8,9 +8,8 @@ from typing import Any
 
 import gradio as gr
 
-from ..config.civitai import civitai_address
 from ..config.families import implemented_model_types
-from ..config.hub_files import hub_file_address, hub_repo_address
+from ..config.hub_files import downloads_model
 from .job_panel import JobPanel
 from .tools_tab import ToolInputError
 
@@ -33,7 +32,7 @@ HELP = {
 def _looks_like_hub_id(value: str) -> bool:
     """A Hugging Face id, or an address of a model that downloads (Hugging Face, Civitai)."""
     parts = value.strip().split("/")
-    if hub_file_address(value) is not None or hub_repo_address(value) is not None or civitai_address(value) is not None:
+    if downloads_model(value):
         return True
     return (len(parts) == 2 and all(parts) and not value.strip().startswith((".", "~", "/"))
             and not value.strip().lower().endswith((".safetensors", ".ckpt")))

@@ -10,10 +10,9 @@ from typing import Any
 
 import gradio as gr
 
-from ..config.civitai import civitai_address
 from ..config.enums import NoiseScheduler
 from ..config.families import family_info, implemented_model_types
-from ..config.hub_files import hub_file_address, hub_repo_address
+from ..config.hub_files import downloads_model
 from ..fsutil import BACKUP_MARKER
 from ..runner.rundir import list_runs
 from .job_panel import JobPanel
@@ -40,8 +39,7 @@ def run_choices(workspace: Path) -> list[tuple[str, str]]:
 def is_model_id(value: str) -> bool:
     """A hub id or a tiny test model, not a path (those are checked against the page's folders)."""
     return (value.startswith("tiny:") or (_HUB_ID.fullmatch(value) is not None and not Path(value).exists())
-            or hub_file_address(value) is not None or hub_repo_address(value) is not None  # a Hugging Face address
-            or civitai_address(value) is not None)  # a Civitai model's
+            or downloads_model(value))  # a Hugging Face or Civitai address
 
 
 class SampleTool:
