@@ -41,6 +41,9 @@ def cmd_video(args: argparse.Namespace) -> int:
         return 2
     what = "clips" if result["mode"] == "clips" else "images"
     print(f"{result['written']} {what} from {result['videos']} video(s) into {result['output']}", file=sys.stderr)
+    for video in result.get("inside_output", []):
+        print(f"note: {video} is in the output folder too: a video model would train on it as one more clip; move it out",
+              file=sys.stderr)
     for failed in result["failed"]:
         print(f"could not read {failed['file']}: {failed['reason']}", file=sys.stderr)
     return 1 if result["failed"] else 0

@@ -131,6 +131,9 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
     rng = random.Random(options.seed)
     result: dict[str, Any] = {"mode": options.mode, "videos": len(videos), "written": 0, "cuts": 0, "left_out_short": 0,
                               "left_out_blurry": 0, "failed": [], "output": str(output), "files": []}
+    inside = [v for v in videos if v.resolve().parent == output.resolve()]
+    if inside:  # a concept folder that holds the long video too: a video model would train on it as well
+        result["inside_output"] = [str(v) for v in inside]
     for index, video in enumerate(videos):
         job.progress(index, len(videos), video.name)
         folder = output / _safe_stem(video) if options.subfolders else output

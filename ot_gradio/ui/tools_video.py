@@ -108,5 +108,9 @@ class VideoTool:
         else:
             lines.append(f"- blurriest left out: {result['left_out_blurry']}")
         lines += [f"- could not read `{Path(f['file']).name}`: {f['reason']}" for f in (result.get("failed") or [])[:20]]
+        if result.get("inside_output"):
+            names = ", ".join(f"`{Path(p).name}`" for p in result["inside_output"][:5])
+            lines.append(f"- {names} {'is' if len(result['inside_output']) == 1 else 'are'} in the output folder too: a video model "
+                         "would train on it as one more clip (its first frames); move it out of the concept's folder")
         shown = [(path, Path(path).name) for path in (result.get("files") or [])[:SHOWN]]
         return "\n".join(lines), gr.update(value=shown)

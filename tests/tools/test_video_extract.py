@@ -138,6 +138,21 @@ def test_cuts_and_pieces():
     assert pieces(times, [2, 15], 5.0) == ([(2, 15), (15, 30)], 1)  # 0.2 s before the first cut: too short
 
 
+def test_a_video_left_in_the_concept_folder_is_named(two_scenes, tmp_path):
+    """Cut into clips in its own folder, the long video would be trained too (as one more clip)."""
+    from ot_gradio.ui.tools_video import VideoTool
+
+    folder = tmp_path / "concept"
+    folder.mkdir()
+    video = folder / "long.mp4"
+    video.write_bytes(two_scenes.read_bytes())
+    result = run_inline("video", {"source": str(video), "output": str(folder), "max_seconds": 5})
+    assert result["inside_output"] == [str(video)] and result["written"] == 2
+    summary, _ = VideoTool.render_result(result)
+    assert "`long.mp4` is in the output folder too" in summary and "move it out" in summary
+    assert "inside_output" not in run_inline("video", {"source": str(video), "output": str(tmp_path / "elsewhere")})
+
+
 def test_bad_input_is_named(two_scenes, tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     (tmp_path / "broken.mp4").write_bytes(b"not a video")
