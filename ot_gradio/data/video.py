@@ -87,25 +87,25 @@ class ClipInfo:
     slack: float = 0.0  # seconds the window of `frames` frames can move later and still fit in the clip
 
 
-def _open(path: Path):
+def open_video(path: Path):
     import av  # noqa: PLC0415 (loaded only where clips are read)
 
     try:
         container = av.open(str(path))
     except Exception as exc:  # noqa: BLE001 (every PyAV error means the same: not readable)
-        raise ClipError(f"cannot be opened as a video: {_reason(exc)}") from None
+        raise ClipError(f"cannot be opened as a video: {error_reason(exc)}") from None
     if not container.streams.video:
         container.close()
         raise ClipError("has no video stream (no frames)")
     return container
 
 
-def _reason(exc: BaseException) -> str:
+def error_reason(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _quarter_turns(frame) -> int:
+def quarter_turns(frame) -> int:
     """Counter-clockwise quarter turns that show a frame upright: a phone's portrait clip is stored
     landscape with a display matrix (rotation -90) that players apply, as images' EXIF orientation."""
     try:
@@ -115,7 +115,7 @@ def _quarter_turns(frame) -> int:
     return round(degrees / 90) % 4
 
 
-def _upright(image: Image.Image, turns: int) -> Image.Image:
+def upright(image: Image.Image, turns: int) -> Image.Image:
     if not turns:
         return image
     return image.transpose((Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_180, Image.Transpose.ROTATE_270)[turns - 1])
@@ -127,7 +127,7 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
     taken frames' times in seconds as the container stamps them, the clip's end time)."""
     from .images import to_rgb  # noqa: PLC0415
 
-    container = _open(path)
+    container = open_video(path)
     taken: list[Image.Image] = []
     times: list[float] = []
     count = width = height = decoded = 0
@@ -161,10 +161,10 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
                 if frame.width * frame.height > MAX_PIXELS // 2:
                     raise ClipError(f"is {frame.width}x{frame.height} per frame, more than the "
                                     f"{MAX_PIXELS // 2 / 1e6:.0f} megapixels a frame may have; downscale the clip")
-                turn = _quarter_turns(frame)
+                turn = quarter_turns(frame)
                 width, height = (frame.height, frame.width) if turn % 2 else (frame.width, frame.height)
                 if keep:
-                    taken.append(_upright(to_rgb(frame.to_image()), turn))  # a GIF's transparency: on white, as images
+                    taken.append(upright(to_rgb(frame.to_image()), turn))  # a GIF's transparency: on white, as images
                 times.append(time)
                 count += 1
                 if count >= limit:
@@ -176,7 +176,7 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
             raise
         except Exception as exc:  # noqa: BLE001 (a decoding error mid-file: keep what decoded before it)
             if not count:
-                raise ClipError(f"cannot be decoded: {_reason(exc)}") from None
+                raise ClipError(f"cannot be decoded: {error_reason(exc)}") from None
     finally:
         container.close()
     if not count:

@@ -234,12 +234,8 @@ def _download(entry: dict[str, Any], folder: Path, where: str, about: dict[str, 
     sha = str((entry.get("hashes") or {}).get("SHA256") or "").lower()
     folder.mkdir(parents=True, exist_ok=True)
     with _locked(folder):
-        if target.is_file() and meta_file.is_file():
-            try:
-                if json.loads(meta_file.read_text(encoding="utf-8")).get("sha256") in (sha, "") or not sha:
-                    return target
-            except (OSError, ValueError):
-                pass
+        if target.is_file() and meta_file.is_file() and (not sha or _recorded_sha(meta_file) == sha):
+            return target  # downloaded and checked before (a version whose file changed downloads again)
         url = str(entry.get("downloadUrl") or "")
         if not url:
             raise ModelLoadError(f"{where}: Civitai's record of the file has no download link")
@@ -262,6 +258,13 @@ def _download(entry: dict[str, Any], folder: Path, where: str, about: dict[str, 
         os.replace(part, target)
         atomic_write_json(meta_file, {**about, "file": entry, "bytes": size, "sha256": digest})
     return target
+
+
+def _recorded_sha(meta_file: Path) -> str | None:
+    try:
+        return json.loads(meta_file.read_text(encoding="utf-8")).get("sha256")
+    except (OSError, ValueError):
+        return None
 
 
 @contextlib.contextmanager

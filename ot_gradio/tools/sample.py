@@ -352,12 +352,11 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
     total = len(entries)
     job.progress(0, total, "loading the model")
     method, embeddings, info = None, None, {}
+    from ot_gradio.models.civitai_download import use_token
     from ot_gradio.secrets import read_secrets
 
     stored = read_secrets(workspace) if workspace else {}
     token = stored.get("huggingface_token")  # the page's, for a gated base model
-    from ot_gradio.models.civitai_download import use_token
-
     use_token(stored.get("civitai_token"))  # and for a base model on Civitai
     offline = bool(params.get("offline", os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")))
     from ot_gradio.models.download_watch import watch_downloads

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from ..data.video import ClipError, _open, _quarter_turns, _reason, _upright, is_video_name, video_codec
+from ..data.video import ClipError, error_reason, is_video_name, open_video, quarter_turns, upright, video_codec
 from .jobs import Job, JobError
 
 MODES = ("clips", "images")
@@ -186,7 +186,7 @@ def _place(tmp: Path, folder: Path, stem: str, suffix: str, start: int) -> tuple
 
 def _frames(video: Path, options: Options):
     """(index, seconds, PyAV frame) of the frames in the options' time range, upright later."""
-    container = _open(video)
+    container = open_video(video)
     try:
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
@@ -211,7 +211,7 @@ def _frames(video: Path, options: Options):
     except ClipError:
         raise
     except Exception as exc:  # noqa: BLE001 (a damaged stream: what was read stays written)
-        raise ClipError(f"could not be decoded: {_reason(exc)}") from None
+        raise ClipError(f"could not be decoded: {error_reason(exc)}") from None
     finally:
         container.close()
 
@@ -231,7 +231,7 @@ def survey(video: Path, options: Options, want_scores: bool, want_box: bool) -> 
     size = (0, 0)
     sample_at, every = 0.0, BORDER_EVERY_S
     for index, t, frame in _frames(video, options):
-        turns = _quarter_turns(frame)
+        turns = quarter_turns(frame)
         times.append(t)
         if want_scores:
             small = np.rot90(frame.reformat(width=64, height=36, format="gray").to_ndarray().astype(np.float32), turns)
@@ -305,7 +305,7 @@ def crop_box(size: tuple[int, int], box: tuple[int, int, int, int] | None, varia
 
 
 def _image(frame, turns: int, box: tuple[int, int, int, int]) -> Image.Image:
-    return _upright(frame.to_image(), turns).crop(box)
+    return upright(frame.to_image(), turns).crop(box)
 
 
 # --- clips ----------------------------------------------------------------------------------
@@ -353,7 +353,7 @@ def extract_clips(video: Path, folder: Path, options: Options, rng: random.Rando
                 out = av.open(str(tmp), "w", format="mp4")
                 stream = out.add_stream(video_codec(), rate=Fraction(rate).limit_denominator(1000))
                 stream.width, stream.height, stream.pix_fmt = box[2] - box[0], box[3] - box[1], "yuv420p"
-            image = _image(frame, _quarter_turns(frame), box)
+            image = _image(frame, quarter_turns(frame), box)
             for _ in range(counts[index - a]):
                 for packet in stream.encode(av.VideoFrame.from_image(image)):
                     out.mux(packet)
@@ -398,7 +398,7 @@ def extract_images(video: Path, folder: Path, options: Options, rng: random.Rand
     staging = Path(tempfile.mkdtemp(prefix=f".{_safe_stem(video)}.", dir=folder))
     try:
         for index, t, frame in _frames(video, options):
-            turns = _quarter_turns(frame)
+            turns = quarter_turns(frame)
             if origin is None:
                 origin = t
                 next_time = target(0)
