@@ -28,6 +28,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=42, help="for the crop variation and the images' times (default 42)")
     p.set_defaults(func=cmd_video)
 
+    d = sub.add_parser("video-download", help="download videos from their links with yt-dlp (YouTube, Vimeo, ..., file links)",
+                       description="Download videos (the picture only) from their links into a folder with yt-dlp, for "
+                                   "`video` to cut. A file already there is kept; partial files wait in a hidden folder.")
+    d.add_argument("links", nargs="+", help="links, or a .txt file of them (one a line, # for comments)")
+    d.add_argument("--out", required=True, help="the folder the videos go to (made if missing)")
+    d.add_argument("--max-height", type=int, default=1080, help="the highest picture, in pixels (default 1080; 0: the best)")
+    d.add_argument("--playlist", action="store_true", help="a video's link that names a playlist too: take the playlist")
+    d.add_argument("--max-videos", type=int, default=25, help="a playlist's or channel's first N videos (default 25; 0: all)")
+    d.set_defaults(func=cmd_video_download)
+
 
 def cmd_video(args: argparse.Namespace) -> int:
     from .jobs import run_in_console  # noqa: PLC0415
@@ -46,4 +56,24 @@ def cmd_video(args: argparse.Namespace) -> int:
               file=sys.stderr)
     for failed in result["failed"]:
         print(f"could not read {failed['file']}: {failed['reason']}", file=sys.stderr)
+    return 1 if result["failed"] else 0
+
+
+def cmd_video_download(args: argparse.Namespace) -> int:
+    from pathlib import Path  # noqa: PLC0415
+
+    from .jobs import run_in_console  # noqa: PLC0415
+
+    lines = []
+    for link in args.links:  # a .txt of links, as OneTrainer's "Link List"
+        lines.append(Path(link).read_text(encoding="utf-8") if link.endswith(".txt") and Path(link).is_file() else link)
+    params = {"links": "\n".join(lines), "output": args.out, "max_height": args.max_height, "playlist": args.playlist,
+              "max_videos": args.max_videos}
+    result = run_in_console("video-download", params, unit="")
+    if result is None:
+        return 2
+    print(f"{len(result['downloaded'])} video(s) downloaded into {result['output']}"
+          + (f", {len(result['already'])} already there" if result["already"] else ""), file=sys.stderr)
+    for failed in result["failed"]:
+        print(f"failed: {failed['link']}: {failed['reason']}", file=sys.stderr)
     return 1 if result["failed"] else 0

@@ -24,6 +24,7 @@ JOBS: dict[str, str] = {
     "sample": "ot_gradio.tools.sample:run_job",
     "report": "ot_gradio.tools.report:run_job",
     "video": "ot_gradio.tools.video_extract:run_job",
+    "video-download": "ot_gradio.tools.video_download:run_job",
 }
 
 

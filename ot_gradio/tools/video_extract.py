@@ -156,7 +156,7 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
 
 
 def _safe_stem(video: Path) -> str:
-    return re.sub(r"[^\w.\-]", "_", video.stem).strip(".") or "video"
+    return re.sub(r"_+", "_", re.sub(r"[^\w.\-]", "_", video.stem)).strip("._") or "video"
 
 
 def _place(tmp: Path, folder: Path, stem: str, suffix: str, start: int) -> tuple[Path, int]:

@@ -10,12 +10,15 @@ from typing import Any
 import gradio as gr
 
 from ..tools.jobs import JobError
+from ..tools.video_download import HEIGHTS
+from ..tools.video_download import options_from as download_options
 from ..tools.video_extract import options_from
 from .job_panel import JobPanel
 from .tools_tab import ToolInputError, ToolsContext, launch_checked
 
 MODE_CHOICES = [("Clips, for video models (Wan, HunyuanVideo, LTX-2)", "clips"), ("Images, for image models", "images")]
 SHOWN = 24  # outputs shown in the gallery
+HEIGHT_CHOICES = [(f"{h}p", h) for h in HEIGHTS] + [("the best there is", 0)]
 
 
 class VideoTool:
@@ -24,6 +27,7 @@ class VideoTool:
         gr.Markdown("Training data from long videos: split into clips at the cuts, or take frames as images, into a concept's "
                     "folder. New files are numbered after those already there: nothing is overwritten.")
         folders = ctx.concept_folders(ctx.config)
+        self._download_form()
         with gr.Row(elem_classes="ot-wrap"):  # a phone: one field a line (page.CSS)
             self.source = gr.Textbox(label="Video", scale=3, elem_id="video-source",
                                      info="a video file or a folder of them (.mp4, .webm, .mov, .mkv...)")
@@ -59,6 +63,8 @@ class VideoTool:
         self.gallery = gr.Gallery(interactive=False, label="Made (the first)", columns=6, height=320, elem_id="video-gallery")
         self.panel = JobPanel(ctx.jobs, "video", self.render_result, [self.summary, self.gallery])
         self.panel.wire()
+        self.download_panel.wire(self.render_download, [self.download_summary, self.source])
+        self.download_button.click(self.on_download, self.download_inputs, self.download_panel.launch_outputs)
         self.mode.change(lambda mode: (gr.update(visible=mode == "clips"), gr.update(visible=mode == "images")), self.mode,
                          [self.clip_row, self.image_row], show_progress="hidden")
         self.inputs = {self.source, self.recursive, self.output, self.subfolders, self.mode, self.start, self.end, self.max_seconds,
@@ -66,6 +72,67 @@ class VideoTool:
         self.start_button.click(self.on_start, self.inputs, self.panel.launch_outputs)
         ctx.config_state.change(lambda config, current: gr.update(choices=ctx.concept_folders(config), value=current),
                                 [ctx.config_state, self.output], [self.output], show_progress="hidden")
+
+    def _download_form(self) -> None:
+        """Download: videos from their links with yt-dlp (tools/video_download.py); when done, the
+        folder becomes the Video field's, ready to cut."""
+        with gr.Accordion("Download videos from links (yt-dlp)", open=False, elem_id="video-download"):
+            with gr.Row(elem_classes="ot-wrap"):
+                self.links = gr.Textbox(label="Links", lines=3, scale=3, elem_id="video-links",
+                                        placeholder="https://www.youtube.com/watch?v=...",
+                                        info="one a line: a video, a playlist or a channel on YouTube, Vimeo, Twitch, Instagram "
+                                             "and the other sites yt-dlp knows, or a video file's address")
+                self.download_folder = gr.Textbox(label="Download folder", value="videos", elem_id="video-download-folder",
+                                                  info="made if missing; not a concept's folder, where the long videos would "
+                                                       "train too")
+            with gr.Row(elem_classes="ot-wrap"):
+                self.max_height = gr.Dropdown(HEIGHT_CHOICES, value=1080, label="Highest picture", elem_id="video-max-height",
+                                              info="the best video stream up to this height, H.264 first among equals; "
+                                                   "no sound (the trainer reads none)")
+                self.playlist = gr.Checkbox(label="Whole playlist", value=False, elem_id="video-playlist",
+                                            info="a video's link that names a playlist too (&list=): take the playlist")
+                self.max_videos = gr.Number(label="Most videos a link", value=25, precision=0, minimum=0,
+                                            elem_id="video-max-videos", info="a playlist's or a channel's first ones; 0: all")
+                self.download_button = gr.Button("Download", variant="primary", scale=0, elem_id="video-download-button")
+            self.download_summary = gr.Markdown("", elem_id="video-download-summary")
+            self.download_panel = JobPanel(self.ctx.jobs, "video-download")
+        self.download_inputs = {self.links, self.download_folder, self.max_height, self.playlist, self.max_videos,
+                                self.ctx.config_state}
+
+    def download_params(self, values: dict[Any, Any]) -> dict[str, Any]:
+        """Download form -> job params: the links checked and the folder inside the page's folders."""
+        config = values.get(self.ctx.config_state) or {}
+        folder = str(values.get(self.download_folder) or "").strip()
+        if not folder:
+            raise ToolInputError("Download folder: empty; type the folder the videos go to")
+        out = self.ctx.path("Download folder", folder, config)
+        if out.exists() and not out.is_dir():
+            raise ToolInputError(f"Download folder: '{folder}' is a file")
+        params = {"links": str(values.get(self.links) or ""), "output": str(out), "max_height": values.get(self.max_height),
+                  "playlist": bool(values.get(self.playlist)), "max_videos": values.get(self.max_videos)}
+        try:
+            download_options(params)
+        except JobError as err:
+            raise ToolInputError(str(err)) from None
+        return params
+
+    def on_download(self, values: dict[Any, Any]) -> tuple:
+        return launch_checked(self.download_panel, "video-download", lambda: self.download_params(values))
+
+    @staticmethod
+    def render_download(result: dict[str, Any] | None) -> tuple:
+        if not result:
+            return "", gr.update()
+        got, already = result.get("downloaded") or [], result.get("already") or []
+        lines = [f"**{len(got)} video{'s' if len(got) != 1 else ''} downloaded** into `{result['output']}`"
+                 + (f", {len(already)} already there" if already else "") + (" (cancelled)" if result.get("cancelled") else "")]
+        lines += [f"- `{Path(p).name}`" for p in (got + already)[:SHOWN]]
+        if result.get("skipped"):
+            lines.append(f"- {result['skipped']} link(s) with nothing to download (a live stream, an empty playlist)")
+        lines += [f"- failed: {f['link']}: {f['reason']}" for f in (result.get("failed") or [])[:20]]
+        if got or already:
+            lines.append("\nThe folder is now the *Video* below: choose what to make and press Start.")
+        return "\n".join(lines), (gr.update(value=result["output"]) if got or already else gr.update())
 
     def params(self, values: dict[Any, Any]) -> dict[str, Any]:
         """Form values -> job params, every path checked against the page's folders; a ToolInputError names the field."""

@@ -1,0 +1,177 @@
+"""Tools → Video → Download: videos from their links into a folder, with yt-dlp (YouTube, Vimeo,
+Twitch, Instagram and the other sites it knows, and a video file's own address), as OneTrainer's
+video tool downloads them. Then the video tool cuts them into clips or takes frames as images.
+
+Only the picture is downloaded (the trainer reads no sound), so no ffmpeg program is needed to
+merge streams: the best video stream up to a height, H.264 first among equals (every decoder
+reads it); a site with no separate video stream gives its file with sound.
+Files are named as yt-dlp names them, ``title [id].ext`` (in safe characters); one already there
+is kept and counted, never downloaded again or overwritten. Partial files wait in a hidden folder
+inside the output folder (a second try continues them) and only whole files take their names.
+Live streams are skipped (they never end). One link that fails does not stop the others.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from .jobs import Job, JobError
+
+HEIGHTS = (480, 720, 1080, 1440, 2160)  # the page's choices for the highest picture; 0: the best there is
+MAX_LINKS = 500
+PARTIAL_DIR = ".ot-download"  # hidden: the dataset scanner and the video tool skip it
+TEMPLATE = "%(title).80B [%(id).40B].%(ext)s"  # yt-dlp's own default name, its parts cut short
+
+
+def links_from(text: str) -> list[str]:
+    """The links of a text: one a line (or separated by spaces); blank lines and `#` comments left
+    out. A line that is not an http(s) address is named by its number."""
+    links: list[str] = []
+    for number, line in enumerate(str(text or "").splitlines(), start=1):
+        if line.lstrip().startswith("#"):
+            continue
+        for word in line.split():
+            parts = urlsplit(word)
+            if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+                raise JobError(f"Links: line {number} '{word[:80]}' is not a web address; give one http(s) link a line")
+            if word not in links:
+                links.append(word)
+    if not links:
+        raise JobError("Links: empty; give a video's, a playlist's or a video file's address, one a line")
+    if len(links) > MAX_LINKS:
+        raise JobError(f"Links: {len(links)} links; at most {MAX_LINKS} at a time")
+    return links
+
+
+def format_sort(max_height: int) -> list[str]:
+    """yt-dlp's order of preference (its -S): the highest picture up to `max_height` (0: the
+    highest there is; a site with none that low gives its lowest), then H.264 among equals."""
+    return [f"res:{max_height}" if max_height > 0 else "res", "vcodec:h264"]
+
+
+def options_from(params: dict[str, Any]) -> dict[str, Any]:
+    """Checked job options from the form's or the command line's values (JobError names the field)."""
+    try:
+        max_height = int(params.get("max_height") or 0)
+        max_videos = int(params.get("max_videos") or 0)
+    except (TypeError, ValueError):
+        raise JobError("Highest picture / Most videos a link: give whole numbers") from None
+    if max_height < 0 or max_videos < 0:
+        raise JobError("Highest picture / Most videos a link: must be 0 or more (0: no limit)")
+    return {"links": links_from(params.get("links") or ""), "max_height": max_height, "max_videos": max_videos,
+            "playlist": bool(params.get("playlist", False))}
+
+
+class _Log:
+    """yt-dlp's messages: warnings and errors to the job's log, the chatter dropped."""
+
+    def __init__(self, job: Job):
+        self.job = job
+
+    def debug(self, message: str) -> None:
+        pass
+
+    def info(self, message: str) -> None:
+        pass
+
+    def warning(self, message: str) -> None:
+        if "generic information extractor" not in message:  # said for every direct file link
+            self.job.log(f"yt-dlp: {_plain(message)}")
+
+    def error(self, message: str) -> None:
+        pass  # raised as DownloadError as well, and reported with the link
+
+
+def _plain(message: str) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(message)).replace("ERROR: ", "").replace("WARNING: ", "")
+    return re.sub(r"\s*\(caused by .*\)\s*$", "", text).strip()  # yt-dlp's repeat of the same error
+
+
+def _files(folder: Path) -> set[Path]:
+    return {p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")} if folder.is_dir() else set()
+
+
+def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
+    options = options_from(params)
+    if not str(params.get("output") or "").strip():
+        raise JobError("Folder: empty; give the folder the videos go to")
+    output = Path(str(params["output"])).expanduser()
+    if output.exists() and not output.is_dir():
+        raise JobError(f"Folder: {output} is a file; give a folder")
+    try:
+        import yt_dlp  # noqa: PLC0415
+        from yt_dlp.utils import DownloadCancelled, DownloadError, match_filter_func  # noqa: PLC0415
+    except ImportError:
+        raise JobError("yt-dlp is not installed: pip install -U yt-dlp") from None
+    output.mkdir(parents=True, exist_ok=True)
+    partial = output / PARTIAL_DIR
+    links = options["links"]
+    step = 1000  # progress units a link
+    state = {"index": 0, "shown": 0.0}
+
+    def on_progress(event: dict[str, Any]) -> None:
+        if job.cancelled():
+            raise DownloadCancelled("cancelled")
+        now = time.monotonic()
+        if event.get("status") != "downloading" or now - state["shown"] < 0.5:
+            return
+        state["shown"] = now
+        got, total = event.get("downloaded_bytes") or 0, event.get("total_bytes") or event.get("total_bytes_estimate") or 0
+        name = Path(str(event.get("filename") or "")).name
+        size = f"{got / 2**20:.1f} of {total / 2**20:.1f} MB" if total else f"{got / 2**20:.1f} MB"
+        job.progress(state["index"] * step + (int(step * got / total) if total else 0), len(links) * step, f"{name[:40]} {size}")
+
+    ydl_options = {
+        "paths": {"home": str(output), "temp": str(partial)}, "outtmpl": TEMPLATE, "restrictfilenames": True,
+        "windowsfilenames": True, "format": "bv*/b", "format_sort": format_sort(options["max_height"]), "noplaylist": not options["playlist"],
+        "overwrites": False, "continuedl": True, "retries": 3, "socket_timeout": 30, "noprogress": True, "quiet": True,
+        "logger": _Log(job), "progress_hooks": [on_progress], "match_filter": match_filter_func("!is_live"),
+        "color": {"stdout": "never", "stderr": "never"},
+    }
+    if options["max_videos"]:
+        ydl_options["playlistend"] = options["max_videos"]
+    result: dict[str, Any] = {"links": len(links), "output": str(output), "downloaded": [], "already": [], "failed": [],
+                              "skipped": 0}
+    before = _files(output)
+    with yt_dlp.YoutubeDL(ydl_options) as ydl:
+        for index, link in enumerate(links):
+            state["index"] = index
+            job.progress(index * step, len(links) * step, link[:60])
+            if job.cancelled():
+                result["cancelled"] = True
+                break
+            try:
+                info = ydl.extract_info(link, download=True)
+            except DownloadCancelled:
+                result["cancelled"] = True
+                break
+            except DownloadError as err:
+                result["failed"].append({"link": link, "reason": _plain(err.msg if hasattr(err, "msg") else err)})
+                job.log(f"{link}: {result['failed'][-1]['reason']}")
+                continue
+            for path in _downloaded(info):
+                key = "already" if path in before else "downloaded"
+                if path.is_file() and str(path) not in result[key]:
+                    result[key].append(str(path))
+            if not _downloaded(info):
+                result["skipped"] += 1  # a live stream, or a playlist with nothing in it
+    if partial.is_dir() and not any(partial.iterdir()):
+        shutil.rmtree(partial, ignore_errors=True)
+    job.progress(len(links) * step, len(links) * step, "done")
+    result["downloaded"], result["already"] = result["downloaded"][:500], result["already"][:500]
+    return result
+
+
+def _downloaded(info: dict[str, Any] | None) -> list[Path]:
+    """The files one link's answer names: its own, or its playlist entries' (nested)."""
+    if not info:
+        return []
+    paths = [Path(d["filepath"]) for d in info.get("requested_downloads") or [] if d.get("filepath")]
+    for entry in info.get("entries") or []:
+        paths += _downloaded(entry)
+    return paths
