@@ -38,6 +38,7 @@ LOADABLE = (".safetensors", ".gguf")
 PICKLES = (".ckpt", ".pt", ".pth", ".bin")
 NOT_A_MODEL = {"lora", "locon", "dora", "lycoris", "textualinversion", "hypernetwork", "aestheticgradient", "controlnet",
                "poses", "wildcards", "workflows", "motionmodule", "upscaler", "detection"}
+LORA_TYPES = {"lora", "locon", "dora", "lycoris"}  # what a LoRA field takes (LyCORIS: LoHa, LoKr, ...)
 CHUNK = 8 << 20
 _token: str | None = None
 
@@ -62,8 +63,10 @@ def civitai_folder(cache_dir: str | None) -> Path:
     return hub_cache_folder(cache_dir) / "civitai"
 
 
-def civitai_file(value: str, field: str, *, cache_dir: str | None, offline: bool, model_type: str | None = None) -> Path:
-    """The local file of the Civitai address `value` (downloaded now when not yet here)."""
+def civitai_file(value: str, field: str, *, cache_dir: str | None, offline: bool, model_type: str | None = None,
+                 lora: bool = False) -> Path:
+    """The local file of the Civitai address `value` (downloaded now when not yet here): a model
+    (a checkpoint) to train on, or with `lora` a LoRA (LoCon, DoRA, LyCORIS) to start from or apply."""
     address = civitai_address(value)
     if address is None:
         raise ModelLoadError(f"{field}: {value} is not a Civitai model address")
@@ -92,7 +95,10 @@ def civitai_file(value: str, field: str, *, cache_dir: str | None, offline: bool
     except _Refused as err:
         raise ModelLoadError(f"{where}: {err}") from None
     kind = str((version.get("model") or {}).get("type") or "")
-    if kind.lower() in NOT_A_MODEL:
+    if lora and kind.lower() not in LORA_TYPES:
+        raise ModelLoadError(f"{where} is a {kind or 'model of no type'}, not a LoRA; give a LoRA's address (LoRA, LoCon, "
+                             "DoRA or LyCORIS), or leave it blank")
+    if not lora and kind.lower() in NOT_A_MODEL:
         raise ModelLoadError(f"{where} is a {kind}, not a model to train on; give a Checkpoint's address (the model "
                              "your LoRA is for)")
     if model_type and (problem := base_model_mismatch(str(version.get("baseModel") or ""), model_type)):

@@ -508,6 +508,29 @@ def part_file(value: str, field: str, *, cache_dir: str | None, offline: bool, t
     return hub_file(value, hub, field, cache_dir=cache_dir, offline=offline, token=token)
 
 
+def lora_file(value: str, field: str, *, cache_dir: str | None, offline: bool, token: str | None,
+              model_type: str | None = None) -> Path:
+    """The local file of a LoRA to start from or apply: a file, a Hugging Face file address (the hub
+    cache, as `part_file`) or a Civitai LoRA's address (refused before it downloads when Civitai
+    names it something else, or a LoRA for another model than `model_type`)."""
+    value = str(value or "").strip()
+    path = Path(value).expanduser()
+    if path.is_file():
+        return path
+    hub = hub_file_address(value)
+    if hub is None and civitai_address(value) is not None:
+        from .civitai_download import civitai_file  # noqa: PLC0415
+
+        return civitai_file(value, field, cache_dir=cache_dir, offline=offline, model_type=model_type, lora=True)
+    if hub is None:
+        raise ModelLoadError(f"{field}: {value} {LORA_SOURCE_PROBLEM}")
+    return hub_file(value, hub, field, cache_dir=cache_dir, offline=offline, token=token)
+
+
+LORA_SOURCE_PROBLEM = ("is neither a file here nor the address of a Hugging Face file or a Civitai LoRA; give a LoRA "
+                       ".safetensors file or such an address")
+
+
 def gated_repo(error: BaseException) -> str | None:
     """The hub repo a download was refused for because it is gated (the account has not accepted
     its terms, or no token was given), from `error`'s chain; None for any other failure."""

@@ -95,6 +95,25 @@ def model_problems(config: Any) -> list[str]:
     return out + ([problem] if problem else [])
 
 
+def lora_problems(config: Any) -> list[str]:
+    """The LoRA a LORA run starts from (`lora_model_name`): a file here, or an address it downloads
+    from (a Hugging Face file, a Civitai LoRA); known before the model loads, minutes before setup."""
+    value = str(getattr(config, "lora_model_name", "") or "").strip()
+    if not value or str(getattr(config.training_method, "value", config.training_method)) != "LORA":
+        return []
+    if is_civitai(value):
+        problem = civitai_problem(value)
+        return [f"lora_model_name: {_shown(redacted(value))} {problem}"] if problem else []
+    if is_web_address(value):
+        return [] if hub_file_address(value) else [
+            f"lora_model_name: {_shown(value)} is a web address but not of a Hugging Face file ({HUB_FILE_EXAMPLE}) or a "
+            f"Civitai LoRA ({CIVITAI_EXAMPLE}); download the file and give its path"]
+    if not Path(value).expanduser().is_file():
+        return [f"lora_model_name: {_shown(value)} does not exist; give a LoRA .safetensors file, a Hugging Face file "
+                "address or a Civitai LoRA's address, or leave it blank for a new LoRA"]
+    return []
+
+
 def folder_family_problem(config: Any, name: str) -> str | None:
     """A diffusers folder as base model whose model_index.json lacks a part the model type loads
     from it (an SD 1.5 folder, with a unet, for Flux): known from that file alone, before the
@@ -321,5 +340,5 @@ def start_problems(config: Any, data: dict[str, Any], workspace: str | os.PathLi
     if nul:  # the path checks below cannot look at text holding NUL
         return list(dict.fromkeys(errors(config) + nul))
     ws = Path(workspace or config.workspace_dir).expanduser()
-    machine = model_problems(config) + concept_problems(config) + output_problems(config, ws) + preset_problems(config)
+    machine = model_problems(config) + lora_problems(config) + concept_problems(config) + output_problems(config, ws) + preset_problems(config)
     return list(dict.fromkeys(errors(config) + machine))

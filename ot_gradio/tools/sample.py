@@ -374,6 +374,14 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
                 "config_dir": str(params.get("config_dir") or "").strip(), "cache_dir": params.get("cache_dir"), "token": token,
                 "offline": offline})
             model_name = base
+            if lora:  # a LoRA's Hugging Face file or Civitai address: its file, downloaded once
+                from ot_gradio.models.common import ModelLoadError, lora_file
+
+                try:
+                    lora = str(lora_file(lora, "lora", cache_dir=params.get("cache_dir") or None, offline=offline, token=token,
+                                         model_type=model_type))
+                except ModelLoadError as err:
+                    raise JobError(str(err)) from None
     if lora:
         weight = params.get("lora_weight")
         try:

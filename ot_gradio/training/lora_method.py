@@ -15,6 +15,7 @@ import torch
 from ..config.doctor import dora_format_problem, fused_lora_problem, lora_reader_problems
 from ..config.enums import DIFFUSERS_LORA_FORMATS, KOHYA_LORA_FORMATS, ModelFormat, TrainingMethod
 from ..config.parts import learning_rate_or_base
+from ..models.common import ModelLoadError, lora_file
 from .device import output_dtype
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
@@ -53,6 +54,17 @@ def lora_kind(model: Any, part: str) -> str:
     return "text_encoder" if part in model.text_encoder_names else "unet"
 
 
+def start_lora_file(config: Any) -> Path:
+    """The local file of the LoRA a run starts from (`lora_model_name`): a file, or a Hugging Face
+    file's or Civitai LoRA's address, downloaded once (the trainer does so in its download watch)."""
+    try:
+        return lora_file(config.lora_model_name, "lora_model_name", cache_dir=config.huggingface_cache_dir or None,
+                         offline=config.offline_mode, token=config.secrets.huggingface_token or None,
+                         model_type=config.model_type.value)
+    except ModelLoadError as err:
+        raise ValueError(str(err)) from None
+
+
 @register(TrainingMethod.LORA)
 class LoraMethod(EmbeddingSupport):
     def setup(self, model: Any, config: Any, device: torch.device) -> list[ParamGroup]:
@@ -65,9 +77,7 @@ class LoraMethod(EmbeddingSupport):
             module.requires_grad_(False)
         start = None
         if config.lora_model_name:
-            path = Path(config.lora_model_name)
-            if not path.is_file():
-                raise ValueError(f"lora_model_name: {path} does not exist; give a LoRA .safetensors file or leave it blank")
+            path = start_lora_file(config)
             start = load_lora_file(path, module_names=kohya_module_names(model), denoiser=model.denoiser)
             spec = check_start_file(spec, start.parts, path)
         rank, alpha = (start.rank, start.alpha) if start else (spec.rank(config), config.lora_alpha)

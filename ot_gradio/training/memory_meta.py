@@ -24,6 +24,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -187,6 +188,9 @@ def estimate_on_meta(model: Any, config: Any, free: int) -> tuple[MemoryPlan, bo
         if DataType(getattr(config, part).weight_dtype) in (DataType.NFLOAT_4, DataType.INT_8):
             pack_bitsandbytes(model.parts[part])
     method = get_method(config.training_method)
+    if str(config.lora_model_name or "").strip() and not Path(config.lora_model_name).expanduser().is_file():
+        # a LoRA to start from that downloads (an address): not fetched for an estimate; the config's rank stands in
+        config = config.model_copy(update={"lora_model_name": ""})
     groups = method.setup(model, config, META)
     parked = Placement.for_run(model, config, target, groups, method.embeddings is not None,
                                step_parts=method.step_parts).parked

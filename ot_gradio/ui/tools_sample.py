@@ -10,9 +10,10 @@ from typing import Any
 
 import gradio as gr
 
+from ..config.civitai import civitai_address
 from ..config.enums import NoiseScheduler
 from ..config.families import family_info, implemented_model_types
-from ..config.hub_files import downloads_model
+from ..config.hub_files import downloads_model, hub_file_address
 from ..fsutil import BACKUP_MARKER
 from ..runner.rundir import list_runs
 from .job_panel import JobPanel
@@ -54,7 +55,8 @@ class SampleTool:
                                          info="Hugging Face id, diffusers folder or .safetensors file", elem_id="tool-sample-base-model")
             self.from_config = gr.Button("Use the training tab's model", scale=0, elem_id="tool-sample-from-config")
         with gr.Row():
-            self.lora = gr.Textbox(label="LoRA file", info="optional kohya or diffusers LoRA", elem_id="tool-sample-lora")
+            self.lora = gr.Textbox(label="LoRA file",
+                                   info="optional kohya or diffusers LoRA: a file, or a Hugging Face file's or Civitai LoRA's address", elem_id="tool-sample-lora")
             self.lora_weight = gr.Number(1.0, label="LoRA weight", minimum=-10, maximum=10, step=0.05, elem_id="tool-sample-lora-weight")
             self.embedding = gr.Textbox(label="Embedding file", info="optional A1111 embedding", elem_id="tool-sample-embedding")
             self.token = gr.Textbox(label="Embedding token", info="the text that triggers it (blank = its placeholder or file name)",
@@ -120,7 +122,8 @@ class SampleTool:
         else:
             params["base_model"] = base if is_model_id(base) else str(self.ctx.file("Base model", base, config))
         if lora:
-            params["lora"] = str(self.ctx.file("LoRA file", lora, config))
+            downloads = hub_file_address(lora) is not None or civitai_address(lora) is not None  # fetched by the job
+            params["lora"] = lora if downloads else str(self.ctx.file("LoRA file", lora, config))
             params["lora_weight"] = self._number(values.get(self.lora_weight), "LoRA weight", float, 1.0)
         if embedding:
             params["embedding"] = str(self.ctx.file("Embedding file", embedding, config))

@@ -54,24 +54,36 @@ def test_a_web_address_of_another_site_is_named_before_the_run(tmp_path, lora_co
 
 def test_a_civitai_model_as_base_model_downloads_with_the_key_and_trains(tmp_path, tiny_model, lora_config):
     """Pony, Illustrious and most SDXL merges are shared on Civitai: its page address trains. The
-    key given in the config goes to the workspace's secrets.json and from there to the download."""
+    key given in the config goes to the workspace's secrets.json and from there to the download.
+    The run starts from a LoRA shared there too (*Base LoRA*): its rank, not the config's, is trained."""
+    from safetensors.torch import load_file
+
     from tests.fake_civitai import FakeCivitai, Version
+    from tests.tools.lora_files import random_lora_files
 
     family = get_family("STABLE_DIFFUSION_15")
+    start = random_lora_files("STABLE_DIFFUSION_15", tiny_model.diffusers_dir, ("SAFETENSORS",), tmp_path)["SAFETENSORS"]  # rank 4
     config = lora_config(base_model_name="https://civitai.com/models/4384/dreamshaper", huggingface_cache_dir=str(tmp_path / "hf"),
-                         epochs=1, samples=[], secrets={"civitai_token": "civitai-key"})
+                         epochs=1, samples=[], secrets={"civitai_token": "civitai-key"}, lora_rank=8,
+                         lora_model_name="https://civitai.com/models/77/my-style?modelVersionId=770")
     (tmp_path / "c.json").write_text(json.dumps(config))
     version = Version(128713, 4384, {"dreamshaper_8.safetensors": tiny_model.single_file})
-    with FakeHub({family.default_config_repo: tiny_model.diffusers_dir}) as hub, FakeCivitai([version], key="civitai-key") as civitai:
+    style = Version(770, 77, {"my_style.safetensors": start}, model_type="LORA")
+    with (FakeHub({family.default_config_repo: tiny_model.diffusers_dir}) as hub,
+          FakeCivitai([version, style], key="civitai-key") as civitai):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0",
                "HF_HOME": str(tmp_path / "home"), "CIVITAI_ENDPOINT": civitai.url}
         out = subprocess.run([sys.executable, "-m", "ot_gradio", "train", "--config", str(tmp_path / "c.json")], cwd=tmp_path,
                              env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert Path(config["output_model_destination"]).is_file()
-    assert [auth for _, path, auth, _ in civitai.requests if path.startswith("/api/download/")] == ["Bearer civitai-key"]
+    assert [auth for _, path, auth, _ in civitai.requests if path.startswith("/api/download/")] == ["Bearer civitai-key"] * 2
     cached = tmp_path / "hf" / "civitai" / "128713" / "dreamshaper_8.safetensors"
     assert cached.read_bytes() == tiny_model.single_file.read_bytes()
+    assert (tmp_path / "hf" / "civitai" / "770" / "my_style.safetensors").read_bytes() == start.read_bytes()
+    trained = load_file(config["output_model_destination"])
+    downs = [t for k, t in trained.items() if k.endswith("lora_down.weight")]
+    assert downs and {t.shape[0] for t in downs} == {4}  # the start file's rank, not lora_rank 8
     statuses = [json.loads(line) for events in Path(config["workspace_dir"]).rglob("events.jsonl") for line in events.read_text().splitlines()]
     said = [e["message"] for e in statuses if e.get("type") == "status" and e.get("status") == "loading"]
     assert any(m.startswith(f"loading {config['base_model_name']}: downloaded ") for m in said), said  # the page shows it

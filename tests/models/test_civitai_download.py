@@ -11,8 +11,8 @@ import pytest
 from ot_gradio.config.civitai import CivitaiAddress, address_problem, base_model_mismatch, civitai_address
 from ot_gradio.config.schema import TrainConfig
 from ot_gradio.models import civitai_download
-from ot_gradio.models.common import ModelLoadError, base_model_source, part_file
-from ot_gradio.runner.startcheck import model_problems
+from ot_gradio.models.common import ModelLoadError, base_model_source, lora_file, part_file
+from ot_gradio.runner.startcheck import lora_problems, model_problems
 from tests.fake_civitai import FakeCivitai, Version
 
 KEY = "civitai-key"
@@ -52,6 +52,23 @@ def test_the_start_check_takes_civitai_models_and_keeps_keys_out_of_configs():
     # a part's own model takes one too (a transformer-only Flux checkpoint lives there)
     config = TrainConfig(model_type="FLUX_DEV_1", transformer={"model_name": "https://civitai.com/models/1?modelVersionId=2"})
     assert not [p for p in model_problems(config) if p.startswith("transformer.model_name")]
+
+
+def test_the_start_check_names_a_lora_to_start_from_that_cannot_be_had(tmp_path):
+    def problems(name: str, method: str = "LORA") -> list[str]:
+        return lora_problems(TrainConfig(training_method=method, lora_model_name=name))
+
+    (tmp_path / "mine.safetensors").write_bytes(b"x")
+    for fine in ("", str(tmp_path / "mine.safetensors"), "https://civitai.com/models/5?modelVersionId=6",
+                 "https://huggingface.co/someone/loras/blob/main/style.safetensors"):
+        assert problems(fine) == [], fine
+    (missing,) = problems(str(tmp_path / "gone.safetensors"))
+    assert missing.startswith("lora_model_name: ") and "does not exist" in missing and "Civitai LoRA's address" in missing
+    (elsewhere,) = problems("https://example.com/style.safetensors")
+    assert "not of a Hugging Face file" in elsewhere
+    (keyed,) = problems("https://civitai.com/api/download/models/7?token=SECRETKEY")
+    assert "Civitai API key" in keyed and "SECRETKEY" not in keyed
+    assert problems(str(tmp_path / "gone.safetensors"), method="FINE_TUNE") == []  # only a LORA run reads it
 
 
 def test_a_version_made_for_another_model_is_named():
@@ -164,6 +181,21 @@ def test_what_cannot_be_trained_on_is_refused_before_it_downloads(site, tmp_path
     with pytest.raises(ModelLoadError, match="Civitai has no such model"):
         load("https://civitai.com/models/99", tmp_path / "hf")
     assert site.downloads() == []
+
+
+def test_a_lora_field_takes_a_civitai_lora_and_refuses_a_checkpoint(site, tmp_path):
+    def start_from(address: str, model_type: str = "STABLE_DIFFUSION_15"):
+        return lora_file(address, "lora_model_name", cache_dir=str(tmp_path / "hf"), offline=False, token=None, model_type=model_type)
+
+    with pytest.raises(ModelLoadError, match=r"lora_model_name: .* is a Checkpoint, not a LoRA"):
+        start_from("https://civitai.com/models/1?modelVersionId=10")
+    site.versions[10].model_type = "LORA"
+    with pytest.raises(ModelLoadError, match="it is a SD 1.5 model, which loads as STABLE_DIFFUSION_15"):
+        start_from("https://civitai.com/models/1?modelVersionId=10", model_type="STABLE_DIFFUSION_XL_10_BASE")
+    assert site.downloads() == []
+    assert start_from("https://civitai.com/models/1?modelVersionId=10").read_bytes() == site.files["old.safetensors"].read_bytes()
+    with pytest.raises(ModelLoadError, match="neither a file here nor the address of a Hugging Face file or a Civitai LoRA"):
+        start_from(str(tmp_path / "gone.safetensors"))
 
 
 def test_a_file_downloaded_before_serves_when_civitai_is_out_of_reach(site, tmp_path, monkeypatch):

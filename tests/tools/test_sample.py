@@ -95,6 +95,22 @@ def test_lora_changes_the_image_and_weight_zero_is_the_base(tmp_path, tiny, base
     assert np.abs(with_kohya - with_peft).max() <= 1  # both formats read to the same layers
     assert np.array_equal(off, base)
 
+    # the same file shared on Civitai: its address downloads it (with the workspace's key) and samples the same
+    from ot_gradio.models import civitai_download
+    from ot_gradio.secrets import write_secrets
+    from tests.fake_civitai import FakeCivitai, Version
+
+    write_secrets(tmp_path / "ws", civitai_token="civitai-key")
+    with pytest.MonkeyPatch.context() as mp, FakeCivitai([Version(55, 5, {"style.safetensors": kohya}, model_type="LORA")],
+                                                         key="civitai-key") as civitai:
+        mp.setenv("CIVITAI_ENDPOINT", civitai.url)
+        mp.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+        shared = _sample(tmp_path, tiny, [PROMPT], "c", lora="https://civitai.com/models/5?modelVersionId=55", offline=False,
+                         workspace=str(tmp_path / "ws"), cache_dir=str(tmp_path / "hf"))
+        civitai_download.use_token(None)
+    assert np.array_equal(_pixels(shared["paths"][0]), with_kohya)
+    assert (tmp_path / "hf" / "civitai" / "55" / "style.safetensors").read_bytes() == kohya.read_bytes()
+
 
 def test_oft_file_changes_the_image_at_weight_one_only(tmp_path, tiny, base_image):
     """An OFT v2 file (Scaled OFT, blocks of 8 that conv_in's 36 inputs turn into 9) is rebuilt from
@@ -280,6 +296,10 @@ def test_form_checks_fields_and_lists_runs_with_a_backup(tmp_path, tiny):
         tool.params({**values, tool.base_model: "/etc/passwd"})
     with pytest.raises(ToolInputError, match="LoRA file"):
         tool.params({**values, tool.lora: str(tmp_path / "missing.safetensors")})
+    for address in ("https://civitai.com/models/5?modelVersionId=55", "https://huggingface.co/a/b/blob/main/style.safetensors"):
+        assert tool.params({**values, tool.lora: address})["lora"] == address  # downloaded by the job
+    with pytest.raises(ToolInputError, match="LoRA file"):
+        tool.params({**values, tool.lora: "https://example.com/style.safetensors"})
     with pytest.raises(ToolInputError, match="Width"):
         tool.params({**values, tool.width: 5})
     with pytest.raises(ToolInputError, match="Prompts"):
