@@ -114,6 +114,27 @@ def lora_problems(config: Any) -> list[str]:
     return []
 
 
+def embedding_problems(config: Any) -> list[str]:
+    """The embedding files a run reads (EMBEDDING: `embedding.model_name`, the one it continues;
+    LORA, FINE_TUNE and EMBEDDING: each of `additional_embeddings`): each must be a file here,
+    known before the model loads."""
+    method = str(getattr(config.training_method, "value", config.training_method))
+    wanted = [("embedding", config.embedding)] if method == "EMBEDDING" else []
+    if method in ("LORA", "FINE_TUNE", "EMBEDDING"):
+        wanted += [(f"additional_embeddings[{i}]", e) for i, e in enumerate(config.additional_embeddings)]
+    out = []
+    for field, settings in wanted:
+        value = str(settings.model_name or "").strip()
+        if not value or Path(value).expanduser().is_file():
+            continue
+        if is_web_address(value):
+            out.append(f"{field}.model_name: {_shown(value)} is a web address; download the embedding file and give its path")
+        else:
+            out.append(f"{field}.model_name: {_shown(value)} does not exist; give an embedding .safetensors (or .pt) file, or "
+                       "leave it blank for a new embedding")
+    return out
+
+
 def folder_family_problem(config: Any, name: str) -> str | None:
     """A diffusers folder as base model whose model_index.json lacks a part the model type loads
     from it (an SD 1.5 folder, with a unet, for Flux): known from that file alone, before the
@@ -340,5 +361,5 @@ def start_problems(config: Any, data: dict[str, Any], workspace: str | os.PathLi
     if nul:  # the path checks below cannot look at text holding NUL
         return list(dict.fromkeys(errors(config) + nul))
     ws = Path(workspace or config.workspace_dir).expanduser()
-    machine = model_problems(config) + lora_problems(config) + concept_problems(config) + output_problems(config, ws) + preset_problems(config)
+    machine = model_problems(config) + lora_problems(config) + embedding_problems(config) + concept_problems(config) + output_problems(config, ws) + preset_problems(config)
     return list(dict.fromkeys(errors(config) + machine))

@@ -12,7 +12,7 @@ from ot_gradio.config.civitai import CivitaiAddress, address_problem, base_model
 from ot_gradio.config.schema import TrainConfig
 from ot_gradio.models import civitai_download
 from ot_gradio.models.common import ModelLoadError, base_model_source, lora_file, part_file
-from ot_gradio.runner.startcheck import lora_problems, model_problems
+from ot_gradio.runner.startcheck import model_problems
 from tests.fake_civitai import FakeCivitai, Version
 
 KEY = "civitai-key"
@@ -52,23 +52,6 @@ def test_the_start_check_takes_civitai_models_and_keeps_keys_out_of_configs():
     # a part's own model takes one too (a transformer-only Flux checkpoint lives there)
     config = TrainConfig(model_type="FLUX_DEV_1", transformer={"model_name": "https://civitai.com/models/1?modelVersionId=2"})
     assert not [p for p in model_problems(config) if p.startswith("transformer.model_name")]
-
-
-def test_the_start_check_names_a_lora_to_start_from_that_cannot_be_had(tmp_path):
-    def problems(name: str, method: str = "LORA") -> list[str]:
-        return lora_problems(TrainConfig(training_method=method, lora_model_name=name))
-
-    (tmp_path / "mine.safetensors").write_bytes(b"x")
-    for fine in ("", str(tmp_path / "mine.safetensors"), "https://civitai.com/models/5?modelVersionId=6",
-                 "https://huggingface.co/someone/loras/blob/main/style.safetensors"):
-        assert problems(fine) == [], fine
-    (missing,) = problems(str(tmp_path / "gone.safetensors"))
-    assert missing.startswith("lora_model_name: ") and "does not exist" in missing and "Civitai LoRA's address" in missing
-    (elsewhere,) = problems("https://example.com/style.safetensors")
-    assert "not of a Hugging Face file" in elsewhere
-    (keyed,) = problems("https://civitai.com/api/download/models/7?token=SECRETKEY")
-    assert "Civitai API key" in keyed and "SECRETKEY" not in keyed
-    assert problems(str(tmp_path / "gone.safetensors"), method="FINE_TUNE") == []  # only a LORA run reads it
 
 
 def test_a_version_made_for_another_model_is_named():

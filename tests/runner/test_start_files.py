@@ -1,0 +1,38 @@
+"""The files a run reads besides its base model, named by the check before Start (the page's Start,
+`validate`, `train`) instead of minutes later once the model has loaded: the LoRA a LORA run
+continues, and the embeddings a run continues or uses."""
+
+from ot_gradio.config.schema import TrainConfig
+from ot_gradio.runner.startcheck import embedding_problems, lora_problems, start_problems
+
+
+def test_the_start_check_names_a_lora_to_start_from_that_cannot_be_had(tmp_path):
+    def problems(name: str, method: str = "LORA") -> list[str]:
+        return lora_problems(TrainConfig(training_method=method, lora_model_name=name))
+
+    (tmp_path / "mine.safetensors").write_bytes(b"x")
+    for fine in ("", str(tmp_path / "mine.safetensors"), "https://civitai.com/models/5?modelVersionId=6",
+                 "https://huggingface.co/someone/loras/blob/main/style.safetensors"):
+        assert problems(fine) == [], fine
+    (missing,) = problems(str(tmp_path / "gone.safetensors"))
+    assert missing.startswith("lora_model_name: ") and "does not exist" in missing and "Civitai LoRA's address" in missing
+    (elsewhere,) = problems("https://example.com/style.safetensors")
+    assert "not of a Hugging Face file" in elsewhere
+    (keyed,) = problems("https://civitai.com/api/download/models/7?token=SECRETKEY")
+    assert "Civitai API key" in keyed and "SECRETKEY" not in keyed
+    assert problems(str(tmp_path / "gone.safetensors"), method="FINE_TUNE") == []  # only a LORA run reads it
+
+
+def test_the_start_check_names_embedding_files_that_are_not_here(tmp_path):
+    (tmp_path / "mine.safetensors").write_bytes(b"x")
+    here, gone = str(tmp_path / "mine.safetensors"), str(tmp_path / "gone.safetensors")
+    config = TrainConfig(training_method="EMBEDDING", embedding={"model_name": gone},
+                         additional_embeddings=[{"model_name": here}, {"model_name": "https://civitai.com/models/1"}, {}])
+    main, web = embedding_problems(config)
+    assert main.startswith(f"embedding.model_name: {gone} does not exist") and "leave it blank" in main
+    assert web.startswith("additional_embeddings[1].model_name: https://civitai.com/models/1 is a web address")
+    data = config.model_dump(mode="json")
+    assert main in start_problems(config, data, tmp_path) and web in start_problems(config, data, tmp_path)
+    # a LoRA run reads the additional embeddings only; a VAE fine-tune none
+    assert embedding_problems(config.model_copy(update={"training_method": "LORA"})) == [web]
+    assert embedding_problems(config.model_copy(update={"training_method": "FINE_TUNE_VAE"})) == []
