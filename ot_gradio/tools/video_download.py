@@ -9,6 +9,8 @@ Files are named as yt-dlp names them, ``title [id].ext`` (in safe characters); o
 is kept and counted, never downloaded again or overwritten. Partial files wait in a hidden folder
 inside the output folder (a second try continues them) and only whole files take their names.
 Live streams are skipped (they never end). One link that fails does not stop the others.
+YouTube's pages need a script solved, which yt-dlp runs in deno (a requirement; yt-dlp finds it in
+the environment's scripts folder).
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
         import yt_dlp  # noqa: PLC0415
         from yt_dlp.utils import DownloadCancelled, DownloadError, match_filter_func  # noqa: PLC0415
     except ImportError:
-        raise JobError("yt-dlp is not installed: pip install -U yt-dlp") from None
+        raise JobError('yt-dlp is not installed: pip install -U "yt-dlp[default,deno]"') from None
     output.mkdir(parents=True, exist_ok=True)
     partial = output / PARTIAL_DIR
     links = options["links"]
