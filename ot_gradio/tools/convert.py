@@ -144,17 +144,38 @@ def _load_model(family: type, params: Mapping[str, Any], field: str, source: str
     config = str(params.get("config") or "").strip() or None
     if config and not Path(config).expanduser().is_dir():
         raise JobError(f"config: folder '{config}' was not found")
-    from ot_gradio.models.civitai_download import use_token
-    from ot_gradio.secrets import read_secrets
-
-    stored = read_secrets(params["workspace"]) if params.get("workspace") else {}  # the page's tokens
-    use_token(stored.get("civitai_token"))
     try:
-        hub = {"offline": _offline(params), "cache_dir": params.get("cache_dir") or None, "token": stored.get("huggingface_token") or None}
+        hub = _hub(params)
         source = base_model_source(source, model_type=str(params.get("model_type") or "") or None, **hub)
         return family.load(source, config_dir=config, **hub)
     except ModelLoadError as err:
         raise JobError(f"{field}: {err}") from None
+
+
+def _hub(params: Mapping[str, Any]) -> dict[str, Any]:
+    """How a job's models download: offline or not, the cache folder, and the page's tokens (the
+    workspace's secrets.json; the Civitai key is set for this process)."""
+    from ot_gradio.models.civitai_download import use_token
+    from ot_gradio.secrets import read_secrets
+
+    stored = read_secrets(params["workspace"]) if params.get("workspace") else {}
+    use_token(stored.get("civitai_token"))
+    return {"offline": _offline(params), "cache_dir": params.get("cache_dir") or None, "token": stored.get("huggingface_token") or None}
+
+
+def _lora_source(params: Mapping[str, Any], field: str) -> str:
+    """A LoRA file here, or the file of a Hugging Face file's or Civitai LoRA's address (downloaded once)."""
+    from ot_gradio.config.civitai import civitai_address
+    from ot_gradio.config.hub_files import hub_file_address
+    from ot_gradio.models.common import ModelLoadError, lora_file
+
+    value = _text(params, field)
+    if Path(value).expanduser().exists() or (hub_file_address(value) is None and civitai_address(value) is None):
+        return _existing(params, field)
+    try:
+        return str(lora_file(value, field, model_type=str(params.get("model_type") or "") or None, **_hub(params)))
+    except ModelLoadError as err:
+        raise JobError(str(err)) from None
 
 
 def _save_model(model, out: Path, fmt: str, dtype: torch.dtype) -> Path:
@@ -291,7 +312,7 @@ def convert_lora(params: dict[str, Any], job: Job) -> dict[str, Any]:
     from ot_gradio.training.lora_format import save_lora_parts
 
     family = _family(params)
-    source = _existing(params, "input")
+    source = _lora_source(params, "input")
     out = _output(params, "output", source)
     target = str(params.get("to") or "").strip().lower()
     if target not in LORA_TARGETS:
@@ -415,7 +436,7 @@ def merge_lora(params: dict[str, Any], job: Job) -> dict[str, Any]:
     """A LoRA file (either format) merged into a base checkpoint at `weight`, saved as folder or single file."""
     family = _family(params)
     base = _existing(params, "base", hub_id_ok=True)
-    lora_path = _existing(params, "lora")
+    lora_path = _lora_source(params, "lora")
     out = _output(params, "output", base, lora_path)
     fmt, dtype = _format(params, out), _dtype(params)
     try:

@@ -8,8 +8,9 @@ from typing import Any
 
 import gradio as gr
 
+from ..config.civitai import civitai_address
 from ..config.families import implemented_model_types
-from ..config.hub_files import downloads_model
+from ..config.hub_files import downloads_model, hub_file_address
 from .job_panel import JobPanel
 from .tools_tab import ToolInputError
 
@@ -55,11 +56,13 @@ class ConvertTool:
             self.model_type = gr.Dropdown(types, value=types[0] if types else None, label="Model type", elem_id="convert-model-type")
         self.help = gr.Markdown(HELP["checkpoint"], elem_id="convert-help")
         self.fields: dict[str, gr.components.Component] = {
-            "input": gr.Textbox(label="Input", info="Checkpoint: diffusers folder, .safetensors file or Hugging Face id. LoRA: the LoRA file.",
+            "input": gr.Textbox(label="Input", info="Checkpoint: diffusers folder, .safetensors file or Hugging Face id. LoRA: the LoRA file, or a Hugging "
+                                     "Face file's or Civitai LoRA's address.",
                                 elem_id="convert-input"),
             "base": gr.Textbox(label="Base model", visible=False, elem_id="convert-base",
                                info="Merge: the model to merge into. LoRA (SDXL only, optional): the base whose UNet names kohya layers."),
-            "lora": gr.Textbox(label="LoRA file", visible=False, elem_id="convert-lora"),
+            "lora": gr.Textbox(label="LoRA file", visible=False, elem_id="convert-lora",
+                               info="a file, or a Hugging Face file's or Civitai LoRA's address (downloaded once)"),
             "config": gr.Textbox(label="Config folder", elem_id="convert-config",
                                  info="Only for a single-file input: a diffusers folder of the same model type (its configs)."),
             "output": gr.Textbox(label="Output", info="A folder for diffusers, a .safetensors file otherwise.", elem_id="convert-output"),
@@ -105,11 +108,11 @@ class ConvertTool:
         shown = SHOWN[operation]
         model_ok = operation != "LoRA"
         if "input" in shown:
-            params["input"] = self._source("Input", form.get("input"), config, hub_id_ok=model_ok)
+            params["input"] = self._source("Input", form.get("input"), config, hub_id_ok=model_ok, lora_ok=not model_ok)
         if "base" in shown and (operation == "merge" or str(form.get("base") or "").strip()):
             params["base"] = self._source("Base model", form.get("base"), config, hub_id_ok=True)
         if "lora" in shown:
-            params["lora"] = str(self.ctx.file("LoRA file", str(form.get("lora") or ""), config))
+            params["lora"] = self._source("LoRA file", form.get("lora"), config, hub_id_ok=False, lora_ok=True)
         if "config" in shown and str(form.get("config") or "").strip():
             params["config"] = str(self.ctx.folder("Config folder", str(form["config"]), config))
         params["output"] = str(self.ctx.output("Output", str(form.get("output") or ""), config))
@@ -122,8 +125,12 @@ class ConvertTool:
             params["weight"] = float(form.get("weight") if form.get("weight") is not None else 1.0)
         return params
 
-    def _source(self, field: str, value: Any, config: dict[str, Any], hub_id_ok: bool) -> str:
+    def _source(self, field: str, value: Any, config: dict[str, Any], hub_id_ok: bool, lora_ok: bool = False) -> str:
+        """A file or folder inside the page's folders; or, where allowed, a model that downloads
+        (`hub_id_ok`) or a LoRA's Hugging Face file or Civitai address (`lora_ok`), fetched by the job."""
         value = str(value or "").strip()
+        if lora_ok and (hub_file_address(value) is not None or civitai_address(value) is not None):
+            return value
         try:
             return str(self.ctx.file(field, value, config))
         except ToolInputError:

@@ -209,20 +209,31 @@ def test_sdxl_kohya_names_round_trip(tiny_xl, tmp_path):
 # ---------------------------------------------------------------- merge
 
 
-def _merged(tmp_path, tiny, lora, weight, name):
+def _merged(tmp_path, tiny, lora, weight, name, **params):
     from diffusers import UNet2DConditionModel
     from transformers import CLIPTextModel
 
     result = run_inline("convert", {"operation": "merge", "model_type": SD15, "base": str(tiny.diffusers_dir), "lora": str(lora),
-                                    "weight": weight, "output": str(tmp_path / name), "format": "diffusers"})
+                                    "weight": weight, "output": str(tmp_path / name), "format": "diffusers", **params})
     out = Path(result["output"])
     unet = UNet2DConditionModel.from_pretrained(out / "unet").eval()
     return result, out, _outputs(unet, CLIPTextModel.from_pretrained(out / "text_encoder").eval(), _inputs())
 
 
-def test_merge_at_weight_one_equals_the_lora_loaded_by_diffusers(tiny, kohya_lora, tmp_path):
-    result, _, (text, noise) = _merged(tmp_path, tiny, kohya_lora, 1.0, "merged")
-    assert result["layers"] > 0
+def test_merge_at_weight_one_equals_the_lora_loaded_by_diffusers(tiny, kohya_lora, tmp_path, monkeypatch):
+    """The LoRA shared on Civitai: merged from its address (downloaded with the page's key)."""
+    from ot_gradio.models import civitai_download
+    from ot_gradio.secrets import write_secrets
+    from tests.fake_civitai import FakeCivitai, Version
+
+    write_secrets(tmp_path / "ws", civitai_token="civitai-key")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    with FakeCivitai([Version(8, 7, {"style.safetensors": kohya_lora}, model_type="LORA")], key="civitai-key") as site:
+        monkeypatch.setenv("CIVITAI_ENDPOINT", site.url)
+        result, _, (text, noise) = _merged(tmp_path, tiny, "https://civitai.com/models/7?modelVersionId=8", 1.0, "merged",
+                                           offline=False, cache_dir=str(tmp_path / "hf"), workspace=str(tmp_path / "ws"))
+    civitai_download.use_token(None)
+    assert result["layers"] > 0 and (tmp_path / "hf" / "civitai" / "8" / "style.safetensors").is_file()
     ref_text, ref_noise = _diffusers_outputs(kohya_lora)
     torch.testing.assert_close(noise, ref_noise, rtol=0, atol=1e-4)
     torch.testing.assert_close(text, ref_text, rtol=0, atol=1e-4)
@@ -328,6 +339,9 @@ def test_page_form_builds_params_and_refuses_outside_paths(tiny, kohya_lora, tmp
     # a model that downloads: a Civitai or Hugging Face address passes as it is (the job downloads it)
     civitai = "https://civitai.com/models/4384?modelVersionId=128713"
     assert tool.params({}, {**form, "base": civitai})["base"] == civitai
+    assert tool.params({}, {**form, "lora": civitai})["lora"] == civitai  # a LoRA shared there too
+    assert tool.params({}, {"operation": "LoRA", "model_type": SD15, "input": civitai, "output": str(tmp_path / "p.safetensors"),
+                            "to": "diffusers"})["input"] == civitai
     assert tool.params({}, {**form, "base": "https://huggingface.co/a/b/blob/main/m.safetensors"})["base"].startswith("https://")
     assert "merged.safetensors" in tool.render({"output": str(tmp_path / "merged.safetensors"), "size_bytes": 3 * 2**20})[0]
 
