@@ -52,7 +52,8 @@ class SampleTool:
             self.model_type = gr.Dropdown(model_types, value=config.get("model_type") or model_types[0], label="Model type",
                                           elem_id="tool-sample-model-type")
             self.base_model = gr.Textbox(value=config.get("base_model_name") or "", label="Base model",
-                                         info="Hugging Face id, diffusers folder or .safetensors file", elem_id="tool-sample-base-model")
+                                         info="Hugging Face id or address, Civitai model's address, diffusers folder or .safetensors file",
+                                         elem_id="tool-sample-base-model")
             self.from_config = gr.Button("Use the training tab's model", scale=0, elem_id="tool-sample-from-config")
         with gr.Row():
             self.lora = gr.Textbox(label="LoRA file",
