@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--max-height", type=int, default=1080, help="the highest picture, in pixels (default 1080; 0: the best)")
     d.add_argument("--playlist", action="store_true", help="a video's link that names a playlist too: take the playlist")
     d.add_argument("--max-videos", type=int, default=25, help="a playlist's or channel's first N videos (default 25; 0: all)")
+    d.add_argument("--cookies", default="", help="a cookies.txt (Netscape format) exported from a browser signed in to the site")
     d.set_defaults(func=cmd_video_download)
 
 
@@ -68,7 +69,7 @@ def cmd_video_download(args: argparse.Namespace) -> int:
     for link in args.links:  # a .txt of links, as OneTrainer's "Link List"
         lines.append(Path(link).read_text(encoding="utf-8") if link.endswith(".txt") and Path(link).is_file() else link)
     params = {"links": "\n".join(lines), "output": args.out, "max_height": args.max_height, "playlist": args.playlist,
-              "max_videos": args.max_videos}
+              "max_videos": args.max_videos, "cookies": args.cookies}
     result = run_in_console("video-download", params, unit="")
     if result is None:
         return 2

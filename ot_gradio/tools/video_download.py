@@ -15,9 +15,13 @@ the environment's scripts folder).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -66,7 +70,42 @@ def options_from(params: dict[str, Any]) -> dict[str, Any]:
     if max_height < 0 or max_videos < 0:
         raise JobError("Highest picture / Most videos a link: must be 0 or more (0: no limit)")
     return {"links": links_from(params.get("links") or ""), "max_height": max_height, "max_videos": max_videos,
-            "playlist": bool(params.get("playlist", False))}
+            "playlist": bool(params.get("playlist", False)), "cookies": cookies_file(params.get("cookies") or "")}
+
+
+COOKIE_HEADERS = ("# Netscape HTTP Cookie File", "# HTTP Cookie File")
+
+
+def cookies_file(value: str) -> Path | None:
+    """The cookies file `value` names (None: none), checked: yt-dlp reads a cookies.txt in Netscape
+    format, and a JSON export (what some browser extensions write) is named before anything starts."""
+    if not str(value or "").strip():
+        return None
+    source = Path(str(value).strip()).expanduser()
+    if not source.is_file():
+        raise JobError(f"Cookies file: {value} does not exist; export a cookies.txt from your browser, or leave it empty")
+    head = source.read_text(encoding="utf-8", errors="replace")[:4096].lstrip()
+    if not head.startswith(COOKIE_HEADERS):
+        kind = "a JSON export" if head.startswith(("[", "{")) else "not a cookies.txt"
+        raise JobError(f"Cookies file: {source.name} is {kind}; yt-dlp reads the Netscape format, whose first line is "
+                       "'# Netscape HTTP Cookie File' (a browser extension such as 'Get cookies.txt LOCALLY' exports it)")
+    return source
+
+
+@contextlib.contextmanager
+def cookie_copy(source: Path | None) -> Iterator[str | None]:
+    """A private copy of `source` for yt-dlp, which writes its cookie jar back to the file it was
+    given: the user's export stays as it was. Removed afterwards."""
+    if source is None:
+        yield None
+        return
+    handle, copy = tempfile.mkstemp(prefix="ot-cookies-", suffix=".txt")  # readable by this user alone (0600)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(source.read_bytes())
+        yield copy
+    finally:
+        Path(copy).unlink(missing_ok=True)
 
 
 class _Log:
@@ -140,7 +179,7 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
     result: dict[str, Any] = {"links": len(links), "output": str(output), "downloaded": [], "already": [], "failed": [],
                               "skipped": 0}
     before = _files(output)
-    with yt_dlp.YoutubeDL(ydl_options) as ydl:
+    with cookie_copy(options["cookies"]) as cookies, yt_dlp.YoutubeDL({**ydl_options, "cookiefile": cookies}) as ydl:
         for index, link in enumerate(links):
             state["index"] = index
             job.progress(index * step, len(links) * step, link[:60])

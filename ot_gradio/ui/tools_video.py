@@ -94,10 +94,14 @@ class VideoTool:
                 self.max_videos = gr.Number(label="Most videos a link", value=25, precision=0, minimum=0,
                                             elem_id="video-max-videos", info="a playlist's or a channel's first ones; 0: all")
                 self.download_button = gr.Button("Download", variant="primary", scale=0, elem_id="video-download-button")
+            self.cookies = gr.Textbox(label="Cookies file", elem_id="video-cookies",
+                                      info="optional: a cookies.txt (Netscape format) exported from your browser while signed "
+                                           "in, for videos behind a login (age-restricted, members-only, Instagram) or when "
+                                           "YouTube asks a rented server to sign in; read, never changed")
             self.download_summary = gr.Markdown("", elem_id="video-download-summary")
             self.download_panel = JobPanel(self.ctx.jobs, "video-download")
         self.download_inputs = {self.links, self.download_folder, self.max_height, self.playlist, self.max_videos,
-                                self.ctx.config_state}
+                                self.cookies, self.ctx.config_state}
 
     def download_params(self, values: dict[Any, Any]) -> dict[str, Any]:
         """Download form -> job params: the links checked and the folder inside the page's folders."""
@@ -110,6 +114,8 @@ class VideoTool:
             raise ToolInputError(f"Download folder: '{folder}' is a file")
         params = {"links": str(values.get(self.links) or ""), "output": str(out), "max_height": values.get(self.max_height),
                   "playlist": bool(values.get(self.playlist)), "max_videos": values.get(self.max_videos)}
+        if cookies := str(values.get(self.cookies) or "").strip():  # a file inside the page's folders
+            params["cookies"] = str(self.ctx.file("Cookies file", cookies, config))
         try:
             download_options(params)
         except JobError as err:

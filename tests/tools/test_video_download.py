@@ -5,6 +5,7 @@ trainer's clip reader reads."""
 
 import functools
 import http.server
+import shutil
 import threading
 from pathlib import Path
 
@@ -25,6 +26,9 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
     def do_GET(self):
+        if self.path.startswith("/members/") and "session=ok" not in (self.headers.get("Cookie") or ""):
+            self.send_error(403, "sign in")  # a video behind a login
+            return
         path = Path(self.translate_path(self.path))
         if not path.is_file():
             return super().do_GET()
@@ -47,6 +51,8 @@ def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("site")
     write_video(root / "holiday film.mp4", [scene_frame(0, i) for i in range(15)] + [scene_frame(1, i) for i in range(15)])
     (root / "big.mp4").write_bytes(bytes(range(256)) * (12 * 4096))
+    (root / "members").mkdir()
+    shutil.copy(root / "holiday film.mp4", root / "members" / "party.mp4")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(RangeHandler, directory=str(root)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield {"url": f"http://127.0.0.1:{server.server_address[1]}", "root": root}
@@ -123,6 +129,24 @@ def test_cancel_keeps_the_partial_file_hidden_and_the_next_try_continues_it(site
     assert not (out / PARTIAL_DIR).exists()
 
 
+def test_a_video_behind_a_login_downloads_with_a_cookies_file_that_stays_as_it_was(site, tmp_path):
+    link = f"{site['url']}/members/party.mp4"
+    refused = run_inline("video-download", {"links": link, "output": str(tmp_path / "v")})
+    assert refused["downloaded"] == [] and "403" in refused["failed"][0]["reason"]
+
+    cookies = tmp_path / "cookies.txt"
+    cookies.write_text("# Netscape HTTP Cookie File\n127.0.0.1\tFALSE\t/\tFALSE\t0\tsession\tok\n", encoding="utf-8")
+    before = cookies.read_bytes()
+    done = run_inline("video-download", {"links": link, "output": str(tmp_path / "v"), "cookies": str(cookies)})
+    assert [Path(p).name for p in done["downloaded"]] == ["party [party].mp4"] and done["failed"] == []
+    assert cookies.read_bytes() == before  # yt-dlp wrote its jar to a copy, not to the user's export
+
+    exported = tmp_path / "cookies.json"
+    exported.write_text('[{"domain": "127.0.0.1", "name": "session", "value": "ok"}]', encoding="utf-8")
+    with pytest.raises(JobError, match="Cookies file: cookies.json is a JSON export; yt-dlp reads the Netscape format"):
+        run_inline("video-download", {"links": link, "output": str(tmp_path / "v"), "cookies": str(exported)})
+
+
 def test_the_command_line_reads_a_list_of_links(site, tmp_path, capsys):
     from ot_gradio.cli import main
 
@@ -155,6 +179,8 @@ def test_the_page_form_is_checked_then_the_worker_downloads_and_fills_the_video_
             tool.playlist: False, tool.max_videos: 25, ctx.config_state: config}
     refused = tool.on_download({**form, tool.download_folder: "/etc/videos"})
     assert refused[0] == "" and refused[2].startswith("**not started** Download folder: ")
+    refused = tool.on_download({**form, tool.cookies: "/etc/cookies.txt"})
+    assert refused[0] == "" and refused[2].startswith("**not started** Cookies file: ")
     refused = tool.on_download({**form, tool.links: "https://vimeo.com/1\nwww.youtube.com/watch?v=abc"})
     assert refused[0] == "" and "Links: line 2 'www.youtube.com/watch?v=abc' is not a web address" in refused[2]
     job_id, *_ = tool.on_download(form)
