@@ -63,7 +63,8 @@ STEPS: tuple[tuple[str, tuple[Step, ...]], ...] = (
              "Add a folder of images per concept. Captions come from a `.txt` file next to each image (one caption "
              "per line, one picked at random per epoch). Images on your own computer while the page trains on another "
              "machine (a share link, Colab): *Upload images…* sends them, or a .zip of the folder. Long videos: *Tools → "
-             "Video* cuts them into clips (video models) or takes frames as images. *Refresh statistics* "
+             "Video* downloads them from their links (YouTube and the other sites yt-dlp knows) and cuts them into clips "
+             "(video models) or takes frames as images. *Refresh statistics* "
              "checks every image is found and how they fall into aspect buckets.",
              "concepts", "Open Concepts"),
         Step("Samples",
