@@ -109,10 +109,11 @@ def cookie_copy(source: Path | None) -> Iterator[str | None]:
 
 
 class _Log:
-    """yt-dlp's messages: warnings and errors to the job's log, the chatter dropped."""
+    """yt-dlp's messages: warnings to the job's log, errors kept for the link's report, the chatter dropped."""
 
     def __init__(self, job: Job):
         self.job = job
+        self.errors: list[str] = []
 
     def debug(self, message: str) -> None:
         pass
@@ -125,7 +126,7 @@ class _Log:
             self.job.log(f"yt-dlp: {_plain(message)}")
 
     def error(self, message: str) -> None:
-        pass  # raised as DownloadError as well, and reported with the link
+        self.errors.append(_plain(message))  # a playlist entry that failed while the others went on
 
 
 def _plain(message: str) -> str:
@@ -167,11 +168,12 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
         size = f"{got / 2**20:.1f} of {total / 2**20:.1f} MB" if total else f"{got / 2**20:.1f} MB"
         job.progress(state["index"] * step + (int(step * got / total) if total else 0), len(links) * step, f"{name[:40]} {size}")
 
-    ydl_options = {
+    log = _Log(job)
+    ydl_options = {  # "only_download": as yt-dlp's command line, one failed download does not end a playlist
         "paths": {"home": str(output), "temp": str(partial)}, "outtmpl": TEMPLATE, "restrictfilenames": True,
         "windowsfilenames": True, "format": "bv*/b", "format_sort": format_sort(options["max_height"]), "noplaylist": not options["playlist"],
         "overwrites": False, "continuedl": True, "retries": 3, "socket_timeout": 30, "noprogress": True, "quiet": True,
-        "logger": _Log(job), "progress_hooks": [on_progress], "match_filter": match_filter_func("!is_live"),
+        "logger": log, "ignoreerrors": "only_download", "progress_hooks": [on_progress], "match_filter": match_filter_func("!is_live"),
         "color": {"stdout": "never", "stderr": "never"},
     }
     if options["max_videos"]:
@@ -181,7 +183,7 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
     before = _files(output)
     with cookie_copy(options["cookies"]) as cookies, yt_dlp.YoutubeDL({**ydl_options, "cookiefile": cookies}) as ydl:
         for index, link in enumerate(links):
-            state["index"] = index
+            state["index"], log.errors = index, []
             job.progress(index * step, len(links) * step, link[:60])
             if job.cancelled():
                 result["cancelled"] = True
@@ -192,14 +194,16 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
                 result["cancelled"] = True
                 break
             except DownloadError as err:
-                result["failed"].append({"link": link, "reason": _plain(err.msg if hasattr(err, "msg") else err)})
-                job.log(f"{link}: {result['failed'][-1]['reason']}")
-                continue
+                log.errors = [_plain(err.msg if hasattr(err, "msg") else err)]
+                info = None
+            for reason in dict.fromkeys(log.errors):
+                result["failed"].append({"link": link, "reason": reason})
+                job.log(f"{link}: {reason}")
             for path in _downloaded(info):
                 key = "already" if path in before else "downloaded"
                 if path.is_file() and str(path) not in result[key]:
                     result[key].append(str(path))
-            if not _downloaded(info):
+            if not _downloaded(info) and not log.errors:
                 result["skipped"] += 1  # a live stream, or a playlist with nothing in it
     if partial.is_dir() and not any(partial.iterdir()):
         shutil.rmtree(partial, ignore_errors=True)

@@ -36,7 +36,7 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
         self.ranges.append(wanted)
         start = int(wanted.split("=")[1].split("-")[0]) if wanted else 0
         self.send_response(206 if wanted else 200)
-        self.send_header("Content-Type", "video/mp4")
+        self.send_header("Content-Type", self.guess_type(str(path)))
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Length", str(len(data) - start))
         if wanted:
@@ -51,6 +51,10 @@ def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("site")
     write_video(root / "holiday film.mp4", [scene_frame(0, i) for i in range(15)] + [scene_frame(1, i) for i in range(15)])
     (root / "big.mp4").write_bytes(bytes(range(256)) * (12 * 4096))
+    for name in ("a.mp4", "b.mp4"):
+        shutil.copy(root / "holiday film.mp4", root / name)
+    (root / "trip.html").write_text('<html><head><title>Trip</title></head><body><video src="a.mp4"></video>'
+                                    '<video src="gone.mp4"></video><video src="b.mp4"></video></body></html>')
     (root / "members").mkdir()
     shutil.copy(root / "holiday film.mp4", root / "members" / "party.mp4")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(RangeHandler, directory=str(root)))
@@ -103,6 +107,13 @@ def test_downloads_then_keeps_then_the_video_tool_cuts_them(site, tmp_path):
     clips = run_inline("video", {"source": str(out), "output": str(tmp_path / "concept"), "mode": "clips", "max_seconds": 5.0})
     assert clips["cuts"] == 1 and clips["written"] == 2
     assert [probe_clip(p, FrameSampling(frames=100, step=1, fps=100)).available for p in sorted(clips["files"])] == [15, 15]
+
+
+def test_a_page_of_videos_downloads_each_and_names_the_one_that_failed(site, tmp_path):
+    """A page (a playlist, to yt-dlp) whose second video is gone: the third still comes down."""
+    result = run_inline("video-download", {"links": f"{site['url']}/trip.html", "output": str(tmp_path / "v")})
+    assert sorted(Path(p).name for p in result["downloaded"]) == ["Trip_1 [trip-1].mp4", "Trip_3 [trip-3].mp4"]
+    assert [f["link"] for f in result["failed"]] == [f"{site['url']}/trip.html"] and "404" in result["failed"][0]["reason"]
 
 
 def test_cancel_keeps_the_partial_file_hidden_and_the_next_try_continues_it(site, tmp_path):
