@@ -179,7 +179,7 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
     if options["max_videos"]:
         ydl_options["playlistend"] = options["max_videos"]
     result: dict[str, Any] = {"links": len(links), "output": str(output), "downloaded": [], "already": [], "failed": [],
-                              "skipped": 0}
+                              "skipped": 0, "concept": params.get("concept")}  # the page names a concept's folder
     before = _files(output)
     with cookie_copy(options["cookies"]) as cookies, yt_dlp.YoutubeDL({**ydl_options, "cookiefile": cookies}) as ydl:
         for index, link in enumerate(links):

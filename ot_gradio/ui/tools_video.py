@@ -116,6 +116,10 @@ class VideoTool:
                   "playlist": bool(values.get(self.playlist)), "max_videos": values.get(self.max_videos)}
         if cookies := str(values.get(self.cookies) or "").strip():  # a file inside the page's folders
             params["cookies"] = str(self.ctx.file("Cookies file", cookies, config))
+        for number, concept in enumerate((config or {}).get("concepts") or [], start=1):
+            if str(concept.get("path") or "").strip() and Path(str(concept["path"])).expanduser().resolve() == out.resolve():
+                params["concept"] = str(concept.get("name") or f"Concept {number}")  # said with the result
+                break
         try:
             download_options(params)
         except JobError as err:
@@ -136,6 +140,9 @@ class VideoTool:
         if result.get("skipped"):
             lines.append(f"- {result['skipped']} link(s) with nothing to download (a live stream, an empty playlist)")
         lines += [f"- failed: {f['link']}: {f['reason']}" for f in (result.get("failed") or [])[:20]]
+        if result.get("concept"):
+            lines.append(f"- this is concept '{result['concept']}''s folder: a video model trains on each video as it is (only "
+                         "its first frames); to cut them into clips, download them into another folder")
         if got or already:
             lines.append("\nThe folder is now the *Video* below: choose what to make and press Start.")
         return "\n".join(lines), (gr.update(value=result["output"]) if got or already else gr.update())

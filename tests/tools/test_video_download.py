@@ -199,3 +199,8 @@ def test_the_page_form_is_checked_then_the_worker_downloads_and_fills_the_video_
     summary, source = poll_to_end(tool.download_panel, job_id)[-2:]
     assert summary.startswith(f"**1 video downloaded** into `{ws / 'videos'}`") and "holiday_film [holiday_film].mp4" in summary
     assert source["value"] == str(ws / "videos")  # ready for the video tool's Start
+    assert "concept" not in summary
+    config["concepts"] = [{"name": "party", "path": str(ws / "videos")}]  # downloaded straight into a concept's folder
+    job_id, *_ = tool.on_download({**form, ctx.config_state: config})
+    summary, _ = poll_to_end(tool.download_panel, job_id)[-2:]
+    assert "1 already there" in summary and "this is concept 'party''s folder: a video model trains on each video" in summary
