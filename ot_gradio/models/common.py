@@ -522,13 +522,13 @@ def lora_file(value: str, field: str, *, cache_dir: str | None, offline: bool, t
         from .civitai_download import civitai_file  # noqa: PLC0415
 
         return civitai_file(value, field, cache_dir=cache_dir, offline=offline, model_type=model_type, lora=True)
+    if hub is None and is_web_address(value):
+        raise ModelLoadError(f"{field}: {value} is a web address but not of a Hugging Face file ({HUB_FILE_EXAMPLE}) or a "
+                             "Civitai LoRA; download the file and give its path")
     if hub is None:
-        raise ModelLoadError(f"{field}: {value} {LORA_SOURCE_PROBLEM}")
+        raise ModelLoadError(f"{field}: {value} does not exist; give a LoRA .safetensors file, a Hugging Face file address "
+                             "or a Civitai LoRA's address")
     return hub_file(value, hub, field, cache_dir=cache_dir, offline=offline, token=token)
-
-
-LORA_SOURCE_PROBLEM = ("is neither a file here nor the address of a Hugging Face file or a Civitai LoRA; give a LoRA "
-                       ".safetensors file or such an address")
 
 
 def gated_repo(error: BaseException) -> str | None:

@@ -52,7 +52,8 @@ def _walk(value: Any, path: str = ""):
 
 
 def _shown(text: str) -> str:
-    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+    """`text` cut to about 80 characters for a message: its start and its end, where a path's file name is."""
+    return text if len(text) <= 80 else f"{text[:30]}...{text[-45:]}"
 
 
 def nul_problems(data: dict[str, Any]) -> list[str]:

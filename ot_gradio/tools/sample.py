@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ot_gradio.config.hub_files import is_web_address
 from ot_gradio.tools.jobs import Job, JobError
 
 SIZE_RANGE = (16, 4096)
@@ -374,7 +375,7 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
                 "config_dir": str(params.get("config_dir") or "").strip(), "cache_dir": params.get("cache_dir"), "token": token,
                 "offline": offline})
             model_name = base
-            if lora:  # a LoRA's Hugging Face file or Civitai address: its file, downloaded once
+            if lora and is_web_address(lora):  # a LoRA's Hugging Face file or Civitai address: its file, downloaded once
                 from ot_gradio.models.common import ModelLoadError, lora_file
 
                 try:

@@ -177,8 +177,10 @@ def test_a_lora_field_takes_a_civitai_lora_and_refuses_a_checkpoint(site, tmp_pa
         start_from("https://civitai.com/models/1?modelVersionId=10", model_type="STABLE_DIFFUSION_XL_10_BASE")
     assert site.downloads() == []
     assert start_from("https://civitai.com/models/1?modelVersionId=10").read_bytes() == site.files["old.safetensors"].read_bytes()
-    with pytest.raises(ModelLoadError, match="neither a file here nor the address of a Hugging Face file or a Civitai LoRA"):
+    with pytest.raises(ModelLoadError, match="gone.safetensors does not exist; give a LoRA .safetensors file"):
         start_from(str(tmp_path / "gone.safetensors"))
+    with pytest.raises(ModelLoadError, match="is a web address but not of a Hugging Face file"):
+        start_from("https://example.com/style.safetensors")
 
 
 def test_a_file_downloaded_before_serves_when_civitai_is_out_of_reach(site, tmp_path, monkeypatch):

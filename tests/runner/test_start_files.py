@@ -29,7 +29,7 @@ def test_the_start_check_names_embedding_files_that_are_not_here(tmp_path):
     config = TrainConfig(training_method="EMBEDDING", embedding={"model_name": gone},
                          additional_embeddings=[{"model_name": here}, {"model_name": "https://civitai.com/models/1"}, {}])
     main, web = embedding_problems(config)
-    assert main.startswith(f"embedding.model_name: {gone} does not exist") and "leave it blank" in main
+    assert main.startswith("embedding.model_name: ") and "/gone.safetensors does not exist" in main and "leave it blank" in main
     assert web.startswith("additional_embeddings[1].model_name: https://civitai.com/models/1 is a web address")
     data = config.model_dump(mode="json")
     assert main in start_problems(config, data, tmp_path) and web in start_problems(config, data, tmp_path)
