@@ -287,6 +287,26 @@ def lora_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def file_layers(module: nn.Module, kind: str, state_dict: Mapping[str, torch.Tensor]) -> tuple[str, list[str]]:
+    """For continuing a LoRA file: an anchored regex (for `add_lora`'s custom layer filter) that
+    selects exactly the layers of `module` the file (`state_dict`, in peft form) holds adapters
+    for, whatever preset trained it, and the file's layer paths `module` has no layer for. Names
+    match as `load_lora_state_dict` matches them (CLIP's `text_model.` prefix or not, `_` for `.`)."""
+    aliases: dict[str, str] = {}
+    for name in select_lora_targets(module, kind=kind, layer_preset="custom"):  # every layer a LoRA can wrap
+        for alias in (name, public_name(module, kind, name)):
+            aliases[alias] = aliases[alias.replace(".", "_")] = public_name(module, kind, name)
+    found: dict[str, None] = {}
+    unknown: list[str] = []
+    for path in dict.fromkeys(split[0] for key in state_dict if (split := split_key(key))):
+        target = aliases.get(path) or aliases.get("text_model." + path) or aliases.get(path.replace(".", "_"))
+        if target is None:
+            unknown.append(path)
+        else:
+            found[target] = None
+    return "^(?:" + "|".join(re.escape(name) for name in found) + ")$", unknown
+
+
 def load_lora_state_dict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], *, kind: str, strict: bool = True) -> None:
     """Copy peft-form adapter weights (as `load_lora_file` returns them) into `module`'s layers.
 

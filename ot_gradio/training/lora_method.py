@@ -19,7 +19,7 @@ from ..models.common import ModelLoadError, lora_file
 from .device import output_dtype
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
-from .lora import adapters_disabled, add_lora, has_lora, load_lora_state_dict, lora_state_dict
+from .lora import adapters_disabled, add_lora, file_layers, has_lora, load_lora_state_dict, lora_state_dict
 from .lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
 from .lora_variants import AdapterSpec, check_output_format, check_start_file
 from .method_base import register
@@ -85,12 +85,22 @@ class LoraMethod(EmbeddingSupport):
         groups = []
         for part in trainable_parts(model):
             part_cfg = getattr(config, part)
-            if not part_cfg.train:
+            from_file = start is not None and part in start.parts
+            if not part_cfg.train and not from_file:
                 continue
             kind = lora_kind(model, part)
-            preset = config.layer_filter_preset
+            preset, layer_filter, regex = config.layer_filter_preset, config.layer_filter, config.layer_filter_regex
             if kind == "text_encoder" and preset == "custom":
                 preset = "full"  # as in OneTrainer, the layer filter selects denoiser layers only
+            if kind == "text_encoder":
+                layer_filter = ""
+            if from_file:  # a LoRA continues on its own layers, whatever preset trained it (kohya's, another trainer's)
+                preset, regex = "custom", True
+                layer_filter, unknown = file_layers(getattr(model, part), kind, start.parts[part])
+                if unknown:
+                    raise ValueError(f"lora_model_name: {path} has {len(unknown)} {part.replace('_', ' ')} layer(s) this "
+                                     f"{model.model_type.value} model does not have (e.g. {unknown[0]}); was it made for "
+                                     "another model type?")
             params = add_lora(
                 getattr(model, part),
                 kind=kind,
@@ -98,16 +108,20 @@ class LoraMethod(EmbeddingSupport):
                 alpha=alpha,
                 dropout=config.dropout_probability,
                 layer_preset=preset,
-                layer_filter=config.layer_filter if kind != "text_encoder" else "",
-                layer_filter_regex=config.layer_filter_regex,
+                layer_filter=layer_filter,
+                layer_filter_regex=regex,
                 dtype=dtype,
                 # a family whose module names differ from SD's UNet/CLIP gives its own presets
                 presets=model.lora_layer_presets.get(part),
                 spec=spec,
             )
-            if start and part in start.parts:
+            if from_file:
                 load_lora_state_dict(getattr(model, part), start.parts[part], kind=kind)
             getattr(model, part).to(device)
+            if not part_cfg.train:  # the file's layers of a part not trained: applied and saved as they are, frozen
+                for p in params:
+                    p.requires_grad_(False)
+                continue
             groups.append(ParamGroup(name=part, params=params, lr=learning_rate_or_base(part_cfg.learning_rate, config.learning_rate)))
         return groups + self.setup_embeddings(model, config, device)
 
