@@ -486,33 +486,14 @@ def assign_converted_weights(module: torch.nn.Module, weights: Mapping[str, torc
             target._buffers[name] = value
 
 
-def part_file(value: str, field: str, *, cache_dir: str | None, offline: bool, token: str | None) -> Path:
+def part_file(value: str, field: str, *, cache_dir: str | None, offline: bool, token: str | None,
+              model_type: str | None = None, lora: bool = False) -> Path:
     """The local file a part's own model name points at (OneTrainer's per-part `model_name`): a
     file, or a Hugging Face file address (https://huggingface.co/<owner>/<repo>/blob/<revision>/<file>,
     as OneTrainer's DeTurbo presets give) downloaded once into the hub cache, or read from it
-    offline, or a Civitai model's address (its file, the same way). Anything else is a ModelLoadError naming `field` and what to do."""
-    path = Path(value).expanduser()
-    if path.is_file():
-        return path
-    hub = hub_file_address(value)
-    if hub is None and civitai_address(value) is not None:
-        from .civitai_download import civitai_file  # noqa: PLC0415
-
-        return civitai_file(value.strip(), field, cache_dir=cache_dir, offline=offline)
-    if hub is None:
-        if is_web_address(value):
-            raise ModelLoadError(f"{field}: {value} is a web address but not of a Hugging Face file or a Civitai model; "
-                                 "download the file and give its path instead.")
-        raise ModelLoadError(f"{field}: {value} does not exist; give a .safetensors file or a Hugging Face file address "
-                             f"({HUB_FILE_EXAMPLE}), or leave it blank.")
-    return hub_file(value, hub, field, cache_dir=cache_dir, offline=offline, token=token)
-
-
-def lora_file(value: str, field: str, *, cache_dir: str | None, offline: bool, token: str | None,
-              model_type: str | None = None) -> Path:
-    """The local file of a LoRA to start from or apply: a file, a Hugging Face file address (the hub
-    cache, as `part_file`) or a Civitai LoRA's address (refused before it downloads when Civitai
-    names it something else, or a LoRA for another model than `model_type`)."""
+    offline, or a Civitai model's address (its file, the same way). With `lora`, the file of a LoRA
+    to start from or apply (a Civitai address must be a LoRA, for `model_type`). Anything else is
+    a ModelLoadError naming `field` and what to do."""
     value = str(value or "").strip()
     path = Path(value).expanduser()
     if path.is_file():
@@ -521,14 +502,21 @@ def lora_file(value: str, field: str, *, cache_dir: str | None, offline: bool, t
     if hub is None and civitai_address(value) is not None:
         from .civitai_download import civitai_file  # noqa: PLC0415
 
-        return civitai_file(value, field, cache_dir=cache_dir, offline=offline, model_type=model_type, lora=True)
+        return civitai_file(value, field, cache_dir=cache_dir, offline=offline, model_type=model_type, lora=lora)
     if hub is None and is_web_address(value):
-        raise ModelLoadError(f"{field}: {value} is a web address but not of a Hugging Face file ({HUB_FILE_EXAMPLE}) or a "
-                             "Civitai LoRA; download the file and give its path")
+        raise ModelLoadError(f"{field}: {value} is a web address but not of a Hugging Face file or a Civitai "
+                             f"{'LoRA' if lora else 'model'}; download the file and give its path instead.")
     if hub is None:
-        raise ModelLoadError(f"{field}: {value} does not exist; give a LoRA .safetensors file, a Hugging Face file address "
-                             "or a Civitai LoRA's address")
+        raise ModelLoadError(f"{field}: {value} does not exist; " + (
+            "give a LoRA .safetensors file, a Hugging Face file address or a Civitai LoRA's address" if lora else
+            f"give a .safetensors file or a Hugging Face file address ({HUB_FILE_EXAMPLE}), or leave it blank."))
     return hub_file(value, hub, field, cache_dir=cache_dir, offline=offline, token=token)
+
+
+def lora_file(value: str, field: str, *, cache_dir: str | None, offline: bool, token: str | None,
+              model_type: str | None = None) -> Path:
+    """The local file of a LoRA to start from or apply (`part_file` with `lora`)."""
+    return part_file(value, field, cache_dir=cache_dir, offline=offline, token=token, model_type=model_type, lora=True)
 
 
 def gated_repo(error: BaseException) -> str | None:

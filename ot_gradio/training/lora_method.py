@@ -54,15 +54,23 @@ def lora_kind(model: Any, part: str) -> str:
     return "text_encoder" if part in model.text_encoder_names else "unet"
 
 
+_STARTED: dict[tuple[str, str, bool, str], Path] = {}  # address -> its file, once found in this process
+
+
 def start_lora_file(config: Any) -> Path:
     """The local file of the LoRA a run starts from (`lora_model_name`): a file, or a Hugging Face
-    file's or Civitai LoRA's address, downloaded once (the trainer does so in its download watch)."""
+    file's or Civitai LoRA's address, downloaded once (the trainer does so in its download watch;
+    the method's setup then takes the file found there, without asking the site again)."""
+    key = (config.lora_model_name.strip(), config.huggingface_cache_dir or "", bool(config.offline_mode), config.model_type.value)
+    if (found := _STARTED.get(key)) is not None and found.is_file():
+        return found
     try:
-        return lora_file(config.lora_model_name, "lora_model_name", cache_dir=config.huggingface_cache_dir or None,
-                         offline=config.offline_mode, token=config.secrets.huggingface_token or None,
-                         model_type=config.model_type.value)
+        found = lora_file(key[0], "lora_model_name", cache_dir=key[1] or None, offline=key[2],
+                          token=config.secrets.huggingface_token or None, model_type=key[3])
     except ModelLoadError as err:
         raise ValueError(str(err)) from None
+    _STARTED[key] = found
+    return found
 
 
 @register(TrainingMethod.LORA)
