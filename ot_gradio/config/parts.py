@@ -92,7 +92,7 @@ class EmbeddingConfig(Section):
     """A textual-inversion embedding: new tokens learnt in the text encoder(s)."""
 
     uuid: str = opt(default_factory=lambda: str(uuid.uuid4()), label="Id", tooltip="Identifies this embedding inside backups; set automatically.", compat=True)
-    model_name: str = opt("", "Base embedding", "Continue training an existing embedding file. Blank = a new embedding.")
+    model_name: str = opt("", "Base embedding", "Continue training an existing embedding, or (additional embeddings) use it: an A1111, OneTrainer or diffusers embedding file (.safetensors, or an A1111 .pt read weights-only), a Hugging Face file address (https://huggingface.co/<owner>/<repo>/blob/main/<file>) or a Civitai Textual Inversion's address (with General → Civitai API key), downloaded once into the hub cache. Blank = a new embedding.")
     placeholder: str = opt("<embedding>", "Placeholder", "The text that stands for the embedding. Put it in captions and sample prompts, e.g. 'a photo of <embedding>'; without it the embedding is never used.")
     train: bool = opt(True, "Train", "Train this embedding (off = only use it).")
     stop_training_after: int | None = opt(None, "Stop training after", "Freeze the embedding after this many units. Blank = never.", ge=0)

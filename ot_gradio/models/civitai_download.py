@@ -8,8 +8,10 @@ ask for) is fetched from its download link with the user's API key (Civitai asks
 download) as a bearer header, which httpx drops when Civitai redirects to its storage host. The
 bytes go to `<file>.part` (a break resumes it with a Range request), are checked against the
 record's size and SHA-256, and only then take the file's name, beside a `.civitai.json` of the
-record: a file without one is never used. Pickled files (.ckpt, .pt) are refused: loading one can
-run code.
+record: a file without one is never used. Pickled files (.ckpt, .pt) are refused for models and
+LoRAs: loading one can run code. An embedding's `.pt` (most older Textual Inversions on Civitai
+have no other file) is taken: the embedding reader loads it with `torch.load(weights_only=True)`,
+which reads tensors and plain values only and refuses anything that would run code.
 
 Kept in `<hub cache>/civitai/<version>/`, so the download watch (download_watch.py) reports its
 progress with the hub's, and `huggingface_cache_dir` moves it too. Offline, or with Civitai out of
@@ -39,6 +41,10 @@ PICKLES = (".ckpt", ".pt", ".pth", ".bin")
 NOT_A_MODEL = {"lora", "locon", "dora", "lycoris", "textualinversion", "hypernetwork", "aestheticgradient", "controlnet",
                "poses", "wildcards", "workflows", "motionmodule", "upscaler", "detection"}
 LORA_TYPES = {"lora", "locon", "dora", "lycoris"}  # what a LoRA field takes (LyCORIS: LoHa, LoKr, ...)
+# kind of file a field takes -> (Civitai model types it takes, what to give instead); "model": a checkpoint
+KINDS = {"lora": (LORA_TYPES, "a LoRA's address (LoRA, LoCon, DoRA or LyCORIS)"),
+         "embedding": ({"textualinversion"}, "an embedding's address (Textual Inversion)")}
+EMBEDDING_FILES = (".safetensors", ".pt", ".bin")  # read weights-only (training/embeddings.load_embedding_tensors)
 CHUNK = 8 << 20
 _token: str | None = None
 
@@ -64,9 +70,10 @@ def civitai_folder(cache_dir: str | None) -> Path:
 
 
 def civitai_file(value: str, field: str, *, cache_dir: str | None, offline: bool, model_type: str | None = None,
-                 lora: bool = False) -> Path:
-    """The local file of the Civitai address `value` (downloaded now when not yet here): a model
-    (a checkpoint) to train on, or with `lora` a LoRA (LoCon, DoRA, LyCORIS) to start from or apply."""
+                 kind: str = "model") -> Path:
+    """The local file of the Civitai address `value` (downloaded now when not yet here): of `kind`
+    "model" a model (a checkpoint) to train on, "lora" a LoRA (LoCon, DoRA, LyCORIS) to start from
+    or apply, "embedding" a Textual Inversion to continue or use."""
     address = civitai_address(value)
     if address is None:
         raise ModelLoadError(f"{field}: {value} is not a Civitai model address")
@@ -94,16 +101,17 @@ def civitai_file(value: str, field: str, *, cache_dir: str | None, offline: bool
         return cached
     except _Refused as err:
         raise ModelLoadError(f"{where}: {err}") from None
-    kind = str((version.get("model") or {}).get("type") or "")
-    if lora and kind.lower() not in LORA_TYPES:
-        raise ModelLoadError(f"{where} is a {kind or 'model of no type'}, not a LoRA; give a LoRA's address (LoRA, LoCon, "
-                             "DoRA or LyCORIS), or leave it blank")
-    if not lora and kind.lower() in NOT_A_MODEL:
-        raise ModelLoadError(f"{where} is a {kind}, not a model to train on; give a Checkpoint's address (the model "
+    found = str((version.get("model") or {}).get("type") or "")
+    if kind in KINDS and found.lower() not in KINDS[kind][0]:
+        wanted = "a LoRA" if kind == "lora" else "an embedding"
+        raise ModelLoadError(f"{where} is a {found or 'model of no type'}, not {wanted}; give {KINDS[kind][1]}, or leave it "
+                             "blank")
+    if kind == "model" and found.lower() in NOT_A_MODEL:
+        raise ModelLoadError(f"{where} is a {found}, not a model to train on; give a Checkpoint's address (the model "
                              "your LoRA is for)")
     if model_type and (problem := base_model_mismatch(str(version.get("baseModel") or ""), model_type)):
         raise ModelLoadError(f"{where}: {problem}")
-    entry = _choose(version.get("files") or [], address, where)
+    entry = _choose(version.get("files") or [], address, where, embedding=kind == "embedding")
     folder = root / str(version.get("id") or address.version_id)
     return _download(entry, folder, where, {"modelId": version.get("modelId"), "modelVersionId": version.get("id"),
                                             "model": (version.get("model") or {}).get("name"), "version": version.get("name"),
@@ -180,25 +188,34 @@ def _suffix(entry: dict[str, Any]) -> str:
     return Path(str(entry.get("name") or "")).suffix.lower()
 
 
-def _choose(files: list[dict[str, Any]], address: CivitaiAddress, where: str) -> dict[str, Any]:
+def _choose(files: list[dict[str, Any]], address: CivitaiAddress, where: str, *, embedding: bool = False) -> dict[str, Any]:
     """The file to train on: of the model files (those the download link's type/format/size/fp
-    ask for), the primary first, a SafeTensor before a GGUF; a pickle never."""
+    ask for), the primary first, a SafeTensor before a GGUF; a pickle never. For an `embedding`
+    a Textual Inversion's file (its negative one, type Negative, only when the link asks for it),
+    a SafeTensor before an A1111 `.pt` (which the embedding reader loads weights-only), primary or not."""
     def meta(entry: dict[str, Any], key: str) -> str:
         value = entry.get("type") if key == "type" else (entry.get("metadata") or {}).get(key)
         return str(value or "").lower()
 
-    models = [f for f in files if isinstance(f, dict) and meta(f, "type") in ("model", "pruned model")]
+    types = ("model", "pruned model") + (("negative",) if embedding else ())
+    models = [f for f in files if isinstance(f, dict) and meta(f, "type") in types]
     wanted = [f for f in models if all(meta(f, k) == v.lower() for k, v in address.choice.items())]
     if not wanted:
         asked = ", ".join(f"{k}={v}" for k, v in address.choice.items())
         raise ModelLoadError(f"{where}: the version has no model file{f' with {asked}' if asked else ''}")
-    loadable = sorted((f for f in wanted if _suffix(f) in LOADABLE), key=lambda f: (not f.get("primary"), _suffix(f) != ".safetensors"))
+    suffixes = EMBEDDING_FILES if embedding else LOADABLE
+    if embedding:  # its own vectors (not the negative ones), a SafeTensor before the primary
+        key = lambda f: (meta(f, "type") == "negative", _suffix(f) != ".safetensors", not f.get("primary"))  # noqa: E731
+    else:
+        key = lambda f: (not f.get("primary"), _suffix(f) != ".safetensors")  # noqa: E731
+    loadable = sorted((f for f in wanted if _suffix(f) in suffixes), key=key)
     if not loadable:
         names = ", ".join(str(f.get("name")) for f in wanted)
         if any(_suffix(f) in PICKLES for f in wanted):
             raise ModelLoadError(f"{where}: its file ({names}) is a pickle, which can run code when it is loaded; choose "
                                  "a version with a SafeTensor file, or convert it yourself and give the .safetensors path")
-        raise ModelLoadError(f"{where}: its file ({names}) is not a .safetensors or .gguf model file")
+        raise ModelLoadError(f"{where}: its file ({names}) is not a .safetensors or .gguf model file" if not embedding else
+                             f"{where}: its file ({names}) is not a .safetensors or .pt embedding file")
     return loadable[0]
 
 

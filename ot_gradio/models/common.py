@@ -487,13 +487,13 @@ def assign_converted_weights(module: torch.nn.Module, weights: Mapping[str, torc
 
 
 def part_file(value: str, field: str, *, cache_dir: str | None, offline: bool, token: str | None,
-              model_type: str | None = None, lora: bool = False) -> Path:
+              model_type: str | None = None, kind: str = "model") -> Path:
     """The local file a part's own model name points at (OneTrainer's per-part `model_name`): a
     file, or a Hugging Face file address (https://huggingface.co/<owner>/<repo>/blob/<revision>/<file>,
     as OneTrainer's DeTurbo presets give) downloaded once into the hub cache, or read from it
-    offline, or a Civitai model's address (its file, the same way). With `lora`, the file of a LoRA
-    to start from or apply (a Civitai address must be a LoRA, for `model_type`). Anything else is
-    a ModelLoadError naming `field` and what to do."""
+    offline, or a Civitai model's address (its file, the same way). `kind` "lora" is the file of a
+    LoRA to start from or apply, "embedding" of an embedding to continue or use (a Civitai address
+    must then be one, for `model_type`). Anything else is a ModelLoadError naming `field` and what to do."""
     value = str(value or "").strip()
     path = Path(value).expanduser()
     if path.is_file():
@@ -502,21 +502,30 @@ def part_file(value: str, field: str, *, cache_dir: str | None, offline: bool, t
     if hub is None and civitai_address(value) is not None:
         from .civitai_download import civitai_file  # noqa: PLC0415
 
-        return civitai_file(value, field, cache_dir=cache_dir, offline=offline, model_type=model_type, lora=lora)
+        return civitai_file(value, field, cache_dir=cache_dir, offline=offline, model_type=model_type, kind=kind)
+    what = {"lora": "LoRA", "embedding": "embedding"}.get(kind)
     if hub is None and is_web_address(value):
         raise ModelLoadError(f"{field}: {value} is a web address but not of a Hugging Face file or a Civitai "
-                             f"{'LoRA' if lora else 'model'}; download the file and give its path instead.")
+                             f"{what or 'model'}; download the file and give its path instead.")
     if hub is None:
-        raise ModelLoadError(f"{field}: {value} does not exist; " + (
-            "give a LoRA .safetensors file, a Hugging Face file address or a Civitai LoRA's address" if lora else
-            f"give a .safetensors file or a Hugging Face file address ({HUB_FILE_EXAMPLE}), or leave it blank."))
+        raise ModelLoadError(f"{field}: {value} does not exist; " + {
+            "lora": "give a LoRA .safetensors file, a Hugging Face file address or a Civitai LoRA's address",
+            "embedding": "give an embedding .safetensors (or .pt) file, a Hugging Face file address or a Civitai "
+                         "embedding's address, or leave it blank for a new embedding"}.get(
+            kind, f"give a .safetensors file or a Hugging Face file address ({HUB_FILE_EXAMPLE}), or leave it blank."))
     return hub_file(value, hub, field, cache_dir=cache_dir, offline=offline, token=token)
 
 
 def lora_file(value: str, field: str, *, cache_dir: str | None, offline: bool, token: str | None,
               model_type: str | None = None) -> Path:
-    """The local file of a LoRA to start from or apply (`part_file` with `lora`)."""
-    return part_file(value, field, cache_dir=cache_dir, offline=offline, token=token, model_type=model_type, lora=True)
+    """The local file of a LoRA to start from or apply (`part_file` of kind "lora")."""
+    return part_file(value, field, cache_dir=cache_dir, offline=offline, token=token, model_type=model_type, kind="lora")
+
+
+def embedding_file(value: str, field: str, *, cache_dir: str | None, offline: bool, token: str | None,
+                   model_type: str | None = None) -> Path:
+    """The local file of an embedding to continue or use (`part_file` of kind "embedding")."""
+    return part_file(value, field, cache_dir=cache_dir, offline=offline, token=token, model_type=model_type, kind="embedding")
 
 
 def gated_repo(error: BaseException) -> str | None:

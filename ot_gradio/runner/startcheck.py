@@ -96,44 +96,46 @@ def model_problems(config: Any) -> list[str]:
     return out + ([problem] if problem else [])
 
 
-def lora_problems(config: Any) -> list[str]:
-    """The LoRA a LORA run starts from (`lora_model_name`): a file here, or an address it downloads
-    from (a Hugging Face file, a Civitai LoRA); known before the model loads, minutes before setup."""
-    value = str(getattr(config, "lora_model_name", "") or "").strip()
-    if not value or str(getattr(config.training_method, "value", config.training_method)) != "LORA":
-        return []
+def start_file_problem(field: str, value: str, kind: str) -> str | None:
+    """What is wrong with `value` as a file a run starts from (`kind` "LoRA" or "embedding"): it
+    must be a file here or an address that downloads (a Hugging Face file, a Civitai model of
+    that kind, which is checked when it downloads); known before the model loads, minutes before setup."""
+    value = str(value or "").strip()
+    if not value:
+        return None
     if is_civitai(value):
         problem = civitai_problem(value)
-        return [f"lora_model_name: {_shown(redacted(value))} {problem}"] if problem else []
+        return f"{field}: {_shown(redacted(value))} {problem}" if problem else None
     if is_web_address(value):
-        return [] if hub_file_address(value) else [
-            f"lora_model_name: {_shown(value)} is a web address but not of a Hugging Face file ({HUB_FILE_EXAMPLE}) or a "
-            f"Civitai LoRA ({CIVITAI_EXAMPLE}); download the file and give its path"]
-    if not Path(value).expanduser().is_file():
-        return [f"lora_model_name: {_shown(value)} does not exist; give a LoRA .safetensors file, a Hugging Face file "
-                "address or a Civitai LoRA's address, or leave it blank for a new LoRA"]
-    return []
+        return None if hub_file_address(value) else (
+            f"{field}: {_shown(value)} is a web address but not of a Hugging Face file ({HUB_FILE_EXAMPLE}) or a "
+            f"Civitai {kind} ({CIVITAI_EXAMPLE}); download the file and give its path")
+    if Path(value).expanduser().is_file():
+        return None
+    if kind == "LoRA":
+        return (f"{field}: {_shown(value)} does not exist; give a LoRA .safetensors file, a Hugging Face file address or a "
+                "Civitai LoRA's address, or leave it blank for a new LoRA")
+    return (f"{field}: {_shown(value)} does not exist; give an embedding .safetensors (or .pt) file, a Hugging Face file "
+            "address or a Civitai embedding's address, or leave it blank for a new embedding")
+
+
+def lora_problems(config: Any) -> list[str]:
+    """The LoRA a LORA run starts from (`lora_model_name`)."""
+    if str(getattr(config.training_method, "value", config.training_method)) != "LORA":
+        return []
+    problem = start_file_problem("lora_model_name", getattr(config, "lora_model_name", ""), "LoRA")
+    return [problem] if problem else []
 
 
 def embedding_problems(config: Any) -> list[str]:
     """The embedding files a run reads (EMBEDDING: `embedding.model_name`, the one it continues;
-    LORA, FINE_TUNE and EMBEDDING: each of `additional_embeddings`): each must be a file here,
-    known before the model loads."""
+    LORA, FINE_TUNE and EMBEDDING: each of `additional_embeddings`)."""
     method = str(getattr(config.training_method, "value", config.training_method))
     wanted = [("embedding", config.embedding)] if method == "EMBEDDING" else []
     if method in ("LORA", "FINE_TUNE", "EMBEDDING"):
         wanted += [(f"additional_embeddings[{i}]", e) for i, e in enumerate(config.additional_embeddings)]
-    out = []
-    for field, settings in wanted:
-        value = str(settings.model_name or "").strip()
-        if not value or Path(value).expanduser().is_file():
-            continue
-        if is_web_address(value):
-            out.append(f"{field}.model_name: {_shown(value)} is a web address; download the embedding file and give its path")
-        else:
-            out.append(f"{field}.model_name: {_shown(value)} does not exist; give an embedding .safetensors (or .pt) file, or "
-                       "leave it blank for a new embedding")
-    return out
+    problems = (start_file_problem(f"{field}.model_name", settings.model_name, "embedding") for field, settings in wanted)
+    return [p for p in problems if p]
 
 
 def folder_family_problem(config: Any, name: str) -> str | None:

@@ -224,6 +224,19 @@ def apply_lora(model: Any, path: str, weight: float) -> tuple[int, int]:
     return matched, skipped
 
 
+def _downloaded(value: str, kind: str, params: dict[str, Any], offline: bool, token: str | None, model_type: str | None) -> str:
+    """`value` itself, or for a web address the file it downloads to (once; `kind` "lora" or "embedding")."""
+    if not value or not is_web_address(value):
+        return value
+    from ot_gradio.models.common import ModelLoadError, part_file
+
+    try:
+        return str(part_file(value, kind, cache_dir=params.get("cache_dir") or None, offline=offline, token=token,
+                             model_type=model_type, kind=kind))
+    except ModelLoadError as err:
+        raise JobError(str(err)) from None
+
+
 def install_embedding(model: Any, path: str, token: str, device: Any) -> Any:
     """An A1111/OneTrainer/diffusers embedding file, triggered by `token` (default: the
     placeholder it was trained with, else its file name, as A1111 does)."""
@@ -375,14 +388,9 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
                 "config_dir": str(params.get("config_dir") or "").strip(), "cache_dir": params.get("cache_dir"), "token": token,
                 "offline": offline})
             model_name = base
-            if lora and is_web_address(lora):  # a LoRA's Hugging Face file or Civitai address: its file, downloaded once
-                from ot_gradio.models.common import ModelLoadError, lora_file
-
-                try:
-                    lora = str(lora_file(lora, "lora", cache_dir=params.get("cache_dir") or None, offline=offline, token=token,
-                                         model_type=model_type))
-                except ModelLoadError as err:
-                    raise JobError(str(err)) from None
+            # a LoRA's or embedding's Hugging Face file or Civitai address: its file, downloaded once
+            lora = _downloaded(lora, "lora", params, offline, token, model_type)
+        embedding = _downloaded(embedding, "embedding", params, offline, token, model.model_type.value)
     if lora:
         weight = params.get("lora_weight")
         try:

@@ -522,18 +522,17 @@ class EmbeddingSupport(Method):
 
     def setup_embeddings(self, model: Any, config: Any, device: torch.device, *, main: bool = False) -> list[ParamGroup]:
         from .device import output_dtype
+        from .start_files import embedding_settings, local_embedding
 
-        wanted = ([("embedding", config.embedding)] if main else []) + [
-            (f"additional_embeddings[{i}]", e) for i, e in enumerate(config.additional_embeddings)
-        ]
+        wanted = embedding_settings(config, main=main)
         self.preserve_norm = bool(config.preserve_embedding_norm)
         if not wanted:
             self.embeddings = None
             return []
         self.embeddings = Embeddings(model, device, output_dtype(config.embedding_weight_dtype))
         train_parts = frozenset(p for p in model.text_encoder_names if getattr(config, p).train_embedding)
-        for name, settings in wanted:
-            self.embeddings.add(settings, field=name, train=settings.train, train_parts=train_parts)
+        for name, settings in wanted:  # (a file given as an address: its download, fetched before the model loaded)
+            self.embeddings.add(local_embedding(config, settings, name), field=name, train=settings.train, train_parts=train_parts)
         return self.embeddings.param_groups(learning_rate_or_base(config.embedding_learning_rate, config.learning_rate))
 
     @property

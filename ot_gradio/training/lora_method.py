@@ -15,7 +15,6 @@ import torch
 from ..config.doctor import dora_format_problem, fused_lora_problem, lora_reader_problems
 from ..config.enums import DIFFUSERS_LORA_FORMATS, KOHYA_LORA_FORMATS, ModelFormat, TrainingMethod
 from ..config.parts import learning_rate_or_base
-from ..models.common import ModelLoadError, lora_file
 from .device import output_dtype
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
@@ -25,6 +24,7 @@ from .lora_variants import AdapterSpec, check_output_format, check_start_file
 from .method_base import register
 from .output_metadata import largest_resolution, model_metadata
 from .param_groups import ParamGroup
+from .start_files import start_lora_file
 
 FORMATS = {fmt: KOHYA for fmt in KOHYA_LORA_FORMATS} | {fmt: DIFFUSERS for fmt in DIFFUSERS_LORA_FORMATS}
 
@@ -52,25 +52,6 @@ def kohya_module_names(model: Any) -> dict[str, dict[str, str]]:
 def lora_kind(model: Any, part: str) -> str:
     """Which of lora.py's layer tables a part uses: the denoiser's or a text encoder's."""
     return "text_encoder" if part in model.text_encoder_names else "unet"
-
-
-_STARTED: dict[tuple[str, str, bool, str], Path] = {}  # address -> its file, once found in this process
-
-
-def start_lora_file(config: Any) -> Path:
-    """The local file of the LoRA a run starts from (`lora_model_name`): a file, or a Hugging Face
-    file's or Civitai LoRA's address, downloaded once (the trainer does so in its download watch;
-    the method's setup then takes the file found there, without asking the site again)."""
-    key = (config.lora_model_name.strip(), config.huggingface_cache_dir or "", bool(config.offline_mode), config.model_type.value)
-    if (found := _STARTED.get(key)) is not None and found.is_file():
-        return found
-    try:
-        found = lora_file(key[0], "lora_model_name", cache_dir=key[1] or None, offline=key[2],
-                          token=config.secrets.huggingface_token or None, model_type=key[3])
-    except ModelLoadError as err:
-        raise ValueError(str(err)) from None
-    _STARTED[key] = found
-    return found
 
 
 @register(TrainingMethod.LORA)

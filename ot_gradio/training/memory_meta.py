@@ -188,9 +188,7 @@ def estimate_on_meta(model: Any, config: Any, free: int) -> tuple[MemoryPlan, bo
         if DataType(getattr(config, part).weight_dtype) in (DataType.NFLOAT_4, DataType.INT_8):
             pack_bitsandbytes(model.parts[part])
     method = get_method(config.training_method)
-    if str(config.lora_model_name or "").strip() and not Path(config.lora_model_name).expanduser().is_file():
-        # a LoRA to start from that downloads (an address): not fetched for an estimate; the config's rank stands in
-        config = config.model_copy(update={"lora_model_name": ""})
+    config = _without_downloads(config)
     groups = method.setup(model, config, META)
     parked = Placement.for_run(model, config, target, groups, method.embeddings is not None,
                                step_parts=method.step_parts).parked
@@ -203,3 +201,22 @@ def estimate_on_meta(model: Any, config: Any, free: int) -> tuple[MemoryPlan, bo
     plan.offloaded = offloaded_bytes_planned(model, config, parked)
     on = setting == GradientCheckpointing.ON or (setting == GradientCheckpointing.AUTO and not plan.fits(False))
     return plan, on
+
+
+def _local(name: Any) -> bool:
+    return not str(name or "").strip() or Path(str(name)).expanduser().is_file()
+
+
+def _without_downloads(config: Any) -> Any:
+    """`config` with the files a run starts from that download (an address) left out, as none is
+    fetched for an estimate: the config's rank stands in for a LoRA's, the embedding's token count
+    for an embedding's."""
+    update: dict[str, Any] = {}
+    if not _local(config.lora_model_name):
+        update["lora_model_name"] = ""
+    if not _local(config.embedding.model_name):
+        update["embedding"] = config.embedding.model_copy(update={"model_name": ""})
+    if any(not _local(e.model_name) for e in config.additional_embeddings):
+        update["additional_embeddings"] = [e if _local(e.model_name) else e.model_copy(update={"model_name": ""})
+                                           for e in config.additional_embeddings]
+    return config.model_copy(update=update) if update else config

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..config.doctor import only_cache_problem
-from ..config.enums import EMAMode, TrainingMethod
+from ..config.enums import EMAMode
 from ..config.families import family_info
 from ..config.lr_schedules import warmup_steps
 from ..config.optimizer import SCHEDULE_FREE
@@ -32,7 +32,6 @@ from .ema import EMA
 from .fp16_fallback import part_load_dtypes
 from .intervals import Every
 from .lora_forward import cast_once_layers
-from .lora_method import start_lora_file
 from .masking import conditions_on_images, condlabel_images
 from .methods import get_method
 from .norm_casts import affine_norms
@@ -42,6 +41,7 @@ from .placement import Placement, fill_text_cache
 from .preflight import TrainingError, check_concepts, check_writable
 from .resume import resume_from_latest_backup
 from .schedulers import create_scheduler
+from .start_files import fetch_start_files
 from .unit_scales import skip_unit_divisions
 from .validation import setup_validation
 
@@ -100,11 +100,10 @@ class TrainerSetup:
                     dtypes=dtypes,
                     part_models={part: getattr(cfg, part).model_name for part in family_info(cfg.model_type).parts},
                 )
-                if cfg.training_method == TrainingMethod.LORA and cfg.lora_model_name.strip():
-                    try:  # a LoRA to start from that downloads: fetched here, in the watch, on the main process first
-                        start_lora_file(cfg)
-                    except ValueError as e:
-                        raise TrainingError(str(e)) from e
+                try:  # a LoRA or embeddings to start from that download: fetched here, in the watch, on the main process first
+                    fetch_start_files(cfg)
+                except ValueError as e:
+                    raise TrainingError(str(e)) from e
         if self.dist.is_main and (note := unpinned_version_note(cfg.base_model_name, source)):
             self.report.warning(note)
         # seeded after loading: building or converting a model may draw random numbers (the tiny

@@ -59,7 +59,8 @@ class SampleTool:
             self.lora = gr.Textbox(label="LoRA file",
                                    info="optional kohya or diffusers LoRA: a file, or a Hugging Face file's or Civitai LoRA's address", elem_id="tool-sample-lora")
             self.lora_weight = gr.Number(1.0, label="LoRA weight", minimum=-10, maximum=10, step=0.05, elem_id="tool-sample-lora-weight")
-            self.embedding = gr.Textbox(label="Embedding file", info="optional A1111 embedding", elem_id="tool-sample-embedding")
+            self.embedding = gr.Textbox(label="Embedding file", info="optional A1111 embedding: a file, or a Hugging Face file's or Civitai embedding's address",
+                                        elem_id="tool-sample-embedding")
             self.token = gr.Textbox(label="Embedding token", info="the text that triggers it (blank = its placeholder or file name)",
                                     elem_id="tool-sample-token")
         with gr.Row():
@@ -127,7 +128,8 @@ class SampleTool:
             params["lora"] = lora if downloads else str(self.ctx.file("LoRA file", lora, config))
             params["lora_weight"] = self._number(values.get(self.lora_weight), "LoRA weight", float, 1.0)
         if embedding:
-            params["embedding"] = str(self.ctx.file("Embedding file", embedding, config))
+            downloads = hub_file_address(embedding) is not None or civitai_address(embedding) is not None  # fetched by the job
+            params["embedding"] = embedding if downloads else str(self.ctx.file("Embedding file", embedding, config))
             params["embedding_token"] = str(values.get(self.token) or "").strip()
         lines = [line.strip() for line in str(values.get(self.prompts) or "").splitlines() if line.strip()]
         if not lines:

@@ -55,7 +55,9 @@ def test_a_web_address_of_another_site_is_named_before_the_run(tmp_path, lora_co
 def test_a_civitai_model_as_base_model_downloads_with_the_key_and_trains(tmp_path, tiny_model, lora_config):
     """Pony, Illustrious and most SDXL merges are shared on Civitai: its page address trains. The
     key given in the config goes to the workspace's secrets.json and from there to the download.
-    The run starts from a LoRA shared there too (*Base LoRA*): its rank, not the config's, is trained."""
+    The run starts from a LoRA shared there too (*Base LoRA*): its rank, not the config's, is trained;
+    and uses an embedding shared there as an A1111 `.pt` (an additional embedding, not trained)."""
+    import torch
     from safetensors.torch import load_file
 
     from tests.fake_civitai import FakeCivitai, Version
@@ -65,19 +67,26 @@ def test_a_civitai_model_as_base_model_downloads_with_the_key_and_trains(tmp_pat
     start = random_lora_files("STABLE_DIFFUSION_15", tiny_model.diffusers_dir, ("SAFETENSORS",), tmp_path)["SAFETENSORS"]  # rank 4
     config = lora_config(base_model_name="https://civitai.com/models/4384/dreamshaper", huggingface_cache_dir=str(tmp_path / "hf"),
                          epochs=1, samples=[], secrets={"civitai_token": "civitai-key"}, lora_rank=8,
-                         lora_model_name="https://civitai.com/models/77/my-style?modelVersionId=770")
+                         lora_model_name="https://civitai.com/models/77/my-style?modelVersionId=770",
+                         additional_embeddings=[{"model_name": "https://civitai.com/models/88?modelVersionId=880", "placeholder": "<ti>",
+                                                 "train": False}])
+    vectors = torch.randn(2, 32)  # the tiny text encoder's width
+    torch.save({"string_to_param": {"*": vectors}, "name": "ti", "step": 500}, tmp_path / "ti.pt")
     (tmp_path / "c.json").write_text(json.dumps(config))
     version = Version(128713, 4384, {"dreamshaper_8.safetensors": tiny_model.single_file})
     style = Version(770, 77, {"my_style.safetensors": start}, model_type="LORA")
+    ti = Version(880, 88, {"ti.pt": tmp_path / "ti.pt"}, model_type="TextualInversion")
     with (FakeHub({family.default_config_repo: tiny_model.diffusers_dir}) as hub,
-          FakeCivitai([version, style], key="civitai-key") as civitai):
+          FakeCivitai([version, style, ti], key="civitai-key") as civitai):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0",
                "HF_HOME": str(tmp_path / "home"), "CIVITAI_ENDPOINT": civitai.url}
         out = subprocess.run([sys.executable, "-m", "ot_gradio", "train", "--config", str(tmp_path / "c.json")], cwd=tmp_path,
                              env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert Path(config["output_model_destination"]).is_file()
-    assert [auth for _, path, auth, _ in civitai.requests if path.startswith("/api/download/")] == ["Bearer civitai-key"] * 2
+    assert [auth for _, path, auth, _ in civitai.requests if path.startswith("/api/download/")] == ["Bearer civitai-key"] * 3
+    used = load_file(str(Path(config["output_model_destination"]).with_name("lora_embeddings") / "ti.safetensors"))["emb_params"]
+    assert torch.equal(used.float(), vectors)  # the downloaded embedding's vectors, used as they are
     cached = tmp_path / "hf" / "civitai" / "128713" / "dreamshaper_8.safetensors"
     assert cached.read_bytes() == tiny_model.single_file.read_bytes()
     assert (tmp_path / "hf" / "civitai" / "770" / "my_style.safetensors").read_bytes() == start.read_bytes()

@@ -11,7 +11,7 @@ import pytest
 from ot_gradio.config.civitai import CivitaiAddress, address_problem, base_model_mismatch, civitai_address
 from ot_gradio.config.schema import TrainConfig
 from ot_gradio.models import civitai_download
-from ot_gradio.models.common import ModelLoadError, base_model_source, lora_file, part_file
+from ot_gradio.models.common import ModelLoadError, base_model_source, embedding_file, lora_file, part_file
 from ot_gradio.runner.startcheck import model_problems
 from tests.fake_civitai import FakeCivitai, Version
 
@@ -181,6 +181,32 @@ def test_a_lora_field_takes_a_civitai_lora_and_refuses_a_checkpoint(site, tmp_pa
         start_from(str(tmp_path / "gone.safetensors"))
     with pytest.raises(ModelLoadError, match="is a web address but not of a Hugging Face file"):
         start_from("https://example.com/style.safetensors")
+
+
+def test_an_embedding_field_takes_a_civitai_textual_inversion_and_refuses_a_lora(site, tmp_path):
+    def use(address: str, model_type: str = "STABLE_DIFFUSION_15"):
+        return embedding_file(address, "additional_embeddings[0].model_name", cache_dir=str(tmp_path / "hf"), offline=False,
+                              token=None, model_type=model_type)
+
+    site.versions[10].model_type = "LORA"
+    with pytest.raises(ModelLoadError, match=r"additional_embeddings\[0\].model_name: .* is a LORA, not an embedding; give an "
+                                             r"embedding's address \(Textual Inversion\)"):
+        use("https://civitai.com/models/1?modelVersionId=10")
+    # most older Textual Inversions have an A1111 .pt only: taken (read weights-only), a .safetensors first where both are
+    pt, tensors = tmp_path / "site" / "ti.pt", tmp_path / "site" / "ti.safetensors"
+    pt.write_bytes(b"p" * 2000)
+    tensors.write_bytes(b"s" * 3000)
+    site.versions[20] = Version(20, 2, {"ti.pt": pt}, model_type="TextualInversion")
+    site.versions[21] = Version(21, 2, {"ti.pt": pt, "ti.safetensors": tensors}, model_type="TextualInversion")
+    assert use("https://civitai.com/models/2?modelVersionId=20").read_bytes() == pt.read_bytes()
+    assert use("https://civitai.com/models/2?modelVersionId=21").name == "ti.safetensors"
+    with pytest.raises(ModelLoadError, match="it is a SD 1.5 model, which loads as STABLE_DIFFUSION_15"):
+        use("https://civitai.com/models/2?modelVersionId=21", model_type="STABLE_DIFFUSION_XL_10_BASE")
+    site.versions[22] = Version(22, 3, {"model.pt": pt})  # a checkpoint's pickle is still refused as a base model
+    with pytest.raises(ModelLoadError, match="is a pickle, which can run code"):
+        load("https://civitai.com/models/3?modelVersionId=22", tmp_path / "hf")
+    with pytest.raises(ModelLoadError, match=r"gone.pt does not exist; give an embedding .safetensors \(or .pt\) file"):
+        use(str(tmp_path / "gone.pt"))
 
 
 def test_a_file_downloaded_before_serves_when_civitai_is_out_of_reach(site, tmp_path, monkeypatch):

@@ -23,14 +23,18 @@ def test_the_start_check_names_a_lora_to_start_from_that_cannot_be_had(tmp_path)
     assert problems(str(tmp_path / "gone.safetensors"), method="FINE_TUNE") == []  # only a LORA run reads it
 
 
-def test_the_start_check_names_embedding_files_that_are_not_here(tmp_path):
+def test_the_start_check_names_embedding_files_that_cannot_be_had(tmp_path):
     (tmp_path / "mine.safetensors").write_bytes(b"x")
     here, gone = str(tmp_path / "mine.safetensors"), str(tmp_path / "gone.safetensors")
     config = TrainConfig(training_method="EMBEDDING", embedding={"model_name": gone},
-                         additional_embeddings=[{"model_name": here}, {"model_name": "https://civitai.com/models/1"}, {}])
-    main, web = embedding_problems(config)
+                         additional_embeddings=[{"model_name": here}, {"model_name": "https://civitai.com/models/1"},
+                                                {"model_name": "https://huggingface.co/someone/ti/blob/main/style.pt"},
+                                                {"model_name": "https://example.com/style.pt"}, {}])
+    main, web = embedding_problems(config)  # a Civitai and a Hugging Face address download at the start
     assert main.startswith("embedding.model_name: ") and "/gone.safetensors does not exist" in main and "leave it blank" in main
-    assert web.startswith("additional_embeddings[1].model_name: https://civitai.com/models/1 is a web address")
+    assert "Civitai embedding's address" in main
+    assert web.startswith("additional_embeddings[3].model_name: https://example.com/style.pt is a web address but not of")
+    assert "Civitai embedding (" in web
     data = config.model_dump(mode="json")
     assert main in start_problems(config, data, tmp_path) and web in start_problems(config, data, tmp_path)
     # a LoRA run reads the additional embeddings only; a VAE fine-tune none

@@ -186,6 +186,20 @@ def test_embedding_changes_the_image_through_its_token(tmp_path, tiny):
     assert np.abs(used - plain).max() > 10
     assert np.array_equal(used, default_token)  # the placeholder it was trained with is the default trigger
 
+    # the same file shared on Civitai as a Textual Inversion: its address downloads it once and samples the same
+    from ot_gradio.models import civitai_download
+    from tests.fake_civitai import FakeCivitai, Version
+
+    with pytest.MonkeyPatch.context() as mp, FakeCivitai([Version(66, 6, {"zz.safetensors": path}, model_type="TextualInversion")],
+                                                         key="civitai-key") as civitai:
+        mp.setenv("CIVITAI_ENDPOINT", civitai.url)
+        mp.setenv("CIVITAI_TOKEN", "civitai-key")
+        mp.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+        shared = _sample(tmp_path, tiny, [prompt], "c", embedding="https://civitai.com/models/6?modelVersionId=66", offline=False,
+                         cache_dir=str(tmp_path / "hf"))
+        civitai_download.use_token(None)
+    assert np.array_equal(_pixels(shared["paths"][0]), used)
+
 
 def _make_run(tmp_path, tiny):
     """A run folder whose last backup holds a LoRA with random non-zero weights (the real
@@ -300,6 +314,10 @@ def test_form_checks_fields_and_lists_runs_with_a_backup(tmp_path, tiny):
         assert tool.params({**values, tool.lora: address})["lora"] == address  # downloaded by the job
     with pytest.raises(ToolInputError, match="LoRA file"):
         tool.params({**values, tool.lora: "https://example.com/style.safetensors"})
+    for address in ("https://civitai.com/models/6?modelVersionId=66", "https://huggingface.co/a/b/blob/main/ti.pt"):
+        assert tool.params({**values, tool.embedding: address})["embedding"] == address  # downloaded by the job
+    with pytest.raises(ToolInputError, match="Embedding file"):
+        tool.params({**values, tool.embedding: "https://example.com/ti.pt"})
     with pytest.raises(ToolInputError, match="Width"):
         tool.params({**values, tool.width: 5})
     with pytest.raises(ToolInputError, match="Prompts"):

@@ -126,3 +126,15 @@ def test_the_probe_runs_frozen_float16_norms_as_a_float16_step_does(monkeypatch,
     half = activations()
     monkeypatch.setattr(memory_probe, "affine_norms", lambda modules: [])  # autocast's float32 norms
     assert half < 0.9 * activations()
+
+
+def test_an_estimate_downloads_nothing_a_run_would_start_from(monkeypatch):
+    """A Base LoRA or embedding given as an address is not fetched for an estimate (the page
+    estimates on every change): the config's rank and token count stand in."""
+    monkeypatch.setenv("CIVITAI_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: a download would fail
+    config = _preset("Flux Dev.1/#flux LoRA.json").model_copy(update={
+        "lora_model_name": "https://civitai.com/models/77?modelVersionId=770",
+        "additional_embeddings": [{"model_name": "https://huggingface.co/someone/ti/blob/main/style.safetensors", "placeholder": "<s>"}]})
+    config = load_config(config.model_dump(mode="json")).config
+    plan, on = estimate_on_meta(_on_meta("FLUX_DEV_1"), config, 16 * GiB)
+    assert not plan.probe_error and plan.peak(on) is not None
