@@ -352,3 +352,25 @@ def atomic_write_dir(path: str | os.PathLike, write: Callable[[Path], None], *, 
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def numbered(dest: str, n: int) -> str:
+    """`models/name.safetensors` -> `models/name-2.safetensors`; a folder `out/name` -> `out/name-2`
+    (the name a run gets when an earlier run's model has its own: runner/outputs.py)."""
+    path = Path(dest)
+    return str(path.with_name(f"{path.stem}-{n}{path.suffix}"))
+
+
+def same_output(path: str, dest: str) -> bool:
+    """`path` is the output file `dest`, or one of its numbered names (`numbered`)."""
+    def key(value: str) -> Path:
+        try:
+            return Path(value).expanduser().resolve()
+        except (OSError, ValueError, RuntimeError):
+            return Path(value)
+
+    if not str(path or "").strip() or not str(dest or "").strip():
+        return False
+    got, want = key(str(path)), key(str(dest))
+    return got == want or (got.parent == want.parent and got.suffix == want.suffix
+                           and re.fullmatch(re.escape(want.stem) + r"-\d+", got.stem) is not None)

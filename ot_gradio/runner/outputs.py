@@ -14,13 +14,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..fsutil import numbered
+
 FIELD = "output_model_destination"
-
-
-def numbered(dest: str, n: int) -> str:
-    """`models/name.safetensors` -> `models/name-2.safetensors`; a folder `out/name` -> `out/name-2`."""
-    path = Path(dest)
-    return str(path.with_name(f"{path.stem}-{n}{path.suffix}"))
 
 
 def _key(path: str) -> str:

@@ -1,15 +1,26 @@
-"""`continue_last_backup`: the trainer picks up the newest complete backup of the workspace
-(model weights of the method, optimizer, scheduler, grad scaler, EMA, RNG states and counters),
-after checking it was made with the settings that decide its shapes and data order."""
+"""`continue_last_backup`: the trainer picks up the newest complete backup of this training in the
+workspace (model weights of the method, optimizer, scheduler, grad scaler, EMA, RNG states and
+counters), after checking it was made with the settings that decide its shapes and data order.
+
+A workspace holds the runs of every training started in it (a queue of two characters, last
+week's style). "This training" is the one that saves to this run's output file: a backup of a run
+with another output file is never taken (it would train on another model and save it under this
+name), and when the workspace has backups of other trainings only, the run stops and names the
+newest. An earlier start of the same config whose output was given a numbered name
+(runner/outputs.py: `name-2.safetensors`) is the same training, and the continued run saves to
+that name again, not over the file the number avoided."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..config.fields import iter_fields
 from ..config.schema import TrainConfig
-from .backup import Counters, latest_backup, read_backup, set_rng_state
+from ..fsutil import same_output
+from .backup import MARKER, Counters, complete_backups, read_backup, set_rng_state
 from .ema import EMA
 from .preflight import TrainingError
 
@@ -29,10 +40,44 @@ class Resumed:
     ema: EMA | None
 
 
+def _saved_config(backup: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((backup / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _shown(backup: Path) -> str:
+    return f"{backup.parent.parent.name}/{backup.name}"  # <run>/<backup>
+
+
+def find_backup(run_dirs: list[Path], dest: str) -> Path | None:
+    """The newest complete backup of the training that saves to `dest` (or a numbered name of
+    it); None when the workspace has none at all; a TrainingError naming the newest when the
+    workspace has backups of other trainings only."""
+    backups = sorted((b for r in run_dirs for b in complete_backups(Path(r) / "backup")),
+                     key=lambda b: (b / MARKER).stat().st_mtime, reverse=True)
+    if not backups:
+        return None
+    found = next((b for b in backups if same_output(str(_saved_config(b).get("output_model_destination") or ""), dest)), None)
+    if found is None:
+        other = str(_saved_config(backups[0]).get("output_model_destination") or "")
+        raise TrainingError(
+            f"continue_last_backup: no backup in this workspace is of a run that saves to {dest}; the newest, "
+            f"{_shown(backups[0])}, is of a run that saves to {other or 'another file'}. To continue that training, set "
+            f"Output to {other or 'its file'}; to start this one, turn off 'Continue from last backup'")
+    return found
+
+
+def _concept_folders(config: dict[str, Any]) -> list[str]:
+    return sorted(str(c.get("path") or "") for c in config.get("concepts") or [] if isinstance(c, dict) and c.get("enabled", True))
+
+
 def resume_from_latest_backup(run: RunState) -> Resumed | None:
-    """Load the newest backup into the model, optimizer, scheduler, grad scaler, EMA and RNGs;
-    None (with a warning) when the workspace has no complete backup yet."""
-    found = latest_backup(run.paths.other_runs)
+    """Load the newest backup of this training into the model, optimizer, scheduler, grad scaler,
+    EMA and RNGs; None (with a warning) when the workspace has no complete backup yet."""
+    found = find_backup(run.paths.other_runs, run.config.output_model_destination)
     if found is None:
         run.report.warning("continue_last_backup: no complete backup in this workspace yet; starting a new run")
         return None
@@ -56,6 +101,21 @@ def resume_from_latest_backup(run: RunState) -> Resumed | None:
         else:
             ema = EMA(run.trained_params, run.config.ema_decay, run.config.ema_update_step_interval, ema.device)
             run.report.warning("ema: the backup has no EMA weights (EMA was off); the average starts from the backup's weights")
+    if backup.counters.epoch >= run.config.epochs:  # (a run killed between its last backup and its save: saved now)
+        run.report.warning(
+            f"continue_last_backup: the backup {_shown(found)} has trained {backup.counters.epoch} epoch(s) (step "
+            f"{backup.counters.global_step}), and this run's Epochs is {run.config.epochs}: nothing is left to train, the "
+            "model is saved as the backup has it. Raise Epochs to train it on")
     set_rng_state(backup.state["rng"])
-    run.report.status("training", f"continuing from backup {found.name} at step {backup.counters.global_step}")
+    saved_to = str(old.get("output_model_destination") or "")
+    if saved_to and Path(saved_to).expanduser().resolve() != Path(run.config.output_model_destination).expanduser().resolve():  # the numbered name of an earlier start
+        run.config.output_model_destination = saved_to
+        run.report.warning(f"continue_last_backup: the backup's run saved to {saved_to}, so this run saves there too (not over "
+                           "the file whose name the number kept free)")
+    if _concept_folders(old) != _concept_folders(run.config.model_dump(mode="json")):
+        run.report.warning(f"continue_last_backup: the backup {_shown(found)} trained on the concept folders "
+                           f"{', '.join(_concept_folders(old)) or 'none'}; this run trains on "
+                           f"{', '.join(_concept_folders(run.config.model_dump(mode='json'))) or 'none'}")
+    run.report.status("training", f"continuing from backup {found.name} (run {found.parent.parent.name}) at step "
+                                  f"{backup.counters.global_step}")
     return Resumed(backup.counters, ema)

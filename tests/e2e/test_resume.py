@@ -64,3 +64,40 @@ def test_resume_refuses_a_changed_batch_size(lora_config, tmp_path):
     changed = load_config({**data, "continue_last_backup": True, "batch_size": 1}).config
     with pytest.raises(TrainingError, match="batch_size"):
         _run(changed, tmp_path / "b", StopAt(), others=[tmp_path / "a"])
+
+
+class Said(StopAt):
+    def __init__(self):
+        super().__init__()
+        self.warnings = []
+
+    def warning(self, message):
+        self.warnings.append(message)
+
+
+def test_resume_takes_only_a_backup_of_this_training(lora_config, tmp_path):
+    """A workspace holds other trainings' runs: their backups are never continued (they would save
+    another model under this name); a backup at its last epoch asks for more epochs; an earlier
+    start whose output got a numbered name is this training, and goes on saving there."""
+    data = lora_config(samples=[], epochs=1)
+    out = tmp_path / "out"
+    first = {**data, "output_model_destination": str(out / "lora-2.safetensors")}  # the name the queue gave it
+    trainer, status = _run(load_config(first).config, tmp_path / "a", StopAt())
+    assert status == "done" and trainer.counters.epoch == 1
+
+    other = load_config({**data, "continue_last_backup": True, "output_model_destination": str(out / "another.safetensors")}).config
+    with pytest.raises(TrainingError, match=r"no backup in this workspace is of a run that saves to .*another.safetensors; the "
+                                            r"newest, a/.* saves to .*lora-2.safetensors"):
+        _run(other, tmp_path / "b", StopAt(), others=[tmp_path / "a"])
+    said = Said()  # at its end already: saved as it is (a run killed before its save gets its model), and said
+    same = load_config({**data, "continue_last_backup": True}).config  # lora.safetensors: the name before the number
+    trainer, status = _run(same, tmp_path / "c", said, others=[tmp_path / "a"])
+    assert status == "done" and trainer.counters.global_step == 4
+    assert any("has trained 1 epoch(s) (step 4), and this run's Epochs is 1: nothing is left to train" in w for w in said.warnings)
+
+    report = Said()
+    more = load_config({**data, "continue_last_backup": True, "epochs": 2}).config
+    trainer, status = _run(more, tmp_path / "d", report, others=[tmp_path / "a"])
+    assert status == "done" and trainer.counters.epoch == 2
+    assert (out / "lora-2.safetensors").is_file() and not (out / "lora.safetensors").exists()
+    assert any("saved to" in w and "lora-2.safetensors, so this run saves there too" in w for w in report.warnings), report.warnings

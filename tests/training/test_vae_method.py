@@ -107,7 +107,8 @@ def test_a_resumed_run_trains_as_an_uninterrupted_one_and_validation_and_samples
     state = whole.method.trainable_state(whole.model)
     assert state and all(k.startswith("vae.decoder.") for k in state)
 
-    resumed = _trainer(_config(tiny, shapes, tmp_path / "b", epochs=2, continue_last_backup=True), tmp_path / "b",
+    resumed = _trainer(_config(tiny, shapes, tmp_path / "b", epochs=2, continue_last_backup=True,  # the same training: its output
+                               output_model_destination=str(tmp_path / "a" / "out" / "model.safetensors")), tmp_path / "b",
                        other_runs=(tmp_path / "a",))
     resumed.setup()
     assert resumed.counters.epoch == 1 and _same(resumed.model.vae.decoder, whole.model.vae.decoder)
