@@ -44,7 +44,8 @@ DEPTH_SUFFIX = "-depth"
 # an inpainting model's own conditioning image beside a training image (custom_conditioning_image),
 # used instead of the masked image; never a training image itself, as in OneTrainer
 CONDLABEL_SUFFIX = "-condlabel"
-BACKGROUND = (255, 255, 255)
+BACKGROUND = (255, 255, 255)  # under a training image's transparent pixels
+MASK_BACKGROUND = (0, 0, 0)  # under a mask's: not trained
 
 _HIGH_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
 
@@ -104,8 +105,8 @@ def _high_bit_to_l(img: Image.Image) -> Image.Image:
     return Image.fromarray(out, "L")
 
 
-def to_rgb(img: Image.Image) -> Image.Image:
-    """Any PIL image -> 8-bit RGB, alpha composited onto white."""
+def to_rgb(img: Image.Image, background: tuple[int, int, int] = BACKGROUND) -> Image.Image:
+    """Any PIL image -> 8-bit RGB, alpha composited onto `background` (white)."""
     if img.mode in _HIGH_BIT_MODES:
         img = _high_bit_to_l(img)
     if img.mode in ("P", "L", "RGB") and "transparency" in img.info:
@@ -114,11 +115,27 @@ def to_rgb(img: Image.Image) -> Image.Image:
         img = img.convert("RGBA")
     if img.mode in ("RGBA", "RGBa", "LA", "La"):
         rgba = img.convert("RGBA")
-        background = Image.new("RGBA", rgba.size, BACKGROUND + (255,))
-        return Image.alpha_composite(background, rgba).convert("RGB")
+        under = Image.new("RGBA", rgba.size, tuple(background) + (255,))
+        return Image.alpha_composite(under, rgba).convert("RGB")
     if img.mode == "RGB":
         return img
     return img.convert("RGB")
+
+
+def to_mask(img: Image.Image) -> Image.Image:
+    """Any PIL image -> an 8-bit greyscale mask (white = train). Transparency counts as black
+    (luminance times alpha), as OneTrainer and the mask editor read a mask painted on a
+    transparent layer; an image without alpha reads as its luminance."""
+    return to_rgb(img, MASK_BACKGROUND).convert("L")
+
+
+def has_transparency(img: Image.Image) -> bool:
+    """Whether any pixel is less than opaque (an alpha channel that is opaque everywhere is none)."""
+    if img.mode in ("P", "L", "RGB") and "transparency" in img.info:
+        img = img.convert("RGBA")
+    if img.mode not in ("RGBA", "RGBa", "LA", "La", "PA"):
+        return False
+    return img.getchannel(len(img.getbands()) - 1).getextrema()[0] < 255
 
 
 class ImageTooLargeError(ValueError):
@@ -170,9 +187,16 @@ def load_rgb(path: Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
     return to_rgb(_open_decoded(Path(path), max_pixels))
 
 
+def load_rgb_noting_transparency(path: Path, max_pixels: int = MAX_PIXELS) -> tuple[Image.Image, bool]:
+    """`load_rgb`, and whether the file had transparent pixels (now white), from the one decoding."""
+    img = _open_decoded(Path(path), max_pixels)
+    return to_rgb(img), has_transparency(img)
+
+
 def load_mask(path: Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
-    """A mask as 8-bit greyscale: white = train on this pixel, black = ignore it."""
-    return to_rgb(_open_decoded(Path(path), max_pixels)).convert("L")
+    """A mask as 8-bit greyscale: white = train on this pixel, black = ignore it; transparent =
+    black (`to_mask`)."""
+    return to_mask(_open_decoded(Path(path), max_pixels))
 
 
 def load_depth(path: Path, max_pixels: int = MAX_PIXELS) -> Image.Image:

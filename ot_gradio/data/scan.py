@@ -34,6 +34,7 @@ from .images import (
     load_depth,
     load_mask,
     load_rgb,
+    load_rgb_noting_transparency,
     mask_path_for,
 )
 from .video import VIDEO_EXTENSIONS, ClipError, FrameSampling, is_video_name, probe_clip
@@ -82,6 +83,7 @@ class ConceptScan:
     warnings: list[str] = field(default_factory=list)
 
     unpaired: list[Path] = field(default_factory=list)  # images without their control image (skipped)
+    transparent: list[Path] = field(default_factory=list)  # images with transparent pixels: they train on white
 
     @property
     def mask_count(self) -> int:
@@ -200,7 +202,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
 
     with ThreadPoolExecutor(max_workers=_DECODE_THREADS) as pool:
         probes = list(pool.map(lambda path: _probe(path, sampling), files))
-    for path, (size, error) in zip(files, probes, strict=True):
+    for path, (size, transparent, error) in zip(files, probes, strict=True):
         clip = sampling is not None and is_video_name(path.name)
         if size is None:
             scan.skipped.append(SkippedFile(path, error))
@@ -235,6 +237,8 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
                 slack=slack,
             )
         )
+        if transparent:
+            scan.transparent.append(path)
 
     if scan.unpaired:
         names = ", ".join(p.name for p in scan.unpaired[:10]) + (f" and {len(scan.unpaired) - 10} more" if len(scan.unpaired) > 10 else "")
@@ -249,17 +253,19 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     return scan
 
 
-def _probe(path: Path, sampling: FrameSampling | None) -> tuple[tuple[int, int, int, float, float] | None, str]:
-    """((width, height, frames, seconds, slack), '') for a readable image or clip (frames: 0 for an
-    image of an image family; seconds and slack: 0 for an image), (None, reason) otherwise."""
+def _probe(path: Path, sampling: FrameSampling | None) -> tuple[tuple[int, int, int, float, float] | None, bool, str]:
+    """((width, height, frames, seconds, slack), transparent, '') for a readable image or clip
+    (frames: 0 for an image of an image family; seconds and slack: 0 for an image; transparent: an
+    image with transparent pixels), (None, False, reason) otherwise."""
     try:
         if sampling is not None and is_video_name(path.name):
             info = probe_clip(path, sampling)
-            return (info.width, info.height, info.frames, info.duration, info.slack), ""
-        with load_rgb(path) as img:
-            return (*img.size, 0 if sampling is None else 1, 0.0, 0.0), ""
+            return (info.width, info.height, info.frames, info.duration, info.slack), False, ""
+        img, transparent = load_rgb_noting_transparency(path)
+        with img:
+            return (*img.size, 0 if sampling is None else 1, 0.0, 0.0), transparent, ""
     except Exception as exc:  # anything PIL or PyAV raises means the file cannot be trained on
-        return None, str(exc) if isinstance(exc, ClipError) else _reason(exc)
+        return None, False, str(exc) if isinstance(exc, ClipError) else _reason(exc)
 
 
 def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: ConceptScan) -> tuple[str, ...]:

@@ -78,6 +78,7 @@ def summarize(
                 "skipped": [{"path": str(s.path), "reason": s.reason} for s in concept.scan.skipped],
                 "uncaptioned": len(concept.scan.uncaptioned),
                 "masks": concept.scan.mask_count,
+                "transparent": len(concept.scan.transparent),  # images with transparent pixels: they train on white
                 "resolutions": [list(r) for r in concept.resolutions],
                 "image_variations": concept.variations,
                 "buckets": _by_aspect(buckets),

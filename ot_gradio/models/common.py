@@ -421,22 +421,25 @@ def inpainting_images(height: int, width: int, image=None, mask=None) -> dict:
     """The inpainting pipelines' `image`, `mask_image` and `strength` for a sample: the image to
     inpaint and its mask (white = repaint), as PIL images or file paths, resized to the sample's
     size; neither = repaint a blank image entirely (text-to-image, as OneTrainer samples
-    inpainting models without a base image)."""
+    inpainting models without a base image). The mask reads as training reads one: a transparent
+    pixel is black (kept)."""
     from PIL import Image  # noqa: PLC0415
+
+    from ot_gradio.data.images import to_mask  # noqa: PLC0415
 
     if (image is None) != (mask is None):
         raise ValueError("an inpainting sample needs both an image and a mask (white = repaint), or neither")
     if image is None:
         return {"image": Image.new("RGB", (width, height)), "mask_image": Image.new("L", (width, height), 255), "strength": 1.0}
     loaded = []
-    for what, value, mode in (("base image", image, "RGB"), ("mask", mask, "L")):
+    for what, value, convert in (("base image", image, lambda img: img.convert("RGB")), ("mask", mask, to_mask)):
         if isinstance(value, (str, os.PathLike)):
             try:
                 with Image.open(Path(value).expanduser()) as opened:
-                    value = opened.convert(mode)
+                    value = convert(opened)
             except OSError as err:
                 raise ValueError(f"the sample's {what} {value} cannot be read ({err})") from None
-        loaded.append(value.convert(mode).resize((width, height)))
+        loaded.append(convert(value).resize((width, height)))
     return {"image": loaded[0], "mask_image": loaded[1], "strength": 1.0}
 
 

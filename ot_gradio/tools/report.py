@@ -55,6 +55,7 @@ def _concept_details(prepared) -> dict[str, Any]:
         "captions_missing": _limited(_names(no_caption, folder)),
         "masks_found": scan.mask_count,
         "masks_missing": _limited(_names(no_mask, folder)),
+        "transparent_images": _limited(_names(scan.transparent, folder)),
         "size_range": {"min": [min(widths), min(heights)], "max": [max(widths), max(heights)]} if items else None,
         "unreadable": [{"name": n, "reason": s.reason} for n, s in zip(_names([s.path for s in scan.skipped], folder), scan.skipped, strict=True)],
         "warnings": list(scan.warnings),
@@ -146,6 +147,9 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines.append(f"- images: **{c['images']}**; sizes from {size['min'][0]}×{size['min'][1]} to {size['max'][0]}×{size['max'][1]}")
         lines.append(f"- captions: {c['captions_found']} found, {c['captions_missing']['count']} missing" + _more(c["captions_missing"]))
         lines.append(f"- masks: {c['masks_found']} found, {c['masks_missing']['count']} missing" + _more(c["masks_missing"]))
+        if c["transparent_images"]["count"]:
+            lines.append(f"- transparency: {c['transparent_images']['count']} image(s) have transparent pixels; they train on a "
+                         "white background" + _more(c["transparent_images"]))
         if "depth_maps_found" in c:
             lines.append(f"- depth maps: {c['depth_maps_found']} beside their images, {c['images'] - c['depth_maps_found']} estimated")
         if c["unreadable"]:

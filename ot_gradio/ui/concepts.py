@@ -111,6 +111,8 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
     if depth:
         lines.append(f"{scan.depth_count} images with a depth map beside them (`<name>-depth.<ext>`), "
                      f"{len(items) - scan.depth_count} estimated (the model's depth estimator)")
+    if scan.transparent:
+        lines.append(f"{len(scan.transparent)} images have transparent pixels; they train on a white background")
     if cut:
         lines.append(f"{len(cut)} images bucketed by the cut around their mask (Random mask rotate and crop; each image "
                      "variation and epoch cuts anew, so the buckets below are the first variation's)")

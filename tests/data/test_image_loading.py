@@ -2,9 +2,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageDraw
 
-from ot_gradio.data.images import load_depth, load_mask, load_rgb, mask_path_for, to_rgb
+from ot_gradio.data.images import load_depth, load_mask, load_rgb, load_rgb_noting_transparency, mask_path_for, to_rgb
 
 
 def test_alpha_is_composited_onto_white(tmp_path: Path):
@@ -84,6 +84,64 @@ def test_mask_path_and_mask_mode(tmp_path: Path):
     Image.new("RGB", (4, 4), (255, 255, 255)).save(tmp_path / "m.png")
     mask = load_mask(tmp_path / "m.png")
     assert mask.mode == "L" and mask.getpixel((0, 0)) == 255
+
+
+def test_a_mask_painted_white_on_a_transparent_layer_trains_only_where_painted(tmp_path: Path):
+    """The usual GIMP / Photoshop export: transparent outside (black, not trained, whatever colour
+    the transparent pixels keep), white inside; a half-transparent edge is half trained."""
+    img = Image.new("RGBA", (64, 64), (0, 0, 0, 0))
+    ImageDraw.Draw(img).ellipse((16, 16, 48, 48), fill=(255, 255, 255, 255))
+    img.putpixel((1, 0), (255, 255, 255, 0))  # "save colour values from transparent pixels"
+    img.putpixel((2, 0), (255, 255, 255, 128))
+    img.save(tmp_path / "cat-masklabel.png")
+    mask = load_mask(tmp_path / "cat-masklabel.png")
+    assert mask.mode == "L" and mask.size == (64, 64)
+    assert mask.getpixel((0, 0)) == 0 and mask.getpixel((1, 0)) == 0 and mask.getpixel((32, 32)) == 255
+    assert 126 <= mask.getpixel((2, 0)) <= 130
+    expected = np.asarray(Image.open(tmp_path / "cat-masklabel.png").convert("L"), dtype=np.float32) / 255  # OneTrainer
+    expected[0, 1] = 0.0  # OneTrainer reads the hidden white there; 128/255 alpha reads half
+    expected[0, 2] = 128 / 255
+    np.testing.assert_allclose(np.asarray(mask, dtype=np.float32) / 255, expected, atol=2 / 255)
+
+
+def test_la_and_palette_masks_with_transparency_read_transparent_as_black(tmp_path: Path):
+    la = Image.new("LA", (4, 4), (255, 0))
+    la.putpixel((1, 1), (255, 255))
+    la.putpixel((2, 2), (100, 255))
+    la.save(tmp_path / "la-masklabel.png")
+    mask = load_mask(tmp_path / "la-masklabel.png")
+    assert (mask.getpixel((0, 0)), mask.getpixel((1, 1)), mask.getpixel((2, 2))) == (0, 255, 100)
+    pal = Image.new("P", (4, 4), 1)
+    pal.putpalette([255, 255, 255, 255, 255, 255] + [0] * 762)  # both white; index 0 transparent
+    pal.putpixel((0, 0), 0)
+    pal.save(tmp_path / "p-masklabel.png", transparency=0)
+    mask = load_mask(tmp_path / "p-masklabel.png")
+    assert mask.getpixel((0, 0)) == 0 and mask.getpixel((1, 1)) == 255
+
+
+def test_masks_without_transparency_read_as_before(tmp_path: Path):
+    """Grey, colour and opaque-alpha masks: their luminance, as OneTrainer reads them."""
+    grey = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    Image.fromarray(grey, "L").save(tmp_path / "l.png")
+    assert np.array_equal(np.asarray(load_mask(tmp_path / "l.png")), grey)
+    rgb = np.random.default_rng(0).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    Image.fromarray(rgb, "RGB").save(tmp_path / "rgb.png")
+    luminance = np.asarray(Image.fromarray(rgb, "RGB").convert("L"))
+    assert np.array_equal(np.asarray(load_mask(tmp_path / "rgb.png")), luminance)
+    Image.fromarray(np.dstack([rgb, np.full((8, 8), 255, np.uint8)]), "RGBA").save(tmp_path / "opaque.png")
+    assert np.array_equal(np.asarray(load_mask(tmp_path / "opaque.png")), luminance)
+    Image.new("RGB", (4, 4), (0, 0, 0)).save(tmp_path / "black.jpg")
+    assert load_mask(tmp_path / "black.jpg").getextrema() == (0, 0)
+
+
+def test_training_images_note_their_transparency_and_stay_on_white(tmp_path: Path):
+    Image.new("RGBA", (4, 4), (255, 0, 0, 0)).save(tmp_path / "clear.png")
+    Image.new("RGBA", (4, 4), (255, 0, 0, 255)).save(tmp_path / "opaque.png")
+    Image.new("RGB", (4, 4), (255, 0, 0)).save(tmp_path / "rgb.png")
+    img, transparent = load_rgb_noting_transparency(tmp_path / "clear.png")
+    assert transparent and img.mode == "RGB" and img.getpixel((0, 0)) == (255, 255, 255)
+    assert not load_rgb_noting_transparency(tmp_path / "opaque.png")[1]
+    assert not load_rgb_noting_transparency(tmp_path / "rgb.png")[1]
 
 
 def test_depth_maps_load_as_floats_in_0_1_keeping_16_bit_steps(tmp_path: Path):

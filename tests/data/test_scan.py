@@ -329,3 +329,15 @@ def test_without_pillow_heif_a_heic_photo_says_what_to_install(tmp_path, monkeyp
     with pytest.raises(Image.UnidentifiedImageError, match=r"IMG_0001\.heic: HEIC / HEIF photos are read with pillow-heif.*"
                                                               r"pip install -r requirements\.txt"):
         images.load_rgb(tmp_path / "IMG_0001.heic")
+
+
+def test_images_with_transparent_pixels_are_counted(tmp_path, write_image, make_concept):
+    """They train on a white background; the concept statistics and the report say how many, from
+    the scan's one decoding."""
+    folder = tmp_path / "c"
+    write_image(folder / "plain.png", 16, 16)
+    Image.new("RGBA", (16, 16), (255, 0, 0, 0)).save(folder / "cut-out.png")
+    Image.new("RGBA", (16, 16), (255, 0, 0, 255)).save(folder / "opaque.png")
+    Image.new("RGBA", (16, 16), (0, 0, 0, 0)).save(folder / "plain-masklabel.png")  # a mask is no image
+    scan = scan_concept(make_concept(folder))
+    assert [p.name for p in scan.transparent] == ["cut-out.png"]

@@ -330,6 +330,24 @@ def test_samples_inpaint_the_given_image_inside_the_mask(sd15i, tmp_path):
         sd15i.sample("x", height=64, width=64, steps=1, image=str(tmp_path / "nothing.png"), mask=str(tmp_path / "mask.png"))
 
 
+def test_a_samples_mask_reads_transparent_as_black_as_training_does(tmp_path):
+    """`mask_image_path` painted white on a transparent layer repaints only the painted part, as
+    the same file trains (data/images.load_mask); a mask without alpha reads as its luminance."""
+    from ot_gradio.data.images import load_mask
+    from ot_gradio.models.common import inpainting_images
+
+    Image.new("RGB", (32, 32), (220, 20, 20)).save(tmp_path / "base.png")
+    clear = Image.new("RGBA", (32, 32), (255, 255, 255, 0))
+    clear.paste((255, 255, 255, 255), (0, 0, 16, 32))
+    clear.save(tmp_path / "clear.png")
+    Image.new("L", (32, 32), 77).save(tmp_path / "grey.png")
+    for mask in (str(tmp_path / "clear.png"), clear):
+        got = inpainting_images(32, 32, str(tmp_path / "base.png"), mask)["mask_image"]
+        assert got.mode == "L" and got.getpixel((0, 0)) == 255 and got.getpixel((31, 0)) == 0
+        assert got.tobytes() == load_mask(tmp_path / "clear.png").tobytes()
+    assert set(inpainting_images(16, 16, str(tmp_path / "base.png"), str(tmp_path / "grey.png"))["mask_image"].getdata()) == {77}
+
+
 def test_inpainting_samples_are_checked_before_the_run(tmp_path):
     from ot_gradio.config.doctor import errors
     from ot_gradio.config.validation import validate

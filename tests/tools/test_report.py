@@ -54,6 +54,7 @@ def test_the_report_names_every_broken_file_and_what_is_missing(dataset):
     assert c["captions_found"] == 1 and sorted(c["captions_missing"]["names"]) == ["sq1.png", "sq2.png", "wide.png"]
     assert c["masks_found"] == 1 and c["masks_missing"]["count"] == 3 and "sq1.png" not in c["masks_missing"]["names"]
     assert c["size_range"] == {"min": [64, 48], "max": [128, 64]}
+    assert c["transparent_images"]["count"] == 0 and "transparency" not in to_markdown(report)
     # the wide image is alone in its bucket: it can never fill a batch of 2
     assert [n["name"] for n in c["never_trained"]] == ["wide.png"]
     assert report["never_trained"] == 1
@@ -62,6 +63,14 @@ def test_the_report_names_every_broken_file_and_what_is_missing(dataset):
     for name in ("empty.jpg", "text.png", "truncated.png", "wide.png"):
         assert name in text
     assert "1 image(s) will never be trained" in report["message"]
+
+
+def test_images_with_transparency_are_named_as_training_on_white(dataset):
+    Image.new("RGBA", (64, 64), (0, 0, 0, 0)).save(dataset / "cut-out.png")
+    report = build_report(_config(dataset))
+    (c,) = report["concepts"]
+    assert c["transparent_images"] == {"count": 1, "names": ["cut-out.png"]} and c["transparent"] == 1
+    assert "- transparency: 1 image(s) have transparent pixels; they train on a white background: `cut-out.png`" in to_markdown(report)
 
 
 def test_batch_size_and_resolution_change_what_is_lost(dataset):

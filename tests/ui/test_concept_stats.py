@@ -140,3 +140,23 @@ def test_start_names_photos_in_a_format_that_is_not_read(tmp_path):
     config = TrainConfig.model_validate({"concepts": [{"path": str(tmp_path / "iphone")}]})
     assert concept_problems(config)[0].endswith("has no images (subfolders are not read: turn on Include subfolders); it holds .jxl "
                                                 "files, a format that is not read: convert them to PNG or JPG")
+
+
+def test_a_mask_on_a_transparent_layer_cuts_as_its_black_and_white_twin_and_cut_outs_are_counted(tmp_path):
+    """Transparent in a mask is black (not trained): rotate and crop cuts around the painted square
+    alone, as for the same mask in black and white; a transparent training image is named as
+    training on white."""
+    rows = {}
+    for kind in ("L", "RGBA"):
+        folder = tmp_path / kind
+        folder.mkdir()
+        Image.new("RGB", (256, 64), "red").save(folder / "wide.png")
+        mask = Image.new(kind, (256, 64))  # RGBA: transparent black
+        mask.paste(255 if kind == "L" else (255, 255, 255, 255), (100, 16, 132, 48))
+        mask.save(folder / "wide-masklabel.png")
+        Image.new("RGBA", (64, 64), (0, 0, 0, 0)).save(folder / "cut-out.png")
+        concept = {**_concept(folder), "image": {"enable_random_mask_rotate_crop": True}}
+        text, rows[kind] = concept_stats(concept, "64", True, None, masked=True)
+        assert "1 images bucketed by the cut around their mask" in text
+        assert "1 images have transparent pixels; they train on a white background" in text
+    assert rows["RGBA"] == rows["L"] and ("64x64", 1) in rows["L"] and len(rows["L"]) == 2
