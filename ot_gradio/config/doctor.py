@@ -57,6 +57,10 @@ from .svd_quant import svd_problems, svd_warnings
 from .validation import join_path
 
 MASK_GLOB = "*-masklabel.png"  # a concept image's mask file (data/scan.py)
+SDXL_TYPES = (ModelType.STABLE_DIFFUSION_XL_10_BASE, ModelType.STABLE_DIFFUSION_XL_10_BASE_INPAINTING)
+# also the trainer's advice when an SDXL VAE made NaN latents (training/vae_advice.py)
+SDXL_FP16_VAE = ("SDXL's own VAE overflows in FLOAT_16 (NaN latents, black samples); keep it at FLOAT_32 "
+                 "or BFLOAT_16, or set the VAE model to madebyollin/sdxl-vae-fp16-fix, which is made for FLOAT_16.")
 # an image-editing family's control image beside its image (data/images.py CONTROL_SUFFIX)
 CONTROL_GLOBS = tuple(f"*-control{e}" for ext in IMAGE_EXTENSIONS for e in (ext, ext.upper()))
 
@@ -119,10 +123,8 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
     elif not any(c.enabled for c in config.concepts):
         warnings.append("Every concept is disabled: enable at least one concept to train on.")
 
-    sdxl = model_type in (ModelType.STABLE_DIFFUSION_XL_10_BASE, ModelType.STABLE_DIFFUSION_XL_10_BASE_INPAINTING)
-    if sdxl and DataType(config.vae.weight_dtype) == DataType.FLOAT_16 and not config.vae.model_name:
-        warnings.append("vae.weight_dtype: SDXL's own VAE overflows in FLOAT_16 (NaN latents, black samples); keep it at FLOAT_32 "
-                        "or BFLOAT_16, or set the VAE model to madebyollin/sdxl-vae-fp16-fix, which is made for FLOAT_16.")
+    if model_type in SDXL_TYPES and DataType(config.vae.weight_dtype) == DataType.FLOAT_16 and not config.vae.model_name:
+        warnings.append(f"vae.weight_dtype: {SDXL_FP16_VAE}")
 
     fmt = config.output_model_format  # a method with a format it cannot write is in errors()
     if method == TrainingMethod.EMBEDDING and fmt != ModelFormat.SAFETENSORS:

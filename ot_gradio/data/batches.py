@@ -291,16 +291,18 @@ def make_batch(
             custom = [render_condlabel(item, s.variant) for item, s in zip(items, samples, strict=True)]
             batch.condlabel_pixels = torch.stack([c if c is not None else torch.zeros(3, height, width) for c in custom])
     if cache is not None:
-        batch.latents = torch.stack([cache.load(latent_key(cache, item, s.variant)) for item, s in zip(items, samples, strict=True)])
+        batch.latents = torch.stack([cache.load(latent_key(cache, item, s.variant), item.path)
+                                     for item, s in zip(items, samples, strict=True)])
         if conditioning:
             keys = [conditioning_key(cache, item, s.variant, conditioning) for item, s in zip(items, samples, strict=True)]
             if conditioning == "first_frame_clip":  # every variant has both: its first frame's latents and CLIP embeddings
-                entries = [cache.load_all(k) for k in keys]
+                entries = [cache.load_all(k, item.path) for k, item in zip(keys, items, strict=True)]
                 batch.conditioning_latents = torch.stack([e["latent"] for e in entries])
                 batch.image_embeds = torch.stack([e["image_embeds"] for e in entries])
             else:
                 batch.conditioning_latents = torch.stack(
-                    [cache.load(k) if k else torch.zeros_like(latent) for k, latent in zip(keys, batch.latents, strict=True)]
+                    [cache.load(k, item.path) if k else torch.zeros_like(latent)
+                     for k, item, latent in zip(keys, items, batch.latents, strict=True)]
                 )
     else:
         batch.pixels = torch.stack([render_pixels(item, s.variant) for item, s in zip(items, samples, strict=True)])

@@ -8,7 +8,8 @@ cut in that many threads (`data/prefetch.py`, at most two chunks ahead per threa
 current chunk encodes, and finished latents are written by one writer thread (at most
 ``_WRITES_AHEAD`` chunks queued). Threads change when a chunk is read or written, never what it
 holds: the same latents are stored with 0 threads or 8. An error in any thread stops the phase
-and is raised here; latents already written stay valid (each file is written atomically).
+and is raised here; latents already written stay valid (each file is written atomically). Latents
+with NaN or inf (a float16 VAE that overflows) stop the phase before their chunk is stored.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 
 from .batches import conditioning_key, depth_maps, latent_key, masked_image_input, render_control, render_pixels
 from .errors import DataError
-from .latent_cache import LatentCache
+from .latent_cache import LatentCache, nonfinite_error, nonfinite_rows
 from .planning import PreparedConcept, Variant
 from .prefetch import prefetched
 from .scan import ImageItem
@@ -114,6 +115,11 @@ def fill_cache(
             if not parts or any(not isinstance(t, torch.Tensor) or t.shape[0] != len(chunk) for t in parts):
                 got = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in parts]
                 raise DataError(f"encode_fn returned {got} for {len(chunk)} images; expected a tensor with one latent per image")
+            if bad := nonfinite_rows(latents):  # nothing of the chunk is stored: a NaN latent is never trained on
+                control = conditioning and conditioning_kind == "control"
+                images = [item.control_path if control else item.path for _, item, _ in (chunk[i] for i in bad)]
+                what = f"{conditioning_kind.replace('_', ' ')} conditioning" if conditioning else "latents"
+                raise nonfinite_error(images, cache.nonfinite_hint, what, cached=True)
             if writer is None:
                 store(chunk, latents)
             else:

@@ -145,6 +145,7 @@ def build_dataset(
     depth: bool = False,
     masked_training: bool = False,
     condlabel: bool = False,
+    nonfinite_hint: str = "",
 ) -> TrainingDataset:
     """Scan the enabled concepts, fill the latent cache (with ``latent_caching``) and return the
     dataset. ``resolutions`` is a resolution string ("512", "384,448,512") or (h, w) pairs;
@@ -158,7 +159,9 @@ def build_dataset(
     image-conditioned family (each image with its `-control` image, batches carry both); ``depth``:
     a depth model (an image's `-depth` map is its depth map, data/scan.py); ``masked_training``: the
     concepts' mask augmentations apply (mask_augment.py); ``condlabel``: an inpainting model's
-    `-condlabel` images are the conditioning images of their images (custom_conditioning_image)."""
+    `-condlabel` images are the conditioning images of their images (custom_conditioning_image);
+    ``nonfinite_hint``: what the DataError says to do when the VAE makes NaN or inf latents (the
+    trainer's: the VAE's type and the setting to change)."""
     if batch_size < 1:
         raise DataError(f"batch size must be at least 1, not {batch_size}")
     if latent_caching and (cache_dir is None or encode_fn is None):
@@ -166,7 +169,7 @@ def build_dataset(
     prepared, warnings = prepare_concepts(concepts, resolutions, aspect_ratio_bucketing=aspect_ratio_bucketing, bucket_step=bucket_step,
                                              frames=frames, control=control, depth=depth, masked_training=masked_training,
                                              condlabel=condlabel)
-    cache = LatentCache(Path(cache_dir) / "latents", vae_id) if latent_caching else None
+    cache = LatentCache(Path(cache_dir) / "latents", vae_id, nonfinite_hint) if latent_caching else None
     dataset = TrainingDataset(prepared, int(batch_size), int(seed), cache=cache, warnings=warnings)
     first = dataset.plan(0)
     if not first.batches:

@@ -7,7 +7,12 @@ augmentation existed stays valid), the VAE (``vae_id``, from the caller) and ``P
 loading or resizing changes), and for tensors other than an image's own latent what else went
 into them (``extra``: the mask file of an inpainting model's masked image). Editing or touching an
 image changes its key; adding an image adds keys; changing an augmentation setting changes the
-keys of the variants it changes.
+keys of the variants it changes. The model's ``vae_id`` includes the type of the VAE's weights, the
+type it encodes in: a run that switches a float16 VAE to FLOAT_32 encodes again.
+
+A NaN or inf latent is never trained on: caching refuses to store one (`nonfinite_rows`,
+`nonfinite_error`: the images, and the caller's ``nonfinite_hint`` on the VAE's type), and a
+cached entry that holds one is refused when read.
 
 Files are ``<cache_dir>/<key[:2]>/<key>.safetensors``, written atomically (temp file, fsync,
 rename), so a crash never leaves a file that looks complete.
@@ -18,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -37,6 +42,27 @@ from .transform import CropBox
 log = logging.getLogger(__name__)
 
 PIXEL_PIPELINE_VERSION = 1
+# what a caller that knows nothing of the VAE says after NaN or inf latents (the trainer says more: training/vae_advice.py)
+NONFINITE_HINT = "check that the image opens and looks right, and use FLOAT_32 for the VAE's weight data type"
+
+
+def nonfinite_rows(latents: torch.Tensor | Mapping[str, torch.Tensor]) -> list[int]:
+    """The rows (images) of a batch of latents, or of any tensor of several, holding NaN or inf."""
+    tensors = list(latents.values()) if isinstance(latents, Mapping) else [latents]
+    bad: set[int] = set()
+    for t in tensors:
+        if t.is_floating_point() and not t.is_meta:
+            finite = torch.isfinite(t)
+            rows = finite.flatten(1).all(1) if finite.dim() > 1 else finite.reshape(-1)
+            bad.update((~rows).nonzero().flatten().tolist())
+    return sorted(bad)
+
+
+def nonfinite_error(images: Sequence[str | Path], hint: str = "", what: str = "latents", cached: bool = False) -> DataError:
+    """The error for NaN or inf `what` made from `images` (`cached`: by the caching phase, which stored nothing for them)."""
+    shown = ", ".join(str(i) for i in images[:3]) + (f" and {len(images) - 3} more" if len(images) > 3 else "")
+    stored = f" (nothing was cached for {'it' if len(images) == 1 else 'them'})" if cached else ""
+    return DataError(f"encoding {shown} made NaN or inf {what}, which cannot be trained on{stored}: {hint or NONFINITE_HINT}")
 
 
 def cache_key(
@@ -73,11 +99,13 @@ def cache_key(
 
 class LatentCache:
     """A folder of cached latents for one VAE. Counters: ``hits`` / ``misses`` (lookups through
-    ``get`` and ``has``) and ``encodes`` (latents stored with ``put``)."""
+    ``get`` and ``has``) and ``encodes`` (latents stored with ``put``). ``nonfinite_hint``: what
+    to tell the user when the VAE makes NaN or inf latents (its type and what to change)."""
 
-    def __init__(self, cache_dir: str | Path, vae_id: str):
+    def __init__(self, cache_dir: str | Path, vae_id: str, nonfinite_hint: str = ""):
         self.cache_dir = Path(cache_dir)
         self.vae_id = str(vae_id)
+        self.nonfinite_hint = nonfinite_hint
         self.hits = 0
         self.misses = 0
         self.encodes = 0
@@ -124,20 +152,29 @@ class LatentCache:
             self.hits += 1
         return tensor
 
-    def load(self, key: str) -> torch.Tensor:
-        """Read a latent the caching phase stored (no counting). Raises DataError if gone."""
+    def load(self, key: str, image: str | Path = "") -> torch.Tensor:
+        """Read a latent the caching phase stored (no counting) for `image`. Raises DataError if
+        gone, or if it holds NaN or inf (caching never stores one: a file written or damaged elsewhere)."""
         tensor = self._read(key)
         if tensor is None:
             raise DataError(f"cached latent {self.path_for(key)} is missing or unreadable; was the cache folder cleared during training?")
+        self._refuse_nonfinite(key, image, {"latent": tensor})
         return tensor
 
-    def load_all(self, key: str) -> dict[str, torch.Tensor]:
+    def load_all(self, key: str, image: str | Path = "") -> dict[str, torch.Tensor]:
         """Every tensor of an entry `put` stored as several (a Wan 2.1 I2V clip's first-frame
-        latents, "latent", and its CLIP image embeddings); raises DataError if gone."""
+        latents, "latent", and its CLIP image embeddings); raises DataError as `load`."""
         tensors = self._read(key, whole=True)
         if tensors is None:
             raise DataError(f"cached latent {self.path_for(key)} is missing or unreadable; was the cache folder cleared during training?")
+        self._refuse_nonfinite(key, image, tensors)
         return tensors
+
+    def _refuse_nonfinite(self, key: str, image: str | Path, tensors: Mapping[str, torch.Tensor]) -> None:
+        if nonfinite_rows({name: t.unsqueeze(0) for name, t in tensors.items()}):
+            path = self.path_for(key)
+            raise nonfinite_error([image or path], f"the cached entry {path} holds them (turn on 'Clear cache before training' "
+                                                   f"to encode the images again); {self.nonfinite_hint or NONFINITE_HINT}")
 
     def _read(self, key: str, whole: bool = False):
         path = self.path_for(key)

@@ -309,10 +309,9 @@ class CascadeFamily(Family):
 
     @property
     def vae_id(self) -> str:
-        """The latent cache's key for the image encoder: its config and weights, and the family's latent scaling."""
-        if getattr(self, "_vae_id", None) is None:
-            self._vae_id = "effnet-" + weights_fingerprint(self.effnet_encoder, f"{self.model_type.value}-{EFFNET_IMAGE_SCALE}")
-        return self._vae_id
+        """The latent cache's key for the image encoder: its config, weights and their type (read
+        when asked, so the type it encodes in), and the family's latent scaling."""
+        return "effnet-" + weights_fingerprint(self.effnet_encoder, f"{self.model_type.value}-{EFFNET_IMAGE_SCALE}")
 
     def scale_latents(self, features: torch.Tensor) -> torch.Tensor:
         return features

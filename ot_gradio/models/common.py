@@ -306,15 +306,17 @@ def dequantized(root: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> d
 
 
 def weights_fingerprint(module: torch.nn.Module, extra: str = "") -> str:
-    """Identity of a module for caches: its config and the first values of every tensor, so a
-    different model (or other weights under the same name) never reuses cached outputs."""
+    """Identity of a module for caches: its config, and the type and first values of every
+    tensor, so a different model (or other weights under the same name) never reuses cached
+    outputs, nor the same weights in another type: a float16 VAE's latents differ from its float32
+    twin's (SDXL's own VAE makes NaN in float16), though a float16 file reads the same in both."""
     h = hashlib.sha256(extra.encode())
     config = getattr(module, "config", None)
     if config is not None:
         h.update(json.dumps(dict(config), sort_keys=True, default=str).encode())
     with torch.no_grad():
         for name, tensor in sorted(base_module(module).state_dict().items()):
-            h.update(name.encode())
+            h.update(f"{name}:{tensor.dtype}".encode())
             h.update(tensor.detach().flatten()[:256].float().cpu().numpy().tobytes())
     return h.hexdigest()[:20]
 

@@ -184,11 +184,11 @@ class KlVaeLatents:
 
     @property
     def vae_id(self) -> str:
-        """Identity of the VAE for the latent cache: its config and a fingerprint of its weights,
-        so a different VAE (or one with other weights under the same name) never reuses latents."""
-        if getattr(self, "_vae_id", None) is None:  # computed once per loaded model
-            self._vae_id = "sd-vae-" + weights_fingerprint(self.vae)
-        return self._vae_id
+        """Identity of the VAE for the latent cache: its config and a fingerprint of its weights
+        and their type, so a different VAE (or other weights under the same name, or the same in
+        another type) never reuses latents. Read when asked, so it is the type the VAE encodes in:
+        the latents are made outside autocast (the caching phase, and a step before its autocast)."""
+        return "sd-vae-" + weights_fingerprint(self.vae)
 
     @property
     def vae_scale_factor(self) -> int:

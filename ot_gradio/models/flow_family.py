@@ -87,9 +87,8 @@ class WanImageLatents:
 
     @property
     def vae_id(self) -> str:
-        if getattr(self, "_vae_id", None) is None:
-            self._vae_id = "qwen-image-vae-" + weights_fingerprint(self.vae)
-        return self._vae_id
+        """As KlVaeLatents.vae_id: the VAE's config, weights and their type, read when asked."""
+        return "qwen-image-vae-" + weights_fingerprint(self.vae)
 
     @property
     def vae_scale_factor(self) -> int:

@@ -192,6 +192,7 @@ class TrainerSetup:
     def _build_dataset(self, encode_rng: torch.Generator) -> None:
         from ..data import build_dataset  # noqa: PLC0415
         from ..data.video import run_sampling  # noqa: PLC0415
+        from .vae_advice import nonfinite_latents_hint  # noqa: PLC0415
 
         cfg = self.config
         # while caching, the VAE runs channels-last on CPU (device.py); without the cache it encodes at every step as loaded
@@ -219,6 +220,7 @@ class TrainerSetup:
                 depth=self.model.depth_maps,  # a depth model reads an image's -depth map where there is one
                 masked_training=cfg.masked_training,  # the concepts' mask augmentations apply
                 condlabel=condlabel_images(cfg, self.model),  # custom_conditioning_image: an image's -condlabel image
+                nonfinite_hint=nonfinite_latents_hint(self.model, cfg),  # NaN latents: the VAE's type, what to change
             )
         if self.model.control_image:  # samples without a control image of their own edit the first pair's
             self.model.default_control_image = str(self.dataset.concepts[0].items[0].control_path)

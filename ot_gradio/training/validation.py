@@ -57,6 +57,7 @@ class Validator:
     def __init__(self, run: RunState):
         from ..data import build_dataset  # noqa: PLC0415
         from ..data.video import run_sampling  # noqa: PLC0415
+        from .vae_advice import nonfinite_latents_hint  # noqa: PLC0415
 
         cfg, model = run.config, run.model
         self.model = model
@@ -79,6 +80,7 @@ class Validator:
             depth=model.depth_maps,
             masked_training=cfg.masked_training,
             condlabel=condlabel_images(cfg, model),
+            nonfinite_hint=nonfinite_latents_hint(model, cfg),
         )
         fixed = cfg.model_copy(deep=True)
         for part in model.text_encoder_names:
