@@ -268,6 +268,19 @@ def _probe(path: Path, sampling: FrameSampling | None) -> tuple[tuple[int, int, 
         return None, False, str(exc) if isinstance(exc, ClipError) else _reason(exc)
 
 
+def concept_captions(concept: object, clips: bool = False, control: bool = False, depth: bool = False) -> list[tuple[str, ...]]:
+    """Each training item's captions as a run reads them (its prompt source), without opening an
+    image: for the checks before Start. A DataError when the folder or prompt file is missing."""
+    folder = Path(str(getattr(concept, "path", "") or "").strip()).expanduser()
+    if not folder.is_dir():
+        raise DataError(f"Concept '{concept_label(concept)}': folder '{folder}' does not exist or is not a folder")
+    files = list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)), clips=clips, control=control, depth=depth)
+    source = str(getattr(concept.text, "prompt_source", "sample"))
+    shared = read_captions(_resolve_prompt_file(concept, folder))[0] if source == "concept" else ()
+    scratch = ConceptScan(name=concept_label(concept), folder=folder, items=[])  # (its warnings: the run says them)
+    return [_captions_for(path, source, shared, scratch) for path in files]
+
+
 def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: ConceptScan) -> tuple[str, ...]:
     if source == "concept":
         return shared

@@ -197,6 +197,42 @@ def concept_problems(config: Any) -> list[str]:
     return out
 
 
+def placeholder_problems(config: Any) -> list[str]:
+    """An EMBEDDING run learns its embedding only from items whose caption holds its placeholder:
+    captions without it anywhere (the images' own captions, written before the embedding was
+    thought of) ran to the end and saved the embedding as it started. OneTrainer's wiki names
+    this as the cause of samples that never change. Reads the captions, never an image."""
+    if str(getattr(config.training_method, "value", config.training_method)) != "EMBEDDING":
+        return []
+    placeholder = str(config.embedding.placeholder or "").strip()
+    from ..config.families import family_info  # noqa: PLC0415
+    from ..data.errors import DataError  # noqa: PLC0415
+    from ..data.scan import concept_captions  # noqa: PLC0415
+
+    info = family_info(config.model_type)
+    flags = {"clips": info is not None and info.frame_step is not None, "control": bool(info and info.control_image),
+             "depth": bool(info and info.depth_maps)}
+    trained = [c for c in config.concepts if c.enabled and str(getattr(c.type, "value", c.type)) != "VALIDATION"]
+    names, items = [], 0
+    for concept in trained:
+        if tuple(Path(concept.path).expanduser().parts[-2:]) == DEMO_FOLDER:
+            return []
+        try:
+            captions = concept_captions(concept, **flags)
+        except (DataError, OSError, ValueError):
+            return []  # (concept_problems names it)
+        if any(placeholder in caption for item in captions for caption in item):
+            return []
+        names.append(concept.name or Path(concept.path).name)
+        items += len(captions)
+    if not placeholder or not items:
+        return []
+    return [f"embedding.placeholder: '{placeholder}' is in none of the captions of the {items} item(s) of "
+            f"{', '.join(repr(n) for n in names)}: an embedding learns only from images whose caption holds its placeholder, so "
+            f"this run would save it as it started. Write it into the captions (e.g. 'a photo of {placeholder}'), or give a "
+            "concept a Prompt file whose lines hold it (the concept's Prompt source 'concept')"]
+
+
 def _read_by_run(config: Any, concept: Any) -> bool:
     """Does the run read this concept's images (data/prepare.py, training/validation.py)?"""
     kind = str(getattr(concept.type, "value", concept.type))
@@ -364,5 +400,5 @@ def start_problems(config: Any, data: dict[str, Any], workspace: str | os.PathLi
     if nul:  # the path checks below cannot look at text holding NUL
         return list(dict.fromkeys(errors(config) + nul))
     ws = Path(workspace or config.workspace_dir).expanduser()
-    machine = model_problems(config) + lora_problems(config) + embedding_problems(config) + concept_problems(config) + output_problems(config, ws) + preset_problems(config)
+    machine = model_problems(config) + lora_problems(config) + embedding_problems(config) + concept_problems(config) + placeholder_problems(config) + output_problems(config, ws) + preset_problems(config)
     return list(dict.fromkeys(errors(config) + machine))

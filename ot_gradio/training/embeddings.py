@@ -255,6 +255,31 @@ def bundle_key(name: str, key: str) -> str:
     return f"{BUNDLE_PREFIX}{name}." + ("string_to_param.*" if key == SINGLE_KEY else key)
 
 
+def caption_warnings(embeddings: Embeddings | None, concepts: Any) -> list[str]:
+    """The trained embeddings whose placeholder the training captions lack: an embedding learns
+    only from items whose caption holds it. The run's own embedding (EMBEDDING) is named for
+    every caption without it, an additional one (beside a LoRA or fine-tune, often for one
+    concept of several) only when no caption holds it. Regularization concepts are left out."""
+    if embeddings is None:
+        return []
+    items = [item for concept in concepts if str(getattr(getattr(concept.config, "type", ""), "value", "STANDARD")) == "STANDARD"
+             for item in concept.scan.items]
+    out = []
+    for embedding in embeddings.items:
+        if not embedding.trains or not items:
+            continue
+        without = [i for i in items if not any(embedding.placeholder in caption for caption in i.captions)]
+        if len(without) == len(items):
+            out.append(f"{embedding.field}.placeholder: '{embedding.placeholder}' is in none of the training captions, so this "
+                       "embedding is not trained (samples use it as it started). Write it into the captions where it belongs, "
+                       f"e.g. 'a photo of {embedding.placeholder}'")
+        elif without and embedding.field == "embedding":
+            names = ", ".join(i.path.name for i in without[:3]) + (f" and {len(without) - 3} more" if len(without) > 3 else "")
+            out.append(f"embedding.placeholder: '{embedding.placeholder}' is missing from the captions of {len(without)} of "
+                       f"{len(items)} training images ({names}): their steps train nothing of the embedding")
+    return out
+
+
 class Embeddings:
     """The embeddings of a run, installed in one model's tokenizers and text encoders."""
 

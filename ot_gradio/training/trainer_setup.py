@@ -29,6 +29,7 @@ from .device import Precision, channels_last_on_cpu, resolve_device
 from .diffusion import check_quantized_parts_frozen, configure_model
 from .distributed import Distributed
 from .ema import EMA
+from .embeddings import caption_warnings
 from .fp16_fallback import part_load_dtypes
 from .intervals import Every
 from .lora_forward import cast_once_layers
@@ -231,6 +232,7 @@ class TrainerSetup:
             self.dataset.warnings.append(
                 f"image_to_video_share is {share:g} but every training item is an image: images train text-to-video only "
                 "(nothing follows their one frame). Add clips to train image-to-video.")
+        self.dataset.warnings += caption_warnings(getattr(self.method, "embeddings", None), self.dataset.concepts)
         if self.model.image_to_video:
             stills = sum(item.sampling is None for concept in self.dataset.concepts for item in concept.items)
             if stills:

@@ -116,7 +116,7 @@ EMB = [{"placeholder": "<trig>", "token_count": 1, "initial_embedding_text": "do
         ("LORA", "KOHYA_LORA", "lora.safetensors", "NONE", {}),
         ("FINE_TUNE", "SAFETENSORS", "model.safetensors", "ALL", {"additional_embeddings": EMB}),
         ("FINE_TUNE", "DIFFUSERS", "model", "SETTINGS", {}),
-        ("EMBEDDING", "SAFETENSORS", "emb.safetensors", "ALL", {"embedding": {"token_count": 1, "initial_embedding_text": "circle"}}),
+        ("EMBEDDING", "SAFETENSORS", "emb.safetensors", "ALL", {"embedding": {"placeholder": "circle", "token_count": 1, "initial_embedding_text": "circle"}}),
     ],
 )
 def test_no_run_writes_a_secret_outside_the_secret_store(tmp_path, lora_config, method, fmt, dest, part, extra):

@@ -3,7 +3,7 @@
 continues, and the embeddings a run continues or uses."""
 
 from ot_gradio.config.schema import TrainConfig
-from ot_gradio.runner.startcheck import embedding_problems, lora_problems, start_problems
+from ot_gradio.runner.startcheck import embedding_problems, lora_problems, placeholder_problems, start_problems
 
 
 def test_the_start_check_names_a_lora_to_start_from_that_cannot_be_had(tmp_path):
@@ -40,3 +40,29 @@ def test_the_start_check_names_embedding_files_that_cannot_be_had(tmp_path):
     # a LoRA run reads the additional embeddings only; a VAE fine-tune none
     assert embedding_problems(config.model_copy(update={"training_method": "LORA"})) == [web]
     assert embedding_problems(config.model_copy(update={"training_method": "FINE_TUNE_VAE"})) == []
+
+
+def test_an_embedding_run_whose_captions_never_hold_its_placeholder_is_refused(tmp_path):
+    """OneTrainer's wiki: samples that never change mean `<embedding>` is in neither the sample
+    prompt nor the captions. A run without it in any caption trained nothing and said done."""
+    from PIL import Image
+
+    data = tmp_path / "cat"
+    data.mkdir()
+    for name in ("a", "b"):
+        Image.new("RGB", (8, 8)).save(data / f"{name}.png")
+        (data / f"{name}.txt").write_text("a photo of a cat on a sofa\n")
+    config = TrainConfig(training_method="EMBEDDING", concepts=[{"name": "cat", "path": str(data)}])
+    (problem,) = placeholder_problems(config)
+    assert problem.startswith("embedding.placeholder: '<embedding>' is in none of the captions of the 2 item(s) of 'cat'")
+    assert problem in start_problems(config, config.model_dump(mode="json"), tmp_path)
+    assert placeholder_problems(config.model_copy(update={"training_method": "LORA"})) == []  # a LoRA needs none
+    (data / "b.txt").write_text("a photo of <embedding> on a sofa\n")  # one caption holding it is enough here
+    assert placeholder_problems(config) == []
+    (data / "b.txt").write_text("a photo of a cat\n")
+    (tmp_path / "prompts.txt").write_text("a photo of <embedding>\nart by <embedding>\n")
+    from_file = TrainConfig(training_method="EMBEDDING", concepts=[
+        {"name": "cat", "path": str(data), "text": {"prompt_source": "concept", "prompt_path": str(tmp_path / "prompts.txt")}}])
+    assert placeholder_problems(from_file) == []
+    named = TrainConfig(training_method="EMBEDDING", embedding={"placeholder": "cat"}, concepts=[{"name": "cat", "path": str(data)}])
+    assert placeholder_problems(named) == []  # a placeholder that is a word of the captions

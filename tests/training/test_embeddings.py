@@ -1,6 +1,8 @@
 """Embeddings on the tiny SD 1.5: new tokens and their vectors, the initial text, what trains
 (only the new vectors), the options that shape them, and the file formats."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from safetensors import safe_open
@@ -359,3 +361,28 @@ def test_doctor_on_embedding_configs():
     assert not any("not supported" in w for w in warnings)
     cfg.output_model_format = "DIFFUSERS"
     assert any("Embedding training with output format DIFFUSERS" in w for w in check(cfg))
+
+
+def test_trained_embeddings_whose_placeholder_the_captions_lack_are_named():
+    from types import SimpleNamespace as NS
+
+    from ot_gradio.training.embeddings import caption_warnings
+
+    def concept(kind, *captions):
+        items = [NS(path=Path(f"/data/{kind}{i}.png"), captions=(c,)) for i, c in enumerate(captions)]
+        return NS(config=NS(type=NS(value=kind)), scan=NS(items=items))
+
+    def emb(field, placeholder, trains=True):
+        return NS(field=field, placeholder=placeholder, trains=trains)
+
+    concepts = [concept("STANDARD", "a photo of <cat>", "a photo of a cat", "<cat> on a sofa"),
+                concept("PRIOR_PREDICTION", "a photo of a cat")]  # regularization images: never hold it
+    main, extra, none = caption_warnings(NS(items=[emb("embedding", "<cat>"), emb("additional_embeddings[0]", "<dog>"),
+                                                   emb("additional_embeddings[1]", "<cow>", trains=False),
+                                                   emb("additional_embeddings[2]", "<cat>"), emb("embedding_x", "<dog>")]), concepts)
+    assert main == ("embedding.placeholder: '<cat>' is missing from the captions of 1 of 3 training images (STANDARD1.png): "
+                    "their steps train nothing of the embedding")
+    assert extra.startswith("additional_embeddings[0].placeholder: '<dog>' is in none of the training captions, so this "
+                            "embedding is not trained")
+    assert none.startswith("embedding_x.placeholder")  # a frozen one (<cow>) is not named, nor one some captions hold
+    assert caption_warnings(None, concepts) == []
