@@ -31,6 +31,7 @@ def pointed_at(path: Path, tmp_path: Path) -> dict:
     data.mkdir(exist_ok=True)
     (data / "a.png").write_bytes(b"")  # the checks look for image files, not into them
     config = config_to_dict(load_config(path).config)
+    (data / "a.txt").write_text(f"a photo of {config['embedding']['placeholder']}\n")  # (an embedding trains where it is)
     config.update(base_model_name="tiny:any", concepts=[{"name": "c", "path": str(data)}], train_device="cpu",
                   output_model_destination=str(tmp_path / "out" / "model.safetensors"), workspace_dir=str(tmp_path / "ws"),
                   cache_dir=str(tmp_path / "cache"))
