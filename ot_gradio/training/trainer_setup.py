@@ -24,6 +24,7 @@ from ..models.civitai_download import unpinned_version_note
 from ..models.civitai_download import use_token as use_civitai_token
 from ..models.common import base_model_source, base_module
 from .async_reduce import AsyncGradientReducer
+from .caption_window import window_warnings
 from .debug_output import debug_writer
 from .device import Precision, channels_last_on_cpu, resolve_device
 from .diffusion import check_quantized_parts_frozen, configure_model
@@ -232,7 +233,11 @@ class TrainerSetup:
             self.dataset.warnings.append(
                 f"image_to_video_share is {share:g} but every training item is an image: images train text-to-video only "
                 "(nothing follows their one frame). Add clips to train image-to-video.")
-        self.dataset.warnings += caption_warnings(getattr(self.method, "embeddings", None), self.dataset.concepts)
+        embeddings = getattr(self.method, "embeddings", None)
+        self.dataset.warnings += caption_warnings(embeddings, self.dataset.concepts)
+        self.dataset.warnings += window_warnings(
+            self.model.tokenizers, ((i.path, c) for concept in self.dataset.concepts for i in concept.scan.items for c in i.captions),
+            self.method.transform_text, [e.placeholder for e in embeddings.items if e.trains] if embeddings is not None else [])
         if self.model.image_to_video:
             stills = sum(item.sampling is None for concept in self.dataset.concepts for item in concept.items)
             if stills:
