@@ -25,7 +25,8 @@ def run_job_dir(path: str | Path) -> int:
         name = spec["name"]
         writer.status("running", f"{name} started", name=name)
         job = Job(
-            on_progress=lambda done, total, message: writer.emit("progress", done=done, total=total, message=message),
+            on_progress=lambda done, total, message, per=1: writer.emit("progress", done=done, total=total, message=message,
+                                                                        **({"per": per} if per != 1 else {})),
             on_log=lambda message: writer.emit("log", message=message),
             is_cancelled=job_dir.cancel_requested,
         )

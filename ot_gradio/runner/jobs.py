@@ -49,6 +49,7 @@ class JobState:
     done: int = 0
     total: int = 0
     progress_message: str = ""
+    per: int = 1  # units of done/total that make one thing counted (tools/jobs.Job.progress)
     log: list[str] = field(default_factory=list)
     result: dict[str, Any] | None = None
     alive: bool = False
@@ -69,6 +70,7 @@ class JobState:
         elif kind == "progress":
             self.done, self.total = int(event.get("done", 0)), int(event.get("total", 0))
             self.progress_message = event.get("message", "")
+            self.per = max(1, int(event.get("per", 1) or 1))
         elif kind == "log":
             self.log.append(str(event.get("message", "")))
         elif kind == "result":

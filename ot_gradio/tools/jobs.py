@@ -46,9 +46,11 @@ class Job:
         self._is_cancelled = is_cancelled
         self.messages: list[str] = []
 
-    def progress(self, done: int, total: int, message: str = "") -> None:
+    def progress(self, done: int, total: int, message: str = "", per: int = 1) -> None:
+        """`done` of `total` units; `per` units make one thing counted (a download counts its links
+        in thousandths of one, so a link's bytes move the bar: shown as '1.5/2')."""
         if self._on_progress is not None:
-            self._on_progress(int(done), int(total), message)
+            self._on_progress(int(done), int(total), message, **({"per": int(per)} if per != 1 else {}))
 
     def log(self, message: str) -> None:
         self.messages.append(message)
@@ -84,8 +86,8 @@ def run_in_console(name: str, params: dict[str, Any], unit: str = "item") -> dic
 
     bar = tqdm(unit=unit, dynamic_ncols=True, file=sys.stderr)
 
-    def on_progress(done: int, total: int, message: str) -> None:
-        bar.total, bar.n = total, done
+    def on_progress(done: int, total: int, message: str, per: int = 1) -> None:
+        bar.total, bar.n = total / per, round(done / per, 3)
         bar.set_description(message[:40])
         bar.refresh()
 

@@ -166,7 +166,7 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
         got, total = event.get("downloaded_bytes") or 0, event.get("total_bytes") or event.get("total_bytes_estimate") or 0
         name = Path(str(event.get("filename") or "")).name
         size = f"{got / 2**20:.1f} of {total / 2**20:.1f} MB" if total else f"{got / 2**20:.1f} MB"
-        job.progress(state["index"] * step + (int(step * got / total) if total else 0), len(links) * step, f"{name[:40]} {size}")
+        job.progress(state["index"] * step + (int(step * got / total) if total else 0), len(links) * step, f"{name[:40]} {size}", per=step)
 
     log = _Log(job)
     ydl_options = {  # "only_download": as yt-dlp's command line, one failed download does not end a playlist
@@ -184,7 +184,7 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
     with cookie_copy(options["cookies"]) as cookies, yt_dlp.YoutubeDL({**ydl_options, "cookiefile": cookies}) as ydl:
         for index, link in enumerate(links):
             state["index"], log.errors = index, []
-            job.progress(index * step, len(links) * step, link[:60])
+            job.progress(index * step, len(links) * step, link[:60], per=step)
             if job.cancelled():
                 result["cancelled"] = True
                 break
@@ -207,7 +207,7 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
                 result["skipped"] += 1  # a live stream, or a playlist with nothing in it
     if partial.is_dir() and not any(partial.iterdir()):
         shutil.rmtree(partial, ignore_errors=True)
-    job.progress(len(links) * step, len(links) * step, "done")
+    job.progress(len(links) * step, len(links) * step, "done", per=step)
     result["downloaded"], result["already"] = result["downloaded"][:500], result["already"][:500]
     return result
 

@@ -21,8 +21,10 @@ def job_bar(state: JobState | None) -> str:
         return ""
     pct = 100.0 * state.fraction
     label = html.escape(state.progress_message or state.status)
+    counted = (f"{state.done}/{state.total}" if state.per == 1 else
+               f"{state.done / state.per:.3g}/{state.total / state.per:.3g}")  # a download: 1.5/2 links
     return (f'<div class="ot-bar"><span>{label}</span><progress max="100" value="{pct:.1f}"></progress> '
-            f"{state.done}/{state.total}</div>")
+            f"{counted}</div>")
 
 
 def job_status(state: JobState | None) -> str:

@@ -199,6 +199,9 @@ def test_the_page_form_is_checked_then_the_worker_downloads_and_fills_the_video_
     summary, source = poll_to_end(tool.download_panel, job_id)[-2:]
     assert summary.startswith(f"**1 video downloaded** into `{ws / 'videos'}`") and "holiday_film [holiday_film].mp4" in summary
     assert source["value"] == str(ws / "videos")  # ready for the video tool's Start
+    from ot_gradio.ui.job_panel import job_bar
+
+    assert job_bar(ctx.jobs.state(ctx.jobs.get(job_id))).endswith("</progress> 1/1</div>")  # links, not thousandths of one
     assert "concept" not in summary
     config["concepts"] = [{"name": "party", "path": str(ws / "videos")}]  # downloaded straight into a concept's folder
     job_id, *_ = tool.on_download({**form, ctx.config_state: config})
