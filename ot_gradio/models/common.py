@@ -427,19 +427,20 @@ def inpainting_images(height: int, width: int, image=None, mask=None) -> dict:
     pixel is black (kept)."""
     from PIL import Image  # noqa: PLC0415
 
-    from ot_gradio.data.images import to_mask  # noqa: PLC0415
+    from ot_gradio.data.images import load_mask, load_rgb, to_mask, to_rgb  # noqa: PLC0415
 
     if (image is None) != (mask is None):
         raise ValueError("an inpainting sample needs both an image and a mask (white = repaint), or neither")
     if image is None:
         return {"image": Image.new("RGB", (width, height)), "mask_image": Image.new("L", (width, height), 255), "strength": 1.0}
     loaded = []
-    for what, value, convert in (("base image", image, lambda img: img.convert("RGB")), ("mask", mask, to_mask)):
+    # files as training reads them: turned upright by their EXIF orientation (a phone's photo and the
+    # mask painted over it line up), transparency onto white for the image and black for the mask
+    for what, value, read, convert in (("base image", image, load_rgb, to_rgb), ("mask", mask, load_mask, to_mask)):
         if isinstance(value, (str, os.PathLike)):
             try:
-                with Image.open(Path(value).expanduser()) as opened:
-                    value = convert(opened)
-            except OSError as err:
+                value = read(Path(value).expanduser())
+            except (OSError, ValueError) as err:
                 raise ValueError(f"the sample's {what} {value} cannot be read ({err})") from None
         loaded.append(convert(value).resize((width, height)))
     return {"image": loaded[0], "mask_image": loaded[1], "strength": 1.0}

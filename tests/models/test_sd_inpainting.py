@@ -346,6 +346,15 @@ def test_a_samples_mask_reads_transparent_as_black_as_training_does(tmp_path):
         assert got.mode == "L" and got.getpixel((0, 0)) == 255 and got.getpixel((31, 0)) == 0
         assert got.tobytes() == load_mask(tmp_path / "clear.png").tobytes()
     assert set(inpainting_images(16, 16, str(tmp_path / "base.png"), str(tmp_path / "grey.png"))["mask_image"].getdata()) == {77}
+    # a phone's photo, stored sideways with its EXIF orientation: read upright, as training reads it
+    photo = Image.new("RGB", (40, 20), (0, 0, 255))
+    photo.paste((255, 0, 0), (0, 0, 20, 20))  # red left half as stored
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90° clockwise to view
+    photo.save(tmp_path / "phone.jpg", exif=exif, quality=95)
+    upright = inpainting_images(40, 20, str(tmp_path / "phone.jpg"), str(tmp_path / "grey.png"))["image"]
+    assert upright.size == (20, 40) and upright.getpixel((10, 5))[0] > 200  # the red half is on top once upright
+    assert upright.getpixel((10, 35))[2] > 200
 
 
 def test_inpainting_samples_are_checked_before_the_run(tmp_path):
