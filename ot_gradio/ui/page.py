@@ -43,6 +43,7 @@ from .memory_estimate import MemoryEstimate  # the planner's estimate, in a chil
 from .monitor import REFUSED, Monitor
 from .page_edits import EditHandlers
 from .page_files import ConfigFiles
+from .page_limits import page_problems
 from .problems import problems_markdown, rechecked
 from .queue_panel import QueuePanel
 from .samples import SamplesTab, to_rows
@@ -174,7 +175,7 @@ class Page(EditHandlers, ConfigFiles):
         self.edit_log, self.edits_applied = edit_log.build()
         self.monitor = Monitor(self.workspace, self.supervisor, self.tensorboard)
         self.monitor.build_bar()  # first on the page: in view on every tab and on a phone, sticky when scrolling
-        self.queue_panel = QueuePanel(self.queue, self._config_of, validate)
+        self.queue_panel = QueuePanel(self.queue, self._config_of, self.validate)
         self.queue_panel.build(self.monitor.bar_extra)
         gr.Markdown("# ot_gradio\nTrain LoRAs of diffusion models in the browser. Every field has a tooltip under its label.")
         with gr.Row():
@@ -343,7 +344,7 @@ class Page(EditHandlers, ConfigFiles):
                                  trigger_mode="always_last", show_progress="hidden")
         self.memory_estimate.wire(self.on_estimate_memory, log_inputs)
         self.queue_panel.wire(start_inputs)
-        register_api(QueueApi(self.queue, self.supervisor, validate))
+        register_api(QueueApi(self.queue, self.supervisor, self.validate))
         # window.otPageLoaded: the saved config is on the page (the browser tests wait for it; an
         # edit made before would be overwritten by the load)
         self.blocks.load(self.on_page_load, None, [*self.all_outputs, self.preset, self.config_path],
@@ -408,11 +409,18 @@ class Page(EditHandlers, ConfigFiles):
         preset = choices.get("preset") if choices.get("preset") in list_presets() else None
         return {**self.populate(load_ui_config(self.workspace)), self.preset: preset, self.config_path: choices.get("config_path", "")}
 
+    def validate(self, config: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], list[str]]:
+        """`validate`, and what only the page and its HTTP API refuse (ui/page_limits.py)."""
+        valid, problems, warnings = validate(config)
+        if valid is not None:
+            problems = problems + [p for p in page_problems(valid, self.roots()) if p not in problems]
+        return valid, problems, warnings
+
     def on_recheck(self, config: dict[str, Any], shown: str):
         """The problem list again after an edit, while a refused Start's list is shown."""
         if rechecked(shown, []) is None:
             return gr.skip()
-        return rechecked(shown, validate(config)[1], config)
+        return rechecked(shown, self.validate(config)[1], config)
 
     def on_estimate_memory(self, values: dict) -> dict:  # the config on the form, for the estimate (ui/memory_estimate.py)
         return self._form_config(values)
@@ -436,7 +444,7 @@ class Page(EditHandlers, ConfigFiles):
         with self._start_lock:  # two quick clicks must not start two runs
             for run in self.supervisor.active_runs():
                 raise gr.Error(f"A run is already active ({run.run_id}); stop it first.")
-            valid, problems, warnings = validate(config)
+            valid, problems, warnings = self.validate(config)
             if problems:
                 gr.Warning(f"{len(problems)} problem(s): nothing was started.")
                 return {self.monitor.run_id: REFUSED, self.monitor.problems: problems_markdown(problems, config)}

@@ -42,3 +42,44 @@ def test_cli_set_cases_are_refused_in_one_line_by_validate_and_train(tmp_path, m
         assert [line for line in err.splitlines() if line.startswith("error:")] == [next(
             line for line in err.splitlines() if message in line)]
     assert not (Path(tmp_path) / "workspace" / "demo" / "runs").exists()
+
+
+def test_the_page_writes_reads_and_runs_only_what_it_may(page, fake_start, tmp_path):
+    """Through a share link the page is the way in: a config from it saves only inside the
+    folders the page may use, reads the text files a run copies into its folder (debug mode
+    writes every caption) only from there, and names no CUSTOM scheduler that would import and
+    run another module's code (torch.hub.load runs any repository's hubconf.py). The command
+    line on the machine takes all of them."""
+    from ot_gradio.ui.page_limits import page_problems
+
+    outside = tmp_path.parent / f"{tmp_path.name}-elsewhere"  # beside the page's roots ([tmp_path])
+    outside.mkdir()
+    (outside / "notes.txt").write_text("SECRET-LINE\n")
+    (tmp_path / "workspace" / "secrets.json").write_text("{}")
+    base = page.form_values(page.on_page_load()[page.config_state])
+    config = page._config_of(base)
+    cases = [
+        ({"output_model_destination": str(outside / "site-packages" / "evil.pth")}, "output_model_destination: "),
+        ({"cache_dir": str(outside / "cache")}, "cache_dir: "),
+        ({"debug_mode": True, "debug_dir": str(outside / "debug")}, "debug_dir: "),
+        ({"learning_rate_scheduler": "CUSTOM", "custom_learning_rate_scheduler": "torch.hub.load"},
+         "custom_learning_rate_scheduler: torch.hub.load is not a scheduler of torch.optim.lr_scheduler"),
+        ({"concepts": [{**config["concepts"][0], "text": {"prompt_source": "concept", "prompt_path": str(outside / "notes.txt")}}]},
+         "concepts[0].text.prompt_path: "),
+        ({"concepts": [{**config["concepts"][0], "text": {"prompt_source": "concept",
+                                                          "prompt_path": str(tmp_path / "workspace" / "secrets.json")}}]},
+         "the page does not use hidden or secret files"),
+        ({"concepts": [{**config["concepts"][0], "text": {"tag_dropout_special_tags": str(outside / "notes.txt")}}]},
+         "concepts[0].text.tag_dropout_special_tags: "),
+    ]
+    for change, message in cases:
+        valid, problems, _ = page.validate({**config, **change})
+        assert any(message in p for p in problems), (change, problems)
+        if "secret" not in message and "CUSTOM" not in str(change):  # a path: taken where --browse-root opens its folder
+            assert page_problems(valid, [outside, tmp_path]) == [], change
+    fine = {"learning_rate_scheduler": "CUSTOM", "custom_learning_rate_scheduler": "torch.optim.lr_scheduler.StepLR",
+            "scheduler_params": [{"key": "step_size", "value": "10"}]}
+    assert page.validate({**config, **fine})[1] == []
+    with pytest.warns(UserWarning, match="nothing was started"):
+        page.on_start({**base, page.fields["output_model_destination"].component: str(outside / "x.safetensors")})
+    assert not fake_start

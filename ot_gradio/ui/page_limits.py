@@ -1,0 +1,71 @@
+"""What the page and its HTTP API refuse in a config that `python -m ot_gradio train` takes on the
+machine. The page is reached through a share link: it writes only inside the folders it may use
+(ui/paths.py: the workspace, the start folder, `--browse-root` folders; never a hidden file or
+`secrets.json`), and runs no code a config names. So a config from the page must
+
+- save its runs, caches and model inside those folders (`workspace_dir`, `cache_dir`,
+  `output_model_destination`, an absolute `debug_dir`): a model written over a file elsewhere
+  (a `.pth` file in site-packages runs its `import` lines at every Python start) is refused;
+- read the text files a run copies into its folder only from there: a concept's prompt file and
+  its special tags file (debug mode writes each caption beside the run, which the page serves);
+- name a CUSTOM scheduler of torch, transformers or diffusers only: building another module's
+  class runs that module's code (`torch.hub.load` fetches and runs any repository's).
+
+Concept folders (images) may lie elsewhere, as the README says: training reads them, the page
+does not open them. Torch-free: the page's process checks a config as a dict.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .paths import PathRefused, check
+
+SCHEDULER_MODULES = ("torch.optim.lr_scheduler", "transformers.optimization", "transformers", "diffusers.optimization")
+WRITTEN = ("workspace_dir", "cache_dir", "output_model_destination")
+CLI = "train it on the machine with `python -m ot_gradio train --config FILE`"
+
+
+def page_problems(config: dict[str, Any], roots: list[Path]) -> list[str]:
+    """The problems of a (validated) config that only the page and the HTTP API refuse."""
+    out = []
+    if str(config.get("learning_rate_scheduler") or "") == "CUSTOM":
+        path = str(config.get("custom_learning_rate_scheduler") or "").strip()
+        if path and path.rpartition(".")[0] not in SCHEDULER_MODULES:
+            out.append(f"custom_learning_rate_scheduler: {path[:200]} is not a scheduler of torch.optim.lr_scheduler, "
+                       "transformers.optimization or diffusers.optimization; the page takes only those, since building a "
+                       f"class of another module runs that module's code. Choose one of them, or {CLI}")
+    for field in WRITTEN:
+        value = str(config.get(field) or "").strip()
+        if value and (problem := _outside(value, roots)):
+            out.append(f"{field}: {problem}")
+    debug = str(config.get("debug_dir") or "").strip()
+    if config.get("debug_mode") and debug and Path(debug).expanduser().is_absolute() and (problem := _outside(debug, roots)):
+        out.append(f"debug_dir: {problem}")  # (a relative one stays inside the run's folder: training/debug_output.py)
+    for i, concept in enumerate(config.get("concepts") or []):
+        text = (concept or {}).get("text") or {}
+        folder = Path(str(concept.get("path") or "")).expanduser()
+        if str(text.get("prompt_source") or "") == "concept" and (prompt := str(text.get("prompt_path") or "").strip()):
+            if problem := _outside(_beside(prompt, folder), roots):
+                out.append(f"concepts[{i}].text.prompt_path: {problem}")
+        special = str(text.get("tag_dropout_special_tags") or "").strip()
+        if special.lower().endswith((".txt", ".csv")) and (problem := _outside(_beside(special, folder), roots)):
+            out.append(f"concepts[{i}].text.tag_dropout_special_tags: {problem}")
+    return out
+
+
+def _beside(value: str, folder: Path) -> str:
+    """A relative file name as a run reads it: as given, else inside the concept folder (data/scan.py, data/tags.py)."""
+    path = Path(value).expanduser()
+    if not path.is_absolute() and not path.exists() and (folder / path).exists():
+        return str(folder / path)
+    return value
+
+
+def _outside(value: str, roots: list[Path]) -> str | None:
+    try:
+        check(value, roots)
+    except PathRefused as err:
+        return f"{err} (from the page; or {CLI})"
+    return None
