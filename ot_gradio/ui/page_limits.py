@@ -8,11 +8,14 @@ machine. The page is reached through a share link: it writes only inside the fol
   (a `.pth` file in site-packages runs its `import` lines at every Python start) is refused;
 - read the text files a run copies into its folder only from there: a concept's prompt file and
   its special tags file (debug mode writes each caption beside the run, which the page serves);
+- read a sample's images (base image, mask, control image) only from there: a sample starts
+  from them, and the page shows it;
 - name a CUSTOM scheduler of torch, transformers or diffusers only: building another module's
   class runs that module's code (`torch.hub.load` fetches and runs any repository's).
 
 Concept folders (images) may lie elsewhere, as the README says: training reads them, the page
-does not open them. Torch-free: the page's process checks a config as a dict.
+does not open them; but not with debug mode on, which writes the images it trains on into the
+run's folder. Torch-free: the page's process checks a config as a dict.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from .paths import PathRefused, check
 
 SCHEDULER_MODULES = ("torch.optim.lr_scheduler", "transformers.optimization", "transformers", "diffusers.optimization")
 WRITTEN = ("workspace_dir", "cache_dir", "output_model_destination")
+SAMPLE_FILES = ("base_image_path", "mask_image_path", "control_image")
 CLI = "train it on the machine with `python -m ot_gradio train --config FILE`"
 
 
@@ -49,9 +53,17 @@ def page_problems(config: dict[str, Any], roots: list[Path]) -> list[str]:
         if str(text.get("prompt_source") or "") == "concept" and (prompt := str(text.get("prompt_path") or "").strip()):
             if problem := _outside(_beside(prompt, folder), roots):
                 out.append(f"concepts[{i}].text.prompt_path: {problem}")
+        if config.get("debug_mode") and concept.get("enabled", True) and str(concept.get("path") or "").strip() and (
+                problem := _outside(str(concept["path"]), roots)):
+            out.append(f"concepts[{i}].path: with debug mode on (it writes the images it trains on beside the run), {problem}")
         special = str(text.get("tag_dropout_special_tags") or "").strip()
         if special.lower().endswith((".txt", ".csv")) and (problem := _outside(_beside(special, folder), roots)):
             out.append(f"concepts[{i}].text.tag_dropout_special_tags: {problem}")
+    for i, sample in enumerate(config.get("samples") or []):
+        for field in SAMPLE_FILES:
+            value = str((sample or {}).get(field) or "").strip()
+            if value and (problem := _outside(value, roots)):
+                out.append(f"samples[{i}].{field}: {problem}")
     return out
 
 

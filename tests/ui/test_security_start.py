@@ -71,12 +71,17 @@ def test_the_page_writes_reads_and_runs_only_what_it_may(page, fake_start, tmp_p
          "the page does not use hidden or secret files"),
         ({"concepts": [{**config["concepts"][0], "text": {"tag_dropout_special_tags": str(outside / "notes.txt")}}]},
          "concepts[0].text.tag_dropout_special_tags: "),
+        ({"samples": [{"prompt": "x", "control_image": str(outside / "photo.png")}]}, "samples[0].control_image: "),
+        ({"debug_mode": True, "concepts": [{**config["concepts"][0], "path": str(outside)}]},
+         "concepts[0].path: with debug mode on (it writes the images it trains on beside the run)"),
     ]
     for change, message in cases:
         valid, problems, _ = page.validate({**config, **change})
         assert any(message in p for p in problems), (change, problems)
         if "secret" not in message and "CUSTOM" not in str(change):  # a path: taken where --browse-root opens its folder
             assert page_problems(valid, [outside, tmp_path]) == [], change
+    assert not [p for p in page.validate({**config, "concepts": [{**config["concepts"][0], "path": str(outside)}]})[1]
+                if p.startswith("concepts[0].path: with debug")]  # a concept elsewhere trains (its images are not served)
     fine = {"learning_rate_scheduler": "CUSTOM", "custom_learning_rate_scheduler": "torch.optim.lr_scheduler.StepLR",
             "scheduler_params": [{"key": "step_size", "value": "10"}]}
     assert page.validate({**config, **fine})[1] == []
