@@ -175,8 +175,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if problems:
         return 2
     print(f"ok: {'OneTrainer ' if from_ot else ''}config is valid and can start here")
+    from .runner.worker import quiet_libraries  # noqa: PLC0415
     from .training.memory_plan import estimate_line  # noqa: PLC0415 - loads torch and the model: last
 
+    quiet_libraries()  # as a run is: no advice to install torchvision, no loading bars
     print(f"memory: {estimate_line(loaded.config)}")
     return 0
 

@@ -186,10 +186,14 @@ def run_worker(run_path: str | Path, echo: Callable[[dict[str, Any]], None] | No
 
 
 def quiet_libraries() -> None:
-    """Keep library chatter (loading bars, advice about torchvision) out of the log and the
-    terminal; hub download bars stay, users want those."""
+    """Keep library chatter (loading bars, advice to install torchvision, which the README says
+    never to, or bitsandbytes' optional CPU `kernels` package) out of the log and the terminal;
+    hub download bars stay, users want those."""
+    import logging  # noqa: PLC0415
+
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
     try:
         import diffusers.utils.logging as dlog  # noqa: PLC0415
         import transformers.utils.logging as tlog  # noqa: PLC0415

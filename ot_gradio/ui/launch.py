@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--auth", help="USER:PASSWORD required to open the page")
     p.add_argument("--auth-file", help="file with one USER:PASSWORD per line")
     p.add_argument("--insecure", action="store_true", help="allow --share or a public --host without a password (anyone with the link controls this machine)")
-    p.add_argument("--workspace", default="workspace", help="folder for runs (default ./workspace)")
+    p.add_argument("--workspace", default="workspace", help="the page's folder: its saved form, uploads, secrets, and the runs of a config whose Workspace folder is blank; a config's Workspace folder (General tab) holds its runs (default ./workspace)")
     p.add_argument("--inbrowser", action="store_true", help="open the page in a browser")
     p.add_argument("--browse-root", action="append", default=[], metavar="DIR",
                    help="a folder the page may browse, read, write and show images from, besides the workspace and the current folder, "
@@ -237,5 +237,24 @@ def main(argv: list[str] | None = None) -> int:
     _patient_localhost_check()
     # gradio queues by default; another .queue() would build the whole app once more (0.3-0.4 s)
     served = served_paths(args.workspace, args.browse_root)
+    sys.stdout = OwnHints(sys.stdout)
     demo.launch(css=CSS, **launch_kwargs(args, auth, demo, served, login_key(page.workspace) if auth else None))
     return 0
+
+
+GRADIO_SHARE_HINT = "To create a public link, set `share=True` in `launch()`."
+SHARE_HINT = "For a share link, start with --share --auth USER:PASSWORD (a password is required)."
+
+
+class OwnHints:
+    """stdout with gradio's start-up hint for a share link (set `share=True` in `launch()`, which a
+    user of this app cannot) said this app's way."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(text.replace(GRADIO_SHARE_HINT, SHARE_HINT))
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)

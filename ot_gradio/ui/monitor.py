@@ -288,11 +288,14 @@ class Monitor:
         self.timer.tick(self.poll, [self.run_id, self.shown], [*self.outputs, self.shown], show_progress="hidden")
 
         def request(run_id: str, what: str) -> None:
+            # said, not raised: pressing Stop with nothing running is no error (no red box, no traceback in the log)
             if not run_id or run_id == REFUSED:
-                raise gr.Error("No run is active.")
+                gr.Info(f"No run is active: nothing to {what}.")
+                return
             run = self.run_dir(run_id)
             if not self.supervisor.state(run).alive:
-                raise gr.Error("The run is not running.")
+                gr.Info(f"The run has ended: nothing to {what}.")
+                return
             if what == "stop":
                 gr.Info(f"Stop: {self.supervisor.stop(run)}")
             else:

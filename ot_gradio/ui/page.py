@@ -90,7 +90,9 @@ CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1
        "#ot-run-bar [data-testid=status-tracker]{display:none!important}"
        ".ot-upload{flex-wrap:wrap!important;align-items:center}.ot-upload>#concept-upload-note{flex:1 1 280px!important;min-width:0!important}"  # no poll's timer ("0.6s") flashing in the bar's text
        "@media (max-width:600px){.gradio-container{padding:4px!important}#sample-gallery img{max-width:100%;height:auto}"
-       "#problems{max-height:2.75em;overflow-y:auto}"  # a phone: a refused Start's list scrolls, the sticky bar stays < 1/4 screen
+       # a phone: a refused Start's list is read whole, the bar then scrolls away with the page (sticky, it would cover
+       # the form the fixes are made in); it sticks again once the list is gone
+       "#problems code{white-space:normal;word-break:break-word}#ot-run-bar:has(#problems li){position:static!important}"
        "#f-model_type input{font-size:.85em}"
        ".ot-tools{flex-direction:row!important;flex-wrap:wrap!important}.ot-tools>*{flex:1 1 100%!important}"  # its buttons
        ".ot-tools>button{flex:1 1 40%!important;min-width:0!important}"  # two a line, not one
@@ -442,8 +444,9 @@ class Page(EditHandlers, ConfigFiles):
         cannot be lost), validates all of it, and only then starts the worker."""
         config = self._config_of(values)
         with self._start_lock:  # two quick clicks must not start two runs
-            for run in self.supervisor.active_runs():
-                raise gr.Error(f"A run is already active ({run.run_id}); stop it first.")
+            for run in self.supervisor.active_runs():  # said, not raised: a refusal is no error (no traceback in the log)
+                gr.Warning(f"A run is already active ({run.run_id}); stop it first, or press Add to queue.")
+                return {}
             valid, problems, warnings = self.validate(config)
             if problems:
                 gr.Warning(f"{len(problems)} problem(s): nothing was started.")

@@ -71,6 +71,8 @@ def test_validate_imports_a_onetrainer_preset_and_converts_it(tmp_path):
 def test_set_overrides_reach_the_config(tmp_path):
     out = _run(["validate", "--config", "demo", "--set", "epochs=3", "--set", "optimizer.beta2=0.99", "--output", str(tmp_path / "c.json")], tmp_path)
     assert out.returncode == 0, out.stderr
+    # the estimate loads the model quietly: no advice to install torchvision (the README says never to) or `kernels`
+    assert "torchvision" not in out.stderr + out.stdout and "kernels" not in out.stderr + out.stdout, out.stderr
     import json
 
     data = json.loads((tmp_path / "c.json").read_text())

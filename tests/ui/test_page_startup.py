@@ -224,3 +224,18 @@ def test_start_up_size_budget(page):
     shown = [fn for fn in page.blocks.fns.values() if fn.fn is None and "otConfigLoads" in (fn.js or "")]
     assert len(page.blocks.fns) - len(server) == len(relays(page)) + len(concept_relays) + len(loaded) + len(shown)
     assert len(loaded) == 1 and len(shown) == 3  # a preset, a loaded file, an uploaded file
+
+
+def test_gradios_share_hint_is_said_this_apps_way():
+    """Gradio prints 'set `share=True` in `launch()`' at start-up, which a user of app.py cannot
+    do; the line says --share with --auth instead, and everything else passes as it is."""
+    import io
+
+    from ot_gradio.ui.launch import GRADIO_SHARE_HINT, OwnHints
+
+    out = io.StringIO()
+    stream = OwnHints(out)
+    stream.write(f"* Running on local URL:  http://127.0.0.1:7860\n* {GRADIO_SHARE_HINT}\n")
+    stream.flush()
+    assert out.getvalue() == ("* Running on local URL:  http://127.0.0.1:7860\n"
+                              "* For a share link, start with --share --auth USER:PASSWORD (a password is required).\n")
