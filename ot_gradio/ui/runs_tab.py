@@ -48,7 +48,7 @@ class RunsTab:
             self.lr_plot = gr.LinePlot(x="step", y="lr", title="Learning rate", height=240, elem_id="runs-lr-plot")
         with gr.Accordion("Log, config and output of the opened run", open=False) as self.details:
             self.log = gr.Textbox(label="Log tail", lines=8, max_lines=30, elem_id="runs-log")
-            self.config = gr.Code(language="json", label="Config", elem_id="runs-config")
+            self.config = gr.Code(language="json", label="Config", max_lines=30, elem_id="runs-config")  # scrolls: the output stays near
             with gr.Row():
                 self.load_btn = gr.Button("Load this config", visible=bool(self.load_outputs), elem_id="runs-load-config")
                 self.output = gr.DownloadButton("Download output file", visible=False, elem_id="runs-output")
@@ -88,6 +88,15 @@ class RunsTab:
         table, names = self.rows()
         kept = [s for s in (selected or []) if s in names]
         return table, gr.update(choices=names, value=kept)
+
+    def on_row(self, selected: list[str] | None, event: gr.SelectData):
+        """A click on a row of the table opens that run (first in the selection, so Compare keeps
+        the others): the table only highlighted the cell, which looked like an edit."""
+        name = str((event.row_value or [event.value])[0] or "")
+        if name not in self.rows()[1]:
+            return (gr.skip(),) * 9
+        chosen = [name] + [s for s in (selected or []) if s != name][: MAX_COMPARED - 1]
+        return (gr.update(value=chosen), *self.open(chosen))
 
     def open(self, selected: list[str] | None):
         run = self._first(selected)
@@ -163,7 +172,9 @@ class RunsTab:
         self.refresh_btn.click(self.refresh, self.selected, [self.table, self.selected])
         if self.tab is not None:  # opening the tab lists the runs as they are now
             self.tab.select(self.refresh, self.selected, [self.table, self.selected], show_progress="hidden")
-        self.open_btn.click(self.open, self.selected, [self.loss_plot, self.lr_plot, self.log, self.config, self.output_note, self.gallery, self.details, self.output])
+        opened = [self.loss_plot, self.lr_plot, self.log, self.config, self.output_note, self.gallery, self.details, self.output]
+        self.open_btn.click(self.open, self.selected, opened)
+        self.table.select(self.on_row, self.selected, [self.selected, *opened])
         self.compare_btn.click(self.compare, self.selected, [self.compare_plot, self.differing, self.gallery])
         self.delete_btn.click(self.delete, [self.selected, self.confirm], [self.message, self.table, self.selected, self.confirm])
         if self.load_outputs:

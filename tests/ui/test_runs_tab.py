@@ -79,6 +79,17 @@ def test_open_gives_float_charts_log_config_samples_and_a_confined_output(runs):
     assert button == {"__type__": "update", "value": None, "visible": False}
 
 
+def test_a_click_on_a_row_opens_that_run_first_in_the_selection(runs):
+    tab, *_ = runs
+    row = tab.rows()[0][1]  # run-one's row
+    click = gr.SelectData(tab.table, {"index": [1, 3], "value": "0:02", "row_value": row})
+    chosen, losses, *_, details, _ = tab.on_row(["run-two"], click)
+    assert chosen["value"] == ["run-one", "run-two"] and details["open"] is True  # opened; Compare keeps run-two
+    assert [s for s in losses["value"]["series"].unique()] == ["loss", "smoothed"]
+    gone = gr.SelectData(tab.table, {"index": [0, 0], "value": "deleted-run", "row_value": ["deleted-run"]})
+    assert all(isinstance(o, dict) and o.get("__type__") == "update" and len(o) == 1 for o in tab.on_row([], gone))  # skipped
+
+
 def test_compare_overlays_lists_differences_and_shows_samples_side_by_side(runs):
     tab, *_ = runs
     frame, differing, gallery = tab.compare(["run-one", "run-two"])
