@@ -47,7 +47,7 @@ from .page_limits import page_problems
 from .problems import problems_markdown, rechecked
 from .queue_panel import QueuePanel
 from .samples import SamplesTab, to_rows
-from .state import load_ui_choices, load_ui_config, save_ui_config
+from .state import UI_CONFIG, load_ui_choices, load_ui_config, save_ui_config
 from .tools_tab import ToolsContext, build_tools
 from .training_tab import lr_frame, memory_markdown
 from .uploads import DELETE_CACHE, bound_uploads
@@ -86,7 +86,9 @@ CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1
        ".ot-run-text{flex:1 1 240px!important;min-width:0!important}.ot-wrap{flex-wrap:wrap!important}"
        "#ot-run-bar-extra:empty{display:none}"
        "#ot-run-bar-extra{flex:0 0 auto!important;width:auto!important;flex-wrap:nowrap!important;align-items:center}"  # the queue's
-       "#queue-add{white-space:nowrap}#queue-length{flex:0 0 9.5em!important;width:9.5em!important;min-width:0!important;white-space:nowrap}"  # length, whole
+       "#queue-add{white-space:nowrap;background:var(--background-fill-primary)!important;"  # a button, not a label, on the grey bar
+       "border:1px solid var(--border-color-primary)!important}"
+       "#queue-add:hover{border-color:var(--color-accent)!important}#queue-length{flex:0 0 9.5em!important;width:9.5em!important;min-width:0!important;white-space:nowrap}"  # length, whole
        "#ot-run-bar [data-testid=status-tracker]{display:none!important}"
        ".ot-upload{flex-wrap:wrap!important;align-items:center}.ot-upload>#concept-upload-note{flex:1 1 280px!important;min-width:0!important}"  # no poll's timer ("0.6s") flashing in the bar's text
        "@media (max-width:600px){.gradio-container{padding:4px!important}#sample-gallery img{max-width:100%;height:auto}"
@@ -408,7 +410,9 @@ class Page(EditHandlers, ConfigFiles):
     def on_page_load(self) -> dict:
         """The saved config, and the Preset and Config file last used (a reload emptied them)."""
         choices = load_ui_choices(self.workspace)
-        preset = choices.get("preset") if choices.get("preset") in list_presets() else None
+        first = not (self.workspace / UI_CONFIG).exists()  # a first visit: the form holds the demo preset, and says so
+        preset = choices.get("preset") or ("demo" if first else None)
+        preset = preset if preset in list_presets() else None
         return {**self.populate(load_ui_config(self.workspace)), self.preset: preset, self.config_path: choices.get("config_path", "")}
 
     def validate(self, config: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], list[str]]:

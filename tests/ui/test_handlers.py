@@ -212,7 +212,8 @@ def test_a_reload_keeps_the_preset_and_the_config_file(page, tmp_path):
     """A reload emptied the Preset and Config file fields of the top bar."""
     (load,) = [fn for fn in page.blocks.fns.values() if getattr(fn.fn, "__func__", None) is Page.on_page_load]
     assert {page.preset._id, page.config_path._id} <= {o._id for o in load.outputs}
-    assert page.on_page_load()[page.preset] is None and page.on_page_load()[page.config_path] == ""
+    # a first visit: the form holds the demo preset, and the Preset field says so (it was blank)
+    assert page.on_page_load()[page.preset] == "demo" and page.on_page_load()[page.config_path] == ""
     page.on_preset("demo")
     target = tmp_path / "workspace" / "configs" / "mine.json"
     page.on_save(f" {target} ", page.on_page_load()[page.config_state])
