@@ -70,6 +70,10 @@ def find_backup(run_dirs: list[Path], dest: str) -> Path | None:
     return found
 
 
+def _same_file(a: str, b: str) -> bool:
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
 def _concept_folders(config: dict[str, Any]) -> list[str]:
     return sorted(str(c.get("path") or "") for c in config.get("concepts") or [] if isinstance(c, dict) and c.get("enabled", True))
 
@@ -108,14 +112,14 @@ def resume_from_latest_backup(run: RunState) -> Resumed | None:
             "model is saved as the backup has it. Raise Epochs to train it on")
     set_rng_state(backup.state["rng"])
     saved_to = str(old.get("output_model_destination") or "")
-    if saved_to and Path(saved_to).expanduser().resolve() != Path(run.config.output_model_destination).expanduser().resolve():  # the numbered name of an earlier start
+    if saved_to and not _same_file(saved_to, run.config.output_model_destination):  # the numbered name of an earlier start
         run.config.output_model_destination = saved_to
         run.report.warning(f"continue_last_backup: the backup's run saved to {saved_to}, so this run saves there too (not over "
                            "the file whose name the number kept free)")
-    if _concept_folders(old) != _concept_folders(run.config.model_dump(mode="json")):
+    before, now = _concept_folders(old), _concept_folders(run.config.model_dump(mode="json"))
+    if before != now:
         run.report.warning(f"continue_last_backup: the backup {_shown(found)} trained on the concept folders "
-                           f"{', '.join(_concept_folders(old)) or 'none'}; this run trains on "
-                           f"{', '.join(_concept_folders(run.config.model_dump(mode='json'))) or 'none'}")
+                           f"{', '.join(before) or 'none'}; this run trains on {', '.join(now) or 'none'}")
     run.report.status("training", f"continuing from backup {found.name} (run {found.parent.parent.name}) at step "
                                   f"{backup.counters.global_step}")
     return Resumed(backup.counters, ema)
