@@ -48,7 +48,7 @@ def status_markdown(state: RunState | None) -> str:
         if rate is not None:
             lines.append(f"{rate} it/s" + (f" · ETA {eta:.0f} s" if eta is not None else ""))
     if state.losses:
-        lines.append(f"loss {state.losses[-1][1]:.4f}")
+        lines.append(f"loss {state.losses[-1][1]:.4f} (last step; the bar above shows it smoothed)")
     if state.saved:
         lines.append(f"saved: `{state.saved[-1]}`")
     if state.embedding_files:

@@ -84,7 +84,8 @@ class SampleTool:
             self.sampler = gr.Dropdown([s.value for s in NoiseScheduler], value=NoiseScheduler.DDIM.value, label="Sampler",
                                        elem_id="tool-sample-sampler")
         self.generate = gr.Button("Generate", variant="primary", elem_id="tool-sample-generate")
-        self.gallery = gr.Gallery(interactive=False, label="Images", columns=4, elem_id="tool-sample-gallery")
+        self.gallery = gr.Gallery(interactive=False, label="Images", columns=4, object_fit="scale-down",  # whole, not cropped
+                                  elem_id="tool-sample-gallery")
         self.panel = JobPanel(ctx.jobs, "tool-sample", self.render_result, [self.gallery])
         self.inputs = {ctx.config_state, self.model_type, self.base_model, self.lora, self.lora_weight, self.embedding, self.token,
                        self.run, self.prompts, self.negative, self.control, self.width, self.height, self.steps, self.cfg, self.seed, self.sampler}
