@@ -31,9 +31,15 @@ def is_web_address(value: str) -> bool:
     return str(value or "").strip().lower().startswith(("http://", "https://"))
 
 
+def downloads_file(value: str) -> bool:
+    """`value` is an address of one file that downloads: a Hugging Face file's, or a Civitai
+    model's (a LoRA, an embedding: config/civitai.py)."""
+    from .civitai import civitai_address  # noqa: PLC0415
+
+    return hub_file_address(value) is not None or civitai_address(value) is not None
+
+
 def downloads_model(value: str) -> bool:
     """`value` is an address of a model that downloads: a Hugging Face file or repo page address,
     or a Civitai model's (config/civitai.py)."""
-    from .civitai import civitai_address  # noqa: PLC0415
-
-    return hub_file_address(value) is not None or hub_repo_address(value) is not None or civitai_address(value) is not None
+    return downloads_file(value) or hub_repo_address(value) is not None

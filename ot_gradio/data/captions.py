@@ -49,3 +49,12 @@ def pick_line(captions: tuple[str, ...], rng: random.Random) -> str:
     if not captions:
         return ""
     return captions[rng.randrange(len(captions))] if len(captions) > 1 else captions[0]
+
+
+def beside_concept(value: str, folder: Path | None) -> Path:
+    """A file a concept names (its prompt file, its special tags file) as a run reads it: as
+    given, else, for a relative name that is not there, inside the concept folder."""
+    path = Path(str(value).strip()).expanduser()
+    if folder is not None and not path.is_absolute() and not path.exists() and (folder / path).exists():
+        return folder / path
+    return path

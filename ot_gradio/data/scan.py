@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.media_files import UNREAD_IMAGE_EXTENSIONS
-from .captions import read_captions
+from .captions import beside_concept, read_captions
 from .errors import DataError
 from .images import (
     CONDLABEL_SUFFIX,
@@ -150,9 +150,7 @@ def _resolve_prompt_file(concept: object, folder: Path) -> Path:
     label = concept_label(concept)
     if not raw:
         raise DataError(f"Concept '{label}': prompt source is 'concept' but no prompt file is set")
-    path = Path(raw).expanduser()
-    if not path.is_absolute() and not path.exists() and (folder / path).exists():
-        path = folder / path
+    path = beside_concept(raw, folder)
     if not path.is_file():
         raise DataError(f"Concept '{label}': prompt file '{raw}' does not exist")
     return path

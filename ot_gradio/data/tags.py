@@ -20,7 +20,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .captions import read_text
+from .captions import beside_concept, read_text
 from .errors import DataError
 from .seeding import Streams
 
@@ -50,9 +50,7 @@ def special_tag_list(value: str, delimiter: str, folder: Path | None = None) -> 
     inside the concept folder."""
     value = value.strip()
     if value.lower().endswith((".txt", ".csv")):
-        path = Path(value).expanduser()
-        if not path.is_file() and folder is not None and not path.is_absolute() and (folder / path).is_file():
-            path = folder / path
+        path = beside_concept(value, folder)
         if not path.is_file():
             raise DataError(f"special tags file '{value}' does not exist")
         text, _ = read_text(path)

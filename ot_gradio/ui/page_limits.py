@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..data.captions import beside_concept
 from .paths import PathRefused, check
 
 SCHEDULER_MODULES = ("torch.optim.lr_scheduler", "transformers.optimization", "transformers", "diffusers.optimization")
@@ -51,13 +52,13 @@ def page_problems(config: dict[str, Any], roots: list[Path]) -> list[str]:
         text = (concept or {}).get("text") or {}
         folder = Path(str(concept.get("path") or "")).expanduser()
         if str(text.get("prompt_source") or "") == "concept" and (prompt := str(text.get("prompt_path") or "").strip()):
-            if problem := _outside(_beside(prompt, folder), roots):
+            if problem := _outside(str(beside_concept(prompt, folder)), roots):
                 out.append(f"concepts[{i}].text.prompt_path: {problem}")
         if config.get("debug_mode") and concept.get("enabled", True) and str(concept.get("path") or "").strip() and (
                 problem := _outside(str(concept["path"]), roots)):
             out.append(f"concepts[{i}].path: with debug mode on (it writes the images it trains on beside the run), {problem}")
         special = str(text.get("tag_dropout_special_tags") or "").strip()
-        if special.lower().endswith((".txt", ".csv")) and (problem := _outside(_beside(special, folder), roots)):
+        if special.lower().endswith((".txt", ".csv")) and (problem := _outside(str(beside_concept(special, folder)), roots)):
             out.append(f"concepts[{i}].text.tag_dropout_special_tags: {problem}")
     for i, sample in enumerate(config.get("samples") or []):
         for field in SAMPLE_FILES:
@@ -65,14 +66,6 @@ def page_problems(config: dict[str, Any], roots: list[Path]) -> list[str]:
             if value and (problem := _outside(value, roots)):
                 out.append(f"samples[{i}].{field}: {problem}")
     return out
-
-
-def _beside(value: str, folder: Path) -> str:
-    """A relative file name as a run reads it: as given, else inside the concept folder (data/scan.py, data/tags.py)."""
-    path = Path(value).expanduser()
-    if not path.is_absolute() and not path.exists() and (folder / path).exists():
-        return str(folder / path)
-    return value
 
 
 def _outside(value: str, roots: list[Path]) -> str | None:

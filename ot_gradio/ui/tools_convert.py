@@ -8,9 +8,8 @@ from typing import Any
 
 import gradio as gr
 
-from ..config.civitai import civitai_address
 from ..config.families import implemented_model_types
-from ..config.hub_files import downloads_model, hub_file_address
+from ..config.hub_files import downloads_file, downloads_model
 from .job_panel import JobPanel
 from .tools_tab import ToolInputError
 
@@ -129,7 +128,7 @@ class ConvertTool:
         """A file or folder inside the page's folders; or, where allowed, a model that downloads
         (`hub_id_ok`) or a LoRA's Hugging Face file or Civitai address (`lora_ok`), fetched by the job."""
         value = str(value or "").strip()
-        if lora_ok and (hub_file_address(value) is not None or civitai_address(value) is not None):
+        if lora_ok and downloads_file(value):
             return value
         try:
             return str(self.ctx.file(field, value, config))

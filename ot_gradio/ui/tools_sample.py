@@ -10,10 +10,9 @@ from typing import Any
 
 import gradio as gr
 
-from ..config.civitai import civitai_address
 from ..config.enums import NoiseScheduler
 from ..config.families import family_info, implemented_model_types
-from ..config.hub_files import downloads_model, hub_file_address
+from ..config.hub_files import downloads_file, downloads_model
 from ..fsutil import BACKUP_MARKER
 from ..runner.rundir import list_runs
 from .job_panel import JobPanel
@@ -125,12 +124,10 @@ class SampleTool:
         else:
             params["base_model"] = base if is_model_id(base) else str(self.ctx.file("Base model", base, config))
         if lora:
-            downloads = hub_file_address(lora) is not None or civitai_address(lora) is not None  # fetched by the job
-            params["lora"] = lora if downloads else str(self.ctx.file("LoRA file", lora, config))
+            params["lora"] = lora if downloads_file(lora) else str(self.ctx.file("LoRA file", lora, config))
             params["lora_weight"] = self._number(values.get(self.lora_weight), "LoRA weight", float, 1.0)
         if embedding:
-            downloads = hub_file_address(embedding) is not None or civitai_address(embedding) is not None  # fetched by the job
-            params["embedding"] = embedding if downloads else str(self.ctx.file("Embedding file", embedding, config))
+            params["embedding"] = embedding if downloads_file(embedding) else str(self.ctx.file("Embedding file", embedding, config))
             params["embedding_token"] = str(values.get(self.token) or "").strip()
         lines = [line.strip() for line in str(values.get(self.prompts) or "").splitlines() if line.strip()]
         if not lines:
