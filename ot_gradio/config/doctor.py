@@ -13,8 +13,6 @@ from .base_model_match import base_model_mismatch
 from .catalogue import offered
 from .devices import parse_device_indexes, temp_device_problem
 from .enums import (
-    DIFFUSERS_LORA_FORMATS,
-    KOHYA_LORA_FORMATS,
     LORA_FORMATS,
     DataType,
     LearningRateScaler,
@@ -34,6 +32,7 @@ from .families import (
     family_info,
     implemented_model_types,
     is_flow_matching,
+    lora_layout,
     supports,
     trainable_parts,
 )
@@ -309,10 +308,12 @@ def output_format_problems(config: Any) -> list[str]:
     """A training method with an output format it does not write: refused before the model loads
     (the method's own check would stop the run only after loading it)."""
     fmt, method = config.output_model_format, config.training_method
-    if method == TrainingMethod.LORA and fmt not in KOHYA_LORA_FORMATS | DIFFUSERS_LORA_FORMATS:
+    layout = lora_layout(config.model_type, fmt)
+    if method == TrainingMethod.LORA and layout is None:
         return [f"output_model_format: LoRA training writes KOHYA_LORA or COMFY_LORA (A1111, ComfyUI, Forge) or "
-                f"SAFETENSORS / DIFFUSERS_LORA (diffusers keys), not {fmt.value}; choose one of those."]
-    if (method == TrainingMethod.LORA and fmt in DIFFUSERS_LORA_FORMATS and config.lokr_weight_decompose
+                f"DIFFUSERS_LORA (diffusers keys) or SAFETENSORS (kohya keys for SD 1.x/2.x/SDXL, diffusers keys otherwise), "
+                f"not {fmt.value}; choose one of those."]
+    if (method == TrainingMethod.LORA and layout == "diffusers" and config.lokr_weight_decompose
             and str(getattr(config.peft_type, "value", config.peft_type)) == "LOKR"):
         return [f"output_model_format: {fmt.value} writes diffusers/PEFT keys, and peft's LoKr layers have no DoRA; save as "
                 "KOHYA_LORA (LyCORIS keys with dora_scale), or turn lokr_weight_decompose off"]
@@ -333,7 +334,7 @@ def lora_reader_problems(config: Any) -> list[str]:
     `lora_unread`): refused before the run rather than trained and silently dropped on load."""
     info = family_info(config.model_type)
     fmt = ModelFormat(config.output_model_format)
-    layout = "kohya" if fmt in KOHYA_LORA_FORMATS else "diffusers" if fmt in DIFFUSERS_LORA_FORMATS else None
+    layout = lora_layout(config.model_type, fmt)
     if info is None or config.training_method != TrainingMethod.LORA or layout is None:
         return []
     out = []
@@ -373,9 +374,13 @@ def comfy_gap_warnings(config: Any) -> list[str]:
     (diffusers loads them): said once, with the format that loads every layer in ComfyUI."""
     gap = DIFFUSERS_LORA_COMFY_GAPS.get(config.model_type)
     if (gap is None or config.training_method != TrainingMethod.LORA
-            or ModelFormat(config.output_model_format) not in DIFFUSERS_LORA_FORMATS
+            or lora_layout(config.model_type, config.output_model_format) != "diffusers"
             or config.layer_filter_preset not in gap[1]):
         return []
+    if family_info(config.model_type).safetensors_lora == "kohya":  # SD 1.x/2.x, SDXL
+        return [f"Model → Output format {ModelFormat(config.output_model_format).value}: diffusers keys load in diffusers only: "
+                f"ComfyUI skips {config.model_type.value}'s {gap[0]} layers in them, and A1111 and Forge load none; to use "
+                "this LoRA there, save it as SAFETENSORS or KOHYA_LORA (kohya keys, which diffusers loads too)."]
     return [f"Model → Output format {ModelFormat(config.output_model_format).value}: ComfyUI skips {config.model_type.value}'s "
             f"{gap[0]} layers in a diffusers-format LoRA (diffusers loads them); to use this LoRA in ComfyUI, "
             f"save it as COMFY_LORA, which ComfyUI loads whole."]
@@ -385,7 +390,7 @@ def kohya_unread_warnings(config: Any) -> list[str]:
     """A kohya-layout LoRA of a family whose kohya file no other program loads (our own tools
     still read and convert it)."""
     why = KOHYA_LORA_UNREAD.get(config.model_type)
-    if not why or config.training_method != TrainingMethod.LORA or ModelFormat(config.output_model_format) not in KOHYA_LORA_FORMATS:
+    if not why or config.training_method != TrainingMethod.LORA or lora_layout(config.model_type, config.output_model_format) != "kohya":
         return []
     return [f"Model → Output format {ModelFormat(config.output_model_format).value}: {why}; choose DIFFUSERS_LORA "
             f"(or convert the file afterwards with the convert tool)."]
@@ -430,12 +435,13 @@ def dora_format_problem(config: Any) -> str | None:
         and config.lora_decompose
         and config.lora_decompose_output_axis
         and str(getattr(config.peft_type, "value", config.peft_type)) == "LORA"
-        and ModelFormat(config.output_model_format) in KOHYA_LORA_FORMATS
+        and lora_layout(config.model_type, config.output_model_format) == "kohya"
     ):
-        return ("lora_decompose_output_axis: DoRA on the output axis saved as KOHYA_LORA loads in ComfyUI, A1111 and Forge "
-                "differently from how it trained; save it as SAFETENSORS (diffusers/PEFT keys, which diffusers' "
-                "load_lora_weights applies as trained), or turn lora_decompose_output_axis off for a KOHYA_LORA file "
-                "(input-axis DoRA, OneTrainer's default, which those loaders read)")
+        return (f"lora_decompose_output_axis: DoRA on the output axis saved as {ModelFormat(config.output_model_format).value} "
+                "(kohya keys) loads in ComfyUI, A1111 and Forge differently from how it trained; save it as DIFFUSERS_LORA "
+                "(diffusers/PEFT keys, which diffusers' load_lora_weights applies as trained), or turn "
+                "lora_decompose_output_axis off for a kohya-key file (input-axis DoRA, OneTrainer's default, which those "
+                "loaders read)")
     return None
 
 
@@ -447,7 +453,7 @@ def fused_lora_problem(config: Any) -> str | None:
     info = family_info(config.model_type)
     kind = str(getattr(config.peft_type, "value", config.peft_type))
     if (info is None or not info.lora_fused_qkv or config.training_method != TrainingMethod.LORA
-            or ModelFormat(config.output_model_format) not in KOHYA_LORA_FORMATS or (kind == "LORA" and not config.lora_decompose)):
+            or lora_layout(config.model_type, config.output_model_format) != "kohya" or (kind == "LORA" and not config.lora_decompose)):
         return None
     what = "DoRA (lora_decompose)" if kind == "LORA" else kind
     return (f"peft_type: {ModelFormat(config.output_model_format).value} writes {ModelType(config.model_type).value}'s q, k and v "
@@ -461,7 +467,7 @@ def diffusers_text_encoder_problems(config: Any) -> list[str]:
     model_type = ModelType(config.model_type)
     info, loader = family_info(model_type), DIFFUSERS_LORA_TEXT_ENCODERS.get(model_type)
     if (config.training_method != TrainingMethod.LORA or info is None or loader is None
-            or ModelFormat(config.output_model_format) not in DIFFUSERS_LORA_FORMATS):
+            or lora_layout(model_type, config.output_model_format) != "diffusers"):
         return []
     pipeline, loadable = loader
     names = dict(zip(info.text_encoders, TEXT_ENCODER_NAMES.get(model_type, ()), strict=False))

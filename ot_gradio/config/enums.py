@@ -115,11 +115,12 @@ LORA_FORMATS = frozenset({
     ModelFormat.KOHYA_LORA, ModelFormat.SAFETENSORS, ModelFormat.COMFY_LORA,
     ModelFormat.DIFFUSERS_LORA, ModelFormat.ORIGINAL_LORA, ModelFormat.LEGACY_LORA,
 })
-# The LoRA formats the trainer writes, by key layout: kohya names (lora_unet_..., lora_te_...; what
-# A1111, ComfyUI and Forge read; OneTrainer's COMFY_LORA is this layout) or diffusers/PEFT names
-# (what a pipeline's load_lora_weights reads; OneTrainer's DIFFUSERS_LORA).
+# The LoRA formats the trainer writes in one key layout whatever the family: kohya names (lora_unet_...,
+# lora_te_...; what A1111, ComfyUI and Forge read; OneTrainer's COMFY_LORA is this layout) or
+# diffusers/PEFT names (what a pipeline's load_lora_weights reads). SAFETENSORS takes the family's
+# layout (config/families.lora_layout).
 KOHYA_LORA_FORMATS = frozenset({ModelFormat.KOHYA_LORA, ModelFormat.COMFY_LORA})
-DIFFUSERS_LORA_FORMATS = frozenset({ModelFormat.SAFETENSORS, ModelFormat.DIFFUSERS_LORA})
+DIFFUSERS_LORA_FORMATS = frozenset({ModelFormat.DIFFUSERS_LORA})
 
 
 class GradientCheckpointing(StrEnum):

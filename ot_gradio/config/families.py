@@ -7,6 +7,7 @@ classes read the same descriptions (models/registry.register_family), so a fact 
 
 from __future__ import annotations
 
+from .enums import DIFFUSERS_LORA_FORMATS, KOHYA_LORA_FORMATS, ModelFormat
 from .enums import ModelType as M
 from .enums import TrainingMethod as T
 from .family_info import ALL_METHODS, FamilyInfo, collect
@@ -56,6 +57,20 @@ def implemented_model_types() -> tuple[M, ...]:
 def supports(model_type: M | str, method: T | str) -> bool:
     info = family_info(model_type)
     return bool(info and info.implemented and T(method) in info.methods and T(method) in IMPLEMENTED_METHODS)
+
+
+def lora_layout(model_type: M | str, fmt: ModelFormat | str) -> str | None:
+    """The key layout of a LoRA saved as `fmt`: "kohya", "diffusers", or None (a format no LoRA is
+    written in). SAFETENSORS takes the family's layout (FamilyInfo.safetensors_lora)."""
+    fmt = ModelFormat(fmt)
+    if fmt in KOHYA_LORA_FORMATS:
+        return "kohya"
+    if fmt in DIFFUSERS_LORA_FORMATS:
+        return "diffusers"
+    if fmt == ModelFormat.SAFETENSORS:
+        info = family_info(model_type)
+        return info.safetensors_lora if info else "diffusers"
+    return None
 
 
 def trainable_parts(model_type: M | str) -> tuple[str, ...]:

@@ -42,15 +42,16 @@ def module_names(model: Any) -> dict[str, dict[str, str]]:
 
 def check_lora_output(config: Any) -> None:
     """A T5 LoRA saved with diffusers keys would be dropped by the pipeline's loader: refused."""
-    from ot_gradio.config.enums import DIFFUSERS_LORA_FORMATS, ModelFormat, TrainingMethod
+    from ot_gradio.config.enums import ModelFormat, TrainingMethod
+    from ot_gradio.config.families import lora_layout
 
     if (
         TrainingMethod(config.training_method) == TrainingMethod.LORA
         and config.text_encoder_3.train
-        and ModelFormat(config.output_model_format) in DIFFUSERS_LORA_FORMATS
+        and lora_layout(config.model_type, config.output_model_format) == "diffusers"
     ):
         raise ValueError(
-            "text_encoder_3.train: a T5 LoRA cannot be saved as SAFETENSORS (diffusers keys): StableDiffusion3Pipeline "
+            f"text_encoder_3.train: a T5 LoRA cannot be saved as {ModelFormat(config.output_model_format).value} (diffusers keys): StableDiffusion3Pipeline "
             "loads LoRA into the transformer and the two CLIP encoders only; save as KOHYA_LORA (OneTrainer's layout, "
             "which ComfyUI reads) or turn off training text encoder 3"
         )

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from ..config.doctor import dora_format_problem, fused_lora_problem, lora_reader_problems
-from ..config.enums import DIFFUSERS_LORA_FORMATS, KOHYA_LORA_FORMATS, ModelFormat, TrainingMethod
+from ..config.enums import ModelFormat, TrainingMethod
+from ..config.families import lora_layout
 from ..config.parts import learning_rate_or_base
 from .device import output_dtype
 from .embedding_method import save_embedding_files
@@ -26,17 +27,19 @@ from .output_metadata import largest_resolution, model_metadata
 from .param_groups import ParamGroup
 from .start_files import start_lora_file
 
-FORMATS = {fmt: KOHYA for fmt in KOHYA_LORA_FORMATS} | {fmt: DIFFUSERS for fmt in DIFFUSERS_LORA_FORMATS}
+FORMATS = {"kohya": KOHYA, "diffusers": DIFFUSERS}
 
 
-def lora_file_format(fmt: ModelFormat) -> str:
-    try:
-        return FORMATS[ModelFormat(fmt)]
-    except KeyError:
+def lora_file_format(config: Any) -> str:
+    """The key layout the config's LoRA file is written in (lora_format.KOHYA or DIFFUSERS)."""
+    layout = lora_layout(config.model_type, config.output_model_format)
+    if layout is None:
         raise ValueError(
-            f"output_model_format: {fmt} is not a LoRA format the trainer writes; use KOHYA_LORA or COMFY_LORA (kohya keys: "
-            "ComfyUI; A1111, Forge and diffusers for SD 1.x/2.x/SDXL) or SAFETENSORS / DIFFUSERS_LORA (diffusers/PEFT keys)"
-        ) from None
+            f"output_model_format: {ModelFormat(config.output_model_format).value} is not a LoRA format the trainer writes; "
+            "use KOHYA_LORA or COMFY_LORA (kohya keys: ComfyUI; A1111, Forge and diffusers for SD 1.x/2.x/SDXL), "
+            "DIFFUSERS_LORA (diffusers/PEFT keys) or SAFETENSORS (kohya keys for SD 1.x/2.x/SDXL, diffusers keys otherwise)"
+        )
+    return FORMATS[layout]
 
 
 def trainable_parts(model: Any) -> tuple[str, ...]:
@@ -58,7 +61,7 @@ def lora_kind(model: Any, part: str) -> str:
 class LoraMethod(EmbeddingSupport):
     def setup(self, model: Any, config: Any, device: torch.device) -> list[ParamGroup]:
         spec = AdapterSpec.from_config(config)  # bad settings fail before any training
-        check_output_format(spec, lora_file_format(config.output_model_format) == DIFFUSERS)
+        check_output_format(spec, lora_file_format(config) == DIFFUSERS)
         problems = [p for p in (dora_format_problem(config), fused_lora_problem(config), *lora_reader_problems(config)) if p]
         if problems:
             raise ValueError(problems[0])
@@ -140,7 +143,7 @@ class LoraMethod(EmbeddingSupport):
         bundle = config.bundle_additional_embeddings and self.additional
         # bundled or not, each embedding is also its own file (the only form ComfyUI reads)
         save_embedding_files(self, model, config, path, dtype, steps=steps, epoch=epoch)
-        fmt = lora_file_format(config.output_model_format)
+        fmt = lora_file_format(config)
         header = model_metadata(
             config, model, kind="lora", title=Path(path).stem, steps=steps, epoch=epoch,
             trigger_phrases=[e.placeholder for e in self.additional], diffusers_layout=fmt == DIFFUSERS,

@@ -549,12 +549,12 @@ def check_output_format(spec: AdapterSpec, diffusers_keys: bool) -> None:
     """Input-axis DoRA has no diffusers/PEFT form (peft decomposes on the output axis)."""
     if diffusers_keys and spec.peft_type == LOKR and spec.lokr_decompose:
         raise ValueError(
-            "output_model_format: SAFETENSORS writes diffusers/PEFT keys, and peft's LoKr layers have no DoRA; save as "
+            "output_model_format: this format writes diffusers/PEFT keys, and peft's LoKr layers have no DoRA; save as "
             "KOHYA_LORA (LyCORIS keys with dora_scale), or turn lokr_weight_decompose off"
         )
     if diffusers_keys and _dora_wanted(spec) == "input":
         raise ValueError(
-            "output_model_format: SAFETENSORS writes diffusers/PEFT keys, and peft/diffusers take DoRA's norm on the "
+            "output_model_format: this format writes diffusers/PEFT keys, and peft/diffusers take DoRA's norm on the "
             "output axis; turn lora_decompose_output_axis on, or save as KOHYA_LORA (A1111, ComfyUI, Forge)"
         )
 

@@ -132,7 +132,8 @@ def test_lora_with_a_whole_model_format():
     config.output_model_format = ModelFormat.DIFFUSERS
     assert not any("DIFFUSERS" in w for w in check(config))  # not a warning: the run cannot start with it
     assert errors(config) == ["output_model_format: LoRA training writes KOHYA_LORA or COMFY_LORA (A1111, ComfyUI, Forge) or "
-                              "SAFETENSORS / DIFFUSERS_LORA (diffusers keys), not DIFFUSERS; choose one of those."]
+                              "DIFFUSERS_LORA (diffusers keys) or SAFETENSORS (kohya keys for SD 1.x/2.x/SDXL, diffusers keys "
+                              "otherwise), not DIFFUSERS; choose one of those."]
 
 
 def test_embedding_samples_without_placeholder():

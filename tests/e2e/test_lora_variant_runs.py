@@ -50,7 +50,7 @@ def _variant_run(lora_config, tmp_path, **options):
 
 def test_dora_with_peft_keys_loads_in_diffusers(lora_config, tiny_model, tmp_path):
     out, sample = _variant_run(
-        lora_config, tmp_path, lora_decompose=True, lora_decompose_output_axis=True, output_model_format="SAFETENSORS"
+        lora_config, tmp_path, lora_decompose=True, lora_decompose_output_axis=True, output_model_format="DIFFUSERS_LORA"
     )
     tensors = load_file(str(out))
     magnitudes = {k: v for k, v in tensors.items() if k.endswith(".lora_magnitude_vector.weight")}
@@ -157,7 +157,7 @@ def test_resume_from_backup_and_continue_from_the_file(lora_config, tmp_path, op
 @pytest.mark.parametrize(
     ("options", "field"),
     [
-        ({"lora_decompose": True, "output_model_format": "SAFETENSORS"}, "output_model_format"),
+        ({"lora_decompose": True, "output_model_format": "DIFFUSERS_LORA"}, "output_model_format"),
         ({"peft_type": "LOHA", "dropout_probability": 0.1}, "dropout_probability"),
         ({"peft_type": "OFT_2", "lora_decompose": True}, "lora_decompose"),
     ],

@@ -391,8 +391,8 @@ def test_new_families_convert_checkpoints_and_lora_keys(model_type, tmp_path):
 
     # PixArt's T5 LoRA has no diffusers-layout reader, so it is refused in that layout (config/doctor.py)
     frozen_t5 = {"text_encoder": {"train": False}} if model_type == "PIXART_SIGMA" else {}
-    files = random_lora_files(model_type, base, ("KOHYA_LORA", "SAFETENSORS"), tmp_path, **frozen_t5)
-    for source, target, to in (("KOHYA_LORA", "SAFETENSORS", "diffusers"), ("SAFETENSORS", "KOHYA_LORA", "kohya")):
+    files = random_lora_files(model_type, base, ("KOHYA_LORA", "DIFFUSERS_LORA"), tmp_path, **frozen_t5)
+    for source, target, to in (("KOHYA_LORA", "DIFFUSERS_LORA", "diffusers"), ("DIFFUSERS_LORA", "KOHYA_LORA", "kohya")):
         out = run_inline("convert", {"operation": "lora", "model_type": model_type, "input": str(files[source]), "base": str(base),
                                      "output": str(tmp_path / f"to-{to}.safetensors"), "to": to})
         _assert_equal(_tensors(out["output"]), _tensors(files[target]))

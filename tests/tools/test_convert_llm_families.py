@@ -44,9 +44,9 @@ def test_llm_encoder_families_convert_checkpoints_and_lora_keys(model_type, tmp_
         run_inline("convert", back)
         _same(_transformer(tmp_path / "back"), _transformer(base))
 
-    files = random_lora_files(model_type, base, ("KOHYA_LORA", "SAFETENSORS"), tmp_path, layer_filter_preset="full",
+    files = random_lora_files(model_type, base, ("KOHYA_LORA", "DIFFUSERS_LORA"), tmp_path, layer_filter_preset="full",
                               text_encoder={"train": False})
-    for source, target, to in (("KOHYA_LORA", "SAFETENSORS", "diffusers"), ("SAFETENSORS", "KOHYA_LORA", "kohya")):
+    for source, target, to in (("KOHYA_LORA", "DIFFUSERS_LORA", "diffusers"), ("DIFFUSERS_LORA", "KOHYA_LORA", "kohya")):
         out = run_inline("convert", {"operation": "lora", "model_type": model_type, "input": str(files[source]), "base": str(base),
                                      "output": str(tmp_path / f"to-{to}.safetensors"), "to": to})
         _same(load_file(out["output"]), load_file(str(files[target])))

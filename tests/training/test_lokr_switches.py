@@ -215,7 +215,7 @@ def test_the_doctor_names_what_loaders_do_with_lokr_dora():
     def config(**options):
         return TrainConfig(training_method="LORA", peft_type="LOKR", lokr_weight_decompose=True, **options)
 
-    assert any(e.startswith("output_model_format: SAFETENSORS") for e in errors(config(output_model_format="SAFETENSORS")))
+    assert any(e.startswith("output_model_format: DIFFUSERS_LORA") for e in errors(config(output_model_format="DIFFUSERS_LORA")))
     assert not any(e.startswith("output_model_format") for e in errors(config(output_model_format="KOHYA_LORA")))
     said = [w for w in check(config(output_model_format="KOHYA_LORA")) if w.startswith("lokr_dora_on_output")]
     assert len(said) == 1 and "ComfyUI" in said[0]

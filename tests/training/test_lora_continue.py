@@ -21,13 +21,13 @@ def files(tmp_path_factory):
     """A LoRA of the tiny SD 1.5 on its attention layers alone (UNet and CLIP), weights off zero,
     with diffusers/PEFT keys and with kohya's (what Civitai's files mostly have)."""
     base = resolve_tiny("tiny:sd15").diffusers_dir
-    return base, random_lora_files(SD15, base, ("SAFETENSORS", "KOHYA_LORA"), tmp_path_factory.mktemp("lora"),
+    return base, random_lora_files(SD15, base, ("DIFFUSERS_LORA", "KOHYA_LORA"), tmp_path_factory.mktemp("lora"),
                                    layer_filter_preset="attn-only")
 
 
 @pytest.fixture
 def attn_only(files):
-    return files[0], files[1]["SAFETENSORS"]
+    return files[0], files[1]["DIFFUSERS_LORA"]
 
 
 def _setup(base, start, **options):
@@ -37,7 +37,7 @@ def _setup(base, start, **options):
     return config, model, method, method.setup(model, config, torch.device("cpu"))
 
 
-@pytest.mark.parametrize(("preset", "keys"), [("full", "SAFETENSORS"), ("attn-mlp", "KOHYA_LORA")])
+@pytest.mark.parametrize(("preset", "keys"), [("full", "DIFFUSERS_LORA"), ("attn-mlp", "KOHYA_LORA")])
 def test_a_lora_continues_on_its_own_layers_whatever_the_preset(files, tmp_path, preset, keys):
     base, start = files[0], files[1][keys]
     config, model, method, groups = _setup(base, start, layer_filter_preset=preset, lora_rank=16, output_model_format=keys)
@@ -51,7 +51,7 @@ def test_a_lora_continues_on_its_own_layers_whatever_the_preset(files, tmp_path,
 
 def test_a_part_not_trained_keeps_the_files_layers_frozen(attn_only, tmp_path):
     base, start = attn_only
-    config, model, method, groups = _setup(base, start, text_encoder={"train": False})
+    config, model, method, groups = _setup(base, start, text_encoder={"train": False}, output_model_format="DIFFUSERS_LORA")
     assert [g.name for g in groups] == ["unet"]
     te_lora = [p for n, p in model.text_encoder.named_parameters() if "lora_" in n]
     assert te_lora and not any(p.requires_grad for p in te_lora)

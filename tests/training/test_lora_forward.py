@@ -491,7 +491,7 @@ def test_a_training_run_with_the_weights_cast_once_trains_as_one_without(tiny_mo
     assert ups and sum(bool(weights[k].abs().max() > 0) for k in ups) > 0.9 * len(ups)  # up weights start at zero: trained
     # AdamW's first steps move a weight by about the learning rate whatever its gradient's size, so
     # a rounding flip of a tiny gradient shows: compared over all the trained weights together
-    for kind in ("lora_A", "lora_B"):
+    for kind in ("lora_down", "lora_up"):  # SAFETENSORS, the default: kohya keys for SD 1.5
         keys = [k for k in weights if kind in k]
         diff = sum(float((weights[k].float() - ref_weights[k].float()).square().sum()) for k in keys) ** 0.5
         size = sum(float(ref_weights[k].float().square().sum()) for k in keys) ** 0.5

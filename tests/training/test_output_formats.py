@@ -1,5 +1,7 @@
 """Output format names as OneTrainer's configs write them map to the files the trainer writes."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from ot_gradio.config.enums import ModelFormat
@@ -8,15 +10,21 @@ from ot_gradio.training.lora_format import DIFFUSERS, KOHYA
 from ot_gradio.training.lora_method import lora_file_format
 
 
-@pytest.mark.parametrize(("fmt", "layout"), [("KOHYA_LORA", KOHYA), ("COMFY_LORA", KOHYA), ("SAFETENSORS", DIFFUSERS),
-                                             ("DIFFUSERS_LORA", DIFFUSERS)])
-def test_lora_formats(fmt, layout):
-    assert lora_file_format(ModelFormat(fmt)) == layout
+@pytest.mark.parametrize(("model_type", "fmt", "layout"), [
+    ("FLUX_DEV_1", "KOHYA_LORA", KOHYA), ("FLUX_DEV_1", "COMFY_LORA", KOHYA), ("FLUX_DEV_1", "DIFFUSERS_LORA", DIFFUSERS),
+    # SAFETENSORS is the family's usual layout: kohya keys where A1111 and Forge read nothing else, as
+    # OneTrainer's SAFETENSORS LoRA of SD 1.x/2.x/SDXL; diffusers keys for the rest
+    ("FLUX_DEV_1", "SAFETENSORS", DIFFUSERS), ("STABLE_DIFFUSION_15", "SAFETENSORS", KOHYA),
+    ("STABLE_DIFFUSION_21", "SAFETENSORS", KOHYA), ("STABLE_DIFFUSION_XL_10_BASE", "SAFETENSORS", KOHYA),
+    ("STABLE_DIFFUSION_XL_10_BASE_INPAINTING", "SAFETENSORS", KOHYA), ("STABLE_DIFFUSION_15", "DIFFUSERS_LORA", DIFFUSERS),
+])
+def test_lora_formats(model_type, fmt, layout):
+    assert lora_file_format(SimpleNamespace(model_type=model_type, output_model_format=ModelFormat(fmt))) == layout
 
 
 def test_lora_formats_not_written_are_refused_by_name():
     with pytest.raises(ValueError, match="output_model_format: .*ORIGINAL_LORA.* KOHYA_LORA or COMFY_LORA"):
-        lora_file_format(ModelFormat.ORIGINAL_LORA)
+        lora_file_format(SimpleNamespace(model_type="STABLE_DIFFUSION_15", output_model_format=ModelFormat.ORIGINAL_LORA))
 
 
 def test_transformer_only_files_need_a_family_that_writes_them():
@@ -30,3 +38,25 @@ def test_transformer_only_files_need_a_family_that_writes_them():
             check_finetune_format(fmt, sd15)
     with pytest.raises(ValueError, match="not a whole-model format"):
         check_finetune_format(ModelFormat.KOHYA_LORA, pixart)
+
+
+@pytest.mark.parametrize(("model_type", "tiny", "prefixes"), [
+    ("STABLE_DIFFUSION_15", "tiny:sd15", ("lora_unet_", "lora_te_")),
+    ("STABLE_DIFFUSION_XL_10_BASE", "tiny:sdxl", ("lora_unet_", "lora_te1_", "lora_te2_")),
+])
+def test_an_sd_lora_saved_as_safetensors_is_the_kohya_file(model_type, tiny, prefixes, tmp_path):
+    """A OneTrainer config's SAFETENSORS (its default) on SD 1.5 / SDXL writes what OneTrainer's
+    does: kohya names, the file A1111 and Forge load (they read no diffusers names); the same bytes
+    as KOHYA_LORA, and not DIFFUSERS_LORA's keys."""
+    import torch
+    from safetensors.torch import load_file
+
+    from ot_gradio.models.tiny import resolve_tiny
+    from tests.tools.lora_files import random_lora_files
+
+    files = random_lora_files(model_type, resolve_tiny(tiny).diffusers_dir, ("SAFETENSORS", "KOHYA_LORA", "DIFFUSERS_LORA"), tmp_path,
+                              text_encoder={"train": True}, text_encoder_2={"train": True})
+    ours, kohya, peft = (load_file(str(files[fmt])) for fmt in ("SAFETENSORS", "KOHYA_LORA", "DIFFUSERS_LORA"))
+    assert ours.keys() == kohya.keys() and all(torch.equal(ours[k], kohya[k]) for k in kohya)
+    assert {p for p in prefixes if any(k.startswith(p) for k in ours)} == set(prefixes)
+    assert all(k.startswith(prefixes) for k in ours) and not ours.keys() & peft.keys()

@@ -80,6 +80,11 @@ class FamilyInfo:
     lora_fused_qkv: bool = False
     # why a KOHYA_LORA / COMFY_LORA file of the family loads in no other program ("": it loads): warned about
     kohya_unread: str = ""
+    # the key layout a LoRA saved as SAFETENSORS has (DIFFUSERS_LORA is always "diffusers"): "kohya" where
+    # every program that loads the family's LoRAs reads kohya keys whole and some read no other (SD 1.x/2.x,
+    # SDXL: A1111 and Forge read kohya keys only, ComfyUI skips a diffusers-layout UNet's attention), as
+    # OneTrainer's SAFETENSORS LoRA of these families is kohya-named
+    safetensors_lora: str = "diffusers"
     text_encoder_labels: tuple[str, ...] = ()  # what the text encoders are, for messages ("CLIP-L", "T5")
     # the family's name in messages ("Qwen-Image"), its hub repo (the example messages give, and the
     # configs a single file is read with) and kohya's ss_base_model_version in its LoRA files ("qwen_image");

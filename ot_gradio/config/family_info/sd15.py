@@ -18,7 +18,7 @@ SD15_PARAMS = {"unet": 859_520_964, "text_encoder": CLIP_L, "vae": VAE}
 
 FAMILIES = {
     M.STABLE_DIFFUSION_15: FamilyInfo(SD_PARTS, "unet", ("text_encoder",), implemented=True, diffusers_lora=SD_LORA, methods=SD_METHODS,
-                                         comfy_gap=SD_COMFY_GAP, circular_padding=SD_CIRCULAR, preset="sd15-lora", preset_note="also *sd15-finetune* and *sd15-embedding*",
+                                         comfy_gap=SD_COMFY_GAP, safetensors_lora="kohya", circular_padding=SD_CIRCULAR, preset="sd15-lora", preset_note="also *sd15-finetune* and *sd15-embedding*",
                                          params=SD15_PARAMS),
 }
 SIGN = Sign(

@@ -12,7 +12,7 @@ FAMILIES = {
         diffusers_lora=("StableDiffusionDepth2ImgPipeline", ("text_encoder",)), preset="sd20-depth-lora",
         preset_note="512 px; an image's depth map is `<name>-depth.png` beside it or else the model's DPT depth estimator's, "
                     "cached with the latents",
-        depth_maps=True, comfy_gap=SD_COMFY_GAP, circular_padding=SD_CIRCULAR,
+        depth_maps=True, comfy_gap=SD_COMFY_GAP, safetensors_lora="kohya", circular_padding=SD_CIRCULAR,
         params={**SD2_PARAMS, "unet": SD2_PARAMS["unet"] + 320 * 9},
         # DPT-Hybrid (Intel/dpt-hybrid-midas): 122,377,985 parameters, loaded as its files hold (float32);
         # it waits in RAM and visits the VAE's device only to estimate depth maps (caching, or each step without it)

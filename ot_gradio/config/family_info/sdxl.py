@@ -14,10 +14,10 @@ _PARAMS = {"unet": 2_567_463_684, "text_encoder": CLIP_L, "text_encoder_2": CLIP
 FAMILIES = {
     M.STABLE_DIFFUSION_XL_10_BASE: FamilyInfo(
         _PARTS, "unet", _TES, implemented=True, diffusers_lora=("StableDiffusionXLPipeline", _TES),
-        preset="sdxl-lora", preset_note="1024 px", params=_PARAMS, comfy_gap=_GAP, circular_padding=SD_CIRCULAR),
+        preset="sdxl-lora", preset_note="1024 px", params=_PARAMS, comfy_gap=_GAP, safetensors_lora="kohya", circular_padding=SD_CIRCULAR),
     M.STABLE_DIFFUSION_XL_10_BASE_INPAINTING: FamilyInfo(
         _PARTS, "unet", _TES, implemented=True, inpainting=True, diffusers_lora=("StableDiffusionXLInpaintPipeline", _TES),
-        preset="sdxl-inpainting-lora", preset_note="masks optional", comfy_gap=_GAP, circular_padding=SD_CIRCULAR,
+        preset="sdxl-inpainting-lora", preset_note="masks optional", comfy_gap=_GAP, safetensors_lora="kohya", circular_padding=SD_CIRCULAR,
         params={**_PARAMS, "unet": _PARAMS["unet"] + INPAINT_EXTRA}),
 }
 SIGN = Sign("Stable Diffusion XL", tuple(FAMILIES), ("StableDiffusionXL",), ("sdxl", "sd_xl", "stable-diffusion-xl"))
