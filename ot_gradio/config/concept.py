@@ -32,7 +32,7 @@ class ConceptImageConfig(Section):
 
 
 class ConceptTextConfig(Section):
-    prompt_source: PromptSource = opt(PromptSource.SAMPLE, "Prompt source", "Where captions come from: 'sample' = a .txt next to each image (each non-empty line is one caption, one is picked at random per epoch); 'concept' = one text file for the whole concept; 'filename' = the image's file name.")
+    prompt_source: PromptSource = opt(PromptSource.SAMPLE, "Prompt source", "Where captions come from: 'sample' = a .txt next to each image (else kohya's .caption; each non-empty line is one caption, one is picked at random per epoch); 'concept' = one text file for the whole concept; 'filename' = the image's file name.")
     prompt_path: str = opt("", "Prompt file", "With prompt source 'concept': the text file whose lines are the captions for every image of this concept.")
     enable_tag_shuffling: bool = opt(False, "Tag shuffling", "Shuffle the tags (split on the tag delimiter) each epoch, keeping the first 'keep tags' in place.")
     tag_delimiter: str = opt(",", "Tag delimiter", "What separates tags in a caption.")
@@ -58,7 +58,7 @@ class ConceptConfig(Section):
     include_subdirectories: bool = opt(False, "Include subfolders", "Also take images from subfolders of the concept folder.")
     image_variations: int = opt(1, "Image variations", "With latent caching: how many augmented versions (crop jitter, rotation, colour) of each image to encode; each epoch uses one, cycling through all. More gives variety at the cost of caching time and disk. Without caching every epoch is augmented afresh.", ge=1)
     text_variations: int = opt(1, "Text variations", "With random tag shuffling, dropout or capitalisation: 1 draws each caption afresh every epoch (not cached); N > 1 makes it one of N fixed draws per image, whose text encoder outputs are cached (as OneTrainer).", ge=1)
-    balancing: float = opt(1.0, "Balancing", "REPEATS: how many times each image is shown per epoch (0.5 = half of the images each epoch). SAMPLES: how many images of this concept an epoch has.", gt=0)
+    balancing: float = opt(1.0, "Balancing", "REPEATS: how many times each image is shown per epoch (0.5 = half of the images each epoch). SAMPLES: how many images of this concept an epoch has. A kohya folder named `40_ohwx woman` is REPEATS 40 here.", gt=0)
     balancing_strategy: BalancingStrategy = opt(BalancingStrategy.REPEATS, "Balancing strategy", "REPEATS multiplies the image count; SAMPLES sets it.")
     loss_weight: float = opt(1.0, "Loss weight", "Multiplies this concept's loss; raise it to make a small concept count more.", ge=0)
     concept_stats: dict = opt(default_factory=dict, label="Statistics", tooltip="Statistics OneTrainer stores with a concept; kept as they are, not used for training.")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.media_files import UNREAD_IMAGE_EXTENSIONS
-from .captions import beside_concept, read_captions
+from .captions import beside_concept, caption_path, kohya_repeats, read_captions
 from .errors import DataError
 from .images import (
     CONDLABEL_SUFFIX,
@@ -248,7 +248,43 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
         raise DataError(f"Concept '{label}': none of the {len(files)} {'files' if sampling else 'images'} in folder '{folder}' could be read")
     if scan.uncaptioned:
         _warn(scan, f"Concept '{label}': {len(scan.uncaptioned)} image(s) have no caption text; they train with an empty caption")
+    if warning := kohya_folder_warning(concept, folder, [item.path for item in scan.items], scan.uncaptioned):
+        _warn(scan, warning)
     return scan
+
+
+def kohya_folder_warning(concept: object, folder: Path, images: list[Path], uncaptioned: list[Path]) -> str | None:
+    """Folders named as kohya's `<repeats>_<name>` are: kohya trains each image <repeats> times an
+    epoch and captions those without a caption file with <name>; here Balancing sets the repeats
+    and such images train uncaptioned. Said while Balancing is its default (1, REPEATS)."""
+    if (str(getattr(concept, "balancing_strategy", "REPEATS")) != "REPEATS"
+            or float(getattr(concept, "balancing", 1.0)) != 1.0):
+        return None
+    root = folder.resolve()
+    named: dict[Path, tuple[int, str]] = {}
+    for image in images:
+        parent = Path(image).resolve().parent
+        if parent not in named and (parent == root or root in parent.parents) and (found := kohya_repeats(parent.name)):
+            named[parent] = found
+    if not named:
+        return None
+    label = concept_label(concept)
+    bare = {Path(p).resolve().parent for p in uncaptioned}
+    if len(named) == 1:
+        (where, (repeats, name)), = named.items()
+        text = (f"Concept '{label}': folder '{where.name}' is named as kohya's `<repeats>_<name>` folders are; here each "
+                f"image trains Balancing times an epoch (now 1), not {repeats}: set Concepts → Balancing to {repeats} to "
+                "train it as kohya would")
+    else:
+        listed = ", ".join(f"'{p.name}'" for p in sorted(named)[:4]) + (f" and {len(named) - 4} more" if len(named) > 4 else "")
+        text = (f"Concept '{label}': its folders {listed} are named as kohya's `<repeats>_<name>` folders are; here each "
+                "image trains Balancing times an epoch (now 1), whatever its folder: make each folder its own concept "
+                "with its repeats as Balancing to train them as kohya would")
+    if bare & set(named):
+        text += (f"; and kohya captions an image without a caption file with its folder's name ('{named[min(bare & set(named))][1]}'), "
+                 "which trains here with an empty caption: write the captions (Tools → Captions) or use a prompt file "
+                 "(Prompt source: concept)")
+    return text
 
 
 def _probe(path: Path, sampling: FrameSampling | None) -> tuple[tuple[int, int, int, float, float] | None, bool, str]:
@@ -284,7 +320,7 @@ def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: Concep
         return shared
     if source == "filename":
         return (path.stem,)
-    caption_file = path.with_suffix(".txt")
+    caption_file = caption_path(path)
     lines: tuple[str, ...] = ()
     if caption_file.is_file():
         try:

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..data.captions import read_text
+from ..data.captions import caption_path, read_text
 from ..data.images import is_image_name
 from ..data.scan import list_image_files
 from ..data.video import is_video_name
@@ -45,7 +45,8 @@ class CaptionError(ValueError):
 
 
 def caption_file(image: Path) -> Path:
-    return Path(image).with_suffix(".txt")
+    """The caption file training reads (`.txt`, or kohya's `.caption` where only that exists)."""
+    return caption_path(Path(image))
 
 
 def backup_file(caption: Path) -> Path:

@@ -5,7 +5,7 @@ on the machine that trains; the page takes them, loose or in .zip archives, and 
 into a folder of the workspace (`datasets/<concept name>`), which becomes the concept's folder.
 Torch-free: the page imports it. Decisions:
 
-- Kept: what a concept reads (images, clips, `.txt` captions; masks and `-control` / `-depth` /
+- Kept: what a concept reads (images, clips, `.txt` captions or kohya's `.caption`; masks and `-control` / `-depth` /
   `-condlabel` images go by their names). Names are written as training looks for them: a
   caption's `.TXT` as `.txt` beside `IMG_1.JPG`, a mask's `-MaskLabel.PNG` as `-masklabel.png`.
   Anything else (a PDF, an archive inside an archive) is skipped and named; hidden files and
@@ -35,12 +35,12 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from ..config.media_files import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
+from ..data.captions import CAPTION_EXTENSIONS
 from ..data.images import CONDLABEL_SUFFIX, CONTROL_SUFFIX, DEPTH_SUFFIX, MASK_SUFFIX
 from ..fsutil import DiskFullError, atomic_write, atomic_write_bytes, free_bytes, human_bytes
 from .captions import backup_file
 
 DATASETS = "datasets"  # the workspace's folder of uploaded datasets
-CAPTION_EXT = ".txt"
 COMPANION_SUFFIXES = (MASK_SUFFIX, CONTROL_SUFFIX, DEPTH_SUFFIX, CONDLABEL_SUFFIX)
 JUNK_NAMES = frozenset({"__macosx", "thumbs.db", "desktop.ini"})
 MAX_MEMBERS = 100_000  # files in one archive
@@ -86,7 +86,7 @@ def file_kind(name: str) -> str:
     does not read: JPEG XL, PSD, RAW) or "other"."""
     path = PurePosixPath(name)
     ext = path.suffix.lower()
-    if ext == CAPTION_EXT:
+    if ext in CAPTION_EXTENSIONS:
         return "caption"
     if ext in IMAGE_EXTENSIONS or ext in VIDEO_EXTENSIONS:
         companion = _companion_suffix(path.stem)
@@ -125,7 +125,7 @@ def _as_training_reads(rel: PurePosixPath, kind: str) -> PurePosixPath:
     `IMG_1.txt`), a mask's or companion's suffix in lower case and a mask's `.PNG` as `.png`
     (`IMG_1-masklabel.png`)."""
     if kind == "caption":
-        return rel.with_suffix(CAPTION_EXT)
+        return rel.with_suffix(rel.suffix.lower())
     if kind in ("mask", "companion"):
         base, suffix = _split_companion(rel.stem)
         return rel.with_name(base + suffix + (rel.suffix.lower() if suffix == MASK_SUFFIX else rel.suffix))

@@ -82,7 +82,7 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
     from ..config.resolution import parse_resolutions  # noqa: PLC0415
     from ..data.buckets import assign_bucket  # noqa: PLC0415
     from ..data.errors import DataError  # noqa: PLC0415
-    from ..data.scan import scan_concept  # noqa: PLC0415
+    from ..data.scan import kohya_folder_warning, scan_concept  # noqa: PLC0415
 
     try:
         scan = scan_concept(ConceptConfig(**concept), sampling, control, depth, condlabel)
@@ -113,6 +113,8 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
                      f"{len(items) - scan.depth_count} estimated (the model's depth estimator)")
     if scan.transparent:
         lines.append(f"{len(scan.transparent)} images have transparent pixels; they train on a white background")
+    if kohya := kohya_folder_warning(ConceptConfig(**concept), scan.folder, [i.path for i in items], scan.uncaptioned):
+        lines.append("**kohya folder:** " + kohya.split(": ", 1)[1])
     if cut:
         lines.append(f"{len(cut)} images bucketed by the cut around their mask (Random mask rotate and crop; each image "
                      "variation and epoch cuts anew, so the buckets below are the first variation's)")
@@ -187,7 +189,7 @@ class ConceptsTab:
 
         with gr.Row(elem_classes="ot-upload"):  # on a phone the note goes under the button (page.CSS)
             self.upload_button = gr.UploadButton(
-                "Upload images…", file_count="multiple", file_types=[*IMAGE_EXTENSIONS, *VIDEO_EXTENSIONS, ".txt", ".zip"],
+                "Upload images…", file_count="multiple", file_types=[*IMAGE_EXTENSIONS, *VIDEO_EXTENSIONS, ".txt", ".caption", ".zip"],
                 elem_id="concept-upload", scale=0, min_width=200)
             self.upload_note = gr.Markdown(UPLOAD_NOTE, elem_id="concept-upload-note")
 

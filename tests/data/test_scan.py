@@ -341,3 +341,31 @@ def test_images_with_transparent_pixels_are_counted(tmp_path, write_image, make_
     Image.new("RGBA", (16, 16), (0, 0, 0, 0)).save(folder / "plain-masklabel.png")  # a mask is no image
     scan = scan_concept(make_concept(folder))
     assert [p.name for p in scan.transparent] == ["cut-out.png"]
+
+
+def test_a_kohya_dataset_trains_with_its_captions_and_says_what_its_folder_name_meant(tmp_path, write_image, make_concept):
+    """kohya's `40_ohwx woman` folder with `.caption` files: the captions are read (a `.txt` wins
+    where both exist), and the folder's repeats and caption, which this trainer does not take from
+    a folder name, are said with the setting that does it."""
+    folder = tmp_path / "img" / "40_ohwx woman"
+    for name in ("a", "b", "c"):
+        write_image(folder / f"{name}.png", 16, 16)
+    (folder / "a.caption").write_text("ohwx woman, smiling\n")
+    (folder / "b.caption").write_text("from kohya\n")
+    (folder / "b.txt").write_text("from onetrainer\n")
+    scan = scan_concept(make_concept(folder))
+    assert [i.captions for i in scan.items] == [("ohwx woman, smiling",), ("from onetrainer",), ("",)]
+    (warning,) = [w for w in scan.warnings if "kohya" in w]
+    assert "'40_ohwx woman'" in warning and "Balancing to 40" in warning and "('ohwx woman')" in warning
+
+    assert not [w for w in scan_concept(make_concept(folder, balancing=40.0)).warnings if "kohya" in w]
+    (folder / "c.caption").write_text("x\n")  # every image captioned: only the repeats are said
+    (warning,) = [w for w in scan_concept(make_concept(folder)).warnings if "kohya" in w]
+    assert "Balancing to 40" in warning and "caption file" not in warning
+
+    write_image(tmp_path / "img" / "1_woman" / "d.png", 16, 16)  # kohya's root, read with its subfolders
+    (warning,) = [w for w in scan_concept(make_concept(tmp_path / "img", include_subdirectories=True)).warnings if "kohya" in w]
+    assert "'1_woman', '40_ohwx woman'" in warning and "its own concept" in warning and "('woman')" in warning
+    plain = tmp_path / "photos"
+    write_image(plain / "e.png", 16, 16)
+    assert not [w for w in scan_concept(make_concept(plain)).warnings if "kohya" in w]

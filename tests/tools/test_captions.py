@@ -249,3 +249,20 @@ def test_clips_are_listed_shown_by_their_first_frame_and_captioned(tool, dataset
     assert sel[tool.clip]["visible"] is True and Path(sel[tool.clip]["value"]).read_bytes() == (dataset / "walk.mp4").read_bytes()
     assert str(dataset) not in sel[tool.clip]["value"]  # played from gradio's cache, not served from the dataset
     assert tool.on_select(out[tool.view], 0, tool.config)[tool.clip]["visible"] is False  # an image: no player
+
+
+def test_a_kohya_caption_file_is_the_one_edited(tmp_path):
+    """An image captioned for kohya (`<stem>.caption`, no `.txt`) shows and saves that file, the
+    one training reads; the edit keeps its previous text as a backup and a bulk edit is undone."""
+    folder = tmp_path / "40_ohwx woman"
+    folder.mkdir()
+    image = tiny_png(folder / "a.png")
+    (folder / "a.caption").write_text("ohwx woman\n")
+    assert core.read_caption(image) == "ohwx woman\n"
+    assert core.write_caption(image, "ohwx woman, smiling")
+    assert (folder / "a.caption").read_text() == "ohwx woman, smiling" and not (folder / "a.txt").exists()
+    assert core.backup_file(folder / "a.caption").read_text() == "ohwx woman\n"
+    core.apply(folder, BulkOp(kind="add_tags", text="red dress"))
+    assert (folder / "a.caption").read_text() == "ohwx woman, smiling, red dress"
+    core.undo_last(folder)
+    assert (folder / "a.caption").read_text() == "ohwx woman, smiling" and not (folder / "a.txt").exists()

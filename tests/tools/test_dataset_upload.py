@@ -146,3 +146,15 @@ def test_the_upload_folder_is_the_concepts_own_or_a_new_one_by_its_name(tmp_path
     assert upload_folder(ws, str(first), "renamed") == first
     # a folder of the user's elsewhere is left alone; a taken name gets a number
     assert upload_folder(ws, str(tmp_path / "mine"), "my cat") == (ws / "datasets" / "my_cat-2").resolve()
+
+
+def test_a_kohya_dataset_zip_keeps_its_caption_files_and_trains_with_them(tmp_path):
+    """kohya's `.caption` files are captions (training reads one where an image has no `.txt`)."""
+    from ot_gradio.config.concept import ConceptConfig
+    from ot_gradio.data.scan import scan_concept
+
+    archive = zipped(tmp_path / "kohya.zip", {"40_ohwx woman/1.png": png(), "40_ohwx woman/1.CAPTION": "ohwx woman, smiling"})
+    result = add_uploads([archive], tmp_path / "data")
+    assert set(files_in(tmp_path / "data")) == {"1.png", "1.caption"} and result.count("caption") == 1 and not result.skipped
+    (item,) = scan_concept(ConceptConfig(name="c", path=str(tmp_path / "data"))).items
+    assert item.captions == ("ohwx woman, smiling",)

@@ -160,3 +160,17 @@ def test_a_mask_on_a_transparent_layer_cuts_as_its_black_and_white_twin_and_cut_
         assert "1 images bucketed by the cut around their mask" in text
         assert "1 images have transparent pixels; they train on a white background" in text
     assert rows["RGBA"] == rows["L"] and ("64x64", 1) in rows["L"] and len(rows["L"]) == 2
+
+
+def test_a_kohya_folder_is_named_in_the_statistics_with_the_balancing_it_needs(tmp_path):
+    folder = tmp_path / "20_sks dog"
+    folder.mkdir()
+    for name in ("a", "b"):
+        Image.new("RGB", (64, 64), "red").save(folder / f"{name}.png")
+    (folder / "a.caption").write_text("sks dog on grass")
+    text, _ = concept_stats(_concept(folder), "64", True, None)
+    assert "1 with captions, 1 without" in text
+    assert "**kohya folder:** folder '20_sks dog' is named as kohya's" in text and "Balancing to 20" in text
+    assert "('sks dog')" in text
+    text, _ = concept_stats({**_concept(folder), "balancing": 20}, "64", True, None)
+    assert "kohya" not in text
