@@ -20,7 +20,7 @@ from .form import Field, build_fields, config_from_values, edit_event, schema_fi
 from .uploads import forget_uploads
 
 GROUPS = (("General", ""), ("Image augmentation", "image."), ("Text", "text."))
-UPLOAD_NOTE = ("From this computer into the machine that trains: images with their `.txt` captions (and masks), "
+UPLOAD_NOTE = ("From this computer into the machine that trains: images with their `.txt` (or kohya's `.caption`) captions (and masks), "
                "or a .zip of the folder. They go in the workspace's `datasets/<concept name>` folder, which becomes "
                "this concept's *Folder*.")
 
