@@ -17,6 +17,8 @@ from ot_gradio.training.lora_method import lora_file_format
     ("FLUX_DEV_1", "SAFETENSORS", DIFFUSERS), ("STABLE_DIFFUSION_15", "SAFETENSORS", KOHYA),
     ("STABLE_DIFFUSION_21", "SAFETENSORS", KOHYA), ("STABLE_DIFFUSION_XL_10_BASE", "SAFETENSORS", KOHYA),
     ("STABLE_DIFFUSION_XL_10_BASE_INPAINTING", "SAFETENSORS", KOHYA), ("STABLE_DIFFUSION_15", "DIFFUSERS_LORA", DIFFUSERS),
+    # OneTrainer's LEGACY_SAFETENSORS LoRA: kohya-style names for every family
+    ("STABLE_DIFFUSION_15", "LEGACY_SAFETENSORS", KOHYA), ("FLUX_DEV_1", "LEGACY_SAFETENSORS", KOHYA),
 ])
 def test_lora_formats(model_type, fmt, layout):
     assert lora_file_format(SimpleNamespace(model_type=model_type, output_model_format=ModelFormat(fmt))) == layout
