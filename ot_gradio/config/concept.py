@@ -36,7 +36,7 @@ class ConceptTextConfig(Section):
     prompt_path: str = opt("", "Prompt file", "With prompt source 'concept': the text file whose lines are the captions for every image of this concept.")
     enable_tag_shuffling: bool = opt(False, "Tag shuffling", "Shuffle the tags (split on the tag delimiter) each epoch, keeping the first 'keep tags' in place.")
     tag_delimiter: str = opt(",", "Tag delimiter", "What separates tags in a caption.")
-    keep_tags_count: int = opt(1, "Keep tags", "How many leading tags are never shuffled, dropped or re-cased (e.g. the trigger word).", ge=0)
+    keep_tags_count: int = opt(1, "Keep tags", "How many leading tags are never shuffled, dropped or re-cased (e.g. the trigger word). In a caption holding kohya's `|||`, what comes before it is kept instead.", ge=0)
     tag_dropout_enable: bool = opt(False, "Tag dropout", "Drop tags at random each epoch so the model does not rely on any single one. The first 'keep tags' tags are never dropped.")
     tag_dropout_mode: str = opt("FULL", "Tag dropout mode", "FULL: with the probability, drop all droppable tags at once. RANDOM: drop each tag with the probability. RANDOM WEIGHTED: like RANDOM, but later tags drop more often (the last one with the full probability).", choices=["FULL", "RANDOM", "RANDOM WEIGHTED"])
     tag_dropout_probability: float = opt(0.0, "Tag dropout probability", "Chance to drop (per caption for FULL, per tag otherwise).", ge=0, le=1)

@@ -39,6 +39,7 @@ from .families import (
 from .fields import PLANNED, field_meta, nested_section
 from .flow_options import flow_matching_conflicts
 from .gguf import gguf_problems
+from .kohya_habits import kohya_warnings
 from .media_files import IMAGE_EXTENSIONS
 from .optimizer import (
     ADAPTIVE_LR,
@@ -144,6 +145,7 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
             warnings.append(f"Sample size far from {model_type.value}'s native resolution {native}x{native} for sample {', '.join(off)}: such samples come out as noise or broken images even when training goes well.")
 
     warnings += frame_count_warnings(config)
+    warnings += kohya_warnings(config)
     warnings += optimizer_warnings(config)
     warnings += offload_warnings(config)
     warnings += comfy_gap_warnings(config)

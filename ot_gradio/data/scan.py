@@ -84,6 +84,8 @@ class ConceptScan:
 
     unpaired: list[Path] = field(default_factory=list)  # images without their control image (skipped)
     transparent: list[Path] = field(default_factory=list)  # images with transparent pixels: they train on white
+    two_caption_files: list[Path] = field(default_factory=list)  # images with a .txt and a kohya .caption: the .txt is read
+    several_lines: int = 0  # caption files with more than one caption (line)
 
     @property
     def mask_count(self) -> int:
@@ -248,6 +250,9 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
         raise DataError(f"Concept '{label}': none of the {len(files)} {'files' if sampling else 'images'} in folder '{folder}' could be read")
     if scan.uncaptioned:
         _warn(scan, f"Concept '{label}': {len(scan.uncaptioned)} image(s) have no caption text; they train with an empty caption")
+    if scan.two_caption_files:
+        _warn(scan, f"Concept '{label}': {len(scan.two_caption_files)} image(s) have both a .txt and a kohya .caption file; "
+                    f"the .txt is read (e.g. {scan.two_caption_files[0].name}), the .caption ignored")
     if warning := kohya_folder_warning(concept, folder, [item.path for item in scan.items], scan.uncaptioned):
         _warn(scan, warning)
     return scan
@@ -329,6 +334,9 @@ def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: Concep
             warning = f"Cannot read caption {caption_file}: {_reason(exc)}"
         if warning:
             _warn(scan, warning)
+        if caption_file.suffix == ".txt" and caption_file.with_suffix(".caption").is_file():
+            scan.two_caption_files.append(caption_file)
+        scan.several_lines += len(lines) > 1
     if not lines:
         scan.uncaptioned.append(path)
         return ("",)

@@ -9,6 +9,10 @@ from OneTrainer, on purpose:
   step (OneTrainer joins shuffled tags with ", " and dropped ones with a bare delimiter).
 - A missing special-tags file, an invalid regular expression or an unknown mode is a DataError
   before training instead of being silently ignored.
+- kohya's `keep_tokens_separator` is read: in `ohwx woman ||| red hair, smiling` what comes before
+  `|||` stays first and unchanged (and what follows a second `|||` stays last), only the part
+  between is augmented, and the separator never reaches the text encoder (OneTrainer trains it
+  as text).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from .errors import DataError
 from .seeding import Streams
 
 DROPOUT_MODES = ("FULL", "RANDOM", "RANDOM WEIGHTED")
+KEEP_SEPARATOR = "|||"  # kohya's keep_tokens_separator
 SPECIAL_TAG_MODES = ("NONE", "BLACKLIST", "WHITELIST")
 CAPS_MODES = ("capslock", "title", "first", "random")
 
@@ -155,13 +160,22 @@ class TextAugment:
         return bool(self.shuffle or self.dropout_mode or self.caps_modes or self.lowercase)
 
     def apply(self, caption: str, rngs: Streams) -> str:
+        if KEEP_SEPARATOR in caption:  # kohya's: fixed ||| augmented [||| fixed]; keep_tags_count gives way to it
+            head, _, rest = caption.partition(KEEP_SEPARATOR)
+            middle, _, tail = rest.partition(KEEP_SEPARATOR)
+            middle = self._augment(middle.strip(), rngs, keep=0)
+            parts = [p.strip() for p in (head, middle, tail.replace(KEEP_SEPARATOR, " ")) if p.strip()]
+            return _join(parts, self.delimiter if self.delimiter.strip() else ",")
+        return self._augment(caption, rngs, self.keep)
+
+    def _augment(self, caption: str, rngs: Streams, keep: int) -> str:
         if not self.active or not caption:
             return caption
         if self.shuffle and not (self.dropout_mode or self.caps_modes or self.lowercase) and self.delimiter not in caption:
             return caption
         parts = caption.split(self.delimiter) if self.delimiter else [caption]
         tags = [t.strip() for t in parts if t.strip()]
-        head, tail = tags[: self.keep], tags[self.keep :]
+        head, tail = tags[:keep], tags[keep:]
         if self.dropout_mode:
             tail = self._drop(tail, rngs["tag_dropout"])
         if self.lowercase:

@@ -113,6 +113,12 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
                      f"{len(items) - scan.depth_count} estimated (the model's depth estimator)")
     if scan.transparent:
         lines.append(f"{len(scan.transparent)} images have transparent pixels; they train on a white background")
+    if scan.several_lines:
+        lines.append(f"{scan.several_lines} caption files hold several lines: each line is a caption of its own, one drawn "
+                     "per epoch (OneTrainer's rule; kohya reads the first line only), so a paragraph split over lines trains "
+                     "in pieces")
+    if scan.two_caption_files:
+        lines.append(f"{len(scan.two_caption_files)} images have both a `.txt` and a kohya `.caption` file: the `.txt` is read")
     if kohya := kohya_folder_warning(ConceptConfig(**concept), scan.folder, [i.path for i in items], scan.uncaptioned):
         lines.append("**kohya folder:** " + kohya.split(": ", 1)[1])
     if cut:

@@ -355,17 +355,18 @@ def test_a_kohya_dataset_trains_with_its_captions_and_says_what_its_folder_name_
     (folder / "b.txt").write_text("from onetrainer\n")
     scan = scan_concept(make_concept(folder))
     assert [i.captions for i in scan.items] == [("ohwx woman, smiling",), ("from onetrainer",), ("",)]
-    (warning,) = [w for w in scan.warnings if "kohya" in w]
+    assert scan.two_caption_files == [folder / "b.txt"] and any("1 image(s) have both a .txt and a kohya .caption" in w for w in scan.warnings)
+    (warning,) = [w for w in scan.warnings if "<repeats>" in w]
     assert "'40_ohwx woman'" in warning and "Balancing to 40" in warning and "('ohwx woman')" in warning
 
-    assert not [w for w in scan_concept(make_concept(folder, balancing=40.0)).warnings if "kohya" in w]
+    assert not [w for w in scan_concept(make_concept(folder, balancing=40.0)).warnings if "<repeats>" in w]
     (folder / "c.caption").write_text("x\n")  # every image captioned: only the repeats are said
-    (warning,) = [w for w in scan_concept(make_concept(folder)).warnings if "kohya" in w]
+    (warning,) = [w for w in scan_concept(make_concept(folder)).warnings if "<repeats>" in w]
     assert "Balancing to 40" in warning and "caption file" not in warning
 
     write_image(tmp_path / "img" / "1_woman" / "d.png", 16, 16)  # kohya's root, read with its subfolders
-    (warning,) = [w for w in scan_concept(make_concept(tmp_path / "img", include_subdirectories=True)).warnings if "kohya" in w]
+    (warning,) = [w for w in scan_concept(make_concept(tmp_path / "img", include_subdirectories=True)).warnings if "<repeats>" in w]
     assert "'1_woman', '40_ohwx woman'" in warning and "its own concept" in warning and "('woman')" in warning
     plain = tmp_path / "photos"
     write_image(plain / "e.png", 16, 16)
-    assert not [w for w in scan_concept(make_concept(plain)).warnings if "kohya" in w]
+    assert not [w for w in scan_concept(make_concept(plain)).warnings if "<repeats>" in w]

@@ -170,3 +170,16 @@ def test_delimiter_is_respected():
     assert augment.apply("a sentence with no delimiter", Streams(0)) == "a sentence with no delimiter"
     with pytest.raises(DataError, match="delimiter is empty"):
         TextAugment.from_config(SimpleNamespace(tag_delimiter="", enable_tag_shuffling=True))
+
+
+def test_kohyas_keep_tokens_separator_fixes_what_comes_before_it_and_never_reaches_the_text_encoder():
+    """`ohwx woman, 1girl ||| red hair, smile ||| masterpiece`: the head stays first and whole, the
+    tail last, only the middle is shuffled or dropped (keep_tags_count gives way), and no `|||`."""
+    caption = "ohwx woman, 1girl ||| red hair, blue eyes, smile ||| masterpiece"
+    assert _augment().apply(caption, Streams(0)) == "ohwx woman, 1girl, red hair, blue eyes, smile, masterpiece"
+    out = _runs(_augment(enable_tag_shuffling=True, keep_tags_count=3), caption)
+    assert all(c.startswith("ohwx woman, 1girl, ") and c.endswith(", masterpiece") and "|||" not in c for c in out)
+    assert len(set(out)) == 6  # every order of the three middle tags, the first of them moved too
+    dropped = _runs(_augment(tag_dropout_enable=True, tag_dropout_probability=1.0), caption)
+    assert set(dropped) == {"ohwx woman, 1girl, masterpiece"}
+    assert _augment().apply("ohwx woman|||", Streams(0)) == "ohwx woman"

@@ -167,10 +167,11 @@ def test_a_kohya_folder_is_named_in_the_statistics_with_the_balancing_it_needs(t
     folder.mkdir()
     for name in ("a", "b"):
         Image.new("RGB", (64, 64), "red").save(folder / f"{name}.png")
-    (folder / "a.caption").write_text("sks dog on grass")
+    (folder / "a.caption").write_text("sks dog on grass\nin the sun")  # a wrapped sentence: two captions here
     text, _ = concept_stats(_concept(folder), "64", True, None)
+    assert "1 caption files hold several lines: each line is a caption of its own" in text
     assert "1 with captions, 1 without" in text
     assert "**kohya folder:** folder '20_sks dog' is named as kohya's" in text and "Balancing to 20" in text
     assert "('sks dog')" in text
     text, _ = concept_stats({**_concept(folder), "balancing": 20}, "64", True, None)
-    assert "kohya" not in text
+    assert "kohya folder" not in text
