@@ -61,13 +61,14 @@ def supports(model_type: M | str, method: T | str) -> bool:
 
 def lora_layout(model_type: M | str, fmt: ModelFormat | str) -> str | None:
     """The key layout of a LoRA saved as `fmt`: "kohya", "diffusers", or None (a format no LoRA is
-    written in). SAFETENSORS takes the family's layout (FamilyInfo.safetensors_lora)."""
+    written in). SAFETENSORS, and LEGACY_LORA (what OneTrainer's migration renames a SAFETENSORS LoRA
+    to), take the family's layout (FamilyInfo.safetensors_lora)."""
     fmt = ModelFormat(fmt)
     if fmt in KOHYA_LORA_FORMATS:
         return "kohya"
     if fmt in DIFFUSERS_LORA_FORMATS:
         return "diffusers"
-    if fmt == ModelFormat.SAFETENSORS:
+    if fmt in (ModelFormat.SAFETENSORS, ModelFormat.LEGACY_LORA):  # newer OneTrainer's name for its SAFETENSORS LoRA
         info = family_info(model_type)
         return info.safetensors_lora if info else "diffusers"
     return None

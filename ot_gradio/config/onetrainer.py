@@ -16,6 +16,7 @@ from typing import Any
 from .attention import imported_attention
 from .doctor import planned_changes
 from .enums import Optimizer
+from .families import trainable_parts
 from .json_file import MAX_LIST_ITEMS, read_json
 from .migrations import migrate, strip_ot_versions
 from .optimizer import OptimizerConfig
@@ -42,7 +43,7 @@ def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, 
     for key, file_key in (("concepts", "concept_file_name"), ("samples", "sample_definition_file_name")):
         if data.get(key) is None and (key in data or file_key in data):
             items, warning = _read_list_file(data.get(file_key), file_key, base_dir)
-            data[key] = items
+            data[key] = strip_ot_versions(ot_concepts(items) if key == "concepts" else items)
             if warning:
                 warnings.append(warning)
     data["config_version"] = 0
@@ -71,6 +72,8 @@ def to_our_layout(data: dict[str, Any]) -> dict[str, Any]:
             migration = _OT_MIGRATIONS.get(step)
             if migration is not None:
                 data = migration(data)
+    if isinstance(data.get("concepts"), list):
+        data["concepts"] = ot_concepts(data["concepts"])
     data = strip_ot_versions(data)
     if "weight_dtype" in data:
         # OneTrainer's global weight type of versions before 10. Its presets still carry it, and
@@ -83,6 +86,23 @@ def to_our_layout(data: dict[str, Any]) -> dict[str, Any]:
     if "huggingface_token" in data:
         data.setdefault("secrets", {}).setdefault("huggingface_token", data.pop("huggingface_token"))
     return data
+
+
+def ot_concepts(items: list[Any]) -> list[Any]:
+    """OneTrainer's concepts brought to its concept version 2, each from its own `__version` (none:
+    0): `repeats` became `balancing`, then `validation_concept` became `type` (VALIDATION or STANDARD)."""
+    out = []
+    for item in items:
+        if isinstance(item, dict):
+            item = dict(item)
+            version = item.pop("__version", 0)
+            version = version if isinstance(version, int) and not isinstance(version, bool) else 0
+            if version < 1 and "repeats" in item:
+                item["balancing"] = item.pop("repeats")
+            if version < 2 and "validation_concept" in item:
+                item["type"] = "VALIDATION" if item.pop("validation_concept") else "STANDARD"
+        out.append(item)
+    return out
 
 
 def _remembered_optimizer_settings(data: dict[str, Any]) -> None:
@@ -300,17 +320,22 @@ def _ot_9(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _ot_10(data: dict[str, Any]) -> dict[str, Any]:
+    """The global checkpointing and offloading, per part. OneTrainer writes the offloading into
+    every part and acts on the model's own; here it goes only where offloading works (the denoiser
+    and the text encoders, which the doctor checks), so a VAE never holds it."""
     mode = data.pop("gradient_checkpointing", "ON")
     activations = data.pop("enable_activation_offloading", True)
     fraction = data.pop("layer_offload_fraction", 0.0)
     if "enable_async_offloading" in data:
         data["async_offloading"] = data.pop("enable_async_offloading")
+    offloadable = trainable_parts(str(data.get("model_type") or "STABLE_DIFFUSION_15"))
     for name in PARTS:
         part = data.get(name)
         if isinstance(part, dict):
             part["gradient_checkpointing"] = mode != "OFF"
-            part["activation_offloading"] = mode == "CPU_OFFLOADED" and bool(activations)
-            part["offload_fraction"] = fraction if mode == "CPU_OFFLOADED" else 0.0
+            offload = mode == "CPU_OFFLOADED" and name in offloadable
+            part["activation_offloading"] = offload and bool(activations)
+            part["offload_fraction"] = fraction if offload else 0.0
     return data
 
 

@@ -142,3 +142,56 @@ def test_newer_onetrainer_renames_are_undone():
 def test_invalid_onetrainer_value_is_an_error():
     with pytest.raises(ConfigError, match=r"model_type: must be one of .*STABLE_DIFFUSION_15.*\(got 'NOT_A_MODEL'\)"):
         load_config({"__version": 11, "model_type": "NOT_A_MODEL"})
+
+
+@pytest.mark.parametrize("model_type", ["QWEN", "STABLE_DIFFUSION_XL_10_BASE"])
+def test_a_version_10_config_with_cpu_offloaded_checkpointing_offloads_what_can_be_and_starts(model_type):
+    """OneTrainer before version 11 had one global CPU_OFFLOADED: it goes to the parts offloading
+    works on (the denoiser and the text encoders), not the VAE, which the doctor would refuse."""
+    from ot_gradio.config.doctor import errors
+    from ot_gradio.config.families import family_info
+
+    old = {"__version": 10, "model_type": model_type, "training_method": "LORA", "gradient_checkpointing": "CPU_OFFLOADED",
+           "layer_offload_fraction": 0.5, "enable_activation_offloading": True,
+           **{part: {"train": part != "vae"} for part in family_info(model_type).parts}}
+    config = load_config(old).config
+    info = family_info(model_type)
+    assert getattr(config, info.denoiser).offload_fraction == 0.5 and getattr(config, info.denoiser).activation_offloading
+    assert config.vae.offload_fraction == 0.0 and not config.vae.activation_offloading and config.vae.gradient_checkpointing
+    assert not [e for e in errors(config) if "offload" in e]
+
+
+def test_onetrainers_old_concepts_keep_their_repeats_and_validation_inline_and_in_a_concepts_file(tmp_path, monkeypatch):
+    """OneTrainer's concept versions: 0's `repeats` is `balancing`, 1's `validation_concept` is
+    `type` (held-out images stay held out, not trained)."""
+    from ot_gradio.config.enums import ConceptType
+
+    old = [{"__version": 0, "name": "a", "path": str(tmp_path), "repeats": 3.0, "validation_concept": False},
+           {"__version": 1, "name": "b", "path": str(tmp_path), "balancing": 2.0, "validation_concept": True},
+           {"__version": 2, "name": "c", "path": str(tmp_path), "type": "STANDARD", "balancing": 4.0}]
+    inline = load_config({"__version": 6, "training_method": "LORA", "concepts": old})
+    (tmp_path / "concepts.json").write_text(json.dumps(old))
+    monkeypatch.chdir(tmp_path)
+    from_file = load_config({"__version": 6, "training_method": "LORA", "concept_file_name": "concepts.json"})
+    for result in (inline, from_file):
+        got = [(c.balancing, c.type) for c in result.config.concepts]
+        assert got == [(3.0, ConceptType.STANDARD), (2.0, ConceptType.VALIDATION), (4.0, ConceptType.STANDARD)]
+        assert not any("validation_concept" in w or "repeats" in w for w in result.warnings), result.warnings
+
+
+def test_a_lora_config_migrated_by_newer_onetrainer_writes_its_safetensors_layout():
+    """OneTrainer's migration renames a SAFETENSORS LoRA to LEGACY_LORA: written as SAFETENSORS is."""
+    from ot_gradio.config.doctor import errors
+    from ot_gradio.config.families import lora_layout
+
+    config = load_config({"__version": 11, "model_type": "STABLE_DIFFUSION_XL_10_BASE", "training_method": "LORA",
+                          "output_model_format": "LEGACY_LORA"}).config
+    assert config.output_model_format == ModelFormat.LEGACY_LORA and not [e for e in errors(config) if "output_model_format" in e]
+    assert lora_layout("STABLE_DIFFUSION_XL_10_BASE", "LEGACY_LORA") == "kohya" and lora_layout("FLUX_DEV_1", "LEGACY_LORA") == "diffusers"
+
+
+def test_a_modelscope_flux2_folder_is_not_taken_for_flux1():
+    from ot_gradio.config.base_model_match import base_model_mismatch
+
+    assert base_model_mismatch("FLUX_2", r"O:\onetrainer\model\black-forest-labs\FLUX___2-klein-base-9B") is None
+    assert "Flux.2" in base_model_mismatch("FLUX_DEV_1", r"O:\models\FLUX___2-klein-base-9B")

@@ -20,4 +20,4 @@ FAMILIES = {
         params={"transformer": 32_223_281_152, "text_encoder": 24_011_361_280, "vae": 84_046_115},
     ),
 }
-SIGN = Sign("Flux.2", (M.FLUX_2,), ("Flux2",), ("flux2", "flux.2", "flux-2"))
+SIGN = Sign("Flux.2", (M.FLUX_2,), ("Flux2",), ("flux2", "flux.2", "flux-2", "flux_2", "flux___2", "klein"))  # flux___2: ModelScope's folder name for FLUX.2
