@@ -127,6 +127,10 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
         warnings.append(f"vae.weight_dtype: {SDXL_FP16_VAE}")
 
     fmt = config.output_model_format  # a method with a format it cannot write is in errors()
+    if method == TrainingMethod.LORA and fmt == ModelFormat.ORIGINAL_LORA:
+        warnings.append("Model → Output format ORIGINAL_LORA (newer OneTrainer's original-namespace names) is written with kohya "
+                        "names, as KOHYA_LORA: the programs that read one read the other (ComfyUI; A1111 and Forge for "
+                        "SD 1.x/2.x/SDXL).")
     if method == TrainingMethod.EMBEDDING and fmt != ModelFormat.SAFETENSORS:
         warnings.append(f"Embedding training with output format {fmt.value}: an embedding is saved as SAFETENSORS (the A1111 embedding file A1111, ComfyUI and diffusers read); choose SAFETENSORS.")
 

@@ -117,9 +117,11 @@ LORA_FORMATS = frozenset({
 })
 # The LoRA formats the trainer writes in one key layout whatever the family: kohya names (lora_unet_...,
 # lora_te_...; what A1111, ComfyUI and Forge read; OneTrainer's COMFY_LORA is this layout, and its
-# LEGACY_SAFETENSORS LoRA is kohya-named too) or diffusers/PEFT names (what a pipeline's
-# load_lora_weights reads). SAFETENSORS takes the family's layout (config/families.lora_layout).
-KOHYA_LORA_FORMATS = frozenset({ModelFormat.KOHYA_LORA, ModelFormat.COMFY_LORA, ModelFormat.LEGACY_SAFETENSORS})
+# LEGACY_SAFETENSORS LoRA is kohya-named too, and its ORIGINAL_LORA's original-namespace names load in
+# the same programs) or diffusers/PEFT names (what a pipeline's load_lora_weights reads). SAFETENSORS
+# takes the family's layout (config/families.lora_layout).
+KOHYA_LORA_FORMATS = frozenset({ModelFormat.KOHYA_LORA, ModelFormat.COMFY_LORA, ModelFormat.LEGACY_SAFETENSORS,
+                                ModelFormat.ORIGINAL_LORA})
 DIFFUSERS_LORA_FORMATS = frozenset({ModelFormat.DIFFUSERS_LORA})
 
 

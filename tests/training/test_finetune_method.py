@@ -110,7 +110,7 @@ def test_doctor_on_finetune_formats():
     assert errors(cfg)[0].startswith("output_model_format: a fine-tune is a whole model and KOHYA_LORA holds LoRA weights")
     cfg.training_method = "LORA"
     assert not errors(cfg)
-    cfg.output_model_format = "ORIGINAL_LORA"  # a LoRA format OneTrainer knows, which the trainer does not write
+    cfg.output_model_format = "ORIGINAL_TRANSFORMER"  # a format OneTrainer knows, which holds no LoRA
     assert errors(cfg)[0].startswith("output_model_format: LoRA training writes KOHYA_LORA")
     cfg.output_model_format = "DIFFUSERS"
     assert errors(cfg)[0].endswith("not DIFFUSERS; choose one of those.")

@@ -19,14 +19,25 @@ from ot_gradio.training.lora_method import lora_file_format
     ("STABLE_DIFFUSION_XL_10_BASE_INPAINTING", "SAFETENSORS", KOHYA), ("STABLE_DIFFUSION_15", "DIFFUSERS_LORA", DIFFUSERS),
     # OneTrainer's LEGACY_SAFETENSORS LoRA: kohya-style names for every family
     ("STABLE_DIFFUSION_15", "LEGACY_SAFETENSORS", KOHYA), ("FLUX_DEV_1", "LEGACY_SAFETENSORS", KOHYA),
+    # newer OneTrainer's: LEGACY_LORA, its rename of a SAFETENSORS LoRA; ORIGINAL_LORA, read where kohya names are
+    ("STABLE_DIFFUSION_15", "LEGACY_LORA", KOHYA), ("FLUX_DEV_1", "LEGACY_LORA", DIFFUSERS), ("FLUX_DEV_1", "ORIGINAL_LORA", KOHYA),
 ])
 def test_lora_formats(model_type, fmt, layout):
     assert lora_file_format(SimpleNamespace(model_type=model_type, output_model_format=ModelFormat(fmt))) == layout
 
 
 def test_lora_formats_not_written_are_refused_by_name():
-    with pytest.raises(ValueError, match="output_model_format: .*ORIGINAL_LORA.* KOHYA_LORA or COMFY_LORA"):
-        lora_file_format(SimpleNamespace(model_type="STABLE_DIFFUSION_15", output_model_format=ModelFormat.ORIGINAL_LORA))
+    with pytest.raises(ValueError, match="output_model_format: .*ORIGINAL_SINGLE_FILE.* KOHYA_LORA or COMFY_LORA"):
+        lora_file_format(SimpleNamespace(model_type="STABLE_DIFFUSION_15", output_model_format=ModelFormat.ORIGINAL_SINGLE_FILE))
+
+
+def test_original_lora_is_said_to_be_written_with_kohya_names():
+    from ot_gradio.config.doctor import check, errors
+    from ot_gradio.config.io import load_config
+
+    config = load_config({"model_type": "FLUX_DEV_1", "training_method": "LORA", "output_model_format": "ORIGINAL_LORA"}).config
+    assert not [e for e in errors(config) if e.startswith("output_model_format")]
+    assert any(w.startswith("Model → Output format ORIGINAL_LORA") and "as KOHYA_LORA" in w for w in check(config))
 
 
 def test_transformer_only_files_need_a_family_that_writes_them():
