@@ -16,6 +16,7 @@ from ot_gradio.fsutil import atomic_write_json
 
 from .fields import nested_section, strip_optional
 from .json_file import check_shape, read_json
+from .kohya_import import import_kohya, is_kohya_config
 from .migrations import MIGRATIONS, migrate
 from .onetrainer import import_onetrainer, is_onetrainer_config
 from .schema import CONFIG_VERSION, TrainConfig
@@ -40,6 +41,8 @@ def load_config(path_or_dict: str | Path | dict[str, Any], *, base_dir: str | Pa
         data = read_json(path_or_dict)
         base_dir = base_dir if base_dir is not None else Path(path_or_dict).parent
         source = source or str(path_or_dict)
+    if is_kohya_config(data):
+        return import_kohya(data, source=source)
     if is_onetrainer_config(data):
         return import_onetrainer(data, base_dir=base_dir, source=source)
     data, unknown = strip_unknown(migrate(data))

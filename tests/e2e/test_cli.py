@@ -112,3 +112,26 @@ def test_multi_gpu_from_the_command_line_runs_two_processes(tmp_path):
     runs = sorted((tmp_path / "workspace" / "demo" / "runs").iterdir())
     log = (runs[-1] / "log.txt").read_text()
     assert "process 0/2: epoch 2: trained" in log and "process 1/2: epoch 2: trained" in log
+
+
+def test_a_kohya_ss_config_trains_its_repeats_folders_from_the_command_line(tmp_path, tiny_model, four_shapes):
+    """A kohya_ss LoRA config (its dataset folder of `<repeats>_<name>` folders) trains unchanged:
+    4 images x 2 repeats at batch 2 is 4 steps, and the file has kohya's keys."""
+    import json
+    import shutil
+
+    from safetensors import safe_open
+
+    shutil.copytree(four_shapes, tmp_path / "img" / "2_shapes")
+    config = {"LoRA_type": "Standard", "pretrained_model_name_or_path": str(tiny_model.diffusers_dir), "train_data_dir": str(tmp_path / "img"),
+              "output_dir": str(tmp_path / "out"), "output_name": "mylora", "save_model_as": "safetensors", "network_dim": 4,
+              "network_alpha": 2, "learning_rate": 1e-3, "train_batch_size": 2, "epoch": 1, "max_resolution": "64,64",
+              "optimizer": "AdamW", "lr_scheduler": "constant", "mixed_precision": "no", "sample_prompts": ""}
+    (tmp_path / "kohya.json").write_text(json.dumps(config))
+    out = _run(["train", "--config", str(tmp_path / "kohya.json"), "--set", "train_device=cpu"], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "read as kohya_ss's" in out.stderr
+    with safe_open(str(tmp_path / "out" / "mylora.safetensors"), "pt") as f:
+        keys, meta = list(f.keys()), f.metadata()
+    assert keys and all(k.startswith(("lora_unet_", "lora_te_")) for k in keys)
+    assert meta["ss_steps"] == "4" and meta["ss_network_dim"] == "4"

@@ -1,0 +1,97 @@
+"""A kohya_ss / sd-scripts config JSON becomes ours: each setting with a counterpart here carried
+over, the dataset's `<repeats>_<name>` folders as concepts, and one warning naming the rest."""
+
+import json
+
+import pytest
+
+from ot_gradio.config.io import load_config
+from ot_gradio.config.kohya_import import is_kohya_config, sample_from_kohya
+
+GUI = {  # as kohya_ss's LoRA page saves it (the keys that matter; it writes ~200)
+    "LoRA_type": "Standard", "pretrained_model_name_or_path": "stabilityai/stable-diffusion-xl-base-1.0", "sdxl": True,
+    "v2": False, "v_parameterization": False, "prior_loss_weight": 0.5, "output_name": "ohwx_v1", "save_model_as": "safetensors",
+    "network_dim": 32, "network_alpha": 16, "learning_rate": 1e-4, "unet_lr": 1e-4, "text_encoder_lr": 5e-5, "train_batch_size": 2,
+    "epoch": 10, "max_resolution": "1024,1024", "enable_bucket": True, "optimizer": "AdamW8bit",
+    "optimizer_args": "weight_decay=0.1 betas=0.9,0.99", "lr_scheduler": "cosine", "lr_warmup": 10, "noise_offset": 0.0357,
+    "min_snr_gamma": 5, "seed": 1234, "mixed_precision": "bf16", "save_precision": "fp16", "gradient_checkpointing": True,
+    "clip_skip": 2, "shuffle_caption": True, "keep_tokens": 1, "caption_dropout_rate": 0.05, "save_every_n_epochs": 2,
+    "sample_every_n_epochs": 1, "sample_prompts": "ohwx woman, smiling --n blurry, lowres --w 832 --h 1216 --d 7 --l 6.5 --s 28\n"
+                                                  "# a comment\nohwx woman in a park",
+    "xformers": "sdpa", "scale_weight_norms": 1, "max_data_loader_n_workers": 0,
+}
+
+
+@pytest.fixture
+def kohya(tmp_path):
+    for folder in ("img/40_ohwx woman", "img/10_style", "reg/1_woman", "img/notes"):
+        (tmp_path / folder).mkdir(parents=True)
+    return {**GUI, "train_data_dir": str(tmp_path / "img"), "reg_data_dir": str(tmp_path / "reg"), "output_dir": str(tmp_path / "out")}
+
+
+def test_a_kohya_ss_lora_config_is_carried_over(kohya, tmp_path):
+    result = load_config(kohya)
+    c = result.config
+    assert (c.model_type.value, c.training_method.value, c.base_model_name) == (
+        "STABLE_DIFFUSION_XL_10_BASE", "LORA", "stabilityai/stable-diffusion-xl-base-1.0")
+    assert (c.lora_rank, c.lora_alpha, c.peft_type.value, c.layer_filter_preset) == (32, 16.0, "LORA", "attn-mlp")
+    assert (c.learning_rate, c.unet.learning_rate, c.text_encoder.learning_rate, c.text_encoder_2.learning_rate) == (1e-4, 1e-4, 5e-5, 5e-5)
+    assert c.text_encoder.train and c.text_encoder_2.train and c.text_encoder.dropout_probability == 0.05
+    assert (c.batch_size, c.epochs, c.resolution, c.aspect_ratio_bucketing, c.seed) == (2, 10, "1024", True, 1234)
+    assert (c.optimizer.optimizer.value, c.optimizer.weight_decay, c.optimizer.beta1, c.optimizer.beta2) == ("ADAMW_8BIT", 0.1, 0.9, 0.99)
+    assert (c.learning_rate_scheduler.value, c.learning_rate_warmup_steps) == ("COSINE", 0.1)  # kohya_ss's 10 %
+    assert (c.offset_noise_weight, c.loss_weight_fn.value, c.loss_weight_strength) == (0.0357, "MIN_SNR_GAMMA", 5.0)
+    assert (c.train_dtype.value, c.output_dtype.value, c.unet.gradient_checkpointing.value, c.text_encoder_layer_skip) == (
+        "BFLOAT_16", "FLOAT_16", "ON", 1)  # kohya's clip skip 2 skips one layer
+    assert c.output_model_destination == str(tmp_path / "out" / "ohwx_v1.safetensors") and c.output_model_format.value == "KOHYA_LORA"
+    assert (c.save_every, c.save_every_unit.value, c.sample_after, c.sample_after_unit.value) == (2, "EPOCH", 1, "EPOCH")
+    assert [(x.name, x.path, x.balancing, x.loss_weight) for x in c.concepts] == [
+        ("style", str(tmp_path / "img" / "10_style"), 10.0, 1.0), ("ohwx woman", str(tmp_path / "img" / "40_ohwx woman"), 40.0, 1.0),
+        ("reg: woman", str(tmp_path / "reg" / "1_woman"), 1.0, 0.5)]
+    assert all(x.text.enable_tag_shuffling and x.text.keep_tags_count == 1 for x in c.concepts)
+    assert [(s.prompt, s.negative_prompt, s.width, s.height, s.seed, s.cfg_scale, s.diffusion_steps) for s in c.samples] == [
+        ("ohwx woman, smiling", "blurry, lowres", 832, 1216, 7, 6.5, 28), ("ohwx woman in a park", "", 1024, 1024, 42, 7.0, 20)]
+    (warning,) = result.warnings
+    assert warning.startswith("This kohya_ss config: read as kohya_ss's")
+    assert warning.endswith("not carried over (left at this trainer's defaults): scale_weight_norms, xformers.")
+
+
+def test_sections_unet_only_and_other_families(tmp_path):
+    sectioned = {"model_arguments": {"pretrained_model_name_or_path": "x", "v2": True, "v_parameterization": True},
+                 "additional_network_arguments": {"network_dim": 8, "network_alpha": 4, "unet_lr": 5e-4, "text_encoder_lr": 0,
+                                                  "network_args": ["dora_wd=True"]},
+                 "optimizer_arguments": {"optimizer_type": "Prodigy", "optimizer_args": ["decouple=True", "d_coef=2", "mystery=1"],
+                                         "learning_rate": 1},
+                 "training_arguments": {"max_train_epochs": 3, "train_batch_size": 1}}
+    assert is_kohya_config(sectioned) and not is_kohya_config({"__version": 11, "network_dim": 8, "output_dir": "x"})
+    result = load_config(sectioned)
+    c = result.config
+    assert (c.model_type.value, c.learning_rate, c.unet.learning_rate, c.epochs) == ("STABLE_DIFFUSION_21", 1.0, 5e-4, 3)
+    assert not c.text_encoder.train  # kohya: a text encoder learning rate of 0 trains the UNet only
+    assert c.lora_decompose and (c.optimizer.optimizer.value, c.optimizer.decouple, c.optimizer.d_coef) == ("PRODIGY", True, 2.0)
+    assert "optimizer argument 'mystery' is not carried over" in result.warnings[0]
+    finetune = load_config({"pretrained_model_name_or_path": "x", "train_batch_size": 4, "optimizer": "Adafactor",
+                            "flux1_checkbox": True, "LoRA_type": "LyCORIS/iA3", "network_dim": 4})
+    assert finetune.config.model_type.value == "FLUX_DEV_1" and "LoRA_type 'LyCORIS/iA3' has no counterpart" in finetune.warnings[0]
+    dreambooth = load_config({"pretrained_model_name_or_path": "x", "train_batch_size": 4, "optimizer": "Adafactor", "save_model_as": "ckpt"})
+    assert dreambooth.config.training_method.value == "FINE_TUNE" and dreambooth.config.output_model_format.value == "SAFETENSORS"
+
+
+def test_a_kohya_folder_without_repeats_folders_is_one_concept_and_a_prompt_file_is_read(tmp_path):
+    (tmp_path / "prompts.txt").write_text("a cat --w 512 --h 768\n")
+    result = load_config({"pretrained_model_name_or_path": "x", "train_data_dir": str(tmp_path), "network_dim": 4,
+                          "sample_prompts": str(tmp_path / "prompts.txt")})
+    assert [(x.path, x.balancing) for x in result.config.concepts] == [(str(tmp_path), 1.0)]
+    assert "has no `<repeats>_<name>` folder here" in result.warnings[0]
+    assert [(s.prompt, s.width, s.height) for s in result.config.samples] == [("a cat", 512, 768)]
+
+
+def test_a_sample_line_with_a_bad_option_keeps_the_rest():
+    assert sample_from_kohya("a dog --w wide --s 12") == {"prompt": "a dog", "diffusion_steps": 12}
+    assert sample_from_kohya("--n only negative") == {"prompt": "", "negative_prompt": "only negative"}
+
+
+def test_a_saved_kohya_file_loads_by_path(kohya, tmp_path):
+    path = tmp_path / "kohya.json"
+    path.write_text(json.dumps(kohya))
+    assert load_config(path).warnings[0].startswith(f"kohya_ss config {path}: read as kohya_ss's")
