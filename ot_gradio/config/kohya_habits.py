@@ -1,13 +1,17 @@
-"""What a kohya_ss / sd-scripts user types that means something else here: said before the run
-(config/doctor.check), with the setting that does what they meant."""
+"""What a kohya_ss / sd-scripts user types into our config that means something else here: said
+before the run (config/doctor.check), with the setting that does what they meant. (A kohya_ss
+config file itself is converted: config/kohya_import.py.)"""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-# kohya's sample prompt options, each with the sample field that holds it here
-SAMPLE_OPTIONS = {"n": "Negative prompt", "w": "Width", "h": "Height", "d": "Seed", "l": "CFG scale", "s": "Steps"}
+from .kohya_import import SAMPLE_FIELDS
+from .parts import SampleConfig
+
+# kohya's sample prompt options, each with the label of the sample field that holds it here
+SAMPLE_OPTIONS = {o: SampleConfig.model_fields[f].json_schema_extra["label"] for o, (f, _) in SAMPLE_FIELDS.items()}
 _OPTION = re.compile(r"(?:^|\s)--([nwhdls])(?=\s|$)")
 
 

@@ -95,3 +95,12 @@ def test_a_saved_kohya_file_loads_by_path(kohya, tmp_path):
     path = tmp_path / "kohya.json"
     path.write_text(json.dumps(kohya))
     assert load_config(path).warnings[0].startswith(f"kohya_ss config {path}: read as kohya_ss's")
+
+
+def test_a_value_that_is_no_number_names_its_key():
+    from ot_gradio.config.validation import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^network_dim: 'big' is not a number \(kohya_ss config\)"):
+        load_config({"pretrained_model_name_or_path": "x", "network_dim": "big"})
+    with pytest.raises(ConfigError, match=r"^optimizer_args: 'betas=0.9' is not a value"):
+        load_config({"pretrained_model_name_or_path": "x", "network_dim": 4, "optimizer": "AdamW", "optimizer_args": "betas=0.9"})
