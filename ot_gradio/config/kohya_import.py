@@ -100,7 +100,7 @@ def import_kohya(raw: dict[str, Any], source: str | None = None) -> LoadResult:
     _training(r, out, (info.denoiser, *info.text_encoders))
     _optimizer(r, out, notes)
     _output(r, out, lora)
-    _samples(r, out)
+    _samples(r, out, notes)
     concepts = _concepts(r, notes)
     if concepts is not None:
         out["concepts"] = concepts
@@ -261,11 +261,14 @@ def sample_from_kohya(line: str) -> dict[str, Any]:
     return sample
 
 
-def _samples(r: _Reader, out: dict[str, Any]) -> None:
+def _samples(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
     prompts = r.get("sample_prompts")
     lines = prompts if isinstance(prompts, list) else str(prompts or "").splitlines()
-    if isinstance(prompts, str) and len(lines) == 1 and Path(prompts).is_file():  # sd-scripts: a file of prompts
-        lines = Path(prompts).read_text(encoding="utf-8", errors="replace").splitlines()
+    if isinstance(prompts, str) and len(lines) == 1 and prompts.strip().lower().endswith((".txt", ".toml", ".json")):
+        # sd-scripts' file of prompts: not read (an import never opens a file it names, the page's login
+        # aside); the user puts its lines in the Sampling tab
+        notes.append(f"sample_prompts names a file ({prompts.strip()}): put its prompts in the Sampling tab")
+        lines = []
     samples = [sample_from_kohya(str(line)) for line in lines if str(line).strip() and not str(line).lstrip().startswith("#")]
     size = str(out.get("resolution", "")).partition("x")
     for sample in samples:  # without --w / --h: the training size (kohya's 512 x 512 is noise for SDXL)

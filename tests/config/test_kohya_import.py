@@ -77,13 +77,15 @@ def test_sections_unet_only_and_other_families(tmp_path):
     assert dreambooth.config.training_method.value == "FINE_TUNE" and dreambooth.config.output_model_format.value == "SAFETENSORS"
 
 
-def test_a_kohya_folder_without_repeats_folders_is_one_concept_and_a_prompt_file_is_read(tmp_path):
+def test_a_kohya_folder_without_repeats_folders_is_one_concept_and_a_prompt_file_is_named_not_read(tmp_path):
+    """An import opens no file it names (a share link's user could otherwise read any file as prompts)."""
     (tmp_path / "prompts.txt").write_text("a cat --w 512 --h 768\n")
     result = load_config({"pretrained_model_name_or_path": "x", "train_data_dir": str(tmp_path), "network_dim": 4,
                           "sample_prompts": str(tmp_path / "prompts.txt")})
     assert [(x.path, x.balancing) for x in result.config.concepts] == [(str(tmp_path), 1.0)]
     assert "has no `<repeats>_<name>` folder here" in result.warnings[0]
-    assert [(s.prompt, s.width, s.height) for s in result.config.samples] == [("a cat", 512, 768)]
+    assert f"sample_prompts names a file ({tmp_path / 'prompts.txt'}): put its prompts in the Sampling tab" in result.warnings[0]
+    assert result.config.samples == [] or all("a cat" not in s.prompt for s in result.config.samples)
 
 
 def test_a_sample_line_with_a_bad_option_keeps_the_rest():
