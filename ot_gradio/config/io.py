@@ -28,12 +28,14 @@ __all__ = [
 ]
 
 
-def load_config(path_or_dict: str | Path | dict[str, Any], *, base_dir: str | Path | None = None, source: str | None = None) -> LoadResult:
-    """Our config (any version) or a OneTrainer config/preset -> a validated TrainConfig.
+def load_config(path_or_dict: str | Path | dict[str, Any], *, base_dir: str | Path | None = None, source: str | None = None,
+                readable: list[Path] | None = None) -> LoadResult:
+    """Our config (any version), a OneTrainer config/preset or a kohya_ss config -> a validated TrainConfig.
 
     Unknown keys are dropped with one warning naming each; invalid values raise ConfigError.
     ``base_dir`` is where relative concept/sample files of a OneTrainer config are looked up
-    (default: the file's folder)."""
+    (default: the file's folder). ``readable``: the folders an import may read files and list
+    folders in (the page's; None: anywhere, the command line's)."""
     if isinstance(path_or_dict, dict):
         data = path_or_dict
         check_shape(data)
@@ -42,9 +44,9 @@ def load_config(path_or_dict: str | Path | dict[str, Any], *, base_dir: str | Pa
         base_dir = base_dir if base_dir is not None else Path(path_or_dict).parent
         source = source or str(path_or_dict)
     if is_kohya_config(data):
-        return import_kohya(data, source=source)
+        return import_kohya(data, source=source, readable=readable)
     if is_onetrainer_config(data):
-        return import_onetrainer(data, base_dir=base_dir, source=source)
+        return import_onetrainer(data, base_dir=base_dir, source=source, readable=readable)
     data, unknown = strip_unknown(migrate(data))
     return LoadResult(validate(data), [unknown_keys_warning(unknown)] if unknown else [])
 

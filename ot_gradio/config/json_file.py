@@ -89,3 +89,12 @@ def check_shape(data: Any, label: str = "config") -> None:
             if isinstance(items, list) and len(items) > most:
                 raise ConfigError(f"{key}: {len(items)} items; at most {most} are supported (split the dataset into "
                                   "fewer concept folders)")
+
+
+def may_read(path: Path, readable: list[Path] | None) -> bool:
+    """`path` (symlinks followed) is inside one of `readable` (an import in the page reads only
+    there); None: anywhere (the command line)."""
+    if readable is None:
+        return True
+    resolved = Path(path).resolve()
+    return any(resolved.is_relative_to(Path(root).resolve()) for root in readable)

@@ -15,6 +15,7 @@ from typing import Any
 
 from .enums import ModelType as M
 from .families import family_info
+from .json_file import may_read
 from .validation import ConfigError, LoadResult, validate
 
 # keys only kohya's configs have: two of them make a config kohya's
@@ -85,7 +86,8 @@ class _Reader:
             raise ConfigError(f"{key}: {value!r} is not a number (kohya_ss config)") from None
 
 
-def import_kohya(raw: dict[str, Any], source: str | None = None) -> LoadResult:
+def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[Path] | None = None) -> LoadResult:
+    """`readable`: the folders whose subfolders may be listed (the page's; None: any)."""
     r = _Reader(flat(raw))
     out: dict[str, Any] = {}
     notes: list[str] = []
@@ -101,7 +103,7 @@ def import_kohya(raw: dict[str, Any], source: str | None = None) -> LoadResult:
     _optimizer(r, out, notes)
     _output(r, out, lora)
     _samples(r, out, notes)
-    concepts = _concepts(r, notes)
+    concepts = _concepts(r, notes, readable)
     if concepts is not None:
         out["concepts"] = concepts
 
@@ -282,8 +284,9 @@ def _samples(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
             out.update(sample_after=r.number(key, int), sample_after_unit=unit)
 
 
-def _concepts(r: _Reader, notes: list[str]) -> list[dict[str, Any]] | None:
-    """`train_data_dir`'s `<repeats>_<name>` folders (and `reg_data_dir`'s, at `prior_loss_weight`)."""
+def _concepts(r: _Reader, notes: list[str], readable: list[Path] | None) -> list[dict[str, Any]] | None:
+    """`train_data_dir`'s `<repeats>_<name>` folders (and `reg_data_dir`'s, at `prior_loss_weight`);
+    a folder outside `readable` is not listed: it is one concept, said in a note."""
     text: dict[str, Any] = {"enable_tag_shuffling": bool(r.get("shuffle_caption"))}
     if r.data.get("keep_tokens") is not None:
         text["keep_tags_count"] = r.number("keep_tokens", int)
@@ -297,12 +300,16 @@ def _concepts(r: _Reader, notes: list[str]) -> list[dict[str, Any]] | None:
             continue
         found = True
         folder = Path(str(root)).expanduser()
+        listed = may_read(folder, readable)
         try:
-            subfolders = sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+            subfolders = sorted(p for p in folder.iterdir() if p.is_dir()) if listed and folder.is_dir() else []
         except OSError:
             subfolders = []
         named = [(p, m) for p in subfolders if (m := _KOHYA_FOLDER.match(p.name))]
-        if not named:
+        if not listed:
+            notes.append(f"{key} '{root}' is outside the folders this page may list: it is one concept with Balancing 1; add "
+                         "its `<repeats>_<name>` folders as concepts, or import the file from the command line")
+        elif not named:
             notes.append(f"{key} '{root}' has no `<repeats>_<name>` folder here: it is one concept with Balancing 1")
         for path, match in named or [(folder, None)]:
             concepts.append({"name": ("reg: " if regularisation else "") + (match.group(2) if match else folder.name),

@@ -17,7 +17,7 @@ from .attention import imported_attention
 from .doctor import planned_changes
 from .enums import Optimizer
 from .families import trainable_parts
-from .json_file import MAX_LIST_ITEMS, read_json
+from .json_file import MAX_LIST_ITEMS, may_read, read_json
 from .migrations import migrate, strip_ot_versions
 from .optimizer import OptimizerConfig
 from .validation import ConfigError, LoadResult, strip_unknown, validate
@@ -34,7 +34,8 @@ def is_onetrainer_config(data: Any) -> bool:
     return isinstance(data, dict) and ("__version" in data or "config_version" not in data)
 
 
-def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, source: str | None = None) -> LoadResult:
+def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, source: str | None = None,
+                      readable: list[Path] | None = None) -> LoadResult:
     """A OneTrainer config or preset -> our config, with one warning listing what is not supported."""
     warnings: list[str] = []
     data = to_our_layout(data)
@@ -42,7 +43,7 @@ def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, 
     warnings += imported_attention(data)
     for key, file_key in (("concepts", "concept_file_name"), ("samples", "sample_definition_file_name")):
         if data.get(key) is None and (key in data or file_key in data):
-            items, warning = _read_list_file(data.get(file_key), file_key, base_dir)
+            items, warning = _read_list_file(data.get(file_key), file_key, base_dir, readable)
             data[key] = strip_ot_versions(ot_concepts(items) if key == "concepts" else items)
             if warning:
                 warnings.append(warning)
@@ -145,8 +146,9 @@ def _number(value: Any) -> bool:
 # value of the type it expects and leaves any other value as it is, for validation to report as
 # "field: must be ..." (a dict where a name belongs must not become a TypeError here).
 
-def _read_list_file(name: Any, key: str, base_dir: str | Path | None) -> tuple[list[Any], str | None]:
-    """OneTrainer's concepts/samples file, relative to the config's folder, then to the cwd."""
+def _read_list_file(name: Any, key: str, base_dir: str | Path | None, readable: list[Path] | None = None) -> tuple[list[Any], str | None]:
+    """OneTrainer's concepts/samples file, relative to the config's folder, then to the cwd; with
+    `readable` (the page's folders), only a file inside one of them is read."""
     if not isinstance(name, str) or not name:
         return [], None  # not text: validation names the field
     if os.path.isabs(name):
@@ -160,6 +162,10 @@ def _read_list_file(name: Any, key: str, base_dir: str | Path | None) -> tuple[l
             shown = name if len(name) <= 80 else f"{name[:60]}... ({len(name)} characters)"
             raise ConfigError(f"{key}: {shown!r} is not a usable file name ({getattr(err, 'strerror', None) or err}); "
                               "give the path of OneTrainer's concepts/samples JSON file") from None
+        if found and not may_read(path, readable):
+            return [], (f"{key}: {name} is outside the folders this page may read, so the config has no "
+                        f"{'concepts' if key == 'concept_file_name' else 'samples'}; add them here, or import the file "
+                        "from the command line (validate --output).")
         if found:
             items = read_json(path, key, expect=list)
             most = MAX_LIST_ITEMS["concepts" if key == "concept_file_name" else "samples"]

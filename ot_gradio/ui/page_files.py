@@ -68,7 +68,8 @@ class ConfigFiles:
         if not p.is_file():
             raise gr.Error(f"Config file: {p} does not exist.")
         try:
-            loaded = load_config(read_json(p), base_dir=p.parent, source=str(p))
+            # an import reads the files it names (a OneTrainer concepts file) only in these folders
+            loaded = load_config(read_json(p), base_dir=p.parent, source=str(p), readable=[p.parent, *self.roots()])
         except ConfigError as err:
             raise gr.Error(f"Config file {p.name}: {err}") from None
         for warning in loaded.warnings:

@@ -6,6 +6,7 @@ files and folders inside them (a home folder's .docker, .config, .ssh) are never
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import gradio as gr
@@ -180,3 +181,30 @@ def test_tool_path_fields_refuse_outside_and_symlinks_out(page, outside, links):
             with pytest.raises(ToolInputError, match="Folder: .*outside the folders this page may use"):
                 use("Folder", path, config)
     assert ctx.folder("Folder", str(page.workspace), config) == page.workspace.resolve()
+
+
+def test_an_imported_config_reads_no_file_and_lists_no_folder_outside_the_page_folders(page, outside, monkeypatch, tmp_path_factory):
+    """A OneTrainer config's concepts file, and a kohya_ss config's dataset folder, outside the
+    page's folders are not read or listed (a concepts file's lines would show in the page or in
+    its error message); inside them they are, as from the command line."""
+    uploads = tmp_path_factory.mktemp("gradio-uploads")
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(uploads))
+    (outside / "concepts.json").write_text(json.dumps(["s3cr3t", {"name": "x", "path": str(outside)}]))
+    (outside / "data" / "40_secret name").mkdir(parents=True)
+    (uploads / "a").mkdir()
+    ot = uploads / "a" / "ot.json"
+    ot.write_text(json.dumps({"__version": 11, "training_method": "LORA", "concept_file_name": str(outside / "concepts.json")}))
+    kohya = uploads / "a" / "kohya.json"
+    kohya.write_text(json.dumps({"pretrained_model_name_or_path": "x", "network_dim": 4, "train_data_dir": str(outside / "data")}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config = page.on_upload(str(ot))[page.config_state]
+        assert config["concepts"] == [] or all(c["path"] != str(outside) for c in config["concepts"])
+        config = page.on_upload(str(kohya))[page.config_state]
+    assert [c["name"] for c in config["concepts"]] == ["data"]  # the folder itself, its subfolders unlisted
+    said = " ".join(str(w.message) for w in caught)
+    assert "is outside the folders this page may read" in said and "is outside the folders this page may list" in said
+    assert "s3cr3t" not in said and "secret name" not in said
+    (uploads / "a" / "concepts.json").write_text(json.dumps([{"name": "inside", "path": str(uploads)}]))
+    ot.write_text(json.dumps({"__version": 11, "training_method": "LORA", "concept_file_name": "concepts.json"}))
+    assert [c["name"] for c in page.on_upload(str(ot))[page.config_state]["concepts"]] == ["inside"]
