@@ -110,12 +110,13 @@ def part_label(part: str) -> str:
     return next((f.label for f in iter_fields(TrainConfig) if f.path == part), "") or part
 
 
-def validate(config: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], list[str]]:
+def validate(config: dict[str, Any], readable: list[Path] | None = None) -> tuple[dict[str, Any] | None, list[str], list[str]]:
     """(the validated config, problems by field, warnings). Nothing starts while problems exist.
     Every problem is listed at once: the schema's and the missing concept folders, or, for a valid
-    config, the start checks `validate` and `train` run (runner/startcheck.py)."""
+    config, the start checks `validate` and `train` run (runner/startcheck.py). `readable`: where
+    an imported config's own files may be read (load_config)."""
     try:
-        loaded = load_config(copy.deepcopy(config))
+        loaded = load_config(copy.deepcopy(config), readable=readable)
     except ConfigError as err:
         schema = list(getattr(err, "errors", None) or [str(err)])
         listed = {s.split(":")[0] for s in schema}
@@ -417,7 +418,7 @@ class Page(EditHandlers, ConfigFiles):
 
     def validate(self, config: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], list[str]]:
         """`validate`, and what only the page and its HTTP API refuse (ui/page_limits.py)."""
-        valid, problems, warnings = validate(config)
+        valid, problems, warnings = validate(config, self.roots())
         if valid is not None:
             problems = problems + [p for p in page_problems(valid, self.roots()) if p not in problems]
         return valid, problems, warnings

@@ -1,6 +1,7 @@
 """The page's Start refuses what `validate` and `train` refuse before the first step (the same
 runner/startcheck.py), naming the field, and starts nothing; the CLI's `--set` cases too."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,18 @@ def test_the_page_writes_reads_and_runs_only_what_it_may(page, fake_start, tmp_p
     with pytest.warns(UserWarning, match="nothing was started"):
         page.on_start({**base, page.fields["output_model_destination"].component: str(outside / "x.safetensors")})
     assert not fake_start
+
+
+def test_the_http_apis_config_reads_no_file_outside_the_page_folders(page, tmp_path):
+    """A OneTrainer config sent to `queue_config` names its concepts file: outside the page's
+    folders it is not read, so its lines never come back in the answer."""
+    from ot_gradio.ui.api import QueueApi
+
+    outside = tmp_path.parent / f"{tmp_path.name}-api-elsewhere"
+    outside.mkdir()
+    (outside / "list.json").write_text(json.dumps(["s3cr3t-token"]))
+    api = QueueApi(page.queue, page.supervisor, page.validate)
+    answer = api.queue_config(json.dumps({"__version": 11, "training_method": "LORA", "concept_file_name": str(outside / "list.json")}))
+    assert "s3cr3t" not in json.dumps(answer)
+    _valid, _problems, warnings = page.validate({"__version": 11, "concept_file_name": str(outside / "list.json")})
+    assert any("is outside the folders this page may read" in w for w in warnings)
