@@ -110,8 +110,11 @@ def start_file_problem(field: str, value: str, kind: str) -> str | None:
         return None if hub_file_address(value) else (
             f"{field}: {_shown(value)} is a web address but not of a Hugging Face file ({HUB_FILE_EXAMPLE}) or a "
             f"Civitai {kind} ({CIVITAI_EXAMPLE}); download the file and give its path")
-    if Path(value).expanduser().is_file():
-        return None
+    try:
+        if Path(value).expanduser().is_file():
+            return None
+    except (OSError, ValueError):  # a name too long for a path, a NUL byte: no such file
+        pass
     if kind == "LoRA":
         return (f"{field}: {_shown(value)} does not exist; give a LoRA .safetensors file, a Hugging Face file address or a "
                 "Civitai LoRA's address, or leave it blank for a new LoRA")
