@@ -44,7 +44,7 @@ def load_config(path_or_dict: str | Path | dict[str, Any], *, base_dir: str | Pa
         base_dir = base_dir if base_dir is not None else Path(path_or_dict).parent
         source = source or str(path_or_dict)
     if is_kohya_config(data):
-        return import_kohya(data, source=source, readable=readable)
+        return import_kohya(data, source=source, readable=readable, base_dir=base_dir)
     if is_onetrainer_config(data):
         return import_onetrainer(data, base_dir=base_dir, source=source, readable=readable)
     data, unknown = strip_unknown(migrate(data))

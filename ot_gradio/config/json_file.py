@@ -42,7 +42,7 @@ def read_json(path: str | Path, what: str = "", expect: type = dict) -> Any:
             raw = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as err:
         raise ConfigError(f"{label}: cannot be read ({err.strerror or err})") from None
-    data = parse_json_text(raw, label)
+    data = parse_toml_text(raw, label) if path.suffix.lower() == ".toml" else parse_json_text(raw, label)
     if not isinstance(data, expect):
         kind = "a JSON object ({...})" if expect is dict else "a JSON list ([...])"
         raise ConfigError(f"{label}: must hold {kind}, not a {type(data).__name__}")
@@ -67,6 +67,22 @@ def parse_json_text(raw: bytes | str, label: str) -> Any:
         raise ConfigError(f"{label}: nested too deeply to be a config (more than {MAX_DEPTH} levels)") from None
     except ValueError as err:  # an integer of more than 4,300 digits
         raise ConfigError(f"{label}: holds a number too long to read ({str(err).split(';')[0]})") from None
+    check_shape(data, label)
+    return data
+
+
+def parse_toml_text(raw: bytes, label: str) -> dict[str, Any]:
+    """TOML (sd-scripts' config and dataset files) -> a dict, or ConfigError starting with `label`."""
+    import tomllib  # noqa: PLC0415
+
+    try:
+        data = tomllib.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{label}: is not UTF-8 text (position {err.start}); save it as UTF-8") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{label}: not valid TOML ({err})") from None
+    except RecursionError:
+        raise ConfigError(f"{label}: nested too deeply to be a config (more than {MAX_DEPTH} levels)") from None
     check_shape(data, label)
     return data
 

@@ -15,12 +15,12 @@ from typing import Any
 
 from .enums import ModelType as M
 from .families import family_info
-from .json_file import may_read
+from .json_file import may_read, read_json
 from .validation import ConfigError, LoadResult, validate
 
 # keys only kohya's configs have: two of them make a config kohya's
 SIGNS = frozenset({"pretrained_model_name_or_path", "train_data_dir", "network_dim", "output_dir", "train_batch_size",
-                   "LoRA_type", "save_model_as", "max_resolution", "max_train_epochs", "optimizer_type"})
+                   "LoRA_type", "save_model_as", "max_resolution", "max_train_epochs", "optimizer_type", "dataset_config"})
 OPTIMIZERS = {
     "adamw": "ADAMW", "adamw8bit": "ADAMW_8BIT", "pagedadamw8bit": "ADAMW_8BIT", "adam": "ADAM", "adam8bit": "ADAM_8BIT",
     "lion": "LION", "lion8bit": "LION_8BIT", "pagedlion8bit": "LION_8BIT", "sgd": "SGD", "sgdnesterov": "SGD",
@@ -57,8 +57,11 @@ def flat(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_kohya_config(data: Any) -> bool:
-    return (isinstance(data, dict) and "__version" not in data and "config_version" not in data
-            and len(SIGNS & flat(data).keys()) >= 2)
+    """sd-scripts' or kohya_ss's training config, or sd-scripts' dataset config ([[datasets]])."""
+    if not isinstance(data, dict) or "__version" in data or "config_version" in data:
+        return False
+    datasets = data.get("datasets")
+    return len(SIGNS & flat(data).keys()) >= 2 or (isinstance(datasets, list) and any(isinstance(d, dict) and "subsets" in d for d in datasets))
 
 
 def _set(value: Any) -> bool:
@@ -86,8 +89,10 @@ class _Reader:
             raise ConfigError(f"{key}: {value!r} is not a number (kohya_ss config)") from None
 
 
-def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[Path] | None = None) -> LoadResult:
-    """`readable`: the folders whose subfolders may be listed (the page's; None: any)."""
+def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[Path] | None = None,
+                 base_dir: str | Path | None = None) -> LoadResult:
+    """`readable`: the folders where files may be read and subfolders listed (the page's; None:
+    any). `base_dir`: where a relative `dataset_config` is (the config file's folder)."""
     r = _Reader(flat(raw))
     out: dict[str, Any] = {}
     notes: list[str] = []
@@ -103,7 +108,14 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     _optimizer(r, out, notes)
     _output(r, out, lora)
     _samples(r, out, notes)
-    concepts = _concepts(r, notes, readable)
+    if isinstance(r.data.get("datasets"), list):  # a dataset TOML imported by itself
+        r.get("datasets")
+        r.get("general")
+        concepts = _dataset_concepts(r.data, out, notes, r)
+    elif r.given("dataset_config"):  # sd-scripts: it replaces train_data_dir
+        concepts = _dataset_config(r, out, notes, readable, base_dir)
+    else:
+        concepts = _concepts(r, notes, readable)
     if concepts is not None:
         out["concepts"] = concepts
 
@@ -316,3 +328,66 @@ def _concepts(r: _Reader, notes: list[str], readable: list[Path] | None) -> list
                              "path": str(path), "balancing": float(match.group(1)) if match else 1.0,
                              "loss_weight": weight if regularisation else 1.0, "text": dict(text)})
     return concepts if found else None
+
+
+def _dataset_config(r: _Reader, out: dict[str, Any], notes: list[str], readable: list[Path] | None,
+                    base_dir: str | Path | None) -> list[dict[str, Any]] | None:
+    """sd-scripts' dataset TOML (`dataset_config`): each `[[datasets.subsets]]` a concept, its
+    `num_repeats` the Balancing (`is_reg` ones at `prior_loss_weight`), options from `[general]`,
+    the dataset, then the subset; the first dataset's resolution, batch size and buckets."""
+    name = str(r.get("dataset_config"))
+    path = Path(name).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    if not may_read(path, readable):
+        notes.append(f"dataset_config {name} is outside the folders this page may read: add its folders as concepts")
+        return None
+    try:
+        data = read_json(path, "dataset_config")
+    except ConfigError as err:
+        notes.append(f"{err}: add its folders as concepts")
+        return None
+    return _dataset_concepts(data, out, notes, r)
+
+
+def _dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str], r: _Reader) -> list[dict[str, Any]]:
+    general = data.get("general") if isinstance(data.get("general"), dict) else {}
+    datasets = [d for d in data.get("datasets") or [] if isinstance(d, dict)]
+    weight = r.number("prior_loss_weight") if r.given("prior_loss_weight") else 1.0
+    concepts: list[dict[str, Any]] = []
+    for index, dataset in enumerate(datasets):
+        merged = {**general, **{k: v for k, v in dataset.items() if k != "subsets"}}
+        if index == 0:
+            size = merged.get("resolution")
+            if isinstance(size, int | float):
+                out["resolution"] = str(int(size))
+            elif isinstance(size, list) and len(size) == 2:
+                out["resolution"] = str(int(size[0])) if size[0] == size[1] else f"{int(size[0])}x{int(size[1])}"
+            if isinstance(merged.get("batch_size"), int):
+                out["batch_size"] = merged["batch_size"]
+            if merged.get("enable_bucket") is not None:
+                out["aspect_ratio_bucketing"] = bool(merged["enable_bucket"])
+        for number, subset in enumerate(dataset.get("subsets") or []):
+            if isinstance(subset, dict):
+                try:
+                    concepts += _subset_concept({**merged, **subset}, notes, weight)
+                except (TypeError, ValueError) as err:
+                    raise ConfigError(f"dataset_config: datasets[{index}].subsets[{number}]: {err}") from None
+    return concepts
+
+
+def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) -> list[dict[str, Any]]:
+    """One `[[datasets.subsets]]` (its options merged over its dataset's and `[general]`'s)."""
+    if not options.get("image_dir"):
+        notes.append("a dataset subset without image_dir (a metadata_file one) is not carried over")
+        return []
+    folder = Path(str(options["image_dir"]))
+    reg = bool(options.get("is_reg"))
+    text: dict[str, Any] = {"enable_tag_shuffling": bool(options.get("shuffle_caption"))}
+    if options.get("keep_tokens") is not None:
+        text["keep_tags_count"] = int(options["keep_tokens"])
+    if options.get("class_tokens"):
+        notes.append(f"class_tokens '{options['class_tokens']}' ({folder.name}): kohya's caption for images without a "
+                     "caption file; here they train uncaptioned")
+    return [{"name": ("reg: " if reg else "") + folder.name, "path": str(folder),
+             "balancing": float(options.get("num_repeats") or 1), "loss_weight": weight if reg else 1.0, "text": text}]

@@ -106,3 +106,77 @@ def test_a_value_that_is_no_number_names_its_key():
         load_config({"pretrained_model_name_or_path": "x", "network_dim": "big"})
     with pytest.raises(ConfigError, match=r"^optimizer_args: 'betas=0.9' is not a value"):
         load_config({"pretrained_model_name_or_path": "x", "network_dim": 4, "optimizer": "AdamW", "optimizer_args": "betas=0.9"})
+
+
+TRAINING_TOML = """
+[model_arguments]
+pretrained_model_name_or_path = "stable-diffusion-v1-5/stable-diffusion-v1-5"
+
+[additional_network_arguments]
+network_dim = 16
+network_alpha = 8
+unet_lr = 5e-4
+text_encoder_lr = 1e-4
+
+[optimizer_arguments]
+optimizer_type = "AdamW8bit"
+learning_rate = 5e-4
+lr_scheduler = "cosine_with_restarts"
+lr_scheduler_num_cycles = 3
+lr_warmup_steps = 20
+
+[training_arguments]
+max_train_epochs = 10
+mixed_precision = "fp16"
+
+[saving_arguments]
+output_dir = "out"
+output_name = "mychar"
+
+[dataset_arguments]
+dataset_config = "dataset_config.toml"
+"""
+DATASET_TOML = """
+[general]
+shuffle_caption = true
+keep_tokens = 1
+
+[[datasets]]
+resolution = [512, 768]
+batch_size = 2
+
+  [[datasets.subsets]]
+  image_dir = "/data/mychar"
+  num_repeats = 10
+  class_tokens = "mychar girl"
+
+  [[datasets.subsets]]
+  image_dir = "/data/reg"
+  num_repeats = 1
+  is_reg = true
+  keep_tokens = 0
+"""
+
+
+def test_sd_scripts_toml_training_and_dataset_configs(tmp_path):
+    """sd-scripts' sectioned training TOML (as the popular Colab trainers write it) with its
+    dataset TOML beside it: subsets are concepts with their repeats, general options merged."""
+    (tmp_path / "training_config.toml").write_text(TRAINING_TOML)
+    (tmp_path / "dataset_config.toml").write_text(DATASET_TOML)
+    result = load_config(tmp_path / "training_config.toml")
+    c = result.config
+    assert (c.model_type.value, c.lora_rank, c.lora_alpha, c.unet.learning_rate, c.text_encoder.learning_rate) == (
+        "STABLE_DIFFUSION_15", 16, 8.0, 5e-4, 1e-4)
+    assert (c.optimizer.optimizer.value, c.learning_rate_scheduler.value, c.learning_rate_cycles, c.learning_rate_warmup_steps) == (
+        "ADAMW_8BIT", "COSINE_WITH_RESTARTS", 3.0, 20.0)
+    assert (c.epochs, c.train_dtype.value, c.resolution, c.batch_size) == (10, "FLOAT_16", "512x768", 2)
+    assert [(x.name, x.path, x.balancing, x.text.enable_tag_shuffling, x.text.keep_tags_count) for x in c.concepts] == [
+        ("mychar", "/data/mychar", 10.0, True, 1), ("reg: reg", "/data/reg", 1.0, True, 0)]
+    assert "class_tokens 'mychar girl' (mychar)" in result.warnings[0]
+    alone = load_config(tmp_path / "dataset_config.toml")  # the dataset file by itself: its concepts
+    assert [x.path for x in alone.config.concepts] == ["/data/mychar", "/data/reg"]
+    (tmp_path / "bad.toml").write_text("[model_arguments\\n")
+    from ot_gradio.config.validation import ConfigError
+
+    with pytest.raises(ConfigError, match=r"bad.toml: not valid TOML"):
+        load_config(tmp_path / "bad.toml")
