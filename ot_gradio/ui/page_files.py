@@ -62,14 +62,15 @@ class ConfigFiles:
                 + (f"; its {' and '.join(replaced)} replace yours" if replaced else "") + ".")
         return self.loaded(config)
 
-    def read_any(self, path: str | Path) -> dict[str, Any]:
-        """A config file already confined by the caller."""
+    def read_any(self, path: str | Path, shown: str | None = None) -> dict[str, Any]:
+        """A config file already confined by the caller; `shown`: its name in messages (an upload's
+        own name, not gradio's folder for it)."""
         p = Path(path)
         if not p.is_file():
             raise gr.Error(f"Config file: {p} does not exist.")
         try:
             # an import reads the files it names (a OneTrainer concepts file) only in these folders
-            loaded = load_config(read_json(p), base_dir=p.parent, source=str(p), readable=[p.parent, *self.roots()])
+            loaded = load_config(read_json(p), base_dir=p.parent, source=shown or str(p), readable=[p.parent, *self.roots()])
         except ConfigError as err:
             raise gr.Error(f"Config file {p.name}: {err}") from None
         for warning in loaded.warnings:
@@ -91,7 +92,7 @@ class ConfigFiles:
 
         name = file if isinstance(file, str) else getattr(file, "name", "")
         upload_root = Path(get_upload_folder()).resolve()
-        config = self.read_any(self.confined("Import file", str(name or ""), [upload_root, *self.roots()]))
+        config = self.read_any(self.confined("Import file", str(name or ""), [upload_root, *self.roots()]), Path(str(name or "")).name)
         self.autosave(config)
         return self.loaded(config)
 
