@@ -13,26 +13,19 @@ from .base_model_match import base_model_mismatch
 from .catalogue import offered
 from .devices import parse_device_indexes, temp_device_problem
 from .enums import (
-    LORA_FORMATS,
     DataType,
     LearningRateScaler,
     LearningRateScheduler,
-    ModelFormat,
     ModelType,
     TrainingMethod,
     native_resolution,
 )
 from .enums import Optimizer as O
 from .families import (
-    DIFFUSERS_LORA_COMFY_GAPS,
-    DIFFUSERS_LORA_TEXT_ENCODERS,
     IMPLEMENTED_METHODS,
-    KOHYA_LORA_UNREAD,
-    TEXT_ENCODER_NAMES,
     family_info,
     implemented_model_types,
     is_flow_matching,
-    lora_layout,
     supports,
     trainable_parts,
 )
@@ -49,6 +42,17 @@ from .optimizer import (
     optimizer_ignored,
     optimizer_param_defaults,
     optimizer_problems,
+)
+from .output_formats import (
+    comfy_gap_warnings,
+    diffusers_text_encoder_problems,
+    dora_format_problem,
+    fused_lora_problem,
+    kohya_unread_warnings,
+    lokr_dora_warnings,
+    lora_reader_problems,
+    output_format_problems,
+    output_format_warnings,
 )
 from .parts import learning_rate_or_base
 from .prior import prior_problems
@@ -126,13 +130,7 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
     if model_type in SDXL_TYPES and DataType(config.vae.weight_dtype) == DataType.FLOAT_16 and not config.vae.model_name:
         warnings.append(f"vae.weight_dtype: {SDXL_FP16_VAE}")
 
-    fmt = config.output_model_format  # a method with a format it cannot write is in errors()
-    if method == TrainingMethod.LORA and fmt == ModelFormat.ORIGINAL_LORA:
-        warnings.append("Model → Output format ORIGINAL_LORA (newer OneTrainer's original-namespace names) is written with kohya "
-                        "names, as KOHYA_LORA: the programs that read one read the other (ComfyUI; A1111 and Forge for "
-                        "SD 1.x/2.x/SDXL).")
-    if method == TrainingMethod.EMBEDDING and fmt != ModelFormat.SAFETENSORS:
-        warnings.append(f"Embedding training with output format {fmt.value}: an embedding is saved as SAFETENSORS (the A1111 embedding file A1111, ComfyUI and diffusers read); choose SAFETENSORS.")
+    warnings += output_format_warnings(config)  # a method with a format it cannot write is in errors()
 
     samples = [(i, s) for i, s in enumerate(config.samples) if s.enabled]
     placeholder = config.embedding.placeholder
@@ -310,51 +308,6 @@ def method_problem(model_type: Any, method: Any) -> str | None:
     return f"training_method: {method.value} is not available for model type {ModelType(model_type).value}; choose {choices}"
 
 
-def output_format_problems(config: Any) -> list[str]:
-    """A training method with an output format it does not write: refused before the model loads
-    (the method's own check would stop the run only after loading it)."""
-    fmt, method = config.output_model_format, config.training_method
-    layout = lora_layout(config.model_type, fmt)
-    if method == TrainingMethod.LORA and layout is None:
-        return [f"output_model_format: LoRA training writes KOHYA_LORA or COMFY_LORA (A1111, ComfyUI, Forge) or "
-                f"DIFFUSERS_LORA (diffusers keys) or SAFETENSORS (kohya keys for SD 1.x/2.x/SDXL, diffusers keys otherwise), "
-                f"not {fmt.value}; choose one of those."]
-    if (method == TrainingMethod.LORA and layout == "diffusers" and config.lokr_weight_decompose
-            and str(getattr(config.peft_type, "value", config.peft_type)) == "LOKR"):
-        return [f"output_model_format: {fmt.value} writes diffusers/PEFT keys, and peft's LoKr layers have no DoRA; save as "
-                "KOHYA_LORA (LyCORIS keys with dora_scale), or turn lokr_weight_decompose off"]
-    if method in (TrainingMethod.FINE_TUNE, TrainingMethod.FINE_TUNE_VAE) and (fmt in LORA_FORMATS - {ModelFormat.SAFETENSORS} or fmt in (ModelFormat.CKPT, ModelFormat.INTERNAL)):
-        why = "holds LoRA weights" if fmt in LORA_FORMATS else "is not written by the trainer"
-        return [f"output_model_format: a fine-tune is a whole model and {fmt.value} {why}; choose SAFETENSORS or "
-                "ORIGINAL_SINGLE_FILE (one .safetensors checkpoint) or DIFFUSERS (a folder)."]
-    info = family_info(config.model_type)
-    if (method in (TrainingMethod.FINE_TUNE, TrainingMethod.FINE_TUNE_VAE) and info is not None and not info.transformer_file
-            and fmt in (ModelFormat.ORIGINAL_TRANSFORMER, ModelFormat.COMFY_TRANSFORMER)):
-        return [f"output_model_format: {fmt.value} is the transformer alone, which {ModelType(config.model_type).value} does not "
-                "write; choose SAFETENSORS or ORIGINAL_SINGLE_FILE (one .safetensors checkpoint) or DIFFUSERS (a folder)."]
-    return []
-
-
-def lora_reader_problems(config: Any) -> list[str]:
-    """A trained part that no reader loads from the chosen LoRA file layout (the family's
-    `lora_unread`): refused before the run rather than trained and silently dropped on load."""
-    info = family_info(config.model_type)
-    fmt = ModelFormat(config.output_model_format)
-    layout = lora_layout(config.model_type, fmt)
-    if info is None or config.training_method != TrainingMethod.LORA or layout is None:
-        return []
-    out = []
-    for where, part, why in info.lora_unread:
-        if where != layout or not getattr(getattr(config, part, None), "train", False):
-            continue
-        other = "KOHYA_LORA" if layout == "diffusers" else "DIFFUSERS_LORA"
-        elsewhere = any(w != layout and p == part for w, p, _ in info.lora_unread) or (
-            layout == "kohya" and part in info.text_encoders and part not in DIFFUSERS_LORA_TEXT_ENCODERS.get(config.model_type, ("", (part,)))[1])
-        fix = f"turn off training {part}" if elsewhere else f"save as {other}, or turn off training {part}"
-        out.append(f"{part}.train: a {config.model_type.value} {part} LoRA saved as {fmt.value} would load nowhere: {why}; {fix}.")
-    return out
-
-
 def offload_problems(config: Any) -> list[str]:
     """Layer / activation offloading (training/offload.py) where it cannot do anything."""
     info = family_info(config.model_type)
@@ -375,45 +328,6 @@ def offload_problems(config: Any) -> list[str]:
     return out
 
 
-def comfy_gap_warnings(config: Any) -> list[str]:
-    """A diffusers-layout LoRA whose trained layers include some that ComfyUI skips in that layout
-    (diffusers loads them): said once, with the format that loads every layer in ComfyUI."""
-    gap = DIFFUSERS_LORA_COMFY_GAPS.get(config.model_type)
-    if (gap is None or config.training_method != TrainingMethod.LORA
-            or lora_layout(config.model_type, config.output_model_format) != "diffusers"
-            or config.layer_filter_preset not in gap[1]):
-        return []
-    if family_info(config.model_type).safetensors_lora == "kohya":  # SD 1.x/2.x, SDXL
-        return [f"Model → Output format {ModelFormat(config.output_model_format).value}: diffusers keys load in diffusers only: "
-                f"ComfyUI skips {config.model_type.value}'s {gap[0]} layers in them, and A1111 and Forge load none; to use "
-                "this LoRA there, save it as SAFETENSORS or KOHYA_LORA (kohya keys, which diffusers loads too)."]
-    return [f"Model → Output format {ModelFormat(config.output_model_format).value}: ComfyUI skips {config.model_type.value}'s "
-            f"{gap[0]} layers in a diffusers-format LoRA (diffusers loads them); to use this LoRA in ComfyUI, "
-            f"save it as COMFY_LORA, which ComfyUI loads whole."]
-
-
-def kohya_unread_warnings(config: Any) -> list[str]:
-    """A kohya-layout LoRA of a family whose kohya file no other program loads (our own tools
-    still read and convert it)."""
-    why = KOHYA_LORA_UNREAD.get(config.model_type)
-    if not why or config.training_method != TrainingMethod.LORA or lora_layout(config.model_type, config.output_model_format) != "kohya":
-        return []
-    return [f"Model → Output format {ModelFormat(config.output_model_format).value}: {why}; choose DIFFUSERS_LORA "
-            f"(or convert the file afterwards with the convert tool)."]
-
-
-def lokr_dora_warnings(config: Any) -> list[str]:
-    """DoRA on LoKr on the output axis: LyCORIS applies the file as trained; ComfyUI's output-axis
-    path takes the norm of the base weight instead of the adapted one (on random layers the weights
-    came out off by 8-50% of the change), and no other file form holds it."""
-    if (config.training_method != TrainingMethod.LORA or str(getattr(config.peft_type, "value", config.peft_type)) != "LOKR"
-            or not config.lokr_weight_decompose or not config.lokr_dora_on_output):
-        return []
-    return ["lokr_dora_on_output: ComfyUI applies a LoKr DoRA file decomposed on the output axis differently from how it "
-            "trained (it normalizes by the base weight alone); LyCORIS applies it as trained. Turn lokr_dora_on_output off "
-            "for a file ComfyUI applies as trained."]
-
-
 def offload_warnings(config: Any) -> list[str]:
     """Layer offloading that will not act: a fine-tune's offload fraction without the fused back
     pass (OneTrainer's fine-tune presets set both; the run goes on without offloading). With
@@ -429,66 +343,6 @@ def offload_warnings(config: Any) -> list[str]:
             out.append(f"{part}.offload_fraction {fraction:g} is not applied: FINE_TUNE trains every weight of the {part}, and "
                        f"trained weights move to RAM only with the fused back pass (as in OneTrainer), so the whole {part} "
                        f"stays on the GPU; turn on optimizer.fused_back_pass (Adafactor, Adam(W), ...) or train a LoRA.")
-    return out
-
-
-def dora_format_problem(config: Any) -> str | None:
-    """DoRA decomposed on the output axis has no kohya form the common loaders apply as trained:
-    A1111 and Forge take DoRA's norm over the input axis only, and ComfyUI's output-axis path
-    normalizes differently from training (errors of about 14% of the change measured)."""
-    if (
-        config.training_method == TrainingMethod.LORA
-        and config.lora_decompose
-        and config.lora_decompose_output_axis
-        and str(getattr(config.peft_type, "value", config.peft_type)) == "LORA"
-        and lora_layout(config.model_type, config.output_model_format) == "kohya"
-    ):
-        return (f"lora_decompose_output_axis: DoRA on the output axis saved as {ModelFormat(config.output_model_format).value} "
-                "(kohya keys) loads in ComfyUI, A1111 and Forge differently from how it trained; save it as DIFFUSERS_LORA "
-                "(diffusers/PEFT keys, which diffusers' load_lora_weights applies as trained), or turn "
-                "lora_decompose_output_axis off for a kohya-key file (input-axis DoRA, OneTrainer's default, which those "
-                "loaders read)")
-    return None
-
-
-def fused_lora_problem(config: Any) -> str | None:
-    """A family whose KOHYA_LORA / COMFY_LORA write q, k and v as one layer on the fused qkv
-    (`lora_fused_qkv`): only a plain LoRA's three deltas are one such layer exactly (those of a layer
-    filter that trains part of the fused weight too, the rest zero rows); whatever the layer filter,
-    another adapter does not fuse, so it is refused here, before the model loads."""
-    info = family_info(config.model_type)
-    kind = str(getattr(config.peft_type, "value", config.peft_type))
-    if (info is None or not info.lora_fused_qkv or config.training_method != TrainingMethod.LORA
-            or lora_layout(config.model_type, config.output_model_format) != "kohya" or (kind == "LORA" and not config.lora_decompose)):
-        return None
-    what = "DoRA (lora_decompose)" if kind == "LORA" else kind
-    return (f"peft_type: {ModelFormat(config.output_model_format).value} writes {ModelType(config.model_type).value}'s q, k and v "
-            f"as one layer on the fused qkv weight: a plain LoRA's three deltas make one such layer exactly, {what}'s do not; "
-            "train a plain LoRA (peft_type LORA, lora_decompose off), or save as DIFFUSERS_LORA")
-
-
-def diffusers_text_encoder_problems(config: Any) -> list[str]:
-    """A LoRA of a text encoder the family's diffusers pipeline cannot load, saved with diffusers
-    keys, would be skipped (or, for Chroma, make load_lora_weights fail): refused before the run."""
-    model_type = ModelType(config.model_type)
-    info, loader = family_info(model_type), DIFFUSERS_LORA_TEXT_ENCODERS.get(model_type)
-    if (config.training_method != TrainingMethod.LORA or info is None or loader is None
-            or lora_layout(model_type, config.output_model_format) != "diffusers"):
-        return []
-    pipeline, loadable = loader
-    names = dict(zip(info.text_encoders, TEXT_ENCODER_NAMES.get(model_type, ()), strict=False))
-    reads = " and ".join([f"the {info.denoiser}", *(names.get(p, p) for p in loadable)])
-    out = []
-    for part in info.text_encoders:
-        if part in loadable or not getattr(config, part).train:
-            continue
-        label = TrainConfig.model_fields[part].json_schema_extra["label"]
-        what = f"the {names[part]} text encoder" if part in names else f"the {label.lower()}"
-        kohya_unread = any(layout == "kohya" and unread == part for layout, unread, _ in info.lora_unread)
-        other = "" if kohya_unread else ", or choose KOHYA_LORA there"
-        out.append(f"{part}.train: a {ModelFormat(config.output_model_format).value} file (Model → Output format) cannot hold a "
-                   f"LoRA of {what} (Training → {label} → Train): diffusers' {pipeline}.load_lora_weights loads LoRA into "
-                   f"{reads} only, so that part would not load; turn off Training → {label} → Train{other}.")
     return out
 
 

@@ -1,4 +1,4 @@
-"""Import of a kohya_ss / sd-scripts training config (JSON).
+"""Import of a kohya_ss / sd-scripts training config (kohya_ss's JSON, sd-scripts' TOML and its dataset TOML).
 
 A kohya_ss user's saved config names the model, the dataset folder (`train_data_dir`, whose
 `<repeats>_<name>` subfolders are the concepts), the network and the optimizer in kohya's words.

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from ..config.doctor import dora_format_problem, fused_lora_problem, lora_reader_problems
 from ..config.enums import ModelFormat, TrainingMethod
 from ..config.families import lora_layout
+from ..config.output_formats import dora_format_problem, fused_lora_problem, lora_reader_problems
 from ..config.parts import learning_rate_or_base
 from .device import output_dtype
 from .embedding_method import save_embedding_files

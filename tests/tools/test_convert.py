@@ -389,7 +389,7 @@ def test_new_families_convert_checkpoints_and_lora_keys(model_type, tmp_path):
         for part in original:
             _assert_equal(converted[part], original[part])
 
-    # PixArt's T5 LoRA has no diffusers-layout reader, so it is refused in that layout (config/doctor.py)
+    # PixArt's T5 LoRA has no diffusers-layout reader, so it is refused in that layout (config/output_formats.py)
     frozen_t5 = {"text_encoder": {"train": False}} if model_type == "PIXART_SIGMA" else {}
     files = random_lora_files(model_type, base, ("KOHYA_LORA", "DIFFUSERS_LORA"), tmp_path, **frozen_t5)
     for source, target, to in (("KOHYA_LORA", "DIFFUSERS_LORA", "diffusers"), ("DIFFUSERS_LORA", "KOHYA_LORA", "kohya")):
