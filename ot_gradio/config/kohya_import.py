@@ -38,6 +38,23 @@ OPTIMIZER_ARGS = {"weight_decay": "weight_decay", "eps": "eps", "d_coef": "d_coe
 ADAPTERS = {"standard": ("LORA", "attn-mlp"), "kohya locon": ("LORA", "full"), "lycoris/locon": ("LORA", "full"),
             "lycoris/loha": ("LOHA", "full"), "lycoris/lokr": ("LOKR", "full")}
 PRECISION = {"bf16": "BFLOAT_16", "fp16": "FLOAT_16", "float": "FLOAT_32", "fp32": "FLOAT_32", "no": "FLOAT_32"}
+SAMPLERS = {"ddim": "DDIM", "euler": "EULER", "euler_a": "EULER_A", "k_euler": "EULER", "k_euler_a": "EULER_A",
+            "dpmsolver++": "DPMPP", "dpmsingle": "DPMPP", "k_dpm_2": "DPMPP", "dpmpp_sde": "DPMPP_SDE", "unipc": "UNIPC"}
+# how kohya_ss runs, not what it trains (processes, logging, its page, the attention kernel: this
+# trainer's SDP computes the same): not listed as left out
+PLUMBING = frozenset({
+    "model_list", "unit", "num_processes", "num_machines", "num_cpu_threads_per_process", "main_process_port", "gpu_ids",
+    "multi_gpu", "dynamo_backend", "dynamo_mode", "dynamo_use_dynamic", "dynamo_use_fullgraph", "extra_accelerate_launch_args",
+    "max_data_loader_n_workers", "persistent_data_loader_workers", "training_comment", "wandb_api_key", "wandb_run_name",
+    "log_tracker_name", "log_tracker_config", "log_with", "logging_dir", "log_prefix", "save_state", "save_state_on_train_end",
+    "save_state_to_huggingface", "resume_from_huggingface", "async_upload", "xformers", "sdpa", "mem_eff_attn",
+    "vae_batch_size", "cache_latents_to_disk", "huggingface_repo_id", "huggingface_token", "huggingface_repo_type",
+    "huggingface_path_in_repo", "huggingface_repo_visibility", "save_as_bool", "LyCORIS_preset", "output_config",
+})
+# kohya's own defaults, which change nothing when a file states them
+KOHYA_DEFAULTS = {"max_timestep": 1000, "min_timestep": 0, "bucket_reso_steps": 64, "min_bucket_reso": 256,
+                  "max_bucket_reso": 2048, "lr_scheduler_power": 1, "factor": -1, "train_on_input": True,
+                  "noise_offset_type": "Original", "max_token_length": 75, "conv_dim": 1, "conv_alpha": 1}
 # kohya's sample prompt options (`a cat --n blurry --w 768`) -> the sample's field, its type
 SAMPLE_FIELDS = {"n": ("negative_prompt", str), "w": ("width", int), "h": ("height", int), "d": ("seed", int),
                  "l": ("cfg_scale", float), "s": ("diffusion_steps", int)}
@@ -59,6 +76,8 @@ def flat(data: dict[str, Any]) -> dict[str, Any]:
 def is_kohya_config(data: Any) -> bool:
     """sd-scripts' or kohya_ss's training config, or sd-scripts' dataset config ([[datasets]])."""
     if not isinstance(data, dict) or "__version" in data or "config_version" in data:
+        return False
+    if "model_family" in data or "--model_family" in data:  # SimpleTuner's, not kohya's
         return False
     datasets = data.get("datasets")
     return len(SIGNS & flat(data).keys()) >= 2 or (isinstance(datasets, list) and any(isinstance(d, dict) and "subsets" in d for d in datasets))
@@ -120,7 +139,8 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
         out["concepts"] = concepts
 
     config = validate(out)
-    left = sorted(k for k, v in r.data.items() if k not in r.used and _set(v))
+    left = sorted(k for k, v in r.data.items() if k not in r.used and k not in PLUMBING and _set(v)
+                  and KOHYA_DEFAULTS.get(k, object()) != v)
     origin = f"kohya_ss config {source}" if source else "This kohya_ss config"
     text = f"{origin}: read as kohya_ss's ({len(r.used & r.data.keys())} settings carried over)"
     if notes:
@@ -151,9 +171,11 @@ def _network(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
                              ("network_dropout", "dropout_probability", float)):
         if r.given(key):
             out[ours] = r.number(key, kind_)
-    if "dora_wd=true" in str(r.data.get("network_args", "")).replace(" ", "").lower():
+    if r.get("dora_wd") or "dora_wd=true" in str(r.data.get("network_args", "")).replace(" ", "").lower():
         r.get("network_args")
         out["lora_decompose"] = True
+    if r.given("network_weights"):  # the LoRA to continue from
+        out["lora_model_name"] = str(r.get("network_weights"))
 
 
 def _learning_rates(r: _Reader, out: dict[str, Any], denoiser: str, encoders: tuple[str, ...], lora: bool) -> None:
@@ -176,7 +198,9 @@ def _learning_rates(r: _Reader, out: dict[str, Any], denoiser: str, encoders: tu
         out[part] = section
     if r.get("network_train_text_encoder_only"):
         out.setdefault(denoiser, {})["train"] = False
-    if r.given("clip_skip") and r.number("clip_skip", int) > 1:  # kohya's clip skip 2 skips one layer
+    # kohya's clip skip 2 skips one layer; sd-scripts ignores it for SDXL and Flux (they read the
+    # layers they were trained on), and so does this import
+    if r.given("clip_skip") and r.number("clip_skip", int) > 1 and denoiser == "unet" and len(encoders) == 1:
         out["text_encoder_layer_skip"] = r.number("clip_skip", int) - 1
 
 
@@ -189,6 +213,12 @@ def _training(r: _Reader, out: dict[str, Any], trained_parts: tuple[str, ...]) -
             out[ours] = r.number(key, kind)
     if "loss_weight_strength" in out:
         out["loss_weight_fn"] = "MIN_SNR_GAMMA"
+    elif r.get("debiased_estimation_loss"):
+        out["loss_weight_fn"] = "DEBIASED_ESTIMATION"
+    if r.given("vae"):
+        out.setdefault("vae", {})["model_name"] = str(r.get("vae"))
+    if r.get("sdxl_no_half_vae") or r.get("no_half_vae"):
+        out.setdefault("vae", {})["weight_dtype"] = "FLOAT_32"
     for key in ("max_train_epochs", "epoch"):
         if r.given(key):
             out["epochs"] = r.number(key, int)
@@ -289,6 +319,10 @@ def _samples(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
         if size[0].isdigit():
             sample.setdefault("width", int(size[0]))
             sample.setdefault("height", int(size[2] or size[0]))
+    sampler = SAMPLERS.get(str(r.get("sample_sampler") or "").lower())
+    for sample in samples:
+        if sampler:
+            sample.setdefault("noise_scheduler", sampler)
     if samples:
         out["samples"] = samples
     for key, unit in (("sample_every_n_epochs", "EPOCH"), ("sample_every_n_steps", "STEP")):
@@ -302,6 +336,7 @@ def _concepts(r: _Reader, notes: list[str], readable: list[Path] | None) -> list
     text: dict[str, Any] = {"enable_tag_shuffling": bool(r.get("shuffle_caption"))}
     if r.data.get("keep_tokens") is not None:
         text["keep_tags_count"] = r.number("keep_tokens", int)
+    image = {"enable_random_flip": bool(r.get("flip_aug"))}
     r.get("caption_extension")  # .txt and .caption are both read
     weight = r.number("prior_loss_weight") if r.given("prior_loss_weight") else 1.0
     concepts: list[dict[str, Any]] = []
@@ -326,7 +361,7 @@ def _concepts(r: _Reader, notes: list[str], readable: list[Path] | None) -> list
         for path, match in named or [(folder, None)]:
             concepts.append({"name": ("reg: " if regularisation else "") + (match.group(2) if match else folder.name),
                              "path": str(path), "balancing": float(match.group(1)) if match else 1.0,
-                             "loss_weight": weight if regularisation else 1.0, "text": dict(text)})
+                             "loss_weight": weight if regularisation else 1.0, "text": dict(text), "image": dict(image)})
     return concepts if found else None
 
 

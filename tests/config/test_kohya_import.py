@@ -18,7 +18,9 @@ GUI = {  # as kohya_ss's LoRA page saves it (the keys that matter; it writes ~20
     "clip_skip": 2, "shuffle_caption": True, "keep_tokens": 1, "caption_dropout_rate": 0.05, "save_every_n_epochs": 2,
     "sample_every_n_epochs": 1, "sample_prompts": "ohwx woman, smiling --n blurry, lowres --w 832 --h 1216 --d 7 --l 6.5 --s 28\n"
                                                   "# a comment\nohwx woman in a park",
-    "xformers": "sdpa", "scale_weight_norms": 1, "max_data_loader_n_workers": 0,
+    "xformers": "sdpa", "scale_weight_norms": 1, "max_data_loader_n_workers": 2, "dynamo_backend": "tensorrt", "max_timestep": 1000,
+    "debiased_estimation_loss": True, "flip_aug": True, "sample_sampler": "euler_a", "sdxl_no_half_vae": True,
+    "vae": "madebyollin/sdxl-vae-fp16-fix", "network_weights": "/loras/previous.safetensors",
 }
 
 
@@ -42,18 +44,23 @@ def test_a_kohya_ss_lora_config_is_carried_over(kohya, tmp_path):
     assert (c.learning_rate_scheduler.value, c.learning_rate_warmup_steps) == ("COSINE", 0.1)  # kohya_ss's 10 %
     assert (c.offset_noise_weight, c.loss_weight_fn.value, c.loss_weight_strength) == (0.0357, "MIN_SNR_GAMMA", 5.0)
     assert (c.train_dtype.value, c.output_dtype.value, c.unet.gradient_checkpointing.value, c.text_encoder_layer_skip) == (
-        "BFLOAT_16", "FLOAT_16", "ON", 1)  # kohya's clip skip 2 skips one layer
+        "BFLOAT_16", "FLOAT_16", "ON", 0)  # sd-scripts ignores clip_skip for SDXL
+    assert (c.vae.model_name, c.vae.weight_dtype.value, c.lora_model_name) == (
+        "madebyollin/sdxl-vae-fp16-fix", "FLOAT_32", "/loras/previous.safetensors")
     assert c.output_model_destination == str(tmp_path / "out" / "ohwx_v1.safetensors") and c.output_model_format.value == "KOHYA_LORA"
     assert (c.save_every, c.save_every_unit.value, c.sample_after, c.sample_after_unit.value) == (2, "EPOCH", 1, "EPOCH")
     assert [(x.name, x.path, x.balancing, x.loss_weight) for x in c.concepts] == [
         ("style", str(tmp_path / "img" / "10_style"), 10.0, 1.0), ("ohwx woman", str(tmp_path / "img" / "40_ohwx woman"), 40.0, 1.0),
         ("reg: woman", str(tmp_path / "reg" / "1_woman"), 1.0, 0.5)]
-    assert all(x.text.enable_tag_shuffling and x.text.keep_tags_count == 1 for x in c.concepts)
+    assert all(x.text.enable_tag_shuffling and x.text.keep_tags_count == 1 and x.image.enable_random_flip for x in c.concepts)
     assert [(s.prompt, s.negative_prompt, s.width, s.height, s.seed, s.cfg_scale, s.diffusion_steps) for s in c.samples] == [
         ("ohwx woman, smiling", "blurry, lowres", 832, 1216, 7, 6.5, 28), ("ohwx woman in a park", "", 1024, 1024, 42, 7.0, 20)]
+    assert {s.noise_scheduler.value for s in c.samples} == {"EULER_A"}
     (warning,) = result.warnings
     assert warning.startswith("This kohya_ss config: read as kohya_ss's")
-    assert warning.endswith("not carried over (left at this trainer's defaults): scale_weight_norms, xformers.")
+    # how kohya_ss runs (workers, compiler, attention kernel) and its defaults are not listed; one loss
+    # weighting is (min-SNR gamma here, not also debiased estimation)
+    assert warning.endswith("not carried over (left at this trainer's defaults): debiased_estimation_loss, scale_weight_norms.")
 
 
 def test_sections_unet_only_and_other_families(tmp_path):
@@ -62,12 +69,14 @@ def test_sections_unet_only_and_other_families(tmp_path):
                                                   "network_args": ["dora_wd=True"]},
                  "optimizer_arguments": {"optimizer_type": "Prodigy", "optimizer_args": ["decouple=True", "d_coef=2", "mystery=1"],
                                          "learning_rate": 1},
-                 "training_arguments": {"max_train_epochs": 3, "train_batch_size": 1}}
+                 "training_arguments": {"max_train_epochs": 3, "train_batch_size": 1, "clip_skip": 2, "debiased_estimation_loss": True}}
     assert is_kohya_config(sectioned) and not is_kohya_config({"__version": 11, "network_dim": 8, "output_dir": "x"})
+    assert not is_kohya_config({"model_family": "qwen_image", "output_dir": "x", "train_batch_size": 1})  # SimpleTuner's
     result = load_config(sectioned)
     c = result.config
     assert (c.model_type.value, c.learning_rate, c.unet.learning_rate, c.epochs) == ("STABLE_DIFFUSION_21", 1.0, 5e-4, 3)
     assert not c.text_encoder.train  # kohya: a text encoder learning rate of 0 trains the UNet only
+    assert c.text_encoder_layer_skip == 1 and c.loss_weight_fn.value == "DEBIASED_ESTIMATION"  # kohya's clip skip 2: one layer
     assert c.lora_decompose and (c.optimizer.optimizer.value, c.optimizer.decouple, c.optimizer.d_coef) == ("PRODIGY", True, 2.0)
     assert "optimizer argument 'mystery' is not carried over" in result.warnings[0]
     finetune = load_config({"pretrained_model_name_or_path": "x", "train_batch_size": 4, "optimizer": "Adafactor",
