@@ -16,6 +16,7 @@ from typing import Any
 from .enums import ModelType as M
 from .families import family_info
 from .json_file import may_read, read_json
+from .media_files import IMAGE_EXTENSIONS
 from .validation import ConfigError, LoadResult, validate
 
 # keys only kohya's configs have: two of them make a config kohya's
@@ -59,7 +60,6 @@ KOHYA_DEFAULTS = {"max_timestep": 1000, "min_timestep": 0, "bucket_reso_steps": 
 SAMPLE_FIELDS = {"n": ("negative_prompt", str), "w": ("width", int), "h": ("height", int), "d": ("seed", int),
                  "l": ("cfg_scale", float), "s": ("diffusion_steps", int)}
 _KOHYA_FOLDER = re.compile(r"^(\d+)_(.*\S.*)$")
-_SAMPLE_OPTION = re.compile(r"\s--([nwhdls])\s+(.*?)(?=\s--[nwhdls]\s|$)")
 
 
 def flat(data: dict[str, Any]) -> dict[str, Any]:
@@ -100,6 +100,10 @@ class _Reader:
     def given(self, key: str) -> bool:
         return _set(self.data.get(key))
 
+    def flag(self, key: str) -> bool:
+        """A kohya switch: true, 1 or "true" (a hand-written config's "false" is false)."""
+        return _flag(self.get(key))
+
     def number(self, key: str, kind: type = float) -> Any:
         value = self.get(key)
         try:
@@ -115,7 +119,9 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     r = _Reader(flat(raw))
     out: dict[str, Any] = {}
     notes: list[str] = []
-    model_type = _model_type(r)
+    model_type = _model_type(r, notes)
+    if r.flag("v_parameterization") and model_type != M.STABLE_DIFFUSION_21:  # a v-prediction SD 1.x / SDXL
+        out["force_v_prediction"] = True
     info = family_info(model_type)
     out.update(model_type=model_type.value, base_model_name=str(r.get("pretrained_model_name_or_path") or ""))
     lora = any(r.given(k) for k in ("network_dim", "LoRA_type", "network_module"))
@@ -123,14 +129,14 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     if lora:
         _network(r, out, notes)
     _learning_rates(r, out, info.denoiser, info.text_encoders, lora)
-    _training(r, out, (info.denoiser, *info.text_encoders))
+    _training(r, out, (info.denoiser, *info.text_encoders), notes)
     _optimizer(r, out, notes)
     _output(r, out, lora)
     _samples(r, out, notes)
     if isinstance(r.data.get("datasets"), list):  # a dataset TOML imported by itself
         r.get("datasets")
         r.get("general")
-        concepts = _dataset_concepts(r.data, out, notes, r)
+        concepts = _dataset_concepts(r.data, out, notes, r, readable)
     elif r.given("dataset_config"):  # sd-scripts: it replaces train_data_dir
         concepts = _dataset_config(r, out, notes, readable, base_dir)
     else:
@@ -150,18 +156,29 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     return LoadResult(config, [text + "."])
 
 
-def _model_type(r: _Reader) -> M:
-    flux, sdxl, v2, v_pred = (r.get(k) for k in ("flux1_checkbox", "sdxl", "v2", "v_parameterization"))
-    if flux:
+def _model_type(r: _Reader, notes: list[str]) -> M:
+    """kohya_ss's family switches; sd-scripts picks the family by its script, so a TOML without
+    them is read by its network module (lora_flux), else as SD 1.5 with a note."""
+    flux, sdxl, v2 = r.flag("flux1_checkbox"), r.flag("sdxl"), r.flag("v2")
+    module = str(r.data.get("network_module") or "")
+    if flux or module.endswith("lora_flux") or r.given("t5xxl"):
+        r.get("network_module")
         return M.FLUX_DEV_1
     if sdxl:
         return M.STABLE_DIFFUSION_XL_10_BASE
     if v2:
-        return M.STABLE_DIFFUSION_21 if v_pred else M.STABLE_DIFFUSION_21_BASE
+        return M.STABLE_DIFFUSION_21 if r.flag("v_parameterization") else M.STABLE_DIFFUSION_21_BASE
+    if not any(k in r.data for k in ("sdxl", "v2", "flux1_checkbox", "sd3_checkbox")):
+        notes.append("no model family is named (sd-scripts takes it from the script that runs): SD 1.5 is assumed; "
+                     "choose the Model type if it is another")
     return M.STABLE_DIFFUSION_15
 
 
 def _network(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
+    algo = re.search(r"algo\s*=\s*['\"]?(\w+)", str(r.data.get("network_args") or ""))
+    if "lycoris" in str(r.data.get("network_module") or "") and algo and not r.given("LoRA_type"):
+        r.get("network_module")
+        r.data["LoRA_type"] = f"LyCORIS/{ {'locon': 'LoCon', 'loha': 'LoHa', 'lokr': 'LoKr'}.get(algo.group(1).lower(), algo.group(1)) }"
     kind = str(r.get("LoRA_type") or "Standard")
     peft, preset = ADAPTERS.get(kind.lower(), ("LORA", "attn-mlp"))
     if kind.lower() not in ADAPTERS:
@@ -171,7 +188,7 @@ def _network(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
                              ("network_dropout", "dropout_probability", float)):
         if r.given(key):
             out[ours] = r.number(key, kind_)
-    if r.get("dora_wd") or "dora_wd=true" in str(r.data.get("network_args", "")).replace(" ", "").lower():
+    if r.flag("dora_wd") or "dora_wd=true" in str(r.data.get("network_args", "")).replace(" ", "").lower():
         r.get("network_args")
         out["lora_decompose"] = True
     if r.given("network_weights"):  # the LoRA to continue from
@@ -181,22 +198,28 @@ def _network(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
 def _learning_rates(r: _Reader, out: dict[str, Any], denoiser: str, encoders: tuple[str, ...], lora: bool) -> None:
     if r.given("learning_rate"):
         out["learning_rate"] = r.number("learning_rate")
-    unet = r.number("unet_lr") if r.given("unet_lr") else None
+    unet = r.number("unet_lr") if r.data.get("unet_lr") not in (None, "") else None
+    te_value = r.data.get("text_encoder_lr")
+    if isinstance(te_value, list):  # sd-scripts: one per text encoder
+        r.data["text_encoder_lr"] = te_value[0] if te_value else None
     te = r.number("text_encoder_lr") if r.data.get("text_encoder_lr") not in (None, "") else None
     if unet:
         out[denoiser] = {"learning_rate": unet}
         out.setdefault("learning_rate", unet)
-    # kohya: a text encoder learning rate of 0 (beside a UNet one) trains the UNet only
-    train_te = not (r.get("network_train_unet_only") or r.get("cache_text_encoder_outputs") or (lora and te == 0 and unet))
+    # kohya: a learning rate of 0 leaves that part untrained (its parameters are not optimized)
+    train_te = not (r.flag("network_train_unet_only") or r.flag("cache_text_encoder_outputs") or (lora and te == 0))
     dropout = r.number("caption_dropout_rate") if r.given("caption_dropout_rate") else None
     for part in encoders:
-        section: dict[str, Any] = {"train": train_te}
+        # kohya trains a text encoder for the whole run (this trainer's default stops it after 30 epochs)
+        section: dict[str, Any] = {"train": train_te, "stop_training_after": None, "stop_training_after_unit": "NEVER"}
         if train_te and te:
             section["learning_rate"] = te
         if dropout:
             section["dropout_probability"] = dropout
         out[part] = section
-    if r.get("network_train_text_encoder_only"):
+    if "text_encoder_2" in encoders and denoiser == "transformer":  # Flux's T5: sd-scripts trains it only when asked
+        out["text_encoder_2"]["train"] = train_te and r.flag("train_t5xxl")
+    if r.flag("network_train_text_encoder_only") or (lora and unet == 0):
         out.setdefault(denoiser, {})["train"] = False
     # kohya's clip skip 2 skips one layer; sd-scripts ignores it for SDXL and Flux (they read the
     # layers they were trained on), and so does this import
@@ -204,7 +227,7 @@ def _learning_rates(r: _Reader, out: dict[str, Any], denoiser: str, encoders: tu
         out["text_encoder_layer_skip"] = r.number("clip_skip", int) - 1
 
 
-def _training(r: _Reader, out: dict[str, Any], trained_parts: tuple[str, ...]) -> None:
+def _training(r: _Reader, out: dict[str, Any], trained_parts: tuple[str, ...], notes: list[str]) -> None:
     for key, ours, kind in (("train_batch_size", "batch_size", int), ("gradient_accumulation_steps", "gradient_accumulation_steps", int),
                             ("seed", "seed", int), ("max_grad_norm", "clip_grad_norm", float),
                             ("noise_offset", "offset_noise_weight", float), ("min_snr_gamma", "loss_weight_strength", float),
@@ -213,43 +236,42 @@ def _training(r: _Reader, out: dict[str, Any], trained_parts: tuple[str, ...]) -
             out[ours] = r.number(key, kind)
     if "loss_weight_strength" in out:
         out["loss_weight_fn"] = "MIN_SNR_GAMMA"
-    elif r.get("debiased_estimation_loss"):
+    elif r.flag("debiased_estimation_loss"):
         out["loss_weight_fn"] = "DEBIASED_ESTIMATION"
     if r.given("vae"):
         out.setdefault("vae", {})["model_name"] = str(r.get("vae"))
-    if r.get("sdxl_no_half_vae") or r.get("no_half_vae"):
+    if r.flag("sdxl_no_half_vae") or r.flag("no_half_vae"):
         out.setdefault("vae", {})["weight_dtype"] = "FLOAT_32"
     for key in ("max_train_epochs", "epoch"):
         if r.given(key):
             out["epochs"] = r.number(key, int)
             break
-    size = str(r.get("max_resolution") or "").replace(" ", "")
+    size = r.get("max_resolution") or r.get("resolution") or ""  # kohya_ss's page / sd-scripts
+    size = ",".join(str(v) for v in size) if isinstance(size, list) else str(size).replace(" ", "")
     if size:
         w, _, h = size.partition(",")
         out["resolution"] = w if not h or h == w else f"{w}x{h}"
     for key, ours in (("enable_bucket", "aspect_ratio_bucketing"), ("cache_latents", "latent_caching")):
         if r.data.get(key) is not None:
-            out[ours] = bool(r.get(key))
-    if r.get("zero_terminal_snr"):
+            out[ours] = r.flag(key)
+    if r.flag("zero_terminal_snr"):
         out["rescale_noise_scheduler_to_zero_terminal_snr"] = True
     for key, ours in (("mixed_precision", "train_dtype"), ("save_precision", "output_dtype")):
         if str(r.get(key) or "").lower() in PRECISION:
             out[ours] = PRECISION[str(r.data[key]).lower()]
     if r.data.get("gradient_checkpointing") is not None:
-        mode = "ON" if r.get("gradient_checkpointing") else "OFF"
+        mode = "ON" if r.flag("gradient_checkpointing") else "OFF"
         for part in trained_parts:
             out.setdefault(part, {})["gradient_checkpointing"] = mode
     scheduler = str(r.get("lr_scheduler") or "").lower()
     if scheduler:
         out["learning_rate_scheduler"] = SCHEDULERS.get(scheduler, "CONSTANT")
+        if scheduler not in SCHEDULERS:
+            notes.append(f"lr_scheduler '{scheduler}' has no counterpart here: CONSTANT is used")
     steps = r.number("lr_warmup_steps") if r.given("lr_warmup_steps") else 0.0
     percent = r.number("lr_warmup") if r.given("lr_warmup") else 0.0  # kohya_ss's page: a percentage of the steps
-    if steps >= 1:
-        out["learning_rate_warmup_steps"] = steps
-    elif percent:
-        out["learning_rate_warmup_steps"] = min(percent, 99.0) / 100
-    elif scheduler:
-        out["learning_rate_warmup_steps"] = 0.0
+    # sd-scripts: steps, or below 1 a fraction of all steps; kohya_ss's page: its percentage when no steps
+    out["learning_rate_warmup_steps"] = steps if steps else min(percent, 99.0) / 100
 
 
 def _optimizer(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
@@ -292,16 +314,22 @@ def _output(r: _Reader, out: dict[str, Any], lora: bool) -> None:
 
 
 def sample_from_kohya(line: str) -> dict[str, Any]:
-    """One kohya sample prompt line with its options (`--n`, `--w`, `--h`, `--d`, `--l`, `--s`)."""
-    text = " " + line.strip()
-    first = _SAMPLE_OPTION.search(text)
-    sample: dict[str, Any] = {"prompt": (text[: first.start()] if first else text).strip()}
-    for option, value in _SAMPLE_OPTION.findall(text):
-        key, kind = SAMPLE_FIELDS[option]
-        try:
-            sample[key] = kind(value.strip())
-        except ValueError:
-            continue
+    """One sample prompt line as sd-scripts splits it: the prompt, then ` --<option> <value>` parts
+    (`n` negative prompt, `w`/`h` size, `d` seed, `l` CFG, `s` steps, `ss` sampler; any case; other
+    options are sd-scripts' own and skipped)."""
+    prompt, *options = line.strip().split(" --")
+    sample: dict[str, Any] = {"prompt": prompt.strip()}
+    for option in options:
+        name, _, value = option.strip().partition(" ")
+        name, value = name.lower(), value.strip()
+        if name == "ss" and value.lower() in SAMPLERS:
+            sample["noise_scheduler"] = SAMPLERS[value.lower()]
+        elif name in SAMPLE_FIELDS and value:
+            key, kind = SAMPLE_FIELDS[name]
+            try:
+                sample[key] = kind(value)
+            except ValueError:
+                continue
     return sample
 
 
@@ -315,12 +343,14 @@ def _samples(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
         lines = []
     samples = [sample_from_kohya(str(line)) for line in lines if str(line).strip() and not str(line).lstrip().startswith("#")]
     size = str(out.get("resolution", "")).partition("x")
-    for sample in samples:  # without --w / --h: the training size (kohya's 512 x 512 is noise for SDXL)
+    sampler = SAMPLERS.get(str(r.get("sample_sampler") or "").lower())
+    for sample in samples:
+        # sd-scripts' defaults (30 steps, CFG 7.5), but the training size, not its 512 x 512 (noise for SDXL)
+        sample.setdefault("diffusion_steps", 30)
+        sample.setdefault("cfg_scale", 7.5)
         if size[0].isdigit():
             sample.setdefault("width", int(size[0]))
             sample.setdefault("height", int(size[2] or size[0]))
-    sampler = SAMPLERS.get(str(r.get("sample_sampler") or "").lower())
-    for sample in samples:
         if sampler:
             sample.setdefault("noise_scheduler", sampler)
     if samples:
@@ -330,16 +360,18 @@ def _samples(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
             out.update(sample_after=r.number(key, int), sample_after_unit=unit)
 
 
-def _concepts(r: _Reader, notes: list[str], readable: list[Path] | None) -> list[dict[str, Any]] | None:
-    """`train_data_dir`'s `<repeats>_<name>` folders (and `reg_data_dir`'s, at `prior_loss_weight`);
-    a folder outside `readable` is not listed: it is one concept, said in a note."""
-    text: dict[str, Any] = {"enable_tag_shuffling": bool(r.get("shuffle_caption"))}
-    if r.data.get("keep_tokens") is not None:
-        text["keep_tags_count"] = r.number("keep_tokens", int)
-    image = {"enable_random_flip": bool(r.get("flip_aug"))}
+def _training_options(r: _Reader) -> dict[str, Any]:
+    """The dataset options a training config sets for every subset (sd-scripts reads them below a
+    dataset config's `[general]`)."""
+    options = {key: r.get(key) for key in ("shuffle_caption", "keep_tokens", "flip_aug") if r.data.get(key) is not None}
     r.get("caption_extension")  # .txt and .caption are both read
-    weight = r.number("prior_loss_weight") if r.given("prior_loss_weight") else 1.0
-    concepts: list[dict[str, Any]] = []
+    return options
+
+
+def _concepts(r: _Reader, notes: list[str], readable: list[Path] | None) -> list[dict[str, Any]] | None:
+    """`train_data_dir`'s `<repeats>_<name>` folders (and `reg_data_dir`'s); a folder outside
+    `readable` is not listed: it is one concept, said in a note."""
+    subsets: list[dict[str, Any]] = []
     found = False
     for key, regularisation in (("train_data_dir", False), ("reg_data_dir", True)):
         root = r.get(key)
@@ -358,18 +390,15 @@ def _concepts(r: _Reader, notes: list[str], readable: list[Path] | None) -> list
                          "its `<repeats>_<name>` folders as concepts, or import the file from the command line")
         elif not named:
             notes.append(f"{key} '{root}' has no `<repeats>_<name>` folder here: it is one concept with Balancing 1")
-        for path, match in named or [(folder, None)]:
-            concepts.append({"name": ("reg: " if regularisation else "") + (match.group(2) if match else folder.name),
-                             "path": str(path), "balancing": float(match.group(1)) if match else 1.0,
-                             "loss_weight": weight if regularisation else 1.0, "text": dict(text), "image": dict(image)})
-    return concepts if found else None
+        subsets += [{"image_dir": str(path), "num_repeats": int(match.group(1)) if match else 1, "is_reg": regularisation}
+                    for path, match in named or [(folder, None)]]
+    options = _training_options(r)
+    return _to_concepts([{**options, **subset} for subset in subsets], r, notes, readable) if found else None
 
 
 def _dataset_config(r: _Reader, out: dict[str, Any], notes: list[str], readable: list[Path] | None,
                     base_dir: str | Path | None) -> list[dict[str, Any]] | None:
-    """sd-scripts' dataset TOML (`dataset_config`): each `[[datasets.subsets]]` a concept, its
-    `num_repeats` the Balancing (`is_reg` ones at `prior_loss_weight`), options from `[general]`,
-    the dataset, then the subset; the first dataset's resolution, batch size and buckets."""
+    """sd-scripts' dataset TOML (`dataset_config`)."""
     name = str(r.get("dataset_config"))
     path = Path(name).expanduser()
     if not path.is_absolute() and base_dir is not None:
@@ -382,16 +411,20 @@ def _dataset_config(r: _Reader, out: dict[str, Any], notes: list[str], readable:
     except ConfigError as err:
         notes.append(f"{err}: add its folders as concepts")
         return None
-    return _dataset_concepts(data, out, notes, r)
+    return _dataset_concepts(data, out, notes, r, readable)
 
 
-def _dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str], r: _Reader) -> list[dict[str, Any]]:
+def _dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str], r: _Reader,
+                      readable: list[Path] | None) -> list[dict[str, Any]]:
+    """Each `[[datasets.subsets]]` a concept, its options those of the training config, then
+    `[general]`, the dataset, then the subset (sd-scripts' order); the first dataset's resolution,
+    batch size and buckets."""
     general = data.get("general") if isinstance(data.get("general"), dict) else {}
     datasets = [d for d in data.get("datasets") or [] if isinstance(d, dict)]
-    weight = r.number("prior_loss_weight") if r.given("prior_loss_weight") else 1.0
-    concepts: list[dict[str, Any]] = []
+    training = _training_options(r)
+    subsets: list[dict[str, Any]] = []
     for index, dataset in enumerate(datasets):
-        merged = {**general, **{k: v for k, v in dataset.items() if k != "subsets"}}
+        merged = {**training, **general, **{k: v for k, v in dataset.items() if k != "subsets"}}
         if index == 0:
             size = merged.get("resolution")
             if isinstance(size, int | float):
@@ -402,27 +435,68 @@ def _dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str
                 out["batch_size"] = merged["batch_size"]
             if merged.get("enable_bucket") is not None:
                 out["aspect_ratio_bucketing"] = bool(merged["enable_bucket"])
-        for number, subset in enumerate(dataset.get("subsets") or []):
-            if isinstance(subset, dict):
-                try:
-                    concepts += _subset_concept({**merged, **subset}, notes, weight)
-                except (TypeError, ValueError) as err:
-                    raise ConfigError(f"dataset_config: datasets[{index}].subsets[{number}]: {err}") from None
+        subsets += [{**merged, **subset} for subset in dataset.get("subsets") or [] if isinstance(subset, dict)]
+    return _to_concepts(subsets, r, notes, readable)
+
+
+def _to_concepts(subsets: list[dict[str, Any]], r: _Reader, notes: list[str], readable: list[Path] | None) -> list[dict[str, Any]]:
+    """kohya's subsets (image_dir, num_repeats, is_reg, shuffle_caption, keep_tokens, flip_aug,
+    class_tokens) as concepts. kohya repeats the regularisation images up to the training images'
+    count times their repeats, and weighs their loss by `prior_loss_weight`."""
+    weight = r.number("prior_loss_weight") if r.given("prior_loss_weight") else 1.0
+    concepts, train_total, counted = [], 0, True
+    for number, subset in enumerate(subsets):
+        try:
+            concept = _subset_concept(subset, notes, weight)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"dataset subset {number + 1} ({subset.get('image_dir')}): {err}") from None
+        if concept is None:
+            continue
+        if not concept["type_reg"]:
+            count = _image_count(Path(concept["path"]), readable)
+            counted = counted and count is not None
+            train_total += (count or 0) * int(concept["balancing"])
+        concepts.append(concept)
+    for concept in concepts:
+        if concept.pop("type_reg") and counted and train_total:
+            concept.update(balancing=float(train_total), balancing_strategy="SAMPLES")
+    if any(c["name"].startswith("reg: ") and c.get("balancing_strategy") != "SAMPLES" for c in concepts):
+        notes.append("regularisation images keep their folders' repeats: kohya repeats them up to the training images' "
+                     "count (set their Balancing so)")
     return concepts
 
 
-def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) -> list[dict[str, Any]]:
-    """One `[[datasets.subsets]]` (its options merged over its dataset's and `[general]`'s)."""
+def _image_count(folder: Path, readable: list[Path] | None) -> int | None:
+    if not may_read(folder, readable):
+        return None
+    try:
+        return sum(1 for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS and not p.name.startswith("."))
+    except OSError:
+        return None
+
+
+def _flag(value: Any) -> bool:
+    return value.strip().lower() in ("true", "1", "yes") if isinstance(value, str) else bool(value)
+
+
+def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) -> dict[str, Any] | None:
+    """One subset (its options merged as sd-scripts merges them); None for one kohya skips."""
     if not options.get("image_dir"):
         notes.append("a dataset subset without image_dir (a metadata_file one) is not carried over")
-        return []
+        return None
     folder = Path(str(options["image_dir"]))
-    reg = bool(options.get("is_reg"))
-    text: dict[str, Any] = {"enable_tag_shuffling": bool(options.get("shuffle_caption"))}
-    if options.get("keep_tokens") is not None:
-        text["keep_tags_count"] = int(options["keep_tokens"])
+    repeats = int(float(options.get("num_repeats", 1)))
+    if repeats <= 0:
+        notes.append(f"{folder.name}: num_repeats {repeats}, which kohya skips; not carried over")
+        return None
+    reg = _flag(options.get("is_reg"))
     if options.get("class_tokens"):
         notes.append(f"class_tokens '{options['class_tokens']}' ({folder.name}): kohya's caption for images without a "
                      "caption file; here they train uncaptioned")
-    return [{"name": ("reg: " if reg else "") + folder.name, "path": str(folder),
-             "balancing": float(options.get("num_repeats") or 1), "loss_weight": weight if reg else 1.0, "text": text}]
+    kohya_name = _KOHYA_FOLDER.match(folder.name)
+    return {"name": ("reg: " if reg else "") + (kohya_name.group(2) if kohya_name else folder.name), "path": str(folder),
+            "balancing": float(repeats),
+            "loss_weight": weight if reg else 1.0, "type_reg": reg,
+            "text": {"enable_tag_shuffling": _flag(options.get("shuffle_caption")),
+                     "keep_tags_count": int(float(options.get("keep_tokens") or 0))},  # kohya's default keeps none
+            "image": {"enable_random_flip": _flag(options.get("flip_aug"))}}

@@ -28,6 +28,8 @@ GUI = {  # as kohya_ss's LoRA page saves it (the keys that matter; it writes ~20
 def kohya(tmp_path):
     for folder in ("img/40_ohwx woman", "img/10_style", "reg/1_woman", "img/notes"):
         (tmp_path / folder).mkdir(parents=True)
+    for image in ("img/40_ohwx woman/a.png", "img/40_ohwx woman/b.jpg", "img/10_style/c.png", "img/10_style/a.txt"):
+        (tmp_path / image).write_bytes(b"")  # counted by name: 2 x 40 + 1 x 10 = 90 training images an epoch
     return {**GUI, "train_data_dir": str(tmp_path / "img"), "reg_data_dir": str(tmp_path / "reg"), "output_dir": str(tmp_path / "out")}
 
 
@@ -49,12 +51,15 @@ def test_a_kohya_ss_lora_config_is_carried_over(kohya, tmp_path):
         "madebyollin/sdxl-vae-fp16-fix", "FLOAT_32", "/loras/previous.safetensors")
     assert c.output_model_destination == str(tmp_path / "out" / "ohwx_v1.safetensors") and c.output_model_format.value == "KOHYA_LORA"
     assert (c.save_every, c.save_every_unit.value, c.sample_after, c.sample_after_unit.value) == (2, "EPOCH", 1, "EPOCH")
-    assert [(x.name, x.path, x.balancing, x.loss_weight) for x in c.concepts] == [
-        ("style", str(tmp_path / "img" / "10_style"), 10.0, 1.0), ("ohwx woman", str(tmp_path / "img" / "40_ohwx woman"), 40.0, 1.0),
-        ("reg: woman", str(tmp_path / "reg" / "1_woman"), 1.0, 0.5)]
+    # kohya repeats the regularisation images up to the training images' 90 an epoch
+    assert [(x.name, x.path, x.balancing, x.balancing_strategy.value, x.loss_weight) for x in c.concepts] == [
+        ("style", str(tmp_path / "img" / "10_style"), 10.0, "REPEATS", 1.0),
+        ("ohwx woman", str(tmp_path / "img" / "40_ohwx woman"), 40.0, "REPEATS", 1.0),
+        ("reg: woman", str(tmp_path / "reg" / "1_woman"), 90.0, "SAMPLES", 0.5)]
+    assert (c.text_encoder.stop_training_after_unit.value, c.learning_rate_warmup_steps) == ("NEVER", 0.1)
     assert all(x.text.enable_tag_shuffling and x.text.keep_tags_count == 1 and x.image.enable_random_flip for x in c.concepts)
     assert [(s.prompt, s.negative_prompt, s.width, s.height, s.seed, s.cfg_scale, s.diffusion_steps) for s in c.samples] == [
-        ("ohwx woman, smiling", "blurry, lowres", 832, 1216, 7, 6.5, 28), ("ohwx woman in a park", "", 1024, 1024, 42, 7.0, 20)]
+        ("ohwx woman, smiling", "blurry, lowres", 832, 1216, 7, 6.5, 28), ("ohwx woman in a park", "", 1024, 1024, 42, 7.5, 30)]
     assert {s.noise_scheduler.value for s in c.samples} == {"EULER_A"}
     (warning,) = result.warnings
     assert warning.startswith("This kohya_ss config: read as kohya_ss's")
@@ -97,9 +102,11 @@ def test_a_kohya_folder_without_repeats_folders_is_one_concept_and_a_prompt_file
     assert result.config.samples == [] or all("a cat" not in s.prompt for s in result.config.samples)
 
 
-def test_a_sample_line_with_a_bad_option_keeps_the_rest():
+def test_sample_lines_split_as_sd_scripts_splits_them():
+    """On ` --`, any case; a bad value or an option of sd-scripts' own (`--g`, `--cn`) is skipped."""
     assert sample_from_kohya("a dog --w wide --s 12") == {"prompt": "a dog", "diffusion_steps": 12}
-    assert sample_from_kohya("--n only negative") == {"prompt": "", "negative_prompt": "only negative"}
+    assert sample_from_kohya("a cat --N blurry --W 768 --g 3.5 --ss euler_a --l 5") == {
+        "prompt": "a cat", "negative_prompt": "blurry", "width": 768, "noise_scheduler": "EULER_A", "cfg_scale": 5.0}
 
 
 def test_a_saved_kohya_file_loads_by_path(kohya, tmp_path):
@@ -189,3 +196,32 @@ def test_sd_scripts_toml_training_and_dataset_configs(tmp_path):
 
     with pytest.raises(ConfigError, match=r"bad.toml: not valid TOML"):
         load_config(tmp_path / "bad.toml")
+
+
+def test_what_kohya_does_with_switches_rates_and_defaults(tmp_path):
+    """From a review against sd-scripts' and kohya_ss's source: string switches, a learning rate
+    of 0 as that part untrained, Flux's T5 only when asked, v-prediction without v2, warmup and
+    keep_tokens at kohya's defaults, and the training config's caption options under a dataset's."""
+    base = {"pretrained_model_name_or_path": "x", "network_dim": 4}
+    c = load_config({**base, "sdxl": "false", "unet_lr": 0, "text_encoder_lr": [1e-4, 5e-5], "v_parameterization": "true"}).config
+    assert c.model_type.value == "STABLE_DIFFUSION_15" and not c.unet.train and c.text_encoder.train
+    assert c.text_encoder.learning_rate == 1e-4 and c.force_v_prediction
+    assert (c.learning_rate_warmup_steps, c.text_encoder.stop_training_after_unit.value) == (0.0, "NEVER")
+    c = load_config({**base, "text_encoder_lr": 0, "lr_warmup_steps": 0.05}).config
+    assert not c.text_encoder.train and c.unet.train and c.learning_rate_warmup_steps == 0.05  # below 1: a fraction
+    flux = load_config({**base, "network_module": "networks.lora_flux", "resolution": "512,768", "text_encoder_lr": 1e-5})
+    c = flux.config
+    assert (c.model_type.value, c.resolution) == ("FLUX_DEV_1", "512x768")
+    assert c.text_encoder.train and not c.text_encoder_2.train  # sd-scripts trains T5 only with train_t5xxl
+    assert load_config({**base, "network_module": "networks.lora_flux", "train_t5xxl": True}).config.text_encoder_2.train
+    plain = load_config({**base, "train_batch_size": 1})
+    assert "no model family is named" in plain.warnings[0]
+
+    (tmp_path / "d.toml").write_text('[[datasets]]\n[[datasets.subsets]]\nimage_dir = "/a"\nnum_repeats = 3\n'
+                                     '[[datasets.subsets]]\nimage_dir = "/b"\nnum_repeats = 0\n'
+                                     '[[datasets.subsets]]\nimage_dir = "/r"\nis_reg = "false"\nshuffle_caption = false\n')
+    result = load_config({**base, "sdxl": True, "dataset_config": str(tmp_path / "d.toml"), "shuffle_caption": True, "keep_tokens": 2})
+    assert [(x.path, x.balancing, x.name.startswith("reg"), x.text.enable_tag_shuffling, x.text.keep_tags_count)
+            for x in result.config.concepts] == [("/a", 3.0, False, True, 2), ("/r", 1.0, False, False, 2)]
+    assert "b: num_repeats 0, which kohya skips" in result.warnings[0]
+    assert load_config({**base, "train_data_dir": str(tmp_path)}).config.concepts[0].text.keep_tags_count == 0
