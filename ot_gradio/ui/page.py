@@ -331,9 +331,9 @@ class Page(EditHandlers, ConfigFiles):
         shown = "() => { window.otConfigLoads = (window.otConfigLoads || 0) + 1; }"
         self.preset.select(self.on_preset, [self.preset, self.config_state], self.all_outputs,
                            show_progress_on=[self.preset]).then(None, js=shown)
-        self.load_btn.click(self.on_load, [self.config_path, self.config_state], self.all_outputs,
+        self.load_btn.click(self.on_load, [self.config_path, self.config_state], [*self.all_outputs, self.preset],
                             show_progress_on=[self.load_btn]).then(None, js=shown)
-        self.upload.upload(self.on_upload, self.upload, self.all_outputs, show_progress_on=[self.upload]).then(None, js=shown)
+        self.upload.upload(self.on_upload, self.upload, [*self.all_outputs, self.preset], show_progress_on=[self.upload]).then(None, js=shown)
         # Save and Export write the config Start would use: with the edits still on their way (a
         # value typed just before the click was missing from the file)
         form = {*log_inputs, *self.concepts.inputs}

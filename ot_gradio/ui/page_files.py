@@ -82,9 +82,7 @@ class ConfigFiles:
         if not str(path or "").strip():
             raise gr.Error("Config file: enter the path of a config JSON to load.")
         config = self.read_any(self.confined("Config file", path, self.roots(config or {})))
-        self.autosave(config)
-        save_ui_choice(self.workspace, config_path=path.strip())
-        return self.loaded(config)
+        return self.file_loaded(config, config_path=path.strip())
 
     def on_upload(self, file) -> dict:
         """An imported file: gradio puts uploads in its upload folder; nothing else is read."""
@@ -93,8 +91,14 @@ class ConfigFiles:
         name = file if isinstance(file, str) else getattr(file, "name", "")
         upload_root = Path(get_upload_folder()).resolve()
         config = self.read_any(self.confined("Import file", str(name or ""), [upload_root, *self.roots()]), Path(str(name or "")).name)
+        return self.file_loaded(config)
+
+    def file_loaded(self, config: dict[str, Any], **choice: str) -> dict:
+        """A config read from a file is the form's: saved, shown, and the Preset box emptied (it
+        named the preset the form held before)."""
         self.autosave(config)
-        return self.loaded(config)
+        save_ui_choice(self.workspace, preset="", **choice)
+        return {**self.loaded(config), self.preset: None}
 
     def on_save(self, path: str, config: dict[str, Any]) -> None:
         """Writes the config as JSON, only to a .json file inside the workspace or the launcher's
