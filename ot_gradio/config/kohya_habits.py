@@ -12,7 +12,7 @@ from .parts import SampleConfig
 
 # kohya's sample prompt options, each with the label of the sample field that holds it here
 SAMPLE_OPTIONS = {o: SampleConfig.model_fields[f].json_schema_extra["label"] for o, (f, _) in SAMPLE_FIELDS.items()}
-_OPTION = re.compile(r"(?:^|\s)--([nwhdls])(?=\s|$)")
+_OPTION = re.compile(rf"(?:^|\s)--([{''.join(SAMPLE_FIELDS)}])(?=\s|$)")
 
 
 def kohya_warnings(config: Any) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 from .enums import ModelType as M
 from .families import family_info
 from .json_file import may_read, read_json
-from .media_files import IMAGE_EXTENSIONS
+from .media_files import IMAGE_EXTENSIONS, kohya_repeats
 from .validation import ConfigError, LoadResult, validate
 
 # keys only kohya's configs have: two of them make a config kohya's
@@ -59,7 +59,6 @@ KOHYA_DEFAULTS = {"max_timestep": 1000, "min_timestep": 0, "bucket_reso_steps": 
 # kohya's sample prompt options (`a cat --n blurry --w 768`) -> the sample's field, its type
 SAMPLE_FIELDS = {"n": ("negative_prompt", str), "w": ("width", int), "h": ("height", int), "d": ("seed", int),
                  "l": ("cfg_scale", float), "s": ("diffusion_steps", int)}
-_KOHYA_FOLDER = re.compile(r"^(\d+)_(.*\S.*)$")
 
 
 def flat(data: dict[str, Any]) -> dict[str, Any]:
@@ -384,14 +383,14 @@ def _concepts(r: _Reader, notes: list[str], readable: list[Path] | None) -> list
             subfolders = sorted(p for p in folder.iterdir() if p.is_dir()) if listed and folder.is_dir() else []
         except OSError:
             subfolders = []
-        named = [(p, m) for p in subfolders if (m := _KOHYA_FOLDER.match(p.name))]
+        named = [(p, found) for p in subfolders if (found := kohya_repeats(p.name))]
         if not listed:
             notes.append(f"{key} '{root}' is outside the folders this page may list: it is one concept with Balancing 1; add "
                          "its `<repeats>_<name>` folders as concepts, or import the file from the command line")
         elif not named:
             notes.append(f"{key} '{root}' has no `<repeats>_<name>` folder here: it is one concept with Balancing 1")
-        subsets += [{"image_dir": str(path), "num_repeats": int(match.group(1)) if match else 1, "is_reg": regularisation}
-                    for path, match in named or [(folder, None)]]
+        subsets += [{"image_dir": str(path), "num_repeats": found[0] if found else 1, "is_reg": regularisation}
+                    for path, found in named or [(folder, None)]]
     options = _training_options(r)
     return _to_concepts([{**options, **subset} for subset in subsets], r, notes, readable) if found else None
 
@@ -493,8 +492,8 @@ def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) ->
     if options.get("class_tokens"):
         notes.append(f"class_tokens '{options['class_tokens']}' ({folder.name}): kohya's caption for images without a "
                      "caption file; here they train uncaptioned")
-    kohya_name = _KOHYA_FOLDER.match(folder.name)
-    return {"name": ("reg: " if reg else "") + (kohya_name.group(2) if kohya_name else folder.name), "path": str(folder),
+    kohya_name = kohya_repeats(folder.name)
+    return {"name": ("reg: " if reg else "") + (kohya_name[1] if kohya_name else folder.name), "path": str(folder),
             "balancing": float(repeats),
             "loss_weight": weight if reg else 1.0, "type_reg": reg,
             "text": {"enable_tag_shuffling": _flag(options.get("shuffle_caption")),

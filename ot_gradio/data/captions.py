@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import codecs
 import random
-import re
 from pathlib import Path
 
 MAX_CAPTION_BYTES = 1024 * 1024  # a caption file far larger than any caption is not read whole
 # An image's caption file: `<stem>.txt` (OneTrainer's), else `<stem>.caption`, the extension kohya's
 # sd-scripts read by default, so a dataset captioned for kohya trains with its captions
 CAPTION_EXTENSIONS = (".txt", ".caption")
-# kohya's dataset folders are named `<repeats>_<name>` (`40_ohwx woman`): each image trains
-# <repeats> times an epoch, and one without a caption file is captioned with <name>
-KOHYA_FOLDER = re.compile(r"^(\d+)_(.*\S.*)$")
 
 
 def caption_path(image: Path) -> Path:
@@ -30,12 +26,6 @@ def caption_path(image: Path) -> Path:
             if (other := txt.with_suffix(ext)).is_file():
                 return other
     return txt
-
-
-def kohya_repeats(name: str) -> tuple[int, str] | None:
-    """(repeats, name) of a folder named as kohya's dataset folders are, else None."""
-    match = KOHYA_FOLDER.match(name)
-    return (int(match.group(1)), match.group(2).strip()) if match and int(match.group(1)) > 0 else None
 
 
 def read_text(path: Path) -> tuple[str, str | None]:

@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config.media_files import UNREAD_IMAGE_EXTENSIONS
-from .captions import beside_concept, caption_path, kohya_repeats, read_captions
+from ..config.media_files import UNREAD_IMAGE_EXTENSIONS, kohya_repeats
+from .captions import beside_concept, caption_path, read_captions
 from .errors import DataError
 from .images import (
     CONDLABEL_SUFFIX,
@@ -86,6 +86,7 @@ class ConceptScan:
     transparent: list[Path] = field(default_factory=list)  # images with transparent pixels: they train on white
     two_caption_files: list[Path] = field(default_factory=list)  # images with a .txt and a kohya .caption: the .txt is read
     several_lines: int = 0  # caption files with more than one caption (line)
+    kohya_folders: str | None = None  # what its `<repeats>_<name>` folders would mean in kohya (kohya_folder_warning)
 
     @property
     def mask_count(self) -> int:
@@ -253,8 +254,9 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     if scan.two_caption_files:
         _warn(scan, f"Concept '{label}': {len(scan.two_caption_files)} image(s) have both a .txt and a kohya .caption file; "
                     f"the .txt is read (e.g. {scan.two_caption_files[0].name}), the .caption ignored")
-    if warning := kohya_folder_warning(concept, folder, [item.path for item in scan.items], scan.uncaptioned):
-        _warn(scan, warning)
+    scan.kohya_folders = kohya_folder_warning(concept, folder, [item.path for item in scan.items], scan.uncaptioned)
+    if scan.kohya_folders:
+        _warn(scan, scan.kohya_folders)
     return scan
 
 
@@ -269,7 +271,7 @@ def kohya_folder_warning(concept: object, folder: Path, images: list[Path], unca
     named: dict[Path, tuple[int, str]] = {}
     for image in images:
         parent = Path(image).resolve().parent
-        if parent not in named and (parent == root or root in parent.parents) and (found := kohya_repeats(parent.name)):
+        if parent not in named and (parent == root or root in parent.parents) and (found := kohya_repeats(parent.name)) and found[0]:
             named[parent] = found
     if not named:
         return None

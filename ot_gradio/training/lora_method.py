@@ -20,18 +20,17 @@ from .device import output_dtype
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
 from .lora import adapters_disabled, add_lora, file_layers, has_lora, load_lora_state_dict, lora_state_dict
-from .lora_format import DIFFUSERS, KOHYA, load_lora_file, save_lora
+from .lora_format import DIFFUSERS, load_lora_file, save_lora
 from .lora_variants import AdapterSpec, check_output_format, check_start_file
 from .method_base import register
 from .output_metadata import largest_resolution, model_metadata
 from .param_groups import ParamGroup
 from .start_files import start_lora_file
 
-FORMATS = {"kohya": KOHYA, "diffusers": DIFFUSERS}
-
 
 def lora_file_format(config: Any) -> str:
-    """The key layout the config's LoRA file is written in (lora_format.KOHYA or DIFFUSERS)."""
+    """The key layout the config's LoRA file is written in: lora_format.KOHYA or DIFFUSERS, the names
+    families.lora_layout gives."""
     layout = lora_layout(config.model_type, config.output_model_format)
     if layout is None:
         raise ValueError(
@@ -39,7 +38,7 @@ def lora_file_format(config: Any) -> str:
             "use KOHYA_LORA or COMFY_LORA (kohya keys: ComfyUI; A1111, Forge and diffusers for SD 1.x/2.x/SDXL), "
             "DIFFUSERS_LORA (diffusers/PEFT keys) or SAFETENSORS (kohya keys for SD 1.x/2.x/SDXL, diffusers keys otherwise)"
         )
-    return FORMATS[layout]
+    return layout
 
 
 def trainable_parts(model: Any) -> tuple[str, ...]:

@@ -82,7 +82,7 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
     from ..config.resolution import parse_resolutions  # noqa: PLC0415
     from ..data.buckets import assign_bucket  # noqa: PLC0415
     from ..data.errors import DataError  # noqa: PLC0415
-    from ..data.scan import kohya_folder_warning, scan_concept  # noqa: PLC0415
+    from ..data.scan import scan_concept  # noqa: PLC0415
 
     try:
         scan = scan_concept(ConceptConfig(**concept), sampling, control, depth, condlabel)
@@ -119,8 +119,8 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
                      "in pieces")
     if scan.two_caption_files:
         lines.append(f"{len(scan.two_caption_files)} images have both a `.txt` and a kohya `.caption` file: the `.txt` is read")
-    if kohya := kohya_folder_warning(ConceptConfig(**concept), scan.folder, [i.path for i in items], scan.uncaptioned):
-        lines.append("**kohya folder:** " + kohya.split(": ", 1)[1])
+    if scan.kohya_folders:
+        lines.append("**kohya folder:** " + scan.kohya_folders.split(": ", 1)[1])
     if cut:
         lines.append(f"{len(cut)} images bucketed by the cut around their mask (Random mask rotate and crop; each image "
                      "variation and epoch cuts anew, so the buckets below are the first variation's)")
