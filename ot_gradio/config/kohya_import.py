@@ -56,6 +56,7 @@ PLUMBING = frozenset({
 KOHYA_DEFAULTS = {"max_timestep": 1000, "min_timestep": 0, "bucket_reso_steps": 64, "min_bucket_reso": 256,
                   "max_bucket_reso": 2048, "lr_scheduler_power": 1, "factor": -1, "train_on_input": True,
                   "noise_offset_type": "Original", "max_token_length": 75, "conv_dim": 1, "conv_alpha": 1}
+KOHYA_STEPS = 1600  # sd-scripts' max_train_steps when a config sets neither it nor max_train_epochs
 # kohya's sample prompt options (`a cat --n blurry --w 768`) -> the sample's field, its type
 SAMPLE_FIELDS = {"n": ("negative_prompt", str), "w": ("width", int), "h": ("height", int), "d": ("seed", int),
                  "l": ("cfg_scale", float), "s": ("diffusion_steps", int)}
@@ -142,6 +143,7 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
         concepts = _concepts(r, notes, readable)
     if concepts is not None:
         out["concepts"] = concepts
+    _run_length(r, out, concepts, readable, notes)
 
     config = validate(out)
     left = sorted(k for k, v in r.data.items() if k not in r.used and k not in PLUMBING and _set(v)
@@ -241,10 +243,6 @@ def _training(r: _Reader, out: dict[str, Any], trained_parts: tuple[str, ...], n
         out.setdefault("vae", {})["model_name"] = str(r.get("vae"))
     if r.flag("sdxl_no_half_vae") or r.flag("no_half_vae"):
         out.setdefault("vae", {})["weight_dtype"] = "FLOAT_32"
-    for key in ("max_train_epochs", "epoch"):
-        if r.given(key):
-            out["epochs"] = r.number(key, int)
-            break
     size = r.get("max_resolution") or r.get("resolution") or ""  # kohya_ss's page / sd-scripts
     size = ",".join(str(v) for v in size) if isinstance(size, list) else str(size).replace(" ", "")
     if size:
@@ -271,6 +269,50 @@ def _training(r: _Reader, out: dict[str, Any], trained_parts: tuple[str, ...], n
     percent = r.number("lr_warmup") if r.given("lr_warmup") else 0.0  # kohya_ss's page: a percentage of the steps
     # sd-scripts: steps, or below 1 a fraction of all steps; kohya_ss's page: its percentage when no steps
     out["learning_rate_warmup_steps"] = steps if steps else min(percent, 99.0) / 100
+
+
+def _run_length(r: _Reader, out: dict[str, Any], concepts: list[dict[str, Any]] | None, readable: list[Path] | None,
+                notes: list[str]) -> None:
+    """How long kohya trains: `max_train_epochs`, else `max_train_steps` (sd-scripts: 1600 when
+    neither is set), and kohya_ss's page turns its `epoch` into the steps only when it has no steps
+    and no dataset TOML. Steps become the epochs that hold them, counted from the concepts' images
+    at the batch size and accumulation (kohya stops at the step, mid-epoch; here the last epoch ends)."""
+    if r.given("max_train_epochs"):
+        out["epochs"] = r.number("max_train_epochs", int)
+        return
+    steps = r.number("max_train_steps", int) if r.given("max_train_steps") else 0
+    if not steps and isinstance(r.data.get("datasets"), list):  # a dataset TOML by itself says nothing of it
+        return
+    if not steps and r.given("epoch") and not r.given("dataset_config"):
+        out["epochs"] = r.number("epoch", int)
+        return
+    r.get("epoch")  # kohya_ss's page leaves it out here too
+    told = f"max_train_steps {steps}" if steps else f"no max_train_steps or max_train_epochs (sd-scripts trains {KOHYA_STEPS} steps then)"
+    steps = steps or KOHYA_STEPS
+    per_epoch = _steps_per_epoch(concepts, out, readable)
+    if per_epoch is None:
+        notes.append(f"{told}: Epochs stays at this trainer's default, as the images were not counted: set Epochs to "
+                     f"{steps} x batch size x accumulation / the images an epoch shows")
+        return
+    out["epochs"] = max(1, -(-steps // per_epoch))
+    notes.append(f"{told}: {out['epochs']} epochs of about {per_epoch} steps here (kohya stops at step {steps}; "
+                 "here the epoch it falls in ends)")
+
+
+def _steps_per_epoch(concepts: list[dict[str, Any]] | None, out: dict[str, Any], readable: list[Path] | None) -> int | None:
+    """Optimizer steps an epoch of the imported concepts takes; None when an image folder could not be counted."""
+    if not concepts:
+        return None
+    samples = 0.0
+    for concept in concepts:
+        if concept.get("balancing_strategy") == "SAMPLES":
+            samples += concept["balancing"]
+        elif (count := _image_count(Path(concept["path"]), readable)) is None:
+            return None
+        else:
+            samples += count * concept["balancing"]
+    batches = -(-int(samples) // int(out.get("batch_size", 1)))
+    return max(1, -(-batches // int(out.get("gradient_accumulation_steps", 1)))) if samples else None
 
 
 def _optimizer(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
@@ -308,8 +350,10 @@ def _output(r: _Reader, out: dict[str, Any], lora: bool) -> None:
         out["output_model_destination"] = str(Path(str(folder or "models")) / f"{name or 'last'}.safetensors")
     out["output_model_format"] = "KOHYA_LORA" if lora else "SAFETENSORS"
     r.get("save_model_as")  # safetensors, ckpt or pt there: a .safetensors file here
-    if r.given("save_every_n_epochs"):
-        out.update(save_every=r.number("save_every_n_epochs", int), save_every_unit="EPOCH")
+    for key, unit in (("save_every_n_epochs", "EPOCH"), ("save_every_n_steps", "STEP")):
+        if r.given(key):  # kohya saves at both; here at the first (the other is listed as not carried over)
+            out.update(save_every=r.number(key, int), save_every_unit=unit)
+            break
 
 
 def sample_from_kohya(line: str) -> dict[str, Any]:

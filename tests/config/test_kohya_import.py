@@ -225,3 +225,26 @@ def test_what_kohya_does_with_switches_rates_and_defaults(tmp_path):
             for x in result.config.concepts] == [("/a", 3.0, False, True, 2), ("/r", 1.0, False, False, 2)]
     assert "b: num_repeats 0, which kohya skips" in result.warnings[0]
     assert load_config({**base, "train_data_dir": str(tmp_path)}).config.concepts[0].text.keep_tags_count == 0
+
+
+def test_how_long_kohya_trains(tmp_path):
+    """sd-scripts trains max_train_epochs, else max_train_steps (1600 when neither is set); kohya_ss's
+    page turns its `epoch` into the steps only when it has none. Steps become the epochs that hold
+    them: 3 images x 10 repeats at batch 2 are 15 steps an epoch."""
+    folder = tmp_path / "img" / "10_ohwx"
+    folder.mkdir(parents=True)
+    for name in ("a.png", "b.png", "c.jpg"):
+        (folder / name).write_bytes(b"")
+    base = {"pretrained_model_name_or_path": "x", "network_dim": 4, "train_batch_size": 2, "train_data_dir": str(tmp_path / "img")}
+    assert load_config({**base, "epoch": 7}).config.epochs == 7
+    assert load_config({**base, "epoch": 7, "max_train_epochs": 3, "max_train_steps": 1000}).config.epochs == 3
+    steps = load_config({**base, "epoch": 4, "max_train_steps": 100})  # kohya_ss passes the steps; its epoch is unused
+    assert steps.config.epochs == 7  # ceil(100 / 15)
+    assert "max_train_steps 100: 7 epochs of about 15 steps here" in steps.warnings[0]
+    assert "epoch" not in steps.warnings[0].partition("not carried over")[2]
+    default = load_config({**base, "gradient_accumulation_steps": 3})  # 1600 steps of 5 an epoch
+    assert default.config.epochs == 320 and "sd-scripts trains 1600 steps then" in default.warnings[0]
+    unread = load_config({**base, "max_train_steps": 100}, readable=[tmp_path / "elsewhere"])
+    assert unread.config.epochs == 100 and "the images were not counted: set Epochs to 100 x batch size" in unread.warnings[0]
+    saves = load_config({**base, "save_every_n_steps": 50, "max_train_epochs": 2})
+    assert (saves.config.save_every, saves.config.save_every_unit.value) == (50, "STEP")
