@@ -72,6 +72,21 @@ def output_file(run_dir: str | Path | RunDir) -> str:
     return str(saved[-1].get("path", "")) if saved else ""
 
 
+def trusted_output(run_dir: str | Path | RunDir, workspace: str | Path, config: dict[str, Any] | None = None) -> str | None:
+    """The run's output file, resolved, when it exists and is under the workspace or is the run's
+    configured output path (never another file a tampered events line names); None otherwise."""
+    saved = output_file(run_dir)
+    if not saved:
+        return None
+    dest = (run_config(run_dir) if config is None else config).get("output_model_destination")
+    try:
+        path = Path(saved).resolve()
+        allowed = path.is_relative_to(Path(workspace).resolve()) or bool(dest and path == Path(str(dest)).resolve())
+        return str(path) if allowed and path.is_file() else None
+    except (OSError, ValueError, RuntimeError):
+        return None
+
+
 def _fmt_duration(seconds: float) -> str:
     seconds = int(round(seconds))
     h, rest = divmod(seconds, 3600)

@@ -119,13 +119,7 @@ class RunsTab:
     def output_path(self, run: RunDir, config: dict[str, Any]) -> str | None:
         """The run's output file, offered only when it is under the workspace or is the run's
         configured output path (never another file a tampered events line names)."""
-        saved = history.output_file(run)
-        if not saved:
-            return None
-        path = Path(saved)
-        dest = config.get("output_model_destination")
-        allowed = _inside(path, self.workspace()) or (dest and path.resolve() == Path(dest).resolve())
-        return str(path.resolve()) if allowed and path.is_file() else None
+        return history.trusted_output(run, self.workspace(), config)
 
     def cached(self, component, items: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """Sample images inside the workspace (never a file an events line names elsewhere), as

@@ -14,11 +14,14 @@ from ..config.enums import NoiseScheduler
 from ..config.families import family_info, implemented_model_types
 from ..config.hub_files import downloads_file, downloads_model
 from ..fsutil import BACKUP_MARKER
+from ..runner.history import run_config, trusted_output
 from ..runner.rundir import list_runs
 from .job_panel import JobPanel
 from .tools_tab import ToolInputError, ToolsContext, launch_checked
 
 NO_RUN = ""
+# a run's output goes into this field of the Sample form, by its training method
+TRAINED_FIELD = {"LORA": "lora", "EMBEDDING": "embedding", "FINE_TUNE": "base_model"}
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
@@ -34,6 +37,28 @@ def runs_with_backup(workspace: Path) -> list[tuple[str, str]]:
 
 def run_choices(workspace: Path) -> list[tuple[str, str]]:
     return [("none", NO_RUN), *runs_with_backup(workspace)]
+
+
+def trained_choices(workspace: Path) -> list[tuple[str, str]]:
+    """("none", "") and (label, run folder) of the workspace's runs whose output file is there, newest first."""
+    found = []
+    for run in reversed(list_runs(workspace)):
+        config = run_config(run)
+        output = trusted_output(run, workspace, config)
+        if output and config.get("training_method") in TRAINED_FIELD:
+            found.append((f"{run.run_id}: {Path(output).name} ({config['training_method']})", str(run.path)))
+    return [("none", NO_RUN), *found]
+
+
+def trained_fields(workspace: Path, run: str) -> dict[str, str] | None:
+    """The Sample form's model type, base model, LoRA and embedding for run folder `run`'s output
+    (a fine-tune's output is the base model); None when it is not one of trained_choices."""
+    if not run or run not in {path for _, path in trained_choices(workspace)[1:]}:
+        return None
+    config = run_config(Path(run))
+    fields = {"model_type": str(config["model_type"]), "base_model": str(config.get("base_model_name") or ""), "lora": "", "embedding": ""}
+    fields[TRAINED_FIELD[config["training_method"]]] = trusted_output(Path(run), workspace, config) or ""
+    return fields
 
 
 def is_model_id(value: str) -> bool:
@@ -65,6 +90,9 @@ class SampleTool:
         with gr.Row():
             self.run = gr.Dropdown(run_choices(ctx.workspace), value=NO_RUN, label="Run (its last backup)",
                                    info="replaces the base model and LoRA with the run's", elem_id="tool-sample-run")
+            self.trained = gr.Dropdown(trained_choices(ctx.workspace), value=NO_RUN, label="A run's output file",
+                                       info="fills in the model type, base model and LoRA or embedding file of a run's saved output",
+                                       elem_id="tool-sample-trained")
             self.refresh = gr.Button("Refresh runs", scale=0, elem_id="tool-sample-refresh")
         samples = [s for s in config.get("samples") or [] if isinstance(s, dict) and str(s.get("prompt") or "").strip()]
         first = samples[0] if samples else {}
@@ -89,14 +117,22 @@ class SampleTool:
         self.inputs = {ctx.config_state, self.model_type, self.base_model, self.lora, self.lora_weight, self.embedding, self.token,
                        self.run, self.prompts, self.negative, self.control, self.width, self.height, self.steps, self.cfg, self.seed, self.sampler}
         self.generate.click(self.on_generate, self.inputs, self.panel.launch_outputs)
-        self.refresh.click(self.on_refresh, None, self.run)
+        self.refresh.click(self.on_refresh, None, [self.run, self.trained])
+        self.trained.input(self.on_trained, self.trained, [self.model_type, self.base_model, self.lora, self.embedding, self.run])
         self.from_config.click(self.on_from_config, ctx.config_state, [self.model_type, self.base_model])
         self.panel.wire()
 
     # ---------------------------------------------------------------- handlers
 
-    def on_refresh(self) -> Any:
-        return gr.update(choices=run_choices(self.ctx.workspace))
+    def on_refresh(self) -> tuple:
+        return gr.update(choices=run_choices(self.ctx.workspace)), gr.update(choices=trained_choices(self.ctx.workspace))
+
+    def on_trained(self, run: str) -> tuple:
+        fields = trained_fields(self.ctx.workspace, str(run or ""))
+        if fields is None:
+            return (gr.skip(),) * 5
+        # the run's output, not its backup: the Run choice is cleared
+        return (gr.update(value=fields["model_type"]), fields["base_model"], fields["lora"], fields["embedding"], NO_RUN)
 
     def on_from_config(self, config: dict[str, Any]) -> tuple:
         config = config or {}

@@ -507,3 +507,46 @@ def test_a_base_model_that_downloads_says_how_much_has_arrived(tmp_path, monkeyp
         run_inline("sample", {"base_model": "someone/model", "device": "cpu", "cache_dir": str(tmp_path / "hf"), "prompts": ["x"],
                               "output_dir": str(tmp_path / "out")}, Job(on_progress=lambda done, total, message: said.append(message)))
     assert any(m.startswith("loading someone/model: 2.0 MB downloaded, ") for m in said), said
+
+
+def test_a_runs_output_file_fills_in_the_form(tmp_path):
+    """A run's saved LoRA, embedding or fine-tuned model is one pick away, with its model type and
+    base model; a file its events name outside the workspace (not its output path) is not offered."""
+    import gradio as gr
+
+    from ot_gradio.runner.jobs import JobSupervisor
+    from ot_gradio.runner.rundir import EventWriter, create_run
+    from ot_gradio.ui.tools_sample import NO_RUN, SampleTool, trained_choices, trained_fields
+    from ot_gradio.ui.tools_tab import ToolsContext
+
+    workspace = tmp_path / "ws"
+    outside = tmp_path / "elsewhere" / "secret.safetensors"
+    outside.parent.mkdir()
+    outside.write_bytes(b"x")
+    runs = {}
+    for name, method, output in (("lora", "LORA", workspace / "models" / "ohwx.safetensors"),
+                                 ("ti", "EMBEDDING", workspace / "models" / "ohwx-ti.safetensors"),
+                                 ("full", "FINE_TUNE", workspace / "models" / "full.safetensors"),
+                                 ("tampered", "LORA", outside), ("unsaved", "LORA", workspace / "models" / "none.safetensors")):
+        config = {"model_type": "STABLE_DIFFUSION_XL_10_BASE", "training_method": method, "base_model_name": "org/base",
+                  "output_model_destination": str(workspace / "models" / f"{name}-configured.safetensors")}
+        run = runs[name] = create_run(workspace, config, prefix=name)
+        if name != "unsaved":
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_bytes(b"x")
+            EventWriter(run).emit("saved", path=str(output), kind="model")
+    offered = {path for _, path in trained_choices(workspace)}
+    assert offered == {NO_RUN, *(str(runs[n].path) for n in ("lora", "ti", "full"))}
+    assert trained_fields(workspace, str(runs["lora"].path)) == {
+        "model_type": "STABLE_DIFFUSION_XL_10_BASE", "base_model": "org/base", "lora": str((workspace / "models" / "ohwx.safetensors").resolve()),
+        "embedding": ""}
+    assert trained_fields(workspace, str(runs["ti"].path))["embedding"].endswith("ohwx-ti.safetensors")
+    assert trained_fields(workspace, str(runs["full"].path))["base_model"].endswith("full.safetensors")
+    assert trained_fields(workspace, str(runs["tampered"].path)) is None and trained_fields(workspace, "/etc") is None
+
+    with gr.Blocks():
+        state = gr.State({})
+        tool = SampleTool(ToolsContext(workspace, JobSupervisor(workspace), state, lambda c: [workspace], config={}))
+    model_type, base, lora, embedding, run = tool.on_trained(str(runs["lora"].path))
+    assert (model_type["value"], base, embedding, run) == ("STABLE_DIFFUSION_XL_10_BASE", "org/base", "", NO_RUN)
+    assert lora.endswith("ohwx.safetensors")
