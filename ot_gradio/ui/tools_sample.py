@@ -46,7 +46,7 @@ def trained_choices(workspace: Path) -> list[tuple[str, str]]:
         config = run_config(run)
         output = trusted_output(run, workspace, config)
         if output and config.get("training_method") in TRAINED_FIELD:
-            found.append((f"{run.run_id}: {Path(output).name} ({config['training_method']})", str(run.path)))
+            found.append((f"{Path(output).name} ({config['training_method']}, {run.run_id})", str(run.path)))
     return [("none", NO_RUN), *found]
 
 
