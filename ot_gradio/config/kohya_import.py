@@ -15,8 +15,8 @@ from typing import Any
 
 from .enums import ModelType as M
 from .families import family_info
-from .json_file import may_read, read_json
-from .media_files import IMAGE_EXTENSIONS, kohya_repeats
+from .kohya_dataset import dataset_concepts, dataset_config, folder_concepts, run_length
+from .kohya_reader import KohyaReader, is_set
 from .validation import ConfigError, LoadResult, validate
 
 # keys only kohya's configs have: two of them make a config kohya's
@@ -56,7 +56,6 @@ PLUMBING = frozenset({
 KOHYA_DEFAULTS = {"max_timestep": 1000, "min_timestep": 0, "bucket_reso_steps": 64, "min_bucket_reso": 256,
                   "max_bucket_reso": 2048, "lr_scheduler_power": 1, "factor": -1, "train_on_input": True,
                   "noise_offset_type": "Original", "max_token_length": 75, "conv_dim": 1, "conv_alpha": 1}
-KOHYA_STEPS = 1600  # sd-scripts' max_train_steps when a config sets neither it nor max_train_epochs
 # kohya's sample prompt options (`a cat --n blurry --w 768`) -> the sample's field, its type
 SAMPLE_FIELDS = {"n": ("negative_prompt", str), "w": ("width", int), "h": ("height", int), "d": ("seed", int),
                  "l": ("cfg_scale", float), "s": ("diffusion_steps", int)}
@@ -83,40 +82,11 @@ def is_kohya_config(data: Any) -> bool:
     return len(SIGNS & flat(data).keys()) >= 2 or (isinstance(datasets, list) and any(isinstance(d, dict) and "subsets" in d for d in datasets))
 
 
-def _set(value: Any) -> bool:
-    return value not in (None, "", False, 0, [], {}) and not (isinstance(value, str) and value.lower() in ("none", "default"))
-
-
-class _Reader:
-    """The kohya config's values; what is read counts as carried over."""
-
-    def __init__(self, data: dict[str, Any]):
-        self.data, self.used = data, set()
-
-    def get(self, key: str) -> Any:
-        self.used.add(key)
-        return self.data.get(key)
-
-    def given(self, key: str) -> bool:
-        return _set(self.data.get(key))
-
-    def flag(self, key: str) -> bool:
-        """A kohya switch: true, 1 or "true" (a hand-written config's "false" is false)."""
-        return _flag(self.get(key))
-
-    def number(self, key: str, kind: type = float) -> Any:
-        value = self.get(key)
-        try:
-            return kind(float(value)) if kind is int else kind(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{key}: {value!r} is not a number (kohya_ss config)") from None
-
-
 def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[Path] | None = None,
                  base_dir: str | Path | None = None) -> LoadResult:
     """`readable`: the folders where files may be read and subfolders listed (the page's; None:
     any). `base_dir`: where a relative `dataset_config` is (the config file's folder)."""
-    r = _Reader(flat(raw))
+    r = KohyaReader(flat(raw))
     out: dict[str, Any] = {}
     notes: list[str] = []
     model_type = _model_type(r, notes)
@@ -136,17 +106,17 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     if isinstance(r.data.get("datasets"), list):  # a dataset TOML imported by itself
         r.get("datasets")
         r.get("general")
-        concepts = _dataset_concepts(r.data, out, notes, r, readable)
+        concepts = dataset_concepts(r.data, out, notes, r, readable)
     elif r.given("dataset_config"):  # sd-scripts: it replaces train_data_dir
-        concepts = _dataset_config(r, out, notes, readable, base_dir)
+        concepts = dataset_config(r, out, notes, readable, base_dir)
     else:
-        concepts = _concepts(r, notes, readable)
+        concepts = folder_concepts(r, notes, readable)
     if concepts is not None:
         out["concepts"] = concepts
-    _run_length(r, out, concepts, readable, notes)
+    run_length(r, out, concepts, readable, notes)
 
     config = validate(out)
-    left = sorted(k for k, v in r.data.items() if k not in r.used and k not in PLUMBING and _set(v)
+    left = sorted(k for k, v in r.data.items() if k not in r.used and k not in PLUMBING and is_set(v)
                   and KOHYA_DEFAULTS.get(k, object()) != v)
     origin = f"kohya_ss config {source}" if source else "This kohya_ss config"
     text = f"{origin}: read as kohya_ss's ({len(r.used & r.data.keys())} settings carried over)"
@@ -157,7 +127,7 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     return LoadResult(config, [text + "."])
 
 
-def _model_type(r: _Reader, notes: list[str]) -> M:
+def _model_type(r: KohyaReader, notes: list[str]) -> M:
     """kohya_ss's family switches; sd-scripts picks the family by its script, so a TOML without
     them is read by its network module (lora_flux), else as SD 1.5 with a note."""
     flux, sdxl, v2 = r.flag("flux1_checkbox"), r.flag("sdxl"), r.flag("v2")
@@ -175,7 +145,7 @@ def _model_type(r: _Reader, notes: list[str]) -> M:
     return M.STABLE_DIFFUSION_15
 
 
-def _network(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
+def _network(r: KohyaReader, out: dict[str, Any], notes: list[str]) -> None:
     algo = re.search(r"algo\s*=\s*['\"]?(\w+)", str(r.data.get("network_args") or ""))
     if "lycoris" in str(r.data.get("network_module") or "") and algo and not r.given("LoRA_type"):
         r.get("network_module")
@@ -196,7 +166,7 @@ def _network(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
         out["lora_model_name"] = str(r.get("network_weights"))
 
 
-def _learning_rates(r: _Reader, out: dict[str, Any], denoiser: str, encoders: tuple[str, ...], lora: bool) -> None:
+def _learning_rates(r: KohyaReader, out: dict[str, Any], denoiser: str, encoders: tuple[str, ...], lora: bool) -> None:
     if r.given("learning_rate"):
         out["learning_rate"] = r.number("learning_rate")
     unet = r.number("unet_lr") if r.data.get("unet_lr") not in (None, "") else None
@@ -228,7 +198,7 @@ def _learning_rates(r: _Reader, out: dict[str, Any], denoiser: str, encoders: tu
         out["text_encoder_layer_skip"] = r.number("clip_skip", int) - 1
 
 
-def _training(r: _Reader, out: dict[str, Any], trained_parts: tuple[str, ...], notes: list[str]) -> None:
+def _training(r: KohyaReader, out: dict[str, Any], trained_parts: tuple[str, ...], notes: list[str]) -> None:
     for key, ours, kind in (("train_batch_size", "batch_size", int), ("gradient_accumulation_steps", "gradient_accumulation_steps", int),
                             ("seed", "seed", int), ("max_grad_norm", "clip_grad_norm", float),
                             ("noise_offset", "offset_noise_weight", float), ("min_snr_gamma", "loss_weight_strength", float),
@@ -271,51 +241,7 @@ def _training(r: _Reader, out: dict[str, Any], trained_parts: tuple[str, ...], n
     out["learning_rate_warmup_steps"] = steps if steps else min(percent, 99.0) / 100
 
 
-def _run_length(r: _Reader, out: dict[str, Any], concepts: list[dict[str, Any]] | None, readable: list[Path] | None,
-                notes: list[str]) -> None:
-    """How long kohya trains: `max_train_epochs`, else `max_train_steps` (sd-scripts: 1600 when
-    neither is set), and kohya_ss's page turns its `epoch` into the steps only when it has no steps
-    and no dataset TOML. Steps become the epochs that hold them, counted from the concepts' images
-    at the batch size and accumulation (kohya stops at the step, mid-epoch; here the last epoch ends)."""
-    if r.given("max_train_epochs"):
-        out["epochs"] = r.number("max_train_epochs", int)
-        return
-    steps = r.number("max_train_steps", int) if r.given("max_train_steps") else 0
-    if not steps and isinstance(r.data.get("datasets"), list):  # a dataset TOML by itself says nothing of it
-        return
-    if not steps and r.given("epoch") and not r.given("dataset_config"):
-        out["epochs"] = r.number("epoch", int)
-        return
-    r.get("epoch")  # kohya_ss's page leaves it out here too
-    told = f"max_train_steps {steps}" if steps else f"no max_train_steps or max_train_epochs (sd-scripts trains {KOHYA_STEPS} steps then)"
-    steps = steps or KOHYA_STEPS
-    per_epoch = _steps_per_epoch(concepts, out, readable)
-    if per_epoch is None:
-        notes.append(f"{told}: Epochs stays at this trainer's default, as the images were not counted: set Epochs to "
-                     f"{steps} x batch size x accumulation / the images an epoch shows")
-        return
-    out["epochs"] = max(1, -(-steps // per_epoch))
-    notes.append(f"{told}: {out['epochs']} epochs of about {per_epoch} steps here (kohya stops at step {steps}; "
-                 "here the epoch it falls in ends)")
-
-
-def _steps_per_epoch(concepts: list[dict[str, Any]] | None, out: dict[str, Any], readable: list[Path] | None) -> int | None:
-    """Optimizer steps an epoch of the imported concepts takes; None when an image folder could not be counted."""
-    if not concepts:
-        return None
-    samples = 0.0
-    for concept in concepts:
-        if concept.get("balancing_strategy") == "SAMPLES":
-            samples += concept["balancing"]
-        elif (count := _image_count(Path(concept["path"]), readable)) is None:
-            return None
-        else:
-            samples += count * concept["balancing"]
-    batches = -(-int(samples) // int(out.get("batch_size", 1)))
-    return max(1, -(-batches // int(out.get("gradient_accumulation_steps", 1)))) if samples else None
-
-
-def _optimizer(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
+def _optimizer(r: KohyaReader, out: dict[str, Any], notes: list[str]) -> None:
     name = str(r.get("optimizer") or r.get("optimizer_type") or "")
     if not name:
         return
@@ -344,7 +270,7 @@ def _optimizer(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
     out["optimizer"] = section
 
 
-def _output(r: _Reader, out: dict[str, Any], lora: bool) -> None:
+def _output(r: KohyaReader, out: dict[str, Any], lora: bool) -> None:
     folder, name = r.get("output_dir"), r.get("output_name")
     if folder or name:
         out["output_model_destination"] = str(Path(str(folder or "models")) / f"{name or 'last'}.safetensors")
@@ -376,7 +302,7 @@ def sample_from_kohya(line: str) -> dict[str, Any]:
     return sample
 
 
-def _samples(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
+def _samples(r: KohyaReader, out: dict[str, Any], notes: list[str]) -> None:
     prompts = r.get("sample_prompts")
     lines = prompts if isinstance(prompts, list) else str(prompts or "").splitlines()
     if isinstance(prompts, str) and len(lines) == 1 and prompts.strip().lower().endswith((".txt", ".toml", ".json")):
@@ -403,143 +329,3 @@ def _samples(r: _Reader, out: dict[str, Any], notes: list[str]) -> None:
             out.update(sample_after=r.number(key, int), sample_after_unit=unit)
 
 
-def _training_options(r: _Reader) -> dict[str, Any]:
-    """The dataset options a training config sets for every subset (sd-scripts reads them below a
-    dataset config's `[general]`)."""
-    options = {key: r.get(key) for key in ("shuffle_caption", "keep_tokens", "flip_aug") if r.data.get(key) is not None}
-    r.get("caption_extension")  # .txt and .caption are both read
-    return options
-
-
-def _concepts(r: _Reader, notes: list[str], readable: list[Path] | None) -> list[dict[str, Any]] | None:
-    """`train_data_dir`'s `<repeats>_<name>` folders (and `reg_data_dir`'s); a folder outside
-    `readable` is not listed: it is one concept, said in a note."""
-    subsets: list[dict[str, Any]] = []
-    found = False
-    for key, regularisation in (("train_data_dir", False), ("reg_data_dir", True)):
-        root = r.get(key)
-        if not root:
-            continue
-        found = True
-        folder = Path(str(root)).expanduser()
-        listed = may_read(folder, readable)
-        try:
-            subfolders = sorted(p for p in folder.iterdir() if p.is_dir()) if listed and folder.is_dir() else []
-        except OSError:
-            subfolders = []
-        named = [(p, found) for p in subfolders if (found := kohya_repeats(p.name))]
-        if not listed:
-            notes.append(f"{key} '{root}' is outside the folders this page may list: it is one concept with Balancing 1; add "
-                         "its `<repeats>_<name>` folders as concepts, or import the file from the command line")
-        elif not named:
-            notes.append(f"{key} '{root}' has no `<repeats>_<name>` folder here: it is one concept with Balancing 1")
-        subsets += [{"image_dir": str(path), "num_repeats": found[0] if found else 1, "is_reg": regularisation}
-                    for path, found in named or [(folder, None)]]
-    options = _training_options(r)
-    return _to_concepts([{**options, **subset} for subset in subsets], r, notes, readable) if found else None
-
-
-def _dataset_config(r: _Reader, out: dict[str, Any], notes: list[str], readable: list[Path] | None,
-                    base_dir: str | Path | None) -> list[dict[str, Any]] | None:
-    """sd-scripts' dataset TOML (`dataset_config`)."""
-    name = str(r.get("dataset_config"))
-    path = Path(name).expanduser()
-    if not path.is_absolute() and base_dir is not None:
-        path = Path(base_dir) / path
-    if not may_read(path, readable):
-        notes.append(f"dataset_config {name} is outside the folders this page may read: add its folders as concepts")
-        return None
-    try:
-        data = read_json(path, "dataset_config")
-    except ConfigError as err:
-        notes.append(f"{err}: add its folders as concepts")
-        return None
-    return _dataset_concepts(data, out, notes, r, readable)
-
-
-def _dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str], r: _Reader,
-                      readable: list[Path] | None) -> list[dict[str, Any]]:
-    """Each `[[datasets.subsets]]` a concept, its options those of the training config, then
-    `[general]`, the dataset, then the subset (sd-scripts' order); the first dataset's resolution,
-    batch size and buckets."""
-    general = data.get("general") if isinstance(data.get("general"), dict) else {}
-    datasets = [d for d in data.get("datasets") or [] if isinstance(d, dict)]
-    training = _training_options(r)
-    subsets: list[dict[str, Any]] = []
-    for index, dataset in enumerate(datasets):
-        merged = {**training, **general, **{k: v for k, v in dataset.items() if k != "subsets"}}
-        if index == 0:
-            size = merged.get("resolution")
-            if isinstance(size, int | float):
-                out["resolution"] = str(int(size))
-            elif isinstance(size, list) and len(size) == 2:
-                out["resolution"] = str(int(size[0])) if size[0] == size[1] else f"{int(size[0])}x{int(size[1])}"
-            if isinstance(merged.get("batch_size"), int):
-                out["batch_size"] = merged["batch_size"]
-            if merged.get("enable_bucket") is not None:
-                out["aspect_ratio_bucketing"] = bool(merged["enable_bucket"])
-        subsets += [{**merged, **subset} for subset in dataset.get("subsets") or [] if isinstance(subset, dict)]
-    return _to_concepts(subsets, r, notes, readable)
-
-
-def _to_concepts(subsets: list[dict[str, Any]], r: _Reader, notes: list[str], readable: list[Path] | None) -> list[dict[str, Any]]:
-    """kohya's subsets (image_dir, num_repeats, is_reg, shuffle_caption, keep_tokens, flip_aug,
-    class_tokens) as concepts. kohya repeats the regularisation images up to the training images'
-    count times their repeats, and weighs their loss by `prior_loss_weight`."""
-    weight = r.number("prior_loss_weight") if r.given("prior_loss_weight") else 1.0
-    concepts, train_total, counted = [], 0, True
-    for number, subset in enumerate(subsets):
-        try:
-            concept = _subset_concept(subset, notes, weight)
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"dataset subset {number + 1} ({subset.get('image_dir')}): {err}") from None
-        if concept is None:
-            continue
-        if not concept["type_reg"]:
-            count = _image_count(Path(concept["path"]), readable)
-            counted = counted and count is not None
-            train_total += (count or 0) * int(concept["balancing"])
-        concepts.append(concept)
-    for concept in concepts:
-        if concept.pop("type_reg") and counted and train_total:
-            concept.update(balancing=float(train_total), balancing_strategy="SAMPLES")
-    if any(c["name"].startswith("reg: ") and c.get("balancing_strategy") != "SAMPLES" for c in concepts):
-        notes.append("regularisation images keep their folders' repeats: kohya repeats them up to the training images' "
-                     "count (set their Balancing so)")
-    return concepts
-
-
-def _image_count(folder: Path, readable: list[Path] | None) -> int | None:
-    if not may_read(folder, readable):
-        return None
-    try:
-        return sum(1 for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS and not p.name.startswith("."))
-    except OSError:
-        return None
-
-
-def _flag(value: Any) -> bool:
-    return value.strip().lower() in ("true", "1", "yes") if isinstance(value, str) else bool(value)
-
-
-def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) -> dict[str, Any] | None:
-    """One subset (its options merged as sd-scripts merges them); None for one kohya skips."""
-    if not options.get("image_dir"):
-        notes.append("a dataset subset without image_dir (a metadata_file one) is not carried over")
-        return None
-    folder = Path(str(options["image_dir"]))
-    repeats = int(float(options.get("num_repeats", 1)))
-    if repeats <= 0:
-        notes.append(f"{folder.name}: num_repeats {repeats}, which kohya skips; not carried over")
-        return None
-    reg = _flag(options.get("is_reg"))
-    if options.get("class_tokens"):
-        notes.append(f"class_tokens '{options['class_tokens']}' ({folder.name}): kohya's caption for images without a "
-                     "caption file; here they train uncaptioned")
-    kohya_name = kohya_repeats(folder.name)
-    return {"name": ("reg: " if reg else "") + (kohya_name[1] if kohya_name else folder.name), "path": str(folder),
-            "balancing": float(repeats),
-            "loss_weight": weight if reg else 1.0, "type_reg": reg,
-            "text": {"enable_tag_shuffling": _flag(options.get("shuffle_caption")),
-                     "keep_tags_count": int(float(options.get("keep_tokens") or 0))},  # kohya's default keeps none
-            "image": {"enable_random_flip": _flag(options.get("flip_aug"))}}

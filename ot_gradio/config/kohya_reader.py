@@ -1,0 +1,40 @@
+"""How a kohya_ss / sd-scripts config's values are read: what is read counts as carried over."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .validation import ConfigError
+
+
+def is_set(value: Any) -> bool:
+    return value not in (None, "", False, 0, [], {}) and not (isinstance(value, str) and value.lower() in ("none", "default"))
+
+
+class KohyaReader:
+    """The kohya config's values; what is read counts as carried over."""
+
+    def __init__(self, data: dict[str, Any]):
+        self.data, self.used = data, set()
+
+    def get(self, key: str) -> Any:
+        self.used.add(key)
+        return self.data.get(key)
+
+    def given(self, key: str) -> bool:
+        return is_set(self.data.get(key))
+
+    def flag(self, key: str) -> bool:
+        """A kohya switch: true, 1 or "true" (a hand-written config's "false" is false)."""
+        return flag(self.get(key))
+
+    def number(self, key: str, kind: type = float) -> Any:
+        value = self.get(key)
+        try:
+            return kind(float(value)) if kind is int else kind(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: {value!r} is not a number (kohya_ss config)") from None
+
+
+def flag(value: Any) -> bool:
+    return value.strip().lower() in ("true", "1", "yes") if isinstance(value, str) else bool(value)
