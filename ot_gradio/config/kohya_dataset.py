@@ -7,11 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .families import family_info
 from .json_file import may_read, read_json
-from .kohya_reader import KohyaReader, flag
+from .kohya_reader import KOHYA_DEFAULTS, KohyaReader, flag, is_set
 from .media_files import IMAGE_EXTENSIONS, kohya_repeats
 from .validation import ConfigError
 
+# what a dataset config's general, dataset and subset tables set that is carried over (or said)
+DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", "shuffle_caption", "keep_tokens", "flip_aug",
+                          "caption_extension", "metadata_file", "caption_tag_dropout_rate", "caption_dropout_rate",
+                          "keep_tokens_separator", "resolution", "batch_size", "enable_bucket"})
 KOHYA_STEPS = 1600  # sd-scripts' max_train_steps when a config sets neither it nor max_train_epochs
 
 
@@ -21,8 +26,10 @@ def run_length(r: KohyaReader, out: dict[str, Any], concepts: list[dict[str, Any
     neither is set), and kohya_ss's page turns its `epoch` into the steps only when it has no steps
     and no dataset TOML. Steps become the epochs that hold them, counted from the concepts' images
     at the batch size and accumulation (kohya stops at the step, mid-epoch; here the last epoch ends)."""
-    if r.given("max_train_epochs"):
+    r.get("epoch")  # read here whatever it means
+    if r.given("max_train_epochs"):  # it wins over max_train_steps
         out["epochs"] = r.number("max_train_epochs", int)
+        r.get("max_train_steps")
         return
     steps = r.number("max_train_steps", int) if r.given("max_train_steps") else 0
     if not steps and isinstance(r.data.get("datasets"), list):  # a dataset TOML by itself says nothing of it
@@ -30,7 +37,6 @@ def run_length(r: KohyaReader, out: dict[str, Any], concepts: list[dict[str, Any
     if not steps and r.given("epoch") and not r.given("dataset_config"):
         out["epochs"] = r.number("epoch", int)
         return
-    r.get("epoch")  # kohya_ss's page leaves it out here too
     told = f"max_train_steps {steps}" if steps else f"no max_train_steps or max_train_epochs (sd-scripts trains {KOHYA_STEPS} steps then)"
     steps = steps or KOHYA_STEPS
     per_epoch = _steps_per_epoch(concepts, out, readable)
@@ -62,7 +68,8 @@ def _steps_per_epoch(concepts: list[dict[str, Any]] | None, out: dict[str, Any],
 def _training_options(r: KohyaReader) -> dict[str, Any]:
     """The dataset options a training config sets for every subset (sd-scripts reads them below a
     dataset config's `[general]`)."""
-    options = {key: r.get(key) for key in ("shuffle_caption", "keep_tokens", "flip_aug") if r.data.get(key) is not None}
+    options = {key: r.get(key) for key in ("shuffle_caption", "keep_tokens", "flip_aug", "caption_tag_dropout_rate")
+               if r.data.get(key) is not None}
     r.get("caption_extension")  # .txt and .caption are both read
     return options
 
@@ -91,6 +98,10 @@ def folder_concepts(r: KohyaReader, notes: list[str], readable: list[Path] | Non
             notes.append(f"{key} '{root}' has no `<repeats>_<name>` folder here: it is one concept with Balancing 1")
         subsets += [{"image_dir": str(path), "num_repeats": found[0] if found else 1, "is_reg": regularisation}
                     for path, found in named or [(folder, None)]]
+    if r.given("image_folder"):  # kohya_ss's fine-tune page: one folder, `dataset_repeats` times an epoch
+        found = True
+        subsets.append({"image_dir": str(r.get("image_folder")), "is_reg": False,
+                        "num_repeats": r.number("dataset_repeats", int) if r.given("dataset_repeats") else 1})
     options = _training_options(r)
     return _to_concepts([{**options, **subset} for subset in subsets], r, notes, readable) if found else None
 
@@ -122,20 +133,48 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
     datasets = [d for d in data.get("datasets") or [] if isinstance(d, dict)]
     training = _training_options(r)
     subsets: list[dict[str, Any]] = []
+    first_size = None
     for index, dataset in enumerate(datasets):
         merged = {**training, **general, **{k: v for k, v in dataset.items() if k != "subsets"}}
+        size = _size(merged.get("resolution"))
         if index == 0:
-            size = merged.get("resolution")
-            if isinstance(size, int | float):
-                out["resolution"] = str(int(size))
-            elif isinstance(size, list) and len(size) == 2:
-                out["resolution"] = str(int(size[0])) if size[0] == size[1] else f"{int(size[0])}x{int(size[1])}"
+            first_size = size
+            if size:
+                out["resolution"] = size
             if isinstance(merged.get("batch_size"), int):
                 out["batch_size"] = merged["batch_size"]
             if merged.get("enable_bucket") is not None:
                 out["aspect_ratio_bucketing"] = bool(merged["enable_bucket"])
+        elif size and size != first_size:  # a dataset of its own size: its concepts train at it
+            merged["resolution_override"] = size
         subsets += [{**merged, **subset} for subset in dataset.get("subsets") or [] if isinstance(subset, dict)]
+    unread = sorted({k for part in (general, *datasets, *(s for d in datasets for s in d.get("subsets") or [] if isinstance(s, dict)))
+                     for k, v in part.items() if k not in DATASET_KEYS and k != "subsets" and is_set(v) and KOHYA_DEFAULTS.get(k, object()) != v})
+    if unread:
+        notes.append("the dataset config sets, not carried over: " + ", ".join(unread))
+    _caption_dropout(subsets, out, notes)
     return _to_concepts(subsets, r, notes, readable)
+
+
+def _size(value: Any) -> str | None:
+    """A dataset's resolution (512, or [768, 512]) as this trainer writes one."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int | float) for v in value):
+        return str(int(value[0])) if value[0] == value[1] else f"{int(value[0])}x{int(value[1])}"
+    return None
+
+
+def _caption_dropout(subsets: list[dict[str, Any]], out: dict[str, Any], notes: list[str]) -> None:
+    """A dataset's `caption_dropout_rate` (kohya: per subset) as the text encoders' caption dropout
+    (here one rate for the run)."""
+    rates = sorted({float(s["caption_dropout_rate"]) for s in subsets if is_set(s.get("caption_dropout_rate"))})
+    if not rates:
+        return
+    for part in family_info(out["model_type"]).text_encoders:
+        out.setdefault(part, {})["dropout_probability"] = rates[-1]
+    if len(rates) > 1 or len(rates) < len(subsets):
+        notes.append(f"caption_dropout_rate differs between the subsets: here {rates[-1]} for every concept")
 
 
 def _to_concepts(subsets: list[dict[str, Any]], r: KohyaReader, notes: list[str], readable: list[Path] | None) -> list[dict[str, Any]]:
@@ -188,10 +227,16 @@ def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) ->
     if options.get("class_tokens"):
         notes.append(f"class_tokens '{options['class_tokens']}' ({folder.name}): kohya's caption for images without a "
                      "caption file; here they train uncaptioned")
+    separator = options.get("keep_tokens_separator")
+    if separator and separator != "|||":
+        notes.append(f"keep_tokens_separator '{separator}' ({folder.name}): here kohya's `|||` is the separator")
     kohya_name = kohya_repeats(folder.name)
+    text: dict[str, Any] = {"enable_tag_shuffling": flag(options.get("shuffle_caption")),
+                            "keep_tags_count": int(float(options.get("keep_tokens") or 0))}  # kohya's default keeps none
+    if is_set(options.get("caption_tag_dropout_rate")):  # kohya drops each tag after the kept ones with it
+        text.update(tag_dropout_enable=True, tag_dropout_mode="RANDOM", tag_dropout_probability=float(options["caption_tag_dropout_rate"]))
+    image: dict[str, Any] = {"enable_random_flip": flag(options.get("flip_aug"))}
+    if options.get("resolution_override"):
+        image.update(enable_resolution_override=True, resolution_override=options["resolution_override"])
     return {"name": ("reg: " if reg else "") + (kohya_name[1] if kohya_name else folder.name), "path": str(folder),
-            "balancing": float(repeats),
-            "loss_weight": weight if reg else 1.0, "type_reg": reg,
-            "text": {"enable_tag_shuffling": flag(options.get("shuffle_caption")),
-                     "keep_tags_count": int(float(options.get("keep_tokens") or 0))},  # kohya's default keeps none
-            "image": {"enable_random_flip": flag(options.get("flip_aug"))}}
+            "balancing": float(repeats), "loss_weight": weight if reg else 1.0, "type_reg": reg, "text": text, "image": image}

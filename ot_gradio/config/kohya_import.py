@@ -16,7 +16,7 @@ from typing import Any
 from .enums import ModelType as M
 from .families import family_info
 from .kohya_dataset import dataset_concepts, dataset_config, folder_concepts, run_length
-from .kohya_reader import KohyaReader, is_set
+from .kohya_reader import KOHYA_DEFAULTS, KohyaReader, is_set
 from .validation import ConfigError, LoadResult, validate
 
 # keys only kohya's configs have: two of them make a config kohya's
@@ -32,12 +32,17 @@ OPTIMIZERS = {
 SCHEDULERS = {"constant": "CONSTANT", "constant_with_warmup": "CONSTANT", "linear": "LINEAR", "cosine": "COSINE",
               "cosine_with_restarts": "COSINE_WITH_RESTARTS", "adafactor": "ADAFACTOR"}
 # kohya's optimizer_args names -> ours
-OPTIMIZER_ARGS = {"weight_decay": "weight_decay", "eps": "eps", "d_coef": "d_coef", "decouple": "decouple",
+OPTIMIZER_ARGS = {"weight_decay": "weight_decay", "eps": "eps", "d_coef": "d_coef", "decouple": "decouple", "d0": "d0",
+                  "growth_rate": "growth_rate",
                   "use_bias_correction": "use_bias_correction", "safeguard_warmup": "safeguard_warmup",
                   "relative_step": "relative_step", "scale_parameter": "scale_parameter", "warmup_init": "warmup_init",
                   "momentum": "momentum", "nesterov": "nesterov"}
+# kohya_ss's LoRA types ("Flux1": sd-scripts' lora_flux, every linear layer of the blocks)
 ADAPTERS = {"standard": ("LORA", "attn-mlp"), "kohya locon": ("LORA", "full"), "lycoris/locon": ("LORA", "full"),
-            "lycoris/loha": ("LOHA", "full"), "lycoris/lokr": ("LOKR", "full")}
+            "lycoris/loha": ("LOHA", "full"), "lycoris/lokr": ("LOKR", "full"), "flux1": ("LORA", "blocks")}
+# families whose sd-scripts LoRA module adapts every linear layer of the transformer blocks
+BLOCK_FAMILIES = frozenset({M.FLUX_DEV_1, M.STABLE_DIFFUSION_3, M.STABLE_DIFFUSION_35})
+T5_PART = {M.FLUX_DEV_1: "text_encoder_2", M.STABLE_DIFFUSION_3: "text_encoder_3", M.STABLE_DIFFUSION_35: "text_encoder_3"}
 PRECISION = {"bf16": "BFLOAT_16", "fp16": "FLOAT_16", "float": "FLOAT_32", "fp32": "FLOAT_32", "no": "FLOAT_32"}
 SAMPLERS = {"ddim": "DDIM", "euler": "EULER", "euler_a": "EULER_A", "k_euler": "EULER", "k_euler_a": "EULER_A",
             "dpmsolver++": "DPMPP", "dpmsingle": "DPMPP", "k_dpm_2": "DPMPP", "dpmpp_sde": "DPMPP_SDE", "unipc": "UNIPC"}
@@ -50,12 +55,11 @@ PLUMBING = frozenset({
     "log_tracker_name", "log_tracker_config", "log_with", "logging_dir", "log_prefix", "save_state", "save_state_on_train_end",
     "save_state_to_huggingface", "resume_from_huggingface", "async_upload", "xformers", "sdpa", "mem_eff_attn",
     "vae_batch_size", "cache_latents_to_disk", "huggingface_repo_id", "huggingface_token", "huggingface_repo_type",
-    "huggingface_path_in_repo", "huggingface_repo_visibility", "save_as_bool", "LyCORIS_preset", "output_config",
+    "huggingface_path_in_repo", "huggingface_repo_visibility", "save_as_bool", "output_config",
+    # the fine-tune page's own preparation of kohya's metadata files
+    "train_dir", "caption_metadata_filename", "latent_metadata_filename", "full_path", "create_buckets", "create_caption",
+    "use_latent_files", "generate_caption_database", "generate_image_buckets", "batch_size",
 })
-# kohya's own defaults, which change nothing when a file states them
-KOHYA_DEFAULTS = {"max_timestep": 1000, "min_timestep": 0, "bucket_reso_steps": 64, "min_bucket_reso": 256,
-                  "max_bucket_reso": 2048, "lr_scheduler_power": 1, "factor": -1, "train_on_input": True,
-                  "noise_offset_type": "Original", "max_token_length": 75, "conv_dim": 1, "conv_alpha": 1}
 # kohya's sample prompt options (`a cat --n blurry --w 768`) -> the sample's field, its type
 SAMPLE_FIELDS = {"n": ("negative_prompt", str), "w": ("width", int), "h": ("height", int), "d": ("seed", int),
                  "l": ("cfg_scale", float), "s": ("diffusion_steps", int)}
@@ -86,23 +90,35 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
                  base_dir: str | Path | None = None) -> LoadResult:
     """`readable`: the folders where files may be read and subfolders listed (the page's; None:
     any). `base_dir`: where a relative `dataset_config` is (the config file's folder)."""
-    r = KohyaReader(flat(raw))
+    r = KohyaReader(command_line(flat(raw)))
     out: dict[str, Any] = {}
     notes: list[str] = []
     model_type = _model_type(r, notes)
     if r.flag("v_parameterization") and model_type != M.STABLE_DIFFUSION_21:  # a v-prediction SD 1.x / SDXL
         out["force_v_prediction"] = True
-    info = family_info(model_type)
     out.update(model_type=model_type.value, base_model_name=str(r.get("pretrained_model_name_or_path") or ""))
-    lora = any(r.given(k) for k in ("network_dim", "LoRA_type", "network_module"))
-    out["training_method"] = "LORA" if lora else "FINE_TUNE"
-    if lora:
-        _network(r, out, notes)
-    _learning_rates(r, out, info.denoiser, info.text_encoders, lora)
-    _training(r, out, (info.denoiser, *info.text_encoders), notes)
+    if model_type == M.FLUX_DEV_1 and out["base_model_name"].lower().endswith((".safetensors", ".sft")):
+        # sd-scripts' Flux model is the transformer's file alone; the other parts are files of their own
+        hub = family_info(model_type).hub_repo
+        out.update(transformer={"model_name": out["base_model_name"]}, base_model_name=hub)
+        parts = [k for k in ("ae", "clip_l", "t5xxl") if r.given(k)]
+        for key in parts:
+            r.get(key)
+        notes.append(f"the Flux transformer is read from {out['transformer']['model_name']} and the other parts from {hub}"
+                     + (f" ({', '.join(parts)} files are not read)" if parts else ""))
+    method = ("EMBEDDING" if r.given("token_string") else
+              "LORA" if any(r.given(k) for k in ("network_dim", "LoRA_type", "network_module")) else "FINE_TUNE")
+    out["training_method"] = method
+    if method == "LORA":
+        _network(r, out, notes, model_type)
+    if method == "EMBEDDING":
+        _embedding(r, out, notes)
+    else:
+        _learning_rates(r, out, model_type, method)
+    _training(r, out, model_type, notes)
     _optimizer(r, out, notes)
-    _output(r, out, lora)
-    _samples(r, out, notes)
+    _output(r, out, method)
+    _samples(r, out, notes, model_type)
     if isinstance(r.data.get("datasets"), list):  # a dataset TOML imported by itself
         r.get("datasets")
         r.get("general")
@@ -128,87 +144,155 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
 
 
 def _model_type(r: KohyaReader, notes: list[str]) -> M:
-    """kohya_ss's family switches; sd-scripts picks the family by its script, so a TOML without
-    them is read by its network module (lora_flux), else as SD 1.5 with a note."""
-    flux, sdxl, v2 = r.flag("flux1_checkbox"), r.flag("sdxl"), r.flag("v2")
+    """kohya_ss's family switches (the LoRA and DreamBooth pages' `sdxl`, the fine-tune page's
+    `sdxl_checkbox`); sd-scripts picks the family by its script, so a TOML without them is read
+    by its network module (lora_flux, lora_sd3) or its T5 file, else as SD 1.5 with a note."""
     module = str(r.data.get("network_module") or "")
-    if flux or module.endswith("lora_flux") or r.given("t5xxl"):
+    if r.flag("sd3_checkbox") or module.endswith("lora_sd3"):
+        r.get("network_module")
+        name = str(r.data.get("pretrained_model_name_or_path") or "").lower()
+        return M.STABLE_DIFFUSION_35 if re.search(r"3[._-]?5", name) else M.STABLE_DIFFUSION_3
+    if r.flag("flux1_checkbox") or module.endswith("lora_flux") or r.given("t5xxl"):
         r.get("network_module")
         return M.FLUX_DEV_1
-    if sdxl:
+    if r.flag("sdxl") or r.flag("sdxl_checkbox"):
         return M.STABLE_DIFFUSION_XL_10_BASE
-    if v2:
+    if r.flag("v2"):
         return M.STABLE_DIFFUSION_21 if r.flag("v_parameterization") else M.STABLE_DIFFUSION_21_BASE
-    if not any(k in r.data for k in ("sdxl", "v2", "flux1_checkbox", "sd3_checkbox")):
+    if not any(k in r.data for k in ("sdxl", "sdxl_checkbox", "v2", "flux1_checkbox", "sd3_checkbox")):
         notes.append("no model family is named (sd-scripts takes it from the script that runs): SD 1.5 is assumed; "
                      "choose the Model type if it is another")
     return M.STABLE_DIFFUSION_15
 
 
-def _network(r: KohyaReader, out: dict[str, Any], notes: list[str]) -> None:
-    algo = re.search(r"algo\s*=\s*['\"]?(\w+)", str(r.data.get("network_args") or ""))
+def network_args(r: KohyaReader) -> dict[str, str]:
+    """sd-scripts' `network_args` ("algo=lokr", "factor=8" ...: a list, or one string) as a dict."""
+    value = r.data.get("network_args")
+    items = value if isinstance(value, list) else str(value or "").replace('"', "").split()
+    pairs = (str(item).partition("=") for item in items)
+    return {key.strip(): val.strip().strip("'\"") for key, _, val in pairs if key.strip()}
+
+
+def _network(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: M) -> None:
+    args = network_args(r)
+    if "network_args" in r.data:
+        r.get("network_args")
+    for key in ("factor", "use_cp", "use_tucker", "decompose_both", "dora_wd", "wd_on_output", "conv_dim", "conv_alpha"):
+        if key in args and key not in r.data:  # kohya_ss's page has these keys of its own
+            r.data[key] = args[key]
+    algo = args.get("algo", "").lower()
     if "lycoris" in str(r.data.get("network_module") or "") and algo and not r.given("LoRA_type"):
         r.get("network_module")
-        r.data["LoRA_type"] = f"LyCORIS/{ {'locon': 'LoCon', 'loha': 'LoHa', 'lokr': 'LoKr'}.get(algo.group(1).lower(), algo.group(1)) }"
+        r.data["LoRA_type"] = f"LyCORIS/{ {'locon': 'LoCon', 'loha': 'LoHa', 'lokr': 'LoKr'}.get(algo, algo) }"
     kind = str(r.get("LoRA_type") or "Standard")
     peft, preset = ADAPTERS.get(kind.lower(), ("LORA", "attn-mlp"))
     if kind.lower() not in ADAPTERS:
         notes.append(f"LoRA_type '{kind}' has no counterpart here: it trains as a plain LoRA of the attention and MLP layers")
+    if model_type in BLOCK_FAMILIES and preset == "attn-mlp":  # sd-scripts' lora_flux / lora_sd3: every linear of the blocks
+        preset = "blocks"
     out.update(peft_type=peft, layer_filter_preset=preset)
-    for key, ours, kind_ in (("network_dim", "lora_rank", int), ("network_alpha", "lora_alpha", float),
-                             ("network_dropout", "dropout_probability", float)):
+    lycoris_preset = str(r.get("LyCORIS_preset") or args.get("preset") or "full")
+    if kind.lower().startswith("lycoris/") and lycoris_preset.lower() != "full":
+        notes.append(f"LyCORIS_preset '{lycoris_preset}': here the Layer preset is 'full' (choose another on the LoRA tab)")
+    for key, ours, kind_ in (("network_dim", "lokr_dim" if peft == "LOKR" else "lora_rank", int),
+                             ("network_alpha", "lora_alpha", float), ("network_dropout", "dropout_probability", float)):
         if r.given(key):
             out[ours] = r.number(key, kind_)
-    if r.flag("dora_wd") or "dora_wd=true" in str(r.data.get("network_args", "")).replace(" ", "").lower():
-        r.get("network_args")
-        out["lora_decompose"] = True
+    if peft == "LOKR":  # LyCORIS's LoKr options (a dimension larger than half a factor's sides trains it whole, as there)
+        if r.given("factor"):
+            out["lokr_decompose_factor"] = r.number("factor", int)
+        out["lokr_decompose_both"] = r.flag("decompose_both")
+        out["lokr_use_tucker"] = r.flag("use_tucker") or r.flag("use_cp")
+    if r.flag("dora_wd"):
+        if peft == "LOKR":
+            out["lokr_weight_decompose"] = True
+        elif peft == "LORA":
+            # LyCORIS takes each output row's norm unless wd_on_output is false
+            out.update(lora_decompose=True, lora_decompose_output_axis=r.data.get("wd_on_output") is None or r.flag("wd_on_output"))
+        else:
+            notes.append(f"dora_wd: {kind} has no DoRA here; it trains without")
+    if peft != "LOHA" and preset == "full" and r.given("conv_dim") and r.data.get("conv_dim") != r.data.get("network_dim"):
+        r.get("conv_dim")
+        r.get("conv_alpha")
+        notes.append(f"conv_dim {r.data['conv_dim']}: the conv layers train at the same rank and alpha as the others here")
     if r.given("network_weights"):  # the LoRA to continue from
         out["lora_model_name"] = str(r.get("network_weights"))
 
 
-def _learning_rates(r: KohyaReader, out: dict[str, Any], denoiser: str, encoders: tuple[str, ...], lora: bool) -> None:
+def _learning_rates(r: KohyaReader, out: dict[str, Any], model_type: M, method: str) -> None:
+    info = family_info(model_type)
+    denoiser, encoders = info.denoiser, info.text_encoders
     if r.given("learning_rate"):
         out["learning_rate"] = r.number("learning_rate")
+    for key in ("text_encoder_lr", "learning_rate_te1"):  # sd-scripts: one per text encoder; the DreamBooth page: te1/te2
+        if isinstance(r.data.get(key), list):
+            r.data[key] = r.data[key][0] if r.data[key] else None
     unet = r.number("unet_lr") if r.data.get("unet_lr") not in (None, "") else None
-    te_value = r.data.get("text_encoder_lr")
-    if isinstance(te_value, list):  # sd-scripts: one per text encoder
-        r.data["text_encoder_lr"] = te_value[0] if te_value else None
-    te = r.number("text_encoder_lr") if r.data.get("text_encoder_lr") not in (None, "") else None
+    sd1 = denoiser == "unet" and len(encoders) == 1
+    for key in ("learning_rate_te", "learning_rate_te1", "learning_rate_te2"):  # the DreamBooth page's, for one family or another
+        r.get(key)
+    keys = ("text_encoder_lr", "learning_rate_te" if sd1 else "learning_rate_te1")
+    te_key = next((k for k in keys if r.data.get(k) not in (None, "")), None)
+    te = r.number(te_key) if te_key else None
+    if method == "LORA" and unet == 0 and te == 0:  # kohya_ss's page sends neither: both train at the learning rate
+        unet = te = None
     if unet:
         out[denoiser] = {"learning_rate": unet}
         out.setdefault("learning_rate", unet)
-    # kohya: a learning rate of 0 leaves that part untrained (its parameters are not optimized)
-    train_te = not (r.flag("network_train_unet_only") or r.flag("cache_text_encoder_outputs") or (lora and te == 0))
-    dropout = r.number("caption_dropout_rate") if r.given("caption_dropout_rate") else None
+    if method == "LORA":  # a learning rate of 0 leaves that part untrained (its parameters are not optimized)
+        train_te = not (r.flag("network_train_unet_only") or te == 0)
+    elif r.data.get("train_text_encoder") is not None:  # the fine-tune page, sdxl_train.py
+        train_te = r.flag("train_text_encoder")
+    elif sd1:  # SD 1.x/2.x DreamBooth (train_db.py) trains it unless its rate is 0
+        train_te = te != 0
+    else:  # SDXL DreamBooth: with a text encoder rate above 0; SD 3 and Flux fine-tunes: only when told
+        train_te = denoiser == "unet" and (bool(te) or bool(r.data.get("learning_rate_te2")))
+    if any(r.flag(f"{prefix}cache_text_encoder_outputs") for prefix in ("", "sdxl_", "sd3_", "flux1_")):
+        train_te = False
     for part in encoders:
         # kohya trains a text encoder for the whole run (this trainer's default stops it after 30 epochs)
         section: dict[str, Any] = {"train": train_te, "stop_training_after": None, "stop_training_after_unit": "NEVER"}
         if train_te and te:
             section["learning_rate"] = te
-        if dropout:
-            section["dropout_probability"] = dropout
         out[part] = section
-    if "text_encoder_2" in encoders and denoiser == "transformer":  # Flux's T5: sd-scripts trains it only when asked
-        out["text_encoder_2"]["train"] = train_te and r.flag("train_t5xxl")
-    if r.flag("network_train_text_encoder_only") or (lora and unet == 0):
+    if train_te and r.given("learning_rate_te2") and "text_encoder_2" in out and denoiser == "unet":
+        out["text_encoder_2"]["learning_rate"] = r.number("learning_rate_te2")
+    if model_type in T5_PART:  # sd-scripts trains T5 only when asked
+        out[T5_PART[model_type]]["train"] = train_te and r.flag("train_t5xxl")
+    if r.flag("network_train_text_encoder_only") or (method == "LORA" and unet == 0):
         out.setdefault(denoiser, {})["train"] = False
-    # kohya's clip skip 2 skips one layer; sd-scripts ignores it for SDXL and Flux (they read the
-    # layers they were trained on), and so does this import
-    if r.given("clip_skip") and r.number("clip_skip", int) > 1 and denoiser == "unet" and len(encoders) == 1:
-        out["text_encoder_layer_skip"] = r.number("clip_skip", int) - 1
 
 
-def _training(r: KohyaReader, out: dict[str, Any], trained_parts: tuple[str, ...], notes: list[str]) -> None:
+def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[str]) -> None:
+    info = family_info(model_type)
     for key, ours, kind in (("train_batch_size", "batch_size", int), ("gradient_accumulation_steps", "gradient_accumulation_steps", int),
-                            ("seed", "seed", int), ("max_grad_norm", "clip_grad_norm", float),
-                            ("noise_offset", "offset_noise_weight", float), ("min_snr_gamma", "loss_weight_strength", float),
-                            ("lr_scheduler_num_cycles", "learning_rate_cycles", float)):
+                            ("seed", "seed", int), ("lr_scheduler_num_cycles", "learning_rate_cycles", float)):
         if r.given(key):
             out[ours] = r.number(key, kind)
-    if "loss_weight_strength" in out:
-        out["loss_weight_fn"] = "MIN_SNR_GAMMA"
+    if r.data.get("max_grad_norm") not in (None, ""):  # 0: no clipping
+        out["clip_grad_norm"] = r.number("max_grad_norm") or None
+    flux = model_type == M.FLUX_DEV_1
+    # kohya_ss sends noise_offset only with its "Original" noise type; sd-scripts uses neither it
+    # nor min-SNR gamma for Flux
+    if r.given("noise_offset") and str(r.get("noise_offset_type") or "Original") == "Original" and not flux:
+        out["offset_noise_weight"] = r.number("noise_offset")
+    if r.given("min_snr_gamma") and not flux:
+        out.update(loss_weight_fn="MIN_SNR_GAMMA", loss_weight_strength=r.number("min_snr_gamma"))
     elif r.flag("debiased_estimation_loss"):
         out["loss_weight_fn"] = "DEBIASED_ESTIMATION"
+    if flux and (ignored := [k for k in ("noise_offset", "min_snr_gamma") if r.given(k)]):
+        r.get("noise_offset")
+        r.get("min_snr_gamma")
+        notes.append(f"{' and '.join(ignored)}: sd-scripts does not use them for Flux, nor does this import")
+    if r.given("caption_dropout_rate"):  # kohya's empty caption, here each text encoder's
+        for part in info.text_encoders:
+            out.setdefault(part, {})["dropout_probability"] = r.number("caption_dropout_rate")
+    if str(r.get("loss_type") or "l2").lower() == "l1":
+        out.update(mse_strength=0.0, mae_strength=1.0)
+    # kohya's clip skip 2 skips one layer; sd-scripts ignores it for SDXL and Flux (they read the
+    # layers they were trained on), and so does this import
+    if r.given("clip_skip") and r.number("clip_skip", int) > 1 and info.denoiser == "unet" and len(info.text_encoders) == 1:
+        out["text_encoder_layer_skip"] = r.number("clip_skip", int) - 1
     if r.given("vae"):
         out.setdefault("vae", {})["model_name"] = str(r.get("vae"))
     if r.flag("sdxl_no_half_vae") or r.flag("no_half_vae"):
@@ -216,8 +300,7 @@ def _training(r: KohyaReader, out: dict[str, Any], trained_parts: tuple[str, ...
     size = r.get("max_resolution") or r.get("resolution") or ""  # kohya_ss's page / sd-scripts
     size = ",".join(str(v) for v in size) if isinstance(size, list) else str(size).replace(" ", "")
     if size:
-        w, _, h = size.partition(",")
-        out["resolution"] = w if not h or h == w else f"{w}x{h}"
+        out["resolution"] = _resolution(size, notes)
     for key, ours in (("enable_bucket", "aspect_ratio_bucketing"), ("cache_latents", "latent_caching")):
         if r.data.get(key) is not None:
             out[ours] = r.flag(key)
@@ -228,17 +311,34 @@ def _training(r: KohyaReader, out: dict[str, Any], trained_parts: tuple[str, ...
             out[ours] = PRECISION[str(r.data[key]).lower()]
     if r.data.get("gradient_checkpointing") is not None:
         mode = "ON" if r.flag("gradient_checkpointing") else "OFF"
-        for part in trained_parts:
+        for part in (info.denoiser, *info.text_encoders):
             out.setdefault(part, {})["gradient_checkpointing"] = mode
     scheduler = str(r.get("lr_scheduler") or "").lower()
     if scheduler:
         out["learning_rate_scheduler"] = SCHEDULERS.get(scheduler, "CONSTANT")
         if scheduler not in SCHEDULERS:
             notes.append(f"lr_scheduler '{scheduler}' has no counterpart here: CONSTANT is used")
+        if scheduler == "cosine_with_restarts" and r.data.get("lr_scheduler_num_cycles") == "" and r.given("epoch"):
+            out["learning_rate_cycles"] = float(r.number("epoch", int))  # kohya_ss's page: blank = one cycle an epoch
     steps = r.number("lr_warmup_steps") if r.given("lr_warmup_steps") else 0.0
     percent = r.number("lr_warmup") if r.given("lr_warmup") else 0.0  # kohya_ss's page: a percentage of the steps
     # sd-scripts: steps, or below 1 a fraction of all steps; kohya_ss's page: its percentage when no steps
     out["learning_rate_warmup_steps"] = steps if steps else min(percent, 99.0) / 100
+
+
+def _resolution(size: str, notes: list[str]) -> str:
+    """kohya's "W,H" (one size) as "WxH"; a side that is no multiple of 8 rounded down to one, with a note."""
+    try:
+        sides = [int(float(v)) for v in size.split(",") if v.strip()][:2]
+    except ValueError:
+        raise ConfigError(f"resolution: '{size}' is not a size (kohya_ss config)") from None
+    if not sides:
+        raise ConfigError(f"resolution: '{size}' is not a size (kohya_ss config)")
+    rounded = [max(64, side - side % 8) for side in sides]
+    if rounded != sides:
+        notes.append(f"resolution {size}: {'x'.join(map(str, rounded))} here (sides are multiples of 8)")
+    w, h = rounded[0], rounded[-1]
+    return str(w) if w == h else f"{w}x{h}"
 
 
 def _optimizer(r: KohyaReader, out: dict[str, Any], notes: list[str]) -> None:
@@ -252,10 +352,13 @@ def _optimizer(r: KohyaReader, out: dict[str, Any], notes: list[str]) -> None:
     section: dict[str, Any] = {"optimizer": ours}
     if name.lower().startswith("sgdnesterov"):
         section["nesterov"] = True
+    if ours == "ADAFACTOR":  # sd-scripts' Adafactor: relative step unless told otherwise, transformers' scaling
+        section.update(relative_step=True, scale_parameter=True, warmup_init=False)
     args = r.get("optimizer_args")
-    for item in args if isinstance(args, list) else str(args or "").split():
+    # kohya_ss takes out every double quote, then splits on spaces
+    for item in args if isinstance(args, list) else str(args or "").replace('"', "").split():
         key, _, value = str(item).partition("=")
-        key, value = key.strip(), value.strip().strip("\"'")
+        key, value = key.strip().strip("\"'"), value.strip().strip("\"'")
         try:
             if key == "betas":
                 parts = [p for p in value.strip("()[]").split(",") if p.strip()]
@@ -267,14 +370,16 @@ def _optimizer(r: KohyaReader, out: dict[str, Any], notes: list[str]) -> None:
                 notes.append(f"optimizer argument '{key}' is not carried over")
         except (IndexError, ValueError):
             raise ConfigError(f"optimizer_args: '{item}' is not a value this trainer reads (kohya_ss config)") from None
+    if section.get("relative_step"):  # sd-scripts then schedules with Adafactor's own, the learning rate its start
+        out["learning_rate_scheduler"] = "ADAFACTOR"
     out["optimizer"] = section
 
 
-def _output(r: KohyaReader, out: dict[str, Any], lora: bool) -> None:
+def _output(r: KohyaReader, out: dict[str, Any], method: str) -> None:
     folder, name = r.get("output_dir"), r.get("output_name")
     if folder or name:
         out["output_model_destination"] = str(Path(str(folder or "models")) / f"{name or 'last'}.safetensors")
-    out["output_model_format"] = "KOHYA_LORA" if lora else "SAFETENSORS"
+    out["output_model_format"] = "KOHYA_LORA" if method == "LORA" else "SAFETENSORS"
     r.get("save_model_as")  # safetensors, ckpt or pt there: a .safetensors file here
     for key, unit in (("save_every_n_epochs", "EPOCH"), ("save_every_n_steps", "STEP")):
         if r.given(key):  # kohya saves at both; here at the first (the other is listed as not carried over)
@@ -282,19 +387,21 @@ def _output(r: KohyaReader, out: dict[str, Any], lora: bool) -> None:
             break
 
 
-def sample_from_kohya(line: str) -> dict[str, Any]:
+def sample_from_kohya(line: str, flux: bool = False) -> dict[str, Any]:
     """One sample prompt line as sd-scripts splits it: the prompt, then ` --<option> <value>` parts
     (`n` negative prompt, `w`/`h` size, `d` seed, `l` CFG, `s` steps, `ss` sampler; any case; other
-    options are sd-scripts' own and skipped)."""
+    options are sd-scripts' own and skipped). For Flux, `g` is the guidance (this trainer's CFG
+    scale there) and `l`, sd-scripts' true CFG, is skipped."""
     prompt, *options = line.strip().split(" --")
     sample: dict[str, Any] = {"prompt": prompt.strip()}
+    fields = {**SAMPLE_FIELDS, "g": SAMPLE_FIELDS["l"]} if flux else SAMPLE_FIELDS
     for option in options:
         name, _, value = option.strip().partition(" ")
         name, value = name.lower(), value.strip()
         if name == "ss" and value.lower() in SAMPLERS:
             sample["noise_scheduler"] = SAMPLERS[value.lower()]
-        elif name in SAMPLE_FIELDS and value:
-            key, kind = SAMPLE_FIELDS[name]
+        elif name in fields and value and not (flux and name == "l"):
+            key, kind = fields[name]
             try:
                 sample[key] = kind(value)
             except ValueError:
@@ -302,7 +409,7 @@ def sample_from_kohya(line: str) -> dict[str, Any]:
     return sample
 
 
-def _samples(r: KohyaReader, out: dict[str, Any], notes: list[str]) -> None:
+def _samples(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: M) -> None:
     prompts = r.get("sample_prompts")
     lines = prompts if isinstance(prompts, list) else str(prompts or "").splitlines()
     if isinstance(prompts, str) and len(lines) == 1 and prompts.strip().lower().endswith((".txt", ".toml", ".json")):
@@ -310,13 +417,15 @@ def _samples(r: KohyaReader, out: dict[str, Any], notes: list[str]) -> None:
         # aside); the user puts its lines in the Sampling tab
         notes.append(f"sample_prompts names a file ({prompts.strip()}): put its prompts in the Sampling tab")
         lines = []
-    samples = [sample_from_kohya(str(line)) for line in lines if str(line).strip() and not str(line).lstrip().startswith("#")]
+    flux = model_type == M.FLUX_DEV_1
+    samples = [sample_from_kohya(str(line), flux) for line in lines if str(line).strip() and not str(line).lstrip().startswith("#")]
     size = str(out.get("resolution", "")).partition("x")
     sampler = SAMPLERS.get(str(r.get("sample_sampler") or "").lower())
     for sample in samples:
-        # sd-scripts' defaults (30 steps, CFG 7.5), but the training size, not its 512 x 512 (noise for SDXL)
-        sample.setdefault("diffusion_steps", 30)
-        sample.setdefault("cfg_scale", 7.5)
+        # sd-scripts' defaults (30 steps, CFG 7.5; Flux: 20 steps, guidance 3.5), but the training
+        # size, not its 512 x 512 (noise for SDXL)
+        sample.setdefault("diffusion_steps", 20 if flux else 30)
+        sample.setdefault("cfg_scale", 3.5 if flux else 7.5)
         if size[0].isdigit():
             sample.setdefault("width", int(size[0]))
             sample.setdefault("height", int(size[2] or size[0]))
@@ -329,3 +438,43 @@ def _samples(r: KohyaReader, out: dict[str, Any], notes: list[str]) -> None:
             out.update(sample_after=r.number(key, int), sample_after_unit=unit)
 
 
+def _embedding(r: KohyaReader, out: dict[str, Any], notes: list[str]) -> None:
+    """kohya_ss's textual-inversion page: the token, its start word, vectors, the embedding to continue."""
+    embedding: dict[str, Any] = {"placeholder": str(r.get("token_string") or "<embedding>")}
+    if r.given("init_word"):
+        embedding["initial_embedding_text"] = str(r.get("init_word"))
+    if r.given("num_vectors_per_token"):
+        embedding["token_count"] = r.number("num_vectors_per_token", int)
+    if r.given("weights"):
+        embedding["model_name"] = str(r.get("weights"))
+    out["embedding"] = embedding
+    if r.given("learning_rate"):
+        out["embedding_learning_rate"] = r.number("learning_rate")
+    template = str(r.get("template") or "caption")
+    if template != "caption":
+        notes.append(f"template '{template}': kohya trains on its own '{template}' sentences with the token; here on the "
+                     f"captions, which must hold '{embedding['placeholder']}'")
+
+
+def command_line(data: dict[str, Any]) -> dict[str, Any]:
+    """kohya_ss's `additional_parameters` (sd-scripts options it adds to the command line, which
+    win over the file's): `--key value`, `--key=value`, `--switch`."""
+    import shlex  # noqa: PLC0415
+
+    text = data.get("additional_parameters")
+    if not isinstance(text, str) or not text.strip():
+        return data
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        words = text.split()
+    options: dict[str, Any] = {}
+    key = None
+    for word in words:
+        if word.startswith("--"):
+            key, eq, value = word[2:].partition("=")
+            options[key] = value if eq else True
+            key = None if eq else key
+        elif key is not None:
+            options[key] = word if options[key] is True else f"{options[key]} {word}"
+    return {**data, **options, "additional_parameters": None}

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from .families import family_info
-from .io import apply_overrides, load_config, read_json
+from .io import apply_overrides, config_to_dict, load_config, read_json
+from .kohya_import import is_kohya_config
 from .migrations import migrate
 from .onetrainer import is_onetrainer_config, to_our_layout
-from .validation import ConfigError, LoadResult
+from .validation import ConfigError, LoadResult, validate
 
 PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
 
@@ -65,9 +66,15 @@ def load_config_argument(config_path: str, overrides: list[str] | None = None) -
             raise ConfigError(f"--config: {config_path} does not exist (give a JSON file or a preset name)")
         path = found
     data = read_json(path, "--config")
+    kohya = is_kohya_config(data)
+    from_ot = is_onetrainer_config(data) and not kohya
+    if overrides and (from_ot or kohya):
+        # another trainer's file: `--set` names our fields, so it applies to what the file became
+        loaded = load_config(data, base_dir=path.parent, source=str(path))
+        return LoadResult(validate(apply_overrides(config_to_dict(loaded.config), overrides)), loaded.warnings), from_ot
     if overrides:
         data = apply_overrides(data, overrides)
-    return load_config(data, base_dir=path.parent, source=str(path)), is_onetrainer_config(data)
+    return load_config(data, base_dir=path.parent, source=str(path)), from_ot
 
 
 def default_base_model(model_type: str | None) -> str | None:

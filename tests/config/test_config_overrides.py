@@ -44,3 +44,21 @@ def test_bad_overrides_name_the_path(item, fragment):
 def test_bad_override_value_is_reported_by_validation():
     with pytest.raises(ConfigError, match=r"batch_size: must be >= 1 \(got 0\)"):
         load_config(apply_overrides({"config_version": 1}, ["batch_size=0"]))
+
+
+def test_set_applies_to_what_another_trainers_file_became(tmp_path):
+    """`--set` names our fields: on a kohya_ss or OneTrainer file it changes the imported config
+    (before, it went into the file's own keys, where a kohya import ignored it)."""
+    import json
+
+    from ot_gradio.config.presets import load_config_argument
+
+    kohya = tmp_path / "kohya.json"
+    kohya.write_text(json.dumps({"pretrained_model_name_or_path": "x", "network_dim": 4, "epoch": 2, "train_batch_size": 1}))
+    loaded, from_ot = load_config_argument(str(kohya), ["epochs=7", "train_device=cpu", "lora_rank=8"])
+    assert (loaded.config.epochs, loaded.config.train_device, loaded.config.lora_rank, from_ot) == (7, "cpu", 8, False)
+    assert "train_device" not in loaded.warnings[0]
+    onetrainer = tmp_path / "ot.json"
+    onetrainer.write_text(json.dumps({"__version": 10, "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA", "epochs": 3}))
+    loaded, from_ot = load_config_argument(str(onetrainer), ["epochs=9"])
+    assert loaded.config.epochs == 9 and from_ot

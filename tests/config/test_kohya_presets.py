@@ -1,0 +1,100 @@
+"""What kohya_ss's own shipped presets and saved configs (presets/ and test/config/ of its
+repository) set, carried over as kohya_ss and sd-scripts train it: each case is a key found in
+those files that an earlier import refused or read otherwise."""
+
+from ot_gradio.config.io import load_config
+
+BASE = {"pretrained_model_name_or_path": "/models/base.safetensors", "train_batch_size": 1}
+
+
+def _load(**keys):
+    result = load_config({**BASE, **keys})
+    return result.config, result.warnings[0]
+
+
+def test_lora_learning_rates_and_command_line():
+    # kohya_ss's page sends neither rate when both are 0: both parts train at the learning rate
+    c, _ = _load(network_dim=8, learning_rate=5e-4, unet_lr=0, text_encoder_lr=0)
+    assert c.unet.train and c.text_encoder.train and c.learning_rate == 5e-4
+    # its additional_parameters reach sd-scripts' command line and win over the file
+    c, _ = _load(sdxl=True, network_dim=8, max_grad_norm=1, additional_parameters="--network_train_unet_only --max_grad_norm=0")
+    assert c.unet.train and not c.text_encoder.train and not c.text_encoder_2.train and c.clip_grad_norm is None
+    c, _ = _load(network_dim=8, sdxl=True, sdxl_cache_text_encoder_outputs=True)
+    assert not c.text_encoder.train
+
+
+def test_lycoris_lokr_and_dora():
+    c, _ = _load(LoRA_type="LyCORIS/LoKr", network_dim=64, network_alpha=32, factor=8, decompose_both=True, dora_wd=True)
+    assert (c.peft_type.value, c.lokr_dim, c.lora_alpha, c.lokr_decompose_factor, c.lokr_decompose_both, c.lokr_weight_decompose) == (
+        "LOKR", 64, 32.0, 8, True, True)
+    c, _ = _load(LoRA_type="LyCORIS/LoKr", network_dim=100000)  # LyCORIS's "full matrix" dimension
+    assert c.lokr_dim == 100000
+    c, _ = _load(network_module="lycoris.kohya", network_args=["algo=locon", "dora_wd=True"], network_dim=8)
+    assert c.lora_decompose and c.lora_decompose_output_axis  # LyCORIS's DoRA: each output row's norm
+    _, warning = _load(LoRA_type="LyCORIS/LoCon", network_dim=32, conv_dim=8, conv_alpha=1)
+    assert "conv_dim 8: the conv layers train at the same rank and alpha" in warning
+
+
+def test_optimizer_arguments_and_adafactor():
+    c, _ = _load(network_dim=8, optimizer="Prodigy", optimizer_args='"d_coef=2.0" "weight_decay=0.4" d0=1e-5 growth_rate=1.02')
+    assert (c.optimizer.d_coef, c.optimizer.weight_decay, c.optimizer.d0, c.optimizer.growth_rate) == (2.0, 0.4, 1e-5, 1.02)
+    c, _ = _load(network_dim=8, optimizer="Adafactor", lr_scheduler="constant", learning_rate=1e-4)
+    assert (c.optimizer.relative_step, c.optimizer.scale_parameter, c.learning_rate_scheduler.value) == (True, True, "ADAFACTOR")
+    c, _ = _load(network_dim=8, optimizer="Adafactor", lr_scheduler="constant", optimizer_args="scale_parameter=False relative_step=False")
+    assert (c.optimizer.relative_step, c.optimizer.scale_parameter, c.learning_rate_scheduler.value) == (False, False, "CONSTANT")
+
+
+def test_noise_loss_cycles_and_sizes():
+    c, _ = _load(network_dim=8, noise_offset=0.0357, noise_offset_type="Multires", multires_noise_iterations=8)
+    assert c.offset_noise_weight == 0.0
+    c, _ = _load(network_dim=8, noise_offset=0.05, loss_type="l1", lr_scheduler="cosine_with_restarts", lr_scheduler_num_cycles="", epoch=6)
+    assert (c.offset_noise_weight, c.mse_strength, c.mae_strength, c.learning_rate_cycles) == (0.05, 0.0, 1.0, 6.0)
+    c, warning = _load(network_dim=8, max_resolution="512,650", enable_bucket=False)
+    assert c.resolution == "512x648" and "resolution 512,650: 512x648 here" in warning
+
+
+def test_families_textual_inversion_and_fine_tune_pages(tmp_path):
+    c, warning = _load(sdxl=True, token_string="zxc", init_word="woman", num_vectors_per_token=4, learning_rate=2e-3,
+                       template="style template", caption_dropout_rate=0.1)
+    assert (c.training_method.value, c.embedding.placeholder, c.embedding.initial_embedding_text, c.embedding.token_count) == (
+        "EMBEDDING", "zxc", "woman", 4)
+    assert c.embedding_learning_rate == 2e-3 and c.text_encoder_2.dropout_probability == 0.1
+    assert "template 'style template'" in warning
+    sd3, _ = _load(sd3_checkbox=True, t5xxl="/t5.safetensors", learning_rate_te1=1e-5)  # DreamBooth page: a fine-tune
+    assert sd3.model_type.value == "STABLE_DIFFUSION_3" and not sd3.text_encoder.train and not sd3.text_encoder_3.train
+    lora = load_config({**BASE, "pretrained_model_name_or_path": "/m/sd3.5_large.safetensors", "sd3_checkbox": True,
+                        "network_dim": 8}).config
+    assert lora.model_type.value == "STABLE_DIFFUSION_35" and lora.text_encoder.train and not lora.text_encoder_3.train
+    folder = tmp_path / "img"
+    folder.mkdir()
+    (folder / "a.png").write_bytes(b"")
+    c, _ = _load(sdxl_checkbox=True, train_text_encoder=False, image_folder=str(folder), dataset_repeats="50",
+                 caption_metadata_filename="meta_cap.json", batch_size="8")
+    assert c.model_type.value == "STABLE_DIFFUSION_XL_10_BASE" and c.training_method.value == "FINE_TUNE"
+    assert not c.text_encoder.train and [(x.path, x.balancing) for x in c.concepts] == [(str(folder), 50.0)]
+
+
+def test_flux():
+    c, warning = _load(flux1_checkbox=True, LoRA_type="Flux1", network_dim=16, min_snr_gamma=7, noise_offset=0.05,
+                       pretrained_model_name_or_path="/models/flux1-dev.safetensors", ae="/models/ae.safetensors",
+                       clip_l="/models/clip_l.safetensors", t5xxl="/models/t5xxl.safetensors",
+                       sample_prompts="a cat --g 4 --l 2\na dog", max_resolution="1024,1024")
+    assert (c.layer_filter_preset, c.loss_weight_fn.value, c.offset_noise_weight) == ("blocks", "CONSTANT", 0.0)
+    assert (c.transformer.model_name, c.base_model_name) == ("/models/flux1-dev.safetensors", "black-forest-labs/FLUX.1-dev")
+    assert "ae, clip_l, t5xxl files are not read" in warning and "sd-scripts does not use them for Flux" in warning
+    assert [(s.cfg_scale, s.diffusion_steps) for s in c.samples] == [(4.0, 20), (3.5, 20)]  # --g is Flux's guidance
+
+
+def test_dataset_toml_options_per_dataset(tmp_path):
+    (tmp_path / "d.toml").write_text(
+        '[general]\ncaption_tag_dropout_rate = 0.1\ncaption_prefix = "photo of"\n'
+        '[[datasets]]\nresolution = 1024\n[[datasets.subsets]]\nimage_dir = "/a"\ncaption_dropout_rate = 0.05\n'
+        '[[datasets]]\nresolution = [768, 512]\n[[datasets.subsets]]\nimage_dir = "/a"\ncaption_dropout_rate = 0.05\n'
+        'color_aug = true\n')
+    c, warning = _load(sdxl=True, network_dim=8, dataset_config=str(tmp_path / "d.toml"))
+    assert c.resolution == "1024"
+    assert [(x.image.enable_resolution_override, x.image.resolution_override) for x in c.concepts] == [(False, "512"), (True, "768x512")]
+    assert all((x.text.tag_dropout_enable, x.text.tag_dropout_mode, x.text.tag_dropout_probability) == (True, "RANDOM", 0.1)
+               for x in c.concepts)
+    assert c.text_encoder.dropout_probability == c.text_encoder_2.dropout_probability == 0.05
+    assert "the dataset config sets, not carried over: caption_prefix, color_aug" in warning
