@@ -285,8 +285,12 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
         r.get("min_snr_gamma")
         notes.append(f"{' and '.join(ignored)}: sd-scripts does not use them for Flux, nor does this import")
     if r.given("caption_dropout_rate"):  # kohya's empty caption, here each text encoder's
+        rate = r.number("caption_dropout_rate")
         for part in info.text_encoders:
-            out.setdefault(part, {})["dropout_probability"] = r.number("caption_dropout_rate")
+            out.setdefault(part, {})["dropout_probability"] = rate
+        if len(info.text_encoders) > 1:
+            notes.append(f"caption_dropout_rate {rate}: kohya empties the caption of every text encoder at once; here each "
+                         "text encoder drops it on its own with that chance (as OneTrainer does)")
     if str(r.get("loss_type") or "l2").lower() == "l1":
         out.update(mse_strength=0.0, mae_strength=1.0)
     # kohya's clip skip 2 skips one layer; sd-scripts ignores it for SDXL and Flux (they read the

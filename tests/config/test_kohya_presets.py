@@ -59,7 +59,7 @@ def test_families_textual_inversion_and_fine_tune_pages(tmp_path):
     assert (c.training_method.value, c.embedding.placeholder, c.embedding.initial_embedding_text, c.embedding.token_count) == (
         "EMBEDDING", "zxc", "woman", 4)
     assert c.embedding_learning_rate == 2e-3 and c.text_encoder_2.dropout_probability == 0.1
-    assert "template 'style template'" in warning
+    assert "template 'style template'" in warning and "here each text encoder drops it on its own" in warning
     sd3, _ = _load(sd3_checkbox=True, t5xxl="/t5.safetensors", learning_rate_te1=1e-5)  # DreamBooth page: a fine-tune
     assert sd3.model_type.value == "STABLE_DIFFUSION_3" and not sd3.text_encoder.train and not sd3.text_encoder_3.train
     lora = load_config({**BASE, "pretrained_model_name_or_path": "/m/sd3.5_large.safetensors", "sd3_checkbox": True,
