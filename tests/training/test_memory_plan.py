@@ -76,7 +76,7 @@ def test_auto_is_the_default_and_off_on_a_roomy_machine(tiny_model, shapes, tmp_
     trainer, events = setup_trainer(data, tmp_path)
     assert trainer.checkpointing == {"unet": False} and not checkpointing(trainer)
     plan = trainer.memory_plan
-    assert plan.free > 10 * plan.peak(False)  # this test needs some RAM free
+    assert plan.fits(False)  # as AUTO decided (the machine needs ~2 GB free; 10x that was asked, which a busy CI box had not)
     assert "unet off (AUTO); AUTO -> OFF" in message(events) and ": fits" in message(events)
     assert plan.activations(False) > 0 and plan.gradients > 0
     assert abs(plan.optimizer_state - 2 * plan.gradients) < 0.01 * plan.gradients  # AdamW: two fp32 states (and a step count per weight)
