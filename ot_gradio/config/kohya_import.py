@@ -177,7 +177,7 @@ def _network(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: 
     args = network_args(r)
     if "network_args" in r.data:
         r.get("network_args")
-    for key in ("factor", "use_cp", "use_tucker", "decompose_both", "dora_wd", "wd_on_output", "conv_dim", "conv_alpha"):
+    for key in ("factor", "use_cp", "use_tucker", "decompose_both", "dora_wd", "conv_dim", "conv_alpha"):
         if key in args and key not in r.data:  # kohya_ss's page has these keys of its own
             r.data[key] = args[key]
     algo = args.get("algo", "").lower()
@@ -206,9 +206,8 @@ def _network(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: 
     if r.flag("dora_wd"):
         if peft == "LOKR":
             out["lokr_weight_decompose"] = True
-        elif peft == "LORA":
-            # LyCORIS takes each output row's norm unless wd_on_output is false
-            out.update(lora_decompose=True, lora_decompose_output_axis=r.data.get("wd_on_output") is None or r.flag("wd_on_output"))
+        elif peft == "LORA":  # on the input axis, which A1111, Forge and ComfyUI apply as trained
+            out["lora_decompose"] = True
         else:
             notes.append(f"dora_wd: {kind} has no DoRA here; it trains without")
     if peft != "LOHA" and preset == "full" and r.given("conv_dim") and r.data.get("conv_dim") != r.data.get("network_dim"):

@@ -104,15 +104,29 @@ def kohya_unread_warnings(config: Any) -> list[str]:
 
 
 def lokr_dora_warnings(config: Any) -> list[str]:
-    """DoRA on LoKr on the output axis: LyCORIS applies the file as trained; ComfyUI's output-axis
-    path takes the norm of the base weight instead of the adapted one (on random layers the weights
-    came out off by 8-50% of the change), and no other file form holds it."""
-    if (config.training_method != TrainingMethod.LORA or str(getattr(config.peft_type, "value", config.peft_type)) != "LOKR"
-            or not config.lokr_weight_decompose or not config.lokr_dora_on_output):
+    """LoKr in a kohya file where the common loaders do not apply it as trained.
+
+    - DoRA on the output axis: LyCORIS applies it as trained; ComfyUI's and Forge's output-axis
+      path takes the norm of the base weight instead of the adapted one (8-50% of the change off on
+      random layers), and A1111 takes DoRA's norm over the input axis only, which scrambles the
+      weight (9-2700%; A1111 1.10's code rerun on full-size SD 1.5, SD 2.1 and SDXL files).
+    - Tucker on conv layers: ComfyUI and Forge build the factor with an einsum whose result is not
+      contiguous and their `torch.kron` of it raises, so they skip each such layer with an error in
+      their log (29 of an SD 1.5 file's conv layers); A1111 makes it contiguous first and loads it."""
+    if config.training_method != TrainingMethod.LORA or str(getattr(config.peft_type, "value", config.peft_type)) != "LOKR":
         return []
-    return ["lokr_dora_on_output: ComfyUI applies a LoKr DoRA file decomposed on the output axis differently from how it "
-            "trained (it normalizes by the base weight alone); LyCORIS applies it as trained. Turn lokr_dora_on_output off "
-            "for a file ComfyUI applies as trained."]
+    out = []
+    if config.lokr_weight_decompose and config.lokr_dora_on_output:
+        out.append("lokr_dora_on_output: A1111, Forge and ComfyUI apply a LoKr DoRA file decomposed on the output axis "
+                   "differently from how it trained (A1111 takes the norm over the input axis, ComfyUI and Forge normalize by "
+                   "the base weight alone); LyCORIS applies it as trained. Turn lokr_dora_on_output off for a file A1111, "
+                   "Forge and ComfyUI apply as trained.")
+    info = family_info(config.model_type)
+    if (config.lokr_use_tucker and info is not None and info.denoiser == "unet" and config.layer_filter_preset not in ("attn-mlp", "attn-only")
+            and lora_layout(config.model_type, config.output_model_format) == "kohya"):
+        out.append("lokr_use_tucker: ComfyUI and Forge fail on the Tucker LoKr of conv layers (they skip each one, with an "
+                   "error in their log); A1111 loads them. Turn LoKr Tucker off for a file ComfyUI and Forge load whole.")
+    return out
 
 
 def dora_format_problem(config: Any) -> str | None:

@@ -30,7 +30,8 @@ def test_lycoris_lokr_and_dora():
     c, _ = _load(LoRA_type="LyCORIS/LoKr", network_dim=100000)  # LyCORIS's "full matrix" dimension
     assert c.lokr_dim == 100000
     c, _ = _load(network_module="lycoris.kohya", network_args=["algo=locon", "dora_wd=True"], network_dim=8)
-    assert c.lora_decompose and c.lora_decompose_output_axis  # LyCORIS's DoRA: each output row's norm
+    # DoRA on the input axis: what A1111, Forge and ComfyUI apply as trained (an output-axis kohya file is refused at Start)
+    assert c.lora_decompose and not c.lora_decompose_output_axis
     _, warning = _load(LoRA_type="LyCORIS/LoCon", network_dim=32, conv_dim=8, conv_alpha=1)
     assert "conv_dim 8: the conv layers train at the same rank and alpha" in warning
 

@@ -218,5 +218,11 @@ def test_the_doctor_names_what_loaders_do_with_lokr_dora():
     assert any(e.startswith("output_model_format: DIFFUSERS_LORA") for e in errors(config(output_model_format="DIFFUSERS_LORA")))
     assert not any(e.startswith("output_model_format") for e in errors(config(output_model_format="KOHYA_LORA")))
     said = [w for w in check(config(output_model_format="KOHYA_LORA")) if w.startswith("lokr_dora_on_output")]
-    assert len(said) == 1 and "ComfyUI" in said[0]
+    assert len(said) == 1 and all(name in said[0] for name in ("A1111", "Forge", "ComfyUI"))
     assert not [w for w in check(config(output_model_format="KOHYA_LORA", lokr_dora_on_output=False)) if "lokr_" in w]
+    # Tucker on an SD UNet's conv layers: ComfyUI and Forge skip them; not said without conv layers
+    tucker = [w for w in check(config(output_model_format="KOHYA_LORA", lokr_dora_on_output=False, lokr_use_tucker=True))
+              if w.startswith("lokr_use_tucker")]
+    assert len(tucker) == 1 and "ComfyUI and Forge fail" in tucker[0]
+    assert not [w for w in check(config(output_model_format="KOHYA_LORA", lokr_dora_on_output=False, lokr_use_tucker=True,
+                                        layer_filter_preset="attn-mlp")) if w.startswith("lokr_use_tucker")]
