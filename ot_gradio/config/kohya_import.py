@@ -210,10 +210,11 @@ def _network(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: 
             out["lora_decompose"] = True
         else:
             notes.append(f"dora_wd: {kind} has no DoRA here; it trains without")
-    if peft != "LOHA" and preset == "full" and r.given("conv_dim") and r.data.get("conv_dim") != r.data.get("network_dim"):
-        r.get("conv_dim")
-        r.get("conv_alpha")
-        notes.append(f"conv_dim {r.data['conv_dim']}: the conv layers train at the same rank and alpha as the others here")
+    if preset == "full" and r.given("conv_dim"):  # LyCORIS's conv layers: here at the linear layers' rank and alpha
+        conv = (r.get("conv_dim"), r.get("conv_alpha") if r.given("conv_alpha") else r.data.get("network_alpha"))
+        if [str(v) for v in conv] != [str(r.data.get("network_dim")), str(r.data.get("network_alpha"))]:
+            notes.append(f"conv_dim {conv[0]} / conv_alpha {conv[1]}: the conv layers train at the same rank and alpha as "
+                         "the others here")
     if r.given("network_weights"):  # the LoRA to continue from
         out["lora_model_name"] = str(r.get("network_weights"))
 
@@ -273,8 +274,11 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     flux = model_type == M.FLUX_DEV_1
     # kohya_ss sends noise_offset only with its "Original" noise type; sd-scripts uses neither it
     # nor min-SNR gamma for Flux
-    if r.given("noise_offset") and str(r.get("noise_offset_type") or "Original") == "Original" and not flux:
+    original = str(r.get("noise_offset_type") or "Original") == "Original"
+    if r.given("noise_offset") and original and not flux:
         out["offset_noise_weight"] = r.number("noise_offset")
+    elif not original:
+        r.get("noise_offset")  # unused there too
     if r.given("min_snr_gamma") and not flux:
         out.update(loss_weight_fn="MIN_SNR_GAMMA", loss_weight_strength=r.number("min_snr_gamma"))
     elif r.flag("debiased_estimation_loss"):

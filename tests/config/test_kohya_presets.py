@@ -33,7 +33,9 @@ def test_lycoris_lokr_and_dora():
     # DoRA on the input axis: what A1111, Forge and ComfyUI apply as trained (an output-axis kohya file is refused at Start)
     assert c.lora_decompose and not c.lora_decompose_output_axis
     _, warning = _load(LoRA_type="LyCORIS/LoCon", network_dim=32, conv_dim=8, conv_alpha=1)
-    assert "conv_dim 8: the conv layers train at the same rank and alpha" in warning
+    assert "conv_dim 8 / conv_alpha 1: the conv layers train at the same rank and alpha" in warning
+    _, warning = _load(LoRA_type="LyCORIS/LoKr", network_dim=64, network_alpha=64, conv_dim=64, conv_alpha=64)  # the same: carried
+    assert "conv_" not in warning
 
 
 def test_optimizer_arguments_and_adafactor():
