@@ -39,10 +39,20 @@ def attention_warnings(config: Any) -> list[str]:
             "the whole attention matrix (slow, and much more memory than SDP). Turn compile on (Model tab), or use SDP."]
 
 
+# OneTrainer's mechanisms before its attention backends: today's OneTrainer reads them as SDP
+# (XFORMERS left it in March 2025; DEFAULT, diffusers' plain processor, with the backends)
+RETIRED = ("XFORMERS", "DEFAULT")
+
+
 def imported_attention(data: dict[str, Any]) -> list[str]:
     """A OneTrainer config's mechanism that does not reach the family's attention becomes SDP, as
-    OneTrainer runs it there (it sets diffusers' attention backend, which those processors do not read)."""
+    OneTrainer runs it there (it sets diffusers' attention backend, which those processors do not
+    read); so does one that today's OneTrainer no longer has (XFORMERS, DEFAULT)."""
     mechanism, info = data.get("attention_mechanism"), family_info(data.get("model_type", ""))
+    if mechanism in RETIRED:
+        data["attention_mechanism"] = "SDP"
+        return [f"attention_mechanism {mechanism} -> SDP: today's OneTrainer has no {mechanism} and runs such a config with "
+                "SDP (PyTorch's fused attention, which needs no extra package and less memory)."]
     if not isinstance(mechanism, str) or info is None or mechanism not in {m.value for m in AttentionMechanism} \
             or mechanism in info.attention:
         return []

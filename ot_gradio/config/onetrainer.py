@@ -9,9 +9,12 @@ Whatever the trainer will not act on is listed in one warning.
 from __future__ import annotations
 
 import os
+import typing
 from copy import deepcopy
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from .attention import imported_attention
 from .doctor import planned_changes
@@ -20,6 +23,7 @@ from .families import trainable_parts
 from .json_file import MAX_LIST_ITEMS, may_read, read_json
 from .migrations import migrate, strip_ot_versions
 from .optimizer import OptimizerConfig
+from .schema import TrainConfig
 from .validation import ConfigError, LoadResult, strip_unknown, validate
 
 OT_LAYOUT_VERSION = 11  # the OneTrainer TrainConfig version our keys match
@@ -50,6 +54,10 @@ def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, 
     data["config_version"] = 0
     data = migrate(data)
     data, unknown = strip_unknown(data)
+    reset = read_as_onetrainer(data, TrainConfig)
+    if reset:
+        warnings.append(f"{', '.join(reset)}: null, which OneTrainer cannot set there either; the default is used, as "
+                        "OneTrainer does.")
     config = validate(data)
 
     unsupported = planned_changes(config)
@@ -68,6 +76,8 @@ def to_our_layout(data: dict[str, Any]) -> dict[str, Any]:
     """Key-level conversion only (no files read, no validation): usable on sparse presets too."""
     data = deepcopy(data)
     version = data.get("__version")
+    if version is None and _flat_layout(data):  # saved before OneTrainer wrote a version: OneTrainer reads it as 0
+        version = 0
     if isinstance(version, int) and not isinstance(version, bool):
         for step in range(max(version, 0), OT_LAYOUT_VERSION):
             migration = _OT_MIGRATIONS.get(step)
@@ -87,6 +97,39 @@ def to_our_layout(data: dict[str, Any]) -> dict[str, Any]:
     if "huggingface_token" in data:
         data.setdefault("secrets", {}).setdefault("huggingface_token", data.pop("huggingface_token"))
     return data
+
+
+def read_as_onetrainer(data: dict[str, Any], model: type[BaseModel], where: str = "") -> list[str]:
+    """Values of another type, taken as OneTrainer's `from_dict` takes them: a number in a text
+    field is its text (`"resolution": 512` is "512"); null in a field that takes none keeps the
+    field's default (OneTrainer's int(None) fails there and it keeps its default). Returns the
+    fields put back to their defaults."""
+    reset: list[str] = []
+    for name, field in model.model_fields.items():
+        if name not in data:
+            continue
+        value, annotation = data[name], field.annotation
+        args = typing.get_args(annotation)
+        if value is None and annotation is not None and type(None) not in args and annotation is not Any:
+            del data[name]
+            reset.append(where + name)
+        elif annotation is str and isinstance(value, int | float) and not isinstance(value, bool):
+            data[name] = str(value)
+        elif isinstance(value, dict) and isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            reset += read_as_onetrainer(value, annotation, f"{where}{name}.")
+        elif (isinstance(value, list) and typing.get_origin(annotation) is list and args and isinstance(args[0], type)
+              and issubclass(args[0], BaseModel)):
+            for index, item in enumerate(value):
+                if isinstance(item, dict):
+                    reset += read_as_onetrainer(item, args[0], f"{where}{name}.{index}.")
+    return reset
+
+
+def _flat_layout(data: dict[str, Any]) -> bool:
+    """OneTrainer's first layout: the optimizer a name with flat `optimizer_*` settings, or the parts'
+    settings flat (`train_unet`, `unet_weight_dtype` ...). Its presets, also without a version,
+    already have the sections."""
+    return isinstance(data.get("optimizer"), str) or any(key in data for key in (*_OT_1_FIELDS, *_OT_1_EPOCHS))
 
 
 def ot_concepts(items: list[Any]) -> list[Any]:

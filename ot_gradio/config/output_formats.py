@@ -44,6 +44,11 @@ def output_format_problems(config: Any) -> list[str]:
             and str(getattr(config.peft_type, "value", config.peft_type)) == "LOKR"):
         return [f"output_model_format: {fmt.value} writes diffusers/PEFT keys, and peft's LoKr layers have no DoRA; save as "
                 "KOHYA_LORA (LyCORIS keys with dora_scale), or turn lokr_weight_decompose off"]
+    if (method == TrainingMethod.LORA and layout == "diffusers" and config.lora_decompose and not config.lora_decompose_output_axis
+            and str(getattr(config.peft_type, "value", config.peft_type)) == "LORA"):
+        return [f"output_model_format: {fmt.value} writes diffusers/PEFT keys for {ModelType(config.model_type).value}, and "
+                "peft/diffusers take DoRA's norm on the output axis; turn lora_decompose_output_axis on, or save as KOHYA_LORA "
+                "(ComfyUI)"]
     if method in (TrainingMethod.FINE_TUNE, TrainingMethod.FINE_TUNE_VAE) and (fmt in LORA_FORMATS - {ModelFormat.SAFETENSORS} or fmt in (ModelFormat.CKPT, ModelFormat.INTERNAL)):
         why = "holds LoRA weights" if fmt in LORA_FORMATS else "is not written by the trainer"
         return [f"output_model_format: a fine-tune is a whole model and {fmt.value} {why}; choose SAFETENSORS or "

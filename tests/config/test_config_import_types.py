@@ -16,7 +16,7 @@ CASES = [
     ({"sample_definition_file_name": ["x"]}, r"sample_definition_file_name: must be text"),
     ({"timestep_distribution": {"a": 1}}, r"timestep_distribution: must be one of UNIFORM, .* \(got \{'a': 1\}\)"),
     ({"timestep_distribution": ["PARABOLA"]}, r"timestep_distribution: must be one of"),
-    ({"__version": 0, "embedding_model_names": 5}, r"embedding.model_name: must be text \(got 5\)"),
+    ({"__version": 0, "embedding_model_names": True}, r"embedding.model_name: must be text \(got true\)"),  # a number is its text, as in OneTrainer
     ({"__version": 0, "embedding_model_names": [{"a": 1}]}, r"embedding.model_name: must be text"),
     ({"__version": 2, "noising_weight": 1.0, "noising_bias": "x"}, r"noising_bias: must be a number \(got 'x'\)"),
     ({"__version": 1, "min_snr_gamma": "z"}, r"loss_weight_strength: must be a number"),

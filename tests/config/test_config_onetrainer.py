@@ -195,3 +195,32 @@ def test_a_modelscope_flux2_folder_is_not_taken_for_flux1():
 
     assert base_model_mismatch("FLUX_2", r"O:\onetrainer\model\black-forest-labs\FLUX___2-klein-base-9B") is None
     assert "Flux.2" in base_model_mismatch("FLUX_DEV_1", r"O:\models\FLUX___2-klein-base-9B")
+
+
+def test_what_published_user_configs_hold_imports_as_onetrainer_reads_it():
+    """From configs users published (an audit of 17): a file saved before OneTrainer wrote a
+    version, retired attention mechanisms, numbers in text fields, nulls; each as OneTrainer's
+    from_dict takes it."""
+    from ot_gradio.config.doctor import errors
+
+    flat = load_config({"model_type": "STABLE_DIFFUSION_XL_10_BASE", "training_method": "LORA", "optimizer": "ADAMW_8BIT",
+                        "optimizer_weight_decay": 0.02, "train_unet": True, "unet_learning_rate": 2e-4, "train_text_encoder": False})
+    c = flat.config  # no __version, the first layout: OneTrainer reads it as version 0 and migrates it
+    assert (c.optimizer.optimizer.value, c.optimizer.weight_decay, c.unet.learning_rate, c.text_encoder.train) == (
+        "ADAMW_8BIT", 0.02, 2e-4, False)
+    for mechanism in ("XFORMERS", "DEFAULT"):  # today's OneTrainer has neither and runs SDP
+        loaded = load_config({"__version": 6, "model_type": "STABLE_DIFFUSION_XL_10_BASE", "training_method": "LORA",
+                              "attention_mechanism": mechanism})
+        assert loaded.config.attention_mechanism.value == "SDP" and any(f"{mechanism} -> SDP" in w for w in loaded.warnings)
+    typed = load_config({"__version": 11, "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA", "resolution": 512,
+                         "lora_alpha": None, "learning_rate_warmup_steps": None,
+                         "concepts": [{"path": "/data", "image": {"resolution_override": 768}}], "samples": [{"prompt": "a", "seed": None}]})
+    c = typed.config
+    assert (c.resolution, c.concepts[0].image.resolution_override, c.lora_alpha, c.learning_rate_warmup_steps, c.samples[0].seed) == (
+        "512", "768", 1.0, 200.0, 42)
+    assert any(w.startswith("learning_rate_warmup_steps, lora_alpha, samples.0.seed: null") for w in typed.warnings)
+    # Flux DoRA saved as SAFETENSORS (diffusers keys there): refused before the model loads, not after
+    dora = load_config({"__version": 6, "model_type": "FLUX_DEV_1", "training_method": "LORA", "lora_decompose": True,
+                        "output_model_format": "SAFETENSORS"}).config
+    assert any(e.startswith("output_model_format: SAFETENSORS writes diffusers/PEFT keys for FLUX_DEV_1") for e in errors(dora))
+    assert not [e for e in errors(dora.model_copy(update={"output_model_format": ModelFormat.KOHYA_LORA})) if "DoRA" in e]
