@@ -90,14 +90,14 @@ def folder_concepts(r: KohyaReader, notes: list[str], readable: list[Path] | Non
             subfolders = sorted(p for p in folder.iterdir() if p.is_dir()) if listed and folder.is_dir() else []
         except OSError:
             subfolders = []
-        named = [(p, found) for p in subfolders if (found := kohya_repeats(p.name))]
+        named = [(p, repeats) for p in subfolders if (repeats := kohya_repeats(p.name))]
         if not listed:
             notes.append(f"{key} '{root}' is outside the folders this page may list: it is one concept with Balancing 1; add "
                          "its `<repeats>_<name>` folders as concepts, or import the file from the command line")
         elif not named:
             notes.append(f"{key} '{root}' has no `<repeats>_<name>` folder here: it is one concept with Balancing 1")
-        subsets += [{"image_dir": str(path), "num_repeats": found[0] if found else 1, "is_reg": regularisation}
-                    for path, found in named or [(folder, None)]]
+        subsets += [{"image_dir": str(path), "num_repeats": repeats[0] if repeats else 1, "is_reg": regularisation}
+                    for path, repeats in named or [(folder, None)]]
     if r.given("image_folder"):  # kohya_ss's fine-tune page: one folder, `dataset_repeats` times an epoch
         found = True
         subsets.append({"image_dir": str(r.get("image_folder")), "is_reg": False,

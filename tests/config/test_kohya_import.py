@@ -26,7 +26,7 @@ GUI = {  # as kohya_ss's LoRA page saves it (the keys that matter; it writes ~20
 
 @pytest.fixture
 def kohya(tmp_path):
-    for folder in ("img/40_ohwx woman", "img/10_style", "reg/1_woman", "img/notes"):
+    for folder in ("img/40_ohwx woman", "img/10_style", "reg/1_woman", "img/notes", "reg/zz_backup"):
         (tmp_path / folder).mkdir(parents=True)
     for image in ("img/40_ohwx woman/a.png", "img/40_ohwx woman/b.jpg", "img/10_style/c.png", "img/10_style/a.txt"):
         (tmp_path / image).write_bytes(b"")  # counted by name: 2 x 40 + 1 x 10 = 90 training images an epoch
