@@ -336,7 +336,7 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
 def _resolution(size: str, notes: list[str]) -> str:
     """kohya's "W,H" (one size) as "WxH"; a side that is no multiple of 8 rounded down to one, with a note."""
     try:
-        sides = [int(float(v)) for v in size.split(",") if v.strip()][:2]
+        sides = [int(float(v)) for v in size.lower().replace("x", ",").split(",") if v.strip()][:2]
     except ValueError:
         raise ConfigError(f"resolution: '{size}' is not a size (kohya_ss config)") from None
     if not sides:
