@@ -113,7 +113,7 @@ def read_as_onetrainer(data: dict[str, Any], model: type[BaseModel], where: str 
         if value is None and annotation is not None and type(None) not in args and annotation is not Any:
             del data[name]
             reset.append(where + name)
-        elif annotation is str and isinstance(value, int | float) and not isinstance(value, bool):
+        elif (annotation is str or set(args) == {str, type(None)}) and isinstance(value, int | float) and not isinstance(value, bool):
             data[name] = str(value)
         elif isinstance(value, dict) and isinstance(annotation, type) and issubclass(annotation, BaseModel):
             reset += read_as_onetrainer(value, annotation, f"{where}{name}.")
