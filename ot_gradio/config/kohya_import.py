@@ -54,7 +54,8 @@ PLUMBING = frozenset({
     "max_data_loader_n_workers", "persistent_data_loader_workers", "training_comment", "wandb_api_key", "wandb_run_name",
     "log_tracker_name", "log_tracker_config", "log_with", "logging_dir", "log_prefix", "save_state", "save_state_on_train_end",
     "save_state_to_huggingface", "resume_from_huggingface", "async_upload", "xformers", "sdpa", "mem_eff_attn",
-    "vae_batch_size", "cache_latents_to_disk", "huggingface_repo_id", "huggingface_token", "huggingface_repo_type",
+    "vae_batch_size", "cache_latents_to_disk", "cache_text_encoder_outputs_to_disk", "sd3_cache_text_encoder_outputs_to_disk",
+    "flux1_cache_text_encoder_outputs_to_disk", "huggingface_repo_id", "huggingface_token", "huggingface_repo_type",
     "huggingface_path_in_repo", "huggingface_repo_visibility", "save_as_bool", "output_config",
     # the fine-tune page's own preparation of kohya's metadata files
     "train_dir", "caption_metadata_filename", "latent_metadata_filename", "full_path", "create_buckets", "create_caption",
@@ -116,6 +117,7 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     else:
         _learning_rates(r, out, model_type, method)
     _training(r, out, model_type, notes)
+    _flow(r, out, model_type, notes)
     _optimizer(r, out, notes)
     _output(r, out, method)
     _samples(r, out, notes, model_type)
@@ -247,7 +249,7 @@ def _learning_rates(r: KohyaReader, out: dict[str, Any], model_type: M, method: 
         train_te = te != 0
     else:  # SDXL DreamBooth: with a text encoder rate above 0; SD 3 and Flux fine-tunes: only when told
         train_te = denoiser == "unet" and (bool(te) or bool(r.data.get("learning_rate_te2")))
-    if any(r.flag(f"{prefix}cache_text_encoder_outputs") for prefix in ("", "sdxl_", "sd3_", "flux1_")):
+    if any([r.flag(f"{prefix}cache_text_encoder_outputs") for prefix in ("", "sdxl_", "sd3_", "flux1_")]):  # each read
         train_te = False
     for part in encoders:
         # kohya trains a text encoder for the whole run (this trainer's default stops it after 30 epochs)
@@ -302,6 +304,8 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
         out["text_encoder_layer_skip"] = r.number("clip_skip", int) - 1
     if r.given("vae"):
         out.setdefault("vae", {})["model_name"] = str(r.get("vae"))
+    if r.flag("fp8_base") or r.flag("fp8_base_unet"):  # the denoiser's weights in 8 bits, computed in the train type
+        out.setdefault(info.denoiser, {})["weight_dtype"] = "FLOAT_8"
     if r.flag("sdxl_no_half_vae") or r.flag("no_half_vae"):
         out.setdefault("vae", {})["weight_dtype"] = "FLOAT_32"
     size = r.get("max_resolution") or r.get("resolution") or ""  # kohya_ss's page / sd-scripts
@@ -331,6 +335,31 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     percent = r.number("lr_warmup") if r.given("lr_warmup") else 0.0  # kohya_ss's page: a percentage of the steps
     # sd-scripts: steps, or below 1 a fraction of all steps; kohya_ss's page: its percentage when no steps
     out["learning_rate_warmup_steps"] = steps if steps else min(percent, 99.0) / 100
+
+
+def _flow(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[str]) -> None:
+    """sd-scripts' Flux timesteps and guidance, with its defaults where ours differ: `sigma`
+    (uniform, shifted by `discrete_flow_shift`, 3), `uniform`, `sigmoid` (a logit-normal of std
+    `sigmoid_scale`), `shift` (that, shifted) and `flux_shift` (that, shifted by the image size);
+    the guidance the transformer is given, 3.5."""
+    if model_type != M.FLUX_DEV_1:
+        return
+    sampling = str(r.get("timestep_sampling") or "sigma").lower()
+    shift = r.number("discrete_flow_shift") if r.given("discrete_flow_shift") else 3.0
+    scale = r.number("sigmoid_scale") if r.given("sigmoid_scale") else 1.0
+    if sampling in ("sigmoid", "shift", "flux_shift"):
+        out.update(timestep_distribution="LOGIT_NORMAL", noising_weight=scale - 1.0, noising_bias=0.0)
+    elif sampling in ("sigma", "uniform"):
+        out["timestep_distribution"] = "UNIFORM"
+    else:
+        notes.append(f"timestep_sampling '{sampling}' has no counterpart here: UNIFORM is used")
+    out["timestep_shift"] = shift if sampling in ("sigma", "shift") else 1.0
+    out["dynamic_timestep_shifting"] = sampling == "flux_shift"
+    out.setdefault("transformer", {})["guidance_scale"] = r.number("guidance_scale") if r.given("guidance_scale") else 3.5
+    prediction = str(r.get("model_prediction_type") or "sigma_scaled").lower()
+    if prediction != "raw":
+        notes.append(f"model_prediction_type '{prediction}': sd-scripts weighs that loss by the noise level squared; here the "
+                     "velocity loss is unweighted, as with 'raw'")
 
 
 def _resolution(size: str, notes: list[str]) -> str:

@@ -86,6 +86,20 @@ def test_flux():
     assert (c.transformer.model_name, c.base_model_name) == ("/models/flux1-dev.safetensors", "black-forest-labs/FLUX.1-dev")
     assert "ae, clip_l, t5xxl files are not read" in warning and "sd-scripts does not use them for Flux" in warning
     assert [(s.cfg_scale, s.diffusion_steps) for s in c.samples] == [(4.0, 20), (3.5, 20)]  # --g is Flux's guidance
+    # sd-scripts' defaults: timesteps uniform, shifted by 3; the transformer given guidance 3.5; the loss sigma-scaled
+    assert (c.timestep_distribution.value, c.timestep_shift, c.transformer.guidance_scale) == ("UNIFORM", 3.0, 3.5)
+    assert "model_prediction_type 'sigma_scaled'" in warning
+    flux = {"flux1_checkbox": True, "network_dim": 8}
+    c, warning = _load(**flux, timestep_sampling="shift", discrete_flow_shift=3.1582, sigmoid_scale=1.5, guidance_scale=1.0,
+                       model_prediction_type="raw", fp8_base=True, flux1_cache_text_encoder_outputs=True)
+    assert (c.timestep_distribution.value, c.noising_weight, c.timestep_shift, c.dynamic_timestep_shifting) == (
+        "LOGIT_NORMAL", 0.5, 3.1582, False)  # sigmoid(1.5 x N(0, 1)): std noising_weight + 1
+    assert (c.transformer.guidance_scale, c.transformer.weight_dtype.value, c.text_encoder.train) == (1.0, "FLOAT_8", False)
+    assert "model_prediction_type" not in warning and "flux1_cache" not in warning
+    c, _ = _load(**flux, timestep_sampling="flux_shift")
+    assert (c.timestep_distribution.value, c.timestep_shift, c.dynamic_timestep_shifting) == ("LOGIT_NORMAL", 1.0, True)
+    c, _ = _load(**flux, timestep_sampling="uniform", discrete_flow_shift=3.0)
+    assert (c.timestep_distribution.value, c.timestep_shift) == ("UNIFORM", 1.0)  # sd-scripts shifts only "sigma" and "shift"
 
 
 def test_dataset_toml_options_per_dataset(tmp_path):
