@@ -10,7 +10,7 @@ from typing import Any
 from .families import family_info
 from .json_file import may_read, read_json
 from .kohya_reader import KOHYA_DEFAULTS, KohyaReader, flag, is_set
-from .media_files import IMAGE_EXTENSIONS, kohya_repeats
+from .media_files import CAPTION_EXTENSIONS, IMAGE_EXTENSIONS, kohya_repeats
 from .validation import ConfigError
 
 # what a dataset config's general, dataset and subset tables set that is carried over (or said)
@@ -68,9 +68,8 @@ def _steps_per_epoch(concepts: list[dict[str, Any]] | None, out: dict[str, Any],
 def _training_options(r: KohyaReader) -> dict[str, Any]:
     """The dataset options a training config sets for every subset (sd-scripts reads them below a
     dataset config's `[general]`)."""
-    options = {key: r.get(key) for key in ("shuffle_caption", "keep_tokens", "flip_aug", "caption_tag_dropout_rate")
+    options = {key: r.get(key) for key in ("shuffle_caption", "keep_tokens", "flip_aug", "caption_tag_dropout_rate", "caption_extension")
                if r.data.get(key) is not None}
-    r.get("caption_extension")  # .txt and .caption are both read
     return options
 
 
@@ -227,6 +226,10 @@ def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) ->
     if options.get("class_tokens"):
         notes.append(f"class_tokens '{options['class_tokens']}' ({folder.name}): kohya's caption for images without a "
                      "caption file; here they train uncaptioned")
+    extension = str(options.get("caption_extension") or ".caption").strip().lower()
+    if ("." + extension.lstrip(".")) not in CAPTION_EXTENSIONS:
+        notes.append(f"caption_extension '{options['caption_extension']}': here captions are read from .txt, else .caption "
+                     "files; rename them, or those images train uncaptioned")
     separator = options.get("keep_tokens_separator")
     if separator and separator != "|||":
         notes.append(f"keep_tokens_separator '{separator}' ({folder.name}): here kohya's `|||` is the separator")

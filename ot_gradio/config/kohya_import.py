@@ -139,7 +139,7 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     origin = f"kohya_ss config {source}" if source else "This kohya_ss config"
     text = f"{origin}: read as kohya_ss's ({len(r.used & r.data.keys())} settings carried over)"
     if notes:
-        text += "; " + "; ".join(notes)
+        text += "; " + "; ".join(dict.fromkeys(notes))  # each said once
     if left:
         text += "; set there but not carried over (left at this trainer's defaults): " + ", ".join(left)
     return LoadResult(config, [text + "."])

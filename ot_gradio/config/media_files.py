@@ -12,6 +12,9 @@ HEIF_EXTENSIONS = (".heic", ".heif")
 GIF_EXTENSIONS = (".gif",)  # an image, or a clip where the run reads clips
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".avif", *HEIF_EXTENSIONS, *GIF_EXTENSIONS)
 # clips, for the video families (read with PyAV, whose FFmpeg opens all of these containers)
+# An image's caption file: `<stem>.txt` (OneTrainer's), else `<stem>.caption`, the extension kohya's
+# sd-scripts read by default, so a dataset captioned for kohya trains with its captions
+CAPTION_EXTENSIONS = (".txt", ".caption")
 VIDEO_EXTENSIONS = (".mp4", ".webm", ".mov", ".mkv", ".avi", ".m4v", ".mpeg", ".flv", ".wmv", *GIF_EXTENSIONS)
 # Picture files that are not read (OneTrainer does not read them either): named in the dataset's
 # warnings, so pictures that silently did not train are found

@@ -11,10 +11,9 @@ import codecs
 import random
 from pathlib import Path
 
+from ..config.media_files import CAPTION_EXTENSIONS
+
 MAX_CAPTION_BYTES = 1024 * 1024  # a caption file far larger than any caption is not read whole
-# An image's caption file: `<stem>.txt` (OneTrainer's), else `<stem>.caption`, the extension kohya's
-# sd-scripts read by default, so a dataset captioned for kohya trains with its captions
-CAPTION_EXTENSIONS = (".txt", ".caption")
 
 
 def caption_path(image: Path) -> Path:

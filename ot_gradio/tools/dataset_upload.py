@@ -34,8 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from ..config.media_files import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
-from ..data.captions import CAPTION_EXTENSIONS
+from ..config.media_files import CAPTION_EXTENSIONS, IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
 from ..data.images import CONDLABEL_SUFFIX, CONTROL_SUFFIX, DEPTH_SUFFIX, MASK_SUFFIX
 from ..fsutil import DiskFullError, atomic_write, atomic_write_bytes, free_bytes, human_bytes
 from .captions import backup_file

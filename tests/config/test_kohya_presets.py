@@ -115,3 +115,7 @@ def test_dataset_toml_options_per_dataset(tmp_path):
                for x in c.concepts)
     assert c.text_encoder.dropout_probability == c.text_encoder_2.dropout_probability == 0.05
     assert "the dataset config sets, not carried over: caption_prefix, color_aug" in warning
+    # a caption extension this trainer does not read is said once, however many folders
+    c, warning = _load(network_dim=8, dataset_config=str(tmp_path / "d.toml"), caption_extension=".tags")
+    assert warning.count("caption_extension '.tags': here captions are read from .txt, else .caption files") == 1
+    assert "caption_extension" not in _load(network_dim=8, dataset_config=str(tmp_path / "d.toml"), caption_extension="caption")[1]
