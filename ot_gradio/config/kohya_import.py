@@ -183,6 +183,8 @@ def _network(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: 
         if key in args and key not in r.data:  # kohya_ss's page has these keys of its own
             r.data[key] = args[key]
     algo = args.get("algo", "").lower()
+    if str(r.data.get("network_module") or "") in ("networks.lora", "networks.lora_flux", "networks.lora_sd3"):
+        r.get("network_module")  # sd-scripts' LoRA of each family: the plain LoRA here
     if "lycoris" in str(r.data.get("network_module") or "") and algo and not r.given("LoRA_type"):
         r.get("network_module")
         r.data["LoRA_type"] = f"LyCORIS/{ {'locon': 'LoCon', 'loha': 'LoHa', 'lokr': 'LoKr'}.get(algo, algo) }"

@@ -129,6 +129,7 @@ TRAINING_TOML = """
 pretrained_model_name_or_path = "stable-diffusion-v1-5/stable-diffusion-v1-5"
 
 [additional_network_arguments]
+network_module = "networks.lora"
 network_dim = 16
 network_alpha = 8
 unet_lr = 5e-4
@@ -188,7 +189,7 @@ def test_sd_scripts_toml_training_and_dataset_configs(tmp_path):
     assert (c.epochs, c.train_dtype.value, c.resolution, c.batch_size) == (10, "FLOAT_16", "512x768", 2)
     assert [(x.name, x.path, x.balancing, x.text.enable_tag_shuffling, x.text.keep_tags_count) for x in c.concepts] == [
         ("mychar", "/data/mychar", 10.0, True, 1), ("reg: reg", "/data/reg", 1.0, True, 0)]
-    assert "class_tokens 'mychar girl' (mychar)" in result.warnings[0]
+    assert "class_tokens 'mychar girl' (mychar)" in result.warnings[0] and "network_module" not in result.warnings[0]
     alone = load_config(tmp_path / "dataset_config.toml")  # the dataset file by itself: its concepts
     assert [x.path for x in alone.config.concepts] == ["/data/mychar", "/data/reg"]
     (tmp_path / "bad.toml").write_text("[model_arguments\\n")
