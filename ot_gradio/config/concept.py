@@ -34,6 +34,7 @@ class ConceptImageConfig(Section):
 class ConceptTextConfig(Section):
     prompt_source: PromptSource = opt(PromptSource.SAMPLE, "Prompt source", "Where captions come from: 'sample' = a .txt next to each image (else kohya's .caption; each non-empty line is one caption, one is picked at random per epoch); 'concept' = one text file for the whole concept; 'filename' = the image's file name.")
     prompt_path: str = opt("", "Prompt file", "With prompt source 'concept': the text file whose lines are the captions for every image of this concept.")
+    default_caption: str = opt("", "Caption without a file", "With prompt source 'sample': the caption of an image that has no caption file (.txt, .caption), as kohya's class tokens are (its '40_ohwx woman' folder captions such images 'ohwx woman'). An empty caption file stays empty. Blank = such images train with an empty caption.")
     enable_tag_shuffling: bool = opt(False, "Tag shuffling", "Shuffle the tags (split on the tag delimiter) each epoch, keeping the first 'keep tags' in place.")
     tag_delimiter: str = opt(",", "Tag delimiter", "What separates tags in a caption.")
     keep_tags_count: int = opt(1, "Keep tags", "How many leading tags are never shuffled, dropped or re-cased (e.g. the trigger word). In a caption holding kohya's `|||`, what comes before it is kept instead.", ge=0)

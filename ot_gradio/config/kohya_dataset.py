@@ -95,8 +95,8 @@ def folder_concepts(r: KohyaReader, notes: list[str], readable: list[Path] | Non
                          "its `<repeats>_<name>` folders as concepts, or import the file from the command line")
         elif not named:
             notes.append(f"{key} '{root}' has no `<repeats>_<name>` folder here: it is one concept with Balancing 1")
-        subsets += [{"image_dir": str(path), "num_repeats": repeats[0] if repeats else 1, "is_reg": regularisation}
-                    for path, repeats in named or [(folder, None)]]
+        subsets += [{"image_dir": str(path), "num_repeats": repeats[0] if repeats else 1, "is_reg": regularisation,
+                     "class_tokens": repeats[1] if repeats else None} for path, repeats in named or [(folder, None)]]
     if r.given("image_folder"):  # kohya_ss's fine-tune page: one folder, `dataset_repeats` times an epoch
         found = True
         subsets.append({"image_dir": str(r.get("image_folder")), "is_reg": False,
@@ -223,9 +223,6 @@ def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) ->
         notes.append(f"{folder.name}: num_repeats {repeats}, which kohya skips; not carried over")
         return None
     reg = flag(options.get("is_reg"))
-    if options.get("class_tokens"):
-        notes.append(f"class_tokens '{options['class_tokens']}' ({folder.name}): kohya's caption for images without a "
-                     "caption file; here they train uncaptioned")
     extension = str(options.get("caption_extension") or ".caption").strip().lower()
     if ("." + extension.lstrip(".")) not in CAPTION_EXTENSIONS:
         notes.append(f"caption_extension '{options['caption_extension']}': here captions are read from .txt, else .caption "
@@ -235,7 +232,10 @@ def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) ->
         notes.append(f"keep_tokens_separator '{separator}' ({folder.name}): here kohya's `|||` is the separator")
     kohya_name = kohya_repeats(folder.name)
     text: dict[str, Any] = {"enable_tag_shuffling": flag(options.get("shuffle_caption")),
-                            "keep_tags_count": int(float(options.get("keep_tokens") or 0))}  # kohya's default keeps none
+                            "keep_tags_count": int(float(options.get("keep_tokens") or 0)),  # kohya's default keeps none
+                            # kohya's caption for an image without a caption file: the subset's class tokens, or a
+                            # `<repeats>_<name>` folder's name
+                            "default_caption": str(options.get("class_tokens") or "")}
     if is_set(options.get("caption_tag_dropout_rate")):  # kohya drops each tag after the kept ones with it
         text.update(tag_dropout_enable=True, tag_dropout_mode="RANDOM", tag_dropout_probability=float(options["caption_tag_dropout_rate"]))
     image: dict[str, Any] = {"enable_random_flip": flag(options.get("flip_aug"))}

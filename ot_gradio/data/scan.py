@@ -191,6 +191,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     for skip in not_files:
         scan.warnings.append(f"Skipping {skip.path}: {skip.reason}")
     source = str(getattr(concept.text, "prompt_source", "sample"))
+    default = str(getattr(concept.text, "default_caption", "") or "").strip()
     shared: tuple[str, ...] = ()
     if source == "concept":
         prompt_file = _resolve_prompt_file(concept, folder)
@@ -217,7 +218,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
             scan.unpaired.append(path)
             continue
         stat = path.stat()
-        captions = _captions_for(path, source, shared, scan)
+        captions = _captions_for(path, source, shared, scan, default)
         scan.items.append(
             ImageItem(
                 path=path.resolve(),
@@ -289,8 +290,8 @@ def kohya_folder_warning(concept: object, folder: Path, images: list[Path], unca
                 "with its repeats as Balancing to train them as kohya would")
     if bare & set(named):
         text += (f"; and kohya captions an image without a caption file with its folder's name ('{named[min(bare & set(named))][1]}'), "
-                 "which trains here with an empty caption: write the captions (Tools → Captions) or use a prompt file "
-                 "(Prompt source: concept)")
+                 "which trains here with an empty caption: set Concepts → Caption without a file to it, or write the captions "
+                 "(Tools → Captions)")
     return text
 
 
@@ -319,16 +320,21 @@ def concept_captions(concept: object, clips: bool = False, control: bool = False
     source = str(getattr(concept.text, "prompt_source", "sample"))
     shared = read_captions(_resolve_prompt_file(concept, folder))[0] if source == "concept" else ()
     scratch = ConceptScan(name=concept_label(concept), folder=folder, items=[])  # (its warnings: the run says them)
-    return [_captions_for(path, source, shared, scratch) for path in files]
+    default = str(getattr(concept.text, "default_caption", "") or "").strip()
+    return [_captions_for(path, source, shared, scratch, default) for path in files]
 
 
-def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: ConceptScan) -> tuple[str, ...]:
+def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: ConceptScan, default: str = "") -> tuple[str, ...]:
+    """The item's captions by its prompt source; with 'sample', `default` where it has no caption
+    file (kohya's class tokens: an empty caption file stays empty, as there)."""
     if source == "concept":
         return shared
     if source == "filename":
         return (path.stem,)
     caption_file = caption_path(path)
     lines: tuple[str, ...] = ()
+    if not caption_file.is_file() and default:
+        return (default,)
     if caption_file.is_file():
         try:
             lines, warning = read_captions(caption_file)

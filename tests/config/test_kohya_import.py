@@ -58,6 +58,7 @@ def test_a_kohya_ss_lora_config_is_carried_over(kohya, tmp_path):
         ("reg: woman", str(tmp_path / "reg" / "1_woman"), 90.0, "SAMPLES", 0.5)]
     assert (c.text_encoder.stop_training_after_unit.value, c.learning_rate_warmup_steps) == ("NEVER", 0.1)
     assert all(x.text.enable_tag_shuffling and x.text.keep_tags_count == 1 and x.image.enable_random_flip for x in c.concepts)
+    assert [x.text.default_caption for x in c.concepts] == ["style", "ohwx woman", "woman"]  # the folders' class tokens
     assert [(s.prompt, s.negative_prompt, s.width, s.height, s.seed, s.cfg_scale, s.diffusion_steps) for s in c.samples] == [
         ("ohwx woman, smiling", "blurry, lowres", 832, 1216, 7, 6.5, 28), ("ohwx woman in a park", "", 1024, 1024, 42, 7.5, 30)]
     assert {s.noise_scheduler.value for s in c.samples} == {"EULER_A"}
@@ -189,7 +190,8 @@ def test_sd_scripts_toml_training_and_dataset_configs(tmp_path):
     assert (c.epochs, c.train_dtype.value, c.resolution, c.batch_size) == (10, "FLOAT_16", "512x768", 2)
     assert [(x.name, x.path, x.balancing, x.text.enable_tag_shuffling, x.text.keep_tags_count) for x in c.concepts] == [
         ("mychar", "/data/mychar", 10.0, True, 1), ("reg: reg", "/data/reg", 1.0, True, 0)]
-    assert "class_tokens 'mychar girl' (mychar)" in result.warnings[0] and "network_module" not in result.warnings[0]
+    assert "network_module" not in result.warnings[0] and "class_tokens" not in result.warnings[0]
+    assert [x.text.default_caption for x in c.concepts] == ["mychar girl", ""]  # kohya's caption for images without a file
     alone = load_config(tmp_path / "dataset_config.toml")  # the dataset file by itself: its concepts
     assert [x.path for x in alone.config.concepts] == ["/data/mychar", "/data/reg"]
     (tmp_path / "bad.toml").write_text("[model_arguments\\n")

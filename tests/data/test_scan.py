@@ -360,6 +360,14 @@ def test_a_kohya_dataset_trains_with_its_captions_and_says_what_its_folder_name_
     assert "'40_ohwx woman'" in warning and "Balancing to 40" in warning and "('ohwx woman')" in warning
 
     assert not [w for w in scan_concept(make_concept(folder, balancing=40.0)).warnings if "<repeats>" in w]
+    # kohya's class tokens: the caption of an image without a caption file, an empty file staying empty
+    (folder / "d.txt").write_text("")
+    write_image(folder / "d.png", 16, 16)
+    classed = scan_concept(make_concept(folder, balancing=40.0, text={"default_caption": "ohwx woman"}))
+    assert [i.captions for i in classed.items] == [("ohwx woman, smiling",), ("from onetrainer",), ("ohwx woman",), ("",)]
+    assert classed.uncaptioned == [folder / "d.png"]
+    (folder / "d.txt").unlink()
+    (folder / "d.png").unlink()
     (folder / "c.caption").write_text("x\n")  # every image captioned: only the repeats are said
     (warning,) = [w for w in scan_concept(make_concept(folder)).warnings if "<repeats>" in w]
     assert "Balancing to 40" in warning and "caption file" not in warning
