@@ -15,7 +15,7 @@ from typing import Any
 
 from .rundir import RunDir, run_is_live
 from .rundir import list_runs as run_folders
-from .supervisor import RunState
+from .supervisor import RunState, as_number
 
 COLUMNS = ("name", "status", "started", "duration", "steps", "smoothed loss", "output file")
 
@@ -54,15 +54,17 @@ def run_config(run_dir: str | Path | RunDir) -> dict[str, Any]:
 def run_series(run_dir: str | Path | RunDir) -> dict[str, list]:
     """By step: loss, smoothed loss, lr (one row per 'metrics' event) and validation loss."""
     out: dict[str, list] = {"step": [], "loss": [], "smooth_loss": [], "lr": [], "validation_step": [], "validation_loss": []}
+    nan = float("nan")
     for e in _events(_run(run_dir)):
-        if e.get("type") == "metrics" and "loss" in e:
+        if e.get("type") == "metrics" and as_number(e.get("loss")) is not None:
+            loss = as_number(e["loss"])
             out["step"].append(int(e.get("global_step", 0)))
-            out["loss"].append(float(e["loss"]))
-            out["smooth_loss"].append(float(e.get("smooth_loss", e["loss"])))
-            out["lr"].append(float(e["lr"]) if e.get("lr") is not None else float("nan"))
-        elif e.get("type") == "validation" and "loss" in e:
+            out["loss"].append(loss)
+            out["smooth_loss"].append(loss if (smooth := as_number(e.get("smooth_loss"))) is None else smooth)
+            out["lr"].append(nan if (lr := as_number(e.get("lr"))) is None else lr)
+        elif e.get("type") == "validation" and as_number(e.get("loss")) is not None:
             out["validation_step"].append(int(e.get("global_step", 0)))
-            out["validation_loss"].append(float(e["loss"]))
+            out["validation_loss"].append(as_number(e["loss"]))
     return out
 
 

@@ -24,6 +24,16 @@ from .rundir import FINAL_STATUSES, RunDir, create_run, list_runs
 STOP_GRACE_SECONDS = 120.0
 
 
+def as_number(value: Any) -> float | None:
+    """An event's number; None for a missing one or one that is no number."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 @dataclass
 class RunState:
     """The absolute state of a run, rebuilt from its events: a skipped poll loses nothing."""
@@ -55,10 +65,12 @@ class RunState:
             self.progress = {k: v for k, v in event.items() if k not in ("type", "time")}
         elif kind == "metrics":
             step = int(event.get("global_step", 0))
-            if "loss" in event:
-                self.losses.append((step, float(event["loss"])))
-            if "lr" in event:
-                self.lrs.append((step, float(event["lr"])))
+            # a value that is no number (an older run wrote Adafactor's rate as "tensor(0.0030)") is
+            # left out of the charts, never an error that stops the page
+            if (loss := as_number(event.get("loss"))) is not None:
+                self.losses.append((step, loss))
+            if (lr := as_number(event.get("lr"))) is not None:
+                self.lrs.append((step, lr))
         elif kind == "validation" and isinstance(event.get("loss"), (int, float)):
             self.validation.append((int(event.get("global_step", 0)), float(event["loss"])))
         elif kind == "sample":

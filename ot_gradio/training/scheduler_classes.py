@@ -39,7 +39,7 @@ class AdafactorSchedule(LambdaLR):
             own_group = inner.param_groups[0] if fused else group
             state = inner.state.get(p)
             if own_group.get("relative_step") and state and "step" in state:
-                return inner._get_lr(own_group, state)
+                return float(inner._get_lr(own_group, state))  # a tensor there (its RMS of the weight)
         return None
 
     def get_lr(self) -> list[float]:

@@ -220,7 +220,7 @@ class Trainer(TrainerSetup):
         """What an optimizer step logs, taken when it ends (the loss may still be on the device)."""
         c = self.counters
         return StepLog(loss, list(image_paths), c.epoch + 1, c.epoch_step, c.global_step, time.monotonic(),
-                        {g["name"]: g["lr"] for g in self.optimizer.param_groups})
+                        {g["name"]: float(g["lr"]) for g in self.optimizer.param_groups})
 
     def _read_losses(self) -> None:
         """Log the unread steps (step_log.py). On a GPU a read waits for the step to finish, so

@@ -176,3 +176,39 @@ def test_schedule_free_optimizers_run_at_a_constant_rate_without_warmup():
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.3)
     sched = create_scheduler(opt, S.COSINE, 10, 3, 1, 0, config=config)
     assert _lrs(opt, sched, 10) == pytest.approx([0.3] * 10)
+
+
+def test_adafactors_own_rate_is_reported_as_a_number():
+    """With relative_step Adafactor computes its rate from each weight's RMS, a tensor: the scheduler
+    hands the trainer a float (the run log once held "tensor(0.0030)", which stopped the page's
+    start when it read the run's history)."""
+    import torch
+
+    from ot_gradio.training.optimizers.entries import adafactor
+    from ot_gradio.training.schedulers import create_scheduler
+
+    weight = torch.nn.Parameter(torch.ones(4, 4))
+    opt = adafactor([weight], lr=1e-3, relative_step=True, scale_parameter=True, warmup_init=False)
+    sched = create_scheduler(opt, S.ADAFACTOR, 10, 0, 1, 0)
+    weight.grad = torch.ones(4, 4)
+    opt.step()
+    sched.step()
+    (lr,) = sched.get_last_lr()
+    assert type(lr) is float and 0 < lr < 1
+
+
+def test_a_run_log_with_a_value_that_is_no_number_still_reads(tmp_path):
+    import json
+
+    from ot_gradio.runner.history import run_series, run_state
+    from ot_gradio.runner.rundir import create_run
+
+    run = create_run(tmp_path, {"model_type": "STABLE_DIFFUSION_15"})
+    lines = [{"type": "metrics", "time": 1.0, "global_step": 1, "loss": 0.5, "lr": "tensor(0.0030)"},
+             {"type": "metrics", "time": 2.0, "global_step": 2, "loss": "nan?", "lr": 0.001},
+             {"type": "metrics", "time": 3.0, "global_step": 3, "loss": 0.4, "smooth_loss": 0.0, "lr": 0.002}]
+    run.events.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    state = run_state(run)
+    assert state.losses == [(1, 0.5), (3, 0.4)] and state.lrs == [(2, 0.001), (3, 0.002)]
+    series = run_series(run)
+    assert series["step"] == [1, 3] and series["smooth_loss"] == [0.5, 0.0] and math.isnan(series["lr"][0])
