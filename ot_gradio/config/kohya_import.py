@@ -358,6 +358,12 @@ def _flow(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[str]) 
     out["timestep_shift"] = shift if sampling in ("sigma", "shift") else 1.0
     out["dynamic_timestep_shifting"] = sampling == "flux_shift"
     out.setdefault("transformer", {})["guidance_scale"] = r.number("guidance_scale") if r.given("guidance_scale") else 3.5
+    if r.given("blocks_to_swap"):  # sd-scripts swaps n // 2 of the 19 double blocks and twice the rest of the 38 single ones
+        n = r.number("blocks_to_swap", int)
+        share = min(1.0, round((n // 2 + (n - n // 2) * 2) / 57, 2))
+        out["transformer"]["offload_fraction"] = share
+        notes.append(f"blocks_to_swap {n}: the transformer's Offload fraction is {share} here (that share of its blocks kept in "
+                     "CPU memory)")
     prediction = str(r.get("model_prediction_type") or "sigma_scaled").lower()
     if prediction != "raw":
         notes.append(f"model_prediction_type '{prediction}': sd-scripts weighs that loss by the noise level squared; here the "

@@ -96,6 +96,8 @@ def test_flux():
         "LOGIT_NORMAL", 0.5, 3.1582, False)  # sigmoid(1.5 x N(0, 1)): std noising_weight + 1
     assert (c.transformer.guidance_scale, c.transformer.weight_dtype.value, c.text_encoder.train) == (1.0, "FLOAT_8", False)
     assert "model_prediction_type" not in warning and "flux1_cache" not in warning
+    c, warning = _load(**flux, blocks_to_swap=18)  # 9 of 19 double blocks and 18 of 38 single ones
+    assert c.transformer.offload_fraction == 0.47 and "blocks_to_swap 18: the transformer's Offload fraction is 0.47" in warning
     c, _ = _load(**flux, timestep_sampling="flux_shift")
     assert (c.timestep_distribution.value, c.timestep_shift, c.dynamic_timestep_shifting) == ("LOGIT_NORMAL", 1.0, True)
     c, _ = _load(**flux, timestep_sampling="uniform", discrete_flow_shift=3.0)
