@@ -20,6 +20,7 @@ from .attention import imported_attention
 from .doctor import planned_changes
 from .enums import Optimizer
 from .families import trainable_parts
+from .fields import nested_section, strip_optional
 from .json_file import MAX_LIST_ITEMS, may_read, read_json
 from .migrations import migrate, strip_ot_versions
 from .optimizer import OptimizerConfig
@@ -109,19 +110,18 @@ def read_as_onetrainer(data: dict[str, Any], model: type[BaseModel], where: str 
         if name not in data:
             continue
         value, annotation = data[name], field.annotation
-        args = typing.get_args(annotation)
-        if value is None and annotation is not None and type(None) not in args and annotation is not Any:
+        kind, section = nested_section(annotation)
+        if value is None and annotation is not Any and type(None) not in typing.get_args(annotation):
             del data[name]
             reset.append(where + name)
-        elif (annotation is str or set(args) == {str, type(None)}) and isinstance(value, int | float) and not isinstance(value, bool):
+        elif strip_optional(annotation) is str and isinstance(value, int | float) and not isinstance(value, bool):
             data[name] = str(value)
-        elif isinstance(value, dict) and isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            reset += read_as_onetrainer(value, annotation, f"{where}{name}.")
-        elif (isinstance(value, list) and typing.get_origin(annotation) is list and args and isinstance(args[0], type)
-              and issubclass(args[0], BaseModel)):
+        elif kind == "section" and isinstance(value, dict):
+            reset += read_as_onetrainer(value, section, f"{where}{name}.")
+        elif kind == "list" and isinstance(value, list):
             for index, item in enumerate(value):
                 if isinstance(item, dict):
-                    reset += read_as_onetrainer(item, args[0], f"{where}{name}.{index}.")
+                    reset += read_as_onetrainer(item, section, f"{where}{name}.{index}.")
     return reset
 
 

@@ -191,7 +191,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     for skip in not_files:
         scan.warnings.append(f"Skipping {skip.path}: {skip.reason}")
     source = str(getattr(concept.text, "prompt_source", "sample"))
-    default = str(getattr(concept.text, "default_caption", "") or "").strip()
+    default = default_caption(concept)
     shared: tuple[str, ...] = ()
     if source == "concept":
         prompt_file = _resolve_prompt_file(concept, folder)
@@ -320,8 +320,13 @@ def concept_captions(concept: object, clips: bool = False, control: bool = False
     source = str(getattr(concept.text, "prompt_source", "sample"))
     shared = read_captions(_resolve_prompt_file(concept, folder))[0] if source == "concept" else ()
     scratch = ConceptScan(name=concept_label(concept), folder=folder, items=[])  # (its warnings: the run says them)
-    default = str(getattr(concept.text, "default_caption", "") or "").strip()
+    default = default_caption(concept)
     return [_captions_for(path, source, shared, scratch, default) for path in files]
+
+
+def default_caption(concept: object) -> str:
+    """The concept's caption for an image without a caption file (kohya's class tokens); '' for none."""
+    return str(getattr(concept.text, "default_caption", "") or "").strip()
 
 
 def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: ConceptScan, default: str = "") -> tuple[str, ...]:

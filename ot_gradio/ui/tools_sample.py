@@ -15,7 +15,7 @@ from ..config.families import family_info, implemented_model_types
 from ..config.hub_files import downloads_file, downloads_model
 from ..fsutil import BACKUP_MARKER
 from ..runner.history import run_config, trusted_output
-from ..runner.rundir import list_runs
+from ..runner.rundir import list_runs, runs_root
 from .job_panel import JobPanel
 from .tools_tab import ToolInputError, ToolsContext, launch_checked
 
@@ -53,11 +53,14 @@ def trained_choices(workspace: Path) -> list[tuple[str, str]]:
 def trained_fields(workspace: Path, run: str) -> dict[str, str] | None:
     """The Sample form's model type, base model, LoRA and embedding for run folder `run`'s output
     (a fine-tune's output is the base model); None when it is not one of trained_choices."""
-    if not run or run not in {path for _, path in trained_choices(workspace)[1:]}:
+    if not run or Path(run).parent.resolve() != runs_root(workspace).resolve() or not Path(run).is_dir():
         return None
     config = run_config(Path(run))
+    output = trusted_output(Path(run), workspace, config)
+    if not output or config.get("training_method") not in TRAINED_FIELD:
+        return None
     fields = {"model_type": str(config["model_type"]), "base_model": str(config.get("base_model_name") or ""), "lora": "", "embedding": ""}
-    fields[TRAINED_FIELD[config["training_method"]]] = trusted_output(Path(run), workspace, config) or ""
+    fields[TRAINED_FIELD[config["training_method"]]] = output
     return fields
 
 
