@@ -9,7 +9,7 @@ from typing import Any
 
 from .families import family_info
 from .json_file import may_read, read_json
-from .kohya_reader import KOHYA_DEFAULTS, KohyaReader, flag, is_set
+from .kohya_reader import KohyaReader, changes_something, flag, is_set
 from .media_files import CAPTION_EXTENSIONS, IMAGE_EXTENSIONS, kohya_repeats
 from .validation import ConfigError
 
@@ -148,7 +148,7 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
             merged["resolution_override"] = size
         subsets += [{**merged, **subset} for subset in dataset.get("subsets") or [] if isinstance(subset, dict)]
     unread = sorted({k for part in (general, *datasets, *(s for d in datasets for s in d.get("subsets") or [] if isinstance(s, dict)))
-                     for k, v in part.items() if k not in DATASET_KEYS and k != "subsets" and is_set(v) and KOHYA_DEFAULTS.get(k, object()) != v})
+                     for k, v in part.items() if k not in DATASET_KEYS and k != "subsets" and changes_something(k, v)})
     if unread:
         notes.append("the dataset config sets, not carried over: " + ", ".join(unread))
     _caption_dropout(subsets, out, notes)

@@ -16,7 +16,7 @@ from typing import Any
 from .enums import ModelType as M
 from .families import family_info
 from .kohya_dataset import dataset_concepts, dataset_config, folder_concepts, run_length
-from .kohya_reader import KOHYA_DEFAULTS, KohyaReader, is_set
+from .kohya_reader import KohyaReader, changes_something
 from .validation import ConfigError, LoadResult, validate
 
 # keys only kohya's configs have: two of them make a config kohya's
@@ -134,8 +134,7 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     run_length(r, out, concepts, readable, notes)
 
     config = validate(out)
-    left = sorted(k for k, v in r.data.items() if k not in r.used and k not in PLUMBING and is_set(v)
-                  and KOHYA_DEFAULTS.get(k, object()) != v)
+    left = sorted(k for k, v in r.data.items() if k not in r.used and k not in PLUMBING and changes_something(k, v))
     origin = f"kohya_ss config {source}" if source else "This kohya_ss config"
     text = f"{origin}: read as kohya_ss's ({len(r.used & r.data.keys())} settings carried over)"
     if notes:
@@ -219,6 +218,12 @@ def _network(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: 
         if [str(v) for v in conv] != [str(r.data.get("network_dim")), str(r.data.get("network_alpha"))]:
             notes.append(f"conv_dim {conv[0]} / conv_alpha {conv[1]}: the conv layers train at the same rank and alpha as "
                          "the others here")
+    if r.given("scale_weight_norms") and r.number("scale_weight_norms") > 0:  # kohya's max-norm regularisation
+        if peft == "LORA":
+            out["lora_max_norm"] = r.number("scale_weight_norms")
+        else:
+            notes.append(f"scale_weight_norms {r.data['scale_weight_norms']}: the max norm here caps plain LoRA and DoRA "
+                         f"layers, not {kind}; it trains without")
     if r.given("network_weights"):  # the LoRA to continue from
         out["lora_model_name"] = str(r.get("network_weights"))
 
@@ -276,21 +281,37 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     if r.data.get("max_grad_norm") not in (None, ""):  # 0: no clipping
         out["clip_grad_norm"] = r.number("max_grad_norm") or None
     flux = model_type == M.FLUX_DEV_1
-    # kohya_ss sends noise_offset only with its "Original" noise type; sd-scripts uses neither it
-    # nor min-SNR gamma for Flux
-    original = str(r.get("noise_offset_type") or "Original") == "Original"
-    if r.given("noise_offset") and original and not flux:
+    sd3 = model_type in (M.STABLE_DIFFUSION_3, M.STABLE_DIFFUSION_35)
+    # kohya_ss sends noise_offset only with its "Original" noise type, and multires noise only with
+    # "Multires"; sd-scripts' Flux and SD 3 scripts draw plain noise and use no min-SNR gamma
+    noise_type = str(r.get("noise_offset_type") or "Original")
+    original, multires = noise_type == "Original", noise_type != "Original" or not r.given("noise_offset_type")
+    if r.given("noise_offset") and original and not (flux or sd3):
         out["offset_noise_weight"] = r.number("noise_offset")
     elif not original:
         r.get("noise_offset")  # unused there too
-    if r.given("min_snr_gamma") and not flux:
+    if r.given("multires_noise_iterations") and multires and not (flux or sd3):
+        out["multires_noise_iterations"] = r.number("multires_noise_iterations", int)
+        if r.given("multires_noise_discount"):
+            out["multires_noise_discount"] = r.number("multires_noise_discount")
+    elif not multires:
+        r.get("multires_noise_iterations")
+        r.get("multires_noise_discount")
+    if r.given("min_snr_gamma") and not (flux or sd3):
         out.update(loss_weight_fn="MIN_SNR_GAMMA", loss_weight_strength=r.number("min_snr_gamma"))
     elif r.flag("debiased_estimation_loss"):
         out["loss_weight_fn"] = "DEBIASED_ESTIMATION"
-    if flux and (ignored := [k for k in ("noise_offset", "min_snr_gamma") if r.given(k)]):
-        r.get("noise_offset")
-        r.get("min_snr_gamma")
-        notes.append(f"{' and '.join(ignored)}: sd-scripts does not use them for Flux, nor does this import")
+    if r.given("ip_noise_gamma") and not sd3:  # input perturbation: the noisy input only, as here
+        out["perturbation_noise_weight"] = r.number("ip_noise_gamma")
+        if r.flag("ip_noise_gamma_random_strength"):
+            notes.append(f"ip_noise_gamma_random_strength: sd-scripts draws a strength between 0 and {r.data['ip_noise_gamma']} "
+                         "at each step; here it is always that value (Perturbation noise weight)")
+    if flux or sd3:
+        ignored = ("noise_offset", "multires_noise_iterations", "min_snr_gamma", *(("ip_noise_gamma",) if sd3 else ()))
+        if named := [k for k in ignored if r.given(k) and (k != "multires_noise_iterations" or multires)]:
+            for key in (*ignored, "multires_noise_discount"):
+                r.get(key)
+            notes.append(f"{', '.join(named)}: sd-scripts does not use them for {'Flux' if flux else 'SD 3'}, nor does this import")
     if r.given("caption_dropout_rate"):  # kohya's empty caption, here each text encoder's
         rate = r.number("caption_dropout_rate")
         for part in info.text_encoders:
@@ -298,8 +319,15 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
         if len(info.text_encoders) > 1:
             notes.append(f"caption_dropout_rate {rate}: kohya empties the caption of every text encoder at once; here each "
                          "text encoder drops it on its own with that chance (as OneTrainer does)")
-    if str(r.get("loss_type") or "l2").lower() == "l1":
+    loss_type = str(r.get("loss_type") or "l2").lower()
+    if loss_type == "l1":
         out.update(mse_strength=0.0, mae_strength=1.0)
+    elif loss_type in ("huber", "smooth_l1"):  # sd-scripts' pseudo-Huber with a timestep schedule of its threshold
+        for key in ("huber_c", "huber_schedule", "huber_scale"):
+            r.get(key)
+        notes.append(f"loss_type {loss_type}: sd-scripts' pseudo-Huber loss, whose threshold huber_c changes with the "
+                     "timestep (huber_schedule), has no counterpart here; it trains with the squared error (MSE). The "
+                     "Huber strength and delta on the Training tab give a Huber loss with a fixed threshold")
     # kohya's clip skip 2 skips one layer; sd-scripts ignores it for SDXL and Flux (they read the
     # layers they were trained on), and so does this import
     if r.given("clip_skip") and r.number("clip_skip", int) > 1 and info.denoiser == "unet" and len(info.text_encoders) == 1:

@@ -10,7 +10,25 @@ from .validation import ConfigError
 KOHYA_DEFAULTS = {"max_timestep": 1000, "min_timestep": 0, "bucket_reso_steps": 64, "min_bucket_reso": 256,
                   "max_bucket_reso": 2048, "lr_scheduler_power": 1, "factor": -1, "train_on_input": True,
                   "noise_offset_type": "Original", "max_token_length": 75, "conv_dim": 1, "conv_alpha": 1,
-                  "loss_type": "l2", "huber_c": 0.1, "huber_schedule": "snr", "huber_scale": 1}
+                  "loss_type": "l2", "huber_c": 0.1, "huber_schedule": "snr", "huber_scale": 1, "prior_loss_weight": 1}
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def changes_something(key: str, value: Any) -> bool:
+    """A value a file sets that kohya would not have used anyway: set, not 0 and not kohya's
+    default, whether written as a number or as text (kohya_ss saves "75" for 75)."""
+    if not is_set(value):
+        return False
+    number, default = _number(value), KOHYA_DEFAULTS.get(key, object())
+    if number is not None:
+        return number != 0 and number != _number(default)
+    return value != default
 
 
 def is_set(value: Any) -> bool:

@@ -31,6 +31,16 @@ def output_format_warnings(config: Any) -> list[str]:
     return []
 
 
+def max_norm_problem(config: Any) -> str | None:
+    """`lora_max_norm` (kohya's scale_weight_norms) caps the up and down matrices of plain LoRA
+    layers; the other adapter types have none."""
+    peft = str(getattr(config.peft_type, "value", config.peft_type))
+    if config.training_method == TrainingMethod.LORA and config.lora_max_norm > 0 and peft != "LORA":
+        return (f"lora_max_norm: the max norm (kohya's scale_weight_norms) caps LoRA and DoRA layers, not {peft}; set it "
+                "to 0, or choose the LORA adapter type.")
+    return None
+
+
 def output_format_problems(config: Any) -> list[str]:
     """A training method with an output format it does not write: refused before the model loads
     (the method's own check would stop the run only after loading it)."""

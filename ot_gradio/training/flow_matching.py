@@ -99,7 +99,8 @@ class FlowMatchingSchedule:
 
     def make_noise(self, like: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         c = self.config
-        return make_noise(like, t, offset_weight=c.offset_noise_weight, perturbation_weight=c.perturbation_noise_weight)
+        return make_noise(like, t, offset_weight=c.offset_noise_weight, multires_iterations=c.multires_noise_iterations,
+                          multires_discount=c.multires_noise_discount, perturbation_weight=c.perturbation_noise_weight)
 
     @staticmethod
     def _view(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

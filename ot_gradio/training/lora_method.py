@@ -14,13 +14,14 @@ import torch
 
 from ..config.enums import ModelFormat, TrainingMethod
 from ..config.families import lora_layout
-from ..config.output_formats import dora_format_problem, fused_lora_problem, lora_reader_problems
+from ..config.output_formats import dora_format_problem, fused_lora_problem, lora_reader_problems, max_norm_problem
 from ..config.parts import learning_rate_or_base
 from .device import output_dtype
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
 from .lora import adapters_disabled, add_lora, file_layers, has_lora, load_lora_state_dict, lora_state_dict
 from .lora_format import DIFFUSERS, load_lora_file, save_lora
+from .lora_max_norm import LoraMaxNorm
 from .lora_variants import AdapterSpec, check_output_format, check_start_file
 from .method_base import register
 from .output_metadata import largest_resolution, model_metadata
@@ -58,10 +59,13 @@ def lora_kind(model: Any, part: str) -> str:
 
 @register(TrainingMethod.LORA)
 class LoraMethod(EmbeddingSupport):
+    max_norm: LoraMaxNorm | None = None
+
     def setup(self, model: Any, config: Any, device: torch.device) -> list[ParamGroup]:
         spec = AdapterSpec.from_config(config)  # bad settings fail before any training
         check_output_format(spec, lora_file_format(config) == DIFFUSERS)
-        problems = [p for p in (dora_format_problem(config), fused_lora_problem(config), *lora_reader_problems(config)) if p]
+        problems = [p for p in (dora_format_problem(config), fused_lora_problem(config), max_norm_problem(config),
+                                *lora_reader_problems(config)) if p]
         if problems:
             raise ValueError(problems[0])
         for module in model.parts.values():
@@ -114,7 +118,15 @@ class LoraMethod(EmbeddingSupport):
                     p.requires_grad_(False)
                 continue
             groups.append(ParamGroup(name=part, params=params, lr=learning_rate_or_base(part_cfg.learning_rate, config.learning_rate)))
+        self.max_norm = None
+        if config.lora_max_norm:  # kohya's scale_weight_norms (max_norm_problem: plain LoRA only)
+            self.max_norm = LoraMaxNorm((getattr(model, g.name) for g in groups), config.lora_max_norm)
         return groups + self.setup_embeddings(model, config, device)
+
+    def after_optimizer_step(self, model: Any) -> None:
+        super().after_optimizer_step(model)
+        if self.max_norm is not None:
+            self.max_norm.apply()
 
     def base_model(self, model: Any) -> Callable[[], AbstractContextManager]:
         """The LoRA turned off, as OneTrainer's prior model (embeddings stay)."""

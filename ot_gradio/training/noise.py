@@ -22,7 +22,11 @@ noising-strength range.
 Noise: Gaussian, plus `offset_noise_weight` of a per-channel offset (constant over the image);
 with `generalized_offset_noise` the offset is scaled per timestep by the psi_t schedule of
 "Generalized Diffusion Model with Adjusted Offset Noise" (eq. 34, Algorithm 1), as OneTrainer
-does. `perturbation_noise_weight` is input perturbation (Ning et al. 2023, "Input Perturbation
+does. `multires_noise_iterations` adds multi-resolution (pyramid) noise as kohya's sd-scripts
+does: Gaussian noise drawn at that many sizes, the first the latent's own and each next one 2
+to 4 times smaller than the last (stopping at one pixel), scaled up bilinearly and weakened by
+`multires_noise_discount` per level, then the whole batch's noise is scaled back to unit
+standard deviation. `perturbation_noise_weight` is input perturbation (Ning et al. 2023, "Input Perturbation
 Reduces Exposure Bias"): extra Gaussian noise is added to the noisy input only, while the
 target keeps the unperturbed noise. (OneTrainer adds it to the noise used for both, which makes
 it just stronger noise; we follow the paper.)
@@ -124,12 +128,34 @@ def offset_noise_psi(betas: torch.Tensor) -> torch.Tensor:
     return torch.cumsum(gammas / cumprod_prev.sqrt(), dim=0) / (1 - cumprod).sqrt()
 
 
+def multires_noise(noise: torch.Tensor, iterations: int, discount: float) -> torch.Tensor:
+    """`noise` plus coarser noise at up to `iterations` levels, back at unit standard deviation.
+    The last two dimensions are the image's; a video's frames each get their own coarse noise."""
+    if iterations <= 0:
+        return noise
+    shape = noise.shape
+    height, width = shape[-2:]
+    flat = noise.reshape(shape[0], -1, height, width)  # [B, C(*F), H, W]
+    out = flat.clone()
+    for level in range(iterations):  # level 0: a second full-size draw, as in sd-scripts
+        factor = (2.0 + 2.0 * torch.rand(()).item()) ** level
+        h, w = max(1, int(height / factor)), max(1, int(width / factor))
+        coarse = torch.randn(flat.shape[0], flat.shape[1], h, w, device=noise.device, dtype=torch.float32)
+        up = torch.nn.functional.interpolate(coarse, size=(height, width), mode="bilinear", align_corners=False)
+        out = out + up.to(out.dtype) * discount**level
+        if h == 1 or w == 1:
+            break
+    return (out / out.std()).reshape(shape)
+
+
 def make_noise(
     latents: torch.Tensor,
     timesteps: torch.Tensor,
     *,
     offset_weight: float = 0.0,
     generalized_offset: bool = False,
+    multires_iterations: int = 0,
+    multires_discount: float = 0.3,
     perturbation_weight: float = 0.0,
     psi: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,6 +169,7 @@ def make_noise(
             scale = psi.to(latents.device)[timesteps.long()].to(latents.dtype)
             offset = offset * scale.view(-1, *([1] * (latents.ndim - 1)))
         noise = noise + offset_weight * offset
+    noise = multires_noise(noise, multires_iterations, multires_discount)
     if perturbation_weight > 0:
         return noise + perturbation_weight * torch.randn_like(latents), noise
     return noise, noise

@@ -49,6 +49,7 @@ class DdpmSchedule:
         c = self.config
         return make_noise(
             like, timesteps, offset_weight=c.offset_noise_weight, generalized_offset=c.generalized_offset_noise,
+            multires_iterations=c.multires_noise_iterations, multires_discount=c.multires_noise_discount,
             perturbation_weight=c.perturbation_noise_weight, psi=self.psi,
         )
 

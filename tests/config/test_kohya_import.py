@@ -66,7 +66,8 @@ def test_a_kohya_ss_lora_config_is_carried_over(kohya, tmp_path):
     assert warning.startswith("This kohya_ss config: read as kohya_ss's")
     # how kohya_ss runs (workers, compiler, attention kernel) and its defaults are not listed; one loss
     # weighting is (min-SNR gamma here, not also debiased estimation)
-    assert warning.endswith("not carried over (left at this trainer's defaults): debiased_estimation_loss, scale_weight_norms.")
+    assert warning.endswith("not carried over (left at this trainer's defaults): debiased_estimation_loss.")
+    assert c.lora_max_norm == 1.0  # scale_weight_norms
 
 
 def test_sections_unet_only_and_other_families(tmp_path):

@@ -48,12 +48,35 @@ def test_optimizer_arguments_and_adafactor():
 
 
 def test_noise_loss_cycles_and_sizes():
-    c, _ = _load(network_dim=8, noise_offset=0.0357, noise_offset_type="Multires", multires_noise_iterations=8)
-    assert c.offset_noise_weight == 0.0
+    c, _ = _load(network_dim=8, noise_offset=0.0357, noise_offset_type="Multires", multires_noise_iterations=8,
+                 multires_noise_discount=0.2)
+    assert (c.offset_noise_weight, c.multires_noise_iterations, c.multires_noise_discount) == (0.0, 8, 0.2)
+    c, _ = _load(network_dim=8, noise_offset=0.05, noise_offset_type="Original", multires_noise_iterations=6)
+    assert (c.offset_noise_weight, c.multires_noise_iterations) == (0.05, 0)  # kohya_ss sends one or the other
+    c, _ = _load(network_dim=8, noise_offset=0.05, multires_noise_iterations=6)  # sd-scripts' own file: both
+    assert (c.offset_noise_weight, c.multires_noise_iterations, c.multires_noise_discount) == (0.05, 6, 0.3)
     c, _ = _load(network_dim=8, noise_offset=0.05, loss_type="l1", lr_scheduler="cosine_with_restarts", lr_scheduler_num_cycles="", epoch=6)
     assert (c.offset_noise_weight, c.mse_strength, c.mae_strength, c.learning_rate_cycles) == (0.05, 0.0, 1.0, 6.0)
     c, warning = _load(network_dim=8, max_resolution="512,650", enable_bucket=False)
     assert c.resolution == "512x648" and "resolution 512,650: 512x648 here" in warning
+
+
+def test_max_norm_input_perturbation_and_huber():
+    c, warning = _load(network_dim=8, scale_weight_norms=1.5, ip_noise_gamma=0.1, ip_noise_gamma_random_strength=True)
+    assert (c.lora_max_norm, c.perturbation_noise_weight) == (1.5, 0.1)
+    assert "ip_noise_gamma_random_strength" in warning and "not carried over" not in warning
+    c, warning = _load(LoRA_type="LyCORIS/LoHa", network_dim=8, scale_weight_norms=1)
+    assert c.lora_max_norm == 0.0 and "scale_weight_norms 1: the max norm here caps plain LoRA and DoRA layers, not LyCORIS/LoHa" in warning
+    c, warning = _load(network_dim=8, loss_type="huber", huber_c=0.1, huber_schedule="snr")
+    assert (c.mse_strength, c.huber_strength) == (1.0, 0.0) and "loss_type huber: sd-scripts' pseudo-Huber loss" in warning
+    assert "but not carried over" not in warning  # huber_c and huber_schedule said there, not listed again
+    # sd-scripts' SD 3 script draws plain noise: no offset, multires, min-SNR nor input perturbation
+    c, warning = _load(sd3_checkbox=True, network_dim=8, noise_offset=0.05, noise_offset_type="Multires", multires_noise_iterations=8,
+                       ip_noise_gamma=0.1, min_snr_gamma=5)
+    assert (c.multires_noise_iterations, c.perturbation_noise_weight, c.loss_weight_fn.value) == (0, 0.0, "CONSTANT")
+    assert "multires_noise_iterations, min_snr_gamma, ip_noise_gamma: sd-scripts does not use them for SD 3" in warning
+    c, _ = _load(flux1_checkbox=True, network_dim=8, ip_noise_gamma=0.1)  # its Flux script does perturb the input
+    assert c.perturbation_noise_weight == 0.1
 
 
 def test_families_textual_inversion_and_fine_tune_pages(tmp_path):
@@ -121,3 +144,12 @@ def test_dataset_toml_options_per_dataset(tmp_path):
     c, warning = _load(network_dim=8, dataset_config=str(tmp_path / "d.toml"), caption_extension=".tags")
     assert warning.count("caption_extension '.tags': here captions are read from .txt, else .caption files") == 1
     assert "caption_extension" not in _load(network_dim=8, dataset_config=str(tmp_path / "d.toml"), caption_extension="caption")[1]
+
+
+def test_defaults_written_as_text_are_not_listed_as_left_out():
+    # kohya_ss saves some numbers as text ("75") or floats (64.0): kohya's defaults and zeros change nothing
+    _, warning = _load(network_dim=8, max_token_length="75", bucket_reso_steps=64.0, keep_tokens="0", prior_loss_weight=1.0,
+                       adaptive_noise_scale=0)
+    assert "not carried over" not in warning
+    _, warning = _load(network_dim=8, max_token_length="225", bucket_reso_steps=32)
+    assert warning.endswith("not carried over (left at this trainer's defaults): bucket_reso_steps, max_token_length.")

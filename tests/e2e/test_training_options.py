@@ -5,12 +5,14 @@ options on; masked training with latent caching."""
 import functools
 import shutil
 
+import pytest
 import torch
 from PIL import Image
 
 from ot_gradio.config.io import load_config
 from ot_gradio.training.backup import latest_backup, read_backup
 from ot_gradio.training.lora_format import load_lora_file
+from ot_gradio.training.lora_max_norm import delta_norm
 from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
 
 
@@ -125,6 +127,8 @@ def test_stop_training_after_steps_and_epochs_with_noise_and_loss_options(lora_c
         offset_noise_weight=0.1,
         generalized_offset_noise=True,
         perturbation_noise_weight=0.1,
+        multires_noise_iterations=6,
+        lora_max_norm=0.02,
         attention_mechanism="DEFAULT",
         ema="GPU",
         ema_update_step_interval=1,
@@ -151,6 +155,10 @@ def test_stop_training_after_steps_and_epochs_with_noise_and_loss_options(lora_c
     assert any("unet: stopped training after 2 epoch" in w for w in report.warnings)
     assert not trainer.trained_text_parts and not trainer.model.text_encoder.training
     assert [s.get("ema") for s in report.samples] == [True, False]
+    # lora_max_norm: no layer's change (up @ down, alpha = rank) is above it, and the layers that grew most were capped
+    state = trainer.method.trainable_state(trainer.model)
+    norms = [delta_norm(state[k], state[k.replace("lora_A", "lora_B")], 1.0).item() for k in state if k.endswith("lora_A.weight")]
+    assert max(norms) <= 0.02 * 1.0001 and max(norms) == pytest.approx(0.02, rel=1e-3)
 
 
 def test_masked_training_with_latent_caching(lora_config, shapes, tmp_path):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ot_gradio.config.enums import TimestepDistribution as TD
-from ot_gradio.training.noise import discrete_weights, make_noise, offset_noise_psi, sample_timesteps
+from ot_gradio.training.noise import discrete_weights, make_noise, multires_noise, offset_noise_psi, sample_timesteps
 
 N = 20_000
 
@@ -144,3 +144,36 @@ def test_perturbation_changes_the_input_noise_only():
     assert torch.equal(target, clean)
     diff = noisy - target
     assert diff.std().item() == pytest.approx(0.1, rel=0.15)
+
+
+def _low_frequency_share(noise):
+    """How much of the noise's variance is in each image's per-channel mean (0.016 for white 8x8 noise)."""
+    return (noise.mean(dim=(-2, -1)).var() / noise.var()).item()
+
+
+@pytest.mark.parametrize("shape", [(8, 4, 32, 32), (2, 4, 3, 32, 32)])  # images [B, C, H, W] and video [B, C, F, H, W]
+def test_multires_noise_adds_coarse_noise_at_unit_std(shape):
+    latents = torch.zeros(shape)
+    t = torch.zeros(shape[0], dtype=torch.long)
+    torch.manual_seed(3)
+    white, _ = make_noise(latents, t)
+    torch.manual_seed(3)
+    pyramid, target = make_noise(latents, t, multires_iterations=8, multires_discount=0.8)
+    assert pyramid.shape == latents.shape and torch.equal(pyramid, target)
+    assert pyramid.std().item() == pytest.approx(1.0, abs=1e-4)  # scaled back, as sd-scripts does
+    assert _low_frequency_share(white) < 0.01 and _low_frequency_share(pyramid) > 0.05
+    # the coarser the noise the more its neighbouring pixels agree
+    def neighbours(x):
+        return torch.corrcoef(torch.stack([x[..., :, 1:].flatten(), x[..., :, :-1].flatten()]))[0, 1].item()
+
+    assert abs(neighbours(white)) < 0.05 and neighbours(pyramid) > 0.15
+
+
+def test_multires_discount_weakens_the_coarse_levels_and_zero_iterations_is_off():
+    noise = torch.randn(8, 4, 32, 32)
+    assert torch.equal(multires_noise(noise, 0, 0.3), noise)
+    torch.manual_seed(4)
+    weak = multires_noise(noise, 8, 0.1)
+    torch.manual_seed(4)
+    strong = multires_noise(noise, 8, 0.9)
+    assert _low_frequency_share(weak) < _low_frequency_share(strong)
