@@ -13,7 +13,19 @@ from typing import Any
 from pydantic import field_validator
 
 from .concept import ConceptConfig
-from .conditions import DDPM_SCHEDULE, INPAINTS, LEARNS_VARIANCE, PADS_CIRCULARLY, READS_TOKEN_WINDOW, TAKES_VIDEO, is_, is_not, nonzero, on
+from .conditions import (
+    CLIP_CAPTIONS,
+    DDPM_SCHEDULE,
+    INPAINTS,
+    LEARNS_VARIANCE,
+    PADS_CIRCULARLY,
+    READS_TOKEN_WINDOW,
+    TAKES_VIDEO,
+    is_,
+    is_not,
+    nonzero,
+    on,
+)
 from .enums import (
     AttentionMechanism,
     AudioFormat,
@@ -191,6 +203,7 @@ class TrainConfig(Section):
     text_encoder_sequence_length: int | None = opt(512, "Text encoder sequence length", "Tokens the text encoder (T5 or a language model) reads, in training and in samples; longer captions are cut. Padding is masked, so a longer window only costs time. Blank = the model's own window: PixArt-α 120, PixArt-Σ and Sana 300, HunyuanVideo 256, LTX-2 1024, Ideogram 4 2048, the others 512. WAN_2_1_I2V reads exactly 512.", ge=1, tab="training", advanced=True, applies_when=READS_TOKEN_WINDOW)
     text_encoder_2: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 2", tooltip="SDXL: the second text encoder (OpenCLIP ViT-G). It is said to work better with natural language, the first one with tags. Its caption dropout is drawn separately from the first encoder's.", tab="training")
     text_encoder_2_layer_skip: int = opt(0, "Clip skip 2", "Skip the last N layers of the second text encoder, in training and in samples (SDXL counts from its second-to-last layer, as it always reads that one).", ge=0, tab="training")
+    max_token_length: int = opt(75, "Max caption tokens (CLIP)", "SD 1.x/2.x and SDXL: the caption tokens the CLIP text encoders read, in training and in samples. 75 is CLIP's own window, past which a caption is cut (as in OneTrainer); 150 or 225 read a longer caption in windows of 75, each encoded on its own and joined, as kohya's max_token_length and as A1111 and ComfyUI read a long prompt. More windows cost a little time.", ge=75, le=750, tab="training", advanced=True, applies_when=CLIP_CAPTIONS)
     text_encoder_2_sequence_length: int | None = opt(77, "Text encoder 2 sequence length", "Tokens the second text encoder reads (Flux: T5's tokens; blank = 512, the pipeline's default).", ge=1, tab="training", advanced=True)
     text_encoder_3: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 3", tooltip="SD 3 / 3.5: the third text encoder (T5 XXL).", tab="training")
     text_encoder_3_layer_skip: int = opt(0, "Clip skip 3", "Skip the last N layers of T5 (SD 3), its final norm applied.", ge=0, tab="training")
@@ -281,6 +294,13 @@ class TrainConfig(Section):
         from .resolution import parse_resolutions
 
         parse_resolutions(value)
+        return value
+
+    @field_validator("max_token_length")
+    @classmethod
+    def _check_max_token_length(cls, value: int) -> int:
+        if value % 75:
+            raise ValueError(f"{value} is not a whole number of CLIP's 75-token windows; use 75, 150 or 225")
         return value
 
     @field_validator("frames")

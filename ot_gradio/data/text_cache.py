@@ -124,6 +124,8 @@ def text_encoder_id(model: Any, autocast_dtype: torch.dtype | None = None, extra
         "extra": dict(extra or {}),
         "version": TEXT_CACHE_VERSION,
     }
+    if getattr(model, "caption_windows", 1) > 1:  # max_token_length past CLIP's 75 (absent at 1: older keys stay)
+        about["caption_windows"] = int(model.caption_windows)
     if getattr(model, "mask_padding_tokens", False):  # transformer.attention_mask: zeroed padding (absent when off: older keys stay)
         about["padding_zeroed"] = True
     h.update(json.dumps(about, sort_keys=True, default=str).encode())

@@ -28,6 +28,7 @@ from ot_gradio.models.common import (
 )
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents
+from ot_gradio.models.long_captions import joined, window_ids
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_for_sampling
 from ot_gradio.models.sd_single_file import save_original_single_file
@@ -80,6 +81,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     embedding_keys = {"text_encoder": "emb_params"}
     output_embedding_parts = ("text_encoder",)
     unet_in_channels = 4  # what the UNet takes (SD 2, SDXL and the inpainting models check it when loading)
+    caption_windows = 1  # 75-token windows a caption is read in (max_token_length, models/long_captions.py)
     single_file_writer = staticmethod(save_original_single_file)  # (path, unet, vae, *text encoders, dtype, metadata)
 
     def __init__(self, tokenizer, text_encoder, vae, unet, scheduler):
@@ -245,10 +247,10 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     def encode_text(self, captions: Sequence[str], grad: frozenset[str] | set[str] = frozenset()) -> dict[str, torch.Tensor]:
         """The denoiser's text conditioning for a batch of captions. Gradients flow through the
         text encoders named in `grad` (the ones being trained); the others run without them."""
-        ids = self.tokenize(list(captions))
+        ids = window_ids(self.tokenizer, list(captions), self.caption_windows)
         with torch.set_grad_enabled("text_encoder" in grad and torch.is_grad_enabled()):
             hidden = self.encode_prompt(ids, self.layer_skips.get("text_encoder", 0))
-        return {"encoder_hidden_states": hidden}
+        return {"encoder_hidden_states": joined(hidden, self.caption_windows)}
 
     def predict(self, noisy_latents: torch.Tensor, timesteps: torch.Tensor, conditioning, batch=None) -> torch.Tensor:
         """The UNet's output (noise or velocity, see `prediction_type`) in the UNet's dtype.

@@ -28,6 +28,7 @@ import torch
 from ot_gradio.config.enums import ModelType, NoiseScheduler
 from ot_gradio.models.common import ModelLoadError, base_module, input_dtype, module_device
 from ot_gradio.models.family_parts import CheckedLayerSkips
+from ot_gradio.models.long_captions import joined, window_ids
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.schedule_markers import edm_problem, marked_scheduler, markers_for, read_markers
 from ot_gradio.models.sd15 import (
@@ -128,14 +129,14 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
             texts = list(captions[part] if isinstance(captions, Mapping) else captions)
             tokenizer = getattr(self, TOKENIZERS[part])
             encoder = getattr(self, part)
-            ids = tokenizer(
-                texts, padding="max_length", max_length=tokenizer.model_max_length, truncation=True, return_tensors="pt"
-            ).input_ids.to(module_device(encoder))
+            windows = self.caption_windows  # a long caption's 75-token windows side by side; pooled: the first's
+            ids = window_ids(tokenizer, texts, windows).to(module_device(encoder))
             with torch.set_grad_enabled(part in grad and torch.is_grad_enabled()):
                 out = encoder(ids, output_hidden_states=True)
-                hidden.append(self.output_embedded(part, ids, out.hidden_states[-(2 + self.layer_skips.get(part, 0))]))
+                states = self.output_embedded(part, ids, out.hidden_states[-(2 + self.layer_skips.get(part, 0))])
+                hidden.append(joined(states, windows))
                 if part == "text_encoder_2":
-                    pooled = self._pooled(encoder, out.last_hidden_state, ids, tokenizer.eos_token_id)
+                    pooled = self._pooled(encoder, out.last_hidden_state[::windows], ids[::windows], tokenizer.eos_token_id)
         device = hidden[0].device
         return {
             "encoder_hidden_states": torch.cat([h.to(device) for h in hidden], dim=-1),

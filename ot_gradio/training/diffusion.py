@@ -49,6 +49,7 @@ from ..config.families import family_info
 from ..config.flow_options import flow_matching_conflicts
 from ..config.svd_quant import svd_problems
 from ..models.attention import keep_cudnn_attention_off
+from ..models.long_captions import windows_for
 from .device import QUANTIZED_TYPES, Precision, quantized_part_trained
 from .distributed import Distributed
 from .first_frame import draw_given, with_first_frame, without_first_frame
@@ -110,6 +111,8 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
         part: getattr(config, f"{part}_layer_skip", 0) or 0 for part in model.text_encoder_names
     }
     model.text_encoder_sequence_length = config.text_encoder_sequence_length  # read by the T5 / LLM families
+    if hasattr(model, "caption_windows"):  # SD 1.x/2.x and SDXL: captions past 75 tokens (models/long_captions.py)
+        model.caption_windows = windows_for(config.max_token_length)
     model.mask_padding_tokens = bool(config.transformer.attention_mask)  # read by Flux.1, SD 3, HiDream (the doctor refuses it elsewhere)
     for part in model_parts(model):
         data_type = DataType(getattr(config, part).weight_dtype)

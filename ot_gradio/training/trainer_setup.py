@@ -237,7 +237,8 @@ class TrainerSetup:
         self.dataset.warnings += caption_warnings(embeddings, self.dataset.concepts)
         self.dataset.warnings += window_warnings(
             self.model.tokenizers, ((i.path, c) for concept in self.dataset.concepts for i in concept.scan.items for c in i.captions),
-            self.method.transform_text, [e.placeholder for e in embeddings.items if e.trains] if embeddings is not None else [])
+            self.method.transform_text, [e.placeholder for e in embeddings.items if e.trains] if embeddings is not None else [],
+            windows=getattr(self.model, "caption_windows", 1), can_widen=hasattr(self.model, "caption_windows"))
         if self.model.image_to_video:
             stills = sum(item.sampling is None for concept in self.dataset.concepts for item in concept.items)
             if stills:

@@ -151,5 +151,6 @@ def test_defaults_written_as_text_are_not_listed_as_left_out():
     _, warning = _load(network_dim=8, max_token_length="75", bucket_reso_steps=64.0, keep_tokens="0", prior_loss_weight=1.0,
                        adaptive_noise_scale=0)
     assert "not carried over" not in warning
-    _, warning = _load(network_dim=8, max_token_length="225", bucket_reso_steps=32)
-    assert warning.endswith("not carried over (left at this trainer's defaults): bucket_reso_steps, max_token_length.")
+    c, warning = _load(network_dim=8, max_token_length="225", bucket_reso_steps=32)
+    assert warning.endswith("not carried over (left at this trainer's defaults): bucket_reso_steps.")
+    assert c.max_token_length == 225  # CLIP read in three windows of 75

@@ -129,6 +129,7 @@ def test_stop_training_after_steps_and_epochs_with_noise_and_loss_options(lora_c
         perturbation_noise_weight=0.1,
         multires_noise_iterations=6,
         lora_max_norm=0.02,
+        max_token_length=150,
         attention_mechanism="DEFAULT",
         ema="GPU",
         ema_update_step_interval=1,
@@ -155,6 +156,8 @@ def test_stop_training_after_steps_and_epochs_with_noise_and_loss_options(lora_c
     assert any("unet: stopped training after 2 epoch" in w for w in report.warnings)
     assert not trainer.trained_text_parts and not trainer.model.text_encoder.training
     assert [s.get("ema") for s in report.samples] == [True, False]
+    with torch.no_grad():  # max_token_length 150: the captions were read in two windows of 75
+        assert trainer.model.encode_text(["a red circle"])["encoder_hidden_states"].shape[1] == 154
     # lora_max_norm: no layer's change (up @ down, alpha = rank) is above it, and the layers that grew most were capped
     state = trainer.method.trainable_state(trainer.model)
     norms = [delta_norm(state[k], state[k.replace("lora_A", "lora_B")], 1.0).item() for k in state if k.endswith("lora_A.weight")]
