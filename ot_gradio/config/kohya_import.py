@@ -16,7 +16,8 @@ from typing import Any
 from .enums import ModelType as M
 from .families import family_info
 from .kohya_dataset import dataset_concepts, dataset_config, folder_concepts, run_length
-from .kohya_reader import KohyaReader, changes_something
+from .kohya_flow import flow_timesteps, other_family_keys
+from .kohya_reader import KohyaReader, changes_something, is_set
 from .validation import ConfigError, LoadResult, validate
 
 # keys only kohya's configs have: two of them make a config kohya's
@@ -117,7 +118,8 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     else:
         _learning_rates(r, out, model_type, method)
     _training(r, out, model_type, notes)
-    _flow(r, out, model_type, notes)
+    flow_timesteps(r, out, model_type, notes)
+    other_family_keys(r, model_type)
     _optimizer(r, out, notes)
     _output(r, out, method)
     _samples(r, out, notes, model_type)
@@ -187,7 +189,13 @@ def _network(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: 
     if "lycoris" in str(r.data.get("network_module") or "") and algo and not r.given("LoRA_type"):
         r.get("network_module")
         r.data["LoRA_type"] = f"LyCORIS/{ {'locon': 'LoCon', 'loha': 'LoHa', 'lokr': 'LoKr'}.get(algo, algo) }"
+    if (str(r.data.get("network_module") or "") == "networks.lora" and not r.given("LoRA_type")
+            and is_set(args.get("conv_dim")) and float(args["conv_dim"]) > 0):
+        r.data["LoRA_type"] = "Kohya LoCon"  # sd-scripts' LoRA with conv_dim in network_args: LoCon, its 3x3 convs too
     kind = str(r.get("LoRA_type") or "Standard")
+    if kind.lower() == "standard":  # kohya_ss's page sends conv_dim / conv_alpha only with its LoCon types
+        r.get("conv_dim")
+        r.get("conv_alpha")
     peft, preset = ADAPTERS.get(kind.lower(), ("LORA", "attn-mlp"))
     if kind.lower() not in ADAPTERS:
         notes.append(f"LoRA_type '{kind}' has no counterpart here: it trains as a plain LoRA of the attention and MLP layers")
@@ -367,37 +375,6 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     percent = r.number("lr_warmup") if r.given("lr_warmup") else 0.0  # kohya_ss's page: a percentage of the steps
     # sd-scripts: steps, or below 1 a fraction of all steps; kohya_ss's page: its percentage when no steps
     out["learning_rate_warmup_steps"] = steps if steps else min(percent, 99.0) / 100
-
-
-def _flow(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[str]) -> None:
-    """sd-scripts' Flux timesteps and guidance, with its defaults where ours differ: `sigma`
-    (uniform, shifted by `discrete_flow_shift`, 3), `uniform`, `sigmoid` (a logit-normal of std
-    `sigmoid_scale`), `shift` (that, shifted) and `flux_shift` (that, shifted by the image size);
-    the guidance the transformer is given, 3.5."""
-    if model_type != M.FLUX_DEV_1:
-        return
-    sampling = str(r.get("timestep_sampling") or "sigma").lower()
-    shift = r.number("discrete_flow_shift") if r.given("discrete_flow_shift") else 3.0
-    scale = r.number("sigmoid_scale") if r.given("sigmoid_scale") else 1.0
-    if sampling in ("sigmoid", "shift", "flux_shift"):
-        out.update(timestep_distribution="LOGIT_NORMAL", noising_weight=scale - 1.0, noising_bias=0.0)
-    elif sampling in ("sigma", "uniform"):
-        out["timestep_distribution"] = "UNIFORM"
-    else:
-        notes.append(f"timestep_sampling '{sampling}' has no counterpart here: UNIFORM is used")
-    out["timestep_shift"] = shift if sampling in ("sigma", "shift") else 1.0
-    out["dynamic_timestep_shifting"] = sampling == "flux_shift"
-    out.setdefault("transformer", {})["guidance_scale"] = r.number("guidance_scale") if r.given("guidance_scale") else 3.5
-    if r.given("blocks_to_swap"):  # sd-scripts swaps n // 2 of the 19 double blocks and twice the rest of the 38 single ones
-        n = r.number("blocks_to_swap", int)
-        share = min(1.0, round((n // 2 + (n - n // 2) * 2) / 57, 2))
-        out["transformer"]["offload_fraction"] = share
-        notes.append(f"blocks_to_swap {n}: the transformer's Offload fraction is {share} here (that share of its blocks kept in "
-                     "CPU memory)")
-    prediction = str(r.get("model_prediction_type") or "sigma_scaled").lower()
-    if prediction != "raw":
-        notes.append(f"model_prediction_type '{prediction}': sd-scripts weighs that loss by the noise level squared; here the "
-                     "velocity loss is unweighted, as with 'raw'")
 
 
 def _resolution(size: str, notes: list[str]) -> str:

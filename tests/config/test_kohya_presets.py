@@ -38,6 +38,13 @@ def test_lycoris_lokr_and_dora():
     assert "conv_" not in warning
 
 
+def test_conv_dim_counts_only_where_kohya_sends_it():
+    c, warning = _load(LoRA_type="Standard", network_dim=32, conv_dim=32, conv_alpha=16)  # kohya_ss: LoCon types only
+    assert c.layer_filter_preset == "attn-mlp" and "conv_" not in warning
+    c, _ = _load(network_module="networks.lora", network_args=["conv_dim=8", "conv_alpha=4"], network_dim=8)  # sd-scripts: LoCon
+    assert c.layer_filter_preset == "full"
+
+
 def test_optimizer_arguments_and_adafactor():
     c, _ = _load(network_dim=8, optimizer="Prodigy", optimizer_args='"d_coef=2.0" "weight_decay=0.4" d0=1e-5 growth_rate=1.02')
     assert (c.optimizer.d_coef, c.optimizer.weight_decay, c.optimizer.d0, c.optimizer.growth_rate) == (2.0, 0.4, 1e-5, 1.02)
@@ -77,6 +84,24 @@ def test_max_norm_input_perturbation_and_huber():
     assert "multires_noise_iterations, min_snr_gamma, ip_noise_gamma: sd-scripts does not use them for SD 3" in warning
     c, _ = _load(flux1_checkbox=True, network_dim=8, ip_noise_gamma=0.1)  # its Flux script does perturb the input
     assert c.perturbation_noise_weight == 0.1
+
+
+def test_sd3_timesteps_and_other_families_keys():
+    sd3 = {"sd3_checkbox": True, "network_dim": 8}
+    c, _ = _load(**sd3, weighting_scheme="logit_normal", logit_mean=0.2, logit_std=1.5, mode_scale=1.29, training_shift=3.0)
+    assert (c.timestep_distribution.value, c.noising_bias, c.noising_weight, c.timestep_shift) == ("LOGIT_NORMAL", 0.2, 0.5, 3.0)
+    c, _ = _load(**sd3, weighting_scheme="mode", mode_scale=1.1)
+    assert (c.timestep_distribution.value, c.noising_weight, c.timestep_shift) == ("HEAVY_TAIL", 1.1, 1.0)
+    c, warning = _load(**sd3, weighting_scheme="sigma_sqrt")
+    assert c.timestep_distribution.value == "UNIFORM" and "weighting_scheme 'sigma_sqrt'" in warning
+    assert _load(**sd3)[0].timestep_distribution.value == "UNIFORM"  # sd-scripts' default
+    # kohya_ss's page saves Flux's and SD 3's settings in every config and sends them only for their family
+    page = {"weighting_scheme": "logit_normal", "logit_std": 1.0, "discrete_flow_shift": 3, "t5xxl_max_token_length": 512,
+            "train_blocks": "all", "guidance_scale": 3.5, "sd3_text_encoder_batch_size": 1, "t5xxl_dtype": "bf16"}
+    c, warning = _load(sdxl=True, network_dim=8, **page)
+    assert "not carried over" not in warning and c.timestep_distribution.value == "UNIFORM"
+    c, warning = _load(flux1_checkbox=True, network_dim=8, **page)
+    assert "weighting_scheme" not in warning and c.timestep_shift == 3.0
 
 
 def test_families_textual_inversion_and_fine_tune_pages(tmp_path):

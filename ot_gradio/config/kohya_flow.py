@@ -1,0 +1,89 @@
+"""kohya_ss / sd-scripts settings of the flow-matching families it trains (Flux.1, SD 3 / 3.5):
+their timesteps and guidance, with sd-scripts' defaults where ours differ, and the keys kohya_ss's
+page saves for every model but sends only for its own family (kohya_import.py's helpers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .enums import ModelType as M
+from .kohya_reader import KohyaReader
+
+# keys kohya_ss's page saves for every model but sends only for its family (its `if flux1_checkbox` /
+# `if sd3_checkbox`): read for that family, and for another one not listed as left out
+FAMILY_KEYS = {
+    "flux": frozenset({"ae", "apply_t5_attn_mask", "double_blocks_to_swap", "single_blocks_to_swap", "guidance_scale", "mem_eff_save",
+                       "split_mode", "t5xxl_max_token_length", "cpu_offload_checkpointing", "discrete_flow_shift",
+                       "model_prediction_type", "timestep_sampling", "sigmoid_scale", "train_blocks", "split_qkv", "img_attn_dim",
+                       "img_mlp_dim", "img_mod_dim", "single_dim", "txt_attn_dim", "txt_mlp_dim", "txt_mod_dim", "single_mod_dim",
+                       "in_dims", "train_double_block_indices", "train_single_block_indices", "flux1_clip_l", "flux1_t5xxl"}),
+    "sd3": frozenset({"clip_g", "clip_g_dropout_rate", "clip_l_dropout_rate", "sd3_clip_l_dropout_rate", "enable_scaled_pos_embed",
+                      "sd3_enable_scaled_pos_embed", "logit_mean", "logit_std", "mode_scale", "pos_emb_random_crop_rate", "save_clip",
+                      "save_t5xxl", "t5_dropout_rate", "sd3_t5_dropout_rate", "t5xxl_device", "t5xxl_dtype", "text_encoder_batch_size",
+                      "sd3_text_encoder_batch_size", "weighting_scheme", "training_shift", "sd3_fused_backward_pass"}),
+}
+SD3_TYPES = (M.STABLE_DIFFUSION_3, M.STABLE_DIFFUSION_35)
+
+
+def other_family_keys(r: KohyaReader, model_type: M) -> None:
+    """Mark the other families' keys read: kohya_ss did not send them for this model."""
+    family = "flux" if model_type == M.FLUX_DEV_1 else "sd3" if model_type in SD3_TYPES else None
+    for key in set().union(*(keys for name, keys in FAMILY_KEYS.items() if name != family)) - FAMILY_KEYS.get(family, set()):
+        if key in r.data:
+            r.get(key)
+
+
+def flow_timesteps(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[str]) -> None:
+    """SD 3's timesteps (`_sd3_timesteps`); sd-scripts' Flux timesteps and guidance, with its defaults where ours differ: `sigma`
+    (uniform, shifted by `discrete_flow_shift`, 3), `uniform`, `sigmoid` (a logit-normal of std
+    `sigmoid_scale`), `shift` (that, shifted) and `flux_shift` (that, shifted by the image size);
+    the guidance the transformer is given, 3.5."""
+    if model_type in SD3_TYPES:
+        _sd3_timesteps(r, out, notes)
+    if model_type != M.FLUX_DEV_1:
+        return
+    sampling = str(r.get("timestep_sampling") or "sigma").lower()
+    shift = r.number("discrete_flow_shift") if r.given("discrete_flow_shift") else 3.0
+    scale = r.number("sigmoid_scale") if r.given("sigmoid_scale") else 1.0
+    if sampling in ("sigmoid", "shift", "flux_shift"):
+        out.update(timestep_distribution="LOGIT_NORMAL", noising_weight=scale - 1.0, noising_bias=0.0)
+    elif sampling in ("sigma", "uniform"):
+        out["timestep_distribution"] = "UNIFORM"
+    else:
+        notes.append(f"timestep_sampling '{sampling}' has no counterpart here: UNIFORM is used")
+    out["timestep_shift"] = shift if sampling in ("sigma", "shift") else 1.0
+    out["dynamic_timestep_shifting"] = sampling == "flux_shift"
+    out.setdefault("transformer", {})["guidance_scale"] = r.number("guidance_scale") if r.given("guidance_scale") else 3.5
+    if r.given("blocks_to_swap"):  # sd-scripts swaps n // 2 of the 19 double blocks and twice the rest of the 38 single ones
+        n = r.number("blocks_to_swap", int)
+        share = min(1.0, round((n // 2 + (n - n // 2) * 2) / 57, 2))
+        out["transformer"]["offload_fraction"] = share
+        notes.append(f"blocks_to_swap {n}: the transformer's Offload fraction is {share} here (that share of its blocks kept in "
+                     "CPU memory)")
+    prediction = str(r.get("model_prediction_type") or "sigma_scaled").lower()
+    if prediction != "raw":
+        notes.append(f"model_prediction_type '{prediction}': sd-scripts weighs that loss by the noise level squared; here the "
+                     "velocity loss is unweighted, as with 'raw'")
+
+
+def _sd3_timesteps(r: KohyaReader, out: dict[str, Any], notes: list[str]) -> None:
+    """sd-scripts' SD 3 timesteps: `weighting_scheme` (default uniform) draws them, shifted by
+    `training_shift` (default 1: none); logit_normal is a logit-normal of `logit_mean` and
+    `logit_std`, mode the heavy tail of `mode_scale` (OneTrainer's HEAVY_TAIL is that formula)."""
+    scheme = str(r.get("weighting_scheme") or "uniform").lower()
+    if scheme == "logit_normal":
+        mean = r.number("logit_mean") if r.given("logit_mean") else 0.0
+        std = r.number("logit_std") if r.given("logit_std") else 1.0
+        out.update(timestep_distribution="LOGIT_NORMAL", noising_bias=mean, noising_weight=std - 1.0)
+    elif scheme == "mode":
+        out.update(timestep_distribution="HEAVY_TAIL", noising_weight=r.number("mode_scale") if r.given("mode_scale") else 1.29)
+    elif scheme == "cosmap":  # sd-scripts draws uniformly and weighs the loss by that density: here it is drawn from it
+        out["timestep_distribution"] = "COS_MAP"
+    else:
+        out["timestep_distribution"] = "UNIFORM"
+        if scheme == "sigma_sqrt":
+            notes.append("weighting_scheme 'sigma_sqrt': sd-scripts weighs the loss by 1 / sigma squared, which has no counterpart "
+                         "here; the timesteps are drawn uniformly, as there, and the loss is not weighted")
+    for key in ("logit_mean", "logit_std", "mode_scale"):
+        r.get(key)  # used by one scheme, kohya_ss saves all three
+    out["timestep_shift"] = r.number("training_shift") if r.given("training_shift") else 1.0
