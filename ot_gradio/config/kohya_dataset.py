@@ -16,7 +16,7 @@ from .validation import ConfigError
 # what a dataset config's general, dataset and subset tables set that is carried over (or said)
 DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", "shuffle_caption", "keep_tokens", "flip_aug",
                           "caption_extension", "metadata_file", "caption_tag_dropout_rate", "caption_dropout_rate",
-                          "keep_tokens_separator", "resolution", "batch_size", "enable_bucket"})
+                          "keep_tokens_separator", "resolution", "batch_size", "enable_bucket", "bucket_no_upscale"})
 KOHYA_STEPS = 1600  # sd-scripts' max_train_steps when a config sets neither it nor max_train_epochs
 
 
@@ -144,6 +144,8 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
                 out["batch_size"] = merged["batch_size"]
             if merged.get("enable_bucket") is not None:
                 out["aspect_ratio_bucketing"] = bool(merged["enable_bucket"])
+            if merged.get("bucket_no_upscale") is not None:
+                out["bucket_no_upscale"] = flag(merged["bucket_no_upscale"])
         elif size and size != first_size:  # a dataset of its own size: its concepts train at it
             merged["resolution_override"] = size
         subsets += [{**merged, **subset} for subset in dataset.get("subsets") or [] if isinstance(subset, dict)]

@@ -352,7 +352,8 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     size = ",".join(str(v) for v in size) if isinstance(size, list) else str(size).replace(" ", "")
     if size:
         out["resolution"] = _resolution(size, notes)
-    for key, ours in (("enable_bucket", "aspect_ratio_bucketing"), ("cache_latents", "latent_caching")):
+    for key, ours in (("enable_bucket", "aspect_ratio_bucketing"), ("bucket_no_upscale", "bucket_no_upscale"),
+                      ("cache_latents", "latent_caching")):
         if r.data.get(key) is not None:
             out[ours] = r.flag(key)
     if r.flag("zero_terminal_snr"):

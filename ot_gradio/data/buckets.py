@@ -57,12 +57,30 @@ def bucket_sizes(resolution: int | Size, step: int | None = None) -> tuple[Size,
     return _bucket_sizes(size, step)
 
 
-def assign_bucket(width: int, height: int, resolution: int | Size, *, enabled: bool = True, step: int | None = None) -> Size:
+def assign_bucket(width: int, height: int, resolution: int | Size, *, enabled: bool = True, step: int | None = None,
+                  no_upscale: bool = False) -> Size:
     """The (height, width) bucket for an image of ``width`` x ``height``: the bucket whose aspect
     ratio is nearest (in log scale, so 2:1 and 1:2 are equally far from square). With bucketing
-    off, every image trains at the target size."""
+    off, every image trains at the target size. ``no_upscale`` (kohya's bucket_no_upscale): an
+    image smaller than that bucket takes the bucket of the largest smaller resolution, in steps
+    of the bucket step, that it covers, so it is cropped but never scaled up (the smallest
+    buckets, one step on their short side, for an image smaller than those)."""
     target = as_size(resolution)
     if not enabled:
         return target
     want = math.log(height / width)
-    return min(bucket_sizes(target, step), key=lambda s: abs(math.log(s[0] / s[1]) - want))
+
+    def nearest(size: Size) -> Size:
+        return min(bucket_sizes(size, step), key=lambda s: abs(math.log(s[0] / s[1]) - want))
+
+    bucket = nearest(target)
+    if not no_upscale or (height >= bucket[0] and width >= bucket[1]):
+        return bucket
+    step = step or bucket_step(target)
+    side = int(math.sqrt(target[0] * target[1])) // step * step
+    while side > step:
+        side -= step
+        bucket = nearest((side, side))
+        if height >= bucket[0] and width >= bucket[1]:
+            break
+    return bucket

@@ -67,6 +67,7 @@ class PreparedConcept:
     bucket_step: int | None = None
     text: TextAugment = field(default_factory=TextAugment)
     masked: bool = False  # masked training: the mask augmentations apply
+    no_upscale: bool = False  # bucket_no_upscale: a small image takes a smaller bucket (buckets.assign_bucket)
     augment: AugmentSettings = field(init=False, repr=False)
     mask_augment: MaskAugmentSettings = field(init=False, repr=False)
     _buckets: dict[tuple[int, Size], Size] = field(default_factory=dict, repr=False)
@@ -112,7 +113,8 @@ class PreparedConcept:
         width, height = self.size(index, draw)
         key = (index, resolution) if draw is None or draw.box is None else (index, resolution, width, height)
         if key not in self._buckets:
-            self._buckets[key] = assign_bucket(width, height, resolution, enabled=self.bucketing, step=self.bucket_step)
+            self._buckets[key] = assign_bucket(width, height, resolution, enabled=self.bucketing, step=self.bucket_step,
+                                               no_upscale=self.no_upscale)
         return self._buckets[key]
 
     def size(self, index: int, draw: MaskDraw | None = None) -> tuple[int, int]:

@@ -52,13 +52,15 @@ def prepare_concepts(
     depth: bool = False,
     masked_training: bool = False,
     condlabel: bool = False,
+    bucket_no_upscale: bool = False,
 ) -> tuple[list[PreparedConcept], list[str]]:
     """(prepared concepts, warnings). Every problem of every concept is collected into one
     DataError, so a user fixes them all in one go. ``frames``: a video family's frame sampling
     (clips are training items too); ``control``: each image pairs with its `-control` image; ``depth``:
     an image's `-depth` map is its depth map (data/scan.py); ``masked_training``: the concepts' mask
     augmentations apply (mask_augment.py); ``condlabel``: an image's `-condlabel` image is its
-    conditioning image (custom_conditioning_image)."""
+    conditioning image (custom_conditioning_image); ``bucket_no_upscale``: an image smaller than its
+    bucket takes a smaller one (buckets.assign_bucket)."""
     default = resolution_list(resolutions)
     warnings: list[str] = []
     prepared: list[PreparedConcept] = []
@@ -86,7 +88,8 @@ def prepare_concepts(
             errors.append(f"Concept '{label}': {exc}")
             continue
         warnings.extend(scan.warnings)
-        prepared.append(PreparedConcept(concept, scan, concept_res, aspect_ratio_bucketing, bucket_step, text, masked_training))
+        prepared.append(PreparedConcept(concept, scan, concept_res, aspect_ratio_bucketing, bucket_step, text, masked_training,
+                                        bucket_no_upscale))
     if errors:
         raise DataError("\n".join(errors))
     if not prepared:

@@ -111,11 +111,12 @@ def dataset_summary(
     seed: int = 42,
     bucket_step: int | None = None,
     masked_training: bool = False,
+    bucket_no_upscale: bool = False,
 ) -> dict:
     """The summary ``TrainingDataset.summary()`` gives, without building a dataset or importing
     torch: for the page, before training. Raises DataError like ``build_dataset``, except that a
     batch size larger than every bucket is shown (0 steps) instead of raised."""
     prepared, warnings = prepare_concepts(concepts, resolutions, aspect_ratio_bucketing=aspect_ratio_bucketing, bucket_step=bucket_step,
-                                          masked_training=masked_training)
+                                          masked_training=masked_training, bucket_no_upscale=bucket_no_upscale)
     plan = plan_epoch(prepared, 0, int(seed), max(1, int(batch_size)), cached=latent_caching)
     return summarize(prepared, plan, max(1, int(batch_size)), warnings=warnings)

@@ -90,7 +90,8 @@ def build_report(config: dict[str, Any], resolution: str | None = None, batch_si
             # as training finds them: an editing model's pairs, a depth model's `-depth` maps (not images)
             found, found_warnings = prepare_concepts([concept], resolution, aspect_ratio_bucketing=cfg.aspect_ratio_bucketing, bucket_step=step,
                                                        frames=frames, control=bool(family and family.control_image),
-                                                       depth=bool(family and family.depth_maps), masked_training=cfg.masked_training)
+                                                       depth=bool(family and family.depth_maps), masked_training=cfg.masked_training,
+                                                       bucket_no_upscale=cfg.bucket_no_upscale)
         except DataError as err:
             if str(err).startswith("resolution:"):
                 raise JobError(str(err)) from None

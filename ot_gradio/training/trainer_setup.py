@@ -204,6 +204,7 @@ class TrainerSetup:
                 cfg.resolution,
                 self.global_batch_size,
                 aspect_ratio_bucketing=cfg.aspect_ratio_bucketing,
+                bucket_no_upscale=cfg.bucket_no_upscale,
                 latent_caching=cfg.latent_caching and not self.method.needs_pixels,
                 cache_dir=cfg.cache_dir,
                 vae_id=self.model.vae_id,

@@ -67,6 +67,7 @@ class Validator:
             cfg.resolution,
             1,  # one image per batch: every held-out image counts, whatever its aspect bucket
             aspect_ratio_bucketing=cfg.aspect_ratio_bucketing,
+            bucket_no_upscale=cfg.bucket_no_upscale,
             latent_caching=cfg.latent_caching and not run.method.needs_pixels,
             cache_dir=cfg.cache_dir,
             vae_id=model.vae_id,

@@ -71,7 +71,8 @@ def _clips_hint(concept: dict[str, Any]) -> str:
 
 
 def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sampling=None, control: bool = False,
-                  depth: bool = False, condlabel: bool = False, masked: bool = False) -> tuple[str, list[tuple[str, int]]]:
+                  depth: bool = False, condlabel: bool = False, masked: bool = False,
+                  no_upscale: bool = False) -> tuple[str, list[tuple[str, int]]]:
     """Markdown statistics and (bucket, count) rows for one concept; with a video model type's
     frame `sampling` (run_frame_sampling) its clips are counted beside the images; with `control`
     (an image-editing model type) the pairs, and the images without a control image, named; with
@@ -93,7 +94,8 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
         return "No images found.", []
     h, w = parse_resolutions(resolution)[0]
     cut = _rotate_crop_sizes(concept, scan, parse_resolutions(resolution), masked)
-    buckets = Counter(assign_bucket(*cut.get(n, (i.width, i.height)), (h, w), enabled=bucketing) for n, i in enumerate(items))
+    buckets = Counter(assign_bucket(*cut.get(n, (i.width, i.height)), (h, w), enabled=bucketing, no_upscale=no_upscale)
+                      for n, i in enumerate(items))
     sizes = sorted((i.width * i.height, i.width, i.height) for i in items)
     clips = [i for i in items if i.sampling is not None]
     captioned = len(items) - len(scan.uncaptioned)
@@ -320,7 +322,7 @@ class ConceptsTab:
         text, rows = concept_stats(concepts[index], config.get("resolution", "512"), config.get("aspect_ratio_bucketing", True), sampling,
                                    control=bool(info and info.control_image), depth=bool(info and info.depth_maps),
                                    condlabel=bool(info and info.inpainting and config.get("custom_conditioning_image")),
-                                   masked=bool(config.get("masked_training")))
+                                   masked=bool(config.get("masked_training")), no_upscale=bool(config.get("bucket_no_upscale")))
         return text, bucket_chart(pd.DataFrame(rows, columns=["bucket", "images"]))
 
     def wire(self, config_state: gr.State, autosave) -> None:

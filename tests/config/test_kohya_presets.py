@@ -171,6 +171,16 @@ def test_dataset_toml_options_per_dataset(tmp_path):
     assert "caption_extension" not in _load(network_dim=8, dataset_config=str(tmp_path / "d.toml"), caption_extension="caption")[1]
 
 
+def test_bucket_no_upscale(tmp_path):
+    c, warning = _load(network_dim=8, enable_bucket=True, bucket_no_upscale=True)
+    assert c.aspect_ratio_bucketing and c.bucket_no_upscale and "bucket_no_upscale" not in warning
+    toml = tmp_path / "data.toml"
+    toml.write_text('[general]\nenable_bucket = true\nbucket_no_upscale = true\n[[datasets]]\nresolution = 1024\n'
+                    f'[[datasets.subsets]]\nimage_dir = "{tmp_path}"\nnum_repeats = 2\n')
+    c, warning = _load(network_dim=8, dataset_config=str(toml))
+    assert c.bucket_no_upscale and "bucket_no_upscale" not in warning
+
+
 def test_defaults_written_as_text_are_not_listed_as_left_out():
     # kohya_ss saves some numbers as text ("75") or floats (64.0): kohya's defaults and zeros change nothing
     _, warning = _load(network_dim=8, max_token_length="75", bucket_reso_steps=64.0, keep_tokens="0", prior_loss_weight=1.0,

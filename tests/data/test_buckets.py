@@ -53,3 +53,19 @@ def test_custom_step():
     assert all(h % 32 == 0 and w % 32 == 0 for h, w in bucket_sizes(512, step=32))
     with pytest.raises(ValueError):
         bucket_sizes(512, step=12)
+
+
+def test_no_upscale_gives_a_small_image_the_largest_bucket_it_covers():
+    # a 1024 px SDXL run: a big image takes its 1024-area bucket either way
+    assert assign_bucket(2000, 1500, 1024, no_upscale=True) == assign_bucket(2000, 1500, 1024)
+    for width, height in ((640, 480), (512, 512), (700, 1100), (300, 1000)):
+        small = assign_bucket(width, height, 1024, no_upscale=True)
+        assert small[0] <= height and small[1] <= width and small[0] % 64 == 0 and small[1] % 64 == 0  # cropped, never scaled up
+        assert small != assign_bucket(width, height, 1024)
+        # the bucket of the largest resolution, in 64 px steps, whose bucket the image covers
+        covered = [r for r in range(64, 1024, 64) if (lambda b: b[0] <= height and b[1] <= width)(assign_bucket(width, height, r, step=64))]
+        assert small == assign_bucket(width, height, max(covered), step=64)
+    assert assign_bucket(512, 512, 1024, no_upscale=True) == (512, 512)
+    assert assign_bucket(640, 480, 1024, no_upscale=True) == (448, 576)  # its aspect's bucket at 512 px, the largest it covers
+    assert assign_bucket(40, 40, 1024, no_upscale=True) == (64, 64)  # smaller than any bucket: the smallest
+    assert assign_bucket(640, 480, 1024, no_upscale=True, enabled=False) == (1024, 1024)  # without bucketing: the target

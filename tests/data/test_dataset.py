@@ -317,6 +317,19 @@ def test_bucketing_off_gives_target_size(simple_folder, make_concept):
     assert dataset.steps_per_epoch == 3
 
 
+def test_no_upscale_trains_small_images_at_a_bucket_they_cover(tmp_path, write_image, make_concept):
+    folder = tmp_path / "sizes"
+    for i in range(2):
+        write_image(folder / f"small{i}.png", 64, 64)  # half the training size
+        write_image(folder / f"big{i}.png", 160, 160)
+    sizes = {b.image_paths[0].split("/")[-1][:3]: b.size for b in _all_batches(build_dataset([make_concept(folder)], "128", 2), 0)}
+    assert sizes == {"sma": (128, 128), "big": (128, 128)}  # scaled up, as OneTrainer does
+    dataset = build_dataset([make_concept(folder)], "128", 2, bucket_no_upscale=True)
+    sizes = {b.image_paths[0].split("/")[-1][:3]: b.size for b in _all_batches(dataset, 0)}
+    assert sizes == {"sma": (64, 64), "big": (128, 128)}
+    assert all(b.pixels.shape[-2:] == b.size for b in _all_batches(dataset, 0))
+
+
 def test_corrupt_cache_file_is_encoded_again(tmp_path, simple_folder, make_concept, encoder):
     concept = make_concept(simple_folder)
     build_dataset([concept], "64", 2, latent_caching=True, cache_dir=tmp_path / "c", vae_id="v", encode_fn=encoder)
