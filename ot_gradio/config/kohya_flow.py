@@ -16,35 +16,56 @@ FAMILY_KEYS = {
                        "split_mode", "t5xxl_max_token_length", "cpu_offload_checkpointing", "discrete_flow_shift",
                        "model_prediction_type", "timestep_sampling", "sigmoid_scale", "train_blocks", "split_qkv", "img_attn_dim",
                        "img_mlp_dim", "img_mod_dim", "single_dim", "txt_attn_dim", "txt_mlp_dim", "txt_mod_dim", "single_mod_dim",
-                       "in_dims", "train_double_block_indices", "train_single_block_indices", "flux1_clip_l", "flux1_t5xxl"}),
+                       "in_dims", "train_double_block_indices", "train_single_block_indices", "flux1_clip_l", "flux1_t5xxl",
+                       "model_type"}),
     "sd3": frozenset({"clip_g", "clip_g_dropout_rate", "clip_l_dropout_rate", "sd3_clip_l_dropout_rate", "enable_scaled_pos_embed",
                       "sd3_enable_scaled_pos_embed", "logit_mean", "logit_std", "mode_scale", "pos_emb_random_crop_rate", "save_clip",
                       "save_t5xxl", "t5_dropout_rate", "sd3_t5_dropout_rate", "t5xxl_device", "t5xxl_dtype", "text_encoder_batch_size",
                       "sd3_text_encoder_batch_size", "weighting_scheme", "training_shift", "sd3_fused_backward_pass"}),
 }
+ANIMA_KEYS = frozenset({"qwen3", "llm_adapter_path", "t5_tokenizer_path", "qwen3_max_token_length", "t5_max_token_length",
+                        "attn_mode", "split_attn", "vae_chunk_size", "vae_disable_cache", "qwen_image_vae_2d", "llm_adapter_lr",
+                        "self_attn_lr", "cross_attn_lr", "mlp_lr", "mod_lr"})
+# kohya_ss's page names the settings of its newer families with a prefix of theirs
+PREFIXES = {"anima": "anima_", "lumina": "lumina_", "hunyuan": "hunyuan_"}
 SD3_TYPES = (M.STABLE_DIFFUSION_3, M.STABLE_DIFFUSION_35)
+# sd-scripts' timestep defaults per family (timestep_sampling, discrete_flow_shift): Flux's script (Chroma runs it too)
+# draws uniformly, shifted by 3; Anima's a logit-normal, unshifted (anima_train_utils.py)
+FLOW_DEFAULTS = {M.FLUX_DEV_1: ("sigma", 3.0), M.CHROMA_1: ("sigma", 3.0), M.ANIMA: ("sigmoid", 1.0)}
+
+
+def _family(model_type: M) -> str | None:
+    return ("flux" if model_type in (M.FLUX_DEV_1, M.CHROMA_1) else "sd3" if model_type in SD3_TYPES
+            else "anima" if model_type == M.ANIMA else None)
 
 
 def other_family_keys(r: KohyaReader, model_type: M) -> None:
     """Mark the other families' keys read: kohya_ss did not send them for this model."""
-    family = "flux" if model_type == M.FLUX_DEV_1 else "sd3" if model_type in SD3_TYPES else None
-    for key in set().union(*(keys for name, keys in FAMILY_KEYS.items() if name != family)) - FAMILY_KEYS.get(family, set()):
-        if key in r.data:
+    family = _family(model_type)
+    for key in list(r.data):
+        owner = next((name for name, prefix in PREFIXES.items() if key.startswith(prefix)), None)
+        owners = {owner} if owner else {name for name, keys in {**FAMILY_KEYS, "anima": ANIMA_KEYS}.items() if key in keys}
+        if owners and family not in owners:
             r.get(key)
 
 
 def flow_timesteps(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[str]) -> None:
-    """SD 3's timesteps (`_sd3_timesteps`); sd-scripts' Flux timesteps and guidance, with its defaults where ours differ: `sigma`
-    (uniform, shifted by `discrete_flow_shift`, 3), `uniform`, `sigmoid` (a logit-normal of std
-    `sigmoid_scale`), `shift` (that, shifted) and `flux_shift` (that, shifted by the image size);
-    the guidance the transformer is given, 3.5."""
+    """SD 3's timesteps (`_sd3_timesteps`); sd-scripts' Flux, Chroma and Anima timesteps, with its
+    defaults where ours differ (FLOW_DEFAULTS): `sigma` (uniform, shifted by `discrete_flow_shift`),
+    `uniform`, `sigmoid` (a logit-normal of std `sigmoid_scale`), `shift` (that, shifted) and
+    `flux_shift` (that, shifted by the image size); Flux's guidance input, 3.5."""
     if model_type in SD3_TYPES:
         _sd3_timesteps(r, out, notes)
-    if model_type != M.FLUX_DEV_1:
+    if model_type not in FLOW_DEFAULTS:
         return
-    sampling = str(r.get("timestep_sampling") or "sigma").lower()
-    shift = r.number("discrete_flow_shift") if r.given("discrete_flow_shift") else 3.0
-    scale = r.number("sigmoid_scale") if r.given("sigmoid_scale") else 1.0
+
+    def key(name: str) -> str:  # kohya_ss's page saves Anima's as anima_<name>; sd-scripts' TOML without the prefix
+        return f"anima_{name}" if model_type == M.ANIMA and r.given(f"anima_{name}") else name
+
+    default_sampling, default_shift = FLOW_DEFAULTS[model_type]
+    sampling = str(r.get(key("timestep_sampling")) or default_sampling).lower()
+    shift = r.number(key("discrete_flow_shift")) if r.given(key("discrete_flow_shift")) else default_shift
+    scale = r.number(key("sigmoid_scale")) if r.given(key("sigmoid_scale")) else 1.0
     if sampling in ("sigmoid", "shift", "flux_shift"):
         out.update(timestep_distribution="LOGIT_NORMAL", noising_weight=scale - 1.0, noising_bias=0.0)
     elif sampling in ("sigma", "uniform"):
@@ -53,14 +74,17 @@ def flow_timesteps(r: KohyaReader, out: dict[str, Any], model_type: M, notes: li
         notes.append(f"timestep_sampling '{sampling}' has no counterpart here: UNIFORM is used")
     out["timestep_shift"] = shift if sampling in ("sigma", "shift") else 1.0
     out["dynamic_timestep_shifting"] = sampling == "flux_shift"
-    out.setdefault("transformer", {})["guidance_scale"] = r.number("guidance_scale") if r.given("guidance_scale") else 3.5
-    if r.given("blocks_to_swap"):  # sd-scripts swaps n // 2 of the 19 double blocks and twice the rest of the 38 single ones
+    transformer = out.setdefault("transformer", {})
+    if model_type == M.FLUX_DEV_1:  # Flux.1 dev's guidance input (Chroma and Anima have none)
+        transformer["guidance_scale"] = r.number("guidance_scale") if r.given("guidance_scale") else 3.5
+    if r.given("blocks_to_swap"):
         n = r.number("blocks_to_swap", int)
-        share = min(1.0, round((n // 2 + (n - n // 2) * 2) / 57, 2))
-        out["transformer"]["offload_fraction"] = share
+        # Flux / Chroma: sd-scripts swaps n // 2 of the 19 double blocks and twice the rest of the 38 single ones; Anima: n of 28
+        share = min(1.0, round(n / 28 if model_type == M.ANIMA else (n // 2 + (n - n // 2) * 2) / 57, 2))
+        transformer["offload_fraction"] = share
         notes.append(f"blocks_to_swap {n}: the transformer's Offload fraction is {share} here (that share of its blocks kept in "
                      "CPU memory)")
-    prediction = str(r.get("model_prediction_type") or "sigma_scaled").lower()
+    prediction = str(r.get("model_prediction_type") or ("raw" if model_type == M.ANIMA else "sigma_scaled")).lower()
     if prediction != "raw":
         notes.append(f"model_prediction_type '{prediction}': sd-scripts weighs that loss by the noise level squared; here the "
                      "velocity loss is unweighted, as with 'raw'")

@@ -40,10 +40,19 @@ OPTIMIZER_ARGS = {"weight_decay": "weight_decay", "eps": "eps", "d_coef": "d_coe
                   "momentum": "momentum", "nesterov": "nesterov"}
 # kohya_ss's LoRA types ("Flux1": sd-scripts' lora_flux, every linear layer of the blocks)
 ADAPTERS = {"standard": ("LORA", "attn-mlp"), "kohya locon": ("LORA", "full"), "lycoris/locon": ("LORA", "full"),
-            "lycoris/loha": ("LOHA", "full"), "lycoris/lokr": ("LOKR", "full"), "flux1": ("LORA", "blocks")}
+            "lycoris/loha": ("LOHA", "full"), "lycoris/lokr": ("LOKR", "full"), "flux1": ("LORA", "blocks"),
+            # sd-scripts' lora_anima: the blocks' attention and MLP layers, not their modulation; its own LoHa / LoKr
+            "anima": ("LORA", "attn-mlp"), "kohya loha": ("LOHA", "attn-mlp"), "kohya lokr": ("LOKR", "attn-mlp")}
 # families whose sd-scripts LoRA module adapts every linear layer of the transformer blocks
-BLOCK_FAMILIES = frozenset({M.FLUX_DEV_1, M.STABLE_DIFFUSION_3, M.STABLE_DIFFUSION_35})
-T5_PART = {M.FLUX_DEV_1: "text_encoder_2", M.STABLE_DIFFUSION_3: "text_encoder_3", M.STABLE_DIFFUSION_35: "text_encoder_3"}
+BLOCK_FAMILIES = frozenset({M.FLUX_DEV_1, M.CHROMA_1, M.STABLE_DIFFUSION_3, M.STABLE_DIFFUSION_35})
+T5_PART = {M.FLUX_DEV_1: "text_encoder_2", M.CHROMA_1: "text_encoder", M.STABLE_DIFFUSION_3: "text_encoder_3",
+           M.STABLE_DIFFUSION_35: "text_encoder_3"}
+# the families whose sd-scripts model is the transformer's file alone, and the keys naming their other parts' files
+PART_FILES = {M.FLUX_DEV_1: ("ae", "clip_l", "t5xxl"), M.CHROMA_1: ("ae", "t5xxl"),
+              M.ANIMA: ("qwen3", "anima_qwen3", "vae", "anima_vae", "llm_adapter_path", "anima_llm_adapter_path",
+                        "t5_tokenizer_path", "anima_t5_tokenizer_path")}
+FAMILY_NAMES = {M.FLUX_DEV_1: "Flux", M.CHROMA_1: "Chroma", M.ANIMA: "Anima", M.STABLE_DIFFUSION_3: "SD 3",
+                M.STABLE_DIFFUSION_35: "SD 3"}
 PRECISION = {"bf16": "BFLOAT_16", "fp16": "FLOAT_16", "float": "FLOAT_32", "fp32": "FLOAT_32", "no": "FLOAT_32"}
 SAMPLERS = {"ddim": "DDIM", "euler": "EULER", "euler_a": "EULER_A", "k_euler": "EULER", "k_euler_a": "EULER_A",
             "dpmsolver++": "DPMPP", "dpmsingle": "DPMPP", "k_dpm_2": "DPMPP", "dpmpp_sde": "DPMPP_SDE", "unipc": "UNIPC"}
@@ -99,15 +108,15 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     if r.flag("v_parameterization") and model_type != M.STABLE_DIFFUSION_21:  # a v-prediction SD 1.x / SDXL
         out["force_v_prediction"] = True
     out.update(model_type=model_type.value, base_model_name=str(r.get("pretrained_model_name_or_path") or ""))
-    if model_type == M.FLUX_DEV_1 and out["base_model_name"].lower().endswith((".safetensors", ".sft")):
-        # sd-scripts' Flux model is the transformer's file alone; the other parts are files of their own
+    if model_type in PART_FILES and out["base_model_name"].lower().endswith((".safetensors", ".sft")):
+        # sd-scripts' Flux, Chroma and Anima model is the transformer's file alone; the other parts are files of their own
         hub = family_info(model_type).hub_repo
         out.update(transformer={"model_name": out["base_model_name"]}, base_model_name=hub)
-        parts = [k for k in ("ae", "clip_l", "t5xxl") if r.given(k)]
+        parts = [k for k in PART_FILES[model_type] if r.given(k)]
         for key in parts:
             r.get(key)
-        notes.append(f"the Flux transformer is read from {out['transformer']['model_name']} and the other parts from {hub}"
-                     + (f" ({', '.join(parts)} files are not read)" if parts else ""))
+        notes.append(f"the {FAMILY_NAMES[model_type]} transformer is read from {out['transformer']['model_name']} and the other "
+                     f"parts from {hub}" + (f" ({', '.join(parts)} files are not read)" if parts else ""))
     method = ("EMBEDDING" if r.given("token_string") else
               "LORA" if any(r.given(k) for k in ("network_dim", "LoRA_type", "network_module")) else "FINE_TUNE")
     out["training_method"] = method
@@ -117,6 +126,10 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
         _embedding(r, out, notes)
     else:
         _learning_rates(r, out, model_type, method)
+    if model_type == M.ANIMA and method == "LORA" and out.get("text_encoder", {}).get("train"):
+        out["text_encoder"]["train"] = False
+        notes.append("text encoder: sd-scripts' Anima LoRA can train Qwen3 too; here Anima's transformer alone is trained, as "
+                     "OneTrainer does (no program is known to load a Qwen3 LoRA layer of such a file)")
     _training(r, out, model_type, notes)
     flow_timesteps(r, out, model_type, notes)
     other_family_keys(r, model_type)
@@ -151,13 +164,22 @@ def _model_type(r: KohyaReader, notes: list[str]) -> M:
     `sdxl_checkbox`); sd-scripts picks the family by its script, so a TOML without them is read
     by its network module (lora_flux, lora_sd3) or its T5 file, else as SD 1.5 with a note."""
     module = str(r.data.get("network_module") or "")
+    for switch, script, name in (("lumina_checkbox", "lora_lumina", "Lumina Image 2.0"),
+                                 ("hunyuan_image_checkbox", "lora_hunyuan_image", "HunyuanImage 2.1")):
+        if r.flag(switch) or module.endswith(script):
+            raise ConfigError(f"{switch}: this kohya_ss config trains {name}, which has no model type here; nothing was "
+                              "imported. Choose one of this trainer's model types on the page instead")
+    if r.flag("anima_checkbox") or module.endswith("lora_anima") or r.given("qwen3") or r.given("anima_qwen3"):
+        r.get("network_module")
+        return M.ANIMA
     if r.flag("sd3_checkbox") or module.endswith("lora_sd3"):
         r.get("network_module")
         name = str(r.data.get("pretrained_model_name_or_path") or "").lower()
         return M.STABLE_DIFFUSION_35 if re.search(r"3[._-]?5", name) else M.STABLE_DIFFUSION_3
     if r.flag("flux1_checkbox") or module.endswith("lora_flux") or r.given("t5xxl"):
         r.get("network_module")
-        return M.FLUX_DEV_1
+        # sd-scripts' flux_train_network.py with --model_type chroma (kohya_ss's Flux page, model type Chroma)
+        return M.CHROMA_1 if str(r.get("model_type") or "flux").lower() == "chroma" else M.FLUX_DEV_1
     if r.flag("sdxl") or r.flag("sdxl_checkbox"):
         return M.STABLE_DIFFUSION_XL_10_BASE
     if r.flag("v2"):
@@ -288,7 +310,7 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
             out[ours] = r.number(key, kind)
     if r.data.get("max_grad_norm") not in (None, ""):  # 0: no clipping
         out["clip_grad_norm"] = r.number("max_grad_norm") or None
-    flux = model_type == M.FLUX_DEV_1
+    flux = model_type in (M.FLUX_DEV_1, M.CHROMA_1, M.ANIMA)  # flux_train_utils' noise (Anima's script uses it too)
     sd3 = model_type in (M.STABLE_DIFFUSION_3, M.STABLE_DIFFUSION_35)
     # kohya_ss sends noise_offset only with its "Original" noise type, and multires noise only with
     # "Multires"; sd-scripts' Flux and SD 3 scripts draw plain noise and use no min-SNR gamma
@@ -319,7 +341,7 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
         if named := [k for k in ignored if r.given(k) and (k != "multires_noise_iterations" or multires)]:
             for key in (*ignored, "multires_noise_discount"):
                 r.get(key)
-            notes.append(f"{', '.join(named)}: sd-scripts does not use them for {'Flux' if flux else 'SD 3'}, nor does this import")
+            notes.append(f"{', '.join(named)}: sd-scripts does not use them for {FAMILY_NAMES[model_type]}, nor does this import")
     if r.given("caption_dropout_rate"):  # kohya's empty caption, here each text encoder's
         rate = r.number("caption_dropout_rate")
         for part in info.text_encoders:
@@ -342,7 +364,7 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
         out["text_encoder_layer_skip"] = r.number("clip_skip", int) - 1
     if r.given("max_token_length") and info.denoiser == "unet":  # 150 / 225: CLIP read in windows of 75
         out["max_token_length"] = r.number("max_token_length", int)
-    if r.given("vae"):
+    if r.given("vae") and model_type != M.ANIMA:  # (Anima's is one of its part files)
         out.setdefault("vae", {})["model_name"] = str(r.get("vae"))
     if r.flag("fp8_base") or r.flag("fp8_base_unet"):  # the denoiser's weights in 8 bits, computed in the train type
         out.setdefault(info.denoiser, {})["weight_dtype"] = "FLOAT_8"
@@ -473,11 +495,12 @@ def _samples(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: 
     samples = [sample_from_kohya(str(line), flux) for line in lines if str(line).strip() and not str(line).lstrip().startswith("#")]
     size = str(out.get("resolution", "")).partition("x")
     sampler = SAMPLERS.get(str(r.get("sample_sampler") or "").lower())
+    chroma = model_type == M.CHROMA_1  # Flux's sampling script: 20 steps, its CFG (--l) 1.0
     for sample in samples:
         # sd-scripts' defaults (30 steps, CFG 7.5; Flux: 20 steps, guidance 3.5), but the training
         # size, not its 512 x 512 (noise for SDXL)
-        sample.setdefault("diffusion_steps", 20 if flux else 30)
-        sample.setdefault("cfg_scale", 3.5 if flux else 7.5)
+        sample.setdefault("diffusion_steps", 20 if flux or chroma else 30)
+        sample.setdefault("cfg_scale", 3.5 if flux else 1.0 if chroma else 7.5)
         if size[0].isdigit():
             sample.setdefault("width", int(size[0]))
             sample.setdefault("height", int(size[2] or size[0]))

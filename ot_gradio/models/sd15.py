@@ -219,16 +219,11 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     # ---------------------------------------------------------------- training
 
     def tokenize(self, prompts: str | Sequence[str]) -> torch.Tensor:
-        """Token ids padded and truncated to the text encoder's window (77 for CLIP)."""
+        """Token ids padded and truncated to the text encoder's window (77 for CLIP); with
+        `caption_windows` above 1, each prompt's windows of 75 as rows of their own (long_captions.py)."""
         if isinstance(prompts, str):
             prompts = [prompts]
-        return self.tokenizer(
-            list(prompts),
-            padding="max_length",
-            max_length=self.tokenizer.model_max_length,
-            truncation=True,
-            return_tensors="pt",
-        ).input_ids
+        return window_ids(self.tokenizer, list(prompts), self.caption_windows)
 
     def encode_prompt(self, input_ids: torch.Tensor, layer_skip: int = 0) -> torch.Tensor:
         """Text encoder hidden states (B, tokens, width). Gradients flow when the encoder trains.
@@ -247,7 +242,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     def encode_text(self, captions: Sequence[str], grad: frozenset[str] | set[str] = frozenset()) -> dict[str, torch.Tensor]:
         """The denoiser's text conditioning for a batch of captions. Gradients flow through the
         text encoders named in `grad` (the ones being trained); the others run without them."""
-        ids = window_ids(self.tokenizer, list(captions), self.caption_windows)
+        ids = self.tokenize(list(captions))
         with torch.set_grad_enabled("text_encoder" in grad and torch.is_grad_enabled()):
             hidden = self.encode_prompt(ids, self.layer_skips.get("text_encoder", 0))
         return {"encoder_hidden_states": joined(hidden, self.caption_windows)}

@@ -2,7 +2,10 @@
 repository) set, carried over as kohya_ss and sd-scripts train it: each case is a key found in
 those files that an earlier import refused or read otherwise."""
 
+import pytest
+
 from ot_gradio.config.io import load_config
+from ot_gradio.config.validation import ConfigError
 
 BASE = {"pretrained_model_name_or_path": "/models/base.safetensors", "train_batch_size": 1}
 
@@ -84,6 +87,31 @@ def test_max_norm_input_perturbation_and_huber():
     assert "multires_noise_iterations, min_snr_gamma, ip_noise_gamma: sd-scripts does not use them for SD 3" in warning
     c, _ = _load(flux1_checkbox=True, network_dim=8, ip_noise_gamma=0.1)  # its Flux script does perturb the input
     assert c.perturbation_noise_weight == 0.1
+
+
+def test_kohya_ss_newer_families_chroma_anima_lumina_hunyuan_image():
+    # its Flux page with model type Chroma runs flux_train_network.py --model_type chroma
+    c, warning = _load(flux1_checkbox=True, model_type="chroma", LoRA_type="Flux1", network_dim=8, guidance_scale=0.0,
+                       pretrained_model_name_or_path="/m/Chroma1-HD.safetensors", ae="/m/ae.safetensors",
+                       t5xxl="/m/t5.safetensors", apply_t5_attn_mask=True, sample_prompts="a cat --l 4\na dog", min_snr_gamma=5)
+    assert (c.model_type.value, c.transformer.model_name, c.base_model_name) == ("CHROMA_1", "/m/Chroma1-HD.safetensors", "lodestones/Chroma1-HD")
+    assert (c.layer_filter_preset, c.timestep_distribution.value, c.timestep_shift, c.loss_weight_fn.value) == ("blocks", "UNIFORM", 3.0, "CONSTANT")
+    assert [(s.cfg_scale, s.diffusion_steps) for s in c.samples] == [(4.0, 20), (1.0, 20)]
+    assert "the Chroma transformer is read from" in warning and "sd-scripts does not use them for Chroma" in warning
+    # its Anima page: anima_train_network.py, a logit-normal unshifted by default, its page's keys prefixed
+    c, warning = _load(anima_checkbox=True, LoRA_type="Anima", network_dim=16, pretrained_model_name_or_path="/m/anima.safetensors",
+                       anima_qwen3="/m/qwen3", anima_vae="/m/vae.safetensors", anima_discrete_flow_shift=3.0,
+                       anima_timestep_sampling="shift", flux1_checkbox=False,
+                       anima_compile=False, lumina_checkbox=False, lumina_discrete_flow_shift=6.0, blocks_to_swap=7)
+    assert (c.model_type.value, c.transformer.model_name, c.base_model_name) == (
+        "ANIMA", "/m/anima.safetensors", "circlestone-labs/Anima-Base-v1.0-Diffusers")
+    assert (c.layer_filter_preset, c.timestep_distribution.value, c.timestep_shift, c.vae.model_name) == ("attn-mlp", "LOGIT_NORMAL", 3.0, "")
+    assert c.transformer.offload_fraction == 0.25 and "anima_qwen3, anima_vae files are not read" in warning
+    assert not c.text_encoder.train and "sd-scripts' Anima LoRA can train Qwen3 too" in warning
+    assert "lumina" not in warning and "model_prediction_type" not in warning
+    for switch in ("lumina_checkbox", "hunyuan_image_checkbox"):  # no such model type here: refused, naming it
+        with pytest.raises(ConfigError, match=f"{switch}: this kohya_ss config trains"):
+            _load(**{switch: True}, network_dim=8)
 
 
 def test_sd3_timesteps_and_other_families_keys():
