@@ -318,8 +318,12 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     original, multires = noise_type == "Original", noise_type != "Original" or not r.given("noise_offset_type")
     if r.given("noise_offset") and original and not (flux or sd3):
         out["offset_noise_weight"] = r.number("noise_offset")
+        out["offset_noise_random_strength"] = r.flag("noise_offset_random_strength")
+        if r.given("adaptive_noise_scale"):
+            out["adaptive_noise_scale"] = r.number("adaptive_noise_scale")
     elif not original:
-        r.get("noise_offset")  # unused there too
+        for key in ("noise_offset", "noise_offset_random_strength", "adaptive_noise_scale"):
+            r.get(key)  # unused there too
     if r.given("multires_noise_iterations") and multires and not (flux or sd3):
         out["multires_noise_iterations"] = r.number("multires_noise_iterations", int)
         if r.given("multires_noise_discount"):
@@ -333,15 +337,20 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
         out["loss_weight_fn"] = "DEBIASED_ESTIMATION"
     if r.given("ip_noise_gamma") and not sd3:  # input perturbation: the noisy input only, as here
         out["perturbation_noise_weight"] = r.number("ip_noise_gamma")
-        if r.flag("ip_noise_gamma_random_strength"):
-            notes.append(f"ip_noise_gamma_random_strength: sd-scripts draws a strength between 0 and {r.data['ip_noise_gamma']} "
-                         "at each step; here it is always that value (Perturbation noise weight)")
+        out["perturbation_noise_random_strength"] = r.flag("ip_noise_gamma_random_strength")
+    # the timesteps trained, [min_timestep, max_timestep) of 1000 (sd-scripts' Flux, Chroma and Anima draw from all)
+    for key, ours in (("min_timestep", "min_noising_strength"), ("max_timestep", "max_noising_strength")):
+        if r.given(key) and changes_something(key, r.data[key]) and not flux:
+            out[ours] = min(1.0, max(0.0, r.number(key) / 1000))
     if flux or sd3:
-        ignored = ("noise_offset", "multires_noise_iterations", "min_snr_gamma", *(("ip_noise_gamma",) if sd3 else ()))
-        if named := [k for k in ignored if r.given(k) and (k != "multires_noise_iterations" or multires)]:
+        ignored = ("noise_offset", "multires_noise_iterations", "min_snr_gamma", *(("ip_noise_gamma",) if sd3 else ("min_timestep", "max_timestep")))
+        if named := [k for k in ignored if changes_something(k, r.data.get(k)) and (k != "multires_noise_iterations" or multires)]:
             for key in (*ignored, "multires_noise_discount"):
                 r.get(key)
             notes.append(f"{', '.join(named)}: sd-scripts does not use them for {FAMILY_NAMES[model_type]}, nor does this import")
+    if r.flag("masked_loss"):  # sd-scripts' masks: a conditioning_data_dir or the images' alpha channel
+        notes.append("masked_loss: here a mask is a <image>-masklabel.png beside each image (white trains); put them there and "
+                     "turn on Training → Masked training (Tools → Masks can draw them)")
     if r.given("caption_dropout_rate"):  # kohya's empty caption, here each text encoder's
         rate = r.number("caption_dropout_rate")
         for part in info.text_encoders:

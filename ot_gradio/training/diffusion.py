@@ -56,6 +56,7 @@ from .first_frame import draw_given, with_first_frame, without_first_frame
 from .fp16_fallback import install_fp16_fallback, load_dtype
 from .loss import diffusion_loss, loss_scale
 from .masking import training_mask
+from .noise import adaptive_offset
 from .quantize import (
     GGUF_A8_CODES,
     W8A8_CODES,
@@ -254,8 +255,10 @@ class DiffusionStep:
             return self.schedule.from_fixed(timesteps), noise, noise
         shape = (latents.shape[0] * self.dist.world, *latents.shape[1:])
         timesteps = self.schedule.draw_timesteps(latents, shape[0])
+        # adaptive_noise_scale: this process's images' offset strengths, in its rows of the global batch's draw
+        add = adaptive_offset(latents, self.config.adaptive_noise_scale) if self.config.offset_noise_weight > 0 else None
         # only the shape, type and device of the first argument are used
-        noisy, clean = self.schedule.make_noise(latents.new_empty(shape), timesteps)
+        noisy, clean = self.schedule.make_noise(latents.new_empty(shape), timesteps, offset_add=None if add is None else self.dist.spread(add))
         mine = self.dist.mine
         return mine(timesteps), mine(noisy), mine(clean)
 

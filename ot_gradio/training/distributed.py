@@ -93,6 +93,15 @@ class Distributed:
         size = drawn.shape[0] // self.world
         return drawn[self.rank * size:(self.rank + 1) * size]
 
+    def spread(self, mine: torch.Tensor) -> torch.Tensor:
+        """This process's per-sample rows placed in a global batch's (the others zero): what a draw
+        made for the whole global batch reads where `mine` will take these rows back."""
+        if not self.active:
+            return mine
+        out = mine.new_zeros((mine.shape[0] * self.world, *mine.shape[1:]))
+        out[self.rank * mine.shape[0]:(self.rank + 1) * mine.shape[0]] = mine
+        return out
+
     # --- collectives --------------------------------------------------------------------------
     def barrier(self) -> None:
         if self.active:

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from ..config.enums import LossWeight
-from .noise import make_noise, sample_timesteps
+from .noise import make_noise, noise_options, sample_timesteps
 
 NUM_TRAIN_TIMESTEPS = 1000
 
@@ -97,10 +97,8 @@ class FlowMatchingSchedule:
             return timesteps.to(self.device)
         return t_from_index(timesteps.to(self.device))
 
-    def make_noise(self, like: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        c = self.config
-        return make_noise(like, t, offset_weight=c.offset_noise_weight, multires_iterations=c.multires_noise_iterations,
-                          multires_discount=c.multires_noise_discount, perturbation_weight=c.perturbation_noise_weight)
+    def make_noise(self, like: torch.Tensor, t: torch.Tensor, offset_add: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return make_noise(like, t, offset_add=offset_add, **noise_options(self.config, flow_matching=True))
 
     @staticmethod
     def _view(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,9 @@ does. `multires_noise_iterations` adds multi-resolution (pyramid) noise as kohya
 does: Gaussian noise drawn at that many sizes, the first the latent's own and each next one 2
 to 4 times smaller than the last (stopping at one pixel), scaled up bilinearly and weakened by
 `multires_noise_discount` per level, then the whole batch's noise is scaled back to unit
-standard deviation. `perturbation_noise_weight` is input perturbation (Ning et al. 2023, "Input Perturbation
+standard deviation. kohya's offset options: `offset_noise_random_strength` draws each step's
+offset strength between 0 and the weight, `adaptive_noise_scale` adds that times each image's
+mean latent value per channel to it. `perturbation_noise_weight` is input perturbation (Ning et al. 2023, "Input Perturbation
 Reduces Exposure Bias"): extra Gaussian noise is added to the noisy input only, while the
 target keeps the unperturbed noise. (OneTrainer adds it to the noise used for both, which makes
 it just stronger noise; we follow the paper.)
@@ -35,6 +37,7 @@ it just stronger noise; we follow the paper.)
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -148,28 +151,59 @@ def multires_noise(noise: torch.Tensor, iterations: int, discount: float) -> tor
     return (out / out.std()).reshape(shape)
 
 
+def noise_options(config: Any, flow_matching: bool = False) -> dict[str, Any]:
+    """`make_noise`'s settings from a run's config (generalized offset noise: DDPM schedules only)."""
+    return {
+        "offset_weight": config.offset_noise_weight, "offset_random": config.offset_noise_random_strength,
+        "generalized_offset": config.generalized_offset_noise and not flow_matching,
+        "multires_iterations": config.multires_noise_iterations, "multires_discount": config.multires_noise_discount,
+        "perturbation_weight": config.perturbation_noise_weight, "perturbation_random": config.perturbation_noise_random_strength,
+    }
+
+
+def adaptive_offset(latents: torch.Tensor, scale: float) -> torch.Tensor | None:
+    """kohya's adaptive noise scale: `scale` x each image's mean latent value per channel (its
+    absolute value) [B, C], added to the offset noise's strength (`make_noise`'s offset_add)."""
+    if not scale:
+        return None
+    return latents.detach().float().mean(dim=tuple(range(2, latents.ndim))).abs() * scale
+
+
 def make_noise(
     latents: torch.Tensor,
     timesteps: torch.Tensor,
     *,
     offset_weight: float = 0.0,
+    offset_random: bool = False,
+    offset_add: torch.Tensor | None = None,
     generalized_offset: bool = False,
     multires_iterations: int = 0,
     multires_discount: float = 0.3,
     perturbation_weight: float = 0.0,
+    perturbation_random: bool = False,
     psi: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(noise added to the latents, noise the target is computed from)."""
+    """(noise added to the latents, noise the target is computed from). `offset_random` /
+    `perturbation_random`: the step's strength is drawn between 0 and the weight (kohya's
+    noise_offset_random_strength / ip_noise_gamma_random_strength); `offset_add` [B, C]: added to
+    each image's offset strength (`adaptive_offset`), never below 0."""
     noise = torch.randn_like(latents)
     if offset_weight > 0:
         offset = torch.randn(latents.shape[0], latents.shape[1], *([1] * (latents.ndim - 2)), device=latents.device, dtype=latents.dtype)
+        strength = offset_weight * torch.rand(()).item() if offset_random else offset_weight
+        if offset_add is not None:
+            strength = (strength + offset_add.to(latents.device, latents.dtype)).clamp(min=0)
+            offset = offset * strength.view(*strength.shape, *([1] * (latents.ndim - 2)))
+        else:
+            offset = offset * strength
         if generalized_offset:
             if psi is None:
                 raise ValueError("generalized_offset_noise needs the psi schedule of the model's betas")
             scale = psi.to(latents.device)[timesteps.long()].to(latents.dtype)
             offset = offset * scale.view(-1, *([1] * (latents.ndim - 1)))
-        noise = noise + offset_weight * offset
+        noise = noise + offset
     noise = multires_noise(noise, multires_iterations, multires_discount)
     if perturbation_weight > 0:
-        return noise + perturbation_weight * torch.randn_like(latents), noise
+        strength = perturbation_weight * torch.rand(()).item() if perturbation_random else perturbation_weight
+        return noise + strength * torch.randn_like(latents), noise
     return noise, noise

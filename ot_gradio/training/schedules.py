@@ -16,7 +16,7 @@ import torch
 
 from .flow_matching import FlowMatchingSchedule
 from .loss import timestep_loss_weight
-from .noise import make_noise, offset_noise_psi, sample_timesteps
+from .noise import make_noise, noise_options, offset_noise_psi, sample_timesteps
 
 
 class DdpmSchedule:
@@ -45,13 +45,9 @@ class DdpmSchedule:
     def from_fixed(self, timesteps: torch.Tensor) -> torch.Tensor:
         return timesteps.to(self.device).long()
 
-    def make_noise(self, like: torch.Tensor, timesteps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        c = self.config
-        return make_noise(
-            like, timesteps, offset_weight=c.offset_noise_weight, generalized_offset=c.generalized_offset_noise,
-            multires_iterations=c.multires_noise_iterations, multires_discount=c.multires_noise_discount,
-            perturbation_weight=c.perturbation_noise_weight, psi=self.psi,
-        )
+    def make_noise(self, like: torch.Tensor, timesteps: torch.Tensor,
+                   offset_add: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return make_noise(like, timesteps, offset_add=offset_add, psi=self.psi, **noise_options(self.config))
 
     def noisy(self, latents: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
         return self.model.add_noise(latents, noise, timesteps)

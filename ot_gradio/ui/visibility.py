@@ -33,7 +33,8 @@ PART_TRAINING = ("train", "learning_rate", "stop_training_after", "stop_training
 # either. The noise schedule's
 # options (zero terminal SNR, forced prediction) stay: a sample from a text prompt runs with them.
 VAE_IGNORED = ("latent_caching", "offset_noise_weight", "generalized_offset_noise", "perturbation_noise_weight",
-               "multires_noise_iterations", "multires_noise_discount",
+               "multires_noise_iterations", "multires_noise_discount", "offset_noise_random_strength", "adaptive_noise_scale",
+               "perturbation_noise_random_strength",
                "min_noising_strength", "max_noising_strength", "timestep_distribution", "noising_weight", "noising_bias",
                "timestep_shift", "dynamic_timestep_shifting", "loss_weight_fn", "loss_weight_strength", "vb_loss_strength",
                "only_cache")

@@ -73,8 +73,14 @@ def test_noise_loss_cycles_and_sizes():
 
 def test_max_norm_input_perturbation_and_huber():
     c, warning = _load(network_dim=8, scale_weight_norms=1.5, ip_noise_gamma=0.1, ip_noise_gamma_random_strength=True)
-    assert (c.lora_max_norm, c.perturbation_noise_weight) == (1.5, 0.1)
-    assert "ip_noise_gamma_random_strength" in warning and "not carried over" not in warning
+    assert (c.lora_max_norm, c.perturbation_noise_weight, c.perturbation_noise_random_strength) == (1.5, 0.1, True)
+    assert "not carried over" not in warning
+    c, warning = _load(network_dim=8, noise_offset=0.0357, noise_offset_type="Original", noise_offset_random_strength=True,
+                       adaptive_noise_scale=0.00357)
+    assert (c.offset_noise_weight, c.offset_noise_random_strength, c.adaptive_noise_scale) == (0.0357, True, 0.00357)
+    c, warning = _load(network_dim=8, noise_offset=0.0357, noise_offset_type="Multires", noise_offset_random_strength=True,
+                       adaptive_noise_scale=0.00357)  # kohya_ss sends them with its Original type only
+    assert (c.offset_noise_weight, c.adaptive_noise_scale) == (0.0, 0.0) and "not carried over" not in warning
     c, warning = _load(LoRA_type="LyCORIS/LoHa", network_dim=8, scale_weight_norms=1)
     assert c.lora_max_norm == 0.0 and "scale_weight_norms 1: the max norm here caps plain LoRA and DoRA layers, not LyCORIS/LoHa" in warning
     c, warning = _load(network_dim=8, loss_type="huber", huber_c=0.1, huber_schedule="snr")
@@ -197,6 +203,14 @@ def test_dataset_toml_options_per_dataset(tmp_path):
     c, warning = _load(network_dim=8, dataset_config=str(tmp_path / "d.toml"), caption_extension=".tags")
     assert warning.count("caption_extension '.tags': here captions are read from .txt, else .caption files") == 1
     assert "caption_extension" not in _load(network_dim=8, dataset_config=str(tmp_path / "d.toml"), caption_extension="caption")[1]
+
+
+def test_timestep_range_and_masked_loss():
+    c, warning = _load(network_dim=8, min_timestep=100, max_timestep=900, masked_loss=True)
+    assert (c.min_noising_strength, c.max_noising_strength, c.masked_training) == (0.1, 0.9, False)
+    assert "masked_loss: here a mask is a <image>-masklabel.png" in warning and "not carried over" not in warning
+    c, warning = _load(flux1_checkbox=True, network_dim=8, min_timestep=100)  # sd-scripts' Flux script draws from all
+    assert c.min_noising_strength == 0.0 and "min_timestep: sd-scripts does not use them for Flux" in warning
 
 
 def test_bucket_no_upscale(tmp_path):

@@ -149,3 +149,15 @@ def test_gradients_are_averaged_across_two_gloo_processes(tmp_path):
         assert got["mean"] == 1.5
         assert got["broadcast"] == ["stop"]  # the main process's requests reach every process
         assert got["weights"] == [0.0, 0.0]  # everyone starts from the main process's weights
+
+
+def test_spread_puts_a_process_rows_where_mine_takes_them_back():
+    from ot_gradio.training.distributed import Distributed
+
+    rows = torch.arange(6.0).view(3, 2)
+    for rank in range(4):
+        dist = Distributed(rank=rank, world=4)
+        spread = dist.spread(rows)
+        assert spread.shape == (12, 2) and torch.equal(dist.mine(spread), rows)
+        assert spread.abs().sum() == rows.abs().sum()  # the other processes' rows are zero
+    assert Distributed().spread(rows) is rows

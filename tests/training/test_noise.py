@@ -177,3 +177,41 @@ def test_multires_discount_weakens_the_coarse_levels_and_zero_iterations_is_off(
     torch.manual_seed(4)
     strong = multires_noise(noise, 8, 0.9)
     assert _low_frequency_share(weak) < _low_frequency_share(strong)
+
+
+def test_random_strengths_draw_each_steps_strength_below_the_weight():
+    latents = torch.zeros(64, 4, 8, 8)
+    t = torch.zeros(64, dtype=torch.long)
+    offsets, perturbations = [], []
+    for seed in range(40):
+        torch.manual_seed(seed)
+        base, _ = make_noise(latents, t)
+        torch.manual_seed(seed)
+        noisy, target = make_noise(latents, t, offset_weight=0.5, offset_random=True, perturbation_weight=0.2, perturbation_random=True)
+        offset = target - base  # constant per image and channel
+        offsets.append((offset[:, :, 0, 0].std() / 0.5).item())
+        perturbations.append(((noisy - target).std() / 0.2).item())
+    for shares in (offsets, perturbations):  # the drawn strength / the weight: anywhere in (0, 1), not always 1
+        assert 0 < min(shares) < 0.3 and 0.7 < max(shares) < 1.25 and 0.3 < sum(shares) / len(shares) < 0.7
+
+
+def test_adaptive_noise_scale_adds_each_images_mean_to_its_offset():
+    from ot_gradio.training.noise import adaptive_offset
+
+    latents = torch.zeros(2, 4, 8, 8)
+    latents[1, 2] = -3.0  # one image's third channel far from 0
+    add = adaptive_offset(latents, 0.1)
+    assert add.shape == (2, 4) and add[1, 2].item() == pytest.approx(0.3) and add[0].abs().sum() == 0
+    assert adaptive_offset(latents, 0.0) is None
+    t = torch.zeros(2, dtype=torch.long)
+    torch.manual_seed(5)
+    base, _ = make_noise(latents, t)
+    torch.manual_seed(5)
+    plain, _ = make_noise(latents, t, offset_weight=0.1)
+    torch.manual_seed(5)
+    adaptive, _ = make_noise(latents, t, offset_weight=0.1, offset_add=add)
+    ratio = (adaptive - base)[:, :, 0, 0] / (plain - base)[:, :, 0, 0]  # the same draw, each strength scaled
+    assert ratio[1, 2].item() == pytest.approx(4.0, rel=1e-4) and torch.allclose(ratio[0], torch.ones(4), rtol=1e-4)
+    torch.manual_seed(5)
+    lowered, _ = make_noise(latents, t, offset_weight=0.1, offset_add=-add * 10)  # never below 0
+    assert (lowered - base)[1, 2].abs().max().item() == 0.0

@@ -181,7 +181,8 @@ def test_families_without_an_embedding_do_not_offer_one():
 
 # FINE_TUNE_VAE's step (training/vae_method.py) encodes the images at every step and draws no noise nor timesteps
 VAE_IGNORES = ("latent_caching", "offset_noise_weight", "generalized_offset_noise", "perturbation_noise_weight",
-               "multires_noise_iterations", "multires_noise_discount",
+               "multires_noise_iterations", "multires_noise_discount", "offset_noise_random_strength", "adaptive_noise_scale",
+               "perturbation_noise_random_strength",
                "timestep_distribution", "min_noising_strength", "max_noising_strength", "noising_weight", "noising_bias",
                "timestep_shift", "dynamic_timestep_shifting", "loss_weight_fn", "loss_weight_strength", "vb_loss_strength",
                "only_cache")
