@@ -190,12 +190,16 @@ def _model_type(r: KohyaReader, notes: list[str]) -> M:
     return M.STABLE_DIFFUSION_15
 
 
-def network_args(r: KohyaReader) -> dict[str, str]:
-    """sd-scripts' `network_args` ("algo=lokr", "factor=8" ...: a list, or one string) as a dict."""
-    value = r.data.get("network_args")
+def key_values(value: Any) -> dict[str, str]:
+    """sd-scripts' `name=value` arguments ("algo=lokr", "factor=8" ...: a list, or one string) as a dict."""
     items = value if isinstance(value, list) else str(value or "").replace('"', "").split()
     pairs = (str(item).partition("=") for item in items)
     return {key.strip(): val.strip().strip("'\"") for key, _, val in pairs if key.strip()}
+
+
+def network_args(r: KohyaReader) -> dict[str, str]:
+    """sd-scripts' `network_args` as a dict."""
+    return key_values(r.data.get("network_args"))
 
 
 def _network(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: M) -> None:
@@ -377,6 +381,14 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
         out.setdefault("vae", {})["model_name"] = str(r.get("vae"))
     if r.flag("fp8_base") or r.flag("fp8_base_unet"):  # the denoiser's weights in 8 bits, computed in the train type
         out.setdefault(info.denoiser, {})["weight_dtype"] = "FLOAT_8"
+    full = "BFLOAT_16" if r.flag("full_bf16") else "FLOAT_16" if r.flag("full_fp16") else None
+    if full:  # sd-scripts' full_bf16 / full_fp16: the trained weights themselves (and their gradients) in that type
+        if out.get("training_method") == "LORA":
+            out["lora_weight_dtype"] = full
+        else:
+            for part in (info.denoiser, *info.text_encoders):
+                if out.get(part, {}).get("train", part == info.denoiser):
+                    out.setdefault(part, {})["weight_dtype"] = full
     if r.flag("sdxl_no_half_vae") or r.flag("no_half_vae"):
         out.setdefault("vae", {})["weight_dtype"] = "FLOAT_32"
     size = r.get("max_resolution") or r.get("resolution") or ""  # kohya_ss's page / sd-scripts
@@ -407,6 +419,12 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     percent = r.number("lr_warmup") if r.given("lr_warmup") else 0.0  # kohya_ss's page: a percentage of the steps
     # sd-scripts: steps, or below 1 a fraction of all steps; kohya_ss's page: its percentage when no steps
     out["learning_rate_warmup_steps"] = steps if steps else min(percent, 99.0) / 100
+    custom = str(r.get("lr_scheduler_type") or "").strip()
+    if custom:  # sd-scripts builds that class (torch.optim.lr_scheduler's when no module is named) with lr_scheduler_args, no warmup
+        out.update(learning_rate_scheduler="CUSTOM", learning_rate_warmup_steps=0.0,
+                   custom_learning_rate_scheduler=custom if "." in custom else f"torch.optim.lr_scheduler.{custom}",
+                   scheduler_params=[{"key": k, "value": v} for k, v in key_values(r.get("lr_scheduler_args")).items()])
+
 
 
 def _resolution(size: str, notes: list[str]) -> str:

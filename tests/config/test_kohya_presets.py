@@ -205,6 +205,17 @@ def test_dataset_toml_options_per_dataset(tmp_path):
     assert "caption_extension" not in _load(network_dim=8, dataset_config=str(tmp_path / "d.toml"), caption_extension="caption")[1]
 
 
+def test_custom_scheduler_and_full_bf16():
+    c, _ = _load(network_dim=8, lr_scheduler="cosine", lr_scheduler_type="CosineAnnealingLR", lr_scheduler_args="T_max=100 eta_min=1e-6",
+                 lr_warmup_steps=50, full_bf16=True)
+    assert (c.learning_rate_scheduler.value, c.custom_learning_rate_scheduler, c.learning_rate_warmup_steps) == (
+        "CUSTOM", "torch.optim.lr_scheduler.CosineAnnealingLR", 0.0)
+    assert c.scheduler_params == [{"key": "T_max", "value": "100"}, {"key": "eta_min", "value": "1e-6"}]
+    assert c.lora_weight_dtype.value == "BFLOAT_16"
+    c, _ = _load(sdxl=True, learning_rate=1e-5, full_fp16=True, train_text_encoder=False)  # a fine-tune: the UNet's weights
+    assert (c.training_method.value, c.unet.weight_dtype.value, c.text_encoder.weight_dtype.value) == ("FINE_TUNE", "FLOAT_16", "FLOAT_32")
+
+
 def test_timestep_range_and_masked_loss():
     c, warning = _load(network_dim=8, min_timestep=100, max_timestep=900, masked_loss=True)
     assert (c.min_noising_strength, c.max_noising_strength, c.masked_training) == (0.1, 0.9, False)
