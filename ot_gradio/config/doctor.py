@@ -48,10 +48,10 @@ from .output_formats import (
     diffusers_text_encoder_problems,
     dora_format_problem,
     fused_lora_problem,
+    kohya_lora_problem,
     kohya_unread_warnings,
     lokr_dora_warnings,
     lora_reader_problems,
-    max_norm_problem,
     output_format_problems,
     output_format_warnings,
 )
@@ -247,7 +247,7 @@ def errors(config: TrainConfig) -> list[str]:
         if "." not in path.strip("."):
             out.append(f"custom_learning_rate_scheduler: the CUSTOM scheduler needs a class path in the form module.Class "
                        f"(e.g. torch.optim.lr_scheduler.StepLR), not {path!r}.")
-    if problem := max_norm_problem(config):
+    if problem := kohya_lora_problem(config):
         out.append(problem)
     if fused_back_pass_on(config) and config.gradient_accumulation_steps > 1:
         out.append(f"optimizer.fused_back_pass: it steps the optimizer in every backward pass, so it cannot work with "

@@ -252,6 +252,15 @@ def _network(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: 
         if [str(v) for v in conv] != [str(r.data.get("network_dim")), str(r.data.get("network_alpha"))]:
             notes.append(f"conv_dim {conv[0]} / conv_alpha {conv[1]}: the conv layers train at the same rank and alpha as "
                          "the others here")
+    for key in ("rank_dropout", "module_dropout"):  # kohya_ss's page keys, or sd-scripts' network_args
+        if key in args and key not in r.data:
+            r.data[key] = args[key]
+        if r.given(key) and r.number(key) > 0:
+            if peft == "LORA" and not out.get("lora_decompose"):
+                out[f"lora_{key}"] = r.number(key)
+            else:
+                notes.append(f"{key} {r.data[key]}: kohya's {key.replace('_', ' ')} acts here on plain LoRA layers, not "
+                             f"{'DoRA' if peft == 'LORA' else kind}; it trains without")
     if r.given("scale_weight_norms") and r.number("scale_weight_norms") > 0:  # kohya's max-norm regularisation
         if peft == "LORA":
             out["lora_max_norm"] = r.number("scale_weight_norms")

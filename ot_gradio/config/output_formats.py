@@ -31,13 +31,21 @@ def output_format_warnings(config: Any) -> list[str]:
     return []
 
 
-def max_norm_problem(config: Any) -> str | None:
-    """`lora_max_norm` (kohya's scale_weight_norms) caps the up and down matrices of plain LoRA
-    layers; the other adapter types have none."""
+def kohya_lora_problem(config: Any) -> str | None:
+    """kohya's LoRA options: `lora_max_norm` (scale_weight_norms) caps the up and down matrices of
+    LoRA and DoRA layers, `lora_rank_dropout` / `lora_module_dropout` act on plain LoRA layers;
+    the other adapter types have none."""
+    if config.training_method != TrainingMethod.LORA:
+        return None
     peft = str(getattr(config.peft_type, "value", config.peft_type))
-    if config.training_method == TrainingMethod.LORA and config.lora_max_norm > 0 and peft != "LORA":
+    if config.lora_max_norm > 0 and peft != "LORA":
         return (f"lora_max_norm: the max norm (kohya's scale_weight_norms) caps LoRA and DoRA layers, not {peft}; set it "
                 "to 0, or choose the LORA adapter type.")
+    for field, label in (("lora_rank_dropout", "rank dropout"), ("lora_module_dropout", "module dropout")):
+        if getattr(config, field) > 0 and (peft != "LORA" or config.lora_decompose):
+            kind = "DoRA" if peft == "LORA" else peft
+            return (f"{field}: kohya's {label} acts on plain LoRA layers, not {kind}; set it to 0, or train a plain LoRA "
+                    "(adapter type LORA, DoRA off).")
     return None
 
 

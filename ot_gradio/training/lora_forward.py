@@ -59,7 +59,10 @@ def _plain(layer: nn.Module) -> bool:
 
 
 def _general(layer: nn.Module, args: tuple, kwargs: dict) -> bool:
-    return bool(args or kwargs) or layer.disable_adapters or layer.merged or layer.active_adapters != _ACTIVE
+    """peft's own forward: other arguments, adapters off or merged, another adapter, or kohya's rank /
+    module dropout (lora_dropouts.py: hooks on the submodules peft calls)."""
+    return (bool(args or kwargs) or layer.disable_adapters or layer.merged or layer.active_adapters != _ACTIVE
+            or getattr(layer, "ot_dropouts", False))
 
 
 def _sum(result: torch.Tensor, lora: torch.Tensor, scaling: float) -> torch.Tensor:

@@ -14,12 +14,13 @@ import torch
 
 from ..config.enums import ModelFormat, TrainingMethod
 from ..config.families import lora_layout
-from ..config.output_formats import dora_format_problem, fused_lora_problem, lora_reader_problems, max_norm_problem
+from ..config.output_formats import dora_format_problem, fused_lora_problem, kohya_lora_problem, lora_reader_problems
 from ..config.parts import learning_rate_or_base
 from .device import output_dtype
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
 from .lora import adapters_disabled, add_lora, file_layers, has_lora, load_lora_state_dict, lora_state_dict
+from .lora_dropouts import install_lora_dropouts
 from .lora_format import DIFFUSERS, load_lora_file, save_lora
 from .lora_max_norm import LoraMaxNorm
 from .lora_variants import AdapterSpec, check_output_format, check_start_file
@@ -64,7 +65,7 @@ class LoraMethod(EmbeddingSupport):
     def setup(self, model: Any, config: Any, device: torch.device) -> list[ParamGroup]:
         spec = AdapterSpec.from_config(config)  # bad settings fail before any training
         check_output_format(spec, lora_file_format(config) == DIFFUSERS)
-        problems = [p for p in (dora_format_problem(config), fused_lora_problem(config), max_norm_problem(config),
+        problems = [p for p in (dora_format_problem(config), fused_lora_problem(config), kohya_lora_problem(config),
                                 *lora_reader_problems(config)) if p]
         if problems:
             raise ValueError(problems[0])
@@ -118,8 +119,9 @@ class LoraMethod(EmbeddingSupport):
                     p.requires_grad_(False)
                 continue
             groups.append(ParamGroup(name=part, params=params, lr=learning_rate_or_base(part_cfg.learning_rate, config.learning_rate)))
+        install_lora_dropouts((getattr(model, g.name) for g in groups), config.lora_rank_dropout, config.lora_module_dropout)
         self.max_norm = None
-        if config.lora_max_norm:  # kohya's scale_weight_norms (max_norm_problem: plain LoRA only)
+        if config.lora_max_norm:  # kohya's scale_weight_norms (kohya_lora_problem: plain LoRA only)
             self.max_norm = LoraMaxNorm((getattr(model, g.name) for g in groups), config.lora_max_norm)
         return groups + self.setup_embeddings(model, config, device)
 

@@ -81,6 +81,12 @@ def test_max_norm_input_perturbation_and_huber():
     c, warning = _load(network_dim=8, noise_offset=0.0357, noise_offset_type="Multires", noise_offset_random_strength=True,
                        adaptive_noise_scale=0.00357)  # kohya_ss sends them with its Original type only
     assert (c.offset_noise_weight, c.adaptive_noise_scale) == (0.0, 0.0) and "not carried over" not in warning
+    c, warning = _load(network_dim=8, rank_dropout=0.1, module_dropout=0.2)
+    assert (c.lora_rank_dropout, c.lora_module_dropout) == (0.1, 0.2) and "not carried over" not in warning
+    c, _ = _load(network_module="networks.lora", network_args=["rank_dropout=0.1", "module_dropout=0.05"], network_dim=8)
+    assert (c.lora_rank_dropout, c.lora_module_dropout) == (0.1, 0.05)
+    c, warning = _load(LoRA_type="LyCORIS/LoKr", network_dim=8, rank_dropout=0.1)
+    assert c.lora_rank_dropout == 0.0 and "rank_dropout 0.1: kohya's rank dropout acts here on plain LoRA layers, not LyCORIS/LoKr" in warning
     c, warning = _load(LoRA_type="LyCORIS/LoHa", network_dim=8, scale_weight_norms=1)
     assert c.lora_max_norm == 0.0 and "scale_weight_norms 1: the max norm here caps plain LoRA and DoRA layers, not LyCORIS/LoHa" in warning
     c, warning = _load(network_dim=8, loss_type="huber", huber_c=0.1, huber_schedule="snr")

@@ -132,6 +132,8 @@ def test_stop_training_after_steps_and_epochs_with_noise_and_loss_options(lora_c
         adaptive_noise_scale=0.05,
         perturbation_noise_random_strength=True,
         lora_max_norm=0.02,
+        lora_rank_dropout=0.1,
+        lora_module_dropout=0.1,
         max_token_length=150,
         attention_mechanism="DEFAULT",
         ema="GPU",
