@@ -74,6 +74,12 @@ def flow_timesteps(r: KohyaReader, out: dict[str, Any], model_type: M, notes: li
         notes.append(f"timestep_sampling '{sampling}' has no counterpart here: UNIFORM is used")
     out["timestep_shift"] = shift if sampling in ("sigma", "shift") else 1.0
     out["dynamic_timestep_shifting"] = sampling == "flux_shift"
+    # the T5 / Qwen3 tokens read: sd-scripts' default 512 (Flux.1 dev, Chroma, Anima); here Flux's T5
+    # window defaults to OneTrainer's 77, so a kohya config states it
+    length_key, ours = {M.FLUX_DEV_1: ("t5xxl_max_token_length", "text_encoder_2_sequence_length"),
+                        M.CHROMA_1: ("t5xxl_max_token_length", "text_encoder_sequence_length"),
+                        M.ANIMA: (key("qwen3_max_token_length"), "text_encoder_sequence_length")}[model_type]
+    out[ours] = r.number(length_key, int) if r.given(length_key) else 512
     transformer = out.setdefault("transformer", {})
     if model_type == M.FLUX_DEV_1:  # Flux.1 dev's guidance input (Chroma and Anima have none)
         transformer["guidance_scale"] = r.number("guidance_scale") if r.given("guidance_scale") else 3.5

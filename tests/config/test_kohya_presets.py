@@ -108,17 +108,20 @@ def test_kohya_ss_newer_families_chroma_anima_lumina_hunyuan_image():
                        t5xxl="/m/t5.safetensors", apply_t5_attn_mask=True, sample_prompts="a cat --l 4\na dog", min_snr_gamma=5)
     assert (c.model_type.value, c.transformer.model_name, c.base_model_name) == ("CHROMA_1", "/m/Chroma1-HD.safetensors", "lodestones/Chroma1-HD")
     assert (c.layer_filter_preset, c.timestep_distribution.value, c.timestep_shift, c.loss_weight_fn.value) == ("blocks", "UNIFORM", 3.0, "CONSTANT")
+    assert c.text_encoder_sequence_length == 512
     assert [(s.cfg_scale, s.diffusion_steps) for s in c.samples] == [(4.0, 20), (1.0, 20)]
     assert "the Chroma transformer is read from" in warning and "sd-scripts does not use them for Chroma" in warning
     # its Anima page: anima_train_network.py, a logit-normal unshifted by default, its page's keys prefixed
     c, warning = _load(anima_checkbox=True, LoRA_type="Anima", network_dim=16, pretrained_model_name_or_path="/m/anima.safetensors",
                        anima_qwen3="/m/qwen3", anima_vae="/m/vae.safetensors", anima_discrete_flow_shift=3.0,
                        anima_timestep_sampling="shift", flux1_checkbox=False,
-                       anima_compile=False, lumina_checkbox=False, lumina_discrete_flow_shift=6.0, blocks_to_swap=7)
+                       anima_compile=False, lumina_checkbox=False, lumina_discrete_flow_shift=6.0, blocks_to_swap=7,
+                       anima_qwen3_max_token_length=256)
     assert (c.model_type.value, c.transformer.model_name, c.base_model_name) == (
         "ANIMA", "/m/anima.safetensors", "circlestone-labs/Anima-Base-v1.0-Diffusers")
     assert (c.layer_filter_preset, c.timestep_distribution.value, c.timestep_shift, c.vae.model_name) == ("attn-mlp", "LOGIT_NORMAL", 3.0, "")
     assert c.transformer.offload_fraction == 0.25 and "anima_qwen3, anima_vae files are not read" in warning
+    assert c.text_encoder_sequence_length == 256
     assert not c.text_encoder.train and "sd-scripts' Anima LoRA can train Qwen3 too" in warning
     assert "lumina" not in warning and "model_prediction_type" not in warning
     for switch in ("lumina_checkbox", "hunyuan_image_checkbox"):  # no such model type here: refused, naming it
@@ -176,14 +179,15 @@ def test_flux():
     assert [(s.cfg_scale, s.diffusion_steps) for s in c.samples] == [(4.0, 20), (3.5, 20)]  # --g is Flux's guidance
     # sd-scripts' defaults: timesteps uniform, shifted by 3; the transformer given guidance 3.5; the loss sigma-scaled
     assert (c.timestep_distribution.value, c.timestep_shift, c.transformer.guidance_scale) == ("UNIFORM", 3.0, 3.5)
+    assert c.text_encoder_2_sequence_length == 512  # sd-scripts' T5 window for Flux.1 dev (OneTrainer's default is 77)
     assert "model_prediction_type 'sigma_scaled'" in warning
     flux = {"flux1_checkbox": True, "network_dim": 8}
     c, warning = _load(**flux, timestep_sampling="shift", discrete_flow_shift=3.1582, sigmoid_scale=1.5, guidance_scale=1.0,
-                       model_prediction_type="raw", fp8_base=True, flux1_cache_text_encoder_outputs=True)
+                       model_prediction_type="raw", fp8_base=True, flux1_cache_text_encoder_outputs=True, t5xxl_max_token_length=256)
     assert (c.timestep_distribution.value, c.noising_weight, c.timestep_shift, c.dynamic_timestep_shifting) == (
         "LOGIT_NORMAL", 0.5, 3.1582, False)  # sigmoid(1.5 x N(0, 1)): std noising_weight + 1
     assert (c.transformer.guidance_scale, c.transformer.weight_dtype.value, c.text_encoder.train) == (1.0, "FLOAT_8", False)
-    assert "model_prediction_type" not in warning and "flux1_cache" not in warning
+    assert "model_prediction_type" not in warning and "flux1_cache" not in warning and c.text_encoder_2_sequence_length == 256
     c, warning = _load(**flux, blocks_to_swap=18)  # 9 of 19 double blocks and 18 of 38 single ones
     assert c.transformer.offload_fraction == 0.47 and "blocks_to_swap 18: the transformer's Offload fraction is 0.47" in warning
     c, _ = _load(**flux, timestep_sampling="flux_shift")
