@@ -116,4 +116,11 @@ def _sd3_timesteps(r: KohyaReader, out: dict[str, Any], notes: list[str]) -> Non
                          "here; the timesteps are drawn uniformly, as there, and the loss is not weighted")
     for key in ("logit_mean", "logit_std", "mode_scale"):
         r.get(key)  # used by one scheme, kohya_ss saves all three
-    out["timestep_shift"] = r.number("training_shift") if r.given("training_shift") else 1.0
+    out["timestep_shift"] = shift = r.number("training_shift") if r.given("training_shift") else 1.0
+    ranged = [k for k in ("min_noising_strength", "max_noising_strength") if k in out]
+    if shift != 1.0 and ranged:  # sd-scripts shifts the draw, then maps it into the range; here the range is shifted
+        for key in ranged:
+            del out[key]
+        notes.append(f"min_timestep / max_timestep with training_shift {shift}: sd-scripts shifts the timesteps drawn and then "
+                     "maps them into that range, while here the range itself would be shifted (piling the timesteps at its "
+                     "top): every timestep is trained, shifted as there")

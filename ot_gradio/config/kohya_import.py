@@ -169,7 +169,9 @@ def _model_type(r: KohyaReader, notes: list[str]) -> M:
         if r.flag(switch) or module.endswith(script):
             raise ConfigError(f"{switch}: this kohya_ss config trains {name}, which has no model type here; nothing was "
                               "imported. Choose one of this trainer's model types on the page instead")
-    if r.flag("anima_checkbox") or module.endswith("lora_anima") or r.given("qwen3") or r.given("anima_qwen3"):
+    # (kohya_ss's page saves anima_qwen3 in every config: it names Anima only in a file without the switch)
+    if (r.flag("anima_checkbox") or module.endswith("lora_anima") or r.given("qwen3")
+            or (r.given("anima_qwen3") and "anima_checkbox" not in r.data)):
         r.get("network_module")
         return M.ANIMA
     if r.flag("sd3_checkbox") or module.endswith("lora_sd3"):
@@ -195,6 +197,16 @@ def key_values(value: Any) -> dict[str, str]:
     items = value if isinstance(value, list) else str(value or "").replace('"', "").split()
     pairs = (str(item).partition("=") for item in items)
     return {key.strip(): val.strip().strip("'\"") for key, _, val in pairs if key.strip()}
+
+
+def scheduler_args(value: Any) -> list[dict[str, str]]:
+    """sd-scripts' `lr_scheduler_args` as the CUSTOM scheduler's parameters: each value as written,
+    a Python literal (sd-scripts reads them with ast.literal_eval: a text value keeps its quotes)."""
+    import shlex  # noqa: PLC0415
+
+    items = value if isinstance(value, list) else shlex.split(str(value or ""), posix=False)
+    pairs = (str(item).partition("=") for item in items)
+    return [{"key": key.strip(), "value": val.strip()} for key, _, val in pairs if key.strip()]
 
 
 def network_args(r: KohyaReader) -> dict[str, str]:
@@ -346,7 +358,7 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
         r.get("multires_noise_discount")
     if r.given("min_snr_gamma") and not (flux or sd3):
         out.update(loss_weight_fn="MIN_SNR_GAMMA", loss_weight_strength=r.number("min_snr_gamma"))
-    elif r.flag("debiased_estimation_loss"):
+    elif r.flag("debiased_estimation_loss") and not (flux or sd3):
         out["loss_weight_fn"] = "DEBIASED_ESTIMATION"
     if r.given("ip_noise_gamma") and not sd3:  # input perturbation: the noisy input only, as here
         out["perturbation_noise_weight"] = r.number("ip_noise_gamma")
@@ -356,7 +368,8 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
         if r.given(key) and changes_something(key, r.data[key]) and not flux:
             out[ours] = min(1.0, max(0.0, r.number(key) / 1000))
     if flux or sd3:
-        ignored = ("noise_offset", "multires_noise_iterations", "min_snr_gamma", *(("ip_noise_gamma",) if sd3 else ("min_timestep", "max_timestep")))
+        ignored = ("noise_offset", "multires_noise_iterations", "min_snr_gamma", "debiased_estimation_loss",
+                   *(("ip_noise_gamma",) if sd3 else ("min_timestep", "max_timestep")))
         if named := [k for k in ignored if changes_something(k, r.data.get(k)) and (k != "multires_noise_iterations" or multires)]:
             for key in (*ignored, "multires_noise_discount"):
                 r.get(key)
@@ -432,7 +445,7 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     if custom:  # sd-scripts builds that class (torch.optim.lr_scheduler's when no module is named) with lr_scheduler_args, no warmup
         out.update(learning_rate_scheduler="CUSTOM", learning_rate_warmup_steps=0.0,
                    custom_learning_rate_scheduler=custom if "." in custom else f"torch.optim.lr_scheduler.{custom}",
-                   scheduler_params=[{"key": k, "value": v} for k, v in key_values(r.get("lr_scheduler_args")).items()])
+                   scheduler_params=scheduler_args(r.get("lr_scheduler_args")))
 
 
 

@@ -78,9 +78,9 @@ def assign_bucket(width: int, height: int, resolution: int | Size, *, enabled: b
         return bucket
     step = step or bucket_step(target)
     side = int(math.sqrt(target[0] * target[1])) // step * step
-    while side > step:
-        side -= step
+    while side >= step:
         bucket = nearest((side, side))
         if height >= bucket[0] and width >= bucket[1]:
             break
+        side -= step
     return bucket

@@ -7,7 +7,8 @@ the sequence, as A1111 and ComfyUI read a long prompt, so a LoRA trained on long
 them the same way there. A run always reads the same number of windows (`max_token_length` / 75;
 a caption's unused windows are empty prompts), so every caption's conditioning has one size, as
 sd-scripts pads every caption to `max_token_length`. SDXL's pooled embedding is the first
-window's, as in sd-scripts, A1111 and ComfyUI.
+window's, as in sd-scripts, A1111 and ComfyUI. (sd-scripts joins the windows without their inner
+start and end tokens, 227 tokens for 225; the words each window reads are the same.)
 """
 
 from __future__ import annotations

@@ -97,6 +97,10 @@ def test_max_norm_input_perturbation_and_huber():
                        ip_noise_gamma=0.1, min_snr_gamma=5)
     assert (c.multires_noise_iterations, c.perturbation_noise_weight, c.loss_weight_fn.value) == (0, 0.0, "CONSTANT")
     assert "multires_noise_iterations, min_snr_gamma, ip_noise_gamma: sd-scripts does not use them for SD 3" in warning
+    c, warning = _load(anima_checkbox=True, network_dim=8, debiased_estimation_loss=True)  # nor debiased estimation
+    assert c.loss_weight_fn.value == "CONSTANT" and "debiased_estimation_loss: sd-scripts does not use them for Anima" in warning
+    c, _ = _load(sdxl=True, network_dim=8, anima_checkbox=False, anima_qwen3="/m/qwen3")  # the page's saved Anima path
+    assert c.model_type.value == "STABLE_DIFFUSION_XL_10_BASE"
     c, _ = _load(flux1_checkbox=True, network_dim=8, ip_noise_gamma=0.1)  # its Flux script does perturb the input
     assert c.perturbation_noise_weight == 0.1
 
@@ -138,6 +142,10 @@ def test_sd3_timesteps_and_other_families_keys():
     c, warning = _load(**sd3, weighting_scheme="sigma_sqrt")
     assert c.timestep_distribution.value == "UNIFORM" and "weighting_scheme 'sigma_sqrt'" in warning
     assert _load(**sd3)[0].timestep_distribution.value == "UNIFORM"  # sd-scripts' default
+    c, _ = _load(**sd3, max_timestep=500)
+    assert c.max_noising_strength == 0.5
+    c, warning = _load(**sd3, max_timestep=500, training_shift=3.0)  # sd-scripts shifts, then maps into the range
+    assert (c.max_noising_strength, c.timestep_shift) == (1.0, 3.0) and "min_timestep / max_timestep with training_shift 3.0" in warning
     # kohya_ss's page saves Flux's and SD 3's settings in every config and sends them only for their family
     page = {"weighting_scheme": "logit_normal", "logit_std": 1.0, "discrete_flow_shift": 3, "t5xxl_max_token_length": 512,
             "train_blocks": "all", "guidance_scale": 3.5, "sd3_text_encoder_batch_size": 1, "t5xxl_dtype": "bf16"}
@@ -222,6 +230,11 @@ def test_custom_scheduler_and_full_bf16():
         "CUSTOM", "torch.optim.lr_scheduler.CosineAnnealingLR", 0.0)
     assert c.scheduler_params == [{"key": "T_max", "value": "100"}, {"key": "eta_min", "value": "1e-6"}]
     assert c.lora_weight_dtype.value == "BFLOAT_16"
+    # values as sd-scripts reads them, Python literals: a text value keeps its quotes
+    c, _ = _load(network_dim=8, lr_scheduler_type="OneCycleLR", lr_scheduler_args='max_lr=1e-4 total_steps=1000 anneal_strategy="linear"')
+    assert c.scheduler_params[2] == {"key": "anneal_strategy", "value": '"linear"'}
+    c, _ = _load(network_dim=8, lr_scheduler_type="OneCycleLR", lr_scheduler_args=["max_lr=1e-4", "anneal_strategy='cos'"])
+    assert c.scheduler_params == [{"key": "max_lr", "value": "1e-4"}, {"key": "anneal_strategy", "value": "'cos'"}]
     c, _ = _load(sdxl=True, learning_rate=1e-5, full_fp16=True, train_text_encoder=False)  # a fine-tune: the UNet's weights
     assert (c.training_method.value, c.unet.weight_dtype.value, c.text_encoder.weight_dtype.value) == ("FINE_TUNE", "FLOAT_16", "FLOAT_32")
 

@@ -68,4 +68,7 @@ def test_no_upscale_gives_a_small_image_the_largest_bucket_it_covers():
     assert assign_bucket(512, 512, 1024, no_upscale=True) == (512, 512)
     assert assign_bucket(640, 480, 1024, no_upscale=True) == (448, 576)  # its aspect's bucket at 512 px, the largest it covers
     assert assign_bucket(40, 40, 1024, no_upscale=True) == (64, 64)  # smaller than any bucket: the smallest
+    # a target that is no multiple of the step, or not square: the largest step below it is tried first
+    assert assign_bucket(980, 980, 1000, no_upscale=True) == (960, 960)
+    assert assign_bucket(600, 600, (512, 768), no_upscale=True) == (576, 576)
     assert assign_bucket(640, 480, 1024, no_upscale=True, enabled=False) == (1024, 1024)  # without bucketing: the target
