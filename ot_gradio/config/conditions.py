@@ -84,7 +84,7 @@ DDPM_SCHEDULE = Rule(lambda c: not is_flow_matching(c.get("model_type") or ""), 
 TAKES_VIDEO = family_rule(lambda info: info.frame_step is not None, "the model type trains on video clips")
 # text_encoder_sequence_length: the families whose T5 / language-model encoder reads a window of it
 READS_TOKEN_WINDOW = family_rule(lambda info: info.token_window is not None, "the model type's text encoder reads that token window")
-# max_token_length: the families that read captions with CLIP alone (SD 1.x/2.x, SDXL: the UNet families)
+# text_encoder_max_token_length: the families that read captions with CLIP alone (SD 1.x/2.x, SDXL: the UNet families)
 CLIP_CAPTIONS = family_rule(lambda info: info.denoiser == "unet", "the model type reads captions with CLIP alone")
 # circular padding: the UNet families and Würstchen / Stable Cascade (their convolutions, as OneTrainer)
 PADS_CIRCULARLY = family_rule(lambda info: info.circular_padding, "the model type's convolutions can pad circularly")

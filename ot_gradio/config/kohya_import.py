@@ -398,7 +398,7 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     if r.given("clip_skip") and r.number("clip_skip", int) > 1 and info.denoiser == "unet" and len(info.text_encoders) == 1:
         out["text_encoder_layer_skip"] = r.number("clip_skip", int) - 1
     if r.given("max_token_length") and info.denoiser == "unet":  # 150 / 225: CLIP read in windows of 75
-        out["max_token_length"] = r.number("max_token_length", int)
+        out["text_encoder_max_token_length"] = r.number("max_token_length", int)
     if r.given("vae") and model_type != M.ANIMA:  # (Anima's is one of its part files)
         out.setdefault("vae", {})["model_name"] = str(r.get("vae"))
     if r.flag("fp8_base") or r.flag("fp8_base_unet"):  # the denoiser's weights in 8 bits, computed in the train type

@@ -52,7 +52,7 @@ def window_warnings(tokenizers: Mapping[str, Any], captions: Iterable[tuple[Path
         return []
     shown = "; ".join(f"{Path(image).name} loses '{_short(lost)}'" for image, lost in over[:3])
     limit = f"the text encoder's {window}-token window ({read} of text)" if windows <= 1 else f"the {read} tokens of text read (Max caption tokens)"
-    wider = ", read more with Training → Max caption tokens (150 or 225)" if can_widen and read < 225 else ""
+    wider = ", read more with Training → Text encoder → Max caption tokens (150 or 225)" if can_widen and read < 225 else ""
     out = [f"{len(over)} of {seen} captions are longer than {limit}: the words past it are not trained ({shown}). Shorten "
            f"them{wider}, or put what matters (the trigger word) first"]
     if cut_placeholder:

@@ -113,7 +113,7 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
     }
     model.text_encoder_sequence_length = config.text_encoder_sequence_length  # read by the T5 / LLM families
     if hasattr(model, "caption_windows"):  # SD 1.x/2.x and SDXL: captions past 75 tokens (models/long_captions.py)
-        model.caption_windows = windows_for(config.max_token_length)
+        model.caption_windows = windows_for(config.text_encoder_max_token_length)
     model.mask_padding_tokens = bool(config.transformer.attention_mask)  # read by Flux.1, SD 3, HiDream (the doctor refuses it elsewhere)
     for part in model_parts(model):
         data_type = DataType(getattr(config, part).weight_dtype)

@@ -20,8 +20,9 @@ COLUMNS = {"training"}
 
 # Groups that start closed: only those OneTrainer also keeps out of its Training tab, behind a
 # "..." button that opens a window of their own (the timestep distribution's settings; the
-# optimizer's own parameters, see OPTIMIZER_SETTINGS). Everything else starts open.
-CLOSED = {"training": {"Timestep distribution"}}
+# optimizer's own parameters, see OPTIMIZER_SETTINGS), and kohya's noise options, which OneTrainer
+# has none of (a kohya config's import sets them). Everything else starts open.
+CLOSED = {"training": {"Timestep distribution", "kohya's noise options"}}
 OPTIMIZER_SETTINGS = "Optimizer settings"  # the chosen optimizer's parameters: OneTrainer's "..." window beside the optimizer
 
 

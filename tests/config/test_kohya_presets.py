@@ -264,4 +264,4 @@ def test_defaults_written_as_text_are_not_listed_as_left_out():
     assert "not carried over" not in warning
     c, warning = _load(network_dim=8, max_token_length="225", bucket_reso_steps=32)
     assert warning.endswith("not carried over (left at this trainer's defaults): bucket_reso_steps.")
-    assert c.max_token_length == 225  # CLIP read in three windows of 75
+    assert c.text_encoder_max_token_length == 225  # CLIP read in three windows of 75

@@ -134,7 +134,7 @@ def test_stop_training_after_steps_and_epochs_with_noise_and_loss_options(lora_c
         lora_max_norm=0.02,
         lora_rank_dropout=0.1,
         lora_module_dropout=0.1,
-        max_token_length=150,
+        text_encoder_max_token_length=150,
         attention_mechanism="DEFAULT",
         ema="GPU",
         ema_update_step_interval=1,

@@ -46,9 +46,9 @@ def test_windows_are_whole_prompts_of_75_tokens():
 
 
 def test_the_option_takes_whole_windows_only():
-    assert TrainConfig(max_token_length=225).max_token_length == 225
+    assert TrainConfig(text_encoder_max_token_length=225).text_encoder_max_token_length == 225
     with pytest.raises(ValueError, match="75-token windows"):
-        TrainConfig(max_token_length=100)
+        TrainConfig(text_encoder_max_token_length=100)
 
 
 def test_sd15_reads_the_words_past_75_tokens(sd15):

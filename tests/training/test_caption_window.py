@@ -34,7 +34,7 @@ def test_with_more_windows_the_limit_is_theirs_and_the_warning_says_how_to_read_
     clip = tiny_clip_tokenizer()
     longer = (Path("d.png"), LONG + ", " + LONG)  # ~200 tokens
     sd = window_warnings({"text_encoder": clip}, [(Path("b.png"), LONG)], lambda t: t, can_widen=True)
-    assert len(sd) == 1 and "read more with Training → Max caption tokens (150 or 225)" in sd[0]
+    assert len(sd) == 1 and "read more with Training → Text encoder → Max caption tokens (150 or 225)" in sd[0]
     assert window_warnings({"text_encoder": clip}, [(Path("b.png"), LONG)], lambda t: t, windows=2, can_widen=True) == []
     (two,) = window_warnings({"text_encoder": clip}, [longer], lambda t: t, windows=2, can_widen=True)
     assert two.startswith("1 of 1 captions are longer than the 150 tokens of text read (Max caption tokens)")
