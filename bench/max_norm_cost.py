@@ -6,7 +6,7 @@ The layers are the model's own shapes (read from its config on the meta device),
 Linear / Conv2d with a LoRA of --rank; the up matrices random, so every layer has a norm to cap.
 Times are the median of --repeats calls after one warm-up call.
 
-    python bench/max_norm_cost.py [--model sd15|sdxl] [--preset attn-mlp|full] [--rank 16] [--threads 2]
+    python bench/max_norm_cost.py [--model sd15|sdxl] [--preset full|attn-mlp] [--rank 16] [--threads 2]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def layer_shapes(model: str, preset: str) -> list[tuple[str, tuple[int, ...]]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(CONFIGS), default="sd15")
-    parser.add_argument("--preset", default="attn-mlp")
+    parser.add_argument("--preset", default="full")  # this trainer's default layer preset
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
