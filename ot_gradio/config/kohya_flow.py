@@ -83,6 +83,11 @@ def flow_timesteps(r: KohyaReader, out: dict[str, Any], model_type: M, notes: li
     transformer = out.setdefault("transformer", {})
     if model_type == M.FLUX_DEV_1:  # Flux.1 dev's guidance input (Chroma and Anima have none)
         transformer["guidance_scale"] = r.number("guidance_scale") if r.given("guidance_scale") else 3.5
+    if r.flag("apply_t5_attn_mask"):  # T5's padding kept out of the prompt: Chroma always reads T5 with its mask here
+        if model_type == M.FLUX_DEV_1:
+            transformer["attention_mask"] = True
+            notes.append("apply_t5_attn_mask: here the padding tokens' prompt embeddings are zeroed (the transformer's "
+                         "Attention mask, as OneTrainer does), where sd-scripts masks them in T5 and the transformer's attention")
     if r.given("blocks_to_swap"):
         n = r.number("blocks_to_swap", int)
         # Flux / Chroma: sd-scripts swaps n // 2 of the 19 double blocks and twice the rest of the 38 single ones; Anima: n of 28

@@ -115,6 +115,7 @@ def test_kohya_ss_newer_families_chroma_anima_lumina_hunyuan_image():
     assert c.text_encoder_sequence_length == 512
     assert [(s.cfg_scale, s.diffusion_steps) for s in c.samples] == [(4.0, 20), (1.0, 20)]
     assert "the Chroma transformer is read from" in warning and "sd-scripts does not use them for Chroma" in warning
+    assert not c.transformer.attention_mask and "apply_t5_attn_mask" not in warning  # Chroma reads T5 with its mask anyway
     # its Anima page: anima_train_network.py, a logit-normal unshifted by default, its page's keys prefixed
     c, warning = _load(anima_checkbox=True, LoRA_type="Anima", network_dim=16, pretrained_model_name_or_path="/m/anima.safetensors",
                        anima_qwen3="/m/qwen3", anima_vae="/m/vae.safetensors", anima_discrete_flow_shift=3.0,
@@ -196,6 +197,8 @@ def test_flux():
         "LOGIT_NORMAL", 0.5, 3.1582, False)  # sigmoid(1.5 x N(0, 1)): std noising_weight + 1
     assert (c.transformer.guidance_scale, c.transformer.weight_dtype.value, c.text_encoder.train) == (1.0, "FLOAT_8", False)
     assert "model_prediction_type" not in warning and "flux1_cache" not in warning and c.text_encoder_2_sequence_length == 256
+    c, warning = _load(**flux, apply_t5_attn_mask=True)
+    assert c.transformer.attention_mask and "apply_t5_attn_mask: here the padding tokens' prompt embeddings are zeroed" in warning
     c, warning = _load(**flux, blocks_to_swap=18)  # 9 of 19 double blocks and 18 of 38 single ones
     assert c.transformer.offload_fraction == 0.47 and "blocks_to_swap 18: the transformer's Offload fraction is 0.47" in warning
     c, _ = _load(**flux, timestep_sampling="flux_shift")
