@@ -9,6 +9,9 @@ from typing import Any
 from .enums import ModelType as M
 from .kohya_reader import KohyaReader
 
+ANIMA_KEYS = frozenset({"qwen3", "llm_adapter_path", "t5_tokenizer_path", "qwen3_max_token_length", "t5_max_token_length",
+                        "attn_mode", "split_attn", "vae_chunk_size", "vae_disable_cache", "qwen_image_vae_2d", "llm_adapter_lr",
+                        "self_attn_lr", "cross_attn_lr", "mlp_lr", "mod_lr"})
 # keys kohya_ss's page saves for every model but sends only for its family (its `if flux1_checkbox` /
 # `if sd3_checkbox`): read for that family, and for another one not listed as left out
 FAMILY_KEYS = {
@@ -22,10 +25,8 @@ FAMILY_KEYS = {
                       "sd3_enable_scaled_pos_embed", "logit_mean", "logit_std", "mode_scale", "pos_emb_random_crop_rate", "save_clip",
                       "save_t5xxl", "t5_dropout_rate", "sd3_t5_dropout_rate", "t5xxl_device", "t5xxl_dtype", "text_encoder_batch_size",
                       "sd3_text_encoder_batch_size", "weighting_scheme", "training_shift", "sd3_fused_backward_pass"}),
+    "anima": ANIMA_KEYS,
 }
-ANIMA_KEYS = frozenset({"qwen3", "llm_adapter_path", "t5_tokenizer_path", "qwen3_max_token_length", "t5_max_token_length",
-                        "attn_mode", "split_attn", "vae_chunk_size", "vae_disable_cache", "qwen_image_vae_2d", "llm_adapter_lr",
-                        "self_attn_lr", "cross_attn_lr", "mlp_lr", "mod_lr"})
 # kohya_ss's page names the settings of its newer families with a prefix of theirs
 PREFIXES = {"anima": "anima_", "lumina": "lumina_", "hunyuan": "hunyuan_"}
 SD3_TYPES = (M.STABLE_DIFFUSION_3, M.STABLE_DIFFUSION_35)
@@ -44,7 +45,7 @@ def other_family_keys(r: KohyaReader, model_type: M) -> None:
     family = _family(model_type)
     for key in list(r.data):
         owner = next((name for name, prefix in PREFIXES.items() if key.startswith(prefix)), None)
-        owners = {owner} if owner else {name for name, keys in {**FAMILY_KEYS, "anima": ANIMA_KEYS}.items() if key in keys}
+        owners = {owner} if owner else {name for name, keys in FAMILY_KEYS.items() if key in keys}
         if owners and family not in owners:
             r.get(key)
 

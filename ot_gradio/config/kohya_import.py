@@ -248,13 +248,13 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
             out[ours] = r.number(key, kind)
     if r.data.get("max_grad_norm") not in (None, ""):  # 0: no clipping
         out["clip_grad_norm"] = r.number("max_grad_norm") or None
-    flux = model_type in (M.FLUX_DEV_1, M.CHROMA_1, M.ANIMA)  # flux_train_utils' noise (Anima's script uses it too)
+    flux_noise = model_type in (M.FLUX_DEV_1, M.CHROMA_1, M.ANIMA)  # flux_train_utils' noise (Anima's script uses it too)
     sd3 = model_type in (M.STABLE_DIFFUSION_3, M.STABLE_DIFFUSION_35)
     # kohya_ss sends noise_offset only with its "Original" noise type, and multires noise only with
     # "Multires"; sd-scripts' Flux and SD 3 scripts draw plain noise and use no min-SNR gamma
     noise_type = str(r.get("noise_offset_type") or "Original")
     original, multires = noise_type == "Original", noise_type != "Original" or not r.given("noise_offset_type")
-    if r.given("noise_offset") and original and not (flux or sd3):
+    if r.given("noise_offset") and original and not (flux_noise or sd3):
         out["offset_noise_weight"] = r.number("noise_offset")
         out["offset_noise_random_strength"] = r.flag("noise_offset_random_strength")
         if r.given("adaptive_noise_scale"):
@@ -262,25 +262,25 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     elif not original:
         for key in ("noise_offset", "noise_offset_random_strength", "adaptive_noise_scale"):
             r.get(key)  # unused there too
-    if r.given("multires_noise_iterations") and multires and not (flux or sd3):
+    if r.given("multires_noise_iterations") and multires and not (flux_noise or sd3):
         out["multires_noise_iterations"] = r.number("multires_noise_iterations", int)
         if r.given("multires_noise_discount"):
             out["multires_noise_discount"] = r.number("multires_noise_discount")
     elif not multires:
         r.get("multires_noise_iterations")
         r.get("multires_noise_discount")
-    if r.given("min_snr_gamma") and not (flux or sd3):
+    if r.given("min_snr_gamma") and not (flux_noise or sd3):
         out.update(loss_weight_fn="MIN_SNR_GAMMA", loss_weight_strength=r.number("min_snr_gamma"))
-    elif r.flag("debiased_estimation_loss") and not (flux or sd3):
+    elif r.flag("debiased_estimation_loss") and not (flux_noise or sd3):
         out["loss_weight_fn"] = "DEBIASED_ESTIMATION"
     if r.given("ip_noise_gamma") and not sd3:  # input perturbation: the noisy input only, as here
         out["perturbation_noise_weight"] = r.number("ip_noise_gamma")
         out["perturbation_noise_random_strength"] = r.flag("ip_noise_gamma_random_strength")
     # the timesteps trained, [min_timestep, max_timestep) of 1000 (sd-scripts' Flux, Chroma and Anima draw from all)
     for key, ours in (("min_timestep", "min_noising_strength"), ("max_timestep", "max_noising_strength")):
-        if r.given(key) and changes_something(key, r.data[key]) and not flux:
+        if r.given(key) and changes_something(key, r.data[key]) and not flux_noise:
             out[ours] = min(1.0, max(0.0, r.number(key) / 1000))
-    if flux or sd3:
+    if flux_noise or sd3:
         ignored = ("noise_offset", "multires_noise_iterations", "min_snr_gamma", "debiased_estimation_loss",
                    *(("ip_noise_gamma",) if sd3 else ("min_timestep", "max_timestep")))
         if named := [k for k in ignored if changes_something(k, r.data.get(k)) and (k != "multires_noise_iterations" or multires)]:

@@ -125,11 +125,11 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
         encoder part (caption dropout per encoder). Gradients flow through the encoders in `grad`."""
         hidden: list[torch.Tensor] = []
         pooled = None
+        windows = self.caption_windows  # a long caption's 75-token windows side by side; pooled: the first's
         for part in self.text_encoder_names:
             texts = list(captions[part] if isinstance(captions, Mapping) else captions)
             tokenizer = getattr(self, TOKENIZERS[part])
             encoder = getattr(self, part)
-            windows = self.caption_windows  # a long caption's 75-token windows side by side; pooled: the first's
             ids = window_ids(tokenizer, texts, windows).to(module_device(encoder))
             with torch.set_grad_enabled(part in grad and torch.is_grad_enabled()):
                 out = encoder(ids, output_hidden_states=True)
