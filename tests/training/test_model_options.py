@@ -384,6 +384,23 @@ def test_step_draws_timesteps_and_perturbed_noise_from_the_config(model):
     assert step.schedule.psi is not None and step.schedule.psi.shape == (1000,)
 
 
+def test_kohyas_noise_options_reach_the_steps_noise(model):
+    step = DiffusionStep(model, config(multires_noise_iterations=8, multires_noise_discount=0.8), CPU, Precision(DataType.FLOAT_32, CPU))
+    _, noisy, _ = step.noise(torch.zeros(64, 4, 16, 16))
+    assert (noisy.mean(dim=(-2, -1)).var() / noisy.var()).item() > 0.05  # coarse noise: white noise's share is ~0.004
+    torch.manual_seed(0)
+    step = DiffusionStep(model, config(perturbation_noise_weight=0.2, perturbation_noise_random_strength=True), CPU,
+                         Precision(DataType.FLOAT_32, CPU))
+    strengths = [(lambda d: (d[1] - d[2]).std().item())(step.noise(torch.zeros(8, 4, 8, 8))) for _ in range(20)]
+    assert max(strengths) < 0.25 and min(strengths) < 0.1  # drawn in [0, 0.2] each step, not always 0.2
+    latents = torch.zeros(32, 4, 8, 8)
+    latents[:, 1] = 5.0  # one channel far from 0: its offset is raised by 0.5 x 5
+    step = DiffusionStep(model, config(offset_noise_weight=0.01, adaptive_noise_scale=0.5), CPU, Precision(DataType.FLOAT_32, CPU))
+    _, noisy, _ = step.noise(latents)
+    means = noisy.mean(dim=(-2, -1))  # [B, C]: white noise's mean is ~0.125 std, the offset's 2.5 in channel 1
+    assert means[:, 1].std().item() > 1.0 and means[:, 0].std().item() < 0.5
+
+
 def test_clip_skip_reaches_training_and_sampling(model, monkeypatch):
     ids = model.tokenize(["a red circle"])
     configure_model(model, config(text_encoder_layer_skip=1), CPU, Precision(DataType.FLOAT_32, CPU))
