@@ -5,12 +5,23 @@ default step is about an eighth of the side (64 from 512 px up, 32 from 256, 16 
 below), like OneTrainer's 64 for real models while still giving tiny 64 px test models distinct
 buckets. A model whose transformer needs larger multiples (patch size) passes its own ``step``.
 Aspect ratios go up to 4:1 both ways, as in OneTrainer.
+
+With a kohya step (kohya's ``bucket_reso_steps``) the set is kohya's instead: every width from
+the smallest to the largest bucket side in that step, each with the tallest height in that step
+that keeps the area within the target's, both ways round, and the square (sd-scripts'
+``make_bucket_resolutions``).
+
+``Bucketing`` holds every setting a bucket depends on besides the image and the resolution; it is
+read from the config once and handed to the data layer as one value.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 ASPECTS = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0)
 
@@ -45,7 +56,35 @@ def _bucket_sizes(size: Size, step: int) -> tuple[Size, ...]:
     for aspect in ASPECTS:
         for ratio in (aspect, 1.0 / aspect):  # ratio = height / width
             sizes.add((quantize(math.sqrt(area * ratio)), quantize(math.sqrt(area / ratio))))
+    return _wide_to_tall(sizes)
+
+
+def _wide_to_tall(sizes: set[Size]) -> tuple[Size, ...]:
     return tuple(sorted(sizes, key=lambda s: (s[0] / s[1], s)))
+
+
+def kohya_sides(step: int, min_side: int, max_side: int) -> tuple[int, int]:
+    """The smallest and largest bucket side as sd-scripts uses them: the smallest rounded down, the
+    largest up, to the step."""
+    return min_side - min_side % step, max_side + (-max_side) % step
+
+
+@lru_cache(maxsize=256)
+def kohya_bucket_sizes(size: Size, step: int, min_side: int = 256, max_side: int = 2048) -> tuple[Size, ...]:
+    """kohya's buckets for a target (height, width): the square of the target's area, and every
+    width from ``min_side`` to ``max_side`` in ``step`` with the tallest height in ``step`` (at
+    most ``max_side``) whose area is within the target's, both ways round; sorted wide to tall."""
+    if step < 1 or step % 8:
+        raise ValueError(f"bucket step {step} must be a multiple of 8")
+    low, high = kohya_sides(step, min_side, max_side)
+    area = size[0] * size[1]
+    square = max(step, int(math.sqrt(area)) // step * step)
+    sizes = {(square, square)}
+    for width in range(max(low, step), high + 1, step):
+        height = min(high, area // width // step * step)
+        if height >= max(low, step):
+            sizes.update(((height, width), (width, height)))
+    return _wide_to_tall(sizes)
 
 
 def bucket_sizes(resolution: int | Size, step: int | None = None) -> tuple[Size, ...]:
@@ -57,30 +96,72 @@ def bucket_sizes(resolution: int | Size, step: int | None = None) -> tuple[Size,
     return _bucket_sizes(size, step)
 
 
+@dataclass(frozen=True)
+class Bucketing:
+    """How images are grouped by size. ``enabled``: aspect ratio bucketing (off: every image at the
+    target size); ``step``: the multiple the model needs (VAE x patch; None: ``bucket_step`` of the
+    resolution); ``no_upscale``: kohya's bucket_no_upscale (see ``assign``); ``kohya_step``: kohya's
+    bucket_reso_steps, 0 for the aspect list above, else kohya's buckets between ``min_side`` and
+    ``max_side``."""
+
+    enabled: bool = True
+    step: int | None = None
+    no_upscale: bool = False
+    kohya_step: int = 0
+    min_side: int = 256
+    max_side: int = 2048
+
+    @classmethod
+    def from_config(cls, config: Any, model_step: int | None = None) -> Bucketing:
+        """From a TrainConfig or the page's config dict (blank values count as the defaults)."""
+        def get(name: str, default: Any) -> Any:
+            value = config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
+            return default if value in (None, "") else value
+
+        return cls(enabled=bool(get("aspect_ratio_bucketing", True)), step=model_step,
+                   no_upscale=bool(get("bucket_no_upscale", False)), kohya_step=int(get("bucket_resolution_step", 0)),
+                   min_side=int(get("min_bucket_resolution", 256)), max_side=int(get("max_bucket_resolution", 2048)))
+
+    def quantum(self, resolution: int | Size) -> int:
+        """The step every bucket side is a multiple of."""
+        return self.kohya_step or self.step or bucket_step(resolution)
+
+    def sizes(self, resolution: int | Size) -> tuple[Size, ...]:
+        """Every bucket of the resolution, sorted from wide to tall."""
+        if self.kohya_step:
+            return kohya_bucket_sizes(as_size(resolution), self.kohya_step, self.min_side, self.max_side)
+        return bucket_sizes(resolution, self.step)
+
+    def assign(self, width: int, height: int, resolution: int | Size) -> Size:
+        """The (height, width) bucket for an image of ``width`` x ``height``: the bucket whose
+        aspect ratio is nearest (in log scale, so 2:1 and 1:2 are equally far from square). With
+        bucketing off, every image trains at the target size. ``no_upscale`` (kohya's
+        bucket_no_upscale): an image smaller than that bucket takes the bucket of the largest
+        smaller resolution, in steps of the bucket step, that it covers, so it is cropped but never
+        scaled up (the smallest buckets, one step on their short side, for an image smaller than
+        those)."""
+        target = as_size(resolution)
+        if not self.enabled:
+            return target
+        want = math.log(height / width)
+
+        def nearest(size: Size) -> Size:
+            return min(self.sizes(size), key=lambda s: abs(math.log(s[0] / s[1]) - want))
+
+        bucket = nearest(target)
+        if not self.no_upscale or (height >= bucket[0] and width >= bucket[1]):
+            return bucket
+        step = self.quantum(target)
+        side = int(math.sqrt(target[0] * target[1])) // step * step
+        while side >= step:
+            bucket = nearest((side, side))
+            if height >= bucket[0] and width >= bucket[1]:
+                break
+            side -= step
+        return bucket
+
+
 def assign_bucket(width: int, height: int, resolution: int | Size, *, enabled: bool = True, step: int | None = None,
                   no_upscale: bool = False) -> Size:
-    """The (height, width) bucket for an image of ``width`` x ``height``: the bucket whose aspect
-    ratio is nearest (in log scale, so 2:1 and 1:2 are equally far from square). With bucketing
-    off, every image trains at the target size. ``no_upscale`` (kohya's bucket_no_upscale): an
-    image smaller than that bucket takes the bucket of the largest smaller resolution, in steps
-    of the bucket step, that it covers, so it is cropped but never scaled up (the smallest
-    buckets, one step on their short side, for an image smaller than those)."""
-    target = as_size(resolution)
-    if not enabled:
-        return target
-    want = math.log(height / width)
-
-    def nearest(size: Size) -> Size:
-        return min(bucket_sizes(size, step), key=lambda s: abs(math.log(s[0] / s[1]) - want))
-
-    bucket = nearest(target)
-    if not no_upscale or (height >= bucket[0] and width >= bucket[1]):
-        return bucket
-    step = step or bucket_step(target)
-    side = int(math.sqrt(target[0] * target[1])) // step * step
-    while side >= step:
-        bucket = nearest((side, side))
-        if height >= bucket[0] and width >= bucket[1]:
-            break
-        side -= step
-    return bucket
+    """``Bucketing(enabled, step, no_upscale).assign(width, height, resolution)``."""
+    return Bucketing(enabled=enabled, step=step, no_upscale=no_upscale).assign(width, height, resolution)

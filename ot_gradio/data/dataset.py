@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..config.concept import ConceptConfig
 from .batches import Batch, make_batch
-from .buckets import Size
+from .buckets import Bucketing, Size
 from .caching import CacheReport, ConditioningFn, EncodeFn, ProgressFn, fill_cache
 from .errors import DataError
 from .latent_cache import LatentCache
@@ -127,14 +127,13 @@ def build_dataset(
     resolutions: str | Sequence[Size] = "512",
     batch_size: int = 1,
     *,
-    aspect_ratio_bucketing: bool = True,
+    bucketing: Bucketing = Bucketing(),
     latent_caching: bool = False,
     cache_dir: str | Path | None = None,
     vae_id: str = "",
     seed: int = 42,
     encode_fn: EncodeFn | None = None,
     encode_batch_size: int = 4,
-    bucket_step: int | None = None,
     progress: ProgressFn | None = None,
     clear_cache: bool = False,
     conditioning_fn: ConditioningFn | None = None,
@@ -146,7 +145,6 @@ def build_dataset(
     masked_training: bool = False,
     condlabel: bool = False,
     nonfinite_hint: str = "",
-    bucket_no_upscale: bool = False,
 ) -> TrainingDataset:
     """Scan the enabled concepts, fill the latent cache (with ``latent_caching``) and return the
     dataset. ``resolutions`` is a resolution string ("512", "384,448,512") or (h, w) pairs;
@@ -162,15 +160,14 @@ def build_dataset(
     concepts' mask augmentations apply (mask_augment.py); ``condlabel``: an inpainting model's
     `-condlabel` images are the conditioning images of their images (custom_conditioning_image);
     ``nonfinite_hint``: what the DataError says to do when the VAE makes NaN or inf latents (the
-    trainer's: the VAE's type and the setting to change); ``bucket_no_upscale``: small images are not
-    scaled up to their bucket (buckets.assign_bucket)."""
+    trainer's: the VAE's type and the setting to change); ``bucketing``: how images are bucketed
+    (buckets.Bucketing: aspect ratio bucketing, the model's step, kohya's step and no-upscale)."""
     if batch_size < 1:
         raise DataError(f"batch size must be at least 1, not {batch_size}")
     if latent_caching and (cache_dir is None or encode_fn is None):
         raise ValueError("latent caching needs cache_dir and encode_fn")
-    prepared, warnings = prepare_concepts(concepts, resolutions, aspect_ratio_bucketing=aspect_ratio_bucketing, bucket_step=bucket_step,
-                                             frames=frames, control=control, depth=depth, masked_training=masked_training,
-                                             condlabel=condlabel, bucket_no_upscale=bucket_no_upscale)
+    prepared, warnings = prepare_concepts(concepts, resolutions, bucketing=bucketing, frames=frames, control=control, depth=depth,
+                                          masked_training=masked_training, condlabel=condlabel)
     cache = LatentCache(Path(cache_dir) / "latents", vae_id, nonfinite_hint) if latent_caching else None
     dataset = TrainingDataset(prepared, int(batch_size), int(seed), cache=cache, warnings=warnings)
     first = dataset.plan(0)

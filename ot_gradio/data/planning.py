@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from .augment import IDENTITY, Augment, AugmentSettings
 from .balancing import epoch_indices
-from .buckets import Size, assign_bucket
+from .buckets import Bucketing, Size
 from .captions import pick_line
 from .mask_augment import MaskAugmentSettings, MaskDraw, mask_grid
 from .scan import ConceptScan, ImageItem
@@ -63,11 +63,9 @@ class PreparedConcept:
     config: object
     scan: ConceptScan
     resolutions: list[Size]
-    bucketing: bool = True
-    bucket_step: int | None = None
+    bucketing: Bucketing = field(default_factory=Bucketing)
     text: TextAugment = field(default_factory=TextAugment)
     masked: bool = False  # masked training: the mask augmentations apply
-    no_upscale: bool = False  # bucket_no_upscale: a small image takes a smaller bucket (buckets.assign_bucket)
     augment: AugmentSettings = field(init=False, repr=False)
     mask_augment: MaskAugmentSettings = field(init=False, repr=False)
     _buckets: dict[tuple[int, Size], Size] = field(default_factory=dict, repr=False)
@@ -113,8 +111,7 @@ class PreparedConcept:
         width, height = self.size(index, draw)
         key = (index, resolution) if draw is None or draw.box is None else (index, resolution, width, height)
         if key not in self._buckets:
-            self._buckets[key] = assign_bucket(width, height, resolution, enabled=self.bucketing, step=self.bucket_step,
-                                               no_upscale=self.no_upscale)
+            self._buckets[key] = self.bucketing.assign(width, height, resolution)
         return self._buckets[key]
 
     def size(self, index: int, draw: MaskDraw | None = None) -> tuple[int, int]:

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Sequence
 
 from ..config.resolution import parse_resolutions
-from .buckets import Size
+from .buckets import Bucketing, Size
 from .errors import DataError
 from .planning import PreparedConcept
 from .scan import concept_label, scan_concept
@@ -45,22 +45,20 @@ def prepare_concepts(
     concepts: Sequence[object],
     resolutions: str | Sequence[Size] = "512",
     *,
-    aspect_ratio_bucketing: bool = True,
-    bucket_step: int | None = None,
+    bucketing: Bucketing = Bucketing(),
     frames: FrameSampling | None = None,
     control: bool = False,
     depth: bool = False,
     masked_training: bool = False,
     condlabel: bool = False,
-    bucket_no_upscale: bool = False,
 ) -> tuple[list[PreparedConcept], list[str]]:
     """(prepared concepts, warnings). Every problem of every concept is collected into one
     DataError, so a user fixes them all in one go. ``frames``: a video family's frame sampling
     (clips are training items too); ``control``: each image pairs with its `-control` image; ``depth``:
     an image's `-depth` map is its depth map (data/scan.py); ``masked_training``: the concepts' mask
     augmentations apply (mask_augment.py); ``condlabel``: an image's `-condlabel` image is its
-    conditioning image (custom_conditioning_image); ``bucket_no_upscale``: an image smaller than its
-    bucket takes a smaller one (buckets.assign_bucket)."""
+    conditioning image (custom_conditioning_image); ``bucketing``: how images are bucketed
+    (buckets.Bucketing)."""
     default = resolution_list(resolutions)
     warnings: list[str] = []
     prepared: list[PreparedConcept] = []
@@ -88,8 +86,7 @@ def prepare_concepts(
             errors.append(f"Concept '{label}': {exc}")
             continue
         warnings.extend(scan.warnings)
-        prepared.append(PreparedConcept(concept, scan, concept_res, aspect_ratio_bucketing, bucket_step, text, masked_training,
-                                        bucket_no_upscale))
+        prepared.append(PreparedConcept(concept, scan, concept_res, bucketing, text, masked_training))
     if errors:
         raise DataError("\n".join(errors))
     if not prepared:

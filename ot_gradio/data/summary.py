@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from .balancing import max_repeats
-from .buckets import Size
+from .buckets import Bucketing, Size
 from .planning import EpochPlan, PreparedConcept, plan_epoch
 from .prepare import prepare_concepts
 
@@ -106,17 +106,14 @@ def dataset_summary(
     resolutions: str | Sequence[Size] = "512",
     batch_size: int = 1,
     *,
-    aspect_ratio_bucketing: bool = True,
+    bucketing: Bucketing = Bucketing(),
     latent_caching: bool = False,
     seed: int = 42,
-    bucket_step: int | None = None,
     masked_training: bool = False,
-    bucket_no_upscale: bool = False,
 ) -> dict:
     """The summary ``TrainingDataset.summary()`` gives, without building a dataset or importing
     torch: for the page, before training. Raises DataError like ``build_dataset``, except that a
     batch size larger than every bucket is shown (0 steps) instead of raised."""
-    prepared, warnings = prepare_concepts(concepts, resolutions, aspect_ratio_bucketing=aspect_ratio_bucketing, bucket_step=bucket_step,
-                                          masked_training=masked_training, bucket_no_upscale=bucket_no_upscale)
+    prepared, warnings = prepare_concepts(concepts, resolutions, bucketing=bucketing, masked_training=masked_training)
     plan = plan_epoch(prepared, 0, int(seed), max(1, int(batch_size)), cached=latent_caching)
     return summarize(prepared, plan, max(1, int(batch_size)), warnings=warnings)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.families import FAMILIES
+from ..data.buckets import Bucketing
 from ..data.errors import DataError
 from ..data.planning import plan_epoch
 from ..data.prepare import prepare_concepts
@@ -76,7 +77,7 @@ def build_report(config: dict[str, Any], resolution: str | None = None, batch_si
     resolution = str(resolution or cfg.resolution)
     batch = max(1, int(batch_size or cfg.batch_size))
     family = FAMILIES.get(cfg.model_type)
-    step = family.bucket_step if family else None
+    bucketing = Bucketing.from_config(cfg, family.bucket_step if family else None)
     frames = run_sampling(cfg, family.frame_step if family else None)  # a video family: clips are items too
     concepts = [c for c in cfg.concepts if c.enabled]
     if not concepts:
@@ -88,10 +89,9 @@ def build_report(config: dict[str, Any], resolution: str | None = None, batch_si
         job.progress(index, len(concepts), f"scanning {concept.name or concept.path}")
         try:
             # as training finds them: an editing model's pairs, a depth model's `-depth` maps (not images)
-            found, found_warnings = prepare_concepts([concept], resolution, aspect_ratio_bucketing=cfg.aspect_ratio_bucketing, bucket_step=step,
+            found, found_warnings = prepare_concepts([concept], resolution, bucketing=bucketing,
                                                        frames=frames, control=bool(family and family.control_image),
-                                                       depth=bool(family and family.depth_maps), masked_training=cfg.masked_training,
-                                                       bucket_no_upscale=cfg.bucket_no_upscale)
+                                                       depth=bool(family and family.depth_maps), masked_training=cfg.masked_training)
         except DataError as err:
             if str(err).startswith("resolution:"):
                 raise JobError(str(err)) from None

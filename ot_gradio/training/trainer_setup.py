@@ -193,6 +193,7 @@ class TrainerSetup:
 
     def _build_dataset(self, encode_rng: torch.Generator) -> None:
         from ..data import build_dataset  # noqa: PLC0415
+        from ..data.buckets import Bucketing  # noqa: PLC0415
         from ..data.video import run_sampling  # noqa: PLC0415
         from .vae_advice import nonfinite_latents_hint  # noqa: PLC0415
 
@@ -203,15 +204,14 @@ class TrainerSetup:
                 cfg.concepts,
                 cfg.resolution,
                 self.global_batch_size,
-                aspect_ratio_bucketing=cfg.aspect_ratio_bucketing,
-                bucket_no_upscale=cfg.bucket_no_upscale,
+                # the sizes the denoiser needs (PixArt: patch x VAE = 16 px) and the config's bucket options
+                bucketing=Bucketing.from_config(cfg, self.model.bucket_step),
                 latent_caching=cfg.latent_caching and not self.method.needs_pixels,
                 cache_dir=cfg.cache_dir,
                 vae_id=self.model.vae_id,
                 seed=cfg.seed,
                 encode_fn=lambda pixels: self.model.encode_images(layout(pixels), generator=encode_rng).contiguous(),
                 clear_cache=cfg.clear_cache_before_training and self.dist.is_main,
-                bucket_step=self.model.bucket_step,  # sizes the denoiser needs (PixArt: patch x VAE = 16 px)
                 # inpainting models with masked training or -condlabel images: the conditioning images' latents are cached
                 # too (depth models: depth maps)
                 conditioning_fn=self.model.encode_conditioning if self.model.caches_conditioning(conditions_on_images(cfg)) else None,

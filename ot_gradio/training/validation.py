@@ -56,6 +56,7 @@ class Validator:
 
     def __init__(self, run: RunState):
         from ..data import build_dataset  # noqa: PLC0415
+        from ..data.buckets import Bucketing  # noqa: PLC0415
         from ..data.video import run_sampling  # noqa: PLC0415
         from .vae_advice import nonfinite_latents_hint  # noqa: PLC0415
 
@@ -66,14 +67,12 @@ class Validator:
             validation_concepts(cfg),
             cfg.resolution,
             1,  # one image per batch: every held-out image counts, whatever its aspect bucket
-            aspect_ratio_bucketing=cfg.aspect_ratio_bucketing,
-            bucket_no_upscale=cfg.bucket_no_upscale,
+            bucketing=Bucketing.from_config(cfg, model.bucket_step),
             latent_caching=cfg.latent_caching and not run.method.needs_pixels,
             cache_dir=cfg.cache_dir,
             vae_id=model.vae_id,
             seed=cfg.seed,
             encode_fn=lambda pixels: model.encode_images(pixels, generator=torch.Generator().manual_seed(cfg.seed)),
-            bucket_step=model.bucket_step,
             conditioning_fn=model.encode_conditioning if model.caches_conditioning(conditions_on_images(cfg)) else None,
             conditioning_kind=model.conditioning_kind,
             frames=run_sampling(cfg, model.frame_step),

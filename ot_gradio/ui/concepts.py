@@ -9,7 +9,7 @@ import contextlib
 import copy
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
@@ -18,6 +18,9 @@ from . import edit_log
 from .charts import bucket_chart
 from .form import Field, build_fields, config_from_values, edit_event, schema_fields, values_from_config
 from .uploads import forget_uploads
+
+if TYPE_CHECKING:
+    from ..data.buckets import Bucketing
 
 GROUPS = (("General", ""), ("Image augmentation", "image."), ("Text", "text."))
 UPLOAD_NOTE = ("From this computer into the machine that trains: images with their `.txt` (or kohya's `.caption`) captions (and masks), "
@@ -70,10 +73,10 @@ def _clips_hint(concept: dict[str, Any]) -> str:
     return " It holds video clips: set Model type (Model tab) to a video model such as WAN_2_1 to train on them." if clips else ""
 
 
-def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sampling=None, control: bool = False,
-                  depth: bool = False, condlabel: bool = False, masked: bool = False,
-                  no_upscale: bool = False) -> tuple[str, list[tuple[str, int]]]:
-    """Markdown statistics and (bucket, count) rows for one concept; with a video model type's
+def concept_stats(concept: dict[str, Any], resolution: str, bucketing: Bucketing, sampling=None, control: bool = False,
+                  depth: bool = False, condlabel: bool = False, masked: bool = False) -> tuple[str, list[tuple[str, int]]]:
+    """Markdown statistics and (bucket, count) rows for one concept, bucketed as the run buckets
+    (`bucketing`: Bucketing.from_config with the model type's step); with a video model type's
     frame `sampling` (run_frame_sampling) its clips are counted beside the images; with `control`
     (an image-editing model type) the pairs, and the images without a control image, named; with
     `depth` (a depth model type) how many images have their depth map beside them; with `condlabel`
@@ -81,7 +84,6 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
     `masked` (masked training) and the concept's random mask rotate and crop, an image with a mask
     is bucketed by the cut around its mask, as the run's first variation cuts it (planning.py)."""
     from ..config.resolution import parse_resolutions  # noqa: PLC0415
-    from ..data.buckets import assign_bucket  # noqa: PLC0415
     from ..data.errors import DataError  # noqa: PLC0415
     from ..data.scan import scan_concept  # noqa: PLC0415
 
@@ -94,8 +96,7 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: bool, sam
         return "No images found.", []
     h, w = parse_resolutions(resolution)[0]
     cut = _rotate_crop_sizes(concept, scan, parse_resolutions(resolution), masked)
-    buckets = Counter(assign_bucket(*cut.get(n, (i.width, i.height)), (h, w), enabled=bucketing, no_upscale=no_upscale)
-                      for n, i in enumerate(items))
+    buckets = Counter(bucketing.assign(*cut.get(n, (i.width, i.height)), (h, w)) for n, i in enumerate(items))
     sizes = sorted((i.width * i.height, i.width, i.height) for i in items)
     clips = [i for i in items if i.sampling is not None]
     captioned = len(items) - len(scan.uncaptioned)
@@ -317,12 +318,14 @@ class ConceptsTab:
         except ValueError as err:
             return f"**Cannot count clips:** {err}", None
         from ..config.families import family_info  # noqa: PLC0415
+        from ..data.buckets import Bucketing  # noqa: PLC0415
 
         info = family_info(config.get("model_type", ""))
-        text, rows = concept_stats(concepts[index], config.get("resolution", "512"), config.get("aspect_ratio_bucketing", True), sampling,
+        bucketing = Bucketing.from_config(config, info.bucket_step if info else None)
+        text, rows = concept_stats(concepts[index], config.get("resolution", "512"), bucketing, sampling,
                                    control=bool(info and info.control_image), depth=bool(info and info.depth_maps),
                                    condlabel=bool(info and info.inpainting and config.get("custom_conditioning_image")),
-                                   masked=bool(config.get("masked_training")), no_upscale=bool(config.get("bucket_no_upscale")))
+                                   masked=bool(config.get("masked_training")))
         return text, bucket_chart(pd.DataFrame(rows, columns=["bucket", "images"]))
 
     def wire(self, config_state: gr.State, autosave) -> None:

@@ -7,6 +7,7 @@ import torch
 from PIL import Image
 
 from ot_gradio.data import Batch, DataError, build_dataset
+from ot_gradio.data.buckets import Bucketing
 
 
 def _all_batches(dataset, epoch) -> list[Batch]:
@@ -161,7 +162,7 @@ def test_masks_follow_image_crop_and_flip(tmp_path, make_concept):
     mask.save(folder / "a-masklabel.png")
     Image.new("RGB", (64, 32), (9, 9, 9)).save(folder / "b.png")
     concept = make_concept(folder, image={"enable_fixed_flip": True, "enable_crop_jitter": False})
-    dataset = build_dataset([concept], "64", 2, aspect_ratio_bucketing=True)
+    dataset = build_dataset([concept], "64", 2, bucketing=Bucketing())
     assert dataset.has_masks
     batch = dataset.epoch_batches(0)[0]
     h, w = batch.size
@@ -312,7 +313,7 @@ def test_disabled_concepts_skipped_and_resolution_override(tmp_path, write_image
 
 
 def test_bucketing_off_gives_target_size(simple_folder, make_concept):
-    dataset = build_dataset([make_concept(simple_folder)], "64", 2, aspect_ratio_bucketing=False)
+    dataset = build_dataset([make_concept(simple_folder)], "64", 2, bucketing=Bucketing(enabled=False))
     assert {b.size for b in dataset.epoch_batches(0)} == {(64, 64)}
     assert dataset.steps_per_epoch == 3
 
@@ -324,7 +325,7 @@ def test_no_upscale_trains_small_images_at_a_bucket_they_cover(tmp_path, write_i
         write_image(folder / f"big{i}.png", 160, 160)
     sizes = {b.image_paths[0].split("/")[-1][:3]: b.size for b in _all_batches(build_dataset([make_concept(folder)], "128", 2), 0)}
     assert sizes == {"sma": (128, 128), "big": (128, 128)}  # scaled up, as OneTrainer does
-    dataset = build_dataset([make_concept(folder)], "128", 2, bucket_no_upscale=True)
+    dataset = build_dataset([make_concept(folder)], "128", 2, bucketing=Bucketing(no_upscale=True))
     sizes = {b.image_paths[0].split("/")[-1][:3]: b.size for b in _all_batches(dataset, 0)}
     assert sizes == {"sma": (64, 64), "big": (128, 128)}
     assert all(b.pixels.shape[-2:] == b.size for b in _all_batches(dataset, 0))

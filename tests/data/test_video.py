@@ -8,6 +8,7 @@ import torch
 from PIL import Image
 
 from ot_gradio.data import build_dataset, scan_concept
+from ot_gradio.data.buckets import Bucketing
 from ot_gradio.data.video import MAX_DECODED_FRAMES, ClipError, FrameSampling, probe_clip, read_clip
 from tests.video_clips import write_clip, write_hostile_clips
 
@@ -174,7 +175,7 @@ def test_a_clips_frames_are_cut_with_its_mask_by_the_mask_augmentations(tmp_path
     mask.paste(255, (100, 20, 140, 60))
     mask.save(folder / "clip-masklabel.png")
     concept = ConceptConfig(name="c", path=str(folder), image={"enable_random_mask_rotate_crop": True})
-    batch = build_dataset([concept], "64", 1, masked_training=True, aspect_ratio_bucketing=False,
+    batch = build_dataset([concept], "64", 1, masked_training=True, bucketing=Bucketing(enabled=False),
                           frames=FrameSampling(frames=5)).epoch_batches(0)[0]
     assert tuple(batch.pixels.shape) == (1, 3, 5, 64, 64)
     inside = batch.mask[0, 0] > 0.9

@@ -162,7 +162,7 @@ def test_stop_training_after_steps_and_epochs_with_noise_and_loss_options(lora_c
     assert any("unet: stopped training after 2 epoch" in w for w in report.warnings)
     assert not trainer.trained_text_parts and not trainer.model.text_encoder.training
     assert [s.get("ema") for s in report.samples] == [True, False]
-    assert all(concept.no_upscale for concept in trainer.dataset.concepts)  # bucket_no_upscale reached the data
+    assert all(concept.bucketing.no_upscale for concept in trainer.dataset.concepts)  # bucket_no_upscale reached the data
     with torch.no_grad():  # max_token_length 150: the captions were read in two windows of 75
         assert trainer.model.encode_text(["a red circle"])["encoder_hidden_states"].shape[1] == 154
     # lora_max_norm: no layer's change (up @ down, alpha = rank) is above it, and the layers that grew most were capped

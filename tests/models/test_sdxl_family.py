@@ -14,6 +14,7 @@ from safetensors import safe_open
 from ot_gradio.config.enums import DataType, ModelFormat, NoiseScheduler
 from ot_gradio.config.schema import TrainConfig
 from ot_gradio.data.batches import Batch
+from ot_gradio.data.buckets import Bucketing
 from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.sdxl import StableDiffusionXL, StableDiffusionXLInpainting
 from ot_gradio.training.device import Precision
@@ -180,7 +181,7 @@ def test_training_step_conditions_on_the_true_size_and_crop(sdxl, tmp_path, flip
     from ot_gradio.data import build_dataset
 
     concept = _concept(tmp_path, enable_fixed_flip=flip)
-    dataset = build_dataset([concept], "64", 1, aspect_ratio_bucketing=False, seed=1)
+    dataset = build_dataset([concept], "64", 1, bucketing=Bucketing(enabled=False), seed=1)
     batch = dataset.epoch_batches(0)[0]
     assert batch.original_sizes == [(60, 100)] and batch.crop_top_lefts == [(0, left)]
     step = DiffusionStep(sdxl, _config(), CPU, Precision(DataType.FLOAT_32, CPU))

@@ -8,6 +8,7 @@ import torch
 from ot_gradio.config.enums import DataType
 from ot_gradio.config.schema import TrainConfig
 from ot_gradio.data.batches import Batch
+from ot_gradio.data.buckets import Bucketing
 from ot_gradio.training.device import Precision, weight_dtype
 from ot_gradio.training.diffusion import DiffusionStep, check_quantized_parts_frozen, configure_model
 
@@ -480,7 +481,7 @@ def test_masked_step_with_the_mask_augmentations(model, tmp_path):
         mask.save(tmp_path / f"{name}-masklabel.png")
     image = {"enable_random_circular_mask_shrink": True, "enable_random_mask_rotate_crop": True}
     concept = ConceptConfig(name="c", path=str(tmp_path), image=image)
-    batch = build_dataset([concept], "64", 2, masked_training=True, aspect_ratio_bucketing=False).epoch_batches(0)[0]
+    batch = build_dataset([concept], "64", 2, masked_training=True, bucketing=Bucketing(enabled=False)).epoch_batches(0)[0]
     assert batch.pixels.shape == (2, 3, 64, 64) and 0.05 < batch.mask.mean() < 0.95
     cfg = config(masked_training=True, unmasked_weight=0.0, unmasked_probability=0.0)
     loss = DiffusionStep(model, cfg, CPU, Precision(DataType.FLOAT_32, CPU), fixed()).loss(batch)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from PIL import Image
 
+from ot_gradio.data.buckets import Bucketing
 from ot_gradio.ui.concepts import concept_stats, run_frame_sampling
 from tests.video_clips import write_clip
 
@@ -22,7 +23,7 @@ def test_a_folder_of_clips_counts_clips_frames_and_length(tmp_path):
     config = {"model_type": "WAN_2_1", "frames": "9", "frame_rate": 24.0, "clip_start": 0.0}
     sampling = run_frame_sampling(config)
     assert (sampling.frames, sampling.step) == (9, 4)
-    text, rows = concept_stats(_concept(folder), "64", True, sampling)
+    text, rows = concept_stats(_concept(folder), "64", Bucketing(), sampling)
     assert "**2 clips, 1 images**" in text and "1 with captions, 2 without" in text
     assert "18 frames in all at 9 frames, 24 fps" in text
     assert "1.4 s of video in all" in text  # 0.375 + 1.0 seconds
@@ -32,11 +33,11 @@ def test_a_folder_of_clips_counts_clips_frames_and_length(tmp_path):
 def test_clips_alone_are_not_no_images_for_a_video_model(tmp_path):
     folder = tmp_path / "clips"
     write_clip(folder / "only.mp4", frames=5)
-    text, _ = concept_stats(_concept(folder), "64", True, run_frame_sampling({"model_type": "WAN_2_1", "frames": "25"}))
+    text, _ = concept_stats(_concept(folder), "64", Bucketing(), run_frame_sampling({"model_type": "WAN_2_1", "frames": "25"}))
     assert text.startswith("**1 clips, 0 images**") and "5 frames in all" in text
     # an image model type reads no clips, and says the folder has no images
     assert run_frame_sampling({"model_type": "STABLE_DIFFUSION_15"}) is None
-    text, rows = concept_stats(_concept(folder), "64", True, None)
+    text, rows = concept_stats(_concept(folder), "64", Bucketing(), None)
     assert "no images" in text and "It holds video clips: set Model type (Model tab)" in text and rows == []
 
 
@@ -54,10 +55,10 @@ def test_an_editing_model_type_counts_pairs_and_names_images_without_a_control_i
     folder.mkdir()
     for name in ("a.png", "a-control.png", "b.jpg", "b-control.jpg", "c.png"):
         Image.new("RGB", (64, 64)).save(folder / name)
-    text, rows = concept_stats(_concept(folder), "64", True, None, control=True)
+    text, rows = concept_stats(_concept(folder), "64", Bucketing(), None, control=True)
     assert text.startswith("**2 pairs**, 1 image without a control image") and "**without a control image:** c.png" in text
     assert sum(n for _, n in rows) == 2
-    assert concept_stats(_concept(folder), "64", True, None)[0].startswith("**5 images**")  # another model type: all are images
+    assert concept_stats(_concept(folder), "64", Bucketing(), None)[0].startswith("**5 images**")  # another model type: all are images
 
 
 def test_a_depth_model_type_counts_the_depth_maps_beside_images_and_those_it_estimates(tmp_path):
@@ -65,10 +66,10 @@ def test_a_depth_model_type_counts_the_depth_maps_beside_images_and_those_it_est
     folder.mkdir()
     for name in ("a.png", "a-depth.png", "b.jpg", "c.png"):
         Image.new("RGB", (64, 64)).save(folder / name)
-    text, rows = concept_stats(_concept(folder), "64", True, None, depth=True)
+    text, rows = concept_stats(_concept(folder), "64", Bucketing(), None, depth=True)
     assert text.startswith("**3 images**") and "1 images with a depth map beside them (`<name>-depth.<ext>`), 2 estimated" in text
     assert sum(n for _, n in rows) == 3
-    assert "depth map" not in concept_stats(_concept(folder), "64", True, None)[0]  # another model type: 4 images
+    assert "depth map" not in concept_stats(_concept(folder), "64", Bucketing(), None)[0]  # another model type: 4 images
 
 
 def test_an_inpainting_model_with_custom_conditioning_images_counts_the_condlabel_images(tmp_path):
@@ -103,14 +104,14 @@ def test_rotate_and_crop_buckets_the_cut_around_each_mask_as_the_run_does(tmp_pa
     mask.save(folder / "wide-masklabel.png")
     Image.new("RGB", (64, 64)).save(folder / "plain.png")  # no mask: bucketed whole
     concept = {**_concept(folder), "image": {"enable_random_mask_rotate_crop": True}}
-    text, rows = concept_stats(concept, "64", True, None, masked=True)
+    text, rows = concept_stats(concept, "64", Bucketing(), None, masked=True)
     assert "1 images bucketed by the cut around their mask" in text
     scan = scan_concept(ConceptConfig(**concept))
     plan = PreparedConcept(config=ConceptConfig(**concept), scan=scan, resolutions=parse_resolutions("64"), masked=True)
     index = next(n for n, item in enumerate(scan.items) if item.path.name == "wide.png")
     bh, bw = plan.bucket(index, (64, 64), plan.cached_mask_draw(index, 0))
     assert (f"{bw}x{bh}", 1) in rows and bw / bh < 2  # the cut's bucket, not the 4:1 image's
-    whole, whole_rows = concept_stats(concept, "64", True, None, masked=False)  # masked training off: whole images
+    whole, whole_rows = concept_stats(concept, "64", Bucketing(), None, masked=False)  # masked training off: whole images
     assert "cut around" not in whole and whole_rows != rows
 
 
@@ -156,7 +157,7 @@ def test_a_mask_on_a_transparent_layer_cuts_as_its_black_and_white_twin_and_cut_
         mask.save(folder / "wide-masklabel.png")
         Image.new("RGBA", (64, 64), (0, 0, 0, 0)).save(folder / "cut-out.png")
         concept = {**_concept(folder), "image": {"enable_random_mask_rotate_crop": True}}
-        text, rows[kind] = concept_stats(concept, "64", True, None, masked=True)
+        text, rows[kind] = concept_stats(concept, "64", Bucketing(), None, masked=True)
         assert "1 images bucketed by the cut around their mask" in text
         assert "1 images have transparent pixels; they train on a white background" in text
     assert rows["RGBA"] == rows["L"] and ("64x64", 1) in rows["L"] and len(rows["L"]) == 2
@@ -168,10 +169,27 @@ def test_a_kohya_folder_is_named_in_the_statistics_with_the_balancing_it_needs(t
     for name in ("a", "b"):
         Image.new("RGB", (64, 64), "red").save(folder / f"{name}.png")
     (folder / "a.caption").write_text("sks dog on grass\nin the sun")  # a wrapped sentence: two captions here
-    text, _ = concept_stats(_concept(folder), "64", True, None)
+    text, _ = concept_stats(_concept(folder), "64", Bucketing(), None)
     assert "1 caption files hold several lines: each line is a caption of its own" in text
     assert "1 with captions, 1 without" in text
     assert "**kohya folder:** folder '20_sks dog' is named as kohya's" in text and "Balancing to 20" in text
     assert "('sks dog')" in text
-    text, _ = concept_stats({**_concept(folder), "balancing": 20}, "64", True, None)
+    text, _ = concept_stats({**_concept(folder), "balancing": 20}, "64", Bucketing(), None)
     assert "kohya folder" not in text
+
+
+def test_the_chart_buckets_at_the_model_types_step_as_the_run_does(tmp_path):
+    """Flux's images are multiples of 16 px: the chart of a 700x500 image shows Flux's bucket (the
+    run's), not the 64 px bucket of an SD model at the same resolution."""
+    from ot_gradio.ui.concepts import ConceptsTab
+
+    folder = tmp_path / "wide"
+    folder.mkdir()
+    Image.new("RGB", (700, 500)).save(folder / "a.png")
+    flux = {"model_type": "FLUX_DEV_1", "resolution": "512", "concepts": [_concept(folder)]}
+    buckets = {}
+    for config in (flux, {**flux, "model_type": "STABLE_DIFFUSION_15"}):
+        _, chart = ConceptsTab.statistics(None, config, 0)
+        buckets[config["model_type"]] = list(chart["value"]["bucket"])
+    assert buckets == {"FLUX_DEV_1": ["624x416"], "STABLE_DIFFUSION_15": ["640x448"]}
+    assert Bucketing(step=16).assign(700, 500, 512) == (416, 624)  # what training buckets it at for Flux
