@@ -57,6 +57,7 @@ from .output_formats import (
 )
 from .parts import learning_rate_or_base
 from .prior import prior_problems
+from .resolution import bucket_problems
 from .schema import TrainConfig
 from .svd_quant import svd_problems, svd_warnings
 from .validation import join_path
@@ -282,6 +283,7 @@ def errors(config: TrainConfig) -> list[str]:
     out += control_sample_problems(config)
     out += gguf_problems(config)
     out += svd_problems(config)
+    out += bucket_problems(config)
     if DataType(config.fallback_train_dtype) not in (DataType.BFLOAT_16, DataType.FLOAT_32):
         out.append(f"fallback_train_dtype: {DataType(config.fallback_train_dtype).value} is not a fallback type; use BFLOAT_16 or FLOAT_32")
     if problem := only_cache_problem(config):

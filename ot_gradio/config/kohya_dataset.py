@@ -4,6 +4,7 @@ max_train_steps / kohya_ss's epoch turned into epochs of the imported concepts."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +12,53 @@ from .families import family_info
 from .json_file import may_read, read_json
 from .kohya_reader import KohyaReader, changes_something, flag, is_set
 from .media_files import CAPTION_EXTENSIONS, IMAGE_EXTENSIONS, kohya_repeats
+from .resolution import parse_resolutions
 from .validation import ConfigError
 
 # what a dataset config's general, dataset and subset tables set that is carried over (or said)
 DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", "shuffle_caption", "keep_tokens", "flip_aug",
                           "caption_extension", "metadata_file", "caption_tag_dropout_rate", "caption_dropout_rate",
-                          "keep_tokens_separator", "resolution", "batch_size", "enable_bucket", "bucket_no_upscale"})
+                          "keep_tokens_separator", "resolution", "batch_size", "enable_bucket", "bucket_no_upscale",
+                          "bucket_reso_steps", "min_bucket_reso", "max_bucket_reso"})
+BUCKET_KEYS = {"bucket_reso_steps": ("bucket_resolution_step", 64), "min_bucket_reso": ("min_bucket_resolution", 256),
+               "max_bucket_reso": ("max_bucket_resolution", 1024)}  # ours, and sd-scripts' default
 KOHYA_STEPS = 1600  # sd-scripts' max_train_steps when a config sets neither it nor max_train_epochs
+
+
+def buckets(get: Callable[[str], Any], out: dict[str, Any], notes: list[str]) -> None:
+    """kohya's bucketing: `enable_bucket`, `bucket_no_upscale`, and, where it buckets, kohya's own
+    buckets (`bucket_reso_steps`, `min_bucket_reso`, `max_bucket_reso`, sd-scripts' 64, 256 and 1024
+    where unset). A step that is no multiple of the model's becomes the next one that is; a largest
+    side below the resolution (which sd-scripts refuses) is raised to it; each with a note."""
+    given = {key: get(key) for key in ("enable_bucket", "bucket_no_upscale", *BUCKET_KEYS)}
+    if given["enable_bucket"] is not None:
+        out["aspect_ratio_bucketing"] = flag(given["enable_bucket"])
+    if given["bucket_no_upscale"] is not None:
+        out["bucket_no_upscale"] = flag(given["bucket_no_upscale"])
+    if not out.get("aspect_ratio_bucketing", True) or not (
+            flag(given["enable_bucket"]) or any(is_set(given[key]) for key in BUCKET_KEYS)):
+        return
+    values = {}
+    for key, (ours, default) in BUCKET_KEYS.items():
+        try:
+            values[ours] = int(float(given[key])) if is_set(given[key]) else default
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: {given[key]!r} is not a number (kohya_ss config)") from None
+    info = family_info(out.get("model_type", ""))
+    need, step = (info.bucket_step if info else None) or 8, values["bucket_resolution_step"]
+    if step < 1 or step % need:
+        values["bucket_resolution_step"] = max(need, step + (-step) % need)
+        notes.append(f"bucket_reso_steps {step}: {values['bucket_resolution_step']} px here (this model's image sides are "
+                     f"multiples of {need} px)")
+    try:
+        longest = max(side for size in parse_resolutions(str(out.get("resolution", "512"))) for side in size)
+    except ValueError:
+        longest = 0
+    if values["max_bucket_resolution"] < longest:
+        notes.append(f"max_bucket_reso {values['max_bucket_resolution']}: {longest} here, the resolution's longest side "
+                     "(sd-scripts refuses a smaller one)")
+        values["max_bucket_resolution"] = longest
+    out.update(values)
 
 
 def run_length(r: KohyaReader, out: dict[str, Any], concepts: list[dict[str, Any]] | None, readable: list[Path] | None,
@@ -142,10 +183,7 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
                 out["resolution"] = size
             if isinstance(merged.get("batch_size"), int):
                 out["batch_size"] = merged["batch_size"]
-            if merged.get("enable_bucket") is not None:
-                out["aspect_ratio_bucketing"] = bool(merged["enable_bucket"])
-            if merged.get("bucket_no_upscale") is not None:
-                out["bucket_no_upscale"] = flag(merged["bucket_no_upscale"])
+            buckets({**r.data, **merged}.get, out, notes)  # the training config's values where the dataset sets none
         elif size and size != first_size:  # a dataset of its own size: its concepts train at it
             merged["resolution_override"] = size
         subsets += [{**merged, **subset} for subset in dataset.get("subsets") or [] if isinstance(subset, dict)]

@@ -15,7 +15,7 @@ from typing import Any
 
 from .enums import ModelType as M
 from .families import family_info
-from .kohya_dataset import dataset_concepts, dataset_config, folder_concepts, run_length
+from .kohya_dataset import buckets, dataset_concepts, dataset_config, folder_concepts, run_length
 from .kohya_flow import flow_timesteps, other_family_keys
 from .kohya_network import network
 from .kohya_reader import KohyaReader, changes_something
@@ -330,10 +330,9 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     size = ",".join(str(v) for v in size) if isinstance(size, list) else str(size).replace(" ", "")
     if size:
         out["resolution"] = _resolution(size, notes)
-    for key, ours in (("enable_bucket", "aspect_ratio_bucketing"), ("bucket_no_upscale", "bucket_no_upscale"),
-                      ("cache_latents", "latent_caching")):
-        if r.data.get(key) is not None:
-            out[ours] = r.flag(key)
+    buckets(r.get, out, notes)
+    if r.data.get("cache_latents") is not None:
+        out["latent_caching"] = r.flag("cache_latents")
     if r.flag("zero_terminal_snr"):
         out["rescale_noise_scheduler_to_zero_terminal_snr"] = True
     for key, ours in (("mixed_precision", "train_dtype"), ("save_precision", "output_dtype")):

@@ -1,6 +1,11 @@
-"""Parsing of resolution strings: "512", "768x512", "384,448,512"."""
+"""Parsing of resolution strings ("512", "768x512", "384,448,512"), and what kohya's bucket sides
+allow of them."""
 
 from __future__ import annotations
+
+from typing import Any
+
+from .families import family_info
 
 
 def parse_resolutions(text: str) -> list[tuple[int, int]]:
@@ -22,4 +27,44 @@ def parse_resolutions(text: str) -> list[tuple[int, int]]:
         out.append((h, w))
     if not out:
         raise ValueError("resolution is empty: use a number like 512 or a list like 384,448,512")
+    return out
+
+
+def kohya_bucket_sides(step: int, min_side: int, max_side: int) -> tuple[int, int]:
+    """The smallest and largest bucket side as sd-scripts uses them: the smallest rounded down, the
+    largest up, to the bucket step."""
+    return min_side - min_side % step, max_side + (-max_side) % step
+
+
+def bucket_problems(config: Any) -> list[str]:
+    """kohya's bucket options that cannot work, each naming the field (sd-scripts refuses the same):
+    a step that is no multiple of the model's, a smallest side above a training resolution's side or
+    a largest side below one (the concepts' resolution overrides included)."""
+    step = int(getattr(config, "bucket_resolution_step", 0) or 0)
+    if not step or not config.aspect_ratio_bucketing:
+        return []
+    info = family_info(config.model_type)
+    need = (info.bucket_step if info else None) or 8
+    if step % need:
+        return [f"bucket_resolution_step: {step} px is no multiple of {need} px, the size {config.model_type.value}'s images are "
+                f"multiples of; use {step + (-step) % need}, or 0 for the aspect-ratio buckets"]
+    low, high = kohya_bucket_sides(step, config.min_bucket_resolution, config.max_bucket_resolution)
+    if low > high:
+        return [f"min_bucket_resolution: {config.min_bucket_resolution} px is above max_bucket_resolution "
+                f"{config.max_bucket_resolution} px; lower it"]
+    sizes = [("resolution", config.resolution)] + [
+        (f"concepts[{i}].image.resolution_override", c.image.resolution_override)
+        for i, c in enumerate(config.concepts) if c.enabled and c.image.enable_resolution_override]
+    out = []
+    for field, text in sizes:
+        try:
+            sides = [side for size in parse_resolutions(text) for side in size]
+        except ValueError:
+            continue  # said where the resolution is checked
+        if min(sides) < low:
+            out.append(f"min_bucket_resolution: {config.min_bucket_resolution} px (rounded to the {step} px step: {low}) is above "
+                       f"the {min(sides)} px of {field} {text}; lower it to {min(sides)} or less")
+        if max(sides) > high:
+            out.append(f"max_bucket_resolution: {config.max_bucket_resolution} px (rounded to the {step} px step: {high}) is below "
+                       f"the {max(sides)} px of {field} {text}; raise it to {max(sides)} or more")
     return out

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from ..config.resolution import kohya_bucket_sides
+
 ASPECTS = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0)
 
 Size = tuple[int, int]  # (height, width) in pixels
@@ -63,12 +65,6 @@ def _wide_to_tall(sizes: set[Size]) -> tuple[Size, ...]:
     return tuple(sorted(sizes, key=lambda s: (s[0] / s[1], s)))
 
 
-def kohya_sides(step: int, min_side: int, max_side: int) -> tuple[int, int]:
-    """The smallest and largest bucket side as sd-scripts uses them: the smallest rounded down, the
-    largest up, to the step."""
-    return min_side - min_side % step, max_side + (-max_side) % step
-
-
 @lru_cache(maxsize=256)
 def kohya_bucket_sizes(size: Size, step: int, min_side: int = 256, max_side: int = 2048) -> tuple[Size, ...]:
     """kohya's buckets for a target (height, width): the square of the target's area, and every
@@ -76,7 +72,7 @@ def kohya_bucket_sizes(size: Size, step: int, min_side: int = 256, max_side: int
     most ``max_side``) whose area is within the target's, both ways round; sorted wide to tall."""
     if step < 1 or step % 8:
         raise ValueError(f"bucket step {step} must be a multiple of 8")
-    low, high = kohya_sides(step, min_side, max_side)
+    low, high = kohya_bucket_sides(step, min_side, max_side)
     area = size[0] * size[1]
     square = max(step, int(math.sqrt(area)) // step * step)
     sizes = {(square, square)}

@@ -110,6 +110,26 @@ def test_circular_padding_only_for_the_families_that_do_it():
     assert any(e.startswith("force_circular_padding: ") and "FLUX_DEV_1" in e for e in errors(config))
 
 
+def test_kohya_bucket_step_and_sides_are_refused_where_sd_scripts_refuses_them():
+    config = good()
+    config.resolution = "512"
+    config.bucket_resolution_step = 64
+    assert errors(config) == []
+    config.model_type, config.bucket_resolution_step = ModelType.FLUX_DEV_1, 8  # Flux's sizes are multiples of 16
+    assert "bucket_resolution_step: 8 px is no multiple of 16 px, the size FLUX_DEV_1's images are multiples of; use 16, or 0 " \
+           "for the aspect-ratio buckets" in errors(config)
+    config.bucket_resolution_step, config.min_bucket_resolution, config.max_bucket_resolution = 64, 600, 2048
+    assert any(e.startswith("min_bucket_resolution: 600 px (rounded to the 64 px step: 576) is above the 512 px of resolution 512")
+               for e in errors(config))
+    config.min_bucket_resolution, config.concepts[0].image.enable_resolution_override = 256, True
+    config.concepts[0].image.resolution_override = "768x2304"
+    assert [e for e in errors(config) if "bucket" in e] == [
+        "max_bucket_resolution: 2048 px (rounded to the 64 px step: 2048) is below the 2304 px of "
+        "concepts[0].image.resolution_override 768x2304; raise it to 2304 or more"]
+    config.aspect_ratio_bucketing = False  # no buckets: nothing to refuse
+    assert not any("bucket" in e for e in errors(config))
+
+
 def test_padding_mask_only_for_the_families_that_read_it():
     config = good()
     config.transformer.attention_mask = True

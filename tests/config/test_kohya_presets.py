@@ -250,14 +250,32 @@ def test_timestep_range_and_masked_loss():
     assert c.min_noising_strength == 0.0 and "min_timestep: sd-scripts does not use them for Flux" in warning
 
 
-def test_bucket_no_upscale(tmp_path):
-    c, warning = _load(network_dim=8, enable_bucket=True, bucket_no_upscale=True)
-    assert c.aspect_ratio_bucketing and c.bucket_no_upscale and "bucket_no_upscale" not in warning
+def _buckets(c):
+    return (c.aspect_ratio_bucketing, c.bucket_resolution_step, c.min_bucket_resolution, c.max_bucket_resolution)
+
+
+def test_buckets(tmp_path):
+    # kohya_ss's page: its step and sides, kohya's buckets here too
+    c, warning = _load(network_dim=8, enable_bucket=True, bucket_no_upscale=True, bucket_reso_steps=64, min_bucket_reso=256,
+                       max_bucket_reso=2048)
+    assert _buckets(c) == (True, 64, 256, 2048) and c.bucket_no_upscale and "bucket" not in warning
+    # sd-scripts' defaults where a config sets none: 64 px between 256 and 1024
+    assert _buckets(_load(network_dim=8, enable_bucket=True)[0]) == (True, 64, 256, 1024)
+    # its "1" (every width) is the model's step; Flux's 16; a largest side below the resolution is raised to it
+    c, warning = _load(network_dim=8, enable_bucket=True, bucket_reso_steps=1)
+    assert c.bucket_resolution_step == 8 and "bucket_reso_steps 1: 8 px here (this model's image sides are multiples of 8 px)" in warning
+    c, warning = _load(flux1_checkbox=True, network_dim=8, enable_bucket=True, bucket_reso_steps="8", max_resolution="1536,1536")
+    assert _buckets(c) == (True, 16, 256, 1536) and "bucket_reso_steps 8: 16 px here" in warning
+    assert "max_bucket_reso 1024: 1536 here, the resolution's longest side" in warning
+    # bucketing off: none of it
+    c, warning = _load(network_dim=8, enable_bucket=False, bucket_reso_steps=32)
+    assert _buckets(c) == (False, 0, 256, 2048) and "not carried over" not in warning
+    # a dataset TOML's own
     toml = tmp_path / "data.toml"
-    toml.write_text('[general]\nenable_bucket = true\nbucket_no_upscale = true\n[[datasets]]\nresolution = 1024\n'
-                    f'[[datasets.subsets]]\nimage_dir = "{tmp_path}"\nnum_repeats = 2\n')
-    c, warning = _load(network_dim=8, dataset_config=str(toml))
-    assert c.bucket_no_upscale and "bucket_no_upscale" not in warning
+    toml.write_text('[general]\nenable_bucket = true\nbucket_no_upscale = true\nbucket_reso_steps = 32\n[[datasets]]\n'
+                    f'resolution = 1024\nmax_bucket_reso = 1536\n[[datasets.subsets]]\nimage_dir = "{tmp_path}"\nnum_repeats = 2\n')
+    c, warning = _load(network_dim=8, dataset_config=str(toml), min_bucket_reso=128)  # the training config's as fallback
+    assert c.bucket_no_upscale and _buckets(c) == (True, 32, 128, 1536) and "bucket" not in warning
 
 
 def test_defaults_written_as_text_are_not_listed_as_left_out():
@@ -265,6 +283,6 @@ def test_defaults_written_as_text_are_not_listed_as_left_out():
     _, warning = _load(network_dim=8, max_token_length="75", bucket_reso_steps=64.0, keep_tokens="0", prior_loss_weight=1.0,
                        adaptive_noise_scale=0)
     assert "not carried over" not in warning
-    c, warning = _load(network_dim=8, max_token_length="225", bucket_reso_steps=32)
-    assert warning.endswith("not carried over (left at this trainer's defaults): bucket_reso_steps.")
+    c, warning = _load(network_dim=8, max_token_length="225", clip_skip=1.0)
+    assert "not carried over" not in warning
     assert c.text_encoder_max_token_length == 225  # CLIP read in three windows of 75

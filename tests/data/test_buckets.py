@@ -3,6 +3,7 @@ import math
 import pytest
 
 from ot_gradio.data import assign_bucket, bucket_sizes, bucket_step
+from ot_gradio.data.buckets import Bucketing, kohya_bucket_sizes
 
 
 @pytest.mark.parametrize("resolution,step", [(1024, 64), (512, 64), (384, 32), (256, 32), (128, 16), (64, 8)])
@@ -72,3 +73,40 @@ def test_no_upscale_gives_a_small_image_the_largest_bucket_it_covers():
     assert assign_bucket(980, 980, 1000, no_upscale=True) == (960, 960)
     assert assign_bucket(600, 600, (512, 768), no_upscale=True) == (576, 576)
     assert assign_bucket(640, 480, 1024, no_upscale=True, enabled=False) == (1024, 1024)  # without bucketing: the target
+
+
+# sd-scripts' make_bucket_resolutions((w, h), min, max, step) gives these sets (run on its source;
+# the counts of the others as it gives them), as (width, height) there and (height, width) here
+KOHYA_512 = {(256, 1024), (256, 960), (256, 896), (256, 832), (320, 768), (320, 704), (384, 640), (448, 576), (512, 512),
+             (576, 448), (640, 384), (704, 320), (768, 320), (832, 256), (896, 256), (960, 256), (1024, 256)}
+
+
+@pytest.mark.parametrize("size,step,low,high,count", [((1024, 1024), 64, 256, 2048, 41), ((1024, 1024), 32, 64, 2048, 93),
+                                                      ((512, 768), 64, 256, 1024, 19), ((1024, 1024), 256, 512, 2048, 9),
+                                                      ((512, 512), 8, 256, 1024, 129), ((1024, 1024), 64, 256, 1024, 25)])
+def test_kohya_buckets_are_sd_scripts(size, step, low, high, count):
+    assert set(kohya_bucket_sizes((512, 512), 64, 256, 1024)) == KOHYA_512
+    sizes = kohya_bucket_sizes(size, step, low, high)
+    area = size[0] * size[1]
+    assert len(sizes) == count and len(set(sizes)) == count
+    square = int(math.sqrt(area)) // step * step
+    assert (square, square) in sizes
+    for h, w in sizes:
+        assert h % step == 0 and w % step == 0 and h * w <= area and max(h, w) <= high
+        assert (w, h) in sizes  # both ways round
+    assert kohya_bucket_sizes((1024, 1024), 64, 250, 2000) == kohya_bucket_sizes((1024, 1024), 64, 192, 2048)  # rounded to the step
+
+
+def test_kohya_bucketing_assigns_the_nearest_of_its_buckets_and_reads_the_config():
+    kohya = Bucketing(kohya_step=64, min_side=256, max_side=1024)
+    assert kohya.sizes(512) == tuple(sorted(KOHYA_512, key=lambda s: (s[0] / s[1], s)))
+    assert kohya.assign(700, 500, 512) == (448, 576)
+    assert kohya.assign(3000, 1000, 512) == (256, 832) != assign_bucket(3000, 1000, 512)  # 3:1; the aspect list has its own
+    assert kohya.assign(640, 480, 1024) == (768, 1024)
+    small = Bucketing(kohya_step=64, min_side=256, max_side=1024, no_upscale=True).assign(640, 480, 1024)
+    assert small[0] <= 480 and small[1] <= 640 and small == kohya.assign(640, 480, 512)  # cropped, never scaled up
+    assert Bucketing(enabled=False, kohya_step=64).assign(700, 500, 512) == (512, 512)
+    page = {"aspect_ratio_bucketing": True, "bucket_resolution_step": 32, "min_bucket_resolution": "", "max_bucket_resolution": 1536,
+            "bucket_no_upscale": True}
+    assert Bucketing.from_config(page, 16) == Bucketing(step=16, no_upscale=True, kohya_step=32, min_side=256, max_side=1536)
+    assert Bucketing.from_config({}) == Bucketing()

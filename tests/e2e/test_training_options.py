@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 
 from ot_gradio.config.io import load_config
+from ot_gradio.data.buckets import Bucketing
 from ot_gradio.training.backup import latest_backup, read_backup
 from ot_gradio.training.lora_format import load_lora_file
 from ot_gradio.training.lora_max_norm import delta_norm
@@ -136,6 +137,9 @@ def test_stop_training_after_steps_and_epochs_with_noise_and_loss_options(lora_c
         lora_module_dropout=0.1,
         text_encoder_max_token_length=150,
         bucket_no_upscale=True,
+        bucket_resolution_step=16,  # kohya's buckets, at the tiny model's 64 px
+        min_bucket_resolution=32,
+        max_bucket_resolution=128,
         attention_mechanism="DEFAULT",
         ema="GPU",
         ema_update_step_interval=1,
@@ -162,7 +166,8 @@ def test_stop_training_after_steps_and_epochs_with_noise_and_loss_options(lora_c
     assert any("unet: stopped training after 2 epoch" in w for w in report.warnings)
     assert not trainer.trained_text_parts and not trainer.model.text_encoder.training
     assert [s.get("ema") for s in report.samples] == [True, False]
-    assert all(concept.bucketing.no_upscale for concept in trainer.dataset.concepts)  # bucket_no_upscale reached the data
+    # bucket_no_upscale and kohya's buckets reached the data
+    assert all(c.bucketing == Bucketing(no_upscale=True, kohya_step=16, min_side=32, max_side=128) for c in trainer.dataset.concepts)
     with torch.no_grad():  # max_token_length 150: the captions were read in two windows of 75
         assert trainer.model.encode_text(["a red circle"])["encoder_hidden_states"].shape[1] == 154
     # lora_max_norm: no layer's change (up @ down, alpha = rank) is above it, and the layers that grew most were capped
