@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .enums import ModelType as M
+from .families import family_info
 from .kohya_reader import KohyaReader
 
 ANIMA_KEYS = frozenset({"qwen3", "llm_adapter_path", "t5_tokenizer_path", "qwen3_max_token_length", "t5_max_token_length",
@@ -55,8 +56,11 @@ def flow_timesteps(r: KohyaReader, out: dict[str, Any], model_type: M, notes: li
     defaults where ours differ (FLOW_DEFAULTS): `sigma` (uniform, shifted by `discrete_flow_shift`),
     `uniform`, `sigmoid` (a logit-normal of std `sigmoid_scale`), `shift` (that, shifted) and
     `flux_shift` (that, shifted by the image size); Flux's guidance input, 3.5."""
+    if model_type in SD3_TYPES or model_type in FLOW_DEFAULTS:
+        r.get("max_token_length")  # CLIP's window: sd-scripts' scripts for these families do not use it
     if model_type in SD3_TYPES:
         _sd3_timesteps(r, out, notes)
+        _sd3_text(r, out, notes, model_type)
     if model_type not in FLOW_DEFAULTS:
         return
 
@@ -100,6 +104,22 @@ def flow_timesteps(r: KohyaReader, out: dict[str, Any], model_type: M, notes: li
     if prediction != "raw":
         notes.append(f"model_prediction_type '{prediction}': sd-scripts weighs that loss by the noise level squared; here the "
                      "velocity loss is unweighted, as with 'raw'")
+
+
+def _sd3_text(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: M) -> None:
+    """sd-scripts' SD 3 text encoders: T5 reads `t5xxl_max_token_length` tokens (256 when unset, and
+    from kohya_ss's page, which saves its Flux page's value but sends it for Flux alone; OneTrainer's
+    default is 77); its `t5xxl_dtype` does nothing there ("DOES NOT WORK"); the text encoders' own
+    files are not read: here they come from the checkpoint, or the hub repo."""
+    sent = r.given("t5xxl_max_token_length") and "sd3_checkbox" not in r.data
+    out["text_encoder_3_sequence_length"] = r.number("t5xxl_max_token_length", int) if sent else 256
+    r.get("t5xxl_dtype")
+    files = [key for key in ("clip_l", "clip_g", "t5xxl") if r.given(key)]
+    for key in files:
+        r.get(key)
+    if files:
+        notes.append(f"{', '.join(files)}: these files are not read; the text encoders come from the checkpoint, or from "
+                     f"{family_info(model_type).hub_repo} where it has none")
 
 
 def _sd3_timesteps(r: KohyaReader, out: dict[str, Any], notes: list[str]) -> None:

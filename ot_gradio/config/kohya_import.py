@@ -58,7 +58,7 @@ PLUMBING = frozenset({
     "max_data_loader_n_workers", "persistent_data_loader_workers", "training_comment", "wandb_api_key", "wandb_run_name",
     "log_tracker_name", "log_tracker_config", "log_with", "logging_dir", "log_prefix", "save_state", "save_state_on_train_end",
     "save_state_to_huggingface", "resume_from_huggingface", "async_upload", "xformers", "sdpa", "mem_eff_attn",
-    "vae_batch_size", "cache_latents_to_disk", "cache_text_encoder_outputs_to_disk", "sd3_cache_text_encoder_outputs_to_disk",
+    "vae_batch_size", "sd3_text_encoder_batch_size", "text_encoder_batch_size", "cache_latents_to_disk", "cache_text_encoder_outputs_to_disk", "sd3_cache_text_encoder_outputs_to_disk",
     "flux1_cache_text_encoder_outputs_to_disk", "huggingface_repo_id", "huggingface_token", "huggingface_repo_type",
     "huggingface_path_in_repo", "huggingface_repo_visibility", "save_as_bool", "output_config",
     # the fine-tune page's own preparation of kohya's metadata files
@@ -347,6 +347,8 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
         out["learning_rate_scheduler"] = SCHEDULERS.get(scheduler, "CONSTANT")
         if scheduler not in SCHEDULERS:
             notes.append(f"lr_scheduler '{scheduler}' has no counterpart here: CONSTANT is used")
+    if scheduler != "polynomial":
+        r.get("lr_scheduler_power")  # the power of sd-scripts' polynomial scheduler alone
         if scheduler == "cosine_with_restarts" and r.data.get("lr_scheduler_num_cycles") == "" and r.given("epoch"):
             out["learning_rate_cycles"] = float(r.number("epoch", int))  # kohya_ss's page: blank = one cycle an epoch
     steps = r.number("lr_warmup_steps") if r.given("lr_warmup_steps") else 0.0

@@ -16,6 +16,8 @@ ADAPTERS = {"standard": ("LORA", "attn-mlp"), "kohya locon": ("LORA", "full"), "
             "anima": ("LORA", "attn-mlp"), "kohya loha": ("LOHA", "attn-mlp"), "kohya lokr": ("LOKR", "attn-mlp")}
 # families whose sd-scripts LoRA module adapts every linear layer of the transformer blocks
 BLOCK_FAMILIES = frozenset({M.FLUX_DEV_1, M.CHROMA_1, M.STABLE_DIFFUSION_3, M.STABLE_DIFFUSION_35})
+# sd-scripts' lora_flux `train_blocks`: the double (joint) or the single blocks alone, as layer filters here
+FLUX_BLOCKS = {"double": r"^transformer_blocks\.", "single": r"^single_transformer_blocks\."}
 
 
 def key_values(value: Any) -> dict[str, str]:
@@ -57,6 +59,15 @@ def network(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: M
     if model_type in BLOCK_FAMILIES and preset == "attn-mlp":  # sd-scripts' lora_flux / lora_sd3: every linear of the blocks
         preset = "blocks"
     out.update(peft_type=peft, layer_filter_preset=preset)
+    blocks = str(r.data.get("train_blocks") or args.get("train_blocks") or "all").lower()
+    if blocks in FLUX_BLOCKS and model_type in (M.FLUX_DEV_1, M.CHROMA_1) and preset == "blocks":
+        r.get("train_blocks")
+        out.update(layer_filter_preset="custom", layer_filter=FLUX_BLOCKS[blocks], layer_filter_regex=True)
+    if kind.lower() != "lycoris/lokr" and "use_cp" not in args:
+        r.get("use_cp")  # kohya_ss's page sends it with LoKr alone
+    if not (r.given("rank_dropout") and r.number("rank_dropout") > 0):
+        r.get("rank_dropout_scale")  # it scales a rank dropout there is none of
+    r.get("bypass_mode")  # LyCORIS's forward beside the frozen weight: the same result, and peft's forward here
     lycoris_preset = str(r.get("LyCORIS_preset") or args.get("preset") or "full")
     if kind.lower().startswith("lycoris/") and lycoris_preset.lower() != "full":
         notes.append(f"LyCORIS_preset '{lycoris_preset}': here the Layer preset is 'full' (choose another on the LoRA tab)")
@@ -94,5 +105,7 @@ def network(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: M
         else:
             notes.append(f"scale_weight_norms {r.data['scale_weight_norms']}: the max norm here caps plain LoRA and DoRA "
                          f"layers, not {kind}; it trains without")
-    if r.given("network_weights"):  # the LoRA to continue from
-        out["lora_model_name"] = str(r.get("network_weights"))
+    for key in ("network_weights", "lora_network_weights"):  # the LoRA to continue from (the latter: older kohya_ss pages)
+        if r.given(key):
+            out.setdefault("lora_model_name", str(r.get(key)))
+    r.get("dim_from_weights")  # here the LoRA to continue from always trains at its own rank and alpha

@@ -10,7 +10,8 @@ from .validation import ConfigError
 KOHYA_DEFAULTS = {"max_timestep": 1000, "min_timestep": 0, "bucket_reso_steps": 64, "min_bucket_reso": 256,
                   "max_bucket_reso": 2048, "lr_scheduler_power": 1, "factor": -1, "train_on_input": True,
                   "noise_offset_type": "Original", "max_token_length": 75, "conv_dim": 1, "conv_alpha": 1,
-                  "loss_type": "l2", "huber_c": 0.1, "huber_schedule": "snr", "huber_scale": 1, "prior_loss_weight": 1}
+                  "loss_type": "l2", "huber_c": 0.1, "huber_schedule": "snr", "huber_scale": 1, "prior_loss_weight": 1,
+                  "train_blocks": "all"}
 
 
 def _number(value: Any) -> float | None:

@@ -7,8 +7,8 @@ What SD 3 is (diffusers' StableDiffusion3Pipeline, OneTrainer's StableDiffusion3
   hidden states side by side (768 + 1280) are zero-padded to T5's width (4096) and put before
   T5's tokens along the sequence; the pooled input is both CLIP projections side by side. Clip
   skip counts from that second-to-last layer per CLIP (as SDXL); T5's skip takes an earlier layer
-  with T5's final norm. T5 reads 77 tokens (OneTrainer's length; `text_encoder_3_sequence_length`
-  when the config has it), in training and in samples alike, with no padding mask, as trained;
+  with T5's final norm. T5 reads `text_encoder_3_sequence_length` tokens (OneTrainer's 77 by
+  default), in training and in samples alike, with no padding mask, as trained;
   with transformer.attention_mask the three outputs' padding tokens are zeroed (OneTrainer's).
 - The denoiser is an MMDiT (`SD3Transformer2DModel`, patch 2) that reads timestep t * 1000 and
   predicts the velocity `noise - latents` in the (B, 16, H, W) latent layout (it patches itself).

@@ -156,6 +156,35 @@ def test_sd3_timesteps_and_other_families_keys():
     assert "weighting_scheme" not in warning and c.timestep_shift == 3.0
 
 
+def test_sd3_text_encoders():
+    # sd-scripts' T5 window (256 unless set; kohya_ss's page sends its Flux page's value for Flux alone), and the
+    # settings its SD 3 scripts do not use; the text encoders' own files are said
+    c, warning = _load(sd3_checkbox=True, network_dim=8, t5xxl_max_token_length=512, t5xxl_dtype="bf16", max_token_length=225,
+                       clip_l="/m/clip_l.safetensors", clip_g="/m/clip_g.safetensors", t5xxl="/m/t5xxl.safetensors")
+    assert c.text_encoder_3_sequence_length == 256 and c.text_encoder_max_token_length == 75 and "not carried over" not in warning
+    assert ("clip_l, clip_g, t5xxl: these files are not read; the text encoders come from the checkpoint, or from "
+            "stabilityai/stable-diffusion-3-medium-diffusers where it has none") in warning
+    toml = load_config({**BASE, "network_module": "networks.lora_sd3", "network_dim": 8, "t5xxl_max_token_length": 154}).config
+    assert toml.model_type.value == "STABLE_DIFFUSION_3" and toml.text_encoder_3_sequence_length == 154
+
+
+def test_flux_train_blocks_and_network_settings_that_change_nothing():
+    for blocks, pattern in (("single", r"^single_transformer_blocks\."), ("double", r"^transformer_blocks\.")):
+        c, warning = _load(flux1_checkbox=True, LoRA_type="Flux1", network_dim=8, train_blocks=blocks)
+        assert (c.layer_filter_preset, c.layer_filter, c.layer_filter_regex) == ("custom", pattern, True)
+        assert "train_blocks" not in warning
+    c, _ = _load(network_module="networks.lora_flux", network_dim=8, network_args=["train_blocks=single"])
+    assert c.model_type.value == "FLUX_DEV_1" and c.layer_filter == r"^single_transformer_blocks\."
+    assert _load(flux1_checkbox=True, LoRA_type="Flux1", network_dim=8, train_blocks="all")[0].layer_filter_preset == "blocks"
+    # kohya_ss's page sends use_cp with LoKr alone, rank_dropout_scale scales a rank dropout, bypass_mode computes the same;
+    # older pages named the LoRA to continue from lora_network_weights, whose rank it trains at here (dim_from_weights)
+    c, warning = _load(LoRA_type="LyCORIS/LoHa", network_dim=8, use_cp=True, rank_dropout_scale=True, bypass_mode=True,
+                       lora_network_weights="/m/start.safetensors", dim_from_weights=True, lr_scheduler_power=1.02)
+    assert c.lora_model_name == "/m/start.safetensors" and "not carried over" not in warning
+    _, warning = _load(LoRA_type="Standard", network_dim=8, rank_dropout=0.1, rank_dropout_scale=True)
+    assert warning.endswith("not carried over (left at this trainer's defaults): rank_dropout_scale.")
+
+
 def test_families_textual_inversion_and_fine_tune_pages(tmp_path):
     c, warning = _load(sdxl=True, token_string="zxc", init_word="woman", num_vectors_per_token=4, learning_rate=2e-3,
                        template="style template", caption_dropout_rate=0.1)

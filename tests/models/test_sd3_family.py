@@ -48,6 +48,17 @@ def test_encode_text_is_what_the_pipeline_feeds_the_transformer(sd3):
     torch.testing.assert_close(per_encoder["pooled_projections"][:, 32:], cond["pooled_projections"][:, 32:])
 
 
+def test_t5_reads_the_configured_window_as_the_pipeline_does(tiny_sd3_paths):
+    model = StableDiffusion3.load(str(tiny_sd3_paths.diffusers_dir))
+    model.configure_flow(_config(text_encoder_3_sequence_length=96))
+    cond = model.encode_text([PROMPT])
+    embeds, _, _, _ = model.pipeline().encode_prompt(PROMPT, None, None, device="cpu", max_sequence_length=96)
+    assert cond["encoder_hidden_states"].shape == (1, 77 + 96, 96)
+    torch.testing.assert_close(cond["encoder_hidden_states"], embeds, atol=1e-5, rtol=1e-5)
+    model.configure_flow(_config())  # OneTrainer's 77 by default
+    assert model.encode_text([PROMPT])["encoder_hidden_states"].shape == (1, 77 + 77, 96)
+
+
 def test_attention_mask_zeroes_the_padding_of_all_three_encoders(tiny_sd3_paths, tmp_path):
     from tests.models.family_checks import assert_padding_mask_reaches_training_and_samples
 
