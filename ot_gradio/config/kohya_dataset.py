@@ -142,6 +142,8 @@ def folder_concepts(r: KohyaReader, notes: list[str], readable: list[Path] | Non
         found = True
         subsets.append({"image_dir": str(r.get("image_folder")), "is_reg": False,
                         "num_repeats": r.number("dataset_repeats", int) if r.given("dataset_repeats") else 1})
+    else:
+        r.get("dataset_repeats")  # the fine-tune page's repeats of a folder it has none of
     options = _training_options(r)
     return _to_concepts([{**options, **subset} for subset in subsets], r, notes, readable) if found else None
 

@@ -134,8 +134,10 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
         r.get("datasets")
         r.get("general")
         concepts = dataset_concepts(r.data, out, notes, r, readable)
-    elif r.given("dataset_config"):  # sd-scripts: it replaces train_data_dir
+    elif r.given("dataset_config"):  # sd-scripts: it replaces train_data_dir and reg_data_dir (ignored with a warning there)
         concepts = dataset_config(r, out, notes, readable, base_dir)
+        r.get("train_data_dir")
+        r.get("reg_data_dir")
     else:
         concepts = folder_concepts(r, notes, readable)
     if concepts is not None:

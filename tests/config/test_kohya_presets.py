@@ -200,6 +200,7 @@ def test_families_textual_inversion_and_fine_tune_pages(tmp_path):
     folder = tmp_path / "img"
     folder.mkdir()
     (folder / "a.png").write_bytes(b"")
+    assert "dataset_repeats" not in _load(sdxl_checkbox=True, dataset_repeats="10")[1]  # no image_folder: nothing to repeat
     c, _ = _load(sdxl_checkbox=True, train_text_encoder=False, image_folder=str(folder), dataset_repeats="50",
                  caption_metadata_filename="meta_cap.json", batch_size="8")
     assert c.model_type.value == "STABLE_DIFFUSION_XL_10_BASE" and c.training_method.value == "FINE_TUNE"
@@ -303,8 +304,10 @@ def test_buckets(tmp_path):
     toml = tmp_path / "data.toml"
     toml.write_text('[general]\nenable_bucket = true\nbucket_no_upscale = true\nbucket_reso_steps = 32\n[[datasets]]\n'
                     f'resolution = 1024\nmax_bucket_reso = 1536\n[[datasets.subsets]]\nimage_dir = "{tmp_path}"\nnum_repeats = 2\n')
-    c, warning = _load(network_dim=8, dataset_config=str(toml), min_bucket_reso=128)  # the training config's as fallback
-    assert c.bucket_no_upscale and _buckets(c) == (True, 32, 128, 1536) and "bucket" not in warning
+    # the training config's as fallback; its train_data_dir is ignored, as sd-scripts ignores it beside a dataset config
+    c, warning = _load(network_dim=8, dataset_config=str(toml), min_bucket_reso=128, train_data_dir=str(tmp_path / "other"))
+    assert c.bucket_no_upscale and _buckets(c) == (True, 32, 128, 1536) and "not carried over" not in warning
+    assert [concept.path for concept in c.concepts] == [str(tmp_path)]
 
 
 def test_defaults_written_as_text_are_not_listed_as_left_out():
