@@ -28,6 +28,11 @@ def _by_class(name: str) -> Sign | None:
     return Sign(" or ".join(s.name for s in tied), tuple(m for s in tied for m in s.model_types), (), ())
 
 
+def family_by_name(name: str) -> Sign | None:
+    """The family a file or hub name names (a path: its file name), or None."""
+    return _by_name(Path(name).name or name)
+
+
 def _by_name(name: str) -> Sign | None:
     """The sign with the longest word in `name` ("flux2" over "flux"); between words as long, the
     one met first in the name."""

@@ -13,10 +13,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .base_model_match import family_by_name
 from .enums import ModelType as M
 from .families import family_info
 from .kohya_dataset import buckets, dataset_concepts, dataset_config, folder_concepts, run_length
-from .kohya_flow import flow_timesteps, other_family_keys
+from .kohya_flow import SD3_TYPES, flow_timesteps, other_family_keys
 from .kohya_network import network
 from .kohya_reader import KohyaReader, changes_something
 from .validation import ConfigError, LoadResult, validate
@@ -70,11 +71,20 @@ SAMPLE_FIELDS = {"n": ("negative_prompt", str), "w": ("width", int), "h": ("heig
                  "l": ("cfg_scale", float), "s": ("diffusion_steps", int)}
 
 
+# kohya_ss's family switches; without any, the family is read from the file (`_named_family`)
+SWITCHES = ("sdxl", "sdxl_checkbox", "v2", "flux1_checkbox", "sd3_checkbox", "anima_checkbox")
+# the families a base model's name may name for a kohya config (the ones sd-scripts has a script for, here)
+NAMED_FAMILIES = (M.STABLE_DIFFUSION_XL_10_BASE, M.STABLE_DIFFUSION_3, M.STABLE_DIFFUSION_35, M.FLUX_DEV_1, M.CHROMA_1)
+# tables that are values, not sections: a dataset config's [general], sd-scripts' argument tables
+NOT_SECTIONS = frozenset({"general", "optimizer_args", "lr_scheduler_args", "network_args"})
+
+
 def flat(data: dict[str, Any]) -> dict[str, Any]:
-    """sd-scripts' sections (`"training_arguments": {...}`) flattened, as sd-scripts reads them."""
+    """A config file's sections flattened, as sd-scripts reads its `--config_file`: every table's
+    keys at the top, whatever the table's name ([model_arguments], [network], [training] ...)."""
     out: dict[str, Any] = {}
     for key, value in data.items():
-        if isinstance(value, dict) and key.endswith(("_arguments", "_args")) and key != "optimizer_args":
+        if isinstance(value, dict) and key not in NOT_SECTIONS:
             out.update(value)
         else:
             out[key] = value
@@ -95,7 +105,7 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
                  base_dir: str | Path | None = None) -> LoadResult:
     """`readable`: the folders where files may be read and subfolders listed (the page's; None:
     any). `base_dir`: where a relative `dataset_config` is (the config file's folder)."""
-    r = KohyaReader(command_line(flat(raw)))
+    r = KohyaReader(command_line(flat(raw)), sections=[k for k, v in raw.items() if isinstance(v, dict)])
     out: dict[str, Any] = {}
     notes: list[str] = []
     model_type = _model_type(r, notes)
@@ -160,6 +170,7 @@ def _model_type(r: KohyaReader, notes: list[str]) -> M:
     `sdxl_checkbox`); sd-scripts picks the family by its script, so a TOML without them is read
     by its network module (lora_flux, lora_sd3) or its T5 file, else as SD 1.5 with a note."""
     module = str(r.data.get("network_module") or "")
+    hint = None if any(k in r.data for k in SWITCHES) else _named_family(r, notes)
     for switch, script, name in (("lumina_checkbox", "lora_lumina", "Lumina Image 2.0"),
                                  ("hunyuan_image_checkbox", "lora_hunyuan_image", "HunyuanImage 2.1")):
         if r.flag(switch) or module.endswith(script):
@@ -170,22 +181,38 @@ def _model_type(r: KohyaReader, notes: list[str]) -> M:
             or (r.given("anima_qwen3") and "anima_checkbox" not in r.data)):
         r.get("network_module")
         return M.ANIMA
-    if r.flag("sd3_checkbox") or module.endswith("lora_sd3"):
+    if r.flag("sd3_checkbox") or module.endswith("lora_sd3") or hint in SD3_TYPES:
         r.get("network_module")
         name = str(r.data.get("pretrained_model_name_or_path") or "").lower()
         return M.STABLE_DIFFUSION_35 if re.search(r"3[._-]?5", name) else M.STABLE_DIFFUSION_3
-    if r.flag("flux1_checkbox") or module.endswith("lora_flux") or r.given("t5xxl"):
+    if r.flag("flux1_checkbox") or module.endswith("lora_flux") or r.given("t5xxl") or hint in (M.FLUX_DEV_1, M.CHROMA_1):
         r.get("network_module")
         # sd-scripts' flux_train_network.py with --model_type chroma (kohya_ss's Flux page, model type Chroma)
-        return M.CHROMA_1 if str(r.get("model_type") or "flux").lower() == "chroma" else M.FLUX_DEV_1
-    if r.flag("sdxl") or r.flag("sdxl_checkbox"):
+        chroma = str(r.get("model_type") or "flux").lower() == "chroma" or hint == M.CHROMA_1
+        return M.CHROMA_1 if chroma else M.FLUX_DEV_1
+    if r.flag("sdxl") or r.flag("sdxl_checkbox") or hint == M.STABLE_DIFFUSION_XL_10_BASE:
         return M.STABLE_DIFFUSION_XL_10_BASE
     if r.flag("v2"):
         return M.STABLE_DIFFUSION_21 if r.flag("v_parameterization") else M.STABLE_DIFFUSION_21_BASE
-    if not any(k in r.data for k in ("sdxl", "sdxl_checkbox", "v2", "flux1_checkbox", "sd3_checkbox")):
+    if hint is None and not any(k in r.data for k in SWITCHES):
         notes.append("no model family is named (sd-scripts takes it from the script that runs): SD 1.5 is assumed; "
                      "choose the Model type if it is another")
     return M.STABLE_DIFFUSION_15
+
+
+def _named_family(r: KohyaReader, notes: list[str]) -> M | None:
+    """For a file without kohya_ss's family switches (sd-scripts takes the family from the script
+    that runs): an `[sdxl_arguments]` section, else the family the base model's name names."""
+    if "sdxl_arguments" in r.sections:
+        found, why = M.STABLE_DIFFUSION_XL_10_BASE, "its [sdxl_arguments] section"
+    else:
+        sign = family_by_name(str(r.data.get("pretrained_model_name_or_path") or ""))
+        found = next((m for m in (sign.model_types if sign else ()) if m in NAMED_FAMILIES), None)
+        why = "the base model's name"
+    if found is not None:
+        notes.append(f"{found.value}: from {why} (sd-scripts takes the family from the script that runs); choose the Model "
+                     "type if it is another")
+    return found
 
 
 def scheduler_args(value: Any) -> list[dict[str, str]]:

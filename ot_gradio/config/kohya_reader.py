@@ -39,8 +39,8 @@ def is_set(value: Any) -> bool:
 class KohyaReader:
     """The kohya config's values; what is read counts as carried over."""
 
-    def __init__(self, data: dict[str, Any]):
-        self.data, self.used = data, set()
+    def __init__(self, data: dict[str, Any], sections: list[str] | tuple[str, ...] = ()):
+        self.data, self.used, self.sections = data, set(), frozenset(sections)  # sections: the file's table names
 
     def get(self, key: str) -> Any:
         self.used.add(key)

@@ -93,6 +93,31 @@ def test_sections_unet_only_and_other_families(tmp_path):
     assert dreambooth.config.training_method.value == "FINE_TUNE" and dreambooth.config.output_model_format.value == "SAFETENSORS"
 
 
+def test_any_section_names_and_the_family_a_file_without_switches_names(tmp_path):
+    # sd-scripts reads every table of a --config_file, whatever its name (a config seen in the wild, its paths ours)
+    (tmp_path / "run.toml").write_text(
+        '[model]\npretrained_model_name_or_path = "/models/flux1-dev.safetensors"\n[training]\nmax_train_epochs = 4\n'
+        'train_batch_size = 2\n[optimizer]\noptimizer_type = "AdamW8bit"\nlearning_rate = 2e-4\n[network]\n'
+        'network_module = "networks.lora_flux"\nnetwork_dim = 16\nnetwork_alpha = 8\n[logging]\nlog_prefix = "x"\n')
+    c = load_config(tmp_path / "run.toml").config
+    assert (c.model_type.value, c.epochs, c.batch_size, c.optimizer.optimizer.value, c.learning_rate, c.lora_rank) == (
+        "FLUX_DEV_1", 4, 2, "ADAMW_8BIT", 2e-4, 16)
+    # no family switch: sdxl_train_network.py's [sdxl_arguments] section, or the base model's name, says the family
+    base = {"network_module": "networks.lora", "network_dim": 8, "output_dir": "/out"}
+    sdxl = load_config({"sdxl_arguments": {"cache_text_encoder_outputs": False},
+                        "model_arguments": {"pretrained_model_name_or_path": "/m/mymodel.safetensors"}, **base})
+    assert sdxl.config.model_type.value == "STABLE_DIFFUSION_XL_10_BASE" and "from its [sdxl_arguments] section" in sdxl.warnings[0]
+    for name, family in (("/m/lustifySDXLNSFW_v7.safetensors", "STABLE_DIFFUSION_XL_10_BASE"),
+                         ("/m/sd3.5_medium.safetensors", "STABLE_DIFFUSION_35"), ("/m/chroma-unlocked-v50.safetensors", "CHROMA_1"),
+                         ("/m/v1-5-pruned-emaonly.safetensors", "STABLE_DIFFUSION_15")):
+        result = load_config({**base, "pretrained_model_name_or_path": name})
+        assert result.config.model_type.value == family, name
+        assert ("from the base model's name" in result.warnings[0]) == (family != "STABLE_DIFFUSION_15")
+    # kohya_ss's page always says the family: its switches win over the name
+    gui = load_config({**base, "pretrained_model_name_or_path": "/m/lustifySDXLNSFW_v7.safetensors", "sdxl": False, "v2": False})
+    assert gui.config.model_type.value == "STABLE_DIFFUSION_15" and "base model's name" not in gui.warnings[0]
+
+
 def test_a_kohya_folder_without_repeats_folders_is_one_concept_and_a_prompt_file_is_named_not_read(tmp_path):
     """An import opens no file it names (a share link's user could otherwise read any file as prompts)."""
     (tmp_path / "prompts.txt").write_text("a cat --w 512 --h 768\n")
