@@ -75,6 +75,8 @@ SAMPLE_FIELDS = {"n": ("negative_prompt", str), "w": ("width", int), "h": ("heig
 SWITCHES = ("sdxl", "sdxl_checkbox", "v2", "flux1_checkbox", "sd3_checkbox", "anima_checkbox")
 # the families a base model's name may name for a kohya config (the ones sd-scripts has a script for, here)
 NAMED_FAMILIES = (M.STABLE_DIFFUSION_XL_10_BASE, M.STABLE_DIFFUSION_3, M.STABLE_DIFFUSION_35, M.FLUX_DEV_1, M.CHROMA_1)
+# SDXL checkpoints' names: "XL" ending a word, or the SDXL families people name
+SDXL_NAMES = re.compile(r"XL(?![a-z])|(?i:illustrious|noobai|pony)")
 # tables that are values, not sections: a dataset config's [general], sd-scripts' argument tables
 NOT_SECTIONS = frozenset({"general", "optimizer_args", "lr_scheduler_args", "network_args"})
 
@@ -206,8 +208,11 @@ def _named_family(r: KohyaReader, notes: list[str]) -> M | None:
     if "sdxl_arguments" in r.sections:
         found, why = M.STABLE_DIFFUSION_XL_10_BASE, "its [sdxl_arguments] section"
     else:
-        sign = family_by_name(str(r.data.get("pretrained_model_name_or_path") or ""))
+        name = str(r.data.get("pretrained_model_name_or_path") or "")
+        sign = family_by_name(name)
         found = next((m for m in (sign.model_types if sign else ()) if m in NAMED_FAMILIES), None)
+        if found is None and SDXL_NAMES.search(Path(name).name):  # illustriousXL_v01, juggernautXL, ponyDiffusionV6XL
+            found = M.STABLE_DIFFUSION_XL_10_BASE
         why = "the base model's name"
     if found is not None:
         notes.append(f"{found.value}: from {why} (sd-scripts takes the family from the script that runs); choose the Model "

@@ -108,6 +108,9 @@ def test_any_section_names_and_the_family_a_file_without_switches_names(tmp_path
                         "model_arguments": {"pretrained_model_name_or_path": "/m/mymodel.safetensors"}, **base})
     assert sdxl.config.model_type.value == "STABLE_DIFFUSION_XL_10_BASE" and "from its [sdxl_arguments] section" in sdxl.warnings[0]
     for name, family in (("/m/lustifySDXLNSFW_v7.safetensors", "STABLE_DIFFUSION_XL_10_BASE"),
+                         ("/m/illustriousXL_v01.safetensors", "STABLE_DIFFUSION_XL_10_BASE"),
+                         ("/m/ponyDiffusionV6.safetensors", "STABLE_DIFFUSION_XL_10_BASE"),
+                         ("/m/XLabs-flux-dev.safetensors", "FLUX_DEV_1"), ("/m/mixlora_v2.safetensors", "STABLE_DIFFUSION_15"),
                          ("/m/sd3.5_medium.safetensors", "STABLE_DIFFUSION_35"), ("/m/chroma-unlocked-v50.safetensors", "CHROMA_1"),
                          ("/m/v1-5-pruned-emaonly.safetensors", "STABLE_DIFFUSION_15")):
         result = load_config({**base, "pretrained_model_name_or_path": name})
