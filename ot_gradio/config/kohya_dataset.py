@@ -22,13 +22,14 @@ DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", 
                           "bucket_reso_steps", "min_bucket_reso", "max_bucket_reso"})
 BUCKET_KEYS = {"bucket_reso_steps": ("bucket_resolution_step", 64), "min_bucket_reso": ("min_bucket_resolution", 256),
                "max_bucket_reso": ("max_bucket_resolution", 1024)}  # ours, and sd-scripts' default
+PAGE_BUCKETS = {"max_bucket_reso": 2048}  # kohya_ss's page's own defaults, where they differ
 KOHYA_STEPS = 1600  # sd-scripts' max_train_steps when a config sets neither it nor max_train_epochs
 
 
-def buckets(get: Callable[[str], Any], out: dict[str, Any], notes: list[str]) -> None:
+def buckets(get: Callable[[str], Any], out: dict[str, Any], notes: list[str], page: bool = False) -> None:
     """kohya's bucketing: `enable_bucket`, `bucket_no_upscale`, and, where it buckets, kohya's own
     buckets (`bucket_reso_steps`, `min_bucket_reso`, `max_bucket_reso`, sd-scripts' 64, 256 and 1024
-    where unset). A step that is no multiple of the model's becomes the next one that is; a largest
+    where unset; a kohya_ss `page` config's unset ones are its page's, whose largest side is 2048). A step that is no multiple of the model's becomes the next one that is; a largest
     side below the resolution (which sd-scripts refuses) is raised to it; each with a note."""
     given = {key: get(key) for key in ("enable_bucket", "bucket_no_upscale", *BUCKET_KEYS)}
     if given["enable_bucket"] is not None:
@@ -41,7 +42,7 @@ def buckets(get: Callable[[str], Any], out: dict[str, Any], notes: list[str]) ->
     values = {}
     for key, (ours, default) in BUCKET_KEYS.items():
         try:
-            values[ours] = int(float(given[key])) if is_set(given[key]) else default
+            values[ours] = int(float(given[key])) if is_set(given[key]) else PAGE_BUCKETS.get(key, default) if page else default
         except (TypeError, ValueError):
             raise ConfigError(f"{key}: {given[key]!r} is not a number (kohya_ss config)") from None
     info = family_info(out.get("model_type", ""))

@@ -33,7 +33,8 @@ OPTIMIZERS = {
     "dadaptsgd": "DADAPT_SGD", "came": "CAME",
 }
 SCHEDULERS = {"constant": "CONSTANT", "constant_with_warmup": "CONSTANT", "linear": "LINEAR", "cosine": "COSINE",
-              "cosine_with_restarts": "COSINE_WITH_RESTARTS", "adafactor": "ADAFACTOR"}
+              "cosine_with_restarts": "COSINE_WITH_RESTARTS", "adafactor": "ADAFACTOR",
+              "polynomial": "LINEAR"}  # polynomial: diffusers' decay to 1e-7, of power 1 (sd-scripts' default) the linear one
 # kohya's optimizer_args names -> ours
 OPTIMIZER_ARGS = {"weight_decay": "weight_decay", "eps": "eps", "d_coef": "d_coef", "decouple": "decouple", "d0": "d0",
                   "growth_rate": "growth_rate",
@@ -77,6 +78,8 @@ SWITCHES = ("sdxl", "sdxl_checkbox", "v2", "flux1_checkbox", "sd3_checkbox", "an
 NAMED_FAMILIES = (M.STABLE_DIFFUSION_XL_10_BASE, M.STABLE_DIFFUSION_3, M.STABLE_DIFFUSION_35, M.FLUX_DEV_1, M.CHROMA_1)
 # SDXL checkpoints' names: "XL" ending a word, or the SDXL families people name
 SDXL_NAMES = re.compile(r"XL(?![a-z])|(?i:illustrious|noobai|pony)")
+# keys only kohya_ss's page saves (a file of sd-scripts' has none of them)
+PAGE_KEYS = ("LoRA_type", "max_resolution", *SWITCHES)
 # tables that are values, not sections: a dataset config's [general], sd-scripts' argument tables
 NOT_SECTIONS = frozenset({"general", "optimizer_args", "lr_scheduler_args", "network_args"})
 
@@ -364,7 +367,7 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     size = ",".join(str(v) for v in size) if isinstance(size, list) else str(size).replace(" ", "")
     if size:
         out["resolution"] = _resolution(size, notes)
-    buckets(r.get, out, notes)
+    buckets(r.get, out, notes, page=any(k in r.data for k in PAGE_KEYS))
     if r.data.get("cache_latents") is not None:
         out["latent_caching"] = r.flag("cache_latents")
     if r.flag("zero_terminal_snr"):
@@ -381,10 +384,11 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
         out["learning_rate_scheduler"] = SCHEDULERS.get(scheduler, "CONSTANT")
         if scheduler not in SCHEDULERS:
             notes.append(f"lr_scheduler '{scheduler}' has no counterpart here: CONSTANT is used")
-    if scheduler != "polynomial":
-        r.get("lr_scheduler_power")  # the power of sd-scripts' polynomial scheduler alone
         if scheduler == "cosine_with_restarts" and r.data.get("lr_scheduler_num_cycles") == "" and r.given("epoch"):
             out["learning_rate_cycles"] = float(r.number("epoch", int))  # kohya_ss's page: blank = one cycle an epoch
+    power = r.number("lr_scheduler_power") if r.given("lr_scheduler_power") else 1.0  # read: polynomial's alone
+    if scheduler == "polynomial" and power != 1.0:
+        notes.append(f"lr_scheduler 'polynomial' of power {power:g}: here it decays linearly (the power 1 curve)")
     steps = r.number("lr_warmup_steps") if r.given("lr_warmup_steps") else 0.0
     percent = r.number("lr_warmup") if r.given("lr_warmup") else 0.0  # kohya_ss's page: a percentage of the steps
     # sd-scripts: steps, or below 1 a fraction of all steps; kohya_ss's page: its percentage when no steps

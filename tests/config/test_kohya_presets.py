@@ -289,12 +289,14 @@ def test_buckets(tmp_path):
     c, warning = _load(network_dim=8, enable_bucket=True, bucket_no_upscale=True, bucket_reso_steps=64, min_bucket_reso=256,
                        max_bucket_reso=2048)
     assert _buckets(c) == (True, 64, 256, 2048) and c.bucket_no_upscale and "bucket" not in warning
-    # sd-scripts' defaults where a config sets none: 64 px between 256 and 1024
+    # sd-scripts' defaults where a config sets none: 64 px between 256 and 1024; kohya_ss's page's largest side is 2048
     assert _buckets(_load(network_dim=8, enable_bucket=True)[0]) == (True, 64, 256, 1024)
+    assert _buckets(_load(network_dim=8, enable_bucket=True, sdxl=True, max_resolution="1024,1024")[0]) == (True, 64, 256, 2048)
     # its "1" (every width) is the model's step; Flux's 16; a largest side below the resolution is raised to it
     c, warning = _load(network_dim=8, enable_bucket=True, bucket_reso_steps=1)
     assert c.bucket_resolution_step == 8 and "bucket_reso_steps 1: 8 px here (this model's image sides are multiples of 8 px)" in warning
-    c, warning = _load(flux1_checkbox=True, network_dim=8, enable_bucket=True, bucket_reso_steps="8", max_resolution="1536,1536")
+    c, warning = _load(network_module="networks.lora_flux", network_dim=8, enable_bucket=True, bucket_reso_steps="8",
+                       resolution="1536,1536")  # sd-scripts' file: its largest side 1024 unless set
     assert _buckets(c) == (True, 16, 256, 1536) and "bucket_reso_steps 8: 16 px here" in warning
     assert "max_bucket_reso 1024: 1536 here, the resolution's longest side" in warning
     # bucketing off: none of it
@@ -318,3 +320,11 @@ def test_defaults_written_as_text_are_not_listed_as_left_out():
     c, warning = _load(network_dim=8, max_token_length="225", clip_skip=1.0)
     assert "not carried over" not in warning
     assert c.text_encoder_max_token_length == 225  # CLIP read in three windows of 75
+
+
+def test_polynomial_scheduler_is_the_linear_decay_of_its_default_power():
+    # a user's shared kohya_ss Pony preset uses it: diffusers' polynomial decay of power 1 (sd-scripts' default) is linear
+    c, warning = _load(network_dim=8, lr_scheduler="polynomial", lr_scheduler_power="")
+    assert c.learning_rate_scheduler.value == "LINEAR" and "polynomial" not in warning
+    c, warning = _load(network_dim=8, lr_scheduler="polynomial", lr_scheduler_power=2)
+    assert c.learning_rate_scheduler.value == "LINEAR" and "lr_scheduler 'polynomial' of power 2: here it decays linearly" in warning
