@@ -16,7 +16,7 @@ from .resolution import parse_resolutions
 from .validation import ConfigError
 
 # what a dataset config's general, dataset and subset tables set that is carried over (or said)
-DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", "shuffle_caption", "keep_tokens", "flip_aug",
+DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", "shuffle_caption", "keep_tokens", "flip_aug", "random_crop",
                           "caption_extension", "metadata_file", "caption_tag_dropout_rate", "caption_dropout_rate",
                           "keep_tokens_separator", "resolution", "batch_size", "enable_bucket", "bucket_no_upscale",
                           "bucket_reso_steps", "min_bucket_reso", "max_bucket_reso"})
@@ -27,17 +27,21 @@ KOHYA_STEPS = 1600  # sd-scripts' max_train_steps when a config sets neither it 
 
 
 def buckets(get: Callable[[str], Any], out: dict[str, Any], notes: list[str], page: bool = False) -> None:
-    """kohya's bucketing: `enable_bucket`, `bucket_no_upscale`, and, where it buckets, kohya's own
-    buckets (`bucket_reso_steps`, `min_bucket_reso`, `max_bucket_reso`, sd-scripts' 64, 256 and 1024
-    where unset; a kohya_ss `page` config's unset ones are its page's, whose largest side is 2048). A step that is no multiple of the model's becomes the next one that is; a largest
-    side below the resolution (which sd-scripts refuses) is raised to it; each with a note."""
+    """kohya's bucketing: `enable_bucket` (sd-scripts buckets only when told; kohya_ss's `page`
+    always says), `bucket_no_upscale`, and, where it buckets, kohya's own buckets
+    (`bucket_reso_steps`, `min_bucket_reso`, `max_bucket_reso`, sd-scripts' 64, 256 and 1024 where
+    unset; a page config's unset ones are its page's, whose largest side is 2048). A step that is
+    no multiple of the model's becomes the next one that is; a largest side below the resolution
+    (which sd-scripts refuses) is raised to it; each with a note."""
     given = {key: get(key) for key in ("enable_bucket", "bucket_no_upscale", *BUCKET_KEYS)}
-    if given["enable_bucket"] is not None:
+    if given["enable_bucket"] is not None or not page:
         out["aspect_ratio_bucketing"] = flag(given["enable_bucket"])
+        if given["enable_bucket"] is None:
+            notes.append("enable_bucket is not set, so sd-scripts trains every image at the resolution (cropped), as this "
+                         "import does: turn on Data → Aspect ratio bucketing for buckets")
     if given["bucket_no_upscale"] is not None:
         out["bucket_no_upscale"] = flag(given["bucket_no_upscale"])
-    if not out.get("aspect_ratio_bucketing", True) or not (
-            flag(given["enable_bucket"]) or any(is_set(given[key]) for key in BUCKET_KEYS)):
+    if not out.get("aspect_ratio_bucketing", True):
         return
     values = {}
     for key, (ours, default) in BUCKET_KEYS.items():
@@ -110,7 +114,8 @@ def _steps_per_epoch(concepts: list[dict[str, Any]] | None, out: dict[str, Any],
 def _training_options(r: KohyaReader) -> dict[str, Any]:
     """The dataset options a training config sets for every subset (sd-scripts reads them below a
     dataset config's `[general]`)."""
-    options = {key: r.get(key) for key in ("shuffle_caption", "keep_tokens", "flip_aug", "caption_tag_dropout_rate", "caption_extension")
+    options = {key: r.get(key) for key in ("shuffle_caption", "keep_tokens", "flip_aug", "caption_tag_dropout_rate", "caption_extension",
+                                           "keep_tokens_separator", "random_crop")
                if r.data.get(key) is not None}
     return options
 
@@ -176,7 +181,7 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
     datasets = [d for d in data.get("datasets") or [] if isinstance(d, dict)]
     training = _training_options(r)
     subsets: list[dict[str, Any]] = []
-    first_size = None
+    first_size, first = None, {**general, **(datasets[0] if datasets else {})}
     for index, dataset in enumerate(datasets):
         merged = {**training, **general, **{k: v for k, v in dataset.items() if k != "subsets"}}
         size = _size(merged.get("resolution"))
@@ -186,10 +191,13 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
                 out["resolution"] = size
             if isinstance(merged.get("batch_size"), int):
                 out["batch_size"] = merged["batch_size"]
-            buckets({**r.data, **merged}.get, out, notes)  # the training config's values where the dataset sets none
         elif size and size != first_size:  # a dataset of its own size: its concepts train at it
             merged["resolution_override"] = size
+        if index and (differ := [k for k in ("enable_bucket", "bucket_no_upscale", *BUCKET_KEYS) if merged.get(k) != first.get(k)]):
+            notes.append(f"dataset {index + 1} sets its own {', '.join(differ)}: here every dataset is bucketed as the first")
         subsets += [{**merged, **subset} for subset in dataset.get("subsets") or [] if isinstance(subset, dict)]
+    # the first dataset's, then [general]'s, then the training config's (sd-scripts' fallback)
+    buckets(lambda key: first[key] if key in first else r.get(key), out, notes)
     unread = sorted({k for part in (general, *datasets, *(s for d in datasets for s in d.get("subsets") or [] if isinstance(s, dict)))
                      for k, v in part.items() if k not in DATASET_KEYS and k != "subsets" and changes_something(k, v)})
     if unread:
@@ -281,7 +289,8 @@ def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) ->
                             "default_caption": str(options.get("class_tokens") or "")}
     if is_set(options.get("caption_tag_dropout_rate")):  # kohya drops each tag after the kept ones with it
         text.update(tag_dropout_enable=True, tag_dropout_mode="RANDOM", tag_dropout_probability=float(options["caption_tag_dropout_rate"]))
-    image: dict[str, Any] = {"enable_random_flip": flag(options.get("flip_aug"))}
+    # kohya's random crop: where in the image its bucket is cut, drawn anew (OneTrainer's crop jitter)
+    image: dict[str, Any] = {"enable_random_flip": flag(options.get("flip_aug")), "enable_crop_jitter": flag(options.get("random_crop"))}
     if options.get("resolution_override"):
         image.update(enable_resolution_override=True, resolution_override=options["resolution_override"])
     return {"name": ("reg: " if reg else "") + (kohya_name[1] if kohya_name else folder.name), "path": str(folder),

@@ -112,7 +112,10 @@ def _sd3_text(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type:
     default is 77); its `t5xxl_dtype` does nothing there ("DOES NOT WORK"); the text encoders' own
     files are not read: here they come from the checkpoint, or the hub repo."""
     sent = r.given("t5xxl_max_token_length") and "sd3_checkbox" not in r.data
-    out["text_encoder_3_sequence_length"] = r.number("t5xxl_max_token_length", int) if sent else 256
+    tokens = r.number("t5xxl_max_token_length", int) if sent else 256
+    if tokens > 512:
+        notes.append(f"t5xxl_max_token_length {tokens}: T5 reads at most 512 tokens here")
+    out["text_encoder_3_sequence_length"] = min(tokens, 512)
     r.get("t5xxl_dtype")
     files = [key for key in ("clip_l", "clip_g", "t5xxl") if r.given(key)]
     for key in files:

@@ -34,7 +34,9 @@ OPTIMIZERS = {
 }
 SCHEDULERS = {"constant": "CONSTANT", "constant_with_warmup": "CONSTANT", "linear": "LINEAR", "cosine": "COSINE",
               "cosine_with_restarts": "COSINE_WITH_RESTARTS", "adafactor": "ADAFACTOR",
-              "polynomial": "LINEAR"}  # polynomial: diffusers' decay to 1e-7, of power 1 (sd-scripts' default) the linear one
+              # polynomial: diffusers' decay to 1e-7, of power 1 (sd-scripts' default) the linear one; cosine_with_min_lr:
+              # transformers' cosine, from 1 down to lr_scheduler_min_lr_ratio (the minimum LR factor here)
+              "polynomial": "LINEAR", "cosine_with_min_lr": "COSINE"}
 # kohya's optimizer_args names -> ours
 OPTIMIZER_ARGS = {"weight_decay": "weight_decay", "eps": "eps", "d_coef": "d_coef", "decouple": "decouple", "d0": "d0",
                   "growth_rate": "growth_rate",
@@ -60,7 +62,7 @@ PLUMBING = frozenset({
     "max_data_loader_n_workers", "persistent_data_loader_workers", "training_comment", "wandb_api_key", "wandb_run_name",
     "log_tracker_name", "log_tracker_config", "log_with", "logging_dir", "log_prefix", "save_state", "save_state_on_train_end",
     "save_state_to_huggingface", "resume_from_huggingface", "async_upload", "xformers", "sdpa", "mem_eff_attn",
-    "vae_batch_size", "sd3_text_encoder_batch_size", "text_encoder_batch_size", "cache_latents_to_disk", "cache_text_encoder_outputs_to_disk", "sd3_cache_text_encoder_outputs_to_disk",
+    "vae_batch_size", "lowram", "highvram", "sd3_text_encoder_batch_size", "text_encoder_batch_size", "cache_latents_to_disk", "cache_text_encoder_outputs_to_disk", "sd3_cache_text_encoder_outputs_to_disk",
     "flux1_cache_text_encoder_outputs_to_disk", "huggingface_repo_id", "huggingface_token", "huggingface_repo_type",
     "huggingface_path_in_repo", "huggingface_repo_visibility", "save_as_bool", "output_config",
     # the fine-tune page's own preparation of kohya's metadata files
@@ -151,6 +153,8 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
         concepts = dataset_concepts(r.data, out, notes, r, readable)
     elif r.given("dataset_config"):  # sd-scripts: it replaces train_data_dir and reg_data_dir (ignored with a warning there)
         concepts = dataset_config(r, out, notes, readable, base_dir)
+        if concepts is None:  # not read: the training config's own bucket settings
+            buckets(r.get, out, notes, page=any(k in r.data for k in PAGE_KEYS))
         r.get("train_data_dir")
         r.get("reg_data_dir")
     else:
@@ -335,6 +339,9 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
             notes.append(f"caption_dropout_rate {rate}: kohya empties the caption of every text encoder at once; here each "
                          "text encoder drops it on its own with that chance (as OneTrainer does)")
     loss_type = str(r.get("loss_type") or "l2").lower()
+    if loss_type in ("l2", "l1"):
+        for key in ("huber_c", "huber_schedule", "huber_scale"):  # the pseudo-Huber loss's alone
+            r.get(key)
     if loss_type == "l1":
         out.update(mse_strength=0.0, mae_strength=1.0)
     elif loss_type in ("huber", "smooth_l1"):  # sd-scripts' pseudo-Huber with a timestep schedule of its threshold
@@ -367,7 +374,8 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     size = ",".join(str(v) for v in size) if isinstance(size, list) else str(size).replace(" ", "")
     if size:
         out["resolution"] = _resolution(size, notes)
-    buckets(r.get, out, notes, page=any(k in r.data for k in PAGE_KEYS))
+    if not (isinstance(r.data.get("datasets"), list) or r.given("dataset_config")):  # else the dataset config's (dataset_concepts)
+        buckets(r.get, out, notes, page=any(k in r.data for k in PAGE_KEYS))
     if r.data.get("cache_latents") is not None:
         out["latent_caching"] = r.flag("cache_latents")
     if r.flag("zero_terminal_snr"):
@@ -389,6 +397,12 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     power = r.number("lr_scheduler_power") if r.given("lr_scheduler_power") else 1.0  # read: polynomial's alone
     if scheduler == "polynomial" and power != 1.0:
         notes.append(f"lr_scheduler 'polynomial' of power {power:g}: here it decays linearly (the power 1 curve)")
+    ratio = r.number("lr_scheduler_min_lr_ratio") if r.given("lr_scheduler_min_lr_ratio") else 0.0  # read: these schedulers' alone
+    if scheduler == "cosine_with_min_lr":
+        out["learning_rate_min_factor"] = ratio
+        cycles = r.number("lr_scheduler_num_cycles") if r.given("lr_scheduler_num_cycles") else 1.0
+        if cycles != 1.0:  # sd-scripts runs it with half its cycles: 1 is the one cosine decay
+            notes.append(f"lr_scheduler_num_cycles {cycles:g} with cosine_with_min_lr: here it is one cosine decay")
     steps = r.number("lr_warmup_steps") if r.given("lr_warmup_steps") else 0.0
     percent = r.number("lr_warmup") if r.given("lr_warmup") else 0.0  # kohya_ss's page: a percentage of the steps
     # sd-scripts: steps, or below 1 a fraction of all steps; kohya_ss's page: its percentage when no steps

@@ -49,6 +49,9 @@ def bucket_problems(config: Any) -> list[str]:
         return [f"bucket_resolution_step: {step} px is no multiple of {need} px, the size {config.model_type.value}'s images are "
                 f"multiples of; use {step + (-step) % need}, or 0 for the aspect-ratio buckets"]
     low, high = kohya_bucket_sides(step, config.min_bucket_resolution, config.max_bucket_resolution)
+    if low < step:
+        return [f"min_bucket_resolution: {config.min_bucket_resolution} px rounds down to {low} at the {step} px bucket step; "
+                f"raise it to {step} or more"]
     if low > high:
         return [f"min_bucket_resolution: {config.min_bucket_resolution} px is above max_bucket_resolution "
                 f"{config.max_bucket_resolution} px; lower it"]
@@ -61,7 +64,10 @@ def bucket_problems(config: Any) -> list[str]:
             sides = [side for size in parse_resolutions(text) for side in size]
         except ValueError:
             continue  # said where the resolution is checked
-        if min(sides) < low:
+        if min(sides) < step:
+            out.append(f"bucket_resolution_step: {step} px is above the {min(sides)} px of {field} {text}, whose buckets "
+                       f"would be larger than it; lower the step to {min(sides) - min(sides) % 8 or 8} or less")
+        elif min(sides) < low:
             out.append(f"min_bucket_resolution: {config.min_bucket_resolution} px (rounded to the {step} px step: {low}) is above "
                        f"the {min(sides)} px of {field} {text}; lower it to {min(sides)} or less")
         if max(sides) > high:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -114,9 +114,16 @@ class Bucketing:
             value = config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
             return default if value in (None, "") else value
 
-        return cls(enabled=bool(get("aspect_ratio_bucketing", True)), step=model_step,
-                   no_upscale=bool(get("bucket_no_upscale", False)), kohya_step=int(get("bucket_resolution_step", 0)),
-                   min_side=int(get("min_bucket_resolution", 256)), max_side=int(get("max_bucket_resolution", 2048)))
+        def on(name: str, default: bool) -> bool:
+            value = get(name, default)
+            return value.strip().lower() in ("true", "1", "yes") if isinstance(value, str) else bool(value)
+
+        def number(name: str, default: int) -> int:
+            return int(float(get(name, default)))
+
+        return cls(enabled=on("aspect_ratio_bucketing", True), step=model_step, no_upscale=on("bucket_no_upscale", False),
+                   kohya_step=number("bucket_resolution_step", 0), min_side=number("min_bucket_resolution", 256),
+                   max_side=number("max_bucket_resolution", 2048))
 
     def quantum(self, resolution: int | Size) -> int:
         """The step every bucket side is a multiple of."""
@@ -135,7 +142,8 @@ class Bucketing:
         bucket_no_upscale): an image smaller than that bucket takes the bucket of the largest
         smaller resolution, in steps of the bucket step, that it covers, so it is cropped but never
         scaled up (the smallest buckets, one step on their short side, for an image smaller than
-        those)."""
+        those); kohya's buckets are then taken from one step up, whatever their smallest side, as
+        sd-scripts ignores it for such an image."""
         target = as_size(resolution)
         if not self.enabled:
             return target
@@ -148,9 +156,14 @@ class Bucketing:
         if not self.no_upscale or (height >= bucket[0] and width >= bucket[1]):
             return bucket
         step = self.quantum(target)
+        smaller = replace(self, min_side=step) if self.kohya_step else self
+
+        def nearest_smaller(size: Size) -> Size:
+            return min(smaller.sizes(size), key=lambda s: abs(math.log(s[0] / s[1]) - want))
+
         side = int(math.sqrt(target[0] * target[1])) // step * step
         while side >= step:
-            bucket = nearest((side, side))
+            bucket = nearest_smaller((side, side))
             if height >= bucket[0] and width >= bucket[1]:
                 break
             side -= step

@@ -94,9 +94,15 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: Bucketing
     items = scan.items
     if not items:
         return "No images found.", []
-    h, w = parse_resolutions(resolution)[0]
-    cut = _rotate_crop_sizes(concept, scan, parse_resolutions(resolution), masked)
-    buckets = Counter(bucketing.assign(*cut.get(n, (i.width, i.height)), (h, w)) for n, i in enumerate(items))
+    image = concept.get("image") or {}
+    if image.get("enable_resolution_override"):  # the concept's own resolution, as the run reads it
+        resolution = str(image.get("resolution_override") or resolution)
+    try:
+        h, w = parse_resolutions(resolution)[0]
+        cut = _rotate_crop_sizes(concept, scan, parse_resolutions(resolution), masked)
+        buckets = Counter(bucketing.assign(*cut.get(n, (i.width, i.height)), (h, w)) for n, i in enumerate(items))
+    except ValueError as err:  # a resolution or bucket step the run would refuse too
+        return f"**Cannot bucket this concept:** {err}", []
     sizes = sorted((i.width * i.height, i.width, i.height) for i in items)
     clips = [i for i in items if i.sampling is not None]
     captioned = len(items) - len(scan.uncaptioned)

@@ -110,7 +110,7 @@ def test_circular_padding_only_for_the_families_that_do_it():
     assert any(e.startswith("force_circular_padding: ") and "FLUX_DEV_1" in e for e in errors(config))
 
 
-def test_kohya_bucket_step_and_sides_are_refused_where_sd_scripts_refuses_them():
+def test_kohya_bucket_step_and_sides_are_refused_where_they_cannot_work():
     config = good()
     config.resolution = "512"
     config.bucket_resolution_step = 64
@@ -126,6 +126,13 @@ def test_kohya_bucket_step_and_sides_are_refused_where_sd_scripts_refuses_them()
     assert [e for e in errors(config) if "bucket" in e] == [
         "max_bucket_resolution: 2048 px (rounded to the 64 px step: 2048) is below the 2304 px of "
         "concepts[0].image.resolution_override 768x2304; raise it to 2304 or more"]
+    config.concepts[0].image.enable_resolution_override = False
+    config.bucket_resolution_step, config.min_bucket_resolution = 1024, 1024  # buckets larger than the 512 px resolution
+    assert any(e.startswith("bucket_resolution_step: 1024 px is above the 512 px of resolution 512") for e in errors(config))
+    config.bucket_resolution_step, config.min_bucket_resolution = 64, 32  # a smallest side of 0 at the step
+    assert any(e.startswith("min_bucket_resolution: 32 px rounds down to 0 at the 64 px bucket step") for e in errors(config))
+    with pytest.raises(ValueError, match="12 px is no multiple of 8"):
+        TrainConfig(bucket_resolution_step=12)
     config.aspect_ratio_bucketing = False  # no buckets: nothing to refuse
     assert not any("bucket" in e for e in errors(config))
 

@@ -166,6 +166,8 @@ def test_sd3_text_encoders():
             "stabilityai/stable-diffusion-3-medium-diffusers where it has none") in warning
     toml = load_config({**BASE, "network_module": "networks.lora_sd3", "network_dim": 8, "t5xxl_max_token_length": 154}).config
     assert toml.model_type.value == "STABLE_DIFFUSION_3" and toml.text_encoder_3_sequence_length == 154
+    long = load_config({**BASE, "network_module": "networks.lora_sd3", "network_dim": 8, "t5xxl_max_token_length": 1024})
+    assert long.config.text_encoder_3_sequence_length == 512 and "t5xxl_max_token_length 1024: T5 reads at most 512" in long.warnings[0]
 
 
 def test_flux_train_blocks_and_network_settings_that_change_nothing():
@@ -299,9 +301,11 @@ def test_buckets(tmp_path):
                        resolution="1536,1536")  # sd-scripts' file: its largest side 1024 unless set
     assert _buckets(c) == (True, 16, 256, 1536) and "bucket_reso_steps 8: 16 px here" in warning
     assert "max_bucket_reso 1024: 1536 here, the resolution's longest side" in warning
-    # bucketing off: none of it
+    # bucketing off: none of it; an sd-scripts file without enable_bucket does not bucket either (said)
     c, warning = _load(network_dim=8, enable_bucket=False, bucket_reso_steps=32)
     assert _buckets(c) == (False, 0, 256, 2048) and "not carried over" not in warning
+    c, warning = _load(network_dim=8, bucket_reso_steps=32)
+    assert _buckets(c) == (False, 0, 256, 2048) and "enable_bucket is not set, so sd-scripts trains every image" in warning
     # a dataset TOML's own
     toml = tmp_path / "data.toml"
     toml.write_text('[general]\nenable_bucket = true\nbucket_no_upscale = true\nbucket_reso_steps = 32\n[[datasets]]\n'
@@ -309,6 +313,11 @@ def test_buckets(tmp_path):
     # the training config's as fallback; its train_data_dir is ignored, as sd-scripts ignores it beside a dataset config
     c, warning = _load(network_dim=8, dataset_config=str(toml), min_bucket_reso=128, train_data_dir=str(tmp_path / "other"))
     assert c.bucket_no_upscale and _buckets(c) == (True, 32, 128, 1536) and "not carried over" not in warning
+    assert "max_bucket_reso" not in warning  # read once, with the dataset's resolution (1024), not the training config's
+    # a second dataset's own bucket settings are said: every dataset is bucketed as the first here
+    toml.write_text(toml.read_text() + f'[[datasets]]\nresolution = 768\nenable_bucket = false\n[[datasets.subsets]]\nimage_dir = "{tmp_path}"\n')
+    assert "dataset 2 sets its own enable_bucket, max_bucket_reso: here every dataset is bucketed as the first" in _load(
+        network_dim=8, dataset_config=str(toml))[1]
     assert [concept.path for concept in c.concepts] == [str(tmp_path)]
 
 
@@ -328,3 +337,13 @@ def test_polynomial_scheduler_is_the_linear_decay_of_its_default_power():
     assert c.learning_rate_scheduler.value == "LINEAR" and "polynomial" not in warning
     c, warning = _load(network_dim=8, lr_scheduler="polynomial", lr_scheduler_power=2)
     assert c.learning_rate_scheduler.value == "LINEAR" and "lr_scheduler 'polynomial' of power 2: here it decays linearly" in warning
+
+
+def test_min_lr_cosine_random_crop_and_settings_that_change_nothing(tmp_path):
+    c, warning = _load(network_dim=8, lr_scheduler="cosine_with_min_lr", lr_scheduler_min_lr_ratio=0.1)
+    assert (c.learning_rate_scheduler.value, c.learning_rate_min_factor) == ("COSINE", 0.1) and "lr_scheduler" not in warning
+    (tmp_path / "10_cat").mkdir()
+    c, warning = _load(network_dim=8, train_data_dir=str(tmp_path), random_crop=True, keep_tokens_separator="|||", huber_c=0.2,
+                       huber_schedule="exponential", lowram=True, highvram=True)
+    assert c.concepts[0].image.enable_crop_jitter and "not carried over" not in warning  # l2: the Huber settings do nothing
+    assert not _load(network_dim=8, train_data_dir=str(tmp_path))[0].concepts[0].image.enable_crop_jitter

@@ -106,7 +106,13 @@ def test_kohya_bucketing_assigns_the_nearest_of_its_buckets_and_reads_the_config
     small = Bucketing(kohya_step=64, min_side=256, max_side=1024, no_upscale=True).assign(640, 480, 1024)
     assert small[0] <= 480 and small[1] <= 640 and small == kohya.assign(640, 480, 512)  # cropped, never scaled up
     assert Bucketing(enabled=False, kohya_step=64).assign(700, 500, 512) == (512, 512)
+    # a small wide image with kohya's buckets and no upscaling: sd-scripts ignores the smallest side for it (here
+    # kohya's buckets from one step up), so it keeps its shape instead of a 192 px square crop
+    wide = Bucketing(kohya_step=64, min_side=256, max_side=2048, no_upscale=True).assign(1000, 240, 1024)
+    assert wide == (192, 832) and wide[0] <= 240 and wide[1] <= 1000
     page = {"aspect_ratio_bucketing": True, "bucket_resolution_step": 32, "min_bucket_resolution": "", "max_bucket_resolution": 1536,
             "bucket_no_upscale": True}
     assert Bucketing.from_config(page, 16) == Bucketing(step=16, no_upscale=True, kohya_step=32, min_side=256, max_side=1536)
     assert Bucketing.from_config({}) == Bucketing()
+    text = {"aspect_ratio_bucketing": "false", "bucket_no_upscale": "true", "bucket_resolution_step": "64.0"}  # typed as text
+    assert Bucketing.from_config(text) == Bucketing(enabled=False, no_upscale=True, kohya_step=64)
