@@ -26,13 +26,15 @@ PAGE_BUCKETS = {"max_bucket_reso": 2048}  # kohya_ss's page's own defaults, wher
 KOHYA_STEPS = 1600  # sd-scripts' max_train_steps when a config sets neither it nor max_train_epochs
 
 
-def buckets(get: Callable[[str], Any], out: dict[str, Any], notes: list[str], page: bool = False) -> None:
+def buckets(get: Callable[[str], Any], out: dict[str, Any], notes: list[str], page: bool = False,
+            other_sizes: tuple[str, ...] = ()) -> None:
     """kohya's bucketing: `enable_bucket` (sd-scripts buckets only when told; kohya_ss's `page`
     always says), `bucket_no_upscale`, and, where it buckets, kohya's own buckets
     (`bucket_reso_steps`, `min_bucket_reso`, `max_bucket_reso`, sd-scripts' 64, 256 and 1024 where
     unset; a page config's unset ones are its page's, whose largest side is 2048). A step that is
     no multiple of the model's becomes the next one that is; a largest side below the resolution
-    (which sd-scripts refuses) is raised to it; each with a note."""
+    or a smallest one above it (which sd-scripts refuses; `other_sizes`: the other datasets') is
+    moved to it; each with a note."""
     given = {key: get(key) for key in ("enable_bucket", "bucket_no_upscale", *BUCKET_KEYS)}
     if given["enable_bucket"] is not None or not page:
         out["aspect_ratio_bucketing"] = flag(given["enable_bucket"])
@@ -56,13 +58,18 @@ def buckets(get: Callable[[str], Any], out: dict[str, Any], notes: list[str], pa
         notes.append(f"bucket_reso_steps {step}: {values['bucket_resolution_step']} px here (this model's image sides are "
                      f"multiples of {need} px)")
     try:
-        longest = max(side for size in parse_resolutions(str(out.get("resolution", "512"))) for side in size)
+        sides = [side for text in (str(out.get("resolution", "512")), *other_sizes) for size in parse_resolutions(text)
+                 for side in size]
     except ValueError:
-        longest = 0
-    if values["max_bucket_resolution"] < longest:
-        notes.append(f"max_bucket_reso {values['max_bucket_resolution']}: {longest} here, the resolution's longest side "
+        sides = []
+    if sides and values["max_bucket_resolution"] < max(sides):
+        notes.append(f"max_bucket_reso {values['max_bucket_resolution']}: {max(sides)} here, the resolution's longest side "
                      "(sd-scripts refuses a smaller one)")
-        values["max_bucket_resolution"] = longest
+        values["max_bucket_resolution"] = max(sides)
+    if sides and values["min_bucket_resolution"] > min(sides):
+        notes.append(f"min_bucket_reso {values['min_bucket_resolution']}: {min(sides)} here, the resolution's shortest side "
+                     "(sd-scripts refuses a larger one)")
+        values["min_bucket_resolution"] = min(sides)
     out.update(values)
 
 
@@ -197,7 +204,8 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
             notes.append(f"dataset {index + 1} sets its own {', '.join(differ)}: here every dataset is bucketed as the first")
         subsets += [{**merged, **subset} for subset in dataset.get("subsets") or [] if isinstance(subset, dict)]
     # the first dataset's, then [general]'s, then the training config's (sd-scripts' fallback)
-    buckets(lambda key: first[key] if key in first else r.get(key), out, notes)
+    others = tuple({str(s["resolution_override"]) for s in subsets if s.get("resolution_override")})
+    buckets(lambda key: first[key] if key in first else r.get(key), out, notes, other_sizes=others)
     unread = sorted({k for part in (general, *datasets, *(s for d in datasets for s in d.get("subsets") or [] if isinstance(s, dict)))
                      for k, v in part.items() if k not in DATASET_KEYS and k != "subsets" and changes_something(k, v)})
     if unread:

@@ -314,11 +314,13 @@ def test_buckets(tmp_path):
     c, warning = _load(network_dim=8, dataset_config=str(toml), min_bucket_reso=128, train_data_dir=str(tmp_path / "other"))
     assert c.bucket_no_upscale and _buckets(c) == (True, 32, 128, 1536) and "not carried over" not in warning
     assert "max_bucket_reso" not in warning  # read once, with the dataset's resolution (1024), not the training config's
+    assert [concept.path for concept in c.concepts] == [str(tmp_path)]
     # a second dataset's own bucket settings are said: every dataset is bucketed as the first here
     toml.write_text(toml.read_text() + f'[[datasets]]\nresolution = 768\nenable_bucket = false\n[[datasets.subsets]]\nimage_dir = "{tmp_path}"\n')
-    assert "dataset 2 sets its own enable_bucket, max_bucket_reso: here every dataset is bucketed as the first" in _load(
-        network_dim=8, dataset_config=str(toml))[1]
-    assert [concept.path for concept in c.concepts] == [str(tmp_path)]
+    c, warning = _load(network_dim=8, dataset_config=str(toml), min_bucket_reso=1024)
+    assert "dataset 2 sets its own enable_bucket, max_bucket_reso: here every dataset is bucketed as the first" in warning
+    # a smallest side above a resolution (the second dataset's 768 here), which sd-scripts refuses, is lowered to it
+    assert c.min_bucket_resolution == 768 and "min_bucket_reso 1024: 768 here, the resolution's shortest side" in warning
 
 
 def test_defaults_written_as_text_are_not_listed_as_left_out():
