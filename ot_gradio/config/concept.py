@@ -27,6 +27,7 @@ class ConceptImageConfig(Section):
     random_hue_max_strength: float = opt(0.0, "Max hue strength", "0 = no change; 1 = shifts of up to half the colour wheel either way (as OneTrainer: the shift is max/2).", ge=0, le=1)
     enable_resolution_override: bool = opt(False, "Resolution override", "Train this concept at its own resolution instead of the global one.")
     resolution_override: str = opt("512", "Override resolution", "Resolution for this concept, e.g. 512, 768x512 or a list 384,448,512.")
+    alpha_mask: bool = opt(False, "Alpha as mask", "Masked training: an image with transparent pixels and no -masklabel file is masked by its own alpha channel (opaque = trained, transparent = ignored), as kohya's alpha_mask; its transparent pixels are white underneath. Off: such an image trains whole, on white.")
     enable_random_circular_mask_shrink: bool = opt(False, "Random circular mask shrink", "Masked training: keep only a random disc of each mask (centre inside the mask, radius 0.2-1 x its furthest reach) each epoch (with latent caching: per image variation).")
     enable_random_mask_rotate_crop: bool = opt(False, "Random mask rotate and crop", "Masked training: turn image and mask by up to 20 degrees about the mask and cut them to the mask's box plus 10-30% padding (at least the smallest resolution) each epoch (with latent caching: per image variation), so the masked area fills the sample.")
 

@@ -149,6 +149,11 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
             warnings.append(f"Sample size far from {model_type.value}'s native resolution {native}x{native} for sample {', '.join(off)}: such samples come out as noise or broken images even when training goes well.")
 
     warnings += frame_count_warnings(config)
+    if not config.masked_training:
+        alpha = [f"{i + 1} '{c.name or c.path}'" for i, c in enumerate(config.concepts) if c.enabled and c.image.alpha_mask]
+        if alpha:
+            warnings.append(f"Concept {', '.join(alpha)}: Alpha as mask is on but Training → Masked training is off, so no mask is "
+                            "used; turn Masked training on.")
     warnings += kohya_warnings(config)
     warnings += optimizer_warnings(config)
     warnings += offload_warnings(config)

@@ -16,7 +16,7 @@ from .resolution import parse_resolutions
 from .validation import ConfigError
 
 # what a dataset config's general, dataset and subset tables set that is carried over (or said)
-DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", "shuffle_caption", "keep_tokens", "flip_aug", "random_crop",
+DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", "shuffle_caption", "keep_tokens", "flip_aug", "random_crop", "alpha_mask",
                           "caption_extension", "metadata_file", "caption_tag_dropout_rate", "caption_dropout_rate",
                           "keep_tokens_separator", "resolution", "batch_size", "enable_bucket", "bucket_no_upscale",
                           "bucket_reso_steps", "min_bucket_reso", "max_bucket_reso"})
@@ -122,7 +122,7 @@ def _training_options(r: KohyaReader) -> dict[str, Any]:
     """The dataset options a training config sets for every subset (sd-scripts reads them below a
     dataset config's `[general]`)."""
     options = {key: r.get(key) for key in ("shuffle_caption", "keep_tokens", "flip_aug", "caption_tag_dropout_rate", "caption_extension",
-                                           "keep_tokens_separator", "random_crop")
+                                           "keep_tokens_separator", "random_crop", "alpha_mask")
                if r.data.get(key) is not None}
     return options
 
@@ -298,7 +298,8 @@ def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) ->
     if is_set(options.get("caption_tag_dropout_rate")):  # kohya drops each tag after the kept ones with it
         text.update(tag_dropout_enable=True, tag_dropout_mode="RANDOM", tag_dropout_probability=float(options["caption_tag_dropout_rate"]))
     # kohya's random crop: where in the image its bucket is cut, drawn anew (OneTrainer's crop jitter)
-    image: dict[str, Any] = {"enable_random_flip": flag(options.get("flip_aug")), "enable_crop_jitter": flag(options.get("random_crop"))}
+    image: dict[str, Any] = {"enable_random_flip": flag(options.get("flip_aug")), "enable_crop_jitter": flag(options.get("random_crop")),
+                             "alpha_mask": flag(options.get("alpha_mask"))}  # the alpha channel as the mask (masked training)
     if options.get("resolution_override"):
         image.update(enable_resolution_override=True, resolution_override=options["resolution_override"])
     return {"name": ("reg: " if reg else "") + (kohya_name[1] if kohya_name else folder.name), "path": str(folder),

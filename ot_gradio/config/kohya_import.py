@@ -161,6 +161,8 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
         concepts = folder_concepts(r, notes, readable)
     if concepts is not None:
         out["concepts"] = concepts
+        if any(c["image"].get("alpha_mask") for c in concepts):  # sd-scripts' alpha_mask: a masked loss by the alpha channel
+            out["masked_training"] = True
     run_length(r, out, concepts, readable, notes)
 
     config = validate(out)
@@ -328,7 +330,7 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
             for key in (*ignored, "multires_noise_discount"):
                 r.get(key)
             notes.append(f"{', '.join(named)}: sd-scripts does not use them for {FAMILY_NAMES[model_type]}, nor does this import")
-    if r.flag("masked_loss"):  # sd-scripts' masks: a conditioning_data_dir or the images' alpha channel
+    if r.flag("masked_loss") and not r.flag("alpha_mask"):  # sd-scripts' masks: a conditioning_data_dir (alpha: below)
         notes.append("masked_loss: here a mask is a <image>-masklabel.png beside each image (white trains); put them there and "
                      "turn on Training → Masked training (Tools → Masks can draw them)")
     if r.given("caption_dropout_rate"):  # kohya's empty caption, here each text encoder's

@@ -11,7 +11,7 @@ from PIL import Image
 
 from .buckets import Size
 from .errors import DataError
-from .images import load_depth, load_mask, load_rgb
+from .images import load_alpha, load_depth, load_mask, load_rgb
 from .latent_cache import LatentCache
 from .mask_augment import rotate_crop, shrink_mask
 from .pixels import mask_tensor, pixels_tensor
@@ -143,7 +143,7 @@ def render_mask(item: ImageItem, variant: Variant) -> torch.Tensor | None:
     image's); colour changes do not apply to it."""
     if item.mask_path is None:
         return None
-    with _reread("mask", item.mask_path, load_mask) as mask:
+    with _reread("mask", item.mask_path, load_alpha if item.mask_from_alpha else load_mask) as mask:
         cut = _cut(mask, item, variant, shrink=True)
         return mask_tensor(render(cut, variant.crop, variant.bucket, variant.flip, Image.Resampling.BILINEAR, variant.augment.angle))
 
@@ -243,7 +243,7 @@ def conditioning_key(cache: LatentCache, item: ImageItem, variant: Variant, kind
                          variant.augment, extra={"depth": "estimated"})
     if item.condlabel_path is not None:
         return _with_file(cache, item, variant, "condlabel", item.condlabel_path)
-    return _with_file(cache, item, variant, "masked_image", item.mask_path)
+    return _with_file(cache, item, variant, "masked_image_alpha" if item.mask_from_alpha else "masked_image", item.mask_path)
 
 
 def _with_file(cache: LatentCache, item: ImageItem, variant: Variant, kind: str, path) -> str | None:

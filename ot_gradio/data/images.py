@@ -199,6 +199,17 @@ def load_mask(path: Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
     return to_mask(_open_decoded(Path(path), max_pixels))
 
 
+def load_alpha(path: Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """An image's alpha channel as its mask (Alpha as mask, kohya's alpha_mask): opaque = train,
+    transparent = ignore; an image without one is all opaque."""
+    img = _open_decoded(Path(path), max_pixels)
+    if img.mode in ("P", "L", "RGB") and "transparency" in img.info:
+        img = img.convert("RGBA")
+    if img.mode not in ("RGBA", "LA", "PA", "RGBa", "La"):
+        return Image.new("L", img.size, 255)
+    return img.convert("RGBA" if img.mode in ("PA", "RGBa", "La") else img.mode).getchannel("A")
+
+
 def load_depth(path: Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
     """A depth map as 32-bit float greyscale (PIL mode "F") in [0, 1] of its bit depth's range, so
     a 16-bit map keeps its steps; colour maps are read as their luminance."""

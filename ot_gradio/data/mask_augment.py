@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from .images import load_mask
+from .images import load_alpha, load_mask
 
 GRID = 128
 SHRINK_MIN, SHRINK_MAX = 0.2, 1.0
@@ -55,11 +55,12 @@ class MaskDraw:
         return right - left, bottom - top
 
 
-def mask_grid(path: Path, width: int, height: int) -> np.ndarray:
-    """The mask in [0, 1], stretched to its image's aspect and scaled to at most GRID a side."""
+def mask_grid(path: Path, width: int, height: int, alpha: bool = False) -> np.ndarray:
+    """The mask in [0, 1], stretched to its image's aspect and scaled to at most GRID a side;
+    `alpha`: the image's own alpha channel is its mask (Alpha as mask)."""
     scale = min(1.0, GRID / max(width, height))
     size = (max(1, round(width * scale)), max(1, round(height * scale)))
-    with load_mask(path) as mask:
+    with (load_alpha if alpha else load_mask)(path) as mask:
         return np.asarray(mask.resize(size, Image.Resampling.BILINEAR), dtype=np.float32) / 255.0
 
 

@@ -127,7 +127,7 @@ class PreparedConcept:
             return None
         key = ("mask grid", index)
         if key not in self._memo:
-            self._memo[key] = mask_grid(item.mask_path, item.width, item.height)
+            self._memo[key] = mask_grid(item.mask_path, item.width, item.height, alpha=item.mask_from_alpha)
         return self.mask_augment.draw(self._memo[key], item.width, item.height, streams("mask shrink"), streams("mask crop"))
 
     def cached_mask_draw(self, index: int, variation: int) -> MaskDraw | None:

@@ -57,7 +57,8 @@ class ImageItem:
     file_size: int
     mtime_ns: int
     captions: tuple[str, ...]
-    mask_path: Path | None = None
+    mask_path: Path | None = None  # its `-masklabel` file, or with `mask_from_alpha` the image itself
+    mask_from_alpha: bool = False  # Alpha as mask: the image's alpha channel is its mask (images.load_alpha)
     control_path: Path | None = None  # an image-conditioned family's `<stem>-control` image (FamilyInfo.control_image)
     depth_path: Path | None = None  # a depth model's `<stem>-depth` map (FamilyInfo.depth_maps; None: estimated)
     condlabel_path: Path | None = None  # an inpainting model's `<stem>-condlabel` image (custom_conditioning_image)
@@ -91,6 +92,10 @@ class ConceptScan:
     @property
     def mask_count(self) -> int:
         return sum(1 for item in self.items if item.mask_path is not None)
+
+    @property
+    def alpha_mask_count(self) -> int:
+        return sum(1 for item in self.items if item.mask_from_alpha)
 
     @property
     def pair_count(self) -> int:
@@ -192,6 +197,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
         scan.warnings.append(f"Skipping {skip.path}: {skip.reason}")
     source = str(getattr(concept.text, "prompt_source", "sample"))
     default = default_caption(concept)
+    alpha_masks = bool(getattr(getattr(concept, "image", None), "alpha_mask", False))
     shared: tuple[str, ...] = ()
     if source == "concept":
         prompt_file = _resolve_prompt_file(concept, folder)
@@ -219,6 +225,8 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
             continue
         stat = path.stat()
         captions = _captions_for(path, source, shared, scan, default)
+        mask = _mask_for(path, scan, (width, height))  # a clip's mask holds for each of its frames
+        alpha = bool(mask is None and transparent and alpha_masks and not clip)  # Alpha as mask: its own alpha channel
         scan.items.append(
             ImageItem(
                 path=path.resolve(),
@@ -228,7 +236,8 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
                 file_size=stat.st_size,
                 mtime_ns=stat.st_mtime_ns,
                 captions=captions,
-                mask_path=_mask_for(path, scan, (width, height)),  # a clip's mask holds for each of its frames
+                mask_path=path.resolve() if alpha else mask,
+                mask_from_alpha=alpha,
                 control_path=control_path,
                 depth_path=_companion_for(path, DEPTH_SUFFIX, "depth map", load_depth, scan, (width, height)) if depth else None,
                 condlabel_path=_companion_for(path, CONDLABEL_SUFFIX, "conditioning image", load_rgb, scan, (width, height))

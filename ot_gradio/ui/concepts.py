@@ -112,7 +112,8 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: Bucketing
                 "image (`<name>-control.<ext>`; "
                 f"skipped), {captioned} with captions, {len(scan.uncaptioned)} without, {scan.mask_count} masks")
     elif sampling is None:
-        head = f"**{len(items)} images**, {captioned} with captions, {len(scan.uncaptioned)} without, {scan.mask_count} masks"
+        alpha = f" ({scan.alpha_mask_count} their alpha channel: Alpha as mask)" if scan.alpha_mask_count else ""
+        head = f"**{len(items)} images**, {captioned} with captions, {len(scan.uncaptioned)} without, {scan.mask_count} masks{alpha}"
     else:
         head = (f"**{len(clips)} clips, {len(items) - len(clips)} images** (trained as one frame), "
                 f"{captioned} with captions, {len(scan.uncaptioned)} without")
@@ -120,8 +121,9 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: Bucketing
     if depth:
         lines.append(f"{scan.depth_count} images with a depth map beside them (`<name>-depth.<ext>`), "
                      f"{len(items) - scan.depth_count} estimated (the model's depth estimator)")
-    if scan.transparent:
-        lines.append(f"{len(scan.transparent)} images have transparent pixels; they train on a white background")
+    if scan.transparent and not scan.alpha_mask_count:
+        lines.append(f"{len(scan.transparent)} images have transparent pixels; they train on a white background (with Masked "
+                     "training, Image augmentation → Alpha as mask makes their alpha channel their mask)")
     if scan.several_lines:
         lines.append(f"{scan.several_lines} caption files hold several lines: each line is a caption of its own, one drawn "
                      "per epoch (OneTrainer's rule; kohya reads the first line only), so a paragraph split over lines trains "

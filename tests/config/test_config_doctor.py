@@ -137,6 +137,14 @@ def test_kohya_bucket_step_and_sides_are_refused_where_they_cannot_work():
     assert not any("bucket" in e for e in errors(config))
 
 
+def test_alpha_as_mask_without_masked_training_is_said():
+    config = good()
+    config.concepts[0].image.alpha_mask = True
+    assert any(w.startswith("Concept 1 ") and "Alpha as mask is on but Training → Masked training is off" in w for w in check(config))
+    config.masked_training = True
+    assert not any("Alpha as mask" in w for w in check(config))
+
+
 def test_padding_mask_only_for_the_families_that_read_it():
     config = good()
     config.transformer.attention_mask = True

@@ -349,3 +349,15 @@ def test_min_lr_cosine_random_crop_and_settings_that_change_nothing(tmp_path):
                        huber_schedule="exponential", lowram=True, highvram=True)
     assert c.concepts[0].image.enable_crop_jitter and "not carried over" not in warning  # l2: the Huber settings do nothing
     assert not _load(network_dim=8, train_data_dir=str(tmp_path))[0].concepts[0].image.enable_crop_jitter
+
+
+def test_alpha_mask_is_masked_training_by_the_alpha_channel(tmp_path):
+    (tmp_path / "10_cat").mkdir()
+    c, warning = _load(network_dim=8, train_data_dir=str(tmp_path), alpha_mask=True, masked_loss=True)
+    assert c.masked_training and c.concepts[0].image.alpha_mask and "masked_loss" not in warning and "not carried over" not in warning
+    c, warning = _load(network_dim=8, train_data_dir=str(tmp_path), masked_loss=True)  # masks from a folder: said
+    assert not c.masked_training and not c.concepts[0].image.alpha_mask and "masked_loss: here a mask is a" in warning
+    toml = tmp_path / "data.toml"
+    toml.write_text(f'[[datasets]]\n[[datasets.subsets]]\nimage_dir = "{tmp_path / "10_cat"}"\nalpha_mask = true\n')
+    c, _ = _load(network_dim=8, dataset_config=str(toml))
+    assert c.masked_training and c.concepts[0].image.alpha_mask

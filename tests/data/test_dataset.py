@@ -175,6 +175,30 @@ def test_masks_follow_image_crop_and_flip(tmp_path, make_concept):
     assert batch.mask[1 - i].eq(1).all()
 
 
+def test_alpha_as_mask_masks_a_transparent_image_by_its_alpha_channel(tmp_path, make_concept):
+    """kohya's alpha_mask: the opaque half trains (its black pixels too: the alpha, not the luminance,
+    is the mask), the transparent half not; a -masklabel file wins; off, such an image has no mask."""
+    folder = tmp_path / "c"
+    folder.mkdir()
+    art = Image.new("RGBA", (64, 32), (0, 0, 0, 255))
+    art.paste((200, 50, 50, 0), (32, 0, 64, 32))  # right half transparent
+    art.save(folder / "a.png")
+    art.save(folder / "b.png")
+    Image.new("L", (64, 32), 255).save(folder / "b-masklabel.png")
+    Image.new("RGB", (64, 32), (9, 9, 9)).save(folder / "c.png")  # no alpha: no mask
+    fixed = {"enable_crop_jitter": False}
+    dataset = build_dataset([make_concept(folder, image={**fixed, "alpha_mask": True})], "64", 3, bucketing=Bucketing())
+    items = {item.path.name: item for item in dataset.concepts[0].items}
+    assert (items["a.png"].mask_from_alpha, items["b.png"].mask_from_alpha, items["c.png"].mask_path) == (True, False, None)
+    batch = dataset.epoch_batches(0)[0]
+    mask = {Path(p).name: batch.mask[i, 0] for i, p in enumerate(batch.image_paths)}
+    w = mask["a.png"].shape[1]
+    assert mask["a.png"][:, : w // 2 - 2].eq(1).all() and mask["a.png"][:, w // 2 + 2:].eq(0).all()
+    assert mask["b.png"].eq(1).all() and mask["c.png"].eq(1).all()
+    off = build_dataset([make_concept(folder, image=fixed)], "64", 3, bucketing=Bucketing())
+    assert [item.mask_from_alpha for item in off.concepts[0].items] == [False] * 3
+
+
 def test_latent_caching_counts_and_reuse(tmp_path, simple_folder, make_concept, encoder):
     cache = tmp_path / "cache"
     concept = make_concept(simple_folder)
