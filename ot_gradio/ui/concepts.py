@@ -112,7 +112,7 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: Bucketing
                 "image (`<name>-control.<ext>`; "
                 f"skipped), {captioned} with captions, {len(scan.uncaptioned)} without, {scan.mask_count} masks")
     elif sampling is None:
-        alpha = f" ({scan.alpha_mask_count} their alpha channel: Alpha as mask)" if scan.alpha_mask_count else ""
+        alpha = f" ({scan.alpha_mask_count} from their alpha channel: Alpha as mask)" if scan.alpha_mask_count else ""
         head = f"**{len(items)} images**, {captioned} with captions, {len(scan.uncaptioned)} without, {scan.mask_count} masks{alpha}"
     else:
         head = (f"**{len(clips)} clips, {len(items) - len(clips)} images** (trained as one frame), "

@@ -163,7 +163,7 @@ def test_a_mask_on_a_transparent_layer_cuts_as_its_black_and_white_twin_and_cut_
     assert rows["RGBA"] == rows["L"] and ("64x64", 1) in rows["L"] and len(rows["L"]) == 2
     alpha = {**_concept(tmp_path / "L"), "image": {"alpha_mask": True}}  # the cut-out's alpha channel is its mask
     text, _ = concept_stats(alpha, "64", Bucketing(), None, masked=True)
-    assert text.startswith("**2 images**, 0 with captions, 2 without, 2 masks (1 their alpha channel: Alpha as mask)")
+    assert text.startswith("**2 images**, 0 with captions, 2 without, 2 masks (1 from their alpha channel: Alpha as mask)")
     assert "transparent pixels" not in text
 
 
