@@ -155,8 +155,8 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
         concepts = dataset_config(r, out, notes, readable, base_dir)
         if concepts is None:  # not read: the training config's own bucket settings
             buckets(r.get, out, notes, page=any(k in r.data for k in PAGE_KEYS))
-        r.get("train_data_dir")
-        r.get("reg_data_dir")
+        for key in ("train_data_dir", "reg_data_dir", "dataset_repeats"):  # the dataset config's folders and repeats instead
+            r.get(key)
     else:
         concepts = folder_concepts(r, notes, readable)
     if concepts is not None:
