@@ -23,6 +23,9 @@ DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", 
 BUCKET_KEYS = {"bucket_reso_steps": ("bucket_resolution_step", 64), "min_bucket_reso": ("min_bucket_resolution", 256),
                "max_bucket_reso": ("max_bucket_resolution", 1024)}  # ours, and sd-scripts' default
 PAGE_BUCKETS = {"max_bucket_reso": 2048}  # kohya_ss's page's own defaults, where they differ
+BUCKET_SETTINGS = ("enable_bucket", "bucket_no_upscale", *BUCKET_KEYS)
+# keys only kohya_ss's page saves (sd-scripts has none of them; its `v2` is no sign of the page)
+PAGE_KEYS = ("LoRA_type", "max_resolution", "sdxl", "sdxl_checkbox", "flux1_checkbox", "sd3_checkbox", "anima_checkbox")
 KOHYA_STEPS = 1600  # sd-scripts' max_train_steps when a config sets neither it nor max_train_epochs
 
 
@@ -35,7 +38,7 @@ def buckets(get: Callable[[str], Any], out: dict[str, Any], notes: list[str], pa
     no multiple of the model's becomes the next one that is; a largest side below the resolution
     or a smallest one above it (which sd-scripts refuses; `other_sizes`: the other datasets') is
     moved to it; each with a note."""
-    given = {key: get(key) for key in ("enable_bucket", "bucket_no_upscale", *BUCKET_KEYS)}
+    given = {key: get(key) for key in BUCKET_SETTINGS}
     if given["enable_bucket"] is not None or not page:
         out["aspect_ratio_bucketing"] = flag(given["enable_bucket"])
         if given["enable_bucket"] is None:
@@ -188,7 +191,11 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
     datasets = [d for d in data.get("datasets") or [] if isinstance(d, dict)]
     training = _training_options(r)
     subsets: list[dict[str, Any]] = []
-    first_size, first = None, {**general, **(datasets[0] if datasets else {})}
+    first_size = None
+
+    def effective(dataset: dict[str, Any], key: str) -> Any:  # the dataset's, then [general]'s, then the training config's
+        return dataset[key] if key in dataset else general[key] if key in general else r.data.get(key)
+
     for index, dataset in enumerate(datasets):
         merged = {**training, **general, **{k: v for k, v in dataset.items() if k != "subsets"}}
         size = _size(merged.get("resolution"))
@@ -200,12 +207,15 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
                 out["batch_size"] = merged["batch_size"]
         elif size and size != first_size:  # a dataset of its own size: its concepts train at it
             merged["resolution_override"] = size
-        if index and (differ := [k for k in ("enable_bucket", "bucket_no_upscale", *BUCKET_KEYS) if merged.get(k) != first.get(k)]):
+        if index and (differ := [k for k in BUCKET_SETTINGS if effective(dataset, k) != effective(datasets[0], k)]):
             notes.append(f"dataset {index + 1} sets its own {', '.join(differ)}: here every dataset is bucketed as the first")
         subsets += [{**merged, **subset} for subset in dataset.get("subsets") or [] if isinstance(subset, dict)]
-    # the first dataset's, then [general]'s, then the training config's (sd-scripts' fallback)
+    # the first dataset's, then [general]'s, then the training config's (sd-scripts' fallback, read either way)
     others = tuple({str(s["resolution_override"]) for s in subsets if s.get("resolution_override")})
-    buckets(lambda key: first[key] if key in first else r.get(key), out, notes, other_sizes=others)
+    for key in BUCKET_SETTINGS:
+        r.get(key)
+    page = any(k in r.data for k in PAGE_KEYS)
+    buckets(lambda key: effective(datasets[0] if datasets else {}, key), out, notes, page=page, other_sizes=others)
     unread = sorted({k for part in (general, *datasets, *(s for d in datasets for s in d.get("subsets") or [] if isinstance(s, dict)))
                      for k, v in part.items() if k not in DATASET_KEYS and k != "subsets" and changes_something(k, v)})
     if unread:

@@ -16,7 +16,7 @@ from typing import Any
 from .base_model_match import family_by_name
 from .enums import ModelType as M
 from .families import family_info
-from .kohya_dataset import buckets, dataset_concepts, dataset_config, folder_concepts, run_length
+from .kohya_dataset import PAGE_KEYS, buckets, dataset_concepts, dataset_config, folder_concepts, run_length
 from .kohya_flow import SD3_TYPES, flow_timesteps, other_family_keys
 from .kohya_network import network
 from .kohya_reader import KohyaReader, changes_something
@@ -74,16 +74,13 @@ SAMPLE_FIELDS = {"n": ("negative_prompt", str), "w": ("width", int), "h": ("heig
                  "l": ("cfg_scale", float), "s": ("diffusion_steps", int)}
 
 
-# kohya_ss's family switches; without any, the family is read from the file (`_named_family`)
-SWITCHES = ("sdxl", "sdxl_checkbox", "v2", "flux1_checkbox", "sd3_checkbox", "anima_checkbox")
 # the families a base model's name may name for a kohya config (the ones sd-scripts has a script for, here)
 NAMED_FAMILIES = (M.STABLE_DIFFUSION_XL_10_BASE, M.STABLE_DIFFUSION_3, M.STABLE_DIFFUSION_35, M.FLUX_DEV_1, M.CHROMA_1)
-# SDXL checkpoints' names: "XL" ending a word, or the SDXL families people name
-SDXL_NAMES = re.compile(r"XL(?![a-z])|(?i:illustrious|noobai|pony)")
-# keys only kohya_ss's page saves (a file of sd-scripts' has none of them)
-PAGE_KEYS = ("LoRA_type", "max_resolution", *SWITCHES)
-# tables that are values, not sections: a dataset config's [general], sd-scripts' argument tables
-NOT_SECTIONS = frozenset({"general", "optimizer_args", "lr_scheduler_args", "network_args"})
+# SDXL checkpoints' names: "xl" ending a word (juggernautXL, animagine-xl-3.1, realvisxlV40), or the
+# SDXL families people name
+SDXL_NAMES = re.compile(r"(?i:xl)(?![a-z])|(?i:illustrious|noobai|pony)")
+# tables that are values, not sections: a dataset config's [general], an optimizer_args table
+NOT_SECTIONS = frozenset({"general", "optimizer_args"})
 
 
 def flat(data: dict[str, Any]) -> dict[str, Any]:
@@ -161,8 +158,8 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
         concepts = folder_concepts(r, notes, readable)
     if concepts is not None:
         out["concepts"] = concepts
-        if any(c["image"].get("alpha_mask") for c in concepts):  # sd-scripts' alpha_mask: a masked loss by the alpha channel
-            out["masked_training"] = True
+        if any(c["image"].get("alpha_mask") for c in concepts):  # sd-scripts' alpha_mask: the transparent areas weigh 0,
+            out.update(masked_training=True, unmasked_probability=0.0, unmasked_weight=0.0)  # in every step
     run_length(r, out, concepts, readable, notes)
 
     config = validate(out)
@@ -179,9 +176,9 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
 def _model_type(r: KohyaReader, notes: list[str]) -> M:
     """kohya_ss's family switches (the LoRA and DreamBooth pages' `sdxl`, the fine-tune page's
     `sdxl_checkbox`); sd-scripts picks the family by its script, so a TOML without them is read
-    by its network module (lora_flux, lora_sd3) or its T5 file, else as SD 1.5 with a note."""
+    by its network module (lora_flux, lora_sd3), its T5 file, `v2`, or else what the file names
+    (`_named_family`, said in a note), else as SD 1.5 with a note."""
     module = str(r.data.get("network_module") or "")
-    hint = None if any(k in r.data for k in SWITCHES) else _named_family(r, notes)
     for switch, script, name in (("lumina_checkbox", "lora_lumina", "Lumina Image 2.0"),
                                  ("hunyuan_image_checkbox", "lora_hunyuan_image", "HunyuanImage 2.1")):
         if r.flag(switch) or module.endswith(script):
@@ -192,41 +189,55 @@ def _model_type(r: KohyaReader, notes: list[str]) -> M:
             or (r.given("anima_qwen3") and "anima_checkbox" not in r.data)):
         r.get("network_module")
         return M.ANIMA
-    if r.flag("sd3_checkbox") or module.endswith("lora_sd3") or hint in SD3_TYPES:
+    if r.flag("sd3_checkbox") or module.endswith("lora_sd3"):
         r.get("network_module")
-        name = str(r.data.get("pretrained_model_name_or_path") or "").lower()
-        return M.STABLE_DIFFUSION_35 if re.search(r"3[._-]?5", name) else M.STABLE_DIFFUSION_3
-    if r.flag("flux1_checkbox") or module.endswith("lora_flux") or r.given("t5xxl") or hint in (M.FLUX_DEV_1, M.CHROMA_1):
+        return _sd3_version(r)
+    if r.flag("flux1_checkbox") or module.endswith("lora_flux") or r.given("t5xxl"):
         r.get("network_module")
         # sd-scripts' flux_train_network.py with --model_type chroma (kohya_ss's Flux page, model type Chroma)
-        chroma = str(r.get("model_type") or "flux").lower() == "chroma" or hint == M.CHROMA_1
-        return M.CHROMA_1 if chroma else M.FLUX_DEV_1
-    if r.flag("sdxl") or r.flag("sdxl_checkbox") or hint == M.STABLE_DIFFUSION_XL_10_BASE:
+        return M.CHROMA_1 if str(r.get("model_type") or "flux").lower() == "chroma" else M.FLUX_DEV_1
+    if r.flag("sdxl") or r.flag("sdxl_checkbox"):
         return M.STABLE_DIFFUSION_XL_10_BASE
     if r.flag("v2"):
         return M.STABLE_DIFFUSION_21 if r.flag("v_parameterization") else M.STABLE_DIFFUSION_21_BASE
-    if hint is None and not any(k in r.data for k in SWITCHES):
+    if any(k in r.data for k in PAGE_KEYS):  # kohya_ss's page says the family: none of its switches is SD 1.x
+        return M.STABLE_DIFFUSION_15
+    named = _named_family(r, module)
+    if named is None:
         notes.append("no model family is named (sd-scripts takes it from the script that runs): SD 1.5 is assumed; "
                      "choose the Model type if it is another")
-    return M.STABLE_DIFFUSION_15
+        return M.STABLE_DIFFUSION_15
+    family, why = named
+    family = _sd3_version(r) if family in SD3_TYPES else family
+    notes.append(f"{family.value}: from {why} (sd-scripts takes the family from the script that runs); choose the Model "
+                 "type if it is another")
+    return family
 
 
-def _named_family(r: KohyaReader, notes: list[str]) -> M | None:
-    """For a file without kohya_ss's family switches (sd-scripts takes the family from the script
-    that runs): an `[sdxl_arguments]` section, else the family the base model's name names."""
+def _sd3_version(r: KohyaReader) -> M:
+    name = str(r.data.get("pretrained_model_name_or_path") or "").lower()
+    return M.STABLE_DIFFUSION_35 if re.search(r"3[._-]?5", name) else M.STABLE_DIFFUSION_3
+
+
+def _named_family(r: KohyaReader, module: str) -> tuple[M, str] | None:
+    """For a file that names no family (sd-scripts takes it from the script that runs): an
+    `[sdxl_arguments]` section, else the family the base model's name names: an SDXL name
+    (`…XL`, Illustrious, Pony, NoobAI) before a word of another family (zavychromaXL is no
+    Chroma), none for a family sd-scripts has no script for here (PixArt-XL), and with sd-scripts'
+    plain `networks.lora` (SD and SDXL) only SDXL. (family, why) or None."""
     if "sdxl_arguments" in r.sections:
-        found, why = M.STABLE_DIFFUSION_XL_10_BASE, "its [sdxl_arguments] section"
-    else:
-        name = str(r.data.get("pretrained_model_name_or_path") or "")
-        sign = family_by_name(name)
-        found = next((m for m in (sign.model_types if sign else ()) if m in NAMED_FAMILIES), None)
-        if found is None and SDXL_NAMES.search(Path(name).name):  # illustriousXL_v01, juggernautXL, ponyDiffusionV6XL
-            found = M.STABLE_DIFFUSION_XL_10_BASE
-        why = "the base model's name"
-    if found is not None:
-        notes.append(f"{found.value}: from {why} (sd-scripts takes the family from the script that runs); choose the Model "
-                     "type if it is another")
-    return found
+        return M.STABLE_DIFFUSION_XL_10_BASE, "its [sdxl_arguments] section"
+    name = Path(str(r.data.get("pretrained_model_name_or_path") or "")).name
+    sign = family_by_name(name)
+    kinds = sign.model_types if sign else ()
+    if sign and not any(m in NAMED_FAMILIES or m == M.STABLE_DIFFUSION_15 for m in kinds):
+        return None  # a family sd-scripts does not train here: the pre-run check names the mismatch
+    if SDXL_NAMES.search(name) or M.STABLE_DIFFUSION_XL_10_BASE in kinds:
+        return M.STABLE_DIFFUSION_XL_10_BASE, "the base model's name"
+    found = next((m for m in kinds if m in NAMED_FAMILIES), None)
+    if found is None or module == "networks.lora":
+        return None
+    return found, "the base model's name"
 
 
 def scheduler_args(value: Any) -> list[dict[str, str]]:

@@ -45,7 +45,7 @@ def bucket_problems(config: Any) -> list[str]:
         return []
     info = family_info(config.model_type)
     need = (info.bucket_step if info else None) or 8
-    if step % need:
+    if step % need:  # (every model's step is a multiple of 8: the VAE's)
         return [f"bucket_resolution_step: {step} px is no multiple of {need} px, the size {config.model_type.value}'s images are "
                 f"multiples of; use {step + (-step) % need}, or 0 for the aspect-ratio buckets"]
     low, high = kohya_bucket_sides(step, config.min_bucket_resolution, config.max_bucket_resolution)

@@ -138,7 +138,7 @@ class TrainConfig(Section):
     aspect_ratio_bucketing: bool = opt(True, "Aspect ratio bucketing", "Group images by aspect ratio and train each at a matching size instead of cropping everything square. A bucket with fewer images than the batch size is never trained.", tab="data")
     bucket_no_upscale: bool = opt(False, "Don't upscale small images", "With aspect ratio bucketing: an image smaller than its bucket at the training resolution trains at the largest smaller bucket it covers (in steps of the bucket step: 64 px for most models from 512 px) instead of being scaled up, as kohya's bucket_no_upscale (on by default in kohya_ss). Off: scaled up, as OneTrainer does. The Concepts tab's buckets show where each image lands.", tab="data", applies_when=on("aspect_ratio_bucketing"))
     bucket_resolution_step: int = opt(0, "Bucket step (px)", "0: OneTrainer's buckets, 9 aspect ratios up to 4:1, sides in the model's step (64 px for SD at 512 px, 16 for Flux). A number: kohya's buckets (its bucket_reso_steps; kohya_ss: 64): every width between the smallest and the largest side below in this step, each with the tallest height that keeps within the resolution's area. Finer aspect ratios crop less, but each bucket holds fewer images (one with fewer than the batch size is not trained). A multiple of the model's step (8 for SD 1.x/2.x and SDXL, 16 for Flux and SD 3).", ge=0, le=1024, tab="data", applies_when=on("aspect_ratio_bucketing"))
-    min_bucket_resolution: int = opt(256, "Smallest bucket side (px)", "With a bucket step: no bucket is narrower or shorter than this (kohya's min_bucket_reso, rounded down to the step). At most the training resolution's shorter side.", ge=8, le=8192, tab="data", applies_when=on("aspect_ratio_bucketing") & nonzero("bucket_resolution_step"))
+    min_bucket_resolution: int = opt(256, "Smallest bucket side (px)", "With a bucket step: no bucket is narrower or shorter than this (kohya's min_bucket_reso, rounded down to the step), except the smaller buckets of small images with Don't upscale small images, as in sd-scripts. At most the training resolution's shorter side.", ge=8, le=8192, tab="data", applies_when=on("aspect_ratio_bucketing") & nonzero("bucket_resolution_step"))
     max_bucket_resolution: int = opt(2048, "Largest bucket side (px)", "With a bucket step: no bucket is wider or taller than this (kohya's max_bucket_reso, rounded up to the step; sd-scripts' own default is 1024, kohya_ss's 2048). At least the training resolution's longer side.", ge=8, le=16384, tab="data", applies_when=on("aspect_ratio_bucketing") & nonzero("bucket_resolution_step"))
     latent_caching: bool = opt(True, "Latent caching", "Encode each image with the VAE once and reuse the result: much faster from the second epoch on and saves some VRAM. Augmentations vary only as much as 'image variations' allows.", tab="data")
     clear_cache_before_training: bool = opt(True, "Clear cache before training", "Start with an empty cache. Turn off to reuse the cache of an earlier run with the same data.", tab="data", in_step=False)
@@ -304,14 +304,6 @@ class TrainConfig(Section):
         from .resolution import parse_resolutions
 
         parse_resolutions(value)
-        return value
-
-    @field_validator("bucket_resolution_step")
-    @classmethod
-    def _check_bucket_step(cls, value: int) -> int:
-        if value % 8:
-            raise ValueError(f"{value} px is no multiple of 8 (image sides are multiples of 8 px); use {value + (-value) % 8}, or 0 "
-                             "for the aspect-ratio buckets")
         return value
 
     @field_validator("text_encoder_max_token_length")

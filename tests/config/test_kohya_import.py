@@ -103,7 +103,7 @@ def test_any_section_names_and_the_family_a_file_without_switches_names(tmp_path
     assert (c.model_type.value, c.epochs, c.batch_size, c.optimizer.optimizer.value, c.learning_rate, c.lora_rank) == (
         "FLUX_DEV_1", 4, 2, "ADAMW_8BIT", 2e-4, 16)
     # no family switch: sdxl_train_network.py's [sdxl_arguments] section, or the base model's name, says the family
-    base = {"network_module": "networks.lora", "network_dim": 8, "output_dir": "/out"}
+    base = {"network_dim": 8, "output_dir": "/out"}
     sdxl = load_config({"sdxl_arguments": {"cache_text_encoder_outputs": False},
                         "model_arguments": {"pretrained_model_name_or_path": "/m/mymodel.safetensors"}, **base})
     assert sdxl.config.model_type.value == "STABLE_DIFFUSION_XL_10_BASE" and "from its [sdxl_arguments] section" in sdxl.warnings[0]
@@ -111,11 +111,25 @@ def test_any_section_names_and_the_family_a_file_without_switches_names(tmp_path
                          ("/m/illustriousXL_v01.safetensors", "STABLE_DIFFUSION_XL_10_BASE"),
                          ("/m/ponyDiffusionV6.safetensors", "STABLE_DIFFUSION_XL_10_BASE"),
                          ("/m/XLabs-flux-dev.safetensors", "FLUX_DEV_1"), ("/m/mixlora_v2.safetensors", "STABLE_DIFFUSION_15"),
+                         ("/m/animagine-xl-3.1.safetensors", "STABLE_DIFFUSION_XL_10_BASE"),
+                         ("/m/realvisxlV40.safetensors", "STABLE_DIFFUSION_XL_10_BASE"),
+                         ("/m/zavychromaxl_v80.safetensors", "STABLE_DIFFUSION_XL_10_BASE"),  # an SDXL model, no Chroma
+                         ("/m/PixArt-XL-2-1024-MS.safetensors", "STABLE_DIFFUSION_15"),  # no family sd-scripts trains here
+                         ("/m/dreamshaper_8.safetensors", "STABLE_DIFFUSION_15"),
                          ("/m/sd3.5_medium.safetensors", "STABLE_DIFFUSION_35"), ("/m/chroma-unlocked-v50.safetensors", "CHROMA_1"),
                          ("/m/v1-5-pruned-emaonly.safetensors", "STABLE_DIFFUSION_15")):
         result = load_config({**base, "pretrained_model_name_or_path": name})
         assert result.config.model_type.value == family, name
         assert ("from the base model's name" in result.warnings[0]) == (family != "STABLE_DIFFUSION_15")
+    # sd-scripts' plain LoRA module trains SD and SDXL only; its v2 = false is no kohya_ss page
+    lora = load_config({**base, "network_module": "networks.lora", "pretrained_model_name_or_path": "/m/flux1-dev.safetensors"})
+    assert lora.config.model_type.value == "STABLE_DIFFUSION_15" and "SD 1.5 is assumed" in lora.warnings[0]
+    v2 = load_config({**base, "v2": False, "pretrained_model_name_or_path": "/m/illustriousXL_v01.safetensors"})
+    assert v2.config.model_type.value == "STABLE_DIFFUSION_XL_10_BASE" and not v2.config.aspect_ratio_bucketing  # no enable_bucket
+    # the note names the family only where the name decided it (a Flux module and T5 file say Flux)
+    flux = load_config({**base, "network_module": "networks.lora_flux", "t5xxl": "/m/t5.safetensors",
+                        "pretrained_model_name_or_path": "/m/ponyXL.safetensors"})
+    assert flux.config.model_type.value == "FLUX_DEV_1" and "base model's name" not in flux.warnings[0]
     # kohya_ss's page always says the family: its switches win over the name
     gui = load_config({**base, "pretrained_model_name_or_path": "/m/lustifySDXLNSFW_v7.safetensors", "sdxl": False, "v2": False})
     assert gui.config.model_type.value == "STABLE_DIFFUSION_15" and "base model's name" not in gui.warnings[0]

@@ -321,6 +321,12 @@ def test_buckets(tmp_path):
     assert "dataset 2 sets its own enable_bucket, max_bucket_reso: here every dataset is bucketed as the first" in warning
     # a smallest side above a resolution (the second dataset's 768 here), which sd-scripts refuses, is lowered to it
     assert c.min_bucket_resolution == 768 and "min_bucket_reso 1024: 768 here, the resolution's shortest side" in warning
+    # a dataset that inherits what the first sets (from the training config) sets nothing of its own; the training
+    # config's bucket keys count as read; a kohya_ss page config's unset largest side is the page's 2048
+    toml.write_text(f'[[datasets]]\nresolution = 512\n[[datasets.subsets]]\nimage_dir = "{tmp_path}"\n'
+                    f'[[datasets]]\nresolution = 512\n[[datasets.subsets]]\nimage_dir = "{tmp_path}"\n')
+    c, warning = _load(network_dim=8, dataset_config=str(toml), enable_bucket=True, sdxl=True, bucket_reso_steps=64)
+    assert _buckets(c) == (True, 64, 256, 2048) and "sets its own" not in warning and "not carried over" not in warning
 
 
 def test_defaults_written_as_text_are_not_listed_as_left_out():
@@ -355,6 +361,7 @@ def test_alpha_mask_is_masked_training_by_the_alpha_channel(tmp_path):
     (tmp_path / "10_cat").mkdir()
     c, warning = _load(network_dim=8, train_data_dir=str(tmp_path), alpha_mask=True, masked_loss=True)
     assert c.masked_training and c.concepts[0].image.alpha_mask and "masked_loss" not in warning and "not carried over" not in warning
+    assert (c.unmasked_probability, c.unmasked_weight) == (0.0, 0.0)  # sd-scripts: transparent areas weigh 0 in every step
     c, warning = _load(network_dim=8, train_data_dir=str(tmp_path), masked_loss=True)  # masks from a folder: said
     assert not c.masked_training and not c.concepts[0].image.alpha_mask and "masked_loss: here a mask is a" in warning
     toml = tmp_path / "data.toml"
