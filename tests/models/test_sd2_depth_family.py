@@ -64,7 +64,7 @@ def test_every_image_has_a_depth_map_key_apart_from_masked_images():
     from ot_gradio.data.batches import conditioning_key
 
     cache = SimpleNamespace(key=lambda *args, extra=None: (args, extra))
-    item = SimpleNamespace(path="a.png", file_size=1, mtime_ns=1, mask_path=None, depth_path=None, condlabel_path=None)
+    item = SimpleNamespace(path="a.png", file_size=1, mtime_ns=1, mask_path=None, mask_from_alpha=False, depth_path=None, condlabel_path=None)
     variant = SimpleNamespace(bucket=(8, 8), crop=None, flip=False, resolution=8, augment=None)
     assert conditioning_key(cache, item, variant) is None  # no mask, no masked image
     assert conditioning_key(cache, item, variant, "depth") == (("a.png", 1, 1, (8, 8), None, False, 8, None), {"depth": "estimated"})
