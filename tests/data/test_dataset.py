@@ -151,6 +151,20 @@ def test_prior_prediction_concepts_are_trained_and_their_samples_marked(tmp_path
     assert all(batch.prior_prediction is None for batch in _all_batches(only_standard, 0))
 
 
+def test_batches_are_cut_at_kohyas_buckets(tmp_path, make_concept):
+    """With a bucket step the batches' sizes are kohya's buckets (here 16 px steps at 64 px), not the aspect list's."""
+    from ot_gradio.data.buckets import bucket_sizes, kohya_bucket_sizes
+
+    folder = tmp_path / "wide"
+    folder.mkdir()
+    Image.new("RGB", (300, 100), (90, 90, 90)).save(folder / "a.png")  # 3:1
+    kohya = Bucketing(kohya_step=16, min_side=16, max_side=256)
+    size = build_dataset([make_concept(folder)], "64", 1, bucketing=kohya).epoch_batches(0)[0].size
+    assert size == kohya.assign(300, 100, 64) == (32, 96) and size in kohya_bucket_sizes((64, 64), 16, 16, 256)
+    assert build_dataset([make_concept(folder)], "64", 1, bucketing=Bucketing()).epoch_batches(0)[0].size in bucket_sizes(64)
+    assert size not in bucket_sizes(64)
+
+
 def test_masks_follow_image_crop_and_flip(tmp_path, make_concept):
     folder = tmp_path / "c"
     folder.mkdir()
