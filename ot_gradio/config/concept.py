@@ -35,6 +35,8 @@ class ConceptImageConfig(Section):
 class ConceptTextConfig(Section):
     prompt_source: PromptSource = opt(PromptSource.SAMPLE, "Prompt source", "Where captions come from: 'sample' = a .txt next to each image (else kohya's .caption; each non-empty line is one caption, one is picked at random per epoch); 'concept' = one text file for the whole concept; 'filename' = the image's file name.")
     prompt_path: str = opt("", "Prompt file", "With prompt source 'concept': the text file whose lines are the captions for every image of this concept.")
+    caption_prefix: str = opt("", "Caption prefix", "Put before every caption of this concept, with a space (write the delimiter yourself: 'ohwx,'), before the tags are shuffled or dropped, so a trigger word joins every caption without editing the files and Keep tags counts it; as kohya's caption_prefix.")
+    caption_suffix: str = opt("", "Caption suffix", "Put after every caption of this concept, with a space (', masterpiece'), before the tags are shuffled or dropped; as kohya's caption_suffix.")
     default_caption: str = opt("", "Caption without a file", "With prompt source 'sample': the caption of an image that has no caption file (.txt, .caption), as kohya's class tokens are (its '40_ohwx woman' folder captions such images 'ohwx woman'). An empty caption file stays empty. Blank = such images train with an empty caption.")
     enable_tag_shuffling: bool = opt(False, "Tag shuffling", "Shuffle the tags (split on the tag delimiter) each epoch, keeping the first 'keep tags' in place.")
     tag_delimiter: str = opt(",", "Tag delimiter", "What separates tags in a caption.")

@@ -16,10 +16,10 @@ from .resolution import parse_resolutions
 from .validation import ConfigError
 
 # what a dataset config's general, dataset and subset tables set that is carried over (or said)
-DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", "shuffle_caption", "keep_tokens", "flip_aug", "random_crop", "alpha_mask",
-                          "caption_extension", "metadata_file", "caption_tag_dropout_rate", "caption_dropout_rate",
-                          "keep_tokens_separator", "resolution", "batch_size", "enable_bucket", "bucket_no_upscale",
-                          "bucket_reso_steps", "min_bucket_reso", "max_bucket_reso"})
+DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", "shuffle_caption", "keep_tokens", "flip_aug",
+                          "random_crop", "alpha_mask", "caption_prefix", "caption_suffix", "caption_extension", "metadata_file",
+                          "caption_tag_dropout_rate", "caption_dropout_rate", "keep_tokens_separator", "resolution", "batch_size",
+                          "enable_bucket", "bucket_no_upscale", "bucket_reso_steps", "min_bucket_reso", "max_bucket_reso"})
 BUCKET_KEYS = {"bucket_reso_steps": ("bucket_resolution_step", 64), "min_bucket_reso": ("min_bucket_resolution", 256),
                "max_bucket_reso": ("max_bucket_resolution", 1024)}  # ours, and sd-scripts' default
 PAGE_BUCKETS = {"max_bucket_reso": 2048}  # kohya_ss's page's own defaults, where they differ
@@ -125,7 +125,8 @@ def _training_options(r: KohyaReader) -> dict[str, Any]:
     """The dataset options a training config sets for every subset (sd-scripts reads them below a
     dataset config's `[general]`)."""
     options = {key: r.get(key) for key in ("shuffle_caption", "keep_tokens", "flip_aug", "caption_tag_dropout_rate", "caption_extension",
-                                           "keep_tokens_separator", "random_crop", "alpha_mask")
+                                           "keep_tokens_separator", "random_crop", "alpha_mask", "caption_prefix",
+                                           "caption_suffix")
                if r.data.get(key) is not None}
     return options
 
@@ -304,7 +305,9 @@ def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) ->
                             "keep_tags_count": int(float(options.get("keep_tokens") or 0)),  # kohya's default keeps none
                             # kohya's caption for an image without a caption file: the subset's class tokens, or a
                             # `<repeats>_<name>` folder's name
-                            "default_caption": str(options.get("class_tokens") or "")}
+                            "default_caption": str(options.get("class_tokens") or ""),
+                            "caption_prefix": str(options.get("caption_prefix") or ""),
+                            "caption_suffix": str(options.get("caption_suffix") or "")}
     if is_set(options.get("caption_tag_dropout_rate")):  # kohya drops each tag after the kept ones with it
         text.update(tag_dropout_enable=True, tag_dropout_mode="RANDOM", tag_dropout_probability=float(options["caption_tag_dropout_rate"]))
     # kohya's random crop: where in the image its bucket is cut, drawn anew (OneTrainer's crop jitter)

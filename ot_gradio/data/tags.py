@@ -108,6 +108,8 @@ class TextAugment:
     caps_modes: tuple[str, ...] = ()  # empty: capitalisation randomisation off
     caps_probability: float = 0.0
     lowercase: bool = False
+    prefix: str = ""  # put before every caption with a space, before anything else (kohya's caption_prefix)
+    suffix: str = ""  # put after every caption with a space (kohya's caption_suffix)
 
     @classmethod
     def from_config(cls, text: object | None, folder: Path | None = None) -> TextAugment:
@@ -124,6 +126,8 @@ class TextAugment:
             "keep": max(0, int(get("keep_tags_count", 1))),
             "shuffle": bool(get("enable_tag_shuffling", False)),
             "lowercase": bool(get("caps_randomize_lowercase", False)),
+            "prefix": str(get("caption_prefix", "") or "").strip(),
+            "suffix": str(get("caption_suffix", "") or "").strip(),
         }
         probability = float(get("tag_dropout_probability", 0.0))
         if get("tag_dropout_enable", False) and probability > 0:
@@ -160,6 +164,8 @@ class TextAugment:
         return bool(self.shuffle or self.dropout_mode or self.caps_modes or self.lowercase)
 
     def apply(self, caption: str, rngs: Streams) -> str:
+        if self.prefix or self.suffix:  # as sd-scripts: joined with a space, before any augmentation
+            caption = " ".join(part for part in (self.prefix, caption.strip(), self.suffix) if part)
         if KEEP_SEPARATOR in caption:  # kohya's: fixed ||| augmented [||| fixed]; keep_tags_count gives way to it
             head, _, rest = caption.partition(KEEP_SEPARATOR)
             middle, _, tail = rest.partition(KEEP_SEPARATOR)

@@ -251,7 +251,8 @@ def test_dataset_toml_options_per_dataset(tmp_path):
     assert all((x.text.tag_dropout_enable, x.text.tag_dropout_mode, x.text.tag_dropout_probability) == (True, "RANDOM", 0.1)
                for x in c.concepts)
     assert c.text_encoder.dropout_probability == c.text_encoder_2.dropout_probability == 0.05
-    assert "the dataset config sets, not carried over: caption_prefix, color_aug" in warning
+    assert "the dataset config sets, not carried over: color_aug" in warning
+    assert all(x.text.caption_prefix == "photo of" for x in c.concepts)  # [general]'s, for every subset
     # a caption extension this trainer does not read is said once, however many folders
     c, warning = _load(network_dim=8, dataset_config=str(tmp_path / "d.toml"), caption_extension=".tags")
     assert warning.count("caption_extension '.tags': here captions are read from .txt, else .caption files") == 1
@@ -368,3 +369,13 @@ def test_alpha_mask_is_masked_training_by_the_alpha_channel(tmp_path):
     toml.write_text(f'[[datasets]]\n[[datasets.subsets]]\nimage_dir = "{tmp_path / "10_cat"}"\nalpha_mask = true\n')
     c, _ = _load(network_dim=8, dataset_config=str(toml))
     assert c.masked_training and c.concepts[0].image.alpha_mask
+
+
+def test_caption_prefix_and_suffix(tmp_path):
+    (tmp_path / "10_cat").mkdir()
+    c, warning = _load(network_dim=8, train_data_dir=str(tmp_path), caption_prefix="ohwx,", caption_suffix=", best quality")
+    assert (c.concepts[0].text.caption_prefix, c.concepts[0].text.caption_suffix) == ("ohwx,", ", best quality")
+    assert "not carried over" not in warning
+    toml = tmp_path / "data.toml"
+    toml.write_text(f'[[datasets]]\n[[datasets.subsets]]\nimage_dir = "{tmp_path / "10_cat"}"\ncaption_prefix = "sks dog"\n')
+    assert _load(network_dim=8, dataset_config=str(toml))[0].concepts[0].text.caption_prefix == "sks dog"

@@ -183,3 +183,13 @@ def test_kohyas_keep_tokens_separator_fixes_what_comes_before_it_and_never_reach
     dropped = _runs(_augment(tag_dropout_enable=True, tag_dropout_probability=1.0), caption)
     assert set(dropped) == {"ohwx woman, 1girl, masterpiece"}
     assert _augment().apply("ohwx woman|||", Streams(0)) == "ohwx woman"
+
+
+def test_caption_prefix_and_suffix_join_every_caption_before_shuffling():
+    # kohya's caption_prefix / caption_suffix: with a space, before the tags are shuffled, so Keep tags counts the prefix
+    augment = _augment(caption_prefix="ohwx,", caption_suffix=", masterpiece", enable_tag_shuffling=True, keep_tags_count=1)
+    out = _runs(augment, "red hair, smile")
+    assert all(c.startswith("ohwx, ") for c in out) and all(sorted(_tags(c)) == ["masterpiece", "ohwx", "red hair", "smile"] for c in out)
+    assert len(set(out)) > 1  # the rest still shuffles
+    assert _augment(caption_prefix="ohwx woman").apply("", Streams(0)) == "ohwx woman"  # an empty caption: the prefix alone
+    assert _augment(caption_suffix="style").apply("a cat", Streams(0)) == "a cat style"
