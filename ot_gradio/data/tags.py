@@ -163,9 +163,14 @@ class TextAugment:
     def active(self) -> bool:
         return bool(self.shuffle or self.dropout_mode or self.caps_modes or self.lowercase)
 
+    def frame(self, caption: str) -> str:
+        """The caption with the prefix and suffix, joined with a space as sd-scripts joins them."""
+        if not (self.prefix or self.suffix):
+            return caption
+        return " ".join(part for part in (self.prefix, caption.strip(), self.suffix) if part)
+
     def apply(self, caption: str, rngs: Streams) -> str:
-        if self.prefix or self.suffix:  # as sd-scripts: joined with a space, before any augmentation
-            caption = " ".join(part for part in (self.prefix, caption.strip(), self.suffix) if part)
+        caption = self.frame(caption)  # before any augmentation, as sd-scripts
         if KEEP_SEPARATOR in caption:  # kohya's: fixed ||| augmented [||| fixed]; keep_tags_count gives way to it
             head, _, rest = caption.partition(KEEP_SEPARATOR)
             middle, _, tail = rest.partition(KEEP_SEPARATOR)

@@ -262,13 +262,14 @@ def caption_warnings(embeddings: Embeddings | None, concepts: Any) -> list[str]:
     concept of several) only when no caption holds it. Regularization concepts are left out."""
     if embeddings is None:
         return []
-    items = [item for concept in concepts if str(getattr(getattr(concept.config, "type", ""), "value", "STANDARD")) == "STANDARD"
-             for item in concept.scan.items]
+    items = [(concept, item) for concept in concepts
+             if str(getattr(getattr(concept.config, "type", ""), "value", "STANDARD")) == "STANDARD" for item in concept.scan.items]
     out = []
     for embedding in embeddings.items:
         if not embedding.trains or not items:
             continue
-        without = [i for i in items if not any(embedding.placeholder in caption for caption in i.captions)]
+        # a caption prefix or suffix (TextAugment.frame) may hold the placeholder
+        without = [i for c, i in items if not any(embedding.placeholder in c.text.frame(caption) for caption in i.captions)]
         if len(without) == len(items):
             out.append(f"{embedding.field}.placeholder: '{embedding.placeholder}' is in none of the training captions, so this "
                        "embedding is not trained (samples use it as it started). Write it into the captions where it belongs, "

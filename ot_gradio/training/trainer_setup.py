@@ -237,7 +237,8 @@ class TrainerSetup:
         embeddings = getattr(self.method, "embeddings", None)
         self.dataset.warnings += caption_warnings(embeddings, self.dataset.concepts)
         self.dataset.warnings += window_warnings(
-            self.model.tokenizers, ((i.path, c) for concept in self.dataset.concepts for i in concept.scan.items for c in i.captions),
+            self.model.tokenizers,
+            ((i.path, concept.text.frame(c)) for concept in self.dataset.concepts for i in concept.scan.items for c in i.captions),
             self.method.transform_text, [e.placeholder for e in embeddings.items if e.trains] if embeddings is not None else [],
             windows=getattr(self.model, "caption_windows", 1), can_widen=hasattr(self.model, "caption_windows"))
         if self.model.image_to_video:

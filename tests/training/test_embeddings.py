@@ -368,9 +368,11 @@ def test_trained_embeddings_whose_placeholder_the_captions_lack_are_named():
 
     from ot_gradio.training.embeddings import caption_warnings
 
-    def concept(kind, *captions):
+    from ot_gradio.data.tags import TextAugment
+
+    def concept(kind, *captions, prefix=""):
         items = [NS(path=Path(f"/data/{kind}{i}.png"), captions=(c,)) for i, c in enumerate(captions)]
-        return NS(config=NS(type=NS(value=kind)), scan=NS(items=items))
+        return NS(config=NS(type=NS(value=kind)), scan=NS(items=items), text=TextAugment(prefix=prefix))
 
     def emb(field, placeholder, trains=True):
         return NS(field=field, placeholder=placeholder, trains=trains)
@@ -386,3 +388,5 @@ def test_trained_embeddings_whose_placeholder_the_captions_lack_are_named():
                             "embedding is not trained")
     assert none.startswith("embedding_x.placeholder")  # a frozen one (<cow>) is not named, nor one some captions hold
     assert caption_warnings(None, concepts) == []
+    # a concept's caption prefix holds the placeholder: every caption has it
+    assert caption_warnings(NS(items=[emb("embedding", "<cat>")]), [concept("STANDARD", "a photo", "a cat", prefix="<cat>,")]) == []
