@@ -366,9 +366,8 @@ def test_doctor_on_embedding_configs():
 def test_trained_embeddings_whose_placeholder_the_captions_lack_are_named():
     from types import SimpleNamespace as NS
 
-    from ot_gradio.training.embeddings import caption_warnings
-
     from ot_gradio.data.tags import TextAugment
+    from ot_gradio.training.embeddings import caption_warnings
 
     def concept(kind, *captions, prefix=""):
         items = [NS(path=Path(f"/data/{kind}{i}.png"), captions=(c,)) for i, c in enumerate(captions)]
