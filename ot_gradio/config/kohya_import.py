@@ -483,9 +483,13 @@ def _output(r: KohyaReader, out: dict[str, Any], method: str) -> None:
         out["output_model_destination"] = str(Path(str(folder or "models")) / f"{name or 'last'}.safetensors")
     out["output_model_format"] = "KOHYA_LORA" if method == "LORA" else "SAFETENSORS"
     r.get("save_model_as")  # safetensors, ckpt or pt there: a .safetensors file here
-    for key, unit in (("save_every_n_epochs", "EPOCH"), ("save_every_n_steps", "STEP")):
+    for key, unit, last in (("save_every_n_epochs", "EPOCH", "save_last_n_epochs"), ("save_every_n_steps", "STEP", "save_last_n_steps")):
         if r.given(key):  # kohya saves at both; here at the first (the other is listed as not carried over)
-            out.update(save_every=r.number(key, int), save_every_unit=unit)
+            every = r.number(key, int)
+            out.update(save_every=every, save_every_unit=unit)
+            if r.given(last) and every > 0:  # sd-scripts keeps the last N epochs' saves, or those of the last N steps
+                n = r.number(last, int)
+                out["save_keep_last"] = n if unit == "EPOCH" else n // every + 1
             break
 
 

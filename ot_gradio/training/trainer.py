@@ -37,6 +37,7 @@ from .placement import fill_text_cache
 from .preflight import TrainingError
 from .run_state import Reporter, RunPaths, RunState
 from .samples import sample_during_training
+from .save_retention import prune_saves
 from .step_log import LossLog, StepLog, check_finite
 from .trainer_setup import TrainerSetup
 
@@ -346,6 +347,10 @@ class Trainer(TrainerSetup):
         self.report.saved(str(path))
         for file in self.method.embedding_files:  # additional embeddings' own files, for ComfyUI / A1111
             self.report.saved(str(file), kind="embedding")
+        if intermediate and cfg.save_keep_last:
+            head = f"{cfg.save_filename_prefix}{Path(cfg.output_model_destination).stem}-step"
+            for old in prune_saves(self.paths.save, head, dest.suffix, cfg.save_keep_last):
+                print(f"deleted the older save {old} (Keep last saves: {cfg.save_keep_last})", flush=True)
         optimizer_train_mode(self.optimizer)
         self.report.status("training", "")
         return path

@@ -379,3 +379,11 @@ def test_caption_prefix_and_suffix(tmp_path):
     toml = tmp_path / "data.toml"
     toml.write_text(f'[[datasets]]\n[[datasets.subsets]]\nimage_dir = "{tmp_path / "10_cat"}"\ncaption_prefix = "sks dog"\n')
     assert _load(network_dim=8, dataset_config=str(toml))[0].concepts[0].text.caption_prefix == "sks dog"
+
+
+def test_save_last_n_epochs_and_steps_keep_that_many_saves():
+    c, warning = _load(network_dim=8, save_every_n_epochs=2, save_last_n_epochs=3)
+    assert (c.save_every, c.save_every_unit.value, c.save_keep_last) == (2, "EPOCH", 3) and "not carried over" not in warning
+    # sd-scripts keeps the saves of the last N steps: every 10 steps, the last 30 are 4 saves (at 50: 20, 30, 40, 50)
+    c, warning = _load(network_dim=8, save_every_n_steps=10, save_last_n_steps=30)
+    assert (c.save_every, c.save_every_unit.value, c.save_keep_last) == (10, "STEP", 4) and "not carried over" not in warning

@@ -53,12 +53,16 @@ def _run(data, run, defer, nan_at=None):
 
 def test_deferred_reads_log_the_same_steps_later(lora_config, tmp_path, monkeypatch):
     monkeypatch.setattr(trainer_module, "LOSS_READ_SECONDS", 1e9)
-    data = lora_config(samples=[], epochs=2, learning_rate_scheduler="COSINE", save_every=3, save_every_unit="STEP")
+    data = lora_config(samples=[], epochs=2, learning_rate_scheduler="COSINE", save_every=3, save_every_unit="STEP",
+                       save_keep_last=1)
     logs = {}
     for defer in (False, True):
         trainer, log = _run(data, tmp_path / f"run-{defer}", defer)
         assert trainer.train() == "done"
         logs[defer] = log
+        # Keep last saves 1: of the saves every 3 steps only the newest is left in the run's save folder
+        last = trainer.counters.global_step // 3 * 3
+        assert [p.name for p in (tmp_path / f"run-{defer}" / "save").iterdir()] == [f"lora-step{last}.safetensors"]
     now, later = logs[False], logs[True]
     steps = [m[0] for m in now.metrics_seen]
     assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 6

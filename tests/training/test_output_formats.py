@@ -73,3 +73,22 @@ def test_an_sd_lora_saved_as_safetensors_is_the_kohya_file(model_type, tiny, pre
     assert ours.keys() == kohya.keys() and all(torch.equal(ours[k], kohya[k]) for k in kohya)
     assert {p for p in prefixes if any(k.startswith(p) for k in ours)} == set(prefixes)
     assert all(k.startswith(prefixes) for k in ours) and not ours.keys() & peft.keys()
+
+
+def test_keep_last_saves_deletes_only_the_runs_older_intermediate_saves(tmp_path):
+    from ot_gradio.training.save_retention import prune_saves
+
+    for step in (10, 20, 30):
+        (tmp_path / f"pre-lora-step{step}.safetensors").write_bytes(b"x")
+        (tmp_path / f"pre-lora-step{step}_embeddings").mkdir()
+    (tmp_path / "pre-lora-step5").mkdir()  # a diffusers folder save of another output name's shape: no suffix match
+    for other in ("lora.safetensors", "pre-lora-step7-copy.safetensors", "notes.txt", "pre-other-step1.safetensors"):
+        (tmp_path / other).write_bytes(b"x")
+    deleted = prune_saves(tmp_path, "pre-lora-step", ".safetensors", keep=2)
+    assert sorted(p.name for p in deleted) == ["pre-lora-step10.safetensors", "pre-lora-step10_embeddings"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([
+        "pre-lora-step20.safetensors", "pre-lora-step20_embeddings", "pre-lora-step30.safetensors", "pre-lora-step30_embeddings",
+        "pre-lora-step5", "lora.safetensors", "pre-lora-step7-copy.safetensors", "notes.txt", "pre-other-step1.safetensors"])
+    assert prune_saves(tmp_path, "pre-lora-step", ".safetensors", keep=0) == []
+    (tmp_path / "pre-lora-step40").mkdir()  # a DIFFUSERS save is a folder without a suffix
+    assert [p.name for p in prune_saves(tmp_path, "pre-lora-step", "", keep=1)] == ["pre-lora-step5"]
