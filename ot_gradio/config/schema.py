@@ -293,7 +293,7 @@ class TrainConfig(Section):
     backup_before_save: bool = opt(True, "Backup before save", "Write a backup just before the final model is saved.", tab="backup", in_step=False)
     save_every: int = opt(0, "Save every", "Also save the model every N units (0 = only at the end).", ge=0, tab="backup", in_step=False)
     save_every_unit: TimeUnit = opt(TimeUnit.NEVER, "Save unit", "Unit for 'save every'.", tab="backup", in_step=False)
-    save_keep_last: int = opt(0, "Keep last saves", "With Save every: keep only the newest N of those saves in the run's save folder, deleting older ones (and their embeddings' folders) as new ones are written, so a long run does not fill the disk; the final model is never deleted. 0 keeps all. kohya's save_last_n_epochs / save_last_n_steps (there counted in epochs or steps, here in saves).", ge=0, tab="backup", in_step=False)
+    save_keep_last: int = opt(0, "Keep last saves", "With Save every: keep only the newest N of the saves it writes, deleting older ones (and their embeddings' folders) as new ones are written, so a long run does not fill the disk; Save now checkpoints and the final model are never deleted. 0 keeps all. kohya's save_last_n_epochs / save_last_n_steps (there counted in epochs or steps, here in saves).", ge=0, tab="backup", in_step=False)
     save_skip_first: int = opt(0, "Save skip first", "Do not save during the first N units.", ge=0, tab="backup", in_step=False)
     save_filename_prefix: str = opt("", "Save file prefix", "Prefix of intermediate save file names.", tab="backup", in_step=False)
 

@@ -1,47 +1,43 @@
-"""Keep last saves (`save_keep_last`, kohya's save_last_n_epochs / save_last_n_steps): after each
-intermediate save, the run's older intermediate saves beyond the newest N are deleted, each with
-its additional embeddings' folder. Only this run's own save folder is touched, and only names the
-trainer writes there (`<prefix><stem>-step<N><suffix>`, a file or a diffusers folder); the final
-model is written elsewhere and never deleted."""
+"""Keep last saves (`save_keep_last`, kohya's save_last_n_epochs / save_last_n_steps): the paths
+this run's scheduled saves (Save every) wrote, oldest first; once there are more than N, the
+oldest are deleted, each with its additional embeddings' folder. Nothing else is ever deleted:
+not a Save now checkpoint, not the final model, not an earlier run's saves, not a file that only
+looks like a save."""
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .embeddings import embeddings_folder
 
 
-def intermediate_saves(folder: Path, head: str, suffix: str) -> list[tuple[int, Path]]:
-    """(step, path) of the run's intermediate saves in `folder`, oldest first."""
-    found = []
-    try:
-        entries = list(folder.iterdir())
-    except OSError:
-        return []
-    for path in entries:
-        name = path.name
-        if not (name.startswith(head) and name.endswith(suffix)):
-            continue
-        step = name[len(head): len(name) - len(suffix)] if suffix else name[len(head):]
-        if step.isdigit():
-            found.append((int(step), path))
-    return sorted(found)
+@dataclass
+class SaveRetention:
+    keep: int  # 0: keep every save
+    written: list[Path] = field(default_factory=list)  # this run's scheduled saves, oldest first
 
-
-def prune_saves(folder: Path, head: str, suffix: str, keep: int) -> list[Path]:
-    """Delete all but the newest `keep` intermediate saves (and their `_embeddings` folders);
-    the deleted paths. `keep` 0: nothing is deleted."""
-    if keep <= 0:
-        return []
-    deleted = []
-    for _, path in intermediate_saves(folder, head, suffix)[:-keep]:
-        for target in (path, embeddings_folder(path)):
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            elif target.exists() or target.is_symlink():
-                target.unlink()
-            else:
-                continue
-            deleted.append(target)
-    return deleted
+    def saved(self, path: Path) -> tuple[list[Path], list[str]]:
+        """Record a scheduled save and delete the oldest beyond `keep`: (deleted paths, problems,
+        one line each, for a delete that failed: the run goes on)."""
+        if path in self.written:
+            self.written.remove(path)  # saved again at the same step: it is the newest
+        self.written.append(path)
+        if self.keep <= 0:
+            return [], []
+        deleted, problems = [], []
+        while len(self.written) > self.keep:
+            old = self.written.pop(0)
+            for target in (old, embeddings_folder(old)):
+                try:
+                    if target.is_dir() and not target.is_symlink():
+                        shutil.rmtree(target)
+                    elif target.exists() or target.is_symlink():
+                        target.unlink()
+                    else:
+                        continue
+                    deleted.append(target)
+                except OSError as err:
+                    problems.append(f"Keep last saves: could not delete the older save {target} ({err}); it stays")
+        return deleted, problems

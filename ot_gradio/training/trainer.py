@@ -37,7 +37,7 @@ from .placement import fill_text_cache
 from .preflight import TrainingError
 from .run_state import Reporter, RunPaths, RunState
 from .samples import sample_during_training
-from .save_retention import prune_saves
+from .save_retention import SaveRetention
 from .step_log import LossLog, StepLog, check_finite
 from .trainer_setup import TrainerSetup
 
@@ -65,6 +65,7 @@ class Trainer(TrainerSetup):
         # with several processes, which average each step's loss anyway) later (`_read_losses`).
         self.defer_loss_reads = False
         self.losses = LossLog(reporter)
+        self.retention = SaveRetention(config.save_keep_last)  # Keep last saves: this run's scheduled saves
         self.train_started: float | None = None  # time.monotonic() when the steps began (train)
         self.cast_once: list[torch.nn.Module] = []  # LoRA layers whose weights a step casts once (setup)
         self.frozen_norms: list[torch.nn.Module] = []  # layer and group norms a step runs without casts where frozen (norm_casts.py)
@@ -247,8 +248,9 @@ class Trainer(TrainerSetup):
             self.sample()
         if "backup" in asked or self.backup_every.after_step(step):
             self.write_backup()
-        if "save" in asked or self.save_every.after_step(step):
-            self.save(intermediate=True)
+        scheduled = self.save_every.after_step(step)  # (a time unit's check moves its clock: asked once)
+        if "save" in asked or scheduled:
+            self.save(intermediate=True, scheduled=scheduled)
 
     def _after_epoch(self) -> None:
         done = self.counters.epoch
@@ -261,7 +263,7 @@ class Trainer(TrainerSetup):
         if self.backup_every.after_epoch(done):
             self.write_backup()
         if self.save_every.after_epoch(done):
-            self.save(intermediate=True)
+            self.save(intermediate=True, scheduled=True)
 
     def _finish(self) -> str:
         self._read_losses()
@@ -322,7 +324,9 @@ class Trainer(TrainerSetup):
         self.report.status("training", "")
         return path
 
-    def save(self, intermediate: bool) -> Path | None:
+    def save(self, intermediate: bool, scheduled: bool = False) -> Path | None:
+        """The model to the output file, or `intermediate`ly to the run's save folder; a `scheduled`
+        one (Save every, not Save now) counts for Keep last saves (save_retention.py)."""
         self._read_losses()  # never save weights a NaN loss produced
         if not self.dist.is_main:
             return None
@@ -347,10 +351,12 @@ class Trainer(TrainerSetup):
         self.report.saved(str(path))
         for file in self.method.embedding_files:  # additional embeddings' own files, for ComfyUI / A1111
             self.report.saved(str(file), kind="embedding")
-        if intermediate and cfg.save_keep_last:
-            head = f"{cfg.save_filename_prefix}{Path(cfg.output_model_destination).stem}-step"
-            for old in prune_saves(self.paths.save, head, dest.suffix, cfg.save_keep_last):
+        if intermediate and scheduled:
+            deleted, problems = self.retention.saved(Path(path))
+            for old in deleted:
                 print(f"deleted the older save {old} (Keep last saves: {cfg.save_keep_last})", flush=True)
+            for problem in problems:
+                self.report.warning(problem)
         optimizer_train_mode(self.optimizer)
         self.report.status("training", "")
         return path

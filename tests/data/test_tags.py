@@ -190,6 +190,7 @@ def test_caption_prefix_and_suffix_join_every_caption_before_shuffling():
     augment = _augment(caption_prefix="ohwx,", caption_suffix=", masterpiece", enable_tag_shuffling=True, keep_tags_count=1)
     out = _runs(augment, "red hair, smile")
     assert all(c.startswith("ohwx, ") for c in out) and all(sorted(_tags(c)) == ["masterpiece", "ohwx", "red hair", "smile"] for c in out)
-    assert len(set(out)) > 1  # the rest still shuffles
+    assert len(set(out)) > 1  # the rest still shuffles, the suffix with it (joined before shuffling)
+    assert any(not c.endswith("masterpiece") for c in out)
     assert _augment(caption_prefix="ohwx woman").apply("", Streams(0)) == "ohwx woman"  # an empty caption: the prefix alone
     assert _augment(caption_suffix="style").apply("a cat", Streams(0)) == "a cat style"

@@ -1,5 +1,6 @@
 """Output format names as OneTrainer's configs write them map to the files the trainer writes."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -75,20 +76,34 @@ def test_an_sd_lora_saved_as_safetensors_is_the_kohya_file(model_type, tiny, pre
     assert all(k.startswith(prefixes) for k in ours) and not ours.keys() & peft.keys()
 
 
-def test_keep_last_saves_deletes_only_the_runs_older_intermediate_saves(tmp_path):
-    from ot_gradio.training.save_retention import prune_saves
+def test_keep_last_saves_deletes_only_this_runs_older_scheduled_saves(tmp_path, monkeypatch):
+    from ot_gradio.training.save_retention import SaveRetention
 
-    for step in (10, 20, 30):
-        (tmp_path / f"pre-lora-step{step}.safetensors").write_bytes(b"x")
-        (tmp_path / f"pre-lora-step{step}_embeddings").mkdir()
-    (tmp_path / "pre-lora-step5").mkdir()  # a diffusers folder save of another output name's shape: no suffix match
-    for other in ("lora.safetensors", "pre-lora-step7-copy.safetensors", "notes.txt", "pre-other-step1.safetensors"):
-        (tmp_path / other).write_bytes(b"x")
-    deleted = prune_saves(tmp_path, "pre-lora-step", ".safetensors", keep=2)
-    assert sorted(p.name for p in deleted) == ["pre-lora-step10.safetensors", "pre-lora-step10_embeddings"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([
-        "pre-lora-step20.safetensors", "pre-lora-step20_embeddings", "pre-lora-step30.safetensors", "pre-lora-step30_embeddings",
-        "pre-lora-step5", "lora.safetensors", "pre-lora-step7-copy.safetensors", "notes.txt", "pre-other-step1.safetensors"])
-    assert prune_saves(tmp_path, "pre-lora-step", ".safetensors", keep=0) == []
-    (tmp_path / "pre-lora-step40").mkdir()  # a DIFFUSERS save is a folder without a suffix
-    assert [p.name for p in prune_saves(tmp_path, "pre-lora-step", "", keep=1)] == ["pre-lora-step5"]
+    retention = SaveRetention(keep=2)
+    saves = []
+    for step in (10, 20, 30):  # a file save with its embeddings' folder, and a DIFFUSERS folder save
+        (tmp_path / f"lora-step{step}.safetensors").write_bytes(b"x")
+        (tmp_path / f"lora-step{step}_embeddings").mkdir()
+        saves.append(tmp_path / f"lora-step{step}.safetensors")
+    (tmp_path / "model-step40").mkdir()
+    lookalikes = ("lora-step5.safetensors", "lora.safetensors", "lora-step\u00b2.safetensors", "notes.txt")
+    for name in lookalikes:  # an earlier run's, a Save now, the final model: never this run's scheduled saves
+        (tmp_path / name).write_bytes(b"x")
+    assert retention.saved(saves[0]) == ([], []) and retention.saved(saves[1]) == ([], [])
+    deleted, problems = retention.saved(saves[2])
+    assert sorted(p.name for p in deleted) == ["lora-step10.safetensors", "lora-step10_embeddings"] and problems == []
+    deleted, _ = retention.saved(tmp_path / "model-step40")
+    assert [p.name for p in deleted] == ["lora-step20.safetensors", "lora-step20_embeddings"]
+    assert all((tmp_path / name).exists() for name in (*lookalikes, "lora-step30.safetensors", "model-step40"))
+    assert SaveRetention(keep=0).saved(saves[2]) == ([], [])  # 0 keeps all
+    # a delete that fails (a file another program holds open) is said, and the run goes on
+    stuck = SaveRetention(keep=1)
+    stuck.saved(tmp_path / "lora-step30.safetensors")
+
+    def refuse(self, missing_ok=False):
+        raise PermissionError(13, "in use")
+
+    monkeypatch.setattr(Path, "unlink", refuse)
+    deleted, problems = stuck.saved(tmp_path / "model-step40")
+    assert deleted == [tmp_path / "lora-step30_embeddings"] and problems == [f"Keep last saves: could not delete the older save {tmp_path / 'lora-step30.safetensors'} "
+                                          "([Errno 13] in use); it stays"]
