@@ -24,8 +24,6 @@ BUCKET_KEYS = {"bucket_reso_steps": ("bucket_resolution_step", 64), "min_bucket_
                "max_bucket_reso": ("max_bucket_resolution", 1024)}  # ours, and sd-scripts' default
 PAGE_BUCKETS = {"max_bucket_reso": 2048}  # kohya_ss's page's own defaults, where they differ
 BUCKET_SETTINGS = ("enable_bucket", "bucket_no_upscale", *BUCKET_KEYS)
-# keys only kohya_ss's page saves (sd-scripts has none of them; its `v2` is no sign of the page)
-PAGE_KEYS = ("LoRA_type", "max_resolution", "sdxl", "sdxl_checkbox", "flux1_checkbox", "sd3_checkbox", "anima_checkbox")
 KOHYA_STEPS = 1600  # sd-scripts' max_train_steps when a config sets neither it nor max_train_epochs
 
 
@@ -215,8 +213,7 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
     others = tuple({str(s["resolution_override"]) for s in subsets if s.get("resolution_override")})
     for key in BUCKET_SETTINGS:
         r.get(key)
-    page = any(k in r.data for k in PAGE_KEYS)
-    buckets(lambda key: effective(datasets[0] if datasets else {}, key), out, notes, page=page, other_sizes=others)
+    buckets(lambda key: effective(datasets[0] if datasets else {}, key), out, notes, page=r.page, other_sizes=others)
     unread = sorted({k for part in (general, *datasets, *(s for d in datasets for s in d.get("subsets") or [] if isinstance(s, dict)))
                      for k, v in part.items() if k not in DATASET_KEYS and k != "subsets" and changes_something(k, v)})
     if unread:

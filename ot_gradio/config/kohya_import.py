@@ -16,7 +16,7 @@ from typing import Any
 from .base_model_match import family_by_name
 from .enums import ModelType as M
 from .families import family_info
-from .kohya_dataset import PAGE_KEYS, buckets, dataset_concepts, dataset_config, folder_concepts, run_length
+from .kohya_dataset import buckets, dataset_concepts, dataset_config, folder_concepts, run_length
 from .kohya_flow import SD3_TYPES, flow_timesteps, other_family_keys
 from .kohya_network import network
 from .kohya_reader import KohyaReader, changes_something
@@ -151,7 +151,7 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     elif r.given("dataset_config"):  # sd-scripts: it replaces train_data_dir and reg_data_dir (ignored with a warning there)
         concepts = dataset_config(r, out, notes, readable, base_dir)
         if concepts is None:  # not read: the training config's own bucket settings
-            buckets(r.get, out, notes, page=any(k in r.data for k in PAGE_KEYS))
+            buckets(r.get, out, notes, page=r.page)
         for key in ("train_data_dir", "reg_data_dir", "dataset_repeats"):  # the dataset config's folders and repeats instead
             r.get(key)
     else:
@@ -200,7 +200,7 @@ def _model_type(r: KohyaReader, notes: list[str]) -> M:
         return M.STABLE_DIFFUSION_XL_10_BASE
     if r.flag("v2"):
         return M.STABLE_DIFFUSION_21 if r.flag("v_parameterization") else M.STABLE_DIFFUSION_21_BASE
-    if any(k in r.data for k in PAGE_KEYS):  # kohya_ss's page says the family: none of its switches is SD 1.x
+    if r.page:  # kohya_ss's page says the family: none of its switches is SD 1.x
         return M.STABLE_DIFFUSION_15
     named = _named_family(r, module)
     if named is None:
@@ -388,7 +388,7 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     if size:
         out["resolution"] = _resolution(size, notes)
     if not (isinstance(r.data.get("datasets"), list) or r.given("dataset_config")):  # else the dataset config's (dataset_concepts)
-        buckets(r.get, out, notes, page=any(k in r.data for k in PAGE_KEYS))
+        buckets(r.get, out, notes, page=r.page)
     if r.data.get("cache_latents") is not None:
         out["latent_caching"] = r.flag("cache_latents")
     if r.flag("zero_terminal_snr"):

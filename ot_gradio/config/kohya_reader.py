@@ -36,6 +36,10 @@ def is_set(value: Any) -> bool:
     return value not in (None, "", False, 0, [], {}) and not (isinstance(value, str) and value.lower() in ("none", "default"))
 
 
+# keys only kohya_ss's page saves (sd-scripts has none of them; its `v2` is no sign of the page)
+PAGE_KEYS = ("LoRA_type", "max_resolution", "sdxl", "sdxl_checkbox", "flux1_checkbox", "sd3_checkbox", "anima_checkbox")
+
+
 class KohyaReader:
     """The kohya config's values; what is read counts as carried over."""
 
@@ -45,6 +49,11 @@ class KohyaReader:
     def get(self, key: str) -> Any:
         self.used.add(key)
         return self.data.get(key)
+
+    @property
+    def page(self) -> bool:
+        """A config kohya_ss's page saved (it always says the family and its bucket settings)."""
+        return any(key in self.data for key in PAGE_KEYS)
 
     def given(self, key: str) -> bool:
         return is_set(self.data.get(key))

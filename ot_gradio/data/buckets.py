@@ -149,21 +149,17 @@ class Bucketing:
             return target
         want = math.log(height / width)
 
-        def nearest(size: Size) -> Size:
-            return min(self.sizes(size), key=lambda s: abs(math.log(s[0] / s[1]) - want))
+        def nearest(buckets: Bucketing, size: Size) -> Size:
+            return min(buckets.sizes(size), key=lambda s: abs(math.log(s[0] / s[1]) - want))
 
-        bucket = nearest(target)
+        bucket = nearest(self, target)
         if not self.no_upscale or (height >= bucket[0] and width >= bucket[1]):
             return bucket
         step = self.quantum(target)
         smaller = replace(self, min_side=step) if self.kohya_step else self
-
-        def nearest_smaller(size: Size) -> Size:
-            return min(smaller.sizes(size), key=lambda s: abs(math.log(s[0] / s[1]) - want))
-
         side = int(math.sqrt(target[0] * target[1])) // step * step
         while side >= step:
-            bucket = nearest_smaller((side, side))
+            bucket = nearest(smaller, (side, side))
             if height >= bucket[0] and width >= bucket[1]:
                 break
             side -= step

@@ -129,13 +129,19 @@ def to_mask(img: Image.Image) -> Image.Image:
     return to_rgb(img, MASK_BACKGROUND).convert("L")
 
 
-def has_transparency(img: Image.Image) -> bool:
-    """Whether any pixel is less than opaque (an alpha channel that is opaque everywhere is none)."""
+def _alpha_channel(img: Image.Image) -> Image.Image | None:
+    """The image's alpha channel (a palette or colour key made one), or None without one."""
     if img.mode in ("P", "L", "RGB") and "transparency" in img.info:
         img = img.convert("RGBA")
     if img.mode not in ("RGBA", "RGBa", "LA", "La", "PA"):
-        return False
-    return img.getchannel(len(img.getbands()) - 1).getextrema()[0] < 255
+        return None
+    return img.getchannel(len(img.getbands()) - 1)
+
+
+def has_transparency(img: Image.Image) -> bool:
+    """Whether any pixel is less than opaque (an alpha channel that is opaque everywhere is none)."""
+    alpha = _alpha_channel(img)
+    return alpha is not None and alpha.getextrema()[0] < 255
 
 
 class ImageTooLargeError(ValueError):
@@ -203,11 +209,8 @@ def load_alpha(path: Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
     """An image's alpha channel as its mask (Alpha as mask, kohya's alpha_mask): opaque = train,
     transparent = ignore; an image without one is all opaque."""
     img = _open_decoded(Path(path), max_pixels)
-    if img.mode in ("P", "L", "RGB") and "transparency" in img.info:
-        img = img.convert("RGBA")
-    if img.mode not in ("RGBA", "LA", "PA", "RGBa", "La"):
-        return Image.new("L", img.size, 255)
-    return img.convert("RGBA" if img.mode in ("PA", "RGBa", "La") else img.mode).getchannel("A")
+    alpha = _alpha_channel(img)
+    return alpha if alpha is not None else Image.new("L", img.size, 255)
 
 
 def load_depth(path: Path, max_pixels: int = MAX_PIXELS) -> Image.Image:

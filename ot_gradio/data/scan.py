@@ -227,16 +227,17 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
         captions = _captions_for(path, source, shared, scan, default)
         mask = _mask_for(path, scan, (width, height))  # a clip's mask holds for each of its frames
         alpha = bool(mask is None and transparent and alpha_masks and not clip)  # Alpha as mask: its own alpha channel
+        resolved = path.resolve()
         scan.items.append(
             ImageItem(
-                path=path.resolve(),
+                path=resolved,
                 relpath=path.relative_to(folder).as_posix(),
                 width=width,
                 height=height,
                 file_size=stat.st_size,
                 mtime_ns=stat.st_mtime_ns,
                 captions=captions,
-                mask_path=path.resolve() if alpha else mask,
+                mask_path=resolved if alpha else mask,
                 mask_from_alpha=alpha,
                 control_path=control_path,
                 depth_path=_companion_for(path, DEPTH_SUFFIX, "depth map", load_depth, scan, (width, height)) if depth else None,
