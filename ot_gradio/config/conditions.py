@@ -89,6 +89,7 @@ CLIP_CAPTIONS = family_rule(lambda info: info.denoiser == "unet", "the model typ
 # circular padding: the UNet families and Würstchen / Stable Cascade (their convolutions, as OneTrainer)
 PADS_CIRCULARLY = family_rule(lambda info: info.circular_padding, "the model type's convolutions can pad circularly")
 # transformer.attention_mask: the families whose padding tokens' prompt embeddings OneTrainer zeroes (Flux.1, SD 3, HiDream)
+READS_TEXT_ENCODER_FILES = family_rule(lambda info: info.text_encoder_files, "the model type reads text encoder files")
 ZEROES_PADDING = family_rule(lambda info: info.zeroes_padding, "the model type can zero the prompt embeddings of padding tokens")
 # only a family whose denoiser learns its variance trains it (PixArt)
 LEARNS_VARIANCE = family_rule(lambda info: info.learns_variance, "the model type's denoiser learns its variance")

@@ -6,19 +6,20 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from .conditions import TAKES_VIDEO, ZEROES_PADDING
+from .conditions import READS_TEXT_ENCODER_FILES, TAKES_VIDEO, ZEROES_PADDING
 from .enums import DataType, GradientCheckpointing, NoiseScheduler, TimeUnit
 from .fields import PLANNED, Section, opt
 from .optimizer import OptimizerConfig
 
 __all__ = [
     "CLOUD_DEFAULTS", "EmbeddingConfig", "ModelPartConfig", "OptimizerConfig", "QuantizationConfig",
-    "LlamaPartConfig", "SampleConfig", "SecretsConfig", "SeparateModelPartConfig", "TransformerPartConfig", "VaePartConfig",
+    "LlamaPartConfig", "SampleConfig", "SecretsConfig", "SeparateModelPartConfig", "TextEncoderPartConfig", "TransformerPartConfig",
+    "VaePartConfig",
 ]
 
 
 class ModelPartConfig(Section):
-    model_name: str = opt("", "Override model", "OneTrainer keeps this key for every part but loads only the prior, transformer, EffNet encoder, decoder, VAE and HiDream's Llama from another model (those parts show it); so does this trainer. Kept so that OneTrainer's configs load; not shown.", compat=True, on_frozen_part=True)
+    model_name: str = opt("", "Override model", "OneTrainer keeps this key for every part but loads only the prior, transformer, EffNet encoder, decoder, VAE and HiDream's Llama from another model (those parts show it); so does this trainer, and the text encoders of some families (Flux.1, SD 3, Wan...: the Text encoder file field) from files of their own. Kept so that OneTrainer's configs load; not shown.", compat=True, on_frozen_part=True)
     include: bool = opt(True, "Include", "Load this part at all. Turning a text encoder off saves memory on models that can work without it.")
     train: bool = opt(True, "Train", "Train this part. For LoRA: attach LoRA layers to it. The VAE is only trained by FINE_TUNE_VAE.")
     stop_training_after: int | None = opt(None, "Stop training after", "Freeze this part after this many units (see the unit), e.g. stop the text encoder after 30 epochs while the UNet goes on. Blank = never.", ge=0)
@@ -40,6 +41,13 @@ class TransformerPartConfig(ModelPartConfig):
     attention_mask: bool = opt(False, "Attention mask", "Flux.1, SD 3 / 3.5 and HiDream (as OneTrainer): zero the prompt embeddings of the padding tokens (the text encoders' outputs times their token mask) before the transformer reads them, in training and in samples, so the padding carries no text (OneTrainer's name: the attention itself is not masked). These models were trained without it; changing it re-encodes cached text. Other model types are refused.", applies_when=ZEROES_PADDING)
     model_name: str = opt("", "Transformer file", "Load the transformer from this file instead of the base model, whose other parts and configs are kept: a .safetensors file, a .gguf file (weight data type GGUF, for a LoRA), a Hugging Face file address as OneTrainer's DeTurbo presets give (https://huggingface.co/<owner>/<repo>/blob/main/<file>: downloaded once, then read from the hub cache), or a Civitai model's address (https://civitai.com/models/<id>?modelVersionId=<version>, with General → Civitai API key). A family that reads no such file says so before the run (the README's family table lists them). Blank = from the base model.")
 
+
+
+class TextEncoderPartConfig(ModelPartConfig):
+    """A text encoder, which (Flux.1, Flux Fill, Chroma, SD 3 / 3.5, Z-Image, Wan, HunyuanVideo; not in OneTrainer)
+    may come from a file of its own."""
+
+    model_name: str = opt("", "Text encoder file", "Flux.1, Flux Fill, Chroma, SD 3 / 3.5, Z-Image, Wan and HunyuanVideo: load this text encoder from a .safetensors file of its own instead of the base model, as ComfyUI and kohya keep them (clip_l, clip_g, t5xxl, umt5_xxl, qwen_3_4b, llava_llama3: fp16, fp8 or ComfyUI's scaled fp8), read with the base model's config for it; the base model's own weights of it are then neither loaded nor downloaded (T5's: 9.5 GB). Also a Hugging Face file address or a Civitai model's address. Blank = from the base model. Other model types do not read it (OneTrainer reads none).", on_frozen_part=True, applies_when=READS_TEXT_ENCODER_FILES)
 
 
 class VaePartConfig(ModelPartConfig):

@@ -58,6 +58,7 @@ from .parts import (
     SampleConfig,
     SecretsConfig,
     SeparateModelPartConfig,
+    TextEncoderPartConfig,
     TransformerPartConfig,
     VaePartConfig,
 )
@@ -84,9 +85,9 @@ def _part(**overrides: Any) -> ModelPartConfig:
     return ModelPartConfig(**overrides)
 
 
-def _text_encoder() -> ModelPartConfig:
+def _text_encoder() -> TextEncoderPartConfig:
     # OneTrainer trains text encoders for the first 30 epochs only, then the UNet goes on alone.
-    return ModelPartConfig(stop_training_after=30, stop_training_after_unit=TimeUnit.EPOCH)
+    return TextEncoderPartConfig(stop_training_after=30, stop_training_after_unit=TimeUnit.EPOCH)
 
 
 class TrainConfig(Section):
@@ -200,14 +201,14 @@ class TrainConfig(Section):
     prior: SeparateModelPartConfig = opt(default_factory=SeparateModelPartConfig, label="Prior", tooltip="Würstchen / Stable Cascade: the prior (stage C), the network that trains. Its learning rate replaces the base learning rate when set.", tab="training")
     transformer: TransformerPartConfig = opt(default_factory=TransformerPartConfig, label="Transformer", tooltip="Transformer models (PixArt, SD3, Flux): the denoising transformer's settings. Its learning rate replaces the base learning rate when set.", tab="training")
     unconditional_transformer: ModelPartConfig = opt(default_factory=lambda: _part(train=False, gradient_checkpointing=False, activation_offloading=False, offload_fraction=1.0), label="Unconditional transformer", tooltip="Ideogram 4's unconditional transformer (its asymmetric CFG in samples): frozen, it waits in RAM (offload fraction 1) and takes turns on the GPU with the transformer while a sample is made. Its weight data type is acted on: a quantized type (NFLOAT_4 as in OneTrainer's presets, INT_8, FLOAT_8, INT_W8A8, FLOAT_W8A8) stores it so in RAM, and it moves to the GPU quantized; the other settings are not.", tab="training", status=P, acted_on=("weight_dtype",))
-    text_encoder: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder", tooltip="Text encoder settings. Its learning rate replaces the base learning rate when set. By default it trains for the first 30 epochs only.", tab="training")
+    text_encoder: TextEncoderPartConfig = opt(default_factory=_text_encoder, label="Text encoder", tooltip="Text encoder settings. Its learning rate replaces the base learning rate when set. By default it trains for the first 30 epochs only.", tab="training")
     text_encoder_layer_skip: int = opt(0, "Clip skip", "Skip the last N layers of the text encoder, in training and in samples (clip skip 1 = the second-to-last layer, as anime models built on NovelAI use).", ge=0, le=11, tab="training")
     text_encoder_sequence_length: int | None = opt(512, "Text encoder sequence length", "Tokens the text encoder (T5 or a language model) reads, in training and in samples; longer captions are cut. Padding is masked, so a longer window only costs time. Blank = the model's own window: PixArt-α 120, PixArt-Σ and Sana 300, HunyuanVideo 256, LTX-2 1024, Ideogram 4 2048, the others 512. WAN_2_1_I2V reads exactly 512.", ge=1, tab="training", advanced=True, applies_when=READS_TOKEN_WINDOW)
-    text_encoder_2: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 2", tooltip="SDXL: the second text encoder (OpenCLIP ViT-G). It is said to work better with natural language, the first one with tags. Its caption dropout is drawn separately from the first encoder's.", tab="training")
+    text_encoder_2: TextEncoderPartConfig = opt(default_factory=_text_encoder, label="Text encoder 2", tooltip="SDXL: the second text encoder (OpenCLIP ViT-G). It is said to work better with natural language, the first one with tags. Its caption dropout is drawn separately from the first encoder's.", tab="training")
     text_encoder_2_layer_skip: int = opt(0, "Clip skip 2", "Skip the last N layers of the second text encoder, in training and in samples (SDXL counts from its second-to-last layer, as it always reads that one).", ge=0, tab="training")
     text_encoder_max_token_length: int = opt(75, "Max caption tokens (CLIP)", "SD 1.x/2.x and SDXL: the caption tokens the CLIP text encoders read, in training and in samples. 75 is CLIP's own window, past which a caption is cut (as in OneTrainer); 150 or 225 read a longer caption in windows of 75, each encoded on its own and joined, as A1111 and ComfyUI read a long prompt (each window keeps its start and end tokens there; kohya's max_token_length, which this imports, joins them without the inner ones: the same words, 231 tokens here for 227 there). Each window is one more pass of the text encoders (done once per caption when they do not train and the text is cached) and longer cross-attention.", ge=75, le=750, tab="training", advanced=True, applies_when=CLIP_CAPTIONS)
     text_encoder_2_sequence_length: int | None = opt(77, "Text encoder 2 sequence length", "Tokens the second text encoder reads (Flux: T5's tokens; blank = 512, the pipeline's default).", ge=1, tab="training", advanced=True)
-    text_encoder_3: ModelPartConfig = opt(default_factory=_text_encoder, label="Text encoder 3", tooltip="SD 3 / 3.5: the third text encoder (T5 XXL).", tab="training")
+    text_encoder_3: TextEncoderPartConfig = opt(default_factory=_text_encoder, label="Text encoder 3", tooltip="SD 3 / 3.5: the third text encoder (T5 XXL).", tab="training")
     text_encoder_3_sequence_length: int = opt(77, "T5 tokens (SD 3)", "SD 3 / 3.5: the caption tokens T5 reads, in training and in samples; a longer caption is cut. 77 is OneTrainer's; diffusers' pipeline and sd-scripts read 256 (its t5xxl_max_token_length). T5's padding is read too (SD 3 was trained so), so a sample is best made at the window it trained with.", ge=1, le=512, tab="training", advanced=True, applies_when=is_("model_type", "STABLE_DIFFUSION_3", "STABLE_DIFFUSION_35"))
     text_encoder_3_layer_skip: int = opt(0, "Clip skip 3", "Skip the last N layers of T5 (SD 3), its final norm applied.", ge=0, tab="training")
     text_encoder_4: LlamaPartConfig = opt(default_factory=_llama, label="Text encoder 4", tooltip="HiDream: the fourth text encoder (Llama 3.1) and where it comes from.", tab="training")

@@ -19,6 +19,7 @@ class Family:
     denoiser = "unet"  # the part that predicts noise
     text_encoder_names: tuple[str, ...] = ("text_encoder",)
     tokenizer_attrs: dict[str, str] = {"text_encoder": "tokenizer"}  # text encoder part -> its tokenizer attribute
+    text_encoder_files = False  # each text encoder may load from a .safetensors file of its own (text_encoder*.model_name)
     inpainting = False  # the denoiser takes the masked image and the mask as input (sd_inpainting.py, Flux Fill)
     control_image = False  # trains on (image, `-control` image) pairs; the batch's control_pixels reach encode_text (Qwen-Image-Edit)
     depth_maps = False  # a `-depth` image beside an image is its depth map (SD 2 depth); from the description

@@ -45,6 +45,7 @@ from ot_gradio.models.common import (
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import CheckedLayerSkips, HubLoading, KlVaeLatents, sentencepiece_files_readable
 from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_for_sampling
+from ot_gradio.models.text_encoder_file import text_encoder_files, text_encoders_from_files
 from ot_gradio.models.vae_override import apply_vae_override
 from ot_gradio.models.weight_variants import hub_variant, local_variant
 
@@ -205,6 +206,9 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
             if extra["transformer_file"].suffix.lower() == ".gguf" and not cls.gguf_transformer:
                 raise ModelLoadError(f"transformer.model_name: {cls.family_name} does not read .gguf transformer files; give a "
                                      ".safetensors file (FLOAT_8, INT_8 or NFLOAT_4 quantize it).")
+        files = text_encoder_files(part_models, cls._file_text_encoders(), cache_dir=cache_dir, offline=offline, token=token)
+        if files:  # only the families that read them take the keyword
+            extra["text_encoder_files"] = files
         with sentencepiece_files_readable():
             pipe = cls._load_pipeline(name, cache_dir=cache_dir, offline=offline, token=token, dtype=per_part,
                                       config_dir=config_dir, **extra)
@@ -225,15 +229,23 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         return model
 
     @classmethod
-    def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir, transformer_file: Path | None = None):
-        """The pipeline from whatever `name` is, with the transformer from `transformer_file` when
-        given; errors the user can fix say what to do."""
+    def _file_text_encoders(cls) -> tuple[str, ...]:
+        """The text encoders that may load from a file of their own (`text_encoder*.model_name`:
+        FamilyInfo.text_encoder_files); () where a family reads none (its value is not read)."""
+        return tuple(cls.text_encoder_names) if cls.text_encoder_files else ()
+
+    @classmethod
+    def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir, transformer_file: Path | None = None,
+                       text_encoder_files: Mapping[str, Path] | None = None):
+        """The pipeline from whatever `name` is, with the transformer from `transformer_file` and
+        text encoders from `text_encoder_files` when given; errors the user can fix say what to do."""
+        files = dict(text_encoder_files or {})
 
         def pipeline(source: str | Path, hub: Mapping, variant: Mapping):
-            if transformer_file is None:
-                return cls._pipeline_from(source, dtype, hub, **variant)
-            transformer = cls._single_file_transformer(transformer_file, str(source), hub, dtype["transformer"])
-            return cls._pipeline_from(source, dtype, hub, transformer=transformer, **variant)
+            parts = text_encoders_from_files(files, source, hub, dtype)
+            if transformer_file is not None:
+                parts["transformer"] = cls._single_file_transformer(transformer_file, str(source), hub, dtype["transformer"])
+            return cls._pipeline_from(source, dtype, hub, **parts, **variant)
 
         if not name:
             raise ModelLoadError(
@@ -259,7 +271,8 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
             if path.suffix.lower() not in cls.single_file_suffixes:
                 raise ModelLoadError(f"'{name}' is a file but not a checkpoint; use a {' / '.join(cls.single_file_suffixes)} "
                                      "transformer file.")
-            return cls._load_single_file(path, cache_dir=cache_dir, offline=offline, token=token, dtype=dtype, config_dir=config_dir)
+            return cls._load_single_file(path, cache_dir=cache_dir, offline=offline, token=token, dtype=dtype, config_dir=config_dir,
+                                         **({"text_encoder_files": files} if files else {}))
         looks_local = path.suffix.lower() in cls.single_file_suffixes or name.startswith(("/", ".", "~", "\\")) or name.count("/") > 1
         if looks_local or not HUB_ID.fullmatch(name):
             raise ModelLoadError(
@@ -299,14 +312,16 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         return config, hub
 
     @classmethod
-    def _load_single_file(cls, path: Path, *, cache_dir, offline, token, dtype, config_dir):
-        """The transformer from the file (`_single_file_transformer`), the other parts and every
-        config from `_config_source`."""
+    def _load_single_file(cls, path: Path, *, cache_dir, offline, token, dtype, config_dir,
+                          text_encoder_files: Mapping[str, Path] | None = None):
+        """The transformer from the file (`_single_file_transformer`), text encoders from
+        `text_encoder_files`, the other parts and every config from `_config_source`."""
         config, hub = cls._config_source(config_dir, cache_dir=cache_dir, offline=offline, token=token)
 
         def load():
+            parts = text_encoders_from_files(dict(text_encoder_files or {}), config, hub, dtype)
             transformer = cls._single_file_transformer(path, config, hub, dtype["transformer"])
-            return cls._pipeline_from(config, dtype, hub, transformer=transformer, **local_variant(config))
+            return cls._pipeline_from(config, dtype, hub, transformer=transformer, **parts, **local_variant(config))
 
         return cls._guarded(str(path), load, cls._single_file_hint(config_dir))
 

@@ -29,7 +29,7 @@ class UnsupportedModelTypeError(ValueError):
 # class attribute -> the description's field it is read from
 DESCRIBED = {"part_names": "parts", "denoiser": "denoiser", "text_encoder_names": "text_encoders",
              "bucket_step": "bucket_step", "schedule_kind": "schedule", "inpainting": "inpainting", "frame_step": "frame_step",
-             "transformer_file": "transformer_file", "gguf_transformer": "gguf",
+             "transformer_file": "transformer_file", "gguf_transformer": "gguf", "text_encoder_files": "text_encoder_files",
              "control_image": "control_image", "depth_maps": "depth_maps", "image_to_video": "image_to_video", "text_encoder_labels": "text_encoder_labels"}
 # class attribute -> the description's field it is read from where the description gives it (not
 # ""); where it does not, the class states it itself or keeps its base class's (SD 2's computed version)

@@ -135,12 +135,14 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
         return cls(pipe.tokenizer, pipe.text_encoder, pipe.vae, pipe.unet, pipe.scheduler)
 
     @classmethod
-    def _load_pipeline(cls, name: str, *, cache_dir, offline, token, config_dir):
+    def _load_pipeline(cls, name: str, *, cache_dir, offline, token, config_dir, components: Mapping | None = None):
+        """`components`: parts already loaded (SD 3's text encoders from files of their own), given
+        to a folder's or hub repo's pipeline loader, which then loads (and downloads) none of them."""
         StableDiffusionPipeline = cls._pipeline_class()
 
         if not name:
             raise ModelLoadError("No base model given. Enter a Hugging Face id, a diffusers folder or a .safetensors file.")
-        no_safety = dict(cls._pipeline_load_kwargs)
+        no_safety = dict(cls._pipeline_load_kwargs) | dict(components or {})
         pipe = cls._tiny_or_folder(name, lambda folder, kw: StableDiffusionPipeline.from_pretrained(folder, local_files_only=True, **no_safety, **kw),
                                    "Stable Diffusion", "unet, vae, text_encoder, tokenizer, scheduler", ", or a .safetensors file")
         if pipe is not None:
@@ -187,8 +189,10 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
         return cls._pipeline_class(), cls._pipeline_load_kwargs
 
     @classmethod
-    def _load_single_file(cls, path: Path, *, cache_dir, offline, token, config_dir):
+    def _load_single_file(cls, path: Path, *, cache_dir, offline, token, config_dir, components: Mapping | None = None):
+        """`components`: parts already loaded, in place of the file's."""
         StableDiffusionPipeline, load_kwargs = cls._single_file_pipeline()
+        load_kwargs = dict(load_kwargs) | dict(components or {})
 
         config = cls._single_file_config(config_dir, cache_dir=cache_dir, offline=offline, model="the same model type")
 

@@ -35,11 +35,12 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import ModelLoadError, base_module, input_dtype, module_device, module_dtype
+from ot_gradio.models.common import HUB_ID, SINGLE_FILE_SUFFIXES, ModelLoadError, base_module, input_dtype, module_device, module_dtype
 from ot_gradio.models.flow_family import FlowFamily
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import StableDiffusion15
 from ot_gradio.models.sdxl import StableDiffusionXL
+from ot_gradio.models.text_encoder_file import text_encoders_from_files
 from ot_gradio.models.weight_variants import local_variant
 
 T5_PART = "text_encoder_3"
@@ -81,19 +82,60 @@ class StableDiffusion3(FlowFamily):
     transformer_class_name = "SD3Transformer2DModel"
 
     @classmethod
-    def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir):
+    def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir,
+                       text_encoder_files: Mapping[str, Path] | None = None):
         """SD 1.5's loading paths and errors (sd15.py: the whole single file through the pipeline's
         `from_single_file`, or `_load_single_file` below), with this family's pipeline and hub
-        repo; the parts are cast to their dtypes after loading."""
+        repo; the parts are cast to their dtypes after loading. `text_encoder_files`: text
+        encoders from files of their own, read with the configs of the folder, repo or config
+        folder, and given to the pipeline's loader, which then fetches none of their weights."""
+        files = dict(text_encoder_files or {})
+        path = Path(name).expanduser()
+        if files and path.is_file() and path.suffix.lower() in SINGLE_FILE_SUFFIXES:
+            return cls._load_single_file(path, cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir,
+                                         dtype=dtype, text_encoder_files=files)
+        components = {}
+        source = cls._text_encoder_source(name, cache_dir=cache_dir, offline=offline, token=token) if files else None
+        if source is not None:  # else SD 1.5's loading says what is wrong with the name
+            hint = ("The text encoder files are read with its configs, and offline it is not in the local Hugging Face cache; "
+                    "turn offline mode off to download it once, or pick a local folder or .safetensors file." if offline else
+                    "The text encoder files are read with its configs; check the id, your network and, for gated models, the "
+                    "access token.")
+            components = cls._guarded(name, lambda: text_encoders_from_files(files, *source, dtype), hint)
         return StableDiffusion15._load_pipeline.__func__(cls, name, cache_dir=cache_dir, offline=offline, token=token,
-                                                          config_dir=config_dir)
+                                                          config_dir=config_dir, components=components)
 
     @classmethod
-    def _load_single_file(cls, path: Path, *, cache_dir, offline, token, config_dir, dtype=None):
+    def _text_encoder_source(cls, name: str, *, cache_dir, offline, token) -> tuple[str | Path, dict] | None:
+        """Where a folder's or hub repo's text encoder configs are read (with the loading keywords):
+        a tiny model's or diffusers folder, a hub id; None for anything SD 1.5's loading refuses."""
+        from ot_gradio.models.tiny import is_tiny, resolve_tiny
+
+        if is_tiny(name):
+            try:
+                return resolve_tiny(name).diffusers_dir, {"local_files_only": True}
+            except ValueError:
+                return None
+        path = Path(name).expanduser()
+        if (path / cls.folder_index).is_file():
+            return path, {"local_files_only": True}
+        if path.exists() or name.startswith(("/", ".", "~", "\\")) or name.count("/") != 1 or not HUB_ID.fullmatch(name):
+            return None
+        return name, {"cache_dir": cache_dir, "token": token, "local_files_only": offline}
+
+    @classmethod
+    def _single_file_pipeline(cls):
+        """The pipeline that reads an `incl_clips` file whole, for SD 1.5's single-file loading."""
+        return cls._pipeline_class(), cls._pipeline_load_kwargs
+
+    @classmethod
+    def _load_single_file(cls, path: Path, *, cache_dir, offline, token, config_dir, dtype=None,
+                          text_encoder_files: Mapping[str, Path] | None = None):
         """SAI's single file: with its text encoders in it (the `incl_clips` files) diffusers loads
         it whole; without (sd3.5_large.safetensors: MMDiT + VAE) the transformer and VAE come
         from the file and the rest from the config folder or repo, which diffusers' pipeline
-        loader does not do by itself."""
+        loader does not do by itself. Text encoders from `text_encoder_files` replace the file's
+        or the repo's."""
         from safetensors import safe_open
 
         try:
@@ -101,18 +143,23 @@ class StableDiffusion3(FlowFamily):
                 has_text = any(k.startswith("text_encoders.") for k in f.keys())
         except Exception as e:
             raise ModelLoadError(f"'{path}' is not a readable .safetensors file ({e}); pick an SD 3 / 3.5 single file.") from e
-        if has_text:
-            return StableDiffusion15._load_single_file.__func__(
-                cls, path, cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir
-            )
+        files = dict(text_encoder_files or {})
         config, hub = cls._config_source(config_dir, cache_dir=cache_dir, offline=offline, token=token)
+        if has_text:
+            components = cls._guarded(str(path), lambda: text_encoders_from_files(files, config, hub, dtype or {}),
+                                      cls._single_file_hint(config_dir, "text encoders' configs"))
+            return StableDiffusion15._load_single_file.__func__(
+                cls, path, cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir, components=components
+            )
 
         def load():
             from diffusers import AutoencoderKL, SD3Transformer2DModel
 
+            parts = text_encoders_from_files(files, config, hub, dtype or {})
             transformer = SD3Transformer2DModel.from_single_file(str(path), config=config, subfolder="transformer", **hub)
             vae = AutoencoderKL.from_single_file(str(path), config=config, subfolder="vae", **hub)
-            return cls._pipeline_class().from_pretrained(config, transformer=transformer, vae=vae, **hub, **local_variant(config))
+            return cls._pipeline_class().from_pretrained(config, transformer=transformer, vae=vae, **parts, **hub,
+                                                         **local_variant(config))
 
         return cls._guarded(str(path), load, cls._single_file_hint(config_dir, "text encoders"))
 

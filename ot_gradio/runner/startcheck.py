@@ -26,6 +26,7 @@ from ..config.doctor import errors
 from ..config.fields import PLANNED, field_meta
 from ..config.hub_files import EXAMPLE as HUB_FILE_EXAMPLE
 from ..config.hub_files import hub_file_address, hub_repo_address, is_web_address
+from ..config.parts import TextEncoderPartConfig
 from ..config.schema import TrainConfig
 
 NAME_MAX = 255  # bytes in one file name on ext4, xfs, btrfs, NTFS, APFS
@@ -157,16 +158,29 @@ def folder_family_problem(config: Any, name: str) -> str | None:
         data = read_json(index, "base_model_name")
     except ConfigError as err:
         return f"{err}; the base model folder's model_index.json must be the one its download came with"
-    from_base = [p for p in (info.denoiser, *info.text_encoders) if not str(getattr(getattr(config, p, None), "model_name", "") or "").strip()]
+    model_type = str(getattr(config.model_type, "value", config.model_type))
+    from_base = [p for p in (info.denoiser, *info.text_encoders)
+                 if not (_reads_own_model(config, p, model_type) and str(getattr(config, p).model_name or "").strip())]
     missing = [p for p in from_base if not (data.get(p) or [None])[0]]  # an empty entry ([null, null]) ships no such part
     if not missing:
         return None
-    own = [p for p in missing if field_meta(type(getattr(config, p)), "model_name").get("status") != PLANNED]
+    own = [p for p in missing if _reads_own_model(config, p, model_type)]
     kind = str(data.get("_class_name") or "a pipeline of unknown class")
-    model_type = str(getattr(config.model_type, "value", config.model_type))
     return (f"base_model_name: {_shown(name)} holds {kind} (its model_index.json), which has no {' and no '.join(missing)}; "
             f"model type {model_type} loads those from the base model. Choose a {model_type} model or the model type "
             "that matches this folder" + "".join(f", or set {p}.model_name to a model of its own" for p in own))
+
+
+def _reads_own_model(config: Any, part: str, model_type: str) -> bool:
+    """The model type loads `part` from its own `model_name` (a field neither planned nor kept only
+    for OneTrainer's configs, and shown for this model type) without the base model's. A text
+    encoder file is not such a model: it is read with the config of the base model's part."""
+    section = getattr(config, part, None)
+    if section is None or not hasattr(section, "model_name") or isinstance(section, TextEncoderPartConfig):
+        return False
+    meta = field_meta(type(section), "model_name")
+    rule = meta.get("applies_when")
+    return meta.get("status") != PLANNED and not meta.get("compat") and (rule is None or bool(rule({"model_type": model_type})))
 
 
 def concept_problems(config: Any) -> list[str]:

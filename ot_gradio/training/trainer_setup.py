@@ -106,6 +106,10 @@ class TrainerSetup:
                     fetch_start_files(cfg)
                 except ValueError as e:
                     raise TrainingError(str(e)) from e
+        if self.dist.is_main and self.model.text_encoder_files:  # the text encoders read from files of their own
+            for part in self.model.text_encoder_names:
+                if name := str(getattr(cfg, part).model_name or "").strip():
+                    print(f"{part}: {type(getattr(self.model, part)).__name__} read from {name}", flush=True)
         if self.dist.is_main and (note := unpinned_version_note(cfg.base_model_name, source)):
             self.report.warning(note)
         # seeded after loading: building or converting a model may draw random numbers (the tiny

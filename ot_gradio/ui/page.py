@@ -79,7 +79,10 @@ CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1
        ".ot-cols>*{break-inside:avoid;margin-bottom:var(--layout-gap)!important;width:100%}"
        ".ot-cols>.ot-wide{column-span:all}.ot-cols .ot-grid{gap:8px}"  # the denoiser's settings across the whole width (ui/layout.py)
        ".ot-grid>.form{display:contents!important}"  # gradio wraps runs of fields in one .form: its fields are the grid's items
-       "@media (min-width:700px){.ot-grid>.row:has(button[id$=-browse]){grid-column:span 2}}"  # a path and its Browse: two cells
+       # a path and its Browse: two cells, but one in a narrow accordion's one-column grid (spanning two
+       # there would add a column and push the field out of its box)
+       "@media (min-width:700px){.ot-grid>.row:has(button[id$=-browse]){grid-column:span 2}"
+       ".ot-cols>:not(.ot-wide) .ot-grid>.row:has(button[id$=-browse]){grid-column:auto}}"
        ".row:has(>button[id$=-browse]):has(>.form:empty){display:none!important}"  # a hidden path field takes its Browse along
        # the run bar stays in view on every tab
        "#ot-run-bar{position:sticky;top:0;z-index:50}.ot-run-row{flex-wrap:wrap!important;align-items:center}"

@@ -116,10 +116,12 @@ def test_new_model_parts_are_planned_and_core_ones_are_not():
                  "prior", "effnet_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan", "transformer", "text_encoder_4"):
         assert by_path[name].status != PLANNED, name
     # Würstchen / Stable Cascade load these parts from models of their own, every family its VAE,
-    # HiDream its Llama (as OneTrainer); other parts cannot yet
-    for name in ("prior", "decoder", "effnet_encoder", "vae", "text_encoder_4"):
+    # HiDream its Llama (as OneTrainer), Flux.1, Chroma and SD 3 their text encoders (files as ComfyUI's);
+    # other parts cannot yet
+    for name in ("prior", "decoder", "effnet_encoder", "vae", "text_encoder_4", "text_encoder", "text_encoder_2", "text_encoder_3"):
         assert by_path[f"{name}.model_name"].status != PLANNED, name
-    for name in ("unet", "text_encoder", "decoder_vqgan", "decoder_text_encoder"):  # OneTrainer loads them from no other model either
+    assert not by_path["text_encoder.model_name"].compat and by_path["text_encoder.model_name"].applies_when is not None
+    for name in ("unet", "decoder_vqgan", "decoder_text_encoder"):  # OneTrainer loads them from no other model either
         assert by_path[f"{name}.model_name"].compat and by_path[f"{name}.model_name"].status != PLANNED, name
 
 

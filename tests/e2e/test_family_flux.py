@@ -103,7 +103,8 @@ def test_onetrainer_flux_preset_trains_with_nf4_parts_from_the_command_line(tiny
 
 def test_our_flux_preset_trains_and_samples_through_the_worker(tiny_flux, shapes, tmp_path):
     """Our preset with the transformer from a Q8_0 .gguf file of it (weight_dtype GGUF, the BFL
-    names read by our own key converter; the NF4 transformer is the test above's)."""
+    names read by our own key converter; the NF4 transformer is the test above's), and both text
+    encoders from ComfyUI's files of them (their weights unchanged, so the LoRA checks hold)."""
     from safetensors.torch import load_file
 
     from ot_gradio.config.io import config_to_dict
@@ -124,13 +125,29 @@ def test_our_flux_preset_trains_and_samples_through_the_worker(tiny_flux, shapes
     config["text_encoder"]["weight_dtype"] = "FLOAT_32"
     original = FluxDev1.load(str(tiny_flux.diffusers_dir)).save_single_file(tmp_path / "t.safetensors", None)
     config["transformer"].update(weight_dtype="GGUF", model_name=str(write_gguf(load_file(str(original)), tmp_path / "t.gguf", "flux")))
+    files = text_encoder_files(FluxDev1.load(str(tiny_flux.diffusers_dir)), tmp_path / "comfy")
+    config["text_encoder"]["model_name"], config["text_encoder_2"]["model_name"] = map(str, files)
     run, events = run_until_done(config, tmp_path)
+    log = run.log.read_text()
+    assert f"text_encoder: CLIPTextModel read from {files[0]}" in log and f"text_encoder_2: T5EncoderModel read from {files[1]}" in log
     samples = [e for e in events if e["type"] == "sample"]
     from PIL import Image
 
     assert samples and Image.open(run.samples / samples[-1]["path"].split("/")[-1]).size == (80, 64)
     keys = _check_lora(tiny_flux, tmp_path / "out" / "lora.safetensors", min_change=1e-3)
     assert any(k.startswith("text_encoder.") for k in keys) and any(k.startswith("transformer.") for k in keys)
+
+
+def text_encoder_files(model, folder: Path) -> tuple[Path, Path]:
+    """The model's CLIP-L and T5 as ComfyUI's clip_l.safetensors (`text_model.` keys) and t5xxl file."""
+    from safetensors.torch import save_file
+
+    folder.mkdir()
+    clip = {("" if k.startswith("text_model.") else "text_model.") + k: v.contiguous() for k, v in model.text_encoder.state_dict().items()}
+    t5 = {k: v.contiguous() for k, v in model.text_encoder_2.state_dict().items() if k != "encoder.embed_tokens.weight"}
+    save_file(clip, folder / "clip_l.safetensors")
+    save_file(t5, folder / "t5xxl_fp16.safetensors")
+    return folder / "clip_l.safetensors", folder / "t5xxl_fp16.safetensors"
 
 
 def test_onetrainer_chroma_preset_trains_with_a_float8_transformer(tmp_path_factory, shapes, tmp_path):

@@ -60,6 +60,9 @@ class FamilyInfo:
     # padding tokens (OneTrainer reads them for Flux.1 (and Fill), SD 3 / 3.5 and HiDream only)
     zeroes_padding: bool = False
     transformer_file: bool = False  # a fine-tune's single file is the transformer alone (ORIGINAL_TRANSFORMER / COMFY_TRANSFORMER)
+    # each text encoder may load from a .safetensors file of its own (text_encoder*.model_name:
+    # ComfyUI's and kohya's clip_l / t5xxl files), read with the base model's config (models/text_encoder_file.py)
+    text_encoder_files: bool = False
     # the transformer loads from a .gguf transformer.model_name (weight_dtype GGUF) into diffusers'
     # GGUF layers (through diffusers' single-file loader, or the family's own key converter: Flux.1,
     # Chroma), as OneTrainer reads it for this family

@@ -7,7 +7,7 @@ from ._sizes import T5_XXL, VAE16
 
 FAMILIES = {
     M.CHROMA_1: FamilyInfo(
-        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), token_window=512, implemented=True, transformer_file=True, gguf=True, bucket_step=16,
+        ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), token_window=512, implemented=True, transformer_file=True, text_encoder_files=True, gguf=True, bucket_step=16,
         schedule="flow_matching", attention=BACKEND_ATTENTION, diffusers_lora=("ChromaPipeline", ()), name="Chroma", hub_repo="lodestones/Chroma1-HD", lora_version="chroma",
         comfy_gap=("distilled_guidance_layer", ("full", "custom")), text_encoder_labels=("T5",),
         preset="chroma-lora", preset_note="FLOAT_8 transformer",

@@ -13,7 +13,7 @@ COMFY_GAP = ("transformer", ("full", "attn-mlp", "attn-only", "blocks", "custom"
 
 FAMILIES = {
     M.WAN_2_1: flow_transformer(
-        "WanPipeline", token_window=512, name="Wan 2.1", hub_repo="Wan-AI/Wan2.1-T2V-1.3B-Diffusers", lora_version="wan_2_1",
+        "WanPipeline", token_window=512, text_encoder_files=True, name="Wan 2.1", hub_repo="Wan-AI/Wan2.1-T2V-1.3B-Diffusers", lora_version="wan_2_1",
         frame_step=4,  # bucket step 16: VAE 8 x patch 2
         text_encoder_labels=("UMT5",), comfy_gap=COMFY_GAP, preset="wan21-lora", preset_note="640 px area, 17 frames at 16 fps",
         # Wan2.1-T2V-1.3B-Diffusers: transformer/config.json (30 layers of 1536, 12 heads, FFN 8960,
@@ -22,7 +22,7 @@ FAMILIES = {
         params={"transformer": 1_418_996_800, "text_encoder": UMT5_XXL, "vae": 126_892_531},
     ),
     M.WAN_2_1_I2V: flow_transformer(
-        "WanImageToVideoPipeline", token_window=512, name="Wan 2.1 I2V", hub_repo="Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", lora_version="wan_2_1_i2v",
+        "WanImageToVideoPipeline", token_window=512, text_encoder_files=True, name="Wan 2.1 I2V", hub_repo="Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", lora_version="wan_2_1_i2v",
         gguf=False, frame_step=4, image_to_video=True,  # bucket step 16: VAE 8 x patch 2
         text_encoder_labels=("UMT5",), comfy_gap=COMFY_GAP, preset="wan21-i2v-14b-lora",
         preset_note="640 px area (the 480P model's 480x832), 17 frames at 16 fps, FLOAT_8 transformer with a fifth of its blocks offloaded (24 GB cards); each clip's first frame is the image it starts from",
@@ -34,7 +34,7 @@ FAMILIES = {
         extra_params={"image_encoder": ("vae", 630_766_080, "RAM")},
     ),
     M.WAN_2_2_TI2V_5B: flow_transformer(
-        "WanPipeline", token_window=512, name="Wan 2.2 TI2V 5B", hub_repo="Wan-AI/Wan2.2-TI2V-5B-Diffusers", lora_version="wan_2_2_ti2v_5b",
+        "WanPipeline", token_window=512, text_encoder_files=True, name="Wan 2.2 TI2V 5B", hub_repo="Wan-AI/Wan2.2-TI2V-5B-Diffusers", lora_version="wan_2_2_ti2v_5b",
         bucket_step=32, frame_step=4, text_image_to_video=True,  # bucket: VAE 16 x patch 2
         text_encoder_labels=("UMT5",), comfy_gap=COMFY_GAP, preset="wan22-ti2v-5b-lora", preset_note="704 px area, 17 frames at 24 fps; half the clips start from their first frame (image-to-video), half from the prompt",
         # Wan2.2-TI2V-5B-Diffusers: transformer/config.json (30 layers of 3072, 24 heads, FFN 14336,
@@ -43,7 +43,7 @@ FAMILIES = {
         params={"transformer": 4_999_787_712, "text_encoder": UMT5_XXL, "vae": 704_688_668},
     ),
     M.WAN_2_2_T2V_A14B: flow_transformer(
-        "WanPipeline", token_window=512, name="Wan 2.2 T2V A14B", hub_repo="Wan-AI/Wan2.2-T2V-A14B-Diffusers", lora_version="wan_2_2_t2v_a14b",
+        "WanPipeline", token_window=512, text_encoder_files=True, name="Wan 2.2 T2V A14B", hub_repo="Wan-AI/Wan2.2-T2V-A14B-Diffusers", lora_version="wan_2_2_t2v_a14b",
         transformer_file=False, gguf=False, frame_step=4,  # bucket step 16: VAE 8 x patch 2
         text_encoder_labels=("UMT5",), comfy_gap=COMFY_GAP, preset="wan22-t2v-a14b-lora", preset_note="640 px area, 17 frames at 16 fps, the high-noise expert",
         # Wan2.2-T2V-A14B-Diffusers: the transformer part is the expert a run trains (each: 40 layers
@@ -53,7 +53,7 @@ FAMILIES = {
         extra_params={"other expert": ("transformer", 14_288_491_584, "RAM")},
     ),
     M.WAN_2_2_I2V_A14B: flow_transformer(
-        "WanImageToVideoPipeline", token_window=512, name="Wan 2.2 I2V A14B", hub_repo="Wan-AI/Wan2.2-I2V-A14B-Diffusers",
+        "WanImageToVideoPipeline", token_window=512, text_encoder_files=True, name="Wan 2.2 I2V A14B", hub_repo="Wan-AI/Wan2.2-I2V-A14B-Diffusers",
         lora_version="wan_2_2_i2v_a14b", transformer_file=False, gguf=False, frame_step=4, image_to_video=True,
         text_encoder_labels=("UMT5",), comfy_gap=COMFY_GAP, preset="wan22-i2v-a14b-lora",
         preset_note="640 px area, 17 frames at 16 fps, the high-noise expert; each clip's first frame is the image it starts from",

@@ -6,7 +6,7 @@ from ._sizes import VAE16
 
 FAMILIES = {
     M.Z_IMAGE: flow_transformer(
-        "ZImagePipeline", token_window=512, name="Z-Image", hub_repo="Tongyi-MAI/Z-Image", lora_version="z_image",
+        "ZImagePipeline", token_window=512, text_encoder_files=True, name="Z-Image", hub_repo="Tongyi-MAI/Z-Image", lora_version="z_image",
         text_encoder_labels=("Qwen3",), preset="z-image-lora", preset_note="FLOAT_8 transformer and Qwen3",
         # Z-Image / Z-Image-Turbo (Tongyi-MAI, transformer/config.json: S3-DiT of 30 layers of width
         # 3840 with 2 noise and 2 context refiner layers, 30 heads, caption width 2560); text encoder

@@ -1,0 +1,275 @@
+"""Text encoders from files of their own (`text_encoder*.model_name`, models/text_encoder_file.py),
+as ComfyUI and kohya keep them beside a Flux.1 / Chroma transformer file: CLIP-L with
+`text_model.` keys, T5 in half precision or ComfyUI's scaled FP8. Each loads through every path
+(a diffusers folder, a BFL transformer file with its config folder, a hub repo), and from a hub
+repo the part's weights are not downloaded."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from ot_gradio.models.common import ModelLoadError
+from tests.fake_hub import FakeHub
+
+
+@pytest.fixture(scope="module")
+def flux_paths(tiny_dir):
+    from ot_gradio.models.tiny import resolve_tiny
+
+    return resolve_tiny("tiny:flux")
+
+
+@pytest.fixture(scope="module")
+def base(flux_paths):
+    from ot_gradio.models.flux import FluxDev1
+
+    return FluxDev1.load(str(flux_paths.diffusers_dir), offline=True)
+
+
+def comfy_files(base, folder: Path) -> dict[str, Path]:
+    """The tiny model's CLIP-L (+0.5) and T5 (x2) written as ComfyUI's clip_l.safetensors (with
+    CLIP's `text_model.` prefix and its logit scale) and t5xxl_fp16.safetensors (no tied copy of the
+    embedding), so a load that ignored them would show."""
+    folder.mkdir(parents=True, exist_ok=True)
+    clip = {("" if k.startswith("text_model.") else "text_model.") + k: (v + 0.5).contiguous()
+            for k, v in base.text_encoder.state_dict().items()}
+    clip["logit_scale"] = torch.tensor(4.6)
+    t5 = {k: (v * 2).half().contiguous() for k, v in base.text_encoder_2.state_dict().items() if k != "encoder.embed_tokens.weight"}
+    save_file(clip, folder / "clip_l.safetensors")
+    save_file(t5, folder / "t5xxl_fp16.safetensors")
+    return {"text_encoder": folder / "clip_l.safetensors", "text_encoder_2": folder / "t5xxl_fp16.safetensors"}
+
+
+def assert_from_files(model, base) -> None:
+    clip, t5 = base.text_encoder.state_dict(), base.text_encoder_2.state_dict()
+    assert all(torch.equal(v, clip[k] + 0.5) for k, v in model.text_encoder.state_dict().items())
+    assert all(torch.equal(v, (t5[k] * 2).half().float()) for k, v in model.text_encoder_2.state_dict().items())
+    assert model.text_encoder_2.encoder.embed_tokens.weight is model.text_encoder_2.shared.weight  # still tied
+    assert not model.text_encoder.training and not model.text_encoder_2.training
+    assert all(torch.equal(v, base.transformer.state_dict()[k]) for k, v in model.transformer.state_dict().items())
+
+
+def test_comfyui_text_encoder_files_replace_the_folder_and_the_single_files_parts(base, flux_paths, tmp_path):
+    from ot_gradio.models.flux import FluxDev1
+    from ot_gradio.models.sd_single_file import vae_to_original
+
+    files = {part: str(path) for part, path in comfy_files(base, tmp_path).items()}
+    assert_from_files(FluxDev1.load(str(flux_paths.diffusers_dir), offline=True, part_models=files), base)
+    # a ComfyUI user's four files: BFL's transformer as the base model, CLIP-L, T5 and BFL's ae.safetensors (LDM names)
+    vae = {k: v + 0.1 for k, v in base.vae.state_dict().items()}
+    save_file({k: v.contiguous() for k, v in vae_to_original(vae, base.vae.config).items()}, tmp_path / "ae.safetensors")
+    single = FluxDev1.load(str(flux_paths.single_file), offline=True, config_dir=str(flux_paths.diffusers_dir),
+                           part_models={**files, "vae": str(tmp_path / "ae.safetensors")})
+    assert_from_files(single, base)
+    assert all(torch.equal(v, vae[k]) for k, v in single.vae.state_dict().items())
+    only_t5 = FluxDev1.load(str(flux_paths.diffusers_dir), offline=True, part_models={"text_encoder_2": files["text_encoder_2"]},
+                            dtypes={"text_encoder_2": torch.bfloat16})
+    assert only_t5.text_encoder_2.dtype == torch.bfloat16
+    assert all(torch.equal(v, base.text_encoder.state_dict()[k]) for k, v in only_t5.text_encoder.state_dict().items())
+    # in float16, T5's `wo` layers stay float32 as transformers loads them (T5 overflows in float16 there)
+    half = {"text_encoder_2": torch.float16}
+    dtypes = {k: v.dtype for k, v in FluxDev1.load(str(flux_paths.diffusers_dir), offline=True, dtypes=half).text_encoder_2.state_dict().items()}
+    got = FluxDev1.load(str(flux_paths.diffusers_dir), offline=True, part_models=files, dtypes=half).text_encoder_2.state_dict()
+    assert {k: v.dtype for k, v in got.items()} == dtypes and dtypes["encoder.block.0.layer.1.DenseReluDense.wo.weight"] == torch.float32
+    # a T5 file that holds the embedding under its tied copy's name only
+    t5 = load_file(files["text_encoder_2"])
+    t5["encoder.embed_tokens.weight"] = t5.pop("shared.weight")
+    save_file(t5, tmp_path / "t5_embed_tokens.safetensors")
+    tied = FluxDev1.load(str(flux_paths.diffusers_dir), offline=True, part_models={"text_encoder_2": str(tmp_path / "t5_embed_tokens.safetensors")})
+    assert torch.equal(tied.text_encoder_2.shared.weight, t5["encoder.embed_tokens.weight"].float())
+
+
+def test_a_scaled_fp8_t5_file_reads_back_to_its_values_and_chroma_reads_t5(base, tmp_path):
+    from ot_gradio.models.chroma import Chroma1
+    from ot_gradio.models.tiny import resolve_tiny
+
+    chroma = Chroma1.load("tiny:chroma", offline=True)
+    weights = chroma.text_encoder.state_dict()
+    scaled: dict[str, torch.Tensor] = {"scaled_fp8": torch.zeros(0, dtype=torch.float8_e4m3fn)}
+    for key, value in weights.items():
+        if key == "encoder.embed_tokens.weight":
+            continue
+        if key.endswith(".weight") and value.ndim == 2 and key != "shared.weight":  # ComfyUI scales the Linear layers
+            scale = value.abs().max() / 448
+            scaled[key] = (value / scale).to(torch.float8_e4m3fn)
+            scaled[key.removesuffix("weight") + "scale_weight"] = scale.reshape(())
+        else:
+            scaled[key] = value.clone()
+    save_file(scaled, tmp_path / "t5xxl_fp8_e4m3fn_scaled.safetensors")
+    folder = resolve_tiny("tiny:chroma").diffusers_dir
+    model = Chroma1.load(str(folder), offline=True, part_models={"text_encoder": str(tmp_path / "t5xxl_fp8_e4m3fn_scaled.safetensors")})
+    for key, value in model.text_encoder.state_dict().items():
+        if key.removesuffix("weight") + "scale_weight" in scaled:
+            expected = scaled[key].float() * scaled[key.removesuffix("weight") + "scale_weight"]
+            assert torch.equal(value, expected), key
+            assert torch.allclose(value, weights[key], rtol=0.07, atol=1e-3), key  # float8's own rounding only
+        else:
+            assert torch.equal(value, weights[key]), key
+
+
+def test_a_file_of_another_encoder_is_refused_naming_the_field(base, flux_paths, tmp_path):
+    from ot_gradio.models.flux import FluxDev1
+
+    files = comfy_files(base, tmp_path)
+    folder = str(flux_paths.diffusers_dir)
+    with pytest.raises(ModelLoadError, match=r"text_encoder.model_name: t5xxl_fp16.safetensors holds none of a CLIPTextModel's"):
+        FluxDev1.load(folder, offline=True, part_models={"text_encoder": str(files["text_encoder_2"])})
+    wide = {k: torch.cat([v, v], dim=-1) if v.ndim == 2 else v for k, v in base.text_encoder.state_dict().items()}
+    save_file({k: v.contiguous() for k, v in wide.items()}, tmp_path / "clip_g.safetensors")
+    with pytest.raises(ModelLoadError, match=r"text_encoder.model_name: clip_g.safetensors is not the CLIPTextModel .* other shapes"):
+        FluxDev1.load(folder, offline=True, part_models={"text_encoder": str(tmp_path / "clip_g.safetensors")})
+    half = dict(list(base.text_encoder_2.state_dict().items())[:5])
+    save_file({k: v.clone() for k, v in half.items()}, tmp_path / "t5_part.safetensors")
+    with pytest.raises(ModelLoadError, match=r"text_encoder_2.model_name: t5_part.safetensors .* weights it needs are not in it"):
+        FluxDev1.load(folder, offline=True, part_models={"text_encoder_2": str(tmp_path / "t5_part.safetensors")})
+    newer = {k: v.clone() for k, v in base.text_encoder_2.state_dict().items() if k != "encoder.embed_tokens.weight"}
+    newer["encoder.block.0.layer.0.SelfAttention.q.weight_scale"] = torch.tensor(0.01)  # ComfyUI's newer quantized layout
+    save_file(newer, tmp_path / "t5_quant.safetensors")
+    with pytest.raises(ModelLoadError, match=r"text_encoder_2.model_name: t5_quant.safetensors holds weights quantized in a layout not read"):
+        FluxDev1.load(folder, offline=True, part_models={"text_encoder_2": str(tmp_path / "t5_quant.safetensors")})
+    (tmp_path / "t5.gguf").write_bytes(b"GGUF")
+    with pytest.raises(ModelLoadError, match=r"text_encoder_2.model_name: t5.gguf is not a .safetensors file"):
+        FluxDev1.load(folder, offline=True, part_models={"text_encoder_2": str(tmp_path / "t5.gguf")})
+
+
+LOAD = """
+import json, sys
+from ot_gradio.models.registry import get_family
+model = get_family(sys.argv[1]).load(sys.argv[2], cache_dir=sys.argv[3], offline=False, part_models=json.loads(sys.argv[4]))
+print("RESULT " + json.dumps({part: float(model.parts[part].state_dict()[key].sum()) for part, key in json.loads(sys.argv[5]).items()}))
+"""
+
+
+@pytest.mark.parametrize("model_type, tiny", [("FLUX_DEV_1", "flux"), ("STABLE_DIFFUSION_35", "sd35")])
+def test_from_a_hub_repo_the_parts_given_as_files_are_not_downloaded(model_type, tiny, tmp_path):
+    from ot_gradio.models.registry import get_family
+    from ot_gradio.models.tiny import resolve_tiny
+
+    folder = resolve_tiny(f"tiny:{tiny}").diffusers_dir
+    base = get_family(model_type).load(str(folder), offline=True)
+    written = comfy_files(base, tmp_path / "files") if tiny == "flux" else sd3_files(base, tmp_path / "files")
+    files = {part: str(path) for part, path in written.items()}
+    probe = {part: next(iter(base.parts[part].state_dict())) for part in files}
+    with FakeHub({f"owner/{tiny}": folder}) as hub:
+        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0",
+               "HF_HOME": str(tmp_path / "home"), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        out = subprocess.run([sys.executable, "-c", LOAD, model_type, f"owner/{tiny}", str(tmp_path / "hf"), json.dumps(files),
+                              json.dumps(probe)], env=env, capture_output=True, text=True, timeout=600)
+    result = [json.loads(line.removeprefix("RESULT ")) for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert result, out.stderr[-3000:]
+    for part, key in probe.items():  # each part holds its file's weights
+        stored = load_file(files[part])
+        value = stored.get(key, stored.get(key.removeprefix("text_model."), stored.get("text_model." + key)))
+        assert result[0][part] == pytest.approx(float(value.float().sum()), rel=1e-5), part
+    fetched = {path for method, path in hub.requests if method == "GET" and "/resolve/" in path}
+    assert any("/transformer/" in p and p.endswith(".safetensors") for p in fetched), sorted(fetched)
+    assert all(any(p.endswith(f"/{part}/config.json") for p in fetched) for part in files), sorted(fetched)
+    assert not any(p.endswith(".safetensors") and p.split("/")[-2] in files for p in fetched), sorted(fetched)
+
+
+def test_the_field_shows_for_the_families_that_read_it():
+    from ot_gradio.config.conditions import READS_TEXT_ENCODER_FILES
+    from ot_gradio.config.enums import ModelType
+    from ot_gradio.config.families import family_info
+
+    shown = sorted(t.value for t in ModelType if family_info(t) is not None and READS_TEXT_ENCODER_FILES({"model_type": t.value}))
+    assert shown == ["CHROMA_1", "FLUX_DEV_1", "FLUX_FILL_DEV_1", "HUNYUAN_VIDEO", "STABLE_DIFFUSION_3", "STABLE_DIFFUSION_35",
+                     "WAN_2_1", "WAN_2_1_I2V", "WAN_2_2_I2V_A14B", "WAN_2_2_T2V_A14B", "WAN_2_2_TI2V_5B", "Z_IMAGE"]
+
+
+def sd3_files(model, folder: Path) -> dict[str, Path]:
+    """SD 3's three text encoders (+0.25) as ComfyUI's clip_l, clip_g and t5xxl files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for part, name in (("text_encoder", "clip_l"), ("text_encoder_2", "clip_g"), ("text_encoder_3", "t5xxl_fp16")):
+        weights = {k: (v + 0.25).contiguous() for k, v in model.parts[part].state_dict().items() if k != "encoder.embed_tokens.weight"}
+        save_file(weights, folder / f"{name}.safetensors")
+        out[part] = folder / f"{name}.safetensors"
+    return out
+
+
+def test_sd3_reads_its_three_text_encoders_from_files_through_each_path(tmp_path):
+    """A diffusers folder, SAI's file without text encoders (sd3.5_large.safetensors) and one with
+    them (the `incl_clips` files: it loads by itself too, and the files replace its encoders)."""
+    from safetensors import safe_open
+
+    from ot_gradio.models.sd3 import StableDiffusion35
+    from ot_gradio.models.tiny import resolve_tiny
+
+    folder = resolve_tiny("tiny:sd35").diffusers_dir
+    base = StableDiffusion35.load(str(folder), offline=True)
+    files = {part: str(path) for part, path in sd3_files(base, tmp_path / "files").items()}
+    bare = base.save_single_file(tmp_path / "sd3.5_large.safetensors", None)
+    with safe_open(str(bare), "pt") as f:
+        weights = {k: f.get_tensor(k) for k in f.keys()}
+    for part, name in (("text_encoder", "clip_l"), ("text_encoder_2", "clip_g"), ("text_encoder_3", "t5xxl")):  # SAI's names
+        weights |= {f"text_encoders.{name}.transformer.{k}": v.clone() for k, v in base.parts[part].state_dict().items()}
+    incl = tmp_path / "sd3.5_large_incl_clips_t5xxlfp16.safetensors"
+    save_file(weights, incl)
+    whole = StableDiffusion35.load(str(incl), offline=True, config_dir=str(folder))
+    for part in ("transformer", "text_encoder_2", "text_encoder_3", "vae"):  # (diffusers gives CLIP-L its own projection)
+        expected, got = base.parts[part].state_dict(), whole.parts[part].state_dict()
+        assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in got), part
+    for name, config_dir in ((str(folder), None), (str(bare), str(folder)), (str(incl), str(folder))):
+        model = StableDiffusion35.load(name, offline=True, config_dir=config_dir, part_models=files)
+        for part in files:
+            expected, got = base.parts[part].state_dict(), model.parts[part].state_dict()
+            assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k] + 0.25) for k in got), (name, part)
+
+
+def test_the_start_check_wants_the_base_models_part_beside_a_text_encoder_file(tmp_path):
+    """A text encoder file is read with the config of the base model's part: a base folder without
+    T5 (its model_index.json lists none) is refused with a T5 file too, and names no field to set."""
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.runner.startcheck import folder_family_problem
+
+    folder = tmp_path / "no-t5"
+    folder.mkdir()
+    (folder / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline", "transformer": ["diffusers", "x"],
+                                                         "text_encoder": ["transformers", "x"], "text_encoder_2": [None, None]}))
+    for config in (TrainConfig(model_type="FLUX_DEV_1"), TrainConfig(model_type="FLUX_DEV_1", text_encoder_2={"model_name": "t5.safetensors"})):
+        problem = folder_family_problem(config, str(folder))
+        assert "which has no text_encoder_2" in problem and problem.endswith("the model type that matches this folder"), problem
+def comfy_layout(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """An encoder's weights (+0.5) under the names ComfyUI's file of it has: a causal LM's `model.`
+    around an LLM (with an `lm_head` beside it), CLIP's `text_model.`, T5 / UMT5 as they are, no
+    tied copy of an embedding."""
+    tied = set(getattr(module, "all_tied_weights_keys", None) or ())
+    llm = type(module).__name__ in ("Qwen3Model", "LlamaModel")
+    out = {}
+    for key, value in module.state_dict().items():
+        if key in tied:
+            continue
+        name = f"model.{key}" if llm else key if key.startswith("text_model.") or "CLIP" not in type(module).__name__ else f"text_model.{key}"
+        out[name] = (value + 0.5).contiguous()
+    if llm:
+        out["lm_head.weight"] = torch.zeros(3, 2)
+    return out
+
+
+@pytest.mark.parametrize("model_type, tiny", [("Z_IMAGE", "z-image"), ("WAN_2_1", "wan"), ("WAN_2_1_I2V", "wan21-i2v"),
+                                              ("HUNYUAN_VIDEO", "hunyuan_video")])
+def test_comfyui_text_encoder_files_of_the_other_families(model_type, tiny, tmp_path):
+    """Z-Image's qwen_3_4b, Wan's umt5_xxl, HunyuanVideo's llava_llama3 and clip_l, as ComfyUI ships them."""
+    from ot_gradio.models.registry import get_family
+    from ot_gradio.models.tiny import resolve_tiny
+
+    family = get_family(model_type)
+    folder = str(resolve_tiny(f"tiny:{tiny}").diffusers_dir)
+    base = family.load(folder, offline=True)
+    files = {}
+    for part in family.text_encoder_names:
+        save_file(comfy_layout(base.parts[part]), tmp_path / f"{part}.safetensors")
+        files[part] = str(tmp_path / f"{part}.safetensors")
+    model = family.load(folder, offline=True, part_models=files)
+    for part in files:
+        expected, got = base.parts[part].state_dict(), model.parts[part].state_dict()
+        assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k] + 0.5) for k in got), part
