@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from .enums import ModelType as M
-from .families import family_info
 from .kohya_reader import KohyaReader
 
 ANIMA_KEYS = frozenset({"qwen3", "llm_adapter_path", "t5_tokenizer_path", "qwen3_max_token_length", "t5_max_token_length",
@@ -109,20 +108,14 @@ def flow_timesteps(r: KohyaReader, out: dict[str, Any], model_type: M, notes: li
 def _sd3_text(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: M) -> None:
     """sd-scripts' SD 3 text encoders: T5 reads `t5xxl_max_token_length` tokens (256 when unset, and
     from kohya_ss's page, which saves its Flux page's value but sends it for Flux alone; OneTrainer's
-    default is 77); its `t5xxl_dtype` does nothing there ("DOES NOT WORK"); the text encoders' own
-    files are not read: here they come from the checkpoint, or the hub repo."""
+    default is 77); its `t5xxl_dtype` does nothing there ("DOES NOT WORK"). The text encoders' own
+    files (`clip_l`, `clip_g`, `t5xxl`) are the import's part files (kohya_import.PART_FIELDS)."""
     sent = r.given("t5xxl_max_token_length") and "sd3_checkbox" not in r.data
     tokens = r.number("t5xxl_max_token_length", int) if sent else 256
     if tokens > 512:
         notes.append(f"t5xxl_max_token_length {tokens}: T5 reads at most 512 tokens here")
     out["text_encoder_3_sequence_length"] = min(tokens, 512)
     r.get("t5xxl_dtype")
-    files = [key for key in ("clip_l", "clip_g", "t5xxl") if r.given(key)]
-    for key in files:
-        r.get(key)
-    if files:
-        notes.append(f"{', '.join(files)}: these files are not read; the text encoders come from the checkpoint, or from "
-                     f"{family_info(model_type).hub_repo} where it has none")
 
 
 def _sd3_timesteps(r: KohyaReader, out: dict[str, Any], notes: list[str]) -> None:

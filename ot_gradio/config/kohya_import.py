@@ -46,6 +46,11 @@ OPTIMIZER_ARGS = {"weight_decay": "weight_decay", "eps": "eps", "d_coef": "d_coe
 T5_PART = {M.FLUX_DEV_1: "text_encoder_2", M.CHROMA_1: "text_encoder", M.STABLE_DIFFUSION_3: "text_encoder_3",
            M.STABLE_DIFFUSION_35: "text_encoder_3"}
 # the families whose sd-scripts model is the transformer's file alone, and the keys naming their other parts' files
+# sd-scripts' files of a family's other parts -> the part that reads it here
+_SD3_FILES = {"clip_l": "text_encoder", "clip_g": "text_encoder_2", "t5xxl": "text_encoder_3"}
+PART_FIELDS = {M.FLUX_DEV_1: {"clip_l": "text_encoder", "t5xxl": "text_encoder_2", "ae": "vae"},
+               M.CHROMA_1: {"t5xxl": "text_encoder", "ae": "vae"}, M.STABLE_DIFFUSION_3: _SD3_FILES, M.STABLE_DIFFUSION_35: _SD3_FILES}
+PART_LABELS = {"text_encoder": "text encoder", "text_encoder_2": "text encoder 2", "text_encoder_3": "text encoder 3", "vae": "VAE"}
 PART_FILES = {M.FLUX_DEV_1: ("ae", "clip_l", "t5xxl"), M.CHROMA_1: ("ae", "t5xxl"),
               M.ANIMA: ("qwen3", "anima_qwen3", "vae", "anima_vae", "llm_adapter_path", "anima_llm_adapter_path",
                         "t5_tokenizer_path", "anima_t5_tokenizer_path")}
@@ -105,6 +110,28 @@ def is_kohya_config(data: Any) -> bool:
     return len(SIGNS & flat(data).keys()) >= 2 or (isinstance(datasets, list) and any(isinstance(d, dict) and "subsets" in d for d in datasets))
 
 
+def _part_files(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: M) -> dict[str, str]:
+    """sd-scripts' files of the text encoders and the VAE (`clip_l`, `t5xxl`, `ae`) as the parts'
+    own files (`text_encoder*.model_name`, `vae.model_name`); a value that names no file (kohya_ss's
+    "put the full path ... here") is noted and left out. Returns key -> the file read."""
+    read = {}
+    for key, part in PART_FIELDS.get(model_type, {}).items():
+        value = str(r.get(key) or "").strip() if r.given(key) else ""
+        if not value:
+            continue
+        if not _names_a_file(value):
+            notes.append(f"{key}: '{value}' names no file; the {PART_LABELS[part]} comes from the base model")
+            continue
+        out[part] = {"model_name": value}
+        read[key] = value
+    return read
+
+
+def _names_a_file(value: str) -> bool:
+    """A path to a weights file, or an address one downloads from."""
+    return value.lower().endswith((".safetensors", ".sft")) or value.startswith(("https://", "http://"))
+
+
 def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[Path] | None = None,
                  base_dir: str | Path | None = None) -> LoadResult:
     """`readable`: the folders where files may be read and subfolders listed (the page's; None:
@@ -116,15 +143,18 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     if r.flag("v_parameterization") and model_type != M.STABLE_DIFFUSION_21:  # a v-prediction SD 1.x / SDXL
         out["force_v_prediction"] = True
     out.update(model_type=model_type.value, base_model_name=str(r.get("pretrained_model_name_or_path") or ""))
+    read = _part_files(r, out, notes, model_type)
     if model_type in PART_FILES and out["base_model_name"].lower().endswith((".safetensors", ".sft")):
         # sd-scripts' Flux, Chroma and Anima model is the transformer's file alone; the other parts are files of their own
         hub = family_info(model_type).hub_repo
         out.update(transformer={"model_name": out["base_model_name"]}, base_model_name=hub)
-        parts = [k for k in PART_FILES[model_type] if r.given(k)]
+        parts = [k for k in PART_FILES[model_type] if r.given(k) and k not in PART_FIELDS.get(model_type, {})]
         for key in parts:
             r.get(key)
-        notes.append(f"the {FAMILY_NAMES[model_type]} transformer is read from {out['transformer']['model_name']} and the other "
-                     f"parts from {hub}" + (f" ({', '.join(parts)} files are not read)" if parts else ""))
+        rest = "its configs" if set(read) >= set(PART_FILES[model_type]) else "the other parts"
+        notes.append(f"the {FAMILY_NAMES[model_type]} transformer is read from {out['transformer']['model_name']}"
+                     + "".join(f", {k} from {v}" for k, v in read.items())
+                     + f"; {rest} from {hub}" + (f" ({', '.join(parts)} files are not read)" if parts else ""))
     method = ("EMBEDDING" if r.given("token_string") else
               "LORA" if any(r.given(k) for k in ("network_dim", "LoRA_type", "network_module")) else "FINE_TUNE")
     out["training_method"] = method
@@ -268,7 +298,7 @@ def _learning_rates(r: KohyaReader, out: dict[str, Any], model_type: M, method: 
     if method == "LORA" and unet == 0 and te == 0:  # kohya_ss's page sends neither: both train at the learning rate
         unet = te = None
     if unet:
-        out[denoiser] = {"learning_rate": unet}
+        out.setdefault(denoiser, {})["learning_rate"] = unet  # beside a transformer file read above
         out.setdefault("learning_rate", unet)
     if method == "LORA":  # a learning rate of 0 leaves that part untrained (its parameters are not optimized)
         train_te = not (r.flag("network_train_unet_only") or te == 0)
@@ -285,7 +315,7 @@ def _learning_rates(r: KohyaReader, out: dict[str, Any], model_type: M, method: 
         section: dict[str, Any] = {"train": train_te, "stop_training_after": None, "stop_training_after_unit": "NEVER"}
         if train_te and te:
             section["learning_rate"] = te
-        out[part] = section
+        out.setdefault(part, {}).update(section)  # beside a text encoder file read above
     if train_te and r.given("learning_rate_te2") and "text_encoder_2" in out and denoiser == "unet":
         out["text_encoder_2"]["learning_rate"] = r.number("learning_rate_te2")
     if model_type in T5_PART:  # sd-scripts trains T5 only when asked
@@ -369,7 +399,10 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
         out["text_encoder_layer_skip"] = r.number("clip_skip", int) - 1
     if r.given("max_token_length") and info.denoiser == "unet":  # 150 / 225: CLIP read in windows of 75
         out["text_encoder_max_token_length"] = r.number("max_token_length", int)
-    if r.given("vae") and model_type != M.ANIMA:  # (Anima's is one of its part files)
+    if r.given("vae") and "ae" in PART_FIELDS.get(model_type, {}):  # sd-scripts' Flux and Chroma read `ae`, not `vae`
+        if value := str(r.get("vae") or "").strip():
+            notes.append(f"vae '{value}': sd-scripts' {FAMILY_NAMES[model_type]} training reads ae, not vae; not used")
+    elif r.given("vae") and model_type != M.ANIMA:  # (Anima's is one of its part files)
         out.setdefault("vae", {})["model_name"] = str(r.get("vae"))
     if r.flag("fp8_base") or r.flag("fp8_base_unet"):  # the denoiser's weights in 8 bits, computed in the train type
         out.setdefault(info.denoiser, {})["weight_dtype"] = "FLOAT_8"

@@ -111,6 +111,14 @@ def test_kohya_ss_newer_families_chroma_anima_lumina_hunyuan_image():
                        pretrained_model_name_or_path="/m/Chroma1-HD.safetensors", ae="/m/ae.safetensors",
                        t5xxl="/m/t5.safetensors", apply_t5_attn_mask=True, sample_prompts="a cat --l 4\na dog", min_snr_gamma=5)
     assert (c.model_type.value, c.transformer.model_name, c.base_model_name) == ("CHROMA_1", "/m/Chroma1-HD.safetensors", "lodestones/Chroma1-HD")
+    assert (c.text_encoder.model_name, c.vae.model_name) == ("/m/t5.safetensors", "/m/ae.safetensors")  # Chroma's T5 is its one encoder
+    # kohya_ss's shipped Flux preset holds placeholders, not paths: named, and the parts come from the base model
+    placeholder, note = _load(flux1_checkbox=True, network_dim=8, ae="put the full path to ae.sft here",
+                              pretrained_model_name_or_path="/m/flux1-dev.safetensors")
+    assert placeholder.vae.model_name == "" and "ae: 'put the full path to ae.sft here' names no file; the VAE comes from" in note
+    # kohya_ss's page sends its SD `vae` field too: sd-scripts' Flux script reads `ae` alone
+    both, note = _load(flux1_checkbox=True, network_dim=8, ae="/m/ae.safetensors", vae="/m/sdxl_vae.safetensors")
+    assert both.vae.model_name == "/m/ae.safetensors" and "vae '/m/sdxl_vae.safetensors': sd-scripts' Flux training reads ae" in note
     assert (c.layer_filter_preset, c.timestep_distribution.value, c.timestep_shift, c.loss_weight_fn.value) == ("blocks", "UNIFORM", 3.0, "CONSTANT")
     assert c.text_encoder_sequence_length == 512
     assert [(s.cfg_scale, s.diffusion_steps) for s in c.samples] == [(4.0, 20), (1.0, 20)]
@@ -162,8 +170,9 @@ def test_sd3_text_encoders():
     c, warning = _load(sd3_checkbox=True, network_dim=8, t5xxl_max_token_length=512, t5xxl_dtype="bf16", max_token_length=225,
                        clip_l="/m/clip_l.safetensors", clip_g="/m/clip_g.safetensors", t5xxl="/m/t5xxl.safetensors")
     assert c.text_encoder_3_sequence_length == 256 and c.text_encoder_max_token_length == 75 and "not carried over" not in warning
-    assert ("clip_l, clip_g, t5xxl: these files are not read; the text encoders come from the checkpoint, or from "
-            "stabilityai/stable-diffusion-3-medium-diffusers where it has none") in warning
+    # sd-scripts reads the text encoders' own files before the checkpoint's; so does this trainer
+    assert (c.text_encoder.model_name, c.text_encoder_2.model_name, c.text_encoder_3.model_name) == (
+        "/m/clip_l.safetensors", "/m/clip_g.safetensors", "/m/t5xxl.safetensors") and "files are not read" not in warning
     toml = load_config({**BASE, "network_module": "networks.lora_sd3", "network_dim": 8, "t5xxl_max_token_length": 154}).config
     assert toml.model_type.value == "STABLE_DIFFUSION_3" and toml.text_encoder_3_sequence_length == 154
     long = load_config({**BASE, "network_module": "networks.lora_sd3", "network_dim": 8, "t5xxl_max_token_length": 1024})
@@ -212,11 +221,17 @@ def test_families_textual_inversion_and_fine_tune_pages(tmp_path):
 def test_flux():
     c, warning = _load(flux1_checkbox=True, LoRA_type="Flux1", network_dim=16, min_snr_gamma=7, noise_offset=0.05,
                        pretrained_model_name_or_path="/models/flux1-dev.safetensors", ae="/models/ae.safetensors",
-                       clip_l="/models/clip_l.safetensors", t5xxl="/models/t5xxl.safetensors",
+                       clip_l="/models/clip_l.safetensors", t5xxl="/models/t5xxl.safetensors", unet_lr=1e-4, text_encoder_lr=1e-5,
                        sample_prompts="a cat --g 4 --l 2\na dog", max_resolution="1024,1024")
     assert (c.layer_filter_preset, c.loss_weight_fn.value, c.offset_noise_weight) == ("blocks", "CONSTANT", 0.0)
-    assert (c.transformer.model_name, c.base_model_name) == ("/models/flux1-dev.safetensors", "black-forest-labs/FLUX.1-dev")
-    assert "ae, clip_l, t5xxl files are not read" in warning and "sd-scripts does not use them for Flux" in warning
+    # the transformer's file and its learning rate, each text encoder's and the VAE's file (ComfyUI's files, read here)
+    assert (c.transformer.model_name, c.transformer.learning_rate, c.base_model_name) == (
+        "/models/flux1-dev.safetensors", 1e-4, "black-forest-labs/FLUX.1-dev")
+    assert (c.text_encoder.model_name, c.text_encoder.learning_rate, c.text_encoder_2.model_name, c.vae.model_name) == (
+        "/models/clip_l.safetensors", 1e-5, "/models/t5xxl.safetensors", "/models/ae.safetensors")
+    assert ("the Flux transformer is read from /models/flux1-dev.safetensors, clip_l from /models/clip_l.safetensors, t5xxl "
+            "from /models/t5xxl.safetensors, ae from /models/ae.safetensors; its configs from black-forest-labs/FLUX.1-dev") in warning
+    assert "files are not read" not in warning and "sd-scripts does not use them for Flux" in warning
     assert [(s.cfg_scale, s.diffusion_steps) for s in c.samples] == [(4.0, 20), (3.5, 20)]  # --g is Flux's guidance
     # sd-scripts' defaults: timesteps uniform, shifted by 3; the transformer given guidance 3.5; the loss sigma-scaled
     assert (c.timestep_distribution.value, c.timestep_shift, c.transformer.guidance_scale) == ("UNIFORM", 3.0, 3.5)
