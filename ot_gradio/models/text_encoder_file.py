@@ -1,16 +1,18 @@
 """A text encoder from a single `.safetensors` file of its own (`text_encoder*.model_name`), as
 ComfyUI and kohya's sd-scripts keep them beside a transformer file: `clip_l.safetensors`,
 `t5xxl_fp16.safetensors`, `t5xxl_fp8_e4m3fn.safetensors`, `umt5_xxl_fp16.safetensors`,
-`qwen_3_4b.safetensors`, `llava_llama3_fp16.safetensors`, ...
+`qwen_3_4b.safetensors`, `qwen_2.5_vl_7b.safetensors`, `llava_llama3_fp16.safetensors`, ...
 
 The encoder's class and config come from the base model (its folder, hub repo or, for a single
-file, its config folder), so only its small config is read there: the file's weights go into
-the encoder built empty, and the pipeline loads around it, so diffusers fetches no weights of
-that part (a hub repo's T5 is 9.5 GB). The file's keys are Hugging Face transformers' names
-(ComfyUI's and BFL's files), with or without CLIP's `text_model.` prefix, or a causal LM's `model.`
-around an LLM encoder's (its `lm_head` and vision tower are left out); ComfyUI's scaled FP8
-files (`scaled_fp8`, a `scale_weight` per layer) are read back to their values. Anything that is
-not this encoder's weights is a ModelLoadError naming the field.
+file, its config folder), so only its small config is read there; the pipeline then loads around
+the encoder, and diffusers fetches no weights of that part (a hub repo's T5 is 9.5 GB). The file
+loads as transformers loads a checkpoint of the class: CLIP with or without `text_model.`, a causal
+LM's file for its base model (`model.` around Qwen3's or Llama's names), Qwen2.5-VL's older layout
+(`model.layers`, `visual.`), tied weights under either name, T5's `wo` kept in float32 at float16.
+ComfyUI's scaled FP8 files (`scaled_fp8`, a `scale_weight` per layer) are read back to their
+values; its newer quantized layouts are refused. A file that lacks a weight the encoder needs (but
+a causal LM's output layer, which encoding never reads) or holds one of another shape is a
+ModelLoadError naming the field.
 """
 
 from __future__ import annotations
@@ -23,16 +25,18 @@ import torch
 from .common import ModelLoadError, part_file
 
 SUFFIXES = (".safetensors", ".sft")
-# keys a text encoder file may hold that the encoder does not: CLIP's logit scale and position
-# ids, a T5 file's decoder (a whole T5 model), ComfyUI's FP8 scale markers
-_IGNORED_PREFIXES = ("decoder.", "lm_head.")
+# keys a text encoder file may hold that no encoder does: CLIP's logit scale and position ids, a
+# whole T5's decoder, ComfyUI's FP8 input scales; any other key the encoder lacks is left out by
+# transformers' loading
+_IGNORED_PREFIXES = ("decoder.",)
 _IGNORED_SUFFIXES = ("position_ids", "logit_scale", ".scale_input")
-_CLIP_PREFIX = "text_model."
-_LLM_PREFIX = "model."  # a causal LM's file (ComfyUI's qwen_3_4b, llava_llama3) around the encoder's own names
+# weights an encoder's file may lack that encoding never reads (a causal LM's output layer)
+_UNUSED = ("lm_head.",)
 # what the usual file of each encoder class is called, for messages
 _EXAMPLES = {"CLIPTextModel": "clip_l.safetensors", "CLIPTextModelWithProjection": "clip_g.safetensors",
              "T5EncoderModel": "t5xxl_fp16.safetensors", "UMT5EncoderModel": "umt5_xxl_fp16.safetensors",
-             "Qwen3Model": "qwen_3_4b.safetensors", "LlamaModel": "llava_llama3_fp16.safetensors"}
+             "Qwen3Model": "qwen_3_4b.safetensors", "LlamaModel": "llava_llama3_fp16.safetensors",
+             "Qwen2_5_VLForConditionalGeneration": "qwen_2.5_vl_7b.safetensors"}
 
 
 def text_encoder_files(part_models: Mapping[str, str] | None, parts: tuple[str, ...], *, cache_dir: str | None,
@@ -76,51 +80,40 @@ def _config_keywords(hub: Mapping) -> dict:
 
 def load_text_encoder(path: Path, class_name: str, source: str | Path, part: str, hub: Mapping,
                       dtype: torch.dtype) -> torch.nn.Module:
-    """The `class_name` encoder with the config of `source`'s `part` folder and the weights of `path`."""
+    """The `class_name` encoder with the config of `source`'s `part` folder and the weights of
+    `path`, loaded as transformers loads a checkpoint (its renames of older layouts, tied weights,
+    the modules it keeps in float32)."""
     import transformers
-    from accelerate import init_empty_weights
 
     field = f"{part}.model_name"
     cls = getattr(transformers, class_name)
+    example = _EXAMPLES.get(class_name, "the encoder its model card names")
     try:
         config = cls.config_class.from_pretrained(str(source), subfolder=part, **_config_keywords(hub))
     except Exception as e:
         raise ModelLoadError(f"{field}: the config of the base model's {part} could not be read ({_first_line(e)}); "
                              "the text encoder file is read with it.") from e
-    with init_empty_weights():  # parameters on the meta device, buffers (CLIP's position ids) made
-        encoder = cls(config)
-    expected = encoder.state_dict()
-    tied = dict(getattr(encoder, "all_tied_weights_keys", None) or {})  # copy -> the weight it is tied to
-    weights = read_weights(path, expected, field, class_name, dtype)
-    for copy, source in tied.items():  # a file may hold a tied weight under its copy's name only (T5's embed_tokens)
-        if copy in weights:
-            weights.setdefault(source, weights[copy])
-            del weights[copy]
-    missing = sorted(k for k in expected if k not in weights and k not in tied and expected[k].is_meta)
-    wrong = sorted(k for k in weights if tuple(weights[k].shape) != tuple(expected[k].shape))
+    weights = read_weights(path, field, class_name, dtype)
+    try:
+        encoder, info = cls.from_pretrained(None, config=config, state_dict=weights, dtype=dtype, output_loading_info=True,
+                                            ignore_mismatched_sizes=True)  # a weight of another shape: named below
+    except Exception as e:
+        raise ModelLoadError(f"{field}: {path.name} is not the {class_name} this model's {part} is ({_first_line(e)}). Give "
+                             f"its file (like {example}), or leave it blank.") from e
+    expected = len(encoder.state_dict())
+    missing = sorted(k for k in info["missing_keys"] if not k.startswith(_UNUSED))
+    wrong = sorted(info["mismatched_keys"], key=str)  # (name, its shape in the file, the shape needed)
     if missing or wrong:
-        what = (f"{len(missing)} of the {len(expected)} weights it needs are not in it (e.g. {missing[0]})" if missing else
-                f"{len(wrong)} weights have other shapes (e.g. {wrong[0]}: {tuple(weights[wrong[0]].shape)}, needed "
-                f"{tuple(expected[wrong[0]].shape)})")
+        what = (f"{len(missing)} of the {expected} weights it needs are not in it (e.g. {missing[0]})" if missing else
+                f"{len(wrong)} weights have other shapes (e.g. {_shapes(wrong[0])})")
         raise ModelLoadError(f"{field}: {path.name} is not the {class_name} this model's {part} is: {what}. Give its file "
-                             f"(like {_EXAMPLES.get(class_name, 'the encoder its model card names')}), or leave it blank.")
-    encoder.load_state_dict(weights, strict=False, assign=True)
-    encoder.tie_weights()
-    left = [name for name, p in encoder.named_parameters() if p.is_meta]
-    if left:
-        raise ModelLoadError(f"{field}: {path.name} has no weights for {left[0]}; give the whole text encoder's file.")
-    # the modules transformers keeps in float32 at this dtype (T5's and UMT5's `wo` in float16), as from_pretrained does
-    keep = set(encoder._get_dtype_plan(dtype)) if hasattr(encoder, "_get_dtype_plan") else set()
-    for name, module in encoder.named_modules():
-        if keep & set(name.split(".")):
-            module.to(torch.float32)
+                             f"(like {example}), or leave it blank.")
     return encoder.eval()
 
 
-def read_weights(path: Path, expected: Mapping[str, torch.Tensor], field: str, class_name: str,
-                 dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """The file's tensors under the encoder's names (`expected`), floats in `dtype`; a key the
-    encoder lacks is left out, after CLIP's prefix is tried both ways."""
+def read_weights(path: Path, field: str, class_name: str, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The file's tensors, floats in `dtype`, without what no encoder holds (CLIP's logit scale and
+    position ids, a whole T5's decoder, ComfyUI's FP8 scales, applied to their weights)."""
     from safetensors import safe_open
 
     try:
@@ -137,33 +130,27 @@ def read_weights(path: Path, expected: Mapping[str, torch.Tensor], field: str, c
                                      "quantize it.")
             out = {}
             for key in keys:
-                name = _encoder_name(key, expected)
-                if name is None:
+                if key == "scaled_fp8" or key.startswith(_IGNORED_PREFIXES) or key.endswith(_IGNORED_SUFFIXES) or key.endswith(".scale_weight"):
                     continue
                 tensor = f.get_tensor(key)
                 if scaled and key.endswith(".weight") and f"{key[:-len('weight')]}scale_weight" in keys:
                     scale = f.get_tensor(f"{key[:-len('weight')]}scale_weight").float()
                     tensor = tensor.float() * (scale.reshape(-1, 1) if scale.numel() > 1 else scale)
-                out[name] = tensor.to(dtype) if tensor.is_floating_point() else tensor
+                out[key] = tensor.to(dtype) if tensor.is_floating_point() else tensor
     except ModelLoadError:
         raise
     except Exception as e:
         raise ModelLoadError(f"{field}: {path.name} could not be read as a .safetensors file ({_first_line(e)}).") from e
     if not out:
-        raise ModelLoadError(f"{field}: {path.name} holds none of a {class_name}'s weights (its keys start "
-                             f"{keys[0] if keys else 'nowhere: it is empty'}); give the text encoder's own file "
+        raise ModelLoadError(f"{field}: {path.name} holds no weights; give the text encoder's own file "
                              f"(like {_EXAMPLES.get(class_name, 'the encoder its model card names')}), or leave it blank.")
     return out
 
 
-def _encoder_name(key: str, expected: Mapping[str, torch.Tensor]) -> str | None:
-    """The encoder's name for a file key, None for a key it does not hold."""
-    if key.startswith(_IGNORED_PREFIXES) or key.endswith(_IGNORED_SUFFIXES) or key.endswith(".scale_weight"):
-        return None
-    for name in (key, _CLIP_PREFIX + key, key.removeprefix(_CLIP_PREFIX), key.removeprefix(_LLM_PREFIX)):
-        if name in expected:
-            return name
-    return None
+def _shapes(entry) -> str:
+    if isinstance(entry, tuple) and len(entry) == 3:
+        return f"{entry[0]}: {tuple(entry[1])}, needed {tuple(entry[2])}"
+    return str(entry)
 
 
 def _first_line(e: Exception) -> str:

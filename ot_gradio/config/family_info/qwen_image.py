@@ -5,7 +5,7 @@ from . import Sign, flow_transformer
 
 FAMILIES = {
     M.QWEN: flow_transformer(
-        "QwenImagePipeline", token_window=512, name="Qwen-Image", hub_repo="Qwen/Qwen-Image", lora_version="qwen_image",
+        "QwenImagePipeline", token_window=512, text_encoder_files=True, name="Qwen-Image", hub_repo="Qwen/Qwen-Image", lora_version="qwen_image",
         text_encoder_labels=("Qwen2.5-VL",), preset="qwen-image-lora",
         preset_note="FLOAT_8 transformer and text encoder, part of the transformer offloaded to RAM",
         # Qwen/Qwen-Image (QwenImageTransformer2DModel's defaults, 60 blocks of 24 x 128),

@@ -9,7 +9,7 @@ from .qwen_image import FAMILIES as QWEN
 FAMILIES = {
     M.QWEN_IMAGE_EDIT: flow_transformer(
         "QwenImageEditPipeline", name="Qwen-Image-Edit", hub_repo="Qwen/Qwen-Image-Edit", lora_version="qwen_image_edit",
-        control_image=True, text_encoder_labels=("Qwen2.5-VL",), preset="qwen-image-edit-lora",
+        control_image=True, text_encoder_files=True, text_encoder_labels=("Qwen2.5-VL",), preset="qwen-image-edit-lora",
         preset_note="needs pairs: `<name>-control.png` (the source image) beside each `<name>.png` (the edited one); "
                     "FLOAT_8 transformer and text encoder",
         # Qwen/Qwen-Image-Edit: Qwen-Image's transformer, Qwen2.5-VL 7B and VAE at the same sizes
