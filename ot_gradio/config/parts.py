@@ -44,10 +44,10 @@ class TransformerPartConfig(ModelPartConfig):
 
 
 class TextEncoderPartConfig(ModelPartConfig):
-    """A text encoder, which (Flux.1, Flux Fill, Chroma, SD 3 / 3.5, Z-Image, Qwen-Image, Wan, HunyuanVideo; not in
-    OneTrainer) may come from a file of its own."""
+    """A text encoder, which (Flux.1, Flux Fill, Chroma, SD 3 / 3.5, Z-Image, Qwen-Image, HiDream, Wan, HunyuanVideo;
+    not in OneTrainer) may come from a file of its own."""
 
-    model_name: str = opt("", "Text encoder file", "Flux.1, Flux Fill, Chroma, SD 3 / 3.5, Z-Image, Qwen-Image (and Edit), Wan and HunyuanVideo: load this text encoder from a .safetensors file of its own instead of the base model, as ComfyUI and kohya keep them (clip_l, clip_g, t5xxl, umt5_xxl, qwen_3_4b, qwen_2.5_vl_7b, llava_llama3: fp16, fp8 or ComfyUI's scaled fp8), read with the base model's config for it; the base model's own weights of it are then neither loaded nor downloaded (T5's: 9.5 GB). Also a Hugging Face file address or a Civitai model's address. Blank = from the base model. Other model types do not read it (OneTrainer reads none).", on_frozen_part=True, applies_when=READS_TEXT_ENCODER_FILES)
+    model_name: str = opt("", "Text encoder file", "Flux.1, Flux Fill, Chroma, SD 3 / 3.5, Z-Image, Qwen-Image (and Edit), HiDream (its CLIPs and T5), Wan and HunyuanVideo: load this text encoder from a .safetensors file of its own instead of the base model, as ComfyUI and kohya keep them (clip_l, clip_g, t5xxl, umt5_xxl, qwen_3_4b, qwen_2.5_vl_7b, llava_llama3: fp16, fp8 or ComfyUI's scaled fp8), read with the base model's config for it; the base model's own weights of it are then neither loaded nor downloaded (T5's: 9.5 GB). Also a Hugging Face file address or a Civitai model's address. Blank = from the base model. Other model types do not read it (OneTrainer reads none).", on_frozen_part=True, applies_when=READS_TEXT_ENCODER_FILES)
 
 
 class VaePartConfig(ModelPartConfig):

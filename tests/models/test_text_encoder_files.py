@@ -181,7 +181,7 @@ def test_the_field_shows_for_the_families_that_read_it():
     from ot_gradio.config.families import family_info
 
     shown = sorted(t.value for t in ModelType if family_info(t) is not None and READS_TEXT_ENCODER_FILES({"model_type": t.value}))
-    assert shown == ["CHROMA_1", "FLUX_DEV_1", "FLUX_FILL_DEV_1", "HUNYUAN_VIDEO", "QWEN", "QWEN_IMAGE_EDIT", "STABLE_DIFFUSION_3",
+    assert shown == ["CHROMA_1", "FLUX_DEV_1", "FLUX_FILL_DEV_1", "HI_DREAM_FULL", "HUNYUAN_VIDEO", "QWEN", "QWEN_IMAGE_EDIT", "STABLE_DIFFUSION_3",
                      "STABLE_DIFFUSION_35", "WAN_2_1", "WAN_2_1_I2V", "WAN_2_2_I2V_A14B", "WAN_2_2_T2V_A14B", "WAN_2_2_TI2V_5B",
                      "Z_IMAGE"]
 
@@ -263,10 +263,11 @@ def comfy_layout(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("model_type, tiny", [("Z_IMAGE", "z-image"), ("WAN_2_1", "wan"), ("WAN_2_1_I2V", "wan21-i2v"),
                                               ("HUNYUAN_VIDEO", "hunyuan_video"), ("QWEN", "qwen-image"),
-                                              ("QWEN_IMAGE_EDIT", "qwen-image-edit")])
+                                              ("QWEN_IMAGE_EDIT", "qwen-image-edit"), ("HI_DREAM_FULL", "hidream")])
 def test_comfyui_text_encoder_files_of_the_other_families(model_type, tiny, tmp_path):
     """Z-Image's qwen_3_4b, Wan's umt5_xxl, HunyuanVideo's llava_llama3 and clip_l, Qwen-Image's
-    qwen_2.5_vl_7b (Qwen2.5-VL's original layout, no output layer), as ComfyUI ships them."""
+    qwen_2.5_vl_7b (Qwen2.5-VL's original layout, no output layer), HiDream's CLIPs and T5, as ComfyUI
+    ships them."""
     from ot_gradio.models.registry import get_family
     from ot_gradio.models.tiny import resolve_tiny
 
@@ -275,6 +276,8 @@ def test_comfyui_text_encoder_files_of_the_other_families(model_type, tiny, tmp_
     base = family.load(folder, offline=True)
     files = {}
     for part in family.text_encoder_names:
+        if part == "text_encoder_4":  # HiDream's Llama: a model of its own (Text encoder 4's Llama model), not a file
+            continue
         save_file(comfy_layout(base.parts[part]), tmp_path / f"{part}.safetensors")
         files[part] = str(tmp_path / f"{part}.safetensors")
     model = family.load(folder, offline=True, part_models=files)
