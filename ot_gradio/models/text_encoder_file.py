@@ -93,13 +93,17 @@ def load_text_encoder(path: Path, class_name: str, source: str | Path, part: str
     except Exception as e:
         raise ModelLoadError(f"{field}: the config of the base model's {part} could not be read ({_first_line(e)}); "
                              "the text encoder file is read with it.") from e
-    weights = read_weights(path, field, class_name, dtype)
+    # the modules transformers keeps in float32 at this dtype (T5's and UMT5's `wo` at float16) are read so
+    keep = set(getattr(cls, "_keep_in_fp32_modules", None) or ()) if dtype == torch.float16 else set()
+    if dtype in (torch.float16, torch.bfloat16):
+        keep |= set(getattr(cls, "_keep_in_fp32_modules_strict", None) or ())
+    weights = read_weights(path, field, class_name, dtype, keep)
     try:
         encoder, info = cls.from_pretrained(None, config=config, state_dict=weights, dtype=dtype, output_loading_info=True,
                                             ignore_mismatched_sizes=True)  # a weight of another shape: named below
     except Exception as e:
-        raise ModelLoadError(f"{field}: {path.name} is not the {class_name} this model's {part} is ({_first_line(e)}). Give "
-                             f"its file (like {example}), or leave it blank.") from e
+        raise ModelLoadError(f"{field}: {path.name} could not be loaded as the base model's {part}, a {class_name} "
+                             f"({_first_line(e)}). Give its file (like {example}), or leave it blank.") from e
     expected = len(encoder.state_dict())
     missing = sorted(k for k in info["missing_keys"] if not k.startswith(_UNUSED))
     wrong = sorted(info["mismatched_keys"], key=str)  # (name, its shape in the file, the shape needed)
@@ -111,9 +115,10 @@ def load_text_encoder(path: Path, class_name: str, source: str | Path, part: str
     return encoder.eval()
 
 
-def read_weights(path: Path, field: str, class_name: str, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """The file's tensors, floats in `dtype`, without what no encoder holds (CLIP's logit scale and
-    position ids, a whole T5's decoder, ComfyUI's FP8 scales, applied to their weights)."""
+def read_weights(path: Path, field: str, class_name: str, dtype: torch.dtype, keep: set[str] = frozenset()) -> dict[str, torch.Tensor]:
+    """The file's tensors, floats in `dtype` (in float32 those of a module named in `keep`), without
+    what no encoder holds (CLIP's logit scale and position ids, a whole T5's decoder, ComfyUI's FP8
+    scales, applied to their weights)."""
     from safetensors import safe_open
 
     try:
@@ -129,14 +134,16 @@ def read_weights(path: Path, field: str, class_name: str, dtype: torch.dtype) ->
                                      "fp8 or ComfyUI's scaled fp8 (`scaled_fp8`) file, and set its Weight data type to "
                                      "quantize it.")
             out = {}
+            names = set(keys)
             for key in keys:
                 if key == "scaled_fp8" or key.startswith(_IGNORED_PREFIXES) or key.endswith(_IGNORED_SUFFIXES) or key.endswith(".scale_weight"):
                     continue
                 tensor = f.get_tensor(key)
-                if scaled and key.endswith(".weight") and f"{key[:-len('weight')]}scale_weight" in keys:
+                if scaled and key.endswith(".weight") and f"{key[:-len('weight')]}scale_weight" in names:
                     scale = f.get_tensor(f"{key[:-len('weight')]}scale_weight").float()
                     tensor = tensor.float() * (scale.reshape(-1, 1) if scale.numel() > 1 else scale)
-                out[key] = tensor.to(dtype) if tensor.is_floating_point() else tensor
+                target = torch.float32 if keep & set(key.split(".")) else dtype
+                out[key] = tensor.to(target) if tensor.is_floating_point() else tensor
     except ModelLoadError:
         raise
     except Exception as e:

@@ -79,6 +79,12 @@ def test_comfyui_text_encoder_files_replace_the_folder_and_the_single_files_part
     dtypes = {k: v.dtype for k, v in FluxDev1.load(str(flux_paths.diffusers_dir), offline=True, dtypes=half).text_encoder_2.state_dict().items()}
     got = FluxDev1.load(str(flux_paths.diffusers_dir), offline=True, part_models=files, dtypes=half).text_encoder_2.state_dict()
     assert {k: v.dtype for k, v in got.items()} == dtypes and dtypes["encoder.block.0.layer.1.DenseReluDense.wo.weight"] == torch.float32
+    wo = "encoder.block.0.layer.1.DenseReluDense.wo.weight"  # and from a float32 file, its float32 values, not float16's
+    full = {k: (v * 2).contiguous() for k, v in base.text_encoder_2.state_dict().items() if k != "encoder.embed_tokens.weight"}
+    save_file(full, tmp_path / "t5xxl_fp32.safetensors")
+    got = FluxDev1.load(str(flux_paths.diffusers_dir), offline=True, part_models={"text_encoder_2": str(tmp_path / "t5xxl_fp32.safetensors")},
+                        dtypes=half).text_encoder_2.state_dict()
+    assert torch.equal(got[wo], full[wo]) and not torch.equal(full[wo].half().float(), full[wo])
     # a T5 file that holds the embedding under its tied copy's name only
     t5 = load_file(files["text_encoder_2"])
     t5["encoder.embed_tokens.weight"] = t5.pop("shared.weight")
