@@ -45,8 +45,8 @@ from ot_gradio.models.common import (
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import CheckedLayerSkips, HubLoading, KlVaeLatents, sentencepiece_files_readable
 from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_for_sampling
-from ot_gradio.models.text_encoder_file import text_encoder_files, text_encoders_from_files
-from ot_gradio.models.vae_override import apply_vae_override
+from ot_gradio.models.text_encoder_file import parts_from_files, text_encoder_files
+from ot_gradio.models.vae_override import apply_vae_override, vae_file
 from ot_gradio.models.weight_variants import hub_variant, local_variant
 
 
@@ -207,6 +207,9 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
                 raise ModelLoadError(f"transformer.model_name: {cls.family_name} does not read .gguf transformer files; give a "
                                      ".safetensors file (FLOAT_8, INT_8 or NFLOAT_4 quantize it).")
         files = text_encoder_files(part_models, cls._file_text_encoders(), cache_dir=cache_dir, offline=offline, token=token)
+        vae = vae_file(part_models, cache_dir=cache_dir, offline=offline, token=token) if cls.text_encoder_files else None
+        if vae is not None:  # a VAE file goes in with them, so the base model's VAE is not fetched either
+            files["vae"] = vae
         if files:  # only the families that read them take the keyword
             extra["text_encoder_files"] = files
         with sentencepiece_files_readable():
@@ -216,7 +219,8 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
             raise ModelLoadError(f"'{name}' is not a {cls.family_name} model (no {cls.family_name} transformer); "
                                  "pick the model type that matches it.")
         model = cls._from_pipeline(pipe)
-        apply_vae_override(model, part_models, cache_dir=cache_dir, offline=offline, token=token)
+        if vae is None:  # a VAE folder or hub id replaces the loaded one
+            apply_vae_override(model, part_models, cache_dir=cache_dir, offline=offline, token=token)
         cast_parts(model.parts, per_part)
         return model
 
@@ -242,7 +246,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         files = dict(text_encoder_files or {})
 
         def pipeline(source: str | Path, hub: Mapping, variant: Mapping):
-            parts = text_encoders_from_files(files, source, hub, dtype)
+            parts = parts_from_files(files, source, hub, dtype)
             if transformer_file is not None:
                 parts["transformer"] = cls._single_file_transformer(transformer_file, str(source), hub, dtype["transformer"])
             return cls._pipeline_from(source, dtype, hub, **parts, **variant)
@@ -319,7 +323,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         config, hub = cls._config_source(config_dir, cache_dir=cache_dir, offline=offline, token=token)
 
         def load():
-            parts = text_encoders_from_files(dict(text_encoder_files or {}), config, hub, dtype)
+            parts = parts_from_files(dict(text_encoder_files or {}), config, hub, dtype)
             transformer = cls._single_file_transformer(path, config, hub, dtype["transformer"])
             return cls._pipeline_from(config, dtype, hub, transformer=transformer, **parts, **local_variant(config))
 

@@ -40,7 +40,7 @@ from ot_gradio.models.flow_family import FlowFamily
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import StableDiffusion15
 from ot_gradio.models.sdxl import StableDiffusionXL
-from ot_gradio.models.text_encoder_file import text_encoders_from_files
+from ot_gradio.models.text_encoder_file import parts_from_files
 from ot_gradio.models.weight_variants import local_variant
 
 T5_PART = "text_encoder_3"
@@ -101,7 +101,7 @@ class StableDiffusion3(FlowFamily):
                     "turn offline mode off to download it once, or pick a local folder or .safetensors file." if offline else
                     "The text encoder files are read with its configs; check the id, your network and, for gated models, the "
                     "access token.")
-            components = cls._guarded(name, lambda: text_encoders_from_files(files, *source, dtype), hint)
+            components = cls._guarded(name, lambda: parts_from_files(files, *source, dtype), hint)
         return StableDiffusion15._load_pipeline.__func__(cls, name, cache_dir=cache_dir, offline=offline, token=token,
                                                           config_dir=config_dir, components=components)
 
@@ -146,7 +146,7 @@ class StableDiffusion3(FlowFamily):
         files = dict(text_encoder_files or {})
         config, hub = cls._config_source(config_dir, cache_dir=cache_dir, offline=offline, token=token)
         if has_text:
-            components = cls._guarded(str(path), lambda: text_encoders_from_files(files, config, hub, dtype or {}),
+            components = cls._guarded(str(path), lambda: parts_from_files(files, config, hub, dtype or {}),
                                       cls._single_file_hint(config_dir, "text encoders' configs"))
             return StableDiffusion15._load_single_file.__func__(
                 cls, path, cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir, components=components
@@ -155,9 +155,9 @@ class StableDiffusion3(FlowFamily):
         def load():
             from diffusers import AutoencoderKL, SD3Transformer2DModel
 
-            parts = text_encoders_from_files(files, config, hub, dtype or {})
+            parts = parts_from_files(files, config, hub, dtype or {})
             transformer = SD3Transformer2DModel.from_single_file(str(path), config=config, subfolder="transformer", **hub)
-            vae = AutoencoderKL.from_single_file(str(path), config=config, subfolder="vae", **hub)
+            vae = parts.pop("vae", None) or AutoencoderKL.from_single_file(str(path), config=config, subfolder="vae", **hub)
             return cls._pipeline_class().from_pretrained(config, transformer=transformer, vae=vae, **parts, **hub,
                                                          **local_variant(config))
 

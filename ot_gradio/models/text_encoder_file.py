@@ -56,17 +56,23 @@ def text_encoder_files(part_models: Mapping[str, str] | None, parts: tuple[str, 
     return out
 
 
-def text_encoders_from_files(files: Mapping[str, Path], source: str | Path, hub: Mapping,
-                             dtypes: Mapping[str, torch.dtype]) -> dict[str, torch.nn.Module]:
+def parts_from_files(files: Mapping[str, Path], source: str | Path, hub: Mapping,
+                     dtypes: Mapping[str, torch.dtype]) -> dict[str, torch.nn.Module]:
     """Each file's encoder, of the class and config the pipeline at `source` (folder or hub repo,
-    read with `hub`'s keywords) has for that part, in the part's dtype."""
+    read with `hub`'s keywords) has for that part, in the part's dtype; a "vae" file's VAE
+    (models/vae_override.py, in float32)."""
     if not files:
         return {}
     from diffusers import DiffusionPipeline
 
+    from .vae_override import vae_from_file
+
     index = DiffusionPipeline.load_config(str(source), **_config_keywords(hub))
     out = {}
     for part, path in files.items():
+        if part == "vae":
+            out[part] = vae_from_file(path, source, hub)
+            continue
         library, class_name = (list(index.get(part) or []) + [None, None])[:2]
         if library != "transformers" or not class_name:
             raise ModelLoadError(f"{part}.model_name: the base model has no transformers text encoder '{part}' to replace.")

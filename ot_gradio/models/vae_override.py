@@ -49,6 +49,38 @@ def load_vae_override(value: str, base_vae: torch.nn.Module, *, cache_dir: str |
     return vae.to(dtype=torch.float32)
 
 
+def vae_file(part_models, *, cache_dir: str | None, offline: bool, token: str | None) -> Path | None:
+    """The local file of a VAE that `part_models["vae"]` names as a file, a Hugging Face file
+    address or a Civitai address (downloaded once); None for none, a folder or a hub id."""
+    value = str(dict(part_models or {}).get("vae") or "").strip()
+    if not value or Path(value).expanduser().is_dir():
+        return None
+    if Path(value).expanduser().is_file() or value.startswith(("http://", "https://")) or civitai_address(value) is not None:
+        return part_file(value, FIELD, cache_dir=cache_dir, offline=offline, token=token)
+    return None
+
+
+def vae_from_file(file: Path, source: str | Path, hub) -> torch.nn.Module:
+    """The VAE in `file`, of the class and config the pipeline at `source` (folder or hub repo,
+    read with `hub`'s keywords) has, on the CPU in float32: given to the pipeline's loader, which
+    then fetches no VAE weights."""
+    import diffusers
+    from accelerate import init_empty_weights
+    from diffusers import DiffusionPipeline
+
+    keywords = {k: v for k, v in dict(hub).items() if k in ("cache_dir", "token", "local_files_only", "revision")}
+    index = DiffusionPipeline.load_config(str(source), **keywords)
+    name = (list(index.get("vae") or []) + [None, None])[1]
+    cls = getattr(diffusers, str(name or ""), None)
+    if cls is None:
+        raise ModelLoadError(f"{FIELD}: the base model has no VAE to replace.")
+    with init_empty_weights():  # only its config is read
+        base = cls.from_config(cls.load_config(str(source), subfolder="vae", **keywords))
+    vae = _from_file(cls, file, base)
+    _check_latents(vae, base, file.name)
+    return vae.to(dtype=torch.float32)
+
+
 def _from_folder(cls, path: Path):
     for sub in (None, "vae"):
         folder = path if sub is None else path / sub

@@ -156,13 +156,18 @@ print("RESULT " + json.dumps({part: float(model.parts[part].state_dict()[key].su
 
 @pytest.mark.parametrize("model_type, tiny", [("FLUX_DEV_1", "flux"), ("STABLE_DIFFUSION_35", "sd35")])
 def test_from_a_hub_repo_the_parts_given_as_files_are_not_downloaded(model_type, tiny, tmp_path):
+    """The text encoders' and the VAE's files: none of those parts' weights are fetched."""
     from ot_gradio.models.registry import get_family
+    from ot_gradio.models.sd_single_file import vae_to_original
     from ot_gradio.models.tiny import resolve_tiny
 
     folder = resolve_tiny(f"tiny:{tiny}").diffusers_dir
     base = get_family(model_type).load(str(folder), offline=True)
     written = comfy_files(base, tmp_path / "files") if tiny == "flux" else sd3_files(base, tmp_path / "files")
     files = {part: str(path) for part, path in written.items()}
+    vae = {k: (v + 0.1).contiguous() for k, v in vae_to_original(base.vae.state_dict(), base.vae.config).items()}
+    save_file(vae, tmp_path / "files" / "ae.safetensors")  # the VAE in its original (LDM) names, as BFL's ae.safetensors
+    files["vae"] = str(tmp_path / "files" / "ae.safetensors")
     probe = {part: next(iter(base.parts[part].state_dict())) for part in files}
     with FakeHub({f"owner/{tiny}": folder}) as hub:
         env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0",
@@ -172,6 +177,9 @@ def test_from_a_hub_repo_the_parts_given_as_files_are_not_downloaded(model_type,
     result = [json.loads(line.removeprefix("RESULT ")) for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     assert result, out.stderr[-3000:]
     for part, key in probe.items():  # each part holds its file's weights
+        if part == "vae":
+            assert result[0][part] == pytest.approx(float((base.vae.state_dict()[key] + 0.1).sum()), rel=1e-5)
+            continue
         stored = load_file(files[part])
         value = stored.get(key, stored.get(key.removeprefix("text_model."), stored.get("text_model." + key)))
         assert result[0][part] == pytest.approx(float(value.float().sum()), rel=1e-5), part

@@ -68,6 +68,10 @@ def test_a_flow_family_reads_it_too_and_a_vae_of_another_model_is_refused(tiny_d
     assert flux.vae.config.latent_channels == 16
     with pytest.raises(ModelLoadError, match=r"vae\.model_name: .* makes latents of 16 channels; this model's denoiser takes 4"):
         StableDiffusion15.load(str(tiny_sd15_paths.diffusers_dir), offline=True, part_models={"vae": str(Path(flux_dir) / "vae")})
+    # a VAE file goes into Flux's pipeline loader (models/vae_override.vae_from_file), checked the same way
+    sd15_vae = Path(tiny_sd15_paths.diffusers_dir) / "vae" / "diffusion_pytorch_model.safetensors"
+    with pytest.raises(ModelLoadError, match=r"vae\.model_name: .*diffusion_pytorch_model\.safetensors is not a VAE of this model's kind"):
+        Flux.load(str(flux_dir), offline=True, part_models={"vae": str(sd15_vae)})
 
 
 @pytest.mark.parametrize(("value", "message"), [

@@ -61,7 +61,8 @@ class FamilyInfo:
     zeroes_padding: bool = False
     transformer_file: bool = False  # a fine-tune's single file is the transformer alone (ORIGINAL_TRANSFORMER / COMFY_TRANSFORMER)
     # each text encoder may load from a .safetensors file of its own (text_encoder*.model_name:
-    # ComfyUI's and kohya's clip_l / t5xxl files), read with the base model's config (models/text_encoder_file.py)
+    # ComfyUI's and kohya's clip_l / t5xxl files), read with the base model's config (models/text_encoder_file.py);
+    # a VAE file (vae.model_name) then goes into the pipeline's loader with them, so no part of a file is fetched
     text_encoder_files: bool = False
     # the transformer loads from a .gguf transformer.model_name (weight_dtype GGUF) into diffusers'
     # GGUF layers (through diffusers' single-file loader, or the family's own key converter: Flux.1,
