@@ -109,7 +109,7 @@ def _sd3_text(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type:
     """sd-scripts' SD 3 text encoders: T5 reads `t5xxl_max_token_length` tokens (256 when unset, and
     from kohya_ss's page, which saves its Flux page's value but sends it for Flux alone; OneTrainer's
     default is 77); its `t5xxl_dtype` does nothing there ("DOES NOT WORK"). The text encoders' own
-    files (`clip_l`, `clip_g`, `t5xxl`) are the import's part files (kohya_import.PART_FIELDS)."""
+    files (`clip_l`, `clip_g`, `t5xxl`) are the import's part files (kohya_model.PART_FIELDS)."""
     sent = r.given("t5xxl_max_token_length") and "sd3_checkbox" not in r.data
     tokens = r.number("t5xxl_max_token_length", int) if sent else 256
     if tokens > 512:
