@@ -492,6 +492,12 @@ def assign_converted_weights(module: torch.nn.Module, weights: Mapping[str, torc
             target._buffers[name] = value
 
 
+def config_keywords(hub: Mapping) -> dict:
+    """The loading keywords (`hub`) that reading a config file takes: where the hub cache is, the
+    token, offline or not, the revision."""
+    return {k: v for k, v in dict(hub).items() if k in ("cache_dir", "token", "local_files_only", "revision")}
+
+
 def part_file(value: str, field: str, *, cache_dir: str | None, offline: bool, token: str | None,
               model_type: str | None = None, kind: str = "model") -> Path:
     """The local file a part's own model name points at (OneTrainer's per-part `model_name`): a

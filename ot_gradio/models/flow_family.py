@@ -211,7 +211,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         if vae is not None:  # a VAE file goes in with them, so the base model's VAE is not fetched either
             files["vae"] = vae
         if files:  # only the families that read them take the keyword
-            extra["text_encoder_files"] = files
+            extra["part_files"] = files
         with sentencepiece_files_readable():
             pipe = cls._load_pipeline(name, cache_dir=cache_dir, offline=offline, token=token, dtype=per_part,
                                       config_dir=config_dir, **extra)
@@ -240,10 +240,10 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
 
     @classmethod
     def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir, transformer_file: Path | None = None,
-                       text_encoder_files: Mapping[str, Path] | None = None):
+                       part_files: Mapping[str, Path] | None = None):
         """The pipeline from whatever `name` is, with the transformer from `transformer_file` and
-        text encoders from `text_encoder_files` when given; errors the user can fix say what to do."""
-        files = dict(text_encoder_files or {})
+        text encoders (and a VAE) from `part_files` when given; errors the user can fix say what to do."""
+        files = dict(part_files or {})
 
         def pipeline(source: str | Path, hub: Mapping, variant: Mapping):
             parts = parts_from_files(files, source, hub, dtype)
@@ -276,7 +276,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
                 raise ModelLoadError(f"'{name}' is a file but not a checkpoint; use a {' / '.join(cls.single_file_suffixes)} "
                                      "transformer file.")
             return cls._load_single_file(path, cache_dir=cache_dir, offline=offline, token=token, dtype=dtype, config_dir=config_dir,
-                                         **({"text_encoder_files": files} if files else {}))
+                                         **({"part_files": files} if files else {}))
         looks_local = path.suffix.lower() in cls.single_file_suffixes or name.startswith(("/", ".", "~", "\\")) or name.count("/") > 1
         if looks_local or not HUB_ID.fullmatch(name):
             raise ModelLoadError(
@@ -317,13 +317,13 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
 
     @classmethod
     def _load_single_file(cls, path: Path, *, cache_dir, offline, token, dtype, config_dir,
-                          text_encoder_files: Mapping[str, Path] | None = None):
+                          part_files: Mapping[str, Path] | None = None):
         """The transformer from the file (`_single_file_transformer`), text encoders from
-        `text_encoder_files`, the other parts and every config from `_config_source`."""
+        `part_files` (the VAE's too), the other parts and every config from `_config_source`."""
         config, hub = cls._config_source(config_dir, cache_dir=cache_dir, offline=offline, token=token)
 
         def load():
-            parts = parts_from_files(dict(text_encoder_files or {}), config, hub, dtype)
+            parts = parts_from_files(dict(part_files or {}), config, hub, dtype)
             transformer = cls._single_file_transformer(path, config, hub, dtype["transformer"])
             return cls._pipeline_from(config, dtype, hub, transformer=transformer, **parts, **local_variant(config))
 

@@ -83,19 +83,19 @@ class StableDiffusion3(FlowFamily):
 
     @classmethod
     def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir,
-                       text_encoder_files: Mapping[str, Path] | None = None):
+                       part_files: Mapping[str, Path] | None = None):
         """SD 1.5's loading paths and errors (sd15.py: the whole single file through the pipeline's
         `from_single_file`, or `_load_single_file` below), with this family's pipeline and hub
-        repo; the parts are cast to their dtypes after loading. `text_encoder_files`: text
-        encoders from files of their own, read with the configs of the folder, repo or config
+        repo; the parts are cast to their dtypes after loading. `part_files`: text
+        encoders (and a VAE) from files of their own, read with the configs of the folder, repo or config
         folder, and given to the pipeline's loader, which then fetches none of their weights."""
-        files = dict(text_encoder_files or {})
+        files = dict(part_files or {})
         path = Path(name).expanduser()
         if files and path.is_file() and path.suffix.lower() in SINGLE_FILE_SUFFIXES:
             return cls._load_single_file(path, cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir,
-                                         dtype=dtype, text_encoder_files=files)
+                                         dtype=dtype, part_files=files)
         components = {}
-        source = cls._text_encoder_source(name, cache_dir=cache_dir, offline=offline, token=token) if files else None
+        source = cls._parts_source(name, cache_dir=cache_dir, offline=offline, token=token) if files else None
         if source is not None:  # else SD 1.5's loading says what is wrong with the name
             hint = ("The text encoder files are read with its configs, and offline it is not in the local Hugging Face cache; "
                     "turn offline mode off to download it once, or pick a local folder or .safetensors file." if offline else
@@ -106,8 +106,8 @@ class StableDiffusion3(FlowFamily):
                                                           config_dir=config_dir, components=components)
 
     @classmethod
-    def _text_encoder_source(cls, name: str, *, cache_dir, offline, token) -> tuple[str | Path, dict] | None:
-        """Where a folder's or hub repo's text encoder configs are read (with the loading keywords):
+    def _parts_source(cls, name: str, *, cache_dir, offline, token) -> tuple[str | Path, dict] | None:
+        """Where a folder's or hub repo's configs of the parts given as files are read (with the loading keywords):
         a tiny model's or diffusers folder, a hub id; None for anything SD 1.5's loading refuses."""
         from ot_gradio.models.tiny import is_tiny, resolve_tiny
 
@@ -130,11 +130,11 @@ class StableDiffusion3(FlowFamily):
 
     @classmethod
     def _load_single_file(cls, path: Path, *, cache_dir, offline, token, config_dir, dtype=None,
-                          text_encoder_files: Mapping[str, Path] | None = None):
+                          part_files: Mapping[str, Path] | None = None):
         """SAI's single file: with its text encoders in it (the `incl_clips` files) diffusers loads
         it whole; without (sd3.5_large.safetensors: MMDiT + VAE) the transformer and VAE come
         from the file and the rest from the config folder or repo, which diffusers' pipeline
-        loader does not do by itself. Text encoders from `text_encoder_files` replace the file's
+        loader does not do by itself. Text encoders (and a VAE) from `part_files` replace the file's
         or the repo's."""
         from safetensors import safe_open
 
@@ -143,7 +143,7 @@ class StableDiffusion3(FlowFamily):
                 has_text = any(k.startswith("text_encoders.") for k in f.keys())
         except Exception as e:
             raise ModelLoadError(f"'{path}' is not a readable .safetensors file ({e}); pick an SD 3 / 3.5 single file.") from e
-        files = dict(text_encoder_files or {})
+        files = dict(part_files or {})
         config, hub = cls._config_source(config_dir, cache_dir=cache_dir, offline=offline, token=token)
         if has_text:
             components = cls._guarded(str(path), lambda: parts_from_files(files, config, hub, dtype or {}),

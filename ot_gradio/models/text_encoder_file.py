@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from .common import ModelLoadError, part_file
+from .common import ModelLoadError, config_keywords, part_file
+from .errors import first_line
 
 SUFFIXES = (".safetensors", ".sft")
 # keys a text encoder file may hold that no encoder does: CLIP's logit scale and position ids, a
@@ -67,21 +68,17 @@ def parts_from_files(files: Mapping[str, Path], source: str | Path, hub: Mapping
 
     from .vae_override import vae_from_file
 
-    index = DiffusionPipeline.load_config(str(source), **_config_keywords(hub))
+    index = DiffusionPipeline.load_config(str(source), **config_keywords(hub))
     out = {}
     for part, path in files.items():
-        if part == "vae":
-            out[part] = vae_from_file(path, source, hub)
-            continue
         library, class_name = (list(index.get(part) or []) + [None, None])[:2]
+        if part == "vae":
+            out[part] = vae_from_file(path, source, hub, class_name)
+            continue
         if library != "transformers" or not class_name:
             raise ModelLoadError(f"{part}.model_name: the base model has no transformers text encoder '{part}' to replace.")
         out[part] = load_text_encoder(path, class_name, source, part, hub, dtypes.get(part, dtypes.get("default", torch.float32)))
     return out
-
-
-def _config_keywords(hub: Mapping) -> dict:
-    return {k: v for k, v in hub.items() if k in ("cache_dir", "token", "local_files_only", "revision")}
 
 
 def load_text_encoder(path: Path, class_name: str, source: str | Path, part: str, hub: Mapping,
@@ -95,9 +92,9 @@ def load_text_encoder(path: Path, class_name: str, source: str | Path, part: str
     cls = getattr(transformers, class_name)
     example = _EXAMPLES.get(class_name, "the encoder its model card names")
     try:
-        config = cls.config_class.from_pretrained(str(source), subfolder=part, **_config_keywords(hub))
+        config = cls.config_class.from_pretrained(str(source), subfolder=part, **config_keywords(hub))
     except Exception as e:
-        raise ModelLoadError(f"{field}: the config of the base model's {part} could not be read ({_first_line(e)}); "
+        raise ModelLoadError(f"{field}: the config of the base model's {part} could not be read ({first_line(e)}); "
                              "the text encoder file is read with it.") from e
     # the modules transformers keeps in float32 at this dtype (T5's and UMT5's `wo` at float16) are read so
     keep = set(getattr(cls, "_keep_in_fp32_modules", None) or ()) if dtype == torch.float16 else set()
@@ -109,7 +106,7 @@ def load_text_encoder(path: Path, class_name: str, source: str | Path, part: str
                                             ignore_mismatched_sizes=True)  # a weight of another shape: named below
     except Exception as e:
         raise ModelLoadError(f"{field}: {path.name} could not be loaded as the base model's {part}, a {class_name} "
-                             f"({_first_line(e)}). Give its file (like {example}), or leave it blank.") from e
+                             f"({first_line(e)}). Give its file (like {example}), or leave it blank.") from e
     expected = len(encoder.state_dict())
     missing = sorted(k for k in info["missing_keys"] if not k.startswith(_UNUSED))
     wrong = sorted(info["mismatched_keys"], key=str)  # (name, its shape in the file, the shape needed)
@@ -153,7 +150,7 @@ def read_weights(path: Path, field: str, class_name: str, dtype: torch.dtype, ke
     except ModelLoadError:
         raise
     except Exception as e:
-        raise ModelLoadError(f"{field}: {path.name} could not be read as a .safetensors file ({_first_line(e)}).") from e
+        raise ModelLoadError(f"{field}: {path.name} could not be read as a .safetensors file ({first_line(e)}).") from e
     if not out:
         raise ModelLoadError(f"{field}: {path.name} holds no weights; give the text encoder's own file "
                              f"(like {_EXAMPLES.get(class_name, 'the encoder its model card names')}), or leave it blank.")
@@ -164,8 +161,3 @@ def _shapes(entry) -> str:
     if isinstance(entry, tuple) and len(entry) == 3:
         return f"{entry[0]}: {tuple(entry[1])}, needed {tuple(entry[2])}"
     return str(entry)
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from ..config.civitai import civitai_address
-from .common import HUB_ID, ModelLoadError, part_file
+from .common import HUB_ID, ModelLoadError, config_keywords, part_file
+from .errors import first_line
 from .weight_variants import hub_variant, variant_keywords
 
 FIELD = "vae.model_name"
@@ -60,22 +61,18 @@ def vae_file(part_models, *, cache_dir: str | None, offline: bool, token: str | 
     return None
 
 
-def vae_from_file(file: Path, source: str | Path, hub) -> torch.nn.Module:
-    """The VAE in `file`, of the class and config the pipeline at `source` (folder or hub repo,
-    read with `hub`'s keywords) has, on the CPU in float32: given to the pipeline's loader, which
-    then fetches no VAE weights."""
+def vae_from_file(file: Path, source: str | Path, hub, class_name: str | None) -> torch.nn.Module:
+    """The VAE in `file`, of the class (`class_name`, from the pipeline's model_index.json) and
+    config the pipeline at `source` (folder or hub repo, read with `hub`'s keywords) has, on the
+    CPU in float32: given to the pipeline's loader, which then fetches no VAE weights."""
     import diffusers
     from accelerate import init_empty_weights
-    from diffusers import DiffusionPipeline
 
-    keywords = {k: v for k, v in dict(hub).items() if k in ("cache_dir", "token", "local_files_only", "revision")}
-    index = DiffusionPipeline.load_config(str(source), **keywords)
-    name = (list(index.get("vae") or []) + [None, None])[1]
-    cls = getattr(diffusers, str(name or ""), None)
+    cls = getattr(diffusers, str(class_name or ""), None)
     if cls is None:
         raise ModelLoadError(f"{FIELD}: the base model has no VAE to replace.")
     with init_empty_weights():  # only its config is read
-        base = cls.from_config(cls.load_config(str(source), subfolder="vae", **keywords))
+        base = cls.from_config(cls.load_config(str(source), subfolder="vae", **config_keywords(hub)))
     vae = _from_file(cls, file, base)
     _check_latents(vae, base, file.name)
     return vae.to(dtype=torch.float32)
@@ -88,7 +85,7 @@ def _from_folder(cls, path: Path):
             try:
                 return cls.from_pretrained(str(path), subfolder=sub, local_files_only=True, **variant_keywords(folder, part=True))
             except Exception as e:  # a config of another VAE class, missing or broken weights
-                raise ModelLoadError(f"{FIELD}: {folder} could not be loaded as a {cls.__name__} ({_first_line(e)}).") from e
+                raise ModelLoadError(f"{FIELD}: {folder} could not be loaded as a {cls.__name__} ({first_line(e)}).") from e
     raise ModelLoadError(f"{FIELD}: {path} has no config.json (nor vae/config.json); give a diffusers VAE folder or a VAE "
                          ".safetensors file.")
 
@@ -100,7 +97,7 @@ def _from_hub(cls, repo: str, *, cache_dir, offline, token):
             return cls.from_pretrained(repo, subfolder=sub, cache_dir=cache_dir, token=token, local_files_only=offline,
                                        **hub_variant(repo, sub or "", cache_dir=cache_dir, token=token, offline=offline))
         except Exception as e:  # not there, offline and not cached, no network, gated
-            errors.append(_first_line(e))
+            errors.append(first_line(e))
     hint = ("offline mode is on and it is not in the local Hugging Face cache; turn offline mode off to download it once"
             if offline else "check the id, your network and, for gated or private models, the access token")
     raise ModelLoadError(f"{FIELD}: could not load the VAE {repo} ({errors[0]}); {hint}, or give a local folder or file.")
@@ -118,7 +115,7 @@ def _read_weights(file: Path) -> dict[str, torch.Tensor]:
             tensors = torch.load(str(file), map_location="cpu", weights_only=True)
             tensors = tensors.get("state_dict", tensors) if isinstance(tensors, dict) else tensors
     except Exception as e:
-        raise ModelLoadError(f"{FIELD}: {file} could not be read ({_first_line(e)}).") from e
+        raise ModelLoadError(f"{FIELD}: {file} could not be read ({first_line(e)}).") from e
     if not isinstance(tensors, dict) or not tensors:
         raise ModelLoadError(f"{FIELD}: {file} holds no tensors.")
     for prefix in ("first_stage_model.", "vae."):  # a whole checkpoint, or a file of ComfyUI's
@@ -137,7 +134,7 @@ def _from_file(cls, file: Path, base_vae):
         try:  # the original (LDM) names A1111 and ComfyUI files use
             tensors = convert_ldm_vae_checkpoint(tensors, dict(vae.config))
         except Exception as e:
-            raise ModelLoadError(f"{FIELD}: {file} is not a VAE of this model's kind ({_first_line(e)}).") from e
+            raise ModelLoadError(f"{FIELD}: {file} is not a VAE of this model's kind ({first_line(e)}).") from e
     missing = sorted(set(expected) - set(tensors))
     wrong = sorted(k for k in set(expected) & set(tensors) if tuple(tensors[k].shape) != tuple(expected[k].shape))
     if missing or wrong:
@@ -162,8 +159,3 @@ def _check_latents(vae, base_vae, value: str) -> None:
     if have != need:
         raise ModelLoadError(f"{FIELD}: {value} makes latents of {have} channels; this model's denoiser takes {need}. "
                              "Give the VAE made for this base model.")
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
