@@ -51,6 +51,7 @@ from ot_gradio.models.common import (
 )
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, WanImageLatents
 from ot_gradio.models.registry import register_family
+from ot_gradio.models.text_encoder_file import parts_from_files
 from ot_gradio.models.weight_variants import part_keywords
 
 MAX_SEQUENCE_LENGTH = 512  # the pipeline's max_sequence_length and the adapter's min_sequence_length
@@ -142,15 +143,29 @@ class Anima(WanImageLatents, IdentityLoraNames, FlowFamily):
     # ---------------------------------------------------------------- loading
 
     @classmethod
+    def _part_classes(cls) -> dict:
+        """Each loaded part's class, by subfolder (the repo's modular_model_index.json is not read)."""
+        import transformers
+        from diffusers import AnimaTextConditioner, AutoencoderKLQwenImage, CosmosTransformer3DModel
+
+        return {"transformer": CosmosTransformer3DModel, "text_encoder": transformers.Qwen3Model,
+                "text_conditioner": AnimaTextConditioner, "vae": AutoencoderKLQwenImage}
+
+    @classmethod
+    def _parts_from_files(cls, files: Mapping[str, Path], source: str | Path, hub: Mapping, dtype) -> dict:
+        """ComfyUI's qwen_3_06b_base.safetensors (and a VAE file), with the classes of `_part_classes`."""
+        classes = {part: (model_class.__module__.split(".")[0], model_class.__name__) for part, model_class in cls._part_classes().items()}
+        return parts_from_files(files, source, hub, dtype, classes=classes)
+
+    @classmethod
     def _pipeline_from(cls, source: str | Path, dtype, hub: Mapping, **parts):
         """Each part from its subfolder of `source` (OneTrainer's loader; the repo's
         modular_model_index.json names the hub repo, not the folder it lies in)."""
         import transformers
-        from diffusers import AnimaTextConditioner, AutoencoderKLQwenImage, CosmosTransformer3DModel, FlowMatchEulerDiscreteScheduler
+        from diffusers import FlowMatchEulerDiscreteScheduler
 
         source, default = str(source), dtype.get("default", torch.float32)
-        models = {"transformer": CosmosTransformer3DModel, "text_encoder": transformers.Qwen3Model,
-                  "text_conditioner": AnimaTextConditioner, "vae": AutoencoderKLQwenImage}
+        models = cls._part_classes()
         parts.pop("variant", None)  # each part's own, below (weight_variants)
         loaded = dict(parts)
         for name, model_class in models.items():

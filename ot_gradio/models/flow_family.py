@@ -143,6 +143,8 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     t5_part: str | None = None  # a T5 part: its layer skip reads an earlier layer with T5's final norm
     single_file_layout: str | None = None  # None: single files are refused; else `_single_file_transformer` reads them
     single_file_suffixes: tuple[str, ...] = SINGLE_FILE_SUFFIXES  # what a single file may end in
+    # text encoder class -> how many of its layers encoding reads: a text encoder file may stop after them
+    text_encoder_layers_read: Mapping[str, int] = {}
     default_steps = 20  # `sample` defaults
     default_cfg_scale = 3.5
     transformer_class_name = ""  # the diffusers transformer class (pipeline_class_name: the pipeline's)
@@ -239,6 +241,12 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         return tuple(cls.text_encoder_names) if cls.text_encoder_files else ()
 
     @classmethod
+    def _parts_from_files(cls, files: Mapping[str, Path], source: str | Path, hub: Mapping, dtype) -> dict:
+        """The text encoders (and VAE) read from `files`, for the pipeline at `source`
+        (models/text_encoder_file.py)."""
+        return parts_from_files(files, source, hub, dtype, layers_read=cls.text_encoder_layers_read)
+
+    @classmethod
     def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir, transformer_file: Path | None = None,
                        part_files: Mapping[str, Path] | None = None):
         """The pipeline from whatever `name` is, with the transformer from `transformer_file` and
@@ -246,7 +254,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         files = dict(part_files or {})
 
         def pipeline(source: str | Path, hub: Mapping, variant: Mapping):
-            parts = parts_from_files(files, source, hub, dtype)
+            parts = cls._parts_from_files(files, source, hub, dtype)
             if transformer_file is not None:
                 parts["transformer"] = cls._single_file_transformer(transformer_file, str(source), hub, dtype["transformer"])
             return cls._pipeline_from(source, dtype, hub, **parts, **variant)
@@ -323,7 +331,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         config, hub = cls._config_source(config_dir, cache_dir=cache_dir, offline=offline, token=token)
 
         def load():
-            parts = parts_from_files(dict(part_files or {}), config, hub, dtype)
+            parts = cls._parts_from_files(dict(part_files or {}), config, hub, dtype)
             transformer = cls._single_file_transformer(path, config, hub, dtype["transformer"])
             return cls._pipeline_from(config, dtype, hub, transformer=transformer, **parts, **local_variant(config))
 

@@ -23,8 +23,9 @@ Flux2KleinPipeline):
   value; Klein has none and samples with real CFG (negative prompt) unless distilled.
 - Loading: a hub id, a diffusers folder, `tiny:flux2-dev` / `tiny:flux2-klein`, or a BFL-layout
   transformer file (diffusers' from_single_file) with the other parts from a diffusers folder
-  (the config folder) or the dev repo, as OneTrainer's transformer override does. Saving: a
-  diffusers folder, or the transformer alone in the BFL layout (models/flux2_keys.py).
+  (the config folder) or the dev repo, as OneTrainer's transformer override does. The text
+  encoder may come from a file of its own (ComfyUI's mistral_3_small_flux2 or qwen_3_4b / qwen_3_8b,
+  models/text_encoder_file.py; the pruned 30-layer Mistral too). Saving: a diffusers folder, or the transformer alone in the BFL layout (models/flux2_keys.py).
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ class Flux2(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     default_sequence_length = DEFAULT_SEQUENCE_LENGTH  # the pipelines' window, system message included
     default_steps, default_cfg_scale = 28, 4.0
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": LLM_PRESETS}
+    # ComfyUI's pruned Mistral (30 of 40 layers) holds all that dev's encoding reads
+    text_encoder_layers_read = {name: max(HIDDEN_LAYERS[variant]) for name, variant in TEXT_ENCODERS.items()}
 
     def __init__(self, components: Mapping, is_distilled: bool = False):
         super().__init__(components)

@@ -1,7 +1,8 @@
 """A text encoder from a single `.safetensors` file of its own (`text_encoder*.model_name`), as
 ComfyUI and kohya's sd-scripts keep them beside a transformer file: `clip_l.safetensors`,
 `t5xxl_fp16.safetensors`, `t5xxl_fp8_e4m3fn.safetensors`, `umt5_xxl_fp16.safetensors`,
-`qwen_3_4b.safetensors`, `qwen_2.5_vl_7b.safetensors`, `llava_llama3_fp16.safetensors`, ...
+`qwen_3_4b.safetensors`, `qwen_2.5_vl_7b.safetensors`, `llava_llama3_fp16.safetensors`,
+`mistral_3_small_flux2_bf16.safetensors`, `qwen_3_06b_base.safetensors`, `gemma_2_2b_fp16.safetensors`...
 
 The encoder's class and config come from the base model (its folder, hub repo or, for a single
 file, its config folder), so only its small config is read there; the pipeline then loads around
@@ -9,6 +10,11 @@ the encoder, and diffusers fetches no weights of that part (a hub repo's T5 is 9
 loads as transformers loads a checkpoint of the class: CLIP with or without `text_model.`, a causal
 LM's file for its base model (`model.` around Qwen3's or Llama's names), Qwen2.5-VL's older layout
 (`model.layers`, `visual.`), tied weights under either name, T5's `wo` kept in float32 at float16.
+ComfyUI's Mistral for Flux.2 dev holds the language model alone, under its own names: they go under
+Mistral3's `model.language_model.`, and its vision tower, which encoding text never reads, is left
+as transformers initialises it. A file cut after the last layer encoding reads (ComfyUI's pruned
+30-layer Mistral) loads as that many layers, its last hidden state not normalised, so encoding
+reads what it reads from the whole model (`layers_read`, the family's).
 ComfyUI's scaled FP8 files (`scaled_fp8`, a `scale_weight` per layer) are read back to their
 values; its newer quantized layouts are refused. A file that lacks a weight the encoder needs (but
 a causal LM's output layer, which encoding never reads) or holds one of another shape is a
@@ -17,6 +23,7 @@ ModelLoadError naming the field.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -33,11 +40,20 @@ _IGNORED_PREFIXES = ("decoder.",)
 _IGNORED_SUFFIXES = ("position_ids", "logit_scale", ".scale_input")
 # weights an encoder's file may lack that encoding never reads (a causal LM's output layer)
 _UNUSED = ("lm_head.",)
+# the prefix ComfyUI's file of a wrapped language model lacks (it holds `model.layers`, `model.norm`...)
+_LANGUAGE_MODEL = {"Mistral3ForConditionalGeneration": "model.language_model."}
+# what such a text-only file lacks that encoding text never reads: the vision tower and its projector
+_VISION = {"Mistral3ForConditionalGeneration": ("model.vision_tower.", "model.multi_modal_projector.")}
+# keys of ComfyUI's files that are no weights: the tokenizer it serialises into Mistral's file
+_NOT_WEIGHTS = ("tekken_model",)
+_LAYER = re.compile(r"^(.*?)layers\.(\d+)\.")
 # what the usual file of each encoder class is called, for messages
 _EXAMPLES = {"CLIPTextModel": "clip_l.safetensors", "CLIPTextModelWithProjection": "clip_g.safetensors",
              "T5EncoderModel": "t5xxl_fp16.safetensors", "UMT5EncoderModel": "umt5_xxl_fp16.safetensors",
              "Qwen3Model": "qwen_3_4b.safetensors", "LlamaModel": "llava_llama3_fp16.safetensors",
-             "Qwen2_5_VLForConditionalGeneration": "qwen_2.5_vl_7b.safetensors"}
+             "Qwen2_5_VLForConditionalGeneration": "qwen_2.5_vl_7b.safetensors",
+             "Mistral3ForConditionalGeneration": "mistral_3_small_flux2_bf16.safetensors",
+             "Qwen3ForCausalLM": "qwen_3_4b.safetensors", "Gemma2Model": "gemma_2_2b_fp16.safetensors"}
 
 
 def text_encoder_files(part_models: Mapping[str, str] | None, parts: tuple[str, ...], *, cache_dir: str | None,
@@ -57,18 +73,24 @@ def text_encoder_files(part_models: Mapping[str, str] | None, parts: tuple[str, 
     return out
 
 
-def parts_from_files(files: Mapping[str, Path], source: str | Path, hub: Mapping,
-                     dtypes: Mapping[str, torch.dtype]) -> dict[str, torch.nn.Module]:
+def parts_from_files(files: Mapping[str, Path], source: str | Path, hub: Mapping, dtypes: Mapping[str, torch.dtype], *,
+                     classes: Mapping[str, tuple[str, str]] | None = None,
+                     layers_read: Mapping[str, int] | None = None) -> dict[str, torch.nn.Module]:
     """Each file's encoder, of the class and config the pipeline at `source` (folder or hub repo,
     read with `hub`'s keywords) has for that part, in the part's dtype; a "vae" file's VAE
-    (models/vae_override.py, in float32)."""
+    (models/vae_override.py, in float32). `classes`: each part's (library, class) where the base
+    model has no model_index.json to say so (Anima's modular pipeline); `layers_read`: per encoder
+    class, how many of its layers the family's encoding reads (a file may stop after them)."""
     if not files:
         return {}
-    from diffusers import DiffusionPipeline
-
     from .vae_override import vae_from_file
 
-    index = DiffusionPipeline.load_config(str(source), **config_keywords(hub))
+    if classes is None:
+        from diffusers import DiffusionPipeline
+
+        index = DiffusionPipeline.load_config(str(source), **config_keywords(hub))
+    else:
+        index = dict(classes)
     out = {}
     for part, path in files.items():
         library, class_name = (list(index.get(part) or []) + [None, None])[:2]
@@ -77,15 +99,17 @@ def parts_from_files(files: Mapping[str, Path], source: str | Path, hub: Mapping
             continue
         if library != "transformers" or not class_name:
             raise ModelLoadError(f"{part}.model_name: the base model has no transformers text encoder '{part}' to replace.")
-        out[part] = load_text_encoder(path, class_name, source, part, hub, dtypes.get(part, dtypes.get("default", torch.float32)))
+        out[part] = load_text_encoder(path, class_name, source, part, hub, dtypes.get(part, dtypes.get("default", torch.float32)),
+                                      layers_read=dict(layers_read or {}).get(class_name))
     return out
 
 
 def load_text_encoder(path: Path, class_name: str, source: str | Path, part: str, hub: Mapping,
-                      dtype: torch.dtype) -> torch.nn.Module:
+                      dtype: torch.dtype, *, layers_read: int | None = None) -> torch.nn.Module:
     """The `class_name` encoder with the config of `source`'s `part` folder and the weights of
     `path`, loaded as transformers loads a checkpoint (its renames of older layouts, tied weights,
-    the modules it keeps in float32)."""
+    the modules it keeps in float32). With `layers_read`, a file with fewer layers than the config
+    but at least those loads as that many layers."""
     import transformers
 
     field = f"{part}.model_name"
@@ -100,7 +124,12 @@ def load_text_encoder(path: Path, class_name: str, source: str | Path, part: str
     keep = set(getattr(cls, "_keep_in_fp32_modules", None) or ()) if dtype == torch.float16 else set()
     if dtype in (torch.float16, torch.bfloat16):
         keep |= set(getattr(cls, "_keep_in_fp32_modules_strict", None) or ())
-    weights = read_weights(path, field, class_name, dtype, keep)
+    weights = _wrapped_language_model(read_weights(path, field, class_name, dtype, keep), class_name)
+    unused = _UNUSED
+    if class_name in _VISION and not any(k.startswith(_VISION[class_name]) for k in weights):
+        unused += _VISION[class_name]  # a text-only file: the vision tower stays as initialised, never read
+    if layers_read is not None:
+        _fit_layers(config, weights, layers_read, field, path.name)
     try:
         encoder, info = cls.from_pretrained(None, config=config, state_dict=weights, dtype=dtype, output_loading_info=True,
                                             ignore_mismatched_sizes=True)  # a weight of another shape: named below
@@ -108,7 +137,7 @@ def load_text_encoder(path: Path, class_name: str, source: str | Path, part: str
         raise ModelLoadError(f"{field}: {path.name} could not be loaded as the base model's {part}, a {class_name} "
                              f"({first_line(e)}). Give its file (like {example}), or leave it blank.") from e
     expected = len(encoder.state_dict())
-    missing = sorted(k for k in info["missing_keys"] if not k.startswith(_UNUSED))
+    missing = sorted(k for k in info["missing_keys"] if not k.startswith(unused))
     wrong = sorted(info["mismatched_keys"], key=str)  # (name, its shape in the file, the shape needed)
     if missing or wrong:
         what = (f"{len(missing)} of the {expected} weights it needs are not in it (e.g. {missing[0]})" if missing else
@@ -116,6 +145,35 @@ def load_text_encoder(path: Path, class_name: str, source: str | Path, part: str
         raise ModelLoadError(f"{field}: {path.name} is not the {class_name} this model's {part} is: {what}. Give its file "
                              f"(like {example}), or leave it blank.")
     return encoder.eval()
+
+
+def _wrapped_language_model(weights: dict[str, torch.Tensor], class_name: str) -> dict[str, torch.Tensor]:
+    """A wrapped language model's weights under the wrapper's names where the file holds them under
+    the language model's own (`model.layers.0...` for `model.language_model.layers.0...`)."""
+    prefix = _LANGUAGE_MODEL.get(class_name)
+    if prefix is None or any(k.startswith(prefix) for k in weights):
+        return weights
+    return {prefix + k.removeprefix("model.") if k.startswith("model.") else k: v for k, v in weights.items()}
+
+
+def _fit_layers(config, weights: Mapping[str, torch.Tensor], layers_read: int, field: str, name: str) -> None:
+    """A file that stops after the layers encoding reads (ComfyUI's pruned Mistral): the config
+    takes its layer count, and the last hidden state stays as that layer gives it (not through the
+    final norm), as the whole model's is at that depth. One that stops before them is refused."""
+    text = getattr(config, "text_config", None) or config
+    found = {int(m.group(2)) for k in weights if (m := _LAYER.match(k)) and "vision" not in m.group(1) and "visual" not in m.group(1)}
+    layers, needed = getattr(text, "num_hidden_layers", None), int(layers_read)
+    if not found or layers is None or max(found) + 1 >= layers:
+        return
+    count = max(found) + 1
+    if count < needed or found != set(range(count)):
+        raise ModelLoadError(f"{field}: {name} holds {len(found)} of the {layers} layers of the base model's text encoder; this "
+                             f"model reads its first {needed}. Give the whole encoder's file, or leave it blank.")
+    text.num_hidden_layers = count
+    text.tie_last_hidden_states = False
+    for key in ("layer_types",):  # per-layer lists (sliding or full attention) follow the count
+        if isinstance(getattr(text, key, None), list):
+            setattr(text, key, getattr(text, key)[:count])
 
 
 def read_weights(path: Path, field: str, class_name: str, dtype: torch.dtype, keep: set[str] = frozenset()) -> dict[str, torch.Tensor]:
@@ -139,7 +197,7 @@ def read_weights(path: Path, field: str, class_name: str, dtype: torch.dtype, ke
             out = {}
             names = set(keys)
             for key in keys:
-                if key == "scaled_fp8" or key.startswith(_IGNORED_PREFIXES) or key.endswith(_IGNORED_SUFFIXES) or key.endswith(".scale_weight"):
+                if key == "scaled_fp8" or key in _NOT_WEIGHTS or key.startswith(_IGNORED_PREFIXES) or key.endswith(_IGNORED_SUFFIXES) or key.endswith(".scale_weight"):
                     continue
                 tensor = f.get_tensor(key)
                 if scaled and key.endswith(".weight") and f"{key[:-len('weight')]}scale_weight" in names:

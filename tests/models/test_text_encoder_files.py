@@ -195,9 +195,9 @@ def test_the_field_shows_for_the_families_that_read_it():
     from ot_gradio.config.families import family_info
 
     shown = sorted(t.value for t in ModelType if family_info(t) is not None and READS_TEXT_ENCODER_FILES({"model_type": t.value}))
-    assert shown == ["CHROMA_1", "FLUX_DEV_1", "FLUX_FILL_DEV_1", "HI_DREAM_FULL", "HUNYUAN_VIDEO", "QWEN", "QWEN_IMAGE_EDIT", "STABLE_DIFFUSION_3",
-                     "STABLE_DIFFUSION_35", "WAN_2_1", "WAN_2_1_I2V", "WAN_2_2_I2V_A14B", "WAN_2_2_T2V_A14B", "WAN_2_2_TI2V_5B",
-                     "Z_IMAGE"]
+    assert shown == ["ANIMA", "CHROMA_1", "FLUX_2", "FLUX_DEV_1", "FLUX_FILL_DEV_1", "HI_DREAM_FULL", "HUNYUAN_VIDEO", "QWEN",
+                     "QWEN_IMAGE_EDIT", "SANA", "STABLE_DIFFUSION_3", "STABLE_DIFFUSION_35", "WAN_2_1", "WAN_2_1_I2V", "WAN_2_2_I2V_A14B",
+                     "WAN_2_2_T2V_A14B", "WAN_2_2_TI2V_5B", "Z_IMAGE"]
 
 
 def sd3_files(model, folder: Path) -> dict[str, Path]:
@@ -253,35 +253,45 @@ def test_the_start_check_wants_the_base_models_part_beside_a_text_encoder_file(t
     for config in (TrainConfig(model_type="FLUX_DEV_1"), TrainConfig(model_type="FLUX_DEV_1", text_encoder_2={"model_name": "t5.safetensors"})):
         problem = folder_family_problem(config, str(folder))
         assert "which has no text_encoder_2" in problem and problem.endswith("the model type that matches this folder"), problem
+VISION = ("model.vision_tower.", "model.multi_modal_projector.")  # not in ComfyUI's Mistral for Flux.2
+
+
 def comfy_layout(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """An encoder's weights (+0.5) under the names ComfyUI's file of it has: a causal LM's `model.`
     around an LLM's, Qwen2.5-VL's older layout (`model.layers`, `visual.`) without its output layer,
-    CLIP's `text_model.`, T5 / UMT5 as they are; no tied copy of an embedding."""
+    Flux.2 dev's Mistral as its language model alone (`model.layers`, no vision tower, the tokenizer
+    in `tekken_model`), CLIP's `text_model.`, T5 / UMT5 as they are; no tied copy of an embedding."""
     tied = set(getattr(module, "all_tied_weights_keys", None) or ())
     kind = type(module).__name__
     out = {}
     for key, value in module.state_dict().items():
-        if key in tied or key.startswith("lm_head."):
+        if key in tied or key.startswith("lm_head.") or (kind == "Mistral3ForConditionalGeneration" and key.startswith(VISION)):
             continue
-        if kind in ("Qwen3Model", "LlamaModel"):
+        if kind in ("Qwen3Model", "LlamaModel", "Gemma2Model"):
             name = f"model.{key}"
         elif kind == "Qwen2_5_VLForConditionalGeneration":
             name = key.replace("model.language_model.", "model.", 1).replace("model.visual.", "visual.", 1)
+        elif kind == "Mistral3ForConditionalGeneration":
+            name = key.replace("model.language_model.", "model.", 1)
         elif "CLIP" in kind and not key.startswith("text_model."):
             name = f"text_model.{key}"
         else:
             name = key
         out[name] = (value + 0.5).contiguous()
+    if kind == "Mistral3ForConditionalGeneration":
+        out["tekken_model"] = torch.arange(16, dtype=torch.uint8)
     return out
 
 
 @pytest.mark.parametrize("model_type, tiny", [("Z_IMAGE", "z-image"), ("WAN_2_1", "wan"), ("WAN_2_1_I2V", "wan21-i2v"),
                                               ("HUNYUAN_VIDEO", "hunyuan_video"), ("QWEN", "qwen-image"),
-                                              ("QWEN_IMAGE_EDIT", "qwen-image-edit"), ("HI_DREAM_FULL", "hidream")])
+                                              ("QWEN_IMAGE_EDIT", "qwen-image-edit"), ("HI_DREAM_FULL", "hidream"),
+                                              ("FLUX_2", "flux2-dev"), ("FLUX_2", "flux2-klein"), ("ANIMA", "anima"), ("SANA", "sana")])
 def test_comfyui_text_encoder_files_of_the_other_families(model_type, tiny, tmp_path):
     """Z-Image's qwen_3_4b, Wan's umt5_xxl, HunyuanVideo's llava_llama3 and clip_l, Qwen-Image's
-    qwen_2.5_vl_7b (Qwen2.5-VL's original layout, no output layer), HiDream's CLIPs and T5, as ComfyUI
-    ships them."""
+    qwen_2.5_vl_7b (Qwen2.5-VL's original layout, no output layer), HiDream's CLIPs and T5, Flux.2
+    dev's mistral_3_small_flux2 and Klein's qwen_3_4b, Anima's qwen_3_06b_base, Sana's gemma_2_2b,
+    as ComfyUI ships them."""
     from ot_gradio.models.registry import get_family
     from ot_gradio.models.tiny import resolve_tiny
 
@@ -297,4 +307,43 @@ def test_comfyui_text_encoder_files_of_the_other_families(model_type, tiny, tmp_
     model = family.load(folder, offline=True, part_models=files)
     for part in files:
         expected, got = base.parts[part].state_dict(), model.parts[part].state_dict()
-        assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k] + 0.5) for k in got if not k.startswith("lm_head.")), part
+        assert got.keys() == expected.keys(), part
+        assert all(torch.equal(got[k], expected[k] + 0.5) for k in got if not k.startswith(("lm_head.", *VISION))), part
+    if tiny == "flux2-dev":  # the prompt encodes as from the whole model's weights (+0.5) would
+        whole = family.load(folder, offline=True)
+        whole.text_encoder.load_state_dict({k: v + 0.5 for k, v in base.text_encoder.state_dict().items()})
+        assert torch.equal(model.encode_text(["a red fox"])["encoder_hidden_states"], whole.encode_text(["a red fox"])["encoder_hidden_states"])
+
+
+def test_a_pruned_mistral_reads_as_the_whole_models_layers_it_holds(tmp_path):
+    """ComfyUI's pruned Mistral for Flux.2 dev holds the first 30 of 40 layers, all that dev's
+    encoding reads (hidden states 10, 20 and 30): it loads as 30 layers whose hidden state 30 is
+    the whole model's (not through the final norm). A file with fewer layers than that is refused."""
+    from ot_gradio.models.text_encoder_file import load_text_encoder
+    from ot_gradio.models.tiny.flux2 import tiny_mistral3_encoder, tiny_mistral_tokenizer
+
+    tokenizer = tiny_mistral_tokenizer()
+    whole = tiny_mistral3_encoder(tokenizer, layers=32).eval()
+    whole.save_pretrained(tmp_path / "base" / "text_encoder")
+    weights = comfy_layout(whole)
+    pruned = {k: v for k, v in weights.items() if not any(f"layers.{i}." in k for i in (30, 31))}
+    save_file(pruned, tmp_path / "pruned.safetensors")
+    hub = {"local_files_only": True}
+    model = load_text_encoder(tmp_path / "pruned.safetensors", "Mistral3ForConditionalGeneration", tmp_path / "base", "text_encoder",
+                              hub, torch.float32, layers_read=30)
+    assert model.config.text_config.num_hidden_layers == 30
+    whole.load_state_dict({k: v + 0.5 for k, v in whole.state_dict().items()})
+    ids = torch.tensor([tokenizer("a red fox")["input_ids"]])
+    with torch.no_grad():
+        expected = whole(input_ids=ids, output_hidden_states=True).hidden_states
+        got = model(input_ids=ids, output_hidden_states=True).hidden_states
+    assert len(got) == 31 and all(torch.allclose(got[i], expected[i], atol=1e-6) for i in (10, 20, 30))
+    assert not torch.allclose(expected[30], whole.model.language_model.norm(expected[30]))  # the norm would show
+    short = {k: v for k, v in weights.items() if not any(f"layers.{i}." in k for i in range(20, 32))}
+    save_file(short, tmp_path / "short.safetensors")
+    with pytest.raises(ModelLoadError, match=r"text_encoder.model_name: short.safetensors holds 20 of the 32 layers .* reads its first 30"):
+        load_text_encoder(tmp_path / "short.safetensors", "Mistral3ForConditionalGeneration", tmp_path / "base", "text_encoder",
+                          hub, torch.float32, layers_read=30)
+    with pytest.raises(ModelLoadError, match=r"pruned.safetensors is not the Mistral3ForConditionalGeneration .* not in it"):
+        load_text_encoder(tmp_path / "pruned.safetensors", "Mistral3ForConditionalGeneration", tmp_path / "base", "text_encoder",
+                          hub, torch.float32)  # a family that reads every layer wants them all

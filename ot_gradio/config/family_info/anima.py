@@ -6,7 +6,7 @@ from . import Sign, flow_transformer
 
 FAMILIES = {
     M.ANIMA: flow_transformer(
-        "AnimaModularPipeline", token_window=512, name="Anima", hub_repo="circlestone-labs/Anima-Base-v1.0-Diffusers", lora_version="anima",
+        "AnimaModularPipeline", token_window=512, text_encoder_files=True, name="Anima", hub_repo="circlestone-labs/Anima-Base-v1.0-Diffusers", lora_version="anima",
         text_encoder_labels=("Qwen3",),
         comfy_gap=("transformer", ("full", "attn-mlp", "attn-only", "blocks", "custom")),  # ComfyUI maps the DiT's original names only
         lora_unread=(("kohya", "text_encoder", "OneTrainer trains Anima's transformer only and no ComfyUI name for its Qwen3 is "

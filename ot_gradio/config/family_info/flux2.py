@@ -6,7 +6,7 @@ from . import Sign, flow_transformer
 
 FAMILIES = {
     M.FLUX_2: flow_transformer(
-        "Flux2Pipeline", token_window=512, name="Flux.2", hub_repo="black-forest-labs/FLUX.2-dev", lora_version="flux2",
+        "Flux2Pipeline", token_window=512, text_encoder_files=True, name="Flux.2", hub_repo="black-forest-labs/FLUX.2-dev", lora_version="flux2",
         comfy_gap=("modulation, feed-forward, single blocks' fused projections and time/guidance embedder",
                    ("full", "attn-mlp", "attn-only", "blocks", "custom")),
         text_encoder_labels=("Mistral / Qwen3",),
