@@ -42,7 +42,9 @@ def read_json(path: str | Path, what: str = "", expect: type = dict) -> Any:
             raw = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as err:
         raise ConfigError(f"{label}: cannot be read ({err.strerror or err})") from None
-    data = parse_toml_text(raw, label) if path.suffix.lower() == ".toml" else parse_json_text(raw, label)
+    suffix = path.suffix.lower()
+    data = (parse_toml_text(raw, label) if suffix == ".toml" else parse_yaml_text(raw, label) if suffix in YAML_SUFFIXES
+            else parse_json_text(raw, label))
     if not isinstance(data, expect):
         kind = "a JSON object ({...})" if expect is dict else "a JSON list ([...])"
         raise ConfigError(f"{label}: must hold {kind}, not a {type(data).__name__}")
@@ -81,6 +83,44 @@ def parse_toml_text(raw: bytes, label: str) -> dict[str, Any]:
         raise ConfigError(f"{label}: is not UTF-8 text (position {err.start}); save it as UTF-8") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{label}: not valid TOML ({err})") from None
+    except RecursionError:
+        raise ConfigError(f"{label}: nested too deeply to be a config (more than {MAX_DEPTH} levels)") from None
+    check_shape(data, label)
+    return data
+
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def parse_yaml_text(raw: bytes, label: str) -> Any:
+    """YAML (ai-toolkit's job files) -> a value, or ConfigError starting with `label`. Read with
+    PyYAML's safe loader (no objects built), its first document only, and without aliases: a
+    config needs none, and nested aliases make a few bytes expand to billions of values."""
+    import yaml  # noqa: PLC0415
+
+    class _Loader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"{label}: uses a YAML alias (*name, line {mark.line + 1}); write the value out instead")
+            return super().compose_node(parent, index)
+
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{label}: is not UTF-8 text (position {err.start}); save it as UTF-8") from None
+    try:
+        loader = _Loader(text)
+        try:
+            data = loader.get_data() if loader.check_data() else None
+        finally:
+            loader.dispose()
+    except ConfigError:
+        raise
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{label}: not valid YAML ({getattr(err, 'problem', None) or str(err).splitlines()[0]}{where})") from None
     except RecursionError:
         raise ConfigError(f"{label}: nested too deeply to be a config (more than {MAX_DEPTH} levels)") from None
     check_shape(data, label)

@@ -93,7 +93,7 @@ def run_length(r: KohyaReader, out: dict[str, Any], concepts: list[dict[str, Any
         return
     told = f"max_train_steps {steps}" if steps else f"no max_train_steps or max_train_epochs (sd-scripts trains {KOHYA_STEPS} steps then)"
     steps = steps or KOHYA_STEPS
-    per_epoch = _steps_per_epoch(concepts, out, readable)
+    per_epoch = steps_per_epoch(concepts, out, readable)
     if per_epoch is None:
         notes.append(f"{told}: Epochs stays at this trainer's default, as the images were not counted: set Epochs to "
                      f"{steps} x batch size x accumulation / the images an epoch shows")
@@ -103,7 +103,7 @@ def run_length(r: KohyaReader, out: dict[str, Any], concepts: list[dict[str, Any
                  "here the epoch it falls in ends)")
 
 
-def _steps_per_epoch(concepts: list[dict[str, Any]] | None, out: dict[str, Any], readable: list[Path] | None) -> int | None:
+def steps_per_epoch(concepts: list[dict[str, Any]] | None, out: dict[str, Any], readable: list[Path] | None) -> int | None:
     """Optimizer steps an epoch of the imported concepts takes; None when an image folder could not be counted."""
     if not concepts:
         return None

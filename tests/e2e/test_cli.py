@@ -135,3 +135,35 @@ def test_a_kohya_ss_config_trains_its_repeats_folders_from_the_command_line(tmp_
         keys, meta = list(f.keys()), f.metadata()
     assert keys and all(k.startswith(("lora_unet_", "lora_te_")) for k in keys)
     assert meta["ss_steps"] == "4" and meta["ss_network_dim"] == "4"
+
+
+def test_an_ai_toolkit_job_trains_from_the_command_line(tmp_path, tiny_model, four_shapes):
+    """ai-toolkit's YAML job (an SD 1.5 LoRA here, to be quick) trains unchanged: 8 steps of 4
+    images at batch 2 is 4 epochs, and the LoRA lands in training_folder/name/name.safetensors."""
+    from safetensors import safe_open
+
+    job = f"""job: extension
+config:
+  name: shapes_lora
+  process:
+    - type: sd_trainer
+      training_folder: {tmp_path / "output"}
+      device: cuda:0
+      network: {{type: lora, linear: 4, linear_alpha: 2}}
+      save: {{dtype: float16, save_every: 1000, max_step_saves_to_keep: 2}}
+      datasets:
+        - folder_path: {four_shapes}
+          caption_ext: txt
+          resolution: [64]
+      train: {{batch_size: 2, steps: 8, lr: 1e-3, optimizer: adamw, dtype: fp32, train_text_encoder: false}}
+      model: {{name_or_path: {tiny_model.diffusers_dir}, arch: sd1}}
+      sample: {{sample_every: 1000, prompts: ["a [trigger] shape"]}}
+"""
+    (tmp_path / "job.yaml").write_text(job)
+    out = _run(["train", "--config", str(tmp_path / "job.yaml"), "--set", "train_device=cpu"], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "read as ai-toolkit's job 'shapes_lora'" in out.stderr and "train.steps 8: 4 epochs" in out.stderr
+    with safe_open(str(tmp_path / "output" / "shapes_lora" / "shapes_lora.safetensors"), "pt") as f:
+        keys, meta = list(f.keys()), f.metadata()
+    assert keys and all(k.startswith("lora_unet_") for k in keys)  # the text encoder is not trained
+    assert meta["ss_steps"] == "8" and meta["ss_network_dim"] == "4"

@@ -261,3 +261,19 @@ def test_a_model_type_change_moves_only_a_default_base_model(page):
         values[model_type] = "FLUX_DEV_1"
         out = page.on_edit(values, EventData(model_type, None))
         assert out[page.config_state]["base_model_name"] == chosen and base not in out
+
+
+def test_ai_toolkit_import(page, tmp_path):
+    """Import file takes ai-toolkit's YAML job: the form shows its settings, the warning says how it was read."""
+    from tests.config.test_aitoolkit_import import FLUX
+
+    folder = tmp_path / "img"
+    folder.mkdir()
+    (tmp_path / "job.yaml").write_text(FLUX.replace("{folder}", str(folder)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = page.on_upload(str(tmp_path / "job.yaml"))
+    config = out[page.config_state]
+    assert (config["model_type"], config["lora_rank"], config["concepts"][0]["path"]) == ("FLUX_DEV_1", 16, str(folder))
+    assert out[page.fields["learning_rate"].component] == "0.0001"
+    assert any("read as ai-toolkit's job 'my_first_flux_lora_v1'" in str(w.message) for w in caught)

@@ -1,0 +1,192 @@
+"""ai-toolkit's job files (its config/examples YAML and the job its web UI saves): each setting
+with a counterpart carried over as ai-toolkit trains it, every other one named, and the jobs this
+trainer cannot run refused by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ot_gradio.config.io import config_to_dict, load_config
+from ot_gradio.config.validation import ConfigError
+
+# ai-toolkit's config/examples/train_lora_flux_24gb.yaml, its comments left out, with a trigger word
+FLUX = """---
+job: extension
+config:
+  name: "my_first_flux_lora_v1"
+  process:
+    - type: 'sd_trainer'
+      training_folder: "output"
+      device: cuda:0
+      trigger_word: "p3r5on"
+      network:
+        type: "lora"
+        linear: 16
+        linear_alpha: 16
+      save:
+        dtype: float16
+        save_every: 250
+        max_step_saves_to_keep: 4
+        push_to_hub: false
+      datasets:
+        - folder_path: "{folder}"
+          caption_ext: "txt"
+          caption_dropout_rate: 0.05
+          shuffle_tokens: false
+          cache_latents_to_disk: true
+          resolution: [ 512, 768, 1024 ]
+      train:
+        batch_size: 1
+        steps: 2000
+        gradient_accumulation_steps: 1
+        train_unet: true
+        train_text_encoder: false
+        gradient_checkpointing: true
+        noise_scheduler: "flowmatch"
+        optimizer: "adamw8bit"
+        lr: 1e-4
+        ema_config:
+          use_ema: true
+          ema_decay: 0.99
+        dtype: bf16
+      model:
+        name_or_path: "black-forest-labs/FLUX.1-dev"
+        is_flux: true
+        quantize: true
+      sample:
+        sampler: "flowmatch"
+        sample_every: 250
+        width: 1024
+        height: 1024
+        prompts:
+          - "[trigger] holding a sign that says 'I LOVE PROMPTS!'"
+          - "a bear building a log cabin in the snow covered mountains"
+        neg: ""
+        seed: 42
+        walk_seed: true
+        guidance_scale: 4
+        sample_steps: 20
+meta:
+  name: "[name]"
+  version: '1.0'
+"""
+
+
+def _images(folder: Path, count: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        (folder / f"{i}.png").write_bytes(b"x")
+    return folder
+
+
+def test_the_flux_example_imports_as_ai_toolkit_trains_it(tmp_path):
+    folder = _images(tmp_path / "img", 5)
+    (tmp_path / "flux.yaml").write_text(FLUX.replace("{folder}", str(folder)))
+    result = load_config(tmp_path / "flux.yaml")
+    c = config_to_dict(result.config)
+    assert (c["model_type"], c["base_model_name"], c["training_method"]) == ("FLUX_DEV_1", "black-forest-labs/FLUX.1-dev", "LORA")
+    assert (c["peft_type"], c["lora_rank"], c["lora_alpha"]) == ("LORA", 16, 16.0)
+    assert c["learning_rate"] == pytest.approx(1e-4) and c["transformer"]["learning_rate"] == pytest.approx(1e-4)  # YAML's "1e-4" text
+    assert c["optimizer"]["optimizer"] == "ADAMW_8BIT" and (c["ema"], c["ema_decay"]) == ("GPU", 0.99)
+    assert (c["train_dtype"], c["output_dtype"], c["clip_grad_norm"]) == ("BFLOAT_16", "FLOAT_16", 1.0)
+    # quantize: the transformer and (quantize_te follows it) the text encoders in 8 bits; text encoders not trained
+    assert [c[p]["weight_dtype"] for p in ("transformer", "text_encoder", "text_encoder_2")] == ["FLOAT_8"] * 3
+    assert not c["text_encoder"]["train"] and not c["text_encoder_2"]["train"] and c["transformer"]["train"]
+    assert c["text_encoder_2"]["dropout_probability"] == 0.05  # caption dropout
+    assert c["resolution"] == "512,768,1024" and c["timestep_distribution"] == "LOGIT_NORMAL"  # its sigmoid timesteps
+    # 2000 steps of 5 images at batch 1: 400 epochs
+    assert c["epochs"] == 400 and "train.steps 2000: 400 epochs" in result.warnings[0]
+    assert (c["save_every"], c["save_every_unit"], c["save_keep_last"]) == (250, "STEP", 4)
+    assert c["output_model_destination"] == str(Path("output") / "my_first_flux_lora_v1" / "my_first_flux_lora_v1.safetensors")
+    concept = c["concepts"][0]
+    assert (concept["path"], concept["text"]["caption_prefix"]) == (str(folder), "p3r5on")
+    first, second = c["samples"]
+    assert first["prompt"] == "p3r5on holding a sign that says 'I LOVE PROMPTS!'"
+    assert (first["seed"], second["seed"], first["cfg_scale"], first["diffusion_steps"], first["width"]) == (42, 43, 4.0, 20, 1024)
+    assert (c["sample_after"], c["sample_after_unit"]) == (250, "STEP")
+    assert "read as ai-toolkit's job 'my_first_flux_lora_v1'" in result.warnings[0]
+    assert "not carried over" not in result.warnings[0]  # every value of this example is read
+
+
+def test_the_job_ai_toolkits_page_saves(tmp_path):
+    """Its web UI's job (JSON, its defaults: Flex.1 with the page's settings for every model) and a
+    Wan 2.2 A14B job of two experts, a quantized text encoder and layer offloading."""
+    folder = _images(tmp_path / "img", 4)
+    dataset = {"folder_path": str(folder), "mask_path": None, "mask_min_value": 0.1, "default_caption": "a photo", "caption_ext": "txt",
+               "caption_dropout_rate": 0.05, "cache_latents_to_disk": False, "is_reg": False, "network_weight": 1,
+               "resolution": [512, 768], "controls": [], "shrink_video_to_frames": True, "num_frames": 1, "flip_x": True,
+               "flip_y": False, "num_repeats": 2}
+    process = {
+        "type": "diffusion_trainer", "training_folder": "output", "sqlite_db_path": "./aitk_db.db", "device": "cuda", "trigger_word": None,
+        "performance_log_every": 10,
+        "network": {"type": "lora", "linear": 32, "linear_alpha": 32, "conv": 16, "conv_alpha": 16, "lokr_full_rank": True, "lokr_factor": -1,
+                    "network_kwargs": {"ignore_if_contains": []}},
+        "save": {"dtype": "bf16", "save_every": 250, "max_step_saves_to_keep": 4, "save_format": "diffusers", "push_to_hub": False},
+        "datasets": [dataset],
+        "train": {"batch_size": 2, "bypass_guidance_embedding": True, "steps": 3000, "gradient_accumulation": 1, "train_unet": True,
+                  "train_text_encoder": False, "gradient_checkpointing": True, "noise_scheduler": "flowmatch", "optimizer": "adamw8bit",
+                  "timestep_type": "sigmoid", "content_or_style": "balanced", "optimizer_params": {"weight_decay": 1e-4},
+                  "unload_text_encoder": False, "cache_text_embeddings": False, "lr": 0.0001, "ema_config": {"use_ema": False, "ema_decay": 0.99},
+                  "skip_first_sample": False, "force_first_sample": False, "disable_sampling": False, "dtype": "bf16",
+                  "diff_output_preservation": False, "diff_output_preservation_multiplier": 1.0, "diff_output_preservation_class": "person",
+                  "switch_boundary_every": 1, "loss_type": "mse"},
+        "logging": {"log_every": 1, "use_ui_logger": True},
+        "model": {"name_or_path": "ostris/Flex.1-alpha", "quantize": True, "qtype": "qfloat8", "quantize_te": True, "qtype_te": "qfloat8",
+                  "arch": "flex1", "low_vram": False, "model_kwargs": {}, "compile": False},
+        "sample": {"sampler": "flowmatch", "sample_every": 250, "sample_start_step": 0, "width": 1024, "height": 1024,
+                   "samples": [{"prompt": "a bear"}, {"prompt": "a cat", "width": 768, "seed": 7}], "neg": "", "seed": 42, "walk_seed": True,
+                   "guidance_scale": 4, "sample_steps": 30, "num_frames": 1, "fps": 1},
+    }
+    job = {"job": "extension", "config": {"name": "my_first_lora_v1", "process": [process]}, "meta": {"name": "[name]", "version": "1.0"}}
+    result = load_config(json.loads(json.dumps(job)))
+    c = config_to_dict(result.config)
+    assert (c["model_type"], c["lora_rank"], c["batch_size"], c["optimizer"]["weight_decay"]) == ("FLUX_DEV_1", 32, 2, 1e-4)
+    concept = c["concepts"][0]
+    assert (concept["balancing"], concept["image"]["enable_random_flip"], concept["text"]["default_caption"]) == (2.0, True, "a photo")
+    assert c["epochs"] == 750  # 3000 steps of 4 images x 2 repeats at batch 2
+    assert c["samples"][1]["width"] == 768 and c["samples"][1]["seed"] == 7 and c["samples"][0]["seed"] == 42
+    assert "Flex.1 is trained as Flux.1" in result.warnings[0]
+    # the page's values that change nothing are not listed; bypass_guidance_embedding (Flux's guidance) is
+    assert result.warnings[0].endswith("not carried over (left at this trainer's defaults): train.bypass_guidance_embedding.")
+
+    process["model"] = {"name_or_path": "ai-toolkit/Wan2.2-T2V-A14B-Diffusers-bf16", "arch": "wan22_14b", "quantize": True,
+                        "qtype": "uint4|ostris/accuracy_recovery_adapters/wan22_14b_t2i_torchao_uint4.safetensors", "quantize_te": True,
+                        "qtype_te": "qfloat8", "layer_offloading": True, "layer_offloading_transformer_percent": 0.5,
+                        "model_kwargs": {"train_high_noise": False, "train_low_noise": True}}
+    process["train"]["timestep_type"] = "linear"
+    process["datasets"][0]["num_frames"] = 33
+    result = load_config(json.loads(json.dumps(job)))
+    c = config_to_dict(result.config)
+    assert (c["model_type"], c["trained_expert"], c["frames"], c["timestep_distribution"]) == ("WAN_2_2_T2V_A14B", "LOW_NOISE", "33", "UNIFORM")
+    assert (c["transformer"]["weight_dtype"], c["transformer"]["offload_fraction"], c["text_encoder"]["weight_dtype"]) == ("NFLOAT_4", 0.5, "FLOAT_8")
+    assert "accuracy recovery adapter is ai-toolkit's own" in result.warnings[0]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model": {"arch": "lumina2", "name_or_path": "x"}}, r"model.arch: 'lumina2' has no model type here"),
+    ({"slider": {"targets": []}}, r"config.process\[0\].slider: this ai-toolkit job trains a slider"),
+    ({"train": {"lr": "fast"}}, r"train.lr: 'fast' is not a number"),
+])
+def test_jobs_this_trainer_cannot_run_are_refused_by_name(change, message):
+    job = {"job": "extension", "config": {"name": "x", "process": [{"type": "sd_trainer", "model": {"arch": "sdxl", "name_or_path": "m"},
+                                                                    "train": {"steps": 10}, **change}]}}
+    with pytest.raises(ConfigError, match=message):
+        load_config(job)
+
+
+def test_a_yaml_file_is_read_safely(tmp_path):
+    """Aliases are refused (nested ones expand a few bytes to billions of values), as are tags that
+    build objects; a YAML error names its line."""
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+    (tmp_path / "bomb.yaml").write_text(bomb)
+    with pytest.raises(ConfigError, match=r"bomb.yaml: uses a YAML alias \(\*name, line 2\)"):
+        load_config(tmp_path / "bomb.yaml")
+    (tmp_path / "object.yml").write_text("config: !!python/object/apply:os.system ['echo hi']\n")
+    with pytest.raises(ConfigError, match=r"object.yml: not valid YAML .*line 1"):
+        load_config(tmp_path / "object.yml")
+    (tmp_path / "broken.yaml").write_text("config:\n  name: x\n   bad: [\n")
+    with pytest.raises(ConfigError, match=r"broken.yaml: not valid YAML \(.* at line \d+, column \d+\)"):
+        load_config(tmp_path / "broken.yaml")
