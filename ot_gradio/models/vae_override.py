@@ -5,7 +5,8 @@ As OneTrainer does, the VAE comes from a diffusers VAE folder or hub repo (its `
 weights at the top; a whole pipeline's folder or repo also works: its `vae/` is read). Beyond it, a
 single VAE file as A1111 and ComfyUI users keep them (`.safetensors`, `.ckpt`/`.pt`, diffusers or
 original key names, also a whole checkpoint whose `first_stage_model.` part is read; a Hugging Face
-file address too) is read with the base model's VAE config. The new VAE must make latents of the
+file address too) is read with the base model's VAE config; so are ComfyUI's files of the Wan 2.1
+VAE in Wan's original layout (wan_2.1_vae, qwen_image_vae). The new VAE must make latents of the
 shape the denoiser takes; anything else is a ModelLoadError that names the field.
 """
 
@@ -21,6 +22,9 @@ from .errors import first_line
 from .weight_variants import hub_variant, variant_keywords
 
 FIELD = "vae.model_name"
+# VAEs of the Wan 2.1 architecture, whose original layout ComfyUI's files keep (wan_2.1_vae,
+# qwen_image_vae: Wan 2.1 and 2.2 A14B, Qwen-Image and its Edit, Anima)
+WAN_VAES = ("AutoencoderKLWan", "AutoencoderKLQwenImage")
 _FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin")
 
 
@@ -135,6 +139,8 @@ def _from_file(cls, file: Path, base_vae):
             tensors = convert_ldm_vae_checkpoint(tensors, dict(vae.config))
         except Exception as e:
             raise ModelLoadError(f"{FIELD}: {file} is not a VAE of this model's kind ({first_line(e)}).") from e
+    if not set(expected) <= set(tensors) and cls.__name__ in WAN_VAES and any(k.startswith("decoder.upsamples.") for k in tensors):
+        tensors = _from_wan_layout(tensors, vae, file)
     missing = sorted(set(expected) - set(tensors))
     wrong = sorted(k for k in set(expected) & set(tensors) if tuple(tensors[k].shape) != tuple(expected[k].shape))
     if missing or wrong:
@@ -145,6 +151,21 @@ def _from_file(cls, file: Path, base_vae):
                              "for this base model.")
     vae.load_state_dict({k: tensors[k] for k in expected}, strict=True)
     return vae
+
+
+def _from_wan_layout(tensors: dict[str, torch.Tensor], vae, file: Path) -> dict[str, torch.Tensor]:
+    """A Wan 2.1 VAE's original names (`encoder.downsamples`, `decoder.upsamples`, `head`, `conv1`),
+    as ComfyUI's wan_2.1_vae and qwen_image_vae files have them, in diffusers' (its single-file
+    converter, which knows the published architecture: 4 stages of 2 residual blocks). Wan 2.2's
+    own VAE (the TI2V 5B's, residual blocks with a patch) has another layout, not read here."""
+    config = vae.config
+    if getattr(config, "is_residual", False) or int(config.num_res_blocks) != 2 or len(config.dim_mult) != 4:
+        raise ModelLoadError(f"{FIELD}: {file} holds a VAE in Wan's original layout, which is read for the Wan 2.1 VAE "
+                             "(Wan 2.1 and 2.2 A14B, Qwen-Image, Anima) only; give this model's VAE as a diffusers folder or "
+                             "file, or leave the field blank.")
+    from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
+
+    return convert_wan_vae_to_diffusers(tensors)
 
 
 def _latent_channels(vae) -> int | None:

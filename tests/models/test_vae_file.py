@@ -6,6 +6,7 @@ a VAE that does not fit the model is refused by name. The families read it throu
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -92,3 +93,76 @@ def test_a_wrong_vae_is_named_with_what_to_do(tiny_sd15_paths, sd15, tmp_path, m
 
 def test_the_field_is_shown_and_checked_not_planned():
     assert field_meta(VaePartConfig, "model_name").get("status") != PLANNED
+
+
+def wan_vae_to_original(weights: dict) -> dict:
+    """A Wan 2.1-architecture VAE's diffusers names in Wan's original ones, as ComfyUI's
+    wan_2.1_vae / qwen_image_vae files have them (the inverse of diffusers' converter)."""
+    import re
+
+    resnet = {"norm1": "residual.0", "conv1": "residual.2", "norm2": "residual.3", "conv2": "residual.6", "conv_shortcut": "shortcut"}
+    fixed = {"quant_conv": "conv1", "post_quant_conv": "conv2", "encoder.conv_in": "encoder.conv1", "decoder.conv_in": "decoder.conv1",
+             "encoder.norm_out": "encoder.head.0", "encoder.conv_out": "encoder.head.2", "decoder.norm_out": "decoder.head.0",
+             "decoder.conv_out": "decoder.head.2"}
+    out = {}
+    for key, value in weights.items():
+        module, _, leaf = key.rpartition(".")
+        if module in fixed:
+            module = fixed[module]
+        elif m := re.fullmatch(r"(encoder|decoder)\.mid_block\.attentions\.0\.(.+)", module):
+            module = f"{m[1]}.middle.1.{m[2]}"
+        elif m := re.fullmatch(r"(encoder|decoder)\.mid_block\.resnets\.(\d)\.(\w+)", module):
+            module = f"{m[1]}.middle.{2 * int(m[2])}.{resnet[m[3]]}"
+        elif m := re.fullmatch(r"encoder\.down_blocks\.(\d+)\.(norm1|conv1|norm2|conv2|conv_shortcut)", module):
+            module = f"encoder.downsamples.{m[1]}.{resnet[m[2]]}"
+        elif m := re.fullmatch(r"encoder\.down_blocks\.(\d+)\.(.+)", module):
+            module = f"encoder.downsamples.{m[1]}.{m[2]}"
+        elif m := re.fullmatch(r"decoder\.up_blocks\.(\d)\.resnets\.(\d)\.(\w+)", module):
+            module = f"decoder.upsamples.{4 * int(m[1]) + int(m[2])}.{resnet[m[3]]}"
+        elif m := re.fullmatch(r"decoder\.up_blocks\.(\d)\.upsamplers\.0\.(.+)", module):
+            module = f"decoder.upsamples.{4 * int(m[1]) + 3}.{m[2]}"
+        out[f"{module}.{leaf}"] = value
+    return out
+
+
+@pytest.mark.parametrize("model_type, tiny", [("QWEN", "qwen-image"), ("WAN_2_1", "wan"), ("ANIMA", "anima")])
+def test_comfyuis_wan_layout_vae_files_load(model_type, tiny, tmp_path):
+    """ComfyUI's qwen_image_vae / wan_2.1_vae (Wan's original names) for Qwen-Image, Wan 2.1 and
+    Anima, on a VAE of the published architecture (4 stages of 2 residual blocks) at a small width;
+    the file's names are those diffusers' own converter reads (none of its diffusers names is left)."""
+    from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
+    from safetensors.torch import save_file
+
+    from ot_gradio.models.registry import get_family
+
+    folder = tmp_path / "model"
+    shutil.copytree(resolve_tiny(f"tiny:{tiny}").diffusers_dir, folder)
+    config = json.loads((folder / "vae" / "config.json").read_text())
+    config.update(base_dim=8, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[], temperal_downsample=[False, True, True])
+    config.pop("decoder_base_dim", None)
+    cls = getattr(__import__("diffusers"), config["_class_name"])
+    torch.manual_seed(0)
+    shutil.rmtree(folder / "vae")
+    cls.from_config(config).save_pretrained(folder / "vae")
+    family = get_family(model_type)
+    base = family.load(str(folder), offline=True)
+    changed = {k: (v + 0.1).contiguous() for k, v in base.vae.state_dict().items()}
+    original = wan_vae_to_original(changed)
+    assert not any(word in k for k in original for word in ("down_blocks", "up_blocks", "mid_block", "resnets", "_in.", "_out.", "quant"))
+    assert convert_wan_vae_to_diffusers(original).keys() == changed.keys()
+    save_file(original, tmp_path / "wan_2.1_vae.safetensors")
+    model = family.load(str(folder), offline=True, part_models={"vae": str(tmp_path / "wan_2.1_vae.safetensors")})
+    assert _same(model.vae, changed)
+
+
+def test_wan22s_own_vae_layout_is_refused_by_name(tmp_path):
+    """Wan 2.2 TI2V 5B's VAE (residual blocks) in Wan's original layout is not read: said, naming the field."""
+    from safetensors.torch import save_file
+
+    from ot_gradio.models.wan_ti2v import Wan22TI2V5B
+
+    folder = str(resolve_tiny("tiny:wan22-5b").diffusers_dir)
+    base = Wan22TI2V5B.load(folder, offline=True)
+    save_file(wan_vae_to_original({k: v.contiguous() for k, v in base.vae.state_dict().items()}), tmp_path / "wan2.2_vae.safetensors")
+    with pytest.raises(ModelLoadError, match=r"vae.model_name: .*wan2.2_vae.safetensors holds a VAE in Wan's original layout"):
+        Wan22TI2V5B.load(folder, offline=True, part_models={"vae": str(tmp_path / "wan2.2_vae.safetensors")})
