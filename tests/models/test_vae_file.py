@@ -125,10 +125,10 @@ def wan_vae_to_original(weights: dict) -> dict:
     return out
 
 
-@pytest.mark.parametrize("model_type, tiny", [("QWEN", "qwen-image"), ("WAN_2_1", "wan"), ("ANIMA", "anima")])
+@pytest.mark.parametrize("model_type, tiny", [("QWEN", "qwen-image"), ("WAN_2_1", "wan"), ("ANIMA", "anima"), ("KREA_2", "krea2")])
 def test_comfyuis_wan_layout_vae_files_load(model_type, tiny, tmp_path):
-    """ComfyUI's qwen_image_vae / wan_2.1_vae (Wan's original names) for Qwen-Image, Wan 2.1 and
-    Anima, on a VAE of the published architecture (4 stages of 2 residual blocks) at a small width;
+    """ComfyUI's qwen_image_vae / wan_2.1_vae (Wan's original names) for Qwen-Image, Wan 2.1, Anima
+    (into the pipeline's loader) and Krea 2 (in place of the loaded VAE), on a VAE of the published architecture (4 stages of 2 residual blocks) at a small width;
     the file's names are those diffusers' own converter reads (none of its diffusers names is left)."""
     from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
     from safetensors.torch import save_file
