@@ -90,41 +90,72 @@ def parse_toml_text(raw: bytes, label: str) -> dict[str, Any]:
 
 
 YAML_SUFFIXES = (".yaml", ".yml")
+# an ai-toolkit job is a few kB: a YAML config is read up to this size (PyYAML is slow on big files)
+MAX_YAML_BYTES = 256 * 1024
 
 
 def parse_yaml_text(raw: bytes, label: str) -> Any:
     """YAML (ai-toolkit's job files) -> a value, or ConfigError starting with `label`. Read with
-    PyYAML's safe loader (no objects built), its first document only, and without aliases: a
-    config needs none, and nested aliases make a few bytes expand to billions of values."""
-    import yaml  # noqa: PLC0415
-
-    class _Loader(yaml.SafeLoader):
-        def compose_node(self, parent, index):
-            if self.check_event(yaml.AliasEvent):
-                mark = self.peek_event().start_mark
-                raise ConfigError(f"{label}: uses a YAML alias (*name, line {mark.line + 1}); write the value out instead")
-            return super().compose_node(parent, index)
-
+    PyYAML's safe loader (no objects built), its first document only, without aliases (a config
+    needs none, and nested aliases make a few bytes expand to billions of values) and without YAML
+    1.1's base-60 numbers (`1:30` stays text, as YAML 1.2 reads it; building them takes quadratic time)."""
+    if len(raw) > MAX_YAML_BYTES:
+        raise ConfigError(f"{label}: {human_bytes(len(raw))} is larger than the {human_bytes(MAX_YAML_BYTES)} a YAML config may "
+                          "have; this is not a training job")
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise ConfigError(f"{label}: is not UTF-8 text (position {err.start}); save it as UTF-8") from None
+    import yaml  # noqa: PLC0415
+
+    loader = _yaml_loader()(text)
     try:
-        loader = _Loader(text)
-        try:
-            data = loader.get_data() if loader.check_data() else None
-        finally:
-            loader.dispose()
-    except ConfigError:
-        raise
+        data = loader.get_data() if loader.check_data() else None
+    except _YamlAlias as err:
+        raise ConfigError(f"{label}: uses a YAML alias (*name, line {err.args[0]}); write the value out instead") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise ConfigError(f"{label}: not valid YAML ({getattr(err, 'problem', None) or str(err).splitlines()[0]}{where})") from None
     except RecursionError:
         raise ConfigError(f"{label}: nested too deeply to be a config (more than {MAX_DEPTH} levels)") from None
+    except ValueError as err:  # an integer of more than 4,300 digits
+        raise ConfigError(f"{label}: holds a number too long to read ({str(err).split(';')[0]})") from None
+    finally:
+        loader.dispose()
     check_shape(data, label)
     return data
+
+
+class _YamlAlias(Exception):
+    pass
+
+
+_LOADER = None
+
+
+def _yaml_loader():
+    """PyYAML's SafeLoader without aliases and base-60 numbers (built once, on the first YAML file)."""
+    global _LOADER  # noqa: PLW0603
+    if _LOADER is None:
+        import yaml  # noqa: PLC0415
+
+        class StrictLoader(yaml.SafeLoader):
+            def compose_node(self, parent, index):
+                if self.check_event(yaml.AliasEvent):
+                    raise _YamlAlias(self.peek_event().start_mark.line + 1)
+                return super().compose_node(parent, index)
+
+            def sexagesimal_as_text(self, node):
+                value = self.construct_scalar(node)
+                if ":" in value:
+                    return value
+                return (yaml.SafeLoader.construct_yaml_int if node.tag.endswith(":int") else yaml.SafeLoader.construct_yaml_float)(self, node)
+
+        for tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
+            StrictLoader.add_constructor(tag, StrictLoader.sexagesimal_as_text)
+        _LOADER = StrictLoader
+    return _LOADER
 
 
 def check_shape(data: Any, label: str = "config") -> None:

@@ -90,10 +90,12 @@ def test_the_flux_example_imports_as_ai_toolkit_trains_it(tmp_path):
     assert (c["model_type"], c["base_model_name"], c["training_method"]) == ("FLUX_DEV_1", "black-forest-labs/FLUX.1-dev", "LORA")
     assert (c["peft_type"], c["lora_rank"], c["lora_alpha"]) == ("LORA", 16, 16.0)
     assert c["learning_rate"] == pytest.approx(1e-4) and c["transformer"]["learning_rate"] == pytest.approx(1e-4)  # YAML's "1e-4" text
-    assert c["optimizer"]["optimizer"] == "ADAMW_8BIT" and (c["ema"], c["ema_decay"]) == ("GPU", 0.99)
+    assert (c["optimizer"]["optimizer"], c["optimizer"]["eps"]) == ("ADAMW_8BIT", 1e-6)  # ai-toolkit's eps for its Adams
+    assert (c["ema"], c["ema_decay"], c["ema_update_step_interval"]) == ("GPU", 0.99, 1)  # updated every step
+    assert c["layer_filter_preset"] == "blocks"  # transformer_only, its default: the transformer blocks
     assert (c["train_dtype"], c["output_dtype"], c["clip_grad_norm"]) == ("BFLOAT_16", "FLOAT_16", 1.0)
-    # quantize: the transformer and (quantize_te follows it) the text encoders in 8 bits; text encoders not trained
-    assert [c[p]["weight_dtype"] for p in ("transformer", "text_encoder", "text_encoder_2")] == ["FLOAT_8"] * 3
+    # quantize: the transformer and (quantize_te follows it) T5, as ai-toolkit's Flux does; text encoders not trained
+    assert [c[p]["weight_dtype"] for p in ("transformer", "text_encoder", "text_encoder_2")] == ["FLOAT_8", "FLOAT_32", "FLOAT_8"]
     assert not c["text_encoder"]["train"] and not c["text_encoder_2"]["train"] and c["transformer"]["train"]
     assert c["text_encoder_2"]["dropout_probability"] == 0.05  # caption dropout
     assert c["resolution"] == "512,768,1024" and c["timestep_distribution"] == "LOGIT_NORMAL"  # its sigmoid timesteps
@@ -145,8 +147,9 @@ def test_the_job_ai_toolkits_page_saves(tmp_path):
     c = config_to_dict(result.config)
     assert (c["model_type"], c["lora_rank"], c["batch_size"], c["optimizer"]["weight_decay"]) == ("FLUX_DEV_1", 32, 2, 1e-4)
     concept = c["concepts"][0]
-    assert (concept["balancing"], concept["image"]["enable_random_flip"], concept["text"]["default_caption"]) == (2.0, True, "a photo")
-    assert c["epochs"] == 750  # 3000 steps of 4 images x 2 repeats at batch 2
+    # flip_x adds a flipped copy of each image there: twice the repeats, each image flipped at random
+    assert (concept["balancing"], concept["image"]["enable_random_flip"], concept["text"]["default_caption"]) == (4.0, True, "a photo")
+    assert c["epochs"] == 375  # 3000 steps of 4 images x 2 repeats x 2 (flipped) at batch 2
     assert c["samples"][1]["width"] == 768 and c["samples"][1]["seed"] == 7 and c["samples"][0]["seed"] == 42
     assert "Flex.1 is trained as Flux.1" in result.warnings[0]
     # the page's values that change nothing are not listed; bypass_guidance_embedding (Flux's guidance) is
@@ -165,21 +168,62 @@ def test_the_job_ai_toolkits_page_saves(tmp_path):
     assert "accuracy recovery adapter is ai-toolkit's own" in result.warnings[0]
 
 
+def _job(**process) -> dict:
+    return {"job": "extension", "config": {"name": "x", "process": [{"type": "sd_trainer", "model": {"arch": "sdxl", "name_or_path": "m"},
+                                                                     "train": {"steps": 10}, **process}]}}
+
+
+def test_how_ai_toolkit_runs_what_it_is_told(tmp_path):
+    """Its own readings of a job: the older gradient_accumulation_steps counts batches as steps;
+    Prodigy runs at lr 1 when given one under 0.1; `linear` is torch's LinearLR up from a third of
+    the rate; constant_with_warmup warms up 1,000 steps; Adafactor is not clipped; [name] is the
+    job's name; the page's SD 1.5 arch; unload_text_encoder and a dataset's LoRA strength are said."""
+    folder = _images(tmp_path / "img", 4)
+    dataset = [{"folder_path": str(folder), "network_weight": 0.5}]
+    train = {"steps": 400, "gradient_accumulation_steps": 4, "optimizer": "prodigy", "lr": 1e-4, "lr_scheduler": "linear",
+             "unload_text_encoder": True}
+    c_result = load_config(_job(model={"arch": "sd15", "name_or_path": "[name]/model"}, network={"linear": 8}, datasets=dataset, train=train,
+                                save={"save_every": 200}))
+    c = config_to_dict(c_result.config)
+    assert (c["model_type"], c["base_model_name"]) == ("STABLE_DIFFUSION_15", "x/model")
+    assert (c["gradient_accumulation_steps"], c["epochs"], c["save_every"]) == (4, 100, 50)  # 100 optimizer steps of 4 batches
+    assert (c["optimizer"]["optimizer"], c["learning_rate"]) == ("PRODIGY", 1.0)
+    assert (c["learning_rate_scheduler"], c["custom_learning_rate_scheduler"]) == ("CUSTOM", "torch.optim.lr_scheduler.LinearLR")
+    assert {p["key"]: p["value"] for p in c["scheduler_params"]} == {"start_factor": repr(1 / 3), "end_factor": "1.0", "total_iters": "100"}
+    assert c["layer_filter_preset"] == "attn-mlp"  # a UNet's transformer blocks
+    warning = c_result.warnings[0]
+    assert "unload_text_encoder: ai-toolkit then trains every image on its trigger word alone" in warning
+    assert warning.endswith("not carried over (left at this trainer's defaults): datasets[0].network_weight.")
+    c = config_to_dict(load_config(_job(train={"optimizer": "adafactor", "lr_scheduler": "constant_with_warmup"})).config)
+    assert (c["clip_grad_norm"], c["learning_rate_warmup_steps"], c["optimizer"]["relative_step"]) == (None, 1000.0, False)
+
+
 @pytest.mark.parametrize("change, message", [
     ({"model": {"arch": "lumina2", "name_or_path": "x"}}, r"model.arch: 'lumina2' has no model type here"),
+    ({"model": {"arch": "krea2", "name_or_path": "x", "model_kwargs": {"edit": True}}}, r"model.model_kwargs.edit: this job trains krea2 to edit"),
+    ({"train": {"batch_size": 0}}, r"train.batch_size: 0 is not a batch size"),
+    ({"train": {"steps": "1e400"}}, r"train.steps: '1e400' is not a number"),
+    ({"train": {"ema_config": {"use_ema": True, "ema_decay": "slow"}}}, r"ema_decay: 'slow' is not a number"),
+    ({"datasets": [{"folder_path": "/d", "resolution": [[512, 768]]}]}, r"datasets\[0\].resolution: \[512, 768\] is not a size"),
+    ({"sample": {"samples": [{"prompt": "a", "seed": "x"}]}}, r"sample.samples\[0\].seed: 'x' is not a number"),
     ({"slider": {"targets": []}}, r"config.process\[0\].slider: this ai-toolkit job trains a slider"),
     ({"train": {"lr": "fast"}}, r"train.lr: 'fast' is not a number"),
 ])
 def test_jobs_this_trainer_cannot_run_are_refused_by_name(change, message):
-    job = {"job": "extension", "config": {"name": "x", "process": [{"type": "sd_trainer", "model": {"arch": "sdxl", "name_or_path": "m"},
-                                                                    "train": {"steps": 10}, **change}]}}
     with pytest.raises(ConfigError, match=message):
-        load_config(job)
+        load_config(_job(**change))
+
+
+def test_odd_but_valid_values_import():
+    """A sample's `neg: false` (ai-toolkit's default), a scalar resolution, a sample seed of null."""
+    c = config_to_dict(load_config(_job(datasets=[{"folder_path": "/d", "resolution": 768}],
+                                        sample={"neg": False, "samples": [{"prompt": "a", "neg": False, "seed": None}]})).config)
+    assert (c["resolution"], c["samples"][0]["negative_prompt"], c["samples"][0]["seed"]) == ("768", "", 0)
 
 
 def test_a_yaml_file_is_read_safely(tmp_path):
     """Aliases are refused (nested ones expand a few bytes to billions of values), as are tags that
-    build objects; a YAML error names its line."""
+    build objects and files larger than a job; a YAML error names its line."""
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
     (tmp_path / "bomb.yaml").write_text(bomb)
     with pytest.raises(ConfigError, match=r"bomb.yaml: uses a YAML alias \(\*name, line 2\)"):
@@ -187,6 +231,9 @@ def test_a_yaml_file_is_read_safely(tmp_path):
     (tmp_path / "object.yml").write_text("config: !!python/object/apply:os.system ['echo hi']\n")
     with pytest.raises(ConfigError, match=r"object.yml: not valid YAML .*line 1"):
         load_config(tmp_path / "object.yml")
+    (tmp_path / "big.yaml").write_text("a: [" + ",".join(["1"] * 200_000) + "]\n")
+    with pytest.raises(ConfigError, match=r"big.yaml: .* is larger than the 256.0 KB a YAML config may have"):
+        load_config(tmp_path / "big.yaml")
     (tmp_path / "broken.yaml").write_text("config:\n  name: x\n   bad: [\n")
     with pytest.raises(ConfigError, match=r"broken.yaml: not valid YAML \(.* at line \d+, column \d+\)"):
         load_config(tmp_path / "broken.yaml")

@@ -1,0 +1,189 @@
+"""An ai-toolkit job's datasets, samples and saving, for config/aitoolkit_import.py: its reader of
+a section's values (what is read counts as carried over) and the parts of the job that are data
+rather than training settings."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from .family_info import FamilyInfo
+from .validation import ConfigError
+
+# values that say how ai-toolkit runs, not what it trains, per section: not listed as left out
+PLUMBING = {
+    "process": {"type", "device", "sqlite_db_path", "performance_log_every", "logging", "training_folder", "trigger_word"},
+    "model": {"low_vram", "compile", "block_compile", "compile_mode", "attn_masking", "te_device", "vae_device"},
+    "save": {"push_to_hub", "hf_repo_id", "hf_private", "save_format"},
+    "train": {"cache_text_embeddings", "xformers", "sdp", "attention_backend", "performance_log_every", "noise_scheduler"},
+    "sample": {"sampler", "sample_start_step", "format", "ext"},
+    "datasets": {"cache_latents_to_disk", "cache_latents", "num_workers", "prefetch_factor", "cache_latents_num_workers",
+                 "mask_min_value", "type"},
+}
+DTYPES = {"float16": "FLOAT_16", "fp16": "FLOAT_16", "bf16": "BFLOAT_16", "bfloat16": "BFLOAT_16", "float32": "FLOAT_32",
+          "fp32": "FLOAT_32", "float": "FLOAT_32"}
+
+
+class Section:
+    """One section's values; what is read counts as carried over."""
+
+    def __init__(self, name: str, data: Any, plumbing: str = ""):
+        self.name, self.data, self.used = name, data if isinstance(data, dict) else {}, set()
+        self.plumbing = PLUMBING.get(plumbing or name, set())
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.used.add(key)
+        value = self.data.get(key)
+        return default if value is None else value
+
+    def number(self, key: str, default: float | None = None, kind: type = float) -> Any:
+        value = self.get(key)
+        if value is None or value == "":
+            return default
+        try:  # YAML 1.1 reads 1e-4 (no dot) as text: ai-toolkit's loader as a number
+            number = float(value)
+            if number != number or abs(number) == float("inf") or isinstance(value, bool):
+                raise ValueError
+            return kind(number) if kind is int else kind(value)
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{self.name}.{key}: {value!r} is not a number (ai-toolkit config)") from None
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        value = self.get(key)
+        if value is None:
+            return default
+        return value.strip().lower() in ("true", "1", "yes") if isinstance(value, str) else bool(value)
+
+    def at_default(self, key: str, default: Any) -> None:
+        """Reads `key` where it holds ai-toolkit's default (its page saves it for every job); another value is listed."""
+        if self.data.get(key, default) == default:
+            self.used.add(key)
+
+    def left(self) -> list[str]:
+        return [f"{self.name}.{k}" for k, v in self.data.items()
+                if k not in self.used and k not in self.plumbing and v not in (None, "", False, [], {})]
+
+
+def save(r: Section, out: dict[str, Any], job_name: str, folder: str) -> None:
+    """The LoRA at `training_folder/<name>/<name>.safetensors`, its precision, how often it is saved
+    and how many saves are kept."""
+    name = re.sub(r"[^\w.\-]+", "_", job_name).strip("._") or "lora"
+    out["output_model_destination"] = str(Path(folder or "output") / name / f"{name}.safetensors")
+    out["output_dtype"] = DTYPES.get(str(r.get("dtype") or "float16").lower(), "FLOAT_16")
+    out.update(save_every=r.number("save_every", 1000, int), save_every_unit="STEP")
+    keep = r.number("max_step_saves_to_keep", 5, int)
+    if keep > 0:
+        out["save_keep_last"] = keep
+
+
+def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, info: FamilyInfo) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each dataset a concept; what they share (caption dropout, resolutions, frames) the run's."""
+    concepts, left, sizes, frames, rates = [], [], [], [], set()
+    for number, item in enumerate(items if isinstance(items, list) else []):
+        r = Section(f"datasets[{number}]", item, "datasets")
+        folder = str(r.get("folder_path") or r.get("dataset_path") or "").strip()
+        if not folder:
+            notes.append(f"datasets[{number}] names no folder_path: not carried over")
+            continue
+        extension = "." + str(r.get("caption_ext") or "txt").lstrip(".").lower()
+        if extension not in (".txt", ".caption"):
+            notes.append(f"datasets[{number}].caption_ext '{extension}': here captions are read from .txt, else .caption files")
+        reg = r.flag("is_reg")
+        word = "" if reg else str(r.get("trigger_word") or trigger or "").strip()  # ai-toolkit adds none to regularisation images
+        text: dict[str, Any] = {"default_caption": str(r.get("default_caption") or ""), "caption_prefix": word,
+                                "enable_tag_shuffling": r.flag("shuffle_tokens"), "keep_tags_count": r.number("keep_tokens", 0, int)}
+        if r.number("token_dropout_rate", 0.0):
+            text.update(tag_dropout_enable=True, tag_dropout_mode="RANDOM", tag_dropout_probability=r.number("token_dropout_rate"))
+            if word and not text["keep_tags_count"]:
+                notes.append(f"datasets[{number}].token_dropout_rate: ai-toolkit adds the trigger word after dropping tokens; here "
+                             "it is the first tag and may be dropped (Keep tags 1 keeps it)")
+        repeats = max(1, r.number("num_repeats", 1, int))
+        flip = r.flag("flip_x")
+        if flip:  # ai-toolkit adds a flipped copy of each image: twice the images an epoch
+            repeats *= 2
+        if r.flag("flip_y"):
+            notes.append(f"datasets[{number}].flip_y: here images are flipped horizontally only")
+        concepts.append({"name": ("reg: " if reg else "") + (Path(folder).name or folder), "path": folder, "balancing": float(repeats),
+                         "text": text, "image": {"enable_random_flip": flip}})
+        rates.add(r.number("caption_dropout_rate", 0.0))
+        size = r.get("resolution")
+        for value in size if isinstance(size, list) else [size if size is not None else 512]:
+            try:
+                sizes.append(int(float(value)))
+            except (TypeError, ValueError):
+                raise ConfigError(f"datasets[{number}].resolution: {value!r} is not a size (ai-toolkit config)") from None
+        if r.number("num_frames", 1, int) > 1:
+            frames.append(r.number("num_frames", 1, int))
+        if reg:
+            notes.append(f"datasets[{number}].is_reg: ai-toolkit trains a regularisation batch every other step; here it is a "
+                         "concept of its own, shown as often as its images and Balancing say")
+        if r.number("network_weight", 1.0) != 1.0:
+            r.used.discard("network_weight")  # the LoRA's strength while this dataset trains: listed
+        for key in ("mask_path", "control_path", "control_path_1", "control_path_2", "control_path_3", "inpaint_path"):
+            if r.get(key):
+                notes.append(f"datasets[{number}].{key}: here a mask is `<image>-masklabel.png` and a control image "
+                             "`<image>-control.png` beside each image; put them there")
+        r.at_default("shrink_video_to_frames", True)
+        r.at_default("controls", [])
+        r.at_default("fps", 24)
+        left += r.left()
+    rate = max(rates) if rates else 0.0
+    for part in info.text_encoders:  # ai-toolkit empties the whole caption, trigger word aside
+        out.setdefault(part, {})["dropout_probability"] = rate
+    if rate and (len(info.text_encoders) > 1 or trigger):
+        notes.append(f"caption_dropout_rate {rate:g}: ai-toolkit empties the caption (keeping its trigger word) for every text "
+                     "encoder at once; here each text encoder drops the whole caption on its own")
+    if len(rates) > 1:
+        notes.append(f"caption_dropout_rate: the datasets' {sorted(rates)} are one rate here, {rate:g}")
+    if trigger:
+        notes.append(f"trigger word '{trigger}': put before every caption (ai-toolkit adds it only where a caption lacks it, and "
+                     "replaces [trigger] in captions, which here stays as written)")
+    if sizes:
+        if any(s < 64 for s in sizes):
+            raise ConfigError(f"datasets: resolution {min(sizes)} is smaller than 64 px (ai-toolkit config)")
+        out["resolution"] = ",".join(str(s - s % 8) for s in sorted(set(sizes)))
+    if frames and info.frame_step:
+        out["frames"] = str(max(frames))
+    return concepts, left
+
+
+def samples(r: Section, out: dict[str, Any], trigger: str, job_name: str, video: bool, every_scale: int) -> None:
+    """The sample prompts with ai-toolkit's defaults (512 x 512, guidance 7, 20 steps, seed 0,
+    every 100 steps), `walk_seed` adding one per prompt, `[trigger]` replaced."""
+    if not r.data:
+        return
+    neg = r.get("neg")
+    defaults = {"negative_prompt": "" if neg in (None, False) else str(neg), "diffusion_steps": r.number("sample_steps", 20, int),
+                "cfg_scale": r.number("guidance_scale", 7.0), "width": r.number("width", 512, int), "height": r.number("height", 512, int)}
+    seed, walk, frames = r.number("seed", 0, int), r.flag("walk_seed"), r.number("num_frames", 1, int)
+    items = r.get("samples") or [{"prompt": p} for p in r.get("prompts") or []]
+    found = []
+    for number, item in enumerate(items if isinstance(items, list) else []):
+        item = Section(f"sample.samples[{number}]", item if isinstance(item, dict) else {"prompt": str(item)})
+        prompt = str(item.get("prompt") or "").replace("[trigger]", trigger).replace("[name]", job_name).strip()
+        if not prompt:
+            continue
+        sample = {**defaults, "prompt": prompt, "seed": item.number("seed", seed + number if walk else seed, int), "random_seed": False}
+        for key, ours in (("width", "width"), ("height", "height"), ("sample_steps", "diffusion_steps")):
+            if item.data.get(key) not in (None, ""):
+                sample[ours] = item.number(key, None, int)
+        if item.data.get("guidance_scale") not in (None, ""):
+            sample["cfg_scale"] = item.number("guidance_scale")
+        if item.data.get("neg") not in (None, False):
+            sample["negative_prompt"] = str(item.data["neg"])
+        sample["width"], sample["height"] = sample["width"] - sample["width"] % 8, sample["height"] - sample["height"] % 8
+        if min(sample["width"], sample["height"]) < 64:
+            raise ConfigError(f"sample.samples[{number}]: {sample['width']} x {sample['height']} is smaller than 64 px (ai-toolkit config)")
+        count = item.number("num_frames", frames, int)
+        if video and count > 1:
+            sample["frames"] = count
+        found.append(sample)
+    if found:
+        out["samples"] = found
+    if out.get("sample_after") != 0:
+        out.update(sample_after=max(1, r.number("sample_every", 100, int) // every_scale), sample_after_unit="STEP")
+    for key in ("fps", "num_frames", "walk_seed"):
+        r.get(key)
+    r.at_default("network_multiplier", 1)
+    r.at_default("guidance_rescale", 0.0)
