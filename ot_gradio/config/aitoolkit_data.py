@@ -148,17 +148,18 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
     return concepts, left
 
 
-def samples(r: Section, out: dict[str, Any], trigger: str, job_name: str, video: bool, every_scale: int) -> None:
+def samples(r: Section, out: dict[str, Any], trigger: str, job_name: str, info: FamilyInfo, every_scale: int) -> list[str]:
     """The sample prompts with ai-toolkit's defaults (512 x 512, guidance 7, 20 steps, seed 0,
-    every 100 steps), `walk_seed` adding one per prompt, `[trigger]` replaced."""
+    every 100 steps), `walk_seed` adding one per prompt, `[trigger]` replaced; a sample's `ctrl_img`
+    the image it edits or starts from, where the model reads one."""
     if not r.data:
-        return
+        return []
     neg = r.get("neg")
     defaults = {"negative_prompt": "" if neg in (None, False) else str(neg), "diffusion_steps": r.number("sample_steps", 20, int),
                 "cfg_scale": r.number("guidance_scale", 7.0), "width": r.number("width", 512, int), "height": r.number("height", 512, int)}
     seed, walk, frames = r.number("seed", 0, int), r.flag("walk_seed"), r.number("num_frames", 1, int)
     items = r.get("samples") or [{"prompt": p} for p in r.get("prompts") or []]
-    found = []
+    found, left = [], []
     for number, item in enumerate(items if isinstance(items, list) else []):
         item = Section(f"sample.samples[{number}]", item if isinstance(item, dict) else {"prompt": str(item)})
         prompt = str(item.get("prompt") or "").replace("[trigger]", trigger).replace("[name]", job_name).strip()
@@ -170,14 +171,24 @@ def samples(r: Section, out: dict[str, Any], trigger: str, job_name: str, video:
                 sample[ours] = item.number(key, None, int)
         if item.data.get("guidance_scale") not in (None, ""):
             sample["cfg_scale"] = item.number("guidance_scale")
-        if item.data.get("neg") not in (None, False):
+        if item.get("neg") not in (None, False):
             sample["negative_prompt"] = str(item.data["neg"])
         sample["width"], sample["height"] = sample["width"] - sample["width"] % 8, sample["height"] - sample["height"] % 8
         if min(sample["width"], sample["height"]) < 64:
             raise ConfigError(f"sample.samples[{number}]: {sample['width']} x {sample['height']} is smaller than 64 px (ai-toolkit config)")
         count = item.number("num_frames", frames, int)
-        if video and count > 1:
+        if info.frame_step and count > 1:
             sample["frames"] = count
+        image = item.get("ctrl_img") or item.get("ctrl_img_1")
+        if image and info.reads_sample_image:
+            sample["control_image"] = str(image)
+        elif image:
+            item.used.discard("ctrl_img")
+            item.used.discard("ctrl_img_1")
+        item.get("fps")
+        item.at_default("network_multiplier", 1)
+        item.at_default("ctrl_idx", 0)
+        left += item.left()
         found.append(sample)
     if found:
         out["samples"] = found
@@ -187,3 +198,4 @@ def samples(r: Section, out: dict[str, Any], trigger: str, job_name: str, video:
         r.get(key)
     r.at_default("network_multiplier", 1)
     r.at_default("guidance_rescale", 0.0)
+    return left

@@ -105,11 +105,11 @@ def import_aitoolkit(raw: dict[str, Any], source: str | None = None, readable: l
     concepts, dataset_left = datasets(process.get("datasets"), out, notes, trigger, info)
     if concepts:
         out["concepts"] = concepts
-    samples(sections["sample"], out, trigger, name, bool(info.frame_step), scale)
+    sample_left = samples(sections["sample"], out, trigger, name, info, scale)
     _run_length(sections["train"], out, notes, concepts, readable, scale)
 
     config = validate(out)
-    left = sorted([*top.left(), *(k for s in sections.values() for k in s.left()), *dataset_left])
+    left = sorted([*top.left(), *(k for s in sections.values() for k in s.left()), *dataset_left, *sample_left])
     origin = f"ai-toolkit config {source}" if source else "This ai-toolkit config"
     used = sum(len(s.used & s.data.keys()) for s in sections.values())
     text = f"{origin}: read as ai-toolkit's job '{name}' ({used} settings of its model, network, save, train and sample carried over)"
@@ -152,8 +152,9 @@ def _model(r: Section, out: dict[str, Any], notes: list[str]) -> M:
                           "options there (the supported ones are listed in the README)")
     kwargs = r.get("model_kwargs") or {}
     kwargs = kwargs if isinstance(kwargs, dict) else {}
-    if kwargs.get("edit"):
-        raise ConfigError(f"model.model_kwargs.edit: this job trains {arch} to edit images, which has no counterpart here")
+    if kwargs.get("edit") or (model_type == M.KREA_2 and "edit" in arch.partition(":")[2]):
+        raise ConfigError(f"model.arch '{arch}': this job trains Krea 2 to edit images, which has no counterpart here (Qwen-Image-Edit "
+                          "is the image-editing model type here)")
     if arch == "flex1":
         notes.append("model.arch 'flex1': Flex.1 is trained as Flux.1, whose architecture it has")
     if model_type == M.STABLE_DIFFUSION_35 and not re.search(r"3[.\-_]?5", name):

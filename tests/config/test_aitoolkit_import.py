@@ -200,7 +200,7 @@ def test_how_ai_toolkit_runs_what_it_is_told(tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     ({"model": {"arch": "lumina2", "name_or_path": "x"}}, r"model.arch: 'lumina2' has no model type here"),
-    ({"model": {"arch": "krea2", "name_or_path": "x", "model_kwargs": {"edit": True}}}, r"model.model_kwargs.edit: this job trains krea2 to edit"),
+    ({"model": {"arch": "krea2", "name_or_path": "x", "model_kwargs": {"edit": True}}}, r"model.arch .krea2.: this job trains Krea 2 to edit"),
     ({"train": {"batch_size": 0}}, r"train.batch_size: 0 is not a batch size"),
     ({"train": {"steps": "1e400"}}, r"train.steps: '1e400' is not a number"),
     ({"train": {"ema_config": {"use_ema": True, "ema_decay": "slow"}}}, r"ema_decay: 'slow' is not a number"),
@@ -237,3 +237,14 @@ def test_a_yaml_file_is_read_safely(tmp_path):
     (tmp_path / "broken.yaml").write_text("config:\n  name: x\n   bad: [\n")
     with pytest.raises(ConfigError, match=r"broken.yaml: not valid YAML \(.* at line \d+, column \d+\)"):
         load_config(tmp_path / "broken.yaml")
+
+
+def test_a_samples_control_image_and_krea2s_edit_training():
+    """ai-toolkit's `ctrl_img` is the image a Qwen-Image-Edit sample edits; Krea 2's edit training
+    (its page's `krea2:o_edit`) has no counterpart and is refused by name."""
+    sample = {"samples": [{"prompt": "make it red", "ctrl_img": "/in/cat.png", "ctrl_img_2": "/in/dog.png"}]}
+    result = load_config(_job(model={"arch": "qwen_image_edit_plus", "name_or_path": "Qwen/Qwen-Image-Edit-2509"}, sample=sample))
+    assert result.config.samples[0].control_image == "/in/cat.png"
+    assert result.warnings[0].endswith("not carried over (left at this trainer's defaults): sample.samples[0].ctrl_img_2.")
+    with pytest.raises(ConfigError, match=r"model.arch 'krea2:o_edit': this job trains Krea 2 to edit images"):
+        load_config(_job(model={"arch": "krea2:o_edit", "name_or_path": "krea/Krea-2-Raw"}))
