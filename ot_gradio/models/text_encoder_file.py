@@ -15,10 +15,10 @@ Mistral3's `model.language_model.`, and its vision tower, which encoding text ne
 as transformers initialises it. A file cut after the last layer encoding reads (ComfyUI's pruned
 30-layer Mistral) loads as that many layers, its last hidden state not normalised, so encoding
 reads what it reads from the whole model (`layers_read`, the family's).
-ComfyUI's scaled FP8 files (`scaled_fp8`, a `scale_weight` per layer) are read back to their
-values; its newer quantized layouts are refused. A file that lacks a weight the encoder needs (but
-a causal LM's output layer, which encoding never reads) or holds one of another shape is a
-ModelLoadError naming the field.
+ComfyUI's scaled FP8 files and its mixed-precision FP8 / INT8 ones are read back to their values
+(models/comfy_quant.py); its block-scaled and rotated formats are refused. A file that lacks a
+weight the encoder needs (but a causal LM's output layer, which encoding never reads) or holds one
+of another shape is a ModelLoadError naming the field.
 """
 
 from __future__ import annotations
@@ -29,15 +29,16 @@ from pathlib import Path
 
 import torch
 
+from .comfy_quant import UnreadQuantization, dequantize, is_scale, quantized_layers
 from .common import ModelLoadError, config_keywords, part_file
 from .errors import first_line
 
 SUFFIXES = (".safetensors", ".sft")
 # keys a text encoder file may hold that no encoder does: CLIP's logit scale and position ids, a
-# whole T5's decoder, ComfyUI's FP8 input scales; any other key the encoder lacks is left out by
-# transformers' loading
+# whole T5's decoder (ComfyUI's scales: comfy_quant.is_scale); any other key the encoder lacks is
+# left out by transformers' loading
 _IGNORED_PREFIXES = ("decoder.",)
-_IGNORED_SUFFIXES = ("position_ids", "logit_scale", ".scale_input")
+_IGNORED_SUFFIXES = ("position_ids", "logit_scale")
 # weights an encoder's file may lack that encoding never reads (a causal LM's output layer)
 _UNUSED = ("lm_head.",)
 # the prefix ComfyUI's file of a wrapped language model lacks (it holds `model.layers`, `model.norm`...)
@@ -178,33 +179,28 @@ def _fit_layers(config, weights: Mapping[str, torch.Tensor], layers_read: int, f
 
 def read_weights(path: Path, field: str, class_name: str, dtype: torch.dtype, keep: set[str] = frozenset()) -> dict[str, torch.Tensor]:
     """The file's tensors, floats in `dtype` (in float32 those of a module named in `keep`), without
-    what no encoder holds (CLIP's logit scale and position ids, a whole T5's decoder, ComfyUI's FP8
-    scales, applied to their weights)."""
+    what no encoder holds (CLIP's logit scale and position ids, a whole T5's decoder, ComfyUI's
+    quantization scales, applied to their weights: models/comfy_quant.py)."""
     from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
             keys = list(f.keys())
-            scaled = "scaled_fp8" in keys
-            # ComfyUI's newer quantized layouts (a `weight_scale` per layer, `comfy_quant` entries), or scales
-            # without the scaled FP8 marker: read as they are, the weights would be wrong
-            unread = [k for k in keys if k.endswith(".weight_scale") or "comfy_quant" in k or (k.endswith(".scale_weight") and not scaled)]
-            if unread or "_quantization_metadata" in (f.metadata() or {}):
-                raise ModelLoadError(f"{field}: {path.name} holds weights quantized in a layout not read here "
-                                     f"({unread[0] if unread else '_quantization_metadata'}); give the encoder's fp16, bf16, "
-                                     "fp8 or ComfyUI's scaled fp8 (`scaled_fp8`) file, and set its Weight data type to "
-                                     "quantize it.")
+            names, scaled = set(keys), "scaled_fp8" in keys
+            if not scaled and (stray := next((k for k in keys if k.endswith(".scale_weight")), None)):
+                raise UnreadQuantization(f"{stray} without ComfyUI's scaled_fp8 marker")
+            layers = quantized_layers(f, keys)
             out = {}
-            names = set(keys)
             for key in keys:
-                if key == "scaled_fp8" or key in _NOT_WEIGHTS or key.startswith(_IGNORED_PREFIXES) or key.endswith(_IGNORED_SUFFIXES) or key.endswith(".scale_weight"):
+                if is_scale(key) or key in _NOT_WEIGHTS or key.startswith(_IGNORED_PREFIXES) or key.endswith(_IGNORED_SUFFIXES):
                     continue
-                tensor = f.get_tensor(key)
-                if scaled and key.endswith(".weight") and f"{key[:-len('weight')]}scale_weight" in names:
-                    scale = f.get_tensor(f"{key[:-len('weight')]}scale_weight").float()
-                    tensor = tensor.float() * (scale.reshape(-1, 1) if scale.numel() > 1 else scale)
+                tensor = dequantize(f, key, f.get_tensor(key), names, layers, scaled)
                 target = torch.float32 if keep & set(key.split(".")) else dtype
                 out[key] = tensor.to(target) if tensor.is_floating_point() else tensor
+    except UnreadQuantization as e:
+        raise ModelLoadError(f"{field}: {path.name} holds weights quantized in a layout not read here ({e}); give the "
+                             "encoder's fp16, bf16, fp8 or ComfyUI's fp8 / int8 file, and set its Weight data type to quantize "
+                             "it.") from e
     except ModelLoadError:
         raise
     except Exception as e:

@@ -121,6 +121,57 @@ def test_a_scaled_fp8_t5_file_reads_back_to_its_values_and_chroma_reads_t5(base,
             assert torch.equal(value, weights[key]), key
 
 
+def test_comfyuis_mixed_precision_fp8_and_int8_files_read_back_to_their_values(tmp_path):
+    """ComfyUI's newer layout: each quantized layer named with its format (a `comfy_quant` JSON
+    entry, or the file's `_quantization_metadata`) beside its `weight_scale` (and `input_scale`):
+    FP8 with one scale per tensor and INT8 with one per row are the weight times its scale; a
+    block-scaled (nvfp4) or rotated (convrot) layer is refused, naming its format."""
+    import json as _json
+
+    from ot_gradio.models.chroma import Chroma1
+    from ot_gradio.models.tiny import resolve_tiny
+
+    folder = str(resolve_tiny("tiny:chroma").diffusers_dir)
+    weights = Chroma1.load(folder, offline=True).text_encoder.state_dict()
+    note = lambda spec: torch.tensor(list(_json.dumps(spec).encode()), dtype=torch.uint8)  # noqa: E731
+    linear = [k for k, v in weights.items() if k.endswith(".weight") and v.ndim == 2 and k not in ("shared.weight", "encoder.embed_tokens.weight")]
+    file, listed, expected = {}, {}, {}
+    for number, key in enumerate(linear):
+        layer, value = key.removesuffix(".weight"), weights[key]
+        if number % 3 == 2:  # INT8, one scale per row
+            scale = value.abs().amax(dim=1) / 127
+            file[key] = torch.round(value / scale[:, None]).to(torch.int8)
+            file[f"{layer}.weight_scale"] = scale
+            file[f"{layer}.comfy_quant"] = note({"format": "int8_tensorwise"})
+            expected[key] = file[key].float() * scale[:, None]
+        else:  # FP8, one scale per tensor; every other one listed in the file's metadata instead
+            scale = value.abs().max() / 448
+            file[key] = (value / scale).to(torch.float8_e4m3fn)
+            file[f"{layer}.weight_scale"] = scale.reshape(())
+            file[f"{layer}.input_scale"] = torch.tensor(1.0)
+            if number % 3 == 0:
+                file[f"{layer}.comfy_quant"] = note({"format": "float8_e4m3fn"})
+            else:
+                listed[layer] = {"format": "float8_e4m3fn"}
+            expected[key] = file[key].float() * scale
+    for key, value in weights.items():
+        if key not in file and key != "encoder.embed_tokens.weight":
+            file[key] = value.clone()
+    metadata = {"_quantization_metadata": _json.dumps({"format_version": "1.0", "layers": listed})}
+    save_file(file, tmp_path / "t5xxl_fp8_mixed.safetensors", metadata=metadata)
+    model = Chroma1.load(folder, offline=True, part_models={"text_encoder": str(tmp_path / "t5xxl_fp8_mixed.safetensors")})
+    got = model.text_encoder.state_dict()
+    for key, value in got.items():
+        assert torch.equal(value, expected.get(key, weights[key])), key
+    assert any(torch.equal(got[k], expected[k]) and not torch.equal(expected[k], weights[k]) for k in linear)  # dequantized, not the originals
+    for spec, word in (({"format": "nvfp4"}, "nvfp4"), ({"format": "int8_tensorwise", "convrot": True}, "int8_tensorwise with convrot")):
+        bad = dict(file)
+        bad[f"{linear[0].removesuffix('.weight')}.comfy_quant"] = note(spec)
+        save_file(bad, tmp_path / "t5_bad.safetensors", metadata=metadata)
+        with pytest.raises(ModelLoadError, match=rf"text_encoder.model_name: t5_bad.safetensors holds weights quantized in a layout not read here \(.* is quantized as {word}\)"):
+            Chroma1.load(folder, offline=True, part_models={"text_encoder": str(tmp_path / "t5_bad.safetensors")})
+
+
 def test_a_file_of_another_encoder_is_refused_naming_the_field(base, flux_paths, tmp_path):
     from ot_gradio.models.flux import FluxDev1
 
