@@ -76,3 +76,33 @@ def dequantize(f, key: str, tensor: torch.Tensor, names: set[str], layers: Mappi
     if scale.numel() == tensor.shape[0]:  # one per row (output channel)
         return tensor.float() * scale.reshape(-1, *([1] * (tensor.ndim - 1)))
     raise UnreadQuantization(f"{layer}'s weight_scale has {scale.numel()} values (block-scaled), not one per tensor or row")
+
+
+def quantized_file(path) -> bool:
+    """Whether a .safetensors file holds weights in one of ComfyUI's quantized layouts (its header alone is read)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return "_quantization_metadata" in (f.metadata() or {}) or any(is_scale(k) for k in f.keys())
+
+
+def read_dequantized(path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """A ComfyUI-quantized file's tensors with each quantized weight read back to its value, in
+    `dtype` (the other tensors as stored), without the scales and format notes; UnreadQuantization
+    for a format not read."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        keys = list(f.keys())
+        names, scaled = set(keys), "scaled_fp8" in keys
+        if not scaled and (stray := next((k for k in keys if k.endswith(".scale_weight")), None)):
+            raise UnreadQuantization(f"{stray} without ComfyUI's scaled_fp8 marker")
+        layers = quantized_layers(f, keys)
+        out = {}
+        for key in keys:
+            if is_scale(key):
+                continue
+            stored = f.get_tensor(key)
+            value = dequantize(f, key, stored, names, layers, scaled)
+            out[key] = value.to(dtype) if value is not stored else value
+        return out

@@ -456,16 +456,37 @@ def gguf_options(path: Path, dtype: torch.dtype) -> dict:
     return {"quantization_config": GGUFQuantizationConfig(compute_dtype=dtype)}
 
 
-def read_transformer_file(path: Path) -> dict[str, torch.Tensor]:
-    """A transformer file's tensors: a .safetensors file's, or a .gguf file's (its quantized
-    weights as diffusers' GGUFParameter bytes, row slices of them still whole rows of blocks)."""
+def read_transformer_file(path: Path, dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.Tensor]:
+    """A transformer file's tensors: a .safetensors file's (ComfyUI's scaled or mixed-precision FP8
+    / INT8 weights read back to their values in `dtype`: models/comfy_quant.py), or a .gguf file's
+    (its quantized weights as diffusers' GGUFParameter bytes, row slices of them still whole rows of blocks)."""
     if path.suffix.lower() == ".gguf":
         from diffusers.models.model_loading_utils import load_gguf_checkpoint
 
         return load_gguf_checkpoint(str(path))
     from safetensors.torch import load_file
 
-    return load_file(str(path))
+    return _dequantized(path, dtype) or load_file(str(path))
+
+
+def transformer_file_source(path: Path, dtype: torch.dtype) -> str | dict[str, torch.Tensor]:
+    """What diffusers' `from_single_file` reads for a transformer file: its path, or, for a file in
+    one of ComfyUI's quantized layouts (which diffusers would read without their scales), its
+    weights read back to their values in `dtype`."""
+    if path.suffix.lower() in (".safetensors", ".sft"):
+        return _dequantized(path, dtype) or str(path)
+    return str(path)
+
+
+def _dequantized(path: Path, dtype: torch.dtype) -> dict[str, torch.Tensor] | None:
+    """A ComfyUI-quantized transformer file's weights read back to their values; None for any other file."""
+    from .comfy_quant import UnreadQuantization, quantized_file, read_dequantized
+
+    try:
+        return read_dequantized(path, dtype) if quantized_file(path) else None
+    except UnreadQuantization as e:
+        raise ModelLoadError(f"{path.name} holds weights quantized in a layout not read here ({e}); give the model's bf16, fp16, "
+                             "fp8 or ComfyUI's fp8 / int8 file (a .gguf also loads), and set the Weight data type to quantize it.") from e
 
 
 def assign_converted_weights(module: torch.nn.Module, weights: Mapping[str, torch.Tensor], dtype: torch.dtype) -> None:

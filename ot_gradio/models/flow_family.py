@@ -38,6 +38,7 @@ from ot_gradio.models.common import (
     plain_state_dict,
     save_diffusers_folder,
     torch_dtype,
+    transformer_file_source,
     wan_vae_decode,
     wan_vae_encode,
     weights_fingerprint,
@@ -351,8 +352,8 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         """The transformer of a single file in `dtype` (default: diffusers' `from_single_file`
         converter, with the transformer config of `config`); a .gguf file keeps its quantized
         Linear weights (diffusers' GGUF layers, computing in `dtype`)."""
-        return cls._transformer_class().from_single_file(str(path), config=config, subfolder="transformer", torch_dtype=dtype,
-                                                         **gguf_options(path, dtype), **hub)
+        return cls._transformer_class().from_single_file(transformer_file_source(path, dtype), config=config, subfolder="transformer",
+                                                         torch_dtype=dtype, **gguf_options(path, dtype), **hub)
 
     # ---------------------------------------------------------------- parts and options
 

@@ -106,7 +106,7 @@ class FluxDev1(FlowFamily):
         Transformer = cls._transformer_class()
         with torch.device("meta"):  # no float32 copy of a 12B model before the weights arrive
             transformer = Transformer.from_config(Transformer.load_config(config, subfolder="transformer", **hub))
-        assign_converted_weights(transformer, from_bfl(transformer, read_transformer_file(path), cls.family_name), dtype)
+        assign_converted_weights(transformer, from_bfl(transformer, read_transformer_file(path, dtype), cls.family_name), dtype)
         return transformer
 
     # ---------------------------------------------------------------- parts and options

@@ -116,7 +116,7 @@ class HunyuanVideo(VideoSampling, FlowFamily):
         with torch.device("meta"):  # no float32 copy of a 13B model before the weights arrive
             transformer = Transformer.from_config(Transformer.load_config(config, subfolder="transformer", **hub))
         hidden = transformer.config.num_attention_heads * transformer.config.attention_head_dim
-        weights, expected = diffusers_state_dict(read_transformer_file(path), hidden), transformer.state_dict().keys()
+        weights, expected = diffusers_state_dict(read_transformer_file(path, dtype), hidden), transformer.state_dict().keys()
         lacking, extra = sorted(expected - weights.keys()), sorted(weights.keys() - expected)
         if lacking or extra:
             what = f"has no {lacking[:3]}" if lacking else f"has keys a HunyuanVideo transformer has not: {extra[:3]}"

@@ -190,7 +190,15 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
 
     @classmethod
     def _load_single_file(cls, path: Path, *, cache_dir, offline, token, config_dir, components: Mapping | None = None):
-        """`components`: parts already loaded, in place of the file's."""
+        """`components`: parts already loaded, in place of the file's. A checkpoint in one of
+        ComfyUI's quantized layouts is refused: diffusers' pipeline loader would read its weights
+        without their scales."""
+        from ot_gradio.models.comfy_quant import quantized_file
+
+        if path.suffix.lower() == ".safetensors" and quantized_file(path):
+            raise ModelLoadError(f"'{path.name}' holds weights in ComfyUI's scaled or mixed-precision layout, which this "
+                                 "checkpoint's loader would read without their scales; give the bf16 / fp16 checkpoint (or a "
+                                 "diffusers folder), and set the parts' Weight data type to quantize them.")
         StableDiffusionPipeline, load_kwargs = cls._single_file_pipeline()
         load_kwargs = dict(load_kwargs) | dict(components or {})
 

@@ -35,7 +35,16 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
-from ot_gradio.models.common import HUB_ID, SINGLE_FILE_SUFFIXES, ModelLoadError, base_module, input_dtype, module_device, module_dtype
+from ot_gradio.models.common import (
+    HUB_ID,
+    SINGLE_FILE_SUFFIXES,
+    ModelLoadError,
+    base_module,
+    input_dtype,
+    module_device,
+    module_dtype,
+    transformer_file_source,
+)
 from ot_gradio.models.flow_family import FlowFamily
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import StableDiffusion15
@@ -156,8 +165,11 @@ class StableDiffusion3(FlowFamily):
             from diffusers import AutoencoderKL, SD3Transformer2DModel
 
             parts = parts_from_files(files, config, hub, dtype or {})
-            transformer = SD3Transformer2DModel.from_single_file(str(path), config=config, subfolder="transformer", **hub)
-            vae = parts.pop("vae", None) or AutoencoderKL.from_single_file(str(path), config=config, subfolder="vae", **hub)
+            # ComfyUI's fp8-scaled file: its weights read back to their values (diffusers would drop the scales)
+            dtypes = dict(dtype or {})
+            source = transformer_file_source(path, dtypes.get("transformer", dtypes.get("default", torch.float32)))
+            transformer = SD3Transformer2DModel.from_single_file(source, config=config, subfolder="transformer", **hub)
+            vae = parts.pop("vae", None) or AutoencoderKL.from_single_file(source, config=config, subfolder="vae", **hub)
             return cls._pipeline_class().from_pretrained(config, transformer=transformer, vae=vae, **parts, **hub,
                                                          **local_variant(config))
 

@@ -22,7 +22,7 @@ from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.fsutil import atomic_write
 from ot_gradio.models.cascade_common import CascadeFamily
 from ot_gradio.models.cascade_loading import Loader, Source, resolve_source
-from ot_gradio.models.common import ModelLoadError, base_module, cast_state_dict, plain_state_dict, torch_dtype
+from ot_gradio.models.common import ModelLoadError, base_module, cast_state_dict, plain_state_dict, read_transformer_file, torch_dtype
 from ot_gradio.models.registry import register_family
 
 EFFNET_FILE = "effnet_encoder.safetensors"
@@ -122,11 +122,12 @@ class StableCascade(CascadeFamily):
     def _load_prior_file(cls, path: Path, base_config: Mapping | None):
         """An original-layout stage C file: converted by diffusers' converter, built with the
         base prior's config when the weights fit it, else the released 3.6B or lite config."""
-        from safetensors.torch import load_file
 
         unet_cls = diffusers_classes()[0]
         try:
-            state_dict = original_to_diffusers(load_file(str(path)))
+            state_dict = original_to_diffusers(read_transformer_file(Path(path), torch.float32))
+        except ModelLoadError:
+            raise
         except Exception as e:
             raise ModelLoadError(f"prior.model_name: could not read {path} as a Stable Cascade stage C file ({e}).") from e
         candidates = [dict(base_config)] if base_config else []
