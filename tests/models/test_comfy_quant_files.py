@@ -103,3 +103,17 @@ def test_an_sd35_fp8_scaled_file_and_refusals(tmp_path):
     with pytest.raises(ModelLoadError, match=r"'sd15_fp8_scaled.safetensors' holds weights in ComfyUI's scaled or mixed-precision layout"):
         StableDiffusion15.load(str(tmp_path / "sd15_fp8_scaled.safetensors"), offline=True, config_dir=str(sd15.diffusers_dir))
     assert Path(tmp_path / "sd15_fp8_scaled.safetensors").is_file()
+
+
+def test_a_scaled_stable_cascade_stage_c_file_as_prior_model(tmp_path):
+    from ot_gradio.models.stable_cascade import StableCascade
+
+    paths = resolve_tiny("tiny:cascade")
+    root = paths.diffusers_dir.parent
+    quantized, values = comfy_quantized(load_file(str(paths.single_file)), mixed=False)
+    save_file(quantized, tmp_path / "stage_c_fp8_scaled.safetensors")
+    save_file({k: v.float().contiguous() for k, v in values.items()}, tmp_path / "values.safetensors")
+    others = {"decoder": str(root / "decoder"), "effnet_encoder": str(root / "decoder" / "effnet_encoder.safetensors")}
+    model = StableCascade.load(str(root / "prior"), offline=True, part_models={"prior": str(tmp_path / "stage_c_fp8_scaled.safetensors"), **others})
+    expected = StableCascade.load(str(root / "prior"), offline=True, part_models={"prior": str(tmp_path / "values.safetensors"), **others})
+    assert _close(model.prior, expected.prior.state_dict()) == 0.0
