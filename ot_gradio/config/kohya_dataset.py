@@ -19,7 +19,9 @@ from .validation import ConfigError
 DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", "shuffle_caption", "keep_tokens", "flip_aug",
                           "random_crop", "alpha_mask", "caption_prefix", "caption_suffix", "caption_extension", "metadata_file",
                           "caption_tag_dropout_rate", "caption_dropout_rate", "keep_tokens_separator", "resolution", "batch_size",
-                          "enable_bucket", "bucket_no_upscale", "bucket_reso_steps", "min_bucket_reso", "max_bucket_reso"})
+                          "enable_bucket", "bucket_no_upscale", "bucket_reso_steps", "min_bucket_reso", "max_bucket_reso",
+                          # musubi-tuner's: a dataset is its folder; its latent cache folder is its own business
+                          "image_directory", "video_directory", "cache_directory", "target_frames", "frame_extraction"})
 BUCKET_KEYS = {"bucket_reso_steps": ("bucket_resolution_step", 64), "min_bucket_reso": ("min_bucket_resolution", 256),
                "max_bucket_reso": ("max_bucket_resolution", 1024)}  # ours, and sd-scripts' default
 PAGE_BUCKETS = {"max_bucket_reso": 2048}  # kohya_ss's page's own defaults, where they differ
@@ -208,7 +210,11 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
             merged["resolution_override"] = size
         if index and (differ := [k for k in BUCKET_SETTINGS if effective(dataset, k) != effective(datasets[0], k)]):
             notes.append(f"dataset {index + 1} sets its own {', '.join(differ)}: here every dataset is bucketed as the first")
-        subsets += [{**merged, **subset} for subset in dataset.get("subsets") or [] if isinstance(subset, dict)]
+        own = [subset for subset in dataset.get("subsets") or [] if isinstance(subset, dict)]
+        if not own and (folder := dataset.get("image_directory") or dataset.get("video_directory")):  # musubi-tuner's
+            own = [{"image_dir": folder}]
+            _musubi_frames(dataset, general, out, notes)
+        subsets += [{**merged, **subset} for subset in own]
     # the first dataset's, then [general]'s, then the training config's (sd-scripts' fallback, read either way)
     others = tuple({str(s["resolution_override"]) for s in subsets if s.get("resolution_override")})
     for key in BUCKET_SETTINGS:
@@ -220,6 +226,19 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
         notes.append("the dataset config sets, not carried over: " + ", ".join(unread))
     _caption_dropout(subsets, out, notes)
     return _to_concepts(subsets, r, notes, readable)
+
+
+def _musubi_frames(dataset: dict[str, Any], general: dict[str, Any], out: dict[str, Any], notes: list[str]) -> None:
+    """musubi-tuner's `target_frames` (the clip lengths it cuts, the longest here: Frames) and its
+    `frame_extraction` (here each clip's frames are read from its start, or from a random window)."""
+    frames = dataset.get("target_frames", general.get("target_frames"))
+    lengths = [int(f) for f in (frames if isinstance(frames, list) else [frames] if frames else []) if str(f).strip().isdigit()]
+    if lengths and max(lengths) > int(str(out.get("frames") or 0) or 0):
+        out["frames"] = str(max(lengths))
+    extraction = str(dataset.get("frame_extraction", general.get("frame_extraction")) or "head")
+    if extraction not in ("head", "full"):
+        notes.append(f"frame_extraction '{extraction}': here a clip's frames come from its start (or a random window: Data → "
+                     "Random clip window)")
 
 
 def _size(value: Any) -> str | None:

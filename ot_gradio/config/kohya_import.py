@@ -19,10 +19,12 @@ from .kohya_flow import flow_timesteps, other_family_keys
 from .kohya_model import FAMILY_NAMES, kohya_model_type, model_sources
 from .kohya_network import network
 from .kohya_reader import KohyaReader, changes_something
+from .musubi_model import PLUMBING as MUSUBI_PLUMBING
+from .musubi_model import is_musubi, musubi_model_type, musubi_options, musubi_sources
 from .validation import ConfigError, LoadResult, validate
 
 # keys only kohya's configs have: two of them make a config kohya's
-SIGNS = frozenset({"pretrained_model_name_or_path", "train_data_dir", "network_dim", "output_dir", "train_batch_size",
+SIGNS = frozenset({"pretrained_model_name_or_path", "train_data_dir", "network_dim", "output_dir", "train_batch_size", "dit",
                    "LoRA_type", "save_model_as", "max_resolution", "max_train_epochs", "optimizer_type", "dataset_config"})
 OPTIMIZERS = {
     "adamw": "ADAMW", "adamw8bit": "ADAMW_8BIT", "pagedadamw8bit": "ADAMW_8BIT", "adam": "ADAM", "adam8bit": "ADAM_8BIT",
@@ -91,7 +93,9 @@ def is_kohya_config(data: Any) -> bool:
     if "model_family" in data or "--model_family" in data:  # SimpleTuner's, not kohya's
         return False
     datasets = data.get("datasets")
-    return len(SIGNS & flat(data).keys()) >= 2 or (isinstance(datasets, list) and any(isinstance(d, dict) and "subsets" in d for d in datasets))
+    folders = ("subsets", "image_directory", "video_directory")  # sd-scripts' subsets, musubi-tuner's datasets
+    return len(SIGNS & flat(data).keys()) >= 2 or (isinstance(datasets, list) and any(isinstance(d, dict) and d.keys() & set(folders)
+                                                                                      for d in datasets))
 
 
 def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[Path] | None = None,
@@ -101,10 +105,11 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     r = KohyaReader(command_line(flat(raw)), sections=[k for k, v in raw.items() if isinstance(v, dict)])
     out: dict[str, Any] = {}
     notes: list[str] = []
-    model_type = kohya_model_type(r, notes)
+    musubi = is_musubi(r.data)  # kohya's musubi-tuner: sd-scripts' options, its own model files and families
+    model_type = musubi_model_type(r, notes) if musubi else kohya_model_type(r, notes)
     if r.flag("v_parameterization") and model_type != M.STABLE_DIFFUSION_21:  # a v-prediction SD 1.x / SDXL
         out["force_v_prediction"] = True
-    model_sources(r, out, notes, model_type)
+    (musubi_sources if musubi else model_sources)(r, out, notes, model_type)
     method = ("EMBEDDING" if r.given("token_string") else
               "LORA" if any(r.given(k) for k in ("network_dim", "LoRA_type", "network_module")) else "FINE_TUNE")
     out["training_method"] = method
@@ -120,7 +125,10 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
                      "OneTrainer does (no program is known to load a Qwen3 LoRA layer of such a file)")
     _training(r, out, model_type, notes)
     flow_timesteps(r, out, model_type, notes)
-    other_family_keys(r, model_type)
+    if musubi:
+        musubi_options(r, out, notes, model_type)
+    else:  # kohya_ss's page saves other families' keys
+        other_family_keys(r, model_type)
     _optimizer(r, out, notes)
     _output(r, out, method)
     _samples(r, out, notes, model_type)
@@ -143,9 +151,11 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     run_length(r, out, concepts, readable, notes)
 
     config = validate(out)
-    left = sorted(k for k, v in r.data.items() if k not in r.used and k not in PLUMBING and changes_something(k, v))
-    origin = f"kohya_ss config {source}" if source else "This kohya_ss config"
-    text = f"{origin}: read as kohya_ss's ({len(r.used & r.data.keys())} settings carried over)"
+    plumbing = PLUMBING | MUSUBI_PLUMBING if musubi else PLUMBING
+    left = sorted(k for k, v in r.data.items() if k not in r.used and k not in plumbing and changes_something(k, v))
+    tool = "musubi-tuner" if musubi else "kohya_ss"
+    origin = f"{tool} config {source}" if source else f"This {tool} config"
+    text = f"{origin}: read as {tool}'s ({len(r.used & r.data.keys())} settings carried over)"
     if notes:
         text += "; " + "; ".join(dict.fromkeys(notes))  # each said once
     if left:
@@ -245,7 +255,7 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
         out["perturbation_noise_random_strength"] = r.flag("ip_noise_gamma_random_strength")
     # the timesteps trained, [min_timestep, max_timestep) of 1000 (sd-scripts' Flux, Chroma and Anima draw from all)
     for key, ours in (("min_timestep", "min_noising_strength"), ("max_timestep", "max_noising_strength")):
-        if r.given(key) and changes_something(key, r.data[key]) and not flux_noise:
+        if r.given(key) and changes_something(key, r.data[key]) and not flux_noise and "trained_expert" not in out:
             out[ours] = min(1.0, max(0.0, r.number(key) / 1000))
     if flux_noise or sd3:
         ignored = ("noise_offset", "multires_noise_iterations", "min_snr_gamma", "debiased_estimation_loss",

@@ -167,3 +167,30 @@ config:
         keys, meta = list(f.keys()), f.metadata()
     assert keys and all(k.startswith("lora_unet_") for k in keys)  # the text encoder is not trained
     assert meta["ss_steps"] == "8" and meta["ss_network_dim"] == "4"
+
+
+def test_a_musubi_tuner_wan_config_trains_from_the_command_line(tmp_path, four_shapes):
+    """musubi-tuner's Wan config with its dataset TOML and its `dit` file trains here (the base
+    model, its hub repo, given as a local folder with --set, as a user offline would): 2 steps of
+    4 images at batch 2 is 1 epoch; the transformer is read from the file."""
+    from safetensors import safe_open
+
+    from ot_gradio.models.tiny import resolve_tiny
+    from ot_gradio.models.wan import Wan21
+
+    folder = resolve_tiny("tiny:wan").diffusers_dir
+    dit = Wan21.load(str(folder), offline=True).save_single_file(tmp_path / "wan2.1_t2v_1.3B_bf16.safetensors", None)
+    (tmp_path / "dataset.toml").write_text(f'[general]\nresolution = [64, 64]\ncaption_extension = ".txt"\nbatch_size = 2\n\n'
+                                          f'[[datasets]]\nimage_directory = "{four_shapes}"\ncache_directory = "{tmp_path / "cache"}"\n')
+    (tmp_path / "musubi.toml").write_text(
+        f'task = "t2v-1.3B"\ndit = "{dit}"\ndataset_config = "{tmp_path / "dataset.toml"}"\nnetwork_module = "networks.lora_wan"\n'
+        f'network_dim = 4\nnetwork_alpha = 2\nlearning_rate = 1e-3\noptimizer_type = "AdamW"\nmax_train_steps = 2\n'
+        f'mixed_precision = "no"\ntimestep_sampling = "shift"\ndiscrete_flow_shift = 3.0\noutput_dir = "{tmp_path / "out"}"\n'
+        f'output_name = "wan-lora"\n')
+    out = _run(["train", "--config", str(tmp_path / "musubi.toml"), "--set", f"base_model_name={folder}", "--set", "train_device=cpu"],
+               tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "read as musubi-tuner's" in out.stderr and "max_train_steps 2: 1 epochs" in out.stderr
+    assert f"the transformer is read from {dit}" in out.stderr
+    with safe_open(str(tmp_path / "out" / "wan-lora.safetensors"), "pt") as f:
+        assert list(f.keys())

@@ -1,0 +1,139 @@
+"""musubi-tuner's configs (`--config_file` TOML: sd-scripts' options with its own `dit`, `task`,
+`t5` / `text_encoder` and network modules) and its dataset TOML (`[[datasets]]` with
+`image_directory` / `video_directory`): read as musubi-tuner trains them, not as an SD 1.5 kohya
+config without a dataset, as they were."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ot_gradio.config.io import config_to_dict, load_config
+from ot_gradio.config.validation import ConfigError
+
+# musubi-tuner's docs/wan.md training command, as the TOML its --config_file reads
+WAN = """task = "t2v-14B"
+dit = "/models/wan2.1_t2v_14B_bf16.safetensors"
+vae = "/models/wan_2.1_vae.safetensors"
+t5 = "/models/models_t5_umt5-xxl-enc-bf16.pth"
+dataset_config = "{dataset}"
+sdpa = true
+mixed_precision = "bf16"
+fp8_base = true
+optimizer_type = "adamw8bit"
+learning_rate = 2e-4
+gradient_checkpointing = true
+max_data_loader_n_workers = 2
+persistent_data_loader_workers = true
+network_module = "networks.lora_wan"
+network_dim = 32
+timestep_sampling = "shift"
+discrete_flow_shift = 3.0
+max_train_epochs = 16
+save_every_n_epochs = 1
+seed = 42
+output_dir = "/out"
+output_name = "my-wan-lora"
+blocks_to_swap = 20
+"""
+# its docs/dataset_config.md: an image dataset and a video one
+DATASET = """[general]
+resolution = [960, 544]
+caption_extension = ".txt"
+batch_size = 1
+enable_bucket = true
+bucket_no_upscale = false
+
+[[datasets]]
+image_directory = "{images}"
+cache_directory = "/cache/images"
+num_repeats = 2
+
+[[datasets]]
+video_directory = "{videos}"
+cache_directory = "/cache/videos"
+target_frames = [1, 25, 45]
+frame_extraction = "head"
+"""
+
+
+def _files(tmp_path: Path, config: str = WAN) -> Path:
+    (tmp_path / "images").mkdir()
+    (tmp_path / "videos").mkdir()
+    (tmp_path / "dataset.toml").write_text(DATASET.format(images=tmp_path / "images", videos=tmp_path / "videos"))
+    (tmp_path / "train.toml").write_text(config.replace("{dataset}", str(tmp_path / "dataset.toml")))
+    return tmp_path / "train.toml"
+
+
+def test_musubi_tuners_wan_config_trains_wan_from_its_files(tmp_path):
+    result = load_config(_files(tmp_path))
+    c = config_to_dict(result.config)
+    assert (c["model_type"], c["base_model_name"], c["training_method"]) == ("WAN_2_1", "Wan-AI/Wan2.1-T2V-14B-Diffusers", "LORA")
+    assert (c["transformer"]["model_name"], c["transformer"]["weight_dtype"]) == ("/models/wan2.1_t2v_14B_bf16.safetensors", "FLOAT_8")
+    assert c["vae"]["model_name"] == "/models/wan_2.1_vae.safetensors"
+    assert c["text_encoder"]["model_name"] == ""  # the original repo's .pth T5 is not read: said
+    assert [(x["path"], x["balancing"]) for x in c["concepts"]] == [(str(tmp_path / "images"), 2.0), (str(tmp_path / "videos"), 1.0)]
+    assert (c["resolution"], c["frames"], c["batch_size"]) == ("960x544", "45", 1)
+    # shift: a sigmoid of a normal, shifted by discrete_flow_shift
+    assert (c["timestep_distribution"], c["timestep_shift"], c["dynamic_timestep_shifting"]) == ("LOGIT_NORMAL", 3.0, False)
+    assert (c["epochs"], c["lora_rank"], c["learning_rate"], c["optimizer"]["optimizer"]) == (16, 32, 2e-4, "ADAMW_8BIT")
+    assert c["transformer"]["offload_fraction"] == 0.5  # 20 of the 14B's 40 blocks
+    assert c["output_model_destination"] == str(Path("/out") / "my-wan-lora.safetensors")
+    warning = result.warnings[0]
+    assert warning.startswith(f"musubi-tuner config {tmp_path / 'train.toml'}: read as musubi-tuner's")
+    assert "t5 models_t5_umt5-xxl-enc-bf16.pth: a text encoder in its original repo's layout is not read here" in warning
+    assert "not carried over" not in warning  # every setting of this config is read (or how musubi-tuner runs)
+
+
+@pytest.mark.parametrize("lines, model_type, extra", [
+    ('network_module = "networks.lora_qwen_image"\ndit = "/m/qwen_image_bf16.safetensors"\ntext_encoder = "/m/qwen_2.5_vl_7b.safetensors"\n',
+     "QWEN", {"text_encoder": "/m/qwen_2.5_vl_7b.safetensors"}),
+    ('network_module = "networks.lora_qwen_image"\nedit = true\ndit = "/m/qwen_image_edit_bf16.safetensors"\n', "QWEN_IMAGE_EDIT", {}),
+    ('network_module = "networks.lora_zimage"\ndit = "/m/z_image_turbo_bf16.safetensors"\n', "Z_IMAGE", {}),
+    ('network_module = "networks.lora_wan"\ntask = "t2v-A14B"\ndit = "/m/wan2.2_t2v_high_noise_14B.safetensors"\nmin_timestep = 875\n',
+     "WAN_2_2_T2V_A14B", {"trained_expert": "HIGH_NOISE"}),
+    ('network_module = "networks.lora_wan"\ntask = "i2v-A14B"\ndit = "/m/wan2.2_i2v_low_noise_14B.safetensors"\nmax_timestep = 900\n',
+     "WAN_2_2_I2V_A14B", {"trained_expert": "LOW_NOISE"}),
+    ('network_module = "networks.lora"\ndit = "/m/mp_rank_00_model_states.pt"\nguidance_scale = 1.0\n', "HUNYUAN_VIDEO", {}),
+])
+def test_each_family_musubi_tuner_trains(lines, model_type, extra):
+    c = config_to_dict(load_config({**_toml(lines), "network_dim": 16, "output_dir": "/out"}).config)
+    assert c["model_type"] == model_type
+    if "text_encoder" in extra:
+        assert c["text_encoder"]["model_name"] == extra["text_encoder"]
+    if model_type == "HUNYUAN_VIDEO":  # the original repo's .pt: the base model's transformer, said
+        assert c["transformer"]["model_name"] == "" and c["transformer"]["guidance_scale"] == 1.0
+    if "trained_expert" in extra:  # an A14B expert's file with its timesteps: that expert (the range is the expert's here)
+        assert c["trained_expert"] == extra["trained_expert"] and (c["min_noising_strength"], c["max_noising_strength"]) == (0.0, 1.0)
+        assert "model_name" not in c["transformer"] or c["transformer"]["model_name"] == ""  # A14B: its experts come from the base model
+
+
+def _toml(text: str) -> dict:
+    import tomllib
+
+    return tomllib.loads(text)
+
+
+@pytest.mark.parametrize("lines, message", [
+    ('network_module = "networks.lora_framepack"\ndit = "/m/x.safetensors"\n', r"network_module: this musubi-tuner config trains FramePack"),
+    ('network_module = "networks.lora_wan"\ntask = "t2v-14B-FC"\ndit = "/m/x.safetensors"\n', r"task: 't2v-14b-fc' is Wan's Fun Control"),
+    ('network_module = "networks.lora_wan"\ntask = "t2v-7B"\ndit = "/m/x.safetensors"\n', r"task: 't2v-7b' is no Wan task"),
+    ('network_module = "networks.lora_flux"\ndit = "/m/flux1-kontext-dev.safetensors"\n', r"trains FLUX.1 Kontext"),
+])
+def test_what_musubi_tuner_trains_that_has_no_model_type_here_is_refused(lines, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config({**_toml(lines), "network_dim": 16, "output_dir": "/out"})
+
+
+def test_sd_scripts_flux_config_stays_sd_scripts(tmp_path):
+    """sd-scripts' Flux module without a `dit` is not musubi-tuner's Kontext."""
+    c = load_config({"network_module": "networks.lora_flux", "pretrained_model_name_or_path": "/m/flux1-dev.safetensors",
+                     "network_dim": 16, "output_dir": "/out"})
+    assert c.config.model_type.value == "FLUX_DEV_1" and "read as kohya_ss's" in c.warnings[0]
+
+
+def test_a_musubi_dataset_toml_by_itself_imports_its_folders(tmp_path):
+    _files(tmp_path)
+    c = config_to_dict(load_config(tmp_path / "dataset.toml").config)
+    assert [x["path"] for x in c["concepts"]] == [str(tmp_path / "images"), str(tmp_path / "videos")]
