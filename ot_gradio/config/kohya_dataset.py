@@ -21,7 +21,8 @@ DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", 
                           "caption_tag_dropout_rate", "caption_dropout_rate", "keep_tokens_separator", "resolution", "batch_size",
                           "enable_bucket", "bucket_no_upscale", "bucket_reso_steps", "min_bucket_reso", "max_bucket_reso",
                           # musubi-tuner's: a dataset is its folder; its latent cache folder is its own business
-                          "image_directory", "video_directory", "cache_directory", "target_frames", "frame_extraction"})
+                          "image_directory", "video_directory", "cache_directory", "target_frames", "frame_extraction",
+                          "max_frames"})
 BUCKET_KEYS = {"bucket_reso_steps": ("bucket_resolution_step", 64), "min_bucket_reso": ("min_bucket_resolution", 256),
                "max_bucket_reso": ("max_bucket_resolution", 1024)}  # ours, and sd-scripts' default
 PAGE_BUCKETS = {"max_bucket_reso": 2048}  # kohya_ss's page's own defaults, where they differ
@@ -197,8 +198,12 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
     def effective(dataset: dict[str, Any], key: str) -> Any:  # the dataset's, then [general]'s, then the training config's
         return dataset[key] if key in dataset else general[key] if key in general else r.data.get(key)
 
+    musubi = bool(datasets) and not any(d.get("subsets") for d in datasets) and any(
+        d.get("image_directory") or d.get("video_directory") for d in datasets)  # musubi-tuner's: each dataset is its folder
     for index, dataset in enumerate(datasets):
         merged = {**training, **general, **{k: v for k, v in dataset.items() if k != "subsets"}}
+        if musubi:
+            merged.setdefault("resolution", [960, 544])  # musubi-tuner's default
         size = _size(merged.get("resolution"))
         if index == 0:
             first_size = size
@@ -219,7 +224,12 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
     others = tuple({str(s["resolution_override"]) for s in subsets if s.get("resolution_override")})
     for key in BUCKET_SETTINGS:
         r.get(key)
-    buckets(lambda key: effective(datasets[0] if datasets else {}, key), out, notes, page=r.page, other_sizes=others)
+    if musubi:  # musubi-tuner's buckets: this trainer's aspect buckets at the model's step; none unless enable_bucket
+        first = datasets[0]
+        out["aspect_ratio_bucketing"] = bool(effective(first, "enable_bucket"))
+        out["bucket_no_upscale"] = bool(effective(first, "bucket_no_upscale"))
+    else:
+        buckets(lambda key: effective(datasets[0] if datasets else {}, key), out, notes, page=r.page, other_sizes=others)
     unread = sorted({k for part in (general, *datasets, *(s for d in datasets for s in d.get("subsets") or [] if isinstance(s, dict)))
                      for k, v in part.items() if k not in DATASET_KEYS and k != "subsets" and changes_something(k, v)})
     if unread:
@@ -231,11 +241,17 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
 def _musubi_frames(dataset: dict[str, Any], general: dict[str, Any], out: dict[str, Any], notes: list[str]) -> None:
     """musubi-tuner's `target_frames` (the clip lengths it cuts, the longest here: Frames) and its
     `frame_extraction` (here each clip's frames are read from its start, or from a random window)."""
-    frames = dataset.get("target_frames", general.get("target_frames"))
+    if not dataset.get("video_directory"):
+        return
+    frames = dataset.get("target_frames", general.get("target_frames", [1]))  # musubi-tuner's default: 1-frame clips
     lengths = [int(f) for f in (frames if isinstance(frames, list) else [frames] if frames else []) if str(f).strip().isdigit()]
+    extraction = str(dataset.get("frame_extraction", general.get("frame_extraction")) or "head")
+    if extraction == "full":  # each whole clip, up to max_frames
+        lengths = [int(dataset.get("max_frames", general.get("max_frames", 129)))]
     if lengths and max(lengths) > int(str(out.get("frames") or 0) or 0):
         out["frames"] = str(max(lengths))
-    extraction = str(dataset.get("frame_extraction", general.get("frame_extraction")) or "head")
+    if "target_frames" not in dataset and "target_frames" not in general and extraction != "full":
+        notes.append("a video dataset without target_frames: musubi-tuner cuts 1-frame clips then, and so do these Frames")
     if extraction not in ("head", "full"):
         notes.append(f"frame_extraction '{extraction}': here a clip's frames come from its start (or a random window: Data → "
                      "Random clip window)")

@@ -33,10 +33,11 @@ SD3_TYPES = (M.STABLE_DIFFUSION_3, M.STABLE_DIFFUSION_35)
 # sd-scripts' timestep defaults per family (timestep_sampling, discrete_flow_shift): Flux's script (Chroma runs it too)
 # draws uniformly, shifted by 3; Anima's a logit-normal, unshifted (anima_train_utils.py)
 FLOW_DEFAULTS = {M.FLUX_DEV_1: ("sigma", 3.0), M.CHROMA_1: ("sigma", 3.0), M.ANIMA: ("sigmoid", 1.0)}
-# musubi-tuner's (its parser's defaults: sigma, unshifted), for the families it trains here
-FLOW_DEFAULTS |= dict.fromkeys((M.WAN_2_1, M.WAN_2_1_I2V, M.WAN_2_2_TI2V_5B, M.WAN_2_2_T2V_A14B, M.WAN_2_2_I2V_A14B, M.QWEN,
-                                M.QWEN_IMAGE_EDIT, M.FLUX_2, M.Z_IMAGE, M.KREA_2, M.IDEOGRAM_4, M.HUNYUAN_VIDEO), ("sigma", 1.0))
-# musubi-tuner's shifts by the image size, each with its model's constants: as Flux's flux_shift here
+# musubi-tuner's (its parser's defaults: sigma, unshifted; Ideogram 4's script: its own shift), for the families it trains here
+MUSUBI_FLOWS = (M.WAN_2_1, M.WAN_2_1_I2V, M.WAN_2_2_TI2V_5B, M.WAN_2_2_T2V_A14B, M.WAN_2_2_I2V_A14B, M.QWEN, M.QWEN_IMAGE_EDIT,
+                M.FLUX_2, M.Z_IMAGE, M.KREA_2, M.IDEOGRAM_4, M.HUNYUAN_VIDEO)
+FLOW_DEFAULTS |= dict.fromkeys(MUSUBI_FLOWS, ("sigma", 1.0)) | {M.IDEOGRAM_4: ("ideogram4_shift", 1.0)}
+# musubi-tuner's shifts by the image size (here: Dynamic timestep shifting, with the model's own constants)
 SIZE_SHIFTS = ("flux_shift", "flux2_shift", "qwen_shift", "krea2_shift", "ideogram4_shift")
 
 
@@ -75,14 +76,22 @@ def flow_timesteps(r: KohyaReader, out: dict[str, Any], model_type: M, notes: li
     sampling = str(r.get(key("timestep_sampling")) or default_sampling).lower()
     shift = r.number(key("discrete_flow_shift")) if r.given(key("discrete_flow_shift")) else default_shift
     scale = r.number(key("sigmoid_scale")) if r.given(key("sigmoid_scale")) else 1.0
-    if sampling in ("sigmoid", "shift", *SIZE_SHIFTS):
+    musubi = model_type in MUSUBI_FLOWS
+    if sampling == "ideogram4_shift":  # a logit-normal of std 1.5 whatever sigmoid_scale says, its mean by the image size
+        out.update(timestep_distribution="LOGIT_NORMAL", noising_weight=0.5, noising_bias=0.0)
+    elif sampling in ("sigmoid", "shift", *SIZE_SHIFTS):
         out.update(timestep_distribution="LOGIT_NORMAL", noising_weight=scale - 1.0, noising_bias=0.0)
+    elif sampling == "sigma" and musubi and r.given("weighting_scheme"):  # musubi-tuner draws sigma's timesteps by it
+        _sd3_timesteps(r, out, notes)
     elif sampling in ("sigma", "uniform"):
         out["timestep_distribution"] = "UNIFORM"
     else:
         notes.append(f"timestep_sampling '{sampling}' has no counterpart here: UNIFORM is used")
-    out["timestep_shift"] = shift if sampling in ("sigma", "shift") else 1.0
+    # musubi-tuner's sigma indexes its scheduler's unshifted timesteps (the shift is its sampling's alone)
+    out["timestep_shift"] = shift if sampling == "shift" or (sampling == "sigma" and not musubi) else 1.0
     out["dynamic_timestep_shifting"] = sampling in SIZE_SHIFTS
+    if musubi and sampling == "flux_shift" and model_type != M.FLUX_2:
+        notes.append("timestep_sampling 'flux_shift': musubi-tuner shifts by Flux's constants; here by the model's own")
     if model_type not in (M.FLUX_DEV_1, M.CHROMA_1, M.ANIMA):  # musubi-tuner's families: the rest is sd-scripts' own
         return
     # the T5 / Qwen3 tokens read: sd-scripts' default 512 (Flux.1 dev, Chroma, Anima); here Flux's T5

@@ -26,7 +26,12 @@ class UnreadQuantization(ValueError):
 
 
 def is_scale(key: str) -> bool:
-    return key == "scaled_fp8" or key.endswith(SCALE_SUFFIXES)
+    return is_marker(key) or key.endswith(SCALE_SUFFIXES)
+
+
+def is_marker(key: str) -> bool:
+    """ComfyUI's scaled FP8 marker, also under a checkpoint's prefix (`model.diffusion_model.scaled_fp8`)."""
+    return key == "scaled_fp8" or key.endswith(".scaled_fp8")
 
 
 def quantized_layers(f, keys: list[str]) -> dict[str, dict]:
@@ -94,7 +99,7 @@ def read_dequantized(path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
 
     with safe_open(str(path), framework="pt") as f:
         keys = list(f.keys())
-        names, scaled = set(keys), "scaled_fp8" in keys
+        names, scaled = set(keys), any(is_marker(k) for k in keys)
         if not scaled and (stray := next((k for k in keys if k.endswith(".scale_weight")), None)):
             raise UnreadQuantization(f"{stray} without ComfyUI's scaled_fp8 marker")
         layers = quantized_layers(f, keys)

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from ot_gradio.config.enums import DataType, ModelType
+from ot_gradio.models.comfy_quant import quantized_file
 from ot_gradio.models.common import (
     HUB_ID,
     SINGLE_FILE_SUFFIXES,
@@ -154,7 +155,9 @@ class StableDiffusion3(FlowFamily):
             raise ModelLoadError(f"'{path}' is not a readable .safetensors file ({e}); pick an SD 3 / 3.5 single file.") from e
         files = dict(part_files or {})
         config, hub = cls._config_source(config_dir, cache_dir=cache_dir, offline=offline, token=token)
-        if has_text:
+        # ComfyUI's quantized all-in-one file: its transformer and VAE read back to their values below, its text
+        # encoders from their files or the config folder / repo (diffusers' pipeline loader would drop the scales)
+        if has_text and not quantized_file(path):
             components = cls._guarded(str(path), lambda: parts_from_files(files, config, hub, dtype or {}),
                                       cls._single_file_hint(config_dir, "text encoders' configs"))
             return StableDiffusion15._load_single_file.__func__(

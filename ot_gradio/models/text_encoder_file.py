@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from .comfy_quant import UnreadQuantization, dequantize, is_scale, quantized_layers
+from .comfy_quant import UnreadQuantization, dequantize, is_marker, is_scale, quantized_layers
 from .common import ModelLoadError, config_keywords, part_file
 from .errors import first_line
 
@@ -186,7 +186,7 @@ def read_weights(path: Path, field: str, class_name: str, dtype: torch.dtype, ke
     try:
         with safe_open(str(path), framework="pt") as f:
             keys = list(f.keys())
-            names, scaled = set(keys), "scaled_fp8" in keys
+            names, scaled = set(keys), any(is_marker(k) for k in keys)
             if not scaled and (stray := next((k for k in keys if k.endswith(".scale_weight")), None)):
                 raise UnreadQuantization(f"{stray} without ComfyUI's scaled_fp8 marker")
             layers = quantized_layers(f, keys)

@@ -74,7 +74,7 @@ def test_musubi_tuners_wan_config_trains_wan_from_its_files(tmp_path):
     assert c["vae"]["model_name"] == "/models/wan_2.1_vae.safetensors"
     assert c["text_encoder"]["model_name"] == ""  # the original repo's .pth T5 is not read: said
     assert [(x["path"], x["balancing"]) for x in c["concepts"]] == [(str(tmp_path / "images"), 2.0), (str(tmp_path / "videos"), 1.0)]
-    assert (c["resolution"], c["frames"], c["batch_size"]) == ("960x544", "45", 1)
+    assert (c["resolution"], c["frames"], c["batch_size"], c["aspect_ratio_bucketing"]) == ("960x544", "45", 1, True)
     # shift: a sigmoid of a normal, shifted by discrete_flow_shift
     assert (c["timestep_distribution"], c["timestep_shift"], c["dynamic_timestep_shifting"]) == ("LOGIT_NORMAL", 3.0, False)
     assert (c["epochs"], c["lora_rank"], c["learning_rate"], c["optimizer"]["optimizer"]) == (16, 32, 2e-4, "ADAMW_8BIT")
@@ -103,7 +103,8 @@ def test_each_family_musubi_tuner_trains(lines, model_type, extra):
     if "text_encoder" in extra:
         assert c["text_encoder"]["model_name"] == extra["text_encoder"]
     if model_type == "HUNYUAN_VIDEO":  # the original repo's .pt: the base model's transformer, said
-        assert c["transformer"]["model_name"] == "" and c["transformer"]["guidance_scale"] == 1.0
+        # musubi-tuner feeds the embedding guidance_scale as is; the model reads guidance x 1000 (ours scales by 1000)
+        assert c["transformer"]["model_name"] == "" and c["transformer"]["guidance_scale"] == 0.001
     if "trained_expert" in extra:  # an A14B expert's file with its timesteps: that expert (the range is the expert's here)
         assert c["trained_expert"] == extra["trained_expert"] and (c["min_noising_strength"], c["max_noising_strength"]) == (0.0, 1.0)
         assert "model_name" not in c["transformer"] or c["transformer"]["model_name"] == ""  # A14B: its experts come from the base model
@@ -137,3 +138,39 @@ def test_a_musubi_dataset_toml_by_itself_imports_its_folders(tmp_path):
     _files(tmp_path)
     c = config_to_dict(load_config(tmp_path / "dataset.toml").config)
     assert [x["path"] for x in c["concepts"]] == [str(tmp_path / "images"), str(tmp_path / "videos")]
+
+
+def test_musubi_tuners_own_readings():
+    """Qwen's model_version picks the Edit repo (2509 / 2511) and wins over `edit`; Flux.2's picks
+    Klein's; a Wan config without task is t2v-14B (musubi-tuner's default); `sigma` (its default)
+    draws unshifted timesteps, whatever discrete_flow_shift says; a Wan 2.2 expert from
+    timestep_boundary, or its file's name; Qwen-Image-Layered is refused."""
+    def load(text: str) -> dict:
+        return config_to_dict(load_config({**_toml(text), "network_dim": 8, "output_dir": "/out"}).config)
+
+    c = load('network_module = "networks.lora_qwen_image"\nedit = true\nmodel_version = "edit-2511"\ndit = "/m/q.safetensors"\n')
+    assert (c["model_type"], c["base_model_name"]) == ("QWEN_IMAGE_EDIT", "Qwen/Qwen-Image-Edit-2511")
+    c = load('network_module = "networks.lora_qwen_image"\nedit_plus = true\n')
+    assert c["base_model_name"] == "Qwen/Qwen-Image-Edit-2509"
+    c = load('network_module = "networks.lora_flux_2"\nmodel_version = "klein-4b"\ndit = "/m/flux-2-klein-4b.safetensors"\nfp8_text_encoder = true\n')
+    assert (c["model_type"], c["base_model_name"], c["text_encoder"]["weight_dtype"]) == ("FLUX_2", "black-forest-labs/FLUX.2-klein-4B", "FLOAT_8")
+    c = load('network_module = "networks.lora_wan"\ndit = "/m/wan.safetensors"\ndiscrete_flow_shift = 5.0\n')
+    assert (c["model_type"], c["base_model_name"]) == ("WAN_2_1", "Wan-AI/Wan2.1-T2V-14B-Diffusers")
+    assert (c["timestep_distribution"], c["timestep_shift"]) == ("UNIFORM", 1.0)
+    c = load('network_module = "networks.lora_wan"\ntask = "t2v-A14B"\ndit = "/m/x.safetensors"\ntimestep_boundary = 0.5\nmin_timestep = 600\n')
+    assert c["trained_expert"] == "HIGH_NOISE"  # 600 is above this job's boundary (500)
+    c = load('network_module = "networks.lora_wan"\ntask = "t2v-A14B"\ndit = "/m/wan2.2_t2v_low_noise_14B_fp16.safetensors"\nmax_timestep = 900\n')
+    assert c["trained_expert"] == "LOW_NOISE"  # across the boundary: the file's name says which expert
+    with pytest.raises(ConfigError, match=r"model_version: Qwen-Image 'layered' has no model type here"):
+        load('network_module = "networks.lora_qwen_image"\nmodel_version = "layered"\n')
+
+
+def test_a_musubi_video_dataset_takes_its_defaults(tmp_path):
+    """Without target_frames musubi-tuner cuts 1-frame clips; without enable_bucket it buckets nothing."""
+    (tmp_path / "clips").mkdir()
+    (tmp_path / "data.toml").write_text(f'[[datasets]]\nvideo_directory = "{tmp_path / "clips"}"\n')
+    result = load_config({"network_module": "networks.lora_wan", "task": "t2v-1.3B", "dit": "/m/w.safetensors", "network_dim": 8,
+                          "output_dir": "/out", "dataset_config": str(tmp_path / "data.toml")})
+    c = config_to_dict(result.config)
+    assert (c["frames"], c["resolution"], c["aspect_ratio_bucketing"]) == ("1", "960x544", False)
+    assert "musubi-tuner cuts 1-frame clips then" in result.warnings[0]

@@ -18,13 +18,14 @@ from ot_gradio.models.common import ModelLoadError
 from ot_gradio.models.tiny import resolve_tiny
 
 
-def comfy_quantized(weights: dict[str, torch.Tensor], mixed: bool) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """`weights` with every 2-D weight as FP8 and its scale, in ComfyUI's scaled layout or (`mixed`)
-    its mixed-precision one; and the values ComfyUI reads back from them."""
+def comfy_quantized(weights: dict[str, torch.Tensor], mixed: bool, convs: bool = False) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """`weights` with every 2-D weight (with `convs`, every weight of a layer) as FP8 and its scale,
+    in ComfyUI's scaled layout or (`mixed`) its mixed-precision one; and the values ComfyUI reads
+    back from them."""
     out: dict[str, torch.Tensor] = {} if mixed else {"scaled_fp8": torch.zeros(0, dtype=torch.float8_e4m3fn)}
     values = {}
     for key, value in weights.items():
-        if key.endswith(".weight") and value.ndim == 2 and value.abs().max() > 0:
+        if key.endswith(".weight") and (value.ndim == 2 or convs and value.ndim > 2) and value.abs().max() > 0:
             layer, scale = key.removesuffix(".weight"), value.abs().max().float() / 448
             out[key] = (value / scale).to(torch.float8_e4m3fn)
             if mixed:
@@ -92,6 +93,15 @@ def test_an_sd35_fp8_scaled_file_and_refusals(tmp_path):
     expected = StableDiffusion35.load(str(tmp_path / "values.safetensors"), offline=True, config_dir=str(folder))
     assert _close(model.transformer, expected.transformer.state_dict()) == 0.0
     assert _close(model.vae, expected.vae.state_dict()) == 0.0
+    # ComfyUI's all-in-one file (its text encoders in it, the marker under the checkpoint's prefix): transformer and VAE
+    # read back to their values, the text encoders from the config folder (diffusers' pipeline loader would drop the scales)
+    whole, _ = comfy_quantized(bare, mixed=False)
+    whole["model.diffusion_model.scaled_fp8"] = whole.pop("scaled_fp8")
+    for part, name in (("text_encoder", "clip_l"), ("text_encoder_2", "clip_g"), ("text_encoder_3", "t5xxl")):
+        whole |= {f"text_encoders.{name}.transformer.{k}": v.clone() for k, v in base.parts[part].state_dict().items()}
+    save_file(whole, tmp_path / "sd3.5_large_fp8_scaled_incl_clips.safetensors")
+    allinone = StableDiffusion35.load(str(tmp_path / "sd3.5_large_fp8_scaled_incl_clips.safetensors"), offline=True, config_dir=str(folder))
+    assert _close(allinone.transformer, expected.transformer.state_dict()) == 0.0
     layer = next(k for k in quantized if k.endswith(".comfy_quant"))
     quantized[layer] = torch.tensor(list(json.dumps({"format": "nvfp4"}).encode()), dtype=torch.uint8)
     save_file(quantized, tmp_path / "sd3.5_nvfp4.safetensors")
@@ -117,3 +127,16 @@ def test_a_scaled_stable_cascade_stage_c_file_as_prior_model(tmp_path):
     model = StableCascade.load(str(root / "prior"), offline=True, part_models={"prior": str(tmp_path / "stage_c_fp8_scaled.safetensors"), **others})
     expected = StableCascade.load(str(root / "prior"), offline=True, part_models={"prior": str(tmp_path / "values.safetensors"), **others})
     assert _close(model.prior, expected.prior.state_dict()) == 0.0
+
+
+def test_a_scaled_fp8_vae_file_reads_back_to_its_values(tmp_path):
+    from ot_gradio.models.wan import Wan21
+
+    folder = str(resolve_tiny("tiny:wan").diffusers_dir)
+    base = Wan21.load(folder, offline=True)
+    quantized, values = comfy_quantized({f"vae.{k}": v for k, v in base.vae.state_dict().items()}, mixed=False, convs=True)
+    assert sum(k.endswith(".scale_weight") for k in quantized) > 10
+    quantized["vae.scaled_fp8"] = quantized.pop("scaled_fp8")  # a checkpoint's VAE part, marker under its prefix
+    save_file(quantized, tmp_path / "vae_fp8_scaled.safetensors")
+    model = Wan21.load(folder, offline=True, part_models={"vae": str(tmp_path / "vae_fp8_scaled.safetensors")})
+    assert _close(model.vae, {k.removeprefix("vae."): v for k, v in values.items()}) < 1e-6
