@@ -120,10 +120,17 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
                          "concept of its own, shown as often as its images and Balancing say")
         if r.number("network_weight", 1.0) != 1.0:
             r.used.discard("network_weight")  # the LoRA's strength while this dataset trains: listed
-        for key in ("mask_path", "control_path", "control_path_1", "control_path_2", "control_path_3", "inpaint_path"):
+        control = r.get("control_path")
+        control = control[0] if isinstance(control, list) and len(control) == 1 else control
+        if isinstance(control, str) and control.strip() and info.control_image:  # the source images, named as the edited ones
+            concepts[-1]["image"]["control_folder"] = control.strip()
+        elif control:
+            notes.append(f"datasets[{number}].control_path: one folder of source images is read here (an image-editing model's "
+                         "Control image folder); more than one, or for this model type, is not carried over")
+        for key in ("mask_path", "control_path_1", "control_path_2", "control_path_3", "inpaint_path"):
             if r.get(key):
-                notes.append(f"datasets[{number}].{key}: here a mask is `<image>-masklabel.png` and a control image "
-                             "`<image>-control.png` beside each image; put them there")
+                notes.append(f"datasets[{number}].{key}: here a mask is `<image>-masklabel.png` beside each image, and one "
+                             "control image a concept's (its Control image folder); put them there")
         r.at_default("shrink_video_to_frames", True)
         r.at_default("controls", [])
         r.at_default("fps", 24)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .conditions import EDITS_IMAGES
 from .enums import BalancingStrategy, ConceptType, PromptSource
 from .fields import Section, opt
 
@@ -27,6 +28,7 @@ class ConceptImageConfig(Section):
     random_hue_max_strength: float = opt(0.0, "Max hue strength", "0 = no change; 1 = shifts of up to half the colour wheel either way (as OneTrainer: the shift is max/2).", ge=0, le=1)
     enable_resolution_override: bool = opt(False, "Resolution override", "Train this concept at its own resolution instead of the global one.")
     resolution_override: str = opt("512", "Override resolution", "Resolution for this concept, e.g. 512, 768x512 or a list 384,448,512.")
+    control_folder: str = opt("", "Control image folder", "Image-editing models (Qwen-Image-Edit): the folder of the source images, each named as its edited image (any image extension; in the same subfolder), as ai-toolkit's control_path and musubi-tuner's control_directory keep them. Blank = each image's <name>-control image beside it. Keep it outside the concept's folder. Other model types do not read it.", applies_when=EDITS_IMAGES)
     alpha_mask: bool = opt(False, "Alpha as mask", "Masked training: an image with transparent pixels and no -masklabel file is masked by its own alpha channel (opaque = trained, transparent = ignored), as kohya's alpha_mask; its transparent pixels are white underneath. Off: such an image trains whole, on white.")
     enable_random_circular_mask_shrink: bool = opt(False, "Random circular mask shrink", "Masked training: keep only a random disc of each mask (centre inside the mask, radius 0.2-1 x its furthest reach) each epoch (with latent caching: per image variation).")
     enable_random_mask_rotate_crop: bool = opt(False, "Random mask rotate and crop", "Masked training: turn image and mask by up to 20 degrees about the mask and cut them to the mask's box plus 10-30% padding (at least the smallest resolution) each epoch (with latent caching: per image variation), so the masked area fills the sample.")

@@ -93,5 +93,7 @@ READS_TEXT_ENCODER_FILES = family_rule(lambda info: info.text_encoder_files, "th
 ZEROES_PADDING = family_rule(lambda info: info.zeroes_padding, "the model type can zero the prompt embeddings of padding tokens")
 # only a family whose denoiser learns its variance trains it (PixArt)
 LEARNS_VARIANCE = family_rule(lambda info: info.learns_variance, "the model type's denoiser learns its variance")
+# an image-editing family trains on (image, control image) pairs (Qwen-Image-Edit)
+EDITS_IMAGES = family_rule(lambda info: info.control_image, "the model type trains on (image, control image) pairs")
 # an inpainting family takes a conditioning image beside the noisy latents (SD 1.5/2.0/SDXL inpainting, Flux Fill)
 INPAINTS = family_rule(lambda info: info.inpainting, "the model type is an inpainting model")

@@ -381,12 +381,18 @@ def control_pair_problems(config: Any) -> list[str]:
     info = family_info(config.model_type)
     if info is None or not info.control_image:
         return []
-    folders = [(Path(c.path).expanduser(), c.include_subdirectories) for c in config.concepts if c.enabled and c.path]
+    enabled = [c for c in config.concepts if c.enabled and c.path]
+    problems = [f"concepts[{config.concepts.index(c)}].image.control_folder: '{c.image.control_folder}' does not exist or is not a "
+                "folder" for c in enabled if c.image.control_folder and not Path(c.image.control_folder).expanduser().is_dir()]
+    if any(c.image.control_folder for c in enabled):  # the pairs are counted when the data is read
+        return problems
+    folders = [(Path(c.path).expanduser(), c.include_subdirectories) for c in enabled]
     folders = [(f, sub) for f, sub in folders if f.is_dir()]
     if folders and not any(next(iter(f.rglob(g) if sub else f.glob(g)), None) for f, sub in folders for g in CONTROL_GLOBS):
         return [f"concepts: no image of the enabled concepts has a control image; {config.model_type.value} trains on pairs: put "
-                "the source image as '<name>-control.png' beside each edited '<name>.png'."]
-    return []
+                "the source image as '<name>-control.png' beside each edited '<name>.png', or set the concept's Control image "
+                "folder."]
+    return problems
 
 
 def circular_padding_problems(config: Any) -> list[str]:

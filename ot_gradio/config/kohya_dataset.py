@@ -22,7 +22,7 @@ DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", 
                           "enable_bucket", "bucket_no_upscale", "bucket_reso_steps", "min_bucket_reso", "max_bucket_reso",
                           # musubi-tuner's: a dataset is its folder; its latent cache folder is its own business
                           "image_directory", "video_directory", "cache_directory", "target_frames", "frame_extraction",
-                          "max_frames"})
+                          "max_frames", "control_directory"})
 BUCKET_KEYS = {"bucket_reso_steps": ("bucket_resolution_step", 64), "min_bucket_reso": ("min_bucket_resolution", 256),
                "max_bucket_reso": ("max_bucket_resolution", 1024)}  # ours, and sd-scripts' default
 PAGE_BUCKETS = {"max_bucket_reso": 2048}  # kohya_ss's page's own defaults, where they differ
@@ -217,7 +217,7 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
             notes.append(f"dataset {index + 1} sets its own {', '.join(differ)}: here every dataset is bucketed as the first")
         own = [subset for subset in dataset.get("subsets") or [] if isinstance(subset, dict)]
         if not own and (folder := dataset.get("image_directory") or dataset.get("video_directory")):  # musubi-tuner's
-            own = [{"image_dir": folder}]
+            own = [{"image_dir": folder, **({"control_folder": dataset["control_directory"]} if dataset.get("control_directory") else {})}]
             _musubi_frames(dataset, general, out, notes)
         subsets += [{**merged, **subset} for subset in own]
     # the first dataset's, then [general]'s, then the training config's (sd-scripts' fallback, read either way)
@@ -345,6 +345,8 @@ def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) ->
     # kohya's random crop: where in the image its bucket is cut, drawn anew (OneTrainer's crop jitter)
     image: dict[str, Any] = {"enable_random_flip": flag(options.get("flip_aug")), "enable_crop_jitter": flag(options.get("random_crop")),
                              "alpha_mask": flag(options.get("alpha_mask"))}  # the alpha channel as the mask (masked training)
+    if options.get("control_folder"):  # musubi-tuner's control_directory: an image-editing model's source images
+        image["control_folder"] = str(options["control_folder"])
     if options.get("resolution_override"):
         image.update(enable_resolution_override=True, resolution_override=options["resolution_override"])
     return {"name": ("reg: " if reg else "") + (kohya_name[1] if kohya_name else folder.name), "path": str(folder),

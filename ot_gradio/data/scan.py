@@ -191,6 +191,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
                         + (f"; {unread_note}" if unread_note else ""))
 
     scan = ConceptScan(name=label, folder=folder.resolve(), items=[], skipped=not_files)
+    control_folder = _control_folder(concept, label) if control else None
     if unread_note:
         _warn(scan, f"Concept '{label}': {unread_note}")
     for skip in not_files:
@@ -219,7 +220,10 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
         width, height, frames, duration, slack = size
         if clip and frames < sampling.frames:
             _warn(scan, f"Clip {path} is short: it trains with {frames} of the {sampling.frames} frames set (Frames)")
-        control_path = _companion_for(path, CONTROL_SUFFIX, "control image", load_rgb, scan, (width, height)) if control else None
+        control_path = None
+        if control:  # beside the image as `<name>-control`, or in the concept's control image folder under the image's name
+            control_path = _companion_for(path, CONTROL_SUFFIX, "control image", load_rgb, scan, (width, height),
+                                          control_folder / path.relative_to(folder) if control_folder else None)
         if control and control_path is None:
             scan.unpaired.append(path)
             continue
@@ -254,10 +258,12 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
 
     if scan.unpaired:
         names = ", ".join(p.name for p in scan.unpaired[:10]) + (f" and {len(scan.unpaired) - 10} more" if len(scan.unpaired) > 10 else "")
+        where = (f"named as it in the control image folder '{control_folder}'" if control_folder
+                 else "(`<name>-control.png` beside `<name>.png`)")
         if not scan.items:
-            raise DataError(f"Concept '{label}': no image in folder '{folder}' has its control image (`<name>-control.png` "
-                            f"beside `<name>.png`); this model type trains on such pairs ({names})")
-        _warn(scan, f"Concept '{label}': {len(scan.unpaired)} image(s) without a control image (`<name>-control.<ext>`) are skipped: {names}")
+            raise DataError(f"Concept '{label}': no image in folder '{folder}' has its control image {where}; this model type "
+                            f"trains on such pairs ({names})")
+        _warn(scan, f"Concept '{label}': {len(scan.unpaired)} image(s) without a control image {where} are skipped: {names}")
     if not scan.items:
         raise DataError(f"Concept '{label}': none of the {len(files)} {'files' if sampling else 'images'} in folder '{folder}' could be read")
     if scan.uncaptioned:
@@ -391,11 +397,25 @@ def _mask_for(path: Path, scan: ConceptScan, image_size: tuple[int, int]) -> Pat
     return mask.resolve()
 
 
-def _companion_for(path: Path, suffix: str, what: str, load, scan: ConceptScan, image_size: tuple[int, int]) -> Path | None:
+def _control_folder(concept: object, label: str) -> Path | None:
+    """The concept's control image folder (`image.control_folder`), None when blank; DataError for one that is no folder."""
+    raw = str(getattr(getattr(concept, "image", None), "control_folder", "") or "").strip()
+    if not raw:
+        return None
+    folder = Path(raw).expanduser()
+    if not folder.is_dir():
+        raise DataError(f"Concept '{label}': control image folder '{folder}' does not exist or is not a folder "
+                        "(concepts[].image.control_folder)")
+    return folder
+
+
+def _companion_for(path: Path, suffix: str, what: str, load, scan: ConceptScan, image_size: tuple[int, int],
+                   elsewhere: Path | None = None) -> Path | None:
     """The image's readable `<stem><suffix>` file (a control image, a depth map; None: none, or
-    unreadable, said in a warning); one of another shape is stretched onto its image's, which a
-    warning says."""
-    found = companion_path_for(path, suffix)
+    unreadable, said in a warning), or with `elsewhere` (the image's place in another folder) the
+    image of that name there, any image extension; one of another shape is stretched onto its
+    image's, which a warning says."""
+    found = companion_path_for(path, suffix) if elsewhere is None else companion_path_for(elsewhere, "")
     size = None if found is None else _readable_size(found, load, what, scan)
     if size is None:
         return None

@@ -18,6 +18,7 @@ from . import edit_log
 from .charts import bucket_chart
 from .form import Field, build_fields, config_from_values, edit_event, schema_fields, values_from_config
 from .uploads import forget_uploads
+from .visibility import applies, conditional_fields
 
 if TYPE_CHECKING:
     from ..data.buckets import Bucketing
@@ -260,6 +261,9 @@ class ConceptsTab:
         if index is None or not (0 <= index < len(concepts)):
             index = 0 if concepts else None
         values = values_from_config(self.fields, concepts[index]) if index is not None else {}
+        for key, field in self.fields.items():  # a field that means nothing for the model type (the control image folder)
+            if f"concepts[].{key}" in conditional_fields() and field.component in values:
+                values[field.component] = gr.update(value=values[field.component], visible=applies(f"concepts[].{key}", config))
         return {self.selector: gr.update(choices=concept_choices(concepts), value=index), **values,
                 self.empty: gr.update(visible=index is None), self.upload_note: UPLOAD_NOTE, **{group: gr.update(visible=index is not None) for group in self.groups}}
 

@@ -255,6 +255,8 @@ class Page(EditHandlers, ConfigFiles):
         self._by_elem = {f.component.elem_id: f for f in fields.values() if f.component.elem_id}
         self.opt_fields = {p: f for p, f in fields.items() if p.startswith("optimizer.") and p != "optimizer.optimizer"}
         self.conditional = {p: fields[p] for p in conditional_fields() if p in fields}
+        # the Concepts tab's fields that apply to some model types only (the control image folder)
+        self.conditional |= {f"concepts[].{k}": f for k, f in self.concepts.fields.items() if f"concepts[].{k}" in conditional_fields()}
         for path, f in self.conditional.items():
             f.component.visible = applies(path, initial) and method_field_shown(path, method)
         # settings one method ignores (the conditional ones among them follow both rules)
@@ -407,6 +409,7 @@ class Page(EditHandlers, ConfigFiles):
         shown = self.concepts.show(config, 0)
         selector = shown.pop(self.concepts.selector)
         concept_values = {f.component: shown[f.component] for f in self.concepts.fields.values() if f.component in shown}
+        concept_values = {c: v.get("value") if isinstance(v, dict) else v for c, v in concept_values.items()}  # (a field shown or hidden)
         return {self.config_state: config, self.monitor.run_id: run_id, **values_from_config(self.fields, config),
                 **concept_values, self.concepts.selector: selector.get("value") if isinstance(selector, dict) else selector}
 

@@ -243,8 +243,11 @@ def test_a_samples_control_image_and_krea2s_edit_training():
     """ai-toolkit's `ctrl_img` is the image a Qwen-Image-Edit sample edits; Krea 2's edit training
     (its page's `krea2:o_edit`) has no counterpart and is refused by name."""
     sample = {"samples": [{"prompt": "make it red", "ctrl_img": "/in/cat.png", "ctrl_img_2": "/in/dog.png"}]}
-    result = load_config(_job(model={"arch": "qwen_image_edit_plus", "name_or_path": "Qwen/Qwen-Image-Edit-2509"}, sample=sample))
+    datasets = [{"folder_path": "/data/edited", "control_path": "/data/sources"}]
+    result = load_config(_job(model={"arch": "qwen_image_edit_plus", "name_or_path": "Qwen/Qwen-Image-Edit-2509"}, sample=sample,
+                              datasets=datasets))
     assert result.config.samples[0].control_image == "/in/cat.png"
+    assert result.config.concepts[0].image.control_folder == "/data/sources"  # its source images, named as the edited ones
     assert result.warnings[0].endswith("not carried over (left at this trainer's defaults): sample.samples[0].ctrl_img_2.")
     with pytest.raises(ConfigError, match=r"model.arch 'krea2:o_edit': this job trains Krea 2 to edit images"):
         load_config(_job(model={"arch": "krea2:o_edit", "name_or_path": "krea/Krea-2-Raw"}))

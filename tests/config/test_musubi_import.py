@@ -174,3 +174,20 @@ def test_a_musubi_video_dataset_takes_its_defaults(tmp_path):
     c = config_to_dict(result.config)
     assert (c["frames"], c["resolution"], c["aspect_ratio_bucketing"]) == ("1", "960x544", False)
     assert "musubi-tuner cuts 1-frame clips then" in result.warnings[0]
+
+
+def test_a_musubi_edit_dataset_reads_its_control_directory(tmp_path):
+    """Qwen-Image-Edit's source images in musubi-tuner's control_directory: the concept's Control image folder;
+    the start check then counts the pairs when the data is read, not beside the images."""
+    from ot_gradio.config.doctor import errors
+
+    for name in ("edited", "sources"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "data.toml").write_text(f'[[datasets]]\nimage_directory = "{tmp_path / "edited"}"\n'
+                                        f'control_directory = "{tmp_path / "sources"}"\n')
+    result = load_config({"network_module": "networks.lora_qwen_image", "edit": True, "dit": "/m/q.safetensors", "network_dim": 8,
+                          "output_dir": "/out", "dataset_config": str(tmp_path / "data.toml")})
+    assert result.config.concepts[0].image.control_folder == str(tmp_path / "sources")
+    assert not [e for e in errors(result.config) if "control image" in e]
+    (tmp_path / "sources").rmdir()
+    assert [e for e in errors(result.config) if "concepts[0].image.control_folder" in e and "does not exist" in e]

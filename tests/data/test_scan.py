@@ -219,6 +219,30 @@ def test_control_images_pair_with_their_images_and_unpaired_images_are_named(tmp
         scan_concept(make_concept(alone), control=True)
 
 
+def test_control_images_from_a_control_folder_of_the_same_names(tmp_path, write_image, make_concept, caplog):
+    """A concept's Control image folder (ai-toolkit's control_path, musubi-tuner's control_directory):
+    the source image of `cat.png` is that folder's `cat.<any ext>` (a subfolder's image in the same
+    subfolder there); beside-the-image `-control` files are not looked for then; a missing folder is refused."""
+    folder, controls = tmp_path / "edited", tmp_path / "sources"
+    write_image(folder / "cat.png", 16, 16)
+    write_image(controls / "cat.jpg", 16, 16, colour=(0, 0, 200))
+    write_image(folder / "sub" / "dog.png", 16, 16)
+    write_image(controls / "sub" / "dog.webp", 16, 16)
+    write_image(folder / "lonely.png", 16, 16)
+    write_image(folder / "lonely-control.png", 16, 16)  # beside it: not read with a control folder set
+    concept = make_concept(folder, include_subdirectories=True, image={"control_folder": str(controls)})
+    with caplog.at_level(logging.WARNING):
+        scan = scan_concept(concept, control=True)
+    assert sorted((i.relpath, i.control_path.relative_to(controls).as_posix()) for i in scan.items) == [
+        ("cat.png", "cat.jpg"), ("sub/dog.png", "sub/dog.webp")]
+    assert [p.name for p in scan.unpaired] == ["lonely.png"]
+    assert [w for w in scan.warnings if "lonely.png" in w and f"named as it in the control image folder '{controls}'" in w]
+    gone = make_concept(folder, image={"control_folder": str(tmp_path / "nowhere")})
+    with pytest.raises(DataError, match=r"control image folder .*nowhere' does not exist"):
+        scan_concept(gone, control=True)
+    assert len(scan_concept(gone).items) == 3  # another model type reads no control folder (nor refuses it)
+
+
 def test_a_batch_carries_each_control_image_cut_like_its_image_and_its_cached_latents(tmp_path, write_image, make_concept, encoder):
     """The control image (another size) is cut to its image's bucket and crop; with latent caching
     its latents are cached (kind "control") and loaded with the image's."""

@@ -277,3 +277,15 @@ def test_ai_toolkit_import(page, tmp_path):
     assert (config["model_type"], config["lora_rank"], config["concepts"][0]["path"]) == ("FLUX_DEV_1", 16, str(folder))
     assert out[page.fields["learning_rate"].component] == "0.0001"
     assert any("read as ai-toolkit's job 'my_first_flux_lora_v1'" in str(w.message) for w in caught)
+
+
+def test_the_control_image_folder_shows_for_image_editing_models_only(page):
+    """The Concepts tab's Control image folder follows the model type, on an edit and when a concept is shown."""
+    field = page.concepts.fields["image.control_folder"].component
+    config = page.on_page_load()[page.config_state]
+    assert page.visibility({**config, "model_type": "QWEN_IMAGE_EDIT"})[field]["visible"] is True
+    assert page.visibility({**config, "model_type": "FLUX_DEV_1"})[field]["visible"] is False
+    edit = {**config, "model_type": "QWEN_IMAGE_EDIT", "concepts": [{"name": "pairs", "path": "/d", "image": {"control_folder": "/s"}}]}
+    shown = page.concepts.show(edit, 0)[field]
+    assert (shown["visible"], shown["value"]) == (True, "/s")
+    assert page.form_values(edit)[field] == "/s"  # the value a handler gets, not the update
