@@ -95,6 +95,13 @@ def read_dequantized(path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """A ComfyUI-quantized file's tensors with each quantized weight read back to its value, in
     `dtype` (the other tensors as stored), without the scales and format notes; UnreadQuantization
     for a format not read."""
+    return {key: value.to(dtype) if quantized else value for key, value, quantized in tensors_of(path)}
+
+
+def tensors_of(path, skip=lambda key: False):
+    """Each (key, value, whether it was quantized) of a .safetensors file, ComfyUI's quantized
+    weights read back to their values (in float32), without the scales, format notes and the keys
+    `skip` names; UnreadQuantization for a format not read."""
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as f:
@@ -103,11 +110,9 @@ def read_dequantized(path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         if not scaled and (stray := next((k for k in keys if k.endswith(".scale_weight")), None)):
             raise UnreadQuantization(f"{stray} without ComfyUI's scaled_fp8 marker")
         layers = quantized_layers(f, keys)
-        out = {}
         for key in keys:
-            if is_scale(key):
+            if is_scale(key) or skip(key):
                 continue
             stored = f.get_tensor(key)
             value = dequantize(f, key, stored, names, layers, scaled)
-            out[key] = value.to(dtype) if value is not stored else value
-        return out
+            yield key, value, value is not stored

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from .comfy_quant import UnreadQuantization, dequantize, is_marker, is_scale, quantized_layers
+from .comfy_quant import UnreadQuantization, tensors_of
 from .common import ModelLoadError, config_keywords, part_file
 from .errors import first_line
 
@@ -181,22 +181,14 @@ def read_weights(path: Path, field: str, class_name: str, dtype: torch.dtype, ke
     """The file's tensors, floats in `dtype` (in float32 those of a module named in `keep`), without
     what no encoder holds (CLIP's logit scale and position ids, a whole T5's decoder, ComfyUI's
     quantization scales, applied to their weights: models/comfy_quant.py)."""
-    from safetensors import safe_open
+    def unused(key: str) -> bool:
+        return key in _NOT_WEIGHTS or key.startswith(_IGNORED_PREFIXES) or key.endswith(_IGNORED_SUFFIXES)
 
     try:
-        with safe_open(str(path), framework="pt") as f:
-            keys = list(f.keys())
-            names, scaled = set(keys), any(is_marker(k) for k in keys)
-            if not scaled and (stray := next((k for k in keys if k.endswith(".scale_weight")), None)):
-                raise UnreadQuantization(f"{stray} without ComfyUI's scaled_fp8 marker")
-            layers = quantized_layers(f, keys)
-            out = {}
-            for key in keys:
-                if is_scale(key) or key in _NOT_WEIGHTS or key.startswith(_IGNORED_PREFIXES) or key.endswith(_IGNORED_SUFFIXES):
-                    continue
-                tensor = dequantize(f, key, f.get_tensor(key), names, layers, scaled)
-                target = torch.float32 if keep & set(key.split(".")) else dtype
-                out[key] = tensor.to(target) if tensor.is_floating_point() else tensor
+        out = {}
+        for key, tensor, _ in tensors_of(path, unused):
+            target = torch.float32 if keep & set(key.split(".")) else dtype
+            out[key] = tensor.to(target) if tensor.is_floating_point() else tensor
     except UnreadQuantization as e:
         raise ModelLoadError(f"{field}: {path.name} holds weights quantized in a layout not read here ({e}); give the "
                              "encoder's fp16, bf16, fp8 or ComfyUI's fp8 / int8 file, and set its Weight data type to quantize "
