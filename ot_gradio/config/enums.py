@@ -80,7 +80,7 @@ class DataType(StrEnum):
     NFLOAT_4 = "NFLOAT_4"
     INT_W8A8 = "INT_W8A8"  # 8-bit weights and 8-bit matmuls (training/quantize.py LinearW8A8)
     FLOAT_W8A8 = "FLOAT_W8A8"
-    GGUF = "GGUF"  # the transformer's weights as a .gguf transformer.model_name stores them (models/common.py gguf_options)
+    GGUF = "GGUF"  # the transformer's weights as a .gguf transformer.model_name stores them (models/transformer_file.py gguf_options)
     # the same .gguf weights, each forward's matmuls in 8 bits: the weight dequantized and requantized per
     # row, the activations per token (training/quantize.py), as OneTrainer's GGUF A8 float / int
     GGUF_A8_FLOAT = "GGUF_A8_FLOAT"

@@ -91,6 +91,14 @@ def quantized_file(path) -> bool:
         return "_quantization_metadata" in (f.metadata() or {}) or any(is_scale(k) for k in f.keys())
 
 
+def load_values(path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """A .safetensors file's tensors: a ComfyUI-quantized one's read back to their values in `dtype`
+    (`read_dequantized`), any other's as stored."""
+    from safetensors.torch import load_file
+
+    return read_dequantized(path, dtype) if quantized_file(path) else load_file(str(path))
+
+
 def read_dequantized(path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """A ComfyUI-quantized file's tensors with each quantized weight read back to its value, in
     `dtype` (the other tensors as stored), without the scales and format notes; UnreadQuantization

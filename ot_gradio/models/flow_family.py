@@ -31,14 +31,12 @@ from ot_gradio.models.common import (
     ModelLoadError,
     base_module,
     cast_parts,
-    gguf_options,
     module_device,
     part_dtypes,
     part_file,
     plain_state_dict,
     save_diffusers_folder,
     torch_dtype,
-    transformer_file_source,
     wan_vae_decode,
     wan_vae_encode,
     weights_fingerprint,
@@ -47,6 +45,7 @@ from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import CheckedLayerSkips, HubLoading, KlVaeLatents, sentencepiece_files_readable
 from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_for_sampling
 from ot_gradio.models.text_encoder_file import parts_from_files, text_encoder_files
+from ot_gradio.models.transformer_file import gguf_options, transformer_file_source
 from ot_gradio.models.vae_override import apply_vae_override, vae_file
 from ot_gradio.models.weight_variants import hub_variant, local_variant
 

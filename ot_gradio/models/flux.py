@@ -30,17 +30,16 @@ import torch
 
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import (
-    assign_converted_weights,
     base_module,
     compute_dtype,
     input_dtype,
     module_device,
     plain_state_dict,
-    read_transformer_file,
     torch_dtype,
 )
 from ot_gradio.models.flow_family import FlowFamily, pack_latents, unpack_latents
 from ot_gradio.models.registry import register_family
+from ot_gradio.models.transformer_file import assign_converted_weights, read_transformer_file
 
 __all__ = ["FluxDev1", "compute_dtype", "latent_image_ids", "pack_latents", "unpack_latents"]
 

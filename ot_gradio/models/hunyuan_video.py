@@ -43,17 +43,16 @@ import torch
 
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import (
-    assign_converted_weights,
     base_module,
     cast_state_dict,
     compute_dtype,
     input_dtype,
     module_device,
-    read_transformer_file,
 )
 from ot_gradio.models.flow_family import FlowFamily
 from ot_gradio.models.key_layout import save_tensors
 from ot_gradio.models.registry import register_family
+from ot_gradio.models.transformer_file import assign_converted_weights, read_transformer_file
 from ot_gradio.models.video_family import VideoSampling
 
 DEFAULT_SEQUENCE_LENGTH = 256  # the pipeline's max_sequence_length: Llama tokens after the template

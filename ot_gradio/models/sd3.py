@@ -44,13 +44,13 @@ from ot_gradio.models.common import (
     input_dtype,
     module_device,
     module_dtype,
-    transformer_file_source,
 )
 from ot_gradio.models.flow_family import FlowFamily
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import StableDiffusion15
 from ot_gradio.models.sdxl import StableDiffusionXL
 from ot_gradio.models.text_encoder_file import parts_from_files
+from ot_gradio.models.transformer_file import transformer_file_source
 from ot_gradio.models.weight_variants import local_variant
 
 T5_PART = "text_encoder_3"

@@ -22,8 +22,9 @@ from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.fsutil import atomic_write
 from ot_gradio.models.cascade_common import CascadeFamily
 from ot_gradio.models.cascade_loading import Loader, Source, resolve_source
-from ot_gradio.models.common import ModelLoadError, base_module, cast_state_dict, plain_state_dict, read_transformer_file, torch_dtype
+from ot_gradio.models.common import ModelLoadError, base_module, cast_state_dict, plain_state_dict, torch_dtype
 from ot_gradio.models.registry import register_family
+from ot_gradio.models.transformer_file import read_transformer_file
 
 EFFNET_FILE = "effnet_encoder.safetensors"
 # Depthwise convolutions cannot take a LoRA of most ranks, so "full" is every other Linear and

@@ -112,12 +112,9 @@ def _read_weights(file: Path) -> dict[str, torch.Tensor]:
         raise ModelLoadError(f"{FIELD}: {file} is not a weights file; give a .safetensors (or .ckpt/.pt) VAE file.")
     try:
         if file.suffix.lower() == ".safetensors":
-            from safetensors.torch import load_file
+            from .comfy_quant import load_values
 
-            from .comfy_quant import quantized_file, read_dequantized
-
-            # ComfyUI's scaled FP8 VAE: its weights read back to their values
-            tensors = read_dequantized(file, torch.float32) if quantized_file(file) else load_file(str(file))
+            tensors = load_values(file, torch.float32)  # (ComfyUI's scaled FP8 VAE: its weights read back to their values)
         else:  # weights only: a pickled file runs no code here
             tensors = torch.load(str(file), map_location="cpu", weights_only=True)
             tensors = tensors.get("state_dict", tensors) if isinstance(tensors, dict) else tensors

@@ -88,8 +88,8 @@ def test_hunyuan_videos_fused_gguf_weights_split_into_whole_quantized_rows(tmp_p
     layer keeps its own rows, still Q8_0, dequantized within the rounding."""
     from diffusers.quantizers.gguf.utils import GGUFParameter, dequantize_gguf_tensor
 
-    from ot_gradio.models.common import read_transformer_file
     from ot_gradio.models.hunyuan_video_keys import diffusers_state_dict
+    from ot_gradio.models.transformer_file import read_transformer_file
 
     hidden, mlp = 32, 64
     torch.manual_seed(0)
