@@ -145,6 +145,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     single_file_suffixes: tuple[str, ...] = SINGLE_FILE_SUFFIXES  # what a single file may end in
     # text encoder class -> how many of its layers encoding reads: a text encoder file may stop after them
     text_encoder_layers_read: Mapping[str, int] = {}
+    text_encoder_reads_images = False  # its encoder reads images too: a text encoder file must hold the vision tower
     default_steps = 20  # `sample` defaults
     default_cfg_scale = 3.5
     transformer_class_name = ""  # the diffusers transformer class (pipeline_class_name: the pipeline's)
@@ -244,7 +245,8 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     def _parts_from_files(cls, files: Mapping[str, Path], source: str | Path, hub: Mapping, dtype) -> dict:
         """The text encoders (and VAE) read from `files`, for the pipeline at `source`
         (models/text_encoder_file.py)."""
-        return parts_from_files(files, source, hub, dtype, layers_read=cls.text_encoder_layers_read)
+        return parts_from_files(files, source, hub, dtype, layers_read=cls.text_encoder_layers_read,
+                                reads_images=cls.text_encoder_reads_images)
 
     @classmethod
     def _load_pipeline(cls, name: str, *, cache_dir, offline, token, dtype, config_dir, transformer_file: Path | None = None,

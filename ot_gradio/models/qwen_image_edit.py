@@ -111,6 +111,7 @@ class QwenImageEdit(QwenImage):
     default_control_image: str | None = None  # the trainer sets the first training pair's control image
     prompt_template = EDIT_TEMPLATE
     vision_area: int | None = None  # the text encoder's image resized to about this many pixels (None: as given)
+    text_encoder_reads_images = True  # Qwen2.5-VL reads the control image: a text-only encoder file is refused
 
     # ---------------------------------------------------------------- loading
 

@@ -16,7 +16,9 @@ as transformers initialises it. A file cut after the last layer encoding reads (
 30-layer Mistral) loads as that many layers, its last hidden state not normalised, so encoding
 reads what it reads from the whole model (`layers_read`, the family's).
 ComfyUI's scaled FP8 files and its mixed-precision FP8 / INT8 ones are read back to their values
-(models/comfy_quant.py); its block-scaled and rotated formats are refused. A file that lacks a
+(models/comfy_quant.py); its block-scaled and rotated formats are refused. llama.cpp's `.gguf`
+files are read back to their values under transformers' names (models/gguf_text_encoder.py); a
+vision-language model's file without its vision tower is refused where the encoder reads images. A file that lacks a
 weight the encoder needs (but a causal LM's output layer, which encoding never reads) or holds one
 of another shape is a ModelLoadError naming the field.
 """
@@ -32,8 +34,9 @@ import torch
 from .comfy_quant import UnreadQuantization, tensors_of
 from .common import ModelLoadError, config_keywords, part_file
 from .errors import first_line
+from .gguf_text_encoder import GGUFTextEncoderError, gguf_weights
 
-SUFFIXES = (".safetensors", ".sft")
+SUFFIXES = (".safetensors", ".sft", ".gguf")
 # keys a text encoder file may hold that no encoder does: CLIP's logit scale and position ids, a
 # whole T5's decoder (ComfyUI's scales: comfy_quant.is_scale); any other key the encoder lacks is
 # left out by transformers' loading
@@ -43,8 +46,10 @@ _IGNORED_SUFFIXES = ("position_ids", "logit_scale")
 _UNUSED = ("lm_head.",)
 # the prefix ComfyUI's file of a wrapped language model lacks (it holds `model.layers`, `model.norm`...)
 _LANGUAGE_MODEL = {"Mistral3ForConditionalGeneration": "model.language_model."}
-# what such a text-only file lacks that encoding text never reads: the vision tower and its projector
-_VISION = {"Mistral3ForConditionalGeneration": ("model.vision_tower.", "model.multi_modal_projector.")}
+# what a text-only file of a vision-language model lacks (ComfyUI's Mistral, llama.cpp's .gguf files):
+# the vision tower and its projector, which encoding a prompt without an image never reads
+_VISION = {"Mistral3ForConditionalGeneration": ("model.vision_tower.", "model.multi_modal_projector."),
+           "Qwen2_5_VLForConditionalGeneration": ("model.visual.",)}
 # keys of ComfyUI's files that are no weights: the tokenizer it serialises into Mistral's file
 _NOT_WEIGHTS = ("tekken_model",)
 _LAYER = re.compile(r"^(.*?)layers\.(\d+)\.")
@@ -68,20 +73,22 @@ def text_encoder_files(part_models: Mapping[str, str] | None, parts: tuple[str, 
             continue
         path = part_file(value, f"{part}.model_name", cache_dir=cache_dir, offline=offline, token=token)
         if path.suffix.lower() not in SUFFIXES:
-            raise ModelLoadError(f"{part}.model_name: {path.name} is not a .safetensors file; give the text encoder as a "
-                                 ".safetensors file (a .gguf text encoder is not read), or leave it blank.")
+            raise ModelLoadError(f"{part}.model_name: {path.name} is not a .safetensors or .gguf file; give the text encoder's "
+                                 "file, or leave it blank.")
         out[part] = path
     return out
 
 
 def parts_from_files(files: Mapping[str, Path], source: str | Path, hub: Mapping, dtypes: Mapping[str, torch.dtype], *,
                      classes: Mapping[str, tuple[str, str]] | None = None,
-                     layers_read: Mapping[str, int] | None = None) -> dict[str, torch.nn.Module]:
+                     layers_read: Mapping[str, int] | None = None, reads_images: bool = False) -> dict[str, torch.nn.Module]:
     """Each file's encoder, of the class and config the pipeline at `source` (folder or hub repo,
     read with `hub`'s keywords) has for that part, in the part's dtype; a "vae" file's VAE
     (models/vae_override.py, in float32). `classes`: each part's (library, class) where the base
     model has no model_index.json to say so (Anima's modular pipeline); `layers_read`: per encoder
-    class, how many of its layers the family's encoding reads (a file may stop after them)."""
+    class, how many of its layers the family's encoding reads (a file may stop after them);
+    `reads_images`: the family's encoder reads images (Qwen-Image-Edit's), so a file must hold its
+    vision tower."""
     if not files:
         return {}
     from .vae_override import vae_from_file
@@ -101,16 +108,17 @@ def parts_from_files(files: Mapping[str, Path], source: str | Path, hub: Mapping
         if library != "transformers" or not class_name:
             raise ModelLoadError(f"{part}.model_name: the base model has no transformers text encoder '{part}' to replace.")
         out[part] = load_text_encoder(path, class_name, source, part, hub, dtypes.get(part, dtypes.get("default", torch.float32)),
-                                      layers_read=dict(layers_read or {}).get(class_name))
+                                      layers_read=dict(layers_read or {}).get(class_name), reads_images=reads_images)
     return out
 
 
 def load_text_encoder(path: Path, class_name: str, source: str | Path, part: str, hub: Mapping,
-                      dtype: torch.dtype, *, layers_read: int | None = None) -> torch.nn.Module:
+                      dtype: torch.dtype, *, layers_read: int | None = None, reads_images: bool = False) -> torch.nn.Module:
     """The `class_name` encoder with the config of `source`'s `part` folder and the weights of
     `path`, loaded as transformers loads a checkpoint (its renames of older layouts, tied weights,
     the modules it keeps in float32). With `layers_read`, a file with fewer layers than the config
-    but at least those loads as that many layers."""
+    but at least those loads as that many layers. Without `reads_images`, a vision-language model's
+    file may lack its vision tower, which stays as transformers initialises it (never read)."""
     import transformers
 
     field = f"{part}.model_name"
@@ -127,8 +135,13 @@ def load_text_encoder(path: Path, class_name: str, source: str | Path, part: str
         keep |= set(getattr(cls, "_keep_in_fp32_modules_strict", None) or ())
     weights = _wrapped_language_model(read_weights(path, field, class_name, dtype, keep), class_name)
     unused = _UNUSED
-    if class_name in _VISION and not any(k.startswith(_VISION[class_name]) for k in weights):
-        unused += _VISION[class_name]  # a text-only file: the vision tower stays as initialised, never read
+    text_only = class_name in _VISION and not any(k.startswith(_VISION[class_name]) or k.startswith("visual.") for k in weights)
+    if text_only and reads_images:
+        raise ModelLoadError(f"{field}: {path.name} holds the language model alone (no vision tower; a .gguf keeps it in a "
+                             "separate mmproj file), and this model's text encoder reads the control images with it. Give the "
+                             f"whole encoder's .safetensors file (like {example}), or leave it blank.")
+    if text_only:
+        unused += _VISION[class_name]  # the vision tower stays as initialised, never read
     if layers_read is not None:
         _fit_layers(config, weights, layers_read, field, path.name)
     try:
@@ -185,10 +198,16 @@ def read_weights(path: Path, field: str, class_name: str, dtype: torch.dtype, ke
         return key in _NOT_WEIGHTS or key.startswith(_IGNORED_PREFIXES) or key.endswith(_IGNORED_SUFFIXES)
 
     try:
-        out = {}
-        for key, tensor, _ in tensors_of(path, unused):
-            target = torch.float32 if keep & set(key.split(".")) else dtype
-            out[key] = tensor.to(target) if tensor.is_floating_point() else tensor
+        if path.suffix.lower() == ".gguf":
+            out = dict(gguf_weights(path, dtype, keep, unused))
+        else:
+            out = {}
+            for key, tensor, _ in tensors_of(path, unused):
+                target = torch.float32 if keep & set(key.split(".")) else dtype
+                out[key] = tensor.to(target) if tensor.is_floating_point() else tensor
+    except GGUFTextEncoderError as e:
+        raise ModelLoadError(f"{field}: {path.name} is not read as a text encoder: {e}. Give the encoder's .safetensors "
+                             "file, or leave it blank.") from e
     except UnreadQuantization as e:
         raise ModelLoadError(f"{field}: {path.name} holds weights quantized in a layout not read here ({e}); give the "
                              "encoder's fp16, bf16, fp8 or ComfyUI's fp8 / int8 file, and set its Weight data type to quantize "
@@ -196,7 +215,8 @@ def read_weights(path: Path, field: str, class_name: str, dtype: torch.dtype, ke
     except ModelLoadError:
         raise
     except Exception as e:
-        raise ModelLoadError(f"{field}: {path.name} could not be read as a .safetensors file ({first_line(e)}).") from e
+        kind = ".gguf" if path.suffix.lower() == ".gguf" else ".safetensors"
+        raise ModelLoadError(f"{field}: {path.name} could not be read as a {kind} file ({first_line(e)}).") from e
     if not out:
         raise ModelLoadError(f"{field}: {path.name} holds no weights; give the text encoder's own file "
                              f"(like {_EXAMPLES.get(class_name, 'the encoder its model card names')}), or leave it blank.")

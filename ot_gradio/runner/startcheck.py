@@ -33,7 +33,7 @@ NAME_MAX = 255  # bytes in one file name on ext4, xfs, btrfs, NTFS, APFS
 PATH_MAX = 4096
 TEMP_EXTRA = len(".") + len(".XXXXXXXX.tmp")  # fsutil's atomic writes: `.{name}.<random>.tmp`
 STEP_EXTRA = len("-step") + 10  # intermediate saves: `{prefix}{stem}-step{global_step}{suffix}`
-MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".sft")
+MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".sft", ".gguf")
 DEMO_FOLDER = ("demo-data", "shapes")  # made by ensure_demo_concepts when a run starts
 # Layer presets some family knows (the field's choices; "blocks" only the flow-matching
 # transformers': SD 3, Flux, Z-Image). A name outside them fails every family's LoRA setup;

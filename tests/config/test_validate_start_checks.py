@@ -22,6 +22,7 @@ def folder(tmp_path, monkeypatch):
     (tmp_path / "images" / "a.png").write_bytes(b"")  # the check looks for image names, as the scan does
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "a.txt").write_text("a caption without its image")
+    (tmp_path / "t.gguf").write_bytes(b"GGUF")  # the GGUF cases' transformer file (a missing one is a problem of its own)
     return tmp_path
 
 
@@ -69,6 +70,8 @@ CASES = [
     # GGUF transformer weights (config/gguf.py): a LoRA on a .gguf transformer file of a family that reads one
     ("GGUF fine-tune", {**Z_IMAGE, "training_method": "FINE_TUNE", "output_model_format": "SAFETENSORS", "transformer": GGUF},
      "transformer.train: GGUF weights cannot be trained"),
+    ("missing .gguf text encoder", {**Z_IMAGE, "text_encoder": {"train": False, "model_name": "qwen3-4b-Q8_0.gguf"}},
+     "text_encoder.model_name: qwen3-4b-Q8_0.gguf does not exist"),
     ("GGUF without a .gguf file", {**Z_IMAGE, "transformer": {"weight_dtype": "GGUF"}},
      "transformer.model_name: GGUF weights (transformer.weight_dtype) come from a .gguf transformer file"),
     ("a .gguf file without GGUF", {**Z_IMAGE, "transformer": {"model_name": "t.gguf", "weight_dtype": "BFLOAT_16"}},

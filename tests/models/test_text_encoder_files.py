@@ -192,9 +192,12 @@ def test_a_file_of_another_encoder_is_refused_naming_the_field(base, flux_paths,
     save_file(newer, tmp_path / "t5_quant.safetensors")
     with pytest.raises(ModelLoadError, match=r"text_encoder_2.model_name: t5_quant.safetensors holds weights quantized in a layout not read"):
         FluxDev1.load(folder, offline=True, part_models={"text_encoder_2": str(tmp_path / "t5_quant.safetensors")})
-    (tmp_path / "t5.gguf").write_bytes(b"GGUF")
-    with pytest.raises(ModelLoadError, match=r"text_encoder_2.model_name: t5.gguf is not a .safetensors file"):
+    (tmp_path / "t5.gguf").write_bytes(b"GGUF")  # cut short
+    with pytest.raises(ModelLoadError, match=r"text_encoder_2.model_name: t5.gguf could not be read as a .gguf file"):
         FluxDev1.load(folder, offline=True, part_models={"text_encoder_2": str(tmp_path / "t5.gguf")})
+    (tmp_path / "t5.bin").write_bytes(b"\0" * 8)
+    with pytest.raises(ModelLoadError, match=r"text_encoder_2.model_name: t5.bin is not a .safetensors or .gguf file"):
+        FluxDev1.load(folder, offline=True, part_models={"text_encoder_2": str(tmp_path / "t5.bin")})
 
 
 LOAD = """

@@ -1,0 +1,97 @@
+"""A text encoder's `.gguf` file, as llama.cpp writes them and ComfyUI-GGUF loads them
+(`t5-v1_1-xxl-encoder-Q8_0.gguf`, `umt5-xxl-encoder-Q5_K_M.gguf`, `Qwen2.5-VL-7B-Instruct-Q4_K_M.gguf`,
+`Qwen3-4B-Q8_0.gguf`, `Mistral-Small-3.2-24B-Instruct-2506-Q4_K_M.gguf` ...): its weights read back
+to their values (diffusers' GGUF dequantization) under the names transformers' checkpoints use, so
+the encoder loads as from a `.safetensors` file (models/text_encoder_file.py) and is then stored in
+its Weight data type like any other.
+
+llama.cpp renames the layers (`enc.blk.0.attn_q` for T5's `encoder.block.0.layer.0.SelfAttention.q`,
+`blk.0.attn_q` for `model.layers.0.self_attn.q_proj`) and, for its `llama` architecture (Llama,
+Mistral), reorders the rows of the query and key weights for its rotary embedding; both are undone
+here, the head counts read from the file. Its Qwen2.5-VL files hold the language model alone (the
+vision tower is a separate `mmproj` file), which encoding a prompt without an image never reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+# llama.cpp's architecture -> the renames to transformers' names, in order (ComfyUI-GGUF's tables)
+_T5 = (("enc.", "encoder."), (".blk.", ".block."), ("token_embd", "shared"), ("output_norm", "final_layer_norm"),
+       ("attn_q", "layer.0.SelfAttention.q"), ("attn_k", "layer.0.SelfAttention.k"), ("attn_v", "layer.0.SelfAttention.v"),
+       ("attn_o", "layer.0.SelfAttention.o"), ("attn_norm", "layer.0.layer_norm"),
+       ("attn_rel_b", "layer.0.SelfAttention.relative_attention_bias"), ("ffn_up", "layer.1.DenseReluDense.wi_1"),
+       ("ffn_down", "layer.1.DenseReluDense.wo"), ("ffn_gate", "layer.1.DenseReluDense.wi_0"), ("ffn_norm", "layer.1.layer_norm"))
+_DECODER = (("blk.", "model.layers."), ("attn_norm", "input_layernorm"), ("attn_q_norm.", "self_attn.q_norm."),
+            ("attn_k_norm.", "self_attn.k_norm."), ("attn_q", "self_attn.q_proj"), ("attn_k", "self_attn.k_proj"),
+            ("attn_v", "self_attn.v_proj"), ("attn_output", "self_attn.o_proj"), ("ffn_up", "mlp.up_proj"),
+            ("ffn_down", "mlp.down_proj"), ("ffn_gate", "mlp.gate_proj"), ("ffn_norm", "post_attention_layernorm"),
+            ("token_embd", "model.embed_tokens"), ("output_norm", "model.norm"), ("output.weight", "lm_head.weight"))
+RENAMES = {"t5": _T5, "t5encoder": _T5, "llama": _DECODER, "qwen2": _DECODER, "qwen2vl": _DECODER, "qwen3": _DECODER}
+# the architectures whose query / key rows llama.cpp permutes on conversion
+_PERMUTED = ("llama",)
+
+
+class GGUFTextEncoderError(ValueError):
+    """A .gguf file that is no text encoder read here (its architecture, or a quantization type
+    diffusers does not dequantize)."""
+
+
+def _field(reader, name: str):
+    field = reader.get_field(name)
+    return None if field is None else field.contents()
+
+
+def architecture(reader) -> str:
+    arch = _field(reader, "general.architecture")
+    if arch not in RENAMES:
+        known = ", ".join(sorted(RENAMES))
+        raise GGUFTextEncoderError(f"its architecture is {arch or 'not named'}; the .gguf text encoders read here are {known}")
+    return arch
+
+
+def _rename(key: str, renames) -> str:
+    for old, new in renames:
+        key = key.replace(old, new)
+    return key
+
+
+def _unpermute(weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """The rows of a query or key weight (or bias) in the model's order again: llama.cpp interleaves
+    each head's two rotary halves."""
+    shape = weight.shape
+    return weight.reshape(heads, shape[0] // heads // 2, 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
+
+
+def gguf_weights(path: Path, dtype: torch.dtype, keep: set[str] = frozenset(), skip=lambda key: False) -> Iterator[tuple[str, torch.Tensor]]:
+    """(transformers' name, value) for each tensor of the file, floats in `dtype` (in float32 those
+    of a module named in `keep`), one tensor in memory at a time."""
+    import gguf
+    from diffusers.quantizers.gguf.utils import SUPPORTED_GGUF_QUANT_TYPES, GGUFParameter, dequantize_gguf_tensor
+
+    reader = gguf.GGUFReader(str(path))
+    arch = architecture(reader)
+    renames = RENAMES[arch]
+    heads = {}
+    if arch in _PERMUTED:
+        heads["q_proj"] = int(_field(reader, f"{arch}.attention.head_count"))
+        heads["k_proj"] = int(_field(reader, f"{arch}.attention.head_count_kv") or heads["q_proj"])
+    plain = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
+    for tensor in reader.tensors:
+        key = _rename(tensor.name, renames)
+        if skip(key):
+            continue
+        kind = tensor.tensor_type
+        if kind not in plain and kind not in SUPPORTED_GGUF_QUANT_TYPES:
+            raise GGUFTextEncoderError(f"{tensor.name} is quantized as {kind.name}, which is not dequantized here (Q8_0, Q6_K, "
+                                       "Q5_K, Q4_K, Q3_K, Q2_K, Q5_0/1, Q4_0/1, IQ4_NL, IQ4_XS, BF16, F16 and F32 are)")
+        value = torch.from_numpy(tensor.data.copy())
+        if kind not in plain:
+            value = dequantize_gguf_tensor(GGUFParameter(value, quant_type=kind))
+        proj = key.rsplit(".", 2)[-2] if key.count(".") >= 2 else ""
+        if proj in heads:
+            value = _unpermute(value, heads[proj])
+        yield key, value.to(torch.float32 if keep & set(key.split(".")) else dtype)
