@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from ot_gradio.fsutil import atomic_write_json
 
 from .aitoolkit_import import import_aitoolkit, is_aitoolkit_config
+from .dpipe_import import import_dpipe, is_dpipe_config
 from .fields import nested_section, strip_optional
 from .json_file import check_shape, read_json
 from .kohya_import import import_kohya, is_kohya_config
@@ -31,8 +32,8 @@ __all__ = [
 
 def load_config(path_or_dict: str | Path | dict[str, Any], *, base_dir: str | Path | None = None, source: str | None = None,
                 readable: list[Path] | None = None) -> LoadResult:
-    """Our config (any version), a OneTrainer config/preset, a kohya_ss config or an ai-toolkit job
-    -> a validated TrainConfig.
+    """Our config (any version), a OneTrainer config/preset, a kohya_ss / musubi-tuner config, an
+    ai-toolkit job or a diffusion-pipe config -> a validated TrainConfig.
 
     Unknown keys are dropped with one warning naming each; invalid values raise ConfigError.
     ``base_dir`` is where relative concept/sample files of a OneTrainer config are looked up
@@ -47,6 +48,8 @@ def load_config(path_or_dict: str | Path | dict[str, Any], *, base_dir: str | Pa
         source = source or str(path_or_dict)
     if is_aitoolkit_config(data):
         return import_aitoolkit(data, source=source, readable=readable)
+    if is_dpipe_config(data):
+        return import_dpipe(data, source=source, readable=readable, base_dir=base_dir)
     if is_kohya_config(data):
         return import_kohya(data, source=source, readable=readable, base_dir=base_dir)
     if is_onetrainer_config(data):

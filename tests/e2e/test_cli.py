@@ -194,3 +194,29 @@ def test_a_musubi_tuner_wan_config_trains_from_the_command_line(tmp_path, four_s
     assert f"the transformer is read from {dit}" in out.stderr
     with safe_open(str(tmp_path / "out" / "wan-lora.safetensors"), "pt") as f:
         assert list(f.keys())
+
+
+def test_a_diffusion_pipe_wan_config_trains_from_the_command_line(tmp_path, four_shapes):
+    """diffusion-pipe's Wan config, its dataset TOML beside it in examples/ (paths relative to the
+    checkout's root, as it runs) and its ComfyUI transformer file: 1 epoch of 4 images at batch 2
+    (2 steps), the LoRA saved as the import names it."""
+    from safetensors import safe_open
+
+    from ot_gradio.models.tiny import resolve_tiny
+    from ot_gradio.models.wan import Wan21
+
+    folder = resolve_tiny("tiny:wan").diffusers_dir
+    (tmp_path / "examples").mkdir()
+    dit = Wan21.load(str(folder), offline=True).save_single_file(tmp_path / "wan2.1_t2v_1.3B_bf16.safetensors", None)
+    (tmp_path / "examples" / "dataset.toml").write_text(f"resolutions = [64]\n[[directory]]\npath = '{four_shapes}'\n")
+    (tmp_path / "examples" / "wan.toml").write_text(
+        f"output_dir = '{tmp_path / 'out'}'\ndataset = 'examples/dataset.toml'\nepochs = 1\nmicro_batch_size_per_gpu = 2\n"
+        f"[model]\ntype = 'wan'\nckpt_path = '{tmp_path / 'Wan2.1-T2V-1.3B'}'\ntransformer_path = '{dit}'\ndtype = 'float32'\n"
+        f"[adapter]\ntype = 'lora'\nrank = 4\n[optimizer]\ntype = 'adamw_optimi'\nlr = 1e-3\n")
+    out = _run(["train", "--config", str(tmp_path / "examples" / "wan.toml"), "--set", f"base_model_name={folder}",
+                "--set", "train_device=cpu"], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "read as diffusion-pipe trains it" in out.stderr and "Wan-AI/Wan2.1-T2V-1.3B-Diffusers by the folder's name" in out.stderr
+    with safe_open(str(tmp_path / "out" / "wan.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    assert keys and all(".lora_" in k or k.endswith(".alpha") for k in keys)

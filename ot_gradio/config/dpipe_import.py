@@ -1,0 +1,492 @@
+"""Import of a diffusion-pipe config (tdrussell/diffusion-pipe): its main TOML, with `[model]`
+(`type` and the files it loads), `[adapter]` (none: a full fine-tune), `[optimizer]`, the run's
+top-level settings, and `dataset = '...'`, its dataset TOML (config/dpipe_data.py).
+
+Each setting with a counterpart here is carried over as diffusion-pipe trains it, with its defaults
+where the file is silent: alpha = rank (it refuses another alpha), every linear layer of the
+transformer blocks, logit-normal timesteps, clipping at 1, no warmup, a constant rate, each
+optimizer's library defaults (`adamw_optimi`: betas 0.9 / 0.99, eps 1e-6). Its runs are epochs, as
+here. Where it loads the model from its original repo's folder (Wan's `ckpt_path`, HunyuanVideo's),
+the base model is the family's diffusers repo, and a single transformer or text encoder file it
+names is read in place of that part. One warning says what is read differently and lists every
+other set value, left at this trainer's defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from .aitoolkit_data import Section
+from .dpipe_data import dataset_settings
+from .enums import ModelType as M
+from .families import family_info
+from .json_file import may_read
+from .musubi_model import FLUX2_VERSIONS, QWEN_VERSIONS
+from .validation import ConfigError, LoadResult, validate
+
+TYPES: dict[str, M] = {
+    "sdxl": M.STABLE_DIFFUSION_XL_10_BASE, "flux": M.FLUX_DEV_1, "hunyuan-video": M.HUNYUAN_VIDEO, "chroma": M.CHROMA_1,
+    "hidream": M.HI_DREAM_FULL, "sd3": M.STABLE_DIFFUSION_35, "anima": M.ANIMA, "cosmos_predict2": M.ANIMA, "qwen_image": M.QWEN,
+    "z_image": M.Z_IMAGE, "flux2": M.FLUX_2, "ernie_image": M.ERNIE, "ideogram4": M.IDEOGRAM_4, "krea2": M.KREA_2, "ltx2": M.LTX_2,
+    "wan": M.WAN_2_1,  # the variant from its folder (_wan)
+}
+NOT_HERE = {"ltx-video": "LTX-Video 0.9", "cosmos": "Cosmos 1.0", "lumina_2": "Lumina Image 2.0", "omnigen2": "OmniGen2",
+            "hunyuan_image": "HunyuanImage 2.1", "auraflow": "AuraFlow", "hunyuan_video_15": "HunyuanVideo 1.5",
+            "minimax_h3": "MiniMax H3"}
+# the ComfyUI-style models: `diffusion_model`, `vae`, `text_encoders = [{path, type}]`
+COMFY_STYLE = (M.Z_IMAGE, M.FLUX_2, M.ERNIE, M.IDEOGRAM_4, M.KREA_2, M.LTX_2)
+# Wan's official folders (config.json's model_type and dim) -> our type and its diffusers repo
+WAN_REPOS = {M.WAN_2_1: "Wan-AI/Wan2.1-T2V-14B-Diffusers", M.WAN_2_1_I2V: "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers",
+             M.WAN_2_2_TI2V_5B: "Wan-AI/Wan2.2-TI2V-5B-Diffusers", M.WAN_2_2_T2V_A14B: "Wan-AI/Wan2.2-T2V-A14B-Diffusers",
+             M.WAN_2_2_I2V_A14B: "Wan-AI/Wan2.2-I2V-A14B-Diffusers"}
+WAN_BOUNDARY = {M.WAN_2_2_T2V_A14B: 0.875, M.WAN_2_2_I2V_A14B: 0.9}
+# the families whose VAE is read from a file of its own here (models/vae_override.py)
+VAE_FILES = (M.FLUX_DEV_1, M.CHROMA_1, M.WAN_2_1, M.WAN_2_1_I2V, M.WAN_2_2_T2V_A14B, M.WAN_2_2_I2V_A14B, M.QWEN, M.QWEN_IMAGE_EDIT,
+             M.ANIMA, M.KREA_2)
+DTYPES = {"bfloat16": "BFLOAT_16", "float16": "FLOAT_16", "float32": "FLOAT_32"}
+FLOAT8 = ("float8", "float8_e4m3fn", "float8_e5m2")
+# diffusion-pipe's optimizer type (case-insensitive; pytorch_optimizer's names as written) -> ours and the
+# library's defaults where ours differ
+OPTIMIZERS: dict[str, tuple[str, dict[str, float]]] = {
+    "adamw": ("ADAMW", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01}),
+    "adamw8bit": ("ADAMW_8BIT", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01}),
+    "adamw8bitkahan": ("ADAMW_8BIT", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01}),
+    "adamw_optimi": ("ADAMW", {"beta1": 0.9, "beta2": 0.99, "eps": 1e-6, "weight_decay": 0.01}),
+    "stableadamw": ("ADAMW", {"beta1": 0.9, "beta2": 0.99, "eps": 1e-6, "weight_decay": 0.01}),
+    "offload": ("ADAMW", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01}),
+    "sgd": ("SGD", {"weight_decay": 0.0}),
+    "Prodigy": ("PRODIGY", {}), "CAME": ("CAME", {}), "Lion": ("LION", {}), "AdaFactor": ("ADAFACTOR", {}),
+    "ScheduleFreeAdamW": ("SCHEDULE_FREE_ADAMW", {}),
+    "automagic": ("PRODIGY", {}),  # its own rate per weight, adapted as it goes: Prodigy adapts the rate here
+}
+OPTIMIZER_NOTES = {"automagic": "it adapts each weight's rate by itself, which no optimizer here does; PRODIGY, which adapts the "
+                                 "rate, is used at lr 1","adamw8bitkahan": "Kahan summation of bfloat16 weights is stochastic rounding here",
+                   "stableadamw": "StableAdamW's update clipping is not applied here (AdamW)",
+                   "offload": "the optimizer state is kept on the GPU here"}
+OPTIMIZER_PARAMS = {"weight_decay": "weight_decay", "eps": "eps", "d_coef": "d_coef", "use_bias_correction": "use_bias_correction",
+                    "safeguard_warmup": "safeguard_warmup", "momentum": "momentum", "nesterov": "nesterov", "decouple": "decouple"}
+# how diffusion-pipe runs, not what it trains: not listed as left out
+PLUMBING = {
+    "top": {"output_dir", "dataset", "pipeline_stages", "partition_method", "partition_split", "caching_batch_size", "map_num_proc",
+            "steps_per_print", "logging_steps", "x_axis_examples", "compile", "eval_before_first_step",
+            "reentrant_activation_checkpointing", "disable_block_swap_for_eval", "regenerate_cache", "model", "adapter", "optimizer",
+            "monitoring"},
+    "model": {"type", "cache_text_embeddings"},
+    "adapter": {"type"},
+    "optimizer": {"type"},
+}
+# transformer blocks diffusion-pipe's `blocks_to_swap` counts (the published models')
+BLOCKS = {M.WAN_2_1: 40, M.WAN_2_1_I2V: 40, M.WAN_2_2_T2V_A14B: 40, M.WAN_2_2_I2V_A14B: 40, M.WAN_2_2_TI2V_5B: 30, M.QWEN: 60,
+          M.QWEN_IMAGE_EDIT: 60, M.Z_IMAGE: 30, M.HUNYUAN_VIDEO: 60, M.FLUX_DEV_1: 57, M.CHROMA_1: 57}
+FILE_SUFFIXES = (".safetensors", ".sft", ".gguf")
+
+
+def is_dpipe_config(data: Any) -> bool:
+    """diffusion-pipe's main TOML: a `[model]` table with its `type`, beside `dataset` or `output_dir`."""
+    return (isinstance(data, dict) and isinstance(data.get("model"), dict) and isinstance(data["model"].get("type"), str)
+            and ("dataset" in data or "output_dir" in data))
+
+
+def import_dpipe(raw: dict[str, Any], source: str | None = None, readable: list[Path] | None = None,
+                 base_dir: str | Path | None = None) -> LoadResult:
+    """`base_dir`: the config's folder (its dataset TOML is looked up from there); `readable`: the
+    folders the import may read (the page's; None: any)."""
+    top = Section("", raw, "top")
+    top.plumbing = PLUMBING["top"]
+    sections = {key: Section(key, raw.get(key), key) for key in ("model", "adapter", "optimizer")}
+    for key, section in sections.items():
+        section.plumbing = PLUMBING[key]
+    notes: list[str] = []
+    out: dict[str, Any] = {}
+    dataset = str(raw.get("dataset") or "").strip()
+    model_type = _model(sections["model"], out, notes, readable, _dataset_has_controls(dataset, base_dir, readable))
+    info = family_info(model_type)
+    _adapter(sections["adapter"], out, notes, model_type)
+    _optimizer(sections["optimizer"], out, notes)
+    _run(top, out, notes, model_type, source)
+    concepts, dataset_left = ([], [])
+    if dataset:
+        concepts, dataset_left = dataset_settings(dataset, Path(base_dir) if base_dir is not None else None, out, notes, info, readable)
+    else:
+        notes.append("dataset: none named; add your folders as concepts")
+    if concepts:
+        out["concepts"] = concepts
+    config = validate(out)
+    left = sorted([*(f"{k}" for k in top.left()), *(k for s in sections.values() for k in s.left()), *dataset_left])
+    origin = f"diffusion-pipe config {source}" if source else "This diffusion-pipe config"
+    used = len(top.used & raw.keys()) + sum(len(s.used & s.data.keys()) for s in sections.values())
+    text = f"{origin}: read as diffusion-pipe trains it ({used} settings carried over)"
+    if notes:
+        text += "; " + "; ".join(dict.fromkeys(notes))
+    if left:
+        text += "; set there but not carried over (left at this trainer's defaults): " + ", ".join(x.lstrip(".") for x in left)
+    return LoadResult(config, [text + "."])
+
+
+def _dataset_has_controls(name: str, base_dir: str | Path | None, readable: list[Path] | None) -> bool:
+    from .dpipe_data import find_dataset
+    from .json_file import read_json
+
+    path, _ = find_dataset(name, Path(base_dir) if base_dir is not None else None, readable) if name else (None, None)
+    if path is None:
+        return False
+    try:
+        data = read_json(path, "dataset")
+    except ConfigError:
+        return False
+    return any(isinstance(d, dict) and d.get("control_path") for d in data.get("directory") or [])
+
+
+def _file(value: Any) -> str:
+    return str(value or "").strip()
+
+
+def _model(r: Section, out: dict[str, Any], notes: list[str], readable: list[Path] | None, controls: bool) -> M:
+    kind = str(r.get("type") or "").strip()
+    if kind in NOT_HERE:
+        raise ConfigError(f"model.type: this diffusion-pipe config trains {NOT_HERE[kind]}, which has no model type here; nothing "
+                          "was imported")
+    if kind not in TYPES:
+        raise ConfigError(f"model.type: '{kind}' is no diffusion-pipe model type this trainer knows ({', '.join(sorted(TYPES))})")
+    model_type = TYPES[kind]
+    if kind == "flux" and controls:
+        raise ConfigError("model.type: this diffusion-pipe config trains Flux Kontext (its dataset has control_path), which has no "
+                          "model type here; Qwen-Image-Edit is the image-editing model type here")
+    if kind == "cosmos_predict2" and (r.get("t5_path") or not Path(_file(r.get("llm_path"))).suffix):
+        raise ConfigError("model.type: this diffusion-pipe config trains Cosmos-Predict2 (with T5), which has no model type here; "
+                          "Anima (its Qwen3 file as llm_path) is")
+    if model_type == M.WAN_2_1:
+        model_type, hub = _wan(r, notes, readable)
+    elif model_type == M.QWEN:
+        model_type, hub = _qwen(r, controls)
+    elif model_type == M.STABLE_DIFFUSION_35:
+        name = _file(r.get("diffusers_path"))
+        model_type = M.STABLE_DIFFUSION_35 if re.search(r"3[.\-_]?5", name) or not name else M.STABLE_DIFFUSION_3
+        hub = family_info(model_type).hub_repo
+    elif model_type == M.FLUX_2:
+        hub = _flux2(_file(r.get("diffusion_model")))
+    else:
+        hub = family_info(model_type).hub_repo
+    info = family_info(model_type)
+    out.update(model_type=model_type.value, base_model_name=hub)
+    transformer = _file(r.get("transformer_path") or r.get("diffusion_model") or r.get("single_file_path"))
+    if model_type == M.STABLE_DIFFUSION_XL_10_BASE:
+        out["base_model_name"] = _file(r.get("checkpoint_path")) or hub
+        for part, key in (("unet", "unet_lr"), ("text_encoder", "text_encoder_1_lr"), ("text_encoder_2", "text_encoder_2_lr")):
+            if r.get(key) is not None:  # each part's rate (else the optimizer's)
+                out.setdefault(part, {})["learning_rate"] = float(r.number(key))
+    elif _file(r.get("diffusers_path")) and model_type not in (M.CHROMA_1,):  # Chroma's diffusers_path is Flux's, for its VAE and T5
+        out["base_model_name"] = _file(r.get("diffusers_path"))
+    if transformer and Path(transformer).suffix.lower() in FILE_SUFFIXES and info.transformer_file:
+        out.setdefault(info.denoiser, {})["model_name"] = transformer
+    elif transformer:
+        why = "a transformer file is read as .safetensors or .gguf" if info.transformer_file else f"{info.name} reads no transformer file"
+        notes.append(f"model: the transformer {Path(transformer).name} is not read here ({why}); the base model's "
+                     f"({out['base_model_name']}) is used")
+    _part_files(r, out, notes, model_type)
+    _precision(r, out, notes, model_type)
+    _timesteps(r, out, notes, model_type)
+    for key in ("ckpt_path", "diffusers_path", "checkpoint_path"):
+        r.get(key)  # read above as the base model (or said)
+    return model_type
+
+
+def _part_files(r: Section, out: dict[str, Any], notes: list[str], model_type: M) -> None:
+    """The VAE's and the text encoders' own files, where this trainer reads them."""
+    info = family_info(model_type)
+    vae = _file(r.get("vae_path") or r.get("vae"))
+    if vae and model_type in VAE_FILES and Path(vae).suffix.lower() in (".safetensors", ".sft"):
+        out.setdefault("vae", {})["model_name"] = vae
+    elif vae:
+        notes.append(f"model: the VAE {Path(vae).name} is not read here; the base model's is used")
+    encoders = [_file(r.get(key)) for key in ("text_encoder_path", "llm_path", "text_encoder") if _file(r.data.get(key))]
+    listed = r.get("text_encoders")
+    for item in listed if isinstance(listed, list) else []:
+        if isinstance(item, dict):
+            paths = item.get("paths") if isinstance(item.get("paths"), list) else [item.get("path")]
+            encoders += [_file(p) for p in paths if _file(p)]
+    parts = list(info.text_encoders)
+    if model_type == M.HUNYUAN_VIDEO and _file(r.data.get("clip_path")):
+        encoders = encoders[:1] + [_file(r.get("clip_path"))]
+    for part, path in zip(parts, encoders, strict=False):
+        if info.text_encoder_files and Path(path).suffix.lower() in FILE_SUFFIXES:
+            out.setdefault(part, {})["model_name"] = path
+        else:
+            notes.append(f"model: the text encoder {Path(path).name or path} is not read here (a folder of its repo, or this model "
+                         "type reads no text encoder file); the base model's is used")
+    if len(encoders) > len(parts):
+        notes.append(f"model: {len(encoders)} text encoder files for {len(parts)} text encoders; the first are read")
+    if model_type == M.HI_DREAM_FULL and _file(r.get("llama3_path")):
+        out.setdefault("text_encoder_4", {})["model_name"] = _file(r.data["llama3_path"])
+    if r.get("merge_adapters") or r.get("fuse_adapters"):
+        notes.append("model.merge_adapters / fuse_adapters: diffusion-pipe merges those LoRAs into the base model before training "
+                     "(e.g. a Turbo model's training adapter); here they are not: merge them with Tools → Convert first")
+        r.used -= {"merge_adapters", "fuse_adapters"}
+
+
+def _wan(r: Section, notes: list[str], readable: list[Path] | None) -> tuple[M, str]:
+    """Wan's variant, as diffusion-pipe tells it from `ckpt_path`'s config.json (`model_type`, `dim`),
+    else from the folder's and the transformer file's names."""
+    folder = Path(_file(r.get("ckpt_path")) or ".").expanduser()
+    names = " ".join([str(folder), _file(r.data.get("transformer_path"))]).lower()
+    config: dict[str, Any] = {}
+    for candidate in (folder / "config.json", folder / "low_noise_model" / "config.json"):
+        if may_read(candidate, readable) and candidate.is_file():
+            try:
+                config = json.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                config = {}
+            break
+    kind, dim = str(config.get("model_type") or ""), config.get("dim")
+    two = bool(re.search(r"2[.\-_]?2", names)) or (folder / "low_noise_model").is_dir()
+    if kind == "flf2v" or "flf2v" in names:
+        raise ConfigError("model.ckpt_path: Wan 2.1 FLF2V (first and last frame) has no model type here; nothing was imported")
+    if kind == "ti2v" or dim == 3072 or "ti2v" in names or "5b" in names:
+        model_type = M.WAN_2_2_TI2V_5B
+    elif kind == "i2v" or "i2v" in names:
+        if dim == 1536 or "1.3b" in names:
+            raise ConfigError("model.ckpt_path: Wan's 1.3B image-to-video (Fun-InP) has no model type here; nothing was imported")
+        model_type = M.WAN_2_2_I2V_A14B if two or "a14b" in names else M.WAN_2_1_I2V
+    else:
+        model_type = M.WAN_2_2_T2V_A14B if two or "a14b" in names else M.WAN_2_1
+    hub = WAN_REPOS[model_type]
+    if model_type == M.WAN_2_1 and (dim == 1536 or "1.3b" in names):
+        hub = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
+    if not config:
+        notes.append(f"model.ckpt_path: its config.json was not read; {hub} by the folder's name")
+    return model_type, hub
+
+
+def _qwen(r: Section, controls: bool) -> tuple[M, str]:
+    """Qwen-Image, or Qwen-Image-Edit where the dataset has control images or a path says edit (2509 / 2511 by name)."""
+    names = " ".join(_file(r.data.get(k)) for k in ("diffusers_path", "transformer_path")).lower()
+    if not controls and "edit" not in names:
+        return QWEN_VERSIONS["original"]
+    version = "edit-2511" if "2511" in names else "edit-2509" if "2509" in names else "edit"
+    return QWEN_VERSIONS[version]
+
+
+def _flux2(name: str) -> str:
+    """Flux.2's repo by the transformer file's name (diffusion-pipe tells dev and Klein 4B / 9B by its shapes)."""
+    low = Path(name).name.lower()
+    if "klein" in low:
+        size = "9b" if "9b" in low else "4b"
+        return FLUX2_VERSIONS[f"klein-base-{size}" if "base" in low else f"klein-{size}"]
+    return FLUX2_VERSIONS["dev"]
+
+
+def _precision(r: Section, out: dict[str, Any], notes: list[str], model_type: M) -> None:
+    """`dtype` (the weights' and the autocast's), `transformer_dtype` / `diffusion_model_dtype`
+    float8 for the transformer, and the text encoders' 8 or 4 bits."""
+    info = family_info(model_type)
+    dtype = str(r.get("dtype") or "bfloat16").lower()
+    out["train_dtype"] = DTYPES.get(dtype, "BFLOAT_16")
+    weights = DTYPES.get(dtype, "BFLOAT_16")
+    denoiser = str(r.get("transformer_dtype") or r.get("diffusion_model_dtype") or dtype).lower()
+    if denoiser == "nf4":
+        notes.append("model.transformer_dtype 'nf4': stored in 4 bits here (NFLOAT_4)")
+    out.setdefault(info.denoiser, {})["weight_dtype"] = ("FLOAT_8" if denoiser in FLOAT8 else "NFLOAT_4" if denoiser == "nf4"
+                                                         else DTYPES.get(denoiser, weights))
+    eight = r.flag("text_encoder_fp8")
+    four = r.flag("text_encoder_nf4") or r.flag("llama3_4bit")
+    for part in info.text_encoders:
+        out.setdefault(part, {})["weight_dtype"] = "FLOAT_8" if eight else weights
+    if four:
+        part = "text_encoder_4" if model_type == M.HI_DREAM_FULL else info.text_encoders[0]
+        out.setdefault(part, {})["weight_dtype"] = "NFLOAT_4"
+    out.setdefault("vae", {})["weight_dtype"] = "FLOAT_32"
+
+
+def _timesteps(r: Section, out: dict[str, Any], notes: list[str], model_type: M) -> None:
+    """`timestep_sample_method` (logit_normal, its default: a normal of std `sigmoid_scale` through a
+    sigmoid; uniform), `shift` (wins over `flux_shift`, the image-size shift), Wan's `min_t` /
+    `max_t` (an A14B expert's range picks the expert), Flux's and HunyuanVideo's `guidance` (1)."""
+    info = family_info(model_type)
+    method = str(r.get("timestep_sample_method") or "logit_normal").lower()
+    scale = float(r.number("sigmoid_scale", 1.0))
+    if info.schedule != "flow_matching":  # SDXL: uniform timesteps, its noise schedule
+        for key in ("v_pred", "min_snr_gamma", "debiased_estimation_loss"):
+            r.used.discard(key)
+        if r.number("min_snr_gamma", None):
+            out.update(loss_weight_fn="MIN_SNR_GAMMA", loss_weight_strength=r.number("min_snr_gamma"))
+        elif r.flag("debiased_estimation_loss"):
+            out["loss_weight_fn"] = "DEBIASED_ESTIMATION"
+        return
+    if method == "uniform":
+        out["timestep_distribution"] = "UNIFORM"
+    else:
+        if method != "logit_normal":
+            raise ConfigError(f"model.timestep_sample_method: '{method}' is not one diffusion-pipe reads (logit_normal, uniform)")
+        out.update(timestep_distribution="LOGIT_NORMAL", noising_weight=scale - 1.0, noising_bias=0.0)
+    if r.get("shift") is not None:
+        out.update(timestep_shift=float(r.number("shift")), dynamic_timestep_shifting=False)
+        r.get("flux_shift")
+    else:
+        out.update(timestep_shift=1.0, dynamic_timestep_shifting=r.flag("flux_shift"))
+    low, high = float(r.number("min_t", 0.0)), float(r.number("max_t", 1.0))
+    if model_type in WAN_BOUNDARY:
+        boundary = WAN_BOUNDARY[model_type]
+        names = _file(r.data.get("transformer_path")).lower()
+        expert = ("HIGH_NOISE" if low >= boundary or ("high_noise" in names and high > boundary) else "LOW_NOISE")
+        out["trained_expert"] = expert
+        if low == 0.0 and high == 1.0 and "noise" not in names:
+            notes.append("Wan 2.2 A14B: diffusion-pipe trains the model it is given at every timestep; here a run trains one expert "
+                         f"in its range: the low-noise one (Trained expert; {boundary:g} is the boundary)")
+    elif (low, high) != (0.0, 1.0):
+        out.update(min_noising_strength=low, max_noising_strength=high)
+        notes.append(f"model.min_t / max_t {low:g}-{high:g}: diffusion-pipe limits the shifted timesteps; here the drawn ones, "
+                     "before the shift")
+    if model_type in (M.FLUX_DEV_1, M.HUNYUAN_VIDEO):  # the guidance input diffusion-pipe feeds them (x1000 as they read it)
+        out.setdefault("transformer", {})["guidance_scale"] = float(r.number("guidance", 1.0))
+    else:
+        r.get("guidance")
+    if r.flag("bypass_guidance_embedding"):
+        notes.append("model.bypass_guidance_embedding: Flux's guidance input is trained with the value above here")
+
+
+def _adapter(r: Section, out: dict[str, Any], notes: list[str], model_type: M) -> None:
+    info = family_info(model_type)
+    sdxl = model_type == M.STABLE_DIFFUSION_XL_10_BASE
+    for part in info.text_encoders:  # diffusion-pipe trains the transformer alone (SDXL's LoRA: below)
+        out.setdefault(part, {})["train"] = False
+    if not r.data:
+        out["training_method"] = "FINE_TUNE"
+        return
+    # the file as diffusion-pipe writes it: ComfyUI's names (kohya's for SDXL), diffusers' where ComfyUI has no such model
+    comfy = not any(layout == "kohya" for layout, *_ in info.lora_unread)
+    out["output_model_format"] = "KOHYA_LORA" if sdxl else "COMFY_LORA" if comfy else "DIFFUSERS_LORA"
+    kind = str(r.get("type") or "lora").strip().lower()
+    if kind not in ("lora", "lokr"):
+        raise ConfigError(f"adapter.type: '{kind}' is not an adapter diffusion-pipe trains (lora, lokr)")
+    rank = r.number("rank", None, int)
+    if rank is None or rank < 1:
+        raise ConfigError("adapter.rank: a LoRA needs a rank of 1 or more (diffusion-pipe config)")
+    out["training_method"] = "LORA"
+    if kind == "lokr":
+        out.update(peft_type="LOKR", lokr_dim=rank, lokr_decompose_factor=r.number("decompose_factor", -1, int))
+        if r.number("rank_dropout", 0.0):
+            out["lora_rank_dropout"] = r.number("rank_dropout")
+    else:
+        out.update(peft_type="LORA", lora_rank=rank, lora_alpha=float(rank))  # diffusion-pipe: alpha = rank, always
+    if r.get("alpha") is not None:
+        notes.append("adapter.alpha: diffusion-pipe refuses it (alpha is the rank there); here alpha = rank")
+    if r.number("dropout", 0.0):
+        out["dropout_probability"] = r.number("dropout")
+    dtype = str(r.get("dtype") or "").lower()
+    if dtype in DTYPES:
+        out["lora_weight_dtype"] = DTYPES[dtype]
+    out["layer_filter_preset"] = "attn-mlp" if info.denoiser == "unet" else "blocks"  # every linear layer of the blocks
+    if sdxl:  # diffusion-pipe's LoRA of SDXL trains both text encoders too
+        for part in ("unet", "text_encoder", "text_encoder_2"):
+            out.setdefault(part, {}).update(train=True, stop_training_after=None, stop_training_after_unit="NEVER")
+    existing = _file(r.get("init_from_existing"))
+    if existing and Path(existing).suffix.lower() == ".safetensors":
+        out["lora_model_name"] = existing
+    elif existing:
+        notes.append(f"adapter.init_from_existing {existing}: give its .safetensors file as Base LoRA (diffusion-pipe reads the one "
+                     "in that folder)")
+    if r.get("exclude_modules"):
+        notes.append("adapter.exclude_modules: a layer filter here names the layers trained; set the Layer filter so it leaves "
+                     "those out")
+
+
+def _optimizer(r: Section, out: dict[str, Any], notes: list[str]) -> None:
+    name = str(r.get("type") or "adamw").strip()
+    key = name if name in OPTIMIZERS else name.lower()
+    if key not in OPTIMIZERS:
+        notes.append(f"optimizer.type '{name}' has no counterpart here: ADAMW with torch's defaults is used (choose one on the "
+                     "Training tab)")
+        key = "adamw"
+    ours, defaults = OPTIMIZERS[key]
+    if key in OPTIMIZER_NOTES:
+        notes.append(f"optimizer.type '{name}': {OPTIMIZER_NOTES[key]}")
+    optimizer: dict[str, Any] = {"optimizer": ours, **defaults}
+    lr = r.number("lr", None)
+    if key == "automagic":
+        lr = 1.0
+    elif lr is None:
+        lr = 1.0 if ours == "PRODIGY" else 1e-3
+        notes.append(f"optimizer.lr: not set, so {lr:g} (the optimizer's own default, as diffusion-pipe passes none)")
+    out["learning_rate"] = lr
+    betas = r.get("betas")
+    if isinstance(betas, list) and len(betas) >= 2:
+        optimizer.update(beta1=float(betas[0]), beta2=float(betas[1]))
+    for key_name, value in r.data.items():
+        if key_name in OPTIMIZER_PARAMS:
+            r.used.add(key_name)
+            optimizer[OPTIMIZER_PARAMS[key_name]] = value if isinstance(value, bool) else float(value)
+    if ours == "ADAMW_8BIT" or ours == "ADAMW":
+        r.get("stabilize")  # AdamW8bitKahan's option, off by default
+        r.get("kahan_sum")
+    out["optimizer"] = optimizer
+    if r.flag("gradient_release"):  # each weight steps as its gradient is ready
+        optimizer["fused_back_pass"] = True
+
+
+def _run(r: Section, out: dict[str, Any], notes: list[str], model_type: M, source: str | None) -> None:
+    info = family_info(model_type)
+    epochs = r.number("epochs", None, int)
+    if epochs is None or epochs < 1:
+        raise ConfigError("epochs: diffusion-pipe needs a number of epochs (1 or more); this config has none")
+    out["epochs"] = epochs
+    if r.get("max_steps") is not None:
+        r.used.discard("max_steps")  # listed: this trainer stops after its epochs
+    batch = r.get("micro_batch_size_per_gpu", 1)
+    if isinstance(batch, list):  # [[resolution, batch size], ...]: the smallest resolution's
+        pairs = sorted((p for p in batch if isinstance(p, list) and len(p) == 2), key=lambda p: p[0])
+        notes.append(f"micro_batch_size_per_gpu {batch}: one batch size here, {pairs[0][1] if pairs else 1}")
+        batch = pairs[0][1] if pairs else 1
+    out["batch_size"] = int(batch)
+    if out["batch_size"] < 1:
+        raise ConfigError(f"micro_batch_size_per_gpu: {batch} is not a batch size (diffusion-pipe config)")
+    if r.get("image_micro_batch_size_per_gpu") not in (None, batch):
+        r.used.discard("image_micro_batch_size_per_gpu")
+    out["gradient_accumulation_steps"] = max(1, r.number("gradient_accumulation_steps", 1, int))
+    out["clip_grad_norm"] = r.number("gradient_clipping", 1.0) or None
+    out["learning_rate_warmup_steps"] = float(r.number("warmup_steps", 0))
+    scheduler = str(r.get("lr_scheduler") or "constant").lower()
+    if scheduler not in ("constant", "linear", "cosine"):
+        raise ConfigError(f"lr_scheduler: '{scheduler}' is not one diffusion-pipe reads (constant, linear, cosine)")
+    out["learning_rate_scheduler"] = scheduler.upper()
+    if r.flag("force_constant_lr"):
+        out["learning_rate_scheduler"] = "CONSTANT"
+    stem = re.sub(r"[^\w.\-]+", "_", Path(source).stem if source else "lora").strip("._") or "lora"
+    out["output_model_destination"] = str(Path(str(r.data.get("output_dir") or "output")) / f"{stem}.safetensors")
+    if r.get("save_dtype") in DTYPES:
+        out["output_dtype"] = DTYPES[r.data["save_dtype"]]
+    if r.get("save_every_n_epochs"):
+        out.update(save_every=r.number("save_every_n_epochs", 1, int), save_every_unit="EPOCH")
+    elif r.get("save_every_n_steps"):
+        out.update(save_every=r.number("save_every_n_steps", 1, int), save_every_unit="STEP")
+    if r.get("checkpoint_every_n_minutes"):
+        out.update(backup_after=r.number("checkpoint_every_n_minutes", 1, int), backup_after_unit="MINUTE")
+    elif r.get("checkpoint_every_n_epochs"):
+        out.update(backup_after=r.number("checkpoint_every_n_epochs", 1, int), backup_after_unit="EPOCH")
+    checkpointing = r.get("activation_checkpointing", False)
+    mode = "ON" if checkpointing else "OFF"
+    for part in (info.denoiser, *info.text_encoders):
+        out.setdefault(part, {})["gradient_checkpointing"] = mode
+    if checkpointing == "unsloth":
+        out.setdefault(info.denoiser, {})["activation_offloading"] = True
+    swap = r.number("blocks_to_swap", 0, int)
+    if swap:
+        total = BLOCKS.get(model_type)
+        if total:
+            out.setdefault(info.denoiser, {})["offload_fraction"] = min(1.0, round(swap / total, 2))
+            notes.append(f"blocks_to_swap {swap}: the transformer's Offload fraction is {out[info.denoiser]['offload_fraction']} "
+                         f"here ({swap} of its {total} blocks kept in CPU memory)")
+        else:
+            notes.append(f"blocks_to_swap {swap}: set the transformer's Offload fraction (the share of its blocks kept in CPU memory)")
+    rate = r.number("uncond_fraction", 0.0)
+    for part in info.text_encoders:  # diffusion-pipe empties the whole caption
+        out.setdefault(part, {})["dropout_probability"] = rate
+    if r.get("huber_delta") is not None:
+        out.update(mse_strength=0.0, huber_strength=1.0, huber_delta=r.number("huber_delta"))
+    if r.get("smooth_l1_beta") is not None:
+        r.used.discard("smooth_l1_beta")
+    clip = str(r.get("video_clip_mode") or "single_beginning")
+    if clip != "single_beginning" and info.frame_step:
+        notes.append(f"video_clip_mode '{clip}': here a clip's frames are taken from its start")
