@@ -47,7 +47,7 @@ STEPS: tuple[tuple[str, tuple[Step, ...]], ...] = (
              "Choose the model type and the training method in the top bar, then load a preset for them "
              "(*sd15-lora* for a LoRA on SD 1.5; *Presets per model type* below names one for each). **LORA** is the "
              "usual choice: small files that load everywhere. Coming from another trainer: *Import file* reads a "
-             "OneTrainer, kohya_ss / sd-scripts, musubi-tuner or ai-toolkit config and fills the form, saying what it "
+             "OneTrainer, kohya_ss / sd-scripts, musubi-tuner, ai-toolkit or diffusion-pipe config and fills the form, saying what it "
              "could not carry over.",
              "model", "Open Model", ("Presets per model type", presets_table())),
         Step("Base model",

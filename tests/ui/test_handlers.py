@@ -289,3 +289,20 @@ def test_the_control_image_folder_shows_for_image_editing_models_only(page):
     shown = page.concepts.show(edit, 0)[field]
     assert (shown["visible"], shown["value"]) == (True, "/s")
     assert page.form_values(edit)[field] == "/s"  # the value a handler gets, not the update
+
+
+def test_a_diffusion_pipe_config_by_its_path_finds_its_dataset(page, tmp_path):
+    """*Config file* with a diffusion-pipe config in a checkout's examples/: its dataset TOML and
+    folders are read from the checkout's root, as diffusion-pipe runs there."""
+    from tests.config.test_dpipe_import import DATASET, MAIN_EXAMPLE
+
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "data" / "cats").mkdir(parents=True)
+    (tmp_path / "examples" / "dataset.toml").write_text(DATASET)
+    (tmp_path / "examples" / "hv.toml").write_text(MAIN_EXAMPLE)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = page.on_load(str(tmp_path / "examples" / "hv.toml"))
+    config = out[page.config_state]
+    assert config["model_type"] == "HUNYUAN_VIDEO" and config["concepts"][0]["path"] == str(tmp_path / "data" / "cats")
+    assert any("read as diffusion-pipe trains it" in str(w.message) for w in caught)
