@@ -91,13 +91,13 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
             notes.append(f"datasets[{number}].caption_ext '{extension}': here captions are read from .txt, else .caption files")
         reg = r.flag("is_reg")
         word = "" if reg else str(r.get("trigger_word") or trigger or "").strip()  # ai-toolkit adds none to regularisation images
-        text: dict[str, Any] = {"default_caption": str(r.get("default_caption") or ""), "caption_prefix": word,
+        text: dict[str, Any] = {"default_caption": str(r.get("default_caption") or ""), "trigger_word": word,
                                 "enable_tag_shuffling": r.flag("shuffle_tokens"), "keep_tags_count": r.number("keep_tokens", 0, int)}
         if r.number("token_dropout_rate", 0.0):
             text.update(tag_dropout_enable=True, tag_dropout_mode="RANDOM", tag_dropout_probability=r.number("token_dropout_rate"))
             if word and not text["keep_tags_count"]:
                 notes.append(f"datasets[{number}].token_dropout_rate: ai-toolkit adds the trigger word after dropping tokens; here "
-                             "it is the first tag and may be dropped (Keep tags 1 keeps it)")
+                             "before, so it may be dropped (Keep tags 1 keeps it where it leads the caption)")
         repeats = max(1, r.number("num_repeats", 1, int))
         flip = r.flag("flip_x")
         if flip:  # ai-toolkit adds a flipped copy of each image: twice the images an epoch
@@ -143,9 +143,6 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
                      "encoder at once; here each text encoder drops the whole caption on its own")
     if len(rates) > 1:
         notes.append(f"caption_dropout_rate: the datasets' {sorted(rates)} are one rate here, {rate:g}")
-    if trigger:
-        notes.append(f"trigger word '{trigger}': put before every caption (ai-toolkit adds it only where a caption lacks it, and "
-                     "replaces [trigger] in captions, which here stays as written)")
     if sizes:
         if any(s < 64 for s in sizes):
             raise ConfigError(f"datasets: resolution {min(sizes)} is smaller than 64 px (ai-toolkit config)")

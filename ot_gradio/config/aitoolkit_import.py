@@ -9,7 +9,8 @@ warning says what is read differently and lists every other set value, left at o
 model comes from `model.arch` (or the older `is_flux` / `is_xl` ... switches). ai-toolkit counts
 steps; here a run is epochs, counted from the datasets' images as kohya's steps are
 (kohya_dataset.steps_per_epoch). `[name]` is the job's name, as ai-toolkit replaces it; its
-trigger word becomes each concept's caption prefix and replaces `[trigger]` in the sample prompts
+trigger word becomes each concept's Trigger word (in place of `[trigger]` in its captions, else
+before them, as there) and replaces `[trigger]` in the sample prompts
 (config/aitoolkit_data.py).
 """
 

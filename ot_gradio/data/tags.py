@@ -30,6 +30,7 @@ from .seeding import Streams
 
 DROPOUT_MODES = ("FULL", "RANDOM", "RANDOM WEIGHTED")
 KEEP_SEPARATOR = "|||"  # kohya's keep_tokens_separator
+TRIGGER = "[trigger]"  # what ai-toolkit's captions say where the trigger word goes
 SPECIAL_TAG_MODES = ("NONE", "BLACKLIST", "WHITELIST")
 CAPS_MODES = ("capslock", "title", "first", "random")
 
@@ -108,6 +109,7 @@ class TextAugment:
     caps_modes: tuple[str, ...] = ()  # empty: capitalisation randomisation off
     caps_probability: float = 0.0
     lowercase: bool = False
+    trigger: str = ""  # replaces [trigger], else put before a caption without it (ai-toolkit's trigger_word)
     prefix: str = ""  # put before every caption with a space, before anything else (kohya's caption_prefix)
     suffix: str = ""  # put after every caption with a space (kohya's caption_suffix)
 
@@ -126,6 +128,7 @@ class TextAugment:
             "keep": max(0, int(get("keep_tags_count", 1))),
             "shuffle": bool(get("enable_tag_shuffling", False)),
             "lowercase": bool(get("caps_randomize_lowercase", False)),
+            "trigger": str(get("trigger_word", "") or "").strip(),
             "prefix": str(get("caption_prefix", "") or "").strip(),
             "suffix": str(get("caption_suffix", "") or "").strip(),
         }
@@ -164,7 +167,12 @@ class TextAugment:
         return bool(self.shuffle or self.dropout_mode or self.caps_modes or self.lowercase)
 
     def frame(self, caption: str) -> str:
-        """The caption with the prefix and suffix, joined with a space as sd-scripts joins them."""
+        """The caption with its trigger word (ai-toolkit's: in place of `[trigger]`, else before
+        it), then the prefix and suffix, joined with a space as sd-scripts joins them."""
+        if self.trigger:
+            caption = caption.replace(TRIGGER, self.trigger)
+            if self.trigger not in caption:
+                caption = f"{self.trigger} {caption.strip()}".strip()
         if not (self.prefix or self.suffix):
             return caption
         return " ".join(part for part in (self.prefix, caption.strip(), self.suffix) if part)

@@ -194,3 +194,15 @@ def test_caption_prefix_and_suffix_join_every_caption_before_shuffling():
     assert any(not c.endswith("masterpiece") for c in out)
     assert _augment(caption_prefix="ohwx woman").apply("", Streams(0)) == "ohwx woman"  # an empty caption: the prefix alone
     assert _augment(caption_suffix="style").apply("a cat", Streams(0)) == "a cat style"
+
+
+def test_a_trigger_word_replaces_trigger_in_captions_or_goes_before_them():
+    """ai-toolkit's trigger_word: in place of each [trigger], else before a caption without it; then the prefix."""
+    augment = _augment(trigger_word="p3r5on")
+    assert augment.apply("[trigger] holding a sign, smiling", Streams(0)) == "p3r5on holding a sign, smiling"
+    assert augment.apply("a photo of [trigger] and [trigger]", Streams(0)) == "a photo of p3r5on and p3r5on"
+    assert augment.apply("p3r5on at the beach", Streams(0)) == "p3r5on at the beach"  # already there: as written
+    assert augment.apply("a man at the beach", Streams(0)) == "p3r5on a man at the beach"
+    assert augment.apply("", Streams(0)) == "p3r5on"
+    assert _augment(trigger_word="p3r5on", caption_prefix="photo,").apply("[trigger] smiling", Streams(0)) == "photo, p3r5on smiling"
+    assert _augment().apply("[trigger] smiling", Streams(0)) == "[trigger] smiling"  # no trigger word: as written
