@@ -28,6 +28,8 @@ DTYPES = {"float16": "FLOAT_16", "fp16": "FLOAT_16", "bf16": "BFLOAT_16", "bfloa
 class Section:
     """One section's values; what is read counts as carried over."""
 
+    origin = "ai-toolkit config"  # said in a message about a value
+
     def __init__(self, name: str, data: Any, plumbing: str = ""):
         self.name, self.data, self.used = name, data if isinstance(data, dict) else {}, set()
         self.plumbing = PLUMBING.get(plumbing or name, set())
@@ -47,7 +49,7 @@ class Section:
                 raise ValueError
             return kind(number) if kind is int else kind(value)
         except (TypeError, ValueError, OverflowError):
-            raise ConfigError(f"{self.name}.{key}: {value!r} is not a number (ai-toolkit config)") from None
+            raise ConfigError(f"{self.name}.{key}: {value!r} is not a number ({self.origin})") from None
 
     def flag(self, key: str, default: bool = False) -> bool:
         value = self.get(key)

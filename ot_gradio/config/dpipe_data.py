@@ -4,9 +4,9 @@ image cropped square, its default), `frame_buckets` and each `[[directory]]` a c
 `num_repeats`, `caption_prefix`, `control_path`), read as diffusion-pipe reads them.
 
 diffusion-pipe opens every path as given, so a relative one is relative to the folder it runs in,
-its repository's root; a config's folder is seldom that. The dataset TOML is looked up from the
+its repository's root; a config's folder is seldom that. Relative paths are looked up from the
 main config's folder and the two above it (`examples/x.toml` in the root, `configs/wan/x.toml`),
-and its directories' relative paths from the same folder.
+the dataset's folders also from the dataset TOML's (`roots`).
 """
 
 from __future__ import annotations
@@ -21,44 +21,68 @@ from .media_files import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
 from .validation import ConfigError
 
 # how diffusion-pipe caches and shuffles, not what it trains: not listed as left out
-DATASET_PLUMBING = {"shuffle_metadata", "cache_shuffle_delimiter", "online_captions"}
-DIRECTORY_KEYS = ("path", "num_repeats", "caption_prefix", "control_path", "mask_path", "default_mask_file", "shuffle_tags",
-                  "cache_shuffle_num", "skip_empty_caption")
+DATASET_PLUMBING = {"shuffle_metadata", "cache_shuffle_delimiter", "online_captions", "directory"}
 # a directory's own value of a run-wide setting: said when it differs from the dataset's
 RUN_WIDE = ("resolutions", "enable_ar_bucket", "min_ar", "max_ar", "num_ar_buckets", "ar_buckets", "frame_buckets", "size_buckets")
 
 
-def find_dataset(name: str, base_dir: Path | None, readable: list[Path] | None) -> tuple[Path | None, Path | None]:
-    """(the dataset TOML, the folder relative paths start from) or (None, None)."""
-    path = Path(name).expanduser()
-    if path.is_absolute():
-        return (path, Path.cwd()) if path.is_file() else (None, None)
-    roots = [base_dir, base_dir.parent, base_dir.parent.parent] if base_dir is not None else [Path.cwd()]
-    for root in dict.fromkeys(roots):
-        if (root / path).is_file() and may_read(root / path, readable):
-            return root / path, root
-    return None, None
+class DpSection(Section):
+    """A diffusion-pipe table: a value set to 0 is listed when not carried over (its `mod_lr = 0`
+    freezes those layers there)."""
+
+    origin = "diffusion-pipe config"
+
+    def left(self) -> list[str]:
+        return [f"{self.name}.{k}".lstrip(".") for k, v in self.data.items()
+                if k not in self.used and k not in self.plumbing and v is not None and v is not False and v not in ("", [], {})]
 
 
-def dataset_settings(name: str, base_dir: Path | None, out: dict[str, Any], notes: list[str], info: FamilyInfo,
+def config_roots(base_dir: str | Path | None) -> list[Path]:
+    """Where diffusion-pipe may have run, for a relative path of a config in `base_dir`."""
+    if base_dir is None:
+        return [Path.cwd()]
+    base = Path(base_dir).expanduser().absolute()
+    return list(dict.fromkeys([base, base.parent, base.parent.parent]))
+
+
+def resolve(value: str, roots: list[Path]) -> str:
+    """A path as diffusion-pipe opens it: as given when absolute, else under the first of `roots`
+    that holds it (the first root when none does, so a missing path is named as such, never taken
+    for a hub id)."""
+    path = Path(value).expanduser()
+    if path.is_absolute() or not value:
+        return value
+    found = next((root / path for root in roots if (root / path).exists()), roots[0] / path)
+    return str(found)
+
+
+def read_dataset(name: str, roots: list[Path], readable: list[Path] | None,
+                 notes: list[str]) -> tuple[dict[str, Any] | None, list[Path]]:
+    """The dataset TOML `name` and the folders its relative paths are looked up in; (None, roots)
+    with a note when it cannot be read."""
+    path = Path(resolve(name, roots))
+    if not (path.is_file() and may_read(path, readable)):
+        notes.append(f"dataset {name}: not found (looked for from {roots[0]} and the folders above it); add its folders as concepts")
+        return None, roots
+    try:
+        data = read_json(path, "dataset")
+    except ConfigError as err:
+        notes.append(f"{err}: add its folders as concepts")
+        return None, roots
+    # the root it was found in is where diffusion-pipe runs: first for the other relative paths
+    found = [root for root in roots if not Path(name).is_absolute() and (root / Path(name).expanduser()).is_file()][:1]
+    return data, list(dict.fromkeys([*found, *roots, path.parent, path.parent.parent]))
+
+
+def dataset_settings(data: dict[str, Any], roots: list[Path], out: dict[str, Any], notes: list[str], info: FamilyInfo,
                      readable: list[Path] | None) -> tuple[list[dict[str, Any]], list[str]]:
-    """The concepts of the dataset TOML `name` and its run-wide settings into `out`; the keys left out."""
-    path, root = find_dataset(name, base_dir, readable)
-    if path is None:
-        where = f" (looked for beside the config and in the two folders above it: {base_dir})" if base_dir is not None else ""
-        notes.append(f"dataset {name}: not found{where}; add its folders as concepts")
-        return [], []
-    data = read_json(path, "dataset")
-    r = Section("dataset", data)
-    r.plumbing = DATASET_PLUMBING | {"directory"}
+    """The dataset TOML's concepts, and its run-wide settings into `out`; the keys left out."""
+    r = DpSection("dataset", data)
+    r.plumbing = DATASET_PLUMBING
     sizes = _resolutions(r.get("resolutions"), "dataset.resolutions")
     if sizes:
         out["resolution"] = ",".join(str(s - s % 8) for s in sizes)
-        if len(sizes) > 1:
-            notes.append(f"dataset.resolutions {sizes}: diffusion-pipe trains every image at each of them in an epoch; here each "
-                         "step trains at one of them")
-    bucketing = r.flag("enable_ar_bucket")
-    out["aspect_ratio_bucketing"] = bucketing
+    out["aspect_ratio_bucketing"] = bucketing = r.flag("enable_ar_bucket")
     shape = [r.get(key) for key in ("ar_buckets", "min_ar", "max_ar", "num_ar_buckets")]
     if bucketing and any(v is not None for v in shape):
         notes.append("dataset.min_ar / max_ar / num_ar_buckets / ar_buckets: here the buckets are this trainer's (9 aspect ratios up "
@@ -66,25 +90,35 @@ def dataset_settings(name: str, base_dir: Path | None, out: dict[str, Any], note
     if r.get("size_buckets"):
         notes.append("dataset.size_buckets: here the sizes come from Resolution and the aspect ratio buckets")
     frames = [int(f) for f in r.get("frame_buckets") or [] if isinstance(f, (int, float)) and int(f) > 1]
-    if frames and info.frame_step:
+    if info.frame_step and frames:
         out["frames"] = str(max(frames))
-        if len(frames) > 1:
-            notes.append(f"dataset.frame_buckets {sorted(frames)}: here a clip trains with at most {max(frames)} frames (a shorter "
-                         "clip with the frames it has)")
-    if r.get("subsample_ratio"):
-        r.used.discard("subsample_ratio")
-    concepts, left = [], []
+        notes.append(f"dataset.frame_buckets {sorted({1, *frames})}: here a clip trains with at most {max(frames)} frames, a shorter "
+                     "one with the frames it has (diffusion-pipe puts each clip in the longest bucket it fills and leaves out "
+                     "one too short for all)")
+    elif info.frame_step:
+        notes.append("dataset.frame_buckets: none above 1, so diffusion-pipe trains no clip (only images); here clips train too, "
+                     f"with at most Frames ({out.get('frames', 25)}) frames")
+    # diffusion-pipe's epoch shows every item at each resolution, each of its shuffled caption copies
+    passes = max(1, len(sizes))
+    concepts, left, multiplied = [], [], passes > 1
     for number, item in enumerate(data.get("directory") or []):
-        concept = _directory(Section(f"dataset.directory[{number}]", item), r, root, notes, info, readable)
+        concept = _directory(DpSection(f"dataset.directory[{number}]", item), r, roots, notes, info, readable)
         if concept is not None:
+            copies = concept.pop("_copies")
+            multiplied |= copies > 1
+            concept["balancing"] *= passes * copies
             concepts.append(concept)
             left += concept.pop("_left")
+    if multiplied:
+        notes.append(f"dataset: diffusion-pipe's epoch shows each image at each of its {passes} resolutions (and once per shuffled "
+                     "caption copy); here each step trains at one of them, so each concept's Balancing is multiplied to keep the "
+                     "epoch as long")
     if not concepts:
-        notes.append(f"dataset {name}: no [[directory]] with a path; add its folders as concepts")
+        notes.append("dataset: no [[directory]] with a path; add its folders as concepts")
     return concepts, [*r.left(), *left]
 
 
-def _directory(d: Section, top: Section, root: Path | None, notes: list[str], info: FamilyInfo,
+def _directory(d: DpSection, top: Section, roots: list[Path], notes: list[str], info: FamilyInfo,
                readable: list[Path] | None) -> dict[str, Any] | None:
     folder = str(d.get("path") or "").strip()
     if not folder:
@@ -95,30 +129,29 @@ def _directory(d: Section, top: Section, root: Path | None, notes: list[str], in
         own = d.get(key)
         return own if own is not None else top.get(key, default)
 
-    path = Path(folder).expanduser()
-    if not path.is_absolute() and root is not None:
-        path = root / path
+    path = Path(resolve(folder, roots))
     repeats = value("num_repeats", 1)
     if not isinstance(repeats, (int, float)) or isinstance(repeats, bool) or repeats <= 0:
         raise ConfigError(f"{where}.num_repeats: {repeats!r} is not a number of repeats above 0 (diffusion-pipe dataset)")
     text: dict[str, Any] = {"caption_prefix": str(value("caption_prefix", "") or "")}
     shuffle = int(value("cache_shuffle_num", 0) or 0)
     if value("shuffle_tags", False) or shuffle > 0:
-        text["enable_tag_shuffling"] = True
-        notes.append(f"{where}: diffusion-pipe shuffles the tags once when it caches (cache_shuffle_num: that many shuffled copies, "
-                     "each an item of the epoch); here they are shuffled anew each time an image is shown")
-    concept: dict[str, Any] = {"name": path.name or folder, "path": str(path), "balancing": float(repeats), "text": text, "image": {}}
+        text.update(enable_tag_shuffling=True, keep_tags_count=0)  # diffusion-pipe shuffles every tag, the prefix added after
+        notes.append(f"{where}: diffusion-pipe shuffles the tags once, when it caches (cache_shuffle_num: that many shuffled "
+                     "copies); here they are shuffled anew each time an image is shown")
+    # diffusion-pipe fits (scales and centre-crops) each image to its size
+    concept: dict[str, Any] = {"name": path.name or folder, "path": str(path), "balancing": float(repeats), "text": text,
+                               "image": {"enable_crop_jitter": False}, "_copies": max(1, shuffle)}
     control = d.get("control_path")
     if control and info.control_image:
-        concept["image"]["control_folder"] = str(root / control if root is not None and not Path(control).is_absolute() else control)
+        concept["image"]["control_folder"] = resolve(str(control), roots)
     elif control:
         notes.append(f"{where}.control_path: this model type reads no control images; not carried over")
     if d.get("mask_path") or d.get("default_mask_file") or top.get("mask_path"):
         notes.append(f"{where}.mask_path: here a mask is `<image>-masklabel.png` beside each image (white trains); put them there "
                      "and turn on Training → Masked training")
-    if value("skip_empty_caption", True) and may_read(path, readable) and (bare := _uncaptioned(path)):
-        notes.append(f"{where}: {bare} images have no caption file, which diffusion-pipe leaves out (skip_empty_caption, its "
-                     "default); here they train with an empty caption: caption them, or move them out")
+    if may_read(path, readable):
+        _captions(path, where, bool(value("skip_empty_caption", True)), notes)
     for key in RUN_WIDE:
         if key in d.data and d.data[key] != top.data.get(key):
             d.used.add(key)
@@ -127,15 +160,31 @@ def _directory(d: Section, top: Section, root: Path | None, notes: list[str], in
     return concept
 
 
-def _uncaptioned(folder: Path) -> int:
-    """Media files in `folder` (not its subfolders, as diffusion-pipe reads it) without a `.txt` caption."""
+def _captions(folder: Path, where: str, skip_empty: bool, notes: list[str]) -> None:
+    """What diffusion-pipe reads differently in `folder` (not its subfolders, as it reads it): its
+    `captions.json` (several captions an image, the .txt files then unread), a .txt of several lines
+    (one caption there, one line at a time here), media without a caption (left out there)."""
     try:
         files = [p for p in folder.iterdir() if p.is_file()]
     except OSError:
-        return 0
-    stems = {p.stem for p in files if p.suffix.lower() == ".txt"}
-    media = IMAGE_EXTENSIONS + VIDEO_EXTENSIONS
-    return sum(1 for p in files if p.suffix.lower() in media and p.stem not in stems)
+        return
+    if any(p.name == "captions.json" for p in files):
+        notes.append(f"{where}: its captions.json (diffusion-pipe's captions, which then replace the .txt files) is not read here; "
+                     "the .txt files are")
+        return
+    texts = [p for p in files if p.suffix.lower() == ".txt"]
+    try:
+        lines = sum(1 for p in texts if len([x for x in p.read_text(encoding="utf-8", errors="replace").splitlines() if x.strip()]) > 1)
+    except OSError:
+        lines = 0
+    if lines:
+        notes.append(f"{where}: {lines} caption files hold several lines, which diffusion-pipe reads as one caption; here each line is "
+                     "a caption of its own, one picked each time: join the lines if they are one caption")
+    stems = {p.stem for p in texts}
+    bare = sum(1 for p in files if p.suffix.lower() in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS and p.stem not in stems)
+    if bare and skip_empty:
+        notes.append(f"{where}: {bare} images have no caption file, which diffusion-pipe leaves out (skip_empty_caption, its "
+                     "default); here they train with an empty caption: caption them, or move them out")
 
 
 def _resolutions(value: Any, field: str) -> list[int]:

@@ -15,12 +15,13 @@ other set value, left at this trainer's defaults.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
 
-from .aitoolkit_data import Section
-from .dpipe_data import dataset_settings
+from .dpipe_data import DpSection as Section
+from .dpipe_data import config_roots, dataset_settings, read_dataset, resolve
 from .enums import ModelType as M
 from .families import family_info
 from .json_file import may_read
@@ -58,8 +59,13 @@ OPTIMIZERS: dict[str, tuple[str, dict[str, float]]] = {
     "stableadamw": ("ADAMW", {"beta1": 0.9, "beta2": 0.99, "eps": 1e-6, "weight_decay": 0.01}),
     "offload": ("ADAMW", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01}),
     "sgd": ("SGD", {"weight_decay": 0.0}),
-    "Prodigy": ("PRODIGY", {}), "CAME": ("CAME", {}), "Lion": ("LION", {}), "AdaFactor": ("ADAFACTOR", {}),
-    "ScheduleFreeAdamW": ("SCHEDULE_FREE_ADAMW", {}),
+    # pytorch_optimizer's (as diffusion-pipe names them: case-sensitive)
+    "Prodigy": ("PRODIGY", {"beta1": 0.9, "beta2": 0.999, "weight_decay": 0.0, "decouple": True, "use_bias_correction": False,
+                            "safeguard_warmup": False, "d_coef": 1.0, "eps": 1e-8}),
+    "CAME": ("CAME", {"beta1": 0.9, "beta2": 0.999, "beta3": 0.9999, "weight_decay": 0.0}),
+    "Lion": ("LION", {"beta1": 0.9, "beta2": 0.99, "weight_decay": 0.0}),
+    "AdaFactor": ("ADAFACTOR", {"beta1": 0.9, "weight_decay": 0.0, "relative_step": True, "scale_parameter": True, "warmup_init": False}),
+    "ScheduleFreeAdamW": ("SCHEDULE_FREE_ADAMW", {"beta1": 0.9, "beta2": 0.999, "weight_decay": 0.0, "eps": 1e-8}),
     "automagic": ("PRODIGY", {}),  # its own rate per weight, adapted as it goes: Prodigy adapts the rate here
 }
 OPTIMIZER_NOTES = {"automagic": "it adapts each weight's rate by itself, which no optimizer here does; PRODIGY, which adapts the "
@@ -67,7 +73,21 @@ OPTIMIZER_NOTES = {"automagic": "it adapts each weight's rate by itself, which n
                    "stableadamw": "StableAdamW's update clipping is not applied here (AdamW)",
                    "offload": "the optimizer state is kept on the GPU here"}
 OPTIMIZER_PARAMS = {"weight_decay": "weight_decay", "eps": "eps", "d_coef": "d_coef", "use_bias_correction": "use_bias_correction",
-                    "safeguard_warmup": "safeguard_warmup", "momentum": "momentum", "nesterov": "nesterov", "decouple": "decouple"}
+                    "bias_correction": "use_bias_correction", "safeguard_warmup": "safeguard_warmup", "momentum": "momentum",
+                    "nesterov": "nesterov", "decouple": "decouple", "weight_decouple": "decouple",
+                    "relative_step": "relative_step", "scale_parameter": "scale_parameter", "warmup_init": "warmup_init"}
+# the learning rate each optimizer's library takes when none is given (None: it needs one)
+DEFAULT_LR = {"adamw": 1e-3, "adamw8bit": 1e-3, "adamw8bitkahan": 1e-3, "offload": 1e-3, "adamw_optimi": None, "stableadamw": None,
+              "sgd": None, "Prodigy": 1.0, "CAME": 2e-4, "Lion": 1e-4, "AdaFactor": 1e-3, "ScheduleFreeAdamW": 2.5e-3}
+# the video frame rate diffusion-pipe resamples each family's clips to (Wan's 16, the 5B's 24)
+FRAME_RATES = {M.WAN_2_1: 16.0, M.WAN_2_1_I2V: 16.0, M.WAN_2_2_T2V_A14B: 16.0, M.WAN_2_2_I2V_A14B: 16.0}
+# where our image-size shift (Dynamic timestep shifting) is diffusion-pipe's flux_shift: Flux's constants, one image's tokens
+SIZE_SHIFTED = (M.FLUX_DEV_1, M.CHROMA_1, M.Z_IMAGE)
+# the VAE's downscale, for diffusion-pipe's flux_shift of the others (latent tokens of 2 x 2)
+VAE_SCALE = {M.WAN_2_2_TI2V_5B: 16, M.LTX_2: 32}
+# the layers diffusion-pipe's LoRA trains, where our presets name fewer (every linear layer of its target classes)
+TARGETS = {M.Z_IMAGE: "layers.,noise_refiner,context_refiner", M.KREA_2: "transformer_blocks,text_fusion,txt_in",
+           M.STABLE_DIFFUSION_XL_10_BASE: "attentions,time_emb_proj"}
 # how diffusion-pipe runs, not what it trains: not listed as left out
 PLUMBING = {
     "top": {"output_dir", "dataset", "pipeline_stages", "partition_method", "partition_split", "caching_batch_size", "map_num_proc",
@@ -101,50 +121,44 @@ def import_dpipe(raw: dict[str, Any], source: str | None = None, readable: list[
         section.plumbing = PLUMBING[key]
     notes: list[str] = []
     out: dict[str, Any] = {}
+    roots = config_roots(base_dir)
     dataset = str(raw.get("dataset") or "").strip()
-    model_type = _model(sections["model"], out, notes, readable, _dataset_has_controls(dataset, base_dir, readable))
+    data, data_roots = read_dataset(dataset, roots, readable, notes) if dataset else (None, roots)
+    controls = bool(data) and any(isinstance(d, dict) and d.get("control_path") for d in data.get("directory") or [])
+    model_type = _model(sections["model"], out, notes, readable, controls, data_roots)
     info = family_info(model_type)
-    _adapter(sections["adapter"], out, notes, model_type)
+    _adapter(sections["adapter"], out, notes, model_type, data_roots)
     _optimizer(sections["optimizer"], out, notes)
     _run(top, out, notes, model_type, source)
     concepts, dataset_left = ([], [])
-    if dataset:
-        concepts, dataset_left = dataset_settings(dataset, Path(base_dir) if base_dir is not None else None, out, notes, info, readable)
-    else:
+    if data is not None:
+        concepts, dataset_left = dataset_settings(data, data_roots, out, notes, info, readable)
+    elif not dataset:
         notes.append("dataset: none named; add your folders as concepts")
     if concepts:
         out["concepts"] = concepts
+    if out.pop("_size_shift", False):
+        _size_shift(out, notes, model_type)
+    out.pop("_model_dtype", None)
     config = validate(out)
-    left = sorted([*(f"{k}" for k in top.left()), *(k for s in sections.values() for k in s.left()), *dataset_left])
+    left = sorted([*top.left(), *(k for s in sections.values() for k in s.left()), *dataset_left])
     origin = f"diffusion-pipe config {source}" if source else "This diffusion-pipe config"
     used = len(top.used & raw.keys()) + sum(len(s.used & s.data.keys()) for s in sections.values())
     text = f"{origin}: read as diffusion-pipe trains it ({used} settings carried over)"
     if notes:
         text += "; " + "; ".join(dict.fromkeys(notes))
     if left:
-        text += "; set there but not carried over (left at this trainer's defaults): " + ", ".join(x.lstrip(".") for x in left)
+        text += "; set there but not carried over (left at this trainer's defaults): " + ", ".join(left)
     return LoadResult(config, [text + "."])
 
 
-def _dataset_has_controls(name: str, base_dir: str | Path | None, readable: list[Path] | None) -> bool:
-    from .dpipe_data import find_dataset
-    from .json_file import read_json
-
-    path, _ = find_dataset(name, Path(base_dir) if base_dir is not None else None, readable) if name else (None, None)
-    if path is None:
-        return False
-    try:
-        data = read_json(path, "dataset")
-    except ConfigError:
-        return False
-    return any(isinstance(d, dict) and d.get("control_path") for d in data.get("directory") or [])
+def _file(value: Any, roots: list[Path] | None = None) -> str:
+    """A path of the config, relative ones as diffusion-pipe opens them (from its checkout's root: `roots`)."""
+    text = str(value or "").strip()
+    return resolve(text, roots) if roots and text else text
 
 
-def _file(value: Any) -> str:
-    return str(value or "").strip()
-
-
-def _model(r: Section, out: dict[str, Any], notes: list[str], readable: list[Path] | None, controls: bool) -> M:
+def _model(r: Section, out: dict[str, Any], notes: list[str], readable: list[Path] | None, controls: bool, roots: list[Path]) -> M:
     kind = str(r.get("type") or "").strip()
     if kind in NOT_HERE:
         raise ConfigError(f"model.type: this diffusion-pipe config trains {NOT_HERE[kind]}, which has no model type here; nothing "
@@ -152,12 +166,17 @@ def _model(r: Section, out: dict[str, Any], notes: list[str], readable: list[Pat
     if kind not in TYPES:
         raise ConfigError(f"model.type: '{kind}' is no diffusion-pipe model type this trainer knows ({', '.join(sorted(TYPES))})")
     model_type = TYPES[kind]
-    if kind == "flux" and controls:
-        raise ConfigError("model.type: this diffusion-pipe config trains Flux Kontext (its dataset has control_path), which has no "
+    if kind in ("flux", "flux2") and controls:
+        what = "Flux Kontext" if kind == "flux" else "Flux.2 on reference images"
+        raise ConfigError(f"model.type: this diffusion-pipe config trains {what} (its dataset has control_path), which has no "
                           "model type here; Qwen-Image-Edit is the image-editing model type here")
     if kind == "cosmos_predict2" and (r.get("t5_path") or not Path(_file(r.get("llm_path"))).suffix):
         raise ConfigError("model.type: this diffusion-pipe config trains Cosmos-Predict2 (with T5), which has no model type here; "
                           "Anima (its Qwen3 file as llm_path) is")
+    for key in ("ckpt_path", "diffusers_path", "checkpoint_path", "transformer_path", "diffusion_model", "single_file_path", "vae_path",
+                "vae", "text_encoder_path", "llm_path", "text_encoder", "clip_path", "llama3_path"):
+        if isinstance(r.data.get(key), str) and r.data[key].strip():
+            r.data[key] = _file(r.data[key], roots)
     if model_type == M.WAN_2_1:
         model_type, hub = _wan(r, notes, readable)
     elif model_type == M.QWEN:
@@ -186,7 +205,7 @@ def _model(r: Section, out: dict[str, Any], notes: list[str], readable: list[Pat
         why = "a transformer file is read as .safetensors or .gguf" if info.transformer_file else f"{info.name} reads no transformer file"
         notes.append(f"model: the transformer {Path(transformer).name} is not read here ({why}); the base model's "
                      f"({out['base_model_name']}) is used")
-    _part_files(r, out, notes, model_type)
+    _part_files(r, out, notes, model_type, roots)
     _precision(r, out, notes, model_type)
     _timesteps(r, out, notes, model_type)
     for key in ("ckpt_path", "diffusers_path", "checkpoint_path"):
@@ -194,7 +213,7 @@ def _model(r: Section, out: dict[str, Any], notes: list[str], readable: list[Pat
     return model_type
 
 
-def _part_files(r: Section, out: dict[str, Any], notes: list[str], model_type: M) -> None:
+def _part_files(r: Section, out: dict[str, Any], notes: list[str], model_type: M, roots: list[Path]) -> None:
     """The VAE's and the text encoders' own files, where this trainer reads them."""
     info = family_info(model_type)
     vae = _file(r.get("vae_path") or r.get("vae"))
@@ -207,7 +226,7 @@ def _part_files(r: Section, out: dict[str, Any], notes: list[str], model_type: M
     for item in listed if isinstance(listed, list) else []:
         if isinstance(item, dict):
             paths = item.get("paths") if isinstance(item.get("paths"), list) else [item.get("path")]
-            encoders += [_file(p) for p in paths if _file(p)]
+            encoders += [_file(p, roots) for p in paths if _file(p)]
     parts = list(info.text_encoders)
     if model_type == M.HUNYUAN_VIDEO and _file(r.data.get("clip_path")):
         encoders = encoders[:1] + [_file(r.get("clip_path"))]
@@ -228,10 +247,14 @@ def _part_files(r: Section, out: dict[str, Any], notes: list[str], model_type: M
 
 
 def _wan(r: Section, notes: list[str], readable: list[Path] | None) -> tuple[M, str]:
-    """Wan's variant, as diffusion-pipe tells it from `ckpt_path`'s config.json (`model_type`, `dim`),
-    else from the folder's and the transformer file's names."""
+    """Wan's variant as diffusion-pipe tells it, from `ckpt_path`'s config.json (`model_type`, `dim`);
+    Wan 2.2's 14B experts (`low_noise_model/`) from 2.1's by the folder; without a config.json, by
+    the folder's and the transformer file's own names."""
     folder = Path(_file(r.get("ckpt_path")) or ".").expanduser()
-    names = " ".join([str(folder), _file(r.data.get("transformer_path"))]).lower()
+    names = " ".join([folder.name, Path(_file(r.data.get("transformer_path"))).name]).lower()
+    if "skyreels" in names:
+        raise ConfigError("model.ckpt_path: SkyReels-V2's weights are not Wan's; choose WAN_2_1 (or WAN_2_1_I2V) on the Model tab "
+                          "with SkyReels-V2's diffusers repo as the base model")
     config: dict[str, Any] = {}
     for candidate in (folder / "config.json", folder / "low_noise_model" / "config.json"):
         if may_read(candidate, readable) and candidate.is_file():
@@ -241,20 +264,26 @@ def _wan(r: Section, notes: list[str], readable: list[Path] | None) -> tuple[M, 
                 config = {}
             break
     kind, dim = str(config.get("model_type") or ""), config.get("dim")
-    two = bool(re.search(r"2[.\-_]?2", names)) or (folder / "low_noise_model").is_dir()
-    if kind == "flf2v" or "flf2v" in names:
+    if not config:  # diffusion-pipe's config.json values, as the names say them
+        kind = ("flf2v" if "flf2v" in names else "ti2v" if "ti2v" in names or "5b" in names else "i2v" if "i2v" in names else "t2v")
+        dim = 1536 if "1.3b" in names else 3072 if kind == "ti2v" else 5120
+    experts = (folder / "low_noise_model").is_dir() or (folder / "high_noise_model").is_dir()
+    two = experts or bool(re.search(r"wan2[.\-_]?2|a14b|noise", names))
+    if kind == "flf2v":
         raise ConfigError("model.ckpt_path: Wan 2.1 FLF2V (first and last frame) has no model type here; nothing was imported")
-    if kind == "ti2v" or dim == 3072 or "ti2v" in names or "5b" in names:
+    if kind == "ti2v" or dim == 3072:
         model_type = M.WAN_2_2_TI2V_5B
-    elif kind == "i2v" or "i2v" in names:
-        if dim == 1536 or "1.3b" in names:
+    elif kind == "i2v":
+        if dim == 1536:
             raise ConfigError("model.ckpt_path: Wan's 1.3B image-to-video (Fun-InP) has no model type here; nothing was imported")
-        model_type = M.WAN_2_2_I2V_A14B if two or "a14b" in names else M.WAN_2_1_I2V
+        model_type = M.WAN_2_2_I2V_A14B if two else M.WAN_2_1_I2V
     else:
-        model_type = M.WAN_2_2_T2V_A14B if two or "a14b" in names else M.WAN_2_1
+        model_type = M.WAN_2_2_T2V_A14B if two and dim != 1536 else M.WAN_2_1
     hub = WAN_REPOS[model_type]
-    if model_type == M.WAN_2_1 and (dim == 1536 or "1.3b" in names):
+    if model_type == M.WAN_2_1 and dim == 1536:
         hub = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
+    if model_type == M.WAN_2_1_I2V and "720" in names:
+        hub = "Wan-AI/Wan2.1-I2V-14B-720P-Diffusers"
     if not config:
         notes.append(f"model.ckpt_path: its config.json was not read; {hub} by the folder's name")
     return model_type, hub
@@ -284,6 +313,7 @@ def _precision(r: Section, out: dict[str, Any], notes: list[str], model_type: M)
     info = family_info(model_type)
     dtype = str(r.get("dtype") or "bfloat16").lower()
     out["train_dtype"] = DTYPES.get(dtype, "BFLOAT_16")
+    out["_model_dtype"] = dtype
     weights = DTYPES.get(dtype, "BFLOAT_16")
     denoiser = str(r.get("transformer_dtype") or r.get("diffusion_model_dtype") or dtype).lower()
     if denoiser == "nf4":
@@ -321,24 +351,12 @@ def _timesteps(r: Section, out: dict[str, Any], notes: list[str], model_type: M)
         if method != "logit_normal":
             raise ConfigError(f"model.timestep_sample_method: '{method}' is not one diffusion-pipe reads (logit_normal, uniform)")
         out.update(timestep_distribution="LOGIT_NORMAL", noising_weight=scale - 1.0, noising_bias=0.0)
-    if r.get("shift") is not None:
-        out.update(timestep_shift=float(r.number("shift")), dynamic_timestep_shifting=False)
-        r.get("flux_shift")
-    else:
-        out.update(timestep_shift=1.0, dynamic_timestep_shifting=r.flag("flux_shift"))
-    low, high = float(r.number("min_t", 0.0)), float(r.number("max_t", 1.0))
-    if model_type in WAN_BOUNDARY:
-        boundary = WAN_BOUNDARY[model_type]
-        names = _file(r.data.get("transformer_path")).lower()
-        expert = ("HIGH_NOISE" if low >= boundary or ("high_noise" in names and high > boundary) else "LOW_NOISE")
-        out["trained_expert"] = expert
-        if low == 0.0 and high == 1.0 and "noise" not in names:
-            notes.append("Wan 2.2 A14B: diffusion-pipe trains the model it is given at every timestep; here a run trains one expert "
-                         f"in its range: the low-noise one (Trained expert; {boundary:g} is the boundary)")
-    elif (low, high) != (0.0, 1.0):
-        out.update(min_noising_strength=low, max_noising_strength=high)
-        notes.append(f"model.min_t / max_t {low:g}-{high:g}: diffusion-pipe limits the shifted timesteps; here the drawn ones, "
-                     "before the shift")
+    shift, size_shift = r.number("shift", 0.0), r.flag("flux_shift")  # (shift = 0: unset there)
+    out.update(timestep_shift=float(shift) if shift else 1.0, dynamic_timestep_shifting=bool(not shift and size_shift
+                                                                                             and model_type in SIZE_SHIFTED))
+    if size_shift and not shift and model_type not in (*SIZE_SHIFTED, M.HUNYUAN_VIDEO):  # (HunyuanVideo's reads no flux_shift)
+        out["_size_shift"] = True  # a fixed shift for the dataset's size: _size_shift
+    _time_range(r, out, notes, model_type)
     if model_type in (M.FLUX_DEV_1, M.HUNYUAN_VIDEO):  # the guidance input diffusion-pipe feeds them (x1000 as they read it)
         out.setdefault("transformer", {})["guidance_scale"] = float(r.number("guidance", 1.0))
     else:
@@ -347,7 +365,44 @@ def _timesteps(r: Section, out: dict[str, Any], notes: list[str], model_type: M)
         notes.append("model.bypass_guidance_embedding: Flux's guidance input is trained with the value above here")
 
 
-def _adapter(r: Section, out: dict[str, Any], notes: list[str], model_type: M) -> None:
+def _time_range(r: Section, out: dict[str, Any], notes: list[str], model_type: M) -> None:
+    """Wan's `min_t` / `max_t` (diffusion-pipe reads them for Wan alone): an A14B expert from them
+    and its file's name; for the others the range drawn from."""
+    low, high = float(r.number("min_t", 0.0)), float(r.number("max_t", 1.0))
+    if model_type in WAN_BOUNDARY:
+        boundary = WAN_BOUNDARY[model_type]
+        name = Path(_file(r.data.get("transformer_path"))).name.lower()
+        if low >= boundary or high <= boundary:
+            expert = "HIGH_NOISE" if low >= boundary else "LOW_NOISE"
+        elif "high_noise" in name or "low_noise" in name:
+            expert = "HIGH_NOISE" if "high_noise" in name else "LOW_NOISE"
+        else:
+            expert = "HIGH_NOISE" if high - boundary >= boundary - low else "LOW_NOISE"
+        out["trained_expert"] = expert
+        own = (boundary, 1.0) if expert == "HIGH_NOISE" else (0.0, boundary)
+        if (low, high) != own:
+            notes.append(f"model.min_t / max_t {low:g}-{high:g}: diffusion-pipe trains the model it is given over that range; here "
+                         f"a run trains one expert over its own range: the {expert.split('_')[0].lower()}-noise one, "
+                         f"{own[0]:g}-{own[1]:g} (Trained expert)")
+    elif model_type in WAN_REPOS:
+        if (low, high) != (0.0, 1.0):
+            out.update(min_noising_strength=low, max_noising_strength=high)
+            notes.append(f"model.min_t / max_t {low:g}-{high:g}: diffusion-pipe keeps the part of its shifted distribution in that "
+                         "range; here the drawn timesteps are scaled into it before the shift")
+
+
+def _size_shift(out: dict[str, Any], notes: list[str], model_type: M) -> None:
+    """diffusion-pipe's `flux_shift` for a model whose own image-size shift differs from it: Flux's
+    line (0.5 at 256 tokens to 1.15 at 4096) over one frame's latent tokens (2 x 2 each), as a
+    fixed Timestep shift for the dataset's first resolution."""
+    side = int(str(out.get("resolution") or "512").split(",")[0].split("x")[0])
+    tokens = (side / VAE_SCALE.get(model_type, 8) / 2) ** 2
+    out["timestep_shift"] = shift = round(math.exp(0.5 + (tokens - 256) * (1.15 - 0.5) / (4096 - 256)), 3)
+    notes.append(f"model.flux_shift: diffusion-pipe shifts each image's timesteps by its size with Flux's constants; here a fixed "
+                 f"Timestep shift of {shift:g}, its value at {side} px")
+
+
+def _adapter(r: Section, out: dict[str, Any], notes: list[str], model_type: M, roots: list[Path]) -> None:
     info = family_info(model_type)
     sdxl = model_type == M.STABLE_DIFFUSION_XL_10_BASE
     for part in info.text_encoders:  # diffusion-pipe trains the transformer alone (SDXL's LoRA: below)
@@ -365,24 +420,30 @@ def _adapter(r: Section, out: dict[str, Any], notes: list[str], model_type: M) -
     if rank is None or rank < 1:
         raise ConfigError("adapter.rank: a LoRA needs a rank of 1 or more (diffusion-pipe config)")
     out["training_method"] = "LORA"
+    out["lora_alpha"] = float(rank)  # diffusion-pipe: alpha = rank, always (LoKr's too)
     if kind == "lokr":
         out.update(peft_type="LOKR", lokr_dim=rank, lokr_decompose_factor=r.number("decompose_factor", -1, int))
-        if r.number("rank_dropout", 0.0):
-            out["lora_rank_dropout"] = r.number("rank_dropout")
+        r.get("dropout")  # LoKr reads no LoRA dropout there
     else:
-        out.update(peft_type="LORA", lora_rank=rank, lora_alpha=float(rank))  # diffusion-pipe: alpha = rank, always
+        out.update(peft_type="LORA", lora_rank=rank)
+        if r.number("dropout", 0.0):
+            out["dropout_probability"] = r.number("dropout")
     if r.get("alpha") is not None:
         notes.append("adapter.alpha: diffusion-pipe refuses it (alpha is the rank there); here alpha = rank")
-    if r.number("dropout", 0.0):
-        out["dropout_probability"] = r.number("dropout")
-    dtype = str(r.get("dtype") or "").lower()
+    # the adapter's dtype: the model's unless told
+    dtype = str(r.get("dtype") or out.get("_model_dtype") or "").lower()
     if dtype in DTYPES:
         out["lora_weight_dtype"] = DTYPES[dtype]
-    out["layer_filter_preset"] = "attn-mlp" if info.denoiser == "unet" else "blocks"  # every linear layer of the blocks
+    # every linear layer of the blocks diffusion-pipe targets
+    out["layer_filter_preset"] = "attn-mlp" if info.denoiser == "unet" else "blocks"
+    if model_type in TARGETS:
+        out.update(layer_filter_preset="custom", layer_filter=TARGETS[model_type], layer_filter_regex=False)
+    if model_type == M.ANIMA:
+        notes.append("adapter: diffusion-pipe's LoRA of Anima also trains its LLM adapter, which stays as it is here")
     if sdxl:  # diffusion-pipe's LoRA of SDXL trains both text encoders too
         for part in ("unet", "text_encoder", "text_encoder_2"):
             out.setdefault(part, {}).update(train=True, stop_training_after=None, stop_training_after_unit="NEVER")
-    existing = _file(r.get("init_from_existing"))
+    existing = _file(r.get("init_from_existing"), roots)
     if existing and Path(existing).suffix.lower() == ".safetensors":
         out["lora_model_name"] = existing
     elif existing:
@@ -408,22 +469,28 @@ def _optimizer(r: Section, out: dict[str, Any], notes: list[str]) -> None:
     if key == "automagic":
         lr = 1.0
     elif lr is None:
-        lr = 1.0 if ours == "PRODIGY" else 1e-3
+        lr = DEFAULT_LR.get(key)
+        if lr is None:
+            raise ConfigError(f"optimizer.lr: diffusion-pipe's {name} needs a learning rate; this config has none")
         notes.append(f"optimizer.lr: not set, so {lr:g} (the optimizer's own default, as diffusion-pipe passes none)")
     out["learning_rate"] = lr
     betas = r.get("betas")
     if isinstance(betas, list) and len(betas) >= 2:
-        optimizer.update(beta1=float(betas[0]), beta2=float(betas[1]))
+        try:
+            optimizer.update(beta1=float(betas[0]), beta2=float(betas[1]), **({"beta3": float(betas[2])} if len(betas) > 2 else {}))
+        except (TypeError, ValueError):
+            raise ConfigError(f"optimizer.betas: {betas!r} is not a list of numbers (diffusion-pipe config)") from None
     for key_name, value in r.data.items():
-        if key_name in OPTIMIZER_PARAMS:
+        if key_name in OPTIMIZER_PARAMS and isinstance(value, (bool, int, float)):  # (a list, e.g. automagic's eps pair: listed)
             r.used.add(key_name)
             optimizer[OPTIMIZER_PARAMS[key_name]] = value if isinstance(value, bool) else float(value)
     if ours == "ADAMW_8BIT" or ours == "ADAMW":
         r.get("stabilize")  # AdamW8bitKahan's option, off by default
         r.get("kahan_sum")
     out["optimizer"] = optimizer
-    if r.flag("gradient_release"):  # each weight steps as its gradient is ready
+    if r.flag("gradient_release"):  # each weight steps as its gradient is ready, unclipped, every batch
         optimizer["fused_back_pass"] = True
+        out["_release"] = True
 
 
 def _run(r: Section, out: dict[str, Any], notes: list[str], model_type: M, source: str | None) -> None:
@@ -446,6 +513,12 @@ def _run(r: Section, out: dict[str, Any], notes: list[str], model_type: M, sourc
         r.used.discard("image_micro_batch_size_per_gpu")
     out["gradient_accumulation_steps"] = max(1, r.number("gradient_accumulation_steps", 1, int))
     out["clip_grad_norm"] = r.number("gradient_clipping", 1.0) or None
+    if out.pop("_release", False):  # diffusion-pipe's gradient_release: no clipping, a step every batch
+        out["clip_grad_norm"] = None
+        if out["gradient_accumulation_steps"] > 1:
+            notes.append(f"gradient_accumulation_steps {out['gradient_accumulation_steps']}: with gradient_release diffusion-pipe "
+                         "steps every batch (its betas adjusted); here too, without accumulation")
+            out["gradient_accumulation_steps"] = 1
     out["learning_rate_warmup_steps"] = float(r.number("warmup_steps", 0))
     scheduler = str(r.get("lr_scheduler") or "constant").lower()
     if scheduler not in ("constant", "linear", "cosine"):
@@ -455,8 +528,11 @@ def _run(r: Section, out: dict[str, Any], notes: list[str], model_type: M, sourc
         out["learning_rate_scheduler"] = "CONSTANT"
     stem = re.sub(r"[^\w.\-]+", "_", Path(source).stem if source else "lora").strip("._") or "lora"
     out["output_model_destination"] = str(Path(str(r.data.get("output_dir") or "output")) / f"{stem}.safetensors")
-    if r.get("save_dtype") in DTYPES:
-        out["output_dtype"] = DTYPES[r.data["save_dtype"]]
+    saved = r.get("save_dtype")  # else the adapter's own dtype, as diffusion-pipe saves it
+    if saved in DTYPES or (saved is None and out.get("training_method") == "LORA"):
+        out["output_dtype"] = DTYPES[saved] if saved in DTYPES else out.get("lora_weight_dtype", "FLOAT_32")
+    elif saved is not None:
+        r.used.discard("save_dtype")
     if r.get("save_every_n_epochs"):
         out.update(save_every=r.number("save_every_n_epochs", 1, int), save_every_unit="EPOCH")
     elif r.get("save_every_n_steps"):
@@ -483,6 +559,11 @@ def _run(r: Section, out: dict[str, Any], notes: list[str], model_type: M, sourc
     rate = r.number("uncond_fraction", 0.0)
     for part in info.text_encoders:  # diffusion-pipe empties the whole caption
         out.setdefault(part, {})["dropout_probability"] = rate
+    if rate and len(info.text_encoders) > 1:
+        notes.append(f"uncond_fraction {rate:g}: diffusion-pipe empties the caption of every text encoder at once; here each text "
+                     "encoder drops the whole caption on its own")
+    if info.frame_step:  # the frame rate diffusion-pipe resamples the clips to
+        out["frame_rate"] = FRAME_RATES.get(model_type, 24.0)
     if r.get("huber_delta") is not None:
         out.update(mse_strength=0.0, huber_strength=1.0, huber_delta=r.number("huber_delta"))
     if r.get("smooth_l1_beta") is not None:

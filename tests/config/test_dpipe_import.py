@@ -117,9 +117,11 @@ def test_diffusion_pipes_main_example_reads_as_it_trains(checkout):
     assert config["output_model_destination"] == "/data/diffusion_pipe_training_runs/hunyuan_video_test/config.safetensors"
     # the dataset TOML, found from the checkout's root as diffusion-pipe runs there; its folders relative to it
     assert config["resolution"] == "512,768" and config["aspect_ratio_bucketing"] is True and config["frames"] == "33"
-    cats, dogs = config["concepts"]
-    assert (cats["path"], cats["balancing"], cats["text"]["caption_prefix"]) == (str(checkout / "data" / "cats"), 2.0, "sks cat, ")
-    assert (dogs["path"], dogs["balancing"]) == (str(checkout / "data" / "dogs"), 1.0)
+    cats, dogs = config["concepts"]  # diffusion-pipe's epoch: each image at each of the 2 resolutions
+    assert (cats["path"], cats["balancing"], cats["text"]["caption_prefix"]) == (str(checkout / "data" / "cats"), 4.0, "sks cat, ")
+    assert (dogs["path"], dogs["balancing"]) == (str(checkout / "data" / "dogs"), 2.0)
+    assert not cats["image"]["enable_crop_jitter"]  # diffusion-pipe centre-crops
+    assert config["frame_rate"] == 24.0  # HunyuanVideo's clips at 24 fps there
     assert "read as diffusion-pipe trains it" in warning
     assert "the VAE hunyuan_video_vae_bf16.safetensors is not read here" in warning
     assert "the text encoder llava-llama-3-8b-text-encoder-tokenizer is not read here" in warning
@@ -182,7 +184,8 @@ def test_each_family_reads_its_files(checkout, model, expected):
         assert expected["note"] in warning
     if config["model_type"] == "STABLE_DIFFUSION_XL_10_BASE":  # its LoRA trains both text encoders, each at its own rate
         assert config["unet"]["learning_rate"] == 4e-5 and config["text_encoder"]["learning_rate"] == 2e-5
-        assert config["text_encoder"]["train"] and config["text_encoder_2"]["train"] and config["layer_filter_preset"] == "attn-mlp"
+        assert config["text_encoder"]["train"] and config["text_encoder_2"]["train"]
+        assert (config["layer_filter_preset"], config["layer_filter"]) == ("custom", "attentions,time_emb_proj")
     if config["model_type"] == "FLUX_DEV_1":
         assert config["dynamic_timestep_shifting"] is True and config["transformer"]["guidance_scale"] == 1.0
 
@@ -211,3 +214,46 @@ def test_a_full_fine_tune_and_the_optimizers_and_schedules(checkout):
     assert config["text_encoder"]["dropout_probability"] == 0.1
     assert (config["mse_strength"], config["huber_strength"], config["huber_delta"]) == (0.0, 1.0, 0.5)
     assert "dataset: none named" in warning
+
+
+def test_what_a_review_against_diffusion_pipes_source_found(checkout):
+    """LoKr at alpha = rank; Wan's variant from config.json alone (a hash in the path says nothing)
+    at 16 fps; flux_shift as diffusion-pipe computes it where ours differs; min_t / max_t only for
+    Wan; Z-Image's refiners in the LoRA; pytorch_optimizer's Prodigy defaults; gradient_release
+    unclipped; a value of 0 listed; relative paths from the checkout's root; shift = 0 unset."""
+    folder = checkout / "models" / "hub" / "snapshots" / "3e5b1c0a9f22"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "t2v", "dim": 5120}))
+    config, warning = load(checkout, "output_dir = 'out'\nepochs = 2\nuncond_fraction = 0.1\n[model]\ntype = 'wan'\n"
+                                     "ckpt_path = 'models/hub/snapshots/3e5b1c0a9f22'\ndtype = 'bfloat16'\nshift = 0\n"
+                                     "[adapter]\ntype = 'lokr'\nrank = 16\n[optimizer]\ntype = 'Prodigy'\nweight_decay = 0.01\n")
+    assert config["model_type"] == "WAN_2_1" and config["base_model_name"] == "Wan-AI/Wan2.1-T2V-14B-Diffusers"
+    assert config["frame_rate"] == 16.0 and config["timestep_shift"] == 1.0
+    assert (config["peft_type"], config["lokr_dim"], config["lora_alpha"]) == ("LOKR", 16, 16.0)
+    assert config["lora_weight_dtype"] == "BFLOAT_16" == config["output_dtype"]  # the model's dtype, as there
+    assert config["optimizer"]["decouple"] is True and config["optimizer"]["weight_decay"] == 0.01 and config["learning_rate"] == 1.0
+
+    config, warning = load(checkout, "output_dir = 'out'\ndataset = 'examples/dataset.toml'\nepochs = 2\n[model]\ntype = 'qwen_image'\n"
+                                     "diffusers_path = 'models/Qwen-Image'\nflux_shift = true\nmin_t = 0.2\n[adapter]\ntype = 'lora'\nrank = 4\n"
+                                     "[optimizer]\ntype = 'adamw'\nlr = 1e-4\ngradient_release = true\n")
+    assert config["base_model_name"] == str(checkout / "models" / "Qwen-Image")  # from the checkout's root, not a hub id
+    assert config["dynamic_timestep_shifting"] is False and config["timestep_shift"] == 1.878  # e^mu at 512 px (1024 tokens)
+    assert config["min_noising_strength"] == 0.0  # diffusion-pipe reads min_t for Wan alone
+    assert config["optimizer"]["fused_back_pass"] is True and config["clip_grad_norm"] is None
+    assert "here a fixed Timestep shift of 1.878" in warning
+
+    config, warning = load(checkout, "output_dir = 'out'\nepochs = 2\n[model]\ntype = 'z_image'\nflux_shift = true\nmod_lr = 0\n"
+                                     "[adapter]\ntype = 'lora'\nrank = 4\n[optimizer]\ntype = 'automagic'\neps = [1e-30, 1e-3]\n")
+    assert config["dynamic_timestep_shifting"] is True  # Z-Image's image-size shift is diffusion-pipe's
+    assert (config["layer_filter_preset"], config["layer_filter"]) == ("custom", "layers.,noise_refiner,context_refiner")
+    assert "model.mod_lr" in warning and "optimizer.eps" in warning.split("not carried over")[1]
+
+
+def test_caption_files_diffusion_pipe_reads_otherwise_are_named(checkout):
+    (checkout / "data" / "cats" / "a.txt").write_text("first paragraph\nsecond paragraph")
+    _, warning = load(checkout, MAIN_EXAMPLE)
+    assert "dataset.directory[0]: 1 caption files hold several lines" in warning
+    (checkout / "data" / "dogs" / "captions.json").write_text("{}")
+    _, warning = load(checkout, MAIN_EXAMPLE)
+    assert "dataset.directory[1]: its captions.json" in warning and "images have no caption file" not in warning
+    assert "uncond_fraction" not in warning  # none set
