@@ -138,11 +138,10 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
         r.at_default("fps", 24)
         left += r.left()
     rate = max(rates) if rates else 0.0
-    for part in info.text_encoders:  # ai-toolkit empties the whole caption, trigger word aside
-        out.setdefault(part, {})["dropout_probability"] = rate
-    if rate and (len(info.text_encoders) > 1 or trigger):
-        notes.append(f"caption_dropout_rate {rate:g}: ai-toolkit empties the caption (keeping its trigger word) for every text "
-                     "encoder at once; here each text encoder drops the whole caption on its own")
+    out["caption_dropout_probability"] = rate  # ai-toolkit empties the whole caption, for every text encoder at once
+    if rate and trigger:
+        notes.append(f"caption_dropout_rate {rate:g}: ai-toolkit keeps the trigger word in a dropped caption; here the caption is "
+                     "emptied whole")
     if len(rates) > 1:
         notes.append(f"caption_dropout_rate: the datasets' {sorted(rates)} are one rate here, {rate:g}")
     if sizes:

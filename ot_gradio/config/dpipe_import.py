@@ -556,12 +556,7 @@ def _run(r: Section, out: dict[str, Any], notes: list[str], model_type: M, sourc
                          f"here ({swap} of its {total} blocks kept in CPU memory)")
         else:
             notes.append(f"blocks_to_swap {swap}: set the transformer's Offload fraction (the share of its blocks kept in CPU memory)")
-    rate = r.number("uncond_fraction", 0.0)
-    for part in info.text_encoders:  # diffusion-pipe empties the whole caption
-        out.setdefault(part, {})["dropout_probability"] = rate
-    if rate and len(info.text_encoders) > 1:
-        notes.append(f"uncond_fraction {rate:g}: diffusion-pipe empties the caption of every text encoder at once; here each text "
-                     "encoder drops the whole caption on its own")
+    out["caption_dropout_probability"] = r.number("uncond_fraction", 0.0)  # every text encoder's caption at once
     if info.frame_step:  # the frame rate diffusion-pipe resamples the clips to
         out["frame_rate"] = FRAME_RATES.get(model_type, 24.0)
     if r.get("huber_delta") is not None:

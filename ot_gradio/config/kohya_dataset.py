@@ -267,13 +267,12 @@ def _size(value: Any) -> str | None:
 
 
 def _caption_dropout(subsets: list[dict[str, Any]], out: dict[str, Any], notes: list[str]) -> None:
-    """A dataset's `caption_dropout_rate` (kohya: per subset) as the text encoders' caption dropout
-    (here one rate for the run)."""
+    """A dataset's `caption_dropout_rate` (kohya: per subset) as the whole caption's dropout (here
+    one rate for the run)."""
     rates = sorted({float(s["caption_dropout_rate"]) for s in subsets if is_set(s.get("caption_dropout_rate"))})
     if not rates:
         return
-    for part in family_info(out["model_type"]).text_encoders:
-        out.setdefault(part, {})["dropout_probability"] = rates[-1]
+    out["caption_dropout_probability"] = rates[-1]
     if len(rates) > 1 or len(rates) < len(subsets):
         notes.append(f"caption_dropout_rate differs between the subsets: here {rates[-1]} for every concept")
 

@@ -267,13 +267,8 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     if r.flag("masked_loss") and not r.flag("alpha_mask"):  # sd-scripts' masks: a conditioning_data_dir (alpha: below)
         notes.append("masked_loss: here a mask is a <image>-masklabel.png beside each image (white trains); put them there and "
                      "turn on Training → Masked training (Tools → Masks can draw them)")
-    if r.given("caption_dropout_rate"):  # kohya's empty caption, here each text encoder's
-        rate = r.number("caption_dropout_rate")
-        for part in info.text_encoders:
-            out.setdefault(part, {})["dropout_probability"] = rate
-        if len(info.text_encoders) > 1:
-            notes.append(f"caption_dropout_rate {rate}: kohya empties the caption of every text encoder at once; here each "
-                         "text encoder drops it on its own with that chance (as OneTrainer does)")
+    if r.given("caption_dropout_rate"):  # kohya's empty caption: every text encoder's at once
+        out["caption_dropout_probability"] = r.number("caption_dropout_rate")
     loss_type = str(r.get("loss_type") or "l2").lower()
     if loss_type in ("l2", "l1"):
         for key in ("huber_c", "huber_schedule", "huber_scale"):  # the pseudo-Huber loss's alone

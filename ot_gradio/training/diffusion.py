@@ -27,8 +27,9 @@ gradient, and the loss is computed as for any other sample). A model with an
 frame, left out of their loss (first_frame.py). A model that learns its
 variance (PixArt) adds `vb_loss_strength` x the variational bound (vb_loss.py); the whole times the
 `loss_scaler`'s batch / accumulation factor (`loss_scale`), as OneTrainer scales it. Captions are replaced
-by an empty one with the text encoder's `dropout_probability` (per sample; with several text
-encoders, per encoder with each one's own probability, as OneTrainer drops them), so the model also
+by an empty one with `caption_dropout_probability` (per sample, every text encoder's at once, as
+kohya, ai-toolkit and diffusion-pipe drop captions), then with the text encoder's `dropout_probability`
+(with several text encoders, per encoder with each one's own probability, as OneTrainer drops them), so the model also
 learns the unconditioned image that classifier-free guidance starts from. (OneTrainer zeroes the
 text encoder's output instead; an empty caption is what sampling uses as the unconditioned
 prompt.) With `debug_mode`, the step hands its latents, mask and captions to the trainer's
@@ -227,9 +228,13 @@ class DiffusionStep:
 
     def text_inputs(self, captions: list[str]) -> list[str] | dict[str, list[str]]:
         """The captions for `encode_text`: one list, or one per text encoder part when the model
-        has several (each dropped with its own probability)."""
+        has several (each dropped with its own probability, after the whole caption's dropout)."""
         if self.caption_transform is not None:
             captions = [self.caption_transform(c) for c in captions]
+        whole = float(getattr(self.config, "caption_dropout_probability", 0.0) or 0.0)
+        if whole > 0:  # every text encoder's caption at once
+            drop = (self.rand(len(captions)) < whole).tolist()
+            captions = ["" if d else c for c, d in zip(captions, drop, strict=True)]
         parts = self.model.text_encoder_names
         if len(parts) == 1:
             return self.captions(captions, parts[0])
@@ -242,10 +247,14 @@ class DiffusionStep:
         if self.caption_transform is not None:
             caption = self.caption_transform(caption)
         parts = self.model.text_encoder_names
+        whole = bool(caption) and float(getattr(self.config, "caption_dropout_probability", 0.0) or 0.0) > 0
         options = [[caption, ""] if getattr(self.config, part).dropout_probability > 0 and caption else [caption] for part in parts]
         if len(parts) == 1:
-            return list(options[0])
-        return [dict(zip(parts, choice, strict=True)) for choice in itertools.product(*options)]
+            return [caption, ""] if whole else list(options[0])
+        variants = [dict(zip(parts, choice, strict=True)) for choice in itertools.product(*options)]
+        if whole and (empty := dict.fromkeys(parts, "")) not in variants:  # every encoder's caption dropped at once
+            variants.append(empty)
+        return variants
 
     def noise(self, latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(timesteps, noise in the input, noise of the target)."""

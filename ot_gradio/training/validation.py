@@ -85,6 +85,7 @@ class Validator:
         fixed = cfg.model_copy(deep=True)
         for part in model.text_encoder_names:
             getattr(fixed, part).dropout_probability = 0.0
+        fixed.caption_dropout_probability = 0.0
         fixed.unmasked_probability = 0.0
         fixed.masked_prior_preservation_weight = 0.0  # as OneTrainer's validation: no prior prediction
         self.draws = FixedDraws(cfg.seed)

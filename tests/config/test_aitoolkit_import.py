@@ -97,7 +97,7 @@ def test_the_flux_example_imports_as_ai_toolkit_trains_it(tmp_path):
     # quantize: the transformer and (quantize_te follows it) T5, as ai-toolkit's Flux does; text encoders not trained
     assert [c[p]["weight_dtype"] for p in ("transformer", "text_encoder", "text_encoder_2")] == ["FLOAT_8", "FLOAT_32", "FLOAT_8"]
     assert not c["text_encoder"]["train"] and not c["text_encoder_2"]["train"] and c["transformer"]["train"]
-    assert c["text_encoder_2"]["dropout_probability"] == 0.05  # caption dropout
+    assert c["caption_dropout_probability"] == 0.05 and c["text_encoder_2"]["dropout_probability"] == 0  # the whole caption
     assert c["resolution"] == "512,768,1024" and c["timestep_distribution"] == "LOGIT_NORMAL"  # its sigmoid timesteps
     # 2000 steps of 5 images at batch 1: 400 epochs
     assert c["epochs"] == 400 and "train.steps 2000: 400 epochs" in result.warnings[0]

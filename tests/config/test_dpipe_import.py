@@ -211,7 +211,7 @@ def test_a_full_fine_tune_and_the_optimizers_and_schedules(checkout):
                                      "huber_delta = 0.5\n[model]\ntype = 'z_image'\ndtype = 'bfloat16'\n[optimizer]\ntype = 'automagic'\n")
     assert config["training_method"] == "FINE_TUNE" and config["learning_rate_scheduler"] == "COSINE"
     assert config["optimizer"]["optimizer"] == "PRODIGY" and config["learning_rate"] == 1.0 and "automagic" in warning
-    assert config["text_encoder"]["dropout_probability"] == 0.1
+    assert config["caption_dropout_probability"] == 0.1 and config["text_encoder"]["dropout_probability"] == 0
     assert (config["mse_strength"], config["huber_strength"], config["huber_delta"]) == (0.0, 1.0, 0.5)
     assert "dataset: none named" in warning
 

@@ -40,7 +40,7 @@ def test_a_kohya_ss_lora_config_is_carried_over(kohya, tmp_path):
         "STABLE_DIFFUSION_XL_10_BASE", "LORA", "stabilityai/stable-diffusion-xl-base-1.0")
     assert (c.lora_rank, c.lora_alpha, c.peft_type.value, c.layer_filter_preset) == (32, 16.0, "LORA", "attn-mlp")
     assert (c.learning_rate, c.unet.learning_rate, c.text_encoder.learning_rate, c.text_encoder_2.learning_rate) == (1e-4, 1e-4, 5e-5, 5e-5)
-    assert c.text_encoder.train and c.text_encoder_2.train and c.text_encoder.dropout_probability == 0.05
+    assert c.text_encoder.train and c.text_encoder_2.train and c.caption_dropout_probability == 0.05
     assert (c.batch_size, c.epochs, c.resolution, c.aspect_ratio_bucketing, c.seed) == (2, 10, "1024", True, 1234)
     assert (c.optimizer.optimizer.value, c.optimizer.weight_decay, c.optimizer.beta1, c.optimizer.beta2) == ("ADAMW_8BIT", 0.1, 0.9, 0.99)
     assert (c.learning_rate_scheduler.value, c.learning_rate_warmup_steps) == ("COSINE", 0.1)  # kohya_ss's 10 %

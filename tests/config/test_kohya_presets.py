@@ -201,8 +201,8 @@ def test_families_textual_inversion_and_fine_tune_pages(tmp_path):
                        template="style template", caption_dropout_rate=0.1)
     assert (c.training_method.value, c.embedding.placeholder, c.embedding.initial_embedding_text, c.embedding.token_count) == (
         "EMBEDDING", "zxc", "woman", 4)
-    assert c.embedding_learning_rate == 2e-3 and c.text_encoder_2.dropout_probability == 0.1
-    assert "template 'style template'" in warning and "here each text encoder drops it on its own" in warning
+    assert c.embedding_learning_rate == 2e-3 and c.caption_dropout_probability == 0.1 and c.text_encoder_2.dropout_probability == 0
+    assert "template 'style template'" in warning
     sd3, _ = _load(sd3_checkbox=True, t5xxl="/t5.safetensors", learning_rate_te1=1e-5)  # DreamBooth page: a fine-tune
     assert sd3.model_type.value == "STABLE_DIFFUSION_3" and not sd3.text_encoder.train and not sd3.text_encoder_3.train
     lora = load_config({**BASE, "pretrained_model_name_or_path": "/m/sd3.5_large.safetensors", "sd3_checkbox": True,
@@ -265,7 +265,7 @@ def test_dataset_toml_options_per_dataset(tmp_path):
     assert [(x.image.enable_resolution_override, x.image.resolution_override) for x in c.concepts] == [(False, "512"), (True, "768x512")]
     assert all((x.text.tag_dropout_enable, x.text.tag_dropout_mode, x.text.tag_dropout_probability) == (True, "RANDOM", 0.1)
                for x in c.concepts)
-    assert c.text_encoder.dropout_probability == c.text_encoder_2.dropout_probability == 0.05
+    assert c.caption_dropout_probability == 0.05 and c.text_encoder.dropout_probability == c.text_encoder_2.dropout_probability == 0
     assert "the dataset config sets, not carried over: color_aug" in warning
     assert all(x.text.caption_prefix == "photo of" for x in c.concepts)  # [general]'s, for every subset
     # a caption extension this trainer does not read is said once, however many folders

@@ -125,6 +125,19 @@ def test_caption_dropout_per_encoder(sdxl):
     torch.testing.assert_close(mixed[..., 32:], sdxl.encode_text(["", ""])["encoder_hidden_states"][..., 32:])
 
 
+def test_whole_caption_dropout_empties_every_encoders_caption_at_once(sdxl):
+    """caption_dropout_probability (kohya's, ai-toolkit's, diffusion-pipe's): a dropped sample is
+    empty for both encoders; the text cache holds that variant too."""
+    torch.manual_seed(0)
+    step = DiffusionStep(sdxl, _config(caption_dropout_probability=0.5), CPU, Precision(DataType.FLOAT_32, CPU))
+    draws = [step.text_inputs(["a", "b"]) for _ in range(400)]
+    pairs = [(t["text_encoder"][i], t["text_encoder_2"][i]) for t in draws for i in range(2)]
+    assert all((one == "") == (two == "") for one, two in pairs)  # never one encoder alone
+    assert sum(one == "" for one, _ in pairs) / len(pairs) == pytest.approx(0.5, abs=0.06)
+    assert {"text_encoder": "", "text_encoder_2": ""} in step.text_variants("a")
+    assert step.text_variants("a")[0] == {"text_encoder": "a", "text_encoder_2": "a"} and len(step.text_variants("a")) == 2
+
+
 # ------------------------------------------------------------------ size and crop conditioning
 
 
