@@ -45,14 +45,14 @@ def config_roots(base_dir: str | Path | None) -> list[Path]:
     return list(dict.fromkeys([base, base.parent, base.parent.parent]))
 
 
-def resolve(value: str, roots: list[Path]) -> str:
+def resolve(value: str, roots: list[Path], readable: list[Path] | None = None) -> str:
     """A path as diffusion-pipe opens it: as given when absolute, else under the first of `roots`
-    that holds it (the first root when none does, so a missing path is named as such, never taken
-    for a hub id)."""
+    that holds it, among the folders the import may read (the first root when none does, so a
+    missing path is named as such, never taken for a hub id)."""
     path = Path(value).expanduser()
     if path.is_absolute() or not value:
         return value
-    found = next((root / path for root in roots if (root / path).exists()), roots[0] / path)
+    found = next((root / path for root in roots if may_read(root / path, readable) and (root / path).exists()), roots[0] / path)
     return str(found)
 
 
@@ -60,7 +60,7 @@ def read_dataset(name: str, roots: list[Path], readable: list[Path] | None,
                  notes: list[str]) -> tuple[dict[str, Any] | None, list[Path]]:
     """The dataset TOML `name` and the folders its relative paths are looked up in; (None, roots)
     with a note when it cannot be read."""
-    path = Path(resolve(name, roots))
+    path = Path(resolve(name, roots, readable))
     if not (path.is_file() and may_read(path, readable)):
         notes.append(f"dataset {name}: not found (looked for from {roots[0]} and the folders above it); add its folders as concepts")
         return None, roots
@@ -70,7 +70,7 @@ def read_dataset(name: str, roots: list[Path], readable: list[Path] | None,
         notes.append(f"{err}: add its folders as concepts")
         return None, roots
     # the root it was found in is where diffusion-pipe runs: first for the other relative paths
-    found = [root for root in roots if not Path(name).is_absolute() and (root / Path(name).expanduser()).is_file()][:1]
+    found = [root for root in roots if not Path(name).is_absolute() and (root / Path(name).expanduser()) == path][:1]
     return data, list(dict.fromkeys([*found, *roots, path.parent, path.parent.parent]))
 
 
@@ -129,7 +129,7 @@ def _directory(d: DpSection, top: Section, roots: list[Path], notes: list[str], 
         own = d.get(key)
         return own if own is not None else top.get(key, default)
 
-    path = Path(resolve(folder, roots))
+    path = Path(resolve(folder, roots, readable))
     repeats = value("num_repeats", 1)
     if not isinstance(repeats, (int, float)) or isinstance(repeats, bool) or repeats <= 0:
         raise ConfigError(f"{where}.num_repeats: {repeats!r} is not a number of repeats above 0 (diffusion-pipe dataset)")
@@ -144,7 +144,7 @@ def _directory(d: DpSection, top: Section, roots: list[Path], notes: list[str], 
                                "image": {"enable_crop_jitter": False}, "_copies": max(1, shuffle)}
     control = d.get("control_path")
     if control and info.control_image:
-        concept["image"]["control_folder"] = resolve(str(control), roots)
+        concept["image"]["control_folder"] = resolve(str(control), roots, readable)
     elif control:
         notes.append(f"{where}.control_path: this model type reads no control images; not carried over")
     if d.get("mask_path") or d.get("default_mask_file") or top.get("mask_path"):

@@ -127,7 +127,7 @@ def import_dpipe(raw: dict[str, Any], source: str | None = None, readable: list[
     controls = bool(data) and any(isinstance(d, dict) and d.get("control_path") for d in data.get("directory") or [])
     model_type = _model(sections["model"], out, notes, readable, controls, data_roots)
     info = family_info(model_type)
-    _adapter(sections["adapter"], out, notes, model_type, data_roots)
+    _adapter(sections["adapter"], out, notes, model_type, data_roots, readable)
     _optimizer(sections["optimizer"], out, notes)
     _run(top, out, notes, model_type, source)
     concepts, dataset_left = ([], [])
@@ -152,10 +152,10 @@ def import_dpipe(raw: dict[str, Any], source: str | None = None, readable: list[
     return LoadResult(config, [text + "."])
 
 
-def _file(value: Any, roots: list[Path] | None = None) -> str:
+def _file(value: Any, roots: list[Path] | None = None, readable: list[Path] | None = None) -> str:
     """A path of the config, relative ones as diffusion-pipe opens them (from its checkout's root: `roots`)."""
     text = str(value or "").strip()
-    return resolve(text, roots) if roots and text else text
+    return resolve(text, roots, readable) if roots and text else text
 
 
 def _model(r: Section, out: dict[str, Any], notes: list[str], readable: list[Path] | None, controls: bool, roots: list[Path]) -> M:
@@ -176,7 +176,7 @@ def _model(r: Section, out: dict[str, Any], notes: list[str], readable: list[Pat
     for key in ("ckpt_path", "diffusers_path", "checkpoint_path", "transformer_path", "diffusion_model", "single_file_path", "vae_path",
                 "vae", "text_encoder_path", "llm_path", "text_encoder", "clip_path", "llama3_path"):
         if isinstance(r.data.get(key), str) and r.data[key].strip():
-            r.data[key] = _file(r.data[key], roots)
+            r.data[key] = _file(r.data[key], roots, readable)
     if model_type == M.WAN_2_1:
         model_type, hub = _wan(r, notes, readable)
     elif model_type == M.QWEN:
@@ -205,7 +205,7 @@ def _model(r: Section, out: dict[str, Any], notes: list[str], readable: list[Pat
         why = "a transformer file is read as .safetensors or .gguf" if info.transformer_file else f"{info.name} reads no transformer file"
         notes.append(f"model: the transformer {Path(transformer).name} is not read here ({why}); the base model's "
                      f"({out['base_model_name']}) is used")
-    _part_files(r, out, notes, model_type, roots)
+    _part_files(r, out, notes, model_type, roots, readable)
     _precision(r, out, notes, model_type)
     _timesteps(r, out, notes, model_type)
     for key in ("ckpt_path", "diffusers_path", "checkpoint_path"):
@@ -213,7 +213,8 @@ def _model(r: Section, out: dict[str, Any], notes: list[str], readable: list[Pat
     return model_type
 
 
-def _part_files(r: Section, out: dict[str, Any], notes: list[str], model_type: M, roots: list[Path]) -> None:
+def _part_files(r: Section, out: dict[str, Any], notes: list[str], model_type: M, roots: list[Path],
+                readable: list[Path] | None) -> None:
     """The VAE's and the text encoders' own files, where this trainer reads them."""
     info = family_info(model_type)
     vae = _file(r.get("vae_path") or r.get("vae"))
@@ -226,7 +227,7 @@ def _part_files(r: Section, out: dict[str, Any], notes: list[str], model_type: M
     for item in listed if isinstance(listed, list) else []:
         if isinstance(item, dict):
             paths = item.get("paths") if isinstance(item.get("paths"), list) else [item.get("path")]
-            encoders += [_file(p, roots) for p in paths if _file(p)]
+            encoders += [_file(p, roots, readable) for p in paths if _file(p)]
     parts = list(info.text_encoders)
     if model_type == M.HUNYUAN_VIDEO and _file(r.data.get("clip_path")):
         encoders = encoders[:1] + [_file(r.get("clip_path"))]
@@ -267,7 +268,7 @@ def _wan(r: Section, notes: list[str], readable: list[Path] | None) -> tuple[M, 
     if not config:  # diffusion-pipe's config.json values, as the names say them
         kind = ("flf2v" if "flf2v" in names else "ti2v" if "ti2v" in names or "5b" in names else "i2v" if "i2v" in names else "t2v")
         dim = 1536 if "1.3b" in names else 3072 if kind == "ti2v" else 5120
-    experts = (folder / "low_noise_model").is_dir() or (folder / "high_noise_model").is_dir()
+    experts = any(may_read(folder / name, readable) and (folder / name).is_dir() for name in ("low_noise_model", "high_noise_model"))
     two = experts or bool(re.search(r"wan2[.\-_]?2|a14b|noise", names))
     if kind == "flf2v":
         raise ConfigError("model.ckpt_path: Wan 2.1 FLF2V (first and last frame) has no model type here; nothing was imported")
@@ -402,7 +403,8 @@ def _size_shift(out: dict[str, Any], notes: list[str], model_type: M) -> None:
                  f"Timestep shift of {shift:g}, its value at {side} px")
 
 
-def _adapter(r: Section, out: dict[str, Any], notes: list[str], model_type: M, roots: list[Path]) -> None:
+def _adapter(r: Section, out: dict[str, Any], notes: list[str], model_type: M, roots: list[Path],
+             readable: list[Path] | None) -> None:
     info = family_info(model_type)
     sdxl = model_type == M.STABLE_DIFFUSION_XL_10_BASE
     for part in info.text_encoders:  # diffusion-pipe trains the transformer alone (SDXL's LoRA: below)
@@ -443,7 +445,7 @@ def _adapter(r: Section, out: dict[str, Any], notes: list[str], model_type: M, r
     if sdxl:  # diffusion-pipe's LoRA of SDXL trains both text encoders too
         for part in ("unet", "text_encoder", "text_encoder_2"):
             out.setdefault(part, {}).update(train=True, stop_training_after=None, stop_training_after_unit="NEVER")
-    existing = _file(r.get("init_from_existing"), roots)
+    existing = _file(r.get("init_from_existing"), roots, readable)
     if existing and Path(existing).suffix.lower() == ".safetensors":
         out["lora_model_name"] = existing
     elif existing:

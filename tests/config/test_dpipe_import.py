@@ -257,3 +257,16 @@ def test_caption_files_diffusion_pipe_reads_otherwise_are_named(checkout):
     _, warning = load(checkout, MAIN_EXAMPLE)
     assert "dataset.directory[1]: its captions.json" in warning and "images have no caption file" not in warning
     assert "uncond_fraction" not in warning  # none set
+
+
+def test_from_the_page_a_relative_path_is_looked_up_only_in_its_folders(tmp_path):
+    """The page's imports read only inside its folders: a relative path of the config that exists
+    only outside them is not found (so its existence is not told), as it is from the command line."""
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "co" / "examples").mkdir(parents=True)
+    path = tmp_path / "co" / "examples" / "x.toml"
+    path.write_text("output_dir = 'out'\nepochs = 1\n[model]\ntype = 'flux'\ndiffusers_path = '../secret'\n")
+    anywhere = config_to_dict(load_config(path).config)["base_model_name"]
+    confined = config_to_dict(load_config(path, readable=[tmp_path / "co"]).config)["base_model_name"]
+    assert anywhere == str(tmp_path / "co" / ".." / "secret")
+    assert confined == str(tmp_path / "co" / "examples" / ".." / "secret")  # the config's own folder: a path that is not there
