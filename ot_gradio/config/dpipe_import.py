@@ -91,7 +91,8 @@ TARGETS = {M.Z_IMAGE: "layers.,noise_refiner,context_refiner", M.KREA_2: "transf
 # how diffusion-pipe runs, not what it trains: not listed as left out
 PLUMBING = {
     "top": {"output_dir", "dataset", "pipeline_stages", "partition_method", "partition_split", "caching_batch_size", "map_num_proc",
-            "steps_per_print", "logging_steps", "x_axis_examples", "compile", "eval_before_first_step",
+            "steps_per_print", "logging_steps", "x_axis_examples", "compile", "eval_before_first_step", "eval_micro_batch_size_per_gpu",
+            "eval_image_micro_batch_size_per_gpu", "eval_gradient_accumulation_steps",
             "reentrant_activation_checkpointing", "disable_block_swap_for_eval", "regenerate_cache", "model", "adapter", "optimizer",
             "monitoring"},
     "model": {"type", "cache_text_embeddings"},
@@ -135,6 +136,7 @@ def import_dpipe(raw: dict[str, Any], source: str | None = None, readable: list[
         concepts, dataset_left = dataset_settings(data, data_roots, out, notes, info, readable)
     elif not dataset:
         notes.append("dataset: none named; add your folders as concepts")
+    concepts += _eval_datasets(top, out, notes, info, data_roots, readable)
     if concepts:
         out["concepts"] = concepts
     if out.pop("_size_shift", False):
@@ -150,6 +152,39 @@ def import_dpipe(raw: dict[str, Any], source: str | None = None, readable: list[
     if left:
         text += "; set there but not carried over (left at this trainer's defaults): " + ", ".join(left)
     return LoadResult(config, [text + "."])
+
+
+def _eval_datasets(r: Section, out: dict[str, Any], notes: list[str], info, roots: list[Path],
+                   readable: list[Path] | None) -> list[dict[str, Any]]:
+    """`eval_datasets` (dataset TOMLs, or {name, config}) as VALIDATION concepts, their loss every
+    `eval_every_n_epochs` / `_steps` / `_examples`, as diffusion-pipe evaluates; without them its
+    eval settings do nothing there, nor here."""
+    items = r.get("eval_datasets") or []
+    every = {unit: r.get(f"eval_every_n_{unit}") for unit in ("epochs", "steps", "examples")}
+    concepts: list[dict[str, Any]] = []
+    for item in items if isinstance(items, list) else [items]:
+        name = str(item.get("config") if isinstance(item, dict) else item or "").strip()
+        data, data_roots = read_dataset(name, roots, readable, notes) if name else (None, roots)
+        if data is None:
+            continue
+        found, _ = dataset_settings(data, data_roots, {"model_type": out["model_type"]}, [], info, readable)
+        label = str(item.get("name") or "eval") if isinstance(item, dict) else "eval"
+        for concept in found:  # each held-out image once an evaluation
+            concept.update(type="VALIDATION", balancing=1.0, name=f"{label}: {concept['name']}")
+        concepts += found
+    if not concepts:
+        return concepts
+    out["validation"] = True
+    if every["epochs"]:
+        out.update(validate_after=int(every["epochs"]), validate_after_unit="EPOCH")
+    elif every["steps"] or every["examples"]:
+        batch = out.get("batch_size", 1) * out.get("gradient_accumulation_steps", 1)
+        steps = int(every["steps"] or max(1, int(every["examples"]) // batch))
+        out.update(validate_after=steps, validate_after_unit="STEP")
+    else:
+        notes.append("eval_datasets: diffusion-pipe evaluates them before the first step only, as no eval_every_n_* is set; here "
+                     "every epoch (Validate after)")
+    return concepts
 
 
 def _file(value: Any, roots: list[Path] | None = None, readable: list[Path] | None = None) -> str:

@@ -127,8 +127,7 @@ def test_diffusion_pipes_main_example_reads_as_it_trains(checkout):
     assert "the text encoder llava-llama-3-8b-text-encoder-tokenizer is not read here" in warning
     assert "dataset.directory[1]: 1 images have no caption file, which diffusion-pipe leaves out" in warning
     assert "each step trains at one of them" in warning  # two resolutions
-    left = warning.split("not carried over (left at this trainer's defaults): ")[1]
-    assert left.rstrip(".").split(", ") == ["eval_every_n_epochs", "eval_gradient_accumulation_steps", "eval_micro_batch_size_per_gpu"]
+    assert "not carried over" not in warning  # its eval settings do nothing without eval_datasets, there too
 
 
 def test_wan_from_its_official_folder_and_comfyui_files(checkout):
@@ -270,3 +269,17 @@ def test_from_the_page_a_relative_path_is_looked_up_only_in_its_folders(tmp_path
     confined = config_to_dict(load_config(path, readable=[tmp_path / "co"]).config)["base_model_name"]
     assert anywhere == str(tmp_path / "co" / ".." / "secret")
     assert confined == str(tmp_path / "co" / "examples" / ".." / "secret")  # the config's own folder: a path that is not there
+
+
+def test_eval_datasets_are_validation_concepts(checkout):
+    """diffusion-pipe's eval_datasets: held-out VALIDATION concepts, their loss every eval_every_n_epochs."""
+    (checkout / "data" / "held").mkdir()
+    (checkout / "examples" / "eval.toml").write_text("resolutions = [512]\n[[directory]]\npath = 'data/held'\n")
+    text = MAIN_EXAMPLE.replace("epochs = 1000\n", "epochs = 1000\neval_datasets = [{name = 'people', config = 'examples/eval.toml'}]\n")
+    config, warning = load(checkout, text)
+    held = config["concepts"][-1]
+    assert (held["type"], held["name"], held["path"], held["balancing"]) == ("VALIDATION", "people: held", str(checkout / "data" / "held"), 1.0)
+    assert [c["type"] for c in config["concepts"]] == ["STANDARD", "STANDARD", "VALIDATION"]
+    assert config["validation"] is True and (config["validate_after"], config["validate_after_unit"]) == (1, "EPOCH")
+    assert config["resolution"] == "512,768"  # the training dataset's, not the eval one's
+    assert "eval_every_n_epochs" not in warning
