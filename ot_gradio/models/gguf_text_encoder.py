@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 # llama.cpp's architecture -> the renames to transformers' names, in order (ComfyUI-GGUF's tables)
-_T5 = (("enc.", "encoder."), (".blk.", ".block."), ("token_embd", "shared"), ("output_norm", "final_layer_norm"),
+_T5 = (("dec.", "decoder."), ("enc.", "encoder."), (".blk.", ".block."), ("token_embd", "shared"), ("output_norm", "final_layer_norm"),
        ("attn_q", "layer.0.SelfAttention.q"), ("attn_k", "layer.0.SelfAttention.k"), ("attn_v", "layer.0.SelfAttention.v"),
        ("attn_o", "layer.0.SelfAttention.o"), ("attn_norm", "layer.0.layer_norm"),
        ("attn_rel_b", "layer.0.SelfAttention.relative_attention_bias"), ("ffn_up", "layer.1.DenseReluDense.wi_1"),
@@ -30,9 +30,14 @@ _DECODER = (("blk.", "model.layers."), ("attn_norm", "input_layernorm"), ("attn_
             ("attn_v", "self_attn.v_proj"), ("attn_output", "self_attn.o_proj"), ("ffn_up", "mlp.up_proj"),
             ("ffn_down", "mlp.down_proj"), ("ffn_gate", "mlp.gate_proj"), ("ffn_norm", "post_attention_layernorm"),
             ("token_embd", "model.embed_tokens"), ("output_norm", "model.norm"), ("output.weight", "lm_head.weight"))
-RENAMES = {"t5": _T5, "t5encoder": _T5, "llama": _DECODER, "qwen2": _DECODER, "qwen2vl": _DECODER, "qwen3": _DECODER}
-# the architectures whose query / key rows llama.cpp permutes on conversion
-_PERMUTED = ("llama",)
+RENAMES = {"t5": _T5, "t5encoder": _T5, "llama": _DECODER, "mistral3": _DECODER, "qwen2": _DECODER, "qwen2vl": _DECODER,
+           "qwen3": _DECODER}
+# the architectures whose query / key rows llama.cpp permutes on conversion (its Mistral-Small-3 files
+# say `llama`, those converted since March 2026 `mistral3`)
+_PERMUTED = ("llama", "mistral3")
+# what such a file holds that no encoder reads: a whole T5's output layer (its decoder: `dec.`, left
+# out by the caller), Llama 3.1's rope frequencies
+_UNREAD = ("output.weight", "rope_freqs.weight")
 
 
 class GGUFTextEncoderError(ValueError):
@@ -82,15 +87,18 @@ def gguf_weights(path: Path, dtype: torch.dtype, keep: set[str] = frozenset(), s
     plain = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
     for tensor in reader.tensors:
         key = _rename(tensor.name, renames)
-        if skip(key):
+        if skip(key) or (tensor.name in _UNREAD and (renames is _T5 or tensor.name == "rope_freqs.weight")):
             continue
         kind = tensor.tensor_type
-        if kind not in plain and kind not in SUPPORTED_GGUF_QUANT_TYPES:
-            raise GGUFTextEncoderError(f"{tensor.name} is quantized as {kind.name}, which is not dequantized here (Q8_0, Q6_K, "
-                                       "Q5_K, Q4_K, Q3_K, Q2_K, Q5_0/1, Q4_0/1, IQ4_NL, IQ4_XS, BF16, F16 and F32 are)")
-        value = torch.from_numpy(tensor.data.copy())
-        if kind not in plain:
-            value = dequantize_gguf_tensor(GGUFParameter(value, quant_type=kind))
+        if kind in plain:
+            value = torch.from_numpy(tensor.data.copy())
+        elif kind in SUPPORTED_GGUF_QUANT_TYPES:  # diffusers' torch code (fast)
+            value = dequantize_gguf_tensor(GGUFParameter(torch.from_numpy(tensor.data.copy()), quant_type=kind))
+        else:  # the other llama.cpp types (IQ2 / IQ3 ...): gguf's own numpy code (slower)
+            try:
+                value = torch.from_numpy(gguf.quants.dequantize(tensor.data, kind).copy())
+            except (NotImplementedError, ValueError, KeyError) as e:
+                raise GGUFTextEncoderError(f"{tensor.name} is quantized as {kind.name}, which is not dequantized here") from e
         proj = key.rsplit(".", 2)[-2] if key.count(".") >= 2 else ""
         if proj in heads:
             value = _unpermute(value, heads[proj])

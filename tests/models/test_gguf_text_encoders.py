@@ -59,18 +59,24 @@ def gguf_names(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def write_gguf(module: torch.nn.Module, path, quant: str = "Q8_0") -> None:
+def write_gguf(module: torch.nn.Module, path, quant: str = "Q8_0", arch: str | None = None) -> None:
+    """`quant`: the 2-D weights' type (BF16: the 1-D ones too); `arch`: another name llama.cpp
+    writes for the same layout (`mistral3` for Mistral-Small-3 since March 2026)."""
     import gguf
 
     kind = type(module).__name__
-    arch = ARCHS[kind]
+    arch = arch or ARCHS[kind]
     config = getattr(module.config, "text_config", None) or module.config
     writer = gguf.GGUFWriter(str(path), arch)
     heads = kv = None
-    if arch == "llama":
+    if arch in ("llama", "mistral3"):
         heads, kv = config.num_attention_heads, config.num_key_value_heads
-        writer.add_uint32("llama.attention.head_count", heads)
-        writer.add_uint32("llama.attention.head_count_kv", kv)
+        writer.add_uint32(f"{arch}.attention.head_count", heads)
+        writer.add_uint32(f"{arch}.attention.head_count_kv", kv)
+        writer.add_tensor("rope_freqs.weight", np.ones(4, dtype=np.float32))  # Llama 3.1's: no weight of the encoder
+    if arch == "t5":  # a whole T5's file: its decoder and output layer, which no encoder reads
+        writer.add_tensor("dec.blk.0.attn_q.weight", np.ones((32, 32), dtype=np.float32))
+        writer.add_tensor("output.weight", np.ones((32, 32), dtype=np.float32))
     qtype = getattr(gguf.GGMLQuantizationType, quant)
     for name, value in gguf_names(module).items():
         data = value.float().numpy()
@@ -78,7 +84,9 @@ def write_gguf(module: torch.nn.Module, path, quant: str = "Q8_0") -> None:
             data = llama_cpp_permute(data, heads)
         elif heads and re.search(r"\.attn_k\.", name):
             data = llama_cpp_permute(data, kv)
-        if data.ndim == 2 and data.shape[-1] % 32 == 0:
+        if quant == "BF16":
+            writer.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+        elif data.ndim == 2 and data.shape[-1] % 32 == 0:
             writer.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
         elif data.ndim == 2:
             writer.add_tensor(name, data.astype(np.float16))
@@ -90,20 +98,22 @@ def write_gguf(module: torch.nn.Module, path, quant: str = "Q8_0") -> None:
     writer.close()
 
 
-@pytest.mark.parametrize("model_type, tiny, part", [("FLUX_DEV_1", "flux", "text_encoder_2"), ("WAN_2_1", "wan", "text_encoder"),
-                                                    ("Z_IMAGE", "z-image", "text_encoder"), ("QWEN", "qwen-image", "text_encoder"),
-                                                    ("HUNYUAN_VIDEO", "hunyuan_video", "text_encoder"),
-                                                    ("FLUX_2", "flux2-dev", "text_encoder")])
-def test_a_gguf_text_encoder_loads_back_to_its_weights_and_encodes_as_they_do(model_type, tiny, part, tmp_path):
-    """Flux's T5 and Wan's UMT5 (`t5encoder`), Z-Image's Qwen3, Qwen-Image's Qwen2.5-VL (its
-    language model), HunyuanVideo's Llama and Flux.2 dev's Mistral (`llama`, rows reordered)."""
+@pytest.mark.parametrize("model_type, tiny, part, quant, arch", [
+    ("FLUX_DEV_1", "flux", "text_encoder_2", "Q8_0", None), ("WAN_2_1", "wan", "text_encoder", "Q8_0", "t5"),
+    ("Z_IMAGE", "z-image", "text_encoder", "BF16", None), ("QWEN", "qwen-image", "text_encoder", "Q8_0", None),
+    ("HUNYUAN_VIDEO", "hunyuan_video", "text_encoder", "Q8_0", None), ("FLUX_2", "flux2-dev", "text_encoder", "Q8_0", None),
+    ("FLUX_2", "flux2-dev", "text_encoder", "Q8_0", "mistral3")])
+def test_a_gguf_text_encoder_loads_back_to_its_weights_and_encodes_as_they_do(model_type, tiny, part, quant, arch, tmp_path):
+    """Flux's T5 (`t5encoder`) and Wan's UMT5 (`t5`, a whole model's file with its decoder), Z-Image's Qwen3 (BF16, norms too), Qwen-Image's
+    Qwen2.5-VL (its language model), HunyuanVideo's Llama and Flux.2 dev's Mistral (`llama`, and
+    `mistral3` as newer files say: rows reordered)."""
     from ot_gradio.models.registry import get_family
     from ot_gradio.models.tiny import resolve_tiny
 
     family = get_family(model_type)
     folder = str(resolve_tiny(f"tiny:{tiny}").diffusers_dir)
     base = family.load(folder, offline=True)
-    write_gguf(base.parts[part], tmp_path / "encoder-Q8_0.gguf")
+    write_gguf(base.parts[part], tmp_path / "encoder-Q8_0.gguf", quant, arch)
     model = family.load(folder, offline=True, part_models={part: str(tmp_path / "encoder-Q8_0.gguf")})
     expected, got = base.parts[part].state_dict(), model.parts[part].state_dict()
     assert got.keys() == expected.keys()
@@ -141,7 +151,7 @@ def test_gguf_text_encoders_refused_by_name(tmp_path):
     sana = get_family("SANA")
     sana_folder = str(resolve_tiny("tiny:sana").diffusers_dir)
     with pytest.raises(ModelLoadError, match=r"text_encoder.model_name: gemma.gguf is not read as a text encoder: its architecture "
-                                             r"is gemma2; the .gguf text encoders read here are llama, qwen2, qwen2vl, qwen3, t5"):
+                                             r"is gemma2; the .gguf text encoders read here are llama, mistral3, qwen2, qwen2vl, qwen3, t5"):
         sana.load(sana_folder, offline=True, part_models={"text_encoder": str(tmp_path / "gemma.gguf")})
 
     flux = get_family("FLUX_DEV_1")
