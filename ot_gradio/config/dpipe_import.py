@@ -45,7 +45,7 @@ WAN_REPOS = {M.WAN_2_1: "Wan-AI/Wan2.1-T2V-14B-Diffusers", M.WAN_2_1_I2V: "Wan-A
              M.WAN_2_2_I2V_A14B: "Wan-AI/Wan2.2-I2V-A14B-Diffusers"}
 WAN_BOUNDARY = {M.WAN_2_2_T2V_A14B: 0.875, M.WAN_2_2_I2V_A14B: 0.9}
 # the families whose VAE is read from a file of its own here (models/vae_override.py)
-VAE_FILES = (M.FLUX_DEV_1, M.CHROMA_1, M.WAN_2_1, M.WAN_2_1_I2V, M.WAN_2_2_T2V_A14B, M.WAN_2_2_I2V_A14B, M.QWEN, M.QWEN_IMAGE_EDIT,
+VAE_FILES = (M.FLUX_DEV_1, M.CHROMA_1, M.FLUX_2, M.WAN_2_1, M.WAN_2_1_I2V, M.WAN_2_2_T2V_A14B, M.WAN_2_2_I2V_A14B, M.QWEN, M.QWEN_IMAGE_EDIT,
              M.ANIMA, M.KREA_2)
 DTYPES = {"bfloat16": "BFLOAT_16", "float16": "FLOAT_16", "float32": "FLOAT_32"}
 FLOAT8 = ("float8", "float8_e4m3fn", "float8_e5m2")

@@ -53,7 +53,7 @@ class TextEncoderPartConfig(ModelPartConfig):
 class VaePartConfig(ModelPartConfig):
     """The VAE, which (as OneTrainer's) may come from a model of its own, e.g. SDXL's fp16-fix VAE."""
 
-    model_name: str = opt("", "VAE model", "Load the VAE from here instead of the base model, e.g. madebyollin/sdxl-vae-fp16-fix (SDXL in half precision without black images) or a fine-tuned VAE: a Hugging Face id, a diffusers VAE folder, a VAE .safetensors/.ckpt file (diffusers or original key names; ComfyUI's ae, wan_2.1_vae and qwen_image_vae files too), or a Civitai VAE's address. It must be a VAE for this base model (same latent channels). Cached latents are remade for it. Blank = the base model's VAE.", on_frozen_part=True)
+    model_name: str = opt("", "VAE model", "Load the VAE from here instead of the base model, e.g. madebyollin/sdxl-vae-fp16-fix (SDXL in half precision without black images) or a fine-tuned VAE: a Hugging Face id, a diffusers VAE folder, a VAE .safetensors/.ckpt file (diffusers or original key names; ComfyUI's ae, flux2-vae, wan_2.1_vae and qwen_image_vae files too), or a Civitai VAE's address. It must be a VAE for this base model (same latent channels). Cached latents are remade for it. Blank = the base model's VAE.", on_frozen_part=True)
 
 
 class LlamaPartConfig(ModelPartConfig):

@@ -6,7 +6,7 @@ weights at the top; a whole pipeline's folder or repo also works: its `vae/` is 
 single VAE file as A1111 and ComfyUI users keep them (`.safetensors`, `.ckpt`/`.pt`, diffusers or
 original key names, also a whole checkpoint whose `first_stage_model.` part is read; a Hugging Face
 file address too) is read with the base model's VAE config; so are ComfyUI's files of the Wan 2.1
-VAE in Wan's original layout (wan_2.1_vae, qwen_image_vae). The new VAE must make latents of the
+VAE in Wan's original layout (wan_2.1_vae, qwen_image_vae) and BFL's Flux.2 VAE (flux2-vae). The new VAE must make latents of the
 shape the denoiser takes; anything else is a ModelLoadError that names the field.
 """
 
@@ -25,6 +25,8 @@ FIELD = "vae.model_name"
 # VAEs of the Wan 2.1 architecture, whose original layout ComfyUI's files keep (wan_2.1_vae,
 # qwen_image_vae: Wan 2.1 and 2.2 A14B, Qwen-Image and its Edit, Anima)
 WAN_VAES = ("AutoencoderKLWan", "AutoencoderKLQwenImage")
+# VAEs whose original files use the LDM names (SD's, Flux.1's ae.safetensors, Flux.2's flux2-vae)
+LDM_VAES = ("AutoencoderKL", "AutoencoderKLFlux2")
 _FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin")
 
 
@@ -132,11 +134,12 @@ def _from_file(cls, file: Path, base_vae):
     tensors = _read_weights(file)
     vae = cls.from_config(base_vae.config)
     expected = vae.state_dict()
-    if not set(expected) <= set(tensors) and hasattr(vae.config, "down_block_types") and cls.__name__ == "AutoencoderKL":
+    if not set(expected) <= set(tensors) and hasattr(vae.config, "down_block_types") and cls.__name__ in LDM_VAES:
         from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint
 
-        try:  # the original (LDM) names A1111 and ComfyUI files use
-            tensors = convert_ldm_vae_checkpoint(tensors, dict(vae.config))
+        try:  # the original (LDM) names A1111 and ComfyUI files use (Flux.2's: below)
+            extra = _flux2_layout(tensors, expected) if cls.__name__ == "AutoencoderKLFlux2" else {}
+            tensors = {**convert_ldm_vae_checkpoint(tensors, dict(vae.config)), **extra}
         except Exception as e:
             raise ModelLoadError(f"{FIELD}: {file} is not a VAE of this model's kind ({first_line(e)}).") from e
     if not set(expected) <= set(tensors) and cls.__name__ in WAN_VAES and any(k.startswith("decoder.upsamples.") for k in tensors):
@@ -151,6 +154,18 @@ def _from_file(cls, file: Path, base_vae):
                              "for this base model.")
     vae.load_state_dict({k: tensors[k] for k in expected}, strict=True)
     return vae
+
+
+def _flux2_layout(tensors: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """BFL's Flux.2 VAE file (flux2-vae.safetensors, as ComfyUI keeps it): LDM names with the
+    quantization convolutions inside the encoder and decoder, moved out here for diffusers' LDM
+    converter (in place); its latent batch norm's statistics returned, as diffusers names them (a
+    file without `num_batches_tracked`, which nothing reads, takes the fresh model's)."""
+    for inner, outer in (("encoder.quant_conv.", "quant_conv."), ("decoder.post_quant_conv.", "post_quant_conv.")):
+        for key in [k for k in tensors if k.startswith(inner)]:
+            tensors[outer + key[len(inner):]] = tensors.pop(key)
+    norm = {k: v for k, v in tensors.items() if k.startswith("bn.")}
+    return {k: norm.get(k, expected[k]) for k in expected if k.startswith("bn.")}
 
 
 def _from_wan_layout(tensors: dict[str, torch.Tensor], vae, file: Path) -> dict[str, torch.Tensor]:

@@ -166,3 +166,28 @@ def test_wan22s_own_vae_layout_is_refused_by_name(tmp_path):
     save_file(wan_vae_to_original({k: v.contiguous() for k, v in base.vae.state_dict().items()}), tmp_path / "wan2.2_vae.safetensors")
     with pytest.raises(ModelLoadError, match=r"vae.model_name: .*wan2.2_vae.safetensors holds a VAE in Wan's original layout"):
         Wan22TI2V5B.load(folder, offline=True, part_models={"vae": str(tmp_path / "wan2.2_vae.safetensors")})
+
+
+def test_bfls_flux2_vae_file_loads(tmp_path):
+    """BFL's flux2-vae.safetensors (as ComfyUI keeps it): LDM names, the quantization convolutions
+    inside the encoder and decoder, and the latent batch norm's statistics; every weight read."""
+    from safetensors.torch import save_file
+
+    from ot_gradio.models.registry import get_family
+    from ot_gradio.models.sd_single_file import vae_to_original
+
+    family = get_family("FLUX_2")
+    folder = str(resolve_tiny("tiny:flux2-dev").diffusers_dir)
+    base = family.load(folder, offline=True)
+    changed = {k: (v + 0.1 if v.is_floating_point() else v).contiguous() for k, v in base.vae.state_dict().items()}
+    original = vae_to_original({k: v for k, v in changed.items() if not k.startswith("bn.")}, base.vae.config)
+    for outer, inner in (("quant_conv.", "encoder.quant_conv."), ("post_quant_conv.", "decoder.post_quant_conv.")):
+        for key in [k for k in original if k.startswith(outer)]:
+            original[inner + key[len(outer):]] = original.pop(key)
+    original.update({k: v for k, v in changed.items() if k in ("bn.running_mean", "bn.running_var")})
+    assert "encoder.down.0.block.0.conv1.weight" in original and "quant_conv.weight" not in original
+    save_file(original, tmp_path / "flux2-vae.safetensors")
+    model = family.load(folder, offline=True, part_models={"vae": str(tmp_path / "flux2-vae.safetensors")})
+    got = model.vae.state_dict()
+    assert got.keys() == changed.keys()
+    assert all(torch.allclose(got[k].float(), changed[k].float()) for k in got if k != "bn.num_batches_tracked")
