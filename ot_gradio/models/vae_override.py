@@ -27,7 +27,7 @@ FIELD = "vae.model_name"
 WAN_VAES = ("AutoencoderKLWan", "AutoencoderKLQwenImage")
 # VAEs whose original files use the LDM names (SD's, Flux.1's ae.safetensors, Flux.2's flux2-vae)
 LDM_VAES = ("AutoencoderKL", "AutoencoderKLFlux2")
-_FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin")
+_FILE_SUFFIXES = (".safetensors", ".sft", ".ckpt", ".pt", ".pth", ".bin")
 
 
 def apply_vae_override(model, part_models, *, cache_dir: str | None, offline: bool, token: str | None) -> None:
@@ -113,7 +113,7 @@ def _read_weights(file: Path) -> dict[str, torch.Tensor]:
     if file.suffix.lower() not in _FILE_SUFFIXES:
         raise ModelLoadError(f"{FIELD}: {file} is not a weights file; give a .safetensors (or .ckpt/.pt) VAE file.")
     try:
-        if file.suffix.lower() == ".safetensors":
+        if file.suffix.lower() in (".safetensors", ".sft"):  # (.sft: BFL's name for the same format)
             from .comfy_quant import load_values
 
             tensors = load_values(file, torch.float32)  # (ComfyUI's scaled FP8 VAE: its weights read back to their values)

@@ -186,8 +186,8 @@ def test_bfls_flux2_vae_file_loads(tmp_path):
             original[inner + key[len(outer):]] = original.pop(key)
     original.update({k: v for k, v in changed.items() if k in ("bn.running_mean", "bn.running_var")})
     assert "encoder.down.0.block.0.conv1.weight" in original and "quant_conv.weight" not in original
-    save_file(original, tmp_path / "flux2-vae.safetensors")
-    model = family.load(folder, offline=True, part_models={"vae": str(tmp_path / "flux2-vae.safetensors")})
+    save_file(original, tmp_path / "flux2-vae.sft")  # BFL's own name for a safetensors file
+    model = family.load(folder, offline=True, part_models={"vae": str(tmp_path / "flux2-vae.sft")})
     got = model.vae.state_dict()
     assert got.keys() == changed.keys()
     assert all(torch.allclose(got[k].float(), changed[k].float()) for k in got if k != "bn.num_batches_tracked")
