@@ -56,16 +56,16 @@ def resolve(value: str, roots: list[Path], readable: list[Path] | None = None) -
     return str(found)
 
 
-def read_dataset(name: str, roots: list[Path], readable: list[Path] | None,
-                 notes: list[str]) -> tuple[dict[str, Any] | None, list[Path]]:
-    """The dataset TOML `name` and the folders its relative paths are looked up in; (None, roots)
-    with a note when it cannot be read."""
+def read_dataset(name: str, roots: list[Path], readable: list[Path] | None, notes: list[str],
+                 expect: type | tuple[type, ...] = dict) -> tuple[Any, list[Path]]:
+    """The dataset file `name` (a TOML table; SimpleTuner's: a JSON list, `expect`) and the folders
+    its relative paths are looked up in; (None, roots) with a note when it cannot be read."""
     path = Path(resolve(name, roots, readable))
     if not (path.is_file() and may_read(path, readable)):
         notes.append(f"dataset {name}: not found (looked for from {roots[0]} and the folders above it); add its folders as concepts")
         return None, roots
     try:
-        data = read_json(path, "dataset")
+        data = read_json(path, "dataset", expect=expect)
     except ConfigError as err:
         notes.append(f"{err}: add its folders as concepts")
         return None, roots

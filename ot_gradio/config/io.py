@@ -22,6 +22,7 @@ from .kohya_import import import_kohya, is_kohya_config
 from .migrations import MIGRATIONS, migrate
 from .onetrainer import import_onetrainer, is_onetrainer_config
 from .schema import CONFIG_VERSION, TrainConfig
+from .simpletuner_import import import_simpletuner, is_simpletuner_config
 from .validation import ConfigError, LoadResult, strip_unknown, unknown_keys_warning, validate
 
 __all__ = [
@@ -33,7 +34,7 @@ __all__ = [
 def load_config(path_or_dict: str | Path | dict[str, Any], *, base_dir: str | Path | None = None, source: str | None = None,
                 readable: list[Path] | None = None) -> LoadResult:
     """Our config (any version), a OneTrainer config/preset, a kohya_ss / musubi-tuner config, an
-    ai-toolkit job or a diffusion-pipe config -> a validated TrainConfig.
+    ai-toolkit job, a diffusion-pipe or a SimpleTuner config -> a validated TrainConfig.
 
     Unknown keys are dropped with one warning naming each; invalid values raise ConfigError.
     ``base_dir`` is where relative concept/sample files of a OneTrainer config are looked up
@@ -48,6 +49,8 @@ def load_config(path_or_dict: str | Path | dict[str, Any], *, base_dir: str | Pa
         source = source or str(path_or_dict)
     if is_aitoolkit_config(data):
         return import_aitoolkit(data, source=source, readable=readable)
+    if is_simpletuner_config(data):
+        return import_simpletuner(data, source=source, readable=readable, base_dir=base_dir)
     if is_dpipe_config(data):
         return import_dpipe(data, source=source, readable=readable, base_dir=base_dir)
     if is_kohya_config(data):

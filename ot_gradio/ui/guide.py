@@ -47,8 +47,9 @@ STEPS: tuple[tuple[str, tuple[Step, ...]], ...] = (
              "Choose the model type and the training method in the top bar, then load a preset for them "
              "(*sd15-lora* for a LoRA on SD 1.5; *Presets per model type* below names one for each). **LORA** is the "
              "usual choice: small files that load everywhere. Coming from another trainer: *Import file* reads a "
-             "OneTrainer, kohya_ss / sd-scripts, musubi-tuner, ai-toolkit or diffusion-pipe config and fills the form, saying what it "
-             "could not carry over.",
+             "OneTrainer, kohya_ss / sd-scripts, musubi-tuner, ai-toolkit, diffusion-pipe or SimpleTuner config and fills "
+             "the form, saying what it could not carry over (give its path as *Config file* and *Load* instead, and the "
+             "dataset files it names are read too).",
              "model", "Open Model", ("Presets per model type", presets_table())),
         Step("Base model",
              "Which model to start from: a hub id such as `stable-diffusion-v1-5/stable-diffusion-v1-5`, a local "

@@ -194,7 +194,7 @@ class Page(EditHandlers, ConfigFiles):
             fields["model_type"].component.min_width = 300  # its own line on a phone: "STABLE_DIFFUSION_XL_10_BASE" whole
             self.preset = gr.Dropdown(list_presets(), value=None, label="Preset", info="Load a preset from presets/ over the defaults.", elem_id="preset")
         with gr.Row(elem_classes="ot-tools"):
-            self.config_path = gr.Textbox(label="Config file", info="Path of a config to load (ours; OneTrainer's, kohya_ss', musubi-tuner's, ai-toolkit's or diffusion-pipe's), or to save ours to.", scale=3, elem_id="config-path")
+            self.config_path = gr.Textbox(label="Config file", info="Path of a config to load (ours, or another trainer's: Start here names them), or to save ours to.", scale=3, elem_id="config-path")
             self.load_btn = gr.Button("Load", scale=0)
             self.save_btn = gr.Button("Save", scale=0)
             self.upload = gr.UploadButton("Import file", file_types=[".json", ".toml", ".yaml", ".yml"], scale=0)

@@ -220,3 +220,31 @@ def test_a_diffusion_pipe_wan_config_trains_from_the_command_line(tmp_path, four
     with safe_open(str(tmp_path / "out" / "wan.safetensors"), "pt") as f:
         keys = list(f.keys())
     assert keys and all(".lora_" in k or k.endswith(".alpha") for k in keys)
+
+
+def test_a_simpletuner_wan_config_trains_from_the_command_line(tmp_path, four_shapes):
+    """SimpleTuner's config.json (keys with `--`) and its multidatabackend.json in config/, the
+    dataset's folder relative to the checkout's root: 1 epoch of 4 images at batch 2, the LoRA saved
+    where SimpleTuner saves it."""
+    import shutil
+
+    from safetensors import safe_open
+
+    from ot_gradio.models.tiny import resolve_tiny
+
+    folder = resolve_tiny("tiny:wan").diffusers_dir
+    (tmp_path / "config").mkdir()
+    shutil.copytree(four_shapes, tmp_path / "datasets" / "shapes")
+    (tmp_path / "config" / "multidatabackend.json").write_text(
+        '[{"id": "shapes", "type": "local", "instance_data_dir": "datasets/shapes", "caption_strategy": "textfile",'
+        ' "resolution": 64, "resolution_type": "pixel_area"}]')
+    (tmp_path / "config" / "config.json").write_text(
+        f'{{"--model_family": "wan", "--model_type": "lora", "--lora_rank": 4, "--num_train_epochs": 1, "--train_batch_size": 2,'
+        f' "--learning_rate": "1e-3", "--optimizer": "torch-adamw", "--mixed_precision": "no", "--output_dir": "{tmp_path / "out"}"}}')
+    out = _run(["train", "--config", str(tmp_path / "config" / "config.json"), "--set", f"base_model_name={folder}",
+                "--set", "train_device=cpu"], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "read as SimpleTuner trains it" in out.stderr
+    with safe_open(str(tmp_path / "out" / "pytorch_lora_weights.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    assert keys and all("lora" in k for k in keys)
