@@ -18,6 +18,7 @@ from typing import Any
 
 from .dpipe_data import DpSection, read_dataset, resolve
 from .family_info import FamilyInfo
+from .json_file import may_read
 from .validation import ConfigError
 
 # a dataset entry's keys that say how SimpleTuner caches and loads, not what it trains
@@ -57,12 +58,20 @@ def side(resolution: Any, kind: str, field: str) -> int:
     return size - size % 8
 
 
+def examples_path(name: str, roots: list[Path]) -> tuple[str, list[Path]]:
+    """SimpleTuner reads a path starting `config/examples/` from its packaged examples
+    (`simpletuner/examples/` in its checkout), also from a config among them."""
+    if not name.startswith("config/examples/"):
+        return name, roots
+    rest = name.removeprefix("config/examples/")
+    found = [p.parent.parent for r in roots for p in [r, *r.parents] if p.name == "examples" and p.parent.name == "simpletuner"]
+    return f"simpletuner/examples/{rest}", list(dict.fromkeys([*found, *roots]))
+
+
 def datasets(name: str, roots: list[Path], top: StSection, out: dict[str, Any], notes: list[str], info: FamilyInfo,
              readable: list[Path] | None) -> tuple[list[dict[str, Any]], list[str]]:
     """The concepts of the data backend config `name`, and the keys of its entries left out."""
-    if name.startswith("config/examples/"):  # SimpleTuner reads its packaged examples there
-        roots = [*roots, *(r / "simpletuner" / "examples" / ".." / ".." for r in roots)]
-        name = name.replace("config/examples/", "simpletuner/examples/", 1)
+    name, roots = examples_path(name, roots)
     data, data_roots = read_dataset(name, roots, readable, notes, expect=(list, dict))
     if data is None:
         return [], []
@@ -95,13 +104,25 @@ def datasets(name: str, roots: list[Path], top: StSection, out: dict[str, Any], 
             continue
         concepts.append(concept)
         resolution = r.get("resolution") or top.get("resolution") or 1024
-        sizes.append(side(resolution, str(r.get("resolution_type") or top.get("resolution_type") or "pixel_area"), f"{r.name}.resolution"))
+        kind_of_size = str(r.get("resolution_type") or top.get("resolution_type") or "pixel_area")
+        sizes.append(side(resolution, kind_of_size, f"{r.name}.resolution"))
+        if kind_of_size == "pixel":
+            notes.append(f"{r.name}.resolution_type 'pixel': SimpleTuner sets the shorter side to {resolution} px; here the area of "
+                         f"a {sizes[-1]} px square")
+        if r.get("minimum_image_size") or top.data.get("minimum_image_size"):
+            notes.append(f"{r.name}.minimum_image_size: SimpleTuner leaves out smaller images; here every image trains (scaled up)")
         video = r.get("video") if isinstance(r.get("video"), dict) else {}
         if info.frame_step and (kind == "video" or video):
-            frames.append(int(video.get("num_frames") or 150))
+            try:
+                frames.append(int(float(video.get("num_frames") or 150)))
+            except (TypeError, ValueError):
+                raise ConfigError(f"{r.name}.video.num_frames: {video.get('num_frames')!r} is not a number of frames (SimpleTuner "
+                                  "config)") from None
         left += r.left()
     if sizes:
         out["resolution"] = ",".join(str(s) for s in sorted(set(sizes)))
+        if len(set(sizes)) > 1:
+            notes.append(f"resolution: SimpleTuner trains each dataset at its own ({sorted(set(sizes))}); here each step at one of them")
     if frames:
         out["frames"] = str(max(frames))
     return concepts, left
@@ -121,18 +142,20 @@ def _concept(r: StSection, top: StSection, roots: list[Path], notes: list[str], 
     prompt = r.get("instance_prompt") or top.get("instance_prompt") or ""
     prompt = str(prompt[0] if isinstance(prompt, list) and prompt else prompt).strip()
     text: dict[str, Any] = {}
-    if strategy == "filename":
-        text["prompt_source"] = "filename"
-    elif strategy in ("instanceprompt",) or r.flag("only_instance_prompt", top.flag("only_instance_prompt")):
+    if strategy == "instanceprompt" or r.flag("only_instance_prompt", top.flag("only_instance_prompt")):
         text["default_caption"] = prompt  # (an image's own .txt, which SimpleTuner ignores, would win here)
         notes.append(f"{r.name}: every image trains on its instance_prompt there; here on it where the image has no caption file")
+    elif strategy == "filename":
+        text["prompt_source"] = "filename"
+        if may_read(path, readable) and path.is_dir() and any("_" in p.stem for p in path.iterdir()):
+            notes.append(f"{r.name}: SimpleTuner reads underscores in file names as spaces; here they stay as written")
     elif strategy != "textfile":
         notes.append(f"{r.name}.caption_strategy '{strategy}': here captions are .txt files beside the images")
     if r.flag("prepend_instance_prompt", top.flag("prepend_instance_prompt")) and prompt and strategy != "instanceprompt":
         text["caption_prefix"] = prompt
     crop = r.flag("crop")
     image: dict[str, Any] = {"enable_crop_jitter": crop and str(r.get("crop_style") or "random") == "random"}
-    concept: dict[str, Any] = {"name": r.data.get("id") or path.name, "path": str(path), "balancing": float(repeats) + 1.0,
+    concept: dict[str, Any] = {"name": str(r.data.get("id") or path.name), "path": str(path), "balancing": float(repeats) + 1.0,
                                "text": text, "image": image}
     if crop and str(r.get("crop_aspect") or "square") == "square":
         notes.append(f"{r.name}: crop_aspect 'square' crops every image square there; here Aspect ratio bucketing is off")
@@ -141,8 +164,11 @@ def _concept(r: StSection, top: StSection, roots: list[Path], notes: list[str], 
         concept["type"] = "PRIOR_PREDICTION"  # trained towards the base model's own prediction, as SimpleTuner's teacher
     for key in ("conditioning_data",):
         ids = r.get(key)
-        ids = [ids] if isinstance(ids, str) else list(ids or [])
+        ids = [ids] if isinstance(ids, (str, int)) and not isinstance(ids, bool) else list(ids) if isinstance(ids, list) else []
         sources = [conditioning[i] for i in map(str, ids) if i in conditioning]
+        if sources and info.name == "Flux.2":
+            raise ConfigError(f"{r.name}.conditioning_data: this SimpleTuner config trains Flux.2 on reference images, which has no "
+                              "counterpart here (Qwen-Image-Edit is the image-editing model type here); nothing was imported")
         if sources and info.control_image and len(sources) == 1 and sources[0].get("instance_data_dir"):
             image["control_folder"] = resolve(str(sources[0]["instance_data_dir"]), roots, readable)
         elif ids:
@@ -164,26 +190,49 @@ def lycoris(name: str, roots: list[Path], out: dict[str, Any], notes: list[str],
     """SimpleTuner's `lycoris_config` JSON: `algo`, `linear_dim`, `linear_alpha` (whole numbers
     there), `factor`, `full_matrix`, and its `apply_preset` targets (Attention and FeedForward: the
     attention and feed-forward layers)."""
-    data, _ = read_dataset(name, [*roots, *(r / "config" for r in roots)], readable, notes)
-    if data is None:
-        notes.append("lycoris_config: not read, so a LoKr of factor 16 (SimpleTuner's example) is assumed; check the LoRA tab")
-        data = {"algo": "lokr", "factor": 16, "full_matrix": True, "linear_alpha": 1}
+    name, roots = examples_path(name, roots)
+    found: list[str] = []
+    data, _ = read_dataset(name, [*roots, *(r / "config" for r in roots)], readable, found)
+    if data is None:  # SimpleTuner refuses to start without it
+        raise ConfigError(f"lycoris_config {name}: not found from the config's folder; it says which LyCORIS adapter to train. Put "
+                          "it beside the config, or choose the adapter on the LoRA tab after importing without lora_type lycoris")
     r = StSection("lycoris_config", data)
     algo = str(r.get("algo") or "lokr").lower()
     if algo not in ALGOS:
         raise ConfigError(f"lycoris_config.algo: '{algo}' has no counterpart here ({', '.join(ALGOS)} do)")
     dim, alpha = int(r.number("linear_dim", 4)), int(r.number("linear_alpha", 1))
+    alpha = alpha or dim  # (whole numbers there; LyCORIS reads 0 as alpha = dim)
     out.update(peft_type=ALGOS[algo], lora_alpha=float(alpha))
+    preset = r.get("apply_preset") if isinstance(r.get("apply_preset"), dict) else {}
+    per_class = preset.get("module_algo_map") if isinstance(preset.get("module_algo_map"), dict) else {}
+    factor = r.number("factor", -1, int)
+    for name_ in ("Attention", *per_class):  # the attention layers' own factor (most layers), as LyCORIS gives it them
+        if isinstance(per_class.get(name_), dict) and per_class[name_].get("factor") is not None:
+            factor = int(per_class[name_]["factor"])
+            break
     if algo == "lokr":
         full = r.flag("full_matrix")
-        out.update(lokr_dim=dim if not full else 10000, lokr_decompose_factor=r.number("factor", -1, int), lokr_full_matrix=full)
+        out.update(lokr_dim=dim if not full else 10000, lokr_decompose_factor=factor, lokr_full_matrix=full)
     else:
         out["lora_rank"] = dim
-    preset = r.get("apply_preset") if isinstance(r.get("apply_preset"), dict) else {}
-    targets = {str(t) for t in preset.get("target_module") or ["Attention", "FeedForward"]}
-    out["layer_filter_preset"] = "attn-mlp" if {"Attention", "FeedForward"} & targets and len(targets) > 1 else "attn-only"
-    if preset.get("module_algo_map"):
-        notes.append("lycoris_config.apply_preset.module_algo_map: one factor for every layer here")
+    if len({str(v.get("factor")) for v in per_class.values() if isinstance(v, dict)}) > 1:
+        notes.append(f"lycoris_config.apply_preset.module_algo_map: one factor for every layer here ({factor})")
+    # LyCORIS picks modules by their class names in SimpleTuner's model code: its own default is every layer
+    targets = [str(t) for t in preset.get("target_module") or []]
+    attention = any("attention" in t.lower() or "attn" in t.lower() for t in targets)
+    feed_forward = any(w in t.lower() for t in targets for w in ("feedforward", "mlp", "swiglu", "glu", "block"))
+    if not targets or "Linear" in targets:
+        out["layer_filter_preset"] = "full"
+    elif attention and feed_forward:
+        out["layer_filter_preset"] = "attn-mlp"
+    elif attention:
+        out["layer_filter_preset"] = "attn-only"
+    else:
+        out["layer_filter_preset"] = "attn-mlp"
+        notes.append(f"lycoris_config.apply_preset.target_module {targets}: here the attention and feed-forward layers")
+    if targets:
+        notes.append(f"lycoris_config.apply_preset.target_module {targets}: SimpleTuner's LyCORIS matches these class names of its "
+                     f"own model code; here the Layer preset is {out['layer_filter_preset']} (check it on the LoRA tab)")
     if r.number("multiplier", 1.0) != 1.0:
         r.used.discard("multiplier")
     r.get("bypass_mode")

@@ -14,6 +14,7 @@ One warning says what is read differently and lists every other set value.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -41,11 +42,13 @@ FAMILIES: dict[str, tuple[str, dict[str, tuple[M, str]]]] = {
                           "base-0.9": (M.STABLE_DIFFUSION_XL_10_BASE, "stabilityai/stable-diffusion-xl-base-0.9")}),
     "sd3": ("medium", {"medium": (M.STABLE_DIFFUSION_35, "stabilityai/stable-diffusion-3.5-medium"),
                        "large": (M.STABLE_DIFFUSION_35, "stabilityai/stable-diffusion-3.5-large")}),
-    "pixart_sigma": ("900M-1024-v0.6", {
-        "900M-1024-v0.6": (M.PIXART_SIGMA, "terminusresearch/pixart-900m-1024-ft-v0.6"),
-        "600M-512": (M.PIXART_SIGMA, "PixArt-alpha/PixArt-Sigma-XL-2-512-MS"),
-        "600M-1024": (M.PIXART_SIGMA, "PixArt-alpha/PixArt-Sigma-XL-2-1024-MS"),
-        "600M-2048": (M.PIXART_SIGMA, "PixArt-alpha/PixArt-Sigma-XL-2-2K-MS")}),
+    "pixart_sigma": ("900m-1024-v0.6", {
+        "900m-1024-v0.6": (M.PIXART_SIGMA, "terminusresearch/pixart-900m-1024-ft-v0.6"),
+        "900m-1024-v0.7-stage1": (M.PIXART_SIGMA, "terminusresearch/pixart-900m-1024-ft-v0.7-stage1"),
+        "900m-1024-v0.7-stage2": (M.PIXART_SIGMA, "terminusresearch/pixart-900m-1024-ft-v0.7-stage2"),
+        "600m-512": (M.PIXART_SIGMA, "PixArt-alpha/PixArt-Sigma-XL-2-512-MS"),
+        "600m-1024": (M.PIXART_SIGMA, "PixArt-alpha/PixArt-Sigma-XL-2-1024-MS"),
+        "600m-2048": (M.PIXART_SIGMA, "PixArt-alpha/PixArt-Sigma-XL-2-2K-MS")}),
     "flux": ("krea", {"dev": (M.FLUX_DEV_1, "black-forest-labs/FLUX.1-dev"), "krea": (M.FLUX_DEV_1, "black-forest-labs/FLUX.1-Krea-dev"),
                       "schnell": (M.FLUX_DEV_1, "black-forest-labs/FLUX.1-schnell"),
                       "fluxbooru": (M.FLUX_DEV_1, "terminusresearch/fluxbooru-v0.3"),
@@ -54,7 +57,7 @@ FAMILIES: dict[str, tuple[str, dict[str, tuple[M, str]]]] = {
                            "klein-9b": (M.FLUX_2, "black-forest-labs/FLUX.2-klein-base-9B")}),
     "sana": ("sana1.5-4.8b-1024", {f: (M.SANA, f"Efficient-Large-Model/{r}") for f, r in (
         ("sana1.5-4.8b-1024", "SANA1.5_4.8B_1024px_diffusers"), ("sana1.5-1.6b-1024", "SANA1.5_1.6B_1024px_diffusers"),
-        ("sana1.0-1.6b-2048", "Sana_1600M_2Kpx_BF16_diffusers"), ("sana1.0-1.6b-1024", "Sana_1600M_1024px_diffusers"),
+        ("sana1.0-1.6b-2048", "Sana_1600M_2Kpx_BF16_diffusers"), ("sana1.0-1.6b-1024", "Sana_1600M_1024px_BF16_diffusers"),
         ("sana1.0-600m-1024", "Sana_600M_1024px_diffusers"), ("sana1.0-600m-512", "Sana_600M_512px_diffusers"))}),
     "hidream": ("full", {f: (M.HI_DREAM_FULL, f"HiDream-ai/HiDream-I1-{f.capitalize()}") for f in ("dev", "full", "fast")}),
     "chroma": ("base", {"base": (M.CHROMA_1, "lodestones/Chroma1-Base"), "hd": (M.CHROMA_1, "lodestones/Chroma1-HD"),
@@ -77,8 +80,9 @@ FAMILIES: dict[str, tuple[str, dict[str, tuple[M, str]]]] = {
         "i2v-14b-2.2-high": (M.WAN_2_2_I2V_A14B, "Wan-AI/Wan2.2-I2V-A14B-Diffusers"),
         "i2v-14b-2.2-low": (M.WAN_2_2_I2V_A14B, "Wan-AI/Wan2.2-I2V-A14B-Diffusers"),
         "ti2v-5b-2.2": (M.WAN_2_2_TI2V_5B, "Wan-AI/Wan2.2-TI2V-5B-Diffusers")}),
-    "ltxvideo2": ("dev", {"dev": (M.LTX_2, "Lightricks/LTX-2")}),
-    "stable_cascade": ("stage-c", {"stage-c": (M.STABLE_CASCADE_1, "stabilityai/stable-cascade-prior")}),
+    "ltxvideo2": ("dev", {f: (M.LTX_2, "Lightricks/LTX-2") for f in ("dev", "dev-fp4", "dev-fp8")}),
+    "stable_cascade": ("stage-c", {"stage-c": (M.STABLE_CASCADE_1, "stabilityai/stable-cascade-prior"),
+                                   "stage-c-lite": (M.STABLE_CASCADE_1, "stabilityai/stable-cascade-prior")}),
 }
 ALIASES = {"pixart": "pixart_sigma", "sd1": "sd1x", "sd2": "sd2x"}
 # what it trains that has no model type here (by family, or family:flavour)
@@ -86,7 +90,9 @@ NOT_HERE = {"hunyuanvideo": "HunyuanVideo 1.5", "ltxvideo": "LTX-Video 0.9", "ko
             "lumina2": "Lumina 2", "cosmos": "Cosmos-Predict2", "cosmos2image": "Cosmos-Predict2", "cosmos3": "Cosmos 3",
             "deepfloyd": "DeepFloyd IF", "omnigen": "OmniGen", "z_image_omni": "Z-Image Omni", "flux:kontext": "Flux Kontext",
             "wan:flf2v-14b-2.1": "Wan 2.1 FLF2V", "wan:vace-1.3b-2.1": "Wan VACE", "wan:vace-14b-2.1": "Wan VACE",
-            "sdxl:refiner-1.0": "the SDXL refiner", "sdxl:refiner-0.9": "the SDXL refiner"}
+            "sdxl:refiner-1.0": "the SDXL refiner", "sdxl:refiner-0.9": "the SDXL refiner",
+            "wan:animegen-t2v-high": "AnimeGen (aidealab's Wan 2.2 transformer files)",
+            "wan:animegen-t2v-low": "AnimeGen (aidealab's Wan 2.2 transformer files)"}
 # its optimizers -> ours and their own settings (SimpleTuner's table), where ours differ
 OPTIMIZERS: dict[str, tuple[str, dict[str, Any]]] = {
     "adamw_bf16": ("ADAMW", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-6, "weight_decay": 1e-2}),
@@ -102,17 +108,30 @@ OPTIMIZERS: dict[str, tuple[str, dict[str, Any]]] = {
     "optimi-adamw": ("ADAMW", {"beta1": 0.9, "beta2": 0.99, "eps": 1e-6, "weight_decay": 0.0}),
     "optimi-stableadamw": ("ADAMW", {"beta1": 0.9, "beta2": 0.99, "eps": 1e-6, "weight_decay": 1e-2}),
     "adamw_schedulefree": ("SCHEDULE_FREE_ADAMW", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 1e-2}),
+    "bnb-lion-paged": ("LION", {"beta1": 0.9, "beta2": 0.99, "weight_decay": 0.0}),
+    "bnb-lion8bit-paged": ("LION_8BIT", {"beta1": 0.9, "beta2": 0.99, "weight_decay": 0.0}),
+    "bnb-adamw-paged": ("ADAMW", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-6, "weight_decay": 1e-2}),
+    "bnb-adamw8bit-paged": ("ADAMW_8BIT", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-6, "weight_decay": 1e-2}),
+    "bnb-adam": ("ADAM", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0}),
+    "bnb-adam8bit": ("ADAM_8BIT", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0}),
+    "optimi-adam": ("ADAM", {"beta1": 0.9, "beta2": 0.99, "eps": 1e-6, "weight_decay": 0.0}),
+    "optimi-sgd": ("SGD", {"weight_decay": 0.0}),
+    "torch-rmsprop": ("RMSPROP", {}), "torch-adagrad": ("ADAGRAD", {}), "bnb-adagrad": ("ADAGRAD", {}),
+    "torch-adafactor": ("ADAFACTOR", {}), "muon": ("MUON", {}), "sdnq-came": ("CAME", {"weight_decay": 0.01}),
+    "adamw_schedulefree+aggressive": ("SCHEDULE_FREE_ADAMW", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-6, "weight_decay": 1e-3}),
+    "adamw_schedulefree+no_kahan": ("SCHEDULE_FREE_ADAMW", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-6, "weight_decay": 1e-3}),
     "prodigy": ("PRODIGY_PLUS_SCHEDULE_FREE", {"beta1": 0.9, "beta2": 0.99, "eps": 1e-8, "weight_decay": 0.0, "d_coef": 1.0}),
 }
 UNCLIPPED = ("optimi-stableadamw", "prodigy")  # SimpleTuner clips neither
-SCHEDULE_FREE = ("adamw_schedulefree", "prodigy")  # nor schedules them
+SCHEDULE_FREE = ("adamw_schedulefree", "adamw_schedulefree+aggressive", "adamw_schedulefree+no_kahan")  # nor schedules them
 # its base_model_precision (and text_encoder_N_precision) -> our weight type
 PRECISIONS = (("int8", "INT_8"), ("uint8", "INT_8"), ("fp8", "FLOAT_8"), ("nf4", "NFLOAT_4"), ("int4", "NFLOAT_4"), ("uint4", "NFLOAT_4"),
               ("int2", "NFLOAT_4"), ("uint2", "NFLOAT_4"), ("uint3", "NFLOAT_4"), ("int5", "NFLOAT_4"), ("int6", "NFLOAT_4"))
 DTYPES = {"bf16": "BFLOAT_16", "fp16": "FLOAT_16", "no": "FLOAT_32", "fp8": "BFLOAT_16"}
 # standard LoRA targets: its default (every family's attention projections) and Flux's presets, as whole-name regexes
 ATTENTION = r"(^|\.)(to_k|to_q|to_v|to_qkv|to_out\.0)$"
-OWN_TARGETS = {M.IDEOGRAM_4: r"(^|\.)(qkv|o|w1|w2|w3)$",
+OWN_TARGETS = {M.IDEOGRAM_4: r"(^|\.)(to_q|to_k|to_v|to_out\.0|w1|w2|w3)$",  # (its fused qkv / o, as diffusers splits them)
+               M.LTX_2: r"^(?!.*(video_to_audio_attn|connector|embedding)).*(^|\.)(to_k|to_q|to_v|to_qkv|to_out\.0)$",
                M.FLUX_2: r"(^|\.)attn\.(to_q|to_k|to_v|to_out\.0|to_qkv_mlp_proj)$"}
 FLUX_TARGETS = {
     "all": r"(^|\.)(to_k|to_q|to_v|to_qkv|add_qkv_proj|add_k_proj|add_q_proj|add_v_proj|to_out\.0|to_add_out)$",
@@ -121,7 +140,15 @@ FLUX_TARGETS = {
     "all+ffs": r"(^|\.)(to_k|to_q|to_v|to_qkv|add_qkv_proj|add_k_proj|add_q_proj|add_v_proj|to_out\.0|to_add_out|ff\.net\.0\.proj|"
                r"ff\.net\.2|ff_context\.net\.0\.proj|ff_context\.net\.2|proj_mlp|proj_out)$",
     "tiny": r"^single_transformer_blocks\.(7|20)\.proj_out$", "nano": r"^single_transformer_blocks\.7\.proj_out$",
+    "ai-toolkit": r"(^|\.)(to_k|to_q|to_v|to_qkv|add_qkv_proj|add_k_proj|add_q_proj|add_v_proj|to_out\.0|to_add_out|ff\.net\.0\.proj|"
+                  r"ff\.net\.2|ff_context\.net\.0\.proj|ff_context\.net\.2|proj_mlp|proj_out|norm\.linear|norm1\.linear|"
+                  r"norm1_context\.linear)$",
+    "all+ffs+embedder": r"(^|\.)(to_k|to_q|to_v|to_qkv|add_qkv_proj|add_k_proj|add_q_proj|add_v_proj|to_out\.0|to_add_out|"
+                        r"ff\.net\.0\.proj|ff\.net\.2|ff_context\.net\.0\.proj|ff_context\.net\.2|proj_mlp|proj_out|x_embedder)$",
 }
+# Chroma's own presets where they differ from Flux's
+CHROMA_TARGETS = {"tiny": r"(^|\.)(to_q|to_k|to_v|to_out\.0|ff\.net\.0\.proj)$",
+                  "tiny+embedder": r"(^|\.)(to_q|to_k|to_v|to_out\.0|ff\.net\.0\.proj|x_embedder)$"}
 # how SimpleTuner runs, logs and publishes, not what it trains: not listed as left out
 PLUMBING = {"data_backend_config", "resume_from_checkpoint", "hub_model_id", "push_to_hub", "push_checkpoints_to_hub", "report_to",
             "tracker_project_name", "tracker_run_name", "tracker_image_layout", "validation_torch_compile", "disable_benchmark",
@@ -161,8 +188,11 @@ def import_simpletuner(raw: dict[str, Any], source: str | None = None, readable:
     name = str(r.get("data_backend_config") or "config/multidatabackend.json")
     concepts, data_left = datasets(name, config_roots(base_dir), r, out, notes, info, readable)
     if concepts:
-        if any(c.pop("_square", False) for c in concepts):
+        if any([c.pop("_square", False) for c in concepts]):
             out["aspect_ratio_bucketing"] = False
+        if method != "LORA":  # SimpleTuner's regularisation data is ordinary data in a full fine-tune
+            for concept in concepts:
+                concept.pop("type", None)
         out["concepts"] = concepts
     top_side = side(r.get("resolution") or 1024, str(r.get("resolution_type") or "pixel_area"), "resolution")  # (the datasets' default)
     out.setdefault("resolution", str(top_side))
@@ -197,6 +227,7 @@ def _model(r: StSection, out: dict[str, Any], notes: list[str]) -> M:
         if r.get(key) and str(r.data[key]).lower() not in ("none", "false"):
             raise ConfigError(f"{key}: this SimpleTuner config trains {what}, which has no counterpart here; nothing was imported")
     default, flavours = FAMILIES[family]
+    flavours = {key.lower(): value for key, value in flavours.items()}
     if flavour and flavour not in flavours:
         raise ConfigError(f"model_flavour: '{flavour}' is no {family} flavour this trainer knows ({', '.join(flavours)})")
     model_type, repo = flavours[flavour or default]
@@ -205,13 +236,24 @@ def _model(r: StSection, out: dict[str, Any], notes: list[str]) -> M:
     out.update(model_type=model_type.value, base_model_name=path or repo)
     if not path and not flavour:
         notes.append(f"model_flavour: none, so SimpleTuner's default for {family}, {default} ({repo})")
-    if family == "z_image" and flavour in ("turbo-ostris-v2", "ostris-de-turbo") or (family == "z_image" and not flavour):
+    if family == "z_image" and (flavour or default) in ("turbo", "turbo-ostris-v2", "ostris-de-turbo"):
         notes.append(f"model_flavour '{flavour or default}': SimpleTuner trains Z-Image Turbo with ostris' training adapter (or his "
                      "de-distilled transformer); here Z-Image Turbo as it is")
     if family == "anima" and (flavour or default).startswith("preview"):
         notes.append(f"model_flavour '{flavour or default}': a preview of Anima there; here its released base ({repo})")
+    if family == "flux" and (flavour or default) == "schnell":
+        notes.append("model_flavour 'schnell': SimpleTuner trains it with ostris' training adapter and its fast schedule; here "
+                     "FLUX.1 schnell as it is, with the timesteps below")
+    if family == "flux" and (flavour or default) == "libreflux":
+        notes.append("model_flavour 'libreflux': SimpleTuner masks the padding in its attention; here Attention mask is off")
+    if family == "sd2x":  # SimpleTuner trains every SD 2.x flavour with zero terminal SNR
+        out["rescale_noise_scheduler_to_zero_terminal_snr"] = True
+    elif r.flag("rescale_betas_zero_snr"):
+        out["rescale_noise_scheduler_to_zero_terminal_snr"] = True
     if model_type == M.WAN_2_2_I2V_A14B:
         out["trained_expert"] = "HIGH_NOISE" if (flavour or default).endswith("high") else "LOW_NOISE"
+        notes.append("Wan 2.2 A14B: SimpleTuner trains the expert at every timestep (its boundary is for sampling); here the "
+                     "expert trains its own range of them (Trained expert)")
     info = family_info(model_type)
     transformer = str(r.get("pretrained_transformer_model_name_or_path") or r.get("pretrained_unet_model_name_or_path") or "").strip()
     if transformer and info.transformer_file and Path(transformer).suffix.lower() in (".safetensors", ".sft", ".gguf"):
@@ -251,9 +293,10 @@ def _method(r: StSection, out: dict[str, Any], notes: list[str], model_type: M, 
     """LoRA (standard: rank, alpha = rank unless set, dropout 0.1; LyCORIS: its JSON) or a full fine-tune."""
     info = family_info(model_type)
     kind = str(r.get("model_type") or "full").lower()
-    train_te = r.flag("train_text_encoder") and info.denoiser == "unet"
-    for part in info.text_encoders:
-        out.setdefault(part, {}).update(train=train_te, stop_training_after=None, stop_training_after_unit="NEVER")
+    for part in info.text_encoders:  # SimpleTuner freezes them, train_text_encoder or not (no adapter goes on them)
+        out.setdefault(part, {}).update(train=False, stop_training_after=None, stop_training_after_unit="NEVER")
+    if r.flag("train_text_encoder"):
+        notes.append("train_text_encoder: SimpleTuner's code freezes the text encoders all the same; nor are they trained here")
     if kind != "lora":
         out["training_method"] = "FINE_TUNE"
         if not r.data.get("model_type"):
@@ -269,18 +312,20 @@ def _method(r: StSection, out: dict[str, Any], notes: list[str], model_type: M, 
         alpha = r.number("lora_alpha", None)
         out.update(peft_type="LORA", lora_rank=rank, lora_alpha=float(alpha if alpha else rank),
                    dropout_probability=r.number("lora_dropout", 0.1))
-        if r.flag("use_dora"):
+        if r.flag("use_dora") and "quanto" not in str(r.data.get("base_model_precision") or ""):  # (off with quanto there)
             out["lora_decompose"] = True
         preset = str(r.get("flux_lora_target") or "all").lower() if model_type in (M.FLUX_DEV_1, M.CHROMA_1) else ""
-        if preset in ("ai-toolkit", "all+ffs+embedder"):
-            out["layer_filter_preset"] = "blocks"
-            if preset != "ai-toolkit":
-                notes.append(f"flux_lora_target '{preset}': the blocks' layers here, without the image embedder")
-        else:
-            target = FLUX_TARGETS.get(preset) or OWN_TARGETS.get(model_type) or ATTENTION
-            out.update(layer_filter_preset="custom", layer_filter=target, layer_filter_regex=True)
-        if r.get("peft_lora_target_modules"):
-            notes.append("peft_lora_target_modules: set the Layer filter to those layers here (the attention projections are trained)")
+        own = CHROMA_TARGETS.get(preset) if model_type == M.CHROMA_1 else None
+        target = own or FLUX_TARGETS.get(preset) or OWN_TARGETS.get(model_type) or ATTENTION
+        modules = r.get("peft_lora_target_modules")
+        if isinstance(modules, str) and modules.strip().startswith("["):
+            try:
+                modules = json.loads(modules)
+            except ValueError:
+                raise ConfigError("peft_lora_target_modules: not a JSON list of module names (SimpleTuner config)") from None
+        if isinstance(modules, list) and modules:  # it overrides every preset there, each name matching a module's end
+            target = r"(^|\.)(" + "|".join(re.escape(str(m)) for m in modules) + r")$"
+        out.update(layer_filter_preset="custom", layer_filter=target, layer_filter_regex=True)
     if r.get("init_lora"):
         out["lora_model_name"] = str(r.data["init_lora"])
     return "LORA"
@@ -297,19 +342,28 @@ def _training(r: StSection, out: dict[str, Any], notes: list[str], model_type: M
     optimizer: dict[str, Any] = {"optimizer": ours, **defaults}
     if name == "optimi-stableadamw":
         notes.append("optimizer 'optimi-stableadamw': its update clipping is not applied here (AdamW)")
-    for item in str(r.get("optimizer_config") or "").split(","):
+    lr = 1.0 if name == "prodigy" else r.number("learning_rate", 4e-7)  # prodigy's own lr 1 wins there
+    for item in str(r.get("optimizer_config") or "").split(","):  # "k=v,k2=v2", over the optimizer's own settings
         key, _, value = (p.strip() for p in item.partition("="))
-        if key in ("weight_decay", "eps", "d_coef", "momentum") and value:
-            try:
+        ours_key = {"use_bias_correction": "use_bias_correction", "bias_correction": "use_bias_correction"}.get(key, key)
+        try:
+            if key == "lr" and value:
+                lr = float(value)
+            elif key in ("weight_decay", "eps", "d_coef", "momentum", "d0", "beta3") and value:
                 optimizer[key] = float(value)
-            except ValueError:
-                raise ConfigError(f"optimizer_config: {item!r} is not a number (SimpleTuner config)") from None
-        elif key:
-            notes.append(f"optimizer_config {key}: not carried over")
+            elif ours_key in ("use_bias_correction", "split_groups", "use_stableadamw", "factored", "weight_decay_by_lr", "amsgrad"):
+                optimizer[ours_key] = value.lower() == "true"
+            elif key:
+                notes.append(f"optimizer_config {key}: not carried over")
+        except ValueError:
+            raise ConfigError(f"optimizer_config: {item!r} is not a number (SimpleTuner config)") from None
     if r.get("optimizer_beta1") is not None and r.get("optimizer_beta2") is not None:
         optimizer.update(beta1=float(r.number("optimizer_beta1")), beta2=float(r.number("optimizer_beta2")))
     out["optimizer"] = optimizer
-    out["learning_rate"] = 1.0 if name == "prodigy" else r.number("learning_rate", 4e-7)  # its own settings win there
+    if r.flag("lr_scale") or r.flag("lr_scale_sqrt"):  # the rate times the batch (its square root), as SimpleTuner scales it
+        factor = out["batch_size"] * out["gradient_accumulation_steps"]
+        lr *= factor ** 0.5 if r.flag("lr_scale_sqrt") else factor
+    out["learning_rate"] = lr
     _schedule(r, out, notes, name)
     clip, method_name = r.number("max_grad_norm", 2.0), str(r.get("grad_clip_method") or "value").lower()
     if name in UNCLIPPED or not clip:
@@ -347,6 +401,9 @@ def _training(r: StSection, out: dict[str, Any], notes: list[str], model_type: M
     loss = str(r.get("loss_type") or "l2").lower()
     if loss == "huber":
         out.update(mse_strength=0.0, huber_strength=1.0, huber_delta=r.number("huber_c", 0.1))
+        if str(r.get("huber_schedule") or "snr").lower() != "constant":
+            notes.append(f"huber_schedule '{r.data.get('huber_schedule') or 'snr'}': SimpleTuner's Huber delta grows with the noise "
+                         "(nearly squared error at high noise); here it is huber_c at every timestep")
     elif loss != "l2":
         notes.append(f"loss_type '{loss}': trained with the squared error here")
 
@@ -355,14 +412,28 @@ def _flow(r: StSection, out: dict[str, Any], notes: list[str], model_type: M) ->
     """Its timesteps: a sigmoid of a normal of std `flow_sigmoid_scale` (uniform or beta when told),
     shifted by `flow_schedule_shift` (3; Sana none, Wan 2.2 I2V's experts 5), or by the image's size
     (`flow_schedule_auto_shift`); Flux's guidance input `flux_guidance_value` (1)."""
+    if model_type == M.SANA:  # uniform over its scheduler's timesteps, unshifted, whatever the flow_* settings say
+        out.update(timestep_distribution="UNIFORM", timestep_shift=1.0, dynamic_timestep_shifting=False)
+        for key in ("flow_sigmoid_scale", "flow_schedule_shift", "flow_use_uniform_schedule", "flow_schedule_auto_shift"):
+            r.get(key)
+        return
+    if model_type == M.IDEOGRAM_4:  # its own: a logit-normal of std ideogram_schedule_std (1.5), its mean by the image's size
+        out.update(timestep_distribution="LOGIT_NORMAL", noising_weight=r.number("ideogram_schedule_std", 1.5) - 1.0,
+                   noising_bias=r.number("ideogram_schedule_mu", 0.0), timestep_shift=1.0, dynamic_timestep_shifting=True)
+        for key in ("flow_sigmoid_scale", "flow_schedule_shift", "flow_schedule_auto_shift"):
+            r.get(key)
+        return
     if r.flag("flow_use_uniform_schedule"):
         out["timestep_distribution"] = "UNIFORM"
     else:
         if r.flag("flow_use_beta_schedule"):
             notes.append("flow_use_beta_schedule: a logit-normal distribution here (no Beta distribution)")
         out.update(timestep_distribution="LOGIT_NORMAL", noising_weight=r.number("flow_sigmoid_scale", 1.0) - 1.0, noising_bias=0.0)
-    default = 1.0 if model_type == M.SANA else 5.0 if model_type == M.WAN_2_2_I2V_A14B else 3.0
-    if r.flag("flow_schedule_auto_shift"):
+    default = 3.0
+    if model_type == M.WAN_2_2_I2V_A14B:  # SimpleTuner sets 5 for its experts, whatever the file says
+        out.update(timestep_shift=5.0, dynamic_timestep_shifting=False)
+        r.get("flow_schedule_shift")
+    elif r.flag("flow_schedule_auto_shift"):
         out.update(timestep_shift=1.0, dynamic_timestep_shifting=True)
     else:
         out.update(timestep_shift=r.number("flow_schedule_shift", default) or 1.0, dynamic_timestep_shifting=False)
@@ -379,14 +450,20 @@ def _schedule(r: StSection, out: dict[str, Any], notes: list[str], optimizer: st
     name = str(r.get("lr_scheduler") or "constant_with_warmup").lower().replace("cosine_with_warmup", "cosine")
     warmup = r.number("lr_warmup_steps", 0, int)
     out["learning_rate_warmup_steps"] = float(warmup)
-    if optimizer in SCHEDULE_FREE:
+    if optimizer in SCHEDULE_FREE or optimizer == "prodigy":  # (schedule-free here: a constant rate)
         out.update(learning_rate_scheduler="CONSTANT", learning_rate_warmup_steps=0.0)
+        if warmup or name not in ("constant", "constant_with_warmup"):
+            notes.append(f"lr_scheduler '{name}', lr_warmup_steps {warmup}: SimpleTuner warms up (and, with prodigy, schedules) "
+                         f"'{optimizer}'; here it runs schedule-free at a constant rate")
     elif name in ("constant", "constant_with_warmup"):
         out["learning_rate_scheduler"] = "CONSTANT"
     elif name in ("linear", "polynomial"):
         out["learning_rate_scheduler"] = "LINEAR"
+        end = r.number("lr_end", 4e-7)
+        if out.get("learning_rate"):  # down to lr_end, as there
+            out["learning_rate_min_factor"] = min(1.0, max(0.0, end / out["learning_rate"]))
         if name == "polynomial":
-            notes.append("lr_scheduler 'polynomial': SimpleTuner decays to lr_end by power lr_power; here linearly to 0")
+            notes.append("lr_scheduler 'polynomial': SimpleTuner decays to lr_end by power lr_power; here linearly")
     elif name == "cosine":
         period = warmup or 1000
         end = r.number("lr_end", 4e-7)

@@ -93,7 +93,8 @@ def test_a_standard_lora_its_defaults_and_the_families(checkout):
     assert (wan["model_type"], wan["trained_expert"], wan["timestep_shift"]) == ("WAN_2_2_I2V_A14B", "LOW_NOISE", 5.0)
     full, warning = load(checkout, {"model_family": "sdxl", "train_text_encoder": True})
     assert full["training_method"] == "FINE_TUNE" and "full fine-tune, SimpleTuner's default" in warning
-    assert full["text_encoder"]["train"] and full["vae"]["model_name"] == "madebyollin/sdxl-vae-fp16-fix"
+    assert not full["text_encoder"]["train"] and full["vae"]["model_name"] == "madebyollin/sdxl-vae-fp16-fix"
+    assert "train_text_encoder: SimpleTuner's code freezes the text encoders" in warning
     qwen, _ = load(checkout, {"config": {"model_family": "qwen_image", "model_flavour": "edit-v3", "model_type": "lora"}, "_metadata": {}})
     assert (qwen["model_type"], qwen["base_model_name"]) == ("QWEN_IMAGE_EDIT", "Qwen/Qwen-Image-Edit-2511")  # its web page's file
 
@@ -120,9 +121,47 @@ def test_the_lora_targets_select_layers_of_each_family():
 
     cases = [("FLUX_DEV_1", "flux", FLUX_TARGETS["all"]), ("FLUX_DEV_1", "flux", FLUX_TARGETS["all+ffs"]),
              ("FLUX_2", "flux2-dev", OWN_TARGETS["FLUX_2"]), ("WAN_2_1", "wan", ATTENTION), ("Z_IMAGE", "z-image", ATTENTION),
-             ("QWEN", "qwen-image", ATTENTION), ("STABLE_DIFFUSION_XL_10_BASE", "sdxl", ATTENTION)]
+             ("QWEN", "qwen-image", ATTENTION), ("STABLE_DIFFUSION_XL_10_BASE", "sdxl", ATTENTION),
+             ("IDEOGRAM_4", "ideogram4", OWN_TARGETS["IDEOGRAM_4"]), ("LTX_2", "ltx2", OWN_TARGETS["LTX_2"])]
     for model_type, tiny, target in cases:
         model = get_family(model_type).load(str(resolve_tiny(f"tiny:{tiny}").diffusers_dir), offline=True)
         denoiser = family_info(model_type).denoiser
         names = select_lora_targets(getattr(model, denoiser), kind="unet", layer_preset="custom", layer_filter=target, layer_filter_regex=True)
         assert names, (model_type, target)
+        if model_type in ("IDEOGRAM_4", "LTX_2"):  # the attention projections (SimpleTuner's fused qkv / o, as diffusers names them)
+            assert any(n.endswith(".to_q") for n in names), names
+        if model_type == "LTX_2":  # not the audio attention, which SimpleTuner leaves out without audio data
+            assert not any("video_to_audio_attn" in n for n in names)
+
+
+def test_what_a_review_against_simpletuners_source_found(checkout):
+    """Several square-cropped datasets; PixArt's flavour as written; the LyCORIS file of a packaged
+    example (config/examples/...) read, a missing one refused; alpha 0 = the dimension; an FF-only
+    preset said; Sana's and Ideogram's own timesteps; SD 2.x with zero terminal SNR;
+    peft_lora_target_modules as the layer filter; regularisation data ordinary in a full fine-tune."""
+    backend = [{"id": n, "instance_data_dir": "datasets/cats", "crop": True, "is_regularisation_data": n == "reg"} for n in ("a", "reg")]
+    (checkout / "config" / "two.json").write_text(json.dumps(backend))
+    c, warning = load(checkout, {"model_family": "pixart_sigma", "model_flavour": "900M-1024-v0.6", "model_type": "lora",
+                                 "data_backend_config": "config/two.json"})
+    assert c["base_model_name"] == "terminusresearch/pixart-900m-1024-ft-v0.6" and c["aspect_ratio_bucketing"] is False
+    assert [x["type"] for x in c["concepts"]] == ["STANDARD", "PRIOR_PREDICTION"]
+    full, _ = load(checkout, {"model_family": "sd2x", "model_flavour": "2.1", "data_backend_config": "config/two.json"})
+    assert [x["type"] for x in full["concepts"]] == ["STANDARD", "STANDARD"] and full["rescale_noise_scheduler_to_zero_terminal_snr"]
+
+    packaged = checkout / "simpletuner" / "examples" / "sdxl.lycoris-lokr"
+    packaged.mkdir(parents=True)
+    (packaged / "lycoris_config.json").write_text(json.dumps({"algo": "lokr", "linear_dim": 8, "linear_alpha": 0, "factor": 12,
+                                                              "apply_preset": {"target_module": ["FeedForward"]}}))
+    c, warning = load(checkout, {"model_family": "sdxl", "model_type": "lora", "lora_type": "lycoris",
+                                 "lycoris_config": "config/examples/sdxl.lycoris-lokr/lycoris_config.json"})
+    assert (c["lokr_dim"], c["lokr_decompose_factor"], c["lora_alpha"], c["layer_filter_preset"]) == (8, 12, 8.0, "attn-mlp")
+    assert "target_module ['FeedForward']: here the attention and feed-forward layers" in warning
+    with pytest.raises(ConfigError, match="lycoris_config config/gone.json: not found"):
+        load(checkout, {"model_family": "sdxl", "model_type": "lora", "lora_type": "lycoris", "lycoris_config": "config/gone.json"})
+
+    sana, _ = load(checkout, {"model_family": "sana", "model_type": "lora", "flow_sigmoid_scale": 2.0})
+    assert (sana["timestep_distribution"], sana["timestep_shift"]) == ("UNIFORM", 1.0)
+    ideogram, _ = load(checkout, {"model_family": "ideogram", "model_type": "lora"})
+    assert (ideogram["noising_weight"], ideogram["timestep_shift"], ideogram["dynamic_timestep_shifting"]) == (0.5, 1.0, True)
+    custom, _ = load(checkout, {"model_family": "flux", "model_type": "lora", "peft_lora_target_modules": '["to_q", "proj_mlp"]'})
+    assert custom["layer_filter"] == r"(^|\.)(to_q|proj_mlp)$"
