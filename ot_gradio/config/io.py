@@ -49,6 +49,8 @@ def load_config(path_or_dict: str | Path | dict[str, Any], *, base_dir: str | Pa
         source = source or str(path_or_dict)
     if is_aitoolkit_config(data):
         return import_aitoolkit(data, source=source, readable=readable)
+    if problem := dataset_file_problem(data):
+        raise ConfigError(f"{source or 'config'}: {problem}")
     if is_simpletuner_config(data):
         return import_simpletuner(data, source=source, readable=readable, base_dir=base_dir)
     if is_dpipe_config(data):
@@ -59,6 +61,16 @@ def load_config(path_or_dict: str | Path | dict[str, Any], *, base_dir: str | Pa
         return import_onetrainer(data, base_dir=base_dir, source=source, readable=readable)
     data, unknown = strip_unknown(migrate(data))
     return LoadResult(validate(data), [unknown_keys_warning(unknown)] if unknown else [])
+
+
+def dataset_file_problem(data: dict[str, Any]) -> str | None:
+    """Another trainer's dataset file given as the config: said, naming the file to give instead."""
+    if "model" in data or "model_type" in data or "config" in data:
+        return None
+    if isinstance(data.get("directory"), list) and any(isinstance(d, dict) and "path" in d for d in data["directory"]):
+        return ("this is diffusion-pipe's dataset file (its [[directory]] folders); import its main config, whose dataset = "
+                "names this file (its folders are read from there)")
+    return None  # (sd-scripts' and musubi-tuner's dataset TOML by itself imports its folders: kohya_import.py)
 
 
 CLOUD_SECRET_KEYS = ("api_key", "huggingface_token")

@@ -283,3 +283,9 @@ def test_eval_datasets_are_validation_concepts(checkout):
     assert config["validation"] is True and (config["validate_after"], config["validate_after_unit"]) == (1, "EPOCH")
     assert config["resolution"] == "512,768"  # the training dataset's, not the eval one's
     assert "eval_every_n_epochs" not in warning
+
+
+def test_its_dataset_file_given_as_the_config_is_refused_naming_the_config_to_give(checkout):
+    """Read as a config of ours, it would load the defaults with its keys dropped."""
+    with pytest.raises(ConfigError, match=r"dataset.toml: this is diffusion-pipe's dataset file .* import its main config"):
+        load_config(checkout / "examples" / "dataset.toml")
