@@ -43,8 +43,13 @@ def read_json(path: str | Path, what: str = "", expect: type = dict) -> Any:
     except OSError as err:
         raise ConfigError(f"{label}: cannot be read ({err.strerror or err})") from None
     suffix = path.suffix.lower()
-    data = (parse_toml_text(raw, label) if suffix == ".toml" else parse_yaml_text(raw, label) if suffix in YAML_SUFFIXES
-            else parse_json_text(raw, label))
+    if suffix == ".env" or path.name.lower().endswith(".env"):  # SimpleTuner's config.env
+        from .simpletuner_env import parse_env_text  # noqa: PLC0415
+
+        data = parse_env_text(raw, label)
+    else:
+        data = (parse_toml_text(raw, label) if suffix == ".toml" else parse_yaml_text(raw, label) if suffix in YAML_SUFFIXES
+                else parse_json_text(raw, label))
     if not isinstance(data, expect):
         kind = "a JSON object ({...})" if expect is dict else "a JSON list ([...])"
         raise ConfigError(f"{label}: must hold {kind}, not a {type(data).__name__}")

@@ -197,7 +197,7 @@ class Page(EditHandlers, ConfigFiles):
             self.config_path = gr.Textbox(label="Config file", info="Path of a config to load (ours, or another trainer's: Start here names them), or to save ours to.", scale=3, elem_id="config-path")
             self.load_btn = gr.Button("Load", scale=0)
             self.save_btn = gr.Button("Save", scale=0)
-            self.upload = gr.UploadButton("Import file", file_types=[".json", ".toml", ".yaml", ".yml"], scale=0)
+            self.upload = gr.UploadButton("Import file", file_types=[".json", ".toml", ".yaml", ".yml", ".env"], scale=0)
             self.export = gr.DownloadButton("Export", scale=0)
 
         shown = shown_parts(initial.get("model_type"))

@@ -165,3 +165,21 @@ def test_what_a_review_against_simpletuners_source_found(checkout):
     assert (ideogram["noising_weight"], ideogram["timestep_shift"], ideogram["dynamic_timestep_shifting"]) == (0.5, 1.0, True)
     custom, _ = load(checkout, {"model_family": "flux", "model_type": "lora", "peft_lora_target_modules": '["to_q", "proj_mlp"]'})
     assert custom["layer_filter"] == r"(^|\.)(to_q|proj_mlp)$"
+
+
+def test_its_config_env_reads_as_its_arguments(checkout):
+    """config.env: its fixed names (MODEL_FAMILY, MAX_NUM_STEPS ...) and TRAINER_EXTRA_ARGS, as text:
+    nothing runs, nothing expands."""
+    (checkout / "config" / "config.env").write_text(
+        "# SimpleTuner\nexport MODEL_TYPE='lora'\nexport MODEL_FAMILY=sd1x\nexport MODEL_FLAVOUR=1.5\nexport MAX_NUM_STEPS=10\n"
+        "export NUM_EPOCHS=0\nexport LEARNING_RATE=2e-4\nexport OUTPUT_DIR=$(rm -rf /)\nexport TRAIN_BATCH_SIZE=2\n"
+        'export TRAINER_EXTRA_ARGS="--lora_rank=8 --lora_alpha 4"\nexport TRAINER_EXTRA_ARGS+="--seed=7"\n')
+    result = load_config(checkout / "config" / "config.env")
+    c = config_to_dict(result.config)
+    assert (c["model_type"], c["base_model_name"], c["lora_rank"], c["lora_alpha"], c["seed"]) == (
+        "STABLE_DIFFUSION_15", "stable-diffusion-v1-5/stable-diffusion-v1-5", 8, 4.0, 7)
+    assert c["learning_rate"] == 2e-4 and c["batch_size"] == 2 and c["concepts"][0]["path"] == str(checkout / "datasets" / "cats")
+    assert c["output_model_destination"] == "$(rm -rf /)/pytorch_lora_weights.safetensors"  # text, as written
+    (checkout / "config" / "bad.env").write_text("export MODEL_TYPE=lora\n")
+    with pytest.raises(ConfigError, match="no MODEL_FAMILY"):
+        load_config(checkout / "config" / "bad.env")
