@@ -238,11 +238,12 @@ def _part_files(r: Section, out: dict[str, Any], notes: list[str], model_type: M
     if model_type == M.HUNYUAN_VIDEO and _file(r.data.get("clip_path")):
         encoders = encoders[:1] + [_file(r.get("clip_path"))]
     for part, path in zip(parts, encoders, strict=False):
-        if info.text_encoder_files and Path(path).suffix.lower() in FILE_SUFFIXES:
+        # its file, or its folder in transformers' layout (llm_path's llava-llama-3 folder; a name without a suffix)
+        if info.text_encoder_files and (Path(path).suffix.lower() in FILE_SUFFIXES or not Path(path).suffix):
             out.setdefault(part, {})["model_name"] = path
         else:
-            notes.append(f"model: the text encoder {Path(path).name or path} is not read here (a folder of its repo, or this model "
-                         "type reads no text encoder file); the base model's is used")
+            notes.append(f"model: the text encoder {Path(path).name or path} is not read here (this model type reads no text "
+                         "encoder file, or not this kind); the base model's is used")
     if len(encoders) > len(parts):
         notes.append(f"model: {len(encoders)} text encoder files for {len(parts)} text encoders; the first are read")
     if model_type == M.HI_DREAM_FULL and _file(r.get("llama3_path")):

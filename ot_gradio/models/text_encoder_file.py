@@ -18,7 +18,9 @@ reads what it reads from the whole model (`layers_read`, the family's).
 ComfyUI's scaled FP8 files and its mixed-precision FP8 / INT8 ones are read back to their values
 (models/comfy_quant.py); its block-scaled and rotated formats are refused. llama.cpp's `.gguf`
 files are read back to their values under transformers' names (models/gguf_text_encoder.py); a
-vision-language model's file without its vision tower is refused where the encoder reads images. A file that lacks a
+vision-language model's file without its vision tower is refused where the encoder reads images.
+A local folder of the encoder in transformers' layout (kijai's llava-llama-3-8b-text-encoder-tokenizer,
+a downloaded repo's text_encoder/) is read the same way, its .safetensors shards together. A file that lacks a
 weight the encoder needs (but a causal LM's output layer, which encoding never reads) or holds one
 of another shape is a ModelLoadError naming the field.
 """
@@ -65,11 +67,19 @@ _EXAMPLES = {"CLIPTextModel": "clip_l.safetensors", "CLIPTextModelWithProjection
 def text_encoder_files(part_models: Mapping[str, str] | None, parts: tuple[str, ...], *, cache_dir: str | None,
                        offline: bool, token: str | None) -> dict[str, Path]:
     """The local files of the text encoders among `parts` that `part_models` names (a file, a
-    Hugging Face file address or a Civitai address, downloaded once)."""
+    Hugging Face file address or a Civitai address, downloaded once), or a local folder of the
+    encoder in transformers' layout (its .safetensors shards)."""
     out = {}
     for part in parts:
         value = str(dict(part_models or {}).get(part) or "").strip()
         if not value:
+            continue
+        folder = Path(value).expanduser()
+        if folder.is_dir():
+            if not any(folder.glob("*.safetensors")):
+                raise ModelLoadError(f"{part}.model_name: the folder {folder.name} holds no .safetensors weights; give the text "
+                                     "encoder's folder (config.json and its .safetensors files) or file, or leave it blank.")
+            out[part] = folder
             continue
         path = part_file(value, f"{part}.model_name", cache_dir=cache_dir, offline=offline, token=token)
         if path.suffix.lower() not in SUFFIXES:
@@ -202,9 +212,10 @@ def read_weights(path: Path, field: str, class_name: str, dtype: torch.dtype, ke
             out = dict(gguf_weights(path, dtype, keep, unused))
         else:
             out = {}
-            for key, tensor, _ in tensors_of(path, unused):
-                target = torch.float32 if keep & set(key.split(".")) else dtype
-                out[key] = tensor.to(target) if tensor.is_floating_point() else tensor
+            for file in sorted(path.glob("*.safetensors")) if path.is_dir() else [path]:  # a folder: its shards
+                for key, tensor, _ in tensors_of(file, unused):
+                    target = torch.float32 if keep & set(key.split(".")) else dtype
+                    out[key] = tensor.to(target) if tensor.is_floating_point() else tensor
     except GGUFTextEncoderError as e:
         raise ModelLoadError(f"{field}: {path.name} is not read as a text encoder: {e}. Give the encoder's .safetensors "
                              "file, or leave it blank.") from e

@@ -124,7 +124,9 @@ def test_diffusion_pipes_main_example_reads_as_it_trains(checkout):
     assert config["frame_rate"] == 24.0  # HunyuanVideo's clips at 24 fps there
     assert "read as diffusion-pipe trains it" in warning
     assert "the VAE hunyuan_video_vae_bf16.safetensors is not read here" in warning
-    assert "the text encoder llava-llama-3-8b-text-encoder-tokenizer is not read here" in warning
+    # its llm_path folder (transformers' layout) and clip_path folder: the text encoders' own, as there
+    assert config["text_encoder"]["model_name"] == "/models/llava-llama-3-8b-text-encoder-tokenizer"
+    assert config["text_encoder_2"]["model_name"] == "/models/clip-vit-large-patch14"
     assert "dataset.directory[1]: 1 images have no caption file, which diffusion-pipe leaves out" in warning
     assert "each step trains at one of them" in warning  # two resolutions
     assert "not carried over" not in warning  # its eval settings do nothing without eval_datasets, there too

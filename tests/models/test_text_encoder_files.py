@@ -401,3 +401,23 @@ def test_a_pruned_mistral_reads_as_the_whole_models_layers_it_holds(tmp_path):
     with pytest.raises(ModelLoadError, match=r"pruned.safetensors is not the Mistral3ForConditionalGeneration .* not in it"):
         load_text_encoder(tmp_path / "pruned.safetensors", "Mistral3ForConditionalGeneration", tmp_path / "base", "text_encoder",
                           hub, torch.float32)  # a family that reads every layer wants them all
+
+
+def test_a_text_encoder_folder_in_transformers_layout_loads(tmp_path):
+    """A local folder of the encoder as transformers saves it (kijai's llava-llama-3-8b-text-encoder-tokenizer
+    for HunyuanVideo, sharded): its .safetensors files together, read with the base model's config."""
+    from ot_gradio.models.registry import get_family
+    from ot_gradio.models.tiny import resolve_tiny
+
+    family = get_family("HUNYUAN_VIDEO")
+    folder = str(resolve_tiny("tiny:hunyuan_video").diffusers_dir)
+    base = family.load(folder, offline=True)
+    changed = {k: v + 0.5 for k, v in base.text_encoder.state_dict().items()}
+    base.text_encoder.load_state_dict(changed)
+    base.text_encoder.save_pretrained(tmp_path / "llava-llama-3", max_shard_size="50KB")
+    assert len(list((tmp_path / "llava-llama-3").glob("*.safetensors"))) > 1  # sharded
+    model = family.load(folder, offline=True, part_models={"text_encoder": str(tmp_path / "llava-llama-3")})
+    assert all(torch.equal(v, changed[k]) for k, v in model.text_encoder.state_dict().items())
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError, match="text_encoder.model_name: the folder empty holds no .safetensors weights"):
+        family.load(folder, offline=True, part_models={"text_encoder": str(tmp_path / "empty")})
