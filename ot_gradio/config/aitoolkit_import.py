@@ -8,7 +8,7 @@ models, clipping at 1 but for Adafactor, eps 1e-6 for Adam, an EMA updated every
 warning says what is read differently and lists every other set value, left at our defaults. The
 model comes from `model.arch` (or the older `is_flux` / `is_xl` ... switches). ai-toolkit counts
 steps; here a run is epochs, counted from the datasets' images as kohya's steps are
-(kohya_dataset.steps_per_epoch). `[name]` is the job's name, as ai-toolkit replaces it; its
+(kohya_dataset.steps_as_epochs). `[name]` is the job's name, as ai-toolkit replaces it; its
 trigger word becomes each concept's Trigger word (in place of `[trigger]` in its captions, else
 before them, as there) and replaces `[trigger]` in the sample prompts
 (config/aitoolkit_data.py).
@@ -24,8 +24,8 @@ from typing import Any
 from .aitoolkit_data import DTYPES, Section, datasets, samples, save
 from .enums import ModelType as M
 from .families import family_info
-from .kohya_dataset import steps_per_epoch
-from .validation import ConfigError, LoadResult, validate
+from .kohya_dataset import steps_as_epochs
+from .validation import ConfigError, LoadResult, import_result, validate
 
 PROCESS_TYPES = frozenset({"sd_trainer", "diffusion_trainer", "ui_trainer"})
 # model.arch -> our model type (an arch not here has no model type here)
@@ -114,11 +114,7 @@ def import_aitoolkit(raw: dict[str, Any], source: str | None = None, readable: l
     origin = f"ai-toolkit config {source}" if source else "This ai-toolkit config"
     used = sum(len(s.used & s.data.keys()) for s in sections.values())
     text = f"{origin}: read as ai-toolkit's job '{name}' ({used} settings of its model, network, save, train and sample carried over)"
-    if notes:
-        text += "; " + "; ".join(dict.fromkeys(notes))
-    if left:
-        text += "; set there but not carried over (left at this trainer's defaults): " + ", ".join(left)
-    return LoadResult(config, [text + "."])
+    return import_result(config, text, notes, left)
 
 
 def _run_length(r: Section, out: dict[str, Any], notes: list[str], concepts: list[dict[str, Any]], readable: list[Path] | None,
@@ -127,15 +123,8 @@ def _run_length(r: Section, out: dict[str, Any], notes: list[str], concepts: lis
     steps = r.number("steps", 1000, int)
     if steps < 1:
         raise ConfigError(f"train.steps: {steps} is not a number of steps (ai-toolkit config)")
-    optimizer_steps = max(1, steps // scale)
-    per_epoch = steps_per_epoch(concepts, out, readable)
-    if per_epoch is None:
-        notes.append(f"train.steps {steps}: Epochs stays at this trainer's default, as the images were not counted: set Epochs "
-                     f"to {optimizer_steps} x batch size x accumulation / the images an epoch shows")
-        return
-    out["epochs"] = min(MAX_EPOCHS, max(1, -(-optimizer_steps // per_epoch)))
-    notes.append(f"train.steps {steps}: {out['epochs']} epochs of about {per_epoch} steps here (ai-toolkit stops at step "
-                 f"{steps}; here the epoch it falls in ends)")
+    steps_as_epochs(max(1, steps // scale), f"train.steps {steps}", "ai-toolkit", concepts, out, readable, notes, stated=steps,
+                    cap=MAX_EPOCHS)
 
 
 def _model(r: Section, out: dict[str, Any], notes: list[str]) -> M:

@@ -27,7 +27,7 @@ from .enums import ModelType as M
 from .families import family_info
 from .json_file import may_read
 from .musubi_model import FLUX2_VERSIONS, QWEN_VERSIONS
-from .validation import ConfigError, LoadResult, validate
+from .validation import ConfigError, LoadResult, import_result, validate
 
 TYPES: dict[str, M] = {
     "sdxl": M.STABLE_DIFFUSION_XL_10_BASE, "flux": M.FLUX_DEV_1, "hunyuan-video": M.HUNYUAN_VIDEO, "chroma": M.CHROMA_1,
@@ -38,8 +38,6 @@ TYPES: dict[str, M] = {
 NOT_HERE = {"ltx-video": "LTX-Video 0.9", "cosmos": "Cosmos 1.0", "lumina_2": "Lumina Image 2.0", "omnigen2": "OmniGen2",
             "hunyuan_image": "HunyuanImage 2.1", "auraflow": "AuraFlow", "hunyuan_video_15": "HunyuanVideo 1.5",
             "minimax_h3": "MiniMax H3"}
-# the ComfyUI-style models: `diffusion_model`, `vae`, `text_encoders = [{path, type}]`
-COMFY_STYLE = (M.Z_IMAGE, M.FLUX_2, M.ERNIE, M.IDEOGRAM_4, M.KREA_2, M.LTX_2)
 # Wan's official folders (config.json's model_type and dim) -> our type and its diffusers repo
 WAN_REPOS = {M.WAN_2_1: "Wan-AI/Wan2.1-T2V-14B-Diffusers", M.WAN_2_1_I2V: "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers",
              M.WAN_2_2_TI2V_5B: "Wan-AI/Wan2.2-TI2V-5B-Diffusers", M.WAN_2_2_T2V_A14B: "Wan-AI/Wan2.2-T2V-A14B-Diffusers",
@@ -118,11 +116,7 @@ def import_dpipe(raw: dict[str, Any], source: str | None = None, readable: list[
     origin = f"diffusion-pipe config {source}" if source else "This diffusion-pipe config"
     used = len(top.used & raw.keys()) + sum(len(s.used & s.data.keys()) for s in sections.values())
     text = f"{origin}: read as diffusion-pipe trains it ({used} settings carried over)"
-    if notes:
-        text += "; " + "; ".join(dict.fromkeys(notes))
-    if left:
-        text += "; set there but not carried over (left at this trainer's defaults): " + ", ".join(left)
-    return LoadResult(config, [text + "."])
+    return import_result(config, text, notes, left)
 
 
 def _eval_datasets(r: Section, out: dict[str, Any], notes: list[str], info, roots: list[Path],

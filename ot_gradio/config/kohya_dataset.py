@@ -95,14 +95,22 @@ def run_length(r: KohyaReader, out: dict[str, Any], concepts: list[dict[str, Any
         out["epochs"] = r.number("epoch", int)
         return
     told = f"max_train_steps {steps}" if steps else f"no max_train_steps or max_train_epochs (sd-scripts trains {KOHYA_STEPS} steps then)"
-    steps = steps or KOHYA_STEPS
+    steps_as_epochs(steps or KOHYA_STEPS, told, "kohya", concepts, out, readable, notes)
+
+
+def steps_as_epochs(steps: int, told: str, trainer: str, concepts: list[dict[str, Any]] | None, out: dict[str, Any],
+                    readable: list[Path] | None, notes: list[str], *, stated: int | None = None, cap: int | None = None) -> None:
+    """Another trainer's run of `steps` optimizer steps as the epochs of the imported concepts that
+    hold them (it stops at step `stated`, default `steps`, mid-epoch; here the last epoch ends), at
+    most `cap`; said in `notes` after `told`, also when the images could not be counted."""
     per_epoch = steps_per_epoch(concepts, out, readable)
     if per_epoch is None:
         notes.append(f"{told}: Epochs stays at this trainer's default, as the images were not counted: set Epochs to "
                      f"{steps} x batch size x accumulation / the images an epoch shows")
         return
-    out["epochs"] = max(1, -(-steps // per_epoch))
-    notes.append(f"{told}: {out['epochs']} epochs of about {per_epoch} steps here (kohya stops at step {steps}; "
+    epochs = max(1, -(-steps // per_epoch))
+    out["epochs"] = min(cap, epochs) if cap else epochs
+    notes.append(f"{told}: {out['epochs']} epochs of about {per_epoch} steps here ({trainer} stops at step {stated or steps}; "
                  "here the epoch it falls in ends)")
 
 

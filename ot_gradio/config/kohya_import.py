@@ -21,7 +21,7 @@ from .kohya_network import network
 from .kohya_reader import KohyaReader, changes_something
 from .musubi_model import PLUMBING as MUSUBI_PLUMBING
 from .musubi_model import is_musubi, musubi_model_type, musubi_options, musubi_sources
-from .validation import ConfigError, LoadResult, validate
+from .validation import ConfigError, LoadResult, import_result, validate
 
 # keys only kohya's configs have: two of them make a config kohya's
 SIGNS = frozenset({"pretrained_model_name_or_path", "train_data_dir", "network_dim", "output_dir", "train_batch_size", "dit",
@@ -156,11 +156,7 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     tool = "musubi-tuner" if musubi else "kohya_ss"
     origin = f"{tool} config {source}" if source else f"This {tool} config"
     text = f"{origin}: read as {tool}'s ({len(r.used & r.data.keys())} settings carried over)"
-    if notes:
-        text += "; " + "; ".join(dict.fromkeys(notes))  # each said once
-    if left:
-        text += "; set there but not carried over (left at this trainer's defaults): " + ", ".join(left)
-    return LoadResult(config, [text + "."])
+    return import_result(config, text, notes, left)
 
 
 def scheduler_args(value: Any) -> list[dict[str, str]]:

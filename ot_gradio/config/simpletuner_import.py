@@ -22,9 +22,9 @@ from typing import Any
 from .dpipe_data import config_roots
 from .enums import ModelType as M
 from .families import family_info
-from .kohya_dataset import steps_per_epoch
+from .kohya_dataset import steps_as_epochs
 from .simpletuner_data import StSection, datasets, lycoris, side
-from .validation import ConfigError, LoadResult, validate
+from .validation import ConfigError, LoadResult, import_result, validate
 
 # model_family -> (default flavour, {flavour: (our type, repo)})
 _WAN = "Wan-AI/Wan2.1-"
@@ -205,11 +205,7 @@ def import_simpletuner(raw: dict[str, Any], source: str | None = None, readable:
     left = sorted([*r.left(), *data_left])
     origin = f"SimpleTuner config {source}" if source else "This SimpleTuner config"
     text = f"{origin}: read as SimpleTuner trains it ({len(r.used & r.data.keys())} settings carried over)"
-    if notes:
-        text += "; " + "; ".join(dict.fromkeys(notes))
-    if left:
-        text += "; set there but not carried over (left at this trainer's defaults): " + ", ".join(left)
-    return LoadResult(config, [text + "."])
+    return import_result(config, text, notes, left)
 
 
 def _model(r: StSection, out: dict[str, Any], notes: list[str]) -> M:
@@ -488,14 +484,7 @@ def _run_length(r: StSection, out: dict[str, Any], notes: list[str], concepts: l
     if steps <= 0:
         out["epochs"] = max(1, epochs)
         return
-    per_epoch = steps_per_epoch(concepts, out, readable)
-    if per_epoch is None:
-        notes.append(f"max_train_steps {steps}: Epochs stays at this trainer's default, as the images were not counted: set Epochs to "
-                     f"{steps} x batch size x accumulation / the images an epoch shows")
-        return
-    out["epochs"] = max(1, -(-steps // per_epoch))
-    notes.append(f"max_train_steps {steps}: {out['epochs']} epochs of about {per_epoch} steps here (SimpleTuner stops at step {steps}; "
-                 "here the epoch it falls in ends)")
+    steps_as_epochs(steps, f"max_train_steps {steps}", "SimpleTuner", concepts, out, readable, notes)
 
 
 def _saving(r: StSection, out: dict[str, Any], notes: list[str], info, method: str) -> None:
@@ -513,8 +502,8 @@ def _saving(r: StSection, out: dict[str, Any], notes: list[str], info, method: s
         out.update(output_model_destination=str(folder / "pipeline"), output_model_format="DIFFUSERS")
     every = r.number("checkpoint_step_interval", None, int) or r.number("checkpointing_steps", 500, int)
     out.update(save_every=every, save_every_unit="STEP")
-    if r.number("checkpoints_total_limit", None, int) or r.number("save_total_limit", 5, int):
-        out["save_keep_last"] = r.number("checkpoints_total_limit", None, int) or r.number("save_total_limit", 5, int)
+    if keep := r.number("checkpoints_total_limit", None, int) or r.number("save_total_limit", 5, int):
+        out["save_keep_last"] = keep
     prompt = str(r.get("validation_prompt") or "").strip()
     if prompt and not r.flag("validation_disable"):
         size = str(r.get("validation_resolution") or "256").split(",")[0].lower()

@@ -34,6 +34,17 @@ class LoadResult:
     warnings: list[str] = field(default_factory=list)
 
 
+def import_result(config: TrainConfig, head: str, notes: list[str], left: list[str]) -> LoadResult:
+    """An imported config with its one warning: how it was read (`head`), what is read differently
+    (`notes`, each said once) and every other set value, left at this trainer's defaults."""
+    text = head
+    if notes:
+        text += "; " + "; ".join(dict.fromkeys(notes))
+    if left:
+        text += "; set there but not carried over (left at this trainer's defaults): " + ", ".join(left)
+    return LoadResult(config, [text + "."])
+
+
 def join_path(prefix: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{prefix}[{key}]"
