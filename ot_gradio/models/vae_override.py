@@ -5,13 +5,14 @@ As OneTrainer does, the VAE comes from a diffusers VAE folder or hub repo (its `
 weights at the top; a whole pipeline's folder or repo also works: its `vae/` is read). Beyond it, a
 single VAE file as A1111 and ComfyUI users keep them (`.safetensors`, `.ckpt`/`.pt`, diffusers or
 original key names, also a whole checkpoint whose `first_stage_model.` part is read; a Hugging Face
-file address too) is read with the base model's VAE config; so are ComfyUI's files of the Wan 2.1
-VAE in Wan's original layout (wan_2.1_vae, qwen_image_vae) and BFL's Flux.2 VAE (flux2-vae). The new VAE must make latents of the
+file address too) is read with the base model's VAE config; so are ComfyUI's files of the Wan
+VAEs in Wan's original layout (wan_2.1_vae, qwen_image_vae, wan2.2_vae) and BFL's Flux.2 VAE (flux2-vae). The new VAE must make latents of the
 shape the denoiser takes; anything else is a ModelLoadError that names the field.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -22,8 +23,8 @@ from .errors import first_line
 from .weight_variants import hub_variant, variant_keywords
 
 FIELD = "vae.model_name"
-# VAEs of the Wan 2.1 architecture, whose original layout ComfyUI's files keep (wan_2.1_vae,
-# qwen_image_vae: Wan 2.1 and 2.2 A14B, Qwen-Image and its Edit, Anima)
+# VAEs of Wan's architecture, whose original layout ComfyUI's files keep (wan_2.1_vae, qwen_image_vae:
+# Wan 2.1 and 2.2 A14B, Qwen-Image and its Edit, Anima, Krea 2; wan2.2_vae: Wan 2.2 TI2V 5B)
 WAN_VAES = ("AutoencoderKLWan", "AutoencoderKLQwenImage")
 # VAEs whose original files use the LDM names (SD's, Flux.1's ae.safetensors, Flux.2's flux2-vae)
 LDM_VAES = ("AutoencoderKL", "AutoencoderKLFlux2")
@@ -169,18 +170,51 @@ def _flux2_layout(tensors: dict[str, torch.Tensor], expected: dict[str, torch.Te
 
 
 def _from_wan_layout(tensors: dict[str, torch.Tensor], vae, file: Path) -> dict[str, torch.Tensor]:
-    """A Wan 2.1 VAE's original names (`encoder.downsamples`, `decoder.upsamples`, `head`, `conv1`),
-    as ComfyUI's wan_2.1_vae and qwen_image_vae files have them, in diffusers' (its single-file
-    converter, which knows the published architecture: 4 stages of 2 residual blocks). Wan 2.2's
-    own VAE (the TI2V 5B's, residual blocks with a patch) has another layout, not read here."""
+    """A Wan VAE's original names (`encoder.downsamples`, `decoder.upsamples`, `head`, `conv1`), as
+    ComfyUI's wan_2.1_vae, qwen_image_vae and wan2.2_vae files have them, in diffusers'. Wan 2.1's
+    architecture (4 stages of 2 residual blocks) goes through diffusers' single-file converter;
+    Wan 2.2's own (the TI2V 5B's: residual stages with a patch) through `_from_wan22_layout`."""
     config = vae.config
-    if getattr(config, "is_residual", False) or int(config.num_res_blocks) != 2 or len(config.dim_mult) != 4:
-        raise ModelLoadError(f"{FIELD}: {file} holds a VAE in Wan's original layout, which is read for the Wan 2.1 VAE "
-                             "(Wan 2.1 and 2.2 A14B, Qwen-Image, Anima) only; give this model's VAE as a diffusers folder or "
-                             "file, or leave the field blank.")
+    if getattr(config, "is_residual", False):
+        return _from_wan22_layout(tensors)
+    if int(config.num_res_blocks) != 2 or len(config.dim_mult) != 4:
+        raise ModelLoadError(f"{FIELD}: {file} holds a VAE in Wan's original layout, which is read for the published Wan "
+                             "VAEs only; give this model's VAE as a diffusers folder or file, or leave the field blank.")
     from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
 
     return convert_wan_vae_to_diffusers(tensors)
+
+
+_WAN_RESNET = {"residual.0": "norm1", "residual.2": "conv1", "residual.3": "norm2", "residual.6": "conv2",
+               "shortcut": "conv_shortcut"}
+_WAN_FIXED = {"conv1": "quant_conv", "conv2": "post_quant_conv", "encoder.conv1": "encoder.conv_in",
+              "decoder.conv1": "decoder.conv_in", "encoder.head.0": "encoder.norm_out", "encoder.head.2": "encoder.conv_out",
+              "decoder.head.0": "decoder.norm_out", "decoder.head.2": "decoder.conv_out"}
+
+
+def _from_wan22_layout(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Wan 2.2's VAE (Wan2.2_VAE.pth, ComfyUI's wan2.2_vae.safetensors) in diffusers' names: each
+    stage `{encoder.downsamples|decoder.upsamples}.i.{down|up}samples.j` holds its residual blocks
+    and, last, its resampler (the only module there with `resample` / `time_conv`); the middle,
+    head and the two 1x1 convolutions as in Wan 2.1. A name it does not know is kept as it is, so
+    that the shape check names it."""
+    out = {}
+    for key, value in tensors.items():
+        module, _, leaf = key.rpartition(".")
+        if module in _WAN_FIXED:
+            module = _WAN_FIXED[module]
+        elif m := re.fullmatch(r"(encoder|decoder)\.middle\.1\.(.+)", module):
+            module = f"{m[1]}.mid_block.attentions.0.{m[2]}"
+        elif (m := re.fullmatch(r"(encoder|decoder)\.middle\.([02])\.(residual\.\d|shortcut)", module)) and m[3] in _WAN_RESNET:
+            module = f"{m[1]}.mid_block.resnets.{int(m[2]) // 2}.{_WAN_RESNET[m[3]]}"
+        elif m := re.fullmatch(r"(encoder\.down|decoder\.up)samples\.(\d+)\.(?:down|up)samples\.(\d+)\.(.+)", module):
+            side, stage, index, rest = m[1], m[2], m[3], m[4]
+            if rest in _WAN_RESNET:
+                module = f"{side}_blocks.{stage}.resnets.{index}.{_WAN_RESNET[rest]}"
+            elif rest.startswith(("resample.", "time_conv")):
+                module = f"{side}_blocks.{stage}.{side.split('.')[1]}sampler.{rest}"
+        out[f"{module}.{leaf}"] = value
+    return out
 
 
 def _latent_channels(vae) -> int | None:

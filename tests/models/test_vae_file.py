@@ -155,17 +155,78 @@ def test_comfyuis_wan_layout_vae_files_load(model_type, tiny, tmp_path):
     assert _same(model.vae, changed)
 
 
-def test_wan22s_own_vae_layout_is_refused_by_name(tmp_path):
-    """Wan 2.2 TI2V 5B's VAE (residual blocks) in Wan's original layout is not read: said, naming the field."""
+def wan22_vae_to_original(weights: dict) -> dict:
+    """Wan 2.2's VAE (AutoencoderKLWan with residual stages) in Wan 2.2's own names, as its
+    Wan2.2_VAE.pth and ComfyUI's wan2.2_vae.safetensors have them (Wan2.2's vae2_2.py: each stage's
+    blocks, then its resampler, in one `downsamples` / `upsamples` list)."""
+    import re
+
+    resnet = {"norm1": "residual.0", "conv1": "residual.2", "norm2": "residual.3", "conv2": "residual.6", "conv_shortcut": "shortcut"}
+    fixed = {"quant_conv": "conv1", "post_quant_conv": "conv2", "encoder.conv_in": "encoder.conv1", "decoder.conv_in": "decoder.conv1",
+             "encoder.norm_out": "encoder.head.0", "encoder.conv_out": "encoder.head.2", "decoder.norm_out": "decoder.head.0",
+             "decoder.conv_out": "decoder.head.2"}
+    blocks = {}  # the number of residual blocks in each stage, the resampler's index
+    for key in weights:
+        if m := re.match(r"(encoder\.down|decoder\.up)_blocks\.(\d+)\.resnets\.(\d+)\.", key):
+            blocks[(m[1], m[2])] = max(blocks.get((m[1], m[2]), 0), int(m[3]) + 1)
+    out = {}
+    for key, value in weights.items():
+        module, _, leaf = key.rpartition(".")
+        if module in fixed:
+            module = fixed[module]
+        elif m := re.fullmatch(r"(encoder|decoder)\.mid_block\.attentions\.0\.(.+)", module):
+            module = f"{m[1]}.middle.1.{m[2]}"
+        elif m := re.fullmatch(r"(encoder|decoder)\.mid_block\.resnets\.(\d)\.(\w+)", module):
+            module = f"{m[1]}.middle.{2 * int(m[2])}.{resnet[m[3]]}"
+        elif m := re.fullmatch(r"(encoder\.down|decoder\.up)_blocks\.(\d+)\.resnets\.(\d+)\.(\w+)", module):
+            inner = m[1].split(".")[1]
+            module = f"{m[1]}samples.{m[2]}.{inner}samples.{m[3]}.{resnet[m[4]]}"
+        elif m := re.fullmatch(r"(encoder\.down|decoder\.up)_blocks\.(\d+)\.(?:down|up)sampler\.(.+)", module):
+            inner = m[1].split(".")[1]
+            module = f"{m[1]}samples.{m[2]}.{inner}samples.{blocks[(m[1], m[2])]}.{m[3]}"
+        out[f"{module}.{leaf}"] = value
+    return out
+
+
+def test_wan22s_own_vae_file_loads(tmp_path):
+    """Wan 2.2 TI2V 5B's VAE file in Wan 2.2's own layout (wan2.2_vae.safetensors), on the published
+    architecture (4 residual stages, 2 blocks each, widths 1-2-4-4, so the shortcuts are there) at
+    a small width: every weight read, into the right place."""
     from safetensors.torch import save_file
 
     from ot_gradio.models.wan_ti2v import Wan22TI2V5B
 
-    folder = str(resolve_tiny("tiny:wan22-5b").diffusers_dir)
-    base = Wan22TI2V5B.load(folder, offline=True)
-    save_file(wan_vae_to_original({k: v.contiguous() for k, v in base.vae.state_dict().items()}), tmp_path / "wan2.2_vae.safetensors")
-    with pytest.raises(ModelLoadError, match=r"vae.model_name: .*wan2.2_vae.safetensors holds a VAE in Wan's original layout"):
-        Wan22TI2V5B.load(folder, offline=True, part_models={"vae": str(tmp_path / "wan2.2_vae.safetensors")})
+    folder = tmp_path / "model"
+    shutil.copytree(resolve_tiny("tiny:wan22-5b").diffusers_dir, folder)
+    config = json.loads((folder / "vae" / "config.json").read_text())
+    config.update(base_dim=8, decoder_base_dim=12, dim_mult=[1, 2, 4, 4], num_res_blocks=2)
+    torch.manual_seed(0)
+    shutil.rmtree(folder / "vae")
+    __import__("diffusers").AutoencoderKLWan.from_config(config).save_pretrained(folder / "vae")
+    base = Wan22TI2V5B.load(str(folder), offline=True)
+    changed = {k: (v + 0.1).contiguous() for k, v in base.vae.state_dict().items()}
+    original = wan22_vae_to_original(changed)
+    assert "encoder.downsamples.1.downsamples.2.time_conv.weight" in original  # a stage's resampler, after its blocks
+    assert "decoder.upsamples.0.upsamples.3.resample.1.weight" in original  # (the decoder's stages have one block more)
+    assert "encoder.downsamples.1.downsamples.0.shortcut.weight" in original
+    assert not any(word in k for k in original for word in ("_blocks", "mid_block", "resnets", "_in.", "_out.", "quant", "sampler."))
+    save_file(original, tmp_path / "wan2.2_vae.safetensors")
+    model = Wan22TI2V5B.load(str(folder), offline=True, part_models={"vae": str(tmp_path / "wan2.2_vae.safetensors")})
+    assert _same(model.vae, changed)
+
+
+def test_a_wan_layout_vae_of_another_architecture_is_refused_by_name(tmp_path):
+    """A Wan 2.1-layout file for a Wan 2.1-type VAE of an unpublished shape (here the tiny test
+    model's 1 block per stage) is not guessed at: said, naming the field."""
+    from safetensors.torch import save_file
+
+    from ot_gradio.models.wan import Wan21
+
+    folder = str(resolve_tiny("tiny:wan").diffusers_dir)
+    base = Wan21.load(folder, offline=True)
+    save_file(wan_vae_to_original({k: v.contiguous() for k, v in base.vae.state_dict().items()}), tmp_path / "vae.safetensors")
+    with pytest.raises(ModelLoadError, match=r"vae.model_name: .*vae.safetensors holds a VAE in Wan's original layout"):
+        Wan21.load(folder, offline=True, part_models={"vae": str(tmp_path / "vae.safetensors")})
 
 
 def test_bfls_flux2_vae_file_loads(tmp_path):
