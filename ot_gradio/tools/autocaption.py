@@ -1,4 +1,5 @@
-"""Automatic captions: BLIP and BLIP-2 (transformers) and the WD14 tagger (onnxruntime).
+"""Automatic captions: BLIP and BLIP-2 (transformers), the WD14 tagger (onnxruntime), and chat
+vision-language models (JoyCaption, Qwen2.5-VL: vlm_caption.py).
 
 Runs as the "autocaption" job (a worker process for the page, inline for the command line).
 Decisions, after OneTrainer's captioning tools:
@@ -54,7 +55,8 @@ class Captioner:
     def load(self, path: str, device: str) -> None:
         raise NotImplementedError
 
-    def caption(self, images: list[Any], initial: str) -> list[str]:
+    def caption(self, images: list[Any], initial: str, names: list[str] | None = None) -> list[str]:
+        """One caption per image; `names` (the images' names in the folder) seed what samples."""
         raise NotImplementedError
 
     def device(self, device: str) -> str:
@@ -143,7 +145,7 @@ class TransformersCaptioner(Captioner):
             raise not_found(self, path, err) from None
         self.model.to(device).eval()
 
-    def caption(self, images: list[Any], initial: str) -> list[str]:
+    def caption(self, images: list[Any], initial: str, names: list[str] | None = None) -> list[str]:
         import torch  # noqa: PLC0415
 
         out = []
@@ -258,7 +260,7 @@ class WD14Captioner(Captioner):
         square = square.resize((self.size, self.size), Image.BICUBIC)
         return np.asarray(square, dtype=np.float32)[:, :, ::-1]
 
-    def caption(self, images: list[Any], initial: str) -> list[str]:
+    def caption(self, images: list[Any], initial: str, names: list[str] | None = None) -> list[str]:
         import numpy as np  # noqa: PLC0415
 
         batch = np.stack([self.prepare(image) for image in images])
@@ -352,7 +354,7 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
             job.progress(done, len(todo), name)
             try:
                 picture = middle_frame(image) if is_video_name(image.name) else load_rgb(image)
-                caption = (prefix + captioner.caption([picture], initial)[0] + postfix).strip()
+                caption = (prefix + captioner.caption([picture], initial, names=[name])[0] + postfix).strip()
                 write_caption(image, new_text(image, caption, mode))
                 result["written"] += 1
             except Exception as err:  # noqa: BLE001 - one bad image (unreadable, odd size, locked caption) must not stop the rest
@@ -373,3 +375,5 @@ def summary(result: dict[str, Any]) -> str:
         text += f": {shown}" + (" ..." if len(result["failed_files"]) > 10 else "")
     return text
 
+
+from . import vlm_caption  # noqa: E402, F401  (registers JoyCaption and Qwen2.5-VL; imports nothing heavy)

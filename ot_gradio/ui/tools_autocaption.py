@@ -1,4 +1,5 @@
-"""Tools > Auto caption: the form for the "autocaption" job (BLIP, BLIP-2, WD14) and Start.
+"""Tools > Auto caption: the form for the "autocaption" job (BLIP, BLIP-2, WD14, JoyCaption,
+Qwen2.5-VL) and Start.
 
 The model runs in a worker process through a JobPanel (progress bar, Cancel keeps what is
 done); the page never loads it. The form is checked here first: the folder (and a model path
@@ -13,6 +14,7 @@ from typing import Any
 import gradio as gr
 
 from ..tools.autocaption import CAPTIONERS, MODES, looks_local
+from ..tools.vlm_caption import ChatCaptioner
 from .job_panel import JobPanel
 from .tools_tab import ToolInputError, ToolsContext, launch_checked
 
@@ -21,6 +23,13 @@ MODE_LABELS = {"replace": "replace all", "missing": "create if absent", "add": "
 
 def _number(value: Any, default: float) -> float:
     return default if value is None or value == "" else float(value)
+
+
+def _whole(label: str, value: Any, default: int, least: int) -> int:
+    number = int(_number(value, default))
+    if number < least:
+        raise ToolInputError(f"{label}: {number} is less than {least}")
+    return number
 
 
 class AutoCaptionTool:
@@ -39,10 +48,18 @@ class AutoCaptionTool:
         with gr.Row():
             self.mode = gr.Dropdown(label="Mode", choices=[(MODE_LABELS[m], m) for m in MODES], value="missing", elem_id="autocaption-mode")
             self.initial = gr.Textbox(label="Initial caption", value="", elem_id="autocaption-initial",
-                                      info="BLIP/BLIP-2: the text the model continues, e.g. 'a photo of'; WD14: put before the tags")
+                                      info="BLIP/BLIP-2: the text the model continues, e.g. 'a photo of'; the others: put before the caption")
         with gr.Row():
             self.prefix = gr.Textbox(label="Caption prefix", value="", elem_id="autocaption-prefix", info="added before each caption, as typed")
             self.postfix = gr.Textbox(label="Caption postfix", value="", elem_id="autocaption-postfix", info="added after each caption, as typed")
+        with gr.Row(visible=False) as self.chat_row:
+            self.instruction = gr.Textbox(label="Instruction", value="", scale=3, elem_id="autocaption-instruction",
+                                          placeholder=ChatCaptioner.instruction,
+                                          info="what the model is asked for the caption; empty: the placeholder (the model's own)")
+            self.max_tokens = gr.Number(label="Max new tokens", value=300, precision=0, minimum=1, elem_id="autocaption-max-tokens",
+                                        info="the caption's length limit")
+            self.seed = gr.Number(label="Seed", value=42, precision=0, elem_id="autocaption-seed",
+                                  info="sampled at temperature 0.6; the same seed writes the same captions")
         with gr.Row(visible=False) as self.threshold_row:
             self.general = gr.Slider(0.0, 1.0, value=0.35, step=0.01, label="General tag threshold", elem_id="autocaption-general")
             self.character = gr.Slider(0.0, 1.0, value=0.85, step=0.01, label="Character tag threshold", elem_id="autocaption-character")
@@ -52,14 +69,17 @@ class AutoCaptionTool:
         self.panel.wire()
 
         self.inputs = {self.folder, self.subfolders, self.model, self.model_path, self.device, self.mode, self.initial,
-                       self.prefix, self.postfix, self.general, self.character, ctx.config_state}
+                       self.prefix, self.postfix, self.general, self.character, self.instruction, self.max_tokens, self.seed,
+                       ctx.config_state}
         self.start_button.click(self.on_start, self.inputs, self.panel.launch_outputs)
-        self.model.change(self.on_model, [self.model], [self.threshold_row, self.model_path])
+        self.model.change(self.on_model, [self.model], [self.threshold_row, self.model_path, self.chat_row, self.instruction])
 
     @staticmethod
     def on_model(model: str) -> tuple:
         cls = CAPTIONERS.get(model or "blip", CAPTIONERS["blip"])
-        return gr.update(visible=model == "wd14"), gr.update(placeholder=cls.default_path)
+        chat = issubclass(cls, ChatCaptioner)
+        return (gr.update(visible=model == "wd14"), gr.update(placeholder=cls.default_path), gr.update(visible=chat),
+                gr.update(placeholder=cls.instruction) if chat else gr.update())
 
     def params(self, values: dict[Any, Any]) -> dict[str, Any]:
         """Form values -> job params; raises ToolInputError naming the field."""
@@ -79,7 +99,9 @@ class AutoCaptionTool:
             "initial_caption": str(values.get(self.initial) or ""), "prefix": str(values.get(self.prefix) or ""),
             "postfix": str(values.get(self.postfix) or ""), "include_subfolders": bool(values.get(self.subfolders)),
             "general_threshold": _number(values.get(self.general), 0.35), "character_threshold": _number(values.get(self.character), 0.85),
-            "device": str(values.get(self.device) or "auto"),
+            "device": str(values.get(self.device) or "auto"), "instruction": str(values.get(self.instruction) or "").strip(),
+            "max_new_tokens": _whole("Max new tokens", values.get(self.max_tokens), 300, 1),
+            "seed": _whole("Seed", values.get(self.seed), 42, 0),
         }
 
     def on_start(self, values: dict[Any, Any]) -> tuple:

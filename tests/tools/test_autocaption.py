@@ -191,7 +191,9 @@ def test_unreadable_image_is_named_and_the_rest_go_on(models, dataset):
 
 
 @pytest.mark.parametrize("model,label,default", [("blip", "BLIP", "Salesforce/blip-image-captioning-large"), ("blip2", "BLIP-2", "Salesforce/blip2-opt-2.7b"),
-                                                 ("wd14", "WD14", "SmilingWolf/wd-v1-4-vit-tagger-v2")])
+                                                 ("wd14", "WD14", "SmilingWolf/wd-v1-4-vit-tagger-v2"),
+                                                 ("joycaption", "JoyCaption", "fancyfeast/llama-joycaption-beta-one-hf-llava"),
+                                                 ("qwen-vl", "Qwen2.5-VL", "Qwen/Qwen2.5-VL-7B-Instruct")])
 def test_missing_weights_name_what_to_download(dataset, tmp_path, monkeypatch, model, label, default):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(JobError) as err:
