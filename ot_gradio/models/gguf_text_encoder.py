@@ -8,12 +8,18 @@ its Weight data type like any other.
 llama.cpp renames the layers (`enc.blk.0.attn_q` for T5's `encoder.block.0.layer.0.SelfAttention.q`,
 `blk.0.attn_q` for `model.layers.0.self_attn.q_proj`) and, for its `llama` architecture (Llama,
 Mistral), reorders the rows of the query and key weights for its rotary embedding; both are undone
-here, the head counts read from the file. Its Qwen2.5-VL files hold the language model alone (the
-vision tower is a separate `mmproj` file), which encoding a prompt without an image never reads.
+here, the head counts read from the file. Its Qwen2.5-VL files hold the language model alone; the
+vision tower, which encoding a prompt without an image never reads but Qwen-Image-Edit's encoder
+reads the control image with, is a separate `mmproj` file beside it. It is found as ComfyUI-GGUF
+finds it (a `.gguf` in the same folder whose name has `mmproj` and the encoder's name without its
+quantization suffix: `Qwen2.5-VL-7B-Instruct-mmproj-BF16.gguf` for `Qwen2.5-VL-7B-Instruct-Q4_K_M.gguf`),
+and its names, split query / key / value and split patch convolution put back as Qwen2.5-VL's
+checkpoint has them (`mmproj_weights`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,11 +77,26 @@ def _unpermute(weight: torch.Tensor, heads: int) -> torch.Tensor:
     return weight.reshape(heads, shape[0] // heads // 2, 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
 
 
+def _value(tensor) -> torch.Tensor:
+    """One tensor of the file read back to its values (float32 unless stored as float16)."""
+    import gguf
+    from diffusers.quantizers.gguf.utils import SUPPORTED_GGUF_QUANT_TYPES, GGUFParameter, dequantize_gguf_tensor
+
+    kind = tensor.tensor_type
+    if kind in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+        return torch.from_numpy(tensor.data.copy())
+    if kind in SUPPORTED_GGUF_QUANT_TYPES:  # diffusers' torch code (fast)
+        return dequantize_gguf_tensor(GGUFParameter(torch.from_numpy(tensor.data.copy()), quant_type=kind))
+    try:  # the other llama.cpp types (IQ2 / IQ3 ...): gguf's own numpy code (slower)
+        return torch.from_numpy(gguf.quants.dequantize(tensor.data, kind).copy())
+    except (NotImplementedError, ValueError, KeyError) as e:
+        raise GGUFTextEncoderError(f"{tensor.name} is quantized as {kind.name}, which is not dequantized here") from e
+
+
 def gguf_weights(path: Path, dtype: torch.dtype, keep: set[str] = frozenset(), skip=lambda key: False) -> Iterator[tuple[str, torch.Tensor]]:
     """(transformers' name, value) for each tensor of the file, floats in `dtype` (in float32 those
     of a module named in `keep`), one tensor in memory at a time."""
     import gguf
-    from diffusers.quantizers.gguf.utils import SUPPORTED_GGUF_QUANT_TYPES, GGUFParameter, dequantize_gguf_tensor
 
     reader = gguf.GGUFReader(str(path))
     arch = architecture(reader)
@@ -84,22 +105,51 @@ def gguf_weights(path: Path, dtype: torch.dtype, keep: set[str] = frozenset(), s
     if arch in _PERMUTED:
         heads["q_proj"] = int(_field(reader, f"{arch}.attention.head_count"))
         heads["k_proj"] = int(_field(reader, f"{arch}.attention.head_count_kv") or heads["q_proj"])
-    plain = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
     for tensor in reader.tensors:
         key = _rename(tensor.name, renames)
         if skip(key) or (tensor.name in _UNREAD and (renames is _T5 or tensor.name == "rope_freqs.weight")):
             continue
-        kind = tensor.tensor_type
-        if kind in plain:
-            value = torch.from_numpy(tensor.data.copy())
-        elif kind in SUPPORTED_GGUF_QUANT_TYPES:  # diffusers' torch code (fast)
-            value = dequantize_gguf_tensor(GGUFParameter(torch.from_numpy(tensor.data.copy()), quant_type=kind))
-        else:  # the other llama.cpp types (IQ2 / IQ3 ...): gguf's own numpy code (slower)
-            try:
-                value = torch.from_numpy(gguf.quants.dequantize(tensor.data, kind).copy())
-            except (NotImplementedError, ValueError, KeyError) as e:
-                raise GGUFTextEncoderError(f"{tensor.name} is quantized as {kind.name}, which is not dequantized here") from e
+        value = _value(tensor)
         proj = key.rsplit(".", 2)[-2] if key.count(".") >= 2 else ""
         if proj in heads:
             value = _unpermute(value, heads[proj])
         yield key, value.to(torch.float32 if keep & set(key.split(".")) else dtype)
+
+
+# an mmproj file's names -> Qwen2.5-VL's checkpoint's (`visual.`), in order (ComfyUI-GGUF's table)
+_MMPROJ = (("mm.", "visual.merger.mlp."), ("v.post_ln.", "visual.merger.ln_q."), ("v.patch_embd", "visual.patch_embed.proj"),
+           ("v.blk.", "visual.blocks."), ("ffn_up", "mlp.up_proj"), ("ffn_down", "mlp.down_proj"), ("ffn_gate", "mlp.gate_proj"),
+           ("attn_out.", "attn.proj."), ("ln1.", "norm1."), ("ln2.", "norm2."))
+_QWEN_PROJECTORS = ("qwen2.5vl_merger", "qwen2vl_merger")
+QUANT_SUFFIX = re.compile(r"[-_]?(?:ud-)?i?q[0-9]_[a-z0-9_\-]{1,8}$", re.IGNORECASE)
+
+
+def mmproj_beside(path: Path) -> Path | None:
+    """The vision tower's mmproj `.gguf` for the language model's `path`: in the same folder, its name
+    with `mmproj` and `path`'s name less the quantization suffix (ComfyUI-GGUF's rule); else the
+    folder's only mmproj file; None when there is none."""
+    found = sorted(p for p in path.parent.iterdir() if p.suffix.lower() == ".gguf" and "mmproj" in p.stem.lower() and p != path)
+    stem = QUANT_SUFFIX.sub("", path.stem.lower())
+    named = [p for p in found if stem in p.stem.lower()]
+    return named[0] if named else (found[0] if len(found) == 1 else None)
+
+
+def mmproj_weights(path: Path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """A Qwen2.5-VL (or Qwen2-VL) mmproj file's vision tower under its checkpoint's names: llama.cpp
+    splits each block's fused query / key / value projection in three and the patch embedding's
+    3-D convolution into its two frames (`v.patch_embd.weight`, `.weight.1`); both are put back."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    projector = _field(reader, "clip.projector_type")
+    if _field(reader, "general.architecture") != "clip" or projector not in _QWEN_PROJECTORS:
+        raise GGUFTextEncoderError(f"{path.name} is not the vision tower of a Qwen2.5-VL (its projector is {projector or 'not named'})")
+    weights = {_rename(t.name, _MMPROJ): _value(t).to(torch.float32) for t in reader.tensors}
+    frames = weights.pop("visual.patch_embed.proj.weight.1", None)
+    if frames is not None:
+        weights["visual.patch_embed.proj.weight"] = torch.stack([weights["visual.patch_embed.proj.weight"], frames], dim=2)
+    for key in [k for k in weights if ".attn_q." in k]:
+        fused, leaf = key.split(".attn_q.")
+        parts = [weights.pop(f"{fused}.attn_{x}.{leaf}") for x in "qkv"]
+        weights[f"{fused}.attn.qkv.{leaf}"] = torch.cat(parts, dim=0)
+    return {k: v.to(dtype) for k, v in weights.items()}

@@ -36,7 +36,7 @@ import torch
 from .comfy_quant import UnreadQuantization, tensors_of
 from .common import ModelLoadError, config_keywords, part_file
 from .errors import first_line
-from .gguf_text_encoder import GGUFTextEncoderError, gguf_weights
+from .gguf_text_encoder import QUANT_SUFFIX, GGUFTextEncoderError, gguf_weights, mmproj_beside, mmproj_weights
 
 SUFFIXES = (".safetensors", ".sft", ".gguf")
 # keys a text encoder file may hold that no encoder does: CLIP's logit scale and position ids, a
@@ -144,12 +144,22 @@ def load_text_encoder(path: Path, class_name: str, source: str | Path, part: str
     if dtype in (torch.float16, torch.bfloat16):
         keep |= set(getattr(cls, "_keep_in_fp32_modules_strict", None) or ())
     weights = _wrapped_language_model(read_weights(path, field, class_name, dtype, keep), class_name)
+    if reads_images and path.suffix.lower() == ".gguf" and class_name in _VISION and (mmproj := mmproj_beside(path)):
+        try:
+            weights.update(mmproj_weights(mmproj, dtype))
+        except GGUFTextEncoderError as e:
+            raise ModelLoadError(f"{field}: {e}; give the mmproj file made for {path.name} beside it.") from e
+        except Exception as e:
+            raise ModelLoadError(f"{field}: {mmproj.name} could not be read as a .gguf file ({first_line(e)}).") from e
     unused = _UNUSED
     text_only = class_name in _VISION and not any(k.startswith(_VISION[class_name]) or k.startswith("visual.") for k in weights)
     if text_only and reads_images:
-        raise ModelLoadError(f"{field}: {path.name} holds the language model alone (no vision tower; a .gguf keeps it in a "
-                             "separate mmproj file), and this model's text encoder reads the control images with it. Give the "
-                             f"whole encoder's .safetensors file (like {example}), or leave it blank.")
+        beside = (" and no mmproj file is beside it (put its vision tower's .gguf, e.g. "
+                  f"{QUANT_SUFFIX.sub('', path.stem)}-mmproj-BF16.gguf, in the same folder, as ComfyUI-GGUF reads it)"
+                  if path.suffix.lower() == ".gguf" else "")
+        raise ModelLoadError(f"{field}: {path.name} holds the language model alone (no vision tower){beside}, and this model's "
+                             f"text encoder reads the control images with it. Give the whole encoder's .safetensors file (like "
+                             f"{example}), or leave it blank.")
     if text_only:
         unused += _VISION[class_name]  # the vision tower stays as initialised, never read
     if layers_read is not None:

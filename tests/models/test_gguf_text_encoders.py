@@ -127,9 +127,64 @@ def test_a_gguf_text_encoder_loads_back_to_its_weights_and_encodes_as_they_do(mo
     assert torch.allclose(encoded[key], reference[key], atol=0.05, rtol=0.05), (encoded[key] - reference[key]).abs().max()
 
 
+def write_mmproj(encoder: torch.nn.Module, path, projector: str = "qwen2.5vl_merger") -> None:
+    """The vision tower of a Qwen2.5-VL (+0.5) as llama.cpp's converter writes its mmproj file: gguf's
+    own name table, each fused query / key / value split in three, the patch convolution's two
+    frames as two tensors, float16."""
+    import gguf
+
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.MMPROJ, 64)
+    writer = gguf.GGUFWriter(str(path), "clip")
+    writer.add_string("clip.projector_type", projector)
+    for key, value in encoder.state_dict().items():
+        if not key.startswith("model.visual."):
+            continue
+        name = key.removeprefix("model.")
+        module, leaf = name.rsplit(".", 1)
+        data = (value + 0.5).float().numpy()
+        if module.endswith(".attn.qkv"):
+            for part, rows in zip("qkv", np.split(data, 3, axis=0), strict=True):
+                writer.add_tensor(f"{names.get_name(module[:-3] + part)}.{leaf}", rows.astype(np.float16))
+        elif module.endswith("patch_embed.proj"):
+            writer.add_tensor(f"{names.get_name(module)}.{leaf}", data[:, :, 0].astype(np.float16))
+            writer.add_tensor(f"{names.get_name(module)}.{leaf}.1", data[:, :, 1].astype(np.float16))
+        else:
+            writer.add_tensor(f"{names.get_name(module)}.{leaf}", data.astype(np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_qwen_image_edit_reads_a_gguf_with_its_mmproj_beside_it(tmp_path):
+    """Qwen-Image-Edit's Qwen2.5-VL from llama.cpp's two files, as ComfyUI-GGUF reads them: the
+    language model's and, beside it, the vision tower's mmproj named after it (another mmproj in
+    the folder is not taken); every weight back, the vision tower's query / key / value and patch
+    frames in their places."""
+    from ot_gradio.models.registry import get_family
+    from ot_gradio.models.tiny import resolve_tiny
+
+    edit = get_family("QWEN_IMAGE_EDIT")
+    folder = str(resolve_tiny("tiny:qwen-image-edit").diffusers_dir)
+    base = edit.load(folder, offline=True).text_encoder
+    write_gguf(base, tmp_path / "Qwen2.5-VL-7B-Instruct-Q8_0.gguf")
+    write_mmproj(base, tmp_path / "Qwen2.5-VL-7B-Instruct-mmproj-F16.gguf")
+    write_mmproj(base, tmp_path / "Qwen2-VL-2B-mmproj-F16.gguf", projector="gemma3")  # someone else's: not read
+    got = edit.load(folder, offline=True, part_models={"text_encoder": str(tmp_path / "Qwen2.5-VL-7B-Instruct-Q8_0.gguf")}).text_encoder
+    expected, loaded = base.state_dict(), got.state_dict()
+    vision = [k for k in expected if k.startswith("model.visual.")]
+    assert vision and loaded.keys() == expected.keys()
+    worst = max((loaded[k].float() - (expected[k].float() + 0.5)).abs().max().item() for k in vision)
+    assert worst < 0.01, worst  # float16's rounding; a q/k/v or frame order read wrong is off by far more
+
+    (tmp_path / "Qwen2.5-VL-7B-Instruct-mmproj-F16.gguf").unlink()  # only the other model's left: it is named
+    with pytest.raises(ModelLoadError, match=r"Qwen2-VL-2B-mmproj-F16.gguf is not the vision tower of a Qwen2.5-VL \(its projector is gemma3\)"):
+        edit.load(folder, offline=True, part_models={"text_encoder": str(tmp_path / "Qwen2.5-VL-7B-Instruct-Q8_0.gguf")})
+
+
 def test_gguf_text_encoders_refused_by_name(tmp_path):
     """Qwen-Image-Edit's encoder reads the control image, and a .gguf of Qwen2.5-VL holds no vision
-    tower: refused, as are an architecture not read here (Sana's Gemma 2) and a T5 file given for
+    tower: without its mmproj beside it, refused, as are an architecture not read here (Sana's Gemma 2) and a T5 file given for
     a Llama."""
     import gguf
 
@@ -139,7 +194,8 @@ def test_gguf_text_encoders_refused_by_name(tmp_path):
     edit = get_family("QWEN_IMAGE_EDIT")
     folder = str(resolve_tiny("tiny:qwen-image-edit").diffusers_dir)
     write_gguf(edit.load(folder, offline=True).text_encoder, tmp_path / "qwen25vl.gguf")
-    with pytest.raises(ModelLoadError, match=r"text_encoder.model_name: qwen25vl.gguf holds the language model alone .* mmproj"):
+    with pytest.raises(ModelLoadError, match=r"text_encoder.model_name: qwen25vl.gguf holds the language model alone \(no vision tower\) "
+                                             r"and no mmproj file is beside it \(put its vision tower's .gguf, e.g. qwen25vl-mmproj-BF16.gguf"):
         edit.load(folder, offline=True, part_models={"text_encoder": str(tmp_path / "qwen25vl.gguf")})
 
     writer = gguf.GGUFWriter(str(tmp_path / "gemma.gguf"), "gemma2")
