@@ -94,6 +94,7 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
         reg = r.flag("is_reg")
         word = "" if reg else str(r.get("trigger_word") or trigger or "").strip()  # ai-toolkit adds none to regularisation images
         text: dict[str, Any] = {"default_caption": str(r.get("default_caption") or ""), "trigger_word": word,
+                                "caption_lines": "WHOLE",  # ai-toolkit reads a caption file whole
                                 "enable_tag_shuffling": r.flag("shuffle_tokens"), "keep_tags_count": r.number("keep_tokens", 0, int)}
         if r.number("token_dropout_rate", 0.0):
             text.update(tag_dropout_enable=True, tag_dropout_mode="RANDOM", tag_dropout_probability=r.number("token_dropout_rate"))

@@ -133,7 +133,7 @@ def _directory(d: DpSection, top: Section, roots: list[Path], notes: list[str], 
     repeats = value("num_repeats", 1)
     if not isinstance(repeats, (int, float)) or isinstance(repeats, bool) or repeats <= 0:
         raise ConfigError(f"{where}.num_repeats: {repeats!r} is not a number of repeats above 0 (diffusion-pipe dataset)")
-    text: dict[str, Any] = {"caption_prefix": str(value("caption_prefix", "") or "")}
+    text: dict[str, Any] = {"caption_prefix": str(value("caption_prefix", "") or ""), "caption_lines": "WHOLE"}  # a file is one caption
     shuffle = int(value("cache_shuffle_num", 0) or 0)
     if value("shuffle_tags", False) or shuffle > 0:
         text.update(enable_tag_shuffling=True, keep_tags_count=0)  # diffusion-pipe shuffles every tag, the prefix added after
@@ -162,8 +162,8 @@ def _directory(d: DpSection, top: Section, roots: list[Path], notes: list[str], 
 
 def _captions(folder: Path, where: str, skip_empty: bool, notes: list[str]) -> None:
     """What diffusion-pipe reads differently in `folder` (not its subfolders, as it reads it): its
-    `captions.json` (several captions an image, the .txt files then unread), a .txt of several lines
-    (one caption there, one line at a time here), media without a caption (left out there)."""
+    `captions.json` (several captions an image, the .txt files then unread), media without a caption
+    (left out there). (A .txt of several lines is one caption there: Caption file lines WHOLE.)"""
     try:
         files = [p for p in folder.iterdir() if p.is_file()]
     except OSError:
@@ -173,13 +173,6 @@ def _captions(folder: Path, where: str, skip_empty: bool, notes: list[str]) -> N
                      "the .txt files are")
         return
     texts = [p for p in files if p.suffix.lower() == ".txt"]
-    try:
-        lines = sum(1 for p in texts if len([x for x in p.read_text(encoding="utf-8", errors="replace").splitlines() if x.strip()]) > 1)
-    except OSError:
-        lines = 0
-    if lines:
-        notes.append(f"{where}: {lines} caption files hold several lines, which diffusion-pipe reads as one caption; here each line is "
-                     "a caption of its own, one picked each time: join the lines if they are one caption")
     stems = {p.stem for p in texts}
     bare = sum(1 for p in files if p.suffix.lower() in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS and p.stem not in stems)
     if bare and skip_empty:

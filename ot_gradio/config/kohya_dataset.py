@@ -22,7 +22,7 @@ DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", 
                           "enable_bucket", "bucket_no_upscale", "bucket_reso_steps", "min_bucket_reso", "max_bucket_reso",
                           # musubi-tuner's: a dataset is its folder; its latent cache folder is its own business
                           "image_directory", "video_directory", "cache_directory", "target_frames", "frame_extraction",
-                          "max_frames", "control_directory"})
+                          "max_frames", "control_directory", "enable_wildcard"})
 BUCKET_KEYS = {"bucket_reso_steps": ("bucket_resolution_step", 64), "min_bucket_reso": ("min_bucket_resolution", 256),
                "max_bucket_reso": ("max_bucket_resolution", 1024)}  # ours, and sd-scripts' default
 PAGE_BUCKETS = {"max_bucket_reso": 2048}  # kohya_ss's page's own defaults, where they differ
@@ -135,7 +135,7 @@ def _training_options(r: KohyaReader) -> dict[str, Any]:
     dataset config's `[general]`)."""
     options = {key: r.get(key) for key in ("shuffle_caption", "keep_tokens", "flip_aug", "caption_tag_dropout_rate", "caption_extension",
                                            "keep_tokens_separator", "random_crop", "alpha_mask", "caption_prefix",
-                                           "caption_suffix")
+                                           "caption_suffix", "enable_wildcard")
                if r.data.get(key) is not None}
     return options
 
@@ -225,7 +225,8 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
             notes.append(f"dataset {index + 1} sets its own {', '.join(differ)}: here every dataset is bucketed as the first")
         own = [subset for subset in dataset.get("subsets") or [] if isinstance(subset, dict)]
         if not own and (folder := dataset.get("image_directory") or dataset.get("video_directory")):  # musubi-tuner's
-            own = [{"image_dir": folder, **({"control_folder": dataset["control_directory"]} if dataset.get("control_directory") else {})}]
+            own = [{"image_dir": folder, "caption_lines": "WHOLE",  # musubi-tuner reads a caption file whole
+                    **({"control_folder": dataset["control_directory"]} if dataset.get("control_directory") else {})}]
             _musubi_frames(dataset, general, out, notes)
         subsets += [{**merged, **subset} for subset in own]
     # the first dataset's, then [general]'s, then the training config's (sd-scripts' fallback, read either way)
@@ -346,7 +347,12 @@ def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) ->
                             # `<repeats>_<name>` folder's name
                             "default_caption": str(options.get("class_tokens") or ""),
                             "caption_prefix": str(options.get("caption_prefix") or ""),
-                            "caption_suffix": str(options.get("caption_suffix") or "")}
+                            "caption_suffix": str(options.get("caption_suffix") or ""),
+                            # sd-scripts reads a caption file's first line; with enable_wildcard one line at random
+                            "caption_lines": options.get("caption_lines") or ("EACH" if flag(options.get("enable_wildcard")) else "FIRST")}
+    if flag(options.get("enable_wildcard")):
+        notes.append(f"enable_wildcard ({folder.name}): a caption file's lines are drawn one at a time, as there; its "
+                     "{a|b} choices are not expanded here (they train as written)")
     if is_set(options.get("caption_tag_dropout_rate")):  # kohya drops each tag after the kept ones with it
         text.update(tag_dropout_enable=True, tag_dropout_mode="RANDOM", tag_dropout_probability=float(options["caption_tag_dropout_rate"]))
     # kohya's random crop: where in the image its bucket is cut, drawn anew (OneTrainer's crop jitter)

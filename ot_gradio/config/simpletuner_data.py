@@ -151,6 +151,8 @@ def _concept(r: StSection, top: StSection, roots: list[Path], notes: list[str], 
             notes.append(f"{r.name}: SimpleTuner reads underscores in file names as spaces; here they stay as written")
     elif strategy != "textfile":
         notes.append(f"{r.name}.caption_strategy '{strategy}': here captions are .txt files beside the images")
+    if r.flag("disable_multiline_split", top.flag("disable_multiline_split")):  # a caption file is one caption
+        text["caption_lines"] = "WHOLE"
     if r.flag("prepend_instance_prompt", top.flag("prepend_instance_prompt")) and prompt and strategy != "instanceprompt":
         text["caption_prefix"] = prompt
     crop = r.flag("crop")

@@ -198,6 +198,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
         scan.warnings.append(f"Skipping {skip.path}: {skip.reason}")
     source = str(getattr(concept.text, "prompt_source", "sample"))
     default = default_caption(concept)
+    joined = caption_lines_rule(concept)
     alpha_masks = bool(getattr(getattr(concept, "image", None), "alpha_mask", False))
     shared: tuple[str, ...] = ()
     if source == "concept":
@@ -228,7 +229,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
             scan.unpaired.append(path)
             continue
         stat = path.stat()
-        captions = _captions_for(path, source, shared, scan, default)
+        captions = _captions_for(path, source, shared, scan, default, joined)
         mask = _mask_for(path, scan, (width, height))  # a clip's mask holds for each of its frames
         alpha = bool(mask is None and transparent and alpha_masks and not clip)  # Alpha as mask: its own alpha channel
         resolved = path.resolve()
@@ -337,7 +338,8 @@ def concept_captions(concept: object, clips: bool = False, control: bool = False
     shared = read_captions(_resolve_prompt_file(concept, folder))[0] if source == "concept" else ()
     scratch = ConceptScan(name=concept_label(concept), folder=folder, items=[])  # (its warnings: the run says them)
     default = default_caption(concept)
-    return [_captions_for(path, source, shared, scratch, default) for path in files]
+    joined = caption_lines_rule(concept)
+    return [_captions_for(path, source, shared, scratch, default, joined) for path in files]
 
 
 def default_caption(concept: object) -> str:
@@ -345,9 +347,17 @@ def default_caption(concept: object) -> str:
     return str(getattr(concept.text, "default_caption", "") or "").strip()
 
 
-def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: ConceptScan, default: str = "") -> tuple[str, ...]:
+def caption_lines_rule(concept: object) -> str:
+    """The concept's Caption file lines: EACH (a caption a line), FIRST or WHOLE."""
+    rule = str(getattr(getattr(concept, "text", None), "caption_lines", "EACH") or "EACH").upper()
+    return rule if rule in ("EACH", "FIRST", "WHOLE") else "EACH"
+
+
+def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: ConceptScan, default: str = "",
+                  lines_rule: str = "EACH") -> tuple[str, ...]:
     """The item's captions by its prompt source; with 'sample', `default` where it has no caption
-    file (kohya's class tokens: an empty caption file stays empty, as there)."""
+    file (kohya's class tokens: an empty caption file stays empty, as there), and a file of several
+    lines read by `lines_rule` (EACH: a caption a line; FIRST: the first; WHOLE: one, joined)."""
     if source == "concept":
         return shared
     if source == "filename":
@@ -365,6 +375,8 @@ def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: Concep
             _warn(scan, warning)
         if caption_file.suffix == ".txt" and caption_file.with_suffix(".caption").is_file():
             scan.two_caption_files.append(caption_file)
+        if len(lines) > 1 and lines_rule != "EACH":
+            lines = lines[:1] if lines_rule == "FIRST" else (" ".join(lines),)
         scan.several_lines += len(lines) > 1
     if not lines:
         scan.uncaptioned.append(path)

@@ -127,8 +127,8 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: Bucketing
                      "training, Image augmentation → Alpha as mask makes their alpha channel their mask)")
     if scan.several_lines:
         lines.append(f"{scan.several_lines} caption files hold several lines: each line is a caption of its own, one drawn "
-                     "per epoch (OneTrainer's rule; kohya reads the first line only), so a paragraph split over lines trains "
-                     "in pieces")
+                     "per epoch (OneTrainer's rule), so a paragraph split over lines trains in pieces; Text augmentation → "
+                     "Caption file lines reads them as kohya (FIRST) or diffusion-pipe (WHOLE) does")
     if scan.two_caption_files:
         lines.append(f"{len(scan.two_caption_files)} images have both a `.txt` and a kohya `.caption` file: the `.txt` is read")
     if scan.kohya_folders:

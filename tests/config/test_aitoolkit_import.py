@@ -105,6 +105,7 @@ def test_the_flux_example_imports_as_ai_toolkit_trains_it(tmp_path):
     assert c["output_model_destination"] == str(Path("output") / "my_first_flux_lora_v1" / "my_first_flux_lora_v1.safetensors")
     concept = c["concepts"][0]
     assert (concept["path"], concept["text"]["trigger_word"]) == (str(folder), "p3r5on")
+    assert concept["text"]["caption_lines"] == "WHOLE"  # ai-toolkit reads a caption file whole
     first, second = c["samples"]
     assert first["prompt"] == "p3r5on holding a sign that says 'I LOVE PROMPTS!'"
     assert (first["seed"], second["seed"], first["cfg_scale"], first["diffusion_steps"], first["width"]) == (42, 43, 4.0, 20, 1024)

@@ -251,9 +251,11 @@ def test_what_a_review_against_diffusion_pipes_source_found(checkout):
 
 
 def test_caption_files_diffusion_pipe_reads_otherwise_are_named(checkout):
+    """A caption file is one caption there, whatever its lines (Caption file lines WHOLE); its
+    captions.json, read instead of the .txt files, is named."""
     (checkout / "data" / "cats" / "a.txt").write_text("first paragraph\nsecond paragraph")
-    _, warning = load(checkout, MAIN_EXAMPLE)
-    assert "dataset.directory[0]: 1 caption files hold several lines" in warning
+    config, warning = load(checkout, MAIN_EXAMPLE)
+    assert {c["text"]["caption_lines"] for c in config["concepts"]} == {"WHOLE"} and "several lines" not in warning
     (checkout / "data" / "dogs" / "captions.json").write_text("{}")
     _, warning = load(checkout, MAIN_EXAMPLE)
     assert "dataset.directory[1]: its captions.json" in warning and "images have no caption file" not in warning

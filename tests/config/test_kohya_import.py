@@ -235,6 +235,7 @@ def test_sd_scripts_toml_training_and_dataset_configs(tmp_path):
         ("mychar", "/data/mychar", 10.0, True, 1), ("reg: reg", "/data/reg", 1.0, True, 0)]
     assert "network_module" not in result.warnings[0] and "class_tokens" not in result.warnings[0]
     assert [x.text.default_caption for x in c.concepts] == ["mychar girl", ""]  # kohya's caption for images without a file
+    assert {x.text.caption_lines for x in c.concepts} == {"FIRST"}  # sd-scripts reads a caption file's first line
     alone = load_config(tmp_path / "dataset_config.toml")  # the dataset file by itself: its concepts
     assert [x.path for x in alone.config.concepts] == ["/data/mychar", "/data/reg"]
     (tmp_path / "bad.toml").write_text("[model_arguments\\n")
@@ -271,6 +272,8 @@ def test_what_kohya_does_with_switches_rates_and_defaults(tmp_path):
             for x in result.config.concepts] == [("/a", 3.0, False, True, 2), ("/r", 1.0, False, False, 2)]
     assert "b: num_repeats 0, which kohya skips" in result.warnings[0]
     assert load_config({**base, "train_data_dir": str(tmp_path)}).config.concepts[0].text.keep_tags_count == 0
+    wild = load_config({**base, "train_data_dir": str(tmp_path), "enable_wildcard": True})  # a line drawn each time, as here
+    assert wild.config.concepts[0].text.caption_lines == "EACH" and "{a|b} choices are not expanded" in wild.warnings[0]
 
 
 def test_how_long_kohya_trains(tmp_path):

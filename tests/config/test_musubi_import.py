@@ -138,6 +138,7 @@ def test_a_musubi_dataset_toml_by_itself_imports_its_folders(tmp_path):
     _files(tmp_path)
     c = config_to_dict(load_config(tmp_path / "dataset.toml").config)
     assert [x["path"] for x in c["concepts"]] == [str(tmp_path / "images"), str(tmp_path / "videos")]
+    assert {x["text"]["caption_lines"] for x in c["concepts"]} == {"WHOLE"}  # musubi-tuner reads a caption file whole
 
 
 def test_musubi_tuners_own_readings():

@@ -62,6 +62,7 @@ def test_simpletuners_example_config_reads_as_it_trains(checkout):
     # the dataset: repeats 2 = 3 passes, pixel_area 512, captions beside the images, no random crops
     (cats,) = c["concepts"]
     assert (cats["path"], cats["balancing"], cats["image"]["enable_crop_jitter"]) == (str(checkout / "datasets" / "cats"), 3.0, False)
+    assert cats["text"]["caption_lines"] == "EACH"  # a caption file's lines are captions of their own, drawn one at a time
     assert c["resolution"] == "512"
     # 10 steps of 12 images at batch 1: one epoch; lr as a string; adamw_bf16's eps 1e-6; value clipping is not norm clipping
     assert c["epochs"] == 1 and c["learning_rate"] == 1e-4 and c["optimizer"]["eps"] == 1e-6 and c["clip_grad_norm"] is None
@@ -165,6 +166,15 @@ def test_what_a_review_against_simpletuners_source_found(checkout):
     assert (ideogram["noising_weight"], ideogram["timestep_shift"], ideogram["dynamic_timestep_shifting"]) == (0.5, 1.0, True)
     custom, _ = load(checkout, {"model_family": "flux", "model_type": "lora", "peft_lora_target_modules": '["to_q", "proj_mlp"]'})
     assert custom["layer_filter"] == r"(^|\.)(to_q|proj_mlp)$"
+
+
+def test_disable_multiline_split_reads_a_caption_file_whole(checkout):
+    backend = json.loads((checkout / "config" / "multidatabackend.json").read_text())
+    backend[0]["disable_multiline_split"] = True
+    (checkout / "config" / "multidatabackend.json").write_text(json.dumps(backend))
+    c, warning = load(checkout, EXAMPLE)
+    assert c["concepts"][0]["text"]["caption_lines"] == "WHOLE"
+    assert "disable_multiline_split" not in warning.split("config.json", 1)[1]  # (the test's folder is named after it)
 
 
 def test_its_config_env_reads_as_its_arguments(checkout):

@@ -114,6 +114,23 @@ def test_sample_captions_multi_line_missing_and_empty(tmp_path, write_image, mak
     assert any("2 image(s) have no caption" in w for w in scan.warnings)
 
 
+@pytest.mark.parametrize("rule, expected", [("EACH", ("first caption", "second caption")), ("FIRST", ("first caption",)),
+                                           ("WHOLE", ("first caption second caption",))])
+def test_caption_file_lines_each_first_or_whole(tmp_path, write_image, make_concept, rule, expected):
+    """A caption file of several lines: a caption a line (OneTrainer), its first line (kohya's
+    sd-scripts), or one caption of them all (diffusion-pipe, musubi-tuner, ai-toolkit); the page's
+    count of such files (its 'several lines' note) follows what is trained."""
+    from ot_gradio.data.scan import concept_captions
+
+    folder = tmp_path / "c"
+    write_image(folder / "a.png", 16, 16)
+    (folder / "a.txt").write_text("first caption\n\n   second caption  \n")
+    concept = make_concept(folder, text={"caption_lines": rule})
+    scan = scan_concept(concept)
+    assert scan.items[0].captions == expected == concept_captions(concept)[0]
+    assert scan.several_lines == (rule == "EACH")
+
+
 def test_latin1_caption_falls_back_with_warning(tmp_path, write_image, make_concept, caplog):
     folder = tmp_path / "c"
     write_image(folder / "a.png", 16, 16)
