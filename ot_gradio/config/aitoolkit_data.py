@@ -82,6 +82,7 @@ def save(r: Section, out: dict[str, Any], job_name: str, folder: str) -> None:
 def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, info: FamilyInfo) -> tuple[list[dict[str, Any]], list[str]]:
     """Each dataset a concept; what they share (caption dropout, resolutions, frames) the run's."""
     concepts, left, sizes, frames, rates = [], [], [], [], set()
+    video_sets: list[tuple[int, bool, float]] = []  # (dataset, shrink_video_to_frames, fps) of each video dataset
     for number, item in enumerate(items if isinstance(items, list) else []):
         r = Section(f"datasets[{number}]", item, "datasets")
         folder = str(r.get("folder_path") or r.get("dataset_path") or "").strip()
@@ -118,6 +119,7 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
                 raise ConfigError(f"datasets[{number}].resolution: {value!r} is not a size (ai-toolkit config)") from None
         if r.number("num_frames", 1, int) > 1:
             frames.append(r.number("num_frames", 1, int))
+            video_sets.append((number, r.flag("shrink_video_to_frames", True), r.number("fps", 24.0)))
         if reg:
             notes.append(f"datasets[{number}].is_reg: ai-toolkit trains a regularisation batch every other step; here it is a "
                          "concept of its own, shown as often as its images and Balancing say")
@@ -134,9 +136,9 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
             if r.get(key):
                 notes.append(f"datasets[{number}].{key}: here a mask is `<image>-masklabel.png` beside each image, and one "
                              "control image a concept's (its Control image folder); put them there")
-        r.at_default("shrink_video_to_frames", True)
+        r.get("shrink_video_to_frames")
+        r.get("fps")
         r.at_default("controls", [])
-        r.at_default("fps", 24)
         left += r.left()
     rate = max(rates) if rates else 0.0
     out["caption_dropout_probability"] = rate  # ai-toolkit empties the whole caption, for every text encoder at once
@@ -151,7 +153,23 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
         out["resolution"] = ",".join(str(s - s % 8) for s in sorted(set(sizes)))
     if frames and info.frame_step:
         out["frames"] = str(max(frames))
+        _clip_windows(video_sets, out, notes)
     return concepts, left
+
+
+def _clip_windows(video_sets: list[tuple[int, bool, float]], out: dict[str, Any], notes: list[str]) -> None:
+    """How ai-toolkit takes a clip's num_frames: spread over the whole clip (shrink_video_to_frames,
+    its default), or at `fps` from a random start (its random window: Random clip window here)."""
+    spread = [number for number, shrink, _ in video_sets if shrink]
+    if spread:
+        notes.append(f"datasets{spread}: ai-toolkit spreads num_frames over each whole clip (shrink_video_to_frames, its "
+                     "default), so a long clip trains sped up; here the frames are taken at the Clip frame rate from a random "
+                     "window: trim the clips to num_frames / frame rate seconds to train the same")
+    rates = sorted({fps for _, shrink, fps in video_sets if not shrink})
+    if rates:  # its random window of frames at fps
+        out.update(random_clip_window=True, frame_rate=float(rates[0]))
+        if len(rates) > 1:
+            notes.append(f"datasets' fps {rates}: one Clip frame rate here, {rates[0]:g}")
 
 
 def samples(r: Section, out: dict[str, Any], trigger: str, job_name: str, info: FamilyInfo, every_scale: int) -> list[str]:

@@ -261,9 +261,12 @@ def _musubi_frames(dataset: dict[str, Any], general: dict[str, Any], out: dict[s
         out["frames"] = str(max(lengths))
     if "target_frames" not in dataset and "target_frames" not in general and extraction != "full":
         notes.append("a video dataset without target_frames: musubi-tuner cuts 1-frame clips then, and so do these Frames")
-    if extraction not in ("head", "full"):
-        notes.append(f"frame_extraction '{extraction}': here a clip's frames come from its start (or a random window: Data → "
-                     "Random clip window)")
+    if extraction in ("head", "full"):  # the clip's first frames (its whole, up to max_frames), as there
+        out["random_clip_window"] = False
+    else:  # chunk / slide / uniform: several windows of each clip an epoch there; one at random each time here
+        out["random_clip_window"] = True
+        notes.append(f"frame_extraction '{extraction}': musubi-tuner trains several windows of each clip every epoch; here "
+                     "one window at a random start each time a clip is shown (Random clip window)")
 
 
 def _size(value: Any) -> str | None:

@@ -98,6 +98,9 @@ def load(checkout, text: str, name: str = "config.toml"):
 
 def test_diffusion_pipes_main_example_reads_as_it_trains(checkout):
     config, warning = load(checkout, MAIN_EXAMPLE)
+    assert config["random_clip_window"] is False  # video_clip_mode 'single_beginning': each clip's first frames
+    overlapping, notes = load(checkout, MAIN_EXAMPLE.replace("'single_beginning'", "'multiple_overlapping'"))
+    assert overlapping["random_clip_window"] is True and "several overlapping windows" in notes
     assert config["model_type"] == "HUNYUAN_VIDEO" and config["base_model_name"] == "hunyuanvideo-community/HunyuanVideo"
     assert config["transformer"]["model_name"] == "/models/hunyuan_video_720_cfgdistill_fp8_e4m3fn.safetensors"
     assert config["transformer"]["weight_dtype"] == "FLOAT_8" and config["text_encoder"]["weight_dtype"] == "BFLOAT_16"

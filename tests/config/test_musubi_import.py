@@ -75,6 +75,7 @@ def test_musubi_tuners_wan_config_trains_wan_from_its_files(tmp_path):
     assert c["text_encoder"]["model_name"] == ""  # the original repo's .pth T5 is not read: said
     assert [(x["path"], x["balancing"]) for x in c["concepts"]] == [(str(tmp_path / "images"), 2.0), (str(tmp_path / "videos"), 1.0)]
     assert (c["resolution"], c["frames"], c["batch_size"], c["aspect_ratio_bucketing"]) == ("960x544", "45", 1, True)
+    assert c["random_clip_window"] is False  # frame_extraction "head": each clip's first frames, as there
     # shift: a sigmoid of a normal, shifted by discrete_flow_shift
     assert (c["timestep_distribution"], c["timestep_shift"], c["dynamic_timestep_shifting"]) == ("LOGIT_NORMAL", 3.0, False)
     assert (c["epochs"], c["lora_rank"], c["learning_rate"], c["optimizer"]["optimizer"]) == (16, 32, 2e-4, "ADAMW_8BIT")
@@ -175,6 +176,12 @@ def test_a_musubi_video_dataset_takes_its_defaults(tmp_path):
     c = config_to_dict(result.config)
     assert (c["frames"], c["resolution"], c["aspect_ratio_bucketing"]) == ("1", "960x544", False)
     assert "musubi-tuner cuts 1-frame clips then" in result.warnings[0]
+    (tmp_path / "data.toml").write_text(f'[[datasets]]\nvideo_directory = "{tmp_path / "clips"}"\ntarget_frames = [17]\n'
+                                        'frame_extraction = "chunk"\n')
+    result = load_config({"network_module": "networks.lora_wan", "task": "t2v-1.3B", "dit": "/m/w.safetensors", "network_dim": 8,
+                          "output_dir": "/out", "dataset_config": str(tmp_path / "data.toml")})
+    assert config_to_dict(result.config)["random_clip_window"] is True  # several windows there: one at random each time here
+    assert "frame_extraction 'chunk': musubi-tuner trains several windows" in result.warnings[0]
 
 
 def test_a_musubi_edit_dataset_reads_its_control_directory(tmp_path):
