@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.media_files import UNREAD_IMAGE_EXTENSIONS, kohya_repeats
-from .captions import beside_concept, caption_path, read_captions
+from .captions import beside_concept, caption_lines, caption_path, read_captions, read_text
 from .errors import DataError
 from .images import (
     CONDLABEL_SUFFIX,
@@ -368,15 +368,19 @@ def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: Concep
         return (default,)
     if caption_file.is_file():
         try:
-            lines, warning = read_captions(caption_file)
+            text, warning = read_text(caption_file)
+            lines = caption_lines(text)
         except OSError as exc:
-            warning = f"Cannot read caption {caption_file}: {_reason(exc)}"
+            text, warning = "", f"Cannot read caption {caption_file}: {_reason(exc)}"
         if warning:
             _warn(scan, warning)
         if caption_file.suffix == ".txt" and caption_file.with_suffix(".caption").is_file():
             scan.two_caption_files.append(caption_file)
-        if len(lines) > 1 and lines_rule != "EACH":
-            lines = lines[:1] if lines_rule == "FIRST" else (" ".join(lines),)
+        if lines_rule == "FIRST":  # sd-scripts: the file's first line, even a blank one
+            first = text.splitlines()[0].strip() if text.strip() else ""
+            lines = (first,) if first else ()
+        elif lines_rule == "WHOLE" and len(lines) > 1:  # the whole text, its line breaks kept (an LLM encoder reads them)
+            lines = ("\n".join(lines),)
         scan.several_lines += len(lines) > 1
     if not lines:
         scan.uncaptioned.append(path)

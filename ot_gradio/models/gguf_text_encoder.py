@@ -13,6 +13,7 @@ vision tower, which encoding a prompt without an image never reads but Qwen-Imag
 reads the control image with, is a separate `mmproj` file beside it. It is found as ComfyUI-GGUF
 finds it (a `.gguf` in the same folder whose name has `mmproj` and the encoder's name without its
 quantization suffix: `Qwen2.5-VL-7B-Instruct-mmproj-BF16.gguf` for `Qwen2.5-VL-7B-Instruct-Q4_K_M.gguf`),
+or, where no name matches, the folder's only mmproj file (ComfyUI-GGUF takes none then),
 and its names, split query / key / value and split patch convolution put back as Qwen2.5-VL's
 checkpoint has them (`mmproj_weights`).
 """
@@ -135,7 +136,8 @@ def mmproj_beside(path: Path) -> Path | None:
 
 
 def mmproj_weights(path: Path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """A Qwen2.5-VL (or Qwen2-VL) mmproj file's vision tower under its checkpoint's names: llama.cpp
+    """A Qwen2.5-VL mmproj file's vision tower (projector `qwen2.5vl_merger`, or `qwen2vl_merger` as
+    older conversions of Qwen2.5-VL say) under its checkpoint's names: llama.cpp
     splits each block's fused query / key / value projection in three and the patch embedding's
     3-D convolution into its two frames (`v.patch_embd.weight`, `.weight.1`); both are put back."""
     import gguf

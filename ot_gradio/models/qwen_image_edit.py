@@ -61,7 +61,10 @@ PLUS_VISION_AREA = 384 * 384  # QwenImageEditPlusPipeline's CONDITION_IMAGE_SIZE
 class VisionPromptProcessor:
     """Qwen2VLProcessor's image-and-text call (`processor(text=..., images=..., padding=True,
     return_tensors="pt")`), which QwenImageEditPipeline makes: the image processor's patches and
-    grids, each text's image pad repeated for its image's merged patches, then the tokenizer."""
+    grids, each text's image pad repeated for its image's merged patches, then the tokenizer; and,
+    as transformers' processor returns it, `mm_token_type_ids` (1 at the image's tokens), without
+    which transformers 5's Qwen2.5-VL gives the image tokens a text's 1-D positions instead of
+    their 3-D (time, row, column) ones."""
 
     def __init__(self, image_processor, tokenizer):
         self.image_processor, self.tokenizer = image_processor, tokenizer
@@ -78,6 +81,8 @@ class VisionPromptProcessor:
             texts = ["".join(piece if i == 0 else IMAGE_TOKEN * next(counts) + piece for i, piece in enumerate(t.split(IMAGE_TOKEN)))
                      for t in texts]
         tokens = self.tokenizer(texts, padding=padding, return_tensors=return_tensors)
+        if images is not None:
+            data["mm_token_type_ids"] = (tokens["input_ids"] == self.tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)).long()
         return BatchFeature({**tokens, **data})
 
 
@@ -180,7 +185,8 @@ class QwenImageEdit(QwenImage):
         with torch.set_grad_enabled("text_encoder" in grad and torch.is_grad_enabled()):
             hidden = self.text_encoder(
                 input_ids=inputs["input_ids"].to(device), attention_mask=mask.long(), pixel_values=inputs["pixel_values"].to(device),
-                image_grid_thw=inputs["image_grid_thw"].to(device), output_hidden_states=True,
+                image_grid_thw=inputs["image_grid_thw"].to(device), mm_token_type_ids=inputs["mm_token_type_ids"].to(device),
+                output_hidden_states=True,
             ).hidden_states[-(1 + self.layer_skips.get("text_encoder", 0))]
             kept = [h[m][EDIT_DROP_TOKENS:] for h, m in zip(hidden, mask, strict=True)]
         longest = max(1, max(len(k) for k in kept))

@@ -155,8 +155,9 @@ def load_text_encoder(path: Path, class_name: str, source: str | Path, part: str
     text_only = class_name in _VISION and not any(k.startswith(_VISION[class_name]) or k.startswith("visual.") for k in weights)
     if text_only and reads_images:
         beside = (" and no mmproj file is beside it (put its vision tower's .gguf, e.g. "
-                  f"{QUANT_SUFFIX.sub('', path.stem)}-mmproj-BF16.gguf, in the same folder, as ComfyUI-GGUF reads it)"
-                  if path.suffix.lower() == ".gguf" else "")
+                  f"{QUANT_SUFFIX.sub('', path.stem)}-mmproj-BF16.gguf, in the same folder, as ComfyUI-GGUF reads it"
+                  + ("; a Hugging Face file address fetches that one file: download both into a folder of yours and give "
+                     "its path" if "snapshots" in path.parts else "") + ")" if path.suffix.lower() == ".gguf" else "")
         raise ModelLoadError(f"{field}: {path.name} holds the language model alone (no vision tower){beside}, and this model's "
                              f"text encoder reads the control images with it. Give the whole encoder's .safetensors file (like "
                              f"{example}), or leave it blank.")

@@ -8,7 +8,8 @@ Decisions, after OneTrainer's captioning tools:
   ``.ot_captions/backup/`` (the same place the editor keeps its backups).
 - Modes: "replace" writes every image's caption, "missing" only images without a (non-empty)
   caption, "add" appends the new caption as one more line (a caption file holds one caption per
-  line and training picks one line per epoch).
+  line and training picks one line per epoch, under the concept's Caption file lines EACH, the
+  default; FIRST reads only the first line, WHOLE the file as one caption).
 - For BLIP/BLIP-2 the initial caption is the prompt the model continues; for WD14 it is put in
   front of the tags. Prefix and postfix are then glued on as typed (the user owns spaces/commas).
 - WD14 follows OneTrainer: the top rating tag, then character tags, then general tags, each

@@ -24,7 +24,7 @@ def register_auto(caption_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--general-threshold", type=float, default=0.35, help="WD14: minimum confidence of a general tag")
     p.add_argument("--character-threshold", type=float, default=0.85, help="WD14: minimum confidence of a character tag")
     p.add_argument("--instruction", default="", help="JoyCaption / Qwen2.5-VL: what the model is asked (default: the model's own)")
-    p.add_argument("--max-new-tokens", type=int, default=300, help="JoyCaption / Qwen2.5-VL: the caption's length limit in tokens")
+    p.add_argument("--max-new-tokens", type=int, default=512, help="JoyCaption / Qwen2.5-VL: the caption's length limit in tokens")
     p.add_argument("--seed", type=int, default=42, help="JoyCaption / Qwen2.5-VL: the sampling seed (the same seed writes the same captions)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.set_defaults(func=cmd_auto)

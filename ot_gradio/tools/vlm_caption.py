@@ -20,7 +20,8 @@ Decisions:
 - Sampling as JoyCaption's card recommends (temperature 0.6, top-p 0.9), seeded per image from
   the form's seed and the image's name, so a rerun writes the same captions.
 - The caption is one line: the model's line breaks become spaces (a caption file's lines are
-  separate captions here, one drawn per epoch). The instruction and chat tokens are never in it.
+  separate captions under Caption file lines EACH, the default). The instruction and chat tokens
+  are never in it. A caption that reaches Max new tokens (512, JoyCaption's card's) ends there.
 - An image over a megapixel is scaled down to one first (Qwen VL reads images at their own size).
 - bfloat16 on a GPU (float16 where the card lacks it), float32 on the CPU (slow: minutes an
   image for an 8B model).
@@ -36,6 +37,7 @@ from .autocaption import Captioner, hub_offline, looks_local, not_found, option,
 from .jobs import JobError
 
 TEMPERATURE, TOP_P = 0.6, 0.9
+MAX_NEW_TOKENS = 512  # JoyCaption's card: a long descriptive caption is not cut short
 # a larger image is scaled down to this many pixels first: Qwen VL reads images at their own size
 # (a 12 MP photo would be 15 000 vision tokens); JoyCaption's processor makes every image 384 px
 MAX_PIXELS = 1024 * 1024
@@ -106,14 +108,17 @@ class ChatCaptioner(Captioner):
         seed = int(option(self.options, "seed", 42))
         out = []
         for index, image in enumerate(images):
-            inputs = self.processor(text=[text], images=[_at_most(image, MAX_PIXELS)], return_tensors="pt").to(self.target)
+            bos = getattr(self.processor.tokenizer, "bos_token", None)
+            # a template that writes the BOS token itself: the tokenizer adds none (transformers' own rule)
+            extra = {"add_special_tokens": False} if bos and text.startswith(bos) else {}
+            inputs = self.processor(text=[text], images=[_at_most(image, MAX_PIXELS)], return_tensors="pt", **extra).to(self.target)
             if "pixel_values" in inputs:
                 inputs["pixel_values"] = inputs["pixel_values"].to(self.dtype)
             name = (names or [])[index] if index < len(names or []) else str(index)
             generator_seed = (seed + zlib.crc32(name.encode("utf-8"))) % (2**63)
             torch.manual_seed(generator_seed)
             with torch.no_grad():
-                tokens = self.model.generate(**inputs, max_new_tokens=int(option(self.options, "max_new_tokens", 300)),
+                tokens = self.model.generate(**inputs, max_new_tokens=int(option(self.options, "max_new_tokens", MAX_NEW_TOKENS)),
                                              do_sample=True, temperature=TEMPERATURE, top_p=TOP_P, top_k=None)
             new = tokens[0][inputs["input_ids"].shape[1]:]
             caption = " ".join(self.processor.tokenizer.decode(new, skip_special_tokens=True).split())
@@ -176,8 +181,8 @@ class QwenVLProcessor:
     def apply_chat_template(self, messages: list[dict], **kwargs: Any) -> str:
         return self.tokenizer.apply_chat_template(messages, chat_template=self.chat_template, **kwargs)
 
-    def __call__(self, text: list[str], images: list[Any], return_tensors: str = "pt") -> Any:
-        return self.call(text, images=images, return_tensors=return_tensors)
+    def __call__(self, text: list[str], images: list[Any], return_tensors: str = "pt", **_: Any) -> Any:
+        return self.call(text, images=images, return_tensors=return_tensors)  # (Qwen's tokenizer adds no BOS token)
 
 
 @register("joycaption")

@@ -56,8 +56,8 @@ class AutoCaptionTool:
             self.instruction = gr.Textbox(label="Instruction", value="", scale=3, elem_id="autocaption-instruction",
                                           placeholder=ChatCaptioner.instruction,
                                           info="what the model is asked for the caption; empty: the placeholder (the model's own)")
-            self.max_tokens = gr.Number(label="Max new tokens", value=300, precision=0, minimum=1, elem_id="autocaption-max-tokens",
-                                        info="the caption's length limit")
+            self.max_tokens = gr.Number(label="Max new tokens", value=512, precision=0, minimum=1, elem_id="autocaption-max-tokens",
+                                        info="the caption's length limit; a caption ends there")
             self.seed = gr.Number(label="Seed", value=42, precision=0, elem_id="autocaption-seed",
                                   info="sampled at temperature 0.6; the same seed writes the same captions")
         with gr.Row(visible=False) as self.threshold_row:
@@ -100,7 +100,7 @@ class AutoCaptionTool:
             "postfix": str(values.get(self.postfix) or ""), "include_subfolders": bool(values.get(self.subfolders)),
             "general_threshold": _number(values.get(self.general), 0.35), "character_threshold": _number(values.get(self.character), 0.85),
             "device": str(values.get(self.device) or "auto"), "instruction": str(values.get(self.instruction) or "").strip(),
-            "max_new_tokens": _whole("Max new tokens", values.get(self.max_tokens), 300, 1),
+            "max_new_tokens": _whole("Max new tokens", values.get(self.max_tokens), 512, 1),
             "seed": _whole("Seed", values.get(self.seed), 42, 0),
         }
 

@@ -115,7 +115,7 @@ def test_sample_captions_multi_line_missing_and_empty(tmp_path, write_image, mak
 
 
 @pytest.mark.parametrize("rule, expected", [("EACH", ("first caption", "second caption")), ("FIRST", ("first caption",)),
-                                           ("WHOLE", ("first caption second caption",))])
+                                           ("WHOLE", ("first caption\nsecond caption",))])
 def test_caption_file_lines_each_first_or_whole(tmp_path, write_image, make_concept, rule, expected):
     """A caption file of several lines: a caption a line (OneTrainer), its first line (kohya's
     sd-scripts), or one caption of them all (diffusion-pipe, musubi-tuner, ai-toolkit); the page's
@@ -129,6 +129,8 @@ def test_caption_file_lines_each_first_or_whole(tmp_path, write_image, make_conc
     scan = scan_concept(concept)
     assert scan.items[0].captions == expected == concept_captions(concept)[0]
     assert scan.several_lines == (rule == "EACH")
+    (folder / "a.txt").write_text("\nsecond line\n")  # kohya's first line is the blank one: no caption
+    assert scan_concept(concept).items[0].captions == (("",) if rule == "FIRST" else ("second line",))
 
 
 def test_latin1_caption_falls_back_with_warning(tmp_path, write_image, make_concept, caplog):

@@ -25,10 +25,33 @@ def _control() -> Image.Image:
     return Image.fromarray(rng.integers(0, 255, (40, 56, 3), dtype=np.uint8))  # 56 x 40: the pipeline resizes it to ~1 MP
 
 
+class _image_positions:
+    """The pipeline's text encoder told which tokens are the image's (`mm_token_type_ids`, as
+    transformers' Qwen2VLProcessor returns it; transformers 4 found them from the image token), so
+    that they get Qwen2.5-VL's 3-D positions, as the model was trained and ComfyUI reads it."""
+
+    def __init__(self, encoder):
+        self.encoder, self.forward = encoder, encoder.forward
+
+    def __enter__(self):
+        image_token = self.encoder.config.image_token_id
+
+        def forward(*args, input_ids=None, pixel_values=None, **kwargs):
+            if pixel_values is not None and "mm_token_type_ids" not in kwargs:
+                kwargs["mm_token_type_ids"] = (input_ids == image_token).long()
+            return self.forward(*args, input_ids=input_ids, pixel_values=pixel_values, **kwargs)
+
+        self.encoder.forward = forward
+
+    def __exit__(self, *exc):
+        self.encoder.forward = self.forward
+
+
 @pytest.mark.parametrize("variant", ["edit", "plus"])
 def test_prompt_with_its_control_image_and_predict_reproduce_the_pipeline(variant, request):
     """Qwen-Image-Edit, and Edit Plus (2511: `zero_cond_t`), whose text encoder sees the image at
-    about 384 x 384 pixels (the pipeline's condition size)."""
+    about 384 x 384 pixels (the pipeline's condition size); the image's tokens at their 3-D
+    positions (the pipeline's encoder told them, as transformers 4 found them)."""
     from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit import calculate_shift
 
     from ot_gradio.data.pixels import pixels_tensor
@@ -40,11 +63,16 @@ def test_prompt_with_its_control_image_and_predict_reproduce_the_pipeline(varian
     resized = image.resize(sample_size(*image.size), resample=Image.Resampling.LANCZOS)
     assert resized.size == (1216, 864)  # diffusers' calculate_dimensions(1024 * 1024, 56 / 40)
     condition = image.resize((448, 320), resample=Image.Resampling.LANCZOS)  # calculate_dimensions(384 * 384, 56 / 40)
+    given = resized if variant == "edit" else [condition]
     with torch.no_grad():
-        theirs, theirs_mask = pipe.encode_prompt(PROMPT, image=resized if variant == "edit" else [condition], device="cpu")
+        flat, _ = pipe.encode_prompt(PROMPT, image=given, device="cpu")
+        with _image_positions(pipe.text_encoder):
+            theirs, theirs_mask = pipe.encode_prompt(PROMPT, image=given, device="cpu")
         hidden, mask = edit.trimmed(edit.encode_text([PROMPT], control=[resized if variant == "edit" else image]))
     assert theirs_mask is None and mask is None
     torch.testing.assert_close(hidden, theirs)
+    # the pipeline under transformers 5 passes no mm_token_type_ids: its image tokens get a text's 1-D positions
+    assert not torch.allclose(hidden, flat, atol=1e-3)
 
     noise = torch.randn(1, 4, 4, 6, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():

@@ -5,6 +5,7 @@ templates that place the image as each model's does (tests/tools/vlm_models.py).
 from pathlib import Path
 
 import pytest
+import torch
 from PIL import Image
 
 from ot_gradio.tools.autocaption import CAPTIONERS
@@ -70,11 +71,38 @@ def test_the_chat_puts_the_image_and_the_instruction_as_each_template_wants(vlm_
     qwen.load(str(vlm_models["qwen-vl"]), "cpu")
     assert qwen.prompt().endswith("<|vision_start|><|image_pad|><|vision_end|>List the colours.<|im_end|>\n<|im_start|>assistant\n")
     inputs = qwen.processor(text=[qwen.prompt()], images=[Image.new("RGB", (56, 56))])
-    pads = int((inputs["input_ids"] == qwen.processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")).sum())
-    assert pads == int(inputs["image_grid_thw"].prod()) // 4  # one pad per merged 2x2 patch
+    image_tokens = inputs["input_ids"] == qwen.processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    assert int(image_tokens.sum()) == int(inputs["image_grid_thw"].prod()) // 4  # one pad per merged 2x2 patch
+    # which tokens are the image's: without it transformers 5 gives them a text's 1-D positions, not their 3-D ones
+    assert torch.equal(inputs["mm_token_type_ids"], image_tokens.long())
+    rope = qwen.model.model.get_rope_index(inputs["input_ids"], image_grid_thw=inputs["image_grid_thw"],
+                                           mm_token_type_ids=inputs["mm_token_type_ids"])[0]
+    assert not torch.equal(rope[1], rope[2])  # rows and columns of the image numbered apart
     from ot_gradio.tools.vlm_caption import _at_most
 
     assert _at_most(Image.new("RGB", (4000, 3000)), 1024 * 1024).size == (1182, 887)  # a photo read at about a megapixel
+
+
+def test_a_template_that_writes_the_bos_token_gets_no_second_one(vlm_models):
+    """As transformers' own apply_chat_template does: a chat text that starts with the BOS token is
+    tokenized without adding another (Llama 3 templates write `<|begin_of_text|>` themselves)."""
+    joy = CAPTIONERS["joycaption"]({"max_new_tokens": 4})
+    joy.load(str(vlm_models["joycaption"]), "cpu")
+    seen, processor = [], joy.processor
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(processor, name)
+
+        def __call__(self, *args, **kwargs):
+            seen.append(kwargs.get("add_special_tokens", True))
+            return processor(*args, **kwargs)
+
+    joy.processor = Spy()
+    joy.caption([Image.new("RGB", (28, 28))], "", names=["x.png"])
+    processor.tokenizer.bos_token = "<|im_start|>"  # the tiny template's first token
+    joy.caption([Image.new("RGB", (28, 28))], "", names=["x.png"])
+    assert seen == [True, False]
 
 
 def test_a_plain_template_gets_the_image_token_before_the_instruction(tmp_path):
