@@ -162,17 +162,17 @@ def _directory(d: DpSection, top: Section, roots: list[Path], notes: list[str], 
 
 def _captions(folder: Path, where: str, skip_empty: bool, notes: list[str]) -> None:
     """What diffusion-pipe reads differently in `folder` (not its subfolders, as it reads it): its
-    `captions.json` (several captions an image, the .txt files then unread), media without a caption
-    (left out there). (A .txt of several lines is one caption there: Caption file lines WHOLE.)"""
+    `captions.json` beside .txt files (there it replaces them; here a .txt wins), media without a
+    caption (left out there). (A .txt of several lines is one caption there: Caption file lines WHOLE.)"""
     try:
         files = [p for p in folder.iterdir() if p.is_file()]
     except OSError:
         return
-    if any(p.name == "captions.json" for p in files):
-        notes.append(f"{where}: its captions.json (diffusion-pipe's captions, which then replace the .txt files) is not read here; "
-                     "the .txt files are")
-        return
     texts = [p for p in files if p.suffix.lower() == ".txt"]
+    if any(p.name == "captions.json" for p in files) and texts:
+        notes.append(f"{where}: its captions.json replaces the .txt files there; here a .txt file beside an image wins, "
+                     "captions.json captions the others")
+        return
     stems = {p.stem for p in texts}
     bare = sum(1 for p in files if p.suffix.lower() in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS and p.stem not in stems)
     if bare and skip_empty:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.media_files import UNREAD_IMAGE_EXTENSIONS, kohya_repeats
+from .caption_index import CaptionIndex, read_caption_index
 from .captions import beside_concept, caption_lines, caption_path, read_captions, read_text
 from .errors import DataError
 from .images import (
@@ -87,6 +88,8 @@ class ConceptScan:
     transparent: list[Path] = field(default_factory=list)  # images with transparent pixels: they train on white
     two_caption_files: list[Path] = field(default_factory=list)  # images with a .txt and a kohya .caption: the .txt is read
     several_lines: int = 0  # caption files with more than one caption (line)
+    from_index: int = 0  # images captioned by the folder's caption index (captions.json, metadata.jsonl)
+    caption_index: list[str] = field(default_factory=list)  # the index files read
     kohya_folders: str | None = None  # what its `<repeats>_<name>` folders would mean in kohya (kohya_folder_warning)
 
     @property
@@ -199,6 +202,8 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     source = str(getattr(concept.text, "prompt_source", "sample"))
     default = default_caption(concept)
     joined = caption_lines_rule(concept)
+    index = read_caption_index(folder, lambda text: _warn(scan, text)) if source == "sample" else None
+    scan.caption_index = index.files if index else []
     alpha_masks = bool(getattr(getattr(concept, "image", None), "alpha_mask", False))
     shared: tuple[str, ...] = ()
     if source == "concept":
@@ -229,7 +234,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
             scan.unpaired.append(path)
             continue
         stat = path.stat()
-        captions = _captions_for(path, source, shared, scan, default, joined)
+        captions = _captions_for(path, source, shared, scan, default, joined, index, folder)
         mask = _mask_for(path, scan, (width, height))  # a clip's mask holds for each of its frames
         alpha = bool(mask is None and transparent and alpha_masks and not clip)  # Alpha as mask: its own alpha channel
         resolved = path.resolve()
@@ -339,7 +344,8 @@ def concept_captions(concept: object, clips: bool = False, control: bool = False
     scratch = ConceptScan(name=concept_label(concept), folder=folder, items=[])  # (its warnings: the run says them)
     default = default_caption(concept)
     joined = caption_lines_rule(concept)
-    return [_captions_for(path, source, shared, scratch, default, joined) for path in files]
+    index = read_caption_index(folder, lambda text: None) if source == "sample" else None
+    return [_captions_for(path, source, shared, scratch, default, joined, index, folder) for path in files]
 
 
 def default_caption(concept: object) -> str:
@@ -354,16 +360,26 @@ def caption_lines_rule(concept: object) -> str:
 
 
 def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: ConceptScan, default: str = "",
-                  lines_rule: str = "EACH") -> tuple[str, ...]:
-    """The item's captions by its prompt source; with 'sample', `default` where it has no caption
-    file (kohya's class tokens: an empty caption file stays empty, as there), and a file of several
-    lines read by `lines_rule` (EACH: a caption a line; FIRST: the first; WHOLE: one, joined)."""
+                  lines_rule: str = "EACH", index: CaptionIndex | None = None, folder: Path | None = None) -> tuple[str, ...]:
+    """The item's captions by its prompt source; with 'sample', its caption file, else the folder's
+    caption index (captions.json, metadata.jsonl), else `default` (kohya's class tokens: an empty
+    caption file stays empty, as there); several lines (or an index's several captions) read by
+    `lines_rule` (EACH: a caption a line; FIRST: the first; WHOLE: one, joined)."""
     if source == "concept":
         return shared
     if source == "filename":
         return (path.stem,)
     caption_file = caption_path(path)
     lines: tuple[str, ...] = ()
+    if not caption_file.is_file() and index is not None and folder is not None:
+        listed = index.get(path.relative_to(folder).as_posix())
+        if listed is not None:
+            scan.from_index += 1
+            lines = listed[:1] if lines_rule == "FIRST" else ("\n".join(listed),) if lines_rule == "WHOLE" and listed else listed
+            scan.several_lines += len(lines) > 1
+            if not lines:
+                scan.uncaptioned.append(path)
+            return lines or ("",)
     if not caption_file.is_file() and default:
         return (default,)
     if caption_file.is_file():

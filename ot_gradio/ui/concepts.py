@@ -129,6 +129,9 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: Bucketing
         lines.append(f"{scan.several_lines} caption files hold several lines: each line is a caption of its own, one drawn "
                      "per epoch (OneTrainer's rule), so a paragraph split over lines trains in pieces; Text augmentation → "
                      "Caption file lines reads them as kohya (FIRST) or diffusion-pipe (WHOLE) does")
+    if scan.caption_index:
+        lines.append(f"{scan.from_index} images captioned by the folder's {' and '.join(f'`{n}`' for n in scan.caption_index)} "
+                     "(a caption file beside an image wins)")
     if scan.two_caption_files:
         lines.append(f"{len(scan.two_caption_files)} images have both a `.txt` and a kohya `.caption` file: the `.txt` is read")
     if scan.kohya_folders:

@@ -261,7 +261,8 @@ def test_caption_files_diffusion_pipe_reads_otherwise_are_named(checkout):
     assert {c["text"]["caption_lines"] for c in config["concepts"]} == {"WHOLE"} and "several lines" not in warning
     (checkout / "data" / "dogs" / "captions.json").write_text("{}")
     _, warning = load(checkout, MAIN_EXAMPLE)
-    assert "dataset.directory[1]: its captions.json" in warning and "images have no caption file" not in warning
+    assert "dataset.directory[1]: its captions.json replaces the .txt files there; here a .txt file beside an image wins" in warning
+    assert "images have no caption file" not in warning
     assert "uncond_fraction" not in warning  # none set
 
 

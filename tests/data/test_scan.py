@@ -133,6 +133,34 @@ def test_caption_file_lines_each_first_or_whole(tmp_path, write_image, make_conc
     assert scan_concept(concept).items[0].captions == (("",) if rule == "FIRST" else ("second line",))
 
 
+def test_a_folders_captions_json_and_metadata_jsonl_caption_the_images_without_a_file(tmp_path, write_image, make_concept):
+    """diffusion-pipe's captions.json (by file name; a list is several captions) and Hugging Face's
+    metadata.jsonl (by path in the folder); a caption file beside an image wins; Caption file lines
+    applies to an index's captions; the same captions for the checks before Start."""
+    import json
+
+    from ot_gradio.data.scan import concept_captions
+
+    folder = tmp_path / "c"
+    for name in ("a.png", "b.png", "c.png", "sub/d.png"):
+        write_image(folder / name, 16, 16)
+    (folder / "captions.json").write_text(json.dumps({"a.png": ["a red fox", "a fox, red"], "b.png": "from the json"}))
+    (folder / "b.txt").write_text("its own file")
+    (folder / "metadata.jsonl").write_text('{"file_name": "sub/d.png", "text": "a dog"}\n{"file_name": "gone.png", "text": "x"}\n')
+    concept = make_concept(folder, include_subdirectories=True)
+    scan = scan_concept(concept)
+    got = {i.relpath: i.captions for i in scan.items}
+    assert got == {"a.png": ("a red fox", "a fox, red"), "b.png": ("its own file",), "c.png": ("",), "sub/d.png": ("a dog",)}
+    assert (scan.from_index, scan.caption_index, [p.name for p in scan.uncaptioned]) == (2, ["captions.json", "metadata.jsonl"], ["c.png"])
+    assert [got[i.relpath] for i in scan.items] == concept_captions(concept)
+    whole = scan_concept(make_concept(folder, include_subdirectories=True, text={"caption_lines": "WHOLE"}))
+    assert whole.items[0].captions == ("a red fox\na fox, red",)
+
+    (folder / "captions.json").write_text("{not json")
+    broken = scan_concept(concept)
+    assert broken.items[0].captions == ("",) and any("captions.json: not read as captions" in w for w in broken.warnings)
+
+
 def test_latin1_caption_falls_back_with_warning(tmp_path, write_image, make_concept, caplog):
     folder = tmp_path / "c"
     write_image(folder / "a.png", 16, 16)
