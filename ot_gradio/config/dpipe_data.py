@@ -11,6 +11,7 @@ the dataset's folders also from the dataset TOML's (`roots`).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -162,21 +163,36 @@ def _directory(d: DpSection, top: Section, roots: list[Path], notes: list[str], 
 
 def _captions(folder: Path, where: str, skip_empty: bool, notes: list[str]) -> None:
     """What diffusion-pipe reads differently in `folder` (not its subfolders, as it reads it): its
-    `captions.json` beside .txt files (there it replaces them; here a .txt wins), media without a
-    caption (left out there). (A .txt of several lines is one caption there: Caption file lines WHOLE.)"""
+    `captions.json` beside .txt files (there it replaces them; here a .txt wins), an image's several
+    captions there (each trained every epoch; here one each time), media without a caption (left
+    out there). (A .txt of several lines is one caption there: Caption file lines WHOLE.)"""
     try:
         files = [p for p in folder.iterdir() if p.is_file()]
     except OSError:
         return
     texts = [p for p in files if p.suffix.lower() == ".txt"]
-    if any(p.name == "captions.json" for p in files) and texts:
-        notes.append(f"{where}: its captions.json replaces the .txt files there; here a .txt file beside an image wins, "
-                     "captions.json captions the others")
-        return
-    stems = {p.stem for p in texts}
-    bare = sum(1 for p in files if p.suffix.lower() in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS and p.stem not in stems)
+    media = [p for p in files if p.suffix.lower() in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS]
+    index = folder / "captions.json"
+    if index.is_file():
+        try:
+            listed = json.loads(index.read_text(encoding="utf-8-sig"))
+            listed = listed if isinstance(listed, dict) else {}
+        except (OSError, ValueError):
+            listed = {}  # (the run names an unreadable one)
+        if texts:
+            notes.append(f"{where}: its captions.json replaces the .txt files there; here a .txt file beside an image wins, "
+                         "captions.json captions the others")
+        if any(isinstance(v, list) and len(v) > 1 for v in listed.values()):
+            notes.append(f"{where}: diffusion-pipe trains each of an image's captions in captions.json every epoch; here one "
+                         "of them is drawn each time the image is shown (raise the concept's Balancing to show it as often)")
+        bare = sum(1 for p in media if p.name not in listed)
+        what = "no entry in captions.json"
+    else:
+        stems = {p.stem for p in texts}
+        bare = sum(1 for p in media if p.stem not in stems)
+        what = "no caption file"
     if bare and skip_empty:
-        notes.append(f"{where}: {bare} images have no caption file, which diffusion-pipe leaves out (skip_empty_caption, its "
+        notes.append(f"{where}: {bare} images have {what}, which diffusion-pipe leaves out (skip_empty_caption, its "
                      "default); here they train with an empty caption: caption them, or move them out")
 
 

@@ -531,7 +531,7 @@ def _run(r: Section, out: dict[str, Any], notes: list[str], model_type: M, sourc
     if info.frame_step:  # diffusion-pipe's clip from the start (its default), or windows across the clip
         out["random_clip_window"] = clip == "multiple_overlapping"
         if clip == "multiple_overlapping":
-            notes.append("video_clip_mode 'multiple_overlapping': diffusion-pipe trains several overlapping windows of each clip; "
-                         "here one window at a random start each time a clip is shown (Random clip window)")
+            notes.append("video_clip_mode 'multiple_overlapping' (overlapping windows of each clip, which diffusion-pipe's current "
+                         "code no longer accepts): here one window at a random start each time a clip is shown (Random clip window)")
         elif clip != "single_beginning":
             notes.append(f"video_clip_mode '{clip}': here a clip's frames are taken from its start (Clip start moves it)")

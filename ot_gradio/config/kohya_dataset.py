@@ -22,7 +22,7 @@ DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", 
                           "enable_bucket", "bucket_no_upscale", "bucket_reso_steps", "min_bucket_reso", "max_bucket_reso",
                           # musubi-tuner's: a dataset is its folder; its latent cache folder is its own business
                           "image_directory", "video_directory", "cache_directory", "target_frames", "frame_extraction",
-                          "max_frames", "control_directory", "enable_wildcard"})
+                          "max_frames", "control_directory", "enable_wildcard", "frame_sample"})
 BUCKET_KEYS = {"bucket_reso_steps": ("bucket_resolution_step", 64), "min_bucket_reso": ("min_bucket_resolution", 256),
                "max_bucket_reso": ("max_bucket_resolution", 1024)}  # ours, and sd-scripts' default
 PAGE_BUCKETS = {"max_bucket_reso": 2048}  # kohya_ss's page's own defaults, where they differ
@@ -261,10 +261,16 @@ def _musubi_frames(dataset: dict[str, Any], general: dict[str, Any], out: dict[s
         out["frames"] = str(max(lengths))
     if "target_frames" not in dataset and "target_frames" not in general and extraction != "full":
         notes.append("a video dataset without target_frames: musubi-tuner cuts 1-frame clips then, and so do these Frames")
-    if extraction in ("head", "full"):  # the clip's first frames (its whole, up to max_frames), as there
-        out["random_clip_window"] = False
-    else:  # chunk / slide / uniform: several windows of each clip an epoch there; one at random each time here
+    if extraction == "uniform" and int(dataset.get("frame_sample", general.get("frame_sample", 1)) or 1) == 1:
+        extraction = "head"  # musubi-tuner's own change (one uniform sample is the head)
+    windows = extraction not in ("head", "full")  # chunk / slide / uniform: several windows of each clip an epoch there
+    if "random_clip_window" in out and out["random_clip_window"] != windows:  # (one setting for the run here)
+        notes.append("the video datasets take their frames differently (frame_extraction); here every clip trains one "
+                     "window at a random start each time it is shown")
         out["random_clip_window"] = True
+    elif "random_clip_window" not in out:
+        out["random_clip_window"] = windows  # head / full: each clip's first frames (its whole, up to max_frames), as there
+    if windows:
         notes.append(f"frame_extraction '{extraction}': musubi-tuner trains several windows of each clip every epoch; here "
                      "one window at a random start each time a clip is shown (Random clip window)")
 

@@ -202,7 +202,8 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     source = str(getattr(concept.text, "prompt_source", "sample"))
     default = default_caption(concept)
     joined = caption_lines_rule(concept)
-    index = read_caption_index(folder, lambda text: _warn(scan, text)) if source == "sample" else None
+    recursive = bool(getattr(concept, "include_subdirectories", False))
+    index = read_caption_index(folder, recursive) if source == "sample" else None
     scan.caption_index = index.files if index else []
     alpha_masks = bool(getattr(getattr(concept, "image", None), "alpha_mask", False))
     shared: tuple[str, ...] = ()
@@ -274,6 +275,9 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
         raise DataError(f"Concept '{label}': none of the {len(files)} {'files' if sampling else 'images'} in folder '{folder}' could be read")
     if scan.uncaptioned:
         _warn(scan, f"Concept '{label}': {len(scan.uncaptioned)} image(s) have no caption text; they train with an empty caption")
+    if index is not None and (unmatched := index.unmatched()):
+        _warn(scan, f"Concept '{label}': {unmatched} entries of {', '.join(index.files)} name no image read here (a name "
+                    "spelt otherwise, a file moved, or a subfolder not included)")
     if scan.two_caption_files:
         _warn(scan, f"Concept '{label}': {len(scan.two_caption_files)} image(s) have both a .txt and a kohya .caption file; "
                     f"the .txt is read (e.g. {scan.two_caption_files[0].name}), the .caption ignored")
@@ -344,7 +348,7 @@ def concept_captions(concept: object, clips: bool = False, control: bool = False
     scratch = ConceptScan(name=concept_label(concept), folder=folder, items=[])  # (its warnings: the run says them)
     default = default_caption(concept)
     joined = caption_lines_rule(concept)
-    index = read_caption_index(folder, lambda text: None) if source == "sample" else None
+    index = read_caption_index(folder, bool(getattr(concept, "include_subdirectories", False))) if source == "sample" else None
     return [_captions_for(path, source, shared, scratch, default, joined, index, folder) for path in files]
 
 
@@ -371,15 +375,10 @@ def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: Concep
         return (path.stem,)
     caption_file = caption_path(path)
     lines: tuple[str, ...] = ()
-    if not caption_file.is_file() and index is not None and folder is not None:
-        listed = index.get(path.relative_to(folder).as_posix())
-        if listed is not None:
-            scan.from_index += 1
-            lines = listed[:1] if lines_rule == "FIRST" else ("\n".join(listed),) if lines_rule == "WHOLE" and listed else listed
-            scan.several_lines += len(lines) > 1
-            if not lines:
-                scan.uncaptioned.append(path)
-            return lines or ("",)
+    listed = index.get(path.relative_to(folder).as_posix()) if index is not None and folder is not None else None
+    if not caption_file.is_file() and listed:  # captions of their own, as the index's tools keep them (WHOLE: a file's lines)
+        scan.from_index += 1
+        return listed[:1] if lines_rule == "FIRST" else listed
     if not caption_file.is_file() and default:
         return (default,)
     if caption_file.is_file():
@@ -395,8 +394,8 @@ def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: Concep
         if lines_rule == "FIRST":  # sd-scripts: the file's first line, even a blank one
             first = text.splitlines()[0].strip() if text.strip() else ""
             lines = (first,) if first else ()
-        elif lines_rule == "WHOLE" and len(lines) > 1:  # the whole text, its line breaks kept (an LLM encoder reads them)
-            lines = ("\n".join(lines),)
+        elif lines_rule == "WHOLE" and len(lines) > 1:  # the file as read there (`f.read().strip()`), its line breaks kept
+            lines = (text.strip(),)
         scan.several_lines += len(lines) > 1
     if not lines:
         scan.uncaptioned.append(path)

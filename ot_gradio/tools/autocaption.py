@@ -29,7 +29,7 @@ from typing import Any
 
 from ..data.captions import caption_lines, read_text
 from ..data.scan import list_image_files
-from .captions import caption_file, write_caption
+from .captions import caption_file, index_captions, write_caption
 from .jobs import Job, JobError
 
 MODES = ("replace", "missing", "add")
@@ -298,16 +298,19 @@ def tag_text(name: str) -> str:
 
 
 # --- the job ---------------------------------------------------------------------------------
-def _has_caption(image: Path) -> bool:
+def _existing(image: Path, indexed: dict[str, str], folder: Path) -> tuple[str, ...]:
+    """The image's captions as training reads them: its caption file's lines, else those of the
+    folder's captions.json / metadata.jsonl (tools/captions.py's `index_captions`)."""
     path = caption_file(image)
-    return path.is_file() and bool(caption_lines(read_text(path)[0]))
+    if path.is_file():
+        return caption_lines(read_text(path)[0])
+    return caption_lines(indexed.get(image.relative_to(folder).as_posix(), ""))
 
 
-def new_text(image: Path, caption: str, mode: str) -> str:
-    """The caption file's new content for `mode` ("add" keeps the old lines, adds one)."""
-    path = caption_file(image)
-    if mode == "add" and path.is_file():
-        lines = list(caption_lines(read_text(path)[0]))
+def new_text(image: Path, caption: str, mode: str, existing: tuple[str, ...] = ()) -> str:
+    """The caption file's new content for `mode` ("add" keeps the old captions, adds one)."""
+    if mode == "add" and existing:
+        lines = list(existing)
         return "\n".join(lines + ([caption] if caption not in lines else []))
     return caption
 
@@ -336,7 +339,8 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
     images = list_image_files(folder, bool(params.get("include_subfolders")), clips=True)
     if not images:
         raise JobError(f"folder: no images in '{folder}'" + ("" if params.get("include_subfolders") else " (subfolders not included)"))
-    todo = [image for image in images if not (mode == "missing" and _has_caption(image))]
+    indexed = index_captions(folder, bool(params.get("include_subfolders")))
+    todo = [image for image in images if not (mode == "missing" and _existing(image, indexed, folder))]
     skipped = len(images) - len(todo)
     result: dict[str, Any] = {"folder": str(folder), "model": model, "mode": mode, "total": len(images), "written": 0,
                               "skipped": skipped, "failed": 0, "failed_files": [], "cancelled": False}
@@ -356,7 +360,7 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
             try:
                 picture = middle_frame(image) if is_video_name(image.name) else load_rgb(image)
                 caption = (prefix + captioner.caption([picture], initial, names=[name])[0] + postfix).strip()
-                write_caption(image, new_text(image, caption, mode))
+                write_caption(image, new_text(image, caption, mode, _existing(image, indexed, folder)))
                 result["written"] += 1
             except Exception as err:  # noqa: BLE001 - one bad image (unreadable, odd size, locked caption) must not stop the rest
                 result["failed"] += 1

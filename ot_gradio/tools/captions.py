@@ -125,6 +125,21 @@ def list_images(folder: str | Path, recursive: bool = False) -> list[Path]:
     return list_image_files(_folder(folder), recursive, clips=True)
 
 
+def index_captions(root: Path, recursive: bool) -> dict[str, str]:
+    """The folder's captions.json / metadata.jsonl captions (data/caption_index.py), one a line, by
+    image path: training reads them for an image without a caption file, so the editor shows them,
+    and an edit (or a bulk operation) writes them, changed, to the image's .txt. An index that
+    cannot be read shows nothing here (the run names it)."""
+    from ..data.caption_index import read_caption_index
+    from ..data.errors import DataError
+
+    try:
+        index = read_caption_index(root, recursive)
+    except DataError:
+        return {}
+    return {} if index is None else {path: "\n".join(captions) for path, captions in index.by_path.items()}
+
+
 def page_of(folder: str | Path, page: int = 1, page_size: int = 24, recursive: bool = False) -> CaptionPage:
     root = _folder(folder)
     images = list_image_files(root, recursive, clips=True)
@@ -132,10 +147,12 @@ def page_of(folder: str | Path, page: int = 1, page_size: int = 24, recursive: b
     pages = max(1, -(-len(images) // size))
     number = min(max(1, int(page or 1)), pages)
     shown = images[(number - 1) * size: number * size]
+    indexed = index_captions(root, recursive)
     items = []
     for image in shown:
         has = caption_file(image).is_file()
-        items.append(CaptionItem(image, image.relative_to(root).as_posix(), read_caption(image) if has else "", has))
+        name = image.relative_to(root).as_posix()
+        items.append(CaptionItem(image, name, read_caption(image) if has else indexed.get(name, ""), has))
     return CaptionPage(root, items, number, pages, len(images), size)
 
 
@@ -285,9 +302,11 @@ def preview(folder: str | Path, op: BulkOp) -> list[Change]:
     op.check()
     root = _folder(folder)
     changes = []
+    indexed = index_captions(root, op.recursive)
     for image in _targets(root, op):
         path = caption_file(image)
-        before = read_text(path)[0] if path.is_file() else None
+        # an image captioned by the folder's captions.json / metadata.jsonl: its captions are the text before
+        before = read_text(path)[0] if path.is_file() else indexed.get(image.relative_to(root).as_posix())
         after = op.transform(before)
         if after is not None:
             changes.append(Change(image, image.relative_to(root).as_posix(), before, after))

@@ -35,6 +35,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from ..config.media_files import CAPTION_EXTENSIONS, IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
+from ..data.caption_index import INDEX_FILES
 from ..data.images import CONDLABEL_SUFFIX, CONTROL_SUFFIX, DEPTH_SUFFIX, MASK_SUFFIX
 from ..fsutil import DiskFullError, atomic_write, atomic_write_bytes, free_bytes, human_bytes
 from .captions import backup_file
@@ -85,7 +86,7 @@ def file_kind(name: str) -> str:
     does not read: JPEG XL, PSD, RAW) or "other"."""
     path = PurePosixPath(name)
     ext = path.suffix.lower()
-    if ext in CAPTION_EXTENSIONS:
+    if ext in CAPTION_EXTENSIONS or path.name in INDEX_FILES:  # (a folder's captions.json / metadata.jsonl: its captions)
         return "caption"
     if ext in IMAGE_EXTENSIONS or ext in VIDEO_EXTENSIONS:
         companion = _companion_suffix(path.stem)

@@ -100,7 +100,7 @@ def test_diffusion_pipes_main_example_reads_as_it_trains(checkout):
     config, warning = load(checkout, MAIN_EXAMPLE)
     assert config["random_clip_window"] is False  # video_clip_mode 'single_beginning': each clip's first frames
     overlapping, notes = load(checkout, MAIN_EXAMPLE.replace("'single_beginning'", "'multiple_overlapping'"))
-    assert overlapping["random_clip_window"] is True and "several overlapping windows" in notes
+    assert overlapping["random_clip_window"] is True and "overlapping windows of each clip" in notes
     assert config["model_type"] == "HUNYUAN_VIDEO" and config["base_model_name"] == "hunyuanvideo-community/HunyuanVideo"
     assert config["transformer"]["model_name"] == "/models/hunyuan_video_720_cfgdistill_fp8_e4m3fn.safetensors"
     assert config["transformer"]["weight_dtype"] == "FLOAT_8" and config["text_encoder"]["weight_dtype"] == "BFLOAT_16"
@@ -259,10 +259,14 @@ def test_caption_files_diffusion_pipe_reads_otherwise_are_named(checkout):
     (checkout / "data" / "cats" / "a.txt").write_text("first paragraph\nsecond paragraph")
     config, warning = load(checkout, MAIN_EXAMPLE)
     assert {c["text"]["caption_lines"] for c in config["concepts"]} == {"WHOLE"} and "several lines" not in warning
-    (checkout / "data" / "dogs" / "captions.json").write_text("{}")
+    (checkout / "data" / "dogs" / "captions.json").write_text('{"a.png": ["one", "two"]}')
     _, warning = load(checkout, MAIN_EXAMPLE)
     assert "dataset.directory[1]: its captions.json replaces the .txt files there; here a .txt file beside an image wins" in warning
-    assert "images have no caption file" not in warning
+    assert "dataset.directory[1]: diffusion-pipe trains each of an image's captions in captions.json every epoch" in warning
+    for text in (checkout / "data" / "dogs").glob("*.txt"):
+        text.unlink()
+    _, warning = load(checkout, MAIN_EXAMPLE)  # captions.json alone: an image without an entry is what is left out there
+    assert "dataset.directory[1]: 1 images have no entry in captions.json, which diffusion-pipe leaves out" in warning
     assert "uncond_fraction" not in warning  # none set
 
 

@@ -115,7 +115,7 @@ def test_sample_captions_multi_line_missing_and_empty(tmp_path, write_image, mak
 
 
 @pytest.mark.parametrize("rule, expected", [("EACH", ("first caption", "second caption")), ("FIRST", ("first caption",)),
-                                           ("WHOLE", ("first caption\nsecond caption",))])
+                                           ("WHOLE", ("first caption\n\n   second caption",))])  # the file as read there
 def test_caption_file_lines_each_first_or_whole(tmp_path, write_image, make_concept, rule, expected):
     """A caption file of several lines: a caption a line (OneTrainer), its first line (kohya's
     sd-scripts), or one caption of them all (diffusion-pipe, musubi-tuner, ai-toolkit); the page's
@@ -134,31 +134,42 @@ def test_caption_file_lines_each_first_or_whole(tmp_path, write_image, make_conc
 
 
 def test_a_folders_captions_json_and_metadata_jsonl_caption_the_images_without_a_file(tmp_path, write_image, make_concept):
-    """diffusion-pipe's captions.json (by file name; a list is several captions) and Hugging Face's
-    metadata.jsonl (by path in the folder); a caption file beside an image wins; Caption file lines
-    applies to an index's captions; the same captions for the checks before Start."""
+    """diffusion-pipe's captions.json (by file name, for its own folder's images; a list is several
+    captions, kept apart whatever Caption file lines says) and Hugging Face's metadata.jsonl (a row
+    a caption, its file_name from its own folder, subfolders' files too); a caption file beside an
+    image wins; entries naming no image are counted; the same captions for the checks before Start."""
     import json
 
     from ot_gradio.data.scan import concept_captions
 
     folder = tmp_path / "c"
-    for name in ("a.png", "b.png", "c.png", "sub/d.png"):
+    for name in ("a.png", "b.png", "c.png", "sub/a.png", "train/t1.png"):
         write_image(folder / name, 16, 16)
-    (folder / "captions.json").write_text(json.dumps({"a.png": ["a red fox", "a fox, red"], "b.png": "from the json"}))
+    (folder / "captions.json").write_text(json.dumps({"a.png": ["a red fox", "a fox, red"], "b.png": "from the json", "x.png": "gone"}))
     (folder / "b.txt").write_text("its own file")
-    (folder / "metadata.jsonl").write_text('{"file_name": "sub/d.png", "text": "a dog"}\n{"file_name": "gone.png", "text": "x"}\n')
+    (folder / "train" / "metadata.jsonl").write_text('{"file_name": "t1.png", "text": "a train"}\n'
+                                                     '{"file_name": "./t1.png", "text": 1989}\n')
     concept = make_concept(folder, include_subdirectories=True)
     scan = scan_concept(concept)
     got = {i.relpath: i.captions for i in scan.items}
-    assert got == {"a.png": ("a red fox", "a fox, red"), "b.png": ("its own file",), "c.png": ("",), "sub/d.png": ("a dog",)}
-    assert (scan.from_index, scan.caption_index, [p.name for p in scan.uncaptioned]) == (2, ["captions.json", "metadata.jsonl"], ["c.png"])
+    assert got == {"a.png": ("a red fox", "a fox, red"), "b.png": ("its own file",), "c.png": ("",),
+                   "sub/a.png": ("",), "train/t1.png": ("a train", "1989")}  # (sub/a.png: not captions.json's a.png)
+    assert (scan.from_index, scan.caption_index) == (2, ["captions.json", "train/metadata.jsonl"])
+    assert [p.relative_to(folder).as_posix() for p in scan.uncaptioned] == ["c.png", "sub/a.png"]
+    assert any("1 entries of captions.json, train/metadata.jsonl name no image" in w for w in scan.warnings)
     assert [got[i.relpath] for i in scan.items] == concept_captions(concept)
     whole = scan_concept(make_concept(folder, include_subdirectories=True, text={"caption_lines": "WHOLE"}))
-    assert whole.items[0].captions == ("a red fox\na fox, red",)
+    assert whole.items[0].captions == ("a red fox", "a fox, red")  # an index's captions are captions of their own
+    first = scan_concept(make_concept(folder, include_subdirectories=True, text={"caption_lines": "FIRST"}))
+    assert first.items[0].captions == ("a red fox",)
 
+    (folder / "captions.json").write_bytes(json.dumps({"c.png": "utf-16"}).encode("utf-16"))  # PowerShell's "Unicode"
+    assert scan_concept(concept).items[2].captions == ("utf-16",)
     (folder / "captions.json").write_text("{not json")
-    broken = scan_concept(concept)
-    assert broken.items[0].captions == ("",) and any("captions.json: not read as captions" in w for w in broken.warnings)
+    with pytest.raises(DataError, match=r"captions.json could not be read as captions .* fix it, or move it out"):
+        scan_concept(concept)
+    with pytest.raises(DataError, match=r"captions.json could not be read as captions"):
+        concept_captions(concept)
 
 
 def test_latin1_caption_falls_back_with_warning(tmp_path, write_image, make_concept, caplog):

@@ -175,6 +175,16 @@ def test_modes_and_backups(models, dataset):
     assert backup_file(dataset / "a_red.txt").read_text(encoding="utf-8").splitlines()[0] == "old red caption"
 
 
+def test_an_image_captioned_by_the_folders_index_is_not_missing_a_caption(models, dataset):
+    """captions.json / metadata.jsonl captions are captions: "missing" leaves such an image be, and
+    "add" keeps them in the .txt it writes (which then wins)."""
+    (dataset / "metadata.jsonl").write_text('{"file_name": "a_red.png", "text": "a red square"}\n')
+    result = run_inline("autocaption", params(dataset, "wd14", models["wd14"], mode="missing"))
+    assert (result["written"], result["skipped"]) == (2, 1) and not (dataset / "a_red.txt").exists()
+    run_inline("autocaption", params(dataset, "wd14", models["wd14"], mode="add"))
+    assert caption(dataset, "a_red").splitlines()[0] == "a red square"
+
+
 def test_cancel_after_the_first_image_keeps_it(models, dataset):
     job = Job(is_cancelled=lambda: (dataset / "a_red.txt").exists())  # Cancel pressed while the first image was captioned
     result = run_inline("autocaption", params(dataset, "wd14", models["wd14"]), job)

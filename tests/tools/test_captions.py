@@ -266,3 +266,18 @@ def test_a_kohya_caption_file_is_the_one_edited(tmp_path):
     assert (folder / "a.caption").read_text() == "ohwx woman, smiling, red dress"
     core.undo_last(folder)
     assert (folder / "a.caption").read_text() == "ohwx woman, smiling" and not (folder / "a.txt").exists()
+
+
+def test_captions_from_the_folders_index_are_shown_and_edits_write_them_to_a_txt(dataset):
+    """An image captioned by the folder's captions.json (which training reads where there is no
+    caption file) shows those captions; a bulk prefix writes them, prefixed, to its .txt (which
+    then wins), and undo takes that file away again."""
+    import json
+
+    (dataset / "captions.json").write_text(json.dumps({"d.png": ["a green cat", "a cat"]}))
+    item = next(i for i in core.page_of(dataset).items if i.name == "d.png")
+    assert (item.caption, item.has_caption) == ("a green cat\na cat", False)
+    core.apply(dataset, BulkOp("prefix", text="ohwx,", files=["d.png"]))
+    assert (dataset / "d.txt").read_text() == "ohwx, a green cat\nohwx, a cat"
+    core.undo_last(dataset)
+    assert not (dataset / "d.txt").exists()

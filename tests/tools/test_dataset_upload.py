@@ -158,3 +158,16 @@ def test_a_kohya_dataset_zip_keeps_its_caption_files_and_trains_with_them(tmp_pa
     assert set(files_in(tmp_path / "data")) == {"1.png", "1.caption"} and result.count("caption") == 1 and not result.skipped
     (item,) = scan_concept(ConceptConfig(name="c", path=str(tmp_path / "data"))).items
     assert item.captions == ("ohwx woman, smiling",)
+
+
+def test_a_hugging_face_dataset_zip_keeps_its_metadata_file_and_trains_with_it(tmp_path):
+    """A folder's caption index (Hugging Face's metadata.jsonl, diffusion-pipe's captions.json) is
+    its images' captions: kept, not dropped as "not a training file"."""
+    from ot_gradio.config.concept import ConceptConfig
+    from ot_gradio.data.scan import scan_concept
+
+    archive = zipped(tmp_path / "hf.zip", {"1.png": png(), "metadata.jsonl": '{"file_name": "1.png", "text": "a red square"}\n'})
+    result = add_uploads([archive], tmp_path / "data")
+    assert set(files_in(tmp_path / "data")) == {"1.png", "metadata.jsonl"} and not result.skipped
+    (item,) = scan_concept(ConceptConfig(name="c", path=str(tmp_path / "data"))).items
+    assert item.captions == ("a red square",)
