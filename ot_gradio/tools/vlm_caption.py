@@ -33,7 +33,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from .autocaption import Captioner, hub_offline, looks_local, not_found, option, register
+from .caption_models import Captioner, hub_offline, looks_local, not_found, option, register
 from .jobs import JobError
 
 TEMPERATURE, TOP_P = 0.6, 0.9
