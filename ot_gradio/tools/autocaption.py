@@ -28,7 +28,7 @@ from typing import Any
 
 from ..data.captions import caption_lines, read_text
 from ..data.scan import list_image_files
-from .caption_models import CAPTIONERS, Captioner, hub_offline, looks_local, not_found, option, pick_device, register
+from .caption_models import CAPTIONERS, Captioner, hub_offline, looks_local, not_found, option, pick_device, register, weights_source
 from .captions import caption_file, index_captions, write_caption
 from .jobs import Job, JobError
 
@@ -45,13 +45,9 @@ class TransformersCaptioner(Captioner):
         import torch  # noqa: PLC0415
         import transformers  # noqa: PLC0415
 
-        local = Path(path).expanduser()
-        if looks_local(path) and not local.is_dir():
-            raise not_found(self, path)
-        source = str(local) if local.is_dir() else path
+        source, cached_only = weights_source(self, path)
         self.target = device
         self.dtype = torch.float16 if device.startswith("cuda") else torch.float32
-        cached_only = {} if local.is_dir() else {"local_files_only": hub_offline()}
         try:
             self.processor = transformers.AutoProcessor.from_pretrained(source, **cached_only)
             model_cls = getattr(transformers, self.model_class)

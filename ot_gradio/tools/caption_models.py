@@ -109,3 +109,12 @@ def option(options: dict[str, Any], key: str, default: float) -> float:
         return float(value)
     except (TypeError, ValueError):
         raise JobError(f"{key}: '{value}' is not a number") from None
+
+
+def weights_source(captioner: Captioner, path: str) -> tuple[str, dict[str, Any]]:
+    """Where a transformers model loads from: a local folder (which must exist), or a hub id read
+    from the local cache only when the hub is offline; and the keywords that say so."""
+    local = Path(path).expanduser()
+    if looks_local(path) and not local.is_dir():
+        raise not_found(captioner, path)
+    return (str(local), {}) if local.is_dir() else (path, {"local_files_only": hub_offline()})

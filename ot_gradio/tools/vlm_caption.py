@@ -33,7 +33,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from .caption_models import Captioner, hub_offline, looks_local, not_found, option, register
+from .caption_models import Captioner, not_found, option, register, weights_source
 from .jobs import JobError
 
 TEMPERATURE, TOP_P = 0.6, 0.9
@@ -61,16 +61,12 @@ class ChatCaptioner(Captioner):
         import torch  # noqa: PLC0415
         import transformers  # noqa: PLC0415
 
-        local = Path(path).expanduser()
-        if looks_local(path) and not local.is_dir():
-            raise not_found(self, path)
-        source = str(local) if local.is_dir() else path
+        source, cached_only = weights_source(self, path)
         self.target = device
         if device.startswith("cuda"):
             self.dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         else:
             self.dtype = torch.float32
-        cached_only = {} if local.is_dir() else {"local_files_only": hub_offline()}
         try:
             self.processor = _processor(source, cached_only)
             self.model = transformers.AutoModelForImageTextToText.from_pretrained(source, dtype=self.dtype, **cached_only)
