@@ -95,30 +95,33 @@ def test_the_field_is_shown_and_checked_not_planned():
     assert field_meta(VaePartConfig, "model_name").get("status") != PLANNED
 
 
+# diffusers' names of a Wan VAE's modules -> Wan's original ones (both of its VAEs)
+WAN_RESNET = {"norm1": "residual.0", "conv1": "residual.2", "norm2": "residual.3", "conv2": "residual.6", "conv_shortcut": "shortcut"}
+WAN_FIXED = {"quant_conv": "conv1", "post_quant_conv": "conv2", "encoder.conv_in": "encoder.conv1", "decoder.conv_in": "decoder.conv1",
+             "encoder.norm_out": "encoder.head.0", "encoder.conv_out": "encoder.head.2", "decoder.norm_out": "decoder.head.0",
+             "decoder.conv_out": "decoder.head.2"}
+
+
 def wan_vae_to_original(weights: dict) -> dict:
     """A Wan 2.1-architecture VAE's diffusers names in Wan's original ones, as ComfyUI's
     wan_2.1_vae / qwen_image_vae files have them (the inverse of diffusers' converter)."""
     import re
 
-    resnet = {"norm1": "residual.0", "conv1": "residual.2", "norm2": "residual.3", "conv2": "residual.6", "conv_shortcut": "shortcut"}
-    fixed = {"quant_conv": "conv1", "post_quant_conv": "conv2", "encoder.conv_in": "encoder.conv1", "decoder.conv_in": "decoder.conv1",
-             "encoder.norm_out": "encoder.head.0", "encoder.conv_out": "encoder.head.2", "decoder.norm_out": "decoder.head.0",
-             "decoder.conv_out": "decoder.head.2"}
     out = {}
     for key, value in weights.items():
         module, _, leaf = key.rpartition(".")
-        if module in fixed:
-            module = fixed[module]
+        if module in WAN_FIXED:
+            module = WAN_FIXED[module]
         elif m := re.fullmatch(r"(encoder|decoder)\.mid_block\.attentions\.0\.(.+)", module):
             module = f"{m[1]}.middle.1.{m[2]}"
         elif m := re.fullmatch(r"(encoder|decoder)\.mid_block\.resnets\.(\d)\.(\w+)", module):
-            module = f"{m[1]}.middle.{2 * int(m[2])}.{resnet[m[3]]}"
+            module = f"{m[1]}.middle.{2 * int(m[2])}.{WAN_RESNET[m[3]]}"
         elif m := re.fullmatch(r"encoder\.down_blocks\.(\d+)\.(norm1|conv1|norm2|conv2|conv_shortcut)", module):
-            module = f"encoder.downsamples.{m[1]}.{resnet[m[2]]}"
+            module = f"encoder.downsamples.{m[1]}.{WAN_RESNET[m[2]]}"
         elif m := re.fullmatch(r"encoder\.down_blocks\.(\d+)\.(.+)", module):
             module = f"encoder.downsamples.{m[1]}.{m[2]}"
         elif m := re.fullmatch(r"decoder\.up_blocks\.(\d)\.resnets\.(\d)\.(\w+)", module):
-            module = f"decoder.upsamples.{4 * int(m[1]) + int(m[2])}.{resnet[m[3]]}"
+            module = f"decoder.upsamples.{4 * int(m[1]) + int(m[2])}.{WAN_RESNET[m[3]]}"
         elif m := re.fullmatch(r"decoder\.up_blocks\.(\d)\.upsamplers\.0\.(.+)", module):
             module = f"decoder.upsamples.{4 * int(m[1]) + 3}.{m[2]}"
         out[f"{module}.{leaf}"] = value
@@ -161,10 +164,6 @@ def wan22_vae_to_original(weights: dict) -> dict:
     blocks, then its resampler, in one `downsamples` / `upsamples` list)."""
     import re
 
-    resnet = {"norm1": "residual.0", "conv1": "residual.2", "norm2": "residual.3", "conv2": "residual.6", "conv_shortcut": "shortcut"}
-    fixed = {"quant_conv": "conv1", "post_quant_conv": "conv2", "encoder.conv_in": "encoder.conv1", "decoder.conv_in": "decoder.conv1",
-             "encoder.norm_out": "encoder.head.0", "encoder.conv_out": "encoder.head.2", "decoder.norm_out": "decoder.head.0",
-             "decoder.conv_out": "decoder.head.2"}
     blocks = {}  # the number of residual blocks in each stage, the resampler's index
     for key in weights:
         if m := re.match(r"(encoder\.down|decoder\.up)_blocks\.(\d+)\.resnets\.(\d+)\.", key):
@@ -172,15 +171,15 @@ def wan22_vae_to_original(weights: dict) -> dict:
     out = {}
     for key, value in weights.items():
         module, _, leaf = key.rpartition(".")
-        if module in fixed:
-            module = fixed[module]
+        if module in WAN_FIXED:
+            module = WAN_FIXED[module]
         elif m := re.fullmatch(r"(encoder|decoder)\.mid_block\.attentions\.0\.(.+)", module):
             module = f"{m[1]}.middle.1.{m[2]}"
         elif m := re.fullmatch(r"(encoder|decoder)\.mid_block\.resnets\.(\d)\.(\w+)", module):
-            module = f"{m[1]}.middle.{2 * int(m[2])}.{resnet[m[3]]}"
+            module = f"{m[1]}.middle.{2 * int(m[2])}.{WAN_RESNET[m[3]]}"
         elif m := re.fullmatch(r"(encoder\.down|decoder\.up)_blocks\.(\d+)\.resnets\.(\d+)\.(\w+)", module):
             inner = m[1].split(".")[1]
-            module = f"{m[1]}samples.{m[2]}.{inner}samples.{m[3]}.{resnet[m[4]]}"
+            module = f"{m[1]}samples.{m[2]}.{inner}samples.{m[3]}.{WAN_RESNET[m[4]]}"
         elif m := re.fullmatch(r"(encoder\.down|decoder\.up)_blocks\.(\d+)\.(?:down|up)sampler\.(.+)", module):
             inner = m[1].split(".")[1]
             module = f"{m[1]}samples.{m[2]}.{inner}samples.{blocks[(m[1], m[2])]}.{m[3]}"
