@@ -90,6 +90,7 @@ class ConceptScan:
     several_lines: int = 0  # caption files with more than one caption (line)
     from_index: int = 0  # images captioned by the folder's caption index (captions.json, metadata.jsonl)
     caption_index: list[str] = field(default_factory=list)  # the index files read
+    index_unmatched: int = 0  # their entries that name no image read
     kohya_folders: str | None = None  # what its `<repeats>_<name>` folders would mean in kohya (kohya_folder_warning)
 
     @property
@@ -276,6 +277,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     if scan.uncaptioned:
         _warn(scan, f"Concept '{label}': {len(scan.uncaptioned)} image(s) have no caption text; they train with an empty caption")
     if index is not None and (unmatched := index.unmatched()):
+        scan.index_unmatched = unmatched
         _warn(scan, f"Concept '{label}': {unmatched} entries of {', '.join(index.files)} name no image read here (a name "
                     "spelt otherwise, a file moved, or a subfolder not included)")
     if scan.two_caption_files:

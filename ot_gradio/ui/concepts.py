@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from ..data.buckets import Bucketing
 
 GROUPS = (("General", ""), ("Image augmentation", "image."), ("Text", "text."))
-UPLOAD_NOTE = ("From this computer into the machine that trains: images with their `.txt` (or kohya's `.caption`) captions (and masks), "
-               "or a .zip of the folder. They go in the workspace's `datasets/<concept name>` folder, which becomes "
+UPLOAD_NOTE = ("From this computer into the machine that trains: images with their `.txt` (or kohya's `.caption`) captions (and masks; "
+               "or the folder's `captions.json` / `metadata.jsonl`), or a .zip of the folder. They go in the workspace's `datasets/<concept name>` folder, which becomes "
                "this concept's *Folder*.")
 
 
@@ -130,8 +130,9 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: Bucketing
                      "per epoch (OneTrainer's rule), so a paragraph split over lines trains in pieces; Text augmentation → "
                      "Caption file lines reads them as kohya (FIRST) or diffusion-pipe (WHOLE) does")
     if scan.caption_index:
+        unmatched = f"; {scan.index_unmatched} of its entries name no image here" if scan.index_unmatched else ""
         lines.append(f"{scan.from_index} images captioned by the folder's {' and '.join(f'`{n}`' for n in scan.caption_index)} "
-                     "(a caption file beside an image wins)")
+                     f"(a caption file beside an image wins{unmatched})")
     if scan.two_caption_files:
         lines.append(f"{len(scan.two_caption_files)} images have both a `.txt` and a kohya `.caption` file: the `.txt` is read")
     if scan.kohya_folders:

@@ -42,7 +42,7 @@ class AutoCaptionTool:
             self.model = gr.Dropdown(label="Model", choices=[(cls.label, name) for name, cls in CAPTIONERS.items()], value="blip",
                                      elem_id="autocaption-model")
             self.model_path = gr.Textbox(label="Model path", value="", placeholder=CAPTIONERS["blip"].default_path, scale=2,
-                                         info="hub id or local folder; empty: the placeholder (OneTrainer's default)",
+                                         info="hub id or local folder; empty: the placeholder (BLIP, BLIP-2, WD14: OneTrainer's)",
                                          elem_id="autocaption-model-path")
             self.device = gr.Dropdown(label="Device", choices=["auto", "cpu", "cuda"], value="auto", elem_id="autocaption-device")
         with gr.Row():

@@ -157,6 +157,7 @@ def test_a_folders_captions_json_and_metadata_jsonl_caption_the_images_without_a
     assert (scan.from_index, scan.caption_index) == (2, ["captions.json", "train/metadata.jsonl"])
     assert [p.relative_to(folder).as_posix() for p in scan.uncaptioned] == ["c.png", "sub/a.png"]
     assert any("1 entries of captions.json, train/metadata.jsonl name no image" in w for w in scan.warnings)
+    assert scan.index_unmatched == 1  # (the Concepts tab's statistics say it too)
     assert [got[i.relpath] for i in scan.items] == concept_captions(concept)
     whole = scan_concept(make_concept(folder, include_subdirectories=True, text={"caption_lines": "WHOLE"}))
     assert whole.items[0].captions == ("a red fox", "a fox, red")  # an index's captions are captions of their own

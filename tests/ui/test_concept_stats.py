@@ -201,3 +201,14 @@ def test_the_chart_buckets_at_the_model_types_step_as_the_run_does(tmp_path):
     text, chart = ConceptsTab.statistics(None, {**flux, "bucket_resolution_step": 12}, 0)  # a step the run refuses too
     assert text.startswith("**Cannot bucket this concept:** bucket step 12 must be a multiple of 8") and chart.empty
     assert Bucketing(step=16).assign(700, 500, 512) == (416, 624)  # what training buckets it at for Flux
+
+
+def test_the_folders_caption_index_is_counted_in_the_statistics(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name in ("a", "b"):
+        Image.new("RGB", (64, 64), "red").save(folder / f"{name}.png")
+    (folder / "metadata.jsonl").write_text('{"file_name": "a.png", "text": "a red square"}\n{"file_name": "z.png", "text": "gone"}\n')
+    text, _ = concept_stats(_concept(folder), "64", Bucketing(), None)
+    assert "1 with captions, 1 without" in text
+    assert "1 images captioned by the folder's `metadata.jsonl` (a caption file beside an image wins; 1 of its entries name no image here)" in text
