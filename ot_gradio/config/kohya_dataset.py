@@ -4,6 +4,8 @@ max_train_steps / kohya_ss's epoch turned into epochs of the imported concepts."
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -145,7 +147,13 @@ def folder_concepts(r: KohyaReader, notes: list[str], readable: list[Path] | Non
     `readable` is not listed: it is one concept, said in a note."""
     subsets: list[dict[str, Any]] = []
     found = False
-    for key, regularisation in (("train_data_dir", False), ("reg_data_dir", True)):
+    if r.given("in_json"):  # sd-scripts' fine-tuning method: one folder's images, their captions in the metadata file
+        found = True
+        subsets.append({"image_dir": r.get("train_data_dir"), "metadata_file": str(r.get("in_json")), "is_reg": False,
+                        "num_repeats": r.number("dataset_repeats", int) if r.given("dataset_repeats") else 1})
+        if r.given("reg_data_dir"):
+            notes.append("reg_data_dir is not read with in_json (sd-scripts' fine-tuning method reads none either)")
+    for key, regularisation in () if found else (("train_data_dir", False), ("reg_data_dir", True)):
         root = r.get(key)
         if not root:
             continue
@@ -164,7 +172,7 @@ def folder_concepts(r: KohyaReader, notes: list[str], readable: list[Path] | Non
             notes.append(f"{key} '{root}' has no `<repeats>_<name>` folder here: it is one concept with Balancing 1")
         subsets += [{"image_dir": str(path), "num_repeats": repeats[0] if repeats else 1, "is_reg": regularisation,
                      "class_tokens": repeats[1] if repeats else None} for path, repeats in named or [(folder, None)]]
-    if r.given("image_folder"):  # kohya_ss's fine-tune page: one folder, `dataset_repeats` times an epoch
+    if r.given("image_folder") and not r.given("in_json"):  # kohya_ss's fine-tune page: one folder, `dataset_repeats` times an epoch
         found = True
         subsets.append({"image_dir": str(r.get("image_folder")), "is_reg": False,
                         "num_repeats": r.number("dataset_repeats", int) if r.given("dataset_repeats") else 1})
@@ -303,7 +311,7 @@ def _to_concepts(subsets: list[dict[str, Any]], r: KohyaReader, notes: list[str]
     concepts, train_total, counted = [], 0, True
     for number, subset in enumerate(subsets):
         try:
-            concept = _subset_concept(subset, notes, weight)
+            concept = _subset_concept(subset, notes, weight, readable)
         except (TypeError, ValueError) as err:
             raise ConfigError(f"dataset subset {number + 1} ({subset.get('image_dir')}): {err}") from None
         if concept is None:
@@ -331,19 +339,42 @@ def _image_count(folder: Path, readable: list[Path] | None) -> int | None:
         return None
 
 
-def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) -> dict[str, Any] | None:
-    """One subset (its options merged as sd-scripts merges them); None for one kohya skips."""
-    if not options.get("image_dir"):
-        notes.append("a dataset subset without image_dir (a metadata_file one) is not carried over")
+def _metadata_folder(path: Path, readable: list[Path] | None) -> str | None:
+    """The folder of the images a metadata file names by their whole paths (kohya's `--full_path`,
+    for a subset without image_dir); None when it cannot be read here or names them otherwise."""
+    if not may_read(path, readable):
         return None
-    folder = Path(str(options["image_dir"]))
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+        if path.suffix.lower() == ".jsonl":
+            names = [json.loads(line).get("image_path") for line in text.splitlines() if line.strip()]
+        else:
+            names = list(json.loads(text))
+        folders = {os.path.dirname(str(name)) for name in names}
+        return os.path.commonpath(list(folders)) if folders and all(os.path.isabs(f) for f in folders) else None
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+
+
+def _subset_concept(options: dict[str, Any], notes: list[str], weight: float, readable: list[Path] | None = None) -> dict[str, Any] | None:
+    """One subset (its options merged as sd-scripts merges them); None for one kohya skips."""
+    metadata = str(options.get("metadata_file") or "")
+    image_dir = options.get("image_dir") or (_metadata_folder(Path(metadata).expanduser(), readable) if metadata else None)
+    if not image_dir:
+        notes.append(f"a dataset subset without image_dir{f' ({metadata})' if metadata else ''} is not carried over: add its "
+                     "images' folder as a concept" + (", with the metadata file as its Captions file" if metadata else ""))
+        return None
+    folder = Path(str(image_dir))
     repeats = int(float(options.get("num_repeats", 1)))
     if repeats <= 0:
         notes.append(f"{folder.name}: num_repeats {repeats}, which kohya skips; not carried over")
         return None
     reg = flag(options.get("is_reg"))
     extension = str(options.get("caption_extension") or ".caption").strip().lower()
-    if ("." + extension.lstrip(".")) not in CAPTION_EXTENSIONS:
+    if metadata:  # sd-scripts' fine-tuning subset: the captions and tags of the metadata file, for the images it names
+        notes.append(f"{folder.name}: the captions of metadata_file {Path(metadata).name} are read (its Captions file); the "
+                     "folder's images it does not name train here too, and a caption file beside an image is read first")
+    elif ("." + extension.lstrip(".")) not in CAPTION_EXTENSIONS:
         notes.append(f"caption_extension '{options['caption_extension']}': here captions are read from .txt, else .caption "
                      "files; rename them, or those images train uncaptioned")
     separator = options.get("keep_tokens_separator")
@@ -367,6 +398,8 @@ def _subset_concept(options: dict[str, Any], notes: list[str], weight: float) ->
     # kohya's random crop: where in the image its bucket is cut, drawn anew (OneTrainer's crop jitter)
     image: dict[str, Any] = {"enable_random_flip": flag(options.get("flip_aug")), "enable_crop_jitter": flag(options.get("random_crop")),
                              "alpha_mask": flag(options.get("alpha_mask"))}  # the alpha channel as the mask (masked training)
+    if metadata:
+        text["captions_file"] = metadata
     if options.get("control_folder"):  # musubi-tuner's control_directory: an image-editing model's source images
         image["control_folder"] = str(options["control_folder"])
     if options.get("resolution_override"):

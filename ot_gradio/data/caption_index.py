@@ -8,6 +8,13 @@ no caption file of their own (a `.txt` or `.caption` beside an image wins):
   its `file_name` (a path from that metadata file's folder) and its `text`, `caption` or `prompt`;
   an image in several rows has each row's caption, as `datasets` keeps each row.
 
+A concept's *Captions file* names one such file anywhere instead (the folder's own are then not
+looked for); it may also be kohya's fine-tuning metadata (`meta_cap.json` / `meta_lat.json`:
+`{"<image>": {"caption": ..., "tags": ...}}`, or `.jsonl` rows of `image_path`, `caption`, `tags`),
+whose names are from the concept folder (sd-scripts' image_dir) or absolute, and without their
+extension match an image of any (as `merge_captions_to_metadata.py` writes them); its caption is
+`caption,tags`, as sd-scripts joins them.
+
 An image's captions from here are a list, as diffusion-pipe and `datasets` keep them: one drawn
 each time the image is shown (FIRST of Caption file lines: the first only). An index file that
 cannot be read stops the run with its name and why (its images would train uncaptioned).
@@ -39,13 +46,14 @@ class CaptionIndex:
     files: list[str] = field(default_factory=list)  # the index files read, relative to the folder
     by_path: dict[str, list[str]] = field(default_factory=dict)
     used: set[str] = field(default_factory=set)  # the paths an image took its captions from
+    stems: bool = False  # a name without its extension names the image too (kohya's metadata)
 
     def get(self, relpath: str) -> tuple[str, ...] | None:
-        found = self.by_path.get(relpath)
-        if found is None:
-            return None
-        self.used.add(relpath)
-        return tuple(found)
+        for key in (relpath, posixpath.splitext(relpath)[0]) if self.stems else (relpath,):
+            if (found := self.by_path.get(key)) is not None:
+                self.used.add(key)
+                return tuple(found)
+        return None
 
     def unmatched(self) -> int:
         """Entries that named no image read."""
@@ -84,7 +92,45 @@ def _read_json(path: Path, text: str, prefix: str, index: CaptionIndex) -> None:
         _add(index, prefix + str(name).replace("\\", "/").rsplit("/", 1)[-1], captions)
 
 
-def _read_rows(path: Path, text: str, prefix: str, index: CaptionIndex) -> None:
+KOHYA_SEPARATOR = ","  # sd-scripts' caption_separator, between a caption and its tags
+
+
+def _kohya_caption(entry: dict[str, Any], name: str) -> str:
+    """sd-scripts' caption of a metadata entry: its caption, then its tags after a comma."""
+    caption, tags = _caption(entry.get("caption")), _caption(entry.get("tags"))
+    if (entry.get("caption") is not None and caption is None) or (entry.get("tags") is not None and tags is None):
+        raise ValueError(f"the caption or tags of '{name}' are not texts")
+    return KOHYA_SEPARATOR.join(part for part in (caption, tags) if part)
+
+
+def _named_key(name: str, folder: Path) -> str:
+    """A named captions file's image name as a path in the concept folder: relative ones as they
+    are, absolute ones inside the folder made relative (others stay, naming no image)."""
+    name = str(name).replace("\\", "/")
+    if posixpath.isabs(name):
+        root = os.path.abspath(folder)
+        if os.path.commonpath([root, os.path.abspath(name)]) == root:
+            return Path(os.path.relpath(os.path.abspath(name), root)).as_posix()
+        return name
+    return posixpath.normpath(name)
+
+
+def _read_named_json(text: str, folder: Path, index: CaptionIndex) -> None:
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("it is not an object of image names and their captions")
+    for name, value in data.items():
+        if isinstance(value, dict):  # kohya's metadata
+            _add(index, _named_key(name, folder), [c] if (c := _kohya_caption(value, name)) else [])
+            continue
+        values = value if isinstance(value, list) else [value]
+        captions = [c for c in map(_caption, values) if c]
+        if len(captions) < sum(v is not None for v in values):
+            raise ValueError(f"the captions of '{name}' are not texts")
+        _add(index, _named_key(name, folder), captions)
+
+
+def _read_rows(path: Path, text: str, prefix: str, index: CaptionIndex, folder: Path | None = None) -> None:
     if path.suffix == ".csv":
         rows = list(csv.DictReader(io.StringIO(text)))
     else:
@@ -97,6 +143,12 @@ def _read_rows(path: Path, text: str, prefix: str, index: CaptionIndex) -> None:
                     raise ValueError(f"line {number} is not JSON ({err.msg})") from None
                 if isinstance(row, dict):
                     rows.append(row)
+    if folder is not None and rows and "image_path" in rows[0]:  # kohya's metadata rows
+        for number, row in enumerate(rows, 1):
+            if "image_path" not in row:
+                raise ValueError(f"row {number} has no image_path")
+            _add(index, _named_key(row["image_path"], folder), [c] if (c := _kohya_caption(row, row["image_path"])) else [])
+        return
     column = next((c for c in CAPTION_COLUMNS if rows and c in rows[0]), None)
     if column is None or not all("file_name" in row for row in rows):
         raise ValueError("its rows need a file_name and a text, caption or prompt column")
@@ -130,3 +182,24 @@ def read_caption_index(folder: Path, recursive: bool) -> CaptionIndex | None:
                                 "folder to train without it") from None
             index.files.append(prefix + name)
     return index if index.files else None
+
+
+def read_captions_file(path: Path, folder: Path) -> CaptionIndex:
+    """A concept's named captions file (its *Captions file*) for the images of `folder`. A
+    DataError names one that cannot be read."""
+    index = CaptionIndex(files=[str(path)], stems=True)
+    try:
+        if path.stat().st_size > MAX_INDEX_BYTES:
+            raise ValueError(f"larger than {MAX_INDEX_BYTES // 2**20} MB")
+        text = _text(path)
+        if path.suffix.lower() == ".json":
+            _read_named_json(text, folder, index)
+        elif path.suffix.lower() in (".jsonl", ".csv"):
+            relative = _named_key(os.path.abspath(path.parent), folder)  # a metadata file's names are from its folder
+            prefix = "" if posixpath.isabs(relative) or relative == "." else relative + "/"
+            _read_rows(path.with_suffix(path.suffix.lower()), text, prefix, index, folder)
+        else:
+            raise ValueError("it is not a .json, .jsonl or .csv file")
+    except (OSError, ValueError, UnicodeError, csv.Error) as err:
+        raise DataError(f"Captions file {path} could not be read ({err}); fix it, or clear the concept's Captions file") from None
+    return index

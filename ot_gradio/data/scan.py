@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.media_files import UNREAD_IMAGE_EXTENSIONS, kohya_repeats
-from .caption_index import CaptionIndex, read_caption_index
+from .caption_index import CaptionIndex, read_caption_index, read_captions_file
 from .captions import beside_concept, caption_lines, caption_path, read_captions, read_text
 from .errors import DataError
 from .images import (
@@ -203,8 +203,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     source = str(getattr(concept.text, "prompt_source", "sample"))
     default = default_caption(concept)
     joined = caption_lines_rule(concept)
-    recursive = bool(getattr(concept, "include_subdirectories", False))
-    index = read_caption_index(folder, recursive) if source == "sample" else None
+    index = concept_caption_index(concept, folder)
     scan.caption_index = index.files if index else []
     alpha_masks = bool(getattr(getattr(concept, "image", None), "alpha_mask", False))
     shared: tuple[str, ...] = ()
@@ -350,8 +349,24 @@ def concept_captions(concept: object, clips: bool = False, control: bool = False
     scratch = ConceptScan(name=concept_label(concept), folder=folder, items=[])  # (its warnings: the run says them)
     default = default_caption(concept)
     joined = caption_lines_rule(concept)
-    index = read_caption_index(folder, bool(getattr(concept, "include_subdirectories", False))) if source == "sample" else None
+    index = concept_caption_index(concept, folder)
     return [_captions_for(path, source, shared, scratch, default, joined, index, folder) for path in files]
+
+
+def concept_caption_index(concept: object, folder: Path) -> CaptionIndex | None:
+    """With prompt source 'sample', the concept's Captions file, else its folder's caption index
+    files (captions.json, metadata.jsonl / .csv); None for none. A DataError for a Captions file
+    that is missing or cannot be read."""
+    if str(getattr(concept.text, "prompt_source", "sample")) != "sample":
+        return None
+    named = str(getattr(concept.text, "captions_file", "") or "").strip()
+    if not named:
+        return read_caption_index(folder, bool(getattr(concept, "include_subdirectories", False)))
+    path = beside_concept(named, folder)
+    if not path.is_file():
+        raise DataError(f"Concept '{concept_label(concept)}': Captions file '{named}' does not exist; set the file holding "
+                        "the captions, or clear the field")
+    return read_captions_file(path, folder)
 
 
 def default_caption(concept: object) -> str:

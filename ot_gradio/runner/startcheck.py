@@ -290,13 +290,16 @@ def _unread_kinds(folder: Path, recursive: bool) -> list[str]:
 
 
 def _prompt_file_problems(i: int, concept: Any, folder: Path) -> list[str]:
-    """Captions from one prompt file (prompt source 'concept'): the file must exist."""
+    """Captions from one file: prompt source 'concept''s prompt file, and with 'sample' a Captions
+    file that is set, must exist."""
     text = getattr(concept, "text", None)
-    if str(getattr(text, "prompt_source", "sample")) != "concept":
-        return []
-    raw = str(getattr(text, "prompt_path", "") or "").strip()
-    if not raw:
+    source = str(getattr(text, "prompt_source", "sample"))
+    field, what = {"concept": ("prompt_path", "prompt file"), "sample": ("captions_file", "captions file")}.get(source, ("", ""))
+    raw = str(getattr(text, field, "") or "").strip() if field else ""
+    if field == "prompt_path" and not raw:
         return [f"concepts[{i}].text.prompt_path: empty, with the prompt source 'concept'; choose the prompt file"]
+    if not raw:
+        return []
     path = Path(raw).expanduser()
     for candidate in (path, folder / path):  # relative: also beside the images (data/scan.py)
         try:
@@ -304,7 +307,8 @@ def _prompt_file_problems(i: int, concept: Any, folder: Path) -> list[str]:
                 return []
         except (OSError, ValueError):
             pass
-    return [f"concepts[{i}].text.prompt_path: {_shown(raw)} does not exist; choose an existing prompt file"]
+    return [f"concepts[{i}].text.{field}: {_shown(raw)} does not exist; choose an existing {what}"
+            + (", or clear it to read the folder's own caption files" if field == "captions_file" else "")]
 
 
 def _is_dir(path: Path) -> bool:

@@ -30,6 +30,7 @@ PATH_KINDS = {
     "additional_embeddings[].model_name": FILE,
     "concepts[].path": DIR,
     "concepts[].text.prompt_path": FILE,
+    "concepts[].text.captions_file": FILE,
     "samples[].base_image_path": FILE,
     "samples[].mask_image_path": FILE,
     "samples[].control_image": FILE,

@@ -54,6 +54,9 @@ def page_problems(config: dict[str, Any], roots: list[Path]) -> list[str]:
         if str(text.get("prompt_source") or "") == "concept" and (prompt := str(text.get("prompt_path") or "").strip()):
             if problem := _outside(str(beside_concept(prompt, folder)), roots):
                 out.append(f"concepts[{i}].text.prompt_path: {problem}")
+        if str(text.get("prompt_source") or "sample") == "sample" and (named := str(text.get("captions_file") or "").strip()):
+            if problem := _outside(str(beside_concept(named, folder)), roots):
+                out.append(f"concepts[{i}].text.captions_file: {problem}")
         if config.get("debug_mode") and concept.get("enabled", True) and str(concept.get("path") or "").strip() and (
                 problem := _outside(str(concept["path"]), roots)):
             out.append(f"concepts[{i}].path: with debug mode on (it writes the images it trains on beside the run), {problem}")

@@ -297,3 +297,40 @@ def test_how_long_kohya_trains(tmp_path):
     assert unread.config.epochs == 100 and "the images were not counted: set Epochs to 100 x batch size" in unread.warnings[0]
     saves = load_config({**base, "save_every_n_steps": 50, "max_train_epochs": 2})
     assert (saves.config.save_every, saves.config.save_every_unit.value) == (50, "STEP")
+
+
+def test_sd_scripts_fine_tuning_metadata_is_the_concepts_captions_file(tmp_path):
+    """sd-scripts' fine-tuning method: `in_json` with `train_data_dir` (the images themselves, not
+    `<repeats>_<name>` folders; `dataset_repeats` times an epoch; reg_data_dir unread there), and a
+    dataset TOML's `metadata_file` subsets, with image_dir or (merge_captions_to_metadata.py's
+    --full_path) without it: the concept's Captions file, whose captions the run reads."""
+    from PIL import Image
+
+    from ot_gradio.data import scan_concept
+
+    images = tmp_path / "train"
+    images.mkdir()
+    for name in ("a.png", "b.png"):
+        Image.new("RGB", (16, 16)).save(images / name)
+    meta = tmp_path / "meta_lat.json"
+    meta.write_text(json.dumps({"a": {"caption": "a fox", "tags": "red, fox", "train_resolution": [512, 512]},
+                                "b": {"tags": "only tags"}}))
+    result = load_config({"pretrained_model_name_or_path": "/m/sdxl.safetensors", "sdxl": True, "in_json": str(meta),
+                          "train_data_dir": str(images), "dataset_repeats": 10, "reg_data_dir": str(tmp_path / "reg")})
+    (concept,) = result.config.concepts
+    assert (concept.path, concept.balancing, concept.text.captions_file) == (str(images), 10.0, str(meta))
+    assert "in_json" not in result.warnings[0].split("not carried over")[-1]
+    assert "reg_data_dir is not read with in_json" in result.warnings[0]
+    assert "the captions of metadata_file meta_lat.json are read" in result.warnings[0]
+    assert {i.relpath: i.captions for i in scan_concept(concept).items} == {"a.png": ("a fox,red, fox",), "b.png": ("only tags",)}
+
+    full = tmp_path / "meta_full.json"  # --full_path: absolute names, no image_dir needed
+    full.write_text(json.dumps({str(images / "a.png"): {"caption": "whole path"}}))
+    (tmp_path / "dataset.toml").write_text(f'[[datasets]]\n  [[datasets.subsets]]\n  metadata_file = "{full}"\n  num_repeats = 3\n'
+                                           f'  [[datasets.subsets]]\n  metadata_file = "{meta}"\n  image_dir = "{images}"\n'
+                                           f'  [[datasets.subsets]]\n  metadata_file = "{tmp_path / "nowhere.json"}"\n')
+    result = load_config({"pretrained_model_name_or_path": "/m/sd15.safetensors", "dataset_config": str(tmp_path / "dataset.toml")})
+    assert [(c.path, c.balancing, c.text.captions_file) for c in result.config.concepts] == [
+        (str(images), 3.0, str(full)), (str(images), 1.0, str(meta))]
+    assert "a dataset subset without image_dir (" in result.warnings[0] and "as its Captions file" in result.warnings[0]
+    assert scan_concept(result.config.concepts[0]).items[0].captions == ("whole path",)

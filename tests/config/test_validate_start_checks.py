@@ -44,6 +44,8 @@ CASES = [
     ("empty concept folder", {"concepts": [{"name": "x", "path": "empty"}]}, "concepts[0].path: folder empty has no images"),
     ("missing prompt file", {"concepts": [{"name": "x", "path": "images", "text": {"prompt_source": "concept", "prompt_path": "no.txt"}}]},
      "concepts[0].text.prompt_path: no.txt does not exist"),
+    ("missing captions file", {"concepts": [{"name": "x", "path": "images", "text": {"captions_file": "meta_cap.json"}}]},
+     "concepts[0].text.captions_file: meta_cap.json does not exist; choose an existing captions file, or clear it"),
     ("no enabled concept", {"concepts": [{"name": "x", "path": "images", "enabled": False}]}, "concepts[0].enabled: off"),
     ("unknown layer preset", {"layer_filter_preset": "nope"}, "layer_filter_preset: 'nope' is not a layer preset; choose one of full"),
     ("output name too long", {"output_model_destination": f"out/{LONG_NAME}.safetensors"}, "output_model_destination: the file name"),

@@ -173,6 +173,58 @@ def test_a_folders_captions_json_and_metadata_jsonl_caption_the_images_without_a
         concept_captions(concept)
 
 
+def test_a_concepts_captions_file_kohya_metadata_or_another_index_elsewhere(tmp_path, write_image, make_concept):
+    """Captions file: kohya's fine-tuning metadata as merge_captions_to_metadata.py writes it (names
+    without their extension, or absolute with --full_path; caption then tags, comma-joined as
+    sd-scripts joins them; meta_lat.json's other keys ignored) and its .jsonl rows; a Hugging Face
+    metadata.jsonl named inside the folder reads its names from its own folder; the folder's own
+    index files are not read then; a missing or unreadable file stops the run naming the field."""
+    import json
+
+    from ot_gradio.data.scan import concept_captions
+
+    folder = tmp_path / "imgs"
+    for name in ("a.png", "b.jpg", "c.webp", "d.png", "sub/e.png"):
+        write_image(folder / name, 16, 16)
+    (folder / "captions.json").write_text(json.dumps({"d.png": "from the folder's index"}))  # not read: a file is named
+    (folder / "b.txt").write_text("its own file")
+    meta = tmp_path / "train" / "meta_lat.json"
+    meta.parent.mkdir()
+    meta.write_text(json.dumps({"a": {"caption": "a photo of a fox", "tags": "1girl, solo", "train_resolution": [512, 512]},
+                                "b": {"caption": "b from the metadata"},
+                                str(folder / "c.webp"): {"tags": "only tags"},
+                                "sub/e": {"caption": "in a subfolder"},
+                                "gone": {"caption": "names no image"}}))
+    concept = make_concept(folder, include_subdirectories=True, text={"captions_file": str(meta)})
+    scan = scan_concept(concept)
+    got = {i.relpath: i.captions for i in scan.items}
+    assert got == {"a.png": ("a photo of a fox,1girl, solo",), "b.jpg": ("its own file",), "c.webp": ("only tags",),
+                   "d.png": ("",), "sub/e.png": ("in a subfolder",)}
+    assert (scan.from_index, scan.caption_index, scan.index_unmatched) == (3, [str(meta)], 1)  # (b: its .txt wins)
+    assert [got[i.relpath] for i in scan.items] == concept_captions(concept)
+
+    rows = tmp_path / "train" / "meta.jsonl"  # sd-scripts' JSONL metadata
+    rows.write_text(json.dumps({"image_path": "a.png", "caption": "row a", "image_size": [16, 16]}) + "\n"
+                    + json.dumps({"image_path": "d", "caption": "row d", "tags": "t"}) + "\n")
+    rows_scan = scan_concept(make_concept(folder, text={"captions_file": str(rows)}))
+    assert {i.relpath: i.captions for i in rows_scan.items}["d.png"] == ("row d,t",)
+    assert {i.relpath: i.captions for i in rows_scan.items}["a.png"] == ("row a",)
+    hf = folder / "sub" / "metadata.jsonl"  # Hugging Face's rows: names from the file's own folder
+    hf.write_text(json.dumps({"file_name": "e.png", "text": "hf e"}) + "\n")
+    hf_scan = scan_concept(make_concept(folder, include_subdirectories=True, text={"captions_file": "sub/metadata.jsonl"}))
+    assert {i.relpath: i.captions for i in hf_scan.items}["sub/e.png"] == ("hf e",)
+
+    with pytest.raises(DataError, match=r"Captions file 'nowhere.json' does not exist"):
+        scan_concept(make_concept(folder, text={"captions_file": "nowhere.json"}))
+    meta.write_text(json.dumps({"a": {"caption": ["not", "a text"]}}))
+    with pytest.raises(DataError, match=r"Captions file .*meta_lat.json could not be read .*caption or tags of 'a'"):
+        concept_captions(make_concept(folder, text={"captions_file": str(meta)}))
+    meta.write_text("a caption")
+    with pytest.raises(DataError, match=r"could not be read"):
+        scan_concept(make_concept(folder, text={"captions_file": str(meta)}))
+    assert scan_concept(make_concept(folder, text={"captions_file": str(meta), "prompt_source": "filename"})).items
+
+
 def test_latin1_caption_falls_back_with_warning(tmp_path, write_image, make_concept, caplog):
     folder = tmp_path / "c"
     write_image(folder / "a.png", 16, 16)

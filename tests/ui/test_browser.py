@@ -29,6 +29,7 @@ def test_every_path_field_of_the_page_has_a_browser(page):
     assert {"base_model_name", "output_model_destination", "workspace_dir", "cache_dir", "lora_model_name"} <= with_browser
     assert page.concepts.fields["path"].browser is not None
     assert page.concepts.fields["text.prompt_path"].browser is not None
+    assert page.concepts.fields["text.captions_file"].browser is not None
     assert all(path_kind(p) for p in with_browser)
     assert page.fields["learning_rate"].browser is None
 

@@ -72,6 +72,8 @@ def test_the_page_writes_reads_and_runs_only_what_it_may(page, fake_start, tmp_p
          "the page does not use hidden or secret files"),
         ({"concepts": [{**config["concepts"][0], "text": {"tag_dropout_special_tags": str(outside / "notes.txt")}}]},
          "concepts[0].text.tag_dropout_special_tags: "),
+        ({"concepts": [{**config["concepts"][0], "text": {"captions_file": str(outside / "notes.txt")}}]},
+         "concepts[0].text.captions_file: "),
         ({"samples": [{"prompt": "x", "control_image": str(outside / "photo.png")}]}, "samples[0].control_image: "),
         ({"debug_mode": True, "concepts": [{**config["concepts"][0], "path": str(outside)}]},
          "concepts[0].path: with debug mode on (it writes the images it trains on beside the run)"),
