@@ -18,7 +18,6 @@ from typing import Any
 
 from .dpipe_data import DpSection, read_dataset, resolve
 from .family_info import FamilyInfo
-from .json_file import may_read
 from .validation import ConfigError
 
 # a dataset entry's keys that say how SimpleTuner caches and loads, not what it trains
@@ -146,9 +145,7 @@ def _concept(r: StSection, top: StSection, roots: list[Path], notes: list[str], 
         text["default_caption"] = prompt  # (an image's own .txt, which SimpleTuner ignores, would win here)
         notes.append(f"{r.name}: every image trains on its instance_prompt there; here on it where the image has no caption file")
     elif strategy == "filename":
-        text["prompt_source"] = "filename"
-        if may_read(path, readable) and path.is_dir() and any("_" in p.stem for p in path.iterdir()):
-            notes.append(f"{r.name}: SimpleTuner reads underscores in file names as spaces; here they stay as written")
+        text.update(prompt_source="filename", filename_spaces=True)  # SimpleTuner reads a file name's underscores as spaces
     elif strategy != "textfile":
         notes.append(f"{r.name}.caption_strategy '{strategy}': here captions are .txt files beside the images")
     if r.flag("disable_multiline_split", top.flag("disable_multiline_split")):  # a caption file is one caption

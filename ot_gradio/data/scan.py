@@ -375,8 +375,12 @@ def default_caption(concept: object) -> str:
 
 
 def caption_lines_rule(concept: object) -> str:
-    """The concept's Caption file lines: EACH (a caption a line), FIRST or WHOLE."""
-    rule = str(getattr(getattr(concept, "text", None), "caption_lines", "EACH") or "EACH").upper()
+    """The concept's Caption file lines: EACH (a caption a line), FIRST or WHOLE; with prompt
+    source 'filename', SPACES for a file name's underscores read as spaces."""
+    text = getattr(concept, "text", None)
+    if str(getattr(text, "prompt_source", "sample")) == "filename":
+        return "SPACES" if getattr(text, "filename_spaces", False) else "NAME"
+    rule = str(getattr(text, "caption_lines", "EACH") or "EACH").upper()
     return rule if rule in ("EACH", "FIRST", "WHOLE") else "EACH"
 
 
@@ -385,11 +389,12 @@ def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: Concep
     """The item's captions by its prompt source; with 'sample', its caption file, else the folder's
     caption index (captions.json, metadata.jsonl), else `default` (kohya's class tokens: an empty
     caption file stays empty, as there); several lines (or an index's several captions) read by
-    `lines_rule` (EACH: a caption a line; FIRST: the first; WHOLE: one, joined)."""
+    `lines_rule` (EACH: a caption a line; FIRST: the first; WHOLE: one, joined; SPACES: a file
+    name's underscores as spaces)."""
     if source == "concept":
         return shared
     if source == "filename":
-        return (path.stem,)
+        return (path.stem.replace("_", " ") if lines_rule == "SPACES" else path.stem,)
     caption_file = caption_path(path)
     lines: tuple[str, ...] = ()
     listed = index.get(path.relative_to(folder).as_posix()) if index is not None and folder is not None else None

@@ -177,6 +177,15 @@ def test_disable_multiline_split_reads_a_caption_file_whole(checkout):
     assert "disable_multiline_split" not in warning.split("config.json", 1)[1]  # (the test's folder is named after it)
 
 
+def test_filename_captions_read_underscores_as_spaces(checkout):
+    """caption_strategy filename (SimpleTuner's default): the file name, its underscores as spaces."""
+    backend = json.loads((checkout / "config" / "multidatabackend.json").read_text())
+    del backend[0]["caption_strategy"]
+    (checkout / "config" / "multidatabackend.json").write_text(json.dumps(backend))
+    c, _ = load(checkout, EXAMPLE)
+    assert (c["concepts"][0]["text"]["prompt_source"], c["concepts"][0]["text"]["filename_spaces"]) == ("filename", True)
+
+
 def test_its_config_env_reads_as_its_arguments(checkout):
     """config.env: its fixed names (MODEL_FAMILY, MAX_NUM_STEPS ...) and TRAINER_EXTRA_ARGS, as text:
     nothing runs, nothing expands."""

@@ -247,13 +247,16 @@ def test_concept_and_filename_prompt_sources(tmp_path, write_image, make_concept
     folder = tmp_path / "c"
     write_image(folder / "red apple.png", 16, 16)
     write_image(folder / "pear.jpg", 16, 16)
+    write_image(folder / "a_green_pear.png", 16, 16)
     (folder / "red apple.txt").write_text("ignored")
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("photo of sks\nsks, outdoors\n")
     scan = scan_concept(make_concept(folder, text={"prompt_source": "concept", "prompt_path": str(prompts)}))
     assert all(i.captions == ("photo of sks", "sks, outdoors") for i in scan.items)
     scan = scan_concept(make_concept(folder, text={"prompt_source": "filename"}))
-    assert [i.captions for i in scan.items] == [("pear",), ("red apple",)]
+    assert [i.captions for i in scan.items] == [("a_green_pear",), ("pear",), ("red apple",)]
+    scan = scan_concept(make_concept(folder, text={"prompt_source": "filename", "filename_spaces": True}))  # SimpleTuner's
+    assert [i.captions for i in scan.items] == [("a green pear",), ("pear",), ("red apple",)]
     with pytest.raises(DataError, match="prompt file"):
         scan_concept(make_concept(folder, text={"prompt_source": "concept", "prompt_path": str(tmp_path / "missing.txt")}))
 
