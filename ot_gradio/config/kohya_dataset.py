@@ -19,7 +19,7 @@ from .validation import ConfigError
 
 # what a dataset config's general, dataset and subset tables set that is carried over (or said)
 DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", "shuffle_caption", "keep_tokens", "flip_aug",
-                          "random_crop", "alpha_mask", "caption_prefix", "caption_suffix", "caption_extension", "metadata_file",
+                          "random_crop", "alpha_mask", "caption_prefix", "caption_suffix", "caption_extension", "metadata_file", "caption_separator",
                           "caption_tag_dropout_rate", "caption_dropout_rate", "keep_tokens_separator", "resolution", "batch_size",
                           "enable_bucket", "bucket_no_upscale", "bucket_reso_steps", "min_bucket_reso", "max_bucket_reso",
                           # musubi-tuner's: a dataset is its folder; its latent cache folder is its own business
@@ -137,19 +137,48 @@ def _training_options(r: KohyaReader) -> dict[str, Any]:
     dataset config's `[general]`)."""
     options = {key: r.get(key) for key in ("shuffle_caption", "keep_tokens", "flip_aug", "caption_tag_dropout_rate", "caption_extension",
                                            "keep_tokens_separator", "random_crop", "alpha_mask", "caption_prefix",
-                                           "caption_suffix", "enable_wildcard")
+                                           "caption_suffix", "enable_wildcard", "caption_separator")
                if r.data.get(key) is not None}
+    if r.given("dataset_repeats"):  # sd-scripts' num_repeats of a subset that sets none
+        options["num_repeats"] = r.number("dataset_repeats", int)
     return options
 
 
-def folder_concepts(r: KohyaReader, notes: list[str], readable: list[Path] | None) -> list[dict[str, Any]] | None:
+def _beside(name: str, base_dir: str | Path | None) -> str:
+    """A relative metadata file where the config is, if it is there (sd-scripts reads it from the
+    folder it runs in); else as given."""
+    path = Path(str(name)).expanduser()
+    if not path.is_absolute() and base_dir is not None and (Path(base_dir) / path).is_file():
+        return str(Path(base_dir) / path)
+    return str(name)
+
+
+def _gui_metadata(r: KohyaReader) -> str | None:
+    """kohya_ss's fine-tune page's metadata file, `train_dir`/meta_lat.json (use_latent_files) or
+    meta_cap.json, as it passes it as in_json, where the page does not make it anew from the
+    caption files before each run (*Generate caption metadata* off); None where it does (the
+    caption files are read then) or the file is not there."""
+    made = [r.get(key) for key in ("generate_caption_database", "create_caption") if key in r.data]
+    train_dir = r.get("train_dir")
+    if not made or any(flag(value) for value in made):
+        return None
+    latent = str(r.get("use_latent_files") or "").lower() in ("yes", "true")
+    name = r.get("latent_metadata_filename" if latent else "caption_metadata_filename")
+    if not train_dir or not name:
+        return None
+    path = Path(str(train_dir)).expanduser() / str(name)
+    return str(path) if path.is_file() else None
+
+
+def folder_concepts(r: KohyaReader, notes: list[str], readable: list[Path] | None,
+                    base_dir: str | Path | None = None) -> list[dict[str, Any]] | None:
     """`train_data_dir`'s `<repeats>_<name>` folders (and `reg_data_dir`'s); a folder outside
     `readable` is not listed: it is one concept, said in a note."""
     subsets: list[dict[str, Any]] = []
     found = False
     if r.given("in_json"):  # sd-scripts' fine-tuning method: one folder's images, their captions in the metadata file
         found = True
-        subsets.append({"image_dir": r.get("train_data_dir"), "metadata_file": str(r.get("in_json")), "is_reg": False,
+        subsets.append({"image_dir": r.get("train_data_dir"), "metadata_file": _beside(r.get("in_json"), base_dir), "is_reg": False,
                         "num_repeats": r.number("dataset_repeats", int) if r.given("dataset_repeats") else 1})
         if r.given("reg_data_dir"):
             notes.append("reg_data_dir is not read with in_json (sd-scripts' fine-tuning method reads none either)")
@@ -175,7 +204,8 @@ def folder_concepts(r: KohyaReader, notes: list[str], readable: list[Path] | Non
     if r.given("image_folder") and not r.given("in_json"):  # kohya_ss's fine-tune page: one folder, `dataset_repeats` times an epoch
         found = True
         subsets.append({"image_dir": str(r.get("image_folder")), "is_reg": False,
-                        "num_repeats": r.number("dataset_repeats", int) if r.given("dataset_repeats") else 1})
+                        "num_repeats": r.number("dataset_repeats", int) if r.given("dataset_repeats") else 1,
+                        **({"metadata_file": gui} if (gui := _gui_metadata(r)) else {})})
     else:
         r.get("dataset_repeats")  # the fine-tune page's repeats of a folder it has none of
     options = _training_options(r)
@@ -197,11 +227,11 @@ def dataset_config(r: KohyaReader, out: dict[str, Any], notes: list[str], readab
     except ConfigError as err:
         notes.append(f"{err}: add its folders as concepts")
         return None
-    return dataset_concepts(data, out, notes, r, readable)
+    return dataset_concepts(data, out, notes, r, readable, path.parent)
 
 
 def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str], r: KohyaReader,
-                      readable: list[Path] | None) -> list[dict[str, Any]]:
+                      readable: list[Path] | None, base_dir: str | Path | None = None) -> list[dict[str, Any]]:
     """Each `[[datasets.subsets]]` a concept, its options those of the training config, then
     `[general]`, the dataset, then the subset (sd-scripts' order); the first dataset's resolution,
     batch size and buckets."""
@@ -236,7 +266,11 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
             own = [{"image_dir": folder, "caption_lines": "WHOLE",  # musubi-tuner reads a caption file whole
                     **({"control_folder": dataset["control_directory"]} if dataset.get("control_directory") else {})}]
             _musubi_frames(dataset, general, out, notes)
-        subsets += [{**merged, **subset} for subset in own]
+        if len({bool(subset.get("metadata_file")) for subset in own}) > 1:
+            notes.append(f"dataset {index + 1} mixes subsets with and without metadata_file, which sd-scripts refuses; here "
+                         "each is a concept")
+        subsets += [{**merged, **subset, **({"metadata_file": _beside(subset["metadata_file"], base_dir)}
+                                            if subset.get("metadata_file") else {})} for subset in own]
     # the first dataset's, then [general]'s, then the training config's (sd-scripts' fallback, read either way)
     others = tuple({str(s["resolution_override"]) for s in subsets if s.get("resolution_override")})
     for key in BUCKET_SETTINGS:
@@ -341,7 +375,8 @@ def _image_count(folder: Path, readable: list[Path] | None) -> int | None:
 
 def _metadata_folder(path: Path, readable: list[Path] | None) -> str | None:
     """The folder of the images a metadata file names by their whole paths (kohya's `--full_path`,
-    for a subset without image_dir); None when it cannot be read here or names them otherwise."""
+    for a subset without image_dir); None when it cannot be read here, names them otherwise, or
+    their folders share no folder but the root."""
     if not may_read(path, readable):
         return None
     try:
@@ -350,10 +385,11 @@ def _metadata_folder(path: Path, readable: list[Path] | None) -> str | None:
             names = [json.loads(line).get("image_path") for line in text.splitlines() if line.strip()]
         else:
             names = list(json.loads(text))
-        folders = {os.path.dirname(str(name)) for name in names}
-        return os.path.commonpath(list(folders)) if folders and all(os.path.isabs(f) for f in folders) else None
+        folders = {os.path.dirname(str(name).replace("\\", "/")) for name in names}
+        common = os.path.commonpath(list(folders)) if folders and all(os.path.isabs(f) for f in folders) else None
     except (OSError, ValueError, AttributeError, TypeError):
         return None
+    return common if common and Path(common).parent != Path(common) else None
 
 
 def _subset_concept(options: dict[str, Any], notes: list[str], weight: float, readable: list[Path] | None = None) -> dict[str, Any] | None:
@@ -371,9 +407,9 @@ def _subset_concept(options: dict[str, Any], notes: list[str], weight: float, re
         return None
     reg = flag(options.get("is_reg"))
     extension = str(options.get("caption_extension") or ".caption").strip().lower()
-    if metadata:  # sd-scripts' fine-tuning subset: the captions and tags of the metadata file, for the images it names
-        notes.append(f"{folder.name}: the captions of metadata_file {Path(metadata).name} are read (its Captions file); the "
-                     "folder's images it does not name train here too, and a caption file beside an image is read first")
+    if metadata:  # sd-scripts' fine-tuning subset: the images the metadata file names, with its captions and tags
+        notes.append(f"{folder.name}: metadata_file {Path(metadata).name} is its Captions file: the images it names train "
+                     "with its captions, as there")
     elif ("." + extension.lstrip(".")) not in CAPTION_EXTENSIONS:
         notes.append(f"caption_extension '{options['caption_extension']}': here captions are read from .txt, else .caption "
                      "files; rename them, or those images train uncaptioned")
@@ -400,9 +436,12 @@ def _subset_concept(options: dict[str, Any], notes: list[str], weight: float, re
                              "alpha_mask": flag(options.get("alpha_mask"))}  # the alpha channel as the mask (masked training)
     if metadata:
         text["captions_file"] = metadata
+    if options.get("caption_separator"):  # kohya's separator of tags (shuffled, kept), and of a metadata caption from its tags
+        text["tag_delimiter"] = str(options["caption_separator"])
     if options.get("control_folder"):  # musubi-tuner's control_directory: an image-editing model's source images
         image["control_folder"] = str(options["control_folder"])
     if options.get("resolution_override"):
         image.update(enable_resolution_override=True, resolution_override=options["resolution_override"])
     return {"name": ("reg: " if reg else "") + (kohya_name[1] if kohya_name else folder.name), "path": str(folder),
+            **({"include_subdirectories": True} if metadata else {}),  # (merge_captions_to_metadata --recursive: subfolders)
             "balancing": float(repeats), "loss_weight": weight if reg else 1.0, "type_reg": reg, "text": text, "image": image}

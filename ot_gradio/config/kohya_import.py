@@ -135,7 +135,7 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
     if isinstance(r.data.get("datasets"), list):  # a dataset TOML imported by itself
         r.get("datasets")
         r.get("general")
-        concepts = dataset_concepts(r.data, out, notes, r, readable)
+        concepts = dataset_concepts(r.data, out, notes, r, readable, base_dir)
     elif r.given("dataset_config"):  # sd-scripts: it replaces train_data_dir and reg_data_dir (ignored with a warning there)
         concepts = dataset_config(r, out, notes, readable, base_dir)
         if concepts is None:  # not read: the training config's own bucket settings
@@ -143,7 +143,7 @@ def import_kohya(raw: dict[str, Any], source: str | None = None, readable: list[
         for key in ("train_data_dir", "reg_data_dir", "dataset_repeats"):  # the dataset config's folders and repeats instead
             r.get(key)
     else:
-        concepts = folder_concepts(r, notes, readable)
+        concepts = folder_concepts(r, notes, readable, base_dir)
     if concepts is not None:
         out["concepts"] = concepts
         if any(c["image"].get("alpha_mask") for c in concepts):  # sd-scripts' alpha_mask: the transparent areas weigh 0,

@@ -13,7 +13,8 @@ looked for); it may also be kohya's fine-tuning metadata (`meta_cap.json` / `met
 `{"<image>": {"caption": ..., "tags": ...}}`, or `.jsonl` rows of `image_path`, `caption`, `tags`),
 whose names are from the concept folder (sd-scripts' image_dir) or absolute, and without their
 extension match an image of any (as `merge_captions_to_metadata.py` writes them); its caption is
-`caption,tags`, as sd-scripts joins them.
+`caption,tags`, as sd-scripts joins them. As in sd-scripts' fine-tuning, such a file names the
+images that train (the others are left out, counted) and its captions win over caption files.
 
 An image's captions from here are a list, as diffusion-pipe and `datasets` keep them: one drawn
 each time the image is shown (FIRST of Caption file lines: the first only). An index file that
@@ -46,14 +47,22 @@ class CaptionIndex:
     files: list[str] = field(default_factory=list)  # the index files read, relative to the folder
     by_path: dict[str, list[str]] = field(default_factory=dict)
     used: set[str] = field(default_factory=set)  # the paths an image took its captions from
-    stems: bool = False  # a name without its extension names the image too (kohya's metadata)
+    # a concept's Captions file: it names the images that train (a name without its extension too, as
+    # kohya's metadata names them), and its captions win over caption files
+    named: bool = False
+
+    def key(self, relpath: str) -> str | None:
+        """The entry naming the image, if any."""
+        for key in (relpath, posixpath.splitext(relpath)[0]) if self.named else (relpath,):
+            if key in self.by_path:
+                return key
+        return None
 
     def get(self, relpath: str) -> tuple[str, ...] | None:
-        for key in (relpath, posixpath.splitext(relpath)[0]) if self.stems else (relpath,):
-            if (found := self.by_path.get(key)) is not None:
-                self.used.add(key)
-                return tuple(found)
-        return None
+        if (key := self.key(relpath)) is None:
+            return None
+        self.used.add(key)
+        return tuple(self.by_path[key])
 
     def unmatched(self) -> int:
         """Entries that named no image read."""
@@ -92,22 +101,25 @@ def _read_json(path: Path, text: str, prefix: str, index: CaptionIndex) -> None:
         _add(index, prefix + str(name).replace("\\", "/").rsplit("/", 1)[-1], captions)
 
 
-KOHYA_SEPARATOR = ","  # sd-scripts' caption_separator, between a caption and its tags
-
-
-def _kohya_caption(entry: dict[str, Any], name: str) -> str:
-    """sd-scripts' caption of a metadata entry: its caption, then its tags after a comma."""
+def _kohya_captions(entry: dict[str, Any], name: str, separator: str, each_line: bool) -> list[str]:
+    """sd-scripts' caption of a metadata entry (FineTuningDataset): its caption, then its tags after
+    the caption separator; with enable_wildcard (`each_line`) each non-empty line of the caption,
+    the tags after each, a caption of its own (one line is drawn each time there)."""
     caption, tags = _caption(entry.get("caption")), _caption(entry.get("tags"))
     if (entry.get("caption") is not None and caption is None) or (entry.get("tags") is not None and tags is None):
         raise ValueError(f"the caption or tags of '{name}' are not texts")
-    return KOHYA_SEPARATOR.join(part for part in (caption, tags) if part)
+    caption = caption or ""
+    if each_line:
+        lines = [line for line in caption.split("\n") if line.strip()]
+        return [f"{line}{separator}{tags.replace(chr(10), separator)}" if tags is not None else line for line in lines]
+    return [c] if (c := separator.join(part for part in (caption, tags) if part)) else []
 
 
 def _named_key(name: str, folder: Path) -> str:
     """A named captions file's image name as a path in the concept folder: relative ones as they
     are, absolute ones inside the folder made relative (others stay, naming no image)."""
     name = str(name).replace("\\", "/")
-    if posixpath.isabs(name):
+    if os.path.isabs(name):
         root = os.path.abspath(folder)
         if os.path.commonpath([root, os.path.abspath(name)]) == root:
             return Path(os.path.relpath(os.path.abspath(name), root)).as_posix()
@@ -115,22 +127,23 @@ def _named_key(name: str, folder: Path) -> str:
     return posixpath.normpath(name)
 
 
-def _read_named_json(text: str, folder: Path, index: CaptionIndex) -> None:
+def _read_named_json(text: str, folder: Path, index: CaptionIndex, separator: str, each_line: bool) -> None:
     data = json.loads(text)
     if not isinstance(data, dict):
         raise ValueError("it is not an object of image names and their captions")
     for name, value in data.items():
         if isinstance(value, dict):  # kohya's metadata
-            _add(index, _named_key(name, folder), [c] if (c := _kohya_caption(value, name)) else [])
+            index.by_path.setdefault(_named_key(name, folder), []).extend(_kohya_captions(value, name, separator, each_line))
             continue
         values = value if isinstance(value, list) else [value]
         captions = [c for c in map(_caption, values) if c]
         if len(captions) < sum(v is not None for v in values):
             raise ValueError(f"the captions of '{name}' are not texts")
-        _add(index, _named_key(name, folder), captions)
+        index.by_path.setdefault(_named_key(name, folder), []).extend(captions)  # (an empty one names its image too)
 
 
-def _read_rows(path: Path, text: str, prefix: str, index: CaptionIndex, folder: Path | None = None) -> None:
+def _read_rows(path: Path, text: str, prefix: str, index: CaptionIndex, folder: Path | None = None, separator: str = ",",
+               each_line: bool = False) -> None:
     if path.suffix == ".csv":
         rows = list(csv.DictReader(io.StringIO(text)))
     else:
@@ -147,7 +160,8 @@ def _read_rows(path: Path, text: str, prefix: str, index: CaptionIndex, folder: 
         for number, row in enumerate(rows, 1):
             if "image_path" not in row:
                 raise ValueError(f"row {number} has no image_path")
-            _add(index, _named_key(row["image_path"], folder), [c] if (c := _kohya_caption(row, row["image_path"])) else [])
+            index.by_path.setdefault(_named_key(row["image_path"], folder), []).extend(
+                _kohya_captions(row, row["image_path"], separator, each_line))
         return
     column = next((c for c in CAPTION_COLUMNS if rows and c in rows[0]), None)
     if column is None or not all("file_name" in row for row in rows):
@@ -155,8 +169,8 @@ def _read_rows(path: Path, text: str, prefix: str, index: CaptionIndex, folder: 
     for row in rows:
         caption = _caption(row.get(column))
         name = posixpath.normpath(str(row["file_name"]).replace("\\", "/"))
-        if caption and not name.startswith("../"):
-            _add(index, prefix + name, [caption])
+        if (caption or index.named) and not name.startswith("../"):  # (a named file's empty caption names its image too)
+            index.by_path.setdefault(prefix + name, []).extend([caption] if caption else [])
 
 
 def read_caption_index(folder: Path, recursive: bool) -> CaptionIndex | None:
@@ -184,20 +198,21 @@ def read_caption_index(folder: Path, recursive: bool) -> CaptionIndex | None:
     return index if index.files else None
 
 
-def read_captions_file(path: Path, folder: Path) -> CaptionIndex:
-    """A concept's named captions file (its *Captions file*) for the images of `folder`. A
-    DataError names one that cannot be read."""
-    index = CaptionIndex(files=[str(path)], stems=True)
+def read_captions_file(path: Path, folder: Path, separator: str = ",", each_line: bool = False) -> CaptionIndex:
+    """A concept's named captions file (its *Captions file*) for the images of `folder`; kohya's
+    entries joined by `separator` (its caption_separator, the concept's tag delimiter), with
+    `each_line` as enable_wildcard joins them. A DataError names one that cannot be read."""
+    index = CaptionIndex(files=[str(path)], named=True)
     try:
         if path.stat().st_size > MAX_INDEX_BYTES:
             raise ValueError(f"larger than {MAX_INDEX_BYTES // 2**20} MB")
         text = _text(path)
         if path.suffix.lower() == ".json":
-            _read_named_json(text, folder, index)
+            _read_named_json(text, folder, index, separator, each_line)
         elif path.suffix.lower() in (".jsonl", ".csv"):
             relative = _named_key(os.path.abspath(path.parent), folder)  # a metadata file's names are from its folder
-            prefix = "" if posixpath.isabs(relative) or relative == "." else relative + "/"
-            _read_rows(path.with_suffix(path.suffix.lower()), text, prefix, index, folder)
+            prefix = "" if os.path.isabs(relative) or relative == "." else relative + "/"
+            _read_rows(path.with_suffix(path.suffix.lower()), text, prefix, index, folder, separator, each_line)
         else:
             raise ValueError("it is not a .json, .jsonl or .csv file")
     except (OSError, ValueError, UnicodeError, csv.Error) as err:

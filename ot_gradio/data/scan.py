@@ -195,6 +195,11 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
                         + (f"; {unread_note}" if unread_note else ""))
 
     scan = ConceptScan(name=label, folder=folder.resolve(), items=[], skipped=not_files)
+    index = concept_caption_index(concept, folder)
+    files, unnamed = _named_files(files, index, folder)
+    if unnamed:
+        _warn(scan, f"Concept '{label}': {unnamed} of the folder's {'files' if sampling else 'images'} are not named in its "
+                    f"Captions file {index.files[0]} and are left out, as kohya's fine-tuning leaves them out")
     control_folder = _control_folder(concept, label) if control else None
     if unread_note:
         _warn(scan, f"Concept '{label}': {unread_note}")
@@ -203,7 +208,6 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     source = str(getattr(concept.text, "prompt_source", "sample"))
     default = default_caption(concept)
     joined = caption_lines_rule(concept)
-    index = concept_caption_index(concept, folder)
     scan.caption_index = index.files if index else []
     alpha_masks = bool(getattr(getattr(concept, "image", None), "alpha_mask", False))
     shared: tuple[str, ...] = ()
@@ -350,6 +354,7 @@ def concept_captions(concept: object, clips: bool = False, control: bool = False
     default = default_caption(concept)
     joined = caption_lines_rule(concept)
     index = concept_caption_index(concept, folder)
+    files = _named_files(files, index, folder)[0]
     return [_captions_for(path, source, shared, scratch, default, joined, index, folder) for path in files]
 
 
@@ -366,7 +371,20 @@ def concept_caption_index(concept: object, folder: Path) -> CaptionIndex | None:
     if not path.is_file():
         raise DataError(f"Concept '{concept_label(concept)}': Captions file '{named}' does not exist; set the file holding "
                         "the captions, or clear the field")
-    return read_captions_file(path, folder)
+    return read_captions_file(path, folder, str(getattr(concept.text, "tag_delimiter", "") or ","),
+                              caption_lines_rule(concept) == "EACH")
+
+
+def _named_files(files: list[Path], index: CaptionIndex | None, folder: Path) -> tuple[list[Path], int]:
+    """The files a concept trains with its Captions file: those it names (sd-scripts' fine-tuning
+    trains only its metadata's images), and how many are left out. A DataError when it names none."""
+    if index is None or not index.named:
+        return files, 0
+    named = [path for path in files if index.key(path.relative_to(folder).as_posix()) is not None]
+    if not named:
+        raise DataError(f"Captions file {index.files[0]} names none of the {len(files)} files in folder '{folder}' (names are "
+                        "read from the concept folder, or whole paths inside it); set the folder its images are in")
+    return named, len(files) - len(named)
 
 
 def default_caption(concept: object) -> str:
@@ -398,6 +416,12 @@ def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: Concep
     caption_file = caption_path(path)
     lines: tuple[str, ...] = ()
     listed = index.get(path.relative_to(folder).as_posix()) if index is not None and folder is not None else None
+    if listed is not None and index.named:  # a Captions file's captions win (sd-scripts' fine-tuning reads no caption file)
+        if not listed:
+            scan.uncaptioned.append(path)
+            return ("",)
+        scan.from_index += 1
+        return listed[:1] if lines_rule == "FIRST" else listed
     if not caption_file.is_file() and listed:  # captions of their own, as the index's tools keep them (WHOLE: a file's lines)
         scan.from_index += 1
         return listed[:1] if lines_rule == "FIRST" else listed

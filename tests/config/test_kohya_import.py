@@ -301,36 +301,53 @@ def test_how_long_kohya_trains(tmp_path):
 
 def test_sd_scripts_fine_tuning_metadata_is_the_concepts_captions_file(tmp_path):
     """sd-scripts' fine-tuning method: `in_json` with `train_data_dir` (the images themselves, not
-    `<repeats>_<name>` folders; `dataset_repeats` times an epoch; reg_data_dir unread there), and a
-    dataset TOML's `metadata_file` subsets, with image_dir or (merge_captions_to_metadata.py's
-    --full_path) without it: the concept's Captions file, whose captions the run reads."""
+    `<repeats>_<name>` folders; `dataset_repeats` times an epoch; reg_data_dir unread there; a
+    relative in_json beside the config), a dataset TOML's `metadata_file` subsets, with image_dir or
+    (merge_captions_to_metadata.py's --full_path, --recursive) without it, and kohya_ss's fine-tune
+    page's metadata in train_dir where the page does not make it anew: the concept's Captions file,
+    whose images and captions the run reads; caption_separator is the tag delimiter."""
     from PIL import Image
 
     from ot_gradio.data import scan_concept
 
     images = tmp_path / "train"
-    images.mkdir()
-    for name in ("a.png", "b.png"):
+    (images / "sub").mkdir(parents=True)
+    for name in ("a.png", "b.png", "sub/s.png"):
         Image.new("RGB", (16, 16)).save(images / name)
     meta = tmp_path / "meta_lat.json"
     meta.write_text(json.dumps({"a": {"caption": "a fox", "tags": "red, fox", "train_resolution": [512, 512]},
                                 "b": {"tags": "only tags"}}))
-    result = load_config({"pretrained_model_name_or_path": "/m/sdxl.safetensors", "sdxl": True, "in_json": str(meta),
-                          "train_data_dir": str(images), "dataset_repeats": 10, "reg_data_dir": str(tmp_path / "reg")})
+    (tmp_path / "kohya.json").write_text(json.dumps({
+        "pretrained_model_name_or_path": "/m/sdxl.safetensors", "sdxl": True, "in_json": "meta_lat.json",
+        "train_data_dir": str(images), "dataset_repeats": 10, "reg_data_dir": str(tmp_path / "reg"), "caption_separator": ";"}))
+    result = load_config(tmp_path / "kohya.json")
     (concept,) = result.config.concepts
-    assert (concept.path, concept.balancing, concept.text.captions_file) == (str(images), 10.0, str(meta))
-    assert "in_json" not in result.warnings[0].split("not carried over")[-1]
-    assert "reg_data_dir is not read with in_json" in result.warnings[0]
-    assert "the captions of metadata_file meta_lat.json are read" in result.warnings[0]
-    assert {i.relpath: i.captions for i in scan_concept(concept).items} == {"a.png": ("a fox,red, fox",), "b.png": ("only tags",)}
+    assert (concept.path, concept.balancing, concept.text.captions_file, concept.text.tag_delimiter) == (
+        str(images), 10.0, str(meta), ";")
+    warning = result.warnings[0]
+    assert "not carried over" not in warning or not any(k in warning.split("not carried over")[-1]
+                                                        for k in ("in_json", "caption_separator", "dataset_repeats"))
+    assert "reg_data_dir is not read with in_json" in warning and "meta_lat.json is its Captions file" in warning
+    assert {i.relpath: i.captions for i in scan_concept(concept).items} == {"a.png": ("a fox;red, fox",), "b.png": ("only tags",)}
 
-    full = tmp_path / "meta_full.json"  # --full_path: absolute names, no image_dir needed
-    full.write_text(json.dumps({str(images / "a.png"): {"caption": "whole path"}}))
+    full = tmp_path / "meta_full.json"  # --full_path --recursive: whole paths, subfolders, no image_dir needed
+    full.write_text(json.dumps({str(images / "a.png"): {"caption": "whole path"}, str(images / "sub" / "s.png"): {"caption": "s"}}))
     (tmp_path / "dataset.toml").write_text(f'[[datasets]]\n  [[datasets.subsets]]\n  metadata_file = "{full}"\n  num_repeats = 3\n'
                                            f'  [[datasets.subsets]]\n  metadata_file = "{meta}"\n  image_dir = "{images}"\n'
+                                           f'  [[datasets.subsets]]\n  image_dir = "{images}"\n'
                                            f'  [[datasets.subsets]]\n  metadata_file = "{tmp_path / "nowhere.json"}"\n')
-    result = load_config({"pretrained_model_name_or_path": "/m/sd15.safetensors", "dataset_config": str(tmp_path / "dataset.toml")})
+    result = load_config({"pretrained_model_name_or_path": "/m/sd15.safetensors", "dataset_config": str(tmp_path / "dataset.toml"),
+                          "dataset_repeats": 4})
     assert [(c.path, c.balancing, c.text.captions_file) for c in result.config.concepts] == [
-        (str(images), 3.0, str(full)), (str(images), 1.0, str(meta))]
+        (str(images), 3.0, str(full)), (str(images), 4.0, str(meta)), (str(images), 4.0, "")]  # (dataset_repeats: sd-scripts')
     assert "a dataset subset without image_dir (" in result.warnings[0] and "as its Captions file" in result.warnings[0]
-    assert scan_concept(result.config.concepts[0]).items[0].captions == ("whole path",)
+    assert "mixes subsets with and without metadata_file, which sd-scripts refuses" in result.warnings[0]
+    assert {i.relpath: i.captions for i in scan_concept(result.config.concepts[0]).items} == {
+        "a.png": ("whole path",), "sub/s.png": ("s",)}
+
+    page = {"pretrained_model_name_or_path": "/m/sd15.safetensors", "image_folder": str(images), "train_dir": str(tmp_path), "train_batch_size": 1,
+            "caption_metadata_filename": "meta_cap.json", "latent_metadata_filename": "meta_lat.json", "use_latent_files": "Yes",
+            "dataset_repeats": "2"}
+    made = load_config({**page, "generate_caption_database": True}).config.concepts[0]  # made anew from the caption files
+    kept = load_config({**page, "generate_caption_database": False}).config.concepts[0]
+    assert (made.text.captions_file, kept.text.captions_file, kept.balancing) == ("", str(meta), 2.0)

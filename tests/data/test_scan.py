@@ -175,16 +175,19 @@ def test_a_folders_captions_json_and_metadata_jsonl_caption_the_images_without_a
 
 def test_a_concepts_captions_file_kohya_metadata_or_another_index_elsewhere(tmp_path, write_image, make_concept):
     """Captions file: kohya's fine-tuning metadata as merge_captions_to_metadata.py writes it (names
-    without their extension, or absolute with --full_path; caption then tags, comma-joined as
-    sd-scripts joins them; meta_lat.json's other keys ignored) and its .jsonl rows; a Hugging Face
-    metadata.jsonl named inside the folder reads its names from its own folder; the folder's own
-    index files are not read then; a missing or unreadable file stops the run naming the field."""
+    without their extension, or whole paths with --full_path; caption then tags, joined by the tag
+    delimiter as sd-scripts joins them; meta_lat.json's other keys ignored) and its .jsonl rows. As
+    in sd-scripts' fine-tuning, the images it names train, with its captions (a caption file beside
+    one is not read), the others are left out and counted; with Caption file lines EACH (kohya's
+    enable_wildcard) each caption line is a caption with the tags. A Hugging Face metadata.jsonl
+    named inside the folder reads its names from its own folder. The folder's own index files are
+    not read then; a missing, unreadable or unmatched file stops the run naming it."""
     import json
 
     from ot_gradio.data.scan import concept_captions
 
     folder = tmp_path / "imgs"
-    for name in ("a.png", "b.jpg", "c.webp", "d.png", "sub/e.png"):
+    for name in ("a.png", "b.jpg", "c.webp", "d.png", "sub/e.png", "x.png"):
         write_image(folder / name, 16, 16)
     (folder / "captions.json").write_text(json.dumps({"d.png": "from the folder's index"}))  # not read: a file is named
     (folder / "b.txt").write_text("its own file")
@@ -193,36 +196,44 @@ def test_a_concepts_captions_file_kohya_metadata_or_another_index_elsewhere(tmp_
     meta.write_text(json.dumps({"a": {"caption": "a photo of a fox", "tags": "1girl, solo", "train_resolution": [512, 512]},
                                 "b": {"caption": "b from the metadata"},
                                 str(folder / "c.webp"): {"tags": "only tags"},
-                                "sub/e": {"caption": "in a subfolder"},
+                                "d": {"caption": ""},
+                                "sub/e": {"caption": "two lines\nof caption", "tags": "t"},
                                 "gone": {"caption": "names no image"}}))
-    concept = make_concept(folder, include_subdirectories=True, text={"captions_file": str(meta)})
+    concept = make_concept(folder, include_subdirectories=True, text={"captions_file": str(meta), "caption_lines": "FIRST"})
     scan = scan_concept(concept)
     got = {i.relpath: i.captions for i in scan.items}
-    assert got == {"a.png": ("a photo of a fox,1girl, solo",), "b.jpg": ("its own file",), "c.webp": ("only tags",),
-                   "d.png": ("",), "sub/e.png": ("in a subfolder",)}
-    assert (scan.from_index, scan.caption_index, scan.index_unmatched) == (3, [str(meta)], 1)  # (b: its .txt wins)
+    assert got == {"a.png": ("a photo of a fox,1girl, solo",), "b.jpg": ("b from the metadata",), "c.webp": ("only tags",),
+                   "d.png": ("",), "sub/e.png": ("two lines\nof caption,t",)}  # (x.png: not named, left out)
+    assert (scan.from_index, scan.caption_index, scan.index_unmatched) == (4, [str(meta)], 1)
+    assert any("1 of the folder's images are not named in its Captions file" in w for w in scan.warnings)
     assert [got[i.relpath] for i in scan.items] == concept_captions(concept)
+    wildcard = scan_concept(make_concept(folder, include_subdirectories=True,
+                                         text={"captions_file": str(meta), "caption_lines": "EACH", "tag_delimiter": "|"}))
+    assert {i.relpath: i.captions for i in wildcard.items}["sub/e.png"] == ("two lines|t", "of caption|t")
+    assert {i.relpath: i.captions for i in wildcard.items}["a.png"] == ("a photo of a fox|1girl, solo",)
 
     rows = tmp_path / "train" / "meta.jsonl"  # sd-scripts' JSONL metadata
     rows.write_text(json.dumps({"image_path": "a.png", "caption": "row a", "image_size": [16, 16]}) + "\n"
                     + json.dumps({"image_path": "d", "caption": "row d", "tags": "t"}) + "\n")
     rows_scan = scan_concept(make_concept(folder, text={"captions_file": str(rows)}))
-    assert {i.relpath: i.captions for i in rows_scan.items}["d.png"] == ("row d,t",)
-    assert {i.relpath: i.captions for i in rows_scan.items}["a.png"] == ("row a",)
+    assert {i.relpath: i.captions for i in rows_scan.items} == {"a.png": ("row a",), "d.png": ("row d,t",)}
     hf = folder / "sub" / "metadata.jsonl"  # Hugging Face's rows: names from the file's own folder
     hf.write_text(json.dumps({"file_name": "e.png", "text": "hf e"}) + "\n")
     hf_scan = scan_concept(make_concept(folder, include_subdirectories=True, text={"captions_file": "sub/metadata.jsonl"}))
-    assert {i.relpath: i.captions for i in hf_scan.items}["sub/e.png"] == ("hf e",)
+    assert {i.relpath: i.captions for i in hf_scan.items} == {"sub/e.png": ("hf e",)}
 
     with pytest.raises(DataError, match=r"Captions file 'nowhere.json' does not exist"):
         scan_concept(make_concept(folder, text={"captions_file": "nowhere.json"}))
+    (tmp_path / "other.json").write_text(json.dumps({"zz": {"caption": "x"}}))
+    with pytest.raises(DataError, match=r"other.json names none of the 5 files in folder"):
+        scan_concept(make_concept(folder, text={"captions_file": str(tmp_path / "other.json")}))
     meta.write_text(json.dumps({"a": {"caption": ["not", "a text"]}}))
     with pytest.raises(DataError, match=r"Captions file .*meta_lat.json could not be read .*caption or tags of 'a'"):
         concept_captions(make_concept(folder, text={"captions_file": str(meta)}))
     meta.write_text("a caption")
     with pytest.raises(DataError, match=r"could not be read"):
         scan_concept(make_concept(folder, text={"captions_file": str(meta)}))
-    assert scan_concept(make_concept(folder, text={"captions_file": str(meta), "prompt_source": "filename"})).items
+    assert len(scan_concept(make_concept(folder, text={"captions_file": str(meta), "prompt_source": "filename"})).items) == 5
 
 
 def test_latin1_caption_falls_back_with_warning(tmp_path, write_image, make_concept, caplog):
