@@ -35,7 +35,7 @@ class ConceptImageConfig(Section):
 
 
 class ConceptTextConfig(Section):
-    prompt_source: PromptSource = opt(PromptSource.SAMPLE, "Prompt source", "Where captions come from: 'sample' = a .txt next to each image (else kohya's .caption, else the folder's captions.json or metadata.jsonl / .csv; each non-empty line is one caption, one is picked at random per epoch); 'concept' = one text file for the whole concept; 'filename' = the image's file name.")
+    prompt_source: PromptSource = opt(PromptSource.SAMPLE, "Prompt source", "Where captions come from: 'sample' = a .txt next to each image (else kohya's .caption, else the folder's captions.json or metadata.jsonl / .csv; or the concept's Captions file; each non-empty line is one caption, one is picked at random per epoch); 'concept' = one text file for the whole concept; 'filename' = the image's file name.")
     filename_spaces: bool = opt(False, "Underscores as spaces", "With prompt source 'filename': the file name's underscores are read as spaces (a_red_fox.png is 'a red fox'), as SimpleTuner reads its filename captions. Off: the name as written (OneTrainer).")
     prompt_path: str = opt("", "Prompt file", "With prompt source 'concept': the text file whose lines are the captions for every image of this concept.")
     caption_prefix: str = opt("", "Caption prefix", "Put before every caption of this concept, with a space (write the delimiter yourself: 'ohwx,'), before the tags are shuffled or dropped, so a trigger word joins every caption without editing the files and Keep tags counts it; as kohya's caption_prefix.")
