@@ -23,8 +23,9 @@ DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", 
                           "caption_tag_dropout_rate", "caption_dropout_rate", "keep_tokens_separator", "resolution", "batch_size",
                           "enable_bucket", "bucket_no_upscale", "bucket_reso_steps", "min_bucket_reso", "max_bucket_reso",
                           # musubi-tuner's: a dataset is its folder; its latent cache folder is its own business
-                          "image_directory", "video_directory", "cache_directory", "target_frames", "frame_extraction",
+                          "image_directory", "video_directory", "image_jsonl_file", "video_jsonl_file", "cache_directory", "target_frames", "frame_extraction",
                           "max_frames", "control_directory", "enable_wildcard", "frame_sample"})
+MUSUBI_SOURCES = ("image_directory", "video_directory", "image_jsonl_file", "video_jsonl_file")  # a musubi-tuner dataset's images
 BUCKET_KEYS = {"bucket_reso_steps": ("bucket_resolution_step", 64), "min_bucket_reso": ("min_bucket_resolution", 256),
                "max_bucket_reso": ("max_bucket_resolution", 1024)}  # ours, and sd-scripts' default
 PAGE_BUCKETS = {"max_bucket_reso": 2048}  # kohya_ss's page's own defaults, where they differ
@@ -245,7 +246,7 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
         return dataset[key] if key in dataset else general[key] if key in general else r.data.get(key)
 
     musubi = bool(datasets) and not any(d.get("subsets") for d in datasets) and any(
-        d.get("image_directory") or d.get("video_directory") for d in datasets)  # musubi-tuner's: each dataset is its folder
+        d.get(key) for d in datasets for key in MUSUBI_SOURCES)  # musubi-tuner's: each dataset is its folder or its JSONL file
     for index, dataset in enumerate(datasets):
         merged = {**training, **general, **{k: v for k, v in dataset.items() if k != "subsets"}}
         if musubi:
@@ -265,6 +266,9 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
         if not own and (folder := dataset.get("image_directory") or dataset.get("video_directory")):  # musubi-tuner's
             own = [{"image_dir": folder, "caption_lines": "WHOLE",  # musubi-tuner reads a caption file whole
                     **({"control_folder": dataset["control_directory"]} if dataset.get("control_directory") else {})}]
+            _musubi_frames(dataset, general, out, notes)
+        elif not own and (jsonl := dataset.get("image_jsonl_file") or dataset.get("video_jsonl_file")):  # its captions file:
+            own = [{"metadata_file": jsonl, "caption_lines": "WHOLE"}]  # the images or clips it names, with their captions
             _musubi_frames(dataset, general, out, notes)
         if len({bool(subset.get("metadata_file")) for subset in own}) > 1:
             notes.append(f"dataset {index + 1} mixes subsets with and without metadata_file, which sd-scripts refuses; here "
@@ -292,7 +296,7 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
 def _musubi_frames(dataset: dict[str, Any], general: dict[str, Any], out: dict[str, Any], notes: list[str]) -> None:
     """musubi-tuner's `target_frames` (the clip lengths it cuts, the longest here: Frames) and its
     `frame_extraction` (here each clip's frames are read from its start, or from a random window)."""
-    if not dataset.get("video_directory"):
+    if not (dataset.get("video_directory") or dataset.get("video_jsonl_file")):
         return
     frames = dataset.get("target_frames", general.get("target_frames", [1]))  # musubi-tuner's default: 1-frame clips
     lengths = [int(f) for f in (frames if isinstance(frames, list) else [frames] if frames else []) if str(f).strip().isdigit()]
@@ -382,7 +386,8 @@ def _metadata_folder(path: Path, readable: list[Path] | None) -> str | None:
     try:
         text = path.read_text(encoding="utf-8-sig")
         if path.suffix.lower() == ".jsonl":
-            names = [json.loads(line).get("image_path") for line in text.splitlines() if line.strip()]
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+            names = [row.get("image_path", row.get("video_path")) for row in rows]
         else:
             names = list(json.loads(text))
         folders = {os.path.dirname(str(name).replace("\\", "/")) for name in names}

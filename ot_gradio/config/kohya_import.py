@@ -93,7 +93,7 @@ def is_kohya_config(data: Any) -> bool:
     if "model_family" in data or "--model_family" in data:  # SimpleTuner's, not kohya's
         return False
     datasets = data.get("datasets")
-    folders = ("subsets", "image_directory", "video_directory")  # sd-scripts' subsets, musubi-tuner's datasets
+    folders = ("subsets", "image_directory", "video_directory", "image_jsonl_file", "video_jsonl_file")  # sd-scripts' subsets, musubi-tuner's datasets
     return len(SIGNS & flat(data).keys()) >= 2 or (isinstance(datasets, list) and any(isinstance(d, dict) and d.keys() & set(folders)
                                                                                       for d in datasets))
 

@@ -10,7 +10,8 @@ no caption file of their own (a `.txt` or `.caption` beside an image wins):
 
 A concept's *Captions file* names one such file anywhere instead (the folder's own are then not
 looked for); it may also be kohya's fine-tuning metadata (`meta_cap.json` / `meta_lat.json`:
-`{"<image>": {"caption": ..., "tags": ...}}`, or `.jsonl` rows of `image_path`, `caption`, `tags`),
+`{"<image>": {"caption": ..., "tags": ...}}`, or `.jsonl` rows of `image_path`, `caption`, `tags`;
+musubi-tuner's image_jsonl_file / video_jsonl_file rows, `image_path` or `video_path` and `caption`),
 whose names are from the concept folder (sd-scripts' image_dir) or absolute, and without their
 extension match an image of any (as `merge_captions_to_metadata.py` writes them); its caption is
 `caption,tags`, as sd-scripts joins them. As in sd-scripts' fine-tuning, such a file names the
@@ -156,12 +157,13 @@ def _read_rows(path: Path, text: str, prefix: str, index: CaptionIndex, folder: 
                     raise ValueError(f"line {number} is not JSON ({err.msg})") from None
                 if isinstance(row, dict):
                     rows.append(row)
-    if folder is not None and rows and "image_path" in rows[0]:  # kohya's metadata rows
+    path_key = next((key for key in ("image_path", "video_path") if rows and key in rows[0]), None)
+    if folder is not None and path_key:  # kohya's metadata rows, musubi-tuner's image_jsonl_file / video_jsonl_file
         for number, row in enumerate(rows, 1):
-            if "image_path" not in row:
-                raise ValueError(f"row {number} has no image_path")
-            index.by_path.setdefault(_named_key(row["image_path"], folder), []).extend(
-                _kohya_captions(row, row["image_path"], separator, each_line))
+            if path_key not in row:
+                raise ValueError(f"row {number} has no {path_key}")
+            index.by_path.setdefault(_named_key(row[path_key], folder), []).extend(
+                _kohya_captions(row, row[path_key], separator, each_line))
         return
     column = next((c for c in CAPTION_COLUMNS if rows and c in rows[0]), None)
     if column is None or not all("file_name" in row for row in rows):

@@ -208,3 +208,31 @@ def test_a_musubi_edit_dataset_reads_its_control_directory(tmp_path):
     assert not [e for e in errors(result.config) if "control image" in e]
     (tmp_path / "sources").rmdir()
     assert [e for e in errors(result.config) if "concepts[0].image.control_folder" in e and "does not exist" in e]
+
+
+def test_a_musubi_dataset_of_a_metadata_jsonl_file_trains_the_images_it_names(tmp_path):
+    """musubi-tuner's image_jsonl_file / video_jsonl_file datasets (`image_path` or `video_path` and
+    `caption` rows): a concept in the folder of the files they name, the file its Captions file."""
+    import json
+
+    from PIL import Image
+
+    from ot_gradio.data import scan_concept
+
+    (tmp_path / "imgs").mkdir()
+    for name in ("a.png", "b.png", "skip.png"):
+        Image.new("RGB", (16, 16)).save(tmp_path / "imgs" / name)
+    rows = tmp_path / "meta.jsonl"
+    rows.write_text("".join(json.dumps({"image_path": str(tmp_path / "imgs" / n), "caption": f"{n} line one\nline two"}) + "\n"
+                            for n in ("a.png", "b.png")))
+    clips = tmp_path / "clips.jsonl"
+    clips.write_text(json.dumps({"video_path": str(tmp_path / "vids" / "walk.mp4"), "caption": "walking"}) + "\n")
+    (tmp_path / "data.toml").write_text(f'[[datasets]]\nimage_jsonl_file = "{rows}"\ncache_directory = "/c"\n'
+                                        f'[[datasets]]\nvideo_jsonl_file = "{clips}"\ntarget_frames = [17]\n')
+    result = load_config(tmp_path / "data.toml")
+    concepts = result.config.concepts
+    assert [(c.path, c.text.captions_file, c.text.caption_lines) for c in concepts] == [
+        (str(tmp_path / "imgs"), str(rows), "WHOLE"), (str(tmp_path / "vids"), str(clips), "WHOLE")]
+    assert result.config.frames == "17"
+    assert {i.relpath: i.captions for i in scan_concept(concepts[0]).items} == {
+        "a.png": ("a.png line one\nline two",), "b.png": ("b.png line one\nline two",)}  # (skip.png: not named)
