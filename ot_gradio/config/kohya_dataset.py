@@ -270,6 +270,7 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
         elif not own and (jsonl := dataset.get("image_jsonl_file") or dataset.get("video_jsonl_file")):  # its captions file:
             own = [{"metadata_file": jsonl, "caption_lines": "WHOLE"}]  # the images or clips it names, with their captions
             _musubi_frames(dataset, general, out, notes)
+            _musubi_rows(Path(str(jsonl)).expanduser(), readable, notes)
         if len({bool(subset.get("metadata_file")) for subset in own}) > 1:
             notes.append(f"dataset {index + 1} mixes subsets with and without metadata_file, which sd-scripts refuses; here "
                          "each is a concept")
@@ -319,6 +320,28 @@ def _musubi_frames(dataset: dict[str, Any], general: dict[str, Any], out: dict[s
     if windows:
         notes.append(f"frame_extraction '{extraction}': musubi-tuner trains several windows of each clip every epoch; here "
                      "one window at a random start each time a clip is shown (Random clip window)")
+
+
+def _musubi_rows(path: Path, readable: list[Path] | None, notes: list[str]) -> None:
+    """What a musubi-tuner JSONL dataset holds that its Captions file does not carry: control images
+    named per row, clips kept as folders of frames, and a file named in several rows (each row an
+    item there, one item drawing among their captions here)."""
+    if not may_read(path, readable):
+        return
+    try:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
+        names = [str(row.get("image_path", row.get("video_path", ""))) for row in rows]
+        control = any(key.startswith("control_path") for row in rows for key in row)
+    except (OSError, ValueError, AttributeError):
+        return
+    if control:
+        notes.append(f"{path.name}: its rows' control_path images are not carried over; put them in a Control image folder, "
+                     "each named as its image")
+    if any(name and Path(name).is_dir() for name in names):
+        notes.append(f"{path.name}: a clip kept as a folder of frames is not read here; make it a video file")
+    if len(set(names)) < len(names):
+        notes.append(f"{path.name}: a file named in several rows trains once an epoch here, drawing among their captions "
+                     "(there: once a row)")
 
 
 def _size(value: Any) -> str | None:
@@ -413,7 +436,7 @@ def _subset_concept(options: dict[str, Any], notes: list[str], weight: float, re
     reg = flag(options.get("is_reg"))
     extension = str(options.get("caption_extension") or ".caption").strip().lower()
     if metadata:  # sd-scripts' fine-tuning subset: the images the metadata file names, with its captions and tags
-        notes.append(f"{folder.name}: metadata_file {Path(metadata).name} is its Captions file: the images it names train "
+        notes.append(f"{folder.name}: metadata_file {Path(metadata).name} is its Captions file: the files it names train "
                      "with its captions, as there")
     elif ("." + extension.lstrip(".")) not in CAPTION_EXTENSIONS:
         notes.append(f"caption_extension '{options['caption_extension']}': here captions are read from .txt, else .caption "

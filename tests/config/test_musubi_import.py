@@ -236,3 +236,7 @@ def test_a_musubi_dataset_of_a_metadata_jsonl_file_trains_the_images_it_names(tm
     assert result.config.frames == "17"
     assert {i.relpath: i.captions for i in scan_concept(concepts[0]).items} == {
         "a.png": ("a.png line one\nline two",), "b.png": ("b.png line one\nline two",)}  # (skip.png: not named)
+    rows.write_text(rows.read_text() + json.dumps({"image_path": str(tmp_path / "imgs" / "a.png"), "caption": "again",
+                                                   "control_path": str(tmp_path / "src" / "a.png")}) + "\n")
+    warning = load_config(tmp_path / "data.toml").warnings[0]
+    assert "control_path images are not carried over" in warning and "a file named in several rows" in warning
