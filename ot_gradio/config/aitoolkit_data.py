@@ -120,6 +120,8 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
         if r.number("num_frames", 1, int) > 1:
             frames.append(r.number("num_frames", 1, int))
             video_sets.append((number, r.flag("shrink_video_to_frames", True), r.number("fps", 24.0)))
+            # its default: num_frames spread over each whole clip
+            concepts[-1]["image"]["clip_spread"] = video_sets[-1][1]
         if reg:
             notes.append(f"datasets[{number}].is_reg: ai-toolkit trains a regularisation batch every other step; here it is a "
                          "concept of its own, shown as often as its images and Balancing say")
@@ -159,12 +161,8 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
 
 def _clip_windows(video_sets: list[tuple[int, bool, float]], out: dict[str, Any], notes: list[str]) -> None:
     """How ai-toolkit takes a clip's num_frames: spread over the whole clip (shrink_video_to_frames,
-    its default), or at `fps` from a random start (its random window: Random clip window here)."""
-    spread = [number for number, shrink, _ in video_sets if shrink]
-    if spread:
-        notes.append(f"datasets{spread}: ai-toolkit spreads num_frames over each whole clip (shrink_video_to_frames, its "
-                     "default), so a long clip trains sped up; here the frames are taken at the Clip frame rate from a random "
-                     "window: trim the clips to num_frames / frame rate seconds to train the same")
+    its default: the concept's Spread frames over the clip), or at `fps` from a random start (its
+    random window: Random clip window here)."""
     rates = sorted({fps for _, shrink, fps in video_sets if not shrink})
     if rates:  # its random window of frames at fps
         out.update(random_clip_window=True, frame_rate=float(rates[0]))

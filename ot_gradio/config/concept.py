@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .conditions import EDITS_IMAGES
+from .conditions import EDITS_IMAGES, TAKES_VIDEO
 from .enums import BalancingStrategy, ConceptType, PromptSource
 from .fields import Section, opt
 
@@ -29,6 +29,7 @@ class ConceptImageConfig(Section):
     enable_resolution_override: bool = opt(False, "Resolution override", "Train this concept at its own resolution instead of the global one.")
     resolution_override: str = opt("512", "Override resolution", "Resolution for this concept, e.g. 512, 768x512 or a list 384,448,512.")
     control_folder: str = opt("", "Control image folder", "Image-editing models (Qwen-Image-Edit): the folder of the source images, each named as its edited image (any image extension; in the same subfolder), as ai-toolkit's control_path and musubi-tuner's control_directory keep them. Blank = each image's <name>-control image beside it. Keep it outside the concept's folder. Other model types do not read it.", applies_when=EDITS_IMAGES)
+    clip_spread: bool = opt(False, "Spread frames over the clip", "Video models: each clip of this concept trains Frames frames spread evenly from Clip start to its last frame, so a long clip is seen whole at a lower frame rate (a shorter one keeps the frames it has), as ai-toolkit's shrink_video_to_frames (its default) takes them. Off: frames at the Clip frame rate, from a window (Random clip window).", applies_when=TAKES_VIDEO)
     alpha_mask: bool = opt(False, "Alpha as mask", "Masked training: an image with transparent pixels and no -masklabel file is masked by its own alpha channel (opaque = trained, transparent = ignored), as kohya's alpha_mask; its transparent pixels are white underneath. Off: such an image trains whole, on white.")
     enable_random_circular_mask_shrink: bool = opt(False, "Random circular mask shrink", "Masked training: keep only a random disc of each mask (centre inside the mask, radius 0.2-1 x its furthest reach) each epoch (with latent caching: per image variation).")
     enable_random_mask_rotate_crop: bool = opt(False, "Random mask rotate and crop", "Masked training: turn image and mask by up to 20 degrees about the mask and cut them to the mask's box plus 10-30% padding (at least the smallest resolution) each epoch (with latent caching: per image variation), so the masked area fills the sample.")

@@ -38,7 +38,7 @@ from .images import (
     load_rgb_noting_transparency,
     mask_path_for,
 )
-from .video import VIDEO_EXTENSIONS, ClipError, FrameSampling, is_video_name, probe_clip
+from .video import VIDEO_EXTENSIONS, ClipError, FrameSampling, is_video_name, probe_clip, spread_sampling
 
 log = logging.getLogger(__name__)
 
@@ -220,9 +220,10 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
             _warn(scan, f"Concept '{label}': prompt file '{prompt_file}' has no captions; training with empty captions")
             shared = ("",)
 
+    spread = sampling is not None and bool(getattr(getattr(concept, "image", None), "clip_spread", False))
     with ThreadPoolExecutor(max_workers=_DECODE_THREADS) as pool:
-        probes = list(pool.map(lambda path: _probe(path, sampling), files))
-    for path, (size, transparent, error) in zip(files, probes, strict=True):
+        probes = list(pool.map(lambda path: _probe(path, sampling, spread), files))
+    for path, (size, transparent, error, clip_sampling) in zip(files, probes, strict=True):
         clip = sampling is not None and is_video_name(path.name)
         if size is None:
             scan.skipped.append(SkippedFile(path, error))
@@ -230,7 +231,8 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
             continue
         width, height, frames, duration, slack = size
         if clip and frames < sampling.frames:
-            _warn(scan, f"Clip {path} is short: it trains with {frames} of the {sampling.frames} frames set (Frames)")
+            _warn(scan, f"Clip {path} is short: it trains with {frames} of the {sampling.frames} frames set (Frames)"
+                        + (" (it has fewer frames to spread)" if spread else ""))
         control_path = None
         if control:  # beside the image as `<name>-control`, or in the concept's control image folder under the image's name
             control_path = _companion_for(path, CONTROL_SUFFIX, "control image", load_rgb, scan, (width, height),
@@ -259,7 +261,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
                 condlabel_path=_companion_for(path, CONDLABEL_SUFFIX, "conditioning image", load_rgb, scan, (width, height))
                 if condlabel else None,
                 frames=frames,
-                sampling=sampling if clip else None,
+                sampling=clip_sampling if clip else None,
                 duration=duration,
                 slack=slack,
             )
@@ -326,19 +328,22 @@ def kohya_folder_warning(concept: object, folder: Path, images: list[Path], unca
     return text
 
 
-def _probe(path: Path, sampling: FrameSampling | None) -> tuple[tuple[int, int, int, float, float] | None, bool, str]:
-    """((width, height, frames, seconds, slack), transparent, '') for a readable image or clip
-    (frames: 0 for an image of an image family; seconds and slack: 0 for an image; transparent: an
-    image with transparent pixels), (None, False, reason) otherwise."""
+def _probe(path: Path, sampling: FrameSampling | None, spread: bool = False
+           ) -> tuple[tuple[int, int, int, float, float] | None, bool, str, FrameSampling | None]:
+    """((width, height, frames, seconds, slack), transparent, '', the clip's sampling) for a
+    readable image or clip (frames: 0 for an image of an image family; seconds and slack: 0 for an
+    image; transparent: an image with transparent pixels; `spread`: the clip's frames spread over
+    it), (None, False, reason, None) otherwise."""
     try:
         if sampling is not None and is_video_name(path.name):
-            info = probe_clip(path, sampling)
-            return (info.width, info.height, info.frames, info.duration, info.slack), False, ""
+            own = spread_sampling(path, sampling) if spread else sampling
+            info = probe_clip(path, own)
+            return (info.width, info.height, info.frames, info.duration, info.slack), False, "", own
         img, transparent = load_rgb_noting_transparency(path)
         with img:
-            return (*img.size, 0 if sampling is None else 1, 0.0, 0.0), transparent, ""
+            return (*img.size, 0 if sampling is None else 1, 0.0, 0.0), transparent, "", None
     except Exception as exc:  # anything PIL or PyAV raises means the file cannot be trained on
-        return None, False, str(exc) if isinstance(exc, ClipError) else _reason(exc)
+        return None, False, str(exc) if isinstance(exc, ClipError) else _reason(exc), None
 
 
 def concept_captions(concept: object, clips: bool = False, control: bool = False, depth: bool = False) -> list[tuple[str, ...]]:

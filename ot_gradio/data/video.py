@@ -4,7 +4,8 @@ Frame sampling, the same for every clip of a run (`FrameSampling`): from `start`
 frames are taken at no more than `fps` per second (a faster clip drops frames by timestamp, a
 slower one keeps all its frames: nothing is repeated), up to `frames`; the count is then cut to
 the form step*k + 1 the family's VAE needs (4k+1 for Wan). A clip shorter than that trains with
-the frames it has (cut to the form), and is named in the dataset report.
+the frames it has (cut to the form), and is named in the dataset report. A concept's *Spread
+frames over the clip* gives each of its clips a rate of its own instead (`spread_sampling`).
 
 A clip with a display rotation (a phone's portrait clip, stored landscape) is turned upright, as
 players show it and as images' EXIF orientation is applied.
@@ -18,7 +19,7 @@ costs the frames it trains with, not its length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -121,6 +122,34 @@ def upright(image: Image.Image, turns: int) -> Image.Image:
     return image.transpose((Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_180, Image.Transpose.ROTATE_270)[turns - 1])
 
 
+def _clock(container, stream) -> tuple[float, float, float]:
+    """The clip's frame rate (24 when it says none), duration in seconds (0 when unknown) and the
+    time of its first frame, as its container states them."""
+    rate = float(stream.average_rate or stream.guessed_rate or 0) or 24.0
+    duration = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else 0.0
+    if not duration and container.duration:
+        duration = container.duration / 1_000_000
+    origin = float(stream.start_time * stream.time_base) if stream.start_time is not None and stream.time_base else 0.0
+    return rate, duration, origin
+
+
+def spread_sampling(path: str | Path, sampling: FrameSampling) -> FrameSampling:
+    """The clip's sampling with its frames spread evenly from `start` to its last frame (ai-toolkit's
+    shrink_video_to_frames): a rate of (frames - 1) over that span, so a long clip trains at a
+    lower frame rate and a short one keeps each frame it has; no window to move. A clip that does
+    not state its length keeps `sampling`'s rate."""
+    container = open_video(Path(path))
+    try:
+        rate, duration, origin = _clock(container, container.streams.video[0])
+    finally:
+        container.close()
+    span = origin + duration - 1.0 / rate - sampling.start  # (to the last frame's time)
+    if duration <= 0 or span <= 0 or sampling.frames < 2:
+        return replace(sampling, random_window=False)
+    # a hair inside the span, so the last frame is taken though its stamp is rounded; at most the clip's own rate
+    return replace(sampling, fps=round(min(rate, (sampling.frames - 1) / (span * 0.995)), 6), random_window=False)
+
+
 def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
              ) -> tuple[list[Image.Image], int, int, int, float, list[float], float]:
     """(the frames as RGB images when `keep`, how many were taken, width, height, duration, the
@@ -134,11 +163,7 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
     try:
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
-        rate = float(stream.average_rate or stream.guessed_rate or 0) or 24.0
-        duration = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else 0.0
-        if not duration and container.duration:
-            duration = container.duration / 1_000_000
-        origin = float(stream.start_time * stream.time_base) if stream.start_time is not None and stream.time_base else 0.0
+        rate, duration, origin = _clock(container, stream)
         period = 1.0 / sampling.fps
         # Containers round timestamps to their tick (WebM, MKV, FLV, WMV: 1 ms, so frame 2 of a 24 fps
         # clip is at 0.083 s, before the grid's 0.0833 s): a frame up to one tick early is on time.

@@ -167,11 +167,11 @@ def test_the_job_ai_toolkits_page_saves(tmp_path):
     assert (c["model_type"], c["trained_expert"], c["frames"], c["timestep_distribution"]) == ("WAN_2_2_T2V_A14B", "LOW_NOISE", "33", "UNIFORM")
     assert (c["transformer"]["weight_dtype"], c["transformer"]["offload_fraction"], c["text_encoder"]["weight_dtype"]) == ("NFLOAT_4", 0.5, "FLOAT_8")
     assert "accuracy recovery adapter is ai-toolkit's own" in result.warnings[0]
-    assert "datasets[0]: ai-toolkit spreads num_frames over each whole clip" in result.warnings[0]  # shrink_video_to_frames
+    assert c["concepts"][0]["image"]["clip_spread"] is True  # shrink_video_to_frames, its default: num_frames over each clip
     process["datasets"][0].update(shrink_video_to_frames=False, fps=16)  # its random window at 16 fps: the same here
     result = load_config(json.loads(json.dumps(job)))
     c = config_to_dict(result.config)
-    assert (c["random_clip_window"], c["frame_rate"]) == (True, 16.0) and "spreads num_frames" not in result.warnings[0]
+    assert (c["random_clip_window"], c["frame_rate"], c["concepts"][0]["image"]["clip_spread"]) == (True, 16.0, False)
 
 
 def _job(**process) -> dict:
