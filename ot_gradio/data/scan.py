@@ -14,7 +14,7 @@ import logging
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config.media_files import UNREAD_IMAGE_EXTENSIONS, kohya_repeats
@@ -38,7 +38,7 @@ from .images import (
     load_rgb_noting_transparency,
     mask_path_for,
 )
-from .video import VIDEO_EXTENSIONS, ClipError, FrameSampling, is_video_name, probe_clip, spread_sampling
+from .video import VIDEO_EXTENSIONS, ClipError, FrameSampling, is_video_name, probe_clip
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +336,7 @@ def _probe(path: Path, sampling: FrameSampling | None, spread: bool = False
     it), (None, False, reason, None) otherwise."""
     try:
         if sampling is not None and is_video_name(path.name):
-            own = spread_sampling(path, sampling) if spread else sampling
+            own = replace(sampling, spread=True, random_window=False) if spread else sampling
             info = probe_clip(path, own)
             return (info.width, info.height, info.frames, info.duration, info.slack), False, "", own
         img, transparent = load_rgb_noting_transparency(path)

@@ -5,7 +5,9 @@ frames are taken at no more than `fps` per second (a faster clip drops frames by
 slower one keeps all its frames: nothing is repeated), up to `frames`; the count is then cut to
 the form step*k + 1 the family's VAE needs (4k+1 for Wan). A clip shorter than that trains with
 the frames it has (cut to the form), and is named in the dataset report. A concept's *Spread
-frames over the clip* gives each of its clips a rate of its own instead (`spread_sampling`).
+frames over the clip* takes them spread evenly over the whole clip from `start` on instead, by
+their place among its frames as ai-toolkit picks them (`FrameSampling.spread`, `spread_picks`;
+every frame of a clip decodes then, up to MAX_SPREAD_FRAMES).
 
 A clip with a display rotation (a phone's portrait clip, stored landscape) is turned upright, as
 players show it and as images' EXIF orientation is applied.
@@ -19,7 +21,7 @@ costs the frames it trains with, not its length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from ..config.media_files import VIDEO_EXTENSIONS
 from .images import MAX_PIXELS
 
 MAX_DECODED_FRAMES = 2048
+MAX_SPREAD_FRAMES = 36_000  # frames a clip's spread is taken over (25 minutes at 24 fps)
 _EPS = 1e-4
 
 
@@ -51,6 +54,9 @@ class FrameSampling:
     # each variation of a longer clip trains a window starting at a random time after `start` (OneTrainer's
     # way); False: always the first frames after `start`. Not in `key()`: a moved window keys on its offset.
     random_window: bool = False
+    # the frames spread evenly over the clip from `start` to its last frame, by index as ai-toolkit's
+    # shrink_video_to_frames picks them (frame round(i * (n - 1) / (k - 1)) of n); `fps` unused then
+    spread: bool = False
 
     def __post_init__(self) -> None:
         if self.frames < 1 or self.step < 1 or self.fps <= 0 or self.start < 0:
@@ -65,8 +71,8 @@ class FrameSampling:
         # "picking" 2: frames up to one container tick early are taken (1 lost every third frame of
         # a 24 fps WebM / MKV clip) and turned upright by the clip's display matrix, so latents
         # cached from the earlier frames are made again
-        return {"frames": int(self.frames), "step": int(self.step), "fps": float(self.fps), "start": float(self.start),
-                "picking": 2}
+        key = {"frames": int(self.frames), "step": int(self.step), "fps": float(self.fps), "start": float(self.start), "picking": 2}
+        return {**key, "fps": 0.0, "spread": True} if self.spread else key
 
 
 def run_sampling(config: object, frame_step: int | None) -> FrameSampling | None:
@@ -133,21 +139,37 @@ def _clock(container, stream) -> tuple[float, float, float]:
     return rate, duration, origin
 
 
-def spread_sampling(path: str | Path, sampling: FrameSampling) -> FrameSampling:
-    """The clip's sampling with its frames spread evenly from `start` to its last frame (ai-toolkit's
-    shrink_video_to_frames): a rate of (frames - 1) over that span, so a long clip trains at a
-    lower frame rate and a short one keeps each frame it has; no window to move. A clip that does
-    not state its length keeps `sampling`'s rate."""
-    container = open_video(Path(path))
+def _frames_after(path: Path, start: float, early: float) -> int:
+    """How many frames the clip has from `start` seconds on, from its packets (demuxed, not
+    decoded); at most MAX_SPREAD_FRAMES."""
+    container = open_video(path)
+    count = 0
     try:
-        rate, duration, origin = _clock(container, container.streams.video[0])
+        stream = container.streams.video[0]
+        base = float(stream.time_base) if stream.time_base else 0.0
+        for packet in container.demux(stream):
+            if packet.size == 0:  # the demuxer's flush packet
+                continue
+            stamp = packet.pts if packet.pts is not None else packet.dts
+            if start > 0 and stamp is not None and base and stamp * base < start - early:  # (as the decoding skips them)
+                continue
+            count += 1
+            if count >= MAX_SPREAD_FRAMES:
+                break
+    except Exception as exc:  # noqa: BLE001 (a damaged file: the frames demuxed before it)
+        if not count:
+            raise ClipError(f"cannot be read: {error_reason(exc)}") from None
     finally:
         container.close()
-    span = origin + duration - 1.0 / rate - sampling.start  # (to the last frame's time)
-    if duration <= 0 or span <= 0 or sampling.frames < 2:
-        return replace(sampling, random_window=False)
-    # a hair inside the span, so the last frame is taken though its stamp is rounded; at most the clip's own rate
-    return replace(sampling, fps=round(min(rate, (sampling.frames - 1) / (span * 0.995)), 6), random_window=False)
+    return count
+
+
+def spread_picks(available: int, frames: int) -> list[int]:
+    """ai-toolkit's frames of a clip of `available` frames spread to `frames`: round(i * (n - 1) /
+    (k - 1)), its first and last frame included; every frame of a clip that has no more."""
+    if available <= frames:
+        return list(range(available))
+    return [round(i * (available - 1) / (frames - 1)) for i in range(frames)] if frames > 1 else [0]
 
 
 def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
@@ -170,6 +192,12 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
         tick = float(stream.time_base) if stream.time_base else 0.0
         early = max(_EPS, min(tick, period / 8))
         target = sampling.start
+        picks: set[int] = set()
+        if sampling.spread:  # the frames that train, by their place among the clip's frames from `start` on
+            available = _frames_after(path, sampling.start, early)
+            picks = set(spread_picks(available, sampling.count(min(available, limit))))
+            limit = len(picks)
+        ordinal = -1
         if sampling.start > 0 and stream.time_base:  # to the keyframe before the start: no decoding from 0
             try:
                 container.seek(int(sampling.start / stream.time_base), stream=stream, backward=True)
@@ -178,10 +206,13 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
         try:
             for frame in container.decode(stream):
                 decoded += 1
-                if decoded > MAX_DECODED_FRAMES:
+                if decoded > (MAX_SPREAD_FRAMES + MAX_DECODED_FRAMES if sampling.spread else MAX_DECODED_FRAMES):
                     break
                 time = float(frame.pts * frame.time_base) if frame.pts is not None and frame.time_base else (decoded - 1) / rate
                 if time < target - early:
+                    continue
+                ordinal += 1
+                if sampling.spread and ordinal not in picks:
                     continue
                 if frame.width * frame.height > MAX_PIXELS // 2:
                     raise ClipError(f"is {frame.width}x{frame.height} per frame, more than the "
@@ -194,9 +225,9 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
                 count += 1
                 if count >= limit:
                     break
-                # the next grid time after this frame: faster clips drop frames, slower ones keep all
-                steps = int((time - sampling.start + early) / period) + 1
-                target = sampling.start + steps * period
+                if not sampling.spread:  # the next grid time after this frame: faster clips drop frames, slower ones keep all
+                    steps = int((time - sampling.start + early) / period) + 1
+                    target = sampling.start + steps * period
         except ClipError:
             raise
         except Exception as exc:  # noqa: BLE001 (a decoding error mid-file: keep what decoded before it)
@@ -215,7 +246,8 @@ def probe_clip(path: str | Path, sampling: FrameSampling) -> ClipInfo:
     clip that fails here is skipped before training instead of failing a step."""
     _, count, width, height, duration, times, end = _sampled(Path(path), sampling, sampling.frames, keep=False)
     frames = sampling.count(count)
-    return ClipInfo(width, height, frames, count, duration, _slack(times[:frames], end if duration > 0 else 0.0, sampling))
+    slack = 0.0 if sampling.spread else _slack(times[:frames], end if duration > 0 else 0.0, sampling)  # (spread: the whole clip)
+    return ClipInfo(width, height, frames, count, duration, slack)
 
 
 def _slack(times: list[float], end: float, sampling: FrameSampling) -> float:

@@ -145,7 +145,8 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: Bucketing
         lines.append(f"{labelled} images with a conditioning image beside them (`<name>-condlabel.<ext>`), "
                      f"{len(items) - labelled} conditioned on their masked image")
     if clips:
-        lines.append(f"clips: {sum(i.frames for i in clips)} frames in all at {sampling.frames} frames, {sampling.fps:g} fps"
+        rate = "spread over each clip" if clips[0].sampling.spread else f"{sampling.fps:g} fps"  # (Spread frames over the clip)
+        lines.append(f"clips: {sum(i.frames for i in clips)} frames in all at {sampling.frames} frames, {rate}"
                      f"{f' from {sampling.start:g} s' if sampling.start else ''} (the run's Frames); "
                      f"{_seconds(sum(i.duration for i in clips))} of video in all")
     lines.append(f"sizes from {sizes[0][1]}x{sizes[0][2]} to {sizes[-1][1]}x{sizes[-1][2]}")

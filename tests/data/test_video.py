@@ -236,28 +236,42 @@ def test_with_the_latent_cache_each_variation_keeps_its_window(tmp_path, make_co
     assert len(long_windows) == 3
 
 
-@pytest.mark.parametrize(("name", "codec"), [("long.mp4", "mpeg4"), ("long.webm", "libvpx-vp9")])
-def test_spread_frames_over_the_clip_takes_them_from_start_to_end_as_ai_toolkit(tmp_path, make_concept, name, codec):
-    """Spread frames over the clip (ai-toolkit's shrink_video_to_frames): a 2 s clip at 5 frames
-    trains frames 0, 12, 24, 35/36 and 47 of its 48 (ai-toolkit's round(i * 47 / 4)), whatever the
-    random window says; a 5-frame clip keeps its frames; the latent cache keys on the clip's rate."""
-    clip = write_clip(tmp_path / "c" / name, frames=48, codec=codec, size=(160, 32))  # the square at a new place each frame
+def _picked(clip, sampling, frames, total):
+    """The indices of the clip's frames that `sampling` reads (each frame matched to the clip's own)."""
+    every = [torch.tensor(list(img.getdata()), dtype=torch.float32) for img in read_clip(clip, FrameSampling(frames=total), total)]
+    got = [torch.tensor(list(img.getdata()), dtype=torch.float32) for img in read_clip(clip, sampling, frames)]
+    return [min(range(total), key=lambda k: float((every[k] - frame).abs().mean())) for frame in got]
+
+
+@pytest.mark.parametrize(("name", "codec", "total", "frames", "start"),
+                         [("long.mp4", "mpeg4", 48, 5, 0.0), ("long.webm", "libvpx-vp9", 48, 5, 0.0),
+                          ("long.mp4", "mpeg4", 300, 33, 0.0), ("late.mkv", "mpeg4", 120, 17, 1.0)])
+def test_spread_frames_over_the_clip_picks_ai_toolkits_frames(tmp_path, make_concept, name, codec, total, frames, start):
+    """Spread frames over the clip (ai-toolkit's shrink_video_to_frames): of a clip's n frames from
+    Clip start on, frames round(i * (n - 1) / (k - 1)), its first and last included, whatever the
+    random window says; a clip with fewer frames keeps them all; the latent cache keys on it."""
+    from ot_gradio.data.video import spread_picks
+
+    size = (8 + 3 * total, 16)  # the square at a place of its own in each frame
+    clip = write_clip(tmp_path / "c" / name, frames=total, codec=codec, size=size)
     write_clip(tmp_path / "s" / "short.mp4", frames=5)
-    every = [torch.tensor(list(img.getdata()), dtype=torch.float32) for img in read_clip(clip, FrameSampling(frames=48), 48)]
     concept = make_concept(tmp_path / "c", image={"clip_spread": True})
-    run = FrameSampling(frames=5, random_window=True)
-    (long,) = scan_concept(concept, sampling=run).items
-    (short,) = scan_concept(make_concept(tmp_path / "s", image={"clip_spread": True}), sampling=run).items
-    assert (long.frames, short.frames, long.sampling.random_window) == (5, 5, False)
-    assert long.sampling.fps == pytest.approx(4 / (47 / 24), rel=0.01) and short.sampling.fps == 24
-    dataset = build_dataset([concept], [(32, 32)], 1, frames=run)
-    assert {dataset.plan(epoch).batches[0][0].variant.clip_offset for epoch in range(3)} == {0.0}  # no window to move
-    assert dataset.epoch_batches(0)[0].pixels.shape[2] == 5  # (a batch reads the item's own sampling: data/batches.py)
-    got = [torch.tensor(list(img.getdata()), dtype=torch.float32) for img in read_clip(clip, long.sampling, 5)]
-    picked = [min(range(48), key=lambda k: float((every[k] - frame).abs().mean())) for frame in got]
-    assert picked[:3] == [0, 12, 24] and picked[3] in (35, 36) and picked[4] == 47
-    (plain,) = scan_concept(make_concept(tmp_path / "c"), sampling=FrameSampling(frames=5)).items
-    assert plain.sampling.key()["fps"] == 24.0 != long.sampling.key()["fps"]  # off: the run's rate (another cache key)
+    run = FrameSampling(frames=frames, start=start, random_window=True)
+    (item,) = scan_concept(concept, sampling=run).items
+    (short,) = scan_concept(make_concept(tmp_path / "s", image={"clip_spread": True}), sampling=FrameSampling(frames=9)).items
+    assert (item.frames, short.frames, item.sampling.random_window, item.slack) == (frames, 5, False, 0.0)
+    skipped = round(start * 24)
+    expected = [skipped + k for k in spread_picks(total - skipped, frames)]
+    assert expected[0] == skipped and expected[-1] == total - 1 and len(set(expected)) == frames
+    assert _picked(clip, item.sampling, item.frames, total) == expected
+    assert _picked(write_clip(tmp_path / "s" / "short.mp4", frames=5), short.sampling, short.frames, 5) == [0, 1, 2, 3, 4]
+    if total == 48:
+        assert spread_picks(48, 5) == [0, 12, 24, 35, 47]  # ai-toolkit's int(round(i * 47 / 4))
+        dataset = build_dataset([concept], [(32, 32)], 1, frames=run)
+        assert {dataset.plan(epoch).batches[0][0].variant.clip_offset for epoch in range(3)} == {0.0}  # no window to move
+        assert dataset.epoch_batches(0)[0].pixels.shape[2] == 5  # (a batch reads the item's own sampling: data/batches.py)
+        (plain,) = scan_concept(make_concept(tmp_path / "c"), sampling=FrameSampling(frames=5)).items
+        assert plain.sampling.key() != item.sampling.key() and item.sampling.key()["spread"]  # another latent cache entry
 
 
 def test_a_window_the_clip_does_not_hold_trains_its_first_frames(tmp_path, make_concept, caplog):

@@ -28,6 +28,8 @@ def test_a_folder_of_clips_counts_clips_frames_and_length(tmp_path):
     assert "18 frames in all at 9 frames, 24 fps" in text
     assert "1.4 s of video in all" in text  # 0.375 + 1.0 seconds
     assert sum(n for _, n in rows) == 3
+    spread, _ = concept_stats({**_concept(folder), "image": {"clip_spread": True}}, "64", Bucketing(), sampling)
+    assert "18 frames in all at 9 frames, spread over each clip" in spread
 
 
 def test_clips_alone_are_not_no_images_for_a_video_model(tmp_path):
