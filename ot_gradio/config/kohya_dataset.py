@@ -30,6 +30,7 @@ BUCKET_KEYS = {"bucket_reso_steps": ("bucket_resolution_step", 64), "min_bucket_
                "max_bucket_reso": ("max_bucket_resolution", 1024)}  # ours, and sd-scripts' default
 PAGE_BUCKETS = {"max_bucket_reso": 2048}  # kohya_ss's page's own defaults, where they differ
 BUCKET_SETTINGS = ("enable_bucket", "bucket_no_upscale", *BUCKET_KEYS)
+MAX_METADATA_BYTES = 256 * 1024 * 1024  # a metadata file larger than any dataset's is not read (the scan's cap too)
 KOHYA_STEPS = 1600  # sd-scripts' max_train_steps when a config sets neither it nor max_train_epochs
 
 
@@ -322,6 +323,13 @@ def _musubi_frames(dataset: dict[str, Any], general: dict[str, Any], out: dict[s
                      "one window at a random start each time a clip is shown (Random clip window)")
 
 
+def _metadata_text(path: Path) -> str:
+    """A metadata file's text; a ValueError for one larger than a caption index is read."""
+    if path.stat().st_size > MAX_METADATA_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_METADATA_BYTES // 2**20} MB")
+    return path.read_text(encoding="utf-8-sig")
+
+
 def _musubi_rows(path: Path, readable: list[Path] | None, notes: list[str]) -> None:
     """What a musubi-tuner JSONL dataset holds that its Captions file does not carry: control images
     named per row, clips kept as folders of frames, and a file named in several rows (each row an
@@ -329,7 +337,7 @@ def _musubi_rows(path: Path, readable: list[Path] | None, notes: list[str]) -> N
     if not may_read(path, readable):
         return
     try:
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
+        rows = [json.loads(line) for line in _metadata_text(path).splitlines() if line.strip()]
         names = [str(row.get("image_path", row.get("video_path", ""))) for row in rows]
         control = any(key.startswith("control_path") for row in rows for key in row)
     except (OSError, ValueError, AttributeError):
@@ -407,7 +415,7 @@ def _metadata_folder(path: Path, readable: list[Path] | None) -> str | None:
     if not may_read(path, readable):
         return None
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = _metadata_text(path)
         if path.suffix.lower() == ".jsonl":
             rows = [json.loads(line) for line in text.splitlines() if line.strip()]
             names = [row.get("image_path", row.get("video_path")) for row in rows]
