@@ -24,7 +24,7 @@ PACKAGE = "ot_gradio"
 # highest first; an import may only point to its own layer or one after it
 LAYERS = ("entry", "ui", "runner", "tools", "training", "models", "data", "config", "base")
 TOP_LEVEL = {"app": "entry", "ot_gradio.cli": "entry", "ot_gradio.__main__": "entry", "ot_gradio": "base",
-             "ot_gradio.fsutil": "base", "ot_gradio.secrets": "base"}
+             "ot_gradio.fsutil": "base", "ot_gradio.secrets": "base", "ot_gradio.jsontext": "base"}
 UI_FORBIDDEN = ("torch", "diffusers", "transformers", "ot_gradio.training", "ot_gradio.models")
 
 

@@ -7,9 +7,9 @@ pipeline, so they are not told apart. The signs are in the families' description
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from .. import jsontext
 from .enums import ModelType as M
 from .families import SIGNS
 from .family_info import Sign
@@ -48,7 +48,7 @@ def _pipeline_class(folder: Path) -> tuple[str, str] | None:
         try:
             if not index.is_file() or index.stat().st_size > 1_000_000:
                 continue
-            value = json.loads(index.read_text(encoding="utf-8")).get("_class_name")
+            value = jsontext.loads(index.read_text(encoding="utf-8")).get("_class_name")
         except (OSError, ValueError, AttributeError):
             return None
         return (index.name, value) if isinstance(value, str) else None

@@ -11,10 +11,10 @@ the dataset's folders also from the dataset TOML's (`roots`).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from .. import jsontext
 from .aitoolkit_data import Section
 from .family_info import FamilyInfo
 from .json_file import may_read, read_json
@@ -175,7 +175,7 @@ def _captions(folder: Path, where: str, skip_empty: bool, notes: list[str]) -> N
     index = folder / "captions.json"
     if index.is_file():
         try:
-            listed = json.loads(index.read_text(encoding="utf-8-sig"))
+            listed = jsontext.loads(index.read_text(encoding="utf-8-sig"))
             listed = listed if isinstance(listed, dict) else {}
         except (OSError, ValueError):
             listed = {}  # (the run names an unreadable one)

@@ -14,12 +14,12 @@ other set value, left at this trainer's defaults.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 from typing import Any
 
+from .. import jsontext
 from .dpipe_data import DpSection as Section
 from .dpipe_data import config_roots, dataset_settings, read_dataset, resolve
 from .dpipe_optimizer import optimizer_settings
@@ -261,7 +261,7 @@ def _wan(r: Section, notes: list[str], readable: list[Path] | None) -> tuple[M, 
     for candidate in (folder / "config.json", folder / "low_noise_model" / "config.json"):
         if may_read(candidate, readable) and candidate.is_file():
             try:
-                config = json.loads(candidate.read_text(encoding="utf-8"))
+                config = jsontext.loads(candidate.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 config = {}
             break

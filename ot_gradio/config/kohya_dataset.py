@@ -4,12 +4,12 @@ max_train_steps / kohya_ss's epoch turned into epochs of the imported concepts."
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .. import jsontext
 from .families import family_info
 from .json_file import may_read, read_json
 from .kohya_reader import KohyaReader, changes_something, flag, is_set
@@ -337,7 +337,7 @@ def _musubi_rows(path: Path, readable: list[Path] | None, notes: list[str]) -> N
     if not may_read(path, readable):
         return
     try:
-        rows = [json.loads(line) for line in _metadata_text(path).splitlines() if line.strip()]
+        rows = [jsontext.loads(line) for line in _metadata_text(path).splitlines() if line.strip()]
         names = [str(row.get("image_path", row.get("video_path", ""))) for row in rows]
         control = any(key.startswith("control_path") for row in rows for key in row)
     except (OSError, ValueError, AttributeError):
@@ -417,10 +417,10 @@ def _metadata_folder(path: Path, readable: list[Path] | None) -> str | None:
     try:
         text = _metadata_text(path)
         if path.suffix.lower() == ".jsonl":
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+            rows = [jsontext.loads(line) for line in text.splitlines() if line.strip()]
             names = [row.get("image_path", row.get("video_path")) for row in rows]
         else:
-            names = list(json.loads(text))
+            names = list(jsontext.loads(text))
         folders = {os.path.dirname(str(name).replace("\\", "/")) for name in names}
         common = os.path.commonpath(list(folders)) if folders and all(os.path.isabs(f) for f in folders) else None
     except (OSError, ValueError, AttributeError, TypeError):

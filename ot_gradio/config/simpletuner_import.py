@@ -14,11 +14,11 @@ One warning says what is read differently and lists every other set value.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
+from .. import jsontext
 from .dpipe_data import config_roots
 from .enums import ModelType as M
 from .families import family_info
@@ -316,7 +316,7 @@ def _method(r: StSection, out: dict[str, Any], notes: list[str], model_type: M, 
         modules = r.get("peft_lora_target_modules")
         if isinstance(modules, str) and modules.strip().startswith("["):
             try:
-                modules = json.loads(modules)
+                modules = jsontext.loads(modules)
             except ValueError:
                 raise ConfigError("peft_lora_target_modules: not a JSON list of module names (SimpleTuner config)") from None
         if isinstance(modules, list) and modules:  # it overrides every preset there, each name matching a module's end

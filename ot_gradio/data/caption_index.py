@@ -27,13 +27,13 @@ from __future__ import annotations
 import codecs
 import csv
 import io
-import json
 import os
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import jsontext
 from .errors import DataError
 
 INDEX_FILES = ("captions.json", "metadata.jsonl", "metadata.csv")
@@ -91,7 +91,7 @@ def _add(index: CaptionIndex, key: str, captions: list[str]) -> None:
 
 
 def _read_json(path: Path, text: str, prefix: str, index: CaptionIndex) -> None:
-    data = json.loads(text)
+    data = jsontext.loads(text)
     if not isinstance(data, dict):
         raise ValueError("it is not an object of file names and their captions")
     for name, value in data.items():
@@ -129,7 +129,7 @@ def _named_key(name: str, folder: Path) -> str:
 
 
 def _read_named_json(text: str, folder: Path, index: CaptionIndex, separator: str, each_line: bool) -> None:
-    data = json.loads(text)
+    data = jsontext.loads(text)
     if not isinstance(data, dict):
         raise ValueError("it is not an object of image names and their captions")
     for name, value in data.items():
@@ -152,9 +152,9 @@ def _read_rows(path: Path, text: str, prefix: str, index: CaptionIndex, folder: 
         for number, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"line {number} is not JSON ({err.msg})") from None
+                    row = jsontext.loads(line)
+                except ValueError as err:
+                    raise ValueError(f"line {number} is not JSON ({getattr(err, 'msg', err)})") from None
                 if isinstance(row, dict):
                     rows.append(row)
     path_key = next((key for key in ("image_path", "video_path") if rows and key in rows[0]), None)

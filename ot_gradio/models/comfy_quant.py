@@ -11,10 +11,11 @@ FP8 (e4m3fn, e5m2) and INT8 with one scale per tensor or per row are the weight 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 import torch
+
+from .. import jsontext
 
 # per-layer entries that are no weights: scales, ComfyUI's format notes
 SCALE_SUFFIXES = (".scale_weight", ".weight_scale", ".weight_scale_2", ".input_scale", ".scale_input", ".comfy_quant")
@@ -41,14 +42,14 @@ def quantized_layers(f, keys: list[str]) -> dict[str, dict]:
     raw = (f.metadata() or {}).get("_quantization_metadata")
     if raw:
         try:
-            listed = json.loads(raw).get("layers") or {}
+            listed = jsontext.loads(raw).get("layers") or {}
         except (ValueError, AttributeError):
             raise UnreadQuantization("its _quantization_metadata is not JSON") from None
         layers |= {str(k): v if isinstance(v, dict) else {"format": str(v)} for k, v in listed.items()}
     for key in keys:
         if key.endswith(".comfy_quant"):
             try:
-                spec = json.loads(bytes(f.get_tensor(key).to(torch.uint8).tolist()).decode("utf-8"))
+                spec = jsontext.loads(bytes(f.get_tensor(key).to(torch.uint8).tolist()).decode("utf-8"))
             except (ValueError, UnicodeDecodeError):
                 raise UnreadQuantization(f"{key} is not ComfyUI's JSON format note") from None
             layers[key.removesuffix(".comfy_quant")] = spec if isinstance(spec, dict) else {"format": str(spec)}

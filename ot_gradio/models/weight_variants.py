@@ -14,12 +14,13 @@ parts that have no copy.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ot_gradio.models.common import ModelLoadError
+
+from .. import jsontext
 
 _STEM = r"(?:diffusion_pytorch_model|model|pytorch_model)"
 _SHARD = r"-\d{5}-of-\d{5}"
@@ -76,7 +77,7 @@ def folder_variant(folder: str | Path) -> str | None:
     are the subfolders its model_index.json lists (every subfolder where it cannot be read)."""
     folder = Path(folder)
     try:
-        index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
+        index = jsontext.loads((folder / "model_index.json").read_text(encoding="utf-8"))
         parts = [k for k, v in index.items() if isinstance(v, list) and v and v[0] is not None]
     except (OSError, ValueError, AttributeError):
         parts = [p.name for p in folder.iterdir()] if folder.is_dir() else []

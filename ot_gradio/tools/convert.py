@@ -20,6 +20,8 @@ import torch
 
 from ot_gradio.tools.jobs import Job, JobError
 
+from .. import jsontext
+
 FORMATS = ("diffusers", "single")
 LORA_TARGETS = ("kohya", "diffusers")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -226,7 +228,6 @@ def convert_checkpoint(params: dict[str, Any], job: Job) -> dict[str, Any]:
 
 def _meta_unet(base: str | None, offline: bool) -> torch.nn.Module:
     """The base model's UNet built on the meta device (no weights), only to name its layers."""
-    import json
 
     from diffusers import UNet2DConditionModel
 
@@ -247,7 +248,7 @@ def _meta_unet(base: str | None, offline: bool) -> torch.nn.Module:
             except Exception as err:  # noqa: BLE001 - network, auth, missing repo
                 raise JobError(f"base: could not read the UNet config of '{base}' ({err})") from None
         if file is not None:
-            config = {k: v for k, v in json.loads(file.read_text(encoding="utf-8")).items() if not k.startswith("_")}
+            config = {k: v for k, v in jsontext.loads(file.read_text(encoding="utf-8")).items() if not k.startswith("_")}
     with torch.device("meta"):
         return UNet2DConditionModel.from_config(config)
 

@@ -33,6 +33,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from .. import jsontext
 from .caption_models import Captioner, not_found, option, register, weights_source
 from .jobs import JobError
 
@@ -145,7 +146,6 @@ def _processor(source: str, cached_only: dict) -> Any:
 
 def _chat_template(source: str, tokenizer: Any, cached_only: dict) -> str | None:
     """The processor's chat template (chat_template.jinja, or chat_template.json's), else the tokenizer's."""
-    import json  # noqa: PLC0415
 
     for name in ("chat_template.jinja", "chat_template.json"):
         path = Path(source) / name
@@ -158,7 +158,7 @@ def _chat_template(source: str, tokenizer: Any, cached_only: dict) -> str | None
                 continue
         if path.is_file():
             text = path.read_text(encoding="utf-8")
-            return text if name.endswith(".jinja") else json.loads(text).get("chat_template")
+            return text if name.endswith(".jinja") else jsontext.loads(text).get("chat_template")
     return getattr(tokenizer, "chat_template", None)
 
 

@@ -56,6 +56,8 @@ from ot_gradio.training.lora_variants import (
 from ot_gradio.training.oft import spec_fields
 from ot_gradio.training.output_metadata import kohya_hashes
 
+from .. import jsontext
+
 KOHYA = "kohya"
 DIFFUSERS = "diffusers"
 LORA_FORMATS = (KOHYA, DIFFUSERS)
@@ -542,7 +544,7 @@ def _layers_from_diffusers(tensors: Mapping[str, torch.Tensor], metadata: Mappin
     for key, tensor in tensors.items():
         part, _, rest = key.partition(".")
         by_part.setdefault(part, {})[rest] = tensor
-    adapter_meta = json.loads(metadata[_DIFFUSERS_METADATA_KEY]) if _DIFFUSERS_METADATA_KEY in metadata else {}
+    adapter_meta = jsontext.loads(metadata[_DIFFUSERS_METADATA_KEY]) if _DIFFUSERS_METADATA_KEY in metadata else {}
     file_alpha = float(metadata["ss_network_alpha"]) if "ss_network_alpha" in metadata else None
     trained_alpha = float(metadata[FOLDED_ALPHA_KEY]) if FOLDED_ALPHA_KEY in metadata else None
 

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import jsontext
 from ..config.enums import ConfigPart
 from ..config.io import config_to_dict
 from ..config.resolution import parse_resolutions
@@ -246,7 +247,7 @@ def kohya_hashes(tensors: Mapping[str, Any], metadata: Mapping[str, str]) -> dic
 def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], int]:
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
-        return json.loads(f.read(n)), 8 + n
+        return jsontext.loads(f.read(n)), 8 + n
 
 
 def add_safetensors_metadata(path: str | os.PathLike, metadata: Mapping[str, str]) -> Path:
@@ -273,7 +274,7 @@ def add_folder_metadata(folder: str | os.PathLike, metadata: Mapping[str, str]) 
     index = Path(folder) / "model_index.json"
     if not index.is_file():
         return atomic_write_text(Path(folder) / "ot_gradio_metadata.json", json.dumps(dict(metadata), indent=2))
-    data = json.loads(index.read_text())
+    data = jsontext.loads(index.read_text())
     data["_ot_gradio_metadata"] = dict(metadata)
     atomic_write_text(index, json.dumps(data, indent=2))
     return index

@@ -18,6 +18,8 @@ import json
 
 import gradio as gr
 
+from .. import jsontext
+
 KEEP = 64  # entries kept in the log: an edit is applied within a second, long before 64 more follow
 
 
@@ -39,7 +41,7 @@ def relay_js(path: str, name: str, indexed: bool = False) -> str:
 def entries(log: str | None) -> list[tuple]:
     """The log's entries `(seq, path, value[, index])`, oldest first; a log that is not ours reads as empty."""
     try:
-        parsed = json.loads(log or "[]")
+        parsed = jsontext.loads(log or "[]")  # (the browser sends it: nested too deeply is not ours either)
     except (TypeError, ValueError):
         return []
     if not isinstance(parsed, list):

@@ -146,11 +146,11 @@ def from_display(field: Field, value: Any) -> Any:
     """The raw value for the config; the schema validates and explains bad input."""
     tp, nullable = _base_type(field.info.type)
     if _is_json(field):
-        import json  # noqa: PLC0415
+        from .. import jsontext  # noqa: PLC0415
 
         try:
-            return json.loads(value) if str(value or "").strip() else (None if nullable else field.info.default)
-        except json.JSONDecodeError:
+            return jsontext.loads(value) if str(value or "").strip() else (None if nullable else field.info.default)
+        except ValueError:
             return value  # validation names the field
     if isinstance(field.component, gr.Textbox):
         text = "" if value is None else str(value).strip()
