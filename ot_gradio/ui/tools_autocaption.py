@@ -85,6 +85,9 @@ class AutoCaptionTool:
         """Form values -> job params; raises ToolInputError naming the field."""
         config = values.get(self.ctx.config_state) or {}
         folder = self.ctx.folder("Folder", str(values.get(self.folder) or ""), config)
+        if note := self.ctx.captions_file_note(folder, config):
+            raise ToolInputError(f"Folder: {note}, so the captions written here would not train; clear its Captions file "
+                                 "(Concepts tab, Text) first, or caption another folder")
         model = str(values.get(self.model) or "blip")
         if model not in CAPTIONERS:
             raise ToolInputError(f"Model: '{model}' is not one of {', '.join(CAPTIONERS)}")

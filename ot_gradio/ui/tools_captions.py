@@ -197,7 +197,7 @@ class CaptionsTool:
         return {**{c: gr.update() for c in outputs}, outputs[-1]: f"**refused** {err}"}
 
     # --- browsing and editing ------------------------------------------------------------------
-    def on_open(self, folder: str, recursive: bool, selected: list[str] | None, config: dict[str, Any]) -> dict:  # noqa: ARG002
+    def on_open(self, folder: str, recursive: bool, selected: list[str] | None, config: dict[str, Any]) -> dict:
         try:
             value = folder if str(folder or "").strip() else next(iter(self.ctx.concept_folders(config)), "")
             root = self.ctx.folder(FIELD, value, config)
@@ -206,6 +206,8 @@ class CaptionsTool:
             return self._refused(err, [self.view, self.status])
         if not out[self.view]["names"]:
             out[self.status] = f"no images in {root}"
+        elif note := self.ctx.captions_file_note(root, config):
+            out[self.status] = f"**Note:** {note}: edits here are saved to .txt files it does not read."
         return out
 
     def on_page(self, view: dict[str, Any], page: float | int, selected: list[str] | None, config: dict[str, Any]) -> dict:

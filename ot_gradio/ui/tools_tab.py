@@ -78,6 +78,24 @@ class ToolsContext:
     def concept_folders(config: dict[str, Any]) -> list[str]:
         return [str(c.get("path")) for c in (config or {}).get("concepts") or [] if str(c.get("path") or "").strip()]
 
+    @staticmethod
+    def captions_file_note(folder: Path, config: dict[str, Any]) -> str:
+        """For a folder whose concept takes its captions from its Captions file: that the caption
+        files the tools write there are not what it trains with; '' otherwise."""
+        for concept in (config or {}).get("concepts") or []:
+            text = concept.get("text") or {}
+            named = str(text.get("captions_file") or "").strip()
+            if not named or str(text.get("prompt_source") or "sample") != "sample" or not str(concept.get("path") or "").strip():
+                continue
+            try:
+                same = Path(str(concept["path"])).expanduser().resolve() == Path(folder).resolve()
+            except (OSError, ValueError):
+                same = False
+            if same:
+                return (f"concept '{concept.get('name') or concept['path']}' trains with the captions of its Captions file "
+                        f"{named}, not with caption files in this folder")
+        return ""
+
     def folder_picker(self, key: str) -> tuple[gr.Dropdown, gr.Checkbox]:
         """A folder tool's first row (elem ids `<key>-folder`, `<key>-subfolders`): the folder, one
         of the session's concept folders (the first at start, the choices following the concepts)

@@ -273,6 +273,9 @@ def test_page_form_refuses_paths_outside_and_runs_the_job(models, dataset, tmp_p
               ctx.config_state: {}}
     refused = tool.on_start({**values, tool.folder: str(tmp_path)})
     assert refused[0] == "" and "Folder:" in refused[2] and "not started" in refused[2]
+    named = {ctx.config_state: {"concepts": [{"name": "ft", "path": str(dataset), "text": {"captions_file": "meta_cap.json"}}]}}
+    refused = tool.on_start({**values, **named})  # that concept would not train with the captions written
+    assert "Folder: concept 'ft' trains with the captions of its Captions file meta_cap.json" in refused[2]
     assert "Model path:" in tool.on_start({**values, tool.model_path: "/etc"})[2]
     assert not list((tmp_path / "ws").glob("jobs/*"))
     assert tool.params({**values, tool.model_path: ""})["model_path"] == "SmilingWolf/wd-v1-4-vit-tagger-v2"

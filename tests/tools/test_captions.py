@@ -200,6 +200,17 @@ def test_ui_open_select_save_and_move(tool, dataset, tmp_path, monkeypatch):
     assert tool.on_next_page(view, ["b.png"], tool.config)[tool.selection]["value"] == ["b.png"]
 
 
+def test_a_concept_reading_a_captions_file_is_said_when_its_folder_opens(tool, dataset, tmp_path):
+    """A concept whose Captions file holds its captions (kohya's metadata): the caption editor says
+    the .txt files it saves there are not what that concept trains with."""
+    plain = tool.on_open(str(dataset), False, [], tool.config)
+    assert plain[tool.status] == ""
+    config = {"concepts": [{"name": "ft", "path": str(dataset), "text": {"captions_file": str(tmp_path / "meta_cap.json")}}]}
+    noted = tool.on_open(str(dataset), False, [], config)
+    assert "concept 'ft' trains with the captions of its Captions file" in noted[tool.status]
+    assert "edits here are saved to .txt files it does not read" in noted[tool.status]
+
+
 def test_ui_bulk_preview_apply_undo_and_refusals(tool, dataset, tmp_path):
     before = snapshot(dataset)
     view = tool.on_open(str(dataset), False, [], tool.config)[tool.view]
