@@ -42,7 +42,13 @@ def test_a_datasets_deeply_nested_caption_files_are_named(tmp_path):
     assert result.config.concepts == [] and "without image_dir" in result.warnings[0]
 
 
-def test_the_pages_json_fields_and_edit_log_take_deep_nesting_as_bad_input():
+def test_the_edit_log_and_set_overrides_take_deep_nesting_as_bad_input():
+    """The edit log the browser sends, and a `--set` value (validation then names the field)."""
+    from ot_gradio.config.io import ConfigError, apply_overrides, load_config
     from ot_gradio.ui import edit_log
 
     assert edit_log.entries(DEEP) == []
+    data = apply_overrides({"config_version": 1}, [f"scheduler_params={DEEP}"])
+    assert data["scheduler_params"] == DEEP
+    with pytest.raises(ConfigError, match="scheduler_params"):
+        load_config(data)

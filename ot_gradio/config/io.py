@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from ot_gradio.fsutil import atomic_write_json
 
+from .. import jsontext
 from .aitoolkit_import import import_aitoolkit, is_aitoolkit_config
 from .dpipe_import import import_dpipe, is_dpipe_config
 from .fields import nested_section, strip_optional
@@ -154,8 +155,8 @@ def _parse_value(raw: str, annotation: Any) -> Any:
     if strip_optional(annotation) is str:
         return None if nullable and raw == "null" else raw
     try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
+        return jsontext.loads(raw)
+    except ValueError:  # not JSON, nested too deeply, a number too long: the text as given (validation names it)
         return raw
 
 

@@ -30,7 +30,9 @@ BUCKET_KEYS = {"bucket_reso_steps": ("bucket_resolution_step", 64), "min_bucket_
                "max_bucket_reso": ("max_bucket_resolution", 1024)}  # ours, and sd-scripts' default
 PAGE_BUCKETS = {"max_bucket_reso": 2048}  # kohya_ss's page's own defaults, where they differ
 BUCKET_SETTINGS = ("enable_bucket", "bucket_no_upscale", *BUCKET_KEYS)
-MAX_METADATA_BYTES = 256 * 1024 * 1024  # a metadata file larger than any dataset's is not read (the scan's cap too)
+# a metadata file larger than any dataset's is not read (data/caption_index.py's MAX_INDEX_BYTES, which this
+# layer does not import: the run refuses such a file too)
+MAX_METADATA_BYTES = 256 * 1024 * 1024
 KOHYA_STEPS = 1600  # sd-scripts' max_train_steps when a config sets neither it nor max_train_epochs
 
 
@@ -146,16 +148,17 @@ def _training_options(r: KohyaReader) -> dict[str, Any]:
     return options
 
 
-def _beside(name: str, base_dir: str | Path | None) -> str:
-    """A relative metadata file where the config is, if it is there (sd-scripts reads it from the
-    folder it runs in); else as given."""
+def _beside(name: str, base_dir: str | Path | None, readable: list[Path] | None) -> str:
+    """A relative metadata file where the config is, if it is there and may be read (sd-scripts
+    reads it from the folder it runs in); else as given."""
     path = Path(str(name)).expanduser()
-    if not path.is_absolute() and base_dir is not None and (Path(base_dir) / path).is_file():
+    if not path.is_absolute() and base_dir is not None and may_read(Path(base_dir) / path, readable) and (
+            Path(base_dir) / path).is_file():
         return str(Path(base_dir) / path)
     return str(name)
 
 
-def _gui_metadata(r: KohyaReader) -> str | None:
+def _gui_metadata(r: KohyaReader, readable: list[Path] | None) -> str | None:
     """kohya_ss's fine-tune page's metadata file, `train_dir`/meta_lat.json (use_latent_files) or
     meta_cap.json, as it passes it as in_json, where the page does not make it anew from the
     caption files before each run (*Generate caption metadata* off); None where it does (the
@@ -169,7 +172,7 @@ def _gui_metadata(r: KohyaReader) -> str | None:
     if not train_dir or not name:
         return None
     path = Path(str(train_dir)).expanduser() / str(name)
-    return str(path) if path.is_file() else None
+    return str(path) if may_read(path, readable) and path.is_file() else None
 
 
 def folder_concepts(r: KohyaReader, notes: list[str], readable: list[Path] | None,
@@ -180,7 +183,7 @@ def folder_concepts(r: KohyaReader, notes: list[str], readable: list[Path] | Non
     found = False
     if r.given("in_json"):  # sd-scripts' fine-tuning method: one folder's images, their captions in the metadata file
         found = True
-        subsets.append({"image_dir": r.get("train_data_dir"), "metadata_file": _beside(r.get("in_json"), base_dir), "is_reg": False,
+        subsets.append({"image_dir": r.get("train_data_dir"), "metadata_file": _beside(r.get("in_json"), base_dir, readable), "is_reg": False,
                         "num_repeats": r.number("dataset_repeats", int) if r.given("dataset_repeats") else 1})
         if r.given("reg_data_dir"):
             notes.append("reg_data_dir is not read with in_json (sd-scripts' fine-tuning method reads none either)")
@@ -207,7 +210,7 @@ def folder_concepts(r: KohyaReader, notes: list[str], readable: list[Path] | Non
         found = True
         subsets.append({"image_dir": str(r.get("image_folder")), "is_reg": False,
                         "num_repeats": r.number("dataset_repeats", int) if r.given("dataset_repeats") else 1,
-                        **({"metadata_file": gui} if (gui := _gui_metadata(r)) else {})})
+                        **({"metadata_file": gui} if (gui := _gui_metadata(r, readable)) else {})})
     else:
         r.get("dataset_repeats")  # the fine-tune page's repeats of a folder it has none of
     options = _training_options(r)
@@ -271,11 +274,11 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
         elif not own and (jsonl := dataset.get("image_jsonl_file") or dataset.get("video_jsonl_file")):  # its captions file:
             own = [{"metadata_file": jsonl, "caption_lines": "WHOLE"}]  # the images or clips it names, with their captions
             _musubi_frames(dataset, general, out, notes)
-            _musubi_rows(Path(str(jsonl)).expanduser(), readable, notes)
+            _musubi_rows(Path(_beside(jsonl, base_dir, readable)).expanduser(), readable, notes)
         if len({bool(subset.get("metadata_file")) for subset in own}) > 1:
             notes.append(f"dataset {index + 1} mixes subsets with and without metadata_file, which sd-scripts refuses; here "
                          "each is a concept")
-        subsets += [{**merged, **subset, **({"metadata_file": _beside(subset["metadata_file"], base_dir)}
+        subsets += [{**merged, **subset, **({"metadata_file": _beside(subset["metadata_file"], base_dir, readable)}
                                             if subset.get("metadata_file") else {})} for subset in own]
     # the first dataset's, then [general]'s, then the training config's (sd-scripts' fallback, read either way)
     others = tuple({str(s["resolution_override"]) for s in subsets if s.get("resolution_override")})
@@ -334,18 +337,12 @@ def _musubi_rows(path: Path, readable: list[Path] | None, notes: list[str]) -> N
     """What a musubi-tuner JSONL dataset holds that its Captions file does not carry: control images
     named per row, clips kept as folders of frames, and a file named in several rows (each row an
     item there, one item drawing among their captions here)."""
-    if not may_read(path, readable):
-        return
-    try:
-        rows = [jsontext.loads(line) for line in _metadata_text(path).splitlines() if line.strip()]
-        names = [str(row.get("image_path", row.get("video_path", ""))) for row in rows]
-        control = any(key.startswith("control_path") for row in rows for key in row)
-    except (OSError, ValueError, AttributeError):
-        return
-    if control:
+    rows = _metadata_rows(path, readable) or []
+    names = [name for name, _ in rows]
+    if any(key.startswith("control_path") for _, row in rows for key in row):
         notes.append(f"{path.name}: its rows' control_path images are not carried over; put them in a Control image folder, "
                      "each named as its image")
-    if any(name and Path(name).is_dir() for name in names):
+    if any(name and may_read(Path(name), readable) and Path(name).is_dir() for name in names):
         notes.append(f"{path.name}: a clip kept as a folder of frames is not read here; make it a video file")
     if len(set(names)) < len(names):
         notes.append(f"{path.name}: a file named in several rows trains once an epoch here, drawing among their captions "
@@ -408,23 +405,27 @@ def _image_count(folder: Path, readable: list[Path] | None) -> int | None:
         return None
 
 
-def _metadata_folder(path: Path, readable: list[Path] | None) -> str | None:
-    """The folder of the images a metadata file names by their whole paths (kohya's `--full_path`,
-    for a subset without image_dir); None when it cannot be read here, names them otherwise, or
-    their folders share no folder but the root."""
+def _metadata_rows(path: Path, readable: list[Path] | None) -> list[tuple[str, dict[str, Any]]] | None:
+    """A metadata file's (name, entry) pairs: a JSON object's keys, or a JSONL file's rows by their
+    image_path / video_path; None when it cannot be read here."""
     if not may_read(path, readable):
         return None
     try:
         text = _metadata_text(path)
         if path.suffix.lower() == ".jsonl":
             rows = [jsontext.loads(line) for line in text.splitlines() if line.strip()]
-            names = [row.get("image_path", row.get("video_path")) for row in rows]
-        else:
-            names = list(jsontext.loads(text))
-        folders = {os.path.dirname(str(name).replace("\\", "/")) for name in names}
-        common = os.path.commonpath(list(folders)) if folders and all(os.path.isabs(f) for f in folders) else None
+            return [(str(row.get("image_path", row.get("video_path", ""))), row) for row in rows]
+        return [(str(name), entry if isinstance(entry, dict) else {}) for name, entry in jsontext.loads(text).items()]
     except (OSError, ValueError, AttributeError, TypeError):
         return None
+
+
+def _metadata_folder(path: Path, readable: list[Path] | None) -> str | None:
+    """The folder of the images a metadata file names by their whole paths (kohya's `--full_path`,
+    for a subset without image_dir); None when it cannot be read here, names them otherwise, or
+    their folders share no folder but the root."""
+    folders = {os.path.dirname(name.replace("\\", "/")) for name, _ in _metadata_rows(path, readable) or []}
+    common = os.path.commonpath(list(folders)) if folders and all(os.path.isabs(f) for f in folders) else None
     return common if common and Path(common).parent != Path(common) else None
 
 

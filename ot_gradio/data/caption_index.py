@@ -109,7 +109,8 @@ def _kohya_captions(entry: dict[str, Any], name: str, separator: str, each_line:
     caption, tags = _caption(entry.get("caption")), _caption(entry.get("tags"))
     if (entry.get("caption") is not None and caption is None) or (entry.get("tags") is not None and tags is None):
         raise ValueError(f"the caption or tags of '{name}' are not texts")
-    caption = caption or ""
+    if caption is None:  # a tags-only entry (a tagger's metadata): its tags are its caption, as sd-scripts reads it
+        caption, tags = tags or "", None
     if each_line:
         lines = [line for line in caption.split("\n") if line.strip()]
         return [f"{line}{separator}{tags.replace(chr(10), separator)}" if tags is not None else line for line in lines]
@@ -128,7 +129,7 @@ def _named_key(name: str, folder: Path) -> str:
     return posixpath.normpath(name)
 
 
-def _read_named_json(text: str, folder: Path, index: CaptionIndex, separator: str, each_line: bool) -> None:
+def _read_named_json(text: str, folder: Path, prefix: str, index: CaptionIndex, separator: str, each_line: bool) -> None:
     data = jsontext.loads(text)
     if not isinstance(data, dict):
         raise ValueError("it is not an object of image names and their captions")
@@ -140,7 +141,8 @@ def _read_named_json(text: str, folder: Path, index: CaptionIndex, separator: st
         captions = [c for c in map(_caption, values) if c]
         if len(captions) < sum(v is not None for v in values):
             raise ValueError(f"the captions of '{name}' are not texts")
-        index.by_path.setdefault(_named_key(name, folder), []).extend(captions)  # (an empty one names its image too)
+        # diffusion-pipe's: a file name in the file's own folder (an empty caption names its image too)
+        index.by_path.setdefault(posixpath.normpath(prefix + str(name).replace("\\", "/")), []).extend(captions)
 
 
 def _read_rows(path: Path, text: str, prefix: str, index: CaptionIndex, folder: Path | None = None, separator: str = ",",
@@ -209,11 +211,13 @@ def read_captions_file(path: Path, folder: Path, separator: str = ",", each_line
         if path.stat().st_size > MAX_INDEX_BYTES:
             raise ValueError(f"larger than {MAX_INDEX_BYTES // 2**20} MB")
         text = _text(path)
+        # diffusion-pipe's and Hugging Face's names are from the file's own folder where it is in the concept folder;
+        # kohya's and musubi-tuner's from the concept folder (sd-scripts' image_dir), or whole paths
+        relative = _named_key(os.path.abspath(path.parent), folder)
+        prefix = "" if os.path.isabs(relative) or relative == "." else relative + "/"
         if path.suffix.lower() == ".json":
-            _read_named_json(text, folder, index, separator, each_line)
+            _read_named_json(text, folder, prefix, index, separator, each_line)
         elif path.suffix.lower() in (".jsonl", ".csv"):
-            relative = _named_key(os.path.abspath(path.parent), folder)  # a metadata file's names are from its folder
-            prefix = "" if os.path.isabs(relative) or relative == "." else relative + "/"
             _read_rows(path.with_suffix(path.suffix.lower()), text, prefix, index, folder, separator, each_line)
         else:
             raise ValueError("it is not a .json, .jsonl or .csv file")

@@ -241,7 +241,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
             scan.unpaired.append(path)
             continue
         stat = path.stat()
-        captions = _captions_for(path, source, shared, scan, default, joined, index, folder)
+        captions = _captions_for(path, source, shared, scan, default, joined, index, folder, _spaces(concept))
         mask = _mask_for(path, scan, (width, height))  # a clip's mask holds for each of its frames
         alpha = bool(mask is None and transparent and alpha_masks and not clip)  # Alpha as mask: its own alpha channel
         resolved = path.resolve()
@@ -360,7 +360,7 @@ def concept_captions(concept: object, clips: bool = False, control: bool = False
     joined = caption_lines_rule(concept)
     index = concept_caption_index(concept, folder)
     files = _named_files(files, index, folder)[0]
-    return [_captions_for(path, source, shared, scratch, default, joined, index, folder) for path in files]
+    return [_captions_for(path, source, shared, scratch, default, joined, index, folder, _spaces(concept)) for path in files]
 
 
 def concept_caption_index(concept: object, folder: Path) -> CaptionIndex | None:
@@ -380,6 +380,14 @@ def concept_caption_index(concept: object, folder: Path) -> CaptionIndex | None:
                               caption_lines_rule(concept) == "EACH")
 
 
+def check_captions_file(concept: object, clips: bool = False) -> None:
+    """The checks before Start: a DataError when the concept's Captions file cannot be read or names
+    none of its folder's files (no image is opened)."""
+    folder = Path(str(getattr(concept, "path", "") or "").strip()).expanduser()
+    index = concept_caption_index(concept, folder)
+    _named_files(list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)), clips=clips), index, folder)
+
+
 def _named_files(files: list[Path], index: CaptionIndex | None, folder: Path) -> tuple[list[Path], int]:
     """The files a concept trains with its Captions file: those it names (sd-scripts' fine-tuning
     trains only its metadata's images), and how many are left out. A DataError when it names none."""
@@ -397,27 +405,29 @@ def default_caption(concept: object) -> str:
     return str(getattr(concept.text, "default_caption", "") or "").strip()
 
 
+def _spaces(concept: object) -> bool:
+    """Underscores as spaces: a file name's underscores read as spaces (prompt source 'filename')."""
+    return bool(getattr(getattr(concept, "text", None), "filename_spaces", False))
+
+
 def caption_lines_rule(concept: object) -> str:
-    """The concept's Caption file lines: EACH (a caption a line), FIRST or WHOLE; with prompt
-    source 'filename', SPACES for a file name's underscores read as spaces."""
-    text = getattr(concept, "text", None)
-    if str(getattr(text, "prompt_source", "sample")) == "filename":
-        return "SPACES" if getattr(text, "filename_spaces", False) else "NAME"
-    rule = str(getattr(text, "caption_lines", "EACH") or "EACH").upper()
+    """The concept's Caption file lines: EACH (a caption a line), FIRST or WHOLE."""
+    rule = str(getattr(getattr(concept, "text", None), "caption_lines", "EACH") or "EACH").upper()
     return rule if rule in ("EACH", "FIRST", "WHOLE") else "EACH"
 
 
 def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: ConceptScan, default: str = "",
-                  lines_rule: str = "EACH", index: CaptionIndex | None = None, folder: Path | None = None) -> tuple[str, ...]:
+                  lines_rule: str = "EACH", index: CaptionIndex | None = None, folder: Path | None = None,
+                  spaces: bool = False) -> tuple[str, ...]:
     """The item's captions by its prompt source; with 'sample', its caption file, else the folder's
     caption index (captions.json, metadata.jsonl), else `default` (kohya's class tokens: an empty
     caption file stays empty, as there); several lines (or an index's several captions) read by
-    `lines_rule` (EACH: a caption a line; FIRST: the first; WHOLE: one, joined; SPACES: a file
-    name's underscores as spaces)."""
+    `lines_rule` (EACH: a caption a line; FIRST: the first; WHOLE: one, joined); with 'filename',
+    the file name (`spaces`: its underscores as spaces)."""
     if source == "concept":
         return shared
     if source == "filename":
-        return (path.stem.replace("_", " ") if lines_rule == "SPACES" else path.stem,)
+        return (path.stem.replace("_", " ") if spaces else path.stem,)
     caption_file = caption_path(path)
     lines: tuple[str, ...] = ()
     listed = index.get(path.relative_to(folder).as_posix()) if index is not None and folder is not None else None

@@ -196,7 +196,7 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
         if sampling.spread:  # the frames that train, by their place among the clip's frames from `start` on
             available = _frames_after(path, sampling.start, early)
             picks = set(spread_picks(available, sampling.count(min(available, limit))))
-            limit = len(picks)
+        wanted = len(picks) if sampling.spread else limit
         ordinal = -1
         if sampling.start > 0 and stream.time_base:  # to the keyframe before the start: no decoding from 0
             try:
@@ -223,7 +223,7 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
                     taken.append(upright(to_rgb(frame.to_image()), turn))  # a GIF's transparency: on white, as images
                 times.append(time)
                 count += 1
-                if count >= limit:
+                if count >= wanted:
                     break
                 if not sampling.spread:  # the next grid time after this frame: faster clips drop frames, slower ones keep all
                     steps = int((time - sampling.start + early) / period) + 1

@@ -210,7 +210,7 @@ def concept_problems(config: Any) -> list[str]:
                    f"choose the folder that holds the {what} (.png, .jpg, .webp{', .mp4, .webm' if clips else ''} ...)")
             out.append(f"concepts[{i}].path: folder {_shown(concept.path)} has no {what} {where}; {fix}")
         else:
-            out += _prompt_file_problems(i, concept, path)
+            out += _prompt_file_problems(i, concept, path, clips)
     return out
 
 
@@ -289,9 +289,9 @@ def _unread_kinds(folder: Path, recursive: bool) -> list[str]:
     return sorted(found)
 
 
-def _prompt_file_problems(i: int, concept: Any, folder: Path) -> list[str]:
+def _prompt_file_problems(i: int, concept: Any, folder: Path, clips: bool = False) -> list[str]:
     """Captions from one file: prompt source 'concept''s prompt file, and with 'sample' a Captions
-    file that is set, must exist."""
+    file that is set, must exist (the Captions file also be read and name some of the folder's files)."""
     text = getattr(concept, "text", None)
     source = str(getattr(text, "prompt_source", "sample"))
     field, what = {"concept": ("prompt_path", "prompt file"), "sample": ("captions_file", "captions file")}.get(source, ("", ""))
@@ -304,11 +304,22 @@ def _prompt_file_problems(i: int, concept: Any, folder: Path) -> list[str]:
     for candidate in (path, folder / path):  # relative: also beside the images (data/scan.py)
         try:
             if candidate.is_file():
-                return []
+                return _captions_file_read(i, concept, clips) if field == "captions_file" else []
         except (OSError, ValueError):
             pass
     return [f"concepts[{i}].text.{field}: {_shown(raw)} does not exist; choose an existing {what}"
             + (", or clear it to read the folder's own caption files" if field == "captions_file" else "")]
+
+
+def _captions_file_read(i: int, concept: Any, clips: bool) -> list[str]:
+    from ..data.errors import DataError  # noqa: PLC0415
+    from ..data.scan import check_captions_file  # noqa: PLC0415
+
+    try:
+        check_captions_file(concept, clips)
+    except DataError as err:
+        return [f"concepts[{i}].text.captions_file: {err}"]
+    return []
 
 
 def _is_dir(path: Path) -> bool:

@@ -75,7 +75,12 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _concept_folders(config: dict[str, Any]) -> list[str]:
-    return sorted(str(c.get("path") or "") for c in config.get("concepts") or [] if isinstance(c, dict) and c.get("enabled", True))
+    """The enabled concepts' folders, with the Captions file a folder's images and captions come from."""
+    def named(concept: dict[str, Any]) -> str:
+        text = concept.get("text") if isinstance(concept.get("text"), dict) else {}
+        return f" (Captions file {text['captions_file']})" if str(text.get("captions_file") or "").strip() else ""
+
+    return sorted(str(c.get("path") or "") + named(c) for c in config.get("concepts") or [] if isinstance(c, dict) and c.get("enabled", True))
 
 
 def resume_from_latest_backup(run: RunState) -> Resumed | None:

@@ -85,7 +85,8 @@ class ToolsContext:
         for concept in (config or {}).get("concepts") or []:
             text = concept.get("text") or {}
             named = str(text.get("captions_file") or "").strip()
-            if not named or str(text.get("prompt_source") or "sample") != "sample" or not str(concept.get("path") or "").strip():
+            if (not named or str(text.get("prompt_source") or "sample") != "sample" or not str(concept.get("path") or "").strip()
+                    or not concept.get("enabled", True)):
                 continue
             try:
                 same = Path(str(concept["path"])).expanduser().resolve() == Path(folder).resolve()

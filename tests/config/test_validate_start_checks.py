@@ -23,6 +23,8 @@ def folder(tmp_path, monkeypatch):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "a.txt").write_text("a caption without its image")
     (tmp_path / "t.gguf").write_bytes(b"GGUF")  # the GGUF cases' transformer file (a missing one is a problem of its own)
+    (tmp_path / "broken.json").write_text("{not json")  # Captions files: unreadable, and naming no image of the folder
+    (tmp_path / "others.json").write_text(json.dumps({"zz": {"caption": "another folder's image"}}))
     return tmp_path
 
 
@@ -46,6 +48,10 @@ CASES = [
      "concepts[0].text.prompt_path: no.txt does not exist"),
     ("missing captions file", {"concepts": [{"name": "x", "path": "images", "text": {"captions_file": "meta_cap.json"}}]},
      "concepts[0].text.captions_file: meta_cap.json does not exist; choose an existing captions file, or clear it"),
+    ("unreadable captions file", {"concepts": [{"name": "x", "path": "images", "text": {"captions_file": "broken.json"}}]},
+     "concepts[0].text.captions_file: Captions file broken.json could not be read"),
+    ("captions file of no image here", {"concepts": [{"name": "x", "path": "images", "text": {"captions_file": "others.json"}}]},
+     "concepts[0].text.captions_file: Captions file others.json names none of the 1 files in folder"),
     ("no enabled concept", {"concepts": [{"name": "x", "path": "images", "enabled": False}]}, "concepts[0].enabled: off"),
     ("unknown layer preset", {"layer_filter_preset": "nope"}, "layer_filter_preset: 'nope' is not a layer preset; choose one of full"),
     ("output name too long", {"output_model_destination": f"out/{LONG_NAME}.safetensors"}, "output_model_destination: the file name"),

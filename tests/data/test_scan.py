@@ -211,6 +211,12 @@ def test_a_concepts_captions_file_kohya_metadata_or_another_index_elsewhere(tmp_
                                          text={"captions_file": str(meta), "caption_lines": "EACH", "tag_delimiter": "|"}))
     assert {i.relpath: i.captions for i in wildcard.items}["sub/e.png"] == ("two lines|t", "of caption|t")
     assert {i.relpath: i.captions for i in wildcard.items}["a.png"] == ("a photo of a fox|1girl, solo",)
+    assert {i.relpath: i.captions for i in wildcard.items}["c.webp"] == ("only tags",)  # a tagger's metadata: its tags
+    dpipe = folder / "sub" / "captions.json"  # diffusion-pipe's, named inside the folder: names from its own folder
+    dpipe.write_text(json.dumps({"e.png": ["from sub's captions.json"]}))
+    assert scan_concept(make_concept(folder, include_subdirectories=True, text={"captions_file": str(dpipe)})).items[0].captions == (
+        "from sub's captions.json",)
+    dpipe.unlink()
 
     rows = tmp_path / "train" / "meta.jsonl"  # sd-scripts' JSONL metadata
     rows.write_text(json.dumps({"image_path": "a.png", "caption": "row a", "image_size": [16, 16]}) + "\n"

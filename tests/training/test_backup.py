@@ -190,3 +190,13 @@ def test_a_state_file_that_would_run_code_is_refused_and_runs_nothing(tmp_path):
     with pytest.raises(ValueError, match=r"state\.pt holds objects other than tensors.*not loaded"):
         read_backup(path)
     assert not (tmp_path / "ran").exists()
+
+
+def test_a_resumed_run_compares_the_concepts_folders_with_their_captions_files():
+    """A backup's concepts and this run's are compared by folder and Captions file (which decides the
+    images that train), so a changed Captions file is said when a run continues."""
+    from ot_gradio.training.resume import _concept_folders
+
+    before = {"concepts": [{"path": "/d/a", "text": {"captions_file": "/d/meta_cap.json"}}, {"path": "/d/b", "enabled": False}]}
+    assert _concept_folders(before) == ["/d/a (Captions file /d/meta_cap.json)"]
+    assert _concept_folders({"concepts": [{"path": "/d/a", "text": {}}]}) != _concept_folders(before)
