@@ -83,6 +83,7 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
     """Each dataset a concept; what they share (caption dropout, resolutions, frames) the run's."""
     concepts, left, sizes, frames, rates = [], [], [], [], set()
     video_sets: list[tuple[int, bool, float]] = []  # (dataset, shrink_video_to_frames, fps) of each video dataset
+    alpha_floors: list[float] = []  # the mask_min_value of each dataset whose alpha channel is its mask
     for number, item in enumerate(items if isinstance(items, list) else []):
         r = Section(f"datasets[{number}]", item, "datasets")
         folder = str(r.get("folder_path") or r.get("dataset_path") or "").strip()
@@ -138,10 +139,17 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
             if r.get(key):
                 notes.append(f"datasets[{number}].{key}: here a mask is `<image>-masklabel.png` beside each image, and one "
                              "control image a concept's (its Control image folder); put them there")
+        if r.flag("alpha_mask"):  # its alpha channel as the loss's mask, transparent areas at mask_min_value
+            concepts[-1]["image"]["alpha_mask"] = True
+            alpha_floors.append(r.number("mask_min_value", 0.0))
         r.get("shrink_video_to_frames")
         r.get("fps")
         r.at_default("controls", [])
         left += r.left()
+    if alpha_floors:  # ai-toolkit's masked loss: the mask, from mask_min_value up, scaled to a mean of 1 in each batch
+        out.update(masked_training=True, unmasked_probability=0.0, unmasked_weight=min(alpha_floors), normalize_masked_area_loss=True)
+        if len(set(alpha_floors)) > 1:
+            notes.append(f"datasets' mask_min_value {sorted(set(alpha_floors))}: one Unmasked weight here, {min(alpha_floors):g}")
     rate = max(rates) if rates else 0.0
     out["caption_dropout_probability"] = rate  # ai-toolkit empties the whole caption, for every text encoder at once
     if rate and trigger:

@@ -204,6 +204,19 @@ def test_how_ai_toolkit_runs_what_it_is_told(tmp_path):
     assert (c["clip_grad_norm"], c["learning_rate_warmup_steps"], c["optimizer"]["relative_step"]) == (None, 1000.0, False)
 
 
+def test_a_datasets_alpha_mask_is_its_masked_loss(tmp_path):
+    """alpha_mask: the image's alpha channel as the loss's mask, transparent areas at mask_min_value,
+    the mask scaled to a mean of 1 (Normalize masked area loss); a dataset without it trains whole."""
+    masked, plain = _images(tmp_path / "cutouts", 2), _images(tmp_path / "photos", 2)
+    job = _job(datasets=[{"folder_path": str(masked), "alpha_mask": True, "mask_min_value": 0.05}, {"folder_path": str(plain)}])
+    result = load_config(job)
+    c = config_to_dict(result.config)
+    assert [x["image"]["alpha_mask"] for x in c["concepts"]] == [True, False]
+    assert (c["masked_training"], c["unmasked_probability"], c["unmasked_weight"], c["normalize_masked_area_loss"]) == (
+        True, 0.0, 0.05, True)
+    assert "alpha_mask" not in result.warnings[0] and "mask_min_value" not in result.warnings[0]
+
+
 @pytest.mark.parametrize("change, message", [
     ({"model": {"arch": "lumina2", "name_or_path": "x"}}, r"model.arch: 'lumina2' has no model type here"),
     ({"model": {"arch": "krea2", "name_or_path": "x", "model_kwargs": {"edit": True}}}, r"model.arch .krea2.: this job trains Krea 2 to edit"),
