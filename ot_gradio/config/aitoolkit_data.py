@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .family_info import FamilyInfo
+from .metadata_file import metadata_folder
 from .validation import ConfigError
 
 # values that say how ai-toolkit runs, not what it trains, per section: not listed as left out
@@ -79,8 +80,11 @@ def save(r: Section, out: dict[str, Any], job_name: str, folder: str) -> None:
         out["save_keep_last"] = keep
 
 
-def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, info: FamilyInfo) -> tuple[list[dict[str, Any]], list[str]]:
-    """Each dataset a concept; what they share (caption dropout, resolutions, frames) the run's."""
+def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, info: FamilyInfo,
+             readable: list[Path] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each dataset a concept; what they share (caption dropout, resolutions, frames) the run's. A
+    dataset given as a JSON file of whole image paths and their captions (its `dataset_path`) is a
+    concept in their folder, the file its Captions file (`readable`: where it may be read)."""
     concepts, left, sizes, frames, rates = [], [], [], [], set()
     video_sets: list[tuple[int, bool, float]] = []  # (dataset, shrink_video_to_frames, fps) of each video dataset
     alpha_floors: list[float] = []  # the mask_min_value of each dataset whose alpha channel is its mask
@@ -89,6 +93,11 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
         folder = str(r.get("folder_path") or r.get("dataset_path") or "").strip()
         if not folder:
             notes.append(f"datasets[{number}] names no folder_path: not carried over")
+            continue
+        listed = folder if folder.lower().endswith(".json") else ""  # {"<image path>": {"caption": ...}} (sd-scripts' form)
+        if listed and not (folder := metadata_folder(Path(listed).expanduser(), readable) or ""):
+            notes.append(f"datasets[{number}]: {listed} could not be read here for its images' folder; add that folder as a "
+                         "concept, with the file as its Captions file")
             continue
         extension = "." + str(r.get("caption_ext") or "txt").lstrip(".").lower()
         if extension not in (".txt", ".caption"):
@@ -109,8 +118,12 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
             repeats *= 2
         if r.flag("flip_y"):
             notes.append(f"datasets[{number}].flip_y: here images are flipped horizontally only")
+        if listed:  # the images it names, in their folder and its subfolders, with its captions
+            text["captions_file"] = listed
+            if r.flag("use_short_captions"):
+                notes.append(f"datasets[{number}].use_short_captions: here each image's caption, not its caption_short")
         concepts.append({"name": ("reg: " if reg else "") + (Path(folder).name or folder), "path": folder, "balancing": float(repeats),
-                         "text": text, "image": {"enable_random_flip": flip}})
+                         "text": text, "image": {"enable_random_flip": flip}, **({"include_subdirectories": True} if listed else {})})
         rates.add(r.number("caption_dropout_rate", 0.0))
         size = r.get("resolution")
         for value in size if isinstance(size, list) else [size if size is not None else 512]:

@@ -103,7 +103,7 @@ def import_aitoolkit(raw: dict[str, Any], source: str | None = None, readable: l
     save(sections["save"], out, name, str(top.get("training_folder") or "output"))
     if scale > 1:  # ai-toolkit's steps there were batches: here optimizer steps
         out["save_every"] = max(1, out["save_every"] // scale)
-    concepts, dataset_left = datasets(process.get("datasets"), out, notes, trigger, info)
+    concepts, dataset_left = datasets(process.get("datasets"), out, notes, trigger, info, readable)
     if concepts:
         out["concepts"] = concepts
     sample_left = samples(sections["sample"], out, trigger, name, info, scale)

@@ -4,16 +4,15 @@ max_train_steps / kohya_ss's epoch turned into epochs of the imported concepts."
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import jsontext
 from .families import family_info
 from .json_file import may_read, read_json
 from .kohya_reader import KohyaReader, changes_something, flag, is_set
 from .media_files import CAPTION_EXTENSIONS, IMAGE_EXTENSIONS, kohya_repeats
+from .metadata_file import metadata_folder, metadata_rows
 from .resolution import parse_resolutions
 from .validation import ConfigError
 
@@ -30,9 +29,6 @@ BUCKET_KEYS = {"bucket_reso_steps": ("bucket_resolution_step", 64), "min_bucket_
                "max_bucket_reso": ("max_bucket_resolution", 1024)}  # ours, and sd-scripts' default
 PAGE_BUCKETS = {"max_bucket_reso": 2048}  # kohya_ss's page's own defaults, where they differ
 BUCKET_SETTINGS = ("enable_bucket", "bucket_no_upscale", *BUCKET_KEYS)
-# a metadata file larger than any dataset's is not read (data/caption_index.py's MAX_INDEX_BYTES, which this
-# layer does not import: the run refuses such a file too)
-MAX_METADATA_BYTES = 256 * 1024 * 1024
 KOHYA_STEPS = 1600  # sd-scripts' max_train_steps when a config sets neither it nor max_train_epochs
 
 
@@ -326,18 +322,11 @@ def _musubi_frames(dataset: dict[str, Any], general: dict[str, Any], out: dict[s
                      "one window at a random start each time a clip is shown (Random clip window)")
 
 
-def _metadata_text(path: Path) -> str:
-    """A metadata file's text; a ValueError for one larger than a caption index is read."""
-    if path.stat().st_size > MAX_METADATA_BYTES:
-        raise ValueError(f"{path} is larger than {MAX_METADATA_BYTES // 2**20} MB")
-    return path.read_text(encoding="utf-8-sig")
-
-
 def _musubi_rows(path: Path, readable: list[Path] | None, notes: list[str]) -> None:
     """What a musubi-tuner JSONL dataset holds that its Captions file does not carry: control images
     named per row, clips kept as folders of frames, and a file named in several rows (each row an
     item there, one item drawing among their captions here)."""
-    rows = _metadata_rows(path, readable) or []
+    rows = metadata_rows(path, readable) or []
     names = [name for name, _ in rows]
     if any(key.startswith("control_path") for _, row in rows for key in row):
         notes.append(f"{path.name}: its rows' control_path images are not carried over; put them in a Control image folder, "
@@ -405,34 +394,10 @@ def _image_count(folder: Path, readable: list[Path] | None) -> int | None:
         return None
 
 
-def _metadata_rows(path: Path, readable: list[Path] | None) -> list[tuple[str, dict[str, Any]]] | None:
-    """A metadata file's (name, entry) pairs: a JSON object's keys, or a JSONL file's rows by their
-    image_path / video_path; None when it cannot be read here."""
-    if not may_read(path, readable):
-        return None
-    try:
-        text = _metadata_text(path)
-        if path.suffix.lower() == ".jsonl":
-            rows = [jsontext.loads(line) for line in text.splitlines() if line.strip()]
-            return [(str(row.get("image_path", row.get("video_path", ""))), row) for row in rows]
-        return [(str(name), entry if isinstance(entry, dict) else {}) for name, entry in jsontext.loads(text).items()]
-    except (OSError, ValueError, AttributeError, TypeError):
-        return None
-
-
-def _metadata_folder(path: Path, readable: list[Path] | None) -> str | None:
-    """The folder of the images a metadata file names by their whole paths (kohya's `--full_path`,
-    for a subset without image_dir); None when it cannot be read here, names them otherwise, or
-    their folders share no folder but the root."""
-    folders = {os.path.dirname(name.replace("\\", "/")) for name, _ in _metadata_rows(path, readable) or []}
-    common = os.path.commonpath(list(folders)) if folders and all(os.path.isabs(f) for f in folders) else None
-    return common if common and Path(common).parent != Path(common) else None
-
-
 def _subset_concept(options: dict[str, Any], notes: list[str], weight: float, readable: list[Path] | None = None) -> dict[str, Any] | None:
     """One subset (its options merged as sd-scripts merges them); None for one kohya skips."""
     metadata = str(options.get("metadata_file") or "")
-    image_dir = options.get("image_dir") or (_metadata_folder(Path(metadata).expanduser(), readable) if metadata else None)
+    image_dir = options.get("image_dir") or (metadata_folder(Path(metadata).expanduser(), readable) if metadata else None)
     if not image_dir:
         notes.append(f"a dataset subset without image_dir{f' ({metadata})' if metadata else ''} is not carried over: add its "
                      "images' folder as a concept" + (", with the metadata file as its Captions file" if metadata else ""))

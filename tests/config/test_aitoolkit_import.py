@@ -204,6 +204,28 @@ def test_how_ai_toolkit_runs_what_it_is_told(tmp_path):
     assert (c["clip_grad_norm"], c["learning_rate_warmup_steps"], c["optimizer"]["relative_step"]) == (None, 1000.0, False)
 
 
+def test_a_dataset_given_as_a_json_file_of_images_and_captions(tmp_path):
+    """ai-toolkit's dataset_path as a JSON file ({"<image path>": {"caption": ...}}): a concept in its
+    images' folder, the file its Captions file, so the images it names train with its captions."""
+    import json
+
+    from PIL import Image
+
+    from ot_gradio.data import scan_concept
+
+    (tmp_path / "img" / "sub").mkdir(parents=True)
+    for name in ("a.png", "sub/b.png", "unlisted.png"):
+        Image.new("RGB", (16, 16)).save(tmp_path / "img" / name)
+    listed = tmp_path / "captions.json"
+    listed.write_text(json.dumps({str(tmp_path / "img" / "a.png"): {"caption": "a red fox"},
+                                  str(tmp_path / "img" / "sub" / "b.png"): {"caption": "a blue jay", "caption_short": "jay"}}))
+    result = load_config(_job(datasets=[{"dataset_path": str(listed), "trigger_word": "ohwx"}, {"dataset_path": "relative.json"}]))
+    (concept,) = result.config.concepts
+    assert (concept.path, concept.text.captions_file, concept.include_subdirectories) == (str(tmp_path / "img"), str(listed), True)
+    assert {i.relpath: i.captions for i in scan_concept(concept).items} == {"a.png": ("a red fox",), "sub/b.png": ("a blue jay",)}
+    assert "datasets[1]: relative.json could not be read here for its images' folder" in result.warnings[0]
+
+
 def test_a_datasets_alpha_mask_is_its_masked_loss(tmp_path):
     """alpha_mask: the image's alpha channel as the loss's mask, transparent areas at mask_min_value,
     the mask scaled to a mean of 1 (Normalize masked area loss); a dataset without it trains whole."""
