@@ -90,6 +90,7 @@ class ConceptScan:
     several_lines: int = 0  # caption files with more than one caption (line)
     from_index: int = 0  # images captioned by the folder's caption index (captions.json, metadata.jsonl)
     caption_index: list[str] = field(default_factory=list)  # the index files read
+    named_files_left: int = 0  # files of the folder its Captions file does not name (not trained)
     index_unmatched: int = 0  # their entries that name no image read
     kohya_folders: str | None = None  # what its `<repeats>_<name>` folders would mean in kohya (kohya_folder_warning)
 
@@ -197,6 +198,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     scan = ConceptScan(name=label, folder=folder.resolve(), items=[], skipped=not_files)
     index = concept_caption_index(concept, folder)
     files, unnamed = _named_files(files, index, folder)
+    scan.named_files_left = unnamed
     if unnamed:
         _warn(scan, f"Concept '{label}': {unnamed} of the folder's {'files' if sampling else 'images'} are not named in its "
                     f"Captions file {index.files[0]} and are left out, as kohya's fine-tuning leaves them out")

@@ -129,8 +129,12 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: Bucketing
         lines.append(f"{scan.several_lines} caption files hold several lines: each line is a caption of its own, one drawn "
                      "per epoch (OneTrainer's rule), so a paragraph split over lines trains in pieces; Text augmentation → "
                      "Caption file lines reads them as kohya (FIRST) or diffusion-pipe (WHOLE) does")
-    if scan.caption_index:
-        unmatched = f"; {scan.index_unmatched} of its entries name no image here" if scan.index_unmatched else ""
+    unmatched = f"; {scan.index_unmatched} of its entries name no image here" if scan.index_unmatched else ""
+    if scan.caption_index and str((concept.get("text") or {}).get("captions_file") or "").strip():
+        left = f"; {scan.named_files_left} files of the folder it does not name are left out" if scan.named_files_left else ""
+        lines.append(f"{scan.from_index} images captioned by its Captions file `{scan.caption_index[0]}`, which names the images "
+                     f"that train (caption files beside them are not read{left}{unmatched})")
+    elif scan.caption_index:
         lines.append(f"{scan.from_index} images captioned by the folder's {' and '.join(f'`{n}`' for n in scan.caption_index)} "
                      f"(a caption file beside an image wins{unmatched})")
     if scan.two_caption_files:

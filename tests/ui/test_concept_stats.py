@@ -214,3 +214,9 @@ def test_the_folders_caption_index_is_counted_in_the_statistics(tmp_path):
     text, _ = concept_stats(_concept(folder), "64", Bucketing(), None)
     assert "1 with captions, 1 without" in text
     assert "1 images captioned by the folder's `metadata.jsonl` (a caption file beside an image wins; 1 of its entries name no image here)" in text
+    meta = tmp_path / "meta_cap.json"  # a Captions file: it names the images that train
+    meta.write_text('{"a": {"caption": "a red square", "tags": "red"}}')
+    text, _ = concept_stats({**_concept(folder), "text": {"captions_file": str(meta)}}, "64", Bucketing(), None)
+    assert "**1 images**, 1 with captions, 0 without" in text
+    assert (f"1 images captioned by its Captions file `{meta}`, which names the images that train (caption files beside them "
+            "are not read; 1 files of the folder it does not name are left out)") in text
