@@ -29,6 +29,7 @@ import csv
 import io
 import os
 import posixpath
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from .errors import DataError
 INDEX_FILES = ("captions.json", "metadata.jsonl", "metadata.csv")
 CAPTION_COLUMNS = ("text", "caption", "prompt")
 MAX_INDEX_BYTES = 256 * 1024 * 1024  # a caption index far larger than any dataset's is not read
+WHOLE_PATH = re.compile(r"^(/|[A-Za-z]:/|//)")  # a whole path, of this machine or a Windows one ('/'-separated)
 
 
 @dataclass
@@ -51,13 +53,25 @@ class CaptionIndex:
     # a concept's Captions file: it names the images that train (a name without its extension too, as
     # kohya's metadata names them), and its captions win over caption files
     named: bool = False
+    _elsewhere: dict[str, str] | None = None  # whole paths outside the folder by their file names (a name in one only)
 
     def key(self, relpath: str) -> str | None:
-        """The entry naming the image, if any."""
+        """The entry naming the image, if any; in a Captions file, a whole path of another folder or
+        machine (metadata made on the desktop, a dataset moved since) names it by its file name
+        where no other entry has that name."""
         for key in (relpath, posixpath.splitext(relpath)[0]) if self.named else (relpath,):
             if key in self.by_path:
                 return key
-        return None
+        if not self.named:
+            return None
+        if self._elsewhere is None:
+            names: dict[str, list[str]] = {}
+            for key in self.by_path:
+                if WHOLE_PATH.match(key):
+                    names.setdefault(posixpath.basename(key), []).append(key)
+            self._elsewhere = {name: keys[0] for name, keys in names.items() if len(keys) == 1}
+        name = posixpath.basename(relpath)
+        return self._elsewhere.get(name) or self._elsewhere.get(posixpath.splitext(name)[0])
 
     def get(self, relpath: str) -> tuple[str, ...] | None:
         if (key := self.key(relpath)) is None:

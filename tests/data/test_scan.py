@@ -228,6 +228,12 @@ def test_a_concepts_captions_file_kohya_metadata_or_another_index_elsewhere(tmp_
     hf_scan = scan_concept(make_concept(folder, include_subdirectories=True, text={"captions_file": "sub/metadata.jsonl"}))
     assert {i.relpath: i.captions for i in hf_scan.items} == {"sub/e.png": ("hf e",)}
 
+    moved = tmp_path / "made_on_windows.json"  # kohya_ss's --full_path metadata from the desktop, the images moved since
+    moved.write_text(json.dumps({"C:\\Users\\me\\data\\a.png": {"caption": "from windows"}, "/old/box/d.png": {"caption": "moved"},
+                                 "/x/b": {"caption": "one b"}, "/y/b": {"caption": "another b"}}))
+    moved_scan = scan_concept(make_concept(folder, text={"captions_file": str(moved)}))
+    assert {i.relpath: i.captions for i in moved_scan.items} == {"a.png": ("from windows",), "d.png": ("moved",)}  # (b: two)
+
     with pytest.raises(DataError, match=r"Captions file 'nowhere.json' does not exist"):
         scan_concept(make_concept(folder, text={"captions_file": "nowhere.json"}))
     (tmp_path / "other.json").write_text(json.dumps({"zz": {"caption": "x"}}))
