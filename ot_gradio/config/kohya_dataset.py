@@ -139,8 +139,9 @@ def _training_options(r: KohyaReader) -> dict[str, Any]:
                                            "keep_tokens_separator", "random_crop", "alpha_mask", "caption_prefix",
                                            "caption_suffix", "enable_wildcard", "caption_separator")
                if r.data.get(key) is not None}
-    if r.given("dataset_repeats"):  # sd-scripts' num_repeats of a subset that sets none
+    if r.given("dataset_repeats"):  # sd-scripts' num_repeats of a subset that sets none (in_json's, the fine-tune page's)
         options["num_repeats"] = r.number("dataset_repeats", int)
+    r.get("dataset_repeats")  # (read either way: a folder's own repeats win)
     return options
 
 
@@ -179,8 +180,7 @@ def folder_concepts(r: KohyaReader, notes: list[str], readable: list[Path] | Non
     found = False
     if r.given("in_json"):  # sd-scripts' fine-tuning method: one folder's images, their captions in the metadata file
         found = True
-        subsets.append({"image_dir": r.get("train_data_dir"), "metadata_file": _beside(r.get("in_json"), base_dir, readable), "is_reg": False,
-                        "num_repeats": r.number("dataset_repeats", int) if r.given("dataset_repeats") else 1})
+        subsets.append({"image_dir": r.get("train_data_dir"), "metadata_file": _beside(r.get("in_json"), base_dir, readable), "is_reg": False})
         if r.given("reg_data_dir"):
             notes.append("reg_data_dir is not read with in_json (sd-scripts' fine-tuning method reads none either)")
     for key, regularisation in () if found else (("train_data_dir", False), ("reg_data_dir", True)):
@@ -205,10 +205,7 @@ def folder_concepts(r: KohyaReader, notes: list[str], readable: list[Path] | Non
     if r.given("image_folder") and not r.given("in_json"):  # kohya_ss's fine-tune page: one folder, `dataset_repeats` times an epoch
         found = True
         subsets.append({"image_dir": str(r.get("image_folder")), "is_reg": False,
-                        "num_repeats": r.number("dataset_repeats", int) if r.given("dataset_repeats") else 1,
                         **({"metadata_file": gui} if (gui := _gui_metadata(r, readable)) else {})})
-    else:
-        r.get("dataset_repeats")  # the fine-tune page's repeats of a folder it has none of
     options = _training_options(r)
     return _to_concepts([{**options, **subset} for subset in subsets], r, notes, readable) if found else None
 

@@ -85,6 +85,9 @@ class CaptionIndex:
 
 
 def _text(path: Path) -> str:
+    """An index file's text (at most MAX_INDEX_BYTES), UTF-8 or UTF-16 with its BOM."""
+    if path.stat().st_size > MAX_INDEX_BYTES:
+        raise ValueError(f"larger than {MAX_INDEX_BYTES // 2**20} MB")
     data = path.read_bytes()
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):  # PowerShell's and Notepad's "Unicode"
         return data.decode("utf-16")
@@ -109,11 +112,16 @@ def _read_json(path: Path, text: str, prefix: str, index: CaptionIndex) -> None:
     if not isinstance(data, dict):
         raise ValueError("it is not an object of file names and their captions")
     for name, value in data.items():
-        values = value if isinstance(value, list) else [value]
-        captions = [c for c in map(_caption, values) if c]
-        if len(captions) < sum(v is not None for v in values):
-            raise ValueError(f"the captions of '{name}' are not texts")
-        _add(index, prefix + str(name).replace("\\", "/").rsplit("/", 1)[-1], captions)
+        _add(index, prefix + str(name).replace("\\", "/").rsplit("/", 1)[-1], _listed(name, value))
+
+
+def _listed(name: Any, value: Any) -> list[str]:
+    """diffusion-pipe's captions of one image: a text, or a list of them (empty ones dropped)."""
+    values = value if isinstance(value, list) else [value]
+    captions = [c for c in map(_caption, values) if c]
+    if len(captions) < sum(v is not None for v in values):
+        raise ValueError(f"the captions of '{name}' are not texts")
+    return captions
 
 
 def _kohya_captions(entry: dict[str, Any], name: str, separator: str, each_line: bool) -> list[str]:
@@ -151,12 +159,8 @@ def _read_named_json(text: str, folder: Path, prefix: str, index: CaptionIndex, 
         if isinstance(value, dict):  # kohya's metadata
             index.by_path.setdefault(_named_key(name, folder), []).extend(_kohya_captions(value, name, separator, each_line))
             continue
-        values = value if isinstance(value, list) else [value]
-        captions = [c for c in map(_caption, values) if c]
-        if len(captions) < sum(v is not None for v in values):
-            raise ValueError(f"the captions of '{name}' are not texts")
         # diffusion-pipe's: a file name in the file's own folder (an empty caption names its image too)
-        index.by_path.setdefault(posixpath.normpath(prefix + str(name).replace("\\", "/")), []).extend(captions)
+        index.by_path.setdefault(posixpath.normpath(prefix + str(name).replace("\\", "/")), []).extend(_listed(name, value))
 
 
 def _read_rows(path: Path, text: str, prefix: str, index: CaptionIndex, folder: Path | None = None, separator: str = ",",
@@ -205,8 +209,6 @@ def read_caption_index(folder: Path, recursive: bool) -> CaptionIndex | None:
                 continue
             path = Path(root) / name
             try:
-                if path.stat().st_size > MAX_INDEX_BYTES:
-                    raise ValueError(f"larger than {MAX_INDEX_BYTES // 2**20} MB")
                 text = _text(path)
                 (_read_json if name.endswith(".json") else _read_rows)(path, text, prefix, index)
             except (OSError, ValueError, UnicodeError, csv.Error) as err:  # (json.JSONDecodeError is a ValueError)
@@ -222,8 +224,6 @@ def read_captions_file(path: Path, folder: Path, separator: str = ",", each_line
     `each_line` as enable_wildcard joins them. A DataError names one that cannot be read."""
     index = CaptionIndex(files=[str(path)], named=True)
     try:
-        if path.stat().st_size > MAX_INDEX_BYTES:
-            raise ValueError(f"larger than {MAX_INDEX_BYTES // 2**20} MB")
         text = _text(path)
         # diffusion-pipe's and Hugging Face's names are from the file's own folder where it is in the concept folder;
         # kohya's and musubi-tuner's from the concept folder (sd-scripts' image_dir), or whole paths

@@ -433,13 +433,12 @@ def _captions_for(path: Path, source: str, shared: tuple[str, ...], scan: Concep
     caption_file = caption_path(path)
     lines: tuple[str, ...] = ()
     listed = index.get(path.relative_to(folder).as_posix()) if index is not None and folder is not None else None
-    if listed is not None and index.named:  # a Captions file's captions win (sd-scripts' fine-tuning reads no caption file)
+    # captions of their own, as the index's tools keep them (WHOLE: a file's lines): where there is no caption file, or
+    # always from a Captions file (sd-scripts' fine-tuning reads no caption file; an empty entry trains uncaptioned)
+    if listed is not None and (index.named or (listed and not caption_file.is_file())):
         if not listed:
             scan.uncaptioned.append(path)
             return ("",)
-        scan.from_index += 1
-        return listed[:1] if lines_rule == "FIRST" else listed
-    if not caption_file.is_file() and listed:  # captions of their own, as the index's tools keep them (WHOLE: a file's lines)
         scan.from_index += 1
         return listed[:1] if lines_rule == "FIRST" else listed
     if not caption_file.is_file() and default:
