@@ -392,10 +392,16 @@ def check_captions_file(concept: object, clips: bool = False) -> None:
 
 def _named_files(files: list[Path], index: CaptionIndex | None, folder: Path) -> tuple[list[Path], int]:
     """The files a concept trains with its Captions file: those it names (sd-scripts' fine-tuning
-    trains only its metadata's images), and how many are left out. A DataError when it names none."""
+    trains only its metadata's images), and how many are left out; an entry names one image (a name
+    without its extension, of both a.jpg and a.png: the first), as sd-scripts registers an entry
+    once. A DataError when it names none."""
     if index is None or not index.named:
         return files, 0
-    named = [path for path in files if index.key(path.relative_to(folder).as_posix()) is not None]
+    named, taken = [], set()
+    for path in files:
+        if (key := index.key(path.relative_to(folder).as_posix())) is not None and key not in taken:
+            taken.add(key)
+            named.append(path)
     if not named:
         raise DataError(f"Captions file {index.files[0]} names none of the {len(files)} files in folder '{folder}' (names are "
                         "read from the concept folder, or whole paths inside it); set the folder its images are in")
