@@ -9,10 +9,10 @@ import numpy as np
 
 
 def write_clip(path: Path, frames: int = 9, fps: int = 24, size: tuple[int, int] = (32, 32), codec: str = "mpeg4",
-               seed: int = 0, rotation: int = 0) -> Path:
+               seed: int = 0, rotation: int = 0, audio_seconds: float = 0.0) -> Path:
     """A clip of `frames` frames of `size` (width, height): a bright square moving across noise.
     `rotation`: a display matrix turning it that many degrees counter-clockwise (a phone's
-    portrait clip: -90)."""
+    portrait clip: -90); `audio_seconds`: a silent AAC track that long."""
     import av
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -24,6 +24,7 @@ def write_clip(path: Path, frames: int = 9, fps: int = 24, size: tuple[int, int]
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         if rotation:
             stream.set_display_rotation(rotation)
+        audio = out.add_stream("aac", rate=48000) if audio_seconds else None
         for i in range(frames):
             arr = base.copy()
             x = (i * 3) % max(1, width - 8)
@@ -32,6 +33,14 @@ def write_clip(path: Path, frames: int = 9, fps: int = 24, size: tuple[int, int]
                 out.mux(packet)
         for packet in stream.encode():
             out.mux(packet)
+        if audio_seconds:
+            for start in range(0, int(audio_seconds * 48000), 1024):
+                sound = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+                sound.sample_rate, sound.pts = 48000, start
+                for packet in audio.encode(sound):
+                    out.mux(packet)
+            for packet in audio.encode():
+                out.mux(packet)
     return path
 
 

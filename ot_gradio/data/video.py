@@ -21,6 +21,7 @@ costs the frames it trains with, not its length.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -128,15 +129,37 @@ def upright(image: Image.Image, turns: int) -> Image.Image:
     return image.transpose((Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_180, Image.Transpose.ROTATE_270)[turns - 1])
 
 
-def _clock(container, stream) -> tuple[float, float, float]:
-    """The clip's frame rate (24 when it says none), duration in seconds (0 when unknown) and the
-    time of its first frame, as its container states them."""
+def _clock(container, stream) -> tuple[float, float, float, bool]:
+    """The clip's frame rate (24 when it says none), duration in seconds (0 when unknown), the
+    time of its first frame, as its container states them, and whether the video stream states its
+    own duration (WebM and MKV do not: the container's is the longest track's, audio's too)."""
     rate = float(stream.average_rate or stream.guessed_rate or 0) or 24.0
     duration = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else 0.0
+    own = bool(duration)
     if not duration and container.duration:
         duration = container.duration / 1_000_000
     origin = float(stream.start_time * stream.time_base) if stream.start_time is not None and stream.time_base else 0.0
-    return rate, duration, origin
+    return rate, duration, origin, own
+
+
+def _video_end(path: Path) -> float:
+    """When the clip's last video frame ends, in seconds on its frames' clock, from its video
+    packets (demuxed, not decoded; 0 when none says); at most MAX_SPREAD_FRAMES packets are read."""
+    container = open_video(path)
+    end = 0.0
+    try:
+        stream = container.streams.video[0]
+        base = float(stream.time_base) if stream.time_base else 0.0
+        for count, packet in enumerate(container.demux(stream)):
+            if packet.pts is not None and base:
+                end = max(end, (packet.pts + (packet.duration or 0)) * base)
+            if count >= MAX_SPREAD_FRAMES:
+                break
+    except Exception:  # noqa: BLE001, S110 (a damaged file: the packets demuxed before it)
+        pass
+    finally:
+        container.close()
+    return end
 
 
 def _frames_after(path: Path, start: float, early: float) -> int:
@@ -185,7 +208,7 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
     try:
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
-        rate, duration, origin = _clock(container, stream)
+        rate, duration, origin, own = _clock(container, stream)
         period = 1.0 / sampling.fps
         # Containers round timestamps to their tick (WebM, MKV, FLV, WMV: 1 ms, so frame 2 of a 24 fps
         # clip is at 0.083 s, before the grid's 0.0833 s): a frame up to one tick early is on time.
@@ -238,7 +261,7 @@ def _sampled(path: Path, sampling: FrameSampling, limit: int, keep: bool
     if not count:
         after = f" after {sampling.start:g} s" if sampling.start else ""
         raise ClipError(f"has no frame to train on{after} (zero frames, or too short)")
-    return taken, count, width, height, duration, times, origin + duration
+    return taken, count, width, height, duration, times, origin + duration if own else -1.0
 
 
 def probe_clip(path: str | Path, sampling: FrameSampling) -> ClipInfo:
@@ -246,7 +269,11 @@ def probe_clip(path: str | Path, sampling: FrameSampling) -> ClipInfo:
     clip that fails here is skipped before training instead of failing a step."""
     _, count, width, height, duration, times, end = _sampled(Path(path), sampling, sampling.frames, keep=False)
     frames = sampling.count(count)
-    slack = 0.0 if sampling.spread else _slack(times[:frames], end if duration > 0 else 0.0, sampling)  # (spread: the whole clip)
+    slack = 0.0
+    if not sampling.spread:  # (spread: the whole clip)
+        if end < 0:  # the video's own end (a longer audio track must not move the window past it)
+            end = _video_end(Path(path))
+        slack = _slack(times[:frames], end if duration > 0 else 0.0, sampling)
     return ClipInfo(width, height, frames, count, duration, slack)
 
 
@@ -256,7 +283,7 @@ def _slack(times: list[float], end: float, sampling: FrameSampling) -> float:
     if not times or end <= 0:
         return 0.0
     interval = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 1.0 / sampling.fps
-    return max(0.0, round(end - interval - times[-1], 3))
+    return max(0.0, math.floor(round(end - interval - times[-1], 9) * 1000) / 1000)  # (to the ms below: the last frame stays in)
 
 
 def read_clip(path: str | Path, sampling: FrameSampling, frames: int) -> list[Image.Image]:

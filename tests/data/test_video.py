@@ -3,6 +3,8 @@ frame axis, the cache key and hostile clips named and skipped. Clips are generat
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from PIL import Image
@@ -210,6 +212,17 @@ def test_the_random_clip_window_moves_over_a_long_clip_as_onetrainer_does(tmp_pa
     assert not torch.allclose(_batch_frames(batch), _frames_at(clip, 0.0), atol=1.5)
     fixed = build_dataset([concept], [(32, 32)], 1, frames=FrameSampling(frames=5))
     assert {fixed.plan(epoch).batches[0][0].variant.clip_offset for epoch in range(3)} == {0.0}
+
+
+@pytest.mark.parametrize("name", ["long.mkv", "long.mp4"])
+def test_the_random_window_ends_with_the_video_not_a_longer_audio_track(tmp_path, name):
+    """2.5 s of video with 6 s of sound: the window moves at most to the video's last frames (an MKV
+    states only the container's length, the audio's), and at its latest it still has every frame."""
+    clip = write_clip(tmp_path / name, frames=40, fps=16, audio_seconds=6.0)
+    sampling = FrameSampling(frames=17, fps=16, random_window=True)
+    info = probe_clip(clip, sampling)
+    assert info.slack == pytest.approx(2.5 - 17 / 16, abs=0.002) and info.slack <= 2.5 - 17 / 16
+    assert len(read_clip(clip, replace(sampling, start=info.slack), info.frames)) == 17
 
 
 def test_with_the_latent_cache_each_variation_keeps_its_window(tmp_path, make_concept):
