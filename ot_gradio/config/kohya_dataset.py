@@ -23,7 +23,10 @@ DATASET_KEYS = frozenset({"image_dir", "num_repeats", "is_reg", "class_tokens", 
                           "enable_bucket", "bucket_no_upscale", "bucket_reso_steps", "min_bucket_reso", "max_bucket_reso",
                           # musubi-tuner's: a dataset is its folder; its latent cache folder is its own business
                           "image_directory", "video_directory", "image_jsonl_file", "video_jsonl_file", "cache_directory", "target_frames", "frame_extraction",
-                          "max_frames", "control_directory", "enable_wildcard", "frame_sample"})
+                          "max_frames", "control_directory", "enable_wildcard", "frame_sample", "source_fps"})
+# musubi-tuner's target frame rate per model (its VideoDataset.TARGET_FPS_*), what source_fps clips are taken at
+MUSUBI_FPS = {"WAN_2_1": 16.0, "WAN_2_1_I2V": 16.0, "WAN_2_2_TI2V_5B": 16.0, "WAN_2_2_T2V_A14B": 16.0, "WAN_2_2_I2V_A14B": 16.0,
+              "HUNYUAN_VIDEO": 24.0}
 MUSUBI_SOURCES = ("image_directory", "video_directory", "image_jsonl_file", "video_jsonl_file")  # a musubi-tuner dataset's images
 BUCKET_KEYS = {"bucket_reso_steps": ("bucket_resolution_step", 64), "min_bucket_reso": ("min_bucket_resolution", 256),
                "max_bucket_reso": ("max_bucket_resolution", 1024)}  # ours, and sd-scripts' default
@@ -277,10 +280,14 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
     others = tuple({str(s["resolution_override"]) for s in subsets if s.get("resolution_override")})
     for key in BUCKET_SETTINGS:
         r.get(key)
-    if musubi:  # musubi-tuner's buckets: this trainer's aspect buckets at the model's step; none unless enable_bucket
-        first = datasets[0]
-        out["aspect_ratio_bucketing"] = bool(effective(first, "enable_bucket"))
-        out["bucket_no_upscale"] = bool(effective(first, "bucket_no_upscale"))
+    if musubi:  # musubi-tuner's buckets: this trainer's aspect buckets at the model's step; none unless enable_bucket,
+        first = datasets[0]  # but for clips, which it always buckets, upscaling too (its video caching ignores both)
+        videos = [d for d in datasets if d.get("video_directory") or d.get("video_jsonl_file")]
+        out["aspect_ratio_bucketing"] = bool(videos) or bool(effective(first, "enable_bucket"))
+        out["bucket_no_upscale"] = not videos and bool(effective(first, "bucket_no_upscale"))
+        if videos and len(videos) < len(datasets) and not all(effective(d, "enable_bucket") for d in datasets if d not in videos):
+            notes.append("the image datasets set no enable_bucket: musubi-tuner buckets their images by aspect only for clips; "
+                         "here the images are bucketed too (one setting for the run)")
     else:
         buckets(lambda key: effective(datasets[0] if datasets else {}, key), out, notes, page=r.page, other_sizes=others)
     unread = sorted({k for part in (general, *datasets, *(s for d in datasets for s in d.get("subsets") or [] if isinstance(s, dict)))
@@ -303,6 +310,16 @@ def _musubi_frames(dataset: dict[str, Any], general: dict[str, Any], out: dict[s
         lengths = [int(dataset.get("max_frames", general.get("max_frames", 129)))]
     if lengths and max(lengths) > int(str(out.get("frames") or 0) or 0):
         out["frames"] = str(max(lengths))
+    if len(set(lengths)) > 1:
+        notes.append(f"target_frames {sorted(set(lengths))}: musubi-tuner trains a clip once for each length it is long enough "
+                     f"for, and leaves out one shorter than all; here each clip trains once, with up to {max(lengths)} frames "
+                     "(Frames), a shorter one with the frames it has")
+    if (fps := MUSUBI_FPS.get(str(out.get("model_type") or ""))) is not None:
+        out["frame_rate"] = fps  # musubi-tuner's target rate for the model; without source_fps it takes every frame
+        if dataset.get("source_fps", general.get("source_fps")) is None and not any("source_fps" in n for n in notes):
+            notes.append(f"a video dataset without source_fps: musubi-tuner trains every frame of a clip whatever its rate (a "
+                         f"30 fps clip plays slowed down at the model's {fps:g} fps); here clips are taken at up to {fps:g} "
+                         "frames a second (Clip frame rate)")
     if "target_frames" not in dataset and "target_frames" not in general and extraction != "full":
         notes.append("a video dataset without target_frames: musubi-tuner cuts 1-frame clips then, and so do these Frames")
     if extraction == "uniform" and int(dataset.get("frame_sample", general.get("frame_sample", 1)) or 1) == 1:

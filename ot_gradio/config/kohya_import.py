@@ -94,6 +94,8 @@ def is_kohya_config(data: Any) -> bool:
         return False
     datasets = data.get("datasets")
     folders = ("subsets", "image_directory", "video_directory", "image_jsonl_file", "video_jsonl_file")  # sd-scripts' subsets, musubi-tuner's datasets
+    if is_musubi(flat(data)):  # (a musubi-tuner config naming its model by network_module / task, its dit on the command line)
+        return True
     return len(SIGNS & flat(data).keys()) >= 2 or (isinstance(datasets, list) and any(isinstance(d, dict) and d.keys() & set(folders)
                                                                                       for d in datasets))
 

@@ -128,6 +128,12 @@ def test_what_musubi_tuner_trains_that_has_no_model_type_here_is_refused(lines, 
         load_config({**_toml(lines), "network_dim": 16, "output_dir": "/out"})
 
 
+def test_a_musubi_config_naming_its_model_by_module_and_task_is_musubi_tuners():
+    """Its dit given on the command line: network_module and task are musubi-tuner's still."""
+    result = load_config({"network_module": "networks.lora_wan", "task": "t2v-1.3B", "learning_rate": 2e-4})
+    assert result.config.model_type.value == "WAN_2_1" and "read as musubi-tuner's" in result.warnings[0]
+
+
 def test_sd_scripts_flux_config_stays_sd_scripts(tmp_path):
     """sd-scripts' Flux module without a `dit` is not musubi-tuner's Kontext."""
     c = load_config({"network_module": "networks.lora_flux", "pretrained_model_name_or_path": "/m/flux1-dev.safetensors",
@@ -174,14 +180,25 @@ def test_a_musubi_video_dataset_takes_its_defaults(tmp_path):
     result = load_config({"network_module": "networks.lora_wan", "task": "t2v-1.3B", "dit": "/m/w.safetensors", "network_dim": 8,
                           "output_dir": "/out", "dataset_config": str(tmp_path / "data.toml")})
     c = config_to_dict(result.config)
-    assert (c["frames"], c["resolution"], c["aspect_ratio_bucketing"]) == ("1", "960x544", False)
+    # clips: bucketed whatever enable_bucket says (musubi-tuner's video caching), at Wan's 16 fps (its source_fps rate)
+    assert (c["frames"], c["resolution"], c["aspect_ratio_bucketing"], c["bucket_no_upscale"]) == ("1", "960x544", True, False)
+    assert c["frame_rate"] == 16.0
     assert "musubi-tuner cuts 1-frame clips then" in result.warnings[0]
+    assert "without source_fps: musubi-tuner trains every frame" in result.warnings[0]
     (tmp_path / "data.toml").write_text(f'[[datasets]]\nvideo_directory = "{tmp_path / "clips"}"\ntarget_frames = [17]\n'
                                         'frame_extraction = "chunk"\n')
     result = load_config({"network_module": "networks.lora_wan", "task": "t2v-1.3B", "dit": "/m/w.safetensors", "network_dim": 8,
                           "output_dir": "/out", "dataset_config": str(tmp_path / "data.toml")})
     assert config_to_dict(result.config)["random_clip_window"] is True  # several windows there: one at random each time here
     assert "frame_extraction 'chunk': musubi-tuner trains several windows" in result.warnings[0]
+    (tmp_path / "data.toml").write_text(f'[[datasets]]\nvideo_directory = "{tmp_path / "clips"}"\ntarget_frames = [1, 25, 45]\n'
+                                        'source_fps = 30.0\n')
+    result = load_config({"network_module": "networks.lora", "dit": "/m/hv.safetensors", "network_dim": 8, "output_dir": "/out",
+                          "dataset_config": str(tmp_path / "data.toml")})
+    c = config_to_dict(result.config)
+    assert (c["model_type"], c["frames"], c["frame_rate"]) == ("HUNYUAN_VIDEO", "45", 24.0)  # HunyuanVideo's rate
+    assert "source_fps" not in result.warnings[0]  # (carried over: taken at the model's rate, as there)
+    assert "target_frames [1, 25, 45]: musubi-tuner trains a clip once for each length" in result.warnings[0]
     (tmp_path / "other").mkdir()
     (tmp_path / "data.toml").write_text(f'[[datasets]]\nvideo_directory = "{tmp_path / "clips"}"\ntarget_frames = [17]\n'
                                         'frame_extraction = "uniform"\n'  # one sample (frame_sample 1): musubi makes it head
