@@ -4,11 +4,13 @@ rather than training settings."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from .family_info import FamilyInfo
+from .json_file import may_read
 from .metadata_file import metadata_folder
 from .validation import ConfigError
 
@@ -122,8 +124,12 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
             text["captions_file"] = listed
             if r.flag("use_short_captions"):
                 notes.append(f"datasets[{number}].use_short_captions: here each image's caption, not its caption_short")
+        # its subfolders too, as ai-toolkit walks them (but for its generated `_controls` folders, said)
         concepts.append({"name": ("reg: " if reg else "") + (Path(folder).name or folder), "path": folder, "balancing": float(repeats),
-                         "text": text, "image": {"enable_random_flip": flip}, **({"include_subdirectories": True} if listed else {})})
+                         "text": text, "image": {"enable_random_flip": flip}, "include_subdirectories": True})
+        if not listed and _has_controls(Path(folder).expanduser(), readable):
+            notes.append(f"datasets[{number}]: {folder} holds a _controls folder (ai-toolkit's generated control images, which "
+                         "it does not train); here subfolders train, so move it out of the dataset folder")
         rates.add(r.number("caption_dropout_rate", 0.0))
         size = r.get("resolution")
         for value in size if isinstance(size, list) else [size if size is not None else 512]:
@@ -178,6 +184,17 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
         out["frames"] = str(max(frames))
         _clip_windows(video_sets, out, notes)
     return concepts, left
+
+
+def _has_controls(folder: Path, readable: list[Path] | None) -> bool:
+    """Whether ai-toolkit's `_controls` folder is in `folder` or its (non-hidden) subfolders."""
+    if not may_read(folder, readable):
+        return False
+    for _, dirs, _ in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        if "_controls" in dirs:
+            return True
+    return False
 
 
 def _clip_windows(video_sets: list[tuple[int, bool, float]], out: dict[str, Any], notes: list[str]) -> None:

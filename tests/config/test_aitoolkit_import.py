@@ -106,6 +106,10 @@ def test_the_flux_example_imports_as_ai_toolkit_trains_it(tmp_path):
     concept = c["concepts"][0]
     assert (concept["path"], concept["text"]["trigger_word"]) == (str(folder), "p3r5on")
     assert concept["text"]["caption_lines"] == "WHOLE"  # ai-toolkit reads a caption file whole
+    assert concept["include_subdirectories"] is True  # ai-toolkit walks the folder's subfolders
+    assert "_controls" not in result.warnings[0]
+    (folder / "sub" / "_controls").mkdir(parents=True)  # its generated control images: not trained there, said here
+    assert "holds a _controls folder" in load_config(tmp_path / "flux.yaml").warnings[0]
     first, second = c["samples"]
     assert first["prompt"] == "p3r5on holding a sign that says 'I LOVE PROMPTS!'"
     assert (first["seed"], second["seed"], first["cfg_scale"], first["diffusion_steps"], first["width"]) == (42, 43, 4.0, 20, 1024)
