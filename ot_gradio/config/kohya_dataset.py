@@ -260,6 +260,9 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
                 out["batch_size"] = merged["batch_size"]
         elif size and size != first_size:  # a dataset of its own size: its concepts train at it
             merged["resolution_override"] = size
+        if index and isinstance(merged.get("batch_size"), int) and merged["batch_size"] != out.get("batch_size", 1):
+            notes.append(f"dataset {index + 1} sets batch_size {merged['batch_size']}: here every dataset trains at the first's, "
+                         f"{out.get('batch_size', 1)}")  # (sd-scripts' and musubi-tuner's default: 1)
         if index and (differ := [k for k in BUCKET_SETTINGS if effective(dataset, k) != effective(datasets[0], k)]):
             notes.append(f"dataset {index + 1} sets its own {', '.join(differ)}: here every dataset is bucketed as the first")
         own = [subset for subset in dataset.get("subsets") or [] if isinstance(subset, dict)]

@@ -203,11 +203,12 @@ def test_a_musubi_video_dataset_takes_its_defaults(tmp_path):
     (tmp_path / "data.toml").write_text(f'[[datasets]]\nvideo_directory = "{tmp_path / "clips"}"\ntarget_frames = [17]\n'
                                         'frame_extraction = "uniform"\n'  # one sample (frame_sample 1): musubi makes it head
                                         f'[[datasets]]\nvideo_directory = "{tmp_path / "other"}"\ntarget_frames = [17]\n'
-                                        'frame_extraction = "slide"\n')
+                                        'frame_extraction = "slide"\nbatch_size = 2\n')
     result = load_config({"network_module": "networks.lora_wan", "task": "t2v-1.3B", "dit": "/m/w.safetensors", "network_dim": 8,
                           "output_dir": "/out", "dataset_config": str(tmp_path / "data.toml")})
     assert config_to_dict(result.config)["random_clip_window"] is True  # one setting here: said
     assert "the video datasets take their frames differently" in result.warnings[0] and "'uniform'" not in result.warnings[0]
+    assert "dataset 2 sets batch_size 2: here every dataset trains at the first's, 1" in result.warnings[0]
 
 
 def test_a_musubi_edit_dataset_reads_its_control_directory(tmp_path):
