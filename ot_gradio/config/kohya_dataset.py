@@ -267,11 +267,13 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
             notes.append(f"dataset {index + 1} sets its own {', '.join(differ)}: here every dataset is bucketed as the first")
         own = [subset for subset in dataset.get("subsets") or [] if isinstance(subset, dict)]
         if not own and (folder := dataset.get("image_directory") or dataset.get("video_directory")):  # musubi-tuner's
-            own = [{"image_dir": folder, "caption_lines": "WHOLE",  # musubi-tuner reads a caption file whole
+            own = [{"image_dir": folder, "caption_lines": "WHOLE",  # musubi-tuner reads a caption file whole, and
+                    "media": "CLIPS" if dataset.get("video_directory") else "IMAGES",  # its folder's one kind of file
                     **({"control_folder": dataset["control_directory"]} if dataset.get("control_directory") else {})}]
             _musubi_frames(dataset, general, out, notes)
         elif not own and (jsonl := dataset.get("image_jsonl_file") or dataset.get("video_jsonl_file")):  # its captions file:
-            own = [{"metadata_file": jsonl, "caption_lines": "WHOLE"}]  # the images or clips it names, with their captions
+            own = [{"metadata_file": jsonl, "caption_lines": "WHOLE",  # the images or clips it names, with their captions
+                    "media": "CLIPS" if dataset.get("video_jsonl_file") else "IMAGES"}]
             _musubi_frames(dataset, general, out, notes)
             _musubi_rows(Path(_beside(jsonl, base_dir, readable)).expanduser(), readable, notes)
         if len({bool(subset.get("metadata_file")) for subset in own}) > 1:
@@ -457,6 +459,8 @@ def _subset_concept(options: dict[str, Any], notes: list[str], weight: float, re
         text["captions_file"] = metadata
     if options.get("caption_separator"):  # kohya's separator of tags (shuffled, kept), and of a metadata caption from its tags
         text["tag_delimiter"] = str(options["caption_separator"])
+    if options.get("media"):  # musubi-tuner's datasets: images or clips
+        image["media"] = options["media"]
     if options.get("control_folder"):  # musubi-tuner's control_directory: an image-editing model's source images
         image["control_folder"] = str(options["control_folder"])
     if options.get("resolution_override"):

@@ -190,6 +190,10 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     files = list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)), not_files, sampling is not None, control,
                              depth, unread)
     unread_note = _unread_note(unread)
+    files, other_kind = _media_files(files, concept, sampling is not None)
+    if not files and other_kind:
+        raise DataError(f"Concept '{label}': no {_MEDIA[_media(concept)]} in folder '{folder}' (Files trained is "
+                        f"{_media(concept)}; its {other_kind} other files are left out)")
     if not files:
         kinds = ", ".join(ext.lstrip(".") for ext in IMAGE_EXTENSIONS + (VIDEO_EXTENSIONS if sampling else ()))
         raise DataError(f"Concept '{label}': no {'images or clips' if sampling else 'images'} ({kinds}) in folder '{folder}'"
@@ -202,6 +206,9 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     if unnamed:
         _warn(scan, f"Concept '{label}': {unnamed} of the folder's {'files' if sampling else 'images'} are not named in its "
                     f"Captions file {index.files[0]} and are left out, as kohya's fine-tuning leaves them out")
+    if other_kind:
+        _warn(scan, f"Concept '{label}': its {other_kind} {'images' if _media(concept) == 'CLIPS' else 'clips'} are left out "
+                    f"(Files trained: {_media(concept)})")
     control_folder = _control_folder(concept, label) if control else None
     if unread_note:
         _warn(scan, f"Concept '{label}': {unread_note}")
@@ -355,6 +362,7 @@ def concept_captions(concept: object, clips: bool = False, control: bool = False
     if not folder.is_dir():
         raise DataError(f"Concept '{concept_label(concept)}': folder '{folder}' does not exist or is not a folder")
     files = list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)), clips=clips, control=control, depth=depth)
+    files = _media_files(files, concept, clips)[0]
     source = str(getattr(concept.text, "prompt_source", "sample"))
     shared = read_captions(_resolve_prompt_file(concept, folder))[0] if source == "concept" else ()
     scratch = ConceptScan(name=concept_label(concept), folder=folder, items=[])  # (its warnings: the run says them)
@@ -387,7 +395,27 @@ def check_captions_file(concept: object, clips: bool = False) -> None:
     none of its folder's files (no image is opened)."""
     folder = Path(str(getattr(concept, "path", "") or "").strip()).expanduser()
     index = concept_caption_index(concept, folder)
-    _named_files(list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)), clips=clips), index, folder)
+    files = list_image_files(folder, bool(getattr(concept, "include_subdirectories", False)), clips=clips)
+    _named_files(_media_files(files, concept, clips)[0], index, folder)
+
+
+_MEDIA = {"ALL": "images or clips", "IMAGES": "images", "CLIPS": "clips"}
+
+
+def _media(concept: object) -> str:
+    """The concept's Files trained: ALL, IMAGES or CLIPS."""
+    kind = str(getattr(getattr(concept, "image", None), "media", "ALL") or "ALL").upper()
+    return kind if kind in _MEDIA else "ALL"
+
+
+def _media_files(files: list[Path], concept: object, clips: bool) -> tuple[list[Path], int]:
+    """A video family's concept's files of the kind it trains (its Files trained), and how many
+    of the other kind are left out; an image family's (no clips listed) as they are."""
+    kind = _media(concept)
+    if not clips or kind == "ALL":
+        return files, 0
+    kept = [path for path in files if is_video_name(path.name) == (kind == "CLIPS")]
+    return kept, len(files) - len(kept)
 
 
 def _named_files(files: list[Path], index: CaptionIndex | None, folder: Path) -> tuple[list[Path], int]:

@@ -172,6 +172,10 @@ def test_the_job_ai_toolkits_page_saves(tmp_path):
     assert (c["transformer"]["weight_dtype"], c["transformer"]["offload_fraction"], c["text_encoder"]["weight_dtype"]) == ("NFLOAT_4", 0.5, "FLOAT_8")
     assert "accuracy recovery adapter is ai-toolkit's own" in result.warnings[0]
     assert c["concepts"][0]["image"]["clip_spread"] is True  # shrink_video_to_frames, its default: num_frames over each clip
+    assert c["concepts"][0]["image"]["media"] == "ALL"  # a video dataset reads clips and images there
+    process["datasets"][0]["num_frames"] = 1  # a video model's image dataset: its images alone, as there
+    assert config_to_dict(load_config(json.loads(json.dumps(job))).config)["concepts"][0]["image"]["media"] == "IMAGES"
+    process["datasets"][0]["num_frames"] = 33
     process["datasets"][0].update(shrink_video_to_frames=False, fps=16)  # its random window at 16 fps: the same here
     result = load_config(json.loads(json.dumps(job)))
     c = config_to_dict(result.config)

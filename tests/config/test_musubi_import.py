@@ -74,6 +74,7 @@ def test_musubi_tuners_wan_config_trains_wan_from_its_files(tmp_path):
     assert c["vae"]["model_name"] == "/models/wan_2.1_vae.safetensors"
     assert c["text_encoder"]["model_name"] == ""  # the original repo's .pth T5 is not read: said
     assert [(x["path"], x["balancing"]) for x in c["concepts"]] == [(str(tmp_path / "images"), 2.0), (str(tmp_path / "videos"), 1.0)]
+    assert [x["image"]["media"] for x in c["concepts"]] == ["IMAGES", "CLIPS"]  # each reads its one kind of file, as there
     assert (c["resolution"], c["frames"], c["batch_size"], c["aspect_ratio_bucketing"]) == ("960x544", "45", 1, True)
     assert c["random_clip_window"] is False  # frame_extraction "head": each clip's first frames, as there
     # shift: a sigmoid of a normal, shifted by discrete_flow_shift

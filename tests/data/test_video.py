@@ -11,6 +11,7 @@ from PIL import Image
 
 from ot_gradio.data import build_dataset, scan_concept
 from ot_gradio.data.buckets import Bucketing
+from ot_gradio.data.errors import DataError
 from ot_gradio.data.video import MAX_DECODED_FRAMES, ClipError, FrameSampling, probe_clip, read_clip
 from tests.video_clips import write_clip, write_hostile_clips
 
@@ -77,6 +78,17 @@ def test_clips_scan_beside_images_and_hostile_ones_are_named(tmp_path, write_ima
     for path in hostile.values():
         assert any(str(path) in w for w in scan.warnings)
     assert any("short.webm" in w and "trains with 1 of the 9 frames set" in w for w in scan.warnings)
+    # Files trained: one kind of the folder's files (musubi-tuner's image_directory / video_directory), the others counted
+    clips_only = scan_concept(make_concept(folder, image={"media": "CLIPS"}), FrameSampling(frames=9))
+    assert sorted(i.relpath for i in clips_only.items) == ["clip.mp4", "short.webm"]
+    assert any("its 1 images are left out (Files trained: CLIPS)" in w for w in clips_only.warnings)
+    images_only = scan_concept(make_concept(folder, image={"media": "IMAGES"}), FrameSampling(frames=9))
+    assert [i.relpath for i in images_only.items] == ["still.png"] and images_only.items[0].frames == 1
+    assert any("clips are left out (Files trained: IMAGES)" in w for w in images_only.warnings)
+    assert [i.relpath for i in scan_concept(make_concept(folder, image={"media": "CLIPS"})).items] == ["still.png"]  # image model
+    (folder / "still.png").unlink()
+    with pytest.raises(DataError, match=r"no images in folder .*Files trained is IMAGES; its 5 other files are left out"):
+        scan_concept(make_concept(folder, image={"media": "IMAGES"}), FrameSampling(frames=9))
 
 
 def test_video_dataset_batches_by_frames_and_keys_the_cache_on_sampling(tmp_path, write_image, make_concept):
