@@ -81,7 +81,7 @@ def planned_changes(config: BaseModel, default: BaseModel | None = None, prefix:
     out: list[str] = []
     for name, info in type(config).model_fields.items():
         meta = field_meta(type(config), name)
-        if meta.get("compat"):
+        if meta.get("compat") or (not prefix and _unread_section(config, name)):
             continue
         is_planned = (planned and name not in acted_on) or meta.get("status") == PLANNED
         path = join_path(prefix, name)
@@ -97,6 +97,17 @@ def planned_changes(config: BaseModel, default: BaseModel | None = None, prefix:
         elif is_planned and _differs(value, default_value) and (name not in own or _differs(value, own[name])):
             out.append(path)
     return out
+
+
+def _unread_section(config: BaseModel, name: str) -> bool:
+    """A section no run of this config reads, whatever it holds (OneTrainer saves every key): the
+    cloud settings with cloud training off, an unconditional transformer the model does not have."""
+    if name == "cloud":
+        return not (getattr(config, "cloud", None) or {}).get("enabled")
+    if name == "unconditional_transformer" and isinstance(config, TrainConfig):
+        info = family_info(config.model_type)
+        return info is None or name not in info.extra_params
+    return False
 
 
 def _differs(value: Any, default: Any) -> bool:

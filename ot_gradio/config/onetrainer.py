@@ -30,7 +30,7 @@ from .validation import ConfigError, LoadResult, strip_unknown, validate
 OT_LAYOUT_VERSION = 11  # the OneTrainer TrainConfig version our keys match
 
 PARTS = ("unet", "prior", "transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "text_encoder_4",
-         "vae", "effnet_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan")
+         "vae", "effnet_encoder", "decoder", "decoder_text_encoder", "decoder_vqgan", "unconditional_transformer")
 
 
 def is_onetrainer_config(data: Any) -> bool:

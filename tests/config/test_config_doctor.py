@@ -26,10 +26,23 @@ def test_planned_options_are_listed_in_one_message():
     config.debug_mode, config.debug_dir = True, "elsewhere"  # acted on (training/debug_output.py)
     warnings = check(config)
     assert len(warnings) == 1
-    for path in ("optimizer.block_wise", "unconditional_transformer.train"):
-        assert path in warnings[0]
+    assert "optimizer.block_wise" in warnings[0]
     assert "debug" not in warnings[0] and "is_output_embedding" not in warnings[0]
+    assert "unconditional_transformer" not in warnings[0]  # SD 1.5 has none: nothing is ignored
     assert planned_changes(good()) == []
+    config.model_type = ModelType.IDEOGRAM_4
+    assert "unconditional_transformer.train" in planned_changes(config)
+
+
+def test_sections_a_run_never_reads_are_not_said_to_be_ignored():
+    """OneTrainer saves every key: its cloud settings with cloud training off, and the default of
+    an unconditional transformer the model does not have (offload fraction 0), are not listed."""
+    config = good()
+    config.cloud.update(create=False, name="my pod")
+    config.unconditional_transformer.offload_fraction = 0.0
+    assert planned_changes(config) == []
+    config.cloud["enabled"] = True
+    assert "cloud.enabled" in planned_changes(config)
 
 
 def test_an_attention_mechanism_that_does_not_reach_the_model_is_refused_and_flex_wants_compile():

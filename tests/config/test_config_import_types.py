@@ -70,6 +70,9 @@ def test_compressed_w8a8_weight_types_import_uncompressed_saying_so_once(theirs,
     said = [w for w in loaded.warnings if "weight_dtype" in w]
     assert len(said) == 1 and f"unet.weight_dtype {theirs} -> {ours}; text_encoder.weight_dtype {theirs} -> {ours}" in said[0], said
     assert "nvCOMP weight compression is not supported" in said[0]
+    # Ideogram 4's unconditional transformer, which OneTrainer's page offers them for too
+    loaded = load_config(ot_config({"model_type": "IDEOGRAM_4", "unconditional_transformer": {"weight_dtype": theirs}}))
+    assert loaded.config.unconditional_transformer.weight_dtype.value == ours
 
 
 @pytest.mark.parametrize(("model_type", "theirs", "ours"), [
