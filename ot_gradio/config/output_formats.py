@@ -72,6 +72,10 @@ def output_format_problems(config: Any) -> list[str]:
         return [f"output_model_format: a fine-tune is a whole model and {fmt.value} {why}; choose SAFETENSORS or "
                 "ORIGINAL_SINGLE_FILE (one .safetensors checkpoint) or DIFFUSERS (a folder)."]
     info = family_info(config.model_type)
+    if (method in (TrainingMethod.FINE_TUNE, TrainingMethod.FINE_TUNE_VAE) and info is not None and not info.single_file
+            and fmt != ModelFormat.DIFFUSERS):
+        return [f"output_model_format: {ModelType(config.model_type).value} is saved as a diffusers folder here; {fmt.value} "
+                "(one file) is not written for it, so the run would train and then fail to save: choose DIFFUSERS."]
     if (method in (TrainingMethod.FINE_TUNE, TrainingMethod.FINE_TUNE_VAE) and info is not None and not info.transformer_file
             and fmt in (ModelFormat.ORIGINAL_TRANSFORMER, ModelFormat.COMFY_TRANSFORMER)):
         return [f"output_model_format: {fmt.value} is the transformer alone, which {ModelType(config.model_type).value} does not "

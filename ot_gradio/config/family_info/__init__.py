@@ -60,6 +60,7 @@ class FamilyInfo:
     # padding tokens (OneTrainer reads them for Flux.1 (and Fill), SD 3 / 3.5 and HiDream only)
     zeroes_padding: bool = False
     transformer_file: bool = False  # a fine-tune's single file is the transformer alone (ORIGINAL_TRANSFORMER / COMFY_TRANSFORMER)
+    single_file: bool = True  # a fine-tune may be written as one file; False: a diffusers folder only (DIFFUSERS)
     # each text encoder may load from a .safetensors file of its own (text_encoder*.model_name:
     # ComfyUI's and kohya's clip_l / t5xxl files), read with the base model's config (models/text_encoder_file.py);
     # a VAE file (vae.model_name) then goes into the pipeline's loader with them, so no part of a file is fetched

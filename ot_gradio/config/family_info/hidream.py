@@ -11,7 +11,7 @@ FAMILIES = {
     M.HI_DREAM_FULL: FamilyInfo(
         ("transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "text_encoder_4", "vae"), "transformer",
         ("text_encoder", "text_encoder_2", "text_encoder_3", "text_encoder_4"),
-        methods=ALL_METHODS, implemented=True, text_encoder_files=True, bucket_step=16, schedule="flow_matching", zeroes_padding=True, attention=SDP_ATTENTION,  # bucket: VAE 8 x patch 2
+        methods=ALL_METHODS, implemented=True, single_file=False, text_encoder_files=True, bucket_step=16, schedule="flow_matching", zeroes_padding=True, attention=SDP_ATTENTION,  # bucket: VAE 8 x patch 2
         diffusers_lora=("HiDreamImagePipeline", ()), name="HiDream", hub_repo="HiDream-ai/HiDream-I1-Full", lora_version="hidream",
         lora_unread=(("kohya", "text_encoder_4", "the kohya layout has no name for a fourth text encoder"),), text_encoder_labels=("CLIP-L", "CLIP-G", "T5", "Llama 3.1"),
         preset="hidream-lora", preset_note="512 px; Llama 3.1 8B Instruct from text_encoder_4's model (gated: accept its license)",

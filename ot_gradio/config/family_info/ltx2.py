@@ -8,7 +8,7 @@ from . import Sign, flow_transformer
 FAMILIES = {
     M.LTX_2: flow_transformer(
         "LTX2Pipeline", token_window=1024, name="LTX-2", hub_repo="Lightricks/LTX-2", lora_version="ltx_2", comfy_model=False,
-        transformer_file=False, gguf=False, bucket_step=32, frame_step=8, text_encoder_labels=("Gemma 3",),  # bucket: VAE 32 x patch 1
+        transformer_file=False, single_file=False, gguf=False, bucket_step=32, frame_step=8, text_encoder_labels=("Gemma 3",),  # bucket: VAE 32 x patch 1
         text_image_to_video=True, preset="ltx2-lora",
         preset_note="640 px area, 25 frames at 24 fps, FLOAT_8 transformer with 30 % of its blocks offloaded (24 GB cards); "
                     "half the clips start from their first frame (image-to-video), half from the prompt",
