@@ -22,154 +22,52 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import nn
 
 from ot_gradio.config.resolution import parse_resolutions
-from ot_gradio.models.comfy_lora_names import is_full_name
 from ot_gradio.models.common import save_safetensors
-from ot_gradio.models.key_layout import LayerName, fused_groups, layer_rows
+from ot_gradio.models.key_layout import fused_groups, layer_rows
 from ot_gradio.training.lora import lora_rank_alpha, lora_state_dict, text_model_prefix
-from ot_gradio.training.lora_fusion import fuse_layers, split_layer, swap_halves
+from ot_gradio.training.lora_fusion import fuse_layers, swap_halves
+from ot_gradio.training.lora_names import (  # noqa: F401 (kohya_name, module_path_from_kohya: this module's API)
+    _DIFFUSERS_METADATA_KEY,
+    _KOHYA_PREFIX,
+    _OUTSIDE_TEXT_MODEL,
+    _TEXT_PARTS,
+    COMFY_PREFIX,
+    FOLDED_ALPHA_KEY,
+    _split_layers,
+    _strip_text_model,
+    kohya_name,
+    kohya_prefixes,
+    module_path_from_kohya,
+)
+from ot_gradio.training.lora_reading import LoadedLora, load_lora_file, read_lora_metadata  # noqa: F401 (the reader, lora_reading.py)
 from ot_gradio.training.lora_variants import (
     DORA_IN,
     DORA_OUT,
     LOKR,
     OFT_2,
-    check_layer,
     describe,
-    from_kohya,
-    group_layers,
-    is_unit_scale,
     kohya_network_metadata,
-    layer_rank,
     layer_type,
     scale_layer,
-    split_key,
     to_kohya,
 )
 from ot_gradio.training.oft import spec_fields
 from ot_gradio.training.output_metadata import kohya_hashes
-
-from .. import jsontext
 
 KOHYA = "kohya"
 DIFFUSERS = "diffusers"
 LORA_FORMATS = (KOHYA, DIFFUSERS)
 OUTPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-# SD 1.x: the text encoder is `lora_te_`, which every SD 1 loader reads; A1111/Forge map
-# `lora_te1_` (what diffusers' convert_state_dict_to_kohya writes) to SDXL's first encoder only.
-# PixArt: the transformer is `lora_transformer_` and T5 `lora_te_`, as OneTrainer names them.
-_KOHYA_PREFIX = {"unet": "lora_unet_", "transformer": "lora_transformer_", "text_encoder": "lora_te_", "text_encoder_2": "lora_te2_",
-                 "prior": "lora_prior_unet_", "text_encoder_3": "lora_te3_"}
-_KOHYA_READ_PREFIX = {
-    "lora_unet_": "unet", "lora_transformer_": "transformer", "lora_te1_": "text_encoder", "lora_te2_": "text_encoder_2",
-    "lora_te_": "text_encoder", "lora_prior_unet_": "prior", "lora_prior_te_": "text_encoder", "lora_te3_": "text_encoder_3",
-}
-# Würstchen 2 / Stable Cascade: `lora_prior_unet_` and `lora_prior_te_`, as OneTrainer writes and ComfyUI reads them.
-_PRIOR_VERSIONS = ("wuerstchen", "stable_cascade")
-# Qwen-Image's and HiDream's transformers are written `lora_unet_` (ComfyUI's generic rule reads that for
-# both, their ComfyUI models having diffusers' layer names; diffusers' Qwen converter too)
-_TRANSFORMER_AS_UNET_VERSIONS = ("qwen_image", "hidream")
-_TEXT_PARTS = ("text_encoder", "text_encoder_2", "text_encoder_3")
-# text-encoder paths not put under `text_model.` (T5's `encoder.block.N...` never had that wrapper)
-_OUTSIDE_TEXT_MODEL = ("text_model.", "text_projection", "encoder.block.")
-_DIFFUSERS_METADATA_KEY = "lora_adapter_metadata"
-# diffusers/PEFT files hold alpha / rank folded into the weights (lora_B, hada_w1_a, lokr_w1[_a]) and
-# say alpha = rank: ComfyUI reads no alpha from such a file (it looks for `<layer>.alpha` tensors,
-# which diffusers does not expect) and applies scale 1, diffusers and peft read `lora_alpha` from
-# the adapter metadata; both then apply what was trained. This key keeps the trained alpha, so our
-# reader can undo the fold and a continued run trains at the same alpha.
-FOLDED_ALPHA_KEY = "ot_gradio_folded_alpha"
-COMFY_PREFIX = "diffusion_model."  # ComfyUI's name of the denoiser's original keys
 _DORA_FILE_NAMES = {"lora_magnitude_vector": "lora_magnitude_vector.weight"}
-
-# Multi-word names in SD UNet / CLIP / PixArt / T5 module paths, to turn kohya's `_`-joined names back into
-# dotted paths without the model at hand.
-_COMPOUND_WORDS = sorted(
-    (
-        tuple(w.split("_"))
-        for w in (
-            "down_blocks up_blocks mid_block transformer_blocks proj_in proj_out to_q to_k to_v to_out conv_in "
-            "conv_out conv_shortcut conv_norm_out time_embedding time_emb_proj linear_1 linear_2 add_embedding "
-            "class_embedding text_model self_attn q_proj k_proj v_proj out_proj text_projection final_layer_norm "
-            "layer_norm1 layer_norm2 pos_embed caption_projection adaln_single timestep_embedder resolution_embedder "
-            "aspect_ratio_embedder wi_0 wi_1 kv_mapper mapper_crp mapper_sca cond_mapper clip_txt_mapper "
-            "clip_txt_pooled_mapper clip_img_mapper down_downscalers up_upscalers "
-            # language-model text encoders (Qwen-Image's Qwen2.5-VL, Z-Image's Qwen3, Sana's Gemma 2)
-            "language_model embed_tokens o_proj gate_proj up_proj down_proj "
-            # Flux.1 / Chroma transformers (models/flux_keys.py)
-            "single_transformer_blocks x_embedder context_embedder time_text_embed text_embedder guidance_embedder "
-            "to_add_out add_q_proj add_k_proj add_v_proj norm1_context ff_context proj_mlp norm_out "
-            # Chroma's approximator (distilled_guidance_layer.in_proj / out_proj)
-            "distilled_guidance_layer in_proj"
-        ).split()
-    ),
-    key=len,
-    reverse=True,
-)
-
-
-class LoadedLora(NamedTuple):
-    parts: dict[str, dict[str, torch.Tensor]]
-    rank: int
-    alpha: float
-
-
-# -- names ----------------------------------------------------------------------------------
-
-
-def kohya_prefixes(base_model_version: str = "sd_v1") -> dict[str, str]:
-    """Part -> kohya prefix: SDXL's and Flux.1's CLIP-L is `lora_te1_` (sd-scripts, A1111, ComfyUI
-    and diffusers read it so; diffusers' Flux loader reads no `lora_te_`), SD 1.x/2.x's one encoder `lora_te_`."""
-    if str(base_model_version).startswith(("sdxl", "sd3", "flux1")):  # SD 3: lora_te1_/2_/3_ (models/sd3_keys.py)
-        return {**_KOHYA_PREFIX, "text_encoder": "lora_te1_"}
-    if str(base_model_version).startswith(_PRIOR_VERSIONS):
-        return {**_KOHYA_PREFIX, "text_encoder": "lora_prior_te_"}
-    if str(base_model_version).startswith(_TRANSFORMER_AS_UNET_VERSIONS):
-        return {**_KOHYA_PREFIX, "transformer": "lora_unet_"}
-    return dict(_KOHYA_PREFIX)
-
-
-def kohya_name(
-    part: str, module_path: str, base_model_version: str = "sd_v1", module_names: Mapping[str, str] | None = None
-) -> str:
-    """`lora_unet_down_blocks_0_...` / `lora_te_text_model_encoder_layers_0_self_attn_q_proj`;
-    `module_names` renames the part's module paths first (SDXL's original UNet names); a rename
-    that is a whole layer name (models/comfy_lora_names.py) is the name."""
-    module_path = (module_names or {}).get(module_path, module_path)
-    if is_full_name(module_path):
-        return module_path
-    if part in _TEXT_PARTS and not module_path.startswith(_OUTSIDE_TEXT_MODEL):
-        module_path = "text_model." + module_path
-    return kohya_prefixes(base_model_version)[part] + module_path.replace(".", "_")
-
-
-def module_path_from_kohya(flat: str) -> str:
-    """`down_blocks_0_attentions_0_proj_in` -> `down_blocks.0.attentions.0.proj_in`."""
-    tokens = flat.split("_")
-    out: list[str] = []
-    i = 0
-    while i < len(tokens):
-        for word in _COMPOUND_WORDS:
-            if tuple(tokens[i : i + len(word)]) == word:
-                out.append("_".join(word))
-                i += len(word)
-                break
-        else:
-            out.append(tokens[i])
-            i += 1
-    return ".".join(out)
-
-
-def _strip_text_model(part: str, path: str) -> str:
-    return path.removeprefix("text_model.") if part in _TEXT_PARTS else path
 
 
 # -- saving ---------------------------------------------------------------------------------
@@ -271,14 +169,6 @@ def save_lora_parts(
     metadata.update(kohya_hashes(tensors, metadata))
     save_safetensors(tensors, path, metadata)
     return path
-
-
-def _split_layers(part: str, sd: Mapping[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
-    """{module path: {state name: tensor}} of one part, each layer checked to be one whole adapter."""
-    layers = group_layers(sd, f"peft LoRA key in {part}")
-    for path, tensors in layers.items():
-        check_layer(f"{part}.{path}", tensors)
-    return layers
 
 
 def _out(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -416,178 +306,3 @@ def _training_metadata(
     if epoch is not None:
         meta["ss_epoch"] = str(int(epoch))
     return meta
-
-
-# -- loading --------------------------------------------------------------------------------
-
-
-def read_lora_metadata(path: str | os.PathLike) -> dict[str, str]:
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        return dict(f.metadata() or {})
-
-
-def load_lora_file(
-    path: str | os.PathLike, module_names: Mapping[str, Mapping[str, str]] | None = None, denoiser: str = "unet"
-) -> LoadedLora:
-    """Read a kohya or diffusers/PEFT LoRA into peft-form parts, one rank and one alpha.
-
-    Layers whose alpha differs from the most common one get that difference folded into their
-    up weights, so `alpha / rank` scaling with the returned alpha reproduces the file exactly.
-    `module_names` are the renames the file was written with (`save_lora_parts`); kohya layer
-    names made with them map back to the model's module paths. `lora_unet_` layers belong to
-    the model's `denoiser` part (Qwen-Image's transformer is written so).
-    """
-    from safetensors.torch import load_file
-
-    # embeddings bundled in the file (`bundle_emb.*`) are not LoRA layers
-    tensors = {k: v for k, v in load_file(str(path)).items() if not k.startswith("bundle_emb.")}
-    metadata = read_lora_metadata(path)
-    if not tensors:
-        raise ValueError(f"{path} holds no tensors.")
-    full = _full_names(module_names or {})
-    # a family whose kohya names are whole module paths (PixArt's `transformer.…`) shares them with
-    # its diffusers layout: peft's lora_A / lora_B entries tell the diffusers layout apart
-    peft_entries = any(k.endswith((".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector")) for k in tensors)
-    if peft_entries and all(k.startswith(COMFY_PREFIX) and _full_layer(k, full) for k in tensors):
-        # OneTrainer's COMFY_LORA: ComfyUI's `diffusion_model.` names with peft's lora_A / lora_B entries
-        tensors = {k.replace(".lora_A.weight", ".lora_down.weight").replace(".lora_B.weight", ".lora_up.weight"): v
-                   for k, v in tensors.items()}
-        peft_entries = False
-    if not peft_entries and all(k.startswith("lora_") or _full_layer(k, full) for k in tensors):
-        layers = _layers_from_kohya(tensors, module_names or {}, denoiser)
-    elif all(k.split(".", 1)[0] in _KOHYA_PREFIX for k in tensors):
-        layers = _layers_from_diffusers(tensors, metadata)
-    else:
-        sample = [k for k in tensors if not k.startswith(("lora_", "unet.", "text_encoder"))][:3]
-        raise ValueError(f"{path} is neither a kohya nor a diffusers LoRA (keys like {sample}).")
-    default_rank = int(metadata["ss_network_dim"]) if metadata.get("ss_network_dim", "").isdigit() else None
-    try:
-        default_alpha = float(metadata["ss_network_alpha"]) if "ss_network_alpha" in metadata else None
-    except ValueError:
-        default_alpha = None
-    return _fold_alphas(layers, default_rank, default_alpha)
-
-
-# (part, module path) -> (peft-form tensors, alpha or None, read from a kohya file)
-_Layers = dict[tuple[str, str], tuple[dict[str, torch.Tensor], float | None, bool]]
-
-
-def _layers_from_kohya(
-    tensors: Mapping[str, torch.Tensor], module_names: Mapping[str, Mapping[str, str]], denoiser: str = "unet"
-) -> _Layers:
-    renamed = {  # a layer now written under a whole name still reads back from its old `_`-joined path
-        (part, (path if is_full_name(new) else new).replace(".", "_")): path
-        for part, names in module_names.items() for path, new in names.items()
-    }
-    full = _full_names(module_names)
-    spelled = {str(name): name for name in full}  # the names with their rows (models/key_layout.py LayerName)
-    names: dict[str, dict[str, torch.Tensor]] = {}
-    for key, tensor in tensors.items():
-        name = _full_layer(key, full) or key.partition(".")[0]
-        names.setdefault(name, {})[key[len(name) + 1 :]] = tensor
-    layers: _Layers = {}
-    for name, entries in names.items():
-        peft_form, alpha = from_kohya(name, entries)
-        if name in full:
-            members = full[name]
-            widths, swap = layer_rows(spelled.get(name, name))
-            peft_form = swap_halves(name, peft_form) if swap else peft_form
-            split = split_layer(name, peft_form, alpha, len(members), widths) if len(members) > 1 else [(peft_form, alpha)]
-            for member, got in zip(members, split, strict=True):
-                if got is not None:  # None: a member our writer filled with zeros (not trained)
-                    layers[member] = (*got, True)
-            continue
-        prefix = next((p for p in _KOHYA_READ_PREFIX if name.startswith(p)), None)
-        if prefix is None:
-            raise ValueError(f"Unknown kohya LoRA prefix in {name!r}.")
-        part = _KOHYA_READ_PREFIX[prefix]
-        part = denoiser if part == "unet" else part
-        flat = name.removeprefix(prefix)
-        path = renamed.get((part, flat)) or _strip_text_model(part, module_path_from_kohya(flat))
-        layers[(part, path)] = (peft_form, alpha, True)
-    return layers
-
-
-def _full_names(module_names: Mapping[str, Mapping[str, str]]) -> dict[str, list[tuple[str, str]]]:
-    """Whole layer names among the renames (models/comfy_lora_names.py) -> the (part, module path)
-    it names: several for a fused q/k/v, in their order."""
-    out: dict[str, list[tuple[str, str]]] = {}
-    for part, names in module_names.items():
-        for path, new in names.items():
-            if is_full_name(new):
-                for spelling in (new, *(new.spelled(a) for a in new.aliases)) if isinstance(new, LayerName) else (new,):
-                    out.setdefault(spelling, []).append((part, path))
-    # ComfyUI reads `lora_unet_<original key with _>` as `diffusion_model.<original key>` (OneTrainer's KOHYA_LORA)
-    aliases = {_spelled(new, "lora_unet_" + new.removeprefix(COMFY_PREFIX).replace(".", "_")): members
-               for new, members in out.items() if new.startswith(COMFY_PREFIX)}
-    return {**aliases, **out}
-
-
-def _spelled(name: str, text: str) -> str:
-    return name.spelled(text) if isinstance(name, LayerName) else text
-
-
-def _full_layer(key: str, full: Mapping[str, object]) -> str | None:
-    """The whole layer name `key` is an entry of (dotted names hold dots themselves), or None."""
-    i = key.find(".")
-    while i != -1:
-        if key[:i] in full:
-            return key[:i]
-        i = key.find(".", i + 1)
-    return None
-
-
-def _layers_from_diffusers(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> _Layers:
-    by_part: dict[str, dict[str, torch.Tensor]] = {}
-    for key, tensor in tensors.items():
-        part, _, rest = key.partition(".")
-        by_part.setdefault(part, {})[rest] = tensor
-    adapter_meta = jsontext.loads(metadata[_DIFFUSERS_METADATA_KEY]) if _DIFFUSERS_METADATA_KEY in metadata else {}
-    file_alpha = float(metadata["ss_network_alpha"]) if "ss_network_alpha" in metadata else None
-    trained_alpha = float(metadata[FOLDED_ALPHA_KEY]) if FOLDED_ALPHA_KEY in metadata else None
-
-    layers: _Layers = {}
-    for part, sd in by_part.items():
-        sd = {k.removesuffix(".weight") if k.endswith(".lora_magnitude_vector.weight") else k: v for k, v in sd.items()}
-        if not all(split_key(k) for k in sd):  # the 2023 attention-processor layout
-            from diffusers.utils.state_dict_utils import StateDictType, convert_state_dict_to_peft, convert_unet_state_dict_to_peft
-
-            if part in _TEXT_PARTS:
-                sd = convert_state_dict_to_peft(dict(sd), original_type=StateDictType.DIFFUSERS_OLD)
-            else:
-                sd = convert_unet_state_dict_to_peft(dict(sd))
-        alpha = adapter_meta.get(f"{part}.lora_alpha", adapter_meta.get(f"{part}.alpha", file_alpha))
-        for path, tensors in _split_layers(part, sd).items():
-            layer_alpha = None if alpha is None else float(alpha)
-            if trained_alpha is not None:  # undo the writer's fold: the same delta at the trained alpha
-                read_alpha = layer_alpha if layer_alpha is not None else float(adapter_meta.get(f"{part}.r") or layer_rank(tensors) or 1)
-                file_scale = read_alpha / trained_alpha
-                tensors, layer_alpha = scale_layer(tensors, file_scale), trained_alpha
-            layers[(part, _strip_text_model(part, path))] = (tensors, layer_alpha, False)
-    return layers
-
-
-def _fold_alphas(layers: _Layers, default_rank: int | None = None, default_alpha: float | None = None) -> LoadedLora:
-    ranks = Counter(r for tensors, _, _ in layers.values() if (r := layer_rank(tensors)) is not None)
-    if len(ranks) > 1:
-        raise ValueError(f"LoRA layers have different ranks {sorted(ranks)}; only one rank is supported.")
-    # a LoKr file of full matrices only has no rank in its tensors: the one it was trained with
-    rank = next(iter(ranks)) if ranks else int(default_rank or 1)
-    scaled = [(t, a) for t, a, kohya in layers.values() if not (kohya and is_unit_scale(t))]
-    alphas = Counter(float(rank) if a is None else a for _, a in scaled)
-    # a file of whole-matrix LoKr layers only: the writer's alpha (ss_network_alpha), so w1 reads back as trained
-    alpha = alphas.most_common(1)[0][0] if alphas else float(default_alpha if default_alpha and default_alpha > 0 else rank)
-
-    parts: dict[str, dict[str, torch.Tensor]] = {}
-    for (part, path), (tensors, layer_alpha, kohya) in layers.items():
-        check_layer(f"{part}.{path}", tensors)
-        layer_alpha = float(rank) if layer_alpha is None else layer_alpha
-        if kohya and is_unit_scale(tensors):  # applied at scale 1 by LyCORIS and ComfyUI
-            tensors = scale_layer(tensors, rank / alpha)
-        elif layer_alpha != alpha:
-            tensors = scale_layer(tensors, layer_alpha / alpha)
-        parts.setdefault(part, {}).update({f"{path}.{k}": v for k, v in tensors.items()})
-    describe(parts)  # one kind of layer per file
-    return LoadedLora(parts, rank, alpha)

@@ -5,6 +5,7 @@ The header (kohya keys, model spec, the config as `include_train_config` asks) i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -16,6 +17,7 @@ from ..config.enums import ModelFormat, TrainingMethod
 from ..config.families import lora_layout
 from ..config.output_formats import dora_format_problem, fused_lora_problem, kohya_lora_problem, lora_reader_problems
 from ..config.parts import learning_rate_or_base
+from ..models.original_lora_names import original_lora_names
 from .device import output_dtype
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
@@ -53,6 +55,27 @@ def kohya_module_names(model: Any) -> dict[str, dict[str, str]]:
     return model.lora_module_names()
 
 
+# layer names that tell which model a LoRA file was made for (its unknown layers, `.`/`_` alike)
+_MADE_FOR = (
+    (r"(double|single)[._]blocks", "Flux.1's, Chroma's, Flux.2's or HunyuanVideo's original names"),
+    (r"(input|output)[._]blocks|middle[._]block", "the original SD 1.x/2.x or SDXL UNet names"),
+    (r"down[._]blocks|up[._]blocks|mid[._]block", "diffusers' SD 1.x/2.x or SDXL UNet names"),
+    (r"^blocks[._]\d+[._](self|cross)[._]attn", "Wan's original names"),
+    (r"^blocks[._]\d+[._]attn\d", "diffusers' Wan names"),
+    (r"^layers[._]\d+[._](attention|feed[._]forward)", "Z-Image's or Lumina's names"),
+    (r"joint[._]blocks", "SD 3's original names"),
+    (r"transformer[._]blocks[._]\d+[._](attn|img[._]mlp|txt[._]mlp|ff)", "diffusers' names of an MMDiT (Qwen-Image, Flux, SD 3)"),
+)
+
+
+def made_for(unknown: list[str]) -> str:
+    """A guess, from layer names a model lacks, at the model a LoRA file was made for."""
+    for pattern, family in _MADE_FOR:
+        if any(re.search(pattern, name) for name in unknown):
+            return f"its layer names look like {family}: was it made for another model type?"
+    return "was it made for another model type?"
+
+
 def lora_kind(model: Any, part: str) -> str:
     """Which of lora.py's layer tables a part uses: the denoiser's or a text encoder's."""
     return "text_encoder" if part in model.text_encoder_names else "unet"
@@ -74,7 +97,8 @@ class LoraMethod(EmbeddingSupport):
         start = None
         if config.lora_model_name:
             path = start_lora_file(config)
-            start = load_lora_file(path, module_names=kohya_module_names(model), denoiser=model.denoiser)
+            start = load_lora_file(path, module_names=kohya_module_names(model), denoiser=model.denoiser,
+                                   read_names=original_lora_names(model))
             spec = check_start_file(spec, start.parts, path)
         rank, alpha = (start.rank, start.alpha) if start else (spec.rank(config), config.lora_alpha)
         dtype = output_dtype(config.lora_weight_dtype)
@@ -94,9 +118,9 @@ class LoraMethod(EmbeddingSupport):
                 preset, regex = "custom", True
                 layer_filter, unknown = file_layers(getattr(model, part), kind, start.parts[part])
                 if unknown:
-                    raise ValueError(f"lora_model_name: {path} has {len(unknown)} {part.replace('_', ' ')} layer(s) this "
-                                     f"{model.model_type.value} model does not have (e.g. {unknown[0]}); was it made for "
-                                     "another model type?")
+                    raise ValueError(f"lora_model_name: {path}: {len(unknown)} {part.replace('_', ' ')} layer(s) this "
+                                     f"{model.model_type.value} model does not have (e.g. {unknown[0]}); "
+                                     f"{made_for(unknown)}")
             params = add_lora(
                 getattr(model, part),
                 kind=kind,

@@ -439,8 +439,8 @@ def scale_layer(tensors: Mapping[str, torch.Tensor], factor: float) -> dict[str,
             raise ValueError("An OFT layer rotates the weight; it has no scale (weight or alpha) to change.")
         return dict(tensors)
     name = next(n for n in ("lora_B.weight", "hada_w1_a", "lokr_w1", "lokr_w1_a") if n in tensors)
-    t = tensors[name]
-    return {**tensors, name: (t.float() * factor).to(t.dtype)}
+    t = tensors[name]  # float32 at least: a bfloat16 file's layer rescaled keeps its delta exact
+    return {**tensors, name: (t.float() * factor).to(torch.promote_types(t.dtype, torch.float32))}
 
 
 def is_unit_scale(tensors: Mapping[str, torch.Tensor]) -> bool:

@@ -66,6 +66,6 @@ def test_layers_the_model_does_not_have_are_named(attn_only, tmp_path):
     tensors["unet.down_blocks.9.attentions.0.proj_in.lora_A.weight"] = torch.zeros(4, 32)
     tensors["unet.down_blocks.9.attentions.0.proj_in.lora_B.weight"] = torch.zeros(32, 4)
     save_file(tensors, str(tmp_path / "other.safetensors"))
-    with pytest.raises(ValueError, match=r"^lora_model_name: .*other.safetensors has 1 unet layer\(s\) this STABLE_DIFFUSION_15 "
+    with pytest.raises(ValueError, match=r"^lora_model_name: .*other.safetensors: 1 unet layer\(s\) this STABLE_DIFFUSION_15 "
                                          r"model does not have \(e.g. down_blocks.9"):
         _setup(base, tmp_path / "other.safetensors")

@@ -1,0 +1,190 @@
+"""LoRA files of other tools continued as *Base LoRA* (`lora_model_name`): each layer's delta
+as the file means it (what ComfyUI or diffusers apply), on the tiny models; what cannot be read
+is refused naming the field and the file. Built by hand in each tool's layout, as the tools'
+sources write them (sd-scripts networks/lora_flux.py, musubi-tuner networks/lora_flux_2.py,
+ComfyUI, ai-toolkit, OneTrainer)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from ot_gradio.config.schema import TrainConfig
+from ot_gradio.models.original_lora_names import original_lora_names
+from ot_gradio.training.lora_method import LoraMethod
+from ot_gradio.training.lora_reading import load_lora_file
+
+
+@functools.cache
+def _components(name: str) -> dict:
+    if name == "flux":
+        from ot_gradio.models.tiny.flux import tiny_flux_components
+
+        return tiny_flux_components()
+    if name == "chroma":
+        from ot_gradio.models.tiny.chroma import tiny_chroma_components
+
+        return tiny_chroma_components()
+    if name == "flux2":
+        from ot_gradio.models.tiny.flux2 import tiny_flux2_components
+
+        return tiny_flux2_components("klein")
+    if name == "qwen":
+        from ot_gradio.models.tiny.qwen_image import tiny_qwen_image_components
+
+        return tiny_qwen_image_components()
+    if name == "wan":
+        from ot_gradio.models.tiny.wan import tiny_wan_components
+
+        return tiny_wan_components()
+    raise KeyError(name)
+
+
+def model(name: str):
+    """A fresh tiny model (its modules copied: a setup wraps them in LoRA layers)."""
+    import copy
+
+    components = copy.deepcopy(_components(name))
+    if name == "flux":
+        from ot_gradio.models.flux import FluxDev1
+
+        return FluxDev1(components)
+    if name == "chroma":
+        from ot_gradio.models.chroma import Chroma1
+
+        return Chroma1(components)
+    if name == "flux2":
+        from ot_gradio.models.flux2 import Flux2
+
+        return Flux2(components)
+    if name == "qwen":
+        from ot_gradio.models.qwen_image import QwenImage
+
+        return QwenImage(components)
+    from ot_gradio.models.wan import Wan21
+
+    return Wan21(components)
+
+
+def setup(m, path, **options):
+    config = TrainConfig.model_validate({"model_type": m.model_type, "lora_model_name": str(path), **options})
+    return LoraMethod().setup(m, config, torch.device("cpu"))
+
+
+def rand(*shape, seed=[0]):  # noqa: B006 (a counter: every tensor differs)
+    seed[0] += 1
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed[0])) * 0.1
+
+
+def loaded_deltas(m, path) -> dict[str, torch.Tensor]:
+    """{part.module path: delta W} of the file as read for model `m` (alpha / rank applied)."""
+    got = load_lora_file(path, m.lora_module_names(), m.denoiser, read_names=original_lora_names(m))
+    out = {}
+    for part, sd in got.parts.items():
+        for key, a in sd.items():
+            if key.endswith(".lora_A.weight"):
+                path_ = key.removesuffix(".lora_A.weight")
+                out[f"{part}.{path_}"] = sd[f"{path_}.lora_B.weight"].float() @ a.float() * (got.alpha / got.rank)
+    return out
+
+
+def _swap(t: torch.Tensor) -> torch.Tensor:
+    a, b = t.chunk(2, dim=0)
+    return torch.cat([b, a])
+
+
+# original (BFL) layer -> (its diffusers members in row order, halves swapped); checked by hand against
+# diffusers' convert_flux_transformer_checkpoint_to_diffusers / convert_flux2_transformer_checkpoint_to_diffusers
+BFL = {
+    "flux": {"double_blocks.0.img_attn.qkv": (["attn.to_q", "attn.to_k", "attn.to_v"], False),
+             "double_blocks.0.txt_attn.qkv": (["attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"], False),
+             "double_blocks.0.img_attn.proj": (["attn.to_out.0"], False),
+             "double_blocks.0.txt_mlp.2": (["ff_context.net.2"], False),
+             "double_blocks.0.img_mod.lin": (["norm1.linear"], False),
+             "single_blocks.0.linear1": (["attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"], False),
+             "single_blocks.0.linear2": (["proj_out"], False),
+             "final_layer.adaLN_modulation.1": (["norm_out.linear"], True),
+             "img_in": (["x_embedder"], False)},
+    "chroma": {"double_blocks.0.img_attn.qkv": (["attn.to_q", "attn.to_k", "attn.to_v"], False),
+               "double_blocks.0.img_mlp.0": (["ff.net.0.proj"], False),
+               "single_blocks.0.linear1": (["attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"], False),
+               "distilled_guidance_layer.in_proj": (["distilled_guidance_layer.in_proj"], False)},
+    "flux2": {"double_blocks.0.img_attn.qkv": (["attn.to_q", "attn.to_k", "attn.to_v"], False),
+              "double_blocks.0.txt_attn.qkv": (["attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"], False),
+              "double_blocks.0.img_mlp.0": (["ff.linear_in"], False),
+              "single_blocks.0.linear1": (["attn.to_qkv_mlp_proj"], False),
+              "single_blocks.0.linear2": (["attn.to_out"], False),
+              "final_layer.adaLN_modulation.1": (["norm_out.linear"], True)},
+}
+
+
+def _member_path(original: str, member: str) -> str:
+    block, index = (original.split(".") + [""])[:2]
+    if block == "double_blocks":
+        return f"transformer_blocks.{index}.{member}"
+    if block == "single_blocks":
+        return f"single_transformer_blocks.{index}.{member}"
+    return member
+
+
+def bfl_file(name: str, path, spell, entries=("lora_down.weight", "lora_up.weight"), alpha: float | None = 2.0, rank: int = 4):
+    """A LoRA on some original (BFL) layers of the tiny model, names spelled by `spell`; and the
+    delta each diffusers layer should get ({transformer.<path>: delta})."""
+    modules = dict(model(name).transformer.named_modules())
+    tensors, want = {}, {}
+    for original, (members, swap) in BFL[name].items():
+        paths = [_member_path(original, m) for m in members]
+        widths = [modules[p].out_features for p in paths]
+        down, up = rand(rank, modules[paths[0]].in_features), rand(sum(widths), rank)
+        tensors[f"{spell(original)}.{entries[0]}"], tensors[f"{spell(original)}.{entries[1]}"] = down, up
+        if alpha is not None:
+            tensors[f"{spell(original)}.alpha"] = torch.tensor(alpha)
+        full = up @ down * ((alpha or rank) / rank)
+        full = _swap(full) if swap else full
+        start = 0
+        for p, w in zip(paths, widths, strict=True):
+            want[f"transformer.{p}"] = full[start:start + w]
+            start += w
+    save_file(tensors, str(path))
+    return want
+
+
+def assert_deltas(got: dict, want: dict) -> None:
+    assert sorted(got) == sorted(want)
+    for k, w in want.items():
+        torch.testing.assert_close(got[k], w, rtol=1e-5, atol=1e-6, msg=k)
+
+
+KOHYA_UNET = ("sd-scripts", lambda o: "lora_unet_" + o.replace(".", "_"))  # sd-scripts, musubi-tuner, OneTrainer KOHYA_LORA
+COMFY = ("comfyui", lambda o: "diffusion_model." + o)
+
+
+@pytest.mark.parametrize("name", ["flux", "chroma", "flux2"])
+@pytest.mark.parametrize("tool", [KOHYA_UNET, COMFY], ids=lambda t: t[0])
+def test_original_layer_names_read_fused_layers_onto_ours_exactly(name, tool, tmp_path):
+    want = bfl_file(name, tmp_path / "bfl.safetensors", tool[1])
+    assert_deltas(loaded_deltas(model(name), tmp_path / "bfl.safetensors"), want)
+
+
+def applied(m, part: str, path: str) -> torch.Tensor:
+    """The delta the LoRA layer at `path` of the set-up model adds (peft's B A scaling)."""
+    layer = getattr(m, part).get_submodule(path)
+    return layer.lora_B["default"].weight @ layer.lora_A["default"].weight * layer.scaling["default"]
+
+
+def test_a_kohya_flux_file_continues_as_base_lora(tmp_path):
+    want = bfl_file("flux", tmp_path / "bfl.safetensors", KOHYA_UNET[1])
+    m = model("flux")
+    assert "transformer" in [g.name for g in setup(m, tmp_path / "bfl.safetensors")]
+    for key in ("transformer.transformer_blocks.0.attn.to_k", "transformer.single_transformer_blocks.0.proj_mlp"):
+        torch.testing.assert_close(applied(m, *key.split(".", 1)), want[key], rtol=1e-5, atol=1e-6)
+
+
+def test_layers_of_another_model_are_refused_with_a_guess(tmp_path):
+    bfl_file("flux", tmp_path / "flux.safetensors", KOHYA_UNET[1])
+    with pytest.raises(ValueError, match=r"^lora_model_name: .*flux.safetensors: \d+ transformer layer\(s\) this QWEN model "
+                                         r"does not have .*look like Flux.1's, Chroma's, Flux.2's"):
+        setup(model("qwen"), tmp_path / "flux.safetensors")
