@@ -20,7 +20,7 @@ __all__ = [
 
 class ModelPartConfig(Section):
     model_name: str = opt("", "Override model", "OneTrainer keeps this key for every part but loads only the prior, transformer, EffNet encoder, decoder, VAE and HiDream's Llama from another model (those parts show it); so does this trainer, and the text encoders of some families (Flux.1, SD 3, Wan...: the Text encoder file field) from files of their own. Kept so that OneTrainer's configs load; not shown.", compat=True, on_frozen_part=True)
-    include: bool = opt(True, "Include", "Load this part at all. Turning a text encoder off saves memory on models that can work without it.")
+    include: bool = opt(True, "Include", "OneTrainer's switch to leave a text encoder out (SD 3, Flux.1, HiDream, HunyuanVideo): not loaded, its output zeros. Not acted on here yet: every part loads; kept so OneTrainer's configs import, and listed when off.", status=PLANNED)
     train: bool = opt(True, "Train", "Train this part. For LoRA: attach LoRA layers to it. The VAE is only trained by FINE_TUNE_VAE.")
     stop_training_after: int | None = opt(None, "Stop training after", "Freeze this part after this many units (see the unit), e.g. stop the text encoder after 30 epochs while the UNet goes on. Blank = never.", ge=0)
     stop_training_after_unit: TimeUnit = opt(TimeUnit.NEVER, "Stop training unit", "EPOCH, STEP or SECOND/MINUTE/HOUR trained; NEVER: never; ALWAYS: at once.")
