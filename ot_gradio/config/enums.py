@@ -258,6 +258,7 @@ class TimestepDistribution(StrEnum):
     HEAVY_TAIL = "HEAVY_TAIL"
     COS_MAP = "COS_MAP"
     INVERTED_PARABOLA = "INVERTED_PARABOLA"
+    BETA = "BETA"
 
 
 class AttentionMechanism(StrEnum):

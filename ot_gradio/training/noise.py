@@ -12,6 +12,9 @@ of the scheduler's steps:
 - SIGMOID: density sigmoid(w (x - (b + 0.5))), w = `noising_weight`, b = `noising_bias`;
   w > 0 favours high noise, w < 0 low noise.
 - INVERTED_PARABOLA: density max(0, 2 - w (x - (b + 0.5))^2), a bump centred at b + 0.5.
+- BETA: a Beta(a, b) draw with a = `noising_weight`, b = `noising_bias` (each at least 1e-4), as
+  OneTrainer's B-TTDM: with b = 1 it is u^(1/a), with a = 1 it is 1 - u^(1/b) (u uniform), else
+  torch's Beta sampler, seeded from the run's generator (OneTrainer's uses the global seed there).
 
 `timestep_shift` s moves timesteps towards more noise (s > 1) or less (s < 1): the continuous
 ones are mapped t -> N s t / ((s - 1) t + N); the discrete densities are sampled at shifted
@@ -43,7 +46,8 @@ import torch
 
 from ..config.enums import TimestepDistribution
 
-CONTINUOUS = (TimestepDistribution.UNIFORM, TimestepDistribution.LOGIT_NORMAL, TimestepDistribution.HEAVY_TAIL)
+CONTINUOUS = (TimestepDistribution.UNIFORM, TimestepDistribution.LOGIT_NORMAL, TimestepDistribution.HEAVY_TAIL,
+              TimestepDistribution.BETA)
 
 
 def timestep_range(num_train_timesteps: int, min_strength: float, max_strength: float) -> tuple[int, int]:
@@ -101,6 +105,8 @@ def sample_timesteps(
             t = low + span * torch.rand(batch_size, generator=generator)
         elif distribution == TimestepDistribution.LOGIT_NORMAL:
             t = torch.normal(bias, weight + 1.0, size=(batch_size,), generator=generator).sigmoid() * span + low
+        elif distribution == TimestepDistribution.BETA:
+            t = _beta(batch_size, max(1e-4, weight), max(1e-4, bias), generator) * span + low
         else:
             u = torch.rand(batch_size, generator=generator)
             u = 1.0 - u - weight * (torch.cos(math.pi / 2.0 * u) ** 2.0 - 1.0 + u)
@@ -111,6 +117,20 @@ def sample_timesteps(
         w = discrete_weights(distribution, span, weight, bias, shift)
         t = torch.multinomial(w, batch_size, replacement=True, generator=generator) + low
     return t.clamp(low, high - 1).to(device)
+
+
+def _beta(count: int, alpha: float, beta: float, generator: torch.Generator | None) -> torch.Tensor:
+    """`count` draws of Beta(alpha, beta) in [0, 1]: by the inverse CDF where one of them is 1
+    (OneTrainer's ways), else torch's sampler under a seed drawn from `generator` (the global
+    random state is left as it was)."""
+    if abs(beta - 1.0) < 1e-5:
+        return torch.rand(count, generator=generator, dtype=torch.float64).pow(1.0 / alpha).float()
+    if abs(alpha - 1.0) < 1e-5:
+        return (1.0 - torch.rand(count, generator=generator, dtype=torch.float64).pow(1.0 / beta)).float()
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return torch.distributions.Beta(torch.tensor(alpha, dtype=torch.float64), torch.tensor(beta, dtype=torch.float64)).sample((count,)).float()
 
 
 def offset_noise_psi(betas: torch.Tensor) -> torch.Tensor:

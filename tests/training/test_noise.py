@@ -52,6 +52,19 @@ def test_heavy_tail_weight_moves_mass_between_middle_and_ends():
     assert middle(draw(TD.HEAVY_TAIL, weight=-0.8).float()) < 0.4  # s < 0 the ends (heavy tails)
 
 
+@pytest.mark.parametrize(("alpha", "beta"), [(0.5, 1.0), (1.0, 3.0), (2.0, 5.0)])
+def test_beta_follows_its_alpha_and_beta_as_onetrainers_b_ttdm(alpha, beta):
+    """BETA: noising weight = alpha, noising bias = beta; the mean is alpha / (alpha + beta), and a
+    run's draws repeat with its seed (the general case too, leaving the global random state)."""
+    t = draw(TD.BETA, weight=alpha, bias=beta).float() / 1000
+    assert t.mean().item() == pytest.approx(alpha / (alpha + beta), abs=0.01)
+    variance = alpha * beta / ((alpha + beta) ** 2 * (alpha + beta + 1))
+    assert t.var().item() == pytest.approx(variance, rel=0.08)
+    state = torch.get_rng_state()
+    assert torch.equal(draw(TD.BETA, weight=alpha, bias=beta), draw(TD.BETA, weight=alpha, bias=beta))
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_cos_map_matches_its_density():
     w = discrete_weights(TD.COS_MAP, 1000, 0.0, 0.0, 1.0)
     x = torch.linspace(0, 1, 1000)
