@@ -24,6 +24,7 @@ from .fields import nested_section, strip_optional
 from .json_file import MAX_LIST_ITEMS, may_read, read_json
 from .migrations import migrate, strip_ot_versions
 from .optimizer import OptimizerConfig
+from .ot_samples import fill_onetrainer_samples
 from .schema import TrainConfig
 from .validation import ConfigError, LoadResult, strip_unknown, validate
 
@@ -52,6 +53,9 @@ def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, 
             data[key] = strip_ot_versions(ot_concepts(items) if key == "concepts" else items)
             if warning:
                 warnings.append(warning)
+    data["samples"] = fill_onetrainer_samples(data.get("samples"), data.get("model_type"))  # its defaults per model type
+    if data["samples"] is None:
+        del data["samples"]
     data["config_version"] = 0
     data = migrate(data)
     data, unknown = strip_unknown(data)

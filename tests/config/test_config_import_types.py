@@ -120,3 +120,19 @@ def test_gguf_weight_types_import_unchanged(theirs):
         "for the text_encoder",
         f"transformer.model_name: {theirs} weights (transformer.weight_dtype) come from a .gguf transformer file; give its path or "
         "Hugging Face file address here, or choose another weight type."]
+
+
+@pytest.mark.parametrize(("model_type", "expected"), [
+    ("FLUX_DEV_1", (1024, 1024, 30, 3.5, "DDIM")), ("STABLE_DIFFUSION_XL_10_BASE", (1024, 1024, 30, 7.5, "EULER_A")),
+    ("STABLE_DIFFUSION_15", (512, 512, 30, 7.5, "EULER_A")), ("HUNYUAN_VIDEO", (848, 480, 30, 6.0, "DDIM"))])
+def test_a_sample_that_leaves_fields_out_takes_onetrainers_defaults_for_the_model(tmp_path, model_type, expected):
+    """OneTrainer reads a samples file with the model type's defaults (SampleConfig.default_values);
+    what a sample sets stays, and Chroma's default negative prompt comes along."""
+    (tmp_path / "samples.json").write_text(json.dumps([{"prompt": "a cat"}, {"prompt": "a dog", "width": 640, "cfg_scale": 2.0}]))
+    config = load_config(ot_config({"model_type": model_type, "samples": None, "sample_definition_file_name": "samples.json"}),
+                         base_dir=tmp_path).config
+    first, second = config.samples
+    assert (first.width, first.height, first.diffusion_steps, first.cfg_scale, first.noise_scheduler.value) == expected
+    assert (second.width, second.cfg_scale, second.height) == (640, 2.0, expected[1])
+    chroma = load_config(ot_config({"model_type": "CHROMA_1", "samples": [{"prompt": "a cat"}]})).config.samples[0]
+    assert chroma.negative_prompt.startswith("This low-quality, greyscale, unfinished sketch")
