@@ -1,5 +1,5 @@
 """The LoRA layer names of a model's original (single-file) layout, which other tools write and
-*Base LoRA* reads: Flux.1, Chroma and Flux.2 files of kohya sd-scripts (networks/lora_flux.py,
+*Base LoRA* reads: Wan's and SD's original names under ComfyUI's `diffusion_model.`; Flux.1, Chroma and Flux.2 files of kohya sd-scripts (networks/lora_flux.py,
 `lora_unet_double_blocks_0_img_attn_qkv`), musubi-tuner (networks/lora_flux_2.py), OneTrainer's
 KOHYA_LORA, and ComfyUI / ai-toolkit (`diffusion_model.double_blocks.0.img_attn.qkv`).
 
@@ -40,9 +40,23 @@ def _flux2(transformer: nn.Module) -> dict[str, Place]:
     return module_layout(transformer)
 
 
+def _wan(transformer: nn.Module) -> dict[str, Place]:
+    from ot_gradio.models.comfy_lora_names import wan_original
+    from ot_gradio.models.key_layout import layer_paths
+
+    return {p: Place(o) for p in layer_paths(transformer) if (o := wan_original(p))}
+
+
+def _sd_unet(unet: nn.Module) -> dict[str, Place]:
+    from ot_gradio.models.sdxl_single_file import unet_module_names
+
+    return {p: Place(o) for p, o in unet_module_names(unet).items()}
+
+
 # the denoiser's class -> its original layout (diffusers module path -> Place)
 LAYOUTS: dict[str, Callable[[nn.Module], dict[str, Place]]] = {
     "FluxTransformer2DModel": _flux, "ChromaTransformer2DModel": _flux, "Flux2Transformer2DModel": _flux2,
+    "WanTransformer3DModel": _wan, "UNet2DConditionModel": _sd_unet,  # SD 1.x/2.x, SDXL: ComfyUI's input_blocks...
 }
 
 

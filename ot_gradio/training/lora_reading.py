@@ -67,13 +67,19 @@ def load_lora_file(
     metadata = read_lora_metadata(path)
     if not tensors:
         raise ValueError(f"{path} holds no tensors.")
+    diff = [k for k in tensors if k.endswith((".diff", ".diff_b"))]
+    if diff:  # ComfyUI's trainer's whole-weight (bias) differences: no low-rank factors to continue
+        raise ValueError(f"{path}: {len(diff)} entries are whole weight differences ({diff[0]}; ComfyUI's `.diff` / "
+                         "`.diff_b`), not LoRA factors: they cannot continue as a LoRA.")
     full = _full_names(module_names or {})
     full = {**{k: v for k, v in (read_names or {}).items() if k not in full}, **full}
+    full.update(_comfy_paths(tensors, full, denoiser))
     # a family whose kohya names are whole module paths (PixArt's `transformer.…`) shares them with
     # its diffusers layout: peft's lora_A / lora_B entries tell the diffusers layout apart
     peft_entries = any(k.endswith((".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector")) for k in tensors)
-    if peft_entries and all(k.startswith(COMFY_PREFIX) and _full_layer(k, full) for k in tensors):
-        # OneTrainer's COMFY_LORA: ComfyUI's `diffusion_model.` names with peft's lora_A / lora_B entries
+    if peft_entries and all(_full_layer(k, full) and k.split(".", 1)[0] not in _KOHYA_PREFIX for k in tensors):
+        # whole layer names with peft's lora_A / lora_B entries (ComfyUI's `diffusion_model.` names: OneTrainer's
+        # COMFY_LORA, ai-toolkit, musubi-tuner convert_lora --target other; OneTrainer's ORIGINAL_LORA)
         tensors = {k.replace(".lora_A.weight", ".lora_down.weight").replace(".lora_B.weight", ".lora_up.weight"): v
                    for k, v in tensors.items()}
         peft_entries = False
@@ -82,8 +88,9 @@ def load_lora_file(
     elif all(k.split(".", 1)[0] in _KOHYA_PREFIX for k in tensors):
         layers = _layers_from_diffusers(tensors, metadata)
     else:
-        sample = [k for k in tensors if not k.startswith(("lora_", "unet.", "text_encoder"))][:3]
-        raise ValueError(f"{path} is neither a kohya nor a diffusers LoRA (keys like {sample}).")
+        sample = [k for k in tensors if not (k.startswith("lora_") or _full_layer(k, full))][:3]
+        raise ValueError(f"{path}: neither a kohya LoRA (lora_unet_..., lora_te1_...), a ComfyUI one (diffusion_model....) "
+                         f"nor a diffusers/PEFT one (transformer...., unet...., text_encoder....); keys like {sample}.")
     default_rank = int(metadata["ss_network_dim"]) if metadata.get("ss_network_dim", "").isdigit() else None
     try:
         default_alpha = float(metadata["ss_network_alpha"]) if "ss_network_alpha" in metadata else None
@@ -130,6 +137,29 @@ def _layers_from_kohya(
         path = renamed.get((part, flat)) or _strip_text_model(part, module_path_from_kohya(flat))
         layers[(part, path)] = (peft_form, alpha, True)
     return layers
+
+
+# the entries of one layer in kohya / LyCORIS files besides those peft names (lora_variants.PARAM_NAMES)
+_KOHYA_ENTRIES = ("lora_down.weight", "lora_up.weight", "alpha", "lora_magnitude_vector.weight")
+
+
+def _layer_of(key: str) -> str | None:
+    """The layer name of a file's entry (`<layer>.lora_down.weight` -> `<layer>`), None for an unknown entry."""
+    for entry in _KOHYA_ENTRIES:
+        if key.endswith("." + entry):
+            return key[: -len(entry) - 1]
+    hit = split_key(key)
+    return hit[0] if hit else None
+
+
+def _comfy_paths(tensors: Mapping[str, torch.Tensor], full: Mapping[str, object], denoiser: str) -> dict[str, list[tuple[str, str]]]:
+    """`diffusion_model.<path>` layers no whole name covers: the denoiser's module `<path>` (ComfyUI reads
+    such keys for any model whose own names are diffusers', as Qwen-Image's; ai-toolkit writes them so)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for key in tensors:
+        if key.startswith(COMFY_PREFIX) and not _full_layer(key, full) and (layer := _layer_of(key)):
+            out[layer] = [(denoiser, layer.removeprefix(COMFY_PREFIX))]
+    return out
 
 
 def _full_names(module_names: Mapping[str, Mapping[str, str]]) -> dict[str, list[tuple[str, str]]]:

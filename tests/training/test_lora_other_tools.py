@@ -40,7 +40,13 @@ def _components(name: str) -> dict:
         from ot_gradio.models.tiny.wan import tiny_wan_components
 
         return tiny_wan_components()
-    raise KeyError(name)
+    if name == "sdxl":
+        from ot_gradio.models.tiny.sdxl import tiny_sdxl_components
+
+        return tiny_sdxl_components()
+    from ot_gradio.models.tiny.sd15 import tiny_sd15_components
+
+    return tiny_sd15_components()
 
 
 def model(name: str):
@@ -64,9 +70,17 @@ def model(name: str):
         from ot_gradio.models.qwen_image import QwenImage
 
         return QwenImage(components)
-    from ot_gradio.models.wan import Wan21
+    if name == "wan":
+        from ot_gradio.models.wan import Wan21
 
-    return Wan21(components)
+        return Wan21(components)
+    if name == "sdxl":
+        from ot_gradio.models.sdxl import StableDiffusionXL
+
+        return StableDiffusionXL(**components)
+    from ot_gradio.models.sd15 import StableDiffusion15
+
+    return StableDiffusion15(**components)
 
 
 def setup(m, path, **options):
@@ -188,3 +202,70 @@ def test_layers_of_another_model_are_refused_with_a_guess(tmp_path):
     with pytest.raises(ValueError, match=r"^lora_model_name: .*flux.safetensors: \d+ transformer layer\(s\) this QWEN model "
                                          r"does not have .*look like Flux.1's, Chroma's, Flux.2's"):
         setup(model("qwen"), tmp_path / "flux.safetensors")
+
+
+# a few layers of each family as other tools name them -> the denoiser's module (by hand: diffusers' converters)
+NAMED = {
+    "wan": {"blocks.0.self_attn.q": "blocks.0.attn1.to_q", "blocks.0.cross_attn.o": "blocks.0.attn2.to_out.0",
+            "blocks.0.ffn.0": "blocks.0.ffn.net.0.proj", "head.head": "proj_out"},
+    "qwen": {"transformer_blocks.0.attn.to_q": "transformer_blocks.0.attn.to_q", "img_in": "img_in",
+             "transformer_blocks.0.img_mlp.net.2": "transformer_blocks.0.img_mlp.net.2"},
+    "sdxl": {"input_blocks.7.1.transformer_blocks.1.attn1.to_k": "down_blocks.2.attentions.0.transformer_blocks.1.attn1.to_k",
+             "middle_block.1.transformer_blocks.0.attn2.to_v": "mid_block.attentions.0.transformer_blocks.0.attn2.to_v"},
+    "sd15": {"middle_block.1.transformer_blocks.0.attn2.to_v": "mid_block.attentions.0.transformer_blocks.0.attn2.to_v",
+             "input_blocks.4.1.transformer_blocks.0.ff.net.2": "down_blocks.1.attentions.0.transformer_blocks.0.ff.net.2"},
+}
+PEFT_ENTRIES = ("lora_A.weight", "lora_B.weight")
+
+
+def named_file(name: str, path, spell, entries=("lora_down.weight", "lora_up.weight"), alpha: float | None = 2.0, rank: int = 4):
+    """A LoRA on NAMED[name]'s layers, spelled by `spell`; and each module's wanted delta."""
+    m = model(name)
+    modules = dict(getattr(m, m.denoiser).named_modules())
+    tensors, want = {}, {}
+    for layer, module_path in NAMED[name].items():
+        linear = modules[module_path]
+        down, up = rand(rank, linear.in_features), rand(linear.out_features, rank)
+        tensors[f"{spell(layer)}.{entries[0]}"], tensors[f"{spell(layer)}.{entries[1]}"] = down, up
+        if alpha is not None:
+            tensors[f"{spell(layer)}.alpha"] = torch.tensor(alpha)
+        want[f"{m.denoiser}.{module_path}"] = up @ down * ((alpha or rank) / rank)
+    save_file(tensors, str(path))
+    return want
+
+
+@pytest.mark.parametrize("name", list(NAMED))
+@pytest.mark.parametrize(("entries", "alpha"), [(PEFT_ENTRIES, None), (PEFT_ENTRIES, 2.0), (("lora_down.weight", "lora_up.weight"), 2.0)],
+                         ids=["peft", "peft-alpha", "kohya"])
+def test_comfyui_diffusion_model_names_read_as_the_denoisers_layers(name, entries, alpha, tmp_path):
+    """ComfyUI's, ai-toolkit's, musubi-tuner's (convert_lora --target other) and OneTrainer's COMFY_LORA files."""
+    want = named_file(name, tmp_path / "dm.safetensors", COMFY[1], entries, alpha)
+    assert_deltas(loaded_deltas(model(name), tmp_path / "dm.safetensors"), want)
+
+
+@pytest.mark.parametrize("name", ["flux", "flux2"])
+def test_original_names_with_peft_entries_and_no_alpha(name, tmp_path):
+    """ai-toolkit's Flux.2 / Chroma files (alpha = rank), OneTrainer's ORIGINAL_LORA (bare original names)."""
+    for label, spell in (COMFY, ("bare", lambda o: o)):
+        want = bfl_file(name, tmp_path / f"{label}.safetensors", spell, PEFT_ENTRIES, alpha=None)
+        assert_deltas(loaded_deltas(model(name), tmp_path / f"{label}.safetensors"), want)
+
+
+def test_a_diffusion_model_file_continues_as_base_lora(tmp_path):
+    want = named_file("qwen", tmp_path / "qwen.safetensors", COMFY[1], PEFT_ENTRIES, None)
+    m = model("qwen")
+    setup(m, tmp_path / "qwen.safetensors")
+    key = "transformer.transformer_blocks.0.attn.to_q"
+    torch.testing.assert_close(applied(m, *key.split(".", 1)), want[key], rtol=1e-5, atol=1e-6)
+
+
+def test_whole_weight_differences_are_refused_by_name(tmp_path):
+    named_file("sdxl", tmp_path / "comfy.safetensors", COMFY[1])
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(tmp_path / "comfy.safetensors"))
+    tensors["diffusion_model.middle_block.1.proj_in.diff_b"] = torch.zeros(32)
+    save_file(tensors, str(tmp_path / "comfy.safetensors"))
+    with pytest.raises(ValueError, match=r"comfy.safetensors: 1 entries are whole weight differences "
+                                         r"\(diffusion_model.middle_block.1.proj_in.diff_b; ComfyUI's `.diff` / `.diff_b`\)"):
+        setup(model("sdxl"), tmp_path / "comfy.safetensors")
