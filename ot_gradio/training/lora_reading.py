@@ -197,8 +197,11 @@ def _layers_from_diffusers(tensors: Mapping[str, torch.Tensor], metadata: Mappin
         part, _, rest = key.partition(".")
         by_part.setdefault(part, {})[rest] = tensor
     adapter_meta = jsontext.loads(metadata[_DIFFUSERS_METADATA_KEY]) if _DIFFUSERS_METADATA_KEY in metadata else {}
-    file_alpha = float(metadata["ss_network_alpha"]) if "ss_network_alpha" in metadata else None
     trained_alpha = float(metadata[FOLDED_ALPHA_KEY]) if FOLDED_ALPHA_KEY in metadata else None
+    # kohya's header alpha is only ours to trust (written beside the fold); converters (sd-scripts
+    # convert_flux_lora.py, musubi-tuner convert_lora.py) fold alpha into the weights and keep the
+    # source's ss_network_alpha: diffusers and ComfyUI read such a file at alpha = rank, as here
+    file_alpha = float(metadata["ss_network_alpha"]) if "ss_network_alpha" in metadata and trained_alpha is not None else None
 
     layers: _Layers = {}
     for part, sd in by_part.items():

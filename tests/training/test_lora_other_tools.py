@@ -269,3 +269,31 @@ def test_whole_weight_differences_are_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match=r"comfy.safetensors: 1 entries are whole weight differences "
                                          r"\(diffusion_model.middle_block.1.proj_in.diff_b; ComfyUI's `.diff` / `.diff_b`\)"):
         setup(model("sdxl"), tmp_path / "comfy.safetensors")
+
+
+def peft_file(name: str, path, metadata: dict, fold: float = 1.0, rank: int = 4):
+    """diffusers/PEFT keys (`transformer.<path>.lora_A.weight`) on NAMED[name]'s layers, `fold` in lora_B;
+    and each module's delta at scale 1 (alpha = rank)."""
+    m = model(name)
+    modules = dict(getattr(m, m.denoiser).named_modules())
+    tensors, want = {}, {}
+    for module_path in NAMED[name].values():
+        linear = modules[module_path]
+        down, up = rand(rank, linear.in_features), rand(linear.out_features, rank) * fold
+        tensors[f"transformer.{module_path}.lora_A.weight"], tensors[f"transformer.{module_path}.lora_B.weight"] = down, up
+        want[f"transformer.{module_path}"] = up @ down
+    save_file(tensors, str(path), metadata=metadata)
+    return want
+
+
+KOHYA_HEADER = {"ss_network_dim": "4", "ss_network_alpha": "2.0", "ss_network_module": "networks.lora_flux"}
+
+
+@pytest.mark.parametrize(("metadata", "scale"), [
+    (KOHYA_HEADER, 1.0),  # sd-scripts convert_flux_lora.py / musubi convert_lora.py: folded, the source's header kept
+    ({}, 1.0),
+    ({**KOHYA_HEADER, "lora_adapter_metadata": '{"transformer.r": 4, "transformer.lora_alpha": 8}'}, 2.0),  # diffusers' own
+], ids=["kohya-header", "no-header", "adapter-metadata"])
+def test_a_peft_file_reads_alpha_as_diffusers_does(metadata, scale, tmp_path):
+    want = peft_file("qwen", tmp_path / "p.safetensors", metadata)
+    assert_deltas(loaded_deltas(model("qwen"), tmp_path / "p.safetensors"), {k: v * scale for k, v in want.items()})
