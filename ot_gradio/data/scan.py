@@ -91,6 +91,7 @@ class ConceptScan:
     from_index: int = 0  # images captioned by the folder's caption index (captions.json, metadata.jsonl)
     caption_index: list[str] = field(default_factory=list)  # the index files read
     named_files_left: int = 0  # files of the folder its Captions file does not name (not trained)
+    media_left: int = 0  # files of the other kind than its Files trained (IMAGES / CLIPS) keeps (not trained)
     index_unmatched: int = 0  # their entries that name no image read
     kohya_folders: str | None = None  # what its `<repeats>_<name>` folders would mean in kohya (kohya_folder_warning)
 
@@ -206,6 +207,7 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     if unnamed:
         _warn(scan, f"Concept '{label}': {unnamed} of the folder's {'files' if sampling else 'images'} are not named in its "
                     f"Captions file {index.files[0]} and are left out, as kohya's fine-tuning leaves them out")
+    scan.media_left = other_kind
     if other_kind:
         _warn(scan, f"Concept '{label}': its {other_kind} {'images' if _media(concept) == 'CLIPS' else 'clips'} are left out "
                     f"(Files trained: {_media(concept)})")

@@ -119,6 +119,9 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: Bucketing
         head = (f"**{len(clips)} clips, {len(items) - len(clips)} images** (trained as one frame), "
                 f"{captioned} with captions, {len(scan.uncaptioned)} without")
     lines = [head]
+    if scan.media_left:
+        kind = str(image.get("media") or "ALL")
+        lines.append(f"{scan.media_left} {'images' if kind == 'CLIPS' else 'clips'} of the folder are left out (Files trained: {kind})")
     if depth:
         lines.append(f"{scan.depth_count} images with a depth map beside them (`<name>-depth.<ext>`), "
                      f"{len(items) - scan.depth_count} estimated (the model's depth estimator)")

@@ -30,6 +30,8 @@ def test_a_folder_of_clips_counts_clips_frames_and_length(tmp_path):
     assert sum(n for _, n in rows) == 3
     spread, _ = concept_stats({**_concept(folder), "image": {"clip_spread": True}}, "64", Bucketing(), sampling)
     assert "18 frames in all at 9 frames, spread over each clip" in spread
+    clips, _ = concept_stats({**_concept(folder), "image": {"media": "CLIPS"}}, "64", Bucketing(), sampling)
+    assert "**2 clips, 0 images**" in clips and "1 images of the folder are left out (Files trained: CLIPS)" in clips
 
 
 def test_clips_alone_are_not_no_images_for_a_video_model(tmp_path):
