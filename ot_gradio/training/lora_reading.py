@@ -206,6 +206,10 @@ def _layers_from_diffusers(tensors: Mapping[str, torch.Tensor], metadata: Mappin
     layers: _Layers = {}
     for part, sd in by_part.items():
         sd = {k.removesuffix(".weight") if k.endswith(".lora_magnitude_vector.weight") else k: v for k, v in sd.items()}
+        # a layer's own `.alpha` (ai-toolkit's LoKr, OneTrainer's LoHa/LoKr with diffusers keys): LyCORIS's
+        # alpha / rank for that layer, as ComfyUI reads it
+        own_alpha = {k.removesuffix(".alpha"): float(v.item()) for k, v in sd.items() if k.endswith(".alpha")}
+        sd = {k: v for k, v in sd.items() if not k.endswith(".alpha")}
         if not all(split_key(k) for k in sd):  # the 2023 attention-processor layout
             from diffusers.utils.state_dict_utils import StateDictType, convert_state_dict_to_peft, convert_unet_state_dict_to_peft
 
@@ -215,6 +219,9 @@ def _layers_from_diffusers(tensors: Mapping[str, torch.Tensor], metadata: Mappin
                 sd = convert_unet_state_dict_to_peft(dict(sd))
         alpha = adapter_meta.get(f"{part}.lora_alpha", adapter_meta.get(f"{part}.alpha", file_alpha))
         for path, tensors in _split_layers(part, sd).items():
+            if path in own_alpha:
+                layers[(part, _strip_text_model(part, path))] = (tensors, own_alpha[path], True)
+                continue
             layer_alpha = None if alpha is None else float(alpha)
             if trained_alpha is not None:  # undo the writer's fold: the same delta at the trained alpha
                 read_alpha = layer_alpha if layer_alpha is not None else float(adapter_meta.get(f"{part}.r") or layer_rank(tensors) or 1)

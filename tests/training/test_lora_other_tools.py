@@ -297,3 +297,60 @@ KOHYA_HEADER = {"ss_network_dim": "4", "ss_network_alpha": "2.0", "ss_network_mo
 def test_a_peft_file_reads_alpha_as_diffusers_does(metadata, scale, tmp_path):
     want = peft_file("qwen", tmp_path / "p.safetensors", metadata)
     assert_deltas(loaded_deltas(model("qwen"), tmp_path / "p.safetensors"), {k: v * scale for k, v in want.items()})
+
+
+def forward_delta(m, key: str) -> torch.Tensor:
+    """The delta the set-up model's adapter at `part.path` adds to its layer's weight (a forward on the identity)."""
+    part, path = key.split(".", 1)
+    layer = getattr(m, part).get_submodule(path).eval()
+    x = torch.eye(layer.base_layer.in_features)
+    with torch.no_grad():
+        return (layer(x) - layer.base_layer(x)).T
+
+
+def lycoris_layer(kind: str, out: int, inp: int, rank: int = 2) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """One LoHa or LoKr (w1 whole, w2 of rank `rank`) layer's entries and its delta before alpha / rank."""
+    if kind == "loha":
+        t = {"hada_w1_a": rand(out, rank), "hada_w1_b": rand(rank, inp), "hada_w2_a": rand(out, rank), "hada_w2_b": rand(rank, inp)}
+        return t, (t["hada_w1_a"] @ t["hada_w1_b"]) * (t["hada_w2_a"] @ t["hada_w2_b"])
+    t = {"lokr_w1": rand(2, 2), "lokr_w2_a": rand(out // 2, rank), "lokr_w2_b": rand(rank, inp // 2)}
+    return t, torch.kron(t["lokr_w1"], t["lokr_w2_a"] @ t["lokr_w2_b"])
+
+
+def lycoris_file(kind: str, path) -> dict[str, torch.Tensor]:
+    """`transformer.<path>.hada_*` / `.lokr_*` and each layer's own `.alpha` on NAMED["qwen"]'s layers; the deltas."""
+    modules = dict(model("qwen").transformer.named_modules())
+    tensors, want = {}, {}
+    for i, module_path in enumerate(NAMED["qwen"].values()):
+        linear = modules[module_path]
+        entries, delta = lycoris_layer(kind, linear.out_features, linear.in_features)
+        alpha = 1.0 + i  # per layer
+        tensors.update({f"transformer.{module_path}.{k}": v for k, v in entries.items()})
+        tensors[f"transformer.{module_path}.alpha"] = torch.tensor(alpha)
+        want[f"transformer.{module_path}"] = delta * (alpha / 2)
+    save_file(tensors, str(path))
+    return want
+
+
+@pytest.mark.parametrize("kind", ["loha", "lokr"])
+def test_a_peft_key_lycoris_file_reads_each_layers_alpha(kind, tmp_path):
+    """ai-toolkit's LoKr and OneTrainer's DIFFUSERS_LORA LoHa / LoKr: `transformer.<path>.lokr_w1` ... and `.alpha`."""
+    want = lycoris_file(kind, tmp_path / "lyco.safetensors")
+    m = model("qwen")
+    got = load_lora_file(tmp_path / "lyco.safetensors", m.lora_module_names(), m.denoiser)
+    sd, scale = got.parts["transformer"], got.alpha / got.rank
+    for key, w in want.items():
+        t = {k.removeprefix(key.removeprefix("transformer.") + "."): v for k, v in sd.items() if k.startswith(key.removeprefix("transformer.") + ".")}
+        if kind == "loha":
+            delta = (t["hada_w1_a"] @ t["hada_w1_b"]) * (t["hada_w2_a"] @ t["hada_w2_b"])
+        else:
+            delta = torch.kron(t["lokr_w1"], t["lokr_w2_a"] @ t["lokr_w2_b"])
+        torch.testing.assert_close(delta * scale, w, rtol=1e-5, atol=1e-6)
+
+
+def test_a_peft_key_loha_file_continues_as_base_lora(tmp_path):
+    want = lycoris_file("loha", tmp_path / "loha.safetensors")
+    m = model("qwen")
+    setup(m, tmp_path / "loha.safetensors", peft_type="LOHA")
+    for key, w in want.items():
+        torch.testing.assert_close(forward_delta(m, key), w, rtol=1e-4, atol=1e-5)
