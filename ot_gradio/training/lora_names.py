@@ -19,6 +19,7 @@ _KOHYA_PREFIX = {"unet": "lora_unet_", "transformer": "lora_transformer_", "text
 _KOHYA_READ_PREFIX = {
     "lora_unet_": "unet", "lora_transformer_": "transformer", "lora_te1_": "text_encoder", "lora_te2_": "text_encoder_2",
     "lora_te_": "text_encoder", "lora_prior_unet_": "prior", "lora_prior_te_": "text_encoder", "lora_te3_": "text_encoder_3",
+    "lycoris_": "unet",  # LyCORIS's wrapper names the one module it wraps so (SimpleTuner: the denoiser)
 }
 # Würstchen 2 / Stable Cascade: `lora_prior_unet_` and `lora_prior_te_`, as OneTrainer writes and ComfyUI reads them.
 _PRIOR_VERSIONS = ("wuerstchen", "stable_cascade")

@@ -83,12 +83,12 @@ def load_lora_file(
         tensors = {k.replace(".lora_A.weight", ".lora_down.weight").replace(".lora_B.weight", ".lora_up.weight"): v
                    for k, v in tensors.items()}
         peft_entries = False
-    if not peft_entries and all(k.startswith("lora_") or _full_layer(k, full) for k in tensors):
+    if not peft_entries and all(k.startswith(_KOHYA_STARTS) or _full_layer(k, full) for k in tensors):
         layers = _layers_from_kohya(tensors, module_names or {}, full, denoiser)
     elif all(k.split(".", 1)[0] in _KOHYA_PREFIX for k in tensors):
         layers = _layers_from_diffusers(tensors, metadata)
     else:
-        sample = [k for k in tensors if not (k.startswith("lora_") or _full_layer(k, full))][:3]
+        sample = [k for k in tensors if not (k.startswith(_KOHYA_STARTS) or _full_layer(k, full))][:3]
         raise ValueError(f"{path}: neither a kohya LoRA (lora_unet_..., lora_te1_...), a ComfyUI one (diffusion_model....) "
                          f"nor a diffusers/PEFT one (transformer...., unet...., text_encoder....); keys like {sample}.")
     default_rank = int(metadata["ss_network_dim"]) if metadata.get("ss_network_dim", "").isdigit() else None
@@ -139,6 +139,8 @@ def _layers_from_kohya(
     return layers
 
 
+# kohya names, and LyCORIS's own (`lycoris_<denoiser path>`, SimpleTuner's LyCORIS files)
+_KOHYA_STARTS = ("lora_", "lycoris_")
 # the entries of one layer in kohya / LyCORIS files besides those peft names (lora_variants.PARAM_NAMES)
 _KOHYA_ENTRIES = ("lora_down.weight", "lora_up.weight", "alpha", "lora_magnitude_vector.weight")
 

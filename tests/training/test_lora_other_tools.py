@@ -317,7 +317,7 @@ def lycoris_layer(kind: str, out: int, inp: int, rank: int = 2) -> tuple[dict[st
     return t, torch.kron(t["lokr_w1"], t["lokr_w2_a"] @ t["lokr_w2_b"])
 
 
-def lycoris_file(kind: str, path) -> dict[str, torch.Tensor]:
+def lycoris_file(kind: str, path, spell=lambda p: "transformer." + p) -> dict[str, torch.Tensor]:
     """`transformer.<path>.hada_*` / `.lokr_*` and each layer's own `.alpha` on NAMED["qwen"]'s layers; the deltas."""
     modules = dict(model("qwen").transformer.named_modules())
     tensors, want = {}, {}
@@ -325,17 +325,24 @@ def lycoris_file(kind: str, path) -> dict[str, torch.Tensor]:
         linear = modules[module_path]
         entries, delta = lycoris_layer(kind, linear.out_features, linear.in_features)
         alpha = 1.0 + i  # per layer
-        tensors.update({f"transformer.{module_path}.{k}": v for k, v in entries.items()})
-        tensors[f"transformer.{module_path}.alpha"] = torch.tensor(alpha)
+        tensors.update({f"{spell(module_path)}.{k}": v for k, v in entries.items()})
+        tensors[f"{spell(module_path)}.alpha"] = torch.tensor(alpha)
         want[f"transformer.{module_path}"] = delta * (alpha / 2)
     save_file(tensors, str(path))
     return want
 
 
+LYCORIS_NAMES = {
+    "peft-keys": lambda p: "transformer." + p,  # ai-toolkit's LoKr, OneTrainer's DIFFUSERS_LORA LoHa / LoKr
+    "lycoris": lambda p: "lycoris_" + p.replace(".", "_"),  # SimpleTuner's LyCORIS files (LyCORIS's own names)
+}
+
+
 @pytest.mark.parametrize("kind", ["loha", "lokr"])
-def test_a_peft_key_lycoris_file_reads_each_layers_alpha(kind, tmp_path):
-    """ai-toolkit's LoKr and OneTrainer's DIFFUSERS_LORA LoHa / LoKr: `transformer.<path>.lokr_w1` ... and `.alpha`."""
-    want = lycoris_file(kind, tmp_path / "lyco.safetensors")
+@pytest.mark.parametrize("names", list(LYCORIS_NAMES))
+def test_a_lycoris_file_reads_each_layers_alpha(kind, names, tmp_path):
+    """`transformer.<path>.lokr_w1` / `lycoris_<path>.lokr_w1` ... and the layer's `.alpha`."""
+    want = lycoris_file(kind, tmp_path / "lyco.safetensors", LYCORIS_NAMES[names])
     m = model("qwen")
     got = load_lora_file(tmp_path / "lyco.safetensors", m.lora_module_names(), m.denoiser)
     sd, scale = got.parts["transformer"], got.alpha / got.rank
