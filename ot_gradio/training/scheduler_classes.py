@@ -50,6 +50,14 @@ class AdafactorSchedule(LambdaLR):
         return lrs
 
 
+def _builds_a_scheduler(klass: Any) -> bool:
+    """A scheduler class, or one of transformers' / diffusers' functions that build one."""
+    if isinstance(klass, type):
+        return issubclass(klass, LRScheduler)
+    module = str(getattr(klass, "__module__", "") or "")
+    return callable(klass) and module in ("transformers.optimization", "diffusers.optimization")
+
+
 def custom_scheduler(optimizer: torch.optim.Optimizer, class_path: str | None, params: list[dict[str, Any]],
                      placeholders: dict[str, Any], warmup_steps: int) -> LRScheduler:
     """OneTrainer's CUSTOM scheduler: ``module.Class`` built with the optimizer and the
@@ -66,6 +74,10 @@ def custom_scheduler(optimizer: torch.optim.Optimizer, class_path: str | None, p
     klass = getattr(module, class_name, None)
     if klass is None:
         raise ValueError(f"custom_learning_rate_scheduler: module {module_name!r} has no class {class_name!r}")
+    if not _builds_a_scheduler(klass):  # (anything else called with the parameters could run any code: transformers.pipeline)
+        raise ValueError(f"custom_learning_rate_scheduler: {class_path} is not a learning rate scheduler: give a subclass of "
+                         "torch.optim.lr_scheduler.LRScheduler, or a get_..._schedule function of transformers.optimization or "
+                         "diffusers.optimization")
     args: dict[str, Any] = {}
     for i, item in enumerate(params or []):
         key, value = item.get("key"), item.get("value")

@@ -337,6 +337,8 @@ class Trainer(TrainerSetup):
         if intermediate:
             prefix = cfg.save_filename_prefix
             dest = self.paths.save / f"{prefix}{dest.stem}-step{self.counters.global_step}{dest.suffix}"
+            if dest.resolve().parent != self.paths.save.resolve():  # (the doctor refuses such a prefix before the run)
+                raise ValueError(f"save_filename_prefix: {prefix!r} leads out of the run's save folder")
         metadata = {
             "ss_steps": str(self.counters.global_step),
             "ss_epoch": str(self.counters.epoch),

@@ -27,9 +27,21 @@ from ..data.captions import beside_concept
 from .paths import PathRefused, check
 
 SCHEDULER_MODULES = ("torch.optim.lr_scheduler", "transformers.optimization", "transformers", "diffusers.optimization")
-WRITTEN = ("workspace_dir", "cache_dir", "output_model_destination")
+WRITTEN = ("workspace_dir", "cache_dir", "output_model_destination", "huggingface_cache_dir", "quantization.cache_dir")
 SAMPLE_FILES = ("base_image_path", "mask_image_path", "control_image")
 CLI = "train it on the machine with `python -m ot_gradio train --config FILE`"
+
+
+def _scheduler_name(path: str) -> bool:
+    """A class of torch.optim.lr_scheduler (a capitalised name), or a get_..._schedule... function
+    (or AdafactorSchedule) of transformers.optimization, transformers or diffusers.optimization:
+    the worker refuses anything else too (training/scheduler_classes.py)."""
+    module, _, name = path.strip().rpartition(".")
+    if module not in SCHEDULER_MODULES or not name.isidentifier():
+        return False
+    if module == "torch.optim.lr_scheduler":
+        return name[:1].isupper()
+    return (name.startswith("get_") and "schedule" in name) or name == "AdafactorSchedule"
 
 
 def page_problems(config: dict[str, Any], roots: list[Path]) -> list[str]:
@@ -37,12 +49,13 @@ def page_problems(config: dict[str, Any], roots: list[Path]) -> list[str]:
     out = []
     if str(config.get("learning_rate_scheduler") or "") == "CUSTOM":
         path = str(config.get("custom_learning_rate_scheduler") or "").strip()
-        if path and path.rpartition(".")[0] not in SCHEDULER_MODULES:
+        if path and not _scheduler_name(path):
             out.append(f"custom_learning_rate_scheduler: {path[:200]} is not a scheduler of torch.optim.lr_scheduler, "
                        "transformers.optimization or diffusers.optimization; the page takes only those, since building a "
                        f"class of another module runs that module's code. Choose one of them, or {CLI}")
     for field in WRITTEN:
-        value = str(config.get(field) or "").strip()
+        section, _, key = field.rpartition(".")
+        value = str((config.get(section) or {} if section else config).get(key) or "").strip()
         if value and (problem := _outside(value, roots)):
             out.append(f"{field}: {problem}")
     debug = str(config.get("debug_dir") or "").strip()

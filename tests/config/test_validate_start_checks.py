@@ -56,6 +56,7 @@ CASES = [
     ("unknown layer preset", {"layer_filter_preset": "nope"}, "layer_filter_preset: 'nope' is not a layer preset; choose one of full"),
     ("output name too long", {"output_model_destination": f"out/{LONG_NAME}.safetensors"}, "output_model_destination: the file name"),
     ("prefix too long", {"save_filename_prefix": "p" * 240}, "save_filename_prefix: with it, intermediate saves"),
+    ("prefix with a folder", {"save_filename_prefix": "../../site-packages/x"}, "save_filename_prefix: '../../site-packages/x' is the start"),
     ("NUL in a path", {"cache_dir": "cache\0x"}, "cache_dir: contains a NUL character"),
     ("NUL in a concept", {"concepts": [{"name": "x", "path": "images\0"}]}, "concepts[0].path: contains a NUL character"),
     ("output under a file", {"output_model_destination": "afile/model.safetensors"}, "output_model_destination: "),

@@ -144,6 +144,10 @@ def test_custom_scheduler_placeholders_and_warmup():
     ("torch.optim.lr_scheduler.NoSuchScheduler", [], "custom_learning_rate_scheduler: module 'torch.optim.lr_scheduler' has no class"),
     ("torch.optim.lr_scheduler.StepLR", [{"key": "step_size", "value": "two"}], r"scheduler_params\[0\].value"),
     ("torch.optim.lr_scheduler.StepLR", [{"key": "nope", "value": "1"}], "scheduler_params: torch.optim.lr_scheduler.StepLR does not take"),
+    # not schedulers: called with the parameters they would run code (a hub model's, with trust_remote_code)
+    ("transformers.pipeline", [{"key": "task", "value": "'feature-extraction'"}, {"key": "trust_remote_code", "value": "True"}],
+     "custom_learning_rate_scheduler: transformers.pipeline is not a learning rate scheduler"),
+    ("os.system", [], "custom_learning_rate_scheduler: os.system is not a learning rate scheduler"),
 ])
 def test_custom_scheduler_errors_name_the_field(path, params, match):
     import torch
@@ -153,6 +157,19 @@ def test_custom_scheduler_errors_name_the_field(path, params, match):
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     with pytest.raises(ValueError, match=match):
         create_scheduler(opt, S.CUSTOM, 10, 0, 1, 0, config=_custom_config(path, params), steps_per_epoch=5)
+
+
+def test_custom_scheduler_takes_transformers_schedule_functions():
+    import torch
+
+    from ot_gradio.training.schedulers import create_scheduler
+
+    params = [{"key": "num_warmup_steps", "value": "0"}, {"key": "num_training_steps", "value": "%TOTAL_STEPS%"}]
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = create_scheduler(opt, S.CUSTOM, 4, 0, 1, 0, config=_custom_config("transformers.get_linear_schedule_with_warmup", params),
+                             steps_per_epoch=4)
+    seen = _lrs(opt, sched, 4)
+    assert seen[0] == 1.0 and seen[3] < seen[2] < seen[1] < seen[0]  # linear decay over the run's steps
 
 
 def test_adafactor_scheduler_needs_the_adafactor_optimizer():

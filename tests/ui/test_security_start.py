@@ -65,6 +65,11 @@ def test_the_page_writes_reads_and_runs_only_what_it_may(page, fake_start, tmp_p
         ({"debug_mode": True, "debug_dir": str(outside / "debug")}, "debug_dir: "),
         ({"learning_rate_scheduler": "CUSTOM", "custom_learning_rate_scheduler": "torch.hub.load"},
          "custom_learning_rate_scheduler: torch.hub.load is not a scheduler of torch.optim.lr_scheduler"),
+        ({"learning_rate_scheduler": "CUSTOM", "custom_learning_rate_scheduler": "transformers.pipeline"},  # (trust_remote_code)
+         "custom_learning_rate_scheduler: transformers.pipeline is not a scheduler of torch.optim.lr_scheduler"),
+        ({"save_filename_prefix": "../../elsewhere/"}, "save_filename_prefix: "),
+        ({"quantization": {**config["quantization"], "cache_dir": str(outside / "svd")}}, "quantization.cache_dir: "),
+        ({"huggingface_cache_dir": str(outside / "hf")}, "huggingface_cache_dir: "),
         ({"concepts": [{**config["concepts"][0], "text": {"prompt_source": "concept", "prompt_path": str(outside / "notes.txt")}}]},
          "concepts[0].text.prompt_path: "),
         ({"concepts": [{**config["concepts"][0], "text": {"prompt_source": "concept",
