@@ -12,8 +12,12 @@ Torch-free: the page imports it. Decisions:
   operating-system clutter (.DS_Store, macOS's `__MACOSX` folder) are skipped and counted.
 - A .zip is read member by member: no member is written outside the folder (absolute paths and
   `..` are refused), one top folder holding everything is dropped (zipping `mycat/` gives the
-  files of `mycat`), subfolders are kept. What it unpacks to is counted as it is written, and the
-  upload stops before the disk's last GiB.
+  files of `mycat`), subfolders are kept. Before anything is written, an upload whose archives
+  would unpack to more than MAX_UNPACKED (or than the disk holds above its last GiB), hold more
+  than MAX_MEMBERS entries, or hold a member packed more than MAX_RATIO:1 (a zip bomb: 1 MB
+  unpacking to 1 GiB of zeros) is refused whole. The sizes checked are the ones the archive
+  declares, and Python's zipfile never unpacks a member past its declared size; what is written
+  is counted again as it is written, and the upload stops before the disk's last GiB.
 - Nothing is lost: every file is written whole (temp file, then renamed) and none is overwritten.
   A file already in the folder with the same bytes is skipped (uploading again adds nothing); an
   image whose name is taken by another picture goes in with its caption, mask and companions
@@ -43,8 +47,11 @@ from .captions import backup_file
 DATASETS = "datasets"  # the workspace's folder of uploaded datasets
 COMPANION_SUFFIXES = (MASK_SUFFIX, CONTROL_SUFFIX, DEPTH_SUFFIX, CONDLABEL_SUFFIX)
 JUNK_NAMES = frozenset({"__macosx", "thumbs.db", "desktop.ini"})
-MAX_MEMBERS = 100_000  # files in one archive
+MAX_MEMBERS = 100_000  # entries (files and folders) in one archive
 DISK_RESERVE = 1024 ** 3  # an upload stops before the disk's last GiB
+MAX_UNPACKED = 20 * 1024 ** 3  # what an upload's archives unpack to, together
+MAX_RATIO = 200  # a member's unpacked size to its packed size (images pack a little: PNG and JPEG are packed already)...
+RATIO_FROM = 4 * 1024 ** 2  # ...for a member bigger than this (a caption or a small blank mask packs better)
 MAX_NAMES = 8  # file names listed in a summary line
 
 
@@ -70,6 +77,7 @@ class UploadResult:
     captions_replaced: list[str] = field(default_factory=list)  # previous version in .ot_captions/backup
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (name, why)
     clutter: int = 0  # hidden files and operating-system clutter (__MACOSX, .DS_Store, Thumbs.db), not named
+    unpacked: int = 0  # bytes the upload's archives declare, so far
     stopped: str = ""  # why the upload stopped before its end ("" = it did not)
 
     def count(self, kind: str) -> int:
@@ -159,9 +167,8 @@ def _archive_members(path: Path, result: UploadResult, stack: contextlib.ExitSta
         archive = stack.enter_context(zipfile.ZipFile(path))
     except (zipfile.BadZipFile, OSError) as err:
         raise UploadError(f"{path.name} is not a readable .zip archive ({err}); nothing of it was added") from None
+    _check_sizes(path, archive.infolist(), result)
     infos = [i for i in archive.infolist() if not i.is_dir()]
-    if len(infos) > MAX_MEMBERS:
-        raise UploadError(f"{path.name} holds {len(infos):,} files, more than the {MAX_MEMBERS:,} an upload takes; split it")
     named: list[tuple[zipfile.ZipInfo, PurePosixPath]] = []
     for info in infos:
         rel = safe_rel(info.filename)
@@ -173,6 +180,26 @@ def _archive_members(path: Path, result: UploadResult, stack: contextlib.ExitSta
     strip = len({rel.parts[0] for _, rel in named}) == 1 and all(len(rel.parts) > 1 for _, rel in named)
     for info, rel in named:
         yield Incoming(PurePosixPath(*rel.parts[1:]) if strip else rel, lambda info=info: archive.open(info), path.name)
+
+
+def _check_sizes(path: Path, infos: list[zipfile.ZipInfo], result: UploadResult) -> None:
+    """UploadError before anything is written when archive `path` holds too many entries, a
+    member packed like a zip bomb, or more than the upload may unpack (its archives together)."""
+    if len(infos) > MAX_MEMBERS:
+        raise UploadError(f"{path.name} holds {len(infos):,} entries, more than the {MAX_MEMBERS:,} an upload takes; "
+                          "split it. Nothing was added")
+    free = free_bytes(result.folder)
+    limit = MAX_UNPACKED if free is None else max(0, min(MAX_UNPACKED, free - DISK_RESERVE))
+    for info in infos:
+        if info.file_size > RATIO_FROM and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+            raise UploadError(f"{path.name}: {info.filename} unpacks to {human_bytes(info.file_size)} from "
+                              f"{human_bytes(info.compress_size)}, more than the {MAX_RATIO}:1 an upload takes "
+                              "(a zip bomb packs so; a picture does not). Nothing was added")
+        result.unpacked += info.file_size
+        if result.unpacked > limit:
+            why = (f"the {human_bytes(MAX_UNPACKED)} an upload takes" if limit == MAX_UNPACKED else
+                   f"the {human_bytes(limit)} the disk can take (an upload leaves {human_bytes(DISK_RESERVE)} free)")
+            raise UploadError(f"{path.name} unpacks to more than {why}; upload it in parts. Nothing was added")
 
 
 def _skip(result: UploadResult, name: str, why: str) -> None:
@@ -255,7 +282,8 @@ def _copy(item: Incoming, target: Path, size: int, budget: _Budget) -> None:
 def add_uploads(uploads: list[Path], folder: Path) -> UploadResult:
     """Adds the training files of `uploads` (files and .zip archives) to `folder` (made if
     missing); see the module's notes for what is kept, skipped and renamed. An unreadable
-    archive raises UploadError before anything is written."""
+    archive, or one over the limits on what it unpacks to, raises UploadError before anything is
+    written."""
     folder = Path(folder)
     result = UploadResult(folder)
     with contextlib.ExitStack() as stack:

@@ -125,11 +125,12 @@ def test_a_bad_archive_adds_nothing_and_says_which(tmp_path):
     assert not (tmp_path / "data").exists()
 
 
-def test_an_archive_bigger_than_the_free_disk_stops_before_filling_it(tmp_path, monkeypatch):
-    archive = zipped(tmp_path / "big.zip", {"a.png": png(), "b.png": b"\0" * 3_000_000, "c.png": png((1, 1, 1))})
+def test_files_bigger_than_the_free_disk_stop_before_filling_it(tmp_path, monkeypatch):
+    up = tmp_path / "up"
+    files = [write(up, "a.png", png()), write(up, "b.png", b"\0" * 3_000_000), write(up, "c.png", png((1, 1, 1)))]
     free = dataset_upload.DISK_RESERVE + 1_000_000  # room for the small files, not for b.png's 3 MB
     monkeypatch.setattr(dataset_upload, "free_bytes", lambda path: free)
-    result = add_uploads([archive], tmp_path / "data")
+    result = add_uploads(files, tmp_path / "data")
     assert "disk full" in result.stopped and set(files_in(tmp_path / "data")) == {"a.png"}
     assert not [p for p in (tmp_path / "data").iterdir() if p.name.endswith(".tmp")]
     assert "Stopped before the end" in summary(result, "data")
@@ -171,3 +172,52 @@ def test_a_hugging_face_dataset_zip_keeps_its_metadata_file_and_trains_with_it(t
     assert set(files_in(tmp_path / "data")) == {"1.png", "metadata.jsonl"} and not result.skipped
     (item,) = scan_concept(ConceptConfig(name="c", path=str(tmp_path / "data"))).items
     assert item.captions == ("a red square",)
+
+
+def zip_bomb(path: Path, size: int) -> Path:
+    """The security review's upload: one member of zeros, packed about 1000:1."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive, archive.open("big.png", "w") as out:
+        for _ in range(size >> 20):
+            out.write(bytes(1 << 20))
+    return path
+
+
+def test_a_zip_bomb_is_refused_before_anything_is_written(tmp_path):
+    """A 1 MB zip unpacking to 1 GiB of zeros was written whole into the dataset (the review's repro)."""
+    up = tmp_path / "up"
+    bomb = zip_bomb(up / "bomb.zip", 16 << 20)
+    assert bomb.stat().st_size < 100_000
+    with pytest.raises(UploadError, match=r"bomb.zip: big.png unpacks to 16.0 MB from .*more than the 200:1 an upload takes"):
+        add_uploads([write(up, "a.png", png()), bomb], tmp_path / "data")
+    assert not (tmp_path / "data").exists()
+    # a small member packs as it likes (a caption, a blank mask), and a picture packs little
+    small = up / "small.zip"
+    with zipfile.ZipFile(small, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in {"blank-masklabel.png": bytes(1 << 20), "blank.png": png(), "blank.txt": "x" * 10_000}.items():
+            archive.writestr(name, data)
+    assert set(files_in(Path(add_uploads([small], tmp_path / "data").folder))) == {"blank-masklabel.png", "blank.png", "blank.txt"}
+
+
+def test_archives_unpacking_to_more_than_the_limit_or_the_disk_are_refused_whole(tmp_path, monkeypatch):
+    up = tmp_path / "up"
+    noise = bytes(range(256)) * 2400  # ~600 KB each: the running total of both archives is over 1 MB
+    up.mkdir()
+    first, second = zipped(up / "first.zip", {"a.png": noise}), zipped(up / "second.zip", {"b.png": noise})
+    monkeypatch.setattr(dataset_upload, "MAX_UNPACKED", 1_000_000)
+    with pytest.raises(UploadError, match=r"second.zip unpacks to more than the 976.6 KB an upload takes"):
+        add_uploads([first, second], tmp_path / "data")
+    assert not (tmp_path / "data").exists()
+    monkeypatch.setattr(dataset_upload, "MAX_UNPACKED", 20 * 1024 ** 3)
+    monkeypatch.setattr(dataset_upload, "free_bytes", lambda path: dataset_upload.DISK_RESERVE + 1_000_000)
+    with pytest.raises(UploadError, match=r"second.zip unpacks to more than the 976.6 KB the disk can take \(an upload leaves 1.0 GB free\)"):
+        add_uploads([first, second], tmp_path / "data")
+    assert not (tmp_path / "data").exists()
+
+
+def test_an_archive_of_too_many_entries_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(dataset_upload, "MAX_MEMBERS", 3)
+    archive = zipped(tmp_path / "many.zip", {"a/": "", "b/": "", "c/": "", "d.png": png()})
+    with pytest.raises(UploadError, match="many.zip holds 4 entries, more than the 3 an upload takes"):
+        add_uploads([archive], tmp_path / "data")
+    assert not (tmp_path / "data").exists()
