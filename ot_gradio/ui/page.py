@@ -44,6 +44,7 @@ from .monitor import REFUSED, Monitor
 from .page_edits import EditHandlers
 from .page_files import ConfigFiles
 from .page_limits import page_problems
+from .paths import PathRefused, check
 from .problems import problems_markdown, rechecked
 from .queue_panel import QueuePanel
 from .samples import SamplesTab, to_rows
@@ -125,6 +126,8 @@ def validate(config: dict[str, Any], readable: list[Path] | None = None) -> tupl
         listed = {s.split(":")[0] for s in schema}
         return None, schema + [f for f in concept_folder_problems(config) if f.split(":")[0] not in listed], []
     valid = config_to_dict(loaded.config)
+    if readable is not None and (refused := page_problems(valid, readable)):
+        return valid, refused, loaded.warnings
     return valid, start_problems(loaded.config, valid), loaded.warnings + doctor_check(loaded.config)
 
 
@@ -242,7 +245,7 @@ class Page(EditHandlers, ConfigFiles):
             with gr.Tab("Runs", id="runs", elem_id="tab-runs") as runs_tab:  # run history and comparison
                 from .runs_tab import build_runs_tab  # noqa: PLC0415
                 self.runs_tab = build_runs_tab(  # "Load this config" does what Load does, for a listed run's config
-                    lambda: load_ui_config(self.workspace).get("workspace_dir") or self.workspace,
+                    self.runs_workspace,
                     lambda path: [self.autosave(c := self.read_any(path)), self.populate(c)][1],
                     [self.config_state, *(f.component for f in self.fields.values()), self.samples.table, self.lr_plot, self.memory,
                      *self.part_groups, *self.method_groups, *self.tab_handles.values(), *self.concepts.outputs], runs_tab)
@@ -421,6 +424,15 @@ class Page(EditHandlers, ConfigFiles):
         preset = choices.get("preset") or ("demo" if first else None)
         preset = preset if preset in list_presets() else None
         return {**self.populate(load_ui_config(self.workspace)), self.preset: preset, self.config_path: choices.get("config_path", "")}
+
+    def runs_workspace(self) -> Path:
+        """The saved config's workspace folder, whose runs the Runs tab lists, opens and deletes,
+        where it is inside the page's folders (a typed one elsewhere is not Start-checked yet), else the page's own."""
+        saved = str(load_ui_config(self.workspace).get("workspace_dir") or "").strip()
+        try:
+            return check(saved, self.roots()) if saved else self.workspace
+        except PathRefused:
+            return self.workspace
 
     def validate(self, config: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], list[str]]:
         """`validate`, and what only the page and its HTTP API refuse (ui/page_limits.py)."""

@@ -24,6 +24,8 @@ def test_start_refuses_what_train_refuses(page, fake_start, field, value, messag
     values[page.fields[field].component] = value
     with pytest.warns(UserWarning, match="nothing was started"):
         problems = page.on_start(values)[page.monitor.problems]
+    if "\0" in value:  # (the page's own path check refuses it first: "not a usable path (embedded null byte)")
+        message = f"{field}: {value!r} is not a usable path"
     assert on_screen(message) in problems and not fake_start  # by tab and label (tests/ui/test_problems.py)
 
 
@@ -111,3 +113,26 @@ def test_the_http_apis_config_reads_no_file_outside_the_page_folders(page, tmp_p
     assert "s3cr3t" not in json.dumps(answer)
     _valid, _problems, warnings = page.validate({"__version": 11, "concept_file_name": str(outside / "list.json")})
     assert any("is outside the folders this page may read" in w for w in warnings)
+
+
+def test_a_refused_path_is_not_read_by_the_start_checks(page, tmp_path):
+    """The start checks read the files a config names (an EMBEDDING run's captions must hold its
+    placeholder): a file outside the page's folders is refused before they run, so no guess of
+    its words changes the answer; the Runs tab lists only a workspace inside them."""
+    outside = tmp_path.parent / f"{tmp_path.name}-oracle"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("hf_TOKEN123\n")
+    config = page._config_of(page.form_values(page.on_page_load()[page.config_state]))
+    concept = {**config["concepts"][0], "text": {"prompt_source": "concept", "prompt_path": str(outside / "secret.txt")}}
+    answers = []
+    for guess in ("hf_TOKEN123", "nothing-like-it"):
+        embedding = {**config["embedding"], "placeholder": guess}
+        answers.append(page.validate({**config, "training_method": "EMBEDDING", "embedding": embedding, "concepts": [concept]})[1])
+    assert answers[0] == answers[1] and all("prompt_path" in p for p in answers[0]), answers
+
+    from ot_gradio.ui.state import load_ui_config, save_ui_config
+
+    save_ui_config(page.workspace, {**load_ui_config(page.workspace), "workspace_dir": str(outside)})
+    assert page.runs_workspace() == page.workspace
+    save_ui_config(page.workspace, {**load_ui_config(page.workspace), "workspace_dir": str(page.workspace / "mine")})
+    assert page.runs_workspace() == (page.workspace / "mine").resolve()
