@@ -25,7 +25,7 @@ from .lora import adapters_disabled, add_lora, file_layers, has_lora, load_lora_
 from .lora_dropouts import install_lora_dropouts
 from .lora_format import DIFFUSERS, load_lora_file, save_lora
 from .lora_max_norm import LoraMaxNorm
-from .lora_variants import AdapterSpec, check_output_format, check_start_file
+from .lora_variants import AdapterSpec, check_output_format, check_start_file, split_key
 from .method_base import register
 from .output_metadata import largest_resolution, model_metadata
 from .param_groups import ParamGroup
@@ -98,7 +98,13 @@ class LoraMethod(EmbeddingSupport):
         if config.lora_model_name:
             path = start_lora_file(config)
             start = load_lora_file(path, module_names=kohya_module_names(model), denoiser=model.denoiser,
-                                   read_names=original_lora_names(model))
+                                   read_names=original_lora_names(model), base_model_version=model.lora_base_model_version)
+            other = [part for part in start.parts if part not in trainable_parts(model)]
+            if other:  # a part the model lacks would be dropped without a word
+                layers = sorted({(split_key(k) or (k, ""))[0] for k in start.parts[other[0]]})
+                raise ValueError(f"lora_model_name: {path}: {len(layers)} {other[0].replace('_', ' ')} layer(s) (e.g. "
+                                 f"{layers[0]}), a part this {model.model_type.value} model does not have (it has "
+                                 f"{', '.join(p.replace('_', ' ') for p in trainable_parts(model))}): was it made for another model type?")
             spec = check_start_file(spec, start.parts, path)
         rank, alpha = (start.rank, start.alpha) if start else (spec.rank(config), config.lora_alpha)
         dtype = output_dtype(config.lora_weight_dtype)

@@ -21,6 +21,16 @@ _KOHYA_READ_PREFIX = {
     "lora_te_": "text_encoder", "lora_prior_unet_": "prior", "lora_prior_te_": "text_encoder", "lora_te3_": "text_encoder_3",
     "lycoris_": "unet",  # LyCORIS's wrapper names the one module it wraps so (SimpleTuner: the denoiser)
 }
+
+
+def kohya_read_prefixes(base_model_version: str = "") -> dict[str, str]:
+    """kohya prefix -> part, for reading. Flux.1's T5 is sd-scripts' `lora_te3_` too (networks/lora_flux.py;
+    ComfyUI reads lora_te2_ and lora_te3_ as its T5)."""
+    if str(base_model_version).startswith("flux1"):
+        return {**_KOHYA_READ_PREFIX, "lora_te3_": "text_encoder_2"}
+    return dict(_KOHYA_READ_PREFIX)
+
+
 # Würstchen 2 / Stable Cascade: `lora_prior_unet_` and `lora_prior_te_`, as OneTrainer writes and ComfyUI reads them.
 _PRIOR_VERSIONS = ("wuerstchen", "stable_cascade")
 # Qwen-Image's and HiDream's transformers are written `lora_unet_` (ComfyUI's generic rule reads that for

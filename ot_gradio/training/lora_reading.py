@@ -22,12 +22,12 @@ from ot_gradio.training.lora_fusion import split_layer, swap_halves
 from ot_gradio.training.lora_names import (
     _DIFFUSERS_METADATA_KEY,
     _KOHYA_PREFIX,
-    _KOHYA_READ_PREFIX,
     _TEXT_PARTS,
     COMFY_PREFIX,
     FOLDED_ALPHA_KEY,
     _split_layers,
     _strip_text_model,
+    kohya_read_prefixes,
     module_path_from_kohya,
 )
 from ot_gradio.training.lora_variants import check_layer, describe, from_kohya, is_unit_scale, layer_rank, scale_layer, split_key
@@ -48,7 +48,7 @@ def read_lora_metadata(path: str | os.PathLike) -> dict[str, str]:
 
 def load_lora_file(
     path: str | os.PathLike, module_names: Mapping[str, Mapping[str, str]] | None = None, denoiser: str = "unet",
-    read_names: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+    read_names: Mapping[str, Sequence[tuple[str, str]]] | None = None, base_model_version: str = "",
 ) -> LoadedLora:
     """Read a kohya or diffusers/PEFT LoRA into peft-form parts, one rank and one alpha.
 
@@ -58,7 +58,7 @@ def load_lora_file(
     names made with them map back to the model's module paths. `lora_unet_` layers belong to
     the model's `denoiser` part (Qwen-Image's transformer is written so). `read_names` are
     whole layer names other tools write (models/original_lora_names.py) -> the (part, module
-    path)s each covers, read as well.
+    path)s each covers, read as well; `base_model_version` picks the kohya prefixes (lora_names.kohya_read_prefixes).
     """
     from safetensors.torch import load_file
 
@@ -84,7 +84,7 @@ def load_lora_file(
                    for k, v in tensors.items()}
         peft_entries = False
     if not peft_entries and all(k.startswith(_KOHYA_STARTS) or _full_layer(k, full) for k in tensors):
-        layers = _layers_from_kohya(tensors, module_names or {}, full, denoiser)
+        layers = _layers_from_kohya(tensors, module_names or {}, full, denoiser, kohya_read_prefixes(base_model_version))
     elif all(k.split(".", 1)[0] in _KOHYA_PREFIX for k in tensors):
         layers = _layers_from_diffusers(tensors, metadata)
     else:
@@ -105,7 +105,7 @@ _Layers = dict[tuple[str, str], tuple[dict[str, torch.Tensor], float | None, boo
 
 def _layers_from_kohya(
     tensors: Mapping[str, torch.Tensor], module_names: Mapping[str, Mapping[str, str]],
-    full: Mapping[str, Sequence[tuple[str, str]]], denoiser: str = "unet",
+    full: Mapping[str, Sequence[tuple[str, str]]], denoiser: str, prefixes: Mapping[str, str],
 ) -> _Layers:
     renamed = {  # a layer now written under a whole name still reads back from its old `_`-joined path
         (part, (path if is_full_name(new) else new).replace(".", "_")): path
@@ -128,10 +128,10 @@ def _layers_from_kohya(
                 if got is not None:  # None: a member our writer filled with zeros (not trained)
                     layers[member] = (*got, True)
             continue
-        prefix = next((p for p in _KOHYA_READ_PREFIX if name.startswith(p)), None)
+        prefix = next((p for p in prefixes if name.startswith(p)), None)
         if prefix is None:
             raise ValueError(f"Unknown kohya LoRA prefix in {name!r}.")
-        part = _KOHYA_READ_PREFIX[prefix]
+        part = prefixes[prefix]
         part = denoiser if part == "unet" else part
         flat = name.removeprefix(prefix)
         path = renamed.get((part, flat)) or _strip_text_model(part, module_path_from_kohya(flat))

@@ -361,3 +361,29 @@ def test_a_peft_key_loha_file_continues_as_base_lora(tmp_path):
     setup(m, tmp_path / "loha.safetensors", peft_type="LOHA")
     for key, w in want.items():
         torch.testing.assert_close(forward_delta(m, key), w, rtol=1e-4, atol=1e-5)
+
+
+def test_flux_t5_as_sd_scripts_lora_te3_trains_the_t5(tmp_path):
+    """sd-scripts names Flux.1's T5 `lora_te3_` (ComfyUI reads lora_te2_ and lora_te3_ as its T5); it was dropped without a word."""
+    m = model("flux")
+    t5 = m.text_encoder_2.get_submodule("encoder.block.0.layer.0.SelfAttention.q")
+    down, up = rand(4, t5.in_features), rand(t5.out_features, 4)
+    name = "lora_te3_encoder_block_0_layer_0_SelfAttention_q"
+    save_file({f"{name}.lora_down.weight": down, f"{name}.lora_up.weight": up, f"{name}.alpha": torch.tensor(2.0)},
+              str(tmp_path / "t5.safetensors"))
+    setup(m, tmp_path / "t5.safetensors")
+    torch.testing.assert_close(forward_delta(m, "text_encoder_2.encoder.block.0.layer.0.SelfAttention.q"), up @ down / 2,
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_a_part_the_model_does_not_have_is_refused_by_name(tmp_path):
+    named_file("qwen", tmp_path / "two.safetensors", KOHYA_UNET[1])
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(tmp_path / "two.safetensors"))
+    tensors.update({"lora_te2_text_model_encoder_layers_0_mlp_fc1.lora_down.weight": torch.zeros(4, 8),
+                    "lora_te2_text_model_encoder_layers_0_mlp_fc1.lora_up.weight": torch.zeros(8, 4)})
+    save_file(tensors, str(tmp_path / "two.safetensors"))
+    with pytest.raises(ValueError, match=r"^lora_model_name: .*two.safetensors: 1 text encoder 2 layer\(s\) \(e.g. "
+                                         r"encoder.layers.0.mlp.fc1\), a part this QWEN model does not have \(it has transformer, text encoder\)"):
+        setup(model("qwen"), tmp_path / "two.safetensors")
