@@ -133,8 +133,8 @@ CLOUD_DEFAULTS: dict[str, Any] = {
 
 
 class SecretsConfig(Section):
-    huggingface_token: str = opt("", "Hugging Face token", "Token for gated or private models on the hub. Kept in the workspace's secrets.json (owner-only), never in configs, backups or models.", tab="general")
-    civitai_token: str = opt("", "Civitai API key", "For a base model given as a Civitai address (https://civitai.com/models/<id>?modelVersionId=<version>): Civitai asks for a key to download. Create one at civitai.com → Account settings → API Keys. Kept in the workspace's secrets.json (owner-only), never in configs, backups or models. CIVITAI_TOKEN in the environment works too.", tab="general")
+    huggingface_token: str = opt("", "Hugging Face token", "Token for gated or private models on the hub. Kept in the workspace's secrets.json (owner-only), never in configs, backups or models. The page never shows a stored one: its field stays empty and says one is stored; left empty, the stored one is kept; type a new one to replace it, or - to remove it.", tab="general")
+    civitai_token: str = opt("", "Civitai API key", "For a base model given as a Civitai address (https://civitai.com/models/<id>?modelVersionId=<version>): Civitai asks for a key to download. Create one at civitai.com → Account settings → API Keys. Kept in the workspace's secrets.json (owner-only), never in configs, backups or models. The page never shows a stored one: its field stays empty and says one is stored; left empty, the stored one is kept; type a new one to replace it, or - to remove it. CIVITAI_TOKEN in the environment works too.", tab="general")
     cloud: dict[str, Any] = opt(default_factory=dict, label="Cloud secrets", tooltip="OneTrainer's cloud credentials (API key, host, user). Stored in the config file: do not share that file.", tab="general", status=PLANNED)
 
 

@@ -15,7 +15,7 @@ import gradio as gr
 from ..config.io import ConfigError
 from ..config.json_file import parse_json_text
 from ..runner.queue import RunQueue
-from ..secrets import take_secrets
+from ..secrets import SECRET_KEYS, take_secrets
 
 Validate = Callable[[dict[str, Any]], tuple[dict[str, Any] | None, list[str], list[str]]]
 
@@ -34,11 +34,16 @@ class QueueApi:
             return {"problems": [f"{exc}; send the config as a JSON object"]}
         if not isinstance(config, dict):
             return {"problems": ["config_json: must be a JSON object (a OneTrainer/ot_gradio config)"]}
-        # a token in the config goes where the page keeps it (the runs get it from there), as the CLI does
-        moved = take_secrets(config, self.supervisor.workspace)
+        # a token in the config goes where the page keeps it (the runs get it from there), as the CLI
+        # does; only once the config is taken: a refused one leaves the stored tokens as they were
+        section = config.get("secrets")
+        tokens = {"secrets": dict(section)} if isinstance(section, dict) else {}
+        if tokens:
+            config = {**config, "secrets": {**section, **{k: "" for k in SECRET_KEYS if k in section}}}
         valid, problems, _warnings = self.validate(config)
         if problems or valid is None:
             return {"problems": problems or ["config: refused"]}
+        moved = take_secrets(tokens, self.supervisor.workspace)
         return {"id": self.queue.add(valid), **({"warnings": moved} if moved else {})}
 
     def start(self, config_json: str = "") -> dict[str, Any]:

@@ -30,7 +30,7 @@ from ..runner.queue import RunQueue, SupervisorBackend
 from ..runner.startcheck import concept_folder_problems, start_problems
 from ..runner.supervisor import Supervisor
 from ..runner.tensorboard import TensorBoard, settings
-from ..secrets import read_secrets, store_config_token
+from ..secrets import SECRET_KEYS, read_secrets, store_config_token
 from . import edit_log
 from .api import API_NAMES, QueueApi, register_api
 from .browser import BrowserPanel
@@ -70,6 +70,8 @@ from .visibility import (
 )
 
 TOP_FIELDS = ("model_type", "training_method")
+TOKEN_CLEAR = "-"  # typed into a token's field: the stored token is removed (left empty, it is kept)
+TOKEN_STORED = f"A token is stored (never shown). Type a new one to replace it, {TOKEN_CLEAR} to remove it"
 TABS = tuple((title, tab) for tab, title in TAB_TITLES.items() if tab != "concepts")  # the schema's tabs; Concepts is built on its own
 DENOISERS = {info.denoiser for info in FAMILIES.values()}  # their accordions start open
 CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1;height:1em}"
@@ -118,7 +120,9 @@ def validate(config: dict[str, Any], readable: list[Path] | None = None) -> tupl
     """(the validated config, problems by field, warnings). Nothing starts while problems exist.
     Every problem is listed at once: the schema's and the missing concept folders, or, for a valid
     config, the start checks `validate` and `train` run (runner/startcheck.py). `readable`: where
-    an imported config's own files may be read (load_config)."""
+    an imported config's own files may be read (load_config), and where the page's own limits
+    hold (page_limits.py): a config they refuse gets those problems alone, since the start checks
+    read the files it names (a caption file's words must not answer a guess through them)."""
     try:
         loaded = load_config(copy.deepcopy(config), readable=readable)
     except ConfigError as err:
@@ -366,7 +370,18 @@ class Page(EditHandlers, ConfigFiles):
     # --- helpers --------------------------------------------------------------------------------
 
     def autosave(self, config: dict[str, Any]) -> None:
-        save_ui_config(self.workspace, config)
+        save_ui_config(self.workspace, self._with_tokens(config))
+
+    def _with_tokens(self, config: dict[str, Any]) -> dict[str, Any]:
+        """`config` (the form's) with the tokens it means: a token field left empty keeps the stored
+        token (the page never shows it), TOKEN_CLEAR removes it, anything else replaces it."""
+        section = config.get("secrets")
+        if not isinstance(section, dict):
+            return config
+        stored = read_secrets(self.workspace)
+        typed = {key: str(section.get(key) or "").strip() for key in SECRET_KEYS}
+        tokens = {key: "" if text == TOKEN_CLEAR else text or stored.get(key, "") for key, text in typed.items()}
+        return {**config, "secrets": {**section, **tokens}}
 
     def visibility(self, config: dict[str, Any]) -> dict:
         keys = set(optimizer_keys(config.get("optimizer", {}).get("optimizer", "ADAMW")))
@@ -388,15 +403,15 @@ class Page(EditHandlers, ConfigFiles):
         return out
 
     def populate(self, config: dict[str, Any]) -> dict:
-        # the stored tokens stay on the form (masked) whatever is loaded: configs never carry them,
-        # and an empty field would be saved as "remove it"
-        held = config.get("secrets") or {}
-        stored = {key: token for key, token in read_secrets(self.workspace).items() if token and not held.get(key)}
-        if stored:
-            config = {**config, "secrets": {**held, **stored}}
+        # A stored token never goes to the browser (a password field only masks what it holds):
+        # its field is empty and says one is stored; left empty, the token stays (_with_tokens)
+        config = {**config, "secrets": {**(config.get("secrets") or {}), **dict.fromkeys(SECRET_KEYS, "")}}
         out = {self.config_state: config, **values_from_config(self.fields, config)}
         for comp, update in self.visibility(config).items():  # a field both shown or hidden and filled in
             out[comp] = {**update, "value": out[comp]} if comp in out else update
+        stored = read_secrets(self.workspace)
+        for key in SECRET_KEYS:
+            out[self.fields[f"secrets.{key}"].component] = gr.update(value="", placeholder=TOKEN_STORED if stored.get(key) else "")
         out[self.samples.table] = to_rows(config.get("samples", []))
         out[self.lr_plot] = lr_frame(config)
         out[self.memory] = memory_markdown(config)
@@ -448,12 +463,12 @@ class Page(EditHandlers, ConfigFiles):
         return rechecked(shown, self.validate(config)[1], config)
 
     def on_estimate_memory(self, values: dict) -> dict:  # the config on the form, for the estimate (ui/memory_estimate.py)
-        return self._form_config(values)
+        return self._with_tokens(self._form_config(values))
 
     def _config_of(self, values: dict) -> dict:
         """The config Start would use; a hub token typed just before (its save still on the way)
         is stored as the autosave stores it, in the workspace's secrets.json, for the run's worker."""
-        config = self.concepts.apply(self._form_config(values), values)
+        config = self._with_tokens(self.concepts.apply(self._form_config(values), values))
         store_config_token(config, self.workspace)
         return config
 

@@ -74,6 +74,22 @@ def test_queue_config_refuses_bad_configs_and_queues_good_ones(tmp_path):
     assert not any("hf_APITOKEN" in p.read_text() for p in tmp_path.rglob("*.json") if p.name != "secrets.json")
 
 
+
+def test_a_refused_config_leaves_the_stored_tokens_as_they_were(tmp_path):
+    """A config sent to the HTTP API had its tokens written over the stored ones before it was
+    checked: a refused config (or one refused on purpose) replaced or, empty, left them as it said."""
+    from ot_gradio.secrets import read_secrets, write_secrets
+
+    api, _sup, _backend = make(tmp_path)
+    write_secrets(tmp_path, huggingface_token="hf_STORED", civitai_token="civ_STORED")
+    refused = {"name": "x", "batch_size": 0, "secrets": {"huggingface_token": "hf_OTHER", "civitai_token": "civ_OTHER"}}
+    assert api.queue_config(json.dumps(refused)) == {"problems": ["batch_size: must be at least 1"]}
+    assert read_secrets(tmp_path) == {"huggingface_token": "hf_STORED", "civitai_token": "civ_STORED"}
+    # taken: its token replaces the stored one; a token it leaves empty stays
+    result = api.queue_config(json.dumps({"name": "y", "secrets": {"huggingface_token": "hf_OTHER", "civitai_token": ""}}))
+    assert "id" in result and read_secrets(tmp_path) == {"huggingface_token": "hf_OTHER", "civitai_token": "civ_STORED"}
+    assert not any("hf_OTHER" in p.read_text() for p in tmp_path.rglob("*.json") if p.name != "secrets.json")
+
 def test_start_status_stop(tmp_path):
     api, sup, backend = make(tmp_path)
     api.queue_config(json.dumps({"name": "a"}))
