@@ -6,8 +6,8 @@ The header (kohya keys, model spec, the config as `include_train_config` asks) i
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
 from .lora import adapters_disabled, add_lora, file_layers, has_lora, load_lora_state_dict, lora_state_dict
 from .lora_dropouts import install_lora_dropouts
-from .lora_format import DIFFUSERS, load_lora_file, save_lora
+from .lora_format import DIFFUSERS, LoadedLora, load_lora_file, save_lora
 from .lora_max_norm import LoraMaxNorm
 from .lora_variants import AdapterSpec, check_output_format, check_start_file, split_key
 from .method_base import register
@@ -76,6 +76,33 @@ def made_for(unknown: list[str]) -> str:
     return "was it made for another model type?"
 
 
+@contextmanager
+def base_lora_errors(path: Path) -> Iterator[None]:
+    """Every refusal of the Base LoRA file starts `lora_model_name: <file>: `: the field and the file to fix."""
+    try:
+        yield
+    except ValueError as error:
+        message = str(error)
+        for lead in (f"lora_model_name: {path}: ", f"lora_model_name: {path} ", f"{path}: ", f"{path} "):
+            if message.startswith(lead):
+                message = message[len(lead):]
+                break
+        raise ValueError(f"lora_model_name: {path}: {message}") from error
+
+
+def read_start_file(model: Any, path: Path, spec: AdapterSpec) -> tuple[LoadedLora, AdapterSpec]:
+    """The Base LoRA file as the model's parts, and the adapter spec to continue with (check_start_file)."""
+    start = load_lora_file(path, module_names=kohya_module_names(model), denoiser=model.denoiser,
+                           read_names=original_lora_names(model), base_model_version=model.lora_base_model_version)
+    other = [part for part in start.parts if part not in trainable_parts(model)]
+    if other:  # a part the model lacks would be dropped without a word
+        layers = sorted({(split_key(k) or (k, ""))[0] for k in start.parts[other[0]]})
+        raise ValueError(f"{len(layers)} {other[0].replace('_', ' ')} layer(s) (e.g. {layers[0]}), a part this "
+                         f"{model.model_type.value} model does not have (it has "
+                         f"{', '.join(p.replace('_', ' ') for p in trainable_parts(model))}): was it made for another model type?")
+    return start, check_start_file(spec, start.parts, path)
+
+
 def lora_kind(model: Any, part: str) -> str:
     """Which of lora.py's layer tables a part uses: the denoiser's or a text encoder's."""
     return "text_encoder" if part in model.text_encoder_names else "unet"
@@ -97,15 +124,8 @@ class LoraMethod(EmbeddingSupport):
         start = None
         if config.lora_model_name:
             path = start_lora_file(config)
-            start = load_lora_file(path, module_names=kohya_module_names(model), denoiser=model.denoiser,
-                                   read_names=original_lora_names(model), base_model_version=model.lora_base_model_version)
-            other = [part for part in start.parts if part not in trainable_parts(model)]
-            if other:  # a part the model lacks would be dropped without a word
-                layers = sorted({(split_key(k) or (k, ""))[0] for k in start.parts[other[0]]})
-                raise ValueError(f"lora_model_name: {path}: {len(layers)} {other[0].replace('_', ' ')} layer(s) (e.g. "
-                                 f"{layers[0]}), a part this {model.model_type.value} model does not have (it has "
-                                 f"{', '.join(p.replace('_', ' ') for p in trainable_parts(model))}): was it made for another model type?")
-            spec = check_start_file(spec, start.parts, path)
+            with base_lora_errors(path):
+                start, spec = read_start_file(model, path, spec)
         rank, alpha = (start.rank, start.alpha) if start else (spec.rank(config), config.lora_alpha)
         dtype = output_dtype(config.lora_weight_dtype)
         groups = []
@@ -142,7 +162,8 @@ class LoraMethod(EmbeddingSupport):
                 spec=spec,
             )
             if from_file:
-                load_lora_state_dict(getattr(model, part), start.parts[part], kind=kind)
+                with base_lora_errors(path):
+                    load_lora_state_dict(getattr(model, part), start.parts[part], kind=kind)
             getattr(model, part).to(device)
             if not part_cfg.train:  # the file's layers of a part not trained: applied and saved as they are, frozen
                 for p in params:

@@ -565,11 +565,11 @@ def check_start_file(spec: AdapterSpec, parts: Mapping[str, Mapping[str, torch.T
     rank, are the file's."""
     kind, axis = describe(parts)
     if kind != spec.peft_type:
-        raise ValueError(f"lora_model_name: {path} holds {kind} layers but peft_type is {spec.peft_type}; set peft_type to {kind}")
+        raise ValueError(f"lora_model_name: {path}: {kind} layers, but peft_type is {spec.peft_type}; set peft_type to {kind}")
     if kind == OFT_2:
         scaled = any(k.endswith("." + OFT_SCALED) for sd in parts.values() for k in sd)
         if scaled != spec.oft_scaled:
-            raise ValueError(f"lora_model_name: {path} holds {'Scaled' if scaled else 'unscaled'} OFT; turn oft_scaled {'on' if scaled else 'off'}")
+            raise ValueError(f"lora_model_name: {path}: {'Scaled' if scaled else 'unscaled'} OFT; turn oft_scaled {'on' if scaled else 'off'}")
         layout = oft.spec_fields(t for sd in parts.values() for t in group_layers(sd).values())
         return replace(spec, oft_block_size=layout["oft_block_size"], oft_block_share=layout["oft_block_share"])
     wanted = _dora_wanted(spec)
@@ -577,8 +577,8 @@ def check_start_file(spec: AdapterSpec, parts: Mapping[str, Mapping[str, torch.T
         return spec
     switch, axis_switch = ("lokr_weight_decompose", "lokr_dora_on_output") if kind == LOKR else ("lora_decompose", "lora_decompose_output_axis")
     if axis is None:
-        raise ValueError(f"lora_model_name: {path} holds {kind} layers without DoRA; turn {switch} off")
+        raise ValueError(f"lora_model_name: {path}: {kind} layers without DoRA; turn {switch} off")
     flag = "on" if axis == "output" else "off"
     if wanted is None:
-        raise ValueError(f"lora_model_name: {path} holds DoRA layers; turn {switch} on ({axis_switch} {flag})")
-    raise ValueError(f"lora_model_name: {path} holds DoRA decomposed on the {axis} axis; turn {axis_switch} {flag}")
+        raise ValueError(f"lora_model_name: {path}: DoRA layers; turn {switch} on ({axis_switch} {flag})")
+    raise ValueError(f"lora_model_name: {path}: DoRA decomposed on the {axis} axis; turn {axis_switch} {flag}")

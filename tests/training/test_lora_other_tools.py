@@ -387,3 +387,24 @@ def test_a_part_the_model_does_not_have_is_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match=r"^lora_model_name: .*two.safetensors: 1 text encoder 2 layer\(s\) \(e.g. "
                                          r"encoder.layers.0.mlp.fc1\), a part this QWEN model does not have \(it has transformer, text encoder\)"):
         setup(model("qwen"), tmp_path / "two.safetensors")
+
+
+def _bad_files(path) -> dict[str, tuple[dict, dict]]:
+    q = "lora_unet_transformer_blocks_0_attn_to_q"
+    k = "lora_unet_transformer_blocks_0_attn_to_k"
+    size = model("qwen").transformer.get_submodule("transformer_blocks.0.attn.to_q").in_features
+    return {
+        "ranks": ({f"{q}.lora_down.weight": rand(4, size), f"{q}.lora_up.weight": rand(size, 4),
+                   f"{k}.lora_down.weight": rand(2, size), f"{k}.lora_up.weight": rand(size, 2)}, {}),
+        "layout": ({"model.diffusion_model.out.weight": rand(4, 4)}, {}),
+        "shape": ({f"{q}.lora_down.weight": rand(4, size + 1), f"{q}.lora_up.weight": rand(size, 4)}, {}),
+        "peft_type": ({f"{q}.lora_down.weight": rand(4, size), f"{q}.lora_up.weight": rand(size, 4)}, {"peft_type": "LOHA"}),
+    }
+
+
+@pytest.mark.parametrize("case", ["ranks", "layout", "shape", "peft_type"])
+def test_every_refusal_names_the_field_and_the_file(case, tmp_path):
+    tensors, options = _bad_files(tmp_path)[case]
+    save_file(tensors, str(tmp_path / "bad.safetensors"))
+    with pytest.raises(ValueError, match=rf"^lora_model_name: {tmp_path}/bad.safetensors: \w"):
+        setup(model("qwen"), tmp_path / "bad.safetensors", **options)
