@@ -30,7 +30,17 @@ from ot_gradio.training.lora_names import (
     kohya_read_prefixes,
     module_path_from_kohya,
 )
-from ot_gradio.training.lora_variants import check_layer, describe, from_kohya, is_unit_scale, layer_rank, scale_layer, split_key
+from ot_gradio.training.lora_variants import (
+    LORA,
+    check_layer,
+    describe,
+    from_kohya,
+    is_unit_scale,
+    layer_rank,
+    layer_type,
+    scale_layer,
+    split_key,
+)
 
 
 class LoadedLora(NamedTuple):
@@ -233,10 +243,27 @@ def _layers_from_diffusers(tensors: Mapping[str, torch.Tensor], metadata: Mappin
     return layers
 
 
+def _pad_rank(tensors: dict[str, torch.Tensor], alpha: float | None, rank: int) -> tuple[dict[str, torch.Tensor], float]:
+    """A LoRA layer at a larger `rank`: zero rows of down and columns of up, alpha scaled by the same
+    factor, so alpha / rank and the delta stay exactly the file's (sd-scripts' conv_dim, peft's rank_pattern,
+    a fused q/k/v of three times the rank); the zero part stays zero while it trains."""
+    down, up = tensors["lora_A.weight"], tensors["lora_B.weight"]
+    r = int(down.shape[0])
+    if r == rank:
+        return tensors, alpha
+    down = torch.cat([down, down.new_zeros((rank - r, *down.shape[1:]))], dim=0)
+    up = torch.cat([up, up.new_zeros((up.shape[0], rank - r, *up.shape[2:]))], dim=1)
+    return {**tensors, "lora_A.weight": down, "lora_B.weight": up}, (float(r) if alpha is None else alpha) * rank / r
+
+
 def _fold_alphas(layers: _Layers, default_rank: int | None = None, default_alpha: float | None = None) -> LoadedLora:
     ranks = Counter(r for tensors, _, _ in layers.values() if (r := layer_rank(tensors)) is not None)
     if len(ranks) > 1:
-        raise ValueError(f"LoRA layers have different ranks {sorted(ranks)}; only one rank is supported.")
+        if any(layer_type(t) != LORA for t, _, _ in layers.values()):
+            raise ValueError(f"LoRA layers have different ranks {sorted(ranks)}; LoHa / LoKr / OFT layers of different ranks "
+                             "cannot continue (LoRA layers are padded to the largest).")
+        layers = {key: (*_pad_rank(t, a, max(ranks)), kohya) for key, (t, a, kohya) in layers.items()}
+        ranks = Counter([max(ranks)])
     # a LoKr file of full matrices only has no rank in its tensors: the one it was trained with
     rank = next(iter(ranks)) if ranks else int(default_rank or 1)
     scaled = [(t, a) for t, a, kohya in layers.values() if not (kohya and is_unit_scale(t))]

@@ -394,17 +394,41 @@ def _bad_files(path) -> dict[str, tuple[dict, dict]]:
     k = "lora_unet_transformer_blocks_0_attn_to_k"
     size = model("qwen").transformer.get_submodule("transformer_blocks.0.attn.to_q").in_features
     return {
-        "ranks": ({f"{q}.lora_down.weight": rand(4, size), f"{q}.lora_up.weight": rand(size, 4),
-                   f"{k}.lora_down.weight": rand(2, size), f"{k}.lora_up.weight": rand(size, 2)}, {}),
+        "loha-ranks": ({**{f"{q}.{n}": t for n, t in lycoris_layer("loha", size, size, rank=4)[0].items()},
+                        **{f"{k}.{n}": t for n, t in lycoris_layer("loha", size, size, rank=2)[0].items()}}, {"peft_type": "LOHA"}),
         "layout": ({"model.diffusion_model.out.weight": rand(4, 4)}, {}),
         "shape": ({f"{q}.lora_down.weight": rand(4, size + 1), f"{q}.lora_up.weight": rand(size, 4)}, {}),
         "peft_type": ({f"{q}.lora_down.weight": rand(4, size), f"{q}.lora_up.weight": rand(size, 4)}, {"peft_type": "LOHA"}),
     }
 
 
-@pytest.mark.parametrize("case", ["ranks", "layout", "shape", "peft_type"])
+@pytest.mark.parametrize("case", ["loha-ranks", "layout", "shape", "peft_type"])
 def test_every_refusal_names_the_field_and_the_file(case, tmp_path):
     tensors, options = _bad_files(tmp_path)[case]
     save_file(tensors, str(tmp_path / "bad.safetensors"))
     with pytest.raises(ValueError, match=rf"^lora_model_name: {tmp_path}/bad.safetensors: \w"):
         setup(model("qwen"), tmp_path / "bad.safetensors", **options)
+
+
+@pytest.mark.parametrize("entries", ["kohya", "peft"])
+def test_layers_of_different_ranks_are_padded_to_the_largest_exactly(entries, tmp_path):
+    """sd-scripts' conv_dim / LoCon, peft's rank_pattern (SimpleTuner): each layer's delta as the file means it."""
+    m = model("qwen")
+    modules = dict(m.transformer.named_modules())
+    tensors, want = {}, {}
+    for (module_path, rank, alpha) in zip(NAMED["qwen"].values(), (4, 2, 8), (2.0, 1.0, None), strict=True):
+        linear = modules[module_path]
+        down, up = rand(rank, linear.in_features), rand(linear.out_features, rank)
+        if entries == "kohya":
+            name = "lora_unet_" + module_path.replace(".", "_")
+            tensors.update({f"{name}.lora_down.weight": down, f"{name}.lora_up.weight": up})
+            tensors.update({f"{name}.alpha": torch.tensor(alpha)} if alpha is not None else {})
+            want[f"transformer.{module_path}"] = up @ down * ((alpha or rank) / rank)
+        else:  # diffusers/PEFT keys: alpha = rank
+            tensors.update({f"transformer.{module_path}.lora_A.weight": down, f"transformer.{module_path}.lora_B.weight": up})
+            want[f"transformer.{module_path}"] = up @ down
+    save_file(tensors, str(tmp_path / "ranks.safetensors"))
+    assert_deltas(loaded_deltas(m, tmp_path / "ranks.safetensors"), want)
+    setup(m, tmp_path / "ranks.safetensors")
+    for key, w in want.items():
+        torch.testing.assert_close(forward_delta(m, key), w, rtol=1e-4, atol=1e-5)
