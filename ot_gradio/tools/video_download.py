@@ -11,14 +11,28 @@ inside the output folder (a second try continues them) and only whole files take
 Live streams are skipped (they never end). One link that fails does not stop the others.
 YouTube's pages need a script solved, which yt-dlp runs in deno (a requirement; yt-dlp finds it in
 the environment's scripts folder).
+
+Public addresses only: the page is used through a share link, and a link to this machine or its
+network (a local service, the cloud's metadata address 169.254.169.254 and its credentials) would
+be fetched by the server and handed back as a "video". A link whose host is such an address, by
+its number or by a name that resolves to one, is refused by name; and while yt-dlp works, every
+connection it makes (its pages, each redirect, a playlist's entries, the file, its fragments) is
+checked on the address it connects to, where yt-dlp's request handlers resolve it
+(`socket.getaddrinfo`), so a redirect or a name that resolves differently the second time is
+refused too. Whoever starts the command line (or the page) can allow them with
+OT_GRADIO_DOWNLOAD_LOCAL=1 (no setting on the page). What is not a video (yt-dlp's generic
+extractor saves any page or file as `.unknown_video`; an extension the trainer does not read) is
+not downloaded, or deleted when it was, and named.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import re
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,12 +40,107 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..config.media_files import VIDEO_EXTENSIONS
 from .jobs import Job, JobError
 
 HEIGHTS = (480, 720, 1080, 1440, 2160)  # the page's choices for the highest picture; 0: the best there is
 MAX_LINKS = 500
 PARTIAL_DIR = ".ot-download"  # hidden: the dataset scanner and the video tool skip it
 TEMPLATE = "%(title).80B [%(id).40B].%(ext)s"  # yt-dlp's own default name, its parts cut short
+LOCAL_OPT_IN = "OT_GRADIO_DOWNLOAD_LOCAL"  # =1 in the environment: links to this machine and its network are fetched too
+PUBLIC_ONLY = "the download tool fetches public addresses only"
+
+
+def local_allowed() -> bool:
+    return os.environ.get(LOCAL_OPT_IN, "") == "1"
+
+
+def refused_address(ip: str) -> str:
+    """Why the download tool does not connect to address `ip` ("": it does): loopback, private
+    (RFC 1918, fc00::/7), link-local (169.254.0.0/16 with the cloud's metadata address, fe80::/10),
+    unspecified, multicast, or another that is not public; an IPv4 address inside an IPv6 one is
+    read as that IPv4 address."""
+    try:
+        address = ipaddress.ip_address(str(ip).split("%", 1)[0])  # an IPv6 zone (fe80::1%eth0)
+    except ValueError:
+        return "not an IP address"
+    if isinstance(address, ipaddress.IPv6Address):
+        inner = address.ipv4_mapped or address.sixtofour or (address.teredo or (None, None))[1]
+        if inner is None and address in ipaddress.ip_network("64:ff9b::/96"):  # NAT64
+            inner = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        address = inner or address
+    kinds = (("loopback", address.is_loopback), ("link-local", address.is_link_local), ("unspecified", address.is_unspecified),
+             ("multicast", address.is_multicast), ("private", address.is_private), ("non-public", not address.is_global))
+    kind = next((name for name, found in kinds if found), "")
+    return f"a {kind} address ({address})" if kind else ""
+
+
+def _literal_address(host: str) -> str | None:
+    """The IP address a host is written as (also IPv4's short forms, 127.1 and 2130706433, which
+    the resolver reads as numbers), or None for a name."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    try:
+        return socket.inet_ntoa(socket.inet_aton(host)) if re.fullmatch(r"[0-9a-fA-FxX.]+", host) else None
+    except OSError:
+        return None
+
+
+def host_refused(url: str, resolve: bool = False) -> str:
+    """Why the link's host is not fetched ("": it is): an address that is not public, written as one
+    or (with `resolve`: a DNS lookup) a name that resolves to one; a name that does not resolve is
+    left to yt-dlp to report."""
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return f"{host} is this machine: {PUBLIC_ONLY}"
+    literal = _literal_address(host)
+    if literal is not None:
+        why = refused_address(literal)
+        return f"{host} is {why}: {PUBLIC_ONLY}" if why else ""
+    if not resolve:
+        return ""
+    try:
+        answers = socket.getaddrinfo(host, None, 0, socket.SOCK_STREAM)
+    except AddressRefused as err:  # (resolved while public_addresses_only is open)
+        return str(err)
+    except (OSError, UnicodeError):
+        return ""
+    return _refused_answer(host, answers)
+
+
+def _refused_answer(host: str, answers: list) -> str:
+    why = next((w for *_, sockaddr in answers if (w := refused_address(sockaddr[0]))), "")
+    if not why:
+        return ""
+    return f"{host} {'is' if _literal_address(host) is not None else 'resolves to'} {why}: {PUBLIC_ONLY}"
+
+
+class AddressRefused(OSError):
+    """A connection yt-dlp was about to make to an address that is not public."""
+
+
+@contextlib.contextmanager
+def public_addresses_only() -> Iterator[None]:
+    """While open, every host name resolved in this process (yt-dlp's urllib and requests handlers
+    resolve with socket.getaddrinfo just before they connect, for each redirect too) must resolve
+    to public addresses only, else AddressRefused. Jobs run in a worker process of their own (the
+    page's) or alone (the command line)."""
+    real = socket.getaddrinfo
+
+    def checked(host, port, *args, **kwargs):
+        answers = real(host, port, *args, **kwargs)
+        why = _refused_answer(host.decode(errors="replace") if isinstance(host, bytes) else str(host), answers)
+        if why:
+            raise AddressRefused(why)
+        return answers
+
+    socket.getaddrinfo = checked
+    try:
+        yield
+    finally:
+        socket.getaddrinfo = real
 
 
 def links_from(text: str) -> list[str]:
@@ -45,6 +154,9 @@ def links_from(text: str) -> list[str]:
             parts = urlsplit(word)
             if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
                 raise JobError(f"Links: line {number} '{word[:80]}' is not a web address; give one http(s) link a line")
+            refused = "" if local_allowed() else host_refused(word)
+            if refused:
+                raise JobError(f"Links: line {number} '{word[:80]}': {refused}")
             if word not in links:
                 links.append(word)
     if not links:
@@ -169,11 +281,22 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
         job.progress(state["index"] * step + (int(step * got / total) if total else 0), len(links) * step, f"{name[:40]} {size}", per=step)
 
     log = _Log(job)
+    not_videos: list[str] = []  # the link's answers that are not videos, kept from the disk
+    not_live = match_filter_func("!is_live")
+
+    def match_filter(info: dict[str, Any], *, incomplete: bool = False) -> str | None:
+        why = not_live(info, incomplete)
+        ext = str(info.get("ext") or "")
+        if why is None and not incomplete and ext and f".{ext.lower()}" not in VIDEO_EXTENSIONS:
+            not_videos.append(f"{info.get('title') or info.get('id') or 'it'} is not a video ({_not_video(ext)}): not downloaded")
+            return not_videos[-1]
+        return why
+
     ydl_options = {  # "only_download": as yt-dlp's command line, one failed download does not end a playlist
         "paths": {"home": str(output), "temp": str(partial)}, "outtmpl": TEMPLATE, "restrictfilenames": True,
         "windowsfilenames": True, "format": "bv*/b", "format_sort": format_sort(options["max_height"]), "noplaylist": not options["playlist"],
         "overwrites": False, "continuedl": True, "retries": 3, "socket_timeout": 30, "noprogress": True, "quiet": True,
-        "logger": log, "ignoreerrors": "only_download", "progress_hooks": [on_progress], "match_filter": match_filter_func("!is_live"),
+        "logger": log, "ignoreerrors": "only_download", "progress_hooks": [on_progress], "match_filter": match_filter,
         "color": {"stdout": "never", "stderr": "never"},
     }
     if options["max_videos"]:
@@ -181,13 +304,19 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
     result: dict[str, Any] = {"links": len(links), "output": str(output), "downloaded": [], "already": [], "failed": [],
                               "skipped": 0, "concept": params.get("concept")}  # the page names a concept's folder
     before = _files(output)
-    with cookie_copy(options["cookies"]) as cookies, yt_dlp.YoutubeDL({**ydl_options, "cookiefile": cookies}) as ydl:
+    guard = contextlib.nullcontext() if local_allowed() else public_addresses_only()
+    with guard, cookie_copy(options["cookies"]) as cookies, yt_dlp.YoutubeDL({**ydl_options, "cookiefile": cookies}) as ydl:
         for index, link in enumerate(links):
-            state["index"], log.errors = index, []
+            state["index"], log.errors, not_videos[:] = index, [], []
             job.progress(index * step, len(links) * step, link[:60], per=step)
             if job.cancelled():
                 result["cancelled"] = True
                 break
+            refused = "" if local_allowed() else host_refused(link, resolve=True)
+            if refused:
+                result["failed"].append({"link": link, "reason": refused})
+                job.log(f"{link}: {refused}")
+                continue
             try:
                 info = ydl.extract_info(link, download=True)
             except DownloadCancelled:
@@ -196,20 +325,33 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
             except DownloadError as err:
                 log.errors = [_plain(err.msg if hasattr(err, "msg") else err)]
                 info = None
-            for reason in dict.fromkeys(log.errors):
-                result["failed"].append({"link": link, "reason": reason})
-                job.log(f"{link}: {reason}")
             for path in _downloaded(info):
+                if path.suffix.lower() not in VIDEO_EXTENSIONS:  # what the filter did not catch: never left where the page serves it
+                    if path not in before:
+                        path.unlink(missing_ok=True)
+                    not_videos.append(f"{path.name} is not a video ({_not_video(path.suffix)}): "
+                                      + ("already in the folder, not listed" if path in before else "deleted"))
+                    continue
                 key = "already" if path in before else "downloaded"
                 if path.is_file() and str(path) not in result[key]:
                     result[key].append(str(path))
-            if not _downloaded(info) and not log.errors:
+            for reason in dict.fromkeys([*log.errors, *not_videos]):
+                result["failed"].append({"link": link, "reason": reason})
+                job.log(f"{link}: {reason}")
+            if not _downloaded(info) and not log.errors and not not_videos:
                 result["skipped"] += 1  # a live stream, or a playlist with nothing in it
     if partial.is_dir() and not any(partial.iterdir()):
         shutil.rmtree(partial, ignore_errors=True)
     job.progress(len(links) * step, len(links) * step, "done", per=step)
     result["downloaded"], result["already"] = result["downloaded"][:500], result["already"][:500]
     return result
+
+
+def _not_video(ext: str) -> str:
+    ext = ext.lstrip(".").lower()
+    if ext == "unknown_video":
+        return "yt-dlp found no video there: a page or a file of another kind"
+    return f"a .{ext} file; the trainer reads {', '.join(VIDEO_EXTENSIONS)}"
 
 
 def _downloaded(info: dict[str, Any] | None) -> list[Path]:

@@ -13,7 +13,7 @@ import pytest
 
 from ot_gradio.data.video import FrameSampling, probe_clip
 from ot_gradio.tools.jobs import Job, JobError, run_inline
-from ot_gradio.tools.video_download import PARTIAL_DIR, format_sort, links_from
+from ot_gradio.tools.video_download import LOCAL_OPT_IN, PARTIAL_DIR, format_sort, links_from
 from tests.tools.test_video_extract import scene_frame, write_video
 
 
@@ -43,6 +43,13 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         self.end_headers()
         self.wfile.write(data[start:])
+
+
+@pytest.fixture(autouse=True)
+def local_links(monkeypatch):
+    """The stand-in site is on this machine: allowed as the command line allows it (by default
+    the tool fetches public addresses only: test_video_download_addresses.py)."""
+    monkeypatch.setenv(LOCAL_OPT_IN, "1")
 
 
 @pytest.fixture(scope="module")
