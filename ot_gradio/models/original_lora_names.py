@@ -1,5 +1,5 @@
 """The LoRA layer names of a model's original (single-file) layout, which other tools write and
-*Base LoRA* reads: Wan's and SD's original names under ComfyUI's `diffusion_model.`; Flux.1, Chroma and Flux.2 files of kohya sd-scripts (networks/lora_flux.py,
+*Base LoRA* reads: Wan's, Z-Image's (q, k, v fused) and SD's original names under ComfyUI's `diffusion_model.`; Flux.1, Chroma and Flux.2 files of kohya sd-scripts (networks/lora_flux.py,
 `lora_unet_double_blocks_0_img_attn_qkv`), musubi-tuner (networks/lora_flux_2.py), OneTrainer's
 KOHYA_LORA, and ComfyUI / ai-toolkit (`diffusion_model.double_blocks.0.img_attn.qkv`).
 
@@ -53,10 +53,17 @@ def _sd_unet(unet: nn.Module) -> dict[str, Place]:
     return {p: Place(o) for p, o in unet_module_names(unet).items()}
 
 
+def _z_image(transformer: nn.Module) -> dict[str, Place]:
+    from ot_gradio.models.z_image_keys import original_layout
+
+    places = original_layout(transformer.state_dict())
+    return {k.removesuffix(".weight"): p._replace(key=p.key.removesuffix(".weight")) for k, p in places.items() if k.endswith(".weight")}
+
+
 # the denoiser's class -> its original layout (diffusers module path -> Place)
 LAYOUTS: dict[str, Callable[[nn.Module], dict[str, Place]]] = {
     "FluxTransformer2DModel": _flux, "ChromaTransformer2DModel": _flux, "Flux2Transformer2DModel": _flux2,
-    "WanTransformer3DModel": _wan, "UNet2DConditionModel": _sd_unet,  # SD 1.x/2.x, SDXL: ComfyUI's input_blocks...
+    "WanTransformer3DModel": _wan, "ZImageTransformer2DModel": _z_image, "UNet2DConditionModel": _sd_unet,  # SD 1.x/2.x, SDXL: ComfyUI's input_blocks...
 }
 
 

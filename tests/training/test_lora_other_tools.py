@@ -44,6 +44,10 @@ def _components(name: str) -> dict:
         from ot_gradio.models.tiny.sdxl import tiny_sdxl_components
 
         return tiny_sdxl_components()
+    if name == "zimage":
+        from ot_gradio.models.tiny.z_image import tiny_z_image_components
+
+        return tiny_z_image_components()
     from ot_gradio.models.tiny.sd15 import tiny_sd15_components
 
     return tiny_sd15_components()
@@ -78,6 +82,10 @@ def model(name: str):
         from ot_gradio.models.sdxl import StableDiffusionXL
 
         return StableDiffusionXL(**components)
+    if name == "zimage":
+        from ot_gradio.models.z_image import ZImage
+
+        return ZImage(components)
     from ot_gradio.models.sd15 import StableDiffusion15
 
     return StableDiffusion15(**components)
@@ -132,6 +140,9 @@ BFL = {
               "single_blocks.0.linear1": (["attn.to_qkv_mlp_proj"], False),
               "single_blocks.0.linear2": (["attn.to_out"], False),
               "final_layer.adaLN_modulation.1": (["norm_out.linear"], True)},
+    # ComfyUI's Z-Image (Lumina2): q, k, v fused (a musubi-tuner file converted for ComfyUI)
+    "zimage": {"layers.0.attention.qkv": (["attention.to_q", "attention.to_k", "attention.to_v"], False),
+               "layers.0.attention.out": (["attention.to_out.0"], False)},
 }
 
 
@@ -141,6 +152,8 @@ def _member_path(original: str, member: str) -> str:
         return f"transformer_blocks.{index}.{member}"
     if block == "single_blocks":
         return f"single_transformer_blocks.{index}.{member}"
+    if block == "layers":
+        return f"layers.{index}.{member}"
     return member
 
 
@@ -176,7 +189,7 @@ KOHYA_UNET = ("sd-scripts", lambda o: "lora_unet_" + o.replace(".", "_"))  # sd-
 COMFY = ("comfyui", lambda o: "diffusion_model." + o)
 
 
-@pytest.mark.parametrize("name", ["flux", "chroma", "flux2"])
+@pytest.mark.parametrize("name", ["flux", "chroma", "flux2", "zimage"])
 @pytest.mark.parametrize("tool", [KOHYA_UNET, COMFY], ids=lambda t: t[0])
 def test_original_layer_names_read_fused_layers_onto_ours_exactly(name, tool, tmp_path):
     want = bfl_file(name, tmp_path / "bfl.safetensors", tool[1])
