@@ -306,6 +306,8 @@ def run_job(params: dict[str, Any], job: Job) -> dict[str, Any]:
     before = _files(output)
     guard = contextlib.nullcontext() if local_allowed() else public_addresses_only()
     with guard, cookie_copy(options["cookies"]) as cookies, yt_dlp.YoutubeDL({**ydl_options, "cookiefile": cookies}) as ydl:
+        if not local_allowed():  # libcurl (yt-dlp's optional curl_cffi handler) resolves names itself, past the guard
+            ydl._request_director.handlers.pop("CurlCFFI", None)
         for index, link in enumerate(links):
             state["index"], log.errors, not_videos[:] = index, [], []
             job.progress(index * step, len(links) * step, link[:60], per=step)
