@@ -83,7 +83,7 @@ def load_lora_file(
                          "`.diff_b`), not LoRA factors: they cannot continue as a LoRA.")
     full = _full_names(module_names or {})
     full = {**{k: v for k, v in (read_names or {}).items() if k not in full}, **full}
-    full.update(_comfy_paths(tensors, full, denoiser))
+    full.update(_denoiser_paths(tensors, full, denoiser))
     # a family whose kohya names are whole module paths (PixArt's `transformer.…`) shares them with
     # its diffusers layout: peft's lora_A / lora_B entries tell the diffusers layout apart
     peft_entries = any(k.endswith((".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector")) for k in tensors)
@@ -164,12 +164,15 @@ def _layer_of(key: str) -> str | None:
     return hit[0] if hit else None
 
 
-def _comfy_paths(tensors: Mapping[str, torch.Tensor], full: Mapping[str, object], denoiser: str) -> dict[str, list[tuple[str, str]]]:
-    """`diffusion_model.<path>` layers no whole name covers: the denoiser's module `<path>` (ComfyUI reads
-    such keys for any model whose own names are diffusers', as Qwen-Image's; ai-toolkit writes them so)."""
+def _denoiser_paths(tensors: Mapping[str, torch.Tensor], full: Mapping[str, object], denoiser: str) -> dict[str, list[tuple[str, str]]]:
+    """Layers no whole name covers, named `diffusion_model.<path>` or bare `<path>`: the denoiser's module
+    `<path>` (ComfyUI reads such keys for any model whose own names are diffusers', as Qwen-Image's;
+    ai-toolkit writes `diffusion_model.`, Qwen-Image-Lightning bare names)."""
     out: dict[str, list[tuple[str, str]]] = {}
     for key in tensors:
-        if key.startswith(COMFY_PREFIX) and not _full_layer(key, full) and (layer := _layer_of(key)):
+        if key.startswith(_KOHYA_STARTS) or key.split(".", 1)[0] in _KOHYA_PREFIX or key.startswith("text_encoders."):
+            continue
+        if not _full_layer(key, full) and (layer := _layer_of(key)):
             out[layer] = [(denoiser, layer.removeprefix(COMFY_PREFIX))]
     return out
 

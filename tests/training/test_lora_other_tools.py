@@ -264,6 +264,13 @@ def test_original_names_with_peft_entries_and_no_alpha(name, tmp_path):
         assert_deltas(loaded_deltas(model(name), tmp_path / f"{label}.safetensors"), want)
 
 
+@pytest.mark.parametrize("entries", [PEFT_ENTRIES, ("lora_down.weight", "lora_up.weight")], ids=["peft", "kohya"])
+def test_bare_diffusers_names_read_as_the_denoisers_layers(entries, tmp_path):
+    """Qwen-Image-Lightning's files: `transformer_blocks.0.attn.to_q.lora_down.weight` and `.alpha`, no prefix."""
+    want = named_file("qwen", tmp_path / "bare.safetensors", lambda p: p, entries)
+    assert_deltas(loaded_deltas(model("qwen"), tmp_path / "bare.safetensors"), want)
+
+
 def test_a_diffusion_model_file_continues_as_base_lora(tmp_path):
     want = named_file("qwen", tmp_path / "qwen.safetensors", COMFY[1], PEFT_ENTRIES, None)
     m = model("qwen")
