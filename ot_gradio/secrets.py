@@ -115,3 +115,10 @@ def share_secrets(source: str | os.PathLike, target: str | os.PathLike) -> None:
     held = read_secrets(target)
     if Path(source).resolve() != Path(target).resolve() and any(held.get(key) != value for key, value in stored.items()):
         write_secrets(target, **stored)
+
+
+def without_tokens(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` (the page's) with its token fields empty: what the page holds once a typed token
+    (or the '-' that removes one) is stored, so no later save repeats it."""
+    section = config.get("secrets")
+    return {**config, "secrets": {**section, **dict.fromkeys(SECRET_KEYS, "")}} if isinstance(section, dict) else config

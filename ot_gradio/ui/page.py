@@ -30,7 +30,7 @@ from ..runner.queue import RunQueue, SupervisorBackend
 from ..runner.startcheck import concept_folder_problems, start_problems
 from ..runner.supervisor import Supervisor
 from ..runner.tensorboard import TensorBoard, settings
-from ..secrets import SECRET_KEYS, read_secrets, store_config_token
+from ..secrets import SECRET_KEYS, read_secrets, store_config_token, without_tokens
 from . import edit_log
 from .api import API_NAMES, QueueApi, register_api
 from .browser import BrowserPanel
@@ -372,6 +372,12 @@ class Page(EditHandlers, ConfigFiles):
     def autosave(self, config: dict[str, Any]) -> None:
         save_ui_config(self.workspace, self._with_tokens(config))
 
+    def token_fields(self) -> dict:
+        """The token fields emptied, each saying whether a token is stored."""
+        stored = read_secrets(self.workspace)
+        return {self.fields[f"secrets.{key}"].component: gr.update(value="", placeholder=TOKEN_STORED if stored.get(key) else "")
+                for key in SECRET_KEYS}
+
     def _with_tokens(self, config: dict[str, Any]) -> dict[str, Any]:
         """`config` (the form's) with the tokens it means: a token field left empty keeps the stored
         token (the page never shows it), TOKEN_CLEAR removes it, anything else replaces it."""
@@ -405,13 +411,11 @@ class Page(EditHandlers, ConfigFiles):
     def populate(self, config: dict[str, Any]) -> dict:
         # A stored token never goes to the browser (a password field only masks what it holds):
         # its field is empty and says one is stored; left empty, the token stays (_with_tokens)
-        config = {**config, "secrets": {**(config.get("secrets") or {}), **dict.fromkeys(SECRET_KEYS, "")}}
+        config = without_tokens(config)
         out = {self.config_state: config, **values_from_config(self.fields, config)}
         for comp, update in self.visibility(config).items():  # a field both shown or hidden and filled in
             out[comp] = {**update, "value": out[comp]} if comp in out else update
-        stored = read_secrets(self.workspace)
-        for key in SECRET_KEYS:
-            out[self.fields[f"secrets.{key}"].component] = gr.update(value="", placeholder=TOKEN_STORED if stored.get(key) else "")
+        out.update(self.token_fields())
         out[self.samples.table] = to_rows(config.get("samples", []))
         out[self.lr_plot] = lr_frame(config)
         out[self.memory] = memory_markdown(config)
@@ -466,11 +470,10 @@ class Page(EditHandlers, ConfigFiles):
         return self._with_tokens(self._form_config(values))
 
     def _config_of(self, values: dict) -> dict:
-        """The config Start would use; a hub token typed just before (its save still on the way)
-        is stored as the autosave stores it, in the workspace's secrets.json, for the run's worker."""
-        config = self._with_tokens(self.concepts.apply(self._form_config(values), values))
-        store_config_token(config, self.workspace)
-        return config
+        """The config Start, Add to queue, Save and Export use, without tokens; a token typed just
+        before (its save still on the way) is stored as the autosave stores it, in the workspace's
+        secrets.json, where the run's worker reads it (a saved or exported file never holds one)."""
+        return store_config_token(self._with_tokens(self.concepts.apply(self._form_config(values), values)), self.workspace)
 
     def _prepare_start(self, valid: dict) -> None:  # what Start does before starting
         from ..data.demo import ensure_demo_concepts  # noqa: PLC0415

@@ -15,6 +15,7 @@ from typing import Any
 import gradio as gr
 
 from ..config.presets import base_model_after_type_change
+from ..secrets import SECRET_KEYS, without_tokens
 from . import edit_log
 from .form import config_from_values
 from .memory_estimate import PROMPT as ESTIMATE_PROMPT
@@ -62,7 +63,12 @@ class EditHandlers:
     def _edited(self, before: dict[str, Any], config: dict[str, Any]) -> dict:
         """An edited config saved, and what it changes on the page."""
         self.autosave(config)
+        typed = any((config.get("secrets") or {}).get(key) for key in SECRET_KEYS)
+        if typed:  # stored (or removed) now: the field empties and says so, and no later save repeats it
+            config = without_tokens(config)
         out = {self.config_state: config, self.lr_plot: lr_frame(config), self.memory: memory_markdown(config), **self.visibility(config)}
+        if typed:
+            out.update(self.token_fields())
         if stale(before, config):  # another model's "fits" must not stay on screen
             out[self.memory_estimate.output] = ESTIMATE_PROMPT
         return out

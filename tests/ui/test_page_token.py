@@ -66,12 +66,23 @@ def test_a_token_typed_just_before_start_is_stored_and_a_dash_removes_it(page):
     assert read_secrets(page.workspace) == {"huggingface_token": TOKEN}
     # the form as a reload shows it (the field empty): Start uses the stored token and keeps it
     config = page.on_page_load()[page.config_state]
-    assert page._config_of(page.form_values(config))["secrets"]["huggingface_token"] == TOKEN
+    assert "secrets" not in page._config_of(page.form_values(config)) and read_secrets(page.workspace) == {"huggingface_token": TOKEN}
     page.on_edit_log({page.config_state: config, page.edit_log: json.dumps([[1, "secrets.huggingface_token", ""]]), page.edits_applied: 0})
     assert read_secrets(page.workspace) == {"huggingface_token": TOKEN}
-    page.on_edit_log({page.config_state: config, page.edit_log: json.dumps([[1, "secrets.huggingface_token", " - "]]), page.edits_applied: 0})
+    out = page.on_edit_log({page.config_state: config, page.edit_log: json.dumps([[1, "secrets.huggingface_token", " - "]]),
+                            page.edits_applied: 0})
     assert read_secrets(page.workspace) == {}
     assert page.on_page_load()[page.fields["secrets.huggingface_token"].component]["placeholder"] == ""
+    # done once: the field empties and the session forgets the '-', so a token stored later (the
+    # command line, the HTTP API) is not removed by the page's next save
+    field = page.fields["secrets.huggingface_token"].component
+    assert out[field]["value"] == "" and out[page.config_state]["secrets"]["huggingface_token"] == ""
+    from ot_gradio.secrets import write_secrets
+
+    write_secrets(page.workspace, huggingface_token=TOKEN)
+    page.on_edit_log({page.config_state: out[page.config_state], page.edit_log: json.dumps([[1, "learning_rate", "0.5"]]),
+                      page.edits_applied: 0})
+    assert read_secrets(page.workspace) == {"huggingface_token": TOKEN}
 
 
 def test_stored_tokens_are_never_sent_to_the_page(page):
@@ -88,6 +99,13 @@ def test_stored_tokens_are_never_sent_to_the_page(page):
         for name in ("huggingface_token", "civitai_token"):
             assert answer[page.fields[f"secrets.{name}"].component]["placeholder"] == TOKEN_STORED
     assert read_secrets(page.workspace) == {"huggingface_token": TOKEN, "civitai_token": key}
+    # nor written into a config file: Save and Export (a download) hold no token
+    values = page.form_values(config)
+    page.on_save(str(page.workspace / "configs" / "mine.json"), page._config_of(values))
+    exported = page.on_export(page._config_of(values))
+    for path in (page.workspace / "configs" / "mine.json", exported):
+        text = open(path).read()
+        assert TOKEN not in text and key not in text
 
 
 def test_a_token_an_older_version_autosaved_moves_out_of_the_config(tmp_path):
