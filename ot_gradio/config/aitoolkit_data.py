@@ -137,7 +137,8 @@ def datasets(items: Any, out: dict[str, Any], notes: list[str], trigger: str, in
                 sizes.append(int(float(value)))
             except (TypeError, ValueError):
                 raise ConfigError(f"datasets[{number}].resolution: {value!r} is not a size (ai-toolkit config)") from None
-        if info.frame_step and r.number("num_frames", 1, int) <= 1:  # a video model's image dataset: its images alone there
+        # a video model's image dataset: its images alone there (ai-toolkit's is_video: num_frames > 1 or auto_frame_count)
+        if info.frame_step and r.number("num_frames", 1, int) <= 1 and not r.data.get("auto_frame_count"):
             concepts[-1]["image"]["media"] = "IMAGES"
         if r.number("num_frames", 1, int) > 1:
             frames.append(r.number("num_frames", 1, int))

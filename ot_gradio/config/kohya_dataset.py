@@ -288,11 +288,16 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
     if musubi:  # musubi-tuner's buckets: this trainer's aspect buckets at the model's step; none unless enable_bucket,
         first = datasets[0]  # but for clips, which it always buckets, upscaling too (its video caching ignores both)
         videos = [d for d in datasets if d.get("video_directory") or d.get("video_jsonl_file")]
+        images = [d for d in datasets if d not in videos]
         out["aspect_ratio_bucketing"] = bool(videos) or bool(effective(first, "enable_bucket"))
-        out["bucket_no_upscale"] = not videos and bool(effective(first, "bucket_no_upscale"))
-        if videos and len(videos) < len(datasets) and not all(effective(d, "enable_bucket") for d in datasets if d not in videos):
+        # an image dataset's own no-upscale holds (one setting for the run); clips alone: none, as there
+        out["bucket_no_upscale"] = bool(images) and bool(effective(images[0], "bucket_no_upscale"))
+        if videos and images and not all(effective(d, "enable_bucket") for d in images):
             notes.append("the image datasets set no enable_bucket: musubi-tuner buckets their images by aspect only for clips; "
                          "here the images are bucketed too (one setting for the run)")
+        if videos and out["bucket_no_upscale"]:
+            notes.append("bucket_no_upscale: musubi-tuner upscales clips to their buckets whatever it says; here it holds for the "
+                         "clips too (one setting for the run)")
     else:
         buckets(lambda key: effective(datasets[0] if datasets else {}, key), out, notes, page=r.page, other_sizes=others)
     unread = sorted({k for part in (general, *datasets, *(s for d in datasets for s in d.get("subsets") or [] if isinstance(s, dict)))

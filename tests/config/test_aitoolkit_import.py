@@ -175,6 +175,9 @@ def test_the_job_ai_toolkits_page_saves(tmp_path):
     assert c["concepts"][0]["image"]["media"] == "ALL"  # a video dataset reads clips and images there
     process["datasets"][0]["num_frames"] = 1  # a video model's image dataset: its images alone, as there
     assert config_to_dict(load_config(json.loads(json.dumps(job))).config)["concepts"][0]["image"]["media"] == "IMAGES"
+    process["datasets"][0]["auto_frame_count"] = True  # a video dataset there too, whatever num_frames says
+    assert config_to_dict(load_config(json.loads(json.dumps(job))).config)["concepts"][0]["image"]["media"] == "ALL"
+    del process["datasets"][0]["auto_frame_count"]
     process["datasets"][0]["num_frames"] = 33
     process["datasets"][0].update(shrink_video_to_frames=False, fps=16)  # its random window at 16 fps: the same here
     result = load_config(json.loads(json.dumps(job)))

@@ -200,6 +200,12 @@ def test_a_musubi_video_dataset_takes_its_defaults(tmp_path):
     assert (c["model_type"], c["frames"], c["frame_rate"]) == ("HUNYUAN_VIDEO", "45", 24.0)  # HunyuanVideo's rate
     assert "source_fps" not in result.warnings[0]  # (carried over: taken at the model's rate, as there)
     assert "target_frames [1, 25, 45]: musubi-tuner trains a clip once for each length" in result.warnings[0]
+    (tmp_path / "data.toml").write_text(f'[[datasets]]\nimage_directory = "{tmp_path / "other"}"\nenable_bucket = true\n'
+                                        f'bucket_no_upscale = true\n[[datasets]]\nvideo_directory = "{tmp_path / "clips"}"\n')
+    result = load_config({"network_module": "networks.lora", "dit": "/m/hv.safetensors", "network_dim": 8, "output_dir": "/out",
+                          "dataset_config": str(tmp_path / "data.toml")})
+    assert config_to_dict(result.config)["bucket_no_upscale"] is True  # the image dataset's, said for the clips
+    assert "bucket_no_upscale: musubi-tuner upscales clips to their buckets whatever it says" in result.warnings[0]
     (tmp_path / "other").mkdir()
     (tmp_path / "data.toml").write_text(f'[[datasets]]\nvideo_directory = "{tmp_path / "clips"}"\ntarget_frames = [17]\n'
                                         'frame_extraction = "uniform"\n'  # one sample (frame_sample 1): musubi makes it head
