@@ -143,17 +143,21 @@ def _clock(container, stream) -> tuple[float, float, float, bool]:
 
 
 def _video_end(path: Path) -> float:
-    """When the clip's last video frame ends, in seconds on its frames' clock, from its video
-    packets (demuxed, not decoded; 0 when none says); at most MAX_SPREAD_FRAMES packets are read."""
+    """When the clip's last video frame ends, in seconds on its frames' clock, from its last video
+    packets (demuxed, not decoded, from the keyframe before the container's end; 0 when none says)."""
     container = open_video(path)
     end = 0.0
     try:
         stream = container.streams.video[0]
         base = float(stream.time_base) if stream.time_base else 0.0
+        if not base:
+            return 0.0
+        if container.duration:  # to the video's last keyframe (a longer audio track ends later: seeking stops at the video's)
+            container.seek(int(container.duration / 1_000_000 / base), stream=stream, backward=True)
         for count, packet in enumerate(container.demux(stream)):
-            if packet.pts is not None and base:
+            if packet.pts is not None:
                 end = max(end, (packet.pts + (packet.duration or 0)) * base)
-            if count >= MAX_SPREAD_FRAMES:
+            if count >= MAX_DECODED_FRAMES * 8:  # (one group of pictures; a file that cannot seek: its first ones)
                 break
     except Exception:  # noqa: BLE001, S110 (a damaged file: the packets demuxed before it)
         pass
