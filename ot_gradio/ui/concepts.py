@@ -17,10 +17,13 @@ from ..config.concept import ConceptConfig
 from . import edit_log
 from .charts import bucket_chart
 from .form import Field, build_fields, config_from_values, edit_event, schema_fields, values_from_config
+from .page_limits import concept_file_problems
 from .uploads import forget_uploads
 from .visibility import applies, conditional_fields
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..data.buckets import Bucketing
 
 GROUPS = (("General", ""), ("Image augmentation", "image."), ("Text", "text."))
@@ -179,8 +182,9 @@ def _rotate_crop_sizes(concept: dict[str, Any], scan, resolutions, masked: bool)
 
 
 class ConceptsTab:
-    def __init__(self, workspace: Path | None = None):
+    def __init__(self, workspace: Path | None = None, roots: Callable[[], list[Path]] | None = None):
         self.workspace = Path(workspace) if workspace is not None else Path.cwd()
+        self.roots = roots  # the page's folders: a text file a concept names elsewhere is not read (None: any)
         infos = schema_fields("concepts[].")
         self.fields: dict[str, Field] = {}
         with gr.Row(elem_classes="ot-tools"):
@@ -335,6 +339,8 @@ class ConceptsTab:
         concepts = config.get("concepts", [])
         if index is None or not (0 <= index < len(concepts)):
             return "Select a concept.", None
+        if (roots := getattr(self, "roots", None)) is not None and (refused := concept_file_problems(concepts[index], roots())):
+            return "**Cannot read this concept:** " + "; ".join(refused), None
         import pandas as pd  # noqa: PLC0415
 
         try:

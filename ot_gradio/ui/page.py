@@ -240,7 +240,7 @@ class Page(EditHandlers, ConfigFiles):
                                 self.part_groups[acc] = part
                     closing.get(tab, _no_panel)(initial, infos)
             with gr.Tab("Concepts", id="concepts", elem_id="tab-concepts"):
-                self.concepts = ConceptsTab(self.workspace)
+                self.concepts = ConceptsTab(self.workspace, self.roots)
             with gr.Tab("Run", id="run", elem_id="tab-run"):
                 self.monitor.build_run_tab()
                 self.queue_panel.build_table()

@@ -62,25 +62,34 @@ def page_problems(config: dict[str, Any], roots: list[Path]) -> list[str]:
     if config.get("debug_mode") and debug and Path(debug).expanduser().is_absolute() and (problem := _outside(debug, roots)):
         out.append(f"debug_dir: {problem}")  # (a relative one stays inside the run's folder: training/debug_output.py)
     for i, concept in enumerate(config.get("concepts") or []):
-        text = (concept or {}).get("text") or {}
-        folder = Path(str(concept.get("path") or "")).expanduser()
-        if str(text.get("prompt_source") or "") == "concept" and (prompt := str(text.get("prompt_path") or "").strip()):
-            if problem := _outside(str(beside_concept(prompt, folder)), roots):
-                out.append(f"concepts[{i}].text.prompt_path: {problem}")
-        if str(text.get("prompt_source") or "sample") == "sample" and (named := str(text.get("captions_file") or "").strip()):
-            if problem := _outside(str(beside_concept(named, folder)), roots):
-                out.append(f"concepts[{i}].text.captions_file: {problem}")
+        out += concept_file_problems(concept or {}, roots, f"concepts[{i}].")
         if config.get("debug_mode") and concept.get("enabled", True) and str(concept.get("path") or "").strip() and (
                 problem := _outside(str(concept["path"]), roots)):
             out.append(f"concepts[{i}].path: with debug mode on (it writes the images it trains on beside the run), {problem}")
-        special = str(text.get("tag_dropout_special_tags") or "").strip()
-        if special.lower().endswith((".txt", ".csv")) and (problem := _outside(str(beside_concept(special, folder)), roots)):
-            out.append(f"concepts[{i}].text.tag_dropout_special_tags: {problem}")
     for i, sample in enumerate(config.get("samples") or []):
         for field in SAMPLE_FILES:
             value = str((sample or {}).get(field) or "").strip()
             if value and (problem := _outside(value, roots)):
                 out.append(f"samples[{i}].{field}: {problem}")
+    return out
+
+
+def concept_file_problems(concept: dict[str, Any], roots: list[Path], prefix: str = "") -> list[str]:
+    """The text files a concept names (its prompt file, Captions file, special-tags file) that lie
+    outside the page's folders: the page reads none of them (a run's checks and the Concepts tab's
+    statistics would answer for their words)."""
+    out = []
+    text = concept.get("text") or {}
+    folder = Path(str(concept.get("path") or "")).expanduser()
+    if str(text.get("prompt_source") or "") == "concept" and (prompt := str(text.get("prompt_path") or "").strip()):
+        if problem := _outside(str(beside_concept(prompt, folder)), roots):
+            out.append(f"{prefix}text.prompt_path: {problem}")
+    if str(text.get("prompt_source") or "sample") == "sample" and (named := str(text.get("captions_file") or "").strip()):
+        if problem := _outside(str(beside_concept(named, folder)), roots):
+            out.append(f"{prefix}text.captions_file: {problem}")
+    special = str(text.get("tag_dropout_special_tags") or "").strip()
+    if special.lower().endswith((".txt", ".csv")) and (problem := _outside(str(beside_concept(special, folder)), roots)):
+        out.append(f"{prefix}text.tag_dropout_special_tags: {problem}")
     return out
 
 

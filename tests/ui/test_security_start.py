@@ -129,6 +129,18 @@ def test_a_refused_path_is_not_read_by_the_start_checks(page, tmp_path):
         embedding = {**config["embedding"], "placeholder": guess}
         answers.append(page.validate({**config, "training_method": "EMBEDDING", "embedding": embedding, "concepts": [concept]})[1])
     assert answers[0] == answers[1] and all("prompt_path" in p for p in answers[0]), answers
+    # nor by the Concepts tab's statistics (a Captions file elsewhere naming, or not, an image named as the guess)
+    (outside / "tokens.json").write_text(json.dumps({"hf_TOKEN123": {"caption": "x"}}))
+    stats = []
+    for guess in ("hf_TOKEN123", "hf_WRONG"):
+        folder = tmp_path / "guess" / guess
+        folder.mkdir(parents=True)
+        from PIL import Image
+
+        Image.new("RGB", (16, 16)).save(folder / f"{guess}.png")
+        named = {"name": "g", "path": str(folder), "text": {"captions_file": str(outside / "tokens.json")}}
+        stats.append(page.concepts.statistics({**config, "concepts": [named]}, 0)[0].replace(guess, "GUESS"))
+    assert stats[0] == stats[1] and stats[0].startswith("**Cannot read this concept:** text.captions_file: "), stats
 
     from ot_gradio.ui.state import load_ui_config, save_ui_config
 
