@@ -561,8 +561,8 @@ def check_output_format(spec: AdapterSpec, diffusers_keys: bool) -> None:
 
 def check_start_file(spec: AdapterSpec, parts: Mapping[str, Mapping[str, torch.Tensor]], path: Any) -> AdapterSpec:
     """A LoRA to continue from must hold the adapter the config trains (ValueError naming the field).
-    Returns the spec to continue with: an OFT v2 file's block size and sharing, as a LoRA file's
-    rank, are the file's."""
+    Returns the spec to continue with: an OFT v2 file's block size and sharing, a LoKr file's whole
+    or decomposed factors, as a LoRA file's rank, are the file's."""
     kind, axis = describe(parts)
     if kind != spec.peft_type:
         raise ValueError(f"lora_model_name: {path}: {kind} layers, but peft_type is {spec.peft_type}; set peft_type to {kind}")
@@ -572,6 +572,10 @@ def check_start_file(spec: AdapterSpec, parts: Mapping[str, Mapping[str, torch.T
             raise ValueError(f"lora_model_name: {path}: {'Scaled' if scaled else 'unscaled'} OFT; turn oft_scaled {'on' if scaled else 'off'}")
         layout = oft.spec_fields(t for sd in parts.values() for t in group_layers(sd).values())
         return replace(spec, oft_block_size=layout["oft_block_size"], oft_block_share=layout["oft_block_share"])
+    if kind == LOKR:  # LyCORIS's full_matrix / decompose_both as the file's layers are (else they would not fit)
+        layers = [t for sd in parts.values() for t in group_layers(sd).values()]
+        spec = replace(spec, lokr_full_matrix=all("lokr_w2" in t for t in layers),
+                       decompose_both=all("lokr_w1_a" in t for t in layers))
     wanted = _dora_wanted(spec)
     if axis == wanted:
         return spec

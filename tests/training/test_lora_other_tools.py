@@ -452,3 +452,24 @@ def test_layers_of_different_ranks_are_padded_to_the_largest_exactly(entries, tm
     setup(m, tmp_path / "ranks.safetensors")
     for key, w in want.items():
         torch.testing.assert_close(forward_delta(m, key), w, rtol=1e-4, atol=1e-5)
+
+
+def test_a_whole_matrix_lokr_file_continues_with_the_default_switches(tmp_path):
+    """LyCORIS's full_matrix LoKr (lokr_w1 and lokr_w2 whole, applied at scale 1 whatever its alpha) needs no
+    lokr_full_matrix switched on: the file's factors say it (the weights did not fit before)."""
+    from peft.tuners.lokr.layer import factorization
+
+    m = model("qwen")
+    modules = dict(m.transformer.named_modules())
+    tensors, want = {}, {}
+    for module_path in NAMED["qwen"].values():
+        linear = modules[module_path]
+        (a, b), (c, d) = factorization(linear.out_features), factorization(linear.in_features)
+        w1, w2 = rand(a, c), rand(b, d)
+        name = "lora_unet_" + module_path.replace(".", "_")
+        tensors.update({f"{name}.lokr_w1": w1, f"{name}.lokr_w2": w2, f"{name}.alpha": torch.tensor(4.0)})
+        want[f"transformer.{module_path}"] = torch.kron(w1, w2)
+    save_file(tensors, str(tmp_path / "full.safetensors"))
+    setup(m, tmp_path / "full.safetensors", peft_type="LOKR")
+    for key, w in want.items():
+        torch.testing.assert_close(forward_delta(m, key), w, rtol=1e-4, atol=1e-5)
