@@ -267,9 +267,9 @@ def errors(config: TrainConfig) -> list[str]:
     if problem := kohya_lora_problem(config):
         out.append(problem)
     prefix = config.save_filename_prefix or ""
-    if any(c in prefix for c in "/\\") or ".." in prefix or prefix.startswith("~"):
+    if any(c in prefix for c in "/\\"):
         out.append(f"save_filename_prefix: {prefix[:80]!r} is the start of a file name, kept in the run's save folder; it may "
-                   "not hold a folder ('/', '\\', '..').")
+                   "not hold a folder ('/' or '\\').")
     if fused_back_pass_on(config) and config.gradient_accumulation_steps > 1:
         out.append(f"optimizer.fused_back_pass: it steps the optimizer in every backward pass, so it cannot work with "
                    f"gradient_accumulation_steps {config.gradient_accumulation_steps}; set accumulation to 1 or turn it off.")

@@ -54,6 +54,7 @@ class CaptionIndex:
     # kohya's metadata names them), and its captions win over caption files
     named: bool = False
     _elsewhere: dict[str, str] | None = None  # whole paths outside the folder by their file names (a name in one only)
+    shared: int = 0  # files left out because the entry naming them (without its extension) took another file
 
     def key(self, relpath: str) -> str | None:
         """The entry naming the image, if any; in a Captions file, a whole path of another folder or

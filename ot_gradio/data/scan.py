@@ -205,8 +205,9 @@ def scan_concept(concept: object, sampling: FrameSampling | None = None, control
     files, unnamed = _named_files(files, index, folder)
     scan.named_files_left = unnamed
     if unnamed:
+        shared = f" ({index.shared} of them named by an entry another file took: one file an entry)" if index.shared else ""
         _warn(scan, f"Concept '{label}': {unnamed} of the folder's {'files' if sampling else 'images'} are not named in its "
-                    f"Captions file {index.files[0]} and are left out, as kohya's fine-tuning leaves them out")
+                    f"Captions file {index.files[0]}{shared} and are left out, as kohya's fine-tuning leaves them out")
     scan.media_left = other_kind
     if other_kind:
         _warn(scan, f"Concept '{label}': its {other_kind} {'images' if _media(concept) == 'CLIPS' else 'clips'} are left out "
@@ -427,11 +428,14 @@ def _named_files(files: list[Path], index: CaptionIndex | None, folder: Path) ->
     once. A DataError when it names none."""
     if index is None or not index.named:
         return files, 0
-    named, taken = [], set()
+    named, taken, shared = [], set(), 0
     for path in files:
         if (key := index.key(path.relative_to(folder).as_posix())) is not None and key not in taken:
             taken.add(key)
             named.append(path)
+        elif key is not None:
+            shared += 1
+    index.shared = shared
     if not named:
         raise DataError(f"Captions file {index.files[0]} names none of the {len(files)} files in folder '{folder}' (names are "
                         "read from the concept folder, or whole paths inside it); set the folder its images are in")

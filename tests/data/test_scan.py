@@ -224,7 +224,9 @@ def test_a_concepts_captions_file_kohya_metadata_or_another_index_elsewhere(tmp_
     rows_scan = scan_concept(make_concept(folder, text={"captions_file": str(rows)}))
     assert {i.relpath: i.captions for i in rows_scan.items} == {"a.png": ("row a",), "d.png": ("row d,t",)}
     write_image(folder / "d.jpg", 16, 16)  # one entry, one image: 'd' names d.jpg (the first) and not d.png too
-    assert {i.relpath for i in scan_concept(make_concept(folder, text={"captions_file": str(rows)})).items} == {"a.png", "d.jpg"}
+    shared = scan_concept(make_concept(folder, text={"captions_file": str(rows)}))
+    assert {i.relpath for i in shared.items} == {"a.png", "d.jpg"}
+    assert any("(1 of them named by an entry another file took" in w for w in shared.warnings)
     (folder / "d.jpg").unlink()
     hf = folder / "sub" / "metadata.jsonl"  # Hugging Face's rows: names from the file's own folder
     hf.write_text(json.dumps({"file_name": "e.png", "text": "hf e"}) + "\n")
