@@ -163,6 +163,7 @@ def apply_lora(model: Any, path: str, weight: float) -> tuple[int, int]:
     rank, alpha and adapter kind."""
     from torch import nn
 
+    from ot_gradio.models.original_lora_names import original_lora_names
     from ot_gradio.training.lora import add_lora, load_lora_state_dict, public_name
     from ot_gradio.training.lora_format import load_lora_file
     from ot_gradio.training.lora_method import kohya_module_names, lora_kind, trainable_parts
@@ -173,7 +174,8 @@ def apply_lora(model: Any, path: str, weight: float) -> tuple[int, int]:
     if not file.is_file():
         raise JobError(f"lora: '{path}' does not exist; give a LoRA .safetensors file")
     try:
-        loaded = load_lora_file(file, module_names=kohya_module_names(model), denoiser=model.denoiser)
+        loaded = load_lora_file(file, module_names=kohya_module_names(model), denoiser=model.denoiser,  # as Base LoRA reads them
+                                read_names=original_lora_names(model), base_model_version=model.lora_base_model_version)
         kind, dora = describe(loaded.parts)
     except ValueError as err:
         raise JobError(f"lora: {file} cannot be read as a LoRA ({err})") from None

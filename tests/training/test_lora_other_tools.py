@@ -473,3 +473,12 @@ def test_a_whole_matrix_lokr_file_continues_with_the_default_switches(tmp_path):
     setup(m, tmp_path / "full.safetensors", peft_type="LOKR")
     for key, w in want.items():
         torch.testing.assert_close(forward_delta(m, key), w, rtol=1e-4, atol=1e-5)
+
+
+def test_the_sample_tool_reads_a_kohya_flux_file_as_base_lora_does(tmp_path):
+    """Tools → Sample puts the same file on the model: every original layer's parts matched."""
+    from ot_gradio.tools.sample import apply_lora
+
+    want = bfl_file("flux", tmp_path / "bfl.safetensors", KOHYA_UNET[1])
+    matched, skipped = apply_lora(model("flux"), str(tmp_path / "bfl.safetensors"), 1.0)
+    assert (matched, skipped) == (len(want), 0)
