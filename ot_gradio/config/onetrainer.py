@@ -44,18 +44,20 @@ def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, 
                       readable: list[Path] | None = None) -> LoadResult:
     """A OneTrainer config or preset -> our config, with one warning listing what is not supported."""
     warnings: list[str] = []
+    written = "__version" in data  # a file OneTrainer wrote (a preset or a dict made by hand has none)
     data = to_our_layout(data)
     warnings += _weight_types_changed(data)
     warnings += imported_attention(data)
+    read_samples = False
     for key, file_key in (("concepts", "concept_file_name"), ("samples", "sample_definition_file_name")):
         if data.get(key) is None and (key in data or file_key in data):
+            read_samples = read_samples or key == "samples"
             items, warning = _read_list_file(data.get(file_key), file_key, base_dir, readable)
             data[key] = strip_ot_versions(ot_concepts(items) if key == "concepts" else items)
             if warning:
                 warnings.append(warning)
-    data["samples"] = fill_onetrainer_samples(data.get("samples"), data.get("model_type"))  # its defaults per model type
-    if data["samples"] is None:
-        del data["samples"]
+    if (written or read_samples) and isinstance(data.get("samples"), list):  # a file OneTrainer wrote, or its
+        data["samples"] = fill_onetrainer_samples(data["samples"], data.get("model_type"))  # samples file: its defaults per model
     data["config_version"] = 0
     data = migrate(data)
     data, unknown = strip_unknown(data)
