@@ -27,11 +27,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(cwd: Path, workspace: str):
-    """app.py started in `cwd` with `--workspace workspace`; yields its URL once it serves."""
+def _launch(cwd: Path, workspace: str, **extra_env: str):
+    """app.py started in `cwd` with `--workspace workspace` (and `extra_env`); yields its URL once it serves."""
     port = _free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
-           "OT_GRADIO_TINY_DIR": str(cwd / "tiny"), "PYTHONPATH": str(ROOT)}
+           "OT_GRADIO_TINY_DIR": str(cwd / "tiny"), "PYTHONPATH": str(ROOT), **extra_env}
     log = open(cwd / "app.log", "wb")
     proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--workspace", workspace],
                             cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)

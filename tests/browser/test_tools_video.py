@@ -18,7 +18,16 @@ from tests.tools.test_video_extract import scene_frame, write_video
 pytestmark = pytest.mark.browser
 
 
-def test_clips_then_images_from_a_video(app, browser_page):
+@pytest.fixture
+def local_app(tmp_path):
+    """The app allowed to download from this machine (its stand-in site is on 127.0.0.1)."""
+    from tests.browser.conftest import _launch
+
+    yield from _launch(tmp_path, "workspace", OT_GRADIO_DOWNLOAD_LOCAL="1")
+
+
+def test_clips_then_images_from_a_video(local_app, browser_page):
+    app = local_app
     page = browser_page
     page.set_default_timeout(120_000)
     site = app["cwd"] / "site"
