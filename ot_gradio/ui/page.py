@@ -454,11 +454,9 @@ class Page(EditHandlers, ConfigFiles):
             return self.workspace
 
     def validate(self, config: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str], list[str]]:
-        """`validate`, and what only the page and its HTTP API refuse (ui/page_limits.py)."""
-        valid, problems, warnings = validate(config, self.roots())
-        if valid is not None:
-            problems = problems + [p for p in page_problems(valid, self.roots()) if p not in problems]
-        return valid, problems, warnings
+        """`validate` within the page's folders: with what only the page and its HTTP API refuse
+        (ui/page_limits.py), checked there before the start checks."""
+        return validate(config, self.roots())
 
     def on_recheck(self, config: dict[str, Any], shown: str):
         """The problem list again after an edit, while a refused Start's list is shown."""
