@@ -253,19 +253,44 @@ def _meta_unet(base: str | None, offline: bool) -> torch.nn.Module:
         return UNet2DConditionModel.from_config(config)
 
 
-def _module_names(family: type, params: Mapping[str, Any]) -> dict[str, dict[str, str]]:
-    """The family's kohya layer renames (SDXL: the original UNet names), without loading weights
-    where the family's denoiser is a UNet."""
+def _module_names(family: type, params: Mapping[str, Any], source: str) -> tuple[dict[str, dict[str, str]], dict[str, Any]]:
+    """The family's kohya layer renames (SDXL: the original UNet names), and the names other tools
+    give its layers in its original layout (models/original_lora_names.py: ComfyUI's `diffusion_model.`,
+    sd-scripts' Flux.1 `double_blocks`, ...). A UNet's are found without loading weights; a
+    transformer's from the base model, loaded where the family has either."""
     from ot_gradio.models.family import Family
+    from ot_gradio.models.original_lora_names import LAYOUTS, original_lora_names
 
-    if family.lora_module_names is Family.lora_module_names:  # the family renames nothing
-        return {}
+    renames = family.lora_module_names is not Family.lora_module_names
     base = str(params.get("base") or "").strip() or None
     if family.denoiser == "unet":
-        return family.lora_module_names(SimpleNamespace(unet=_meta_unet(base, _offline(params))))
-    if not base:
+        view = SimpleNamespace(unet=_meta_unet(base, _offline(params)), denoiser="unet")
+        return (family.lora_module_names(view) if renames else {}), original_lora_names(view)
+    layout = getattr(family, "transformer_class_name", None) in LAYOUTS
+    if base and (renames or layout):
+        model = _load_model(family, params, "base", _existing(params, "base", hub_id_ok=True))
+        return (model.lora_module_names() if renames else {}), original_lora_names(model)
+    if renames:
         raise JobError("base: this model type names its kohya LoRA layers after the model; give the base model")
-    return _load_model(family, params, "base", _existing(params, "base", hub_id_ok=True)).lora_module_names()
+    if layout and (key := _original_layout_key(source)):
+        raise JobError(f"base: the file names its layers in the model's original layout ({key.split('.')[0]}...), as ComfyUI "
+                       "and sd-scripts write them; give the base model, whose layout they are read by")
+    return {}, {}
+
+
+def _original_layout_key(path: str) -> str | None:
+    """A key of the file in another tool's original-layout names (ComfyUI's `diffusion_model.`,
+    sd-scripts' Flux.1 / Flux.2 blocks), if it has one."""
+    import re
+
+    from safetensors import safe_open
+
+    try:
+        with safe_open(path, framework="pt") as f:
+            keys = list(f.keys())
+    except Exception:  # noqa: BLE001 - unreadable: the reader says why
+        return None
+    return next((k for k in keys if k.startswith("diffusion_model.") or re.match(r"lora_unet_(double|single)_blocks_", k)), None)
 
 
 def _base_model_version(family: type, metadata: Mapping[str, str]) -> str:
@@ -292,14 +317,15 @@ def _denoiser(family: type) -> str:
     return info.denoiser if info else "unet"
 
 
-def _read_lora(path: str, field: str, module_names: Mapping[str, Mapping[str, str]], denoiser: str = "unet"):
+def _read_lora(path: str, field: str, module_names: Mapping[str, Mapping[str, str]], denoiser: str = "unet",
+               read_names: Mapping[str, Any] | None = None, version: str = ""):
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     from ot_gradio.training.lora_format import load_lora_file, read_lora_metadata
 
     try:
-        lora = load_lora_file(path, module_names, denoiser)
+        lora = load_lora_file(path, module_names, denoiser, read_names=read_names, base_model_version=version)
         metadata = read_lora_metadata(path)
         extra = {k: v for k, v in load_file(path).items() if k.startswith("bundle_emb.")}
     except (ValueError, SafetensorError, OSError) as err:
@@ -321,8 +347,9 @@ def convert_lora(params: dict[str, Any], job: Job) -> dict[str, Any]:
     if out.suffix.lower() != ".safetensors":
         raise JobError(f"output: a LoRA file must end in .safetensors, got '{out.name}'")
     job.progress(0, 2, f"reading {Path(source).name}")
-    names = _module_names(family, params)
-    lora, metadata, extra = _read_lora(source, "input", names, _denoiser(family))
+    names, read_names = _module_names(family, params, source)
+    version = family.lora_base_model_version if isinstance(family.lora_base_model_version, str) else ""
+    lora, metadata, extra = _read_lora(source, "input", names, _denoiser(family), read_names, version)
     job.check()
     version = _base_model_version(family, metadata)
     if "ss_base_model_version" in metadata and metadata["ss_base_model_version"].startswith("sdxl") != version.startswith("sdxl"):
@@ -434,7 +461,10 @@ def merge_into(model, parts: Mapping[str, Mapping[str, torch.Tensor]], rank: int
 
 @operation("merge")
 def merge_lora(params: dict[str, Any], job: Job) -> dict[str, Any]:
-    """A LoRA file (either format) merged into a base checkpoint at `weight`, saved as folder or single file."""
+    """A LoRA file (either format, or another tool's original layer names) merged into a base
+    checkpoint at `weight`, saved as folder or single file."""
+    from ot_gradio.models.original_lora_names import original_lora_names
+
     family = _family(params)
     base = _existing(params, "base", hub_id_ok=True)
     lora_path = _lora_source(params, "lora")
@@ -447,8 +477,8 @@ def merge_lora(params: dict[str, Any], job: Job) -> dict[str, Any]:
     job.progress(0, 3, f"loading {base}")
     model = _load_model(family, params, "base", base)
     job.check()
-    names = model.lora_module_names()
-    lora, _, _ = _read_lora(lora_path, "lora", names, model.denoiser)
+    version = model.lora_base_model_version if isinstance(model.lora_base_model_version, str) else ""
+    lora, _, _ = _read_lora(lora_path, "lora", model.lora_module_names(), model.denoiser, original_lora_names(model), version)
     job.progress(1, 3, f"merging at weight {weight:g}")
     matched, total = merge_into(model, lora.parts, lora.rank, lora.alpha, weight)
     if matched != total:
