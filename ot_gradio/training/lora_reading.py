@@ -31,6 +31,7 @@ from ot_gradio.training.lora_names import (
     module_path_from_kohya,
 )
 from ot_gradio.training.lora_variants import (
+    LOHA,
     LORA,
     check_layer,
     describe,
@@ -247,24 +248,28 @@ def _layers_from_diffusers(tensors: Mapping[str, torch.Tensor], metadata: Mappin
 
 
 def _pad_rank(tensors: dict[str, torch.Tensor], alpha: float | None, rank: int) -> tuple[dict[str, torch.Tensor], float]:
-    """A LoRA layer at a larger `rank`: zero rows of down and columns of up, alpha scaled by the same
-    factor, so alpha / rank and the delta stay exactly the file's (sd-scripts' conv_dim, peft's rank_pattern,
-    a fused q/k/v of three times the rank); the zero part stays zero while it trains."""
-    down, up = tensors["lora_A.weight"], tensors["lora_B.weight"]
-    r = int(down.shape[0])
+    """A LoRA or LoHa layer at a larger `rank`: zero rows of each down factor and columns of each up
+    one, alpha scaled by the same factor, so alpha / rank and the delta stay exactly the file's
+    (sd-scripts' conv_dim, LyCORIS' conv_dim for LoHa, peft's rank_pattern, a fused q/k/v of three
+    times the rank); the zero part stays zero while it trains (its gradient is a product with zeros)."""
+    pairs = (("lora_B.weight", "lora_A.weight"),) if "lora_A.weight" in tensors else (("hada_w1_a", "hada_w1_b"), ("hada_w2_a", "hada_w2_b"))
+    r = int(tensors[pairs[0][1]].shape[0])
     if r == rank:
         return tensors, alpha
-    down = torch.cat([down, down.new_zeros((rank - r, *down.shape[1:]))], dim=0)
-    up = torch.cat([up, up.new_zeros((up.shape[0], rank - r, *up.shape[2:]))], dim=1)
-    return {**tensors, "lora_A.weight": down, "lora_B.weight": up}, (float(r) if alpha is None else alpha) * rank / r
+    out = dict(tensors)
+    for up_name, down_name in pairs:
+        down, up = tensors[down_name], tensors[up_name]
+        out[down_name] = torch.cat([down, down.new_zeros((rank - r, *down.shape[1:]))], dim=0)
+        out[up_name] = torch.cat([up, up.new_zeros((up.shape[0], rank - r, *up.shape[2:]))], dim=1)
+    return out, (float(r) if alpha is None else alpha) * rank / r
 
 
 def _fold_alphas(layers: _Layers, default_rank: int | None = None, default_alpha: float | None = None) -> LoadedLora:
     ranks = Counter(r for tensors, _, _ in layers.values() if (r := layer_rank(tensors)) is not None)
     if len(ranks) > 1:
-        if any(layer_type(t) != LORA for t, _, _ in layers.values()):
-            raise ValueError(f"LoRA layers have different ranks {sorted(ranks)}; LoHa / LoKr / OFT layers of different ranks "
-                             "cannot continue (LoRA layers are padded to the largest).")
+        if any(layer_type(t) not in (LORA, LOHA) or "hada_t1" in t for t, _, _ in layers.values()):
+            raise ValueError(f"LoRA layers have different ranks {sorted(ranks)}; LoKr, OFT and Tucker-form LoHa layers of "
+                             "different ranks cannot continue (LoRA and LoHa layers are padded to the largest).")
         layers = {key: (*_pad_rank(t, a, max(ranks)), kohya) for key, (t, a, kohya) in layers.items()}
         ranks = Counter([max(ranks)])
     # a LoKr file of full matrices only has no rank in its tensors: the one it was trained with

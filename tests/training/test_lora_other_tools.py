@@ -414,15 +414,15 @@ def _bad_files(path) -> dict[str, tuple[dict, dict]]:
     k = "lora_unet_transformer_blocks_0_attn_to_k"
     size = model("qwen").transformer.get_submodule("transformer_blocks.0.attn.to_q").in_features
     return {
-        "loha-ranks": ({**{f"{q}.{n}": t for n, t in lycoris_layer("loha", size, size, rank=4)[0].items()},
-                        **{f"{k}.{n}": t for n, t in lycoris_layer("loha", size, size, rank=2)[0].items()}}, {"peft_type": "LOHA"}),
+        "lokr-ranks": ({**{f"{q}.{n}": t for n, t in lycoris_layer("lokr", size, size, rank=4)[0].items()},
+                        **{f"{k}.{n}": t for n, t in lycoris_layer("lokr", size, size, rank=2)[0].items()}}, {"peft_type": "LOKR"}),
         "layout": ({"model.diffusion_model.out.weight": rand(4, 4)}, {}),
         "shape": ({f"{q}.lora_down.weight": rand(4, size + 1), f"{q}.lora_up.weight": rand(size, 4)}, {}),
         "peft_type": ({f"{q}.lora_down.weight": rand(4, size), f"{q}.lora_up.weight": rand(size, 4)}, {"peft_type": "LOHA"}),
     }
 
 
-@pytest.mark.parametrize("case", ["loha-ranks", "layout", "shape", "peft_type"])
+@pytest.mark.parametrize("case", ["lokr-ranks", "layout", "shape", "peft_type"])
 def test_every_refusal_names_the_field_and_the_file(case, tmp_path):
     tensors, options = _bad_files(tmp_path)[case]
     save_file(tensors, str(tmp_path / "bad.safetensors"))
@@ -450,6 +450,23 @@ def test_layers_of_different_ranks_are_padded_to_the_largest_exactly(entries, tm
     save_file(tensors, str(tmp_path / "ranks.safetensors"))
     assert_deltas(loaded_deltas(m, tmp_path / "ranks.safetensors"), want)
     setup(m, tmp_path / "ranks.safetensors")
+    for key, w in want.items():
+        torch.testing.assert_close(forward_delta(m, key), w, rtol=1e-4, atol=1e-5)
+
+
+def test_loha_layers_of_different_ranks_are_padded_to_the_largest_exactly(tmp_path):
+    """LyCORIS' LoHa with conv_dim != dim: each layer's delta as the file means it (refused before)."""
+    m = model("qwen")
+    modules = dict(m.transformer.named_modules())
+    tensors, want = {}, {}
+    for module_path, rank, alpha in zip(NAMED["qwen"].values(), (4, 2, 8), (2.0, 1.0, 8.0), strict=True):
+        linear = modules[module_path]
+        entries, delta = lycoris_layer("loha", linear.out_features, linear.in_features, rank=rank)
+        name = "lora_unet_" + module_path.replace(".", "_")
+        tensors.update({f"{name}.{k}": v for k, v in entries.items()} | {f"{name}.alpha": torch.tensor(alpha)})
+        want[f"transformer.{module_path}"] = delta * (alpha / rank)
+    save_file(tensors, str(tmp_path / "loha.safetensors"))
+    setup(m, tmp_path / "loha.safetensors", peft_type="LOHA")
     for key, w in want.items():
         torch.testing.assert_close(forward_delta(m, key), w, rtol=1e-4, atol=1e-5)
 
