@@ -24,6 +24,7 @@ from .fields import nested_section, strip_optional
 from .json_file import MAX_LIST_ITEMS, may_read, read_json
 from .migrations import migrate, strip_ot_versions
 from .optimizer import OptimizerConfig
+from .ot_optimizer import read_onetrainer_optimizer
 from .ot_samples import fill_onetrainer_samples
 from .schema import TrainConfig
 from .validation import ConfigError, LoadResult, strip_unknown, validate
@@ -46,6 +47,8 @@ def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, 
     warnings: list[str] = []
     written = "__version" in data  # a file OneTrainer wrote (a preset or a dict made by hand has none)
     data = to_our_layout(data)
+    if isinstance(data.get("optimizer"), dict):  # what OneTrainer trains with for a null or left-out setting
+        warnings += read_onetrainer_optimizer(data["optimizer"], fill_missing=written)
     warnings += _weight_types_changed(data)
     warnings += imported_attention(data)
     read_samples = False

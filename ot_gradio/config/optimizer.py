@@ -1,7 +1,8 @@
 """The optimizer and every parameter OneTrainer knows for it (its TrainOptimizerConfig).
 
 Blank (None) means "the optimizer's own default". The defaults of each optimizer are listed in
-``optimizer_defaults.json`` (OneTrainer's), which the page offers as "Load defaults".
+``optimizer_defaults.json`` (OneTrainer's), which the page offers as "Load defaults". A OneTrainer
+config's null settings are read as its create.py reads them, on import (ot_optimizer.py).
 """
 
 from __future__ import annotations
