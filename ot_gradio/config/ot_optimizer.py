@@ -108,10 +108,10 @@ NULL_READS_AS: dict[str, dict[str, Any]] = {
              "initial_accumulator": 1e-6, "eps": 1e-3},
 }
 
-# OneTrainer's TrainOptimizerConfig defaults (what a setting left out of the file is) where they are
-# not ours: our page turns the fast kernels on (optimizer.WORKING_DEFAULTS). Its other defaults
-# are ours; those that are None mean create.py's fallback.
-_ONETRAINER_DEFAULTS = {"foreach": False, "fused": False}
+# torch's fused / foreach kernels: the same step, faster. create.py's fallback (off) is not taken:
+# a null keeps our page's (optimizer.WORKING_DEFAULTS), as a run imported from OneTrainer should
+# not be slower for what it learns identically.
+SPEED_ONLY = frozenset({"fused", "foreach"})
 
 
 def read_onetrainer_optimizer(section: dict[str, Any], fill_missing: bool) -> list[str]:
@@ -124,10 +124,12 @@ def read_onetrainer_optimizer(section: dict[str, Any], fill_missing: bool) -> li
         return []
     unset = []
     for key, fallback in fallbacks.items():
+        if key in SPEED_ONLY:
+            continue
         if key not in section:
             if not fill_missing:
                 continue
-            default = _ONETRAINER_DEFAULTS.get(key, OptimizerConfig.model_fields[key].default)
+            default = OptimizerConfig.model_fields[key].default
             section[key] = fallback if default is None else default
         elif section[key] is None:
             section[key] = fallback

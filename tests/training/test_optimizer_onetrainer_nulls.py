@@ -11,6 +11,7 @@ import torch
 from ot_gradio.config.enums import Optimizer as O
 from ot_gradio.config.io import load_config
 from ot_gradio.config.optimizer import OptimizerConfig, effective_settings
+from ot_gradio.config.ot_optimizer import SPEED_ONLY
 from ot_gradio.training.optimizers import LIBRARY_LACKS, NOT_CONSTRUCTOR_ARGS, OPTIMIZERS, create_optimizer, resolve_settings
 
 INF = float("inf")
@@ -124,7 +125,7 @@ def test_all_null_optimizer_section_trains_with_create_py_fallbacks(name: O) -> 
     kwargs, settings = resolve_settings(config), effective_settings(config)
     wrong = {}
     for key, ot in CREATE_PY[name.value].items():
-        if key in LIBRARY_LACKS.get(name, {}):
+        if key in LIBRARY_LACKS.get(name, {}) or key in SPEED_ONLY:  # the fast kernels stay ours: the same step
             continue
         expected = OURS.get((name.value, key), ot)
         got = _value(optimizer, kwargs, settings, name, key)
@@ -138,7 +139,7 @@ def test_left_out_settings_are_onetrainers_in_a_file_it_wrote() -> None:
     """A setting left out of a file OneTrainer wrote (an older version's) is TrainOptimizerConfig's
     default, None there meaning create.py's fallback; a config made by hand keeps our page's defaults."""
     written = load_config({"__version": 11, "optimizer": {"optimizer": "SCHEDULE_FREE_SGD"}}).config.optimizer
-    assert (written.weight_decay, written.foreach, written.r) == (0, False, 0)
+    assert (written.weight_decay, written.foreach, written.r) == (0, True, 0)  # foreach: ours (speed only)
     by_hand = load_config({"optimizer": {"optimizer": "SCHEDULE_FREE_SGD"}}).config.optimizer
     assert (by_hand.weight_decay, by_hand.foreach) == (None, True)  # blank: our defaults table (0.01)
     assert effective_settings(by_hand)["weight_decay"] == 0.01
