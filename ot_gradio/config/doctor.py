@@ -32,6 +32,7 @@ from .families import (
 from .fields import PLANNED, field_meta, nested_section
 from .flow_options import flow_matching_conflicts
 from .gguf import gguf_problems
+from .include_parts import include_problems, include_warnings
 from .kohya_habits import kohya_warnings
 from .media_files import IMAGE_EXTENSIONS
 from .optimizer import (
@@ -173,6 +174,7 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
     warnings += svd_warnings(config)
     warnings += attention_warnings(config)
     warnings += lokr_dora_warnings(config)
+    warnings += include_warnings(config)
     changed = planned_changes(config) if include_planned else []
     if changed:
         warnings.append("These options are set but the trainer does not support them yet, so they will be ignored: " + ", ".join(changed) + ".")
@@ -302,6 +304,7 @@ def errors(config: TrainConfig) -> list[str]:
     out += inpainting_sample_problems(config)
     out += control_sample_problems(config)
     out += gguf_problems(config)
+    out += include_problems(config)
     out += svd_problems(config)
     out += bucket_problems(config)
     if DataType(config.fallback_train_dtype) not in (DataType.BFLOAT_16, DataType.FLOAT_32):

@@ -74,6 +74,13 @@ def lora_layout(model_type: M | str, fmt: ModelFormat | str) -> str | None:
     return None
 
 
+def includable_parts(model_type: M | str) -> tuple[str, ...]:
+    """The parts `<part>.include: false` leaves out for this model type (FamilyInfo.includable): ()
+    where OneTrainer offers no such switch and every part loads."""
+    info = family_info(model_type)
+    return info.includable if info else ()
+
+
 def trainable_parts(model_type: M | str) -> tuple[str, ...]:
     """The parts a method may train: the denoiser and the text encoders."""
     info = family_info(model_type)

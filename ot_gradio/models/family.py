@@ -18,6 +18,9 @@ class Family:
     part_names: tuple[str, ...] = ()  # every part by its config section name, denoiser first
     denoiser = "unet"  # the part that predicts noise
     text_encoder_names: tuple[str, ...] = ("text_encoder",)
+    # text encoders left out of this run (include: false; models/excluded_parts.py): held as None and
+    # missing from part_names, text_encoder_names and tokenizer_attrs of the instance
+    excluded_parts: frozenset[str] = frozenset()
     tokenizer_attrs: dict[str, str] = {"text_encoder": "tokenizer"}  # text encoder part -> its tokenizer attribute
     text_encoder_files = False  # each text encoder may load from a .safetensors file of its own (text_encoder*.model_name)
     inpainting = False  # the denoiser takes the masked image and the mask as input (sd_inpainting.py, Flux Fill)

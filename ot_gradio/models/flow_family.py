@@ -18,7 +18,7 @@ below (`_single_file_transformer`, `_from_pipeline`, `sample_options`, `sampling
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -41,6 +41,7 @@ from ot_gradio.models.common import (
     wan_vae_encode,
     weights_fingerprint,
 )
+from ot_gradio.models.excluded_parts import excluded_now, excluding, left_out, left_out_of, without_excluded
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import CheckedLayerSkips, HubLoading, KlVaeLatents, sentencepiece_files_readable
 from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_for_sampling
@@ -165,12 +166,18 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
 
     def __init__(self, components: Mapping):
         """The parts of a loaded pipeline; a missing text encoder or tokenizer is a ModelLoadError."""
+        excluded = excluded_now() & set(self.tokenizer_attrs)  # text encoders left out of the run (include: false)
         for part, attr in self.tokenizer_attrs.items():
+            if part in excluded:
+                setattr(self, part, None)
+                setattr(self, attr, None)
+                continue
             if components.get(part) is None or components.get(attr) is None:
                 raise ModelLoadError(f"The model has no {part} / {attr}; {self.family_name} needs "
                                      f"{self.text_encoder_description}. Pick a complete model.")
             setattr(self, part, components[part])
             setattr(self, attr, components[attr])
+        without_excluded(self, excluded)
         self.vae = components["vae"]
         self.transformer = components["transformer"]
         self.scheduler = components["scheduler"]  # FlowMatchEulerDiscreteScheduler with the model's shift
@@ -191,12 +198,19 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
     @classmethod
     def load(cls, name: str, *, cache_dir: str | None = None, offline: bool = False, token: str | None = None,
              dtypes: Mapping[str, torch.dtype] | None = None, config_dir: str | None = None,
-             part_models: Mapping[str, str] | None = None):
+             part_models: Mapping[str, str] | None = None, excluded: Collection[str] = ()):
         """From a hub id, a diffusers folder, a `tiny:` name or (`single_file_layout`) a transformer
         file with the other parts and the configs from `config_dir`, else the hub repo. Each part
         loads straight in its dtype (`dtypes` keys: the parts; float32 when not named).
         `part_models["transformer"]`: as OneTrainer, the transformer comes from that file (or
-        Hugging Face file address) instead, read with the base model's transformer config."""
+        Hugging Face file address) instead, read with the base model's transformer config.
+        `excluded`: text encoders left out (include: false; models/excluded_parts.py): not read at all."""
+        with excluding(excluded):
+            return cls._load(name, cache_dir=cache_dir, offline=offline, token=token, dtypes=dtypes, config_dir=config_dir,
+                             part_models={p: m for p, m in dict(part_models or {}).items() if p not in excluded})
+
+    @classmethod
+    def _load(cls, name: str, *, cache_dir, offline, token, dtypes, config_dir, part_models):
         per_part = part_dtypes(dtypes, cls.part_names) | {"default": torch.float32}
         name = str(name or "").strip()
         override = str(dict(part_models or {}).get("transformer") or "").strip()
@@ -310,8 +324,9 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         """The family's pipeline from a diffusers folder or hub repo (`hub`: its loading
         keywords), with `parts` given and text-only tokenizers where the model ships processors
         (put in after loading: diffusers refuses a tokenizer passed for a processor part)."""
-        tokenizers = cls._text_only_tokenizers(source, hub)
-        pipe = cls._pipeline_class().from_pretrained(source, dtype=dtype, **dict.fromkeys(tokenizers), **parts, **hub)
+        skipped = left_out(cls.tokenizer_attrs)  # text encoders left out of the run, and their tokenizers
+        tokenizers = {k: v for k, v in cls._text_only_tokenizers(source, hub).items() if k not in skipped}
+        pipe = cls._pipeline_class().from_pretrained(source, dtype=dtype, **dict.fromkeys(tokenizers), **parts, **skipped, **hub)
         if tokenizers:
             pipe.register_modules(**tokenizers)
         return pipe
@@ -465,6 +480,7 @@ class FlowFamily(Family, HubLoading, KlVaeLatents, CheckedLayerSkips):
         """The family's diffusers pipeline sharing this model's (possibly adapter-wrapped) parts."""
         components = {part: base_module(module) for part, module in self.parts.items()}
         components.update({attr: self.tokenizers[part] for part, attr in self.tokenizer_attrs.items()})
+        components.update(left_out_of(self))  # text encoders left out of the run: None, as the pipeline takes them
         scheduler = type(self.scheduler).from_config(self.scheduler.config)
         pipe = self._pipeline_class()(scheduler=scheduler, **components, **self.pipeline_config)
         pipe.set_progress_bar_config(disable=True)

@@ -37,6 +37,7 @@ from ot_gradio.models.common import (
     plain_state_dict,
     torch_dtype,
 )
+from ot_gradio.models.excluded_parts import caption_lists, zeros
 from ot_gradio.models.flow_family import FlowFamily, pack_latents, unpack_latents
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.transformer_file import assign_converted_weights, read_transformer_file
@@ -116,7 +117,8 @@ class FluxDev1(FlowFamily):
         self.guidance_scale = float(config.transformer.guidance_scale)  # unused by models without guidance embedding
         length = getattr(config, self.t5_length_option, None)
         self.t5_sequence_length = int(length or DEFAULT_T5_SEQUENCE_LENGTH)
-        self.tokenizers[self.t5_part].model_max_length = self.t5_sequence_length
+        if self.t5_part in self.tokenizers:  # (T5 left out: its zeros take the window)
+            self.tokenizers[self.t5_part].model_max_length = self.t5_sequence_length
 
     # ---------------------------------------------------------------- text
 
@@ -148,9 +150,12 @@ class FluxDev1(FlowFamily):
     def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()):
         """{"encoder_hidden_states": T5's sequence, "pooled_projections": CLIP-L's pooled output};
         `captions` is one list or one per text encoder part (caption dropout per encoder)."""
-        texts = {part: list(captions[part] if isinstance(captions, Mapping) else captions) for part in self.text_encoder_names}
-        hidden = self.encode_t5(texts[self.t5_part], self.t5_part in grad)
-        pooled = self.encode_clip_pooled(texts["text_encoder"], "text_encoder" in grad)
+        texts, batch = caption_lists(captions, self.text_encoder_names)
+        config = base_module(self.transformer).config  # a part left out (include: false) reads zeros of its output's shape
+        hidden = self.encode_t5(texts[self.t5_part], self.t5_part in grad) if self.t5_part in texts else \
+            zeros(self.transformer, batch, self.t5_sequence_length, config.joint_attention_dim)
+        pooled = self.encode_clip_pooled(texts["text_encoder"], "text_encoder" in grad) if "text_encoder" in texts else \
+            zeros(self.transformer, batch, config.pooled_projection_dim)
         return {"encoder_hidden_states": hidden, "pooled_projections": pooled.to(hidden.device)}
 
     # ---------------------------------------------------------------- training

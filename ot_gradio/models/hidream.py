@@ -40,6 +40,7 @@ import torch
 
 from ot_gradio.config.enums import ModelType
 from ot_gradio.models.common import ModelLoadError, base_module, compute_dtype, input_dtype, module_device
+from ot_gradio.models.excluded_parts import caption_lists, excluded_now, split_width, zeros
 from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, flow_training_scheduler
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sampling_parts import generation_size
@@ -118,7 +119,8 @@ class HiDream(IdentityLoraNames, FlowFamily):
 
     def __init__(self, components: Mapping):
         super().__init__(components)
-        self.tokenizer_4.pad_token = self.tokenizer_4.eos_token  # as the pipeline sets it
+        if self.tokenizer_4 is not None:  # (Llama left out: include false)
+            self.tokenizer_4.pad_token = self.tokenizer_4.eos_token  # as the pipeline sets it
         self.noise_scheduler = flow_training_scheduler(self.scheduler)  # a repo sampling with UniPC in flow mode too
         self._sample_px = (1024, 1024)
 
@@ -144,7 +146,9 @@ class HiDream(IdentityLoraNames, FlowFamily):
         from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
         llama, cache_dir, token, offline = _LLAMA_SOURCE.get()
-        if llama:
+        if LLAMA_PART in excluded_now():  # left out of the run (include: false): neither loaded nor asked for
+            pass
+        elif llama:
             path = Path(llama).expanduser()
             src, where = (str(path), {"local_files_only": True}) if path.is_dir() else \
                 (llama, {"cache_dir": cache_dir, "token": token, "local_files_only": offline})
@@ -206,12 +210,19 @@ class HiDream(IdentityLoraNames, FlowFamily):
     def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()):
         """{"pooled_embeds": CLIP-L | CLIP-G, "t5": T5's states, "llama": Llama's (B, layers, tokens,
         width)}; `captions` is one list or one per text encoder part (caption dropout per encoder)."""
-        texts = {part: [str(t) for t in (captions[part] if isinstance(captions, Mapping) else captions)] for part in self.text_encoder_names}
-        pooled = [self.encode_clip_pooled(part, texts[part], part in grad) for part in CLIP_PARTS]
-        ids, mask = self._tokens(T5_PART, texts[T5_PART])
-        on_meta = module_device(self.text_encoder_3).type == "meta"  # the probe: as for Llama, no padding mask
-        t5 = self.padding_zeroed(self.t5_hidden_states(T5_PART, ids, None if on_meta else mask, grad=T5_PART in grad), mask)
-        llama = self.encode_llama(texts[LLAMA_PART], LLAMA_PART in grad)
+        texts, batch = caption_lists(captions, self.text_encoder_names)
+        config = base_module(self.transformer).config  # a part left out (include: false) reads zeros of its output's shape
+        present = {part: self.encode_clip_pooled(part, texts[part], part in grad) for part in CLIP_PARTS if part in texts}
+        widths = split_width(config.text_emb_dim, {part: p.shape[-1] for part, p in present.items()}, CLIP_PARTS)
+        pooled = [present[part] if part in present else zeros(self.transformer, batch, widths[part]) for part in CLIP_PARTS]
+        if T5_PART in texts:
+            ids, mask = self._tokens(T5_PART, texts[T5_PART])
+            on_meta = module_device(self.text_encoder_3).type == "meta"  # the probe: as for Llama, no padding mask
+            t5 = self.padding_zeroed(self.t5_hidden_states(T5_PART, ids, None if on_meta else mask, grad=T5_PART in grad), mask)
+        else:
+            t5 = zeros(self.transformer, batch, SEQUENCE_LENGTH, config.caption_channels[0])
+        llama = self.encode_llama(texts[LLAMA_PART], LLAMA_PART in grad) if LLAMA_PART in texts else \
+            zeros(self.transformer, batch, max(config.llama_layers) + 1, SEQUENCE_LENGTH, config.caption_channels[1])
         device = t5.device
         return {"pooled_embeds": torch.cat([p.to(device) for p in pooled], dim=-1), "t5": t5, "llama": llama.to(device)}
 

@@ -49,6 +49,7 @@ from ot_gradio.models.common import (
     input_dtype,
     module_device,
 )
+from ot_gradio.models.excluded_parts import caption_lists, zeros
 from ot_gradio.models.flow_family import FlowFamily
 from ot_gradio.models.key_layout import save_tensors
 from ot_gradio.models.registry import register_family
@@ -101,7 +102,7 @@ class HunyuanVideo(VideoSampling, FlowFamily):
         from ot_gradio.models.key_layout import layer_paths
 
         paths = {part: [p.removeprefix("text_model.") for p in layer_paths(base_module(getattr(self, part)))]
-                 for part in ("text_encoder", "text_encoder_2")}  # save_lora drops CLIP's `text_model.`
+                 for part in self.text_encoder_names}  # save_lora drops CLIP's `text_model.`
         return hunyuan_video(base_module(self.transformer), paths)
 
     @classmethod
@@ -151,7 +152,8 @@ class HunyuanVideo(VideoSampling, FlowFamily):
         """The Llama token window after the template; the tokenizer's model_max_length follows
         it (template included), so cached text embeddings are keyed by it."""
         self._sequence_length = int(length or DEFAULT_SEQUENCE_LENGTH)
-        self.tokenizer.model_max_length = self._sequence_length + prompt_template()["crop_start"]
+        if self.tokenizer is not None:  # (Llama left out: its zeros take the window)
+            self.tokenizer.model_max_length = self._sequence_length + prompt_template()["crop_start"]
 
     def configure_flow(self, config) -> None:
         """The run's guidance value trained and Llama's token window (blank: 256), then the video
@@ -213,9 +215,16 @@ class HunyuanVideo(VideoSampling, FlowFamily):
     def encode_text(self, captions: Sequence[str] | Mapping[str, Sequence[str]], grad: frozenset[str] | set[str] = frozenset()):
         """{"encoder_hidden_states", "attention_mask": Llama's, "pooled_projections": CLIP's};
         `captions` is one list or one per text encoder part (caption dropout per encoder)."""
-        texts = {part: [str(t) for t in (captions[part] if isinstance(captions, Mapping) else captions)] for part in self.text_encoder_names}
-        hidden, mask = self.encode_llama(texts["text_encoder"], "text_encoder" in grad)
-        pooled = self.encode_clip_pooled(texts["text_encoder_2"], "text_encoder_2" in grad)
+        texts, batch = caption_lists(captions, self.text_encoder_names)
+        config = base_module(self.transformer).config  # a part left out (include: false) reads zeros of its output's shape
+        if "text_encoder" in texts:
+            hidden, mask = self.encode_llama(texts["text_encoder"], "text_encoder" in grad)
+        else:  # the mask keeps one token: an all-zero mask would divide by zero in the transformer's token refiner
+            hidden = zeros(self.transformer, batch, self.text_encoder_sequence_length, config.text_embed_dim)
+            mask = torch.zeros(batch, self.text_encoder_sequence_length, dtype=torch.long, device=hidden.device)
+            mask[:, 0] = 1
+        pooled = self.encode_clip_pooled(texts["text_encoder_2"], "text_encoder_2" in grad) if "text_encoder_2" in texts else \
+            zeros(self.transformer, batch, config.pooled_projection_dim)
         return {"encoder_hidden_states": hidden, "attention_mask": mask, "pooled_projections": pooled.to(hidden.device)}
 
     # ---------------------------------------------------------------- training

@@ -45,6 +45,7 @@ from ot_gradio.models.common import (
     module_device,
     module_dtype,
 )
+from ot_gradio.models.excluded_parts import caption_lists, left_out, split_width, zeros
 from ot_gradio.models.flow_family import FlowFamily
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sd15 import StableDiffusion15
@@ -54,6 +55,7 @@ from ot_gradio.models.transformer_file import transformer_file_source
 from ot_gradio.models.weight_variants import local_variant
 
 T5_PART = "text_encoder_3"
+CLIP_LENGTH = 77  # the CLIP tokenizers' window
 CLIP_PARTS = ("text_encoder", "text_encoder_2")
 DEFAULT_T5_SEQUENCE_LENGTH = 77
 TOKENIZERS = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2", "text_encoder_3": "tokenizer_3"}
@@ -112,6 +114,7 @@ class StableDiffusion3(FlowFamily):
                     "The text encoder files are read with its configs; check the id, your network and, for gated models, the "
                     "access token.")
             components = cls._guarded(name, lambda: parts_from_files(files, *source, dtype), hint)
+        components = {**components, **left_out(cls.tokenizer_attrs)}  # text encoders left out of the run: not read
         return StableDiffusion15._load_pipeline.__func__(cls, name, cache_dir=cache_dir, offline=offline, token=token,
                                                           config_dir=config_dir, components=components)
 
@@ -159,7 +162,7 @@ class StableDiffusion3(FlowFamily):
         # encoders from their files or the config folder / repo (diffusers' pipeline loader would drop the scales)
         if has_text and not quantized_file(path):
             components = cls._guarded(str(path), lambda: parts_from_files(files, config, hub, dtype or {}),
-                                      cls._single_file_hint(config_dir, "text encoders' configs"))
+                                      cls._single_file_hint(config_dir, "text encoders' configs")) | left_out(cls.tokenizer_attrs)
             return StableDiffusion15._load_single_file.__func__(
                 cls, path, cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir, components=components
             )
@@ -167,7 +170,7 @@ class StableDiffusion3(FlowFamily):
         def load():
             from diffusers import AutoencoderKL, SD3Transformer2DModel
 
-            parts = parts_from_files(files, config, hub, dtype or {})
+            parts = parts_from_files(files, config, hub, dtype or {}) | left_out(cls.tokenizer_attrs)
             # ComfyUI's fp8-scaled file: its weights read back to their values (diffusers would drop the scales)
             dtypes = dict(dtype or {})
             source = transformer_file_source(path, dtypes.get("transformer", dtypes.get("default", torch.float32)))
@@ -188,7 +191,8 @@ class StableDiffusion3(FlowFamily):
         check_lora_output(config)
         length = getattr(config, "text_encoder_3_sequence_length", None)
         self.t5_sequence_length = int(length or DEFAULT_T5_SEQUENCE_LENGTH)
-        self.tokenizer_3.model_max_length = self.t5_sequence_length
+        if self.tokenizer_3 is not None:  # (T5 left out: its zeros take the window)
+            self.tokenizer_3.model_max_length = self.t5_sequence_length
 
     # ---------------------------------------------------------------- text
 
@@ -218,10 +222,17 @@ class StableDiffusion3(FlowFamily):
         "pooled_projections": CLIP-L's and CLIP-G's projections side by side}, as
         StableDiffusion3Pipeline.encode_prompt builds them. `captions` is one list or one per
         text encoder part (caption dropout per encoder); gradients flow through the parts in `grad`."""
-        texts = {part: list(captions[part] if isinstance(captions, Mapping) else captions) for part in self.text_encoder_names}
-        (h1, p1), (h2, p2) = (self._encode_clip(part, texts[part], part in grad) for part in CLIP_PARTS)
-        t5 = self._encode_t5(texts[T5_PART], T5_PART in grad)
+        texts, batch = caption_lists(captions, self.text_encoder_names)
+        clips = {part: self._encode_clip(part, texts[part], part in grad) for part in CLIP_PARTS if part in texts}
+        config = base_module(self.transformer).config  # a part left out (include: false) reads zeros of its output's shape
+        t5 = self._encode_t5(texts[T5_PART], T5_PART in grad) if T5_PART in texts else \
+            zeros(self.transformer, batch, self.t5_sequence_length, config.joint_attention_dim)
         device = t5.device
+        widths = split_width(config.pooled_projection_dim, {part: p.shape[-1] for part, (_, p) in clips.items()}, CLIP_PARTS)
+        for part in CLIP_PARTS:
+            if part not in clips:  # CLIP-L's or CLIP-G's 77 tokens and pooled output (their widths are equal)
+                clips[part] = (zeros(self.transformer, batch, CLIP_LENGTH, widths[part]), zeros(self.transformer, batch, widths[part]))
+        (h1, p1), (h2, p2) = (clips[part] for part in CLIP_PARTS)
         clip = torch.cat([h1.to(device), h2.to(device)], dim=-1)
         clip = torch.nn.functional.pad(clip, (0, t5.shape[-1] - clip.shape[-1]))
         return {

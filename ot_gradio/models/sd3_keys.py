@@ -37,7 +37,8 @@ KOHYA_PREFIXES = {
 def module_names(model: Any) -> dict[str, dict[str, str]]:
     """part -> {module path: module path} for the transformer and T5, whose `_`-joined names need
     the model to be read back (CLIP names are read by rule, as for SDXL)."""
-    return {part: {p: p for p in layer_paths(base_module(getattr(model, part)))} for part in ("transformer", "text_encoder_3")}
+    return {part: {p: p for p in layer_paths(base_module(getattr(model, part)))} for part in ("transformer", "text_encoder_3")
+            if part in model.parts}  # (T5 left out of the run: include false)
 
 
 def check_lora_output(config: Any) -> None:

@@ -236,8 +236,8 @@ class DiffusionStep:
             drop = (self.rand(len(captions)) < whole).tolist()
             captions = ["" if d else c for c, d in zip(captions, drop, strict=True)]
         parts = self.model.text_encoder_names
-        if len(parts) == 1:
-            return self.captions(captions, parts[0])
+        if len(parts) <= 1:  # (none: every text encoder left out, include: false)
+            return self.captions(captions, parts[0]) if parts else captions
         return {part: self.captions(captions, part) for part in parts}
 
     def text_variants(self, caption: str) -> list[str | dict[str, str]]:
@@ -249,8 +249,8 @@ class DiffusionStep:
         parts = self.model.text_encoder_names
         whole = bool(caption) and float(getattr(self.config, "caption_dropout_probability", 0.0) or 0.0) > 0
         options = [[caption, ""] if getattr(self.config, part).dropout_probability > 0 and caption else [caption] for part in parts]
-        if len(parts) == 1:
-            return [caption, ""] if whole else list(options[0])
+        if len(parts) <= 1:
+            return [caption, ""] if whole else list(options[0]) if parts else [caption]
         variants = [dict(zip(parts, choice, strict=True)) for choice in itertools.product(*options)]
         if whole and (empty := dict.fromkeys(parts, "")) not in variants:  # every encoder's caption dropped at once
             variants.append(empty)

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from ..config.enums import GradientCheckpointing
+from ..config.include_parts import excluded_parts
 from .memory_probe import (
     LiveBytes,
     _is_checkpointing,
@@ -440,7 +441,8 @@ def estimate(config: Any) -> dict[str, Any]:
                "token": config.secrets.huggingface_token or None}
         use_civitai_token(config.secrets.civitai_token)
         model = family.load(base_model_source(config.base_model_name, **hub, model_type=config.model_type.value), dtypes=dtypes, **hub,
-                            part_models={part: getattr(config, part).model_name for part in parts})
+                            part_models={part: getattr(config, part).model_name for part in parts},
+                            **({"excluded": excluded} if (excluded := excluded_parts(config)) else {}))  # include: false
         model.to(device)
         configure_model(model, config, device, precision)
         method = get_method(config.training_method)

@@ -18,6 +18,7 @@ import torch
 from ..config.doctor import only_cache_problem
 from ..config.enums import EMAMode
 from ..config.families import family_info
+from ..config.include_parts import excluded_parts
 from ..config.lr_schedules import warmup_steps
 from ..config.optimizer import SCHEDULE_FREE
 from ..models.civitai_download import unpinned_version_note
@@ -101,6 +102,7 @@ class TrainerSetup:
                     **hub,
                     dtypes=dtypes,
                     part_models={part: getattr(cfg, part).model_name for part in family_info(cfg.model_type).parts},
+                    **({"excluded": excluded} if (excluded := excluded_parts(cfg)) else {}),  # include: false
                 )
                 try:  # a LoRA or embeddings to start from that download: fetched here, in the watch, on the main process first
                     fetch_start_files(cfg)

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..config.base_model_match import base_model_mismatch
 from ..config.enums import GGUF_TYPES, LearningRateScheduler
+from ..config.families import includable_parts
 from ..config.lr_schedules import lr_curve
 from ..config.param_counts import EXTRA_PARAMS, PARAMS
 
@@ -33,9 +34,13 @@ def _weights_table(config: dict[str, Any]) -> str:
         return f"No parameter counts for {config.get('model_type')} yet."
     rows = ["| part | parameters | weight dtype | memory |", "|---|---|---|---|"]
     total = 0.0
+    left_out = includable_parts(str(config.get("model_type", "")))
     for part, n in counts.items():
         section = config.get(part) or {}
         dtype = section.get("weight_dtype", "FLOAT_32")
+        if part in left_out and section.get("include", True) is False:  # not loaded (include off)
+            rows.append(f"| {part} | {n / 1e6:,.0f} M | left out (Include off) | 0.00 GB |")
+            continue
         if dtype in GGUF_NAMES:  # the .gguf file's quantized weights, as they load
             gguf = Path(str(section.get("model_name") or "")).expanduser()
             if not gguf.is_file():

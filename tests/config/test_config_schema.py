@@ -71,9 +71,8 @@ def test_iter_fields_describes_fields():
 
 OK_PART = {"train", "learning_rate", "weight_dtype", "gradient_checkpointing", "stop_training_after", "stop_training_after_unit",
            "dropout_probability", "train_embedding", "guidance_scale", "offload_fraction", "activation_offloading",
-           "attention_mask", "model_name"}  # kept, not shown: OneTrainer reads only the transformer's attention mask and
-# the model names of the parts that show theirs (their own, acted-on fields); beta1 warmup is given to no optimizer;
-# `include` (OneTrainer leaves a text encoder out) is not acted on yet
+           "attention_mask", "model_name", "include"}  # kept, not shown: OneTrainer reads only the transformer's attention mask and
+# the model names of the parts that show theirs (their own, acted-on fields); beta1 warmup is given to no optimizer
 OK_OPTIMIZER = {"optimizer", "beta1", "beta1_warmup", "min_beta1", "beta2", "eps", "weight_decay", "amsgrad", "foreach", "fused", "maximize", "momentum",
                 "dampening", "nesterov", "alpha", "centered", "lr_decay", "initial_accumulator_value", "capturable", "differentiable",
                 # bitsandbytes, D-Adaptation, Prodigy, Adafactor, schedule-free, Lion; two settings act around the optimizer

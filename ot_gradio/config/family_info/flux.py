@@ -10,7 +10,7 @@ FLUX_PARTS, FLUX_TES = ("transformer", "text_encoder", "text_encoder_2", "vae"),
 FAMILIES = {
     M.FLUX_DEV_1: FamilyInfo(
         FLUX_PARTS, "transformer", FLUX_TES, implemented=True, transformer_file=True, text_encoder_files=True, gguf=True, bucket_step=16, schedule="flow_matching", zeroes_padding=True, attention=BACKEND_ATTENTION,  # bucket step: VAE 8 x patch 2
-        diffusers_lora=("FluxPipeline", ("text_encoder",)), text_encoder_labels=("CLIP-L", "T5"),
+        diffusers_lora=("FluxPipeline", ("text_encoder",)), text_encoder_labels=("CLIP-L", "T5"), includable=FLUX_TES,
         # lora_version: kohya's ss_base_model_version for Flux.1 (sd-scripts' "flux1")
         name="Flux.1", hub_repo="black-forest-labs/FLUX.1-dev", lora_version="flux1",
         preset="flux-dev-1-lora", preset_note="NF4 transformer and T5: fits a 16 GB card",

@@ -14,6 +14,7 @@ FAMILIES = {
         methods=ALL_METHODS, implemented=True, single_file=False, text_encoder_files=True, bucket_step=16, schedule="flow_matching", zeroes_padding=True, attention=SDP_ATTENTION,  # bucket: VAE 8 x patch 2
         diffusers_lora=("HiDreamImagePipeline", ()), name="HiDream", hub_repo="HiDream-ai/HiDream-I1-Full", lora_version="hidream",
         lora_unread=(("kohya", "text_encoder_4", "the kohya layout has no name for a fourth text encoder"),), text_encoder_labels=("CLIP-L", "CLIP-G", "T5", "Llama 3.1"),
+        includable=("text_encoder", "text_encoder_2", "text_encoder_3", "text_encoder_4"),
         preset="hidream-lora", preset_note="512 px; Llama 3.1 8B Instruct from text_encoder_4's model (gated: accept its license)",
         # HiDream-ai/HiDream-I1-Full transformer/config.json (16 double and 32 single MoE blocks of 2560,
         # 4 routed experts), meta-llama/Llama-3.1-8B-Instruct (LlamaForCausalLM) and the CLIP-L / CLIP-G

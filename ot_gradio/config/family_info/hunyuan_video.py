@@ -12,7 +12,7 @@ FAMILIES = {
     M.HUNYUAN_VIDEO: FamilyInfo(
         ("transformer", "text_encoder", "text_encoder_2", "vae"), "transformer", ("text_encoder", "text_encoder_2"), token_window=256,
         implemented=True, transformer_file=True, text_encoder_files=True, gguf=True, bucket_step=16, frame_step=4, schedule="flow_matching", attention=BACKEND_ATTENTION,  # bucket: VAE 8 x patch 2
-        diffusers_lora=("HunyuanVideoPipeline", ()), text_encoder_labels=("Llama", "CLIP-L"),
+        diffusers_lora=("HunyuanVideoPipeline", ()), text_encoder_labels=("Llama", "CLIP-L"), includable=("text_encoder", "text_encoder_2"),
         name="HunyuanVideo", hub_repo="hunyuanvideo-community/HunyuanVideo", lora_version="hunyuan_video",
         # KOHYA_LORA / COMFY_LORA: ComfyUI's names, q/k/v (and the single blocks' MLP input) one fused layer each
         # (models/comfy_lora_names.py hunyuan_video)

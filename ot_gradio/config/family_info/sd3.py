@@ -11,6 +11,7 @@ _SD3 = FamilyInfo(
     ("text_encoder", "text_encoder_2", "text_encoder_3"), implemented=True, text_encoder_files=True, bucket_step=16, schedule="flow_matching", zeroes_padding=True,
     attention=SDP_ATTENTION, diffusers_lora=("StableDiffusion3Pipeline", ("text_encoder", "text_encoder_2")),
     text_encoder_labels=("CLIP-L", "CLIP-G", "T5"),
+    includable=("text_encoder", "text_encoder_2", "text_encoder_3"),
 )
 _ENCODERS = {"text_encoder": CLIP_L_PROJ, "text_encoder_2": CLIP_G, "text_encoder_3": T5_XXL, "vae": VAE16}
 

@@ -1,0 +1,49 @@
+"""OneTrainer's part switch `include` before a run: a text encoder left out cannot train, and the
+switch on a model type (or part) that has no such choice is said to be ignored. Which parts may be
+left out is the family's description (FamilyInfo.includable); the model families act on it
+(models/excluded_parts.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .enums import TrainingMethod
+from .families import FAMILIES, family_info, includable_parts
+
+# the methods that train a part whose `train` is on (EMBEDDING trains vectors, FINE_TUNE_VAE the VAE)
+TRAINS_PARTS = (TrainingMethod.LORA, TrainingMethod.FINE_TUNE)
+
+
+def offering_families() -> str:
+    """The families that offer the switch, for messages ("SD 3, SD 3.5, Flux.1, ...")."""
+    names = dict.fromkeys(info.name or model_type.value for model_type, info in FAMILIES.items() if info.includable)
+    return ", ".join(names)
+
+
+def excluded_parts(config: Any) -> tuple[str, ...]:
+    """The parts this run leaves out: those of the model type's includable parts whose include is off."""
+    return tuple(part for part in includable_parts(config.model_type) if not getattr(config, part).include)
+
+
+def include_problems(config: Any) -> list[str]:
+    """A part left out with Train on: it is not loaded, so there is nothing to train (OneTrainer
+    fails on it mid-setup); refused before the run, naming both fields."""
+    if TrainingMethod(config.training_method) not in TRAINS_PARTS:
+        return []
+    return [f"{part}.include: {part} is left out of the run (not loaded), so it cannot train; turn {part}.train off, "
+            f"or {part}.include on." for part in excluded_parts(config) if getattr(config, part).train]
+
+
+def include_warnings(config: Any) -> list[str]:
+    """`include: false` on a part the model type always loads: ignored, said once. (Ideogram 4's
+    unconditional transformer is not a part: its section's settings are listed as not acted on yet.)"""
+    info = family_info(config.model_type)
+    if info is None:
+        return []
+    off = [p for p in info.parts if p not in info.includable and not getattr(getattr(config, p), "include", True)]
+    if not off:
+        return []
+    where = (f"{config.model_type.value} leaves out only {', '.join(info.includable)}" if info.includable
+             else f"{config.model_type.value} loads every part")
+    return [f"{', '.join(p + '.include' for p in off)}: not applicable, ignored: {where} (OneTrainer offers Include for "
+            f"the text encoders of {offering_families()} only)."]
