@@ -48,7 +48,7 @@ def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, 
     written = "__version" in data  # a file OneTrainer wrote (a preset or a dict made by hand has none)
     data = to_our_layout(data)
     if isinstance(data.get("optimizer"), dict):  # what OneTrainer trains with for a null or left-out setting
-        warnings += read_onetrainer_optimizer(data["optimizer"], fill_missing=written)
+        warnings += read_onetrainer_optimizer(data["optimizer"], fill_missing=written, learning_rate=data.get("learning_rate"))
     warnings += _weight_types_changed(data)
     warnings += imported_attention(data)
     read_samples = False

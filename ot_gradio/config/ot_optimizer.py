@@ -114,14 +114,17 @@ NULL_READS_AS: dict[str, dict[str, Any]] = {
 SPEED_ONLY = frozenset({"fused", "foreach"})
 
 
-def read_onetrainer_optimizer(section: dict[str, Any], fill_missing: bool) -> list[str]:
+def read_onetrainer_optimizer(section: dict[str, Any], fill_missing: bool, learning_rate: Any = None) -> list[str]:
     """Write into a OneTrainer optimizer section (our keys, before validation) what OneTrainer trains
     with for its null settings and, with `fill_missing` (a file OneTrainer wrote), those left out.
+    Muon's AdamW rate (`muon_adam_lr`) null is the run's `learning_rate` there (muon_util.py).
     Returns a warning for a null that OneTrainer leaves to the library and we cannot leave unset."""
     name = section.get("optimizer", OptimizerConfig.model_fields["optimizer"].default.value)
     fallbacks = NULL_READS_AS.get(name) if isinstance(name, str) else None
     if fallbacks is None:  # a wrong name: validation names it
         return []
+    if "MUON" in name and section.get("muon_adam_lr", None if fill_missing else 0) is None and isinstance(learning_rate, int | float):
+        section["muon_adam_lr"] = float(learning_rate)
     unset = []
     for key, fallback in fallbacks.items():
         if key in SPEED_ONLY:

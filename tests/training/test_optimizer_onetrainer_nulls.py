@@ -143,3 +143,11 @@ def test_left_out_settings_are_onetrainers_in_a_file_it_wrote() -> None:
     by_hand = load_config({"optimizer": {"optimizer": "SCHEDULE_FREE_SGD"}}).config.optimizer
     assert (by_hand.weight_decay, by_hand.foreach) == (None, True)  # blank: our defaults table (0.01)
     assert effective_settings(by_hand)["weight_decay"] == 0.01
+
+
+def test_a_null_muon_adam_rate_is_the_runs_learning_rate() -> None:
+    """OneTrainer's muon_util.py: the AdamW part of Muon trains at the run's learning rate when muon_adam_lr is null."""
+    imported = load_config({"__version": 11, "learning_rate": 2e-4, "optimizer": {**ALL_NULL, "optimizer": "MUON"}}).config
+    assert imported.optimizer.muon_adam_lr == 2e-4
+    by_hand = load_config({"learning_rate": 2e-4, "optimizer": {"optimizer": "MUON"}}).config
+    assert by_hand.optimizer.muon_adam_lr is None and effective_settings(by_hand.optimizer)["muon_adam_lr"] == 3e-4
