@@ -35,15 +35,20 @@ def include_problems(config: Any) -> list[str]:
 
 
 def include_warnings(config: Any) -> list[str]:
-    """`include: false` on a part the model type always loads: ignored, said once. (Ideogram 4's
-    unconditional transformer is not a part: its section's settings are listed as not acted on yet.)"""
+    """`include: false` on a part the model type always loads: ignored, said once; and a fine-tune
+    with a part left out, whose saved model lacks it. (Ideogram 4's unconditional transformer is
+    not a part: its section's settings are listed as not acted on yet.)"""
     info = family_info(config.model_type)
     if info is None:
         return []
+    left_out = excluded_parts(config)
+    saved = ([f"{', '.join(left_out)} left out (Include off): the fine-tuned model is saved without {'it' if len(left_out) == 1 else 'them'}; "
+              f"copy {'it' if len(left_out) == 1 else 'them'} from the base model to use the saved model in a pipeline."]
+             if left_out and TrainingMethod(config.training_method) == TrainingMethod.FINE_TUNE else [])
     off = [p for p in info.parts if p not in info.includable and not getattr(getattr(config, p), "include", True)]
     if not off:
-        return []
+        return saved
     where = (f"{config.model_type.value} leaves out only {', '.join(info.includable)}" if info.includable
              else f"{config.model_type.value} loads every part")
-    return [f"{', '.join(p + '.include' for p in off)}: not applicable, ignored: {where} (OneTrainer offers Include for "
-            f"the text encoders of {offering_families()} only)."]
+    return saved + [f"{', '.join(p + '.include' for p in off)}: not applicable, ignored: {where} (OneTrainer offers Include for "
+                    f"the text encoders of {offering_families()} only)."]

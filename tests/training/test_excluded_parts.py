@@ -103,3 +103,11 @@ def test_include_off_where_the_model_type_has_no_such_switch_is_not_applicable()
     assert not [e for e in errors(cfg) if ".include" in e]
     flux = TrainConfig.model_validate({"model_type": "FLUX_DEV_1", "vae": {"include": False}})
     assert any("vae.include" in w and "not applicable" in w for w in check(flux))
+
+
+def test_a_fine_tune_with_a_part_left_out_says_its_saved_model_lacks_it():
+    cfg = TrainConfig.model_validate({"model_type": "STABLE_DIFFUSION_3", "training_method": "FINE_TUNE",
+                                      "text_encoder_3": {"include": False, "train": False}})
+    assert [w for w in check(cfg) if w.startswith("text_encoder_3 left out (Include off): the fine-tuned model is saved without it")]
+    cfg.training_method = "LORA"
+    assert not [w for w in check(cfg) if "left out" in w]
