@@ -485,7 +485,7 @@ class Page(EditHandlers, ConfigFiles):
         with self._start_lock:  # two quick clicks must not start two runs
             for run in self.supervisor.active_runs():  # said, not raised: a refusal is no error (no traceback in the log)
                 gr.Warning(f"A run is already active ({run.run_id}); stop it first, or press Add to queue.")
-                return {}
+                return {self.monitor.problems: gr.skip()}  # an empty dict is one value to gradio: its error toast
             valid, problems, warnings = self.validate(config)
             if problems:
                 gr.Warning(f"{len(problems)} problem(s): nothing was started.")

@@ -53,14 +53,33 @@ class ConfigFiles:
         from ..config.presets import load_preset  # noqa: PLC0415
 
         overlay = load_preset(name)
-        kept = [key for key in ("concepts", "samples") if key not in overlay and (current or {}).get(key)]
+        current, demo_dropped = self._without_demo(name, current or {})
+        kept = [key for key in ("concepts", "samples") if key not in overlay and current.get(key)]
         config.update({key: copy.deepcopy(current[key]) for key in kept})
-        replaced = [key for key in ("concepts", "samples") if key in overlay and (current or {}).get(key) not in (None, [], overlay[key])]
+        replaced = [key for key in ("concepts", "samples") if key in overlay and current.get(key) not in (None, [], overlay[key])]
         self.autosave(config)
         save_ui_choice(self.workspace, preset=name)
         gr.Info(f"Preset {name} loaded" + (f"; your {' and '.join(kept)} are kept" if kept else "")
-                + (f"; its {' and '.join(replaced)} replace yours" if replaced else "") + ".")
+                + (f"; its {' and '.join(replaced)} replace yours" if replaced else "")
+                + (f"; the demo's {' and '.join(demo_dropped)} are left out: add your own on the Concepts tab" if demo_dropped else "")
+                + ".")
         return self.loaded(config)
+
+    def _without_demo(self, name: str, current: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """`current` without the demo preset's own concept (its shapes) and sample, when another
+        preset is loaded over the demo the page opens with: they must not train into a real LoRA."""
+        if name == "demo":
+            return current, []
+        demo = preset_config("demo", self.workspace)
+        demo_paths = {str(Path(c.get("path", ""))) for c in demo.get("concepts") or []}
+        out, dropped = dict(current), []
+        concepts = [c for c in current.get("concepts") or [] if str(Path(str(c.get("path", "")))) not in demo_paths]
+        if len(concepts) < len(current.get("concepts") or []):
+            out["concepts"], dropped = concepts, ["concept"]
+        samples = [s for s in current.get("samples") or [] if s not in (demo.get("samples") or [])]
+        if len(samples) < len(current.get("samples") or []):
+            out["samples"], dropped = samples, [*dropped, "sample"]
+        return out, dropped
 
     def read_any(self, path: str | Path, shown: str | None = None) -> dict[str, Any]:
         """A config file already confined by the caller; `shown`: its name in messages (an upload's

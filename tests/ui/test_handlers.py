@@ -56,7 +56,9 @@ def test_start_uses_the_form_as_shown_and_a_second_start_is_refused(page, fake_s
     assert config["learning_rate"] == 0.002
     assert json.loads(run.config.read_text())["learning_rate"] == 0.002
     with pytest.warns(UserWarning, match="already active"):
-        assert page.on_start(values) == {}  # said, not raised as an error (no traceback in the app's log)
+        second = page.on_start(values)  # said, not raised as an error (no traceback in the app's log)
+    # nothing changes on screen; an empty dict would be one value for two outputs (gradio's error toast)
+    assert list(second) == [page.monitor.problems] and isinstance(second[page.monitor.problems], type(gr.skip()))
     assert len(fake_start) == 1
 
 
@@ -306,3 +308,14 @@ def test_a_diffusion_pipe_config_by_its_path_finds_its_dataset(page, tmp_path):
     config = out[page.config_state]
     assert config["model_type"] == "HUNYUAN_VIDEO" and config["concepts"][0]["path"] == str(tmp_path / "data" / "cats")
     assert any("read as diffusion-pipe trains it" in str(w.message) for w in caught)
+
+
+def test_a_preset_loaded_over_the_demo_leaves_the_demos_concept_and_sample_out(page):
+    """The page opens on the demo; loading a real preset must not train the demo's shapes into the user's LoRA."""
+    demo = page.on_page_load()[page.config_state]
+    assert demo["concepts"] and demo["samples"]
+    mine = {"name": "cat", "path": str(page.workspace / "datasets" / "cat")}
+    config = page.on_preset("sd15-lora", {**demo, "concepts": [*demo["concepts"], mine]})[page.config_state]
+    assert [c["path"] for c in config["concepts"]] == [mine["path"]]  # the user's concept stays
+    assert config["samples"] == []
+    assert page.on_preset("demo", config)[page.config_state]["concepts"]  # the demo itself brings its own
