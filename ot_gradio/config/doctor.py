@@ -61,6 +61,7 @@ from .prior import prior_problems
 from .resolution import bucket_problems
 from .schema import TrainConfig
 from .svd_quant import svd_problems, svd_warnings
+from .tiny_names import tiny_name_problem
 from .validation import join_path
 
 MASK_GLOB = "*-masklabel.png"  # a concept image's mask file (data/scan.py)
@@ -251,6 +252,8 @@ def optimizer_warnings(config: TrainConfig) -> list[str]:
 def errors(config: TrainConfig) -> list[str]:
     """Settings the run cannot start with (each naming the field to change); the page refuses to start."""
     out: list[str] = []
+    if problem := tiny_name_problem("base_model_name", config.base_model_name):
+        out.append(problem)
     opt, scheduler = config.optimizer, config.learning_rate_scheduler
     name = opt.optimizer
     if name == O.ADAFACTOR and scheduler != LearningRateScheduler.ADAFACTOR and (opt.relative_step or opt.scale_parameter):
