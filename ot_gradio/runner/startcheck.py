@@ -203,12 +203,13 @@ def concept_problems(config: Any) -> list[str]:
         elif not _is_dir(path):
             out.append(f"concepts[{i}].path: folder {_shown(concept.path)} does not exist; fix the path")
         elif _read_by_run(config, concept) and not _has_image(path, bool(concept.include_subdirectories), clips):
-            where = "or its subfolders" if concept.include_subdirectories else "(subfolders are not read: turn on Include subfolders)"
+            where = ("or its subfolders" if concept.include_subdirectories else
+                     "(subfolders are not read: turn on Include subfolders)" if _has_subfolder(path) else "")
             what = "images or clips" if clips else "images"
             unread = _unread_kinds(path, bool(concept.include_subdirectories))
             fix = (f"it holds {', '.join(unread)} files, a format that is not read: convert them to PNG or JPG" if unread else
                    f"choose the folder that holds the {what} (.png, .jpg, .webp{', .mp4, .webm' if clips else ''} ...)")
-            out.append(f"concepts[{i}].path: folder {_shown(concept.path)} has no {what} {where}; {fix}")
+            out.append(f"concepts[{i}].path: folder {_shown(concept.path)} has no {what}{' ' + where if where else ''}; {fix}")
         else:
             out += _prompt_file_problems(i, concept, path, clips)
     return out
@@ -254,6 +255,13 @@ def _read_by_run(config: Any, concept: Any) -> bool:
     """Does the run read this concept's images (data/prepare.py, training/validation.py)?"""
     kind = str(getattr(concept.type, "value", concept.type))
     return kind in ("STANDARD", "PRIOR_PREDICTION") or (kind == "VALIDATION" and bool(getattr(config, "validation", False)))
+
+
+def _has_subfolder(folder: Path) -> bool:
+    try:
+        return any(p.is_dir() and not p.name.startswith(".") for p in folder.iterdir())
+    except OSError:
+        return False
 
 
 def _has_image(folder: Path, recursive: bool, clips: bool = False) -> bool:

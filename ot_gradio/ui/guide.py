@@ -110,10 +110,11 @@ STEPS: tuple[tuple[str, tuple[Step, ...]], ...] = (
 
 INTRO = "## Start here\n\nSet up a run in this order; each button opens the tab where the step is done."
 OUTRO = (
-    "Then press **Start training** below: watch the loss, the samples and the progress; *Stop* finishes the step, "
-    "writes a backup and the model.\n\nNo model at hand? Choose the **demo** preset in the top bar and press "
-    "*Start training*: it trains a LoRA on a tiny model and a generated dataset on the CPU (40 steps: a few "
-    "minutes on a 2-core machine, much longer when the machine is busy)."
+    "Then press **Start training** in the run bar at the top: the Run tab shows the loss, the samples and the "
+    "progress; *Stop* finishes the step, writes a backup and the model.\n\nNo model at hand? Choose the **demo** "
+    "preset in the top bar and press *Start training*: it trains a LoRA on a tiny model and a generated dataset on "
+    "the CPU (40 steps: under a minute on a 2-core machine, longer the first time, when it builds them, or when the "
+    "machine is busy)."
 )
 
 

@@ -132,8 +132,10 @@ def test_start_takes_a_folder_of_clips_alone_for_a_video_model(tmp_path):
         return concept_problems(TrainConfig.model_validate({"model_type": model_type, "concepts": [{"path": str(tmp_path / folder)}]}))
 
     assert problems("WAN_2_1", "clips") == problems("HUNYUAN_VIDEO", "clips") == []
-    assert "has no images (" in problems("STABLE_DIFFUSION_15", "clips")[0]
-    assert "has no images or clips (" in problems("WAN_2_1", "empty")[0]
+    assert "has no images; " in problems("STABLE_DIFFUSION_15", "clips")[0]
+    assert "has no images or clips; " in problems("WAN_2_1", "empty")[0]
+    (tmp_path / "empty" / "more").mkdir()  # subfolders are named only where there are some
+    assert "has no images or clips (subfolders are not read: turn on Include subfolders); " in problems("WAN_2_1", "empty")[0]
 
 
 def test_start_names_photos_in_a_format_that_is_not_read(tmp_path):
@@ -143,7 +145,7 @@ def test_start_names_photos_in_a_format_that_is_not_read(tmp_path):
     (tmp_path / "iphone").mkdir()
     (tmp_path / "iphone" / "IMG_0001.JXL").write_bytes(b"x")
     config = TrainConfig.model_validate({"concepts": [{"path": str(tmp_path / "iphone")}]})
-    assert concept_problems(config)[0].endswith("has no images (subfolders are not read: turn on Include subfolders); it holds .jxl "
+    assert concept_problems(config)[0].endswith("has no images; it holds .jxl "
                                                 "files, a format that is not read: convert them to PNG or JPG")
 
 
