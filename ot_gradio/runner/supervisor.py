@@ -21,7 +21,10 @@ from ..secrets import share_secrets
 from .launch import start_child, worker_command
 from .rundir import FINAL_STATUSES, RunDir, create_run, list_runs
 
-STOP_GRACE_SECONDS = 120.0
+STOP_GRACE_SECONDS = 120.0  # after Stop, or the worker's latest event since, with no news: escalate
+# what a stopping worker may take long over and must not be killed in: its stop's backup and
+# model (and samples due at that step), which a kill would leave half written
+STOPPING_WORK = frozenset({"backup", "saving", "sampling"})
 
 
 def as_number(value: Any) -> float | None:
@@ -111,6 +114,28 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
+@dataclass
+class StopAsked:
+    """A Stop the worker is carrying out: the grace period runs from the Stop, then from each
+    event the worker writes, and is on hold while it writes its backup or model."""
+
+    run: RunDir
+    since: float
+    cursor: int = 0  # events.jsonl read up to here
+    status: str = ""  # the worker's latest status
+
+    def read_news(self, now: float) -> None:
+        events, self.cursor = self.run.read_events(self.cursor)
+        for event in events:
+            if event.get("type") == "status":
+                self.status = str(event.get("status") or "")
+            when = as_number(event.get("time"))
+            self.since = max(self.since, min(now, when) if when is not None else now)
+
+    def overdue(self, now: float) -> bool:
+        return self.status not in STOPPING_WORK and now - self.since > STOP_GRACE_SECONDS
+
+
 def _key(run: RunDir) -> str:
     """Runs are known by their absolute folder, however the workspace was written."""
     return str(Path(run.path).resolve())
@@ -121,7 +146,7 @@ class Supervisor:
         self.workspace = Path(workspace).resolve()
         self.workspaces: list[Path] = [self.workspace]  # every workspace a run was started in
         self._procs: dict[str, subprocess.Popen] = {}  # keyed by run folder
-        self._stop_requested: dict[str, tuple[RunDir, float]] = {}
+        self._stop_requested: dict[str, StopAsked] = {}
 
     # --- lifecycle --------------------------------------------------------------------------
     def start(self, config: dict[str, Any], env: dict[str, str] | None = None, workspace: str | Path | None = None,
@@ -144,14 +169,15 @@ class Supervisor:
 
     def stop(self, run: RunDir) -> str:
         """First call asks the worker to finish its step, back up, save and exit. A second call,
-        or one after the grace period, escalates to SIGTERM, then SIGKILL."""
+        or `check_stop_timeouts` when the worker gives no news for the grace period, escalates to
+        SIGTERM, then SIGKILL."""
         pid = self._pid(run)
         if pid is None or not self._alive(run):
             return "not running"
         first = self._stop_requested.get(_key(run))
         if first is None:
             run.request("stop")
-            self._stop_requested[_key(run)] = (run, time.time())
+            self._stop_requested[_key(run)] = StopAsked(run, time.time())
             return "stop requested"
         try:
             os.killpg(pid, signal.SIGTERM)
@@ -169,9 +195,16 @@ class Supervisor:
         return "terminated"
 
     def check_stop_timeouts(self) -> None:
-        for run, asked in list(self._stop_requested.values()):
-            if time.time() - asked > STOP_GRACE_SECONDS and self._alive(run):
-                self.stop(run)
+        """Escalate a Stop the worker has given no sign of carrying out for STOP_GRACE_SECONDS. A
+        worker writing its backup or model is never killed by the clock (a slow disk or a big model
+        can take longer; a kill there lost the backup the Stop was writing); a second Stop is."""
+        now = time.time()
+        for asked in list(self._stop_requested.values()):
+            if not self._alive(asked.run):
+                continue
+            asked.read_news(now)
+            if asked.overdue(now):
+                self.stop(asked.run)
 
     def request(self, run: RunDir, what: str) -> None:
         run.request(what)

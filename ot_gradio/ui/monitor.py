@@ -138,6 +138,9 @@ def lr_frame(state: RunState | None):
     return numeric_frame({"step": [s for s, _ in lrs], "lr": [v for _, v in lrs]})
 
 
+# the page's word on a first Stop (runner/supervisor.py does what it says)
+STOP_ASKED = ("Stop requested: the run finishes its step, writes a backup and the model, then ends. It is not cut short "
+              "while it writes them, however long that takes; press Stop again to end it at once, without a backup.")
 REFUSED = "refused"  # run_id after a refused Start: the footer shows no run until the next one
 
 
@@ -297,7 +300,8 @@ class Monitor:
                 gr.Info(f"The run has ended: nothing to {what}.")
                 return
             if what == "stop":
-                gr.Info(f"Stop: {self.supervisor.stop(run)}")
+                done = self.supervisor.stop(run)
+                gr.Info(STOP_ASKED if done == "stop requested" else f"Stop: {done}")
             else:
                 self.supervisor.request(run, what)
                 gr.Info(f"{what.capitalize()} requested; it happens after the current step.")
