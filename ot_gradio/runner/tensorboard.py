@@ -85,7 +85,9 @@ class TensorBoard:
             return f"TensorBoard exited with code {self.proc.returncode}{where}: is port {self.key[1]} taken?"
         url = self.url()
         note = f" · listening on every interface, port {self.key[1]}" if self.key[2] != "127.0.0.1" else ""
-        return f"[Open TensorBoard]({url}) (`{url}`){note}"
+        # a share link carries the page only: through it, or in Colab, 127.0.0.1 is the viewer's own computer
+        return (f"[Open TensorBoard]({url}) (`{url}`){note} · it opens on the machine that runs the app: a share link "
+                "or Colab does not carry it (the charts above show the same loss)")
 
     def serving(self, logdir: Path) -> bool:
         return self.key is not None and self.key[0] == str(Path(logdir).resolve())

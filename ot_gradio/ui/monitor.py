@@ -14,6 +14,7 @@ from ..runner.rundir import RunDir
 from ..runner.supervisor import RunState, Supervisor
 from ..runner.tensorboard import TensorBoard
 from .charts import step_chart
+from .run_output import OutputDownload, folder_note, with_absolute_paths
 from .samples import samples_html
 
 
@@ -36,13 +37,28 @@ def progress_html(state: RunState | None) -> str:
     return "".join(out)
 
 
-def status_markdown(state: RunState | None) -> str:
+def stopping_line(state: RunState) -> str:
+    """What a run asked to stop does until it ends: a step of a big model takes minutes, and the
+    bar went on saying "training · ETA ..." meanwhile."""
+    if state.status == "saving":
+        return "writing the model, then it ends"
+    if state.status == "backup":
+        return "writing a backup, then the model"
+    if state.status in ("starting", "loading", "caching"):  # the worker reads a Stop between steps
+        return f"{state.status} goes on, then one step, a backup and the model"
+    return "finishing the step, then writing a backup and the model"
+
+
+def status_markdown(state: RunState | None, stopping: bool = False) -> str:
+    """The Run tab's status. `stopping`: a Stop was asked of this live run (its control file)."""
     if state is None:
         return "No run yet."
     p = state.progress
     failed = state.status in ("error", "crashed")
     lines = [f"**{state.status}** {reason_line(state.message, 1000) if failed else state.message}".strip()]
-    if p.get("phase") == "training":
+    if stopping:
+        lines = [f"**stopping** (Stop requested): {stopping_line(state)}. Press Stop again to end it at once, without a backup."]
+    if p.get("phase") == "training" and not stopping:
         eta = None if state.finished else p.get("eta_s")  # a stopped run has no time left
         rate = p.get("it_s")  # None until the first step (a resumed run reports where it starts)
         if rate is not None:
@@ -113,19 +129,22 @@ def reason_line(message: str, limit: int = 240) -> str:
     return "".join("\\" + c if c in "\\`*_[]<>#|" else c for c in line)
 
 
-def bar_markdown(state: RunState | None) -> str:
-    """One line for the run bar: status, step/total, ETA, smoothed loss."""
+def bar_markdown(state: RunState | None, stopping: bool = False) -> str:
+    """One line for the run bar: status, step/total, ETA, smoothed loss. `stopping`: a Stop was
+    asked of this live run; the bar says so until the run ends (no ETA meanwhile)."""
     if state is None:
         return "**No run yet**"
     p = state.progress
     parts = [f"**{state.status}**"]
+    if stopping:
+        parts = ["**stopping**", stopping_line(state)]
     if state.status in ("error", "crashed") and state.message.strip():
         parts.append(reason_line(state.message))  # the traceback stays behind the Run tab's "details" fold
     if state.status == "loading" and state.download:
         parts.append(reason_line(state.download, 60))  # a first run's minutes of download, seen from every tab
     if p.get("phase") == "training":
         parts.append(f"step {p.get('global_step', 0)}/{p.get('total_steps', '?')}")
-        if p.get("eta_s") is not None and not state.finished:  # no ETA once stopped, done or failed
+        if p.get("eta_s") is not None and not state.finished and not stopping:  # no ETA once stopped, done or failed
             parts.append(f"ETA {p['eta_s']:.0f} s")
     smooth = smoothed_loss(state)
     if smooth is not None:
@@ -151,6 +170,7 @@ class Monitor:
         self.tensorboard = tensorboard or TensorBoard(Path(workspace) / "tensorboard.log")
         self._configs: dict[str, dict[str, Any]] = {}
         self._urls: dict[str, str] = {}  # sample file -> its URL in gradio's cache (made once; a failure is retried)
+        self.output_download = OutputDownload()
 
     def build_bar(self) -> None:
         """The run bar, above the tabs: seen on every tab without scrolling."""
@@ -177,6 +197,8 @@ class Monitor:
             self.backup_now = gr.Button("Backup now", elem_id="backup-now", min_width=100)
             self.save_now = gr.Button("Save now", elem_id="save-now", min_width=100)
         self.status = gr.Markdown("No run yet.", elem_id="run-status")
+        # the finished run's model, for a share link's or Colab's user (their computer is not this one)
+        self.download = gr.DownloadButton("Download the model", visible=False, elem_id="run-download", scale=0, min_width=240)
         with gr.Row(elem_classes="ot-wrap"):
             self.loss_plot = gr.LinePlot(x="step", y="loss", color="series", title="Loss (training, smoothed, validation)",
                                          height=240, min_width=300, elem_id="loss-plot")
@@ -228,30 +250,40 @@ class Monitor:
         tick that is skipped or arrives late loses nothing."""
         return self._render(run_id)[0]
 
-    def _render(self, run_id: str) -> tuple[tuple[Any, ...], int | None]:
-        """render()'s outputs, and the run's total steps when it has said them."""
+    def _render(self, run_id: str) -> tuple[tuple[Any, ...], int | None, tuple[RunDir, RunState] | None]:
+        """render()'s outputs, the run's total steps when it has said them, and the run shown with its state."""
         if run_id == REFUSED and not self.supervisor.active_runs():  # no earlier run's numbers under the problems
             return (run_id, "Nothing started: fix the problems above and press Start again.", "", loss_frame(None), lr_frame(None), [],
-                    self.tensorboard.status_markdown(), "", "**Nothing started**: fix the problems listed here"), None
+                    self.tensorboard.status_markdown(), "", "**Nothing started**: fix the problems listed here"), None, None
         run_id = self.followed(run_id)
         if not run_id:
             return (run_id, "No run yet.", "", loss_frame(None), lr_frame(None), [], self.tensorboard.status_markdown(), "",
-                    bar_markdown(None)), None
+                    bar_markdown(None)), None, None
         self.supervisor.check_stop_timeouts()
         run = self.run_dir(run_id)
-        state = self.supervisor.state(run)
+        state = with_absolute_paths(self.supervisor.state(run))  # where the files are on this machine
+        stopping = self.stopping(run, state)
         link = self.tensorboard.sync(self.run_config(run), run.path, state.alive)
         gallery = [(s["path"], f"step {s.get('step')}: {s.get('prompt', '')}") for s in reversed(state.samples[-24:])]
         total = state.progress.get("total_steps")
-        return (run_id, status_markdown(state), progress_html(state), loss_frame(state, state.validation, bool(self.run_config(run).get("validation"))), lr_frame(state),
-                gallery, link, state.log_tail, bar_markdown(state)), total if isinstance(total, int) else None
+        status = "\n\n".join(x for x in (status_markdown(state, stopping), folder_note(state)) if x)
+        return (run_id, status, progress_html(state), loss_frame(state, state.validation, bool(self.run_config(run).get("validation"))), lr_frame(state),
+                gallery, link, state.log_tail, bar_markdown(state, stopping)), total if isinstance(total, int) else None, (run, state)
+
+    def stopping(self, run: RunDir, state: RunState) -> bool:
+        """A Stop was asked of this live run: its control file stays until the run ends (whoever
+        asked: this page, another one, the queue or the HTTP API)."""
+        return state.alive and not state.finished and (run.control / "stop").exists()
 
     def poll(self, run_id: str, shown: str) -> tuple[Any, ...]:
         """The timer's render: charts and samples are sent only when they changed. Sent every
         second, each chart was drawn anew every second (it blinked during a whole run)."""
-        rendered, total = self._render(run_id)
+        rendered, total, shown_run = self._render(run_id)
         out = list(rendered)
         losses, lrs, gallery = out[3], out[4], out[5]
+        # the Run tab's download of the shown run's model, once that run has ended
+        run, state = shown_run or (None, None)
+        download, offered = self.output_download.update(run, state, self.run_config(run) if run else {}, self.download)
         # No points: the chart is cleared (None), never sent an empty frame. Gradio's chart fixes
         # its axis types and its series colours when it is first drawn and later only swaps the
         # data: first drawn empty, the live loss chart showed no line until a reload.
@@ -260,13 +292,13 @@ class Monitor:
         # Only samples the page can load count as shown: one whose copy failed is tried again
         # next poll (it was left out of the gallery for good).
         shown_samples = [g for g in gallery if self.sample_url(g[0])]
-        key = json.dumps([out[0], len(losses), losses.tail(2).to_json(), len(lrs), lrs.tail(1).to_json(), [g[0] for g in shown_samples]])
+        key = json.dumps([out[0], len(losses), losses.tail(2).to_json(), len(lrs), lrs.tail(1).to_json(), [g[0] for g in shown_samples], offered])
         if key == shown:
-            out[3] = out[4] = out[5] = gr.skip()
+            out[3] = out[4] = out[5] = download = gr.skip()
         else:  # both step axes from 0 to the run's length: whole steps, the same scale on both
             out[3], out[4] = step_chart(out[3], total), step_chart(out[4], total)
             out[5] = samples_html(shown_samples, self.sample_url)
-        return (*out, key)
+        return (*out, download, key)
 
     def sample_url(self, path: str) -> str | None:
         """A URL for a sample image: a copy in gradio's cache, served to the page whatever folder
@@ -288,7 +320,7 @@ class Monitor:
         return [self.run_id, self.status, self.progress, self.loss_plot, self.lr_plot, self.gallery, self.tensorboard_link, self.log, self.bar]
 
     def wire(self) -> None:
-        self.timer.tick(self.poll, [self.run_id, self.shown], [*self.outputs, self.shown], show_progress="hidden")
+        self.timer.tick(self.poll, [self.run_id, self.shown], [*self.outputs, self.download, self.shown], show_progress="hidden")
 
         def request(run_id: str, what: str) -> None:
             # said, not raised: pressing Stop with nothing running is no error (no red box, no traceback in the log)
