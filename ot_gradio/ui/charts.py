@@ -33,9 +33,11 @@ MIN_COUNT_SPAN = 5  # an image-count axis reaches at least this: whole-image tic
 def bucket_chart(frame) -> Any:
     """A bucket bar chart's update: its rows, the bars in aspect order, the count axis from 0 (the
     chart's own axis started at the smallest count, so a bucket of one image drew no bar) to at
-    least MIN_COUNT_SPAN images (not ticked 1.5, 2.5)."""
+    least MIN_COUNT_SPAN images (not ticked 1.5, 2.5). No rows: the chart is cleared (None), never
+    sent an empty frame: its columns have no numeric type then, and the chart kept the types it was
+    first drawn with, so the next concept's buckets drew nothing until the page was reloaded."""
     if frame is None or not len(frame):
-        return frame
+        return None
     tallest = int(frame.groupby("bucket")["images"].sum().max())  # the report stacks its concepts' bars
     return gr.update(value=frame, sort=bucket_order(list(frame["bucket"])), y_lim=[0, max(MIN_COUNT_SPAN, tallest)])
 

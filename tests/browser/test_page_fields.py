@@ -56,6 +56,14 @@ def test_pasted_values_are_saved_and_a_folder_of_images_is_listed(module_app, pa
     page.get_by_role("tab", name="Concepts", exact=True).click()
     wait_for(lambda: box(page, "concept-select").input_value() == "1. demo", "the demo concept")
 
+    # an empty folder's statistics first: the chart, first drawn empty, stayed empty for the next folder until a reload
+    empty = module_app["cwd"] / "no-cats"
+    empty.mkdir(exist_ok=True)
+    paste(page, "concept-concepts-path", str(empty))
+    wait_for(lambda: concept(module_app).get("path") == str(empty), "the pasted empty folder to be saved")
+    page.locator("#concept-stats-refresh").click()
+    wait_for(lambda: "Cannot read this concept" in page.locator("#tab-concepts").inner_text(), "the empty folder's statistics")
+
     paste(page, "concept-concepts-path", str(images))
     wait_for(lambda: concept(module_app).get("path") == str(images), "the pasted folder to be saved")
     page.locator("#concept-stats-refresh").click()

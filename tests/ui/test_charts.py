@@ -22,3 +22,12 @@ def test_a_step_axis_spans_the_run_and_at_least_ten_steps():
     assert step_chart(frame, 600)["x_lim"] == [0, 600]
     assert step_span(1234, 600) == 1234  # past the planned end (a resumed run): all points shown
     assert step_chart(None) is None  # nothing to draw stays nothing
+
+
+def test_no_buckets_clear_the_chart():
+    """An empty frame (a concept with no images) drew an empty chart that kept drawing nothing
+    for the next concept's buckets until a reload: no rows clear the chart instead."""
+    import pandas as pd
+
+    assert bucket_chart(pd.DataFrame([], columns=["bucket", "images"])) is None
+    assert bucket_chart(None) is None

@@ -205,7 +205,7 @@ def test_the_chart_buckets_at_the_model_types_step_as_the_run_does(tmp_path):
     override = {**flux, "concepts": [{**_concept(folder), "image": {"enable_resolution_override": True, "resolution_override": "256"}}]}
     assert list(ConceptsTab.statistics(None, override, 0)[1]["value"]["bucket"]) == ["288x224"]  # the concept's own resolution
     text, chart = ConceptsTab.statistics(None, {**flux, "bucket_resolution_step": 12}, 0)  # a step the run refuses too
-    assert text.startswith("**Cannot bucket this concept:** bucket step 12 must be a multiple of 8") and chart.empty
+    assert text.startswith("**Cannot bucket this concept:** bucket step 12 must be a multiple of 8") and chart is None  # cleared, never an empty frame
     assert Bucketing(step=16).assign(700, 500, 512) == (416, 624)  # what training buckets it at for Flux
 
 
