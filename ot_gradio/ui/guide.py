@@ -128,6 +128,13 @@ def go_to(tab: str, config: dict[str, Any] | None = None) -> Any:
     return gr.Tabs(selected=tab)
 
 
+# On a phone a step's text takes the width and its button goes under it at a button's height: beside
+# the text it took half the width and stretched to the text's height (boxes up to ~500 px tall).
+GUIDE_CSS = ("@media (max-width:600px){.ot-guide-step{align-items:flex-start!important}"
+             ".ot-guide-step>:not(button){flex:1 1 100%!important}"
+             ".ot-guide-step>button{flex:0 0 auto!important;align-self:flex-start!important;height:auto!important}}")
+
+
 def build_guide(tabs: gr.Tabs, config_state: gr.State) -> list[gr.Button]:
     """Markdown per step with its button; one handler for all the buttons opens the clicked
     step's tab (one handler instead of one per step keeps the page quicker to serve)."""
@@ -139,7 +146,7 @@ def build_guide(tabs: gr.Tabs, config_state: gr.State) -> list[gr.Button]:
         gr.Markdown(f"### {section}")
         for step in steps:
             number += 1
-            with gr.Row(equal_height=True):
+            with gr.Row(equal_height=True, elem_classes="ot-guide-step"):
                 gr.Markdown(f"**{number}. {step.title}.** {step.text}")
                 button = gr.Button(step.button, scale=0, min_width=150, elem_id=f"guide-step-{number}")
             if step.more:

@@ -94,6 +94,10 @@ def test_monitor_at_390x844_has_no_horizontal_scrolling(module_app, module_brows
         _open(page, module_app["url"])
         assert _in_viewport(page, "#start") and _in_viewport(page, "#stop") and _in_viewport(page, "#run-bar-status")
         assert _in_viewport(page, "#queue-length") and _queue_length_in_bar(page)
+        # Start here's Open ... buttons go under their step's text at a button's height (beside it they
+        # took half the width and stretched to the text's height, up to ~500 px)
+        step = page.locator("#guide-step-1").bounding_box()
+        assert step is not None and step["height"] <= 60, f"the guide's first button at 390 px: {step}"
         _open_tab(page, "Run")
         page.wait_for_timeout(500)
         width = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
