@@ -247,10 +247,10 @@ def _train(run: RunDir, reporter: EventReporter, noise_fn, log: RunLog) -> int:
     previous = signal.getsignal(signal.SIGINT)
 
     def on_interrupt(signum, frame):  # first Ctrl-C: stop cleanly; second: abort
-        if trainer.stop_requested:
+        if trainer.stop_requested or trainer.stop_asked:
             raise KeyboardInterrupt
         reporter.warning("stop requested (Ctrl-C): finishing the step, writing a backup and the model; Ctrl-C again aborts")
-        trainer.stop_requested = True
+        trainer.request_stop()  # at the optimizer step's end, as the page's Stop
 
     if sys.platform != "win32":
         try:

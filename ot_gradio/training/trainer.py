@@ -25,7 +25,7 @@ from ..config.io import config_to_dict
 from ..config.schema import TrainConfig
 from ..data.prefetch import LoadStats, prefetched
 from .async_reduce import AsyncGradientReducer
-from .backup import Counters, write_backup
+from .backup import MARKER, Counters, prune_backups, write_backup
 from .distributed import Distributed
 from .fp16_fallback import mixed_half_types
 from .intervals import SECONDS_PER_UNIT
@@ -54,7 +54,9 @@ class Trainer(TrainerSetup):
         self.report = reporter
         self.noise_fn = noise_fn  # tests pass fixed noise/timesteps here
         self.counters = Counters()
-        self.stop_requested = False
+        self.stop_requested = False  # set at an optimizer step's end: the loop stops there
+        self.stop_asked = False  # request_stop: acted on at the end of the accumulation window
+        self.last_backup: tuple[Path, dict[str, int]] | None = None  # this run's newest backup, and its counters
         self._tb = None
         self.optimizer: Any = None  # made after the dataset and validation (_setup_steps)
         self.scheduler: Any = None
@@ -231,8 +233,16 @@ class Trainer(TrainerSetup):
         stops the run there, before anything is made from the weights it produced."""
         self.losses.read()
 
+    def request_stop(self) -> None:
+        """Stop as the page's Stop does (Ctrl-C in `train`): at the end of the accumulation window
+        under way, so the backup holds no half-accumulated gradients and resumes exactly; before
+        the first step, at once."""
+        if self.train_started is None:
+            self.stop_requested = True
+        self.stop_asked = True
+
     def _handle_requests(self) -> set[str]:
-        asked = self.report.requests()
+        asked = self.report.requests() | ({"stop"} if self.stop_asked else set())
         if self.dist.active:  # the main process reads the page's requests; all act on them at this step
             asked = self.dist.broadcast(asked | ({"stop"} if self.stop_requested else set()))
         if "stop" in asked:
@@ -268,7 +278,7 @@ class Trainer(TrainerSetup):
     def _finish(self) -> str:
         self._read_losses()
         stopped = self.stop_requested and self.counters.epoch < self.config.epochs
-        if self.config.backup_before_save or stopped:
+        if (self.config.backup_before_save or stopped) and not self._backed_up_here():
             self.write_backup()
         path = self.save(intermediate=False)
         if not stopped:
@@ -280,6 +290,12 @@ class Trainer(TrainerSetup):
         self.dist.barrier()  # the other processes wait for the main one's save
         self.dist.close()
         return status
+
+    def _backed_up_here(self) -> bool:
+        """A backup of this very step is on disk already (Backup every / Backup now at the step
+        a stop came): the stop writes none of its own, which would be the same twice."""
+        return (self.last_backup is not None and self.last_backup[1] == self.counters.as_dict()
+                and (self.last_backup[0] / MARKER).exists())
 
     # --- outputs ----------------------------------------------------------------------------
     def sample(self) -> None:
@@ -310,16 +326,14 @@ class Trainer(TrainerSetup):
             state["scaler"] = self.precision.scaler.state_dict()
         if self.ema is not None:
             state["ema"] = self.ema.state_dict()
-        keep = self.config.rolling_backup_count if self.config.rolling_backup else None
-        path = write_backup(
-            self.paths.backup,
-            self.method.trainable_state(self.model),
-            state,
-            config_to_dict(self.config),
-            self.counters,
-            keep=keep,
-        )
+        path = write_backup(self.paths.backup, self.method.trainable_state(self.model), state, config_to_dict(self.config),
+                           self.counters)
+        self.last_backup = (path, self.counters.as_dict())
         self.report.backup(str(path))
+        if self.config.rolling_backup:  # this training's backups in all its runs, this one's newest kept
+            runs = [*self.paths.other_runs, self.paths.backup.parent]
+            for old in prune_backups(runs, path, self.config.rolling_backup_count, self.config.output_model_destination):
+                print(f"deleted the older backup {old} (Rolling backup count: {self.config.rolling_backup_count})", flush=True)
         optimizer_train_mode(self.optimizer)
         self.report.status("training", "")
         return path

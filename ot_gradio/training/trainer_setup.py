@@ -42,7 +42,7 @@ from .optimizers import create_optimizer, fused_back_pass, parameter_names
 from .param_groups import all_params, optimizer_groups, scale_learning_rates
 from .placement import Placement, fill_text_cache
 from .preflight import TrainingError, check_concepts, check_writable
-from .resume import resume_from_latest_backup
+from .resume_damaged import resume_past_damaged
 from .schedulers import create_scheduler
 from .start_files import fetch_start_files
 from .unit_scales import skip_unit_divisions
@@ -287,7 +287,7 @@ class TrainerSetup:
             from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415
 
             self._tb = SummaryWriter(str(self.paths.tensorboard))
-        if cfg.continue_last_backup and (resumed := resume_from_latest_backup(self._run_state())) is not None:
+        if cfg.continue_last_backup and (resumed := resume_past_damaged(self._run_state)) is not None:
             self.counters, self.ema = resumed.counters, resumed.ema
         self._stop_parts_if_due()
         self.dist.sync_random_state()  # multi-GPU: every process draws the main process's numbers from here on
