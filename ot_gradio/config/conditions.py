@@ -99,3 +99,6 @@ LEARNS_VARIANCE = family_rule(lambda info: info.learns_variance, "the model type
 EDITS_IMAGES = family_rule(lambda info: info.control_image, "the model type trains on (image, control image) pairs")
 # an inpainting family takes a conditioning image beside the noisy latents (SD 1.5/2.0/SDXL inpainting, Flux Fill)
 INPAINTS = family_rule(lambda info: info.inpainting, "the model type is an inpainting model")
+# `backup_must_match` of a LoRA's structure (which parts and layers get adapters, of what kind and
+# shape): a backup's trained adapters fit only the same structure, and only the LORA method has one
+LORA_METHOD = is_("training_method", "LORA", default="FINE_TUNE")

@@ -47,7 +47,7 @@ def opt(
     first: int = 0,
     heading: str | None = None,
     in_step: bool = True,
-    backup_must_match: bool = False,
+    backup_must_match: Any = False,
     on_frozen_part: bool = False,
     text_encoder_only: bool = False,
     acted_on: tuple[str, ...] = (),
@@ -62,7 +62,8 @@ def opt(
     fields in schema order; ``heading`` is the titled group it is shown under (groups appear in
     the order of their first field). The trainer: ``in_step=False`` for a setting that does not
     reach the training step (the memory probe's result is reused across it); ``backup_must_match``
-    for a setting a backup must share with the run that continues it. A model part's setting:
+    for a setting a backup must share with the run that continues it: True, or a conditions.Rule
+    on this run's config (a LoRA's structure matters only to the LORA method). A model part's setting:
     ``on_frozen_part`` also shown for a part that only loads and encodes (VAE, VQGAN...);
     ``text_encoder_only`` shown only for text encoders. A PLANNED group's ``acted_on``: the names of
     its fields the trainer does act on (the rest are planned)."""
@@ -80,7 +81,7 @@ def opt(
     if not in_step:
         extra["in_step"] = False
     if backup_must_match:
-        extra["backup_must_match"] = True
+        extra["backup_must_match"] = backup_must_match
     if on_frozen_part:
         extra["on_frozen_part"] = True
     if text_encoder_only:
@@ -221,7 +222,7 @@ class FieldInfo:
     first: int = 0
     heading: str | None = None
     in_step: bool = True
-    backup_must_match: bool = False
+    backup_must_match: Any = False  # True, or a conditions.Rule: when the backup must share it
 
 
 def strip_optional(annotation: Any) -> Any:
@@ -285,7 +286,7 @@ def iter_fields(model_cls: type[BaseModel], prefix: str = "", *, defaults: BaseM
             advanced=bool(meta.get("advanced")), group=kind in ("section", "list"),
             compat=bool(meta.get("compat")), applies_when=meta.get("applies_when"), first=int(meta.get("first", 0)),
             heading=meta.get("heading"), in_step=bool(meta.get("in_step", True)),
-            backup_must_match=bool(meta.get("backup_must_match")),
+            backup_must_match=meta.get("backup_must_match") or False,
         )
         if kind == "section":
             yield from iter_fields(cls, f"{path}.", defaults=default, tab=field_tab, planned=is_planned,

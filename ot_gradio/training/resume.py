@@ -23,12 +23,16 @@ from ..fsutil import same_output
 from .backup import MARKER, Counters, complete_backups, read_backup, set_rng_state
 from .ema import EMA
 from .preflight import TrainingError
+from .resume_optimizer import continue_optimizer
 
 if TYPE_CHECKING:
     from .run_state import RunState
 
 # settings a backup must share with the run that continues it: the schema's `backup_must_match`
-MUST_MATCH = tuple(f.path for f in iter_fields(TrainConfig) if f.backup_must_match)
+# (True, or a rule on the config: a LoRA's structure, for the LORA method only)
+_MUST_MATCH = {f.path: f for f in iter_fields(TrainConfig) if f.backup_must_match}
+MUST_MATCH = tuple(_MUST_MATCH)
+_UNSET = object()
 
 
 @dataclass
@@ -83,6 +87,37 @@ def _concept_folders(config: dict[str, Any]) -> list[str]:
     return sorted(str(c.get("path") or "") + named(c) for c in config.get("concepts") or [] if isinstance(c, dict) and c.get("enabled", True))
 
 
+def _at(config: dict[str, Any], path: str) -> Any:
+    for key in path.split("."):
+        if not isinstance(config, dict) or key not in config:
+            return _UNSET
+        config = config[key]
+    return config
+
+
+def _plain(value: Any) -> Any:
+    value = getattr(value, "value", value)  # an enum (a field's default)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+def must_match_problems(old: dict[str, Any], config: TrainConfig) -> list[str]:
+    """The settings that make the backup (its config `old`) impossible to continue with `config`:
+    "path=<backup's> (Label) but this run has path=<this run's>". A setting the backup's config lacks
+    (an older version's) counts as its default."""
+    now = config.model_dump(mode="json")
+    problems = []
+    for path, field in _MUST_MATCH.items():
+        rule = field.backup_must_match
+        if rule is not True and not (rule(now) or rule(old)):
+            continue
+        before, after = _at(old, path), _at(now, path)
+        before = _plain(field.default) if before is _UNSET else _plain(before)
+        if before != _plain(after):
+            label = f" ({field.label})" if field.label else ""
+            problems.append(f"{path}={before!r}{label} but this run has {path}={_plain(after)!r}")
+    return problems
+
+
 def resume_from_latest_backup(run: RunState) -> Resumed | None:
     """Load the newest backup of this training into the model, optimizer, scheduler, grad scaler,
     EMA and RNGs; None (with a warning) when the workspace has no complete backup yet."""
@@ -92,15 +127,16 @@ def resume_from_latest_backup(run: RunState) -> Resumed | None:
         return None
     backup = read_backup(found)
     old = backup.config
-    for key in MUST_MATCH:
-        if str(old.get(key)) != str(getattr(run.config, key)):
-            raise TrainingError(
-                f"continue_last_backup: the backup {found} was made with {key}={old.get(key)!r} but this run has "
-                f"{key}={getattr(run.config, key)!r}; change it back or turn off 'Continue from last backup'"
-            )
+    problems = must_match_problems(old, run.config)
+    if problems:
+        raise TrainingError(
+            f"continue_last_backup: the backup {found} was made with {', and with '.join(problems)}; a backup continues "
+            f"only with the settings it was made with: change {'it' if len(problems) == 1 else 'them'} back or turn off "
+            "'Continue from last backup'"
+        )
     run.method.load_trainable_state(run.model, backup.trainable)
-    run.optimizer.load_state_dict(backup.state["optimizer"])
-    run.scheduler.load_state_dict(backup.state["scheduler"])
+    for line in continue_optimizer(run.optimizer, run.scheduler, backup.state, old, run.config, backup.counters.global_step):
+        run.report.warning(line)
     if run.precision.scaler is not None and backup.state.get("scaler"):
         run.precision.scaler.load_state_dict(backup.state["scaler"])
     ema = run.ema

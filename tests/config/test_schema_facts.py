@@ -42,9 +42,15 @@ def test_a_condition_reads_other_fields_of_the_schema():
 
 
 def test_trainer_facts_are_on_top_level_fields():
-    """The memory probe's key and the backup's check read the config's top level only."""
-    marked = [f.path for f in FIELDS if not f.in_step or f.backup_must_match]
+    """The memory probe's key reads the config's top level only; the backup's check also a part's
+    field (`text_encoder.train`), never a list item's, and its rules read top-level fields."""
+    marked = [f.path for f in FIELDS if not f.in_step]
     assert marked and set(marked) <= TOP
+    must = [f for f in FIELDS if f.backup_must_match]
+    assert {"batch_size", "lora_alpha", "peft_type", "text_encoder.train"} <= {f.path for f in must}
+    for f in must:
+        assert "[]" not in f.path and f.path.split(".")[0] in TOP, f.path
+        assert f.backup_must_match is True or set(f.backup_must_match.reads) <= TOP, f.path
 
 
 def test_first_places_are_distinct_within_a_tab():
