@@ -364,9 +364,9 @@ class Trainer(TrainerSetup):
                 path = self.method.save(self.model, cfg, dest, metadata)
         else:
             path = self.method.save(self.model, cfg, dest, metadata)
-        self.report.saved(str(path))
+        self.report.saved(str(Path(path).resolve()))  # whole: the page may run from another folder later
         for file in self.method.embedding_files:  # additional embeddings' own files, for ComfyUI / A1111
-            self.report.saved(str(file), kind="embedding")
+            self.report.saved(str(Path(file).resolve()), kind="embedding")
         if intermediate and scheduled:
             deleted, problems = self.retention.saved(Path(path))
             for old in deleted:
