@@ -20,19 +20,36 @@ ALL = sorted(PRESETS.glob("*/*.json"))
 TRAINED = ALL  # every model type OneTrainer ships a preset for, each preset's output format written as OneTrainer writes it
 
 
+# model type -> its tiny model (`tiny:<name>`; models/tiny/)
+TINY = {
+    "STABLE_DIFFUSION_15": "sd15", "STABLE_DIFFUSION_15_INPAINTING": "sd15-inpainting",
+    "STABLE_DIFFUSION_20_INPAINTING": "sd2-inpainting", "STABLE_DIFFUSION_21": "sd2", "STABLE_DIFFUSION_XL_10_BASE": "sdxl",
+    "STABLE_DIFFUSION_XL_10_BASE_INPAINTING": "sdxl-inpainting", "WUERSTCHEN_2": "wuerstchen2", "STABLE_CASCADE_1": "cascade",
+    "PIXART_ALPHA": "pixart", "PIXART_SIGMA": "pixart-sigma", "STABLE_DIFFUSION_3": "sd3", "FLUX_DEV_1": "flux",
+    "CHROMA_1": "chroma", "FLUX_2": "flux2-klein", "QWEN": "qwen-image", "KREA_2": "krea2", "Z_IMAGE": "z-image", "SANA": "sana",
+    "HUNYUAN_VIDEO": "hunyuan_video", "HI_DREAM_FULL": "hidream", "ERNIE": "ernie", "ANIMA": "anima",
+    "IDEOGRAM_4": "ideogram4",
+    # the other model types of our own presets
+    "STABLE_DIFFUSION_20": "sd2", "STABLE_DIFFUSION_20_BASE": "sd2-base", "STABLE_DIFFUSION_21_BASE": "sd2-base",
+    "STABLE_DIFFUSION_20_DEPTH": "sd2-depth", "STABLE_DIFFUSION_35": "sd35", "FLUX_FILL_DEV_1": "flux-fill",
+    "QWEN_IMAGE_EDIT": "qwen-image-edit", "WAN_2_1": "wan", "WAN_2_2_TI2V_5B": "wan22-5b", "WAN_2_2_T2V_A14B": "wan22-a14b", "WAN_2_2_I2V_A14B": "wan22-i2v-a14b", "WAN_2_1_I2V": "wan21-i2v",
+    "LTX_2": "ltx2",
+}
+
+
 def preset_id(path: Path) -> str:
     return f"{path.parent.name}/{path.stem.lstrip('#')}"
 
 
 def pointed_at(path: Path, tmp_path: Path) -> dict:
     """The preset imported unchanged, with only the base model, the dataset and the output set,
-    as a user sets them before Start (a tiny model name: the checks do not load it)."""
+    as a user sets them before Start (the family's tiny model name: the checks do not load it)."""
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
     (data / "a.png").write_bytes(b"")  # the checks look for image files, not into them
     config = config_to_dict(load_config(path).config)
     (data / "a.txt").write_text(f"a photo of {config['embedding']['placeholder']}\n")  # (an embedding trains where it is)
-    config.update(base_model_name="tiny:any", concepts=[{"name": "c", "path": str(data)}], train_device="cpu",
+    config.update(base_model_name=f"tiny:{TINY[config['model_type']]}", concepts=[{"name": "c", "path": str(data)}], train_device="cpu",
                   output_model_destination=str(tmp_path / "out" / "model.safetensors"), workspace_dir=str(tmp_path / "ws"),
                   cache_dir=str(tmp_path / "cache"))
     return config

@@ -24,26 +24,12 @@ import torch
 from PIL import Image
 
 from ot_gradio.training.quantize import LinearW8A8
-from tests.config.test_onetrainer_shipped_presets import PRESETS, TRAINED, preset_id
+from tests.config.test_onetrainer_shipped_presets import PRESETS, TINY, TRAINED, preset_id
 from tests.gpu_types import as_on_a_gpu
 from tests.models.test_transformer_file import hub_cached
 
 pytestmark = pytest.mark.slow
 
-TINY = {
-    "STABLE_DIFFUSION_15": "sd15", "STABLE_DIFFUSION_15_INPAINTING": "sd15-inpainting",
-    "STABLE_DIFFUSION_20_INPAINTING": "sd2-inpainting", "STABLE_DIFFUSION_21": "sd2", "STABLE_DIFFUSION_XL_10_BASE": "sdxl",
-    "STABLE_DIFFUSION_XL_10_BASE_INPAINTING": "sdxl-inpainting", "WUERSTCHEN_2": "wuerstchen2", "STABLE_CASCADE_1": "cascade",
-    "PIXART_ALPHA": "pixart", "PIXART_SIGMA": "pixart-sigma", "STABLE_DIFFUSION_3": "sd3", "FLUX_DEV_1": "flux",
-    "CHROMA_1": "chroma", "FLUX_2": "flux2-klein", "QWEN": "qwen-image", "KREA_2": "krea2", "Z_IMAGE": "z-image", "SANA": "sana",
-    "HUNYUAN_VIDEO": "hunyuan_video", "HI_DREAM_FULL": "hidream", "ERNIE": "ernie", "ANIMA": "anima",
-    "IDEOGRAM_4": "ideogram4",
-    # the other model types of our own presets
-    "STABLE_DIFFUSION_20": "sd2", "STABLE_DIFFUSION_20_BASE": "sd2-base", "STABLE_DIFFUSION_21_BASE": "sd2-base",
-    "STABLE_DIFFUSION_20_DEPTH": "sd2-depth", "STABLE_DIFFUSION_35": "sd35", "FLUX_FILL_DEV_1": "flux-fill",
-    "QWEN_IMAGE_EDIT": "qwen-image-edit", "WAN_2_1": "wan", "WAN_2_2_TI2V_5B": "wan22-5b", "WAN_2_2_T2V_A14B": "wan22-a14b", "WAN_2_2_I2V_A14B": "wan22-i2v-a14b", "WAN_2_1_I2V": "wan21-i2v",
-    "LTX_2": "ltx2",
-}
 COMPANIONS = {"QWEN_IMAGE_EDIT": "control", "FLUX_FILL_DEV_1": "masklabel"}  # the files beside each image these models train on
 OURS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("*.json"))
 
