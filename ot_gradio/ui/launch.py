@@ -228,7 +228,6 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
     from .guard import login_key  # noqa: PLC0415
-    from .guide import GUIDE_CSS  # noqa: PLC0415
     from .page import CSS, Page  # noqa: PLC0415
 
     cwd = Path.cwd()
@@ -239,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     # gradio queues by default; another .queue() would build the whole app once more (0.3-0.4 s)
     served = served_paths(args.workspace, args.browse_root)
     sys.stdout = OwnHints(sys.stdout)
-    demo.launch(css=CSS + GUIDE_CSS, **launch_kwargs(args, auth, demo, served, login_key(page.workspace) if auth else None))
+    demo.launch(css=CSS, **launch_kwargs(args, auth, demo, served, login_key(page.workspace) if auth else None))
     return 0
 
 

@@ -36,7 +36,7 @@ from .api import API_NAMES, QueueApi, register_api
 from .browser import BrowserPanel
 from .concepts import ConceptsTab
 from .form import Field, build_fields, edit_event, make_component, schema_fields, values_from_config
-from .guide import TABS_ID, build_guide
+from .guide import GUIDE_CSS, TABS_ID, build_guide
 from .layout import COLUMNS, OPTIMIZER_SETTINGS, TAB_TITLES, group_open, group_paths
 from .memory_estimate import PROMPT as ESTIMATE_PROMPT
 from .memory_estimate import MemoryEstimate  # the planner's estimate, in a child process
@@ -105,7 +105,8 @@ CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1
        ".ot-tools{flex-direction:row!important;flex-wrap:wrap!important}.ot-tools>*{flex:1 1 100%!important}"  # its buttons
        ".ot-tools>button{flex:1 1 40%!important;min-width:0!important}"  # two a line, not one
        ".ot-wrap,.ot-wrap>.form{flex-wrap:wrap!important}.ot-wrap>*,.ot-wrap>.form>*{flex:1 1 100%!important}}"  # a tool's row: one field a line  # and the longest model type is read whole
-       "body{overflow-x:clip}.gradio-container{overflow:visible!important}")  # clip, not hidden: a scroll box stops the bar sticking
+       "body{overflow-x:clip}.gradio-container{overflow:visible!important}"  # clip, not hidden: a scroll box stops the bar sticking
+       + GUIDE_CSS)  # Start here's steps on a phone
 
 
 def _no_panel(initial: dict[str, Any], infos: list) -> None:
