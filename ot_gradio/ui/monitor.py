@@ -45,7 +45,8 @@ def stopping_line(state: RunState) -> str:
     if state.status == "backup":
         return "writing a backup, then the model"
     if state.status in ("starting", "loading", "caching"):  # the worker reads a Stop between steps
-        return f"{state.status} goes on, then one step, a backup and the model"
+        return (f"{state.status} goes on, then one step, a backup and the model (a run that reports no progress for "
+                "2 minutes meanwhile is ended: nothing is trained yet to lose)")
     return "finishing the step, then writing a backup and the model"
 
 

@@ -42,6 +42,10 @@ def _size(nbytes: int) -> str:
 
 
 HIDDEN = gr.update(value=None, visible=False)
+# gradio serves a download from its cache: a file is hashed and copied there. Up to this size that
+# is done on the poll that finds the run ended; a larger model (a fine-tune's many GB) is offered
+# by the Runs tab's Open, when asked for, not copied unasked on every start of the app
+OFFERED_BYTES = 2 * 2**30
 
 
 class OutputDownload:
@@ -70,6 +74,8 @@ class OutputDownload:
         except OSError:
             return HIDDEN, ""
         key = (path, stat.st_size, stat.st_mtime_ns)
+        if stat.st_size > OFFERED_BYTES:
+            return HIDDEN, ""
         if key not in self._copies:
             try:
                 copy = button.move_resource_to_block_cache(path)
@@ -84,8 +90,18 @@ class OutputDownload:
 
 def folder_note(state: RunState) -> str:
     """A model saved as a folder (diffusers) is not one file: the page offers no download of it
-    (nor does the Runs tab); it says where the folder is."""
-    if state.alive or not state.saved or not Path(state.saved[-1]).is_dir():
+    (nor does the Runs tab); it says where the folder is. A file over OFFERED_BYTES: where to get it."""
+    if state.alive or not state.saved:
         return ""
-    return ("The model is a folder (diffusers format), not one file: the page cannot download it. It is on the machine "
-            f"running the app, at `{state.saved[-1]}`.")
+    saved = Path(state.saved[-1])
+    if saved.is_dir():
+        return ("The model is a folder (diffusers format), not one file: the page cannot download it. It is on the machine "
+                f"running the app, at `{saved}`.")
+    try:
+        size = saved.stat().st_size
+    except OSError:
+        return ""
+    if size > OFFERED_BYTES:
+        return (f"The model is {_size(size)}: download it from Runs → this run → *Open* → *Download output file* (copying "
+                "it for the download takes a while), or take it from the machine running the app.")
+    return ""

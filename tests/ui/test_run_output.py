@@ -134,3 +134,17 @@ def test_the_tensorboard_link_says_it_opens_on_the_app_machine(tmp_path, monkeyp
     finally:
         tb.proc.kill()
         tb.proc.wait()
+
+
+def test_a_model_over_the_offered_size_is_not_copied_unasked_and_the_runs_tab_is_named(monitor, tmp_path, monkeypatch):
+    """gradio hashes and copies a download into its cache: a fine-tune's many GB are not copied on a poll."""
+    from ot_gradio.ui import run_output
+
+    monkeypatch.setattr(run_output, "OFFERED_BYTES", 1000)
+    model = tmp_path / "models" / "big.safetensors"
+    model.parent.mkdir()
+    model.write_bytes(b"x" * 2000)
+    run = ended_run(tmp_path / "ws", "models/big.safetensors", "models/big.safetensors")
+    out = monitor.poll(str(run.path), "")
+    assert out[DOWNLOAD]["visible"] is False and not monitor.output_download._copies
+    assert "download it from Runs → this run → *Open* → *Download output file*" in out[1]
