@@ -263,19 +263,24 @@ def _module_names(family: type, params: Mapping[str, Any], source: str) -> tuple
 
     renames = family.lora_module_names is not Family.lora_module_names
     base = str(params.get("base") or "").strip() or None
-    if family.denoiser == "unet":
+    if family.denoiser == "unet":  # without a base, the standard SDXL UNet's layout (_meta_unet)
         view = SimpleNamespace(unet=_meta_unet(base, _offline(params)), denoiser="unet")
-        return (family.lora_module_names(view) if renames else {}), original_lora_names(view)
-    layout = getattr(family, "transformer_class_name", None) in LAYOUTS
-    if base and (renames or layout):
-        model = _load_model(family, params, "base", _existing(params, "base", hub_id_ok=True))
-        return (model.lora_module_names() if renames else {}), original_lora_names(model)
-    if renames:
-        raise JobError("base: this model type names its kohya LoRA layers after the model; give the base model")
+        sdxl_layout = base is not None or str(family.lora_base_model_version).startswith("sdxl")
+        if sdxl_layout:
+            return (family.lora_module_names(view) if renames else {}), original_lora_names(view)
+        names, layout = (family.lora_module_names(view) if renames else {}), True
+    else:
+        layout = getattr(family, "transformer_class_name", None) in LAYOUTS
+        if base and (renames or layout):
+            model = _load_model(family, params, "base", _existing(params, "base", hub_id_ok=True))
+            return (model.lora_module_names() if renames else {}), original_lora_names(model)
+        if renames:
+            raise JobError("base: this model type names its kohya LoRA layers after the model; give the base model")
+        names = {}
     if layout and (key := _original_layout_key(source)):
         raise JobError(f"base: the file names its layers in the model's original layout ({key.split('.')[0]}...), as ComfyUI "
                        "and sd-scripts write them; give the base model, whose layout they are read by")
-    return {}, {}
+    return names, {}
 
 
 def _original_layout_key(path: str) -> str | None:

@@ -53,3 +53,17 @@ def test_original_layer_names_without_base_are_refused(tmp_path):
     with pytest.raises(JobError, match=r"^base: the file names its layers in the model's original layout \(lora_unet_double_blocks_0"):
         run_inline("convert", {"operation": "lora", "model_type": "FLUX_DEV_1", "input": str(tmp_path / "kohya.safetensors"),
                                "output": str(tmp_path / "out.safetensors"), "to": "diffusers"})
+
+
+def test_an_sd15_file_in_comfyuis_names_without_a_base_is_refused_naming_base(tmp_path):
+    """Without a base the UNet's names come from the standard SDXL UNet: an SD 1.5 file's original names need its own."""
+    from safetensors.torch import save_file
+
+    from ot_gradio.tools.jobs import JobError
+
+    name = "diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_q"
+    save_file({f"{name}.lora_down.weight": torch.zeros(4, 32), f"{name}.lora_up.weight": torch.zeros(32, 4)},
+              str(tmp_path / "comfy.safetensors"))
+    with pytest.raises(JobError, match=r"^base: the file names its layers in the model's original layout \(diffusion_model"):
+        run_inline("convert", {"operation": "lora", "model_type": "STABLE_DIFFUSION_15", "input": str(tmp_path / "comfy.safetensors"),
+                               "output": str(tmp_path / "out.safetensors"), "to": "diffusers"})
