@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .families import family_info, is_flow_matching
+from .families import family_info, is_flow_matching, trainable_parts
 
 Config = dict[str, Any]
 
@@ -31,6 +31,20 @@ class Rule:
 
     def __and__(self, other: Rule) -> Rule:
         return Rule(lambda c: self(c) and other(c), (*self.reads, *other.reads), f"{self.text} and {other.text}")
+
+
+@dataclass(frozen=True)
+class PartRule:
+    """A condition on a model part's setting that depends on which part holds it (`unet.train`
+    counts, `vae.train` does not): `at(part)` is the Rule for that part's setting. `text` names the
+    part as `{part}`."""
+
+    test: Callable[[Config, str], Any]
+    reads: tuple[str, ...]
+    text: str
+
+    def at(self, part: str) -> Rule:
+        return Rule(lambda c: self.test(c, part), self.reads, self.text.format(part=part))
 
 
 def _value(name: str, default: str | None) -> Callable[[Config], Any]:
@@ -52,6 +66,11 @@ def is_(name: str, *values: str, default: str | None = None) -> Rule:
 def is_not(name: str, *values: str, default: str | None = None) -> Rule:
     get = _value(name, default)
     return Rule(lambda c: get(c) not in values, (name,), f"{name} is not {' or '.join(values)}")
+
+
+def blank(name: str) -> Rule:
+    """The text field is empty (a missing one too)."""
+    return Rule(lambda c: not str(c.get(name) or "").strip(), (name,), f"{name} is blank")
 
 
 def _nonzero(value: Any) -> bool:
@@ -102,3 +121,7 @@ INPAINTS = family_rule(lambda info: info.inpainting, "the model type is an inpai
 # `backup_must_match` of a LoRA's structure (which parts and layers get adapters, of what kind and
 # shape): a backup's trained adapters fit only the same structure, and only the LORA method has one
 LORA_METHOD = is_("training_method", "LORA", default="FINE_TUNE")
+# a part's LoRA layers: only the parts the model type's LoRA attaches them to (its denoiser and
+# text encoders, never the VAE, nor a section the model type does not have)
+LORA_PART = PartRule(lambda c, part: LORA_METHOD(c) and part in trainable_parts(str(c.get("model_type") or "")),
+                     ("training_method", "model_type"), "training_method is LORA and the model type's LoRA trains {part}")

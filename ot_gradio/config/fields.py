@@ -21,6 +21,7 @@ import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .catalogue import offered_values
+from .conditions import PartRule
 
 # Options the trainer does not act on yet. The page marks them and the doctor warns when a
 # config sets one away from its default, so no setting is silently ignored.
@@ -63,7 +64,8 @@ def opt(
     the order of their first field). The trainer: ``in_step=False`` for a setting that does not
     reach the training step (the memory probe's result is reused across it); ``backup_must_match``
     for a setting a backup must share with the run that continues it: True, or a conditions.Rule
-    on this run's config (a LoRA's structure matters only to the LORA method). A model part's setting:
+    on this run's config (a LoRA's structure matters only to the LORA method), or for a model part's
+    setting a conditions.PartRule (which part holds it: the LoRA trains no VAE). A model part's setting:
     ``on_frozen_part`` also shown for a part that only loads and encodes (VAE, VQGAN...);
     ``text_encoder_only`` shown only for text encoders. A PLANNED group's ``acted_on``: the names of
     its fields the trainer does act on (the rest are planned)."""
@@ -222,7 +224,7 @@ class FieldInfo:
     first: int = 0
     heading: str | None = None
     in_step: bool = True
-    backup_must_match: Any = False  # True, or a conditions.Rule: when the backup must share it
+    backup_must_match: Any = False  # True, or a conditions.Rule (a part's: bound to it): when the backup must share it
 
 
 def strip_optional(annotation: Any) -> Any:
@@ -263,6 +265,11 @@ def _bounds(info: Any) -> dict[str, float]:
     return out
 
 
+def _for_part(rule: Any, prefix: str) -> Any:
+    """A model part's rule (conditions.PartRule) as the Rule of the part that holds the field."""
+    return rule.at(prefix.split(".")[0]) if isinstance(rule, PartRule) else rule
+
+
 def iter_fields(model_cls: type[BaseModel], prefix: str = "", *, defaults: BaseModel | None = None,
                 tab: str | None = None, planned: bool = False, acted_on: tuple[str, ...] = ()) -> Iterator[FieldInfo]:
     """Every option of ``model_cls`` and of the groups nested in it, depth first, in schema order.
@@ -286,7 +293,7 @@ def iter_fields(model_cls: type[BaseModel], prefix: str = "", *, defaults: BaseM
             advanced=bool(meta.get("advanced")), group=kind in ("section", "list"),
             compat=bool(meta.get("compat")), applies_when=meta.get("applies_when"), first=int(meta.get("first", 0)),
             heading=meta.get("heading"), in_step=bool(meta.get("in_step", True)),
-            backup_must_match=meta.get("backup_must_match") or False,
+            backup_must_match=_for_part(meta.get("backup_must_match") or False, prefix),
         )
         if kind == "section":
             yield from iter_fields(cls, f"{path}.", defaults=default, tab=field_tab, planned=is_planned,

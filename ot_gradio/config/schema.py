@@ -22,6 +22,7 @@ from .conditions import (
     PADS_CIRCULARLY,
     READS_TOKEN_WINDOW,
     TAKES_VIDEO,
+    blank,
     is_,
     is_not,
     nonzero,
@@ -75,13 +76,16 @@ PLAIN_LORA = is_("peft_type", "LORA", default="LORA")
 LOKR = is_("peft_type", "LOKR", default="LORA")  # LoKr uses its dimension instead of the rank
 OFT = is_("peft_type", "OFT_2", default="LORA")  # OFT v2 rotates: no rank, no alpha
 EMA_ON = is_not("ema", "OFF", default="OFF")
-# when a LoRA setting shapes the adapters a backup holds (`backup_must_match`)
-LORA_RANKED = LORA_METHOD & is_not("peft_type", "LOKR", "OFT_2", default="LORA")
-LORA_SCALED = LORA_METHOD & is_not("peft_type", "OFT_2", default="LORA")
-LORA_FILTERED = LORA_METHOD & is_("layer_filter_preset", "custom", default="full")
-DORA = LORA_METHOD & PLAIN_LORA & on("lora_decompose")
-LOKR_SHAPE = LORA_METHOD & LOKR
-OFT_SHAPE = LORA_METHOD & OFT
+# when a LoRA setting shapes the adapters a backup holds (`backup_must_match`): the adapter type
+# always; the shape options only for a new LoRA (a Base LoRA continues on the file's layers, rank,
+# alpha and shape, and the setup refuses a file whose type or DoRA differs from the config's)
+NEW_LORA = LORA_METHOD & blank("lora_model_name")
+LORA_RANKED = NEW_LORA & is_not("peft_type", "LOKR", "OFT_2", default="LORA")
+LORA_SCALED = NEW_LORA & is_not("peft_type", "OFT_2", default="LORA")
+LORA_FILTERED = NEW_LORA & is_("layer_filter_preset", "custom", default="full")
+DORA = NEW_LORA & PLAIN_LORA & on("lora_decompose")
+LOKR_SHAPE = NEW_LORA & LOKR
+OFT_SHAPE = NEW_LORA & OFT
 MASKED = on("masked_training")
 
 
@@ -243,7 +247,7 @@ class TrainConfig(Section):
 
     # --- LoRA / layer filter -----------------------------------------------------------------
     layer_filter: str = opt("", "Layer filter", "Comma-separated parts of module names that get LoRA (custom preset).", tab="lora", backup_must_match=LORA_FILTERED)
-    layer_filter_preset: str = opt("full", "Layer preset", "Which layers get LoRA: 'full' (every linear and conv layer), 'attn-mlp' (attention and feed-forward), 'attn-only', 'blocks' (the transformer blocks of Flux / SD 3), or 'custom' with the layer filter.", tab="lora", choices=["full", "attn-mlp", "attn-only", "blocks", "custom"], backup_must_match=LORA_METHOD)
+    layer_filter_preset: str = opt("full", "Layer preset", "Which layers get LoRA: 'full' (every linear and conv layer), 'attn-mlp' (attention and feed-forward), 'attn-only', 'blocks' (the transformer blocks of Flux / SD 3), or 'custom' with the layer filter.", tab="lora", choices=["full", "attn-mlp", "attn-only", "blocks", "custom"], backup_must_match=NEW_LORA)
     layer_filter_regex: bool = opt(False, "Filter is regex", "Treat the layer filter as regular expressions.", tab="lora", backup_must_match=LORA_FILTERED)
 
     # --- Embedding ---------------------------------------------------------------------------
@@ -259,7 +263,7 @@ class TrainConfig(Section):
     lora_model_name: str = opt("", "Base LoRA", "Continue training an existing LoRA (kohya or diffusers keys): a file, a Hugging Face file address, or a Civitai LoRA's address (downloaded once, with General → Civitai API key). It continues on its own layers, rank and alpha, whatever preset trained it (Layer preset, Rank and Alpha are for a new LoRA); a part whose training is off keeps the file's layers as they are. Blank = a new LoRA.", tab="lora")
     lora_rank: int = opt(16, "Rank", "Size of the LoRA matrices. 8/8 (rank/alpha) is good for a person, 16 may be better but less flexible; rank 16 is enough for most purposes.", ge=1, le=1024, tab="lora", applies_when=is_not("peft_type", "LOKR", "OFT_2", default="LORA"), first=2, backup_must_match=LORA_RANKED)
     lora_alpha: float = opt(1.0, "Alpha", "Scales the LoRA output by alpha/rank; keep alpha at or below the rank. alpha = rank means no scaling.", gt=0, tab="lora", applies_when=is_not("peft_type", "OFT_2", default="LORA"), first=3, backup_must_match=LORA_SCALED)
-    lora_decompose: bool = opt(False, "DoRA", "Decompose weights into magnitude and direction (DoRA). KOHYA_LORA files (dora_scale) load in A1111, Forge and ComfyUI; diffusers loads DoRA only from diffusers/PEFT keys (DIFFUSERS_LORA) with the output axis on.", tab="lora", applies_when=PLAIN_LORA, first=5, backup_must_match=LORA_METHOD & PLAIN_LORA)
+    lora_decompose: bool = opt(False, "DoRA", "Decompose weights into magnitude and direction (DoRA). KOHYA_LORA files (dora_scale) load in A1111, Forge and ComfyUI; diffusers loads DoRA only from diffusers/PEFT keys (DIFFUSERS_LORA) with the output axis on.", tab="lora", applies_when=PLAIN_LORA, first=5, backup_must_match=NEW_LORA & PLAIN_LORA)
     lora_decompose_norm_epsilon: bool = opt(True, "DoRA norm epsilon", "DoRA: add a small epsilon to the norm for stability.", tab="lora", advanced=True, applies_when=PLAIN_LORA & on("lora_decompose"), first=6)
     lora_decompose_output_axis: bool = opt(False, "DoRA output axis", "DoRA: take the norm over each output row (what peft and diffusers compute) instead of each input column (OneTrainer's default, the one A1111 reads).", tab="lora", advanced=True, applies_when=PLAIN_LORA & on("lora_decompose"), first=7, backup_must_match=DORA)
     lora_rank_dropout: float = opt(0.0, "Rank dropout", "While training, each rank of a LoRA layer is left out for an image with this probability (the others scaled up to make up for it), as kohya's rank_dropout (0.1 is usual there): a regulariser beside LoRA dropout. 0 turns it off. Plain LoRA only (not DoRA).", ge=0, lt=1, tab="lora", applies_when=PLAIN_LORA)

@@ -79,7 +79,15 @@ class FineTuneMethod(EmbeddingSupport):
         return {**state, **self.embedding_state()}
 
     def load_trainable_state(self, model: Any, state: dict[str, torch.Tensor]) -> None:
-        for part in (model.denoiser, *model.text_encoder_names):
+        """The backup's weights into their parts; a part the backup holds that this model does not
+        load (a text encoder left out: resume.py refuses it first) is an error, never skipped."""
+        parts = (model.denoiser, *model.text_encoder_names)
+        unused = sorted({k.split(".", 1)[0] for k in state if not k.startswith("embedding.")} - set(parts))
+        if unused:
+            raise ValueError(f"continue_last_backup: the backup holds trained {', '.join(unused)} weights, but this model does "
+                             f"not load {'that part' if len(unused) == 1 else 'those parts'} (it has {', '.join(parts)}): "
+                             "they would not be used and the saved model would lack them")
+        for part in parts:
             sub = {k[len(part) + 1 :]: v for k, v in state.items() if k.startswith(part + ".")}
             if not sub:
                 continue

@@ -12,24 +12,27 @@ that name again, not over the file the number avoided."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config.enums import TrainingMethod
 from ..config.fields import iter_fields
+from ..config.include_parts import excluded_parts
 from ..config.schema import TrainConfig
 from ..fsutil import same_output
-from .backup import MARKER, Counters, complete_backups, read_backup, set_rng_state
+from .backup import MARKER, Counters, complete_backups, read_backup, saved_output, set_rng_state
 from .ema import EMA
 from .preflight import TrainingError
-from .resume_optimizer import continue_optimizer
+from .resume_optimizer import continue_optimizer, plain
+from .resume_text import shown
 
 if TYPE_CHECKING:
     from .run_state import RunState
 
 # settings a backup must share with the run that continues it: the schema's `backup_must_match`
-# (True, or a rule on the config: a LoRA's structure, for the LORA method only)
+# (True, or a rule on the config: a LoRA's structure, for the LORA method and the parts its LoRA trains only)
 _MUST_MATCH = {f.path: f for f in iter_fields(TrainConfig) if f.backup_must_match}
 MUST_MATCH = tuple(_MUST_MATCH)
 _UNSET = object()
@@ -44,18 +47,6 @@ class Resumed:
     ema: EMA | None
 
 
-def _saved_config(backup: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((backup / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _shown(backup: Path) -> str:
-    return f"{backup.parent.parent.name}/{backup.name}"  # <run>/<backup>
-
-
 def find_backup(run_dirs: list[Path], dest: str) -> Path | None:
     """The newest complete backup of the training that saves to `dest` (or a numbered name of
     it); None when the workspace has none at all; a TrainingError naming the newest when the
@@ -64,12 +55,12 @@ def find_backup(run_dirs: list[Path], dest: str) -> Path | None:
                      key=lambda b: (b / MARKER).stat().st_mtime, reverse=True)
     if not backups:
         return None
-    found = next((b for b in backups if same_output(str(_saved_config(b).get("output_model_destination") or ""), dest)), None)
+    found = next((b for b in backups if same_output(saved_output(b), dest)), None)
     if found is None:
-        other = str(_saved_config(backups[0]).get("output_model_destination") or "")
+        other = saved_output(backups[0])
         raise TrainingError(
             f"continue_last_backup: no backup in this workspace is of a run that saves to {dest}; the newest, "
-            f"{_shown(backups[0])}, is of a run that saves to {other or 'another file'}. To continue that training, set "
+            f"{shown(backups[0])}, is of a run that saves to {other or 'another file'}. To continue that training, set "
             f"Output to {other or 'its file'}; to start this one, turn off 'Continue from last backup'")
     return found
 
@@ -95,11 +86,6 @@ def _at(config: dict[str, Any], path: str) -> Any:
     return config
 
 
-def _plain(value: Any) -> Any:
-    value = getattr(value, "value", value)  # an enum (a field's default)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
-
-
 def must_match_problems(old: dict[str, Any], config: TrainConfig) -> list[str]:
     """The settings that make the backup (its config `old`) impossible to continue with `config`:
     "path=<backup's> (Label) but this run has path=<this run's>". A setting the backup's config lacks
@@ -111,11 +97,21 @@ def must_match_problems(old: dict[str, Any], config: TrainConfig) -> list[str]:
         if rule is not True and not (rule(now) or rule(old)):
             continue
         before, after = _at(old, path), _at(now, path)
-        before = _plain(field.default) if before is _UNSET else _plain(before)
-        if before != _plain(after):
+        before = plain(field.default) if before is _UNSET else plain(before)
+        if before != plain(after):
             label = f" ({field.label})" if field.label else ""
-            problems.append(f"{path}={before!r}{label} but this run has {path}={_plain(after)!r}")
+            problems.append(f"{path}={before!r}{label} but this run has {path}={plain(after)!r}")
     return problems
+
+
+def left_out_problems(trainable: Iterable[str], config: TrainConfig) -> list[str]:
+    """The parts whose weights the backup holds (its trainable keys `<part>.<weight>`) but this run
+    leaves out (`<part>.include` off): loading would skip them, and the saved model would lack them."""
+    kind = "LoRA weights" if TrainingMethod(config.training_method) == TrainingMethod.LORA else "trained weights"
+    keys = tuple(trainable)
+    return [f"the backup holds {part} {kind}, but {part} is left out of this run ({part}.include off): they would not be "
+            f"used and the saved model would lack them; turn {part}.include on to keep them"
+            for part in excluded_parts(config) if any(k.startswith(part + ".") for k in keys)]
 
 
 def resume_from_latest_backup(run: RunState) -> Resumed | None:
@@ -134,6 +130,10 @@ def resume_from_latest_backup(run: RunState) -> Resumed | None:
             f"only with the settings it was made with: change {'it' if len(problems) == 1 else 'them'} back or turn off "
             "'Continue from last backup'"
         )
+    left_out = left_out_problems(backup.trainable, run.config)
+    if left_out:
+        raise TrainingError(f"continue_last_backup: {'; '.join(left_out)}, or turn off 'Continue from last backup' "
+                            f"(backup {shown(found)})")
     run.method.load_trainable_state(run.model, backup.trainable)
     for line in continue_optimizer(run.optimizer, run.scheduler, backup.state, old, run.config, backup.counters.global_step):
         run.report.warning(line)
@@ -148,7 +148,7 @@ def resume_from_latest_backup(run: RunState) -> Resumed | None:
             run.report.warning("ema: the backup has no EMA weights (EMA was off); the average starts from the backup's weights")
     if backup.counters.epoch >= run.config.epochs:  # (a run killed between its last backup and its save: saved now)
         run.report.warning(
-            f"continue_last_backup: the backup {_shown(found)} has trained {backup.counters.epoch} epoch(s) (step "
+            f"continue_last_backup: the backup {shown(found)} has trained {backup.counters.epoch} epoch(s) (step "
             f"{backup.counters.global_step}), and this run's Epochs is {run.config.epochs}: nothing is left to train, the "
             "model is saved as the backup has it. Raise Epochs to train it on")
     set_rng_state(backup.state["rng"])
@@ -159,7 +159,7 @@ def resume_from_latest_backup(run: RunState) -> Resumed | None:
                            "the file whose name the number kept free)")
     before, now = _concept_folders(old), _concept_folders(run.config.model_dump(mode="json"))
     if before != now:
-        run.report.warning(f"continue_last_backup: the backup {_shown(found)} trained on the concept folders "
+        run.report.warning(f"continue_last_backup: the backup {shown(found)} trained on the concept folders "
                            f"{', '.join(before) or 'none'}; this run trains on {', '.join(now) or 'none'}")
     run.report.status("training", f"continuing from backup {found.name} (run {found.parent.parent.name}) at step "
                                   f"{backup.counters.global_step}")

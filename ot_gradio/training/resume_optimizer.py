@@ -53,23 +53,24 @@ def _shown(group_id: str) -> str:
     return name.rstrip("/") or "weights"
 
 
-def _load(optimizer: Any, saved: dict[str, Any]) -> list[str]:
-    """Load `saved` into `optimizer`; the groups that start fresh instead, each with why."""
+def _load(optimizer: Any, saved: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Load `saved` into `optimizer`: the groups that start fresh instead, each with why, and the
+    names of those loaded from the backup."""
     fresh = optimizer.state_dict()
     if ("per_weight" in saved) != ("per_weight" in fresh):
         on = "per_weight" in saved
-        return [f"all (the backup was made with the fused back pass {'on' if on else 'off'}, this run has it {'off' if on else 'on'})"]
+        return [f"all (the backup was made with the fused back pass {'on' if on else 'off'}, this run has it {'off' if on else 'on'})"], []
     if "per_weight" in saved:  # one optimizer per weight: all or nothing
         if len(saved["per_weight"]) != len(fresh["per_weight"]):
-            return [f"all (the backup has {len(saved['per_weight'])} trained weights, this run {len(fresh['per_weight'])})"]
+            return [f"all (the backup has {len(saved['per_weight'])} trained weights, this run {len(fresh['per_weight'])})"], []
         lacks = sorted({k for new, old in zip(_groups(fresh), _groups(saved), strict=True) for k in set(new) - set(old)})
         if lacks:
-            return [f"all (the backup's optimizer has no {', '.join(lacks)})"]
+            return [f"all (the backup's optimizer has no {', '.join(lacks)})"], []
         optimizer.load_state_dict(saved)
-        return []
+        return [], list(dict.fromkeys(_shown(g) for g in _group_ids(_groups(fresh))))
     old_groups, new_groups = saved.get("param_groups", []), fresh["param_groups"]
     old_ids = _group_ids(old_groups)
-    state, groups, started, index = {}, [], [], 0
+    state, groups, started, loaded, index = {}, [], [], [], 0
     for group_id, new in zip(_group_ids(new_groups), new_groups, strict=True):
         old = old_groups[old_ids.index(group_id)] if group_id in old_ids else None
         why = ("the backup has none" if old is None
@@ -78,6 +79,8 @@ def _load(optimizer: Any, saved: dict[str, Any]) -> list[str]:
         if why is not None:
             started.append(f"{_shown(group_id)} ({why})")
             old = None
+        else:
+            loaded.append(_shown(group_id))
         group = dict(old if old is not None else new)
         group["params"] = list(range(index, index + len(new["params"])))
         index += len(new["params"])
@@ -85,14 +88,14 @@ def _load(optimizer: Any, saved: dict[str, Any]) -> list[str]:
             state.update({i: saved["state"][k] for i, k in zip(group["params"], old["params"], strict=True) if k in saved.get("state", {})})
         groups.append(group)
     if len(started) == len(groups):
-        return started
+        return started, []
     optimizer.load_state_dict({"state": state, "param_groups": groups})
-    return started
+    return started, loaded
 
 
 def _setting_changes(old: dict[str, Any], config: Any, saved_groups: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
-    """The optimizer settings changed since the backup, as (kept: the backup's value stays in its
-    loaded groups; applied: this run's value acts, outside the groups)."""
+    """The optimizer settings changed since the backup, as (kept: a setting of the groups, whose
+    backup's value stays in the groups loaded from it; applied: this run's value acts, outside the groups)."""
     try:
         before = effective_settings(OptimizerConfig.model_validate(old.get("optimizer") or {}))
     except ValueError:
@@ -161,15 +164,19 @@ def continue_optimizer(optimizer: Any, scheduler: Any, state: dict[str, Any], ol
         said.append(f"{LEAD}optimizer changed {before} -> {now}: its state starts fresh, as OneTrainer does; the learning "
                     f"rates and the schedule are this run's, continued at step {steps}")
     else:
-        started = _load(optimizer, saved)
+        started, loaded = _load(optimizer, saved)
         if started:
             said.append(f"{LEAD}the backup's {now} state does not fit for {', '.join(started)}: "
                         f"{'that group starts' if len(started) == 1 else 'those groups start'} with fresh optimizer state, as OneTrainer does")
         kept, applied = _setting_changes(old, config, _groups(saved))
+        if kept and not loaded:  # every group started fresh, with this run's settings
+            kept, applied = [], sorted(kept + applied)
         if kept:
-            said.append(f"{LEAD}{now} settings changed since the backup ({', '.join(kept)}): the backup's values stay in effect, "
-                        "as OneTrainer keeps a loaded optimizer's settings but its learning rate. To train with the new values, "
-                        "start a new run")
+            where = (f" in the groups loaded from the backup ({', '.join(loaded)}); the groups that start fresh take this "
+                     "run's" if started else "")
+            said.append(f"{LEAD}{now} settings changed since the backup ({', '.join(kept)}): the backup's values stay in effect"
+                        f"{where}, as OneTrainer keeps a loaded optimizer's settings but its learning rate. To train with the new "
+                        "values, start a new run")
         if applied:
             said.append(f"{LEAD}{now} settings changed since the backup ({', '.join(applied)}): this run's values apply")
     for group, (lr, initial) in zip(optimizer.param_groups, lrs, strict=True):
@@ -179,7 +186,7 @@ def continue_optimizer(optimizer: Any, scheduler: Any, state: dict[str, Any], ol
     continue_schedule(scheduler, steps)
     dumped = config.model_dump(mode="json")
     keys = SCHEDULE_KEYS if _lasts(dumped) or _lasts(old) else SCHEDULE_KEYS[:-1]  # epochs: a constant rate has no length
-    changes = [f"{k} {old[k]!r} -> {dumped.get(k)!r}" for k in keys if k in old and _plain(old[k]) != _plain(dumped.get(k))]
+    changes = [f"{k} {old[k]!r} -> {dumped.get(k)!r}" for k in keys if k in old and plain(old[k]) != plain(dumped.get(k))]
     rate_lines = _rate_changes(rates)
     if rate_lines or changes:
         what = "; ".join([*rate_lines, *(["schedule " + ", ".join(changes)] if changes else [])])
@@ -197,5 +204,8 @@ def _lasts(config: dict[str, Any]) -> bool:
     return fraction or str(config.get("learning_rate_scheduler") or "CONSTANT") not in ("CONSTANT", "ADAFACTOR")
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """A setting's value as compared across a backup's config and this run's: an enum (a field's
+    default) as its value, a number as a float (the JSON of a backup has 1 for 1.0)."""
+    value = getattr(value, "value", value)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value

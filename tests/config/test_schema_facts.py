@@ -87,3 +87,16 @@ def test_part_facts_are_on_part_settings_and_kept_by_the_separate_parts():
     assert shown == {"weight_dtype", "model_name"}
     for name in SeparateModelPartConfig.model_fields:
         assert [field_meta(SeparateModelPartConfig, name).get(k) for k in flags] == [field_meta(ModelPartConfig, name).get(k) for k in flags], name
+
+
+def test_a_parts_train_must_match_only_where_the_models_lora_trains_that_part():
+    """`train` is one line for every part section; its rule is bound to the section that holds it."""
+    from ot_gradio.config.conditions import PartRule, Rule
+
+    rules = {f.path: f.backup_must_match for f in FIELDS if f.path.endswith(".train") and f.backup_must_match}
+    assert rules and all(isinstance(r, Rule) and not isinstance(r, PartRule) for r in rules.values())
+    sd15, flux = {"training_method": "LORA", "model_type": "STABLE_DIFFUSION_15"}, {"training_method": "LORA", "model_type": "FLUX_DEV_1"}
+    assert [p for p, r in rules.items() if r(sd15)] == ["unet.train", "text_encoder.train"]
+    assert [p for p, r in rules.items() if r(flux)] == ["transformer.train", "text_encoder.train", "text_encoder_2.train"]
+    assert not any(r({**flux, "training_method": "FINE_TUNE"}) for r in rules.values())
+    assert rules["vae.train"].text == "training_method is LORA and the model type's LoRA trains vae"
