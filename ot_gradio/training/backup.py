@@ -3,21 +3,17 @@ looks complete.
 
 A backup is a folder `backup/<time>-step<N>/` with `trainable.safetensors` (the trained weights),
 `state.pt` (optimizer, scheduler, grad scaler, RNG states, counters), `config.json`, and a
-`COMPLETE` marker written last. `state.pt` is read with torch's weights-only unpickler (tensors,
-numbers, strings and numpy's random state), so a backup put in a workspace by someone else cannot
-run code when the run resumes from it. It is assembled under a temporary name and renamed into place;
-a folder without the marker is never picked for resume, and the next run started in the
-workspace removes it (runner/rundir.py `remove_leftovers`).
+`COMPLETE` marker written last, which holds the counters and the id of the training (a fresh run
+starts a training, a run continued from a backup carries its id on: backup_training.py). `state.pt`
+is read with torch's weights-only unpickler (tensors, numbers, strings and numpy's random state), so
+a backup put in a workspace by someone else cannot run code when the run resumes from it. It is
+assembled under a temporary name and renamed into place; a folder without the marker is never
+picked for resume, and the next run started in the workspace removes it (runner/rundir.py
+`remove_leftovers`).
 
-A backup that has its marker but cannot be read (a copy to or from Drive interrupted after the
-marker, which cp and rsync copy first; a bad disk) is no complete backup: `complete_backups` leaves
-it out once a quick look at its files finds it damaged (`backup_problem`), and `read_backup`, when
-loading finds it so, raises `UnreadableBackup` naming the folder and marks it so that it is left out
-from then on. The trainer says which were skipped and continues from the next older one
-(trainer_setup.py). Nothing ever deletes such a folder: the user decides.
-
-Rolling backups (`prune_backups`) keep the newest N complete backups of a training across all the
-runs that continued it, never another training's, and never the one just written.
+A backup that has its marker but cannot be read is no complete backup: `complete_backups` leaves it
+out, `read_backup` raises `UnreadableBackup` naming the folder (backup_damage.py). Rolling backups
+are backup_prune.py.
 
 A full disk raises fsutil.DiskFullError naming the folder, the space free and about the space a
 backup needs; the half-written folder is removed first and earlier backups stay as they were.
@@ -29,9 +25,7 @@ import json
 import os
 import random
 import shutil
-import struct
 import time
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +37,7 @@ from safetensors.torch import load_file, save_file
 from ot_gradio.fsutil import BACKUP_MARKER as MARKER
 from ot_gradio.fsutil import DiskFullError, as_disk_full, atomic_write_text, free_bytes, fsync_dir, fsync_file, tree_size
 
-FILES = ("trainable.safetensors", "state.pt", "config.json")
-MOVE_IT = "move it out of the workspace or delete it"
+from .backup_damage import UnreadableBackup, backup_problem, unreadable
 
 # The steps of a backup write, in order: a fault-injection pause can hold the writer after each.
 STEPS = ("backup-started", "backup-trainable", "backup-state", "backup-config", "backup-written", "backup-renamed",
@@ -114,7 +107,11 @@ def write_backup(
     config: dict[str, Any],
     counters: Counters,
     keep: int | None = None,
+    training: str = "",
 ) -> Path:
+    """Write a backup in `backup_root`; `training` (the training's id) goes into the marker, so
+    rolling backups delete this training's older backups only. `keep`: delete all but the newest
+    `keep` complete backups in `backup_root` after (tests; the trainer prunes with backup_prune.py)."""
     needed = backup_size(trainable, state)
     try:
         backup_root.mkdir(parents=True, exist_ok=True)
@@ -163,7 +160,8 @@ def write_backup(
     fault_pause("backup-renamed")
     # The marker goes last, itself atomically: a folder that has it is complete.
     try:
-        atomic_write_text(final / MARKER, json.dumps(counters.as_dict()), what="the backup's marker")
+        marker = {**counters.as_dict(), **({"training": training} if training else {})}
+        atomic_write_text(final / MARKER, json.dumps(marker), what="the backup's marker")
     except BaseException:
         shutil.rmtree(final, ignore_errors=True)  # an unmarked folder is not a backup; free its space
         raise
@@ -191,124 +189,33 @@ def latest_backup(run_dirs: list[Path]) -> Path | None:
     candidates = [b for r in run_dirs for b in complete_backups(Path(r) / "backup")]
     if not candidates:
         return None
-    return max(candidates, key=_marker_time)
+    return max(candidates, key=marker_time)
 
 
 def damaged_backups(run_dirs: list[Path]) -> list[tuple[Path, str]]:
     """Marked backups that cannot be read, newest first, with what is wrong."""
     found = [(b, backup_problem(b)) for r in run_dirs for b in marked_backups(Path(r) / "backup")]
-    return sorted(((b, why) for b, why in found if why is not None), key=lambda f: _marker_time(f[0]), reverse=True)
+    return sorted(((b, why) for b, why in found if why is not None), key=lambda f: marker_time(f[0]), reverse=True)
 
 
-def _marker_time(backup: Path) -> float:
+def marker_time(backup: Path) -> float:
     try:
         return (backup / MARKER).stat().st_mtime
     except OSError:
         return 0.0
 
 
-# --- damaged backups ------------------------------------------------------------------------
-# verdicts by folder, valid while its files are unchanged (size and time): a problem or None
-_VERDICTS: dict[Path, tuple[tuple, str | None]] = {}
-
-
-def _signature(backup: Path) -> tuple:
-    out = []
-    for name in (*FILES, MARKER):
-        try:
-            st = (backup / name).stat()
-            out.append((st.st_size, st.st_mtime_ns))
-        except OSError:
-            out.append(None)
-    return tuple(out)
-
-
-def backup_problem(backup: Path) -> str | None:
-    """What makes a marked backup unreadable, found by reading its headers only (a few KB): a
-    missing, empty or cut-off file, a config that is no JSON. None: it looks whole (a file
-    damaged inside is found when `read_backup` loads it, which records it here)."""
-    backup = Path(backup)
-    key, sig = backup.resolve(), _signature(backup)
-    known = _VERDICTS.get(key)
-    if known is not None and known[0] == sig:
-        return known[1]
-    problem = _look_at(backup)
-    _VERDICTS[key] = (sig, problem)
-    return problem
-
-
-def _look_at(backup: Path) -> str | None:
-    for name in FILES:
-        if not (backup / name).is_file():
-            return f"{name} is missing"
-        if (backup / name).stat().st_size == 0:
-            return f"{name} is empty"
+def marker_training(backup: Path) -> str | None:
+    """The id of the training a backup is of, from its marker: '' for a backup written before
+    markers held one (the counters only), None when the marker cannot be read."""
     try:
-        config = json.loads((backup / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        return f"config.json cannot be read ({err})"
-    if not isinstance(config, dict):
-        return "config.json holds no config"
-    try:
-        return _safetensors_problem(backup / "trainable.safetensors") or _state_problem(backup / "state.pt")
-    except OSError as err:
-        return f"its files cannot be read ({err})"
-
-
-def _safetensors_problem(file: Path) -> str | None:
-    size = file.stat().st_size
-    with open(file, "rb") as fh:
-        head = fh.read(8)
-        length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-        if length < 2 or 8 + length > size:
-            return f"trainable.safetensors is cut off ({size} bytes, its header is incomplete)"
-        try:
-            header = json.loads(fh.read(length))
-            end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-            return "trainable.safetensors has a damaged header"
-    if size != 8 + length + end:
-        return f"trainable.safetensors is cut off ({size} of {8 + length + end} bytes)"
-    return None
-
-
-def _state_problem(file: Path) -> str | None:
-    try:
-        with zipfile.ZipFile(file) as archive:  # torch.save's format: a zip whose directory is at the end
-            if not any(n.endswith("data.pkl") for n in archive.namelist()):
-                return "state.pt is no torch file"
-    except (zipfile.BadZipFile, EOFError, ValueError):
-        return f"state.pt is cut off or damaged ({file.stat().st_size} bytes, no complete zip directory)"
-    return None
-
-
-class UnreadableBackup(ValueError):
-    """A marked backup that cannot be loaded; the message names its folder and what is wrong."""
-
-    def __init__(self, backup: Path, problem: str):
-        self.backup, self.problem = Path(backup), problem
-        super().__init__(f"backup {backup} cannot be read: {problem}; {MOVE_IT}")
-
-
-def _unreadable(backup: Path, problem: str) -> UnreadableBackup:
-    """The error for a backup that failed to load, recorded so that it is left out from now on."""
-    _VERDICTS[Path(backup).resolve()] = (_signature(backup), problem)
-    return UnreadableBackup(backup, problem)
-
-
-def prune_backups(run_dirs: list[Path], newest: Path, keep: int, output: str) -> list[Path]:
-    """Rolling backup: delete all but the `keep` newest complete backups of the training that saves
-    to `output` (exactly that file: the runs that continued it) in `run_dirs`; `newest` (the one
-    just written) always stays. Another training's backups, a damaged one and any whose config
-    cannot be read are never touched. Returns the deleted folders."""
-    want = _resolved(output)
-    ours = [b for r in dict.fromkeys(Path(r).resolve() for r in run_dirs) for b in complete_backups(r / "backup")
-            if want is not None and _resolved(saved_output(b)) == want and b.resolve() != Path(newest).resolve()]
-    ours.sort(key=lambda b: (_marker_time(b), b.name), reverse=True)
-    deleted = ours[max(keep - 1, 0):]
-    for old in deleted:
-        shutil.rmtree(old, ignore_errors=True)
-    return deleted
+        marker = json.loads((Path(backup) / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(marker, dict):
+        return None
+    training = marker.get("training", "")
+    return training if isinstance(training, str) else None
 
 
 def saved_output(backup: Path) -> str:
@@ -318,15 +225,6 @@ def saved_output(backup: Path) -> str:
     except (OSError, ValueError):
         return ""
     return str(config.get("output_model_destination") or "") if isinstance(config, dict) else ""
-
-
-def _resolved(path: str) -> Path | None:
-    if not str(path or "").strip():
-        return None
-    try:
-        return Path(path).expanduser().resolve()
-    except (OSError, ValueError, RuntimeError):
-        return None
 
 
 def _load_state(file: Path) -> dict[str, Any]:
@@ -342,11 +240,11 @@ def _load_state(file: Path) -> dict[str, Any]:
         except pickle.UnpicklingError as err:
             if "Unsupported global" not in str(err):  # not a call of anything: damaged data
                 detail = str(err).split("WeightsUnpickler error:")[-1].strip().split("\n")[0][:200]
-                raise _unreadable(file.parent, f"state.pt is damaged ({detail})") from err
-            raise _unreadable(file.parent, "state.pt holds objects other than tensors, numbers and strings, which this "
+                raise unreadable(file.parent, f"state.pt is damaged ({detail})") from err
+            raise unreadable(file.parent, "state.pt holds objects other than tensors, numbers and strings, which this "
                                            "trainer never writes, and loading them could run code; it was not loaded") from err
         except Exception as err:  # noqa: BLE001  torch reports a damaged file as RuntimeError, EOFError, ...
-            raise _unreadable(file.parent, f"state.pt cannot be loaded ({_short(err)})") from err
+            raise unreadable(file.parent, f"state.pt cannot be loaded ({_short(err)})") from err
 
 
 def _short(err: BaseException) -> str:
@@ -375,17 +273,17 @@ def read_backup(path: Path) -> LoadedBackup:
         raise UnreadableBackup(path, problem)
     state = _load_state(path / "state.pt")
     if not isinstance(state, dict) or not isinstance(state.get("counters"), dict):
-        raise _unreadable(path, "state.pt holds no step counters")
+        raise unreadable(path, "state.pt holds no step counters")
     try:
         counters = Counters(**state["counters"])
     except TypeError as err:
-        raise _unreadable(path, f"state.pt holds damaged step counters ({err})") from err
+        raise unreadable(path, f"state.pt holds damaged step counters ({err})") from err
     try:
         trainable = load_file(str(path / "trainable.safetensors"))
     except Exception as err:  # noqa: BLE001  safetensors' own error, or an OSError of a bad disk
-        raise _unreadable(path, f"trainable.safetensors cannot be loaded ({_short(err)})") from err
+        raise unreadable(path, f"trainable.safetensors cannot be loaded ({_short(err)})") from err
     try:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise _unreadable(path, f"config.json cannot be read ({err})") from err
+        raise unreadable(path, f"config.json cannot be read ({err})") from err
     return LoadedBackup(path=path, trainable=trainable, state=state, config=config, counters=counters)

@@ -25,7 +25,9 @@ from ..config.io import config_to_dict
 from ..config.schema import TrainConfig
 from ..data.prefetch import LoadStats, prefetched
 from .async_reduce import AsyncGradientReducer
-from .backup import MARKER, Counters, prune_backups, write_backup
+from .backup import MARKER, Counters, write_backup
+from .backup_prune import prune_backups
+from .backup_training import run_training
 from .distributed import Distributed
 from .fp16_fallback import mixed_half_types
 from .intervals import SECONDS_PER_UNIT
@@ -326,14 +328,19 @@ class Trainer(TrainerSetup):
             state["scaler"] = self.precision.scaler.state_dict()
         if self.ema is not None:
             state["ema"] = self.ema.state_dict()
+        training = run_training(self.paths)  # a new training, or the one of the backup this run continued
         path = write_backup(self.paths.backup, self.method.trainable_state(self.model), state, config_to_dict(self.config),
-                           self.counters)
+                           self.counters, training=training.id)
         self.last_backup = (path, self.counters.as_dict())
         self.report.backup(str(path))
         if self.config.rolling_backup:  # this training's backups in all its runs, this one's newest kept
             runs = [*self.paths.other_runs, self.paths.backup.parent]
-            for old in prune_backups(runs, path, self.config.rolling_backup_count, self.config.output_model_destination):
+            pruned = prune_backups(runs, path, self.config.rolling_backup_count, training)
+            for old in pruned.deleted:
                 print(f"deleted the older backup {old} (Rolling backup count: {self.config.rolling_backup_count})", flush=True)
+            for old, why in pruned.failed:
+                self.report.warning(f"rolling_backup: the older backup {old} could not be deleted ({why}); delete it to free "
+                                    "its space")
         optimizer_train_mode(self.optimizer)
         self.report.status("training", "")
         return path

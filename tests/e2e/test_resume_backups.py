@@ -1,6 +1,7 @@
 """Stopping and continuing, as users do it: Ctrl-C in `train` during gradient accumulation, a stop
-at a step that also backs up, rolling backups across the runs that continue a training, and a
-damaged newest backup (an interrupted copy to or from Drive)."""
+at a step that also backs up, rolling backups across the runs that continue a training (and never
+over a failed run's backups that a fresh run shares an output name with), and a damaged newest
+backup (an interrupted copy to or from Drive)."""
 
 import os
 import signal
@@ -16,12 +17,14 @@ from ot_gradio.training.trainer import Reporter, RunPaths, Trainer, TrainingErro
 
 
 class Said(Reporter):
-    def __init__(self, stop_at=None):
-        self.stop_at, self.global_step = stop_at, 0
+    def __init__(self, stop_at=None, fail_at=None):
+        self.stop_at, self.fail_at, self.global_step = stop_at, fail_at, 0
         self.statuses, self.warnings = [], []
 
     def metrics(self, **fields):
         self.global_step = fields["global_step"]
+        if self.fail_at is not None and self.global_step >= self.fail_at:
+            raise RuntimeError("CUDA out of memory (a test's)")
 
     def status(self, status, message=""):
         self.statuses.append((status, message))
@@ -97,6 +100,24 @@ def test_rolling_backups_across_resumes_and_a_stop_at_a_backup_step_writes_it_on
     assert complete_backups(runs / "x" / "backup") == [theirs]
 
 
+def test_a_fresh_run_that_kept_a_failed_runs_output_name_leaves_its_backups(lora_config, tmp_path):
+    """Run A backs up steps 1-5 and fails before writing its model, so runner/outputs.py gives a
+    fresh run B (Continue off, Rolling backup count 2) the same output file: B keeps its own newest
+    2, A's 5 stay for the user to continue."""
+    runs = tmp_path / "ws" / "runs"
+    data = lora_config(samples=[], epochs=3, backup_after=1, backup_after_unit="STEP", tensorboard=False)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        _run(data, runs / "a", Said(fail_at=6))  # after the backup of step 5
+    assert not (tmp_path / "out" / "lora.safetensors").exists()
+    theirs = complete_backups(runs / "a" / "backup")
+    assert len(theirs) == 5
+
+    rolling = {**data, "rolling_backup": True, "rolling_backup_count": 2}
+    _run(rolling, runs / "b", Said(stop_at=3), others=[runs / "a"])
+    assert complete_backups(runs / "a" / "backup") == theirs
+    assert [read_backup(b).counters.global_step for b in complete_backups(runs / "b" / "backup")] == [2, 3]
+
+
 def _damage(backup, kind):
     if kind == "trainable cut off":
         file = backup / "trainable.safetensors"
@@ -122,6 +143,13 @@ def test_a_damaged_newest_backup_is_named_and_the_run_continues_from_the_one_bef
     assert newest.is_dir() and (newest / MARKER).exists()  # never deleted
 
     _damage(older, kind)  # nothing readable left: the run stops naming them, it does not start anew
+    if kind == "config missing":  # ... unless none says it is of this training: then they may be another's
+        said = Said(stop_at=1)
+        _run({**data, "continue_last_backup": True}, tmp_path / "c", said, others=[tmp_path / "a"])
+        assert sorted(w.split(" cannot be read")[0] for w in said.warnings if "does not say which training" in w) == [
+            f"continue_last_backup: the backup a/{b.name}" for b in sorted([older, newest], key=lambda b: b.name)]
+        assert any("starting a new run" in w for w in said.warnings) and older.is_dir() and newest.is_dir()
+        return
     with pytest.raises(TrainingError, match=rf"no backup of this training can be read: .*{older.name}.*{newest.name}|"
                                             rf"no backup of this training can be read: .*{newest.name}.*{older.name}"):
         _run({**data, "continue_last_backup": True}, tmp_path / "c", Said(), others=[tmp_path / "a"])
