@@ -20,13 +20,10 @@ from .backup_damage import MOVE_IT, UnreadableBackup
 from .backup_training import continue_training
 from .preflight import TrainingError
 from .resume import Resumed, find_backup, resume_from_latest_backup
+from .resume_text import shown
 
 if TYPE_CHECKING:
     from .run_state import RunState
-
-
-def shown(backup: Path) -> str:
-    return f"{backup.parent.parent.name}/{backup.name}"  # <run>/<backup>
 
 
 def sort_damaged(runs: list[Path], dest: str) -> tuple[list[tuple[Path, str]], list[tuple[Path, str]]]:
