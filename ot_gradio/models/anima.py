@@ -49,7 +49,8 @@ from ot_gradio.models.common import (
     module_device,
     save_diffusers_folder,
 )
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, WanImageLatents
+from ot_gradio.models.flow_family import FlowFamily, WanImageLatents
+from ot_gradio.models.lora_module_names import IdentityLoraNames
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.text_encoder_file import parts_from_files
 from ot_gradio.models.weight_variants import part_keywords

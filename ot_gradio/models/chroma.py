@@ -42,8 +42,8 @@ class Chroma1(FluxDev1):
         """Kohya renames: the approximator under its original names and T5 as `lora_te1_` (what
         ComfyUI maps for a T5-only model; models/comfy_lora_names.py)."""
         from ot_gradio.models.common import base_module
-        from ot_gradio.models.flow_family import comfy_lora_module_names
         from ot_gradio.models.key_layout import layer_paths
+        from ot_gradio.models.lora_module_names import comfy_lora_module_names
 
         return comfy_lora_module_names("chroma", {p: layer_paths(base_module(getattr(self, p))) for p in ("transformer", "text_encoder")})
 

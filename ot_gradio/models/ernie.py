@@ -32,8 +32,9 @@ import torch
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import cast_state_dict, compute_dtype, input_dtype, module_device
 from ot_gradio.models.family_parts import Flux2VaeLatents
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow
+from ot_gradio.models.flow_family import FlowFamily, TokenWindow
 from ot_gradio.models.key_layout import save_tensors
+from ot_gradio.models.lora_module_names import IdentityLoraNames
 from ot_gradio.models.registry import register_family
 
 # OneTrainer's ERNIE layer presets (BaseErnieSetup.LAYER_PRESETS)

@@ -39,7 +39,8 @@ import torch
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import ModelLoadError, base_module, compute_dtype, input_dtype, module_device, module_dtype
 from ot_gradio.models.family_parts import Flux2VaeLatents
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow
+from ot_gradio.models.flow_family import FlowFamily, TokenWindow
+from ot_gradio.models.lora_module_names import IdentityLoraNames
 from ot_gradio.models.registry import register_family
 
 DEFAULT_SEQUENCE_LENGTH = 512

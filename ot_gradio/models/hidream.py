@@ -41,7 +41,8 @@ import torch
 from ot_gradio.config.enums import ModelType
 from ot_gradio.models.common import ModelLoadError, base_module, compute_dtype, input_dtype, module_device
 from ot_gradio.models.excluded_parts import caption_lists, excluded_now, split_width, zeros
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, flow_training_scheduler
+from ot_gradio.models.flow_family import FlowFamily, flow_training_scheduler
+from ot_gradio.models.lora_module_names import IdentityLoraNames
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sampling_parts import generation_size
 from ot_gradio.models.weight_variants import variant_keywords

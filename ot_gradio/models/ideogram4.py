@@ -46,7 +46,8 @@ import torch
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import ModelLoadError, base_module, input_dtype, keep_embedders_unquantized, module_device
 from ot_gradio.models.family_parts import Flux2VaeLatents
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow
+from ot_gradio.models.flow_family import FlowFamily, TokenWindow
+from ot_gradio.models.lora_module_names import IdentityLoraNames
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sampling_parts import denoiser_in_its_dtype, turns_on_device
 

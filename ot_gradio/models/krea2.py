@@ -44,13 +44,13 @@ from ot_gradio.models.common import (
 )
 from ot_gradio.models.flow_family import (
     FlowFamily,
-    IdentityLoraNames,
     TokenWindow,
     WanImageLatents,
     pack_latents,
     trim_to_longest,
     unpack_latents,
 )
+from ot_gradio.models.lora_module_names import IdentityLoraNames
 from ot_gradio.models.registry import register_family
 
 # Krea2Pipeline's prompt template, prefix length and suffix length, and its default layer taps

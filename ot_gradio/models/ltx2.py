@@ -40,7 +40,8 @@ import torch
 
 from ot_gradio.config.enums import ModelType
 from ot_gradio.models.common import base_module, input_dtype, module_device, module_dtype
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames
+from ot_gradio.models.flow_family import FlowFamily
+from ot_gradio.models.lora_module_names import IdentityLoraNames
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.start_frame import StartFromFirstFrame
 from ot_gradio.models.video_family import VideoSampling

@@ -150,8 +150,8 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
     def lora_module_names(self) -> dict[str, dict[str, str]]:
         """Kohya renames: the transformer as `transformer.<path>` (ComfyUI's PixArt map: q/k/v are
         rows of fused weights, so no `lora_unet_` name) and T5 as `lora_te1_` (models/comfy_lora_names.py)."""
-        from ot_gradio.models.flow_family import comfy_lora_module_names
         from ot_gradio.models.key_layout import layer_paths
+        from ot_gradio.models.lora_module_names import comfy_lora_module_names
 
         return comfy_lora_module_names("pixart", {p: layer_paths(base_module(getattr(self, p))) for p in ("transformer", "text_encoder")})
 

@@ -47,12 +47,12 @@ from ot_gradio.models.common import (
 )
 from ot_gradio.models.flow_family import (
     FlowFamily,
-    IdentityLoraNames,
     WanImageLatents,
     pack_latents,
     trim_to_longest,
     unpack_latents,
 )
+from ot_gradio.models.lora_module_names import IdentityLoraNames
 from ot_gradio.models.registry import register_family
 
 DEFAULT_SEQUENCE_LENGTH = 512

@@ -36,7 +36,8 @@ import torch
 
 from ot_gradio.config.enums import ModelType
 from ot_gradio.models.common import QWEN_PRESETS, base_module, compute_dtype, input_dtype, module_device, module_dtype
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, flow_training_scheduler
+from ot_gradio.models.flow_family import FlowFamily, TokenWindow, flow_training_scheduler
+from ot_gradio.models.lora_module_names import IdentityLoraNames
 from ot_gradio.models.registry import register_family
 
 DEFAULT_SEQUENCE_LENGTH = 300

@@ -44,8 +44,9 @@ from ot_gradio.models.common import (
     wan_vae_decode,
     wan_vae_encode,
 )
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow, flow_training_scheduler
+from ot_gradio.models.flow_family import FlowFamily, TokenWindow, flow_training_scheduler
 from ot_gradio.models.key_layout import save_tensors
+from ot_gradio.models.lora_module_names import IdentityLoraNames
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sampling_parts import turns_on_device
 from ot_gradio.models.video_family import VideoSampling

@@ -37,7 +37,8 @@ import torch
 
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import QWEN_PRESETS, base_module, compute_dtype, input_dtype, keep_embedders_unquantized, module_device
-from ot_gradio.models.flow_family import FlowFamily, IdentityLoraNames, TokenWindow
+from ot_gradio.models.flow_family import FlowFamily, TokenWindow
+from ot_gradio.models.lora_module_names import IdentityLoraNames
 from ot_gradio.models.registry import register_family
 
 DEFAULT_SEQUENCE_LENGTH = 512
