@@ -106,6 +106,8 @@ CSS = (".ot-bar{display:flex;gap:.5em;align-items:center}.ot-bar progress{flex:1
        ".ot-tools>button{flex:1 1 40%!important;min-width:0!important}"  # two a line, not one
        ".ot-wrap,.ot-wrap>.form{flex-wrap:wrap!important}.ot-wrap>*,.ot-wrap>.form>*{flex:1 1 100%!important}}"  # a tool's row: one field a line  # and the longest model type is read whole
        "body{overflow-x:clip}.gradio-container{overflow:visible!important}"  # clip, not hidden: a scroll box stops the bar sticking
+       # the tooltips under the labels: gradio's light grey on white (2.5:1) is hard to read; darker (7:1), and light on dark
+       ".gradio-container{--block-info-text-color:var(--neutral-600)}.dark .gradio-container{--block-info-text-color:var(--neutral-400)}"
        + GUIDE_CSS)  # Start here's steps on a phone
 
 
@@ -151,7 +153,8 @@ class Page(EditHandlers, ConfigFiles):
         self.fields: dict[str, Field] = {}
         self.tab_handles: dict[str, gr.Tab] = {}
         self.part_groups: dict[gr.Accordion, str] = {}  # accordion -> its model part
-        self.method_groups: dict[gr.Accordion, list[str]] = {}  # a titled group some method ignores (Timestep distribution) -> its fields
+        # a titled group some method or model type leaves empty (Timestep distribution, Video clips) -> its fields
+        self.method_groups: dict[gr.Accordion, list[str]] = {}
         with gr.Blocks(title="ot_gradio", delete_cache=DELETE_CACHE) as self.blocks:
             self._build(initial)
             self._wire()
@@ -224,11 +227,11 @@ class Page(EditHandlers, ConfigFiles):
                     with gr.Column(elem_classes="ot-cols" if tab in COLUMNS else None):
                         plain = {f.path: f for f in infos if not part_of(f.path) and not f.path.startswith("optimizer.")}
                         for title, paths in group_paths(list(plain)):  # titled groups, 2-3 columns wide (ui/layout.py)
-                            shown_group = not title or any(method_field_shown(p, method) for p in paths)
+                            shown_group = not title or any(applies(p, initial) and method_field_shown(p, method) for p in paths)
                             with gr.Accordion(title, open=group_open(tab, title), elem_classes="ot-group", visible=shown_group) if title else contextlib.nullcontext() as group:
                                 with gr.Column(elem_classes="ot-grid"):
                                     fields.update(build_fields([plain[p] for p in paths]))
-                            if title and set(paths) & set(method_fields()):
+                            if title and set(paths) & (set(method_fields()) | set(conditional_fields())):
                                 self.method_groups[group] = paths
                         panels.get(tab, _no_panel)(initial, infos)
                         for part in model_parts():
@@ -399,7 +402,8 @@ class Page(EditHandlers, ConfigFiles):
         out.update({acc: gr.update(visible=part in shown) for acc, part in self.part_groups.items()})
         out.update({self.tab_handles[t]: gr.update(visible=tab_shown(t, method)) for t in TAB_METHODS if t in self.tab_handles})
         out.update({f.component: gr.update(visible=method_field_shown(p, method)) for p, f in self.by_method.items()})
-        out.update({acc: gr.update(visible=any(method_field_shown(p, method) for p in paths)) for acc, paths in self.method_groups.items()})
+        out.update({acc: gr.update(visible=any(applies(p, config) and method_field_shown(p, method) for p in paths))
+                    for acc, paths in self.method_groups.items()})
         # only the methods the model type offers (a value outside the choices is refused by gradio)
         out[self.fields["training_method"].component] = gr.update(choices=method_choices(model_type, method))
         weights = (config.get("transformer") or {}).get("weight_dtype")

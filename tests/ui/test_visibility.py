@@ -291,3 +291,11 @@ def test_the_attention_dropdown_offers_what_reaches_the_model_types_attention():
     assert attention_choices("STABLE_DIFFUSION_15", "SDP") == ["SDP", "DEFAULT", "XFORMERS", "FLASH"]
     assert attention_choices("STABLE_DIFFUSION_3", "FLASH") == ["SDP", "DEFAULT", "FLASH"]  # a loaded config keeps it, refused at the start
     assert set(attention_choices(None, None)) == {m.value for m in AttentionMechanism}
+
+
+def test_a_group_whose_fields_the_model_type_leaves_out_is_hidden_with_them(page):
+    """The Training tab showed an empty Video clips heading for SD 1.5 (its fields apply to video models only)."""
+    video = next(acc for acc, paths in page.method_groups.items() if "frames" in paths)
+    config = {**page.on_page_load()[page.config_state], "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA"}
+    assert page.populate(config)[video]["visible"] is False
+    assert page.populate({**config, "model_type": "WAN_2_1"})[video]["visible"] is True
