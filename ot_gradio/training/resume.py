@@ -41,10 +41,11 @@ _UNSET = object()
 @dataclass
 class Resumed:
     """What the run continues with: the backup's counters, and the EMA (a fresh one when the
-    backup has none)."""
+    backup has none); and the backup it continues."""
 
     counters: Counters
     ema: EMA | None
+    backup: Path | None = None
 
 
 def find_backup(run_dirs: list[Path], dest: str) -> Path | None:
@@ -163,4 +164,4 @@ def resume_from_latest_backup(run: RunState) -> Resumed | None:
                            f"{', '.join(before) or 'none'}; this run trains on {', '.join(now) or 'none'}")
     run.report.status("training", f"continuing from backup {found.name} (run {found.parent.parent.name}) at step "
                                   f"{backup.counters.global_step}")
-    return Resumed(backup.counters, ema)
+    return Resumed(backup.counters, ema, found)

@@ -19,7 +19,7 @@ from .backup import complete_backups, damaged_backups, marked_backups, marker_tr
 from .backup_damage import MOVE_IT, UnreadableBackup
 from .backup_training import continue_training
 from .preflight import TrainingError
-from .resume import Resumed, find_backup, resume_from_latest_backup
+from .resume import Resumed, resume_from_latest_backup
 from .resume_text import shown
 
 if TYPE_CHECKING:
@@ -59,7 +59,6 @@ def resume_past_damaged(run_state: Callable[[], RunState]) -> Resumed | None:
             names = "; ".join(f"{backup} ({why})" for backup, why in ours)
             raise TrainingError(f"continue_last_backup: no backup of this training can be read: {names}. Move them out of "
                                 "the workspace or delete them to start the training anew, or turn off 'Continue from last backup'")
-        found = find_backup(runs, dest)  # the one resume_from_latest_backup takes: it looks the same way
         try:
             resumed = resume_from_latest_backup(run)
         except UnreadableBackup as err:
@@ -67,6 +66,6 @@ def resume_past_damaged(run_state: Callable[[], RunState]) -> Resumed | None:
                 raise  # found damaged twice: never loop
             # read_backup recorded it as damaged: the next turn names it and takes the next older one
             continue
-        if resumed is not None and found is not None and run.dist.is_main:
-            continue_training(run.paths, found)
+        if resumed is not None and resumed.backup is not None and run.dist.is_main:
+            continue_training(run.paths, resumed.backup)
         return resumed
