@@ -160,7 +160,7 @@ def write_backup(
     fault_pause("backup-renamed")
     # The marker goes last, itself atomically: a folder that has it is complete.
     try:
-        marker = {**counters.as_dict(), **({"training": training} if training else {})}
+        marker = {**counters.as_dict(), "written": time.time(), **({"training": training} if training else {})}
         atomic_write_text(final / MARKER, json.dumps(marker), what="the backup's marker")
     except BaseException:
         shutil.rmtree(final, ignore_errors=True)  # an unmarked folder is not a backup; free its space
@@ -177,7 +177,7 @@ def marked_backups(backup_root: Path) -> list[Path]:
     if not backup_root.is_dir():
         return []
     found = [p for p in backup_root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / MARKER).exists()]
-    return sorted(found, key=lambda p: (p.stat().st_mtime, p.name))
+    return sorted(found, key=backup_order)
 
 
 def complete_backups(backup_root: Path) -> list[Path]:
@@ -189,30 +189,48 @@ def latest_backup(run_dirs: list[Path]) -> Path | None:
     candidates = [b for r in run_dirs for b in complete_backups(Path(r) / "backup")]
     if not candidates:
         return None
-    return max(candidates, key=marker_time)
+    return max(candidates, key=backup_order)
 
 
 def damaged_backups(run_dirs: list[Path]) -> list[tuple[Path, str]]:
     """Marked backups that cannot be read, newest first, with what is wrong."""
     found = [(b, backup_problem(b)) for r in run_dirs for b in marked_backups(Path(r) / "backup")]
-    return sorted(((b, why) for b, why in found if why is not None), key=lambda f: marker_time(f[0]), reverse=True)
+    return sorted(((b, why) for b, why in found if why is not None), key=lambda f: backup_order(f[0]), reverse=True)
+
+
+def _marker(backup: Path) -> dict[str, Any] | None:
+    try:
+        marker = json.loads((Path(backup) / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
 
 
 def marker_time(backup: Path) -> float:
+    """When the backup was written: the time its marker holds, which a copy keeps (`cp -r`, an
+    upload to Drive, rsync without -t give the files the time of the copy, in any order); the
+    marker file's own time for a backup written before markers held it."""
+    written = (_marker(backup) or {}).get("written")
+    if isinstance(written, (int, float)) and not isinstance(written, bool):
+        return float(written)
     try:
         return (backup / MARKER).stat().st_mtime
     except OSError:
         return 0.0
 
 
+def backup_order(backup: Path) -> tuple[float, int, str]:
+    """Sort key, oldest first: the time written, then the step (two backups of the same second
+    written before markers held the time), then the name."""
+    step = (_marker(backup) or {}).get("global_step")
+    return (marker_time(backup), step if isinstance(step, int) else -1, Path(backup).name)
+
+
 def marker_training(backup: Path) -> str | None:
     """The id of the training a backup is of, from its marker: '' for a backup written before
     markers held one (the counters only), None when the marker cannot be read."""
-    try:
-        marker = json.loads((Path(backup) / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(marker, dict):
+    marker = _marker(backup)
+    if marker is None:
         return None
     training = marker.get("training", "")
     return training if isinstance(training, str) else None

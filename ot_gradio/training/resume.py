@@ -22,7 +22,7 @@ from ..config.fields import iter_fields
 from ..config.include_parts import excluded_parts
 from ..config.schema import TrainConfig
 from ..fsutil import same_output
-from .backup import MARKER, Counters, complete_backups, read_backup, saved_output, set_rng_state
+from .backup import Counters, backup_order, complete_backups, read_backup, saved_output, set_rng_state
 from .ema import EMA
 from .preflight import TrainingError
 from .resume_optimizer import continue_optimizer, plain
@@ -52,8 +52,7 @@ def find_backup(run_dirs: list[Path], dest: str) -> Path | None:
     """The newest complete backup of the training that saves to `dest` (or a numbered name of
     it); None when the workspace has none at all; a TrainingError naming the newest when the
     workspace has backups of other trainings only."""
-    backups = sorted((b for r in run_dirs for b in complete_backups(Path(r) / "backup")),
-                     key=lambda b: (b / MARKER).stat().st_mtime, reverse=True)
+    backups = sorted((b for r in run_dirs for b in complete_backups(Path(r) / "backup")), key=backup_order, reverse=True)
     if not backups:
         return None
     found = next((b for b in backups if same_output(saved_output(b), dest)), None)

@@ -37,6 +37,34 @@ def test_rolling_backups_keep_newest(tmp_path):
     assert complete_backups(root) == made[-2:]
 
 
+def test_a_copied_workspace_resumes_from_the_newest_backup_whatever_the_copy_did_to_file_times(tmp_path):
+    """cp -r, an upload to Drive or rsync without -t give every file the time of the copy, in the
+    order copied: the oldest backup's marker can end up the newest file. The order is the marker's
+    content, which a copy keeps; resume, rolling backups and find_backup all read it."""
+    import os
+    import shutil
+    import time
+
+    from ot_gradio.training.backup_prune import prune_backups
+    from ot_gradio.training.backup_training import Training
+    from ot_gradio.training.resume import find_backup
+
+    out = str(tmp_path / "out.safetensors")
+    made = [write_backup(tmp_path / "run" / "backup", {"w": torch.ones(1) * i}, {}, {"output_model_destination": out},
+                         Counters(global_step=i), training="t") for i in range(3)]
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path / "run", copy / "run", copy_function=shutil.copyfile)  # times of the copy, not kept
+    copied = sorted((copy / "run" / "backup").iterdir())
+    assert [p.name for p in copied] == [p.name for p in made]
+    for age, backup in zip((0, 50, 100), copied, strict=True):  # the oldest copied last: its files are the newest
+        os.utime(backup / MARKER, (time.time() - age, time.time() - age))
+    assert complete_backups(copy / "run" / "backup") == copied
+    assert latest_backup([copy / "run"]) == copied[-1]
+    assert find_backup([copy / "run"], out) == copied[-1]
+    pruned = prune_backups([copy / "run"], copied[-1], 2, Training("t"))
+    assert pruned.deleted == [copied[0]] and copied[1].is_dir()
+
+
 # --- a full disk, and what crashed writes leave ------------------------------------------------
 
 def _first(root):

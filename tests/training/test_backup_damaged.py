@@ -23,11 +23,18 @@ from ot_gradio.training.resume_damaged import resume_past_damaged
 from ot_gradio.training.run_state import Reporter, RunPaths
 
 
+def _age(backup, seconds):
+    """Date a backup `seconds` back: the time its marker holds, and the marker file's own."""
+    marker = json.loads((backup / MARKER).read_text())
+    (backup / MARKER).write_text(json.dumps({**marker, "written": time.time() - seconds}))
+    os.utime(backup / MARKER, (time.time() - seconds, time.time() - seconds))
+
+
 def _two(tmp_path):
     root = tmp_path / "run" / "backup"
     older = write_backup(root, {"w": torch.ones(256)}, {"optimizer": {"x": 1}}, {"seed": 1}, Counters(global_step=1))
     newer = write_backup(root, {"w": torch.full((256,), 2.0)}, {"optimizer": {"x": 2}}, {"seed": 1}, Counters(global_step=2))
-    os.utime(older / MARKER, (time.time() - 60, time.time() - 60))
+    _age(older, 60)
     return root, older, newer
 
 
@@ -84,7 +91,7 @@ def test_a_file_damaged_inside_is_found_by_loading_and_left_out_from_then_on(tmp
 def _backup(run, output, step, age, training=""):
     path = write_backup(run / "backup", {"w": torch.full((4,), float(step))}, {}, {"output_model_destination": str(output)},
                         Counters(global_step=step), training=training)
-    os.utime(path / MARKER, (time.time() - age, time.time() - age))
+    _age(path, age)
     return path
 
 
@@ -105,7 +112,7 @@ def test_rolling_backups_count_the_whole_training_across_its_runs_and_nothing_el
     assert sorted(pruned.deleted) == sorted(ours[:3]) and pruned.failed == []
     assert _alive(*ours, *theirs, numbered, damaged, newest) == [ours[3], *theirs, numbered, damaged, newest]
     # the one just written stays whatever its marker's time says (a clock set back, a copied workspace)
-    os.utime(newest / MARKER, (time.time() - 1000, time.time() - 1000))
+    _age(newest, 1000)
     assert prune_backups([a, b, c, x], newest, 1, Training("t1")).deleted == [ours[3]] and newest.is_dir()
 
 
