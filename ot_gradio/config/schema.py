@@ -78,7 +78,8 @@ OFT = is_("peft_type", "OFT_2", default="LORA")  # OFT v2 rotates: no rank, no a
 EMA_ON = is_not("ema", "OFF", default="OFF")
 # when a LoRA setting shapes the adapters a backup holds (`backup_must_match`): the adapter type
 # always; the shape options only for a new LoRA (a Base LoRA continues on the file's layers, rank,
-# alpha and shape, and the setup refuses a file whose type or DoRA differs from the config's)
+# alpha and shape, and the setup refuses a file whose type or DoRA differs from the config's; the
+# Base LoRA itself must match)
 NEW_LORA = LORA_METHOD & blank("lora_model_name")
 LORA_RANKED = NEW_LORA & is_not("peft_type", "LOKR", "OFT_2", default="LORA")
 LORA_SCALED = NEW_LORA & is_not("peft_type", "OFT_2", default="LORA")
@@ -260,7 +261,7 @@ class TrainConfig(Section):
     cloud: dict[str, Any] = opt(default_factory=lambda: deepcopy(CLOUD_DEFAULTS), label="Cloud", tooltip="OneTrainer's cloud training settings (rent a GPU box and train there). Kept for OneTrainer configs; here, open the page through a share link on the rented box instead.", tab="general", status=P)
 
     peft_type: PeftType = opt(PeftType.LORA, "Adapter type", "LORA (optionally DoRA), LOHA (Hadamard product), LOKR (Kronecker product, rank = LoKr dimension) or OFT_2 (OFT v2: block-wise orthogonal rotations, no rank or alpha). LoHa/LoKr files load in A1111, Forge and ComfyUI, not in diffusers; OFT v2 files (oft_R keys, as OneTrainer writes them) load in OneTrainer and in ComfyUI with the ComfyUI-OFTv2 node, or merge them into a checkpoint with the Convert tool.", tab="lora", first=1, backup_must_match=LORA_METHOD)
-    lora_model_name: str = opt("", "Base LoRA", "Continue training an existing LoRA (kohya or diffusers keys): a file, a Hugging Face file address, or a Civitai LoRA's address (downloaded once, with General → Civitai API key). It continues on its own layers, rank and alpha, whatever preset trained it (Layer preset, Rank and Alpha are for a new LoRA); a part whose training is off keeps the file's layers as they are. Blank = a new LoRA.", tab="lora")
+    lora_model_name: str = opt("", "Base LoRA", "Continue training an existing LoRA (kohya or diffusers keys): a file, a Hugging Face file address, or a Civitai LoRA's address (downloaded once, with General → Civitai API key). It continues on its own layers, rank and alpha, whatever preset trained it (Layer preset, Rank and Alpha are for a new LoRA); a part whose training is off keeps the file's layers as they are. Blank = a new LoRA. A backup continues only with the Base LoRA it started from (its layers are the file's).", tab="lora", backup_must_match=LORA_METHOD)
     lora_rank: int = opt(16, "Rank", "Size of the LoRA matrices. 8/8 (rank/alpha) is good for a person, 16 may be better but less flexible; rank 16 is enough for most purposes.", ge=1, le=1024, tab="lora", applies_when=is_not("peft_type", "LOKR", "OFT_2", default="LORA"), first=2, backup_must_match=LORA_RANKED)
     lora_alpha: float = opt(1.0, "Alpha", "Scales the LoRA output by alpha/rank; keep alpha at or below the rank. alpha = rank means no scaling.", gt=0, tab="lora", applies_when=is_not("peft_type", "OFT_2", default="LORA"), first=3, backup_must_match=LORA_SCALED)
     lora_decompose: bool = opt(False, "DoRA", "Decompose weights into magnitude and direction (DoRA). KOHYA_LORA files (dora_scale) load in A1111, Forge and ComfyUI; diffusers loads DoRA only from diffusers/PEFT keys (DIFFUSERS_LORA) with the output axis on.", tab="lora", applies_when=PLAIN_LORA, first=5, backup_must_match=NEW_LORA & PLAIN_LORA)

@@ -25,6 +25,7 @@ from ..fsutil import same_output
 from .backup import Counters, backup_order, complete_backups, read_backup, saved_output, set_rng_state
 from .ema import EMA
 from .preflight import TrainingError
+from .resume_changes import UNSET, at, changed_settings
 from .resume_optimizer import continue_optimizer, plain
 from .resume_text import shown
 
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 # (True, or a rule on the config: a LoRA's structure, for the LORA method and the parts its LoRA trains only)
 _MUST_MATCH = {f.path: f for f in iter_fields(TrainConfig) if f.backup_must_match}
 MUST_MATCH = tuple(_MUST_MATCH)
-_UNSET = object()
 
 
 @dataclass
@@ -78,14 +78,6 @@ def _concept_folders(config: dict[str, Any]) -> list[str]:
     return sorted(str(c.get("path") or "") + named(c) for c in config.get("concepts") or [] if isinstance(c, dict) and c.get("enabled", True))
 
 
-def _at(config: dict[str, Any], path: str) -> Any:
-    for key in path.split("."):
-        if not isinstance(config, dict) or key not in config:
-            return _UNSET
-        config = config[key]
-    return config
-
-
 def must_match_problems(old: dict[str, Any], config: TrainConfig) -> list[str]:
     """The settings that make the backup (its config `old`) impossible to continue with `config`:
     "path=<backup's> (Label) but this run has path=<this run's>". A setting the backup's config lacks
@@ -96,8 +88,8 @@ def must_match_problems(old: dict[str, Any], config: TrainConfig) -> list[str]:
         rule = field.backup_must_match
         if rule is not True and not (rule(now) or rule(old)):
             continue
-        before, after = _at(old, path), _at(now, path)
-        before = plain(field.default) if before is _UNSET else plain(before)
+        before, after = at(old, path), at(now, path)
+        before = plain(field.default) if before is UNSET else plain(before)
         if before != plain(after):
             label = f" ({field.label})" if field.label else ""
             problems.append(f"{path}={before!r}{label} but this run has {path}={plain(after)!r}")
@@ -136,6 +128,8 @@ def resume_from_latest_backup(run: RunState) -> Resumed | None:
                             f"(backup {shown(found)})")
     run.method.load_trainable_state(run.model, backup.trainable)
     for line in continue_optimizer(run.optimizer, run.scheduler, backup.state, old, run.config, backup.counters.global_step):
+        run.report.warning(line)
+    for line in changed_settings(old, run.config, backup.counters):
         run.report.warning(line)
     if run.precision.scaler is not None and backup.state.get("scaler"):
         run.precision.scaler.load_state_dict(backup.state["scaler"])

@@ -81,9 +81,12 @@ def test_another_optimizer_starts_fresh_with_its_own_settings(lora_config, tmp_p
 def test_changed_optimizer_settings_keep_the_backups_values_and_say_so(lora_config, tmp_path):
     data = lora_config(samples=[], epochs=2, backup_before_save=False, optimizer={"optimizer": "ADAMW", "weight_decay": 0.01})
     _run(data, tmp_path / "a", Watch(stop_at=3))
-    trainer, status, report = _resumed(data, tmp_path, {"optimizer": {"optimizer": "ADAMW", "weight_decay": 0.1}})
+    trainer, status, report = _resumed(data, tmp_path, {"optimizer": {"optimizer": "ADAMW", "weight_decay": 0.1},
+                                                        "dropout_probability": 0.1})
     assert status == "done" and all(g["weight_decay"] == 0.01 for g in trainer.optimizer.param_groups)
     assert _said(report, "ADAMW settings changed since the backup (weight_decay 0.01 -> 0.1): the backup's values stay in effect")
+    # a setting outside the optimizer applies, and is said with both values
+    assert _said(report, "changed since the backup, this run's values apply from step 3 on: LoRA dropout (dropout_probability) 0.0 -> 0.1")
 
 
 @pytest.mark.parametrize("optimizer", [

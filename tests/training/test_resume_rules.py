@@ -56,6 +56,49 @@ def test_a_base_loras_adapter_type_still_must_match():
     assert problems(lokr, {**lokr, "lokr_dim": 4, "lokr_full_matrix": True}) == []
 
 
+def test_the_base_lora_itself_must_match():
+    """The backup's LoRA has the Base LoRA's layers: another file (or none) builds other layers."""
+    assert problems({"lora_model_name": "a.safetensors"}, {"lora_model_name": "b.safetensors"}) == [
+        "lora_model_name='a.safetensors' (Base LoRA) but this run has lora_model_name='b.safetensors'"]
+    assert problems({"lora_model_name": "a.safetensors"}, {}) != []
+    assert problems({"training_method": "FINE_TUNE", "lora_model_name": "a"}, {"training_method": "FINE_TUNE"}) == []
+
+
+def _changed(before: dict, after: dict, counters=None) -> list[str]:
+    from ot_gradio.training.backup import Counters
+    from ot_gradio.training.resume_changes import changed_settings
+
+    return changed_settings(config(**before).model_dump(mode="json"), config(**after), counters or Counters(2, 0, 12))
+
+
+def test_settings_changed_since_the_backup_are_said_with_both_values():
+    said = _changed({}, {"dropout_probability": 0.1, "ema": "GPU", "masked_training": True,
+                         "text_encoder": {"dropout_probability": 0.2}})
+    assert said == ["continue_last_backup: changed since the backup, this run's values apply from step 12 on: "
+                    "EMA (ema) 'OFF' -> 'GPU'; LoRA dropout (dropout_probability) 0.0 -> 0.1; Caption dropout "
+                    "(text_encoder.dropout_probability) 0.0 -> 0.2; Masked training (masked_training) False -> True"]
+    # what means nothing for this run: caption dropout on the UNet, a part SD 1.5 lacks, rank dropout of a LoHa
+    assert _changed({"peft_type": "LOHA"}, {"peft_type": "LOHA", "unet": {"dropout_probability": 0.2},
+                                            "transformer": {"guidance_scale": 3.0}, "lora_rank_dropout": 0.1}) == []
+    assert _changed({"dropout_probability": 0.1}, {"dropout_probability": 0.1}) == []
+    # the optimizer, schedule, rates, speed-only settings and samples are said elsewhere or change nothing learnt
+    assert _changed({}, {"learning_rate": 1.0, "optimizer": {"optimizer": "LION"}, "learning_rate_warmup_steps": 5,
+                         "compile": True, "unet": {"gradient_checkpointing": False, "learning_rate": 0.5},
+                         "samples": [{"prompt": "x"}], "sample_after": 3}) == []
+
+
+def test_a_seed_changed_inside_an_epoch_says_the_rest_of_it_is_drawn_anew():
+    from ot_gradio.training.backup import Counters
+
+    at_epoch_end = _changed({"seed": 42}, {"seed": 7}, Counters(2, 0, 12))
+    assert at_epoch_end == ["continue_last_backup: changed since the backup, this run's values apply from step 12 on: "
+                            "Seed (seed) 42 -> 7"]
+    inside = _changed({"seed": 42}, {"seed": 7}, Counters(2, 3, 15))
+    assert len(inside) == 1 and inside[0].startswith("continue_last_backup: seed 42 -> 7: the backup stopped 3 batch(es) "
+                                                     "into epoch 3")
+    assert inside[0].endswith("Set Seed back to 42 to continue exactly")
+
+
 def test_a_left_out_part_whose_weights_the_backup_holds_is_named():
     flux = {"model_type": "FLUX_DEV_1", "text_encoder": {"include": False, "train": False}}
     keys = ["transformer.x.lora_A", "text_encoder.y.lora_A"]
