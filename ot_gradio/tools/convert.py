@@ -402,7 +402,8 @@ def _lora_delta(tensors: Mapping[str, torch.Tensor], shape: torch.Size) -> torch
         if "lokr_w2" in t:
             w2 = t["lokr_w2"]
         elif "lokr_t2" in t:
-            w2 = torch.einsum("ijkl,ip,jr->prkl", t["lokr_t2"], t["lokr_w2_a"], t["lokr_w2_b"])
+            # contiguous: torch.kron of einsum's strided result fails (rank > 1), as peft's and LyCORIS' make_kron know
+            w2 = torch.einsum("ijkl,ip,jr->prkl", t["lokr_t2"], t["lokr_w2_a"], t["lokr_w2_b"]).contiguous()
         else:
             w2 = t["lokr_w2_a"] @ t["lokr_w2_b"]
         if w2.dim() == 4:

@@ -307,6 +307,30 @@ def file_layers(module: nn.Module, kind: str, state_dict: Mapping[str, torch.Ten
     return "^(?:" + "|".join(re.escape(name) for name in found) + ")$", unknown
 
 
+def _whole_lokr_factors(tensors: Mapping[str, torch.Tensor], params: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+    """A LoKr factor the layer holds whole (`lokr_w1` / `lokr_w2`) that the file gives as a product
+    (`_a @ _b`, or the Tucker form with `lokr_t2`): multiplied out, the same delta. peft builds a factor
+    whole once the rank is at least half its larger side, so a layer of a smaller rank padded to the
+    file's largest (LyCORIS' conv_dim under its dim: lora_reading._pad_rank) can be built whole."""
+    out = dict(tensors)
+    for i in (1, 2):
+        whole, up, down, core = f"lokr_w{i}", f"lokr_w{i}_a", f"lokr_w{i}_b", f"lokr_t{i}"
+        if whole not in params or whole in out or up not in out or down not in out:
+            continue
+        a, b = out[up].float(), out[down].float()
+        if core in out:
+            product = torch.einsum("ijkl,ip,jr->prkl", out[core].float(), a, b)
+        elif a.dim() == b.dim() == 2 and a.shape[1] == b.shape[0]:
+            product = a @ b
+        else:
+            continue  # not a product: the check below names the layer
+        shape = params[whole].shape  # a convolution's product is (out, in x kernel): its rows are the layer's
+        if product.shape == shape or (product.dim() == 2 and product.shape == (shape[0], shape[1:].numel())):
+            out = {k: v for k, v in out.items() if k not in (up, down, core)}
+            out[whole] = product.reshape(shape)
+    return out
+
+
 def load_lora_state_dict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], *, kind: str, strict: bool = True) -> None:
     """Copy peft-form adapter weights (as `load_lora_file` returns them) into `module`'s layers.
 
@@ -337,6 +361,7 @@ def load_lora_state_dict(module: nn.Module, state_dict: Mapping[str, torch.Tenso
         pending.setdefault(name, {})[split[1]] = tensor
 
     targets = {name: adapter_parameters(layer) for name, layer in layers.items()}
+    pending = {name: _whole_lokr_factors(tensors, targets[name]) for name, tensors in pending.items()}
     missing = [n for n in layers if set(pending.get(n, {})) != set(targets[n])]
     if strict and (unknown or missing):
         detail = [f"{n}: has {sorted(targets[n])}, got {sorted(pending.get(n, {}))}" for n in missing[:2]]

@@ -31,14 +31,11 @@ from ot_gradio.training.lora_names import (
     module_path_from_kohya,
 )
 from ot_gradio.training.lora_variants import (
-    LOHA,
-    LORA,
     check_layer,
     describe,
     from_kohya,
     is_unit_scale,
     layer_rank,
-    layer_type,
     scale_layer,
     split_key,
 )
@@ -247,31 +244,55 @@ def _layers_from_diffusers(tensors: Mapping[str, torch.Tensor], metadata: Mappin
     return layers
 
 
-def _pad_rank(tensors: dict[str, torch.Tensor], alpha: float | None, rank: int) -> tuple[dict[str, torch.Tensor], float]:
-    """A LoRA or LoHa layer at a larger `rank`: zero rows of each down factor and columns of each up
-    one, alpha scaled by the same factor, so alpha / rank and the delta stay exactly the file's
-    (sd-scripts' conv_dim, LyCORIS' conv_dim for LoHa, peft's rank_pattern, a fused q/k/v of three
-    times the rank); the zero part stays zero while it trains (its gradient is a product with zeros)."""
-    pairs = (("lora_B.weight", "lora_A.weight"),) if "lora_A.weight" in tensors else (("hada_w1_a", "hada_w1_b"), ("hada_w2_a", "hada_w2_b"))
-    r = int(tensors[pairs[0][1]].shape[0])
-    if r == rank:
+# every low-rank product of a layer: (up, down, Tucker core). The rank is the up's axis 1 and the down's
+# axis 0; in Tucker form (the core present: LyCORIS' use_tucker on a kxk convolution) axis 0 of both
+# and axes 0 and 1 of the core (delta = core contracted with up and down on those axes)
+_RANK_PAIRS = (
+    ("lora_B.weight", "lora_A.weight", None),
+    ("hada_w1_a", "hada_w1_b", "hada_t1"),
+    ("hada_w2_a", "hada_w2_b", "hada_t2"),
+    ("lokr_w1_a", "lokr_w1_b", None),
+    ("lokr_w2_a", "lokr_w2_b", "lokr_t2"),
+)
+
+
+def _widths(tensors: Mapping[str, torch.Tensor]) -> set[int]:
+    """The ranks of a layer's low-rank products (none for OFT, or a LoKr layer of two whole matrices)."""
+    return {int(tensors[down].shape[0]) for _, down, _ in _RANK_PAIRS if down in tensors}
+
+
+def _zero_padded(t: torch.Tensor, axis: int, size: int) -> torch.Tensor:
+    return torch.cat([t, t.new_zeros((*t.shape[:axis], size - t.shape[axis], *t.shape[axis + 1 :]))], dim=axis)
+
+
+def _pad_rank(tensors: dict[str, torch.Tensor], alpha: float | None, rank: int) -> tuple[dict[str, torch.Tensor], float | None]:
+    """A LoRA, LoHa or LoKr layer at a larger `rank`: zero rows of each down factor and columns of each up
+    one (in Tucker form zero rows of both and a zero border on the core), alpha scaled by the same factor,
+    so alpha / rank and the delta stay exactly the file's (sd-scripts' conv_dim, LyCORIS' conv_dim for
+    LoHa and LoKr, peft's rank_pattern, a fused q/k/v of three times the rank); the zero part stays zero
+    while it trains (its gradient is a product with zeros). The layer's own rank, for its scale, is
+    `layer_rank`'s: LoKr's w1 product's when both factors are products, as LyCORIS takes it. A LoKr layer
+    of two whole matrices has no rank (scale 1 in LyCORIS and ComfyUI, whatever its alpha): unchanged."""
+    r = layer_rank(tensors)
+    if r is None or _widths(tensors) == {rank}:
         return tensors, alpha
     out = dict(tensors)
-    for up_name, down_name in pairs:
-        down, up = tensors[down_name], tensors[up_name]
-        out[down_name] = torch.cat([down, down.new_zeros((rank - r, *down.shape[1:]))], dim=0)
-        out[up_name] = torch.cat([up, up.new_zeros((up.shape[0], rank - r, *up.shape[2:]))], dim=1)
+    for up, down, core in _RANK_PAIRS:
+        if down not in tensors or up not in tensors:  # an incomplete layer: check_layer names it
+            continue
+        tucker = core is not None and core in tensors
+        out[down] = _zero_padded(tensors[down], 0, rank)
+        out[up] = _zero_padded(tensors[up], 0 if tucker else 1, rank)
+        if tucker:
+            out[core] = _zero_padded(_zero_padded(tensors[core], 0, rank), 1, rank)
     return out, (float(r) if alpha is None else alpha) * rank / r
 
 
 def _fold_alphas(layers: _Layers, default_rank: int | None = None, default_alpha: float | None = None) -> LoadedLora:
+    widths = {w for tensors, _, _ in layers.values() for w in _widths(tensors)}
+    if len(widths) > 1:  # one rank for peft's layers: every layer padded to the largest, its delta exact
+        layers = {key: (*_pad_rank(t, a, max(widths)), kohya) for key, (t, a, kohya) in layers.items()}
     ranks = Counter(r for tensors, _, _ in layers.values() if (r := layer_rank(tensors)) is not None)
-    if len(ranks) > 1:
-        if any(layer_type(t) not in (LORA, LOHA) or "hada_t1" in t for t, _, _ in layers.values()):
-            raise ValueError(f"LoRA layers have different ranks {sorted(ranks)}; LoKr, OFT and Tucker-form LoHa layers of "
-                             "different ranks cannot continue (LoRA and LoHa layers are padded to the largest).")
-        layers = {key: (*_pad_rank(t, a, max(ranks)), kohya) for key, (t, a, kohya) in layers.items()}
-        ranks = Counter([max(ranks)])
     # a LoKr file of full matrices only has no rank in its tensors: the one it was trained with
     rank = next(iter(ranks)) if ranks else int(default_rank or 1)
     scaled = [(t, a) for t, a, kohya in layers.values() if not (kohya and is_unit_scale(t))]

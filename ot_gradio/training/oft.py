@@ -106,6 +106,23 @@ def spec_fields(layers) -> dict:
     }
 
 
+def other_block_sizes(layers: Mapping[str, Mapping[str, torch.Tensor]], block_size: int) -> dict[str, int]:
+    """The layers (path -> block size) whose blocks are not `block_size` as peft fits it to their inputs
+    (blocks x block size; peft changes a size only where it does not divide them): layers one
+    `oft_block_size` cannot rebuild. A layer of one shared block does not tell its inputs: not judged."""
+    from peft.tuners.oft.layer import OFTLayer
+
+    out = {}
+    for path, tensors in layers.items():
+        vec = tensors[OFT_WEIGHT]
+        size, inputs = block_size_of(vec), int(vec.shape[0]) * block_size_of(vec)
+        # peft's own adjustment (a method that uses nothing of its layer)
+        fitted = block_size if inputs % block_size == 0 else OFTLayer.adjust_oft_parameters(None, inputs, block_size)
+        if vec.shape[0] > 1 and size != fitted:
+            out[path] = size
+    return out
+
+
 # -- layers ---------------------------------------------------------------------------------
 
 

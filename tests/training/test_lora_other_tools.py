@@ -414,15 +414,15 @@ def _bad_files(path) -> dict[str, tuple[dict, dict]]:
     k = "lora_unet_transformer_blocks_0_attn_to_k"
     size = model("qwen").transformer.get_submodule("transformer_blocks.0.attn.to_q").in_features
     return {
-        "lokr-ranks": ({**{f"{q}.{n}": t for n, t in lycoris_layer("lokr", size, size, rank=4)[0].items()},
-                        **{f"{k}.{n}": t for n, t in lycoris_layer("lokr", size, size, rank=2)[0].items()}}, {"peft_type": "LOKR"}),
+        # OFT blocks of 4 and of 8 (LoKr layers of different ranks continue, test_lora_mixed_ranks.py)
+        "oft-sizes": ({f"{q}.oft_R.weight": rand(size // 4, 6), f"{k}.oft_R.weight": rand(size // 8, 28)}, {"peft_type": "OFT_2"}),
         "layout": ({"model.diffusion_model.out.weight": rand(4, 4)}, {}),
         "shape": ({f"{q}.lora_down.weight": rand(4, size + 1), f"{q}.lora_up.weight": rand(size, 4)}, {}),
         "peft_type": ({f"{q}.lora_down.weight": rand(4, size), f"{q}.lora_up.weight": rand(size, 4)}, {"peft_type": "LOHA"}),
     }
 
 
-@pytest.mark.parametrize("case", ["lokr-ranks", "layout", "shape", "peft_type"])
+@pytest.mark.parametrize("case", ["oft-sizes", "layout", "shape", "peft_type"])
 def test_every_refusal_names_the_field_and_the_file(case, tmp_path):
     tensors, options = _bad_files(tmp_path)[case]
     save_file(tensors, str(tmp_path / "bad.safetensors"))
