@@ -4,8 +4,11 @@ The batch's mask (pixel resolution, 1 = learn here) is averaged down to the late
 latent pixel counts as much as the share of its 8x8 image patch that is white. Masks are read
 from their files for every batch, so this works the same with latent caching on.
 
-`unmasked_probability` is, as in OneTrainer, drawn per sample: that share of samples trains on
-the whole image (mask all white) — with batch size 1, that share of steps. Samples without a
+`unmasked_probability` is drawn per sample, for every model, as OneTrainer's tooltip describes
+(its code draws it for inpainting models only; the option's tooltip says so): that share of
+samples trains on the whole image (mask all white) — with batch size 1, that share of steps.
+Inpainting models' loss is masked too (OneTrainer's is not, a limitation its code marks to be
+fixed). Samples without a
 mask file train on the whole image. How much the black area still counts is the loss's
 `unmasked_weight` (see loss.py).
 """
