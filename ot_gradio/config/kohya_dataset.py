@@ -4,6 +4,7 @@ max_train_steps / kohya_ss's epoch turned into epochs of the imported concepts."
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -123,15 +124,15 @@ def steps_per_epoch(concepts: list[dict[str, Any]] | None, out: dict[str, Any], 
     """Optimizer steps an epoch of the imported concepts takes; None when an image folder could not be counted."""
     if not concepts:
         return None
-    samples = 0.0
-    for concept in concepts:
+    samples = 0
+    for concept in concepts:  # as the trainer counts them (data/balancing.py, OneTrainer's rounding down)
         if concept.get("balancing_strategy") == "SAMPLES":
-            samples += concept["balancing"]
+            samples += int(concept["balancing"])
         elif (count := _image_count(Path(concept["path"]), readable)) is None:
             return None
         else:
-            samples += count * concept["balancing"]
-    batches = -(-int(samples) // int(out.get("batch_size", 1)))
+            samples += math.floor(count * concept["balancing"])
+    batches = -(-samples // int(out.get("batch_size", 1)))
     return max(1, -(-batches // int(out.get("gradient_accumulation_steps", 1)))) if samples else None
 
 

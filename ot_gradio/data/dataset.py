@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.concept import ConceptConfig
+from .balancing import zero_samples_warning
 from .batches import Batch, make_batch
 from .buckets import Bucketing, Size
 from .caching import CacheReport, ConditioningFn, EncodeFn, ProgressFn, fill_cache
@@ -21,6 +22,7 @@ from .errors import DataError
 from .latent_cache import LatentCache
 from .planning import EpochPlan, PreparedConcept, plan_epoch
 from .prepare import prepare_concepts
+from .scan import concept_label
 from .seeding import Streams
 from .summary import summarize
 from .video import FrameSampling
@@ -82,9 +84,10 @@ class TrainingDataset:
 
     @property
     def steps_per_epoch(self) -> int:
-        """Steps of epoch 0. Exact for every epoch with one resolution and whole-number repeats;
-        with several resolutions or fractional balancing the bucket remainders (and so the count)
-        can vary a little per epoch: use ``steps_in_epoch`` / ``total_steps`` for exact numbers."""
+        """Steps of epoch 0. The samples per epoch are the same every epoch (balancing.py), but
+        with several resolutions, fractional balancing or SAMPLES below a concept's image count,
+        which images an epoch has (and so the bucket remainders and the step count) can vary a
+        little per epoch: use ``steps_in_epoch`` / ``total_steps`` for exact numbers."""
         return self.steps_in_epoch(0)
 
     def total_steps(self, epochs: int) -> int:
@@ -171,6 +174,10 @@ def build_dataset(
     cache = LatentCache(Path(cache_dir) / "latents", vae_id, nonfinite_hint) if latent_caching else None
     dataset = TrainingDataset(prepared, int(batch_size), int(seed), cache=cache, warnings=warnings)
     first = dataset.plan(0)
+    if not first.sample_count:  # every concept's balancing rounds down to 0 samples, in every epoch
+        notes = (zero_samples_warning(concept_label(c.config), len(c.items), float(getattr(c.config, "balancing", 1.0)),
+                                      getattr(c.config, "balancing_strategy", "REPEATS")) for c in prepared)
+        raise DataError("no concept gives a sample per epoch, so nothing would train:\n" + "\n".join(n for n in notes if n))
     if not first.batches:
         raise DataError(
             f"batch size {batch_size} is larger than every bucket: the {first.sample_count} samples of an epoch "

@@ -2,11 +2,13 @@
 
 Planning touches no pixels (with masked training's mask augmentations on: each mask once, scaled
 down, mask_augment.py), so a whole epoch (or every epoch, for the step count) is cheap to plan.
-Per epoch: each concept contributes its balanced samples; each sample gets a random resolution from
-its concept's list; samples are grouped by bucket size (so a batch is uniform), shuffled, cut into
-batches, and the batch order is shuffled. The remainder of a bucket that cannot fill a batch is
-dropped for that epoch (which samples, is random per epoch, so none is dropped for good unless the
-whole bucket is smaller than a batch); the plan counts them so the page can show it.
+Per epoch: each concept contributes its balanced samples (balancing.py: OneTrainer's count, the
+images taken in turn through the concept's seeded order, continuing across epochs, so every image
+trains equally often); each sample gets a random resolution from its concept's list; samples are
+grouped by bucket size (so a batch is uniform), shuffled, cut into batches, and the batch order is
+shuffled. The remainder of a bucket that cannot fill a batch is dropped for that epoch (which
+samples, is random per epoch, so none is dropped for good unless the whole bucket is smaller than
+a batch); the plan counts them so the page can show it.
 
 Augmentation follows OneTrainer. Without latent caching every epoch draws a fresh crop, flip,
 rotation and colour change. A cached latent cannot be re-augmented, so with caching each image has
@@ -183,6 +185,18 @@ class PreparedConcept:
         variations, one per epoch, so every variation is used once per ``variations`` epochs."""
         return self._walk("variation", index, epoch, run_seed, self.variations)
 
+    def balance_order(self, run_seed: int, position: int) -> list[int]:
+        """The order balancing cycles through this concept's images (balancing.py): shuffled once
+        by the run seed, the concept seed and the concept's place in the list, the same every
+        epoch. OneTrainer cycles in sorted file order; a seeded order keeps a fraction (REPEATS
+        0.5, SAMPLES below the image count) from taking one range of file names first."""
+        key = ("balance order", run_seed, position)
+        if key not in self._memo:
+            order = list(range(len(self.items)))
+            rng_for("balance order", run_seed, self.seed, position).shuffle(order)
+            self._memo[key] = order
+        return self._memo[key]
+
     def _walk(self, kind: str, index: int, epoch: int, run_seed: int, count: int) -> int:
         if count <= 1:
             return 0
@@ -263,7 +277,7 @@ def plan_epoch(concepts: list[PreparedConcept], epoch: int, seed: int, batch_siz
         rngs = Streams(seed, concept.seed, ci, epoch)
         strategy = getattr(concept.config, "balancing_strategy", "REPEATS")
         balancing = float(getattr(concept.config, "balancing", 1.0))
-        for index in epoch_indices(len(concept.items), balancing, strategy, rngs["balance"]):
+        for index in epoch_indices(len(concept.items), balancing, strategy, epoch, concept.balance_order(seed, ci)):
             resolutions = concept.resolutions
             resolution = resolutions[0] if len(resolutions) == 1 else rngs["resolution"].choice(resolutions)
             variant = concept.variant(index, resolution, rngs, cached, epoch, seed)

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Sequence
 
 from ..config.resolution import parse_resolutions
+from .balancing import zero_samples_warning
 from .buckets import Bucketing, Size
 from .errors import DataError
 from .planning import PreparedConcept
@@ -53,12 +54,13 @@ def prepare_concepts(
     condlabel: bool = False,
 ) -> tuple[list[PreparedConcept], list[str]]:
     """(prepared concepts, warnings). Every problem of every concept is collected into one
-    DataError, so a user fixes them all in one go. ``frames``: a video family's frame sampling
-    (clips are training items too); ``control``: each image pairs with its `-control` image; ``depth``:
-    an image's `-depth` map is its depth map (data/scan.py); ``masked_training``: the concepts' mask
-    augmentations apply (mask_augment.py); ``condlabel``: an image's `-condlabel` image is its
-    conditioning image (custom_conditioning_image); ``bucketing``: how images are bucketed
-    (buckets.Bucketing)."""
+    DataError, so a user fixes them all in one go. A concept whose balancing gives no sample per
+    epoch (balancing.py) is warned about, not refused, as OneTrainer takes it. ``frames``: a video
+    family's frame sampling (clips are training items too); ``control``: each image pairs with its
+    `-control` image; ``depth``: an image's `-depth` map is its depth map (data/scan.py);
+    ``masked_training``: the concepts' mask augmentations apply (mask_augment.py); ``condlabel``:
+    an image's `-condlabel` image is its conditioning image (custom_conditioning_image);
+    ``bucketing``: how images are bucketed (buckets.Bucketing)."""
     default = resolution_list(resolutions)
     warnings: list[str] = []
     prepared: list[PreparedConcept] = []
@@ -86,6 +88,10 @@ def prepare_concepts(
             errors.append(f"Concept '{label}': {exc}")
             continue
         warnings.extend(scan.warnings)
+        if note := zero_samples_warning(label, len(scan.items), float(getattr(concept, "balancing", 1.0)),
+                                        getattr(concept, "balancing_strategy", "REPEATS")):
+            warnings.append(note)
+            log.warning(note)
         prepared.append(PreparedConcept(concept, scan, concept_res, bucketing, text, masked_training))
     if errors:
         raise DataError("\n".join(errors))

@@ -4,10 +4,12 @@ Bucket labels are "WxH" (width first, as image editors and the page show sizes).
 ``buckets`` counts images per bucket (with several resolutions an image counts once for each
 bucket it can land in), and ``never_trained`` lists the images whose every bucket can never hold
 a full batch in any epoch, so they are always dropped. That uses an upper bound: each image at its
-most frequent (the whole part of REPEATS plus one for a fraction, or SAMPLES spread evenly), so
-an image listed is certain never to train, whatever the epoch draws. ``batch_size`` is the number
-of samples that must share a bucket in one step; with gradient accumulation that is still the
-batch size, not the product. ``image_variations`` is how many distinct variants per image (and
+most frequent (balancing.py: ``k // n`` times, plus one when ``k % n`` is not 0, for a concept of
+``n`` images giving ``k`` samples per epoch), so an image listed is certain never to train,
+whatever the epoch draws. A concept whose balancing gives no sample at all is not listed there:
+its warning (balancing.zero_samples_warning, in ``warnings``) names it and the setting.
+``batch_size`` is the number of samples that must share a bucket in one step; with gradient
+accumulation that is still the batch size, not the product. ``image_variations`` is how many distinct variants per image (and
 flip state) latent caching encodes: 1 when nothing random (crop jitter, random rotation or colour)
 would tell them apart.
 """
@@ -48,12 +50,15 @@ def never_trained(concepts: Sequence[PreparedConcept], batch_size: int) -> list[
                 most[bucket] += repeats
     out = []
     for concept in concepts:
-        lost = []
+        lost: list[tuple[int, set[Size]]] = []
+        out.append(lost)
+        if not max_repeats(len(concept.items), float(getattr(concept.config, "balancing", 1.0)),
+                           getattr(concept.config, "balancing_strategy", "REPEATS")):
+            continue  # never sampled at all: its balancing warning says so, not its bucket
         for index in range(len(concept.items)):
             buckets = _image_buckets(concept, index)
             if all(most[b] < batch_size for b in buckets):
                 lost.append((index, buckets))
-        out.append(lost)
     return out
 
 

@@ -99,18 +99,19 @@ def _companions(info: Any) -> tuple[str, ...]:
 
 
 def steps_per_epoch(config: dict[str, Any]) -> int:
-    """An estimate from the image counts; the trainer's exact number also drops incomplete buckets."""
-    images = 0.0
+    """An estimate from the image counts, each concept's samples counted as the trainer does
+    (data/balancing.py: floor(images × balancing), or int(balancing) with SAMPLES); the trainer's
+    exact number also drops incomplete buckets."""
+    from ..data.balancing import epoch_count  # noqa: PLC0415
+
+    images = 0
     info = _family_info(config.get("model_type"))
     companions, clips = _companions(info), info is not None and info.frame_step is not None  # a video model reads clips too
     for c in config.get("concepts", []):
         if not c.get("enabled", True):
             continue
         n = _count_images(c.get("path", ""), c.get("include_subdirectories", False), companions, clips)
-        if c.get("balancing_strategy") == "SAMPLES":
-            images += c.get("balancing", 1.0)
-        else:
-            images += n * c.get("balancing", 1.0)
+        images += epoch_count(n, float(c.get("balancing", 1.0)), c.get("balancing_strategy") or "REPEATS")
     batches = math.ceil(images / max(1, int(config.get("batch_size") or 1)))
     return max(1, math.ceil(batches / max(1, int(config.get("gradient_accumulation_steps") or 1))))
 
