@@ -111,11 +111,8 @@ class Trainer(TrainerSetup):
             if self.dist.active:  # in log.txt: together the processes train every image once per epoch
                 print(f"process {self.dist.rank}/{self.dist.world}: epoch {self.counters.epoch + 1}: trained {images} images", flush=True)
             if self.counters.epoch_step >= len(batches):
-                backed_up = self._backed_up_here()  # at the epoch's last step: that backup is also the epoch's end
                 self.counters.epoch += 1
                 self.counters.epoch_step = 0
-                if backed_up and self.last_backup is not None:
-                    self.last_backup = (self.last_backup[0], self.counters.as_dict())
                 self._stop_parts_if_due()
                 self._after_epoch()
         return self._finish()
@@ -275,7 +272,7 @@ class Trainer(TrainerSetup):
             return  # the end of the run samples, backs up and saves once
         if self.sample_every.after_epoch(done):
             self.sample()
-        if self.backup_every.after_epoch(done) and not self._backed_up_here():
+        if self.backup_every.after_epoch(done):
             self.write_backup()
         if self.save_every.after_epoch(done):
             self.save(intermediate=True, scheduled=True)
@@ -298,8 +295,7 @@ class Trainer(TrainerSetup):
 
     def _backed_up_here(self) -> bool:
         """A backup of this very step is on disk already (Backup every / Backup now at the step
-        a stop came; a backup of an epoch's last step, at that epoch's end): the stop or the
-        epoch's backup writes none of its own, which would be the same twice."""
+        a stop came): the stop writes none of its own, which would be the same twice."""
         return (self.last_backup is not None and self.last_backup[1] == self.counters.as_dict()
                 and (self.last_backup[0] / MARKER).exists())
 

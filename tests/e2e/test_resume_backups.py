@@ -100,23 +100,6 @@ def test_rolling_backups_across_resumes_and_a_stop_at_a_backup_step_writes_it_on
     assert complete_backups(runs / "x" / "backup") == [theirs]
 
 
-def test_a_stop_at_an_epochs_last_step_that_backed_up_writes_no_second_backup(lora_config, four_shapes, tmp_path):
-    """Two steps an epoch, a backup every 2 steps and a stop at step 2: the epoch ends after the
-    backup, and the stop's backup would be the same weights again. Continued, the run goes on at
-    epoch 2 and ends as an uninterrupted run."""
-    data = lora_config(samples=[], epochs=2, backup_after=2, backup_after_unit="STEP", tensorboard=False,
-                       concepts=[{"name": "four", "path": str(four_shapes)}])
-    trainer, status = _run(data, tmp_path / "a", Said(stop_at=2))
-    assert status == "stopped" and trainer.steps_per_epoch == 2
-    [backup] = complete_backups(tmp_path / "a" / "backup")
-    assert read_backup(backup).counters.global_step == 2
-    straight, _ = _run(data, tmp_path / "straight")
-    resumed, status = _run({**data, "continue_last_backup": True}, tmp_path / "b", others=[tmp_path / "a"])
-    assert status == "done" and resumed.counters == straight.counters
-    a, b = _weights(straight), _weights(resumed)
-    assert all(torch.equal(a[k], b[k]) for k in a), "the continued run differs"
-
-
 def test_a_fresh_run_that_kept_a_failed_runs_output_name_leaves_its_backups(lora_config, tmp_path):
     """Run A backs up steps 1-5 and fails before writing its model, so runner/outputs.py gives a
     fresh run B (Continue off, Rolling backup count 2) the same output file: B keeps its own newest
