@@ -295,7 +295,9 @@ class Trainer(TrainerSetup):
 
     def _backed_up_here(self) -> bool:
         """A backup of this very step is on disk already (Backup every / Backup now at the step
-        a stop came): the stop writes none of its own, which would be the same twice."""
+        a stop came): the stop writes none of its own, which would be the same twice. A backup of
+        an epoch's last step is not one of the epoch's end (its sample, validation and epoch saves
+        not yet done): a stop after that end writes its own, so a resume does not do them again."""
         return (self.last_backup is not None and self.last_backup[1] == self.counters.as_dict()
                 and (self.last_backup[0] / MARKER).exists())
 
