@@ -22,10 +22,12 @@ backup needs; the half-written folder is removed first and earlier backups stay 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,10 +188,7 @@ def complete_backups(backup_root: Path) -> list[Path]:
 
 
 def latest_backup(run_dirs: list[Path]) -> Path | None:
-    candidates = [b for r in run_dirs for b in complete_backups(Path(r) / "backup")]
-    if not candidates:
-        return None
-    return max(candidates, key=backup_order)
+    return newest_backup(b for r in run_dirs for b in complete_backups(Path(r) / "backup"))
 
 
 def damaged_backups(run_dirs: list[Path]) -> list[tuple[Path, str]]:
@@ -211,7 +210,7 @@ def marker_time(backup: Path) -> float:
     upload to Drive, rsync without -t give the files the time of the copy, in any order); the
     marker file's own time for a backup written before markers held it."""
     written = (_marker(backup) or {}).get("written")
-    if isinstance(written, (int, float)) and not isinstance(written, bool):
+    if isinstance(written, (int, float)) and not isinstance(written, bool) and math.isfinite(written):
         return float(written)
     try:
         return (backup / MARKER).stat().st_mtime
@@ -219,11 +218,36 @@ def marker_time(backup: Path) -> float:
         return 0.0
 
 
+def marker_step(backup: Path) -> int:
+    """The backup's optimizer step, from its marker (-1 when it cannot be read)."""
+    step = (_marker(backup) or {}).get("global_step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else -1
+
+
 def backup_order(backup: Path) -> tuple[float, int, str]:
     """Sort key, oldest first: the time written, then the step (two backups of the same second
     written before markers held the time), then the name."""
-    step = (_marker(backup) or {}).get("global_step")
-    return (marker_time(backup), step if isinstance(step, int) else -1, Path(backup).name)
+    return (marker_time(backup), marker_step(backup), Path(backup).name)
+
+
+def step_order(backup: Path) -> tuple[int, float, str]:
+    """Sort key of the backups of one training, oldest first: its steps only go up, whatever the
+    clocks of the machines it ran on, or file times a copy gave a backup written before markers
+    held the time."""
+    return (marker_step(backup), marker_time(backup), Path(backup).name)
+
+
+def newest_backup(backups: Iterable[Path]) -> Path | None:
+    """The newest of `backups`: the last written, and of its training (the id in its marker) the
+    furthest step."""
+    backups = list(backups)
+    if not backups:
+        return None
+    last = max(backups, key=backup_order)
+    training = marker_training(last)
+    if not training:
+        return last
+    return max((b for b in backups if marker_training(b) == training), key=step_order)
 
 
 def marker_training(backup: Path) -> str | None:

@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .backup import MARKER, backup_order, complete_backups, marker_training
+from .backup import MARKER, complete_backups, marker_training, step_order
 from .backup_training import Training
 
 
@@ -38,7 +38,7 @@ def prune_backups(run_dirs: list[Path], newest: Path, keep: int, training: Train
     newest = Path(newest).resolve()
     ours = [b for r in dict.fromkeys(Path(r).resolve() for r in run_dirs) for b in complete_backups(r / "backup")
             if b.resolve() != newest and is_of(b, training, newest.parent)]
-    ours.sort(key=backup_order, reverse=True)
+    ours.sort(key=step_order, reverse=True)  # all of one training
     pruned = Pruned()
     for old in ours[max(keep - 1, 0):]:
         try:

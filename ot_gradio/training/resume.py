@@ -22,7 +22,7 @@ from ..config.fields import iter_fields
 from ..config.include_parts import excluded_parts
 from ..config.schema import TrainConfig
 from ..fsutil import same_output
-from .backup import Counters, backup_order, complete_backups, read_backup, saved_output, set_rng_state
+from .backup import Counters, backup_order, complete_backups, newest_backup, read_backup, saved_output, set_rng_state
 from .ema import EMA
 from .preflight import TrainingError
 from .resume_changes import UNSET, at, changed_settings
@@ -55,7 +55,7 @@ def find_backup(run_dirs: list[Path], dest: str) -> Path | None:
     backups = sorted((b for r in run_dirs for b in complete_backups(Path(r) / "backup")), key=backup_order, reverse=True)
     if not backups:
         return None
-    found = next((b for b in backups if same_output(saved_output(b), dest)), None)
+    found = newest_backup(b for b in backups if same_output(saved_output(b), dest))
     if found is None:
         other = saved_output(backups[0])
         raise TrainingError(

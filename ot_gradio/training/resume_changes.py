@@ -27,7 +27,7 @@ UNSET = object()
 # settings of speed and memory only (the same training, done faster or in less memory)
 _SPEED_ONLY = {"multi_gpu", "device_indexes", "gradient_reduce_precision", "fused_gradient_reduce", "async_gradient_reduce",
                "async_gradient_reduce_buffer", "train_device", "temp_device", "async_offloading", "compile",
-               "enable_autocast_cache", "attention_mechanism", "latent_caching", "lokr_vec_trick", "quantization.cache_dir"}
+               "enable_autocast_cache", "attention_mechanism", "lokr_vec_trick", "quantization.cache_dir"}
 _SPEED_ONLY_OF_A_PART = ("gradient_checkpointing", "offload_fraction", "activation_offloading")
 # said elsewhere: the optimizer and schedule (resume_optimizer.py), a part left out (resume.py), lists of their own
 _SAID_ELSEWHERE = ({"learning_rate", "embedding_learning_rate", *SCHEDULE_KEYS}, ("learning_rate", "include"))

@@ -65,6 +65,34 @@ def test_a_copied_workspace_resumes_from_the_newest_backup_whatever_the_copy_did
     assert pruned.deleted == [copied[0]] and copied[1].is_dir()
 
 
+def test_within_a_training_the_furthest_step_is_the_newest_whatever_the_times_say(tmp_path):
+    """A backup from before markers held the time, copied (its file time now the newest), beside a
+    later one of the same training; and a resume on a machine whose clock is behind: the step
+    decides within a training. A time that is no number (NaN by hand) falls back to the file's."""
+    import json
+    import os
+    import time
+
+    from ot_gradio.training.backup_prune import prune_backups
+    from ot_gradio.training.backup_training import Training
+    from ot_gradio.training.resume import find_backup
+
+    out = str(tmp_path / "out.safetensors")
+    made = [write_backup(tmp_path / "run" / "backup", {"w": torch.ones(1) * i}, {}, {"output_model_destination": out},
+                         Counters(global_step=i), training="t") for i in (5, 10, 15)]
+    old, later, behind = made
+    marker = json.loads((old / MARKER).read_text())
+    del marker["written"]  # an older version's marker
+    (old / MARKER).write_text(json.dumps(marker))
+    os.utime(old / MARKER, (time.time() + 60, time.time() + 60))  # copied last
+    for backup, written in ((later, time.time() - 3600), (behind, time.time() - 7200)):  # the other machine's clock behind
+        (backup / MARKER).write_text(json.dumps({**json.loads((backup / MARKER).read_text()), "written": written}))
+    assert latest_backup([tmp_path / "run"]) == behind and find_backup([tmp_path / "run"], out) == behind
+    assert prune_backups([tmp_path / "run"], behind, 2, Training("t")).deleted == [old]
+    (later / MARKER).write_text(json.dumps({**json.loads((later / MARKER).read_text()), "written": float("nan")}))
+    assert backup_module.marker_time(later) == (later / MARKER).stat().st_mtime
+
+
 # --- a full disk, and what crashed writes leave ------------------------------------------------
 
 def _first(root):
