@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.concept import ConceptConfig
-from .balancing import zero_samples_warning
+from .balancing import concept_balancing, zero_samples_warning
 from .batches import Batch, make_batch
 from .buckets import Bucketing, Size
 from .caching import CacheReport, ConditioningFn, EncodeFn, ProgressFn, fill_cache
@@ -148,6 +148,7 @@ def build_dataset(
     masked_training: bool = False,
     condlabel: bool = False,
     nonfinite_hint: str = "",
+    held_out: bool = False,
 ) -> TrainingDataset:
     """Scan the enabled concepts, fill the latent cache (with ``latent_caching``) and return the
     dataset. ``resolutions`` is a resolution string ("512", "384,448,512") or (h, w) pairs;
@@ -170,14 +171,15 @@ def build_dataset(
     if latent_caching and (cache_dir is None or encode_fn is None):
         raise ValueError("latent caching needs cache_dir and encode_fn")
     prepared, warnings = prepare_concepts(concepts, resolutions, bucketing=bucketing, frames=frames, control=control, depth=depth,
-                                          masked_training=masked_training, condlabel=condlabel)
+                                          masked_training=masked_training, condlabel=condlabel, held_out=held_out)
     cache = LatentCache(Path(cache_dir) / "latents", vae_id, nonfinite_hint) if latent_caching else None
     dataset = TrainingDataset(prepared, int(batch_size), int(seed), cache=cache, warnings=warnings)
     first = dataset.plan(0)
     if not first.sample_count:  # every concept's balancing rounds down to 0 samples, in every epoch
-        notes = (zero_samples_warning(concept_label(c.config), len(c.items), float(getattr(c.config, "balancing", 1.0)),
-                                      getattr(c.config, "balancing_strategy", "REPEATS")) for c in prepared)
-        raise DataError("no concept gives a sample per epoch, so nothing would train:\n" + "\n".join(n for n in notes if n))
+        notes = (zero_samples_warning(concept_label(c.config), len(c.items), *concept_balancing(c.config), held_out=held_out)
+                 for c in prepared)
+        raise DataError("no concept gives a sample per epoch (each one's Balancing rounds down to 0), so there is nothing "
+                        "to use:\n" + "\n".join(n for n in notes if n))
     if not first.batches:
         raise DataError(
             f"batch size {batch_size} is larger than every bucket: the {first.sample_count} samples of an epoch "

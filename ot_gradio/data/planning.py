@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from .augment import IDENTITY, Augment, AugmentSettings
-from .balancing import epoch_indices
+from .balancing import concept_balancing, epoch_indices
 from .buckets import Bucketing, Size
 from .captions import pick_line
 from .mask_augment import MaskAugmentSettings, MaskDraw, mask_grid
@@ -185,15 +185,16 @@ class PreparedConcept:
         variations, one per epoch, so every variation is used once per ``variations`` epochs."""
         return self._walk("variation", index, epoch, run_seed, self.variations)
 
-    def balance_order(self, run_seed: int, position: int) -> list[int]:
-        """The order balancing cycles through this concept's images (balancing.py): shuffled once
-        by the run seed, the concept seed and the concept's place in the list, the same every
-        epoch. OneTrainer cycles in sorted file order; a seeded order keeps a fraction (REPEATS
-        0.5, SAMPLES below the image count) from taking one range of file names first."""
-        key = ("balance order", run_seed, position)
+    def balance_order(self, run_seed: int, position: int, round_: int) -> list[int]:
+        """The order of round `round_` of balancing's walk through this concept's images
+        (balancing.py): shuffled by the run seed, the concept seed, the concept's place in the list
+        and the round. OneTrainer walks in sorted file order every round; a seeded order per round
+        keeps a fraction (REPEATS 0.5, SAMPLES below the image count) from taking one range of file
+        names first, and from pairing the same images in every round."""
+        key = ("balance order", run_seed, position, round_)
         if key not in self._memo:
             order = list(range(len(self.items)))
-            rng_for("balance order", run_seed, self.seed, position).shuffle(order)
+            rng_for("balance order", run_seed, self.seed, position, round_).shuffle(order)
             self._memo[key] = order
         return self._memo[key]
 
@@ -275,9 +276,9 @@ def plan_epoch(concepts: list[PreparedConcept], epoch: int, seed: int, batch_siz
     count = 0
     for ci, concept in enumerate(concepts):
         rngs = Streams(seed, concept.seed, ci, epoch)
-        strategy = getattr(concept.config, "balancing_strategy", "REPEATS")
-        balancing = float(getattr(concept.config, "balancing", 1.0))
-        for index in epoch_indices(len(concept.items), balancing, strategy, epoch, concept.balance_order(seed, ci)):
+        balancing, strategy = concept_balancing(concept.config)
+        for index in epoch_indices(len(concept.items), balancing, strategy, epoch,
+                                    lambda round_, concept=concept, ci=ci: concept.balance_order(seed, ci, round_)):
             resolutions = concept.resolutions
             resolution = resolutions[0] if len(resolutions) == 1 else rngs["resolution"].choice(resolutions)
             variant = concept.variant(index, resolution, rngs, cached, epoch, seed)

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Sequence
 
 from ..config.resolution import parse_resolutions
-from .balancing import zero_samples_warning
+from .balancing import concept_balancing, zero_samples_warning
 from .buckets import Bucketing, Size
 from .errors import DataError
 from .planning import PreparedConcept
@@ -52,6 +52,7 @@ def prepare_concepts(
     depth: bool = False,
     masked_training: bool = False,
     condlabel: bool = False,
+    held_out: bool = False,
 ) -> tuple[list[PreparedConcept], list[str]]:
     """(prepared concepts, warnings). Every problem of every concept is collected into one
     DataError, so a user fixes them all in one go. A concept whose balancing gives no sample per
@@ -59,7 +60,8 @@ def prepare_concepts(
     family's frame sampling (clips are training items too); ``control``: each image pairs with its
     `-control` image; ``depth``: an image's `-depth` map is its depth map (data/scan.py);
     ``masked_training``: the concepts' mask augmentations apply (mask_augment.py); ``condlabel``:
-    an image's `-condlabel` image is its conditioning image (custom_conditioning_image);
+    an image's `-condlabel` image is its conditioning image (custom_conditioning_image); ``held_out``:
+    the validation set's concepts (its warnings say validated, not trained);
     ``bucketing``: how images are bucketed (buckets.Bucketing)."""
     default = resolution_list(resolutions)
     warnings: list[str] = []
@@ -88,8 +90,8 @@ def prepare_concepts(
             errors.append(f"Concept '{label}': {exc}")
             continue
         warnings.extend(scan.warnings)
-        if note := zero_samples_warning(label, len(scan.items), float(getattr(concept, "balancing", 1.0)),
-                                        getattr(concept, "balancing_strategy", "REPEATS")):
+        if note := zero_samples_warning(label, len(scan.items), *concept_balancing(concept),
+                                        held_out=held_out):
             warnings.append(note)
             log.warning(note)
         prepared.append(PreparedConcept(concept, scan, concept_res, bucketing, text, masked_training))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from .balancing import max_repeats
+from .balancing import concept_balancing, max_repeats
 from .buckets import Bucketing, Size
 from .planning import EpochPlan, PreparedConcept, plan_epoch
 from .prepare import prepare_concepts
@@ -42,9 +42,7 @@ def never_trained(concepts: Sequence[PreparedConcept], batch_size: int) -> list[
     """Per concept, (image index, its buckets) of the images that can never be in a full batch."""
     most: Counter[Size] = Counter()  # most samples a bucket can get in one epoch
     for concept in concepts:
-        repeats = max_repeats(
-            len(concept.items), float(getattr(concept.config, "balancing", 1.0)), getattr(concept.config, "balancing_strategy", "REPEATS")
-        )
+        repeats = max_repeats(len(concept.items), *concept_balancing(concept.config))
         for index in range(len(concept.items)):
             for bucket in _image_buckets(concept, index):
                 most[bucket] += repeats
@@ -52,8 +50,7 @@ def never_trained(concepts: Sequence[PreparedConcept], batch_size: int) -> list[
     for concept in concepts:
         lost: list[tuple[int, set[Size]]] = []
         out.append(lost)
-        if not max_repeats(len(concept.items), float(getattr(concept.config, "balancing", 1.0)),
-                           getattr(concept.config, "balancing_strategy", "REPEATS")):
+        if not max_repeats(len(concept.items), *concept_balancing(concept.config)):
             continue  # never sampled at all: its balancing warning says so, not its bucket
         for index in range(len(concept.items)):
             buckets = _image_buckets(concept, index)

@@ -73,6 +73,7 @@ class Validator:
             vae_id=model.vae_id,
             seed=cfg.seed,
             encode_fn=lambda pixels: model.encode_images(pixels, generator=torch.Generator().manual_seed(cfg.seed)),
+            held_out=True,
             conditioning_fn=model.encode_conditioning if model.caches_conditioning(conditions_on_images(cfg)) else None,
             conditioning_kind=model.conditioning_kind,
             frames=run_sampling(cfg, model.frame_step),
