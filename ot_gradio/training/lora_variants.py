@@ -559,21 +559,6 @@ def check_output_format(spec: AdapterSpec, diffusers_keys: bool) -> None:
         )
 
 
-def _oft_sizes_refusal(path: Any, layers: Mapping[str, Any], other: Mapping[str, int], size: int) -> str:
-    """Why an OFT file of several block sizes cannot continue, naming its layers and what to do instead."""
-    sizes: dict[int, list[str]] = {}
-    for name in layers:
-        sizes.setdefault(other.get(name, size), []).append(name)
-    listed = "; ".join(f"block size {b}: {len(names)} layer(s) ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
-                       for b, names in sorted(sizes.items(), key=lambda item: (-len(item[1]), item[0])))
-    return (f"lora_model_name: {path}: OFT layers of different block sizes ({listed}). An OFT continues with one "
-            "oft_block_size (peft changes it only where it does not divide a layer's inputs), and one block size "
-            "cannot stand for another: smaller blocks cannot hold a larger block's rotation, and larger ones would "
-            "hold the file's rotations but also train rotations across its blocks, which the file does not have. "
-            "Merge the file into the base model with Tools > Convert (merge) and train a new OFT on the merged "
-            "model, or continue from a file trained with one oft_block_size")
-
-
 def check_start_file(spec: AdapterSpec, parts: Mapping[str, Mapping[str, torch.Tensor]], path: Any) -> AdapterSpec:
     """A LoRA to continue from must hold the adapter the config trains (ValueError naming the field).
     Returns the spec to continue with: an OFT v2 file's block size and sharing, a LoKr file's whole
@@ -588,7 +573,7 @@ def check_start_file(spec: AdapterSpec, parts: Mapping[str, Mapping[str, torch.T
         layers = {f"{part}.{name}": t for part, sd in parts.items() for name, t in group_layers(sd).items()}
         layout = oft.spec_fields(layers.values())
         if other := oft.other_block_sizes(layers, layout["oft_block_size"]):
-            raise ValueError(_oft_sizes_refusal(path, layers, other, layout["oft_block_size"]))
+            raise ValueError(oft.oft_sizes_refusal(path, layers, other, layout["oft_block_size"]))
         return replace(spec, oft_block_size=layout["oft_block_size"], oft_block_share=layout["oft_block_share"])
     if kind == LOKR:  # LyCORIS's full_matrix / decompose_both as the file's layers are (else they would not fit)
         layers = [t for sd in parts.values() for t in group_layers(sd).values()]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import types
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -192,3 +193,18 @@ def install_oft(module: nn.Module, *, scaled: bool, dropout: float) -> None:
 def state_extras(layer: nn.Module) -> dict[str, torch.Tensor]:
     """The Scaled OFT marker OneTrainer writes beside a scaled layer's weight."""
     return {OFT_SCALED: torch.tensor(True)} if getattr(layer, "oft_scaled", False) else {}
+
+
+def oft_sizes_refusal(path: Any, layers: Mapping[str, Any], other: Mapping[str, int], size: int) -> str:
+    """Why an OFT file of several block sizes cannot continue, naming its layers and what to do instead."""
+    sizes: dict[int, list[str]] = {}
+    for name in layers:
+        sizes.setdefault(other.get(name, size), []).append(name)
+    listed = "; ".join(f"block size {b}: {len(names)} layer(s) ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+                       for b, names in sorted(sizes.items(), key=lambda item: (-len(item[1]), item[0])))
+    return (f"lora_model_name: {path}: OFT layers of different block sizes ({listed}). An OFT continues with one "
+            "oft_block_size (peft changes it only where it does not divide a layer's inputs), and one block size "
+            "cannot stand for another: smaller blocks cannot hold a larger block's rotation, and larger ones would "
+            "hold the file's rotations but also train rotations across its blocks, which the file does not have. "
+            "Merge the file into the base model with Tools > Convert (merge) and train a new OFT on the merged "
+            "model, or continue from a file trained with one oft_block_size")
