@@ -62,6 +62,12 @@ def _losses(events):
     return {e["global_step"]: e["loss"] for e in events if e["type"] == "metrics"}
 
 
+def _deltas(lora):
+    """Each layer's weight change, up @ down (the alpha scale is the same in both files)."""
+    return {k[: -len("lora_down.weight")]: lora[k[: -len("lora_down.weight")] + "lora_up.weight"].flatten(1).double()
+            @ lora[k].flatten(1).double() for k in lora if k.endswith("lora_down.weight")}
+
+
 def test_two_processes_match_one_process_with_twice_the_batch(lora_config, tmp_path, supervisors):
     two_config = _config(lora_config, tmp_path, "two", batch_size=1, **TWO_CPU_PROCESSES)
     one_config = _config(lora_config, tmp_path, "one", batch_size=2)
@@ -83,14 +89,16 @@ def test_two_processes_match_one_process_with_twice_the_batch(lora_config, tmp_p
     assert two_lora.keys() == one_lora.keys()
     moved = [k for k in one_lora if "lora_up" in k and one_lora[k].abs().max() > 0]
     assert moved, "the LoRA did not train"
-    # AdamW moves a weight by at most about lr (1e-3) per step. Gradient differences of order 1e-7
-    # (the order of float additions) matter most where a gradient is near AdamW's eps (a LoRA's
-    # down weights while its up weights are still near zero), and add up over the steps: measured
-    # worst 1.5e-3 in these 15 steps (7e-4 in the 12 of the demo set before it had two tall images;
-    # both times in up_blocks.3's conv2 lora_down), mean 1.4e-7
-    worst = max(float((two_lora[k] - v).abs().max()) for k, v in one_lora.items())
+    # Compared as each layer's weight change (up @ down), against the largest change of any layer:
+    # the factors themselves differ where a gradient is near AdamW's eps (a LoRA's down weights while
+    # its up weights are still near zero), by up to 1.5e-3 in these 15 steps, and their product not
+    # (measured: 1.5e-3 of the largest change at worst, 1e-4 for every other layer). A real difference
+    # (a wrong gradient average, an image missed) is of the order of the change itself.
+    one_delta, two_delta = _deltas(one_lora), _deltas(two_lora)
+    scale = max(float(d.abs().max()) for d in one_delta.values())
+    worst = max((float((two_delta[k] - d).abs().max()) / scale, k) for k, d in one_delta.items())
     mean = float(torch.cat([(two_lora[k] - v).abs().flatten() for k, v in one_lora.items()]).mean())
-    assert worst < 3e-3 and mean < 1e-6, (worst, mean)
+    assert worst[0] < 1e-2 and mean < 1e-6, (worst, mean)
 
     # only the main process reports: one progress event per step (and one where training starts), one sample per epoch, one save
     steps = max(one_losses)
