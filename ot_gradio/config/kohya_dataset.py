@@ -299,6 +299,8 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
         if videos and out["bucket_no_upscale"]:
             notes.append("bucket_no_upscale: musubi-tuner upscales clips to their buckets whatever it says; here it holds for the "
                          "clips too (one setting for the run)")
+        if out["aspect_ratio_bucketing"]:
+            _musubi_buckets(out, others)
     else:
         buckets(lambda key: effective(datasets[0] if datasets else {}, key), out, notes, page=r.page, other_sizes=others)
     unread = sorted({k for part in (general, *datasets, *(s for d in datasets for s in d.get("subsets") or [] if isinstance(s, dict)))
@@ -307,6 +309,22 @@ def dataset_concepts(data: dict[str, Any], out: dict[str, Any], notes: list[str]
         notes.append("the dataset config sets, not carried over: " + ", ".join(unread))
     _caption_dropout(subsets, out, notes)
     return _to_concepts(subsets, r, notes, readable)
+
+
+def _musubi_buckets(out: dict[str, Any], other_sizes: tuple[str, ...]) -> None:
+    """musubi-tuner's buckets (its BucketSelector) are kohya's around the resolution's area: widths in
+    16 px steps from half the area's side, each with the tallest height within the area, both ways
+    round. Here kohya's buckets in that step (the model's multiple where larger) between that smallest
+    side and the largest it makes; at step 0 a "WxH" resolution would be one fixed size, as OneTrainer's."""
+    info = family_info(out.get("model_type", ""))
+    step = math.lcm(16, (info.bucket_step if info else None) or 8)
+    try:
+        sizes = [size for text in (str(out.get("resolution", "512")), *other_sizes) for size in parse_resolutions(text)]
+    except ValueError:
+        return  # said where the resolution is checked
+    lows = [max(step, math.isqrt(h * w) // 2 // step * step) for h, w in sizes]
+    highs = [max(h, w, h * w // low // step * step) for (h, w), low in zip(sizes, lows, strict=True)]
+    out.update(bucket_resolution_step=step, min_bucket_resolution=min(lows), max_bucket_resolution=max(highs))
 
 
 def _musubi_frames(dataset: dict[str, Any], general: dict[str, Any], out: dict[str, Any], notes: list[str]) -> None:

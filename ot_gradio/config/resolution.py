@@ -8,13 +8,21 @@ from typing import Any
 from .families import family_info
 
 
+class FixedSize(tuple):
+    """A resolution given as one "WxH" (no list): (height, width). OneTrainer trains every image at
+    that size (scaled to cover it, cropped) instead of aspect buckets around its area
+    (data/buckets.py); in a list, or with kohya's buckets, "WxH" is an area like any size."""
+
+    __slots__ = ()
+
+
 def parse_resolutions(text: str) -> list[tuple[int, int]]:
-    """Return (height, width) pairs. Raises ValueError with a message a user can act on."""
+    """Return (height, width) pairs ("768x512": width 768, height 512); a lone "WxH" is a
+    FixedSize. Raises ValueError with a message a user can act on."""
     out: list[tuple[int, int]] = []
-    for part in str(text).split(","):
+    parts = [part for part in str(text).split(",") if part.strip()]
+    for part in parts:
         part = part.strip().lower()
-        if not part:
-            continue
         try:
             if "x" in part:
                 w, h = (int(p) for p in part.split("x", 1))
@@ -24,7 +32,7 @@ def parse_resolutions(text: str) -> list[tuple[int, int]]:
             raise ValueError(f"'{part}' is not a resolution: use a number like 512, WxH like 768x512, or a list like 384,448,512") from None
         if not (64 <= w <= 8192 and 64 <= h <= 8192) or w % 8 or h % 8:
             raise ValueError(f"resolution {part} must be between 64 and 8192 and a multiple of 8")
-        out.append((h, w))
+        out.append(FixedSize((h, w)) if "x" in part and len(parts) == 1 else (h, w))
     if not out:
         raise ValueError("resolution is empty: use a number like 512 or a list like 384,448,512")
     return out

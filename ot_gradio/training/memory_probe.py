@@ -282,7 +282,7 @@ def prepare_probe(model: Any, precision: Any, config: Any, trained_text_parts: f
     from ..data.video import run_sampling  # noqa: PLC0415
     from .diffusion import DiffusionStep  # noqa: PLC0415
 
-    height, width = _probe_size(config.resolution)
+    height, width = _probe_size(config, model.bucket_step)
     batch_size = config.batch_size
     meta = torch.device("meta")
     captions = ["a photo of a cat, detailed"] * batch_size
@@ -479,15 +479,20 @@ class _Encoded:
         return self.conditioning
 
 
-def _probe_size(resolution: str) -> tuple[int, int]:
-    """The largest training size the resolution allows ('512', '768x512', '512,768': the largest)."""
-    sizes = []
-    for item in str(resolution).replace(" ", "").split(","):
-        if not item:
-            continue
-        h, _, w = item.partition("x")
-        sizes.append((int(h), int(w or h)))
-    return max(sizes, key=lambda s: s[0] * s[1]) if sizes else (512, 512)
+def _probe_size(config: Any, model_step: int | None = None) -> tuple[int, int]:
+    """(height, width) of the largest bucket the config's resolutions train at, as the run buckets
+    them (data/buckets.py; OneTrainer's buckets reach some 5% above the resolution's area, a fixed
+    "WxH" is itself; without bucketing: the resolution)."""
+    from ..config.resolution import parse_resolutions  # noqa: PLC0415
+    from ..data.buckets import Bucketing, as_size  # noqa: PLC0415
+
+    bucketing = Bucketing.from_config(config, model_step)
+    try:
+        sizes = [size for target in parse_resolutions(config.resolution)
+                 for size in (bucketing.sizes(target) if bucketing.enabled else (as_size(target),))]
+    except ValueError:  # refused before the run
+        return (512, 512)
+    return max(sizes, key=lambda s: s[0] * s[1])
 
 
 def _is_checkpointing(module: torch.nn.Module) -> bool:

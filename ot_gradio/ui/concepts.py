@@ -102,9 +102,9 @@ def concept_stats(concept: dict[str, Any], resolution: str, bucketing: Bucketing
     if image.get("enable_resolution_override"):  # the concept's own resolution, as the run reads it
         resolution = str(image.get("resolution_override") or resolution)
     try:
-        h, w = parse_resolutions(resolution)[0]
+        target = parse_resolutions(resolution)[0]  # a lone "WxH" stays a fixed size (config/resolution.FixedSize)
         cut = _rotate_crop_sizes(concept, scan, parse_resolutions(resolution), masked)
-        buckets = Counter(bucketing.assign(*cut.get(n, (i.width, i.height)), (h, w)) for n, i in enumerate(items))
+        buckets = Counter(bucketing.assign(*cut.get(n, (i.width, i.height)), target) for n, i in enumerate(items))
     except ValueError as err:  # a resolution or bucket step the run would refuse too
         return f"**Cannot bucket this concept:** {err}", []
     sizes = sorted((i.width * i.height, i.width, i.height) for i in items)

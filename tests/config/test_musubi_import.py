@@ -76,6 +76,8 @@ def test_musubi_tuners_wan_config_trains_wan_from_its_files(tmp_path):
     assert [(x["path"], x["balancing"]) for x in c["concepts"]] == [(str(tmp_path / "images"), 2.0), (str(tmp_path / "videos"), 1.0)]
     assert [x["image"]["media"] for x in c["concepts"]] == ["IMAGES", "CLIPS"]  # each reads its one kind of file, as there
     assert (c["resolution"], c["frames"], c["batch_size"], c["aspect_ratio_bucketing"]) == ("960x544", "45", 1, True)
+    # musubi-tuner's buckets around 960 x 544's area (kohya's, 16 px steps from half its side), not one fixed 960x544
+    assert (c["bucket_resolution_step"], c["min_bucket_resolution"], c["max_bucket_resolution"]) == (16, 352, 1472)
     assert c["random_clip_window"] is False  # frame_extraction "head": each clip's first frames, as there
     # shift: a sigmoid of a normal, shifted by discrete_flow_shift
     assert (c["timestep_distribution"], c["timestep_shift"], c["dynamic_timestep_shifting"]) == ("LOGIT_NORMAL", 3.0, False)

@@ -12,16 +12,13 @@ def test_step_follows_resolution(resolution, step):
 
 
 @pytest.mark.parametrize("resolution", [64, 128, 512, 768, 1024, (512, 768)])
-def test_buckets_have_target_area_multiples_of_8_and_up_to_4_to_1(resolution):
+def test_buckets_have_target_area_multiples_of_the_step_and_up_to_4_to_1(resolution):
     h, w = (resolution, resolution) if isinstance(resolution, int) else resolution
     sizes = bucket_sizes(resolution)
-    assert (h, w) in sizes
     assert len(set(sizes)) == len(sizes)
     step = bucket_step(resolution)
     for bh, bw in sizes:
-        assert bh % 8 == 0 and bw % 8 == 0
-        if (bh, bw) != (h, w):
-            assert bh % step == 0 and bw % step == 0
+        assert bh % step == 0 and bw % step == 0
         assert abs(bh * bw / (h * w) - 1) < 0.2
     ratios = [bh / bw for bh, bw in sizes]
     assert max(ratios) == pytest.approx(4, rel=0.1) and min(ratios) == pytest.approx(0.25, rel=0.1)
@@ -33,10 +30,10 @@ def test_assign_nearest_aspect():
     wide = assign_bucket(2000, 1000, 512)
     tall = assign_bucket(1000, 2000, 512)
     assert wide == tall[::-1]
-    for w, h in [(300, 1000), (1000, 700), (5000, 500)]:
+    for w, h in [(300, 1000), (1000, 700), (5000, 500), (1000, 885)]:
         bh, bw = assign_bucket(w, h, 512)
-        best = min(abs(math.log(sh / sw) - math.log(h / w)) for sh, sw in bucket_sizes(512))
-        assert abs(math.log(bh / bw) - math.log(h / w)) == pytest.approx(best)
+        best = min(abs(sh / sw - h / w) for sh, sw in bucket_sizes(512))  # OneTrainer's: linear in height / width
+        assert abs(bh / bw - h / w) == pytest.approx(best)
     assert assign_bucket(10000, 100, 512) == bucket_sizes(512)[0]
 
 
@@ -116,3 +113,124 @@ def test_kohya_bucketing_assigns_the_nearest_of_its_buckets_and_reads_the_config
     assert Bucketing.from_config({}) == Bucketing()
     text = {"aspect_ratio_bucketing": "false", "bucket_no_upscale": "true", "bucket_resolution_step": "64.0"}  # typed as text
     assert Bucketing.from_config(text) == Bucketing(enabled=False, no_upscale=True, kohya_step=64)
+
+
+# OneTrainer's aspect buckets (mgds' AspectBucketing): the 9 aspect ratios up to 4:1 and their
+# inverses at the square's area, each side rounded (Python's round) to the quantization of the
+# family's data loader, duplicates dropped; the nearest by |h / w - bucket h / bucket w|
+def _onetrainer_buckets(side: int, quantization: int) -> list[tuple[int, int]]:
+    scaled = [(side / math.sqrt(a), side * math.sqrt(a)) for a in (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0)]
+    scaled += [(w, h) for h, w in scaled]
+    return list({(round(h / quantization) * quantization, round(w / quantization) * quantization) for h, w in scaled})
+
+
+def _onetrainer_bucket(width: int, height: int, side: int, quantization: int) -> tuple[int, int]:
+    buckets = _onetrainer_buckets(side, quantization)
+    return buckets[min(range(len(buckets)), key=lambda i: abs(buckets[i][0] / buckets[i][1] - height / width))]
+
+
+@pytest.mark.parametrize("model_type,side,quantization,examples", [
+    ("STABLE_DIFFUSION_15", 512, 8, {(624, 416): (416, 624), (576, 456): (456, 576), (1000, 1000): (512, 512)}),
+    ("STABLE_DIFFUSION_XL_10_BASE", 1024, 64, {(1000, 885): (896, 1152), (1000, 1000): (1024, 1024)}),
+    ("FLUX_DEV_1", 1024, 64, {(3000, 2000): (832, 1280), (2000, 3000): (1280, 832)}),
+    ("STABLE_CASCADE_1", 1024, 128, {(3000, 1200): (640, 1664), (3000, 1800): (768, 1408)}),
+])
+def test_step_0_buckets_are_onetrainers_for_each_family(model_type, side, quantization, examples):
+    from ot_gradio.config.families import family_info
+
+    info = family_info(model_type)
+    bucketing = Bucketing.from_config({"model_type": model_type}, info.bucket_step)
+    assert bucketing.quantization == quantization and bucketing.quantum(side) == quantization
+    assert set(bucketing.sizes(side)) == set(_onetrainer_buckets(side, quantization))
+    for (width, height), bucket in examples.items():  # (image width, height): OneTrainer's (height, width)
+        assert bucketing.assign(width, height, side) == bucket == _onetrainer_bucket(width, height, side, quantization)
+    for width in range(200, 3000, 7):
+        for height in (300, 700, 1024, 1999):
+            assert bucketing.assign(width, height, side) == _onetrainer_bucket(width, height, side, quantization)
+
+
+def test_sd_15_at_512_and_flux_at_1024_have_onetrainers_sides():
+    sd = Bucketing.from_config({"model_type": "STABLE_DIFFUSION_15"})
+    assert {(416, 624), (456, 576), (296, 888)} <= set(sd.sizes(512)) and (448, 640) not in sd.sizes(512)
+    flux = Bucketing.from_config({"model_type": "FLUX_DEV_1"}, 16)
+    assert flux.assign(3000, 2000, 1024) == (832, 1280) and all(h % 64 == 0 and w % 64 == 0 for h, w in flux.sizes(1024))
+
+
+def test_nearest_bucket_is_linear_in_aspect_not_log():
+    sdxl = Bucketing(quantization=64)
+    # 885 / 1000 = 0.885: 896 / 1152 = 0.778 is 0.107 away, 1.0 is 0.115 (in log scale 1.0 is nearer)
+    assert sdxl.assign(1000, 885, 1024) == (896, 1152)
+    log_nearest = min(sdxl.sizes(1024), key=lambda s: abs(math.log(s[0] / s[1]) - math.log(885 / 1000)))
+    assert log_nearest == (1024, 1024)
+    differ = 0
+    for width in range(500, 4251):  # 3751 aspect ratios of a 1000 px tall image
+        bucket = sdxl.assign(width, 1000, 1024)
+        assert bucket == _onetrainer_bucket(width, 1000, 1024, 64)
+        differ += bucket != min(sdxl.sizes(1024), key=lambda s: abs(math.log(s[0] / s[1]) - math.log(1000 / width)))
+    assert differ > 50  # where the linear and the log nearest disagree
+
+
+def test_a_lone_wxh_resolution_is_one_fixed_size_as_in_onetrainer():
+    from ot_gradio.config.resolution import FixedSize, parse_resolutions
+
+    (fixed,) = parse_resolutions("768x512")
+    assert isinstance(fixed, FixedSize) and fixed == (512, 768)  # width 768, height 512
+    sdxl = Bucketing(quantization=64)
+    for width, height in ((1000, 1000), (3000, 1000), (500, 2000)):
+        assert sdxl.assign(width, height, fixed) == (512, 768)
+    assert sdxl.sizes(fixed) == ((512, 768),)
+    assert Bucketing(quantization=64, no_upscale=True).assign(100, 100, fixed) == (512, 768)  # a fixed size stays fixed
+    # its sides rounded to the quantization, as OneTrainer does: 600 / 64 = 9.4 -> 576, 1000 / 64 = 15.6 -> 1024
+    assert Bucketing(quantization=64, step=16).assign(1000, 1000, parse_resolutions("1000x600")[0]) == (576, 1024)
+    assert Bucketing(quantization=8).assign(1000, 1000, parse_resolutions("1000x600")[0]) == (600, 1000)
+    # in a list, with kohya's buckets, or without bucketing, WxH is no fixed size (OneTrainer refuses a list of them)
+    assert not any(isinstance(r, FixedSize) for r in parse_resolutions("768x512,512"))
+    assert sdxl.assign(1000, 1000, parse_resolutions("768x512,512")[0]) == (640, 640)
+    assert Bucketing(kohya_step=64).assign(1000, 1000, fixed) == (576, 576)
+    assert Bucketing(enabled=False).assign(1000, 1000, fixed) == (512, 768)
+
+
+def test_a_fixed_size_reaches_the_run_and_the_summary(tmp_path, write_image, make_concept):
+    from ot_gradio.data import build_dataset
+
+    folder = tmp_path / "c"
+    for i, (w, h) in enumerate([(64, 64), (128, 64), (64, 128), (100, 90)]):
+        write_image(folder / f"{i}.png", w, h)
+    dataset = build_dataset([make_concept(folder)], "96x64", 1)
+    assert dataset.summary()["concepts"][0]["buckets"] == {"96x64": 4}
+    assert {b.size for b in dataset.epoch_batches(0)} == {(64, 96)}
+    override = make_concept(folder, image={"enable_resolution_override": True, "resolution_override": "64x96"})
+    assert build_dataset([override], "64", 1).summary()["concepts"][0]["buckets"] == {"64x96": 4}
+
+
+def test_tiny_resolutions_keep_distinct_buckets_in_the_models_multiple():
+    flux = Bucketing(quantization=64, step=16)
+    assert flux.quantum(64) == flux.quantum(128) == 16 and flux.quantum(256) == 64  # OneTrainer's 64 from 4 x 64 px
+    assert Bucketing(quantization=128).quantum(512) == 128 and Bucketing(quantization=128).quantum(256) == 32
+    assert Bucketing(quantization=8).quantum(64) == 8  # SD: OneTrainer's 8 at every size
+    for resolution in (64, 96, 128):
+        sizes = flux.sizes(resolution)
+        assert len(sizes) >= 5 and all(h % 16 == 0 and w % 16 == 0 for h, w in sizes)
+    assert flux.assign(96, 64, 64) == (48, 80) and flux.assign(64, 96, 64) == (80, 48)
+    sdxl = Bucketing(quantization=64)
+    assert sdxl.assign(96, 64, 64) == (56, 80) and sdxl.assign(64, 96, 64) == (80, 56) and len(sdxl.sizes(128)) > 9
+
+
+def test_a_changed_bucket_is_encoded_again_not_read_from_the_cache(tmp_path, write_image, make_concept, encoder):
+    from ot_gradio.data import build_dataset
+
+    folder = tmp_path / "c"
+    write_image(folder / "wide.png", 300, 200)
+    write_image(folder / "square.png", 200, 200)
+    concept = make_concept(folder)
+
+    def build(quantization, enc):
+        return build_dataset([concept], "256", 1, bucketing=Bucketing(quantization=quantization), latent_caching=True,
+                             cache_dir=tmp_path / "cache", vae_id="v", encode_fn=enc)
+
+    build(8, encoder)  # the wide image at (208, 312)
+    again = type(encoder)()
+    dataset = build(64, again)  # (192, 320): encoded anew, the square one read back
+    assert again.images == 1 and dataset.cache_report.hits == 1
+    sizes = {b.size: b.latents.shape[-2:] for b in dataset.epoch_batches(0)}
+    assert sizes == {(192, 320): (24, 40), (256, 256): (32, 32)}

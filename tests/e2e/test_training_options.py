@@ -167,7 +167,8 @@ def test_stop_training_after_steps_and_epochs_with_noise_and_loss_options(lora_c
     assert not trainer.trained_text_parts and not trainer.model.text_encoder.training
     assert [s.get("ema") for s in report.samples] == [True, False]
     # bucket_no_upscale and kohya's buckets reached the data
-    assert all(c.bucketing == Bucketing(no_upscale=True, kohya_step=16, min_side=32, max_side=128) for c in trainer.dataset.concepts)
+    assert all(c.bucketing == Bucketing(no_upscale=True, kohya_step=16, min_side=32, max_side=128, quantization=8)  # SD 1.5: OneTrainer's 8 px
+               for c in trainer.dataset.concepts)
     with torch.no_grad():  # max_token_length 150: the captions were read in two windows of 75
         assert trainer.model.encode_text(["a red circle"])["encoder_hidden_states"].shape[1] == 154
     # lora_max_norm: no layer's change (up @ down, alpha = rank) is above it, and the layers that grew most were capped

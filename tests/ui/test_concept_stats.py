@@ -189,8 +189,8 @@ def test_a_kohya_folder_is_named_in_the_statistics_with_the_balancing_it_needs(t
 
 
 def test_the_chart_buckets_at_the_model_types_step_as_the_run_does(tmp_path):
-    """Flux's images are multiples of 16 px: the chart of a 700x500 image shows Flux's bucket (the
-    run's), not the 64 px bucket of an SD model at the same resolution."""
+    """The chart of a 700x500 image shows the model type's bucket (the run's): OneTrainer rounds Flux's
+    bucket sides to 64 px and SD's to 8, which here give different aspect ratios."""
     from ot_gradio.ui.concepts import ConceptsTab
 
     folder = tmp_path / "wide"
@@ -201,12 +201,12 @@ def test_the_chart_buckets_at_the_model_types_step_as_the_run_does(tmp_path):
     for config in (flux, {**flux, "model_type": "STABLE_DIFFUSION_15"}):
         _, chart = ConceptsTab.statistics(None, config, 0)
         buckets[config["model_type"]] = list(chart["value"]["bucket"])
-    assert buckets == {"FLUX_DEV_1": ["624x416"], "STABLE_DIFFUSION_15": ["640x448"]}
+    assert buckets == {"FLUX_DEV_1": ["640x448"], "STABLE_DIFFUSION_15": ["624x416"]}
     override = {**flux, "concepts": [{**_concept(folder), "image": {"enable_resolution_override": True, "resolution_override": "256"}}]}
-    assert list(ConceptsTab.statistics(None, override, 0)[1]["value"]["bucket"]) == ["288x224"]  # the concept's own resolution
+    assert list(ConceptsTab.statistics(None, override, 0)[1]["value"]["bucket"]) == ["320x192"]  # the concept's own resolution
     text, chart = ConceptsTab.statistics(None, {**flux, "bucket_resolution_step": 12}, 0)  # a step the run refuses too
     assert text.startswith("**Cannot bucket this concept:** bucket step 12 must be a multiple of 8") and chart is None  # cleared, never an empty frame
-    assert Bucketing(step=16).assign(700, 500, 512) == (416, 624)  # what training buckets it at for Flux
+    assert Bucketing.from_config(flux, 16).assign(700, 500, 512) == (448, 640)  # what training buckets it at for Flux
 
 
 def test_the_folders_caption_index_is_counted_in_the_statistics(tmp_path):

@@ -53,6 +53,10 @@ class FamilyInfo:
     # given a control image, from that image; trains image-to-video on `image_to_video_share` of its clips
     text_image_to_video: bool = False
     bucket_step: int | None = None  # image sizes must be multiples of this (None: the data default)
+    # the px OneTrainer rounds its aspect buckets' sides to (the aspect_bucketing_quantization of the family's
+    # modules/dataLoader/*BaseDataLoader.py): 64 in SDXL's, SD 3's, Flux's, Chroma's, Qwen's, Z-Image's, HiDream's,
+    # HunyuanVideo's and every later loader's (and for families OneTrainer has not: Wan, LTX-2); data/buckets.py
+    bucket_quantization: int = 64
     frame_step: int | None = None   # a video family: clips train with frame_step * k + 1 frames (None: images only)
     schedule: str = "ddpm"          # the training objective: "ddpm" or "flow_matching" (training/schedules.py)
     learns_variance: bool = False   # the denoiser also predicts its variance, trained with the VB loss (PixArt)

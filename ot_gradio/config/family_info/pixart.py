@@ -9,7 +9,7 @@ from ._sizes import T5_XXL, VAE
 T5_NO_COMFY = "and ComfyUI has no diffusers name for T5"
 PIXART = FamilyInfo(
     ("transformer", "text_encoder", "vae"), "transformer", ("text_encoder",), implemented=True, transformer_file=True, bucket_step=16,
-    learns_variance=True,
+    learns_variance=True, bucket_quantization=16,  # OneTrainer's aspect bucket sides (PixArtAlphaBaseDataLoader, α and Σ)
     lora_unread=(("diffusers", "text_encoder", f"diffusers has no PixArt LoRA loader, {T5_NO_COMFY}"),),
 )
 

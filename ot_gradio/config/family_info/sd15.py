@@ -15,11 +15,12 @@ SD_COMFY_GAP = ("attention (`attn1`, `attn2`)", ("full", "attn-mlp", "attn-only"
 # the parts OneTrainer pads circularly (BaseStableDiffusionSetup / BaseStableDiffusionXLSetup): samples tile
 SD_CIRCULAR = ("unet", "vae")
 SD15_PARAMS = {"unet": 859_520_964, "text_encoder": CLIP_L, "vae": VAE}
+SD_QUANTIZATION = 8  # OneTrainer's aspect bucket sides (StableDiffusionBaseDataLoader, and its VAE fine-tune's loader)
 
 FAMILIES = {
     M.STABLE_DIFFUSION_15: FamilyInfo(SD_PARTS, "unet", ("text_encoder",), implemented=True, diffusers_lora=SD_LORA, methods=SD_METHODS,
                                          comfy_gap=SD_COMFY_GAP, safetensors_lora="kohya", circular_padding=SD_CIRCULAR, preset="sd15-lora", preset_note="also *sd15-finetune* and *sd15-embedding*",
-                                         params=SD15_PARAMS),
+                                         params=SD15_PARAMS, bucket_quantization=SD_QUANTIZATION),
 }
 SIGN = Sign(
     "Stable Diffusion 1.x/2.x",

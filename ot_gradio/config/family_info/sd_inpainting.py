@@ -6,10 +6,10 @@ from ..enums import ModelType as M
 from . import FamilyInfo
 from ._sizes import INPAINT_EXTRA
 from .sd2 import SD2_PARAMS
-from .sd15 import SD15_PARAMS, SD_CIRCULAR, SD_COMFY_GAP, SD_LORA, SD_METHODS, SD_PARTS
+from .sd15 import SD15_PARAMS, SD_CIRCULAR, SD_COMFY_GAP, SD_LORA, SD_METHODS, SD_PARTS, SD_QUANTIZATION
 
 _INPAINT = FamilyInfo(SD_PARTS, "unet", ("text_encoder",), implemented=True, methods=SD_METHODS, inpainting=True, diffusers_lora=SD_LORA,
-                     comfy_gap=SD_COMFY_GAP, safetensors_lora="kohya", circular_padding=SD_CIRCULAR)
+                     comfy_gap=SD_COMFY_GAP, safetensors_lora="kohya", circular_padding=SD_CIRCULAR, bucket_quantization=SD_QUANTIZATION)
 
 FAMILIES = {
     M.STABLE_DIFFUSION_15_INPAINTING: replace(

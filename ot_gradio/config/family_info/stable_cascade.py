@@ -3,11 +3,12 @@
 from ..enums import ModelType as M
 from . import FamilyInfo, Sign
 from ._sizes import EFFNET, PAELLA_VQ
-from .wuerstchen import CASCADE_CIRCULAR
+from .wuerstchen import CASCADE_CIRCULAR, CASCADE_QUANTIZATION
 
 FAMILIES = {
     M.STABLE_CASCADE_1: FamilyInfo(
         ("prior", "text_encoder", "decoder", "decoder_vqgan", "effnet_encoder"), "prior", ("text_encoder",), implemented=True, circular_padding=CASCADE_CIRCULAR,
+        bucket_quantization=CASCADE_QUANTIZATION,
         preset="cascade-lora", preset_note="trains the prior (stage C); the decoder comes from stabilityai/stable-cascade",
         # the big stage C (StableCascadeUNet, 2048 wide, 8+24 blocks) and the big stage B
         # (320..1280, 2/6/28/6 blocks); bigG text model with projection
