@@ -110,8 +110,10 @@ PADS_CIRCULARLY = family_rule(lambda info: info.circular_padding, "the model typ
 # transformer.attention_mask: the families whose padding tokens' prompt embeddings OneTrainer zeroes (Flux.1, SD 3, HiDream)
 READS_TEXT_ENCODER_FILES = family_rule(lambda info: info.text_encoder_files, "the model type reads text encoder files")
 ZEROES_PADDING = family_rule(lambda info: info.zeroes_padding, "the model type can zero the prompt embeddings of padding tokens")
-# <text encoder>.include: the families whose text encoders OneTrainer's switch may leave out (SD 3, Flux.1, HiDream, HunyuanVideo)
-INCLUDES_TEXT_ENCODERS = family_rule(lambda info: info.includable, "the model type can leave a text encoder out")
+# <part>.include: the parts OneTrainer's switch may leave out (the text encoders of SD 3, Flux.1, HiDream and
+# HunyuanVideo, Ideogram 4's unconditional transformer), bound to the part that holds it
+INCLUDABLE_PART = PartRule(lambda c, part: family_rule(lambda info: part in info.includable, "")(c),
+                           ("model_type",), "the model type can leave {part} out")
 # only a family whose denoiser learns its variance trains it (PixArt)
 LEARNS_VARIANCE = family_rule(lambda info: info.learns_variance, "the model type's denoiser learns its variance")
 # an image-editing family trains on (image, control image) pairs (Qwen-Image-Edit)

@@ -58,8 +58,9 @@ def opt(
     ``allow_inf=True``: the float may be infinite (it means "no limit"); numbers are otherwise
     finite and within float32 range (see Section).
 
-    The page: ``applies_when`` (a conditions.Rule) shows the field only while the rest of the
-    config makes it mean something; ``first=n`` puts it n-th at the top of its tab, before the
+    The page: ``applies_when`` (a conditions.Rule; a model part's setting may take a
+    conditions.PartRule, bound to the part that holds it) shows the field only while the rest of
+    the config makes it mean something; ``first=n`` puts it n-th at the top of its tab, before the
     fields in schema order; ``heading`` is the titled group it is shown under (groups appear in
     the order of their first field). The trainer: ``in_step=False`` for a setting that does not
     reach the training step (the memory probe's result is reused across it); ``backup_must_match``
@@ -291,7 +292,7 @@ def iter_fields(model_cls: type[BaseModel], prefix: str = "", *, defaults: BaseM
             tooltip=meta.get("tooltip", ""), tab=field_tab, bounds=_bounds(info), choices=choices,
             status=PLANNED if is_planned else meta.get("status", "ok"),
             advanced=bool(meta.get("advanced")), group=kind in ("section", "list"),
-            compat=bool(meta.get("compat")), applies_when=meta.get("applies_when"), first=int(meta.get("first", 0)),
+            compat=bool(meta.get("compat")), applies_when=_for_part(meta.get("applies_when"), prefix), first=int(meta.get("first", 0)),
             heading=meta.get("heading"), in_step=bool(meta.get("in_step", True)),
             backup_must_match=_for_part(meta.get("backup_must_match") or False, prefix),
         )

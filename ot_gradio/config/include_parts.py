@@ -1,7 +1,8 @@
 """OneTrainer's part switch `include` before a run: a text encoder left out cannot train, and the
 switch on a model type (or part) that has no such choice is said to be ignored. Which parts may be
 left out is the family's description (FamilyInfo.includable); the model families act on it
-(models/excluded_parts.py)."""
+(models/excluded_parts.py for text encoders, models/ideogram4.py for Ideogram 4's unconditional
+transformer)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,17 @@ from .families import FAMILIES, family_info, includable_parts
 
 # the methods that train a part whose `train` is on (EMBEDDING trains vectors, FINE_TUNE_VAE the VAE)
 TRAINS_PARTS = (TrainingMethod.LORA, TrainingMethod.FINE_TUNE)
+UNCONDITIONAL = "unconditional_transformer"  # Ideogram 4's frozen one: the includable part that is no text encoder
 
 
 def offering_families() -> str:
-    """The families that offer the switch, for messages ("SD 3, SD 3.5, Flux.1, ...")."""
-    names = dict.fromkeys(info.name or model_type.value for model_type, info in FAMILIES.items() if info.includable)
-    return ", ".join(names)
+    """What offers the switch, for messages ("the text encoders of SD 3, SD 3.5, Flux.1, ... and the
+    unconditional_transformer of Ideogram 4")."""
+    def names(which) -> str:
+        return ", ".join(dict.fromkeys(info.name or model_type.value for model_type, info in FAMILIES.items()
+                                       if any(which(p) for p in info.includable)))
+
+    return f"the text encoders of {names(lambda p: p.startswith('text_encoder'))} and the {UNCONDITIONAL} of {names(lambda p: p == UNCONDITIONAL)}"
 
 
 def excluded_parts(config: Any) -> tuple[str, ...]:
@@ -36,8 +42,8 @@ def include_problems(config: Any) -> list[str]:
 
 def include_warnings(config: Any) -> list[str]:
     """`include: false` on a part the model type always loads: ignored, said once; and a fine-tune
-    with a part left out, whose saved model lacks it. (Ideogram 4's unconditional transformer is
-    not a part: its section's settings are listed as not acted on yet.)"""
+    with a part left out, whose saved model lacks it (Ideogram 4's unconditional transformer too:
+    its saved diffusers folder has none)."""
     info = family_info(config.model_type)
     if info is None:
         return []
@@ -51,4 +57,4 @@ def include_warnings(config: Any) -> list[str]:
     where = (f"{config.model_type.value} leaves out only {', '.join(info.includable)}" if info.includable
              else f"{config.model_type.value} loads every part")
     return saved + [f"{', '.join(p + '.include' for p in off)}: not applicable, ignored: {where} (OneTrainer offers Include for "
-                    f"the text encoders of {offering_families()} only)."]
+                    f"{offering_families()} only)."]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from .conditions import INCLUDES_TEXT_ENCODERS, LORA_PART, READS_TEXT_ENCODER_FILES, TAKES_VIDEO, ZEROES_PADDING
+from .conditions import INCLUDABLE_PART, LORA_PART, READS_TEXT_ENCODER_FILES, TAKES_VIDEO, ZEROES_PADDING
 from .enums import DataType, GradientCheckpointing, NoiseScheduler, TimeUnit
 from .fields import PLANNED, Section, opt
 from .optimizer import OptimizerConfig
@@ -20,7 +20,7 @@ __all__ = [
 
 class ModelPartConfig(Section):
     model_name: str = opt("", "Override model", "OneTrainer keeps this key for every part but loads only the prior, transformer, EffNet encoder, decoder, VAE and HiDream's Llama from another model (those parts show it); so does this trainer, and the text encoders of some families (Flux.1, SD 3, Wan...: the Text encoder file field) from files of their own. Kept so that OneTrainer's configs load; not shown.", compat=True, on_frozen_part=True)
-    include: bool = opt(True, "Include", "Text encoders of SD 3 / 3.5, Flux.1 (and Fill), HiDream and HunyuanVideo only, as OneTrainer: off leaves the text encoder out of the run: it is neither read from disk nor kept in memory, and the model reads zeros in place of its output, in training, cached text and samples. A text encoder left out cannot train (Train off). Every other part, and every part of other model types, always loads: the switch is ignored there (and said so).", text_encoder_only=True, applies_when=INCLUDES_TEXT_ENCODERS)
+    include: bool = opt(True, "Include", "As OneTrainer, for the text encoders of SD 3 / 3.5, Flux.1 (and Fill), HiDream and HunyuanVideo, and Ideogram 4's unconditional transformer: off leaves the part out of the run: it is neither read from disk nor kept in memory. A text encoder left out: the model reads zeros in place of its output, in training, cached text and samples; it cannot train (Train off). Ideogram 4's unconditional transformer (the negative branch of CFG in samples) left out: samples with CFG above 1 still work, by running an empty prompt through the trained transformer instead, at less memory and load time; a fine-tune is saved without it. Every other part, and every part of other model types, always loads: the switch is ignored there (and said so).", applies_when=INCLUDABLE_PART)
     train: bool = opt(True, "Train", "Train this part. For LoRA: attach LoRA layers to it. The VAE is only trained by FINE_TUNE_VAE.", backup_must_match=LORA_PART)
     stop_training_after: int | None = opt(None, "Stop training after", "Freeze this part after this many units (see the unit), e.g. stop the text encoder after 30 epochs while the UNet goes on. Blank = never.", ge=0)
     stop_training_after_unit: TimeUnit = opt(TimeUnit.NEVER, "Stop training unit", "EPOCH, STEP or SECOND/MINUTE/HOUR trained; NEVER: never; ALWAYS: at once.")

@@ -8,6 +8,7 @@ from typing import Any
 
 from .enums import GGUF_TYPES, QUANTIZED_TYPES, DataType
 from .families import family_info
+from .include_parts import excluded_parts
 
 SVD_DTYPES = (DataType.FLOAT_32, DataType.FLOAT_16, DataType.BFLOAT_16)  # what the factors can be stored in
 
@@ -17,9 +18,10 @@ def svd_on(config: Any) -> bool:
 
 
 def _parts(config: Any) -> list[str]:
+    """The parts the run loads (a part left out, include off, has no weights to correct)."""
     info = family_info(config.model_type)
     names = [*info.parts, *info.extra_params] if info is not None else []  # (Ideogram 4's unconditional transformer)
-    return [p for p in names if hasattr(getattr(config, p, None), "weight_dtype")]
+    return [p for p in names if hasattr(getattr(config, p, None), "weight_dtype") and p not in excluded_parts(config)]
 
 
 def svd_problems(config: Any) -> list[str]:

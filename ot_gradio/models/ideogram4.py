@@ -21,13 +21,18 @@ What Ideogram 4 is (diffusers' Ideogram4Pipeline, OneTrainer's IDEOGRAM_4):
 - `dynamic_timestep_shifting` is the pipeline's resolution-aware shift (e^mu = sqrt(pixels / 512^2),
   OneTrainer's), not the scheduler config's linear rule.
 - Asymmetric CFG: a second transformer, `unconditional_transformer`, denoises the image tokens
-  alone with zero text features; a sample blends the two, v = g * v_cond + (1 - g) * v_uncond.
+  alone with zero text features; a sample blends the two, v = g * v_cond + (1 - g) * v_uncond
+  (at CFG 1 or below the conditional branch alone, as OneTrainer's sampler).
   As in OneTrainer only `transformer` is trained (LoRA keys `transformer.*`, which
   Ideogram4Pipeline.load_lora_weights reads); the unconditional one is frozen, waits on the CPU
   and joins only for samples, taking turns with the trained one on the sampling device (as Wan
-  2.2 A14B's experts do).
+  2.2 A14B's experts do). `unconditional_transformer.include` off (OneTrainer's "Include
+  Unconditional Transformer"): it is not loaded, and as OneTrainer's IdeogramSampler a sample's
+  negative branch is the empty prompt, encoded as any prompt, through the trained transformer
+  (`EmptyPromptBranch`).
 - Loading: a hub id, a diffusers folder or `tiny:ideogram4`; single files are refused (as
-  OneTrainer). Saving: a diffusers folder with both transformers, or (ORIGINAL_TRANSFORMER /
+  OneTrainer). Saving: a diffusers folder with both transformers (without the unconditional one
+  where it was left out, as OneTrainer's: its model_index.json entry null), or (ORIGINAL_TRANSFORMER /
   COMFY_TRANSFORMER) the trained transformer alone in the original names, OneTrainer's file: q, k
   and v concatenated into `attention.qkv`, `attention.to_out.0` named `attention.o`, the rest as in
   diffusers. KOHYA_LORA / COMFY_LORA files name layers so too, under `diffusion_model.`, the q/k/v
@@ -45,6 +50,7 @@ import torch
 
 from ot_gradio.config.enums import DataType, ModelType
 from ot_gradio.models.common import ModelLoadError, base_module, input_dtype, keep_embedders_unquantized, module_device
+from ot_gradio.models.excluded_parts import excluded_now
 from ot_gradio.models.family_parts import Flux2VaeLatents
 from ot_gradio.models.flow_family import FlowFamily, TokenWindow
 from ot_gradio.models.lora_module_names import IdentityLoraNames
@@ -55,6 +61,7 @@ DEFAULT_SEQUENCE_LENGTH = 2048  # the pipeline's max_sequence_length and OneTrai
 PATCH = 2
 # OneTrainer's Ideogram layer presets
 TRANSFORMER_PRESETS = {"full": [], "attn-mlp": ["attention", "feed_forward"], "attn-only": ["attention"], "blocks": ["layers"]}
+UNCONDITIONAL = "unconditional_transformer"
 
 
 def patchify(latents: torch.Tensor) -> torch.Tensor:
@@ -89,6 +96,42 @@ def packed_text(conditioning: Mapping, grid_h: int, grid_w: int, device, dtype):
     return (features, *Ideogram4Pipeline._prepare_ids(lengths, grid_h, grid_w, block, device))
 
 
+class EmptyPromptBranch:
+    """Ideogram4Pipeline's `unconditional_transformer` for a model that left it out, as OneTrainer's
+    IdeogramSampler samples without it: the negative branch is the trained `transformer` reading
+    the empty prompt (`empty`: its encoding) packed before the image tokens, as the conditional
+    branch reads the prompt, its image tokens' output taken. The pipeline calls it with the image
+    tokens' slice of the layout (their positions do not depend on the text) and zero text features
+    over them. `empty` None: CFG 1 or below, where the blend gives the negative branch no weight,
+    so nothing runs (OneTrainer encodes no empty prompt then either)."""
+
+    def __init__(self, transformer: torch.nn.Module, empty: Mapping | None):
+        self.transformer, self.empty = transformer, empty
+
+    @property
+    def dtype(self) -> torch.dtype:  # what the pipeline casts this branch's inputs to: the transformer's, as for its own call
+        return self.transformer.dtype
+
+    def __call__(self, hidden_states, timestep, encoder_hidden_states, position_ids, segment_ids, indicator,
+                 attention_kwargs=None, return_dict=False):
+        if self.empty is None:
+            return (torch.zeros_like(hidden_states),)
+        b, device, dtype = hidden_states.shape[0], hidden_states.device, self.transformer.dtype
+        text, *ids = packed_text(self.empty, 0, 0, device, dtype)  # the empty prompt's block alone (no image tokens)
+        block = text.shape[1]
+
+        def joined(head: torch.Tensor, tail: torch.Tensor) -> torch.Tensor:
+            return torch.cat([head.expand(b, *head.shape[1:]), tail], dim=1)
+
+        out = self.transformer(
+            hidden_states=torch.cat([hidden_states.new_zeros(b, block, hidden_states.shape[-1]), hidden_states.to(dtype)], dim=1),
+            timestep=timestep, encoder_hidden_states=joined(text, encoder_hidden_states.to(dtype)),
+            position_ids=joined(ids[0], position_ids), segment_ids=joined(ids[1], segment_ids), indicator=joined(ids[2], indicator),
+            attention_kwargs=attention_kwargs, return_dict=False,
+        )[0]
+        return (out[:, block:],)
+
+
 @register_family(ModelType.IDEOGRAM_4)
 class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     """The family interface (models/base.py, models/flow_family.py) and the flow contract for Ideogram 4."""
@@ -105,22 +148,35 @@ class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     folder_parts = ("transformer", "unconditional_transformer", "text_encoder", "tokenizer", "vae", "scheduler")
 
     def __init__(self, components: Mapping):
+        """The unconditional transformer is None where it is left out (include off); a model
+        without it is refused otherwise."""
         super().__init__(components)
-        if components.get("unconditional_transformer") is None:
-            raise ModelLoadError("The model has no unconditional_transformer; Ideogram 4 samples with it (its asymmetric "
-                                 "CFG). Pick a complete Ideogram 4 model.")
-        self.unconditional_transformer = components["unconditional_transformer"]
-        self.unconditional_transformer.requires_grad_(False).eval()
+        self.unconditional_transformer = None if UNCONDITIONAL in excluded_now() else components.get(UNCONDITIONAL)
+        if self.unconditional_transformer is not None:
+            self.unconditional_transformer.requires_grad_(False).eval()
+        elif UNCONDITIONAL not in excluded_now():
+            raise ModelLoadError("The model has no unconditional_transformer; Ideogram 4 samples with it (its asymmetric CFG) "
+                                 "while unconditional_transformer.include is on. Pick a complete Ideogram 4 model, or turn "
+                                 "unconditional_transformer.include off (Training tab, Unconditional transformer: Include): "
+                                 "samples with CFG above 1 then run an empty prompt through the trained transformer instead, "
+                                 "as OneTrainer's.")
+        self._negative_branch: EmptyPromptBranch | None = None  # a sample's, without it (pipeline_inputs -> pipeline)
 
     @classmethod
     def _pipeline_from(cls, source, dtype, hub: Mapping, **parts):
-        """The unconditional transformer loads in the transformer's dtype; the prompt enhancer head is not loaded."""
-        dtype = {**dtype, "unconditional_transformer": dtype.get("transformer", dtype["default"])}
+        """The unconditional transformer loads in the transformer's dtype, and not at all where it is
+        left out or a local folder has none (then __init__ says what to do); the prompt enhancer
+        head is not loaded."""
+        dtype = {**dtype, UNCONDITIONAL: dtype.get("transformer", dtype["default"])}
+        if UNCONDITIONAL in excluded_now() or (Path(source).is_dir() and not (Path(source) / UNCONDITIONAL).is_dir()):
+            parts[UNCONDITIONAL] = None
         return super()._pipeline_from(source, dtype, hub, prompt_enhancer_head=None, **parts)
 
     @property
     def saved_parts(self) -> dict[str, torch.nn.Module]:
-        return {**self.parts, "unconditional_transformer": self.unconditional_transformer}
+        """The parts and the unconditional transformer, where it was loaded."""
+        extra = {UNCONDITIONAL: self.unconditional_transformer} if self.unconditional_transformer is not None else {}
+        return {**self.parts, **extra}
 
     # ---------------------------------------------------------------- parts and options
 
@@ -137,7 +193,8 @@ class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
                              "Ideogram4Pipeline loads transformer LoRAs only); turn it off")
         self.text_encoder_sequence_length = getattr(config, "text_encoder_sequence_length", None)
         keep_embedders_unquantized(self.transformer)
-        keep_embedders_unquantized(self.unconditional_transformer)  # quantized in its own weight type too
+        if self.unconditional_transformer is not None:
+            keep_embedders_unquantized(self.unconditional_transformer)  # quantized in its own weight type too
 
     def resolution_shift(self, latents: torch.Tensor) -> float:
         """The pipeline's resolution-aware shift (its `_resolution_aware_mu` from 512 x 512, as
@@ -221,10 +278,14 @@ class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
     # ---------------------------------------------------------------- sampling
 
     def pipeline(self):
-        """Ideogram4Pipeline with both transformers; its prompt encoding reads ours (`pipeline_inputs`)."""
+        """Ideogram4Pipeline with both transformers; its prompt encoding reads ours (`pipeline_inputs`).
+        Without the unconditional transformer: a sample's `EmptyPromptBranch` in its place, else
+        None (a saved folder's model_index.json says it has none)."""
         from diffusers import Ideogram4Pipeline
 
         components = {part: base_module(module) for part, module in self.saved_parts.items()}
+        if self.unconditional_transformer is None:
+            components[UNCONDITIONAL], self._negative_branch = self._negative_branch, None
         scheduler = type(self.scheduler).from_config(self.scheduler.config)
         pipe = Ideogram4Pipeline(scheduler=scheduler, tokenizer=self.tokenizer, **components)
         pipe.set_progress_bar_config(disable=True)
@@ -238,11 +299,16 @@ class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
         return packed_text(conditioning, grid_h, grid_w, device, torch.float32)
 
     def pipeline_inputs(self, prompt: str, negative_prompt: str, cfg_scale: float) -> dict:
-        """Our encoding as the prompt (the window the run trained with), a constant guidance
-        scale; no negative prompt (the unconditional transformer reads no text)."""
+        """Our encoding as the prompt (the window the run trained with), a constant guidance scale
+        (1 at CFG 1 or below: the conditional branch alone, as OneTrainer's sampler); no negative
+        prompt (the unconditional transformer reads no text; without it, as OneTrainer's, the empty
+        prompt is the negative branch: encoded here, while the text encoder is on the device)."""
         conditioning = self.encode_text([prompt])
+        guided = cfg_scale > 1
+        if self.unconditional_transformer is None:
+            self._negative_branch = EmptyPromptBranch(base_module(self.transformer), self.encode_text([""]) if guided else None)
         return {"prompt": [conditioning], "max_sequence_length": int(conditioning["attention_mask"].sum()),
-                "guidance_scale": float(cfg_scale), "guidance_schedule": None}
+                "guidance_scale": float(cfg_scale) if guided else 1.0, "guidance_schedule": None}
 
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
         """The trained transformer alone in the original names (OneTrainer's ORIGINAL_TRANSFORMER
@@ -261,7 +327,13 @@ class Ideogram4(Flux2VaeLatents, TokenWindow, IdentityLoraNames, FlowFamily):
 
     def sample(self, *args, device: torch.device | str | None = None, **kwargs):
         """An image from both transformers, one on the sampling device at a time (the
-        unconditional one comes from the CPU for its turns and goes back after the sample)."""
+        unconditional one comes from the CPU for its turns and goes back after the sample);
+        without it, from the trained transformer alone (`EmptyPromptBranch`)."""
+        if self.unconditional_transformer is None:
+            try:
+                return super().sample(*args, device=device, **kwargs)
+            finally:
+                self._negative_branch = None
         target = torch.device(device) if device is not None else module_device(self.transformer)
         with turns_on_device(base_module(self.transformer), self.unconditional_transformer, target), \
                 denoiser_in_its_dtype(self.unconditional_transformer):  # (the pipeline gives it inputs in the transformer's type)

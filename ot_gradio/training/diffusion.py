@@ -156,9 +156,11 @@ def quantize_waiting_modules(model: Any, config: Any, device: torch.device, prec
     """The frozen modules beside the parts that have a config section of their own (Ideogram 4's
     `unconditional_transformer`, the description's extra_params) in their section's weight type:
     quantized where they wait (RAM), they take turns on the device for samples (bitsandbytes'
-    layers move with their quantized weights: models/sampling_parts.move_module). Returns the warnings."""
+    layers move with their quantized weights: models/sampling_parts.move_module); one left out
+    (include off: the model holds None) has nothing to quantize. Returns the warnings."""
     info = family_info(config.model_type)
-    names = [n for n in (info.extra_params if info is not None else {}) if n in type(config).model_fields and hasattr(model, n)]
+    names = [n for n in (info.extra_params if info is not None else {})
+             if n in type(config).model_fields and getattr(model, n, None) is not None]
     warnings = []
     for name in names:
         module, data_type = getattr(model, name), DataType(getattr(config, name).weight_dtype)

@@ -54,6 +54,9 @@ def _weights_table(config: dict[str, Any]) -> str:
     in_ram = 0.0
     for name, (like, n, where) in EXTRA_PARAMS.get(str(config.get("model_type", "")), {}).items():
         own = config.get(name)  # a module with a section of its own (Ideogram 4's unconditional transformer) is in its type
+        if name in left_out and isinstance(own, dict) and own.get("include", True) is False:  # not loaded (include off)
+            rows.append(f"| {name} | {n / 1e6:,.0f} M | left out (Include off) | 0.00 GB |")
+            continue
         if isinstance(own, dict) and own.get("weight_dtype") in LOADED_UNQUANTIZED:
             dtype = own["weight_dtype"]
         else:

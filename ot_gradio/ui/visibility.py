@@ -16,7 +16,7 @@ from typing import Any
 from ..config.catalogue import offered_values
 from ..config.enums import GGUF_TYPES, AttentionMechanism, DataType
 from ..config.enums import TrainingMethod as T
-from ..config.families import FROZEN_PARTS, IMPLEMENTED_METHODS, family_info
+from ..config.families import FAMILIES, FROZEN_PARTS, IMPLEMENTED_METHODS, family_info
 from ..config.fields import field_meta, iter_fields, strip_optional
 from ..config.parts import ModelPartConfig
 from ..config.schema import TrainConfig
@@ -65,12 +65,21 @@ def shown_parts(model_type: str | None) -> tuple[str, ...]:
     return info.parts + tuple(n for n in info.extra_params if n in model_parts()) if info else model_parts()
 
 
+@cache
+def includable_anywhere() -> frozenset[str]:
+    """The parts some model type may leave out (its description's `includable`)."""
+    return frozenset(part for info in FAMILIES.values() for part in info.includable)
+
+
 def part_field_shown(path: str) -> bool:
     """Whatever the model: a frozen part shows only how it is loaded; caption dropout and
-    embedding training only on text encoders (the part settings' schema lines say which)."""
+    embedding training only on text encoders (the part settings' schema lines say which);
+    Include only on a part some model type may leave out (its rule says for which model type)."""
     part = part_of(path)
     if part is None or "." not in path:
         return True
+    if path.split(".", 1)[1] == "include":
+        return part in includable_anywhere()
     meta = field_meta(ModelPartConfig, path.split(".", 1)[1])  # the schema's on_frozen_part, text_encoder_only
     if part in FROZEN_PARTS:
         return bool(meta.get("on_frozen_part")) or (part == "vae" and path.split(".", 1)[1] in VAE_TRAINING)

@@ -218,3 +218,114 @@ def test_kohya_and_comfy_lora_files_hold_onetrainers_names_with_one_exact_fused_
         loaded = load_lora_file(tmp_path / f"{i}.safetensors", module_names=names, denoiser="transformer")
         assert (loaded.rank, loaded.alpha) == (2, 1.0) and loaded.parts["transformer"].keys() == trained.keys()
         assert all(torch.equal(loaded.parts["transformer"][k], trained[k]) for k in trained)
+
+
+# ---------------------------------------------------------------- unconditional_transformer.include (OneTrainer's switch)
+
+@pytest.fixture(scope="module")
+def without_unconditional(tmp_path_factory):
+    """A copy of the tiny Ideogram 4's diffusers folder without its unconditional_transformer folder
+    (its model_index.json still lists it): a model that reads it fails to load."""
+    import shutil
+
+    from ot_gradio.models.tiny.ideogram4 import save_tiny_ideogram4
+
+    folder = tmp_path_factory.mktemp("ideogram4-without-unconditional") / "model"
+    shutil.copytree(save_tiny_ideogram4(tmp_path_factory.mktemp("tiny-ideogram4")).diffusers_dir, folder)
+    shutil.rmtree(folder / "unconditional_transformer")
+    return folder
+
+
+def test_a_model_without_the_unconditional_transformer_is_refused_naming_the_switch(without_unconditional):
+    from ot_gradio.models.common import ModelLoadError
+    from ot_gradio.models.ideogram4 import Ideogram4
+
+    with pytest.raises(ModelLoadError, match=r"has no unconditional_transformer.*turn unconditional_transformer\.include off"):
+        Ideogram4.load(str(without_unconditional), offline=True)
+
+
+def _transformer_calls(model):
+    """The keyword inputs of each call of the trained transformer (LoRA layers included) while it is registered."""
+    from ot_gradio.models.common import base_module
+
+    calls = []
+    hook = base_module(model.transformer).register_forward_pre_hook(lambda _m, _a, kwargs: calls.append(kwargs), with_kwargs=True)
+    return calls, hook
+
+
+def test_left_out_the_unconditional_transformer_is_not_read_a_lora_trains_and_cfg_negates_the_empty_prompt(
+        without_unconditional, four_shapes, tmp_path):
+    """OneTrainer's IdeogramModelLoader with include_unconditional_transformer off, and its
+    IdeogramSampler without it: above CFG 1 the negative branch is the empty prompt's chat turn
+    through the trained transformer, packed [text][image] as the prompt is; at CFG 1 no negative branch."""
+    from ot_gradio.config.io import load_config
+    from ot_gradio.models.ideogram4 import packed_text
+    from ot_gradio.training.trainer import Reporter, RunPaths, Trainer
+
+    config = {"model_type": "IDEOGRAM_4", "training_method": "LORA", "base_model_name": str(without_unconditional),
+              "train_device": "cpu", "train_dtype": "FLOAT_32", "workspace_dir": str(tmp_path / "ws"), "cache_dir": str(tmp_path / "cache"),
+              "output_model_destination": str(tmp_path / "out" / "lora.safetensors"), "concepts": [{"name": "c", "path": str(four_shapes)}],
+              "resolution": "64", "batch_size": 2, "epochs": 1, "learning_rate_warmup_steps": 0, "lora_rank": 2,
+              "text_encoder_sequence_length": 64, "samples": [], "backup_after_unit": "NEVER", "backup_before_save": False,
+              "tensorboard": False, "text_encoder": {"train": False}, "unconditional_transformer": {"include": False}}
+    trainer = Trainer(load_config(config).config, RunPaths(tmp_path / "s", tmp_path / "b", tmp_path / "o", None, []), Reporter())
+    trainer.setup()
+    model = trainer.model
+    assert model.unconditional_transformer is None and "unconditional_transformer" not in model.saved_parts
+    assert trainer.train() == "done"
+
+    calls, hook = _transformer_calls(model)
+    try:
+        image = model.sample("a red circle", height=32, width=48, steps=2, cfg_scale=3.0)
+        assert image.size == (48, 32) and len(calls) == 4  # each step: the prompt, then the empty prompt
+        empty = model.encode_text([""])
+        features, positions, segments, roles = packed_text(empty, 2, 3, "cpu", torch.float32)
+        block = features.shape[1] - 6
+        for positive, negative in (calls[0:2], calls[2:4]):
+            assert torch.equal(negative["encoder_hidden_states"], features)
+            assert all(torch.equal(negative[k], v) for k, v in (("position_ids", positions), ("segment_ids", segments), ("indicator", roles)))
+            assert not negative["hidden_states"][:, :block].any()
+            assert torch.equal(negative["hidden_states"][:, block:], positive["hidden_states"][:, -6:])  # the same latents
+            assert torch.equal(negative["timestep"], positive["timestep"])
+            assert positive["encoder_hidden_states"].shape[1] > features.shape[1]  # the prompt's turn, longer
+        calls.clear()
+        model.sample("a red circle", height=32, width=48, steps=2, cfg_scale=1.0)
+        assert len(calls) == 2  # CFG 1: the conditional branch alone
+    finally:
+        hook.remove()
+
+
+def test_a_model_left_out_the_unconditional_transformer_saves_without_it(without_unconditional, tmp_path):
+    """A fine-tune's diffusers folder has no unconditional_transformer (model_index.json: null, as
+    OneTrainer's saved pipeline); it loads again with the switch off, and is refused with it on."""
+    import json
+
+    from ot_gradio.models.common import ModelLoadError
+    from ot_gradio.models.ideogram4 import Ideogram4
+
+    model = Ideogram4.load(str(without_unconditional), offline=True, excluded=("unconditional_transformer",))
+    saved = model.save_diffusers(tmp_path / "saved", "FLOAT_32")
+    assert not (saved / "unconditional_transformer").exists()
+    assert json.loads((saved / "model_index.json").read_text())["unconditional_transformer"] == [None, None]
+    assert Ideogram4.load(str(saved), offline=True, excluded=("unconditional_transformer",)).unconditional_transformer is None
+    with pytest.raises(ModelLoadError, match=r"unconditional_transformer\.include"):
+        Ideogram4.load(str(saved), offline=True)
+
+
+def test_the_switch_is_acted_on_and_shown_for_ideogram_4_only():
+    from ot_gradio.config.doctor import check
+    from ot_gradio.config.fields import iter_fields
+    from ot_gradio.config.schema import TrainConfig
+    from ot_gradio.ui.visibility import applies, field_shown
+
+    field = next(f for f in iter_fields(TrainConfig) if f.path == "unconditional_transformer.include")
+    assert field.status == "ok" and "empty prompt" in field.tooltip
+    assert field_shown(field.path, "training", "IDEOGRAM_4", "LORA") and applies(field.path, {"model_type": "IDEOGRAM_4"})
+    assert not applies("text_encoder.include", {"model_type": "IDEOGRAM_4"})  # OneTrainer offers it for the unconditional transformer only
+    assert applies("text_encoder_2.include", {"model_type": "FLUX_DEV_1"}) and not applies(field.path, {"model_type": "FLUX_DEV_1"})
+    lora = TrainConfig.model_validate({"model_type": "IDEOGRAM_4", "training_method": "LORA", "unconditional_transformer": {"include": False}})
+    assert not [w for w in check(lora) if "unconditional_transformer" in w]  # neither "not acted on" nor ignored
+    fine_tune = TrainConfig.model_validate({"model_type": "IDEOGRAM_4", "training_method": "FINE_TUNE",
+                                            "unconditional_transformer": {"include": False}})
+    said = [w for w in check(fine_tune) if "unconditional_transformer" in w]
+    assert len(said) == 1 and said[0].startswith("unconditional_transformer left out (Include off): the fine-tuned model is saved without it")

@@ -45,6 +45,8 @@ def test_frozen_modules_beside_the_parts_are_counted_where_they_wait():
     assert "| other expert (waits in RAM) | 14,288 M | BFLOAT_16 | 26.61 GB |" in a14b
     assert "+ 26.61 GB in RAM" in a14b
     assert "unconditional_transformer (waits in RAM)" in memory_markdown({"model_type": "IDEOGRAM_4"})
+    left_out = memory_markdown({"model_type": "IDEOGRAM_4", "unconditional_transformer": {"include": False}})  # not loaded
+    assert "| unconditional_transformer | 9,279 M | left out (Include off) | 0.00 GB |" in left_out and "in RAM" not in left_out
     depth = memory_markdown({"model_type": "STABLE_DIFFUSION_20_DEPTH", "vae": {"weight_dtype": "FLOAT_32"}})
     assert "| depth_estimator (waits in RAM) | 122 M | FLOAT_32 | 0.46 GB |" in depth and "+ 0.46 GB in RAM" in depth  # SD 2 depth's DPT
 

@@ -299,3 +299,16 @@ def test_a_group_whose_fields_the_model_type_leaves_out_is_hidden_with_them(page
     config = {**page.on_page_load()[page.config_state], "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA"}
     assert page.populate(config)[video]["visible"] is False
     assert page.populate({**config, "model_type": "WAN_2_1"})[video]["visible"] is True
+
+
+def test_include_is_shown_on_the_parts_the_model_type_may_leave_out(page):
+    """OneTrainer's Include: the text encoders of SD 3, Flux.1, HiDream and HunyuanVideo, and Ideogram 4's
+    unconditional transformer ("Include Unconditional Transformer"); no other part has the field."""
+    config = {**page.on_page_load()[page.config_state], "training_method": "LORA"}
+    assert {p for p in page.fields if p.endswith(".include")} == {
+        "text_encoder.include", "text_encoder_2.include", "text_encoder_3.include", "text_encoder_4.include",
+        "unconditional_transformer.include"}
+    for model_type, shown in (("IDEOGRAM_4", {"unconditional_transformer.include"}), ("FLUX_DEV_1", {"text_encoder.include", "text_encoder_2.include"}),
+                              ("STABLE_DIFFUSION_15", set())):
+        out = page.visibility({**config, "model_type": model_type})
+        assert {p for p, f in page.fields.items() if p.endswith(".include") and out[f.component]["visible"]} == shown, model_type

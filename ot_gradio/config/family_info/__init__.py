@@ -114,8 +114,9 @@ class FamilyInfo:
     # they load in (a quantized part's: its compute type, they are not quantized), parameters,
     # where they wait while the steps run: "device" beside the parts or "RAM")
     extra_params: Mapping[str, tuple[str, int, str]] = field(default_factory=dict, hash=False)
-    # the text encoders OneTrainer's part switch `include` may leave out (its page offers it for SD 3 / 3.5,
-    # Flux.1 and Fill, HiDream and HunyuanVideo): not loaded, their outputs zeros (models/excluded_parts.py)
+    # the parts OneTrainer's part switch `include` may leave out, not loaded: the text encoders of SD 3 / 3.5,
+    # Flux.1 and Fill, HiDream and HunyuanVideo (their outputs zeros, models/excluded_parts.py) and Ideogram 4's
+    # unconditional transformer (samples' negative branch: the empty prompt, models/ideogram4.py)
     includable: tuple[str, ...] = ()
     attention: tuple[str, ...] = CLASSIC_ATTENTION  # the attention_mechanism values that reach the denoiser
     # the tokens text_encoder_sequence_length means when blank (the family's pipeline's window);

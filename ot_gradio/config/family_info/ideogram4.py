@@ -17,6 +17,9 @@ FAMILIES = {
         # vision tower) and AutoencoderKLFlux2
         params={"transformer": 9_279_288_448, "text_encoder": 8_144_793_840, "vae": 84_046_115},
         extra_params={"unconditional_transformer": ("transformer", 9_279_288_448, "RAM")},
+        # OneTrainer's "Include Unconditional Transformer": off, samples' negative branch is the empty prompt
+        # through the trained transformer (its IdeogramSampler)
+        includable=("unconditional_transformer",),
     ),
 }
 SIGN = Sign("Ideogram 4", (M.IDEOGRAM_4,), ("Ideogram4",), ("ideogram",))
