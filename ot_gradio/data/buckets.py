@@ -172,9 +172,12 @@ class Bucketing:
         return bucket_sizes(resolution, step)
 
     def _nearest(self, width: int, height: int, resolution: int | Size) -> Size:
-        if self.kohya_step:  # kohya's buckets: nearest in log scale, so 2:1 and 1:2 are equally far from square
-            want = math.log(height / width)
-            return min(self.sizes(resolution), key=lambda s: abs(math.log(s[0] / s[1]) - want))
+        if self.kohya_step:  # sd-scripts' select_bucket: the image's own size if it is a bucket, else the
+            sizes = self.sizes(resolution)  # nearest width / height, the first of a tie in its (width, height) order
+            if (height, width) in sizes:
+                return (height, width)
+            aspect = width / height
+            return min(sorted(sizes, key=lambda s: (s[1], s[0])), key=lambda s: abs(s[1] / s[0] - aspect))
         if self._fixed(resolution):
             return self.sizes(resolution)[0]
         h, w = as_size(resolution)
@@ -183,7 +186,7 @@ class Bucketing:
     def assign(self, width: int, height: int, resolution: int | Size) -> Size:
         """The (height, width) bucket for an image of ``width`` x ``height``: OneTrainer's bucket
         whose height / width is nearest to the image's (linear difference), a fixed "WxH" size
-        itself, or kohya's bucket nearest in log scale. With bucketing off, every image trains at
+        itself, or kohya's bucket as sd-scripts picks it (nearest width / height). With bucketing off, every image trains at
         the target size. ``no_upscale`` (kohya's bucket_no_upscale; not for a fixed size): an image
         smaller than that bucket takes the bucket of the largest smaller resolution, in steps of the
         bucket step, that it covers, so it is cropped but never scaled up (the smallest buckets, one
