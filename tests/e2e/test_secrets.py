@@ -119,7 +119,7 @@ EMB = [{"placeholder": "<trig>", "token_count": 1, "initial_embedding_text": "do
         ("EMBEDDING", "SAFETENSORS", "emb.safetensors", "ALL", {"embedding": {"placeholder": "circle", "token_count": 1, "initial_embedding_text": "circle"}}),
     ],
 )
-def test_no_run_writes_a_secret_outside_the_secret_store(tmp_path, lora_config, method, fmt, dest, part, extra):
+def test_no_run_writes_a_secret_outside_the_secret_store(tmp_path, lora_config, four_shapes, method, fmt, dest, part, extra):
     """A one-step run of every method with a canary in every secret field: no byte of any file
     it wrote (outputs, embeddings next to them, caches, the run folder with its config, backups
     and log, the workspace) holds a canary, except the workspace's secrets.json, whatever
@@ -130,7 +130,8 @@ def test_no_run_writes_a_secret_outside_the_secret_store(tmp_path, lora_config, 
     base = lora_config()
     config = _with_canaries(lora_config(
         training_method=method, output_model_format=fmt, output_model_destination=str(out), include_train_config=part,
-        epochs=1, concepts=[{**base["concepts"][0], "balancing": 2, "balancing_strategy": "SAMPLES"}], **extra,
+        epochs=1, concepts=[{**base["concepts"][0], "path": str(four_shapes), "balancing": 2, "balancing_strategy": "SAMPLES"}],
+        **extra,
     ))
     path = tmp_path / "c.json"
     path.write_text(json.dumps(config))
@@ -150,7 +151,7 @@ def test_no_run_writes_a_secret_outside_the_secret_store(tmp_path, lora_config, 
     assert "secrets" not in embedded and "api_key" not in embedded.get("cloud", {})
     assert embedded["training_method"] == method and embedded["include_train_config"] == part
     if part == "ALL":
-        assert embedded["concepts"][0]["path"] == base["concepts"][0]["path"]  # ALL keeps local paths
+        assert embedded["concepts"][0]["path"] == str(four_shapes)  # ALL keeps local paths
     else:
         assert "concepts" not in embedded and "samples" not in embedded and "cloud" not in embedded
         assert str(tmp_path) not in meta["ot_gradio_config"]  # no absolute local path with SETTINGS
