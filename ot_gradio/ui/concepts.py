@@ -181,6 +181,18 @@ def _rotate_crop_sizes(concept: dict[str, Any], scan, resolutions, masked: bool)
     return {n: prepared.size(n, draw) for n, draw in draws.items() if draw is not None and draw.box is not None}
 
 
+def _make_demo_data(concept: dict[str, Any]) -> None:
+    """The demo preset's concept folder (`.../demo-data/shapes`) is drawn when a run starts; its
+    statistics draw it too, so a new user's first look at the Concepts tab shows the demo's images,
+    not a missing folder. A folder that exists is left as it is."""
+    from ..data.demo import DEMO_FOLDER_SUFFIX, ensure_demo_dataset  # noqa: PLC0415  (PIL only)
+
+    path = Path(str(concept.get("path") or "")).expanduser()
+    if tuple(path.parts[-2:]) == DEMO_FOLDER_SUFFIX and not path.exists():
+        with contextlib.suppress(OSError):  # the statistics then say the folder cannot be read
+            ensure_demo_dataset(path)
+
+
 class ConceptsTab:
     def __init__(self, workspace: Path | None = None, roots: Callable[[], list[Path]] | None = None):
         self.workspace = Path(workspace) if workspace is not None else Path.cwd()
@@ -341,6 +353,7 @@ class ConceptsTab:
             return "Select a concept.", None
         if (roots := getattr(self, "roots", None)) is not None and (refused := concept_file_problems(concepts[index], roots())):
             return "**Cannot read this concept:** " + "; ".join(refused), None
+        _make_demo_data(concepts[index])
         import pandas as pd  # noqa: PLC0415
 
         try:

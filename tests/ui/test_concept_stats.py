@@ -224,3 +224,21 @@ def test_the_folders_caption_index_is_counted_in_the_statistics(tmp_path):
     assert "**1 images**, 1 with captions, 0 without" in text
     assert (f"1 images captioned by its Captions file `{meta}`, which names the images that train (caption files beside them "
             "are not read; 1 files of the folder it does not name are left out)") in text
+
+
+def test_the_demo_concepts_statistics_show_its_images_before_any_run(tmp_path):
+    """A new user's first look: the demo preset's folder is drawn when a run starts, and before that
+    its statistics said the folder does not exist. Now they draw it too: 10 images, every one
+    trained at the demo's batch size, in a square, a wide and a tall bucket."""
+    from pathlib import Path
+
+    from ot_gradio.ui.concepts import ConceptsTab
+    from ot_gradio.ui.state import preset_config
+
+    config = preset_config("demo", tmp_path)
+    folder = Path(config["concepts"][0]["path"])
+    assert not folder.exists()
+    text, chart = ConceptsTab.statistics(None, config, 0)
+    assert "Cannot read" not in text and "10 image" in text, text
+    assert len(set(chart["value"]["bucket"])) == 3 and sum(chart["value"]["images"]) == 10
+    assert len(list(folder.glob("*.png"))) == 10
