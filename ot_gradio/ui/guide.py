@@ -113,7 +113,7 @@ OUTRO = (
     "Then press **Start training** in the run bar at the top: the Run tab shows the loss, the samples and the "
     "progress; *Stop* finishes the step, writes a backup and the model.\n\nNo model at hand? Choose the **demo** "
     "preset in the top bar and press *Start training*: it trains a LoRA on a tiny model and a generated dataset on "
-    "the CPU (50 steps: about a minute on a 2-core machine, longer the first time, when it builds them, or when the "
+    "the CPU (50 steps: under a minute on a 2-core machine, longer the first time, when it builds them, or when the "
     "machine is busy)."
 )
 
