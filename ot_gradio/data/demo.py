@@ -77,12 +77,16 @@ def ensure_demo_dataset(folder: str | Path) -> Path:
 DEMO_FOLDER_SUFFIX = ("demo-data", "shapes")
 
 
+def is_demo_folder(path: str | Path) -> bool:
+    """Whether `path` is a demo preset's concept folder (`.../demo-data/shapes`)."""
+    return tuple(Path(path).parts[-2:]) == DEMO_FOLDER_SUFFIX
+
+
 def ensure_demo_concepts(config) -> list[Path]:
     """Generate the demo dataset for every concept of `config` that points at a `demo-data/shapes`
     folder (the offline demo preset does), so the demo works on first use."""
     made = []
     for concept in getattr(config, "concepts", []) or []:
-        path = Path(concept.path)
-        if tuple(path.parts[-2:]) == DEMO_FOLDER_SUFFIX:
-            made.append(ensure_demo_dataset(path))
+        if is_demo_folder(concept.path):
+            made.append(ensure_demo_dataset(concept.path))
     return made

@@ -205,11 +205,11 @@ def _marker(backup: Path) -> dict[str, Any] | None:
     return marker if isinstance(marker, dict) else None
 
 
-def marker_time(backup: Path) -> float:
+def marker_time(backup: Path, marker: dict[str, Any] | None = None) -> float:
     """When the backup was written: the time its marker holds, which a copy keeps (`cp -r`, an
     upload to Drive, rsync without -t give the files the time of the copy, in any order); the
-    marker file's own time for a backup written before markers held it."""
-    written = (_marker(backup) or {}).get("written")
+    marker file's own time for a backup written before markers held it. `marker`: already read."""
+    written = (marker if marker is not None else _marker(backup) or {}).get("written")
     if isinstance(written, (int, float)) and not isinstance(written, bool) and math.isfinite(written):
         return float(written)
     try:
@@ -218,23 +218,25 @@ def marker_time(backup: Path) -> float:
         return 0.0
 
 
-def marker_step(backup: Path) -> int:
-    """The backup's optimizer step, from its marker (-1 when it cannot be read)."""
-    step = (_marker(backup) or {}).get("global_step")
+def marker_step(backup: Path, marker: dict[str, Any] | None = None) -> int:
+    """The backup's optimizer step, from its marker (-1 when it cannot be read). `marker`: already read."""
+    step = (marker if marker is not None else _marker(backup) or {}).get("global_step")
     return step if isinstance(step, int) and not isinstance(step, bool) else -1
 
 
 def backup_order(backup: Path) -> tuple[float, int, str]:
     """Sort key, oldest first: the time written, then the step (two backups of the same second
     written before markers held the time), then the name."""
-    return (marker_time(backup), marker_step(backup), Path(backup).name)
+    marker = _marker(backup) or {}
+    return (marker_time(backup, marker), marker_step(backup, marker), Path(backup).name)
 
 
 def step_order(backup: Path) -> tuple[int, float, str]:
     """Sort key of the backups of one training, oldest first: its steps only go up, whatever the
     clocks of the machines it ran on, or file times a copy gave a backup written before markers
     held the time."""
-    return (marker_step(backup), marker_time(backup), Path(backup).name)
+    marker = _marker(backup) or {}
+    return (marker_step(backup, marker), marker_time(backup, marker), Path(backup).name)
 
 
 def newest_backup(backups: Iterable[Path]) -> Path | None:

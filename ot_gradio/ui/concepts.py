@@ -185,10 +185,10 @@ def _make_demo_data(concept: dict[str, Any]) -> None:
     """The demo preset's concept folder (`.../demo-data/shapes`) is drawn when a run starts; its
     statistics draw it too, so a new user's first look at the Concepts tab shows the demo's images,
     not a missing folder. A folder that exists is left as it is."""
-    from ..data.demo import DEMO_FOLDER_SUFFIX, ensure_demo_dataset  # noqa: PLC0415  (PIL only)
+    from ..data.demo import ensure_demo_dataset, is_demo_folder  # noqa: PLC0415  (PIL only)
 
     path = Path(str(concept.get("path") or "")).expanduser()
-    if tuple(path.parts[-2:]) == DEMO_FOLDER_SUFFIX and not path.exists():
+    if is_demo_folder(path) and not path.exists():
         with contextlib.suppress(OSError):  # the statistics then say the folder cannot be read
             ensure_demo_dataset(path)
 
