@@ -52,21 +52,46 @@ def epoch_indices(count: int, balancing: float, strategy: object, epoch: int,
     shows every image once and 5 twice, the next 5 of the walk each epoch; SAMPLES 5 of 10 takes 5
     images and the other 5 of that round the next epoch.
     """
+    return [index for index, _ in epoch_showings(count, balancing, strategy, epoch, order)]
+
+
+def epoch_showings(count: int, balancing: float, strategy: object, epoch: int,
+                   order: Callable[[int], Sequence[int]] | None = None) -> list[tuple[int, int]]:
+    """``epoch_indices`` with, beside each index, how many times the run showed that image before
+    this sample (epochs before this one first, then this epoch's earlier samples). MGDS's cache
+    gives round ``r`` of its walk through a concept (each image once per round) cached variation
+    ``r``, so an image's ``k``-th showing is its ``k``-th round: with REPEATS 2 an epoch shows each
+    image in two variations, not the same one twice. For REPEATS 1 the number is the epoch."""
     wanted = epoch_count(count, balancing, strategy)
     if not wanted:
         return []
     whole, extra = divmod(wanted, count)
-    out = [i for _ in range(whole) for i in range(count)]
     rounds: dict[int, list[int]] = {}
-    picks = []
-    for position in range(epoch * extra, (epoch + 1) * extra):
-        round_, place = divmod(position, count)
+
+    def round_order(round_: int) -> list[int]:
         if round_ not in rounds:
             rounds[round_] = list(range(count)) if order is None else list(order(round_))
             if sorted(rounds[round_]) != list(range(count)):
                 raise ValueError(f"order({round_}) must be a permutation of 0..{count - 1}")
-        picks.append(rounds[round_][place])
-    return out + sorted(picks)
+        return rounds[round_]
+
+    # showings before this epoch: `whole` per epoch, plus one per round of the walk the earlier
+    # epochs' extra samples went through (the last one partly, up to its place)
+    start = epoch * extra
+    done, place = divmod(start, count)
+    shown = [epoch * whole + done] * count
+    for index in round_order(done)[:place] if place else ():
+        shown[index] += 1
+    out = []
+    for _ in range(whole):
+        for index in range(count):
+            out.append((index, shown[index]))
+            shown[index] += 1
+    picks = [round_order(round_)[at] for round_, at in (divmod(p, count) for p in range(start, start + extra))]
+    for index in sorted(picks):
+        out.append((index, shown[index]))
+        shown[index] += 1
+    return out
 
 
 def max_repeats(count: int, balancing: float, strategy: object) -> int:

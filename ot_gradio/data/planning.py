@@ -13,8 +13,9 @@ a batch); the plan counts them so the page can show it.
 Augmentation follows OneTrainer. Without latent caching every epoch draws a fresh crop, flip,
 rotation and colour change. A cached latent cannot be re-augmented, so with caching each image has
 ``image_variations`` variants, each a seeded draw of crop, rotation and colour made once at caching
-time (seeded by the concept seed, not the run seed, so a new run reuses the cache); an epoch takes
-one variation per image, each image cycling through all of them in its own seeded order. Random flip is the
+time (seeded by the concept seed, not the run seed, so a new run reuses the cache); each showing of
+an image takes the next of its variations, in its own seeded order (one per epoch with Balancing 1;
+two in an epoch with REPEATS 2, as MGDS gives each round of its walk the next one). Random flip is the
 exception: both flip states of every variation are cached, so the flip stays a per-epoch coin toss.
 With masked training the mask augmentations (mask_augment.py) are drawn first, from a stream of their
 own; a rotate-and-crop cut is what is bucketed and cropped, as in OneTrainer.
@@ -27,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from .augment import IDENTITY, Augment, AugmentSettings
-from .balancing import concept_balancing, epoch_indices
+from .balancing import concept_balancing, epoch_showings
 from .buckets import Bucketing, Size
 from .captions import pick_line
 from .mask_augment import MaskAugmentSettings, MaskDraw, mask_grid
@@ -180,10 +181,13 @@ class PreparedConcept:
             self._memo[key] = augment if draw is None else replace(augment, mask=draw)
         return self._memo[key]
 
-    def variation(self, index: int, epoch: int, run_seed: int) -> int:
-        """The cached variation an epoch uses: each image walks its own seeded order of all
-        variations, one per epoch, so every variation is used once per ``variations`` epochs."""
-        return self._walk("variation", index, epoch, run_seed, self.variations)
+    def variation(self, index: int, showing: int, run_seed: int) -> int:
+        """The cached variation of an image's ``showing``-th showing (balancing.epoch_showings; the
+        epoch number when each image is shown once an epoch): each image walks its own seeded order
+        of all variations, the next one at each showing, so every variation is used once per
+        ``variations`` showings, and an image shown twice in an epoch (Balancing 2) is shown in two
+        variations, as MGDS's cache gives each round of its walk the next variation."""
+        return self._walk("variation", index, showing, run_seed, self.variations)
 
     def balance_order(self, run_seed: int, position: int, round_: int) -> list[int]:
         """The order of round `round_` of balancing's walk through this concept's images
@@ -198,7 +202,7 @@ class PreparedConcept:
             self._memo[key] = order
         return self._memo[key]
 
-    def _walk(self, kind: str, index: int, epoch: int, run_seed: int, count: int) -> int:
+    def _walk(self, kind: str, index: int, showing: int, run_seed: int, count: int) -> int:
         if count <= 1:
             return 0
         key = (kind, index, run_seed)
@@ -206,13 +210,13 @@ class PreparedConcept:
             order = list(range(count))
             rng_for(kind, run_seed, self.seed, self.items[index].relpath).shuffle(order)
             self._memo[key] = order
-        return self._memo[key][epoch % count]
+        return self._memo[key][showing % count]
 
     @property
     def text_variations(self) -> int:
         """OneTrainer's text_variations: when this concept's captions are drawn at random (tag
         shuffling, tag dropout, capitalisation), each image's caption is one of this many fixed
-        draws, a different one each epoch in a seeded order, so their text encoder outputs can be
+        draws, the next one at each showing of the image in a seeded order, so their text encoder outputs can be
         cached (data/text_cache.py). 0 when the concept asks for 1 (a fresh draw every epoch) or
         draws nothing at random."""
         count = int(getattr(self.config, "text_variations", 1) or 1)
@@ -236,12 +240,12 @@ class PreparedConcept:
                     out[Variant(resolution, bucket, crop, flip, augment, self.items[index].frames, offset)] = None
         return list(out)
 
-    def variant(self, index: int, resolution: Size, rngs: Streams, cached: bool, epoch: int = 0, run_seed: int = 0) -> Variant:
+    def variant(self, index: int, resolution: Size, rngs: Streams, cached: bool, showing: int = 0, run_seed: int = 0) -> Variant:
         item = self.items[index]
         flips = self.flips()
         flip = flips[0] if len(flips) == 1 else rngs["flip"].random() < 0.5
         if cached:
-            variation = self.variation(index, epoch, run_seed)
+            variation = self.variation(index, showing, run_seed)
             bucket = self.bucket(index, resolution, self.cached_mask_draw(index, variation))
             return Variant(resolution, bucket, self.cached_crop(index, resolution, variation), flip, self.cached_augment(index, variation),
                            item.frames, self.cached_clip_offset(index, variation))
@@ -253,9 +257,9 @@ class PreparedConcept:
         offset = self.clip_offset(index, rngs["clip window"]) if self._window_moves(index) else 0.0
         return Variant(resolution, bucket, crop, flip, augment if draw is None else replace(augment, mask=draw), item.frames, offset)
 
-    def caption(self, index: int, rngs: Streams, epoch: int = 0, run_seed: int = 0) -> str:
+    def caption(self, index: int, rngs: Streams, showing: int = 0, run_seed: int = 0) -> str:
         if count := self.text_variations:
-            return self.caption_variant(index, self._walk("text-variation", index, epoch, run_seed, count), run_seed)
+            return self.caption_variant(index, self._walk("text-variation", index, showing, run_seed, count), run_seed)
         return self.text.apply(pick_line(self.items[index].captions, rngs["caption"]), rngs)
 
 
@@ -277,12 +281,13 @@ def plan_epoch(concepts: list[PreparedConcept], epoch: int, seed: int, batch_siz
     for ci, concept in enumerate(concepts):
         rngs = Streams(seed, concept.seed, ci, epoch)
         balancing, strategy = concept_balancing(concept.config)
-        for index in epoch_indices(len(concept.items), balancing, strategy, epoch,
-                                    lambda round_, concept=concept, ci=ci: concept.balance_order(seed, ci, round_)):
+        # `showing`: the image's showings before this sample, which picks its cached image and text variation
+        for index, showing in epoch_showings(len(concept.items), balancing, strategy, epoch,
+                                             lambda round_, concept=concept, ci=ci: concept.balance_order(seed, ci, round_)):
             resolutions = concept.resolutions
             resolution = resolutions[0] if len(resolutions) == 1 else rngs["resolution"].choice(resolutions)
-            variant = concept.variant(index, resolution, rngs, cached, epoch, seed)
-            groups.setdefault((variant.bucket, variant.frames), []).append(Sample(ci, index, variant, concept.caption(index, rngs, epoch, seed)))
+            variant = concept.variant(index, resolution, rngs, cached, showing, seed)
+            groups.setdefault((variant.bucket, variant.frames), []).append(Sample(ci, index, variant, concept.caption(index, rngs, showing, seed)))
             count += 1
 
     rng_batch = rng_for("batches", seed, epoch)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ot_gradio.data import build_dataset, dataset_summary
-from ot_gradio.data.balancing import epoch_count, epoch_indices, max_repeats
+from ot_gradio.data.balancing import epoch_count, epoch_indices, epoch_showings, max_repeats
 from ot_gradio.data.errors import DataError
 
 
@@ -93,6 +93,26 @@ def test_the_walk_takes_each_rounds_order_and_continues():
     assert [epoch_indices(4, 0.5, "REPEATS", e, rounds.__getitem__) for e in range(4)] == [[0, 2], [1, 3], [1, 3], [0, 2]]
     with pytest.raises(ValueError):
         epoch_indices(3, 1.5, "REPEATS", 0, lambda round_: [0, 0, 1])
+
+
+@pytest.mark.parametrize(("count", "balancing", "strategy"), [
+    (4, 1.0, "REPEATS"), (4, 2.0, "REPEATS"), (4, 1.75, "REPEATS"), (5, 0.4, "REPEATS"), (4, 3, "SAMPLES"), (3, 7, "SAMPLES"),
+])
+def test_each_showing_of_an_image_counts_its_earlier_ones(count, balancing, strategy):
+    """An image's showings over the run are numbered 0, 1, 2, ... with no gap or repeat (the cached
+    variation each one takes, planning.variation), whatever the balancing; with REPEATS 1 the number
+    is the epoch, as before."""
+    rounds = {r: sorted(range(count), key=lambda i, r=r: (i * 7 + r * 3) % count) for r in range(40)}
+    numbers: dict[int, list[int]] = {i: [] for i in range(count)}
+    for epoch in range(9):
+        showings = epoch_showings(count, balancing, strategy, epoch, rounds.__getitem__)
+        assert [i for i, _ in showings] == epoch_indices(count, balancing, strategy, epoch, rounds.__getitem__)
+        for index, showing in showings:
+            numbers[index].append(showing)
+        if balancing == 1.0:
+            assert [n for _, n in showings] == [epoch] * count
+    assert all(shown == list(range(len(shown))) for shown in numbers.values()), numbers
+    assert epoch_showings(3, 2.0, "REPEATS", 1) == [(0, 2), (1, 2), (2, 2), (0, 3), (1, 3), (2, 3)]
 
 
 def test_images_alone_in_their_bucket_in_every_epoch_of_a_fixed_order_train_in_some_round(tmp_path, write_image, make_concept):

@@ -88,6 +88,18 @@ def test_cached_variations_cycle_per_epoch_and_match_their_pixels(tmp_path, simp
     assert changed.images == 18  # a changed augmentation setting is encoded again
 
 
+def test_repeats_within_an_epoch_take_successive_cached_variations(tmp_path, simple_folder, make_concept, encoder):
+    """REPEATS 2 shows each image twice an epoch: in two of its variations, as MGDS's cache gives
+    each round of its walk the next one (both showings took the epoch's one variation before)."""
+    concept = make_concept(simple_folder, image_variations=2, image=ROTATE_AND_COLOUR, balancing=2.0)
+    dataset = build_dataset([concept], "64", 2, seed=5, latent_caching=True, cache_dir=tmp_path / "cache", vae_id="v", encode_fn=encoder)
+    for epoch in range(3):
+        variants = _variants(dataset, epoch)
+        names = {name for name, _ in variants}
+        assert len(names) == 6 and len(variants) == 12
+        assert all(variants[name, 0].augment != variants[name, 1].augment for name in names), epoch
+
+
 def test_variations_collapse_when_nothing_random_and_flip_doubles(tmp_path, simple_folder, make_concept, encoder):
     fixed = make_concept(
         simple_folder,
