@@ -32,6 +32,9 @@ class Rule:
     def __and__(self, other: Rule) -> Rule:
         return Rule(lambda c: self(c) and other(c), (*self.reads, *other.reads), f"{self.text} and {other.text}")
 
+    def __or__(self, other: Rule) -> Rule:
+        return Rule(lambda c: self(c) or other(c), (*self.reads, *other.reads), f"{self.text} or {other.text}")
+
 
 @dataclass(frozen=True)
 class PartRule:
@@ -56,6 +59,10 @@ def _value(name: str, default: str | None) -> Callable[[Config], Any]:
 
 def on(name: str) -> Rule:
     return Rule(lambda c: bool(c.get(name)), (name,), f"{name} is on")
+
+
+def off(name: str) -> Rule:
+    return Rule(lambda c: not c.get(name), (name,), f"{name} is off")
 
 
 def is_(name: str, *values: str, default: str | None = None) -> Rule:
@@ -99,6 +106,8 @@ def family_rule(says: Callable[[Any], Any], what: str) -> Rule:
 
 # the DDPM noise schedule's options: a flow-matching family (SD 3, Flux, Qwen-Image...) has none of them
 DDPM_SCHEDULE = Rule(lambda c: not is_flow_matching(c.get("model_type") or ""), ("model_type",), "the model type uses a DDPM noise schedule")
+# dynamic_timestep_shifting: the flow-matching families' resolution shift (a DDPM schedule has none)
+FLOW_SCHEDULE = Rule(lambda c: is_flow_matching(c.get("model_type") or ""), ("model_type",), "the model type uses a flow-matching schedule")
 # the frame sampling options: only a video family reads clips (Wan)
 TAKES_VIDEO = family_rule(lambda info: info.frame_step is not None, "the model type trains on video clips")
 # text_encoder_sequence_length: the families whose T5 / language-model encoder reads a window of it

@@ -307,6 +307,8 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
         out["latent_caching"] = r.flag("cache_latents")
     if r.flag("zero_terminal_snr"):
         out["rescale_noise_scheduler_to_zero_terminal_snr"] = True
+        if not r.flag("v_parameterization"):  # sd-scripts keeps epsilon; zero terminal SNR alone trains v here
+            out["force_epsilon_prediction"] = True
     for key, ours in (("mixed_precision", "train_dtype"), ("save_precision", "output_dtype")):
         if str(r.get(key) or "").lower() in PRECISION:
             out[ours] = PRECISION[str(r.data[key]).lower()]

@@ -16,6 +16,7 @@ from .concept import ConceptConfig
 from .conditions import (
     CLIP_CAPTIONS,
     DDPM_SCHEDULE,
+    FLOW_SCHEDULE,
     INPAINTS,
     LEARNS_VARIANCE,
     LORA_METHOD,
@@ -26,6 +27,7 @@ from .conditions import (
     is_,
     is_not,
     nonzero,
+    off,
     on,
 )
 from .enums import (
@@ -199,16 +201,16 @@ class TrainConfig(Section):
     offset_noise_weight: float = opt(0.0, "Offset noise weight", "Adds a per-channel offset to the noise so the model learns very dark and very bright images.", ge=0, le=1, tab="training", heading="Noise")
     generalized_offset_noise: bool = opt(False, "Generalized offset noise", "Use the generalized form of offset noise.", tab="training", applies_when=nonzero("offset_noise_weight"), heading="Noise")
     perturbation_noise_weight: float = opt(0.0, "Perturbation noise weight", "Adds this much extra noise to the model's input but not to its target (input perturbation, e.g. 0.1), which can reduce exposure bias.", ge=0, le=1, tab="training", heading="Noise")
-    rescale_noise_scheduler_to_zero_terminal_snr: bool = opt(False, "Zero terminal SNR", "Rescale the noise schedule to zero terminal SNR (needs v-prediction), as v-prediction models such as NoobAI-XL v-pred were trained. Samples then start at the last timestep and rescale their guidance by 0.7 (SD 1.x / 2.x and SDXL), as OneTrainer's.", tab="training", applies_when=DDPM_SCHEDULE, heading="Noise")
+    rescale_noise_scheduler_to_zero_terminal_snr: bool = opt(False, "Zero terminal SNR", "Rescale the noise schedule to zero terminal SNR and train v-prediction (as OneTrainer; Force epsilon prediction keeps epsilon), as v-prediction models such as NoobAI-XL v-pred were trained. Samples then start at the last timestep and rescale their guidance by 0.7 (SD 1.x / 2.x and SDXL), as OneTrainer's.", tab="training", applies_when=DDPM_SCHEDULE, heading="Noise")
     force_v_prediction: bool = opt(False, "Force v-prediction", "Train with v-prediction whatever the model says.", tab="training", applies_when=DDPM_SCHEDULE, heading="Noise")
     force_epsilon_prediction: bool = opt(False, "Force epsilon prediction", "Train with epsilon prediction whatever the model says.", tab="training", applies_when=DDPM_SCHEDULE, heading="Noise")
-    min_noising_strength: float = opt(0.0, "Min noising strength", "Lowest timestep trained, as a fraction of all timesteps.", ge=0, le=1, tab="training", heading="Timestep distribution")
-    max_noising_strength: float = opt(1.0, "Max noising strength", "Highest timestep trained, as a fraction of all timesteps.", ge=0, le=1, tab="training", heading="Timestep distribution")
+    min_noising_strength: float = opt(0.0, "Min noising strength", "Lowest timestep drawn, as a fraction of all timesteps, before Timestep shift moves the draws (as OneTrainer).", ge=0, le=1, tab="training", heading="Timestep distribution")
+    max_noising_strength: float = opt(1.0, "Max noising strength", "Highest timestep drawn, as a fraction of all timesteps, before Timestep shift moves the draws (as OneTrainer): up to 0.5 with shift 3 trains up to 0.75.", ge=0, le=1, tab="training", heading="Timestep distribution")
     timestep_distribution: TimestepDistribution = opt(TimestepDistribution.UNIFORM, "Timestep distribution", "How training timesteps are drawn: UNIFORM, SIGMOID, LOGIT_NORMAL, HEAVY_TAIL, COS_MAP, INVERTED_PARABOLA or BETA.", tab="training", heading="Timestep distribution")
     noising_weight: float = opt(0.0, "Noising weight", "Shapes the timestep distribution: the spread of LOGIT_NORMAL, the tails of HEAVY_TAIL, the slope of SIGMOID, the narrowness of INVERTED_PARABOLA; BETA's alpha.", tab="training", heading="Timestep distribution")
     noising_bias: float = opt(0.0, "Noising bias", "Moves the centre of LOGIT_NORMAL, SIGMOID and INVERTED_PARABOLA: positive = more noise, negative = less; BETA's beta.", tab="training", heading="Timestep distribution")
-    timestep_shift: float = opt(1.0, "Timestep shift", "Moves the drawn timesteps towards more noise (above 1) or less (below 1).", gt=0, tab="training", heading="Timestep distribution")
-    dynamic_timestep_shifting: bool = opt(False, "Dynamic timestep shifting", "Flow-matching models (Flux, SD 3, ...): shift timesteps towards noise by the image's token count, as Flux and SD 3 sample (from the model's base_shift at 256 tokens to max_shift at 4096); combines with Timestep shift.", tab="training", heading="Timestep distribution")
+    timestep_shift: float = opt(1.0, "Timestep shift", "Moves the drawn timesteps towards more noise (above 1) or less (below 1). Not used with Dynamic timestep shifting on, whose resolution shift replaces it (as OneTrainer).", gt=0, applies_when=DDPM_SCHEDULE | off("dynamic_timestep_shifting"), tab="training", heading="Timestep distribution")
+    dynamic_timestep_shifting: bool = opt(False, "Dynamic timestep shifting", "Flow-matching models (Flux, SD 3, ...): shift timesteps towards noise by the image's token count, as Flux and SD 3 sample (from the model's base_shift at 256 tokens to max_shift at 4096); replaces Timestep shift, as in OneTrainer.", tab="training", applies_when=FLOW_SCHEDULE, heading="Timestep distribution")
 
     # --- Model parts (shown on the training tab, OneTrainer's "Train UNet / text encoder") -----
     unet: ModelPartConfig = opt(default_factory=_part, label="UNet", tooltip="UNet settings. Its learning rate replaces the base learning rate when set.", tab="training")

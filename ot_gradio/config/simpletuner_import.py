@@ -242,10 +242,16 @@ def _model(r: StSection, out: dict[str, Any], notes: list[str]) -> M:
                      "FLUX.1 schnell as it is, with the timesteps below")
     if family == "flux" and (flavour or default) == "libreflux":
         notes.append("model_flavour 'libreflux': SimpleTuner masks the padding in its attention; here Attention mask is off")
-    if family == "sd2x":  # SimpleTuner trains every SD 2.x flavour with zero terminal SNR
+    if family == "sd2x":  # SimpleTuner trains every SD 2.x flavour with zero terminal SNR (and v-prediction)
         out["rescale_noise_scheduler_to_zero_terminal_snr"] = True
     elif r.flag("rescale_betas_zero_snr"):
         out["rescale_noise_scheduler_to_zero_terminal_snr"] = True
+    if family in ("sd1x", "sdxl", "sd2x"):
+        prediction = str(r.get("prediction_type") or "").strip().lower()
+        if prediction in ("v_prediction", "epsilon"):
+            out["force_v_prediction" if prediction == "v_prediction" else "force_epsilon_prediction"] = True
+        elif family != "sd2x" and out.get("rescale_noise_scheduler_to_zero_terminal_snr"):
+            out["force_epsilon_prediction"] = True  # SimpleTuner keeps SD 1.x / SDXL at epsilon; zero SNR alone trains v here
     if model_type == M.WAN_2_2_I2V_A14B:
         out["trained_expert"] = "HIGH_NOISE" if (flavour or default).endswith("high") else "LOW_NOISE"
         notes.append("Wan 2.2 A14B: SimpleTuner trains the expert at every timestep (its boundary is for sampling); here the "

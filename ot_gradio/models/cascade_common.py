@@ -268,14 +268,14 @@ class CascadeFamily(Family):
         return "epsilon"
 
     def configure_noise_schedule(self, *, prediction_type: str | None = None, zero_terminal_snr: bool = False) -> None:
-        if prediction_type not in (None, "epsilon"):
-            raise ValueError(
-                f"force_v_prediction: {self.model_type.value} priors predict noise (epsilon) only; turn force_v_prediction off"
-            )
-        if zero_terminal_snr:
+        if zero_terminal_snr:  # (first: it also asks for v-prediction)
             raise ValueError(
                 f"rescale_noise_scheduler_to_zero_terminal_snr: {self.model_type.value} uses a continuous cosine schedule "
                 "that cannot be rescaled; turn it off"
+            )
+        if prediction_type not in (None, "epsilon"):
+            raise ValueError(
+                f"force_v_prediction: {self.model_type.value} priors predict noise (epsilon) only; turn force_v_prediction off"
             )
 
     def set_attention(self, mechanism, device: torch.device | str | None = None) -> None:

@@ -4,7 +4,8 @@ run's options, and how a batch becomes a loss.
 Model options (applied once, before the training method adds its weights):
 - `force_v_prediction` / `force_epsilon_prediction` change the prediction type of the noise
   scheduler for training and of every sampler; `rescale_noise_scheduler_to_zero_terminal_snr`
-  rescales the betas to zero terminal SNR for both (see the family's `configure_noise_schedule`).
+  rescales the betas to zero terminal SNR for both (see the family's `configure_noise_schedule`)
+  and switches to v-prediction, as OneTrainer does, unless epsilon prediction is forced.
 - `attention_mechanism` picks the UNet's attention implementation (`set_attention`).
 - A part's `weight_dtype` of FLOAT_8, INT_8, NFLOAT_4, INT_W8A8 or FLOAT_W8A8 quantizes its Linear layers
   (quantize.py); in the denoiser only those `quantization.layer_filter` names (all when blank). A W8A8
@@ -78,12 +79,17 @@ def model_parts(model: Any) -> list[str]:
 
 
 def prediction_override(config: Any) -> str | None:
+    """The prediction type the options set (None: the model's own). Zero terminal SNR switches to
+    v-prediction, as OneTrainer's setups do (epsilon cannot learn its last timestep, pure noise),
+    unless force_epsilon_prediction is on (kohya's zero_terminal_snr without v_parameterization)."""
     if config.force_v_prediction and config.force_epsilon_prediction:
         raise ValueError("force_v_prediction and force_epsilon_prediction are both on; turn one of them off")
     if config.force_v_prediction:
         return "v_prediction"
     if config.force_epsilon_prediction:
         return "epsilon"
+    if config.rescale_noise_scheduler_to_zero_terminal_snr:
+        return "v_prediction"
     return None
 
 
@@ -104,8 +110,9 @@ def configure_model(model: Any, config: Any, device: torch.device, precision: Pr
         )
     if config.rescale_noise_scheduler_to_zero_terminal_snr and model.prediction_type == "epsilon":
         warnings.append(
-            "rescale_noise_scheduler_to_zero_terminal_snr: with epsilon prediction the model cannot learn anything at the "
-            "last timestep (pure noise); turn on force_v_prediction"
+            "rescale_noise_scheduler_to_zero_terminal_snr with force_epsilon_prediction: with epsilon prediction the model "
+            "cannot learn anything at the last timestep (pure noise); turn force_epsilon_prediction off to train "
+            "v-prediction, as zero terminal SNR does by itself (and in OneTrainer)"
         )
     model.set_attention(config.attention_mechanism, device)
     keep_cudnn_attention_off(device)

@@ -8,10 +8,10 @@ models/base.py).
   inside the noising-strength range (the same code as the DDPM families, noise.py), then
   t = (i + 1) / 1000, the sigmas of diffusers' FlowMatchEulerDiscreteScheduler at shift 1.
 - Shift s moves t towards noise: t -> s t / (1 + (s - 1) t). `timestep_shift` is one such shift;
-  `dynamic_timestep_shifting` adds the resolution-dependent one of Flux and SD 3: mu grows
+  `dynamic_timestep_shifting` uses the resolution-dependent one of Flux and SD 3 instead: mu grows
   linearly with the image's token count from `base_shift` at `base_image_seq_len` to `max_shift`
-  at `max_image_seq_len` (the scheduler config's values), and s = e^mu. Two shifts compose into
-  one whose s is their product, so both options together act as s = timestep_shift * e^mu.
+  at `max_image_seq_len` (the scheduler config's values), and s = e^mu; `timestep_shift` is then
+  not used, as in OneTrainer (its tooltip: "Timestep Shift is ignored").
 - A model that trains part of the noise range (`timestep_range`: Wan 2.2 A14B's expert, the
   range diffusion-pipe's min_t / max_t and musubi-tuner's min / max timestep give one expert)
   gets the drawn t mapped linearly into it, so the distribution keeps its shape; t stays below
@@ -76,11 +76,10 @@ class FlowMatchingSchedule:
         self.scheduler_config = dict(model.noise_scheduler.config)
 
     def shift(self, latents: torch.Tensor) -> float:
-        shift = float(self.config.timestep_shift)
-        if self.config.dynamic_timestep_shifting:
+        if self.config.dynamic_timestep_shifting:  # instead of timestep_shift, as OneTrainer
             own = self.model.resolution_shift(latents)
-            shift *= own if own is not None else resolution_shift(self.model.image_seq_len(latents), self.scheduler_config)
-        return shift
+            return own if own is not None else resolution_shift(self.model.image_seq_len(latents), self.scheduler_config)
+        return float(self.config.timestep_shift)
 
     def draw_timesteps(self, latents: torch.Tensor, count: int) -> torch.Tensor:
         c = self.config

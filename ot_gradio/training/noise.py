@@ -19,8 +19,10 @@ of the scheduler's steps:
 `timestep_shift` s moves timesteps towards more noise (s > 1) or less (s < 1): the continuous
 ones are mapped t -> N s t / ((s - 1) t + N); the discrete densities are sampled at shifted
 points and scaled by the shift's derivative, exactly as OneTrainer does (for SIGMOID that applies
-the shift twice to the sigmoid's input, also as OneTrainer does). Results are clamped into the
-noising-strength range.
+the shift twice to the sigmoid's input, also as OneTrainer does). As in OneTrainer, the
+noising-strength range bounds the continuous draws before the shift, which then moves them: UNIFORM
+up to 0.5 with shift 3 reaches 0.75 (clamping them back into the range piled the shifted part of the
+draws onto its last timestep).
 
 Noise: Gaussian, plus `offset_noise_weight` of a per-channel offset (constant over the image);
 with `generalized_offset_noise` the offset is scaled per timestep by the psi_t schedule of
@@ -111,12 +113,13 @@ def sample_timesteps(
             u = torch.rand(batch_size, generator=generator)
             u = 1.0 - u - weight * (torch.cos(math.pi / 2.0 * u) ** 2.0 - 1.0 + u)
             t = u * span + low
+        t = t.clamp(low, high - 1)  # a draw of exactly 1 (sigmoid, u^(1/b)) stays in the range, then the shift moves it
         t = n * shift * t / ((shift - 1) * t + n)
         t = t.long()
     else:
         w = discrete_weights(distribution, span, weight, bias, shift)
         t = torch.multinomial(w, batch_size, replacement=True, generator=generator) + low
-    return t.clamp(low, high - 1).to(device)
+    return t.clamp(0, n - 1).to(device)
 
 
 def _beta(count: int, alpha: float, beta: float, generator: torch.Generator | None) -> torch.Tensor:

@@ -351,3 +351,13 @@ def test_sd_scripts_fine_tuning_metadata_is_the_concepts_captions_file(tmp_path)
     made = load_config({**page, "generate_caption_database": True}).config.concepts[0]  # made anew from the caption files
     kept = load_config({**page, "generate_caption_database": False}).config.concepts[0]
     assert (made.text.captions_file, kept.text.captions_file, kept.balancing) == ("", str(meta), 2.0)
+
+
+def test_zero_terminal_snr_keeps_the_prediction_sd_scripts_trains():
+    """Zero terminal SNR alone trains v-prediction here (as OneTrainer); sd-scripts' zero_terminal_snr
+    keeps epsilon unless v_parameterization is on."""
+    base = {"pretrained_model_name_or_path": "x", "network_dim": 8, "zero_terminal_snr": True}
+    epsilon = load_config(base).config
+    assert epsilon.rescale_noise_scheduler_to_zero_terminal_snr and epsilon.force_epsilon_prediction
+    v = load_config({**base, "v_parameterization": True}).config
+    assert v.rescale_noise_scheduler_to_zero_terminal_snr and v.force_v_prediction and not v.force_epsilon_prediction

@@ -148,6 +148,14 @@ def test_what_a_review_against_simpletuners_source_found(checkout):
     assert [x["type"] for x in c["concepts"]] == ["STANDARD", "PRIOR_PREDICTION"]
     full, _ = load(checkout, {"model_family": "sd2x", "model_flavour": "2.1", "data_backend_config": "config/two.json"})
     assert [x["type"] for x in full["concepts"]] == ["STANDARD", "STANDARD"] and full["rescale_noise_scheduler_to_zero_terminal_snr"]
+    assert not (full["force_epsilon_prediction"] or full["force_v_prediction"])  # SD 2.x: v-prediction, as the model
+    # SD 1.x / SDXL: SimpleTuner keeps epsilon with rescale_betas_zero_snr (zero SNR alone trains v here), and
+    # reads prediction_type
+    sdxl, _ = load(checkout, {"model_family": "sdxl", "rescale_betas_zero_snr": True, "data_backend_config": "config/two.json"})
+    assert sdxl["rescale_noise_scheduler_to_zero_terminal_snr"] and sdxl["force_epsilon_prediction"]
+    v, _ = load(checkout, {"model_family": "sdxl", "rescale_betas_zero_snr": True, "prediction_type": "v_prediction",
+                           "data_backend_config": "config/two.json"})
+    assert v["force_v_prediction"] and not v["force_epsilon_prediction"]
 
     packaged = checkout / "simpletuner" / "examples" / "sdxl.lycoris-lokr"
     packaged.mkdir(parents=True)

@@ -172,6 +172,8 @@ def test_clip_skip_and_unsupported_schedule_options(model):
         model.configure_noise_schedule(prediction_type="v_prediction")
     with pytest.raises(ValueError, match="zero_terminal_snr"):
         model.configure_noise_schedule(zero_terminal_snr=True)
+    with pytest.raises(ValueError, match="zero_terminal_snr: .*cannot be rescaled"):  # as configure_model asks: with v
+        model.configure_noise_schedule(prediction_type="v_prediction", zero_terminal_snr=True)
     model.configure_noise_schedule(prediction_type="epsilon")
 
 

@@ -106,9 +106,19 @@ def test_resolution_shift_is_diffusers_calculate_shift():
 
     for tokens in (256, 1024, 4096, 6000):
         assert resolution_shift(tokens, {}) == pytest.approx(math.exp(calculate_shift(tokens)), rel=1e-9)
-    # two shifts compose into their product, so timestep_shift and the dynamic shift combine as s1 * s2
+    # two shifts compose into their product
     t = torch.linspace(0.01, 1, 50)
     assert torch.allclose(shift_t(shift_t(t, 2.0), 1.7), shift_t(t, 3.4), atol=1e-6)
+
+
+def test_dynamic_shifting_replaces_timestep_shift_as_onetrainer():
+    """OneTrainer: "If enabled, the shifting parameters are taken from the model's scheduler
+    configuration and Timestep Shift is ignored" (we multiplied the two)."""
+    model, cpu = FlowFamily(), torch.device("cpu")
+    latents = torch.zeros(1, 4, 64, 64)
+    dynamic = FlowMatchingSchedule(model, _config(dynamic_timestep_shifting=True, timestep_shift=3.0), cpu).shift(latents)
+    assert dynamic == FlowMatchingSchedule(model, _config(dynamic_timestep_shifting=True), cpu).shift(latents) != 3.0
+    assert FlowMatchingSchedule(model, _config(timestep_shift=3.0), cpu).shift(latents) == 3.0
 
 
 def test_dynamic_shift_moves_timesteps_towards_noise_for_larger_images():

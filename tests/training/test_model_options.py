@@ -76,7 +76,13 @@ def test_force_epsilon_on_a_v_model_and_both_forced_is_refused():
 def test_zero_terminal_snr_for_training_and_sampling():
     model = tiny_model()
     warnings = configure_model(model, config(rescale_noise_scheduler_to_zero_terminal_snr=True), CPU, Precision(DataType.FLOAT_32, CPU))
-    assert any("force_v_prediction" in w for w in warnings)  # epsilon cannot learn the last step
+    # zero terminal SNR switches to v-prediction, as OneTrainer's setups do (epsilon cannot learn the last step)
+    assert warnings == [] and model.prediction_type == "v_prediction"
+    assert model.pipeline("EULER").scheduler.config.prediction_type == "v_prediction"
+    epsilon = tiny_model()
+    warnings = configure_model(epsilon, config(rescale_noise_scheduler_to_zero_terminal_snr=True, force_epsilon_prediction=True),
+                               CPU, Precision(DataType.FLOAT_32, CPU))
+    assert epsilon.prediction_type == "epsilon" and any("force_epsilon_prediction" in w for w in warnings)
     assert model.noise_scheduler.alphas_cumprod[-1].item() == pytest.approx(0.0, abs=1e-12)
     assert tiny_model().noise_scheduler.alphas_cumprod[-1].item() > 1e-3
     sampler = model.pipeline("EULER").scheduler

@@ -24,6 +24,19 @@ def test_every_distribution_stays_inside_the_noising_strengths(distribution):
     assert len(torch.unique(t)) > 100  # spread out, not collapsed
 
 
+def test_a_shift_moves_the_draws_past_the_noising_strengths_as_onetrainer():
+    """OneTrainer bounds the draw by the noising strengths, then shifts it (unclamped): UNIFORM up
+    to 0.5 with shift 3 reaches 0.75, t -> 3t / (2t/1000 + 1) of a flat draw. Clamping back into the
+    range put every shifted draw past 0.5 (a third of them) on timestep 499."""
+    t = draw(TD.UNIFORM, max_strength=0.5, shift=3.0).float()
+    assert int(t.max()) == pytest.approx(749, abs=2)
+    assert (t == 499).float().mean().item() < 0.01
+    u = torch.rand(200_000, generator=torch.Generator().manual_seed(1)) * 500
+    assert t.mean().item() == pytest.approx((3 * u / (2 * u / 1000 + 1)).mean().item(), abs=6)
+    low = draw(TD.LOGIT_NORMAL, min_strength=0.5, shift=0.3)
+    assert int(low.min()) < 300  # shifted towards less noise below the lowest strength, as there
+
+
 def test_uniform_is_flat_over_the_range():
     t = draw(TD.UNIFORM, min_strength=0.0, max_strength=1.0).float()
     assert t.mean().item() == pytest.approx(499.5, abs=8)

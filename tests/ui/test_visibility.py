@@ -128,6 +128,9 @@ def test_noise_schedule_options_only_where_they_apply(model_type):
     config = {"model_type": model_type.value}
     flow = FAMILIES[model_type].schedule == "flow_matching"
     assert all(applies(path, config) != flow for path in DDPM_ONLY), model_type
+    # the resolution shift is the flow-matching schedule's, and replaces Timestep shift there (OneTrainer)
+    assert applies("dynamic_timestep_shifting", config) == flow
+    assert applies("timestep_shift", config) and applies("timestep_shift", {**config, "dynamic_timestep_shifting": True}) != flow
     assert applies("vb_loss_strength", config) == model_type.value.startswith("PIXART")
     # the padding mask: where OneTrainer reads it (its model setups and samplers)
     masks = model_type.value in ("FLUX_DEV_1", "FLUX_FILL_DEV_1", "STABLE_DIFFUSION_3", "STABLE_DIFFUSION_35", "HI_DREAM_FULL")
