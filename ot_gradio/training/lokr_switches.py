@@ -2,6 +2,8 @@
 
 - `lokr_full_matrix`: w2 is one whole matrix (`lokr_w2`) whatever `lokr_dim` is (peft picks a
   product w2_a @ w2_b when the rank is under half the factor's sides).
+  A Base LoRA file's layers that hold w2 whole beside layers of products (`AdapterSpec.lokr_whole_w2`)
+  get a whole w2 too, so they continue as the file was trained.
 - `lokr_weight_decompose` (+ `lokr_dora_on_output`): DoRA on a LoKr layer. Its magnitude starts at
   the base weight's norms (per output row or per input column) and the layer computes
   magnitude * (W + s·kron(w1, w2)) / ||W + s·kron(w1, w2)||, the norm a constant for backprop
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import types
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -34,18 +37,23 @@ from .lora_variants import ADAPTER_NAME, LOKR_MAGNITUDE, AdapterSpec, Decomposed
 
 
 @contextlib.contextmanager
-def lokr_injection(spec: AdapterSpec):
-    """While peft injects LoKr layers with `lokr_full_matrix`: w2 is created whole (and so is
-    not a Tucker product), then initialized as LyCORIS does a whole w2 (w1 Kaiming, w2 zero)."""
-    if not spec.lokr_full_matrix:
+def lokr_injection(spec: AdapterSpec, whole_w2: Collection[nn.Module] = ()):
+    """While peft injects LoKr layers: w2 is created whole (and so is not a Tucker product) with
+    `lokr_full_matrix`, and on the layers of `whole_w2` (base layers whose Base LoRA file holds w2
+    whole, `AdapterSpec.lokr_whole_w2`: peft would build a product at the file's rank). A whole w2
+    is initialized as LyCORIS does one (w1 Kaiming, w2 zero)."""
+    if not spec.lokr_full_matrix and not whole_w2:
         yield
         return
     from peft.tuners.lokr.layer import LoKrLayer
 
     original = LoKrLayer.create_adapter_parameters
+    whole = {id(m) for m in whole_w2}
 
     def create(self, adapter_name, r, shape, use_w1, use_w2, use_effective_conv2d):
-        original(self, adapter_name, r, shape, use_w1, True, False)
+        if spec.lokr_full_matrix or id(self.get_base_layer()) in whole:
+            use_w2, use_effective_conv2d = True, False
+        original(self, adapter_name, r, shape, use_w1, use_w2, use_effective_conv2d)
 
     LoKrLayer.create_adapter_parameters = create
     try:

@@ -29,6 +29,7 @@ from .lora_variants import (
     install_real_shape_deltas,
     is_adapter_layer,
     layer_rank_alpha,
+    lokr_layer_key,
     peft_config,
     peft_injection,
     split_key,
@@ -225,7 +226,9 @@ def add_lora(
     )
     config = peft_config(spec, rank=rank, alpha=alpha, dropout=dropout, targets=targets)
     module.requires_grad_(False)
-    with peft_injection(), lokr_injection(spec):
+    whole_w2 = [module.get_submodule(t) for t in targets
+                if {lokr_layer_key(t), lokr_layer_key(public_name(module, kind, t))} & spec.lokr_whole_w2]
+    with peft_injection(), lokr_injection(spec, whole_w2):
         inject_adapter_in_model(config, module, adapter_name=ADAPTER_NAME)
     if spec.peft_type in (LOHA, LOKR):
         install_real_shape_deltas(module)

@@ -60,6 +60,8 @@ class AdapterSpec:
     lokr_dora_output: bool = True
     lokr_full_matrix: bool = False
     lokr_vec_trick: bool = False
+    # a Base LoRA file's layers (lokr_layer_key) that hold w2 whole: built whole (lokr_switches.lokr_injection)
+    lokr_whole_w2: frozenset[str] = frozenset()
     oft_block_size: int = 32  # OFT v2
     oft_block_share: bool = False
     oft_scaled: bool = False
@@ -406,6 +408,12 @@ def layer_rank(tensors: Mapping[str, torch.Tensor]) -> int | None:
     return None
 
 
+def lokr_layer_key(path: str) -> str:
+    """A layer's path as `AdapterSpec.lokr_whole_w2` holds it: `_` for `.`, without CLIP's `text_model.`
+    (a file's paths and a module's match as `lora.load_lora_state_dict` matches them)."""
+    return path.replace(".", "_").removeprefix("text_model_")
+
+
 def dora_axis(tensors: Mapping[str, torch.Tensor]) -> str | None:
     return "output" if DORA_OUT in tensors else "input" if DORA_IN in tensors else None
 
@@ -575,10 +583,14 @@ def check_start_file(spec: AdapterSpec, parts: Mapping[str, Mapping[str, torch.T
         if other := oft.other_block_sizes(layers, layout["oft_block_size"]):
             raise ValueError(oft.oft_sizes_refusal(path, layers, other, layout["oft_block_size"]))
         return replace(spec, oft_block_size=layout["oft_block_size"], oft_block_share=layout["oft_block_share"])
-    if kind == LOKR:  # LyCORIS's full_matrix / decompose_both as the file's layers are (else they would not fit)
-        layers = [t for sd in parts.values() for t in group_layers(sd).values()]
-        spec = replace(spec, lokr_full_matrix=all("lokr_w2" in t for t in layers),
-                       decompose_both=all("lokr_w1_a" in t for t in layers))
+    if kind == LOKR:  # LyCORIS's full_matrix / decompose_both / use_tucker as the file's layers are (else they would not fit)
+        layers = {path: t for sd in parts.values() for path, t in group_layers(sd).items()}
+        spec = replace(spec, lokr_full_matrix=all("lokr_w2" in t for t in layers.values()),
+                       decompose_both=all("lokr_w1_a" in t for t in layers.values()),
+                       use_tucker=any("lokr_t2" in t for t in layers.values()),
+                       # whole beside products (LyCORIS's dim at least half a factor's side, a conv_dim over dim):
+                       # peft would build a product at the file's rank; a whole factor takes a product multiplied out
+                       lokr_whole_w2=frozenset(lokr_layer_key(p) for p, t in layers.items() if "lokr_w2" in t))
     wanted = _dora_wanted(spec)
     if axis == wanted:
         return spec

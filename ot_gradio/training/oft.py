@@ -93,33 +93,42 @@ def merged_weight(weight: torch.Tensor, tensors: Mapping[str, torch.Tensor], str
 
 
 def spec_fields(layers) -> dict:
-    """AdapterSpec's OFT fields that rebuild the layers of a file (peft form): the most common
-    block size (others are that one adjusted to their layer), shared blocks when every layer
-    has one, Scaled OFT when the layers carry its marker."""
+    """AdapterSpec's OFT fields that rebuild the layers of a file (peft form): a block size every
+    layer is as peft fits it to its inputs (`other_block_sizes`), the most common one that is (the
+    most common of the layers of several blocks when none is: `oft_sizes_refusal` names the others),
+    shared blocks when every layer has one, Scaled OFT when the layers carry its marker."""
     from collections import Counter
 
     layers = list(layers)
+    shared = bool(layers) and all(t[OFT_WEIGHT].shape[0] == 1 for t in layers)
     sizes = Counter(block_size_of(t[OFT_WEIGHT]) for t in layers)
-    return {
-        "oft_block_size": sizes.most_common(1)[0][0] if sizes else 32,
-        "oft_block_share": bool(layers) and all(t[OFT_WEIGHT].shape[0] == 1 for t in layers),
-        "oft_scaled": any(OFT_SCALED in t for t in layers),
-    }
+    size = sizes.most_common(1)[0][0] if sizes else 32
+    if not shared:
+        by_index = dict(enumerate(layers))
+        fits = [b for b, _ in sizes.most_common() if not other_block_sizes(by_index, b)]
+        several = Counter(block_size_of(t[OFT_WEIGHT]) for t in layers if t[OFT_WEIGHT].shape[0] > 1)
+        size = fits[0] if fits else several.most_common(1)[0][0]
+    return {"oft_block_size": size, "oft_block_share": shared, "oft_scaled": any(OFT_SCALED in t for t in layers)}
 
 
-def other_block_sizes(layers: Mapping[str, Mapping[str, torch.Tensor]], block_size: int) -> dict[str, int]:
+def other_block_sizes(layers: Mapping[Any, Mapping[str, torch.Tensor]], block_size: int) -> dict[Any, int]:
     """The layers (path -> block size) whose blocks are not `block_size` as peft fits it to their inputs
     (blocks x block size; peft changes a size only where it does not divide them): layers one
-    `oft_block_size` cannot rebuild. A layer of one shared block does not tell its inputs: not judged."""
+    `oft_block_size` cannot rebuild. Beside layers of several blocks (no shared block) a layer of one
+    block is one block over its whole input (peft's size for a block size at least its inputs), judged
+    as the others; in a file of one block per layer each may be a shared block, which does not tell
+    its layer's inputs: none judged."""
     from peft.tuners.oft.layer import OFTLayer
 
+    if all(t[OFT_WEIGHT].shape[0] == 1 for t in layers.values()):
+        return {}
     out = {}
     for path, tensors in layers.items():
         vec = tensors[OFT_WEIGHT]
         size, inputs = block_size_of(vec), int(vec.shape[0]) * block_size_of(vec)
         # peft's own adjustment (a method that uses nothing of its layer)
         fitted = block_size if inputs % block_size == 0 else OFTLayer.adjust_oft_parameters(None, inputs, block_size)
-        if vec.shape[0] > 1 and size != fitted:
+        if size != fitted:
             out[path] = size
     return out
 
@@ -202,6 +211,10 @@ def oft_sizes_refusal(path: Any, layers: Mapping[str, Any], other: Mapping[str, 
         sizes.setdefault(other.get(name, size), []).append(name)
     listed = "; ".join(f"block size {b}: {len(names)} layer(s) ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
                        for b, names in sorted(sizes.items(), key=lambda item: (-len(item[1]), item[0])))
+    whole = [name for name in other if layers[name][OFT_WEIGHT].shape[0] == 1]
+    if whole:  # one block over a layer's whole input: trained with a block size at least its inputs
+        listed += (f"; {len(whole)} of them one block over the layer's whole input ({', '.join(whole[:3])}"
+                   f"{', ...' if len(whole) > 3 else ''}), from an oft_block_size at least the layer's inputs")
     return (f"lora_model_name: {path}: OFT layers of different block sizes ({listed}). An OFT continues with one "
             "oft_block_size (peft changes it only where it does not divide a layer's inputs), and one block size "
             "cannot stand for another: smaller blocks cannot hold a larger block's rotation, and larger ones would "
