@@ -21,6 +21,7 @@ import gradio as gr
 from ..config.doctor import check as doctor_check
 from ..config.families import FAMILIES
 from ..config.fields import iter_fields
+from ..config.include_parts import is_left_out, left_out_settings
 from ..config.io import ConfigError, config_to_dict, load_config
 from ..config.optimizer import optimizer_keys
 from ..config.presets import list_presets
@@ -53,16 +54,17 @@ from .tools_tab import ToolsContext, build_tools
 from .training_tab import lr_frame, memory_markdown
 from .uploads import DELETE_CACHE, bound_uploads
 from .visibility import (
+    LEFT_OUT_NOTE,
     TAB_METHODS,
-    applies,
     attention_choices,
     conditional_fields,
+    left_out_fields,
     method_choices,
-    method_field_shown,
     method_fields,
     model_parts,
     part_field_shown,
     part_of,
+    shown_now,
     shown_parts,
     tab_order,
     tab_shown,
@@ -153,6 +155,7 @@ class Page(EditHandlers, ConfigFiles):
         self.fields: dict[str, Field] = {}
         self.tab_handles: dict[str, gr.Tab] = {}
         self.part_groups: dict[gr.Accordion, str] = {}  # accordion -> its model part
+        self.left_out_notes: dict[gr.Markdown, str] = {}  # note -> its model part, shown while Include is off
         # a titled group some method or model type leaves empty (Timestep distribution, Video clips) -> its fields
         self.method_groups: dict[gr.Accordion, list[str]] = {}
         with gr.Blocks(title="ot_gradio", delete_cache=DELETE_CACHE) as self.blocks:
@@ -227,7 +230,7 @@ class Page(EditHandlers, ConfigFiles):
                     with gr.Column(elem_classes="ot-cols" if tab in COLUMNS else None):
                         plain = {f.path: f for f in infos if not part_of(f.path) and not f.path.startswith("optimizer.")}
                         for title, paths in group_paths(list(plain)):  # titled groups, 2-3 columns wide (ui/layout.py)
-                            shown_group = not title or any(applies(p, initial) and method_field_shown(p, method) for p in paths)
+                            shown_group = not title or any(shown_now(p, initial) for p in paths)
                             with gr.Accordion(title, open=group_open(tab, title), elem_classes="ot-group", visible=shown_group) if title else contextlib.nullcontext() as group:
                                 with gr.Column(elem_classes="ot-grid"):
                                     fields.update(build_fields([plain[p] for p in paths]))
@@ -241,6 +244,9 @@ class Page(EditHandlers, ConfigFiles):
                                                   elem_classes="ot-wide" if part in DENOISERS else None) as acc:
                                     with gr.Column(elem_classes="ot-grid"):
                                         fields.update(build_fields(part_infos))
+                                    if left_out_settings(part):  # why its settings are gone while Include is off
+                                        self.left_out_notes[gr.Markdown(LEFT_OUT_NOTE, visible=is_left_out(initial, part),
+                                                                        elem_id=f"left-out-{part}")] = part
                                 self.part_groups[acc] = part
                     closing.get(tab, _no_panel)(initial, infos)
             with gr.Tab("Concepts", id="concepts", elem_id="tab-concepts"):
@@ -256,7 +262,7 @@ class Page(EditHandlers, ConfigFiles):
                     self.runs_workspace,
                     lambda path: [self.autosave(c := self.read_any(path)), self.populate(c)][1],
                     [self.config_state, *(f.component for f in self.fields.values()), self.samples.table, self.lr_plot, self.memory,
-                     *self.part_groups, *self.method_groups, *self.tab_handles.values(), *self.concepts.outputs], runs_tab)
+                     *self.part_groups, *self.left_out_notes, *self.method_groups, *self.tab_handles.values(), *self.concepts.outputs], runs_tab)
         self.browser = BrowserPanel()
         self.components = {f.component for f in fields.values()}
         # by block id: an event's target is the session's copy of a component once an update
@@ -265,15 +271,13 @@ class Page(EditHandlers, ConfigFiles):
         # ...or by elem_id: a copy made by an update of its choices (the training method's) has an id of its own
         self._by_elem = {f.component.elem_id: f for f in fields.values() if f.component.elem_id}
         self.opt_fields = {p: f for p, f in fields.items() if p.startswith("optimizer.") and p != "optimizer.optimizer"}
-        self.conditional = {p: fields[p] for p in conditional_fields() if p in fields}
+        # the fields the rest of the config shows or hides: those with a condition of their own, the
+        # settings one method ignores, those of a part left out of the run (visibility.shown_now)
+        self.followed = {p: fields[p] for p in (*conditional_fields(), *method_fields(), *left_out_fields()) if p in fields}
         # the Concepts tab's fields that apply to some model types only (the control image folder)
-        self.conditional |= {f"concepts[].{k}": f for k, f in self.concepts.fields.items() if f"concepts[].{k}" in conditional_fields()}
-        for path, f in self.conditional.items():
-            f.component.visible = applies(path, initial) and method_field_shown(path, method)
-        # settings one method ignores (the conditional ones among them follow both rules)
-        self.by_method = {p: fields[p] for p in method_fields() if p in fields and p not in self.conditional}
-        for path, f in self.by_method.items():
-            f.component.visible = method_field_shown(path, method)
+        self.followed |= {f"concepts[].{k}": f for k, f in self.concepts.fields.items() if f"concepts[].{k}" in conditional_fields()}
+        for path, f in self.followed.items():
+            f.component.visible = shown_now(path, initial)
         self.all_outputs = [self.config_state, *self.components, self.samples.table, self.lr_plot, self.memory, self.memory_estimate.output,
                             *self._visibility_targets(), *self.concepts.outputs]
         self.edit_outputs = [self.config_state, self.lr_plot, self.memory, self.memory_estimate.output, *self._visibility_targets()]
@@ -300,8 +304,8 @@ class Page(EditHandlers, ConfigFiles):
         self.samples = SamplesTab()
 
     def _visibility_targets(self) -> list:
-        return [*(f.component for f in self.opt_fields.values()), *(f.component for f in self.conditional.values()), *self.part_groups,
-                *(self.tab_handles[t] for t in TAB_METHODS if t in self.tab_handles), *(f.component for f in self.by_method.values()),
+        return [*(f.component for f in self.opt_fields.values()), *(f.component for f in self.followed.values()), *self.part_groups,
+                *(self.tab_handles[t] for t in TAB_METHODS if t in self.tab_handles), *self.left_out_notes,
                 *self.method_groups, self.fields["training_method"].component, self.fields["transformer.weight_dtype"].component,
                 self.fields["attention_mechanism"].component]
 
@@ -397,13 +401,12 @@ class Page(EditHandlers, ConfigFiles):
         keys = set(optimizer_keys(config.get("optimizer", {}).get("optimizer", "ADAMW")))
         out: dict = {f.component: gr.update(visible=p.split(".", 1)[1] in keys) for p, f in self.opt_fields.items()}
         method, model_type = config.get("training_method"), config.get("model_type")
-        out.update({f.component: gr.update(visible=applies(p, config) and method_field_shown(p, method)) for p, f in self.conditional.items()})
+        out.update({f.component: gr.update(visible=shown_now(p, config)) for p, f in self.followed.items()})
         shown = shown_parts(model_type)
         out.update({acc: gr.update(visible=part in shown) for acc, part in self.part_groups.items()})
+        out.update({note: gr.update(visible=is_left_out(config, part)) for note, part in self.left_out_notes.items()})
         out.update({self.tab_handles[t]: gr.update(visible=tab_shown(t, method)) for t in TAB_METHODS if t in self.tab_handles})
-        out.update({f.component: gr.update(visible=method_field_shown(p, method)) for p, f in self.by_method.items()})
-        out.update({acc: gr.update(visible=any(applies(p, config) and method_field_shown(p, method) for p in paths))
-                    for acc, paths in self.method_groups.items()})
+        out.update({acc: gr.update(visible=any(shown_now(p, config) for p in paths)) for acc, paths in self.method_groups.items()})
         # only the methods the model type offers (a value outside the choices is refused by gradio)
         out[self.fields["training_method"].component] = gr.update(choices=method_choices(model_type, method))
         weights = (config.get("transformer") or {}).get("weight_dtype")

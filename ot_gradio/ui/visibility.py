@@ -18,6 +18,7 @@ from ..config.enums import GGUF_TYPES, AttentionMechanism, DataType
 from ..config.enums import TrainingMethod as T
 from ..config.families import FAMILIES, FROZEN_PARTS, IMPLEMENTED_METHODS, family_info
 from ..config.fields import field_meta, iter_fields, strip_optional
+from ..config.include_parts import is_left_out, left_out_settings
 from ..config.parts import ModelPartConfig
 from ..config.schema import TrainConfig
 
@@ -38,6 +39,8 @@ VAE_IGNORED = ("latent_caching", "offset_noise_weight", "generalized_offset_nois
                "min_noising_strength", "max_noising_strength", "timestep_distribution", "noising_weight", "noising_bias",
                "timestep_shift", "dynamic_timestep_shifting", "loss_weight_fn", "loss_weight_strength", "vb_loss_strength",
                "only_cache")
+# said in a part's group while its Include is off, where its other settings were
+LEFT_OUT_NOTE = "*Left out of the run (Include off): this part is not loaded, so its other settings do nothing and are hidden.*"
 
 
 @cache
@@ -194,6 +197,25 @@ def applies(path: str, config: dict) -> bool:
     """Whether a field means anything with the rest of `config` as it is."""
     rule = _rules().get(path)
     return True if rule is None else rule(config)
+
+
+def included(path: str, config: dict) -> bool:
+    """False for a setting of a part the run leaves out (its Include off): the part is not loaded,
+    so the setting does nothing (config/include_parts.left_out_settings says which)."""
+    part = part_of(path)
+    return part is None or path not in left_out_settings(part) or not is_left_out(config, part)
+
+
+@cache
+def left_out_fields() -> tuple[str, ...]:
+    """The fields `included` may hide (the page updates them on every edit)."""
+    return tuple(path for part in model_parts() for path in left_out_settings(part))
+
+
+def shown_now(path: str, config: dict) -> bool:
+    """The rules that follow the rest of the config, together: the field's own condition, the
+    training method's, and its part being included in the run."""
+    return applies(path, config) and method_field_shown(path, config.get("training_method")) and included(path, config)
 
 
 def tab_order(paths: list[str]) -> list[str]:

@@ -111,3 +111,23 @@ def test_a_fine_tune_with_a_part_left_out_says_its_saved_model_lacks_it():
     assert [w for w in check(cfg) if w.startswith("text_encoder_3 left out (Include off): the fine-tuned model is saved without it")]
     cfg.training_method = "LORA"
     assert not [w for w in check(cfg) if "left out" in w]
+
+
+def test_a_left_out_parts_settings_are_said_to_be_ignored_not_refused():
+    """OneTrainer's SD 3 preset keeps T5 at FLOAT_16; with T5 left out that type does nothing: said
+    once before the run (command line, the page's Start), and the config still loads and starts."""
+    raw = {"model_type": "STABLE_DIFFUSION_3", "training_method": "LORA",
+           "text_encoder_3": {"include": False, "train": False, "weight_dtype": "FLOAT_16", "model_name": "t5xxl_fp16.safetensors"}}
+    loaded = load_config(raw)
+    cfg = loaded.config
+    assert cfg.text_encoder_3.weight_dtype == "FLOAT_16" and not [e for e in errors(cfg) if "text_encoder_3" in e]
+    said = [w for w in check(cfg) if "text_encoder_3.weight_dtype" in w]
+    assert len(said) == 1 and "FLOAT_16" in said[0] and "text_encoder_3.model_name t5xxl_fp16.safetensors" in said[0]
+    assert "ignored" in said[0] and "left out" in said[0]
+    cfg.text_encoder_3.include = True
+    assert not [w for w in check(cfg) if "text_encoder_3.weight_dtype" in w]
+    cfg = load_config({"model_type": "STABLE_DIFFUSION_3", "training_method": "LORA", "text_encoder_3": {"include": False, "train": False}}).config
+    assert not [w for w in check(cfg) if "ignored" in w]  # nothing set: nothing to say
+    ideogram = load_config({"model_type": "IDEOGRAM_4", "training_method": "LORA",
+                            "unconditional_transformer": {"include": False, "weight_dtype": "NFLOAT_4"}}).config
+    assert [w for w in check(ideogram) if w.startswith("unconditional_transformer.weight_dtype NFLOAT_4: ignored")]

@@ -315,3 +315,36 @@ def test_include_is_shown_on_the_parts_the_model_type_may_leave_out(page):
                               ("STABLE_DIFFUSION_15", set())):
         out = page.visibility({**config, "model_type": model_type})
         assert {p for p, f in page.fields.items() if p.endswith(".include") and out[f.component]["visible"]} == shown, model_type
+
+
+def test_a_left_out_parts_settings_are_hidden_and_the_part_says_why(page):
+    """SD 3 with T5 left out (text_encoder_3.include off): its weight type, and every setting of it
+    but Include and Train (refused while on), did nothing yet stayed on the page."""
+    values = page.form_values({**page.on_page_load()[page.config_state], "model_type": "STABLE_DIFFUSION_3", "training_method": "LORA"})
+    values[page.fields["text_encoder_3.train"].component] = False
+    values[page.fields["text_encoder_3.include"].component] = False
+    out = page.on_edit(values)
+    visible = {p: out[f.component]["visible"] for p, f in page.fields.items() if f.component in out and "visible" in out[f.component]}
+    for path in ("text_encoder_3.weight_dtype", "text_encoder_3.learning_rate", "text_encoder_3.offload_fraction",
+                 "text_encoder_3.model_name", "text_encoder_3_layer_skip"):
+        assert visible[path] is False, path
+    for path in ("text_encoder_3.include", "text_encoder_3.train", "text_encoder_2.weight_dtype", "text_encoder_3_sequence_length"):
+        assert visible[path] is True, path  # the zeros in T5's place are that many tokens long
+    notes = {part: out[note]["visible"] for note, part in page.left_out_notes.items()}
+    assert notes["text_encoder_3"] is True and notes["text_encoder_2"] is False
+    values[page.fields["text_encoder_3.include"].component] = True
+    out = page.on_edit(values)
+    assert out[page.fields["text_encoder_3.weight_dtype"].component]["visible"] is True
+    assert not any(out[note]["visible"] for note in page.left_out_notes)
+
+
+def test_a_loaded_config_with_a_part_left_out_shows_it_so(page):
+    """Ideogram 4 with its unconditional transformer left out: its weight type (the one setting of it
+    the trainer reads) is hidden; on SD 1.5, where Include is ignored, the text encoder's stays."""
+    base = {**page.on_page_load()[page.config_state], "training_method": "LORA"}
+    out = page.populate({**base, "model_type": "IDEOGRAM_4", "unconditional_transformer": {"include": False, "weight_dtype": "NFLOAT_4"}})
+    assert out[page.fields["unconditional_transformer.weight_dtype"].component]["visible"] is False
+    assert [part for note, part in page.left_out_notes.items() if out[note]["visible"]] == ["unconditional_transformer"]
+    out = page.populate({**base, "model_type": "STABLE_DIFFUSION_15", "text_encoder": {**base["text_encoder"], "include": False}})
+    assert out[page.fields["text_encoder.weight_dtype"].component]["visible"] is True
+    assert not any(out[note]["visible"] for note in page.left_out_notes)
