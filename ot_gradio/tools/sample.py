@@ -167,7 +167,7 @@ def apply_lora(model: Any, path: str, weight: float) -> tuple[int, int]:
     from ot_gradio.training.lora import add_lora, load_lora_state_dict, public_name
     from ot_gradio.training.lora_format import load_lora_file
     from ot_gradio.training.lora_method import kohya_module_names, lora_kind, trainable_parts
-    from ot_gradio.training.lora_variants import LOKR, OFT_2, AdapterSpec, describe, group_layers, scale_layer
+    from ot_gradio.training.lora_variants import LOKR, OFT_2, AdapterSpec, describe, group_layers, lokr_layer_key, scale_layer
     from ot_gradio.training.oft import spec_fields
 
     file = Path(path).expanduser()
@@ -209,6 +209,8 @@ def apply_lora(model: Any, path: str, weight: float) -> tuple[int, int]:
                            use_tucker=lokr and any("lokr_t2" in t for t in found.values()),
                            lokr_decompose=lokr and dora is not None, lokr_dora_output=dora == "output",
                            lokr_full_matrix=lokr and all("lokr_w2" in t for t in found.values()),
+                           # a whole w2 beside products (LyCORIS's large-rank layers): built whole, as the file holds it
+                           lokr_whole_w2=frozenset(lokr_layer_key(n) for n, t in found.items() if lokr and "lokr_w2" in t),
                            **(spec_fields(found.values()) if kind == OFT_2 else {}))
         # one anchored alternation: exactly these layers, compiled once however many there are
         regex = "^(?:" + "|".join(re.escape(public_name(module, lkind, n)) for n in found) + ")$"
