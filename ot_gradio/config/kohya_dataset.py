@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .balancing_count import epoch_count
 from .families import family_info
 from .json_file import may_read, read_json
 from .kohya_reader import KohyaReader, changes_something, flag, is_set
@@ -125,13 +126,14 @@ def steps_per_epoch(concepts: list[dict[str, Any]] | None, out: dict[str, Any], 
     if not concepts:
         return None
     samples = 0
-    for concept in concepts:  # as the trainer counts them (data/balancing.py, OneTrainer's rounding down)
-        if concept.get("balancing_strategy") == "SAMPLES":
-            samples += int(concept["balancing"])
+    for concept in concepts:  # as the trainer counts them (OneTrainer's rounding down)
+        strategy = concept.get("balancing_strategy") or "REPEATS"
+        if strategy == "SAMPLES":
+            samples += epoch_count(1, float(concept["balancing"]), strategy)  # (SAMPLES: whatever the image count)
         elif (count := _image_count(Path(concept["path"]), readable)) is None:
             return None
         else:
-            samples += math.floor(count * concept["balancing"])
+            samples += epoch_count(count, float(concept["balancing"]), strategy)
     batches = -(-samples // int(out.get("batch_size", 1)))
     return max(1, -(-batches // int(out.get("gradient_accumulation_steps", 1)))) if samples else None
 

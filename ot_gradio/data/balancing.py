@@ -23,21 +23,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from ..config.balancing_count import epoch_count
+
+__all__ = ["concept_balancing", "epoch_count", "epoch_indices", "epoch_showings", "max_repeats", "zero_samples_warning"]
+
 
 def concept_balancing(concept: object) -> tuple[float, str]:
     """A concept config's (Balancing, Balancing strategy), with OneTrainer's defaults."""
     strategy = getattr(concept, "balancing_strategy", "REPEATS")
     return float(getattr(concept, "balancing", 1.0)), str(getattr(strategy, "value", strategy))
-
-
-def epoch_count(count: int, balancing: float, strategy: object) -> int:
-    """Samples a concept of ``count`` images gives each epoch: ``floor(count * balancing)`` for
-    REPEATS, ``int(balancing)`` for SAMPLES (OneTrainer's formulas, float rounding included)."""
-    if count <= 0 or balancing <= 0:
-        return 0
-    if str(strategy) == "SAMPLES":
-        return int(balancing)
-    return int(math.floor(count * balancing))
 
 
 def epoch_indices(count: int, balancing: float, strategy: object, epoch: int,

@@ -105,7 +105,7 @@ def steps_per_epoch(config: dict[str, Any]) -> int:
     """An estimate from the image counts, each concept's samples counted as the trainer does
     (data/balancing.py: floor(images × balancing), or int(balancing) with SAMPLES); the trainer's
     exact number also drops incomplete buckets."""
-    from ..data.balancing import epoch_count  # noqa: PLC0415
+    from ..config.balancing_count import epoch_count  # noqa: PLC0415
 
     images = 0
     info = _family_info(config.get("model_type"))
