@@ -3,8 +3,9 @@ looks complete.
 
 A backup is a folder `backup/<time>-step<N>/` with `trainable.safetensors` (the trained weights),
 `state.pt` (optimizer, scheduler, grad scaler, RNG states, counters), `config.json`, and a
-`COMPLETE` marker written last, which holds the counters and the id of the training (a fresh run
-starts a training, a run continued from a backup carries its id on: backup_training.py). `state.pt`
+`COMPLETE` marker written last, which holds the counters, the id of the training (a fresh run
+starts a training, a run continued from a backup carries its id on: backup_training.py) and the
+version of the data plan that drew its epochs (data/plan_version.py; resume_plan.py reads it). `state.pt`
 is read with torch's weights-only unpickler (tensors, numbers, strings and numpy's random state), so
 a backup put in a workspace by someone else cannot run code when the run resumes from it. It is
 assembled under a temporary name and renamed into place; a folder without the marker is never
@@ -39,6 +40,7 @@ from safetensors.torch import load_file, save_file
 from ot_gradio.fsutil import BACKUP_MARKER as MARKER
 from ot_gradio.fsutil import DiskFullError, as_disk_full, atomic_write_text, free_bytes, fsync_dir, fsync_file, tree_size
 
+from ..data.plan_version import PLAN_VERSION, plan_of
 from .backup_damage import UnreadableBackup, backup_problem, unreadable
 
 # The steps of a backup write, in order: a fault-injection pause can hold the writer after each.
@@ -162,7 +164,8 @@ def write_backup(
     fault_pause("backup-renamed")
     # The marker goes last, itself atomically: a folder that has it is complete.
     try:
-        marker = {**counters.as_dict(), "written": time.time(), **({"training": training} if training else {})}
+        marker = {**counters.as_dict(), "written": time.time(), **({"training": training} if training else {}),
+                  "plan": PLAN_VERSION}
         atomic_write_text(final / MARKER, json.dumps(marker), what="the backup's marker")
     except BaseException:
         shutil.rmtree(final, ignore_errors=True)  # an unmarked folder is not a backup; free its space
@@ -222,6 +225,12 @@ def marker_step(backup: Path, marker: dict[str, Any] | None = None) -> int:
     """The backup's optimizer step, from its marker (-1 when it cannot be read). `marker`: already read."""
     step = (marker if marker is not None else _marker(backup) or {}).get("global_step")
     return step if isinstance(step, int) and not isinstance(step, bool) else -1
+
+
+def marker_plan(backup: Path) -> int:
+    """The version of the data plan the backup's epochs were drawn with (data/plan_version.py): 0
+    for a backup written before markers held it, or whose marker cannot be read."""
+    return plan_of(_marker(backup))
 
 
 def backup_order(backup: Path) -> tuple[float, int, str]:

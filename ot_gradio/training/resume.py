@@ -41,11 +41,12 @@ MUST_MATCH = tuple(_MUST_MATCH)
 @dataclass
 class Resumed:
     """What the run continues with: the backup's counters, and the EMA (a fresh one when the
-    backup has none); and the backup it continues."""
+    backup has none); and the backup it continues, with its config (`old`: its JSON)."""
 
     counters: Counters
     ema: EMA | None
     backup: Path | None = None
+    old: dict[str, Any] | None = None
 
 
 def find_backup(run_dirs: list[Path], dest: str) -> Path | None:
@@ -157,4 +158,4 @@ def resume_from_latest_backup(run: RunState) -> Resumed | None:
                            f"{', '.join(before) or 'none'}; this run trains on {', '.join(now) or 'none'}")
     run.report.status("training", f"continuing from backup {found.name} (run {found.parent.parent.name}) at step "
                                   f"{backup.counters.global_step}")
-    return Resumed(backup.counters, ema, found)
+    return Resumed(backup.counters, ema, found, old)

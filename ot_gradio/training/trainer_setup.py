@@ -43,6 +43,7 @@ from .param_groups import all_params, optimizer_groups, scale_learning_rates
 from .placement import Placement, fill_text_cache
 from .preflight import TrainingError, check_concepts, check_writable
 from .resume_damaged import resume_past_damaged
+from .resume_plan import say_plan_change
 from .schedulers import create_scheduler
 from .start_files import fetch_start_files
 from .unit_scales import skip_unit_divisions
@@ -289,6 +290,7 @@ class TrainerSetup:
             self._tb = SummaryWriter(str(self.paths.tensorboard))
         if cfg.continue_last_backup and (resumed := resume_past_damaged(self._run_state)) is not None:
             self.counters, self.ema = resumed.counters, resumed.ema
+            say_plan_change(resumed, cfg, self.dataset.steps_in_epoch, self.report)  # a backup of another data plan
         self._stop_parts_if_due()
         self.dist.sync_random_state()  # multi-GPU: every process draws the main process's numbers from here on
 
