@@ -26,6 +26,7 @@ from .dpipe_optimizer import optimizer_settings
 from .enums import ModelType as M
 from .families import family_info
 from .json_file import may_read
+from .lr_schedules import warmup_option
 from .musubi_model import FLUX2_VERSIONS, QWEN_VERSIONS
 from .validation import ConfigError, LoadResult, import_result, validate
 
@@ -483,7 +484,7 @@ def _run(r: Section, out: dict[str, Any], notes: list[str], model_type: M, sourc
             notes.append(f"gradient_accumulation_steps {out['gradient_accumulation_steps']}: with gradient_release diffusion-pipe "
                          "steps every batch (its betas adjusted); here too, without accumulation")
             out["gradient_accumulation_steps"] = 1
-    out["learning_rate_warmup_steps"] = float(r.number("warmup_steps", 0))
+    out["learning_rate_warmup_steps"] = warmup_option(r.number("warmup_steps", 0))
     scheduler = str(r.get("lr_scheduler") or "constant").lower()
     if scheduler not in ("constant", "linear", "cosine"):
         raise ConfigError(f"lr_scheduler: '{scheduler}' is not one diffusion-pipe reads (constant, linear, cosine)")

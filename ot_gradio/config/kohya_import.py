@@ -19,6 +19,7 @@ from .kohya_flow import flow_timesteps, other_family_keys
 from .kohya_model import FAMILY_NAMES, kohya_model_type, model_sources
 from .kohya_network import network
 from .kohya_reader import KohyaReader, changes_something
+from .lr_schedules import warmup_option
 from .musubi_model import PLUMBING as MUSUBI_PLUMBING
 from .musubi_model import is_musubi, musubi_model_type, musubi_options, musubi_sources
 from .validation import ConfigError, LoadResult, import_result, validate
@@ -335,7 +336,7 @@ def _training(r: KohyaReader, out: dict[str, Any], model_type: M, notes: list[st
     steps = r.number("lr_warmup_steps") if r.given("lr_warmup_steps") else 0.0
     percent = r.number("lr_warmup") if r.given("lr_warmup") else 0.0  # kohya_ss's page: a percentage of the steps
     # sd-scripts: steps, or below 1 a fraction of all steps; kohya_ss's page: its percentage when no steps
-    out["learning_rate_warmup_steps"] = steps if steps else min(percent, 99.0) / 100
+    out["learning_rate_warmup_steps"] = warmup_option(steps) if steps else min(percent, 99.0) / 100
     custom = str(r.get("lr_scheduler_type") or "").strip()
     if custom:  # sd-scripts builds that class (torch.optim.lr_scheduler's when no module is named) with lr_scheduler_args, no warmup
         out.update(learning_rate_scheduler="CUSTOM", learning_rate_warmup_steps=0.0,

@@ -57,9 +57,10 @@ def cosine_with_hard_restarts(progress: float, cycles: float) -> float:
 
 @register(S.REX)
 def rex(progress: float, cycles: float) -> float:
-    """Reflected exponential (REX): z / (1/2 + z/2) with z = 1 - progress."""
+    """Reflected exponential (REX, arXiv 2107.04197) as OneTrainer's: z / (0.1 + 0.9 z) with
+    z = 1 - progress."""
     z = 1.0 - progress
-    return z / (0.5 + 0.5 * z)
+    return z / (0.1 + 0.9 * z)
 
 
 @register(S.ADAFACTOR)
@@ -80,10 +81,17 @@ NO_WARMUP = {S.ADAFACTOR}
 
 
 def warmup_steps(warmup: float, total_steps: int) -> int:
-    """Warmup below 1 is a fraction of all steps, otherwise a step count."""
+    """OneTrainer's reading: above 1 a step count; from 0 to 1 (1 included: the whole run) a
+    fraction of all steps, rounded down."""
     if warmup <= 0:
         return 0
-    return int(round(warmup * total_steps)) if warmup < 1 else int(warmup)
+    return int(warmup * total_steps) if warmup <= 1 else int(warmup)
+
+
+def warmup_option(steps: float) -> float:
+    """Another trainer's warmup of `steps` whole steps as the option holds it: 1 step is 0, since
+    the option reads 1 as the whole run (its single step would be at rate 0 anyway)."""
+    return 0.0 if steps == 1 else float(steps)
 
 
 def lr_factor(
@@ -97,8 +105,8 @@ def lr_factor(
     if scheduler in NO_WARMUP:
         return 1.0
     n_warm = warmup_steps(warmup, total_steps)
-    if step < n_warm:
-        return (step + 1) / n_warm
+    if step < n_warm:  # from 0 at the first step, as OneTrainer's and diffusers' warmups
+        return step / n_warm
     span = max(1, total_steps - n_warm)
     progress = min(1.0, max(0.0, (step - n_warm) / span))
     factor = SCHEDULES[scheduler](progress, cycles)

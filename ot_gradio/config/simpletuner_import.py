@@ -23,6 +23,7 @@ from .dpipe_data import config_roots
 from .enums import ModelType as M
 from .families import family_info
 from .kohya_dataset import steps_as_epochs
+from .lr_schedules import warmup_option
 from .simpletuner_data import StSection, datasets, lycoris, side
 from .validation import ConfigError, LoadResult, import_result, validate
 
@@ -451,7 +452,7 @@ def _schedule(r: StSection, out: dict[str, Any], notes: list[str], optimizer: st
     torch's CosineAnnealingLR does; none for its schedule-free optimizers."""
     name = str(r.get("lr_scheduler") or "constant_with_warmup").lower().replace("cosine_with_warmup", "cosine")
     warmup = r.number("lr_warmup_steps", 0, int)
-    out["learning_rate_warmup_steps"] = float(warmup)
+    out["learning_rate_warmup_steps"] = warmup_option(warmup)
     if optimizer in SCHEDULE_FREE or optimizer == "prodigy":  # (schedule-free here: a constant rate)
         out.update(learning_rate_scheduler="CONSTANT", learning_rate_warmup_steps=0.0)
         if warmup or name not in ("constant", "constant_with_warmup"):

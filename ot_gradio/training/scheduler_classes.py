@@ -98,6 +98,6 @@ def custom_scheduler(optimizer: torch.optim.Optimizer, class_path: str | None, p
     except TypeError as err:
         raise ValueError(f"scheduler_params: {class_path} does not take these parameters ({err})") from None
     if warmup_steps > 0:
-        warmup = LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps))
+        warmup = LambdaLR(optimizer, lambda step: min(1.0, step / warmup_steps))  # from 0, as OneTrainer's
         scheduler = SequentialLR(optimizer, schedulers=[warmup, scheduler], milestones=[warmup_steps])
     return scheduler

@@ -28,10 +28,11 @@ def create_scheduler(optimizer, scheduler: S, total_steps: int, warmup: float, c
         if config is None:
             raise ValueError("custom_learning_rate_scheduler: the CUSTOM scheduler needs the config (its class and scheduler_params)")
         per_epoch = steps_per_epoch or 1
+        warm = warmup_steps(warmup, total_steps)
+        # %SCHEDULER_STEPS%: the steps the class runs, after the warmup (OneTrainer's total - warmup)
         placeholders = {"%LR%": config.learning_rate, "%EPOCHS%": config.epochs, "%STEPS_PER_EPOCH%": per_epoch,
-                        "%TOTAL_STEPS%": per_epoch * config.epochs, "%SCHEDULER_STEPS%": total_steps}
-        return custom_scheduler(optimizer, config.custom_learning_rate_scheduler, config.scheduler_params, placeholders,
-                                warmup_steps(warmup, total_steps))
+                        "%TOTAL_STEPS%": total_steps, "%SCHEDULER_STEPS%": max(1, total_steps - warm)}
+        return custom_scheduler(optimizer, config.custom_learning_rate_scheduler, config.scheduler_params, placeholders, warm)
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(scheduler, step, max(1, total_steps), warmup, cycles, min_factor)
     )

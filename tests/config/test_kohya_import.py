@@ -361,3 +361,11 @@ def test_zero_terminal_snr_keeps_the_prediction_sd_scripts_trains():
     assert epsilon.rescale_noise_scheduler_to_zero_terminal_snr and epsilon.force_epsilon_prediction
     v = load_config({**base, "v_parameterization": True}).config
     assert v.rescale_noise_scheduler_to_zero_terminal_snr and v.force_v_prediction and not v.force_epsilon_prediction
+
+
+def test_a_one_step_warmup_is_no_warmup_not_the_whole_run():
+    """Warmup 1 reads as the whole run (OneTrainer's fraction up to 1): sd-scripts' lr_warmup_steps 1
+    is no warmup here; 2 steps stay 2."""
+    base = {"pretrained_model_name_or_path": "x", "network_dim": 8}
+    assert load_config({**base, "lr_warmup_steps": 1}).config.learning_rate_warmup_steps == 0
+    assert load_config({**base, "lr_warmup_steps": 2}).config.learning_rate_warmup_steps == 2

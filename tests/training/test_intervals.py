@@ -3,8 +3,20 @@ from ot_gradio.training.intervals import Every
 
 
 def test_steps_and_skip_first():
+    """Skip first counts units, as its tooltip and OneTrainer say (we skipped that many intervals)."""
     e = Every(5, TimeUnit.STEP, skip_first=1)
-    assert [s for s in range(1, 21) if e.after_step(s)] == [10, 15, 20]
+    assert [s for s in range(1, 21) if e.after_step(s)] == [5, 10, 15, 20]
+    assert [s for s in range(1, 21) if Every(5, TimeUnit.STEP, skip_first=7).after_step(s)] == [10, 15, 20]
+    epochs = Every(2, TimeUnit.EPOCH, skip_first=3)
+    assert [n for n in range(1, 9) if epochs.after_epoch(n)] == [4, 6, 8]
+    now = [0.0]
+    minutes = Every(1, TimeUnit.MINUTE, skip_first=2, clock=lambda: now[0])
+    due = []
+    for second in range(0, 241, 10):
+        now[0] = second
+        if minutes.after_step(second):
+            due.append(second)
+    assert due == [130, 190]  # nothing in the first 2 minutes, then once a minute
 
 
 def test_epochs():

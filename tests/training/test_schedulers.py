@@ -7,7 +7,8 @@ from ot_gradio.config.lr_schedules import lr_curve, lr_factor, warmup_steps
 
 
 def test_constant_is_one_after_warmup():
-    assert [lr_factor(S.CONSTANT, s, 100, warmup=10) for s in (0, 4, 9)] == [0.1, 0.5, 1.0]
+    """The warmup rises from 0 at the first step, as OneTrainer's and diffusers' (we began at 1/n)."""
+    assert [lr_factor(S.CONSTANT, s, 100, warmup=10) for s in (0, 4, 9)] == [0.0, 0.4, 0.9]
     assert all(lr_factor(S.CONSTANT, s, 100, warmup=10) == 1.0 for s in range(10, 100))
 
 
@@ -15,6 +16,8 @@ def test_warmup_fraction_of_total():
     assert warmup_steps(0.1, 200) == 20
     assert warmup_steps(30, 200) == 30
     assert warmup_steps(0, 200) == 0
+    # OneTrainer's reading: up to 1 (included) a fraction, rounded down
+    assert warmup_steps(0.33, 30) == 9 and warmup_steps(1, 30) == 30 and warmup_steps(1.5, 30) == 1
 
 
 @pytest.mark.parametrize("step", [0, 25, 50, 99])
@@ -23,7 +26,7 @@ def test_linear_and_cosine_formulas(step):
     p = step / total
     assert lr_factor(S.LINEAR, step, total) == pytest.approx(1 - p)
     assert lr_factor(S.COSINE, step, total) == pytest.approx(0.5 * (1 + math.cos(math.pi * p)))
-    assert lr_factor(S.REX, step, total) == pytest.approx((1 - p) / (0.5 + 0.5 * (1 - p)))
+    assert lr_factor(S.REX, step, total) == pytest.approx((1 - p) / (0.1 + 0.9 * (1 - p)))  # OneTrainer's d = 0.9
     assert lr_factor(S.COSINE_WITH_RESTARTS, step, total, cycles=2) == pytest.approx(0.5 * (1 + math.cos(2 * math.pi * 2 * p)))
     assert lr_factor(S.COSINE_WITH_HARD_RESTARTS, step, total, cycles=2) == pytest.approx(0.5 * (1 + math.cos(math.pi * ((2 * p) % 1))))
 
@@ -61,7 +64,7 @@ FORMULAS = {
     S.COSINE: lambda p, c: 0.5 * (1 + math.cos(math.pi * p)),
     S.COSINE_WITH_RESTARTS: lambda p, c: 0.5 * (1 + math.cos(2 * math.pi * c * p)),
     S.COSINE_WITH_HARD_RESTARTS: lambda p, c: 0.5 * (1 + math.cos(math.pi * ((c * p) % 1))),
-    S.REX: lambda p, c: (1 - p) / (0.5 + 0.5 * (1 - p)),
+    S.REX: lambda p, c: (1 - p) / (0.1 + 0.9 * (1 - p)),
     S.ADAFACTOR: lambda p, c: 1.0,  # the LR comes from the optimizer: the plot shows the initial LR
     S.CUSTOM: lambda p, c: 1.0,  # unknown until the class runs: the plot shows the base LR
 }
@@ -71,7 +74,7 @@ FORMULAS = {
 def test_every_scheduler_curve_equals_its_formula(scheduler):
     total, warm, cycles, floor = 60, 10, 2, 0.1
     for step in range(total):
-        expected = FORMULAS[scheduler]((step - warm) / (total - warm), cycles) if step >= warm else (step + 1) / warm
+        expected = FORMULAS[scheduler]((step - warm) / (total - warm), cycles) if step >= warm else step / warm
         if scheduler == S.ADAFACTOR:
             expected = 1.0  # no warmup and no floor: Adafactor computes its own rate
         elif step >= warm:
@@ -132,9 +135,10 @@ def test_custom_scheduler_placeholders_and_warmup():
     config = _custom_config("torch.optim.lr_scheduler.LinearLR", params, epochs=2)
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     sched = create_scheduler(opt, S.CUSTOM, 8, 2, 1, 0, config=config, steps_per_epoch=4)
-    seen = _lrs(opt, sched, 6)
-    assert seen[:2] == pytest.approx([0.5, 1.0])  # the warmup, as the page plots it
-    assert seen[2] == pytest.approx(1.0) and seen[3] < seen[2] and seen[5] < seen[4]
+    seen = _lrs(opt, sched, 8)
+    assert seen[:2] == pytest.approx([0.0, 0.5])  # the warmup, as the page plots it
+    # then down over the 6 steps left, to 1/6 at the last step (with %SCHEDULER_STEPS% = all 8 it ended at 3/8)
+    assert seen[2:] == pytest.approx([1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6])
 
 
 @pytest.mark.parametrize(("path", "params", "match"), [
