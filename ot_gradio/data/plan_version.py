@@ -67,10 +67,16 @@ def _fractional_balancing(config: dict[str, Any]) -> bool:
     return any(strategy == "SAMPLES" or not b.is_integer() for b, strategy in map(_balancing, _concepts(config)))
 
 
-def _repeated_variations(config: dict[str, Any]) -> bool:
-    if not _get(config, TrainConfig, "latent_caching"):
-        return False
-    return any(_number(_get(c, ConceptConfig, "image_variations"), 1) > 1 and _balancing(c)[0] > 1 for c in _concepts(config))
+def _showing_variations(config: dict[str, Any]) -> bool:
+    """Cached image variations, or text variations, of a concept whose images are not shown once
+    an epoch (REPEATS 1): their k-th showing, no longer the epoch, picks the variation."""
+    cached = bool(_get(config, TrainConfig, "latent_caching"))
+
+    def varied(concept: dict[str, Any]) -> bool:
+        image = cached and _number(_get(concept, ConceptConfig, "image_variations"), 1) > 1
+        return image or _number(_get(concept, ConceptConfig, "text_variations"), 1) > 1
+
+    return any(varied(c) and _balancing(c) != (1.0, "REPEATS") for c in _concepts(config))
 
 
 HISTORY: tuple[PlanChange, ...] = (
@@ -80,8 +86,11 @@ HISTORY: tuple[PlanChange, ...] = (
     PlanChange(2, "balancing counts floor(images x Balancing) samples for REPEATS and int(Balancing) for SAMPLES, and takes "
                   "the images beyond whole repeats in seeded rounds",
                "fractional REPEATS or SAMPLES balancing", _fractional_balancing),
-    PlanChange(3, "an image shown several times in one epoch takes the next cached image variation each time",
-               "latent caching with image_variations > 1 and Balancing above 1", _repeated_variations),
+    PlanChange(3, "each showing of an image takes its next cached image variation and text variation (an image shown "
+                  "several times in one epoch takes a new one each time; one shown every other epoch, the next one), not "
+                  "the epoch's",
+               "latent caching with image_variations > 1, or text_variations > 1, and Balancing other than REPEATS 1",
+               _showing_variations),
 )
 PLAN_VERSION = HISTORY[-1].version
 

@@ -34,12 +34,14 @@ def test_only_the_changes_a_config_can_meet_count():
     assert _versions(0, _config([{"balancing": 3.0}], aspect_ratio_bucketing=False)) == []
     assert _versions(0, _config([{"balancing": 1.5}], aspect_ratio_bucketing=False)) == [2]
     assert _versions(0, _config([{"balancing": 4, "balancing_strategy": "SAMPLES"}], aspect_ratio_bucketing=False)) == [2]
-    # image variations matter with latent caching and an image shown more than once an epoch
+    # image variations matter with latent caching, text variations always, where an image is not shown once an epoch
     varied = _config([{"image_variations": 3, "balancing": 2.0}], aspect_ratio_bucketing=False)
     assert _versions(0, varied) == [3]
     assert _versions(0, {**varied, "latent_caching": False}) == []
     assert _versions(0, _config([{"image_variations": 3}], aspect_ratio_bucketing=False)) == []
     assert _versions(0, _config([{"image_variations": 1, "balancing": 2.0}], aspect_ratio_bucketing=False)) == []
+    assert _versions(0, _config([{"text_variations": 2, "balancing": 3.0}], aspect_ratio_bucketing=False, latent_caching=False)) == [3]
+    assert _versions(0, _config([{"image_variations": 2, "balancing": 0.5}], aspect_ratio_bucketing=False)) == [2, 3]
     # a disabled concept is not drawn; a change after the backup's version only
     assert _versions(0, _config([{"balancing": 0.5, "enabled": False}], aspect_ratio_bucketing=False)) == []
     assert _versions(2, _config([{"image_variations": 2, "balancing": 1.5}])) == [3]
