@@ -27,6 +27,9 @@ from .seeding import Streams
 from .summary import summarize
 from .video import FrameSampling
 
+# epochs looked at for one that fills a batch, when the first does not (plans are cheap: no image is read)
+FILL_CHECK_EPOCHS = 64
+
 
 class EpochBatches(Sequence):
     """The batches of one epoch, in training order; each is loaded when indexed. `shard` picks
@@ -84,11 +87,12 @@ class TrainingDataset:
 
     @property
     def steps_per_epoch(self) -> int:
-        """Steps of epoch 0. The samples per epoch are the same every epoch (balancing.py), but
-        with several resolutions, fractional balancing or SAMPLES below a concept's image count,
-        which images an epoch has (and so the bucket remainders and the step count) can vary a
-        little per epoch: use ``steps_in_epoch`` / ``total_steps`` for exact numbers."""
-        return self.steps_in_epoch(0)
+        """Steps of epoch 0 (of the first epoch with any, where epoch 0 fills no batch). The samples
+        per epoch are the same every epoch (balancing.py), but with several resolutions, fractional
+        balancing or SAMPLES below a concept's image count, which images an epoch has (and so the
+        bucket remainders and the step count) can vary a little per epoch: use ``steps_in_epoch`` /
+        ``total_steps`` for exact numbers."""
+        return next((steps for e in range(FILL_CHECK_EPOCHS) if (steps := self.steps_in_epoch(e))), 0)
 
     def total_steps(self, epochs: int) -> int:
         return sum(self.steps_in_epoch(e) for e in range(epochs))
@@ -180,7 +184,9 @@ def build_dataset(
                  for c in prepared)
         raise DataError("no concept gives a sample per epoch (each one's Balancing rounds down to 0), so there is nothing "
                         "to use:\n" + "\n".join(n for n in notes if n))
-    if not first.batches:
+    # an epoch of a few samples (SAMPLES 2 across two buckets) may fill no batch where later ones do:
+    # the trainer says which of its epochs train no step; none in FILL_CHECK_EPOCHS is refused
+    if not first.batches and not any(dataset.steps_in_epoch(e) for e in range(1, FILL_CHECK_EPOCHS)):
         raise DataError(
             f"batch size {batch_size} is larger than every bucket: the {first.sample_count} samples of an epoch "
             f"fall into buckets of {sorted(first.dropped.values(), reverse=True)} samples; lower the batch size, "

@@ -259,9 +259,9 @@ class TrainerSetup:
         """Step counts, optimizer, scheduler, intervals, TensorBoard and the resume."""
         cfg = self.config
         accum = cfg.gradient_accumulation_steps
-        self.total_steps = sum(
-            max(1, math.ceil(self.dataset.steps_in_epoch(e) / accum)) for e in range(cfg.epochs)
-        )
+        batches = [self.dataset.steps_in_epoch(e) for e in range(cfg.epochs)]
+        self.total_steps = sum(max(1, math.ceil(n / accum)) if n else 0 for n in batches)
+        self._say_empty_epochs(batches)
 
         warmup = 0 if cfg.optimizer.optimizer in SCHEDULE_FREE else warmup_steps(cfg.learning_rate_warmup_steps, self.total_steps)
         self.optimizer = create_optimizer(optimizer_groups(self.param_groups), cfg.optimizer, self.device,
@@ -431,6 +431,24 @@ class TrainerSetup:
                 f"{len(lost)} image(s) will never be trained because their aspect bucket cannot fill a batch of "
                 f"{self._batch_words()}: {shown}. Lower the batch size, add images of that shape, or crop them."
             )
+
+    def _say_empty_epochs(self, batches: list[int]) -> None:
+        """An epoch of a few samples (SAMPLES 2 across two aspect buckets) may fill no batch and
+        train no step while others do: said, naming them; a run none of whose epochs trains is
+        refused (build_dataset refuses one where no early epoch fills a batch)."""
+        from ..data.errors import DataError  # noqa: PLC0415
+
+        empty = [e + 1 for e, n in enumerate(batches) if not n]
+        if not empty:
+            return
+        fix = "lower the batch size, raise Balancing or turn aspect ratio bucketing off"
+        if len(empty) == len(batches):
+            raise DataError(f"none of the run's {len(batches)} epoch(s) fills a batch of {self._batch_words()}: the samples of "
+                            f"each epoch fall into aspect buckets too small for one, so nothing would train; {fix}")
+        shown = ", ".join(map(str, empty[:20])) + (f" and {len(empty) - 20} more" if len(empty) > 20 else "")
+        self.report.warning(f"{len(empty)} of the run's {len(batches)} epochs train no step (epoch {shown}): their samples fall "
+                            f"into aspect buckets that fill no batch of {self._batch_words()}, and are left out; {fix} "
+                            "for every epoch to train")
 
     def _batch_words(self) -> str:
         size = self.config.batch_size

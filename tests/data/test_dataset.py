@@ -82,6 +82,25 @@ def test_batch_size_larger_than_every_bucket_raises(tmp_path, write_image, make_
         build_dataset([make_concept(folder)], "64", 4)
 
 
+def test_an_epoch_that_fills_no_batch_is_kept_when_later_ones_do(tmp_path, write_image, make_concept):
+    """SAMPLES 2 of 2 square and 2 wide images at batch 2: an epoch whose two samples fall into
+    different buckets trains no step, but one with both of a shape trains one; the run starts (the
+    trainer says which epochs train nothing) where the first epoch's empty plan refused it."""
+    folder = tmp_path / "c"
+    for name in "ab":
+        write_image(folder / f"{name}.png", 64, 64)
+        write_image(folder / f"wide-{name}.png", 128, 64)
+    concept = make_concept(folder, balancing=2, balancing_strategy="SAMPLES")
+    for seed in range(40):
+        dataset = build_dataset([concept], "64", 2, seed=seed)
+        steps = [dataset.steps_in_epoch(e) for e in range(12)]
+        if steps[0] == 0:
+            break
+    else:
+        pytest.fail("no seed gave an empty first epoch")
+    assert 1 in steps and dataset.steps_per_epoch == 1  # the first epoch with a step
+
+
 def test_determinism_across_builds(simple_folder, make_concept):
     image = {"enable_random_flip": True, "enable_crop_jitter": True}
     concept = make_concept(simple_folder, balancing=2.5, image=image)
