@@ -130,7 +130,7 @@ def resume_from_latest_backup(run: RunState) -> Resumed | None:
     run.method.load_trainable_state(run.model, backup.trainable)
     for line in continue_optimizer(run.optimizer, run.scheduler, backup.state, old, run.config, backup.counters.global_step):
         run.report.warning(line)
-    for line in changed_settings(old, run.config, backup.counters):
+    for line in changed_settings(old, run.config, backup.counters, run.steps_in_epoch):
         run.report.warning(line)
     if run.precision.scaler is not None and backup.state.get("scaler"):
         run.precision.scaler.load_state_dict(backup.state["scaler"])

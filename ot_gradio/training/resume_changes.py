@@ -13,6 +13,7 @@ rest of that epoch is another order than the one it began with."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..config.families import family_info
@@ -78,11 +79,15 @@ def _value(config: dict[str, Any], field: Any) -> Any:
     return plain(_shown(config, field))
 
 
-def changed_settings(old: dict[str, Any], config: TrainConfig, counters: Counters) -> list[str]:
+def changed_settings(old: dict[str, Any], config: TrainConfig, counters: Counters,
+                     steps_in_epoch: Callable[[int], int] | None = None) -> list[str]:
     """The warnings for the settings this run changed since the backup (its config `old`), which
-    continue from the backup's step `counters.global_step` with this run's values."""
+    continue from the backup's step `counters.global_step` with this run's values.
+    `steps_in_epoch(epoch)`: the run's batches in an epoch; a backup written at an epoch's last
+    batch (its epoch_step that many) finished the epoch, so a new seed draws nothing of it again."""
     now = config.model_dump(mode="json")
-    seed_mid_epoch = _value(old, _SEED) != _value(now, _SEED) and counters.epoch_step
+    finished = steps_in_epoch is not None and counters.epoch_step >= steps_in_epoch(counters.epoch)
+    seed_mid_epoch = _value(old, _SEED) != _value(now, _SEED) and counters.epoch_step and not finished
     changes = [f"{field.label or field.path} ({field.path}) {_shown(old, field)!r} -> {_shown(now, field)!r}"
                for field in (*_CHECKED, *(() if seed_mid_epoch else (_SEED,)))
                if _value(old, field) != _value(now, field) and _applies(field, config, now)]

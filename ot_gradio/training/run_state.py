@@ -68,3 +68,4 @@ class RunState:
     scheduler: Any = None
     tensorboard: Any = None  # the SummaryWriter when `tensorboard` is on (main process)
     text_cache: Any = None  # the text encoder outputs cached by caption, when on (data/text_cache.py)
+    steps_in_epoch: Any = None  # the dataset's steps_in_epoch(epoch), an epoch's batches, once the dataset is built

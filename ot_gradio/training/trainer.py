@@ -317,6 +317,7 @@ class Trainer(TrainerSetup):
             self.config, self.paths, self.report, self.dist, self.device, self.precision, self.model, self.method,
             self.trained_params, self.counters, self.ema, optimizer=self.optimizer,
             scheduler=self.scheduler, tensorboard=self._tb, text_cache=self.diffusion.text_cache,
+            steps_in_epoch=getattr(getattr(self, "dataset", None), "steps_in_epoch", None),
         )
 
     def write_backup(self) -> Path | None:

@@ -97,6 +97,11 @@ def test_a_seed_changed_inside_an_epoch_says_the_rest_of_it_is_drawn_anew():
     assert len(inside) == 1 and inside[0].startswith("continue_last_backup: seed 42 -> 7: the backup stopped 3 batch(es) "
                                                      "into epoch 3")
     assert inside[0].endswith("Set Seed back to 42 to continue exactly")
+    # written at the epoch's last batch (Backup every N steps landing there): the epoch is done, nothing is drawn again
+    from ot_gradio.training.resume_changes import changed_settings
+
+    done = changed_settings(config(seed=42).model_dump(mode="json"), config(seed=7), Counters(2, 3, 15), lambda epoch: 3)
+    assert done == ["continue_last_backup: changed since the backup, this run's values apply from step 15 on: Seed (seed) 42 -> 7"]
 
 
 def test_a_left_out_part_whose_weights_the_backup_holds_is_named():
