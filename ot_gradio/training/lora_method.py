@@ -25,7 +25,7 @@ from .lora import adapters_disabled, add_lora, file_layers, has_lora, load_lora_
 from .lora_dropouts import install_lora_dropouts
 from .lora_format import DIFFUSERS, LoadedLora, load_lora_file, save_lora
 from .lora_max_norm import LoraMaxNorm
-from .lora_variants import AdapterSpec, check_output_format, check_start_file, split_key
+from .lora_variants import AdapterSpec, check_output_format, check_start_file, part_spec, split_key
 from .method_base import register
 from .output_metadata import largest_resolution, model_metadata
 from .param_groups import ParamGroup
@@ -159,7 +159,7 @@ class LoraMethod(EmbeddingSupport):
                 dtype=dtype,
                 # a family whose module names differ from SD's UNet/CLIP gives its own presets
                 presets=model.lora_layer_presets.get(part),
-                spec=spec,
+                spec=part_spec(spec, part),
             )
             if from_file:
                 with base_lora_errors(path):

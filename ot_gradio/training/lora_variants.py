@@ -408,6 +408,15 @@ def layer_rank(tensors: Mapping[str, torch.Tensor]) -> int | None:
     return None
 
 
+def part_spec(spec: AdapterSpec, part: str) -> AdapterSpec:
+    """The spec for one model part: `check_start_file` names each whole-w2 layer `part:key`, since two
+    parts can have the same layer paths (SDXL's text encoders); `add_lora` matches one part's keys."""
+    if not any(":" in key for key in spec.lokr_whole_w2):
+        return spec
+    mine = frozenset(key.removeprefix(f"{part}:") for key in spec.lokr_whole_w2 if key.startswith(f"{part}:"))
+    return replace(spec, lokr_whole_w2=mine)
+
+
 def lokr_layer_key(path: str) -> str:
     """A layer's path as `AdapterSpec.lokr_whole_w2` holds it: `_` for `.`, without CLIP's `text_model.`
     (a file's paths and a module's match as `lora.load_lora_state_dict` matches them)."""
@@ -584,13 +593,14 @@ def check_start_file(spec: AdapterSpec, parts: Mapping[str, Mapping[str, torch.T
             raise ValueError(oft.oft_sizes_refusal(path, layers, other, layout["oft_block_size"]))
         return replace(spec, oft_block_size=layout["oft_block_size"], oft_block_share=layout["oft_block_share"])
     if kind == LOKR:  # LyCORIS's full_matrix / decompose_both / use_tucker as the file's layers are (else they would not fit)
-        layers = {path: t for sd in parts.values() for path, t in group_layers(sd).items()}
+        # per part: SDXL's two CLIPs have the same layer paths, one's w2 whole where the other's is a product
+        layers = {(part, path): t for part, sd in parts.items() for path, t in group_layers(sd).items()}
         spec = replace(spec, lokr_full_matrix=all("lokr_w2" in t for t in layers.values()),
                        decompose_both=all("lokr_w1_a" in t for t in layers.values()),
                        use_tucker=any("lokr_t2" in t for t in layers.values()),
                        # whole beside products (LyCORIS's dim at least half a factor's side, a conv_dim over dim):
                        # peft would build a product at the file's rank; a whole factor takes a product multiplied out
-                       lokr_whole_w2=frozenset(lokr_layer_key(p) for p, t in layers.items() if "lokr_w2" in t))
+                       lokr_whole_w2=frozenset(f"{part}:{lokr_layer_key(p)}" for (part, p), t in layers.items() if "lokr_w2" in t))
     wanted = _dora_wanted(spec)
     if axis == wanted:
         return spec

@@ -103,7 +103,7 @@ def spec_fields(layers) -> dict:
     shared = bool(layers) and all(t[OFT_WEIGHT].shape[0] == 1 for t in layers)
     sizes = Counter(block_size_of(t[OFT_WEIGHT]) for t in layers)
     size = sizes.most_common(1)[0][0] if sizes else 32
-    if not shared:
+    if not shared and layers:
         by_index = dict(enumerate(layers))
         fits = [b for b, _ in sizes.most_common() if not other_block_sizes(by_index, b)]
         several = Counter(block_size_of(t[OFT_WEIGHT]) for t in layers if t[OFT_WEIGHT].shape[0] > 1)

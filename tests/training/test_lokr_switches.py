@@ -127,7 +127,7 @@ def test_dora_lokr_file_has_dora_scale_and_reloads_equal(output, tmp_path):
     loaded = load_lora_file(path)
     spec = AdapterSpec(peft_type="LOKR", lokr_decompose=True, lokr_dora_output=output)
     # the file's layout: conv's w2 is whole (rank 4 on its 4 x 4 factor), so it is built whole
-    assert check_start_file(spec, loaded.parts, path) == replace(spec, lokr_whole_w2=frozenset({"conv"}))
+    assert check_start_file(spec, loaded.parts, path) == replace(spec, lokr_whole_w2=frozenset({"unet:conv"}))
     fresh, _ = _lokr(randomize=False, lokr_decompose=True, lokr_dora_output=output)
     load_lora_state_dict(fresh, loaded.parts["unet"], kind="unet")
     torch.testing.assert_close(fresh.lin(X), m.lin(X))
@@ -229,3 +229,19 @@ def test_the_doctor_names_what_loaders_do_with_lokr_dora():
     assert len(tucker) == 1 and "ComfyUI and Forge fail" in tucker[0]
     assert not [w for w in check(config(output_model_format="KOHYA_LORA", lokr_dora_on_output=False, lokr_use_tucker=True,
                                         layer_filter_preset="attn-mlp")) if w.startswith("lokr_use_tucker")]
+
+
+def test_whole_w2_layers_are_kept_per_part():
+    """SDXL's two CLIPs have the same layer paths: at dim 16 CLIP-L's q_proj (768 = 24 x 32) holds w2
+    whole and CLIP-G's (1280 = 32 x 40) a product. Keyed by path alone, one part's layers replaced
+    the other's, and a part's product was built whole (or its whole w2 as a product)."""
+    from ot_gradio.training.lora_variants import part_spec
+
+    q = "text_model.encoder.layers.0.self_attn.q_proj"
+    whole = {f"{q}.lokr_w1": torch.zeros(24, 24), f"{q}.lokr_w2": torch.zeros(32, 32)}
+    product = {f"{q}.lokr_w1": torch.zeros(32, 32), f"{q}.lokr_w2_a": torch.zeros(40, 16), f"{q}.lokr_w2_b": torch.zeros(16, 40)}
+    for parts in ({"text_encoder": whole, "text_encoder_2": product}, {"text_encoder_2": product, "text_encoder": whole}):
+        spec = check_start_file(AdapterSpec(peft_type="LOKR"), parts, "sdxl.safetensors")
+        assert not spec.lokr_full_matrix
+        assert part_spec(spec, "text_encoder").lokr_whole_w2 == {"encoder_layers_0_self_attn_q_proj"}
+        assert part_spec(spec, "text_encoder_2").lokr_whole_w2 == frozenset()
