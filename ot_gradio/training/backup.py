@@ -28,7 +28,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,10 +112,13 @@ def write_backup(
     counters: Counters,
     keep: int | None = None,
     training: str = "",
+    epoch_batches: int | None = None,
 ) -> Path:
     """Write a backup in `backup_root`; `training` (the training's id) goes into the marker, so
     rolling backups delete this training's older backups only. `keep`: delete all but the newest
-    `keep` complete backups in `backup_root` after (tests; the trainer prunes with backup_prune.py)."""
+    `keep` complete backups in `backup_root` after (tests; the trainer prunes with backup_prune.py).
+    `epoch_batches`: the batches of the epoch it stopped in, by the plan that drew them (a resume
+    under another seed or plan tells a finished epoch from one stopped inside by it)."""
     needed = backup_size(trainable, state)
     try:
         backup_root.mkdir(parents=True, exist_ok=True)
@@ -165,7 +168,7 @@ def write_backup(
     # The marker goes last, itself atomically: a folder that has it is complete.
     try:
         marker = {**counters.as_dict(), "written": time.time(), **({"training": training} if training else {}),
-                  "plan": PLAN_VERSION}
+                  "plan": PLAN_VERSION, **({"epoch_batches": int(epoch_batches)} if epoch_batches is not None else {})}
         atomic_write_text(final / MARKER, json.dumps(marker), what="the backup's marker")
     except BaseException:
         shutil.rmtree(final, ignore_errors=True)  # an unmarked folder is not a backup; free its space
@@ -231,6 +234,16 @@ def marker_plan(backup: Path) -> int:
     """The version of the data plan the backup's epochs were drawn with (data/plan_version.py): 0
     for a backup written before markers held it, or whose marker cannot be read."""
     return plan_of(_marker(backup))
+
+
+def epoch_length(backup: Path, counters: Counters, steps_in_epoch: Callable[[int], int] | None) -> Callable[[int], int] | None:
+    """The batches of an epoch as the backup saw them: its own epoch's count from its marker (the
+    plan and seed that drew it), other epochs' (and a marker without it) from `steps_in_epoch`, this
+    run's plan."""
+    written = (_marker(backup) or {}).get("epoch_batches")
+    if not isinstance(written, int) or isinstance(written, bool):
+        return steps_in_epoch
+    return lambda epoch: written if epoch == counters.epoch else (steps_in_epoch(epoch) if steps_in_epoch else written)
 
 
 def backup_order(backup: Path) -> tuple[float, int, str]:

@@ -22,7 +22,16 @@ from ..config.fields import iter_fields
 from ..config.include_parts import excluded_parts
 from ..config.schema import TrainConfig
 from ..fsutil import same_output
-from .backup import Counters, backup_order, complete_backups, newest_backup, read_backup, saved_output, set_rng_state
+from .backup import (
+    Counters,
+    backup_order,
+    complete_backups,
+    epoch_length,
+    newest_backup,
+    read_backup,
+    saved_output,
+    set_rng_state,
+)
 from .ema import EMA
 from .preflight import TrainingError
 from .resume_changes import UNSET, at, changed_settings
@@ -130,7 +139,7 @@ def resume_from_latest_backup(run: RunState) -> Resumed | None:
     run.method.load_trainable_state(run.model, backup.trainable)
     for line in continue_optimizer(run.optimizer, run.scheduler, backup.state, old, run.config, backup.counters.global_step):
         run.report.warning(line)
-    for line in changed_settings(old, run.config, backup.counters, run.steps_in_epoch):
+    for line in changed_settings(old, run.config, backup.counters, epoch_length(found, backup.counters, run.steps_in_epoch)):
         run.report.warning(line)
     if run.precision.scaler is not None and backup.state.get("scaler"):
         run.precision.scaler.load_state_dict(backup.state["scaler"])

@@ -333,7 +333,7 @@ class Trainer(TrainerSetup):
             state["ema"] = self.ema.state_dict()
         training = run_training(self.paths)  # a new training, or the one of the backup this run continued
         path = write_backup(self.paths.backup, self.method.trainable_state(self.model), state, config_to_dict(self.config),
-                           self.counters, training=training.id)
+                           self.counters, training=training.id, epoch_batches=self.dataset.steps_in_epoch(self.counters.epoch))
         self.last_backup = (path, self.counters.as_dict())
         self.report.backup(str(path))
         if self.config.rolling_backup:  # this training's backups in all its runs, this one's newest kept

@@ -209,3 +209,18 @@ def test_a_backup_that_trained_a_text_encoder_left_out_now_is_refused(_tiny_dir,
     left_out = {**data, "continue_last_backup": True, "text_encoder": {"train": False, "include": False}}
     with pytest.raises(TrainingError, match=said.replace("(", r"\(").replace(")", r"\)")):
         _run(left_out, tmp_path / "b", Stop(), others=[tmp_path / "a"])
+
+
+def test_a_backup_of_before_the_step_changes_says_what_trains_otherwise():
+    """Zero terminal SNR's v-prediction, OneTrainer's REX and a warmup of 1: a backup with no data plan
+    in its marker (written before these changed) is told; one of this version, or settings none of
+    them touches, is not."""
+    from ot_gradio.training.resume_plan import step_warnings
+
+    zsnr = {"rescale_noise_scheduler_to_zero_terminal_snr": True, "learning_rate_scheduler": "REX"}
+    said = step_warnings(0, config(**zsnr).model_dump(mode="json"), config(**zsnr))
+    assert len(said) == 1 and "turn Force epsilon prediction on to continue it as it trained" in said[0] and "REX" in said[0]
+    assert step_warnings(3, config(**zsnr).model_dump(mode="json"), config(**zsnr)) == []
+    forced = {**zsnr, "learning_rate_scheduler": "CONSTANT", "force_v_prediction": True}
+    assert step_warnings(0, config(**forced).model_dump(mode="json"), config(**forced)) == []
+    assert "whole run" in step_warnings(0, config(learning_rate_warmup_steps=1).model_dump(mode="json"), config())[0]
