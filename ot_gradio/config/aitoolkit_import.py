@@ -25,6 +25,7 @@ from .aitoolkit_data import DTYPES, Section, datasets, samples, save
 from .enums import ModelType as M
 from .families import family_info
 from .kohya_dataset import steps_as_epochs
+from .lr_schedules import warmup_option
 from .validation import ConfigError, LoadResult, import_result, validate
 
 PROCESS_TYPES = frozenset({"sd_trainer", "diffusion_trainer", "ui_trainer"})
@@ -358,7 +359,7 @@ def _schedule(r: Section, out: dict[str, Any], notes: list[str], scale: int) -> 
     elif scheduler in ("cosine", "cosine_with_restarts"):
         out["learning_rate_scheduler"] = "COSINE"
     elif scheduler == "constant_with_warmup":
-        out.update(learning_rate_scheduler="CONSTANT", learning_rate_warmup_steps=float(params.pop("num_warmup_steps", 1000)))
+        out.update(learning_rate_scheduler="CONSTANT", learning_rate_warmup_steps=warmup_option(params.pop("num_warmup_steps", 1000)))
     else:
         out["learning_rate_scheduler"] = "CONSTANT"
         if scheduler != "constant":

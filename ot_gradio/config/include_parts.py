@@ -97,8 +97,8 @@ def _unread_settings(config: Any, left_out: tuple[str, ...]) -> list[str]:
                    if _value(config, path) != getattr(default, "value", default)]
         if changed:
             out.append(f"{', '.join(changed)}: ignored: {part} is left out of the run ({part}.include off), so it is not "
-                       f"loaded and {'this setting does' if len(changed) == 1 else 'these settings do'} nothing; turn "
-                       f"{part}.include on for {'it' if len(changed) == 1 else 'them'} to apply.")
+                       f"loaded and {'this setting does' if len(changed) == 1 else 'these settings do'} nothing in this run; "
+                       f"{'it is' if len(changed) == 1 else 'they are'} kept for when {part}.include is on again (nothing to do).")
     return out
 
 

@@ -189,7 +189,8 @@ def build_dataset(
     if not first.batches and not any(dataset.steps_in_epoch(e) for e in range(1, FILL_CHECK_EPOCHS)):
         raise DataError(
             f"batch size {batch_size} is larger than every bucket: the {first.sample_count} samples of an epoch "
-            f"fall into buckets of {sorted(first.dropped.values(), reverse=True)} samples; lower the batch size, "
+            f"fall into buckets of {sorted(first.dropped.values(), reverse=True)} samples (in each of the first "
+            f"{FILL_CHECK_EPOCHS} epochs); lower the batch size, "
             "raise balancing or turn aspect ratio bucketing off"
         )
     if cache is not None:

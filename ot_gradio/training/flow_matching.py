@@ -5,7 +5,7 @@ models/base.py).
 - t in (0, 1] is the fraction of noise: the noisy input is `(1 - t) * latents + t * noise` and the
   model predicts the velocity `noise - latents`.
 - t is drawn as OneTrainer draws it: a timestep index i in [0, 1000) from `timestep_distribution`
-  inside the noising-strength range (the same code as the DDPM families, noise.py), then
+  inside the noising-strength range, then shifted (the same code as the DDPM families, noise.py), then
   t = (i + 1) / 1000, the sigmas of diffusers' FlowMatchEulerDiscreteScheduler at shift 1.
 - Shift s moves t towards noise: t -> s t / (1 + (s - 1) t). `timestep_shift` is one such shift;
   `dynamic_timestep_shifting` uses the resolution-dependent one of Flux and SD 3 instead: mu grows

@@ -97,7 +97,8 @@ def sample_timesteps(
     device: torch.device | str = "cpu",
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """`batch_size` training timesteps (long) in [min, max) of the noising strengths."""
+    """`batch_size` training timesteps (long), drawn in [min, max) of the noising strengths and then moved
+    by `shift` (so outside that range where the shift is not 1, as OneTrainer)."""
     distribution = TimestepDistribution(distribution)
     low, high = timestep_range(num_train_timesteps, min_strength, max_strength)
     span = high - low

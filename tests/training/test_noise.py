@@ -27,7 +27,7 @@ def test_every_distribution_stays_inside_the_noising_strengths(distribution):
 def test_a_shift_moves_the_draws_past_the_noising_strengths_as_onetrainer():
     """OneTrainer bounds the draw by the noising strengths, then shifts it (unclamped): UNIFORM up
     to 0.5 with shift 3 reaches 0.75, t -> 3t / (2t/1000 + 1) of a flat draw. Clamping back into the
-    range put every shifted draw past 0.5 (a third of them) on timestep 499."""
+    range put every shifted draw past 0.5 (half of them) on timestep 499."""
     t = draw(TD.UNIFORM, max_strength=0.5, shift=3.0).float()
     assert int(t.max()) == pytest.approx(749, abs=2)
     assert (t == 499).float().mean().item() < 0.01
