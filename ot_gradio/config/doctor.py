@@ -275,9 +275,6 @@ def errors(config: TrainConfig) -> list[str]:
     if any(c in prefix for c in "/\\"):
         out.append(f"save_filename_prefix: {prefix[:80]!r} is the start of a file name, kept in the run's save folder; it may "
                    "not hold a folder ('/' or '\\').")
-    if fused_back_pass_on(config) and config.gradient_accumulation_steps > 1:
-        out.append(f"optimizer.fused_back_pass: it steps the optimizer in every backward pass, so it cannot work with "
-                   f"gradient_accumulation_steps {config.gradient_accumulation_steps}; set accumulation to 1 or turn it off.")
     if problem := temp_device_problem(config.temp_device, config.train_device):
         out.append(problem)
     try:

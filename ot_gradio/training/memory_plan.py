@@ -287,7 +287,7 @@ def start_plan(model: Any, config: Any, device: torch.device, precision: Any, pa
     weights = part_weights(model)
     grad_bytes = sum(p.numel() * p.element_size() for p in trained)
     opt_bytes, note = optimizer_state_bytes(config.optimizer, trained)
-    if getattr(config.optimizer, "fused_back_pass", False):
+    if getattr(config.optimizer, "fused_back_pass", False) and getattr(config, "gradient_accumulation_steps", 1) <= 1:
         grad_bytes = max((p.numel() * p.element_size() for p in trained), default=0)  # one weight's at a time
     if getattr(config, "ema", "OFF") not in ("OFF", None) and str(config.ema) == "GPU":
         opt_bytes += sum(p.numel() * 4 for p in trained)

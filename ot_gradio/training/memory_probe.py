@@ -359,7 +359,8 @@ def measure_step(model: Any, config: Any, precision: Any, trained_text_parts: fr
             step_norms([] if config.compile else affine_norms(modules), emulated, torch.device("meta")):  # as the step runs them
         live.live = live.peak = probe.start_bytes  # the step starts from its batch
         loss = step.loss(probe.batch, trained_text_parts)
-        _backward(loss, [stand_ins[id(p)] for p in params if id(p) in stand_ins], fused_back_pass_on(config))
+        _backward(loss, [stand_ins[id(p)] for p in params if id(p) in stand_ins],
+                  fused_back_pass_on(config) and config.gradient_accumulation_steps <= 1)  # accumulating: all held
     return live.peak
 
 

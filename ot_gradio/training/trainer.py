@@ -33,7 +33,7 @@ from .fp16_fallback import mixed_half_types
 from .intervals import SECONDS_PER_UNIT
 from .lora_forward import step_casts
 from .norm_casts import step_norms
-from .optimizers import optimizer_eval_mode, optimizer_train_mode
+from .optimizers import optimizer_eval_mode, optimizer_train_mode, set_stepping
 from .param_groups import all_params
 from .placement import fill_text_cache
 from .preflight import TrainingError
@@ -96,6 +96,7 @@ class Trainer(TrainerSetup):
                 steps = (index + 1) % accum == 0 or index + 1 == len(batches)  # this backward pass ends in an optimizer step
                 if steps and self.async_reduce is not None:
                     self.async_reduce.arm(all_params(self.param_groups, trained_only=True))
+                set_stepping(self.optimizer, steps)  # a fused back pass steps in the window's last backward pass only
                 loss = self._forward_backward(batch, accum)
                 self.counters.epoch_step = index + 1
                 if steps:

@@ -61,10 +61,11 @@ def test_schedule_free_resumes_exactly_and_saves_the_averaged_weights(lora_confi
     assert all(torch.allclose(averaged[k], again[k], atol=1e-6) for k in averaged), "resumed run differs from the uninterrupted one"
 
 
-def test_fused_back_pass_trains_like_the_plain_step(lora_config, tmp_path):
+@pytest.mark.parametrize("accumulation", [1, 2])  # 2: the trainer tells the hooks which backward pass ends a window
+def test_fused_back_pass_trains_like_the_plain_step(lora_config, tmp_path, accumulation):
     results = []
     for fused in (False, True):
-        data = lora_config(samples=[], epochs=2, clip_grad_norm=None,
+        data = lora_config(samples=[], epochs=2, clip_grad_norm=None, gradient_accumulation_steps=accumulation,
                            optimizer={"optimizer": "ADAMW", "fused_back_pass": fused, "fused": False})
         trainer, status = _run(load_config(data).config, tmp_path / f"run{fused}", Collect())
         assert status == "done"

@@ -339,13 +339,39 @@ def test_fused_back_pass_clips_each_weights_gradient_by_its_own_norm_as_onetrain
         optimizer.remove_hooks()
 
 
-def test_fused_back_pass_refuses_gradient_accumulation():
+@pytest.mark.parametrize("name", [O.ADAMW, O.ADAMW_ADV])  # one optimizer per weight; one stepped per weight (step_parameter)
+def test_fused_back_pass_accumulates_over_a_window_as_the_plain_step(name):
+    """Gradient accumulation 2: the hooks step only in the window's last backward pass (the trainer
+    sets `stepping`), on the two batches' summed gradients, as a plain step after both; refused before."""
+    from ot_gradio.training.optimizers import fused_back_pass, set_stepping
+
+    results = []
+    for fused in (False, True):
+        model = small_model()
+        config = OptimizerConfig(optimizer=name, fused_back_pass=fused, fused=False, foreach=False)
+        param_groups = groups(model, 1e-2)
+        optimizer = fused_back_pass(create_optimizer(param_groups, config, CPU), param_groups, _Config(config, accumulation=2), CPU)
+        optimizer_train_mode(optimizer)
+        g = torch.Generator().manual_seed(3)
+        for batch in range(6):
+            x = torch.randn(4, 16, generator=g)
+            last = batch % 2 == 1
+            set_stepping(optimizer, last)
+            (model(x).square().mean() / 2).backward()
+            if not last:
+                assert model[0].weight.grad is not None  # held for the window's last batch
+            else:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        optimizer_eval_mode(optimizer)
+        results.append(model[0].weight.detach().clone())
+    assert torch.allclose(results[0], results[1], atol=1e-6)
+
+
+def test_a_fused_back_pass_that_the_optimizer_does_not_offer_leaves_it_unchanged():
     from ot_gradio.training.optimizers import fused_back_pass
 
-    config = OptimizerConfig(optimizer=O.ADAFACTOR, fused_back_pass=True)
     param_groups = groups(small_model(), 1e-3)
-    with pytest.raises(ValueError, match="optimizer.fused_back_pass.*gradient_accumulation_steps"):
-        fused_back_pass(create_optimizer(param_groups, config, CPU), param_groups, _Config(config, accumulation=4), CPU)
     prodigy = OptimizerConfig(optimizer=O.PRODIGY, fused_back_pass=True)  # does not offer it: unchanged
     plain = create_optimizer(param_groups, prodigy, CPU)
     assert fused_back_pass(plain, param_groups, _Config(prodigy, accumulation=4), CPU) is plain

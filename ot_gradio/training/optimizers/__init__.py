@@ -6,7 +6,7 @@ optimizer, `kernels.py` the choice of fused / foreach / plain step, `muon.py` th
 """
 
 from . import entries, kernels  # noqa: F401  (entries fills the registry)
-from .fused_back_pass import FusedBackPass, fused_back_pass
+from .fused_back_pass import FusedBackPass, fused_back_pass, set_stepping
 from .muon import parameter_names, split_for_muon
 from .registry import (
     LIBRARY_LACKS,
@@ -21,6 +21,6 @@ from .registry import (
 )
 
 __all__ = [
-    "LIBRARY_LACKS", "NOT_CONSTRUCTOR_ARGS", "OPTIMIZERS", "FusedBackPass", "OptimizerEntry", "create_optimizer", "fused_back_pass",
+    "LIBRARY_LACKS", "NOT_CONSTRUCTOR_ARGS", "OPTIMIZERS", "FusedBackPass", "OptimizerEntry", "create_optimizer", "fused_back_pass", "set_stepping",
     "optimizer_eval_mode", "optimizer_train_mode", "parameter_names", "register", "resolve_settings", "split_for_muon",
 ]

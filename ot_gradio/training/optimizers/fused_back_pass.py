@@ -4,9 +4,12 @@ A hook after the gradient of a weight is accumulated runs the optimizer on that 
 frees its gradient, so the gradients of the whole model never exist at once: a lot less memory,
 the same result. Each weight gets its own optimizer; the returned optimizer holds the param groups
 (the LR scheduler sets their learning rates, the hooks copy them) and the state of them all.
-Gradient accumulation cannot work (the step happens in every backward pass), nor can gradient
-clipping by the global norm (no moment has all the gradients) or fp16 gradient scaling. As in
-OneTrainer, `clip_grad_norm` then clips each weight's gradient by its own norm before its step.
+With gradient accumulation the hooks step only in the backward pass of a window's last batch
+(`stepping`, set by the trainer before each backward pass); the gradients of the batches before
+accumulate as usual, so the memory saving is gone then (OneTrainer runs it so, with that warning).
+Gradient clipping by the global norm cannot work (no moment has all the gradients), nor can fp16
+gradient scaling. As in OneTrainer, `clip_grad_norm` then clips each weight's gradient by its own
+norm before its step.
 
 Optimizers that can step one weight themselves (adv-optm's, Prodigy Plus: ``step_parameter``) keep
 one optimizer over all the weights instead (`ParameterSteps`), as OneTrainer runs them: their step
@@ -37,8 +40,17 @@ def state_follows_weight(state: dict[str, Any] | None, p: torch.Tensor) -> None:
             state[key] = value.to(p.device)
 
 
+def set_stepping(optimizer: Any, stepping: bool) -> None:
+    """Tell a fused back pass whether the coming backward pass ends an accumulation window (its
+    hooks step the weights) or not (the gradients accumulate); other optimizers: nothing."""
+    if isinstance(optimizer, (FusedBackPass, ParameterSteps)):
+        optimizer.stepping = stepping
+
+
 class FusedBackPass(torch.optim.Optimizer):
     """Steps happen in the backward pass; ``step()`` itself does nothing."""
+
+    stepping = True  # False: a backward pass inside an accumulation window, whose gradients stay
 
     def __init__(self, param_groups: list[dict[str, Any]], make: Callable[[list[dict[str, Any]]], torch.optim.Optimizer],
                  clip: float | None = None):
@@ -55,6 +67,8 @@ class FusedBackPass(torch.optim.Optimizer):
                 self._hooks.append(p.register_post_accumulate_grad_hook(weak_hook(self._step_weight)))
 
     def _step_weight(self, p: torch.Tensor) -> None:
+        if not self.stepping:
+            return
         sub, group = self._per_weight[p]
         sub.param_groups[0]["lr"] = group["lr"]
         if self._clip:
@@ -106,6 +120,8 @@ class ParameterSteps(torch.optim.Optimizer):
     """The fused back pass of an optimizer with ``step_parameter``: the same optimizer, stepped one
     weight at a time from gradient hooks. Param groups, state and its state dict are the optimizer's own."""
 
+    stepping = True  # as FusedBackPass.stepping
+
     def __init__(self, optimizer: torch.optim.Optimizer, clip: float | None = None):
         super().__init__(optimizer.param_groups, optimizer.defaults)
         self.optimizer = optimizer
@@ -116,6 +132,8 @@ class ParameterSteps(torch.optim.Optimizer):
                        for g, group in enumerate(self.param_groups) for i, p in enumerate(group["params"]) if p.requires_grad]
 
     def _step_weight(self, p: torch.Tensor, g: int, i: int) -> None:
+        if not self.stepping:
+            return
         if self._clip:
             torch.nn.utils.clip_grad_norm_(p, self._clip)
         state_follows_weight(self.optimizer.state.get(p), p)
@@ -155,10 +173,6 @@ def fused_back_pass(optimizer: torch.optim.Optimizer, param_groups: list[dict[st
     settings = config.optimizer
     if not fused_back_pass_on(config):
         return optimizer
-    if config.gradient_accumulation_steps > 1:
-        raise ValueError(f"optimizer.fused_back_pass: it steps the optimizer in every backward pass, so it cannot accumulate "
-                         f"gradients over {config.gradient_accumulation_steps} steps; set gradient_accumulation_steps to 1 "
-                         "or turn the fused back pass off")
     if scaler is not None:
         raise ValueError("optimizer.fused_back_pass: it cannot unscale FLOAT_16 gradients; train in BFLOAT_16 or FLOAT_32, "
                          "or turn the fused back pass off")
