@@ -45,7 +45,7 @@ def test_preset_trains_on_pairs_a_lora_that_changes_the_edit_pipeline(tiny_edit,
 
     data = pairs(shapes, tmp_path)
     config = imported(PRESET, tiny_edit.diffusers_dir, data, tmp_path, "lora.safetensors", resolution="64", epochs=2,
-                      learning_rate=1e-2, samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}],
+                      learning_rate=1e-2, learning_rate_warmup_steps=0, samples=[{"prompt": PROMPT, "height": 64, "width": 64, "diffusion_steps": 2}],
                       sample_after=1, sample_after_unit="EPOCH")
     assert (config["model_type"], config["output_model_format"]) == ("QWEN_IMAGE_EDIT", "DIFFUSERS_LORA")
     _, events = run_until_done(config, tmp_path)
@@ -75,7 +75,8 @@ def test_fine_tune_saves_a_folder_that_loads_as_its_base_did(tiny_edit, shapes, 
     from ot_gradio.models.qwen_image_edit import QwenImageEdit
 
     config = imported(PRESET, tiny_edit.diffusers_dir, pairs(shapes, tmp_path), tmp_path, "model", resolution="64", epochs=1,
-                      learning_rate=1e-3, training_method="FINE_TUNE", output_model_format="DIFFUSERS", output_dtype="FLOAT_32",
+                      learning_rate=1e-3, learning_rate_warmup_steps=0, training_method="FINE_TUNE", output_model_format="DIFFUSERS",
+                      output_dtype="FLOAT_32",
                       train_dtype="FLOAT_32", optimizer={"optimizer": "ADAMW"}, samples=[],
                       transformer={"train": True, "weight_dtype": "FLOAT_32"})
     run_until_done(config, tmp_path)

@@ -84,8 +84,8 @@ def test_the_resolution_shift_is_the_pipelines(ideogram):
     latents = torch.zeros(1, 128, 64, 48)  # 1024 x 768 px
     expected = math.exp(_resolution_aware_mu(1024, 768, 0.0))
     assert ideogram.resolution_shift(latents) == pytest.approx(expected)
-    config = SimpleNamespace(timestep_shift=2.0, dynamic_timestep_shifting=True)
-    assert FlowMatchingSchedule(ideogram, config, torch.device("cpu")).shift(latents) == pytest.approx(2.0 * expected)
+    config = SimpleNamespace(timestep_shift=2.0, dynamic_timestep_shifting=True)  # replaces Timestep shift, as OneTrainer
+    assert FlowMatchingSchedule(ideogram, config, torch.device("cpu")).shift(latents) == pytest.approx(expected)
 
 
 def test_the_unconditional_transformer_waits_off_the_device_is_saved_and_never_trains(ideogram, tmp_path):
