@@ -69,10 +69,11 @@ def lycoris_scale(t: dict[str, torch.Tensor], alpha: float | None) -> float:
     return (alpha or rank) / rank
 
 
-def lycoris_file(path) -> dict[str, torch.Tensor]:
-    """LAYERS in LyCORIS's kohya names (`lora_unet_<path>.lokr_*`, `.alpha`); module path -> the delta LyCORIS applies."""
+def lycoris_file(path, layers=None) -> dict[str, torch.Tensor]:
+    """`layers` (LAYERS) in LyCORIS's kohya names (`lora_unet_<path>.lokr_*`, `.alpha`); module path ->
+    the delta LyCORIS applies."""
     tensors, want = {}, {}
-    for module_path, (shape, entries, alpha) in LAYERS.items():
+    for module_path, (shape, entries, alpha) in (LAYERS if layers is None else layers).items():
         t = entries()
         name = "lora_unet_" + module_path.replace(".", "_")
         tensors.update({f"{name}.{k}": v for k, v in t.items()} | {f"{name}.alpha": torch.tensor(alpha)})
@@ -287,14 +288,7 @@ WHOLE = {
 
 
 def whole_file(path) -> dict[str, torch.Tensor]:
-    tensors, want = {}, {}
-    for module_path, (shape, entries, alpha) in WHOLE.items():
-        t = entries()
-        name = "lora_unet_" + module_path.replace(".", "_")
-        tensors.update({f"{name}.{k}": v for k, v in t.items()} | {f"{name}.alpha": torch.tensor(alpha)})
-        want[module_path] = (kron(t) * lycoris_scale(t, alpha)).reshape(shape)
-    save_file(tensors, str(path))
-    return want
+    return lycoris_file(path, WHOLE)
 
 
 def test_whole_matrix_layers_beside_products_continue_and_save_as_lycoris_reads_them(tmp_path):
