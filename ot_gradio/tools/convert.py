@@ -377,7 +377,7 @@ def convert_lora(params: dict[str, Any], job: Job) -> dict[str, Any]:
 
 
 def _lora_layers(sd: Mapping[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
-    from ot_gradio.training.lora_variants import group_layers
+    from ot_gradio.training.lora_layer_entries import group_layers
 
     return group_layers(sd, "LoRA key")
 
@@ -386,7 +386,8 @@ def _lora_delta(tensors: Mapping[str, torch.Tensor], shape: torch.Size) -> torch
     """One peft-form layer's weight change before scaling (alpha / rank), as peft computes it in
     training: LoRA up @ down, LoHa (w1a w1b) * (w2a w2b) (Tucker form with hada_t1/t2), LoKr
     kron(w1, w2) with each factor full or a product (w2 Tucker form with lokr_t2)."""
-    from ot_gradio.training.lora_variants import LOHA, LOKR, layer_type
+    from ot_gradio.training.lora_layer_entries import layer_type
+    from ot_gradio.training.lora_variants import LOHA, LOKR
 
     t = {k: v.float() for k, v in tensors.items()}
     kind = layer_type(t)
@@ -437,7 +438,7 @@ def merge_into(model, parts: Mapping[str, Mapping[str, torch.Tensor]], rank: int
     """Merge every layer of `parts` (peft form: LoRA, DoRA on either axis, LoHa, LoKr, OFT v2) into its
     module's weight at strength `weight` (see `merged_weight`); returns (matched layers, all
     layers). Nothing is changed unless every layer has its module."""
-    from ot_gradio.training.lora_variants import check_layer
+    from ot_gradio.training.lora_layer_entries import check_layer
 
     plan = []
     total = 0

@@ -166,8 +166,9 @@ def apply_lora(model: Any, path: str, weight: float) -> tuple[int, int]:
     from ot_gradio.models.original_lora_names import original_lora_names
     from ot_gradio.training.lora import add_lora, load_lora_state_dict, public_name
     from ot_gradio.training.lora_format import load_lora_file
+    from ot_gradio.training.lora_layer_entries import describe, group_layers, lokr_layer_key, scale_layer
     from ot_gradio.training.lora_method import kohya_module_names, lora_kind, trainable_parts
-    from ot_gradio.training.lora_variants import LOKR, OFT_2, AdapterSpec, describe, group_layers, lokr_layer_key, scale_layer
+    from ot_gradio.training.lora_variants import LOKR, OFT_2, AdapterSpec
     from ot_gradio.training.oft import spec_fields
 
     file = Path(path).expanduser()

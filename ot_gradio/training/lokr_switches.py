@@ -33,7 +33,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from .float_weight import float_weight
-from .lora_variants import ADAPTER_NAME, LOKR_MAGNITUDE, AdapterSpec, DecomposedMagnitude, adapter_parameters, is_unit_scale
+from .lora_layer_entries import is_unit_scale
+from .lora_variants import ADAPTER_NAME, LOKR_MAGNITUDE, AdapterSpec, DecomposedMagnitude, adapter_parameters
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from torch import nn
 
 from . import oft
 from .lokr_switches import install_lokr_switches, lokr_injection, nominal_factor
+from .lora_layer_entries import lokr_layer_key, split_key
 from .lora_variants import (
     ADAPTER_NAME,
     LOHA,
@@ -29,10 +30,8 @@ from .lora_variants import (
     install_real_shape_deltas,
     is_adapter_layer,
     layer_rank_alpha,
-    lokr_layer_key,
     peft_config,
     peft_injection,
-    split_key,
 )
 
 LORA_KINDS = ("unet", "text_encoder")

@@ -34,6 +34,7 @@ from ot_gradio.models.common import save_safetensors
 from ot_gradio.models.key_layout import fused_groups, layer_rows
 from ot_gradio.training.lora import lora_rank_alpha, lora_state_dict, text_model_prefix
 from ot_gradio.training.lora_fusion import fuse_layers, swap_halves
+from ot_gradio.training.lora_layer_entries import describe, kohya_network_metadata, layer_type, scale_layer, to_kohya
 from ot_gradio.training.lora_names import (  # noqa: F401 (kohya_name, module_path_from_kohya: this module's API)
     _DIFFUSERS_METADATA_KEY,
     _KOHYA_PREFIX,
@@ -48,17 +49,7 @@ from ot_gradio.training.lora_names import (  # noqa: F401 (kohya_name, module_pa
     module_path_from_kohya,
 )
 from ot_gradio.training.lora_reading import LoadedLora, load_lora_file, read_lora_metadata  # noqa: F401 (the reader, lora_reading.py)
-from ot_gradio.training.lora_variants import (
-    DORA_IN,
-    DORA_OUT,
-    LOKR,
-    OFT_2,
-    describe,
-    kohya_network_metadata,
-    layer_type,
-    scale_layer,
-    to_kohya,
-)
+from ot_gradio.training.lora_variants import DORA_IN, DORA_OUT, LOKR, OFT_2
 from ot_gradio.training.oft import spec_fields
 from ot_gradio.training.output_metadata import kohya_hashes
 

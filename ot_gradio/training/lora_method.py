@@ -24,8 +24,9 @@ from .embeddings import EmbeddingSupport
 from .lora import adapters_disabled, add_lora, file_layers, has_lora, load_lora_state_dict, lora_state_dict
 from .lora_dropouts import install_lora_dropouts
 from .lora_format import DIFFUSERS, LoadedLora, load_lora_file, save_lora
+from .lora_layer_entries import check_output_format, check_start_file, part_spec, split_key
 from .lora_max_norm import LoraMaxNorm
-from .lora_variants import AdapterSpec, check_output_format, check_start_file, part_spec, split_key
+from .lora_variants import AdapterSpec
 from .method_base import register
 from .output_metadata import largest_resolution, model_metadata
 from .param_groups import ParamGroup

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import torch
 
 from ot_gradio.models.comfy_lora_names import is_full_name
-from ot_gradio.training.lora_variants import check_layer, group_layers
+from ot_gradio.training.lora_layer_entries import check_layer, group_layers
 
 # SD 1.x: the text encoder is `lora_te_`, which every SD 1 loader reads; A1111/Forge map
 # `lora_te1_` (what diffusers' convert_state_dict_to_kohya writes) to SDXL's first encoder only.

@@ -19,6 +19,15 @@ from ot_gradio import jsontext
 from ot_gradio.models.comfy_lora_names import is_full_name
 from ot_gradio.models.key_layout import LayerName, layer_rows
 from ot_gradio.training.lora_fusion import split_layer, swap_halves
+from ot_gradio.training.lora_layer_entries import (
+    check_layer,
+    describe,
+    from_kohya,
+    is_unit_scale,
+    layer_rank,
+    scale_layer,
+    split_key,
+)
 from ot_gradio.training.lora_names import (
     _DIFFUSERS_METADATA_KEY,
     _KOHYA_PREFIX,
@@ -29,15 +38,6 @@ from ot_gradio.training.lora_names import (
     _strip_text_model,
     kohya_read_prefixes,
     module_path_from_kohya,
-)
-from ot_gradio.training.lora_variants import (
-    check_layer,
-    describe,
-    from_kohya,
-    is_unit_scale,
-    layer_rank,
-    scale_layer,
-    split_key,
 )
 
 

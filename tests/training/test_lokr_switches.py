@@ -16,7 +16,8 @@ from ot_gradio.config.schema import TrainConfig
 from ot_gradio.training.lokr_switches import lokr_factors
 from ot_gradio.training.lora import add_lora, load_lora_state_dict, lora_layers, lora_state_dict
 from ot_gradio.training.lora_format import load_lora_file, save_lora
-from ot_gradio.training.lora_variants import AdapterSpec, adapter_parameters, check_output_format, check_start_file
+from ot_gradio.training.lora_layer_entries import check_output_format, check_start_file
+from ot_gradio.training.lora_variants import AdapterSpec, adapter_parameters
 from tests.lora_reference import _reference_weight
 
 EPS = torch.finfo(torch.float32).eps
@@ -235,7 +236,7 @@ def test_whole_w2_layers_are_kept_per_part():
     """SDXL's two CLIPs have the same layer paths: at dim 16 CLIP-L's q_proj (768 = 24 x 32) holds w2
     whole and CLIP-G's (1280 = 32 x 40) a product. Keyed by path alone, one part's layers replaced
     the other's, and a part's product was built whole (or its whole w2 as a product)."""
-    from ot_gradio.training.lora_variants import part_spec
+    from ot_gradio.training.lora_layer_entries import part_spec
 
     q = "text_model.encoder.layers.0.self_attn.q_proj"
     whole = {f"{q}.lokr_w1": torch.zeros(24, 24), f"{q}.lokr_w2": torch.zeros(32, 32)}

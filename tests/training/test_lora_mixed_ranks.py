@@ -83,7 +83,7 @@ def lycoris_file(path, layers=None) -> dict[str, torch.Tensor]:
 
 
 def layers_of(sd: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
-    from ot_gradio.training.lora_variants import group_layers
+    from ot_gradio.training.lora_layer_entries import group_layers
 
     return group_layers(sd)
 
@@ -185,7 +185,8 @@ def test_the_convert_tool_keeps_each_layers_delta(to, tmp_path):
 
 def test_oft_layers_of_different_block_sizes_are_refused_naming_them(tmp_path):
     """A block size peft fitted to a layer's inputs is one size; 4 and 8 on layers of 16 inputs are two."""
-    from ot_gradio.training.lora_variants import AdapterSpec, check_start_file
+    from ot_gradio.training.lora_layer_entries import check_start_file
+    from ot_gradio.training.lora_variants import AdapterSpec
 
     q, ff = "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q", "down_blocks.0.attentions.0.transformer_blocks.0.ff.net.0.proj"
     ff2 = ff.replace("attentions.0", "attentions.1")
@@ -215,7 +216,8 @@ def _oft_file(path, layers: dict[str, tuple[int, int]]) -> dict:
 def test_one_block_oft_layers_beside_others_are_listed_with_their_size(tmp_path):
     """A layer of one block (peft's block for an oft_block_size at least its inputs) is its whole input: beside
     layers of several blocks it was judged by nothing and continued at another size, failing with a shape error."""
-    from ot_gradio.training.lora_variants import AdapterSpec, check_start_file
+    from ot_gradio.training.lora_layer_entries import check_start_file
+    from ot_gradio.training.lora_variants import AdapterSpec
 
     q, ff = "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q", "down_blocks.0.attentions.0.transformer_blocks.0.ff.net.0.proj"
     k = q.replace("to_q", "to_k")  # 16 inputs each: blocks of 4, and one block of 16

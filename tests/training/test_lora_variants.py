@@ -17,7 +17,8 @@ from torch import nn
 from ot_gradio.config.schema import TrainConfig
 from ot_gradio.training.lora import add_lora, load_lora_state_dict, lora_layers, lora_rank_alpha, lora_state_dict
 from ot_gradio.training.lora_format import load_lora_file, read_lora_metadata, save_lora
-from ot_gradio.training.lora_variants import ADAPTER_NAME, AdapterSpec, check_output_format, check_start_file
+from ot_gradio.training.lora_layer_entries import check_output_format, check_start_file
+from ot_gradio.training.lora_variants import ADAPTER_NAME, AdapterSpec
 from tests.lora_reference import merge_kohya_reference
 
 ALPHA = 1.0

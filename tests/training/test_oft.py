@@ -18,7 +18,8 @@ from ot_gradio.config.io import load_config
 from ot_gradio.training import oft
 from ot_gradio.training.lora import add_lora, load_lora_state_dict, lora_state_dict
 from ot_gradio.training.lora_format import load_lora_file, read_lora_metadata, save_lora
-from ot_gradio.training.lora_variants import AdapterSpec, check_start_file
+from ot_gradio.training.lora_layer_entries import check_start_file
+from ot_gradio.training.lora_variants import AdapterSpec
 from tests.training.test_lora_variants import _pipeline, _trained
 
 FULL = Path(__file__).parents[1] / "config" / "data" / "onetrainer-full" / "config.json"
@@ -107,7 +108,7 @@ def test_a_file_trained_with_other_oft_settings_is_refused(tmp_path):
 
 
 def _layers(sd):
-    from ot_gradio.training.lora_variants import group_layers
+    from ot_gradio.training.lora_layer_entries import group_layers
 
     return group_layers(sd).values()
 
