@@ -26,6 +26,7 @@ from .migrations import migrate, strip_ot_versions
 from .optimizer import OptimizerConfig
 from .ot_optimizer import read_onetrainer_optimizer
 from .ot_samples import fill_onetrainer_samples
+from .ot_steps import batch_counted_steps
 from .schema import TrainConfig
 from .validation import ConfigError, LoadResult, strip_unknown, validate
 
@@ -47,6 +48,8 @@ def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, 
     warnings: list[str] = []
     written = "__version" in data  # a file OneTrainer wrote (a preset or a dict made by hand has none)
     data = to_our_layout(data)
+    if note := batch_counted_steps(data):
+        warnings.append(note)
     if isinstance(data.get("optimizer"), dict):  # what OneTrainer trains with for a null or left-out setting
         warnings += read_onetrainer_optimizer(data["optimizer"], fill_missing=written, learning_rate=data.get("learning_rate"))
     warnings += _weight_types_changed(data)

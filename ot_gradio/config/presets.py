@@ -12,6 +12,7 @@ from .io import apply_overrides, config_to_dict, load_config, read_json
 from .kohya_import import is_kohya_config
 from .migrations import migrate
 from .onetrainer import is_onetrainer_config, to_our_layout
+from .ot_steps import batch_counted_steps
 from .validation import ConfigError, LoadResult, validate
 
 PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
@@ -40,6 +41,7 @@ def load_preset(name: str, directory: str | Path | None = None) -> dict[str, Any
     data = read_json(path)
     if is_onetrainer_config(data):
         data = to_our_layout(data)
+        batch_counted_steps(data)  # a preset setting accumulation counts its steps in batches too
         data["config_version"] = 0
     return migrate(data)
 

@@ -224,3 +224,34 @@ def test_what_published_user_configs_hold_imports_as_onetrainer_reads_it():
                         "output_model_format": "SAFETENSORS"}).config
     assert any(e.startswith("output_model_format: SAFETENSORS writes diffusers/PEFT keys for FLUX_DEV_1") for e in errors(dora))
     assert not [e for e in errors(dora.model_copy(update={"output_model_format": ModelFormat.KOHYA_LORA})) if "DoRA" in e]
+
+
+def test_with_accumulation_a_onetrainer_configs_batch_counted_steps_become_optimizer_steps():
+    """OneTrainer counts a step per batch: with accumulation 4 its warmup of 200 is 50 optimizer steps
+    (int(200 / 4) in its scheduler), and sampling every 100 steps samples every 25 optimizer steps."""
+    raw = {"__version": 11, "model_type": "STABLE_DIFFUSION_15", "training_method": "LORA", "gradient_accumulation_steps": 4,
+           "learning_rate_warmup_steps": 200, "sample_after": 100, "sample_after_unit": "STEP", "sample_skip_first": 40,
+           "save_every": 10, "save_every_unit": "STEP", "backup_after": 30, "backup_after_unit": "MINUTE",
+           "validate_after": 2, "validate_after_unit": "STEP",
+           "text_encoder": {"stop_training_after": 30, "stop_training_after_unit": "STEP"},
+           "unet": {"stop_training_after": 30, "stop_training_after_unit": "EPOCH"},
+           "embedding": {"stop_training_after": 6, "stop_training_after_unit": "STEP"},
+           "additional_embeddings": [{"placeholder": "<x>", "stop_training_after": 1, "stop_training_after_unit": "STEP"}]}
+    result = load_config(raw)
+    c = result.config
+    assert c.learning_rate_warmup_steps == 50
+    assert (c.sample_after, c.sample_skip_first, c.save_every, c.validate_after) == (25, 10, 3, 1)  # 10 / 4 -> 3, nearest
+    assert c.backup_after == 30 and c.unet.stop_training_after == 30  # minutes and epochs are the same there
+    assert c.text_encoder.stop_training_after == 8 and c.embedding.stop_training_after == 2
+    assert c.additional_embeddings[0].stop_training_after == 1  # a step at least
+    note = next(w for w in result.warnings if w.startswith("gradient_accumulation_steps 4"))
+    assert "learning_rate_warmup_steps 200 -> 50" in note and "text_encoder.stop_training_after 30 -> 8" in note
+    assert "additional_embeddings" not in note  # 1 stays 1
+
+    assert load_config({**raw, "learning_rate_warmup_steps": 6}).config.learning_rate_warmup_steps == 0  # int(6 / 4): 1 step
+    assert load_config({**raw, "learning_rate_warmup_steps": 0.1}).config.learning_rate_warmup_steps == 0.1  # a fraction
+    same = load_config({**raw, "gradient_accumulation_steps": 1})
+    assert (same.config.learning_rate_warmup_steps, same.config.sample_after) == (200, 100)
+    assert not any(w.startswith("gradient_accumulation_steps") for w in same.warnings)
+    ours = load_config({**{k: v for k, v in raw.items() if k != "__version"}, "config_version": 2})  # ours count optimizer steps
+    assert ours.config.learning_rate_warmup_steps == 200

@@ -90,3 +90,10 @@ def test_unknown_preset():
     with pytest.raises(ConfigError, match="not found"):
         load_preset("no-such-preset")
     assert resolve_preset_path("no-such-preset") is None
+
+
+def test_a_onetrainer_preset_with_accumulation_counts_its_steps_as_optimizer_steps(tmp_path):
+    (tmp_path / "mine.json").write_text('{"model_type": "STABLE_DIFFUSION_15", "gradient_accumulation_steps": 2, '
+                                        '"learning_rate_warmup_steps": 100, "sample_after": 50, "sample_after_unit": "STEP"}')
+    overlay = load_preset("mine", tmp_path)
+    assert (overlay["learning_rate_warmup_steps"], overlay["sample_after"]) == (50, 25)
