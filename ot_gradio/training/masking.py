@@ -1,7 +1,10 @@
 """Masked training: which latent pixels a step learns from.
 
 The batch's mask (pixel resolution, 1 = learn here) is averaged down to the latent grid, so a
-latent pixel counts as much as the share of its 8x8 image patch that is white. Masks are read
+latent pixel counts as much as the share of its 8x8 image patch that is white, as kohya's masked
+loss ("area"). OneTrainer scales it with antialiased bilinear, which gives the latent pixels beside
+a mask's edge an eighth of the weight across it: a latent pixel wholly outside the mask then still
+learns a little, which *Unmasked weight* 0 is meant to rule out. Masks are read
 from their files for every batch, so this works the same with latent caching on.
 
 `unmasked_probability` is drawn per sample, for every model, as OneTrainer's tooltip describes
