@@ -22,8 +22,8 @@ Loading: a hub id, a diffusers folder, `tiny:sd3` / `tiny:sd35`, or SAI's single
 3.5 files are shipped) through `StableDiffusion3Pipeline.from_single_file` with the configs (and
 the parts the file lacks, like T5) from a local diffusers folder given as the config folder, or
 the family's hub repo. The loading paths and their errors are SD 1.5's (sd15.py). Saving: a
-diffusers folder, or the transformer and VAE as a single file in SAI's layout
-(models/sd3_single_file.py). LoRA keys: models/sd3_keys.py.
+diffusers folder, or the transformer, VAE and the text encoders the model holds as a single file
+in SAI's layout (models/sd3_single_file.py). LoRA keys: models/sd3_keys.py.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from ot_gradio.models.sd15 import StableDiffusion15
 from ot_gradio.models.sdxl import StableDiffusionXL
 from ot_gradio.models.text_encoder_file import parts_from_files
 from ot_gradio.models.transformer_file import transformer_file_source
-from ot_gradio.models.weight_variants import local_variant
+from ot_gradio.models.weight_variants import local_variant, part_keywords
 
 T5_PART = "text_encoder_3"
 CLIP_LENGTH = 77  # the CLIP tokenizers' window
@@ -148,24 +148,43 @@ class StableDiffusion3(FlowFamily):
         it whole; without (sd3.5_large.safetensors: MMDiT + VAE) the transformer and VAE come
         from the file and the rest from the config folder or repo, which diffusers' pipeline
         loader does not do by itself. Text encoders (and a VAE) from `part_files` replace the file's
-        or the repo's."""
+        or the repo's. A file with some of them (one left out when it was saved) takes the CLIP it lacks
+        from the config folder or repo too (diffusers' reader would refuse it), and CLIP-L's projection
+        is the file's where it holds one (diffusers' reader puts the identity in its place); T5's
+        embedding is tied again, as transformers loads it."""
         from safetensors import safe_open
+
+        from ot_gradio.models.sd3_single_file import CLIP_L_PROJECTION, TEXT_ENCODER_PREFIXES
 
         try:
             with safe_open(str(path), framework="pt") as f:
-                has_text = any(k.startswith("text_encoders.") for k in f.keys())
+                keys = set(f.keys())
+                projection = f.get_tensor(CLIP_L_PROJECTION) if CLIP_L_PROJECTION in keys else None
         except Exception as e:
             raise ModelLoadError(f"'{path}' is not a readable .safetensors file ({e}); pick an SD 3 / 3.5 single file.") from e
+        in_file = {part for part, prefix in TEXT_ENCODER_PREFIXES.items() if any(k.startswith(prefix) for k in keys)}
         files = dict(part_files or {})
         config, hub = cls._config_source(config_dir, cache_dir=cache_dir, offline=offline, token=token)
         # ComfyUI's quantized all-in-one file: its transformer and VAE read back to their values below, its text
         # encoders from their files or the config folder / repo (diffusers' pipeline loader would drop the scales)
-        if has_text and not quantized_file(path):
-            components = cls._guarded(str(path), lambda: parts_from_files(files, config, hub, dtype or {}),
-                                      cls._single_file_hint(config_dir, "text encoders' configs")) | left_out(cls.tokenizer_attrs)
-            return StableDiffusion15._load_single_file.__func__(
+        if in_file and not quantized_file(path):
+            skipped = left_out(cls.tokenizer_attrs)
+
+            def read_parts():
+                parts = parts_from_files(files, config, hub, dtype or {})
+                absent = [part for part in CLIP_PARTS if part not in {*parts, *skipped, *in_file}]
+                return parts | cls._clips_from(config, hub, absent, dtype or {})
+
+            components = cls._guarded(str(path), read_parts, cls._single_file_hint(config_dir, "text encoders' configs")) | skipped
+            pipe = StableDiffusion15._load_single_file.__func__(
                 cls, path, cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir, components=components
             )
+            if projection is not None and "text_encoder" not in components:
+                with torch.no_grad():
+                    pipe.text_encoder.text_projection.weight.copy_(projection)
+            if "text_encoder_3" in in_file and "text_encoder_3" not in components:
+                pipe.text_encoder_3.tie_weights()  # diffusers' reader leaves its two embeddings apart
+            return pipe
 
         def load():
             from diffusers import AutoencoderKL, SD3Transformer2DModel
@@ -180,6 +199,16 @@ class StableDiffusion3(FlowFamily):
                                                          **local_variant(config))
 
         return cls._guarded(str(path), load, cls._single_file_hint(config_dir, "text encoders"))
+
+    @staticmethod
+    def _clips_from(config: str, hub: Mapping, parts: Sequence[str], dtypes: Mapping[str, torch.dtype]) -> dict:
+        """The CLIP `parts` (CLIPTextModelWithProjection) from the config folder or repo."""
+        from transformers import CLIPTextModelWithProjection
+
+        return {part: CLIPTextModelWithProjection.from_pretrained(
+                    config, subfolder=part, dtype=dtypes.get(part, dtypes.get("default", torch.float32)), **hub,
+                    **part_keywords(config, part, hub))
+                for part in parts}
 
     # ---------------------------------------------------------------- parts and options
 
@@ -277,14 +306,16 @@ class StableDiffusion3(FlowFamily):
     # ---------------------------------------------------------------- saving
 
     def save_single_file(self, path: str | os.PathLike, dtype: DataType | torch.dtype | None, metadata=None) -> Path:
-        """The transformer and VAE in SAI's single-file layout (models/sd3_single_file.py), as the
-        SD 3.5 files ship; the text encoders are the base model's."""
+        """The transformer, VAE and every text encoder the model holds (trained or not, as
+        OneTrainer writes them) in SAI's single-file layout (models/sd3_single_file.py), as the SD
+        3.5 `incl_clips` files ship; a text encoder left out is not in it."""
         from ot_gradio.models.sd3_single_file import save_sd3_single_file
 
         self.check_plain_parts()
+        text_encoders = {part: base_module(self.parts[part]) for part in self.text_encoder_names if self.parts.get(part) is not None}
         return save_sd3_single_file(
             path, base_module(self.transformer), base_module(self.vae), dtype,
-            metadata=self.file_metadata(self.modelspec_architecture, metadata),
+            metadata=self.file_metadata(self.modelspec_architecture, metadata), text_encoders=text_encoders,
         )
 
     def lora_module_names(self) -> dict[str, dict[str, str]]:

@@ -1,9 +1,18 @@
 """SD 3 / 3.5 single files in Stability AI's layout (what `StableDiffusion3Pipeline.from_single_file`,
 ComfyUI and Forge read): the MMDiT under `model.diffusion_model.` with fused q/k/v
 (`joint_blocks.N.x_block.attn.qkv`) and the VAE under `first_stage_model.`, as
-sd3.5_large.safetensors ships them. The text encoders are not written (SAI ships them apart;
-loaders take them from the base model / a diffusers folder). The inverse of diffusers'
+sd3.5_large.safetensors ships them. The inverse of diffusers'
 convert_sd3_transformer_checkpoint_to_diffusers, checked tensor by tensor in the tests.
+
+Each text encoder the model holds goes in too, as OneTrainer's converter writes them and SAI's
+`incl_clips` files hold them: `text_encoders.clip_l.transformer.`, `.clip_g.transformer.` (both
+transformers' CLIPTextModelWithProjection names, under `text_model.` and `text_projection.weight`)
+and `.t5xxl.transformer.` (T5EncoderModel's names, the tied embedding as `shared.weight`, by which
+diffusers finds T5, and again as `encoder.embed_tokens.weight`, as OneTrainer writes it). A text
+encoder left out (`include` off) is not loaded, so not written; readers take it from elsewhere.
+diffusers' reader gives CLIP-L the identity as its projection whatever the file holds (SAI's
+reference code does so when the file has none); ComfyUI's CLIP loads the file's, and so does this
+trainer (models/sd3.py), so a trained projection is kept.
 """
 
 from __future__ import annotations
@@ -14,10 +23,14 @@ from pathlib import Path
 
 import torch
 
-from ot_gradio.models.common import cast_state_dict, torch_dtype
+from ot_gradio.models.common import cast_state_dict, plain_state_dict, torch_dtype
 from ot_gradio.models.sd_single_file import VAE_PREFIX, vae_to_original
 
 TRANSFORMER_PREFIX = "model.diffusion_model."
+TEXT_ENCODER_PREFIXES = {"text_encoder": "text_encoders.clip_l.transformer.", "text_encoder_2": "text_encoders.clip_g.transformer.",
+                         "text_encoder_3": "text_encoders.t5xxl.transformer."}
+CLIP_L_PROJECTION = TEXT_ENCODER_PREFIXES["text_encoder"] + "text_projection.weight"
+_T5_EMBEDDING = ("shared.weight", "encoder.embed_tokens.weight")
 
 _BASIC = {
     "pos_embed.pos_embed": "pos_embed", "pos_embed.proj": "x_embedder.proj", "context_embedder": "context_embedder",
@@ -80,12 +93,29 @@ def transformer_to_original(state_dict: Mapping[str, torch.Tensor], num_layers: 
     return out
 
 
+def text_encoder_to_original(part: str, module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A text encoder's weights under the names the single files hold (without the part's prefix):
+    CLIP's under `text_model.`, which a flattened CLIP text model (transformers >= 5.6) lacks; T5's
+    embedding under both its names, as two tensors (safetensors writes no shared ones): the one its
+    encoder reads, should the two be untied."""
+    weights = plain_state_dict(module, part)
+    if part == "text_encoder_3":
+        embedding = next(weights[k] for k in reversed(_T5_EMBEDDING) if k in weights)
+        return {**weights, "shared.weight": embedding, "encoder.embed_tokens.weight": embedding.clone()}
+    return {k if k.startswith(("text_model.", "text_projection.")) else "text_model." + k: v
+            for k, v in weights.items() if not k.endswith(("position_ids", "logit_scale"))}
+
+
 def save_sd3_single_file(path: str | os.PathLike, transformer: torch.nn.Module, vae: torch.nn.Module, dtype=None,
-                         metadata: Mapping[str, str] | None = None) -> Path:
-    """The transformer and the VAE in SAI's single-file layout, written atomically."""
+                         metadata: Mapping[str, str] | None = None,
+                         text_encoders: Mapping[str, torch.nn.Module] | None = None) -> Path:
+    """The transformer, the VAE and `text_encoders` (part -> its module: those the model holds) in
+    SAI's single-file layout, all in `dtype`, written atomically."""
     from ot_gradio.models.key_layout import save_tensors
 
     dt = None if dtype is None else torch_dtype(dtype)
     state = {TRANSFORMER_PREFIX + k: v for k, v in transformer_to_original(transformer.state_dict(), transformer.config.num_layers).items()}
     state.update({VAE_PREFIX + k: v for k, v in vae_to_original(vae.state_dict(), vae.config).items()})
+    for part, module in dict(text_encoders or {}).items():
+        state.update({TEXT_ENCODER_PREFIXES[part] + k: v for k, v in text_encoder_to_original(part, module).items()})
     return save_tensors(path, cast_state_dict(state, dt), metadata or {})
