@@ -78,7 +78,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     # written to a saved single file's header (SAI model spec)
     modelspec_architecture = "stable-diffusion-v1"
     # text encoder part -> key of its vectors in an A1111 embedding file
-    embedding_keys = {"text_encoder": "emb_params"}
+    embedding_keys = {"text_encoder": "emp_params"}  # OneTrainer's key (sic); A1111, ComfyUI, diffusers take any lone key
     output_embedding_parts = ("text_encoder",)
     unet_in_channels = 4  # what the UNet takes (SD 2, SDXL and the inpainting models check it when loading)
     caption_windows = 1  # 75-token windows a caption is read in (max_token_length, models/long_captions.py)

@@ -11,20 +11,22 @@ are never in an optimizer and stay bit-identical; the vectors keep their own dat
 In captions and prompts the embedding's placeholder (`<embedding>` by default) is replaced by
 its token string before tokenizing (`Embeddings.expand`).
 
-Files (what A1111, Forge, ComfyUI and diffusers read)
+Files (what A1111, Forge, ComfyUI and diffusers read; keys and reading: embedding_files.py)
 - one `.safetensors` per embedding, one tensor [tokens, width] per text encoder under the
-  family's `embedding_keys`: `emb_params` for SD 1.x/2.x (a single-tensor file, which A1111's
-  and diffusers' `load_textual_inversion` take as is), `clip_l` + `clip_g` for SDXL;
-- bundled in a LoRA file: `bundle_emb.<placeholder>.string_to_param.*` for `emb_params` families
-  (the key kohya's bundler writes and A1111 and ComfyUI read), `bundle_emb.<placeholder>.<key>`
-  otherwise.
-Reading also takes OneTrainer's `emp_params`, A1111 `.pt` files (`string_to_param`) and
-diffusers' single-token files.
+  family's `embedding_keys` (OneTrainer's): `emp_params` for SD 1.x/2.x (a single-tensor file,
+  which A1111, ComfyUI and diffusers' `load_textual_inversion` take whatever its key),
+  `clip_l` + `clip_g` for SDXL, ...; beside other keys `t5` has a `t5xxl` copy, the key
+  ComfyUI's T5 tokenizers read;
+- bundled in a LoRA file: `bundle_emb.<placeholder>.string_to_param.*` for SD 1.x/2.x (the key
+  kohya's bundler writes), `bundle_emb.<placeholder>.<key>` otherwise. A1111 and Forge read
+  these; ComfyUI's LoRA loader skips them, so each embedding is always its own file too.
+Reading also takes `emb_params` (this trainer's earlier key), A1111 `.pt` files
+(`string_to_param`) and diffusers' single-token files.
 
 Output embeddings (output_embeddings.py) keep their output vectors under `<key>_out` in place of
 `<key>` (`emp_params_out` for SD 1.x/2.x and `bundle_emb.<placeholder>.clip_l_out` in a LoRA, as
-OneTrainer writes them); only OneTrainer and this trainer read them. A file with such keys
-continues as an output embedding.
+OneTrainer writes them), in the output data type; only OneTrainer and this trainer read them. A
+file with such keys continues as an output embedding.
 """
 
 from __future__ import annotations
@@ -46,15 +48,20 @@ from ot_gradio.fsutil import atomic_write
 from ..config.enums import TimeUnit
 from ..config.parts import learning_rate_or_base
 from ..models.common import base_module
+from .embedding_files import (  # noqa: F401  (bundle_key, read_embedding_file: read from here too)
+    OUT_SUFFIX,
+    bundle_key,
+    bundle_output_key,
+    input_vectors,
+    load_embedding_tensors,
+    output_key,
+    output_vectors,
+    read_embedding_file,
+    with_comfy_copies,
+)
 from .method_base import Method
 from .output_embeddings import OutputVectors, initial_output_vectors, original_std, output_width, rescale
 from .param_groups import ParamGroup
-
-SINGLE_KEY = "emb_params"
-# keys other tools write for a single text encoder's vectors
-_SINGLE_ALIASES = ("emb_params", "emp_params", "clip_l")
-BUNDLE_PREFIX = "bundle_emb."
-OUT_SUFFIX = "_out"
 
 
 def _host_copy(t: torch.Tensor) -> torch.Tensor:
@@ -162,97 +169,6 @@ def initial_vectors(tokenizer: Any, matrix: torch.Tensor, text: str, token_count
     count = max(1, len(ids)) if token_count is None else int(token_count)
     ids = (list(ids)[:count] + star * count)[:count]
     return matrix[torch.tensor(ids, device=matrix.device)].detach().clone()
-
-
-def output_key(key: str) -> str:
-    """The key of a part's output vectors in an embedding file (OneTrainer's, with its
-    `emp_params_out` for SD 1.x/2.x)."""
-    return ("emp_params" if key == SINGLE_KEY else key) + OUT_SUFFIX
-
-
-def bundle_output_key(name: str, key: str) -> str:
-    """The key of an embedding's output vectors inside a LoRA file (OneTrainer's)."""
-    return f"{BUNDLE_PREFIX}{name}." + ("clip_l" if key == SINGLE_KEY else key) + OUT_SUFFIX
-
-
-def read_embedding_file(path: str | Path, keys: Mapping[str, str], widths: Mapping[str, int], field: str) -> dict[str, torch.Tensor]:
-    """The (input) vectors of an embedding file per text encoder part ([tokens, width] each)."""
-    return input_vectors(load_embedding_tensors(path, field), keys, widths, path, field)
-
-
-def load_embedding_tensors(path: str | Path, field: str) -> dict[str, torch.Tensor]:
-    """Every tensor of an embedding file by its key (an A1111 `.pt`: its one vector as `string_to_param`)."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise ValueError(f"{field}.model_name: {path} does not exist; give an embedding .safetensors (or .pt) file, or leave it blank")
-    try:
-        if path.suffix.lower() == ".safetensors":
-            from safetensors.torch import load_file
-
-            data: dict[str, Any] = dict(load_file(str(path)))
-        else:
-            data = dict(torch.load(path, map_location="cpu", weights_only=True))
-    except Exception as e:  # a broken or foreign file
-        raise ValueError(f"{field}.model_name: {path} could not be read as an embedding ({e})") from e
-    params = data.get("string_to_param")
-    if isinstance(params, Mapping) and params:  # A1111 .pt
-        data = {"string_to_param": next(iter(params.values()))}
-    return {k: v for k, v in data.items() if isinstance(v, torch.Tensor)}
-
-
-def output_vectors(tensors: Mapping[str, torch.Tensor], keys: Mapping[str, str], widths: Mapping[str, int],
-                   path: str | Path, field: str) -> dict[str, torch.Tensor]:
-    """An output embedding file's output vectors (float32) per part; {} for a file of input
-    vectors. `widths`: those of the family's output_embedding_parts; a part outside them may have
-    some too (OneTrainer writes HiDream's Llama ones, which it does not apply either)."""
-    out = {}
-    for part, key in keys.items():
-        found = tensors.get(output_key(key), tensors.get(key + OUT_SUFFIX))
-        if found is None:
-            continue
-        found = found.detach().float()
-        if found.ndim != 2 or found.shape[1] != widths.get(part, found.shape[-1]):
-            raise ValueError(
-                f"{field}.model_name: {path} has output vectors of shape {tuple(found.shape)}, but the "
-                f"{part.replace('_', ' ')}'s output needs width {widths[part]}: it was made for another model type"
-            )
-        out[part] = found
-    return out
-
-
-def input_vectors(tensors: Mapping[str, torch.Tensor], keys: Mapping[str, str], widths: Mapping[str, int],
-                  path: str | Path, field: str) -> dict[str, torch.Tensor]:
-    """An embedding file's input vectors for the parts in `keys`."""
-    tensors = {k: v for k, v in tensors.items() if not k.endswith(OUT_SUFFIX)}
-    out: dict[str, torch.Tensor] = {}
-    for part, key in keys.items():
-        found = tensors.get(key)
-        if found is None and len(keys) == 1:
-            found = next((tensors[k] for k in (*_SINGLE_ALIASES, "string_to_param") if k in tensors), None)
-            if found is None and len(tensors) == 1:  # diffusers: {"<token>": vector}
-                found = next(iter(tensors.values()))
-        if found is None:
-            raise ValueError(
-                f"{field}.model_name: {path} has no vectors for the {part.replace('_', ' ')} (key '{key}'; the file has "
-                f"{', '.join(sorted(tensors)) or 'no tensors'}): it was made for another model type"
-            )
-        found = found.detach().float()
-        if found.ndim == 1:
-            found = found.unsqueeze(0)
-        if found.ndim != 2 or found.shape[1] != widths[part]:
-            raise ValueError(
-                f"{field}.model_name: {path} has vectors of shape {tuple(found.shape)}, but the {part.replace('_', ' ')} "
-                f"needs width {widths[part]}: it was made for another model type"
-            )
-        out[part] = found
-    if len({int(v.shape[0]) for v in out.values()}) > 1:
-        raise ValueError(f"{field}.model_name: {path} has a different token count per text encoder")
-    return out
-
-
-def bundle_key(name: str, key: str) -> str:
-    """The key of an embedding's vectors inside a LoRA file."""
-    return f"{BUNDLE_PREFIX}{name}." + ("string_to_param.*" if key == SINGLE_KEY else key)
 
 
 def caption_warnings(embeddings: Embeddings | None, concepts: Any) -> list[str]:
@@ -470,7 +386,8 @@ class Embeddings:
     # --- files ------------------------------------------------------------------------------
     def file_tensors(self, embedding: Embedding, dtype: torch.dtype, *, bundle_name: str | None = None) -> dict[str, torch.Tensor]:
         """The embedding's tensors by their key in its file (`bundle_name`: in a LoRA file): the
-        output vectors of the parts that have them, else the input vectors."""
+        output vectors of the parts that have them, else the input vectors; its own file also
+        holds ComfyUI's `t5xxl` copy of `t5` (embedding_files.with_comfy_copies)."""
         out = {}
         for part, v in embedding.trained_vectors().items():
             key = self.keys[part]
@@ -479,7 +396,7 @@ class Embeddings:
             elif bundle_name is not None:
                 key = bundle_key(bundle_name, key)
             out[key] = v.detach().to("cpu", dtype).contiguous().clone()
-        return out
+        return with_comfy_copies(out) if bundle_name is None else out
 
     def save(self, embedding: Embedding, path: str | Path, dtype: torch.dtype, metadata: Mapping[str, str] | None = None) -> Path:
         """One embedding as an A1111 `.safetensors` file, atomically."""

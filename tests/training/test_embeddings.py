@@ -216,9 +216,9 @@ def test_embedding_file_is_a1111_and_reads_back(tmp_path):
     train_steps(model, cfg, method, steps=1, captions=("<me>",))
     out = method.save(model, cfg, tmp_path / "me.safetensors", {"ss_steps": "1"})
     with safe_open(str(out), "pt") as f:
-        assert list(f.keys()) == ["emb_params"]  # one tensor: A1111 and diffusers take it as is
+        assert list(f.keys()) == ["emp_params"]  # one tensor: A1111 and diffusers take it as is (OneTrainer's key)
         meta = f.metadata()
-        tensor = f.get_tensor("emb_params")
+        tensor = f.get_tensor("emp_params")
     assert tensor.shape == (3, 32) and tensor.dtype == torch.float16
     assert meta["ot_gradio.placeholder"] == "<me>" and meta["ot_gradio.token_count"] == "3"
     assert torch.equal(tensor, method.main.vectors["text_encoder"].detach().half())
@@ -232,7 +232,7 @@ def test_embedding_file_is_a1111_and_reads_back(tmp_path):
 
 
 def test_other_embedding_files_are_read(tmp_path):
-    keys, widths = {"text_encoder": "emb_params"}, {"text_encoder": 32}
+    keys, widths = {"text_encoder": "emp_params"}, {"text_encoder": 32}
     vectors = torch.randn(2, 32)
     torch.save({"string_to_param": {"*": vectors}, "name": "x", "step": 10}, tmp_path / "a1111.pt")
     save_file({"emp_params": vectors}, str(tmp_path / "onetrainer.safetensors"))
@@ -248,7 +248,7 @@ def test_other_embedding_files_are_read(tmp_path):
 
 
 def test_bundle_keys():
-    assert bundle_key("trig", "emb_params") == "bundle_emb.trig.string_to_param.*"  # SD 1/2: kohya, A1111, ComfyUI
+    assert bundle_key("trig", "emp_params") == "bundle_emb.trig.string_to_param.*"  # SD 1/2: kohya's, which A1111 reads
     assert bundle_key("trig", "clip_l") == "bundle_emb.trig.clip_l"  # SDXL: one per encoder
     odd = Embedding(EmbeddingConfig(placeholder="<v1.5 style>"), "embedding", [], {})
     assert odd.bundle_name == "<v1_5 style>" and odd.name == "v1_5_style"  # a '.' would split the bundle key
@@ -271,11 +271,11 @@ def test_lora_saves_additional_embeddings_bundled_or_beside(tmp_path, bundle):
         assert torch.equal(tensors["bundle_emb.<trig>.string_to_param.*"], lora.additional[0].vectors["text_encoder"].detach())
         assert tensors["bundle_emb.<off>.string_to_param.*"].shape == (1, 32)
         # and beside it too: ComfyUI's LoRA loader skips bundle_emb.*, its embedding loader reads the files
-        assert torch.equal(load_file(str(beside / "trig.safetensors"))["emb_params"], tensors["bundle_emb.<trig>.string_to_param.*"])
+        assert torch.equal(load_file(str(beside / "trig.safetensors"))["emp_params"], tensors["bundle_emb.<trig>.string_to_param.*"])
     else:
         assert not any(k.startswith("bundle_emb") for k in tensors)
     assert sorted(p.name for p in beside.iterdir()) == ["off.safetensors", "trig.safetensors"]
-    assert load_file(str(beside / "trig.safetensors"))["emb_params"].shape == (2, 32)
+    assert load_file(str(beside / "trig.safetensors"))["emp_params"].shape == (2, 32)
     loaded = load_lora_file(out)  # a bundled LoRA still reads as a LoRA (lora_model_name)
     assert set(loaded.parts) == {"unet", "text_encoder"} and loaded.rank == 2
 
@@ -348,7 +348,7 @@ def test_trainer_stops_the_embedding_and_samples_with_its_tokens(run_config, tmp
     assert torch.equal(trainer.model.text_encoder.get_input_embeddings().weight, matrix)
     tokens = trainer.method.main.token_string
     assert prompts == [(f"a photo of {tokens}", tokens)]  # the sample prompt reached the model with the tokens
-    saved = load_file(str(tmp_path / "out" / "emb.safetensors"))["emb_params"]
+    saved = load_file(str(tmp_path / "out" / "emb.safetensors"))["emp_params"]
     assert torch.equal(saved, vectors[-1])
 
 
