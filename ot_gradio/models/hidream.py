@@ -110,6 +110,10 @@ class HiDream(IdentityLoraNames, FlowFamily):
     embedding_keys = {"text_encoder": "clip_l", "text_encoder_2": "clip_g", "text_encoder_3": "t5", "text_encoder_4": "llama"}
     # T5 only, as OneTrainer: the CLIPs give pooled outputs, Llama every layer's states
     output_embedding_parts = ("text_encoder_3",)
+    # OneTrainer marks Llama an output embedding too (HiDreamModel's HiDreamModelEmbedding), so
+    # its input vectors are zeros, but never applies its output vectors (commented out in its
+    # encode_text): an output embedding's tokens enter Llama as zeros, its output there is Llama's
+    zeroed_output_embedding_parts = ("text_encoder_4",)
     patch_size = None  # the transformer config's 2
     t5_part = T5_PART
     lora_layer_presets = {"transformer": TRANSFORMER_PRESETS, "text_encoder": CLIP_PRESETS, "text_encoder_2": CLIP_PRESETS,

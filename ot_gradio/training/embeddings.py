@@ -292,9 +292,14 @@ class Embeddings:
     def _make_output(self, embedding: Embedding, outputs: dict[str, torch.Tensor], *, train: bool, train_parts: frozenset[str] | set[str]) -> None:
         """An output embedding's output vectors: from its file, or the encoders' output for its
         initial text (read while its input vectors are still the initial text's); then the input
-        vectors of those parts become zeros."""
+        vectors of those parts become zeros, and those of the family's
+        `zeroed_output_embedding_parts` too (HiDream's Llama, as OneTrainer)."""
         if not outputs:
             outputs = initial_output_vectors(self.model, self.hook, embedding, self.output_parts)
+        for part in getattr(self.model, "zeroed_output_embedding_parts", ()):
+            if part in embedding.vectors:
+                embedding.vectors[part].data.zero_()
+                embedding.initial[part] = torch.zeros_like(embedding.initial[part])
         for part, start in outputs.items():
             embedding.vectors[part].data.zero_()
             embedding.initial[part] = torch.zeros_like(embedding.initial[part])

@@ -5,11 +5,20 @@ The embedding's tokens still go into the prompt, with zero input vectors that ne
 the sequence the family makes its prompt embedding from (after the clip-skip layer and the final
 norm: `Family.output_embedded`, which each family's `encode_text` calls per text encoder in
 `output_embedding_parts`), the rows at those tokens are replaced by the embedding's own output
-vectors [tokens, encoder width], float32, which are what trains. They start as the encoder's
-output for the initial text (its tokens cut or filled with '*' as for an input embedding).
-A text encoder only pooled (Flux's and HunyuanVideo's CLIP-L, HiDream's CLIPs and its Llama,
-whose every layer the transformer reads) keeps the initial text's input vectors, frozen, as
-OneTrainer does.
+vectors [tokens, encoder width], float32, which are what trains (saved in the output data type,
+as OneTrainer). They start as the encoder's output at the layer they are put in at (after clip
+skip) for the embedding's tokens alone, their input vectors the initial text's (its tokens cut or
+filled with '*' as for an input embedding). OneTrainer encodes the initial text followed by a '*'
+per token at clip skip 0 and keeps the rows after the first (`[1:][:token_count]`): for CLIP,
+causal and with a start token, the same rows at clip skip 0, but the last layer's at any other
+clip skip, though it puts them in at the clip-skip layer; for T5, which has no start token and
+reads both ways, rows one token on (the text's first token skipped) that see the whole text.
+
+A text encoder only pooled (Flux's and HunyuanVideo's CLIP-L, HiDream's CLIPs) keeps the initial
+text's input vectors, frozen (OneTrainer trains them, as an input embedding's, where the encoder's
+Train embedding is on). HiDream's Llama, whose every layer the transformer reads, gets zero input
+vectors and no output vectors (the family's `zeroed_output_embedding_parts`), as OneTrainer,
+which marks it an output embedding but never applies its output vectors.
 
 `Embeddings` (embeddings.py) installs one `OutputVectors` as the model's `output_embeddings`, so
 training, samples and the sample tool all go through it; the files hold `<key>_out` (see
@@ -62,8 +71,11 @@ class OutputVectors:
 @torch.no_grad()
 def initial_output_vectors(model: Any, hook: OutputVectors, embedding: Any, parts: list[str]) -> dict[str, torch.Tensor]:
     """The encoders' output rows (float32) at the embedding's tokens when its token string alone
-    is encoded, its input vectors being those of the initial text (OneTrainer encodes the initial
-    text followed by '*'s and keeps the first rows; CLIP, being causal, gives the same rows)."""
+    is encoded, its input vectors being those of the initial text, at the layer the rows are put
+    in at. Not OneTrainer's rows (see the module's docstring): it encodes the initial text
+    followed by '*'s at clip skip 0 and keeps the rows after the first, the same rows for CLIP
+    (causal; the first row its start token) only at clip skip 0, and one token on for T5 (no start
+    token), where they also see the rest of the text."""
     hook.captured = {}
     try:
         model.encode_text([embedding.token_string])

@@ -1,5 +1,6 @@
-"""Embedding files as the other tools read them: SD 1.x/2.x's `emp_params` (OneTrainer's key)
-and the `t5xxl` copy ComfyUI's T5 tokenizers look up."""
+"""Embedding files as the other tools read them: SD 1.x/2.x's `emp_params` (OneTrainer's key),
+the `t5xxl` copy ComfyUI's T5 tokenizers look up, and HiDream's Llama in an output embedding
+(zeros, as OneTrainer)."""
 
 import importlib
 
@@ -130,3 +131,26 @@ def test_single_t5_files_stay_single_and_t5xxl_is_read(tiny_models, tmp_path):
     path = flux_embeddings.save(flux_embedding, tmp_path / "flux.safetensors", torch.float32)
     _, from_flux = add(load_tiny("chroma"), model_name=str(path))
     assert torch.equal(from_flux.vectors["text_encoder"].detach(), flux_embedding.vectors["text_encoder_2"].detach())
+
+
+# --- HiDream's Llama in an output embedding ------------------------------------------------------
+
+
+def test_hidream_output_embedding_gives_llama_zeros_as_onetrainer(tiny_models, tmp_path):
+    model = load_tiny("hidream")
+    embeddings, embedding = add(model, token_count=2, initial_embedding_text="a", is_output_embedding=True)
+    llama = embedding.vectors["text_encoder_4"]
+    assert set(embedding.outputs) == {"text_encoder_3"}  # OneTrainer applies no Llama output vectors either
+    assert torch.count_nonzero(llama) == 0 and not llama.requires_grad
+    assert torch.count_nonzero(embedding.initial["text_encoder_4"]) == 0
+    for part in ("text_encoder", "text_encoder_2"):  # the CLIPs: the initial text's vectors
+        assert torch.count_nonzero(embedding.vectors[part]) > 0
+    saved = embeddings.file_tensors(embedding, torch.float32)
+    assert set(saved) == {"clip_l", "clip_g", "t5_out", "llama"} and torch.count_nonzero(saved["llama"]) == 0
+
+    # a file with the initial text's Llama vectors (as this trainer wrote them before) continues
+    # with zeros too, as OneTrainer continues it (an output embedding's input vectors are zeros)
+    save_file({**saved, "llama": torch.randn(saved["llama"].shape)}, str(tmp_path / "older.safetensors"))
+    _, read = add(load_tiny("hidream"), model_name=str(tmp_path / "older.safetensors"))
+    assert torch.count_nonzero(read.vectors["text_encoder_4"]) == 0
+    assert torch.equal(read.outputs["text_encoder_3"].detach(), saved["t5_out"])
