@@ -19,6 +19,7 @@ from ..models.common import base_module, tied_aliases, without_aliases
 from .device import QUANTIZED_TYPES, output_dtype, quantized_part_trained
 from .embedding_method import save_embedding_files
 from .embeddings import EmbeddingSupport
+from .lora import LAYER_PRESETS, entry_matches, filter_entries
 from .method_base import register
 from .output_metadata import add_folder_metadata, model_metadata
 from .param_groups import ParamGroup
@@ -48,6 +49,24 @@ def check_finetune_format(fmt: ModelFormat, model: Any = None) -> None:
         )
 
 
+def layers_trained(model: Any, module: torch.nn.Module, config: Any) -> None:
+    """The layer preset (or filter) picks the denoiser's weights that train, as in OneTrainer's
+    fine-tune: a weight whose name holds none of its entries is frozen ("full": all train). An
+    entry that matches no weight is refused, as for a LoRA (a typo would freeze the whole model)."""
+    table = model.lora_layer_presets.get(model.denoiser) or LAYER_PRESETS["unet"]
+    entries, regex = filter_entries(config.layer_filter_preset, config.layer_filter, config.layer_filter_regex, table)
+    if not entries:
+        return
+    used: set[str] = set()
+    for name, param in base_module(module).named_parameters():
+        hits = [e for e in entries if entry_matches(e, name, regex)]
+        used.update(hits)
+        param.requires_grad_(bool(hits))
+    if unused := [e for e in entries if e not in used]:
+        raise ValueError(f"layer_filter: {', '.join(repr(e) for e in unused)} matched no weight of the {model.denoiser} "
+                         f"(layer preset {config.layer_filter_preset}); check the names, or pick another layer preset")
+
+
 @register(TrainingMethod.FINE_TUNE)
 class FineTuneMethod(EmbeddingSupport):
     def setup(self, model: Any, config: Any, device: torch.device) -> list[ParamGroup]:
@@ -65,6 +84,8 @@ class FineTuneMethod(EmbeddingSupport):
             self.trained_parts.append(part)
             module = model.parts[part]
             module.requires_grad_(True)
+            if part == model.denoiser:
+                layers_trained(model, module, config)
             params = [p for p in module.parameters() if p.requires_grad]
             groups.append(ParamGroup(name=part, params=params, lr=learning_rate_or_base(part_cfg.learning_rate, config.learning_rate)))
         return groups + self.setup_embeddings(model, config, device)

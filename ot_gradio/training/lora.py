@@ -89,7 +89,17 @@ def parse_layer_filter(layer_filter: str, regex: bool = False) -> list[str]:
     return entries
 
 
-def _entry_matches(entry: str, name: str, regex: bool) -> bool:
+def filter_entries(layer_preset: str, layer_filter: str, regex: bool, table: Mapping[str, list[str]]) -> tuple[list[str], bool]:
+    """(entries, whether they are regexes) of a layer preset, or of the filter with "custom";
+    no entries: every layer."""
+    if layer_preset == "custom":
+        return parse_layer_filter(layer_filter, regex), regex
+    if layer_preset in table:
+        return list(table[layer_preset]), False
+    raise ValueError(f"Unknown layer preset {layer_preset!r}; expected one of {', '.join([*table, 'custom'])}.")
+
+
+def entry_matches(entry: str, name: str, regex: bool) -> bool:
     return re.search(entry, name) is not None if regex else entry in name
 
 
@@ -112,14 +122,8 @@ def select_lora_targets(
     at least one layer, otherwise ValueError names the entries that matched nothing.
     """
     _check_kind(kind)
-    table = presets if presets is not None else LAYER_PRESETS[kind]
-    if layer_preset == "custom":
-        entries, regex = parse_layer_filter(layer_filter, layer_filter_regex), layer_filter_regex
-    elif layer_preset in table:
-        entries, regex = table[layer_preset], False
-    else:
-        raise ValueError(f"Unknown layer preset {layer_preset!r}; expected one of {', '.join(PRESET_NAMES)}.")
-
+    entries, regex = filter_entries(layer_preset, layer_filter, layer_filter_regex,
+                                    presets if presets is not None else LAYER_PRESETS[kind])
     types = _TARGET_TYPES[kind]
     selected: list[str] = []
     used: set[str] = set()
@@ -132,7 +136,7 @@ def select_lora_targets(
             selected.append(name)
             continue
         full = public_name(module, kind, name)
-        hits = [e for e in entries if _entry_matches(e, full, regex)]
+        hits = [e for e in entries if entry_matches(e, full, regex)]
         if hits:
             used.update(hits)
             selected.append(name)

@@ -93,7 +93,7 @@ def test_diffusers_folder_and_additional_embeddings_beside_it(tmp_path):
     assert torch.equal(pipe.unet.conv_in.weight, model.unet.conv_in.weight)
     assert len(pipe.tokenizer) == tokens_before  # the embedding's tokens are not in the saved model
     embedding = load_file(str(tmp_path / "model_embeddings" / "trig.safetensors"))
-    assert torch.equal(embedding["emb_params"], method.additional[0].vectors["text_encoder"].detach())
+    assert torch.equal(embedding["emp_params"], method.additional[0].vectors["text_encoder"].detach())
     assert len(model.tokenizer) == tokens_before + 2  # the live model keeps them
 
 
@@ -114,3 +114,38 @@ def test_doctor_on_finetune_formats():
     assert errors(cfg)[0].startswith("output_model_format: LoRA training writes KOHYA_LORA")
     cfg.output_model_format = "DIFFUSERS"
     assert errors(cfg)[0].endswith("not DIFFUSERS; choose one of those.")
+
+
+def test_the_layer_preset_or_filter_picks_the_denoiser_weights_that_train():
+    """As OneTrainer's fine-tune: the denoiser's weights outside the filter are frozen; the text
+    encoder trains whole (the filter is the denoiser's)."""
+    model = tiny_model()
+    groups = FineTuneMethod().setup(model, config(layer_filter_preset="attn-only"), CPU)
+    unet = dict(model.unet.named_parameters())
+    assert {id(p) for p in groups[0].params} == {id(p) for n, p in unet.items() if "attn" in n} != {id(p) for p in unet.values()}
+    assert not any(p.requires_grad for n, p in unet.items() if "attn" not in n)
+    assert {id(p) for p in groups[1].params} == {id(p) for p in model.text_encoder.parameters()}
+
+    model = tiny_model()
+    groups = FineTuneMethod().setup(model, config(layer_filter_preset="custom", layer_filter=r"^conv_in\.,time_embedding", layer_filter_regex=True), CPU)
+    assert {n for n, p in model.unet.named_parameters() if p.requires_grad} == {
+        n for n in dict(model.unet.named_parameters()) if n.startswith("conv_in.") or "time_embedding" in n}
+    with pytest.raises(ValueError, match=r"layer_filter: 'atention' matched no weight of the unet"):
+        FineTuneMethod().setup(tiny_model(), config(layer_filter_preset="custom", layer_filter="attn,atention"), CPU)
+
+
+def test_onetrainers_qwen_finetune_preset_trains_the_transformer_blocks_only():
+    """OneTrainer's `#qwen Finetune 16GB` sets the layer filter to the transformer blocks: its
+    embedders and final layers stay frozen (they trained here too before)."""
+    from pathlib import Path
+
+    from ot_gradio.config.io import load_config
+    from ot_gradio.models.registry import get_family
+
+    preset = Path(__file__).parents[1] / "config" / "data" / "onetrainer-training-presets" / "QwenImage" / "#qwen Finetune 16GB.json"
+    cfg = load_config(preset).config.model_copy(update={"base_model_name": "tiny:qwen-image"})
+    model = get_family("QWEN").load("tiny:qwen-image")
+    FineTuneMethod().setup(model, cfg, CPU)
+    trained = {n for n, p in model.transformer.named_parameters() if p.requires_grad}
+    assert trained and all(n.startswith("transformer_blocks.") for n in trained)
+    assert trained == {n for n in dict(model.transformer.named_parameters()) if n.startswith("transformer_blocks.")}

@@ -23,7 +23,7 @@ def test_every_training_field_is_in_exactly_one_group_in_onetrainers_grouping():
     assert [t for t, _ in groups] == TRAINING_GROUPS  # a misspelt heading would make a group of its own
 
 
-TRAINING_GROUPS = ["Learning rate", "Epochs and batches", "EMA", "Precision and speed", "Video clips", "Loss", "Noise",
+TRAINING_GROUPS = ["Learning rate", "Layers", "Epochs and batches", "EMA", "Precision and speed", "Video clips", "Loss", "Noise",
                    "Timestep distribution", "Masked training", "kohya's noise options"]
 
 

@@ -146,9 +146,13 @@ def test_fields_that_do_not_apply_are_hidden(page):
     assert out[page.fields["lokr_dim"].component]["visible"] is False
     assert page.fields["device_indexes"].component in page.edit_outputs
 
-    assert tab_order(["dropout_probability", "layer_filter", "lora_rank", "lora_alpha"])[:2] == ["lora_rank", "lora_alpha"]
-    lora_ids = [b._id for b in page.blocks.blocks.values() if getattr(b, "elem_id", "") in ("f-lora_rank", "f-layer_filter_preset")]
-    assert lora_ids == sorted(lora_ids) and page.fields["lora_rank"].component._id < page.fields["layer_filter_preset"].component._id
+    assert tab_order(["dropout_probability", "lora_rank", "lora_alpha"])[:2] == ["lora_rank", "lora_alpha"]
+    lora_ids = [b._id for b in page.blocks.blocks.values() if getattr(b, "elem_id", "") in ("f-lora_rank", "f-dropout_probability")]
+    assert lora_ids == sorted(lora_ids) and page.fields["lora_rank"].component._id < page.fields["dropout_probability"].component._id
+    # the layer preset picks a LoRA's layers and a fine-tune's weights (as OneTrainer's Training tab)
+    lora, fine_tune, embedding = ({**base, "training_method": m, "layer_filter_preset": "custom"} for m in ("LORA", "FINE_TUNE", "EMBEDDING"))
+    assert all(applies(p, lora) and applies(p, fine_tune) and not applies(p, embedding) for p in ("layer_filter_preset", "layer_filter"))
+    assert not applies("layer_filter", {**lora, "layer_filter_preset": "attn-mlp"})  # the filter is the custom preset's
 
 
 def test_a_concept_path_the_system_refuses_is_a_missing_folder_not_a_traceback():

@@ -237,8 +237,9 @@ def test_start_up_size_budget(page):
     # file-name captions): one more. A concept's Spread frames over the clip (video models; ai-toolkit's
     # shrink_video_to_frames): one more. Its Files trained (video models: musubi-tuner's image / video folders): one more.
     # The note of a part left out of the run (Include off), in each of the five groups that have Include: five blocks.
+    # The layer preset and filter on the Training tab (a LoRA's layers and a fine-tune's weights): their group, two blocks.
     server = [fn for fn in page.blocks.fns.values() if fn.fn is not None]
-    assert len(page.blocks.blocks) <= 837 and len(server) <= 96
+    assert len(page.blocks.blocks) <= 839 and len(server) <= 96
     concept_relays = [fn for fn in page.blocks.fns.values() if fn.fn is None and fn.outputs == [page.concepts.log]]
     loaded = [fn for fn in page.blocks.fns.values() if fn.fn is None and "otPageLoaded" in (fn.js or "")]
     shown = [fn for fn in page.blocks.fns.values() if fn.fn is None and "otConfigLoads" in (fn.js or "")]
