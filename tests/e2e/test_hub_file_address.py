@@ -85,7 +85,7 @@ def test_a_civitai_model_as_base_model_downloads_with_the_key_and_trains(tmp_pat
     assert out.returncode == 0, out.stderr[-3000:]
     assert Path(config["output_model_destination"]).is_file()
     assert [auth for _, path, auth, _ in civitai.requests if path.startswith("/api/download/")] == ["Bearer civitai-key"] * 3
-    used = load_file(str(Path(config["output_model_destination"]).with_name("lora_embeddings") / "ti.safetensors"))["emb_params"]
+    used = load_file(str(Path(config["output_model_destination"]).with_name("lora_embeddings") / "ti.safetensors"))["emp_params"]
     assert torch.equal(used.float(), vectors)  # the downloaded embedding's vectors, used as they are
     cached = tmp_path / "hf" / "civitai" / "128713" / "dreamshaper_8.safetensors"
     assert cached.read_bytes() == tiny_model.single_file.read_bytes()

@@ -429,7 +429,7 @@ EMBEDDINGS = [
     "WUERSTCHEN_2", "STABLE_CASCADE_1", "PIXART_SIGMA", "FLUX_DEV_1", "FLUX_FILL_DEV_1", "CHROMA_1",
 ]
 # the key of the vectors in the embedding file (docs/FORMATS.md; OneTrainer's "clip_g" for the Cascade families)
-EMBEDDING_KEY = {"sd": "emb_params", "pixart": "t5", "wuerstchen": "clip_g", "cascade": "clip_g"}
+EMBEDDING_KEY = {"sd": "emp_params", "pixart": "t5", "wuerstchen": "clip_g", "cascade": "clip_g"}
 # the flux kind: a key per text encoder (OneTrainer's names), text encoder -> key
 FLUX_EMBEDDING_KEYS = {"FLUX_DEV_1": {"text_encoder": "clip_l", "text_encoder_2": "t5"},
                        "FLUX_FILL_DEV_1": {"text_encoder": "clip_l", "text_encoder_2": "t5"}, "CHROMA_1": {"text_encoder": "t5"}}
@@ -516,7 +516,9 @@ def _check_flux_embedding(model_type, family, paths, out, vectors, ours):
     """Flux.1 / Chroma: a key per text encoder, each moved; the pipelines have no textual-inversion
     loader, so the run's own tokens go into each tokenizer and text encoder by hand."""
     keys = FLUX_EMBEDDING_KEYS[model_type]
-    assert sorted(vectors) == sorted(keys.values()) and {v.shape[0] for v in vectors.values()} == {2}
+    # Flux.1's file also holds its T5 vectors under ComfyUI's key t5xxl (Chroma's one T5 is the file's only tensor)
+    assert sorted(vectors) == sorted({*keys.values(), *(["t5xxl"] if len(keys) > 1 else [])}) and {v.shape[0] for v in vectors.values()} == {2}
+    assert len(keys) == 1 or torch.equal(vectors["t5xxl"], vectors["t5"])
     pipe = _flux_pipeline(family, paths.diffusers_dir)
     plain = _flux_image(family, pipe, "a photo of")
     with safe_open(str(out), "pt") as f:

@@ -98,12 +98,12 @@ def test_embedding_loads_with_load_textual_inversion(lora_config, tiny_model, tm
     )
     run, events = run_until_done(config, tmp_path)
     vectors = load_file(str(out))
-    assert list(vectors) == ["emb_params"] and vectors["emb_params"].shape == (2, 32)
+    assert list(vectors) == ["emp_params"] and vectors["emp_params"].shape == (2, 32)
 
     pipe = _pipe(tiny_model.diffusers_dir)
     ids = pipe.tokenizer("circle", add_special_tokens=False).input_ids[:2]
     initial = pipe.text_encoder.get_input_embeddings().weight[ids].detach()
-    assert not torch.allclose(vectors["emb_params"], initial)  # training moved the vectors
+    assert not torch.allclose(vectors["emp_params"], initial)  # training moved the vectors
 
     plain = _image(pipe, "a photo of")
     pipe.load_textual_inversion(str(out), token="<x>")
@@ -127,7 +127,7 @@ def test_lora_with_a_bundled_additional_embedding(lora_config, tiny_model, tmp_p
     bundled = tensors.pop("bundle_emb.<trig>.string_to_param.*")
     # also its own A1111 file next to the LoRA (ComfyUI's LoRA loader skips bundle_emb.*), named in the log
     separate = tmp_path / "out" / "lora_embeddings" / "trig.safetensors"
-    assert torch.equal(load_file(str(separate))["emb_params"], bundled)
+    assert torch.equal(load_file(str(separate))["emp_params"], bundled)
     assert str(separate) in run.log.read_text()
     assert bundled.shape == (2, 32) and all(k.startswith(("lora_unet_", "lora_te_")) for k in tensors)
 
