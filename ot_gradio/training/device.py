@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 
 import torch
 
@@ -62,7 +63,7 @@ def output_dtype(data_type: DataType) -> torch.dtype:
 
 class Precision:
     """Mixed precision for the forward pass (the train data type), with a grad scaler for
-    float16 on CUDA. TFLOAT_32 is float32 with TensorFloat-32 matmuls on CUDA.
+    float16 on CUDA over float32 weights. TFLOAT_32 is float32 with TensorFloat-32 matmuls on CUDA.
     `autocast_cache` is `enable_autocast_cache`: autocast keeps the cast copies of weights for the
     whole forward pass (faster; turn off if samples get noisy every few epochs, seen with ZLUDA)."""
 
@@ -92,8 +93,14 @@ class Precision:
                 self.dtype = torch.float16
         else:
             raise ValueError(f"train_dtype: {train_dtype} is not supported; use FLOAT_32, FLOAT_16, BFLOAT_16 or TFLOAT_32")
-        use_scaler = self.dtype == torch.float16 and device.type == "cuda"
-        self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
+        self.scaler: torch.amp.GradScaler | None = None  # set by `scale_gradients_of` once the trained weights are known
+
+    def scale_gradients_of(self, params: Iterable[torch.Tensor]) -> None:
+        """A grad scaler for FLOAT_16 on CUDA when every trained weight is float32, as OneTrainer
+        decides (`enable_grad_scaling`): torch's scaler cannot unscale float16 gradients, and
+        bfloat16 weights (OneTrainer's SDXL preset under FLOAT_16) train unscaled there too."""
+        if self.dtype == torch.float16 and self.device.type == "cuda" and all(p.dtype == torch.float32 for p in params):
+            self.scaler = torch.amp.GradScaler("cuda")
 
     def autocast(self):
         if self.dtype is None:

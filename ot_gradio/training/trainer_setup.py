@@ -126,6 +126,7 @@ class TrainerSetup:
             self.model.to(self.device)
             self.method = get_method(cfg.training_method)
             self.param_groups = self.method.setup(self.model, cfg, self.device)
+            self.precision.scale_gradients_of(p for g in self.param_groups for p in g.params if p.requires_grad)
             scale_learning_rates(self.param_groups, cfg, self.dist.world)
             check_quantized_parts_frozen(self.model, cfg)
         except ValueError as e:

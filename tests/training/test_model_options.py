@@ -159,6 +159,22 @@ def test_train_dtypes():
     assert Precision(DataType.TFLOAT_32, CPU).dtype is None
 
 
+@pytest.mark.filterwarnings("ignore:torch.cuda.amp.GradScaler is enabled, but CUDA is not available")
+def test_float16_scales_the_loss_only_when_every_trained_weight_is_float32():
+    """OneTrainer's rule: FLOAT_16 weights would crash torch's scaler ("Attempting to unscale FP16
+    gradients") and bfloat16 ones (its SDXL preset's UNet under FLOAT_16) train unscaled there."""
+    cuda = torch.device("cuda")  # the rule only: nothing runs on the device
+    weights = {dtype: torch.nn.Parameter(torch.zeros(2, dtype=dtype)) for dtype in (torch.float32, torch.float16, torch.bfloat16)}
+    for trained, scaled in (([torch.float32], True), ([torch.float32, torch.float16], False), ([torch.bfloat16], False)):
+        precision = Precision(DataType.FLOAT_16, cuda)
+        precision.scale_gradients_of(weights[d] for d in trained)
+        assert (precision.scaler is not None) is scaled, trained
+    for other in (DataType.BFLOAT_16, DataType.FLOAT_32):
+        precision = Precision(other, cuda)
+        precision.scale_gradients_of([weights[torch.float32]])
+        assert precision.scaler is None
+
+
 # --- quantized weight types --------------------------------------------------------------------
 
 

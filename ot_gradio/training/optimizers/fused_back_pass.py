@@ -174,8 +174,8 @@ def fused_back_pass(optimizer: torch.optim.Optimizer, param_groups: list[dict[st
     if not fused_back_pass_on(config):
         return optimizer
     if scaler is not None:
-        raise ValueError("optimizer.fused_back_pass: it cannot unscale FLOAT_16 gradients; train in BFLOAT_16 or FLOAT_32, "
-                         "or turn the fused back pass off")
+        raise ValueError("optimizer.fused_back_pass: FLOAT_16 training of float32 weights scales the loss, which the fused back "
+                         "pass cannot undo per weight here; train in BFLOAT_16, or turn the fused back pass off")
     clip = getattr(config, "clip_grad_norm", None)
     if callable(getattr(optimizer, "step_parameter", None)):
         return ParameterSteps(optimizer, clip=clip)
