@@ -50,6 +50,8 @@ def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, 
     data = to_our_layout(data)
     if note := batch_counted_steps(data):
         warnings.append(note)
+    if note := _text_encoder_frozen_there(data):
+        warnings.append(note)
     if isinstance(data.get("optimizer"), dict):  # what OneTrainer trains with for a null or left-out setting
         warnings += read_onetrainer_optimizer(data["optimizer"], fill_missing=written, learning_rate=data.get("learning_rate"))
     warnings += _weight_types_changed(data)
@@ -191,6 +193,25 @@ def _weight_types_changed(data: dict[str, Any]) -> list[str]:
         return []
     return [f"{'; '.join(changed)}: the same 8-bit weights and 8-bit matmuls, but not compressed (nvCOMP weight "
             "compression is not supported), so the weights take their full 8 bits of memory."]
+
+
+# OneTrainer's LoRA and fine-tune of these model types never train the text encoder (it stays
+# frozen whatever `text_encoder.train` says; its page has no switch for it); this trainer can
+TEXT_ENCODER_FROZEN_THERE = ("Z_IMAGE", "FLUX_2", "KREA_2", "ERNIE", "ANIMA", "IDEOGRAM_4")
+
+
+def _text_encoder_frozen_there(data: dict[str, Any]) -> str | None:
+    """A config of such a model type whose text encoder would train (OneTrainer's default is on)
+    keeps it frozen, as it trained there; the note says how to train it here."""
+    model_type = data.get("model_type")
+    if model_type not in TEXT_ENCODER_FROZEN_THERE or data.get("training_method", "FINE_TUNE") not in ("LORA", "FINE_TUNE"):
+        return None
+    part = data.setdefault("text_encoder", {})
+    if not isinstance(part, dict) or part.get("train", True) is not True:
+        return None
+    part["train"] = False
+    return (f"text_encoder.train: OneTrainer never trains the text encoder of {model_type}, so it stays frozen here too, "
+            "as the run trained there; turn Train on in Training -> Text encoder to train it.")
 
 
 def _number(value: Any) -> bool:

@@ -255,3 +255,16 @@ def test_with_accumulation_a_onetrainer_configs_batch_counted_steps_become_optim
     assert not any(w.startswith("gradient_accumulation_steps") for w in same.warnings)
     ours = load_config({**{k: v for k, v in raw.items() if k != "__version"}, "config_version": 2})  # ours count optimizer steps
     assert ours.config.learning_rate_warmup_steps == 200
+
+
+@pytest.mark.parametrize("model_type", ["Z_IMAGE", "FLUX_2", "IDEOGRAM_4"])
+def test_a_text_encoder_onetrainer_never_trains_stays_frozen(model_type):
+    """OneTrainer's LoRA and fine-tune of these model types keep the text encoder frozen whatever
+    `text_encoder.train` says (its default is on); here it would have trained, unasked."""
+    result = load_config({"__version": 11, "model_type": model_type, "training_method": "FINE_TUNE"})
+    assert result.config.text_encoder.train is False
+    assert any(w.startswith(f"text_encoder.train: OneTrainer never trains the text encoder of {model_type}") for w in result.warnings)
+    quiet = load_config({"__version": 11, "model_type": model_type, "training_method": "LORA", "text_encoder": {"train": False}})
+    assert quiet.config.text_encoder.train is False and not any(w.startswith("text_encoder.train") for w in quiet.warnings)
+    qwen = load_config({"__version": 11, "model_type": "QWEN", "training_method": "FINE_TUNE"})  # OneTrainer trains Qwen's
+    assert qwen.config.text_encoder.train is True
