@@ -27,7 +27,7 @@ from .optimizer import OptimizerConfig
 from .ot_optimizer import read_onetrainer_optimizer
 from .ot_samples import fill_onetrainer_samples
 from .ot_steps import batch_counted_steps
-from .schema import TrainConfig
+from .schema import LAYER_PRESET_NAMES, TrainConfig
 from .validation import ConfigError, LoadResult, strip_unknown, validate
 
 OT_LAYOUT_VERSION = 11  # the OneTrainer TrainConfig version our keys match
@@ -52,6 +52,11 @@ def import_onetrainer(data: dict[str, Any], base_dir: str | Path | None = None, 
         warnings.append(note)
     if note := _text_encoder_frozen_there(data):
         warnings.append(note)
+    if note := _embedding_switch_ignored_there(data):
+        warnings.append(note)
+    preset = data.get("layer_filter_preset")
+    if isinstance(preset, str) and preset not in LAYER_PRESET_NAMES and str(data.get("layer_filter") or "").strip():
+        data["layer_filter_preset"] = "custom"  # a preset of OneTrainer's page (Würstchen's down-blocks, ...): its filter decides
     if isinstance(data.get("optimizer"), dict):  # what OneTrainer trains with for a null or left-out setting
         warnings += read_onetrainer_optimizer(data["optimizer"], fill_missing=written, learning_rate=data.get("learning_rate"))
     warnings += _weight_types_changed(data)
@@ -212,6 +217,20 @@ def _text_encoder_frozen_there(data: dict[str, Any]) -> str | None:
     part["train"] = False
     return (f"text_encoder.train: OneTrainer never trains the text encoder of {model_type}, so it stays frozen here too, "
             "as the run trained there; turn Train on in Training -> Text encoder to train it.")
+
+
+def _embedding_switch_ignored_there(data: dict[str, Any]) -> str | None:
+    """OneTrainer's SD 1.x/2.x, Würstchen and Stable Cascade train their embeddings whatever the
+    text encoder's `train_embedding` says (its page does not show it for them): off, it is on here."""
+    model_type = str(data.get("model_type") or "")
+    part = data.get("text_encoder")
+    if not (model_type.startswith(("STABLE_DIFFUSION_1", "STABLE_DIFFUSION_2")) or model_type in ("WUERSTCHEN_2", "STABLE_CASCADE_1")):
+        return None
+    if not isinstance(part, dict) or part.get("train_embedding") is not False:
+        return None
+    part["train_embedding"] = True
+    return (f"text_encoder.train_embedding: off, which OneTrainer ignores for {model_type} (its embeddings train whatever it "
+            "says); on here, so the embeddings train as they did there.")
 
 
 def _number(value: Any) -> bool:

@@ -71,7 +71,7 @@ class PixArtAlpha(Family, HubLoading, KlVaeLatents, DdpmNoise):
     # OneTrainer's BasePixArtAlphaSetup.LAYER_PRESETS for the transformer; T5's own names for
     # the text encoder (every T5 projection is a Linear: q, k, v, o, wi_0, wi_1, wo)
     lora_layer_presets = {
-        "transformer": {"full": [], "attn-mlp": ["attn1", "attn2", "ff.net"], "attn-only": ["attn1", "attn2"]},
+        "transformer": {"full": [], "attn-mlp": ["attn1", "attn2", "ff.net"], "attn-only": ["attn1", "attn2"], "blocks": ["transformer_block"]},
         "text_encoder": {"full": [], "attn-mlp": ["SelfAttention", "DenseReluDense"], "attn-only": ["SelfAttention"]},
     }
 

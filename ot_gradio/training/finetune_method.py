@@ -53,6 +53,8 @@ def layers_trained(model: Any, module: torch.nn.Module, config: Any) -> None:
     """The layer preset (or filter) picks the denoiser's weights that train, as in OneTrainer's
     fine-tune: a weight whose name holds none of its entries is frozen ("full": all train). An
     entry that matches no weight is refused, as for a LoRA (a typo would freeze the whole model)."""
+    if config.layer_filter_preset == "full":  # OneTrainer's blank filter (a LoRA's "full" table may list layer kinds)
+        return
     table = model.lora_layer_presets.get(model.denoiser) or LAYER_PRESETS["unet"]
     entries, regex = filter_entries(config.layer_filter_preset, config.layer_filter, config.layer_filter_regex, table)
     if not entries:

@@ -91,8 +91,9 @@ def parse_layer_filter(layer_filter: str, regex: bool = False) -> list[str]:
 
 def filter_entries(layer_preset: str, layer_filter: str, regex: bool, table: Mapping[str, list[str]]) -> tuple[list[str], bool]:
     """(entries, whether they are regexes) of a layer preset, or of the filter with "custom";
-    no entries: every layer."""
-    if layer_preset == "custom":
+    no entries: every layer. A preset name this model type lacks (OneTrainer's Würstchen
+    `down-blocks`, ...) takes the filter, which is what OneTrainer's code reads."""
+    if layer_preset == "custom" or (layer_preset not in table and layer_filter.strip()):
         return parse_layer_filter(layer_filter, regex), regex
     if layer_preset in table:
         return list(table[layer_preset]), False

@@ -268,3 +268,25 @@ def test_a_text_encoder_onetrainer_never_trains_stays_frozen(model_type):
     assert quiet.config.text_encoder.train is False and not any(w.startswith("text_encoder.train") for w in quiet.warnings)
     qwen = load_config({"__version": 11, "model_type": "QWEN", "training_method": "FINE_TUNE"})  # OneTrainer trains Qwen's
     assert qwen.config.text_encoder.train is True
+
+
+def test_the_embedding_switch_onetrainer_ignores_for_sd_is_on():
+    """OneTrainer's SD 1.x/2.x setups train the embeddings whatever `text_encoder.train_embedding`
+    says; off here, an EMBEDDING run was refused and a LoRA's additional embedding stayed frozen."""
+    off = {"__version": 11, "training_method": "EMBEDDING", "text_encoder": {"train_embedding": False}}
+    result = load_config({**off, "model_type": "STABLE_DIFFUSION_15"})
+    assert result.config.text_encoder.train_embedding is True
+    assert any(w.startswith("text_encoder.train_embedding: off, which OneTrainer ignores") for w in result.warnings)
+    assert load_config({**off, "model_type": "PIXART_SIGMA"}).config.text_encoder.train_embedding is False  # read there
+
+
+def test_a_token_count_above_75_imports_for_t5():
+    config = load_config({"__version": 11, "model_type": "FLUX_DEV_1", "training_method": "EMBEDDING",
+                          "embedding": {"token_count": 100}}).config
+    assert config.embedding.token_count == 100
+
+
+def test_a_layer_preset_of_onetrainers_page_we_lack_keeps_its_filter():
+    config = load_config({"__version": 11, "model_type": "WUERSTCHEN_2", "training_method": "LORA",
+                          "layer_filter_preset": "down-blocks", "layer_filter": "down_blocks"}).config
+    assert (config.layer_filter_preset, config.layer_filter) == ("custom", "down_blocks")

@@ -149,3 +149,17 @@ def test_onetrainers_qwen_finetune_preset_trains_the_transformer_blocks_only():
     trained = {n for n, p in model.transformer.named_parameters() if p.requires_grad}
     assert trained and all(n.startswith("transformer_blocks.") for n in trained)
     assert trained == {n for n in dict(model.transformer.named_parameters()) if n.startswith("transformer_blocks.")}
+
+
+def test_full_trains_every_weight_and_a_preset_the_model_lacks_takes_the_filter():
+    """'full' is OneTrainer's blank filter, even where a LoRA's "full" table lists layer kinds (Sana,
+    Würstchen); a preset name of OneTrainer's page that this model type lacks takes the filter."""
+    from ot_gradio.training.lora import filter_entries
+
+    model = tiny_model()
+    model.lora_layer_presets = {"unet": {"full": ["attentions"]}}  # as Sana's and Würstchen's LoRA tables
+    FineTuneMethod().setup(model, config(layer_filter_preset="full"), CPU)
+    assert all(p.requires_grad for p in model.unet.parameters())
+    assert filter_entries("down-blocks", "down_blocks", False, {"full": []}) == (["down_blocks"], False)
+    with pytest.raises(ValueError, match="Unknown layer preset 'down-blocks'"):
+        filter_entries("down-blocks", "", False, {"full": []})
