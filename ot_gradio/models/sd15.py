@@ -28,10 +28,13 @@ from ot_gradio.models.common import (
 )
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents
+from ot_gradio.models.key_layout import save_tensors
+from ot_gradio.models.ldm_config import ldm_config, write_ldm_config
 from ot_gradio.models.long_captions import joined, window_ids
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_for_sampling
-from ot_gradio.models.sd_single_file import save_original_single_file
+from ot_gradio.models.schedule_markers import file_scheduler, schedule_buffers
+from ot_gradio.models.sd_single_file import is_open_clip, to_original_state_dict
 from ot_gradio.models.vae_override import apply_vae_override
 from ot_gradio.models.weight_variants import hub_variant
 
@@ -52,6 +55,19 @@ SAMPLERS: dict[NoiseScheduler, tuple[str, dict]] = {
     NoiseScheduler.DPMPP_SDE_KARRAS: ("DPMSolverMultistepScheduler", {"algorithm_type": "sde-dpmsolver++", "use_karras_sigmas": True}),
     NoiseScheduler.UNIPC_KARRAS: ("UniPCMultistepScheduler", {"use_karras_sigmas": True}),
 }
+
+
+def save_sd_single_file(path: str | os.PathLike, unet: torch.nn.Module, vae: torch.nn.Module, text_encoder: torch.nn.Module,
+                        dtype: DataType | torch.dtype | None = None, metadata: Mapping[str, str] | None = None,
+                        schedule: Mapping[str, torch.Tensor] | None = None, config: Mapping | None = None) -> Path:
+    """An original-layout SD 1.x/2.x `.safetensors` checkpoint, atomically, with the noise-schedule
+    buffers `schedule` beside the weights (not cast to `dtype`), then the LDM `config` as the
+    `<stem>.yaml` beside it (models/ldm_config.py), as OneTrainer's StableDiffusionModelSaver writes both."""
+    state = to_original_state_dict(unet, vae, text_encoder, dtype)
+    path = save_tensors(path, {**state, **(schedule or {})}, metadata or {})
+    if config is not None:
+        write_ldm_config(path, config)
+    return path
 
 
 def make_sampling_scheduler(sampler: NoiseScheduler | str, scheduler_config: Mapping, schedule_overrides: Mapping | None = None):
@@ -82,7 +98,7 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
     output_embedding_parts = ("text_encoder",)
     unet_in_channels = 4  # what the UNet takes (SD 2, SDXL and the inpainting models check it when loading)
     caption_windows = 1  # 75-token windows a caption is read in (max_token_length, models/long_captions.py)
-    single_file_writer = staticmethod(save_original_single_file)  # (path, unet, vae, *text encoders, dtype, metadata)
+    single_file_writer = staticmethod(save_sd_single_file)  # (path, unet, vae, *text encoders, dtype, metadata, **extras)
 
     def __init__(self, tokenizer, text_encoder, vae, unet, scheduler):
         self.tokenizer, self.text_encoder, self.vae, self.unet = tokenizer, text_encoder, vae, unet
@@ -153,7 +169,10 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
                 raise ModelLoadError(
                     f"'{name}' is a file but not a checkpoint; use a .safetensors or .ckpt single file."
                 )
-            return cls._load_single_file(path, cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir)
+            pipe = cls._load_single_file(path, cache_dir=cache_dir, offline=offline, token=token, config_dir=config_dir)
+            # after the model type's defaults (SD 2: its prediction type; SDXL: ComfyUI's markers)
+            pipe.scheduler = file_scheduler(path, pipe.scheduler)
+            return pipe
 
         looks_local = (
             path.suffix.lower() in SINGLE_FILE_SUFFIXES
@@ -362,8 +381,11 @@ class StableDiffusion15(Family, HubLoading, KlVaeLatents, DdpmNoise):
                                        **self.single_file_extras())
 
     def single_file_extras(self) -> dict:
-        """More keyword arguments for `single_file_writer` (SDXL: ComfyUI's schedule markers)."""
-        return {}
+        """More keyword arguments for `single_file_writer`: the training noise schedule's buffers, and
+        the LDM config that says its prediction type (OneTrainer's two; SDXL: ComfyUI's markers too)."""
+        version = 2 if is_open_clip(self.text_encoder.config) else 1
+        config = ldm_config(version, int(self.unet.config.in_channels), self.prediction_type)
+        return {"schedule": schedule_buffers(self.noise_scheduler), "config": config}
 
     def save_diffusers(self, directory: str | os.PathLike, dtype: DataType | torch.dtype | None) -> Path:
         """A diffusers folder, written to a temp folder next to `directory` and then swapped in.

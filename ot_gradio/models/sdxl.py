@@ -30,7 +30,7 @@ from ot_gradio.models.common import ModelLoadError, base_module, input_dtype, mo
 from ot_gradio.models.family_parts import CheckedLayerSkips
 from ot_gradio.models.long_captions import joined, window_ids
 from ot_gradio.models.registry import register_family
-from ot_gradio.models.schedule_markers import edm_problem, marked_scheduler, markers_for, read_markers
+from ot_gradio.models.schedule_markers import edm_problem, marked_scheduler, markers_for, read_markers, schedule_buffers
 from ot_gradio.models.sd15 import (
     StableDiffusion15,
     make_sampling_scheduler,
@@ -104,8 +104,10 @@ class StableDiffusionXL(StableDiffusion15, CheckedLayerSkips):
         return pipe
 
     def single_file_extras(self) -> dict:
-        """A single file is marked `v_pred` (and `ztsnr`) when the model trained so, as ComfyUI marks it."""
-        return {"markers": markers_for(self.noise_scheduler.config)}
+        """A single file is marked `v_pred` (and `ztsnr`) when the model trained so, as ComfyUI marks it,
+        and holds the training schedule's buffers, as OneTrainer's. No `<stem>.yaml`: OneTrainer's
+        (sd_xl_base.yaml with `parameterization: v` added) is a keyword sgm's DiffusionEngine does not take."""
+        return {"markers": {**schedule_buffers(self.noise_scheduler), **markers_for(self.noise_scheduler.config)}}
 
     def _check_layer_skip(self, part: str, skip: int) -> None:
         layers = int(base_module(getattr(self, part)).config.num_hidden_layers)
