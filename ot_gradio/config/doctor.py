@@ -146,6 +146,7 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
         warnings.append(f"vae.weight_dtype: {SDXL_FP16_VAE}")
 
     warnings += output_format_warnings(config)  # a method with a format it cannot write is in errors()
+    warnings += ignored_sample_options(config)
 
     samples = [(i, s) for i, s in enumerate(config.samples) if s.enabled]
     placeholder = config.embedding.placeholder
@@ -424,17 +425,30 @@ def circular_padding_problems(config: Any) -> list[str]:
 
 
 def padding_mask_problems(config: Any) -> list[str]:
-    """transformer.attention_mask and a sample's transformer_attention_mask are read by the families
-    OneTrainer reads them for (their description's `zeroes_padding`); another one's run that asks
-    for either is refused."""
+    """transformer.attention_mask is read by the families OneTrainer reads it for (their
+    description's `zeroes_padding`); another one's run that asks for it is refused."""
     info = family_info(config.model_type)
-    if info is not None and info.zeroes_padding:
+    if (info is not None and info.zeroes_padding) or not config.transformer.attention_mask:
         return []
-    fields = ["transformer.attention_mask"] if config.transformer.attention_mask else []
-    fields += [f"samples[{i}].transformer_attention_mask" for i, s in enumerate(config.samples)
-               if s.enabled and s.transformer_attention_mask]
-    return [f"{field}: the prompt embeddings' padding tokens are zeroed for Flux.1, Flux.1 Fill, SD 3 / 3.5 and HiDream "
-            f"(as in OneTrainer), not for {config.model_type.value}; turn it off." for field in fields]
+    return [f"transformer.attention_mask: the prompt embeddings' padding tokens are zeroed for Flux.1, Flux.1 Fill, SD 3 / "
+            f"3.5 and HiDream (as in OneTrainer), not for {config.model_type.value}; turn it off."]
+
+
+def ignored_sample_options(config: Any) -> list[str]:
+    """A sample's options its model type does not read (an imported OneTrainer sample may hold
+    them): ignored, as OneTrainer ignores them, and said."""
+    info = family_info(config.model_type)
+    out = []
+    for i, sample in enumerate(config.samples or []):
+        if not getattr(sample, "enabled", True):
+            continue
+        if sample.transformer_attention_mask and (info is None or not info.zeroes_padding):
+            out.append(f"samples[{i}].transformer_attention_mask: padding tokens are zeroed for Flux.1, Flux.1 Fill, SD 3 / 3.5 "
+                       f"and HiDream, not for {config.model_type.value}; ignored, as in OneTrainer.")
+        if sample.sample_inpainting and (info is None or not info.inpainting):
+            out.append(f"samples[{i}].sample_inpainting: {config.model_type.value} is not an inpainting model; the sample is drawn "
+                       "from its prompt alone, as in OneTrainer.")
+    return out
 
 
 def masked_option_problems(config: Any) -> list[str]:
@@ -456,9 +470,7 @@ def inpainting_sample_problems(config: Any) -> list[str]:
     for i, sample in enumerate(config.samples or []):
         if not getattr(sample, "sample_inpainting", False) or not getattr(sample, "enabled", True):
             continue
-        if info is None or not info.inpainting:
-            out.append(f"samples[{i}].sample_inpainting: {config.model_type.value} is not an inpainting model; turn it off, "
-                       f"or train an inpainting model type.")
+        if info is None or not info.inpainting:  # ignored there (ignored_sample_options)
             continue
         for key in ("base_image_path", "mask_image_path"):
             value = str(getattr(sample, key, "") or "").strip()

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..config.enums import TrainingMethod
+from ..config.families import family_info
 from ..config.prior import base_model_fields
 from .param_groups import ParamGroup
 
@@ -69,10 +70,13 @@ class Method:
         """One sample of the config as a PIL image (`text`: the prompt as the model reads it). The
         prompt's padding tokens are zeroed with the sample's transformer_attention_mask, or when the
         run trains with them zeroed (OneTrainer's samples take the training setting)."""
-        with padding_zeroed(model, sample.transformer_attention_mask), clip_length(model, sample.frames):
+        info = family_info(model.model_type)
+        zeroes = sample.transformer_attention_mask and info is not None and info.zeroes_padding
+        inpaints = info is not None and info.inpainting  # elsewhere sample_inpainting is ignored, as OneTrainer ignores it
+        with padding_zeroed(model, zeroes), clip_length(model, sample.frames):
             return model.sample(prompt=text(sample.prompt), negative_prompt=text(sample.negative_prompt), height=sample.height,
                                 width=sample.width, steps=sample.diffusion_steps, cfg_scale=sample.cfg_scale, seed=seed,
-                                sampler=sample.noise_scheduler, device=device, **sample_images(sample))
+                                sampler=sample.noise_scheduler, device=device, **sample_images(sample, inpaints))
 
     def transform_text(self, text: str) -> str:
         """Captions and sample prompts before tokenizing (embeddings: placeholders -> their tokens)."""
@@ -84,9 +88,8 @@ class Method:
 
 @contextmanager
 def padding_zeroed(model: Any, on: bool) -> Iterator[None]:
-    """A sample's transformer_attention_mask: the family zeroes the prompt's padding tokens while
-    it samples (the doctor refused the option for a family that does not), then the run's setting
-    is back. Off: the run's setting as it is."""
+    """A sample's transformer_attention_mask on a family that reads it: the prompt's padding tokens
+    are zeroed while it samples, then the run's setting is back. Off: the run's setting as it is."""
     if not on:
         yield
         return
@@ -112,12 +115,12 @@ def clip_length(model: Any, frames: int) -> Iterator[None]:
         model.sample_frames = run_frames
 
 
-def sample_images(sample: Any) -> dict[str, str]:
-    """An inpainting sample's base image and mask for the family's `sample` (the doctor checked
-    the family and the files before the run), an editing sample's control image; none for a
-    text-to-image sample."""
+def sample_images(sample: Any, inpaints: bool = True) -> dict[str, str]:
+    """An inpainting sample's base image and mask for an inpainting family's `sample` (the doctor
+    checked the files before the run), an editing sample's control image; none for a text-to-image
+    sample."""
     images = {"control_image": sample.control_image} if sample.control_image else {}
-    if not sample.sample_inpainting:
+    if not (sample.sample_inpainting and inpaints):
         return images
     return {"image": sample.base_image_path, "mask": sample.mask_image_path, **images}
 

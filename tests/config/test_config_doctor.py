@@ -166,13 +166,28 @@ def test_padding_mask_only_for_the_families_that_read_it():
     for model_type in (ModelType.FLUX_DEV_1, ModelType.FLUX_FILL_DEV_1, ModelType.STABLE_DIFFUSION_35, ModelType.HI_DREAM_FULL):
         config.model_type = model_type
         assert not any("attention_mask" in e for e in errors(config)) and planned_changes(config) == []
+        assert not any("attention_mask" in w for w in check(config))
     config.model_type = ModelType.STABLE_DIFFUSION_XL_10_BASE
     refused = [e for e in errors(config) if "attention_mask" in e]
-    assert [e.split(":")[0] for e in refused] == ["transformer.attention_mask", "samples[1].transformer_attention_mask"]
+    assert [e.split(":")[0] for e in refused] == ["transformer.attention_mask"]
     assert all("STABLE_DIFFUSION_XL_10_BASE" in e and "Flux.1" in e and "HiDream" in e for e in refused)
+    # a sample's own switch there: ignored and said, as OneTrainer ignores it (its imported samples may hold it)
+    assert [w for w in check(config) if w.startswith("samples[")] == [
+        "samples[1].transformer_attention_mask: padding tokens are zeroed for Flux.1, Flux.1 Fill, SD 3 / 3.5 and HiDream, not "
+        "for STABLE_DIFFUSION_XL_10_BASE; ignored, as in OneTrainer."]
     config.transformer.attention_mask = False
-    config.samples[1].transformer_attention_mask = False
     assert not any("attention_mask" in e for e in errors(config))
+
+
+def test_an_inpainting_sample_of_a_model_that_does_not_inpaint_is_drawn_from_its_prompt():
+    """OneTrainer ignores sample_inpainting there; refused here, an imported config did not start."""
+    from ot_gradio.training.method_base import sample_images
+
+    config = good()
+    config.samples = [SampleConfig(prompt="a", sample_inpainting=True)]
+    assert not any("sample_inpainting" in e for e in errors(config))
+    assert any(w.startswith("samples[0].sample_inpainting: STABLE_DIFFUSION_15 is not an inpainting model") for w in check(config))
+    assert sample_images(config.samples[0], inpaints=False) == {}
 
 
 def test_lora_with_a_whole_model_format():
