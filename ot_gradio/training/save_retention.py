@@ -1,6 +1,6 @@
 """Keep last saves (`save_keep_last`, kohya's save_last_n_epochs / save_last_n_steps): the paths
 this run's scheduled saves (Save every) wrote, oldest first; once there are more than N, the
-oldest are deleted, each with its additional embeddings' folder. Nothing else is ever deleted:
+oldest are deleted, each with its additional embeddings' folder and an SD checkpoint's `.yaml`. Nothing else is ever deleted:
 not a Save now checkpoint, not the final model, not an earlier run's saves, not a file that only
 looks like a save."""
 
@@ -29,7 +29,9 @@ class SaveRetention:
         deleted, problems = [], []
         while len(self.written) > self.keep:
             old = self.written.pop(0)
-            for target in (old, embeddings_folder(old)):
+            # an SD 1.x/2.x checkpoint's LDM config is <stem>.yaml beside it (ldm_config.py)
+            sidecar = [old.with_suffix(".yaml")] if old.suffix.lower() in (".safetensors", ".ckpt") else []
+            for target in (old, *sidecar, embeddings_folder(old)):
                 try:
                     if target.is_dir() and not target.is_symlink():
                         shutil.rmtree(target)
