@@ -225,7 +225,7 @@ def test_embedding_trains_a_vector_per_text_encoder(tiny_fill, masked_shapes, mo
     )
     run_until_done(config, tmp_path)
     vectors = load_file(str(out))
-    assert sorted(vectors) == ["clip_l", "t5"]
+    assert sorted(vectors) == ["clip_l", "t5", "t5xxl"] and torch.equal(vectors["t5xxl"], vectors["t5"])  # t5xxl: ComfyUI's key
     for key, part in (("clip_l", "text_encoder"), ("t5", "text_encoder_2")):
         tokenizer, encoder = model.tokenizers[part], getattr(model, part)
         ids = tokenizer("circle", add_special_tokens=False).input_ids

@@ -101,7 +101,7 @@ def test_embedding_trains_new_tokens_in_all_four_text_encoders(tiny_hidream, sha
     config["text_encoder_4"]["model_name"] = str(llama)
     _, events = run_until_done(config, tmp_path)
     vectors = load_file(str(tmp_path / "out" / "emb.safetensors"))
-    assert sorted(vectors) == ["clip_g", "clip_l", "llama", "t5"]
+    assert sorted(vectors) == ["clip_g", "clip_l", "llama", "t5", "t5xxl"]  # t5xxl: a copy of t5 under ComfyUI's key
     assert all(v.shape[0] == 2 for v in vectors.values())
     from ot_gradio.models.hidream import HiDream
 

@@ -79,7 +79,7 @@ def test_embedding_trains_a_vector_per_text_encoder(tiny_sd3, shapes, tmp_path):
                      sample_after=1, sample_after_unit="EPOCH")
     _, events = run_until_done(config, tmp_path)
     vectors = load_file(str(tmp_path / "out" / "emb.safetensors"))
-    assert sorted(vectors) == ["clip_g", "clip_l", "t5"] and {v.shape[0] for v in vectors.values()} == {2}
+    assert sorted(vectors) == ["clip_g", "clip_l", "t5", "t5xxl"] and {v.shape[0] for v in vectors.values()} == {2}  # t5xxl: ComfyUI's key
     model = StableDiffusion3.load(str(tiny_sd3.diffusers_dir))
     for key, part in (("clip_l", "text_encoder"), ("clip_g", "text_encoder_2"), ("t5", "text_encoder_3")):
         ids = model.tokenizers[part]("circle", add_special_tokens=False).input_ids[:2]

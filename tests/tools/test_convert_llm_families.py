@@ -64,7 +64,7 @@ def test_merge_reads_our_own_kohya_files_with_the_text_encoder(model_type, tmp_p
     from ot_gradio.training.methods import get_method
 
     base = resolve_tiny(FAMILIES[model_type]).diffusers_dir
-    cfg = load_config({"model_type": model_type, "training_method": "LORA", "base_model_name": str(base), "lora_rank": 4,
+    cfg = load_config({"config_version": 2, "model_type": model_type, "training_method": "LORA", "base_model_name": str(base), "lora_rank": 4,
                        "lora_alpha": 1, "layer_filter_preset": "full", "text_encoder": {"train": True}}).config
     model, method = get_family(model_type).load(str(base)), get_method(cfg.training_method)
     gen = torch.Generator().manual_seed(5)
