@@ -80,8 +80,14 @@ def make_sampling_scheduler(sampler: NoiseScheduler | str, scheduler_config: Map
     import diffusers
 
     class_name, overrides = SAMPLERS[NoiseScheduler(sampler)]
+    schedule = dict(schedule_overrides or {})
+    prediction = schedule.get("prediction_type", scheduler_config.get("prediction_type", "epsilon"))
+    if prediction == "epsilon" and (schedule.get("rescale_betas_zero_snr") or scheduler_config.get("rescale_betas_zero_snr")):
+        # an epsilon model cannot predict at zero signal (DDIM divides by it: black samples); it samples on the
+        # original betas from the last timestep (trailing), as OneTrainer samples it
+        schedule["rescale_betas_zero_snr"] = False
     # as keyword arguments: values in the config dict that were defaults when it was made are dropped
-    return getattr(diffusers, class_name).from_config(dict(scheduler_config), **overrides, **dict(schedule_overrides or {}))
+    return getattr(diffusers, class_name).from_config(dict(scheduler_config), **overrides, **schedule)
 
 
 @register_family(ModelType.STABLE_DIFFUSION_15)

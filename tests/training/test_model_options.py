@@ -2,6 +2,7 @@
 terminal SNR (training and sampling), attention backends, autocast cache, quantized weight
 types, and how a training step wires captions, masks and loss weights together."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -87,6 +88,15 @@ def test_zero_terminal_snr_for_training_and_sampling():
     assert tiny_model().noise_scheduler.alphas_cumprod[-1].item() > 1e-3
     sampler = model.pipeline("EULER").scheduler
     assert sampler.config.rescale_betas_zero_snr and sampler.config.timestep_spacing == "trailing"
+
+    # an epsilon model samples on the original betas from the last timestep, as OneTrainer: at zero signal DDIM's
+    # epsilon step divides by zero (every sample came out black)
+    ddim = epsilon.pipeline("DDIM").scheduler
+    ddim.set_timesteps(4)
+    assert not ddim.config.rescale_betas_zero_snr and int(ddim.timesteps[0]) == 999 and ddim.alphas_cumprod[999] > 1e-3
+    image = np.asarray(epsilon.sample("a red circle", height=64, width=64, steps=2, sampler="DDIM", device=CPU))
+    assert image.max() > 0
+    assert epsilon.noise_scheduler.alphas_cumprod[-1].item() == pytest.approx(0.0, abs=1e-12)  # it trains on the rescaled one
 
     v_model = tiny_model()
     assert configure_model(v_model, config(rescale_noise_scheduler_to_zero_terminal_snr=True, force_v_prediction=True), CPU, Precision(DataType.FLOAT_32, CPU)) == []
