@@ -17,13 +17,6 @@ TINY = {"flux": ("flux", "FluxDev1"), "sd3": ("sd3", "StableDiffusion3"), "hidre
         "chroma": ("chroma", "Chroma1"), "pixart": ("pixart", "PixArtAlpha")}
 
 
-@pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OT_GRADIO_TINY_DIR", str(tmp_path_factory.mktemp("tiny")))
-        yield
-
-
 def load_tiny(name):
     module, cls = TINY[name]
     return getattr(importlib.import_module(f"ot_gradio.models.{module}"), cls).load(f"tiny:{name}", offline=True)
@@ -91,7 +84,7 @@ def test_sd_bundle_and_output_keys_stay():
 
 
 @pytest.mark.parametrize("tiny", ["flux", "sd3", "hidream"])
-def test_t5_vectors_are_also_under_comfyuis_key(tiny, tiny_models, tmp_path):
+def test_t5_vectors_are_also_under_comfyuis_key(tiny, tiny_dir, tmp_path):
     model = load_tiny(tiny)
     embeddings, embedding = add(model, token_count=2)
     path = embeddings.save(embedding, tmp_path / "e.safetensors", torch.float32)
@@ -117,7 +110,7 @@ def test_t5_vectors_are_also_under_comfyuis_key(tiny, tiny_models, tmp_path):
     assert torch.equal(comfy_file.vectors[t5_part].detach(), embedding.vectors[t5_part].detach())
 
 
-def test_single_t5_files_stay_single_and_t5xxl_is_read(tiny_models, tmp_path):
+def test_single_t5_files_stay_single_and_t5xxl_is_read(tiny_dir, tmp_path):
     chroma = load_tiny("chroma")
     embeddings, embedding = add(chroma, token_count=2)
     assert set(embeddings.file_tensors(embedding, torch.float32)) == {"t5"}  # ComfyUI takes a lone tensor as is
@@ -136,7 +129,7 @@ def test_single_t5_files_stay_single_and_t5xxl_is_read(tiny_models, tmp_path):
 # --- HiDream's Llama in an output embedding ------------------------------------------------------
 
 
-def test_hidream_output_embedding_gives_llama_zeros_as_onetrainer(tiny_models, tmp_path):
+def test_hidream_output_embedding_gives_llama_zeros_as_onetrainer(tiny_dir, tmp_path):
     model = load_tiny("hidream")
     embeddings, embedding = add(model, token_count=2, initial_embedding_text="a", is_output_embedding=True)
     llama = embedding.vectors["text_encoder_4"]

@@ -25,11 +25,7 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _tiny_dir(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OT_GRADIO_TINY_DIR", str(tmp_path_factory.mktemp("tiny-cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("tiny_dir")  # the tiny models built once per test process
 
 
 class Losses(Reporter):

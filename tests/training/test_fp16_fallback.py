@@ -73,18 +73,11 @@ def test_only_bfloat16_and_float32_are_fallback_types():
     assert "use BFLOAT_16 or FLOAT_32" in line
 
 
-@pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OT_GRADIO_TINY_DIR", str(tmp_path_factory.mktemp("tiny")))
-        yield
-
-
 # the families' own ways into the part: T5 through flow_family's t5_hidden_states (Flux) or PixArt's
 # encode_prompt, a Qwen2.5-VL called by the family, Flux.2's Qwen3 through the diffusers pipeline's helper
 @pytest.mark.parametrize(("model_type", "tiny"), [(ModelType.FLUX_DEV_1, "flux"), (ModelType.PIXART_ALPHA, "pixart"),
                                                   (ModelType.QWEN, "qwen-image"), (ModelType.FLUX_2, "flux2-klein")])
-def test_a_familys_prompt_encoding_runs_its_unstable_part_at_the_fallback_type(model_type, tiny, tiny_models):
+def test_a_familys_prompt_encoding_runs_its_unstable_part_at_the_fallback_type(model_type, tiny, tiny_dir):
     from ot_gradio.models.common import base_module
     from ot_gradio.training.device import Precision
     from ot_gradio.training.diffusion import configure_model
@@ -103,9 +96,8 @@ def test_a_familys_prompt_encoding_runs_its_unstable_part_at_the_fallback_type(m
     assert seen and set(seen) == {torch.bfloat16}  # under the fallback's autocast, not the run's float16
 
 
-
 @pytest.mark.parametrize(("model_type", "tiny"), [(ModelType.STABLE_DIFFUSION_XL_10_BASE, "sdxl"), (ModelType.SANA, "sana")])
-def test_the_vae_encodes_and_decodes_at_the_fallback_type_in_a_float16_step(model_type, tiny, tiny_models):
+def test_the_vae_encodes_and_decodes_at_the_fallback_type_in_a_float16_step(model_type, tiny, tiny_dir):
     """As OneTrainer's vae_autocast_context: SDXL's and Sana's VAE overflow in float16, and a run
     without latent caching encodes inside the step's float16 autocast. A sample afterwards wraps
     and unwraps the VAE for its own types and leaves the fallback in place."""
@@ -179,7 +171,7 @@ def test_a_float32_fallback_is_a_float32_autocast_on_cuda():
 # whole encode_text ran at the fallback type ("Unexpected floating ScalarType in at::autocast::prioritize")
 @pytest.mark.parametrize(("model_type", "tiny"), [(ModelType.FLUX_2, "flux2-klein"), (ModelType.KREA_2, "krea2"),
                                                   (ModelType.IDEOGRAM_4, "ideogram4"), (ModelType.LTX_2, "ltx2")])
-def test_a_float16_run_encodes_text_with_bfloat16_weights(model_type, tiny, tiny_models, tmp_path):
+def test_a_float16_run_encodes_text_with_bfloat16_weights(model_type, tiny, tiny_dir, tmp_path):
     from ot_gradio.data.text_cache import TextEmbeddingCache
     from ot_gradio.training.device import Precision
     from ot_gradio.training.diffusion import configure_model

@@ -193,13 +193,6 @@ FAMILIES = {  # tiny model -> (module, class)
 }
 
 
-@pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OT_GRADIO_TINY_DIR", str(tmp_path_factory.mktemp("tiny")))
-        yield
-
-
 def test_every_family_with_embeddings_is_covered():
     import importlib
     import pkgutil
@@ -218,7 +211,7 @@ def test_every_family_with_embeddings_is_covered():
 
 
 @pytest.mark.parametrize("tiny", list(FAMILIES))
-def test_each_family_puts_the_output_vectors_into_its_prompt_embedding(tiny, tiny_models, tmp_path):
+def test_each_family_puts_the_output_vectors_into_its_prompt_embedding(tiny, tiny_dir, tmp_path):
     import importlib
 
     module, name = FAMILIES[tiny]

@@ -164,13 +164,6 @@ def test_changed_settings_are_said_for_the_groups_that_keep_the_backups():
 # --- a run with a text encoder left out (tiny Flux.1) -------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def _tiny_dir(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OT_GRADIO_TINY_DIR", str(tmp_path_factory.mktemp("tiny-cache")))
-        yield
-
-
 class Stop(Reporter):
     def __init__(self, at=None):
         self.at, self.step = at, 0
@@ -203,7 +196,7 @@ def _run(data: dict, run, report, others=()) -> str:
                   "text_encoder.include on to keep them"),
     ("LORA", "text_encoder.train=True (Train) but this run has text_encoder.train=False"),
 ])
-def test_a_backup_that_trained_a_text_encoder_left_out_now_is_refused(_tiny_dir, four_shapes, tmp_path, method, said):
+def test_a_backup_that_trained_a_text_encoder_left_out_now_is_refused(tiny_dir, four_shapes, tmp_path, method, said):
     data = _flux(method, four_shapes, tmp_path)
     assert _run(data, tmp_path / "a", Stop(at=1)) == "stopped"
     left_out = {**data, "continue_last_backup": True, "text_encoder": {"train": False, "include": False}}
