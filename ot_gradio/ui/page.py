@@ -61,6 +61,7 @@ from .visibility import (
     left_out_fields,
     method_choices,
     method_fields,
+    method_tabs_js,
     model_parts,
     part_field_shown,
     part_of,
@@ -329,6 +330,9 @@ class Page(EditHandlers, ConfigFiles):
         # and the model type's second input event (a click fires two), queued with the old method
         # among its inputs, would be refused by Gradio (a value outside the choices)
         method.input(self.on_edit, {self.config_state, method}, self.edit_outputs, trigger_mode="multiple", **quiet)
+        # Gradio shows a tab made visible again, but keeps the button of one hidden after the page
+        # loaded (an empty LoRA tab under FINE_TUNE): the method's tabs' buttons follow the method
+        method.change(None, method, None, js=method_tabs_js(), queue=False, show_progress="hidden")
         # The model type on its own too: its edit may also fill in the base model (the old type's
         # default becomes the new type's). Only this event writes that field: among the outputs of
         # every field's edit, a preset load (whose updates fire each text field's change) kept the

@@ -24,6 +24,17 @@ from ..config.schema import TrainConfig
 
 # Tabs that belong to one training method (the others are shown for every method).
 TAB_METHODS: dict[str, tuple[T, ...]] = {"lora": (T.LORA,), "embedding": (T.EMBEDDING,)}
+def method_tabs_js() -> str:
+    """Browser code run on each change of the training method: the buttons of the tabs that belong
+    to one method (TAB_METHODS) shown for it and hidden for the others."""
+    import json
+
+    tabs = {tab: [m.value for m in methods] for tab, methods in TAB_METHODS.items()}
+    return ("(method) => { const tabs = " + json.dumps(tabs) + "; for (const [tab, methods] of Object.entries(tabs)) {"
+            " const b = document.getElementById(`tab-${tab}-button`);"
+            " if (b) b.style.display = methods.includes(method) ? '' : 'none'; } return []; }")
+
+
 # FINE_TUNE_VAE trains the VAE's decoder alone (training/vae_method.py): it reads these settings of
 # the VAE and none of the other parts' training settings (PART_TRAINING)
 VAE_TRAINING = ("learning_rate", "stop_training_after", "stop_training_after_unit")

@@ -188,6 +188,8 @@ def test_guide_file_browser_and_fields_by_model_type(app, browser_page):
     deadline = time.time() + 30
     while time.time() < deadline and saved_method() != "FINE_TUNE_VAE":
         time.sleep(0.2)
+    # the LoRA tab's button goes with the method (Gradio kept it, over an empty tab)
+    page.locator("#tab-lora-button").wait_for(state="hidden", timeout=30_000)
     # PixArt has a transformer, no UNet: the UNet settings go, the memory table follows
     choose(page, "f-model_type", "PIXART_ALPHA")
     page.get_by_text("FINE_TUNE_VAE is not available for PIXART_ALPHA; switched to LORA").first.wait_for(timeout=30_000)
@@ -195,6 +197,7 @@ def test_guide_file_browser_and_fields_by_model_type(app, browser_page):
     while time.time() < deadline + 30 and not (method.input_value() == "LORA" and saved_method() == "LORA"):
         time.sleep(0.2)
     assert method.input_value() == "LORA" and saved_method() == "LORA"  # the parts below came in the same update
+    page.locator("#tab-lora-button").wait_for(state="visible", timeout=30_000)
     open_tab(page, "Training")
     assert not page.locator("#part-unet").is_visible()
     assert page.locator("#part-text_encoder").is_visible()
