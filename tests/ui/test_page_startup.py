@@ -243,8 +243,10 @@ def test_start_up_size_budget(page):
     concept_relays = [fn for fn in page.blocks.fns.values() if fn.fn is None and fn.outputs == [page.concepts.log]]
     loaded = [fn for fn in page.blocks.fns.values() if fn.fn is None and "otPageLoaded" in (fn.js or "")]
     shown = [fn for fn in page.blocks.fns.values() if fn.fn is None and "otConfigLoads" in (fn.js or "")]
-    assert len(page.blocks.fns) - len(server) == len(relays(page)) + len(concept_relays) + len(loaded) + len(shown)
+    method_tabs = [fn for fn in page.blocks.fns.values() if fn.fn is None and "tab-${tab}-button" in (fn.js or "")]
+    assert len(page.blocks.fns) - len(server) == len(relays(page)) + len(concept_relays) + len(loaded) + len(shown) + len(method_tabs)
     assert len(loaded) == 1 and len(shown) == 3  # a preset, a loaded file, an uploaded file
+    assert len(method_tabs) == 1  # the method's tabs' buttons, in the browser
 
 
 def test_gradios_share_hint_is_said_this_apps_way():
