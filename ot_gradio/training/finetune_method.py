@@ -67,6 +67,10 @@ def layers_trained(model: Any, module: torch.nn.Module, config: Any) -> None:
     if unused := [e for e in entries if e not in used]:
         raise ValueError(f"layer_filter: {', '.join(repr(e) for e in unused)} matched no weight of the {model.denoiser} "
                          f"(layer preset {config.layer_filter_preset}); check the names, or pick another layer preset")
+    params = list(base_module(module).parameters())
+    trained = sum(p.numel() for p in params if p.requires_grad)
+    print(f"layer preset {config.layer_filter_preset}: {trained:,} of {sum(p.numel() for p in params):,} {model.denoiser} "
+          "weights train, the others are frozen", flush=True)
 
 
 @register(TrainingMethod.FINE_TUNE)

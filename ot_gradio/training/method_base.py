@@ -70,7 +70,7 @@ class Method:
         """One sample of the config as a PIL image (`text`: the prompt as the model reads it). The
         prompt's padding tokens are zeroed with the sample's transformer_attention_mask, or when the
         run trains with them zeroed (OneTrainer's samples take the training setting)."""
-        info = family_info(model.model_type)
+        info = family_info(getattr(model, "model_type", None))  # (a stand-in model in tests has none)
         zeroes = sample.transformer_attention_mask and info is not None and info.zeroes_padding
         inpaints = info is not None and info.inpainting  # elsewhere sample_inpainting is ignored, as OneTrainer ignores it
         with padding_zeroed(model, zeroes), clip_length(model, sample.frames):

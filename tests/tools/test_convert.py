@@ -26,6 +26,15 @@ def _tensors(path) -> dict[str, torch.Tensor]:
     return load_file(str(path))
 
 
+def _weights(path) -> dict[str, torch.Tensor]:
+    """A checkpoint's weights, without the noise schedule our SD files carry (float32, as OneTrainer's)."""
+    from ot_gradio.models.schedule_markers import SCHEDULE_KEYS
+
+    tensors = _tensors(path)
+    assert set(SCHEDULE_KEYS) <= tensors.keys() and all(tensors[k].dtype == torch.float32 for k in SCHEDULE_KEYS)
+    return {k: v for k, v in tensors.items() if k not in SCHEDULE_KEYS}
+
+
 def _metadata(path) -> dict[str, str]:
     with safe_open(str(path), "pt") as f:
         return dict(f.metadata() or {})
@@ -102,7 +111,7 @@ def test_folder_to_single_file_and_back_is_lossless(tiny, tmp_path):
     single = run_inline("convert", {"operation": "checkpoint", "model_type": SD15, "input": str(tiny.diffusers_dir),
                                     "output": str(tmp_path / "model.safetensors"), "format": "single", "dtype": "float32"})
     assert single["output"] == str(tmp_path / "model.safetensors") and single["size_bytes"] > 0
-    _assert_equal(_tensors(tmp_path / "model.safetensors"), _tensors(tiny.single_file))
+    _assert_equal(_weights(tmp_path / "model.safetensors"), _tensors(tiny.single_file))
     assert _metadata(tmp_path / "model.safetensors")["ot_gradio.model_type"] == SD15
     back = run_inline("convert", {"operation": "checkpoint", "model_type": SD15, "input": single["output"],
                                   "config": str(tiny.diffusers_dir), "output": str(tmp_path / "back")})
@@ -111,7 +120,7 @@ def test_folder_to_single_file_and_back_is_lossless(tiny, tmp_path):
     assert set(converted) == {"unet", "vae", "text_encoder"}
     for part in original:
         _assert_equal(converted[part], original[part])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["back", "model.safetensors"]  # no temp files left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["back", "model.safetensors", "model.yaml"]  # no temp files left
 
 
 def test_a_civitai_checkpoint_converts_with_the_pages_key(tiny, tmp_path, monkeypatch):
@@ -141,13 +150,13 @@ def test_float16_output_is_the_halved_original(tiny, tmp_path):
         _assert_equal(half[part], {k: v.half() for k, v in tensors.items()})
     run_inline("convert", {"operation": "checkpoint", "model_type": SD15, "input": str(tiny.diffusers_dir),
                            "output": str(tmp_path / "half.safetensors"), "dtype": "bfloat16"})
-    _assert_equal(_tensors(tmp_path / "half.safetensors"), {k: v.bfloat16() for k, v in _tensors(tiny.single_file).items()})
+    _assert_equal(_weights(tmp_path / "half.safetensors"), {k: v.bfloat16() for k, v in _tensors(tiny.single_file).items()})
 
 
 def test_sdxl_folder_to_single_file_and_back_is_lossless(tiny_xl, tmp_path):
     run_inline("convert", {"operation": "checkpoint", "model_type": SDXL, "input": str(tiny_xl.diffusers_dir),
                            "output": str(tmp_path / "xl.safetensors")})
-    _assert_equal(_tensors(tmp_path / "xl.safetensors"), _tensors(tiny_xl.single_file))
+    _assert_equal(_weights(tmp_path / "xl.safetensors"), _tensors(tiny_xl.single_file))
     run_inline("convert", {"operation": "checkpoint", "model_type": SDXL, "input": str(tmp_path / "xl.safetensors"),
                            "config": str(tiny_xl.diffusers_dir), "output": str(tmp_path / "back")})
     original, converted = _folder_tensors(tiny_xl.diffusers_dir), _folder_tensors(tmp_path / "back")
@@ -306,7 +315,7 @@ def test_command_line(tiny, tmp_path, capsys):
     assert main(["convert", "checkpoint", "--model-type", SD15, "--input", str(tiny.diffusers_dir), "--output", str(out),
                  "--dtype", "float16"]) == 0
     assert str(out) in capsys.readouterr().out
-    assert {t.dtype for t in _tensors(out).values()} == {torch.float16}
+    assert {t.dtype for t in _weights(out).values()} == {torch.float16}
     assert main(["convert", "merge", "--model-type", SD15, "--base", str(tmp_path / "nope"), "--lora", str(out),
                  "--output", str(tmp_path / "m")]) == 2
     assert "base: " in capsys.readouterr().err

@@ -116,11 +116,13 @@ def test_doctor_on_finetune_formats():
     assert errors(cfg)[0].endswith("not DIFFUSERS; choose one of those.")
 
 
-def test_the_layer_preset_or_filter_picks_the_denoiser_weights_that_train():
+def test_the_layer_preset_or_filter_picks_the_denoiser_weights_that_train(capsys):
     """As OneTrainer's fine-tune: the denoiser's weights outside the filter are frozen; the text
-    encoder trains whole (the filter is the denoiser's)."""
+    encoder trains whole (the filter is the denoiser's); the log says how many train."""
     model = tiny_model()
     groups = FineTuneMethod().setup(model, config(layer_filter_preset="attn-only"), CPU)
+    trained = sum(p.numel() for p in groups[0].params)
+    assert f"layer preset attn-only: {trained:,} of {sum(p.numel() for p in model.unet.parameters()):,} unet weights train" in capsys.readouterr().out
     unet = dict(model.unet.named_parameters())
     assert {id(p) for p in groups[0].params} == {id(p) for n, p in unet.items() if "attn" in n} != {id(p) for p in unet.values()}
     assert not any(p.requires_grad for n, p in unet.items() if "attn" not in n)
