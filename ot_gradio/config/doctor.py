@@ -147,6 +147,12 @@ def check(config: TrainConfig, *, available_optimizers: Iterable[Any] | None = N
 
     warnings += output_format_warnings(config)  # a method with a format it cannot write is in errors()
     warnings += ignored_sample_options(config)
+    if method == TrainingMethod.FINE_TUNE and config.layer_filter_preset != "full":
+        info = family_info(model_type)
+        named = "the layer filter names" if config.layer_filter_preset == "custom" else f"the {config.layer_filter_preset} preset names"
+        warnings.append(f"layer_filter_preset: {config.layer_filter_preset}: this fine-tune trains only the "
+                        f"{info.denoiser if info else 'denoiser'} weights {named}, the others stay frozen (as in OneTrainer); "
+                        "choose full on the Training tab (Layers) to train every weight.")
 
     samples = [(i, s) for i, s in enumerate(config.samples) if s.enabled]
     placeholder = config.embedding.placeholder

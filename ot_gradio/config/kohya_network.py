@@ -70,7 +70,7 @@ def network(r: KohyaReader, out: dict[str, Any], notes: list[str], model_type: M
     r.get("bypass_mode")  # LyCORIS's forward beside the frozen weight: the same result, and peft's forward here
     lycoris_preset = str(r.get("LyCORIS_preset") or args.get("preset") or "full")
     if kind.lower().startswith("lycoris/") and lycoris_preset.lower() != "full":
-        notes.append(f"LyCORIS_preset '{lycoris_preset}': here the Layer preset is 'full' (choose another on the LoRA tab)")
+        notes.append(f"LyCORIS_preset '{lycoris_preset}': here the Layer preset is 'full' (choose another on the Training tab, Layers)")
     for key, ours, kind_ in (("network_dim", "lokr_dim" if peft == "LOKR" else "lora_rank", int),
                              ("network_alpha", "lora_alpha", float), ("network_dropout", "dropout_probability", float)):
         if r.given(key):

@@ -33,10 +33,22 @@ def _from_1(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _from_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 -> 3: a FINE_TUNE's layer preset now picks the denoiser weights it trains, as in
+    OneTrainer; a version-2 fine-tune trained every weight whatever its preset said (often a LoRA
+    preset's attn-mlp), so it keeps training every weight ("full"). Not for OneTrainer's layout,
+    whose fine-tunes always read the preset."""
+    if data.get("training_method") == "FINE_TUNE" and data.get("layer_filter_preset", "full") != "full":
+        data["layer_filter_preset"] = "full"
+    return data
+
+
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     0: _from_0,
     1: _from_1,
+    2: _from_2,
 }
+OURS_ONLY = {2}  # migrations of our own earlier layouts: a OneTrainer config (version 0) already has the new meaning
 
 
 def strip_ot_versions(value: Any) -> Any:
@@ -59,10 +71,11 @@ def config_version_of(data: dict[str, Any]) -> int:
 
 def migrate(data: dict[str, Any]) -> dict[str, Any]:
     """Bring a config dict of any known version to CONFIG_VERSION. Returns a new dict."""
-    version = config_version_of(data)
+    version = start = config_version_of(data)
     data = deepcopy(data)
     while version < CONFIG_VERSION:
-        data = MIGRATIONS[version](data)
+        if not (version in OURS_ONLY and start == 0):
+            data = MIGRATIONS[version](data)
         version += 1
         data["config_version"] = version
     return data

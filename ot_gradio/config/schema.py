@@ -69,7 +69,7 @@ from .parts import (
 
 __all__ = ["CONFIG_VERSION", "SecretsConfig", "TrainConfig"]
 
-CONFIG_VERSION = 2
+CONFIG_VERSION = 3
 P = PLANNED
 # conditions several options share (`applies_when`)
 MULTI_GPU = on("multi_gpu")

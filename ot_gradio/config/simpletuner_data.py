@@ -231,7 +231,7 @@ def lycoris(name: str, roots: list[Path], out: dict[str, Any], notes: list[str],
         notes.append(f"lycoris_config.apply_preset.target_module {targets}: here the attention and feed-forward layers")
     if targets:
         notes.append(f"lycoris_config.apply_preset.target_module {targets}: SimpleTuner's LyCORIS matches these class names of its "
-                     f"own model code; here the Layer preset is {out['layer_filter_preset']} (check it on the LoRA tab)")
+                     f"own model code; here the Layer preset is {out['layer_filter_preset']} (check it on the Training tab, Layers)")
     if r.number("multiplier", 1.0) != 1.0:
         r.used.discard("multiplier")
     r.get("bypass_mode")

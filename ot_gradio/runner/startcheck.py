@@ -411,7 +411,7 @@ def output_problems(config: Any, workspace: Path) -> list[str]:
 
 def preset_problems(config: Any) -> list[str]:
     method = str(getattr(config.training_method, "value", config.training_method))
-    if method == "LORA" and config.layer_filter_preset not in LAYER_PRESETS:
+    if method in ("LORA", "FINE_TUNE") and config.layer_filter_preset not in LAYER_PRESETS:
         return [f"layer_filter_preset: {_shown(config.layer_filter_preset)!r} is not a layer preset; choose one of "
                 f"{', '.join(LAYER_PRESETS)} (or blocks, for SD 3, Flux and Z-Image)"]
     return []

@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 from ..config.enums import TrainingMethod
 from ..config.fields import iter_fields
 from ..config.include_parts import excluded_parts
+from ..config.migrations import migrate
 from ..config.schema import TrainConfig
+from ..config.validation import ConfigError
 from ..fsutil import same_output
 from .backup import (
     Counters,
@@ -88,6 +90,15 @@ def _concept_folders(config: dict[str, Any]) -> list[str]:
     return sorted(str(c.get("path") or "") + named(c) for c in config.get("concepts") or [] if isinstance(c, dict) and c.get("enabled", True))
 
 
+def backup_config(old: dict[str, Any]) -> dict[str, Any]:
+    """A backup's config as this version reads it (an earlier version's layout migrated, so an
+    older fine-tune's layer preset means what it trained with); as it is where it cannot be."""
+    try:
+        return migrate(old)
+    except ConfigError:
+        return old
+
+
 def must_match_problems(old: dict[str, Any], config: TrainConfig) -> list[str]:
     """The settings that make the backup (its config `old`) impossible to continue with `config`:
     "path=<backup's> (Label) but this run has path=<this run's>". A setting the backup's config lacks
@@ -124,7 +135,7 @@ def resume_from_latest_backup(run: RunState) -> Resumed | None:
         run.report.warning("continue_last_backup: no complete backup in this workspace yet; starting a new run")
         return None
     backup = read_backup(found)
-    old = backup.config
+    old = backup_config(backup.config)
     problems = must_match_problems(old, run.config)
     if problems:
         raise TrainingError(

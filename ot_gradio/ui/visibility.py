@@ -231,8 +231,8 @@ def shown_now(path: str, config: dict) -> bool:
 
 def tab_order(paths: list[str]) -> list[str]:
     """`paths` of one tab as the page shows them: the fields with `first=n` first, in that order
-    (the LoRA tab opens with the adapter type, rank and alpha, not with dropout and the layer
-    filter), then the rest in schema order."""
+    (the LoRA tab opens with the adapter type, rank and alpha, not with dropout), then the rest in
+    schema order."""
     ranks = _first()
     first = sorted((p for p in paths if p in ranks), key=ranks.__getitem__)
     return first + [p for p in paths if p not in ranks]

@@ -382,3 +382,13 @@ def test_temp_device_is_ram_or_the_train_device(temp, train, refused):
     problems = [e for e in errors(config) if e.startswith("temp_device")]
     assert bool(problems) == refused
     assert not problems or f"neither cpu nor the train device ({train})" in problems[0]
+
+
+def test_a_fine_tune_with_a_layer_preset_says_the_rest_is_frozen():
+    """A LoRA preset's attn-mlp stays when the method becomes FINE_TUNE: said, since it now picks the weights."""
+    config = good()
+    config.training_method, config.output_model_format, config.layer_filter_preset = TrainingMethod.FINE_TUNE, ModelFormat.SAFETENSORS, "attn-mlp"
+    assert any(w.startswith("layer_filter_preset: attn-mlp: this fine-tune trains only the unet weights the attn-mlp preset names")
+               for w in check(config))
+    config.layer_filter_preset = "full"
+    assert not any(w.startswith("layer_filter_preset") for w in check(config))

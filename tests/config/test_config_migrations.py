@@ -36,3 +36,13 @@ def test_migration_from_version_0_file():
 def test_current_version_is_unchanged():
     data = {"config_version": CONFIG_VERSION, "epochs": 3}
     assert migrate(data) == data
+
+
+def test_a_version_2_fine_tune_keeps_training_every_weight():
+    """Before version 3 a FINE_TUNE ignored the layer preset (often a LoRA preset's attn-mlp) and
+    trained every weight; it still does. A OneTrainer fine-tune always read it, and keeps it."""
+    ours = migrate({"config_version": 2, "training_method": "FINE_TUNE", "layer_filter_preset": "attn-mlp"})
+    assert ours["layer_filter_preset"] == "full"
+    assert migrate({"config_version": 2, "training_method": "LORA", "layer_filter_preset": "attn-mlp"})["layer_filter_preset"] == "attn-mlp"
+    theirs = migrate({"__version": 11, "training_method": "FINE_TUNE", "layer_filter_preset": "blocks", "layer_filter": "transformer_block"})
+    assert theirs["layer_filter_preset"] == "blocks"

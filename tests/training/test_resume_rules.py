@@ -217,3 +217,14 @@ def test_a_backup_of_before_the_step_changes_says_what_trains_otherwise():
     forced = {**zsnr, "learning_rate_scheduler": "CONSTANT", "force_v_prediction": True}
     assert step_warnings(0, config(**forced).model_dump(mode="json"), config(**forced)) == []
     assert "whole run" in step_warnings(0, config(learning_rate_warmup_steps=1).model_dump(mode="json"), config())[0]
+
+
+def test_a_fine_tunes_layer_preset_must_match_and_an_older_backups_trained_every_weight():
+    from ot_gradio.training.resume import backup_config
+
+    ft = {"training_method": "FINE_TUNE"}
+    assert problems({**ft, "layer_filter_preset": "full"}, {**ft, "layer_filter_preset": "attn-only"}) == [
+        "layer_filter_preset='full' (Layer preset) but this run has layer_filter_preset='attn-only'"]
+    # a version-2 fine-tune's backup trained every weight whatever its (LoRA) preset said: it continues with "full"
+    older = {**config(**ft).model_dump(mode="json"), "config_version": 2, "layer_filter_preset": "attn-mlp"}
+    assert must_match_problems(backup_config(older), config(**ft, layer_filter_preset="full")) == []
