@@ -33,7 +33,11 @@ def batch_counted_steps(data: dict[str, Any]) -> str | None:
     accumulation steps; returns the note naming each change, None when nothing changed. Values of
     another type are left for validation to report."""
     n = data.get("gradient_accumulation_steps")
-    if not isinstance(n, int) or isinstance(n, bool) or n <= 1:
+    try:  # 4.0 or "4", as validation reads them
+        n = int(float(n)) if not isinstance(n, bool) and float(n) == int(float(n)) else None
+    except (TypeError, ValueError):
+        return None
+    if n is None or n <= 1:
         return None
     changed: list[str] = []
 

@@ -29,7 +29,7 @@ from ot_gradio.models.common import (
 from ot_gradio.models.family import Family
 from ot_gradio.models.family_parts import DdpmNoise, HubLoading, KlVaeLatents
 from ot_gradio.models.key_layout import save_tensors
-from ot_gradio.models.ldm_config import ldm_config, write_ldm_config
+from ot_gradio.models.ldm_config import ldm_config, sidecar_path, write_ldm_config
 from ot_gradio.models.long_captions import joined, window_ids
 from ot_gradio.models.registry import register_family
 from ot_gradio.models.sampling_parts import exact_size, generation_size, parked_for_sampling
@@ -67,6 +67,8 @@ def save_sd_single_file(path: str | os.PathLike, unet: torch.nn.Module, vae: tor
     path = save_tensors(path, {**state, **(schedule or {})}, metadata or {})
     if config is not None:
         write_ldm_config(path, config)
+    else:  # no LDM config for this UNet: an earlier save's yaml at this path would tell loaders the wrong thing
+        sidecar_path(path).unlink(missing_ok=True)
     return path
 
 

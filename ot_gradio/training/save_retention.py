@@ -29,8 +29,8 @@ class SaveRetention:
         deleted, problems = [], []
         while len(self.written) > self.keep:
             old = self.written.pop(0)
-            # an SD 1.x/2.x checkpoint's LDM config is <stem>.yaml beside it (ldm_config.py)
-            sidecar = [old.with_suffix(".yaml")] if old.suffix.lower() in (".safetensors", ".ckpt") else []
+            # an SD 1.x/2.x checkpoint's LDM config is <stem>.yaml beside it (ldm_config.py); a yaml of another's is kept
+            sidecar = [old.with_suffix(".yaml")] if old.suffix.lower() in (".safetensors", ".ckpt") and _ldm_config(old.with_suffix(".yaml")) else []
             for target in (old, *sidecar, embeddings_folder(old)):
                 try:
                     if target.is_dir() and not target.is_symlink():
@@ -43,3 +43,12 @@ class SaveRetention:
                 except OSError as err:
                     problems.append(f"Keep last saves: could not delete the older save {target} ({err}); it stays")
         return deleted, problems
+
+
+def _ldm_config(path: Path) -> bool:
+    """Whether `path` is an LDM config as this trainer writes one beside an SD checkpoint."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "ldm.models.diffusion" in f.read(4096)
+    except OSError:
+        return False

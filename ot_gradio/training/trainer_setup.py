@@ -127,6 +127,10 @@ class TrainerSetup:
             self.method = get_method(cfg.training_method)
             self.param_groups = self.method.setup(self.model, cfg, self.device)
             self.precision.scale_gradients_of(p for g in self.param_groups for p in g.params if p.requires_grad)
+            if self.precision.dtype == torch.float16 and self.device.type == "cuda" and self.precision.scaler is None:
+                self.report.warning("train_dtype: FLOAT_16 without loss scaling, as OneTrainer: some trained weights are not "
+                                    "float32 (a FLOAT_16 or BFLOAT_16 part or LoRA weight type), and tiny float16 gradients may "
+                                    "round to 0; BFLOAT_16 needs no scaling")
             scale_learning_rates(self.param_groups, cfg, self.dist.world)
             check_quantized_parts_frozen(self.model, cfg)
         except ValueError as e:

@@ -249,6 +249,7 @@ def test_with_accumulation_a_onetrainer_configs_batch_counted_steps_become_optim
     assert "additional_embeddings" not in note  # 1 stays 1
 
     assert load_config({**raw, "learning_rate_warmup_steps": 6}).config.learning_rate_warmup_steps == 0  # int(6 / 4): 1 step
+    assert load_config({**raw, "gradient_accumulation_steps": 4.0}).config.learning_rate_warmup_steps == 50  # as validation reads 4.0
     assert load_config({**raw, "learning_rate_warmup_steps": 0.1}).config.learning_rate_warmup_steps == 0.1  # a fraction
     same = load_config({**raw, "gradient_accumulation_steps": 1})
     assert (same.config.learning_rate_warmup_steps, same.config.sample_after) == (200, 100)

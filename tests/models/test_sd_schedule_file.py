@@ -170,3 +170,13 @@ def test_sdxl_file_holds_the_buffers_and_a_onetrainer_ztsnr_file_loads_so(tiny_s
     save_file({k: v for k, v in tensors.items() if k != "ztsnr"}, str(onetrainer))
     loaded = StableDiffusionXL.load(str(onetrainer), offline=True, config_dir=str(tiny_sdxl_paths.diffusers_dir))
     assert loaded.prediction_type == "v_prediction" and loaded.noise_scheduler.alphas_cumprod[-1].item() == 0.0
+
+
+def test_a_save_without_an_ldm_config_removes_an_earlier_yaml(sd15, tmp_path, monkeypatch):
+    """A UNet ldm_config has no template for: an earlier save's yaml at the path must not outlive it
+    (a loader would read its parameterization)."""
+    path = sd15.save_single_file(tmp_path / "m.safetensors", DataType.FLOAT_32)
+    assert (tmp_path / "m.yaml").is_file()
+    monkeypatch.setattr(type(sd15), "single_file_extras", lambda self: {"schedule": schedule_buffers(self.noise_scheduler), "config": None})
+    sd15.save_single_file(path, DataType.FLOAT_32)
+    assert not (tmp_path / "m.yaml").exists() and path.is_file()

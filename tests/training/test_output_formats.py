@@ -89,13 +89,14 @@ def test_keep_last_saves_deletes_only_this_runs_older_scheduled_saves(tmp_path, 
     lookalikes = ("lora-step5.safetensors", "lora.safetensors", "lora-step\u00b2.safetensors", "notes.txt")
     for name in lookalikes:  # an earlier run's, a Save now, the final model: never this run's scheduled saves
         (tmp_path / name).write_bytes(b"x")
-    (tmp_path / "lora-step10.yaml").write_text("model: {}")  # an SD checkpoint's LDM config beside it
+    (tmp_path / "lora-step10.yaml").write_text("model:\n  target: ldm.models.diffusion.ddpm.LatentDiffusion\n")  # an SD checkpoint's
+    (tmp_path / "lora-step20.yaml").write_text("notes: mine\n")  # a yaml of the user's beside a save: kept
     assert retention.saved(saves[0]) == ([], []) and retention.saved(saves[1]) == ([], [])
     deleted, problems = retention.saved(saves[2])
     assert sorted(p.name for p in deleted) == ["lora-step10.safetensors", "lora-step10.yaml", "lora-step10_embeddings"] and problems == []
     deleted, _ = retention.saved(tmp_path / "model-step40")
     assert [p.name for p in deleted] == ["lora-step20.safetensors", "lora-step20_embeddings"]
-    assert all((tmp_path / name).exists() for name in (*lookalikes, "lora-step30.safetensors", "model-step40"))
+    assert all((tmp_path / name).exists() for name in (*lookalikes, "lora-step30.safetensors", "model-step40", "lora-step20.yaml"))
     assert SaveRetention(keep=0).saved(saves[2]) == ([], [])  # 0 keeps all
     # a delete that fails (a file another program holds open) is said, and the run goes on
     stuck = SaveRetention(keep=1)
