@@ -25,7 +25,7 @@ CASES = [
 ]
 
 
-pytestmark = pytest.mark.usefixtures("tiny_dir")  # the tiny models built once per test process
+pytestmark = pytest.mark.usefixtures("tiny_dir")  # the tiny models in a folder of their own
 
 
 class Losses(Reporter):
