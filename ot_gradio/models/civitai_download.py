@@ -44,7 +44,7 @@ LORA_TYPES = {"lora", "locon", "dora", "lycoris"}  # what a LoRA field takes (Ly
 # kind of file a field takes -> (Civitai model types it takes, what to give instead); "model": a checkpoint
 KINDS = {"lora": (LORA_TYPES, "a LoRA's address (LoRA, LoCon, DoRA or LyCORIS)"),
          "embedding": ({"textualinversion"}, "an embedding's address (Textual Inversion)")}
-EMBEDDING_FILES = (".safetensors", ".pt", ".bin")  # read weights-only (training/embeddings.load_embedding_tensors)
+EMBEDDING_FILES = (".safetensors", ".pt", ".bin")  # read weights-only (training/embedding_files.load_embedding_tensors)
 CHUNK = 8 << 20
 _token: str | None = None
 

@@ -48,7 +48,7 @@ from ot_gradio.fsutil import atomic_write
 from ..config.enums import TimeUnit
 from ..config.parts import learning_rate_or_base
 from ..models.common import base_module
-from .embedding_files import (  # noqa: F401  (bundle_key, read_embedding_file: read from here too)
+from .embedding_files import (
     OUT_SUFFIX,
     bundle_key,
     bundle_output_key,
@@ -56,7 +56,6 @@ from .embedding_files import (  # noqa: F401  (bundle_key, read_embedding_file: 
     load_embedding_tensors,
     output_key,
     output_vectors,
-    read_embedding_file,
     with_comfy_copies,
 )
 from .method_base import Method
@@ -296,13 +295,11 @@ class Embeddings:
         `zeroed_output_embedding_parts` too (HiDream's Llama, as OneTrainer)."""
         if not outputs:
             outputs = initial_output_vectors(self.model, self.hook, embedding, self.output_parts)
-        for part in getattr(self.model, "zeroed_output_embedding_parts", ()):
-            if part in embedding.vectors:
-                embedding.vectors[part].data.zero_()
-                embedding.initial[part] = torch.zeros_like(embedding.initial[part])
-        for part, start in outputs.items():
+        zeroed = [p for p in getattr(self.model, "zeroed_output_embedding_parts", ()) if p in embedding.vectors]
+        for part in (*outputs, *zeroed):
             embedding.vectors[part].data.zero_()
             embedding.initial[part] = torch.zeros_like(embedding.initial[part])
+        for part, start in outputs.items():
             embedding.initial_outputs[part] = _host_copy(start)
             embedding.output_stds[part] = original_std(start)
             embedding.outputs[part] = nn.Parameter(start.to(self.device, torch.float32), requires_grad=train and part in train_parts)

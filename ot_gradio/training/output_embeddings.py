@@ -22,7 +22,7 @@ which marks it an output embedding but never applies its output vectors.
 
 `Embeddings` (embeddings.py) installs one `OutputVectors` as the model's `output_embeddings`, so
 training, samples and the sample tool all go through it; the files hold `<key>_out` (see
-embeddings.output_key).
+embedding_files.output_key).
 """
 
 from __future__ import annotations

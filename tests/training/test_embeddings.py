@@ -14,8 +14,9 @@ from ot_gradio.config.schema import TrainConfig
 from ot_gradio.data.batches import Batch
 from ot_gradio.training.device import Precision
 from ot_gradio.training.diffusion import DiffusionStep
+from ot_gradio.training.embedding_files import bundle_key, read_embedding_file
 from ot_gradio.training.embedding_method import EmbeddingMethod
-from ot_gradio.training.embeddings import Embedding, Embeddings, bundle_key, embeddings_folder, read_embedding_file
+from ot_gradio.training.embeddings import Embedding, Embeddings, embeddings_folder
 from ot_gradio.training.lora_format import load_lora_file
 from ot_gradio.training.lora_method import LoraMethod
 from ot_gradio.training.param_groups import optimizer_groups

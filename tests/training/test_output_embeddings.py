@@ -7,8 +7,9 @@ import torch
 from safetensors.torch import load_file
 
 from ot_gradio.config.parts import EmbeddingConfig
+from ot_gradio.training.embedding_files import bundle_output_key, output_key
 from ot_gradio.training.embedding_method import EmbeddingMethod
-from ot_gradio.training.embeddings import Embeddings, bundle_output_key, output_key
+from ot_gradio.training.embeddings import Embeddings
 from tests.training import test_embeddings
 from tests.training.test_embeddings import CPU, config, tiny_model, train_steps
 
